@@ -1,0 +1,47 @@
+// Module entry: registers the native classes and the environment cleanup
+// hook that closes every live socket and monitor (worker exit, process exit).
+#include <napi.h>
+
+#include "common.h"
+#include "monitor.h"
+#include "socket.h"
+
+namespace nfk {
+
+namespace {
+
+// init(NetlinkError): the JS error class every native failure is made from.
+Napi::Value SetErrorClass(const Napi::CallbackInfo& info) {
+  if (!info[0].IsFunction()) throw Napi::TypeError::New(info.Env(), "init needs the NetlinkError class");
+  GetAddonData(info.Env())->netlinkError = Napi::Persistent(info[0].As<Napi::Function>());
+  return info.Env().Undefined();
+}
+
+void Cleanup(void* arg) {
+  AddonData* data = static_cast<AddonData*>(arg);
+  // CloseNow() leaves the object registered; copy first since destructors erase.
+  std::vector<Closeable*> live(data->live.begin(), data->live.end());
+  for (Closeable* c : live) c->CloseNow();
+}
+
+}  // namespace
+
+Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  auto* data = new AddonData();
+  env.SetInstanceData<AddonData>(data);
+  napi_add_env_cleanup_hook(env, Cleanup, data);
+  Napi::Function socket = NftSocket::Init(env);
+  Napi::Function monitor = NftMonitor::Init(env);
+  data->socketCtor = Napi::Persistent(socket);
+  data->monitorCtor = Napi::Persistent(monitor);
+  exports.Set("NftSocket", socket);
+  exports.Set("NftMonitor", monitor);
+  exports.Set("init", Napi::Function::New(env, SetErrorClass));
+  return exports;
+}
+
+}  // namespace nfk
+
+static Napi::Object InitModule(Napi::Env env, Napi::Object exports) { return nfk::Init(env, exports); }
+
+NODE_API_MODULE(nfkeeper, InitModule)

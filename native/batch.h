@@ -1,0 +1,39 @@
+// CommitWorker sends one encoded batch and reads every acknowledgement, so a
+// failure names the operation that caused it (knftables cannot say which).
+#pragma once
+
+#include <napi.h>
+
+#include <memory>
+
+#include "encode.h"
+#include "socket.h"
+
+namespace nfk {
+
+class CommitWorker : public Napi::AsyncWorker {
+ public:
+  CommitWorker(Napi::Env env, NftSocket* sock, Napi::Object self, std::unique_ptr<EncodedBatch> batch);
+  Napi::Promise Promise() { return deferred_.Promise(); }
+  void Execute() override;
+  void OnOK() override;
+  void OnError(const Napi::Error& e) override { deferred_.Reject(e.Value()); }
+
+ private:
+  struct Ack {
+    uint32_t seq;
+    int error;  // 0 or a positive errno
+    std::string message;  // extended ack text, if the kernel gave one
+  };
+
+  Napi::Promise::Deferred deferred_;
+  NftSocket* sock_;
+  Napi::ObjectReference self_;
+  std::unique_ptr<EncodedBatch> batch_;
+  uint32_t base_ = 0;
+  int ioErrno_ = 0;
+  std::string ioStep_;
+  std::vector<Ack> acks_;
+};
+
+}  // namespace nfk

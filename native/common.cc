@@ -1,0 +1,83 @@
+#include "common.h"
+
+namespace nfk {
+
+AddonData* GetAddonData(Napi::Env env) { return env.GetInstanceData<AddonData>(); }
+
+Napi::Error MakeNetlinkError(Napi::Env env, const std::string& message, int err,
+                             const std::string& operation, int opIndex) {
+  AddonData* data = GetAddonData(env);
+  if (data == nullptr || data->netlinkError.IsEmpty()) {
+    return Napi::Error::New(env, message);
+  }
+  Napi::Object e = data->netlinkError.New({
+      Napi::String::New(env, message),
+      Napi::Number::New(env, err),
+      Napi::String::New(env, operation),
+      Napi::Number::New(env, opIndex),
+  });
+  return Napi::Error(env, e);
+}
+
+std::string ToHex(const void* data, size_t len) {
+  static const char digits[] = "0123456789abcdef";
+  const uint8_t* p = static_cast<const uint8_t*>(data);
+  std::string out(len * 2, '0');
+  for (size_t i = 0; i < len; i++) {
+    out[2 * i] = digits[p[i] >> 4];
+    out[2 * i + 1] = digits[p[i] & 0xf];
+  }
+  return out;
+}
+
+static int HexDigit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+std::vector<uint8_t> FromHex(Napi::Env env, const std::string& hex, const std::string& what) {
+  if (hex.size() % 2 != 0) {
+    throw Napi::TypeError::New(env, what + ": hex string has odd length");
+  }
+  std::vector<uint8_t> out(hex.size() / 2);
+  for (size_t i = 0; i < out.size(); i++) {
+    int hi = HexDigit(hex[2 * i]), lo = HexDigit(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) throw Napi::TypeError::New(env, what + ": not a hex string");
+    out[i] = static_cast<uint8_t>(hi << 4 | lo);
+  }
+  return out;
+}
+
+bool Has(const Napi::Object& o, const char* key) {
+  if (!o.Has(key)) return false;
+  Napi::Value v = o.Get(key);
+  return !v.IsUndefined() && !v.IsNull();
+}
+
+std::string GetString(const Napi::Object& o, const char* key) {
+  Napi::Value v = o.Get(key);
+  if (!v.IsString()) {
+    throw Napi::TypeError::New(o.Env(), std::string("'") + key + "' must be a string");
+  }
+  return v.As<Napi::String>().Utf8Value();
+}
+
+int64_t GetI64(const Napi::Object& o, const char* key) {
+  Napi::Value v = o.Get(key);
+  if (!v.IsNumber()) {
+    throw Napi::TypeError::New(o.Env(), std::string("'") + key + "' must be a number");
+  }
+  return v.As<Napi::Number>().Int64Value();
+}
+
+uint32_t GetU32(const Napi::Object& o, const char* key) {
+  int64_t v = GetI64(o, key);
+  if (v < 0 || v > 0xffffffffLL) {
+    throw Napi::RangeError::New(o.Env(), std::string("'") + key + "' is out of u32 range");
+  }
+  return static_cast<uint32_t>(v);
+}
+
+}  // namespace nfk

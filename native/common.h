@@ -1,0 +1,54 @@
+// Shared plumbing for the addon: per-environment state, hex conversion and
+// errors. Errors are created from the JS class that src/errors.ts hands to
+// the addon at init (better-sqlite3's pattern), so C++ never invents its own
+// error shapes.
+#pragma once
+
+#include <napi.h>
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+// mnl_attr_for_each() assigns a void*, which C++ refuses; the same loop, typed.
+#define NFK_ATTR_FOR_EACH(attr, nlh, offset)                                                   \
+  for ((attr) = static_cast<nlattr*>(mnl_nlmsg_get_payload_offset((nlh), (offset)));            \
+       mnl_attr_ok((attr), static_cast<int>(static_cast<const char*>(mnl_nlmsg_get_payload_tail(nlh)) - \
+                                            reinterpret_cast<const char*>(attr)));               \
+       (attr) = mnl_attr_next(attr))
+
+namespace nfk {
+
+class Closeable {
+ public:
+  virtual ~Closeable() = default;
+  virtual void CloseNow() = 0;
+};
+
+// Per-environment data: the error class and every live native handle, so the
+// environment's cleanup hook can close them (worker threads, process exit).
+struct AddonData {
+  Napi::FunctionReference netlinkError;
+  Napi::FunctionReference socketCtor;
+  Napi::FunctionReference monitorCtor;
+  std::set<Closeable*> live;
+};
+
+AddonData* GetAddonData(Napi::Env env);
+
+// A failure as a JS NetlinkError(message, errno, operation, opIndex).
+Napi::Error MakeNetlinkError(Napi::Env env, const std::string& message, int err,
+                             const std::string& operation, int opIndex = -1);
+
+std::string ToHex(const void* data, size_t len);
+// Throws a TypeError naming `what` when `hex` is not an even-length hex string.
+std::vector<uint8_t> FromHex(Napi::Env env, const std::string& hex, const std::string& what);
+
+// Small typed getters for option objects; they throw TypeErrors naming the key.
+bool Has(const Napi::Object& o, const char* key);
+std::string GetString(const Napi::Object& o, const char* key);
+uint32_t GetU32(const Napi::Object& o, const char* key);
+int64_t GetI64(const Napi::Object& o, const char* key);
+
+}  // namespace nfk

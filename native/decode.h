@@ -1,0 +1,23 @@
+// Kernel messages (one nlmsghdr each) to IR objects. Runs on the JS thread:
+// dumps gather raw messages off-thread and decode here.
+#pragma once
+
+#include <napi.h>
+#include <linux/netlink.h>
+
+#include <cstdint>
+
+namespace nfk {
+
+Napi::Value FamilyValue(Napi::Env env, uint32_t family);
+
+Napi::Object DecodeTable(Napi::Env env, const nlmsghdr* nlh);
+Napi::Object DecodeChain(Napi::Env env, const nlmsghdr* nlh);
+Napi::Object DecodeRule(Napi::Env env, const nlmsghdr* nlh);
+Napi::Object DecodeSet(Napi::Env env, const nlmsghdr* nlh);
+// Appends the elements of one NEWSETELEM message to `out`.
+void DecodeSetElems(Napi::Env env, const nlmsghdr* nlh, Napi::Array out);
+// NFTA_GEN_ID of a NEWGEN message; false if absent.
+bool DecodeGeneration(const nlmsghdr* nlh, uint32_t* id);
+
+}  // namespace nfk

@@ -1,0 +1,475 @@
+#include "encode.h"
+
+#include <cstdio>
+#include <arpa/inet.h>
+#include <cerrno>
+#include <libmnl/libmnl.h>
+#include <libnftnl/chain.h>
+#include <libnftnl/common.h>
+#include <libnftnl/expr.h>
+#include <libnftnl/rule.h>
+#include <libnftnl/set.h>
+#include <libnftnl/table.h>
+#include <linux/netfilter.h>
+#include <linux/netfilter/nf_tables.h>
+#include <linux/netfilter/nfnetlink.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+
+#include "common.h"
+#include "expr_table.h"
+
+namespace nfk {
+
+namespace {
+
+// Largest single message we build. Set elements are split to stay below it.
+constexpr size_t kMaxMessage = 4 << 20;
+constexpr size_t kElemsPerMessage = 512;
+
+// Messages are built in a scratch buffer and then appended, so a batch of
+// 10,000 rules costs one copy per message, not a 1 MiB clear per message.
+char* Reserve(std::vector<uint8_t>* /*out*/) {
+  static thread_local std::unique_ptr<char[]> scratch(new char[kMaxMessage]);
+  return scratch.get();
+}
+
+// Appends the message just built in the scratch buffer to `out`.
+void Commit(std::vector<uint8_t>* out, char* start) {
+  const nlmsghdr* nlh = reinterpret_cast<const nlmsghdr*>(start);
+  if (nlh->nlmsg_len > kMaxMessage) abort();  // would have overrun: a bug, not input
+  const uint8_t* p = reinterpret_cast<const uint8_t*>(start);
+  out->insert(out->end(), p, p + MNL_ALIGN(nlh->nlmsg_len));
+}
+
+void PutBatchMarker(std::vector<uint8_t>* out, uint16_t type, uint32_t seq, bool hasGen,
+                    uint32_t gen) {
+  char* buf = Reserve(out);
+  nlmsghdr* nlh = mnl_nlmsg_put_header(buf);
+  nlh->nlmsg_type = type;
+  nlh->nlmsg_flags = NLM_F_REQUEST;
+  nlh->nlmsg_seq = seq;
+  nfgenmsg* nfg = static_cast<nfgenmsg*>(mnl_nlmsg_put_extra_header(nlh, sizeof(nfgenmsg)));
+  nfg->nfgen_family = AF_UNSPEC;
+  nfg->version = NFNETLINK_V0;
+  nfg->res_id = htons(NFNL_SUBSYS_NFTABLES);
+  // libnftnl 1.2.4's nftnl_batch_begin() cannot carry a generation, hence by hand.
+  if (hasGen) mnl_attr_put_u32(nlh, NFNL_BATCH_GENID, htonl(gen));
+  Commit(out, buf);
+}
+
+uint16_t FamilyOf(const Napi::Object& o) {
+  Napi::Value v = o.Get("family");
+  if (v.IsNumber()) return static_cast<uint16_t>(v.As<Napi::Number>().Uint32Value());
+  if (!v.IsString()) throw Napi::TypeError::New(o.Env(), "'family' must be a family name");
+  int64_t f;
+  std::string name = v.As<Napi::String>().Utf8Value();
+  if (!EnumFromName(kFamilyMap, name.c_str(), &f)) {
+    throw Napi::TypeError::New(o.Env(), "unknown family '" + name + "'");
+  }
+  return static_cast<uint16_t>(f);
+}
+
+int64_t EnumOf(const Napi::Object& o, const char* key, const EnumMap& map) {
+  Napi::Value v = o.Get(key);
+  if (v.IsNumber()) return v.As<Napi::Number>().Int64Value();
+  if (!v.IsString()) throw Napi::TypeError::New(o.Env(), std::string("'") + key + "' must be a name");
+  std::string name = v.As<Napi::String>().Utf8Value();
+  int64_t value;
+  if (!EnumFromName(map, name.c_str(), &value)) {
+    throw Napi::TypeError::New(o.Env(), std::string("'") + key + "': unknown value '" + name + "'");
+  }
+  return value;
+}
+
+std::vector<uint8_t> HexOf(const Napi::Object& o, const char* key) {
+  return FromHex(o.Env(), GetString(o, key), key);
+}
+
+// --- expressions -------------------------------------------------------------
+
+nftnl_expr* BuildTypedExpr(const ExprKind& kind, const Napi::Object& e) {
+  nftnl_expr* x = nftnl_expr_alloc(kind.name);
+  if (x == nullptr) throw Napi::Error::New(e.Env(), std::string("libnftnl lacks expression ") + kind.name);
+  try {
+    for (size_t i = 0; i < kind.count; i++) {
+      const Field& f = kind.fields[i];
+      if (!Has(e, f.js)) continue;
+      switch (f.type) {
+        case FieldType::U8:
+          nftnl_expr_set_u8(x, f.attr, static_cast<uint8_t>(GetU32(e, f.js)));
+          break;
+        case FieldType::U16:
+          nftnl_expr_set_u16(x, f.attr, static_cast<uint16_t>(GetU32(e, f.js)));
+          break;
+        case FieldType::U32:
+          nftnl_expr_set_u32(x, f.attr, GetU32(e, f.js));
+          break;
+        case FieldType::I32:
+          nftnl_expr_set_u32(x, f.attr, static_cast<uint32_t>(GetI64(e, f.js)));
+          break;
+        case FieldType::U64:
+          nftnl_expr_set_u64(x, f.attr, static_cast<uint64_t>(GetI64(e, f.js)));
+          break;
+        case FieldType::Str:
+          nftnl_expr_set_str(x, f.attr, GetString(e, f.js).c_str());
+          break;
+        case FieldType::Data: {
+          std::vector<uint8_t> d = HexOf(e, f.js);
+          nftnl_expr_set(x, f.attr, d.data(), d.size());
+          break;
+        }
+        case FieldType::Enum:
+          nftnl_expr_set_u32(x, f.attr, static_cast<uint32_t>(EnumOf(e, f.js, *f.map)));
+          break;
+      }
+    }
+  } catch (...) {
+    nftnl_expr_free(x);
+    throw;
+  }
+  return x;
+}
+
+void PutExpressions(nlmsghdr* nlh, const Napi::Array& exprs) {
+  Napi::Env env = exprs.Env();
+  // NFT_RULE_MAXEXPRS is 128; an attribute length is 16 bits.
+  if (exprs.Length() > 128) throw Napi::TypeError::New(env, "a rule holds at most 128 expressions");
+  nlattr* list = mnl_attr_nest_start(nlh, NFTA_RULE_EXPRESSIONS);
+  for (uint32_t i = 0; i < exprs.Length(); i++) {
+    Napi::Value v = exprs.Get(i);
+    if (!v.IsObject()) throw Napi::TypeError::New(env, "exprs[" + std::to_string(i) + "] must be an object");
+    Napi::Object e = v.As<Napi::Object>();
+    std::string kindName = GetString(e, "kind");
+    nlattr* elem = mnl_attr_nest_start(nlh, NFTA_LIST_ELEM);
+    if (kindName == "unknown") {
+      // Replays what the kernel gave us, byte for byte.
+      std::string name = GetString(e, "name");
+      std::vector<uint8_t> data = HexOf(e, "data");
+      if (data.size() > 0xff00) throw Napi::TypeError::New(env, "unknown expression data exceeds 64 KiB");
+      mnl_attr_put_strz(nlh, NFTA_EXPR_NAME, name.c_str());
+      mnl_attr_put(nlh, NFTA_EXPR_DATA | NLA_F_NESTED, data.size(), data.data());
+    } else {
+      const ExprKind* kind = FindExprKind(kindName.c_str());
+      if (kind == nullptr) {
+        throw Napi::TypeError::New(env, "exprs[" + std::to_string(i) + "]: unknown kind '" + kindName + "'");
+      }
+      nftnl_expr* x = BuildTypedExpr(*kind, e);
+      nftnl_expr_build_payload(nlh, x);
+      nftnl_expr_free(x);
+    }
+    mnl_attr_nest_end(nlh, elem);
+    if (reinterpret_cast<char*>(mnl_nlmsg_get_payload_tail(nlh)) - reinterpret_cast<char*>(list) > 0xffff) {
+      throw Napi::TypeError::New(env, "the rule's expressions exceed 64 KiB");
+    }
+  }
+  mnl_attr_nest_end(nlh, list);
+}
+
+// --- objects ----------------------------------------------------------------
+
+struct Verb {
+  bool isNew;        // NEW* vs DEL*
+  uint16_t nlFlags;  // NLM_F_* beyond REQUEST|ACK
+};
+
+void EncodeTable(std::vector<uint8_t>* out, const std::string& verb, const Napi::Object& op,
+                 uint32_t seq) {
+  uint16_t family = FamilyOf(op);
+  if (verb == "flush") {
+    // nft's "flush table": delete every rule of every chain in the table.
+    std::vector<std::pair<uint16_t, std::string>> attrs = {{NFTA_RULE_TABLE, GetString(op, "name")}};
+    EncodeRequest(out, NFT_MSG_DELRULE, family, NLM_F_ACK, seq, attrs);
+    return;
+  }
+  uint16_t type, flags = NLM_F_ACK;
+  if (verb == "add") type = NFT_MSG_NEWTABLE, flags |= NLM_F_CREATE;
+  else if (verb == "create") type = NFT_MSG_NEWTABLE, flags |= NLM_F_CREATE | NLM_F_EXCL;
+  else if (verb == "delete") type = NFT_MSG_DELTABLE;
+  else throw Napi::TypeError::New(op.Env(), "tables take add, create, delete or flush, not '" + verb + "'");
+
+  nftnl_table* t = nftnl_table_alloc();
+  if (Has(op, "name")) nftnl_table_set_str(t, NFTNL_TABLE_NAME, GetString(op, "name").c_str());
+  if (Has(op, "handle")) nftnl_table_set_u64(t, NFTNL_TABLE_HANDLE, GetI64(op, "handle"));
+  if (Has(op, "flags")) nftnl_table_set_u32(t, NFTNL_TABLE_FLAGS, GetU32(op, "flags"));
+  if (Has(op, "userdata")) {
+    std::vector<uint8_t> d = HexOf(op, "userdata");
+    nftnl_table_set_data(t, NFTNL_TABLE_USERDATA, d.data(), d.size());
+  }
+  char* buf = Reserve(out);
+  nlmsghdr* nlh = nftnl_nlmsg_build_hdr(buf, type, family, flags, seq);
+  nftnl_table_nlmsg_build_payload(nlh, t);
+  nftnl_table_free(t);
+  Commit(out, buf);
+}
+
+void EncodeChain(std::vector<uint8_t>* out, const std::string& verb, const Napi::Object& op,
+                 uint32_t seq) {
+  uint16_t family = FamilyOf(op);
+  if (verb == "flush") {
+    std::vector<std::pair<uint16_t, std::string>> attrs = {
+        {NFTA_RULE_TABLE, GetString(op, "table")}, {NFTA_RULE_CHAIN, GetString(op, "name")}};
+    EncodeRequest(out, NFT_MSG_DELRULE, family, NLM_F_ACK, seq, attrs);
+    return;
+  }
+  uint16_t type, flags = NLM_F_ACK;
+  if (verb == "add") type = NFT_MSG_NEWCHAIN, flags |= NLM_F_CREATE;
+  else if (verb == "create") type = NFT_MSG_NEWCHAIN, flags |= NLM_F_CREATE | NLM_F_EXCL;
+  else if (verb == "delete") type = NFT_MSG_DELCHAIN;
+  else throw Napi::TypeError::New(op.Env(), "chains take add, create, delete or flush, not '" + verb + "'");
+
+  nftnl_chain* c = nftnl_chain_alloc();
+  try {
+    nftnl_chain_set_str(c, NFTNL_CHAIN_TABLE, GetString(op, "table").c_str());
+    if (Has(op, "name")) nftnl_chain_set_str(c, NFTNL_CHAIN_NAME, GetString(op, "name").c_str());
+    if (Has(op, "handle")) nftnl_chain_set_u64(c, NFTNL_CHAIN_HANDLE, GetI64(op, "handle"));
+    if (type == NFT_MSG_NEWCHAIN && Has(op, "hook")) {
+      const EnumMap& hooks = family == NFPROTO_NETDEV ? kNetdevHookMap : kInetHookMap;
+      nftnl_chain_set_u32(c, NFTNL_CHAIN_HOOKNUM, static_cast<uint32_t>(EnumOf(op, "hook", hooks)));
+      nftnl_chain_set_s32(c, NFTNL_CHAIN_PRIO, static_cast<int32_t>(GetI64(op, "priority")));
+      nftnl_chain_set_str(c, NFTNL_CHAIN_TYPE, GetString(op, "type").c_str());
+      if (Has(op, "device")) nftnl_chain_set_str(c, NFTNL_CHAIN_DEV, GetString(op, "device").c_str());
+    }
+    if (type == NFT_MSG_NEWCHAIN && Has(op, "policy")) {
+      nftnl_chain_set_u32(c, NFTNL_CHAIN_POLICY, static_cast<uint32_t>(EnumOf(op, "policy", kPolicyMap)));
+    }
+    if (Has(op, "flags")) nftnl_chain_set_u32(c, NFTNL_CHAIN_FLAGS, GetU32(op, "flags"));
+    if (Has(op, "userdata")) {
+      std::vector<uint8_t> d = HexOf(op, "userdata");
+      nftnl_chain_set_data(c, NFTNL_CHAIN_USERDATA, d.data(), d.size());
+    }
+  } catch (...) {
+    nftnl_chain_free(c);
+    throw;
+  }
+  char* buf = Reserve(out);
+  nlmsghdr* nlh = nftnl_nlmsg_build_hdr(buf, type, family, flags, seq);
+  nftnl_chain_nlmsg_build_payload(nlh, c);
+  nftnl_chain_free(c);
+  Commit(out, buf);
+}
+
+void EncodeRule(std::vector<uint8_t>* out, const std::string& verb, const Napi::Object& op,
+                uint32_t seq) {
+  uint16_t family = FamilyOf(op);
+  uint16_t type = NFT_MSG_NEWRULE, flags = NLM_F_ACK;
+  if (verb == "add") flags |= NLM_F_CREATE | NLM_F_APPEND;  // after `position`, or at the end
+  else if (verb == "insert") flags |= NLM_F_CREATE;         // before `position`, or at the start
+  else if (verb == "replace") flags |= NLM_F_REPLACE;       // the rule `handle`
+  else if (verb == "delete") type = NFT_MSG_DELRULE;
+  else throw Napi::TypeError::New(op.Env(), "rules take add, insert, replace or delete, not '" + verb + "'");
+  if ((verb == "replace" || verb == "delete") && !Has(op, "handle")) {
+    throw Napi::TypeError::New(op.Env(), verb + " rule needs a 'handle'");
+  }
+
+  nftnl_rule* r = nftnl_rule_alloc();
+  char* buf;
+  nlmsghdr* nlh;
+  try {
+    nftnl_rule_set_str(r, NFTNL_RULE_TABLE, GetString(op, "table").c_str());
+    nftnl_rule_set_str(r, NFTNL_RULE_CHAIN, GetString(op, "chain").c_str());
+    if (Has(op, "handle")) nftnl_rule_set_u64(r, NFTNL_RULE_HANDLE, GetI64(op, "handle"));
+    if (Has(op, "position")) nftnl_rule_set_u64(r, NFTNL_RULE_POSITION, GetI64(op, "position"));
+    if (Has(op, "userdata")) {
+      std::vector<uint8_t> d = HexOf(op, "userdata");
+      nftnl_rule_set_data(r, NFTNL_RULE_USERDATA, d.data(), d.size());
+    }
+    if (Has(op, "compat")) {
+      // NFTA_RULE_COMPAT: the l4 protocol xt matches such as "tcp" check against.
+      Napi::Object compat = op.Get("compat").As<Napi::Object>();
+      nftnl_rule_set_u32(r, NFTNL_RULE_COMPAT_PROTO, GetU32(compat, "proto"));
+      nftnl_rule_set_u32(r, NFTNL_RULE_COMPAT_FLAGS, Has(compat, "flags") ? GetU32(compat, "flags") : 0);
+    }
+    buf = Reserve(out);
+    nlh = nftnl_nlmsg_build_hdr(buf, type, family, flags, seq);
+    nftnl_rule_nlmsg_build_payload(nlh, r);
+    if (type == NFT_MSG_NEWRULE) {
+      if (!op.Get("exprs").IsArray()) throw Napi::TypeError::New(op.Env(), "'exprs' must be an array");
+      PutExpressions(nlh, op.Get("exprs").As<Napi::Array>());
+    }
+  } catch (...) {
+    nftnl_rule_free(r);
+    throw;
+  }
+  nftnl_rule_free(r);
+  Commit(out, buf);
+}
+
+nftnl_set* BuildSet(const Napi::Object& op, uint16_t family, bool full) {
+  nftnl_set* s = nftnl_set_alloc();
+  try {
+    nftnl_set_set_u32(s, NFTNL_SET_FAMILY, family);
+    nftnl_set_set_str(s, NFTNL_SET_TABLE, GetString(op, "table").c_str());
+    nftnl_set_set_str(s, NFTNL_SET_NAME, GetString(op, full ? "name" : "set").c_str());
+    if (Has(op, "id")) nftnl_set_set_u32(s, NFTNL_SET_ID, GetU32(op, "id"));
+    if (!full && Has(op, "setId")) nftnl_set_set_u32(s, NFTNL_SET_ID, GetU32(op, "setId"));
+    if (full) {
+      if (Has(op, "handle")) nftnl_set_set_u64(s, NFTNL_SET_HANDLE, GetI64(op, "handle"));
+      if (Has(op, "flags")) nftnl_set_set_u32(s, NFTNL_SET_FLAGS, GetU32(op, "flags"));
+      if (Has(op, "keyType")) nftnl_set_set_u32(s, NFTNL_SET_KEY_TYPE, GetU32(op, "keyType"));
+      if (Has(op, "keyLen")) nftnl_set_set_u32(s, NFTNL_SET_KEY_LEN, GetU32(op, "keyLen"));
+      if (Has(op, "dataType")) nftnl_set_set_u32(s, NFTNL_SET_DATA_TYPE, GetU32(op, "dataType"));
+      if (Has(op, "dataLen")) nftnl_set_set_u32(s, NFTNL_SET_DATA_LEN, GetU32(op, "dataLen"));
+      if (Has(op, "policy")) nftnl_set_set_u32(s, NFTNL_SET_POLICY, GetU32(op, "policy"));
+      if (Has(op, "size")) nftnl_set_set_u32(s, NFTNL_SET_DESC_SIZE, GetU32(op, "size"));
+      if (Has(op, "timeout")) nftnl_set_set_u64(s, NFTNL_SET_TIMEOUT, GetI64(op, "timeout"));
+      if (Has(op, "userdata")) {
+        std::vector<uint8_t> d = HexOf(op, "userdata");
+        nftnl_set_set_data(s, NFTNL_SET_USERDATA, d.data(), d.size());
+      }
+    }
+  } catch (...) {
+    nftnl_set_free(s);
+    throw;
+  }
+  return s;
+}
+
+// One NEWSETELEM/DELSETELEM message per kElemsPerMessage elements. Returns the
+// number of messages written.
+size_t EncodeElements(std::vector<uint8_t>* out, uint16_t type, uint16_t family,
+                      const Napi::Object& op, bool fromSetOp, const Napi::Array& elems,
+                      uint32_t seq) {
+  size_t messages = 0;
+  Napi::Env env = op.Env();
+  for (uint32_t start = 0; start < elems.Length() || (start == 0 && elems.Length() == 0 && type == NFT_MSG_DELSETELEM);
+       start += kElemsPerMessage) {
+    nftnl_set* s = nftnl_set_alloc();
+    try {
+      nftnl_set_set_str(s, NFTNL_SET_TABLE, GetString(op, "table").c_str());
+      nftnl_set_set_str(s, NFTNL_SET_NAME, GetString(op, fromSetOp ? "name" : "set").c_str());
+      const char* idKey = fromSetOp ? "id" : "setId";
+      if (Has(op, idKey)) nftnl_set_set_u32(s, NFTNL_SET_ID, GetU32(op, idKey));
+      uint32_t end = std::min<uint32_t>(elems.Length(), start + kElemsPerMessage);
+      for (uint32_t i = start; i < end; i++) {
+        Napi::Value v = elems.Get(i);
+        if (!v.IsObject()) throw Napi::TypeError::New(env, "elements[" + std::to_string(i) + "] must be an object");
+        Napi::Object eo = v.As<Napi::Object>();
+        nftnl_set_elem* e = nftnl_set_elem_alloc();
+        nftnl_set_elem_add(s, e);  // owned by the set from here on
+        if (Has(eo, "key")) {
+          std::vector<uint8_t> d = HexOf(eo, "key");
+          nftnl_set_elem_set(e, NFTNL_SET_ELEM_KEY, d.data(), d.size());
+        }
+        if (Has(eo, "keyEnd")) {
+          std::vector<uint8_t> d = HexOf(eo, "keyEnd");
+          nftnl_set_elem_set(e, NFTNL_SET_ELEM_KEY_END, d.data(), d.size());
+        }
+        if (Has(eo, "flags")) nftnl_set_elem_set_u32(e, NFTNL_SET_ELEM_FLAGS, GetU32(eo, "flags"));
+        if (Has(eo, "data")) {
+          std::vector<uint8_t> d = HexOf(eo, "data");
+          nftnl_set_elem_set(e, NFTNL_SET_ELEM_DATA, d.data(), d.size());
+        }
+        if (Has(eo, "verdict")) {
+          nftnl_set_elem_set_u32(e, NFTNL_SET_ELEM_VERDICT,
+                                 static_cast<uint32_t>(EnumOf(eo, "verdict", kVerdictMap)));
+        }
+        if (Has(eo, "chain")) nftnl_set_elem_set_str(e, NFTNL_SET_ELEM_CHAIN, GetString(eo, "chain").c_str());
+        if (Has(eo, "userdata")) {
+          std::vector<uint8_t> d = HexOf(eo, "userdata");
+          nftnl_set_elem_set(e, NFTNL_SET_ELEM_USERDATA, d.data(), d.size());
+        }
+      }
+    } catch (...) {
+      nftnl_set_free(s);
+      throw;
+    }
+    char* buf = Reserve(out);
+    uint16_t flags = NLM_F_ACK | (type == NFT_MSG_NEWSETELEM ? NLM_F_CREATE : 0);
+    nlmsghdr* nlh = nftnl_nlmsg_build_hdr(buf, type, family, flags, seq + messages);
+    nftnl_set_elems_nlmsg_build_payload(nlh, s);
+    nftnl_set_free(s);
+    Commit(out, buf);
+    messages++;
+    if (elems.Length() == 0) break;
+  }
+  return messages;
+}
+
+// Returns the number of messages written for this op.
+size_t EncodeSet(std::vector<uint8_t>* out, const std::string& verb, const Napi::Object& op,
+                 uint32_t seq) {
+  uint16_t family = FamilyOf(op);
+  if (verb == "flush") {
+    Napi::Array none = Napi::Array::New(op.Env());
+    return EncodeElements(out, NFT_MSG_DELSETELEM, family, op, true, none, seq);
+  }
+  uint16_t type, flags = NLM_F_ACK;
+  if (verb == "add") type = NFT_MSG_NEWSET, flags |= NLM_F_CREATE;
+  else if (verb == "create") type = NFT_MSG_NEWSET, flags |= NLM_F_CREATE | NLM_F_EXCL;
+  else if (verb == "delete") type = NFT_MSG_DELSET;
+  else throw Napi::TypeError::New(op.Env(), "sets take add, create, delete or flush, not '" + verb + "'");
+  nftnl_set* s = BuildSet(op, family, true);
+  char* buf = Reserve(out);
+  nlmsghdr* nlh = nftnl_nlmsg_build_hdr(buf, type, family, flags, seq);
+  nftnl_set_nlmsg_build_payload(nlh, s);
+  nftnl_set_free(s);
+  Commit(out, buf);
+  size_t messages = 1;
+  if (type == NFT_MSG_NEWSET && op.Get("elements").IsArray()) {
+    Napi::Array elems = op.Get("elements").As<Napi::Array>();
+    if (elems.Length() > 0) {
+      messages += EncodeElements(out, NFT_MSG_NEWSETELEM, family, op, true, elems, seq + 1);
+    }
+  }
+  return messages;
+}
+
+size_t EncodeElementOp(std::vector<uint8_t>* out, const std::string& verb, const Napi::Object& op,
+                       uint32_t seq) {
+  uint16_t family = FamilyOf(op);
+  uint16_t type;
+  if (verb == "add") type = NFT_MSG_NEWSETELEM;
+  else if (verb == "delete") type = NFT_MSG_DELSETELEM;
+  else throw Napi::TypeError::New(op.Env(), "elements take add or delete, not '" + verb + "'");
+  if (!op.Get("elements").IsArray()) throw Napi::TypeError::New(op.Env(), "'elements' must be an array");
+  Napi::Array elems = op.Get("elements").As<Napi::Array>();
+  if (elems.Length() == 0) return 0;
+  return EncodeElements(out, type, family, op, false, elems, seq);
+}
+
+}  // namespace
+
+void EncodeRequest(std::vector<uint8_t>* out, uint16_t msgType, uint16_t family, uint16_t flags,
+                   uint32_t seq, const std::vector<std::pair<uint16_t, std::string>>& attrs) {
+  char* buf = Reserve(out);
+  nlmsghdr* nlh = nftnl_nlmsg_build_hdr(buf, msgType, family, flags, seq);
+  for (const auto& a : attrs) mnl_attr_put_strz(nlh, a.first, a.second.c_str());
+  Commit(out, buf);
+}
+
+void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneration,
+                 uint32_t generation, EncodedBatch* out) {
+  out->bytes.clear();
+  out->messageOp.clear();
+  out->beginSeq = seq;
+  out->bytes.reserve(4096 + ops.Length() * 256);
+  PutBatchMarker(&out->bytes, NFNL_MSG_BATCH_BEGIN, seq, hasGeneration, generation);
+  uint32_t next = seq + 1;
+  for (uint32_t i = 0; i < ops.Length(); i++) {
+    size_t messages = 1;
+    try {
+      Napi::Value v = ops.Get(i);
+      if (!v.IsObject()) throw Napi::TypeError::New(env, "an operation must be an object");
+      Napi::Object op = v.As<Napi::Object>();
+      std::string verb = GetString(op, "verb");
+      std::string object = GetString(op, "object");
+      if (object == "table") EncodeTable(&out->bytes, verb, op, next);
+      else if (object == "chain") EncodeChain(&out->bytes, verb, op, next);
+      else if (object == "rule") EncodeRule(&out->bytes, verb, op, next);
+      else if (object == "set") messages = EncodeSet(&out->bytes, verb, op, next);
+      else if (object == "element") messages = EncodeElementOp(&out->bytes, verb, op, next);
+      else throw Napi::TypeError::New(env, "unknown object '" + object + "'");
+    } catch (const Napi::Error& e) {
+      throw MakeNetlinkError(env, "operation " + std::to_string(i) + ": " + e.Message(), EINVAL,
+                             "encode", static_cast<int>(i));
+    }
+    for (size_t m = 0; m < messages; m++) out->messageOp.push_back(static_cast<int32_t>(i));
+    next += messages;
+  }
+  PutBatchMarker(&out->bytes, NFNL_MSG_BATCH_END, next, false, 0);
+}
+
+}  // namespace nfk

@@ -1,0 +1,32 @@
+// IR operations to one netfilter batch (BATCH_BEGIN ... BATCH_END). Runs on
+// the JS thread; the bytes then go to the kernel from a worker thread.
+#pragma once
+
+#include <napi.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace nfk {
+
+struct EncodedBatch {
+  std::vector<uint8_t> bytes;
+  uint32_t beginSeq = 0;
+  // opIndex of each message after BATCH_BEGIN, by (seq - beginSeq - 1).
+  std::vector<int32_t> messageOp;
+};
+
+// Encodes `ops` (see src/netlink/ops.ts for their shape) with sequence
+// numbers from `seq` on. With `hasGeneration` the BATCH_BEGIN carries
+// NFNL_BATCH_GENID so the kernel refuses the batch if the ruleset moved on.
+// Throws a NetlinkError (EINVAL) naming the op index on malformed input.
+void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneration,
+                 uint32_t generation, EncodedBatch* out);
+
+// A single request message (for dumps and GETGEN), appended to `out`.
+// `attrs` are (type, string) pairs put as NUL-terminated string attributes.
+void EncodeRequest(std::vector<uint8_t>* out, uint16_t msgType, uint16_t family,
+                   uint16_t flags, uint32_t seq,
+                   const std::vector<std::pair<uint16_t, std::string>>& attrs);
+
+}  // namespace nfk

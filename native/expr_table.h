@@ -1,0 +1,63 @@
+// One table describes every expression kind the IR models: for each kind the
+// libnftnl attribute (NFTNL_EXPR_*, which maps 1:1 to the kernel's NFTA_*
+// attribute of that expression) behind each IR field, and how the value is
+// typed. decode.cc reads expressions through it and encode.cc writes them
+// through it, so the two directions cannot drift apart. Kinds that are not
+// here travel as {kind: "unknown", name, data} with the raw NFTA_EXPR_DATA.
+#pragma once
+
+#include <cstdint>
+#include <cstddef>
+
+namespace nfk {
+
+// A named value of a kernel enum. Unknown values pass through as numbers.
+struct EnumName {
+  int64_t value;
+  const char* name;
+};
+
+struct EnumMap {
+  const EnumName* names;
+  size_t count;
+};
+
+enum class FieldType {
+  U8,
+  U16,
+  U32,
+  U64,
+  I32,   // u32 on the wire, signed in meaning (verdict codes)
+  Str,
+  Data,  // byte string, hex in the IR
+  Enum,  // u32 on the wire, a name from `map` in the IR
+};
+
+struct Field {
+  const char* js;    // IR field name
+  uint16_t attr;     // NFTNL_EXPR_* attribute
+  FieldType type;
+  const EnumMap* map;  // only for Enum
+};
+
+struct ExprKind {
+  const char* name;  // kernel expression name (NFTA_EXPR_NAME)
+  const Field* fields;
+  size_t count;
+};
+
+// Returns the table entry for a kernel expression name, or nullptr.
+const ExprKind* FindExprKind(const char* name);
+
+// Enum helpers shared by decode and encode.
+const char* EnumToName(const EnumMap& map, int64_t value);
+bool EnumFromName(const EnumMap& map, const char* name, int64_t* value);
+
+// Maps used outside expressions.
+extern const EnumMap kFamilyMap;     // NFPROTO_*
+extern const EnumMap kInetHookMap;   // NF_INET_* hooks
+extern const EnumMap kNetdevHookMap; // NF_NETDEV_* hooks
+extern const EnumMap kPolicyMap;     // NF_ACCEPT / NF_DROP
+extern const EnumMap kVerdictMap;    // NF_* and NFT_* verdict codes
+
+}  // namespace nfk

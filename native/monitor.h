@@ -1,0 +1,71 @@
+// NftMonitor: a socket bound to the NFNLGRP_NFTABLES multicast group and a
+// thread that reads it. Events are filtered here so only commits that touch
+// the watched tables (or delete any table) wake JavaScript, grouped per
+// generation: the kernel ends every commit's events with NFT_MSG_NEWGEN.
+#pragma once
+
+#include <napi.h>
+#include <libmnl/libmnl.h>
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "common.h"
+
+namespace nfk {
+
+struct MonitorEvent {
+  std::string type;   // "newrule", "delchain", ...
+  uint32_t family = 0;
+  std::string table;
+  std::string name;   // chain of a rule; name of a chain or set
+  uint64_t handle = 0;
+  uint32_t portId = 0;  // nlmsg_pid: the sender's netlink port id
+};
+
+struct MonitorBatch {
+  bool overflow = false;   // ENOBUFS: events were lost, resync
+  uint32_t generation = 0;
+  bool truncated = false;  // more events than we keep per batch
+  std::vector<MonitorEvent> events;
+};
+
+class NftMonitor : public Napi::ObjectWrap<NftMonitor>, public Closeable {
+ public:
+  static Napi::Function Init(Napi::Env env);
+  explicit NftMonitor(const Napi::CallbackInfo& info);
+  ~NftMonitor() override;
+  void CloseNow() override;
+
+ private:
+  Napi::Value Close(const Napi::CallbackInfo& info);
+  Napi::Value SetFilter(const Napi::CallbackInfo& info);
+  Napi::Value Ref(const Napi::CallbackInfo& info);
+  Napi::Value Unref(const Napi::CallbackInfo& info);
+  void ParseFilter(Napi::Env env, const Napi::Value& tables, const Napi::Value& ignorePorts);
+  void Run();
+  void Deliver(MonitorBatch* batch);
+  bool Wanted(const MonitorEvent& e);
+
+  mnl_socket* nl_ = nullptr;
+  int wakeFd_ = -1;
+  std::thread thread_;
+  Napi::ThreadSafeFunction tsfn_;
+  std::atomic<bool> stopping_{false};
+  bool closed_ = false;
+
+  std::mutex filterMutex_;
+  std::set<std::pair<uint32_t, std::string>> tables_;
+  bool allTables_ = false;
+  std::set<uint32_t> ignorePorts_;  // our own commit socket(s): not tampering
+
+  AddonData* data_ = nullptr;
+};
+
+}  // namespace nfk

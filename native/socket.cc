@@ -1,0 +1,424 @@
+#include "socket.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <linux/netfilter/nf_tables.h>
+#include <linux/netfilter/nfnetlink.h>
+
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include "batch.h"
+#include "decode.h"
+#include "encode.h"
+
+namespace nfk {
+
+namespace {
+
+// One datagram can carry many dump messages; 256 KiB is a dozen NLMSG_GOODSIZE skbs.
+constexpr size_t kRecvBuffer = 256 * 1024;
+
+mnl_socket* OpenHere(unsigned groups, std::string* failedStep) {
+  mnl_socket* nl = mnl_socket_open(NETLINK_NETFILTER);
+  if (nl == nullptr) {
+    *failedStep = "socket(NETLINK_NETFILTER)";
+    return nullptr;
+  }
+  if (mnl_socket_bind(nl, groups, MNL_SOCKET_AUTOPID) < 0) {
+    int e = errno;
+    mnl_socket_close(nl);
+    errno = e;
+    *failedStep = "bind";
+    return nullptr;
+  }
+  int fd = mnl_socket_get_fd(nl);
+  int one = 1;
+  // Acks carry only the header of the message they answer (keeps big batches' acks small),
+  // and errors may carry the kernel's extended-ack text.
+  setsockopt(fd, SOL_NETLINK, NETLINK_CAP_ACK, &one, sizeof(one));
+  setsockopt(fd, SOL_NETLINK, NETLINK_EXT_ACK, &one, sizeof(one));
+  fcntl(fd, F_SETFD, FD_CLOEXEC);
+  // A wedged kernel answer must not hang a worker thread forever.
+  timeval tv = {10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  return nl;
+}
+
+}  // namespace
+
+mnl_socket* OpenNetfilterSocket(const std::string& netnsPath, unsigned groups, std::string* failedStep) {
+  if (netnsPath.empty()) return OpenHere(groups, failedStep);
+  mnl_socket* nl = nullptr;
+  int err = 0;
+  std::thread t([&] {
+    int nsfd = open(netnsPath.c_str(), O_RDONLY | O_CLOEXEC);
+    if (nsfd < 0) {
+      err = errno;
+      *failedStep = "open " + netnsPath;
+      return;
+    }
+    // Only this thread enters the namespace; it ends right after, and the
+    // socket stays bound to the namespace it was created in.
+    if (setns(nsfd, CLONE_NEWNET) < 0) {
+      err = errno;
+      *failedStep = "setns " + netnsPath;
+      close(nsfd);
+      return;
+    }
+    close(nsfd);
+    nl = OpenHere(groups, failedStep);
+    if (nl == nullptr) err = errno;
+  });
+  t.join();
+  if (nl == nullptr) errno = err;
+  return nl;
+}
+
+Napi::Function NftSocket::Init(Napi::Env env) {
+  return DefineClass(env, "NftSocket",
+                     {
+                         InstanceMethod<&NftSocket::Close>("close"),
+                         InstanceMethod<&NftSocket::Generation>("generation"),
+                         InstanceMethod<&NftSocket::Dump>("dump"),
+                         InstanceMethod<&NftSocket::Commit>("commit"),
+                         InstanceAccessor<&NftSocket::GetPortId>("portId"),
+                         InstanceAccessor<&NftSocket::GetClosed>("closed"),
+                     });
+}
+
+// new NftSocket(netnsPath?: string)
+NftSocket::NftSocket(const Napi::CallbackInfo& info) : Napi::ObjectWrap<NftSocket>(info) {
+  Napi::Env env = info.Env();
+  std::string path;
+  if (info.Length() > 0 && info[0].IsString()) path = info[0].As<Napi::String>().Utf8Value();
+  std::string step;
+  nl_ = OpenNetfilterSocket(path, 0, &step);
+  if (nl_ == nullptr) {
+    int e = errno;
+    throw MakeNetlinkError(env, step + ": " + std::strerror(e), e, "open");
+  }
+  portId_ = mnl_socket_get_portid(nl_);
+  buf_.resize(kRecvBuffer);
+  data_ = GetAddonData(env);
+  data_->live.insert(this);
+}
+
+NftSocket::~NftSocket() {
+  CloseNow();
+  if (data_ != nullptr) data_->live.erase(this);
+}
+
+void NftSocket::CloseNow() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (nl_ != nullptr) {
+    mnl_socket_close(nl_);
+    nl_ = nullptr;
+  }
+}
+
+void NftSocket::ThrowIfClosed(Napi::Env env, const char* op) {
+  if (nl_ == nullptr) throw MakeNetlinkError(env, "socket is closed", EBADF, op);
+}
+
+Napi::Value NftSocket::Close(const Napi::CallbackInfo& info) {
+  CloseNow();
+  return info.Env().Undefined();
+}
+
+Napi::Value NftSocket::GetPortId(const Napi::CallbackInfo& info) {
+  return Napi::Number::New(info.Env(), portId_);
+}
+
+Napi::Value NftSocket::GetClosed(const Napi::CallbackInfo& info) {
+  return Napi::Boolean::New(info.Env(), nl_ == nullptr);
+}
+
+int NftSocket::SendAll(const void* data, size_t len) {
+  ssize_t n = mnl_socket_sendto(nl_, data, len);
+  if (n < 0) return -1;
+  if (static_cast<size_t>(n) != len) {
+    errno = EMSGSIZE;
+    return -1;
+  }
+  return 0;
+}
+
+ssize_t NftSocket::Recv(int flags) {
+  for (;;) {
+    ssize_t n = recv(mnl_socket_get_fd(nl_), buf_.data(), buf_.size(), flags);
+    if (n < 0 && errno == EINTR) continue;
+    return n;
+  }
+}
+
+void NftSocket::EnsureBuffers(size_t bytes, size_t messages) {
+  int fd = mnl_socket_get_fd(nl_);
+  // netlink_sendmsg refuses a datagram larger than sk_sndbuf - 32, and the
+  // whole batch must travel in one datagram.
+  size_t wantSnd = bytes + 64 * 1024;
+  if (wantSnd > sndbuf_) {
+    int v = static_cast<int>(wantSnd);
+    if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &v, sizeof(v)) < 0) {
+      setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof(v));
+    }
+    sndbuf_ = wantSnd;
+  }
+  // Every message is acknowledged, and each ack is one skb of about 1 KiB truesize.
+  size_t wantRcv = messages * 1536 + 256 * 1024;
+  if (wantRcv > rcvbuf_) {
+    int v = static_cast<int>(wantRcv);
+    if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &v, sizeof(v)) < 0) {
+      setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof(v));
+    }
+    rcvbuf_ = wantRcv;
+  }
+}
+
+// generation(): the ruleset generation id, NFT_MSG_GETGEN -> NFT_MSG_NEWGEN.
+// Synchronous: one round trip of a few microseconds.
+Napi::Value NftSocket::Generation(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::lock_guard<std::mutex> lock(mutex_);
+  ThrowIfClosed(env, "generation");
+  uint32_t seq = NextSeq(1);
+  std::vector<uint8_t> req;
+  EncodeRequest(&req, NFT_MSG_GETGEN, AF_UNSPEC, 0, seq, {});
+  if (SendAll(req.data(), req.size()) < 0) {
+    int e = errno;
+    throw MakeNetlinkError(env, std::string("send GETGEN: ") + std::strerror(e), e, "generation");
+  }
+  for (;;) {
+    ssize_t n = Recv(0);
+    if (n < 0) {
+      int e = errno;
+      throw MakeNetlinkError(env, std::string("recv GETGEN: ") + std::strerror(e), e, "generation");
+    }
+    const nlmsghdr* nlh = reinterpret_cast<const nlmsghdr*>(buf_.data());
+    int len = static_cast<int>(n);
+    for (; mnl_nlmsg_ok(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
+      if (nlh->nlmsg_seq != seq) continue;  // a straggler from an earlier request
+      if (nlh->nlmsg_type == NLMSG_ERROR) {
+        const nlmsgerr* err = static_cast<const nlmsgerr*>(mnl_nlmsg_get_payload(nlh));
+        if (err->error == 0) continue;
+        throw MakeNetlinkError(env, std::string("GETGEN: ") + std::strerror(-err->error), -err->error,
+                               "generation");
+      }
+      uint32_t id;
+      if (DecodeGeneration(nlh, &id)) return Napi::Number::New(env, id);
+    }
+  }
+}
+
+// --- dumps --------------------------------------------------------------------
+
+namespace {
+
+enum class DumpKind { Table, Chain, Rule, Set, Element };
+
+class DumpWorker : public Napi::AsyncWorker {
+ public:
+  DumpWorker(Napi::Env env, NftSocket* sock, Napi::Object self, DumpKind kind, uint16_t family,
+             std::string table, std::string name, bool single)
+      : Napi::AsyncWorker(env, "nfkeeper.dump"),
+        deferred_(Napi::Promise::Deferred::New(env)),
+        sock_(sock),
+        self_(Napi::Persistent(self)),
+        kind_(kind),
+        family_(family),
+        table_(std::move(table)),
+        name_(std::move(name)),
+        single_(single) {}
+
+  Napi::Promise Promise() { return deferred_.Promise(); }
+
+  void Execute() override {
+    std::lock_guard<std::mutex> lock(sock_->mutex());
+    if (sock_->closed()) {
+      Fail(EBADF, "socket is closed");
+      return;
+    }
+    uint16_t type = 0;
+    std::vector<std::pair<uint16_t, std::string>> attrs;
+    switch (kind_) {
+      case DumpKind::Table:
+        type = NFT_MSG_GETTABLE;
+        if (single_) attrs.push_back({NFTA_TABLE_NAME, table_});
+        break;
+      case DumpKind::Chain:
+        type = NFT_MSG_GETCHAIN;
+        if (!table_.empty()) attrs.push_back({NFTA_CHAIN_TABLE, table_});
+        if (single_) attrs.push_back({NFTA_CHAIN_NAME, name_});
+        break;
+      case DumpKind::Rule:
+        type = NFT_MSG_GETRULE;
+        // The kernel filters rule dumps by table and chain (nf_tables_dump_rules_start).
+        if (!table_.empty()) attrs.push_back({NFTA_RULE_TABLE, table_});
+        if (!name_.empty()) attrs.push_back({NFTA_RULE_CHAIN, name_});
+        break;
+      case DumpKind::Set:
+        type = NFT_MSG_GETSET;
+        if (!table_.empty()) attrs.push_back({NFTA_SET_TABLE, table_});
+        if (single_) attrs.push_back({NFTA_SET_NAME, name_});
+        break;
+      case DumpKind::Element:
+        type = NFT_MSG_GETSETELEM;
+        attrs.push_back({NFTA_SET_ELEM_LIST_TABLE, table_});
+        attrs.push_back({NFTA_SET_ELEM_LIST_SET, name_});
+        break;
+    }
+    // A chain dump ignores NFTA_CHAIN_TABLE in the kernel, so it is filtered
+    // here, off the JS thread, and only this table's chains are decoded.
+    filterTable_ = kind_ == DumpKind::Chain && !single_ && !table_.empty();
+    bool dump = !single_;
+    seq_ = sock_->NextSeq(1);
+    std::vector<uint8_t> req;
+    EncodeRequest(&req, type, family_, dump ? NLM_F_DUMP : NLM_F_ACK, seq_, attrs);
+    if (sock_->SendAll(req.data(), req.size()) < 0) {
+      Fail(errno, std::string("send: ") + std::strerror(errno));
+      return;
+    }
+    for (;;) {
+      ssize_t n = sock_->Recv(0);
+      if (n < 0) {
+        Fail(errno, std::string("recv: ") + std::strerror(errno));
+        return;
+      }
+      const nlmsghdr* nlh = reinterpret_cast<const nlmsghdr*>(sock_->buffer().data());
+      int len = static_cast<int>(n);
+      for (; mnl_nlmsg_ok(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
+        if (nlh->nlmsg_seq != seq_) continue;
+        if (nlh->nlmsg_flags & NLM_F_DUMP_INTR) interrupted_ = true;
+        if (nlh->nlmsg_type == NLMSG_DONE) return;
+        if (nlh->nlmsg_type == NLMSG_ERROR) {
+          const nlmsgerr* err = static_cast<const nlmsgerr*>(mnl_nlmsg_get_payload(nlh));
+          if (err->error == 0) return;  // the ack that ends a single GET
+          Fail(-err->error, std::strerror(-err->error));
+          return;
+        }
+        if (filterTable_ && !ChainInTable(nlh)) continue;
+        const uint8_t* p = reinterpret_cast<const uint8_t*>(nlh);
+        messages_.insert(messages_.end(), p, p + MNL_ALIGN(nlh->nlmsg_len));
+      }
+    }
+  }
+
+  void OnOK() override {
+    Napi::Env env = Env();
+    if (errno_ != 0) {
+      if (errno_ == ENOENT && single_) {
+        deferred_.Resolve(Napi::Array::New(env));  // asked for one object: there is none
+      } else {
+        deferred_.Reject(MakeNetlinkError(env, Describe() + ": " + message_, errno_, Describe()).Value());
+      }
+      return;
+    }
+    if (interrupted_) {
+      // NLM_F_DUMP_INTR: the ruleset changed during the dump; the caller retries.
+      deferred_.Reject(MakeNetlinkError(env, Describe() + ": interrupted by a concurrent change", EINTR,
+                                        Describe()).Value());
+      return;
+    }
+    try {
+      Napi::Array out = Napi::Array::New(env);
+      const nlmsghdr* nlh = reinterpret_cast<const nlmsghdr*>(messages_.data());
+      int len = static_cast<int>(messages_.size());
+      uint32_t i = 0;
+      for (; mnl_nlmsg_ok(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
+        switch (kind_) {
+          case DumpKind::Table: out.Set(i++, DecodeTable(env, nlh)); break;
+          case DumpKind::Chain: out.Set(i++, DecodeChain(env, nlh)); break;
+          case DumpKind::Rule: out.Set(i++, DecodeRule(env, nlh)); break;
+          case DumpKind::Set: out.Set(i++, DecodeSet(env, nlh)); break;
+          case DumpKind::Element: DecodeSetElems(env, nlh, out); break;
+        }
+      }
+      deferred_.Resolve(out);
+    } catch (const Napi::Error& e) {
+      deferred_.Reject(e.Value());
+    }
+  }
+
+  void OnError(const Napi::Error& e) override { deferred_.Reject(e.Value()); }
+
+ private:
+  void Fail(int err, std::string message) {
+    errno_ = err;
+    message_ = std::move(message);
+  }
+
+  bool ChainInTable(const nlmsghdr* nlh) const {
+    nlattr* attr;
+    NFK_ATTR_FOR_EACH(attr, nlh, sizeof(nfgenmsg)) {
+      if (mnl_attr_get_type(attr) == NFTA_CHAIN_TABLE) return table_ == mnl_attr_get_str(attr);
+    }
+    return false;
+  }
+
+  std::string Describe() const {
+    static const char* names[] = {"list tables", "list chains", "list rules", "list sets", "list set elements"};
+    return names[static_cast<int>(kind_)];
+  }
+
+  Napi::Promise::Deferred deferred_;
+  NftSocket* sock_;
+  Napi::ObjectReference self_;  // keeps the socket alive while we use it
+  DumpKind kind_;
+  uint16_t family_;
+  std::string table_, name_;
+  bool single_;
+  bool filterTable_ = false;
+  uint32_t seq_ = 0;
+  bool interrupted_ = false;
+  int errno_ = 0;
+  std::string message_;
+  std::vector<uint8_t> messages_;
+};
+
+}  // namespace
+
+// dump(kind, family, table?, name?, single?) -> Promise<object[]>
+Napi::Value NftSocket::Dump(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  ThrowIfClosed(env, "dump");
+  std::string k = info[0].As<Napi::String>().Utf8Value();
+  DumpKind kind;
+  if (k == "table") kind = DumpKind::Table;
+  else if (k == "chain") kind = DumpKind::Chain;
+  else if (k == "rule") kind = DumpKind::Rule;
+  else if (k == "set") kind = DumpKind::Set;
+  else if (k == "element") kind = DumpKind::Element;
+  else throw Napi::TypeError::New(env, "unknown dump kind '" + k + "'");
+  uint16_t family = static_cast<uint16_t>(info[1].As<Napi::Number>().Uint32Value());
+  std::string table = info.Length() > 2 && info[2].IsString() ? info[2].As<Napi::String>().Utf8Value() : "";
+  std::string name = info.Length() > 3 && info[3].IsString() ? info[3].As<Napi::String>().Utf8Value() : "";
+  bool single = info.Length() > 4 && info[4].ToBoolean().Value();
+  auto* w = new DumpWorker(env, this, info.This().As<Napi::Object>(), kind, family, table, name, single);
+  Napi::Promise p = w->Promise();
+  w->Queue();
+  return p;
+}
+
+// commit(ops, generation?) -> Promise<void>
+Napi::Value NftSocket::Commit(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  ThrowIfClosed(env, "commit");
+  if (!info[0].IsArray()) throw Napi::TypeError::New(env, "commit takes an array of operations");
+  bool hasGen = info.Length() > 1 && info[1].IsNumber();
+  uint32_t gen = hasGen ? info[1].As<Napi::Number>().Uint32Value() : 0;
+  Napi::Array ops = info[0].As<Napi::Array>();
+  auto batch = std::make_unique<EncodedBatch>();
+  // Sequence numbers are taken under the lock in the worker; encode with a
+  // placeholder base and renumber there.
+  EncodeBatch(env, ops, 0, hasGen, gen, batch.get());
+  auto* w = new CommitWorker(env, this, info.This().As<Napi::Object>(), std::move(batch));
+  Napi::Promise p = w->Promise();
+  w->Queue();
+  return p;
+}
+
+}  // namespace nfk
