@@ -15,6 +15,7 @@
 #include "batch.h"
 #include "decode.h"
 #include "encode.h"
+#include "expr_table.h"
 
 namespace nfk {
 
@@ -393,7 +394,12 @@ Napi::Value NftSocket::Dump(const Napi::CallbackInfo& info) {
   else if (k == "set") kind = DumpKind::Set;
   else if (k == "element") kind = DumpKind::Element;
   else throw Napi::TypeError::New(env, "unknown dump kind '" + k + "'");
-  uint16_t family = static_cast<uint16_t>(info[1].As<Napi::Number>().Uint32Value());
+  // Family by name; anything else (undefined) is AF_UNSPEC, every family.
+  int64_t fam = 0;
+  if (info[1].IsString() && !EnumFromName(kFamilyMap, info[1].As<Napi::String>().Utf8Value().c_str(), &fam)) {
+    throw Napi::TypeError::New(env, "unknown family '" + info[1].As<Napi::String>().Utf8Value() + "'");
+  }
+  uint16_t family = static_cast<uint16_t>(fam);
   std::string table = info.Length() > 2 && info[2].IsString() ? info[2].As<Napi::String>().Utf8Value() : "";
   std::string name = info.Length() > 3 && info[3].IsString() ? info[3].As<Napi::String>().Utf8Value() : "";
   bool single = info.Length() > 4 && info[4].ToBoolean().Value();

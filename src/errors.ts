@@ -1,0 +1,83 @@
+/**
+ * Errors are values a user can act on: one class per kind, each carrying what
+ * failed and where. The native addon builds every kernel failure from
+ * NetlinkError (handed to it at load time); the socket wrapper refines that
+ * into the subclasses below.
+ */
+import { constants } from 'node:os';
+
+const ERRNO_NAMES = new Map<number, string>();
+for (const [name, value] of Object.entries(constants.errno)) {
+  if (!ERRNO_NAMES.has(value)) ERRNO_NAMES.set(value, name);
+}
+// Node's table lacks this one; the kernel returns it for a stale batch generation.
+ERRNO_NAMES.set(85, 'ERESTART');
+
+export function errnoName(errno: number): string {
+  return ERRNO_NAMES.get(errno) ?? `E${errno}`;
+}
+
+export class NfkeeperError extends Error {
+  override name = 'NfkeeperError';
+}
+
+/** A refusal reported in the same batch, beyond the first. */
+export interface Refusal {
+  opIndex: number;
+  errno: number;
+  errnoName: string;
+  message?: string;
+  description?: string;
+}
+
+/** The kernel (or the socket) refused: errno, the operation, and for batches which op. */
+export class NetlinkError extends NfkeeperError {
+  override name = 'NetlinkError';
+  readonly errno: number;
+  readonly errnoName: string;
+  /** "open", "generation", "list rules", "commit", ... */
+  readonly operation: string;
+  /** Index of the failing operation in the batch; -1 when not one op's fault. */
+  readonly opIndex: number;
+  /** The failing op in nft words, e.g. "add rule ip nat POSTROUTING". */
+  description?: string;
+  refusals?: Refusal[];
+
+  constructor(message: string, errno: number, operation: string, opIndex = -1) {
+    super(message);
+    this.errno = errno;
+    this.errnoName = errnoName(errno);
+    this.operation = operation;
+    this.opIndex = opIndex;
+  }
+}
+
+/** The batch carried a generation id that is no longer current; nothing was changed. */
+export class GenerationMismatchError extends NetlinkError {
+  override name = 'GenerationMismatchError';
+  readonly expected: number;
+  constructor(expected: number) {
+    super(`the ruleset moved on since generation ${expected}; nothing was changed`, 85, 'commit', -1);
+    this.expected = expected;
+  }
+}
+
+/** A method was called on a closed socket or monitor. */
+export class SocketClosedError extends NetlinkError {
+  override name = 'SocketClosedError';
+  constructor(operation: string) {
+    super(`${operation}: the socket is closed`, 9, operation, -1);
+  }
+}
+
+/** An operation was malformed when queued; nothing reached the kernel. */
+export class InvalidOperationError extends NfkeeperError {
+  override name = 'InvalidOperationError';
+  readonly opIndex: number;
+  readonly field: string;
+  constructor(opIndex: number, field: string, reason: string) {
+    super(`operation ${opIndex}: ${field}: ${reason}`);
+    this.opIndex = opIndex;
+    this.field = field;
+  }
+}

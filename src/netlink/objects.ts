@@ -1,0 +1,97 @@
+/**
+ * Kernel objects as dumps return them and as operations carry them. Field
+ * names follow the NFTA_* attributes they come from.
+ */
+import type { Expr, Family, Hex, Verdict } from './expr.js';
+
+export type Hook = 'prerouting' | 'input' | 'forward' | 'output' | 'postrouting' | 'ingress' | 'egress';
+export type ChainType = 'filter' | 'nat' | 'route';
+
+/** NFT_TABLE_F_* flags. Persist (0x4) is newer than these machines' UAPI headers. */
+export const TABLE_F = { DORMANT: 0x1, OWNER: 0x2, PERSIST: 0x4 } as const;
+
+/** NFT_SET_* flags. */
+export const SET_F = {
+  ANONYMOUS: 0x1, CONSTANT: 0x2, INTERVAL: 0x4, MAP: 0x8, TIMEOUT: 0x10, EVAL: 0x20,
+  OBJECT: 0x40, CONCAT: 0x80, EXPR: 0x100,
+} as const;
+
+/** NFT_SET_ELEM_* flags. */
+export const SET_ELEM_F = { INTERVAL_END: 0x1, CATCHALL: 0x2 } as const;
+
+export interface Table {
+  family: Family;
+  name: string;
+  /** NFTA_TABLE_FLAGS */
+  flags: number;
+  /** NFTA_TABLE_USE: chains, sets and objects that reference the table. */
+  use?: number;
+  handle?: number;
+  /** NFTA_TABLE_OWNER: port id of the owning socket when flags has OWNER. */
+  owner?: number;
+  userdata?: Hex;
+}
+
+export interface Chain {
+  family: Family;
+  table: string;
+  name: string;
+  handle?: number;
+  /** NFTA_CHAIN_USE: rules that jump or go to this chain. */
+  use?: number;
+  /** Base chains only. */
+  type?: ChainType;
+  hook?: Hook;
+  priority?: number;
+  policy?: 'accept' | 'drop';
+  device?: string;
+  flags?: number;
+  userdata?: Hex;
+}
+
+export interface Rule {
+  family: Family;
+  table: string;
+  chain: string;
+  /** NFTA_RULE_HANDLE: unique in the table, assigned by the kernel. */
+  handle?: number;
+  /** NFTA_RULE_POSITION: on add, the handle to add after; on insert, before. */
+  position?: number;
+  /** NFTA_RULE_USERDATA: TLVs; nft keeps its `comment` here (NFTNL_UDATA_RULE_COMMENT). */
+  userdata?: Hex;
+  exprs: Expr[];
+  /** NFTA_RULE_COMPAT: the l4 protocol that xt matches such as `tcp` rely on. Write-only. */
+  compat?: { proto: number; flags?: number };
+}
+
+export interface SetElement {
+  key?: Hex;
+  keyEnd?: Hex;
+  /** NFT_SET_ELEM_* */
+  flags?: number;
+  data?: Hex;
+  verdict?: Verdict;
+  chain?: string;
+  userdata?: Hex;
+}
+
+export interface NftSet {
+  family: Family;
+  table: string;
+  name: string;
+  handle?: number;
+  /** NFTA_SET_ID: batch-local id by which a lookup in the same batch refers to the set. */
+  id?: number;
+  flags: number;
+  keyType: number;
+  keyLen: number;
+  dataType?: number;
+  dataLen?: number;
+  policy?: number;
+  /** NFTA_SET_DESC_SIZE */
+  size?: number;
+  timeout?: number;
+  userdata?: Hex;
+  /** On add only: elements created with the set. */
+  elements?: SetElement[];
+}

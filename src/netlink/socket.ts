@@ -1,0 +1,150 @@
+/**
+ * NftSocket: a netfilter netlink connection in one network namespace. It
+ * reads the generation id, dumps tables, chains, rules and sets with the
+ * filters in the kernel request, and commits batches, optionally guarded by
+ * the generation they were computed from. Dumps and commits run off the JS
+ * thread; generation() is a synchronous round trip of a few microseconds.
+ */
+import { GenerationMismatchError, NetlinkError, SocketClosedError } from '../errors.js';
+import { Batch, describeOp, validateOp, type Op } from './batch.js';
+import type { Family } from './expr.js';
+import { loadAddon, type NativeSocket } from './native.js';
+import type { Chain, NftSet, Rule, SetElement, Table } from './objects.js';
+
+export interface OpenOptions {
+  /** A network namespace file such as /run/netns/NAME or /proc/PID/ns/net; default: this process's. */
+  netns?: string;
+}
+
+export interface CommitOptions {
+  /** Refuse (GenerationMismatchError, nothing changed) unless the ruleset is still at this generation. */
+  expectGeneration?: number;
+}
+
+// A dump interrupted by a concurrent commit (NLM_F_DUMP_INTR) is retried this often.
+const DUMP_RETRIES = 8;
+const EINTR = 4;
+const ERESTART = 85;
+
+export function open(options: OpenOptions = {}): NftSocket {
+  return new NftSocket(options);
+}
+
+export class NftSocket {
+  readonly netns: string | undefined;
+  readonly portId: number;
+  private readonly native: NativeSocket;
+
+  constructor(options: OpenOptions = {}) {
+    if (options.netns !== undefined && (typeof options.netns !== 'string' || options.netns === '')) {
+      throw new TypeError('netns must be a path to a network namespace file');
+    }
+    const { NftSocket: Native } = loadAddon();
+    this.native = new Native(options.netns);
+    this.netns = options.netns;
+    this.portId = this.native.portId;
+  }
+
+  get closed(): boolean {
+    return this.native.closed;
+  }
+
+  close(): void {
+    this.native.close();
+  }
+
+  generation(): number {
+    this.check('generation');
+    return this.native.generation();
+  }
+
+  listTables(filter: { family?: Family } = {}): Promise<Table[]> {
+    return this.dump<Table>('table', filter.family);
+  }
+
+  async getTable(family: Family, name: string): Promise<Table | undefined> {
+    return (await this.dump<Table>('table', family, name, undefined, true))[0];
+  }
+
+  /** The kernel ignores a table filter on chain dumps; the addon applies it before decoding. */
+  listChains(filter: { family: Family; table: string }): Promise<Chain[]> {
+    return this.dump<Chain>('chain', filter.family, filter.table);
+  }
+
+  async getChain(family: Family, table: string, name: string): Promise<Chain | undefined> {
+    return (await this.dump<Chain>('chain', family, table, name, true))[0];
+  }
+
+  /** Rules of one table, or of one chain, in order; filtered by the kernel. */
+  listRules(filter: { family: Family; table: string; chain?: string }): Promise<Rule[]> {
+    return this.dump<Rule>('rule', filter.family, filter.table, filter.chain);
+  }
+
+  listSets(filter: { family: Family; table: string }): Promise<NftSet[]> {
+    return this.dump<NftSet>('set', filter.family, filter.table);
+  }
+
+  listElements(filter: { family: Family; table: string; set: string }): Promise<SetElement[]> {
+    return this.dump<SetElement>('element', filter.family, filter.table, filter.set);
+  }
+
+  /**
+   * Commits the operations as one transaction. On refusal nothing changed and
+   * the error says why: a GenerationMismatchError for a stale
+   * expectGeneration, else a NetlinkError with the failing op's index.
+   */
+  async commit(batch: Batch | readonly Op[], options: CommitOptions = {}): Promise<void> {
+    this.check('commit');
+    const ops = batch instanceof Batch ? batch.ops : batch;
+    if (!(batch instanceof Batch)) ops.forEach(validateOp);
+    const gen = options.expectGeneration;
+    if (gen !== undefined && (!Number.isInteger(gen) || gen < 0 || gen > 0xffffffff)) {
+      throw new TypeError('expectGeneration must be a u32');
+    }
+    if (ops.length === 0) return;
+    try {
+      await this.native.commit(ops, gen);
+    } catch (e) {
+      throw refine(e, ops, gen);
+    }
+  }
+
+  private check(operation: string): void {
+    if (this.native.closed) throw new SocketClosedError(operation);
+  }
+
+  private async dump<T>(kind: 'table' | 'chain' | 'rule' | 'set' | 'element', family?: Family,
+    table?: string, name?: string, single = false): Promise<T[]> {
+    this.check(`list ${kind}s`);
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await this.native.dump(kind, family, table, name, single) as T[];
+      } catch (e) {
+        if (e instanceof NetlinkError && e.errno === EINTR && attempt < DUMP_RETRIES) continue;
+        throw e;
+      }
+    }
+  }
+}
+
+function refine(e: unknown, ops: readonly Op[], gen: number | undefined): unknown {
+  if (!(e instanceof NetlinkError)) return e;
+  if (e.errno === ERESTART && e.opIndex === -1 && gen !== undefined) {
+    return new GenerationMismatchError(gen);
+  }
+  if (e.errno === 9 && /closed/.test(e.message)) return new SocketClosedError('commit');
+  const op = e.opIndex >= 0 ? ops[e.opIndex] : undefined;
+  if (op) {
+    e.description = describeOp(op);
+    e.message = `${e.message} [${e.description}]`;
+  }
+  const raw = (e as { refusals?: { opIndex: number; errno: number; message?: string }[] }).refusals;
+  if (raw) {
+    e.refusals = raw.map((r) => ({
+      ...r,
+      errnoName: new NetlinkError('', r.errno, '').errnoName,
+      description: r.opIndex >= 0 && ops[r.opIndex] ? describeOp(ops[r.opIndex]!) : undefined,
+    }));
+  }
+  return e;
+}

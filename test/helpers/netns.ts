@@ -1,0 +1,52 @@
+/**
+ * Throwaway network namespaces for tests. Everything a test writes to the
+ * kernel goes into one of these; the root namespace's ruleset is never
+ * touched (test/global-setup.ts checks that it is the same at the end).
+ */
+import { execFileSync, spawnSync } from 'node:child_process';
+
+let counter = 0;
+
+export interface Netns {
+  name: string;
+  /** The namespace file to pass as { netns } to open(). */
+  path: string;
+  /** Runs a program inside the namespace; throws with its stderr on failure. */
+  exec(cmd: string, args: string[], input?: string): string;
+  /** nft -f - inside the namespace. */
+  nft(script: string): string;
+  remove(): void;
+}
+
+export function createNetns(tag = 't'): Netns {
+  const name = `nfk-test-${process.pid}-${tag}-${++counter}`;
+  execFileSync('ip', ['netns', 'add', name]);
+  const exec = (cmd: string, args: string[], input?: string): string => {
+    const r = spawnSync('ip', ['netns', 'exec', name, cmd, ...args], {
+      input, encoding: 'utf8', maxBuffer: 1 << 28,
+    });
+    if (r.status !== 0) {
+      throw new Error(`${cmd} ${args.join(' ')} failed in ${name} (${r.status}): ${r.stderr || r.error}`);
+    }
+    return r.stdout;
+  };
+  return {
+    name,
+    path: `/run/netns/${name}`,
+    exec,
+    nft: (script) => exec('nft', ['-f', '-'], script),
+    remove: () => {
+      spawnSync('ip', ['netns', 'del', name]);
+    },
+  };
+}
+
+/** Runs `fn` with a fresh namespace and removes it afterwards, even when `fn` throws. */
+export async function withNetns<T>(fn: (ns: Netns) => Promise<T> | T, tag?: string): Promise<T> {
+  const ns = createNetns(tag);
+  try {
+    return await fn(ns);
+  } finally {
+    ns.remove();
+  }
+}
