@@ -81,3 +81,19 @@ export class InvalidOperationError extends NfkeeperError {
     this.field = field;
   }
 }
+
+/** A configuration file is invalid; nothing was changed in the kernel. */
+export class ConfigError extends NfkeeperError {
+  override name = 'ConfigError';
+  readonly file: string;
+  readonly line: number;
+  readonly column: number;
+  readonly reason: string;
+  constructor(file: string, line: number, column: number, reason: string) {
+    super(`${file}:${line}:${column}: ${reason}`);
+    this.file = file;
+    this.line = line;
+    this.column = column;
+    this.reason = reason;
+  }
+}

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs whatever is missing for nfkeeper on Debian/Ubuntu, as root: the
+# system packages, the npm dependencies, the native addon and the TypeScript
+# build. Safe to run any number of times; a second run does almost nothing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" != 0 ]; then
+  echo "nfkeeper setup: run as root (it installs packages and its tests create network namespaces)" >&2
+  exit 2
+fi
+
+packages=(libnftnl-dev libmnl-dev pkg-config nftables iptables iproute2 make g++ python3)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "nfkeeper setup: installing ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# npm ci only when the lock file changed since the last install (it also builds the addon).
+stamp=node_modules/.nfkeeper-lock
+lock_sum=$(sha256sum package-lock.json | cut -d' ' -f1)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$lock_sum" ]; then
+  npm ci --no-audit --no-fund
+  echo "$lock_sum" > "$stamp"
+fi
+node scripts/build-native.mjs
+npx tsc -p tsconfig.build.json

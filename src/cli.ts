@@ -1,0 +1,165 @@
+/**
+ * The nfkeeper command line. Exit codes: 0 ok / in sync, 1 drift found,
+ * 2 error (bad input, kernel refusal). Output that is data has --json.
+ */
+import { readFileSync } from 'node:fs';
+import { Command, CommanderError, Option } from 'commander';
+import pino from 'pino';
+import { loadConfig, type Config } from './config/config.js';
+import { ConfigError, NfkeeperError } from './errors.js';
+import { Keeper, checkOnce, cleanup } from './keeper/keeper.js';
+import { KeeperMetrics } from './keeper/metrics.js';
+import { serveMetrics } from './keeper/http.js';
+import { renderDrift } from './keeper/reconcile.js';
+import { NftSocket } from './netlink/socket.js';
+import { parseDuration } from './duration.js';
+import { PROJECT_ROOT } from './netlink/native.js';
+
+export const EXIT = { OK: 0, DRIFT: 1, ERROR: 2 } as const;
+
+function version(): string {
+  return (JSON.parse(readFileSync(`${PROJECT_ROOT}/package.json`, 'utf8')) as { version: string }).version;
+}
+
+type Out = { out: (s: string) => void; err: (s: string) => void };
+
+export async function main(argv: string[], io: Out = {
+  out: (s) => process.stdout.write(s + '\n'),
+  err: (s) => process.stderr.write(s + '\n'),
+}): Promise<number> {
+  let code: number = EXIT.OK;
+  const program = new Command('nfkeeper')
+    .description('Keeps a desired nftables NAT ruleset installed, over netfilter netlink')
+    .version(version(), '-V, --version')
+    .exitOverride()
+    .configureOutput({ writeOut: (s) => io.out(s.trimEnd()), writeErr: (s) => io.err(s.trimEnd()) });
+
+  const configOpt = () => new Option('-c, --config <file>', 'the YAML config').makeOptionMandatory();
+  const netnsOpt = () => new Option('--netns <path>', 'network namespace file (/run/netns/NAME, /proc/PID/ns/net)');
+
+  program.command('version').description('print the version').action(() => io.out(version()));
+
+  program.command('validate').description('check a config file; exit 0 or a clear error with its position')
+    .addOption(configOpt()).option('--json', 'print a JSON summary')
+    .action((o: { config: string; json?: boolean }) => {
+      const config = loadConfig(o.config);
+      const summary = config.tables.map((t) => ({
+        table: `${t.family} ${t.name}`, chains: t.chains.map((c) => ({ name: c.name, rules: c.rules.length })),
+      }));
+      io.out(o.json ? JSON.stringify({ ok: true, tables: summary }) : `${o.config}: ok (${config.tables.length} tables)`);
+    });
+
+  program.command('check').description('print the drift between the config and the kernel as nft text')
+    .addOption(configOpt()).addOption(netnsOpt()).option('--json', 'print the drift as JSON')
+    .action(async (o: { config: string; netns?: string; json?: boolean }) => {
+      code = await oneShot(o, false, io);
+    });
+
+  program.command('apply').description('reconcile once and exit')
+    .addOption(configOpt()).addOption(netnsOpt()).option('--json', 'print what was repaired as JSON')
+    .action(async (o: { config: string; netns?: string; json?: boolean }) => {
+      code = await oneShot(o, true, io);
+    });
+
+  program.command('cleanup').description('remove every table the config owns (rules stay when nfkeeper merely stops)')
+    .addOption(configOpt()).addOption(netnsOpt()).option('--json', 'print what was removed as JSON')
+    .action(async (o: { config: string; netns?: string; json?: boolean }) => {
+      const config = loadConfig(o.config);
+      const sock = new NftSocket({ netns: o.netns });
+      try {
+        const removed = await cleanup(sock, config);
+        io.out(o.json ? JSON.stringify({ removed }) : removed.length ? removed.map((t) => `removed table ${t}`).join('\n') : 'nothing to remove');
+      } finally {
+        sock.close();
+      }
+    });
+
+  program.command('run').description('keep the config installed until SIGTERM or SIGINT (rules stay in place)')
+    .addOption(configOpt()).addOption(netnsOpt())
+    .option('--interval <duration>', 'generation check period', '1s')
+    .option('--metrics <host:port>', 'serve /metrics, /healthz, /readyz', '127.0.0.1:9469')
+    .option('--no-metrics', 'do not serve metrics')
+    .option('--no-events', 'poll only; ignore change notifications')
+    .option('--log-level <level>', 'pino level', 'info')
+    .action(async (o: { config: string; netns?: string; interval: string; metrics: string | false; events: boolean; logLevel: string }) => {
+      code = await run(o);
+    });
+
+  program.command('demo').description('install, tamper and watch the repairs, in a throwaway network namespace')
+    .option('--json', 'print the results as JSON')
+    .action(async (o: { json?: boolean }) => {
+      const { demo } = await import('./demo.js');
+      code = await demo({ json: o.json ?? false, out: io.out });
+    });
+
+  try {
+    await program.parseAsync(argv);
+  } catch (e) {
+    if (e instanceof CommanderError) {
+      return e.exitCode === 0 ? EXIT.OK : EXIT.ERROR;
+    }
+    io.err(`nfkeeper: ${e instanceof NfkeeperError ? e.message : (e as Error).stack ?? String(e)}`);
+    return EXIT.ERROR;
+  }
+  return code;
+}
+
+async function oneShot(o: { config: string; netns?: string; json?: boolean }, apply: boolean, io: Out): Promise<number> {
+  const config = loadConfig(o.config);
+  const sock = new NftSocket({ netns: o.netns });
+  try {
+    const { drift, ops } = await checkOnce(sock, config, apply);
+    const found = drift.filter((d) => d.drift.length > 0);
+    if (o.json) {
+      io.out(JSON.stringify({ inSync: found.length === 0, applied: apply ? ops : 0,
+        drift: found.flatMap((d) => d.drift.map(({ actual: _a, ...rest }) => rest)) }));
+    } else if (found.length === 0) {
+      io.out('in sync');
+    } else {
+      for (const d of found) for (const line of renderDrift(d.table, d.drift)) io.out(line);
+      if (apply) io.out(`applied ${ops} operations in one batch`);
+    }
+    if (apply) return EXIT.OK;
+    return found.length === 0 ? EXIT.OK : EXIT.DRIFT;
+  } finally {
+    sock.close();
+  }
+}
+
+async function run(o: { config: string; netns?: string; interval: string; metrics: string | false; events: boolean; logLevel: string }): Promise<number> {
+  const log = pino({ level: o.logLevel, base: { pid: process.pid } });
+  const config = loadConfig(o.config);
+  const metrics = new KeeperMetrics(true);
+  const keeper = new Keeper({ config, netns: o.netns, intervalMs: parseDuration(o.interval), events: o.events, logger: log, metrics });
+  keeper.on('error', () => undefined);  // logged by the keeper; the loop carries on
+  await keeper.start();
+  const server = o.metrics ? await serveMetrics(keeper, o.metrics) : undefined;
+  log.info({ tables: config.tables.map((t) => `${t.family} ${t.name}`), metrics: o.metrics || null }, 'nfkeeper running');
+
+  const reload = (why: string) => {
+    let next: Config;
+    try {
+      next = loadConfig(o.config);
+    } catch (e) {
+      metrics.reloadFailed.set(1);
+      log.error({ err: e instanceof ConfigError ? e.message : e, why }, 'config reload rejected; keeping the old one');
+      return;
+    }
+    metrics.reloadFailed.set(0);
+    log.info({ why }, 'config reloaded');
+    void keeper.setConfig(next);
+  };
+  process.on('SIGHUP', () => reload('SIGHUP'));
+
+  await new Promise<void>((resolve) => {
+    const stop = (sig: string) => {
+      log.info({ signal: sig }, 'stopping; rules stay in place');
+      resolve();
+    };
+    process.once('SIGTERM', () => stop('SIGTERM'));
+    process.once('SIGINT', () => stop('SIGINT'));
+  });
+  server?.close();
+  await keeper.stop();
+  return EXIT.OK;
+}

@@ -1,0 +1,198 @@
+/**
+ * The desired state, from YAML. Parsing keeps source positions so every
+ * error says file:line:column and why; the schema is checked with zod, and
+ * every rule is compiled here, so a config that loads is one the kernel
+ * will accept (modulo the kernel's own refusals, which leave it unchanged).
+ */
+import { readFileSync } from 'node:fs';
+import { LineCounter, parseDocument, isScalar, type Document } from 'yaml';
+import { z } from 'zod';
+import { ConfigError, NfkeeperError } from '../errors.js';
+import type { Family } from '../netlink/expr.js';
+import type { ChainType, Hook } from '../netlink/objects.js';
+import { compileRule, RuleSyntaxError, type CompiledRule } from '../rules/index.js';
+
+const NAME = z.string().min(1).max(255).regex(/^[A-Za-z0-9_.\-]+$/, 'use letters, digits, _ . and - only');
+
+// nft's standard priority names (ip, ip6, inet).
+export const PRIORITY_NAMES: Record<string, number> = {
+  raw: -300, mangle: -150, dstnat: -100, filter: 0, security: 50, srcnat: 100,
+};
+
+const PRIORITY = z.union([
+  z.number().int().min(-2147483648).max(2147483647),
+  z.string().regex(/^\s*(raw|mangle|dstnat|filter|security|srcnat)\s*(?:([+-])\s*(\d+))?\s*$/,
+    'a number, or a name (raw, mangle, dstnat, filter, security, srcnat) optionally ± an offset'),
+]);
+
+const CHAIN = z.strictObject({
+  name: NAME,
+  type: z.enum(['filter', 'nat', 'route']).optional(),
+  hook: z.enum(['prerouting', 'input', 'forward', 'output', 'postrouting']).optional(),
+  priority: PRIORITY.optional(),
+  policy: z.enum(['accept', 'drop']).optional(),
+  rules: z.array(z.string()).default([]),
+});
+
+const TABLE = z.strictObject({
+  family: z.enum(['ip', 'ip6', 'inet']),
+  name: NAME,
+  protect: z.boolean().optional(),
+  chains: z.array(CHAIN).default([]),
+});
+
+const SCHEMA = z.strictObject({
+  tables: z.array(TABLE).default([]),
+  // Owners and garbage collection are configured here (validated by their module).
+  gc: z.unknown().optional(),
+});
+
+export interface ChainConfig {
+  name: string;
+  /** Base chains have all of type, hook and priority. */
+  base?: { type: ChainType; hook: Hook; priority: number; policy: 'accept' | 'drop' };
+  rules: { text: string; compiled: CompiledRule }[];
+}
+
+export interface TableConfig {
+  family: Family;
+  name: string;
+  protect: boolean;
+  chains: ChainConfig[];
+}
+
+export interface Config {
+  file: string;
+  tables: TableConfig[];
+  /** The raw gc section, for the owners/GC module. */
+  gc?: unknown;
+}
+
+export function parsePriority(p: number | string): number {
+  if (typeof p === 'number') return p;
+  const m = /^\s*([a-z]+)\s*(?:([+-])\s*(\d+))?\s*$/.exec(p);
+  if (!m || PRIORITY_NAMES[m[1]!] === undefined) throw new NfkeeperError(`bad priority '${p}'`);
+  const base = PRIORITY_NAMES[m[1]!]!;
+  return m[2] === '-' ? base - Number(m[3]) : base + Number(m[3] ?? 0);
+}
+
+/** Reads and validates a config file. Throws ConfigError. */
+export function loadConfig(file: string): Config {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (e) {
+    throw new ConfigError(file, 0, 0, `cannot read: ${(e as Error).message}`);
+  }
+  return parseConfig(text, file);
+}
+
+/** Validates config text; `file` names it in errors. Throws ConfigError. */
+export function parseConfig(text: string, file = '<config>'): Config {
+  const lines = new LineCounter();
+  const doc = parseDocument(text, { lineCounter: lines, prettyErrors: false, uniqueKeys: true });
+  const at = (offset: number) => lines.linePos(offset);
+  if (doc.errors.length > 0) {
+    const err = doc.errors[0]!;
+    const pos = at(err.pos[0]);
+    throw new ConfigError(file, pos.line, pos.col, err.message.split('\n')[0]!);
+  }
+  const raw = doc.toJS() ?? {};
+  const parsed = SCHEMA.safeParse(raw);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!;
+    const { line, col } = positionOf(doc, lines, issue.path as (string | number)[]);
+    const where = issue.path.length ? `${issue.path.join('.')}: ` : '';
+    throw new ConfigError(file, line, col, `${where}${issue.message}`);
+  }
+
+  const seenTables = new Set<string>();
+  let setId = 1;
+  const tables: TableConfig[] = parsed.data.tables.map((t, ti) => {
+    const tkey = `${t.family} ${t.name}`;
+    const tpos = positionOf(doc, lines, ['tables', ti, 'name']);
+    if (seenTables.has(tkey)) throw new ConfigError(file, tpos.line, tpos.col, `table ${tkey} is listed twice`);
+    seenTables.add(tkey);
+    const chainNames = new Set(t.chains.map((c) => c.name));
+    if (chainNames.size !== t.chains.length) {
+      throw new ConfigError(file, tpos.line, tpos.col, `table ${tkey} lists a chain twice`);
+    }
+    const chains: ChainConfig[] = t.chains.map((c, ci) => {
+      const path = ['tables', ti, 'chains', ci];
+      const baseKeys = [c.type, c.hook, c.priority].filter((v) => v !== undefined).length;
+      if (baseKeys !== 0 && baseKeys !== 3) {
+        const p = positionOf(doc, lines, path);
+        throw new ConfigError(file, p.line, p.col,
+          `chain ${c.name}: a base chain needs type, hook and priority together; a regular chain has none of them`);
+      }
+      if (baseKeys === 0 && c.policy !== undefined) {
+        const p = positionOf(doc, lines, [...path, 'policy']);
+        throw new ConfigError(file, p.line, p.col, `chain ${c.name}: only base chains have a policy`);
+      }
+      const base = baseKeys === 3
+        ? { type: c.type!, hook: c.hook!, priority: parsePriority(c.priority!), policy: c.policy ?? 'accept' as const }
+        : undefined;
+      const rules = c.rules.map((ruleText, ri) => {
+        const rpath = [...path, 'rules', ri];
+        let compiled: CompiledRule;
+        try {
+          compiled = compileRule(ruleText, { family: t.family, table: t.name, chain: c.name, setIdBase: setId });
+        } catch (e) {
+          if (e instanceof RuleSyntaxError) {
+            const p = positionOf(doc, lines, rpath, e.column);
+            throw new ConfigError(file, p.line, p.col, `rule ${ri + 1} of chain ${c.name}: ${e.message}`);
+          }
+          throw e;
+        }
+        setId += compiled.sets.length;
+        const problem = checkRulePlacement(compiled, base?.hook, base?.type, chainNames);
+        if (problem) {
+          const p = positionOf(doc, lines, rpath);
+          throw new ConfigError(file, p.line, p.col, `rule ${ri + 1} of chain ${c.name}: ${problem}`);
+        }
+        return { text: ruleText, compiled };
+      });
+      return { name: c.name, base, rules };
+    });
+    return { family: t.family, name: t.name, protect: t.protect ?? false, chains };
+  });
+  return { file, tables, gc: parsed.data.gc };
+}
+
+/** What the kernel would refuse at commit time, said before anything is sent. */
+function checkRulePlacement(rule: CompiledRule, hook: Hook | undefined, type: ChainType | undefined,
+  chains: Set<string>): string | undefined {
+  for (const e of rule.exprs) {
+    if (e.kind === 'immediate' && (e.verdict === 'jump' || e.verdict === 'goto') && e.chain && !chains.has(e.chain)) {
+      return `${e.verdict} to chain '${e.chain}', which this table does not define`;
+    }
+    if (hook === undefined) continue;  // regular chains: the kernel checks through the jumps
+    const dnatLike = (e.kind === 'nat' && e.type === 'dnat') || e.kind === 'redir';
+    const snatLike = (e.kind === 'nat' && e.type === 'snat') || e.kind === 'masq';
+    if ((dnatLike || snatLike) && type !== 'nat') return 'NAT statements need a chain of type nat';
+    if (dnatLike && hook !== 'prerouting' && hook !== 'output') {
+      return 'dnat and redirect are only valid in prerouting and output chains';
+    }
+    if (snatLike && hook !== 'postrouting' && hook !== 'input') {
+      return 'snat and masquerade are only valid in postrouting and input chains';
+    }
+  }
+  return undefined;
+}
+
+function positionOf(doc: Document, lines: LineCounter, path: (string | number)[], innerColumn?: number) {
+  // The deepest node on the path that exists.
+  for (let n = path.length; n >= 0; n--) {
+    const node = n === 0 ? doc.contents : doc.getIn(path.slice(0, n), true);
+    const range = (node as { range?: [number, number, number] } | null)?.range;
+    if (range) {
+      let offset = range[0];
+      if (innerColumn !== undefined && isScalar(node)) {
+        const quoted = node.type === 'QUOTE_DOUBLE' || node.type === 'QUOTE_SINGLE';
+        offset += (quoted ? 1 : 0) + innerColumn - 1;
+      }
+      return lines.linePos(offset);
+    }
+  }
+  return { line: 1, col: 1 };
+}

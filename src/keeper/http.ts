@@ -1,0 +1,42 @@
+/** /metrics, /healthz and /readyz on a loopback TCP port (127.0.0.1 by default). */
+import { createServer, type Server } from 'node:http';
+import type { Keeper } from './keeper.js';
+
+export function parseListen(spec: string): { host: string; port: number } {
+  const m = /^(?:\[([^\]]+)\]|([^:]+)):(\d{1,5})$/.exec(spec);
+  if (!m) throw new Error(`--metrics wants HOST:PORT, got '${spec}'`);
+  const port = Number(m[3]);
+  if (port > 65535) throw new Error(`port ${port} is out of range`);
+  return { host: m[1] ?? m[2]!, port };
+}
+
+export async function serveMetrics(keeper: Keeper, spec: string): Promise<Server> {
+  const { host, port } = parseListen(spec);
+  const server = createServer((req, res) => {
+    const url = (req.url ?? '/').split('?')[0];
+    if (req.method !== 'GET') {
+      res.writeHead(405).end();
+      return;
+    }
+    if (url === '/metrics') {
+      keeper.metrics.registry.metrics().then((body) => {
+        res.writeHead(200, { 'content-type': keeper.metrics.registry.contentType }).end(body);
+      }, (e: Error) => res.writeHead(500).end(e.message));
+    } else if (url === '/healthz') {
+      const ok = keeper.healthy();
+      res.writeHead(ok ? 200 : 503, { 'content-type': 'text/plain' }).end(ok ? 'ok\n' : 'loop stalled\n');
+    } else if (url === '/readyz') {
+      const ok = keeper.isReady();
+      res.writeHead(ok ? 200 : 503, { 'content-type': 'text/plain' }).end(ok ? 'ready\n' : 'not verified yet\n');
+    } else if (url === '/status') {
+      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(keeper.status()));
+    } else {
+      res.writeHead(404).end();
+    }
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, host, () => resolve());
+  });
+  return server;
+}

@@ -1,0 +1,38 @@
+/** Prometheus metrics of one keeper, in a registry of its own. */
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+
+export class KeeperMetrics {
+  readonly registry = new Registry();
+  readonly ticks = new Counter({ name: 'nfkeeper_ticks_total', help: 'Generation checks', registers: [this.registry] });
+  readonly dumps = new Counter({ name: 'nfkeeper_dumps_total', help: 'Reconcile passes that dumped owned tables', registers: [this.registry] });
+  readonly repairs = new Counter({
+    name: 'nfkeeper_repairs_total', help: 'Batches committed to repair drift, by what detected it',
+    labelNames: ['cause'], registers: [this.registry],
+  });
+  readonly drift = new Counter({
+    name: 'nfkeeper_drift_total', help: 'Differences found, by kind', labelNames: ['kind'], registers: [this.registry],
+  });
+  readonly generationRetries = new Counter({
+    name: 'nfkeeper_generation_retries_total', help: 'Commits refused because the ruleset moved on, then retried',
+    registers: [this.registry],
+  });
+  readonly events = new Counter({
+    name: 'nfkeeper_event_batches_total', help: 'Kernel commits touching owned tables that woke the keeper',
+    registers: [this.registry],
+  });
+  readonly overflows = new Counter({ name: 'nfkeeper_event_overflows_total', help: 'ENOBUFS on the event socket', registers: [this.registry] });
+  readonly latency = new Histogram({
+    name: 'nfkeeper_repair_latency_seconds', help: 'From detection to the repair being committed',
+    buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.05, 0.25, 1, 5, 30],
+    registers: [this.registry],
+  });
+  readonly generation = new Gauge({ name: 'nfkeeper_generation', help: 'Last verified ruleset generation', registers: [this.registry] });
+  readonly fightLevel = new Gauge({ name: 'nfkeeper_fight_level', help: 'Back-off level (0: no fight)', registers: [this.registry] });
+  readonly ready = new Gauge({ name: 'nfkeeper_ready', help: '1 once the desired ruleset is verified', registers: [this.registry] });
+  readonly errors = new Counter({ name: 'nfkeeper_errors_total', help: 'Reconcile passes that failed', registers: [this.registry] });
+  readonly reloadFailed = new Gauge({ name: 'nfkeeper_last_reload_failed', help: '1 when the last config reload was rejected', registers: [this.registry] });
+
+  constructor(processMetrics = false) {
+    if (processMetrics) collectDefaultMetrics({ register: this.registry, prefix: 'nfkeeper_' });
+  }
+}

@@ -1,0 +1,236 @@
+/**
+ * One reconcile pass over the tables nfkeeper owns: observe them (one
+ * kernel-filtered rule dump per table, plus its chains and anonymous sets),
+ * compare with the desired state structurally, and plan one batch that
+ * recreates what is missing and flushes and rewrites each chain that
+ * differs, in order. Pure functions apart from observe(); the keeper loop
+ * drives them and carries the generation guard.
+ */
+import type { Expr, Family, Hex } from '../netlink/expr.js';
+import { Batch } from '../netlink/batch.js';
+import type { Chain, NftSet, Rule, SetElement, Table } from '../netlink/objects.js';
+import { SET_F } from '../netlink/objects.js';
+import type { NftSocket } from '../netlink/socket.js';
+import type { ChainConfig, TableConfig } from '../config/config.js';
+import { renderRule, ruleKey, type SetResolver } from '../rules/index.js';
+
+export interface ObservedTable {
+  family: Family;
+  name: string;
+  table?: Table;
+  chains: Map<string, Chain>;
+  /** Rules by chain, in kernel order. */
+  rules: Map<string, Rule[]>;
+  sets: Map<string, { set: NftSet; elements: SetElement[] }>;
+}
+
+export type DriftKind =
+  | 'table-missing' | 'chain-missing' | 'chain-changed' | 'rules-differ' | 'chain-extra' | 'set-extra';
+
+export interface Drift {
+  kind: DriftKind;
+  family: Family;
+  table: string;
+  chain?: string;
+  /** For set-extra: the set's name. */
+  set?: string;
+  /** What differs, in words: "rule 2 missing", "foreign rule at 1: ...". */
+  detail: string;
+  /** For rules-differ: the chain's rules as the kernel holds them, rendered. */
+  actual?: string[];
+}
+
+/** Dumps what nfkeeper needs to see of one owned table. */
+export async function observeTable(sock: NftSocket, family: Family, name: string): Promise<ObservedTable> {
+  const out: ObservedTable = { family, name, chains: new Map(), rules: new Map(), sets: new Map() };
+  out.table = await sock.getTable(family, name);
+  if (!out.table) return out;
+  const [chains, rules, sets] = await Promise.all([
+    sock.listChains({ family, table: name }),
+    sock.listRules({ family, table: name }),
+    sock.listSets({ family, table: name }),
+  ]);
+  for (const c of chains) {
+    out.chains.set(c.name, c);
+    out.rules.set(c.name, []);
+  }
+  for (const r of rules) {
+    let list = out.rules.get(r.chain);
+    if (!list) out.rules.set(r.chain, list = []);
+    list.push(r);
+  }
+  const referenced = new Set<string>();
+  for (const r of rules) for (const e of r.exprs) if (e.kind === 'lookup') referenced.add(e.set);
+  await Promise.all(sets.map(async (s) => {
+    // Elements matter for comparing the anonymous sets rules use, and to tell named sets apart.
+    const elements = referenced.has(s.name) ? await sock.listElements({ family, table: name, set: s.name }) : [];
+    out.sets.set(s.name, { set: s, elements });
+  }));
+  return out;
+}
+
+/** The comparison key of a desired rule: its anonymous sets are resolved by batch-local id. */
+function desiredKey(rule: ChainConfig['rules'][number]): string {
+  const byId = new Map(rule.compiled.sets.map((s) => [`#${s.id}`, { set: s, elements: s.elements ?? [] }]));
+  const exprs: Expr[] = rule.compiled.exprs.map((e) =>
+    e.kind === 'lookup' && e.setId !== undefined ? { ...e, set: `#${e.setId}` } : e);
+  return ruleKey({ exprs, userdata: rule.compiled.userdata }, (n) => byId.get(n));
+}
+
+const keyCache = new WeakMap<object, string>();
+function cachedDesiredKey(rule: ChainConfig['rules'][number]): string {
+  let k = keyCache.get(rule);
+  if (k === undefined) keyCache.set(rule, k = desiredKey(rule));
+  return k;
+}
+
+function baseMatches(want: ChainConfig['base'], have: Chain): boolean {
+  if (!want) return have.hook === undefined;
+  return have.type === want.type && have.hook === want.hook && have.priority === want.priority
+    && (have.policy ?? 'accept') === want.policy;
+}
+
+/** Every difference between what a table should hold and what it holds. */
+export function diffTable(want: TableConfig, have: ObservedTable): Drift[] {
+  const d = (kind: DriftKind, detail: string, chain?: string, actual?: string[]): Drift =>
+    ({ kind, family: want.family, table: want.name, chain, detail, actual });
+  if (!have.table) return [d('table-missing', `table ${want.family} ${want.name} is missing`)];
+  const drifts: Drift[] = [];
+  const resolve: SetResolver = (n) => have.sets.get(n);
+  for (const c of want.chains) {
+    const chain = have.chains.get(c.name);
+    if (!chain) {
+      drifts.push(d('chain-missing', `chain ${c.name} is missing`, c.name));
+      continue;
+    }
+    if (!baseMatches(c.base, chain)) {
+      drifts.push(d('chain-changed', `chain ${c.name} has ${describeBase(chain)}, want ${describeWant(c.base)}`, c.name));
+      continue;
+    }
+    const rules = have.rules.get(c.name) ?? [];
+    const detail = compareRules(c, rules, resolve);
+    if (detail) {
+      drifts.push(d('rules-differ', detail, c.name, rules.map((r) => safeRender(r, want.family, resolve))));
+    }
+  }
+  const wanted = new Set(want.chains.map((c) => c.name));
+  for (const name of have.chains.keys()) {
+    if (!wanted.has(name)) drifts.push(d('chain-extra', `chain ${name} is not in the config`, name));
+  }
+  for (const [name, { set }] of have.sets) {
+    if (!(set.flags & SET_F.ANONYMOUS)) drifts.push({ ...d('set-extra', `set ${name} is not in the config`), set: name });
+  }
+  return drifts;
+}
+
+function compareRules(c: ChainConfig, rules: Rule[], resolve: SetResolver): string | undefined {
+  const haveKeys = rules.map((r) => ruleKey({ exprs: r.exprs, userdata: r.userdata }, resolve));
+  const wantKeys = c.rules.map(cachedDesiredKey);
+  for (let i = 0; i < Math.max(haveKeys.length, wantKeys.length); i++) {
+    if (haveKeys[i] === wantKeys[i]) continue;
+    if (i >= haveKeys.length) return `rule ${i + 1} (${c.rules[i]!.compiled.text}) is missing`;
+    if (i >= wantKeys.length) return `foreign rule at ${i + 1}: ${safeRender(rules[i]!, undefined, resolve)}`;
+    const wantedElsewhere = wantKeys.indexOf(haveKeys[i]!);
+    if (wantedElsewhere >= 0) return `rule order differs at ${i + 1}: want '${c.rules[i]!.compiled.text}'`;
+    return `rule ${i + 1} differs: have '${safeRender(rules[i]!, undefined, resolve)}', want '${c.rules[i]!.compiled.text}'`;
+  }
+  return undefined;
+}
+
+function safeRender(r: { exprs: Expr[]; userdata?: Hex; family?: Family }, family: Family | undefined,
+  resolve: SetResolver): string {
+  try {
+    return renderRule(r, family ?? r.family ?? 'ip', resolve);
+  } catch {
+    return `<${r.exprs.length} expressions>`;
+  }
+}
+
+function describeBase(c: Chain): string {
+  return c.hook ? `type ${c.type} hook ${c.hook} priority ${c.priority} policy ${c.policy ?? 'accept'}` : 'no hook';
+}
+
+function describeWant(b: ChainConfig['base']): string {
+  return b ? `type ${b.type} hook ${b.hook} priority ${b.priority} policy ${b.policy}` : 'no hook';
+}
+
+/** Options for planning a table's repair. */
+export interface PlanOptions {
+  /** Table flags to create it with (protect mode). */
+  tableFlags?: number;
+}
+
+/**
+ * Appends to `batch` the operations that turn `have` into `want`, in an order
+ * the kernel accepts within one transaction: table, missing chains, flushes,
+ * deletions of chains that must go, then every rewritten chain's rules.
+ */
+export function planTable(batch: Batch, want: TableConfig, have: ObservedTable, drifts: Drift[],
+  options: PlanOptions = {}): void {
+  if (drifts.length === 0) return;
+  const { family, name: table } = want;
+  const rewrite = new Set<string>();
+  if (!have.table) {
+    batch.add('table', { family, name: table, ...(options.tableFlags ? { flags: options.tableFlags } : {}) });
+    for (const c of want.chains) rewrite.add(c.name);
+  }
+  const recreate = new Set(drifts.filter((x) => x.kind === 'chain-changed').map((x) => x.chain!));
+  const extra = drifts.filter((x) => x.kind === 'chain-extra').map((x) => x.chain!);
+  for (const x of drifts) if (x.kind === 'chain-missing' || x.kind === 'rules-differ') rewrite.add(x.chain!);
+
+  // Flush first, so no rule still jumps to a chain we delete or recreate.
+  for (const c of want.chains) {
+    if (have.table && (rewrite.has(c.name) || recreate.has(c.name)) && have.chains.has(c.name)) {
+      batch.flush('chain', { family, table, name: c.name });
+    }
+  }
+  for (const name of extra) batch.flush('chain', { family, table, name });
+  for (const name of recreate) batch.delete('chain', { family, table, name });
+  for (const name of extra) batch.delete('chain', { family, table, name });
+  for (const x of drifts) {
+    if (x.kind === 'set-extra') batch.delete('set', { family, table, name: x.set! });
+  }
+  // Chains exist before any rule jumps to them.
+  for (const c of want.chains) {
+    if (!have.table || !have.chains.has(c.name) || recreate.has(c.name)) {
+      batch.add('chain', { family, table, name: c.name, ...(c.base ?? {}) });
+      rewrite.add(c.name);
+    }
+  }
+  for (const c of want.chains) {
+    if (!rewrite.has(c.name) && !recreate.has(c.name)) continue;
+    for (const r of c.rules) {
+      for (const s of r.compiled.sets) batch.add('set', { ...s, family, table });
+      batch.add('rule', { family, table, chain: c.name, exprs: r.compiled.exprs,
+        ...(r.compiled.userdata ? { userdata: r.compiled.userdata } : {}) });
+    }
+  }
+}
+
+/** Drift as nft text, for `nfkeeper check`. */
+export function renderDrift(want: TableConfig, drifts: Drift[]): string[] {
+  const out: string[] = [];
+  for (const x of drifts) {
+    out.push(`# ${x.family} ${x.table}: ${x.detail}`);
+    if (x.kind === 'table-missing') {
+      out.push(`+ add table ${want.family} ${want.name}`);
+      for (const c of want.chains) out.push(...chainText(want, c));
+    } else if (x.kind === 'chain-missing' || x.kind === 'chain-changed') {
+      out.push(...chainText(want, want.chains.find((c) => c.name === x.chain)!));
+    } else if (x.kind === 'rules-differ') {
+      const c = want.chains.find((ch) => ch.name === x.chain)!;
+      for (const line of x.actual ?? []) out.push(`- ${line}`);
+      for (const r of c.rules) out.push(`+ add rule ${want.family} ${want.name} ${c.name} ${r.compiled.text}`);
+    } else if (x.kind === 'chain-extra') {
+      out.push(`- delete chain ${want.family} ${want.name} ${x.chain}`);
+    }
+  }
+  return out;
+}
+
+function chainText(t: TableConfig, c: ChainConfig): string[] {
+  const spec = c.base
+    ? ` { type ${c.base.type} hook ${c.base.hook} priority ${c.base.priority}; policy ${c.base.policy}; }` : '';
+  return [`+ add chain ${t.family} ${t.name} ${c.name}${spec}`,
+    ...c.rules.map((r) => `+ add rule ${t.family} ${t.name} ${c.name} ${r.compiled.text}`)];
+}
