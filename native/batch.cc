@@ -18,26 +18,43 @@ CommitWorker::CommitWorker(Napi::Env env, NftSocket* sock, Napi::Object self,
       self_(Napi::Persistent(self)),
       batch_(std::move(batch)) {}
 
+int CommitWorker::OpIndexOf(uint32_t seq) const {
+  // Unsigned arithmetic: correct across the 2^32 wrap of sequence numbers.
+  uint32_t rel = seq - base_;
+  if (rel == 0 || rel - 1 >= batch_->messageOp.size()) return -1;
+  return batch_->messageOp[rel - 1];
+}
+
 void CommitWorker::Execute() {
-  std::lock_guard<std::mutex> lock(sock_->mutex());
+  std::lock_guard<Gate> lock(sock_->gate());
   if (sock_->closed()) {
     ioErrno_ = EBADF;
     ioStep_ = "socket is closed";
     return;
   }
-  // The batch was encoded with sequence numbers from 0; give it real ones.
   size_t count = batch_->messageOp.size() + 2;
   base_ = sock_->NextSeq(static_cast<uint32_t>(count));
+  // Each acknowledgement is one skb (about 830 bytes of truesize here); the
+  // kernel drops what does not fit in the receive buffer (ENOBUFS) while the
+  // batch itself still commits. Grow the buffer; if it cannot hold them all,
+  // ask only for errors, which are enough to decide the outcome.
+  ackAll_ = sock_->EnsureBuffers(batch_->bytes.size(), count);
+  // The batch was encoded with sequence numbers from 0; give it real ones.
   uint8_t* p = batch_->bytes.data();
   size_t left = batch_->bytes.size();
+  size_t index = 0;
   while (left >= sizeof(nlmsghdr)) {
     nlmsghdr* nlh = reinterpret_cast<nlmsghdr*>(p);
     nlh->nlmsg_seq += base_;
+    // The first message after BATCH_BEGIN always asks for an ack: a failure of
+    // the commit phase (after every message was accepted) is reported with
+    // its sequence number, and its success ack tells the two cases apart.
+    if (!ackAll_ && index >= 2) nlh->nlmsg_flags &= ~NLM_F_ACK;
     size_t step = MNL_ALIGN(nlh->nlmsg_len);
     p += step;
     left -= step;
+    index++;
   }
-  sock_->EnsureBuffers(batch_->bytes.size(), count);
   if (sock_->SendAll(batch_->bytes.data(), batch_->bytes.size()) < 0) {
     ioErrno_ = errno;
     ioStep_ = "send batch";
@@ -49,7 +66,12 @@ void CommitWorker::Execute() {
     ssize_t n = sock_->Recv(MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-      ioErrno_ = errno;  // ENOBUFS: acks were lost, the outcome is unknown
+      if (errno == ENOBUFS) {
+        // Some acknowledgements were dropped; the rest are still queued.
+        lostAcks_ = true;
+        continue;
+      }
+      ioErrno_ = errno;
       ioStep_ = "read acknowledgements";
       return;
     }
@@ -57,7 +79,7 @@ void CommitWorker::Execute() {
     int len = static_cast<int>(n);
     for (; mnl_nlmsg_ok(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
       if (nlh->nlmsg_type != NLMSG_ERROR) continue;
-      if (nlh->nlmsg_seq < base_ || nlh->nlmsg_seq >= base_ + count) continue;  // not ours
+      if (nlh->nlmsg_seq - base_ >= count) continue;  // not ours (a straggler)
       const nlmsgerr* err = static_cast<const nlmsgerr*>(mnl_nlmsg_get_payload(nlh));
       Ack ack{nlh->nlmsg_seq, -err->error, {}};
       // Extended ack (NLMSGERR_ATTR_MSG) follows the capped original header.
@@ -80,35 +102,62 @@ void CommitWorker::OnOK() {
     deferred_.Reject(MakeNetlinkError(env, ioStep_ + ": " + std::strerror(ioErrno_), ioErrno_, "commit").Value());
     return;
   }
-  const Ack* first = nullptr;
+  const uint32_t firstSeq = base_ + 1;
+  bool firstOk = false;
   size_t oks = 0;
   for (const Ack& a : acks_) {
     if (a.error == 0) {
       oks++;
-    } else if (first == nullptr || a.seq < first->seq) {
+      if (a.seq == firstSeq) firstOk = true;
+    }
+  }
+  // nfnetlink reports a failure of the commit phase itself (validation of
+  // jumps and hooks, an anonymous set no rule binds, ...) against the first
+  // message after BATCH_BEGIN, before the per-message acks; that message's
+  // own ack then says it was fine. Likewise ENOMEM for an error list that
+  // could not be queued. Neither is that operation's fault.
+  auto batchLevel = [&](const Ack& a) {
+    return a.seq == firstSeq && a.error != 0 && (firstOk || a.error == ENOMEM);
+  };
+  const Ack* first = nullptr;
+  for (const Ack& a : acks_) {
+    if (a.error == 0) continue;
+    if (first == nullptr) {
+      first = &a;
+      continue;
+    }
+    // Report the failing operation with the lowest index; batch-level last.
+    bool aBatch = batchLevel(a), fBatch = batchLevel(*first);
+    if (aBatch != fBatch) {
+      if (fBatch) first = &a;
+    } else if (a.seq - base_ < first->seq - base_) {
       first = &a;
     }
   }
   if (first == nullptr) {
-    if (oks < batch_->messageOp.size()) {
-      deferred_.Reject(MakeNetlinkError(env,
-                                        "commit: " + std::to_string(oks) + " of " +
-                                            std::to_string(batch_->messageOp.size()) +
-                                            " operations acknowledged",
-                                        EPROTO, "commit").Value());
+    size_t expected = ackAll_ ? batch_->messageOp.size() : (batch_->messageOp.empty() ? 0 : 1);
+    if (lostAcks_ || oks < expected) {
+      // Without an error we cannot tell whether a dropped ack was a refusal.
+      std::string msg = "commit: " + std::to_string(oks) + " of " + std::to_string(expected) +
+                        " acknowledgements arrived";
+      if (lostAcks_) msg += " (receive buffer overrun)";
+      msg += "; the outcome is unknown, re-read the ruleset";
+      deferred_.Reject(MakeNetlinkError(env, msg, lostAcks_ ? ENOBUFS : EPROTO, "commit").Value());
       return;
     }
     deferred_.Resolve(env.Undefined());
     return;
   }
-  int opIndex = -1;
-  std::string where = "batch begin";
-  if (first->seq > base_ && first->seq - base_ - 1 < batch_->messageOp.size()) {
-    opIndex = batch_->messageOp[first->seq - base_ - 1];
-    where = "operation " + std::to_string(opIndex);
-  }
+  int opIndex = batchLevel(*first) ? -1 : OpIndexOf(first->seq);
+  std::string where;
+  if (opIndex >= 0) where = "operation " + std::to_string(opIndex);
+  else if (first->seq == base_) where = "batch begin";
+  else where = "batch commit";
   std::string msg = where + ": " + std::strerror(first->error);
   if (!first->message.empty()) msg += " (" + first->message + ")";
+  // A refusal means the kernel aborted the whole batch; lost acks do not
+  // change that, they only hide further refusals.
+  if (lostAcks_) msg += " (more refusals may have been lost: receive buffer overrun)";
   Napi::Error e = MakeNetlinkError(env, msg, first->error, "commit", opIndex);
   // Every refusal, for callers that want more than the first.
   Napi::Array all = Napi::Array::New(env);
@@ -116,9 +165,7 @@ void CommitWorker::OnOK() {
   for (const Ack& a : acks_) {
     if (a.error == 0) continue;
     Napi::Object o = Napi::Object::New(env);
-    int idx = a.seq > base_ && a.seq - base_ - 1 < batch_->messageOp.size()
-                  ? batch_->messageOp[a.seq - base_ - 1] : -1;
-    o.Set("opIndex", idx);
+    o.Set("opIndex", batchLevel(a) ? -1 : OpIndexOf(a.seq));
     o.Set("errno", a.error);
     if (!a.message.empty()) o.Set("message", a.message);
     all.Set(i++, o);

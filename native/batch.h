@@ -26,11 +26,19 @@ class CommitWorker : public Napi::AsyncWorker {
     std::string message;  // extended ack text, if the kernel gave one
   };
 
+  // opIndex of the message with sequence number `seq`, or -1 (batch markers).
+  int OpIndexOf(uint32_t seq) const;
+
   Napi::Promise::Deferred deferred_;
   NftSocket* sock_;
   Napi::ObjectReference self_;
   std::unique_ptr<EncodedBatch> batch_;
   uint32_t base_ = 0;
+  // false: the acknowledgements of every message would not fit in the
+  // receive buffer, so only the first message asked for one and the kernel
+  // reported errors only.
+  bool ackAll_ = true;
+  bool lostAcks_ = false;  // ENOBUFS while reading acknowledgements
   int ioErrno_ = 0;
   std::string ioStep_;
   std::vector<Ack> acks_;

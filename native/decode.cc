@@ -105,7 +105,8 @@ Napi::Object TypedExpr(Napi::Env env, const ExprKind& kind, const nftnl_expr* e)
       case FieldType::Str:
         o.Set(f.js, nftnl_expr_get_str(e, f.attr));
         break;
-      case FieldType::Data: {
+      case FieldType::Data:
+      case FieldType::Blob: {
         uint32_t len = 0;
         const void* d = nftnl_expr_get(e, f.attr, &len);
         o.Set(f.js, ToHex(d, len));

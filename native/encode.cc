@@ -15,6 +15,8 @@
 #include <linux/netfilter/nfnetlink.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -27,7 +29,6 @@ namespace {
 
 // Largest single message we build. Set elements are split to stay below it.
 constexpr size_t kMaxMessage = 4 << 20;
-constexpr size_t kElemsPerMessage = 512;
 
 // Messages are built in a scratch buffer and then appended, so a batch of
 // 10,000 rules costs one copy per message, not a 1 MiB clear per message.
@@ -84,8 +85,17 @@ int64_t EnumOf(const Napi::Object& o, const char* key, const EnumMap& map) {
   return value;
 }
 
-std::vector<uint8_t> HexOf(const Napi::Object& o, const char* key) {
-  return FromHex(o.Env(), GetString(o, key), key);
+// A netlink attribute's length is 16 bits; anything longer would corrupt the
+// message (and overrun the scratch buffer), so it is refused here.
+constexpr size_t kMaxAttrPayload = 0xff00;
+
+std::vector<uint8_t> HexOf(const Napi::Object& o, const char* key, size_t max = kMaxAttrPayload) {
+  std::vector<uint8_t> d = FromHex(o.Env(), GetString(o, key), key);
+  if (d.size() > max) {
+    throw Napi::TypeError::New(o.Env(), std::string("'") + key + "' is " + std::to_string(d.size()) +
+                                            " bytes, more than the " + std::to_string(max) + " allowed");
+  }
+  return d;
 }
 
 // --- expressions -------------------------------------------------------------
@@ -113,12 +123,29 @@ nftnl_expr* BuildTypedExpr(const ExprKind& kind, const Napi::Object& e) {
         case FieldType::U64:
           nftnl_expr_set_u64(x, f.attr, static_cast<uint64_t>(GetI64(e, f.js)));
           break;
-        case FieldType::Str:
-          nftnl_expr_set_str(x, f.attr, GetString(e, f.js).c_str());
+        case FieldType::Str: {
+          std::string v = GetString(e, f.js);
+          bool xtName = (kind.name == std::string("match") || kind.name == std::string("target")) &&
+                        std::strcmp(f.js, "name") == 0;
+          if (xtName && v.size() > kMaxXtNameLen) {
+            throw Napi::TypeError::New(e.Env(), std::string("'name' of an xt ") + kind.name +
+                                                    " is at most " + std::to_string(kMaxXtNameLen) + " bytes");
+          }
+          nftnl_expr_set_str(x, f.attr, v.c_str());
           break;
+        }
         case FieldType::Data: {
-          std::vector<uint8_t> d = HexOf(e, f.js);
+          std::vector<uint8_t> d = HexOf(e, f.js, kMaxDataLen);
           nftnl_expr_set(x, f.attr, d.data(), d.size());
+          break;
+        }
+        case FieldType::Blob: {
+          // libnftnl keeps this pointer and free()s it with the expression.
+          std::vector<uint8_t> d = HexOf(e, f.js);
+          void* copy = std::malloc(d.size() > 0 ? d.size() : 1);
+          if (copy == nullptr) throw Napi::Error::New(e.Env(), "out of memory");
+          if (!d.empty()) std::memcpy(copy, d.data(), d.size());
+          nftnl_expr_set(x, f.attr, copy, d.size());
           break;
         }
         case FieldType::Enum:
@@ -297,28 +324,34 @@ void EncodeRule(std::vector<uint8_t>* out, const std::string& verb, const Napi::
   Commit(out, buf);
 }
 
-nftnl_set* BuildSet(const Napi::Object& op, uint16_t family, bool full) {
+// NFT_USERDATA_MAXLEN
+constexpr size_t kMaxUserdata = 256;
+// NFTA_SET_ELEM_LIST_ELEMENTS is one attribute, so its 16-bit length bounds
+// the elements of one message; stay well below it.
+constexpr size_t kElemBytesPerMessage = 48 * 1024;
+// A set created without an `id` still needs NFTA_SET_ID (nf_tables_newset
+// refuses NEWSET without one); these never collide with small caller ids.
+constexpr uint32_t kAutoSetIdBase = 0x80000000u;
+
+nftnl_set* BuildSet(const Napi::Object& op, uint16_t family, uint32_t setId) {
   nftnl_set* s = nftnl_set_alloc();
   try {
     nftnl_set_set_u32(s, NFTNL_SET_FAMILY, family);
     nftnl_set_set_str(s, NFTNL_SET_TABLE, GetString(op, "table").c_str());
-    nftnl_set_set_str(s, NFTNL_SET_NAME, GetString(op, full ? "name" : "set").c_str());
-    if (Has(op, "id")) nftnl_set_set_u32(s, NFTNL_SET_ID, GetU32(op, "id"));
-    if (!full && Has(op, "setId")) nftnl_set_set_u32(s, NFTNL_SET_ID, GetU32(op, "setId"));
-    if (full) {
-      if (Has(op, "handle")) nftnl_set_set_u64(s, NFTNL_SET_HANDLE, GetI64(op, "handle"));
-      if (Has(op, "flags")) nftnl_set_set_u32(s, NFTNL_SET_FLAGS, GetU32(op, "flags"));
-      if (Has(op, "keyType")) nftnl_set_set_u32(s, NFTNL_SET_KEY_TYPE, GetU32(op, "keyType"));
-      if (Has(op, "keyLen")) nftnl_set_set_u32(s, NFTNL_SET_KEY_LEN, GetU32(op, "keyLen"));
-      if (Has(op, "dataType")) nftnl_set_set_u32(s, NFTNL_SET_DATA_TYPE, GetU32(op, "dataType"));
-      if (Has(op, "dataLen")) nftnl_set_set_u32(s, NFTNL_SET_DATA_LEN, GetU32(op, "dataLen"));
-      if (Has(op, "policy")) nftnl_set_set_u32(s, NFTNL_SET_POLICY, GetU32(op, "policy"));
-      if (Has(op, "size")) nftnl_set_set_u32(s, NFTNL_SET_DESC_SIZE, GetU32(op, "size"));
-      if (Has(op, "timeout")) nftnl_set_set_u64(s, NFTNL_SET_TIMEOUT, GetI64(op, "timeout"));
-      if (Has(op, "userdata")) {
-        std::vector<uint8_t> d = HexOf(op, "userdata");
-        nftnl_set_set_data(s, NFTNL_SET_USERDATA, d.data(), d.size());
-      }
+    nftnl_set_set_str(s, NFTNL_SET_NAME, GetString(op, "name").c_str());
+    nftnl_set_set_u32(s, NFTNL_SET_ID, setId);
+    if (Has(op, "handle")) nftnl_set_set_u64(s, NFTNL_SET_HANDLE, GetI64(op, "handle"));
+    if (Has(op, "flags")) nftnl_set_set_u32(s, NFTNL_SET_FLAGS, GetU32(op, "flags"));
+    if (Has(op, "keyType")) nftnl_set_set_u32(s, NFTNL_SET_KEY_TYPE, GetU32(op, "keyType"));
+    if (Has(op, "keyLen")) nftnl_set_set_u32(s, NFTNL_SET_KEY_LEN, GetU32(op, "keyLen"));
+    if (Has(op, "dataType")) nftnl_set_set_u32(s, NFTNL_SET_DATA_TYPE, GetU32(op, "dataType"));
+    if (Has(op, "dataLen")) nftnl_set_set_u32(s, NFTNL_SET_DATA_LEN, GetU32(op, "dataLen"));
+    if (Has(op, "policy")) nftnl_set_set_u32(s, NFTNL_SET_POLICY, GetU32(op, "policy"));
+    if (Has(op, "size")) nftnl_set_set_u32(s, NFTNL_SET_DESC_SIZE, GetU32(op, "size"));
+    if (Has(op, "timeout")) nftnl_set_set_u64(s, NFTNL_SET_TIMEOUT, GetI64(op, "timeout"));
+    if (Has(op, "userdata")) {
+      std::vector<uint8_t> d = HexOf(op, "userdata", kMaxUserdata);
+      nftnl_set_set_data(s, NFTNL_SET_USERDATA, d.data(), d.size());
     }
   } catch (...) {
     nftnl_set_free(s);
@@ -327,54 +360,74 @@ nftnl_set* BuildSet(const Napi::Object& op, uint16_t family, bool full) {
   return s;
 }
 
-// One NEWSETELEM/DELSETELEM message per kElemsPerMessage elements. Returns the
-// number of messages written.
+// One element, read and checked before anything is handed to libnftnl (whose
+// 1.2.4 element setters memcpy keys into fixed 64-byte registers unchecked).
+struct ElemIn {
+  std::vector<uint8_t> key, keyEnd, data, userdata;
+  bool hasKey = false, hasKeyEnd = false, hasData = false, hasUserdata = false;
+  bool hasFlags = false, hasVerdict = false, hasChain = false;
+  uint32_t flags = 0;
+  int32_t verdict = 0;
+  std::string chain;
+
+  size_t WireSize() const {
+    auto attr = [](size_t n) { return 4 + MNL_ALIGN(n); };
+    size_t n = 4;  // NFTA_LIST_ELEM
+    if (hasKey) n += 4 + attr(key.size());
+    if (hasKeyEnd) n += 4 + attr(keyEnd.size());
+    if (hasData) n += 4 + attr(data.size());
+    if (hasUserdata) n += attr(userdata.size());
+    if (hasFlags) n += attr(4);
+    if (hasVerdict || hasChain) n += 4 + 4 + attr(4) + attr(chain.size() + 1);
+    return n;
+  }
+};
+
+ElemIn ReadElement(const Napi::Value& v, uint32_t i) {
+  Napi::Env env = v.Env();
+  if (!v.IsObject()) throw Napi::TypeError::New(env, "elements[" + std::to_string(i) + "] must be an object");
+  Napi::Object eo = v.As<Napi::Object>();
+  ElemIn e;
+  if ((e.hasKey = Has(eo, "key"))) e.key = HexOf(eo, "key", kMaxDataLen);
+  if ((e.hasKeyEnd = Has(eo, "keyEnd"))) e.keyEnd = HexOf(eo, "keyEnd", kMaxDataLen);
+  if ((e.hasData = Has(eo, "data"))) e.data = HexOf(eo, "data", kMaxDataLen);
+  if ((e.hasUserdata = Has(eo, "userdata"))) e.userdata = HexOf(eo, "userdata", kMaxUserdata);
+  if ((e.hasFlags = Has(eo, "flags"))) e.flags = GetU32(eo, "flags");
+  if ((e.hasVerdict = Has(eo, "verdict"))) e.verdict = static_cast<int32_t>(EnumOf(eo, "verdict", kVerdictMap));
+  if ((e.hasChain = Has(eo, "chain"))) e.chain = GetString(eo, "chain");
+  return e;
+}
+
+// NEWSETELEM/DELSETELEM messages for `elems`, split so that each message's
+// element list stays within one attribute. An empty DELSETELEM (no elements
+// at all) flushes the set. `setId`, when non-zero, lets the kernel find a set
+// created earlier in the same batch (anonymous sets are renamed on creation).
+// Returns the number of messages written.
 size_t EncodeElements(std::vector<uint8_t>* out, uint16_t type, uint16_t family,
-                      const Napi::Object& op, bool fromSetOp, const Napi::Array& elems,
-                      uint32_t seq) {
+                      const std::string& table, const std::string& set, uint32_t setId,
+                      const std::vector<ElemIn>& elems, uint32_t seq) {
   size_t messages = 0;
-  Napi::Env env = op.Env();
-  for (uint32_t start = 0; start < elems.Length() || (start == 0 && elems.Length() == 0 && type == NFT_MSG_DELSETELEM);
-       start += kElemsPerMessage) {
+  size_t i = 0;
+  do {
     nftnl_set* s = nftnl_set_alloc();
-    try {
-      nftnl_set_set_str(s, NFTNL_SET_TABLE, GetString(op, "table").c_str());
-      nftnl_set_set_str(s, NFTNL_SET_NAME, GetString(op, fromSetOp ? "name" : "set").c_str());
-      const char* idKey = fromSetOp ? "id" : "setId";
-      if (Has(op, idKey)) nftnl_set_set_u32(s, NFTNL_SET_ID, GetU32(op, idKey));
-      uint32_t end = std::min<uint32_t>(elems.Length(), start + kElemsPerMessage);
-      for (uint32_t i = start; i < end; i++) {
-        Napi::Value v = elems.Get(i);
-        if (!v.IsObject()) throw Napi::TypeError::New(env, "elements[" + std::to_string(i) + "] must be an object");
-        Napi::Object eo = v.As<Napi::Object>();
-        nftnl_set_elem* e = nftnl_set_elem_alloc();
-        nftnl_set_elem_add(s, e);  // owned by the set from here on
-        if (Has(eo, "key")) {
-          std::vector<uint8_t> d = HexOf(eo, "key");
-          nftnl_set_elem_set(e, NFTNL_SET_ELEM_KEY, d.data(), d.size());
-        }
-        if (Has(eo, "keyEnd")) {
-          std::vector<uint8_t> d = HexOf(eo, "keyEnd");
-          nftnl_set_elem_set(e, NFTNL_SET_ELEM_KEY_END, d.data(), d.size());
-        }
-        if (Has(eo, "flags")) nftnl_set_elem_set_u32(e, NFTNL_SET_ELEM_FLAGS, GetU32(eo, "flags"));
-        if (Has(eo, "data")) {
-          std::vector<uint8_t> d = HexOf(eo, "data");
-          nftnl_set_elem_set(e, NFTNL_SET_ELEM_DATA, d.data(), d.size());
-        }
-        if (Has(eo, "verdict")) {
-          nftnl_set_elem_set_u32(e, NFTNL_SET_ELEM_VERDICT,
-                                 static_cast<uint32_t>(EnumOf(eo, "verdict", kVerdictMap)));
-        }
-        if (Has(eo, "chain")) nftnl_set_elem_set_str(e, NFTNL_SET_ELEM_CHAIN, GetString(eo, "chain").c_str());
-        if (Has(eo, "userdata")) {
-          std::vector<uint8_t> d = HexOf(eo, "userdata");
-          nftnl_set_elem_set(e, NFTNL_SET_ELEM_USERDATA, d.data(), d.size());
-        }
-      }
-    } catch (...) {
-      nftnl_set_free(s);
-      throw;
+    nftnl_set_set_str(s, NFTNL_SET_TABLE, table.c_str());
+    nftnl_set_set_str(s, NFTNL_SET_NAME, set.c_str());
+    if (setId != 0) nftnl_set_set_u32(s, NFTNL_SET_ID, setId);
+    size_t bytes = 0;
+    for (; i < elems.size(); i++) {
+      const ElemIn& in = elems[i];
+      size_t w = in.WireSize();
+      if (bytes > 0 && bytes + w > kElemBytesPerMessage) break;
+      bytes += w;
+      nftnl_set_elem* e = nftnl_set_elem_alloc();
+      nftnl_set_elem_add(s, e);  // owned by the set from here on
+      if (in.hasKey) nftnl_set_elem_set(e, NFTNL_SET_ELEM_KEY, in.key.data(), in.key.size());
+      if (in.hasKeyEnd) nftnl_set_elem_set(e, NFTNL_SET_ELEM_KEY_END, in.keyEnd.data(), in.keyEnd.size());
+      if (in.hasFlags) nftnl_set_elem_set_u32(e, NFTNL_SET_ELEM_FLAGS, in.flags);
+      if (in.hasData) nftnl_set_elem_set(e, NFTNL_SET_ELEM_DATA, in.data.data(), in.data.size());
+      if (in.hasVerdict) nftnl_set_elem_set_u32(e, NFTNL_SET_ELEM_VERDICT, static_cast<uint32_t>(in.verdict));
+      if (in.hasChain) nftnl_set_elem_set_str(e, NFTNL_SET_ELEM_CHAIN, in.chain.c_str());
+      if (in.hasUserdata) nftnl_set_elem_set(e, NFTNL_SET_ELEM_USERDATA, in.userdata.data(), in.userdata.size());
     }
     char* buf = Reserve(out);
     uint16_t flags = NLM_F_ACK | (type == NFT_MSG_NEWSETELEM ? NLM_F_CREATE : 0);
@@ -383,36 +436,49 @@ size_t EncodeElements(std::vector<uint8_t>* out, uint16_t type, uint16_t family,
     nftnl_set_free(s);
     Commit(out, buf);
     messages++;
-    if (elems.Length() == 0) break;
-  }
+  } while (i < elems.size());
   return messages;
+}
+
+std::vector<ElemIn> ReadElements(const Napi::Object& op) {
+  std::vector<ElemIn> out;
+  Napi::Value v = op.Get("elements");
+  if (v.IsUndefined() || v.IsNull()) return out;
+  if (!v.IsArray()) throw Napi::TypeError::New(op.Env(), "'elements' must be an array");
+  Napi::Array arr = v.As<Napi::Array>();
+  out.reserve(arr.Length());
+  for (uint32_t i = 0; i < arr.Length(); i++) out.push_back(ReadElement(arr.Get(i), i));
+  return out;
 }
 
 // Returns the number of messages written for this op.
 size_t EncodeSet(std::vector<uint8_t>* out, const std::string& verb, const Napi::Object& op,
                  uint32_t seq) {
   uint16_t family = FamilyOf(op);
+  std::string table = GetString(op, "table"), name = GetString(op, "name");
+  uint32_t givenId = Has(op, "id") ? GetU32(op, "id") : 0;
   if (verb == "flush") {
-    Napi::Array none = Napi::Array::New(op.Env());
-    return EncodeElements(out, NFT_MSG_DELSETELEM, family, op, true, none, seq);
+    return EncodeElements(out, NFT_MSG_DELSETELEM, family, table, name, givenId, {}, seq);
   }
   uint16_t type, flags = NLM_F_ACK;
   if (verb == "add") type = NFT_MSG_NEWSET, flags |= NLM_F_CREATE;
   else if (verb == "create") type = NFT_MSG_NEWSET, flags |= NLM_F_CREATE | NLM_F_EXCL;
   else if (verb == "delete") type = NFT_MSG_DELSET;
   else throw Napi::TypeError::New(op.Env(), "sets take add, create, delete or flush, not '" + verb + "'");
-  nftnl_set* s = BuildSet(op, family, true);
+  uint32_t setId = givenId;
+  if (type == NFT_MSG_NEWSET && !Has(op, "id")) setId = kAutoSetIdBase | (seq & 0x7fffffffu);
+  std::vector<ElemIn> elems;
+  if (type == NFT_MSG_NEWSET) elems = ReadElements(op);
+  nftnl_set* s = BuildSet(op, family, setId);
+  if (type == NFT_MSG_DELSET && !Has(op, "id")) nftnl_set_unset(s, NFTNL_SET_ID);
   char* buf = Reserve(out);
   nlmsghdr* nlh = nftnl_nlmsg_build_hdr(buf, type, family, flags, seq);
   nftnl_set_nlmsg_build_payload(nlh, s);
   nftnl_set_free(s);
   Commit(out, buf);
   size_t messages = 1;
-  if (type == NFT_MSG_NEWSET && op.Get("elements").IsArray()) {
-    Napi::Array elems = op.Get("elements").As<Napi::Array>();
-    if (elems.Length() > 0) {
-      messages += EncodeElements(out, NFT_MSG_NEWSETELEM, family, op, true, elems, seq + 1);
-    }
+  if (!elems.empty()) {
+    messages += EncodeElements(out, NFT_MSG_NEWSETELEM, family, table, name, setId, elems, seq + 1);
   }
   return messages;
 }
@@ -425,9 +491,11 @@ size_t EncodeElementOp(std::vector<uint8_t>* out, const std::string& verb, const
   else if (verb == "delete") type = NFT_MSG_DELSETELEM;
   else throw Napi::TypeError::New(op.Env(), "elements take add or delete, not '" + verb + "'");
   if (!op.Get("elements").IsArray()) throw Napi::TypeError::New(op.Env(), "'elements' must be an array");
-  Napi::Array elems = op.Get("elements").As<Napi::Array>();
-  if (elems.Length() == 0) return 0;
-  return EncodeElements(out, type, family, op, false, elems, seq);
+  std::vector<ElemIn> elems = ReadElements(op);
+  // An empty DELSETELEM would flush the whole set: an empty list means "nothing".
+  if (elems.empty()) return 0;
+  return EncodeElements(out, type, family, GetString(op, "table"), GetString(op, "set"),
+                        Has(op, "setId") ? GetU32(op, "setId") : 0, elems, seq);
 }
 
 }  // namespace

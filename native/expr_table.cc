@@ -224,12 +224,12 @@ static const Field kFib[] = {
 static const Field kMatch[] = {
     {"name", NFTNL_EXPR_MT_NAME, T::Str, nullptr},
     {"rev", NFTNL_EXPR_MT_REV, T::U32, nullptr},
-    {"info", NFTNL_EXPR_MT_INFO, T::Data, nullptr},
+    {"info", NFTNL_EXPR_MT_INFO, T::Blob, nullptr},
 };
 static const Field kTarget[] = {
     {"name", NFTNL_EXPR_TG_NAME, T::Str, nullptr},
     {"rev", NFTNL_EXPR_TG_REV, T::U32, nullptr},
-    {"info", NFTNL_EXPR_TG_INFO, T::Data, nullptr},
+    {"info", NFTNL_EXPR_TG_INFO, T::Blob, nullptr},
 };
 static const Field kLog[] = {
     {"prefix", NFTNL_EXPR_LOG_PREFIX, T::Str, nullptr},

@@ -29,9 +29,20 @@ enum class FieldType {
   U64,
   I32,   // u32 on the wire, signed in meaning (verdict codes)
   Str,
-  Data,  // byte string, hex in the IR
+  // A data register value (union nftnl_data_reg): at most NFT_DATA_VALUE_MAXLEN
+  // (64) bytes. libnftnl 1.2.4 memcpy()s these into a fixed 64-byte array
+  // without checking the length, so the encoder must.
+  Data,
+  // A heap blob handed to libnftnl (xt match/target info). libnftnl 1.2.4
+  // takes ownership of the pointer and free()s it with the expression.
+  Blob,
   Enum,  // u32 on the wire, a name from `map` in the IR
 };
+
+// NFT_DATA_VALUE_MAXLEN
+constexpr size_t kMaxDataLen = 64;
+// XT_EXTENSION_MAXNAMELEN - 1: libnftnl silently truncates longer xt names.
+constexpr size_t kMaxXtNameLen = 28;
 
 struct Field {
   const char* js;    // IR field name

@@ -9,6 +9,8 @@
 #include <linux/netfilter/nfnetlink.h>
 
 #include <cerrno>
+#include <algorithm>
+#include <climits>
 #include <cstring>
 #include <thread>
 
@@ -92,11 +94,15 @@ Napi::Function NftSocket::Init(Napi::Env env) {
                      });
 }
 
-// new NftSocket(netnsPath?: string)
+// new NftSocket(netnsPath?: string, options?: { receiveBufferLimit?: number })
 NftSocket::NftSocket(const Napi::CallbackInfo& info) : Napi::ObjectWrap<NftSocket>(info) {
   Napi::Env env = info.Env();
   std::string path;
   if (info.Length() > 0 && info[0].IsString()) path = info[0].As<Napi::String>().Utf8Value();
+  if (info.Length() > 1 && info[1].IsObject()) {
+    Napi::Object o = info[1].As<Napi::Object>();
+    if (Has(o, "receiveBufferLimit")) rcvbufLimit_ = GetU32(o, "receiveBufferLimit");
+  }
   std::string step;
   nl_ = OpenNetfilterSocket(path, 0, &step);
   if (nl_ == nullptr) {
@@ -115,7 +121,7 @@ NftSocket::~NftSocket() {
 }
 
 void NftSocket::CloseNow() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<Gate> lock(gate_);
   if (nl_ != nullptr) {
     mnl_socket_close(nl_);
     nl_ = nullptr;
@@ -157,34 +163,43 @@ ssize_t NftSocket::Recv(int flags) {
   }
 }
 
-void NftSocket::EnsureBuffers(size_t bytes, size_t messages) {
+bool NftSocket::EnsureBuffers(size_t bytes, size_t messages) {
   int fd = mnl_socket_get_fd(nl_);
   // netlink_sendmsg refuses a datagram larger than sk_sndbuf - 32, and the
   // whole batch must travel in one datagram.
   size_t wantSnd = bytes + 64 * 1024;
   if (wantSnd > sndbuf_) {
-    int v = static_cast<int>(wantSnd);
+    int v = static_cast<int>(std::min<size_t>(wantSnd, INT32_MAX / 2));
     if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &v, sizeof(v)) < 0) {
       setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof(v));
     }
     sndbuf_ = wantSnd;
   }
-  // Every message is acknowledged, and each ack is one skb of about 1 KiB truesize.
+  // Every message is acknowledged with its own skb: about 830 bytes of
+  // truesize measured on 6.18 with NETLINK_CAP_ACK, more with an error text.
   size_t wantRcv = messages * 1536 + 256 * 1024;
-  if (wantRcv > rcvbuf_) {
-    int v = static_cast<int>(wantRcv);
-    if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &v, sizeof(v)) < 0) {
+  if (rcvbufLimit_ != 0) wantRcv = std::min(wantRcv, rcvbufLimit_);
+  if (wantRcv > rcvbuf_ || rcvbufLimit_ != 0) {
+    int v = static_cast<int>(std::min<size_t>(wantRcv, INT32_MAX / 2));
+    // A limit is a promise not to use more: no FORCE, which ignores rmem_max.
+    if (rcvbufLimit_ != 0 || setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &v, sizeof(v)) < 0) {
       setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof(v));
     }
     rcvbuf_ = wantRcv;
   }
+  // What the kernel granted (it doubles the request, caps SO_RCVBUF at
+  // rmem_max); the kernel drops an ack once the queued truesize exceeds it.
+  int granted = 0;
+  socklen_t len = sizeof(granted);
+  if (getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &granted, &len) < 0) return false;
+  return static_cast<size_t>(granted) >= messages * 1024 + 64 * 1024;
 }
 
 // generation(): the ruleset generation id, NFT_MSG_GETGEN -> NFT_MSG_NEWGEN.
 // Synchronous: one round trip of a few microseconds.
 Napi::Value NftSocket::Generation(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<Gate> lock(gate_);
   ThrowIfClosed(env, "generation");
   uint32_t seq = NextSeq(1);
   std::vector<uint8_t> req;
@@ -221,116 +236,140 @@ namespace {
 
 enum class DumpKind { Table, Chain, Rule, Set, Element };
 
-class DumpWorker : public Napi::AsyncWorker {
- public:
-  DumpWorker(Napi::Env env, NftSocket* sock, Napi::Object self, DumpKind kind, uint16_t family,
-             std::string table, std::string name, bool single)
-      : Napi::AsyncWorker(env, "nfkeeper.dump"),
-        deferred_(Napi::Promise::Deferred::New(env)),
-        sock_(sock),
-        self_(Napi::Persistent(self)),
-        kind_(kind),
-        family_(family),
-        table_(std::move(table)),
-        name_(std::move(name)),
-        single_(single) {}
+// Datagrams read on the JS thread before a dump that is still going is
+// handed to a worker. The kernel builds the first chunk inside sendmsg() and
+// each next one inside the recvmsg() that drains the previous, so this bounds
+// the kernel work done on the JS thread to about three skbs of one chain.
+constexpr int kInlineDatagrams = 2;
 
-  Napi::Promise Promise() { return deferred_.Promise(); }
+// One dump request and what came back: shared by the inline path on the JS
+// thread and the worker that finishes a big dump.
+struct DumpState {
+  DumpKind kind;
+  uint16_t family = 0;
+  std::string table, name;
+  bool single = false;
+  bool filterTable = false;
+  uint32_t seq = 0;
+  bool interrupted = false;
+  bool done = false;
+  int err = 0;
+  std::string message;
+  std::vector<uint8_t> messages;
 
-  void Execute() override {
-    std::lock_guard<std::mutex> lock(sock_->mutex());
-    if (sock_->closed()) {
-      Fail(EBADF, "socket is closed");
-      return;
-    }
+  void Fail(int e, std::string m) {
+    err = e;
+    message = std::move(m);
+    done = true;
+  }
+
+  // Builds and sends the request; false (with err set) on failure.
+  bool Send(NftSocket* sock) {
     uint16_t type = 0;
     std::vector<std::pair<uint16_t, std::string>> attrs;
-    switch (kind_) {
+    switch (kind) {
       case DumpKind::Table:
         type = NFT_MSG_GETTABLE;
-        if (single_) attrs.push_back({NFTA_TABLE_NAME, table_});
+        if (single) attrs.push_back({NFTA_TABLE_NAME, table});
         break;
       case DumpKind::Chain:
         type = NFT_MSG_GETCHAIN;
-        if (!table_.empty()) attrs.push_back({NFTA_CHAIN_TABLE, table_});
-        if (single_) attrs.push_back({NFTA_CHAIN_NAME, name_});
+        if (!table.empty()) attrs.push_back({NFTA_CHAIN_TABLE, table});
+        if (single) attrs.push_back({NFTA_CHAIN_NAME, name});
         break;
       case DumpKind::Rule:
         type = NFT_MSG_GETRULE;
         // The kernel filters rule dumps by table and chain (nf_tables_dump_rules_start).
-        if (!table_.empty()) attrs.push_back({NFTA_RULE_TABLE, table_});
-        if (!name_.empty()) attrs.push_back({NFTA_RULE_CHAIN, name_});
+        if (!table.empty()) attrs.push_back({NFTA_RULE_TABLE, table});
+        if (!name.empty()) attrs.push_back({NFTA_RULE_CHAIN, name});
         break;
       case DumpKind::Set:
         type = NFT_MSG_GETSET;
-        if (!table_.empty()) attrs.push_back({NFTA_SET_TABLE, table_});
-        if (single_) attrs.push_back({NFTA_SET_NAME, name_});
+        if (!table.empty()) attrs.push_back({NFTA_SET_TABLE, table});
+        if (single) attrs.push_back({NFTA_SET_NAME, name});
         break;
       case DumpKind::Element:
         type = NFT_MSG_GETSETELEM;
-        attrs.push_back({NFTA_SET_ELEM_LIST_TABLE, table_});
-        attrs.push_back({NFTA_SET_ELEM_LIST_SET, name_});
+        attrs.push_back({NFTA_SET_ELEM_LIST_TABLE, table});
+        attrs.push_back({NFTA_SET_ELEM_LIST_SET, name});
         break;
     }
-    // A chain dump ignores NFTA_CHAIN_TABLE in the kernel, so it is filtered
-    // here, off the JS thread, and only this table's chains are decoded.
-    filterTable_ = kind_ == DumpKind::Chain && !single_ && !table_.empty();
-    bool dump = !single_;
-    seq_ = sock_->NextSeq(1);
+    // A chain dump ignores NFTA_CHAIN_TABLE in the kernel (checked on 6.18),
+    // so it is filtered here, before decoding, and only this table's chains
+    // are decoded.
+    filterTable = kind == DumpKind::Chain && !single && !table.empty();
+    seq = sock->NextSeq(1);
     std::vector<uint8_t> req;
-    EncodeRequest(&req, type, family_, dump ? NLM_F_DUMP : NLM_F_ACK, seq_, attrs);
-    if (sock_->SendAll(req.data(), req.size()) < 0) {
+    EncodeRequest(&req, type, family, single ? NLM_F_ACK : NLM_F_DUMP, seq, attrs);
+    if (sock->SendAll(req.data(), req.size()) < 0) {
       Fail(errno, std::string("send: ") + std::strerror(errno));
-      return;
+      return false;
     }
-    for (;;) {
-      ssize_t n = sock_->Recv(0);
-      if (n < 0) {
-        Fail(errno, std::string("recv: ") + std::strerror(errno));
+    return true;
+  }
+
+  // Takes one datagram; sets `done` at NLMSG_DONE, the closing ack or an error.
+  void Feed(const uint8_t* data, ssize_t n) {
+    const nlmsghdr* nlh = reinterpret_cast<const nlmsghdr*>(data);
+    int len = static_cast<int>(n);
+    for (; mnl_nlmsg_ok(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
+      if (nlh->nlmsg_seq != seq) continue;  // a straggler from an earlier request
+      if (nlh->nlmsg_flags & NLM_F_DUMP_INTR) interrupted = true;
+      if (nlh->nlmsg_type == NLMSG_DONE) {
+        done = true;
         return;
       }
-      const nlmsghdr* nlh = reinterpret_cast<const nlmsghdr*>(sock_->buffer().data());
-      int len = static_cast<int>(n);
-      for (; mnl_nlmsg_ok(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
-        if (nlh->nlmsg_seq != seq_) continue;
-        if (nlh->nlmsg_flags & NLM_F_DUMP_INTR) interrupted_ = true;
-        if (nlh->nlmsg_type == NLMSG_DONE) return;
-        if (nlh->nlmsg_type == NLMSG_ERROR) {
-          const nlmsgerr* err = static_cast<const nlmsgerr*>(mnl_nlmsg_get_payload(nlh));
-          if (err->error == 0) return;  // the ack that ends a single GET
-          Fail(-err->error, std::strerror(-err->error));
-          return;
+      if (nlh->nlmsg_type == NLMSG_ERROR) {
+        const nlmsgerr* e = static_cast<const nlmsgerr*>(mnl_nlmsg_get_payload(nlh));
+        if (e->error == 0) {
+          done = true;  // the ack that ends a single GET
+        } else {
+          Fail(-e->error, std::strerror(-e->error));
         }
-        if (filterTable_ && !ChainInTable(nlh)) continue;
-        const uint8_t* p = reinterpret_cast<const uint8_t*>(nlh);
-        messages_.insert(messages_.end(), p, p + MNL_ALIGN(nlh->nlmsg_len));
+        return;
       }
+      if (filterTable && !ChainInTable(nlh)) continue;
+      const uint8_t* p = reinterpret_cast<const uint8_t*>(nlh);
+      messages.insert(messages.end(), p, p + MNL_ALIGN(nlh->nlmsg_len));
     }
   }
 
-  void OnOK() override {
-    Napi::Env env = Env();
-    if (errno_ != 0) {
-      if (errno_ == ENOENT && single_) {
-        deferred_.Resolve(Napi::Array::New(env));  // asked for one object: there is none
+  bool ChainInTable(const nlmsghdr* nlh) const {
+    nlattr* attr;
+    NFK_ATTR_FOR_EACH(attr, nlh, sizeof(nfgenmsg)) {
+      if (mnl_attr_get_type(attr) == NFTA_CHAIN_TABLE) return table == mnl_attr_get_str(attr);
+    }
+    return false;
+  }
+
+  std::string Describe() const {
+    static const char* names[] = {"list tables", "list chains", "list rules", "list sets", "list set elements"};
+    return names[static_cast<int>(kind)];
+  }
+
+  // Decodes what came back and settles the promise. JS thread only.
+  void Settle(Napi::Env env, Napi::Promise::Deferred& deferred) {
+    if (err != 0) {
+      if (err == ENOENT && single) {
+        deferred.Resolve(Napi::Array::New(env));  // asked for one object: there is none
       } else {
-        deferred_.Reject(MakeNetlinkError(env, Describe() + ": " + message_, errno_, Describe()).Value());
+        deferred.Reject(MakeNetlinkError(env, Describe() + ": " + message, err, Describe()).Value());
       }
       return;
     }
-    if (interrupted_) {
+    if (interrupted) {
       // NLM_F_DUMP_INTR: the ruleset changed during the dump; the caller retries.
-      deferred_.Reject(MakeNetlinkError(env, Describe() + ": interrupted by a concurrent change", EINTR,
-                                        Describe()).Value());
+      deferred.Reject(MakeNetlinkError(env, Describe() + ": interrupted by a concurrent change", EINTR,
+                                       Describe()).Value());
       return;
     }
     try {
       Napi::Array out = Napi::Array::New(env);
-      const nlmsghdr* nlh = reinterpret_cast<const nlmsghdr*>(messages_.data());
-      int len = static_cast<int>(messages_.size());
+      const nlmsghdr* nlh = reinterpret_cast<const nlmsghdr*>(messages.data());
+      int len = static_cast<int>(messages.size());
       uint32_t i = 0;
       for (; mnl_nlmsg_ok(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
-        switch (kind_) {
+        switch (kind) {
           case DumpKind::Table: out.Set(i++, DecodeTable(env, nlh)); break;
           case DumpKind::Chain: out.Set(i++, DecodeChain(env, nlh)); break;
           case DumpKind::Rule: out.Set(i++, DecodeRule(env, nlh)); break;
@@ -338,46 +377,65 @@ class DumpWorker : public Napi::AsyncWorker {
           case DumpKind::Element: DecodeSetElems(env, nlh, out); break;
         }
       }
-      deferred_.Resolve(out);
+      deferred.Resolve(out);
     } catch (const Napi::Error& e) {
-      deferred_.Reject(e.Value());
+      deferred.Reject(e.Value());
     }
   }
+};
 
+class DumpWorker : public Napi::AsyncWorker {
+ public:
+  // With `holdsGate` the request is already on the wire (started inline) and
+  // the gate is held on this worker's behalf; it is released when done.
+  DumpWorker(Napi::Env env, NftSocket* sock, Napi::Object self, std::unique_ptr<DumpState> state,
+             Napi::Promise::Deferred deferred, bool holdsGate)
+      : Napi::AsyncWorker(env, "nfkeeper.dump"),
+        deferred_(deferred),
+        sock_(sock),
+        self_(Napi::Persistent(self)),
+        state_(std::move(state)),
+        holdsGate_(holdsGate) {}
+
+  ~DumpWorker() override { ReleaseGate(); }
+
+  void Execute() override {
+    if (!holdsGate_) {
+      sock_->gate().lock();
+      holdsGate_ = true;
+      if (sock_->closed()) {
+        state_->Fail(EBADF, "socket is closed");
+      } else {
+        state_->Send(sock_);
+      }
+    }
+    while (!state_->done) {
+      ssize_t n = sock_->Recv(0);
+      if (n < 0) {
+        state_->Fail(errno, std::string("recv: ") + std::strerror(errno));
+        break;
+      }
+      state_->Feed(sock_->buffer().data(), n);
+    }
+    ReleaseGate();
+  }
+
+  void OnOK() override { state_->Settle(Env(), deferred_); }
   void OnError(const Napi::Error& e) override { deferred_.Reject(e.Value()); }
 
  private:
-  void Fail(int err, std::string message) {
-    errno_ = err;
-    message_ = std::move(message);
-  }
-
-  bool ChainInTable(const nlmsghdr* nlh) const {
-    nlattr* attr;
-    NFK_ATTR_FOR_EACH(attr, nlh, sizeof(nfgenmsg)) {
-      if (mnl_attr_get_type(attr) == NFTA_CHAIN_TABLE) return table_ == mnl_attr_get_str(attr);
+  void ReleaseGate() {
+    if (holdsGate_) {
+      holdsGate_ = false;
+      sock_->gate().unlock();
     }
-    return false;
-  }
-
-  std::string Describe() const {
-    static const char* names[] = {"list tables", "list chains", "list rules", "list sets", "list set elements"};
-    return names[static_cast<int>(kind_)];
   }
 
   Napi::Promise::Deferred deferred_;
   NftSocket* sock_;
   Napi::ObjectReference self_;  // keeps the socket alive while we use it
-  DumpKind kind_;
-  uint16_t family_;
-  std::string table_, name_;
-  bool single_;
-  bool filterTable_ = false;
-  uint32_t seq_ = 0;
-  bool interrupted_ = false;
-  int errno_ = 0;
-  std::string message_;
-  std::vector<uint8_t> messages_;
+  std::unique_ptr<DumpState> state_;
+  bool holdsGate_;
 };
 
 }  // namespace
@@ -387,26 +445,51 @@ Napi::Value NftSocket::Dump(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   ThrowIfClosed(env, "dump");
   std::string k = info[0].As<Napi::String>().Utf8Value();
-  DumpKind kind;
-  if (k == "table") kind = DumpKind::Table;
-  else if (k == "chain") kind = DumpKind::Chain;
-  else if (k == "rule") kind = DumpKind::Rule;
-  else if (k == "set") kind = DumpKind::Set;
-  else if (k == "element") kind = DumpKind::Element;
+  auto st = std::make_unique<DumpState>();
+  if (k == "table") st->kind = DumpKind::Table;
+  else if (k == "chain") st->kind = DumpKind::Chain;
+  else if (k == "rule") st->kind = DumpKind::Rule;
+  else if (k == "set") st->kind = DumpKind::Set;
+  else if (k == "element") st->kind = DumpKind::Element;
   else throw Napi::TypeError::New(env, "unknown dump kind '" + k + "'");
   // Family by name; anything else (undefined) is AF_UNSPEC, every family.
   int64_t fam = 0;
   if (info[1].IsString() && !EnumFromName(kFamilyMap, info[1].As<Napi::String>().Utf8Value().c_str(), &fam)) {
     throw Napi::TypeError::New(env, "unknown family '" + info[1].As<Napi::String>().Utf8Value() + "'");
   }
-  uint16_t family = static_cast<uint16_t>(fam);
-  std::string table = info.Length() > 2 && info[2].IsString() ? info[2].As<Napi::String>().Utf8Value() : "";
-  std::string name = info.Length() > 3 && info[3].IsString() ? info[3].As<Napi::String>().Utf8Value() : "";
-  bool single = info.Length() > 4 && info[4].ToBoolean().Value();
-  auto* w = new DumpWorker(env, this, info.This().As<Napi::Object>(), kind, family, table, name, single);
-  Napi::Promise p = w->Promise();
+  st->family = static_cast<uint16_t>(fam);
+  st->table = info.Length() > 2 && info[2].IsString() ? info[2].As<Napi::String>().Utf8Value() : "";
+  st->name = info.Length() > 3 && info[3].IsString() ? info[3].As<Napi::String>().Utf8Value() : "";
+  st->single = info.Length() > 4 && info[4].ToBoolean().Value();
+  Napi::Promise::Deferred deferred = Napi::Promise::Deferred::New(env);
+
+  // Inline fast path, only for requests the kernel answers from one object:
+  // a single GET, or the rules of one chain (table + chain filter, a hash
+  // lookup in the kernel), and only when the socket is free right now.
+  bool small = st->single || (st->kind == DumpKind::Rule && !st->table.empty() && !st->name.empty());
+  bool inlineStarted = false;
+  if (small && gate_.try_lock()) {
+    inlineStarted = true;
+    if (st->Send(this)) {
+      for (int i = 0; i < kInlineDatagrams && !st->done; i++) {
+        ssize_t n = Recv(MSG_DONTWAIT);
+        if (n < 0) {
+          if (errno != EAGAIN && errno != EWOULDBLOCK) st->Fail(errno, std::string("recv: ") + std::strerror(errno));
+          break;
+        }
+        st->Feed(buf_.data(), n);
+      }
+    }
+    if (st->done) {
+      gate_.unlock();
+      st->Settle(env, deferred);
+      return deferred.Promise();
+    }
+    // Still going: a worker finishes it, with the gate still held.
+  }
+  auto* w = new DumpWorker(env, this, info.This().As<Napi::Object>(), std::move(st), deferred, inlineStarted);
   w->Queue();
-  return p;
+  return deferred.Promise();
 }
 
 // commit(ops, generation?) -> Promise<void>

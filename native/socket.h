@@ -1,12 +1,14 @@
 // NftSocket: one netfilter netlink socket (NETLINK_NETFILTER), bound in the
 // network namespace it was opened in for its whole life. It serves GETGEN
-// synchronously, and dumps and batch commits on worker threads; a mutex keeps
-// one request at a time on the wire.
+// synchronously, small kernel-filtered dumps inline when the socket is free
+// (bounded: at most two datagrams), and everything else (big dumps, batch
+// commits) on worker threads. A gate keeps one request at a time on the wire.
 #pragma once
 
 #include <napi.h>
 #include <libmnl/libmnl.h>
 
+#include <condition_variable>
 #include <cstdint>
 #include <atomic>
 #include <mutex>
@@ -16,6 +18,36 @@
 #include "common.h"
 
 namespace nfk {
+
+// A binary semaphore: like a mutex, but the thread that releases it need not
+// be the one that took it, so the JS thread can start a dump and hand the
+// socket, still held, to a worker that finishes it.
+class Gate {
+ public:
+  void lock() {
+    std::unique_lock<std::mutex> l(m_);
+    cv_.wait(l, [this] { return !busy_; });
+    busy_ = true;
+  }
+  bool try_lock() {
+    std::lock_guard<std::mutex> l(m_);
+    if (busy_) return false;
+    busy_ = true;
+    return true;
+  }
+  void unlock() {
+    {
+      std::lock_guard<std::mutex> l(m_);
+      busy_ = false;
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool busy_ = false;
+};
 
 // Opens a NETLINK_NETFILTER socket in the namespace at `netnsPath` (or the
 // current one when empty) from a short-lived thread, since setns() only
@@ -29,18 +61,19 @@ class NftSocket : public Napi::ObjectWrap<NftSocket>, public Closeable {
   ~NftSocket() override;
   void CloseNow() override;
 
-  // Called by workers with mutex_ held.
+  // Called with the gate held.
   int SendAll(const void* data, size_t len);
   // Reads one datagram into buf_; returns its length or -1 with errno.
   ssize_t Recv(int flags);
   std::vector<uint8_t>& buffer() { return buf_; }
-  std::mutex& mutex() { return mutex_; }
+  Gate& gate() { return gate_; }
   uint32_t NextSeq(uint32_t count) {
     return seq_.fetch_add(count);
   }
   bool closed() const { return nl_ == nullptr; }
-  // Grows the kernel-side buffers so a batch of `bytes` and `messages` acks fit.
-  void EnsureBuffers(size_t bytes, size_t messages);
+  // Grows the kernel-side buffers for a batch of `bytes` and `messages`.
+  // Returns whether the receive buffer now holds an ack for every message.
+  bool EnsureBuffers(size_t bytes, size_t messages);
 
  private:
   Napi::Value Close(const Napi::CallbackInfo& info);
@@ -56,8 +89,10 @@ class NftSocket : public Napi::ObjectWrap<NftSocket>, public Closeable {
   std::atomic<uint32_t> seq_{1};
   size_t sndbuf_ = 0;
   size_t rcvbuf_ = 0;
+  // Upper bound for the receive buffer (0: none); see OpenOptions.receiveBufferLimit.
+  size_t rcvbufLimit_ = 0;
   std::vector<uint8_t> buf_;
-  std::mutex mutex_;
+  Gate gate_;
   AddonData* data_ = nullptr;
 };
 

@@ -12,6 +12,8 @@ for (const [name, value] of Object.entries(constants.errno)) {
 }
 // Node's table lacks this one; the kernel returns it for a stale batch generation.
 ERRNO_NAMES.set(85, 'ERESTART');
+// 95 is both ENOTSUP and EOPNOTSUPP on Linux; the kernel (and nft) say EOPNOTSUPP.
+ERRNO_NAMES.set(95, 'EOPNOTSUPP');
 
 export function errnoName(errno: number): string {
   return ERRNO_NAMES.get(errno) ?? `E${errno}`;
@@ -95,5 +97,27 @@ export class ConfigError extends NfkeeperError {
     this.line = line;
     this.column = column;
     this.reason = reason;
+  }
+}
+
+/**
+ * A rule text was refused: malformed, or outside what the rule language
+ * supports. Nothing was compiled; `column` (1-based) and `token` say where,
+ * `expected` what would have been accepted there.
+ */
+export class RuleSyntaxError extends NfkeeperError {
+  override name = 'RuleSyntaxError';
+  readonly text: string;
+  readonly column: number;
+  readonly token: string;
+  readonly expected: string;
+  constructor(text: string, column: number, token: string, expected: string, reason?: string) {
+    const where = token === '' ? 'at the end of the rule' : `at column ${column}, '${token}'`;
+    const caret = ' '.repeat(Math.max(0, column - 1)) + '^'.repeat(Math.max(1, Math.min(token.length, 80)));
+    super(`${reason ?? 'syntax error'} ${where}: expected ${expected}\n  ${text}\n  ${caret}`);
+    this.text = text;
+    this.column = column;
+    this.token = token;
+    this.expected = expected;
   }
 }

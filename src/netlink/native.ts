@@ -23,7 +23,7 @@ export interface NativeMonitor {
 }
 
 interface Addon {
-  NftSocket: new (netns?: string) => NativeSocket;
+  NftSocket: new (netns?: string, options?: { receiveBufferLimit?: number }) => NativeSocket;
   NftMonitor: new (netns: string | undefined, onBatch: (batch: unknown) => void,
     tables: [string, string][] | null, ignorePorts: number[]) => NativeMonitor;
   init(errorClass: typeof NetlinkError): void;

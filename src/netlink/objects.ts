@@ -37,7 +37,7 @@ export interface Chain {
   table: string;
   name: string;
   handle?: number;
-  /** NFTA_CHAIN_USE: rules that jump or go to this chain. */
+  /** NFTA_CHAIN_USE: references to the chain: its own rules plus the jumps and gotos to it (6.x). */
   use?: number;
   /** Base chains only. */
   type?: ChainType;
@@ -60,7 +60,11 @@ export interface Rule {
   /** NFTA_RULE_USERDATA: TLVs; nft keeps its `comment` here (NFTNL_UDATA_RULE_COMMENT). */
   userdata?: Hex;
   exprs: Expr[];
-  /** NFTA_RULE_COMPAT: the l4 protocol that xt matches such as `tcp` rely on. Write-only. */
+  /**
+   * NFTA_RULE_COMPAT: the l4 protocol that xt matches such as `tcp` rely on.
+   * The kernel never dumps it; listRules() derives it, as iptables-nft does,
+   * from the rule's `meta l4proto` comparison when the rule holds xt expressions.
+   */
   compat?: { proto: number; flags?: number };
 }
 

@@ -14,6 +14,13 @@ import type { Chain, NftSet, Rule, SetElement, Table } from './objects.js';
 export interface OpenOptions {
   /** A network namespace file such as /run/netns/NAME or /proc/PID/ns/net; default: this process's. */
   netns?: string;
+  /**
+   * Upper bound in bytes for the socket's kernel receive buffer. By default it
+   * grows so that every message of a batch can be acknowledged (about 1.5 KiB
+   * per message). A batch whose acknowledgements would not fit is sent asking
+   * the kernel for errors only, which still decides the outcome exactly.
+   */
+  receiveBufferLimit?: number;
 }
 
 export interface CommitOptions {
@@ -24,6 +31,7 @@ export interface CommitOptions {
 // A dump interrupted by a concurrent commit (NLM_F_DUMP_INTR) is retried this often.
 const DUMP_RETRIES = 8;
 const EINTR = 4;
+const EBADF = 9;
 const ERESTART = 85;
 
 export function open(options: OpenOptions = {}): NftSocket {
@@ -39,8 +47,12 @@ export class NftSocket {
     if (options.netns !== undefined && (typeof options.netns !== 'string' || options.netns === '')) {
       throw new TypeError('netns must be a path to a network namespace file');
     }
+    const limit = options.receiveBufferLimit;
+    if (limit !== undefined && (!Number.isInteger(limit) || limit < 4096 || limit > 0x7fffffff)) {
+      throw new TypeError('receiveBufferLimit must be an integer number of bytes, at least 4096');
+    }
     const { NftSocket: Native } = loadAddon();
-    this.native = new Native(options.netns);
+    this.native = new Native(options.netns, limit !== undefined ? { receiveBufferLimit: limit } : undefined);
     this.netns = options.netns;
     this.portId = this.native.portId;
   }
@@ -76,8 +88,13 @@ export class NftSocket {
   }
 
   /** Rules of one table, or of one chain, in order; filtered by the kernel. */
-  listRules(filter: { family: Family; table: string; chain?: string }): Promise<Rule[]> {
-    return this.dump<Rule>('rule', filter.family, filter.table, filter.chain);
+  async listRules(filter: { family: Family; table: string; chain?: string }): Promise<Rule[]> {
+    const rules = await this.dump<Rule>('rule', filter.family, filter.table, filter.chain);
+    for (const r of rules) {
+      const compat = inferCompat(r);
+      if (compat) r.compat = compat;
+    }
+    return rules;
   }
 
   listSets(filter: { family: Family; table: string }): Promise<NftSet[]> {
@@ -121,10 +138,38 @@ export class NftSocket {
         return await this.native.dump(kind, family, table, name, single) as T[];
       } catch (e) {
         if (e instanceof NetlinkError && e.errno === EINTR && attempt < DUMP_RETRIES) continue;
+        // Closed while the dump waited for the socket.
+        if (e instanceof NetlinkError && e.errno === EBADF && this.native.closed) {
+          throw new SocketClosedError(`list ${kind}s`);
+        }
         throw e;
       }
     }
   }
+}
+
+// NFT_RULE_COMPAT_F_INV
+const COMPAT_F_INV = 1;
+
+/**
+ * NFTA_RULE_COMPAT is never dumped, yet xt matches such as `tcp` refuse to
+ * load without it (EINVAL), so a decoded iptables-nft rule could not be
+ * replayed. iptables-nft derives it from `-p`, which the rule holds as
+ * `meta l4proto` (or the IPv4 protocol byte) compared with eq or neq; derive
+ * it back the same way, for rules that carry xt expressions.
+ */
+function inferCompat(rule: Rule): Rule['compat'] {
+  if (!rule.exprs.some((e) => e.kind === 'match' || e.kind === 'target')) return undefined;
+  for (let i = 0; i + 1 < rule.exprs.length; i++) {
+    const load = rule.exprs[i]!;
+    const cmp = rule.exprs[i + 1]!;
+    if (cmp.kind !== 'cmp' || (cmp.op !== 'eq' && cmp.op !== 'neq') || cmp.data.length !== 2) continue;
+    const isProto = (load.kind === 'meta' && load.key === 'l4proto' && load.dreg === cmp.sreg)
+      || (rule.family === 'ip' && load.kind === 'payload' && load.base === 'network' && load.offset === 9
+        && load.len === 1 && load.dreg === cmp.sreg);
+    if (isProto) return { proto: parseInt(cmp.data, 16), flags: cmp.op === 'neq' ? COMPAT_F_INV : 0 };
+  }
+  return { proto: 0, flags: 0 };
 }
 
 function refine(e: unknown, ops: readonly Op[], gen: number | undefined): unknown {
@@ -132,7 +177,7 @@ function refine(e: unknown, ops: readonly Op[], gen: number | undefined): unknow
   if (e.errno === ERESTART && e.opIndex === -1 && gen !== undefined) {
     return new GenerationMismatchError(gen);
   }
-  if (e.errno === 9 && /closed/.test(e.message)) return new SocketClosedError('commit');
+  if (e.errno === EBADF && /closed/.test(e.message)) return new SocketClosedError('commit');
   const op = e.opIndex >= 0 ? ops[e.opIndex] : undefined;
   if (op) {
     e.description = describeOp(op);

@@ -1,0 +1,128 @@
+/**
+ * Costs of the native netfilter-netlink core, measured on the real kernel in
+ * throwaway network namespaces:
+ *   - generation()                        (NFT_MSG_GETGEN round trip, synchronous)
+ *   - a table+chain-filtered dump of the 4-rule owned chain
+ *   - a 4-rule flush-and-replace commit   (flush chain + 4 adds in one batch)
+ * each with N foreign rules in a kube-proxy-like `ip nat` layout (about N/2
+ * chains) loaded with iptables-nft-restore.
+ *
+ *   npx tsx bench/core.ts [--sizes 0,1000,10000,100000] [--out bench/results/core.json]
+ *
+ * Prints a table and writes the figures (microseconds) as JSON.
+ */
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { cpus, release } from 'node:os';
+import { dirname, join } from 'node:path';
+import { spawnSync } from 'node:child_process';
+import { open } from '../src/index.js';
+import { PROJECT_ROOT } from '../src/netlink/native.js';
+import { flushAndReplace, kubeProxyRestore, kubeProxyRuleCount, OWNED, ownedSetup } from '../test/netlink/fixtures.js';
+import { withBenchNetns } from './lib/netns.js';
+import { formatUs, timeCalls, timeSyncCalls, type Summary } from './lib/stats.js';
+
+interface Row {
+  foreignRules: number;
+  foreignChains: number;
+  loadMs: number;
+  generation: Summary;
+  filteredDump: Summary;
+  flushReplaceCommit: Summary;
+}
+
+function arg(name: string): string | undefined {
+  const i = process.argv.indexOf(name);
+  return i >= 0 ? process.argv[i + 1] : undefined;
+}
+
+const sizes = (arg('--sizes') ?? '0,1000,10000,100000').split(',').map(Number);
+const out = arg('--out') ?? join(PROJECT_ROOT, 'bench', 'results', 'core.json');
+const ITER = { generation: 20_000, dump: 3_000, commit: 1_000 };
+
+async function measure(n: number): Promise<Row> {
+  return withBenchNetns(`core-${n}`, async (ns) => {
+    let loadMs = 0;
+    let foreignRules = 0;
+    if (n > 0) {
+      const t0 = Date.now();
+      ns.exec('iptables-nft-restore', ['--noflush'], kubeProxyRestore(n));
+      loadMs = Date.now() - t0;
+      foreignRules = kubeProxyRuleCount(n);
+    }
+    const s = open({ netns: ns.path });
+    try {
+      await s.commit(ownedSetup());
+      const foreignChains = n > 0 ? (await s.listChains({ family: 'ip', table: 'nat' })).length : 0;
+      const filter = { family: OWNED.family, table: OWNED.table, chain: OWNED.chain };
+
+      const generation = timeSyncCalls(() => s.generation(), ITER.generation);
+      const filteredDump = await timeCalls(async () => {
+        const rules = await s.listRules(filter);
+        if (rules.length !== 4) throw new Error(`expected 4 rules, dumped ${rules.length}`);
+      }, ITER.dump);
+      let k = 0;
+      const flushReplaceCommit = await timeCalls(() => s.commit(flushAndReplace((k++ & 1) === 0 ? 'b' : 'c')), ITER.commit);
+
+      // Sanity: the chain still holds exactly its four rules, the foreign ones are intact.
+      const after = await s.listRules(filter);
+      if (after.length !== 4) throw new Error(`owned chain has ${after.length} rules after the run`);
+      if (n > 0) {
+        const natRules = (await s.listRules({ family: 'ip', table: 'nat' })).length;
+        if (natRules !== foreignRules) throw new Error(`foreign rules changed: ${natRules} != ${foreignRules}`);
+      }
+      return { foreignRules, foreignChains, loadMs, generation, filteredDump, flushReplaceCommit };
+    } finally {
+      s.close();
+    }
+  });
+}
+
+function libnftnlVersion(): string {
+  const r = spawnSync('pkg-config', ['--modversion', 'libnftnl'], { encoding: 'utf8' });
+  return r.status === 0 ? r.stdout.trim() : 'unknown';
+}
+
+async function main(): Promise<void> {
+  const rows: Row[] = [];
+  for (const n of sizes) {
+    process.stderr.write(`measuring with ${n} foreign rules...\n`);
+    rows.push(await measure(n));
+  }
+
+  const header = ['foreign rules', 'chains', 'generation() med / p99', 'filtered 4-rule dump med / p99',
+    'flush+4 commit med / p99'];
+  const lines = rows.map((r) => [
+    String(r.foreignRules),
+    String(r.foreignChains),
+    `${formatUs(r.generation.median)} / ${formatUs(r.generation.p99)}`,
+    `${formatUs(r.filteredDump.median)} / ${formatUs(r.filteredDump.p99)}`,
+    `${formatUs(r.flushReplaceCommit.median)} / ${formatUs(r.flushReplaceCommit.p99)}`,
+  ]);
+  const widths = header.map((h, i) => Math.max(h.length, ...lines.map((l) => l[i]!.length)));
+  const fmt = (cells: string[]) => cells.map((c, i) => c.padStart(widths[i]!)).join(' | ');
+  console.log(fmt(header));
+  console.log(widths.map((w) => '-'.repeat(w)).join('-|-'));
+  for (const l of lines) console.log(fmt(l));
+  console.log(`iterations: generation ${ITER.generation}, dump ${ITER.dump}, commit ${ITER.commit} (after 10% warm-up)`);
+
+  const meta = {
+    date: new Date().toISOString(),
+    kernel: release(),
+    node: process.version,
+    cpus: cpus().length,
+    cpuModel: cpus()[0]?.model ?? 'unknown',
+    libnftnl: libnftnlVersion(),
+    loadavg: readFileSync('/proc/loadavg', 'utf8').trim(),
+    units: 'microseconds',
+    iterations: ITER,
+    layout: 'kube-proxy-like ip nat table via iptables-nft-restore: per service 4 rules in 2 chains (KUBE-SVC-, KUBE-SEP-) with -m comment and -j DNAT',
+  };
+  mkdirSync(dirname(out), { recursive: true });
+  writeFileSync(out, `${JSON.stringify({ meta, results: rows }, null, 2)}\n`);
+  console.log(`wrote ${out}`);
+}
+
+main().catch((e: unknown) => {
+  console.error(e);
+  process.exitCode = 1;
+});

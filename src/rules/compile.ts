@@ -1,0 +1,399 @@
+/**
+ * compileRule: nft rule text to the kernel expression IR, the way nft 1.0.6
+ * does it. After parsing, the evaluation pass tracks the protocol context as
+ * nft does (inserting `meta nfproto` before the first ip/ip6 match of an inet
+ * rule and `meta l4proto` before the first tcp/udp match, refusing conflicts),
+ * a merge pass joins adjacent port matches into one load as nft's
+ * payload_try_merge does, and linearization emits the expressions in the
+ * form the kernel reports them back (so compiled and dumped IR compare equal).
+ */
+import { RuleSyntaxError } from '../errors.js';
+import type { Batch } from '../netlink/batch.js';
+import { FIB_F, NAT_RANGE, type Expr, type Family, type Hex } from '../netlink/expr.js';
+import type { NftSet } from '../netlink/objects.js';
+import type { At, Elem, MatchOp, MatchStmt, RuleAst, Rhs, Stmt } from './ast.js';
+import { prefixMask, u16Be, u32Host, u8 } from './bytes.js';
+import { F, NFPROTO_IPV4, NFPROTO_IPV6, mergedPorts, type Field } from './fields.js';
+import { parseRule } from './parser.js';
+import { renderRule, type InterfaceResolver } from './render.js';
+import { buildAnonymousSet } from './sets.js';
+import { commentUserdata } from './udata.js';
+import { TRANSPORT_PROTOCOLS } from './values.js';
+
+export interface CompileContext {
+  family: Family;
+  table: string;
+  chain: string;
+  /** First batch-local set id to use for this rule's anonymous sets; default 1. */
+  setIdBase?: number;
+  /**
+   * Resolves interface names for `iif "eth0"` / `oif "eth0"` (nft looks the index up when the
+   * rule is added, so the interface must exist then). Numeric `iif 2` needs no resolver.
+   */
+  interfaces?: InterfaceResolver;
+}
+
+export interface CompiledRule {
+  /** Lookups of anonymous sets name the set '__set%d' and carry its setId. */
+  exprs: Expr[];
+  /** Anonymous sets (with elements) to add in the same batch before the rule. */
+  sets: NftSet[];
+  /** nft's comment TLV, when the rule has a comment. */
+  userdata?: Hex;
+  /** The canonical rendering of the rule. */
+  text: string;
+}
+
+type Rel = { t: 'rel'; field: Field; op: MatchOp; rhs: Rhs; mask?: string; at: At };
+type EStmt = Rel | { t: 'other'; stmt: Exclude<Stmt, MatchStmt>; natFamily?: Family };
+
+const SUPPORTED_FAMILIES = new Set<Family>(['ip', 'ip6', 'inet']);
+
+function l4Name(v: number | 'set'): string {
+  return v === 'set' ? 'a set of protocols' : v === 6 ? 'tcp' : v === 17 ? 'udp' : 'unknown';
+}
+
+export function compileRule(text: string, ctx: CompileContext): CompiledRule {
+  if (!ctx || !SUPPORTED_FAMILIES.has(ctx.family)) {
+    throw new TypeError(`compileRule supports the ip, ip6 and inet families, not '${String(ctx?.family)}'`);
+  }
+  const ast = parseRule(text, ctx.interfaces ? { ifindex: (n) => ctx.interfaces!.indexOf(n) } : {});
+  return compileAst(text, ast, ctx);
+}
+
+function compileAst(text: string, ast: RuleAst, ctx: CompileContext): CompiledRule {
+  const fail = (at: { col: number; raw: string }, expected: string, reason: string): never => {
+    throw new RuleSyntaxError(text, at.col, at.raw, expected, reason);
+  };
+  const family = ctx.family;
+  const list = evaluate(ast, family, fail);
+  mergePayloads(list, fail);
+
+  const exprs: Expr[] = [];
+  const sets: NftSet[] = [];
+  const base = ctx.setIdBase ?? 1;
+  for (const s of list) {
+    if (s === null) continue;
+    if (s.t === 'rel') {
+      linearizeRel(s, exprs, (field, elems, neq) => {
+        const id = base + sets.length;
+        const built = buildAnonymousSet(field, elems, { family, table: ctx.table }, id, fail);
+        sets.push(built.set);
+        return { kind: 'lookup', sreg: 1, set: '__set%d', setId: id, flags: neq ? 1 : 0 };
+      });
+    } else {
+      linearizeStmt(s.stmt, s.natFamily, exprs);
+    }
+  }
+  const out: CompiledRule = { exprs, sets, text: '' };
+  if (ast.comment !== undefined) out.userdata = commentUserdata(ast.comment);
+  out.text = renderRule(out, family, compiledSetResolver(out), ctx.interfaces ? { interfaces: ctx.interfaces } : {});
+  return out;
+}
+
+/** A SetResolver over a compiled rule's own anonymous sets (matched by setId). */
+export function compiledSetResolver(rule: { sets: readonly NftSet[] }) {
+  return (name: string, setId?: number) => {
+    const s = rule.sets.find((x) => (setId !== undefined ? x.id === setId : x.name === name));
+    return s ? { set: s, elements: s.elements ?? [] } : undefined;
+  };
+}
+
+// ---- evaluation: protocol context and dependencies ------------------------
+
+function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: string) => never): (EStmt | null)[] {
+  const out: (EStmt | null)[] = [];
+  let l3: 'ip' | 'ip6' | 'other' | undefined = family === 'ip' ? 'ip' : family === 'ip6' ? 'ip6' : undefined;
+  let l4: number | 'set' | undefined;
+  let terminal: At | undefined;
+
+  const dep = (field: Field, value: number, at: At): Rel => ({
+    t: 'rel', field, op: 'eq', rhs: { k: 'value', hex: u8(value), col: at.col, raw: at.raw }, at,
+  });
+
+  for (const st of ast.stmts) {
+    if (terminal) {
+      fail(st, `nothing after '${terminal.raw}' but comment "…"`, 'statement after terminal statement has no effect');
+    }
+    if (st.t === 'match') {
+      const f = st.field;
+      if (f === F.nfproto && family !== 'inet') {
+        fail(st, 'a match that makes sense in this family', 'meta nfproto is only useful in the inet family');
+      }
+      if (f.l3) {
+        if (family === 'inet') {
+          if (l3 === undefined) {
+            out.push(dep(F.nfproto, f.l3 === 'ip' ? NFPROTO_IPV4 : NFPROTO_IPV6, st));
+            l3 = f.l3;
+          } else if (l3 !== f.l3) {
+            fail(st, `a match that fits the ${l3 === 'other' ? 'given nfproto' : l3} context`,
+              `conflicting protocols specified: ${l3 === 'other' ? 'unknown' : l3} vs. ${f.l3}`);
+          }
+        } else if (l3 !== f.l3) {
+          fail(st, `a match for ${l3} in this ${family} table`, `conflicting protocols specified: ${l3} vs. ${f.l3}`);
+        }
+      }
+      if (f.l4 !== undefined) {
+        if (l4 === undefined) {
+          out.push(dep(F.l4proto, f.l4, st));
+          l4 = f.l4;
+        } else if (l4 !== f.l4) {
+          fail(st, `a match that fits the ${l4Name(l4)} context`, `conflicting protocols specified: ${l4Name(l4)} vs. ${l4Name(f.l4)}`);
+        }
+      }
+      const rel: Rel = { t: 'rel', field: f, op: st.op, rhs: st.rhs, at: st };
+      if (st.mask !== undefined) rel.mask = st.mask;
+      out.push(rel);
+      if (st.op !== 'neq' && st.mask === undefined) {
+        if (f.protoKey) {
+          if (st.rhs.k === 'value') l4 = parseInt(st.rhs.hex, 16);
+          else if (st.rhs.k === 'set') l4 = 'set';
+        } else if (f === F.nfproto && st.rhs.k === 'value') {
+          const v = parseInt(st.rhs.hex, 16);
+          l3 = v === NFPROTO_IPV4 ? 'ip' : v === NFPROTO_IPV6 ? 'ip6' : 'other';
+        }
+      }
+      continue;
+    }
+    let natFamily: Family | undefined;
+    if (st.t === 'nat' || st.t === 'masq' || st.t === 'redir') {
+      if (st.port && !(typeof l4 === 'number' && TRANSPORT_PROTOCOLS.has(l4))) {
+        fail(st.port, 'a transport protocol match before it (e.g. tcp dport 80, or meta l4proto tcp)',
+          'transport protocol mapping is only valid after transport protocol match');
+      }
+      if (st.t === 'nat') {
+        const explicit = st.family;
+        if (explicit && family !== 'inet' && explicit !== family) {
+          fail(st.familyAt!, `'${family}' or nothing in an ${family} table`, `conflicting protocols specified: ${family} vs. ${explicit}`);
+        }
+        if (explicit && family === 'inet' && (l3 === 'ip' || l3 === 'ip6') && l3 !== explicit) {
+          fail(st.familyAt!, `'${l3}', as the rule matched ${l3} before`, `conflicting protocols specified: ${l3} vs. ${explicit}`);
+        }
+        if (st.addr) {
+          const fam = explicit ?? (family !== 'inet' ? family : l3 === 'ip' || l3 === 'ip6' ? l3 : undefined);
+          if (!fam) {
+            fail(st, `'${st.type} ip to' or '${st.type} ip6 to'`, 'ip or ip6 must be specified with address for inet tables');
+          }
+          if (st.addr.v6 !== (fam === 'ip6')) {
+            fail(st.addr, fam === 'ip6' ? 'an IPv6 address' : 'an IPv4 address', `address family mismatch for ${fam} NAT`);
+          }
+          natFamily = fam;
+        } else {
+          natFamily = explicit ?? family;
+        }
+      }
+      terminal = st;
+    } else if (st.t === 'verdict') {
+      terminal = st;
+    }
+    out.push(natFamily ? { t: 'other', stmt: st, natFamily } : { t: 'other', stmt: st });
+  }
+  return out;
+}
+
+// ---- nft's payload_try_merge (nft 1.0.6 src/rule.c) ------------------------
+
+function isMergeCandidate(s: EStmt): s is Rel {
+  return s.t === 'rel' && s.field.load.kind === 'payload' && s.rhs.k === 'value' && s.mask === undefined;
+}
+
+function canMerge(a: Rel, b: Rel): boolean {
+  const la = a.field.load as { base: string; offset: number };
+  const lb = b.field.load as { base: string; offset: number };
+  if (la.base !== lb.base || la.offset + a.field.len !== lb.offset) return false;
+  const total = a.field.len + b.field.len;
+  if (total > 16) return false;
+  if (!(total <= 4 || a.field.len > 4 || b.field.len > 4)) return false;
+  // Within this language only tcp/udp sport+dport can be adjacent.
+  return la.base === 'transport' && a.field.l4 !== undefined && a.field.l4 === b.field.l4;
+}
+
+function mergePayloads(list: (EStmt | null)[], fail: (at: At, e: string, r: string) => never): void {
+  let sa: number[] = [];
+  const norm = (op: MatchOp) => (op === 'neq' ? 'neq' : 'eq');
+  const doMerge = () => {
+    const order = [...sa].sort((x, y) => {
+      const a = (list[x] as Rel).field.load as { base: string; offset: number };
+      const b = (list[y] as Rel).field.load as { base: string; offset: number };
+      const d = (a.base === 'network' ? 1 : 2) - (b.base === 'network' ? 1 : 2);
+      return d !== 0 ? d : a.offset - b.offset;
+    });
+    let last = order[0]!;
+    for (let i = 1; i < order.length; i++) {
+      const j = order[i]!;
+      const a = list[last] as Rel, b = list[j] as Rel;
+      if (!canMerge(a, b) || norm(a.op) !== norm(b.op)) { last = j; continue; }
+      if (norm(a.op) === 'neq') {
+        fail(b.at, `at most one of '${a.field.name} !=' and '${b.field.name} !=' (or a statement such as counter between them)`,
+          `nft 1.0.6 would merge '${a.at.raw} … !=' and '${b.at.raw} … !=' into one comparison that matches unless both are equal`);
+      }
+      const va = (a.rhs as Elem & { hex: string }).hex, vb = (b.rhs as Elem & { hex: string }).hex;
+      list[last] = {
+        t: 'rel', field: mergedPorts(a.field.l4!), op: a.op,
+        rhs: { k: 'value', hex: va + vb, col: a.rhs.col, raw: a.rhs.raw }, at: a.at,
+      };
+      list[j] = null;
+    }
+  };
+  for (let i = 0; i < list.length; i++) {
+    const s = list[i];
+    if (!s) continue;
+    if (s.t !== 'rel') {
+      // nft leaves a lone candidate in place across the statement (idx < 2: no reset)
+      if (sa.length >= 2) { doMerge(); sa = []; }
+      continue;
+    }
+    if (isMergeCandidate(s)) sa.push(i);
+  }
+  if (sa.length > 1) doMerge();
+}
+
+// ---- linearization -------------------------------------------------------
+
+function loadExpr(field: Field, len: number): Expr {
+  const l = field.load;
+  switch (l.kind) {
+    case 'payload': return { kind: 'payload', base: l.base, offset: l.offset, len, dreg: 1 };
+    case 'meta': return { kind: 'meta', key: l.key, dreg: 1 };
+    case 'ct': return { kind: 'ct', key: l.key, dreg: 1 };
+    case 'fib': return { kind: 'fib', result: 'type', flags: FIB_F.DADDR, dreg: 1 };
+  }
+}
+
+function cmpOp(op: MatchOp): 'eq' | 'neq' {
+  return op === 'neq' ? 'neq' : 'eq';
+}
+
+function bitwise(len: number, mask: string, xor: string): Expr {
+  return { kind: 'bitwise', sreg: 1, dreg: 1, len, op: 'bool', mask, xor };
+}
+
+function linearizeRel(s: Rel, out: Expr[], lookup: (f: Field, e: Elem[], neq: boolean) => Expr): void {
+  const f = s.field;
+  const rhs = s.rhs;
+  const zeros = '00'.repeat(f.len);
+  switch (rhs.k) {
+    case 'value':
+      out.push(loadExpr(f, f.len));
+      if (s.mask !== undefined) {
+        out.push(bitwise(f.len, s.mask, zeros), { kind: 'cmp', sreg: 1, op: cmpOp(s.op), data: rhs.hex });
+      } else if ((f.type === 'ctstate' || f.type === 'ctstatus') && s.op === 'implicit') {
+        // a flag test: any of the given bits set
+        out.push(bitwise(f.len, rhs.hex, zeros), { kind: 'cmp', sreg: 1, op: 'neq', data: zeros });
+      } else {
+        out.push({ kind: 'cmp', sreg: 1, op: cmpOp(s.op), data: rhs.hex });
+      }
+      return;
+    case 'prefix': {
+      const bits = f.len * 8;
+      if (rhs.plen > 0 && rhs.plen % 8 === 0 && rhs.plen < bits) {
+        const n = rhs.plen / 8;
+        out.push(loadExpr(f, n), { kind: 'cmp', sreg: 1, op: cmpOp(s.op), data: rhs.hex.slice(0, n * 2) });
+      } else {
+        out.push(loadExpr(f, f.len), bitwise(f.len, prefixMask(rhs.plen, f.len), zeros),
+          { kind: 'cmp', sreg: 1, op: cmpOp(s.op), data: rhs.hex });
+      }
+      return;
+    }
+    case 'range':
+      out.push(loadExpr(f, f.len));
+      if (s.op === 'neq') out.push({ kind: 'range', sreg: 1, op: 'neq', from: rhs.lo, to: rhs.hi });
+      else out.push({ kind: 'cmp', sreg: 1, op: 'gte', data: rhs.lo }, { kind: 'cmp', sreg: 1, op: 'lte', data: rhs.hi });
+      return;
+    case 'wildcard':
+      out.push(loadExpr(f, f.len), { kind: 'cmp', sreg: 1, op: cmpOp(s.op), data: rhs.prefix });
+      return;
+    case 'set':
+      out.push(loadExpr(f, f.len), lookup(f, rhs.elems, s.op === 'neq'));
+      return;
+  }
+}
+
+function linearizeStmt(st: Exclude<Stmt, MatchStmt>, natFamily: Family | undefined, out: Expr[]): void {
+  switch (st.t) {
+    case 'counter': {
+      const c: Expr = { kind: 'counter' };
+      if (st.packets !== undefined) { c.packets = st.packets; c.bytes = st.bytes; }
+      out.push(c);
+      return;
+    }
+    case 'verdict':
+      out.push(st.chain !== undefined
+        ? { kind: 'immediate', dreg: 0, verdict: st.verdict, chain: st.chain }
+        : { kind: 'immediate', dreg: 0, verdict: st.verdict });
+      return;
+    case 'masq':
+    case 'redir': {
+      const e: Expr = { kind: st.t };
+      let flags = st.flags;
+      if (st.port) {
+        out.push({ kind: 'immediate', dreg: 1, data: u16Be(st.port.lo) });
+        if (st.port.hi !== undefined) out.push({ kind: 'immediate', dreg: 2, data: u16Be(st.port.hi) });
+        flags |= NAT_RANGE.PROTO_SPECIFIED;
+        e.regProtoMin = 1;
+        e.regProtoMax = st.port.hi !== undefined ? 2 : 1;
+      }
+      if (flags) e.flags = flags;
+      out.push(e);
+      return;
+    }
+    case 'nat': {
+      const e: Expr = { kind: 'nat', type: st.type, family: natFamily! };
+      let reg = 1;
+      let flags = st.flags;
+      if (st.addr) {
+        out.push({ kind: 'immediate', dreg: reg, data: st.addr.lo });
+        e.regAddrMin = reg;
+        e.regAddrMax = reg;
+        reg++;
+        if (st.addr.hi !== undefined) {
+          out.push({ kind: 'immediate', dreg: reg, data: st.addr.hi });
+          e.regAddrMax = reg;
+          reg++;
+        }
+        flags |= NAT_RANGE.MAP_IPS;
+      }
+      if (st.port) {
+        out.push({ kind: 'immediate', dreg: reg, data: u16Be(st.port.lo) });
+        e.regProtoMin = reg;
+        e.regProtoMax = reg;
+        reg++;
+        if (st.port.hi !== undefined) {
+          out.push({ kind: 'immediate', dreg: reg, data: u16Be(st.port.hi) });
+          e.regProtoMax = reg;
+        }
+        flags |= NAT_RANGE.PROTO_SPECIFIED;
+      }
+      e.flags = flags;
+      out.push(e);
+      return;
+    }
+    case 'markset': {
+      if (st.value !== undefined) {
+        out.push({ kind: 'immediate', dreg: 1, data: u32Host(st.value) });
+      } else {
+        out.push(st.src === 'ct' ? { kind: 'ct', key: 'mark', dreg: 1 } : { kind: 'meta', key: 'mark', dreg: 1 });
+        if (st.binop !== undefined) {
+          const v = st.operand! >>> 0;
+          const [mask, xor] = st.binop === 'and' ? [v, 0] : st.binop === 'or' ? [~v >>> 0, v] : [0xffffffff, v];
+          out.push(bitwise(4, u32Host(mask), u32Host(xor)));
+        }
+      }
+      out.push(st.target === 'ct' ? { kind: 'ct', key: 'mark', sreg: 1 } : { kind: 'meta', key: 'mark', sreg: 1 });
+      return;
+    }
+  }
+}
+
+/**
+ * Queues a compiled rule on a batch: its anonymous sets first, then the rule
+ * (`extra` may carry position/handle for insert or replace).
+ */
+export function queueRule(batch: Batch, rule: CompiledRule, where: { family: Family; table: string; chain: string },
+  verb: 'add' | 'insert' = 'add', extra: { position?: number } = {}): void {
+  for (const s of rule.sets) batch.add('set', { ...s, family: where.family, table: where.table });
+  const r = { family: where.family, table: where.table, chain: where.chain, exprs: rule.exprs, ...extra,
+    ...(rule.userdata !== undefined ? { userdata: rule.userdata } : {}) };
+  if (verb === 'insert') batch.insert('rule', r);
+  else batch.add('rule', r);
+}

@@ -1,0 +1,593 @@
+/**
+ * Recursive-descent parser for the supported subset of nft rule syntax. It
+ * only checks form (and encodes values into kernel bytes); protocol context,
+ * dependencies and family rules are the compiler's job.
+ */
+import { RuleSyntaxError } from '../errors.js';
+import type {
+  At, CounterStmt, Elem, MarkSetStmt, MasqStmt, MatchOp, MatchStmt, NatAddr, NatStmt, PortRange,
+  Rhs, RuleAst, Stmt, VerdictStmt,
+} from './ast.js';
+import { andHex, prefixMask, readU32Host, u16Be, u32Host, u8 } from './bytes.js';
+import { F, type Field } from './fields.js';
+import { tokenize, type Token } from './lexer.js';
+import { NAT_RANGE } from '../netlink/expr.js';
+import {
+  CT_STATE, CT_STATUS, FIB_TYPES, IFNAMSIZ, NFPROTO, ifnameBytes, parseIPv4, parseIPv6, parseInteger,
+  parseProtocol, symbolValue,
+} from './values.js';
+import { COMMENT_MAX } from './udata.js';
+
+export interface ParseOptions {
+  /** Interface name to index, for `iif`/`oif` by name. */
+  ifindex?: (name: string) => number | undefined;
+}
+
+const STATEMENT_START = 'a match (ip, ip6, tcp, udp, meta, iifname, oifname, iif, oif, mark, ct, fib) ' +
+  'or a statement (counter, accept, drop, return, jump, goto, masquerade, snat, dnat, redirect, mark set, ct mark set)';
+const NEXT_AFTER_STMT = `${STATEMENT_START}, comment "…" or the end of the rule`;
+const CHAIN_NAME = /^[A-Za-z_.][A-Za-z0-9_./-]*$/;
+const NAT_FLAGS: Record<string, number> = {
+  random: NAT_RANGE.PROTO_RANDOM, 'fully-random': NAT_RANGE.PROTO_RANDOM_FULLY, persistent: NAT_RANGE.PERSISTENT,
+};
+
+class Parser {
+  private pos = 0;
+  constructor(private readonly text: string, private readonly toks: Token[], private readonly opts: ParseOptions) {}
+
+  fail(at: { col: number; raw: string }, expected: string, reason?: string): never {
+    throw new RuleSyntaxError(this.text, at.col, at.raw, expected, reason);
+  }
+
+  peek(k = 0): Token {
+    return this.toks[Math.min(this.pos + k, this.toks.length - 1)]!;
+  }
+
+  next(): Token {
+    const t = this.peek();
+    if (this.pos < this.toks.length - 1) this.pos++;
+    return t;
+  }
+
+  isWord(t: Token, ...words: string[]): boolean {
+    return t.kind === 'word' && (words.length === 0 || words.includes(t.text));
+  }
+
+  expectWord(expected: string, ...words: string[]): Token {
+    const t = this.peek();
+    if (!this.isWord(t, ...words)) this.fail(t, expected);
+    return this.next();
+  }
+
+  parseRule(): RuleAst {
+    const stmts: Stmt[] = [];
+    let comment: string | undefined;
+    for (;;) {
+      const t = this.peek();
+      if (t.kind === 'end') {
+        if (stmts.length === 0) this.fail(t, STATEMENT_START, 'empty rule');
+        break;
+      }
+      if (this.isWord(t, 'comment')) {
+        if (stmts.length === 0) this.fail(t, STATEMENT_START, 'a rule needs a statement before its comment');
+        this.next();
+        const s = this.peek();
+        if (s.kind !== 'string') this.fail(s, 'a double-quoted comment');
+        this.next();
+        if (Buffer.byteLength(s.text) > COMMENT_MAX) {
+          this.fail(s, `a comment of at most ${COMMENT_MAX} bytes`, 'comment too long');
+        }
+        if (s.text.length === 0) this.fail(s, 'a non-empty comment');
+        comment = s.text;
+        const e = this.peek();
+        if (e.kind !== 'end') this.fail(e, 'the end of the rule (the comment comes last)');
+        break;
+      }
+      stmts.push(this.parseStatement(stmts.length === 0 ? STATEMENT_START : NEXT_AFTER_STMT));
+    }
+    return comment === undefined ? { stmts } : { stmts, comment };
+  }
+
+  parseStatement(expected: string): Stmt {
+    const t = this.peek();
+    if (t.kind !== 'word') this.fail(t, expected);
+    const at: At = { col: t.col, raw: t.raw };
+    switch (t.text) {
+      case 'ip': {
+        this.next();
+        const k = this.expectWord("'saddr', 'daddr' or 'protocol' after 'ip'", 'saddr', 'daddr', 'protocol');
+        return this.parseMatch(k.text === 'saddr' ? F.ipSaddr : k.text === 'daddr' ? F.ipDaddr : F.ipProtocol, at);
+      }
+      case 'ip6': {
+        this.next();
+        const k = this.expectWord("'saddr', 'daddr' or 'nexthdr' after 'ip6'", 'saddr', 'daddr', 'nexthdr');
+        return this.parseMatch(k.text === 'saddr' ? F.ip6Saddr : k.text === 'daddr' ? F.ip6Daddr : F.ip6Nexthdr, at);
+      }
+      case 'tcp':
+      case 'udp': {
+        this.next();
+        const k = this.expectWord(`'sport' or 'dport' after '${t.text}'`, 'sport', 'dport');
+        const tcp = t.text === 'tcp';
+        return this.parseMatch(k.text === 'sport' ? (tcp ? F.tcpSport : F.udpSport) : (tcp ? F.tcpDport : F.udpDport), at);
+      }
+      case 'meta': {
+        this.next();
+        const k = this.expectWord("a meta key: 'iifname', 'oifname', 'iif', 'oif', 'l4proto', 'nfproto' or 'mark'",
+          'iifname', 'oifname', 'iif', 'oif', 'l4proto', 'nfproto', 'mark');
+        if (k.text === 'mark' && this.isWord(this.peek(), 'set')) return this.parseMarkSet('meta', at);
+        return this.parseMatch(metaField(k.text), at);
+      }
+      case 'iifname': case 'oifname': case 'iif': case 'oif':
+        this.next();
+        return this.parseMatch(metaField(t.text), at);
+      case 'mark':
+        this.next();
+        if (this.isWord(this.peek(), 'set')) return this.parseMarkSet('meta', at);
+        return this.parseMatch(F.mark, at);
+      case 'ct': {
+        this.next();
+        const k = this.expectWord("'state', 'status' or 'mark' after 'ct'", 'state', 'status', 'mark');
+        if (k.text === 'mark' && this.isWord(this.peek(), 'set')) return this.parseMarkSet('ct', at);
+        return this.parseMatch(k.text === 'state' ? F.ctState : k.text === 'status' ? F.ctStatus : F.ctMark, at);
+      }
+      case 'fib': {
+        this.next();
+        this.expectWord("'daddr' after 'fib' (only 'fib daddr type' is supported)", 'daddr');
+        this.expectWord("'type' after 'fib daddr'", 'type');
+        return this.parseMatch(F.fibDaddrType, at);
+      }
+      case 'counter': return this.parseCounter(at);
+      case 'accept': case 'drop': case 'return':
+        this.next();
+        return { t: 'verdict', verdict: t.text, ...at } as VerdictStmt;
+      case 'jump': case 'goto': {
+        this.next();
+        const c = this.peek();
+        if (c.kind !== 'word' || !CHAIN_NAME.test(c.text) || c.text.length > 255) {
+          this.fail(c, 'a chain name (a letter, _ or . followed by letters, digits, / - _ .)');
+        }
+        this.next();
+        return { t: 'verdict', verdict: t.text as 'jump' | 'goto', chain: c.text, ...at };
+      }
+      case 'masquerade': case 'redirect': return this.parseMasqRedir(t.text === 'masquerade' ? 'masq' : 'redir', at);
+      case 'snat': case 'dnat': return this.parseNat(t.text, at);
+      default:
+        if (t.text.startsWith('@')) this.fail(t, expected, 'named sets are not supported');
+        return this.fail(t, expected, 'unknown or unsupported keyword');
+    }
+  }
+
+  parseCounter(at: At): CounterStmt {
+    this.next();
+    const st: CounterStmt = { t: 'counter', ...at };
+    if (this.isWord(this.peek(), 'packets')) {
+      this.next();
+      const p = this.peek();
+      const pv = p.kind === 'word' ? parseInteger(p.text, Number.MAX_SAFE_INTEGER, false) : undefined;
+      if (pv === undefined) this.fail(p, 'a packet count');
+      this.next();
+      this.expectWord("'bytes' after the packet count", 'bytes');
+      const b = this.peek();
+      const bv = b.kind === 'word' ? parseInteger(b.text, Number.MAX_SAFE_INTEGER, false) : undefined;
+      if (bv === undefined) this.fail(b, 'a byte count');
+      this.next();
+      st.packets = pv;
+      st.bytes = bv;
+    }
+    return st;
+  }
+
+  parseMatch(field: Field, at: At): MatchStmt {
+    let mask: string | undefined;
+    let op: MatchOp = 'implicit';
+    let opAt: At | undefined;
+    const t = this.peek();
+    if (t.kind === 'punct' && t.text === '&') {
+      if (!['mark', 'ctstate', 'ctstatus'].includes(field.type)) {
+        this.fail(t, `a value after '${field.name}'`, `'&' masks only meta mark, ct mark, ct state and ct status`);
+      }
+      this.next();
+      const m = this.parseScalar(field, 'a mask');
+      mask = m.hex;
+      const o = this.peek();
+      if (!(o.kind === 'punct' && (o.text === '==' || o.text === '!='))) this.fail(o, "'==' or '!=' after the mask");
+    }
+    const o = this.peek();
+    if (o.kind === 'punct' && (o.text === '==' || o.text === '!=')) {
+      op = o.text === '==' ? 'eq' : 'neq';
+      opAt = { col: o.col, raw: o.raw };
+      this.next();
+    }
+    const rhs = this.parseRhs(field, mask !== undefined);
+    if (mask !== undefined && rhs.k === 'value' && andHex(rhs.hex, mask) !== rhs.hex) {
+      this.fail(rhs, `a value inside the mask`, 'this masked comparison can never match');
+    }
+    const m: MatchStmt = { t: 'match', field, op, rhs, ...at };
+    if (opAt) m.opAt = opAt;
+    if (mask !== undefined) m.mask = mask;
+    return m;
+  }
+
+  parseRhs(field: Field, masked: boolean): Rhs {
+    const t = this.peek();
+    if (t.kind === 'punct' && t.text === '{') {
+      if (!field.set || masked) {
+        this.fail(t, `a single value for ${field.name}`, `anonymous sets are not supported for ${masked ? 'masked ' : ''}${field.name}`);
+      }
+      this.next();
+      const elems: Elem[] = [];
+      for (;;) {
+        elems.push(this.parseElem(field, false));
+        const s = this.peek();
+        if (s.kind === 'punct' && s.text === ',') { this.next(); continue; }
+        if (s.kind === 'punct' && s.text === '}') { this.next(); break; }
+        this.fail(s, "',' or '}' in the set");
+      }
+      // nft treats a one-element set as the element itself
+      if (elems.length === 1) return elems[0]!;
+      return { k: 'set', elems, col: t.col, raw: t.raw };
+    }
+    if (field.type === 'ctstate' || field.type === 'ctstatus') return this.parseFlagList(field, masked);
+    return this.parseElem(field, masked);
+  }
+
+  parseFlagList(field: Field, masked: boolean): Elem {
+    const first = this.parseScalar(field, 'a ct ' + (field.type === 'ctstate' ? 'state' : 'status'));
+    if (masked) return first;
+    let v = 0;
+    const add = (e: Elem & { hex: string }) => { v = (v | hostU32(e.hex)) >>> 0; };
+    add(first);
+    let sep: string | undefined;
+    for (;;) {
+      const s = this.peek();
+      if (s.kind === 'punct' && (s.text === ',' || s.text === '|') && (sep === undefined || sep === s.text)) {
+        sep = s.text;
+        this.next();
+        add(this.parseScalar(field, 'another flag'));
+        continue;
+      }
+      break;
+    }
+    return { k: 'value', hex: u32Host(v), col: first.col, raw: first.raw };
+  }
+
+  /** One value (no prefix/range) of the field's type. */
+  parseScalar(field: Field, what: string): Elem & { k: 'value' } {
+    const e = this.parseElem(field, true, what);
+    return e as Elem & { k: 'value' };
+  }
+
+  parseElem(field: Field, scalar: boolean, what?: string): Elem {
+    const t = this.peek();
+    const at: At = { col: t.col, raw: t.raw };
+    const expect = (e: string): never => this.fail(t, what ? `${what}: ${e}` : e);
+    switch (field.type) {
+      case 'ipv4': case 'ipv6': {
+        const v6 = field.type === 'ipv6';
+        const kind = v6 ? 'an IPv6 address' : 'an IPv4 address';
+        if (t.kind !== 'word') expect(`${kind}, prefix or range`);
+        this.next();
+        const parse = v6 ? parseIPv6 : parseIPv4;
+        const bits = v6 ? 128 : 32;
+        const slash = t.text.indexOf('/');
+        const dash = t.text.indexOf('-');
+        if (slash >= 0 && !scalar) {
+          const a = parse(t.text.slice(0, slash));
+          const ps = t.text.slice(slash + 1);
+          const plen = /^(?:0|[1-9][0-9]{0,2})$/.test(ps) ? Number(ps) : NaN;
+          if (a === undefined || !(plen >= 0 && plen <= bits)) expect(`${kind} prefix such as ${v6 ? 'fd00::/64' : '10.0.0.0/8'}`);
+          const masked = andHex(a!, prefixMask(plen, bits / 8));
+          if (plen === bits) return { k: 'value', hex: masked, ...at };
+          return { k: 'prefix', hex: masked, plen, ...at };
+        }
+        if (dash >= 0 && !scalar) {
+          const a = parse(t.text.slice(0, dash));
+          const b = parse(t.text.slice(dash + 1));
+          if (a === undefined || b === undefined) expect(`${kind} range such as ${v6 ? 'fd00::1-fd00::9' : '10.0.0.1-10.0.0.9'}`);
+          if (a! > b!) this.fail(t, 'a range whose start is not above its end', 'empty range');
+          return { k: 'range', lo: a!, hi: b!, ...at };
+        }
+        const a = parse(t.text);
+        if (a === undefined) {
+          if (t.text.startsWith('@')) this.fail(t, `${kind}`, 'named sets are not supported');
+          expect(scalar ? kind : `${kind}, prefix, range or { set }`);
+        }
+        return { k: 'value', hex: a!, ...at };
+      }
+      case 'port': {
+        if (t.kind !== 'word') expect('a port number, a port range such as 1000-2000, or { set }');
+        this.next();
+        const dash = t.text.indexOf('-');
+        if (dash > 0 && !scalar) {
+          const a = parseInteger(t.text.slice(0, dash), 65535, false);
+          const b = parseInteger(t.text.slice(dash + 1), 65535, false);
+          if (a === undefined || b === undefined) expect('a port range such as 1000-2000');
+          if (a! > b!) this.fail(t, 'a range whose start is not above its end', 'empty range');
+          return { k: 'range', lo: u16Be(a!), hi: u16Be(b!), ...at };
+        }
+        const v = parseInteger(t.text, 65535, false);
+        if (v === undefined) expect('a port number 0-65535 (service names are not supported)');
+        return { k: 'value', hex: u16Be(v!), ...at };
+      }
+      case 'proto': {
+        if (t.kind !== 'word') expect('a protocol name (tcp, udp, icmp, ...) or number 0-255');
+        this.next();
+        const v = parseProtocol(t.text);
+        if (v === undefined) expect('a protocol name (tcp, udp, icmp, ...) or number 0-255');
+        return { k: 'value', hex: u8(v!), ...at };
+      }
+      case 'nfproto': {
+        if (t.kind !== 'word') expect("'ipv4' or 'ipv6'");
+        this.next();
+        const v = symbolValue(NFPROTO, t.text);
+        if (v === undefined) expect("'ipv4' or 'ipv6'");
+        return { k: 'value', hex: u8(v!), ...at };
+      }
+      case 'ifname': {
+        if (t.kind !== 'word' && t.kind !== 'string') expect('an interface name such as "eth0" or "veth*"');
+        this.next();
+        const name = t.text;
+        const bytes = Buffer.from(name, 'utf8');
+        const star = name.indexOf('*');
+        if (name.length === 0 || bytes.includes(0) || /\s/.test(name)) expect('a non-empty interface name without spaces');
+        if (star >= 0 && star !== name.length - 1) expect("an interface name with '*' only at its end");
+        if (star === name.length - 1) {
+          if (name.length === 1) this.fail(t, 'a name prefix before the wildcard', "a bare '*' is not supported");
+          if (bytes.length - 1 > IFNAMSIZ - 1) expect(`an interface name of at most ${IFNAMSIZ - 1} bytes`);
+          return { k: 'wildcard', prefix: bytes.subarray(0, bytes.length - 1).toString('hex'), ...at };
+        }
+        if (bytes.length > IFNAMSIZ - 1) expect(`an interface name of at most ${IFNAMSIZ - 1} bytes`);
+        return { k: 'value', hex: ifnameBytes(name), ...at };
+      }
+      case 'ifindex': {
+        if (t.kind !== 'word' && t.kind !== 'string') expect('an interface index or name');
+        this.next();
+        let idx = t.kind === 'word' ? parseInteger(t.text, 0xffffffff, false) : undefined;
+        if (idx === undefined) {
+          if (t.kind === 'word' && !/^[A-Za-z0-9_.:-]+$/.test(t.text)) expect('an interface index or name');
+          idx = this.opts.ifindex?.(t.text);
+          if (idx === undefined) {
+            this.fail(t, "an interface index, or a name the CompileContext's interfaces resolver knows " +
+              '(or match by iifname/oifname)', `interface '${t.text}' cannot be resolved to an index`);
+          }
+        }
+        return { k: 'value', hex: u32Host(idx!), ...at };
+      }
+      case 'mark': {
+        if (t.kind !== 'word') expect('a 32-bit mark such as 0x4000');
+        this.next();
+        const v = parseInteger(t.text, 0xffffffff);
+        if (v === undefined) expect('a 32-bit mark such as 0x4000');
+        return { k: 'value', hex: u32Host(v!), ...at };
+      }
+      case 'ctstate': case 'ctstatus': {
+        const table = field.type === 'ctstate' ? CT_STATE : CT_STATUS;
+        const names = table.map(([n]) => n).join(', ');
+        if (t.kind !== 'word') expect(`${names}, or a number`);
+        this.next();
+        const v = symbolValue(table, t.text) ?? parseInteger(t.text, 0xffffffff);
+        if (v === undefined) expect(`${names}, or a number`);
+        return { k: 'value', hex: u32Host(v!), ...at };
+      }
+      case 'fibtype': {
+        const names = FIB_TYPES.map(([n]) => n).join(', ');
+        if (t.kind !== 'word') expect(`an address type: ${names}`);
+        this.next();
+        const v = symbolValue(FIB_TYPES, t.text);
+        if (v === undefined) expect(`an address type: ${names}`);
+        return { k: 'value', hex: u32Host(v!), ...at };
+      }
+      case 'ports':
+        return expect('unreachable');
+    }
+  }
+
+  parseMarkSet(target: 'meta' | 'ct', at: At): MarkSetStmt {
+    this.next(); // 'set'
+    const t = this.peek();
+    const st: MarkSetStmt = { t: 'markset', target, ...at };
+    const expected = "a 32-bit value, or 'mark', 'meta mark' or 'ct mark' optionally followed by and/or/xor (&, |, ^) and a value";
+    if (t.kind !== 'word') this.fail(t, expected);
+    const v = parseInteger(t.text, 0xffffffff);
+    if (v !== undefined) {
+      this.next();
+      st.value = v;
+      return st;
+    }
+    if (t.text === 'mark') { this.next(); st.src = 'meta'; }
+    else if (t.text === 'meta' || t.text === 'ct') {
+      this.next();
+      this.expectWord(`'mark' after '${t.text}'`, 'mark');
+      st.src = t.text;
+    } else this.fail(t, expected);
+    const o = this.peek();
+    const ops: Record<string, 'and' | 'or' | 'xor'> = { '&': 'and', '|': 'or', '^': 'xor', and: 'and', or: 'or', xor: 'xor' };
+    if ((o.kind === 'punct' || o.kind === 'word') && ops[o.text]) {
+      this.next();
+      const n = this.peek();
+      const nv = n.kind === 'word' ? parseInteger(n.text, 0xffffffff) : undefined;
+      if (nv === undefined) this.fail(n, `a 32-bit value after '${o.text}'`);
+      this.next();
+      st.binop = ops[o.text];
+      st.operand = nv;
+    }
+    return st;
+  }
+
+  parseNatFlags(): number {
+    let flags = 0;
+    const t = this.peek();
+    if (!this.isWord(t, ...Object.keys(NAT_FLAGS))) return 0;
+    for (;;) {
+      const f = this.peek();
+      if (!this.isWord(f, ...Object.keys(NAT_FLAGS))) this.fail(f, "'random', 'fully-random' or 'persistent'");
+      if (flags & NAT_FLAGS[f.text]!) this.fail(f, 'each flag once', `'${f.text}' given twice`);
+      flags |= NAT_FLAGS[f.text]!;
+      this.next();
+      const s = this.peek();
+      if (s.kind === 'punct' && s.text === ',') { this.next(); continue; }
+      if (this.isWord(s, ...Object.keys(NAT_FLAGS))) this.fail(s, "',' between flags, e.g. random,persistent");
+      return flags;
+    }
+  }
+
+  portRange(t: Token, s: string, expected: string): PortRange {
+    const m = /^(\d+)(?:-(\d+))?$/.exec(s);
+    const lo = m ? parseInteger(m[1]!, 65535, false) : undefined;
+    const hi = m?.[2] !== undefined ? parseInteger(m[2], 65535, false) : undefined;
+    if (!m || lo === undefined || (m[2] !== undefined && hi === undefined)) this.fail(t, expected);
+    if (hi !== undefined && hi < lo!) this.fail(t, 'a port range whose start is not above its end', 'empty range');
+    const r: PortRange = { lo: lo!, col: t.col, raw: t.raw };
+    if (hi !== undefined) r.hi = hi;
+    return r;
+  }
+
+  parseMasqRedir(kind: 'masq' | 'redir', at: At): MasqStmt {
+    this.next();
+    const st: MasqStmt = { t: kind, flags: 0, ...at };
+    if (this.isWord(this.peek(), 'to')) {
+      this.next();
+      const p = this.peek();
+      const expected = kind === 'masq' ? "a port mapping such as ':1000' or ':1000-2000'" : "a port such as ':8080' or ':8080-8090'";
+      if (p.kind !== 'word') this.fail(p, expected);
+      if (kind === 'masq' && !p.text.startsWith(':')) this.fail(p, expected);
+      this.next();
+      st.port = this.portRange(p, p.text.startsWith(':') ? p.text.slice(1) : p.text, expected);
+    }
+    st.flags = this.parseNatFlags();
+    return st;
+  }
+
+  parseNat(type: string, at: At): NatStmt {
+    this.next();
+    const st: NatStmt = { t: 'nat', type: type as 'snat' | 'dnat', flags: 0, ...at };
+    const f = this.peek();
+    if (this.isWord(f, 'ip', 'ip6')) {
+      st.family = f.text as 'ip' | 'ip6';
+      st.familyAt = { col: f.col, raw: f.raw };
+      this.next();
+    }
+    this.expectWord(`'to' after '${type}'${st.family ? '' : " (or 'ip to' / 'ip6 to')"}`, 'to');
+    const t = this.peek();
+    const expected = "an address, prefix or range, optionally with ':port' or ':port-port' " +
+      "(IPv6 with a port in brackets: '[fd00::1]:80'), or just ':port'";
+    if (t.kind === 'punct' && t.text === '[') {
+      // [a]:p  [a]-[b]:p
+      this.next();
+      const a = this.peek();
+      const lo = a.kind === 'word' ? parseIPv6(a.text) : undefined;
+      if (lo === undefined) this.fail(a, 'an IPv6 address inside [ ]');
+      this.next();
+      const c = this.next();
+      if (!(c.kind === 'punct' && c.text === ']')) this.fail(c, "']'");
+      const addr: NatAddr = { v6: true, lo: lo!, col: a.col, raw: a.raw };
+      let n = this.peek();
+      if (this.isWord(n, '-')) {
+        this.next();
+        const o = this.next();
+        if (!(o.kind === 'punct' && o.text === '[')) this.fail(o, "'[' starting the end of the address range");
+        const b = this.peek();
+        const hi = b.kind === 'word' ? parseIPv6(b.text) : undefined;
+        if (hi === undefined) this.fail(b, 'an IPv6 address inside [ ]');
+        this.next();
+        const c2 = this.next();
+        if (!(c2.kind === 'punct' && c2.text === ']')) this.fail(c2, "']'");
+        if (hi! < lo!) this.fail(b, 'a range whose start is not above its end', 'empty range');
+        addr.hi = hi!;
+        n = this.peek();
+      }
+      st.addr = addr;
+      if (n.kind === 'word' && n.text.startsWith(':')) {
+        this.next();
+        st.port = this.portRange(n, n.text.slice(1), "a port or port range after ':'");
+      } else if (addr.hi === undefined) {
+        this.fail(n, "':port' after the bracketed address");
+      }
+    } else if (t.kind === 'word') {
+      this.next();
+      const portOnly = /^:(\d+(?:-\d+)?)$/.exec(t.text);
+      const v4 = /^([0-9.]+)(?:([-/])([0-9.]+))?(?::(\d+(?:-\d+)?))?$/.exec(t.text);
+      if (portOnly) {
+        st.port = this.portRange(t, portOnly[1]!, expected);
+      } else if (v4) {
+        const lo = parseIPv4(v4[1]!);
+        if (lo === undefined) this.fail(t, expected);
+        const addr: NatAddr = { v6: false, lo: lo!, col: t.col, raw: t.raw };
+        if (v4[2] === '-') {
+          const hi = parseIPv4(v4[3]!);
+          if (hi === undefined) this.fail(t, expected);
+          if (hi! < lo!) this.fail(t, 'a range whose start is not above its end', 'empty range');
+          addr.hi = hi!;
+        } else if (v4[2] === '/') {
+          const plen = /^(?:0|[1-9][0-9]?)$/.test(v4[3]!) ? Number(v4[3]) : NaN;
+          if (!(plen >= 0 && plen <= 32)) this.fail(t, expected);
+          const m = prefixMask(plen, 4);
+          const base = andHex(lo!, m);
+          addr.lo = base;
+          if (plen < 32) addr.hi = orNotMask(base, m);
+        }
+        st.addr = addr;
+        if (v4[4] !== undefined) st.port = this.portRange(t, v4[4], expected);
+      } else {
+        const dash = t.text.indexOf('-');
+        const slash = t.text.indexOf('/');
+        const addr: NatAddr = { v6: true, lo: '', col: t.col, raw: t.raw };
+        if (slash >= 0) {
+          const a = parseIPv6(t.text.slice(0, slash));
+          const ps = t.text.slice(slash + 1);
+          const plen = /^(?:0|[1-9][0-9]{0,2})$/.test(ps) ? Number(ps) : NaN;
+          if (a === undefined || !(plen >= 0 && plen <= 128)) this.fail(t, expected);
+          const m = prefixMask(plen, 16);
+          addr.lo = andHex(a!, m);
+          if (plen < 128) addr.hi = orNotMask(addr.lo, m);
+        } else if (dash >= 0) {
+          const a = parseIPv6(t.text.slice(0, dash));
+          const b = parseIPv6(t.text.slice(dash + 1));
+          if (a === undefined || b === undefined) this.fail(t, expected);
+          if (b! < a!) this.fail(t, 'a range whose start is not above its end', 'empty range');
+          addr.lo = a!;
+          addr.hi = b!;
+        } else {
+          const a = parseIPv6(t.text);
+          if (a === undefined) this.fail(t, expected);
+          addr.lo = a!;
+        }
+        st.addr = addr;
+      }
+    } else {
+      this.fail(t, expected);
+    }
+    st.flags = this.parseNatFlags();
+    return st;
+  }
+}
+
+function orNotMask(base: string, mask: string): string {
+  let s = '';
+  for (let i = 0; i < base.length; i += 2) {
+    const v = parseInt(base.substr(i, 2), 16) | (~parseInt(mask.substr(i, 2), 16) & 0xff);
+    s += v.toString(16).padStart(2, '0');
+  }
+  return s;
+}
+
+function hostU32(h: string): number {
+  return readU32Host(h)!;
+}
+
+function metaField(k: string): Field {
+  switch (k) {
+    case 'iifname': return F.iifname;
+    case 'oifname': return F.oifname;
+    case 'iif': return F.iif;
+    case 'oif': return F.oif;
+    case 'l4proto': return F.l4proto;
+    case 'nfproto': return F.nfproto;
+    default: return F.mark;
+  }
+}
+
+export function parseRule(text: string, opts: ParseOptions = {}): RuleAst {
+  if (typeof text !== 'string') throw new TypeError('rule text must be a string');
+  return new Parser(text, tokenize(text), opts).parseRule();
+}

@@ -1,0 +1,94 @@
+import { describe, expect, it } from 'vitest';
+import { parseConfig, parsePriority } from '../../src/config/config.js';
+import { ConfigError } from '../../src/errors.js';
+import { FLANNEL_YAML } from '../keeper/helpers.js';
+
+function configError(text: string): ConfigError {
+  try {
+    parseConfig(text, 'c.yaml');
+  } catch (e) {
+    expect(e).toBeInstanceOf(ConfigError);
+    return e as ConfigError;
+  }
+  throw new Error('expected a ConfigError');
+}
+
+describe('config', () => {
+  it('loads the flannel example with base chain and compiled rules', () => {
+    const c = parseConfig(FLANNEL_YAML);
+    expect(c.tables).toHaveLength(1);
+    const chain = c.tables[0]!.chains[0]!;
+    expect(chain.base).toEqual({ type: 'nat', hook: 'postrouting', priority: 100, policy: 'accept' });
+    expect(chain.rules).toHaveLength(4);
+    expect(chain.rules[1]!.compiled.exprs.some((e) => e.kind === 'masq')).toBe(true);
+  });
+
+  it('names priorities as nft does', () => {
+    expect(parsePriority('srcnat')).toBe(100);
+    expect(parsePriority('dstnat - 5')).toBe(-105);
+    expect(parsePriority('filter+10')).toBe(10);
+    expect(parsePriority(-7)).toBe(-7);
+  });
+
+  it('accepts a config with no tables', () => {
+    expect(parseConfig('tables: []\n').tables).toEqual([]);
+  });
+
+  it('reports YAML syntax errors with their position', () => {
+    const e = configError('tables:\n  - family: ip\n    name: [oops\n');
+    expect(e.file).toBe('c.yaml');
+    expect(e.line).toBeGreaterThanOrEqual(3);
+  });
+
+  it('reports schema errors at the offending node', () => {
+    const e = configError('tables:\n  - family: ipx\n    name: t\n');
+    expect([e.line, e.column]).toEqual([2, 13]);
+    expect(e.reason).toMatch(/tables\.0\.family/);
+  });
+
+  it('refuses unknown keys', () => {
+    const e = configError('tables:\n  - family: ip\n    name: t\n    colour: red\n');
+    expect(e.reason).toMatch(/colour/);
+  });
+
+  it('points a rule syntax error at the column inside the rule', () => {
+    const e = configError(`tables:
+  - family: ip
+    name: t
+    chains:
+      - name: c
+        type: nat
+        hook: postrouting
+        priority: srcnat
+        rules:
+          - ip saddr 10.0.0.0/8 masquerade bogus
+`);
+    expect(e.line).toBe(10);
+    expect(e.column).toBeGreaterThan(12);
+    expect(e.reason).toMatch(/rule 1 of chain c/);
+  });
+
+  it('refuses NAT statements in the wrong hook before anything reaches the kernel', () => {
+    const e = configError(`tables:
+  - family: ip
+    name: t
+    chains:
+      - name: c
+        type: nat
+        hook: prerouting
+        priority: dstnat
+        rules:
+          - masquerade
+`);
+    expect(e.reason).toMatch(/only valid in postrouting and input/);
+    expect(e.line).toBe(10);
+  });
+
+  it('refuses half a base chain, duplicates, and jumps to undefined chains', () => {
+    expect(configError('tables:\n  - family: ip\n    name: t\n    chains:\n      - name: c\n        hook: input\n').reason)
+      .toMatch(/type, hook and priority together/);
+    expect(configError('tables:\n  - {family: ip, name: t}\n  - {family: ip, name: t}\n').reason).toMatch(/twice/);
+    expect(configError('tables:\n  - family: ip\n    name: t\n    chains:\n      - name: c\n        rules: ["jump nowhere"]\n').reason)
+      .toMatch(/nowhere/);
+  });
+});

@@ -1,0 +1,68 @@
+import pino from 'pino';
+import { parseConfig, type Config } from '../../src/config/config.js';
+import { Keeper, type KeeperOptions, type RepairReport } from '../../src/keeper/keeper.js';
+import type { Netns } from '../helpers/netns.js';
+
+export const FLANNEL_RULES = [
+  'ip saddr 10.244.0.0/16 ip daddr 10.244.0.0/16 return',
+  'ip saddr 10.244.0.0/16 ip daddr != 224.0.0.0/4 masquerade fully-random',
+  'ip saddr != 10.244.0.0/16 ip daddr 10.244.1.0/24 return',
+  'ip saddr != 10.244.0.0/16 ip daddr 10.244.0.0/16 masquerade fully-random',
+];
+
+export const FLANNEL_YAML = `
+tables:
+  - family: ip
+    name: nfkeeper
+    chains:
+      - name: postrouting
+        type: nat
+        hook: postrouting
+        priority: srcnat
+        rules:
+${FLANNEL_RULES.map((r) => `          - ${r}`).join('\n')}
+`;
+
+export function flannelConfig(): Config {
+  return parseConfig(FLANNEL_YAML, 'flannel.yaml');
+}
+
+/** The rule lines of a chain as `nft list` prints them, without handles. */
+export function chainLines(ns: Netns, family: string, table: string, chain: string): string[] {
+  return ns.exec('nft', ['list', 'chain', family, table, chain]).split('\n').map((l) => l.trim())
+    .filter((l) => l && !/^(table|chain|type|}|policy)/.test(l));
+}
+
+export function handles(ns: Netns, family: string, table: string, chain: string): number[] {
+  return [...ns.exec('nft', ['-a', 'list', 'chain', family, table, chain]).matchAll(/# handle (\d+)/g)].map((m) => Number(m[1]));
+}
+
+export interface LogCapture {
+  lines: Record<string, unknown>[];
+  logger: pino.Logger;
+}
+
+export function captureLog(): LogCapture {
+  const lines: Record<string, unknown>[] = [];
+  const logger = pino({ level: 'info' }, { write: (s: string) => { lines.push(JSON.parse(s)); } });
+  return { lines, logger };
+}
+
+export function nextRepair(keeper: Keeper, timeoutMs = 5000): Promise<RepairReport> {
+  return new Promise((resolve, reject) => {
+    const t = setTimeout(() => reject(new Error('no repair within ' + timeoutMs + ' ms')), timeoutMs);
+    keeper.once('repaired', (r: RepairReport) => {
+      clearTimeout(t);
+      resolve(r);
+    });
+  });
+}
+
+export async function startKeeper(ns: Netns, options: Partial<KeeperOptions> = {}): Promise<Keeper> {
+  const keeper = new Keeper({ config: flannelConfig(), netns: ns.path, intervalMs: 3_600_000, ...options });
+  keeper.on('error', () => undefined);
+  await keeper.start();
+  return keeper;
+}
+
+export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

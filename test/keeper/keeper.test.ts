@@ -1,0 +1,175 @@
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { Keeper, cleanup } from '../../src/keeper/keeper.js';
+import { open, type NftSocket } from '../../src/netlink/socket.js';
+import { createNetns, type Netns } from '../helpers/netns.js';
+import { FLANNEL_RULES, captureLog, chainLines, flannelConfig, handles, nextRepair, sleep, startKeeper } from './helpers.js';
+
+const CHAIN = ['ip', 'nfkeeper', 'postrouting'] as const;
+
+describe('keeper on the real kernel', () => {
+  let ns: Netns;
+  let keeper: Keeper | undefined;
+  let sock: NftSocket;
+
+  beforeEach(() => {
+    ns = createNetns('keeper');
+    sock = open({ netns: ns.path });
+  });
+
+  afterEach(async () => {
+    await keeper?.stop();
+    keeper = undefined;
+    sock.close();
+    ns.remove();
+  });
+
+  it('installs the desired rules in order at start-up', async () => {
+    keeper = await startKeeper(ns);
+    expect(chainLines(ns, ...CHAIN)).toEqual(FLANNEL_RULES);
+    expect(keeper.isReady()).toBe(true);
+  });
+
+  it('adopts a correct existing ruleset without writing anything', async () => {
+    ns.nft(`add table ip nfkeeper
+add chain ip nfkeeper postrouting { type nat hook postrouting priority srcnat; policy accept; }
+${FLANNEL_RULES.map((r) => `add rule ip nfkeeper postrouting ${r}`).join('\n')}
+`);
+    const before = sock.generation();
+    const h = handles(ns, ...CHAIN);
+    keeper = await startKeeper(ns);
+    expect(sock.generation()).toBe(before);
+    expect(handles(ns, ...CHAIN)).toEqual(h);
+    expect(await keeper.metrics.repairs.get()).toMatchObject({ values: [] });
+  });
+
+  const tamperings: [string, (h: number[]) => string][] = [
+    ['a deleted rule', (h) => `delete rule ip nfkeeper postrouting handle ${h[1]}`],
+    ['a deleted first rule', (h) => `delete rule ip nfkeeper postrouting handle ${h[0]}`],
+    ['a foreign rule inserted first', () => 'insert rule ip nfkeeper postrouting ip saddr 192.0.2.1 accept'],
+    ['a foreign rule appended', () => 'add rule ip nfkeeper postrouting counter'],
+    ['a rule changed in place', (h) => `replace rule ip nfkeeper postrouting handle ${h[2]} ip saddr != 10.244.0.0/16 ip daddr 10.244.2.0/24 return`],
+    ['reordered rules', (h) => `delete rule ip nfkeeper postrouting handle ${h[0]}\nadd rule ip nfkeeper postrouting ${FLANNEL_RULES[0]}`],
+    ['a flushed chain', () => 'flush chain ip nfkeeper postrouting'],
+    ['a deleted chain', () => 'flush chain ip nfkeeper postrouting\ndelete chain ip nfkeeper postrouting'],
+    ['a changed base chain', () => 'delete chain ip nfkeeper postrouting\nadd chain ip nfkeeper postrouting { type nat hook postrouting priority 50; }'],
+    ['an extra chain', () => 'add chain ip nfkeeper intruder'],
+    ['a deleted table', () => 'delete table ip nfkeeper'],
+    ['nft flush ruleset', () => 'flush ruleset'],
+  ];
+
+  for (const [what, script] of tamperings) {
+    it(`repairs ${what} through the event path, in exact order`, async () => {
+      keeper = await startKeeper(ns);  // the tick is an hour: only events can trigger this repair
+      const repaired = nextRepair(keeper);
+      ns.nft(script(handles(ns, ...CHAIN)));
+      const r = await repaired;
+      await keeper.idle();
+      expect(r.cause).toBe('event');
+      expect(r.drift.length).toBeGreaterThan(0);
+      expect(chainLines(ns, ...CHAIN)).toEqual(FLANNEL_RULES);
+      expect(ns.exec('nft', ['list', 'table', 'ip', 'nfkeeper'])).not.toMatch(/intruder/);
+      expect(ns.exec('nft', ['list', 'chain', 'ip', 'nfkeeper', 'postrouting'])).toMatch(/priority srcnat/);
+    });
+  }
+
+  it('repairs through the 1 Hz generation check when events are off', async () => {
+    keeper = await startKeeper(ns, { events: false, intervalMs: 100 });
+    const repaired = nextRepair(keeper);
+    ns.nft(`delete rule ip nfkeeper postrouting handle ${handles(ns, ...CHAIN)[0]}`);
+    const r = await repaired;
+    expect(r.cause).toBe('tick');
+    await keeper.idle();
+    expect(chainLines(ns, ...CHAIN)).toEqual(FLANNEL_RULES);
+  });
+
+  it('does not dump or log on ticks when nothing changed, and logs one line per repair', async () => {
+    const log = captureLog();
+    keeper = await startKeeper(ns, { events: false, intervalMs: 20, logger: log.logger });
+    const dumps = (await keeper.metrics.dumps.get()).values[0]?.value ?? 0;
+    const startLines = log.lines.length;
+    await sleep(300);
+    expect((await keeper.metrics.ticks.get()).values[0]!.value).toBeGreaterThan(5);
+    expect((await keeper.metrics.dumps.get()).values[0]?.value ?? 0).toBe(dumps);
+    expect(log.lines.length).toBe(startLines);
+    const repaired = nextRepair(keeper);
+    ns.nft('flush chain ip nfkeeper postrouting');
+    await repaired;
+    await sleep(200);
+    const repairs = log.lines.slice(startLines);
+    expect(repairs).toHaveLength(1);
+    expect(repairs[0]).toMatchObject({ msg: 'repaired', cause: 'tick' });
+    expect(repairs[0]!.drift).toEqual([expect.stringMatching(/rule 1 .* is missing/)]);
+    expect(typeof repairs[0]!.latencyMs).toBe('number');
+  });
+
+  it('does not count its own commits as tampering', async () => {
+    keeper = await startKeeper(ns);
+    const events = (await keeper.metrics.events.get()).values[0]?.value ?? 0;
+    ns.nft('flush chain ip nfkeeper postrouting');
+    await nextRepair(keeper);
+    await keeper.idle();
+    await sleep(100);
+    // One wake-up for the foreign flush; none for the repair that followed.
+    expect((await keeper.metrics.events.get()).values[0]!.value).toBe(events + 1);
+  });
+
+  it('retries from a fresh read when the ruleset moves between read and commit', async () => {
+    keeper = await startKeeper(ns);
+    const s = keeper.socket!;
+    const realCommit = s.commit.bind(s);
+    let interfered = false;
+    s.commit = async (batch, options) => {
+      if (!interfered) {
+        interfered = true;
+        ns.nft('add table ip bystander');  // moves the generation under the keeper's feet
+      }
+      return realCommit(batch, options);
+    };
+    const repaired = nextRepair(keeper);
+    ns.nft(`delete rule ip nfkeeper postrouting handle ${handles(ns, ...CHAIN)[3]}`);
+    const r = await repaired;
+    expect(interfered).toBe(true);
+    expect(r.attempts).toBeGreaterThan(1);
+    expect((await keeper.metrics.generationRetries.get()).values[0]!.value).toBeGreaterThanOrEqual(1);
+    expect(chainLines(ns, ...CHAIN)).toEqual(FLANNEL_RULES);
+    expect(ns.exec('nft', ['list', 'tables'])).toMatch(/bystander/);
+  });
+
+  it('leaves its rules in place when it stops, and cleanup removes every trace', async () => {
+    ns.nft('add table ip foreign\nadd chain ip foreign c\nadd rule ip foreign c counter accept');
+    const foreign = ns.exec('nft', ['list', 'table', 'ip', 'foreign']);
+    keeper = await startKeeper(ns);
+    await keeper.stop();
+    keeper = undefined;
+    expect(chainLines(ns, ...CHAIN)).toEqual(FLANNEL_RULES);
+    expect(await cleanup(sock, flannelConfig())).toEqual(['ip nfkeeper']);
+    expect(ns.exec('nft', ['list', 'tables']).trim()).toBe('table ip foreign');
+    expect(ns.exec('nft', ['list', 'table', 'ip', 'foreign'])).toBe(foreign);
+  });
+
+  it('backs off when a neighbour keeps undoing its work, and recovers after', async () => {
+    keeper = await startKeeper(ns, { fight: { threshold: 3, windowMs: 5000, baseMs: 50, capMs: 400, quietMs: 500 } });
+    const levels: number[] = [];
+    keeper.on('fight', (l: number) => levels.push(l));
+    let tampers = 0;
+    const until = Date.now() + 2500;
+    while (Date.now() < until) {
+      try {
+        ns.nft('flush chain ip nfkeeper postrouting');
+        tampers++;
+      } catch { /* chain momentarily busy */ }
+      await sleep(10);
+    }
+    const repairs = (await keeper.metrics.repairs.get()).values.reduce((a, v) => a + v.value, 0);
+    expect(Math.max(...levels)).toBeGreaterThanOrEqual(2);
+    expect(repairs).toBeLessThan(tampers);
+    // The neighbour has stopped: the rules are back within one back-off step (≤ 400 ms here).
+    await sleep(600);
+    await keeper.idle();
+    expect(chainLines(ns, ...CHAIN)).toEqual(FLANNEL_RULES);
+    await sleep(700);
+    ns.exec('nft', ['list', 'ruleset']);
+    await keeper.request('manual', performance.now());
+    expect(levels.at(-1)).toBe(0);
+  });
+});

@@ -1,0 +1,116 @@
+/**
+ * Child process for lifecycle.test.ts: scenarios that need a process (or a
+ * worker thread) of their own. Usage: lifecycle-child.ts <mode> <netns path>.
+ * Prints one JSON line with its findings; the exit status is the verdict.
+ */
+import { readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { Worker } from 'node:worker_threads';
+import { Monitor, open, type NftSocket } from '../../../src/index.js';
+import { PROJECT_ROOT } from '../../../src/netlink/native.js';
+
+const fds = (): number => readdirSync('/proc/self/fd').length;
+const threads = (): number => readdirSync('/proc/self/task').length;
+
+async function main(mode: string, netns: string): Promise<void> {
+  switch (mode) {
+    case 'exit-while-busy': {
+      // process.exit() with a ref'd monitor thread and a dump and a commit in
+      // flight: the cleanup hook must stop the thread and close the sockets.
+      const s = open({ netns });
+      const m = new Monitor({ netns, onBatch: () => {} });
+      void m;
+      void s.listRules({ family: 'ip', table: 'nat' }).catch(() => {});
+      void s.commit([{ verb: 'add', object: 'table', family: 'ip', name: 'exit-test' }]).catch(() => {});
+      setImmediate(() => {
+        console.log(JSON.stringify({ ok: true }));
+        process.exit(0);
+      });
+      return;
+    }
+    case 'natural-exit': {
+      // Open (unclosed) sockets and an unref'd monitor must not keep the
+      // process alive; the process ends when its work does.
+      const s = open({ netns });
+      s.generation();
+      await s.listTables();
+      new Monitor({ netns, onBatch: () => {} }).unref();
+      console.log(JSON.stringify({ ok: true }));
+      return;
+    }
+    case 'worker': {
+      const before = fds();
+      const threadsBefore = threads();
+      // Plain JS on purpose: Node 20 does not hand tsx's loader to workers, and
+      // what is under test is the addon's own environment cleanup hook.
+      const w = new Worker(WORKER_BODY, { eval: true, workerData: { netns, addon: ADDON } });
+      const [during, threadsDuring] = await new Promise<[number, number]>((resolve, reject) => {
+        w.once('message', () => resolve([fds(), threads()]));
+        w.once('error', reject);
+      });
+      await w.terminate();
+      const after = fds();
+      // The worker's own thread and the monitor's reader thread are gone.
+      let threadsAfter = threads();
+      for (let i = 0; i < 100 && threadsAfter !== threadsBefore; i++) {
+        await new Promise((r) => setTimeout(r, 10));
+        threadsAfter = threads();
+      }
+      const ok = during >= before + 7 && after === before && threadsDuring >= threadsBefore + 2
+        && threadsAfter === threadsBefore;
+      console.log(JSON.stringify({ ok, before, during, after, threadsBefore, threadsDuring, threadsAfter }));
+      process.exitCode = ok ? 0 : 1;
+      return;
+    }
+    case 'gc': {
+      const gc = (globalThis as { gc?: () => void }).gc;
+      if (!gc) throw new Error('run with --expose-gc');
+      const before = fds();
+      (() => {
+        const socks: NftSocket[] = [];
+        for (let i = 0; i < 50; i++) socks.push(open({ netns }));
+        for (const s of socks) s.generation();
+      })();
+      const opened = fds();
+      let after = opened;
+      // Finalizers run after a collection, some on a later turn of the loop.
+      for (let i = 0; i < 50 && after !== before; i++) {
+        gc();
+        await new Promise((r) => setImmediate(r));
+        after = fds();
+      }
+      console.log(JSON.stringify({ ok: opened === before + 50 && after === before, before, opened, after }));
+      process.exitCode = opened === before + 50 && after === before ? 0 : 1;
+      return;
+    }
+    default:
+      throw new Error(`unknown mode ${mode}`);
+  }
+}
+
+const ADDON = join(PROJECT_ROOT, 'build', 'Release', 'nfkeeper.node');
+
+// Worker body: five sockets and a ref'd monitor, never closed; terminate()
+// must release all of them through the environment cleanup hook.
+const WORKER_BODY = `
+const { workerData, parentPort } = require('node:worker_threads');
+const addon = require(workerData.addon);
+class NetlinkError extends Error {
+  constructor(message, errno, operation, opIndex) { super(message); this.errno = errno; }
+}
+addon.init(NetlinkError);
+globalThis.keep = [];
+for (let i = 0; i < 5; i++) {
+  const s = new addon.NftSocket(workerData.netns);
+  s.generation();
+  globalThis.keep.push(s);
+}
+globalThis.keep.push(new addon.NftMonitor(workerData.netns, () => {}, null, []));
+parentPort.postMessage('ready');
+`;
+
+const [mode, netns] = process.argv.slice(2);
+main(mode!, netns!).catch((e: unknown) => {
+  console.log(JSON.stringify({ ok: false, error: String(e) }));
+  process.exit(2);
+});

@@ -1,0 +1,175 @@
+/**
+ * The change monitor: another process's commit to a watched table wakes the
+ * callback once, with its events and the new generation; changes elsewhere
+ * and our own commits do not; deleting any table does.
+ *
+ * "Does not wake" is shown without timing: the kernel delivers commits to the
+ * multicast socket in order, so after the change that must stay silent we
+ * make a watched change (a sentinel); the next callback has to be the
+ * sentinel's, with nothing in between.
+ */
+import { describe, expect, it } from 'vitest';
+import { Monitor, open, type MonitorBatch } from '../../src/index.js';
+import { withNetns } from '../helpers/netns.js';
+import { OWNED, ownedSetup } from './fixtures.js';
+
+const { family: F, table: T, chain: C } = OWNED;
+
+/** Collects batches; next() waits for the next one (or fails after a generous guard). */
+class Inbox {
+  private readonly queue: MonitorBatch[] = [];
+  private waiter: ((b: MonitorBatch) => void) | undefined;
+  readonly all: MonitorBatch[] = [];
+
+  push = (b: MonitorBatch): void => {
+    this.all.push(b);
+    if (this.waiter) {
+      const w = this.waiter;
+      this.waiter = undefined;
+      w(b);
+    } else {
+      this.queue.push(b);
+    }
+  };
+
+  next(): Promise<MonitorBatch> {
+    const b = this.queue.shift();
+    if (b) return Promise.resolve(b);
+    return new Promise((resolve, reject) => {
+      // Only a hang guard: events arrive microseconds after a commit.
+      const t = setTimeout(() => reject(new Error('no monitor batch arrived within 20 s')), 20_000);
+      this.waiter = (x) => {
+        clearTimeout(t);
+        resolve(x);
+      };
+    });
+  }
+
+  get pending(): number {
+    return this.queue.length;
+  }
+}
+
+describe('monitor', () => {
+  it('wakes for foreign changes to watched tables and table deletions only', async () => {
+    await withNetns(async (ns) => {
+      const s = open({ netns: ns.path });
+      const inbox = new Inbox();
+      const m = new Monitor({ netns: ns.path, tables: [{ family: F, name: T }], ignorePorts: [s.portId], onBatch: inbox.push });
+      try {
+        await s.commit(ownedSetup());
+        ns.nft('add table ip other; add chain ip other c; add table ip other2');
+        const rules = await s.listRules({ family: F, table: T, chain: C });
+        const victim = rules[1]!.handle!;
+
+        // 1. nft deletes a rule in the watched table.
+        ns.nft(`delete rule ip ${T} ${C} handle ${victim}`);
+        const b1 = await inbox.next();
+        expect(b1.overflow).toBe(false);
+        expect(b1.generation).toBe(s.generation());
+        expect(b1.events).toEqual([
+          expect.objectContaining({ type: 'delrule', family: F, table: T, name: C, handle: victim }),
+        ]);
+        expect(b1.events[0]!.portId).not.toBe(s.portId);
+
+        // 2. A change in an unwatched table stays silent...
+        ns.nft('add rule ip other c counter');
+        const silentGen = s.generation();
+        // 3. ...and so does a commit from the ignored port (ours).
+        await s.commit([{ verb: 'add', object: 'rule', family: F, table: T, chain: C, exprs: [{ kind: 'counter' }] }]);
+        const ownGen = s.generation();
+        expect(ownGen).toBe(silentGen + 1);
+        // Sentinel: a watched foreign change. It must be the very next batch.
+        ns.nft(`add rule ip ${T} ${C} counter`);
+        const b2 = await inbox.next();
+        expect(b2.generation).toBe(ownGen + 1);
+        expect(b2.events.map((e) => `${e.type} ${e.table}`)).toEqual([`newrule ${T}`]);
+        expect(inbox.pending).toBe(0);
+
+        // 4. Deleting any table wakes it, watched or not.
+        ns.nft('delete table ip other');
+        const b3 = await inbox.next();
+        expect(b3.generation).toBe(s.generation());
+        expect(b3.events).toEqual([expect.objectContaining({ type: 'deltable', family: F, table: 'other' })]);
+
+        // 5. Our own deletion of a table is ignored like our other commits.
+        await s.commit([{ verb: 'delete', object: 'table', family: F, name: 'other2' }]);
+        ns.nft(`flush chain ip ${T} ${C}`);
+        const b4 = await inbox.next();
+        expect(b4.generation).toBe(s.generation());
+        expect(b4.events.every((e) => e.type === 'delrule' && e.table === T)).toBe(true);
+        expect(b4.events).toHaveLength(5); // 3 owned rules left, our counter, the sentinel
+
+        // 6. A filter change takes effect for the next commit.
+        m.setFilter([{ family: F, name: 'third' }], [s.portId]);
+        ns.nft(`add rule ip ${T} ${C} counter`);
+        ns.nft('add table ip third; add chain ip third c');
+        const b5 = await inbox.next();
+        expect(b5.events.map((e) => `${e.type} ${e.table}`)).toEqual(['newtable third', 'newchain third']);
+        expect(inbox.all).toHaveLength(5);
+      } finally {
+        m.close();
+        s.close();
+      }
+    }, 'mon');
+  });
+
+  it('reports every table of `nft flush ruleset` and stops calling back after close', async () => {
+    await withNetns(async (ns) => {
+      const inbox = new Inbox();
+      const m = new Monitor({ netns: ns.path, tables: [], onBatch: inbox.push });
+      try {
+        ns.nft('add table ip a; add table ip6 b; add table inet c');
+        ns.nft('flush ruleset');
+        const b = await inbox.next();
+        expect(b.events.filter((e) => e.type === 'deltable').map((e) => `${e.family} ${e.table}`).sort())
+          .toEqual(['inet c', 'ip a', 'ip6 b']);
+        expect(inbox.all).toHaveLength(1); // the adds touched no watched table
+      } finally {
+        m.close();
+      }
+      m.close(); // idempotent
+      expect(m.closed).toBe(true);
+      ns.nft('add table ip late; delete table ip late');
+      // Nothing can arrive any more: the socket is gone. Give the loop a turn.
+      await new Promise((r) => setImmediate(r));
+      expect(inbox.all).toHaveLength(1);
+    }, 'mon');
+  });
+
+  it('watching everything (no table filter) sees every foreign commit', async () => {
+    await withNetns(async (ns) => {
+      const inbox = new Inbox();
+      const m = new Monitor({ netns: ns.path, onBatch: inbox.push });
+      try {
+        ns.nft('add table ip x');
+        ns.nft('add chain ip x c');
+        const b1 = await inbox.next();
+        const b2 = await inbox.next();
+        expect(b1.events.map((e) => e.type)).toEqual(['newtable']);
+        expect(b2.events).toEqual([expect.objectContaining({ type: 'newchain', table: 'x', name: 'c' })]);
+        expect(b2.generation).toBe(b1.generation + 1);
+      } finally {
+        m.close();
+      }
+    }, 'mon');
+  });
+
+  it('a monitor in one namespace never sees another namespace', async () => {
+    await withNetns(async (a) => {
+      await withNetns(async (b) => {
+        const inbox = new Inbox();
+        const m = new Monitor({ netns: b.path, onBatch: inbox.push });
+        try {
+          a.nft('add table ip in-a; delete table ip in-a');
+          b.nft('add table ip in-b');
+          const first = await inbox.next();
+          expect(first.events).toEqual([expect.objectContaining({ type: 'newtable', table: 'in-b' })]);
+          expect(inbox.pending).toBe(0);
+        } finally {
+          m.close();
+        }
+      }, 'mon-b');
+    }, 'mon-a');
+  });
+});
