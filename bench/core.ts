@@ -19,15 +19,20 @@ import { open } from '../src/index.js';
 import { PROJECT_ROOT } from '../src/netlink/native.js';
 import { flushAndReplace, kubeProxyRestore, kubeProxyRuleCount, OWNED, ownedSetup } from '../test/netlink/fixtures.js';
 import { withBenchNetns } from './lib/netns.js';
-import { formatUs, timeCalls, timeSyncCalls, type Summary } from './lib/stats.js';
+import { formatUs, summarize, timeCalls, timeSyncCalls, type Summary } from './lib/stats.js';
+
+interface Measured extends Summary {
+  /** The median of each round, to show the run-to-run spread on a noisy machine. */
+  roundMedians: number[];
+}
 
 interface Row {
   foreignRules: number;
   foreignChains: number;
   loadMs: number;
-  generation: Summary;
-  filteredDump: Summary;
-  flushReplaceCommit: Summary;
+  generation: Measured;
+  filteredDump: Measured;
+  flushReplaceCommit: Measured;
 }
 
 function arg(name: string): string | undefined {
@@ -37,7 +42,13 @@ function arg(name: string): string | undefined {
 
 const sizes = (arg('--sizes') ?? '0,1000,10000,100000').split(',').map(Number);
 const out = arg('--out') ?? join(PROJECT_ROOT, 'bench', 'results', 'core.json');
-const ITER = { generation: 20_000, dump: 3_000, commit: 1_000 };
+// Per round; ROUNDS rounds per size, interleaved, samples pooled.
+const ITER = { generation: 10_000, dump: 2_000, commit: 500 };
+const ROUNDS = Number(arg('--rounds') ?? 3);
+
+function pool(rounds: Summary[], samples: number[][]): Measured {
+  return { ...summarize(samples.flat()), roundMedians: rounds.map((r) => r.median) };
+}
 
 async function measure(n: number): Promise<Row> {
   return withBenchNetns(`core-${n}`, async (ns) => {
@@ -55,13 +66,21 @@ async function measure(n: number): Promise<Row> {
       const foreignChains = n > 0 ? (await s.listChains({ family: 'ip', table: 'nat' })).length : 0;
       const filter = { family: OWNED.family, table: OWNED.table, chain: OWNED.chain };
 
-      const generation = timeSyncCalls(() => s.generation(), ITER.generation);
-      const filteredDump = await timeCalls(async () => {
-        const rules = await s.listRules(filter);
-        if (rules.length !== 4) throw new Error(`expected 4 rules, dumped ${rules.length}`);
-      }, ITER.dump);
+      const g: Summary[] = [], d: Summary[] = [], c: Summary[] = [];
+      const gs: number[][] = [], ds: number[][] = [], cs: number[][] = [];
       let k = 0;
-      const flushReplaceCommit = await timeCalls(() => s.commit(flushAndReplace((k++ & 1) === 0 ? 'b' : 'c')), ITER.commit);
+      for (let round = 0; round < ROUNDS; round++) {
+        const gen = timeSyncCalls(() => s.generation(), ITER.generation);
+        const dump = await timeCalls(async () => {
+          const rules = await s.listRules(filter);
+          if (rules.length !== 4) throw new Error(`expected 4 rules, dumped ${rules.length}`);
+        }, ITER.dump);
+        const commit = await timeCalls(() => s.commit(flushAndReplace((k++ & 1) === 0 ? 'b' : 'c')), ITER.commit);
+        g.push(gen.summary); gs.push(gen.samples);
+        d.push(dump.summary); ds.push(dump.samples);
+        c.push(commit.summary); cs.push(commit.samples);
+      }
+      const generation = pool(g, gs), filteredDump = pool(d, ds), flushReplaceCommit = pool(c, cs);
 
       // Sanity: the chain still holds exactly its four rules, the foreign ones are intact.
       const after = await s.listRules(filter);
@@ -103,7 +122,12 @@ async function main(): Promise<void> {
   console.log(fmt(header));
   console.log(widths.map((w) => '-'.repeat(w)).join('-|-'));
   for (const l of lines) console.log(fmt(l));
-  console.log(`iterations: generation ${ITER.generation}, dump ${ITER.dump}, commit ${ITER.commit} (after 10% warm-up)`);
+  console.log(`${ROUNDS} rounds of generation ${ITER.generation}, dump ${ITER.dump}, commit ${ITER.commit} calls ` +
+    '(each after a 10% warm-up); medians and p99 over all rounds. Round medians:');
+  for (const r of rows) {
+    const rm = (m: Measured) => m.roundMedians.map(formatUs).join(', ');
+    console.log(`  N=${r.foreignRules}: generation ${rm(r.generation)}; dump ${rm(r.filteredDump)}; commit ${rm(r.flushReplaceCommit)}`);
+  }
 
   const meta = {
     date: new Date().toISOString(),
@@ -114,7 +138,8 @@ async function main(): Promise<void> {
     libnftnl: libnftnlVersion(),
     loadavg: readFileSync('/proc/loadavg', 'utf8').trim(),
     units: 'microseconds',
-    iterations: ITER,
+    iterationsPerRound: ITER,
+    rounds: ROUNDS,
     layout: 'kube-proxy-like ip nat table via iptables-nft-restore: per service 4 rules in 2 chains (KUBE-SVC-, KUBE-SEP-) with -m comment and -j DNAT',
   };
   mkdirSync(dirname(out), { recursive: true });

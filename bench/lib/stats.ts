@@ -22,8 +22,14 @@ export function summarize(samplesUs: number[]): Summary {
   return { n: s.length, median: quantile(s, 0.5), p99: quantile(s, 0.99), min: s[0] ?? NaN, max: s[s.length - 1] ?? NaN };
 }
 
+export interface Timed {
+  summary: Summary;
+  /** Microseconds per call, in call order. */
+  samples: number[];
+}
+
 /** Times `iterations` sequential calls of `fn` after `warmup` untimed ones; microseconds per call. */
-export async function timeCalls(fn: () => unknown, iterations: number, warmup = Math.ceil(iterations / 10)): Promise<Summary> {
+export async function timeCalls(fn: () => unknown, iterations: number, warmup = Math.ceil(iterations / 10)): Promise<Timed> {
   for (let i = 0; i < warmup; i++) await fn();
   const samples = new Array<number>(iterations);
   for (let i = 0; i < iterations; i++) {
@@ -31,11 +37,11 @@ export async function timeCalls(fn: () => unknown, iterations: number, warmup = 
     await fn();
     samples[i] = Number(process.hrtime.bigint() - t0) / 1000;
   }
-  return summarize(samples);
+  return { summary: summarize(samples), samples };
 }
 
 /** Like timeCalls, for synchronous calls (no await between samples). */
-export function timeSyncCalls(fn: () => unknown, iterations: number, warmup = Math.ceil(iterations / 10)): Summary {
+export function timeSyncCalls(fn: () => unknown, iterations: number, warmup = Math.ceil(iterations / 10)): Timed {
   for (let i = 0; i < warmup; i++) fn();
   const samples = new Array<number>(iterations);
   for (let i = 0; i < iterations; i++) {
@@ -43,7 +49,7 @@ export function timeSyncCalls(fn: () => unknown, iterations: number, warmup = Ma
     fn();
     samples[i] = Number(process.hrtime.bigint() - t0) / 1000;
   }
-  return summarize(samples);
+  return { summary: summarize(samples), samples };
 }
 
 /** 4.5 -> "4.5 µs", 12345 -> "12.3 ms". */

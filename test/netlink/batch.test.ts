@@ -351,3 +351,59 @@ describe('sets and elements', () => {
     }, 'set');
   });
 });
+
+describe('verbs', () => {
+  it('add/insert at positions, replace and delete by handle, flush table, delete chain', async () => {
+    await withNetns(async (ns) => {
+      const s = open({ netns: ns.path });
+      const tag = (n: number): Expr[] => matchAddr('saddr', `10.8.0.${n}`);
+      const addrs = async (): Promise<string[]> => (await s.listRules({ family: F, table: T, chain: C }))
+        .map((r) => r.exprs[1]!.kind === 'cmp' ? (r.exprs[1] as { data: string }).data.slice(6) : '?');
+      try {
+        await s.commit([
+          { verb: 'add', object: 'table', family: F, name: T },
+          { verb: 'add', object: 'chain', family: F, table: T, name: C },
+          { verb: 'add', object: 'chain', family: F, table: T, name: 'other' },
+          addRule(tag(1)), addRule(tag(2)),
+          addRule(tag(9), 'other'),
+        ]);
+        expect(await addrs()).toEqual(['01', '02']);
+        const [r1, r2] = await s.listRules({ family: F, table: T, chain: C });
+
+        await s.commit([
+          { verb: 'insert', object: 'rule', family: F, table: T, chain: C, exprs: tag(3) },               // at the start
+          { verb: 'insert', object: 'rule', family: F, table: T, chain: C, position: r2!.handle, exprs: tag(4) }, // before r2
+          { verb: 'add', object: 'rule', family: F, table: T, chain: C, position: r1!.handle, exprs: tag(5) },    // after r1
+          addRule(tag(6)),                                                                                     // at the end
+        ]);
+        expect(await addrs()).toEqual(['03', '01', '05', '04', '02', '06']);
+
+        await s.commit([
+          { verb: 'replace', object: 'rule', family: F, table: T, chain: C, handle: r1!.handle, exprs: tag(7) },
+          { verb: 'delete', object: 'rule', family: F, table: T, chain: C, handle: r2!.handle },
+        ]);
+        expect(await addrs()).toEqual(['03', '07', '05', '04', '06']);
+        // replace keeps the handle
+        expect((await s.listRules({ family: F, table: T, chain: C }))[1]!.handle).toBe(r1!.handle);
+
+        // create refuses an existing chain; add of an existing chain is a no-op
+        const e = await refusal(s.commit([{ verb: 'create', object: 'chain', family: F, table: T, name: C }]));
+        expect(e.errnoName).toBe('EEXIST');
+        await s.commit([{ verb: 'add', object: 'chain', family: F, table: T, name: C }]);
+        expect(await addrs()).toHaveLength(5);
+
+        // flush table empties every chain but keeps them
+        await s.commit([{ verb: 'flush', object: 'table', family: F, name: T }]);
+        expect(await s.listRules({ family: F, table: T })).toEqual([]);
+        expect((await s.listChains({ family: F, table: T })).map((c) => c.name).sort()).toEqual(['other', C]);
+
+        await s.commit([{ verb: 'delete', object: 'chain', family: F, table: T, name: 'other' }]);
+        expect((await s.listChains({ family: F, table: T })).map((c) => c.name)).toEqual([C]);
+        await s.commit([{ verb: 'delete', object: 'table', family: F, name: T }]);
+        expect(await s.listTables()).toEqual([]);
+      } finally {
+        s.close();
+      }
+    }, 'verbs');
+  });
+});
