@@ -65,7 +65,8 @@ export async function demo(options: { json: boolean; out: (s: string) => void })
       out(listing().trimEnd().split('\n').map((l) => '    ' + l).join('\n') + '\n');
     }
     for (const step of STEPS) {
-      const handles = [...listing().matchAll(/# handle (\d+)/g)].map((m) => Number(m[1]));
+      const handles = listing().split('\n').filter((l) => !/^\s*(chain|table)\b/.test(l))
+        .flatMap((l) => [...l.matchAll(/# handle (\d+)/g)].map((m) => Number(m[1])));
       const repaired = new Promise<RepairReport | undefined>((resolve) => {
         const timer = setTimeout(() => resolve(undefined), 5000);
         keeper.once('repaired', (r: RepairReport) => {

@@ -9,7 +9,7 @@
  */
 import { RuleSyntaxError } from '../errors.js';
 import type { Batch } from '../netlink/batch.js';
-import { FIB_F, NAT_RANGE, type Expr, type Family, type Hex } from '../netlink/expr.js';
+import { FIB_F, NAT_RANGE, type Expr, type Family, type Hex, type MasqExpr, type RedirExpr } from '../netlink/expr.js';
 import type { NftSet } from '../netlink/objects.js';
 import type { At, Elem, MatchOp, MatchStmt, RuleAst, Rhs, Stmt } from './ast.js';
 import { prefixMask, u16Be, u32Host, u8 } from './bytes.js';
@@ -224,8 +224,9 @@ function mergePayloads(list: (EStmt | null)[], fail: (at: At, e: string, r: stri
       const a = list[last] as Rel, b = list[j] as Rel;
       if (!canMerge(a, b) || norm(a.op) !== norm(b.op)) { last = j; continue; }
       if (norm(a.op) === 'neq') {
-        fail(b.at, `at most one of '${a.field.name} !=' and '${b.field.name} !=' (or a statement such as counter between them)`,
-          `nft 1.0.6 would merge '${a.at.raw} … !=' and '${b.at.raw} … !=' into one comparison that matches unless both are equal`);
+        fail(b.at, `at most one of '${a.field.name} !=' and '${b.field.name} !=' in a rule`,
+          `nft 1.0.6 would merge '${a.field.name} != …' and '${b.field.name} != …' into one comparison ` +
+          'that is true unless both ports are equal, which is not what the text says');
       }
       const va = (a.rhs as Elem & { hex: string }).hex, vb = (b.rhs as Elem & { hex: string }).hex;
       list[last] = {
@@ -324,7 +325,7 @@ function linearizeStmt(st: Exclude<Stmt, MatchStmt>, natFamily: Family | undefin
       return;
     case 'masq':
     case 'redir': {
-      const e: Expr = { kind: st.t };
+      const e: MasqExpr | RedirExpr = { kind: st.t };
       let flags = st.flags;
       if (st.port) {
         out.push({ kind: 'immediate', dreg: 1, data: u16Be(st.port.lo) });

@@ -34,7 +34,10 @@ export function chainLines(ns: Netns, family: string, table: string, chain: stri
 }
 
 export function handles(ns: Netns, family: string, table: string, chain: string): number[] {
-  return [...ns.exec('nft', ['-a', 'list', 'chain', family, table, chain]).matchAll(/# handle (\d+)/g)].map((m) => Number(m[1]));
+  // Rule lines only: the chain's own line carries a handle too.
+  return ns.exec('nft', ['-a', 'list', 'chain', family, table, chain]).split('\n')
+    .filter((l) => !/^\s*(chain|table)\b/.test(l))
+    .flatMap((l) => [...l.matchAll(/# handle (\d+)/g)].map((m) => Number(m[1])));
 }
 
 export interface LogCapture {

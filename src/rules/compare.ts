@@ -1,0 +1,94 @@
+/**
+ * Structural comparison of rules, the reconciler's notion of "the same rule":
+ * the canonical JSON of the expressions, leaving out counter values, handles,
+ * set names and batch ids, with each anonymous set lookup replaced by the
+ * set's contents (flags, key type and length, sorted elements). Optional
+ * attributes the kernel fills in on its own (a nat expression's max
+ * registers and MAP_IPS/PROTO_SPECIFIED flags) are normalised first, so IR
+ * written by hand, compiled here, or dumped from the kernel compare alike.
+ */
+import { NAT_RANGE, type Expr, type Hex } from '../netlink/expr.js';
+import { SET_F, type NftSet, type SetElement } from '../netlink/objects.js';
+import type { SetResolver } from './render.js';
+
+type RuleLike = { exprs: readonly Expr[]; userdata?: Hex; sets?: readonly NftSet[] };
+
+function canonical(v: unknown): string {
+  if (v === null || typeof v !== 'object') return JSON.stringify(v);
+  if (Array.isArray(v)) return '[' + v.map(canonical).join(',') + ']';
+  const o = v as Record<string, unknown>;
+  return '{' + Object.keys(o).filter((k) => o[k] !== undefined).sort()
+    .map((k) => JSON.stringify(k) + ':' + canonical(o[k])).join(',') + '}';
+}
+
+/** The contents of a set as the comparison sees them. */
+export function setContentKey(set: NftSet, elements: readonly SetElement[]): string {
+  const els = elements.map((e) => canonical({
+    key: e.key, keyEnd: e.keyEnd, flags: e.flags ?? 0, data: e.data, verdict: e.verdict, chain: e.chain,
+  })).sort();
+  return canonical({
+    flags: set.flags, keyType: set.keyType, keyLen: set.keyLen, dataType: set.dataType, dataLen: set.dataLen,
+    elements: els,
+  });
+}
+
+function resolverFor(rule: RuleLike, sets?: SetResolver): SetResolver | undefined {
+  if (sets) return sets;
+  const own = rule.sets;
+  if (!own) return undefined;
+  return (name, setId) => {
+    const s = own.find((x) => (setId !== undefined ? x.id === setId : x.name === name));
+    return s ? { set: s, elements: s.elements ?? [] } : undefined;
+  };
+}
+
+function normalize(e: Expr, sets: SetResolver | undefined): unknown {
+  switch (e.kind) {
+    case 'counter': return { kind: 'counter' };
+    case 'lookup': {
+      const found = sets?.(e.set, e.setId);
+      let set: string;
+      if (found && found.set.flags & SET_F.ANONYMOUS) set = 'anon:' + setContentKey(found.set, found.elements);
+      else if (found) set = '@' + found.set.name;
+      else set = e.set.startsWith('__set') ? `anon-unresolved:${e.set}:${e.setId ?? ''}` : '@' + e.set;
+      return { kind: 'lookup', sreg: e.sreg, dreg: e.dreg, flags: e.flags ?? 0, set };
+    }
+    case 'nat': {
+      let flags = e.flags ?? 0;
+      if (e.regAddrMin !== undefined) flags |= NAT_RANGE.MAP_IPS;
+      if (e.regProtoMin !== undefined) flags |= NAT_RANGE.PROTO_SPECIFIED;
+      return {
+        ...e, flags: flags || undefined,
+        regAddrMax: e.regAddrMax ?? e.regAddrMin, regProtoMax: e.regProtoMax ?? e.regProtoMin,
+      };
+    }
+    case 'masq':
+    case 'redir': {
+      let flags = e.flags ?? 0;
+      if (e.regProtoMin !== undefined) flags |= NAT_RANGE.PROTO_SPECIFIED;
+      return { ...e, flags: flags || undefined, regProtoMax: e.regProtoMax ?? e.regProtoMin };
+    }
+    case 'bitwise': return { ...e, op: e.op ?? 'bool' };
+    default: return e;
+  }
+}
+
+/**
+ * The structural key of a rule. Anonymous set lookups are resolved with
+ * `sets` (for kernel rules: from listSets/listElements), or, for a
+ * CompiledRule, with its own `sets`.
+ */
+export function ruleKey(rule: RuleLike, sets?: SetResolver): string {
+  const r = resolverFor(rule, sets);
+  return canonical({ exprs: rule.exprs.map((e) => normalize(e, r)), userdata: rule.userdata ?? '' });
+}
+
+export function rulesEqual(a: RuleLike, b: RuleLike, setsA?: SetResolver, setsB?: SetResolver): boolean {
+  return ruleKey(a, setsA) === ruleKey(b, setsB);
+}
+
+/** A SetResolver over dumped sets and their elements (e.g. from listSets + listElements). */
+export function setResolver(sets: readonly { set: NftSet; elements: SetElement[] }[]): SetResolver {
+  const byName = new Map(sets.map((s) => [s.set.name, s]));
+  return (name) => byName.get(name);
+}
