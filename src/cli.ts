@@ -2,7 +2,8 @@
  * The nfkeeper command line. Exit codes: 0 ok / in sync, 1 drift found,
  * 2 error (bad input, kernel refusal). Output that is data has --json.
  */
-import { readFileSync } from 'node:fs';
+import { readFileSync, watch } from 'node:fs';
+import { basename, dirname } from 'node:path';
 import { Command, CommanderError, Option } from 'commander';
 import pino from 'pino';
 import { loadConfig, type Config } from './config/config.js';
@@ -150,6 +151,25 @@ async function run(o: { config: string; netns?: string; interval: string; metric
     void keeper.setConfig(next);
   };
   process.on('SIGHUP', () => reload('SIGHUP'));
+  // Watch the directory, not the file: editors replace files and a Kubernetes
+  // ConfigMap swaps a symlink, and both would orphan a watch on the file itself.
+  let lastText = readFileSync(o.config, 'utf8');
+  let debounce: NodeJS.Timeout | undefined;
+  const watcher = watch(dirname(o.config), (_event, name) => {
+    if (name && name !== basename(o.config) && !String(name).startsWith('..')) return;
+    clearTimeout(debounce);
+    debounce = setTimeout(() => {
+      let text: string;
+      try {
+        text = readFileSync(o.config, 'utf8');
+      } catch {
+        return;  // mid-swap; the next event will tell
+      }
+      if (text === lastText) return;
+      lastText = text;
+      reload('file changed');
+    }, 200);
+  });
 
   await new Promise<void>((resolve) => {
     const stop = (sig: string) => {
@@ -159,6 +179,8 @@ async function run(o: { config: string; netns?: string; interval: string; metric
     process.once('SIGTERM', () => stop('SIGTERM'));
     process.once('SIGINT', () => stop('SIGINT'));
   });
+  watcher.close();
+  clearTimeout(debounce);
   server?.close();
   await keeper.stop();
   return EXIT.OK;

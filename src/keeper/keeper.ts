@@ -75,6 +75,8 @@ export class Keeper extends EventEmitter {
   private lastError?: string;
   private drifting = new Set<string>();
   private lastTickAt = 0;
+  /** Tables a reload dropped from the config: deleted in the next repair batch. */
+  private retired: { family: TableConfig['family']; name: string }[] = [];
 
   constructor(private readonly options: KeeperOptions) {
     super();
@@ -126,6 +128,10 @@ export class Keeper extends EventEmitter {
 
   /** Replaces the desired state; the next pass enforces it. */
   async setConfig(config: Config): Promise<void> {
+    const kept = new Set(config.tables.map((t) => `${t.family} ${t.name}`));
+    for (const t of this.config.tables) {
+      if (!kept.has(`${t.family} ${t.name}`)) this.retired.push({ family: t.family, name: t.name });
+    }
     this.config = config;
     this.monitor?.setFilter(this.ownedTables(), this.sock ? [this.sock.portId] : []);
     this.lastVerified = undefined;
@@ -231,7 +237,10 @@ export class Keeper extends EventEmitter {
       const observed = await Promise.all(tables.map((t) => observeTable(sock, t.family, t.name)));
       this.metrics.dumps.inc();
       const drift = tables.map((t, i) => diffTable(t, observed[i]!));
-      const flat = drift.flat();
+      const retired = await this.retiredPresent(sock);
+      const flat = [...drift.flat(), ...retired.map((t): Drift => ({
+        kind: 'table-retired', family: t.family, table: t.name, detail: `table ${t.family} ${t.name} is no longer in the config`,
+      }))];
       this.drifting = new Set(flat.map((d) => `${d.family} ${d.table}`));
       if (flat.length === 0) {
         this.verified(gen);
@@ -249,6 +258,8 @@ export class Keeper extends EventEmitter {
         }
       }
       const batch = new Batch();
+      // A reload's removals travel in the same transaction as the rest.
+      for (const t of retired) batch.delete('table', t);
       tables.forEach((t, i) => planTable(batch, t, observed[i]!, drift[i]!, this.planOptions(t)));
       try {
         await sock.commit(batch, { expectGeneration: gen });
@@ -270,6 +281,14 @@ export class Keeper extends EventEmitter {
       }
     }
     throw new Error(`gave up after ${this.maxRetries} attempts: the ruleset kept changing between read and commit`);
+  }
+
+  private async retiredPresent(sock: NftSocket) {
+    if (this.retired.length === 0) return [];
+    const present = [];
+    for (const t of this.retired) if (await sock.getTable(t.family, t.name)) present.push(t);
+    if (present.length === 0) this.retired = [];
+    return present;
   }
 
   protected planOptions(_t: TableConfig) {

@@ -25,7 +25,7 @@ export interface ObservedTable {
 }
 
 export type DriftKind =
-  | 'table-missing' | 'chain-missing' | 'chain-changed' | 'rules-differ' | 'chain-extra' | 'set-extra';
+  | 'table-missing' | 'table-retired' | 'chain-missing' | 'chain-changed' | 'rules-differ' | 'chain-extra' | 'set-extra';
 
 export interface Drift {
   kind: DriftKind;

@@ -173,3 +173,42 @@ ${FLANNEL_RULES.map((r) => `add rule ip nfkeeper postrouting ${r}`).join('\n')}
     expect(levels.at(-1)).toBe(0);
   });
 });
+
+describe('config reload', () => {
+  it('applies a reload that adds a rule, drops a chain and drops a table in one batch', async () => {
+    const ns = createNetns('reload');
+    const keeper = new Keeper({
+      config: (await import('../../src/config/config.js')).parseConfig(`
+tables:
+  - family: ip
+    name: nfkeeper
+    chains:
+      - name: postrouting
+        type: nat
+        hook: postrouting
+        priority: srcnat
+        rules: ["ip saddr 10.244.0.0/16 masquerade"]
+      - name: extra
+        rules: ["return"]
+  - family: ip6
+    name: nfkeeper6
+    chains: []
+`),
+      netns: ns.path, intervalMs: 3_600_000,
+    });
+    try {
+      await keeper.start();
+      const sock = keeper.socket!;
+      const gen = sock.generation();
+      await keeper.setConfig(flannelConfig());
+      await keeper.idle();
+      expect(sock.generation()).toBe(gen + 1);  // one transaction
+      expect(ns.exec('nft', ['list', 'tables']).trim()).toBe('table ip nfkeeper');
+      expect(ns.exec('nft', ['list', 'table', 'ip', 'nfkeeper'])).not.toMatch(/chain extra/);
+      expect(chainLines(ns, ...CHAIN)).toEqual(FLANNEL_RULES);
+    } finally {
+      await keeper.stop();
+      ns.remove();
+    }
+  });
+});
