@@ -17,7 +17,9 @@ import { Monitor, type MonitorBatch } from '../netlink/monitor.js';
 import { NftSocket } from '../netlink/socket.js';
 import { DEFAULT_FIGHT, Fight, type FightOptions } from './fight.js';
 import { KeeperMetrics } from './metrics.js';
-import { diffTable, observeTable, planTable, type Drift } from './reconcile.js';
+import { NetlinkError } from '../errors.js';
+import { PROTECT_FLAGS, TableOwnedError, diffTable, observeTable, planTable, protectionOf, type Drift,
+  type Protection } from './reconcile.js';
 
 export type Cause = 'startup' | 'event' | 'tick' | 'overflow' | 'reload' | 'manual';
 
@@ -51,7 +53,7 @@ export interface KeeperStatus {
   fightLevel: number;
   lastRepair?: { at: string; cause: Cause; drift: string[]; latencyMs: number };
   lastError?: string;
-  tables: { family: string; name: string; state: 'verified' | 'drifting' | 'unknown' }[];
+  tables: { family: string; name: string; state: 'verified' | 'drifting' | 'unknown'; protection: Protection | 'unknown' }[];
 }
 
 export class Keeper extends EventEmitter {
@@ -77,6 +79,10 @@ export class Keeper extends EventEmitter {
   private lastTickAt = 0;
   /** Tables a reload dropped from the config: deleted in the next repair batch. */
   private retired: { family: TableConfig['family']; name: string }[] = [];
+  /** False once the kernel refused the protect flags: repair mode from then on. */
+  private protectSupported = true;
+  private startupError?: Error;
+  private protection = new Map<string, Protection>();
 
   constructor(private readonly options: KeeperOptions) {
     super();
@@ -107,6 +113,11 @@ export class Keeper extends EventEmitter {
     }
     await this.request('startup', performance.now());
     await this.idle();
+    if (this.startupError) {
+      const e = this.startupError;
+      await this.stop();
+      throw e;
+    }
     this.timer = setInterval(() => this.tick(), this.intervalMs);
   }
 
@@ -148,7 +159,7 @@ export class Keeper extends EventEmitter {
       tables: this.config.tables.map((t) => {
         const key = `${t.family} ${t.name}`;
         const state = this.drifting.has(key) ? 'drifting' : this.ready ? 'verified' : 'unknown';
-        return { family: t.family, name: t.name, state };
+        return { family: t.family, name: t.name, state, protection: this.protection.get(key) ?? 'unknown' };
       }),
     };
   }
@@ -209,7 +220,8 @@ export class Keeper extends EventEmitter {
         try {
           await this.pass(next.cause, next.detectedAt);
         } catch (e) {
-          this.fail(e);
+          if (next.cause === 'startup' && e instanceof TableOwnedError) this.startupError = e;
+          else this.fail(e);
         }
         next = this.queued;
       }
@@ -236,7 +248,18 @@ export class Keeper extends EventEmitter {
       const gen = sock.generation();
       const observed = await Promise.all(tables.map((t) => observeTable(sock, t.family, t.name)));
       this.metrics.dumps.inc();
-      const drift = tables.map((t, i) => diffTable(t, observed[i]!));
+      for (const [i, t] of tables.entries()) {
+        const p = protectionOf(observed[i]!.table, sock.portId);
+        this.protection.set(`${t.family} ${t.name}`, p);
+        this.metrics.protection.set({ table: `${t.family} ${t.name}` }, p === 'protected' ? 1 : 0);
+      }
+      let drift: Drift[][];
+      try {
+        drift = tables.map((t, i) => diffTable(t, observed[i]!, { protect: this.protects(t), portId: sock.portId }));
+      } catch (e) {
+        if (e instanceof TableOwnedError) this.lastError = e.message;
+        throw e;
+      }
       const retired = await this.retiredPresent(sock);
       const flat = [...drift.flat(), ...retired.map((t): Drift => ({
         kind: 'table-retired', family: t.family, table: t.name, detail: `table ${t.family} ${t.name} is no longer in the config`,
@@ -268,6 +291,7 @@ export class Keeper extends EventEmitter {
           this.metrics.generationRetries.inc();
           continue;  // someone committed between our read and our write: look again
         }
+        if (this.protectRefused(e, batch)) continue;
         throw e;
       }
       ops += batch.length;
@@ -291,8 +315,23 @@ export class Keeper extends EventEmitter {
     return present;
   }
 
-  protected planOptions(_t: TableConfig) {
-    return {};
+  private protects(t: TableConfig): boolean {
+    return t.protect && this.protectSupported;
+  }
+
+  /** A kernel without NFT_TABLE_F_OWNER or persist refuses the flags: log once, keep repairing. */
+  private protectRefused(e: unknown, batch: Batch): boolean {
+    if (!(e instanceof NetlinkError) || e.errnoName !== 'EOPNOTSUPP' || !this.protectSupported) return false;
+    const op = batch.ops[e.opIndex];
+    if (op?.object !== 'table' || !('flags' in op) || !op.flags) return false;
+    this.protectSupported = false;
+    this.log.warn({ table: `${op.family} ${op.name}` },
+      'this kernel does not support owned persistent tables (NFT_TABLE_F_OWNER | persist); protect mode is off, repair mode stays');
+    return true;
+  }
+
+  protected planOptions(t: TableConfig) {
+    return this.protects(t) ? { tableFlags: PROTECT_FLAGS } : {};
   }
 
   private scheduleAfter(ms: number, cause: Cause, detectedAt: number): void {
@@ -333,7 +372,11 @@ export async function cleanup(sock: NftSocket, config: Config): Promise<string[]
   const batch = new Batch();
   const removed: string[] = [];
   for (const t of config.tables) {
-    if (await sock.getTable(t.family, t.name)) {
+    const table = await sock.getTable(t.family, t.name);
+    if (table && protectionOf(table, sock.portId) === 'foreign-owner') {
+      throw new TableOwnedError(t.family, t.name, table.owner ?? 0);
+    }
+    if (table) {
       batch.delete('table', { family: t.family, name: t.name });
       removed.push(`${t.family} ${t.name}`);
     }

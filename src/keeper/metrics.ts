@@ -30,6 +30,10 @@ export class KeeperMetrics {
   readonly fightLevel = new Gauge({ name: 'nfkeeper_fight_level', help: 'Back-off level (0: no fight)', registers: [this.registry] });
   readonly ready = new Gauge({ name: 'nfkeeper_ready', help: '1 once the desired ruleset is verified', registers: [this.registry] });
   readonly errors = new Counter({ name: 'nfkeeper_errors_total', help: 'Reconcile passes that failed', registers: [this.registry] });
+  readonly protection = new Gauge({
+    name: 'nfkeeper_table_protected', help: '1 when the table is owned by our socket (protect mode)',
+    labelNames: ['table'], registers: [this.registry],
+  });
   readonly reloadFailed = new Gauge({ name: 'nfkeeper_last_reload_failed', help: '1 when the last config reload was rejected', registers: [this.registry] });
 
   constructor(processMetrics = false) {

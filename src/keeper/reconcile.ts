@@ -9,7 +9,8 @@
 import type { Expr, Family, Hex } from '../netlink/expr.js';
 import { Batch } from '../netlink/batch.js';
 import type { Chain, NftSet, Rule, SetElement, Table } from '../netlink/objects.js';
-import { SET_F } from '../netlink/objects.js';
+import { SET_F, TABLE_F } from '../netlink/objects.js';
+import { NfkeeperError } from '../errors.js';
 import type { NftSocket } from '../netlink/socket.js';
 import type { ChainConfig, TableConfig } from '../config/config.js';
 import { renderRule, ruleKey, type SetResolver } from '../rules/index.js';
@@ -25,7 +26,7 @@ export interface ObservedTable {
 }
 
 export type DriftKind =
-  | 'table-missing' | 'table-retired' | 'chain-missing' | 'chain-changed' | 'rules-differ' | 'chain-extra' | 'set-extra';
+  | 'table-missing' | 'table-retired' | 'table-orphaned' | 'table-unprotected' | 'chain-missing' | 'chain-changed' | 'rules-differ' | 'chain-extra' | 'set-extra';
 
 export interface Drift {
   kind: DriftKind;
@@ -90,12 +91,48 @@ function baseMatches(want: ChainConfig['base'], have: Chain): boolean {
     && (have.policy ?? 'accept') === want.policy;
 }
 
+/** Protect mode: the table is tied to our socket (NFT_TABLE_F_OWNER) and outlives it (persist). */
+export const PROTECT_FLAGS = TABLE_F.OWNER | TABLE_F.PERSIST;
+
+/** Another live process's socket owns a table we are configured to own. */
+export class TableOwnedError extends NfkeeperError {
+  override name = 'TableOwnedError';
+  constructor(readonly family: Family, readonly table: string, readonly portId: number) {
+    super(`table ${family} ${table} is owned by another live process (netlink port id ${portId}), ` +
+      'perhaps a running nfkeeper; refusing to fight it. Stop that process first: the table then stays as an ' +
+      'orphan, which `nfkeeper cleanup` can remove or a new `nfkeeper run` can claim');
+  }
+}
+
+export interface DiffOptions {
+  /** Enforce protect mode for this table (already reduced to what the kernel supports). */
+  protect?: boolean;
+  /** Our commit socket's port id: the owner a protected table must have. */
+  portId?: number;
+}
+
+export type Protection = 'protected' | 'orphaned' | 'unprotected' | 'foreign-owner' | 'missing';
+
+export function protectionOf(table: Table | undefined, portId?: number): Protection {
+  if (!table) return 'missing';
+  if (table.flags & TABLE_F.OWNER) return table.owner === portId ? 'protected' : 'foreign-owner';
+  return table.flags & TABLE_F.PERSIST ? 'orphaned' : 'unprotected';
+}
+
 /** Every difference between what a table should hold and what it holds. */
-export function diffTable(want: TableConfig, have: ObservedTable): Drift[] {
+export function diffTable(want: TableConfig, have: ObservedTable, options: DiffOptions = {}): Drift[] {
   const d = (kind: DriftKind, detail: string, chain?: string, actual?: string[]): Drift =>
     ({ kind, family: want.family, table: want.name, chain, detail, actual });
   if (!have.table) return [d('table-missing', `table ${want.family} ${want.name} is missing`)];
   const drifts: Drift[] = [];
+  const protection = protectionOf(have.table, options.portId);
+  if (protection === 'foreign-owner') throw new TableOwnedError(want.family, want.name, have.table.owner ?? 0);
+  if (options.protect && protection === 'orphaned') {
+    drifts.push(d('table-orphaned', `table ${want.family} ${want.name} is an orphan; claiming it`));
+  } else if (options.protect && protection === 'unprotected') {
+    // The owner flag cannot be set on an existing table (EOPNOTSUPP): recreate it, atomically.
+    return [d('table-unprotected', `table ${want.family} ${want.name} is not protected; recreating it owned`)];
+  }
   const resolve: SetResolver = (n) => have.sets.get(n);
   for (const c of want.chains) {
     const chain = have.chains.get(c.name);
@@ -170,9 +207,17 @@ export function planTable(batch: Batch, want: TableConfig, have: ObservedTable, 
   if (drifts.length === 0) return;
   const { family, name: table } = want;
   const rewrite = new Set<string>();
+  const flags = options.tableFlags ? { flags: options.tableFlags } : {};
+  if (drifts.some((x) => x.kind === 'table-unprotected')) {
+    batch.delete('table', { family, name: table });
+    have = { ...have, table: undefined, chains: new Map(), rules: new Map(), sets: new Map() };
+  }
   if (!have.table) {
-    batch.add('table', { family, name: table, ...(options.tableFlags ? { flags: options.tableFlags } : {}) });
+    batch.add('table', { family, name: table, ...flags });
     for (const c of want.chains) rewrite.add(c.name);
+  } else if (drifts.some((x) => x.kind === 'table-orphaned')) {
+    // Claiming an orphan: NEWTABLE with owner|persist on the existing table; its rules stay as they are.
+    batch.add('table', { family, name: table, ...flags });
   }
   const recreate = new Set(drifts.filter((x) => x.kind === 'chain-changed').map((x) => x.chain!));
   const extra = drifts.filter((x) => x.kind === 'chain-extra').map((x) => x.chain!);
@@ -212,7 +257,7 @@ export function renderDrift(want: TableConfig, drifts: Drift[]): string[] {
   const out: string[] = [];
   for (const x of drifts) {
     out.push(`# ${x.family} ${x.table}: ${x.detail}`);
-    if (x.kind === 'table-missing') {
+    if (x.kind === 'table-missing' || x.kind === 'table-unprotected') {
       out.push(`+ add table ${want.family} ${want.name}`);
       for (const c of want.chains) out.push(...chainText(want, c));
     } else if (x.kind === 'chain-missing' || x.kind === 'chain-changed') {

@@ -126,7 +126,7 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
             out.push(dep(F.nfproto, f.l3 === 'ip' ? NFPROTO_IPV4 : NFPROTO_IPV6, st));
             l3 = f.l3;
           } else if (l3 !== f.l3) {
-            fail(st, `a match that fits the ${l3 === 'other' ? 'given nfproto' : l3} context`,
+            fail(st, `a match consistent with the network protocol given earlier (${l3 === 'other' ? 'meta nfproto' : l3})`,
               `conflicting protocols specified: ${l3 === 'other' ? 'unknown' : l3} vs. ${f.l3}`);
           }
         } else if (l3 !== f.l3) {
@@ -138,7 +138,8 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
           out.push(dep(F.l4proto, f.l4, st));
           l4 = f.l4;
         } else if (l4 !== f.l4) {
-          fail(st, `a match that fits the ${l4Name(l4)} context`, `conflicting protocols specified: ${l4Name(l4)} vs. ${l4Name(f.l4)}`);
+          fail(st, `a match consistent with the transport protocol given earlier (${l4Name(l4)})`,
+            `conflicting protocols specified: ${l4Name(l4)} vs. ${l4Name(f.l4)}`);
         }
       }
       const rel: Rel = { t: 'rel', field: f, op: st.op, rhs: st.rhs, at: st };
