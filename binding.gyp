@@ -10,7 +10,8 @@
         "native/batch.cc",
         "native/encode.cc",
         "native/decode.cc",
-        "native/monitor.cc"
+        "native/monitor.cc",
+        "native/notify.cc"
       ],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],
       "defines": ["NAPI_VERSION=8", "NAPI_CPP_EXCEPTIONS", "NODE_ADDON_API_DISABLE_DEPRECATED"],

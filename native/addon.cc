@@ -8,6 +8,8 @@
 
 namespace nfk {
 
+Napi::Value SdNotify(const Napi::CallbackInfo& info);
+
 namespace {
 
 // init(NetlinkError): the JS error class every native failure is made from.
@@ -37,6 +39,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("NftSocket", socket);
   exports.Set("NftMonitor", monitor);
   exports.Set("init", Napi::Function::New(env, SetErrorClass));
+  exports.Set("sdNotify", Napi::Function::New(env, SdNotify));
   return exports;
 }
 

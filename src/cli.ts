@@ -10,10 +10,12 @@ import { loadConfig, type Config } from './config/config.js';
 import { ConfigError, NfkeeperError } from './errors.js';
 import { Keeper, checkOnce, cleanup } from './keeper/keeper.js';
 import { KeeperMetrics } from './keeper/metrics.js';
-import { serveMetrics } from './keeper/http.js';
+import { parseListen, serveMetrics } from './keeper/http.js';
+import type { KeeperStatus } from './keeper/keeper.js';
 import { renderDrift } from './keeper/reconcile.js';
 import { NftSocket } from './netlink/socket.js';
 import { parseDuration } from './duration.js';
+import { Notifier } from './systemd.js';
 import { PROJECT_ROOT } from './netlink/native.js';
 
 export const EXIT = { OK: 0, DRIFT: 1, ERROR: 2 } as const;
@@ -86,6 +88,27 @@ export async function main(argv: string[], io: Out = {
       code = await run(o);
     });
 
+  program.command('status').description("show the running daemon's view: tables, protection, last repair, fight")
+    .option('--metrics <host:port>', 'where the daemon serves /status', '127.0.0.1:9469')
+    .option('--json', 'print the status as JSON')
+    .action(async (o: { metrics: string; json?: boolean }) => {
+      const { host, port } = parseListen(o.metrics);
+      let st: KeeperStatus;
+      try {
+        st = await (await fetch(`http://${host.includes(':') ? `[${host}]` : host}:${port}/status`)).json() as KeeperStatus;
+      } catch (e) {
+        throw new NfkeeperError(`no daemon answers on ${o.metrics}: ${(e as Error).message}`);
+      }
+      if (o.json) io.out(JSON.stringify(st));
+      else {
+        io.out(`ready: ${st.ready}  generation: ${st.generation ?? '-'}  fight level: ${st.fightLevel}`);
+        for (const t of st.tables) io.out(`table ${t.family} ${t.name}: ${t.state}, ${t.protection}`);
+        if (st.lastRepair) io.out(`last repair ${st.lastRepair.at} (${st.lastRepair.cause}, ${st.lastRepair.latencyMs.toFixed(3)} ms): ${st.lastRepair.drift.join('; ')}`);
+        if (st.lastError) io.out(`last error: ${st.lastError}`);
+      }
+      code = st.tables.some((t) => t.state === 'drifting') ? EXIT.DRIFT : EXIT.OK;
+    });
+
   program.command('demo').description('install, tamper and watch the repairs, in a throwaway network namespace')
     .option('--json', 'print the results as JSON')
     .action(async (o: { json?: boolean }) => {
@@ -136,6 +159,23 @@ async function run(o: { config: string; netns?: string; interval: string; metric
   await keeper.start();
   const server = o.metrics ? await serveMetrics(keeper, o.metrics) : undefined;
   log.info({ tables: config.tables.map((t) => `${t.family} ${t.name}`), metrics: o.metrics || null }, 'nfkeeper running');
+  const systemd = new Notifier();
+  systemd.notify(`READY=1\nSTATUS=verified ${config.tables.length} tables\nMAINPID=${process.pid}`);
+  // The watchdog is fed from the loop itself, so a stalled loop stops feeding it.
+  let lastFed = 0;
+  if (systemd.watchdogMs !== undefined) {
+    const every = systemd.watchdogMs;
+    keeper.on('tick', () => {
+      const now = Date.now();
+      if (now - lastFed >= every / 2) {
+        lastFed = now;
+        systemd.notify('WATCHDOG=1');
+      }
+    });
+    if (every < parseDuration(o.interval)) {
+      log.warn({ watchdogMs: every * 2, intervalMs: parseDuration(o.interval) }, 'WatchdogSec is shorter than the check interval');
+    }
+  }
 
   const reload = (why: string) => {
     let next: Config;
@@ -179,6 +219,7 @@ async function run(o: { config: string; netns?: string; interval: string; metric
     process.once('SIGTERM', () => stop('SIGTERM'));
     process.once('SIGINT', () => stop('SIGINT'));
   });
+  systemd.notify('STOPPING=1');
   watcher.close();
   clearTimeout(debounce);
   server?.close();

@@ -87,6 +87,10 @@ describe('nfkeeper CLI', () => {
       ns.nft('flush chain ip nfkeeper postrouting');
       await sleep(500);
       expect(chainLines(ns, 'ip', 'nfkeeper', 'postrouting')).toEqual(FLANNEL_RULES);
+      const status = await cli('status', '--metrics', `127.0.0.1:${port}`, '--json');
+      expect(status.code).toBe(0);
+      expect(JSON.parse(status.out)).toMatchObject({ ready: true, tables: [{ name: 'nfkeeper', state: 'verified', protection: 'unprotected' }],
+        lastRepair: { cause: 'event' } });
       const metrics = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
       expect(metrics).toMatch(/nfkeeper_repairs_total\{cause="event"\} 1/);
       expect(metrics).toMatch(/nfkeeper_ready 1/);

@@ -27,6 +27,7 @@ interface Addon {
   NftMonitor: new (netns: string | undefined, onBatch: (batch: unknown) => void,
     tables: [string, string][] | null, ignorePorts: number[]) => NativeMonitor;
   init(errorClass: typeof NetlinkError): void;
+  sdNotify(socketPath: string, message: string): number;
 }
 
 let addon: Addon | undefined;

@@ -1,0 +1,75 @@
+import { spawn, spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { open } from '../src/netlink/socket.js';
+import { withNetns } from './helpers/netns.js';
+import { FLANNEL_YAML, sleep } from './keeper/helpers.js';
+
+const UNIT = 'deploy/systemd/nfkeeper.service';
+
+// A datagram listener: Node has no AF_UNIX datagram sockets, python does.
+const LISTENER = `
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind(sys.argv[1])
+print("listening", flush=True)
+while True:
+    print(repr(s.recv(4096).decode()), flush=True)
+`;
+
+describe('systemd', () => {
+  it('the unit passes systemd-analyze verify', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'nfk-unit-'));
+    const unit = readFileSync(UNIT, 'utf8').replace('/usr/local/bin/nfkeeper', resolve('bin/nfkeeper.js'));
+    writeFileSync(join(dir, 'nfkeeper.service'), unit);
+    const r = spawnSync('systemd-analyze', ['verify', join(dir, 'nfkeeper.service')], { encoding: 'utf8' });
+    expect(r.stderr.split('\n').filter((l) => l.includes('nfkeeper.service'))).toEqual([]);
+    expect(r.status).toBe(0);
+    expect(unit).toMatch(/^Type=notify$/m);
+    expect(unit).toMatch(/^CapabilityBoundingSet=CAP_NET_ADMIN$/m);
+    expect(unit).toMatch(/^Restart=always$/m);
+  });
+
+  it('sends READY=1 only once the ruleset is verified, then WATCHDOG=1 from the loop, STOPPING=1 at the end', async () => {
+    await withNetns(async (ns) => {
+      const dir = mkdtempSync(join(tmpdir(), 'nfk-notify-'));
+      const sockPath = join(dir, 'notify.sock');
+      const config = join(dir, 'c.yaml');
+      writeFileSync(config, FLANNEL_YAML);
+      const listener = spawn('python3', ['-u', '-c', LISTENER, sockPath], { stdio: ['ignore', 'pipe', 'inherit'] });
+      const messages: string[] = [];
+      let tableAtReady: boolean | undefined;
+      const nft = open({ netns: ns.path });
+      await new Promise<void>((r) => listener.stdout.once('data', () => r()));
+      listener.stdout.on('data', (d: Buffer) => {
+        for (const line of d.toString().split('\n').filter(Boolean)) {
+          messages.push(line);
+          if (line.includes('READY=1')) {
+            tableAtReady = spawnSync('ip', ['netns', 'exec', ns.name, 'nft', 'list', 'chain', 'ip', 'nfkeeper', 'postrouting']).status === 0;
+          }
+        }
+      });
+      const child = spawn(process.execPath, ['bin/nfkeeper.js', 'run', '--config', config, '--netns', ns.path,
+        '--no-metrics', '--interval', '50ms'], {
+        env: { ...process.env, NOTIFY_SOCKET: sockPath, WATCHDOG_USEC: '400000' }, stdio: 'ignore',
+      });
+      const exited = new Promise((r) => child.on('exit', r));
+      try {
+        for (let i = 0; i < 60 && messages.filter((m) => m.includes('WATCHDOG=1')).length < 2; i++) await sleep(50);
+        child.kill('SIGTERM');
+        expect(await exited).toBe(0);
+        await sleep(100);
+        expect(messages[0]).toMatch(/READY=1/);
+        expect(tableAtReady).toBe(true);
+        expect(messages.filter((m) => m.includes('WATCHDOG=1')).length).toBeGreaterThanOrEqual(2);
+        expect(messages.at(-1)).toMatch(/STOPPING=1/);
+      } finally {
+        child.kill('SIGKILL');
+        listener.kill('SIGKILL');
+        nft.close();
+      }
+    });
+  });
+});
