@@ -8,7 +8,7 @@
  * rule language still render, as `<unsupported: …>`.
  */
 import type {
-  BitwiseExpr, CmpExpr, Expr, Family, Hex, LookupExpr, MasqExpr, NatExpr, RedirExpr,
+  BitwiseExpr, Expr, Family, Hex, LookupExpr, MasqExpr, NatExpr, RedirExpr,
 } from '../netlink/expr.js';
 import { FIB_F, NAT_RANGE } from '../netlink/expr.js';
 import { SET_F, type NftSet, type SetElement } from '../netlink/objects.js';
