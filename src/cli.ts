@@ -186,9 +186,7 @@ async function run(o: { config: string; netns?: string; interval: string; metric
       log.error({ err: e instanceof ConfigError ? e.message : e, why }, 'config reload rejected; keeping the old one');
       return;
     }
-    metrics.reloadFailed.set(0);
-    log.info({ why }, 'config reloaded');
-    void keeper.setConfig(next);
+    keeper.setConfig(next).then(() => log.info({ why }, 'config reloaded'), () => undefined /* logged by the keeper */);
   };
   process.on('SIGHUP', () => reload('SIGHUP'));
   // Watch the directory, not the file: editors replace files and a Kubernetes

@@ -82,6 +82,7 @@ export class Keeper extends EventEmitter {
   /** False once the kernel refused the protect flags: repair mode from then on. */
   private protectSupported = true;
   private startupError?: Error;
+  private reloadError?: unknown;
   private protection = new Map<string, Protection>();
 
   constructor(private readonly options: KeeperOptions) {
@@ -137,16 +138,39 @@ export class Keeper extends EventEmitter {
     while (this.running) await this.running.catch(() => undefined);
   }
 
-  /** Replaces the desired state; the next pass enforces it. */
+  /**
+   * Replaces the desired state and enforces it at once. If the kernel refuses
+   * the new state, the old one is restored and enforced, and the refusal is
+   * thrown: a reload is accepted or rejected as a whole.
+   */
   async setConfig(config: Config): Promise<void> {
+    const previous = { config: this.config, retired: [...this.retired] };
     const kept = new Set(config.tables.map((t) => `${t.family} ${t.name}`));
     for (const t of this.config.tables) {
       if (!kept.has(`${t.family} ${t.name}`)) this.retired.push({ family: t.family, name: t.name });
     }
+    this.install(config);
+    await this.idle();
+    this.reloadError = undefined;
+    await this.request('reload', performance.now());
+    await this.idle();
+    const refused = this.reloadError;
+    if (refused) {
+      this.retired = previous.retired;
+      this.install(previous.config);
+      this.metrics.reloadFailed.set(1);
+      this.log.error({ err: (refused as Error).message }, 'the kernel refused the new config; the old one stays in force');
+      await this.request('reload', performance.now());
+      await this.idle();
+      throw refused;
+    }
+    this.metrics.reloadFailed.set(0);
+  }
+
+  private install(config: Config): void {
     this.config = config;
     this.monitor?.setFilter(this.ownedTables(), this.sock ? [this.sock.portId] : []);
     this.lastVerified = undefined;
-    await this.request('reload', performance.now());
   }
 
   status(): KeeperStatus {
@@ -221,6 +245,7 @@ export class Keeper extends EventEmitter {
           await this.pass(next.cause, next.detectedAt);
         } catch (e) {
           if (next.cause === 'startup' && e instanceof TableOwnedError) this.startupError = e;
+          else if (next.cause === 'reload' && !this.reloadError) this.reloadError = e;
           else this.fail(e);
         }
         next = this.queued;

@@ -212,3 +212,41 @@ tables:
     }
   });
 });
+
+describe('config reload refused by the kernel', () => {
+  it('keeps the old desired state in force and reports the failure', async () => {
+    const ns = createNetns('reload-refused');
+    const keeper = new Keeper({ config: flannelConfig(), netns: ns.path, intervalMs: 3_600_000 });
+    try {
+      await keeper.start();
+      const h = handles(ns, ...CHAIN);
+      // The kernel refuses a regular chain's masquerade when it is jumped to from a prerouting nat chain.
+      const refused = (await import('../../src/config/config.js')).parseConfig(`
+tables:
+  - family: ip
+    name: nfkeeper
+    chains:
+      - name: postrouting
+        type: nat
+        hook: postrouting
+        priority: srcnat
+        rules: ["return"]
+      - name: pre
+        type: nat
+        hook: prerouting
+        priority: dstnat
+        rules: ["jump sub"]
+      - name: sub
+        rules: ["masquerade"]
+`);
+      await expect(keeper.setConfig(refused)).rejects.toThrow(/EOPNOTSUPP|Operation not supported/);
+      expect((await keeper.metrics.reloadFailed.get()).values[0]!.value).toBe(1);
+      expect(chainLines(ns, ...CHAIN)).toEqual(FLANNEL_RULES);
+      expect(handles(ns, ...CHAIN)).toEqual(h);
+      expect(ns.exec('nft', ['list', 'table', 'ip', 'nfkeeper'])).not.toMatch(/chain pre/);
+    } finally {
+      await keeper.stop();
+      ns.remove();
+    }
+  });
+});
