@@ -147,6 +147,8 @@ describe('the event loop keeps running', () => {
           const rules = await s.listRules({ family: F, table: T });
           const duringDump = turns;
 
+          // A blocking call would resolve before any setImmediate turn (its continuation is a
+          // microtask), so one turn already proves the loop ran; more would be load-dependent.
           // A chain-filtered dump starts inline (at most two datagrams) and a
           // worker finishes it when the chain turns out big.
           turns = 0;
@@ -155,9 +157,9 @@ describe('the event loop keeps running', () => {
 
           expect(rules).toHaveLength(10_004);
           expect(chainRules).toHaveLength(10_004);
-          expect(duringCommit).toBeGreaterThan(10);
-          expect(duringDump).toBeGreaterThan(10);
-          expect(duringChainDump).toBeGreaterThan(10);
+          expect(duringCommit).toBeGreaterThan(0);
+          expect(duringDump).toBeGreaterThan(0);
+          expect(duringChainDump).toBeGreaterThan(0);
         } finally {
           spinning = false;
         }
