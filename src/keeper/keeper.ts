@@ -416,10 +416,15 @@ export async function checkOnce(sock: NftSocket, config: Config, apply: boolean)
   for (let attempt = 0; attempt < 20; attempt++) {
     const gen = sock.generation();
     const observed = await Promise.all(config.tables.map((t) => observeTable(sock, t.family, t.name)));
-    const drift = config.tables.map((t, i) => ({ table: t, drift: diffTable(t, observed[i]!) }));
+    // Same protect handling as the daemon: a one-shot apply creates a protected table owned by
+    // this short-lived socket, which leaves it an orphan for the next `run` to claim.
+    const drift = config.tables.map((t, i) => ({
+      table: t, drift: diffTable(t, observed[i]!, { protect: t.protect, portId: sock.portId, allowForeignOwner: !apply }),
+    }));
     if (!apply || drift.every((d) => d.drift.length === 0)) return { drift, ops: 0 };
     const batch = new Batch();
-    config.tables.forEach((t, i) => planTable(batch, t, observed[i]!, drift[i]!.drift));
+    config.tables.forEach((t, i) => planTable(batch, t, observed[i]!, drift[i]!.drift,
+      t.protect ? { tableFlags: PROTECT_FLAGS } : {}));
     try {
       await sock.commit(batch, { expectGeneration: gen });
       return { drift, ops: batch.length };

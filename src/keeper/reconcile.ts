@@ -109,6 +109,8 @@ export interface DiffOptions {
   protect?: boolean;
   /** Our commit socket's port id: the owner a protected table must have. */
   portId?: number;
+  /** Read-only callers (check) may look at a table another live process owns. */
+  allowForeignOwner?: boolean;
 }
 
 export type Protection = 'protected' | 'orphaned' | 'unprotected' | 'foreign-owner' | 'missing';
@@ -126,7 +128,7 @@ export function diffTable(want: TableConfig, have: ObservedTable, options: DiffO
   if (!have.table) return [d('table-missing', `table ${want.family} ${want.name} is missing`)];
   const drifts: Drift[] = [];
   const protection = protectionOf(have.table, options.portId);
-  if (protection === 'foreign-owner') throw new TableOwnedError(want.family, want.name, have.table.owner ?? 0);
+  if (protection === 'foreign-owner' && !options.allowForeignOwner) throw new TableOwnedError(want.family, want.name, have.table.owner ?? 0);
   if (options.protect && protection === 'orphaned') {
     drifts.push(d('table-orphaned', `table ${want.family} ${want.name} is an orphan; claiming it`));
   } else if (options.protect && protection === 'unprotected') {

@@ -75,8 +75,12 @@ describe('protect mode', () => {
     expect(handles(ns, ...CHAIN)).toHaveLength(4);
   });
 
-  it('cleanup is refused while a keeper owns the table and works once it stopped', async () => {
+  it('check reads a table the daemon owns; apply and cleanup are refused while it runs; cleanup works once it stopped', async () => {
     const k = await start();
+    const { checkOnce } = await import('../../src/keeper/keeper.js');
+    const checked = await checkOnce(sock, config(), false);
+    expect(checked.drift.flatMap((d) => d.drift)).toEqual([]);
+    await expect(checkOnce(sock, config(), true)).rejects.toBeInstanceOf(TableOwnedError);
     await expect(cleanup(sock, config())).rejects.toBeInstanceOf(TableOwnedError);
     await k.stop();
     const table = await sock.getTable('ip', 'nfkeeper');
