@@ -464,9 +464,10 @@ Napi::Value NftSocket::Dump(const Napi::CallbackInfo& info) {
   Napi::Promise::Deferred deferred = Napi::Promise::Deferred::New(env);
 
   // Inline fast path, only for requests the kernel answers from one object:
-  // a single GET, or the rules of one chain (table + chain filter, a hash
-  // lookup in the kernel), and only when the socket is free right now.
-  bool small = st->single || (st->kind == DumpKind::Rule && !st->table.empty() && !st->name.empty());
+  // a single GET, or the rules or sets of one table (the kernel filters by
+  // table), and only when the socket is free right now. A big answer is
+  // finished by a worker after kInlineDatagrams.
+  bool small = st->single || ((st->kind == DumpKind::Rule || st->kind == DumpKind::Set) && !st->table.empty());
   bool inlineStarted = false;
   if (small && gate_.try_lock()) {
     inlineStarted = true;

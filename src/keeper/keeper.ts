@@ -271,7 +271,7 @@ export class Keeper extends EventEmitter {
     let ops = 0;
     for (let attempt = 1; attempt <= this.maxRetries; attempt++) {
       const gen = sock.generation();
-      const observed = await Promise.all(tables.map((t) => observeTable(sock, t.family, t.name)));
+      const observed = await Promise.all(tables.map((t) => observeTable(sock, t.family, t.name, t.chains.map((c) => c.name))));
       this.metrics.dumps.inc();
       for (const [i, t] of tables.entries()) {
         const p = protectionOf(observed[i]!.table, sock.portId);
@@ -415,7 +415,7 @@ export async function checkOnce(sock: NftSocket, config: Config, apply: boolean)
   Promise<{ drift: { table: TableConfig; drift: Drift[] }[]; ops: number }> {
   for (let attempt = 0; attempt < 20; attempt++) {
     const gen = sock.generation();
-    const observed = await Promise.all(config.tables.map((t) => observeTable(sock, t.family, t.name)));
+    const observed = await Promise.all(config.tables.map((t) => observeTable(sock, t.family, t.name, t.chains.map((c) => c.name))));
     // Same protect handling as the daemon: a one-shot apply creates a protected table owned by
     // this short-lived socket, which leaves it an orphan for the next `run` to claim.
     const drift = config.tables.map((t, i) => ({

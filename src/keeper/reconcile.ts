@@ -41,16 +41,29 @@ export interface Drift {
   actual?: string[];
 }
 
-/** Dumps what nfkeeper needs to see of one owned table. */
-export async function observeTable(sock: NftSocket, family: Family, name: string): Promise<ObservedTable> {
+/**
+ * Dumps what nfkeeper needs to see of one owned table. Every request is
+ * answered from the table itself: chain dumps are not filtered by the kernel
+ * (they walk every chain of the family, which grows with the node), so the
+ * desired chains are fetched one by one, and the table's use count (chains
+ * plus named sets) tells whether there is anything else; only then is the
+ * family's chain list read.
+ */
+export async function observeTable(sock: NftSocket, family: Family, name: string,
+  expectedChains: readonly string[] = []): Promise<ObservedTable> {
   const out: ObservedTable = { family, name, chains: new Map(), rules: new Map(), sets: new Map() };
   out.table = await sock.getTable(family, name);
   if (!out.table) return out;
-  const [chains, rules, sets] = await Promise.all([
-    sock.listChains({ family, table: name }),
+  const [found, rules, sets] = await Promise.all([
+    Promise.all(expectedChains.map((c) => sock.getChain(family, name, c))),
     sock.listRules({ family, table: name }),
     sock.listSets({ family, table: name }),
   ]);
+  let chains = found.filter((c): c is Chain => c !== undefined);
+  const named = sets.filter((x) => !(x.flags & SET_F.ANONYMOUS)).length;
+  if (out.table.use === undefined || out.table.use !== chains.length + named) {
+    chains = await sock.listChains({ family, table: name });  // something we did not ask for is there
+  }
   for (const c of chains) {
     out.chains.set(c.name, c);
     out.rules.set(c.name, []);
@@ -62,10 +75,10 @@ export async function observeTable(sock: NftSocket, family: Family, name: string
   }
   const referenced = new Set<string>();
   for (const r of rules) for (const e of r.exprs) if (e.kind === 'lookup') referenced.add(e.set);
-  await Promise.all(sets.map(async (s) => {
-    // Elements matter for comparing the anonymous sets rules use, and to tell named sets apart.
-    const elements = referenced.has(s.name) ? await sock.listElements({ family, table: name, set: s.name }) : [];
-    out.sets.set(s.name, { set: s, elements });
+  await Promise.all(sets.map(async (x) => {
+    // Elements matter for comparing the anonymous sets rules use.
+    const elements = referenced.has(x.name) ? await sock.listElements({ family, table: name, set: x.name }) : [];
+    out.sets.set(x.name, { set: x, elements });
   }));
   return out;
 }

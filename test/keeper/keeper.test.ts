@@ -250,3 +250,30 @@ tables:
     }
   });
 });
+
+describe('observing owned tables', () => {
+  it('never lists the family\'s chains while the table holds only what the config names', async () => {
+    const ns = createNetns('observe');
+    const { observeTable } = await import('../../src/keeper/reconcile.js');
+    const sock = open({ netns: ns.path });
+    try {
+      ns.nft(Array.from({ length: 2000 }, (_, i) => `add chain ip foreign c${i}`).join('\n').replace(/^/, 'add table ip foreign\n'));
+      await (await import('../../src/keeper/keeper.js')).checkOnce(sock, flannelConfig(), true);
+      let listed = 0;
+      const real = sock.listChains.bind(sock);
+      sock.listChains = (f) => { listed++; return real(f); };
+      const seen = await observeTable(sock, 'ip', 'nfkeeper', ['postrouting']);
+      expect([...seen.chains.keys()]).toEqual(['postrouting']);
+      expect(seen.rules.get('postrouting')).toHaveLength(4);
+      expect(listed).toBe(0);
+      // An extra chain raises the table's use count, and then the chain list is read.
+      ns.nft('add chain ip nfkeeper intruder');
+      const again = await observeTable(sock, 'ip', 'nfkeeper', ['postrouting']);
+      expect(listed).toBe(1);
+      expect([...again.chains.keys()].sort()).toEqual(['intruder', 'postrouting']);
+    } finally {
+      sock.close();
+      ns.remove();
+    }
+  });
+});
