@@ -17,6 +17,8 @@ import { NftSocket } from './netlink/socket.js';
 import { parseDuration } from './duration.js';
 import { Notifier } from './systemd.js';
 import { PROJECT_ROOT } from './netlink/native.js';
+import { gcOnce } from './gc/command.js';
+import { GcLoop } from './gc/daemon.js';
 
 export const EXIT = { OK: 0, DRIFT: 1, ERROR: 2 } as const;
 
@@ -109,6 +111,18 @@ export async function main(argv: string[], io: Out = {
       code = st.tables.some((t) => t.state === 'drifting') ? EXIT.DRIFT : EXIT.OK;
     });
 
+  program.command('gc').description('remove foreign rules and chains tagged with ids that are no longer live (docs/gc.md)')
+    .addOption(configOpt()).addOption(netnsOpt())
+    .option('--live-file <file>', 'a JSON array of live ids; overrides gc.live')
+    .option('--grace <duration>', 'how long an id must be missing (default: gc.grace); 0s collects now')
+    .option('--dry-run', 'print what would go, as nft text grouped by id, and change nothing')
+    .option('--json', 'print the result as JSON')
+    .action(async (o: { config: string; netns?: string; liveFile?: string; grace?: string; dryRun?: boolean; json?: boolean }) => {
+      const r = await gcOnce(loadConfig(o.config), o);
+      io.out(o.json ? JSON.stringify(r.json) : r.lines.join('\n'));
+      code = o.dryRun && r.garbage.length > 0 ? EXIT.DRIFT : EXIT.OK;
+    });
+
   program.command('demo').description('install, tamper and watch the repairs, in a throwaway network namespace')
     .option('--json', 'print the results as JSON')
     .action(async (o: { json?: boolean }) => {
@@ -157,6 +171,10 @@ async function run(o: { config: string; netns?: string; interval: string; metric
   const keeper = new Keeper({ config, netns: o.netns, intervalMs: parseDuration(o.interval), events: o.events, logger: log, metrics });
   keeper.on('error', () => undefined);  // logged by the keeper; the loop carries on
   await keeper.start();
+  // Foreign GC: report-only unless gc.enabled (docs/gc.md).
+  const gcLoop = config.gc && config.gc.foreign.length > 0 && config.gc.live
+    ? new GcLoop({ gc: config.gc, netns: o.netns, logger: log }) : undefined;
+  gcLoop?.start();
   const server = o.metrics ? await serveMetrics(keeper, o.metrics) : undefined;
   log.info({ tables: config.tables.map((t) => `${t.family} ${t.name}`), metrics: o.metrics || null }, 'nfkeeper running');
   const systemd = new Notifier();
@@ -186,6 +204,7 @@ async function run(o: { config: string; netns?: string; interval: string; metric
       log.error({ err: e instanceof ConfigError ? e.message : e, why }, 'config reload rejected; keeping the old one');
       return;
     }
+    gcLoop?.setConfig(next.gc);
     keeper.setConfig(next).then(() => log.info({ why }, 'config reloaded'), () => undefined /* logged by the keeper */);
   };
   process.on('SIGHUP', () => reload('SIGHUP'));
@@ -221,6 +240,7 @@ async function run(o: { config: string; netns?: string; interval: string; metric
   watcher.close();
   clearTimeout(debounce);
   server?.close();
+  await gcLoop?.stop();
   await keeper.stop();
   return EXIT.OK;
 }

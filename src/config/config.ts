@@ -11,6 +11,7 @@ import { ConfigError, NfkeeperError } from '../errors.js';
 import type { Family } from '../netlink/expr.js';
 import type { ChainType, Hook } from '../netlink/objects.js';
 import { compileRule, RuleSyntaxError, type CompiledRule } from '../rules/index.js';
+import { GC_SCHEMA, type GcConfig } from '../gc/config.js';
 
 const NAME = z.string().min(1).max(255).regex(/^[A-Za-z0-9_.\-]+$/, 'use letters, digits, _ . and - only');
 
@@ -43,8 +44,8 @@ const TABLE = z.strictObject({
 
 const SCHEMA = z.strictObject({
   tables: z.array(TABLE).default([]),
-  // Owners and garbage collection are configured here (validated by their module).
-  gc: z.unknown().optional(),
+  // Garbage collection (src/gc/config.ts).
+  gc: GC_SCHEMA.optional(),
 });
 
 export interface ChainConfig {
@@ -64,8 +65,8 @@ export interface TableConfig {
 export interface Config {
   file: string;
   tables: TableConfig[];
-  /** The raw gc section, for the owners/GC module. */
-  gc?: unknown;
+  /** The validated gc section (src/gc/). */
+  gc?: GcConfig;
 }
 
 export function parsePriority(p: number | string): number {

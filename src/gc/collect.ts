@@ -1,0 +1,332 @@
+/**
+ * Foreign garbage collection: in tables other tools manage (iptables-nft's
+ * `ip nat`, ...), find rules tagged with an owner id that is no longer live,
+ * and the chains that only such rules reach, and remove them in one batch
+ * guarded by the generation they were found at.
+ *
+ * Safety rules, each enforced here:
+ * - untagged rules, and rules tagged with a live id (or a not-yet-expired
+ *   one), are never deleted on their own;
+ * - a chain is deleted only if it is a regular chain, every rule that jumps
+ *   or gotos to it is itself garbage, none of its rules carries a tag that is
+ *   not garbage, and the kernel's reference count matches the references seen
+ *   (so a verdict map or anything unseen that points at it keeps it);
+ * - a stale view never commits: the batch carries expectGeneration.
+ */
+import { writeFileSync, readFileSync, renameSync, openSync, fsyncSync, closeSync } from 'node:fs';
+import { dirname } from 'node:path';
+import { GenerationMismatchError, NfkeeperError } from '../errors.js';
+import { Batch } from '../netlink/batch.js';
+import type { Family } from '../netlink/expr.js';
+import type { Chain, Rule } from '../netlink/objects.js';
+import type { NftSocket } from '../netlink/socket.js';
+import { commentOf, renderRule, xtComments } from '../rules/index.js';
+import { tagMatcher, type ForeignTable } from './config.js';
+
+export interface GarbageRule {
+  family: Family;
+  table: string;
+  chain: string;
+  handle: number;
+  /** The rule as nft text. */
+  text: string;
+}
+
+export interface GarbageChain {
+  family: Family;
+  table: string;
+  name: string;
+  /** Its rules as nft text, in order; they go with it. */
+  rules: string[];
+}
+
+/** What one id leaves behind. */
+export interface Garbage {
+  id: string;
+  owner?: string;
+  /** Rules in chains that stay (jumps into the id's chains, tagged rules); deleted by handle. */
+  rules: GarbageRule[];
+  /** Chains reached only from garbage; flushed and deleted. */
+  chains: GarbageChain[];
+}
+
+export interface ScanResult {
+  generation: number;
+  /** Collectable now, by id. */
+  garbage: Garbage[];
+  /** Ids tagged in the kernel, not live, still inside the grace period. */
+  pending: { id: string; missingForMs: number }[];
+  /** Every tagged id seen in the kernel. */
+  seen: Set<string>;
+}
+
+/**
+ * When each non-live id was first seen missing. Lives in the daemon's
+ * memory; the one-shot command can keep it in a state file.
+ */
+export class GraceTracker {
+  readonly firstMissing = new Map<string, number>();
+
+  constructor(entries?: Iterable<[string, number]>) {
+    if (entries) for (const [k, v] of entries) this.firstMissing.set(k, v);
+  }
+
+  /** Records the ids missing now; forgets ids that came back or are gone from the kernel. */
+  update(missing: Iterable<string>, now: number): void {
+    const m = new Set(missing);
+    for (const id of this.firstMissing.keys()) if (!m.has(id)) this.firstMissing.delete(id);
+    for (const id of m) if (!this.firstMissing.has(id)) this.firstMissing.set(id, now);
+  }
+
+  missingFor(id: string, now: number): number {
+    const t = this.firstMissing.get(id);
+    return t === undefined ? 0 : now - t;
+  }
+
+  /** A state file: { "firstMissing": { id: epoch-ms } }. A missing file is an empty tracker; a corrupt one an error. */
+  static load(file: string): GraceTracker {
+    let text: string;
+    try {
+      text = readFileSync(file, 'utf8');
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === 'ENOENT') return new GraceTracker();
+      throw new NfkeeperError(`gc state ${file}: cannot read: ${(e as Error).message}`);
+    }
+    try {
+      const v = JSON.parse(text) as { firstMissing?: Record<string, unknown> };
+      const entries = Object.entries(v.firstMissing ?? {});
+      if (entries.some(([, t]) => typeof t !== 'number' || !Number.isFinite(t))) throw new Error('timestamps must be numbers');
+      return new GraceTracker(entries as [string, number][]);
+    } catch (e) {
+      throw new NfkeeperError(`gc state ${file}: corrupt (${(e as Error).message}); remove it to start the grace periods afresh`);
+    }
+  }
+
+  /** Writes the state atomically: temp file, fsync, rename, fsync of the directory. */
+  save(file: string): void {
+    const tmp = `${file}.tmp-${process.pid}`;
+    writeFileSync(tmp, JSON.stringify({ firstMissing: Object.fromEntries(this.firstMissing) }) + '\n', { mode: 0o600 });
+    const fd = openSync(tmp, 'r');
+    try { fsyncSync(fd); } finally { closeSync(fd); }
+    renameSync(tmp, file);
+    const dfd = openSync(dirname(file), 'r');
+    try { fsyncSync(dfd); } finally { closeSync(dfd); }
+  }
+}
+
+export interface ScanOptions {
+  foreign: readonly ForeignTable[];
+  live: ReadonlySet<string>;
+  graceMs: number;
+  tracker: GraceTracker;
+  now?: number;
+}
+
+interface TableView {
+  family: Family;
+  table: string;
+  /** Every configured tag of this table (one table may be listed once per owner). */
+  owners: ForeignTable[];
+  chains: Map<string, Chain>;
+  rules: Map<string, Rule[]>;
+}
+
+function jumpTargets(r: Rule): string[] {
+  const out: string[] = [];
+  for (const e of r.exprs) {
+    if (e.kind === 'immediate' && (e.verdict === 'jump' || e.verdict === 'goto') && e.chain) out.push(e.chain);
+  }
+  return out;
+}
+
+/** Every tag comment a rule carries: nft's userdata comment and iptables-nft's xt comment matches. */
+export function ruleTags(r: Rule): string[] {
+  const c = commentOf(r.userdata);
+  return [...(c !== undefined ? [c] : []), ...xtComments(r)];
+}
+
+async function observe(sock: NftSocket, owners: ForeignTable[]): Promise<TableView> {
+  const { family, table } = owners[0]!;
+  const [chains, rules] = await Promise.all([
+    sock.listChains({ family, table }),
+    sock.listRules({ family, table }),
+  ]);
+  const view: TableView = { family, table, owners, chains: new Map(), rules: new Map() };
+  for (const c of chains) {
+    view.chains.set(c.name, c);
+    view.rules.set(c.name, []);
+  }
+  for (const r of rules) {
+    let l = view.rules.get(r.chain);
+    if (!l) view.rules.set(r.chain, l = []);
+    l.push(r);
+  }
+  return view;
+}
+
+/** Finds what can be collected now. Reads the generation first; the dumps follow it. */
+export async function scan(sock: NftSocket, o: ScanOptions): Promise<ScanResult> {
+  const now = o.now ?? Date.now();
+  const generation = sock.generation();
+  const byTable = new Map<string, ForeignTable[]>();
+  for (const f of o.foreign) {
+    const k = `${f.family} ${f.table}`;
+    byTable.set(k, [...(byTable.get(k) ?? []), f]);
+  }
+  const views: TableView[] = [];
+  for (const owners of byTable.values()) {
+    if (!(await sock.getTable(owners[0]!.family, owners[0]!.table))) continue;
+    views.push(await observe(sock, owners));
+  }
+
+  // Pass 1: tags. Which ids appear, which are missing from the live set.
+  const seen = new Set<string>();
+  const tagged = new Map<Rule, string[]>();
+  const ownerOf = new Map<string, string | undefined>();
+  for (const v of views) {
+    const matchers = v.owners.map((f) => ({ owner: f.owner, m: tagMatcher(f) }));
+    for (const list of v.rules.values()) {
+      for (const r of list) {
+        const ids: string[] = [];
+        for (const c of ruleTags(r)) {
+          for (const { owner, m } of matchers) {
+            const id = m.match(c);
+            if (id === undefined) continue;
+            ids.push(id);
+            if (!ownerOf.has(id)) ownerOf.set(id, owner);
+            break;
+          }
+        }
+        if (ids.length === 0) continue;
+        tagged.set(r, ids);
+        for (const id of ids) seen.add(id);
+      }
+    }
+  }
+  const missing = [...seen].filter((id) => !o.live.has(id));
+  o.tracker.update(missing, now);
+  const expired = new Set(missing.filter((id) => o.graceMs <= 0 || o.tracker.missingFor(id, now) >= o.graceMs));
+  const pending = missing.filter((id) => !expired.has(id)).map((id) => ({ id, missingForMs: o.tracker.missingFor(id, now) }));
+
+  const byId = new Map<string, Garbage>();
+  const entry = (id: string): Garbage => {
+    let g = byId.get(id);
+    const owner = ownerOf.get(id);
+    if (!g) byId.set(id, g = { id, ...(owner !== undefined ? { owner } : {}), rules: [], chains: [] });
+    return g;
+  };
+
+  for (const v of views) {
+    // A rule is garbage on its own when every id it is tagged with has expired.
+    const isDeadTagged = (r: Rule) => {
+      const ids = tagged.get(r);
+      return ids !== undefined && ids.every((id) => expired.has(id));
+    };
+    const isLiveTagged = (r: Rule) => tagged.has(r) && !isDeadTagged(r);
+    const garbageRules = new Set<Rule>();
+    const ruleId = new Map<Rule, string>();
+    for (const list of v.rules.values()) for (const r of list) if (isDeadTagged(r)) { garbageRules.add(r); ruleId.set(r, tagged.get(r)![0]!); }
+
+    // References into each chain.
+    const refs = new Map<string, Rule[]>();
+    for (const list of v.rules.values()) {
+      for (const r of list) for (const t of jumpTargets(r)) {
+        let l = refs.get(t);
+        if (!l) refs.set(t, l = []);
+        l.push(r);
+      }
+    }
+
+    // Pass 2: chains reached only from garbage, to a fixpoint.
+    const garbageChains = new Map<string, string>();  // name -> id
+    for (let changed = true; changed;) {
+      changed = false;
+      for (const [name, chain] of v.chains) {
+        if (garbageChains.has(name) || chain.hook !== undefined) continue;
+        const from = refs.get(name) ?? [];
+        if (from.length === 0 || !from.every((r) => garbageRules.has(r))) continue;
+        const own = v.rules.get(name) ?? [];
+        if (own.some(isLiveTagged)) continue;
+        // The kernel counts the chain's own rules plus every jump/goto to it;
+        // a reference we did not see (a verdict map element, ...) keeps it.
+        if (chain.use !== undefined && chain.use !== own.length + from.length) continue;
+        const id = ruleId.get(from[0]!)!;
+        garbageChains.set(name, id);
+        for (const r of own) if (!garbageRules.has(r)) { garbageRules.add(r); ruleId.set(r, id); }
+        changed = true;
+      }
+    }
+
+    // Rendering is for people; a rule it cannot show must not block its collection.
+    const render = (r: Rule) => {
+      try {
+        return renderRule(r, v.family);
+      } catch (e) {
+        return `<unrenderable: ${(e as Error).message}>`;
+      }
+    };
+    for (const r of garbageRules) {
+      if (garbageChains.has(r.chain)) continue;
+      if (r.handle === undefined) throw new NfkeeperError(`rule in ${v.family} ${v.table} ${r.chain} has no handle`);
+      entry(ruleId.get(r)!).rules.push({ family: v.family, table: v.table, chain: r.chain, handle: r.handle, text: render(r) });
+    }
+    for (const [name, id] of garbageChains) {
+      entry(id).chains.push({ family: v.family, table: v.table, name, rules: (v.rules.get(name) ?? []).map(render) });
+    }
+  }
+  const garbage = [...byId.values()].sort((a, b) => a.id.localeCompare(b.id));
+  return { generation, garbage, pending, seen };
+}
+
+/** One batch: delete the garbage rules by handle, flush every garbage chain, then delete them. */
+export function planBatch(garbage: readonly Garbage[]): Batch {
+  const b = new Batch();
+  for (const g of garbage) for (const r of g.rules) b.delete('rule', { family: r.family, table: r.table, chain: r.chain, handle: r.handle });
+  const chains = garbage.flatMap((g) => g.chains);
+  for (const c of chains) b.flush('chain', { family: c.family, table: c.table, name: c.name });
+  for (const c of chains) b.delete('chain', { family: c.family, table: c.table, name: c.name });
+  return b;
+}
+
+/** Garbage as nft text, grouped by id. */
+export function renderGarbage(garbage: readonly Garbage[]): string[] {
+  const out: string[] = [];
+  for (const g of garbage) {
+    out.push(`# id ${g.id}${g.owner ? ` (owner ${g.owner})` : ''}`);
+    for (const r of g.rules) out.push(`delete rule ${r.family} ${r.table} ${r.chain} handle ${r.handle} # ${r.text}`);
+    for (const c of g.chains) {
+      out.push(`delete chain ${c.family} ${c.table} ${c.name} {`);
+      for (const t of c.rules) out.push(`\t${t}`);
+      out.push('}');
+    }
+  }
+  return out;
+}
+
+export interface CollectResult extends ScanResult {
+  /** Operations committed (0 in a dry run or when nothing was found). */
+  ops: number;
+  collected: boolean;
+  attempts: number;
+}
+
+const MAX_ATTEMPTS = 5;
+
+/**
+ * Scans and, unless dryRun, collects in one generation-guarded batch. On a
+ * concurrent change (GenerationMismatchError) it scans again, up to 5 times.
+ */
+export async function collect(sock: NftSocket, o: ScanOptions & { dryRun?: boolean }): Promise<CollectResult> {
+  for (let attempt = 1; ; attempt++) {
+    const s = await scan(sock, o);
+    if (o.dryRun || s.garbage.length === 0) return { ...s, ops: 0, collected: false, attempts: attempt };
+    const batch = planBatch(s.garbage);
+    try {
+      await sock.commit(batch, { expectGeneration: s.generation });
+      return { ...s, ops: batch.length, collected: true, attempts: attempt };
+    } catch (e) {
+      if (e instanceof GenerationMismatchError && attempt < MAX_ATTEMPTS) continue;
+      throw e;
+    }
+  }
+}

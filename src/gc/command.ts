@@ -1,0 +1,70 @@
+/**
+ * The one-shot `nfkeeper gc`. A one-shot run cannot know how long an id
+ * has been missing unless it remembers: with `gc.state` configured it keeps
+ * the first-seen-missing times in that file (written atomically) and acts
+ * once the grace has passed over successive runs; without one, an id whose
+ * grace is > 0 is reported as pending and never collected. `--grace 0s`
+ * collects every non-live id at once.
+ */
+import type { Config } from '../config/config.js';
+import { NfkeeperError } from '../errors.js';
+import { parseDuration } from '../duration.js';
+import { NftSocket } from '../netlink/socket.js';
+import { GraceTracker, collect, renderGarbage, type CollectResult } from './collect.js';
+import { readLiveSet, type LiveSource } from './live.js';
+
+export interface GcOnceOptions {
+  netns?: string;
+  liveFile?: string;
+  grace?: string;
+  dryRun?: boolean;
+}
+
+export interface GcOnceResult extends CollectResult {
+  lines: string[];
+  json: unknown;
+}
+
+export async function gcOnce(config: Config, o: GcOnceOptions): Promise<GcOnceResult> {
+  const gc = config.gc;
+  if (!gc || gc.foreign.length === 0) throw new NfkeeperError(`${config.file}: no gc.foreign tables are configured`);
+  let graceMs = gc.grace;
+  if (o.grace !== undefined) {
+    try {
+      graceMs = parseDuration(o.grace);
+    } catch (e) {
+      throw new NfkeeperError(`--grace: ${(e as Error).message}`);
+    }
+  }
+  const source: LiveSource | undefined = o.liveFile !== undefined ? { file: o.liveFile } : gc.live;
+  if (!source) throw new NfkeeperError(`${config.file}: gc.live is not configured; give --live-file FILE`);
+  // Everything that can fail on input fails before the kernel is touched.
+  const live = await readLiveSet(source);
+  const stateFile = graceMs > 0 ? gc.state : undefined;
+  const tracker = stateFile ? GraceTracker.load(stateFile) : new GraceTracker();
+  // Without remembered state a one-shot has just seen the id missing for the first time: 0 ms < grace.
+  const sock = new NftSocket({ netns: o.netns });
+  let r: CollectResult;
+  try {
+    r = await collect(sock, { foreign: gc.foreign, live, graceMs, tracker, dryRun: o.dryRun ?? false });
+  } finally {
+    sock.close();
+  }
+  // A dry run does not start grace clocks either: it changes nothing.
+  if (stateFile && !o.dryRun) {
+    // Collected ids are gone from the kernel; forget them.
+    if (r.collected) for (const g of r.garbage) tracker.firstMissing.delete(g.id);
+    tracker.save(stateFile);
+  }
+  const lines = renderGarbage(r.garbage);
+  for (const p of r.pending) {
+    lines.push(`# id ${p.id}: not live, kept for its grace period (${stateFile ? `missing for ${Math.round(p.missingForMs / 1000)}s` : 'no gc.state file to remember since when; use --grace 0s to collect now'})`);
+  }
+  if (r.garbage.length === 0) lines.push('no garbage');
+  else if (r.collected) lines.push(`collected ${r.garbage.length} ids in one batch (${r.ops} operations)`);
+  const json = {
+    dryRun: o.dryRun ?? false, collected: r.collected, ops: r.ops, generation: r.generation,
+    garbage: r.garbage, pending: r.pending,
+  };
+  return { ...r, lines, json };
+}

@@ -1,0 +1,110 @@
+/**
+ * Foreign GC in the daemon: every gc.interval, read the live set and scan
+ * the foreign tables, with the grace clocks kept in memory. It only reports
+ * (logs) what it would collect unless gc.enabled is true. A failing live
+ * set or scan is logged and skipped: it never deletes on doubt.
+ */
+import type { Logger } from 'pino';
+import type { GcConfig } from './config.js';
+import { NftSocket } from '../netlink/socket.js';
+import { GraceTracker, collect, renderGarbage, type CollectResult } from './collect.js';
+import { readLiveSet } from './live.js';
+
+export interface GcLoopOptions {
+  gc: GcConfig;
+  netns?: string;
+  logger: Logger;
+}
+
+export interface GcTotals {
+  runs: number;
+  found: number;
+  collected: number;
+  errors: number;
+}
+
+export class GcLoop {
+  readonly tracker = new GraceTracker();
+  readonly totals: GcTotals = { runs: 0, found: 0, collected: 0, errors: 0 };
+  private gc: GcConfig | undefined;
+  private readonly log: Logger;
+  private readonly netns: string | undefined;
+  private sock: NftSocket | undefined;
+  private timer: NodeJS.Timeout | undefined;
+  private running: Promise<CollectResult | undefined> | undefined;
+  private stopped = false;
+  private lastReported = '';
+
+  constructor(o: GcLoopOptions) {
+    this.gc = o.gc;
+    this.log = o.logger;
+    this.netns = o.netns;
+  }
+
+  /** A reloaded config; undefined (the gc section removed) stops collecting until the next one. */
+  setConfig(gc: GcConfig | undefined): void {
+    this.gc = gc;
+  }
+
+  start(): void {
+    this.stopped = false;
+    this.schedule(0);
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    clearTimeout(this.timer);
+    await this.running;
+    this.sock?.close();
+    this.sock = undefined;
+  }
+
+  /** One pass; resolves to undefined when it could not run (logged). */
+  runOnce(now = Date.now()): Promise<CollectResult | undefined> {
+    const p = this.pass(now).finally(() => {
+      if (this.running === p) this.running = undefined;
+    });
+    this.running = p;
+    return p;
+  }
+
+  private schedule(ms: number): void {
+    if (this.stopped) return;
+    this.timer = setTimeout(() => {
+      void this.runOnce().then(() => this.schedule(this.gc?.interval ?? 30_000));
+    }, ms);
+    this.timer.unref();
+  }
+
+  private async pass(now: number): Promise<CollectResult | undefined> {
+    const gc = this.gc;
+    if (!gc || gc.foreign.length === 0 || !gc.live) return undefined;
+    this.totals.runs++;
+    try {
+      const live = await readLiveSet(gc.live);
+      this.sock ??= new NftSocket({ netns: this.netns });
+      const r = await collect(this.sock, { foreign: gc.foreign, live, graceMs: gc.grace, tracker: this.tracker, now, dryRun: !gc.enabled });
+      this.totals.found += r.garbage.length;
+      if (r.collected) this.totals.collected += r.garbage.length;
+      if (r.garbage.length > 0) {
+        const ids = r.garbage.map((g) => g.id);
+        if (r.collected) this.log.info({ ids, ops: r.ops }, 'foreign garbage collected');
+        else {
+          // Report-only: warn when the garbage changes, not on every pass.
+          const key = ids.join(' ');
+          const level = key === this.lastReported ? 'debug' : 'warn';
+          this.lastReported = key;
+          this.log[level]({ ids, wouldRemove: renderGarbage(r.garbage) }, 'foreign garbage found (report only: set gc.enabled: true to collect)');
+        }
+      } else this.lastReported = '';
+      if (r.pending.length > 0) this.log.debug({ pending: r.pending }, 'not-live ids inside their grace period');
+      return r;
+    } catch (e) {
+      this.totals.errors++;
+      this.sock?.close();  // a fresh socket next time
+      this.sock = undefined;
+      this.log.error({ err: (e as Error).message }, 'foreign gc pass failed; nothing was collected');
+      return undefined;
+    }
+  }
+}

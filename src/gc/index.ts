@@ -1,0 +1,9 @@
+/** Foreign garbage collection (issue 5, the Nomad case). */
+export { GC_SCHEMA, DEFAULT_TAG, ID_RE, tagMatcher, type ForeignTable, type GcConfig, type TagMatcher } from './config.js';
+export { LiveSetError, parseLiveSet, readLiveSet, type LiveSource } from './live.js';
+export {
+  GraceTracker, collect, planBatch, renderGarbage, ruleTags, scan,
+  type CollectResult, type Garbage, type GarbageChain, type GarbageRule, type ScanOptions, type ScanResult,
+} from './collect.js';
+export { gcOnce, type GcOnceOptions } from './command.js';
+export { GcLoop, type GcLoopOptions, type GcTotals } from './daemon.js';
