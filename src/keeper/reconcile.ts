@@ -83,18 +83,11 @@ export async function observeTable(sock: NftSocket, family: Family, name: string
   return out;
 }
 
-/** The comparison key of a desired rule: its anonymous sets are resolved by batch-local id. */
-function desiredKey(rule: ChainConfig['rules'][number]): string {
-  const byId = new Map(rule.compiled.sets.map((s) => [`#${s.id}`, { set: s, elements: s.elements ?? [] }]));
-  const exprs: Expr[] = rule.compiled.exprs.map((e) =>
-    e.kind === 'lookup' && e.setId !== undefined ? { ...e, set: `#${e.setId}` } : e);
-  return ruleKey({ exprs, userdata: rule.compiled.userdata }, (n) => byId.get(n));
-}
-
+// ruleKey resolves a compiled rule's anonymous sets by their batch-local ids itself.
 const keyCache = new WeakMap<object, string>();
 function cachedDesiredKey(rule: ChainConfig['rules'][number]): string {
   let k = keyCache.get(rule);
-  if (k === undefined) keyCache.set(rule, k = desiredKey(rule));
+  if (k === undefined) keyCache.set(rule, k = ruleKey(rule.compiled));
   return k;
 }
 

@@ -32,14 +32,17 @@ export function setContentKey(set: NftSet, elements: readonly SetElement[]): str
   });
 }
 
-function resolverFor(rule: RuleLike, sets?: SetResolver): SetResolver | undefined {
-  if (sets) return sets;
-  const own = rule.sets;
-  if (!own) return undefined;
+/** Resolves a compiled rule's own anonymous sets: by batch-local id, else by name. */
+export function compiledSetResolver(rule: { sets: readonly NftSet[] }): SetResolver {
   return (name, setId) => {
-    const s = own.find((x) => (setId !== undefined ? x.id === setId : x.name === name));
+    const s = rule.sets.find((x) => (setId !== undefined ? x.id === setId : x.name === name));
     return s ? { set: s, elements: s.elements ?? [] } : undefined;
   };
+}
+
+function resolverFor(rule: RuleLike, sets?: SetResolver): SetResolver | undefined {
+  if (sets) return sets;
+  return rule.sets ? compiledSetResolver({ sets: rule.sets }) : undefined;
 }
 
 function normalize(e: Expr, sets: SetResolver | undefined): unknown {

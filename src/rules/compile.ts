@@ -18,6 +18,7 @@ import { parseRule } from './parser.js';
 import { renderRule, type InterfaceResolver } from './render.js';
 import { buildAnonymousSet } from './sets.js';
 import { commentUserdata } from './udata.js';
+import { compiledSetResolver } from './compare.js';
 import { TRANSPORT_PROTOCOLS } from './values.js';
 
 export interface CompileContext {
@@ -92,12 +93,7 @@ function compileAst(text: string, ast: RuleAst, ctx: CompileContext): CompiledRu
 }
 
 /** A SetResolver over a compiled rule's own anonymous sets (matched by setId). */
-export function compiledSetResolver(rule: { sets: readonly NftSet[] }) {
-  return (name: string, setId?: number) => {
-    const s = rule.sets.find((x) => (setId !== undefined ? x.id === setId : x.name === name));
-    return s ? { set: s, elements: s.elements ?? [] } : undefined;
-  };
-}
+export { compiledSetResolver };
 
 // ---- evaluation: protocol context and dependencies ------------------------
 
