@@ -13,6 +13,7 @@ import { parseConfig } from '../src/config/config.js';
 import { Keeper, checkOnce } from '../src/keeper/keeper.js';
 import type { FightOptions } from '../src/keeper/fight.js';
 import { PROJECT_ROOT } from '../src/netlink/native.js';
+import { ruleHandles } from '../src/demo.js';
 import { open } from '../src/netlink/socket.js';
 import { createBenchNetns } from './lib/netns.js';
 import { summarize } from './lib/stats.js';
@@ -74,7 +75,7 @@ export async function soak(opsCount: number, seed: number, log: (s: string) => v
       const [name, script] = OPS[Math.floor(rnd() * OPS.length)]!;
       byOp[name] = (byOp[name] ?? 0) + 1;
       const listing = (() => { try { return ns.exec('nft', ['-a', 'list', 'chain', 'ip', 'nfkeeper', 'postrouting']); } catch { return ''; } })();
-      const h = listing.split('\n').filter((l) => !/^\s*(chain|table)\b/.test(l)).flatMap((l) => [...l.matchAll(/# handle (\d+)/g)].map((m) => Number(m[1])));
+      const h = ruleHandles(listing);
       try {
         ns.exec('nft', ['-f', '-'], script(h.length ? h : [1], rnd));
       } catch { /* the object was already gone: still an operation that the keeper must survive */ }

@@ -30,6 +30,12 @@ const STEPS: Step[] = [
   { name: 'nft flush ruleset', script: () => 'flush ruleset' },
 ];
 
+/** The rule handles in `nft -a list chain` output, in order (the chain's own line has one too). */
+export function ruleHandles(listing: string): number[] {
+  return listing.split('\n').filter((l) => !/^\s*(chain|table)\b/.test(l))
+    .flatMap((l) => [...l.matchAll(/# handle (\d+)/g)].map((m) => Number(m[1])));
+}
+
 export interface DemoResult {
   step: string;
   repaired: boolean;
@@ -65,8 +71,7 @@ export async function demo(options: { json: boolean; out: (s: string) => void })
       out(listing().trimEnd().split('\n').map((l) => '    ' + l).join('\n') + '\n');
     }
     for (const step of STEPS) {
-      const handles = listing().split('\n').filter((l) => !/^\s*(chain|table)\b/.test(l))
-        .flatMap((l) => [...l.matchAll(/# handle (\d+)/g)].map((m) => Number(m[1])));
+      const handles = ruleHandles(listing());
       const repaired = new Promise<RepairReport | undefined>((resolve) => {
         const timer = setTimeout(() => resolve(undefined), 5000);
         keeper.once('repaired', (r: RepairReport) => {

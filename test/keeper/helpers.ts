@@ -1,6 +1,7 @@
 import pino from 'pino';
 import { parseConfig, type Config } from '../../src/config/config.js';
 import { Keeper, type KeeperOptions, type RepairReport } from '../../src/keeper/keeper.js';
+import { ruleHandles } from '../../src/demo.js';
 import type { Netns } from '../helpers/netns.js';
 
 export const FLANNEL_RULES = [
@@ -34,10 +35,7 @@ export function chainLines(ns: Netns, family: string, table: string, chain: stri
 }
 
 export function handles(ns: Netns, family: string, table: string, chain: string): number[] {
-  // Rule lines only: the chain's own line carries a handle too.
-  return ns.exec('nft', ['-a', 'list', 'chain', family, table, chain]).split('\n')
-    .filter((l) => !/^\s*(chain|table)\b/.test(l))
-    .flatMap((l) => [...l.matchAll(/# handle (\d+)/g)].map((m) => Number(m[1])));
+  return ruleHandles(ns.exec('nft', ['-a', 'list', 'chain', family, table, chain]));
 }
 
 export interface LogCapture {
