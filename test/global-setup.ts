@@ -9,12 +9,17 @@ function rootRuleset(): string {
   return r.stdout ?? '';
 }
 
+// Only this run's namespaces (see testRunId in test/helpers/netns.ts): another
+// suite may be running beside this one.
+const prefix = `nfk-test-${process.pid}-`;
+
 function leftoverNamespaces(): string[] {
   const r = spawnSync('ip', ['netns', 'list'], { encoding: 'utf8' });
-  return (r.stdout ?? '').split('\n').map((l) => l.split(' ')[0] ?? '').filter((n) => n.startsWith('nfk-test-'));
+  return (r.stdout ?? '').split('\n').map((l) => l.split(' ')[0] ?? '').filter((n) => n.startsWith(prefix));
 }
 
 export default function setup(): () => void {
+  process.env.NFK_TEST_RUN = String(process.pid);
   const before = rootRuleset();
   return () => {
     for (const ns of leftoverNamespaces()) spawnSync('ip', ['netns', 'del', ns]);

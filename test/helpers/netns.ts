@@ -7,6 +7,14 @@ import { execFileSync, spawnSync } from 'node:child_process';
 
 let counter = 0;
 
+/**
+ * The test run this process belongs to: test/global-setup.ts sets it to the
+ * vitest main process's pid, and forked workers have that process as parent.
+ * Names carry it so that a run cleans up only its own leftovers, never the
+ * namespaces of another suite running on the same machine.
+ */
+export const testRunId = process.env.NFK_TEST_RUN ?? String(process.ppid);
+
 export interface Netns {
   name: string;
   /** The namespace file to pass as { netns } to open(). */
@@ -19,7 +27,7 @@ export interface Netns {
 }
 
 export function createNetns(tag = 't'): Netns {
-  const name = `nfk-test-${process.pid}-${tag}-${++counter}`;
+  const name = `nfk-test-${testRunId}-${process.pid}-${tag}-${++counter}`;
   execFileSync('ip', ['netns', 'add', name]);
   const exec = (cmd: string, args: string[], input?: string): string => {
     const r = spawnSync('ip', ['netns', 'exec', name, cmd, ...args], {
