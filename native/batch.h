@@ -11,13 +11,17 @@
 
 namespace nfk {
 
+// Batches with more messages than this ask the kernel for errors only (plus
+// the first message's ack, which tells a commit-phase failure apart).
+constexpr size_t kAckEveryMessageUpTo = 64;
+
 class CommitWorker : public Napi::AsyncWorker {
  public:
   CommitWorker(Napi::Env env, NftSocket* sock, Napi::Object self, std::unique_ptr<EncodedBatch> batch);
   Napi::Promise Promise() { return deferred_.Promise(); }
   void Execute() override;
   void OnOK() override;
-  void OnError(const Napi::Error& e) override { deferred_.Reject(e.Value()); }
+  void OnError(const Napi::Error& e) override;
 
  private:
   struct Ack {
@@ -34,9 +38,9 @@ class CommitWorker : public Napi::AsyncWorker {
   Napi::ObjectReference self_;
   std::unique_ptr<EncodedBatch> batch_;
   uint32_t base_ = 0;
-  // false: the acknowledgements of every message would not fit in the
-  // receive buffer, so only the first message asked for one and the kernel
-  // reported errors only.
+  // false: the batch is big, or the acknowledgements of every message would
+  // not fit in the receive buffer, so only the first message asked for one
+  // and the kernel reported errors only.
   bool ackAll_ = true;
   bool lostAcks_ = false;  // ENOBUFS while reading acknowledgements
   int ioErrno_ = 0;

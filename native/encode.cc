@@ -19,6 +19,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <unordered_map>
 
 #include "common.h"
 #include "expr_table.h"
@@ -26,6 +27,65 @@
 namespace nfk {
 
 namespace {
+
+// Property keys as JS strings, made once per batch. napi's named-property
+// calls create and internalize a V8 string on every access, and a 10,000-rule
+// batch makes about half a million of them: that was most of its encoding
+// time (profiled: ~15 us a rule). Only used while EncodeBatch runs on the JS
+// thread, with no inner handle scopes, so the cached handles stay valid.
+class Keys {
+ public:
+  explicit Keys(Napi::Env env) : env_(env), prev_(current) { current = this; }
+  ~Keys() { current = prev_; }
+  Keys(const Keys&) = delete;
+  Keys& operator=(const Keys&) = delete;
+  // `key` is a string literal or a field table entry: its address identifies it.
+  napi_value Of(const char* key) {
+    auto it = map_.find(key);
+    if (it != map_.end()) return it->second;
+    napi_value v;
+    NAPI_THROW_IF_FAILED(env_, napi_create_string_utf8(env_, key, NAPI_AUTO_LENGTH, &v), nullptr);
+    map_.emplace(key, v);
+    return v;
+  }
+  static thread_local Keys* current;
+
+ private:
+  napi_env env_;
+  Keys* prev_;  // a getter on an op could run JS that commits again
+  std::unordered_map<const char*, napi_value> map_;
+};
+thread_local Keys* Keys::current = nullptr;
+
+Napi::Value Prop(const Napi::Object& o, const char* key) {
+  Keys* k = Keys::current;
+  if (k == nullptr) return o.Get(key);
+  return o.Get(Napi::Value(o.Env(), k->Of(key)));
+}
+
+// The same checks and messages as common.h's Has/GetString/GetI64/GetU32,
+// on a value already read (one property access per field, not two or three).
+bool Present(const Napi::Value& v) { return !v.IsUndefined() && !v.IsNull(); }
+bool HasKey(const Napi::Object& o, const char* key) { return Present(Prop(o, key)); }
+
+std::string StrOf(const Napi::Value& v, const char* key) {
+  if (!v.IsString()) throw Napi::TypeError::New(v.Env(), std::string("'") + key + "' must be a string");
+  return v.As<Napi::String>().Utf8Value();
+}
+int64_t I64Of(const Napi::Value& v, const char* key) {
+  if (!v.IsNumber()) throw Napi::TypeError::New(v.Env(), std::string("'") + key + "' must be a number");
+  return v.As<Napi::Number>().Int64Value();
+}
+uint32_t U32Of(const Napi::Value& v, const char* key) {
+  int64_t n = I64Of(v, key);
+  if (n < 0 || n > 0xffffffffLL) {
+    throw Napi::RangeError::New(v.Env(), std::string("'") + key + "' is out of u32 range");
+  }
+  return static_cast<uint32_t>(n);
+}
+std::string Str(const Napi::Object& o, const char* key) { return StrOf(Prop(o, key), key); }
+int64_t I64(const Napi::Object& o, const char* key) { return I64Of(Prop(o, key), key); }
+uint32_t U32(const Napi::Object& o, const char* key) { return U32Of(Prop(o, key), key); }
 
 // Largest single message we build. Set elements are split to stay below it.
 constexpr size_t kMaxMessage = 4 << 20;
@@ -62,7 +122,7 @@ void PutBatchMarker(std::vector<uint8_t>* out, uint16_t type, uint32_t seq, bool
 }
 
 uint16_t FamilyOf(const Napi::Object& o) {
-  Napi::Value v = o.Get("family");
+  Napi::Value v = Prop(o, "family");
   if (v.IsNumber()) return static_cast<uint16_t>(v.As<Napi::Number>().Uint32Value());
   if (!v.IsString()) throw Napi::TypeError::New(o.Env(), "'family' must be a family name");
   int64_t f;
@@ -73,29 +133,36 @@ uint16_t FamilyOf(const Napi::Object& o) {
   return static_cast<uint16_t>(f);
 }
 
-int64_t EnumOf(const Napi::Object& o, const char* key, const EnumMap& map) {
-  Napi::Value v = o.Get(key);
+int64_t EnumOfValue(const Napi::Value& v, const char* key, const EnumMap& map) {
   if (v.IsNumber()) return v.As<Napi::Number>().Int64Value();
-  if (!v.IsString()) throw Napi::TypeError::New(o.Env(), std::string("'") + key + "' must be a name");
+  if (!v.IsString()) throw Napi::TypeError::New(v.Env(), std::string("'") + key + "' must be a name");
   std::string name = v.As<Napi::String>().Utf8Value();
   int64_t value;
   if (!EnumFromName(map, name.c_str(), &value)) {
-    throw Napi::TypeError::New(o.Env(), std::string("'") + key + "': unknown value '" + name + "'");
+    throw Napi::TypeError::New(v.Env(), std::string("'") + key + "': unknown value '" + name + "'");
   }
   return value;
+}
+
+int64_t EnumOf(const Napi::Object& o, const char* key, const EnumMap& map) {
+  return EnumOfValue(Prop(o, key), key, map);
 }
 
 // A netlink attribute's length is 16 bits; anything longer would corrupt the
 // message (and overrun the scratch buffer), so it is refused here.
 constexpr size_t kMaxAttrPayload = 0xff00;
 
-std::vector<uint8_t> HexOf(const Napi::Object& o, const char* key, size_t max = kMaxAttrPayload) {
-  std::vector<uint8_t> d = FromHex(o.Env(), GetString(o, key), key);
+std::vector<uint8_t> HexOfValue(const Napi::Value& v, const char* key, size_t max = kMaxAttrPayload) {
+  std::vector<uint8_t> d = FromHex(v.Env(), StrOf(v, key), key);
   if (d.size() > max) {
-    throw Napi::TypeError::New(o.Env(), std::string("'") + key + "' is " + std::to_string(d.size()) +
+    throw Napi::TypeError::New(v.Env(), std::string("'") + key + "' is " + std::to_string(d.size()) +
                                             " bytes, more than the " + std::to_string(max) + " allowed");
   }
   return d;
+}
+
+std::vector<uint8_t> HexOf(const Napi::Object& o, const char* key, size_t max = kMaxAttrPayload) {
+  return HexOfValue(Prop(o, key), key, max);
 }
 
 // --- expressions -------------------------------------------------------------
@@ -106,42 +173,43 @@ nftnl_expr* BuildTypedExpr(const ExprKind& kind, const Napi::Object& e) {
   try {
     for (size_t i = 0; i < kind.count; i++) {
       const Field& f = kind.fields[i];
-      if (!Has(e, f.js)) continue;
+      Napi::Value v = Prop(e, f.js);
+      if (!Present(v)) continue;
       switch (f.type) {
         case FieldType::U8:
-          nftnl_expr_set_u8(x, f.attr, static_cast<uint8_t>(GetU32(e, f.js)));
+          nftnl_expr_set_u8(x, f.attr, static_cast<uint8_t>(U32Of(v, f.js)));
           break;
         case FieldType::U16:
-          nftnl_expr_set_u16(x, f.attr, static_cast<uint16_t>(GetU32(e, f.js)));
+          nftnl_expr_set_u16(x, f.attr, static_cast<uint16_t>(U32Of(v, f.js)));
           break;
         case FieldType::U32:
-          nftnl_expr_set_u32(x, f.attr, GetU32(e, f.js));
+          nftnl_expr_set_u32(x, f.attr, U32Of(v, f.js));
           break;
         case FieldType::I32:
-          nftnl_expr_set_u32(x, f.attr, static_cast<uint32_t>(GetI64(e, f.js)));
+          nftnl_expr_set_u32(x, f.attr, static_cast<uint32_t>(I64Of(v, f.js)));
           break;
         case FieldType::U64:
-          nftnl_expr_set_u64(x, f.attr, static_cast<uint64_t>(GetI64(e, f.js)));
+          nftnl_expr_set_u64(x, f.attr, static_cast<uint64_t>(I64Of(v, f.js)));
           break;
         case FieldType::Str: {
-          std::string v = GetString(e, f.js);
+          std::string str = StrOf(v, f.js);
           bool xtName = (kind.name == std::string("match") || kind.name == std::string("target")) &&
                         std::strcmp(f.js, "name") == 0;
-          if (xtName && v.size() > kMaxXtNameLen) {
+          if (xtName && str.size() > kMaxXtNameLen) {
             throw Napi::TypeError::New(e.Env(), std::string("'name' of an xt ") + kind.name +
                                                     " is at most " + std::to_string(kMaxXtNameLen) + " bytes");
           }
-          nftnl_expr_set_str(x, f.attr, v.c_str());
+          nftnl_expr_set_str(x, f.attr, str.c_str());
           break;
         }
         case FieldType::Data: {
-          std::vector<uint8_t> d = HexOf(e, f.js, kMaxDataLen);
+          std::vector<uint8_t> d = HexOfValue(v, f.js, kMaxDataLen);
           nftnl_expr_set(x, f.attr, d.data(), d.size());
           break;
         }
         case FieldType::Blob: {
           // libnftnl keeps this pointer and free()s it with the expression.
-          std::vector<uint8_t> d = HexOf(e, f.js);
+          std::vector<uint8_t> d = HexOfValue(v, f.js);
           void* copy = std::malloc(d.size() > 0 ? d.size() : 1);
           if (copy == nullptr) throw Napi::Error::New(e.Env(), "out of memory");
           if (!d.empty()) std::memcpy(copy, d.data(), d.size());
@@ -149,7 +217,7 @@ nftnl_expr* BuildTypedExpr(const ExprKind& kind, const Napi::Object& e) {
           break;
         }
         case FieldType::Enum:
-          nftnl_expr_set_u32(x, f.attr, static_cast<uint32_t>(EnumOf(e, f.js, *f.map)));
+          nftnl_expr_set_u32(x, f.attr, static_cast<uint32_t>(EnumOfValue(v, f.js, *f.map)));
           break;
       }
     }
@@ -169,11 +237,11 @@ void PutExpressions(nlmsghdr* nlh, const Napi::Array& exprs) {
     Napi::Value v = exprs.Get(i);
     if (!v.IsObject()) throw Napi::TypeError::New(env, "exprs[" + std::to_string(i) + "] must be an object");
     Napi::Object e = v.As<Napi::Object>();
-    std::string kindName = GetString(e, "kind");
+    std::string kindName = Str(e, "kind");
     nlattr* elem = mnl_attr_nest_start(nlh, NFTA_LIST_ELEM);
     if (kindName == "unknown") {
       // Replays what the kernel gave us, byte for byte.
-      std::string name = GetString(e, "name");
+      std::string name = Str(e, "name");
       std::vector<uint8_t> data = HexOf(e, "data");
       if (data.size() > 0xff00) throw Napi::TypeError::New(env, "unknown expression data exceeds 64 KiB");
       mnl_attr_put_strz(nlh, NFTA_EXPR_NAME, name.c_str());
@@ -207,7 +275,7 @@ void EncodeTable(std::vector<uint8_t>* out, const std::string& verb, const Napi:
   uint16_t family = FamilyOf(op);
   if (verb == "flush") {
     // nft's "flush table": delete every rule of every chain in the table.
-    std::vector<std::pair<uint16_t, std::string>> attrs = {{NFTA_RULE_TABLE, GetString(op, "name")}};
+    std::vector<std::pair<uint16_t, std::string>> attrs = {{NFTA_RULE_TABLE, Str(op, "name")}};
     EncodeRequest(out, NFT_MSG_DELRULE, family, NLM_F_ACK, seq, attrs);
     return;
   }
@@ -218,10 +286,10 @@ void EncodeTable(std::vector<uint8_t>* out, const std::string& verb, const Napi:
   else throw Napi::TypeError::New(op.Env(), "tables take add, create, delete or flush, not '" + verb + "'");
 
   nftnl_table* t = nftnl_table_alloc();
-  if (Has(op, "name")) nftnl_table_set_str(t, NFTNL_TABLE_NAME, GetString(op, "name").c_str());
-  if (Has(op, "handle")) nftnl_table_set_u64(t, NFTNL_TABLE_HANDLE, GetI64(op, "handle"));
-  if (Has(op, "flags")) nftnl_table_set_u32(t, NFTNL_TABLE_FLAGS, GetU32(op, "flags"));
-  if (Has(op, "userdata")) {
+  if (HasKey(op, "name")) nftnl_table_set_str(t, NFTNL_TABLE_NAME, Str(op, "name").c_str());
+  if (HasKey(op, "handle")) nftnl_table_set_u64(t, NFTNL_TABLE_HANDLE, I64(op, "handle"));
+  if (HasKey(op, "flags")) nftnl_table_set_u32(t, NFTNL_TABLE_FLAGS, U32(op, "flags"));
+  if (HasKey(op, "userdata")) {
     std::vector<uint8_t> d = HexOf(op, "userdata");
     nftnl_table_set_data(t, NFTNL_TABLE_USERDATA, d.data(), d.size());
   }
@@ -237,7 +305,7 @@ void EncodeChain(std::vector<uint8_t>* out, const std::string& verb, const Napi:
   uint16_t family = FamilyOf(op);
   if (verb == "flush") {
     std::vector<std::pair<uint16_t, std::string>> attrs = {
-        {NFTA_RULE_TABLE, GetString(op, "table")}, {NFTA_RULE_CHAIN, GetString(op, "name")}};
+        {NFTA_RULE_TABLE, Str(op, "table")}, {NFTA_RULE_CHAIN, Str(op, "name")}};
     EncodeRequest(out, NFT_MSG_DELRULE, family, NLM_F_ACK, seq, attrs);
     return;
   }
@@ -249,21 +317,21 @@ void EncodeChain(std::vector<uint8_t>* out, const std::string& verb, const Napi:
 
   nftnl_chain* c = nftnl_chain_alloc();
   try {
-    nftnl_chain_set_str(c, NFTNL_CHAIN_TABLE, GetString(op, "table").c_str());
-    if (Has(op, "name")) nftnl_chain_set_str(c, NFTNL_CHAIN_NAME, GetString(op, "name").c_str());
-    if (Has(op, "handle")) nftnl_chain_set_u64(c, NFTNL_CHAIN_HANDLE, GetI64(op, "handle"));
-    if (type == NFT_MSG_NEWCHAIN && Has(op, "hook")) {
+    nftnl_chain_set_str(c, NFTNL_CHAIN_TABLE, Str(op, "table").c_str());
+    if (HasKey(op, "name")) nftnl_chain_set_str(c, NFTNL_CHAIN_NAME, Str(op, "name").c_str());
+    if (HasKey(op, "handle")) nftnl_chain_set_u64(c, NFTNL_CHAIN_HANDLE, I64(op, "handle"));
+    if (type == NFT_MSG_NEWCHAIN && HasKey(op, "hook")) {
       const EnumMap& hooks = family == NFPROTO_NETDEV ? kNetdevHookMap : kInetHookMap;
       nftnl_chain_set_u32(c, NFTNL_CHAIN_HOOKNUM, static_cast<uint32_t>(EnumOf(op, "hook", hooks)));
-      nftnl_chain_set_s32(c, NFTNL_CHAIN_PRIO, static_cast<int32_t>(GetI64(op, "priority")));
-      nftnl_chain_set_str(c, NFTNL_CHAIN_TYPE, GetString(op, "type").c_str());
-      if (Has(op, "device")) nftnl_chain_set_str(c, NFTNL_CHAIN_DEV, GetString(op, "device").c_str());
+      nftnl_chain_set_s32(c, NFTNL_CHAIN_PRIO, static_cast<int32_t>(I64(op, "priority")));
+      nftnl_chain_set_str(c, NFTNL_CHAIN_TYPE, Str(op, "type").c_str());
+      if (HasKey(op, "device")) nftnl_chain_set_str(c, NFTNL_CHAIN_DEV, Str(op, "device").c_str());
     }
-    if (type == NFT_MSG_NEWCHAIN && Has(op, "policy")) {
+    if (type == NFT_MSG_NEWCHAIN && HasKey(op, "policy")) {
       nftnl_chain_set_u32(c, NFTNL_CHAIN_POLICY, static_cast<uint32_t>(EnumOf(op, "policy", kPolicyMap)));
     }
-    if (Has(op, "flags")) nftnl_chain_set_u32(c, NFTNL_CHAIN_FLAGS, GetU32(op, "flags"));
-    if (Has(op, "userdata")) {
+    if (HasKey(op, "flags")) nftnl_chain_set_u32(c, NFTNL_CHAIN_FLAGS, U32(op, "flags"));
+    if (HasKey(op, "userdata")) {
       std::vector<uint8_t> d = HexOf(op, "userdata");
       nftnl_chain_set_data(c, NFTNL_CHAIN_USERDATA, d.data(), d.size());
     }
@@ -287,7 +355,7 @@ void EncodeRule(std::vector<uint8_t>* out, const std::string& verb, const Napi::
   else if (verb == "replace") flags |= NLM_F_REPLACE;       // the rule `handle`
   else if (verb == "delete") type = NFT_MSG_DELRULE;
   else throw Napi::TypeError::New(op.Env(), "rules take add, insert, replace or delete, not '" + verb + "'");
-  if ((verb == "replace" || verb == "delete") && !Has(op, "handle")) {
+  if ((verb == "replace" || verb == "delete") && !HasKey(op, "handle")) {
     throw Napi::TypeError::New(op.Env(), verb + " rule needs a 'handle'");
   }
 
@@ -295,26 +363,26 @@ void EncodeRule(std::vector<uint8_t>* out, const std::string& verb, const Napi::
   char* buf;
   nlmsghdr* nlh;
   try {
-    nftnl_rule_set_str(r, NFTNL_RULE_TABLE, GetString(op, "table").c_str());
-    nftnl_rule_set_str(r, NFTNL_RULE_CHAIN, GetString(op, "chain").c_str());
-    if (Has(op, "handle")) nftnl_rule_set_u64(r, NFTNL_RULE_HANDLE, GetI64(op, "handle"));
-    if (Has(op, "position")) nftnl_rule_set_u64(r, NFTNL_RULE_POSITION, GetI64(op, "position"));
-    if (Has(op, "userdata")) {
+    nftnl_rule_set_str(r, NFTNL_RULE_TABLE, Str(op, "table").c_str());
+    nftnl_rule_set_str(r, NFTNL_RULE_CHAIN, Str(op, "chain").c_str());
+    if (HasKey(op, "handle")) nftnl_rule_set_u64(r, NFTNL_RULE_HANDLE, I64(op, "handle"));
+    if (HasKey(op, "position")) nftnl_rule_set_u64(r, NFTNL_RULE_POSITION, I64(op, "position"));
+    if (HasKey(op, "userdata")) {
       std::vector<uint8_t> d = HexOf(op, "userdata");
       nftnl_rule_set_data(r, NFTNL_RULE_USERDATA, d.data(), d.size());
     }
-    if (Has(op, "compat")) {
+    if (HasKey(op, "compat")) {
       // NFTA_RULE_COMPAT: the l4 protocol xt matches such as "tcp" check against.
-      Napi::Object compat = op.Get("compat").As<Napi::Object>();
-      nftnl_rule_set_u32(r, NFTNL_RULE_COMPAT_PROTO, GetU32(compat, "proto"));
-      nftnl_rule_set_u32(r, NFTNL_RULE_COMPAT_FLAGS, Has(compat, "flags") ? GetU32(compat, "flags") : 0);
+      Napi::Object compat = Prop(op, "compat").As<Napi::Object>();
+      nftnl_rule_set_u32(r, NFTNL_RULE_COMPAT_PROTO, U32(compat, "proto"));
+      nftnl_rule_set_u32(r, NFTNL_RULE_COMPAT_FLAGS, HasKey(compat, "flags") ? U32(compat, "flags") : 0);
     }
     buf = Reserve(out);
     nlh = nftnl_nlmsg_build_hdr(buf, type, family, flags, seq);
     nftnl_rule_nlmsg_build_payload(nlh, r);
     if (type == NFT_MSG_NEWRULE) {
-      if (!op.Get("exprs").IsArray()) throw Napi::TypeError::New(op.Env(), "'exprs' must be an array");
-      PutExpressions(nlh, op.Get("exprs").As<Napi::Array>());
+      if (!Prop(op, "exprs").IsArray()) throw Napi::TypeError::New(op.Env(), "'exprs' must be an array");
+      PutExpressions(nlh, Prop(op, "exprs").As<Napi::Array>());
     }
   } catch (...) {
     nftnl_rule_free(r);
@@ -337,19 +405,19 @@ nftnl_set* BuildSet(const Napi::Object& op, uint16_t family, uint32_t setId) {
   nftnl_set* s = nftnl_set_alloc();
   try {
     nftnl_set_set_u32(s, NFTNL_SET_FAMILY, family);
-    nftnl_set_set_str(s, NFTNL_SET_TABLE, GetString(op, "table").c_str());
-    nftnl_set_set_str(s, NFTNL_SET_NAME, GetString(op, "name").c_str());
+    nftnl_set_set_str(s, NFTNL_SET_TABLE, Str(op, "table").c_str());
+    nftnl_set_set_str(s, NFTNL_SET_NAME, Str(op, "name").c_str());
     nftnl_set_set_u32(s, NFTNL_SET_ID, setId);
-    if (Has(op, "handle")) nftnl_set_set_u64(s, NFTNL_SET_HANDLE, GetI64(op, "handle"));
-    if (Has(op, "flags")) nftnl_set_set_u32(s, NFTNL_SET_FLAGS, GetU32(op, "flags"));
-    if (Has(op, "keyType")) nftnl_set_set_u32(s, NFTNL_SET_KEY_TYPE, GetU32(op, "keyType"));
-    if (Has(op, "keyLen")) nftnl_set_set_u32(s, NFTNL_SET_KEY_LEN, GetU32(op, "keyLen"));
-    if (Has(op, "dataType")) nftnl_set_set_u32(s, NFTNL_SET_DATA_TYPE, GetU32(op, "dataType"));
-    if (Has(op, "dataLen")) nftnl_set_set_u32(s, NFTNL_SET_DATA_LEN, GetU32(op, "dataLen"));
-    if (Has(op, "policy")) nftnl_set_set_u32(s, NFTNL_SET_POLICY, GetU32(op, "policy"));
-    if (Has(op, "size")) nftnl_set_set_u32(s, NFTNL_SET_DESC_SIZE, GetU32(op, "size"));
-    if (Has(op, "timeout")) nftnl_set_set_u64(s, NFTNL_SET_TIMEOUT, GetI64(op, "timeout"));
-    if (Has(op, "userdata")) {
+    if (HasKey(op, "handle")) nftnl_set_set_u64(s, NFTNL_SET_HANDLE, I64(op, "handle"));
+    if (HasKey(op, "flags")) nftnl_set_set_u32(s, NFTNL_SET_FLAGS, U32(op, "flags"));
+    if (HasKey(op, "keyType")) nftnl_set_set_u32(s, NFTNL_SET_KEY_TYPE, U32(op, "keyType"));
+    if (HasKey(op, "keyLen")) nftnl_set_set_u32(s, NFTNL_SET_KEY_LEN, U32(op, "keyLen"));
+    if (HasKey(op, "dataType")) nftnl_set_set_u32(s, NFTNL_SET_DATA_TYPE, U32(op, "dataType"));
+    if (HasKey(op, "dataLen")) nftnl_set_set_u32(s, NFTNL_SET_DATA_LEN, U32(op, "dataLen"));
+    if (HasKey(op, "policy")) nftnl_set_set_u32(s, NFTNL_SET_POLICY, U32(op, "policy"));
+    if (HasKey(op, "size")) nftnl_set_set_u32(s, NFTNL_SET_DESC_SIZE, U32(op, "size"));
+    if (HasKey(op, "timeout")) nftnl_set_set_u64(s, NFTNL_SET_TIMEOUT, I64(op, "timeout"));
+    if (HasKey(op, "userdata")) {
       std::vector<uint8_t> d = HexOf(op, "userdata", kMaxUserdata);
       nftnl_set_set_data(s, NFTNL_SET_USERDATA, d.data(), d.size());
     }
@@ -388,13 +456,13 @@ ElemIn ReadElement(const Napi::Value& v, uint32_t i) {
   if (!v.IsObject()) throw Napi::TypeError::New(env, "elements[" + std::to_string(i) + "] must be an object");
   Napi::Object eo = v.As<Napi::Object>();
   ElemIn e;
-  if ((e.hasKey = Has(eo, "key"))) e.key = HexOf(eo, "key", kMaxDataLen);
-  if ((e.hasKeyEnd = Has(eo, "keyEnd"))) e.keyEnd = HexOf(eo, "keyEnd", kMaxDataLen);
-  if ((e.hasData = Has(eo, "data"))) e.data = HexOf(eo, "data", kMaxDataLen);
-  if ((e.hasUserdata = Has(eo, "userdata"))) e.userdata = HexOf(eo, "userdata", kMaxUserdata);
-  if ((e.hasFlags = Has(eo, "flags"))) e.flags = GetU32(eo, "flags");
-  if ((e.hasVerdict = Has(eo, "verdict"))) e.verdict = static_cast<int32_t>(EnumOf(eo, "verdict", kVerdictMap));
-  if ((e.hasChain = Has(eo, "chain"))) e.chain = GetString(eo, "chain");
+  if ((e.hasKey = HasKey(eo, "key"))) e.key = HexOf(eo, "key", kMaxDataLen);
+  if ((e.hasKeyEnd = HasKey(eo, "keyEnd"))) e.keyEnd = HexOf(eo, "keyEnd", kMaxDataLen);
+  if ((e.hasData = HasKey(eo, "data"))) e.data = HexOf(eo, "data", kMaxDataLen);
+  if ((e.hasUserdata = HasKey(eo, "userdata"))) e.userdata = HexOf(eo, "userdata", kMaxUserdata);
+  if ((e.hasFlags = HasKey(eo, "flags"))) e.flags = U32(eo, "flags");
+  if ((e.hasVerdict = HasKey(eo, "verdict"))) e.verdict = static_cast<int32_t>(EnumOf(eo, "verdict", kVerdictMap));
+  if ((e.hasChain = HasKey(eo, "chain"))) e.chain = Str(eo, "chain");
   return e;
 }
 
@@ -442,7 +510,7 @@ size_t EncodeElements(std::vector<uint8_t>* out, uint16_t type, uint16_t family,
 
 std::vector<ElemIn> ReadElements(const Napi::Object& op) {
   std::vector<ElemIn> out;
-  Napi::Value v = op.Get("elements");
+  Napi::Value v = Prop(op, "elements");
   if (v.IsUndefined() || v.IsNull()) return out;
   if (!v.IsArray()) throw Napi::TypeError::New(op.Env(), "'elements' must be an array");
   Napi::Array arr = v.As<Napi::Array>();
@@ -455,8 +523,8 @@ std::vector<ElemIn> ReadElements(const Napi::Object& op) {
 size_t EncodeSet(std::vector<uint8_t>* out, const std::string& verb, const Napi::Object& op,
                  uint32_t seq) {
   uint16_t family = FamilyOf(op);
-  std::string table = GetString(op, "table"), name = GetString(op, "name");
-  uint32_t givenId = Has(op, "id") ? GetU32(op, "id") : 0;
+  std::string table = Str(op, "table"), name = Str(op, "name");
+  uint32_t givenId = HasKey(op, "id") ? U32(op, "id") : 0;
   if (verb == "flush") {
     return EncodeElements(out, NFT_MSG_DELSETELEM, family, table, name, givenId, {}, seq);
   }
@@ -466,11 +534,11 @@ size_t EncodeSet(std::vector<uint8_t>* out, const std::string& verb, const Napi:
   else if (verb == "delete") type = NFT_MSG_DELSET;
   else throw Napi::TypeError::New(op.Env(), "sets take add, create, delete or flush, not '" + verb + "'");
   uint32_t setId = givenId;
-  if (type == NFT_MSG_NEWSET && !Has(op, "id")) setId = kAutoSetIdBase | (seq & 0x7fffffffu);
+  if (type == NFT_MSG_NEWSET && !HasKey(op, "id")) setId = kAutoSetIdBase | (seq & 0x7fffffffu);
   std::vector<ElemIn> elems;
   if (type == NFT_MSG_NEWSET) elems = ReadElements(op);
   nftnl_set* s = BuildSet(op, family, setId);
-  if (type == NFT_MSG_DELSET && !Has(op, "id")) nftnl_set_unset(s, NFTNL_SET_ID);
+  if (type == NFT_MSG_DELSET && !HasKey(op, "id")) nftnl_set_unset(s, NFTNL_SET_ID);
   char* buf = Reserve(out);
   nlmsghdr* nlh = nftnl_nlmsg_build_hdr(buf, type, family, flags, seq);
   nftnl_set_nlmsg_build_payload(nlh, s);
@@ -490,12 +558,12 @@ size_t EncodeElementOp(std::vector<uint8_t>* out, const std::string& verb, const
   if (verb == "add") type = NFT_MSG_NEWSETELEM;
   else if (verb == "delete") type = NFT_MSG_DELSETELEM;
   else throw Napi::TypeError::New(op.Env(), "elements take add or delete, not '" + verb + "'");
-  if (!op.Get("elements").IsArray()) throw Napi::TypeError::New(op.Env(), "'elements' must be an array");
+  if (!Prop(op, "elements").IsArray()) throw Napi::TypeError::New(op.Env(), "'elements' must be an array");
   std::vector<ElemIn> elems = ReadElements(op);
   // An empty DELSETELEM would flush the whole set: an empty list means "nothing".
   if (elems.empty()) return 0;
-  return EncodeElements(out, type, family, GetString(op, "table"), GetString(op, "set"),
-                        Has(op, "setId") ? GetU32(op, "setId") : 0, elems, seq);
+  return EncodeElements(out, type, family, Str(op, "table"), Str(op, "set"),
+                        HasKey(op, "setId") ? U32(op, "setId") : 0, elems, seq);
 }
 
 }  // namespace
@@ -510,10 +578,12 @@ void EncodeRequest(std::vector<uint8_t>* out, uint16_t msgType, uint16_t family,
 
 void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneration,
                  uint32_t generation, EncodedBatch* out) {
+  Keys keys(env);
   out->bytes.clear();
   out->messageOp.clear();
   out->beginSeq = seq;
-  out->bytes.reserve(4096 + ops.Length() * 256);
+  // A rule of a few expressions is 200-400 bytes.
+  out->bytes.reserve(4096 + ops.Length() * 384);
   PutBatchMarker(&out->bytes, NFNL_MSG_BATCH_BEGIN, seq, hasGeneration, generation);
   uint32_t next = seq + 1;
   for (uint32_t i = 0; i < ops.Length(); i++) {
@@ -522,8 +592,8 @@ void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneratio
       Napi::Value v = ops.Get(i);
       if (!v.IsObject()) throw Napi::TypeError::New(env, "an operation must be an object");
       Napi::Object op = v.As<Napi::Object>();
-      std::string verb = GetString(op, "verb");
-      std::string object = GetString(op, "object");
+      std::string verb = Str(op, "verb");
+      std::string object = Str(op, "object");
       if (object == "table") EncodeTable(&out->bytes, verb, op, next);
       else if (object == "chain") EncodeChain(&out->bytes, verb, op, next);
       else if (object == "rule") EncodeRule(&out->bytes, verb, op, next);

@@ -195,6 +195,14 @@ bool NftSocket::EnsureBuffers(size_t bytes, size_t messages) {
   return static_cast<size_t>(granted) >= messages * 1024 + 64 * 1024;
 }
 
+void NftSocket::ReturnEncodeBuffer(std::vector<uint8_t>&& b) {
+  // Keep the bigger one, up to a bound: one huge batch should not pin its memory.
+  constexpr size_t kKeepUpTo = 16 << 20;
+  if (b.capacity() > kKeepUpTo || b.capacity() <= encodeBuf_.capacity()) return;
+  b.clear();
+  encodeBuf_ = std::move(b);
+}
+
 // generation(): the ruleset generation id, NFT_MSG_GETGEN -> NFT_MSG_NEWGEN.
 // Synchronous: one round trip of a few microseconds.
 Napi::Value NftSocket::Generation(const Napi::CallbackInfo& info) {
@@ -502,6 +510,7 @@ Napi::Value NftSocket::Commit(const Napi::CallbackInfo& info) {
   uint32_t gen = hasGen ? info[1].As<Napi::Number>().Uint32Value() : 0;
   Napi::Array ops = info[0].As<Napi::Array>();
   auto batch = std::make_unique<EncodedBatch>();
+  batch->bytes = TakeEncodeBuffer();
   // Sequence numbers are taken under the lock in the worker; encode with a
   // placeholder base and renumber there.
   EncodeBatch(env, ops, 0, hasGen, gen, batch.get());
