@@ -10,6 +10,7 @@
         "native/batch.cc",
         "native/encode.cc",
         "native/decode.cc",
+        "native/decode_json.cc",
         "native/monitor.cc",
         "native/notify.cc"
       ],

@@ -2,6 +2,8 @@
 
 namespace nfk {
 
+thread_local Keys* Keys::current = nullptr;
+
 AddonData* GetAddonData(Napi::Env env) { return env.GetInstanceData<AddonData>(); }
 
 Napi::Error MakeNetlinkError(Napi::Env env, const std::string& message, int err,

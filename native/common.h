@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 // mnl_attr_for_each() assigns a void*, which C++ refuses; the same loop, typed.
@@ -36,6 +37,54 @@ struct AddonData {
 };
 
 AddonData* GetAddonData(Napi::Env env);
+
+// Property keys (and fixed string values) as JS strings, made once per batch
+// encode or dump decode. napi's named-property calls create and internalize
+// a V8 string on every access: for a 10,000-rule batch that was most of its
+// encoding time, and a good part of decoding a small dump. While a Keys is
+// alive (on the stack of a JS-thread call with no inner handle scopes, so
+// the cached handles stay valid) Prop/Put/Intern use it; otherwise they fall
+// back to plain named-property calls.
+class Keys {
+ public:
+  explicit Keys(Napi::Env env) : env_(env), prev_(current) { current = this; }
+  ~Keys() { current = prev_; }
+  Keys(const Keys&) = delete;
+  Keys& operator=(const Keys&) = delete;
+  // `key` is a string literal or a static table entry: its address identifies it.
+  napi_value Of(const char* key) {
+    auto it = map_.find(key);
+    if (it != map_.end()) return it->second;
+    napi_value v;
+    NAPI_THROW_IF_FAILED(env_, napi_create_string_utf8(env_, key, NAPI_AUTO_LENGTH, &v), nullptr);
+    map_.emplace(key, v);
+    return v;
+  }
+  static thread_local Keys* current;
+
+ private:
+  napi_env env_;
+  Keys* prev_;  // nested use, e.g. a getter on an op that runs JS which commits again
+  std::unordered_map<const char*, napi_value> map_;
+};
+
+// o[key] = v, through the active Keys if any.
+template <typename T>
+void Put(Napi::Object& o, const char* key, const T& v) {
+  Keys* k = Keys::current;
+  if (k == nullptr) {
+    o.Set(key, v);
+  } else {
+    o.Set(Napi::Value(o.Env(), k->Of(key)), v);
+  }
+}
+
+// A JS string for a static C string (an enum or expression name).
+inline Napi::Value Intern(Napi::Env env, const char* s) {
+  Keys* k = Keys::current;
+  if (k == nullptr) return Napi::String::New(env, s);
+  return Napi::Value(env, k->Of(s));
+}
 
 // A failure as a JS NetlinkError(message, errno, operation, opIndex).
 Napi::Error MakeNetlinkError(Napi::Env env, const std::string& message, int err,

@@ -19,7 +19,6 @@
 #include <cstring>
 #include <memory>
 #include <string>
-#include <unordered_map>
 
 #include "common.h"
 #include "expr_table.h"
@@ -27,35 +26,6 @@
 namespace nfk {
 
 namespace {
-
-// Property keys as JS strings, made once per batch. napi's named-property
-// calls create and internalize a V8 string on every access, and a 10,000-rule
-// batch makes about half a million of them: that was most of its encoding
-// time (profiled: ~15 us a rule). Only used while EncodeBatch runs on the JS
-// thread, with no inner handle scopes, so the cached handles stay valid.
-class Keys {
- public:
-  explicit Keys(Napi::Env env) : env_(env), prev_(current) { current = this; }
-  ~Keys() { current = prev_; }
-  Keys(const Keys&) = delete;
-  Keys& operator=(const Keys&) = delete;
-  // `key` is a string literal or a field table entry: its address identifies it.
-  napi_value Of(const char* key) {
-    auto it = map_.find(key);
-    if (it != map_.end()) return it->second;
-    napi_value v;
-    NAPI_THROW_IF_FAILED(env_, napi_create_string_utf8(env_, key, NAPI_AUTO_LENGTH, &v), nullptr);
-    map_.emplace(key, v);
-    return v;
-  }
-  static thread_local Keys* current;
-
- private:
-  napi_env env_;
-  Keys* prev_;  // a getter on an op could run JS that commits again
-  std::unordered_map<const char*, napi_value> map_;
-};
-thread_local Keys* Keys::current = nullptr;
 
 Napi::Value Prop(const Napi::Object& o, const char* key) {
   Keys* k = Keys::current;

@@ -16,6 +16,7 @@
 
 #include "batch.h"
 #include "decode.h"
+#include "decode_json.h"
 #include "encode.h"
 #include "expr_table.h"
 
@@ -258,6 +259,8 @@ struct DumpState {
   std::string table, name;
   bool single = false;
   bool filterTable = false;
+  // Rules through DecodeRule's napi objects instead of JSON (tests compare the two).
+  bool objects = false;
   uint32_t seq = 0;
   bool interrupted = false;
   bool done = false;
@@ -372,6 +375,20 @@ struct DumpState {
       return;
     }
     try {
+      if (kind == DumpKind::Rule && !objects) {
+        // Rules as JSON text, parsed once by V8 (see decode_json.h).
+        std::string json = "[";
+        const nlmsghdr* nlh = reinterpret_cast<const nlmsghdr*>(messages.data());
+        int len = static_cast<int>(messages.size());
+        for (; mnl_nlmsg_ok(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
+          if (json.size() > 1) json.push_back(',');
+          AppendRuleJson(nlh, &json);
+        }
+        json.push_back(']');
+        Napi::Object JSON = env.Global().Get("JSON").As<Napi::Object>();
+        deferred.Resolve(JSON.Get("parse").As<Napi::Function>().Call(JSON, {Napi::String::New(env, json)}));
+        return;
+      }
       Napi::Array out = Napi::Array::New(env);
       const nlmsghdr* nlh = reinterpret_cast<const nlmsghdr*>(messages.data());
       int len = static_cast<int>(messages.size());
@@ -448,7 +465,7 @@ class DumpWorker : public Napi::AsyncWorker {
 
 }  // namespace
 
-// dump(kind, family, table?, name?, single?) -> Promise<object[]>
+// dump(kind, family, table?, name?, single?, objects?) -> Promise<object[]>
 Napi::Value NftSocket::Dump(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   ThrowIfClosed(env, "dump");
@@ -469,6 +486,7 @@ Napi::Value NftSocket::Dump(const Napi::CallbackInfo& info) {
   st->table = info.Length() > 2 && info[2].IsString() ? info[2].As<Napi::String>().Utf8Value() : "";
   st->name = info.Length() > 3 && info[3].IsString() ? info[3].As<Napi::String>().Utf8Value() : "";
   st->single = info.Length() > 4 && info[4].ToBoolean().Value();
+  st->objects = info.Length() > 5 && info[5].ToBoolean().Value();
   Napi::Promise::Deferred deferred = Napi::Promise::Deferred::New(env);
 
   // Inline fast path, only for requests the kernel answers from one object:

@@ -11,7 +11,7 @@ export interface NativeSocket {
   close(): void;
   generation(): number;
   dump(kind: 'table' | 'chain' | 'rule' | 'set' | 'element', family?: string, table?: string,
-    name?: string, single?: boolean): Promise<unknown[]>;
+    name?: string, single?: boolean, objects?: boolean): Promise<unknown[]>;
   commit(ops: readonly unknown[], generation?: number): Promise<void>;
 }
 

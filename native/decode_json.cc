@@ -1,0 +1,192 @@
+#include "decode_json.h"
+
+#include <arpa/inet.h>
+#include <endian.h>
+#include <libmnl/libmnl.h>
+#include <libnftnl/expr.h>
+#include <libnftnl/rule.h>
+#include <linux/netfilter/nf_tables.h>
+#include <linux/netfilter/nfnetlink.h>
+
+#include <charconv>
+#include <memory>
+#include <vector>
+
+#include "common.h"
+#include "expr_table.h"
+
+namespace nfk {
+
+namespace {
+
+void PutStr(std::string* out, const char* s) {
+  static const char hex[] = "0123456789abcdef";
+  out->push_back('"');
+  for (const unsigned char* p = reinterpret_cast<const unsigned char*>(s); *p != 0; p++) {
+    unsigned char c = *p;
+    if (c == '"' || c == '\\') {
+      out->push_back('\\');
+      out->push_back(static_cast<char>(c));
+    } else if (c < 0x20) {
+      out->append("\\u00");
+      out->push_back(hex[c >> 4]);
+      out->push_back(hex[c & 0xf]);
+    } else {
+      out->push_back(static_cast<char>(c));  // UTF-8 passes through, as with NewFromUtf8
+    }
+  }
+  out->push_back('"');
+}
+
+void PutHex(std::string* out, const void* data, size_t len) {
+  out->push_back('"');
+  out->append(ToHex(data, len));
+  out->push_back('"');
+}
+
+template <typename T>
+void PutInt(std::string* out, T v) {
+  // A u64 above 2^53 is rounded by JSON.parse exactly as static_cast<double> rounds it.
+  char buf[24];
+  auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  out->append(buf, r.ptr);
+}
+
+void PutEnum(std::string* out, const EnumMap& map, int64_t v) {
+  const char* name = EnumToName(map, v);
+  if (name != nullptr) PutStr(out, name);
+  else PutInt(out, v);
+}
+
+void PutKey(std::string* out, const char* key, bool* first) {
+  if (!*first) out->push_back(',');
+  *first = false;
+  out->push_back('"');
+  out->append(key);  // field names are plain identifiers
+  out->append("\":");
+}
+
+int CollectAttr(const nlattr* attr, void* data) {
+  auto* at = static_cast<std::vector<const nlattr*>*>(data);
+  uint16_t type = mnl_attr_get_type(attr);
+  if (type < at->size()) (*at)[type] = attr;
+  return MNL_CB_OK;
+}
+
+struct RawExpr {
+  std::string name;
+  const nlattr* data = nullptr;
+};
+
+std::vector<RawExpr> WalkExpressions(const nlattr* list) {
+  std::vector<RawExpr> out;
+  const char* end = static_cast<const char*>(mnl_attr_get_payload(list)) + mnl_attr_get_payload_len(list);
+  for (nlattr* elem = static_cast<nlattr*>(mnl_attr_get_payload(list));
+       mnl_attr_ok(elem, static_cast<int>(end - reinterpret_cast<const char*>(elem))); elem = mnl_attr_next(elem)) {
+    if (mnl_attr_get_type(elem) != NFTA_LIST_ELEM) continue;
+    std::vector<const nlattr*> at(NFTA_EXPR_MAX + 1, nullptr);
+    mnl_attr_parse_nested(elem, CollectAttr, &at);
+    RawExpr r;
+    if (at[NFTA_EXPR_NAME] != nullptr) r.name = mnl_attr_get_str(at[NFTA_EXPR_NAME]);
+    r.data = at[NFTA_EXPR_DATA];
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+void UnknownExpr(std::string* out, const RawExpr& raw) {
+  out->append("{\"kind\":\"unknown\",\"name\":");
+  PutStr(out, raw.name.c_str());
+  out->append(",\"data\":");
+  if (raw.data != nullptr) PutHex(out, mnl_attr_get_payload(raw.data), mnl_attr_get_payload_len(raw.data));
+  else out->append("\"\"");
+  out->push_back('}');
+}
+
+void TypedExpr(std::string* out, const ExprKind& kind, const nftnl_expr* e) {
+  out->append("{\"kind\":");
+  PutStr(out, kind.name);
+  bool first = false;
+  for (size_t i = 0; i < kind.count; i++) {
+    const Field& f = kind.fields[i];
+    if (!nftnl_expr_is_set(e, f.attr)) continue;
+    PutKey(out, f.js, &first);
+    switch (f.type) {
+      case FieldType::U8: PutInt(out, nftnl_expr_get_u8(e, f.attr)); break;
+      case FieldType::U16: PutInt(out, nftnl_expr_get_u16(e, f.attr)); break;
+      case FieldType::U32: PutInt(out, nftnl_expr_get_u32(e, f.attr)); break;
+      case FieldType::I32: PutInt(out, static_cast<int32_t>(nftnl_expr_get_u32(e, f.attr))); break;
+      case FieldType::U64: PutInt(out, nftnl_expr_get_u64(e, f.attr)); break;
+      case FieldType::Str: PutStr(out, nftnl_expr_get_str(e, f.attr)); break;
+      case FieldType::Data:
+      case FieldType::Blob: {
+        uint32_t len = 0;
+        const void* d = nftnl_expr_get(e, f.attr, &len);
+        PutHex(out, d, len);
+        break;
+      }
+      case FieldType::Enum:
+        // Enums are u32 on the wire; verdict codes are negative numbers.
+        PutEnum(out, *f.map, static_cast<int32_t>(nftnl_expr_get_u32(e, f.attr)));
+        break;
+    }
+  }
+  out->push_back('}');
+}
+
+struct RuleDeleter {
+  void operator()(nftnl_rule* r) const { nftnl_rule_free(r); }
+};
+
+}  // namespace
+
+// The same object, field for field and in the same order, as DecodeRule.
+void AppendRuleJson(const nlmsghdr* nlh, std::string* out) {
+  std::vector<const nlattr*> at(NFTA_RULE_MAX + 1, nullptr);
+  mnl_attr_parse(nlh, sizeof(nfgenmsg), CollectAttr, &at);
+  const nfgenmsg* nfg = static_cast<const nfgenmsg*>(mnl_nlmsg_get_payload(nlh));
+  out->append("{\"family\":");
+  PutEnum(out, kFamilyMap, nfg->nfgen_family);
+  if (at[NFTA_RULE_TABLE]) {
+    out->append(",\"table\":");
+    PutStr(out, mnl_attr_get_str(at[NFTA_RULE_TABLE]));
+  }
+  if (at[NFTA_RULE_CHAIN]) {
+    out->append(",\"chain\":");
+    PutStr(out, mnl_attr_get_str(at[NFTA_RULE_CHAIN]));
+  }
+  if (at[NFTA_RULE_HANDLE]) {
+    out->append(",\"handle\":");
+    PutInt(out, be64toh(mnl_attr_get_u64(at[NFTA_RULE_HANDLE])));
+  }
+  if (at[NFTA_RULE_POSITION]) {
+    out->append(",\"position\":");
+    PutInt(out, be64toh(mnl_attr_get_u64(at[NFTA_RULE_POSITION])));
+  }
+  if (at[NFTA_RULE_USERDATA]) {
+    out->append(",\"userdata\":");
+    PutHex(out, mnl_attr_get_payload(at[NFTA_RULE_USERDATA]), mnl_attr_get_payload_len(at[NFTA_RULE_USERDATA]));
+  }
+
+  std::vector<RawExpr> raw;
+  if (at[NFTA_RULE_EXPRESSIONS]) raw = WalkExpressions(at[NFTA_RULE_EXPRESSIONS]);
+  std::unique_ptr<nftnl_rule, RuleDeleter> rule(nftnl_rule_alloc());
+  bool parsed = rule && nftnl_rule_nlmsg_parse(nlh, rule.get()) >= 0;
+  std::vector<nftnl_expr*> typed;
+  if (parsed) {
+    nftnl_expr_iter* it = nftnl_expr_iter_create(rule.get());
+    for (nftnl_expr* e = nftnl_expr_iter_next(it); e != nullptr; e = nftnl_expr_iter_next(it)) typed.push_back(e);
+    nftnl_expr_iter_destroy(it);
+    if (typed.size() != raw.size()) typed.clear(), parsed = false;
+  }
+  out->append(",\"exprs\":[");
+  for (size_t i = 0; i < raw.size(); i++) {
+    if (i > 0) out->push_back(',');
+    const ExprKind* kind = FindExprKind(raw[i].name.c_str());
+    if (parsed && kind != nullptr) TypedExpr(out, *kind, typed[i]);
+    else UnknownExpr(out, raw[i]);
+  }
+  out->append("]}");
+}
+
+}  // namespace nfk
