@@ -9,6 +9,9 @@
  *   js:    commit() until the native call returns its promise (op validation
  *          in TypeScript and encoding in the addon, both on the JS thread)
  *   total: commit() until its promise settles
+ *   cpu:   the process's user+system CPU time over the write (JS thread,
+ *          worker thread and the kernel's work inside sendmsg), which a
+ *          loaded shared machine distorts far less than wall time
  * With --nft, `nft -f` of the same rules in the same namespace, for the ratio.
  */
 import { readFileSync, writeFileSync } from 'node:fs';
@@ -75,32 +78,35 @@ async function count(s: NftSocket): Promise<number> {
   }
 }
 
-interface Row { mode: string; total: ReturnType<typeof summarize>; js: ReturnType<typeof summarize> }
+interface Row { mode: string; total: ReturnType<typeof summarize>; js: ReturnType<typeof summarize>; cpu: ReturnType<typeof summarize> }
 
 async function nativeRows(ns: BenchNetns): Promise<Row[]> {
   const s = open({ netns: ns.path });
   const rows: Row[] = [];
   try {
     for (const replace of [false, true]) {
-      const totals: number[] = [], jss: number[] = [];
+      const totals: number[] = [], jss: number[] = [], cpus: number[] = [];
       for (let i = 0; i < REPS + 2; i++) {
         ns.exec('nft', ['flush', 'ruleset']);
         if (replace) await s.commit(ops(0, false));
         const batch = ops(replace ? 1 : 0, replace);
+        const c0 = process.cpuUsage();
         const t0 = process.hrtime.bigint();
         const p = s.commit(batch);
         const t1 = process.hrtime.bigint();
         await p;
         const t2 = process.hrtime.bigint();
+        const c = process.cpuUsage(c0);
         if (i >= 2) { // two warm-up writes
           jss.push(Number(t1 - t0) / 1e3);
           totals.push(Number(t2 - t0) / 1e3);
+          cpus.push(c.user + c.system);
         }
         await yieldToLoop();
         const n = await count(s);
         if (n !== OWNERS * PER_OWNER) throw new Error(`${n} rules after the write`);
       }
-      rows.push({ mode: replace ? 'full replace' : 'from empty', total: summarize(totals), js: summarize(jss) });
+      rows.push({ mode: replace ? 'full replace' : 'from empty', total: summarize(totals), js: summarize(jss), cpu: summarize(cpus) });
     }
   } finally {
     s.close();
@@ -120,7 +126,7 @@ function nftRows(ns: BenchNetns): Row[] {
       ns.exec('nft', ['-f', '-'], text);
       totals.push(Number(process.hrtime.bigint() - t0) / 1e3);
     }
-    rows.push({ mode: replace ? 'full replace' : 'from empty', total: summarize(totals), js: summarize([NaN]) });
+    rows.push({ mode: replace ? 'full replace' : 'from empty', total: summarize(totals), js: summarize([NaN]), cpu: summarize([NaN]) });
   }
   return rows;
 }
@@ -136,7 +142,7 @@ async function main(): Promise<void> {
   const ms = (us: number) => (us / 1000).toFixed(1);
   for (const r of result.native) {
     console.log(`native ${r.mode.padEnd(12)} total median ${ms(r.total.median)} ms (min ${ms(r.total.min)}, max ${ms(r.total.max)}), ` +
-      `js+encode median ${ms(r.js.median)} ms  [${REPS} writes]`);
+      `js+encode median ${ms(r.js.median)} ms, cpu median ${ms(r.cpu.median)} ms  [${REPS} writes]`);
   }
   for (const r of result.nft) {
     console.log(`nft -f ${r.mode.padEnd(12)} total median ${ms(r.total.median)} ms (min ${ms(r.total.min)}, max ${ms(r.total.max)})  [${REPS} writes, incl. ip netns exec fork]`);

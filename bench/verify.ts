@@ -33,15 +33,20 @@ async function main(): Promise<void> {
         const sock = (d as unknown as { sock: import('../src/index.js').NftSocket }).sock;
         const v: number[] = [], c: number[] = [], r: number[] = [];
         const med: string[] = [];
+        let cpuUs = 0;
         for (let round = 0; round < ROUNDS; round++) {
+          const c0 = process.cpuUsage();
           const tv = await timeCalls(async () => { if (!(await d.check())) throw new Error('out of sync'); }, ITER);
+          const cu = process.cpuUsage(c0);
+          cpuUs += cu.user + cu.system;
           const tc = await timeCalls(() => sock.getChain('ip', 'nfk-flannel', NFT_CHAIN), ITER);
           const tr = await timeCalls(() => sock.listRules({ family: 'ip', table: 'nfk-flannel', chain: NFT_CHAIN }), ITER);
           v.push(...tv.samples); c.push(...tc.samples); r.push(...tr.samples);
           med.push(formatUs(tv.summary.median));
         }
         const f = (s: number[]) => { const m = summarize(s); return `${formatUs(m.median)} / ${formatUs(m.p99)}`; };
-        console.log(`N=${n}: verify ${f(v)} (round medians ${med.join(', ')}); getChain ${f(c)}; listRules(4) ${f(r)}  [median / p99, ${ROUNDS}×${ITER}]`);
+        const perVerify = cpuUs / (ROUNDS * (ITER + Math.ceil(ITER / 10)));
+        console.log(`N=${n}: verify ${f(v)} (round medians ${med.join(', ')}; CPU ${formatUs(perVerify)} a verify); getChain ${f(c)}; listRules(4) ${f(r)}  [median / p99, ${ROUNDS}×${ITER}]`);
       } finally {
         d.close();
       }
