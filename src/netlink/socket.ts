@@ -16,9 +16,11 @@ export interface OpenOptions {
   netns?: string;
   /**
    * Upper bound in bytes for the socket's kernel receive buffer. By default it
-   * grows so that every message of a batch can be acknowledged (about 1.5 KiB
-   * per message). A batch whose acknowledgements would not fit is sent asking
-   * the kernel for errors only, which still decides the outcome exactly.
+   * grows so that every message of a batch could be acknowledged (about 1.5 KiB
+   * per message), which also leaves room for one error per message. Batches of
+   * more than 64 messages, and any batch whose acknowledgements would not fit,
+   * ask the kernel for errors only, which still decides the outcome exactly and
+   * names every failing op.
    */
   receiveBufferLimit?: number;
 }
