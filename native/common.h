@@ -38,13 +38,12 @@ struct AddonData {
 
 AddonData* GetAddonData(Napi::Env env);
 
-// Property keys (and fixed string values) as JS strings, made once per batch
-// encode or dump decode. napi's named-property calls create and internalize
-// a V8 string on every access: for a 10,000-rule batch that was most of its
-// encoding time, and a good part of decoding a small dump. While a Keys is
-// alive (on the stack of a JS-thread call with no inner handle scopes, so
-// the cached handles stay valid) Prop/Put/Intern use it; otherwise they fall
-// back to plain named-property calls.
+// Property keys as JS strings, made once per batch encode. napi's
+// named-property calls create and internalize a V8 string on every access:
+// for a 10,000-rule batch that was most of its encoding time. While a Keys
+// is alive (on the stack of a JS-thread call with no inner handle scopes, so
+// the cached handles stay valid) encode.cc's Prop uses it; otherwise it
+// falls back to plain named-property calls.
 class Keys {
  public:
   explicit Keys(Napi::Env env) : env_(env), prev_(current) { current = this; }
@@ -68,23 +67,6 @@ class Keys {
   std::unordered_map<const char*, napi_value> map_;
 };
 
-// o[key] = v, through the active Keys if any.
-template <typename T>
-void Put(Napi::Object& o, const char* key, const T& v) {
-  Keys* k = Keys::current;
-  if (k == nullptr) {
-    o.Set(key, v);
-  } else {
-    o.Set(Napi::Value(o.Env(), k->Of(key)), v);
-  }
-}
-
-// A JS string for a static C string (an enum or expression name).
-inline Napi::Value Intern(Napi::Env env, const char* s) {
-  Keys* k = Keys::current;
-  if (k == nullptr) return Napi::String::New(env, s);
-  return Napi::Value(env, k->Of(s));
-}
 
 // A failure as a JS NetlinkError(message, errno, operation, opIndex).
 Napi::Error MakeNetlinkError(Napi::Env env, const std::string& message, int err,
