@@ -12,7 +12,8 @@
         "native/decode.cc",
         "native/decode_json.cc",
         "native/monitor.cc",
-        "native/notify.cc"
+        "native/notify.cc",
+        "native/peercred.cc"
       ],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],
       "defines": ["NAPI_VERSION=8", "NAPI_CPP_EXCEPTIONS", "NODE_ADDON_API_DISABLE_DEPRECATED"],

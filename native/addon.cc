@@ -9,6 +9,7 @@
 namespace nfk {
 
 Napi::Value SdNotify(const Napi::CallbackInfo& info);
+Napi::Value PeerCred(const Napi::CallbackInfo& info);
 
 namespace {
 
@@ -40,6 +41,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("NftMonitor", monitor);
   exports.Set("init", Napi::Function::New(env, SetErrorClass));
   exports.Set("sdNotify", Napi::Function::New(env, SdNotify));
+  exports.Set("peerCred", Napi::Function::New(env, PeerCred));
   return exports;
 }
 

@@ -19,6 +19,13 @@ import { Notifier } from './systemd.js';
 import { PROJECT_ROOT } from './netlink/native.js';
 import { gcOnce } from './gc/command.js';
 import { GcLoop } from './gc/daemon.js';
+import { DEFAULT_SOCKET } from './owners/config.js';
+import { loadOwners } from './owners/state.js';
+import { OwnerRegistry } from './owners/registry.js';
+import { serveControl } from './owners/api.js';
+import { NoDaemonError, call } from './owners/client.js';
+import { parse as parseYaml } from 'yaml';
+import type { Owner } from './owners/spec.js';
 
 export const EXIT = { OK: 0, DRIFT: 1, ERROR: 2 } as const;
 
@@ -86,29 +93,98 @@ export async function main(argv: string[], io: Out = {
     .option('--no-metrics', 'do not serve metrics')
     .option('--no-events', 'poll only; ignore change notifications')
     .option('--log-level <level>', 'pino level', 'info')
-    .action(async (o: { config: string; netns?: string; interval: string; metrics: string | false; events: boolean; logLevel: string }) => {
+    .option('--socket <path>', `serve the control API here (default: owners.socket, ${DEFAULT_SOCKET}, when owners are configured)`)
+    .addOption(new Option('--socket-mode <octal>', 'test only: the control socket\'s mode').hideHelp())
+    .action(async (o: RunOptions) => {
       code = await run(o);
     });
 
-  program.command('status').description("show the running daemon's view: tables, protection, last repair, fight")
-    .option('--metrics <host:port>', 'where the daemon serves /status', '127.0.0.1:9469')
+  program.command('status').description("show the running daemon's view: tables, owners, protection, last repair, fight")
+    .option('--socket <path>', 'the control socket to ask first', DEFAULT_SOCKET)
+    .option('--metrics <host:port>', 'where the daemon serves /status (asked when the control socket does not answer)', '127.0.0.1:9469')
     .option('--json', 'print the status as JSON')
-    .action(async (o: { metrics: string; json?: boolean }) => {
-      const { host, port } = parseListen(o.metrics);
-      let st: KeeperStatus;
-      try {
-        st = await (await fetch(`http://${host.includes(':') ? `[${host}]` : host}:${port}/status`)).json() as KeeperStatus;
-      } catch (e) {
-        throw new NfkeeperError(`no daemon answers on ${o.metrics}: ${(e as Error).message}`);
+    .action(async (o: { socket: string; metrics: string; json?: boolean }, cmd: Command) => {
+      let st: KeeperStatus & { owners?: { registered: number; table: string }; ownedGc?: Record<string, Record<string, number>> };
+      // An explicit --metrics alone means that endpoint; otherwise the control socket first.
+      const metricsOnly = cmd.getOptionValueSource('metrics') === 'cli' && cmd.getOptionValueSource('socket') !== 'cli';
+      let fromSocket: typeof st | undefined;
+      if (!metricsOnly) {
+        try {
+          const r = await call(o.socket, 'GET', '/v1/status', undefined, 10_000);
+          if (r.status !== 200) throw new NfkeeperError(`control socket ${o.socket}: ${errorText(r)}`);
+          fromSocket = r.body as typeof st;
+        } catch (e) {
+          if (!(e instanceof NoDaemonError) || cmd.getOptionValueSource('socket') === 'cli') throw e;
+        }
+      }
+      if (fromSocket) st = fromSocket;
+      else {
+        const { host, port } = parseListen(o.metrics);
+        try {
+          st = await (await fetch(`http://${host.includes(':') ? `[${host}]` : host}:${port}/status`)).json() as typeof st;
+        } catch (e) {
+          throw new NfkeeperError(`no daemon answers on ${metricsOnly ? '' : `${o.socket} or `}${o.metrics}: ${(e as Error).message}`);
+        }
       }
       if (o.json) io.out(JSON.stringify(st));
       else {
         io.out(`ready: ${st.ready}  generation: ${st.generation ?? '-'}  fight level: ${st.fightLevel}`);
         for (const t of st.tables) io.out(`table ${t.family} ${t.name}: ${t.state}, ${t.protection}`);
+        if (st.owners) {
+          const c = st.ownedGc?.collected;
+          io.out(`owners: ${st.owners.registered} registered in table ${st.owners.table}` +
+            (c ? `; owned GC collected ${c.chain ?? 0} chains, ${c.rule ?? 0} rules` : ''));
+        }
         if (st.lastRepair) io.out(`last repair ${st.lastRepair.at} (${st.lastRepair.cause}, ${st.lastRepair.latencyMs.toFixed(3)} ms): ${st.lastRepair.drift.join('; ')}`);
         if (st.lastError) io.out(`last error: ${st.lastError}`);
       }
       code = st.tables.some((t) => t.state === 'drifting') ? EXIT.DRIFT : EXIT.OK;
+    });
+
+  const owner = program.command('owner').description('register, list and remove owners over the control socket (docs/owners.md)');
+  const socketOpt = () => new Option('--socket <path>', 'the daemon\'s control socket').default(DEFAULT_SOCKET);
+  owner.command('put').description('register or replace an owner: its chains and the jump rules into dispatch chains')
+    .argument('<id>', 'the owner id').requiredOption('-f, --file <file>', 'the owner as JSON or YAML: { chains: [{ name, rules }], jumps: { <dispatch>: [rules] } }')
+    .addOption(socketOpt()).option('--json', 'print the answer as JSON')
+    .action(async (id: string, o: { file: string; socket: string; json?: boolean }) => {
+      let text: string;
+      try {
+        text = readFileSync(o.file, 'utf8');
+      } catch (e) {
+        throw new NfkeeperError(`${o.file}: cannot read: ${(e as Error).message}`);
+      }
+      let spec: unknown;
+      try {
+        spec = parseYaml(text);  // YAML is a superset of JSON
+      } catch (e) {
+        throw new NfkeeperError(`${o.file}: not JSON or YAML: ${(e as Error).message.split('\n')[0]}`);
+      }
+      const r = await call(o.socket, 'PUT', `/v1/owners/${encodeURIComponent(id)}`, spec);
+      code = answer(r, o.json, io, () => {
+        const b = r.body as { created: boolean; changed: boolean };
+        return `owner ${id}: ${b.created ? 'registered' : b.changed ? 'replaced' : 'unchanged'}`;
+      });
+    });
+  owner.command('rm').description('remove an owner; its chains and rules go in one batch')
+    .argument('<id>', 'the owner id').addOption(socketOpt()).option('--json', 'print the answer as JSON')
+    .action(async (id: string, o: { socket: string; json?: boolean }) => {
+      const r = await call(o.socket, 'DELETE', `/v1/owners/${encodeURIComponent(id)}`);
+      code = answer(r, o.json, io, () => `owner ${id}: removed`);
+    });
+  owner.command('ls').description('list the registered owners')
+    .addOption(socketOpt()).option('--json', 'print the list as JSON')
+    .action(async (o: { socket: string; json?: boolean }) => {
+      const r = await call(o.socket, 'GET', '/v1/owners');
+      code = answer(r, o.json, io, () => {
+        const list = (r.body as { owners: { id: string; chains: number; rules: number }[] }).owners;
+        return list.length === 0 ? 'no owners' : list.map((x) => `${x.id}\t${x.chains} chains\t${x.rules} rules`).join('\n');
+      });
+    });
+  owner.command('get').description('print one owner as registered')
+    .argument('<id>', 'the owner id').addOption(socketOpt())
+    .action(async (id: string, o: { socket: string }) => {
+      const r = await call(o.socket, 'GET', `/v1/owners/${encodeURIComponent(id)}`);
+      code = answer(r, true, io, () => '');
     });
 
   program.command('gc').description('remove foreign rules and chains tagged with ids that are no longer live (docs/gc.md)')
@@ -142,11 +218,29 @@ export async function main(argv: string[], io: Out = {
   return code;
 }
 
+/** Prints an API answer; 0 for 2xx, 2 with the server's message otherwise. */
+function answer(r: { status: number; body: unknown }, json: boolean | undefined, io: Out, text: () => string): number {
+  if (r.status >= 200 && r.status < 300) {
+    io.out(json ? JSON.stringify(r.body) : text());
+    return EXIT.OK;
+  }
+  if (json) io.out(JSON.stringify(r.body));
+  io.err(`nfkeeper: ${errorText(r)}`);
+  return EXIT.ERROR;
+}
+
+function errorText(r: { status: number; body: unknown }): string {
+  const b = r.body as { error?: string } | string | undefined;
+  return `${r.status}: ${typeof b === 'object' && b?.error ? b.error : String(b)}`;
+}
+
 async function oneShot(o: { config: string; netns?: string; json?: boolean }, apply: boolean, io: Out): Promise<number> {
   const config = loadConfig(o.config);
+  // Registered owners are desired state too; a corrupt state file stops here, before the kernel.
+  const owners = config.owners ? loadOwners(config) : [];
   const sock = new NftSocket({ netns: o.netns });
   try {
-    const { drift, ops } = await checkOnce(sock, config, apply);
+    const { drift, ops } = await checkOnce(sock, config, apply, owners);
     const found = drift.filter((d) => d.drift.length > 0);
     if (o.json) {
       io.out(JSON.stringify({ inSync: found.length === 0, applied: apply ? ops : 0,
@@ -164,19 +258,46 @@ async function oneShot(o: { config: string; netns?: string; json?: boolean }, ap
   }
 }
 
-async function run(o: { config: string; netns?: string; interval: string; metrics: string | false; events: boolean; logLevel: string }): Promise<number> {
+interface RunOptions {
+  config: string; netns?: string; interval: string; metrics: string | false; events: boolean; logLevel: string;
+  socket?: string; socketMode?: string;
+}
+
+async function run(o: RunOptions): Promise<number> {
   const log = pino({ level: o.logLevel, base: { pid: process.pid } });
   const config = loadConfig(o.config);
+  // The owners come before the first pass: starting without them would collect their rules.
+  // A state file that cannot be read stops start-up here, before the kernel is touched.
+  const owners: Owner[] = config.owners ? loadOwners(config) : [];
+  const socketPath = o.socket ?? config.owners?.socket;
+  const socketMode = o.socketMode !== undefined ? parseInt(o.socketMode, 8) : undefined;
+  if (socketMode !== undefined && !(socketMode >= 0 && socketMode <= 0o777)) throw new NfkeeperError(`--socket-mode: '${o.socketMode}' is not an octal mode`);
   const metrics = new KeeperMetrics(true);
-  const keeper = new Keeper({ config, netns: o.netns, intervalMs: parseDuration(o.interval), events: o.events, logger: log, metrics });
+  const keeper = new Keeper({ config, netns: o.netns, intervalMs: parseDuration(o.interval), events: o.events, logger: log, metrics, owners });
   keeper.on('error', () => undefined);  // logged by the keeper; the loop carries on
   await keeper.start();
-  // Foreign GC: report-only unless gc.enabled (docs/gc.md).
-  const gcLoop = config.gc && config.gc.foreign.length > 0 && config.gc.live
-    ? new GcLoop({ gc: config.gc, netns: o.netns, logger: log }) : undefined;
+  const registry = config.owners ? new OwnerRegistry(config, owners, (next) => keeper.setOwners(next)) : undefined;
+  // Foreign GC: report-only unless gc.enabled (docs/gc.md). Registered owners count as live ids.
+  const gcLoop = config.gc && config.gc.foreign.length > 0 && (config.gc.live || registry)
+    ? new GcLoop({ gc: config.gc, netns: o.netns, logger: log, metrics, liveIds: registry && (() => registry.list().map((x) => x.id)) })
+    : undefined;
   gcLoop?.start();
   const server = o.metrics ? await serveMetrics(keeper, o.metrics) : undefined;
-  log.info({ tables: config.tables.map((t) => `${t.family} ${t.name}`), metrics: o.metrics || null }, 'nfkeeper running');
+  const control = socketPath ? await serveControl({
+    path: socketPath, registry, logger: log, mode: socketMode,
+    status: async () => ({
+      ...keeper.status(),
+      ...(config.owners && registry ? {
+        owners: { registered: registry.size, table: `${config.owners.family} ${config.owners.table}`, dispatch: config.owners.dispatch },
+        ownedGc: {
+          found: await counterByKind(metrics.ownedGcFound),
+          collected: await counterByKind(metrics.ownedGcCollected),
+        },
+      } : {}),
+    }),
+  }) : undefined;
+  log.info({ tables: config.tables.map((t) => `${t.family} ${t.name}`), metrics: o.metrics || null, socket: socketPath ?? null,
+    owners: registry ? registry.size : null }, 'nfkeeper running');
   const systemd = new Notifier();
   systemd.notify(`READY=1\nSTATUS=verified ${config.tables.length} tables\nMAINPID=${process.pid}`);
   // The watchdog is fed from the loop itself, so a stalled loop stops feeding it.
@@ -202,6 +323,14 @@ async function run(o: { config: string; netns?: string; interval: string; metric
     } catch (e) {
       metrics.reloadFailed.set(1);
       log.error({ err: e instanceof ConfigError ? e.message : e, why }, 'config reload rejected; keeping the old one');
+      return;
+    }
+    try {
+      registry?.checkConfig(next);
+      if (!registry && next.owners) throw new NfkeeperError('an owners section was added; that takes a restart (the reload was rejected)');
+    } catch (e) {
+      metrics.reloadFailed.set(1);
+      log.error({ err: (e as Error).message, why }, 'config reload rejected; keeping the old one');
       return;
     }
     gcLoop?.setConfig(next.gc);
@@ -240,7 +369,14 @@ async function run(o: { config: string; netns?: string; interval: string; metric
   watcher.close();
   clearTimeout(debounce);
   server?.close();
+  await control?.close();
   await gcLoop?.stop();
   await keeper.stop();
   return EXIT.OK;
+}
+
+async function counterByKind(c: KeeperMetrics['ownedGcFound']): Promise<Record<string, number>> {
+  const out: Record<string, number> = {};
+  for (const v of (await c.get()).values) out[String(v.labels.kind)] = v.value;
+  return out;
 }

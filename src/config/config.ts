@@ -12,6 +12,7 @@ import type { Family } from '../netlink/expr.js';
 import type { ChainType, Hook } from '../netlink/objects.js';
 import { compileRule, RuleSyntaxError, type CompiledRule } from '../rules/index.js';
 import { GC_SCHEMA, type GcConfig } from '../gc/config.js';
+import { OWNERS_SCHEMA, type OwnersConfig } from '../owners/config.js';
 
 const NAME = z.string().min(1).max(255).regex(/^[A-Za-z0-9_.\-]+$/, 'use letters, digits, _ . and - only');
 
@@ -46,6 +47,8 @@ const SCHEMA = z.strictObject({
   tables: z.array(TABLE).default([]),
   // Garbage collection (src/gc/config.ts).
   gc: GC_SCHEMA.optional(),
+  // Owners and their control socket (src/owners/).
+  owners: OWNERS_SCHEMA.optional(),
 });
 
 export interface ChainConfig {
@@ -67,6 +70,8 @@ export interface Config {
   tables: TableConfig[];
   /** The validated gc section (src/gc/). */
   gc?: GcConfig;
+  /** The validated owners section (src/owners/). */
+  owners?: OwnersConfig;
 }
 
 export function parsePriority(p: number | string): number {
@@ -157,15 +162,30 @@ export function parseConfig(text: string, file = '<config>'): Config {
     });
     return { family: t.family, name: t.name, protect: t.protect ?? false, chains };
   });
-  return { file, tables, gc: parsed.data.gc };
+  const owners = parsed.data.owners;
+  if (owners) {
+    const table = tables.find((t) => t.family === owners.family && t.name === owners.table);
+    if (!table) {
+      const p = positionOf(doc, lines, ['owners', 'table']);
+      throw new ConfigError(file, p.line, p.col, `owners.table: table ${owners.family} ${owners.table} is not in tables`);
+    }
+    owners.dispatch.forEach((name, i) => {
+      const p = positionOf(doc, lines, ['owners', 'dispatch', i]);
+      if (!table.chains.some((c) => c.name === name)) {
+        throw new ConfigError(file, p.line, p.col, `owners.dispatch: chain ${name} is not a chain of table ${owners.family} ${owners.table}`);
+      }
+      if (owners.dispatch.indexOf(name) !== i) throw new ConfigError(file, p.line, p.col, `owners.dispatch: chain ${name} is listed twice`);
+    });
+  }
+  return { file, tables, gc: parsed.data.gc, owners };
 }
 
 /** What the kernel would refuse at commit time, said before anything is sent. */
-function checkRulePlacement(rule: CompiledRule, hook: Hook | undefined, type: ChainType | undefined,
-  chains: Set<string>): string | undefined {
+export function checkRulePlacement(rule: CompiledRule, hook: Hook | undefined, type: ChainType | undefined,
+  chains: ReadonlySet<string>, scope = 'this table'): string | undefined {
   for (const e of rule.exprs) {
     if (e.kind === 'immediate' && (e.verdict === 'jump' || e.verdict === 'goto') && e.chain && !chains.has(e.chain)) {
-      return `${e.verdict} to chain '${e.chain}', which this table does not define`;
+      return `${e.verdict} to chain '${e.chain}', which ${scope} does not define`;
     }
     if (hook === undefined) continue;  // regular chains: the kernel checks through the jumps
     const dnatLike = (e.kind === 'nat' && e.type === 'dnat') || e.kind === 'redir';

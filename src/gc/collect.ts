@@ -13,8 +13,8 @@
  *   (so a verdict map or anything unseen that points at it keeps it);
  * - a stale view never commits: the batch carries expectGeneration.
  */
-import { writeFileSync, readFileSync, renameSync, openSync, fsyncSync, closeSync } from 'node:fs';
-import { dirname } from 'node:path';
+import { readFileSync } from 'node:fs';
+import { writeFileAtomic } from '../atomic-file.js';
 import { GenerationMismatchError, NfkeeperError } from '../errors.js';
 import { Batch } from '../netlink/batch.js';
 import type { Family } from '../netlink/expr.js';
@@ -104,13 +104,7 @@ export class GraceTracker {
 
   /** Writes the state atomically: temp file, fsync, rename, fsync of the directory. */
   save(file: string): void {
-    const tmp = `${file}.tmp-${process.pid}`;
-    writeFileSync(tmp, JSON.stringify({ firstMissing: Object.fromEntries(this.firstMissing) }) + '\n', { mode: 0o600 });
-    const fd = openSync(tmp, 'r');
-    try { fsyncSync(fd); } finally { closeSync(fd); }
-    renameSync(tmp, file);
-    const dfd = openSync(dirname(file), 'r');
-    try { fsyncSync(dfd); } finally { closeSync(dfd); }
+    writeFileAtomic(file, JSON.stringify({ firstMissing: Object.fromEntries(this.firstMissing) }) + '\n');
   }
 }
 

@@ -12,6 +12,7 @@ import { parseDuration } from '../duration.js';
 import { NftSocket } from '../netlink/socket.js';
 import { GraceTracker, collect, renderGarbage, type CollectResult } from './collect.js';
 import { readLiveSet, type LiveSource } from './live.js';
+import { loadOwners } from '../owners/state.js';
 
 export interface GcOnceOptions {
   netns?: string;
@@ -37,9 +38,11 @@ export async function gcOnce(config: Config, o: GcOnceOptions): Promise<GcOnceRe
     }
   }
   const source: LiveSource | undefined = o.liveFile !== undefined ? { file: o.liveFile } : gc.live;
-  if (!source) throw new NfkeeperError(`${config.file}: gc.live is not configured; give --live-file FILE`);
+  if (!source && !config.owners) throw new NfkeeperError(`${config.file}: gc.live is not configured; give --live-file FILE`);
   // Everything that can fail on input fails before the kernel is touched.
-  const live = await readLiveSet(source);
+  const live = source ? await readLiveSet(source) : new Set<string>();
+  // Registered owners are live ids too (a corrupt owners state file is an error here as well).
+  if (config.owners) for (const owner of loadOwners(config)) live.add(owner.id);
   const stateFile = graceMs > 0 ? gc.state : undefined;
   const tracker = stateFile ? GraceTracker.load(stateFile) : new GraceTracker();
   // Without remembered state a one-shot has just seen the id missing for the first time: 0 ms < grace.

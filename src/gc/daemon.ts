@@ -9,11 +9,16 @@ import type { GcConfig } from './config.js';
 import { NftSocket } from '../netlink/socket.js';
 import { GraceTracker, collect, renderGarbage, type CollectResult } from './collect.js';
 import { readLiveSet } from './live.js';
+import type { KeeperMetrics } from '../keeper/metrics.js';
 
 export interface GcLoopOptions {
   gc: GcConfig;
   netns?: string;
   logger: Logger;
+  /** More live ids, read on every pass: the registered owners. With it, gc.live is optional. */
+  liveIds?: () => Iterable<string>;
+  /** Found/collected counters to export (nfkeeper_foreign_gc_*). */
+  metrics?: Pick<KeeperMetrics, 'foreignGcFound' | 'foreignGcCollected'>;
 }
 
 export interface GcTotals {
@@ -35,7 +40,12 @@ export class GcLoop {
   private stopped = false;
   private lastReported = '';
 
+  private readonly liveIds: GcLoopOptions['liveIds'];
+  private readonly metrics: GcLoopOptions['metrics'];
+
   constructor(o: GcLoopOptions) {
+    this.liveIds = o.liveIds;
+    this.metrics = o.metrics;
     this.gc = o.gc;
     this.log = o.logger;
     this.netns = o.netns;
@@ -78,14 +88,19 @@ export class GcLoop {
 
   private async pass(now: number): Promise<CollectResult | undefined> {
     const gc = this.gc;
-    if (!gc || gc.foreign.length === 0 || !gc.live) return undefined;
+    if (!gc || gc.foreign.length === 0 || (!gc.live && !this.liveIds)) return undefined;
     this.totals.runs++;
     try {
-      const live = await readLiveSet(gc.live);
+      const live = gc.live ? await readLiveSet(gc.live) : new Set<string>();
+      for (const id of this.liveIds?.() ?? []) live.add(id);
       this.sock ??= new NftSocket({ netns: this.netns });
       const r = await collect(this.sock, { foreign: gc.foreign, live, graceMs: gc.grace, tracker: this.tracker, now, dryRun: !gc.enabled });
       this.totals.found += r.garbage.length;
-      if (r.collected) this.totals.collected += r.garbage.length;
+      this.metrics?.foreignGcFound.inc(r.garbage.length);
+      if (r.collected) {
+        this.totals.collected += r.garbage.length;
+        this.metrics?.foreignGcCollected.inc(r.garbage.length);
+      }
       if (r.garbage.length > 0) {
         const ids = r.garbage.map((g) => g.id);
         if (r.collected) this.log.info({ ids, ops: r.ops }, 'foreign garbage collected');

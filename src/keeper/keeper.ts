@@ -20,8 +20,10 @@ import { KeeperMetrics } from './metrics.js';
 import { NetlinkError } from '../errors.js';
 import { PROTECT_FLAGS, TableOwnedError, diffTable, observeTable, planTable, protectionOf, type Drift,
   type Protection } from './reconcile.js';
+import { mergeOwners, ownedGarbage } from '../owners/merge.js';
+import type { Owner } from '../owners/spec.js';
 
-export type Cause = 'startup' | 'event' | 'tick' | 'overflow' | 'reload' | 'manual';
+export type Cause = 'startup' | 'event' | 'tick' | 'overflow' | 'reload' | 'owners' | 'manual';
 
 export interface KeeperOptions {
   config: Config;
@@ -35,6 +37,8 @@ export interface KeeperOptions {
   fight?: Partial<FightOptions>;
   /** Attempts per pass when commits keep meeting a moved-on generation. */
   maxGenerationRetries?: number;
+  /** Registered owners (config.owners says where they go); enforced from the start-up pass on. */
+  owners?: readonly Owner[];
 }
 
 export interface RepairReport {
@@ -84,6 +88,10 @@ export class Keeper extends EventEmitter {
   private startupError?: Error;
   private reloadError?: unknown;
   private protection = new Map<string, Protection>();
+  private owners: readonly Owner[] = [];
+  /** The config's tables with the owners merged in: what the passes enforce. */
+  private desired: TableConfig[] = [];
+  private changeError?: unknown;
 
   constructor(private readonly options: KeeperOptions) {
     super();
@@ -94,6 +102,9 @@ export class Keeper extends EventEmitter {
     this.log = options.logger ?? pino({ level: 'silent' });
     this.metrics = options.metrics ?? new KeeperMetrics();
     this.fight = new Fight({ ...DEFAULT_FIGHT, ...options.fight });
+    this.owners = options.owners ?? [];
+    this.desired = mergeOwners(this.config.tables, this.config.owners, this.owners);
+    this.metrics.owners.set(this.owners.length);
   }
 
   /** The socket all writes go through; its port id marks our own events. */
@@ -149,7 +160,7 @@ export class Keeper extends EventEmitter {
     for (const t of this.config.tables) {
       if (!kept.has(`${t.family} ${t.name}`)) this.retired.push({ family: t.family, name: t.name });
     }
-    this.install(config);
+    this.install(config, this.owners);
     await this.idle();
     this.reloadError = undefined;
     await this.request('reload', performance.now());
@@ -157,7 +168,7 @@ export class Keeper extends EventEmitter {
     const refused = this.reloadError;
     if (refused) {
       this.retired = previous.retired;
-      this.install(previous.config);
+      this.install(previous.config, this.owners);
       this.metrics.reloadFailed.set(1);
       this.log.error({ err: (refused as Error).message }, 'the kernel refused the new config; the old one stays in force');
       await this.request('reload', performance.now());
@@ -167,8 +178,34 @@ export class Keeper extends EventEmitter {
     this.metrics.reloadFailed.set(0);
   }
 
-  private install(config: Config): void {
+  /**
+   * Replaces the registered owners and enforces them at once, in one guarded
+   * batch that also collects what the old set had and the new one lacks. If
+   * the kernel refuses, the previous owners are restored and enforced, and the
+   * refusal is thrown. Callers serialise their calls (OwnerRegistry does).
+   */
+  async setOwners(owners: readonly Owner[]): Promise<void> {
+    const previous = this.owners;
+    await this.idle();
+    this.install(this.config, owners);
+    this.changeError = undefined;
+    await this.request('owners', performance.now());
+    await this.idle();
+    const refused = this.changeError;
+    if (refused) {
+      this.install(this.config, previous);
+      this.log.error({ err: (refused as Error).message }, 'the kernel refused the owners change; the previous owners stay in force');
+      await this.request('owners', performance.now());
+      await this.idle();
+      throw refused;
+    }
+  }
+
+  private install(config: Config, owners: readonly Owner[]): void {
     this.config = config;
+    this.owners = owners;
+    this.desired = mergeOwners(config.tables, config.owners, owners);
+    this.metrics.owners.set(owners.length);
     this.monitor?.setFilter(this.ownedTables(), this.sock ? [this.sock.portId] : []);
     this.lastVerified = undefined;
   }
@@ -246,6 +283,7 @@ export class Keeper extends EventEmitter {
         } catch (e) {
           if (next.cause === 'startup' && e instanceof TableOwnedError) this.startupError = e;
           else if (next.cause === 'reload' && !this.reloadError) this.reloadError = e;
+          else if (next.cause === 'owners' && !this.changeError) this.changeError = e;
           else this.fail(e);
         }
         next = this.queued;
@@ -266,7 +304,9 @@ export class Keeper extends EventEmitter {
 
   private async pass(cause: Cause, detectedAt: number): Promise<void> {
     const sock = this.sock!;
-    const tables = this.config.tables;
+    const tables = this.desired;
+    // A deliberate change (new config, owners) is not something undone by a neighbour: no fight.
+    const deliberate = cause === 'reload' || cause === 'owners';
     const allDrift: Drift[] = [];
     let ops = 0;
     for (let attempt = 1; attempt <= this.maxRetries; attempt++) {
@@ -295,11 +335,16 @@ export class Keeper extends EventEmitter {
         if (ops > 0) this.reportRepair({ cause, drift: allDrift, ops, latencyMs: performance.now() - detectedAt, generation: gen, attempts: attempt });
         return;
       }
+      const garbage = this.config.owners ? ownedGarbage(tables, observed, new Set(this.owners.map((o) => o.id))) : undefined;
       if (ops === 0) {
         // Only the first look counts as what was undone; later ones are our own retries.
         allDrift.push(...flat);
-        for (const d of flat) this.metrics.drift.inc({ kind: d.kind });
-        const wait = this.fight.waitFrom(performance.now());
+        if (garbage) {
+          this.metrics.ownedGcFound.inc({ kind: 'chain' }, garbage.chains.length);
+          this.metrics.ownedGcFound.inc({ kind: 'rule' }, garbage.rules.length);
+        }
+        if (!deliberate) for (const d of flat) this.metrics.drift.inc({ kind: d.kind });
+        const wait = deliberate ? 0 : this.fight.waitFrom(performance.now());
         if (wait > 0) {
           this.scheduleAfter(wait, cause, detectedAt);
           return;
@@ -320,9 +365,16 @@ export class Keeper extends EventEmitter {
         throw e;
       }
       ops += batch.length;
+      if (garbage && garbage.chains.length + garbage.rules.length > 0) {
+        this.metrics.ownedGcCollected.inc({ kind: 'chain' }, garbage.chains.length);
+        this.metrics.ownedGcCollected.inc({ kind: 'rule' }, garbage.rules.length);
+        this.log.info({ ids: [...new Set([...garbage.chains, ...garbage.rules].map((g) => g.id))].sort().slice(0, 100),
+          chains: garbage.chains.length, rules: garbage.rules.length, ops: batch.length }, 'owned garbage collected');
+        this.emit('owned-gc', garbage);
+      }
       this.metrics.repairs.inc({ cause });
       this.metrics.latency.observe((performance.now() - detectedAt) / 1000);
-      if (this.fight.repaired(performance.now())) {
+      if (!deliberate && this.fight.repaired(performance.now())) {
         this.metrics.fightLevel.set(this.fight.level);
         this.log.warn({ level: this.fight.level, delayMs: this.fight.delay(), undone: allDrift.map((d) => d.detail) },
           'something keeps undoing nfkeeper\'s rules; backing off');
@@ -387,7 +439,7 @@ export class Keeper extends EventEmitter {
     this.log.info({
       cause: r.cause, drift: r.drift.map((d) => `${d.family} ${d.table}: ${d.detail}`), ops: r.ops,
       latencyMs: Number(r.latencyMs.toFixed(3)), generation: r.generation, attempts: r.attempts,
-    }, r.cause === 'startup' ? 'installed desired ruleset' : 'repaired');
+    }, r.cause === 'startup' ? 'installed desired ruleset' : r.cause === 'owners' ? 'owners applied' : 'repaired');
     this.emit('repaired', r);
   }
 }
@@ -411,8 +463,10 @@ export async function cleanup(sock: NftSocket, config: Config): Promise<string[]
 }
 
 /** One pass without a loop: the drift, and (with apply) the repair. */
-export async function checkOnce(sock: NftSocket, config: Config, apply: boolean):
+export async function checkOnce(sock: NftSocket, config: Config, apply: boolean, owners: readonly Owner[] = []):
   Promise<{ drift: { table: TableConfig; drift: Drift[] }[]; ops: number }> {
+  // Registered owners are part of the desired state here too, or apply would collect them.
+  config = { ...config, tables: mergeOwners(config.tables, config.owners, owners) };
   for (let attempt = 0; attempt < 20; attempt++) {
     const gen = sock.generation();
     const observed = await Promise.all(config.tables.map((t) => observeTable(sock, t.family, t.name, t.chains.map((c) => c.name))));

@@ -34,6 +34,21 @@ export class KeeperMetrics {
     name: 'nfkeeper_table_protected', help: '1 when the table is owned by our socket (protect mode)',
     labelNames: ['table'], registers: [this.registry],
   });
+  readonly owners = new Gauge({ name: 'nfkeeper_owners', help: 'Owners registered over the control API', registers: [this.registry] });
+  readonly ownedGcFound = new Counter({
+    name: 'nfkeeper_owned_gc_found_total', help: 'Owner chains and tagged rules in owned tables that no registered owner claims, by kind',
+    labelNames: ['kind'], registers: [this.registry],
+  });
+  readonly ownedGcCollected = new Counter({
+    name: 'nfkeeper_owned_gc_collected_total', help: 'Unclaimed owner chains and tagged rules removed, by kind',
+    labelNames: ['kind'], registers: [this.registry],
+  });
+  readonly foreignGcFound = new Counter({
+    name: 'nfkeeper_foreign_gc_found_total', help: 'Foreign GC: dead ids found with rules or chains to collect', registers: [this.registry],
+  });
+  readonly foreignGcCollected = new Counter({
+    name: 'nfkeeper_foreign_gc_collected_total', help: 'Foreign GC: dead ids whose rules and chains were collected', registers: [this.registry],
+  });
   readonly reloadFailed = new Gauge({ name: 'nfkeeper_last_reload_failed', help: '1 when the last config reload was rejected', registers: [this.registry] });
 
   constructor(processMetrics = false) {

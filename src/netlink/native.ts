@@ -28,6 +28,8 @@ interface Addon {
     tables: [string, string][] | null, ignorePorts: number[]) => NativeMonitor;
   init(errorClass: typeof NetlinkError): void;
   sdNotify(socketPath: string, message: string): number;
+  /** SO_PEERCRED of a connected Unix socket; a number is the errno. */
+  peerCred(fd: number): { pid: number; uid: number; gid: number } | number;
 }
 
 let addon: Addon | undefined;

@@ -3,6 +3,7 @@ import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { open } from '../../src/netlink/socket.js';
+import { tempPathOf } from '../../src/atomic-file.js';
 import { createNetns, type Netns } from '../helpers/netns.js';
 import { DEAD, DEAD_CHAIN, LIVE, NOMAD_RESTORE, cli, dir, file, gcYaml, save } from './fixtures.js';
 
@@ -49,7 +50,7 @@ describe('nfkeeper gc and the grace period', () => {
     expect(r.out).toMatch(/collected 1 ids in one batch \(3 operations\)/);
     expect(save(ns)).not.toContain(DEAD_CHAIN);
     expect(JSON.parse(readFileSync(state, 'utf8'))).toEqual({ firstMissing: {} });
-    expect(existsSync(`${state}.tmp-${process.pid}`)).toBe(false);
+    expect(existsSync(tempPathOf(state))).toBe(false);
   });
 
   it('a corrupt state file is an error and changes nothing', async () => {

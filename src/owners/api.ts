@@ -1,0 +1,208 @@
+/**
+ * The control API: HTTP + JSON over a Unix socket (mode 0600), versioned
+ * routes under /v1. Two layers keep non-root callers out: the socket's mode
+ * stops them at connect(), and each connection's peer credentials
+ * (SO_PEERCRED, read by the addon) are checked before a request is read, so
+ * a socket whose mode was relaxed still refuses them. Every refusal is a 4xx
+ * with `{ "error": "…" }` saying what is wrong; nothing reaches the kernel
+ * before a request has been fully validated.
+ *
+ *   GET    /v1/status          the keeper's status, with owners and owned GC
+ *   GET    /v1/owners          [{ id, chains, rules }]
+ *   GET    /v1/owners/{id}     { id, spec, table, chains (kernel names) }
+ *   PUT    /v1/owners/{id}     body { chains: [{ name, rules }], jumps: { <dispatch>: [rules] } }
+ *   DELETE /v1/owners/{id}
+ */
+import { chmodSync, lstatSync, mkdirSync, unlinkSync } from 'node:fs';
+import { createConnection, type Socket } from 'node:net';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { dirname } from 'node:path';
+import type { Logger } from 'pino';
+import { NfkeeperError } from '../errors.js';
+import { loadAddon } from '../netlink/native.js';
+import { OwnerApplyError, type OwnerRegistry } from './registry.js';
+import { OwnerSpecError, validateOwnerId } from './spec.js';
+
+export const MAX_BODY = 1 << 20;
+
+export interface Reply {
+  status: number;
+  body: unknown;
+  headers?: Record<string, string>;
+}
+
+export interface ControlOptions {
+  path: string;
+  /** Undefined when the config has no owners section: the owner routes answer 404. */
+  registry?: OwnerRegistry;
+  status: () => unknown | Promise<unknown>;
+  logger?: Logger;
+  /** Test-only: a socket mode other than 0600, to reach the credential check. */
+  mode?: number;
+  /** Peer uids allowed besides root; default: this process's own euid. */
+  allowUids?: number[];
+}
+
+const err = (status: number, message: string, extra: Record<string, unknown> = {}): Reply => ({ status, body: { error: message, ...extra } });
+
+/** Routes one request. Pure apart from the registry: the HTTP layer and the property test both call it. */
+export async function route(o: Pick<ControlOptions, 'registry' | 'status'>, method: string, url: string, body: string | undefined): Promise<Reply> {
+  const path = url.split('?')[0]!;
+  if (path === '/v1/status') {
+    if (method !== 'GET') return { ...err(405, `${method} ${path}: only GET`), headers: { allow: 'GET' } };
+    return { status: 200, body: await o.status() };
+  }
+  if (path !== '/v1/owners' && !path.startsWith('/v1/owners/')) {
+    return err(404, `no route ${method} ${path.slice(0, 200)}; the routes are /v1/status, /v1/owners and /v1/owners/{id}`);
+  }
+  const reg = o.registry;
+  if (!reg) return err(404, 'owners are not configured on this daemon (no owners section in its config)');
+  if (path === '/v1/owners') {
+    if (method !== 'GET') return { ...err(405, `${method} /v1/owners: only GET (PUT and DELETE take /v1/owners/{id})`), headers: { allow: 'GET' } };
+    return { status: 200, body: { owners: reg.list().map((x) => ({ id: x.id, chains: x.chains.length, rules: x.rules })) } };
+  }
+  const raw = path.slice('/v1/owners/'.length);
+  let id: string;
+  try {
+    id = decodeURIComponent(raw);
+  } catch {
+    return err(400, `the owner id in the path is not valid percent-encoding`);
+  }
+  try {
+    switch (method) {
+      case 'GET': {
+        validateOwnerId(id);
+        const x = reg.get(id);
+        if (!x) return err(404, `no owner ${id}`);
+        return { status: 200, body: { id: x.id, spec: x.spec, chains: x.chains.map((c) => c.name), rules: x.rules } };
+      }
+      case 'PUT': {
+        if (body === undefined || body.trim() === '') return err(400, 'PUT needs a JSON body: { "chains": [...], "jumps": { ... } }');
+        let spec: unknown;
+        try {
+          spec = JSON.parse(body);
+        } catch (e) {
+          return err(400, `body: not JSON (${(e as Error).message})`);
+        }
+        const r = await reg.put(id, spec);
+        return { status: r.existed ? 200 : 201, body: { id, created: !r.existed, changed: r.changed } };
+      }
+      case 'DELETE': {
+        const r = await reg.remove(id);
+        if (!r.existed) return err(404, `no owner ${id}`);
+        return { status: 200, body: { id, removed: true } };
+      }
+      default:
+        return { ...err(405, `${method} /v1/owners/{id}: use GET, PUT or DELETE`), headers: { allow: 'GET, PUT, DELETE' } };
+    }
+  } catch (e) {
+    if (e instanceof OwnerSpecError) return err(400, e.message, { path: e.path });
+    if (e instanceof OwnerApplyError) return err(422, e.message);
+    throw e;
+  }
+}
+
+export interface ControlServer {
+  server: Server;
+  path: string;
+  close(): Promise<void>;
+}
+
+/** Listens on the Unix socket `o.path`, replacing a stale socket file but never a live daemon's. */
+export async function serveControl(o: ControlOptions): Promise<ControlServer> {
+  const addon = loadAddon();
+  const allowed = new Set([0, ...(o.allowUids ?? [process.geteuid?.() ?? 0])]);
+  const refused = new WeakMap<Socket, string>();
+  const server = createServer((req, res) => void handle(req, res));
+  server.on('connection', (sock: Socket) => {
+    const fd = (sock as unknown as { _handle?: { fd?: number } })._handle?.fd;
+    const cred = typeof fd === 'number' && fd >= 0 ? addon.peerCred(fd) : -1;
+    if (typeof cred === 'number') refused.set(sock, 'the peer\'s credentials could not be read');
+    else if (!allowed.has(cred.uid)) refused.set(sock, `uid ${cred.uid} (pid ${cred.pid}) may not use the control socket; it is root's`);
+  });
+
+  const send = (res: ServerResponse, r: Reply) => {
+    res.writeHead(r.status, { 'content-type': 'application/json', ...r.headers }).end(JSON.stringify(r.body) + '\n');
+  };
+
+  async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const why = refused.get(req.socket);
+    if (why) {
+      o.logger?.warn({ method: req.method, url: req.url?.slice(0, 200), why }, 'control request refused');
+      res.setHeader('connection', 'close');
+      send(res, err(403, why));
+      req.resume();
+      return;
+    }
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let tooBig = false;
+    for await (const c of req as AsyncIterable<Buffer>) {
+      size += c.length;
+      if (size > MAX_BODY) {
+        tooBig = true;
+        break;
+      }
+      chunks.push(c);
+    }
+    if (tooBig) {
+      res.setHeader('connection', 'close');
+      send(res, err(413, `the body is larger than ${MAX_BODY} bytes`));
+      req.destroy();
+      return;
+    }
+    const body = chunks.length ? Buffer.concat(chunks).toString('utf8') : undefined;
+    try {
+      const r = await route(o, req.method ?? 'GET', req.url ?? '/', body);
+      if (r.status >= 400 || req.method !== 'GET') {
+        o.logger?.[r.status >= 400 ? 'warn' : 'info']({ method: req.method, url: req.url?.slice(0, 200), status: r.status,
+          ...(r.status >= 400 ? { error: (r.body as { error: string }).error } : {}) }, 'control request');
+      }
+      send(res, r);
+    } catch (e) {
+      o.logger?.error({ err: e, method: req.method, url: req.url }, 'control request failed');
+      send(res, err(500, `internal error: ${(e as Error).message}`));
+    }
+  }
+
+  await prepareSocketPath(o.path);
+  // The socket is created 0600 (umask) and chmod'ed again, so there is no moment it is open to others.
+  const oldMask = process.umask(0o177);
+  try {
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(o.path, () => resolve());
+    });
+  } finally {
+    process.umask(oldMask);
+  }
+  chmodSync(o.path, o.mode ?? 0o600);
+  return {
+    server,
+    path: o.path,
+    close: () => new Promise<void>((resolve) => {
+      server.close(() => resolve());
+      server.closeAllConnections();
+    }),
+  };
+}
+
+/** Creates the directory; removes a stale socket file, refuses when a daemon answers on it or it is not a socket. */
+async function prepareSocketPath(path: string): Promise<void> {
+  mkdirSync(dirname(path), { recursive: true, mode: 0o755 });
+  let st;
+  try {
+    st = lstatSync(path);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return;
+    throw e;
+  }
+  if (!st.isSocket()) throw new NfkeeperError(`control socket ${path}: a file that is not a socket is in the way`);
+  const live = await new Promise<boolean>((resolve) => {
+    const c = createConnection(path);
+    c.once('connect', () => { c.destroy(); resolve(true); });
+    c.once('error', () => resolve(false));
+  });
+  if (live) throw new NfkeeperError(`control socket ${path}: another process (a running nfkeeper?) is listening on it`);
+  unlinkSync(path);
+}

@@ -1,0 +1,11 @@
+/** Owners (issue 5): the control API, the state file, owners merged into the desired state, owned GC. */
+export { OWNERS_SCHEMA, DEFAULT_SOCKET, DEFAULT_STATE, type OwnersConfig } from './config.js';
+export {
+  OWNER_ID_RE, OWNER_SPEC, OwnerSpecError, compileOwner, ownerChainName, ownerOfRule, ownerTag, parseOwnerChain,
+  validateOwnerId, type Owner, type OwnerSpec,
+} from './spec.js';
+export { mergeOwners, ownedGarbage, type OwnedGarbage } from './merge.js';
+export { OwnersStateError, loadOwners, saveOwners } from './state.js';
+export { OwnerApplyError, OwnerRegistry } from './registry.js';
+export { route, serveControl, type ControlOptions, type ControlServer, type Reply } from './api.js';
+export { NoDaemonError, call } from './client.js';

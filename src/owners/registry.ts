@@ -1,0 +1,136 @@
+/**
+ * The registered owners. Changes are queued and applied in groups: every
+ * change waiting when a group starts goes into one state-file write and one
+ * guarded kernel batch (through Keeper.setOwners), so a thousand concurrent
+ * PUTs cost a handful of writes and batches, not a thousand. A change is
+ * answered only once it is durable on disk and committed in the kernel. If
+ * the kernel refuses a group, the previous owners are put back (state file
+ * and kernel) and every change of the group is refused with the reason.
+ */
+import { mkdirSync } from 'node:fs';
+import { dirname } from 'node:path';
+import type { Config } from '../config/config.js';
+import { NfkeeperError } from '../errors.js';
+import { ownersTable, saveOwners } from './state.js';
+import { compileOwner, specKey, validateOwnerId, type Owner } from './spec.js';
+
+export type Apply = (owners: readonly Owner[]) => Promise<void>;
+
+/** The kernel (or the state file) refused a change; nothing of it stayed. */
+export class OwnerApplyError extends NfkeeperError {
+  override name = 'OwnerApplyError';
+  constructor(readonly refusal: unknown) {
+    super(`the change was not applied, the previous owners stay in force: ${(refusal as Error).message ?? String(refusal)}`);
+  }
+}
+
+type Change = { kind: 'put'; owner: Owner } | { kind: 'delete'; id: string };
+interface Queued {
+  change: Change;
+  resolve: (r: { existed: boolean; changed: boolean }) => void;
+  reject: (e: unknown) => void;
+}
+
+export class OwnerRegistry {
+  private owners = new Map<string, Owner>();
+  private queue: Queued[] = [];
+  private working?: Promise<void>;
+  private config: Config;
+  /** Groups committed; a test and the logs use it to see the grouping. */
+  groups = 0;
+
+  constructor(config: Config, owners: readonly Owner[], private readonly apply: Apply) {
+    this.config = config;
+    ownersTable(config);
+    for (const o of owners) this.owners.set(o.id, o);
+  }
+
+  get stateFile(): string {
+    return this.config.owners!.state;
+  }
+
+  list(): Owner[] {
+    return [...this.owners.values()].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+  }
+
+  get(id: string): Owner | undefined {
+    return this.owners.get(id);
+  }
+
+  get size(): number {
+    return this.owners.size;
+  }
+
+  /** Validates against the current config (throws OwnerSpecError, synchronously), then queues. */
+  put(id: unknown, body: unknown): Promise<{ existed: boolean; changed: boolean }> {
+    const { oc, table } = ownersTable(this.config);
+    const owner = compileOwner(id, body, oc, table);
+    return this.enqueue({ kind: 'put', owner });
+  }
+
+  remove(id: unknown): Promise<{ existed: boolean; changed: boolean }> {
+    return this.enqueue({ kind: 'delete', id: validateOwnerId(id) });
+  }
+
+  /**
+   * A reloaded config: the owners section must be unchanged (moving owners to another table or
+   * socket takes a restart), and every owner must still compile against it. Throws otherwise.
+   */
+  checkConfig(next: Config): void {
+    if (JSON.stringify(next.owners) !== JSON.stringify(this.config.owners)) {
+      throw new NfkeeperError('the owners section changed; that takes a restart (the reload was rejected)');
+    }
+    const { oc, table } = ownersTable(next);
+    for (const o of this.owners.values()) {
+      try {
+        compileOwner(o.id, o.spec, oc, table);
+      } catch (e) {
+        throw new NfkeeperError(`owner ${o.id} does not fit the new config: ${(e as Error).message} (the reload was rejected)`);
+      }
+    }
+    this.config = next;
+  }
+
+  private enqueue(change: Change): Promise<{ existed: boolean; changed: boolean }> {
+    return new Promise((resolve, reject) => {
+      this.queue.push({ change, resolve, reject });
+      this.working ??= this.drain().finally(() => { this.working = undefined; });
+    });
+  }
+
+  private async drain(): Promise<void> {
+    // Let the requests that arrive in the same turn join this group.
+    await new Promise((r) => setImmediate(r));
+    while (this.queue.length > 0) {
+      const group = this.queue.splice(0);
+      const next = new Map(this.owners);
+      const results = group.map(({ change }) => {
+        if (change.kind === 'delete') {
+          const existed = next.delete(change.id);
+          return { existed, changed: existed };
+        }
+        const had = next.get(change.owner.id);
+        next.set(change.owner.id, change.owner);
+        return { existed: had !== undefined, changed: had === undefined || specKey(had.spec) !== specKey(change.owner.spec) };
+      });
+      if (!results.some((r) => r.changed)) {
+        group.forEach((q, i) => q.resolve(results[i]!));
+        continue;
+      }
+      try {
+        mkdirSync(dirname(this.stateFile), { recursive: true, mode: 0o700 });
+        saveOwners(this.stateFile, next.values());  // durable before the kernel sees it
+        await this.apply([...next.values()]);
+        this.owners = next;
+        this.groups++;
+        group.forEach((q, i) => q.resolve(results[i]!));
+      } catch (e) {
+        try {
+          saveOwners(this.stateFile, this.owners.values());
+        } catch { /* the write failed in the first place; the old file is still whole */ }
+        const err = new OwnerApplyError(e);
+        for (const q of group) q.reject(err);
+      }
+    }
+  }
+}

@@ -1,0 +1,244 @@
+/**
+ * An owner: an id and the chains and rules it registered over the control
+ * API. This file validates ids and request bodies and compiles them into the
+ * keeper's desired state, tagged so that the kernel alone says who owns
+ * what: every chain is named `o/<id>/<name>` and every rule carries the
+ * comment `nfkeeper-owner=<id>` (without quotes, so `nft list ruleset` output
+ * loads again with `nft -f`; foreign GC can read it as a tag pattern).
+ * Nothing here touches the kernel; every refusal says where and why.
+ */
+import { z } from 'zod';
+import type { ChainConfig, TableConfig } from '../config/config.js';
+import { checkRulePlacement } from '../config/config.js';
+import { NfkeeperError, RuleSyntaxError } from '../errors.js';
+import { tagMatcher } from '../gc/config.js';
+import type { Expr } from '../netlink/expr.js';
+import type { ChainType, Hook } from '../netlink/objects.js';
+import { commentOf, commentUserdata, compileRule, compiledSetResolver, renderRule, type CompiledRule } from '../rules/index.js';
+import type { OwnersConfig } from './config.js';
+
+/**
+ * Owner ids: 1-64 characters of letters, digits, `_ . : -`, starting with a letter or digit. A
+ * subset of foreign GC's ids (so an owner can be a live id), short enough for chain names, and
+ * free of quotes, spaces, `/` and anything else that could smuggle text into the tag comment or
+ * end the chain name's id part early.
+ */
+export const OWNER_ID_RE = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$/;
+export const OWNER_ID_RULE = 'an owner id is 1-64 characters: letters, digits, _ . : - (starting with a letter or digit)';
+/** An owner's own chain names (the part after the id). */
+const LOCAL_CHAIN_RE = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/;
+
+/** Every owner rule's comment, as a foreign-GC tag pattern. */
+export const OWNER_TAG = 'nfkeeper-owner=<id>';
+const TAG = tagMatcher({ family: 'ip', table: '', tag: OWNER_TAG });
+
+/** Limits that keep one request from growing the ruleset without bound. */
+export const LIMITS = { chains: 256, rulesPerChain: 1000, ruleText: 4096 } as const;
+
+export function ownerTag(id: string): string {
+  return OWNER_TAG.replace('<id>', id);
+}
+
+/** The kernel name of an owner's chain. Config chain names cannot hold '/', so the two never collide. */
+export function ownerChainName(id: string, local: string): string {
+  return `o/${id}/${local}`;
+}
+
+const CHAIN_NAME_RE = /^o\/([A-Za-z0-9][A-Za-z0-9_.:-]{0,63})\/([A-Za-z0-9][A-Za-z0-9_.-]{0,63})$/;
+
+/** The owner id and local name of a kernel chain name, or undefined when it is not an owner chain. */
+export function parseOwnerChain(name: string): { id: string; local: string } | undefined {
+  const m = CHAIN_NAME_RE.exec(name);
+  return m ? { id: m[1]!, local: m[2]! } : undefined;
+}
+
+/** The owner id a rule is tagged with (its userdata comment), or undefined. */
+export function ownerOfRule(rule: { userdata?: string }): string | undefined {
+  const c = commentOf(rule.userdata);
+  return c === undefined ? undefined : TAG.match(c);
+}
+
+/** A refused owner request or state entry: `path` says where in the body ("chains[0].rules[1]"). */
+export class OwnerSpecError extends NfkeeperError {
+  override name = 'OwnerSpecError';
+  constructor(readonly path: string, readonly reason: string) {
+    super(path ? `${path}: ${reason}` : reason);
+  }
+}
+
+const RULE = z.string().min(1, 'a rule cannot be empty').max(LIMITS.ruleText, `a rule is at most ${LIMITS.ruleText} characters`);
+const RULES = z.array(RULE).max(LIMITS.rulesPerChain, `at most ${LIMITS.rulesPerChain} rules per chain`);
+
+export const OWNER_SPEC = z.strictObject({
+  /** The owner's regular chains, in the config's chain shape (no type, hook or priority). */
+  chains: z.array(z.strictObject({
+    name: z.string().regex(LOCAL_CHAIN_RE, 'a chain name is 1-64 characters: letters, digits, _ . - (starting with a letter or digit)'),
+    rules: RULES.default([]),
+  })).max(LIMITS.chains, `at most ${LIMITS.chains} chains`).default([]),
+  /** Rules added to dispatch chains (after the config's rules), usually jumps into the owner's chains. */
+  jumps: z.record(z.string(), RULES).default({}),
+});
+
+export type OwnerSpec = z.output<typeof OWNER_SPEC>;
+
+export interface Owner {
+  id: string;
+  /** The request as validated; what the state file keeps and GET returns. */
+  spec: OwnerSpec;
+  /** Kernel chain names, compiled rules carrying the tag. */
+  chains: ChainConfig[];
+  /** Rules for each dispatch chain, in order. */
+  jumps: Map<string, ChainConfig['rules']>;
+  /** Rules in all, jumps included. */
+  rules: number;
+}
+
+/** Set ids of owners' anonymous sets start above any the config uses, so one batch can carry both. */
+let nextSetId = 1 << 20;
+
+export function validateOwnerId(id: unknown): string {
+  if (typeof id !== 'string' || !OWNER_ID_RE.test(id)) {
+    const shown = typeof id === 'string' ? JSON.stringify(id.slice(0, 80)) : String(id);
+    throw new OwnerSpecError('id', `${shown} is not a valid owner id (${OWNER_ID_RULE})`);
+  }
+  return id;
+}
+
+/** Canonical JSON of a validated spec: equal specs, equal text (idempotent PUT). */
+export function specKey(spec: OwnerSpec): string {
+  return JSON.stringify({
+    chains: spec.chains.map((c) => ({ name: c.name, rules: c.rules })),
+    jumps: Object.keys(spec.jumps).sort().map((k) => [k, spec.jumps[k]]),
+  });
+}
+
+/**
+ * Validates and compiles one owner against the owners section and its table.
+ * Throws OwnerSpecError, naming the place in the body.
+ */
+export function compileOwner(idIn: unknown, body: unknown, owners: OwnersConfig, table: TableConfig): Owner {
+  const id = validateOwnerId(idIn);
+  const parsed = OWNER_SPEC.safeParse(body);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!;
+    throw new OwnerSpecError(pathText(issue.path as (string | number)[]), issue.message);
+  }
+  const spec = parsed.data;
+  const local = new Set<string>();
+  spec.chains.forEach((c, i) => {
+    if (local.has(c.name)) throw new OwnerSpecError(`chains[${i}].name`, `chain ${c.name} is listed twice`);
+    local.add(c.name);
+  });
+  const dispatch = new Map<string, ChainConfig>();
+  for (const name of owners.dispatch) dispatch.set(name, table.chains.find((c) => c.name === name)!);
+  for (const name of Object.keys(spec.jumps)) {
+    if (!dispatch.has(name)) {
+      throw new OwnerSpecError(`jumps.${name}`, `${JSON.stringify(name.slice(0, 80))} is not a dispatch chain (${owners.dispatch.join(', ')})`);
+    }
+  }
+  const tag = commentUserdata(ownerTag(id));
+  const compile = (text: string, kernelChain: string, path: string) => {
+    let c: CompiledRule;
+    try {
+      c = compileRule(text, { family: owners.family, table: owners.table, chain: kernelChain, setIdBase: nextSetId });
+    } catch (e) {
+      if (e instanceof RuleSyntaxError) throw new OwnerSpecError(path, e.message);
+      throw e;
+    }
+    nextSetId += c.sets.length;
+    if (c.userdata !== undefined) {
+      throw new OwnerSpecError(path, `owner rules cannot carry a comment: nfkeeper tags each with ${ownerTag(id)}`);
+    }
+    return c;
+  };
+  // Which hooks reach each of the owner's chains, through the dispatch chains and its own jumps.
+  const reach = new Map<string, Map<string, { hook?: Hook; type?: ChainType }>>();
+  for (const name of local) reach.set(name, new Map());
+  const edges: [string | undefined, string, string][] = [];  // from (undefined: a dispatch chain), to, via dispatch
+  const compiledJumps = new Map<string, CompiledRule[]>();
+  for (const [d, texts] of Object.entries(spec.jumps)) {
+    const base = dispatch.get(d)!.base;
+    compiledJumps.set(d, texts.map((text, i) => {
+      const path = `jumps.${d}[${i}]`;
+      const c = compile(text, d, path);
+      placement(c, base?.hook, base?.type, local, path);
+      for (const t of targets(c.exprs)) reach.get(t)!.set(`${base?.hook}/${base?.type}`, { hook: base?.hook, type: base?.type });
+      return c;
+    }));
+  }
+  const compiledChains = spec.chains.map((ch, ci) => ch.rules.map((text, ri) => {
+    const c = compile(text, ownerChainName(id, ch.name), `chains[${ci}].rules[${ri}]`);
+    placement(c, undefined, undefined, local, `chains[${ci}].rules[${ri}]`);
+    for (const t of targets(c.exprs)) edges.push([ch.name, t, '']);
+    return c;
+  }));
+  checkLoops(spec, edges);
+  for (let changed = true; changed;) {
+    changed = false;
+    for (const [from, to] of edges) {
+      for (const [k, v] of reach.get(from!)!) {
+        if (!reach.get(to)!.has(k)) {
+          reach.get(to)!.set(k, v);
+          changed = true;
+        }
+      }
+    }
+  }
+  // NAT statements the kernel would refuse in the hooks that reach them, said before anything is sent.
+  spec.chains.forEach((ch, ci) => compiledChains[ci]!.forEach((c, ri) => {
+    for (const { hook, type } of reach.get(ch.name)!.values()) {
+      if (hook !== undefined) placement(c, hook, type, local, `chains[${ci}].rules[${ri}]`, ` (chain ${ch.name} is reached from the ${hook} hook)`);
+    }
+  }));
+
+  const finish = (c: CompiledRule): ChainConfig['rules'][number] => {
+    const exprs = c.exprs.map((e): Expr => e.kind === 'immediate' && e.chain !== undefined && local.has(e.chain)
+      ? { ...e, chain: ownerChainName(id, e.chain) } : e);
+    const compiled: CompiledRule = { ...c, exprs, userdata: tag };
+    compiled.text = renderRule(compiled, owners.family, compiledSetResolver(compiled));
+    return { text: compiled.text, compiled };
+  };
+  const chains: ChainConfig[] = spec.chains.map((ch, ci) => ({ name: ownerChainName(id, ch.name), rules: compiledChains[ci]!.map(finish) }));
+  const jumps = new Map<string, ChainConfig['rules']>();
+  for (const d of owners.dispatch) {
+    const list = compiledJumps.get(d);
+    if (list && list.length > 0) jumps.set(d, list.map(finish));
+  }
+  const rules = chains.reduce((n, c) => n + c.rules.length, 0) + [...jumps.values()].reduce((n, l) => n + l.length, 0);
+  return { id, spec, chains, jumps, rules };
+}
+
+function targets(exprs: readonly Expr[]): string[] {
+  return exprs.flatMap((e) => (e.kind === 'immediate' && (e.verdict === 'jump' || e.verdict === 'goto') && e.chain ? [e.chain] : []));
+}
+
+function placement(c: CompiledRule, hook: Hook | undefined, type: ChainType | undefined, local: ReadonlySet<string>,
+  path: string, why = ''): void {
+  const problem = checkRulePlacement(c, hook, type, local, 'this owner');
+  if (problem) throw new OwnerSpecError(path, problem + why);
+}
+
+/** The kernel refuses jump loops (ELOOP); say which chain closes one instead. */
+function checkLoops(spec: OwnerSpec, edges: [string | undefined, string, string][]): void {
+  const next = new Map<string, string[]>();
+  for (const [from, to] of edges) next.set(from!, [...(next.get(from!) ?? []), to]);
+  const state = new Map<string, 1 | 2>();
+  const visit = (n: string): void => {
+    state.set(n, 1);
+    for (const t of next.get(n) ?? []) {
+      if (state.get(t) === 1) {
+        const ci = spec.chains.findIndex((c) => c.name === n);
+        throw new OwnerSpecError(`chains[${ci}]`, `chain ${n} jumps to ${t}, which leads back to it: the kernel refuses loops`);
+      }
+      if (!state.has(t)) visit(t);
+    }
+    state.set(n, 2);
+  };
+  for (const c of spec.chains) if (!state.has(c.name)) visit(c.name);
+}
+
+function pathText(path: (string | number)[]): string {
+  let s = '';
+  for (const p of path) s += typeof p === 'number' ? `[${p}]` : s ? `.${p}` : p;
+  return s || 'body';
+}
