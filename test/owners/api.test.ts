@@ -1,0 +1,191 @@
+/** The control API on a real kernel: routes, idempotence, refusals that change nothing, repair and owned GC. */
+import { execFile } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { open, type NftSocket } from '../../src/netlink/socket.js';
+import { createNetns, type Netns } from '../helpers/netns.js';
+import { BASE_RULE, listTable, ownerSpec, rawCall, sleep, startDaemon, tempDir, type Daemon } from './fixtures.js';
+
+describe('control API', () => {
+  let ns: Netns;
+  let dir: string;
+  let d: Daemon;
+  let sock: NftSocket;
+  beforeEach(async () => {
+    ns = createNetns('own-api');
+    dir = tempDir();
+    d = await startDaemon(ns, dir);
+    sock = open({ netns: ns.path });
+  });
+  afterEach(async () => {
+    sock.close();
+    await d.stop();
+    ns.remove();
+  });
+
+  it('PUT registers an owner: tagged chain and jump in one batch; a second identical PUT changes nothing', async () => {
+    const gen = sock.generation();
+    let r = await d.api('PUT', '/v1/owners/alloc-1', ownerSpec(1));
+    expect(r).toMatchObject({ status: 201, body: { id: 'alloc-1', created: true, changed: true } });
+    expect(sock.generation()).toBe(gen + 1);
+    const table = listTable(ns);
+    expect(table).toContain('ip saddr 10.100.0.1 jump o/alloc-1/masq comment "nfkeeper-owner=alloc-1"');
+    expect(table).toMatch(/chain o\/alloc-1\/masq \{\n\t\tip daddr 172\.16\.0\.0\/24 tcp dport 1000 return comment "nfkeeper-owner=alloc-1"\n\t\tip daddr != 224\.0\.0\.0\/4 masquerade comment "nfkeeper-owner=alloc-1"\n\t\}/);
+    // The jump follows the config's own rule.
+    expect(table.indexOf(BASE_RULE)).toBeLessThan(table.indexOf('jump o/alloc-1/masq'));
+    r = await d.api('PUT', '/v1/owners/alloc-1', ownerSpec(1));
+    expect(r).toMatchObject({ status: 200, body: { created: false, changed: false } });
+    expect(sock.generation()).toBe(gen + 1);
+    // The state file holds it.
+    const state = JSON.parse(readFileSync(join(dir, 'state', 'owners.json'), 'utf8'));
+    expect(state).toEqual({ version: 1, owners: { 'alloc-1': ownerSpec(1) } });
+  });
+
+  it('GET lists and shows owners; PUT replaces; DELETE removes chains and jumps in one batch', async () => {
+    await d.api('PUT', '/v1/owners/a', ownerSpec(1));
+    await d.api('PUT', '/v1/owners/b', ownerSpec(2, 5));
+    let r = await d.api('GET', '/v1/owners');
+    expect(r).toEqual({ status: 200, body: { owners: [{ id: 'a', chains: 1, rules: 3 }, { id: 'b', chains: 1, rules: 5 }] } });
+    r = await d.api('GET', '/v1/owners/b');
+    expect(r).toEqual({ status: 200, body: { id: 'b', spec: ownerSpec(2, 5), chains: ['o/b/masq'], rules: 5 } });
+    r = await d.api('PUT', '/v1/owners/b', ownerSpec(3));
+    expect(r).toMatchObject({ status: 200, body: { created: false, changed: true } });
+    expect(listTable(ns)).toContain('ip saddr 10.100.0.3 jump o/b/masq');
+    expect(listTable(ns)).not.toContain('10.100.0.2');
+    const gen = sock.generation();
+    r = await d.api('DELETE', '/v1/owners/a');
+    expect(r).toEqual({ status: 200, body: { id: 'a', removed: true } });
+    expect(sock.generation()).toBe(gen + 1);
+    const table = listTable(ns);
+    expect(table).not.toContain('o/a/');
+    expect(table).toContain('o/b/masq');
+    expect((await d.api('DELETE', '/v1/owners/a')).status).toBe(404);
+    expect((await d.api('GET', '/v1/owners/a')).status).toBe(404);
+    expect(sock.generation()).toBe(gen + 1);
+  });
+
+  it('refusals are 4xx with a reason and leave the kernel and the state file alone', async () => {
+    await d.api('PUT', '/v1/owners/keep', ownerSpec(1));
+    const gen = sock.generation();
+    const table = listTable(ns);
+    const state = readFileSync(join(dir, 'state', 'owners.json'), 'utf8');
+    const cases: [string, string, unknown, number, RegExp][] = [
+      ['PUT', '/v1/owners/bad"id', ownerSpec(2), 400, /not a valid owner id/],
+      ['PUT', `/v1/owners/${'x'.repeat(65)}`, ownerSpec(2), 400, /not a valid owner id/],
+      ['PUT', '/v1/owners/a%20b', ownerSpec(2), 400, /not a valid owner id/],
+      ['PUT', '/v1/owners/a%2Fb', ownerSpec(2), 400, /not a valid owner id/],
+      ['DELETE', '/v1/owners/..', undefined, 400, /not a valid owner id/],
+      ['PUT', '/v1/owners/x', { chains: [{ name: 'c', rules: ['ip saddr 10.0.0.0/8 masquerad'] }] }, 400, /chains\[0\]\.rules\[0\]: .*column/],
+      ['PUT', '/v1/owners/x', { chains: [{ name: 'c', rules: ['counter comment "mine"'] }] }, 400, /cannot carry a comment/],
+      ['PUT', '/v1/owners/x', { jumps: { postrouting: ['jump elsewhere'] } }, 400, /jumps\.postrouting\[0\]: jump to chain 'elsewhere', which this owner does not define/],
+      ['PUT', '/v1/owners/x', { jumps: { output: ['counter'] } }, 400, /jumps\.output: "output" is not a dispatch chain/],
+      ['PUT', '/v1/owners/x', { jumps: { postrouting: ['dnat to 10.0.0.1'] } }, 400, /dnat and redirect are only valid/],
+      ['PUT', '/v1/owners/x', { chains: [{ name: 'c', rules: ['masquerade'] }], jumps: { prerouting: ['jump c'] } }, 400,
+        /chains\[0\]\.rules\[0\]: snat and masquerade are only valid .* reached from the prerouting hook/],
+      ['PUT', '/v1/owners/x', { chains: [{ name: 'a', rules: ['jump b'] }, { name: 'b', rules: ['jump a'] }] }, 400, /loops/],
+      ['PUT', '/v1/owners/x', { chains: [{ name: 'c' }, { name: 'c' }] }, 400, /listed twice/],
+      ['PUT', '/v1/owners/x', { chains: [{ name: 'c', type: 'nat' }] }, 400, /chains\[0\]/],
+      ['PUT', '/v1/owners/x', { chains: [{ name: 'has/slash' }] }, 400, /chains\[0\]\.name/],
+      ['PUT', '/v1/owners/x', [], 400, /body/],
+      ['GET', '/v2/owners', undefined, 404, /no route/],
+      ['GET', '/v1/ownerz', undefined, 404, /no route/],
+      ['POST', '/v1/owners/x', ownerSpec(2), 405, /use GET, PUT or DELETE/],
+      ['DELETE', '/v1/owners', undefined, 405, /only GET/],
+      ['DELETE', '/v1/owners/nobody', undefined, 404, /no owner nobody/],
+    ];
+    for (const [method, path, body, status, message] of cases) {
+      const r = await d.api(method, path, body);
+      expect({ method, path, status: r.status }).toEqual({ method, path, status });
+      expect(r.body.error).toMatch(message);
+    }
+    for (const [body, message] of [['{not json', /not JSON/], ['', /needs a JSON body/]] as const) {
+      const r = await rawCall(d.socket, 'PUT', '/v1/owners/x', body);
+      expect(r.status).toBe(400);
+      expect(r.body.error).toMatch(message);
+    }
+    const big = await rawCall(d.socket, 'PUT', '/v1/owners/x', JSON.stringify({ chains: [{ name: 'c', rules: ['x'.repeat(2 << 20)] }] }))
+      .catch((e: NodeJS.ErrnoException) => ({ status: e.code === 'EPIPE' || e.code === 'ECONNRESET' ? 413 : 0, body: { error: 'larger' } }));
+    expect(big.status).toBe(413);
+    expect(sock.generation()).toBe(gen);
+    expect(listTable(ns)).toBe(table);
+    expect(readFileSync(join(dir, 'state', 'owners.json'), 'utf8')).toBe(state);
+  });
+
+  it('an owner chain tampered with is repaired like any owned chain', async () => {
+    await d.api('PUT', '/v1/owners/a', ownerSpec(1));
+    const want = listTable(ns);
+    ns.nft('flush chain ip nfkeeper o/a/masq');
+    for (let i = 0; i < 100 && listTable(ns) !== want; i++) await sleep(50);
+    expect(listTable(ns)).toBe(want);
+    // The jump holds a reference: the kernel refuses to delete the chain on its own.
+    expect(() => ns.nft('delete chain ip nfkeeper o/a/masq')).toThrow(/Device or resource busy/);
+    const handle = /jump o\/a\/masq comment "nfkeeper-owner=a" # handle (\d+)/.exec(ns.exec('nft', ['-a', 'list', 'chain', 'ip', 'nfkeeper', 'postrouting']))![1]!;
+    ns.nft(`delete rule ip nfkeeper postrouting handle ${handle}`);
+    for (let i = 0; i < 100 && listTable(ns) !== want; i++) await sleep(50);
+    expect(listTable(ns)).toBe(want);
+  });
+
+  it('concurrent PUTs are grouped into few state writes and batches, and all are installed', async () => {
+    const gen = sock.generation();
+    const rs = await Promise.all(Array.from({ length: 40 }, (_, i) => d.api('PUT', `/v1/owners/c${i}`, ownerSpec(i))));
+    expect(rs.every((r) => r.status === 201)).toBe(true);
+    expect(d.registry.groups).toBeLessThan(40);
+    expect(sock.generation() - gen).toBe(d.registry.groups);
+    const table = listTable(ns);
+    for (let i = 0; i < 40; i++) expect(table).toContain(`jump o/c${i}/masq`);
+  });
+});
+
+describe('control socket access', () => {
+  const probe = (socket: string) => `
+    const req = require('node:http').request({ socketPath: ${JSON.stringify(socket)}, method: 'PUT', path: '/v1/owners/evil',
+      headers: { 'content-type': 'application/json' } }, (res) => {
+      let b = ''; res.on('data', (c) => b += c); res.on('end', () => { console.log(JSON.stringify({ status: res.statusCode, body: b })); });
+    });
+    req.on('error', (e) => console.log(JSON.stringify({ error: e.code })));
+    req.end(JSON.stringify({ jumps: { postrouting: ['counter'] } }));`;
+  // Asynchronous: the daemon answering it lives in this process.
+  const asNobody = (socket: string) => new Promise<{ status?: number; body?: string; error?: string }>((resolve, reject) => {
+    execFile('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', process.execPath, '-e', probe(socket)],
+      { encoding: 'utf8', timeout: 30_000 }, (e, stdout) => {
+        if (e) reject(e);
+        else resolve(JSON.parse(stdout.trim().split('\n').pop()!));
+      });
+  });
+
+  it('a non-root peer is stopped by the socket mode (0600) at connect()', async () => {
+    const ns = createNetns('own-perm');
+    const d = await startDaemon(ns, tempDir());
+    try {
+      const sock = open({ netns: ns.path });
+      const gen = sock.generation();
+      expect(await asNobody(d.socket)).toEqual({ error: 'EACCES' });
+      expect(sock.generation()).toBe(gen);
+      sock.close();
+    } finally {
+      await d.stop();
+      ns.remove();
+    }
+  });
+
+  it('a non-root peer on a socket whose mode was relaxed is refused by its credentials: 403, nothing changes', async () => {
+    const ns = createNetns('own-cred');
+    const d = await startDaemon(ns, tempDir(), { mode: 0o666 });
+    try {
+      const sock = open({ netns: ns.path });
+      const gen = sock.generation();
+      const r = await asNobody(d.socket);
+      expect(r.status).toBe(403);
+      expect(JSON.parse(r.body!).error).toMatch(/uid 65534 .* may not use the control socket/);
+      expect(sock.generation()).toBe(gen);
+      expect(d.registry.size).toBe(0);
+      // Root on the same socket is served.
+      expect((await d.api('PUT', '/v1/owners/fine', { jumps: { postrouting: ['counter'] } })).status).toBe(201);
+      sock.close();
+    } finally {
+      await d.stop();
+      ns.remove();
+    }
+  });
+});
