@@ -171,7 +171,8 @@ export async function serveControl(o: ControlOptions): Promise<ControlServer> {
   try {
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
-      server.listen(o.path, () => resolve());
+      // A deep backlog: an orchestrator may open hundreds of connections at once (the kernel caps it at somaxconn).
+      server.listen({ path: o.path, backlog: 4096 }, () => resolve());
     });
   } finally {
     process.umask(oldMask);
