@@ -60,6 +60,10 @@ describe('control API', () => {
     const table = listTable(ns);
     expect(table).not.toContain('o/a/');
     expect(table).toContain('o/b/masq');
+    const metrics = await d.keeper.metrics.registry.metrics();
+    expect(metrics).toMatch(/nfkeeper_owned_gc_collected_total\{kind="chain"\} 1\n/);
+    expect(metrics).toMatch(/nfkeeper_owned_gc_collected_total\{kind="rule"\} 1\n/);  // the jump; chain rules go with the chain
+    expect(metrics).toMatch(/nfkeeper_owners 1\n/);
     expect((await d.api('DELETE', '/v1/owners/a')).status).toBe(404);
     expect((await d.api('GET', '/v1/owners/a')).status).toBe(404);
     expect(sock.generation()).toBe(gen + 1);
