@@ -37,6 +37,14 @@ describe('control API', () => {
     r = await d.api('PUT', '/v1/owners/alloc-1', ownerSpec(1));
     expect(r).toMatchObject({ status: 200, body: { created: false, changed: false } });
     expect(sock.generation()).toBe(gen + 1);
+    // The tag has no quotes: nft's own listing of the table loads again with nft -f.
+    const copy = createNetns('own-copy');
+    try {
+      copy.nft(ns.exec('nft', ['list', 'table', 'ip', 'nfkeeper']));
+      expect(listTable(copy)).toBe(listTable(ns));
+    } finally {
+      copy.remove();
+    }
     // The state file holds it.
     const state = JSON.parse(readFileSync(join(dir, 'state', 'owners.json'), 'utf8'));
     expect(state).toEqual({ version: 1, owners: { 'alloc-1': ownerSpec(1) } });
