@@ -5,7 +5,8 @@ import type { RepairReport } from '../../src/keeper/keeper.js';
 import { open } from '../../src/netlink/socket.js';
 import { parseOwnerChain, ownerOfRule } from '../../src/owners/index.js';
 import { withNetns, type Netns } from '../helpers/netns.js';
-import { ownerSpec, startDaemon, tempDir } from './fixtures.js';
+import { BASE_RULE, ownerSpec, startDaemon, tempDir } from './fixtures.js';
+import { chainLines } from '../keeper/helpers.js';
 
 const N = 1000;
 const RULES = 10;
@@ -62,6 +63,9 @@ describe('owners at scale', () => {
         const startMs = performance.now() - t2;
         k = await kernelCounts(ns);
         expect(k).toMatchObject({ chains: 0, rules: 0, generation: gen + 1 });
+        // Only the dead chains' rules were left unread (observeTable's mostly-unwanted path): the config's rules are intact.
+        expect(chainLines(ns, 'ip', 'nfkeeper', 'postrouting')).toEqual([BASE_RULE]);
+        expect(ns.exec('nft', ['list', 'chains', 'ip']).match(/chain /g)).toHaveLength(2);
         console.log(`owned GC of ${N} owners (${N} chains, ${N * RULES} rules) at start-up: one batch of ${report!.ops} ops; ` +
           `pass ${report!.latencyMs.toFixed(1)} ms (observe + diff + plan + commit), whole start-up ${startMs.toFixed(0)} ms`);
 
