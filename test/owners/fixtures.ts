@@ -1,5 +1,5 @@
 /** A config with an owners section in a temp dir, an in-process daemon (keeper + registry + control socket), helpers. */
-import { chmodSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { main } from '../../src/cli.js';
@@ -14,8 +14,13 @@ export const BASE_RULE = 'ip saddr 10.244.0.0/16 ip daddr 10.244.0.0/16 return';
 export function tempDir(tag = 'owners'): string {
   const d = mkdtempSync(join(tmpdir(), `nfk-${tag}-`));
   chmodSync(d, 0o755);
+  made.push(d);
   return d;
 }
+const made: string[] = [];
+process.on('exit', () => {
+  for (const d of made) rmSync(d, { recursive: true, force: true });
+});
 
 export function ownersYaml(dir: string): string {
   return `
