@@ -185,13 +185,16 @@ export function diffTable(want: TableConfig, have: ObservedTable, options: DiffO
 }
 
 function compareRules(c: ChainConfig, rules: Rule[], resolve: SetResolver): string | undefined {
-  const haveKeys = rules.map((r) => ruleKey({ exprs: r.exprs, userdata: r.userdata }, resolve));
+  // Kernel rules are keyed only up to the first difference: a chain about to be rewritten may hold
+  // a thousand rules (dead owners' jumps) that need no key.
+  const haveKey = (i: number) => ruleKey({ exprs: rules[i]!.exprs, userdata: rules[i]!.userdata }, resolve);
   const wantKeys = c.rules.map(cachedDesiredKey);
-  for (let i = 0; i < Math.max(haveKeys.length, wantKeys.length); i++) {
-    if (haveKeys[i] === wantKeys[i]) continue;
-    if (i >= haveKeys.length) return `rule ${i + 1} (${c.rules[i]!.compiled.text}) is missing`;
+  for (let i = 0; i < Math.max(rules.length, wantKeys.length); i++) {
+    if (i >= rules.length) return `rule ${i + 1} (${c.rules[i]!.compiled.text}) is missing`;
+    const have = haveKey(i);
+    if (have === wantKeys[i]) continue;
     if (i >= wantKeys.length) return `foreign rule at ${i + 1}: ${safeRender(rules[i]!, undefined, resolve)}`;
-    const wantedElsewhere = wantKeys.indexOf(haveKeys[i]!);
+    const wantedElsewhere = wantKeys.indexOf(have);
     if (wantedElsewhere >= 0) return `rule order differs at ${i + 1}: want '${c.rules[i]!.compiled.text}'`;
     return `rule ${i + 1} differs: have '${safeRender(rules[i]!, undefined, resolve)}', want '${c.rules[i]!.compiled.text}'`;
   }
