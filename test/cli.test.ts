@@ -72,7 +72,8 @@ describe('nfkeeper CLI', () => {
   it('run: ready on /readyz, metrics served, repairs, and SIGTERM exits 0 leaving the rules', async () => {
     const port = 20000 + (process.pid % 20000);
     const child = spawn(process.execPath, ['bin/nfkeeper.js', 'run', '--config', good, '--netns', ns.path,
-      '--metrics', `127.0.0.1:${port}`, '--interval', '200ms'], { stdio: ['ignore', 'pipe', 'pipe'] });
+      // An hour-long tick: only the event path can repair, so the cause asserted below cannot race a tick.
+      '--metrics', `127.0.0.1:${port}`, '--interval', '1h'], { stdio: ['ignore', 'pipe', 'pipe'] });
     const logs: string[] = [];
     child.stdout.on('data', (d: Buffer) => logs.push(...d.toString().split('\n').filter(Boolean)));
     const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
@@ -85,7 +86,10 @@ describe('nfkeeper CLI', () => {
       expect(ready).toBe(true);
       expect((await fetch(`http://127.0.0.1:${port}/healthz`)).status).toBe(200);
       ns.nft('flush chain ip nfkeeper postrouting');
-      await sleep(500);
+      // Poll rather than sleep a fixed time: on a loaded 2-core machine the repair can take longer.
+      for (let i = 0; i < 100 && chainLines(ns, 'ip', 'nfkeeper', 'postrouting').length < FLANNEL_RULES.length; i++) {
+        await sleep(100);
+      }
       expect(chainLines(ns, 'ip', 'nfkeeper', 'postrouting')).toEqual(FLANNEL_RULES);
       const status = await cli('status', '--metrics', `127.0.0.1:${port}`, '--json');
       expect(status.code).toBe(0);
