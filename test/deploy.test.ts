@@ -19,6 +19,11 @@ describe('deployment files', () => {
     expect(c.args.slice(0, 3)).toEqual(['run', '--config', '/etc/nfkeeper/config.yaml']);
     expect(c.resources.requests).toHaveProperty('memory');
     expect(pod.volumes.find((v: { name: string }) => v.name === 'config').configMap.name).toBe('nfkeeper-config');
+    // The owners socket and state file (docs/owners.md defaults) are on the node, not in the pod.
+    const mounts = Object.fromEntries(c.volumeMounts.map((m: { name: string; mountPath: string }) => [m.mountPath, m.name]));
+    const hostPath = (name: string) => pod.volumes.find((v: { name: string }) => v.name === name)?.hostPath?.path;
+    expect(hostPath(mounts['/run/nfkeeper'])).toBe('/run/nfkeeper');
+    expect(hostPath(mounts['/var/lib/nfkeeper'])).toBe('/var/lib/nfkeeper');
   });
 
   it('the ConfigMap holds a config nfkeeper accepts: flannel masquerade rules', () => {
@@ -33,6 +38,9 @@ describe('deployment files', () => {
     const job = readFileSync('deploy/nomad/nfkeeper.nomad.hcl', 'utf8');
     expect(job).toMatch(/type\s*=\s*"system"/);
     expect(job).toMatch(/change_signal\s*=\s*"SIGHUP"/);
+    for (const dir of ['/run/nfkeeper', '/var/lib/nfkeeper']) {
+      expect(job).toMatch(new RegExp(`source\\s*=\\s*"${dir}"\\s*\\n\\s*target\\s*=\\s*"${dir}"`));
+    }
     const template = /data = <<EOT\n([\s\S]*?)EOT/.exec(job)![1]!;
     expect(parseConfig(template, 'nomad template').tables).toHaveLength(1);
   });

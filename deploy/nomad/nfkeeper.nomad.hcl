@@ -17,6 +17,19 @@ job "nfkeeper" {
         cap_drop     = ["all"]
         cap_add      = ["net_admin"]
         args         = ["run", "--config", "/local/config.yaml", "--interval", "1s", "--metrics", "127.0.0.1:9469"]
+
+        # The owners control socket and the owners state file live on the node, so agents can
+        # reach the socket and registered owners survive a task restart (docs/owners.md).
+        mount {
+          type   = "bind"
+          source = "/run/nfkeeper"
+          target = "/run/nfkeeper"
+        }
+        mount {
+          type   = "bind"
+          source = "/var/lib/nfkeeper"
+          target = "/var/lib/nfkeeper"
+        }
       }
 
       template {
