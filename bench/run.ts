@@ -1,12 +1,16 @@
 /**
- * nfkeeper against the exec-based drivers (issue 7): S1 steady-state check and
- * S3 atomic rewrite, every driver in the same run, in throwaway namespaces.
+ * nfkeeper against the exec-based drivers (issue 7), every scenario in one
+ * run, in throwaway namespaces:
+ *   S1 steady-state check, S2 detection to repair, S3 atomic rewrite,
+ *   S4 the daemon itself, S5 GC of 1,000 orphaned owners.
  *
- *   npx tsx bench/run.ts [--full]
+ *   npm run bench [-- --full] [-- --only s1,s3]
  *
- * Quick mode (default): N = 0, 1,000, 10,000, short time budgets (a few minutes
- * on 2 cores). --full adds N = 100,000 and longer budgets. Writes
- * bench/results/drivers.json, bench/results/s1.svg and BENCHMARKS.md.
+ * Quick mode (default): N = 0, 1,000, 10,000 and short budgets (a few minutes
+ * on 2 cores). --full adds N = 100,000 and longer budgets (about 20 minutes).
+ * A run of every scenario writes bench/results/results.json, one SVG per
+ * scenario and BENCHMARKS.md; with --only it prints the Markdown to stdout and
+ * leaves the committed results alone. Progress goes to stderr.
  */
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus, release, totalmem, arch, version as osVersion } from 'node:os';
@@ -14,25 +18,60 @@ import { join } from 'node:path';
 import { spawnSync } from 'node:child_process';
 import { PROJECT_ROOT } from '../src/netlink/native.js';
 import { runS1Case, type S1Case, type S1Options } from './scenarios/s1.js';
+import { runS2, type S2Options } from './scenarios/s2.js';
 import { runS3 } from './scenarios/s3.js';
+import { runS4, type S4Options } from './scenarios/s4.js';
+import { runS5, type S5Options } from './scenarios/s5.js';
 import type { Layout } from './scenarios/foreign.js';
 import type { Budget } from './lib/measure.js';
-import { renderMarkdown, renderS1Svg, type RunResults } from './lib/report.js';
+import { renderMarkdown, renderS1Svg, renderS2Svg, renderS4Svg, renderS5Svg, type RunResults } from './lib/report.js';
+
+const SCENARIOS = ['s1', 's2', 's3', 's4', 's5'] as const;
+type Scenario = (typeof SCENARIOS)[number];
 
 const full = process.argv.includes('--full');
+const onlyArg = process.argv.indexOf('--only');
+const only = new Set<Scenario>(onlyArg >= 0
+  ? (process.argv[onlyArg + 1] ?? '').split(',').map((s) => {
+    if (!(SCENARIOS as readonly string[]).includes(s)) throw new Error(`--only takes a list of ${SCENARIOS.join(', ')}; got "${s}"`);
+    return s as Scenario;
+  })
+  : SCENARIOS);
 const SIZES = full ? [0, 1000, 10_000, 100_000] : [0, 1000, 10_000];
-const B: { native: Budget; nativeVerify: Budget; exec: Budget; s3Reps: number } = full
+
+interface Budgets {
+  s1: { native: Budget; nativeVerify: Budget; exec: Budget; execAt100k: Budget };
+  s2: Omit<S2Options, 'sizes' | 'log'>;
+  s3Reps: number;
+  s4: Omit<S4Options, 'sizes' | 'log'> & { sizes: number[] };
+  s5: Omit<S5Options, 'sizes' | 'log'> & { sizes: number[] };
+}
+
+const B: Budgets = full
   ? {
-    native: { maxIter: 50_000, budgetMs: 3000, minIter: 1000, warmup: 1000 },
-    nativeVerify: { maxIter: 10_000, budgetMs: 3000, minIter: 200, warmup: 100 },
-    exec: { maxIter: 300, budgetMs: 10_000, minIter: 10, warmup: 2 },
+    s1: {
+      native: { maxIter: 50_000, budgetMs: 3000, minIter: 1000, warmup: 1000 },
+      nativeVerify: { maxIter: 10_000, budgetMs: 3000, minIter: 200, warmup: 100 },
+      exec: { maxIter: 300, budgetMs: 6000, minIter: 10, warmup: 2 },
+      // iptables-check takes seconds per check in layout (b) at 100,000 rules.
+      execAt100k: { maxIter: 100, budgetMs: 6000, minIter: 3, warmup: 1 },
+    },
+    s2: { eventReps: 300, pollReps: 5, execReps: (n) => (n >= 100_000 ? 5 : 20), realPeriods: 6, realAtN: 10_000 },
     s3Reps: 7,
+    s4: { sizes: [0, 10_000, 100_000], idleSeconds: (n) => (n === 10_000 ? 60 : 30), stormSeconds: 15, settleSeconds: 10 },
+    s5: { sizes: [0, 10_000, 100_000], reps: 5 },
   }
   : {
-    native: { maxIter: 5000, budgetMs: 500, minIter: 100, warmup: 2000 },
-    nativeVerify: { maxIter: 1000, budgetMs: 500, minIter: 50, warmup: 50 },
-    exec: { maxIter: 100, budgetMs: 3000, minIter: 5, warmup: 1 },
+    s1: {
+      native: { maxIter: 5000, budgetMs: 500, minIter: 100, warmup: 2000 },
+      nativeVerify: { maxIter: 1000, budgetMs: 500, minIter: 50, warmup: 50 },
+      exec: { maxIter: 100, budgetMs: 3000, minIter: 5, warmup: 1 },
+      execAt100k: { maxIter: 100, budgetMs: 3000, minIter: 3, warmup: 1 },
+    },
+    s2: { eventReps: 100, pollReps: 3, execReps: () => 10, realPeriods: 4, realAtN: 1000 },
     s3Reps: 3,
+    s4: { sizes: [0, 10_000], idleSeconds: () => 20, stormSeconds: 10, settleSeconds: 5 },
+    s5: { sizes: [0, 10_000], reps: 3 },
   };
 
 const started = Date.now();
@@ -49,23 +88,71 @@ function budgetText(b: Budget): string {
   return `up to ${b.maxIter} checks or ${b.budgetMs / 1000} s (at least ${b.minIter}) after ${b.warmup} warm-up`;
 }
 
+function budgetLines(): string[] {
+  const out: string[] = [];
+  const n = (x: number) => x.toLocaleString('en-US');
+  if (only.has('s1')) {
+    out.push(`S1 repetitions: native tick ${budgetText(B.s1.native)}; native verify ${budgetText(B.s1.nativeVerify)}; ` +
+      `exec drivers ${budgetText(B.s1.exec)}${full ? `, at 100,000 foreign rules ${budgetText(B.s1.execAt100k)}` : ''}`);
+  }
+  if (only.has('s2')) {
+    out.push(`S2 repetitions: native ${B.s2.eventReps} event-path repairs and ${B.s2.pollReps} polled repairs per N; exec drivers ` +
+      `${SIZES.map((x) => `${B.s2.execReps(x)} at ${n(x)}`).join(', ')} check+repair rounds (after one warm-up); ` +
+      `${B.s2.realPeriods} real 5 s flannel periods at ${n(B.s2.realAtN)}`);
+  }
+  if (only.has('s3')) out.push(`S3 repetitions: ${B.s3Reps} runs per tool and mode`);
+  if (only.has('s4')) {
+    out.push(`S4 durations: at N = ${B.s4.sizes.map((x) => `${n(x)} idle ${B.s4.idleSeconds(x)} s`).join(', ')}; storm and hostile ` +
+      `${B.s4.stormSeconds} s each; ${B.s4.settleSeconds} s settle after start-up`);
+  }
+  if (only.has('s5')) out.push(`S5 repetitions: ${B.s5.reps} runs per tool at N = ${B.s5.sizes.map(n).join(', ')}`);
+  return out;
+}
+
+const loadavg = (): string => readFileSync('/proc/loadavg', 'utf8').trim().split(' ').slice(0, 3).join(' ');
+
+function gitDescribe(): string {
+  const r = spawnSync('git', ['log', '-1', '--format=%h (%s)'], { cwd: PROJECT_ROOT, encoding: 'utf8' });
+  const head = r.status === 0 ? r.stdout.trim() : 'unknown commit';
+  const dirty = spawnSync('git', ['status', '--porcelain', '--untracked-files=no', 'src', 'native'], { cwd: PROJECT_ROOT, encoding: 'utf8' });
+  return `commit ${head.replace(/\|/g, '/')}${dirty.stdout.trim() ? ' with uncommitted changes in src/ or native/' : ''}`;
+}
+
 async function main(): Promise<void> {
   if (process.getuid?.() !== 0) throw new Error('the benchmark needs root (it creates network namespaces)');
-  const loadavgStart = readFileSync('/proc/loadavg', 'utf8').trim().split(' ').slice(0, 3).join(' ');
-  const cases: [Layout, number][] = [['a', 0]];
-  for (const n of SIZES.filter((x) => x > 0)) cases.push(['a', n]);
-  for (const n of SIZES.filter((x) => x > 0)) cases.push(['b', n]);
+  const loadavgStart = loadavg();
+  const out: Omit<RunResults, 'meta'> = {};
 
-  const opts: S1Options = { native: B.native, nativeVerify: B.nativeVerify, exec: B.exec, log };
-  const s1: S1Case[] = [];
-  for (const [i, [layout, n]] of cases.entries()) {
-    log(`S1 ${i + 1}/${cases.length}: layout (${layout}), N = ${n.toLocaleString('en-US')} foreign rules`);
-    const c = await runS1Case(layout, n, opts);
-    log(`    (foreign rules loaded in ${c.loadMs} ms; ip netns exec floor ${(c.execFloor.median / 1000).toFixed(2)} ms)`);
-    s1.push(c);
+  if (only.has('s1')) {
+    const cases: [Layout, number][] = [['a', 0]];
+    for (const n of SIZES.filter((x) => x > 0)) cases.push(['a', n]);
+    for (const n of SIZES.filter((x) => x > 0)) cases.push(['b', n]);
+    const s1: S1Case[] = [];
+    for (const [i, [layout, n]] of cases.entries()) {
+      log(`S1 ${i + 1}/${cases.length}: layout (${layout}), N = ${n.toLocaleString('en-US')} foreign rules (load average ${loadavg()})`);
+      const opts: S1Options = { native: B.s1.native, nativeVerify: B.s1.nativeVerify, exec: n >= 100_000 ? B.s1.execAt100k : B.s1.exec, log };
+      const c = await runS1Case(layout, n, opts);
+      log(`    (foreign rules loaded in ${c.loadMs} ms; ip netns exec floor ${(c.execFloor.median / 1000).toFixed(2)} ms)`);
+      s1.push(c);
+    }
+    out.s1 = s1;
   }
-  log(`S3: 10,000 owned rules, ${B.s3Reps} runs per tool and mode`);
-  const s3 = await runS3(B.s3Reps, log);
+  if (only.has('s2')) {
+    log(`S2 detection to repair, N = ${SIZES.map((x) => x.toLocaleString('en-US')).join(', ')} (load average ${loadavg()})`);
+    out.s2 = await runS2({ ...B.s2, sizes: SIZES, log });
+  }
+  if (only.has('s3')) {
+    log(`S3: 10,000 owned rules, ${B.s3Reps} runs per tool and mode (load average ${loadavg()})`);
+    out.s3 = await runS3(B.s3Reps, log);
+  }
+  if (only.has('s4')) {
+    log(`S4 the daemon, N = ${B.s4.sizes.map((x) => x.toLocaleString('en-US')).join(', ')} (load average ${loadavg()})`);
+    out.s4 = await runS4({ ...B.s4, log });
+  }
+  if (only.has('s5')) {
+    log(`S5 GC of 1,000 orphaned owners, N = ${B.s5.sizes.map((x) => x.toLocaleString('en-US')).join(', ')} (load average ${loadavg()})`);
+    out.s5 = await runS5({ ...B.s5, log });
+  }
 
   const c0 = cpus()[0];
   const results: RunResults = {
@@ -77,22 +164,28 @@ async function main(): Promise<void> {
       versions: [`Node ${process.version}`, version('nft', ['--version']), version('iptables-nft', ['--version']),
         version('iptables-legacy', ['--version']), `libnftnl ${version('pkg-config', ['--modversion', 'libnftnl'])}`].join('; '),
       loadavgStart,
-      loadavgEnd: readFileSync('/proc/loadavg', 'utf8').trim().split(' ').slice(0, 3).join(' '),
+      loadavgEnd: loadavg(),
       durationS: (Date.now() - started) / 1000,
-      budgets: `native tick ${budgetText(B.native)}; native verify ${budgetText(B.nativeVerify)}; ` +
-        `exec drivers ${budgetText(B.exec)}; S3 ${B.s3Reps} runs per tool and mode`,
+      budgets: budgetLines(),
+      commit: gitDescribe(),
     },
-    s1,
-    s3,
+    ...out,
   };
+  const md = renderMarkdown(results);
+  process.stdout.write(md);
+  if (only.size !== SCENARIOS.length) {
+    log('--only: BENCHMARKS.md and bench/results/ left alone (the Markdown above is this run\'s)');
+    return;
+  }
   const dir = join(PROJECT_ROOT, 'bench', 'results');
   mkdirSync(dir, { recursive: true });
-  writeFileSync(join(dir, 'drivers.json'), `${JSON.stringify(results, null, 2)}\n`);
+  writeFileSync(join(dir, 'results.json'), `${JSON.stringify(results, (_k, v: unknown) => (typeof v === 'function' ? undefined : v), 2)}\n`);
   writeFileSync(join(dir, 's1.svg'), renderS1Svg(results));
-  const md = renderMarkdown(results);
+  writeFileSync(join(dir, 's2.svg'), renderS2Svg(results));
+  writeFileSync(join(dir, 's4.svg'), renderS4Svg(results));
+  writeFileSync(join(dir, 's5.svg'), renderS5Svg(results));
   writeFileSync(join(PROJECT_ROOT, 'BENCHMARKS.md'), md);
-  process.stdout.write(md);
-  log('wrote bench/results/drivers.json, bench/results/s1.svg, BENCHMARKS.md');
+  log('wrote bench/results/results.json, bench/results/s{1,2,4,5}.svg, BENCHMARKS.md');
 }
 
 main().catch((e: unknown) => {
