@@ -4,12 +4,12 @@
  *   S1 steady-state check, S2 detection to repair, S3 atomic rewrite,
  *   S4 the daemon itself, S5 GC of 1,000 orphaned owners.
  *
- *   npm run bench [-- --full] [-- --only s1,s3]
+ *   npm run bench [-- --full] [--only s1,s3] [--sizes 0,10000]
  *
  * Quick mode (default): N = 0, 1,000, 10,000 and short budgets (a few minutes
  * on 2 cores). --full adds N = 100,000 and longer budgets (about 20 minutes).
  * A run of every scenario writes bench/results/results.json, one SVG per
- * scenario and BENCHMARKS.md; with --only it prints the Markdown to stdout and
+ * scenario and BENCHMARKS.md; with --only or --sizes it prints the Markdown to stdout and
  * leaves the committed results alone. Progress goes to stderr.
  */
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
@@ -37,7 +37,11 @@ const only = new Set<Scenario>(onlyArg >= 0
     return s as Scenario;
   })
   : SCENARIOS);
-const SIZES = full ? [0, 1000, 10_000, 100_000] : [0, 1000, 10_000];
+const sizesArg = process.argv.indexOf('--sizes');
+// --sizes 0,100000: only these N (for trying one point; such a run is not a full result either).
+const pick = sizesArg >= 0 ? new Set((process.argv[sizesArg + 1] ?? '').split(',').map(Number)) : undefined;
+const sizes = (list: number[]) => (pick ? list.filter((n) => pick.has(n)) : list);
+const SIZES = sizes(full ? [0, 1000, 10_000, 100_000] : [0, 1000, 10_000]);
 
 interface Budgets {
   s1: { native: Budget; nativeVerify: Budget; exec: Budget; execAt100k: Budget };
@@ -58,8 +62,8 @@ const B: Budgets = full
     },
     s2: { eventReps: 300, pollReps: 5, execReps: (n) => (n >= 100_000 ? 5 : 20), realPeriods: 6, realAtN: 10_000 },
     s3Reps: 7,
-    s4: { sizes: [0, 10_000, 100_000], idleSeconds: (n) => (n === 10_000 ? 60 : 30), stormSeconds: 15, settleSeconds: 10 },
-    s5: { sizes: [0, 10_000, 100_000], reps: 5 },
+    s4: { sizes: sizes([0, 10_000, 100_000]), idleSeconds: (n) => (n === 10_000 ? 60 : 30), stormSeconds: 15, settleSeconds: 20 },
+    s5: { sizes: sizes([0, 10_000, 100_000]), reps: (n) => (n >= 100_000 ? 3 : 5) },
   }
   : {
     s1: {
@@ -70,8 +74,8 @@ const B: Budgets = full
     },
     s2: { eventReps: 100, pollReps: 3, execReps: () => 10, realPeriods: 4, realAtN: 1000 },
     s3Reps: 3,
-    s4: { sizes: [0, 10_000], idleSeconds: () => 20, stormSeconds: 10, settleSeconds: 5 },
-    s5: { sizes: [0, 10_000], reps: 3 },
+    s4: { sizes: sizes([0, 10_000]), idleSeconds: () => 20, stormSeconds: 10, settleSeconds: 10 },
+    s5: { sizes: sizes([0, 10_000]), reps: () => 3 },
   };
 
 const started = Date.now();
@@ -105,7 +109,7 @@ function budgetLines(): string[] {
     out.push(`S4 durations: at N = ${B.s4.sizes.map((x) => `${n(x)} idle ${B.s4.idleSeconds(x)} s`).join(', ')}; storm and hostile ` +
       `${B.s4.stormSeconds} s each; ${B.s4.settleSeconds} s settle after start-up`);
   }
-  if (only.has('s5')) out.push(`S5 repetitions: ${B.s5.reps} runs per tool at N = ${B.s5.sizes.map(n).join(', ')}`);
+  if (only.has('s5')) out.push(`S5 repetitions: ${B.s5.sizes.map((x) => `${B.s5.reps(x)} runs per tool at ${n(x)}`).join(', ')}`);
   return out;
 }
 
@@ -173,8 +177,8 @@ async function main(): Promise<void> {
   };
   const md = renderMarkdown(results);
   process.stdout.write(md);
-  if (only.size !== SCENARIOS.length) {
-    log('--only: BENCHMARKS.md and bench/results/ left alone (the Markdown above is this run\'s)');
+  if (only.size !== SCENARIOS.length || pick) {
+    log('--only/--sizes: BENCHMARKS.md and bench/results/ left alone (the Markdown above is this run\'s)');
     return;
   }
   const dir = join(PROJECT_ROOT, 'bench', 'results');
