@@ -187,6 +187,9 @@ function s2Section(s2: S2Results): string[] {
         `${ms(x.derivedP99)} (derived) | ${ratio(x.pure.median, nat.event.median)} pure, ${ratio(x.derivedMean, nat.event.median)} period-bound | ${x.pure.n} |`);
     }
   }
+  for (const k of s2.skipped) {
+    out.push('', `At ${n10k(k.n)} foreign rules, ${k.drivers.join(' and ')} were not measured: ${k.why}.`);
+  }
   out.push('', 'Periods: ' + [...new Set(drivers.map((d) => `${d}: ${PEER_PERIOD[d]!.seconds} s, ${PEER_PERIOD[d]!.source}`))].join('; ') + '.');
   if (s2.real) {
     const r = s2.real;

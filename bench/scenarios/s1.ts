@@ -12,6 +12,8 @@ import { NativeDriver } from '../drivers/native.js';
 import { IptablesCheckDriver } from '../drivers/iptables-check.js';
 import { IptablesRestoreDriver } from '../drivers/iptables-restore.js';
 import { NftExecDriver } from '../drivers/nft-exec.js';
+import { IPT_CHAIN } from '../drivers/flannel.js';
+import { open } from '../../src/index.js';
 import { foreignCount, foreignRestore, type Layout } from './foreign.js';
 
 export interface S1Row {
@@ -40,6 +42,13 @@ export interface S1Options {
   native: Budget;
   nativeVerify: Budget;
   exec: Budget;
+  /**
+   * For 100,000 foreign rules, where one iptables-nft-save takes a minute: install
+   * only (no damage-and-repair round, no second in-sync pass; the first timed
+   * check must still answer "in sync" or the run fails), and iptables-restore
+   * uses the chain iptables-check installed (they keep the same one).
+   */
+  light?: boolean;
   log: (msg: string) => void;
 }
 
@@ -77,11 +86,13 @@ export async function runS1Case(layout: Layout, n: number, o: S1Options): Promis
     try {
       // Native tick and verify share one table; the second install is a no-op rewrite.
       for (const d of drivers) {
-        await selfTest(d);
+        if (!o.light) await selfTest(d);
+        else if (!(d instanceof IptablesRestoreDriver)) await d.repair();
+        o.log(`    ${d.name}: ${o.light ? 'installed' : 'self-test passed'}`);
         await yieldToLoop();
       }
       // Everything installed: every driver must now agree that it is in sync.
-      for (const d of drivers) if (!(await d.check())) throw new Error(`${d.name}: out of sync after setup`);
+      if (!o.light) for (const d of drivers) if (!(await d.check())) throw new Error(`${d.name}: out of sync after setup`);
       const execFloor = await measureCalls(async () => run(ns, 'true', []).status === 0, o.exec);
       const spawnFloor = await measureCalls(async () => spawnSync('true').status === 0, o.exec);
       const rows: S1Row[] = [];
@@ -91,11 +102,18 @@ export async function runS1Case(layout: Layout, n: number, o: S1Options): Promis
         o.log(`    ${d.name.padEnd(24)} median ${fmt(m.median)}  p99 ${fmt(m.p99)}  cpu ${fmt(m.cpuUs)}  (${m.n} checks)`);
         rows.push({ layout, n, foreignRules: foreignCount(layout, n), driver: d.name, describe: d.describe, forksPerCheck: d.forksPerCheck, m });
       }
-      // The foreign rules are still all there (nobody's driver touched them).
+      // The foreign rules are still all there (nobody's driver touched them): every nat rule but
+      // the owned chain's and the jump to it (a netlink dump: iptables-nft-save takes a minute at 100,000).
       if (n > 0) {
-        const save = runOk(ns, 'iptables-nft-save', ['-t', 'nat']);
-        const count = save.split('\n').filter((l) => l.startsWith('-A ') && !l.includes('FLANNEL-POSTRTG')).length;
-        if (count !== foreignCount(layout, n)) throw new Error(`foreign rules changed: ${count} != ${foreignCount(layout, n)}`);
+        const sock = open({ netns: ns.path });
+        try {
+          const nat = await sock.listRules({ family: 'ip', table: 'nat' });
+          const count = nat.filter((r) => r.chain !== IPT_CHAIN
+            && !r.exprs.some((e) => e.kind === 'immediate' && e.chain === IPT_CHAIN)).length;
+          if (count !== foreignCount(layout, n)) throw new Error(`foreign rules changed: ${count} != ${foreignCount(layout, n)}`);
+        } finally {
+          sock.close();
+        }
       }
       return { layout, n, foreignRules: foreignCount(layout, n), loadMs, execFloor, spawnFloor, rows };
     } finally {
