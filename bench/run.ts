@@ -62,15 +62,15 @@ const B: Budgets = full
     s1: {
       native: { maxIter: 50_000, budgetMs: 3000, minIter: 1000, warmup: 1000 },
       nativeVerify: { maxIter: 10_000, budgetMs: 3000, minIter: 200, warmup: 100 },
-      exec: { maxIter: 300, budgetMs: 4000, minIter: 10, warmup: 2 },
+      exec: { maxIter: 300, budgetMs: 3000, minIter: 10, warmup: 2 },
       // One check takes from seconds (iptables-check, layout b) to over a minute (iptables-nft-save, layout a) at 100,000.
       execAt100k: { maxIter: 5, budgetMs: 15_000, minIter: 1, warmup: 0 },
     },
-    s2: { eventReps: 300, pollReps: 5, execReps: (n) => (n >= 100_000 ? 5 : 15), skip: (n) => (n >= 100_000 ? SKIP_100K : undefined),
+    s2: { eventReps: 300, pollReps: 5, execReps: (n) => (n >= 100_000 ? 5 : 12), skip: (n) => (n >= 100_000 ? SKIP_100K : undefined),
       realPeriods: 6, realAtN: 10_000 },
     s3Reps: 7,
     // The daemon never reads foreign rules (its dumps are filtered to its own table), so 100,000 adds loading time, not information.
-    s4: { sizes: sizes([0, 10_000]), idleSeconds: (n) => (n === 10_000 ? 60 : 20), stormSeconds: 15, settleSeconds: 20 },
+    s4: { sizes: sizes([0, 10_000]), idleSeconds: (n) => (n === 10_000 ? 60 : 20), stormSeconds: 10, settleSeconds: 20 },
     s5: { sizes: sizes([0, 10_000]), reps: () => 5 },
   }
   : {
@@ -150,24 +150,37 @@ async function main(): Promise<void> {
       s1.push(c);
     }
     out.s1 = s1;
+    write(out, loadavgStart, 'S2-S5');
   }
   if (only.has('s2')) {
     log(`S2 detection to repair, N = ${SIZES.map((x) => x.toLocaleString('en-US')).join(', ')} (load average ${loadavg()})`);
     out.s2 = await runS2({ ...B.s2, sizes: SIZES, log });
+    write(out, loadavgStart, 'S3-S5');
   }
   if (only.has('s3')) {
     log(`S3: 10,000 owned rules, ${B.s3Reps} runs per tool and mode (load average ${loadavg()})`);
     out.s3 = await runS3(B.s3Reps, log);
+    write(out, loadavgStart, 'S4, S5');
   }
   if (only.has('s4')) {
     log(`S4 the daemon, N = ${B.s4.sizes.map((x) => x.toLocaleString('en-US')).join(', ')} (load average ${loadavg()})`);
     out.s4 = await runS4({ ...B.s4, log });
+    write(out, loadavgStart, 'S5');
   }
   if (only.has('s5')) {
     log(`S5 GC of 1,000 orphaned owners, N = ${B.s5.sizes.map((x) => x.toLocaleString('en-US')).join(', ')} (load average ${loadavg()})`);
     out.s5 = await runS5({ ...B.s5, log });
   }
 
+  write(out, loadavgStart, undefined);
+}
+
+/**
+ * Renders and (for a run of every scenario) writes the results. Called after
+ * each scenario too, with `pending` naming what has not run yet, so that a run
+ * cut short still leaves its finished scenarios behind, marked as incomplete.
+ */
+function write(out: Omit<RunResults, 'meta'>, loadavgStart: string, pending: string | undefined): void {
   const c0 = cpus()[0];
   const results: RunResults = {
     meta: {
@@ -182,24 +195,26 @@ async function main(): Promise<void> {
       durationS: (Date.now() - started) / 1000,
       budgets: budgetLines(),
       commit: gitDescribe(),
+      ...(pending ? { incomplete: pending } : {}),
     },
     ...out,
   };
   const md = renderMarkdown(results);
-  process.stdout.write(md);
-  if (only.size !== SCENARIOS.length || pick) {
-    log('--only/--sizes: BENCHMARKS.md and bench/results/ left alone (the Markdown above is this run\'s)');
+  const partialOnly = only.size !== SCENARIOS.length || pick !== undefined;
+  if (!pending) process.stdout.write(md);
+  if (partialOnly) {
+    if (!pending) log('--only/--sizes: BENCHMARKS.md and bench/results/ left alone (the Markdown above is this run\'s)');
     return;
   }
   const dir = join(PROJECT_ROOT, 'bench', 'results');
   mkdirSync(dir, { recursive: true });
-  writeFileSync(join(dir, 'results.json'), `${JSON.stringify(results, (_k, v: unknown) => (typeof v === 'function' ? undefined : v), 2)}\n`);
-  writeFileSync(join(dir, 's1.svg'), renderS1Svg(results));
-  writeFileSync(join(dir, 's2.svg'), renderS2Svg(results));
-  writeFileSync(join(dir, 's4.svg'), renderS4Svg(results));
-  writeFileSync(join(dir, 's5.svg'), renderS5Svg(results));
+  writeFileSync(join(dir, 'results.json'), `${JSON.stringify(results, null, 2)}\n`);
+  if (results.s1) writeFileSync(join(dir, 's1.svg'), renderS1Svg(results));
+  if (results.s2) writeFileSync(join(dir, 's2.svg'), renderS2Svg(results));
+  if (results.s4) writeFileSync(join(dir, 's4.svg'), renderS4Svg(results));
+  if (results.s5) writeFileSync(join(dir, 's5.svg'), renderS5Svg(results));
   writeFileSync(join(PROJECT_ROOT, 'BENCHMARKS.md'), md);
-  log('wrote bench/results/results.json, bench/results/s{1,2,4,5}.svg, BENCHMARKS.md');
+  log(`wrote bench/results/results.json, the SVGs and BENCHMARKS.md${pending ? ` (so far; still to run: ${pending})` : ''}`);
 }
 
 main().catch((e: unknown) => {
