@@ -40,7 +40,7 @@ export interface S5Row {
 
 export interface S5Options {
   sizes: number[];
-  reps: number;
+  reps: (n: number) => number;
   log: (msg: string) => void;
 }
 
@@ -119,6 +119,7 @@ export async function runS5(o: S5Options): Promise<S5Row[]> {
   const out: S5Row[] = [];
   const live = new Set([LIVE]);
   for (const n of o.sizes) {
+    const reps = o.reps(n);
     await withBenchNetns(`s5-${n}`, async (ns) => {
       if (n > 0) runOk(ns, 'iptables-nft-restore', ['--noflush'], foreignRestore('a', n));
       runOk(ns, 'iptables-nft-restore', ['--noflush'], nomadAllocs(0, true));
@@ -134,7 +135,7 @@ export async function runS5(o: S5Options): Promise<S5Row[]> {
       try {
         const native: number[] = [], script: number[] = [], scans: number[] = [], dumps: number[] = [], commits: number[] = [];
         let nativeCpu = 0, scriptCpu = 0, ops = 0, lines = 0;
-        for (let i = 0; i < o.reps; i++) {
+        for (let i = 0; i < reps; i++) {
           runOk(ns, 'iptables-nft-restore', ['--noflush'], allocs);
           const dumpStart = performance.now();
           await Promise.all([sock.listChains({ family: 'ip', table: 'nat' }), sock.listRules({ family: 'ip', table: 'nat' })]);
@@ -172,15 +173,15 @@ export async function runS5(o: S5Options): Promise<S5Row[]> {
           check('script');
         }
         const fr = foreignCount('a', n);
-        const nat = { ...summarize(native), cpuUs: nativeCpu / o.reps };
-        const scr = { ...summarize(script), cpuUs: scriptCpu / o.reps };
+        const nat = { ...summarize(native), cpuUs: nativeCpu / reps };
+        const scr = { ...summarize(script), cpuUs: scriptCpu / reps };
         out.push({ n, foreignRules: fr, tool: 'native (src/gc scan + one batch)', m: nat, batches: 1, opsOrLines: ops,
           phases: { scanUs: summarize(scans).median, dumpUs: summarize(dumps).median, commitUs: summarize(commits).median } });
         out.push({ n, foreignRules: fr, tool: 'iptables-nft-save + restore --noflush', m: scr, batches: 1, opsOrLines: lines });
         o.log(`    N = ${n.toLocaleString('en-US')}: native median ${(nat.median / 1000).toFixed(1)} ms (${ops} ops, one batch; ` +
           `scan ${(summarize(scans).median / 1000).toFixed(1)} ms of which a table dump ${(summarize(dumps).median / 1000).toFixed(1)} ms, ` +
           `commit ${(summarize(commits).median / 1000).toFixed(1)} ms); ` +
-          `script median ${(scr.median / 1000).toFixed(1)} ms (${lines} restore lines)  (${o.reps} runs each)`);
+          `script median ${(scr.median / 1000).toFixed(1)} ms (${lines} restore lines)  (${reps} runs each)`);
       } finally {
         sock.close();
       }
