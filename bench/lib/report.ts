@@ -76,7 +76,11 @@ function s1Targets(all: S1Case[]): string[] {
   const out: string[] = [];
   const get = (c: S1Case, d: string) => c.rows.find((x) => x.driver === d)!.m;
   const tickP99 = Math.max(...all.map((c) => get(c, 'native tick').p99));
-  out.push(`- S1 native tick ≤ 10 µs p99 at every N: worst p99 ${formatUs(tickP99)} — ${met(tickP99 <= 10, `by ${formatUs(tickP99 - 10)}`)}.`);
+  const tickMed = Math.max(...all.map((c) => get(c, 'native tick').median));
+  out.push(`- S1 native tick ≤ 10 µs p99 at every N: worst p99 ${formatUs(tickP99)} (worst median ${formatUs(tickMed)}) — ` +
+    `${met(tickP99 <= 10, `by ${formatUs(tickP99 - 10)}; the tick is one synchronous NFT_MSG_GETGEN round trip, flat in N; ` +
+      'its 1 % tail is most likely this process being preempted while other engineers\' suites load the 2 cores (see the load average) ' +
+      'rather than the kernel or the addon; it would take a quiet machine or a reserved core to measure the tail')}.`);
   for (const layout of ['a', 'b'] as const) {
     const c = all.find((x) => x.layout === layout && x.n === 10_000);
     if (!c) continue;
