@@ -53,7 +53,7 @@ interface Budgets {
 
 const SKIP_100K = {
   drivers: ['iptables-restore', 'iptables-check (legacy)'],
-  why: 'one iptables-nft-save of the kube-proxy-like nat table takes over a minute at 100,000 rules here (S1 row), and a round is two saves, ' +
+  why: 'one iptables-nft-save of the kube-proxy-like nat table takes tens of seconds to minutes at 100,000 rules on this machine, depending on its load, and a round is two saves, ' +
     'a restore and a check; the legacy driver is left out with it to keep the full run within about 20 minutes',
 };
 

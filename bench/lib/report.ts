@@ -168,7 +168,7 @@ function s5Targets(s5: S5Row[]): string[] {
 
 const ms = (us: number): string => formatUs(us);
 
-function s2Section(s2: S2Results): string[] {
+function s2Section(s2: S2Results, s1: S1Case[] | undefined): string[] {
   const out = ['## S2 detection to repair', '',
     'Another process deletes rule 2 of the owned set; the clock runs from the committed deletion until the full ordered set is back ' +
       '(checked afterwards, untimed, by an independent read). Foreign rules: layout (a), loaded with iptables-nft-restore (and iptables-legacy-restore). ' +
@@ -194,7 +194,9 @@ function s2Section(s2: S2Results): string[] {
     }
   }
   for (const k of s2.skipped) {
-    out.push('', `At ${n10k(k.n)} foreign rules, ${k.drivers.join(' and ')} were not measured: ${k.why}.`);
+    const save = s1?.find((c) => c.layout === 'a' && c.n === k.n)?.rows.find((x) => x.driver === 'iptables-restore')?.m.median;
+    out.push('', `At ${n10k(k.n)} foreign rules, ${k.drivers.join(' and ')} were not measured: ${k.why}` +
+      `${save !== undefined ? ` (in this run's S1, one iptables-restore check took ${ms(save)} there)` : ''}.`);
   }
   out.push('', 'Periods: ' + [...new Set(drivers.map((d) => `${d}: ${PEER_PERIOD[d]!.seconds} s, ${PEER_PERIOD[d]!.source}`))].join('; ') + '.');
   if (s2.real) {
@@ -283,7 +285,7 @@ export function renderMarkdown(r: RunResults): string {
       lines.push(`### Layout ${LAYOUT_TEXT[layout]}`, '', ...s1Table(casesOf(r.s1, layout)), '');
     }
   }
-  if (r.s2) lines.push(...s2Section(r.s2), '');
+  if (r.s2) lines.push(...s2Section(r.s2, r.s1), '');
   if (r.s3) {
     lines.push('## S3 atomic rewrite of 10,000 owned rules (1,000 chains × 10 rules), no foreign rules', '',
       '"From empty": the table does not exist; "full replace": the previous 10,000 rules are replaced by 10,000 different ones in one transaction ' +
