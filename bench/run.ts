@@ -71,7 +71,7 @@ const B: Budgets = full
     s3Reps: 7,
     // The daemon never reads foreign rules (its dumps are filtered to its own table), so 100,000 adds loading time, not information.
     s4: { sizes: sizes([0, 10_000]), idleSeconds: (n) => (n === 10_000 ? 60 : 20), stormSeconds: 10, settleSeconds: 20 },
-    s5: { sizes: sizes([0, 10_000]), reps: () => 5 },
+    s5: { sizes: sizes([0, 10_000]), reps: () => 5, owned: true },
   }
   : {
     s1: {
@@ -83,7 +83,7 @@ const B: Budgets = full
     s2: { eventReps: 100, pollReps: 3, execReps: () => 10, skip: (n) => (n >= 100_000 ? SKIP_100K : undefined), realPeriods: 4, realAtN: 1000 },
     s3Reps: 3,
     s4: { sizes: sizes([0, 10_000]), idleSeconds: () => 20, stormSeconds: 10, settleSeconds: 10 },
-    s5: { sizes: sizes([0, 10_000]), reps: () => 3 },
+    s5: { sizes: sizes([0, 10_000]), reps: () => 3, owned: true },
   };
 
 const started = Date.now();

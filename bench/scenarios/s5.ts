@@ -15,6 +15,9 @@
  * Both must leave the same table: the live alloc and every foreign rule.
  */
 import { performance } from 'node:perf_hooks';
+import { parseConfig } from '../../src/config/config.js';
+import { Keeper, type RepairReport } from '../../src/keeper/keeper.js';
+import { compileOwner, parseOwnerChain } from '../../src/owners/index.js';
 import { GraceTracker, planBatch, scan, type ForeignTable } from '../../src/gc/index.js';
 import { open } from '../../src/index.js';
 import { withBenchNetns, type BenchNetns } from '../lib/netns.js';
@@ -40,6 +43,8 @@ export interface S5Row {
 
 export interface S5Options {
   sizes: number[];
+  /** Also owned GC (src/owners): 1,000 registered owners orphaned while the daemon was down. */
+  owned: boolean;
   reps: (n: number) => number;
   log: (msg: string) => void;
 }
@@ -107,6 +112,73 @@ export function scriptPlan(save: string, live: ReadonlySet<string>): { text: str
   if (out.length === 1) return undefined;
   out.push('COMMIT', '');
   return { text: out.join('\n'), lines: out.length - 3 };
+}
+
+/** Owners config (the keeper does not open the socket or the state file; they only have to parse). */
+const OWNED_CONFIG = parseConfig(`
+tables:
+  - family: ip
+    name: nfkeeper
+    chains:
+      - name: postrouting
+        type: nat
+        hook: postrouting
+        priority: srcnat
+        rules:
+          - ip saddr 10.244.0.0/16 ip daddr 10.244.0.0/16 return
+owners:
+  family: ip
+  table: nfkeeper
+  dispatch: [postrouting]
+  socket: /nonexistent/nfkeeper.sock
+  state: /nonexistent/owners.json
+`);
+
+/** One owner as an orchestrator registers it: a chain of 9 rules and a jump from postrouting (10 rules). */
+function ownerBody(i: number): unknown {
+  const net = `10.${100 + ((i >> 16) & 127)}.${(i >> 8) & 255}.${i & 255}`;
+  const rules = Array.from({ length: 9 }, (_, k) => (k === 8 ? 'ip daddr != 224.0.0.0/4 masquerade' : `ip daddr 172.16.${k}.0/24 tcp dport ${1000 + k} return`));
+  return { chains: [{ name: 'masq', rules }], jumps: { postrouting: [`ip saddr ${net}/32 jump masq`] } };
+}
+
+/**
+ * Owned GC: a keeper installs 1,000 owners and stops; a keeper started with
+ * none (the owners were unregistered, or their state lost, while it was down)
+ * must collect them all at start-up in one guarded batch. Timed: the start-up
+ * pass (the keeper's own report, observe to committed) and the whole start().
+ */
+async function ownedGc(netns: string, reps: number): Promise<{ pass: number[]; start: number[]; ops: number }> {
+  const table = OWNED_CONFIG.tables[0]!;
+  const owners = Array.from({ length: ORPHANS }, (_, i) => compileOwner(`alloc-${String(i).padStart(4, '0')}`, ownerBody(i), OWNED_CONFIG.owners!, table));
+  const pass: number[] = [], start: number[] = [];
+  let ops = 0;
+  const sock = open({ netns });
+  try {
+    for (let i = 0; i < reps; i++) {
+      const install = new Keeper({ config: OWNED_CONFIG, netns, intervalMs: 3_600_000, owners });
+      install.on('error', () => undefined);
+      await install.start();
+      await install.stop();
+      const gen = sock.generation();
+      const gc = new Keeper({ config: OWNED_CONFIG, netns, intervalMs: 3_600_000, owners: [] });
+      gc.on('error', () => undefined);
+      let report: RepairReport | undefined;
+      gc.on('repaired', (r: RepairReport) => { report = r; });
+      const t0 = performance.now();
+      await gc.start();
+      const t1 = performance.now();
+      await gc.stop();
+      const left = (await sock.listChains({ family: 'ip', table: 'nfkeeper' })).filter((c) => parseOwnerChain(c.name)).length;
+      const moved = sock.generation() - gen;
+      if (!report || left !== 0 || moved !== 1) throw new Error(`owned GC: ${left} owner chains left, generation moved by ${moved}`);
+      pass.push(report.latencyMs * 1000);
+      start.push((t1 - t0) * 1000);
+      ops = report.ops;
+    }
+  } finally {
+    sock.close();
+  }
+  return { pass, start, ops };
 }
 
 /** The table after GC, without counters and comments: the same for both tools. */
@@ -178,6 +250,13 @@ export async function runS5(o: S5Options): Promise<S5Row[]> {
         out.push({ n, foreignRules: fr, tool: 'native (src/gc scan + one batch)', m: nat, batches: 1, opsOrLines: ops,
           phases: { scanUs: summarize(scans).median, dumpUs: summarize(dumps).median, commitUs: summarize(commits).median } });
         out.push({ n, foreignRules: fr, tool: 'iptables-nft-save + restore --noflush', m: scr, batches: 1, opsOrLines: lines });
+        if (o.owned) {
+          const g = await ownedGc(ns.path, reps);
+          out.push({ n, foreignRules: fr, tool: 'owned GC: keeper start-up pass (src/owners)', m: { ...summarize(g.pass), cpuUs: NaN }, batches: 1, opsOrLines: g.ops });
+          out.push({ n, foreignRules: fr, tool: 'owned GC: whole keeper start()', m: { ...summarize(g.start), cpuUs: NaN }, batches: 1, opsOrLines: g.ops });
+          o.log(`    N = ${n.toLocaleString('en-US')}: owned GC of ${ORPHANS} owners at start-up: pass median ${(summarize(g.pass).median / 1000).toFixed(1)} ms, ` +
+            `start() ${(summarize(g.start).median / 1000).toFixed(1)} ms (${g.ops} ops, one batch)`);
+        }
         o.log(`    N = ${n.toLocaleString('en-US')}: native median ${(nat.median / 1000).toFixed(1)} ms (${ops} ops, one batch; ` +
           `scan ${(summarize(scans).median / 1000).toFixed(1)} ms of which a table dump ${(summarize(dumps).median / 1000).toFixed(1)} ms, ` +
           `commit ${(summarize(commits).median / 1000).toFixed(1)} ms); ` +
