@@ -18,6 +18,7 @@ import { performance } from 'node:perf_hooks';
 import { parseConfig } from '../../src/config/config.js';
 import { Keeper, type RepairReport } from '../../src/keeper/keeper.js';
 import { compileOwner, parseOwnerChain } from '../../src/owners/index.js';
+import { ownerSpec, ownersYaml } from '../../test/owners/fixtures.js';
 import { GraceTracker, planBatch, scan, type ForeignTable } from '../../src/gc/index.js';
 import { open } from '../../src/index.js';
 import { withBenchNetns, type BenchNetns } from '../lib/netns.js';
@@ -114,32 +115,9 @@ export function scriptPlan(save: string, live: ReadonlySet<string>): { text: str
   return { text: out.join('\n'), lines: out.length - 3 };
 }
 
-/** Owners config (the keeper does not open the socket or the state file; they only have to parse). */
-const OWNED_CONFIG = parseConfig(`
-tables:
-  - family: ip
-    name: nfkeeper
-    chains:
-      - name: postrouting
-        type: nat
-        hook: postrouting
-        priority: srcnat
-        rules:
-          - ip saddr 10.244.0.0/16 ip daddr 10.244.0.0/16 return
-owners:
-  family: ip
-  table: nfkeeper
-  dispatch: [postrouting]
-  socket: /nonexistent/nfkeeper.sock
-  state: /nonexistent/owners.json
-`);
-
-/** One owner as an orchestrator registers it: a chain of 9 rules and a jump from postrouting (10 rules). */
-function ownerBody(i: number): unknown {
-  const net = `10.${100 + ((i >> 16) & 127)}.${(i >> 8) & 255}.${i & 255}`;
-  const rules = Array.from({ length: 9 }, (_, k) => (k === 8 ? 'ip daddr != 224.0.0.0/4 masquerade' : `ip daddr 172.16.${k}.0/24 tcp dport ${1000 + k} return`));
-  return { chains: [{ name: 'masq', rules }], jumps: { postrouting: [`ip saddr ${net}/32 jump masq`] } };
-}
+// The owners tests' config and owner shape (a chain of 9 rules and a jump from postrouting: 10 rules);
+// the keeper opens neither the socket nor the state file named in it.
+const OWNED_CONFIG = parseConfig(ownersYaml('/nonexistent'));
 
 /**
  * Owned GC: a keeper installs 1,000 owners and stops; a keeper started with
@@ -149,7 +127,7 @@ function ownerBody(i: number): unknown {
  */
 async function ownedGc(netns: string, reps: number): Promise<{ pass: number[]; start: number[]; ops: number }> {
   const table = OWNED_CONFIG.tables[0]!;
-  const owners = Array.from({ length: ORPHANS }, (_, i) => compileOwner(`alloc-${String(i).padStart(4, '0')}`, ownerBody(i), OWNED_CONFIG.owners!, table));
+  const owners = Array.from({ length: ORPHANS }, (_, i) => compileOwner(`alloc-${String(i).padStart(4, '0')}`, ownerSpec(i, 10), OWNED_CONFIG.owners!, table));
   const pass: number[] = [], start: number[] = [];
   let ops = 0;
   const sock = open({ netns });
