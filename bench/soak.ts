@@ -44,7 +44,7 @@ const OPS: [string, (h: number[], rnd: () => number) => string][] = [
 ];
 
 /** mulberry32: a small seeded PRNG, so a run can be replayed. */
-function prng(seed: number): () => number {
+export function prng(seed: number): () => number {
   let a = seed >>> 0;
   return () => {
     a = (a + 0x6d2b79f5) >>> 0;
