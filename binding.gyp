@@ -12,6 +12,7 @@
         "native/decode.cc",
         "native/decode_json.cc",
         "native/monitor.cc",
+        "native/event.cc",
         "native/notify.cc",
         "native/peercred.cc"
       ],

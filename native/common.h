@@ -5,6 +5,7 @@
 #pragma once
 
 #include <napi.h>
+#include <linux/netlink.h>
 
 #include <cstdint>
 #include <set>
@@ -19,7 +20,23 @@
                                             reinterpret_cast<const char*>(attr)));               \
        (attr) = mnl_attr_next(attr))
 
+// mnl_attr_for_each_nested(), typed the same way.
+#define NFK_NESTED_FOR_EACH(attr, nest)                                                          \
+  for ((attr) = static_cast<const nlattr*>(mnl_attr_get_payload(nest));                          \
+       mnl_attr_ok((attr), static_cast<int>(static_cast<const char*>(mnl_attr_get_payload(nest)) + \
+                                            mnl_attr_get_payload_len(nest) -                     \
+                                            reinterpret_cast<const char*>(attr)));               \
+       (attr) = mnl_attr_next(attr))
+
 namespace nfk {
+
+// mnl_nlmsg_ok() compares (int)nlmsg_len with the bytes left, so a length of
+// 2^31 or more turns negative and passes, and the walk reads far past the
+// buffer (found by native/fuzz). This check does not.
+inline bool MessageOk(const nlmsghdr* nlh, int len) {
+  return len >= static_cast<int>(sizeof(nlmsghdr)) && nlh->nlmsg_len >= sizeof(nlmsghdr) &&
+         nlh->nlmsg_len <= static_cast<uint32_t>(len);
+}
 
 class Closeable {
  public:

@@ -1,5 +1,6 @@
 #include "decode.h"
 
+#include <cerrno>
 #include <cstdio>
 #include <arpa/inet.h>
 #include <libmnl/libmnl.h>
@@ -23,9 +24,40 @@ namespace nfk {
 
 namespace {
 
+// The kernel never sends a message too short for its nfgenmsg or an
+// attribute shorter than its type, but these readers are also run on
+// arbitrary bytes (native/fuzz): every read is checked, and a malformed
+// attribute is treated as absent.
+bool HasNfgenmsg(const nlmsghdr* nlh) {
+  return nlh->nlmsg_len >= MNL_NLMSG_HDRLEN + sizeof(nfgenmsg);
+}
+
+void RequireNfgenmsg(Napi::Env env, const nlmsghdr* nlh, const char* what) {
+  if (!HasNfgenmsg(nlh)) {
+    throw MakeNetlinkError(env, std::string("cannot parse ") + what + " message: truncated", EBADMSG,
+                           std::string("decode ") + what);
+  }
+}
+
 uint32_t MsgFamily(const nlmsghdr* nlh) {
   const nfgenmsg* nfg = static_cast<const nfgenmsg*>(mnl_nlmsg_get_payload(nlh));
   return nfg->nfgen_family;
+}
+
+const char* AttrStr(const nlattr* a) {
+  return a != nullptr && mnl_attr_validate(a, MNL_TYPE_NUL_STRING) >= 0 ? mnl_attr_get_str(a) : nullptr;
+}
+
+bool AttrU32(const nlattr* a, uint32_t* v) {
+  if (a == nullptr || mnl_attr_get_payload_len(a) < sizeof(uint32_t)) return false;
+  *v = ntohl(mnl_attr_get_u32(a));
+  return true;
+}
+
+bool AttrU64(const nlattr* a, uint64_t* v) {
+  if (a == nullptr || mnl_attr_get_payload_len(a) < sizeof(uint64_t)) return false;
+  *v = be64toh(mnl_attr_get_u64(a));
+  return true;
 }
 
 Napi::Value EnumValue(Napi::Env env, const EnumMap& map, int64_t v) {
@@ -47,6 +79,61 @@ int CollectAttr(const nlattr* attr, void* data) {
   return MNL_CB_OK;
 }
 
+// libnftnl 1.2.4 trusts the kernel further than it checks: it strdup()s
+// names validated only as MNL_TYPE_STRING and strcmp()s an expression's name
+// without checking it is there (found by native/fuzz). Before a message goes
+// to libnftnl these hold, or the decoder refuses it (or keeps a rule's
+// expressions raw). The kernel's own messages always pass.
+bool NameOk(const nlattr* a) {
+  return a == nullptr || mnl_attr_validate(a, MNL_TYPE_NUL_STRING) >= 0;
+}
+
+// A data register holding a jump or goto verdict must name its chain:
+// libnftnl strdup()s NFTA_VERDICT_CHAIN without checking it is there. Any
+// nested attribute of an expression may be a register, so all are checked;
+// one that merely looks like a register costs nothing but a raw decode.
+bool VerdictsOk(const nlattr* data) {
+  const nlattr* reg;
+  NFK_NESTED_FOR_EACH(reg, data) {
+    if (mnl_attr_get_payload_len(reg) < MNL_ATTR_HDRLEN) continue;
+    AttrTable d(NFTA_DATA_MAX);
+    if (mnl_attr_parse_nested(reg, CollectAttr, &d) < 0 || d.at[NFTA_DATA_VERDICT] == nullptr) continue;
+    AttrTable v(NFTA_VERDICT_MAX);
+    if (mnl_attr_parse_nested(d.at[NFTA_DATA_VERDICT], CollectAttr, &v) < 0) return false;
+    if (v.at[NFTA_VERDICT_CODE] == nullptr || mnl_attr_get_payload_len(v.at[NFTA_VERDICT_CODE]) < 4) return false;
+    int32_t code = static_cast<int32_t>(ntohl(mnl_attr_get_u32(v.at[NFTA_VERDICT_CODE])));
+    if ((code == NFT_JUMP || code == NFT_GOTO) &&
+        (v.at[NFTA_VERDICT_CHAIN] == nullptr || !NameOk(v.at[NFTA_VERDICT_CHAIN]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool ExprOk(const nlattr* expr) {
+  AttrTable t(NFTA_EXPR_MAX);
+  if (mnl_attr_parse_nested(expr, CollectAttr, &t) < 0) return false;
+  if (t.at[NFTA_EXPR_NAME] == nullptr || !NameOk(t.at[NFTA_EXPR_NAME])) return false;
+  return t.at[NFTA_EXPR_DATA] == nullptr || VerdictsOk(t.at[NFTA_EXPR_DATA]);
+}
+
+bool ExprListOk(const nlattr* list) {
+  if (list == nullptr) return true;
+  const nlattr* a;
+  bool ok = true;
+  NFK_NESTED_FOR_EACH(a, list) {
+    if (mnl_attr_get_type(a) == NFTA_LIST_ELEM && !ExprOk(a)) ok = false;
+  }
+  return ok;
+}
+
+void RefuseMalformed(Napi::Env env, bool ok, const char* what) {
+  if (!ok) {
+    throw MakeNetlinkError(env, std::string("cannot parse ") + what + " message: malformed attribute", EBADMSG,
+                           std::string("decode ") + what);
+  }
+}
+
 // One raw expression: its kernel name and the bytes of NFTA_EXPR_DATA.
 struct RawExpr {
   std::string name;
@@ -63,7 +150,7 @@ std::vector<RawExpr> WalkExpressions(const nlattr* list) {
     AttrTable t(NFTA_EXPR_MAX);
     mnl_attr_parse_nested(elem, CollectAttr, &t);
     RawExpr r;
-    if (t.at[NFTA_EXPR_NAME] != nullptr) r.name = mnl_attr_get_str(t.at[NFTA_EXPR_NAME]);
+    if (const char* name = AttrStr(t.at[NFTA_EXPR_NAME])) r.name = name;
     r.data = t.at[NFTA_EXPR_DATA];
     out.push_back(std::move(r));
   }
@@ -123,8 +210,19 @@ Napi::Object TypedExpr(Napi::Env env, const ExprKind& kind, const nftnl_expr* e)
   return o;
 }
 
+// Owners for libnftnl objects: a Napi call that throws (a null string from a
+// message missing an attribute) must not leak them (found by native/fuzz).
 struct RuleDeleter {
   void operator()(nftnl_rule* r) const { nftnl_rule_free(r); }
+};
+struct ChainDeleter {
+  void operator()(nftnl_chain* c) const { nftnl_chain_free(c); }
+};
+struct SetDeleter {
+  void operator()(nftnl_set* s) const { nftnl_set_free(s); }
+};
+struct ElemsIterDeleter {
+  void operator()(nftnl_set_elems_iter* it) const { nftnl_set_elems_iter_destroy(it); }
 };
 
 }  // namespace
@@ -134,17 +232,18 @@ Napi::Value FamilyValue(Napi::Env env, uint32_t family) {
 }
 
 Napi::Object DecodeTable(Napi::Env env, const nlmsghdr* nlh) {
+  RequireNfgenmsg(env, nlh, "table");
   AttrTable t(NFTA_TABLE_MAX);
   mnl_attr_parse(nlh, sizeof(nfgenmsg), CollectAttr, &t);
   Napi::Object o = Napi::Object::New(env);
   o.Set("family", FamilyValue(env, MsgFamily(nlh)));
-  if (t.at[NFTA_TABLE_NAME]) o.Set("name", mnl_attr_get_str(t.at[NFTA_TABLE_NAME]));
-  o.Set("flags", t.at[NFTA_TABLE_FLAGS] ? ntohl(mnl_attr_get_u32(t.at[NFTA_TABLE_FLAGS])) : 0);
-  if (t.at[NFTA_TABLE_USE]) o.Set("use", ntohl(mnl_attr_get_u32(t.at[NFTA_TABLE_USE])));
-  if (t.at[NFTA_TABLE_HANDLE]) {
-    o.Set("handle", static_cast<double>(be64toh(mnl_attr_get_u64(t.at[NFTA_TABLE_HANDLE]))));
-  }
-  if (t.at[NFTA_TABLE_OWNER]) o.Set("owner", ntohl(mnl_attr_get_u32(t.at[NFTA_TABLE_OWNER])));
+  if (const char* name = AttrStr(t.at[NFTA_TABLE_NAME])) o.Set("name", name);
+  uint32_t u32 = 0;
+  uint64_t u64 = 0;
+  o.Set("flags", AttrU32(t.at[NFTA_TABLE_FLAGS], &u32) ? u32 : 0);
+  if (AttrU32(t.at[NFTA_TABLE_USE], &u32)) o.Set("use", u32);
+  if (AttrU64(t.at[NFTA_TABLE_HANDLE], &u64)) o.Set("handle", static_cast<double>(u64));
+  if (AttrU32(t.at[NFTA_TABLE_OWNER], &u32)) o.Set("owner", u32);
   if (t.at[NFTA_TABLE_USERDATA]) {
     o.Set("userdata", ToHex(mnl_attr_get_payload(t.at[NFTA_TABLE_USERDATA]),
                             mnl_attr_get_payload_len(t.at[NFTA_TABLE_USERDATA])));
@@ -153,10 +252,26 @@ Napi::Object DecodeTable(Napi::Env env, const nlmsghdr* nlh) {
 }
 
 Napi::Object DecodeChain(Napi::Env env, const nlmsghdr* nlh) {
-  nftnl_chain* c = nftnl_chain_alloc();
+  RequireNfgenmsg(env, nlh, "chain");
+  {
+    AttrTable t(NFTA_CHAIN_MAX);
+    mnl_attr_parse(nlh, sizeof(nfgenmsg), CollectAttr, &t);
+    bool ok = NameOk(t.at[NFTA_CHAIN_TABLE]) && NameOk(t.at[NFTA_CHAIN_NAME]) && NameOk(t.at[NFTA_CHAIN_TYPE]);
+    if (ok && t.at[NFTA_CHAIN_HOOK] != nullptr) {
+      AttrTable h(NFTA_HOOK_MAX);
+      mnl_attr_parse_nested(t.at[NFTA_CHAIN_HOOK], CollectAttr, &h);
+      ok = NameOk(h.at[NFTA_HOOK_DEV]);
+      if (ok && h.at[NFTA_HOOK_DEVS] != nullptr) {
+        const nlattr* d;
+        NFK_NESTED_FOR_EACH(d, h.at[NFTA_HOOK_DEVS]) ok = ok && NameOk(d);
+      }
+    }
+    RefuseMalformed(env, ok, "chain");
+  }
+  std::unique_ptr<nftnl_chain, ChainDeleter> owned(nftnl_chain_alloc());
+  nftnl_chain* c = owned.get();
   if (c == nullptr) throw Napi::Error::New(env, "out of memory");
   if (nftnl_chain_nlmsg_parse(nlh, c) < 0) {
-    nftnl_chain_free(c);
     throw MakeNetlinkError(env, "cannot parse chain message", errno, "decode chain");
   }
   Napi::Object o = Napi::Object::New(env);
@@ -182,7 +297,6 @@ Napi::Object DecodeChain(Napi::Env env, const nlmsghdr* nlh) {
     const void* d = nftnl_chain_get_data(c, NFTNL_CHAIN_USERDATA, &len);
     o.Set("userdata", ToHex(d, len));
   }
-  nftnl_chain_free(c);
   return o;
 }
 
@@ -190,18 +304,16 @@ Napi::Object DecodeChain(Napi::Env env, const nlmsghdr* nlh) {
 // whose expressions libnftnl cannot parse (a kind newer than libnftnl) still
 // decodes, with every expression kept raw.
 Napi::Object DecodeRule(Napi::Env env, const nlmsghdr* nlh) {
+  RequireNfgenmsg(env, nlh, "rule");
   AttrTable t(NFTA_RULE_MAX);
   mnl_attr_parse(nlh, sizeof(nfgenmsg), CollectAttr, &t);
   Napi::Object o = Napi::Object::New(env);
   o.Set("family", FamilyValue(env, MsgFamily(nlh)));
-  if (t.at[NFTA_RULE_TABLE]) o.Set("table", mnl_attr_get_str(t.at[NFTA_RULE_TABLE]));
-  if (t.at[NFTA_RULE_CHAIN]) o.Set("chain", mnl_attr_get_str(t.at[NFTA_RULE_CHAIN]));
-  if (t.at[NFTA_RULE_HANDLE]) {
-    o.Set("handle", static_cast<double>(be64toh(mnl_attr_get_u64(t.at[NFTA_RULE_HANDLE]))));
-  }
-  if (t.at[NFTA_RULE_POSITION]) {
-    o.Set("position", static_cast<double>(be64toh(mnl_attr_get_u64(t.at[NFTA_RULE_POSITION]))));
-  }
+  if (const char* table = AttrStr(t.at[NFTA_RULE_TABLE])) o.Set("table", table);
+  if (const char* chain = AttrStr(t.at[NFTA_RULE_CHAIN])) o.Set("chain", chain);
+  uint64_t u64 = 0;
+  if (AttrU64(t.at[NFTA_RULE_HANDLE], &u64)) o.Set("handle", static_cast<double>(u64));
+  if (AttrU64(t.at[NFTA_RULE_POSITION], &u64)) o.Set("position", static_cast<double>(u64));
   if (t.at[NFTA_RULE_USERDATA]) {
     o.Set("userdata", ToHex(mnl_attr_get_payload(t.at[NFTA_RULE_USERDATA]),
                             mnl_attr_get_payload_len(t.at[NFTA_RULE_USERDATA])));
@@ -211,7 +323,8 @@ Napi::Object DecodeRule(Napi::Env env, const nlmsghdr* nlh) {
   if (t.at[NFTA_RULE_EXPRESSIONS]) raw = WalkExpressions(t.at[NFTA_RULE_EXPRESSIONS]);
 
   std::unique_ptr<nftnl_rule, RuleDeleter> rule(nftnl_rule_alloc());
-  bool parsed = rule && nftnl_rule_nlmsg_parse(nlh, rule.get()) >= 0;
+  bool parsed = rule && NameOk(t.at[NFTA_RULE_TABLE]) && NameOk(t.at[NFTA_RULE_CHAIN]) &&
+                ExprListOk(t.at[NFTA_RULE_EXPRESSIONS]) && nftnl_rule_nlmsg_parse(nlh, rule.get()) >= 0;
   std::vector<nftnl_expr*> typed;
   if (parsed) {
     nftnl_expr_iter* it = nftnl_expr_iter_create(rule.get());
@@ -236,10 +349,18 @@ Napi::Object DecodeRule(Napi::Env env, const nlmsghdr* nlh) {
 }
 
 Napi::Object DecodeSet(Napi::Env env, const nlmsghdr* nlh) {
-  nftnl_set* s = nftnl_set_alloc();
+  RequireNfgenmsg(env, nlh, "set");
+  {
+    AttrTable t(NFTA_SET_MAX);
+    mnl_attr_parse(nlh, sizeof(nfgenmsg), CollectAttr, &t);
+    RefuseMalformed(env, NameOk(t.at[NFTA_SET_TABLE]) && NameOk(t.at[NFTA_SET_NAME]) &&
+                             (t.at[NFTA_SET_EXPR] == nullptr || ExprOk(t.at[NFTA_SET_EXPR])) &&
+                             ExprListOk(t.at[NFTA_SET_EXPRESSIONS]), "set");
+  }
+  std::unique_ptr<nftnl_set, SetDeleter> owned(nftnl_set_alloc());
+  nftnl_set* s = owned.get();
   if (s == nullptr) throw Napi::Error::New(env, "out of memory");
   if (nftnl_set_nlmsg_parse(nlh, s) < 0) {
-    nftnl_set_free(s);
     throw MakeNetlinkError(env, "cannot parse set message", errno, "decode set");
   }
   Napi::Object o = Napi::Object::New(env);
@@ -264,18 +385,36 @@ Napi::Object DecodeSet(Napi::Env env, const nlmsghdr* nlh) {
     const void* d = nftnl_set_get_data(s, NFTNL_SET_USERDATA, &len);
     o.Set("userdata", ToHex(d, len));
   }
-  nftnl_set_free(s);
   return o;
 }
 
 void DecodeSetElems(Napi::Env env, const nlmsghdr* nlh, Napi::Array out) {
-  nftnl_set* s = nftnl_set_alloc();
+  RequireNfgenmsg(env, nlh, "set element");
+  {
+    AttrTable t(NFTA_SET_ELEM_LIST_MAX);
+    mnl_attr_parse(nlh, sizeof(nfgenmsg), CollectAttr, &t);
+    bool ok = NameOk(t.at[NFTA_SET_ELEM_LIST_TABLE]) && NameOk(t.at[NFTA_SET_ELEM_LIST_SET]);
+    if (ok && t.at[NFTA_SET_ELEM_LIST_ELEMENTS] != nullptr) {
+      const nlattr* e;
+      NFK_NESTED_FOR_EACH(e, t.at[NFTA_SET_ELEM_LIST_ELEMENTS]) {
+        AttrTable el(NFTA_SET_ELEM_MAX);
+        mnl_attr_parse_nested(e, CollectAttr, &el);
+        ok = ok && NameOk(el.at[NFTA_SET_ELEM_OBJREF]) && VerdictsOk(e) &&
+             (el.at[NFTA_SET_ELEM_EXPR] == nullptr || ExprOk(el.at[NFTA_SET_ELEM_EXPR])) &&
+             ExprListOk(el.at[NFTA_SET_ELEM_EXPRESSIONS]);
+      }
+    }
+    RefuseMalformed(env, ok, "set element");
+  }
+  std::unique_ptr<nftnl_set, SetDeleter> owned(nftnl_set_alloc());
+  nftnl_set* s = owned.get();
   if (s == nullptr) throw Napi::Error::New(env, "out of memory");
   if (nftnl_set_elems_nlmsg_parse(nlh, s) < 0) {
-    nftnl_set_free(s);
     throw MakeNetlinkError(env, "cannot parse set element message", errno, "decode set elements");
   }
-  nftnl_set_elems_iter* it = nftnl_set_elems_iter_create(s);
+  std::unique_ptr<nftnl_set_elems_iter, ElemsIterDeleter> ownedIt(nftnl_set_elems_iter_create(s));
+  nftnl_set_elems_iter* it = ownedIt.get();
+  if (it == nullptr) throw Napi::Error::New(env, "out of memory");
   uint32_t n = out.Length();
   for (nftnl_set_elem* e = nftnl_set_elems_iter_next(it); e != nullptr;
        e = nftnl_set_elems_iter_next(it)) {
@@ -309,16 +448,13 @@ void DecodeSetElems(Napi::Env env, const nlmsghdr* nlh, Napi::Array out) {
     }
     out.Set(n++, o);
   }
-  nftnl_set_elems_iter_destroy(it);
-  nftnl_set_free(s);
 }
 
 bool DecodeGeneration(const nlmsghdr* nlh, uint32_t* id) {
+  if (!HasNfgenmsg(nlh)) return false;
   AttrTable t(NFTA_GEN_MAX);
   if (mnl_attr_parse(nlh, sizeof(nfgenmsg), CollectAttr, &t) < 0) return false;
-  if (t.at[NFTA_GEN_ID] == nullptr) return false;
-  *id = ntohl(mnl_attr_get_u32(t.at[NFTA_GEN_ID]));
-  return true;
+  return AttrU32(t.at[NFTA_GEN_ID], id);
 }
 
 }  // namespace nfk

@@ -17,57 +17,6 @@
 
 namespace nfk {
 
-namespace {
-
-constexpr size_t kMaxEventsPerBatch = 256;
-
-const char* EventName(uint16_t type) {
-  switch (type) {
-    case NFT_MSG_NEWTABLE: return "newtable";
-    case NFT_MSG_DELTABLE: return "deltable";
-    case NFT_MSG_NEWCHAIN: return "newchain";
-    case NFT_MSG_DELCHAIN: return "delchain";
-    case NFT_MSG_NEWRULE: return "newrule";
-    case NFT_MSG_DELRULE: return "delrule";
-    case NFT_MSG_NEWSET: return "newset";
-    case NFT_MSG_DELSET: return "delset";
-    case NFT_MSG_NEWSETELEM: return "newsetelem";
-    case NFT_MSG_DELSETELEM: return "delsetelem";
-    case NFT_MSG_NEWOBJ: return "newobj";
-    case NFT_MSG_DELOBJ: return "delobj";
-    case NFT_MSG_NEWFLOWTABLE: return "newflowtable";
-    case NFT_MSG_DELFLOWTABLE: return "delflowtable";
-    default: return nullptr;
-  }
-}
-
-// Attribute 1 is the table name in every object message (NFTA_TABLE_NAME,
-// NFTA_CHAIN_TABLE, NFTA_RULE_TABLE, NFTA_SET_TABLE, NFTA_SET_ELEM_LIST_TABLE,
-// NFTA_OBJ_TABLE, NFTA_FLOWTABLE_TABLE); the second name differs per object.
-void ParseEvent(const nlmsghdr* nlh, uint16_t type, MonitorEvent* ev) {
-  uint16_t nameAttr = 0, handleAttr = 0;
-  switch (type) {
-    case NFT_MSG_NEWCHAIN: case NFT_MSG_DELCHAIN:
-      nameAttr = NFTA_CHAIN_NAME; handleAttr = NFTA_CHAIN_HANDLE; break;
-    case NFT_MSG_NEWRULE: case NFT_MSG_DELRULE:
-      nameAttr = NFTA_RULE_CHAIN; handleAttr = NFTA_RULE_HANDLE; break;
-    case NFT_MSG_NEWSET: case NFT_MSG_DELSET: nameAttr = NFTA_SET_NAME; break;
-    case NFT_MSG_NEWSETELEM: case NFT_MSG_DELSETELEM: nameAttr = NFTA_SET_ELEM_LIST_SET; break;
-    default: break;
-  }
-  nlattr* attr;
-  NFK_ATTR_FOR_EACH(attr, nlh, sizeof(nfgenmsg)) {
-    uint16_t t = mnl_attr_get_type(attr);
-    if (t == 1 && mnl_attr_validate(attr, MNL_TYPE_NUL_STRING) >= 0) ev->table = mnl_attr_get_str(attr);
-    else if (nameAttr != 0 && t == nameAttr && mnl_attr_validate(attr, MNL_TYPE_NUL_STRING) >= 0)
-      ev->name = mnl_attr_get_str(attr);
-    else if (handleAttr != 0 && t == handleAttr && mnl_attr_get_payload_len(attr) == 8)
-      ev->handle = be64toh(mnl_attr_get_u64(attr));
-  }
-}
-
-}  // namespace
-
 Napi::Function NftMonitor::Init(Napi::Env env) {
   return DefineClass(env, "NftMonitor",
                      {
@@ -160,21 +109,15 @@ void NftMonitor::ParseFilter(Napi::Env env, const Napi::Value& tables, const Nap
     for (uint32_t i = 0; i < arr.Length(); i++) ports.insert(arr.Get(i).As<Napi::Number>().Uint32Value());
   }
   std::lock_guard<std::mutex> lock(filterMutex_);
-  tables_ = std::move(t);
-  allTables_ = all;
-  ignorePorts_ = std::move(ports);
+  filter_.tables = std::move(t);
+  filter_.allTables = all;
+  filter_.ignorePorts = std::move(ports);
 }
 
 // setFilter(tables: [family, name][] | null, ignorePorts: number[])
 Napi::Value NftMonitor::SetFilter(const Napi::CallbackInfo& info) {
   ParseFilter(info.Env(), info[0], info[1]);
   return info.Env().Undefined();
-}
-
-bool NftMonitor::Wanted(const MonitorEvent& e) {
-  if (e.type == "deltable") return true;  // any table deletion may be `nft flush ruleset`
-  std::lock_guard<std::mutex> lock(filterMutex_);
-  return allTables_ || tables_.count({e.family, e.table}) > 0;
 }
 
 void NftMonitor::Deliver(MonitorBatch* batch) {
@@ -205,8 +148,7 @@ void NftMonitor::Deliver(MonitorBatch* batch) {
 void NftMonitor::Run() {
   std::vector<uint8_t> buf(256 * 1024);
   int fd = mnl_socket_get_fd(nl_);
-  auto pending = std::make_unique<MonitorBatch>();
-  bool foreign = false;  // the pending batch holds an event not from an ignored port
+  EventBatcher batcher;
   while (!stopping_) {
     pollfd fds[2] = {{fd, POLLIN, 0}, {wakeFd_, POLLIN, 0}};
     if (poll(fds, 2, -1) < 0) {
@@ -214,47 +156,32 @@ void NftMonitor::Run() {
       break;
     }
     if (fds[1].revents || stopping_) break;
-    ssize_t n = recv(fd, buf.data(), buf.size(), MSG_DONTWAIT);
+    sockaddr_nl from = {};
+    socklen_t fromLen = sizeof(from);
+    ssize_t n = recvfrom(fd, buf.data(), buf.size(), MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&from), &fromLen);
     if (n < 0) {
       if (errno == EAGAIN || errno == EINTR) continue;
       if (errno == ENOBUFS) {
         auto b = new MonitorBatch();
         b->overflow = true;
         Deliver(b);
-        pending = std::make_unique<MonitorBatch>();
-        foreign = false;
+        batcher.Reset();
         continue;
       }
       break;
     }
+    // Only the kernel speaks for nf_tables; a process with CAP_NET_ADMIN can
+    // also send to the multicast group, and its datagrams are not events.
+    if (from.nl_pid != 0) continue;
     const nlmsghdr* nlh = reinterpret_cast<const nlmsghdr*>(buf.data());
     int len = static_cast<int>(n);
-    for (; mnl_nlmsg_ok(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
-      if (NFNL_SUBSYS_ID(nlh->nlmsg_type) != NFNL_SUBSYS_NFTABLES) continue;
-      uint16_t type = NFNL_MSG_TYPE(nlh->nlmsg_type);
-      if (type == NFT_MSG_NEWGEN) {
-        if (!pending->events.empty() && foreign) {
-          DecodeGeneration(nlh, &pending->generation);
-          Deliver(pending.release());
-        }
-        pending = std::make_unique<MonitorBatch>();
-        foreign = false;
-        continue;
-      }
-      const char* name = EventName(type);
-      if (name == nullptr) continue;
-      MonitorEvent ev;
-      ev.type = name;
-      ev.family = static_cast<const nfgenmsg*>(mnl_nlmsg_get_payload(nlh))->nfgen_family;
-      ev.portId = nlh->nlmsg_pid;
-      ParseEvent(nlh, type, &ev);
-      if (!Wanted(ev)) continue;
+    for (; MessageOk(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
+      std::unique_ptr<MonitorBatch> done;
       {
         std::lock_guard<std::mutex> lock(filterMutex_);
-        if (ignorePorts_.count(ev.portId) == 0) foreign = true;
+        done = batcher.Feed(nlh, filter_);
       }
-      if (pending->events.size() < kMaxEventsPerBatch) pending->events.push_back(std::move(ev));
-      else pending->truncated = true;
+      if (done) Deliver(done.release());
     }
   }
 }

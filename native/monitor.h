@@ -17,24 +17,9 @@
 #include <vector>
 
 #include "common.h"
+#include "event.h"
 
 namespace nfk {
-
-struct MonitorEvent {
-  std::string type;   // "newrule", "delchain", ...
-  uint32_t family = 0;
-  std::string table;
-  std::string name;   // chain of a rule; name of a chain or set
-  uint64_t handle = 0;
-  uint32_t portId = 0;  // nlmsg_pid: the sender's netlink port id
-};
-
-struct MonitorBatch {
-  bool overflow = false;   // ENOBUFS: events were lost, resync
-  uint32_t generation = 0;
-  bool truncated = false;  // more events than we keep per batch
-  std::vector<MonitorEvent> events;
-};
 
 class NftMonitor : public Napi::ObjectWrap<NftMonitor>, public Closeable {
  public:
@@ -51,7 +36,6 @@ class NftMonitor : public Napi::ObjectWrap<NftMonitor>, public Closeable {
   void ParseFilter(Napi::Env env, const Napi::Value& tables, const Napi::Value& ignorePorts);
   void Run();
   void Deliver(MonitorBatch* batch);
-  bool Wanted(const MonitorEvent& e);
 
   mnl_socket* nl_ = nullptr;
   int wakeFd_ = -1;
@@ -61,9 +45,7 @@ class NftMonitor : public Napi::ObjectWrap<NftMonitor>, public Closeable {
   bool closed_ = false;
 
   std::mutex filterMutex_;
-  std::set<std::pair<uint32_t, std::string>> tables_;
-  bool allTables_ = false;
-  std::set<uint32_t> ignorePorts_;  // our own commit socket(s): not tampering
+  EventFilter filter_;
 
   AddonData* data_ = nullptr;
 };

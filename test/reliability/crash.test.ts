@@ -71,6 +71,7 @@ interface Daemon {
   child: ChildProcess;
   logs: Record<string, unknown>[];
   exited: Promise<number | null>;
+  stderr: string[];
 }
 
 function startDaemon(ns: Netns, config: string): Daemon {
@@ -83,9 +84,10 @@ function startDaemon(ns: Netns, config: string): Daemon {
     partial = lines.pop()!;
     for (const l of lines) if (l) logs.push(JSON.parse(l) as Record<string, unknown>);
   });
-  child.stderr!.on('data', () => undefined);
+  const stderr: string[] = [];
+  child.stderr!.on('data', (d: Buffer) => stderr.push(d.toString()));
   const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
-  return { child, logs, exited };
+  return { child, logs, exited, stderr };
 }
 
 /** Polls the generation (a few µs per read) until it moves; returns ms since `t0`. */
@@ -116,7 +118,10 @@ async function kill9(d: Daemon): Promise<void> {
   await d.exited;
 }
 
-const running = (d: Daemon) => d.logs.some((l) => l.msg === 'nfkeeper running');
+function running(d: Daemon): boolean {
+  if (d.child.exitCode !== null) throw new Error(`the daemon exited with ${d.child.exitCode}: ${d.stderr.join('')}`);
+  return d.logs.some((l) => l.msg === 'nfkeeper running');
+}
 
 /** Every rule of the namespace as `comment handle`, in listing order. */
 function allHandles(ns: Netns): string[] {
@@ -174,7 +179,7 @@ describe('kill -9 at random points', () => {
         ns.exec('nft', ['flush', 'ruleset']);  // the protected table is an orphan now: anyone may delete it
         expect(kernelHolds(ns)).toBe('none');
         // Around the commit: from well before it (compiling, planning, encoding) to just after.
-        const delay = commitAt * (0.6 + 0.5 * rnd());
+        const delay = commitAt * (0.7 + 0.6 * rnd());
         d = startDaemon(ns, config);
         await sleep(delay);
         await kill9(d);
@@ -209,7 +214,7 @@ describe('kill -9 at random points', () => {
         await until('the daemon to be running', () => running(d));
         expect(kernelHolds(ns)).toBe('A');
         writeConfig(config, NEW);
-        const delay = commitAt * (0.5 + 0.7 * rnd());
+        const delay = commitAt * (0.6 + 0.8 * rnd());
         t0 = performance.now();
         d.child.kill('SIGHUP');
         await sleep(delay);

@@ -1,0 +1,99 @@
+#include "event.h"
+
+#include <endian.h>
+#include <libmnl/libmnl.h>
+#include <linux/netfilter/nf_tables.h>
+#include <linux/netfilter/nfnetlink.h>
+
+#include "common.h"
+#include "decode.h"
+
+namespace nfk {
+
+namespace {
+
+const char* EventName(uint16_t type) {
+  switch (type) {
+    case NFT_MSG_NEWTABLE: return "newtable";
+    case NFT_MSG_DELTABLE: return "deltable";
+    case NFT_MSG_NEWCHAIN: return "newchain";
+    case NFT_MSG_DELCHAIN: return "delchain";
+    case NFT_MSG_NEWRULE: return "newrule";
+    case NFT_MSG_DELRULE: return "delrule";
+    case NFT_MSG_NEWSET: return "newset";
+    case NFT_MSG_DELSET: return "delset";
+    case NFT_MSG_NEWSETELEM: return "newsetelem";
+    case NFT_MSG_DELSETELEM: return "delsetelem";
+    case NFT_MSG_NEWOBJ: return "newobj";
+    case NFT_MSG_DELOBJ: return "delobj";
+    case NFT_MSG_NEWFLOWTABLE: return "newflowtable";
+    case NFT_MSG_DELFLOWTABLE: return "delflowtable";
+    default: return nullptr;
+  }
+}
+
+}  // namespace
+
+bool EventFilter::Wanted(const MonitorEvent& e) const {
+  if (e.type == "deltable") return true;  // any table deletion may be `nft flush ruleset`
+  return allTables || tables.count({e.family, e.table}) > 0;
+}
+
+// Attribute 1 is the table name in every object message (NFTA_TABLE_NAME,
+// NFTA_CHAIN_TABLE, NFTA_RULE_TABLE, NFTA_SET_TABLE, NFTA_SET_ELEM_LIST_TABLE,
+// NFTA_OBJ_TABLE, NFTA_FLOWTABLE_TABLE); the second name differs per object.
+bool ParseEvent(const nlmsghdr* nlh, MonitorEvent* ev) {
+  if (NFNL_SUBSYS_ID(nlh->nlmsg_type) != NFNL_SUBSYS_NFTABLES) return false;
+  uint16_t type = NFNL_MSG_TYPE(nlh->nlmsg_type);
+  const char* name = EventName(type);
+  if (name == nullptr || nlh->nlmsg_len < MNL_NLMSG_HDRLEN + sizeof(nfgenmsg)) return false;
+  ev->type = name;
+  ev->family = static_cast<const nfgenmsg*>(mnl_nlmsg_get_payload(nlh))->nfgen_family;
+  ev->portId = nlh->nlmsg_pid;
+  uint16_t nameAttr = 0, handleAttr = 0;
+  switch (type) {
+    case NFT_MSG_NEWCHAIN: case NFT_MSG_DELCHAIN:
+      nameAttr = NFTA_CHAIN_NAME; handleAttr = NFTA_CHAIN_HANDLE; break;
+    case NFT_MSG_NEWRULE: case NFT_MSG_DELRULE:
+      nameAttr = NFTA_RULE_CHAIN; handleAttr = NFTA_RULE_HANDLE; break;
+    case NFT_MSG_NEWSET: case NFT_MSG_DELSET: nameAttr = NFTA_SET_NAME; break;
+    case NFT_MSG_NEWSETELEM: case NFT_MSG_DELSETELEM: nameAttr = NFTA_SET_ELEM_LIST_SET; break;
+    default: break;
+  }
+  nlattr* attr;
+  NFK_ATTR_FOR_EACH(attr, nlh, sizeof(nfgenmsg)) {
+    uint16_t t = mnl_attr_get_type(attr);
+    if (t == 1 && mnl_attr_validate(attr, MNL_TYPE_NUL_STRING) >= 0) ev->table = mnl_attr_get_str(attr);
+    else if (nameAttr != 0 && t == nameAttr && mnl_attr_validate(attr, MNL_TYPE_NUL_STRING) >= 0)
+      ev->name = mnl_attr_get_str(attr);
+    else if (handleAttr != 0 && t == handleAttr && mnl_attr_get_payload_len(attr) == 8)
+      ev->handle = be64toh(mnl_attr_get_u64(attr));
+  }
+  return true;
+}
+
+std::unique_ptr<MonitorBatch> EventBatcher::Feed(const nlmsghdr* nlh, const EventFilter& filter) {
+  if (NFNL_SUBSYS_ID(nlh->nlmsg_type) != NFNL_SUBSYS_NFTABLES) return nullptr;
+  if (NFNL_MSG_TYPE(nlh->nlmsg_type) == NFT_MSG_NEWGEN) {
+    std::unique_ptr<MonitorBatch> done;
+    if (!pending_->events.empty() && foreign_) {
+      DecodeGeneration(nlh, &pending_->generation);
+      done = std::move(pending_);
+    }
+    Reset();
+    return done;
+  }
+  MonitorEvent ev;
+  if (!ParseEvent(nlh, &ev) || !filter.Wanted(ev)) return nullptr;
+  if (filter.ignorePorts.count(ev.portId) == 0) foreign_ = true;
+  if (pending_->events.size() < kMaxEventsPerBatch) pending_->events.push_back(std::move(ev));
+  else pending_->truncated = true;
+  return nullptr;
+}
+
+void EventBatcher::Reset() {
+  pending_ = std::make_unique<MonitorBatch>();
+  foreign_ = false;
+}
+
+}  // namespace nfk

@@ -1,0 +1,65 @@
+// Monitor events, apart from the socket and JavaScript: one multicast message
+// to a MonitorEvent, the table filter, and the grouping of a commit's events
+// up to its NEWGEN. The monitor thread (monitor.cc) runs this on every
+// message it receives; the fuzz harness (native/fuzz/) runs the same code on
+// hostile bytes.
+#pragma once
+
+#include <linux/netlink.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace nfk {
+
+struct MonitorEvent {
+  std::string type;   // "newrule", "delchain", ...
+  uint32_t family = 0;
+  std::string table;
+  std::string name;   // chain of a rule; name of a chain or set
+  uint64_t handle = 0;
+  uint32_t portId = 0;  // nlmsg_pid: the sender's netlink port id
+};
+
+struct MonitorBatch {
+  bool overflow = false;   // ENOBUFS: events were lost, resync
+  uint32_t generation = 0;
+  bool truncated = false;  // more events than we keep per batch
+  std::vector<MonitorEvent> events;
+};
+
+// Which events wake JavaScript.
+struct EventFilter {
+  std::set<std::pair<uint32_t, std::string>> tables;
+  bool allTables = false;
+  std::set<uint32_t> ignorePorts;  // our own commit socket(s): not tampering
+
+  bool Wanted(const MonitorEvent& e) const;
+};
+
+// Reads one nf_tables object message into `ev`; false for anything that is
+// not a table/chain/rule/set/element/object/flowtable event.
+bool ParseEvent(const nlmsghdr* nlh, MonitorEvent* ev);
+
+// Collects the wanted events of one commit. The kernel ends every commit's
+// events with NFT_MSG_NEWGEN.
+class EventBatcher {
+ public:
+  static constexpr size_t kMaxEventsPerBatch = 256;
+  // Takes one message; returns the finished batch at a NEWGEN that closes a
+  // commit with a wanted event from a port not ignored, else nullptr.
+  std::unique_ptr<MonitorBatch> Feed(const nlmsghdr* nlh, const EventFilter& filter);
+  // After an overflow: what was pending is incomplete, drop it.
+  void Reset();
+
+ private:
+  std::unique_ptr<MonitorBatch> pending_ = std::make_unique<MonitorBatch>();
+  bool foreign_ = false;  // the pending batch holds an event not from an ignored port
+};
+
+}  // namespace nfk

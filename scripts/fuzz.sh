@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Builds native/fuzz/fuzz_decode (libFuzzer + AddressSanitizer + UBSan, clang)
+# from the addon's own decode/event sources and runs it for a bounded time on
+# a copy of the committed seed corpus.
+#   bash scripts/fuzz.sh [seconds=60] [extra libFuzzer flags...]
+# Prints one line "fuzz: N executions, C crashes in S s" and exits non-zero on
+# a crash, leaving the crashing input under build/fuzz/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=${1:-60}
+shift || true
+
+cxx=""
+for c in clang++ clang++-14 clang++-15 clang++-16; do
+  command -v "$c" >/dev/null && { cxx=$c; break; }
+done
+if [ -z "$cxx" ]; then
+  echo "fuzz: clang++ not found; on Debian: apt-get install clang-14 libclang-rt-14-dev (scripts/setup.sh does it)" >&2
+  exit 2
+fi
+
+out=build/fuzz
+mkdir -p "$out/obj" "$out/corpus" "$out/crashes"
+napi_inc=$(node -p "require('node-addon-api').include_dir")
+flags=(-std=c++17 -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined
+  -fno-sanitize-recover=undefined -DNAPI_VERSION=8 -DNAPI_CPP_EXCEPTIONS -DNODE_ADDON_API_DISABLE_DEPRECATED
+  -I/usr/include/node -I"$napi_inc" $(pkg-config --cflags libnftnl libmnl))
+sources=(native/decode.cc native/expr_table.cc native/event.cc native/common.cc
+  native/fuzz/napi_shim.cc native/fuzz/fuzz_decode.cc)
+cc=${cxx/clang++/clang}
+"$cc" -g -O1 -fexceptions -c native/fuzz/abi_exit.c -o "$out/obj/abi_exit.o"
+objs=("$out/obj/abi_exit.o")
+for src in "${sources[@]}"; do
+  obj="$out/obj/$(basename "$src" .cc).o"
+  if [ ! -f "$obj" ] || [ "$src" -nt "$obj" ] || [ native/common.h -nt "$obj" ] || [ native/event.h -nt "$obj" ]; then
+    "$cxx" "${flags[@]}" -c "$src" -o "$obj"
+  fi
+  objs+=("$obj")
+done
+"$cxx" -fsanitize=fuzzer,address,undefined "${objs[@]}" $(pkg-config --libs libnftnl libmnl) -o "$out/fuzz_decode"
+
+cp -n native/fuzz/corpus/* "$out/corpus/" 2>/dev/null || true
+log="$out/last-run.log"
+set +e
+ASAN_OPTIONS=suppressions=native/fuzz/asan.supp LSAN_OPTIONS=suppressions=native/fuzz/lsan.supp UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  "$out/fuzz_decode" -max_total_time="$seconds" -max_len=65536 \
+  -artifact_prefix="$out/crashes/" -print_final_stats=1 "$@" "$out/corpus" >"$log" 2>&1
+status=$?
+set -e
+execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+crashes=$(ls "$out/crashes" | wc -l)
+abi=$(sed -n 's/^stat::libnftnl_abi_exits: *//p' "$log" | tail -1)
+echo "fuzz: ${execs:-?} executions, $crashes crashes in ${seconds} s; libnftnl exit() calls caught: ${abi:-0} (corpus $(ls "$out/corpus" | wc -l) inputs; log $log)"
+if [ $status -ne 0 ]; then
+  grep -E "ERROR|SUMMARY|runtime error" "$log" | head -5 >&2
+  exit 1
+fi

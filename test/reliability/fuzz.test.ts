@@ -1,0 +1,24 @@
+/**
+ * A few seconds of the libFuzzer harness (native/fuzz/fuzz_decode.cc) over the
+ * committed seed corpus: the addon's decoders and the monitor's event filter
+ * on mutated kernel messages, under AddressSanitizer, UBSan and LeakSanitizer.
+ * `npm run fuzz` runs it for a minute; docs/reliability.md has the figures.
+ */
+import { spawnSync } from 'node:child_process';
+import { describe, expect, it } from 'vitest';
+
+const clang = ['clang++', 'clang++-14', 'clang++-15', 'clang++-16']
+  .some((c) => spawnSync('sh', ['-c', `command -v ${c}`]).status === 0);
+
+describe.skipIf(!clang)('libFuzzer smoke', () => {
+  it('decodes mutated kernel messages for 5 s without a crash, leak or undefined behaviour', () => {
+    const r = spawnSync('bash', ['scripts/fuzz.sh', '5'], { encoding: 'utf8' });
+    const line = r.stdout.trim();
+    console.log(`[fuzz] ${line}`);
+    expect(r.status, r.stderr).toBe(0);
+    const m = /fuzz: (\d+) executions, (\d+) crashes/.exec(line);
+    expect(m).not.toBeNull();
+    expect(Number(m![1])).toBeGreaterThan(100);
+    expect(Number(m![2])).toBe(0);
+  }, 180_000);
+});
