@@ -5,7 +5,7 @@
  * will accept (modulo the kernel's own refusals, which leave it unchanged).
  */
 import { readFileSync } from 'node:fs';
-import { LineCounter, parseDocument, isScalar, type Document } from 'yaml';
+import { LineCounter, parseDocument, isScalar, visit, type Document } from 'yaml';
 import { z } from 'zod';
 import { ConfigError, NfkeeperError } from '../errors.js';
 import type { Family } from '../netlink/expr.js';
@@ -103,7 +103,15 @@ export function parseConfig(text: string, file = '<config>'): Config {
     const pos = at(err.pos[0]);
     throw new ConfigError(file, pos.line, pos.col, err.message.split('\n')[0]!);
   }
-  const raw = doc.toJS() ?? {};
+  let raw: unknown;
+  try {
+    raw = doc.toJS() ?? {};
+  } catch (e) {
+    // An alias without its anchor, or too many aliases (a billion laughs):
+    // yaml throws a ReferenceError here, found by test/config/property.test.ts.
+    const pos = at(firstAliasProblem(doc) ?? 0);
+    throw new ConfigError(file, pos.line, pos.col, (e as Error).message.split('\n')[0]!);
+  }
   const parsed = SCHEMA.safeParse(raw);
   if (!parsed.success) {
     const issue = parsed.error.issues[0]!;
@@ -199,6 +207,17 @@ export function checkRulePlacement(rule: CompiledRule, hook: Hook | undefined, t
     }
   }
   return undefined;
+}
+
+/** Where the first alias that does not resolve starts, if one does not. */
+function firstAliasProblem(doc: Document): number | undefined {
+  let found: number | undefined;
+  visit(doc, {
+    Alias(_key, node) {
+      if (found === undefined && node.resolve(doc) === undefined) found = node.range?.[0];
+    },
+  });
+  return found;
 }
 
 function positionOf(doc: Document, lines: LineCounter, path: (string | number)[], innerColumn?: number) {

@@ -92,3 +92,19 @@ describe('config', () => {
       .toMatch(/nowhere/);
   });
 });
+
+describe('config aliases', () => {
+  it('an alias without its anchor is a ConfigError at the alias, not a ReferenceError', () => {
+    const e = configError('tables:\n  - family: *f\n    name: t\n');
+    expect([e.line, e.column]).toEqual([2, 13]);
+    expect(e.reason).toMatch(/alias/i);
+  });
+
+  it('a billion laughs is refused, not expanded', () => {
+    const lol = ['a: &a ["x","x","x","x","x","x","x","x","x","x"]'];
+    for (let i = 1; i < 9; i++) lol.push(`${String.fromCharCode(97 + i)}: &${String.fromCharCode(97 + i)} [${Array(10).fill('*' + String.fromCharCode(96 + i)).join(',')}]`);
+    lol.push('tables: *i');
+    const e = configError(lol.join('\n') + '\n');
+    expect(e.reason).toMatch(/alias/i);
+  });
+});
