@@ -250,7 +250,13 @@ export class Keeper extends EventEmitter {
       this.fail(e);
       return;
     }
-    if (gen === this.lastVerified) return;  // nothing changed anywhere: no dump, no log
+    if (gen === this.lastVerified) {
+      // Nothing changed anywhere: no dump, no log. A quiet namespace is also
+      // how a fight ends, and no pass would run to notice it (bench/hostile.ts
+      // found the level stuck at its peak after the neighbour stopped).
+      this.endFightIfQuiet();
+      return;
+    }
     void this.request('tick', this.lastTickAt);
   }
 
@@ -427,6 +433,10 @@ export class Keeper extends EventEmitter {
       this.metrics.ready.set(1);
       this.emit('ready');
     }
+    this.endFightIfQuiet();
+  }
+
+  private endFightIfQuiet(): void {
     if (this.fight.quiet(performance.now())) {
       this.metrics.fightLevel.set(0);
       this.log.info('the fight is over; repairing at once again');

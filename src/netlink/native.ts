@@ -39,7 +39,9 @@ export const PROJECT_ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', 
 
 export function loadAddon(): Addon {
   if (addon) return addon;
-  const path = join(PROJECT_ROOT, 'build', 'Release', 'nfkeeper.node');
+  // NFKEEPER_ADDON: another build of the addon, such as scripts/sanitize.sh's
+  // AddressSanitizer build, used without replacing build/Release.
+  const path = process.env.NFKEEPER_ADDON || join(PROJECT_ROOT, 'build', 'Release', 'nfkeeper.node');
   if (!existsSync(path)) {
     throw new Error(`the native addon is not built (${path}); run 'npm run build:native' ` +
       '(it needs libnftnl-dev, libmnl-dev, pkg-config and g++)');
