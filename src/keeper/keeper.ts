@@ -382,7 +382,7 @@ export class Keeper extends EventEmitter {
       this.metrics.latency.observe((performance.now() - detectedAt) / 1000);
       if (!deliberate && this.fight.repaired(performance.now())) {
         this.metrics.fightLevel.set(this.fight.level);
-        this.log.warn({ level: this.fight.level, delayMs: this.fight.delay(), undone: allDrift.map((d) => d.detail) },
+        this.log.warn({ fightLevel: this.fight.level, delayMs: this.fight.delay(), undone: allDrift.map((d) => d.detail) },
           'something keeps undoing nfkeeper\'s rules; backing off');
         this.emit('fight', this.fight.level);
       }

@@ -9,7 +9,7 @@ import { performance } from 'node:perf_hooks';
 import { describe, expect, it } from 'vitest';
 import { Batch, open } from '../../src/index.js';
 import { createNetns } from '../helpers/netns.js';
-import { FLANNEL_RULES, chainLines, sleep, startKeeper } from '../keeper/helpers.js';
+import { FLANNEL_RULES, captureLog, chainLines, sleep, startKeeper } from '../keeper/helpers.js';
 
 const CHAIN = { family: 'ip', table: 'nfkeeper', chain: 'postrouting' } as const;
 const FIGHT = { threshold: 3, windowMs: 5000, baseMs: 50, capMs: 400, quietMs: 800 };
@@ -18,7 +18,8 @@ describe('hostile neighbour (short)', () => {
   it('backs off, reports it, is back within one step after, and the fight ends in a quiet namespace', async () => {
     const ns = createNetns('hostile');
     const sock = open({ netns: ns.path });
-    const keeper = await startKeeper(ns, { intervalMs: 100, fight: FIGHT });
+    const log = captureLog();
+    const keeper = await startKeeper(ns, { intervalMs: 100, fight: FIGHT, logger: log.logger });
     try {
       const levels: number[] = [];
       keeper.on('fight', (l: number) => levels.push(l));
@@ -34,6 +35,10 @@ describe('hostile neighbour (short)', () => {
       expect(peak).toBeGreaterThanOrEqual(2);
       expect((await keeper.metrics.fightLevel.get()).values[0]!.value).toBeGreaterThanOrEqual(1);
       expect(repairs).toBeLessThan(deletions);
+      // One warning per escalation, at warn severity (a field named `level` once overwrote pino's own).
+      const warnings = log.lines.filter((l) => String(l.msg).startsWith('something keeps undoing'));
+      expect(warnings.length).toBe(levels.filter((l) => l > 0).length);
+      for (const w of warnings) expect(w).toMatchObject({ level: 40, fightLevel: expect.any(Number) });
 
       // Back within one back-off step (at most the 400 ms cap here), with slack for a loaded machine.
       const tStop = performance.now();
