@@ -10,12 +10,9 @@ if [ "$(id -u)" != 0 ]; then
   exit 2
 fi
 
-packages=(libnftnl-dev libmnl-dev pkg-config nftables iptables iproute2 make g++ python3)
-# The fuzz smoke test (test/reliability/fuzz.test.ts, scripts/fuzz.sh) needs clang
-# with the libFuzzer and sanitizer runtimes; Debian 12 ships them as clang-14.
-if apt-cache show clang-14 >/dev/null 2>&1 || ! command -v apt-cache >/dev/null; then
-  packages+=(clang-14 libclang-rt-14-dev)
-fi
+# clang-14 and libclang-rt-14-dev (libFuzzer and the sanitizer runtimes) are for
+# the fuzz smoke test, test/reliability/fuzz.test.ts (scripts/fuzz.sh).
+packages=(libnftnl-dev libmnl-dev pkg-config nftables iptables iproute2 make g++ python3 clang-14 libclang-rt-14-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -17,6 +17,9 @@ const gc = runInNewContext('gc') as () => void;
 
 const { family, table, chain } = OWNED;
 const MB = 1024 * 1024;
+// Under scripts/sanitize.sh, AddressSanitizer's quarantine holds freed memory
+// on purpose, so RSS says nothing there; LeakSanitizer counts the leaks instead.
+const SANITIZED = process.env.NFK_SANITIZE === '1';
 
 /** `calls` calls: 16 of 20 generation(), 2 chain-filtered rule dumps and 1 chain dump, 1 commit (one in ten refused). */
 async function mixedCalls(s: NftSocket, calls: number): Promise<{ gens: number; dumps: number; commits: number; refused: number }> {
@@ -85,10 +88,10 @@ describe('leaks', () => {
         expect(counts.gens + counts.dumps + counts.commits + counts.refused).toBe(100_000);
         expect(s.generation()).toBe(gen0 + counts.commits);
         expect(fd1).toBe(fd0);
-        expect(growth).toBeLessThan(30 * MB);
+        if (!SANITIZED) expect(growth).toBeLessThan(30 * MB);
       } finally {
         s.close();
       }
     }, 'leak');
-  }, 180_000);
+  }, SANITIZED ? 900_000 : 180_000);
 });

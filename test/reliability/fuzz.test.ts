@@ -7,10 +7,8 @@
 import { spawnSync } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
 
-const clang = ['clang++', 'clang++-14', 'clang++-15', 'clang++-16']
-  .some((c) => spawnSync('sh', ['-c', `command -v ${c}`]).status === 0);
-
-describe.skipIf(!clang)('libFuzzer smoke', () => {
+// scripts/setup.sh installs clang-14; without it scripts/fuzz.sh exits 2 saying so.
+describe('libFuzzer smoke', () => {
   it('decodes mutated kernel messages for 5 s without a crash, leak or undefined behaviour', () => {
     const r = spawnSync('bash', ['scripts/fuzz.sh', '5'], { encoding: 'utf8' });
     const line = r.stdout.trim();
