@@ -11,6 +11,7 @@
         "native/encode.cc",
         "native/decode.cc",
         "native/decode_json.cc",
+        "native/attr.cc",
         "native/monitor.cc",
         "native/event.cc",
         "native/notify.cc",

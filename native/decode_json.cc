@@ -12,6 +12,7 @@
 #include <memory>
 #include <vector>
 
+#include "attr.h"
 #include "common.h"
 #include "expr_table.h"
 
@@ -66,34 +67,6 @@ void PutKey(std::string* out, const char* key, bool* first) {
   out->append("\":");
 }
 
-int CollectAttr(const nlattr* attr, void* data) {
-  auto* at = static_cast<std::vector<const nlattr*>*>(data);
-  uint16_t type = mnl_attr_get_type(attr);
-  if (type < at->size()) (*at)[type] = attr;
-  return MNL_CB_OK;
-}
-
-struct RawExpr {
-  std::string name;
-  const nlattr* data = nullptr;
-};
-
-std::vector<RawExpr> WalkExpressions(const nlattr* list) {
-  std::vector<RawExpr> out;
-  const char* end = static_cast<const char*>(mnl_attr_get_payload(list)) + mnl_attr_get_payload_len(list);
-  for (nlattr* elem = static_cast<nlattr*>(mnl_attr_get_payload(list));
-       mnl_attr_ok(elem, static_cast<int>(end - reinterpret_cast<const char*>(elem))); elem = mnl_attr_next(elem)) {
-    if (mnl_attr_get_type(elem) != NFTA_LIST_ELEM) continue;
-    std::vector<const nlattr*> at(NFTA_EXPR_MAX + 1, nullptr);
-    mnl_attr_parse_nested(elem, CollectAttr, &at);
-    RawExpr r;
-    if (at[NFTA_EXPR_NAME] != nullptr) r.name = mnl_attr_get_str(at[NFTA_EXPR_NAME]);
-    r.data = at[NFTA_EXPR_DATA];
-    out.push_back(std::move(r));
-  }
-  return out;
-}
-
 void UnknownExpr(std::string* out, const RawExpr& raw) {
   out->append("{\"kind\":\"unknown\",\"name\":");
   PutStr(out, raw.name.c_str());
@@ -140,28 +113,32 @@ struct RuleDeleter {
 
 }  // namespace
 
-// The same object, field for field and in the same order, as DecodeRule.
-void AppendRuleJson(const nlmsghdr* nlh, std::string* out) {
-  std::vector<const nlattr*> at(NFTA_RULE_MAX + 1, nullptr);
-  mnl_attr_parse(nlh, sizeof(nfgenmsg), CollectAttr, &at);
-  const nfgenmsg* nfg = static_cast<const nfgenmsg*>(mnl_nlmsg_get_payload(nlh));
+// The same object, field for field and in the same order, as DecodeRule;
+// false (and nothing appended) for a message too short to be a rule, which
+// DecodeRule refuses too.
+bool AppendRuleJson(const nlmsghdr* nlh, std::string* out) {
+  if (!HasNfgenmsg(nlh)) return false;
+  AttrTable t(NFTA_RULE_MAX);
+  mnl_attr_parse(nlh, sizeof(nfgenmsg), CollectAttr, &t);
+  const std::vector<const nlattr*>& at = t.at;
   out->append("{\"family\":");
-  PutEnum(out, kFamilyMap, nfg->nfgen_family);
-  if (at[NFTA_RULE_TABLE]) {
+  PutEnum(out, kFamilyMap, MsgFamily(nlh));
+  if (const char* table = AttrStr(at[NFTA_RULE_TABLE])) {
     out->append(",\"table\":");
-    PutStr(out, mnl_attr_get_str(at[NFTA_RULE_TABLE]));
+    PutStr(out, table);
   }
-  if (at[NFTA_RULE_CHAIN]) {
+  if (const char* chain = AttrStr(at[NFTA_RULE_CHAIN])) {
     out->append(",\"chain\":");
-    PutStr(out, mnl_attr_get_str(at[NFTA_RULE_CHAIN]));
+    PutStr(out, chain);
   }
-  if (at[NFTA_RULE_HANDLE]) {
+  uint64_t u64 = 0;
+  if (AttrU64(at[NFTA_RULE_HANDLE], &u64)) {
     out->append(",\"handle\":");
-    PutInt(out, be64toh(mnl_attr_get_u64(at[NFTA_RULE_HANDLE])));
+    PutInt(out, u64);
   }
-  if (at[NFTA_RULE_POSITION]) {
+  if (AttrU64(at[NFTA_RULE_POSITION], &u64)) {
     out->append(",\"position\":");
-    PutInt(out, be64toh(mnl_attr_get_u64(at[NFTA_RULE_POSITION])));
+    PutInt(out, u64);
   }
   if (at[NFTA_RULE_USERDATA]) {
     out->append(",\"userdata\":");
@@ -171,7 +148,7 @@ void AppendRuleJson(const nlmsghdr* nlh, std::string* out) {
   std::vector<RawExpr> raw;
   if (at[NFTA_RULE_EXPRESSIONS]) raw = WalkExpressions(at[NFTA_RULE_EXPRESSIONS]);
   std::unique_ptr<nftnl_rule, RuleDeleter> rule(nftnl_rule_alloc());
-  bool parsed = rule && nftnl_rule_nlmsg_parse(nlh, rule.get()) >= 0;
+  bool parsed = rule && RuleOkForLibnftnl(nlh) && nftnl_rule_nlmsg_parse(nlh, rule.get()) >= 0;
   std::vector<nftnl_expr*> typed;
   if (parsed) {
     nftnl_expr_iter* it = nftnl_expr_iter_create(rule.get());
@@ -187,6 +164,7 @@ void AppendRuleJson(const nlmsghdr* nlh, std::string* out) {
     else UnknownExpr(out, raw[i]);
   }
   out->append("]}");
+  return true;
 }
 
 }  // namespace nfk

@@ -11,7 +11,8 @@
 namespace nfk {
 
 // Appends one rule object (family, table, chain, handle, position, userdata,
-// exprs; the same fields, values and order as DecodeRule) to `out`.
-void AppendRuleJson(const nlmsghdr* nlh, std::string* out);
+// exprs; the same fields, values and order as DecodeRule) to `out`. False,
+// with nothing appended, for a message too short to hold a rule.
+bool AppendRuleJson(const nlmsghdr* nlh, std::string* out);
 
 }  // namespace nfk

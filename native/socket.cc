@@ -382,7 +382,9 @@ struct DumpState {
         int len = static_cast<int>(messages.size());
         for (; mnl_nlmsg_ok(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
           if (json.size() > 1) json.push_back(',');
-          AppendRuleJson(nlh, &json);
+          if (!AppendRuleJson(nlh, &json)) {
+            throw MakeNetlinkError(env, "cannot parse rule message: truncated", EBADMSG, "decode rule");
+          }
         }
         json.push_back(']');
         Napi::Object JSON = env.Global().Get("JSON").As<Napi::Object>();

@@ -2,9 +2,10 @@
 // what one recv() on a netfilter socket returns: any number of netlink
 // messages. Every message goes through every decoder, as a dump of any kind
 // would hand it (socket.cc picks the decoder by the dump asked for, not by the
-// message type), and through the monitor's event parsing, filter and batching.
-// This is the addon's own code (decode.cc, expr_table.cc, event.cc,
-// common.cc), linked against napi_shim.cc in place of Node.
+// message type): the object decoders of decode.cc, the JSON rule decoder of
+// decode_json.cc that rule dumps use, and the monitor's event parsing, filter
+// and batching (event.cc). This is the addon's own code, linked against
+// napi_shim.cc in place of Node.
 #include <libmnl/libmnl.h>
 #include <napi.h>
 
@@ -12,8 +13,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "../decode.h"
+#include "../decode_json.h"
 #include "../common.h"
 #include "../event.h"
 #include "napi_shim.h"
@@ -74,6 +77,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Guarded([&] { nfk::DecodeRule(e, nlh); });
     Guarded([&] { nfk::DecodeSet(e, nlh); });
     Guarded([&] { nfk::DecodeSetElems(e, nlh, Napi::Array::New(e)); });
+    std::string json;
+    nfk_fuzz_decoding = 1;
+    try {
+      nfk::AppendRuleJson(nlh, &json);  // what rule dumps run (socket.cc)
+    } catch (const AbiExit&) {
+      abiExits++;
+    }
+    nfk_fuzz_decoding = 0;
     uint32_t gen;
     nfk::DecodeGeneration(nlh, &gen);
     batcher.Feed(nlh, filter);

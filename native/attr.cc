@@ -1,0 +1,111 @@
+#include "attr.h"
+
+#include <arpa/inet.h>
+#include <endian.h>
+#include <linux/netfilter/nf_tables.h>
+#include <linux/netfilter/nfnetlink.h>
+
+#include "common.h"
+
+namespace nfk {
+
+bool HasNfgenmsg(const nlmsghdr* nlh) {
+  return nlh->nlmsg_len >= MNL_NLMSG_HDRLEN + sizeof(nfgenmsg);
+}
+
+uint32_t MsgFamily(const nlmsghdr* nlh) {
+  const nfgenmsg* nfg = static_cast<const nfgenmsg*>(mnl_nlmsg_get_payload(nlh));
+  return nfg->nfgen_family;
+}
+
+const char* AttrStr(const nlattr* a) {
+  return a != nullptr && mnl_attr_validate(a, MNL_TYPE_NUL_STRING) >= 0 ? mnl_attr_get_str(a) : nullptr;
+}
+
+bool AttrU32(const nlattr* a, uint32_t* v) {
+  if (a == nullptr || mnl_attr_get_payload_len(a) < sizeof(uint32_t)) return false;
+  *v = ntohl(mnl_attr_get_u32(a));
+  return true;
+}
+
+bool AttrU64(const nlattr* a, uint64_t* v) {
+  if (a == nullptr || mnl_attr_get_payload_len(a) < sizeof(uint64_t)) return false;
+  *v = be64toh(mnl_attr_get_u64(a));
+  return true;
+}
+
+int CollectAttr(const nlattr* attr, void* data) {
+  AttrTable* t = static_cast<AttrTable*>(data);
+  uint16_t type = mnl_attr_get_type(attr);
+  if (type < t->at.size()) t->at[type] = attr;
+  return MNL_CB_OK;
+}
+
+bool NameOk(const nlattr* a) {
+  return a == nullptr || mnl_attr_validate(a, MNL_TYPE_NUL_STRING) >= 0;
+}
+
+// A data register holding a jump or goto verdict must name its chain:
+// libnftnl strdup()s NFTA_VERDICT_CHAIN without checking it is there. Any
+// nested attribute of an expression may be a register, so all are checked;
+// one that merely looks like a register costs nothing but a raw decode.
+bool VerdictsOk(const nlattr* data) {
+  const nlattr* reg;
+  NFK_NESTED_FOR_EACH(reg, data) {
+    if (mnl_attr_get_payload_len(reg) < MNL_ATTR_HDRLEN) continue;
+    AttrTable d(NFTA_DATA_MAX);
+    if (mnl_attr_parse_nested(reg, CollectAttr, &d) < 0 || d.at[NFTA_DATA_VERDICT] == nullptr) continue;
+    AttrTable v(NFTA_VERDICT_MAX);
+    if (mnl_attr_parse_nested(d.at[NFTA_DATA_VERDICT], CollectAttr, &v) < 0) return false;
+    if (v.at[NFTA_VERDICT_CODE] == nullptr || mnl_attr_get_payload_len(v.at[NFTA_VERDICT_CODE]) < 4) return false;
+    int32_t code = static_cast<int32_t>(ntohl(mnl_attr_get_u32(v.at[NFTA_VERDICT_CODE])));
+    if ((code == NFT_JUMP || code == NFT_GOTO) &&
+        (v.at[NFTA_VERDICT_CHAIN] == nullptr || !NameOk(v.at[NFTA_VERDICT_CHAIN]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool ExprOk(const nlattr* expr) {
+  AttrTable t(NFTA_EXPR_MAX);
+  if (mnl_attr_parse_nested(expr, CollectAttr, &t) < 0) return false;
+  if (t.at[NFTA_EXPR_NAME] == nullptr || !NameOk(t.at[NFTA_EXPR_NAME])) return false;
+  return t.at[NFTA_EXPR_DATA] == nullptr || VerdictsOk(t.at[NFTA_EXPR_DATA]);
+}
+
+bool ExprListOk(const nlattr* list) {
+  if (list == nullptr) return true;
+  const nlattr* a;
+  bool ok = true;
+  NFK_NESTED_FOR_EACH(a, list) {
+    if (mnl_attr_get_type(a) == NFTA_LIST_ELEM && !ExprOk(a)) ok = false;
+  }
+  return ok;
+}
+
+std::vector<RawExpr> WalkExpressions(const nlattr* list) {
+  std::vector<RawExpr> out;
+  for (nlattr* elem = static_cast<nlattr*>(mnl_attr_get_payload(list));
+       mnl_attr_ok(elem, static_cast<int>(static_cast<const char*>(mnl_attr_get_payload(list)) +
+                                          mnl_attr_get_payload_len(list) - reinterpret_cast<const char*>(elem)));
+       elem = mnl_attr_next(elem)) {
+    if (mnl_attr_get_type(elem) != NFTA_LIST_ELEM) continue;
+    AttrTable t(NFTA_EXPR_MAX);
+    mnl_attr_parse_nested(elem, CollectAttr, &t);
+    RawExpr r;
+    if (const char* name = AttrStr(t.at[NFTA_EXPR_NAME])) r.name = name;
+    r.data = t.at[NFTA_EXPR_DATA];
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+bool RuleOkForLibnftnl(const nlmsghdr* nlh) {
+  if (!HasNfgenmsg(nlh)) return false;
+  AttrTable t(NFTA_RULE_MAX);
+  mnl_attr_parse(nlh, sizeof(nfgenmsg), CollectAttr, &t);
+  return NameOk(t.at[NFTA_RULE_TABLE]) && NameOk(t.at[NFTA_RULE_CHAIN]) && ExprListOk(t.at[NFTA_RULE_EXPRESSIONS]);
+}
+
+}  // namespace nfk

@@ -1,0 +1,58 @@
+// Reading netlink attributes off kernel messages, shared by the decoders
+// (decode.cc builds JS objects, decode_json.cc JSON text). The kernel never
+// sends a message too short for its nfgenmsg, an attribute shorter than its
+// type or a name without its NUL, but these readers also run on arbitrary
+// bytes (native/fuzz): every read is checked, and the checks below say what
+// libnftnl 1.2.4 assumes without checking before a message is handed to it.
+#pragma once
+
+#include <libmnl/libmnl.h>
+#include <linux/netlink.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace nfk {
+
+// Top-level attributes of one nested attribute, indexed by type.
+struct AttrTable {
+  std::vector<const nlattr*> at;
+  explicit AttrTable(size_t max) : at(max + 1, nullptr) {}
+};
+
+// mnl_attr_parse callback filling an AttrTable.
+int CollectAttr(const nlattr* attr, void* data);
+
+// One raw expression: its kernel name and the bytes of NFTA_EXPR_DATA.
+struct RawExpr {
+  std::string name;
+  const nlattr* data = nullptr;
+};
+
+// The expressions of an NFTA_RULE_EXPRESSIONS list, in order.
+std::vector<RawExpr> WalkExpressions(const nlattr* list);
+
+// The message is long enough for its nfgenmsg.
+bool HasNfgenmsg(const nlmsghdr* nlh);
+// nfgen_family; only after HasNfgenmsg.
+uint32_t MsgFamily(const nlmsghdr* nlh);
+
+// A NUL-terminated string attribute, or nullptr if absent or malformed.
+const char* AttrStr(const nlattr* a);
+// A big-endian u32/u64 attribute; false if absent or short.
+bool AttrU32(const nlattr* a, uint32_t* v);
+bool AttrU64(const nlattr* a, uint64_t* v);
+
+// What libnftnl needs before it may parse: names NUL-terminated (it strdup()s
+// them), every expression named (it strcmp()s the name), every jump or goto
+// verdict with its chain (it strdup()s that too).
+bool NameOk(const nlattr* a);
+bool VerdictsOk(const nlattr* nest);
+bool ExprOk(const nlattr* expr);
+bool ExprListOk(const nlattr* list);
+// A rule message libnftnl can parse without reading past it or crashing.
+bool RuleOkForLibnftnl(const nlmsghdr* nlh);
+
+}  // namespace nfk
