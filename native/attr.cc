@@ -108,4 +108,47 @@ bool RuleOkForLibnftnl(const nlmsghdr* nlh) {
   return NameOk(t.at[NFTA_RULE_TABLE]) && NameOk(t.at[NFTA_RULE_CHAIN]) && ExprListOk(t.at[NFTA_RULE_EXPRESSIONS]);
 }
 
+bool ChainOkForLibnftnl(const nlmsghdr* nlh) {
+  if (!HasNfgenmsg(nlh)) return false;
+  AttrTable t(NFTA_CHAIN_MAX);
+  mnl_attr_parse(nlh, sizeof(nfgenmsg), CollectAttr, &t);
+  bool ok = NameOk(t.at[NFTA_CHAIN_TABLE]) && NameOk(t.at[NFTA_CHAIN_NAME]) && NameOk(t.at[NFTA_CHAIN_TYPE]);
+  if (ok && t.at[NFTA_CHAIN_HOOK] != nullptr) {
+    AttrTable h(NFTA_HOOK_MAX);
+    mnl_attr_parse_nested(t.at[NFTA_CHAIN_HOOK], CollectAttr, &h);
+    ok = NameOk(h.at[NFTA_HOOK_DEV]);
+    if (ok && h.at[NFTA_HOOK_DEVS] != nullptr) {
+      const nlattr* d;
+      NFK_NESTED_FOR_EACH(d, h.at[NFTA_HOOK_DEVS]) ok = ok && NameOk(d);
+    }
+  }
+  return ok;
+}
+
+bool SetOkForLibnftnl(const nlmsghdr* nlh) {
+  if (!HasNfgenmsg(nlh)) return false;
+  AttrTable t(NFTA_SET_MAX);
+  mnl_attr_parse(nlh, sizeof(nfgenmsg), CollectAttr, &t);
+  return NameOk(t.at[NFTA_SET_TABLE]) && NameOk(t.at[NFTA_SET_NAME]) &&
+         (t.at[NFTA_SET_EXPR] == nullptr || ExprOk(t.at[NFTA_SET_EXPR])) && ExprListOk(t.at[NFTA_SET_EXPRESSIONS]);
+}
+
+bool SetElemsOkForLibnftnl(const nlmsghdr* nlh) {
+  if (!HasNfgenmsg(nlh)) return false;
+  AttrTable t(NFTA_SET_ELEM_LIST_MAX);
+  mnl_attr_parse(nlh, sizeof(nfgenmsg), CollectAttr, &t);
+  bool ok = NameOk(t.at[NFTA_SET_ELEM_LIST_TABLE]) && NameOk(t.at[NFTA_SET_ELEM_LIST_SET]);
+  if (ok && t.at[NFTA_SET_ELEM_LIST_ELEMENTS] != nullptr) {
+    const nlattr* e;
+    NFK_NESTED_FOR_EACH(e, t.at[NFTA_SET_ELEM_LIST_ELEMENTS]) {
+      AttrTable el(NFTA_SET_ELEM_MAX);
+      mnl_attr_parse_nested(e, CollectAttr, &el);
+      ok = ok && NameOk(el.at[NFTA_SET_ELEM_OBJREF]) && VerdictsOk(e) &&
+           (el.at[NFTA_SET_ELEM_EXPR] == nullptr || ExprOk(el.at[NFTA_SET_ELEM_EXPR])) &&
+           ExprListOk(el.at[NFTA_SET_ELEM_EXPRESSIONS]);
+    }
+  }
+  return ok;
+}
+
 }  // namespace nfk

@@ -52,7 +52,11 @@ bool NameOk(const nlattr* a);
 bool VerdictsOk(const nlattr* nest);
 bool ExprOk(const nlattr* expr);
 bool ExprListOk(const nlattr* list);
-// A rule message libnftnl can parse without reading past it or crashing.
+// A message of that kind libnftnl can parse without reading past it or
+// crashing (it may still refuse it, or exit(): see native/fuzz/abi_exit.c).
 bool RuleOkForLibnftnl(const nlmsghdr* nlh);
+bool ChainOkForLibnftnl(const nlmsghdr* nlh);
+bool SetOkForLibnftnl(const nlmsghdr* nlh);
+bool SetElemsOkForLibnftnl(const nlmsghdr* nlh);
 
 }  // namespace nfk

@@ -141,21 +141,7 @@ Napi::Object DecodeTable(Napi::Env env, const nlmsghdr* nlh) {
 
 Napi::Object DecodeChain(Napi::Env env, const nlmsghdr* nlh) {
   RequireNfgenmsg(env, nlh, "chain");
-  {
-    AttrTable t(NFTA_CHAIN_MAX);
-    mnl_attr_parse(nlh, sizeof(nfgenmsg), CollectAttr, &t);
-    bool ok = NameOk(t.at[NFTA_CHAIN_TABLE]) && NameOk(t.at[NFTA_CHAIN_NAME]) && NameOk(t.at[NFTA_CHAIN_TYPE]);
-    if (ok && t.at[NFTA_CHAIN_HOOK] != nullptr) {
-      AttrTable h(NFTA_HOOK_MAX);
-      mnl_attr_parse_nested(t.at[NFTA_CHAIN_HOOK], CollectAttr, &h);
-      ok = NameOk(h.at[NFTA_HOOK_DEV]);
-      if (ok && h.at[NFTA_HOOK_DEVS] != nullptr) {
-        const nlattr* d;
-        NFK_NESTED_FOR_EACH(d, h.at[NFTA_HOOK_DEVS]) ok = ok && NameOk(d);
-      }
-    }
-    RefuseMalformed(env, ok, "chain");
-  }
+  RefuseMalformed(env, ChainOkForLibnftnl(nlh), "chain");
   std::unique_ptr<nftnl_chain, ChainDeleter> owned(nftnl_chain_alloc());
   nftnl_chain* c = owned.get();
   if (c == nullptr) throw Napi::Error::New(env, "out of memory");
@@ -237,13 +223,7 @@ Napi::Object DecodeRule(Napi::Env env, const nlmsghdr* nlh) {
 
 Napi::Object DecodeSet(Napi::Env env, const nlmsghdr* nlh) {
   RequireNfgenmsg(env, nlh, "set");
-  {
-    AttrTable t(NFTA_SET_MAX);
-    mnl_attr_parse(nlh, sizeof(nfgenmsg), CollectAttr, &t);
-    RefuseMalformed(env, NameOk(t.at[NFTA_SET_TABLE]) && NameOk(t.at[NFTA_SET_NAME]) &&
-                             (t.at[NFTA_SET_EXPR] == nullptr || ExprOk(t.at[NFTA_SET_EXPR])) &&
-                             ExprListOk(t.at[NFTA_SET_EXPRESSIONS]), "set");
-  }
+  RefuseMalformed(env, SetOkForLibnftnl(nlh), "set");
   std::unique_ptr<nftnl_set, SetDeleter> owned(nftnl_set_alloc());
   nftnl_set* s = owned.get();
   if (s == nullptr) throw Napi::Error::New(env, "out of memory");
@@ -277,22 +257,7 @@ Napi::Object DecodeSet(Napi::Env env, const nlmsghdr* nlh) {
 
 void DecodeSetElems(Napi::Env env, const nlmsghdr* nlh, Napi::Array out) {
   RequireNfgenmsg(env, nlh, "set element");
-  {
-    AttrTable t(NFTA_SET_ELEM_LIST_MAX);
-    mnl_attr_parse(nlh, sizeof(nfgenmsg), CollectAttr, &t);
-    bool ok = NameOk(t.at[NFTA_SET_ELEM_LIST_TABLE]) && NameOk(t.at[NFTA_SET_ELEM_LIST_SET]);
-    if (ok && t.at[NFTA_SET_ELEM_LIST_ELEMENTS] != nullptr) {
-      const nlattr* e;
-      NFK_NESTED_FOR_EACH(e, t.at[NFTA_SET_ELEM_LIST_ELEMENTS]) {
-        AttrTable el(NFTA_SET_ELEM_MAX);
-        mnl_attr_parse_nested(e, CollectAttr, &el);
-        ok = ok && NameOk(el.at[NFTA_SET_ELEM_OBJREF]) && VerdictsOk(e) &&
-             (el.at[NFTA_SET_ELEM_EXPR] == nullptr || ExprOk(el.at[NFTA_SET_ELEM_EXPR])) &&
-             ExprListOk(el.at[NFTA_SET_ELEM_EXPRESSIONS]);
-      }
-    }
-    RefuseMalformed(env, ok, "set element");
-  }
+  RefuseMalformed(env, SetElemsOkForLibnftnl(nlh), "set element");
   std::unique_ptr<nftnl_set, SetDeleter> owned(nftnl_set_alloc());
   nftnl_set* s = owned.get();
   if (s == nullptr) throw Napi::Error::New(env, "out of memory");

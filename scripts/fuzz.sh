@@ -28,7 +28,7 @@ flags=(-std=c++17 -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,addre
 sources=(native/decode.cc native/decode_json.cc native/attr.cc native/expr_table.cc native/event.cc native/common.cc
   native/fuzz/napi_shim.cc native/fuzz/fuzz_decode.cc)
 cc=${cxx/clang++/clang}
-"$cc" -g -O1 -fexceptions -c native/fuzz/abi_exit.c -o "$out/obj/abi_exit.o"
+"$cc" -g -O1 -fno-omit-frame-pointer $(pkg-config --cflags libnftnl libmnl) -c native/fuzz/abi_exit.c -o "$out/obj/abi_exit.o"
 objs=("$out/obj/abi_exit.o")
 for src in "${sources[@]}"; do
   obj="$out/obj/$(basename "$src" .cc).o"
@@ -42,7 +42,7 @@ done
 cp -n native/fuzz/corpus/* "$out/corpus/" 2>/dev/null || true
 log="$out/last-run.log"
 set +e
-ASAN_OPTIONS=suppressions=native/fuzz/asan.supp LSAN_OPTIONS=suppressions=native/fuzz/lsan.supp UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+ASAN_OPTIONS=suppressions=native/fuzz/asan.supp LSAN_OPTIONS=suppressions=native/fuzz/lsan.supp:fast_unwind_on_malloc=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   "$out/fuzz_decode" -max_total_time="$seconds" -max_len=65536 \
   -artifact_prefix="$out/crashes/" -print_final_stats=1 "$@" "$out/corpus" >"$log" 2>&1
 status=$?
