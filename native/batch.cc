@@ -81,7 +81,7 @@ void CommitWorker::Execute() {
     }
     const nlmsghdr* nlh = reinterpret_cast<const nlmsghdr*>(sock_->buffer().data());
     int len = static_cast<int>(n);
-    for (; mnl_nlmsg_ok(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
+    for (; MessageOk(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
       if (nlh->nlmsg_type != NLMSG_ERROR) continue;
       if (nlh->nlmsg_seq - base_ >= count) continue;  // not ours (a straggler)
       const nlmsgerr* err = static_cast<const nlmsgerr*>(mnl_nlmsg_get_payload(nlh));

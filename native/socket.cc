@@ -158,8 +158,15 @@ int NftSocket::SendAll(const void* data, size_t len) {
 
 ssize_t NftSocket::Recv(int flags) {
   for (;;) {
-    ssize_t n = recv(mnl_socket_get_fd(nl_), buf_.data(), buf_.size(), flags);
+    sockaddr_nl from = {};
+    socklen_t fromLen = sizeof(from);
+    ssize_t n = recvfrom(mnl_socket_get_fd(nl_), buf_.data(), buf_.size(), flags,
+                         reinterpret_cast<sockaddr*>(&from), &fromLen);
     if (n < 0 && errno == EINTR) continue;
+    // Only the kernel (port 0) answers our requests. Another process with
+    // CAP_NET_ADMIN can unicast to our port id; its datagrams are dropped
+    // rather than read as acknowledgements or dump messages.
+    if (n >= 0 && from.nl_pid != 0) continue;
     return n;
   }
 }
@@ -225,7 +232,7 @@ Napi::Value NftSocket::Generation(const Napi::CallbackInfo& info) {
     }
     const nlmsghdr* nlh = reinterpret_cast<const nlmsghdr*>(buf_.data());
     int len = static_cast<int>(n);
-    for (; mnl_nlmsg_ok(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
+    for (; MessageOk(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
       if (nlh->nlmsg_seq != seq) continue;  // a straggler from an earlier request
       if (nlh->nlmsg_type == NLMSG_ERROR) {
         const nlmsgerr* err = static_cast<const nlmsgerr*>(mnl_nlmsg_get_payload(nlh));
@@ -323,7 +330,7 @@ struct DumpState {
   void Feed(const uint8_t* data, ssize_t n) {
     const nlmsghdr* nlh = reinterpret_cast<const nlmsghdr*>(data);
     int len = static_cast<int>(n);
-    for (; mnl_nlmsg_ok(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
+    for (; MessageOk(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
       if (nlh->nlmsg_seq != seq) continue;  // a straggler from an earlier request
       if (nlh->nlmsg_flags & NLM_F_DUMP_INTR) interrupted = true;
       if (nlh->nlmsg_type == NLMSG_DONE) {
@@ -340,15 +347,21 @@ struct DumpState {
         return;
       }
       if (filterTable && !ChainInTable(nlh)) continue;
+      // The last message of a datagram may lack its alignment padding: copy
+      // no more than was received.
       const uint8_t* p = reinterpret_cast<const uint8_t*>(nlh);
-      messages.insert(messages.end(), p, p + MNL_ALIGN(nlh->nlmsg_len));
+      messages.insert(messages.end(), p, p + std::min<size_t>(MNL_ALIGN(nlh->nlmsg_len), static_cast<size_t>(len)));
     }
   }
 
   bool ChainInTable(const nlmsghdr* nlh) const {
     nlattr* attr;
     NFK_ATTR_FOR_EACH(attr, nlh, sizeof(nfgenmsg)) {
-      if (mnl_attr_get_type(attr) == NFTA_CHAIN_TABLE) return table == mnl_attr_get_str(attr);
+      if (mnl_attr_get_type(attr) == NFTA_CHAIN_TABLE) {
+        // Bounded by the attribute: a name without its NUL is compared, not overrun.
+        const char* name = static_cast<const char*>(mnl_attr_get_payload(attr));
+        return table == std::string(name, strnlen(name, mnl_attr_get_payload_len(attr)));
+      }
     }
     return false;
   }
@@ -380,7 +393,7 @@ struct DumpState {
         std::string json = "[";
         const nlmsghdr* nlh = reinterpret_cast<const nlmsghdr*>(messages.data());
         int len = static_cast<int>(messages.size());
-        for (; mnl_nlmsg_ok(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
+        for (; MessageOk(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
           if (json.size() > 1) json.push_back(',');
           if (!AppendRuleJson(nlh, &json)) {
             throw MakeNetlinkError(env, "cannot parse rule message: truncated", EBADMSG, "decode rule");
@@ -395,7 +408,7 @@ struct DumpState {
       const nlmsghdr* nlh = reinterpret_cast<const nlmsghdr*>(messages.data());
       int len = static_cast<int>(messages.size());
       uint32_t i = 0;
-      for (; mnl_nlmsg_ok(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
+      for (; MessageOk(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
         switch (kind) {
           case DumpKind::Table: out.Set(i++, DecodeTable(env, nlh)); break;
           case DumpKind::Chain: out.Set(i++, DecodeChain(env, nlh)); break;
