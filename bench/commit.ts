@@ -19,9 +19,8 @@ import { setImmediate as yieldToLoop } from 'node:timers/promises';
 import { open, type NftSocket, type Op } from '../src/index.js';
 import { withBenchNetns, type BenchNetns } from './lib/netns.js';
 import { summarize } from './lib/stats.js';
+import { OWNERS, PER_OWNER, nativeOps, nftText as s3Text } from './scenarios/s3.js';
 
-const OWNERS = 1000;
-const PER_OWNER = 10;
 const TABLE = 'nfk-commit';
 
 function arg(name: string): string | undefined {
@@ -30,45 +29,9 @@ function arg(name: string): string | undefined {
 }
 const REPS = Number(arg('--reps') ?? 15);
 
-const chainName = (o: number): string => `own-${String(o).padStart(4, '0')}`;
-const src = (o: number, r: number): string => `10.${o >> 8}.${o & 0xff}.${r + 1}`;
-const dst = (r: number, v: number): string => `10.${200 + v}.0.${r + 1}`;
-const hex = (a: string): string => Buffer.from(a.split('.').map(Number)).toString('hex');
-
-function ops(v: number, replace: boolean): Op[] {
-  const family = 'ip' as const;
-  const out: Op[] = [];
-  if (replace) out.push({ verb: 'delete', object: 'table', family, name: TABLE });
-  out.push({ verb: 'add', object: 'table', family, name: TABLE });
-  for (let o = 0; o < OWNERS; o++) out.push({ verb: 'add', object: 'chain', family, table: TABLE, name: chainName(o) });
-  for (let o = 0; o < OWNERS; o++) {
-    for (let r = 0; r < PER_OWNER; r++) {
-      out.push({
-        verb: 'add', object: 'rule', family, table: TABLE, chain: chainName(o), exprs: [
-          { kind: 'payload', base: 'network', offset: 12, len: 4, dreg: 1 },
-          { kind: 'cmp', sreg: 1, op: 'eq', data: hex(src(o, r)) },
-          { kind: 'payload', base: 'network', offset: 16, len: 4, dreg: 1 },
-          { kind: 'cmp', sreg: 1, op: 'eq', data: hex(dst(r, v)) },
-          { kind: 'immediate', dreg: 0, verdict: 'accept' },
-        ],
-      });
-    }
-  }
-  return out;
-}
-
-function nftText(v: number, replace: boolean): string {
-  const out: string[] = [];
-  if (replace) out.push(`delete table ip ${TABLE}`);
-  out.push(`table ip ${TABLE} {`);
-  for (let o = 0; o < OWNERS; o++) {
-    out.push(`  chain ${chainName(o)} {`);
-    for (let r = 0; r < PER_OWNER; r++) out.push(`    ip saddr ${src(o, r)} ip daddr ${dst(r, v)} accept`);
-    out.push('  }');
-  }
-  out.push('}', '');
-  return out.join('\n');
-}
+// The S3 rules, in this script's own table.
+const ops = (v: number, replace: boolean): Op[] => nativeOps(v, replace, TABLE);
+const nftText = (v: number, replace: boolean): string => s3Text(v, replace, TABLE);
 
 async function count(s: NftSocket): Promise<number> {
   try {

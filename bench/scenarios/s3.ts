@@ -29,16 +29,17 @@ const src = (o: number, r: number): string => `10.${o >> 8}.${o & 0xff}.${r + 1}
 const dst = (r: number, v: number): string => `10.${200 + v}.0.${r + 1}`;
 const hex = (a: string): string => Buffer.from(a.split('.').map(Number)).toString('hex');
 
-function nativeOps(v: number, replace: boolean): Op[] {
+/** The S3 rules as ops (version v), in `table`; bench/commit.ts times the same write alone. */
+export function nativeOps(v: number, replace: boolean, table = TABLE): Op[] {
   const family = 'ip' as const;
   const ops: Op[] = [];
-  if (replace) ops.push({ verb: 'delete', object: 'table', family, name: TABLE });
-  ops.push({ verb: 'add', object: 'table', family, name: TABLE });
-  for (let o = 0; o < OWNERS; o++) ops.push({ verb: 'add', object: 'chain', family, table: TABLE, name: chainName(o) });
+  if (replace) ops.push({ verb: 'delete', object: 'table', family, name: table });
+  ops.push({ verb: 'add', object: 'table', family, name: table });
+  for (let o = 0; o < OWNERS; o++) ops.push({ verb: 'add', object: 'chain', family, table, name: chainName(o) });
   for (let o = 0; o < OWNERS; o++) {
     for (let r = 0; r < PER_OWNER; r++) {
       ops.push({
-        verb: 'add', object: 'rule', family, table: TABLE, chain: chainName(o), exprs: [
+        verb: 'add', object: 'rule', family, table, chain: chainName(o), exprs: [
           { kind: 'payload', base: 'network', offset: 12, len: 4, dreg: 1 },
           { kind: 'cmp', sreg: 1, op: 'eq', data: hex(src(o, r)) },
           { kind: 'payload', base: 'network', offset: 16, len: 4, dreg: 1 },
@@ -51,10 +52,11 @@ function nativeOps(v: number, replace: boolean): Op[] {
   return ops;
 }
 
-function nftText(v: number, replace: boolean): string {
+/** The same rules as an `nft -f` script. */
+export function nftText(v: number, replace: boolean, table = TABLE): string {
   const out: string[] = [];
-  if (replace) out.push(`delete table ip ${TABLE}`);
-  out.push(`table ip ${TABLE} {`);
+  if (replace) out.push(`delete table ip ${table}`);
+  out.push(`table ip ${table} {`);
   for (let o = 0; o < OWNERS; o++) {
     out.push(`  chain ${chainName(o)} {`);
     for (let r = 0; r < PER_OWNER; r++) out.push(`    ip saddr ${src(o, r)} ip daddr ${dst(r, v)} accept`);
