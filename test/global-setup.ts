@@ -3,6 +3,7 @@
  * the same after the suite as before it, and no test namespace may be left.
  */
 import { spawnSync } from 'node:child_process';
+import { removeNetns } from './helpers/netns.js';
 
 function rootRuleset(): string {
   const r = spawnSync('nft', ['list', 'ruleset'], { encoding: 'utf8' });
@@ -22,7 +23,7 @@ export default function setup(): () => void {
   process.env.NFK_TEST_RUN = String(process.pid);
   const before = rootRuleset();
   return () => {
-    for (const ns of leftoverNamespaces()) spawnSync('ip', ['netns', 'del', ns]);
+    for (const ns of leftoverNamespaces()) removeNetns(ns);
     const after = rootRuleset();
     if (after !== before) {
       throw new Error(`a test changed the ROOT namespace's ruleset:\n--- before\n${before}\n--- after\n${after}`);

@@ -43,10 +43,25 @@ export function createNetns(tag = 't'): Netns {
     path: `/run/netns/${name}`,
     exec,
     nft: (script) => exec('nft', ['-f', '-'], script),
-    remove: () => {
-      spawnSync('ip', ['netns', 'del', name]);
-    },
+    remove: () => removeNetns(name),
   };
+}
+
+/**
+ * Deletes a namespace, retrying for a while: while another process's mount
+ * namespace still holds a copy of the namespace file (for example an
+ * `ip netns exec` that is just exiting), the unlink can fail with EBUSY, and
+ * a single attempt left namespaces behind in full suite runs.
+ */
+export function removeNetns(name: string): boolean {
+  for (let attempt = 0; attempt < 20; attempt++) {
+    const r = spawnSync('ip', ['netns', 'del', name], { encoding: 'utf8' });
+    if (r.status === 0 || /No such file/.test(r.stderr ?? '')) return true;
+    Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 100);
+  }
+  const last = spawnSync('ip', ['netns', 'del', name], { encoding: 'utf8' });
+  if (last.status !== 0) process.stderr.write(`could not remove namespace ${name}: ${last.stderr}`);
+  return last.status === 0;
 }
 
 /** Runs `fn` with a fresh namespace and removes it afterwards, even when `fn` throws. */
