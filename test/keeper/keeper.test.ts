@@ -3,7 +3,7 @@ import { Keeper, cleanup } from '../../src/keeper/keeper.js';
 import { Batch } from '../../src/netlink/batch.js';
 import { open, type NftSocket } from '../../src/netlink/socket.js';
 import { createNetns, type Netns } from '../helpers/netns.js';
-import { FLANNEL_RULES, captureLog, chainLines, flannelConfig, handles, nextRepair, sleep, startKeeper } from './helpers.js';
+import { FLANNEL_RULES, FLANNEL_YAML, captureLog, chainLines, flannelConfig, handles, nextRepair, sleep, startKeeper } from './helpers.js';
 
 const CHAIN = ['ip', 'nfkeeper', 'postrouting'] as const;
 
@@ -172,6 +172,23 @@ ${FLANNEL_RULES.map((r) => `add rule ip nfkeeper postrouting ${r}`).join('\n')}
     ns.exec('nft', ['list', 'ruleset']);
     await keeper.request('manual', performance.now());
     expect(levels.at(-1)).toBe(0);
+  });
+
+  it('a reload during a fight is applied before setConfig returns, not held back by the back-off', async () => {
+    // A 10 s back-off step and a minute-long quiet spell: the fight outlasts the test.
+    keeper = await startKeeper(ns, { fight: { threshold: 2, windowMs: 60_000, baseMs: 10_000, capMs: 10_000, quietMs: 60_000 } });
+    const levels: number[] = [];
+    keeper.on('fight', (l: number) => levels.push(l));
+    for (let i = 0; i < 100 && !levels.some((l) => l > 0); i++) {
+      await sock.commit(new Batch().flush('chain', { family: 'ip', table: 'nfkeeper', name: 'postrouting' }))
+        .catch(() => undefined);
+      await sleep(50);
+    }
+    expect(levels.some((l) => l > 0)).toBe(true);
+    const extra = 'ip saddr 10.99.0.0/16 masquerade';
+    const { parseConfig } = await import('../../src/config/config.js');
+    await keeper.setConfig(parseConfig(`${FLANNEL_YAML}          - ${extra}\n`, 'reload.yaml'));
+    expect(chainLines(ns, ...CHAIN)).toEqual([...FLANNEL_RULES, extra]);
   });
 });
 
