@@ -9,7 +9,7 @@ import {
 } from '../../src/index.js';
 import type { NativeSocket } from '../../src/netlink/native.js';
 import { withNetns } from '../helpers/netns.js';
-import { ip4, listRuleset, loadIptablesForeign, matchAddr, OWNED, ownedSetup } from './fixtures.js';
+import { ip4, listRuleset, loadIptablesForeign, matchAddr, OWNED, ownedSetup, withSocket } from './fixtures.js';
 
 const { family: F, table: T, chain: C } = OWNED;
 
@@ -32,50 +32,40 @@ describe('atomicity', () => {
   ];
 
   it.each(invalidThird)('a batch whose op 2 is %s changes nothing and reports index 2', async (_what, bad, errno) => {
-    await withNetns(async (ns) => {
-      const s = open({ netns: ns.path });
-      try {
-        await s.commit([...ownedSetup(),
-          { verb: 'add', object: 'chain', family: F, table: T, name: 'input', type: 'filter', hook: 'input', priority: 0 }]);
-        loadIptablesForeign(ns, 100);
-        const gen = s.generation();
-        const before = listRuleset(ns);
-        const e = await refusal(s.commit([
-          { verb: 'flush', object: 'chain', family: F, table: T, name: C },
-          addRule(matchAddr('saddr', '10.5.5.5')),
-          bad,
-          { verb: 'add', object: 'chain', family: F, table: T, name: 'later' },
-          { verb: 'delete', object: 'table', family: 'ip', name: 'nat' },
-        ]));
-        expect(e.opIndex).toBe(2);
-        expect(e.errnoName).toBe(errno);
-        expect(e.operation).toBe('commit');
-        expect(e.description).toMatch(/^(add rule ip nfkeeper (missing|input)|create table ip nfkeeper)$/);
-        expect(e.message).toContain('operation 2');
-        expect(s.generation()).toBe(gen);
-        expect(listRuleset(ns)).toBe(before);
-      } finally {
-        s.close();
-      }
+    await withSocket(async (s, ns) => {
+      await s.commit([...ownedSetup(),
+        { verb: 'add', object: 'chain', family: F, table: T, name: 'input', type: 'filter', hook: 'input', priority: 0 }]);
+      loadIptablesForeign(ns, 100);
+      const gen = s.generation();
+      const before = listRuleset(ns);
+      const e = await refusal(s.commit([
+        { verb: 'flush', object: 'chain', family: F, table: T, name: C },
+        addRule(matchAddr('saddr', '10.5.5.5')),
+        bad,
+        { verb: 'add', object: 'chain', family: F, table: T, name: 'later' },
+        { verb: 'delete', object: 'table', family: 'ip', name: 'nat' },
+      ]));
+      expect(e.opIndex).toBe(2);
+      expect(e.errnoName).toBe(errno);
+      expect(e.operation).toBe('commit');
+      expect(e.description).toMatch(/^(add rule ip nfkeeper (missing|input)|create table ip nfkeeper)$/);
+      expect(e.message).toContain('operation 2');
+      expect(s.generation()).toBe(gen);
+      expect(listRuleset(ns)).toBe(before);
     }, 'atom');
   });
 
   it('reports every refusal of a batch, each with its own index', async () => {
-    await withNetns(async (ns) => {
-      const s = open({ netns: ns.path });
-      try {
-        await s.commit(ownedSetup());
-        const e = await refusal(s.commit([
-          addRule(matchAddr('saddr', '10.5.5.5'), 'nope1'),
-          addRule(matchAddr('saddr', '10.5.5.6')),
-          addRule(matchAddr('saddr', '10.5.5.7'), 'nope2'),
-        ]));
-        expect(e.opIndex).toBe(0);
-        expect(e.refusals?.map((r) => [r.opIndex, r.errnoName])).toEqual([[0, 'ENOENT'], [2, 'ENOENT']]);
-        expect(e.refusals?.[1]?.description).toBe('add rule ip nfkeeper nope2');
-      } finally {
-        s.close();
-      }
+    await withSocket(async (s) => {
+      await s.commit(ownedSetup());
+      const e = await refusal(s.commit([
+        addRule(matchAddr('saddr', '10.5.5.5'), 'nope1'),
+        addRule(matchAddr('saddr', '10.5.5.6')),
+        addRule(matchAddr('saddr', '10.5.5.7'), 'nope2'),
+      ]));
+      expect(e.opIndex).toBe(0);
+      expect(e.refusals?.map((r) => [r.opIndex, r.errnoName])).toEqual([[0, 'ENOENT'], [2, 'ENOENT']]);
+      expect(e.refusals?.[1]?.description).toBe('add rule ip nfkeeper nope2');
     }, 'atom');
   });
 
@@ -83,71 +73,56 @@ describe('atomicity', () => {
     // The kernel refuses an anonymous set that no rule binds only when the
     // batch commits, and acks that error with the sequence number of the
     // first message of the batch.
-    await withNetns(async (ns) => {
-      const s = open({ netns: ns.path });
-      try {
-        await s.commit(ownedSetup());
-        const gen = s.generation();
-        const before = listRuleset(ns);
-        const e = await refusal(s.commit([
-          addRule(matchAddr('saddr', '10.5.5.5')),
-          { verb: 'add', object: 'set', family: F, table: T, name: '__set%d', flags: 0x3, keyType: 7, keyLen: 4,
-            elements: [{ key: ip4('10.0.0.1') }] },
-        ]));
-        expect(e.opIndex).toBe(-1);
-        expect(e.errnoName).toBe('EINVAL');
-        expect(e.message).toMatch(/^batch commit/);
-        expect(e.description).toBeUndefined();
-        expect(s.generation()).toBe(gen);
-        expect(listRuleset(ns)).toBe(before);
-      } finally {
-        s.close();
-      }
+    await withSocket(async (s, ns) => {
+      await s.commit(ownedSetup());
+      const gen = s.generation();
+      const before = listRuleset(ns);
+      const e = await refusal(s.commit([
+        addRule(matchAddr('saddr', '10.5.5.5')),
+        { verb: 'add', object: 'set', family: F, table: T, name: '__set%d', flags: 0x3, keyType: 7, keyLen: 4,
+          elements: [{ key: ip4('10.0.0.1') }] },
+      ]));
+      expect(e.opIndex).toBe(-1);
+      expect(e.errnoName).toBe('EINVAL');
+      expect(e.message).toMatch(/^batch commit/);
+      expect(e.description).toBeUndefined();
+      expect(s.generation()).toBe(gen);
+      expect(listRuleset(ns)).toBe(before);
     }, 'atom');
   });
 });
 
 describe('the generation guard', () => {
   it('refuses a stale expectGeneration, changing nothing, and accepts the current one', async () => {
-    await withNetns(async (ns) => {
-      const s = open({ netns: ns.path });
-      try {
-        await s.commit(ownedSetup());
-        const g0 = s.generation();
-        // Someone else commits in between.
-        ns.nft('add table ip other');
-        const g1 = s.generation();
-        expect(g1).toBe(g0 + 1);
-        const before = listRuleset(ns);
-        const batch = new Batch().add('rule', { family: F, table: T, chain: C, exprs: matchAddr('saddr', '10.7.7.7') });
-        const e = await refusal(s.commit(batch, { expectGeneration: g0 }));
-        expect(e).toBeInstanceOf(GenerationMismatchError);
-        expect((e as GenerationMismatchError).expected).toBe(g0);
-        expect(e.errnoName).toBe('ERESTART');
-        expect(e.opIndex).toBe(-1);
-        expect(s.generation()).toBe(g1);
-        expect(listRuleset(ns)).toBe(before);
+    await withSocket(async (s, ns) => {
+      await s.commit(ownedSetup());
+      const g0 = s.generation();
+      // Someone else commits in between.
+      ns.nft('add table ip other');
+      const g1 = s.generation();
+      expect(g1).toBe(g0 + 1);
+      const before = listRuleset(ns);
+      const batch = new Batch().add('rule', { family: F, table: T, chain: C, exprs: matchAddr('saddr', '10.7.7.7') });
+      const e = await refusal(s.commit(batch, { expectGeneration: g0 }));
+      expect(e).toBeInstanceOf(GenerationMismatchError);
+      expect((e as GenerationMismatchError).expected).toBe(g0);
+      expect(e.errnoName).toBe('ERESTART');
+      expect(e.opIndex).toBe(-1);
+      expect(s.generation()).toBe(g1);
+      expect(listRuleset(ns)).toBe(before);
 
-        await s.commit(batch, { expectGeneration: g1 });
-        expect(s.generation()).toBe(g1 + 1);
-        expect(await s.listRules({ family: F, table: T, chain: C })).toHaveLength(5);
-      } finally {
-        s.close();
-      }
+      await s.commit(batch, { expectGeneration: g1 });
+      expect(s.generation()).toBe(g1 + 1);
+      expect(await s.listRules({ family: F, table: T, chain: C })).toHaveLength(5);
     }, 'gen');
   });
 
   it('refuses a generation from the future', async () => {
-    await withNetns(async (ns) => {
-      const s = open({ netns: ns.path });
-      try {
-        const g = s.generation();
-        const e = await refusal(s.commit([{ verb: 'add', object: 'table', family: F, name: T }], { expectGeneration: g + 1 }));
-        expect(e).toBeInstanceOf(GenerationMismatchError);
-        expect(await s.listTables()).toEqual([]);
-      } finally {
-        s.close();
-      }
+    await withSocket(async (s) => {
+      const g = s.generation();
+      const e = await refusal(s.commit([{ verb: 'add', object: 'table', family: F, name: T }], { expectGeneration: g + 1 }));
+      expect(e).toBeInstanceOf(GenerationMismatchError);
+      expect(await s.listTables()).toEqual([]);
     }, 'gen');
   });
 });
@@ -158,72 +133,62 @@ describe('big batches and the acknowledgement buffer', () => {
     Array.from({ length: N }, (_, i) => addRule(matchAddr('saddr', `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`), chain));
 
   it(`commits ${N} operations in one batch and leaves nothing unread on the socket`, async () => {
-    await withNetns(async (ns) => {
-      const s = open({ netns: ns.path });
-      try {
-        await s.commit(ownedSetup());
-        const g = s.generation();
-        await s.commit(manyRules());
-        expect(s.generation()).toBe(g + 1);
-        expect(await s.listRules({ family: F, table: T, chain: C })).toHaveLength(N + 4);
-        // Nothing stale is left on the socket: the next requests still line up.
-        expect(s.generation()).toBe(g + 1);
-        await s.commit([addRule([{ kind: 'counter' }])]);
-        expect(await s.listRules({ family: F, table: T, chain: C })).toHaveLength(N + 5);
-      } finally {
-        s.close();
-      }
+    await withSocket(async (s) => {
+      await s.commit(ownedSetup());
+      const g = s.generation();
+      await s.commit(manyRules());
+      expect(s.generation()).toBe(g + 1);
+      expect(await s.listRules({ family: F, table: T, chain: C })).toHaveLength(N + 4);
+      // Nothing stale is left on the socket: the next requests still line up.
+      expect(s.generation()).toBe(g + 1);
+      await s.commit([addRule([{ kind: 'counter' }])]);
+      expect(await s.listRules({ family: F, table: T, chain: C })).toHaveLength(N + 5);
     }, 'big');
   });
 
   it('a big batch asks for errors only and still names the failing op, in the middle and at the end', async () => {
     // Batches of more than 64 messages carry NLM_F_ACK only on their first
     // message; the kernel's error acks name the failing message's seq.
-    await withNetns(async (ns) => {
-      const s = open({ netns: ns.path });
-      try {
-        await s.commit(ownedSetup());
-        const g = s.generation();
-        const before = listRuleset(ns);
-        for (const at of [5_000, N - 1]) {
-          const ops = manyRules();
-          ops[at] = addRule(matchAddr('saddr', '10.200.0.1'), 'missing');
-          const e = await refusal(s.commit(ops));
-          expect(e.opIndex).toBe(at);
-          expect(e.errnoName).toBe('ENOENT');
-          expect(e.refusals).toHaveLength(1);
-          expect(e.refusals![0]!.opIndex).toBe(at);
-        }
-        // Two bad ops: both reported, the first one first.
+    await withSocket(async (s, ns) => {
+      await s.commit(ownedSetup());
+      const g = s.generation();
+      const before = listRuleset(ns);
+      for (const at of [5_000, N - 1]) {
         const ops = manyRules();
-        ops[7_777] = addRule(matchAddr('saddr', '10.200.0.1'), 'missing');
-        ops[1_234] = addRule(matchAddr('saddr', '10.200.0.2'), 'missing');
+        ops[at] = addRule(matchAddr('saddr', '10.200.0.1'), 'missing');
         const e = await refusal(s.commit(ops));
-        expect(e.opIndex).toBe(1_234);
-        expect(e.refusals!.map((r) => r.opIndex)).toEqual([1_234, 7_777]);
-        // Every op bad: 10,000 error acks, read across many recv() calls.
-        const all = await refusal(s.commit(manyRules('missing')));
-        expect(all.opIndex).toBe(0);
-        expect(all.refusals).toHaveLength(N);
-        expect(all.refusals!.every((r, i) => r.opIndex === i && r.errnoName === 'ENOENT')).toBe(true);
-        // A stale generation on a big batch is still a GenerationMismatchError.
-        const stale = await s.commit(manyRules(), { expectGeneration: g - 1 }).then(() => undefined, (x: unknown) => x);
-        expect(stale).toBeInstanceOf(GenerationMismatchError);
-        // The commit phase's own refusal is told apart from op 0's.
-        const e3 = await refusal(s.commit([...manyRules(),
-          { verb: 'add', object: 'set', family: F, table: T, name: '__set%d', flags: 0x3, keyType: 7, keyLen: 4,
-            elements: [{ key: ip4('10.0.0.1') }] }]));
-        expect(e3.opIndex).toBe(-1);
-        expect(e3.errnoName).toBe('EINVAL');
-        expect(s.generation()).toBe(g);
-        expect(listRuleset(ns)).toBe(before);
-        // And a good one commits; the socket is in step afterwards.
-        await s.commit(manyRules(), { expectGeneration: g });
-        expect(s.generation()).toBe(g + 1);
-        expect(await s.listRules({ family: F, table: T, chain: C })).toHaveLength(N + 4);
-      } finally {
-        s.close();
+        expect(e.opIndex).toBe(at);
+        expect(e.errnoName).toBe('ENOENT');
+        expect(e.refusals).toHaveLength(1);
+        expect(e.refusals![0]!.opIndex).toBe(at);
       }
+      // Two bad ops: both reported, the first one first.
+      const ops = manyRules();
+      ops[7_777] = addRule(matchAddr('saddr', '10.200.0.1'), 'missing');
+      ops[1_234] = addRule(matchAddr('saddr', '10.200.0.2'), 'missing');
+      const e = await refusal(s.commit(ops));
+      expect(e.opIndex).toBe(1_234);
+      expect(e.refusals!.map((r) => r.opIndex)).toEqual([1_234, 7_777]);
+      // Every op bad: 10,000 error acks, read across many recv() calls.
+      const all = await refusal(s.commit(manyRules('missing')));
+      expect(all.opIndex).toBe(0);
+      expect(all.refusals).toHaveLength(N);
+      expect(all.refusals!.every((r, i) => r.opIndex === i && r.errnoName === 'ENOENT')).toBe(true);
+      // A stale generation on a big batch is still a GenerationMismatchError.
+      const stale = await s.commit(manyRules(), { expectGeneration: g - 1 }).then(() => undefined, (x: unknown) => x);
+      expect(stale).toBeInstanceOf(GenerationMismatchError);
+      // The commit phase's own refusal is told apart from op 0's.
+      const e3 = await refusal(s.commit([...manyRules(),
+        { verb: 'add', object: 'set', family: F, table: T, name: '__set%d', flags: 0x3, keyType: 7, keyLen: 4,
+          elements: [{ key: ip4('10.0.0.1') }] }]));
+      expect(e3.opIndex).toBe(-1);
+      expect(e3.errnoName).toBe('EINVAL');
+      expect(s.generation()).toBe(g);
+      expect(listRuleset(ns)).toBe(before);
+      // And a good one commits; the socket is in step afterwards.
+      await s.commit(manyRules(), { expectGeneration: g });
+      expect(s.generation()).toBe(g + 1);
+      expect(await s.listRules({ family: F, table: T, chain: C })).toHaveLength(N + 4);
     }, 'big');
   });
 
@@ -320,22 +285,17 @@ describe('error paths', () => {
   });
 
   it('a malformed op in an array never reaches the kernel', async () => {
-    await withNetns(async (ns) => {
-      const s = open({ netns: ns.path });
-      try {
-        const g = s.generation();
-        const err = await s.commit([
-          { verb: 'add', object: 'table', family: F, name: T },
-          addRule([{ kind: 'cmp', sreg: 1, op: 'eq', data: 'zz' }]),
-        ]).then(() => undefined, (e: unknown) => e);
-        expect(err).toBeInstanceOf(InvalidOperationError);
-        expect((err as InvalidOperationError).opIndex).toBe(1);
-        expect((err as InvalidOperationError).field).toBe('exprs[0].data');
-        expect(s.generation()).toBe(g);
-        expect(await s.listTables()).toEqual([]);
-      } finally {
-        s.close();
-      }
+    await withSocket(async (s) => {
+      const g = s.generation();
+      const err = await s.commit([
+        { verb: 'add', object: 'table', family: F, name: T },
+        addRule([{ kind: 'cmp', sreg: 1, op: 'eq', data: 'zz' }]),
+      ]).then(() => undefined, (e: unknown) => e);
+      expect(err).toBeInstanceOf(InvalidOperationError);
+      expect((err as InvalidOperationError).opIndex).toBe(1);
+      expect((err as InvalidOperationError).field).toBe('exprs[0].data');
+      expect(s.generation()).toBe(g);
+      expect(await s.listTables()).toEqual([]);
     }, 'err');
   });
 
@@ -381,24 +341,19 @@ describe('sets and elements', () => {
     // NEWSET needs NFTA_SET_ID; the encoder supplies one. 3,000 elements with
     // userdata exceed one 64 KiB element list, so they travel in several
     // messages of the same op.
-    await withNetns(async (ns) => {
-      const s = open({ netns: ns.path });
-      try {
-        const elements = Array.from({ length: 3000 }, (_, i) => ({
-          key: ip4(`10.1.${i >> 8}.${i & 255}`), userdata: '00'.repeat(40),
-        }));
-        await s.commit([
-          { verb: 'add', object: 'table', family: F, name: T },
-          { verb: 'add', object: 'set', family: F, table: T, name: 'big', flags: 0, keyType: 7, keyLen: 4, elements },
-        ]);
-        const got = await s.listElements({ family: F, table: T, set: 'big' });
-        expect(got).toHaveLength(3000);
-        expect(new Set(got.map((e) => e.key))).toEqual(new Set(elements.map((e) => e.key)));
-        await s.commit([{ verb: 'flush', object: 'set', family: F, table: T, name: 'big' }]);
-        expect(await s.listElements({ family: F, table: T, set: 'big' })).toEqual([]);
-      } finally {
-        s.close();
-      }
+    await withSocket(async (s) => {
+      const elements = Array.from({ length: 3000 }, (_, i) => ({
+        key: ip4(`10.1.${i >> 8}.${i & 255}`), userdata: '00'.repeat(40),
+      }));
+      await s.commit([
+        { verb: 'add', object: 'table', family: F, name: T },
+        { verb: 'add', object: 'set', family: F, table: T, name: 'big', flags: 0, keyType: 7, keyLen: 4, elements },
+      ]);
+      const got = await s.listElements({ family: F, table: T, set: 'big' });
+      expect(got).toHaveLength(3000);
+      expect(new Set(got.map((e) => e.key))).toEqual(new Set(elements.map((e) => e.key)));
+      await s.commit([{ verb: 'flush', object: 'set', family: F, table: T, name: 'big' }]);
+      expect(await s.listElements({ family: F, table: T, set: 'big' })).toEqual([]);
     }, 'set');
   });
 });

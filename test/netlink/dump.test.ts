@@ -9,7 +9,7 @@ import { open, type Expr, type Op } from '../../src/index.js';
 import { withNetns, type Netns } from '../helpers/netns.js';
 import {
   kubeProxyNftRuleCount, kubeProxyRuleCount, loadIptablesForeign, loadNftForeign, matchAddr, OWNED,
-  ownedRules, ownedSetup,
+  ownedRules, ownedSetup, withSocket,
 } from './fixtures.js';
 
 const { family: F, table: T, chain: C } = OWNED;
@@ -34,110 +34,95 @@ const loaders: [string, (ns: Netns) => { table: string; rules: number }][] = [
 
 describe('filtered dumps', () => {
   it.each(loaders)('return exactly the owned chain with %s foreign rules around it', async (_how, load) => {
-    await withNetns(async (ns) => {
-      const s = open({ netns: ns.path });
-      try {
-        // Foreign neighbours: other tables (loaded by the tool), a chain in our
-        // own table, and a same-named table and chain in another family.
-        await s.commit([
-          ...ownedSetup(),
-          { verb: 'add', object: 'chain', family: F, table: T, name: 'neighbour' },
-          ...Array.from({ length: 100 }, (_, i): Op => ({ verb: 'add', object: 'rule', family: F, table: T, chain: 'neighbour',
-            exprs: matchAddr('saddr', `10.3.0.${i}`) })),
-          { verb: 'add', object: 'table', family: 'inet', name: T },
-          { verb: 'add', object: 'chain', family: 'inet', table: T, name: C },
-          { verb: 'add', object: 'rule', family: 'inet', table: T, chain: C, exprs: [{ kind: 'counter' }] },
-        ]);
-        const foreign = load(ns);
+    await withSocket(async (s, ns) => {
+      // Foreign neighbours: other tables (loaded by the tool), a chain in our
+      // own table, and a same-named table and chain in another family.
+      await s.commit([
+        ...ownedSetup(),
+        { verb: 'add', object: 'chain', family: F, table: T, name: 'neighbour' },
+        ...Array.from({ length: 100 }, (_, i): Op => ({ verb: 'add', object: 'rule', family: F, table: T, chain: 'neighbour',
+          exprs: matchAddr('saddr', `10.3.0.${i}`) })),
+        { verb: 'add', object: 'table', family: 'inet', name: T },
+        { verb: 'add', object: 'chain', family: 'inet', table: T, name: C },
+        { verb: 'add', object: 'rule', family: 'inet', table: T, chain: C, exprs: [{ kind: 'counter' }] },
+      ]);
+      const foreign = load(ns);
 
-        const rules = await s.listRules({ family: F, table: T, chain: C });
-        expect(rules.map((r) => r.exprs)).toEqual(ownedAsDumped());
-        for (const r of rules) expect(r).toMatchObject({ family: F, table: T, chain: C });
-        expect(new Set(rules.map((r) => r.handle)).size).toBe(4);
+      const rules = await s.listRules({ family: F, table: T, chain: C });
+      expect(rules.map((r) => r.exprs)).toEqual(ownedAsDumped());
+      for (const r of rules) expect(r).toMatchObject({ family: F, table: T, chain: C });
+      expect(new Set(rules.map((r) => r.handle)).size).toBe(4);
 
-        // Table filter only: the owned table's 104 rules, nothing of the foreign ones.
-        const table = await s.listRules({ family: F, table: T });
-        expect(table).toHaveLength(104);
-        expect(new Set(table.map((r) => r.chain))).toEqual(new Set([C, 'neighbour']));
+      // Table filter only: the owned table's 104 rules, nothing of the foreign ones.
+      const table = await s.listRules({ family: F, table: T });
+      expect(table).toHaveLength(104);
+      expect(new Set(table.map((r) => r.chain))).toEqual(new Set([C, 'neighbour']));
 
-        // The foreign rules are really there.
-        expect(await s.listRules({ family: F, table: foreign.table })).toHaveLength(foreign.rules);
+      // The foreign rules are really there.
+      expect(await s.listRules({ family: F, table: foreign.table })).toHaveLength(foreign.rules);
 
-        // A filter that matches nothing is an empty dump on 6.18 (no ENOENT).
-        expect(await s.listRules({ family: F, table: T, chain: 'nope' })).toEqual([]);
-        expect(await s.listRules({ family: F, table: 'nope', chain: C })).toEqual([]);
-        expect(await s.listRules({ family: 'ip6', table: T, chain: C })).toEqual([]);
-      } finally {
-        s.close();
-      }
+      // A filter that matches nothing is an empty dump on 6.18 (no ENOENT).
+      expect(await s.listRules({ family: F, table: T, chain: 'nope' })).toEqual([]);
+      expect(await s.listRules({ family: F, table: 'nope', chain: C })).toEqual([]);
+      expect(await s.listRules({ family: 'ip6', table: T, chain: C })).toEqual([]);
     }, 'dump');
   });
 
   it('chain dumps are filtered by table even though the kernel ignores that filter', async () => {
-    await withNetns(async (ns) => {
-      const s = open({ netns: ns.path });
-      try {
-        await s.commit([...ownedSetup(),
-          { verb: 'add', object: 'chain', family: F, table: T, name: 'post', type: 'nat', hook: 'postrouting', priority: 100,
-            policy: 'accept' }]);
-        loadIptablesForeign(ns, FOREIGN);
-        const chains = await s.listChains({ family: F, table: T });
-        expect(chains.map((c) => c.name).sort()).toEqual([C, 'post']);
-        expect(chains.find((c) => c.name === 'post')).toMatchObject({
-          family: F, table: T, type: 'nat', hook: 'postrouting', priority: 100, policy: 'accept',
-        });
-        // On 6.x a chain's use count is its rules plus the jumps to it.
-        expect(chains.find((c) => c.name === C)?.use).toBe(4);
-        const natChains = await s.listChains({ family: F, table: 'nat' });
-        expect(natChains.length).toBe(7 + 2 * (FOREIGN / 4));
-        expect(natChains.every((c) => c.table === 'nat')).toBe(true);
+    await withSocket(async (s, ns) => {
+      await s.commit([...ownedSetup(),
+        { verb: 'add', object: 'chain', family: F, table: T, name: 'post', type: 'nat', hook: 'postrouting', priority: 100,
+          policy: 'accept' }]);
+      loadIptablesForeign(ns, FOREIGN);
+      const chains = await s.listChains({ family: F, table: T });
+      expect(chains.map((c) => c.name).sort()).toEqual([C, 'post']);
+      expect(chains.find((c) => c.name === 'post')).toMatchObject({
+        family: F, table: T, type: 'nat', hook: 'postrouting', priority: 100, policy: 'accept',
+      });
+      // On 6.x a chain's use count is its rules plus the jumps to it.
+      expect(chains.find((c) => c.name === C)?.use).toBe(4);
+      const natChains = await s.listChains({ family: F, table: 'nat' });
+      expect(natChains.length).toBe(7 + 2 * (FOREIGN / 4));
+      expect(natChains.every((c) => c.table === 'nat')).toBe(true);
 
-        expect(await s.getChain(F, T, 'post')).toMatchObject({ name: 'post', hook: 'postrouting' });
-        expect(await s.getChain(F, T, 'absent')).toBeUndefined();
-        expect(await s.getTable(F, T)).toMatchObject({ family: F, name: T, flags: 0 });
-        expect(await s.getTable(F, 'absent')).toBeUndefined();
-        expect((await s.listTables()).map((t) => `${t.family} ${t.name}`).sort()).toEqual(['ip nat', 'ip nfkeeper']);
-        expect((await s.listTables({ family: 'inet' }))).toEqual([]);
-      } finally {
-        s.close();
-      }
+      expect(await s.getChain(F, T, 'post')).toMatchObject({ name: 'post', hook: 'postrouting' });
+      expect(await s.getChain(F, T, 'absent')).toBeUndefined();
+      expect(await s.getTable(F, T)).toMatchObject({ family: F, name: T, flags: 0 });
+      expect(await s.getTable(F, 'absent')).toBeUndefined();
+      expect((await s.listTables()).map((t) => `${t.family} ${t.name}`).sort()).toEqual(['ip nat', 'ip nfkeeper']);
+      expect((await s.listTables({ family: 'inet' }))).toEqual([]);
     }, 'dump');
   });
 });
 
 describe('one socket, many requests', () => {
   it('keeps concurrent dumps, commits and generation reads apart', async () => {
-    await withNetns(async (ns) => {
-      const s = open({ netns: ns.path });
-      try {
-        const big: Op[] = Array.from({ length: 3000 }, (_, i): Op => ({
-          verb: 'add', object: 'rule', family: F, table: T, chain: 'big', exprs: matchAddr('saddr', `10.4.${i >> 8}.${i & 255}`),
-        }));
-        await s.commit([...ownedSetup(), { verb: 'add', object: 'chain', family: F, table: T, name: 'big' }, ...big]);
-        const g = s.generation();
-        const results = await Promise.all([
-          s.listRules({ family: F, table: T, chain: 'big' }),   // starts inline, finished by a worker
-          s.listRules({ family: F, table: T, chain: C }),        // inline, or queued behind the big one
-          s.listChains({ family: F, table: T }),
-          s.commit([{ verb: 'add', object: 'chain', family: F, table: T, name: 'new' }]),
-          s.getTable(F, T),
-          s.listRules({ family: F, table: T }),
-          s.listRules({ family: F, table: T, chain: C }),
-        ]);
-        expect((results[0] as unknown[]).length).toBe(3000);
-        expect((results[1] as unknown[]).length).toBe(4);
-        expect((results[2] as { name: string }[]).map((c) => c.name).sort()).toEqual(expect.arrayContaining(['big', C]));
-        expect(results[4]).toMatchObject({ name: T });
-        expect((results[5] as unknown[]).length).toBe(3004);
-        expect((results[6] as unknown[]).length).toBe(4);
-        expect(s.generation()).toBe(g + 1);
-        // A generation read right behind a big dump waits for the socket, then answers.
-        const pending = s.listRules({ family: F, table: T, chain: 'big' });
-        expect(s.generation()).toBe(g + 1);
-        expect(await pending).toHaveLength(3000);
-      } finally {
-        s.close();
-      }
+    await withSocket(async (s) => {
+      const big: Op[] = Array.from({ length: 3000 }, (_, i): Op => ({
+        verb: 'add', object: 'rule', family: F, table: T, chain: 'big', exprs: matchAddr('saddr', `10.4.${i >> 8}.${i & 255}`),
+      }));
+      await s.commit([...ownedSetup(), { verb: 'add', object: 'chain', family: F, table: T, name: 'big' }, ...big]);
+      const g = s.generation();
+      const results = await Promise.all([
+        s.listRules({ family: F, table: T, chain: 'big' }),   // starts inline, finished by a worker
+        s.listRules({ family: F, table: T, chain: C }),        // inline, or queued behind the big one
+        s.listChains({ family: F, table: T }),
+        s.commit([{ verb: 'add', object: 'chain', family: F, table: T, name: 'new' }]),
+        s.getTable(F, T),
+        s.listRules({ family: F, table: T }),
+        s.listRules({ family: F, table: T, chain: C }),
+      ]);
+      expect((results[0] as unknown[]).length).toBe(3000);
+      expect((results[1] as unknown[]).length).toBe(4);
+      expect((results[2] as { name: string }[]).map((c) => c.name).sort()).toEqual(expect.arrayContaining(['big', C]));
+      expect(results[4]).toMatchObject({ name: T });
+      expect((results[5] as unknown[]).length).toBe(3004);
+      expect((results[6] as unknown[]).length).toBe(4);
+      expect(s.generation()).toBe(g + 1);
+      // A generation read right behind a big dump waits for the socket, then answers.
+      const pending = s.listRules({ family: F, table: T, chain: 'big' });
+      expect(s.generation()).toBe(g + 1);
+      expect(await pending).toHaveLength(3000);
     }, 'many');
   });
 });

@@ -4,8 +4,8 @@
  * iptables-nft builds them, hex helpers and process counters.
  */
 import { readdirSync, readFileSync } from 'node:fs';
-import type { Netns } from '../helpers/netns.js';
-import type { Expr, Op } from '../../src/index.js';
+import { withNetns, type Netns } from '../helpers/netns.js';
+import { open, type Expr, type NftSocket, type Op } from '../../src/index.js';
 
 /** Lowercase hex of an IPv4 address in network order: 10.0.0.1 -> 0a000001. */
 export function ip4(addr: string): string {
@@ -195,4 +195,19 @@ export function loadIptablesForeign(ns: Netns, rules: number): void {
 /** Loads about `rules` foreign rules into the namespace with nft -f. */
 export function loadNftForeign(ns: Netns, rules: number, table = 'kube'): void {
   ns.nft(kubeProxyNft(rules, table));
+}
+
+/**
+ * Runs `fn` with a socket in a fresh namespace; the socket is closed and the
+ * namespace removed afterwards, even when `fn` throws.
+ */
+export function withSocket<T>(fn: (s: NftSocket, ns: Netns) => Promise<T>, tag?: string): Promise<T> {
+  return withNetns(async (ns) => {
+    const s = open({ netns: ns.path });
+    try {
+      return await fn(s, ns);
+    } finally {
+      s.close();
+    }
+  }, tag);
 }

@@ -10,7 +10,7 @@ import { describe, expect, it } from 'vitest';
 import { open, SocketClosedError, type Op } from '../../src/index.js';
 import { PROJECT_ROOT } from '../../src/netlink/native.js';
 import { withNetns } from '../helpers/netns.js';
-import { fdCount, loadIptablesForeign, matchAddr, OWNED, ownedSetup } from './fixtures.js';
+import { fdCount, loadIptablesForeign, matchAddr, OWNED, ownedSetup, withSocket } from './fixtures.js';
 
 const { family: F, table: T, chain: C } = OWNED;
 const CHILD = join(PROJECT_ROOT, 'test', 'netlink', 'children', 'lifecycle-child.ts');
@@ -123,50 +123,45 @@ describe('socket lifecycle', () => {
 
 describe('the event loop keeps running', () => {
   it('while a 10,000-rule commit and a 10,000-rule dump run', async () => {
-    await withNetns(async (ns) => {
-      const s = open({ netns: ns.path });
+    await withSocket(async (s) => {
+      await s.commit(ownedSetup());
+      const ops: Op[] = Array.from({ length: 10_000 }, (_, i) => ({
+        verb: 'add', object: 'rule', family: F, table: T, chain: C,
+        exprs: matchAddr('saddr', `10.9.${i >> 8}.${i & 255}`),
+      }));
+      // A setImmediate chain runs once per loop iteration. A blocking call
+      // would finish (and resolve) before the first of them could run.
+      let turns = 0;
+      let spinning = true;
+      const spin = (): void => {
+        turns++;
+        if (spinning) setImmediate(spin);
+      };
       try {
-        await s.commit(ownedSetup());
-        const ops: Op[] = Array.from({ length: 10_000 }, (_, i) => ({
-          verb: 'add', object: 'rule', family: F, table: T, chain: C,
-          exprs: matchAddr('saddr', `10.9.${i >> 8}.${i & 255}`),
-        }));
-        // A setImmediate chain runs once per loop iteration. A blocking call
-        // would finish (and resolve) before the first of them could run.
-        let turns = 0;
-        let spinning = true;
-        const spin = (): void => {
-          turns++;
-          if (spinning) setImmediate(spin);
-        };
-        try {
-          turns = 0;
-          setImmediate(spin);
-          await s.commit(ops);
-          const duringCommit = turns;
+        turns = 0;
+        setImmediate(spin);
+        await s.commit(ops);
+        const duringCommit = turns;
 
-          turns = 0;
-          const rules = await s.listRules({ family: F, table: T });
-          const duringDump = turns;
+        turns = 0;
+        const rules = await s.listRules({ family: F, table: T });
+        const duringDump = turns;
 
-          // A blocking call would resolve before any setImmediate turn (its continuation is a
-          // microtask), so one turn already proves the loop ran; more would be load-dependent.
-          // A chain-filtered dump starts inline (at most two datagrams) and a
-          // worker finishes it when the chain turns out big.
-          turns = 0;
-          const chainRules = await s.listRules({ family: F, table: T, chain: C });
-          const duringChainDump = turns;
+        // A blocking call would resolve before any setImmediate turn (its continuation is a
+        // microtask), so one turn already proves the loop ran; more would be load-dependent.
+        // A chain-filtered dump starts inline (at most two datagrams) and a
+        // worker finishes it when the chain turns out big.
+        turns = 0;
+        const chainRules = await s.listRules({ family: F, table: T, chain: C });
+        const duringChainDump = turns;
 
-          expect(rules).toHaveLength(10_004);
-          expect(chainRules).toHaveLength(10_004);
-          expect(duringCommit).toBeGreaterThan(0);
-          expect(duringDump).toBeGreaterThan(0);
-          expect(duringChainDump).toBeGreaterThan(0);
-        } finally {
-          spinning = false;
-        }
+        expect(rules).toHaveLength(10_004);
+        expect(chainRules).toHaveLength(10_004);
+        expect(duringCommit).toBeGreaterThan(0);
+        expect(duringDump).toBeGreaterThan(0);
+        expect(duringChainDump).toBeGreaterThan(0);
       } finally {
-        s.close();
+        spinning = false;
       }
     }, 'loop');
   });

@@ -8,7 +8,7 @@
 import { describe, expect, it } from 'vitest';
 import { open, type Expr, type Op, type Rule } from '../../src/index.js';
 import { withNetns } from '../helpers/netns.js';
-import { commentInfo, ip4, masqueradeInfo, port, u32le } from './fixtures.js';
+import { commentInfo, ip4, masqueradeInfo, port, u32le, withSocket } from './fixtures.js';
 
 type ChainName = 'pre' | 'post' | 'in' | 'raw' | 'plain';
 
@@ -313,30 +313,25 @@ function setupOps(c: Case, exprs: Expr[], userdata?: string): Op[] {
 
 describe('IR round trip: encode, commit, dump, decode', () => {
   it.each(CASES.map((c) => [c.name, c] as const))('%s', async (_name, c) => {
-    await withNetns(async (ns) => {
-      const s = open({ netns: ns.path });
-      try {
-        await s.commit(setupOps(c, c.exprs, c.userdata));
-        const rules = await s.listRules({ family: F, table: T, chain: c.chain });
-        expect(rules).toHaveLength(1);
-        const rule = rules[0]!;
-        expect(rule).toMatchObject({ family: F, table: T, chain: c.chain });
-        expect(typeof rule.handle).toBe('number');
-        expect(rule.userdata).toBe(c.userdata);
-        const expected = c.expected ?? c.exprs;
-        expect(rule.exprs).toEqual(expected);
-        // nft itself can read what we wrote (no half-formed expression).
-        ns.exec('nft', ['list', 'chain', F, T, c.chain]);
+    await withSocket(async (s, ns) => {
+      await s.commit(setupOps(c, c.exprs, c.userdata));
+      const rules = await s.listRules({ family: F, table: T, chain: c.chain });
+      expect(rules).toHaveLength(1);
+      const rule = rules[0]!;
+      expect(rule).toMatchObject({ family: F, table: T, chain: c.chain });
+      expect(typeof rule.handle).toBe('number');
+      expect(rule.userdata).toBe(c.userdata);
+      const expected = c.expected ?? c.exprs;
+      expect(rule.exprs).toEqual(expected);
+      // nft itself can read what we wrote (no half-formed expression).
+      ns.exec('nft', ['list', 'chain', F, T, c.chain]);
 
-        if (c.replay !== false) {
-          // The decoded form is a fixed point of encode/commit/decode.
-          await s.commit([{ verb: 'add', object: 'rule', family: F, table: T, chain: c.chain, exprs: rule.exprs }]);
-          const again = await s.listRules({ family: F, table: T, chain: c.chain });
-          expect(again).toHaveLength(2);
-          expect(again[1]!.exprs).toEqual(expected);
-        }
-      } finally {
-        s.close();
+      if (c.replay !== false) {
+        // The decoded form is a fixed point of encode/commit/decode.
+        await s.commit([{ verb: 'add', object: 'rule', family: F, table: T, chain: c.chain, exprs: rule.exprs }]);
+        const again = await s.listRules({ family: F, table: T, chain: c.chain });
+        expect(again).toHaveLength(2);
+        expect(again[1]!.exprs).toEqual(expected);
       }
     }, 'rt');
   });
