@@ -52,34 +52,29 @@ std::vector<uint8_t> FromHex(Napi::Env env, const std::string& hex, const std::s
   return out;
 }
 
-bool Has(const Napi::Object& o, const char* key) {
-  if (!o.Has(key)) return false;
-  Napi::Value v = o.Get(key);
-  return !v.IsUndefined() && !v.IsNull();
-}
+bool Present(const Napi::Value& v) { return !v.IsUndefined() && !v.IsNull(); }
 
-std::string GetString(const Napi::Object& o, const char* key) {
-  Napi::Value v = o.Get(key);
-  if (!v.IsString()) {
-    throw Napi::TypeError::New(o.Env(), std::string("'") + key + "' must be a string");
-  }
+std::string StringOf(const Napi::Value& v, const char* key) {
+  if (!v.IsString()) throw Napi::TypeError::New(v.Env(), std::string("'") + key + "' must be a string");
   return v.As<Napi::String>().Utf8Value();
 }
 
-int64_t GetI64(const Napi::Object& o, const char* key) {
-  Napi::Value v = o.Get(key);
-  if (!v.IsNumber()) {
-    throw Napi::TypeError::New(o.Env(), std::string("'") + key + "' must be a number");
-  }
+int64_t I64Of(const Napi::Value& v, const char* key) {
+  if (!v.IsNumber()) throw Napi::TypeError::New(v.Env(), std::string("'") + key + "' must be a number");
   return v.As<Napi::Number>().Int64Value();
 }
 
-uint32_t GetU32(const Napi::Object& o, const char* key) {
-  int64_t v = GetI64(o, key);
-  if (v < 0 || v > 0xffffffffLL) {
-    throw Napi::RangeError::New(o.Env(), std::string("'") + key + "' is out of u32 range");
+uint32_t U32Of(const Napi::Value& v, const char* key) {
+  int64_t n = I64Of(v, key);
+  if (n < 0 || n > 0xffffffffLL) {
+    throw Napi::RangeError::New(v.Env(), std::string("'") + key + "' is out of u32 range");
   }
-  return static_cast<uint32_t>(v);
+  return static_cast<uint32_t>(n);
 }
+
+bool Has(const Napi::Object& o, const char* key) { return o.Has(key) && Present(o.Get(key)); }
+std::string GetString(const Napi::Object& o, const char* key) { return StringOf(o.Get(key), key); }
+int64_t GetI64(const Napi::Object& o, const char* key) { return I64Of(o.Get(key), key); }
+uint32_t GetU32(const Napi::Object& o, const char* key) { return U32Of(o.Get(key), key); }
 
 }  // namespace nfk

@@ -93,6 +93,14 @@ std::string ToHex(const void* data, size_t len);
 // Throws a TypeError naming `what` when `hex` is not an even-length hex string.
 std::vector<uint8_t> FromHex(Napi::Env env, const std::string& hex, const std::string& what);
 
+// Typed checks of a value already read from property `key`: TypeError (or
+// RangeError for u32) naming the key. The encoder reads each field once and
+// checks it with these; option objects use the getters below.
+bool Present(const Napi::Value& v);  // neither undefined nor null
+std::string StringOf(const Napi::Value& v, const char* key);
+int64_t I64Of(const Napi::Value& v, const char* key);
+uint32_t U32Of(const Napi::Value& v, const char* key);
+
 // Small typed getters for option objects; they throw TypeErrors naming the key.
 bool Has(const Napi::Object& o, const char* key);
 std::string GetString(const Napi::Object& o, const char* key);

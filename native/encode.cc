@@ -33,27 +33,8 @@ Napi::Value Prop(const Napi::Object& o, const char* key) {
   return o.Get(Napi::Value(o.Env(), k->Of(key)));
 }
 
-// The same checks and messages as common.h's Has/GetString/GetI64/GetU32,
-// on a value already read (one property access per field, not two or three).
-bool Present(const Napi::Value& v) { return !v.IsUndefined() && !v.IsNull(); }
 bool HasKey(const Napi::Object& o, const char* key) { return Present(Prop(o, key)); }
-
-std::string StrOf(const Napi::Value& v, const char* key) {
-  if (!v.IsString()) throw Napi::TypeError::New(v.Env(), std::string("'") + key + "' must be a string");
-  return v.As<Napi::String>().Utf8Value();
-}
-int64_t I64Of(const Napi::Value& v, const char* key) {
-  if (!v.IsNumber()) throw Napi::TypeError::New(v.Env(), std::string("'") + key + "' must be a number");
-  return v.As<Napi::Number>().Int64Value();
-}
-uint32_t U32Of(const Napi::Value& v, const char* key) {
-  int64_t n = I64Of(v, key);
-  if (n < 0 || n > 0xffffffffLL) {
-    throw Napi::RangeError::New(v.Env(), std::string("'") + key + "' is out of u32 range");
-  }
-  return static_cast<uint32_t>(n);
-}
-std::string Str(const Napi::Object& o, const char* key) { return StrOf(Prop(o, key), key); }
+std::string Str(const Napi::Object& o, const char* key) { return StringOf(Prop(o, key), key); }
 int64_t I64(const Napi::Object& o, const char* key) { return I64Of(Prop(o, key), key); }
 uint32_t U32(const Napi::Object& o, const char* key) { return U32Of(Prop(o, key), key); }
 
@@ -123,7 +104,7 @@ int64_t EnumOf(const Napi::Object& o, const char* key, const EnumMap& map) {
 constexpr size_t kMaxAttrPayload = 0xff00;
 
 std::vector<uint8_t> HexOfValue(const Napi::Value& v, const char* key, size_t max = kMaxAttrPayload) {
-  std::vector<uint8_t> d = FromHex(v.Env(), StrOf(v, key), key);
+  std::vector<uint8_t> d = FromHex(v.Env(), StringOf(v, key), key);
   if (d.size() > max) {
     throw Napi::TypeError::New(v.Env(), std::string("'") + key + "' is " + std::to_string(d.size()) +
                                             " bytes, more than the " + std::to_string(max) + " allowed");
@@ -162,7 +143,7 @@ nftnl_expr* BuildTypedExpr(const ExprKind& kind, const Napi::Object& e) {
           nftnl_expr_set_u64(x, f.attr, static_cast<uint64_t>(I64Of(v, f.js)));
           break;
         case FieldType::Str: {
-          std::string str = StrOf(v, f.js);
+          std::string str = StringOf(v, f.js);
           bool xtName = (kind.name == std::string("match") || kind.name == std::string("target")) &&
                         std::strcmp(f.js, "name") == 0;
           if (xtName && str.size() > kMaxXtNameLen) {
