@@ -18,7 +18,7 @@ import { writeFileAtomic } from '../atomic-file.js';
 import { GenerationMismatchError, NfkeeperError } from '../errors.js';
 import { Batch } from '../netlink/batch.js';
 import type { Family } from '../netlink/expr.js';
-import type { Chain, Rule } from '../netlink/objects.js';
+import { indexByChain, type Chain, type Rule } from '../netlink/objects.js';
 import type { NftSocket } from '../netlink/socket.js';
 import { commentOf, renderRule, xtComments } from '../rules/index.js';
 import { tagMatcher, type ForeignTable } from './config.js';
@@ -146,15 +146,7 @@ async function observe(sock: NftSocket, owners: ForeignTable[]): Promise<TableVi
     sock.listRules({ family, table }),
   ]);
   const view: TableView = { family, table, owners, chains: new Map(), rules: new Map() };
-  for (const c of chains) {
-    view.chains.set(c.name, c);
-    view.rules.set(c.name, []);
-  }
-  for (const r of rules) {
-    let l = view.rules.get(r.chain);
-    if (!l) view.rules.set(r.chain, l = []);
-    l.push(r);
-  }
+  indexByChain(chains, rules, view);
   return view;
 }
 

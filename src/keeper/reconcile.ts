@@ -9,7 +9,7 @@
 import type { Expr, Family, Hex } from '../netlink/expr.js';
 import { Batch } from '../netlink/batch.js';
 import type { Chain, NftSet, Rule, SetElement, Table } from '../netlink/objects.js';
-import { SET_F, TABLE_F } from '../netlink/objects.js';
+import { SET_F, TABLE_F, indexByChain } from '../netlink/objects.js';
 import { NfkeeperError } from '../errors.js';
 import type { NftSocket } from '../netlink/socket.js';
 import type { ChainConfig, TableConfig } from '../config/config.js';
@@ -80,15 +80,7 @@ export async function observeTable(sock: NftSocket, family: Family, name: string
       chains = await sock.listChains({ family, table: name });  // something we did not ask for is there
     }
   }
-  for (const c of chains) {
-    out.chains.set(c.name, c);
-    out.rules.set(c.name, []);
-  }
-  for (const r of rules) {
-    let list = out.rules.get(r.chain);
-    if (!list) out.rules.set(r.chain, list = []);
-    list.push(r);
-  }
+  indexByChain(chains, rules, out);
   const referenced = new Set<string>();
   for (const r of rules) for (const e of r.exprs) if (e.kind === 'lookup') referenced.add(e.set);
   await Promise.all(sets.map(async (x) => {

@@ -99,3 +99,21 @@ export interface NftSet {
   /** On add only: elements created with the set. */
   elements?: SetElement[];
 }
+
+/**
+ * Files a table's dump by chain: every chain with its (possibly empty) rule
+ * list, in dump order. Rules of a chain missing from `chains` (it went
+ * between the two dumps) still get a list.
+ */
+export function indexByChain(chains: readonly Chain[], rules: readonly Rule[],
+  into: { chains: Map<string, Chain>; rules: Map<string, Rule[]> }): void {
+  for (const c of chains) {
+    into.chains.set(c.name, c);
+    into.rules.set(c.name, []);
+  }
+  for (const r of rules) {
+    let list = into.rules.get(r.chain);
+    if (!list) into.rules.set(r.chain, list = []);
+    list.push(r);
+  }
+}
