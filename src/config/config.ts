@@ -13,8 +13,10 @@ import type { ChainType, Hook } from '../netlink/objects.js';
 import { compileRule, RuleSyntaxError, type CompiledRule } from '../rules/index.js';
 import { GC_SCHEMA, type GcConfig } from '../gc/config.js';
 import { OWNERS_SCHEMA, type OwnersConfig } from '../owners/config.js';
+import { readNftFile } from './nftfile.js';
 
-const NAME = z.string().min(1).max(255).regex(/^[A-Za-z0-9_.\-]+$/, 'use letters, digits, _ . and - only');
+// nft's unquoted identifiers: letters, digits and _ . - / (owner chains are o/<id>/<name>).
+const NAME = z.string().min(1).max(255).regex(/^[A-Za-z0-9_.\-/]+$/, 'use letters, digits, _ . - and / only');
 
 // nft's standard priority names (ip, ip6, inet).
 export const PRIORITY_NAMES: Record<string, number> = {
@@ -82,7 +84,7 @@ export function parsePriority(p: number | string): number {
   return m[2] === '-' ? base - Number(m[3]) : base + Number(m[3] ?? 0);
 }
 
-/** Reads and validates a config file. Throws ConfigError. */
+/** Reads and validates a config file: nft's own syntax if it ends in .nft, else YAML. Throws ConfigError. */
 export function loadConfig(file: string): Config {
   let text: string;
   try {
@@ -90,10 +92,13 @@ export function loadConfig(file: string): Config {
   } catch (e) {
     throw new ConfigError(file, 0, 0, `cannot read: ${(e as Error).message}`);
   }
-  return parseConfig(text, file);
+  return file.endsWith('.nft') ? parseNftConfig(text, file) : parseConfig(text, file);
 }
 
-/** Validates config text; `file` names it in errors. Throws ConfigError. */
+/** Where a node of the raw document was written; `innerColumn` is a column inside a rule's text. */
+type PositionOf = (path: (string | number)[], innerColumn?: number) => { line: number; col: number };
+
+/** Validates YAML config text; `file` names it in errors. Throws ConfigError. */
 export function parseConfig(text: string, file = '<config>'): Config {
   const lines = new LineCounter();
   const doc = parseDocument(text, { lineCounter: lines, prettyErrors: false, uniqueKeys: true });
@@ -112,10 +117,24 @@ export function parseConfig(text: string, file = '<config>'): Config {
     const pos = at(firstAliasProblem(doc) ?? 0);
     throw new ConfigError(file, pos.line, pos.col, (e as Error).message.split('\n')[0]!);
   }
+  return buildConfig(raw, file, (path, inner) => positionOf(doc, lines, path, inner));
+}
+
+/**
+ * Validates an nft file (block or command form, src/config/nftfile.ts): each
+ * table in it is an owned table. Throws ConfigError.
+ */
+export function parseNftConfig(text: string, file = '<config>'): Config {
+  const nft = readNftFile(text, file);
+  return buildConfig(nft.raw, file, (path, inner) => nft.positionOf(path, inner));
+}
+
+/** The schema, the rules and the cross-references, whichever syntax the document came from. */
+function buildConfig(raw: unknown, file: string, pos: PositionOf): Config {
   const parsed = SCHEMA.safeParse(raw);
   if (!parsed.success) {
     const issue = parsed.error.issues[0]!;
-    const { line, col } = positionOf(doc, lines, issue.path as (string | number)[]);
+    const { line, col } = pos(issue.path as (string | number)[]);
     const where = issue.path.length ? `${issue.path.join('.')}: ` : '';
     throw new ConfigError(file, line, col, `${where}${issue.message}`);
   }
@@ -124,7 +143,7 @@ export function parseConfig(text: string, file = '<config>'): Config {
   let setId = 1;
   const tables: TableConfig[] = parsed.data.tables.map((t, ti) => {
     const tkey = `${t.family} ${t.name}`;
-    const tpos = positionOf(doc, lines, ['tables', ti, 'name']);
+    const tpos = pos(['tables', ti, 'name']);
     if (seenTables.has(tkey)) throw new ConfigError(file, tpos.line, tpos.col, `table ${tkey} is listed twice`);
     seenTables.add(tkey);
     const chainNames = new Set(t.chains.map((c) => c.name));
@@ -135,12 +154,12 @@ export function parseConfig(text: string, file = '<config>'): Config {
       const path = ['tables', ti, 'chains', ci];
       const baseKeys = [c.type, c.hook, c.priority].filter((v) => v !== undefined).length;
       if (baseKeys !== 0 && baseKeys !== 3) {
-        const p = positionOf(doc, lines, path);
+        const p = pos(path);
         throw new ConfigError(file, p.line, p.col,
           `chain ${c.name}: a base chain needs type, hook and priority together; a regular chain has none of them`);
       }
       if (baseKeys === 0 && c.policy !== undefined) {
-        const p = positionOf(doc, lines, [...path, 'policy']);
+        const p = pos([...path, 'policy']);
         throw new ConfigError(file, p.line, p.col, `chain ${c.name}: only base chains have a policy`);
       }
       const base = baseKeys === 3
@@ -153,7 +172,7 @@ export function parseConfig(text: string, file = '<config>'): Config {
           compiled = compileRule(ruleText, { family: t.family, table: t.name, chain: c.name, setIdBase: setId });
         } catch (e) {
           if (e instanceof RuleSyntaxError) {
-            const p = positionOf(doc, lines, rpath, e.column);
+            const p = pos(rpath, e.column);
             throw new ConfigError(file, p.line, p.col, `rule ${ri + 1} of chain ${c.name}: ${e.message}`);
           }
           throw e;
@@ -161,7 +180,7 @@ export function parseConfig(text: string, file = '<config>'): Config {
         setId += compiled.sets.length;
         const problem = checkRulePlacement(compiled, base?.hook, base?.type, chainNames);
         if (problem) {
-          const p = positionOf(doc, lines, rpath);
+          const p = pos(rpath);
           throw new ConfigError(file, p.line, p.col, `rule ${ri + 1} of chain ${c.name}: ${problem}`);
         }
         return { text: ruleText, compiled };
@@ -174,11 +193,11 @@ export function parseConfig(text: string, file = '<config>'): Config {
   if (owners) {
     const table = tables.find((t) => t.family === owners.family && t.name === owners.table);
     if (!table) {
-      const p = positionOf(doc, lines, ['owners', 'table']);
+      const p = pos(['owners', 'table']);
       throw new ConfigError(file, p.line, p.col, `owners.table: table ${owners.family} ${owners.table} is not in tables`);
     }
     owners.dispatch.forEach((name, i) => {
-      const p = positionOf(doc, lines, ['owners', 'dispatch', i]);
+      const p = pos(['owners', 'dispatch', i]);
       if (!table.chains.some((c) => c.name === name)) {
         throw new ConfigError(file, p.line, p.col, `owners.dispatch: chain ${name} is not a chain of table ${owners.family} ${owners.table}`);
       }
