@@ -326,12 +326,13 @@ class Parser {
       case 'ifname': {
         if (t.kind !== 'word' && t.kind !== 'string') expect('an interface name such as "eth0" or "veth*"');
         this.next();
-        const name = t.text;
+        // As nft: a trailing '*' is a wildcard, a trailing '\*' a literal star; any other
+        // '*' or '\' is just a character of the name.
+        const escaped = t.text.endsWith('\\*');
+        const name = escaped ? t.text.slice(0, -2) + '*' : t.text;
         const bytes = Buffer.from(name, 'utf8');
-        const star = name.indexOf('*');
         if (name.length === 0 || bytes.includes(0) || /\s/.test(name)) expect('a non-empty interface name without spaces');
-        if (star >= 0 && star !== name.length - 1) expect("an interface name with '*' only at its end");
-        if (star === name.length - 1) {
+        if (!escaped && name.endsWith('*')) {
           if (name.length === 1) this.fail(t, 'a name prefix before the wildcard', "a bare '*' is not supported");
           if (bytes.length - 1 > IFNAMSIZ - 1) expect(`an interface name of at most ${IFNAMSIZ - 1} bytes`);
           return { k: 'wildcard', prefix: bytes.subarray(0, bytes.length - 1).toString('hex'), ...at };

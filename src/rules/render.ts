@@ -12,7 +12,7 @@ import type {
 } from '../netlink/expr.js';
 import { FIB_F, NAT_RANGE } from '../netlink/expr.js';
 import { SET_F, type NftSet, type SetElement } from '../netlink/objects.js';
-import { fromHex, hexToBig, hostValue, prefixLenOfMask, readU32Host } from './bytes.js';
+import { bigToHex, fromHex, hexToBig, hostValue, prefixLenOfMask, readU32Host } from './bytes.js';
 import { F, NFPROTO_IPV4, NFPROTO_IPV6, type Field } from './fields.js';
 import { setIntervals } from './sets.js';
 import { commentOf, decodeXtComment } from './udata.js';
@@ -367,7 +367,9 @@ function ifnameText(data: Hex): string | undefined {
     return `"${Buffer.from(b).toString('utf8')}*"`;
   }
   for (let i = nul; i < b.length; i++) if (b[i] !== 0) return undefined;
-  return `"${Buffer.from(b.subarray(0, nul)).toString('utf8')}"`;
+  const name = Buffer.from(b.subarray(0, nul)).toString('utf8');
+  // A literal trailing star is written '\*' (nft 1.0.6 lists it so in a rule, but not in a set).
+  return `"${name.endsWith('*') ? name.slice(0, -1) + '\\*' : name}"`;
 }
 
 /** One value of the field's type (full length), or undefined when it cannot be printed. */
@@ -484,8 +486,22 @@ function setBody(field: Field, set: NftSet, elements: readonly SetElement[], opt
   if (set.keyLen !== field.len || !field.set || (set.flags & (SET_F.MAP | SET_F.CONCAT | SET_F.OBJECT))) return undefined;
   const isAddr = field.type === 'ipv4' || field.type === 'ipv6';
   if (set.flags & SET_F.INTERVAL) {
-    const ivs = setIntervals(set.keyLen, elements);
+    let ivs = setIntervals(set.keyLen, elements);
     if (!ivs) return undefined;
+    if (ivs.length === 1) {
+      // One interval left after nft merged the elements. `{ x }` would read back as a plain match,
+      // not a set, so say it with elements that merge into it again: the prefixes that cover an
+      // address range, else its two halves (an interface wildcard: itself twice).
+      const { lo, hi } = ivs[0]!;
+      if (lo === hi) return undefined;
+      // Pieces that are all single values would read back as a hashed set, so one must be a span.
+      const a = hexToBig(lo), b = hexToBig(hi), mid = a + (b - a + 1n) / 2n, len = lo.length / 2;
+      const cover = isAddr ? prefixCover(lo, hi) : [];
+      if (cover.length >= 2 && cover.length <= 8 && cover.some((c) => c.lo !== c.hi)) ivs = cover;
+      else if (field.type !== 'ifname' && b - a + 1n >= 4n) {
+        ivs = [{ lo, hi: bigToHex(mid - 1n, len) }, { lo: bigToHex(mid, len), hi }];
+      } else ivs = [ivs[0]!, ivs[0]!];
+    }
     const out: string[] = [];
     for (const { lo, hi } of ivs) {
       if (lo === hi) {
@@ -514,6 +530,11 @@ function setBody(field: Field, set: NftSet, elements: readonly SetElement[], opt
     const x = host ? hostValue(a) : hexToBig(a), y = host ? hostValue(b) : hexToBig(b);
     return x < y ? -1 : x > y ? 1 : 0;
   });
+  // nft keeps a duplicate once but sizes the set by the elements as written; a set with fewer
+  // elements than its size had duplicates, written again here so the text reads back to the same
+  // set (and `{ v }` alone would read back as a plain match, not a set).
+  const copies = Math.min(Math.max(2, set.size ?? 0), keys.length + 64) - keys.length;
+  if (copies > 0) keys.splice(1, 0, ...new Array<string>(copies).fill(keys[0]!));
   const out: string[] = [];
   for (const k of keys) {
     const v = valueText(field, k, opts);
@@ -521,4 +542,20 @@ function setBody(field: Field, set: NftSet, elements: readonly SetElement[], opt
     out.push(v);
   }
   return out.join(', ');
+}
+
+/** The fewest aligned prefixes that cover [lo, hi] exactly, as inclusive intervals. */
+function prefixCover(lo: Hex, hi: Hex): { lo: Hex; hi: Hex }[] {
+  const len = lo.length / 2;
+  const bits = BigInt(len * 8);
+  let a = hexToBig(lo);
+  const b = hexToBig(hi);
+  const out: { lo: Hex; hi: Hex }[] = [];
+  while (a <= b && out.length <= 8) {
+    let size = 1n;
+    while (size < (1n << bits) && a % (size * 2n) === 0n && a + size * 2n - 1n <= b) size *= 2n;
+    out.push({ lo: bigToHex(a, len), hi: bigToHex(a + size - 1n, len) });
+    a += size;
+  }
+  return out;
 }

@@ -40,7 +40,12 @@ export interface BuiltSet {
   interval: boolean;
 }
 
-/** The anonymous set for `field { elems }`; refuses what nft would merge away or duplicate. */
+/**
+ * The anonymous set for `field { elems }`, normalised as nft 1.0.6 does it:
+ * a duplicate value is kept once, and overlapping or adjacent intervals are
+ * merged into one (which may leave a single interval: nft then lists
+ * `{ 10.1.0.0-10.2.255.255 }`, and still installs a set).
+ */
 export function buildAnonymousSet(field: Field, elems: Elem[], ctx: { family: NftSet['family']; table: string },
   id: number, fail: Fail): BuiltSet {
   const desc = field.set!;
@@ -54,14 +59,15 @@ export function buildAnonymousSet(field: Field, elems: Elem[], ctx: { family: Nf
     const elements: SetElement[] = [];
     for (const e of elems) {
       const hex = (e as { hex: string }).hex;
-      if (seen.has(hex)) fail(e, 'each element once', `duplicate set element '${e.raw}'`);
+      if (seen.has(hex)) continue;
       seen.add(hex);
       elements.push({ key: hex, flags: 0 });
     }
     return {
       interval,
       set: {
-        ...base, flags: SET_F.ANONYMOUS | SET_F.CONSTANT, size: elements.length,
+        // nft sizes a hashed set by the elements as written, duplicates included.
+        ...base, flags: SET_F.ANONYMOUS | SET_F.CONSTANT, size: elems.length,
         userdata: setUserdata(desc.byteorder, false, desc.key), elements,
       },
     };
@@ -70,17 +76,12 @@ export function buildAnonymousSet(field: Field, elems: Elem[], ctx: { family: Nf
   const merged: Span[] = [];
   for (const s of spans) {
     const last = merged[merged.length - 1];
-    if (last && s.lo <= last.hi) {
-      const [a, b] = s.at.col < last.at.col ? [s.at, last.at] : [last.at, s.at];
-      fail(b, `elements that do not overlap '${a.raw}'`, `set elements '${a.raw}' and '${b.raw}' overlap`);
+    // nft merges overlapping and adjacent intervals of an anonymous set.
+    if (last && s.lo <= last.hi + 1n) {
+      if (s.hi > last.hi) last.hi = s.hi;
+    } else {
+      merged.push({ ...s });
     }
-    if (last && s.lo === last.hi + 1n) last.hi = s.hi; // nft merges adjacent intervals
-    else merged.push({ ...s });
-  }
-  if (merged.length === 1) {
-    const last = elems[elems.length - 1]!;
-    fail(last, 'elements that stay apart, or one value, prefix or range without braces',
-      'these set elements merge into a single interval, which nft would print as a one-element set that does not read back the same');
   }
   const max = (1n << BigInt(len * 8)) - 1n;
   const elements: SetElement[] = [];

@@ -118,9 +118,6 @@ describe('refusals carry column, token and what was expected', () => {
     ['accept comment "x" counter', 'ip', 20, 'counter', /end of the rule/],
     ['jump 1abc', 'ip', 6, '1abc', /chain name/],
     ['ip saddr { 1.2.3.4 1.2.3.5 }', 'ip', 20, '1.2.3.5', /',' or '}'/],
-    ['ip saddr { 1.2.3.4, 1.2.3.4 }', 'ip', 21, '1.2.3.4', /each element once/],
-    ['tcp dport { 1-10, 5 }', 'ip', 19, '5', /do not overlap '1-10'/],
-    ['tcp dport { 1-10, 11-20 }', 'ip', 19, '11-20', /stay apart/],
     ['meta nfproto ipv4 accept', 'ip', 1, 'meta', /makes sense in this family/],
     ['dnat to 1.2.3.4:80', 'ip', 9, '1.2.3.4:80', /transport protocol match before it/],
     ['masquerade to :1000', 'ip', 15, ':1000', /transport protocol match/],
@@ -134,7 +131,6 @@ describe('refusals carry column, token and what was expected', () => {
     ['ct state foo', 'ip', 10, 'foo', /established/],
     ['ct state { new }', 'ip', 10, '{', /single value/],
     ['iifname "*"', 'ip', 9, '"*"', /prefix before the wildcard/],
-    ['iifname "e*th"', 'ip', 9, '"e*th"', /only at its end/],
     ['iifname "averyveryverylongname"', 'ip', 9, '"averyveryverylongname"', /at most 15 bytes/],
     ['iif "eth9"', 'ip', 5, '"eth9"', /resolver/],
     ['meta mark & 0xff == 0x100', 'ip', 21, '0x100', /inside the mask/],
@@ -152,7 +148,6 @@ describe('refusals carry column, token and what was expected', () => {
     [`accept comment "${'x'.repeat(129)}"`, 'ip', 16, `"${'x'.repeat(129)}"`, /at most 128 bytes/],
     ['accept comment "unterminated', 'ip', 16, '"unterminated', /closing double quote/],
     ['fib saddr type local', 'ip', 5, 'saddr', /'daddr'/],
-    ['ip saddr { 0.0.0.0/1, 128.0.0.0/1 }', 'ip', 23, '128.0.0.0/1', /stay apart/],
   ];
   it.each(cases)('%j (%s)', (text, family, column, token, expected) => {
     let err: unknown;

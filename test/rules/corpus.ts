@@ -394,7 +394,30 @@ const INET: CorpusRule[] = [
   r('inet', 'inet', 'post', 'ip6 saddr fd00::/64 snat ip6 to fd00::1'),
 ];
 
-export const CORPUS: CorpusRule[] = [...FLANNEL, ...NOMAD, ...KUBE, ...DOCKER, ...MATCH_IP, ...STMT_IP, ...IP6, ...INET];
+// nft's own normalisations of what users write: duplicate and overlapping anonymous-set elements
+// kept once or merged (possibly into one interval, which nft lists as `{ x }`, a text that reads
+// back as a plain match, so the canonical text names pieces that merge again), `\*` as a literal star.
+const NORMALISE: CorpusRule[] = [
+  r('nft-normalise', 'ip', 'fwd', 'ip saddr { 1.2.3.4, 1.2.3.4 } accept', { nft: 'ip saddr { 1.2.3.4 } accept' }),
+  r('nft-normalise', 'ip', 'fwd', 'tcp dport { 1-10, 5 } accept', { canonical: 'tcp dport { 1-5, 6-10 } accept', nft: 'tcp dport { 1-10 } accept' }),
+  r('nft-normalise', 'ip', 'fwd', 'tcp dport { 1-10, 11-20 } accept', { nft: 'tcp dport { 1-20 } accept' }),
+  r('nft-normalise', 'ip', 'fwd', 'tcp dport { 1-10, 11-20, 30 } accept', { canonical: 'tcp dport { 1-20, 30 } accept' }),
+  r('nft-normalise', 'ip', 'fwd', 'ip saddr { 10.1.0.0/16, 10.2.0.0/16 } accept', { nft: 'ip saddr { 10.1.0.0-10.2.255.255 } accept' }),
+  r('nft-normalise', 'ip', 'fwd', 'ip saddr { 10.0.0.0/8, 10.1.0.0/16 } accept',
+    { canonical: 'ip saddr { 10.0.0.0/9, 10.128.0.0/9 } accept', nft: 'ip saddr { 10.0.0.0/8 } accept' }),
+  r('nft-normalise', 'ip', 'fwd', 'ip saddr { 10.0.0.0/24, 10.0.1.0/24, 192.168.0.0/16 } accept',
+    { canonical: 'ip saddr { 10.0.0.0/23, 192.168.0.0/16 } accept' }),
+  r('nft-normalise', 'ip', 'post', 'ip saddr { 0.0.0.0/1, 128.0.0.0/1 } masquerade', { nft: 'ip saddr { 0.0.0.0/0 } masquerade' }),
+  r('nft-normalise', 'ip', 'fwd', 'iifname "dummy\\*" accept'),
+  r('nft-normalise', 'ip', 'fwd', 'iifname "e*th" accept'),
+  r('nft-normalise', 'ip', 'fwd', 'iifname "a\\*b" accept'),
+  r('nft-normalise', 'ip', 'fwd', 'iifname { "x\\*", "y*" } accept', { nft: 'iifname { "x*", "y*" } accept' }),
+  r('nft-normalise', 'ip6', 'fwd', 'ip6 saddr { fd00::/8, fd00::1 } accept',
+    { canonical: 'ip6 saddr { fd00::/9, fd80::/9 } accept', nft: 'ip6 saddr { fd00::/8 } accept' }),
+  r('nft-normalise', 'inet', 'fwd', 'tcp dport { 80, 443, 80 } accept', { canonical: 'tcp dport { 80, 80, 443 } accept', nft: 'tcp dport { 80, 443 } accept' }),
+];
+
+export const CORPUS: CorpusRule[] = [...FLANNEL, ...NOMAD, ...KUBE, ...DOCKER, ...MATCH_IP, ...STMT_IP, ...IP6, ...INET, ...NORMALISE];
 
 /** Every corpus rule compiles with this interface table (what `lo` is in a fresh namespace). */
 export const CORPUS_INTERFACES = { lo: 1 };
