@@ -10,6 +10,7 @@ namespace nfk {
 
 Napi::Value SdNotify(const Napi::CallbackInfo& info);
 Napi::Value PeerCred(const Napi::CallbackInfo& info);
+Napi::Value ListLinks(const Napi::CallbackInfo& info);
 
 namespace {
 
@@ -42,6 +43,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("init", Napi::Function::New(env, SetErrorClass));
   exports.Set("sdNotify", Napi::Function::New(env, SdNotify));
   exports.Set("peerCred", Napi::Function::New(env, PeerCred));
+  exports.Set("links", Napi::Function::New(env, ListLinks));
   return exports;
 }
 

@@ -6,7 +6,7 @@ import { readFileSync, watch } from 'node:fs';
 import { basename, dirname } from 'node:path';
 import { Command, CommanderError, Option } from 'commander';
 import pino from 'pino';
-import { loadConfig, type Config } from './config/config.js';
+import { anyInterface, loadConfig, namespaceInterfaces, type Config } from './config/config.js';
 import { ConfigError, NfkeeperError } from './errors.js';
 import { Keeper, checkOnce, cleanup } from './keeper/keeper.js';
 import { KeeperMetrics } from './keeper/metrics.js';
@@ -54,7 +54,7 @@ export async function main(argv: string[], io: Out = {
   program.command('validate').description('check a config file; exit 0 or a clear error with its position')
     .addOption(configOpt()).option('--json', 'print a JSON summary')
     .action((o: { config: string; json?: boolean }) => {
-      const config = loadConfig(o.config);
+      const config = loadConfig(o.config, { interfaces: anyInterface() });
       const summary = config.tables.map((t) => ({
         table: `${t.family} ${t.name}`, chains: t.chains.map((c) => ({ name: c.name, rules: c.rules.length })),
       }));
@@ -76,7 +76,7 @@ export async function main(argv: string[], io: Out = {
   program.command('cleanup').description('remove every table the config owns (rules stay when nfkeeper merely stops)')
     .addOption(configOpt()).addOption(netnsOpt()).option('--json', 'print what was removed as JSON')
     .action(async (o: { config: string; netns?: string; json?: boolean }) => {
-      const config = loadConfig(o.config);
+      const config = loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns) });
       const sock = new NftSocket({ netns: o.netns });
       try {
         const removed = await cleanup(sock, config);
@@ -194,7 +194,7 @@ export async function main(argv: string[], io: Out = {
     .option('--dry-run', 'print what would go, as nft text grouped by id, and change nothing')
     .option('--json', 'print the result as JSON')
     .action(async (o: { config: string; netns?: string; liveFile?: string; grace?: string; dryRun?: boolean; json?: boolean }) => {
-      const r = await gcOnce(loadConfig(o.config), o);
+      const r = await gcOnce(loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns) }), o);
       io.out(o.json ? JSON.stringify(r.json) : r.lines.join('\n'));
       code = o.dryRun && r.garbage.length > 0 ? EXIT.DRIFT : EXIT.OK;
     });
@@ -235,7 +235,7 @@ function errorText(r: { status: number; body: unknown }): string {
 }
 
 async function oneShot(o: { config: string; netns?: string; json?: boolean }, apply: boolean, io: Out): Promise<number> {
-  const config = loadConfig(o.config);
+  const config = loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns) });
   // Registered owners are desired state too; a corrupt state file stops here, before the kernel.
   const owners = config.owners ? loadOwners(config) : [];
   const sock = new NftSocket({ netns: o.netns });
@@ -265,7 +265,7 @@ interface RunOptions {
 
 async function run(o: RunOptions): Promise<number> {
   const log = pino({ level: o.logLevel, base: { pid: process.pid } });
-  const config = loadConfig(o.config);
+  const config = loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns) });
   // The owners come before the first pass: starting without them would collect their rules.
   // A state file that cannot be read stops start-up here, before the kernel is touched.
   const owners: Owner[] = config.owners ? loadOwners(config) : [];
@@ -319,7 +319,7 @@ async function run(o: RunOptions): Promise<number> {
   const reload = (why: string) => {
     let next: Config;
     try {
-      next = loadConfig(o.config);
+      next = loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns) });
     } catch (e) {
       metrics.reloadFailed.set(1);
       log.error({ err: e instanceof ConfigError ? e.message : e, why }, 'config reload rejected; keeping the old one');

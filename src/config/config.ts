@@ -10,7 +10,8 @@ import { z } from 'zod';
 import { ConfigError, NfkeeperError } from '../errors.js';
 import type { Family } from '../netlink/expr.js';
 import type { ChainType, Hook } from '../netlink/objects.js';
-import { compileRule, RuleSyntaxError, type CompiledRule } from '../rules/index.js';
+import { compileRule, interfaceTable, RuleSyntaxError, type CompiledRule, type InterfaceResolver } from '../rules/index.js';
+import { listLinks } from '../netlink/link.js';
 import { GC_SCHEMA, type GcConfig } from '../gc/config.js';
 import { OWNERS_SCHEMA, type OwnersConfig } from '../owners/config.js';
 import { readNftFile } from './nftfile.js';
@@ -84,22 +85,31 @@ export function parsePriority(p: number | string): number {
   return m[2] === '-' ? base - Number(m[3]) : base + Number(m[3] ?? 0);
 }
 
+export interface LoadOptions {
+  /**
+   * Resolves `iif`/`oif` interface names to indexes: the target namespace's
+   * interfaces (namespaceInterfaces), since the kernel matches the index.
+   * Without it such rules are refused.
+   */
+  interfaces?: InterfaceResolver;
+}
+
 /** Reads and validates a config file: nft's own syntax if it ends in .nft, else YAML. Throws ConfigError. */
-export function loadConfig(file: string): Config {
+export function loadConfig(file: string, options: LoadOptions = {}): Config {
   let text: string;
   try {
     text = readFileSync(file, 'utf8');
   } catch (e) {
     throw new ConfigError(file, 0, 0, `cannot read: ${(e as Error).message}`);
   }
-  return file.endsWith('.nft') ? parseNftConfig(text, file) : parseConfig(text, file);
+  return file.endsWith('.nft') ? parseNftConfig(text, file, options) : parseConfig(text, file, options);
 }
 
 /** Where a node of the raw document was written; `innerColumn` is a column inside a rule's text. */
 type PositionOf = (path: (string | number)[], innerColumn?: number) => { line: number; col: number };
 
 /** Validates YAML config text; `file` names it in errors. Throws ConfigError. */
-export function parseConfig(text: string, file = '<config>'): Config {
+export function parseConfig(text: string, file = '<config>', options: LoadOptions = {}): Config {
   const lines = new LineCounter();
   const doc = parseDocument(text, { lineCounter: lines, prettyErrors: false, uniqueKeys: true });
   const at = (offset: number) => lines.linePos(offset);
@@ -117,20 +127,20 @@ export function parseConfig(text: string, file = '<config>'): Config {
     const pos = at(firstAliasProblem(doc) ?? 0);
     throw new ConfigError(file, pos.line, pos.col, (e as Error).message.split('\n')[0]!);
   }
-  return buildConfig(raw, file, (path, inner) => positionOf(doc, lines, path, inner));
+  return buildConfig(raw, file, (path, inner) => positionOf(doc, lines, path, inner), options);
 }
 
 /**
  * Validates an nft file (block or command form, src/config/nftfile.ts): each
  * table in it is an owned table. Throws ConfigError.
  */
-export function parseNftConfig(text: string, file = '<config>'): Config {
+export function parseNftConfig(text: string, file = '<config>', options: LoadOptions = {}): Config {
   const nft = readNftFile(text, file);
-  return buildConfig(nft.raw, file, (path, inner) => nft.positionOf(path, inner));
+  return buildConfig(nft.raw, file, (path, inner) => nft.positionOf(path, inner), options);
 }
 
 /** The schema, the rules and the cross-references, whichever syntax the document came from. */
-function buildConfig(raw: unknown, file: string, pos: PositionOf): Config {
+function buildConfig(raw: unknown, file: string, pos: PositionOf, options: LoadOptions): Config {
   const parsed = SCHEMA.safeParse(raw);
   if (!parsed.success) {
     const issue = parsed.error.issues[0]!;
@@ -169,7 +179,9 @@ function buildConfig(raw: unknown, file: string, pos: PositionOf): Config {
         const rpath = [...path, 'rules', ri];
         let compiled: CompiledRule;
         try {
-          compiled = compileRule(ruleText, { family: t.family, table: t.name, chain: c.name, setIdBase: setId });
+          compiled = compileRule(ruleText, {
+            family: t.family, table: t.name, chain: c.name, setIdBase: setId, interfaces: options.interfaces,
+          });
         } catch (e) {
           if (e instanceof RuleSyntaxError) {
             const p = pos(rpath, e.column);
@@ -254,4 +266,37 @@ function positionOf(doc: Document, lines: LineCounter, path: (string | number)[]
     }
   }
   return { line: 1, col: 1 };
+}
+
+/**
+ * The interfaces of the namespace rules go into, for `iif`/`oif` names; read
+ * once, when the config is loaded (and again on each reload), as nft resolves
+ * them when it loads a rule. Lazy: a config without such rules reads nothing.
+ */
+export function namespaceInterfaces(netns?: string): InterfaceResolver {
+  let table: InterfaceResolver | undefined;
+  const get = () => (table ??= interfaceTable(Object.fromEntries(listLinks(netns).map((l) => [l.name, l.index]))));
+  return { indexOf: (n) => get().indexOf(n), nameOf: (i) => get().nameOf(i) };
+}
+
+/**
+ * For checks that reach no namespace (`validate`): every interface name is
+ * taken as existing, so `iif`/`oif` rules are checked for syntax only; the
+ * commands that write a namespace resolve them there.
+ */
+export function anyInterface(): InterfaceResolver {
+  const byName = new Map<string, number>();
+  const byIndex = new Map<number, string>();
+  return {
+    indexOf(n) {
+      let i = byName.get(n);
+      if (i === undefined) {
+        i = 0x7fff0000 + byName.size;
+        byName.set(n, i);
+        byIndex.set(i, n);
+      }
+      return i;
+    },
+    nameOf: (i) => byIndex.get(i),
+  };
 }

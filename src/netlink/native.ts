@@ -30,6 +30,8 @@ interface Addon {
   sdNotify(socketPath: string, message: string): number;
   /** SO_PEERCRED of a connected Unix socket; a number is the errno. */
   peerCred(fd: number): { pid: number; uid: number; gid: number } | number;
+  /** The namespace's network interfaces (RTM_GETLINK); a number is the errno. */
+  links(netns?: string): { index: number; name: string }[] | number;
 }
 
 let addon: Addon | undefined;

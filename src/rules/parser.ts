@@ -348,8 +348,11 @@ class Parser {
           if (t.kind === 'word' && !/^[A-Za-z0-9_.:-]+$/.test(t.text)) expect('an interface index or name');
           idx = this.opts.ifindex?.(t.text);
           if (idx === undefined) {
-            this.fail(t, "an interface index, or a name the CompileContext's interfaces resolver knows " +
-              '(or match by iifname/oifname)', `interface '${t.text}' cannot be resolved to an index`);
+            this.fail(t, this.opts.ifindex
+              ? 'an interface that exists in the target namespace (iif/oif match its index, fixed when the rule is ' +
+                'loaded, as in nft; iifname/oifname match interfaces that come and go)'
+              : "an interface index, or a name the CompileContext's interfaces resolver knows (or match by iifname/oifname)",
+            this.opts.ifindex ? `interface '${t.text}' does not exist` : `interface '${t.text}' cannot be resolved to an index`);
           }
         }
         return { k: 'value', hex: u32Host(idx!), ...at };

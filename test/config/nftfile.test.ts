@@ -156,11 +156,9 @@ const unlistable = (r: CorpusRule) => /\/\d+:\d/.test(r.nft ?? r.canonical ?? r.
 function corpusFile(family: CorpusFamily): string {
   const lines = [`table ${family} corpus {`];
   for (const chain of Object.keys(CHAIN_SPEC) as CorpusChain[]) {
-    // Left out, each tested on its own below: NAT to a range nft lists as a prefix with ports
-    // (`snat to a/31:80`), which nft 1.0.6 cannot read back; and iif/oif names, which need an
-    // interface resolver in the target namespace (not there yet).
-    const rules = CORPUS.filter((r) => r.family === family && r.chain === chain && !unlistable(r)
-      && !/\b(?:iif|oif) /.test(r.text));
+    // Left out, and tested on their own below: NAT to a range nft lists as a prefix with ports
+    // (`snat to a/31:80`), which nft 1.0.6 cannot read back.
+    const rules = CORPUS.filter((r) => r.family === family && r.chain === chain && !unlistable(r));
     if (rules.length === 0) continue;
     lines.push(`\tchain c_${chain} {`, `\t\t${CHAIN_SPEC[chain]}`);
     // The corpus holds jumps to chains named in its sources; declare them as regular chains.
@@ -295,5 +293,34 @@ describe('nft files: nft is the oracle', () => {
         }, 'nftfile-v');
       }, 'nftfile-u');
     }
+  });
+
+  it('iif/oif names resolve in the target namespace, as nft resolves them there; a missing one is refused', async () => {
+    await withNetns(async (a) => {
+      await withNetns(async (b) => {
+        // Different indexes for the same names in the two namespaces: b gets a spare pair first.
+        b.exec('ip', ['link', 'add', 'spare0', 'type', 'veth', 'peer', 'name', 'spare1']);
+        for (const ns of [a, b]) ns.exec('ip', ['link', 'add', 'veth0', 'type', 'veth', 'peer', 'name', 'veth1']);
+        const text = 'table ip t {\n\tchain c {\n\t\ttype filter hook forward priority filter; policy accept;\n' +
+          '\t\tiif "veth0" oif "lo" accept\n\t\toif "veth1" drop\n\t}\n}\n';
+        const file = join(dir, 'ifaces.nft');
+        writeFileSync(file, text);
+        a.nft(text);
+        const apply = await cli('apply', '--config', file, '--netns', b.path);
+        expect(apply.err).toBe('');
+        expect(b.exec('nft', ['list', 'table', 'ip', 't'])).toBe(a.exec('nft', ['list', 'table', 'ip', 't']));
+        // The indexes differ between the namespaces, so the dumps do too: each holds its own.
+        const index = (ns: Netns, name: string) => JSON.parse(ns.exec('ip', ['-j', 'link', 'show', name]))[0].ifindex as number;
+        expect(index(a, 'veth0')).not.toBe(index(b, 'veth0'));
+        expect((await cli('check', '--config', file, '--netns', a.path)).code).toBe(0);
+        expect((await cli('check', '--config', file, '--netns', b.path)).code).toBe(0);
+        writeFileSync(file, text.replace('"veth0"', '"veth9"'));
+        const refused = await cli('apply', '--config', file, '--netns', b.path);
+        expect(refused.code).toBe(2);
+        expect(refused.err).toMatch(/ifaces\.nft:4:7: .*interface 'veth9' does not exist.*iifname/);
+        // validate reaches no namespace: names are checked for syntax only.
+        expect((await cli('validate', '--config', file)).code).toBe(0);
+      }, 'nftfile-if-b');
+    }, 'nftfile-if-a');
   });
 });
