@@ -7,6 +7,7 @@ import { basename, dirname } from 'node:path';
 import { Command, CommanderError, Option } from 'commander';
 import pino from 'pino';
 import { anyInterface, loadConfig, namespaceInterfaces, type Config } from './config/config.js';
+import { readTable, tablesToYaml, tableToNft, type ExportedTable, type ExportFormat } from './config/export.js';
 import { ConfigError, NfkeeperError } from './errors.js';
 import { Keeper, checkOnce, cleanup } from './keeper/keeper.js';
 import { KeeperMetrics } from './keeper/metrics.js';
@@ -14,6 +15,7 @@ import { parseListen, serveMetrics } from './keeper/http.js';
 import type { KeeperStatus } from './keeper/keeper.js';
 import { renderDrift } from './keeper/reconcile.js';
 import { NftSocket } from './netlink/socket.js';
+import type { Family } from './netlink/expr.js';
 import { parseDuration } from './duration.js';
 import { Notifier } from './systemd.js';
 import { PROJECT_ROOT } from './netlink/native.js';
@@ -71,6 +73,33 @@ export async function main(argv: string[], io: Out = {
     .addOption(configOpt()).addOption(netnsOpt()).option('--json', 'print what was repaired as JSON')
     .action(async (o: { config: string; netns?: string; json?: boolean }) => {
       code = await oneShot(o, true, io);
+    });
+
+  program.command('export').description("print a kernel table as a config (nft's file syntax or YAML)")
+    .requiredOption('--table <family name...>', 'the table to export: FAMILY NAME (repeat the option for more)')
+    .addOption(netnsOpt())
+    .addOption(new Option('--format <format>', 'nft or yaml').choices(['nft', 'yaml']).default('nft'))
+    .action(async (o: { table: string[]; netns?: string; format: ExportFormat }) => {
+      if (o.table.length % 2 !== 0) throw new NfkeeperError('--table takes FAMILY NAME pairs, e.g. --table ip nat');
+      const sock = new NftSocket({ netns: o.netns });
+      try {
+        const tables: ExportedTable[] = [];
+        for (let i = 0; i < o.table.length; i += 2) {
+          const family = o.table[i]!;
+          if (!['ip', 'ip6', 'inet'].includes(family)) throw new NfkeeperError(`--table: family '${family}' is not one of ip, ip6, inet`);
+          // The nft form prints counter values as nft list does; a YAML config has no use for them.
+          const t = await readTable(sock, family as Family, o.table[i + 1]!,
+            { interfaces: namespaceInterfaces(o.netns), counters: o.format === 'nft' });
+          if (!t) throw new NfkeeperError(`table ${family} ${o.table[i + 1]} does not exist${o.netns ? ` in ${o.netns}` : ''}`);
+          tables.push(t);
+        }
+        io.out((o.format === 'yaml' ? tablesToYaml(tables) : tables.map(tableToNft).join('\n')).replace(/\n$/, ''));
+        const unsupported = tables.flatMap((t) => t.unsupported.map((u) => `${t.family} ${t.name}: ${u}`));
+        for (const u of unsupported) io.err(`nfkeeper: not exported: ${u}`);
+        code = unsupported.length ? EXIT.DRIFT : EXIT.OK;
+      } finally {
+        sock.close();
+      }
     });
 
   program.command('cleanup').description('remove every table the config owns (rules stay when nfkeeper merely stops)')

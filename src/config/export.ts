@@ -1,0 +1,120 @@
+/**
+ * `nfkeeper export`: a table as the kernel holds it, in either config form,
+ * for a user migrating from a hand-kept ruleset. The nft form is what
+ * `nft list table` prints (rules in nfkeeper's canonical text, which reads
+ * back to the same kernel state); the YAML form is the config's own shape.
+ * What the rule language cannot express yet is printed marked, never
+ * dropped, and reported, so an export is never silently partial.
+ */
+import { stringify } from 'yaml';
+import type { Family } from '../netlink/expr.js';
+import type { NftSet, SetElement } from '../netlink/objects.js';
+import { SET_F } from '../netlink/objects.js';
+import type { NftSocket } from '../netlink/socket.js';
+import { renderRule, setResolver, type InterfaceResolver } from '../rules/index.js';
+
+export type ExportFormat = 'nft' | 'yaml';
+
+export interface ExportedChain {
+  name: string;
+  base?: { type: string; hook: string; priority: number; policy: 'accept' | 'drop' };
+  rules: string[];
+}
+
+export interface ExportedTable {
+  family: Family;
+  name: string;
+  chains: ExportedChain[];
+  /** What the config cannot hold (named sets, rules it cannot render), in words. */
+  unsupported: string[];
+}
+
+type Reader = Pick<NftSocket, 'getTable' | 'listChains' | 'listRules' | 'listSets' | 'listElements'>;
+
+/** Reads one table; undefined when it does not exist. */
+export async function readTable(sock: Reader, family: Family, name: string,
+  options: { interfaces?: InterfaceResolver; counters?: boolean } = {}): Promise<ExportedTable | undefined> {
+  const table = await sock.getTable(family, name);
+  if (!table) return undefined;
+  const [chains, rules, sets] = await Promise.all([
+    sock.listChains({ family, table: name }), sock.listRules({ family, table: name }), sock.listSets({ family, table: name }),
+  ]);
+  const withElements: { set: NftSet; elements: SetElement[] }[] = await Promise.all(sets.map(async (set) => ({
+    set, elements: await sock.listElements({ family, table: name, set: set.name }),
+  })));
+  const resolve = setResolver(withElements);
+  const unsupported: string[] = [];
+  for (const s of sets) {
+    if (!(s.flags & SET_F.ANONYMOUS)) unsupported.push(`${s.flags & SET_F.MAP ? 'map' : 'set'} ${s.name}: named sets and maps are not supported yet`);
+  }
+  const out: ExportedTable = { family, name, chains: [], unsupported };
+  const byChain = new Map<string, string[]>();
+  for (const r of rules) {
+    const text = renderRule(r, family, resolve, options);
+    if (text.includes('<unsupported')) unsupported.push(`chain ${r.chain}, rule handle ${r.handle}: ${text}`);
+    if (!byChain.has(r.chain)) byChain.set(r.chain, []);
+    byChain.get(r.chain)!.push(text);
+  }
+  for (const c of chains) {
+    if (c.hook !== undefined && !['prerouting', 'input', 'forward', 'output', 'postrouting'].includes(c.hook)) {
+      unsupported.push(`chain ${c.name}: hook ${c.hook} is not supported`);
+    }
+    out.chains.push({
+      name: c.name,
+      base: c.hook !== undefined
+        ? { type: c.type ?? 'filter', hook: c.hook, priority: c.priority ?? 0, policy: c.policy ?? 'accept' } : undefined,
+      rules: byChain.get(c.name) ?? [],
+    });
+  }
+  return out;
+}
+
+// nft 1.0.6 names a standard priority (± up to 10) where that name applies to the hook.
+const STD_PRIORITIES: [string, number, string[] | undefined][] = [
+  ['raw', -300, undefined], ['mangle', -150, undefined], ['dstnat', -100, ['prerouting']],
+  ['filter', 0, undefined], ['security', 50, undefined], ['srcnat', 100, ['postrouting']],
+];
+
+/** A base chain's priority as `nft list` prints it: `srcnat`, `filter + 10`, `-90`. */
+export function priorityText(hook: string, priority: number): string {
+  for (const [name, value, hooks] of STD_PRIORITIES) {
+    if (hooks && !hooks.includes(hook)) continue;
+    const d = priority - value;
+    if (Math.abs(d) <= 10) return d === 0 ? name : `${name} ${d > 0 ? '+' : '-'} ${Math.abs(d)}`;
+  }
+  return String(priority);
+}
+
+/** The nft block form, as `nft list table` prints it. */
+export function tableToNft(t: ExportedTable): string {
+  const lines = [`table ${t.family} ${t.name} {`];
+  t.chains.forEach((c: ExportedChain, i) => {
+    if (i > 0) lines.push('');
+    lines.push(`\tchain ${c.name} {`);
+    if (c.base) {
+      lines.push(`\t\ttype ${c.base.type} hook ${c.base.hook} priority ${priorityText(c.base.hook, c.base.priority)}; policy ${c.base.policy};`);
+    }
+    for (const r of c.rules) lines.push(`\t\t${r.includes('<unsupported') ? `# ${r}` : r}`);
+    lines.push('\t}');
+  });
+  lines.push('}');
+  return lines.join('\n') + '\n';
+}
+
+/** The YAML config form (a document with one table). */
+export function tablesToYaml(tables: ExportedTable[]): string {
+  return stringify({
+    tables: tables.map((t) => ({
+      family: t.family,
+      name: t.name,
+      chains: t.chains.map((c) => {
+        const p = c.base && priorityText(c.base.hook, c.base.priority);
+        return {
+          name: c.name,
+          ...(c.base ? { type: c.base.type, hook: c.base.hook, priority: /^-?\d+$/.test(p!) ? Number(p) : p, policy: c.base.policy } : {}),
+          rules: c.rules.filter((r) => !r.includes('<unsupported')),
+        };
+      }),
+    })),
+  }, { lineWidth: 0 });
+}
