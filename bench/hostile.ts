@@ -17,6 +17,7 @@ import { performance } from 'node:perf_hooks';
 import { DEFAULT_FIGHT } from '../src/keeper/fight.js';
 import { PROJECT_ROOT } from '../src/netlink/native.js';
 import { Batch, open } from '../src/index.js';
+import { sleep } from '../test/helpers/wait.js';
 import { withBenchNetns } from './lib/netns.js';
 
 function arg(name: string, dflt: number): number {
@@ -27,7 +28,6 @@ const SECONDS = arg('--seconds', 20);
 const EVERY_MS = arg('--every-ms', 10);
 const CLK_TCK = 100;
 const CHAIN = { family: 'ip', table: 'nfkeeper', chain: 'postrouting' } as const;
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** utime + stime of a process, in seconds. */
 function cpuSeconds(pid: number): number {

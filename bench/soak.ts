@@ -13,8 +13,8 @@ import { parseConfig } from '../src/config/config.js';
 import { Keeper, checkOnce } from '../src/keeper/keeper.js';
 import type { FightOptions } from '../src/keeper/fight.js';
 import { PROJECT_ROOT } from '../src/netlink/native.js';
-import { ruleHandles } from '../src/demo.js';
 import { open } from '../src/netlink/socket.js';
+import { ruleHandles } from '../test/helpers/nft.js';
 import { createBenchNetns } from './lib/netns.js';
 import { summarize } from './lib/stats.js';
 

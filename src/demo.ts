@@ -30,8 +30,11 @@ const STEPS: Step[] = [
   { name: 'nft flush ruleset', script: () => 'flush ruleset' },
 ];
 
-/** The rule handles in `nft -a list chain` output, in order (the chain's own line has one too). */
-export function ruleHandles(listing: string): number[] {
+/**
+ * The rule handles in `nft -a list chain` output, in order (the chain's own line has one too).
+ * Tests and benchmarks have their own in test/helpers/nft.ts: src/ does not serve test code.
+ */
+function ruleHandles(listing: string): number[] {
   return listing.split('\n').filter((l) => !/^\s*(chain|table)\b/.test(l))
     .flatMap((l) => [...l.matchAll(/# handle (\d+)/g)].map((m) => Number(m[1])));
 }

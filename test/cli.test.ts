@@ -1,32 +1,22 @@
 import { spawn } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { main } from '../src/cli.js';
+import { describe, expect, it } from 'vitest';
 import { open } from '../src/netlink/socket.js';
-import { createNetns, type Netns } from './helpers/netns.js';
-import { FLANNEL_RULES, FLANNEL_YAML, chainLines, sleep } from './keeper/helpers.js';
+import { cli } from './helpers/cli.js';
+import { netnsPerTest } from './helpers/netns-hooks.js';
+import { tempDir } from './helpers/tmp.js';
+import { sleep } from './helpers/wait.js';
+import { FLANNEL_RULES, FLANNEL_YAML, chainLines } from './keeper/helpers.js';
 
-const dir = mkdtempSync(join(tmpdir(), 'nfk-cli-'));
+const dir = tempDir('cli');
 const good = join(dir, 'flannel.yaml');
 writeFileSync(good, FLANNEL_YAML);
 const bad = join(dir, 'bad.yaml');
 writeFileSync(bad, FLANNEL_YAML.replace('fully-random\n', 'fully-randum\n'));
 
-async function cli(...args: string[]) {
-  const out: string[] = [];
-  const err: string[] = [];
-  const code = await main(['node', 'nfkeeper', ...args], { out: (s) => out.push(s), err: (s) => err.push(s) });
-  return { code, out: out.join('\n'), err: err.join('\n') };
-}
-
 describe('nfkeeper CLI', () => {
-  let ns: Netns;
-  beforeEach(() => {
-    ns = createNetns('cli');
-  });
-  afterEach(() => ns.remove());
+  const ns = netnsPerTest('cli');
 
   it('validate: 0 for a good config, 2 with file:line:column for a bad one', async () => {
     expect((await cli('validate', '--config', good)).code).toBe(0);

@@ -1,11 +1,12 @@
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { open } from '../src/netlink/socket.js';
 import { withNetns } from './helpers/netns.js';
-import { FLANNEL_YAML, sleep } from './keeper/helpers.js';
+import { tempDir } from './helpers/tmp.js';
+import { sleep } from './helpers/wait.js';
+import { FLANNEL_YAML } from './keeper/helpers.js';
 
 const UNIT = 'deploy/systemd/nfkeeper.service';
 
@@ -21,7 +22,7 @@ while True:
 
 describe('systemd', () => {
   it('the unit passes systemd-analyze verify', () => {
-    const dir = mkdtempSync(join(tmpdir(), 'nfk-unit-'));
+    const dir = tempDir('unit');
     const unit = readFileSync(UNIT, 'utf8').replace('/usr/local/bin/nfkeeper', resolve('bin/nfkeeper.js'));
     writeFileSync(join(dir, 'nfkeeper.service'), unit);
     const r = spawnSync('systemd-analyze', ['verify', join(dir, 'nfkeeper.service')], { encoding: 'utf8' });
@@ -34,7 +35,7 @@ describe('systemd', () => {
 
   it('sends READY=1 only once the ruleset is verified, then WATCHDOG=1 from the loop, STOPPING=1 at the end', async () => {
     await withNetns(async (ns) => {
-      const dir = mkdtempSync(join(tmpdir(), 'nfk-notify-'));
+      const dir = tempDir('notify');
       const sockPath = join(dir, 'notify.sock');
       const config = join(dir, 'c.yaml');
       writeFileSync(config, FLANNEL_YAML);

@@ -1,9 +1,11 @@
 /**
  * Throwaway network namespaces for benchmarks. Never the root namespace:
  * every write goes into a namespace made here and removed afterwards, also
- * when the run fails or is interrupted.
+ * when the run fails or is interrupted. Removal is the tests' removeNetns():
+ * retried while the namespace file is busy, and said on stderr when it fails.
  */
 import { execFileSync, spawnSync } from 'node:child_process';
+import { removeNetns } from '../../test/helpers/netns.js';
 
 export interface BenchNetns {
   name: string;
@@ -46,7 +48,7 @@ export function createBenchNetns(tag: string): BenchNetns {
     remove() {
       if (!live.has(ns)) return;
       live.delete(ns);
-      spawnSync('ip', ['netns', 'del', name]);
+      removeNetns(name);
     },
   };
   live.add(ns);

@@ -5,17 +5,17 @@
  * inside the text. Never another exception. And a refused config, handed to
  * the CLI, changes nothing in the kernel.
  */
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
-import { main } from '../../src/cli.js';
 import { parseConfig, type Config } from '../../src/config/config.js';
 import { ConfigError } from '../../src/errors.js';
 import { open } from '../../src/netlink/socket.js';
+import { cli } from '../helpers/cli.js';
 import { withNetns } from '../helpers/netns.js';
+import { tempDir } from '../helpers/tmp.js';
 import { FLANNEL_YAML } from '../keeper/helpers.js';
 
 const RICH = `# every kind of key the schema has
@@ -189,36 +189,29 @@ describe('config loader with hostile input', () => {
   });
 
   it('a refused config changes nothing in the kernel: apply and run exit 2, the generation stays', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'nfk-cfgprop-'));
-    try {
-      await withNetns(async (ns) => {
-        const good = join(dir, 'good.yaml');
-        writeFileSync(good, FLANNEL_YAML);
-        const quiet = { out: () => undefined, err: () => undefined };
-        expect(await main(['node', 'nfkeeper', 'apply', '--config', good, '--netns', ns.path], quiet)).toBe(0);
-        const sock = open({ netns: ns.path });
-        const gen = sock.generation();
-        const before = ns.exec('nft', ['list', 'ruleset']);
-        const bad = fc.sample(mutatedConfig, { numRuns: 400, seed: 14 })
-          .filter((t) => !loadOrRefuse(t).ok).slice(0, 25);
-        expect(bad.length).toBe(25);
-        for (const [i, text] of bad.entries()) {
-          const f = join(dir, `bad-${i}.yaml`);
-          writeFileSync(f, text);
-          const cmd = i % 5 === 0 ? ['run', '--no-metrics'] : ['apply'];
-          const err: string[] = [];
-          const code = await main(['node', 'nfkeeper', ...cmd, '--config', f, '--netns', ns.path],
-            { out: () => undefined, err: (s) => err.push(s) });
-          expect(code).toBe(2);
-          expect(err.join('\n')).toMatch(new RegExp(`bad-${i}\\.yaml:\\d+:\\d+: `));
-        }
-        expect(sock.generation()).toBe(gen);
-        expect(ns.exec('nft', ['list', 'ruleset'])).toBe(before);
-        sock.close();
-      }, 'cfgprop');
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
+    const dir = tempDir('cfgprop');
+    await withNetns(async (ns) => {
+      const good = join(dir, 'good.yaml');
+      writeFileSync(good, FLANNEL_YAML);
+      expect((await cli('apply', '--config', good, '--netns', ns.path)).code).toBe(0);
+      const sock = open({ netns: ns.path });
+      const gen = sock.generation();
+      const before = ns.exec('nft', ['list', 'ruleset']);
+      const bad = fc.sample(mutatedConfig, { numRuns: 400, seed: 14 })
+        .filter((t) => !loadOrRefuse(t).ok).slice(0, 25);
+      expect(bad.length).toBe(25);
+      for (const [i, text] of bad.entries()) {
+        const f = join(dir, `bad-${i}.yaml`);
+        writeFileSync(f, text);
+        const cmd = i % 5 === 0 ? ['run', '--no-metrics'] : ['apply'];
+        const r = await cli(...cmd, '--config', f, '--netns', ns.path);
+        expect(r.code).toBe(2);
+        expect(r.err).toMatch(new RegExp(`bad-${i}\\.yaml:\\d+:\\d+: `));
+      }
+      expect(sock.generation()).toBe(gen);
+      expect(ns.exec('nft', ['list', 'ruleset'])).toBe(before);
+      sock.close();
+    }, 'cfgprop');
   });
 });
 

@@ -1,8 +1,10 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config/config.js';
-import { Keeper } from '../../src/keeper/keeper.js';
+import type { Keeper } from '../../src/keeper/keeper.js';
+import { startKeeper } from '../helpers/keeper.js';
 import { createTopology, NODE_EXTERNAL_ADDR, POD_ADDR, type Topology } from '../helpers/topology.js';
-import { FLANNEL_YAML, handles, nextRepair, sleep } from '../keeper/helpers.js';
+import { sleep } from '../helpers/wait.js';
+import { FLANNEL_YAML, handles, nextRepair } from '../keeper/helpers.js';
 
 describe('dataplane: real packets from a pod through the node', () => {
   let topo: Topology;
@@ -19,14 +21,12 @@ describe('dataplane: real packets from a pod through the node', () => {
 
   it('without rules probes arrive unmasqueraded; with nfkeeper they arrive from the node', async () => {
     expect(new Set(await topo.probe(0.2))).toEqual(new Set([POD_ADDR]));
-    keeper = new Keeper({ config: parseConfig(FLANNEL_YAML), netns: topo.node.path, intervalMs: 3_600_000 });
-    await keeper.start();
+    keeper = await startKeeper(topo.node, { config: parseConfig(FLANNEL_YAML) });
     expect(new Set(await topo.probe(0.3))).toEqual(new Set([NODE_EXTERNAL_ADDR]));
   });
 
   it('repair mode: a deleted masquerade rule is back before more than a handful of probes leak', async () => {
-    keeper = new Keeper({ config: parseConfig(FLANNEL_YAML), netns: topo.node.path, intervalMs: 3_600_000 });
-    await keeper.start();
+    keeper = await startKeeper(topo.node, { config: parseConfig(FLANNEL_YAML) });
     const probing = topo.probe(2);
     await sleep(300);
     for (let i = 0; i < 5; i++) {
@@ -48,17 +48,16 @@ describe('dataplane: real packets from a pod through the node', () => {
 
   it('protect mode: tampering is refused and every probe is masqueraded, also across kill and claim', async () => {
     const yaml = FLANNEL_YAML.replace('    name: nfkeeper\n', '    name: nfkeeper\n    protect: true\n');
-    keeper = new Keeper({ config: parseConfig(yaml), netns: topo.node.path, intervalMs: 3_600_000 });
-    await keeper.start();
+    keeper = await startKeeper(topo.node, { config: parseConfig(yaml) });
     const probing = topo.probe(1.5);
     await sleep(200);
     for (const script of ['flush ruleset', 'delete table ip nfkeeper', 'flush chain ip nfkeeper postrouting']) {
       try { topo.node.nft(script); } catch { /* EPERM: refused by the kernel */ }
     }
     await keeper.stop();  // the daemon goes away: the table stays as an orphan
-    keeper = new Keeper({ config: parseConfig(yaml), netns: topo.node.path, intervalMs: 3_600_000 });
+    keeper = undefined;
     await sleep(200);
-    await keeper.start();  // and is claimed again
+    keeper = await startKeeper(topo.node, { config: parseConfig(yaml) });  // and is claimed again
     const seen = await probing;
     console.log(`[dataplane] protect mode: ${seen.length} probes, ${seen.filter((s) => s !== NODE_EXTERNAL_ADDR).length} not masqueraded`);
     expect(seen.length).toBeGreaterThan(20);

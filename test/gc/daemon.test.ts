@@ -1,12 +1,13 @@
 /** Foreign GC in the daemon: report-only until gc.enabled, grace clocks in memory. */
 import pino from 'pino';
 import { Writable } from 'node:stream';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config/config.js';
 import { GcLoop } from '../../src/gc/index.js';
 import { open } from '../../src/netlink/socket.js';
-import { createNetns, type Netns } from '../helpers/netns.js';
-import { DEAD, DEAD_CHAIN, LIVE, NOMAD_RESTORE, file, gcYaml, save } from './fixtures.js';
+import { netnsPerTest } from '../helpers/netns-hooks.js';
+import { sleep } from '../helpers/wait.js';
+import { DEAD, DEAD_CHAIN, LIVE, file, gcYaml, restoreNomad, save } from './fixtures.js';
 
 function logger() {
   const lines: { level: number; msg: string; ids?: string[]; wouldRemove?: string[] }[] = [];
@@ -15,12 +16,7 @@ function logger() {
 }
 
 describe('GcLoop (the daemon)', () => {
-  let ns: Netns;
-  beforeEach(() => {
-    ns = createNetns('gcd');
-    ns.exec('iptables-nft-restore', [], NOMAD_RESTORE);
-  });
-  afterEach(() => ns.remove());
+  const ns = netnsPerTest('gcd', restoreNomad);
 
   it('reports without changing anything until gc.enabled, then collects after the grace period', async () => {
     const live = file(JSON.stringify([LIVE]));
@@ -72,7 +68,7 @@ describe('GcLoop (the daemon)', () => {
     const { log } = logger();
     const loop = new GcLoop({ gc, netns: ns.path, logger: log });
     loop.start();
-    for (let i = 0; i < 50 && save(ns).includes(DEAD_CHAIN); i++) await new Promise((r) => setTimeout(r, 50));
+    for (let i = 0; i < 50 && save(ns).includes(DEAD_CHAIN); i++) await sleep(50);
     await loop.stop();
     expect(save(ns)).not.toContain(DEAD_CHAIN);
     expect(loop.totals.collected).toBe(1);

@@ -1,10 +1,11 @@
 /** Bad gc config, bad live sets: a clear error, exit 2, and no kernel change. */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config/config.js';
 import { ConfigError } from '../../src/errors.js';
 import { open } from '../../src/netlink/socket.js';
-import { createNetns, type Netns } from '../helpers/netns.js';
-import { DEAD, LIVE, NOMAD_RESTORE, cli, file, gcYaml, save } from './fixtures.js';
+import { cli } from '../helpers/cli.js';
+import { netnsPerFile } from '../helpers/netns-hooks.js';
+import { DEAD, LIVE, file, gcYaml, restoreNomad, save } from './fixtures.js';
 
 function configError(text: string): ConfigError {
   try {
@@ -44,14 +45,11 @@ describe('gc config validation', () => {
 });
 
 describe('nfkeeper gc refuses bad input and changes nothing', () => {
-  let ns: Netns;
   let before: string;
-  beforeAll(() => {
-    ns = createNetns('gcerr');
-    ns.exec('iptables-nft-restore', [], NOMAD_RESTORE);
-    before = save(ns);
+  const ns = netnsPerFile('gcerr', (made) => {
+    restoreNomad(made);
+    before = save(made);
   });
-  afterAll(() => ns.remove());
 
   const cases: [string, () => string[], RegExp][] = [
     ['a bad gc config', () => ['--config', file(`${gcYaml()}  grace: soon\n`, 'yaml')], /\.yaml:\d+:\d+: gc\.grace/],

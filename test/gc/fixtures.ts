@@ -1,9 +1,13 @@
-/** The seed's Nomad `iptables -t nat -L` state, as iptables-nft-restore input, and helpers. */
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+/**
+ * The seed's Nomad `iptables -t nat -L` state, as iptables-nft-restore input (NOMAD_RESTORE, loaded
+ * by restoreNomad), and helpers: save() lists every table for byte comparisons, file() writes a
+ * file into this test file's temp dir, gcYaml() a gc-only config.
+ *   const ns = netnsPerTest('gc', restoreNomad);  // from test/helpers/netns-hooks.js
+ */
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { main } from '../../src/cli.js';
 import type { Netns } from '../helpers/netns.js';
+import { tempDir } from '../helpers/tmp.js';
 
 export const DEAD = '3e803d29-4f9d-ad8b-adb6-31456a39db69';
 export const LIVE = 'ee25f5d7-dcb9-b336-fe3e-27e365aa5cd0';
@@ -41,13 +45,18 @@ export const NOMAD_RESTORE = `*nat
 COMMIT
 `;
 
+/** Loads the Nomad seed into `ns` (a setup for netnsPerTest/netnsPerFile). */
+export function restoreNomad(ns: Netns): void {
+  ns.exec('iptables-nft-restore', [], NOMAD_RESTORE);
+}
+
 /** iptables-nft-save of every table, without the timestamped comment lines and with counters zeroed. */
 export function save(ns: Netns): string {
   return ns.exec('iptables-nft-save', []).split('\n').filter((l) => !l.startsWith('#'))
     .map((l) => l.replace(/\[\d+:\d+\]/g, '[0:0]')).join('\n');
 }
 
-export const dir = mkdtempSync(join(tmpdir(), 'nfk-gc-'));
+export const dir = tempDir('gc');
 let n = 0;
 export function file(text: string, ext = 'json'): string {
   const p = join(dir, `f${++n}.${ext}`);
@@ -65,9 +74,5 @@ gc:
 ${live ? `  live:\n    file: ${live}\n` : ''}${extra}`;
 }
 
-export async function cli(...args: string[]) {
-  const out: string[] = [];
-  const err: string[] = [];
-  const code = await main(['node', 'nfkeeper', ...args], { out: (s) => out.push(s), err: (s) => err.push(s) });
-  return { code, out: out.join('\n'), err: err.join('\n') };
-}
+/** @deprecated import { cli } from test/helpers/cli.js; kept while other branches still import it from here. */
+export { cli } from '../helpers/cli.js';

@@ -3,18 +3,14 @@
  * after a client restart, two CNI chains tagged with two alloc ids, one of
  * them no longer live.
  */
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { open } from '../../src/netlink/socket.js';
-import { createNetns, type Netns } from '../helpers/netns.js';
-import { DEAD, DEAD_CHAIN, LIVE, LIVE_CHAIN, NOMAD_RESTORE, cli, file, gcYaml, save } from './fixtures.js';
+import { cli } from '../helpers/cli.js';
+import { netnsPerTest } from '../helpers/netns-hooks.js';
+import { DEAD, DEAD_CHAIN, LIVE, LIVE_CHAIN, file, gcYaml, restoreNomad, save } from './fixtures.js';
 
 describe('foreign GC, the Nomad seed', () => {
-  let ns: Netns;
-  beforeEach(() => {
-    ns = createNetns('gc');
-    ns.exec('iptables-nft-restore', [], NOMAD_RESTORE);
-  });
-  afterEach(() => ns.remove());
+  const ns = netnsPerTest('gc', restoreNomad);
 
   it('removes exactly the dead alloc\'s CNI chain and its jump; everything else is byte-identical', async () => {
     const before = save(ns);

@@ -1,19 +1,15 @@
 /** The one-shot command and the grace period: pending without a state file, remembered with one. */
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { open } from '../../src/netlink/socket.js';
 import { tempPathOf } from '../../src/atomic-file.js';
-import { createNetns, type Netns } from '../helpers/netns.js';
-import { DEAD, DEAD_CHAIN, LIVE, NOMAD_RESTORE, cli, dir, file, gcYaml, save } from './fixtures.js';
+import { cli } from '../helpers/cli.js';
+import { netnsPerTest } from '../helpers/netns-hooks.js';
+import { DEAD, DEAD_CHAIN, LIVE, dir, file, gcYaml, restoreNomad, save } from './fixtures.js';
 
 describe('nfkeeper gc and the grace period', () => {
-  let ns: Netns;
-  beforeEach(() => {
-    ns = createNetns('gcone');
-    ns.exec('iptables-nft-restore', [], NOMAD_RESTORE);
-  });
-  afterEach(() => ns.remove());
+  const ns = netnsPerTest('gcone', restoreNomad);
 
   it('with the configured grace and no state file, a not-live id is pending and nothing changes (exit 0)', async () => {
     const before = save(ns);

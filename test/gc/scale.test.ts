@@ -3,8 +3,9 @@ import { describe, expect, it } from 'vitest';
 import { GraceTracker, collect } from '../../src/gc/index.js';
 import { parseConfig } from '../../src/config/config.js';
 import { open, type NftSocket } from '../../src/netlink/socket.js';
+import { cli } from '../helpers/cli.js';
 import { withNetns } from '../helpers/netns.js';
-import { LIVE, cli, file, gcYaml, save, tag } from './fixtures.js';
+import { LIVE, file, gcYaml, save, tag } from './fixtures.js';
 
 const foreign = parseConfig(gcYaml()).gc!.foreign;
 

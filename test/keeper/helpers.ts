@@ -1,8 +1,15 @@
+/**
+ * The keeper tests' fixtures: the flannel config (FLANNEL_YAML, FLANNEL_RULES, flannelConfig()),
+ * nft listings of a chain (chainLines, handles), a captured pino log, nextRepair(), and
+ * startKeeper() with the flannel config unless told otherwise. Generic helpers live in
+ * test/helpers/ (withKeeper, tempDir, sleep, cli, ruleHandles).
+ */
 import pino from 'pino';
 import { parseConfig, type Config } from '../../src/config/config.js';
-import { Keeper, type KeeperOptions, type RepairReport } from '../../src/keeper/keeper.js';
-import { ruleHandles } from '../../src/demo.js';
+import type { Keeper, KeeperOptions, RepairReport } from '../../src/keeper/keeper.js';
+import { startKeeper as startKeeperWith } from '../helpers/keeper.js';
 import type { Netns } from '../helpers/netns.js';
+import { ruleHandles } from '../helpers/nft.js';
 
 export const FLANNEL_RULES = [
   'ip saddr 10.244.0.0/16 ip daddr 10.244.0.0/16 return',
@@ -59,11 +66,10 @@ export function nextRepair(keeper: Keeper, timeoutMs = 5000): Promise<RepairRepo
   });
 }
 
-export async function startKeeper(ns: Netns, options: Partial<KeeperOptions> = {}): Promise<Keeper> {
-  const keeper = new Keeper({ config: flannelConfig(), netns: ns.path, intervalMs: 3_600_000, ...options });
-  keeper.on('error', () => undefined);
-  await keeper.start();
-  return keeper;
+/** test/helpers/keeper.ts's startKeeper() with the flannel config unless `options` name another. */
+export function startKeeper(ns: Netns, options: Partial<KeeperOptions> = {}): Promise<Keeper> {
+  return startKeeperWith(ns, { config: flannelConfig(), ...options });
 }
 
-export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+/** @deprecated import { sleep } from test/helpers/wait.js; kept while other branches still import it from here. */
+export { sleep } from '../helpers/wait.js';

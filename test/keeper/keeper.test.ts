@@ -2,8 +2,11 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Keeper, cleanup } from '../../src/keeper/keeper.js';
 import { Batch } from '../../src/netlink/batch.js';
 import { open, type NftSocket } from '../../src/netlink/socket.js';
+import { withKeeper } from '../helpers/keeper.js';
 import { createNetns, type Netns } from '../helpers/netns.js';
-import { FLANNEL_RULES, FLANNEL_YAML, captureLog, chainLines, flannelConfig, handles, nextRepair, sleep, startKeeper } from './helpers.js';
+import { sleep } from '../helpers/wait.js';
+import { withSocket } from '../netlink/fixtures.js';
+import { FLANNEL_RULES, FLANNEL_YAML, captureLog, chainLines, flannelConfig, handles, nextRepair, startKeeper } from './helpers.js';
 
 const CHAIN = ['ip', 'nfkeeper', 'postrouting'] as const;
 
@@ -194,8 +197,8 @@ ${FLANNEL_RULES.map((r) => `add rule ip nfkeeper postrouting ${r}`).join('\n')}
 
 describe('config reload', () => {
   it('applies a reload that adds a rule, drops a chain and drops a table in one batch', async () => {
-    const ns = createNetns('reload');
-    const keeper = new Keeper({
+    await withKeeper({
+      tag: 'reload',
       config: (await import('../../src/config/config.js')).parseConfig(`
 tables:
   - family: ip
@@ -212,10 +215,7 @@ tables:
     name: nfkeeper6
     chains: []
 `),
-      netns: ns.path, intervalMs: 3_600_000,
-    });
-    try {
-      await keeper.start();
+    }, async ({ ns, keeper }) => {
       const sock = keeper.socket!;
       const gen = sock.generation();
       await keeper.setConfig(flannelConfig());
@@ -224,19 +224,13 @@ tables:
       expect(ns.exec('nft', ['list', 'tables']).trim()).toBe('table ip nfkeeper');
       expect(ns.exec('nft', ['list', 'table', 'ip', 'nfkeeper'])).not.toMatch(/chain extra/);
       expect(chainLines(ns, ...CHAIN)).toEqual(FLANNEL_RULES);
-    } finally {
-      await keeper.stop();
-      ns.remove();
-    }
+    });
   });
 });
 
 describe('config reload refused by the kernel', () => {
   it('keeps the old desired state in force and reports the failure', async () => {
-    const ns = createNetns('reload-refused');
-    const keeper = new Keeper({ config: flannelConfig(), netns: ns.path, intervalMs: 3_600_000 });
-    try {
-      await keeper.start();
+    await withKeeper({ tag: 'reload-refused', config: flannelConfig() }, async ({ ns, keeper }) => {
       const h = handles(ns, ...CHAIN);
       // The kernel refuses a regular chain's masquerade when it is jumped to from a prerouting nat chain.
       const refused = (await import('../../src/config/config.js')).parseConfig(`
@@ -262,19 +256,14 @@ tables:
       expect(chainLines(ns, ...CHAIN)).toEqual(FLANNEL_RULES);
       expect(handles(ns, ...CHAIN)).toEqual(h);
       expect(ns.exec('nft', ['list', 'table', 'ip', 'nfkeeper'])).not.toMatch(/chain pre/);
-    } finally {
-      await keeper.stop();
-      ns.remove();
-    }
+    });
   });
 });
 
 describe('observing owned tables', () => {
   it('never lists the family\'s chains while the table holds only what the config names', async () => {
-    const ns = createNetns('observe');
     const { observeTable } = await import('../../src/keeper/reconcile.js');
-    const sock = open({ netns: ns.path });
-    try {
+    await withSocket(async (sock, ns) => {
       ns.nft(Array.from({ length: 2000 }, (_, i) => `add chain ip foreign c${i}`).join('\n').replace(/^/, 'add table ip foreign\n'));
       await (await import('../../src/keeper/keeper.js')).checkOnce(sock, flannelConfig(), true);
       let listed = 0;
@@ -289,9 +278,6 @@ describe('observing owned tables', () => {
       const again = await observeTable(sock, 'ip', 'nfkeeper', ['postrouting']);
       expect(listed).toBe(1);
       expect([...again.chains.keys()].sort()).toEqual(['intruder', 'postrouting']);
-    } finally {
-      sock.close();
-      ns.remove();
-    }
+    }, 'observe');
   });
 });

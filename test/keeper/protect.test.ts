@@ -1,14 +1,16 @@
 import { spawn } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config/config.js';
 import { Keeper, cleanup } from '../../src/keeper/keeper.js';
 import { TableOwnedError } from '../../src/keeper/reconcile.js';
 import { open, type NftSocket } from '../../src/netlink/socket.js';
+import { startKeeper } from '../helpers/keeper.js';
 import { createNetns, type Netns } from '../helpers/netns.js';
-import { FLANNEL_RULES, FLANNEL_YAML, chainLines, handles, sleep } from './helpers.js';
+import { tempDir } from '../helpers/tmp.js';
+import { sleep } from '../helpers/wait.js';
+import { FLANNEL_RULES, FLANNEL_YAML, chainLines, handles } from './helpers.js';
 
 const PROTECTED_YAML = FLANNEL_YAML.replace('    name: nfkeeper\n', '    name: nfkeeper\n    protect: true\n');
 const CHAIN = ['ip', 'nfkeeper', 'postrouting'] as const;
@@ -39,10 +41,8 @@ describe('protect mode', () => {
   });
 
   async function start(): Promise<Keeper> {
-    const k = new Keeper({ config: config(), netns: ns.path, intervalMs: 3_600_000 });
-    k.on('error', () => undefined);
+    const k = await startKeeper(ns, { config: config() });
     keepers.push(k);
-    await k.start();
     return k;
   }
 
@@ -101,7 +101,7 @@ add rule ip nfkeeper postrouting ip saddr 10.244.0.0/16 ip daddr 10.244.0.0/16 r
   });
 
   it('survives kill -9 as an orphan and a new keeper claims it without rewriting a rule', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'nfk-protect-'));
+    const dir = tempDir('protect');
     const file = join(dir, 'protected.yaml');
     writeFileSync(file, PROTECTED_YAML);
     const child = spawn(process.execPath, ['bin/nfkeeper.js', 'run', '--config', file, '--netns', ns.path, '--no-metrics'],

@@ -5,7 +5,9 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { open, type NftSocket } from '../../src/netlink/socket.js';
 import { createNetns, type Netns } from '../helpers/netns.js';
-import { BASE_RULE, listTable, ownerSpec, rawCall, sleep, startDaemon, tempDir, type Daemon } from './fixtures.js';
+import { tempDir } from '../helpers/tmp.js';
+import { sleep } from '../helpers/wait.js';
+import { BASE_RULE, listTable, ownerSpec, rawCall, startDaemon, withDaemon, type Daemon } from './fixtures.js';
 
 describe('control API', () => {
   let ns: Netns;
@@ -14,7 +16,7 @@ describe('control API', () => {
   let sock: NftSocket;
   beforeEach(async () => {
     ns = createNetns('own-api');
-    dir = tempDir();
+    dir = tempDir('owners');
     d = await startDaemon(ns, dir);
     sock = open({ netns: ns.path });
   });
@@ -167,25 +169,15 @@ describe('control socket access', () => {
   });
 
   it('a non-root peer is stopped by the socket mode (0600) at connect()', async () => {
-    const ns = createNetns('own-perm');
-    const d = await startDaemon(ns, tempDir());
-    try {
-      const sock = open({ netns: ns.path });
+    await withDaemon('own-perm', async ({ d, sock }) => {
       const gen = sock.generation();
       expect(await asNobody(d.socket)).toEqual({ error: 'EACCES' });
       expect(sock.generation()).toBe(gen);
-      sock.close();
-    } finally {
-      await d.stop();
-      ns.remove();
-    }
+    });
   });
 
   it('a non-root peer on a socket whose mode was relaxed is refused by its credentials: 403, nothing changes', async () => {
-    const ns = createNetns('own-cred');
-    const d = await startDaemon(ns, tempDir(), { mode: 0o666 });
-    try {
-      const sock = open({ netns: ns.path });
+    await withDaemon('own-cred', async ({ d, sock }) => {
       const gen = sock.generation();
       const r = await asNobody(d.socket);
       expect(r.status).toBe(403);
@@ -194,10 +186,6 @@ describe('control socket access', () => {
       expect(d.registry.size).toBe(0);
       // Root on the same socket is served.
       expect((await d.api('PUT', '/v1/owners/fine', { jumps: { postrouting: ['counter'] } })).status).toBe(201);
-      sock.close();
-    } finally {
-      await d.stop();
-      ns.remove();
-    }
+    }, { mode: 0o666 });
   });
 });

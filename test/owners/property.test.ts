@@ -6,10 +6,8 @@
 import { existsSync, readFileSync } from 'node:fs';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { open } from '../../src/netlink/socket.js';
 import { parseOwnerChain } from '../../src/owners/index.js';
-import { withNetns } from '../helpers/netns.js';
-import { rawCall, startDaemon, tempDir } from './fixtures.js';
+import { rawCall, withDaemon } from './fixtures.js';
 
 const RULES = [
   'ip saddr 10.0.0.0/8 masquerade', 'tcp dport 80 return', 'counter', 'jump c', 'goto d', 'ip daddr 1.2.3.4 dnat to 10.0.0.1',
@@ -46,41 +44,33 @@ const request = fc.record({
 
 describe('control API properties', () => {
   it('every request gets a 4xx that changes nothing or a 2xx the kernel then reflects', async () => {
-    await withNetns(async (ns) => {
-      const dir = tempDir('prop');
-      const d = await startDaemon(ns, dir);
-      const sock = open({ netns: ns.path });
+    await withDaemon('own-prop', async ({ dir, d, sock }) => {
       const stateFile = `${dir}/state/owners.json`;
       const state = () => (existsSync(stateFile) ? readFileSync(stateFile, 'utf8') : '');
       let ok = 0;
       let refused = 0;
-      try {
-        await fc.assert(fc.asyncProperty(request, async (r) => {
-          const gen = sock.generation();
-          const before = state();
-          const res = await rawCall(d.socket, r.method, r.path, r.method === 'GET' || r.method === 'DELETE' ? '' : r.body);
-          expect(res.status, JSON.stringify(res.body)).toBeLessThan(500);
-          if (res.status >= 400) {
-            refused++;
-            expect(typeof res.body.error).toBe('string');
-            expect(sock.generation()).toBe(gen);
-            expect(state()).toBe(before);
-            return;
-          }
-          ok++;
-          // The kernel holds exactly the registered owners' chains, and the keeper has verified it.
-          const want = d.registry.list().flatMap((o) => o.chains.map((c) => c.name)).sort();
-          const have = (await sock.listChains({ family: 'ip', table: 'nfkeeper' })).map((c) => c.name).filter((n) => parseOwnerChain(n)).sort();
-          expect(have).toEqual(want);
-          expect(d.keeper.status().tables[0]!.state).toBe('verified');
-        }), { numRuns: 150, seed: Number(process.env.NFK_SEED ?? Date.now() % 1e9) });
-      } finally {
-        sock.close();
-        await d.stop();
-      }
+      await fc.assert(fc.asyncProperty(request, async (r) => {
+        const gen = sock.generation();
+        const before = state();
+        const res = await rawCall(d.socket, r.method, r.path, r.method === 'GET' || r.method === 'DELETE' ? '' : r.body);
+        expect(res.status, JSON.stringify(res.body)).toBeLessThan(500);
+        if (res.status >= 400) {
+          refused++;
+          expect(typeof res.body.error).toBe('string');
+          expect(sock.generation()).toBe(gen);
+          expect(state()).toBe(before);
+          return;
+        }
+        ok++;
+        // The kernel holds exactly the registered owners' chains, and the keeper has verified it.
+        const want = d.registry.list().flatMap((o) => o.chains.map((c) => c.name)).sort();
+        const have = (await sock.listChains({ family: 'ip', table: 'nfkeeper' })).map((c) => c.name).filter((n) => parseOwnerChain(n)).sort();
+        expect(have).toEqual(want);
+        expect(d.keeper.status().tables[0]!.state).toBe('verified');
+      }), { numRuns: 150, seed: Number(process.env.NFK_SEED ?? Date.now() % 1e9) });
       console.log(`API property: ${ok} accepted, ${refused} refused`);
       expect(ok).toBeGreaterThan(5);
       expect(refused).toBeGreaterThan(5);
-    }, 'own-prop');
+    });
   }, 240_000);
 });

@@ -5,7 +5,8 @@ import type { RepairReport } from '../../src/keeper/keeper.js';
 import { open } from '../../src/netlink/socket.js';
 import { parseOwnerChain, ownerOfRule } from '../../src/owners/index.js';
 import { withNetns, type Netns } from '../helpers/netns.js';
-import { BASE_RULE, ownerSpec, startDaemon, tempDir } from './fixtures.js';
+import { tempDir } from '../helpers/tmp.js';
+import { BASE_RULE, ownerSpec, startDaemon } from './fixtures.js';
 import { chainLines } from '../keeper/helpers.js';
 
 const N = 1000;

@@ -5,13 +5,17 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config/config.js';
 import { loadOwners, saveOwners } from '../../src/owners/index.js';
 import { compileOwner } from '../../src/owners/spec.js';
 import { open } from '../../src/netlink/socket.js';
-import { createNetns, type Netns } from '../helpers/netns.js';
-import { cli, listTable, ownerSpec, ownersYaml, sleep, tempDir, writeConfig } from './fixtures.js';
+import { cli } from '../helpers/cli.js';
+import type { Netns } from '../helpers/netns.js';
+import { netnsPerTest } from '../helpers/netns-hooks.js';
+import { tempDir } from '../helpers/tmp.js';
+import { sleep } from '../helpers/wait.js';
+import { listTable, ownerSpec, ownersYaml, writeConfig } from './fixtures.js';
 
 function daemon(config: string, ns: Netns): { child: ChildProcess; exited: Promise<number | null>; logs: string[] } {
   const child = spawn(process.execPath, ['bin/nfkeeper.js', 'run', '--config', config, '--netns', ns.path, '--no-metrics',
@@ -32,24 +36,24 @@ async function until(f: () => Promise<boolean> | boolean, ms = 20_000): Promise<
 }
 
 describe('owners across restarts (nfkeeper run as a child)', () => {
-  let ns: Netns;
+  const ns = netnsPerTest('own-restart');
   let dir: string;
   let config: string;
   let sock: string;
+  /** Polls until the daemon answers on its socket. */
+  const serving = () => until(async () => (await cli('owner', 'ls', '--socket', sock)).code === 0);
   beforeEach(() => {
-    ns = createNetns('own-restart');
     dir = tempDir('restart');
     config = writeConfig(dir);
     sock = join(dir, 'nfkeeper.sock');
     writeFileSync(join(dir, 'a.json'), JSON.stringify(ownerSpec(1)));
     writeFileSync(join(dir, 'b.yaml'), 'chains:\n  - name: masq\n    rules: [masquerade]\njumps:\n  postrouting: ["ip saddr 10.9.9.9 jump masq"]\n');
   });
-  afterEach(() => ns.remove());
 
   it('owner put/ls/rm through the CLI; kill -9 and restart keep the owners; status shows them', async () => {
     let d = daemon(config, ns);
     try {
-      expect(await until(async () => (await cli('owner', 'ls', '--socket', sock)).code === 0)).toBe(true);
+      expect(await serving()).toBe(true);
       let r = await cli('owner', 'put', 'a', '--file', join(dir, 'a.json'), '--socket', sock);
       expect(r).toMatchObject({ code: 0, out: 'owner a: registered' });
       r = await cli('owner', 'put', 'b', '--file', join(dir, 'b.yaml'), '--socket', sock);
@@ -67,7 +71,7 @@ describe('owners across restarts (nfkeeper run as a child)', () => {
       const s = open({ netns: ns.path });
       const gen = s.generation();
       d = daemon(config, ns);  // the stale socket file is replaced
-      expect(await until(async () => (await cli('owner', 'ls', '--socket', sock)).code === 0)).toBe(true);
+      expect(await serving()).toBe(true);
       r = await cli('owner', 'ls', '--socket', sock);
       expect(r.out).toBe('a\t1 chains\t3 rules\nb\t1 chains\t2 rules');
       expect(listTable(ns)).toBe(table);
@@ -97,7 +101,7 @@ describe('owners across restarts (nfkeeper run as a child)', () => {
   it('owners unregistered while nfkeeper was down are collected at start-up, in one batch', async () => {
     let d = daemon(config, ns);
     try {
-      expect(await until(async () => (await cli('owner', 'ls', '--socket', sock)).code === 0)).toBe(true);
+      expect(await serving()).toBe(true);
       for (const id of ['a', 'b', 'c']) await cli('owner', 'put', id, '--file', join(dir, 'a.json'), '--socket', sock);
       d.child.kill('SIGKILL');
       await d.exited;
@@ -113,7 +117,7 @@ describe('owners across restarts (nfkeeper run as a child)', () => {
       const s = open({ netns: ns.path });
       const gen = s.generation();
       d = daemon(config, ns);
-      expect(await until(async () => (await cli('owner', 'ls', '--socket', sock)).code === 0)).toBe(true);
+      expect(await serving()).toBe(true);
       expect(s.generation()).toBe(gen + 1);  // one batch
       s.close();
       const table = listTable(ns);
@@ -130,7 +134,7 @@ describe('owners across restarts (nfkeeper run as a child)', () => {
   it('a corrupt state file stops start-up with a clear error and deletes nothing', async () => {
     let d = daemon(config, ns);
     try {
-      expect(await until(async () => (await cli('owner', 'ls', '--socket', sock)).code === 0)).toBe(true);
+      expect(await serving()).toBe(true);
       await cli('owner', 'put', 'a', '--file', join(dir, 'a.json'), '--socket', sock);
       d.child.kill('SIGKILL');
       await d.exited;

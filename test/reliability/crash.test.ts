@@ -11,15 +11,15 @@
  * the old one to the new.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { afterAll, describe, expect, it } from 'vitest';
 import { prng } from '../../bench/soak.js';
 import { open } from '../../src/netlink/socket.js';
 import { createNetns, type Netns } from '../helpers/netns.js';
-import { sleep } from '../keeper/helpers.js';
+import { tempDir } from '../helpers/tmp.js';
+import { sleep } from '../helpers/wait.js';
 import { NEW, OLD, TABLES, type Ruleset } from './crash-configs.js';
 
 // NFK_CRASH_RUNS=20 NFK_CRASH_SEED=5 npx vitest run test/reliability/crash.test.ts for a longer run.
@@ -58,8 +58,7 @@ function kernelHolds(ns: Netns): Seen {
   return per[0]!;
 }
 
-const dir = mkdtempSync(join(tmpdir(), 'nfk-crash-'));
-afterAll(() => rmSync(dir, { recursive: true, force: true }));
+const dir = tempDir('crash');
 
 function writeConfig(file: string, r: Ruleset): void {
   // Atomically, as an editor or a ConfigMap would: the daemon never reads half a file.

@@ -7,20 +7,18 @@
  */
 import { performance } from 'node:perf_hooks';
 import { describe, expect, it } from 'vitest';
-import { Batch, open } from '../../src/index.js';
-import { createNetns } from '../helpers/netns.js';
-import { FLANNEL_RULES, captureLog, chainLines, sleep, startKeeper } from '../keeper/helpers.js';
+import { Batch } from '../../src/index.js';
+import { withKeeper } from '../helpers/keeper.js';
+import { sleep } from '../helpers/wait.js';
+import { FLANNEL_RULES, captureLog, chainLines, flannelConfig } from '../keeper/helpers.js';
 
 const CHAIN = { family: 'ip', table: 'nfkeeper', chain: 'postrouting' } as const;
 const FIGHT = { threshold: 3, windowMs: 5000, baseMs: 50, capMs: 400, quietMs: 800 };
 
 describe('hostile neighbour (short)', () => {
   it('backs off, reports it, is back within one step after, and the fight ends in a quiet namespace', async () => {
-    const ns = createNetns('hostile');
-    const sock = open({ netns: ns.path });
     const log = captureLog();
-    const keeper = await startKeeper(ns, { intervalMs: 100, fight: FIGHT, logger: log.logger });
-    try {
+    await withKeeper({ tag: 'hostile', config: flannelConfig(), intervalMs: 100, fight: FIGHT, logger: log.logger }, async ({ ns, keeper, sock }) => {
       const levels: number[] = [];
       keeper.on('fight', (l: number) => levels.push(l));
       let deletions = 0;
@@ -54,10 +52,6 @@ describe('hostile neighbour (short)', () => {
       expect(levels.at(-1)).toBe(0);
       expect((await keeper.metrics.fightLevel.get()).values[0]!.value).toBe(0);
       expect(sock.generation()).toBe(gen);
-    } finally {
-      await keeper.stop();
-      sock.close();
-      ns.remove();
-    }
+    });
   }, 60_000);
 });

@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { Worker } from 'node:worker_threads';
 import { Monitor, open, type NftSocket } from '../../../src/index.js';
 import { PROJECT_ROOT } from '../../../src/netlink/native.js';
+import { sleep } from '../../helpers/wait.js';
 
 const fds = (): number => readdirSync('/proc/self/fd').length;
 const threads = (): number => readdirSync('/proc/self/task').length;
@@ -53,7 +54,7 @@ async function main(mode: string, netns: string): Promise<void> {
       // The worker's own thread and the monitor's reader thread are gone.
       let threadsAfter = threads();
       for (let i = 0; i < 100 && threadsAfter !== threadsBefore; i++) {
-        await new Promise((r) => setTimeout(r, 10));
+        await sleep(10);
         threadsAfter = threads();
       }
       const ok = during >= before + 7 && after === before && threadsDuring >= threadsBefore + 2

@@ -1,0 +1,59 @@
+/**
+ * A Keeper in a throwaway namespace, stopped and removed afterwards.
+ *
+ *   import { withKeeper } from '../helpers/keeper.js';
+ *   await withKeeper({ config: flannelConfig(), tag: 'reload' }, async ({ ns, keeper, sock }) => {
+ *     // keeper has started (its start-up pass is done); sock is a second socket in ns to watch
+ *     // the generation or tamper with; ns.nft()/ns.exec() run nft and friends inside ns.
+ *   });
+ *
+ * Afterwards, also when the body or the start-up throws: the keeper is stopped, the watching socket
+ * closed and the namespace removed. Options are KeeperOptions (netns aside) with test defaults: an
+ * hour-long tick, so that only events or explicit requests repair and a tick cannot race the test,
+ * and `error` events swallowed (they are reported in status and metrics, as the daemon logs them).
+ *
+ * startKeeper() is the same keeper in a namespace you manage yourself (beforeEach/afterEach).
+ */
+import { Keeper, type KeeperOptions } from '../../src/keeper/keeper.js';
+import { open, type NftSocket } from '../../src/netlink/socket.js';
+import { withNetns, type Netns } from './netns.js';
+
+export type TestKeeperOptions = Omit<KeeperOptions, 'netns'>;
+
+/** Starts a keeper on `ns`; if the start fails it is stopped again and the error thrown. */
+export async function startKeeper(ns: Netns, options: TestKeeperOptions): Promise<Keeper> {
+  const keeper = new Keeper({ intervalMs: 3_600_000, ...options, netns: ns.path });
+  keeper.on('error', () => undefined);
+  try {
+    await keeper.start();
+  } catch (e) {
+    await keeper.stop();
+    throw e;
+  }
+  return keeper;
+}
+
+export interface KeeperFixture {
+  ns: Netns;
+  keeper: Keeper;
+  /** A socket of the test's own in `ns` (not the keeper's). */
+  sock: NftSocket;
+}
+
+export function withKeeper<T>(options: TestKeeperOptions & { tag?: string },
+  fn: (f: KeeperFixture) => Promise<T> | T): Promise<T> {
+  const { tag = 'keeper', ...keeperOptions } = options;
+  return withNetns(async (ns) => {
+    const sock = open({ netns: ns.path });
+    try {
+      const keeper = await startKeeper(ns, keeperOptions);
+      try {
+        return await fn({ ns, keeper, sock });
+      } finally {
+        await keeper.stop();
+      }
+    } finally {
+      sock.close();
+    }
+  }, tag);
+}

@@ -1,0 +1,57 @@
+/**
+ * A namespace per test (or per file) made and removed by vitest hooks, for describe blocks whose
+ * tests all start from the same namespace contents.
+ *
+ *   import { netnsPerTest } from '../helpers/netns-hooks.js';
+ *   describe('...', () => {
+ *     const ns = netnsPerTest('gc', (ns) => ns.exec('iptables-nft-restore', [], NOMAD_RESTORE));
+ *     it('...', () => { ns.exec(...); open({ netns: ns.path }); });
+ *   });
+ *
+ * The returned object stands for the namespace of the test running now: use it like a Netns
+ * inside tests and hooks (not at collection time). It is removed after each test (netnsPerTest)
+ * or after the block (netnsPerFile), pass or fail; a setup that throws removes it at once.
+ * For one-off namespaces inside a test, use withNetns() from ./netns.js.
+ */
+import { afterAll, afterEach, beforeAll, beforeEach } from 'vitest';
+import { createNetns, type Netns } from './netns.js';
+
+function netnsHooked(tag: string, setup: ((ns: Netns) => void) | undefined,
+  before: typeof beforeEach, after: typeof afterEach): Netns {
+  let current: Netns | undefined;
+  const ns = (): Netns => {
+    if (!current) throw new Error(`namespace '${tag}' used outside a test: it exists only while one runs`);
+    return current;
+  };
+  before(() => {
+    const made = createNetns(tag);
+    try {
+      setup?.(made);
+    } catch (e) {
+      made.remove();
+      throw e;
+    }
+    current = made;
+  });
+  after(() => {
+    current?.remove();
+    current = undefined;
+  });
+  return {
+    get name() { return ns().name; },
+    get path() { return ns().path; },
+    exec: (cmd, args, input) => ns().exec(cmd, args, input),
+    nft: (script) => ns().nft(script),
+    remove: () => ns().remove(),
+  };
+}
+
+/** A fresh namespace for every test of the enclosing describe block (or file). */
+export function netnsPerTest(tag: string, setup?: (ns: Netns) => void): Netns {
+  return netnsHooked(tag, setup, beforeEach, afterEach);
+}
+
+/** One namespace shared by the tests of the enclosing describe block (or file). */
+export function netnsPerFile(tag: string, setup?: (ns: Netns) => void): Netns {
+  return netnsHooked(tag, setup, beforeAll, afterAll);
+}

@@ -1,0 +1,14 @@
+/**
+ * Waiting in tests and benchmarks: the one `sleep`.
+ *
+ *   import { sleep } from '../helpers/wait.js';
+ *   for (let i = 0; i < 100 && !done(); i++) await sleep(50);  // poll with a generous deadline
+ *
+ * Assert on a polled condition with a generous bound, never on a fixed sleep: the suite runs on
+ * loaded 2-core machines.
+ */
+import { setTimeout } from 'node:timers/promises';
+
+export function sleep(ms: number): Promise<void> {
+  return setTimeout(ms);
+}
