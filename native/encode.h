@@ -16,7 +16,7 @@ struct EncodedBatch {
   std::vector<int32_t> messageOp;
 };
 
-// Encodes `ops` (see src/netlink/ops.ts for their shape) with sequence
+// Encodes `ops` (see `Op` in src/netlink/batch.ts for their shape) with sequence
 // numbers from `seq` on. With `hasGeneration` the BATCH_BEGIN carries
 // NFNL_BATCH_GENID so the kernel refuses the batch if the ruleset moved on.
 // Throws a NetlinkError (EINVAL) naming the op index on malformed input.

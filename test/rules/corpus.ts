@@ -23,7 +23,7 @@ export interface CorpusRule {
 const r = (source: string, family: CorpusFamily, chain: CorpusChain, text: string,
   extra: Partial<Pick<CorpusRule, 'canonical' | 'nft'>> = {}): CorpusRule => ({ source, family, chain, text, ...extra });
 
-// flannel's masquerade rules (../shared/seeds/flannel-masquerade-resync.txt), ip and inet, with variants
+// flannel's masquerade rules (docs/netfilter-facts.md, "The two cases"), ip and inet, with variants
 const FLANNEL: CorpusRule[] = [];
 for (const [net, sub] of [['10.0.0.0/8', '10.244.1.0/24'], ['10.244.0.0/16', '10.244.1.0/24'], ['10.244.0.0/16', '10.244.7.0/24']] as const) {
   for (const fam of ['ip', 'inet'] as const) {
@@ -46,7 +46,7 @@ FLANNEL.push(
   r('flannel', 'inet', 'post', 'ip6 saddr fd00:10:244::/56 ip6 daddr != ff00::/8 masquerade fully-random'),
 );
 
-// Nomad / CNI rules from ../shared/seeds/nomad-iptables-not-reconciled.txt, translated to nft
+// Nomad / CNI rules from the Nomad report in docs/netfilter-facts.md (test/gc/fixtures.ts has them as iptables), translated to nft
 const NOMAD_ID1 = '3e803d29-4f9d-ad8b-adb6-31456a39db69';
 const NOMAD_ID2 = 'ee25f5d7-dcb9-b336-fe3e-27e365aa5cd0';
 const NOMAD: CorpusRule[] = [
