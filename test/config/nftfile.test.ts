@@ -5,25 +5,17 @@
  * nfkeeper's own install of it lists (and dumps, at the netlink level)
  * exactly as nft's does.
  */
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
-import { main } from '../../src/cli.js';
+import { describe, expect, it } from 'vitest';
 import { parseConfig, parseNftConfig, type Config } from '../../src/config/config.js';
 import { ConfigError } from '../../src/errors.js';
+import { cli } from '../helpers/cli.js';
 import { withNetns, type Netns } from '../helpers/netns.js';
+import { tempDir } from '../helpers/tmp.js';
 import { CORPUS, type CorpusChain, type CorpusFamily, type CorpusRule } from '../rules/corpus.js';
 
-const dir = mkdtempSync(join(tmpdir(), 'nfk-nftfile-'));
-afterAll(() => rmSync(dir, { recursive: true, force: true }));
-
-async function cli(...args: string[]) {
-  const out: string[] = [];
-  const err: string[] = [];
-  const code = await main(['node', 'nfkeeper', ...args], { out: (s) => out.push(s), err: (s) => err.push(s) });
-  return { code, out: out.join('\n'), err: err.join('\n') };
-}
+const dir = tempDir('nftfile');
 
 /** What the reconciler compares: tables, chains, base specs and compiled rule texts. */
 function shape(c: Config) {
