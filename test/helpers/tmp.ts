@@ -17,7 +17,9 @@
 import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, onTestFinished } from 'vitest';
+
+// vitest only where it runs (it sets VITEST): a bench importing a fixture does not load it.
+const vitest = process.env.VITEST ? await import('vitest') : undefined;
 
 const made = new Set<string>();
 
@@ -31,9 +33,10 @@ function removeAll(): void {
 }
 
 // This module is imported while vitest collects a test file (imports are static), so the hook
-// lands on that file. Outside vitest afterAll throws, and the exit hook below does the work.
+// lands on that file. Outside a test file (a child process inherits VITEST) afterAll throws,
+// and the exit hook below does the work.
 try {
-  afterAll(removeAll);
+  vitest?.afterAll(removeAll);
 } catch {
   /* not collecting a vitest file */
 }
@@ -44,7 +47,7 @@ export function tempDir(tag = 'tmp', options: { mode?: number } = {}): string {
   if (options.mode !== undefined) chmodSync(dir, options.mode);
   made.add(dir);
   try {
-    onTestFinished(() => remove(dir));
+    vitest?.onTestFinished(() => remove(dir));
   } catch {
     /* made outside a running test: removed after the file, or at exit */
   }
