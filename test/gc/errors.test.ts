@@ -4,7 +4,7 @@ import { parseConfig } from '../../src/config/config.js';
 import { ConfigError } from '../../src/errors.js';
 import { open } from '../../src/netlink/socket.js';
 import { cli } from '../helpers/cli.js';
-import { netnsPerFile } from '../helpers/netns-hooks.js';
+import { netnsPerSuite } from '../helpers/netns-hooks.js';
 import { DEAD, LIVE, file, gcYaml, restoreNomad, save } from './fixtures.js';
 
 function configError(text: string): ConfigError {
@@ -46,7 +46,7 @@ describe('gc config validation', () => {
 
 describe('nfkeeper gc refuses bad input and changes nothing', () => {
   let before: string;
-  const ns = netnsPerFile('gcerr', (made) => {
+  const ns = netnsPerSuite('gcerr', (made) => {
     restoreNomad(made);
     before = save(made);
   });

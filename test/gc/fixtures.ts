@@ -45,7 +45,7 @@ export const NOMAD_RESTORE = `*nat
 COMMIT
 `;
 
-/** Loads the Nomad seed into `ns` (a setup for netnsPerTest/netnsPerFile). */
+/** Loads the Nomad seed into `ns` (a setup for netnsPerTest/netnsPerSuite). */
 export function restoreNomad(ns: Netns): void {
   ns.exec('iptables-nft-restore', [], NOMAD_RESTORE);
 }

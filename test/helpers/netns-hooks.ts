@@ -1,5 +1,5 @@
 /**
- * A namespace per test (or per file) made and removed by vitest hooks, for describe blocks whose
+ * A namespace per test (or per describe block) made and removed by vitest hooks, for describe blocks whose
  * tests all start from the same namespace contents.
  *
  *   import { netnsPerTest } from '../helpers/netns-hooks.js';
@@ -10,7 +10,7 @@
  *
  * The returned object stands for the namespace of the test running now: use it like a Netns
  * inside tests and hooks (not at collection time). It is removed after each test (netnsPerTest)
- * or after the block (netnsPerFile), pass or fail; a setup that throws removes it at once.
+ * or after the block (netnsPerSuite), pass or fail; a setup that throws removes it at once.
  * For one-off namespaces inside a test, use withNetns() from ./netns.js.
  */
 import { afterAll, afterEach, beforeAll, beforeEach } from 'vitest';
@@ -52,6 +52,6 @@ export function netnsPerTest(tag: string, setup?: (ns: Netns) => void): Netns {
 }
 
 /** One namespace shared by the tests of the enclosing describe block (or file). */
-export function netnsPerFile(tag: string, setup?: (ns: Netns) => void): Netns {
+export function netnsPerSuite(tag: string, setup?: (ns: Netns) => void): Netns {
   return netnsHooked(tag, setup, beforeAll, afterAll);
 }
