@@ -1,6 +1,6 @@
 /**
- * A namespace per test (or per describe block) made and removed by vitest hooks, for describe blocks whose
- * tests all start from the same namespace contents.
+ * A namespace per test (or per describe block) made and removed by vitest hooks, for describe
+ * blocks whose tests all start from the same namespace contents.
  *
  *   import { netnsPerTest } from '../helpers/netns-hooks.js';
  *   describe('...', () => {
@@ -46,12 +46,12 @@ function netnsHooked(tag: string, setup: ((ns: Netns) => void) | undefined,
   };
 }
 
-/** A fresh namespace for every test of the enclosing describe block (or file). */
+/** A fresh namespace for every test of the enclosing describe block (or file, at top level). */
 export function netnsPerTest(tag: string, setup?: (ns: Netns) => void): Netns {
   return netnsHooked(tag, setup, beforeEach, afterEach);
 }
 
-/** One namespace shared by the tests of the enclosing describe block (or file). */
+/** One namespace shared by the tests of the enclosing describe block (or file, at top level). */
 export function netnsPerSuite(tag: string, setup?: (ns: Netns) => void): Netns {
   return netnsHooked(tag, setup, beforeAll, afterAll);
 }
