@@ -10,7 +10,7 @@ import { anyInterface, loadConfig, namespaceInterfaces, type Config } from './co
 import { readTable, tablesToYaml, tableToNft, type ExportedTable, type ExportFormat } from './config/export.js';
 import { ConfigError, NfkeeperError } from './errors.js';
 import { Keeper, checkOnce, cleanup } from './keeper/keeper.js';
-import { KeeperMetrics } from './keeper/metrics.js';
+import { KeeperMetrics } from './metrics.js';
 import { parseListen, serveMetrics } from './keeper/http.js';
 import type { KeeperStatus } from './keeper/keeper.js';
 import { renderDrift } from './keeper/reconcile.js';

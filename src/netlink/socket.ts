@@ -10,6 +10,7 @@ import { Batch, describeOp, validateOp, type Op } from './batch.js';
 import type { Family } from './expr.js';
 import { loadAddon, type NativeSocket } from './native.js';
 import type { Chain, NftSet, Rule, SetElement, Table } from './objects.js';
+import type { NftConn } from './conn.js';
 
 export interface OpenOptions {
   /** A network namespace file such as /run/netns/NAME or /proc/PID/ns/net; default: this process's. */
@@ -40,7 +41,7 @@ export function open(options: OpenOptions = {}): NftSocket {
   return new NftSocket(options);
 }
 
-export class NftSocket {
+export class NftSocket implements NftConn {
   readonly netns: string | undefined;
   readonly portId: number;
   private readonly native: NativeSocket;

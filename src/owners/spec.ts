@@ -9,12 +9,12 @@
  */
 import { z } from 'zod';
 import type { ChainConfig, TableConfig } from '../config/config.js';
-import { checkRulePlacement } from '../config/config.js';
 import { NfkeeperError, RuleSyntaxError } from '../errors.js';
 import { tagMatcher } from '../gc/config.js';
 import type { Expr } from '../netlink/expr.js';
 import type { ChainType, Hook } from '../netlink/objects.js';
-import { commentOf, commentUserdata, compileRule, compiledSetResolver, renderRule, type CompiledRule } from '../rules/index.js';
+import { checkRulePlacement, commentOf, commentUserdata, compileRule, compiledSetResolver, renderRule,
+  type CompiledRule } from '../rules/index.js';
 import type { OwnersConfig } from './config.js';
 
 /**

@@ -1,0 +1,54 @@
+/**
+ * The netlink surface the keeper, the reconciler and GC use, as interfaces:
+ * NftConn is what a commit socket offers (NftSocket implements it), NftWatch
+ * what a change monitor offers, and NftHost opens both in one network
+ * namespace. The real kernel is kernelHost(); tests can hand the same
+ * modules an in-memory kernel (test/helpers/fake-kernel.ts).
+ */
+import type { Batch, Op } from './batch.js';
+import type { Family } from './expr.js';
+import { Monitor, type MonitorOptions } from './monitor.js';
+import type { Chain, NftSet, Rule, SetElement, Table } from './objects.js';
+import { NftSocket, type CommitOptions } from './socket.js';
+
+export interface NftConn {
+  /** Netlink port id: the owner of tables this connection creates in protect mode, and the pid of its events. */
+  readonly portId: number;
+  readonly closed: boolean;
+  /** The ruleset generation id; moves on every commit by anyone that changed something. */
+  generation(): number;
+  listTables(filter?: { family?: Family }): Promise<Table[]>;
+  getTable(family: Family, name: string): Promise<Table | undefined>;
+  listChains(filter: { family: Family; table: string }): Promise<Chain[]>;
+  getChain(family: Family, table: string, name: string): Promise<Chain | undefined>;
+  listRules(filter: { family: Family; table: string; chain?: string }): Promise<Rule[]>;
+  listSets(filter: { family: Family; table: string }): Promise<NftSet[]>;
+  listElements(filter: { family: Family; table: string; set: string }): Promise<SetElement[]>;
+  /**
+   * One transaction: all operations or none. Refusals are a
+   * GenerationMismatchError (stale expectGeneration) or a NetlinkError naming
+   * the failing op's index.
+   */
+  commit(batch: Batch | readonly Op[], options?: CommitOptions): Promise<void>;
+  close(): void;
+}
+
+/** Change notifications as the keeper consumes them (Monitor implements it). */
+export interface NftWatch {
+  setFilter(tables: { family: Family; name: string }[] | undefined, ignorePorts?: number[]): void;
+  close(): void;
+}
+
+/** Opens connections and monitors in one network namespace. */
+export interface NftHost {
+  connect(): NftConn;
+  watch(options: Omit<MonitorOptions, 'netns'>): NftWatch;
+}
+
+/** The kernel of a network namespace (a namespace file path), or of this process's. */
+export function kernelHost(netns?: string): NftHost {
+  return {
+    connect: () => new NftSocket({ netns }),
+    watch: (options) => new Monitor({ ...options, netns }),
+  };
+}
