@@ -6,7 +6,8 @@
  */
 import type { Logger } from 'pino';
 import type { GcConfig } from './config.js';
-import { kernelHost, type NftConn, type NftHost } from '../netlink/conn.js';
+import type { NftConn, NftHost } from '../netlink/conn.js';
+import { kernelHost } from '../netlink/host.js';
 import { GraceTracker, collect, renderGarbage, type CollectResult } from './collect.js';
 import { readLiveSet } from './live.js';
 import type { KeeperMetrics } from '../metrics.js';

@@ -13,13 +13,13 @@ import pino, { type Logger } from 'pino';
 import type { Config, TableConfig } from '../config/config.js';
 import { KeeperMetrics } from '../metrics.js';
 import { Batch } from '../netlink/batch.js';
-import { kernelHost, type NftConn, type NftHost, type NftWatch } from '../netlink/conn.js';
+import type { NftConn, NftHost, NftWatch } from '../netlink/conn.js';
+import { kernelHost } from '../netlink/host.js';
 import type { MonitorBatch } from '../netlink/monitor.js';
 import { DEFAULT_FIGHT, Fight, type FightOptions } from './fight.js';
 import { TableOwnedError, protectionOf, type Drift, type Protection } from './reconcile.js';
 import { Reconciler, type Look } from './reconciler.js';
-import { mergeOwners } from '../owners/merge.js';
-import type { Owner } from '../owners/spec.js';
+import { mergeOwners, type Owner } from '../owners/index.js';
 
 export type Cause = 'startup' | 'event' | 'tick' | 'overflow' | 'reload' | 'owners' | 'manual';
 

@@ -16,7 +16,7 @@ import type { NftConn } from '../netlink/conn.js';
 import type { Family } from '../netlink/expr.js';
 import { commitGuarded } from '../netlink/guard.js';
 import type { ObservedTable } from '../netlink/objects.js';
-import { ownedGarbage, type OwnedGarbage } from '../owners/merge.js';
+import { ownedGarbage, type OwnedGarbage } from '../owners/index.js';
 import { PROTECT_FLAGS, diffTable, observeTable, planTable, type Drift } from './reconcile.js';
 
 export interface TableRef {

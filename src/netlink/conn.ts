@@ -2,14 +2,18 @@
  * The netlink surface the keeper, the reconciler and GC use, as interfaces:
  * NftConn is what a commit socket offers (NftSocket implements it), NftWatch
  * what a change monitor offers, and NftHost opens both in one network
- * namespace. The real kernel is kernelHost(); tests can hand the same
+ * namespace. The real kernel is kernelHost() (host.ts); tests can hand the same
  * modules an in-memory kernel (test/helpers/fake-kernel.ts).
  */
 import type { Batch, Op } from './batch.js';
 import type { Family } from './expr.js';
-import { Monitor, type MonitorOptions } from './monitor.js';
+import type { MonitorOptions } from './monitor.js';
 import type { Chain, NftSet, Rule, SetElement, Table } from './objects.js';
-import { NftSocket, type CommitOptions } from './socket.js';
+
+export interface CommitOptions {
+  /** Refuse (GenerationMismatchError, nothing changed) unless the ruleset is still at this generation. */
+  expectGeneration?: number;
+}
 
 export interface NftConn {
   /** Netlink port id: the owner of tables this connection creates in protect mode, and the pid of its events. */
@@ -43,12 +47,4 @@ export interface NftWatch {
 export interface NftHost {
   connect(): NftConn;
   watch(options: Omit<MonitorOptions, 'netns'>): NftWatch;
-}
-
-/** The kernel of a network namespace (a namespace file path), or of this process's. */
-export function kernelHost(netns?: string): NftHost {
-  return {
-    connect: () => new NftSocket({ netns }),
-    watch: (options) => new Monitor({ ...options, netns }),
-  };
 }

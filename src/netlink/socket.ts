@@ -10,7 +10,7 @@ import { Batch, describeOp, validateOp, type Op } from './batch.js';
 import type { Family } from './expr.js';
 import { loadAddon, type NativeSocket } from './native.js';
 import type { Chain, NftSet, Rule, SetElement, Table } from './objects.js';
-import type { NftConn } from './conn.js';
+import type { CommitOptions, NftConn } from './conn.js';
 
 export interface OpenOptions {
   /** A network namespace file such as /run/netns/NAME or /proc/PID/ns/net; default: this process's. */
@@ -26,10 +26,7 @@ export interface OpenOptions {
   receiveBufferLimit?: number;
 }
 
-export interface CommitOptions {
-  /** Refuse (GenerationMismatchError, nothing changed) unless the ruleset is still at this generation. */
-  expectGeneration?: number;
-}
+export type { CommitOptions } from './conn.js';
 
 // A dump interrupted by a concurrent commit (NLM_F_DUMP_INTR) is retried this often.
 const DUMP_RETRIES = 8;

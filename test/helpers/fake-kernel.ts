@@ -28,11 +28,10 @@
  * Not modelled: objects, flowtables, set timeouts, xt compat, loops (ELOOP/EMLINK).
  */
 import { Batch, describeOp, validateOp, type Op } from '../../src/netlink/batch.js';
-import type { NftConn, NftHost, NftWatch } from '../../src/netlink/conn.js';
+import type { CommitOptions, NftConn, NftHost, NftWatch } from '../../src/netlink/conn.js';
 import type { Expr, Family } from '../../src/netlink/expr.js';
 import type { MonitorBatch, MonitorEvent, MonitorOptions } from '../../src/netlink/monitor.js';
 import { SET_F, TABLE_F, type Chain, type NftSet, type Rule, type SetElement, type Table } from '../../src/netlink/objects.js';
-import type { CommitOptions } from '../../src/netlink/socket.js';
 import { GenerationMismatchError, NetlinkError, SocketClosedError } from '../../src/errors.js';
 
 const ERRNO = { EPERM: 1, ENOENT: 2, EBUSY: 16, EEXIST: 17, EINVAL: 22, ERESTART: 85, EOPNOTSUPP: 95, ENOBUFS: 105 } as const;

@@ -1,5 +1,5 @@
 /** The shared behaviour suite against the real kernel, each test in a fresh network namespace. */
-import { kernelHost } from '../../src/netlink/conn.js';
+import { kernelHost } from '../../src/netlink/host.js';
 import { createNetns } from '../helpers/netns.js';
 import { behaviourSuite } from './behaviour.js';
 
