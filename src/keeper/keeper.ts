@@ -2,9 +2,10 @@
  * The keeper loop. Every interval it reads the generation id (a few µs); if
  * that equals the generation it last verified, the tick is over. Otherwise,
  * and whenever the monitor reports a foreign commit touching an owned table,
- * it runs a reconcile pass: dump the owned tables (kernel-filtered), compare,
+ * it runs a reconcile pass (Reconciler.once: dump the owned tables, compare,
  * and if anything differs commit one batch guarded by the generation it read,
- * retrying from a fresh read if the kernel says the ruleset moved on.
+ * retrying from a fresh read if the kernel says the ruleset moved on). The
+ * keeper adds what a loop needs: fight back-off, metrics, events, reloads.
  * Requests coalesce: at most one pass runs, and at most one more is queued.
  */
 import { EventEmitter } from 'node:events';
