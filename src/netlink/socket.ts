@@ -112,12 +112,7 @@ export class NftSocket implements NftConn {
    */
   async commit(batch: Batch | readonly Op[], options: CommitOptions = {}): Promise<void> {
     this.check('commit');
-    const ops = batch instanceof Batch ? batch.ops : batch;
-    if (!(batch instanceof Batch)) ops.forEach(validateOp);
-    const gen = options.expectGeneration;
-    if (gen !== undefined && (!Number.isInteger(gen) || gen < 0 || gen > 0xffffffff)) {
-      throw new TypeError('expectGeneration must be a u32');
-    }
+    const { ops, gen } = commitArgs(batch, options);
     if (ops.length === 0) return;
     try {
       await this.native.commit(ops, gen);
@@ -146,6 +141,17 @@ export class NftSocket implements NftConn {
       }
     }
   }
+}
+
+/** A commit's checked arguments: ops validated unless a Batch did it when they were queued, the generation a u32. */
+export function commitArgs(batch: Batch | readonly Op[], options: CommitOptions): { ops: readonly Op[]; gen: number | undefined } {
+  const ops = batch instanceof Batch ? batch.ops : batch;
+  if (!(batch instanceof Batch)) ops.forEach(validateOp);
+  const gen = options.expectGeneration;
+  if (gen !== undefined && (!Number.isInteger(gen) || gen < 0 || gen > 0xffffffff)) {
+    throw new TypeError('expectGeneration must be a u32');
+  }
+  return { ops, gen };
 }
 
 // NFT_RULE_COMPAT_F_INV

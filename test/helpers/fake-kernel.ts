@@ -27,7 +27,8 @@
  * - deleting a chain with rules or references is EBUSY, anything missing ENOENT.
  * Not modelled: objects, flowtables, set timeouts, xt compat, loops (ELOOP/EMLINK).
  */
-import { Batch, describeOp, validateOp, type Op } from '../../src/netlink/batch.js';
+import { Batch, describeOp, type Op } from '../../src/netlink/batch.js';
+import { commitArgs } from '../../src/netlink/socket.js';
 import type { CommitOptions, NftConn, NftHost, NftWatch } from '../../src/netlink/conn.js';
 import type { Expr, Family } from '../../src/netlink/expr.js';
 import type { MonitorBatch, MonitorEvent, MonitorOptions } from '../../src/netlink/monitor.js';
@@ -628,12 +629,7 @@ export class FakeConn implements NftConn {
 
   async commit(batch: Batch | readonly Op[], options: CommitOptions = {}): Promise<void> {
     this.check('commit');
-    const ops = batch instanceof Batch ? batch.ops : batch;
-    if (!(batch instanceof Batch)) ops.forEach(validateOp);
-    const gen = options.expectGeneration;
-    if (gen !== undefined && (!Number.isInteger(gen) || gen < 0 || gen > 0xffffffff)) {
-      throw new TypeError('expectGeneration must be a u32');
-    }
+    const { ops, gen } = commitArgs(batch, options);  // the socket's own checks
     if (ops.length === 0) return;
     await this.ready('commit');
     this.kernel.apply(this.portId, [...ops], gen);
