@@ -102,6 +102,8 @@ export class Keeper extends EventEmitter {
   private timer?: NodeJS.Timeout;
   private delayed?: NodeJS.Timeout;
   private running?: Promise<void>;
+  /** A drain loop is alive and will look at `queued` again. */
+  private draining = false;
   private queued?: Pending;
   private lastVerified?: number;
   private ready = false;
@@ -328,7 +330,7 @@ export class Keeper extends EventEmitter {
     if (this.stopped) return Promise.resolve({ cause, status: 'stopped', drift: [], ops: 0, attempts: 0 });
     return new Promise<PassOutcome>((resolve, reject) => {
       const waiter = { resolve, reject };
-      if (this.running) {
+      if (this.draining) {
         if (!this.queued) this.queued = { cause, detectedAt, waiters: [waiter] };
         else {
           this.queued.waiters.push(waiter);
@@ -338,27 +340,35 @@ export class Keeper extends EventEmitter {
         }
         return;
       }
-      this.running = this.drain({ cause, detectedAt, waiters: [waiter] }).finally(() => {
-        this.running = undefined;
+      this.draining = true;
+      const running: Promise<void> = this.drain({ cause, detectedAt, waiters: [waiter] }).finally(() => {
+        if (this.running === running) this.running = undefined;
       });
+      this.running = running;
     });
   }
 
   private async drain(first: Pending): Promise<void> {
-    for (let next: Pending | undefined = first; next; next = this.queued) {
-      this.queued = undefined;
-      if (this.stopped) {
-        this.settle(next, { status: 'stopped', drift: [], ops: 0, attempts: 0 });
-        continue;
+    try {
+      for (let next: Pending | undefined = first; next; next = this.queued) {
+        this.queued = undefined;
+        if (this.stopped) {
+          this.settle(next, { status: 'stopped', drift: [], ops: 0, attempts: 0 });
+          continue;
+        }
+        try {
+          this.settle(next, await this.pass(next.cause, next.detectedAt));
+        } catch (e) {
+          // Refusals of start-up (another owner), reloads and owners changes are their caller's to handle.
+          const callers = (next.cause === 'startup' && e instanceof TableOwnedError) || deliberate(next.cause);
+          if (!callers) this.fail(e);
+          for (const w of next.waiters) w.reject(e);
+        }
       }
-      try {
-        this.settle(next, await this.pass(next.cause, next.detectedAt));
-      } catch (e) {
-        // Refusals of start-up (another owner), reloads and owners changes are their caller's to handle.
-        const callers = (next.cause === 'startup' && e instanceof TableOwnedError) || deliberate(next.cause);
-        if (!callers) this.fail(e);
-        for (const w of next.waiters) w.reject(e);
-      }
+    } finally {
+      // In the same tick as the last look at `queued`: a request made after it starts a new drain
+      // instead of queueing behind one that has ended.
+      this.draining = false;
     }
   }
 

@@ -59,6 +59,16 @@ describe('requests', () => {
     expect(outcomes.every((o) => o.status === 'in-sync' && o.cause === 'manual')).toBe(true);
   });
 
+  it('a request made as the last pass settles starts a pass of its own instead of waiting forever', async () => {
+    kernel = new FakeKernel();
+    const k = await start();
+    // Each continuation runs in the microtasks right after the previous pass settled its waiters.
+    for (let i = 0; i < 20; i++) expect(await k.request('manual', 0)).toMatchObject({ status: 'in-sync' });
+    const chained = await k.request('manual', 0).then(() => k.request('manual', 0)).then(() => k.request('manual', 0));
+    expect(chained.status).toBe('in-sync');
+    await k.idle();
+  });
+
   it('a deliberate request joining a queued one runs it under its cause (no fight hold-back)', async () => {
     kernel = new FakeKernel();
     const k = await start();
