@@ -3,8 +3,8 @@
  * kernel-filtered rule dump per table, plus its chains and anonymous sets),
  * compare with the desired state structurally, and plan one batch that
  * recreates what is missing and flushes and rewrites each chain that
- * differs, in order. Pure functions apart from observe(); the keeper loop
- * drives them and carries the generation guard.
+ * differs, in order. Pure functions apart from observe(); Reconciler.once()
+ * (reconciler.ts) drives them under the generation guard.
  */
 import type { Expr, Family, Hex } from '../netlink/expr.js';
 import { Batch } from '../netlink/batch.js';
@@ -14,8 +14,6 @@ import { NfkeeperError } from '../errors.js';
 import type { NftConn } from '../netlink/conn.js';
 import type { ChainConfig, TableConfig } from '../config/config.js';
 import { renderRule, ruleKey, type SetResolver } from '../rules/index.js';
-
-export type { ObservedTable } from '../netlink/objects.js';
 
 export type DriftKind =
   | 'table-missing' | 'table-retired' | 'table-orphaned' | 'table-unprotected' | 'chain-missing' | 'chain-changed' | 'rules-differ' | 'chain-extra' | 'set-extra';
