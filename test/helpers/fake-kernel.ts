@@ -13,7 +13,7 @@
  * - the generation moves once per batch that changed something (re-adding an
  *   unchanged table changes nothing; re-adding a chain does);
  * - table handles count per namespace, chain/rule/set handles per table,
- *   and handles are consumed by refused batches too;
+ *   and a refused batch's handles stay used;
  * - table `use` counts chains and named sets; chain `use` counts its rules
  *   and the jumps/gotos to it;
  * - an anonymous set lives and dies with the rule that looks it up;
@@ -248,6 +248,11 @@ export class FakeKernel implements NftHost {
     });
     this.log.push({ portId, ops, ok: refusals.length === 0 });
     if (refusals.length > 0) {
+      // Handles handed out in a refused batch stay used (measured), in tables that were there before it.
+      for (const [k, t] of work) {
+        const before = this.tables.get(k);
+        if (before && before.handle === t.handle) before.hgen = t.hgen;
+      }
       const first = refusals[0]!;
       const err = refusal(first.errno, first.opIndex, ops);
       err.refusals = refusals.map((r) => ({

@@ -94,6 +94,10 @@ export function behaviourSuite(kind: string, makeWorld: () => World): void {
       const exists = await refusal(conn.commit(new Batch().add('chain', { ...IP, table: 'a', name: 'c' }).create('table', { ...IP, name: 'a' })));
       expect([exists.errnoName, exists.opIndex]).toEqual(['EEXIST', 1]);
       expect(await conn.listChains({ ...IP, table: 'a' })).toEqual([]);
+      await conn.commit(new Batch().add('chain', { ...IP, table: 'a', name: 'c2' }).add('table', { ...IP, name: 'b' }));
+      // The refused batches used up table handle 1 (the first `a`) and chain handle 1 in the second.
+      expect((await conn.getChain('ip', 'a', 'c2'))?.handle).toBe(2);
+      expect((await conn.getTable('ip', 'b'))?.handle).toBe(3);
     });
 
     it('a stale expectGeneration is refused as a whole and changes nothing', async () => {

@@ -8,7 +8,10 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config/config.js';
 import { GenerationRetriesExhaustedError, NetlinkError } from '../../src/errors.js';
+import pino from 'pino';
 import { GraceTracker, collect } from '../../src/gc/collect.js';
+import { GC_SCHEMA } from '../../src/gc/config.js';
+import { GcLoop } from '../../src/gc/daemon.js';
 import { Keeper, checkOnce, type KeeperOptions, type PassOutcome } from '../../src/keeper/keeper.js';
 import { Batch, type Op } from '../../src/netlink/batch.js';
 import type { NftConn } from '../../src/netlink/conn.js';
@@ -341,6 +344,23 @@ describe('foreign GC', () => {
     expect((e as GenerationRetriesExhaustedError).attempts).toBe(5);
     expect(await conn.listChains({ ...IP, table: 'nat' })).toHaveLength(6);
     conn.close();
+  });
+});
+
+describe('foreign GC in the daemon', () => {
+  it('GcLoop collects through the host it is given', async () => {
+    kernel = new FakeKernel();
+    kernel.tamper(new Batch().add('table', { ...IP, name: 'nat' })
+      .add('chain', { ...IP, table: 'nat', name: 'POSTROUTING', type: 'nat', hook: 'postrouting', priority: 100, policy: 'accept' })
+      .add('rule', { ...IP, table: 'nat', chain: 'POSTROUTING', ...rule('ip saddr 10.1.0.1 masquerade comment "alloc=dead"') })
+      .add('rule', { ...IP, table: 'nat', chain: 'POSTROUTING', ...rule('ip saddr 10.1.0.2 masquerade comment "alloc=live"') }));
+    const gc = GC_SCHEMA.parse({ enabled: true, grace: '0s', foreign: [{ family: 'ip', table: 'nat', tag: 'alloc=<id>' }] });
+    const loop = new GcLoop({ gc, host: kernel, logger: pino({ level: 'silent' }), liveIds: () => ['live'] });
+    const r = await loop.runOnce();
+    expect(r).toMatchObject({ collected: true, ops: 1 });
+    expect(r!.garbage.map((g) => g.id)).toEqual(['dead']);
+    await loop.stop();
+    expect(kernel.openPorts).toEqual([]);
   });
 });
 
