@@ -10,7 +10,7 @@ import { anyInterface, loadConfig, namespaceInterfaces, type Config } from './co
 import { readTable, tablesToYaml, tableToNft, type ExportedTable, type ExportFormat } from './config/export.js';
 import { ConfigError, NfkeeperError } from './errors.js';
 import { Keeper, checkOnce, cleanup } from './keeper/keeper.js';
-import { KeeperMetrics } from './keeper/metrics.js';
+import { KeeperMetrics } from './metrics.js';
 import { parseListen, serveMetrics } from './keeper/http.js';
 import type { KeeperStatus } from './keeper/keeper.js';
 import { renderDrift } from './keeper/reconcile.js';
@@ -269,7 +269,8 @@ async function oneShot(o: { config: string; netns?: string; json?: boolean }, ap
   const owners = config.owners ? loadOwners(config) : [];
   const sock = new NftSocket({ netns: o.netns });
   try {
-    const { drift, ops } = await checkOnce(sock, config, apply, owners);
+    const { drift, ops, protectUnsupported } = await checkOnce(sock, config, apply, owners);
+    if (protectUnsupported) io.err('nfkeeper: this kernel does not support owned persistent tables; applied without protect mode');
     const found = drift.filter((d) => d.drift.length > 0);
     if (o.json) {
       io.out(JSON.stringify({ inSync: found.length === 0, applied: apply ? ops : 0,

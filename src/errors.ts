@@ -64,6 +64,14 @@ export class GenerationMismatchError extends NetlinkError {
   }
 }
 
+/** A guarded commit met a moved-on generation on every attempt: the ruleset kept changing between read and commit. */
+export class GenerationRetriesExhaustedError extends NfkeeperError {
+  override name = 'GenerationRetriesExhaustedError';
+  constructor(readonly attempts: number, readonly last?: GenerationMismatchError) {
+    super(`gave up after ${attempts} attempts: the ruleset kept changing between read and commit`);
+  }
+}
+
 /** A method was called on a closed socket or monitor. */
 export class SocketClosedError extends NetlinkError {
   override name = 'SocketClosedError';

@@ -10,7 +10,8 @@ import { z } from 'zod';
 import { ConfigError, NfkeeperError } from '../errors.js';
 import type { Family } from '../netlink/expr.js';
 import type { ChainType, Hook } from '../netlink/objects.js';
-import { compileRule, interfaceTable, RuleSyntaxError, type CompiledRule, type InterfaceResolver } from '../rules/index.js';
+import { checkRulePlacement, compileRule, interfaceTable, RuleSyntaxError, type CompiledRule,
+  type InterfaceResolver } from '../rules/index.js';
 import { listLinks } from '../netlink/link.js';
 import { GC_SCHEMA, type GcConfig } from '../gc/config.js';
 import { OWNERS_SCHEMA, type OwnersConfig } from '../owners/config.js';
@@ -217,27 +218,6 @@ function buildConfig(raw: unknown, file: string, pos: PositionOf, options: LoadO
     });
   }
   return { file, tables, gc: parsed.data.gc, owners };
-}
-
-/** What the kernel would refuse at commit time, said before anything is sent. */
-export function checkRulePlacement(rule: CompiledRule, hook: Hook | undefined, type: ChainType | undefined,
-  chains: ReadonlySet<string>, scope = 'this table'): string | undefined {
-  for (const e of rule.exprs) {
-    if (e.kind === 'immediate' && (e.verdict === 'jump' || e.verdict === 'goto') && e.chain && !chains.has(e.chain)) {
-      return `${e.verdict} to chain '${e.chain}', which ${scope} does not define`;
-    }
-    if (hook === undefined) continue;  // regular chains: the kernel checks through the jumps
-    const dnatLike = (e.kind === 'nat' && e.type === 'dnat') || e.kind === 'redir';
-    const snatLike = (e.kind === 'nat' && e.type === 'snat') || e.kind === 'masq';
-    if ((dnatLike || snatLike) && type !== 'nat') return 'NAT statements need a chain of type nat';
-    if (dnatLike && hook !== 'prerouting' && hook !== 'output') {
-      return 'dnat and redirect are only valid in prerouting and output chains';
-    }
-    if (snatLike && hook !== 'postrouting' && hook !== 'input') {
-      return 'snat and masquerade are only valid in postrouting and input chains';
-    }
-  }
-  return undefined;
 }
 
 /** Where the first alias that does not resolve starts, if one does not. */

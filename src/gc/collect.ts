@@ -15,11 +15,12 @@
  */
 import { readFileSync } from 'node:fs';
 import { writeFileAtomic } from '../atomic-file.js';
-import { GenerationMismatchError, NfkeeperError } from '../errors.js';
+import { NfkeeperError } from '../errors.js';
 import { Batch } from '../netlink/batch.js';
 import type { Family } from '../netlink/expr.js';
 import { indexByChain, type Chain, type Rule } from '../netlink/objects.js';
-import type { NftSocket } from '../netlink/socket.js';
+import type { NftConn } from '../netlink/conn.js';
+import { commitGuarded } from '../netlink/guard.js';
 import { commentOf, renderRule, xtComments } from '../rules/index.js';
 import { tagMatcher, type ForeignTable } from './config.js';
 
@@ -139,7 +140,7 @@ export function ruleTags(r: Rule): string[] {
   return [...(c !== undefined ? [c] : []), ...xtComments(r)];
 }
 
-async function observe(sock: NftSocket, owners: ForeignTable[]): Promise<TableView> {
+async function observe(sock: NftConn, owners: ForeignTable[]): Promise<TableView> {
   const { family, table } = owners[0]!;
   const [chains, rules] = await Promise.all([
     sock.listChains({ family, table }),
@@ -150,10 +151,9 @@ async function observe(sock: NftSocket, owners: ForeignTable[]): Promise<TableVi
   return view;
 }
 
-/** Finds what can be collected now. Reads the generation first; the dumps follow it. */
-export async function scan(sock: NftSocket, o: ScanOptions): Promise<ScanResult> {
+/** Finds what can be collected now. The generation is read first (or given: the guard read it); the dumps follow it. */
+export async function scan(sock: NftConn, o: ScanOptions, generation = sock.generation()): Promise<ScanResult> {
   const now = o.now ?? Date.now();
-  const generation = sock.generation();
   const byTable = new Map<string, ForeignTable[]>();
   for (const f of o.foreign) {
     const k = `${f.family} ${f.table}`;
@@ -302,17 +302,11 @@ const MAX_ATTEMPTS = 5;
  * Scans and, unless dryRun, collects in one generation-guarded batch. On a
  * concurrent change (GenerationMismatchError) it scans again, up to 5 times.
  */
-export async function collect(sock: NftSocket, o: ScanOptions & { dryRun?: boolean }): Promise<CollectResult> {
-  for (let attempt = 1; ; attempt++) {
-    const s = await scan(sock, o);
-    if (o.dryRun || s.garbage.length === 0) return { ...s, ops: 0, collected: false, attempts: attempt };
-    const batch = planBatch(s.garbage);
-    try {
-      await sock.commit(batch, { expectGeneration: s.generation });
-      return { ...s, ops: batch.length, collected: true, attempts: attempt };
-    } catch (e) {
-      if (e instanceof GenerationMismatchError && attempt < MAX_ATTEMPTS) continue;
-      throw e;
-    }
-  }
+export async function collect(sock: NftConn, o: ScanOptions & { dryRun?: boolean }): Promise<CollectResult> {
+  const r = await commitGuarded(sock, async (generation) => {
+    const s = await scan(sock, o, generation);
+    if (o.dryRun || s.garbage.length === 0) return { value: s };
+    return { value: s, batch: planBatch(s.garbage) };
+  }, { attempts: MAX_ATTEMPTS });
+  return { ...r.value, ops: r.ops, collected: r.ops > 0, attempts: r.attempts };
 }

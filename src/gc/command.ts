@@ -12,7 +12,7 @@ import { parseDuration } from '../duration.js';
 import { NftSocket } from '../netlink/socket.js';
 import { GraceTracker, collect, renderGarbage, type CollectResult } from './collect.js';
 import { readLiveSet, type LiveSource } from './live.js';
-import { loadOwners } from '../owners/state.js';
+import { loadOwners } from '../owners/index.js';
 
 export interface GcOnceOptions {
   netns?: string;

@@ -6,14 +6,13 @@
  */
 import { z } from 'zod';
 import { parseDuration } from '../duration.js';
+import { ID_PATTERN } from '../rules/index.js';
+
+export { DEFAULT_TAG, tagMatcher, type TagMatcher } from '../rules/index.js';
 
 /** Owner ids (Nomad alloc ids, pod uids, ...): no quotes, spaces or anything that could pass for other text. */
-export const ID_RE = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$/;
+export const ID_RE = new RegExp(`^${ID_PATTERN}$`);
 export const ID_RULE = 'an id is 1-128 characters: letters, digits, _ . : - (starting with a letter or digit)';
-const ID_CAPTURE = '([A-Za-z0-9][A-Za-z0-9_.:-]{0,127})';
-
-/** The tag pattern when none is given: what Nomad writes with `-m comment`. */
-export const DEFAULT_TAG = 'name: "<name>" id: "<id>"';
 
 const NAME = z.string().min(1).max(255).regex(/^[A-Za-z0-9_.\-]+$/, 'use letters, digits, _ . and - only');
 const OWNER = z.string().min(1).max(64).regex(/^[A-Za-z0-9_.\-]+$/, 'an owner name uses letters, digits, _ . and - only');
@@ -55,20 +54,3 @@ export const GC_SCHEMA = z.strictObject({
 
 export type GcConfig = z.output<typeof GC_SCHEMA>;
 export type ForeignTable = GcConfig['foreign'][number];
-
-export interface TagMatcher {
-  /** The id this comment tags, or undefined when it is not this owner's tag. */
-  match(comment: string): string | undefined;
-  pattern: string;
-}
-
-const escapeRe = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
-
-/** A matcher for a foreign table's tag pattern (default `name: "<owner>" id: "<id>"`). */
-export function tagMatcher(f: ForeignTable): TagMatcher {
-  const pattern = f.tag ?? DEFAULT_TAG;
-  const [before, after] = pattern.split('<id>') as [string, string];
-  const part = (s: string) => s.split('<name>').map(escapeRe).join(escapeRe(f.owner ?? ''));
-  const re = new RegExp(`^${part(before)}${ID_CAPTURE}${part(after)}$`);
-  return { pattern, match: (c) => re.exec(c)?.[1] };
-}

@@ -6,10 +6,11 @@
  */
 import type { Logger } from 'pino';
 import type { GcConfig } from './config.js';
-import { NftSocket } from '../netlink/socket.js';
+import type { NftConn, NftHost } from '../netlink/conn.js';
+import { kernelHost } from '../netlink/host.js';
 import { GraceTracker, collect, renderGarbage, type CollectResult } from './collect.js';
 import { readLiveSet } from './live.js';
-import type { KeeperMetrics } from '../keeper/metrics.js';
+import type { KeeperMetrics } from '../metrics.js';
 
 export interface GcLoopOptions {
   gc: GcConfig;
@@ -19,6 +20,8 @@ export interface GcLoopOptions {
   liveIds?: () => Iterable<string>;
   /** Found/collected counters to export (nfkeeper_foreign_gc_*). */
   metrics?: Pick<KeeperMetrics, 'foreignGcFound' | 'foreignGcCollected'>;
+  /** Where to connect; default the kernel of `netns`. */
+  host?: NftHost;
 }
 
 export interface GcTotals {
@@ -33,8 +36,8 @@ export class GcLoop {
   readonly totals: GcTotals = { runs: 0, found: 0, collected: 0, errors: 0 };
   private gc: GcConfig | undefined;
   private readonly log: Logger;
-  private readonly netns: string | undefined;
-  private sock: NftSocket | undefined;
+  private readonly host: NftHost;
+  private sock: NftConn | undefined;
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<CollectResult | undefined> | undefined;
   private stopped = false;
@@ -48,7 +51,7 @@ export class GcLoop {
     this.metrics = o.metrics;
     this.gc = o.gc;
     this.log = o.logger;
-    this.netns = o.netns;
+    this.host = o.host ?? kernelHost(o.netns);
   }
 
   /** A reloaded config; undefined (the gc section removed) stops collecting until the next one. */
@@ -93,7 +96,7 @@ export class GcLoop {
     try {
       const live = gc.live ? await readLiveSet(gc.live) : new Set<string>();
       for (const id of this.liveIds?.() ?? []) live.add(id);
-      this.sock ??= new NftSocket({ netns: this.netns });
+      this.sock ??= this.host.connect();
       const r = await collect(this.sock, { foreign: gc.foreign, live, graceMs: gc.grace, tracker: this.tracker, now, dryRun: !gc.enabled });
       this.totals.found += r.garbage.length;
       this.metrics?.foreignGcFound.inc(r.garbage.length);

@@ -2,26 +2,25 @@
  * The keeper loop. Every interval it reads the generation id (a few µs); if
  * that equals the generation it last verified, the tick is over. Otherwise,
  * and whenever the monitor reports a foreign commit touching an owned table,
- * it runs a reconcile pass: dump the owned tables (kernel-filtered), compare,
+ * it runs a reconcile pass (Reconciler.once: dump the owned tables, compare,
  * and if anything differs commit one batch guarded by the generation it read,
- * retrying from a fresh read if the kernel says the ruleset moved on.
+ * retrying from a fresh read if the kernel says the ruleset moved on). The
+ * keeper adds what a loop needs: fight back-off, metrics, events, reloads.
  * Requests coalesce: at most one pass runs, and at most one more is queued.
  */
 import { EventEmitter } from 'node:events';
 import { performance } from 'node:perf_hooks';
 import pino, { type Logger } from 'pino';
 import type { Config, TableConfig } from '../config/config.js';
-import { GenerationMismatchError } from '../errors.js';
+import { KeeperMetrics } from '../metrics.js';
 import { Batch } from '../netlink/batch.js';
-import { Monitor, type MonitorBatch } from '../netlink/monitor.js';
-import { NftSocket } from '../netlink/socket.js';
+import type { NftConn, NftHost, NftWatch } from '../netlink/conn.js';
+import { kernelHost } from '../netlink/host.js';
+import type { MonitorBatch } from '../netlink/monitor.js';
 import { DEFAULT_FIGHT, Fight, type FightOptions } from './fight.js';
-import { KeeperMetrics } from './metrics.js';
-import { NetlinkError } from '../errors.js';
-import { PROTECT_FLAGS, TableOwnedError, diffTable, observeTable, planTable, protectionOf, type Drift,
-  type Protection } from './reconcile.js';
-import { mergeOwners, ownedGarbage } from '../owners/merge.js';
-import type { Owner } from '../owners/spec.js';
+import { TableOwnedError, protectionOf, type Drift, type Protection } from './reconcile.js';
+import { Reconciler, type Look } from './reconciler.js';
+import { mergeOwners, type Owner } from '../owners/index.js';
 
 export type Cause = 'startup' | 'event' | 'tick' | 'overflow' | 'reload' | 'owners' | 'manual';
 
@@ -39,7 +38,33 @@ export interface KeeperOptions {
   maxGenerationRetries?: number;
   /** Registered owners (config.owners says where they go); enforced from the start-up pass on. */
   owners?: readonly Owner[];
+  /** Where to connect and watch; default the kernel of `netns`. */
+  host?: NftHost;
 }
+
+/** What one requested pass did; a refused pass rejects its request() instead. */
+export interface PassOutcome {
+  /** The cause the pass ran under (a deliberate request joining a queued one lends it its cause). */
+  cause: Cause;
+  /**
+   * in-sync: nothing to do; repaired: committed and verified; deferred: the
+   * fight back-off holds the repair back (a pass is scheduled); stopped: the
+   * keeper stopped before the pass ran.
+   */
+  status: 'in-sync' | 'repaired' | 'deferred' | 'stopped';
+  drift: Drift[];
+  ops: number;
+  attempts: number;
+  generation?: number;
+}
+
+interface Pending {
+  cause: Cause;
+  detectedAt: number;
+  waiters: { resolve: (o: PassOutcome) => void; reject: (e: unknown) => void }[];
+}
+
+const deliberate = (c: Cause) => c === 'reload' || c === 'owners';
 
 export interface RepairReport {
   cause: Cause;
@@ -68,12 +93,18 @@ export class Keeper extends EventEmitter {
   private readonly useEvents: boolean;
   private readonly maxRetries: number;
   private readonly fight: Fight;
-  private sock?: NftSocket;
-  private monitor?: Monitor;
+  private readonly host: NftHost;
+  private sock?: NftConn;
+  private reconciler?: Reconciler;
+  /** Retired tables noted before start() opened the reconciler. */
+  private retiredEarly: { family: TableConfig['family']; name: string }[] = [];
+  private monitor?: NftWatch;
   private timer?: NodeJS.Timeout;
   private delayed?: NodeJS.Timeout;
   private running?: Promise<void>;
-  private queued?: { cause: Cause; detectedAt: number };
+  /** A drain loop is alive and will look at `queued` again. */
+  private draining = false;
+  private queued?: Pending;
   private lastVerified?: number;
   private ready = false;
   private stopped = false;
@@ -81,17 +112,10 @@ export class Keeper extends EventEmitter {
   private lastError?: string;
   private drifting = new Set<string>();
   private lastTickAt = 0;
-  /** Tables a reload dropped from the config: deleted in the next repair batch. */
-  private retired: { family: TableConfig['family']; name: string }[] = [];
-  /** False once the kernel refused the protect flags: repair mode from then on. */
-  private protectSupported = true;
-  private startupError?: Error;
-  private reloadError?: unknown;
   private protection = new Map<string, Protection>();
   private owners: readonly Owner[] = [];
   /** The config's tables with the owners merged in: what the passes enforce. */
   private desired: TableConfig[] = [];
-  private changeError?: unknown;
 
   constructor(private readonly options: KeeperOptions) {
     super();
@@ -105,31 +129,47 @@ export class Keeper extends EventEmitter {
     this.owners = options.owners ?? [];
     this.desired = mergeOwners(this.config.tables, this.config.owners, this.owners);
     this.metrics.owners.set(this.owners.length);
+    this.host = options.host ?? kernelHost(options.netns);
   }
 
   /** The socket all writes go through; its port id marks our own events. */
-  get socket(): NftSocket | undefined {
+  get socket(): NftConn | undefined {
     return this.sock;
+  }
+
+  /** Tables a reload dropped from the config, until a pass finds them gone. */
+  private get retired() {
+    return this.reconciler?.retired ?? this.retiredEarly;
+  }
+
+  private set retired(v: { family: TableConfig['family']; name: string }[]) {
+    if (this.reconciler) this.reconciler.retired = v;
+    else this.retiredEarly = v;
   }
 
   /** Opens the sockets, runs the start-up pass (adopting a correct ruleset without writing) and starts the loop. */
   async start(): Promise<void> {
-    this.sock = new NftSocket({ netns: this.options.netns });
+    this.sock = this.host.connect();
+    this.reconciler = new Reconciler(this.sock, { attempts: this.maxRetries, metrics: this.metrics, log: this.log });
+    this.reconciler.retired = this.retiredEarly;
     if (this.useEvents) {
-      this.monitor = new Monitor({
-        netns: this.options.netns,
+      this.monitor = this.host.watch({
         tables: this.ownedTables(),
         ignorePorts: [this.sock.portId],
         onBatch: (b) => this.onEvents(b),
       });
     }
-    await this.request('startup', performance.now());
-    await this.idle();
-    if (this.startupError) {
-      const e = this.startupError;
-      await this.stop();
-      throw e;
+    try {
+      await this.request('startup', performance.now());
+    } catch (e) {
+      // Another live process owns a table: refuse to start. Anything else was reported (fail) and the loop retries.
+      if (e instanceof TableOwnedError) {
+        await this.idle();
+        await this.stop();
+        throw e;
+      }
     }
+    await this.idle();
     this.timer = setInterval(() => this.tick(), this.intervalMs);
   }
 
@@ -138,7 +178,9 @@ export class Keeper extends EventEmitter {
     this.stopped = true;
     clearInterval(this.timer);
     clearTimeout(this.delayed);
+    const queued = this.queued;
     this.queued = undefined;
+    if (queued) this.settle(queued, { status: 'stopped', drift: [], ops: 0, attempts: 0 });
     await this.running?.catch(() => undefined);
     this.monitor?.close();
     this.sock?.close();
@@ -162,19 +204,19 @@ export class Keeper extends EventEmitter {
     }
     this.install(config, this.owners);
     await this.idle();
-    this.reloadError = undefined;
-    await this.request('reload', performance.now());
-    await this.idle();
-    const refused = this.reloadError;
-    if (refused) {
+    try {
+      await this.request('reload', performance.now());
+    } catch (refused) {
+      await this.idle();
       this.retired = previous.retired;
       this.install(previous.config, this.owners);
       this.metrics.reloadFailed.set(1);
       this.log.error({ err: (refused as Error).message }, 'the kernel refused the new config; the old one stays in force');
-      await this.request('reload', performance.now());
+      await this.request('reload', performance.now()).catch((e) => this.fail(e));
       await this.idle();
       throw refused;
     }
+    await this.idle();
     this.metrics.reloadFailed.set(0);
   }
 
@@ -188,17 +230,17 @@ export class Keeper extends EventEmitter {
     const previous = this.owners;
     await this.idle();
     this.install(this.config, owners);
-    this.changeError = undefined;
-    await this.request('owners', performance.now());
-    await this.idle();
-    const refused = this.changeError;
-    if (refused) {
+    try {
+      await this.request('owners', performance.now());
+    } catch (refused) {
+      await this.idle();
       this.install(this.config, previous);
       this.log.error({ err: (refused as Error).message }, 'the kernel refused the owners change; the previous owners stay in force');
-      await this.request('owners', performance.now());
+      await this.request('owners', performance.now()).catch((e) => this.fail(e));
       await this.idle();
       throw refused;
     }
+    await this.idle();
   }
 
   private install(config: Config, owners: readonly Owner[]): void {
@@ -257,7 +299,7 @@ export class Keeper extends EventEmitter {
       this.endFightIfQuiet();
       return;
     }
-    void this.request('tick', this.lastTickAt);
+    this.poke('tick', this.lastTickAt);
   }
 
   private onEvents(b: MonitorBatch): void {
@@ -265,40 +307,73 @@ export class Keeper extends EventEmitter {
     if (b.overflow) {
       this.metrics.overflows.inc();
       this.log.warn({ cause: 'overflow' }, 'event socket overflowed; resyncing');
-      void this.request('overflow', performance.now());
+      this.poke('overflow', performance.now());
       return;
     }
     if (b.generation === this.lastVerified) return;
     this.metrics.events.inc();
-    void this.request('event', performance.now());
+    this.poke('event', performance.now());
   }
 
-  /** Runs a pass now, or after the running one; coalesces bursts into one. */
-  request(cause: Cause, detectedAt: number): Promise<void> {
-    if (this.stopped) return Promise.resolve();
-    if (this.running) {
-      if (!this.queued) this.queued = { cause, detectedAt };
-      return this.running;
-    }
-    const run = (async () => {
-      let next: { cause: Cause; detectedAt: number } | undefined = { cause, detectedAt };
-      while (next && !this.stopped) {
-        this.queued = undefined;
-        try {
-          await this.pass(next.cause, next.detectedAt);
-        } catch (e) {
-          if (next.cause === 'startup' && e instanceof TableOwnedError) this.startupError = e;
-          else if (next.cause === 'reload' && !this.reloadError) this.reloadError = e;
-          else if (next.cause === 'owners' && !this.changeError) this.changeError = e;
-          else this.fail(e);
+  /** A request nobody awaits: a refused pass was already reported (fail). */
+  private poke(cause: Cause, detectedAt: number): void {
+    this.request(cause, detectedAt).catch(() => undefined);
+  }
+
+  /**
+   * Runs a pass now, or after the running one; coalesces bursts into one:
+   * at most one pass runs and one more waits, and a request made while one
+   * waits joins it. Resolves with the outcome of the pass that served this
+   * request, or rejects with its refusal.
+   */
+  request(cause: Cause, detectedAt: number): Promise<PassOutcome> {
+    if (this.stopped) return Promise.resolve({ cause, status: 'stopped', drift: [], ops: 0, attempts: 0 });
+    return new Promise<PassOutcome>((resolve, reject) => {
+      const waiter = { resolve, reject };
+      if (this.draining) {
+        if (!this.queued) this.queued = { cause, detectedAt, waiters: [waiter] };
+        else {
+          this.queued.waiters.push(waiter);
+          // A deliberate change is not held back by a fight, even when it joins a queued tick.
+          if (deliberate(cause) && !deliberate(this.queued.cause)) this.queued.cause = cause;
+          this.queued.detectedAt = Math.min(this.queued.detectedAt, detectedAt);
         }
-        next = this.queued;
+        return;
       }
-    })();
-    this.running = run.finally(() => {
-      this.running = undefined;
+      this.draining = true;
+      const running: Promise<void> = this.drain({ cause, detectedAt, waiters: [waiter] }).finally(() => {
+        if (this.running === running) this.running = undefined;
+      });
+      this.running = running;
     });
-    return this.running;
+  }
+
+  private async drain(first: Pending): Promise<void> {
+    try {
+      for (let next: Pending | undefined = first; next; next = this.queued) {
+        this.queued = undefined;
+        if (this.stopped) {
+          this.settle(next, { status: 'stopped', drift: [], ops: 0, attempts: 0 });
+          continue;
+        }
+        try {
+          this.settle(next, await this.pass(next.cause, next.detectedAt));
+        } catch (e) {
+          // Refusals of start-up (another owner), reloads and owners changes are their caller's to handle.
+          const callers = (next.cause === 'startup' && e instanceof TableOwnedError) || deliberate(next.cause);
+          if (!callers) this.fail(e);
+          for (const w of next.waiters) w.reject(e);
+        }
+      }
+    } finally {
+      // In the same tick as the last look at `queued`: a request made after it starts a new drain
+      // instead of queueing behind one that has ended.
+      this.draining = false;
+    }
+  }
+
+  private settle(p: Pending, o: Omit<PassOutcome, 'cause'>): void {
+    for (const w of p.waiters) w.resolve({ cause: p.cause, ...o });
   }
 
   private fail(e: unknown): void {
@@ -308,120 +383,77 @@ export class Keeper extends EventEmitter {
     this.emit('error', e);
   }
 
-  private async pass(cause: Cause, detectedAt: number): Promise<void> {
+  private async pass(cause: Cause, detectedAt: number): Promise<Omit<PassOutcome, 'cause'>> {
     const sock = this.sock!;
-    const tables = this.desired;
     // A deliberate change (new config, owners) is not something undone by a neighbour: no fight.
-    const deliberate = cause === 'reload' || cause === 'owners';
-    const allDrift: Drift[] = [];
-    let ops = 0;
-    for (let attempt = 1; attempt <= this.maxRetries; attempt++) {
-      const gen = sock.generation();
-      const observed = await Promise.all(tables.map((t) => observeTable(sock, t.family, t.name, t.chains.map((c) => c.name))));
-      this.metrics.dumps.inc();
-      for (const [i, t] of tables.entries()) {
-        const p = protectionOf(observed[i]!.table, sock.portId);
-        this.protection.set(`${t.family} ${t.name}`, p);
-        this.metrics.protection.set({ table: `${t.family} ${t.name}` }, p === 'protected' ? 1 : 0);
-      }
-      let drift: Drift[][];
-      try {
-        drift = tables.map((t, i) => diffTable(t, observed[i]!, { protect: this.protects(t), portId: sock.portId }));
-      } catch (e) {
-        if (e instanceof TableOwnedError) this.lastError = e.message;
-        throw e;
-      }
-      const retired = await this.retiredPresent(sock);
-      const flat = [...drift.flat(), ...retired.map((t): Drift => ({
-        kind: 'table-retired', family: t.family, table: t.name, detail: `table ${t.family} ${t.name} is no longer in the config`,
-      }))];
-      this.drifting = new Set(flat.map((d) => `${d.family} ${d.table}`));
-      if (flat.length === 0) {
-        this.verified(gen);
-        if (ops > 0) this.reportRepair({ cause, drift: allDrift, ops, latencyMs: performance.now() - detectedAt, generation: gen, attempts: attempt });
-        return;
-      }
-      const garbage = this.config.owners ? ownedGarbage(tables, observed, new Set(this.owners.map((o) => o.id))) : undefined;
-      if (ops === 0) {
-        // Only the first look counts as what was undone; later ones are our own retries.
-        allDrift.push(...flat);
-        if (garbage) {
-          this.metrics.ownedGcFound.inc({ kind: 'chain' }, garbage.chains.length);
-          this.metrics.ownedGcFound.inc({ kind: 'rule' }, garbage.rules.length);
-        }
-        if (!deliberate) for (const d of flat) this.metrics.drift.inc({ kind: d.kind });
-        const wait = deliberate ? 0 : this.fight.waitFrom(performance.now());
-        if (wait > 0) {
-          this.scheduleAfter(wait, cause, detectedAt);
-          return;
-        }
-      }
-      const batch = new Batch();
-      // A reload's removals travel in the same transaction as the rest.
-      for (const t of retired) batch.delete('table', t);
-      tables.forEach((t, i) => planTable(batch, t, observed[i]!, drift[i]!, this.planOptions(t)));
-      try {
-        await sock.commit(batch, { expectGeneration: gen });
-      } catch (e) {
-        if (e instanceof GenerationMismatchError) {
-          this.metrics.generationRetries.inc();
-          continue;  // someone committed between our read and our write: look again
-        }
-        if (this.protectRefused(e, batch)) continue;
-        throw e;
-      }
-      ops += batch.length;
-      if (garbage && garbage.chains.length + garbage.rules.length > 0) {
-        this.metrics.ownedGcCollected.inc({ kind: 'chain' }, garbage.chains.length);
-        this.metrics.ownedGcCollected.inc({ kind: 'rule' }, garbage.rules.length);
-        this.log.info({ ids: [...new Set([...garbage.chains, ...garbage.rules].map((g) => g.id))].sort().slice(0, 100),
-          chains: garbage.chains.length, rules: garbage.rules.length, ops: batch.length }, 'owned garbage collected');
-        this.emit('owned-gc', garbage);
-      }
-      this.metrics.repairs.inc({ cause });
-      this.metrics.latency.observe((performance.now() - detectedAt) / 1000);
-      if (!deliberate && this.fight.repaired(performance.now())) {
-        this.metrics.fightLevel.set(this.fight.level);
-        this.log.warn({ fightLevel: this.fight.level, delayMs: this.fight.delay(), undone: allDrift.map((d) => d.detail) },
-          'something keeps undoing nfkeeper\'s rules; backing off');
-        this.emit('fight', this.fight.level);
-      }
+    const isDeliberate = deliberate(cause);
+    let r;
+    try {
+      r = await this.reconciler!.once({
+        tables: this.desired,
+        ownerIds: this.config.owners ? new Set(this.owners.map((o) => o.id)) : undefined,
+        onObserved: (observed) => {
+          for (const o of observed) {
+            const p = protectionOf(o.table, sock.portId);
+            this.protection.set(`${o.family} ${o.name}`, p);
+            this.metrics.protection.set({ table: `${o.family} ${o.name}` }, p === 'protected' ? 1 : 0);
+          }
+        },
+        onLook: (look) => {
+          this.drifting = new Set(look.flat.map((d) => `${d.family} ${d.table}`));
+        },
+        holdBack: (look) => {
+          if (look.garbage) {
+            this.metrics.ownedGcFound.inc({ kind: 'chain' }, look.garbage.chains.length);
+            this.metrics.ownedGcFound.inc({ kind: 'rule' }, look.garbage.rules.length);
+          }
+          if (isDeliberate) return 0;
+          for (const d of look.flat) this.metrics.drift.inc({ kind: d.kind });
+          return this.fight.waitFrom(performance.now());
+        },
+        onCommitted: (look, ops) => this.committed(cause, detectedAt, look, ops),
+      });
+    } catch (e) {
+      if (e instanceof TableOwnedError) this.lastError = e.message;
+      throw e;
     }
-    throw new Error(`gave up after ${this.maxRetries} attempts: the ruleset kept changing between read and commit`);
+    if (r.status === 'deferred') {
+      this.scheduleAfter(r.waitMs!, cause, detectedAt);
+      return { status: 'deferred', drift: r.found, ops: 0, attempts: r.attempts };
+    }
+    this.verified(r.generation);
+    if (r.ops > 0) {
+      this.reportRepair({ cause, drift: r.found, ops: r.ops, latencyMs: performance.now() - detectedAt, generation: r.generation,
+        attempts: r.attempts });
+    }
+    return { status: r.ops > 0 ? 'repaired' : 'in-sync', drift: r.found, ops: r.ops, attempts: r.attempts, generation: r.generation };
   }
 
-  private async retiredPresent(sock: NftSocket) {
-    if (this.retired.length === 0) return [];
-    const present = [];
-    for (const t of this.retired) if (await sock.getTable(t.family, t.name)) present.push(t);
-    if (present.length === 0) this.retired = [];
-    return present;
-  }
-
-  private protects(t: TableConfig): boolean {
-    return t.protect && this.protectSupported;
-  }
-
-  /** A kernel without NFT_TABLE_F_OWNER or persist refuses the flags: log once, keep repairing. */
-  private protectRefused(e: unknown, batch: Batch): boolean {
-    if (!(e instanceof NetlinkError) || e.errnoName !== 'EOPNOTSUPP' || !this.protectSupported) return false;
-    const op = batch.ops[e.opIndex];
-    if (op?.object !== 'table' || !('flags' in op) || !op.flags) return false;
-    this.protectSupported = false;
-    this.log.warn({ table: `${op.family} ${op.name}` },
-      'this kernel does not support owned persistent tables (NFT_TABLE_F_OWNER | persist); protect mode is off, repair mode stays');
-    return true;
-  }
-
-  protected planOptions(t: TableConfig) {
-    return this.protects(t) ? { tableFlags: PROTECT_FLAGS } : {};
+  /** Bookkeeping after each batch a pass committed. */
+  private committed(cause: Cause, detectedAt: number, look: Look, ops: number): void {
+    const garbage = look.garbage;
+    if (garbage && garbage.chains.length + garbage.rules.length > 0) {
+      this.metrics.ownedGcCollected.inc({ kind: 'chain' }, garbage.chains.length);
+      this.metrics.ownedGcCollected.inc({ kind: 'rule' }, garbage.rules.length);
+      this.log.info({ ids: [...new Set([...garbage.chains, ...garbage.rules].map((g) => g.id))].sort().slice(0, 100),
+        chains: garbage.chains.length, rules: garbage.rules.length, ops }, 'owned garbage collected');
+      this.emit('owned-gc', garbage);
+    }
+    this.metrics.repairs.inc({ cause });
+    this.metrics.latency.observe((performance.now() - detectedAt) / 1000);
+    if (!deliberate(cause) && this.fight.repaired(performance.now())) {
+      this.metrics.fightLevel.set(this.fight.level);
+      this.log.warn({ fightLevel: this.fight.level, delayMs: this.fight.delay(), undone: look.flat.map((d) => d.detail) },
+        'something keeps undoing nfkeeper\'s rules; backing off');
+      this.emit('fight', this.fight.level);
+    }
   }
 
   private scheduleAfter(ms: number, cause: Cause, detectedAt: number): void {
     if (this.delayed) return;
     this.delayed = setTimeout(() => {
       this.delayed = undefined;
-      void this.request(cause, detectedAt);
+      this.poke(cause, detectedAt);
     }, ms);
   }
 
@@ -455,7 +487,7 @@ export class Keeper extends EventEmitter {
 }
 
 /** Removes every table the config owns, in one batch. Returns what was removed. */
-export async function cleanup(sock: NftSocket, config: Config): Promise<string[]> {
+export async function cleanup(sock: NftConn, config: Config): Promise<string[]> {
   const batch = new Batch();
   const removed: string[] = [];
   for (const t of config.tables) {
@@ -472,29 +504,31 @@ export async function cleanup(sock: NftSocket, config: Config): Promise<string[]
   return removed;
 }
 
-/** One pass without a loop: the drift, and (with apply) the repair. */
-export async function checkOnce(sock: NftSocket, config: Config, apply: boolean, owners: readonly Owner[] = []):
-  Promise<{ drift: { table: TableConfig; drift: Drift[] }[]; ops: number }> {
+export interface CheckResult {
+  /** What the first look found, per desired table (owners merged in). */
+  drift: { table: TableConfig; drift: Drift[] }[];
+  /** Operations applied (0 for check). */
+  ops: number;
+  /** The kernel refused the protect flags: the tables were applied in repair mode. */
+  protectUnsupported: boolean;
+}
+
+/**
+ * One pass without a loop: the drift, and (with apply) the repair, through the
+ * same Reconciler as the daemon's passes (guard, retired tables, protect
+ * fallback). A one-shot apply creates a protected table owned by its
+ * short-lived socket, which leaves it an orphan for the next `run` to claim.
+ */
+export async function checkOnce(sock: NftConn, config: Config, apply: boolean, owners: readonly Owner[] = [],
+  options: { retired?: { family: TableConfig['family']; name: string }[]; logger?: Logger } = {}): Promise<CheckResult> {
   // Registered owners are part of the desired state here too, or apply would collect them.
-  config = { ...config, tables: mergeOwners(config.tables, config.owners, owners) };
-  for (let attempt = 0; attempt < 20; attempt++) {
-    const gen = sock.generation();
-    const observed = await Promise.all(config.tables.map((t) => observeTable(sock, t.family, t.name, t.chains.map((c) => c.name))));
-    // Same protect handling as the daemon: a one-shot apply creates a protected table owned by
-    // this short-lived socket, which leaves it an orphan for the next `run` to claim.
-    const drift = config.tables.map((t, i) => ({
-      table: t, drift: diffTable(t, observed[i]!, { protect: t.protect, portId: sock.portId, allowForeignOwner: !apply }),
-    }));
-    if (!apply || drift.every((d) => d.drift.length === 0)) return { drift, ops: 0 };
-    const batch = new Batch();
-    config.tables.forEach((t, i) => planTable(batch, t, observed[i]!, drift[i]!.drift,
-      t.protect ? { tableFlags: PROTECT_FLAGS } : {}));
-    try {
-      await sock.commit(batch, { expectGeneration: gen });
-      return { drift, ops: batch.length };
-    } catch (e) {
-      if (!(e instanceof GenerationMismatchError)) throw e;
-    }
-  }
-  throw new Error('the ruleset kept changing between read and commit');
+  const tables = mergeOwners(config.tables, config.owners, owners);
+  const reconciler = new Reconciler(sock, { attempts: 20, log: options.logger });
+  if (apply) reconciler.retired = [...(options.retired ?? [])];
+  const r = await reconciler.once({ tables, readOnly: !apply, allowForeignOwner: !apply });
+  return {
+    drift: tables.map((t, i) => ({ table: t, drift: r.first.drift[i]! })),
+    ops: r.ops,
+    protectUnsupported: !reconciler.protectSupported,
+  };
 }

@@ -3,27 +3,17 @@
  * kernel-filtered rule dump per table, plus its chains and anonymous sets),
  * compare with the desired state structurally, and plan one batch that
  * recreates what is missing and flushes and rewrites each chain that
- * differs, in order. Pure functions apart from observe(); the keeper loop
- * drives them and carries the generation guard.
+ * differs, in order. Pure functions apart from observe(); Reconciler.once()
+ * (reconciler.ts) drives them under the generation guard.
  */
 import type { Expr, Family, Hex } from '../netlink/expr.js';
 import { Batch } from '../netlink/batch.js';
-import type { Chain, NftSet, Rule, SetElement, Table } from '../netlink/objects.js';
+import type { Chain, NftSet, ObservedTable, Rule, Table } from '../netlink/objects.js';
 import { SET_F, TABLE_F, indexByChain } from '../netlink/objects.js';
 import { NfkeeperError } from '../errors.js';
-import type { NftSocket } from '../netlink/socket.js';
+import type { NftConn } from '../netlink/conn.js';
 import type { ChainConfig, TableConfig } from '../config/config.js';
 import { renderRule, ruleKey, type SetResolver } from '../rules/index.js';
-
-export interface ObservedTable {
-  family: Family;
-  name: string;
-  table?: Table;
-  chains: Map<string, Chain>;
-  /** Rules by chain, in kernel order. */
-  rules: Map<string, Rule[]>;
-  sets: Map<string, { set: NftSet; elements: SetElement[] }>;
-}
 
 export type DriftKind =
   | 'table-missing' | 'table-retired' | 'table-orphaned' | 'table-unprotected' | 'chain-missing' | 'chain-changed' | 'rules-differ' | 'chain-extra' | 'set-extra';
@@ -51,7 +41,7 @@ export interface Drift {
  * is read the other way round: its chain list, then only the desired chains'
  * rules.
  */
-export async function observeTable(sock: NftSocket, family: Family, name: string,
+export async function observeTable(sock: NftConn, family: Family, name: string,
   expectedChains: readonly string[] = []): Promise<ObservedTable> {
   const out: ObservedTable = { family, name, chains: new Map(), rules: new Map(), sets: new Map() };
   out.table = await sock.getTable(family, name);

@@ -101,6 +101,21 @@ export interface NftSet {
 }
 
 /**
+ * What one look at a table found: its chains, their rules in kernel order,
+ * and its sets with the elements rules look up. The keeper's observe fills
+ * it; diff, plan and owned GC read it.
+ */
+export interface ObservedTable {
+  family: Family;
+  name: string;
+  table?: Table;
+  chains: Map<string, Chain>;
+  /** Rules by chain, in kernel order. */
+  rules: Map<string, Rule[]>;
+  sets: Map<string, { set: NftSet; elements: SetElement[] }>;
+}
+
+/**
  * Files a table's dump by chain: every chain with its (possibly empty) rule
  * list, in dump order. Rules of a chain missing from `chains` (it went
  * between the two dumps) still get a list.

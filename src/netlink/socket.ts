@@ -10,6 +10,7 @@ import { Batch, describeOp, validateOp, type Op } from './batch.js';
 import type { Family } from './expr.js';
 import { loadAddon, type NativeSocket } from './native.js';
 import type { Chain, NftSet, Rule, SetElement, Table } from './objects.js';
+import type { CommitOptions, NftConn } from './conn.js';
 
 export interface OpenOptions {
   /** A network namespace file such as /run/netns/NAME or /proc/PID/ns/net; default: this process's. */
@@ -25,10 +26,7 @@ export interface OpenOptions {
   receiveBufferLimit?: number;
 }
 
-export interface CommitOptions {
-  /** Refuse (GenerationMismatchError, nothing changed) unless the ruleset is still at this generation. */
-  expectGeneration?: number;
-}
+export type { CommitOptions } from './conn.js';
 
 // A dump interrupted by a concurrent commit (NLM_F_DUMP_INTR) is retried this often.
 const DUMP_RETRIES = 8;
@@ -40,7 +38,7 @@ export function open(options: OpenOptions = {}): NftSocket {
   return new NftSocket(options);
 }
 
-export class NftSocket {
+export class NftSocket implements NftConn {
   readonly netns: string | undefined;
   readonly portId: number;
   private readonly native: NativeSocket;
@@ -114,12 +112,7 @@ export class NftSocket {
    */
   async commit(batch: Batch | readonly Op[], options: CommitOptions = {}): Promise<void> {
     this.check('commit');
-    const ops = batch instanceof Batch ? batch.ops : batch;
-    if (!(batch instanceof Batch)) ops.forEach(validateOp);
-    const gen = options.expectGeneration;
-    if (gen !== undefined && (!Number.isInteger(gen) || gen < 0 || gen > 0xffffffff)) {
-      throw new TypeError('expectGeneration must be a u32');
-    }
+    const { ops, gen } = commitArgs(batch, options);
     if (ops.length === 0) return;
     try {
       await this.native.commit(ops, gen);
@@ -148,6 +141,17 @@ export class NftSocket {
       }
     }
   }
+}
+
+/** A commit's checked arguments: ops validated unless a Batch did it when they were queued, the generation a u32. */
+export function commitArgs(batch: Batch | readonly Op[], options: CommitOptions): { ops: readonly Op[]; gen: number | undefined } {
+  const ops = batch instanceof Batch ? batch.ops : batch;
+  if (!(batch instanceof Batch)) ops.forEach(validateOp);
+  const gen = options.expectGeneration;
+  if (gen !== undefined && (!Number.isInteger(gen) || gen < 0 || gen > 0xffffffff)) {
+    throw new TypeError('expectGeneration must be a u32');
+  }
+  return { ops, gen };
 }
 
 // NFT_RULE_COMPAT_F_INV

@@ -8,7 +8,7 @@
  * part of such a batch was owner garbage, for logs and metrics.
  */
 import type { ChainConfig, TableConfig } from '../config/config.js';
-import type { ObservedTable } from '../keeper/reconcile.js';
+import type { ObservedTable } from '../netlink/objects.js';
 import type { OwnersConfig } from './config.js';
 import { ownerOfRule, parseOwnerChain, type Owner } from './spec.js';
 

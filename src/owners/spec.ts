@@ -9,12 +9,11 @@
  */
 import { z } from 'zod';
 import type { ChainConfig, TableConfig } from '../config/config.js';
-import { checkRulePlacement } from '../config/config.js';
 import { NfkeeperError, RuleSyntaxError } from '../errors.js';
-import { tagMatcher } from '../gc/config.js';
 import type { Expr } from '../netlink/expr.js';
 import type { ChainType, Hook } from '../netlink/objects.js';
-import { commentOf, commentUserdata, compileRule, compiledSetResolver, renderRule, type CompiledRule } from '../rules/index.js';
+import { checkRulePlacement, commentOf, tagMatcher, commentUserdata, compileRule, compiledSetResolver, renderRule,
+  type CompiledRule } from '../rules/index.js';
 import type { OwnersConfig } from './config.js';
 
 /**
@@ -30,7 +29,7 @@ const LOCAL_CHAIN_RE = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/;
 
 /** Every owner rule's comment, as a foreign-GC tag pattern. */
 export const OWNER_TAG = 'nfkeeper-owner=<id>';
-const TAG = tagMatcher({ family: 'ip', table: '', tag: OWNER_TAG });
+const TAG = tagMatcher({ tag: OWNER_TAG });
 
 /** Limits that keep one request from growing the ruleset without bound. */
 export const LIMITS = { chains: 256, rulesPerChain: 1000, ruleText: 4096 } as const;

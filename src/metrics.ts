@@ -1,4 +1,8 @@
-/** Prometheus metrics of one keeper, in a registry of its own. */
+/**
+ * Prometheus metrics of one nfkeeper process, in a registry of its own: the
+ * keeper loop's, owned GC's and foreign GC's counters. Top level because the
+ * keeper and foreign GC both count into it and neither may import the other.
+ */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 
 export class KeeperMetrics {

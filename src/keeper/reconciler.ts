@@ -1,0 +1,169 @@
+/**
+ * One guarded reconcile pass, the same for the daemon (Keeper.pass) and the
+ * one-shot `nfkeeper check`/`apply`: observe the owned tables, diff them with
+ * the desired state, plan one batch (retired tables and owner garbage
+ * included) and commit it through commitGuarded, looking again after each
+ * commit until a look finds nothing to do. It also keeps what every pass
+ * must remember: the tables a reload retired, and whether this kernel took
+ * the protect-mode table flags.
+ */
+import type { Logger } from 'pino';
+import type { TableConfig } from '../config/config.js';
+import { NetlinkError } from '../errors.js';
+import type { KeeperMetrics } from '../metrics.js';
+import { Batch } from '../netlink/batch.js';
+import type { NftConn } from '../netlink/conn.js';
+import type { Family } from '../netlink/expr.js';
+import { commitGuarded } from '../netlink/guard.js';
+import type { ObservedTable } from '../netlink/objects.js';
+import { ownedGarbage, type OwnedGarbage } from '../owners/index.js';
+import { PROTECT_FLAGS, diffTable, observeTable, planTable, type Drift } from './reconcile.js';
+
+export interface TableRef {
+  family: Family;
+  name: string;
+}
+
+/** One look at the kernel: what it holds and how that differs from the desired state. */
+export interface Look {
+  generation: number;
+  observed: ObservedTable[];
+  /** Per desired table, in the input's order. */
+  drift: Drift[][];
+  /** Retired tables still in the kernel: deleted in the same batch as the rest. */
+  retired: TableRef[];
+  /** Every difference, the retired tables' included. */
+  flat: Drift[];
+  /** Unclaimed owner chains and tagged rules, when the input names the registered owner ids. */
+  garbage?: OwnedGarbage;
+}
+
+export interface PassInput {
+  /** The desired tables, owners merged in. */
+  tables: readonly TableConfig[];
+  /** Registered owner ids when the config has an owners section: what they do not claim is garbage. */
+  ownerIds?: ReadonlySet<string>;
+  /** Look and diff only (check): the first look is the result. */
+  readOnly?: boolean;
+  /** A read-only caller may look at a table another live process owns. */
+  allowForeignOwner?: boolean;
+  /** Every observation, before the diff (which may refuse a table another process owns). */
+  onObserved?: (observed: ObservedTable[]) => void;
+  /** Every look. */
+  onLook?: (look: Look) => void;
+  /**
+   * For each look that finds drift before anything was committed: how long
+   * to hold the repair back (ms). More than 0 ends the pass 'deferred'.
+   */
+  holdBack?: (look: Look) => number;
+  /** After each committed batch. */
+  onCommitted?: (look: Look, ops: number) => void;
+}
+
+export interface PassResult {
+  /** in-sync: nothing to do; repaired: committed and verified; deferred: held back; drift: found (readOnly). */
+  status: 'in-sync' | 'repaired' | 'deferred' | 'drift';
+  /** The pass's first look: what it found. */
+  first: Look;
+  /** Drift of every look before the first commit went through (what was undone). */
+  found: Drift[];
+  /** The wait holdBack asked for, when deferred. */
+  waitMs?: number;
+  ops: number;
+  attempts: number;
+  /** The generation of the last look: verified when in-sync or repaired. */
+  generation: number;
+}
+
+export interface ReconcilerOptions {
+  /** Reads (each perhaps followed by a commit) per pass. */
+  attempts: number;
+  metrics?: Pick<KeeperMetrics, 'dumps' | 'generationRetries'>;
+  log?: Logger;
+}
+
+export class Reconciler {
+  /** Tables a reload dropped from the config: deleted by the next pass that finds them. */
+  retired: TableRef[] = [];
+  /** False once the kernel refused the protect flags: repair mode from then on. */
+  protectSupported = true;
+
+  constructor(readonly conn: NftConn, private readonly options: ReconcilerOptions) {}
+
+  /** Enforce protect mode for this table: configured, and the kernel takes the flags. */
+  protects(t: TableConfig): boolean {
+    return t.protect && this.protectSupported;
+  }
+
+  async once(input: PassInput): Promise<PassResult> {
+    let first: Look | undefined;
+    const found: Drift[] = [];
+    let committed = 0;
+    type Step = { status: PassResult['status']; look: Look; waitMs?: number };
+    const r = await commitGuarded<Step>(this.conn, async (generation) => {
+      const look = await this.look(input, generation);
+      first ??= look;
+      input.onLook?.(look);
+      if (look.flat.length === 0) return { value: { status: committed > 0 ? 'repaired' : 'in-sync', look } };
+      if (input.readOnly) return { value: { status: 'drift', look } };
+      if (committed === 0) {
+        found.push(...look.flat);
+        const waitMs = input.holdBack?.(look) ?? 0;
+        if (waitMs > 0) return { value: { status: 'deferred', look, waitMs } };
+      }
+      const batch = new Batch();
+      // A reload's removals travel in the same transaction as the rest.
+      for (const t of look.retired) batch.delete('table', t);
+      input.tables.forEach((t, i) => planTable(batch, t, look.observed[i]!, look.drift[i]!,
+        this.protects(t) ? { tableFlags: PROTECT_FLAGS } : {}));
+      return {
+        value: { status: 'repaired', look }, batch,
+        committed: () => {
+          committed += batch.length;
+          input.onCommitted?.(look, batch.length);
+        },
+      };
+    }, {
+      attempts: this.options.attempts,
+      untilClean: true,
+      onMismatch: () => this.options.metrics?.generationRetries.inc(),
+      replan: (e, batch) => this.protectRefused(e, batch),
+    });
+    const v = r.value;
+    return { status: v.status, first: first!, found, waitMs: v.waitMs, ops: r.ops, attempts: r.attempts, generation: r.generation };
+  }
+
+  private async look(input: PassInput, generation: number): Promise<Look> {
+    const conn = this.conn;
+    const observed = await Promise.all(input.tables.map((t) => observeTable(conn, t.family, t.name, t.chains.map((c) => c.name))));
+    this.options.metrics?.dumps.inc();
+    input.onObserved?.(observed);
+    const drift = input.tables.map((t, i) => diffTable(t, observed[i]!,
+      { protect: this.protects(t), portId: conn.portId, allowForeignOwner: input.allowForeignOwner }));
+    const retired = await this.retiredPresent();
+    const flat = [...drift.flat(), ...retired.map((t): Drift => ({
+      kind: 'table-retired', family: t.family, table: t.name, detail: `table ${t.family} ${t.name} is no longer in the config`,
+    }))];
+    const garbage = flat.length > 0 && input.ownerIds ? ownedGarbage(input.tables, observed, input.ownerIds) : undefined;
+    return { generation, observed, drift, retired, flat, garbage };
+  }
+
+  private async retiredPresent(): Promise<TableRef[]> {
+    if (this.retired.length === 0) return [];
+    const present = [];
+    for (const t of this.retired) if (await this.conn.getTable(t.family, t.name)) present.push(t);
+    if (present.length === 0) this.retired = [];
+    return present;
+  }
+
+  /** A kernel without NFT_TABLE_F_OWNER or persist refuses the flags: log once, keep repairing. */
+  private protectRefused(e: unknown, batch: Batch): boolean {
+    if (!(e instanceof NetlinkError) || e.errnoName !== 'EOPNOTSUPP' || !this.protectSupported) return false;
+    const op = batch.ops[e.opIndex];
+    if (op?.object !== 'table' || !('flags' in op) || !op.flags) return false;
+    this.protectSupported = false;
+    this.options.log?.warn({ table: `${op.family} ${op.name}` },
+      'this kernel does not support owned persistent tables (NFT_TABLE_F_OWNER | persist); protect mode is off, repair mode stays');
+    return true;
+  }
+}

@@ -1,0 +1,73 @@
+/**
+ * The generation guard every writer shares: read the generation, let the
+ * caller observe and plan from it, commit with expectGeneration, and on a
+ * moved-on ruleset (GenerationMismatchError, nothing changed) start again
+ * from a fresh read, a bounded number of times. A plan is therefore never
+ * committed over a ruleset it did not see.
+ */
+import { GenerationMismatchError, GenerationRetriesExhaustedError } from '../errors.js';
+import type { Batch } from './batch.js';
+import type { NftConn } from './conn.js';
+
+export interface GuardedStep<T> {
+  /** What to commit; none, or an empty batch, ends the loop without a commit. */
+  batch?: Batch;
+  /** Handed back in the outcome (the last step's). */
+  value: T;
+  /** Runs once this step's batch is in the kernel. */
+  committed?: () => void;
+}
+
+export interface GuardedOutcome<T> {
+  value: T;
+  /** Reads of the generation, commits that went through included. */
+  attempts: number;
+  /** Operations committed, over every committed step. */
+  ops: number;
+  /** The generation the last step was planned from. */
+  generation: number;
+}
+
+export interface GuardOptions {
+  /** At most this many reads (each followed by a plan and perhaps a commit). */
+  attempts: number;
+  /**
+   * After a commit, plan again from a fresh read and return only once a plan
+   * has nothing to commit: the keeper verifies its repair that way. Without
+   * it the first commit ends the loop.
+   */
+  untilClean?: boolean;
+  /** Called for each commit refused as stale, before the next attempt. */
+  onMismatch?: (attempt: number) => void;
+  /**
+   * Another refusal the next plan avoids (the caller adjusted its planning,
+   * e.g. dropped protect flags the kernel lacks): true plans again.
+   */
+  replan?: (e: unknown, batch: Batch) => boolean;
+}
+
+export async function commitGuarded<T>(conn: NftConn, plan: (generation: number, attempt: number) => Promise<GuardedStep<T>>,
+  options: GuardOptions): Promise<GuardedOutcome<T>> {
+  let ops = 0;
+  let last: GenerationMismatchError | undefined;
+  for (let attempt = 1; attempt <= options.attempts; attempt++) {
+    const generation = conn.generation();
+    const step = await plan(generation, attempt);
+    if (!step.batch || step.batch.length === 0) return { value: step.value, attempts: attempt, ops, generation };
+    try {
+      await conn.commit(step.batch, { expectGeneration: generation });
+    } catch (e) {
+      if (e instanceof GenerationMismatchError) {
+        last = e;
+        options.onMismatch?.(attempt);
+        continue;  // someone committed between our read and our write: look again
+      }
+      if (options.replan?.(e, step.batch)) continue;
+      throw e;
+    }
+    ops += step.batch.length;
+    step.committed?.();
+    if (!options.untilClean) return { value: step.value, attempts: attempt, ops, generation };
+  }
+  throw new GenerationRetriesExhaustedError(options.attempts, last);
+}

@@ -1,0 +1,687 @@
+/**
+ * An in-memory nf_tables for fast tests of the logic above the socket: a
+ * ruleset with handles, a generation counter, atomic batches, events, and
+ * refusals on demand. It implements NftHost/NftConn, so a Keeper, a
+ * Reconciler or foreign GC run against it unchanged.
+ *
+ * It copies what the kernel does for what nfkeeper uses, as measured on the
+ * 6.18 kernel here (test/keeper/behaviour.ts runs the same suite against it
+ * and against the kernel in a fresh namespace, to keep it that way):
+ * - a batch is all or nothing; every op is tried, every refusal reported
+ *   (the first as the error's opIndex, all in refusals), nothing changes;
+ * - a stale expectGeneration is ERESTART before any op: GenerationMismatchError;
+ * - the generation moves once per batch that changed something (re-adding an
+ *   unchanged table changes nothing; re-adding a chain does);
+ * - table handles count per namespace, chain/rule/set handles per table,
+ *   and a refused batch's handles stay used;
+ * - table `use` counts chains and named sets; chain `use` counts its rules
+ *   and the jumps/gotos to it;
+ * - an anonymous set lives and dies with the rule that looks it up;
+ * - NFT_TABLE_F_OWNER: other ports get EPERM; the flag cannot be added to an
+ *   existing table (EOPNOTSUPP) except to claim an orphan with owner|persist;
+ *   closing the owner leaves a persist table as an orphan (flags 0x4) and
+ *   deletes one without persist, without moving the generation;
+ * - NAT statements outside nat chains, or reached through jumps from a base
+ *   chain whose hook does not take them, are EOPNOTSUPP at the rule's op;
+ *   jumps to a missing chain ENOENT, to a base chain EOPNOTSUPP;
+ * - deleting a chain with rules or references is EBUSY, anything missing ENOENT.
+ * Not modelled: objects, flowtables, set timeouts, xt compat, loops (ELOOP/EMLINK).
+ */
+import { Batch, describeOp, type Op } from '../../src/netlink/batch.js';
+import { commitArgs } from '../../src/netlink/socket.js';
+import type { CommitOptions, NftConn, NftHost, NftWatch } from '../../src/netlink/conn.js';
+import type { Expr, Family } from '../../src/netlink/expr.js';
+import type { MonitorBatch, MonitorEvent, MonitorOptions } from '../../src/netlink/monitor.js';
+import { SET_F, TABLE_F, type Chain, type NftSet, type Rule, type SetElement, type Table } from '../../src/netlink/objects.js';
+import { GenerationMismatchError, NetlinkError, SocketClosedError } from '../../src/errors.js';
+
+const ERRNO = { EPERM: 1, ENOENT: 2, EBUSY: 16, EEXIST: 17, EINVAL: 22, ERESTART: 85, EOPNOTSUPP: 95, ENOBUFS: 105 } as const;
+export type ErrnoName = keyof typeof ERRNO;
+const STRERROR: Record<number, string> = {
+  1: 'Operation not permitted', 2: 'No such file or directory', 16: 'Device or resource busy', 17: 'File exists',
+  22: 'Invalid argument', 85: 'Interrupted system call should be restarted', 95: 'Operation not supported',
+  105: 'No buffer space available',
+};
+
+interface FRule {
+  handle: number;
+  exprs: Expr[];
+  userdata?: string;
+  /** Anonymous sets this rule created and owns. */
+  anon: string[];
+}
+
+interface FChain {
+  name: string;
+  handle: number;
+  type?: Chain['type'];
+  hook?: Chain['hook'];
+  priority?: number;
+  policy?: 'accept' | 'drop';
+  userdata?: string;
+  rules: FRule[];
+}
+
+interface FSet {
+  set: NftSet;
+  elements: SetElement[];
+}
+
+interface FTable {
+  family: Family;
+  name: string;
+  flags: number;
+  owner?: number;
+  handle: number;
+  userdata?: string;
+  /** Per-table handle generator for chains, rules and sets. */
+  hgen: number;
+  chains: Map<string, FChain>;
+  sets: Map<string, FSet>;
+}
+
+class Refused extends Error {
+  constructor(readonly errno: number) {
+    super(STRERROR[errno]);
+  }
+}
+
+/** A refusal to inject: the next commit(s) whose op matches get `errno` at that op. */
+export interface Fault {
+  errno: ErrnoName;
+  /** Which op: an index, a predicate, or (default) the batch as a whole (ERESTART) / op 0. */
+  op?: number | ((op: Op, index: number) => boolean);
+  /** Only commits from this port. */
+  portId?: number;
+  /** How many commits to refuse; default 1. */
+  times?: number;
+}
+
+const key = (family: string, name: string) => `${family} ${name}`;
+const clone = <T>(v: T): T => structuredClone(v);
+
+export class FakeKernel implements NftHost {
+  generation = 1;
+  /** False: a kernel without NFT_TABLE_F_OWNER/persist, which refuses those flags (EOPNOTSUPP). */
+  protectFlags = true;
+  /** Every batch that reached the kernel, refused ones included: { portId, ops, ok }. */
+  readonly log: { portId: number; ops: readonly Op[]; ok: boolean }[] = [];
+  private tables = new Map<string, FTable>();
+  private tableHandle = 0;
+  private nextPort = 4000;
+  private readonly watchers = new Set<FakeWatch>();
+  private faults: Fault[] = [];
+  private readonly livePorts = new Set<number>();
+  /** Runs before each commit is processed (a neighbour committing between our read and our write). */
+  beforeCommit?: (portId: number, ops: readonly Op[]) => void;
+
+  connect(): FakeConn {
+    const port = this.nextPort++;
+    this.livePorts.add(port);
+    return new FakeConn(this, port);
+  }
+
+  watch(options: Omit<MonitorOptions, 'netns'>): FakeWatch {
+    const w = new FakeWatch(this, options);
+    this.watchers.add(w);
+    return w;
+  }
+
+  /** Injects a refusal. */
+  refuse(fault: Fault): void {
+    this.faults.push({ times: 1, ...fault });
+  }
+
+  /** The event socket overflows (ENOBUFS): every watcher is told to resync. */
+  overflow(): void {
+    for (const w of this.watchers) w.deliver({ overflow: true, generation: 0, truncated: false, events: [] });
+  }
+
+  /** A neighbour's commit, applied at once (like `nft -f` from another process). Throws the refusal. */
+  tamper(ops: Batch | readonly Op[], portId = 1): void {
+    this.apply(portId, ops instanceof Batch ? ops.ops : ops, undefined);
+  }
+
+  /** Connections not closed yet. */
+  get openPorts(): number[] {
+    return [...this.livePorts];
+  }
+
+  // ---- used by FakeConn / FakeWatch ----
+
+  unwatch(w: FakeWatch): void {
+    this.watchers.delete(w);
+  }
+
+  release(port: number): void {
+    this.livePorts.delete(port);
+    // The kernel releases owned tables when the owning socket closes; no generation move, no commit.
+    for (const [k, t] of this.tables) {
+      if (!(t.flags & TABLE_F.OWNER) || t.owner !== port) continue;
+      if (t.flags & TABLE_F.PERSIST) {
+        t.flags &= ~TABLE_F.OWNER;
+        t.owner = undefined;
+      } else this.tables.delete(k);
+    }
+  }
+
+  dumpTables(family?: Family): Table[] {
+    return [...this.tables.values()].filter((t) => !family || t.family === family).map((t) => this.tableOut(t));
+  }
+
+  dumpTable(family: Family, name: string): Table | undefined {
+    const t = this.tables.get(key(family, name));
+    return t && this.tableOut(t);
+  }
+
+  dumpChains(family: Family, table: string, name?: string): Chain[] {
+    const t = this.tables.get(key(family, table));
+    if (!t) return [];
+    const out: Chain[] = [];
+    for (const c of t.chains.values()) {
+      if (name !== undefined && c.name !== name) continue;
+      out.push({
+        family, table, name: c.name, handle: c.handle, use: this.chainUse(t, c),
+        ...(c.hook ? { type: c.type, hook: c.hook, priority: c.priority, policy: c.policy ?? 'accept', flags: 1 } : {}),
+        ...(c.userdata ? { userdata: c.userdata } : {}),
+      });
+    }
+    return out;
+  }
+
+  dumpRules(family: Family, table: string, chain?: string): Rule[] {
+    const t = this.tables.get(key(family, table));
+    if (!t) return [];
+    const out: Rule[] = [];
+    for (const c of t.chains.values()) {
+      if (chain !== undefined && c.name !== chain) continue;
+      for (const r of c.rules) {
+        out.push({
+          family, table, chain: c.name, handle: r.handle,
+          ...(r.userdata ? { userdata: r.userdata } : {}),
+          // The kernel reports lookups by the set's name, never by batch id.
+          exprs: r.exprs.map((e) => {
+            if (e.kind !== 'lookup') return clone(e);
+            const { setId: _id, ...rest } = e;
+            return clone(rest);
+          }),
+        });
+      }
+    }
+    return out;
+  }
+
+  dumpSets(family: Family, table: string): NftSet[] {
+    const t = this.tables.get(key(family, table));
+    return t ? [...t.sets.values()].map((s) => clone(s.set)) : [];
+  }
+
+  dumpElements(family: Family, table: string, set: string): SetElement[] {
+    const s = this.tables.get(key(family, table))?.sets.get(set);
+    return s ? clone(s.elements) : [];
+  }
+
+  /** Processes one batch: all ops or none. */
+  apply(portId: number, ops: readonly Op[], expectGeneration: number | undefined): void {
+    this.beforeCommit?.(portId, ops);
+    const fault = this.takeFault(portId, ops);
+    if (fault?.errno === 'ERESTART' && fault.op === undefined) {
+      this.log.push({ portId, ops, ok: false });
+      // As the socket refines it: with a generation to blame, a GenerationMismatchError.
+      throw expectGeneration !== undefined ? new GenerationMismatchError(expectGeneration) : refusal(ERRNO.ERESTART, -1, ops);
+    }
+    if (expectGeneration !== undefined && expectGeneration !== this.generation) {
+      this.log.push({ portId, ops, ok: false });
+      throw new GenerationMismatchError(expectGeneration);
+    }
+    const work = new Map([...this.tables].map(([k, t]) => [k, clone(t)]));
+    const tx = new Tx(this, work, portId);
+    const refusals: { opIndex: number; errno: number }[] = [];
+    ops.forEach((op, i) => {
+      try {
+        if (fault && faultIndex(fault, ops) === i) throw new Refused(ERRNO[fault.errno]);
+        tx.op(op);
+      } catch (e) {
+        if (!(e instanceof Refused)) throw e;
+        refusals.push({ opIndex: i, errno: e.errno });
+      }
+    });
+    this.log.push({ portId, ops, ok: refusals.length === 0 });
+    if (refusals.length > 0) {
+      // Handles handed out in a refused batch stay used (measured), in tables that were there before it.
+      for (const [k, t] of work) {
+        const before = this.tables.get(k);
+        if (before && before.handle === t.handle) before.hgen = t.hgen;
+      }
+      const first = refusals[0]!;
+      const err = refusal(first.errno, first.opIndex, ops);
+      err.refusals = refusals.map((r) => ({
+        opIndex: r.opIndex, errno: r.errno, errnoName: new NetlinkError('', r.errno, '').errnoName, description: describeOp(ops[r.opIndex]!),
+      }));
+      throw err;
+    }
+    if (!tx.changed) return;
+    this.tables = work;
+    this.generation++;
+    const generation = this.generation;
+    const events = tx.events;
+    for (const w of this.watchers) w.offer(events, generation);
+  }
+
+  allocTableHandle(): number {
+    return ++this.tableHandle;
+  }
+
+  portLive(port: number | undefined): boolean {
+    return port !== undefined && this.livePorts.has(port);
+  }
+
+  private takeFault(portId: number, ops: readonly Op[]): Fault | undefined {
+    for (const f of this.faults) {
+      if (f.portId !== undefined && f.portId !== portId) continue;
+      if (f.errno !== 'ERESTART' || f.op !== undefined) {
+        if (faultIndex(f, ops) < 0) continue;
+      }
+      if (--f.times! <= 0) this.faults = this.faults.filter((x) => x !== f);
+      return f;
+    }
+    return undefined;
+  }
+
+  private tableOut(t: FTable): Table {
+    const named = [...t.sets.values()].filter((s) => !(s.set.flags & SET_F.ANONYMOUS)).length;
+    return {
+      family: t.family, name: t.name, flags: t.flags, use: t.chains.size + named, handle: t.handle,
+      ...(t.flags & TABLE_F.OWNER ? { owner: t.owner } : {}),
+      ...(t.userdata ? { userdata: t.userdata } : {}),
+    };
+  }
+
+  chainUse(t: FTable, c: FChain): number {
+    let use = c.rules.length;
+    for (const other of t.chains.values()) {
+      for (const r of other.rules) for (const e of r.exprs) if (jumpTarget(e) === c.name) use++;
+    }
+    for (const s of t.sets.values()) for (const el of s.elements) if (el.chain === c.name) use++;
+    return use;
+  }
+}
+
+function faultIndex(f: Fault, ops: readonly Op[]): number {
+  if (f.op === undefined) return ops.length > 0 ? 0 : -1;
+  if (typeof f.op === 'number') return f.op < ops.length ? f.op : -1;
+  return ops.findIndex(f.op);
+}
+
+/** The error the real socket throws for a refused batch (see refine() in socket.ts). */
+function refusal(errno: number, opIndex: number, ops: readonly Op[]): NetlinkError {
+  const e = new NetlinkError(opIndex >= 0 ? `operation ${opIndex}: ${STRERROR[errno]}` : STRERROR[errno]!, errno, 'commit', opIndex);
+  const op = opIndex >= 0 ? ops[opIndex] : undefined;
+  if (op) {
+    e.description = describeOp(op);
+    e.message = `${e.message} [${e.description}]`;
+  }
+  return e;
+}
+
+function jumpTarget(e: Expr): string | undefined {
+  return e.kind === 'immediate' && (e.verdict === 'jump' || e.verdict === 'goto') ? e.chain : undefined;
+}
+
+/** One transaction's working copy. */
+class Tx {
+  changed = false;
+  readonly events: MonitorEvent[] = [];
+  /** Sets created in this batch by NFTA_SET_ID. */
+  private readonly ids = new Map<string, string>();
+
+  constructor(private readonly k: FakeKernel, private readonly tables: Map<string, FTable>, private readonly port: number) {}
+
+  op(op: Op): void {
+    switch (op.object) {
+      case 'table': return this.table(op);
+      case 'chain': return this.chain(op);
+      case 'rule': return this.rule(op);
+      case 'set': return this.set(op);
+      case 'element': return this.element(op);
+    }
+  }
+
+  private ev(type: MonitorEvent['type'], family: Family, table: string, name?: string, handle?: number): void {
+    this.changed = true;
+    this.events.push({ type, family, table, ...(name !== undefined ? { name } : {}), ...(handle !== undefined ? { handle } : {}), portId: this.port });
+  }
+
+  private find(family: Family, name: string, write: boolean): FTable {
+    const t = this.tables.get(key(family, name));
+    if (!t) throw new Refused(ERRNO.ENOENT);
+    if (write && t.flags & TABLE_F.OWNER && t.owner !== this.port) throw new Refused(ERRNO.EPERM);
+    return t;
+  }
+
+  private table(op: Extract<Op, { object: 'table' }>): void {
+    const k = key(op.family, op.name);
+    const t = this.tables.get(k);
+    const flags = op.flags;
+    if (flags !== undefined && flags & (TABLE_F.OWNER | TABLE_F.PERSIST) && !this.k.protectFlags) throw new Refused(ERRNO.EOPNOTSUPP);
+    if (op.verb === 'add' || op.verb === 'create') {
+      if (t) {
+        if (t.flags & TABLE_F.OWNER && t.owner !== this.port) throw new Refused(ERRNO.EPERM);
+        if (op.verb === 'create') throw new Refused(ERRNO.EEXIST);
+        if (flags === undefined || flags === t.flags) return;  // nothing to change: no transaction
+        const orphan = t.flags === TABLE_F.PERSIST;
+        if (orphan && flags === (TABLE_F.OWNER | TABLE_F.PERSIST)) {
+          t.flags = flags;
+          t.owner = this.port;
+          this.ev('newtable', op.family, op.name);
+          return;
+        }
+        // Owner and persist can be neither added to nor removed from an existing table.
+        if ((flags ^ t.flags) & (TABLE_F.OWNER | TABLE_F.PERSIST)) throw new Refused(ERRNO.EOPNOTSUPP);
+        t.flags = flags;
+        this.ev('newtable', op.family, op.name);
+        return;
+      }
+      const nt: FTable = {
+        family: op.family, name: op.name, flags: flags ?? 0, handle: this.k.allocTableHandle(), hgen: 0,
+        chains: new Map(), sets: new Map(), ...(op.userdata ? { userdata: op.userdata } : {}),
+      };
+      if (nt.flags & TABLE_F.OWNER) nt.owner = this.port;
+      this.tables.set(k, nt);
+      this.ev('newtable', op.family, op.name);
+      return;
+    }
+    const ft = this.find(op.family, op.name, true);
+    if (op.verb === 'flush') {
+      for (const c of ft.chains.values()) this.flushChain(ft, c);
+      return;
+    }
+    // Deleting a table takes everything in it along.
+    for (const c of ft.chains.values()) this.flushChain(ft, c);
+    for (const c of ft.chains.values()) this.ev('delchain', ft.family, ft.name, c.name, c.handle);
+    for (const s of ft.sets.values()) this.ev('delset', ft.family, ft.name, s.set.name);
+    this.tables.delete(k);
+    this.ev('deltable', op.family, op.name);
+  }
+
+  private chain(op: Extract<Op, { object: 'chain' }>): void {
+    const t = this.find(op.family, op.table, true);
+    const c = t.chains.get(op.name);
+    if (op.verb === 'add' || op.verb === 'create') {
+      if (c) {
+        if (op.verb === 'create') throw new Refused(ERRNO.EEXIST);
+        if (op.hook !== undefined && (op.hook !== c.hook || op.type !== c.type || op.priority !== c.priority)) {
+          throw new Refused(ERRNO.EOPNOTSUPP);
+        }
+        if (op.hook === undefined && c.hook !== undefined && op.type !== undefined) throw new Refused(ERRNO.EOPNOTSUPP);
+        if (op.policy !== undefined && c.hook !== undefined) c.policy = op.policy;
+        this.ev('newchain', t.family, t.name, c.name, c.handle);  // an update is a transaction, even unchanged
+        return;
+      }
+      const nc: FChain = {
+        name: op.name, handle: ++t.hgen, rules: [],
+        ...(op.hook !== undefined ? { type: op.type, hook: op.hook, priority: op.priority, policy: op.policy ?? 'accept' } : {}),
+        ...(op.userdata ? { userdata: op.userdata } : {}),
+      };
+      t.chains.set(op.name, nc);
+      this.ev('newchain', t.family, t.name, nc.name, nc.handle);
+      return;
+    }
+    if (!c) throw new Refused(ERRNO.ENOENT);
+    if (op.verb === 'flush') {
+      this.flushChain(t, c);
+      return;
+    }
+    if (this.k.chainUse(t, c) > 0) throw new Refused(ERRNO.EBUSY);
+    t.chains.delete(c.name);
+    this.ev('delchain', t.family, t.name, c.name, c.handle);
+  }
+
+  private flushChain(t: FTable, c: FChain): void {
+    for (const r of c.rules) this.dropRule(t, c, r);
+    c.rules = [];
+  }
+
+  private dropRule(t: FTable, c: FChain, r: FRule): void {
+    for (const s of r.anon) t.sets.delete(s);
+    this.ev('delrule', t.family, t.name, c.name, r.handle);
+  }
+
+  private rule(op: Extract<Op, { object: 'rule' }>): void {
+    const t = this.find(op.family, op.table, true);
+    const c = t.chains.get(op.chain);
+    if (!c) throw new Refused(ERRNO.ENOENT);
+    const at = (h: number) => {
+      const i = c.rules.findIndex((r) => r.handle === h);
+      if (i < 0) throw new Refused(ERRNO.ENOENT);
+      return i;
+    };
+    if (op.verb === 'delete') {
+      const i = at(op.handle!);
+      this.dropRule(t, c, c.rules[i]!);
+      c.rules.splice(i, 1);
+      return;
+    }
+    const exprs = (op.exprs ?? []).map((e) => this.resolve(t, e));
+    for (const e of exprs) {
+      const target = jumpTarget(e);
+      if (target === undefined) continue;
+      const to = t.chains.get(target);
+      if (!to) throw new Refused(ERRNO.ENOENT);
+      if (to.hook !== undefined) throw new Refused(ERRNO.EOPNOTSUPP);
+    }
+    const anon = exprs.flatMap((e) => (e.kind === 'lookup' && t.sets.get(e.set)!.set.flags & SET_F.ANONYMOUS ? [e.set] : []))
+      .filter((s) => ![...t.chains.values()].some((ch) => ch.rules.some((r) => r.anon.includes(s))));
+    const rule: FRule = { handle: 0, exprs, anon, ...(op.userdata ? { userdata: op.userdata } : {}) };
+    if (op.verb === 'replace') {
+      const i = at(op.handle!);
+      const old = c.rules[i]!;
+      for (const s of old.anon) if (!anon.includes(s)) t.sets.delete(s);
+      rule.handle = old.handle;  // measured: replace keeps the rule's handle
+      c.rules[i] = rule;
+    } else {
+      rule.handle = ++t.hgen;
+      if (op.verb === 'add') c.rules.splice(op.position !== undefined ? at(op.position) + 1 : c.rules.length, 0, rule);
+      else c.rules.splice(op.position !== undefined ? at(op.position) : 0, 0, rule);
+    }
+    this.validate(t);
+    this.ev('newrule', t.family, t.name, c.name, rule.handle);
+  }
+
+  /** A lookup names its set, or an anonymous one of this batch by id. */
+  private resolve(t: FTable, e: Expr): Expr {
+    if (e.kind !== 'lookup') return clone(e);
+    const byId = e.setId !== undefined ? this.ids.get(`${key(t.family, t.name)} ${e.setId}`) : undefined;
+    const name = byId ?? e.set;
+    if (!t.sets.has(name)) throw new Refused(ERRNO.ENOENT);
+    const { setId: _id, ...rest } = e;
+    return { ...clone(rest), set: name };
+  }
+
+  /** NAT statements only where their base chain's type and hook allow them, through jumps too. */
+  private validate(t: FTable): void {
+    for (const base of t.chains.values()) {
+      if (base.hook === undefined) continue;
+      const seen = new Set<string>();
+      const walk = (c: FChain) => {
+        if (seen.has(c.name)) return;
+        seen.add(c.name);
+        for (const r of c.rules) {
+          for (const e of r.exprs) {
+            const dnat = (e.kind === 'nat' && e.type === 'dnat') || e.kind === 'redir';
+            const snat = (e.kind === 'nat' && e.type === 'snat') || e.kind === 'masq';
+            if ((dnat || snat) && base.type !== 'nat') throw new Refused(ERRNO.EOPNOTSUPP);
+            if (dnat && base.hook !== 'prerouting' && base.hook !== 'output') throw new Refused(ERRNO.EOPNOTSUPP);
+            if (snat && base.hook !== 'postrouting' && base.hook !== 'input') throw new Refused(ERRNO.EOPNOTSUPP);
+            const to = jumpTarget(e);
+            if (to !== undefined && t.chains.has(to)) walk(t.chains.get(to)!);
+          }
+        }
+      };
+      walk(base);
+    }
+  }
+
+  private set(op: Extract<Op, { object: 'set' }>): void {
+    const t = this.find(op.family, op.table, true);
+    if (op.verb === 'add' || op.verb === 'create') {
+      let name = op.name;
+      if (name.includes('%d')) {
+        let n = 0;
+        while (t.sets.has(name.replace('%d', String(n)))) n++;
+        name = name.replace('%d', String(n));
+      } else if (t.sets.has(name)) {
+        if (op.verb === 'create') throw new Refused(ERRNO.EEXIST);
+        return;
+      }
+      const { elements, id, verb: _v, object: _o, ...rest } = op;
+      const set: NftSet = { ...clone(rest), name, handle: ++t.hgen, flags: op.flags ?? 0, keyType: op.keyType ?? 0, keyLen: op.keyLen ?? 0 };
+      t.sets.set(name, { set, elements: clone(elements ?? []) });
+      if (id !== undefined) this.ids.set(`${key(t.family, t.name)} ${id}`, name);
+      this.ev('newset', t.family, t.name, name);
+      if (elements?.length) this.ev('newsetelem', t.family, t.name, name);
+      return;
+    }
+    const s = t.sets.get(op.name);
+    if (!s) throw new Refused(ERRNO.ENOENT);
+    if (op.verb === 'flush') {
+      if (s.elements.length) this.ev('delsetelem', t.family, t.name, op.name);
+      s.elements = [];
+      return;
+    }
+    const bound = [...t.chains.values()].some((c) => c.rules.some((r) => r.exprs.some((e) => e.kind === 'lookup' && e.set === op.name)));
+    if (bound) throw new Refused(ERRNO.EBUSY);
+    t.sets.delete(op.name);
+    this.ev('delset', t.family, t.name, op.name);
+  }
+
+  private element(op: Extract<Op, { object: 'element' }>): void {
+    const t = this.find(op.family, op.table, true);
+    const name = (op.setId !== undefined ? this.ids.get(`${key(t.family, t.name)} ${op.setId}`) : undefined) ?? op.set;
+    const s = t.sets.get(name);
+    if (!s) throw new Refused(ERRNO.ENOENT);
+    const same = (a: SetElement, b: SetElement) => a.key === b.key && a.keyEnd === b.keyEnd && ((a.flags ?? 0) & 2) === ((b.flags ?? 0) & 2);
+    for (const el of op.elements) {
+      const i = s.elements.findIndex((x) => same(x, el));
+      if (op.verb === 'add') {
+        if (i < 0) s.elements.push({ flags: 0, ...clone(el) });
+      } else {
+        if (i < 0) throw new Refused(ERRNO.ENOENT);
+        s.elements.splice(i, 1);
+      }
+    }
+    this.ev(op.verb === 'add' ? 'newsetelem' : 'delsetelem', t.family, t.name, name);
+  }
+}
+
+/** Each call yields to the event loop first, as the real socket's off-thread work does. */
+const later = () => new Promise<void>((r) => setImmediate(r));
+
+export class FakeConn implements NftConn {
+  private isClosed = false;
+
+  constructor(readonly kernel: FakeKernel, readonly portId: number) {}
+
+  get closed(): boolean {
+    return this.isClosed;
+  }
+
+  close(): void {
+    if (this.isClosed) return;
+    this.isClosed = true;
+    this.kernel.release(this.portId);
+  }
+
+  generation(): number {
+    this.check('generation');
+    return this.kernel.generation;
+  }
+
+  async listTables(filter: { family?: Family } = {}): Promise<Table[]> {
+    await this.ready('list tables');
+    return this.kernel.dumpTables(filter.family);
+  }
+
+  async getTable(family: Family, name: string): Promise<Table | undefined> {
+    await this.ready('list tables');
+    return this.kernel.dumpTable(family, name);
+  }
+
+  async listChains(filter: { family: Family; table: string }): Promise<Chain[]> {
+    await this.ready('list chains');
+    return this.kernel.dumpChains(filter.family, filter.table);
+  }
+
+  async getChain(family: Family, table: string, name: string): Promise<Chain | undefined> {
+    await this.ready('list chains');
+    return this.kernel.dumpChains(family, table, name)[0];
+  }
+
+  async listRules(filter: { family: Family; table: string; chain?: string }): Promise<Rule[]> {
+    await this.ready('list rules');
+    return this.kernel.dumpRules(filter.family, filter.table, filter.chain);
+  }
+
+  async listSets(filter: { family: Family; table: string }): Promise<NftSet[]> {
+    await this.ready('list sets');
+    return this.kernel.dumpSets(filter.family, filter.table);
+  }
+
+  async listElements(filter: { family: Family; table: string; set: string }): Promise<SetElement[]> {
+    await this.ready('list elements');
+    return this.kernel.dumpElements(filter.family, filter.table, filter.set);
+  }
+
+  async commit(batch: Batch | readonly Op[], options: CommitOptions = {}): Promise<void> {
+    this.check('commit');
+    const { ops, gen } = commitArgs(batch, options);  // the socket's own checks
+    if (ops.length === 0) return;
+    await this.ready('commit');
+    this.kernel.apply(this.portId, [...ops], gen);
+  }
+
+  private check(operation: string): void {
+    if (this.isClosed) throw new SocketClosedError(operation);
+  }
+
+  private async ready(operation: string): Promise<void> {
+    this.check(operation);
+    await later();
+    this.check(operation);
+  }
+}
+
+export class FakeWatch implements NftWatch {
+  private tables: Set<string> | undefined;
+  private ignore: Set<number>;
+  private closed = false;
+
+  constructor(private readonly kernel: FakeKernel, private readonly options: Omit<MonitorOptions, 'netns'>) {
+    this.tables = options.tables && new Set(options.tables.map((t) => key(t.family, t.name)));
+    this.ignore = new Set(options.ignorePorts ?? []);
+  }
+
+  setFilter(tables: { family: Family; name: string }[] | undefined, ignorePorts: number[] = []): void {
+    this.tables = tables && new Set(tables.map((t) => key(t.family, t.name)));
+    this.ignore = new Set(ignorePorts);
+  }
+
+  close(): void {
+    this.closed = true;
+    this.kernel.unwatch(this);
+  }
+
+  /** What the addon's batcher does: keep watched events; wake only for a commit with a foreign one. */
+  offer(events: MonitorEvent[], generation: number): void {
+    const wanted = events.filter((e) => e.type === 'deltable' || !this.tables || this.tables.has(key(e.family, e.table)));
+    if (wanted.length === 0 || wanted.every((e) => this.ignore.has(e.portId))) return;
+    this.deliver({ overflow: false, generation, truncated: wanted.length > 256, events: wanted.slice(0, 256) });
+  }
+
+  deliver(b: MonitorBatch): void {
+    // The monitor's thread hands batches to JavaScript asynchronously.
+    setImmediate(() => {
+      if (!this.closed) this.options.onBatch(b);
+    });
+  }
+}
