@@ -132,7 +132,7 @@ describe('refusals carry column, token and what was expected', () => {
     ['ct state { new }', 'ip', 10, '{', /single value/],
     ['iifname "*"', 'ip', 9, '"*"', /prefix before the wildcard/],
     ['iifname "averyveryverylongname"', 'ip', 9, '"averyveryverylongname"', /at most 15 bytes/],
-    ['iif "eth9"', 'ip', 5, '"eth9"', /resolver/],
+    ['iif "eth9"', 'ip', 5, '"eth9"', /exists in the target namespace.*iifname/],
     ['meta mark & 0xff == 0x100', 'ip', 21, '0x100', /inside the mask/],
     ['meta mark & 0xff 1', 'ip', 18, '1', /'==' or '!='/],
     ['ip saddr & 0xff == 1', 'ip', 10, '&', /a value after 'ip saddr'/],
