@@ -2,20 +2,8 @@ import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
-import { parseConfig } from '../src/config/config.js';
 
 describe('deployment files', () => {
-  it('the Nomad job is a system job whose template is a valid config', () => {
-    const job = readFileSync('deploy/nomad/nfkeeper.nomad.hcl', 'utf8');
-    expect(job).toMatch(/type\s*=\s*"system"/);
-    expect(job).toMatch(/change_signal\s*=\s*"SIGHUP"/);
-    for (const dir of ['/run/nfkeeper', '/var/lib/nfkeeper']) {
-      expect(job).toMatch(new RegExp(`source\\s*=\\s*"${dir}"\\s*\\n\\s*target\\s*=\\s*"${dir}"`));
-    }
-    const template = /data = <<EOT\n([\s\S]*?)EOT/.exec(job)![1]!;
-    expect(parseConfig(template, 'nomad template').tables).toHaveLength(1);
-  });
-
   it('the Dockerfile is multi-stage on Debian slim and builds the addon', () => {
     const df = readFileSync('deploy/container/Dockerfile', 'utf8');
     expect(df.match(/^FROM /gm)).toHaveLength(2);
