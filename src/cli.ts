@@ -303,7 +303,7 @@ async function run(o: RunOptions): Promise<number> {
   const socketPath = o.socket ?? config.owners?.socket;
   const socketMode = o.socketMode !== undefined ? parseInt(o.socketMode, 8) : undefined;
   if (socketMode !== undefined && !(socketMode >= 0 && socketMode <= 0o777)) throw new NfkeeperError(`--socket-mode: '${o.socketMode}' is not an octal mode`);
-  const metrics = new KeeperMetrics(true);
+  const metrics = new KeeperMetrics(true, { version: version() });
   const keeper = new Keeper({ config, netns: o.netns, intervalMs: parseDuration(o.interval), events: o.events, logger: log, metrics, owners });
   keeper.on('error', () => undefined);  // logged by the keeper; the loop carries on
   await keeper.start();
