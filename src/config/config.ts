@@ -52,7 +52,7 @@ const ENV = z.strictObject({
   files: z.array(z.string().min(1).max(4096)).max(16).default([]),
 });
 
-const SCHEMA = z.strictObject({
+export const CONFIG_SCHEMA = z.strictObject({
   env: ENV.optional(),
   tables: z.array(TABLE).default([]),
   // Garbage collection (src/gc/config.ts).
@@ -165,7 +165,7 @@ export function parseNftConfig(text: string, file = '<config>', options: LoadOpt
 
 /** The schema, the rules and the cross-references, whichever syntax the document came from. */
 function buildConfig(raw: unknown, file: string, pos: PositionOf, options: LoadOptions, env: Substitutions): Config {
-  const parsed = SCHEMA.safeParse(raw);
+  const parsed = CONFIG_SCHEMA.safeParse(raw);
   if (!parsed.success) {
     const issue = parsed.error.issues[0]!;
     const { line, col } = pos(issue.path as (string | number)[]);
