@@ -17,6 +17,7 @@ import { DaemonSet } from 'kubernetes-models/apps/v1/DaemonSet';
 import { ConfigMap } from 'kubernetes-models/v1/ConfigMap';
 import { PodMonitor } from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/PodMonitor';
 import { loadConfig } from '../../src/config/config.js';
+import { parseListen } from '../../src/keeper/http.js';
 
 const DIR = 'deploy/kubernetes';
 type Obj = { apiVersion: string; kind: string; metadata: { name: string; namespace?: string }; [k: string]: unknown };
@@ -110,7 +111,11 @@ describe('Kubernetes manifests', () => {
     // Metrics: the port the daemon listens on is the port declared, annotated and probed.
     const port = c.ports.find((p: { name: string }) => p.name === 'metrics');
     expect(c.args.slice(0, 3)).toEqual(['run', '--config', '/etc/nfkeeper/config.yaml']);
-    expect(c.args[c.args.indexOf('--metrics') + 1]).toBe(`$(HOST_IP):${port.containerPort}`);
+    const listen = c.args[c.args.indexOf('--metrics') + 1];
+    expect(listen).toBe(`[$(HOST_IP)]:${port.containerPort}`);
+    // What the kubelet's expansion gives on an IPv4 and an IPv6 node, as the daemon parses it.
+    expect(parseListen(listen.replace('$(HOST_IP)', '10.0.0.5'))).toEqual({ host: '10.0.0.5', port: port.containerPort });
+    expect(parseListen(listen.replace('$(HOST_IP)', 'fd00::5'))).toEqual({ host: 'fd00::5', port: port.containerPort });
     expect(c.env.find((e: { name: string }) => e.name === 'HOST_IP').valueFrom.fieldRef.fieldPath).toBe('status.hostIP');
     const ann = ds.spec.template.metadata.annotations;
     expect(ann).toMatchObject({ 'prometheus.io/scrape': 'true', 'prometheus.io/port': String(port.containerPort), 'prometheus.io/path': '/metrics' });
