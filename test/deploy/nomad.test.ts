@@ -45,6 +45,22 @@ describe('the Nomad job file', () => {
   });
 });
 
+describe('the iptables-legacy GC job', () => {
+  const job = readFileSync('deploy/nomad/nfkeeper-gc-legacy.nomad.hcl', 'utf8');
+  it('runs nfkeeper gc --backend iptables-legacy periodically on Linux legacy clients, with the host\'s xtables lock', () => {
+    expect(job).toMatch(/type\s*=\s*"sysbatch"/);
+    expect(job).toMatch(/periodic \{\s*crons\s*=\s*\["[^"]+"\]\s*prohibit_overlap\s*=\s*true\s*\}/);
+    expect(job).toMatch(/constraint \{\s*attribute\s*=\s*"\$\{attr\.kernel\.name\}"\s*value\s*=\s*"linux"\s*\}/);
+    expect(job).toMatch(/args\s*=\s*\["gc", "--backend", "iptables-legacy", "--config", "\/local\/gc\.yaml"\]/);
+    expect(job).toMatch(/cap_add\s*=\s*\["net_admin", "net_raw"\]/);
+    expect(job).toMatch(/source\s*=\s*"\/run\/xtables\.lock"\s*\n\s*target\s*=\s*"\/run\/xtables\.lock"/);
+    const c = parseConfig(/data = <<EOT\n([\s\S]*?)EOT/.exec(job)![1]!, 'legacy template', { environment: {} });
+    // A one-shot keeps its grace clocks only in gc.state: without it, a 5m grace would never pass.
+    expect(c.gc).toMatchObject({ grace: 300_000, state: '/var/lib/nfkeeper/gc-legacy-state.json', live: { nomad: { address: 'http://127.0.0.1:4646' } } });
+    expect(c.gc!.foreign.every((f) => f.family === 'ip' || f.family === 'ip6')).toBe(true);
+  });
+});
+
 describe('gc.live.nomad against a fake Nomad agent', () => {
   let server: Server;
   let port = 0;

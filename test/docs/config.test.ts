@@ -47,6 +47,7 @@ describe('config JSON Schema', () => {
       parse(readFileSync('examples/flannel.yaml', 'utf8')),
       parse(parse(readFileSync('deploy/kubernetes/configmap.yaml', 'utf8')).data['config.yaml']),
       parse(/data = <<EOT\n([\s\S]*?)EOT/.exec(readFileSync('deploy/nomad/nfkeeper.nomad.hcl', 'utf8'))![1]!),
+      parse(/data = <<EOT\n([\s\S]*?)EOT/.exec(readFileSync('deploy/nomad/nfkeeper-gc-legacy.nomad.hcl', 'utf8'))![1]!),
     ];
     for (const c of shipped) expect(validate(c), JSON.stringify(validate.errors)).toBe(true);
     expect(validate({ tables: [{ family: 'ip', name: 't', chains: [{ name: 'c', hok: 'input' }] }] })).toBe(false);
