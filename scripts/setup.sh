@@ -23,6 +23,16 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# promtool checks deploy/prometheus/alerts.yaml (test/docs/metrics.test.ts): taken out of Debian's
+# prometheus package, not installed from it (that would add and start a Prometheus server).
+if ! command -v promtool >/dev/null; then
+  echo "nfkeeper setup: unpacking promtool from Debian's prometheus package"
+  tmp=$(mktemp -d)
+  (cd "$tmp" && apt-get download -qq prometheus >/dev/null 2>&1 || { apt-get update -qq && apt-get download -qq prometheus >/dev/null; }
+   dpkg-deb -x prometheus_*.deb x && install -m 0755 x/usr/bin/promtool /usr/local/bin/promtool) || echo "nfkeeper setup: no promtool; the alert rules get the structural check only" >&2
+  rm -rf "$tmp"
+fi
+
 # npm ci only when the lock file changed since the last install (it also builds the addon).
 stamp=node_modules/.nfkeeper-lock
 lock_sum=$(sha256sum package-lock.json | cut -d' ' -f1)

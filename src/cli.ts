@@ -221,8 +221,10 @@ export async function main(argv: string[], io: Out = {
     .option('--live-file <file>', 'a JSON array of live ids; overrides gc.live')
     .option('--grace <duration>', 'how long an id must be missing (default: gc.grace); 0s collects now')
     .option('--dry-run', 'print what would go, as nft text grouped by id, and change nothing')
+    .addOption(new Option('--backend <name>', 'where the foreign tables are: nftables, or iptables-legacy (x_tables, through iptables-legacy-save/-restore)')
+      .choices(['nftables', 'iptables-legacy']).default('nftables'))
     .option('--json', 'print the result as JSON')
-    .action(async (o: { config: string; netns?: string; liveFile?: string; grace?: string; dryRun?: boolean; json?: boolean }) => {
+    .action(async (o: { config: string; netns?: string; liveFile?: string; grace?: string; dryRun?: boolean; json?: boolean; backend: 'nftables' | 'iptables-legacy' }) => {
       const r = await gcOnce(loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns) }), o);
       io.out(o.json ? JSON.stringify(r.json) : r.lines.join('\n'));
       code = o.dryRun && r.garbage.length > 0 ? EXIT.DRIFT : EXIT.OK;
@@ -302,7 +304,7 @@ async function run(o: RunOptions): Promise<number> {
   const socketPath = o.socket ?? config.owners?.socket;
   const socketMode = o.socketMode !== undefined ? parseInt(o.socketMode, 8) : undefined;
   if (socketMode !== undefined && !(socketMode >= 0 && socketMode <= 0o777)) throw new NfkeeperError(`--socket-mode: '${o.socketMode}' is not an octal mode`);
-  const metrics = new KeeperMetrics(true);
+  const metrics = new KeeperMetrics(true, { version: version() });
   const keeper = new Keeper({ config, netns: o.netns, intervalMs: parseDuration(o.interval), events: o.events, logger: log, metrics, owners });
   keeper.on('error', () => undefined);  // logged by the keeper; the loop carries on
   await keeper.start();

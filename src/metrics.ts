@@ -4,6 +4,17 @@
  * keeper and foreign GC both count into it and neither may import the other.
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { Cause } from './keeper/keeper.js';
+import type { DriftKind } from './keeper/reconcile.js';
+
+// Every label value a counter can take, so each series is exported at 0 from the start: a
+// rate() or increase() over a series that appears only at its first event misses that event.
+// Records, so that a new Cause or DriftKind that is not listed here fails the typecheck.
+const CAUSES: Record<Cause, true> = { startup: true, event: true, tick: true, overflow: true, reload: true, owners: true, manual: true };
+const DRIFT_KINDS: Record<DriftKind, true> = {
+  'table-missing': true, 'table-retired': true, 'table-orphaned': true, 'table-unprotected': true, 'chain-missing': true,
+  'chain-changed': true, 'rules-differ': true, 'chain-extra': true, 'set-extra': true,
+};
 
 export class KeeperMetrics {
   readonly registry = new Registry();
@@ -54,8 +65,19 @@ export class KeeperMetrics {
     name: 'nfkeeper_foreign_gc_collected_total', help: 'Foreign GC: dead ids whose rules and chains were collected', registers: [this.registry],
   });
   readonly reloadFailed = new Gauge({ name: 'nfkeeper_last_reload_failed', help: '1 when the last config reload was rejected', registers: [this.registry] });
+  readonly buildInfo = new Gauge({
+    name: 'nfkeeper_build_info', help: 'Always 1; the labels say which nfkeeper and which Node run', labelNames: ['version', 'node'],
+    registers: [this.registry],
+  });
 
-  constructor(processMetrics = false) {
+  constructor(processMetrics = false, build?: { version: string }) {
+    for (const cause of Object.keys(CAUSES)) this.repairs.inc({ cause }, 0);
+    for (const kind of Object.keys(DRIFT_KINDS)) this.drift.inc({ kind }, 0);
+    for (const kind of ['chain', 'rule']) {
+      this.ownedGcFound.inc({ kind }, 0);
+      this.ownedGcCollected.inc({ kind }, 0);
+    }
+    if (build) this.buildInfo.set({ version: build.version, node: process.version }, 1);
     // The event-loop-lag metric samples with a libuv timer; at its default 10 ms it alone woke an
     // idle daemon 100 times a second (1.3 % of a core). Once a second is plenty for a 1 Hz loop.
     if (processMetrics) collectDefaultMetrics({ register: this.registry, prefix: 'nfkeeper_', eventLoopMonitoringPrecision: 1000 });

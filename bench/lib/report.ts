@@ -368,8 +368,10 @@ export function renderS4Svg(r: RunResults): string {
 /** S5: GC of the orphans, median time against N. */
 export function renderS5Svg(r: RunResults): string {
   const s5 = r.s5!;
+  // One colour per tool: the owned-GC series used to share iptables-restore's purple.
+  const palette = [color('native'), color('iptables-restore'), color('iptables-check'), color('nft-exec'), color('native, 1 Hz polling'), color('iptables-check (legacy)')];
   const series: Series[] = [...new Set(s5.map((x) => x.tool))].map((t, i) => ({
-    name: t, color: i === 0 ? color('native') : color('iptables-restore'),
+    name: t, color: palette[i % palette.length]!,
     points: s5.filter((x) => x.tool === t).map((x) => [x.n, x.m.median] as const),
   }));
   return renderLogChart({ title: `S5 GC of ${ORPHANS.toLocaleString('en-US')} orphaned owners: median time (log scales)`, xLabel: X_LABEL,

@@ -30,7 +30,10 @@ export function usDecade(e: number): string {
 
 /** One line per series against N on log-log axes; N = 0 is drawn at the left edge (as 100). */
 export function renderLogChart(c: LogChart): string {
-  const W = 860, H = 480, L = 80, R = 270, T = 40, B = 60;
+  // The legend column is as wide as its longest line (≈ 7 px a character at 12 px), so names are never cut off.
+  const longest = Math.max(0, ...c.series.map((s) => s.name.length), ...(c.legendNotes ?? []).map((n) => n.text.length));
+  const R = Math.max(270, 52 + Math.ceil(longest * 7) + 10);
+  const H = 480, L = 80, T = 40, B = 60, W = 860 - 270 + R;
   const series = c.series.map((s) => ({ ...s, points: s.points.filter(([, v]) => Number.isFinite(v) && v > 0) }));
   const ns = [...new Set(series.flatMap((s) => s.points.map(([n]) => n)))].sort((a, b) => a - b);
   const xN = (n: number) => Math.log10(Math.max(n, 100));

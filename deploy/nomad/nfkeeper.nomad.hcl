@@ -1,7 +1,39 @@
-# A system job: one nfkeeper on every client node, in the host network.
+# A system job: one nfkeeper on every Linux client node, in the host network. It keeps its own
+# masquerade rules and collects what dead allocations leave behind in iptables' tables (the CNI
+# chains tagged name: "nomad" id: "<alloc id>"; docs/gc.md), with the live allocation ids read
+# from this node's Nomad agent API on every pass.
+#
+# The docker driver must allow what the task asks for, in the client's plugin block:
+#
+#   plugin "docker" {
+#     config {
+#       allow_caps = ["audit_write", "chown", "dac_override", "fowner", "fsetid", "kill", "mknod",
+#                     "net_bind_service", "setfcap", "setgid", "setpcap", "setuid", "sys_chroot",
+#                     "net_admin"]          # the defaults plus net_admin
+#       volumes { enabled = true }          # the bind mounts of /run/nfkeeper and /var/lib/nfkeeper
+#     }
+#   }
+#
+# With ACLs on, the task's workload identity (NOMAD_TOKEN, below) needs to list allocations:
+#   nomad acl policy apply -namespace default -job nfkeeper nfkeeper-gc policy.hcl
+# with policy.hcl: namespace "*" { capabilities = ["read-job"] }
+#
+# On hosts still on iptables-legacy the CNI chains live in x_tables, which nfkeeper cannot read
+# over netlink: run `nfkeeper gc --backend iptables-legacy` instead (docs/gc.md).
+
+variable "image" {
+  type    = string
+  default = "localhost/nfkeeper:0.1.0"
+}
+
 job "nfkeeper" {
   type     = "system"
   priority = 90
+
+  constraint {
+    attribute = "${attr.kernel.name}"
+    value     = "linux"
+  }
 
   group "nfkeeper" {
     network {
@@ -11,8 +43,13 @@ job "nfkeeper" {
     task "nfkeeper" {
       driver = "docker"
 
+      # NOMAD_TOKEN in the task's environment: what gc.live.nomad sends to the agent.
+      identity {
+        env = true
+      }
+
       config {
-        image        = "nfkeeper:0.1.0"
+        image        = var.image
         network_mode = "host"
         cap_drop     = ["all"]
         cap_add      = ["net_admin"]
@@ -32,6 +69,7 @@ job "nfkeeper" {
         }
       }
 
+      # HCL interpolates ${...} inside this heredoc: write $${NAME} for a config variable.
       template {
         destination = "local/config.yaml"
         change_mode = "signal"
@@ -47,6 +85,16 @@ tables:
         priority: srcnat
         rules:
           - ip saddr 172.26.64.0/20 ip daddr != 224.0.0.0/4 masquerade
+gc:
+  enabled: true
+  foreign:
+    - { family: ip, table: nat, owner: nomad }
+    - { family: ip, table: filter, owner: nomad }
+  live:
+    nomad:
+      address: http://127.0.0.1:4646
+  grace: 5m
+  interval: 30s
 EOT
       }
 

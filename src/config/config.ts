@@ -5,7 +5,7 @@
  * will accept (modulo the kernel's own refusals, which leave it unchanged).
  */
 import { readFileSync } from 'node:fs';
-import { LineCounter, parseDocument, isScalar, visit, type Document } from 'yaml';
+import { LineCounter, parseDocument, isNode, isScalar, visit, type Document, type Scalar } from 'yaml';
 import { z } from 'zod';
 import { ConfigError, NfkeeperError } from '../errors.js';
 import type { Family } from '../netlink/expr.js';
@@ -16,6 +16,7 @@ import { listLinks } from '../netlink/link.js';
 import { GC_SCHEMA, type GcConfig } from '../gc/config.js';
 import { OWNERS_SCHEMA, type OwnersConfig } from '../owners/config.js';
 import { readNftFile } from './nftfile.js';
+import { describeProblem, readEnvFile, substitute } from './env.js';
 
 // nft's unquoted identifiers: letters, digits and _ . - / (owner chains are o/<id>/<name>).
 const NAME = z.string().min(1).max(255).regex(/^[A-Za-z0-9_.\-/]+$/, 'use letters, digits, _ . - and / only');
@@ -47,7 +48,13 @@ const TABLE = z.strictObject({
   chains: z.array(CHAIN).default([]),
 });
 
-const SCHEMA = z.strictObject({
+// Where ${NAME} values come from besides the process environment (src/config/env.ts).
+const ENV = z.strictObject({
+  files: z.array(z.string().min(1).max(4096)).max(16).default([]),
+});
+
+export const CONFIG_SCHEMA = z.strictObject({
+  env: ENV.optional(),
   tables: z.array(TABLE).default([]),
   // Garbage collection (src/gc/config.ts).
   gc: GC_SCHEMA.optional(),
@@ -71,6 +78,8 @@ export interface TableConfig {
 
 export interface Config {
   file: string;
+  /** The env files read for ${NAME} substitution, and the variables used. */
+  env: { files: string[]; used: string[] };
   tables: TableConfig[];
   /** The validated gc section (src/gc/). */
   gc?: GcConfig;
@@ -93,6 +102,8 @@ export interface LoadOptions {
    * Without it such rules are refused.
    */
   interfaces?: InterfaceResolver;
+  /** The variables ${NAME} may use besides the env files (default: process.env). */
+  environment?: Readonly<Record<string, string | undefined>>;
 }
 
 /** Reads and validates a config file: nft's own syntax if it ends in .nft, else YAML. Throws ConfigError. */
@@ -109,6 +120,16 @@ export function loadConfig(file: string, options: LoadOptions = {}): Config {
 /** Where a node of the raw document was written; `innerColumn` is a column inside a rule's text. */
 type PositionOf = (path: (string | number)[], innerColumn?: number) => { line: number; col: number };
 
+/** What ${NAME} substitution did to a document (YAML only; an nft file has none). */
+interface Substitutions {
+  files: string[];
+  used: ReadonlySet<string>;
+  /** The original text of a value that a substitution changed. */
+  originalAt(path: (string | number)[]): string | undefined;
+}
+
+const NO_SUBSTITUTIONS: Substitutions = { files: [], used: new Set(), originalAt: () => undefined };
+
 /** Validates YAML config text; `file` names it in errors. Throws ConfigError. */
 export function parseConfig(text: string, file = '<config>', options: LoadOptions = {}): Config {
   const lines = new LineCounter();
@@ -119,6 +140,7 @@ export function parseConfig(text: string, file = '<config>', options: LoadOption
     const pos = at(err.pos[0]);
     throw new ConfigError(file, pos.line, pos.col, err.message.split('\n')[0]!);
   }
+  const env = substituteVariables(doc, text, lines, file, options.environment ?? process.env);
   let raw: unknown;
   try {
     raw = doc.toJS() ?? {};
@@ -128,7 +150,9 @@ export function parseConfig(text: string, file = '<config>', options: LoadOption
     const pos = at(firstAliasProblem(doc) ?? 0);
     throw new ConfigError(file, pos.line, pos.col, (e as Error).message.split('\n')[0]!);
   }
-  return buildConfig(raw, file, (path, inner) => positionOf(doc, lines, path, inner), options);
+  return buildConfig(raw, file, (path, inner) => positionOf(doc, lines, path, inner), options, {
+    files: env.files, used: env.used, originalAt: (path) => env.substituted.get(doc.getIn(path, true) as Scalar),
+  });
 }
 
 /**
@@ -137,12 +161,12 @@ export function parseConfig(text: string, file = '<config>', options: LoadOption
  */
 export function parseNftConfig(text: string, file = '<config>', options: LoadOptions = {}): Config {
   const nft = readNftFile(text, file);
-  return buildConfig(nft.raw, file, (path, inner) => nft.positionOf(path, inner), options);
+  return buildConfig(nft.raw, file, (path, inner) => nft.positionOf(path, inner), options, NO_SUBSTITUTIONS);
 }
 
 /** The schema, the rules and the cross-references, whichever syntax the document came from. */
-function buildConfig(raw: unknown, file: string, pos: PositionOf, options: LoadOptions): Config {
-  const parsed = SCHEMA.safeParse(raw);
+function buildConfig(raw: unknown, file: string, pos: PositionOf, options: LoadOptions, env: Substitutions): Config {
+  const parsed = CONFIG_SCHEMA.safeParse(raw);
   if (!parsed.success) {
     const issue = parsed.error.issues[0]!;
     const { line, col } = pos(issue.path as (string | number)[]);
@@ -185,8 +209,11 @@ function buildConfig(raw: unknown, file: string, pos: PositionOf, options: LoadO
           });
         } catch (e) {
           if (e instanceof RuleSyntaxError) {
-            const p = pos(rpath, e.column);
-            throw new ConfigError(file, p.line, p.col, `rule ${ri + 1} of chain ${c.name}: ${e.message}`);
+            // After a substitution the column is one in the substituted text: show that text.
+            const original = env.originalAt(rpath);
+            const p = pos(rpath, original === undefined ? e.column : undefined);
+            const after = original === undefined ? '' : ` (after substitution: ${JSON.stringify(ruleText)})`;
+            throw new ConfigError(file, p.line, p.col, `rule ${ri + 1} of chain ${c.name}: ${e.message}${after}`);
           }
           throw e;
         }
@@ -217,7 +244,74 @@ function buildConfig(raw: unknown, file: string, pos: PositionOf, options: LoadO
       if (owners.dispatch.indexOf(name) !== i) throw new ConfigError(file, p.line, p.col, `owners.dispatch: chain ${name} is listed twice`);
     });
   }
-  return { file, tables, gc: parsed.data.gc, owners };
+  return { file, env: { files: env.files, used: [...env.used].sort() }, tables, gc: parsed.data.gc, owners };
+}
+
+/**
+ * Validates the env section, reads its files, and replaces ${NAME} in every
+ * string value outside that section, in place in the document (so later
+ * errors keep their positions). Env files win over the process environment:
+ * they are re-read on every reload, the environment is fixed at start.
+ */
+function substituteVariables(doc: Document, text: string, lines: LineCounter, file: string,
+  environment: Readonly<Record<string, string | undefined>>) {
+  const envNode = doc.getIn(['env'], true);
+  let envRaw: unknown = envNode;
+  if (isNode(envNode)) {
+    try {
+      envRaw = envNode.toJS(doc);
+    } catch {
+      envRaw = undefined;  // an alias problem: toJS of the whole document reports it
+    }
+  }
+  const parsed = ENV.optional().safeParse(envRaw);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!;
+    const path = ['env', ...issue.path as (string | number)[]];
+    const { line, col } = positionOf(doc, lines, path);
+    throw new ConfigError(file, line, col, `${path.join('.')}: ${issue.message}`);
+  }
+  const files = parsed.data?.files ?? [];
+  const vars = new Map<string, string>();
+  for (const [k, v] of Object.entries(environment)) if (v !== undefined) vars.set(k, v);
+  files.forEach((f, i) => {
+    for (const [k, v] of readEnvFile(f, { file, ...positionOf(doc, lines, ['env', 'files', i]) })) vars.set(k, v);
+  });
+  const sources = files.length ? `environment and env files ${files.join(', ')}` : 'environment; env.files lists none';
+  const used = new Set<string>();
+  const substituted = new Map<Scalar, string>();
+  visit(doc, {
+    Pair(_key, pair, path) {
+      // The env section names the sources; it is not itself substituted.
+      if (path.length === 2 && isScalar(pair.key) && pair.key.value === 'env') return visit.SKIP;
+      return undefined;
+    },
+    Scalar(key, node) {
+      if (key === 'key' || typeof node.value !== 'string' || !node.value.includes('$')) return;
+      const r = substitute(node.value, (name) => vars.get(name));
+      if ('problem' in r) {
+        const p = r.problem;
+        const needle = p.kind === 'syntax' ? '${' : `\${${p.name}}`;
+        const offset = sourceOffset(text, node, needle);
+        const { line, col } = lines.linePos(offset);
+        throw new ConfigError(file, line, col, describeProblem(p, sources));
+      }
+      if (r.names.length === 0 && r.value === node.value) return;
+      substituted.set(node, node.value);
+      for (const n of r.names) used.add(n);
+      node.value = r.value;
+    },
+  });
+  return { files, used, substituted };
+}
+
+/** Where `needle` (not escaped by a preceding $) first occurs in the scalar's source, else the scalar's start. */
+function sourceOffset(text: string, node: Scalar, needle: string): number {
+  const [start, end] = node.range ?? [0, 0];
+  for (let i = text.indexOf(needle, start); i >= 0 && i < end; i = text.indexOf(needle, i + 1)) {
+    if (text[i - 1] !== '$') return i;
+  }
+  return start;
 }
 
 /** Where the first alias that does not resolve starts, if one does not. */

@@ -151,30 +151,54 @@ async function observe(sock: NftConn, owners: ForeignTable[]): Promise<TableView
   return view;
 }
 
-/** Finds what can be collected now. The generation is read first (or given: the guard read it); the dumps follow it. */
-export async function scan(sock: NftConn, o: ScanOptions, generation = sock.generation()): Promise<ScanResult> {
-  const now = o.now ?? Date.now();
-  const byTable = new Map<string, ForeignTable[]>();
-  for (const f of o.foreign) {
-    const k = `${f.family} ${f.table}`;
-    byTable.set(k, [...(byTable.get(k) ?? []), f]);
-  }
-  const views: TableView[] = [];
-  for (const owners of byTable.values()) {
-    if (!(await sock.getTable(owners[0]!.family, owners[0]!.table))) continue;
-    views.push(await observe(sock, owners));
-  }
+/** The rules and chains of one foreign table, as a backend (netlink, iptables-legacy-save) sees them. */
+export interface GcTableView<R extends { chain: string }> {
+  family: Family;
+  table: string;
+  /** Every configured tag of this table (one table may be listed once per owner). */
+  owners: ForeignTable[];
+  /** By name; `base` chains are never collected; `use`, when known, is the kernel's reference count. */
+  chains: Map<string, { base: boolean; use?: number }>;
+  /** By chain, in order. */
+  rules: Map<string, R[]>;
+}
 
+/** What a backend's rule offers the garbage finder. */
+export interface GcRuleModel<R> {
+  /** Every tag comment the rule carries. */
+  tags(r: R): string[];
+  /** The chains it jumps or gotos to. */
+  targets(r: R): string[];
+}
+
+/** One id's garbage, in a backend's own rule type. */
+export interface FoundGarbage<R> {
+  id: string;
+  owner?: string;
+  /** Garbage rules in chains that stay, with their view. */
+  rules: { view: GcTableView<R & { chain: string }>; rule: R }[];
+  /** Garbage chains with all their rules, in order. */
+  chains: { view: GcTableView<R & { chain: string }>; name: string; rules: R[] }[];
+}
+
+/**
+ * The garbage rules of every safety rule above, for any backend: tags and
+ * the grace clocks first (pass 1), then chains reached only from garbage, to
+ * a fixpoint (pass 2). Pure: it reads the views and updates the tracker.
+ */
+export function findGarbage<R extends { chain: string }>(views: readonly GcTableView<R>[], model: GcRuleModel<R>,
+  o: Omit<ScanOptions, 'foreign'>): { garbage: FoundGarbage<R>[]; pending: ScanResult['pending']; seen: Set<string> } {
+  const now = o.now ?? Date.now();
   // Pass 1: tags. Which ids appear, which are missing from the live set.
   const seen = new Set<string>();
-  const tagged = new Map<Rule, string[]>();
+  const tagged = new Map<R, string[]>();
   const ownerOf = new Map<string, string | undefined>();
   for (const v of views) {
     const matchers = v.owners.map((f) => ({ owner: f.owner, m: tagMatcher(f) }));
     for (const list of v.rules.values()) {
       for (const r of list) {
         const ids: string[] = [];
-        for (const c of ruleTags(r)) {
+        for (const c of model.tags(r)) {
           for (const { owner, m } of matchers) {
             const id = m.match(c);
             if (id === undefined) continue;
@@ -194,8 +218,8 @@ export async function scan(sock: NftConn, o: ScanOptions, generation = sock.gene
   const expired = new Set(missing.filter((id) => o.graceMs <= 0 || o.tracker.missingFor(id, now) >= o.graceMs));
   const pending = missing.filter((id) => !expired.has(id)).map((id) => ({ id, missingForMs: o.tracker.missingFor(id, now) }));
 
-  const byId = new Map<string, Garbage>();
-  const entry = (id: string): Garbage => {
+  const byId = new Map<string, FoundGarbage<R>>();
+  const entry = (id: string): FoundGarbage<R> => {
     let g = byId.get(id);
     const owner = ownerOf.get(id);
     if (!g) byId.set(id, g = { id, ...(owner !== undefined ? { owner } : {}), rules: [], chains: [] });
@@ -204,19 +228,19 @@ export async function scan(sock: NftConn, o: ScanOptions, generation = sock.gene
 
   for (const v of views) {
     // A rule is garbage on its own when every id it is tagged with has expired.
-    const isDeadTagged = (r: Rule) => {
+    const isDeadTagged = (r: R) => {
       const ids = tagged.get(r);
       return ids !== undefined && ids.every((id) => expired.has(id));
     };
-    const isLiveTagged = (r: Rule) => tagged.has(r) && !isDeadTagged(r);
-    const garbageRules = new Set<Rule>();
-    const ruleId = new Map<Rule, string>();
+    const isLiveTagged = (r: R) => tagged.has(r) && !isDeadTagged(r);
+    const garbageRules = new Set<R>();
+    const ruleId = new Map<R, string>();
     for (const list of v.rules.values()) for (const r of list) if (isDeadTagged(r)) { garbageRules.add(r); ruleId.set(r, tagged.get(r)![0]!); }
 
     // References into each chain.
-    const refs = new Map<string, Rule[]>();
+    const refs = new Map<string, R[]>();
     for (const list of v.rules.values()) {
-      for (const r of list) for (const t of jumpTargets(r)) {
+      for (const r of list) for (const t of model.targets(r)) {
         let l = refs.get(t);
         if (!l) refs.set(t, l = []);
         l.push(r);
@@ -228,7 +252,7 @@ export async function scan(sock: NftConn, o: ScanOptions, generation = sock.gene
     for (let changed = true; changed;) {
       changed = false;
       for (const [name, chain] of v.chains) {
-        if (garbageChains.has(name) || chain.hook !== undefined) continue;
+        if (garbageChains.has(name) || chain.base) continue;
         const from = refs.get(name) ?? [];
         if (from.length === 0 || !from.every((r) => garbageRules.has(r))) continue;
         const own = v.rules.get(name) ?? [];
@@ -242,26 +266,49 @@ export async function scan(sock: NftConn, o: ScanOptions, generation = sock.gene
         changed = true;
       }
     }
-
-    // Rendering is for people; a rule it cannot show must not block its collection.
-    const render = (r: Rule) => {
-      try {
-        return renderRule(r, v.family);
-      } catch (e) {
-        return `<unrenderable: ${(e as Error).message}>`;
-      }
-    };
     for (const r of garbageRules) {
-      if (garbageChains.has(r.chain)) continue;
-      if (r.handle === undefined) throw new NfkeeperError(`rule in ${v.family} ${v.table} ${r.chain} has no handle`);
-      entry(ruleId.get(r)!).rules.push({ family: v.family, table: v.table, chain: r.chain, handle: r.handle, text: render(r) });
+      if (!garbageChains.has(r.chain)) entry(ruleId.get(r)!).rules.push({ view: v, rule: r });
     }
-    for (const [name, id] of garbageChains) {
-      entry(id).chains.push({ family: v.family, table: v.table, name, rules: (v.rules.get(name) ?? []).map(render) });
-    }
+    for (const [name, id] of garbageChains) entry(id).chains.push({ view: v, name, rules: v.rules.get(name) ?? [] });
   }
   const garbage = [...byId.values()].sort((a, b) => a.id.localeCompare(b.id));
-  return { generation, garbage, pending, seen };
+  return { garbage, pending, seen };
+}
+
+const NFT_MODEL: GcRuleModel<Rule> = { tags: ruleTags, targets: jumpTargets };
+
+/** Finds what can be collected now. Reads the generation first; the dumps follow it. */
+export async function scan(sock: NftConn, o: ScanOptions, generation = sock.generation()): Promise<ScanResult> {
+  const byTable = new Map<string, ForeignTable[]>();
+  for (const f of o.foreign) {
+    const k = `${f.family} ${f.table}`;
+    byTable.set(k, [...(byTable.get(k) ?? []), f]);
+  }
+  const views: TableView[] = [];
+  for (const owners of byTable.values()) {
+    if (!(await sock.getTable(owners[0]!.family, owners[0]!.table))) continue;
+    views.push(await observe(sock, owners));
+  }
+  const found = findGarbage(views.map((v) => ({
+    ...v, chains: new Map([...v.chains].map(([name, c]) => [name, { base: c.hook !== undefined, use: c.use }])),
+  })), NFT_MODEL, o);
+  // Rendering is for people; a rule it cannot show must not block its collection.
+  const render = (r: Rule) => {
+    try {
+      return renderRule(r, r.family);
+    } catch (e) {
+      return `<unrenderable: ${(e as Error).message}>`;
+    }
+  };
+  const garbage = found.garbage.map((g): Garbage => ({
+    id: g.id, ...(g.owner !== undefined ? { owner: g.owner } : {}),
+    rules: g.rules.map(({ view, rule: r }) => {
+      if (r.handle === undefined) throw new NfkeeperError(`rule in ${view.family} ${view.table} ${r.chain} has no handle`);
+      return { family: view.family, table: view.table, chain: r.chain, handle: r.handle, text: render(r) };
+    }),
+    chains: g.chains.map((c) => ({ family: c.view.family, table: c.view.table, name: c.name, rules: c.rules.map(render) })),
+  }));
+  return { generation, garbage, pending: found.pending, seen: found.seen };
 }
 
 /** One batch: delete the garbage rules by handle, flush every garbage chain, then delete them. */

@@ -13,15 +13,22 @@ import { NftSocket } from '../netlink/socket.js';
 import { GraceTracker, collect, renderGarbage, type CollectResult } from './collect.js';
 import { readLiveSet, type LiveSource } from './live.js';
 import { loadOwners } from '../owners/index.js';
+import { collectLegacy, renderLegacyGarbage } from './legacy.js';
 
 export interface GcOnceOptions {
   netns?: string;
   liveFile?: string;
   grace?: string;
   dryRun?: boolean;
+  /** nftables (default), or iptables-legacy: x_tables through iptables-legacy-save/-restore (src/gc/legacy.ts). */
+  backend?: 'nftables' | 'iptables-legacy';
 }
 
-export interface GcOnceResult extends CollectResult {
+export interface GcOnceResult {
+  garbage: { id: string }[];
+  pending: CollectResult['pending'];
+  collected: boolean;
+  ops: number;
   lines: string[];
   json: unknown;
 }
@@ -46,12 +53,26 @@ export async function gcOnce(config: Config, o: GcOnceOptions): Promise<GcOnceRe
   const stateFile = graceMs > 0 ? gc.state : undefined;
   const tracker = stateFile ? GraceTracker.load(stateFile) : new GraceTracker();
   // Without remembered state a one-shot has just seen the id missing for the first time: 0 ms < grace.
-  const sock = new NftSocket({ netns: o.netns });
-  let r: CollectResult;
-  try {
-    r = await collect(sock, { foreign: gc.foreign, live, graceMs, tracker, dryRun: o.dryRun ?? false });
-  } finally {
-    sock.close();
+  const scan = { foreign: gc.foreign, live, graceMs, tracker, dryRun: o.dryRun ?? false };
+  let r: Pick<GcOnceResult, 'garbage' | 'pending' | 'collected' | 'ops'>;
+  let rendered: string[];
+  let json: Record<string, unknown>;
+  if (o.backend === 'iptables-legacy') {
+    const l = await collectLegacy({ ...scan, netns: o.netns });
+    r = l;
+    rendered = renderLegacyGarbage(l.garbage);
+    json = { backend: 'iptables-legacy', scripts: l.scripts };
+  } else {
+    const sock = new NftSocket({ netns: o.netns });
+    let n: CollectResult;
+    try {
+      n = await collect(sock, scan);
+    } finally {
+      sock.close();
+    }
+    r = n;
+    rendered = renderGarbage(n.garbage);
+    json = { generation: n.generation };
   }
   // A dry run does not start grace clocks either: it changes nothing.
   if (stateFile && !o.dryRun) {
@@ -59,14 +80,14 @@ export async function gcOnce(config: Config, o: GcOnceOptions): Promise<GcOnceRe
     if (r.collected) for (const g of r.garbage) tracker.firstMissing.delete(g.id);
     tracker.save(stateFile);
   }
-  const lines = renderGarbage(r.garbage);
+  const lines = rendered;
   for (const p of r.pending) {
     lines.push(`# id ${p.id}: not live, kept for its grace period (${stateFile ? `missing for ${Math.round(p.missingForMs / 1000)}s` : 'no gc.state file to remember since when; use --grace 0s to collect now'})`);
   }
   if (r.garbage.length === 0) lines.push('no garbage');
-  else if (r.collected) lines.push(`collected ${r.garbage.length} ids in one batch (${r.ops} operations)`);
-  const json = {
-    dryRun: o.dryRun ?? false, collected: r.collected, ops: r.ops, generation: r.generation,
+  else if (r.collected) lines.push(`collected ${r.garbage.length} ids in one ${o.backend === 'iptables-legacy' ? 'iptables-legacy-restore' : 'batch'} (${r.ops} operations)`);
+  json = {
+    dryRun: o.dryRun ?? false, collected: r.collected, ops: r.ops, ...json,
     garbage: r.garbage, pending: r.pending,
   };
   return { ...r, lines, json };

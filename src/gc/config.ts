@@ -35,10 +35,19 @@ const FOREIGN = z.strictObject({
 }).refine((f) => f.owner !== undefined || f.tag !== undefined, 'give an owner (matched as name: "<owner>" id: "<id>") or a tag pattern')
   .refine((f) => f.tag === undefined || !f.tag.includes('<name>') || f.owner !== undefined, 'a tag pattern with <name> needs an owner');
 
+/** A Nomad agent's HTTP API (src/gc/live.ts): the allocations it lists that are not terminal are live. */
+const NOMAD = z.strictObject({
+  address: z.string().regex(/^https?:\/\/[^\s/]+\/?$/, 'an http:// or https:// address with no path, like http://127.0.0.1:4646').default('http://127.0.0.1:4646'),
+  /** A file holding an ACL token (needs read-job in the namespaces listed); NOMAD_TOKEN otherwise. */
+  tokenFile: z.string().min(1).optional(),
+  namespace: z.string().min(1).max(128).regex(/^[A-Za-z0-9_*-]+$/, 'a Nomad namespace, or * for all').default('*'),
+});
+
 const LIVE = z.union([
   z.strictObject({ file: z.string().min(1) }),
   z.strictObject({ command: z.array(z.string().min(1)).min(1) }),
-], { error: 'live is { file: PATH } or { command: [argv...] }' });
+  z.strictObject({ nomad: NOMAD }),
+], { error: 'live is { file: PATH }, { command: [argv...] } or { nomad: { address: URL } }' });
 
 export const GC_SCHEMA = z.strictObject({
   /** The daemon only reports foreign garbage unless this is true. */

@@ -14,7 +14,13 @@ export class LiveSetError extends NfkeeperError {
   override name = 'LiveSetError';
 }
 
-export type LiveSource = { file: string } | { command: string[] };
+export interface NomadSource {
+  address: string;
+  tokenFile?: string;
+  namespace: string;
+}
+
+export type LiveSource = { file: string } | { command: string[] } | { nomad: NomadSource };
 
 /** Parses a live set from JSON text; `from` names the source in errors. */
 export function parseLiveSet(text: string, from: string): Set<string> {
@@ -37,6 +43,7 @@ export function parseLiveSet(text: string, from: string): Set<string> {
 const COMMAND_TIMEOUT_MS = 30_000;
 
 export async function readLiveSet(src: LiveSource): Promise<Set<string>> {
+  if ('nomad' in src) return readNomadAllocations(src.nomad);
   if ('file' in src) {
     let text: string;
     try {
@@ -55,4 +62,60 @@ export async function readLiveSet(src: LiveSource): Promise<Set<string>> {
     });
   });
   return parseLiveSet(stdout, name);
+}
+
+/** Allocations in these client states are over: their networks should be gone. */
+const TERMINAL = new Set(['complete', 'failed', 'lost']);
+const NOMAD_TIMEOUT_MS = 30_000;
+const NOMAD_MAX_BYTES = 256 << 20;
+
+/**
+ * The live allocation ids from a Nomad agent: GET /v1/allocations (all
+ * namespaces by default, task states left out), every allocation whose
+ * ClientStatus is not terminal. Allocations of other nodes are in the set
+ * too; their ids never tag this node's rules, so they change nothing.
+ * An HTTP error, a time-out or a reply that is not a list of allocations is
+ * a LiveSetError, never an empty set.
+ */
+export async function readNomadAllocations(o: NomadSource): Promise<Set<string>> {
+  const url = new URL('/v1/allocations', o.address);
+  url.searchParams.set('namespace', o.namespace);
+  url.searchParams.set('task_states', 'false');
+  const from = `nomad ${url.origin}`;
+  let token = process.env.NOMAD_TOKEN;
+  if (o.tokenFile !== undefined) {
+    try {
+      token = (await readFile(o.tokenFile, 'utf8')).trim();
+    } catch (e) {
+      throw new LiveSetError(`live set ${from}: token file ${o.tokenFile}: cannot read: ${(e as Error).message}`);
+    }
+  }
+  let text: string;
+  try {
+    const res = await fetch(url, { headers: token ? { 'X-Nomad-Token': token } : {}, signal: AbortSignal.timeout(NOMAD_TIMEOUT_MS) });
+    text = await res.text();
+    if (!res.ok) throw new Error(`HTTP ${res.status}${text ? `: ${text.trim().slice(0, 200)}` : ''}${res.status === 403 ? ' (the token needs read-job in the namespaces listed)' : ''}`);
+    if (text.length > NOMAD_MAX_BYTES) throw new Error(`reply larger than ${NOMAD_MAX_BYTES} bytes`);
+  } catch (e) {
+    const cause = (e as { cause?: Error }).cause;
+    throw new LiveSetError(`live set ${from}: GET ${url.pathname} failed: ${(e as Error).message}${cause ? ` (${cause.message})` : ''}`);
+  }
+  let v: unknown;
+  try {
+    v = JSON.parse(text);
+  } catch (e) {
+    throw new LiveSetError(`live set ${from}: not JSON (${(e as Error).message})`);
+  }
+  if (!Array.isArray(v)) throw new LiveSetError(`live set ${from}: /v1/allocations must be a JSON array, not ${v === null ? 'null' : typeof v}`);
+  const out = new Set<string>();
+  v.forEach((a: unknown, i) => {
+    const alloc = a as { ID?: unknown; ClientStatus?: unknown } | null;
+    if (typeof alloc?.ID !== 'string' || !ID_RE.test(alloc.ID)) {
+      throw new LiveSetError(`live set ${from}: allocation ${i} has no valid ID (${ID_RULE})`);
+    }
+    // An unknown or missing status counts as live: only a known terminal state lets rules go.
+    if (typeof alloc.ClientStatus === 'string' && TERMINAL.has(alloc.ClientStatus)) return;
+    out.add(alloc.ID);
+  });
+  return out;
 }
