@@ -6,7 +6,8 @@
  * thread; generation() is a synchronous round trip of a few microseconds.
  */
 import { GenerationMismatchError, NetlinkError, SocketClosedError } from '../errors.js';
-import { Batch, describeOp, validateOp, type Op } from './batch.js';
+import { Batch, describeOp, type Op } from './batch.js';
+import { validateOp } from './validate.js';
 import type { Family } from './expr.js';
 import { loadAddon, type NativeSocket } from './native.js';
 import type { Chain, NftSet, Rule, SetElement, Table } from './objects.js';
