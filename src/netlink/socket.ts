@@ -5,7 +5,7 @@
  * the generation they were computed from. Dumps and commits run off the JS
  * thread; generation() is a synchronous round trip of a few microseconds.
  */
-import { GenerationMismatchError, NetlinkError, SocketClosedError } from '../errors.js';
+import { DumpInterruptedError, GenerationMismatchError, NetlinkError, SocketClosedError } from '../errors.js';
 import { Batch, describeOp, type Op } from './batch.js';
 import { validateOp } from './validate.js';
 import type { Family } from './expr.js';
@@ -31,9 +31,11 @@ export interface CommitOptions {
   expectGeneration?: number;
 }
 
-// A dump interrupted by a concurrent commit (NLM_F_DUMP_INTR) is retried this often.
-const DUMP_RETRIES = 8;
-const EINTR = 4;
+// A dump interrupted by a concurrent commit (NLM_F_DUMP_INTR) is retried this
+// often before DumpInterruptedError. nft retries without bound; a bound keeps
+// a reader from spinning forever against a writer that commits faster than
+// one dump takes, and the keeper's next pass tries again anyway.
+const DUMP_ATTEMPTS = 32;
 const EBADF = 9;
 const ERESTART = 85;
 
@@ -44,6 +46,11 @@ export function open(options: OpenOptions = {}): NftSocket {
 export class NftSocket {
   readonly netns: string | undefined;
   readonly portId: number;
+  /**
+   * Dumps the kernel flagged NLM_F_DUMP_INTR (the ruleset changed while they
+   * ran) on this socket. Each was thrown away and retried; none was returned.
+   */
+  dumpsInterrupted = 0;
   private readonly native: NativeSocket;
 
   constructor(options: OpenOptions = {}) {
@@ -136,11 +143,17 @@ export class NftSocket {
   private async dump<T>(kind: 'table' | 'chain' | 'rule' | 'set' | 'element', family?: Family,
     table?: string, name?: string, single = false): Promise<T[]> {
     this.check(`list ${kind}s`);
-    for (let attempt = 0; ; attempt++) {
+    for (let attempt = 1; ; attempt++) {
       try {
         return await this.native.dump(kind, family, table, name, single) as T[];
       } catch (e) {
-        if (e instanceof NetlinkError && e.errno === EINTR && attempt < DUMP_RETRIES) continue;
+        // Only the addon's mark counts, not any EINTR: a view that mixes two
+        // rulesets is never returned.
+        if (e instanceof NetlinkError && (e as { dumpInterrupted?: boolean }).dumpInterrupted === true) {
+          this.dumpsInterrupted++;
+          if (attempt < DUMP_ATTEMPTS) continue;
+          throw new DumpInterruptedError(`list ${kind}s`, attempt);
+        }
         // Closed while the dump waited for the socket.
         if (e instanceof NetlinkError && e.errno === EBADF && this.native.closed) {
           throw new SocketClosedError(`list ${kind}s`);
