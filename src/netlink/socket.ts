@@ -46,12 +46,8 @@ export function open(options: OpenOptions = {}): NftSocket {
 export class NftSocket {
   readonly netns: string | undefined;
   readonly portId: number;
-  /**
-   * Dumps the kernel flagged NLM_F_DUMP_INTR (the ruleset changed while they
-   * ran) on this socket. Each was thrown away and retried; none was returned.
-   */
-  dumpsInterrupted = 0;
   private readonly native: NativeSocket;
+  private interrupted = 0;
 
   constructor(options: OpenOptions = {}) {
     if (options.netns !== undefined && (typeof options.netns !== 'string' || options.netns === '')) {
@@ -65,6 +61,14 @@ export class NftSocket {
     this.native = new Native(options.netns, limit !== undefined ? { receiveBufferLimit: limit } : undefined);
     this.netns = options.netns;
     this.portId = this.native.portId;
+  }
+
+  /**
+   * Dumps the kernel flagged NLM_F_DUMP_INTR (the ruleset changed while they
+   * ran) on this socket. Each was thrown away and retried; none was returned.
+   */
+  get dumpsInterrupted(): number {
+    return this.interrupted;
   }
 
   get closed(): boolean {
@@ -150,7 +154,7 @@ export class NftSocket {
         // Only the addon's mark counts, not any EINTR: a view that mixes two
         // rulesets is never returned.
         if (e instanceof NetlinkError && (e as { dumpInterrupted?: boolean }).dumpInterrupted === true) {
-          this.dumpsInterrupted++;
+          this.interrupted++;
           if (attempt < DUMP_ATTEMPTS) continue;
           throw new DumpInterruptedError(`list ${kind}s`, attempt);
         }
