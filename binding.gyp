@@ -7,6 +7,7 @@
         "native/common.cc",
         "native/expr_table.cc",
         "native/socket.cc",
+        "native/dump.cc",
         "native/batch.cc",
         "native/encode.cc",
         "native/decode.cc",

@@ -144,23 +144,23 @@ nftnl_expr* BuildTypedExpr(const ExprKind& kind, const Napi::Object& e) {
           break;
         case FieldType::Str: {
           std::string str = StringOf(v, f.js);
-          bool xtName = (kind.name == std::string("match") || kind.name == std::string("target")) &&
-                        std::strcmp(f.js, "name") == 0;
-          if (xtName && str.size() > kMaxXtNameLen) {
-            throw Napi::TypeError::New(e.Env(), std::string("'name' of an xt ") + kind.name +
-                                                    " is at most " + std::to_string(kMaxXtNameLen) + " bytes");
+          // libnftnl would silently truncate (xt names) or the kernel refuse.
+          if (f.max != 0 && str.size() > f.max) {
+            throw Napi::TypeError::New(e.Env(), std::string("'") + f.js + "' of a " + kind.name + " is at most " +
+                                                    std::to_string(f.max) + " bytes");
           }
           nftnl_expr_set_str(x, f.attr, str.c_str());
           break;
         }
         case FieldType::Data: {
-          std::vector<uint8_t> d = HexOfValue(v, f.js, kMaxDataLen);
+          // libnftnl 1.2.4 memcpy()s these into a 64-byte register unchecked.
+          std::vector<uint8_t> d = HexOfValue(v, f.js, f.max != 0 ? f.max : kMaxDataLen);
           nftnl_expr_set(x, f.attr, d.data(), d.size());
           break;
         }
         case FieldType::Blob: {
           // libnftnl keeps this pointer and free()s it with the expression.
-          std::vector<uint8_t> d = HexOfValue(v, f.js);
+          std::vector<uint8_t> d = HexOfValue(v, f.js, f.max != 0 ? f.max : kMaxAttrPayload);
           void* copy = std::malloc(d.size() > 0 ? d.size() : 1);
           if (copy == nullptr) throw Napi::Error::New(e.Env(), "out of memory");
           if (!d.empty()) std::memcpy(copy, d.data(), d.size());

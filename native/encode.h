@@ -16,8 +16,8 @@ struct EncodedBatch {
   std::vector<int32_t> messageOp;
 };
 
-// Encodes `ops` (see `Op` in src/netlink/batch.ts for their shape) with sequence
-// numbers from `seq` on. With `hasGeneration` the BATCH_BEGIN carries
+// Encodes `ops` (the Op type in src/netlink/batch.ts, checked by
+// src/netlink/validate.ts) with sequence numbers from `seq` on. With `hasGeneration` the BATCH_BEGIN carries
 // NFNL_BATCH_GENID so the kernel refuses the batch if the ruleset moved on.
 // Throws a NetlinkError (EINVAL) naming the op index on malformed input.
 void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneration,

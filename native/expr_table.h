@@ -2,8 +2,11 @@
 // libnftnl attribute (NFTNL_EXPR_*, which maps 1:1 to the kernel's NFTA_*
 // attribute of that expression) behind each IR field, and how the value is
 // typed. decode.cc reads expressions through it and encode.cc writes them
-// through it, so the two directions cannot drift apart. Kinds that are not
-// here travel as {kind: "unknown", name, data} with the raw NFTA_EXPR_DATA.
+// through it, so the two directions cannot drift apart. The table is
+// generated (expr_schema.gen.h, `npm run gen:schema`) from EXPR_SCHEMA in
+// src/netlink/expr.ts, which the TypeScript types and validator come from
+// too: adding a kind is one entry there. Kinds that are not in the table
+// travel as {kind: "unknown", name, data} with the raw NFTA_EXPR_DATA.
 #pragma once
 
 #include <cstdint>
@@ -41,14 +44,13 @@ enum class FieldType {
 
 // NFT_DATA_VALUE_MAXLEN
 constexpr size_t kMaxDataLen = 64;
-// XT_EXTENSION_MAXNAMELEN - 1: libnftnl silently truncates longer xt names.
-constexpr size_t kMaxXtNameLen = 28;
 
 struct Field {
   const char* js;    // IR field name
   uint16_t attr;     // NFTNL_EXPR_* attribute
   FieldType type;
   const EnumMap* map;  // only for Enum
+  size_t max;          // Str, Data, Blob: most bytes (0: no bound beyond the type's)
 };
 
 struct ExprKind {

@@ -32,7 +32,8 @@ cc=${cxx/clang++/clang}
 objs=("$out/obj/abi_exit.o")
 for src in "${sources[@]}"; do
   obj="$out/obj/$(basename "$src" .cc).o"
-  if [ ! -f "$obj" ] || [ "$src" -nt "$obj" ] || [ native/common.h -nt "$obj" ] || [ native/event.h -nt "$obj" ] || [ native/attr.h -nt "$obj" ]; then
+  if [ ! -f "$obj" ] || [ "$src" -nt "$obj" ] || [ native/common.h -nt "$obj" ] || [ native/event.h -nt "$obj" ] || [ native/attr.h -nt "$obj" ] \
+    || [ native/expr_table.h -nt "$obj" ] || [ native/expr_schema.gen.h -nt "$obj" ]; then
     "$cxx" "${flags[@]}" -c "$src" -o "$obj"
   fi
   objs+=("$obj")

@@ -72,6 +72,20 @@ export class GenerationRetriesExhaustedError extends NfkeeperError {
   }
 }
 
+/**
+ * Every attempt at a dump was interrupted by a concurrent change to the
+ * ruleset (the kernel flagged it NLM_F_DUMP_INTR), so no consistent view was
+ * read. errno is EINTR.
+ */
+export class DumpInterruptedError extends NetlinkError {
+  override name = 'DumpInterruptedError';
+  readonly attempts: number;
+  constructor(operation: string, attempts: number) {
+    super(`${operation}: interrupted by a concurrent change to the ruleset on all ${attempts} attempts`, 4, operation, -1);
+    this.attempts = attempts;
+  }
+}
+
 /** A method was called on a closed socket or monitor. */
 export class SocketClosedError extends NetlinkError {
   override name = 'SocketClosedError';

@@ -1,7 +1,8 @@
 export * from './errors.js';
 export * from './netlink/expr.js';
 export * from './netlink/objects.js';
-export { Batch, describeOp, validateOp, type Op } from './netlink/batch.js';
+export { Batch, describeOp, type Op } from './netlink/batch.js';
+export { validateOp } from './netlink/validate.js';
 export { NftSocket, open, type OpenOptions, type CommitOptions } from './netlink/socket.js';
 export { Monitor, type MonitorBatch, type MonitorEvent, type MonitorOptions } from './netlink/monitor.js';
 export type { NftConn, NftHost, NftWatch } from './netlink/conn.js';

@@ -5,8 +5,9 @@
  * the generation they were computed from. Dumps and commits run off the JS
  * thread; generation() is a synchronous round trip of a few microseconds.
  */
-import { GenerationMismatchError, NetlinkError, SocketClosedError } from '../errors.js';
-import { Batch, describeOp, validateOp, type Op } from './batch.js';
+import { DumpInterruptedError, GenerationMismatchError, NetlinkError, SocketClosedError } from '../errors.js';
+import { Batch, describeOp, type Op } from './batch.js';
+import { validateOp } from './validate.js';
 import type { Family } from './expr.js';
 import { loadAddon, type NativeSocket } from './native.js';
 import type { Chain, NftSet, Rule, SetElement, Table } from './objects.js';
@@ -28,9 +29,11 @@ export interface OpenOptions {
 
 export type { CommitOptions } from './conn.js';
 
-// A dump interrupted by a concurrent commit (NLM_F_DUMP_INTR) is retried this often.
-const DUMP_RETRIES = 8;
-const EINTR = 4;
+// A dump interrupted by a concurrent commit (NLM_F_DUMP_INTR) is retried this
+// often before DumpInterruptedError. nft retries without bound; a bound keeps
+// a reader from spinning forever against a writer that commits faster than
+// one dump takes, and the keeper's next pass tries again anyway.
+const DUMP_ATTEMPTS = 32;
 const EBADF = 9;
 const ERESTART = 85;
 
@@ -42,6 +45,7 @@ export class NftSocket implements NftConn {
   readonly netns: string | undefined;
   readonly portId: number;
   private readonly native: NativeSocket;
+  private interrupted = 0;
 
   constructor(options: OpenOptions = {}) {
     if (options.netns !== undefined && (typeof options.netns !== 'string' || options.netns === '')) {
@@ -55,6 +59,14 @@ export class NftSocket implements NftConn {
     this.native = new Native(options.netns, limit !== undefined ? { receiveBufferLimit: limit } : undefined);
     this.netns = options.netns;
     this.portId = this.native.portId;
+  }
+
+  /**
+   * Dumps the kernel flagged NLM_F_DUMP_INTR (the ruleset changed while they
+   * ran) on this socket. Each was thrown away and retried; none was returned.
+   */
+  get dumpsInterrupted(): number {
+    return this.interrupted;
   }
 
   get closed(): boolean {
@@ -128,11 +140,17 @@ export class NftSocket implements NftConn {
   private async dump<T>(kind: 'table' | 'chain' | 'rule' | 'set' | 'element', family?: Family,
     table?: string, name?: string, single = false): Promise<T[]> {
     this.check(`list ${kind}s`);
-    for (let attempt = 0; ; attempt++) {
+    for (let attempt = 1; ; attempt++) {
       try {
         return await this.native.dump(kind, family, table, name, single) as T[];
       } catch (e) {
-        if (e instanceof NetlinkError && e.errno === EINTR && attempt < DUMP_RETRIES) continue;
+        // Only the addon's mark counts, not any EINTR: a view that mixes two
+        // rulesets is never returned.
+        if (e instanceof NetlinkError && (e as { dumpInterrupted?: boolean }).dumpInterrupted === true) {
+          this.interrupted++;
+          if (attempt < DUMP_ATTEMPTS) continue;
+          throw new DumpInterruptedError(`list ${kind}s`, attempt);
+        }
         // Closed while the dump waited for the socket.
         if (e instanceof NetlinkError && e.errno === EBADF && this.native.closed) {
           throw new SocketClosedError(`list ${kind}s`);

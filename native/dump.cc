@@ -1,0 +1,289 @@
+#include "dump.h"
+
+#include <sys/socket.h>
+#include <linux/netfilter/nf_tables.h>
+#include <linux/netfilter/nfnetlink.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "decode.h"
+#include "decode_json.h"
+#include "encode.h"
+
+namespace nfk {
+
+namespace {
+
+// Datagrams read on the JS thread before a dump that is still going is
+// handed to a worker. The kernel builds the first chunk inside sendmsg() and
+// each next one inside the recvmsg() that drains the previous, so this bounds
+// the kernel work done on the JS thread to about three skbs of one chain.
+constexpr int kInlineDatagrams = 2;
+
+// One dump request and what came back: shared by the inline path on the JS
+// thread and the worker that finishes a big dump.
+struct DumpState : DumpRequest {
+  explicit DumpState(const DumpRequest& req) : DumpRequest(req) {}
+  bool filterTable = false;
+  uint32_t seq = 0;
+  bool interrupted = false;
+  bool done = false;
+  int err = 0;
+  std::string message;
+  std::vector<uint8_t> messages;
+
+  void Fail(int e, std::string m) {
+    err = e;
+    message = std::move(m);
+    done = true;
+  }
+
+  // Builds and sends the request; false (with err set) on failure.
+  bool Send(NftSocket* sock) {
+    uint16_t type = 0;
+    std::vector<std::pair<uint16_t, std::string>> attrs;
+    switch (kind) {
+      case DumpKind::Table:
+        type = NFT_MSG_GETTABLE;
+        if (single) attrs.push_back({NFTA_TABLE_NAME, table});
+        break;
+      case DumpKind::Chain:
+        type = NFT_MSG_GETCHAIN;
+        if (!table.empty()) attrs.push_back({NFTA_CHAIN_TABLE, table});
+        if (single) attrs.push_back({NFTA_CHAIN_NAME, name});
+        break;
+      case DumpKind::Rule:
+        type = NFT_MSG_GETRULE;
+        // The kernel filters rule dumps by table and chain (nf_tables_dump_rules_start).
+        if (!table.empty()) attrs.push_back({NFTA_RULE_TABLE, table});
+        if (!name.empty()) attrs.push_back({NFTA_RULE_CHAIN, name});
+        break;
+      case DumpKind::Set:
+        type = NFT_MSG_GETSET;
+        if (!table.empty()) attrs.push_back({NFTA_SET_TABLE, table});
+        if (single) attrs.push_back({NFTA_SET_NAME, name});
+        break;
+      case DumpKind::Element:
+        type = NFT_MSG_GETSETELEM;
+        attrs.push_back({NFTA_SET_ELEM_LIST_TABLE, table});
+        attrs.push_back({NFTA_SET_ELEM_LIST_SET, name});
+        break;
+    }
+    // A chain dump ignores NFTA_CHAIN_TABLE in the kernel (checked on 6.18),
+    // so it is filtered here, before decoding, and only this table's chains
+    // are decoded.
+    filterTable = kind == DumpKind::Chain && !single && !table.empty();
+    seq = sock->NextSeq(1);
+    std::vector<uint8_t> req;
+    EncodeRequest(&req, type, family, single ? NLM_F_ACK : NLM_F_DUMP, seq, attrs);
+    if (sock->SendAll(req.data(), req.size()) < 0) {
+      Fail(errno, std::string("send: ") + std::strerror(errno));
+      return false;
+    }
+    return true;
+  }
+
+  // Takes one datagram; sets `done` at NLMSG_DONE, the closing ack or an error.
+  void Feed(const uint8_t* data, ssize_t n) {
+    const nlmsghdr* nlh = reinterpret_cast<const nlmsghdr*>(data);
+    int len = static_cast<int>(n);
+    for (; MessageOk(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
+      if (nlh->nlmsg_seq != seq) continue;  // a straggler from an earlier request
+      // The kernel flags a message, NLMSG_DONE included, when the ruleset's
+      // generation differs from the one the previous chunk was built at
+      // (nl_dump_check_consistent): what came before and after it are two
+      // different rulesets. The rest is still read, so the next request
+      // starts on a clean socket, but kept no more.
+      if (nlh->nlmsg_flags & NLM_F_DUMP_INTR) {
+        interrupted = true;
+        messages.clear();
+      }
+      if (nlh->nlmsg_type == NLMSG_DONE) {
+        done = true;
+        return;
+      }
+      if (nlh->nlmsg_type == NLMSG_ERROR) {
+        const nlmsgerr* e = static_cast<const nlmsgerr*>(mnl_nlmsg_get_payload(nlh));
+        if (e->error == 0) {
+          done = true;  // the ack that ends a single GET
+        } else {
+          Fail(-e->error, std::strerror(-e->error));
+        }
+        return;
+      }
+      if (interrupted || (filterTable && !ChainInTable(nlh))) continue;
+      // The last message of a datagram may lack its alignment padding: copy
+      // no more than was received.
+      const uint8_t* p = reinterpret_cast<const uint8_t*>(nlh);
+      messages.insert(messages.end(), p, p + std::min<size_t>(MNL_ALIGN(nlh->nlmsg_len), static_cast<size_t>(len)));
+    }
+  }
+
+  bool ChainInTable(const nlmsghdr* nlh) const {
+    nlattr* attr;
+    NFK_ATTR_FOR_EACH(attr, nlh, sizeof(nfgenmsg)) {
+      if (mnl_attr_get_type(attr) == NFTA_CHAIN_TABLE) {
+        // Bounded by the attribute: a name without its NUL is compared, not overrun.
+        const char* name = static_cast<const char*>(mnl_attr_get_payload(attr));
+        return table == std::string(name, strnlen(name, mnl_attr_get_payload_len(attr)));
+      }
+    }
+    return false;
+  }
+
+  std::string Describe() const {
+    static const char* names[] = {"list tables", "list chains", "list rules", "list sets", "list set elements"};
+    return names[static_cast<int>(kind)];
+  }
+
+  // Decodes what came back and settles the promise. JS thread only.
+  void Settle(Napi::Env env, Napi::Promise::Deferred& deferred) {
+    if (err != 0) {
+      if (err == ENOENT && single) {
+        deferred.Resolve(Napi::Array::New(env));  // asked for one object: there is none
+      } else {
+        deferred.Reject(MakeNetlinkError(env, Describe() + ": " + message, err, Describe()).Value());
+      }
+      return;
+    }
+    if (interrupted) {
+      // Never a view of the ruleset: `dumpInterrupted` tells it apart from
+      // any other EINTR, and the caller retries (src/netlink/socket.ts).
+      Napi::Error e = MakeNetlinkError(env, Describe() + ": interrupted by a concurrent change (NLM_F_DUMP_INTR)",
+                                       EINTR, Describe());
+      e.Value().Set("dumpInterrupted", true);
+      deferred.Reject(e.Value());
+      return;
+    }
+    try {
+      if (kind == DumpKind::Rule && !objects) {
+        // Rules as JSON text, parsed once by V8 (see decode_json.h).
+        std::string json = "[";
+        const nlmsghdr* nlh = reinterpret_cast<const nlmsghdr*>(messages.data());
+        int len = static_cast<int>(messages.size());
+        for (; MessageOk(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
+          if (json.size() > 1) json.push_back(',');
+          if (!AppendRuleJson(nlh, &json)) {
+            throw MakeNetlinkError(env, "cannot parse rule message: truncated", EBADMSG, "decode rule");
+          }
+        }
+        json.push_back(']');
+        Napi::Object JSON = env.Global().Get("JSON").As<Napi::Object>();
+        deferred.Resolve(JSON.Get("parse").As<Napi::Function>().Call(JSON, {Napi::String::New(env, json)}));
+        return;
+      }
+      Napi::Array out = Napi::Array::New(env);
+      const nlmsghdr* nlh = reinterpret_cast<const nlmsghdr*>(messages.data());
+      int len = static_cast<int>(messages.size());
+      uint32_t i = 0;
+      for (; MessageOk(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
+        switch (kind) {
+          case DumpKind::Table: out.Set(i++, DecodeTable(env, nlh)); break;
+          case DumpKind::Chain: out.Set(i++, DecodeChain(env, nlh)); break;
+          case DumpKind::Rule: out.Set(i++, DecodeRule(env, nlh)); break;
+          case DumpKind::Set: out.Set(i++, DecodeSet(env, nlh)); break;
+          case DumpKind::Element: DecodeSetElems(env, nlh, out); break;
+        }
+      }
+      deferred.Resolve(out);
+    } catch (const Napi::Error& e) {
+      deferred.Reject(e.Value());
+    }
+  }
+};
+
+class DumpWorker : public Napi::AsyncWorker {
+ public:
+  // With `holdsGate` the request is already on the wire (started inline) and
+  // the gate is held on this worker's behalf; it is released when done.
+  DumpWorker(Napi::Env env, NftSocket* sock, Napi::Object self, std::unique_ptr<DumpState> state,
+             Napi::Promise::Deferred deferred, bool holdsGate)
+      : Napi::AsyncWorker(env, "nfkeeper.dump"),
+        deferred_(deferred),
+        sock_(sock),
+        self_(Napi::Persistent(self)),
+        state_(std::move(state)),
+        holdsGate_(holdsGate) {}
+
+  ~DumpWorker() override { ReleaseGate(); }
+
+  void Execute() override {
+    if (!holdsGate_) {
+      sock_->gate().lock();
+      holdsGate_ = true;
+      if (sock_->closed()) {
+        state_->Fail(EBADF, "socket is closed");
+      } else {
+        state_->Send(sock_);
+      }
+    }
+    while (!state_->done) {
+      ssize_t n = sock_->Recv(0);
+      if (n < 0) {
+        state_->Fail(errno, std::string("recv: ") + std::strerror(errno));
+        break;
+      }
+      state_->Feed(sock_->buffer().data(), n);
+    }
+    ReleaseGate();
+  }
+
+  void OnOK() override { state_->Settle(Env(), deferred_); }
+  void OnError(const Napi::Error& e) override { deferred_.Reject(e.Value()); }
+
+ private:
+  void ReleaseGate() {
+    if (holdsGate_) {
+      holdsGate_ = false;
+      sock_->gate().unlock();
+    }
+  }
+
+  Napi::Promise::Deferred deferred_;
+  NftSocket* sock_;
+  Napi::ObjectReference self_;  // keeps the socket alive while we use it
+  std::unique_ptr<DumpState> state_;
+  bool holdsGate_;
+};
+
+}  // namespace
+
+Napi::Promise StartDump(Napi::Env env, NftSocket* sock, Napi::Object self, const DumpRequest& req) {
+  auto st = std::make_unique<DumpState>(req);
+  Napi::Promise::Deferred deferred = Napi::Promise::Deferred::New(env);
+
+  // Inline fast path, only for requests the kernel answers from one object:
+  // a single GET, or the rules or sets of one table (the kernel filters by
+  // table), and only when the socket is free right now. A big answer is
+  // finished by a worker after kInlineDatagrams.
+  bool small = st->single || ((st->kind == DumpKind::Rule || st->kind == DumpKind::Set) && !st->table.empty());
+  bool inlineStarted = false;
+  if (small && sock->gate().try_lock()) {
+    inlineStarted = true;
+    if (st->Send(sock)) {
+      for (int i = 0; i < kInlineDatagrams && !st->done; i++) {
+        ssize_t n = sock->Recv(MSG_DONTWAIT);
+        if (n < 0) {
+          if (errno != EAGAIN && errno != EWOULDBLOCK) st->Fail(errno, std::string("recv: ") + std::strerror(errno));
+          break;
+        }
+        st->Feed(sock->buffer().data(), n);
+      }
+    }
+    if (st->done) {
+      sock->gate().unlock();
+      st->Settle(env, deferred);
+      return deferred.Promise();
+    }
+    // Still going: a worker finishes it, with the gate still held.
+  }
+  auto* w = new DumpWorker(env, sock, self, std::move(st), deferred, inlineStarted);
+  w->Queue();
+  return deferred.Promise();
+}
+
+}  // namespace nfk

@@ -1,0 +1,238 @@
+/**
+ * validateOp: every queued operation is checked before anything is sent, so
+ * a malformed one never reaches the kernel and its error names the op and the
+ * field. Expressions are checked against EXPR_SCHEMA (expr.ts), the same
+ * description the addon's encoder is generated from: the encoder ignores
+ * fields it does not know, so a misspelt field would silently vanish from the
+ * rule; here it is refused instead.
+ */
+import { InvalidOperationError } from '../errors.js';
+import type { Op } from './batch.js';
+import { EXPR_SCHEMA, FAMILY, MAX_BLOB, MAX_DATA, type Expr, type FieldSpec, type KindSpec } from './expr.js';
+import type { SetElement } from './objects.js';
+
+const FAMILIES = new Set<string>(Object.keys(FAMILY.values));
+const VERBS: Record<Op['object'], readonly string[]> = {
+  table: ['add', 'create', 'delete', 'flush'],
+  chain: ['add', 'create', 'delete', 'flush'],
+  rule: ['add', 'insert', 'replace', 'delete'],
+  set: ['add', 'create', 'delete', 'flush'],
+  element: ['add', 'delete'],
+};
+const HEX = /^(?:[0-9a-f]{2})*$/;
+// NFT_USERDATA_MAXLEN
+const MAX_USERDATA = 256;
+// NFT_NAME_MAXLEN is 256 including the terminating NUL.
+const MAX_NAME = 255;
+// NFT_RULE_MAXEXPRS
+const MAX_EXPRS = 128;
+
+// Validation runs for every queued op, so it allocates no closures per call
+// (cheap in V8, but not under esbuild's keep-names wrapping used by tsx).
+function checkName(index: number, field: string, v: unknown, required: boolean): void {
+  if (v === undefined && !required) return;
+  if (typeof v !== 'string' || v.length === 0) throw new InvalidOperationError(index, field, 'must be a non-empty string');
+  if (v.length > MAX_NAME / 4 && Buffer.byteLength(v) > MAX_NAME) {
+    throw new InvalidOperationError(index, field, `longer than ${MAX_NAME} bytes`);
+  }
+  if (v.includes('\0')) throw new InvalidOperationError(index, field, 'contains a NUL byte');
+}
+
+function checkU32(index: number, field: string, v: unknown): void {
+  if (v === undefined) return;
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < 0 || v > 0xffffffff) {
+    throw new InvalidOperationError(index, field, 'must be a u32');
+  }
+}
+
+function checkHandle(index: number, field: string, v: unknown): void {
+  if (v === undefined) return;
+  if (typeof v !== 'number' || !Number.isSafeInteger(v) || v <= 0) {
+    throw new InvalidOperationError(index, field, 'must be a positive integer');
+  }
+}
+
+function checkHex(index: number, field: string, v: unknown, max = MAX_USERDATA): void {
+  if (v === undefined) return;
+  if (typeof v !== 'string' || !HEX.test(v)) throw new InvalidOperationError(index, field, 'must be lowercase hex bytes');
+  if (v.length / 2 > max) throw new InvalidOperationError(index, field, `is ${v.length / 2} bytes, more than ${max}`);
+}
+
+/** Throws InvalidOperationError when `op` cannot be encoded. */
+export function validateOp(op: Op, index: number): void {
+  if (typeof op !== 'object' || op === null) throw new InvalidOperationError(index, 'op', 'must be an object');
+  if (!Object.hasOwn(VERBS, op.object)) {
+    throw new InvalidOperationError(index, 'object', `must be one of ${Object.keys(VERBS).join(', ')}`);
+  }
+  if (!VERBS[op.object].includes(op.verb)) {
+    throw new InvalidOperationError(index, 'verb', `${op.object} takes ${VERBS[op.object].join(', ')}, not '${String(op.verb)}'`);
+  }
+  if (!FAMILIES.has(op.family)) throw new InvalidOperationError(index, 'family', `unknown family '${String(op.family)}'`);
+
+  switch (op.object) {
+    case 'table':
+      checkName(index, 'name', op.name, true);
+      checkU32(index, 'flags', op.flags);
+      checkHandle(index, 'handle', op.handle);
+      checkHex(index, 'userdata', op.userdata);
+      break;
+    case 'chain':
+      checkName(index, 'table', op.table, true);
+      checkName(index, 'name', op.name, true);
+      checkHandle(index, 'handle', op.handle);
+      if (op.hook !== undefined) {
+        if (op.type === undefined) throw new InvalidOperationError(index, 'type', 'a base chain needs a type');
+        if (typeof op.priority !== 'number' || !Number.isInteger(op.priority)) {
+          throw new InvalidOperationError(index, 'priority', 'a base chain needs an integer priority');
+        }
+      }
+      checkHex(index, 'userdata', op.userdata);
+      break;
+    case 'rule':
+      checkName(index, 'table', op.table, true);
+      checkName(index, 'chain', op.chain, true);
+      checkHandle(index, 'handle', op.handle);
+      checkHandle(index, 'position', op.position);
+      checkHex(index, 'userdata', op.userdata);
+      if ((op.verb === 'replace' || op.verb === 'delete') && op.handle === undefined) {
+        throw new InvalidOperationError(index, 'handle', `${op.verb} rule needs the rule's handle`);
+      }
+      if (op.compat !== undefined) {
+        if (typeof op.compat !== 'object' || op.compat === null) {
+          throw new InvalidOperationError(index, 'compat', 'must be { proto, flags? }');
+        }
+        checkU32(index, 'compat.proto', op.compat.proto);
+        checkU32(index, 'compat.flags', op.compat.flags);
+      }
+      if (op.verb !== 'delete') {
+        if (!Array.isArray(op.exprs)) throw new InvalidOperationError(index, 'exprs', 'must be an array of expressions');
+        validateExprs(op.exprs, index);
+      }
+      break;
+    case 'set':
+      checkName(index, 'table', op.table, true);
+      checkName(index, 'name', op.name, true);
+      checkU32(index, 'id', op.id);
+      checkU32(index, 'flags', op.flags);
+      checkHex(index, 'userdata', op.userdata);
+      if (op.verb === 'add' || op.verb === 'create') {
+        checkU32(index, 'keyType', op.keyType);
+        checkU32(index, 'keyLen', op.keyLen);
+        if (op.keyLen === undefined) throw new InvalidOperationError(index, 'keyLen', 'a new set needs a key length');
+      }
+      if (op.elements !== undefined) {
+        if (!Array.isArray(op.elements)) throw new InvalidOperationError(index, 'elements', 'must be an array');
+        for (let i = 0; i < op.elements.length; i++) validateElement(op.elements[i]!, index, `elements[${i}]`);
+      }
+      break;
+    case 'element':
+      checkName(index, 'table', op.table, true);
+      checkName(index, 'set', op.set, true);
+      checkU32(index, 'setId', op.setId);
+      if (!Array.isArray(op.elements)) throw new InvalidOperationError(index, 'elements', 'must be an array');
+      for (let i = 0; i < op.elements.length; i++) validateElement(op.elements[i]!, index, `elements[${i}]`);
+      break;
+  }
+}
+
+const ELEMENT_HEX = ['key', 'keyEnd', 'data', 'userdata'] as const;
+
+function validateElement(e: SetElement, index: number, at: string): void {
+  if (typeof e !== 'object' || e === null) throw new InvalidOperationError(index, at, 'must be an object');
+  for (const k of ELEMENT_HEX) {
+    const v = e[k];
+    if (v !== undefined) checkHex(index, `${at}.${k}`, v, k === 'userdata' ? MAX_USERDATA : MAX_DATA);
+  }
+}
+
+// --- expressions, by the schema ----------------------------------------------------
+
+function intIn(v: unknown, lo: number, hi: number): string | undefined {
+  return typeof v === 'number' && Number.isInteger(v) && v >= lo && v <= hi ? undefined : `must be an integer in ${lo}..${hi}`;
+}
+
+/** Why `v` does not fit field `spec`, or undefined. Exported for the schema's tests. */
+export function checkField(spec: FieldSpec, v: unknown): string | undefined {
+  switch (spec.type) {
+    case 'enum': {
+      // A number passes through: the decoder gives one for a value the schema does not name.
+      if (typeof v === 'number') return intIn(v, -0x80000000, 0xffffffff);
+      const names = spec.enum!.values;
+      return typeof v === 'string' && Object.hasOwn(names, v) ? undefined
+        : `must be one of ${Object.keys(names).join(', ')} (or a number)`;
+    }
+    // NFT_REG32_15 is 23; the kernel refuses the gaps, the encoder's u32 would take any.
+    case 'reg': return intIn(v, 0, 31);
+    case 'u8': return intIn(v, 0, 0xff);
+    case 'u16': return intIn(v, 0, 0xffff);
+    case 'u32': return intIn(v, 0, 0xffffffff);
+    case 'i32': return intIn(v, -0x80000000, 0x7fffffff);
+    case 'u64':
+      return typeof v === 'number' && Number.isSafeInteger(v) && v >= 0 ? undefined : 'must be a non-negative safe integer';
+    case 'str':
+      if (typeof v !== 'string' || v.length === 0) return 'must be a non-empty string';
+      if (v.includes('\0')) return 'contains a NUL byte';
+      return spec.max !== undefined && Buffer.byteLength(v) > spec.max ? `longer than ${spec.max} bytes` : undefined;
+    case 'data':
+    case 'blob': {
+      if (typeof v !== 'string' || !HEX.test(v)) return 'must be lowercase hex bytes';
+      const max = spec.max ?? (spec.type === 'data' ? MAX_DATA : MAX_BLOB);
+      return v.length / 2 > max ? `is ${v.length / 2} bytes, more than ${max}` : undefined;
+    }
+  }
+}
+
+interface CompiledKind {
+  required: [string, FieldSpec][];
+  requiredKeys: Set<string>;
+  fields: Map<string, FieldSpec>;
+  exactlyOne: readonly (readonly [string, string])[];
+  check: KindSpec['check'];
+}
+
+const KINDS = new Map<string, CompiledKind>(Object.entries(EXPR_SCHEMA).map(([kind, s]: [string, KindSpec]) => {
+  const fields = Object.entries(s.fields);
+  const required = fields.filter(([, f]) => !f.optional);
+  return [kind, {
+    required,
+    requiredKeys: new Set(required.map(([k]) => k)),
+    fields: new Map(fields),
+    exactlyOne: s.exactlyOne ?? [],
+    check: s.check,
+  }];
+}));
+
+function validateExprs(exprs: readonly Expr[], index: number): void {
+  if (exprs.length > MAX_EXPRS) throw new InvalidOperationError(index, 'exprs', `a rule holds at most ${MAX_EXPRS} expressions`);
+  for (let i = 0; i < exprs.length; i++) {
+    const e = exprs[i];
+    const spec = typeof e === 'object' && e !== null && typeof e.kind === 'string' ? KINDS.get(e.kind) : undefined;
+    if (spec === undefined) {
+      throw new InvalidOperationError(index, `exprs[${i}].kind`,
+        `unknown expression kind '${String((e as { kind?: unknown } | null)?.kind)}'`);
+    }
+    const kind = e!.kind;
+    const rec = e as unknown as Record<string, unknown>;
+    for (const [k, f] of spec.required) {
+      const v = rec[k];
+      if (v === undefined) throw new InvalidOperationError(index, `exprs[${i}].${k}`, `a ${kind} expression needs '${k}'`);
+      const why = checkField(f, v);
+      if (why) throw new InvalidOperationError(index, `exprs[${i}].${k}`, why);
+    }
+    for (const k in rec) {
+      const v = rec[k];
+      if (k === 'kind' || v === undefined || spec.requiredKeys.has(k)) continue;
+      const f = spec.fields.get(k);
+      if (f === undefined) throw new InvalidOperationError(index, `exprs[${i}].${k}`, `not a field of a ${kind} expression`);
+      const why = checkField(f, v);
+      if (why) throw new InvalidOperationError(index, `exprs[${i}].${k}`, why);
+    }
+    for (const [a, b] of spec.exactlyOne) {
+      if ((rec[a] === undefined) === (rec[b] === undefined)) {
+        throw new InvalidOperationError(index, `exprs[${i}]`, `${kind}: needs exactly one of '${a}' and '${b}'`);
+      }
+    }
+    const why = spec.check?.(rec);
+    if (why) throw new InvalidOperationError(index, `exprs[${i}]`, `${kind}: ${why}`);
+  }
+}
