@@ -226,7 +226,8 @@ export function behaviourSuite(kind: string, makeWorld: () => World): void {
       const again = await keeper();
       expect(conn.generation()).toBe(gen);
       expect(await handles(conn)).toEqual(h);
-      expect((await again.metrics.repairs.get()).values).toEqual([]);
+      // Every cause is exported at 0 from the start (src/metrics.ts); adopting adds to none of them.
+      expect((await again.metrics.repairs.get()).values.filter((v) => v.value !== 0)).toEqual([]);
     });
 
     const tamperings: [string, (h: number[]) => Batch][] = [
