@@ -18,11 +18,13 @@ import type { NftConn, NftHost, NftWatch } from '../netlink/conn.js';
 import { kernelHost } from '../netlink/host.js';
 import type { MonitorBatch } from '../netlink/monitor.js';
 import { DEFAULT_FIGHT, Fight, type FightOptions } from './fight.js';
-import { TableOwnedError, protectionOf, type Drift, type Protection } from './reconcile.js';
+import { DRIFT_KINDS, TableOwnedError, protectionOf, type Drift, type Protection } from './reconcile.js';
 import { Reconciler, type Look } from './reconciler.js';
 import { mergeOwners, type Owner } from '../owners/index.js';
 
 export type Cause = 'startup' | 'event' | 'tick' | 'overflow' | 'reload' | 'owners' | 'manual';
+/** Every cause, for the metrics' zero series; a Record so a new Cause not listed fails the typecheck. */
+const CAUSES: Record<Cause, true> = { startup: true, event: true, tick: true, overflow: true, reload: true, owners: true, manual: true };
 
 export interface KeeperOptions {
   config: Config;
@@ -125,6 +127,8 @@ export class Keeper extends EventEmitter {
     this.maxRetries = options.maxGenerationRetries ?? 20;
     this.log = options.logger ?? pino({ level: 'silent' });
     this.metrics = options.metrics ?? new KeeperMetrics();
+    this.metrics.zeroLabels('repairs', Object.keys(CAUSES));
+    this.metrics.zeroLabels('drift', Object.keys(DRIFT_KINDS));
     this.fight = new Fight({ ...DEFAULT_FIGHT, ...options.fight });
     this.owners = options.owners ?? [];
     this.desired = mergeOwners(this.config.tables, this.config.owners, this.owners);

@@ -17,6 +17,11 @@ import { renderRule, ruleKey, type SetResolver } from '../rules/index.js';
 
 export type DriftKind =
   | 'table-missing' | 'table-retired' | 'table-orphaned' | 'table-unprotected' | 'chain-missing' | 'chain-changed' | 'rules-differ' | 'chain-extra' | 'set-extra';
+/** Every drift kind, for the metrics' zero series; a Record so a new kind not listed fails the typecheck. */
+export const DRIFT_KINDS: Record<DriftKind, true> = {
+  'table-missing': true, 'table-retired': true, 'table-orphaned': true, 'table-unprotected': true, 'chain-missing': true,
+  'chain-changed': true, 'rules-differ': true, 'chain-extra': true, 'set-extra': true,
+};
 
 export interface Drift {
   kind: DriftKind;
