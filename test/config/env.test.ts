@@ -1,13 +1,12 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { loadConfig, parseConfig } from '../../src/config/config.js';
 import { parseEnvFile, substitute } from '../../src/config/env.js';
 import { ConfigError } from '../../src/errors.js';
+import { tempDir } from '../helpers/tmp.js';
 
-const dir = mkdtempSync(join(tmpdir(), 'nfkeeper-env-'));
-afterAll(() => rmSync(dir, { recursive: true, force: true }));
+const dir = tempDir('env');
 
 // What flanneld writes (a host address with the node's prefix in FLANNEL_SUBNET).
 const SUBNET_ENV = 'FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.1.1/24\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=false\n';

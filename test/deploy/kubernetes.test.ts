@@ -7,8 +7,7 @@
  * interfaces, which refuses a misspelt field (`seccompProfle`) anywhere.
  */
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import ts from 'typescript';
 import { describe, expect, it } from 'vitest';
@@ -18,6 +17,7 @@ import { ConfigMap } from 'kubernetes-models/v1/ConfigMap';
 import { PodMonitor } from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/PodMonitor';
 import { loadConfig } from '../../src/config/config.js';
 import { parseListen } from '../../src/keeper/http.js';
+import { tempDir } from '../helpers/tmp.js';
 
 const DIR = 'deploy/kubernetes';
 type Obj = { apiVersion: string; kind: string; metadata: { name: string; namespace?: string }; [k: string]: unknown };
@@ -134,23 +134,19 @@ describe('Kubernetes manifests', () => {
   it('the ConfigMap is one config for every node: each node\'s subnet.env gives its own rules', () => {
     const text: string = cm.data['config.yaml'];
     expect(text).not.toMatch(/10\.244\.\d+\.\d+/);
-    const dir = mkdtempSync(join(tmpdir(), 'nfkeeper-k8s-'));
-    try {
-      const rulesFor = (subnet: string) => {
-        const env = join(dir, 'subnet.env');
-        writeFileSync(env, `FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=${subnet}\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=false\n`);
-        writeFileSync(join(dir, 'config.yaml'), text.replace('/run/flannel/subnet.env', env));
-        return loadConfig(join(dir, 'config.yaml')).tables[0]!.chains[0]!.rules.map((r) => r.text);
-      };
-      expect(rulesFor('10.244.1.1/24')).toEqual([
-        'ip saddr 10.244.0.0/16 ip daddr 10.244.0.0/16 return',
-        'ip saddr 10.244.0.0/16 ip daddr != 224.0.0.0/4 masquerade fully-random',
-        'ip saddr != 10.244.0.0/16 ip daddr 10.244.1.1/24 return',
-        'ip saddr != 10.244.0.0/16 ip daddr 10.244.0.0/16 masquerade fully-random',
-      ]);
-      expect(rulesFor('10.244.2.1/24')[2]).toBe('ip saddr != 10.244.0.0/16 ip daddr 10.244.2.1/24 return');
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
+    const dir = tempDir('k8s');
+    const rulesFor = (subnet: string) => {
+      const env = join(dir, 'subnet.env');
+      writeFileSync(env, `FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=${subnet}\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=false\n`);
+      writeFileSync(join(dir, 'config.yaml'), text.replace('/run/flannel/subnet.env', env));
+      return loadConfig(join(dir, 'config.yaml')).tables[0]!.chains[0]!.rules.map((r) => r.text);
+    };
+    expect(rulesFor('10.244.1.1/24')).toEqual([
+      'ip saddr 10.244.0.0/16 ip daddr 10.244.0.0/16 return',
+      'ip saddr 10.244.0.0/16 ip daddr != 224.0.0.0/4 masquerade fully-random',
+      'ip saddr != 10.244.0.0/16 ip daddr 10.244.1.1/24 return',
+      'ip saddr != 10.244.0.0/16 ip daddr 10.244.0.0/16 masquerade fully-random',
+    ]);
+    expect(rulesFor('10.244.2.1/24')[2]).toBe('ip saddr != 10.244.0.0/16 ip daddr 10.244.2.1/24 return');
   });
 });

@@ -6,13 +6,14 @@
  * subnet.env.
  */
 import { spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
 import { createNetns, type Netns } from '../helpers/netns.js';
-import { chainLines, sleep } from '../keeper/helpers.js';
+import { tempDir } from '../helpers/tmp.js';
+import { sleep } from '../helpers/wait.js';
+import { chainLines } from '../keeper/helpers.js';
 
 const VERSION = (JSON.parse(readFileSync('package.json', 'utf8')) as { version: string }).version;
 
@@ -33,11 +34,10 @@ describe('the ConfigMap config under nfkeeper run', () => {
   let dir: string;
   beforeEach(() => {
     ns = createNetns('node');
-    dir = mkdtempSync(join(tmpdir(), 'nfkeeper-node-'));
+    dir = tempDir('node');
   });
   afterEach(() => {
     ns.remove();
-    rmSync(dir, { recursive: true, force: true });
   });
 
   it('installs this node\'s rules from subnet.env, counters at 0 before any event, and a reload reads subnet.env again', async () => {

@@ -5,20 +5,21 @@
  * stay, a dry run changes nothing, and a live rule added to the dead chain
  * between the save and the restore makes that restore fail and keeps it.
  */
-import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { chmodSync, existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { parseSave, splitSaveLine } from '../../src/gc/legacy.js';
+import { cli } from '../helpers/cli.js';
 import { createNetns, type Netns } from '../helpers/netns.js';
-import { DEAD, DEAD_CHAIN, LIVE, LIVE_CHAIN, NOMAD_RESTORE, cli, file, gcYaml, tag } from './fixtures.js';
+import { tempDir } from '../helpers/tmp.js';
+import { DEAD, DEAD_CHAIN, LIVE, LIVE_CHAIN, NOMAD_RESTORE, file, gcYaml, tag } from './fixtures.js';
 
 /** iptables-legacy-save without the timestamp comments, counters zeroed. */
 const legacySave = (ns: Netns) => ns.exec('iptables-legacy-save', []).split('\n').filter((l) => !l.startsWith('#'))
   .map((l) => l.replace(/\[\d+:\d+\]/g, '[0:0]')).join('\n');
 
 // A PATH entry in front of the real iptables-legacy-restore that logs each run (and can meddle once).
-const shims = mkdtempSync(join(tmpdir(), 'nfk-legacy-'));
+const shims = tempDir('legacy');
 const log = join(shims, 'restore.log');
 const meddle = join(shims, 'meddle');
 writeFileSync(join(shims, 'iptables-legacy-restore'), `#!/bin/sh
@@ -27,7 +28,6 @@ if [ -e ${meddle} ]; then sh ${meddle}; rm -f ${meddle}; fi
 exec /usr/sbin/iptables-legacy-restore "$@"
 `);
 chmodSync(join(shims, 'iptables-legacy-restore'), 0o755);
-afterAll(() => rmSync(shims, { recursive: true, force: true }));
 
 describe('foreign GC on iptables-legacy, the Nomad seed', () => {
   let ns: Netns;

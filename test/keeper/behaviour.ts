@@ -15,6 +15,7 @@ import type { NftConn, NftHost } from '../../src/netlink/conn.js';
 import type { Family } from '../../src/netlink/expr.js';
 import { compileRule, renderRule, setResolver } from '../../src/rules/index.js';
 import { FLANNEL_RULES, FLANNEL_YAML, flannelConfig, nextRepair } from './helpers.js';
+import { sleep } from '../helpers/wait.js';
 
 export interface World {
   host: NftHost;
@@ -49,7 +50,7 @@ async function until(what: string, ok: () => Promise<boolean> | boolean, ms = 10
   const end = Date.now() + ms;
   while (!(await ok())) {
     if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
+    await sleep(10);
   }
 }
 

@@ -13,6 +13,7 @@ import { describe, expect, it } from 'vitest';
 import { DumpInterruptedError, NetlinkError, open, type Op, type Rule } from '../../src/index.js';
 import { loadAddon } from '../../src/netlink/native.js';
 import { ip4, withSocket } from './fixtures.js';
+import { sleep } from '../helpers/wait.js';
 
 const F = 'ip';
 const T = 'race';
@@ -21,7 +22,6 @@ const BIG = 20_000;
 const SANITIZED = process.env.NFK_SANITIZE === '1';
 const RETURNED = 4;
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const stateHex = (i: number) => i.toString(16).padStart(8, '0');
 
 /** State i: (i % 3) + 1 marker rules in `a` and in `z`, each carrying i. */
