@@ -10,7 +10,8 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { parseConfig } from '../../src/config/config.js';
 import { readLiveSet } from '../../src/gc/live.js';
 import { createNetns, type Netns } from '../helpers/netns.js';
-import { DEAD, DEAD_CHAIN, LIVE, LIVE_CHAIN, NOMAD_RESTORE, cli, file, save } from '../gc/fixtures.js';
+import { DEAD, DEAD_CHAIN, LIVE, LIVE_CHAIN, NOMAD_RESTORE, file, save } from '../gc/fixtures.js';
+import { cli } from '../helpers/cli.js';
 
 const JOB = readFileSync('deploy/nomad/nfkeeper.nomad.hcl', 'utf8');
 const template = () => /data = <<EOT\n([\s\S]*?)EOT/.exec(JOB)![1]!;
