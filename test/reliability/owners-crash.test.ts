@@ -1,9 +1,9 @@
 /**
  * kill -9 of the daemon (bin/nfkeeper.js run, a real child process) with
  * owners in flight (issue 16):
- *  - while 1,000 owners are being registered over the control socket, 100
- *    requests at a time: killed once a seeded random number of them has been
- *    acknowledged;
+ *  - while 1,000 owners are being registered over the control socket by 100
+ *    clients at once: killed once a seeded random number of them has been
+ *    acknowledged, with requests still in flight;
  *  - during the owned GC batch: 500 of 1,000 owners were unregistered while
  *    the daemon was down, and the restarted daemon is killed after a seeded
  *    random delay around its start-up pass, which collects them in one batch.
@@ -114,18 +114,27 @@ describe('kill -9 with owners in flight', () => {
           const target = 50 + Math.floor(rnd() * (N - 100));
           const acked = new Set<string>();
           let killed = false;
+          let next = 0;
+          let inFlight = 0;
+          let inFlightAtKill = 0;
           const t0 = performance.now();
-          for (let i = 0; i < N && !killed; i += 100) {
-            await Promise.all(Array.from({ length: 100 }, (_, k) => i + k).map(async (j) => {
+          // 100 clients, each sending its next PUT as soon as the last one is answered, so
+          // requests are always in flight (queued, in the state file, in the kernel) at the kill.
+          await Promise.all(Array.from({ length: 100 }, async () => {
+            while (!killed && next < N) {
+              const j = next++;
+              inFlight++;
               const r = await call(sock, 'PUT', `/v1/owners/${id(j)}`, ownerSpec(j, RULES), 60_000).catch(() => undefined);
+              inFlight--;
               if (r?.status === 201) acked.add(id(j));
               else if (!killed) throw new Error(`PUT ${id(j)} refused before the kill: ${JSON.stringify(r)}`);
               if (!killed && acked.size >= target) {
                 killed = true;
+                inFlightAtKill = inFlight;
                 await kill9(d);
               }
-            }));
-          }
+            }
+          }));
           expect(killed).toBe(true);
           const killedAt = performance.now() - t0;
 
@@ -143,7 +152,8 @@ describe('kill -9 with owners in flight', () => {
           expect([...after].sort()).toEqual([...saved].sort());
           const listed = await call(sock, 'GET', '/v1/owners');
           expect((listed.body as { owners: { id: string }[] }).owners.map((o) => o.id).sort()).toEqual([...saved].sort());
-          console.log(`[owners-crash] run ${run}: killed after ${acked.size} acknowledged PUTs (${killedAt.toFixed(0)} ms); ` +
+          expect(inFlightAtKill).toBeGreaterThan(0);
+          console.log(`[owners-crash] run ${run}: killed after ${acked.size} acknowledged PUTs, ${inFlightAtKill} in flight (${killedAt.toFixed(0)} ms); ` +
             `kernel then held ${inKernel.size} whole owners, state file ${saved.size}; restart: ${after.size} whole owners`);
         } finally {
           await stop(d);
