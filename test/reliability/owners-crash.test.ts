@@ -71,8 +71,15 @@ async function ready(sock: string, d: Child, ms = 120_000): Promise<void> {
 async function kernelOwners(ns: Netns): Promise<Set<string>> {
   const s = open({ netns: ns.path });
   try {
-    const chains = (await s.listChains({ family: 'ip', table: 'nfkeeper' })).map((c) => c.name);
-    const rules = await s.listRules({ family: 'ip', table: 'nfkeeper' });
+    // Two dumps are one view only if no commit came between them (the daemon
+    // may be live while this polls): read again until the generation held.
+    let chains: string[], rules: Awaited<ReturnType<typeof s.listRules>>;
+    for (;;) {
+      const gen = s.generation();
+      chains = (await s.listChains({ family: 'ip', table: 'nfkeeper' })).map((c) => c.name);
+      rules = await s.listRules({ family: 'ip', table: 'nfkeeper' });
+      if (s.generation() === gen) break;
+    }
     const parts = new Map<string, { chain: boolean; chainRules: number; jumps: number }>();
     const of = (o: string) => parts.get(o) ?? parts.set(o, { chain: false, chainRules: 0, jumps: 0 }).get(o)!;
     for (const c of chains) {
