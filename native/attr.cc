@@ -133,6 +133,11 @@ bool SetOkForLibnftnl(const nlmsghdr* nlh) {
          (t.at[NFTA_SET_EXPR] == nullptr || ExprOk(t.at[NFTA_SET_EXPR])) && ExprListOk(t.at[NFTA_SET_EXPRESSIONS]);
 }
 
+// The last element attribute libnftnl 1.2.4 has room for (its own copy of
+// nf_tables.h), whatever headers this is built against.
+constexpr uint16_t kLibnftnlSetElemMax = 11;  // NFTA_SET_ELEM_EXPRESSIONS
+static_assert(NFTA_SET_ELEM_EXPRESSIONS == kLibnftnlSetElemMax, "nf_tables.h numbering");
+
 bool SetElemsOkForLibnftnl(const nlmsghdr* nlh) {
   if (!HasNfgenmsg(nlh)) return false;
   AttrTable t(NFTA_SET_ELEM_LIST_MAX);
@@ -141,6 +146,13 @@ bool SetElemsOkForLibnftnl(const nlmsghdr* nlh) {
   if (ok && t.at[NFTA_SET_ELEM_LIST_ELEMENTS] != nullptr) {
     const nlattr* e;
     NFK_NESTED_FOR_EACH(e, t.at[NFTA_SET_ELEM_LIST_ELEMENTS]) {
+      // libnftnl 1.2.4's element callback bounds the attribute type by
+      // NFTA_SET_MAX (18) but stores it in a table of NFTA_SET_ELEM_MAX + 1
+      // (12) on its caller's stack: types 12-18 overwrite that frame's saved
+      // registers (native/fuzz/corpus/crash-d9d4...). No kernel up to 6.18
+      // sends such a type; if one ever does, the message is refused here.
+      const nlattr* a;
+      NFK_NESTED_FOR_EACH(a, e) ok = ok && mnl_attr_get_type(a) <= kLibnftnlSetElemMax;
       AttrTable el(NFTA_SET_ELEM_MAX);
       mnl_attr_parse_nested(e, CollectAttr, &el);
       ok = ok && NameOk(el.at[NFTA_SET_ELEM_OBJREF]) && VerdictsOk(e) &&

@@ -5,6 +5,10 @@
 #   bash scripts/fuzz.sh [seconds=60] [extra libFuzzer flags...]
 # Prints one line "fuzz: N executions, C crashes in S s" and exits non-zero on
 # a crash, leaving the crashing input under build/fuzz/.
+#   bash scripts/fuzz.sh replay
+# Runs every committed input (native/fuzz/corpus/: the seeds and each crash
+# found so far, kept as a regression input) once, without mutating, and exits
+# non-zero if any of them crashes, leaks or hits undefined behaviour.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
@@ -40,11 +44,28 @@ for src in "${sources[@]}"; do
 done
 "$cxx" -fsanitize=fuzzer,address,undefined "${objs[@]}" $(pkg-config --libs libnftnl libmnl) -o "$out/fuzz_decode"
 
+export ASAN_OPTIONS=suppressions=native/fuzz/asan.supp LSAN_OPTIONS=suppressions=native/fuzz/lsan.supp:fast_unwind_on_malloc=0 \
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+if [ "$seconds" = replay ]; then
+  # Files, not the directory: libFuzzer then runs each one as given (none is
+  # skipped as too long or a duplicate) and stops at the first failure.
+  inputs=(native/fuzz/corpus/*)
+  log="$out/replay.log"
+  if "$out/fuzz_decode" -runs=1 "${inputs[@]}" >"$log" 2>&1; then
+    ran=$(grep -c '^Executed ' "$log" || true)
+    echo "fuzz replay: $ran of ${#inputs[@]} committed inputs, 0 crashes (log $log)"
+    [ "$ran" = "${#inputs[@]}" ] || { echo "fuzz replay: not every input ran" >&2; exit 1; }
+    exit 0
+  fi
+  echo "fuzz replay: $(grep '^Running: ' "$log" | tail -1 | cut -d' ' -f2) failed (log $log)" >&2
+  grep -E "ERROR|SUMMARY|runtime error" "$log" | head -5 >&2
+  exit 1
+fi
+
 cp -n native/fuzz/corpus/* "$out/corpus/" 2>/dev/null || true
 log="$out/last-run.log"
 set +e
-ASAN_OPTIONS=suppressions=native/fuzz/asan.supp LSAN_OPTIONS=suppressions=native/fuzz/lsan.supp:fast_unwind_on_malloc=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  "$out/fuzz_decode" -max_total_time="$seconds" -max_len=65536 \
+"$out/fuzz_decode" -max_total_time="$seconds" -max_len=65536 \
   -artifact_prefix="$out/crashes/" -print_final_stats=1 "$@" "$out/corpus" >"$log" 2>&1
 status=$?
 set -e

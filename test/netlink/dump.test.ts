@@ -9,11 +9,11 @@ import { open, type Expr, type Op } from '../../src/index.js';
 import { withNetns, type Netns } from '../helpers/netns.js';
 import {
   kubeProxyNftRuleCount, kubeProxyRuleCount, loadIptablesForeign, loadNftForeign, matchAddr, OWNED,
-  ownedRules, ownedSetup, withSocket,
+  ownedRules, ownedSetup, scaled, withSocket,
 } from './fixtures.js';
 
 const { family: F, table: T, chain: C } = OWNED;
-const FOREIGN = 10_000;
+const FOREIGN = scaled(10_000);
 
 /** ownedRules() as the kernel reports them back (counters with their counts). */
 function ownedAsDumped(tag = 'a'): Expr[][] {

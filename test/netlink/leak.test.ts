@@ -10,7 +10,7 @@ import { runInNewContext } from 'node:vm';
 import { describe, expect, it } from 'vitest';
 import { open, type NftSocket } from '../../src/index.js';
 import { withNetns } from '../helpers/netns.js';
-import { fdCount, flushAndReplace, loadIptablesForeign, OWNED, ownedSetup, rssBytes } from './fixtures.js';
+import { fdCount, flushAndReplace, loadIptablesForeign, OWNED, ownedSetup, rssBytes, scaled } from './fixtures.js';
 
 setFlagsFromString('--expose-gc');
 const gc = runInNewContext('gc') as () => void;
@@ -20,6 +20,9 @@ const MB = 1024 * 1024;
 // Under scripts/sanitize.sh, AddressSanitizer's quarantine holds freed memory
 // on purpose, so RSS says nothing there; LeakSanitizer counts the leaks instead.
 const SANITIZED = process.env.NFK_SANITIZE === '1';
+// 10,000 in a quick sanitizer run (LeakSanitizer finds a leak on the first
+// call that leaks; the count matters for the RSS bound, which ASan voids).
+const CALLS = scaled(100_000);
 
 /** `calls` calls: 16 of 20 generation(), 2 chain-filtered rule dumps and 1 chain dump, 1 commit (one in ten refused). */
 async function mixedCalls(s: NftSocket, calls: number): Promise<{ gens: number; dumps: number; commits: number; refused: number }> {
@@ -62,30 +65,30 @@ async function settle(): Promise<void> {
 }
 
 describe('leaks', () => {
-  it('100,000 generation/dump/commit calls keep the RSS flat and the fd count constant', async () => {
+  it(`${CALLS.toLocaleString('en')} generation/dump/commit calls keep the RSS flat and the fd count constant`, async () => {
     await withNetns(async (ns) => {
       loadIptablesForeign(ns, 1000);
       const s = open({ netns: ns.path });
       try {
         await s.commit(ownedSetup());
         // Warm-up: JIT, V8 heap growth, the socket's buffers, malloc arenas.
-        await mixedCalls(s, 10_000);
+        await mixedCalls(s, scaled(10_000));
         await settle();
         const fd0 = fdCount();
         const rss0 = rssBytes();
         const gen0 = s.generation();
 
-        const counts = await mixedCalls(s, 100_000);
+        const counts = await mixedCalls(s, CALLS);
         await settle();
         const fd1 = fdCount();
         const rss1 = rssBytes();
         const growth = rss1 - rss0;
-        console.log(`[leak] 100,000 calls (${counts.gens} generation, ${counts.dumps} dumps, ${counts.commits} commits, ` +
+        console.log(`[leak] ${CALLS} calls (${counts.gens} generation, ${counts.dumps} dumps, ${counts.commits} commits, ` +
           `${counts.refused} refused commits): ` +
           `RSS ${(rss0 / MB).toFixed(1)} -> ${(rss1 / MB).toFixed(1)} MiB (${growth >= 0 ? '+' : ''}${(growth / MB).toFixed(1)} MiB), ` +
           `fds ${fd0} -> ${fd1}`);
 
-        expect(counts.gens + counts.dumps + counts.commits + counts.refused).toBe(100_000);
+        expect(counts.gens + counts.dumps + counts.commits + counts.refused).toBe(CALLS);
         expect(s.generation()).toBe(gen0 + counts.commits);
         expect(fd1).toBe(fd0);
         if (!SANITIZED) expect(growth).toBeLessThan(30 * MB);

@@ -1,5 +1,6 @@
 /**
- * A few seconds of the libFuzzer harness (native/fuzz/fuzz_decode.cc) over the
+ * Every committed fuzz input replayed once (the seeds and each crash found so
+ * far), then a few seconds of the libFuzzer harness (native/fuzz/fuzz_decode.cc) over the
  * committed seed corpus: the addon's decoders and the monitor's event filter
  * on mutated kernel messages, under AddressSanitizer, UBSan and LeakSanitizer.
  * `npm run fuzz` runs it for a minute; docs/reliability.md has the figures.
@@ -9,6 +10,16 @@ import { describe, expect, it } from 'vitest';
 
 // scripts/setup.sh installs clang-14; without it scripts/fuzz.sh exits 2 saying so.
 describe('libFuzzer smoke', () => {
+  it('replays every committed input (seeds and regression crashes) without a crash, leak or undefined behaviour', () => {
+    const r = spawnSync('bash', ['scripts/fuzz.sh', 'replay'], { encoding: 'utf8' });
+    console.log(`[fuzz] ${r.stdout.trim()}`);
+    expect(r.status, r.stderr).toBe(0);
+    const m = /fuzz replay: (\d+) of (\d+) committed inputs, 0 crashes/.exec(r.stdout);
+    expect(m).not.toBeNull();
+    expect(Number(m![1])).toBe(Number(m![2]));
+    expect(Number(m![2])).toBeGreaterThan(30);
+  }, 300_000);
+
   it('decodes mutated kernel messages for 5 s without a crash, leak or undefined behaviour', () => {
     const r = spawnSync('bash', ['scripts/fuzz.sh', '5'], { encoding: 'utf8' });
     const line = r.stdout.trim();
