@@ -12,7 +12,7 @@ import { performance } from 'node:perf_hooks';
 import { parseConfig } from '../src/config/config.js';
 import { Keeper, checkOnce } from '../src/keeper/keeper.js';
 import type { FightOptions } from '../src/keeper/fight.js';
-import { PROJECT_ROOT } from '../src/netlink/native.js';
+import { PROJECT_ROOT } from '../src/native.js';
 import { open } from '../src/netlink/socket.js';
 import { ruleHandles } from '../test/helpers/nft.js';
 import { createBenchNetns } from './lib/netns.js';
