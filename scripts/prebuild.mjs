@@ -39,7 +39,7 @@ const key = hash.digest('hex').slice(0, 16);
 const cached = join(root, 'node_modules', '.cache', 'nfkeeper', 'prebuild', `${target}-${libc}-${key}`);
 
 if (!existsSync(join(cached, 'done'))) {
-  const stage = join(root, 'node_modules', '.cache', 'nfkeeper', 'prebuild-stage');
+  const stage = join(root, 'node_modules', '.cache', 'nfkeeper', `prebuild-stage-${process.pid}`);
   rmSync(stage, { recursive: true, force: true });
   mkdirSync(join(stage, 'native'), { recursive: true });
   for (const f of sources) cpSync(join(root, f), join(stage, f));
@@ -49,7 +49,7 @@ if (!existsSync(join(cached, 'done'))) {
   if (existsSync('/usr/include/node/node_api.h')) args.push('--nodedir=/usr');
   run(process.execPath, args, { cwd: stage, stdio: 'inherit', env: { ...process.env, NFKEEPER_PREBUILD: '1', NFKEEPER_LIBC: libc, NFKEEPER_SANITIZE: '' } });
   const built = join(stage, 'build', 'Release', 'nfkeeper.node');
-  const out = `${cached}.tmp`;
+  const out = `${cached}.tmp-${process.pid}`;
   rmSync(out, { recursive: true, force: true });
   mkdirSync(join(out, libc), { recursive: true });
   cpSync(built, join(out, `nfkeeper.${libc}.node`));
@@ -78,6 +78,7 @@ if (!existsSync(join(cached, 'done'))) {
   cpSync(join(root, 'package.json'), join(out, 'done'));
   rmSync(cached, { recursive: true, force: true });
   renameSync(out, cached);
+  rmSync(stage, { recursive: true, force: true });
 } else {
   say(`using the cached build ${basename(cached)}`);
 }
