@@ -43,8 +43,13 @@ const tmp = `${out}.tmp-${process.pid}`;
 rmSync(tmp, { recursive: true, force: true });
 mkdirSync(tmp, { recursive: true });
 const name = run('npm', ['pack', '--silent', '--pack-destination', tmp], { cwd: stage, stdio: ['ignore', 'pipe', 'inherit'] }).trim().split('\n').at(-1);
-rmSync(out, { recursive: true, force: true });
-renameSync(tmp, out);
+try {
+  renameSync(tmp, out);
+} catch (e) {
+  // Another process packed the same files first: theirs is as good.
+  if (!existsSync(join(out, name))) throw e;
+  rmSync(tmp, { recursive: true, force: true });
+}
 // Keep the newest few packages only.
 const old = readdirSync(cacheRoot).filter((d) => /^[0-9a-f]{16}$/.test(d) && d !== key)
   .sort((a, b) => statSync(join(cacheRoot, a)).mtimeMs - statSync(join(cacheRoot, b)).mtimeMs);
