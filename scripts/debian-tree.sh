@@ -3,7 +3,7 @@
 # building it first when missing, from Debian's packages alone (no image
 # registry is needed):
 #   debian-tree.sh minbase   debootstrap --variant=minbase (the container image's base)
-#   debian-tree.sh systemd   minbase + systemd, systemd-sysv, dbus (booted with systemd-nspawn)
+#   debian-tree.sh systemd   minbase + systemd, systemd-sysv, dbus and nftables (booted with systemd-nspawn)
 # The cache (NFKEEPER_CACHE, default /var/cache/nfkeeper-test) is outside the
 # repository and keyed by what goes into the tree, so a second run costs nothing.
 # Needs root (debootstrap, chroot).
@@ -19,7 +19,7 @@ mirror=${mirror:-http://deb.debian.org/debian}
 
 case $kind in
   minbase) extra= ;;
-  systemd) extra="systemd systemd-sysv dbus" ;;
+  systemd) extra="systemd systemd-sysv dbus nftables" ;;
   *) echo "debian-tree.sh: unknown tree '$kind' (minbase or systemd)" >&2; exit 2 ;;
 esac
 key=$(printf '%s\n' 2 "$suite" "$mirror" "$extra" | sha256sum | cut -c1-12)
