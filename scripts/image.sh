@@ -85,6 +85,8 @@ else
   # network would add firewall rules to this machine's own namespace.
   pm build --quiet --network none --build-arg BASE="$base" --label "nfkeeper.package=$pkg_sum $base" \
     -f deploy/container/Dockerfile -t "$image" "$cache/image-context" >/dev/null
+  # The builds this one replaced (dangling, and ours by their label).
+  pm image prune -f --filter label=nfkeeper.package >/dev/null || true
 fi
 size=$(pm image inspect --format '{{.Size}}' "$image")
 echo "image.sh: $image, $((size / 1000000)) MB" >&2
