@@ -101,6 +101,13 @@ describe('the npm package, installed on a node without a compiler or -dev packag
     expect(r.stderr).toMatch(/^nfkeeper: building from source as asked/m);
     expect(r.stderr).toMatch(/apt-get install libnftnl-dev libmnl-dev pkg-config g\+\+/);
     expect(r.status).toBe(1);
+    // A package without a prebuild for this machine (as on arm64 or musl today).
+    const bare = join(dir, 'no-prebuilds');
+    mkdirSync(join(bare, 'scripts'), { recursive: true });
+    writeFileSync(join(bare, 'scripts', 'build-native.mjs'), readFileSync(join(pkgDir, 'scripts', 'build-native.mjs')));
+    const none = spawnSync('node', [join(bare, 'scripts', 'build-native.mjs'), '--if-no-prebuild'], { encoding: 'utf8', env: bareEnv(bin) });
+    expect(none.stderr).toMatch(/^nfkeeper: no prebuilt addon for linux-x64 \(glibc\) in this package; building it from source$/m);
+    expect(none.status).toBe(1);
   });
 });
 
