@@ -3,7 +3,8 @@
 # building it first when missing, from Debian's packages alone (no image
 # registry is needed):
 #   debian-tree.sh minbase   debootstrap --variant=minbase (the container image's base)
-#   debian-tree.sh systemd   minbase + systemd, systemd-sysv, dbus and nftables (booted with systemd-nspawn)
+#   debian-tree.sh systemd   minbase + systemd, systemd-sysv, dbus, nftables and Debian's nodejs (18;
+#                            booted with systemd-nspawn)
 # The cache (NFKEEPER_CACHE, default /var/cache/nfkeeper-test) is outside the
 # repository and keyed by what goes into the tree, so a second run costs nothing.
 # Needs root (debootstrap, chroot).
@@ -19,7 +20,7 @@ mirror=${mirror:-http://deb.debian.org/debian}
 
 case $kind in
   minbase) extra= ;;
-  systemd) extra="systemd systemd-sysv dbus nftables" ;;
+  systemd) extra="systemd systemd-sysv dbus nftables nodejs" ;;
   *) echo "debian-tree.sh: unknown tree '$kind' (minbase or systemd)" >&2; exit 2 ;;
 esac
 key=$(printf '%s\n' 2 "$suite" "$mirror" "$extra" | sha256sum | cut -c1-12)
@@ -50,4 +51,6 @@ fi
 rm -rf "$tree"/var/cache/apt/archives/*.deb "$tree"/var/lib/apt/lists/*
 tar -C "$tree" --numeric-owner -cf "$work/tree.tar" .
 mv "$work/tree.tar" "$out"
+# Older trees of this kind (other keys) are not used any more.
+find "$cache" -maxdepth 1 -name "$suite-$kind-*.tar" ! -path "$out" -delete
 echo "$out"

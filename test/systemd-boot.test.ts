@@ -1,6 +1,6 @@
 /**
  * deploy/systemd/nfkeeper.service, as shipped, under a real systemd: a Debian
- * 12 tree (scripts/debian-tree.sh: debootstrap + systemd + nftables, cached
+ * 12 tree (scripts/debian-tree.sh: debootstrap + systemd + nftables + nodejs, cached
  * under /var/cache/nfkeeper-test) booted with systemd-nspawn in a network
  * namespace of its own, the npm package installed into it (with this
  * machine's node binary: Debian 12's nodejs is 18), then systemctl start,
@@ -146,6 +146,15 @@ describe.skipIf(tools.length > 0)(`the systemd unit under a booted Debian 12${sk
     const all = spawnSync('nsenter', ['-t', String(pid1), '-n', 'nft', 'list', 'tables'], { encoding: 'utf8' }).stdout;
     expect(all).toMatch(/table inet filter/);
     expect(systemctl('show', 'nfkeeper', '-p', 'After', '--value').stdout).toMatch(/\bnftables\.service\b/);
+  });
+
+  it('Debian 12\'s own nodejs (18, what apt install nodejs gives) gets one line saying Node 20 is needed', () => {
+    // A clean environment: this machine's NODE_EXTRA_CA_CERTS names a file the container lacks.
+    const r = inside(['env', '-i', 'PATH=/usr/bin:/bin', '/usr/bin/node', '/usr/local/lib/node_modules/nfkeeper/bin/nfkeeper.js', 'version']);
+    expect(inside(['/usr/bin/node', '--version']).stdout).toMatch(/^v18\./);
+    expect(r.status).toBe(2);
+    expect(r.stdout).toBe('');
+    expect(r.stderr).toMatch(/^nfkeeper: needs Node\.js 20 or newer, this is v18\.\d+\.\d+ \(\/usr\/bin\/node\); Debian 12's nodejs package is 18: install Node from NodeSource or a nodejs\.org tarball \(see README, Install\)\n$/);
   });
 
   it('systemctl stop leaves the rules in the kernel', () => {
