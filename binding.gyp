@@ -27,6 +27,9 @@
       "libraries": ["<!@(pkg-config --libs libnftnl libmnl)"],
       "cflags": ["<!@(pkg-config --cflags libnftnl libmnl)"],
       "conditions": [
+        ["'<!(echo $NFKEEPER_PREBUILD)'=='1'", {
+          "ldflags": ["-Wl,--enable-new-dtags", "-Wl,-rpath,'$$ORIGIN/<!(echo $NFKEEPER_LIBC)'"]
+        }],
         ["'<!(echo $NFKEEPER_SANITIZE)'=='1'", {
           "cflags_cc": ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-O1"],
           "ldflags": ["-fsanitize=address,undefined"]

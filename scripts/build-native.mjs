@@ -15,6 +15,27 @@ function newestSource() {
   return Math.max(...files.map((f) => statSync(f).mtimeMs));
 }
 
+// --if-no-prebuild (the npm install script): a prebuilt addon for this
+// platform, arch and libc that loads here is all an install needs. When none
+// fits (or npm was asked for --build-from-source), say so and build.
+if (process.argv.includes('--if-no-prebuild')) {
+  const libc = process.report.getReport().header.glibcVersionRuntime ? 'glibc' : 'musl';
+  const target = `${process.platform}-${process.arch} (${libc})`;
+  const prebuilt = join(root, 'prebuilds', `${process.platform}-${process.arch}`, `nfkeeper.${libc}.node`);
+  const fromSource = /^(true|1)$/.test(process.env.npm_config_build_from_source ?? '');
+  let why;
+  if (fromSource) {
+    why = 'building from source as asked (--build-from-source)';
+  } else if (!existsSync(prebuilt)) {
+    why = `no prebuilt addon for ${target} in this package; building it from source`;
+  } else {
+    const probe = spawnSync(process.execPath, ['-e', `process.dlopen({ exports: {} }, ${JSON.stringify(prebuilt)})`], { encoding: 'utf8' });
+    if (probe.status === 0) process.exit(0);
+    why = `the prebuilt addon for ${target} does not load here (${(probe.stderr.split('\n').find((l) => /Error:/.test(l)) ?? '').trim()}); building it from source`;
+  }
+  console.error(`nfkeeper: ${why}`);
+}
+
 if (!force && existsSync(addon) && statSync(addon).mtimeMs >= newestSource()) {
   process.exit(0);
 }

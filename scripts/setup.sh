@@ -12,7 +12,10 @@ fi
 
 # clang-14 and libclang-rt-14-dev (libFuzzer and the sanitizer runtimes) are for
 # the fuzz smoke test, test/reliability/fuzz.test.ts (scripts/fuzz.sh).
-packages=(libnftnl-dev libmnl-dev pkg-config nftables iptables iproute2 make g++ python3 clang-14 libclang-rt-14-dev)
+# podman, runc, debootstrap and systemd-container (systemd-nspawn) are for the
+# container image and booted-systemd tests (test/image.test.ts, test/systemd-boot.test.ts).
+packages=(libnftnl-dev libmnl-dev pkg-config nftables iptables iproute2 make g++ python3 clang-14 libclang-rt-14-dev
+  podman runc debootstrap systemd-container)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

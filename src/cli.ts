@@ -18,7 +18,7 @@ import { NftSocket } from './netlink/socket.js';
 import type { Family } from './netlink/expr.js';
 import { parseDuration } from './duration.js';
 import { Notifier } from './systemd.js';
-import { PROJECT_ROOT } from './netlink/native.js';
+import { PROJECT_ROOT } from './native.js';
 import { gcOnce } from './gc/command.js';
 import { GcLoop } from './gc/daemon.js';
 import { DEFAULT_SOCKET } from './owners/config.js';

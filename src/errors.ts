@@ -143,3 +143,21 @@ export class RuleSyntaxError extends NfkeeperError {
     this.expected = expected;
   }
 }
+
+/**
+ * The native addon could not be loaded: which file, and when a shared library
+ * is missing, which one and the package that provides it. One line, no stack.
+ */
+export class AddonLoadError extends NfkeeperError {
+  override name = 'AddonLoadError';
+  /** The addon file that was tried last. */
+  readonly path: string;
+  /** The shared library the dynamic loader could not find, e.g. "libnftnl.so.11". */
+  readonly library?: string;
+
+  constructor(message: string, path: string, library?: string) {
+    super(message);
+    this.path = path;
+    this.library = library;
+  }
+}

@@ -3,7 +3,7 @@
  * is verified in the kernel, WATCHDOG=1 from the loop, STOPPING=1 on the way
  * out. Without $NOTIFY_SOCKET every call is a no-op.
  */
-import { loadAddon } from './netlink/native.js';
+import { loadAddon } from './native.js';
 import { errnoName } from './errors.js';
 
 export class Notifier {

@@ -4,12 +4,14 @@ import { describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
 
 describe('deployment files', () => {
-  it('the Dockerfile is multi-stage on Debian slim and builds the addon', () => {
+  it('the Dockerfile installs the packed package (no compiler) on a maintained Node base, as a non-root user', () => {
     const df = readFileSync('deploy/container/Dockerfile', 'utf8');
-    expect(df.match(/^FROM /gm)).toHaveLength(2);
-    expect(df).toMatch(/bookworm-slim/);
-    expect(df).toMatch(/libnftnl-dev/);
-    expect(df).toMatch(/npm ci/);
+    const base = /^ARG BASE=(\S+)$/m.exec(df)![1]!;
+    // Node 16, 18 and 20 are end-of-life (20 since April 2026); bookworm is in Debian LTS.
+    expect(base).toMatch(/^docker\.io\/library\/node:(2[2-9]|[3-9]\d)-(bookworm|trixie)-slim$/);
+    expect(df).not.toMatch(/g\+\+|libnftnl-dev|build-essential/);
+    expect(df).toMatch(/^USER 65534:65534$/m);
+    expect(df).toMatch(/^ENTRYPOINT \["nfkeeper"\]$/m);
   });
 });
 

@@ -23,7 +23,7 @@ while True:
 describe('systemd', () => {
   it('the unit passes systemd-analyze verify', () => {
     const dir = tempDir('unit');
-    const unit = readFileSync(UNIT, 'utf8').replace('/usr/local/bin/nfkeeper', resolve('bin/nfkeeper.js'));
+    const unit = readFileSync(UNIT, 'utf8').replaceAll('/usr/local/bin/nfkeeper', resolve('bin/nfkeeper.js'));
     writeFileSync(join(dir, 'nfkeeper.service'), unit);
     const r = spawnSync('systemd-analyze', ['verify', join(dir, 'nfkeeper.service')], { encoding: 'utf8' });
     expect(r.stderr.split('\n').filter((l) => l.includes('nfkeeper.service'))).toEqual([]);
@@ -31,6 +31,9 @@ describe('systemd', () => {
     expect(unit).toMatch(/^Type=notify$/m);
     expect(unit).toMatch(/^CapabilityBoundingSet=CAP_NET_ADMIN$/m);
     expect(unit).toMatch(/^Restart=always$/m);
+    expect(unit).toMatch(/^ExecStartPre=\S+ validate --config /m);
+    expect(unit).toMatch(/^After=.*\bnftables\.service\b/m);
+    for (const d of ['SystemCallFilter', 'UMask', 'ProtectProc', 'Documentation']) expect(unit).toMatch(new RegExp(`^${d}=`, 'm'));
   });
 
   it('sends READY=1 only once the ruleset is verified, then WATCHDOG=1 from the loop, STOPPING=1 at the end', async () => {

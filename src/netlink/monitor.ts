@@ -5,7 +5,8 @@
  * changes elsewhere never wakes JavaScript.
  */
 import type { Family } from './expr.js';
-import { loadAddon, type NativeMonitor } from './native.js';
+import type { NativeMonitor } from './native.js';
+import { loadAddon } from '../native.js';
 
 export interface MonitorEvent {
   type: 'newtable' | 'deltable' | 'newchain' | 'delchain' | 'newrule' | 'delrule' | 'newset'

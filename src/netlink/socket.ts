@@ -9,7 +9,8 @@ import { DumpInterruptedError, GenerationMismatchError, NetlinkError, SocketClos
 import { Batch, describeOp, type Op } from './batch.js';
 import { validateOp } from './validate.js';
 import type { Family } from './expr.js';
-import { loadAddon, type NativeSocket } from './native.js';
+import type { NativeSocket } from './native.js';
+import { loadAddon } from '../native.js';
 import type { Chain, NftSet, Rule, SetElement, Table } from './objects.js';
 import type { CommitOptions, NftConn } from './conn.js';
 

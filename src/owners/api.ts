@@ -19,7 +19,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { dirname } from 'node:path';
 import type { Logger } from 'pino';
 import { NfkeeperError } from '../errors.js';
-import { loadAddon } from '../netlink/native.js';
+import { loadAddon } from '../native.js';
 import { OwnerApplyError, type OwnerRegistry } from './registry.js';
 import { OwnerSpecError, validateOwnerId } from './spec.js';
 

@@ -7,7 +7,7 @@ import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { Worker } from 'node:worker_threads';
 import { Monitor, open, type NftSocket } from '../../../src/index.js';
-import { PROJECT_ROOT } from '../../../src/netlink/native.js';
+import { PROJECT_ROOT } from '../../../src/native.js';
 import { sleep } from '../../helpers/wait.js';
 
 const fds = (): number => readdirSync('/proc/self/fd').length;

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Builds the container image localhost/nfkeeper:<version> with podman from
+# Debian's packages and the npm package alone (no image registry):
+#   1. base: debootstrap --variant=minbase bookworm (scripts/debian-tree.sh,
+#      cached), trimmed, plus this machine's node binary (>= 20; NFKEEPER_NODE
+#      picks another), imported with `podman import`;
+#   2. the npm package (scripts/pack.mjs) installed into the build context
+#      with npm, using its prebuilt addon: no compiler anywhere in the image;
+#   3. podman build -f deploy/container/Dockerfile on that base.
+# Prints the image name. Rebuilds only when the package or the base changed
+# (the image carries the package's sha256 as a label).
+#   --context DIR   only prepare the build context (for docker build elsewhere)
+# Needs root, podman, runc and debootstrap (scripts/setup.sh installs them).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+cache=${NFKEEPER_CACHE:-/var/cache/nfkeeper-test}
+mkdir -p "$cache"
+
+# Podman on machines like this one: crun cannot set podman's default ulimits
+# and does not support hybrid cgroups; runc with cgroupfs does.
+if [ -z "${CONTAINERS_CONF:-}" ]; then
+  printf '[containers]\ndefault_ulimits = []\n' > "$cache/containers.conf"
+  export CONTAINERS_CONF=$cache/containers.conf
+fi
+pm() { podman --runtime runc --cgroup-manager=cgroupfs "$@"; }
+
+context_only=
+if [ "${1:-}" = --context ]; then context_only=${2:?--context DIR}; fi
+
+tarball=$(node scripts/pack.mjs)
+version=$(node -p "require('./package.json').version")
+image=localhost/nfkeeper:$version
+pkg_sum=$(sha256sum "$tarball" | cut -c1-16)
+
+node_bin=$(readlink -f "${NFKEEPER_NODE:-$(command -v node)}")
+node_version=$("$node_bin" -p 'process.versions.node')
+if [ "${node_version%%.*}" -lt 20 ]; then
+  echo "image.sh: $node_bin is Node $node_version; the image needs 20 or newer (NFKEEPER_NODE=/path/to/node)" >&2
+  exit 2
+fi
+
+prepare_context() {
+  local ctx=$1
+  rm -rf "$ctx"
+  mkdir -p "$ctx"
+  # The package's own install script finds its prebuilt addon and builds nothing;
+  # fail if it would have (that would mean a compiler and -dev files).
+  log=$(npm install -g --omit=dev --no-audit --no-fund --prefer-offline --foreground-scripts \
+    --prefix "$ctx/nfkeeper" "$tarball" 2>&1) || { echo "$log" >&2; exit 1; }
+  if grep -q 'building it from source' <<<"$log" || [ -e "$ctx/nfkeeper/lib/node_modules/nfkeeper/build" ]; then
+    echo "$log" >&2
+    echo "image.sh: the package's prebuilt addon did not fit; the image would need a compiler" >&2
+    exit 1
+  fi
+  # npm's global layout puts a symlink in bin/; keep it (ENTRYPOINT nfkeeper on PATH).
+}
+
+if [ -n "$context_only" ]; then
+  prepare_context "$context_only"
+  echo "$context_only"
+  exit 0
+fi
+
+command -v podman >/dev/null || { echo "image.sh: podman is not installed (apt-get install podman runc)" >&2; exit 3; }
+minbase=$(bash scripts/debian-tree.sh minbase)
+base_key=$( (basename "$minbase"; sha256sum "$node_bin") | sha256sum | cut -c1-12)
+base=localhost/nfkeeper-base:bookworm-node$node_version-$base_key
+if ! pm image exists "$base"; then
+  echo "image.sh: importing the base $base" >&2
+  tree=$(mktemp -d "$cache/base.XXXXXX")
+  trap 'rm -rf "$tree"' EXIT
+  tar -C "$tree" -xf "$minbase"
+  # What a daemon never reads: documentation, manuals, locales, apt's caches.
+  rm -rf "$tree"/usr/share/{doc,man,info,locale,lintian} "$tree"/var/cache/apt/* "$tree"/var/lib/apt/lists/* "$tree"/var/log/*
+  install -m 0755 "$node_bin" "$tree/usr/local/bin/node"
+  tar -C "$tree" --numeric-owner -c . | pm import - "$base" >/dev/null
+fi
+
+if [ "$(pm image inspect --format '{{index .Labels "nfkeeper.package"}}' "$image" 2>/dev/null)" = "$pkg_sum $base" ]; then
+  echo "image.sh: $image is up to date" >&2
+else
+  prepare_context "$cache/image-context"
+  # --network none: nothing in the build needs one, and podman's default
+  # network would add firewall rules to this machine's own namespace.
+  pm build --quiet --network none --build-arg BASE="$base" --label "nfkeeper.package=$pkg_sum $base" \
+    -f deploy/container/Dockerfile -t "$image" "$cache/image-context" >/dev/null
+  # The builds this one replaced (dangling, and ours by their label).
+  pm image prune -f --filter label=nfkeeper.package >/dev/null || true
+fi
+size=$(pm image inspect --format '{{.Size}}' "$image")
+echo "image.sh: $image, $((size / 1000000)) MB" >&2
+echo "$image"
