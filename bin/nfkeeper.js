@@ -17,5 +17,7 @@ if (major < 20) {
     process.exit(2);
   }
   const { main } = await import(cli.href);
-  process.exitCode = await main(process.argv);
+  // Exit with main's code even if a handle were left open: a process that
+  // neither runs nor exits is the one outcome a supervisor cannot handle.
+  process.exit(await main(process.argv));
 })();

@@ -2,37 +2,35 @@
  * The nfkeeper command line. Exit codes: 0 ok / in sync, 1 drift found,
  * 2 error (bad input, kernel refusal). Output that is data has --json.
  */
-import { readFileSync, watch } from 'node:fs';
-import { basename, dirname } from 'node:path';
+import { readFileSync } from 'node:fs';
 import { Command, CommanderError, Option } from 'commander';
-import pino from 'pino';
-import { anyInterface, loadConfig, namespaceInterfaces, type Config } from './config/config.js';
-import { readTable, tablesToYaml, tableToNft, type ExportedTable, type ExportFormat } from './config/export.js';
+import { anyInterface, loadConfig, namespaceInterfaces } from './config/config.js';
+import type { ExportFormat } from './config/export.js';
 import { ConfigError, NfkeeperError } from './errors.js';
-import { Keeper, checkOnce, cleanup } from './keeper/keeper.js';
-import { KeeperMetrics } from './metrics.js';
-import { parseListen, serveMetrics } from './keeper/http.js';
+import { parseListen } from './keeper/http.js';
 import type { KeeperStatus } from './keeper/keeper.js';
-import { renderDrift } from './keeper/reconcile.js';
-import { NftSocket } from './netlink/socket.js';
 import type { Family } from './netlink/expr.js';
-import { parseDuration } from './duration.js';
-import { Notifier } from './systemd.js';
-import { PROJECT_ROOT } from './native.js';
-import { gcOnce } from './gc/command.js';
-import { GcLoop } from './gc/daemon.js';
+import { parseBoundedDuration } from './duration.js';
+import { parseLogLevel } from './log.js';
 import { DEFAULT_SOCKET } from './owners/config.js';
-import { loadOwners } from './owners/state.js';
-import { OwnerRegistry } from './owners/registry.js';
-import { serveControl } from './owners/api.js';
 import { NoDaemonError, call } from './owners/client.js';
 import { parse as parseYaml } from 'yaml';
-import type { Owner } from './owners/spec.js';
+
+// The modules that reach the kernel (and load the native addon) are imported
+// where a command needs them, so validate, version, --help and the owner
+// client commands run where the addon is missing or cannot load.
+const kernel = () => import('./keeper/keeper.js');
+const netlink = () => import('./netlink/socket.js');
+
+/** --interval bounds: faster than 10ms is a busy loop; slower than 1h leaves drift unseen (events aside) for too long. */
+export const INTERVAL_MIN_MS = 10;
+export const INTERVAL_MAX_MS = 3_600_000;
 
 export const EXIT = { OK: 0, DRIFT: 1, ERROR: 2 } as const;
 
 function version(): string {
-  return (JSON.parse(readFileSync(`${PROJECT_ROOT}/package.json`, 'utf8')) as { version: string }).version;
+  // One level up from src/ (tsx) and from dist/ (the build) alike.
+  return (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version;
 }
 
 type Out = { out: (s: string) => void; err: (s: string) => void };
@@ -53,14 +51,25 @@ export async function main(argv: string[], io: Out = {
 
   program.command('version').description('print the version').action(() => io.out(version()));
 
-  program.command('validate').description('check a config file; exit 0 or a clear error with its position')
-    .addOption(configOpt()).option('--json', 'print a JSON summary')
+  program.command('validate').description('check a config file; exit 0, or 2 with every error as file:line:column: error: message')
+    .addOption(configOpt()).option('--json', 'print the result as JSON: { ok, tables } or { ok: false, errors: [{ file, line, column, severity, message }] }')
     .action((o: { config: string; json?: boolean }) => {
-      const config = loadConfig(o.config, { interfaces: anyInterface() });
+      let config;
+      try {
+        config = loadConfig(o.config, { interfaces: anyInterface() });
+      } catch (e) {
+        if (!(e instanceof ConfigError)) throw e;
+        // Editor and CI annotators parse these lines: no "nfkeeper: " prefix, one line per error.
+        const errors = e.all.map((x) => ({ file: x.file, line: x.line, column: x.column, severity: 'error', message: x.reason }));
+        if (o.json) io.out(JSON.stringify({ ok: false, errors }));
+        else for (const x of errors) io.err(`${x.file}:${x.line}:${x.column}: ${x.severity}: ${oneLine(x.message)}`);
+        code = EXIT.ERROR;
+        return;
+      }
       const summary = config.tables.map((t) => ({
         table: `${t.family} ${t.name}`, chains: t.chains.map((c) => ({ name: c.name, rules: c.rules.length })),
       }));
-      io.out(o.json ? JSON.stringify({ ok: true, tables: summary }) : `${o.config}: ok (${config.tables.length} tables)`);
+      io.out(o.json ? JSON.stringify({ ok: true, errors: [], tables: summary }) : `${o.config}: ok (${config.tables.length} tables)`);
     });
 
   program.command('check').description('print the drift between the config and the kernel as nft text')
@@ -81,9 +90,10 @@ export async function main(argv: string[], io: Out = {
     .addOption(new Option('--format <format>', 'nft or yaml').choices(['nft', 'yaml']).default('nft'))
     .action(async (o: { table: string[]; netns?: string; format: ExportFormat }) => {
       if (o.table.length % 2 !== 0) throw new NfkeeperError('--table takes FAMILY NAME pairs, e.g. --table ip nat');
-      const sock = new NftSocket({ netns: o.netns });
+      const { readTable, tablesToYaml, tableToNft } = await import('./config/export.js');
+      const sock = new (await netlink()).NftSocket({ netns: o.netns });
       try {
-        const tables: ExportedTable[] = [];
+        const tables: import('./config/export.js').ExportedTable[] = [];
         for (let i = 0; i < o.table.length; i += 2) {
           const family = o.table[i]!;
           if (!['ip', 'ip6', 'inet'].includes(family)) throw new NfkeeperError(`--table: family '${family}' is not one of ip, ip6, inet`);
@@ -106,7 +116,8 @@ export async function main(argv: string[], io: Out = {
     .addOption(configOpt()).addOption(netnsOpt()).option('--json', 'print what was removed as JSON')
     .action(async (o: { config: string; netns?: string; json?: boolean }) => {
       const config = loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns) });
-      const sock = new NftSocket({ netns: o.netns });
+      const { cleanup } = await kernel();
+      const sock = new (await netlink()).NftSocket({ netns: o.netns });
       try {
         const removed = await cleanup(sock, config);
         io.out(o.json ? JSON.stringify({ removed }) : removed.length ? removed.map((t) => `removed table ${t}`).join('\n') : 'nothing to remove');
@@ -117,15 +128,21 @@ export async function main(argv: string[], io: Out = {
 
   program.command('run').description('keep the config installed until SIGTERM or SIGINT (rules stay in place)')
     .addOption(configOpt()).addOption(netnsOpt())
-    .option('--interval <duration>', 'generation check period', '1s')
+    .option('--interval <duration>', 'generation check period, 10ms to 1h (Go-style: 500ms, 1m30s)', '1s')
     .option('--metrics <host:port>', 'serve /metrics, /healthz, /readyz', '127.0.0.1:9469')
     .option('--no-metrics', 'do not serve metrics')
     .option('--no-events', 'poll only; ignore change notifications')
-    .option('--log-level <level>', 'pino level', 'info')
+    .option('--log-level <level>', 'fatal, error, warn, info, debug, trace or silent', 'info')
     .option('--socket <path>', `serve the control API here (default: owners.socket, ${DEFAULT_SOCKET}, when owners are configured)`)
     .addOption(new Option('--socket-mode <octal>', 'test only: the control socket\'s mode').hideHelp())
+    .addOption(new Option('--max-owners <n>', 'test only: owners at most (default 10000)').hideHelp())
+    .addOption(new Option('--max-connections <n>', 'test only: control socket connections at most (default 1024)').hideHelp())
+    .addOption(new Option('--netns-check <duration>', 'test only: how often the --netns path is checked (default: the interval, at most 2s)').hideHelp())
     .action(async (o: RunOptions) => {
-      code = await run(o);
+      // Every flag is checked before anything is opened, bound or read.
+      const d = runOptions(o);
+      const { runDaemon } = await import('./daemon.js');
+      code = await runDaemon(d);
     });
 
   program.command('status').description("show the running daemon's view: tables, owners, protection, last repair, fight")
@@ -225,6 +242,7 @@ export async function main(argv: string[], io: Out = {
       .choices(['nftables', 'iptables-legacy']).default('nftables'))
     .option('--json', 'print the result as JSON')
     .action(async (o: { config: string; netns?: string; liveFile?: string; grace?: string; dryRun?: boolean; json?: boolean; backend: 'nftables' | 'iptables-legacy' }) => {
+      const { gcOnce } = await import('./gc/command.js');
       const r = await gcOnce(loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns) }), o);
       io.out(o.json ? JSON.stringify(r.json) : r.lines.join('\n'));
       code = o.dryRun && r.garbage.length > 0 ? EXIT.DRIFT : EXIT.OK;
@@ -243,7 +261,7 @@ export async function main(argv: string[], io: Out = {
     if (e instanceof CommanderError) {
       return e.exitCode === 0 ? EXIT.OK : EXIT.ERROR;
     }
-    io.err(`nfkeeper: ${e instanceof NfkeeperError ? e.message : (e as Error).stack ?? String(e)}`);
+    io.err(`nfkeeper: ${describe(e)}`);
     return EXIT.ERROR;
   }
   return code;
@@ -268,8 +286,9 @@ function errorText(r: { status: number; body: unknown }): string {
 async function oneShot(o: { config: string; netns?: string; json?: boolean }, apply: boolean, io: Out): Promise<number> {
   const config = loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns) });
   // Registered owners are desired state too; a corrupt state file stops here, before the kernel.
-  const owners = config.owners ? loadOwners(config) : [];
-  const sock = new NftSocket({ netns: o.netns });
+  const owners = config.owners ? (await import('./owners/state.js')).loadOwners(config) : [];
+  const { checkOnce, renderDrift } = { ...await kernel(), ...await import('./keeper/reconcile.js') };
+  const sock = new (await netlink()).NftSocket({ netns: o.netns });
   try {
     const { drift, ops, protectUnsupported } = await checkOnce(sock, config, apply, owners);
     if (protectUnsupported) io.err('nfkeeper: this kernel does not support owned persistent tables; applied without protect mode');
@@ -292,123 +311,45 @@ async function oneShot(o: { config: string; netns?: string; json?: boolean }, ap
 
 interface RunOptions {
   config: string; netns?: string; interval: string; metrics: string | false; events: boolean; logLevel: string;
-  socket?: string; socketMode?: string;
+  socket?: string; socketMode?: string; maxOwners?: string; maxConnections?: string; netnsCheck?: string;
 }
 
-async function run(o: RunOptions): Promise<number> {
-  const log = pino({ level: o.logLevel, base: { pid: process.pid } });
-  const config = loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns) });
-  // The owners come before the first pass: starting without them would collect their rules.
-  // A state file that cannot be read stops start-up here, before the kernel is touched.
-  const owners: Owner[] = config.owners ? loadOwners(config) : [];
-  const socketPath = o.socket ?? config.owners?.socket;
-  const socketMode = o.socketMode !== undefined ? parseInt(o.socketMode, 8) : undefined;
-  if (socketMode !== undefined && !(socketMode >= 0 && socketMode <= 0o777)) throw new NfkeeperError(`--socket-mode: '${o.socketMode}' is not an octal mode`);
-  const metrics = new KeeperMetrics(true, { version: version() });
-  const keeper = new Keeper({ config, netns: o.netns, intervalMs: parseDuration(o.interval), events: o.events, logger: log, metrics, owners });
-  keeper.on('error', () => undefined);  // logged by the keeper; the loop carries on
-  await keeper.start();
-  const registry = config.owners ? new OwnerRegistry(config, owners, (next) => keeper.setOwners(next)) : undefined;
-  // Foreign GC: report-only unless gc.enabled (docs/gc.md). Registered owners count as live ids.
-  const gcLoop = config.gc && config.gc.foreign.length > 0 && (config.gc.live || registry)
-    ? new GcLoop({ gc: config.gc, netns: o.netns, logger: log, metrics, liveIds: registry && (() => registry.list().map((x) => x.id)) })
-    : undefined;
-  gcLoop?.start();
-  const server = o.metrics ? await serveMetrics(keeper, o.metrics) : undefined;
-  const control = socketPath ? await serveControl({
-    path: socketPath, registry, logger: log, mode: socketMode,
-    status: async () => ({
-      ...keeper.status(),
-      ...(config.owners && registry ? {
-        owners: { registered: registry.size, table: `${config.owners.family} ${config.owners.table}`, dispatch: config.owners.dispatch },
-        ownedGc: {
-          found: await counterByKind(metrics.ownedGcFound),
-          collected: await counterByKind(metrics.ownedGcCollected),
-        },
-      } : {}),
-    }),
-  }) : undefined;
-  log.info({ tables: config.tables.map((t) => `${t.family} ${t.name}`), metrics: o.metrics || null, socket: socketPath ?? null,
-    owners: registry ? registry.size : null }, 'nfkeeper running');
-  const systemd = new Notifier();
-  systemd.notify(`READY=1\nSTATUS=verified ${config.tables.length} tables\nMAINPID=${process.pid}`);
-  // The watchdog is fed from the loop itself, so a stalled loop stops feeding it.
-  let lastFed = 0;
-  if (systemd.watchdogMs !== undefined) {
-    const every = systemd.watchdogMs;
-    keeper.on('tick', () => {
-      const now = Date.now();
-      if (now - lastFed >= every / 2) {
-        lastFed = now;
-        systemd.notify('WATCHDOG=1');
-      }
-    });
-    if (every < parseDuration(o.interval)) {
-      log.warn({ watchdogMs: every * 2, intervalMs: parseDuration(o.interval) }, 'WatchdogSec is shorter than the check interval');
-    }
+/** The run flags, checked and converted; each refusal names the flag and what it takes. */
+function runOptions(o: RunOptions): import('./daemon.js').DaemonOptions {
+  const intervalMs = parseBoundedDuration('--interval', o.interval, INTERVAL_MIN_MS, INTERVAL_MAX_MS);
+  const logLevel = parseLogLevel(o.logLevel);
+  if (o.metrics !== false) parseListen(o.metrics);
+  if (o.netns !== undefined && o.netns === '') throw new NfkeeperError('--netns: empty path');
+  let socketMode: number | undefined;
+  if (o.socketMode !== undefined) {
+    socketMode = /^[0-7]{1,4}$/.test(o.socketMode) ? parseInt(o.socketMode, 8) : NaN;
+    if (!(socketMode >= 0 && socketMode <= 0o777)) throw new NfkeeperError(`--socket-mode: '${o.socketMode}' is not an octal mode`);
   }
-
-  const reload = (why: string) => {
-    let next: Config;
-    try {
-      next = loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns) });
-    } catch (e) {
-      metrics.reloadFailed.set(1);
-      log.error({ err: e instanceof ConfigError ? e.message : e, why }, 'config reload rejected; keeping the old one');
-      return;
-    }
-    try {
-      registry?.checkConfig(next);
-      if (!registry && next.owners) throw new NfkeeperError('an owners section was added; that takes a restart (the reload was rejected)');
-    } catch (e) {
-      metrics.reloadFailed.set(1);
-      log.error({ err: (e as Error).message, why }, 'config reload rejected; keeping the old one');
-      return;
-    }
-    gcLoop?.setConfig(next.gc);
-    keeper.setConfig(next).then(() => log.info({ why }, 'config reloaded'), () => undefined /* logged by the keeper */);
+  const count = (flag: string, v: string | undefined) => {
+    if (v === undefined) return undefined;
+    if (!/^\d+$/.test(v) || Number(v) < 1) throw new NfkeeperError(`${flag}: '${v}' is not a positive whole number`);
+    return Number(v);
   };
-  process.on('SIGHUP', () => reload('SIGHUP'));
-  // Watch the directory, not the file: editors replace files and a Kubernetes
-  // ConfigMap swaps a symlink, and both would orphan a watch on the file itself.
-  let lastText = readFileSync(o.config, 'utf8');
-  let debounce: NodeJS.Timeout | undefined;
-  const watcher = watch(dirname(o.config), (_event, name) => {
-    if (name && name !== basename(o.config) && !String(name).startsWith('..')) return;
-    clearTimeout(debounce);
-    debounce = setTimeout(() => {
-      let text: string;
-      try {
-        text = readFileSync(o.config, 'utf8');
-      } catch {
-        return;  // mid-swap; the next event will tell
-      }
-      if (text === lastText) return;
-      lastText = text;
-      reload('file changed');
-    }, 200);
-  });
-
-  await new Promise<void>((resolve) => {
-    const stop = (sig: string) => {
-      log.info({ signal: sig }, 'stopping; rules stay in place');
-      resolve();
-    };
-    process.once('SIGTERM', () => stop('SIGTERM'));
-    process.once('SIGINT', () => stop('SIGINT'));
-  });
-  systemd.notify('STOPPING=1');
-  watcher.close();
-  clearTimeout(debounce);
-  server?.close();
-  await control?.close();
-  await gcLoop?.stop();
-  await keeper.stop();
-  return EXIT.OK;
+  return {
+    version: version(), config: o.config, netns: o.netns, intervalMs, metrics: o.metrics === false ? undefined : o.metrics, events: o.events, logLevel,
+    socket: o.socket, socketMode, maxOwners: count('--max-owners', o.maxOwners), maxConnections: count('--max-connections', o.maxConnections),
+    netnsCheckMs: o.netnsCheck === undefined ? undefined : parseBoundedDuration('--netns-check', o.netnsCheck, 10, INTERVAL_MAX_MS),
+  };
 }
 
-async function counterByKind(c: KeeperMetrics['ownedGcFound']): Promise<Record<string, number>> {
-  const out: Record<string, number> = {};
-  for (const v of (await c.get()).values) out[String(v.labels.kind)] = v.value;
-  return out;
+/**
+ * One line for an error: our own errors are written for users; a config error
+ * with more behind it says how many; anything else is a bug, so its stack is kept.
+ */
+function describe(e: unknown): string {
+  if (e instanceof ConfigError) {
+    return oneLine(e.message) + (e.all.length > 1 ? ` (and ${e.all.length - 1} more; 'nfkeeper validate' lists them all)` : '');
+  }
+  if (e instanceof NfkeeperError) return e.message;
+  return (e as Error).stack ?? String(e);
+}
+
+/** A rule syntax error carries the rule and a caret on lines of their own; error lines keep to one (the position says where). */
+function oneLine(message: string): string {
+  return message.split('\n')[0]!;
 }

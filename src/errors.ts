@@ -86,6 +86,25 @@ export class DumpInterruptedError extends NetlinkError {
   }
 }
 
+/**
+ * The kernel said EPERM: this process lacks a privilege. The message names it
+ * (root, or CAP_NET_ADMIN for nftables and CAP_SYS_ADMIN to enter another
+ * network namespace) instead of a bare "Operation not permitted".
+ */
+export class PrivilegeError extends NetlinkError {
+  override name = 'PrivilegeError';
+  constructor(operation: string, what: string) {
+    super(`${what}: permission denied; ${PrivilegeError.needed(operation)}`, 1, operation, -1);
+  }
+  static needed(operation: string): string {
+    const uid = process.geteuid?.();
+    const who = uid === undefined || uid === 0 ? 'this process' : `uid ${uid}`;
+    return operation === 'open'
+      ? `${who} may not enter that network namespace: run nfkeeper as root, or with CAP_SYS_ADMIN and CAP_NET_ADMIN`
+      : `${who} may not use nftables: run nfkeeper as root, or with CAP_NET_ADMIN (in the target namespace)`;
+  }
+}
+
 /** A method was called on a closed socket or monitor. */
 export class SocketClosedError extends NetlinkError {
   override name = 'SocketClosedError';
@@ -113,6 +132,8 @@ export class ConfigError extends NfkeeperError {
   readonly line: number;
   readonly column: number;
   readonly reason: string;
+  /** Every error found in the file, this one first (the loader checks all rules and chains before it throws). */
+  all: ConfigError[] = [this];
   constructor(file: string, line: number, column: number, reason: string) {
     super(`${file}:${line}:${column}: ${reason}`);
     this.file = file;

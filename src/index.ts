@@ -1,17 +1,14 @@
+/** The library: each folder's public API (its index.ts), plus errors, metrics and durations. */
 export * from './errors.js';
-export * from './netlink/expr.js';
-export * from './netlink/objects.js';
-export { Batch, describeOp, type Op } from './netlink/batch.js';
-export { validateOp } from './netlink/validate.js';
-export { NftSocket, open, type OpenOptions, type CommitOptions } from './netlink/socket.js';
-export { Monitor, type MonitorBatch, type MonitorEvent, type MonitorOptions } from './netlink/monitor.js';
-export type { NftConn, NftHost, NftWatch } from './netlink/conn.js';
-export { kernelHost } from './netlink/host.js';
-export { commitGuarded, type GuardOptions, type GuardedOutcome, type GuardedStep } from './netlink/guard.js';
+export * from './netlink/index.js';
 export { compileRule, renderRule, ruleKey, rulesEqual, commentOf, commentUserdata, decodeXtComment, xtComments,
   type CompiledRule, type CompileContext, type SetResolver } from './rules/index.js';
-export { loadConfig, parseConfig, type Config, type TableConfig, type ChainConfig } from './config/config.js';
-export { Keeper, cleanup, checkOnce, type CheckResult, type KeeperOptions, type PassOutcome, type RepairReport, type KeeperStatus } from './keeper/keeper.js';
-export { Reconciler, type Look, type PassInput, type PassResult } from './keeper/reconciler.js';
+export { loadConfig, parseConfig, parseNftConfig, MAX_CONFIG_BYTES, MAX_CONFIG_RULES, type Config, type TableConfig, type ChainConfig } from './config/index.js';
+export {
+  Keeper, cleanup, checkOnce, Reconciler, TableOwnedError, type CheckResult, type KeeperOptions, type Look, type PassInput,
+  type PassOutcome, type PassResult, type RepairReport, type KeeperStatus,
+} from './keeper/index.js';
 export { KeeperMetrics } from './metrics.js';
-export { TableOwnedError } from './keeper/reconcile.js';
+export * from './owners/index.js';
+export * from './gc/index.js';
+export { parseDuration, DurationError } from './duration.js';

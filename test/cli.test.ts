@@ -22,7 +22,7 @@ describe('nfkeeper CLI', () => {
     expect((await cli('validate', '--config', good)).code).toBe(0);
     const r = await cli('validate', '--config', bad);
     expect(r.code).toBe(2);
-    expect(r.err).toMatch(/bad\.yaml:\d+:\d+: rule 2 of chain postrouting/);
+    expect(r.err).toMatch(/bad\.yaml:\d+:\d+: error: rule 2 of chain postrouting/);
   });
 
   it('check: 1 and nft text on drift, apply repairs, then check says 0', async () => {

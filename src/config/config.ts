@@ -4,7 +4,7 @@
  * every rule is compiled here, so a config that loads is one the kernel
  * will accept (modulo the kernel's own refusals, which leave it unchanged).
  */
-import { readFileSync } from 'node:fs';
+import { readFileSync, statSync } from 'node:fs';
 import { LineCounter, parseDocument, isNode, isScalar, visit, type Document, type Scalar } from 'yaml';
 import { z } from 'zod';
 import { ConfigError, NfkeeperError } from '../errors.js';
@@ -106,15 +106,40 @@ export interface LoadOptions {
   environment?: Readonly<Record<string, string | undefined>>;
 }
 
-/** Reads and validates a config file: nft's own syntax if it ends in .nft, else YAML. Throws ConfigError. */
+/** A config file larger than this is refused before it is parsed. */
+export const MAX_CONFIG_BYTES = 32 << 20;
+/** Rules in one config at most (the bench's largest is 100,000). */
+export const MAX_CONFIG_RULES = 250_000;
+
+/**
+ * Reads and validates a config file: nft's own syntax if it ends in .nft, else YAML.
+ * Throws ConfigError, whose `all` holds every error found.
+ */
 export function loadConfig(file: string, options: LoadOptions = {}): Config {
   let text: string;
   try {
+    const st = statSync(file);
+    if (st.isDirectory()) throw new ConfigError(file, 1, 1, 'cannot read: it is a directory, not a config file');
+    if (st.size > MAX_CONFIG_BYTES) throw new ConfigError(file, 1, 1, `the file is ${st.size} bytes, more than the ${MAX_CONFIG_BYTES} a config may have`);
     text = readFileSync(file, 'utf8');
   } catch (e) {
-    throw new ConfigError(file, 0, 0, `cannot read: ${(e as Error).message}`);
+    if (e instanceof ConfigError) throw e;
+    const code = (e as NodeJS.ErrnoException).code;
+    const why = code === 'ENOENT' ? 'no such file' : code === 'EACCES' ? 'permission denied' : (e as Error).message;
+    throw new ConfigError(file, 1, 1, `cannot read: ${why}`);
   }
   return file.endsWith('.nft') ? parseNftConfig(text, file, options) : parseConfig(text, file, options);
+}
+
+/** The first of `errors`, carrying them all. */
+function errorsOf(errors: ConfigError[]): ConfigError {
+  const first = errors[0]!;
+  first.all = errors;
+  return first;
+}
+
+function checkSize(text: string, file: string): void {
+  if (text.length > MAX_CONFIG_BYTES) throw new ConfigError(file, 1, 1, `the config is longer than ${MAX_CONFIG_BYTES} bytes`);
 }
 
 /** Where a node of the raw document was written; `innerColumn` is a column inside a rule's text. */
@@ -132,13 +157,15 @@ const NO_SUBSTITUTIONS: Substitutions = { files: [], used: new Set(), originalAt
 
 /** Validates YAML config text; `file` names it in errors. Throws ConfigError. */
 export function parseConfig(text: string, file = '<config>', options: LoadOptions = {}): Config {
+  checkSize(text, file);
   const lines = new LineCounter();
   const doc = parseDocument(text, { lineCounter: lines, prettyErrors: false, uniqueKeys: true });
   const at = (offset: number) => lines.linePos(offset);
   if (doc.errors.length > 0) {
-    const err = doc.errors[0]!;
-    const pos = at(err.pos[0]);
-    throw new ConfigError(file, pos.line, pos.col, err.message.split('\n')[0]!);
+    throw errorsOf(doc.errors.map((err) => {
+      const pos = at(err.pos[0]);
+      return new ConfigError(file, pos.line, pos.col, err.message.split('\n')[0]!);
+    }));
   }
   const env = substituteVariables(doc, text, lines, file, options.environment ?? process.env);
   let raw: unknown;
@@ -160,47 +187,53 @@ export function parseConfig(text: string, file = '<config>', options: LoadOption
  * table in it is an owned table. Throws ConfigError.
  */
 export function parseNftConfig(text: string, file = '<config>', options: LoadOptions = {}): Config {
+  checkSize(text, file);
   const nft = readNftFile(text, file);
   return buildConfig(nft.raw, file, (path, inner) => nft.positionOf(path, inner), options, NO_SUBSTITUTIONS);
 }
 
-/** The schema, the rules and the cross-references, whichever syntax the document came from. */
+/**
+ * The schema, the rules and the cross-references, whichever syntax the document came from.
+ * Every table, chain and rule is checked; the errors are thrown together (ConfigError.all).
+ */
 function buildConfig(raw: unknown, file: string, pos: PositionOf, options: LoadOptions, env: Substitutions): Config {
   const parsed = CONFIG_SCHEMA.safeParse(raw);
   if (!parsed.success) {
-    const issue = parsed.error.issues[0]!;
-    const { line, col } = pos(issue.path as (string | number)[]);
-    const where = issue.path.length ? `${issue.path.join('.')}: ` : '';
-    throw new ConfigError(file, line, col, `${where}${issue.message}`);
+    throw errorsOf(parsed.error.issues.map((issue) => {
+      const { line, col } = pos(issue.path as (string | number)[]);
+      const where = issue.path.length ? `${issue.path.join('.')}: ` : '';
+      return new ConfigError(file, line, col, `${where}${issue.message}`);
+    }));
+  }
+  const ruleCount = parsed.data.tables.reduce((n, t) => n + t.chains.reduce((m, c) => m + c.rules.length, 0), 0);
+  if (ruleCount > MAX_CONFIG_RULES) {
+    const p = pos(['tables']);
+    throw new ConfigError(file, p.line, p.col, `${ruleCount} rules; a config holds at most ${MAX_CONFIG_RULES}`);
   }
 
+  const errors: ConfigError[] = [];
+  const fail = (p: { line: number; col: number }, reason: string) => errors.push(new ConfigError(file, p.line, p.col, reason));
   const seenTables = new Set<string>();
   let setId = 1;
   const tables: TableConfig[] = parsed.data.tables.map((t, ti) => {
     const tkey = `${t.family} ${t.name}`;
     const tpos = pos(['tables', ti, 'name']);
-    if (seenTables.has(tkey)) throw new ConfigError(file, tpos.line, tpos.col, `table ${tkey} is listed twice`);
+    if (seenTables.has(tkey)) fail(tpos, `table ${tkey} is listed twice`);
     seenTables.add(tkey);
     const chainNames = new Set(t.chains.map((c) => c.name));
-    if (chainNames.size !== t.chains.length) {
-      throw new ConfigError(file, tpos.line, tpos.col, `table ${tkey} lists a chain twice`);
-    }
+    if (chainNames.size !== t.chains.length) fail(tpos, `table ${tkey} lists a chain twice`);
     const chains: ChainConfig[] = t.chains.map((c, ci) => {
       const path = ['tables', ti, 'chains', ci];
       const baseKeys = [c.type, c.hook, c.priority].filter((v) => v !== undefined).length;
       if (baseKeys !== 0 && baseKeys !== 3) {
-        const p = pos(path);
-        throw new ConfigError(file, p.line, p.col,
-          `chain ${c.name}: a base chain needs type, hook and priority together; a regular chain has none of them`);
+        fail(pos(path), `chain ${c.name}: a base chain needs type, hook and priority together; a regular chain has none of them`);
       }
-      if (baseKeys === 0 && c.policy !== undefined) {
-        const p = pos([...path, 'policy']);
-        throw new ConfigError(file, p.line, p.col, `chain ${c.name}: only base chains have a policy`);
-      }
+      if (baseKeys === 0 && c.policy !== undefined) fail(pos([...path, 'policy']), `chain ${c.name}: only base chains have a policy`);
       const base = baseKeys === 3
         ? { type: c.type!, hook: c.hook!, priority: parsePriority(c.priority!), policy: c.policy ?? 'accept' as const }
         : undefined;
-      const rules = c.rules.map((ruleText, ri) => {
+      const rules: ChainConfig['rules'] = [];
+      c.rules.forEach((ruleText, ri) => {
         const rpath = [...path, 'rules', ri];
         let compiled: CompiledRule;
         try {
@@ -213,17 +246,15 @@ function buildConfig(raw: unknown, file: string, pos: PositionOf, options: LoadO
             const original = env.originalAt(rpath);
             const p = pos(rpath, original === undefined ? e.column : undefined);
             const after = original === undefined ? '' : ` (after substitution: ${JSON.stringify(ruleText)})`;
-            throw new ConfigError(file, p.line, p.col, `rule ${ri + 1} of chain ${c.name}: ${e.message}${after}`);
+            fail(p, `rule ${ri + 1} of chain ${c.name}: ${e.message}${after}`);
+            return;
           }
           throw e;
         }
         setId += compiled.sets.length;
         const problem = checkRulePlacement(compiled, base?.hook, base?.type, chainNames);
-        if (problem) {
-          const p = pos(rpath);
-          throw new ConfigError(file, p.line, p.col, `rule ${ri + 1} of chain ${c.name}: ${problem}`);
-        }
-        return { text: ruleText, compiled };
+        if (problem) fail(pos(rpath), `rule ${ri + 1} of chain ${c.name}: ${problem}`);
+        rules.push({ text: ruleText, compiled });
       });
       return { name: c.name, base, rules };
     });
@@ -233,17 +264,17 @@ function buildConfig(raw: unknown, file: string, pos: PositionOf, options: LoadO
   if (owners) {
     const table = tables.find((t) => t.family === owners.family && t.name === owners.table);
     if (!table) {
-      const p = pos(['owners', 'table']);
-      throw new ConfigError(file, p.line, p.col, `owners.table: table ${owners.family} ${owners.table} is not in tables`);
+      fail(pos(['owners', 'table']), `owners.table: table ${owners.family} ${owners.table} is not in tables`);
+    } else {
+      owners.dispatch.forEach((name, i) => {
+        const p = pos(['owners', 'dispatch', i]);
+        if (!table.chains.some((c) => c.name === name)) {
+          fail(p, `owners.dispatch: chain ${name} is not a chain of table ${owners.family} ${owners.table}`);
+        } else if (owners.dispatch.indexOf(name) !== i) fail(p, `owners.dispatch: chain ${name} is listed twice`);
+      });
     }
-    owners.dispatch.forEach((name, i) => {
-      const p = pos(['owners', 'dispatch', i]);
-      if (!table.chains.some((c) => c.name === name)) {
-        throw new ConfigError(file, p.line, p.col, `owners.dispatch: chain ${name} is not a chain of table ${owners.family} ${owners.table}`);
-      }
-      if (owners.dispatch.indexOf(name) !== i) throw new ConfigError(file, p.line, p.col, `owners.dispatch: chain ${name} is listed twice`);
-    });
   }
+  if (errors.length > 0) throw errorsOf(errors);
   return { file, env: { files: env.files, used: [...env.used].sort() }, tables, gc: parsed.data.gc, owners };
 }
 

@@ -1,12 +1,13 @@
 /** /metrics, /healthz and /readyz on a loopback TCP port (127.0.0.1 by default). */
 import { createServer, type Server } from 'node:http';
 import type { Keeper } from './keeper.js';
+import { NfkeeperError } from '../errors.js';
 
 export function parseListen(spec: string): { host: string; port: number } {
   const m = /^(?:\[([^\]]+)\]|([^:]+)):(\d{1,5})$/.exec(spec);
-  if (!m) throw new Error(`--metrics wants HOST:PORT, got '${spec}'`);
+  if (!m) throw new NfkeeperError(`--metrics: wants HOST:PORT, got '${spec}'`);
   const port = Number(m[3]);
-  if (port > 65535) throw new Error(`port ${port} is out of range`);
+  if (port > 65535) throw new NfkeeperError(`--metrics: port ${port} is out of range`);
   return { host: m[1] ?? m[2]!, port };
 }
 

@@ -5,7 +5,7 @@
  * the generation they were computed from. Dumps and commits run off the JS
  * thread; generation() is a synchronous round trip of a few microseconds.
  */
-import { DumpInterruptedError, GenerationMismatchError, NetlinkError, SocketClosedError } from '../errors.js';
+import { DumpInterruptedError, GenerationMismatchError, NetlinkError, PrivilegeError, SocketClosedError } from '../errors.js';
 import { Batch, describeOp, type Op } from './batch.js';
 import { validateOp } from './validate.js';
 import type { Family } from './expr.js';
@@ -35,6 +35,8 @@ export type { CommitOptions } from './conn.js';
 // a reader from spinning forever against a writer that commits faster than
 // one dump takes, and the keeper's next pass tries again anyway.
 const DUMP_ATTEMPTS = 32;
+const EPERM = 1;
+const ENOENT = 2;
 const EBADF = 9;
 const ERESTART = 85;
 
@@ -57,7 +59,14 @@ export class NftSocket implements NftConn {
       throw new TypeError('receiveBufferLimit must be an integer number of bytes, at least 4096');
     }
     const { NftSocket: Native } = loadAddon();
-    this.native = new Native(options.netns, limit !== undefined ? { receiveBufferLimit: limit } : undefined);
+    try {
+      this.native = new Native(options.netns, limit !== undefined ? { receiveBufferLimit: limit } : undefined);
+    } catch (e) {
+      if (e instanceof NetlinkError && e.errno === ENOENT && options.netns !== undefined) {
+        throw new NetlinkError(`network namespace ${options.netns}: no such namespace (the path does not exist)`, ENOENT, 'open');
+      }
+      throw privilege(e, 'open', `network namespace ${options.netns ?? '(own)'}`);
+    }
     this.netns = options.netns;
     this.portId = this.native.portId;
   }
@@ -80,7 +89,11 @@ export class NftSocket implements NftConn {
 
   generation(): number {
     this.check('generation');
-    return this.native.generation();
+    try {
+      return this.native.generation();
+    } catch (e) {
+      throw privilege(e, 'generation', 'reading the nftables generation');
+    }
   }
 
   listTables(filter: { family?: Family } = {}): Promise<Table[]> {
@@ -156,7 +169,7 @@ export class NftSocket implements NftConn {
         if (e instanceof NetlinkError && e.errno === EBADF && this.native.closed) {
           throw new SocketClosedError(`list ${kind}s`);
         }
-        throw e;
+        throw privilege(e, `list ${kind}s`, `listing ${kind}s`);
       }
     }
   }
@@ -197,8 +210,14 @@ function inferCompat(rule: Rule): Rule['compat'] {
   return { proto: 0, flags: 0 };
 }
 
+/** EPERM becomes a PrivilegeError that names the missing privilege. */
+function privilege(e: unknown, operation: string, what: string): unknown {
+  return e instanceof NetlinkError && e.errno === EPERM && !(e instanceof PrivilegeError) ? new PrivilegeError(operation, what) : e;
+}
+
 function refine(e: unknown, ops: readonly Op[], gen: number | undefined): unknown {
   if (!(e instanceof NetlinkError)) return e;
+  if (e.errno === EPERM && e.opIndex === -1) return privilege(e, 'commit', 'committing a batch');
   if (e.errno === ERESTART && e.opIndex === -1 && gen !== undefined) {
     return new GenerationMismatchError(gen);
   }

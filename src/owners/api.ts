@@ -24,6 +24,17 @@ import { OwnerApplyError, type OwnerRegistry } from './registry.js';
 import { OwnerSpecError, validateOwnerId } from './spec.js';
 
 export const MAX_BODY = 1 << 20;
+/** Connections served at once; more are answered 503 (an orchestrator may open hundreds at once). */
+export const MAX_CONNECTIONS = 1024;
+/**
+ * A client must send its request headers within HEADERS_TIMEOUT_MS and the whole
+ * request within REQUEST_TIMEOUT_MS (the server answers 408 and closes), and an
+ * idle connection is closed after IDLE_TIMEOUT_MS: a slow or stuck client holds a
+ * connection slot for seconds, never the daemon.
+ */
+export const HEADERS_TIMEOUT_MS = 5_000;
+export const REQUEST_TIMEOUT_MS = 15_000;
+export const IDLE_TIMEOUT_MS = 30_000;
 
 export interface Reply {
   status: number;
@@ -41,6 +52,13 @@ export interface ControlOptions {
   mode?: number;
   /** Peer uids allowed besides root; default: this process's own euid. */
   allowUids?: number[];
+  /** Requests wait for this (the keeper's start-up pass) before they are routed: the socket is bound earlier. */
+  ready?: Promise<unknown>;
+  /** Default MAX_CONNECTIONS. */
+  maxConnections?: number;
+  /** Default HEADERS_TIMEOUT_MS / REQUEST_TIMEOUT_MS (tests shorten them). */
+  headersTimeoutMs?: number;
+  requestTimeoutMs?: number;
 }
 
 const err = (status: number, message: string, extra: Record<string, unknown> = {}): Reply => ({ status, body: { error: message, ...extra } });
@@ -77,6 +95,7 @@ export async function route(o: Pick<ControlOptions, 'registry' | 'status'>, meth
         return { status: 200, body: { id: x.id, spec: x.spec, chains: x.chains.map((c) => c.name), rules: x.rules } };
       }
       case 'PUT': {
+        if (!reg.get(id) && reg.full) return err(409, `${reg.size} owners are registered, the most this daemon takes (${reg.maxOwners}); remove one first`);
         if (body === undefined || body.trim() === '') return err(400, 'PUT needs a JSON body: { "chains": [...], "jumps": { ... } }');
         let spec: unknown;
         try {
@@ -112,13 +131,28 @@ export interface ControlServer {
 export async function serveControl(o: ControlOptions): Promise<ControlServer> {
   const addon = loadAddon();
   const allowed = new Set([0, ...(o.allowUids ?? [process.geteuid?.() ?? 0])]);
-  const refused = new WeakMap<Socket, string>();
-  const server = createServer((req, res) => void handle(req, res));
+  const refused = new WeakMap<Socket, { status: number; why: string }>();
+  const maxConnections = o.maxConnections ?? MAX_CONNECTIONS;
+  const server = createServer({
+    headersTimeout: o.headersTimeoutMs ?? HEADERS_TIMEOUT_MS,
+    requestTimeout: o.requestTimeoutMs ?? REQUEST_TIMEOUT_MS,
+    // How often the two timeouts above are checked (Node's default is every 30 s).
+    connectionsCheckingInterval: Math.min(1000, o.headersTimeoutMs ?? HEADERS_TIMEOUT_MS),
+  }, (req, res) => void handle(req, res));
+  server.keepAliveTimeout = 5_000;
+  server.timeout = IDLE_TIMEOUT_MS;
+  let open = 0;
   server.on('connection', (sock: Socket) => {
+    open++;
+    sock.once('close', () => open--);
+    if (open > maxConnections) {
+      refused.set(sock, { status: 503, why: `${maxConnections} connections are open, the most the control socket serves at once; retry later` });
+      return;
+    }
     const fd = (sock as unknown as { _handle?: { fd?: number } })._handle?.fd;
     const cred = typeof fd === 'number' && fd >= 0 ? addon.peerCred(fd) : -1;
-    if (typeof cred === 'number') refused.set(sock, 'the peer\'s credentials could not be read');
-    else if (!allowed.has(cred.uid)) refused.set(sock, `uid ${cred.uid} (pid ${cred.pid}) may not use the control socket; it is root's`);
+    if (typeof cred === 'number') refused.set(sock, { status: 403, why: 'the peer\'s credentials could not be read' });
+    else if (!allowed.has(cred.uid)) refused.set(sock, { status: 403, why: `uid ${cred.uid} (pid ${cred.pid}) may not use the control socket; it is root's` });
   });
 
   const send = (res: ServerResponse, r: Reply) => {
@@ -126,13 +160,21 @@ export async function serveControl(o: ControlOptions): Promise<ControlServer> {
   };
 
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const why = refused.get(req.socket);
-    if (why) {
-      o.logger?.warn({ method: req.method, url: req.url?.slice(0, 200), why }, 'control request refused');
+    const refusal = refused.get(req.socket);
+    if (refusal) {
+      o.logger?.warn({ method: req.method, url: req.url?.slice(0, 200), why: refusal.why }, 'control request refused');
       res.setHeader('connection', 'close');
-      send(res, err(403, why));
+      send(res, err(refusal.status, refusal.why));
       req.resume();
       return;
+    }
+    if (o.ready) {
+      try {
+        await o.ready;
+      } catch {
+        send(res, err(503, 'the daemon did not start'));
+        return;
+      }
     }
     const chunks: Buffer[] = [];
     let size = 0;

@@ -6,6 +6,9 @@ export {
 } from './spec.js';
 export { mergeOwners, ownedGarbage, type OwnedGarbage } from './merge.js';
 export { OwnersStateError, loadOwners, saveOwners } from './state.js';
-export { OwnerApplyError, OwnerRegistry } from './registry.js';
-export { route, serveControl, type ControlOptions, type ControlServer, type Reply } from './api.js';
+export { MAX_OWNERS, OwnerApplyError, OwnerRegistry } from './registry.js';
+export {
+  HEADERS_TIMEOUT_MS, IDLE_TIMEOUT_MS, MAX_BODY, MAX_CONNECTIONS, REQUEST_TIMEOUT_MS, route, serveControl,
+  type ControlOptions, type ControlServer, type Reply,
+} from './api.js';
 export { NoDaemonError, call } from './client.js';

@@ -14,6 +14,9 @@ import { NfkeeperError } from '../errors.js';
 import { ownersTable, saveOwners } from './state.js';
 import { compileOwner, specKey, validateOwnerId, type Owner } from './spec.js';
 
+/** The default owner limit: ten times the largest registration the tests and bench run. */
+export const MAX_OWNERS = 10_000;
+
 export type Apply = (owners: readonly Owner[]) => Promise<void>;
 
 /** The kernel (or the state file) refused a change; nothing of it stayed. */
@@ -39,7 +42,11 @@ export class OwnerRegistry {
   /** Groups committed; a test and the logs use it to see the grouping. */
   groups = 0;
 
-  constructor(config: Config, owners: readonly Owner[], private readonly apply: Apply) {
+  /** Registered owners at most; a PUT of a new id beyond it is refused (409). */
+  readonly maxOwners: number;
+
+  constructor(config: Config, owners: readonly Owner[], private readonly apply: Apply, options: { maxOwners?: number } = {}) {
+    this.maxOwners = options.maxOwners ?? MAX_OWNERS;
     this.config = config;
     ownersTable(config);
     for (const o of owners) this.owners.set(o.id, o);
@@ -55,6 +62,13 @@ export class OwnerRegistry {
 
   get(id: string): Owner | undefined {
     return this.owners.get(id);
+  }
+
+  /** No room for another owner, counting the new ones waiting in the queue. */
+  get full(): boolean {
+    const pending = new Set<string>();
+    for (const q of this.queue) if (q.change.kind === 'put' && !this.owners.has(q.change.owner.id)) pending.add(q.change.owner.id);
+    return this.owners.size + pending.size >= this.maxOwners;
   }
 
   get size(): number {

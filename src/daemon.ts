@@ -1,0 +1,297 @@
+/**
+ * `nfkeeper run`: the daemon's wiring. Start-up is all or nothing: the
+ * config, the owners state file, the namespace (and the privilege to use
+ * it), the metrics listener and the control socket are all checked, and the
+ * listeners bound, before the first write to the kernel; any failure there
+ * throws (cli.ts prints one line and exits 2) with the kernel untouched.
+ * After start-up, a fatal condition (the namespace gone or replaced, a
+ * listener failing) stops every timer and listener and returns 2, so the
+ * process always either runs or exits.
+ */
+import { readFileSync, statSync, watch } from 'node:fs';
+import { basename, dirname } from 'node:path';
+import type { Server } from 'node:http';
+import { loadConfig, namespaceInterfaces, type Config } from './config/config.js';
+import { ConfigError, NfkeeperError } from './errors.js';
+import { Keeper } from './keeper/keeper.js';
+import { KeeperMetrics } from './metrics.js';
+import { serveMetrics } from './keeper/http.js';
+import { NftSocket } from './netlink/socket.js';
+import { Notifier } from './systemd.js';
+import { GcLoop } from './gc/daemon.js';
+import { loadOwners } from './owners/state.js';
+import { OwnerRegistry } from './owners/registry.js';
+import { serveControl, type ControlServer } from './owners/api.js';
+import type { Owner } from './owners/spec.js';
+import { createDaemonLogger, type LogLevel } from './log.js';
+
+export interface DaemonOptions {
+  /** nfkeeper's version, for the nfkeeper_build_info metric. */
+  version: string;
+  config: string;
+  netns?: string;
+  intervalMs: number;
+  /** HOST:PORT already parsed by the caller, or undefined for --no-metrics. */
+  metrics?: string;
+  events: boolean;
+  logLevel: LogLevel;
+  socket?: string;
+  socketMode?: number;
+  /** Owners and control-socket connections at most (defaults in src/owners/). */
+  maxOwners?: number;
+  maxConnections?: number;
+  /** How often the --netns path is checked against the namespace the sockets were opened in. */
+  netnsCheckMs?: number;
+}
+
+/** The namespace a path names: its nsfs device and inode. */
+interface NamespaceId { dev: number; ino: number }
+
+function namespaceId(path: string): NamespaceId {
+  const st = statSync(path);
+  return { dev: st.dev, ino: st.ino };
+}
+
+/**
+ * Opens a socket in the namespace and reads its generation: the namespace
+ * exists, and this process may enter it and use nftables there. Returns the
+ * namespace's identity, taken around the open so a path swapped meanwhile is
+ * caught.
+ */
+function probeNamespace(netns: string | undefined): NamespaceId | undefined {
+  let before: NamespaceId | undefined;
+  if (netns !== undefined) {
+    try {
+      before = namespaceId(netns);
+    } catch (e) {
+      throw new NfkeeperError(`--netns ${netns}: ${(e as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such namespace (the path does not exist)' : (e as Error).message}`);
+    }
+  }
+  const sock = new NftSocket({ netns });
+  try {
+    sock.generation();
+  } finally {
+    sock.close();
+  }
+  if (netns !== undefined) {
+    const after = namespaceId(netns);
+    if (after.dev !== before!.dev || after.ino !== before!.ino) throw new NfkeeperError(`--netns ${netns}: the path changed namespaces while nfkeeper opened it`);
+  }
+  return before;
+}
+
+/** Binds a listener; an address in use or refused is a one-line NfkeeperError naming the flag. */
+async function bound<T>(what: string, f: () => Promise<T>): Promise<T> {
+  try {
+    return await f();
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    if (e instanceof NfkeeperError) throw e;
+    const why = code === 'EADDRINUSE' ? 'the address is in use (another nfkeeper?)'
+      : code === 'EACCES' || code === 'EPERM' ? 'permission denied'
+        : code === 'EADDRNOTAVAIL' ? 'no interface has that address'
+          : code === 'ENOTFOUND' || code === 'EAI_AGAIN' ? 'the host name does not resolve'
+            : code === 'ENOTDIR' || code === 'EEXIST' ? `a part of the path is not a directory (${(e as Error).message})`
+            : (e as Error).message;
+    throw new NfkeeperError(`${what}: cannot listen: ${why}`);
+  }
+}
+
+export async function runDaemon(o: DaemonOptions): Promise<number> {
+  const { logger: log, close: closeLog } = createDaemonLogger({ level: o.logLevel });
+  const cleanups: (() => unknown)[] = [closeLog];
+  const cleanup = async () => {
+    for (const c of cleanups.splice(0).reverse()) {
+      try {
+        await c();
+      } catch (e) {
+        log.warn({ err: (e as Error).message }, 'shutdown step failed');
+      }
+    }
+  };
+
+  // Everything below up to keeper.start() touches no kernel state.
+  let keeper: Keeper;
+  let registry: OwnerRegistry | undefined;
+  let control: ControlServer | undefined;
+  let server: Server | undefined;
+  let config: Config;
+  let nsId: NamespaceId | undefined;
+  const metrics = new KeeperMetrics(true, { version: o.version });
+  let started!: () => void;
+  let failedToStart!: (e: unknown) => void;
+  const ready = new Promise<void>((resolve, reject) => { started = resolve; failedToStart = reject; });
+  ready.catch(() => undefined);
+  try {
+    // The namespace first: iif/oif names in the config resolve there.
+    nsId = probeNamespace(o.netns);
+    config = loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns) });
+    // The owners come before the first pass: starting without them would collect their rules.
+    const owners: Owner[] = config.owners ? loadOwners(config) : [];
+    keeper = new Keeper({ config, netns: o.netns, intervalMs: o.intervalMs, events: o.events, logger: log, metrics, owners });
+    keeper.on('error', () => undefined);  // logged by the keeper; the loop carries on
+    const k = keeper;
+    registry = config.owners ? new OwnerRegistry(config, owners, (next) => k.setOwners(next), { maxOwners: o.maxOwners }) : undefined;
+    const reg = registry;
+    const cfg = config;
+    if (o.metrics) {
+      const spec = o.metrics;
+      server = await bound(`--metrics ${spec}`, () => serveMetrics(k, spec));
+      const s = server;
+      cleanups.push(() => s.close());
+    }
+    const socketPath = o.socket ?? config.owners?.socket;
+    if (socketPath) {
+      control = await bound(`control socket ${socketPath}`, () => serveControl({
+        path: socketPath, registry: reg, logger: log, mode: o.socketMode, ready, maxConnections: o.maxConnections,
+        status: async () => ({
+          ...k.status(),
+          ...(cfg.owners && reg ? {
+            owners: { registered: reg.size, table: `${cfg.owners.family} ${cfg.owners.table}`, dispatch: cfg.owners.dispatch },
+            ownedGc: {
+              found: await counterByKind(metrics.ownedGcFound),
+              collected: await counterByKind(metrics.ownedGcCollected),
+            },
+          } : {}),
+        }),
+      }));
+      const c = control;
+      cleanups.push(() => c.close());
+    }
+    // The first write to the kernel. stop() is safe on a keeper whose start failed half-way
+    // (its sockets are closed, its timers never set).
+    cleanups.push(() => k.stop());
+    await keeper.start();
+    started();
+  } catch (e) {
+    failedToStart(e);
+    await cleanup();
+    throw e;
+  }
+
+  // From here on the daemon runs until a signal or a fatal condition ends it.
+  let finish!: (error?: NfkeeperError) => void;
+  const done = new Promise<NfkeeperError | undefined>((resolve) => { finish = resolve; });
+  const fatal = (msg: string, extra: Record<string, unknown> = {}) => {
+    log.fatal(extra, `${msg}; exiting (the rules stay in place)`);
+    finish(new NfkeeperError(`${msg}; exited (the rules stay in place)`));
+  };
+
+  const gcLoop = config.gc && config.gc.foreign.length > 0 && (config.gc.live || registry)
+    ? new GcLoop({ gc: config.gc, netns: o.netns, logger: log, metrics,
+      liveIds: registry && ((r) => () => r.list().map((x) => x.id))(registry) })
+    : undefined;
+  if (gcLoop) {
+    gcLoop.start();
+    cleanups.push(() => gcLoop.stop());
+  }
+  server?.on('error', (e) => fatal('the metrics listener failed', { err: e.message }));
+  control?.server.on('error', (e) => fatal('the control socket failed', { err: e.message }));
+
+  // A namespace deleted under the daemon (or its path bound to a new one) is
+  // kept by nobody: exit, so a supervisor restarts the daemon against the new one.
+  if (o.netns !== undefined && nsId) {
+    const path = o.netns;
+    const id = nsId;
+    const every = o.netnsCheckMs ?? Math.max(100, Math.min(o.intervalMs, 2000));
+    const timer = setInterval(() => {
+      let now: NamespaceId;
+      try {
+        now = namespaceId(path);
+      } catch (e) {
+        fatal(`the network namespace ${path} is gone`, { netns: path, err: (e as Error).message });
+        return;
+      }
+      if (now.dev !== id.dev || now.ino !== id.ino) {
+        fatal(`${path} now names another network namespace than the one nfkeeper keeps`, { netns: path, was: id.ino, now: now.ino });
+      }
+    }, every);
+    cleanups.push(() => clearInterval(timer));
+  }
+
+  log.info({ tables: config.tables.map((t) => `${t.family} ${t.name}`), metrics: o.metrics ?? null, socket: control?.path ?? null,
+    owners: registry ? registry.size : null }, 'nfkeeper running');
+  const systemd = new Notifier();
+  systemd.notify(`READY=1\nSTATUS=verified ${config.tables.length} tables\nMAINPID=${process.pid}`);
+  // The watchdog is fed from the loop itself, so a stalled loop stops feeding it.
+  let lastFed = 0;
+  if (systemd.watchdogMs !== undefined) {
+    const every = systemd.watchdogMs;
+    keeper.on('tick', () => {
+      const now = Date.now();
+      if (now - lastFed >= every / 2) {
+        lastFed = now;
+        systemd.notify('WATCHDOG=1');
+      }
+    });
+    if (every < o.intervalMs) {
+      log.warn({ watchdogMs: every * 2, intervalMs: o.intervalMs }, 'WatchdogSec is shorter than the check interval');
+    }
+  }
+
+  const reload = (why: string) => {
+    let next: Config;
+    try {
+      next = loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns) });
+    } catch (e) {
+      metrics.reloadFailed.set(1);
+      log.error({ err: e instanceof ConfigError ? e.message : e, why }, 'config reload rejected; keeping the old one');
+      return;
+    }
+    try {
+      registry?.checkConfig(next);
+      if (!registry && next.owners) throw new NfkeeperError('an owners section was added; that takes a restart (the reload was rejected)');
+    } catch (e) {
+      metrics.reloadFailed.set(1);
+      log.error({ err: (e as Error).message, why }, 'config reload rejected; keeping the old one');
+      return;
+    }
+    gcLoop?.setConfig(next.gc);
+    keeper.setConfig(next).then(() => log.info({ why }, 'config reloaded'), () => undefined /* logged by the keeper */);
+  };
+  const onHup = () => reload('SIGHUP');
+  process.on('SIGHUP', onHup);
+  cleanups.push(() => process.off('SIGHUP', onHup));
+  // Watch the directory, not the file: editors replace files and a Kubernetes
+  // ConfigMap swaps a symlink, and both would orphan a watch on the file itself.
+  let lastText = readFileSync(o.config, 'utf8');
+  let debounce: NodeJS.Timeout | undefined;
+  const watcher = watch(dirname(o.config), (_event, name) => {
+    if (name && name !== basename(o.config) && !String(name).startsWith('..')) return;
+    clearTimeout(debounce);
+    debounce = setTimeout(() => {
+      let text: string;
+      try {
+        text = readFileSync(o.config, 'utf8');
+      } catch {
+        return;  // mid-swap; the next event will tell
+      }
+      if (text === lastText) return;
+      lastText = text;
+      reload('file changed');
+    }, 200);
+  });
+  watcher.on('error', (e) => log.warn({ err: e.message }, 'config watch failed; SIGHUP still reloads'));
+  cleanups.push(() => { watcher.close(); clearTimeout(debounce); });
+
+  const stop = (sig: NodeJS.Signals) => {
+    log.info({ signal: sig }, 'stopping; rules stay in place');
+    finish();
+  };
+  process.once('SIGTERM', stop);
+  process.once('SIGINT', stop);
+  cleanups.push(() => { process.off('SIGTERM', stop); process.off('SIGINT', stop); });
+
+  const error = await done;
+  systemd.notify('STOPPING=1');
+  await cleanup();
+  // cli.ts prints a fatal error as its one line on stderr and exits 2.
+  if (error) throw error;
+  return 0;
+}
+
+async function counterByKind(c: KeeperMetrics['ownedGcFound']): Promise<Record<string, number>> {
+  const out: Record<string, number> = {};
+  for (const v of (await c.get()).values) out[String(v.labels.kind)] = v.value;
+  return out;
+}
