@@ -7,7 +7,7 @@
  */
 import { createServer as createNetServer, connect, type Server, type Socket } from 'node:net';
 import { spawnSync } from 'node:child_process';
-import { writeFileSync, mkdirSync, truncateSync } from 'node:fs';
+import { chmodSync, writeFileSync, mkdirSync, truncateSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { open } from '../../src/netlink/socket.js';
@@ -17,8 +17,10 @@ import { ownersYaml, tempDir } from '../owners/fixtures.js';
 import { nfk, nfkDone, rawCall, waitFor } from './spawn.js';
 
 const dir = tempDir('cli-fail');
+// Readable by uid 65534 (the permission tests read the config before they reach the kernel).
+chmodSync(dir, 0o755);
 const good = join(dir, 'flannel.yaml');
-writeFileSync(good, FLANNEL_YAML);
+writeFileSync(good, FLANNEL_YAML, { mode: 0o644 });
 const bad = join(dir, 'bad.yaml');
 writeFileSync(bad, FLANNEL_YAML.replace('fully-random\n', 'fully-randum\n'));
 
