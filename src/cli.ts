@@ -138,11 +138,26 @@ export async function main(argv: string[], io: Out = {
     .addOption(new Option('--max-owners <n>', 'test only: owners at most (default 10000)').hideHelp())
     .addOption(new Option('--max-connections <n>', 'test only: control socket connections at most (default 1024)').hideHelp())
     .addOption(new Option('--netns-check <duration>', 'test only: how often the --netns path is checked (default: the interval, at most 2s)').hideHelp())
+    .option('--reload-status <file>', "write each config reload's result here, for `nfkeeper reload` (systemd's ExecReload)")
     .action(async (o: RunOptions) => {
       // Every flag is checked before anything is opened, bound or read.
       const d = runOptions(o);
       const { runDaemon } = await import('./daemon.js');
       code = await runDaemon(d);
+    });
+
+  program.command('reload').description('have the running daemon reload its config, and exit with its verdict (ExecReload)')
+    .requiredOption('--pid <pid>', "the daemon's process id (systemd: $MAINPID)")
+    .requiredOption('--status-file <file>', 'the file the daemon was started with as --reload-status')
+    .option('--timeout <duration>', 'how long to wait for the verdict', '60s')
+    .action(async (o: { pid: string; statusFile: string; timeout: string }) => {
+      if (!/^\d+$/.test(o.pid) || Number(o.pid) < 1) throw new NfkeeperError(`--pid: '${o.pid}' is not a process id`);
+      const timeoutMs = parseBoundedDuration('--timeout', o.timeout, 100, 3_600_000);
+      const { requestReload } = await import('./reload-status.js');
+      const r = await requestReload(Number(o.pid), o.statusFile, timeoutMs);
+      if (r.ok) io.out('config reloaded');
+      else io.err(`nfkeeper: config reload rejected; the old one stays in force: ${r.error ?? 'no reason given'}`);
+      code = r.ok ? EXIT.OK : EXIT.ERROR;
     });
 
   program.command('status').description("show the running daemon's view: tables, owners, protection, last repair, fight")
@@ -312,6 +327,7 @@ async function oneShot(o: { config: string; netns?: string; json?: boolean }, ap
 interface RunOptions {
   config: string; netns?: string; interval: string; metrics: string | false; events: boolean; logLevel: string;
   socket?: string; socketMode?: string; maxOwners?: string; maxConnections?: string; netnsCheck?: string;
+  reloadStatus?: string;
 }
 
 /** The run flags, checked and converted; each refusal names the flag and what it takes. */
@@ -334,6 +350,7 @@ function runOptions(o: RunOptions): import('./daemon.js').DaemonOptions {
     version: version(), config: o.config, netns: o.netns, intervalMs, metrics: o.metrics === false ? undefined : o.metrics, events: o.events, logLevel,
     socket: o.socket, socketMode, maxOwners: count('--max-owners', o.maxOwners), maxConnections: count('--max-connections', o.maxConnections),
     netnsCheckMs: o.netnsCheck === undefined ? undefined : parseBoundedDuration('--netns-check', o.netnsCheck, 10, INTERVAL_MAX_MS),
+    reloadStatus: o.reloadStatus,
   };
 }
 

@@ -24,6 +24,7 @@ import { OwnerRegistry } from './owners/registry.js';
 import { serveControl, type ControlServer } from './owners/api.js';
 import type { Owner } from './owners/spec.js';
 import { createDaemonLogger, type LogLevel } from './log.js';
+import { ReloadStatusWriter } from './reload-status.js';
 
 export interface DaemonOptions {
   /** nfkeeper's version, for the nfkeeper_build_info metric. */
@@ -42,6 +43,8 @@ export interface DaemonOptions {
   maxConnections?: number;
   /** How often the --netns path is checked against the namespace the sockets were opened in. */
   netnsCheckMs?: number;
+  /** Where each reload's result is written, for `nfkeeper reload` (src/reload-status.ts). */
+  reloadStatus?: string;
 }
 
 /** The namespace a path names: its nsfs device and inode. */
@@ -229,6 +232,14 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
     }
   }
 
+  const status = o.reloadStatus ? new ReloadStatusWriter(o.reloadStatus) : undefined;
+  const report = (ok: boolean, why: string, error?: string) => {
+    try {
+      status?.report(ok, why, error);
+    } catch (e) {
+      log.warn({ err: (e as Error).message, file: o.reloadStatus }, 'could not write the reload status');
+    }
+  };
   const reload = (why: string) => {
     let next: Config;
     try {
@@ -236,6 +247,7 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
     } catch (e) {
       metrics.reloadFailed.set(1);
       log.error({ err: e instanceof ConfigError ? e.message : e, why }, 'config reload rejected; keeping the old one');
+      report(false, why, (e as Error).message);
       return;
     }
     try {
@@ -244,10 +256,14 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
     } catch (e) {
       metrics.reloadFailed.set(1);
       log.error({ err: (e as Error).message, why }, 'config reload rejected; keeping the old one');
+      report(false, why, (e as Error).message);
       return;
     }
     gcLoop?.setConfig(next.gc);
-    keeper.setConfig(next).then(() => log.info({ why }, 'config reloaded'), () => undefined /* logged by the keeper */);
+    keeper.setConfig(next).then(() => {
+      log.info({ why }, 'config reloaded');
+      report(true, why);
+    }, (e) => report(false, why, `the kernel refused the new config; the old one stays in force: ${(e as Error).message}`));
   };
   const onHup = () => reload('SIGHUP');
   process.on('SIGHUP', onHup);

@@ -1,0 +1,74 @@
+/**
+ * `nfkeeper reload`, what systemd's ExecReload runs: it signals the daemon and
+ * exits with the daemon's verdict on the reload, so `systemctl reload` fails
+ * for a config the daemon or the kernel refuses, not only for one that does
+ * not parse (systemd 252 has no Type=notify-reload to carry the result).
+ */
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { tempDir } from '../helpers/tmp.js';
+import { netnsPerTest } from '../helpers/netns-hooks.js';
+import { FLANNEL_RULES, FLANNEL_YAML, chainLines } from '../keeper/helpers.js';
+import { nfk, nfkDone, waitFor } from './spawn.js';
+
+describe('nfkeeper reload', () => {
+  const ns = netnsPerTest('reload');
+
+  it('exits 0 once the daemon has the new config, and 2 with the reason for one it or the kernel refuses', async () => {
+    const dir = tempDir('reload');
+    const config = join(dir, 'config.yaml');
+    const status = join(dir, 'reload.json');
+    writeFileSync(config, FLANNEL_YAML);
+    const daemon = nfk(['run', '--config', config, '--netns', ns.path, '--no-metrics', '--reload-status', status]);
+    try {
+      const installed = () => {
+        try {
+          return chainLines(ns, 'ip', 'nfkeeper', 'postrouting').length === FLANNEL_RULES.length;
+        } catch {
+          return false;  // not there yet
+        }
+      };
+      await waitFor('the rules', installed);
+      const pid = String(daemon.child.pid);
+      const reload = () => nfkDone(['reload', '--pid', pid, '--status-file', status, '--timeout', '60s']);
+
+      // Accepted: the rule is in the kernel when reload returns.
+      writeFileSync(config, FLANNEL_YAML.replace(/(\n\s+- )(ip saddr 10\.244\.0\.0\/16 ip daddr 10\.244\.0\.0\/16 return)/,
+        '$1ip saddr 10.250.0.0/16 return$1$2'));
+      let r = await reload();
+      expect(r.err).toEqual([]);
+      expect(r.out).toEqual(['config reloaded']);
+      expect(r.code).toBe(0);
+      expect(chainLines(ns, 'ip', 'nfkeeper', 'postrouting')[0]).toBe('ip saddr 10.250.0.0/16 return');
+      const kept = ns.exec('nft', ['list', 'ruleset']);
+
+      // Refused by the kernel (validate accepts it: a nat chain on the forward hook).
+      writeFileSync(config, `${FLANNEL_YAML}      - name: fwd\n        type: nat\n        hook: forward\n        priority: 0\n`);
+      expect((await nfkDone(['validate', '--config', config])).code).toBe(0);
+      r = await reload();
+      expect(r.code).toBe(2);
+      expect(r.err.join('\n')).toMatch(/config reload rejected; the old one stays in force: the kernel refused the new config/);
+      expect(ns.exec('nft', ['list', 'ruleset'])).toBe(kept);
+
+      // Refused by the daemon (an owners section needs a restart) and by the loader (syntax).
+      writeFileSync(config, `${FLANNEL_YAML}owners:\n  table: nfkeeper\n  dispatch: [postrouting]\n`);
+      r = await reload();
+      expect(r.code).toBe(2);
+      expect(r.err.join('\n')).toMatch(/owners|rejected/);
+      writeFileSync(config, FLANNEL_YAML.replace('fully-random', 'fully-randum'));
+      r = await reload();
+      expect(r.code).toBe(2);
+      expect(r.err.join('\n')).toMatch(/config\.yaml:\d+:\d+: .*fully-randum/);
+      expect(ns.exec('nft', ['list', 'ruleset'])).toBe(kept);
+      expect(daemon.child.exitCode).toBeNull();
+    } finally {
+      daemon.child.kill('SIGTERM');
+      await daemon.exited;
+    }
+    // No daemon to answer: a clear error, not a hang.
+    const gone = await nfkDone(['reload', '--pid', String(daemon.child.pid), '--status-file', status, '--timeout', '1s']);
+    expect(gone.code).toBe(2);
+    expect(gone.err.join('\n')).toMatch(/cannot signal the daemon|did not report/);
+  });
+});
