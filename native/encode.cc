@@ -318,6 +318,10 @@ void EncodeRule(std::vector<uint8_t>* out, const std::string& verb, const Napi::
     nftnl_rule_set_str(r, NFTNL_RULE_CHAIN, Str(op, "chain").c_str());
     if (HasKey(op, "handle")) nftnl_rule_set_u64(r, NFTNL_RULE_HANDLE, I64(op, "handle"));
     if (HasKey(op, "position")) nftnl_rule_set_u64(r, NFTNL_RULE_POSITION, I64(op, "position"));
+    // NFTA_RULE_ID names a rule added in this batch; NFTA_RULE_POSITION_ID places a rule next to
+    // such a rule, which has no handle until the commit.
+    if (HasKey(op, "id")) nftnl_rule_set_u32(r, NFTNL_RULE_ID, U32(op, "id"));
+    if (HasKey(op, "positionId")) nftnl_rule_set_u32(r, NFTNL_RULE_POSITION_ID, U32(op, "positionId"));
     if (HasKey(op, "userdata")) {
       std::vector<uint8_t> d = HexOf(op, "userdata");
       nftnl_rule_set_data(r, NFTNL_RULE_USERDATA, d.data(), d.size());

@@ -14,6 +14,7 @@ import { NfkeeperError } from '../errors.js';
 import type { NftConn } from '../netlink/conn.js';
 import type { ChainConfig, TableConfig } from '../config/config.js';
 import { renderRule, ruleKey, type SetResolver } from '../rules/index.js';
+import { planChain, type ChainEdit } from './plan.js';
 
 export type DriftKind =
   | 'table-missing' | 'table-retired' | 'table-orphaned' | 'table-unprotected' | 'chain-missing' | 'chain-changed' | 'rules-differ' | 'chain-extra' | 'set-extra';
@@ -156,9 +157,21 @@ export function diffTable(want: TableConfig, have: ObservedTable, options: DiffO
       continue;
     }
     const rules = have.rules.get(c.name) ?? [];
-    const detail = compareRules(c, rules, resolve);
+    const keys = kernelKeys(rules, resolve);
+    const detail = compareRules(c, rules, keys, resolve);
     if (detail) {
-      drifts.push(d('rules-differ', detail, c.name, rules.map((r) => safeRender(r, want.family, resolve))));
+      const edit = planChain(keys, rules.length, c.rules.map(cachedDesiredKey), (j) => c.rules[j]!.compiled.sets.length);
+      if (edit.steps.some((x) => x.op !== 'insert' && rules[x.have]!.handle === undefined)) edit.rewrite = true;
+      const drift = d('rules-differ', `${detail}; ${describeEdit(edit, rules.length, c.rules.length)}`, c.name);
+      // Rendering every kernel rule costs as much as the dump; only `check` wants it.
+      let actual: string[] | undefined;
+      Object.defineProperty(drift, 'actual', {
+        enumerable: true, configurable: true,
+        get: () => actual ??= rules.map((r) => safeRender(r, want.family, resolve)),
+        set: (v: string[]) => { actual = v; },
+      });
+      chainEdits.set(drift, { edit, rules });
+      drifts.push(drift);
     }
   }
   const wanted = new Set(want.chains.map((c) => c.name));
@@ -171,10 +184,31 @@ export function diffTable(want: TableConfig, have: ObservedTable, options: DiffO
   return drifts;
 }
 
-function compareRules(c: ChainConfig, rules: Rule[], resolve: SetResolver): string | undefined {
-  // Kernel rules are keyed only up to the first difference: a chain about to be rewritten may hold
-  // a thousand rules (dead owners' jumps) that need no key.
-  const haveKey = (i: number) => ruleKey({ exprs: rules[i]!.exprs, userdata: rules[i]!.userdata }, resolve);
+/** The edit planned for a rules-differ drift, with the kernel rules it indexes. */
+const chainEdits = new WeakMap<Drift, { edit: ChainEdit; rules: Rule[] }>();
+
+/** Kernel rule keys by index, each computed once and only when asked for. */
+function kernelKeys(rules: readonly Rule[], resolve: SetResolver): (i: number) => string {
+  const keys: (string | undefined)[] = new Array(rules.length);
+  return (i) => keys[i] ??= ruleKey({ exprs: rules[i]!.exprs, userdata: rules[i]!.userdata }, resolve);
+}
+
+function describeEdit(edit: ChainEdit, have: number, want: number): string {
+  if (edit.rewrite) return `repair: flush and re-add ${want} rules (${edit.rewriteOps} ops; an edit would take ${edit.editOps})`;
+  let del = 0;
+  let ins = 0;
+  let rep = 0;
+  for (const x of edit.steps) {
+    if (x.op === 'delete') del++;
+    else if (x.op === 'insert') ins++;
+    else rep++;
+  }
+  const kept = want - ins - rep;
+  return `repair: ${kept} of ${have} kernel rules stay, ${del} deleted, ${ins} inserted, ${rep} replaced (${edit.editOps} ops)`;
+}
+
+function compareRules(c: ChainConfig, rules: Rule[], haveKey: (i: number) => string, resolve: SetResolver): string | undefined {
+  // Kernel rules are keyed only up to the first difference here; the edit plan keys the rest.
   const wantKeys = c.rules.map(cachedDesiredKey);
   for (let i = 0; i < Math.max(rules.length, wantKeys.length); i++) {
     if (i >= rules.length) return `rule ${i + 1} (${c.rules[i]!.compiled.text}) is missing`;
@@ -235,7 +269,14 @@ export function planTable(batch: Batch, want: TableConfig, have: ObservedTable, 
   }
   const recreate = new Set(drifts.filter((x) => x.kind === 'chain-changed').map((x) => x.chain!));
   const extra = drifts.filter((x) => x.kind === 'chain-extra').map((x) => x.chain!);
-  for (const x of drifts) if (x.kind === 'chain-missing' || x.kind === 'rules-differ') rewrite.add(x.chain!);
+  // Chains patched in place: their kept rules keep handles and counters.
+  const edited = new Map<string, { edit: ChainEdit; rules: Rule[] }>();
+  for (const x of drifts) {
+    if (x.kind !== 'chain-missing' && x.kind !== 'rules-differ') continue;
+    const e = x.kind === 'rules-differ' && have.table ? chainEdits.get(x) : undefined;
+    if (e && !e.edit.rewrite && have.chains.has(x.chain!)) edited.set(x.chain!, e);
+    else rewrite.add(x.chain!);
+  }
 
   // Flush first, so no rule still jumps to a chain we delete or recreate.
   for (const c of want.chains) {
@@ -257,12 +298,37 @@ export function planTable(batch: Batch, want: TableConfig, have: ObservedTable, 
     }
   }
   for (const c of want.chains) {
+    const e = edited.get(c.name);
+    if (e && !rewrite.has(c.name) && !recreate.has(c.name)) emitEdit(batch, family, table, c, e.rules, e.edit);
     if (!rewrite.has(c.name) && !recreate.has(c.name)) continue;
     for (const r of c.rules) {
       for (const s of r.compiled.sets) batch.add('set', { ...s, family, table });
       batch.add('rule', { family, table, chain: c.name, exprs: r.compiled.exprs,
         ...(r.compiled.userdata ? { userdata: r.compiled.userdata } : {}) });
     }
+  }
+}
+
+// NFTA_RULE_ID must be unique among a batch's rules (kernels before 6.0 do not match the chain).
+const nextRuleId = new WeakMap<Batch, number>();
+
+/** Appends a chain's edit: deletes and replaces by handle, inserts placed by handle or by rule id. */
+function emitEdit(batch: Batch, family: Family, table: string, c: ChainConfig, rules: readonly Rule[], edit: ChainEdit): void {
+  const base = nextRuleId.get(batch) ?? 1;
+  nextRuleId.set(batch, base + c.rules.length);
+  const chain = c.name;
+  for (const x of edit.steps) {
+    if (x.op === 'delete') {
+      batch.delete('rule', { family, table, chain, handle: rules[x.have]!.handle! });
+      continue;
+    }
+    const r = c.rules[x.want]!.compiled;
+    for (const s of r.sets) batch.add('set', { ...s, family, table });
+    const body = { family, table, chain, exprs: r.exprs, ...(r.userdata ? { userdata: r.userdata } : {}), id: base + x.want };
+    if (x.op === 'replace') batch.replace('rule', { ...body, handle: rules[x.have]!.handle! });
+    else if (!x.after) batch.insert('rule', body);  // at the head of the chain
+    else if (x.after.kind === 'kept') batch.add('rule', { ...body, position: rules[x.after.have]!.handle! });
+    else batch.add('rule', { ...body, positionId: base + x.after.want });
   }
 }
 
@@ -278,6 +344,12 @@ export function renderDrift(want: TableConfig, drifts: Drift[]): string[] {
       out.push(...chainText(want, want.chains.find((c) => c.name === x.chain)!));
     } else if (x.kind === 'rules-differ') {
       const c = want.chains.find((ch) => ch.name === x.chain)!;
+      const e = chainEdits.get(x);
+      if (e && !e.edit.rewrite) {
+        out.push(...editText(want, c, x.actual ?? [], e.rules, e.edit));
+        continue;
+      }
+      out.push(`+ flush chain ${want.family} ${want.name} ${c.name}`);
       for (const line of x.actual ?? []) out.push(`- ${line}`);
       for (const r of c.rules) out.push(`+ add rule ${want.family} ${want.name} ${c.name} ${r.compiled.text}`);
     } else if (x.kind === 'chain-extra') {
@@ -285,6 +357,19 @@ export function renderDrift(want: TableConfig, drifts: Drift[]): string[] {
     }
   }
   return out;
+}
+
+/** A chain's edit as nft commands; a rule placed after one added just before it says so. */
+function editText(t: TableConfig, c: ChainConfig, actual: readonly string[], rules: readonly Rule[], edit: ChainEdit): string[] {
+  const at = `${t.family} ${t.name} ${c.name}`;
+  return edit.steps.map((x) => {
+    if (x.op === 'delete') return `- delete rule ${at} handle ${rules[x.have]!.handle}  # ${actual[x.have] ?? ''}`;
+    const text = c.rules[x.want]!.compiled.text;
+    if (x.op === 'replace') return `~ replace rule ${at} handle ${rules[x.have]!.handle} ${text}  # was ${actual[x.have] ?? ''}`;
+    if (!x.after) return `+ insert rule ${at} ${text}`;
+    if (x.after.kind === 'kept') return `+ add rule ${at} position ${rules[x.after.have]!.handle} ${text}`;
+    return `+ add rule ${at} ${text}  # after rule ${x.after.want + 1} of the chain, added above`;
+  });
 }
 
 function chainText(t: TableConfig, c: ChainConfig): string[] {

@@ -32,7 +32,8 @@ export function describeOp(op: Op): string {
     case 'chain': return `${op.verb} chain ${op.family} ${op.table} ${op.name}`;
     case 'rule': {
       const at = op.handle !== undefined ? ` handle ${op.handle}`
-        : op.position !== undefined ? ` position ${op.position}` : '';
+        : op.position !== undefined ? ` position ${op.position}`
+        : op.positionId !== undefined ? ` position id ${op.positionId}` : '';
       return `${op.verb} rule ${op.family} ${op.table} ${op.chain}${at}`;
     }
     case 'set': return `${op.verb} set ${op.family} ${op.table} ${op.name}`;

@@ -57,6 +57,10 @@ export interface Rule {
   handle?: number;
   /** NFTA_RULE_POSITION: on add, the handle to add after; on insert, before. */
   position?: number;
+  /** NFTA_RULE_ID: on add, insert or replace, a batch-local id that a later op's positionId can name. */
+  id?: number;
+  /** NFTA_RULE_POSITION_ID: on add, the id of a rule added earlier in the batch to add after; on insert, before. */
+  positionId?: number;
   /** NFTA_RULE_USERDATA: TLVs; nft keeps its `comment` here (NFTNL_UDATA_RULE_COMMENT). */
   userdata?: Hex;
   exprs: Expr[];

@@ -93,6 +93,11 @@ export function validateOp(op: Op, index: number): void {
       checkName(index, 'chain', op.chain, true);
       checkHandle(index, 'handle', op.handle);
       checkHandle(index, 'position', op.position);
+      checkU32(index, 'id', op.id);
+      checkU32(index, 'positionId', op.positionId);
+      if (op.position !== undefined && op.positionId !== undefined) {
+        throw new InvalidOperationError(index, 'positionId', "takes either 'position' or 'positionId', not both");
+      }
       checkHex(index, 'userdata', op.userdata);
       if ((op.verb === 'replace' || op.verb === 'delete') && op.handle === undefined) {
         throw new InvalidOperationError(index, 'handle', `${op.verb} rule needs the rule's handle`);

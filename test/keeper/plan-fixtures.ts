@@ -1,0 +1,30 @@
+/** Shared by the chain-edit tests: small-alphabet rules, configs of them, seeded random numbers. */
+import { parseConfig, type TableConfig } from '../../src/config/config.js';
+
+/** A rule of a small alphabet, so random chains share and repeat rules. */
+export const ruleText = (k: number) => `ip saddr 10.0.${k >> 8}.${k & 255} accept`;
+
+export function chainConfig(ks: readonly number[]): TableConfig {
+  const rules = ks.length ? `rules:\n${ks.map((k) => `          - ${ruleText(k)}`).join('\n')}` : 'rules: []';
+  return parseConfig(`
+tables:
+  - family: ip
+    name: t
+    chains:
+      - name: c
+        type: nat
+        hook: postrouting
+        priority: srcnat
+        ${rules}
+`).tables[0]!;
+}
+
+/** Deterministic random numbers (mulberry32), so a failing seed can be replayed. */
+export function rng(seed: number): () => number {
+  return () => {
+    seed = (seed + 0x6d2b79f5) | 0;
+    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}

@@ -1,0 +1,219 @@
+/**
+ * Minimal per-chain edit plans, in pure logic: random desired chains against
+ * random kernel chains, the planned batch applied to a model of the kernel's
+ * rule list (the real-kernel version of this test is plan-kernel.test.ts).
+ */
+import { describe, expect, it } from 'vitest';
+import type { TableConfig } from '../../src/config/config.js';
+import { Batch, type Op } from '../../src/netlink/batch.js';
+import type { Rule } from '../../src/netlink/objects.js';
+import { diffTable, planTable, renderDrift } from '../../src/keeper/reconcile.js';
+import type { ObservedTable } from '../../src/netlink/objects.js';
+import { matchKeys, planChain } from '../../src/keeper/plan.js';
+import { chainConfig, rng } from './plan-fixtures.js';
+
+interface FakeRule { handle: number; key: number; id?: number; dead: boolean; fresh: boolean }
+
+/** The kernel's rule list semantics for one chain within one transaction (net/netfilter/nf_tables_api.c). */
+class FakeChain {
+  rules: FakeRule[];
+  private next: number;
+  constructor(keys: readonly number[], firstHandle = 2) {
+    this.rules = keys.map((key, i) => ({ handle: firstHandle + i, key, dead: false, fresh: false }));
+    this.next = firstHandle + keys.length;
+  }
+
+  apply(ops: readonly Op[], keyOf: (op: Op) => number): void {
+    for (const op of ops) {
+      if (op.object === 'set') continue;
+      if (op.object !== 'rule' && !(op.object === 'chain' && op.verb === 'flush')) throw new Error(`unexpected ${op.verb} ${op.object}`);
+      if (op.object === 'chain') {
+        for (const r of this.rules) r.dead = true;
+        continue;
+      }
+      const byHandle = (h: number) => {
+        const i = this.rules.findIndex((r) => r.handle === h && !r.dead);
+        if (i < 0) throw new Error(`ENOENT: no rule with handle ${h}`);
+        return i;
+      };
+      const byId = (id: number) => {
+        const i = this.rules.findIndex((r) => r.fresh && r.id === id);
+        if (i < 0) throw new Error(`ENOENT: no rule with id ${id}`);
+        return i;
+      };
+      if (op.verb === 'delete') {
+        this.rules[byHandle(op.handle!)]!.dead = true;
+        continue;
+      }
+      const rule: FakeRule = { handle: 0, key: keyOf(op), id: op.id, dead: false, fresh: true };
+      if (op.verb === 'replace') {
+        const i = byHandle(op.handle!);
+        rule.handle = op.handle!;
+        this.rules[i]!.dead = true;
+        this.rules.splice(i, 0, rule);  // list_add_tail_rcu(new, old): before the old rule
+        continue;
+      }
+      rule.handle = this.next++;
+      const at = op.position !== undefined ? byHandle(op.position) : op.positionId !== undefined ? byId(op.positionId) : -1;
+      if (op.verb === 'add') this.rules.splice(at < 0 ? this.rules.length : at + 1, 0, rule);
+      else this.rules.splice(at < 0 ? 0 : at, 0, rule);
+    }
+    this.rules = this.rules.filter((r) => !r.dead).map((r) => ({ ...r, fresh: false, id: undefined }));
+  }
+}
+
+function observed(want: TableConfig, chain: FakeChain): ObservedTable {
+  const c = want.chains[0]!;
+  const ruleOf = (r: FakeRule): Rule => {
+    const exprs = chainConfig([r.key]).chains[0]!.rules[0]!.compiled.exprs;
+    return { family: 'ip', table: 't', chain: 'c', handle: r.handle, exprs };
+  };
+  return {
+    family: 'ip', name: 't', table: { family: 'ip', name: 't', flags: 0, use: 1 },
+    chains: new Map([['c', { family: 'ip', table: 't', name: 'c', type: 'nat', hook: 'postrouting', priority: 100, policy: 'accept' }]]),
+    rules: new Map([[c.name, chain.rules.map(ruleOf)]]),
+    sets: new Map(),
+  };
+}
+
+/** The key number a batch's rule op carries, read back from its source address. */
+function keyOfOp(op: Op): number {
+  if (op.object !== 'rule' || !op.exprs) throw new Error('not a rule with expressions');
+  const cmp = op.exprs.find((e) => e.kind === 'cmp');
+  if (!cmp || cmp.kind !== 'cmp') throw new Error('no cmp');
+  const hex = cmp.data;
+  return parseInt(hex.slice(4, 6), 16) * 256 + parseInt(hex.slice(6, 8), 16);
+}
+
+function repair(have: number[], want: number[]) {
+  const cfg = chainConfig(want);
+  const chain = new FakeChain(have);
+  const before = new Map(chain.rules.map((r) => [r.handle, r.key]));
+  const obs = observed(cfg, chain);
+  const drifts = diffTable(cfg, obs);
+  const batch = new Batch();
+  planTable(batch, cfg, obs, drifts);
+  chain.apply(batch.ops, keyOfOp);
+  return { chain, batch, drifts, before, cfg, obs };
+}
+
+describe('minimal chain edits (model of the kernel rule list)', () => {
+  it('repairs one deleted rule in the middle with one add placed after its neighbour, keeping every handle', () => {
+    const want = Array.from({ length: 1000 }, (_, i) => i);
+    const have = want.filter((k) => k !== 500);
+    const { chain, batch, before, drifts } = repair(have, want);
+    expect(chain.rules.map((r) => r.key)).toEqual(want);
+    expect(batch.ops).toHaveLength(1);
+    expect(batch.ops[0]).toMatchObject({ verb: 'add', object: 'rule', position: 2 + 499 });
+    for (const r of chain.rules) if (r.key !== 500) expect(before.get(r.handle)).toBe(r.key);
+    expect(drifts[0]!.detail).toMatch(/rule order differs at 501: .*; repair: 999 of 999 kernel rules stay, 0 deleted, 1 inserted/);
+  });
+
+  it('deletes a foreign rule by handle, replaces a changed one in place and moves a rule with one delete and one add', () => {
+    let r = repair([1, 2, 99, 3, 4], [1, 2, 3, 4]);
+    expect(r.batch.ops).toEqual([expect.objectContaining({ verb: 'delete', handle: 4 })]);
+    r = repair([1, 2, 99, 4], [1, 2, 3, 4]);
+    expect(r.batch.ops).toEqual([expect.objectContaining({ verb: 'replace', handle: 4 })]);
+    expect(r.chain.rules.map((x) => x.handle)).toEqual([2, 3, 4, 5]);
+    r = repair([4, 1, 2, 3], [1, 2, 3, 4]);
+    expect(r.batch.ops.map((o) => o.verb)).toEqual(['delete', 'add']);
+    expect(r.chain.rules.map((x) => x.key)).toEqual([1, 2, 3, 4]);
+    expect(r.chain.rules.slice(0, 3).map((x) => x.handle)).toEqual([3, 4, 5]);
+  });
+
+  it('inserts at the head of the chain and chains new rules by their batch ids', () => {
+    const r = repair([5, 6], [1, 2, 3, 5, 6]);
+    expect(r.batch.ops.map((o) => [o.verb, (o as { position?: number }).position, (o as { positionId?: number }).positionId]))
+      .toEqual([['insert', undefined, undefined], ['add', undefined, 1], ['add', undefined, 2]]);
+    expect(r.chain.rules.map((x) => x.key)).toEqual([1, 2, 3, 5, 6]);
+  });
+
+  it('flushes and rewrites when that takes fewer operations', () => {
+    const r = repair([10, 11, 12, 13, 14, 15], [1, 2]);
+    expect(r.batch.ops.map((o) => `${o.verb} ${o.object}`)).toEqual(['flush chain', 'add rule', 'add rule']);
+    expect(r.drifts[0]!.detail).toMatch(/flush and re-add 2 rules \(3 ops; an edit would take 6\)/);
+    expect(r.chain.rules.map((x) => x.key)).toEqual([1, 2]);
+  });
+
+  it('check output names the edit: deletes and replaces by handle, adds by position', () => {
+    const r = repair([1, 99, 3, 77], [1, 2, 3]);
+    const text = renderDrift(r.cfg, r.drifts);
+    expect(text).toEqual([
+      expect.stringMatching(/^# ip t: rule 2 differs: .*; repair: 2 of 4 kernel rules stay, 1 deleted, 0 inserted, 1 replaced \(2 ops\)$/),
+      '~ replace rule ip t c handle 3 ip saddr 10.0.0.2 accept  # was ip saddr 10.0.0.99 accept',
+      '- delete rule ip t c handle 5  # ip saddr 10.0.0.77 accept',
+    ]);
+  });
+
+  it('random kernel chains against random desired chains: the plan lands exactly, never costs more than a rewrite, keeps kept handles', () => {
+    const rand = rng(14);
+    for (let trial = 0; trial < 400; trial++) {
+      const alphabet = 2 + Math.floor(rand() * 30);
+      const pick = () => Math.floor(rand() * alphabet);
+      const want = Array.from({ length: Math.floor(rand() * 25) }, pick);
+      // Kernel chains: either unrelated, or the desired one with random damage.
+      let have: number[];
+      if (rand() < 0.3) {
+        have = Array.from({ length: Math.floor(rand() * 25) }, pick);
+      } else {
+        have = [...want];
+        for (let d = Math.floor(rand() * 4); d >= 0; d--) {
+          const at = Math.floor(rand() * (have.length + 1));
+          const what = rand();
+          if (what < 0.4) have.splice(at, 1);
+          else if (what < 0.7) have.splice(at, 0, alphabet + Math.floor(rand() * 5));
+          else if (what < 0.85) have.splice(at, 1, pick());
+          else if (have.length > 1) have.splice(Math.floor(rand() * have.length), 0, ...have.splice(at, 1));
+        }
+      }
+      const ctx = `trial ${trial}: have [${have}] want [${want}]`;
+      const { chain, batch, before } = repair(have, want);
+      expect(chain.rules.map((r) => r.key), ctx).toEqual(want);
+      const same = have.length === want.length && have.every((k, i) => k === want[i]);
+      expect(batch.length, ctx).toBeLessThanOrEqual(same ? 0 : 1 + want.length);
+      // Every rule that was not touched by an op keeps its handle.
+      const touched = new Set(batch.ops.flatMap((o) => (o.object === 'rule' && o.verb !== 'add' && o.verb !== 'insert' ? [o.handle] : [])));
+      const flushed = batch.ops.some((o) => o.verb === 'flush');
+      if (!flushed) {
+        for (const r of chain.rules) if (before.has(r.handle) && !touched.has(r.handle)) expect(before.get(r.handle), ctx).toBe(r.key);
+        const kept = chain.rules.filter((r) => before.has(r.handle) && !touched.has(r.handle)).length;
+        const lcs = lcsLength(have, want);
+        // Replaces count as kept positions too; the diff is an exact LCS at these sizes.
+        expect(kept, ctx).toBe(lcs);
+      }
+    }
+  });
+
+  it('plans a 100,000-rule chain with one deletion and one insertion in near-linear time', () => {
+    const want = Array.from({ length: 100_000 }, (_, i) => `k${i}`);
+    const have = [...want.slice(0, 30_000), 'foreign', ...want.slice(30_000, 70_000), ...want.slice(70_001)];
+    const t = performance.now();
+    const e = planChain((i) => have[i]!, have.length, want);
+    const ms = performance.now() - t;
+    expect(e.steps).toEqual([{ op: 'delete', have: 30_000 }, { op: 'insert', want: 70_000, after: { kind: 'kept', have: 70_000 } }]);
+    // Generous: a quadratic diff would take minutes here.
+    expect(ms).toBeLessThan(5000);
+    // A shuffled middle (no common prefix or suffix): anchors still find nearly everything.
+    const shuffled = [...want];
+    shuffled.push(shuffled.shift()!);
+    const e2 = planChain((i) => shuffled[i]!, shuffled.length, want);
+    expect(e2.editOps).toBe(2);
+  });
+
+  it('matchKeys keeps order and matches duplicates', () => {
+    const keep = matchKeys((i) => 'aabab'[i]!, 5, [...'abba']);
+    expect([...keep].filter((x) => x >= 0)).toHaveLength(3);  // 'aba' or 'abb'
+    const kept = [...keep].filter((x) => x >= 0);
+    expect(kept).toEqual([...kept].sort((x, y) => x - y));
+  });
+});
+
+function lcsLength(a: readonly number[], b: readonly number[]): number {
+  const dp = Array.from({ length: a.length + 1 }, () => new Array<number>(b.length + 1).fill(0));
+  for (let i = a.length - 1; i >= 0; i--) {
+    for (let j = b.length - 1; j >= 0; j--) {
+      dp[i]![j] = a[i] === b[j] ? dp[i + 1]![j + 1]! + 1 : Math.max(dp[i + 1]![j]!, dp[i]![j + 1]!);
+    }
+  }
+  return dp[0]![0]!;
+}
