@@ -27,6 +27,10 @@ int CommitWorker::OpIndexOf(uint32_t seq) const {
 
 void CommitWorker::Execute() {
   std::lock_guard<Gate> lock(sock_->gate());
+  Run();
+}
+
+void CommitWorker::Run() {
   if (sock_->closed()) {
     ioErrno_ = EBADF;
     ioStep_ = "socket is closed";

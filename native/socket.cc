@@ -286,6 +286,14 @@ Napi::Value NftSocket::Commit(const Napi::CallbackInfo& info) {
   EncodeBatch(env, ops, 0, hasGen, gen, batch.get());
   auto* w = new CommitWorker(env, this, info.This().As<Napi::Object>(), std::move(batch));
   Napi::Promise p = w->Promise();
+  if (w->Small() && gate_.try_lock()) {
+    // A small batch commits here and now; the worker was never queued, so it is ours to delete.
+    w->Run();
+    gate_.unlock();
+    w->OnOK();
+    delete w;
+    return p;
+  }
   w->Queue();
   return p;
 }

@@ -32,7 +32,7 @@ export type Anchor = { kind: 'kept'; have: number } | { kind: 'new'; want: numbe
 
 export type EditStep =
   | { op: 'delete'; have: number }
-  | { op: 'replace'; have: number; want: number }
+  | { op: 'replace'; have: number; want: number; after?: Anchor }
   | { op: 'insert'; want: number; after?: Anchor };
 
 /** Gaps larger than this (kernel × desired rules) without anchors are not matched exactly. */
@@ -61,7 +61,7 @@ export function planChain(haveKey: (i: number) => string, haveCount: number, wan
     for (; hi < haveEnd; hi++) gone.push(hi);
     const paired = Math.min(gone.length, pending.length);
     for (let t = 0; t < paired; t++) {
-      steps.push({ op: 'replace', have: gone[t]!, want: pending[t]! });
+      steps.push({ op: 'replace', have: gone[t]!, want: pending[t]!, ...(prev ? { after: prev } : {}) });
       editOps += 1 + setsOf(pending[t]!);
       prev = { kind: 'new', want: pending[t]! };
     }

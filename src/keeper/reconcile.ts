@@ -37,13 +37,20 @@ export interface Drift {
   actual?: string[];
 }
 
+/** Up to this many desired chains are fetched one GETCHAIN each (µs, inline); more take one chain list. */
+const CHAIN_GETS_UP_TO = 8;
+/** Up to this many wanted chains in a table of mostly unwanted ones are dumped chain by chain. */
+const CHAIN_DUMPS_UP_TO = 64;
+
 /**
- * Dumps what nfkeeper needs to see of one owned table. Every request is
- * answered from the table itself: chain dumps are not filtered by the kernel
- * (they walk every chain of the family, which grows with the node), so the
- * desired chains are fetched one by one, and the table's use count (chains
- * plus named sets) tells whether there is anything else; only then is the
- * family's chain list read. A table that holds far more chains than desired
+ * Dumps what nfkeeper needs to see of one owned table: one rule dump and one
+ * set dump per table (the kernel filters both by table) and the chains. Chain
+ * dumps are not filtered by the kernel (they walk every chain of the family,
+ * which grows with the node), so a table with a few desired chains fetches
+ * those one by one, and the table's use count (chains plus named sets) tells
+ * whether there is anything else; only then is the family's chain list read.
+ * A table with many desired chains (owners) reads the chain list once instead
+ * of a round trip per chain. A table that holds far more chains than desired
  * is read the other way round: its chain list, then only the desired chains'
  * rules.
  */
@@ -61,8 +68,16 @@ export async function observeTable(sock: NftConn, family: Family, name: string,
     // chains cost ten times what deleting them does.
     [chains, sets] = await Promise.all([sock.listChains({ family, table: name }), sock.listSets({ family, table: name })]);
     const wanted = new Set(expectedChains);
-    rules = (await Promise.all(chains.filter((c) => wanted.has(c.name))
-      .map((c) => sock.listRules({ family, table: name, chain: c.name })))).flat();
+    const present = chains.filter((c) => wanted.has(c.name));
+    rules = present.length <= CHAIN_DUMPS_UP_TO
+      ? (await Promise.all(present.map((c) => sock.listRules({ family, table: name, chain: c.name })))).flat()
+      : await sock.listRules({ family, table: name });
+  } else if (expectedChains.length > CHAIN_GETS_UP_TO) {
+    [chains, rules, sets] = await Promise.all([
+      sock.listChains({ family, table: name }),
+      sock.listRules({ family, table: name }),
+      sock.listSets({ family, table: name }),
+    ]);
   } else {
     let found: (Chain | undefined)[];
     [found, rules, sets] = await Promise.all([
@@ -278,11 +293,13 @@ export function planTable(batch: Batch, want: TableConfig, have: ObservedTable, 
     else rewrite.add(x.chain!);
   }
 
-  // Flush first, so no rule still jumps to a chain we delete or recreate.
+  // Flush and delete rules first, so no rule still jumps to a chain we delete or recreate.
   for (const c of want.chains) {
     if (have.table && (rewrite.has(c.name) || recreate.has(c.name)) && have.chains.has(c.name)) {
       batch.flush('chain', { family, table, name: c.name });
     }
+    const e = edited.get(c.name);
+    if (e) emitEdit(batch, family, table, c, e.rules, e.edit, 'remove');
   }
   for (const name of extra) batch.flush('chain', { family, table, name });
   for (const name of recreate) batch.delete('chain', { family, table, name });
@@ -299,7 +316,7 @@ export function planTable(batch: Batch, want: TableConfig, have: ObservedTable, 
   }
   for (const c of want.chains) {
     const e = edited.get(c.name);
-    if (e && !rewrite.has(c.name) && !recreate.has(c.name)) emitEdit(batch, family, table, c, e.rules, e.edit);
+    if (e && !rewrite.has(c.name) && !recreate.has(c.name)) emitEdit(batch, family, table, c, e.rules, e.edit, 'add');
     if (!rewrite.has(c.name) && !recreate.has(c.name)) continue;
     for (const r of c.rules) {
       for (const s of r.compiled.sets) batch.add('set', { ...s, family, table });
@@ -312,20 +329,37 @@ export function planTable(batch: Batch, want: TableConfig, have: ObservedTable, 
 // NFTA_RULE_ID must be unique among a batch's rules (kernels before 6.0 do not match the chain).
 const nextRuleId = new WeakMap<Batch, number>();
 
-/** Appends a chain's edit: deletes and replaces by handle, inserts placed by handle or by rule id. */
-function emitEdit(batch: Batch, family: Family, table: string, c: ChainConfig, rules: readonly Rule[], edit: ChainEdit): void {
-  const base = nextRuleId.get(batch) ?? 1;
-  nextRuleId.set(batch, base + c.rules.length);
+const ruleIds = new WeakMap<ChainEdit, number>();
+
+/**
+ * Appends a chain's edit in two phases. 'remove' (before chains are deleted):
+ * deletes by handle, and the rules a replace would drop that jump somewhere,
+ * since the chain they jump to may go in this batch. 'add' (after chains are
+ * added, since a new rule may jump to one): replaces by handle, and adds placed
+ * after a kept rule's handle or after a rule added earlier by its batch id.
+ */
+function emitEdit(batch: Batch, family: Family, table: string, c: ChainConfig, rules: readonly Rule[], edit: ChainEdit,
+  phase: 'remove' | 'add'): void {
   const chain = c.name;
-  for (const x of edit.steps) {
-    if (x.op === 'delete') {
-      batch.delete('rule', { family, table, chain, handle: rules[x.have]!.handle! });
-      continue;
+  const jumps = (i: number) => rules[i]!.exprs.some((e) => e.kind === 'immediate' && (e.verdict === 'jump' || e.verdict === 'goto'));
+  if (phase === 'remove') {
+    for (const x of edit.steps) {
+      if (x.op === 'delete' || (x.op === 'replace' && jumps(x.have))) batch.delete('rule', { family, table, chain, handle: rules[x.have]!.handle! });
     }
+    return;
+  }
+  let base = ruleIds.get(edit);
+  if (base === undefined) {
+    base = nextRuleId.get(batch) ?? 1;
+    nextRuleId.set(batch, base + c.rules.length);
+    ruleIds.set(edit, base);
+  }
+  for (const x of edit.steps) {
+    if (x.op === 'delete') continue;
     const r = c.rules[x.want]!.compiled;
     for (const s of r.sets) batch.add('set', { ...s, family, table });
     const body = { family, table, chain, exprs: r.exprs, ...(r.userdata ? { userdata: r.userdata } : {}), id: base + x.want };
-    if (x.op === 'replace') batch.replace('rule', { ...body, handle: rules[x.have]!.handle! });
+    if (x.op === 'replace' && !jumps(x.have)) batch.replace('rule', { ...body, handle: rules[x.have]!.handle! });
     else if (!x.after) batch.insert('rule', body);  // at the head of the chain
     else if (x.after.kind === 'kept') batch.add('rule', { ...body, position: rules[x.after.have]!.handle! });
     else batch.add('rule', { ...body, positionId: base + x.after.want });
