@@ -2,7 +2,7 @@
  * nfkeeper against the exec-based drivers (issue 7), every scenario in one
  * run, in throwaway namespaces:
  *   S1 steady-state check, S2 detection to repair, S3 atomic rewrite,
- *   S4 the daemon itself, S5 GC of 1,000 orphaned owners.
+ *   S4 the daemon itself, S5 GC of 1,000 orphaned owners, S6 owned-rule scaling.
  *
  *   npm run bench [-- --full] [--only s1,s3] [--sizes 0,10000]
  *
@@ -22,11 +22,12 @@ import { runS2, type S2Options } from './scenarios/s2.js';
 import { runS3 } from './scenarios/s3.js';
 import { runS4, type S4Options } from './scenarios/s4.js';
 import { runS5, type S5Options } from './scenarios/s5.js';
+import { runS6, type S6Options } from './scenarios/s6.js';
 import type { Layout } from './scenarios/foreign.js';
 import type { Budget } from './lib/measure.js';
-import { renderMarkdown, renderS1Svg, renderS2Svg, renderS4Svg, renderS5Svg, type RunResults } from './lib/report.js';
+import { renderMarkdown, renderS1Svg, renderS2Svg, renderS4Svg, renderS5Svg, renderS6Svg, type RunResults } from './lib/report.js';
 
-const SCENARIOS = ['s1', 's2', 's3', 's4', 's5'] as const;
+const SCENARIOS = ['s1', 's2', 's3', 's4', 's5', 's6'] as const;
 type Scenario = (typeof SCENARIOS)[number];
 
 const full = process.argv.includes('--full');
@@ -49,6 +50,7 @@ interface Budgets {
   s3Reps: number;
   s4: Omit<S4Options, 'sizes' | 'log'> & { sizes: number[] };
   s5: Omit<S5Options, 'sizes' | 'log'> & { sizes: number[] };
+  s6: Omit<S6Options, 'log'>;
 }
 
 const SKIP_100K = {
@@ -72,6 +74,9 @@ const B: Budgets = full
     // The daemon never reads foreign rules (its dumps are filtered to its own table), so 100,000 adds loading time, not information.
     s4: { sizes: sizes([0, 10_000]), idleSeconds: (n) => (n === 10_000 ? 60 : 20), stormSeconds: 10, settleSeconds: 20 },
     s5: { sizes: sizes([0, 10_000]), reps: () => 5, owned: true },
+    s6: { sizes: sizes([4, 100, 10_000, 100_000]), reps: (n) => (n >= 100_000
+      ? { install: 2, repair: 30, change: 5, exec: 3, gapMs: 300 }
+      : { install: 3, repair: n >= 10_000 ? 200 : 300, change: 20, exec: 10, gapMs: n >= 10_000 ? 60 : 20 }) },
   }
   : {
     s1: {
@@ -84,6 +89,7 @@ const B: Budgets = full
     s3Reps: 3,
     s4: { sizes: sizes([0, 10_000]), idleSeconds: () => 20, stormSeconds: 10, settleSeconds: 10 },
     s5: { sizes: sizes([0, 10_000]), reps: () => 3, owned: true },
+    s6: { sizes: sizes([4, 100, 10_000]), reps: (n) => ({ install: 3, repair: n >= 10_000 ? 100 : 200, change: 10, exec: 5, gapMs: n >= 10_000 ? 60 : 20 }) },
   };
 
 const started = Date.now();
@@ -119,6 +125,12 @@ function budgetLines(): string[] {
       `${B.s4.stormSeconds} s each; ${B.s4.settleSeconds} s settle after start-up`);
   }
   if (only.has('s5')) out.push(`S5 repetitions: ${B.s5.sizes.map((x) => `${B.s5.reps(x)} runs per tool at ${n(x)}`).join(', ')}`);
+  if (only.has('s6')) {
+    out.push(`S6 repetitions: ${B.s6.sizes.map((x) => {
+      const r = B.s6.reps(x);
+      return `at ${n(x)} ${r.install} installs, ${r.repair} probed repairs ${r.gapMs} ms apart (after 5 warm-up), ${r.change} changes, ${r.exec} runs per exec tool`;
+    }).join('; ')}`);
+  }
   return out;
 }
 
@@ -176,6 +188,11 @@ async function main(): Promise<void> {
   if (only.has('s5')) {
     log(`S5 GC of 1,000 orphaned owners, N = ${B.s5.sizes.map((x) => x.toLocaleString('en-US')).join(', ')} (load average ${loadavg()})`);
     out.s5 = await runS5({ ...B.s5, log });
+    write(out, loadavgStart, 'S6');
+  }
+  if (only.has('s6')) {
+    log(`S6 owned-rule scaling, N = ${B.s6.sizes.map((x) => x.toLocaleString('en-US')).join(', ')} (load average ${loadavg()})`);
+    out.s6 = await runS6({ ...B.s6, log });
   }
 
   write(out, loadavgStart, undefined);
@@ -224,6 +241,7 @@ function writeOutputs(results: RunResults): void {
   if (results.s2) writeFileSync(join(dir, 's2.svg'), renderS2Svg(results));
   if (results.s4) writeFileSync(join(dir, 's4.svg'), renderS4Svg(results));
   if (results.s5) writeFileSync(join(dir, 's5.svg'), renderS5Svg(results));
+  if (results.s6) writeFileSync(join(dir, 's6.svg'), renderS6Svg(results));
   writeFileSync(join(PROJECT_ROOT, 'BENCHMARKS.md'), renderMarkdown(results));
 }
 

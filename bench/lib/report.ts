@@ -5,6 +5,7 @@ import { PEER_PERIOD } from '../scenarios/s2.js';
 import type { S3Row } from '../scenarios/s3.js';
 import type { S4Row } from '../scenarios/s4.js';
 import { ORPHANS, type S5Row } from '../scenarios/s5.js';
+import type { S6Row } from '../scenarios/s6.js';
 import { LAYOUT_TEXT, type Layout } from '../scenarios/foreign.js';
 import { formatUs } from './stats.js';
 import { renderLogChart, usDecade, type Series } from './svg.js';
@@ -32,6 +33,7 @@ export interface RunResults {
   s3?: S3Row[];
   s4?: S4Row[];
   s5?: S5Row[];
+  s6?: S6Row[];
 }
 
 const ratio = (x: number, base: number): string => {
@@ -254,6 +256,41 @@ function s5Section(s5: S5Row[]): string[] {
   return out;
 }
 
+function s6Section(s6: S6Row[]): string[] {
+  const out = ['## S6 owned-rule scaling (issue 14)', '',
+    'One owned nat base chain of N rules (`ip saddr 10.x.y.z ip daddr 192.0.2.1 return`, all different), no foreign rules. ' +
+      '**install**: an in-process keeper\'s `start()` into an empty namespace (observe, plan, one commit, the verify pass). ' +
+      '**one-rule repair, from outside**: the keeper runs as its own process (`bench/s6-keeper.ts`: src/keeper, events on, fight back-off off); ' +
+      '`bench/probe.ts`, with its own socket, deletes the middle rule and waits on the nftables multicast group for the keeper\'s commit that adds it back ' +
+      '(clock: deletion acknowledged → that notification received); the chain is read back after every sample and must hold the same rules in the same order. ' +
+      '**one desired change**: an in-process keeper\'s `setConfig()` with the middle rule changed (two precompiled configs alternating), including its verify pass. ' +
+      'Beside them, same namespace, own tables: `nft add rule … position H` (one exec putting the deleted middle rule back), ' +
+      '`nft -f` of a flush-and-rewrite (kube-proxy\'s full sync), `iptables-nft-restore --noflush` with one `-I S6 K` (each after a deletion of the middle rule).', '',
+    '![S6: owned-rule scaling](bench/results/s6.svg)', '',
+    '| N owned rules | install (ops) | one-rule repair from outside, p50 / p99 | one desired change (ops) | `nft add rule … position` | `nft -f` flush + rewrite | `iptables-nft-restore --noflush` -I | repair × nft position |',
+    '|---:|---:|---:|---:|---:|---:|---:|---:|'];
+  for (const x of s6) {
+    out.push(`| ${x.n.toLocaleString('en-US')} | ${ms(x.install.median)} (${x.installOps.toLocaleString('en-US')}) | ` +
+      `${ms(x.repair.median)} / ${ms(x.repair.p99)} (${x.repair.n}) | ${ms(x.change.median)} (${x.changeOps}) | ` +
+      `${ms(x.nftPosition.median)} | ${ms(x.nftRewrite.median)} | ${ms(x.iptRestoreInsert.median)} | ${ratio(x.repair.median, x.nftPosition.median)} |`);
+  }
+  return out;
+}
+
+function s6Targets(s6: S6Row[]): string[] {
+  const at = (n: number) => s6.find((x) => x.n === n);
+  const out: string[] = [];
+  const verdict = (v: number, limit: number) => (v <= limit ? 'met' : `**missed** by ${ratio(v, limit)}`);
+  const r4 = at(4);
+  if (r4) out.push(`- 4-rule repair from outside p50 ≤ 0.5 ms: ${ms(r4.repair.median)} (${verdict(r4.repair.median, 500)}); p99 ≤ 2 ms: ${ms(r4.repair.p99)} (${verdict(r4.repair.p99, 2000)})`);
+  const r10k = at(10_000);
+  if (r10k) out.push(`- one foreign deletion in a 10,000-rule chain p50 ≤ 2 ms: ${ms(r10k.repair.median)} (${verdict(r10k.repair.median, 2000)}); p99 ≤ 5 ms: ${ms(r10k.repair.p99)} (${verdict(r10k.repair.p99, 5000)})`);
+  const r100k = at(100_000);
+  if (r100k) out.push(`- one foreign deletion at 100,000 rules p50 ≤ 5 ms: ${ms(r100k.repair.median)} (${verdict(r100k.repair.median, 5000)})`);
+  out.push('- element-level set repairs and changes, and the RSS targets: not measured (they need the named sets of issue 13)');
+  return out;
+}
+
 export function renderMarkdown(r: RunResults): string {
   const m = r.meta;
   const lines: string[] = [
@@ -306,6 +343,7 @@ export function renderMarkdown(r: RunResults): string {
   }
   if (r.s4) lines.push(...s4Section(r.s4), '');
   if (r.s5) lines.push(...s5Section(r.s5), '');
+  if (r.s6) lines.push(...s6Section(r.s6), '', '## Targets from issue 14', '', ...s6Targets(r.s6), '');
   lines.push('## Targets from issue 7', '',
     ...(r.s1 ? s1Targets(r.s1) : []), ...(r.s2 ? s2Targets(r.s2) : []), ...(r.s3 ? s3Targets(r.s3) : []),
     ...(r.s4 ? s4Targets(r.s4) : []), ...(r.s5 ? s5Targets(r.s5) : []), '',
@@ -363,6 +401,24 @@ export function renderS4Svg(r: RunResults): string {
     { name: 'hostile neighbour', color: color('hostile neighbour'), points: s4.map((x) => [x.n, x.hostile.cpuPercent] as const) },
   ];
   return renderLogChart({ title: 'S4 nfkeeper run at 1 Hz: CPU, % of one core (log scales)', xLabel: X_LABEL, yDecade: pct, series, footer: footer(r) });
+}
+
+/** S6: owned-rule scaling, medians against N owned rules. */
+export function renderS6Svg(r: RunResults): string {
+  // The 4-rule row is S2's shape; a log axis from 100 draws it on top of N = 100.
+  const s6 = r.s6!.filter((x) => x.n >= 100);
+  const line = (name: string, c: string, get: (x: S6Row) => number, dashed = false): Series =>
+    ({ name, color: c, dashed, points: s6.map((x) => [x.n, get(x)] as const) });
+  const series: Series[] = [
+    line('native repair (from outside)', '#1b9e77', (x) => x.repair.median),
+    line('native one desired change', '#66a61e', (x) => x.change.median),
+    line('native install', '#1b9e77', (x) => x.install.median, true),
+    line('nft add rule … position', '#e7298a', (x) => x.nftPosition.median),
+    line('nft -f flush + rewrite', '#7570b3', (x) => x.nftRewrite.median),
+    line('iptables-nft-restore -I', '#d95f02', (x) => x.iptRestoreInsert.median),
+  ];
+  return renderLogChart({ title: 'S6 owned-rule scaling: median time (log scales)', xLabel: 'owned rules in the chain',
+    yDecade: usDecade, series, footer: footer(r) });
 }
 
 /** S5: GC of the orphans, median time against N. */
