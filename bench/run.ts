@@ -38,6 +38,8 @@ const only = new Set<Scenario>(onlyArg >= 0
     return s as Scenario;
   })
   : SCENARIOS);
+// --merge (with --only): write this run's scenarios into the committed results beside the earlier run's others.
+const merge = process.argv.includes('--merge');
 const sizesArg = process.argv.indexOf('--sizes');
 // --sizes 0,100000: only these N (for trying one point; such a run is not a full result either).
 const pick = sizesArg >= 0 ? new Set((process.argv[sizesArg + 1] ?? '').split(',').map(Number)) : undefined;
@@ -89,7 +91,7 @@ const B: Budgets = full
     s3Reps: 3,
     s4: { sizes: sizes([0, 10_000]), idleSeconds: () => 20, stormSeconds: 10, settleSeconds: 10 },
     s5: { sizes: sizes([0, 10_000]), reps: () => 3, owned: true },
-    s6: { sizes: sizes([4, 100, 10_000]), reps: (n) => ({ install: 3, repair: n >= 10_000 ? 100 : 200, change: 10, exec: 5, gapMs: n >= 10_000 ? 60 : 20 }) },
+    s6: { sizes: sizes([4, 100, 10_000]), reps: (n) => ({ install: 3, repair: n >= 10_000 ? 50 : 200, change: n >= 10_000 ? 5 : 10, exec: 5, gapMs: n >= 10_000 ? 60 : 20 }) },
   };
 
 const started = Date.now();
@@ -222,8 +224,20 @@ function write(out: Omit<RunResults, 'meta'>, loadavgStart: string, pending: str
     },
     ...out,
   };
-  const md = renderMarkdown(results);
   const partialOnly = only.size !== SCENARIOS.length || pick !== undefined;
+  if (merge && !pending) {
+    // --merge: this run's scenarios replace theirs in the committed results; the rest stay from the
+    // earlier run, and the page says which part came from when.
+    const file = join(PROJECT_ROOT, 'bench', 'results', 'results.json');
+    const prev = JSON.parse(readFileSync(file, 'utf8')) as RunResults;
+    const merged: RunResults = { ...prev, ...out, meta: { ...prev.meta, merged: [...(prev.meta.merged ?? []).filter((x) => ![...only].some((o) => x.startsWith(o.toUpperCase() + ' '))),
+      `${[...only].map((o) => o.toUpperCase()).join(', ')} from a separate ${results.meta.mode} run on ${results.meta.date} (${results.meta.durationS.toFixed(0)} s, ` +
+        `load average ${results.meta.loadavgStart} / ${results.meta.loadavgEnd}, ${results.meta.commit}; ${results.meta.budgets.join('; ')})`] } };
+    writeOutputs(merged);
+    log(`--merge: ${[...only].join(', ')} written into bench/results/results.json, the SVGs and BENCHMARKS.md`);
+    return;
+  }
+  const md = renderMarkdown(results);
   if (!pending) process.stdout.write(md);
   if (partialOnly) {
     if (!pending) log('--only/--sizes: BENCHMARKS.md and bench/results/ left alone (the Markdown above is this run\'s)');

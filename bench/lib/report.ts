@@ -23,6 +23,8 @@ export interface RunMeta {
   commit: string;
   /** Set while (or if) the run has not finished: the scenarios still to run. */
   incomplete?: string;
+  /** Scenarios merged in from a separate run (--merge), with their own date, load and commit. */
+  merged?: string[];
 }
 
 /** Scenarios left out with --only are absent. */
@@ -300,6 +302,7 @@ export function renderMarkdown(r: RunResults): string {
       'Do not edit by hand: rerun. How to run and what each driver mirrors: [bench/README.md](bench/README.md).',
     '',
     ...(m.incomplete ? [`**Incomplete run: written after each scenario; ${m.incomplete} had not run (yet) when this was written.**`, ''] : []),
+    ...(m.merged ?? []).map((x) => `**${x}**`), ...(m.merged?.length ? [''] : []),
     `- Machine: ${m.machine}`,
     `- Software: ${m.versions}`,
     `- Load average (1, 5, 15 min) at start / end: ${m.loadavgStart} / ${m.loadavgEnd} (the machine is shared with other engineers' test suites)`,

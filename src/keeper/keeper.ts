@@ -38,6 +38,11 @@ export interface KeeperOptions {
   fight?: Partial<FightOptions>;
   /** Attempts per pass when commits keep meeting a moved-on generation. */
   maxGenerationRetries?: number;
+  /**
+   * After a repair whose commit was provably the only one (the generation moved by exactly one),
+   * the kernel is not read back at once; the tick reads it back this long after. Default 10 s.
+   */
+  trustOwnCommitMs?: number;
   /** Registered owners (config.owners says where they go); enforced from the start-up pass on. */
   owners?: readonly Owner[];
   /** Where to connect and watch; default the kernel of `netns`. */
@@ -118,6 +123,8 @@ export class Keeper extends EventEmitter {
   private owners: readonly Owner[] = [];
   /** The config's tables with the owners merged in: what the passes enforce. */
   private desired: TableConfig[] = [];
+  /** Set while lastVerified is our own commit's generation rather than a read-back (see pass()). */
+  private trustedSince?: number;
 
   constructor(private readonly options: KeeperOptions) {
     super();
@@ -296,6 +303,11 @@ export class Keeper extends EventEmitter {
       this.fail(e);
       return;
     }
+    if (gen === this.lastVerified && this.trustedSince !== undefined && this.lastTickAt - this.trustedSince >= (this.options.trustOwnCommitMs ?? 10_000)) {
+      // The last verification was our own commit, not a read: read it back once, off the repair path.
+      void this.request('tick', this.lastTickAt);
+      return;
+    }
     if (gen === this.lastVerified) {
       // Nothing changed anywhere: no dump, no log. A quiet namespace is also
       // how a fight ends, and no pass would run to notice it (bench/hostile.ts
@@ -416,6 +428,7 @@ export class Keeper extends EventEmitter {
           return this.fight.waitFrom(performance.now());
         },
         onCommitted: (look, ops) => this.committed(cause, detectedAt, look, ops),
+        trustSoleCommit: true,
       });
     } catch (e) {
       if (e instanceof TableOwnedError) this.lastError = e.message;
@@ -425,7 +438,18 @@ export class Keeper extends EventEmitter {
       this.scheduleAfter(r.waitMs!, cause, detectedAt);
       return { status: 'deferred', drift: r.found, ops: 0, attempts: r.attempts };
     }
-    this.verified(r.generation);
+    if (r.trusted) {
+      // Verified by our own commit, not by a read (see Reconciler.once): tables the batch created or
+      // claimed carry the flags it gave them; the tick reads everything back trustOwnCommitMs later.
+      this.drifting = new Set();
+      for (const [i, t] of this.desired.entries()) {
+        if (!r.first.drift[i]?.some((d) => d.kind === 'table-missing' || d.kind === 'table-orphaned' || d.kind === 'table-unprotected')) continue;
+        const p: Protection = this.reconciler!.protects(t) ? 'protected' : 'unprotected';
+        this.protection.set(`${t.family} ${t.name}`, p);
+        this.metrics.protection.set({ table: `${t.family} ${t.name}` }, p === 'protected' ? 1 : 0);
+      }
+    }
+    this.verified(r.generation, r.trusted);
     if (r.ops > 0) {
       this.reportRepair({ cause, drift: r.found, ops: r.ops, latencyMs: performance.now() - detectedAt, generation: r.generation,
         attempts: r.attempts });
@@ -461,8 +485,9 @@ export class Keeper extends EventEmitter {
     }, ms);
   }
 
-  private verified(gen: number): void {
+  private verified(gen: number, trusted = false): void {
     this.lastVerified = gen;
+    this.trustedSince = trusted ? performance.now() : undefined;
     this.metrics.generation.set(gen);
     if (!this.ready) {
       this.ready = true;

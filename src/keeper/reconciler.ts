@@ -58,6 +58,8 @@ export interface PassInput {
   holdBack?: (look: Look) => number;
   /** After each committed batch. */
   onCommitted?: (look: Look, ops: number) => void;
+  /** End without a read-back when the commit was provably the only one (commitGuarded's trustSoleCommit). */
+  trustSoleCommit?: boolean;
 }
 
 export interface PassResult {
@@ -73,6 +75,8 @@ export interface PassResult {
   attempts: number;
   /** The generation of the last look: verified when in-sync or repaired. */
   generation: number;
+  /** Repaired and verified by our own commit being the only one, not by a read-back. */
+  trusted?: boolean;
 }
 
 export interface ReconcilerOptions {
@@ -126,11 +130,13 @@ export class Reconciler {
     }, {
       attempts: this.options.attempts,
       untilClean: true,
+      trustSoleCommit: input.trustSoleCommit,
       onMismatch: () => this.options.metrics?.generationRetries.inc(),
       replan: (e, batch) => this.protectRefused(e, batch),
     });
     const v = r.value;
-    return { status: v.status, first: first!, found, waitMs: v.waitMs, ops: r.ops, attempts: r.attempts, generation: r.generation };
+    return { status: v.status, first: first!, found, waitMs: v.waitMs, ops: r.ops, attempts: r.attempts, generation: r.generation,
+      ...(r.trusted ? { trusted: true } : {}) };
   }
 
   private async look(input: PassInput, generation: number): Promise<Look> {

@@ -24,8 +24,10 @@ export interface GuardedOutcome<T> {
   attempts: number;
   /** Operations committed, over every committed step. */
   ops: number;
-  /** The generation the last step was planned from. */
+  /** The generation the last step was planned from; with `trusted`, the one our commit produced. */
   generation: number;
+  /** untilClean ended on trustSoleCommit, not on a clean plan. */
+  trusted?: boolean;
 }
 
 export interface GuardOptions {
@@ -37,6 +39,14 @@ export interface GuardOptions {
    * it the first commit ends the loop.
    */
   untilClean?: boolean;
+  /**
+   * With untilClean: after a commit, if the generation moved by exactly one, end as verified
+   * without planning again. The guard proved the kernel was at the planned-from generation when
+   * the batch applied atomically, and one step means ours was the only commit since, so the
+   * kernel holds what the plan saw plus the batch; the read-back would cost as much as the look
+   * (every owned rule) for nothing (issue 14). A caller must read back later as a safety net.
+   */
+  trustSoleCommit?: boolean;
   /** Called for each commit refused as stale, before the next attempt. */
   onMismatch?: (attempt: number) => void;
   /**
@@ -68,6 +78,10 @@ export async function commitGuarded<T>(conn: NftConn, plan: (generation: number,
     ops += step.batch.length;
     step.committed?.();
     if (!options.untilClean) return { value: step.value, attempts: attempt, ops, generation };
+    if (options.trustSoleCommit) {
+      const after = conn.generation();
+      if (after === generation + 1) return { value: step.value, attempts: attempt, ops, generation: after, trusted: true };
+    }
   }
   throw new GenerationRetriesExhaustedError(options.attempts, last);
 }

@@ -136,3 +136,32 @@ describe('keeper repairs keep the handles of untouched rules', () => {
     });
   }
 });
+
+describe('verification after a repair', () => {
+  it('trusts its own commit when the generation moved by exactly one, and the tick reads the table back later', async () => {
+    const ns = createNetns('plantrust');
+    const keeper = await startKeeper(ns, { intervalMs: 50, trustOwnCommitMs: 400 });
+    try {
+      const dumps = async () => (await keeper.metrics.dumps.get()).values[0]?.value ?? 0;
+      const before = await dumps();
+      const repaired = nextRepair(keeper);
+      ns.nft(`delete rule ip nfkeeper postrouting handle ${handles(ns, 'ip', 'nfkeeper', 'postrouting')[1]}`);
+      const r = await repaired;
+      expect(r.ops).toBe(1);
+      // One observation for the repair; none to verify it.
+      expect(await dumps()).toBe(before + 1);
+      expect(keeper.status().generation).toBe(r.generation);
+      expect(chainLines(ns, 'ip', 'nfkeeper', 'postrouting')).toEqual(FLANNEL_RULES);
+      // The safety net: one read-back after trustOwnCommitMs, finding nothing to do, then quiet again.
+      const deadline = Date.now() + 10_000;
+      while (await dumps() < before + 2 && Date.now() < deadline) await new Promise((res) => setTimeout(res, 50));
+      expect(await dumps()).toBe(before + 2);
+      await new Promise((res) => setTimeout(res, 600));
+      expect(await dumps()).toBe(before + 2);
+      expect((await keeper.metrics.repairs.get()).values.reduce((a, v) => a + v.value, 0)).toBe(2);  // start-up + this one
+    } finally {
+      await keeper.stop();
+      ns.remove();
+    }
+  });
+});
