@@ -232,7 +232,7 @@ function write(out: Omit<RunResults, 'meta'>, loadavgStart: string, pending: str
     const prev = JSON.parse(readFileSync(file, 'utf8')) as RunResults;
     const merged: RunResults = { ...prev, ...out, meta: { ...prev.meta, merged: [...(prev.meta.merged ?? []).filter((x) => ![...only].some((o) => x.startsWith(o.toUpperCase() + ' '))),
       `${[...only].map((o) => o.toUpperCase()).join(', ')} from a separate ${results.meta.mode} run on ${results.meta.date} (${results.meta.durationS.toFixed(0)} s, ` +
-        `load average ${results.meta.loadavgStart} / ${results.meta.loadavgEnd}, ${results.meta.commit}; ${results.meta.budgets.join('; ')})`] } };
+        `load average ${results.meta.loadavgStart} / ${results.meta.loadavgEnd}, ${results.meta.commit.replace(/ \(.*\)/, '')}; ${results.meta.budgets.join('; ')})`] } };
     writeOutputs(merged);
     log(`--merge: ${[...only].join(', ')} written into bench/results/results.json, the SVGs and BENCHMARKS.md`);
     return;

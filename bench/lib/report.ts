@@ -261,11 +261,11 @@ function s5Section(s5: S5Row[]): string[] {
 function s6Section(s6: S6Row[]): string[] {
   const out = ['## S6 owned-rule scaling (issue 14)', '',
     'One owned nat base chain of N rules (`ip saddr 10.x.y.z ip daddr 192.0.2.1 return`, all different), no foreign rules. ' +
-      '**install**: an in-process keeper\'s `start()` into an empty namespace (observe, plan, one commit, the verify pass). ' +
+      '**install**: an in-process keeper\'s `start()` into an empty namespace (observe, plan, one commit; no read-back when the generation moved by exactly one). ' +
       '**one-rule repair, from outside**: the keeper runs as its own process (`bench/s6-keeper.ts`: src/keeper, events on, fight back-off off); ' +
       '`bench/probe.ts`, with its own socket, deletes the middle rule and waits on the nftables multicast group for the keeper\'s commit that adds it back ' +
-      '(clock: deletion acknowledged → that notification received); the chain is read back after every sample and must hold the same rules in the same order. ' +
-      '**one desired change**: an in-process keeper\'s `setConfig()` with the middle rule changed (two precompiled configs alternating), including its verify pass. ' +
+      '(clock: just before the probe\'s own deletion commit → that notification received in the probe\'s JavaScript); the chain is read back after every sample and must hold the same rules in the same order. ' +
+      '**one desired change**: an in-process keeper\'s `setConfig()` with the middle rule changed (two precompiled configs alternating). ' +
       'Beside them, same namespace, own tables: `nft add rule … position H` (one exec putting the deleted middle rule back), ' +
       '`nft -f` of a flush-and-rewrite (kube-proxy\'s full sync), `iptables-nft-restore --noflush` with one `-I S6 K` (each after a deletion of the middle rule).', '',
     '![S6: owned-rule scaling](bench/results/s6.svg)', '',
