@@ -77,7 +77,7 @@ const B: Budgets = full
     s4: { sizes: sizes([0, 10_000]), idleSeconds: (n) => (n === 10_000 ? 60 : 20), stormSeconds: 10, settleSeconds: 20 },
     s5: { sizes: sizes([0, 10_000]), reps: () => 5, owned: true },
     s6: { sizes: sizes([4, 100, 10_000, 100_000]), reps: (n) => (n >= 100_000
-      ? { install: 2, repair: 30, change: 5, exec: 3, gapMs: 300 }
+      ? { install: 2, repair: 20, change: 4, exec: 3, gapMs: 300 }
       : { install: 3, repair: n >= 10_000 ? 200 : 300, change: 20, exec: 10, gapMs: n >= 10_000 ? 60 : 20 }) },
   }
   : {
@@ -230,8 +230,11 @@ function write(out: Omit<RunResults, 'meta'>, loadavgStart: string, pending: str
     // earlier run, and the page says which part came from when.
     const file = join(PROJECT_ROOT, 'bench', 'results', 'results.json');
     const prev = JSON.parse(readFileSync(file, 'utf8')) as RunResults;
-    const merged: RunResults = { ...prev, ...out, meta: { ...prev.meta, merged: [...(prev.meta.merged ?? []).filter((x) => ![...only].some((o) => x.startsWith(o.toUpperCase() + ' '))),
-      `${[...only].map((o) => o.toUpperCase()).join(', ')} from a separate ${results.meta.mode} run on ${results.meta.date} (${results.meta.durationS.toFixed(0)} s, ` +
+    // With --sizes, S6 rows of other sizes stay (and so does the note of the run they came from).
+    const rows = pick && out.s6 && prev.s6 ? { s6: [...prev.s6.filter((x) => !pick.has(x.n)), ...out.s6].sort((x, y) => x.n - y.n) } : {};
+    const merged: RunResults = { ...prev, ...out, ...rows, meta: { ...prev.meta, merged: [...(prev.meta.merged ?? [])
+      .filter((x) => pick || ![...only].some((o) => x.startsWith(o.toUpperCase() + ' '))),
+      `${[...only].map((o) => o.toUpperCase()).join(', ')}${pick ? ` at N = ${[...pick].join(', ')}` : ''} from a separate ${results.meta.mode} run on ${results.meta.date} (${results.meta.durationS.toFixed(0)} s, ` +
         `load average ${results.meta.loadavgStart} / ${results.meta.loadavgEnd}, ${results.meta.commit.replace(/ \(.*\)/, '')}; ${results.meta.budgets.join('; ')})`] } };
     writeOutputs(merged);
     log(`--merge: ${[...only].join(', ')} written into bench/results/results.json, the SVGs and BENCHMARKS.md`);
