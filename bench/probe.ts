@@ -91,12 +91,12 @@ export class RepairProbe {
 
 /** `count` samples, `intervalMs` apart (the keeper's verify pass after each repair runs in between). */
 export async function probeRepairs(target: ProbeTarget, count: number, intervalMs: number,
-  opts: { warmup?: number; verify?: boolean } = {}): Promise<{ summary: Summary; samples: number[] }> {
+  opts: { warmup?: number; verify?: boolean; timeoutMs?: number } = {}): Promise<{ summary: Summary; samples: number[] }> {
   const probe = new RepairProbe(target);
   const samples: number[] = [];
   try {
     for (let k = 0; k < (opts.warmup ?? 0) + count; k++) {
-      const us = await probe.once(10_000, opts.verify ?? true);
+      const us = await probe.once(opts.timeoutMs ?? 10_000, opts.verify ?? true);
       if (k >= (opts.warmup ?? 0)) samples.push(us);
       await new Promise((r) => setTimeout(r, intervalMs));
     }

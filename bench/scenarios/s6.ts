@@ -143,7 +143,7 @@ export async function runS6(o: S6Options): Promise<S6Row[]> {
               sleep(120_000).then(() => { throw new Error('S6 keeper not ready in 120 s'); }),
             ]);
             const probed = await probeRepairs({ netns: ns.path, family: 'ip', table: TABLE, chain: CHAIN },
-              reps.repair, reps.gapMs, { warmup: Math.min(5, reps.repair) });
+              reps.repair, reps.gapMs, { warmup: Math.min(n >= 100_000 ? 2 : 5, reps.repair), timeoutMs: n >= 100_000 ? 120_000 : 10_000 });
             repair = probed.summary;
           } finally {
             child.kill('SIGTERM');
