@@ -59,20 +59,4 @@ export async function waitFor(what: string, f: () => boolean | Promise<boolean>,
   }
 }
 
-/** One request on its own connection (no keep-alive pool, so connection counts are exact). */
-export function rawCall(socketPath: string, method: string, path: string, body: string): Promise<{ status: number; body: any }> {
-  return new Promise((resolve, reject) => {
-    const req = request({ socketPath, method, path, agent: false, headers: { 'content-length': Buffer.byteLength(body) } }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => {
-        const text = Buffer.concat(chunks).toString();
-        let parsed: unknown = text;
-        try { parsed = JSON.parse(text); } catch { /* keep text */ }
-        resolve({ status: res.statusCode ?? 0, body: parsed });
-      });
-    });
-    req.on('error', reject);
-    req.end(body);
-  });
-}
+export { rawCall } from '../helpers/http.js';

@@ -1,10 +1,11 @@
 /** Shared by the chain-edit tests: small-alphabet rules, configs of them, seeded random numbers. */
-import { parseConfig, type TableConfig } from '../../src/config/config.js';
+import { parseConfig, type Config, type TableConfig } from '../../src/config/config.js';
 
 /** A rule of a small alphabet, so random chains share and repeat rules. */
 export const ruleText = (k: number) => `ip saddr 10.0.${k >> 8}.${k & 255} accept`;
 
-export function chainConfig(ks: readonly number[]): TableConfig {
+/** Table ip t, its nat postrouting chain c holding the rules `ks` names. */
+export function planConfig(ks: readonly number[]): Config {
   const rules = ks.length ? `rules:\n${ks.map((k) => `          - ${ruleText(k)}`).join('\n')}` : 'rules: []';
   return parseConfig(`
 tables:
@@ -16,7 +17,11 @@ tables:
         hook: postrouting
         priority: srcnat
         ${rules}
-`).tables[0]!;
+`);
+}
+
+export function chainConfig(ks: readonly number[]): TableConfig {
+  return planConfig(ks).tables[0]!;
 }
 
 /** Deterministic random numbers (mulberry32), so a failing seed can be replayed. */

@@ -5,25 +5,14 @@
  * handles of the rules nobody touched.
  */
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { parseConfig, type Config } from '../../src/config/config.js';
 import { checkOnce, type Keeper } from '../../src/keeper/keeper.js';
 import { open, type NftSocket } from '../../src/netlink/socket.js';
 import { ruleHandles } from '../helpers/nft.js';
 import { createNetns, type Netns } from '../helpers/netns.js';
 import { FLANNEL_RULES, chainLines, handles, nextRepair, startKeeper } from './helpers.js';
-import { rng, ruleText } from './plan-fixtures.js';
+import { planConfig, rng, ruleText } from './plan-fixtures.js';
 
-const config = (ks: readonly number[]): Config => parseConfig(`
-tables:
-  - family: ip
-    name: t
-    chains:
-      - name: c
-        type: nat
-        hook: postrouting
-        priority: srcnat
-        ${ks.length ? `rules:\n${ks.map((k) => `          - ${ruleText(k)}`).join('\n')}` : 'rules: []'}
-`);
+const config = planConfig;
 
 /** Rule texts and handles of `ip t c`, in order. */
 function listing(ns: Netns): { text: string; handle: number }[] {

@@ -92,25 +92,7 @@ export async function startDaemon(ns: Netns, dir: string, o: { mode?: number } =
   };
 }
 
-/** Sends a raw request body (not JSON-encoded by the client). */
-export function rawCall(socket: string, method: string, path: string, body: string): Promise<{ status: number; body: any }> {
-  return new Promise((resolve, reject) => {
-    import('node:http').then(({ request }) => {
-      const req = request({ socketPath: socket, method, path, headers: { 'content-length': Buffer.byteLength(body) } }, (res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('end', () => {
-          const text = Buffer.concat(chunks).toString();
-          let parsed: unknown = text;
-          try { parsed = JSON.parse(text); } catch { /* keep text */ }
-          resolve({ status: res.statusCode ?? 0, body: parsed });
-        });
-      });
-      req.on('error', reject);
-      req.end(body);
-    }, reject);
-  });
-}
+export { rawCall } from '../helpers/http.js';
 
 /** @deprecated import { cli } from test/helpers/cli.js; kept while other branches still import it from here. */
 export { cli } from '../helpers/cli.js';
