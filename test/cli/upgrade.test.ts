@@ -38,10 +38,13 @@ function previousTree(): string {
     rmSync(dir, { recursive: true, force: true });
     mkdirSync(dir, { recursive: true });
     execFileSync('bash', ['-c', `git -C "${ROOT}" archive ${PREVIOUS} | tar -x -C "${dir}"`]);
-    symlinkSync(join(ROOT, 'node_modules'), join(dir, 'node_modules'));
     writeFileSync(join(dir, 'entry.mts'), "import { main } from './src/cli.ts';\nprocess.exit(await main(process.argv));\n");
     writeFileSync(join(dir, '.unpacked'), `${PREVIOUS}\n`);
   }
+  // The cache outlives the checkout that made it (worktrees and CI clones come
+  // and go), so its node_modules link is pointed at this checkout every time.
+  rmSync(join(dir, 'node_modules'), { force: true });
+  symlinkSync(join(ROOT, 'node_modules'), join(dir, 'node_modules'));
   const sameNative = spawnSync('git', ['diff', '--quiet', PREVIOUS, '--', 'native', 'binding.gyp'], { cwd: ROOT }).status === 0;
   const build = join(dir, 'build');
   if (sameNative) {
@@ -74,7 +77,12 @@ describe('adoption across versions', () => {
     const oldExit = new Promise<number | null>((r) => old.on('exit', (code) => r(code)));
     let current: ReturnType<typeof nfk> | undefined;
     try {
-      await waitFor('the previous release running', () => oldOut.join('').includes('"msg":"nfkeeper running"'), 30_000);
+      let oldCode: number | null | undefined;
+      void oldExit.then((c) => { oldCode = c; });
+      await waitFor('the previous release running', () => {
+        if (oldCode !== undefined) throw new Error(`the previous release exited ${oldCode} before running`);
+        return oldOut.join('').includes('"msg":"nfkeeper running"');
+      }, 30_000).catch((e: Error) => { throw new Error(`${e.message}\n${oldOut.join('').slice(-4000)}`); });
       for (const id of ['alloc-1', 'alloc-2']) {
         expect((await rawCall(socket, 'PUT', `/v1/owners/${id}`, JSON.stringify(ownerSpec(Number(id.slice(-1)))))).status).toBe(201);
       }
