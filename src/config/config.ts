@@ -78,8 +78,8 @@ export interface TableConfig {
   family: Family;
   name: string;
   protect: boolean;
-  /** Named sets and maps, in the order they were written (the order nft creates them in). */
-  sets: SetConfig[];
+  /** Named sets and maps, in the order they were written (the order nft creates them in). None: the table has none. */
+  sets?: SetConfig[];
   chains: ChainConfig[];
 }
 
