@@ -511,6 +511,7 @@ function sameContent(want: SetElement, have: SetElement): boolean {
 
 export interface ElementDiff {
   add: SetElement[];
+  /** Kernel elements as dumped (a delete op names only their identity: deletable()). */
   delete: SetElement[];
   /** Elements the config gives with a timeout that are gone: expired, so left to the kernel. */
   expired: number;
@@ -537,17 +538,17 @@ export function diffElements(want: readonly SetElement[], have: readonly SetElem
       if (w.timeout !== undefined || w.expiration !== undefined) { out.expired++; continue; }
       out.add.push(w);
     } else if (!sameContent(w, h)) {
-      out.delete.push(deletable(h));
+      out.delete.push(h);
       out.add.push(w);
     }
   }
   const keepExtra = (set.flags & (SET_F.EVAL)) !== 0;
-  if (!keepExtra) for (const [id, h] of haveById) if (!wanted.has(id)) out.delete.push(deletable(h));
+  if (!keepExtra) for (const [id, h] of haveById) if (!wanted.has(id)) out.delete.push(h);
   return out;
 }
 
 /** What a delete names: the identity only. */
-function deletable(e: SetElement): SetElement {
+export function deletable(e: SetElement): SetElement {
   return { key: e.key, ...(e.keyEnd !== undefined ? { keyEnd: e.keyEnd } : {}), flags: e.flags ?? 0 };
 }
 
@@ -597,11 +598,13 @@ export function elementTexts(key: KeyType, data: DataType | undefined, interval:
   elements: readonly SetElement[], withExpires = false): string[] | undefined {
   const concat = key.parts.length > 1;
   if (!interval || concat) {
-    return elements.map((e) => {
+    // In key order, as nft lists a set of single values (integers by value, so a host-order mark too).
+    const order = (e: SetElement) => (!concat && key.parts[0]!.hostInt ? swapBytes(e.key ?? '') : e.key ?? '');
+    return [...elements].sort((a, b) => compareText(order(a), order(b))).map((e) => {
       const lo = splitKey(key, e.key ?? '');
       const hi = e.keyEnd !== undefined ? splitKey(key, e.keyEnd) : lo;
       return lo.map((l, n) => formatSpan(key.parts[n]!, l, hi[n]!)).join(' . ') + formatOptions(e, withExpires) + formatData(e, data);
-    }).sort(compareText);
+    });
   }
   const kdt = key.parts[0]!;
   // Keys are big-endian here (see layout); the datatype formats its own byte order.
@@ -703,7 +706,8 @@ export function kernelSetDecl(set: NftSet, elements: readonly SetElement[]): { d
   if (set.flags & SET_F.CONSTANT) flags.push('constant');
   if (set.flags & SET_F.EVAL) flags.push('dynamic');
   if (set.flags & SET_F.INTERVAL) flags.push('interval');
-  if (set.flags & SET_F.TIMEOUT && set.timeout === undefined && set.gcInterval === undefined) flags.push('timeout');
+  // nft lists no timeout flag that a default timeout implies, unless other flags are listed.
+  if (set.flags & SET_F.TIMEOUT && (set.timeout === undefined || flags.length > 0)) flags.push('timeout');
   const texts = elementTexts(key, data, (set.flags & SET_F.INTERVAL) !== 0, elements);
   if (!texts) return { unsupported: `${what} ${set.name}: its elements are not shaped as nft makes them` };
   const decl: RawSet = { name: set.name, ...(k.type !== undefined ? { type: typeText } : { typeof: typeText }) };

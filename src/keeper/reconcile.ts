@@ -16,7 +16,7 @@ import type { ChainConfig, TableConfig } from '../config/config.js';
 import { renderRule, ruleKey, type SetResolver } from '../rules/index.js';
 import { planChain, type ChainEdit } from './plan.js';
 import {
-  declarationText, diffElements, elementTexts, setDefinitionKey, typesOf, type ElementDiff, type SetConfig,
+  declarationText, deletable, diffElements, elementTexts, setDefinitionKey, typesOf, type ElementDiff, type SetConfig,
 } from '../config/sets.js';
 
 export type DriftKind =
@@ -239,7 +239,7 @@ function diffSets(want: TableConfig, have: ObservedTable): Drift[] {
       out.push(d('set-changed', `constant ${what} ${s.name} holds other elements; a constant set is created again`));
       continue;
     }
-    const drift = d('elements-differ', `${what} ${s.name}: ${diff.add.length} elements to add, ${diff.delete.length} to delete`);
+    const drift = d('elements-differ', `${what} ${s.name}: ${diff.add.length} kernel elements to add, ${diff.delete.length} to delete${diff.expired ? ` (${diff.expired} with a timeout are gone: expired, left to the kernel)` : ''}`);
     elementDiffs.set(drift, diff);
     out.push(drift);
   }
@@ -374,7 +374,7 @@ export function planTable(batch: Batch, want: TableConfig, have: ObservedTable, 
   // Element deletes and set deletes before chain deletes: a map's element may jump to a chain that goes.
   for (const x of drifts) {
     const diff = x.kind === 'elements-differ' ? elementDiffs.get(x) : undefined;
-    if (diff && diff.delete.length > 0) batch.delete('element', { family, table, set: x.set!, elements: diff.delete });
+    if (diff && diff.delete.length > 0) batch.delete('element', { family, table, set: x.set!, elements: diff.delete.map(deletable) });
   }
   for (const x of drifts) {
     if (x.kind === 'set-extra' || (x.kind === 'set-changed' && have.table)) batch.delete('set', { family, table, name: x.set! });
