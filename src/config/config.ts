@@ -229,16 +229,8 @@ function buildConfig(raw: unknown, file: string, pos: PositionOf, options: LoadO
     seenTables.add(tkey);
     const chainNames = new Set(t.chains.map((c) => c.name));
     if (chainNames.size !== t.chains.length) fail(tpos, `table ${tkey} lists a chain twice`);
-    const sets = buildSets(t, ti, pos, fail);
+    const sets = buildSets(t, ti, pos, fail, chainNames);
     const namedSets = new Map<string, NftSet>(sets.map((x) => [x.name, x.set]));
-    for (const x of sets) {
-      if (x.data?.kind !== 'verdict') continue;
-      x.elements.forEach((e) => {
-        if (e.chain !== undefined && !chainNames.has(e.chain)) {
-          fail(pos(['tables', ti, 'maps']), `map ${x.name}: an element jumps to chain ${e.chain}, which is not a chain of table ${tkey}`);
-        }
-      });
-    }
     const chains: ChainConfig[] = t.chains.map((c, ci) => {
       const path = ['tables', ti, 'chains', ci];
       const baseKeys = [c.type, c.hook, c.priority].filter((v) => v !== undefined).length;
@@ -303,7 +295,7 @@ type RawTableParsed = z.infer<typeof TABLE>;
  * in that order. Errors carry the position of what is wrong.
  */
 function buildSets(t: RawTableParsed, ti: number, pos: PositionOf,
-  fail: (p: { line: number; col: number }, reason: string) => void): SetConfig[] {
+  fail: (p: { line: number; col: number }, reason: string) => void, chainNames: ReadonlySet<string>): SetConfig[] {
   const out: { at: { line: number; col: number }; set: SetConfig }[] = [];
   const seen = new Set<string>();
   for (const kind of ['sets', 'maps'] as const) {
@@ -314,7 +306,15 @@ function buildSets(t: RawTableParsed, ti: number, pos: PositionOf,
       seen.add(raw.name);
       const built = buildSet(raw, kind === 'maps', { family: t.family, table: t.name },
         (where, reason, inner) => fail(pos([...path, ...where], inner), reason));
-      if (built) out.push({ at, set: built });
+      if (!built) return;
+      // A verdict map's jumps and gotos need their chain in the table (the kernel would refuse them).
+      for (const e of built.elements) {
+        const chain = e.chain;
+        if (chain === undefined || chainNames.has(chain)) continue;
+        const i = (raw.elements ?? []).findIndex((x) => new RegExp(`\\b(?:jump|goto)\\s+"?${chain.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}"?\\s*$`).test(x));
+        fail(pos([...path, 'elements', Math.max(i, 0)]), `map ${raw.name}: an element jumps to chain ${chain}, which is not a chain of table ${t.family} ${t.name}`);
+      }
+      out.push({ at, set: built });
     });
   }
   out.sort((a, b) => a.at.line - b.at.line || a.at.col - b.at.col);
