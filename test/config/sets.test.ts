@@ -18,6 +18,8 @@ import { diffTable, observeTable, planTable, renderDrift } from '../../src/keepe
 import { cli } from '../helpers/cli.js';
 import { withNetns, type Netns } from '../helpers/netns.js';
 import { tempDir } from '../helpers/tmp.js';
+import { withKeeper } from '../helpers/keeper.js';
+import { nextRepair } from '../keeper/helpers.js';
 
 const dir = tempDir('sets');
 
@@ -314,6 +316,25 @@ describe('named sets and maps: repairs', () => {
       expect(apply.out).toMatch(/applied 1 operations? in one batch/);
       expect(listing(ns, 'inet', 'keep')).toBe(before.listing);
     }, 'sets-repair');
+  });
+
+  it('the daemon repairs a foreign element deletion and addition from the event with element ops only', async () => {
+    const config = parseNftConfig(FILE, 'all.nft');
+    await withKeeper({ config, tag: 'sets-daemon' }, async ({ ns, keeper, sock }) => {
+      const handle = () => ns.exec('nft', ['-a', 'list', 'map', 'inet', 'keep', 'vm']).match(/# handle (\d+)/)![1];
+      const before = { vm: handle(), listing: listing(ns, 'inet', 'keep') };
+      for (const [cmd, elem] of [['delete', '{ 10.0.0.2 . udp . 53 }'], ['add', '{ 8.8.8.8 . tcp . 1 : drop }']] as const) {
+        const repaired = nextRepair(keeper);
+        const gen = sock.generation();
+        ns.exec('nft', [cmd, 'element', 'inet', 'keep', 'vm', elem]);
+        const r = await repaired;
+        expect(r.drift.map((d) => d.kind)).toEqual(['elements-differ']);
+        expect(r.ops).toBe(1);
+        expect(r.generation).toBe(gen + 2);  // the foreign commit and the repair
+        expect(listing(ns, 'inet', 'keep')).toBe(before.listing);
+        expect(handle()).toBe(before.vm);
+      }
+    });
   });
 
   it('elements given a timeout are left to the kernel; a dynamic set keeps what the data path added', async () => {
