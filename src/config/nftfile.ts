@@ -54,13 +54,17 @@ export interface NftDocument {
   positionOf(path: readonly (string | number)[], innerColumn?: number): Position;
 }
 
-type TokKind = 'word' | 'string' | '{' | '}' | ';' | 'nl' | 'end';
+/** `elems`: a set's `{ … }` element list, kept whole (100,000 elements would be a million tokens). */
+type TokKind = 'word' | 'string' | '{' | '}' | ';' | 'nl' | 'end' | 'elems';
 interface Tok {
   kind: TokKind;
   text: string;
   start: number;
   end: number;
 }
+
+/** A run of word characters (the scanner's hot loop at 100,000 set elements). */
+const WORD = /[^ \t\r\n{};"#\\]+/y;
 
 const FAMILIES = new Set(['ip', 'ip6', 'inet', 'arp', 'bridge', 'netdev']);
 
@@ -73,6 +77,8 @@ class Reader {
   readonly positions = new Map<string, number>();
   /** Rule text offset 0 → source offset, by rule path. */
   readonly ruleStarts = new Map<string, number>();
+  /** Where each element text of a set starts, by the set's path (a map entry per element costs too much at 100,000). */
+  readonly elementStarts = new Map<string, number[]>();
 
   constructor(private readonly src: string, private readonly file: string) {
     for (let k = 0; k < src.length; k++) if (src.charCodeAt(k) === 10) this.lineStarts.push(k + 1);
@@ -103,6 +109,12 @@ class Reader {
       if (c === '\\' && s[k + 1] === '\n') { k += 2; continue; }  // line continuation
       if (c === '#') { while (k < s.length && s[k] !== '\n') k++; continue; }
       if (c === '\n') { this.toks.push({ kind: 'nl', text: '\n', start: k, end: k + 1 }); k++; continue; }
+      if (c === '{' && this.opensElements()) {
+        const end = this.closingBrace(k);
+        this.toks.push({ kind: 'elems', text: '', start: k, end: end + 1 });
+        k = end + 1;
+        continue;
+      }
       if (c === '{' || c === '}' || c === ';') {
         this.toks.push({ kind: c, text: c, start: k, end: k + 1 });
         k++;
@@ -117,14 +129,50 @@ class Reader {
         continue;
       }
       let j = k;
-      while (j < s.length && !' \t\r\n{};"#'.includes(s[j]!)) {
-        if (s[j] === '\\' && s[j + 1] === '\n') break;
-        j++;
+      for (;;) {
+        WORD.lastIndex = j;
+        if (WORD.test(s)) j = WORD.lastIndex;
+        // A backslash is part of a word unless it continues the line.
+        if (s[j] === '\\' && s[j + 1] !== '\n') { j++; continue; }
+        break;
       }
       this.toks.push({ kind: 'word', text: s.slice(k, j), start: k, end: j });
       k = j;
     }
     this.toks.push({ kind: 'end', text: '', start: s.length, end: s.length });
+  }
+
+  /** Whether a `{` here opens elements: after `elements =`, or in an `add element …` command. */
+  private opensElements(): boolean {
+    const t = this.toks;
+    const n = t.length;
+    if (n >= 2 && t[n - 1]!.text === '=' && t[n - 2]!.text === 'elements' && t[n - 2]!.kind === 'word') return true;
+    let i = n - 1;
+    while (i >= 0 && (t[i]!.kind === 'word' || t[i]!.kind === 'string')) i--;
+    return n - i > 2 && (t[i + 1]!.text === 'add' || t[i + 1]!.text === 'create') && t[i + 2]!.text === 'element';
+  }
+
+  /** The `}` that closes the `{` at `k`, past strings and comments. */
+  private closingBrace(k: number): number {
+    const s = this.src;
+    let depth = 0;
+    for (let j = k; j < s.length; j++) {
+      const c = s[j];
+      if (c === '"') {
+        const q = s.indexOf('"', j + 1);
+        const nl = s.indexOf('\n', j + 1);
+        if (q < 0 || (nl >= 0 && nl < q)) this.fail(j, 'unterminated string');
+        j = q;
+      } else if (c === '#') {
+        const nl = s.indexOf('\n', j);
+        j = nl < 0 ? s.length : nl;
+      } else if (c === '{') {
+        depth++;
+      } else if (c === '}' && --depth === 0) {
+        return j;
+      }
+    }
+    return this.fail(k, "the elements' '{' is never closed");
   }
 
   private peek(ahead = 0): Tok {
@@ -443,43 +491,36 @@ class Reader {
    * with its position so an error in one points into the file.
    */
   private elementList(ti: number, kind: 'sets' | 'maps', si: number): void {
-    const open = this.expect('{', "'{'");
-    let depth = 1;
-    let close: Tok | undefined;
-    while (depth > 0) {
-      const t = this.next();
-      if (t.kind === 'end') this.fail(open.start, "the elements' '{' is never closed");
-      if (t.kind === '{') depth++;
-      if (t.kind === '}' && --depth === 0) close = t;
-    }
-    const body = blank(this.src.slice(open.end, close!.start) + ' ');
+    const list0 = this.expect('elems', "'{' and the elements");
+    const open = { end: list0.start + 1 };
+    const body = blank(this.src.slice(open.end, list0.end - 1) + ' ');
     const set = this.raw.tables[ti]![kind][si]!;
     const list = set.elements ??= [];
+    const setPath = ['tables', ti, kind, si].join('.');
+    let starts = this.elementStarts.get(setPath);
+    if (!starts) this.elementStarts.set(setPath, starts = []);
+    const at = starts;
+    // Elements are split at commas outside quotes.
+    const re = /"[^"]*"|,/g;
     let start = 0;
-    let inString = false;
     const push = (end: number) => {
       const piece = body.slice(start, end);
-      const lead = piece.length - piece.trimStart().length;
       const text = piece.trim();
       if (text !== '') {
-        const at = open.end + start + lead;
-        const path = ['tables', ti, kind, si, 'elements', list.length];
+        at.push(open.end + start + (piece.length - piece.trimStart().length));
         list.push(text);
-        this.mark(path, at);
-        this.ruleStarts.set(path.join('.'), at);
       } else if (end < body.length - 1) {
         this.fail(open.end + end, 'an empty element between commas');
       }
     };
-    for (let k = 0; k < body.length; k++) {
-      if (body[k] === '"') inString = !inString;
-      if (!inString && body[k] === ',') {
-        push(k);
-        start = k + 1;
-      }
+    let m: RegExpExecArray | null;
+    while ((m = re.exec(body)) !== null) {
+      if (m[0] !== ',') continue;
+      push(m.index);
+      start = m.index + 1;
     }
     push(body.length);
-    if (list.length === 0) this.mark(['tables', ti, kind, si, 'elements'], open.start);
+    if (list.length === 0) this.mark(['tables', ti, kind, si, 'elements'], list0.start);
   }
 
   /** `add element [F] T NAME { … }`: elements for a set or map declared before. */
@@ -647,19 +688,7 @@ class Reader {
 
 /** Newlines, line continuations and comments become spaces, keeping every offset. */
 function blank(text: string): string {
-  let out = '';
-  let inString = false;
-  for (let k = 0; k < text.length; k++) {
-    const c = text[k]!;
-    if (c === '"') inString = !inString;
-    if (!inString && c === '#') {
-      while (k < text.length && text[k] !== '\n') { out += ' '; k++; }
-      if (k < text.length) out += ' ';
-      continue;
-    }
-    out += c === '\n' || c === '\r' || (c === '\\' && text[k + 1] === '\n') ? ' ' : c;
-  }
-  return out.replace(/\s+$/, '');
+  return text.replace(/"[^"\n]*"|#[^\n]*|\\\n|[\r\n]/g, (m) => (m[0] === '"' ? m : ' '.repeat(m.length))).trimEnd();
 }
 
 function describe(t: Tok): string {
@@ -667,6 +696,7 @@ function describe(t: Tok): string {
     case 'nl': return 'the end of the line';
     case 'end': return 'the end of the file';
     case 'string': return `"${t.text}"`;
+    case 'elems': return "'{'";
     default: return `'${t.text}'`;
   }
 }
@@ -683,6 +713,11 @@ export function readNftFile(text: string, file = '<config>'): NftDocument {
     raw,
     positionOf(path, innerColumn) {
       const key = path.join('.');
+      if (path.length >= 2 && path[path.length - 2] === 'elements') {
+        const starts = r.elementStarts.get(path.slice(0, -2).join('.'));
+        const at = starts?.[path[path.length - 1] as number];
+        if (at !== undefined) return r.pos(at + (innerColumn ?? 1) - 1);
+      }
       const ruleStart = r.ruleStarts.get(key);
       if (ruleStart !== undefined && innerColumn !== undefined) return r.pos(ruleStart + innerColumn - 1);
       // The deepest recorded node on the path.

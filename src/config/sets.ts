@@ -186,6 +186,11 @@ function tokens(text: string): { w: string; col: number; quoted: boolean }[] {
 }
 
 function parsePart(dt: Datatype, tok: { w: string; col: number; quoted: boolean }, interval: boolean): Part {
+  // The common case first: one plain value (no closures on this path: it runs once per element part).
+  if (dt.name !== 'ifname') {
+    const whole = dt.parse(tok.w);
+    if (whole !== undefined) return { lo: whole, hi: whole, single: true };
+  }
   const bad = (why?: string) => new ElementError(tok.col, `'${tok.w}' is not ${dt.expected}${why ? `: ${why}` : ''}`);
   const needInterval = (what: string) => {
     if (!interval) throw new ElementError(tok.col, `You must add 'flags interval' to your set declaration if you want to add ${what} elements`);
@@ -204,8 +209,6 @@ function parsePart(dt: Datatype, tok: { w: string; col: number; quoted: boolean 
     if (v === undefined) throw bad();
     return { lo: v, hi: v, single: true };
   }
-  const whole = dt.parse(tok.w);
-  if (whole !== undefined) return { lo: whole, hi: whole, single: true };
   if (dt.prefix && tok.w.includes('/')) {
     const [a, p] = tok.w.split('/') as [string, string];
     const addr = dt.parse(a);
@@ -408,8 +411,8 @@ export function buildSet(raw: RawSet, map: boolean, ctx: { family: Family; table
   return { name: raw.name, map, set, elements, key: key.type, data, decl };
 }
 
-function elementBody(p: ParsedElement, open = false): Omit<SetElement, 'key' | 'flags'> {
-  const e: Omit<SetElement, 'key' | 'flags'> = {};
+function element(key: Hex, flags: number, p: ParsedElement, open = false): SetElement {
+  const e: SetElement = { key, flags };
   if (p.data?.hex !== undefined) e.data = p.data.hex;
   if (p.data?.verdict !== undefined) e.verdict = p.data.verdict;
   if (p.data?.chain !== undefined) e.chain = p.data.chain;
@@ -427,8 +430,9 @@ function layout(parsed: { p: ParsedElement; index: number }[], key: KeyType, int
   if (!interval || concat) {
     const out = new Map<string, SetElement>();
     for (const { p, index } of parsed) {
-      const k = p.parts.map((x, n) => pad(n, x.lo)).join('');
-      const e: SetElement = { key: k, flags: 0, ...elementBody(p) };
+      let k = '';
+      for (let n = 0; n < p.parts.length; n++) k += pad(n, p.parts[n]!.lo);
+      const e = element(k, 0, p);
       if (interval) e.keyEnd = p.parts.map((x, n) => pad(n, x.hi)).join('');
       const id = k + (e.keyEnd ?? '');
       const prev = out.get(id);
@@ -480,7 +484,7 @@ function layout(parsed: { p: ParsedElement; index: number }[], key: KeyType, int
   if (merged.length > 0 && merged[0]!.lo !== 0n) out.push({ key: hex(0n), flags: SET_ELEM_F.INTERVAL_END });
   for (const m of merged) {
     const open = m.hi === max;
-    out.push({ key: hex(m.lo), flags: 0, ...elementBody(m.p, open) });
+    out.push(element(hex(m.lo), 0, m.p, open));
     if (!open) out.push({ key: hex(m.hi + 1n), flags: SET_ELEM_F.INTERVAL_END });
   }
   return out;
