@@ -234,6 +234,22 @@ describe('named sets and maps: nft is the oracle', () => {
         expect(netlinkDump(b, 'inet', 'keep')).toBe(netlinkDump(a, 'inet', 'keep'));
         expect(await setDump(b, 'inet', 'keep')).toEqual(await setDump(a, 'inet', 'keep'));
         expect(await setDump(a, 'inet', 'keep')).toHaveLength(27);
+        // Elements decoded through JSON (the dump's fast path) are the objects DecodeSetElems builds.
+        const sock = open({ netns: b.path });
+        try {
+          const native = (sock as unknown as { native: import('../../src/netlink/native.js').NativeSocket }).native;
+          let n = 0;
+          for (const set of await sock.listSets({ family: 'inet', table: 'keep' })) {
+            const viaJson = await native.dump('element', 'inet', 'keep', set.name, false);
+            const viaObjects = await native.dump('element', 'inet', 'keep', set.name, false, true);
+            expect(JSON.stringify(viaJson.map((e) => ({ ...(e as object), expiration: 0 }))))
+              .toBe(JSON.stringify(viaObjects.map((e) => ({ ...(e as object), expiration: 0 }))));
+            n += viaJson.length;
+          }
+          expect(n).toBeGreaterThan(50);
+        } finally {
+          sock.close();
+        }
       }, 'sets-b');
       const check = await cli('check', '--config', file, '--netns', a.path);
       expect(check.code, check.out).toBe(0);
