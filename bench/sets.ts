@@ -93,14 +93,18 @@ async function main(): Promise<void> {
       out.nfkeeperInstallMs = median(installs);
 
       const checks: number[] = [];
+      const diffs: number[] = [];
       for (let r = 0; r < REPEAT; r++) {
         const t0 = performance.now();
         const have = await observeTable(sock, t.family, t.name, t.chains.map((c) => c.name));
+        const t1 = performance.now();
         const drifts = diffTable(t, have);
+        diffs.push(ms(t1));
         checks.push(ms(t0));
         if (drifts.length) throw new Error(`not in sync: ${drifts.map((d) => d.detail).join('; ')}`);
       }
       out.inSyncPassMs = median(checks);
+      out.inSyncDiffMs = median(diffs);
 
       const repairs: number[] = [];
       const observes: number[] = [];
