@@ -253,12 +253,33 @@ class Reader {
 
   /** `flush ruleset` and `flush table F N` mean nothing more: nfkeeper only writes its own tables. */
   private flushCommand(t: Tok): void {
-    if (this.raw.tables.length > 0) {
-      this.fail(t.start, "'flush' is accepted only at the top of the file, before any table: after one it would empty it");
+    const what = this.word("'ruleset', 'table', 'chain', 'set' or 'map'");
+    if (what.text === 'set' || what.text === 'map' || what.text === 'chain') {
+      // `add set …` then `flush set …` then its elements: what kube-proxy's full sync writes. In a
+      // file read as a whole it empties what the file gave the object so far.
+      const ref = this.tableRef();
+      const ti = this.findTable(ref.family, ref.name, ref.at, false);
+      const name = this.word(`a ${what.text} name`);
+      const table = this.raw.tables[ti]!;
+      if (what.text === 'chain') {
+        const ci = table.chains.findIndex((c) => c.name === name.text);
+        if (ci < 0) this.fail(name.start, `chain ${name.text} is not declared before it is flushed`);
+        table.chains[ci]!.rules = [];
+      } else {
+        const kind = what.text === 'set' ? 'sets' : 'maps';
+        const si = table[kind].findIndex((x) => x.name === name.text);
+        if (si < 0) this.fail(name.start, `${what.text} ${name.text} is not declared before it is flushed`);
+        if (table[kind][si]!.elements) table[kind][si]!.elements = [];
+        this.elementStarts.delete(['tables', ti, kind, si].join('.'));
+      }
+      this.endStatement();
+      return;
     }
-    const what = this.word("'ruleset' or 'table'");
+    if (this.raw.tables.length > 0) {
+      this.fail(t.start, "'flush ruleset' and 'flush table' are accepted only at the top of the file, before any table: after one they would empty it");
+    }
     if (what.text === 'table') this.tableRef();
-    else if (what.text !== 'ruleset') this.fail(what.start, `only 'flush ruleset' and 'flush table' are accepted, not 'flush ${what.text}'`);
+    else if (what.text !== 'ruleset') this.fail(what.start, `only 'flush ruleset', 'flush table', 'flush chain', 'flush set' and 'flush map' are accepted, not 'flush ${what.text}'`);
     this.endStatement();
   }
 

@@ -91,10 +91,14 @@ const FILE = `table inet keep {
 /** The same declarations in the command form, as knftables and kube-proxy write them. */
 const COMMANDS = `add table inet keep
 add chain inet keep svc1
+flush chain inet keep svc1
 add set inet keep s4 { type ipv4_addr ; }
+add element inet keep s4 { 9.9.9.9 }
+flush set inet keep s4
 add element inet keep s4 { 10.0.0.1 }
 add element inet keep s4 { 10.0.0.2 }
 add map inet keep vm { type ipv4_addr . inet_proto . inet_service : verdict ; }
+flush map inet keep vm
 add element inet keep vm { 10.0.0.1 . tcp . 80 : goto svc1 }
 add element inet keep vm { 10.0.0.2 . udp . 53 : drop, 10.0.0.3 . tcp . 443 comment "x" : jump svc1 }
 `;
