@@ -247,6 +247,14 @@ Napi::Object DecodeSet(Napi::Env env, const nlmsghdr* nlh) {
   if (nftnl_set_is_set(s, NFTNL_SET_TIMEOUT)) {
     o.Set("timeout", static_cast<double>(nftnl_set_get_u64(s, NFTNL_SET_TIMEOUT)));
   }
+  if (nftnl_set_is_set(s, NFTNL_SET_GC_INTERVAL)) o.Set("gcInterval", nftnl_set_get_u32(s, NFTNL_SET_GC_INTERVAL));
+  if (nftnl_set_is_set(s, NFTNL_SET_DESC_CONCAT)) {
+    uint32_t count = 0;
+    const uint8_t* lens = static_cast<const uint8_t*>(nftnl_set_get_data(s, NFTNL_SET_DESC_CONCAT, &count));
+    Napi::Array a = Napi::Array::New(env, count);
+    for (uint32_t i = 0; i < count; i++) a.Set(i, lens[i]);
+    o.Set("concat", a);
+  }
   if (nftnl_set_is_set(s, NFTNL_SET_USERDATA)) {
     uint32_t len = 0;
     const void* d = nftnl_set_get_data(s, NFTNL_SET_USERDATA, &len);
@@ -293,6 +301,12 @@ void DecodeSetElems(Napi::Env env, const nlmsghdr* nlh, Napi::Array out) {
     }
     if (nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_CHAIN)) {
       o.Set("chain", nftnl_set_elem_get_str(e, NFTNL_SET_ELEM_CHAIN));
+    }
+    if (nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_TIMEOUT)) {
+      o.Set("timeout", static_cast<double>(nftnl_set_elem_get_u64(e, NFTNL_SET_ELEM_TIMEOUT)));
+    }
+    if (nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_EXPIRATION)) {
+      o.Set("expiration", static_cast<double>(nftnl_set_elem_get_u64(e, NFTNL_SET_ELEM_EXPIRATION)));
     }
     if (nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_USERDATA)) {
       d = nftnl_set_elem_get(e, NFTNL_SET_ELEM_USERDATA, &len);

@@ -5,6 +5,7 @@
 #include <libmnl/libmnl.h>
 #include <libnftnl/expr.h>
 #include <libnftnl/rule.h>
+#include <libnftnl/set.h>
 #include <linux/netfilter/nf_tables.h>
 #include <linux/netfilter/nfnetlink.h>
 
@@ -164,6 +165,66 @@ bool AppendRuleJson(const nlmsghdr* nlh, std::string* out) {
     else UnknownExpr(out, raw[i]);
   }
   out->append("]}");
+  return true;
+}
+
+bool AppendSetElemsJson(const nlmsghdr* nlh, std::string* out, bool* first) {
+  struct SetFree {
+    void operator()(nftnl_set* s) const { nftnl_set_free(s); }
+  };
+  struct IterFree {
+    void operator()(nftnl_set_elems_iter* it) const { nftnl_set_elems_iter_destroy(it); }
+  };
+  std::unique_ptr<nftnl_set, SetFree> s(nftnl_set_alloc());
+  if (!s || nftnl_set_elems_nlmsg_parse(nlh, s.get()) < 0) return false;
+  std::unique_ptr<nftnl_set_elems_iter, IterFree> it(nftnl_set_elems_iter_create(s.get()));
+  if (!it) return false;
+  for (nftnl_set_elem* e = nftnl_set_elems_iter_next(it.get()); e != nullptr; e = nftnl_set_elems_iter_next(it.get())) {
+    if (!*first) out->push_back(',');
+    *first = false;
+    bool f = true;
+    uint32_t len = 0;
+    out->push_back('{');
+    if (nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_KEY)) {
+      const void* d = nftnl_set_elem_get(e, NFTNL_SET_ELEM_KEY, &len);
+      PutKey(out, "key", &f);
+      PutHex(out, d, len);
+    }
+    if (nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_KEY_END)) {
+      const void* d = nftnl_set_elem_get(e, NFTNL_SET_ELEM_KEY_END, &len);
+      PutKey(out, "keyEnd", &f);
+      PutHex(out, d, len);
+    }
+    PutKey(out, "flags", &f);
+    PutInt(out, nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_FLAGS) ? nftnl_set_elem_get_u32(e, NFTNL_SET_ELEM_FLAGS) : 0u);
+    if (nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_DATA)) {
+      const void* d = nftnl_set_elem_get(e, NFTNL_SET_ELEM_DATA, &len);
+      PutKey(out, "data", &f);
+      PutHex(out, d, len);
+    }
+    if (nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_VERDICT)) {
+      PutKey(out, "verdict", &f);
+      PutEnum(out, kVerdictMap, static_cast<int32_t>(nftnl_set_elem_get_u32(e, NFTNL_SET_ELEM_VERDICT)));
+    }
+    if (nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_CHAIN)) {
+      PutKey(out, "chain", &f);
+      PutStr(out, nftnl_set_elem_get_str(e, NFTNL_SET_ELEM_CHAIN));
+    }
+    if (nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_TIMEOUT)) {
+      PutKey(out, "timeout", &f);
+      PutInt(out, nftnl_set_elem_get_u64(e, NFTNL_SET_ELEM_TIMEOUT));
+    }
+    if (nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_EXPIRATION)) {
+      PutKey(out, "expiration", &f);
+      PutInt(out, nftnl_set_elem_get_u64(e, NFTNL_SET_ELEM_EXPIRATION));
+    }
+    if (nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_USERDATA)) {
+      const void* d = nftnl_set_elem_get(e, NFTNL_SET_ELEM_USERDATA, &len);
+      PutKey(out, "userdata", &f);
+      PutHex(out, d, len);
+    }
+    out->push_back('}');
+  }
   return true;
 }
 

@@ -15,4 +15,11 @@ namespace nfk {
 // with nothing appended, for a message too short to hold a rule.
 bool AppendRuleJson(const nlmsghdr* nlh, std::string* out);
 
+// Appends the elements of one NEWSETELEM message as JSON objects (key,
+// keyEnd, flags, data, verdict, chain, timeout, expiration, userdata: the
+// fields and values DecodeSetElems gives), each preceded by a comma unless
+// `*first`. False, with nothing appended, when libnftnl cannot parse it.
+// The caller checks the message (HasNfgenmsg, SetElemsOkForLibnftnl) first.
+bool AppendSetElemsJson(const nlmsghdr* nlh, std::string* out, bool* first);
+
 }  // namespace nfk

@@ -24,7 +24,7 @@ struct DumpRequest {
   std::string table, name;
   // A single GET (NLM_F_ACK) of the object `name`, instead of a dump.
   bool single = false;
-  // Rules through DecodeRule's napi objects instead of JSON (tests compare the two).
+  // Rules and elements through the napi decoders instead of JSON (tests compare the two).
   bool objects = false;
 };
 

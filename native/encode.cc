@@ -372,6 +372,27 @@ nftnl_set* BuildSet(const Napi::Object& op, uint16_t family, uint32_t setId) {
     if (HasKey(op, "policy")) nftnl_set_set_u32(s, NFTNL_SET_POLICY, U32(op, "policy"));
     if (HasKey(op, "size")) nftnl_set_set_u32(s, NFTNL_SET_DESC_SIZE, U32(op, "size"));
     if (HasKey(op, "timeout")) nftnl_set_set_u64(s, NFTNL_SET_TIMEOUT, I64(op, "timeout"));
+    if (HasKey(op, "gcInterval")) nftnl_set_set_u32(s, NFTNL_SET_GC_INTERVAL, U32(op, "gcInterval"));
+    if (HasKey(op, "concat")) {
+      // NFTA_SET_DESC_CONCAT: each field's length, what an interval set of
+      // concatenations (pipapo) needs. libnftnl counts the fields up to the
+      // first zero, so the array is zero-terminated and every length non-zero.
+      Napi::Value cv = Prop(op, "concat");
+      if (!cv.IsArray()) throw Napi::TypeError::New(op.Env(), "'concat' must be an array of field lengths");
+      Napi::Array arr = cv.As<Napi::Array>();
+      uint8_t lens[NFT_REG32_COUNT] = {};
+      if (arr.Length() == 0 || arr.Length() >= NFT_REG32_COUNT) {
+        throw Napi::TypeError::New(op.Env(), "'concat' holds 1 to 15 field lengths");
+      }
+      for (uint32_t i = 0; i < arr.Length(); i++) {
+        Napi::Value x = arr.Get(i);
+        if (!x.IsNumber() || x.As<Napi::Number>().Uint32Value() == 0 || x.As<Napi::Number>().Uint32Value() > 64) {
+          throw Napi::TypeError::New(op.Env(), "'concat' field lengths are 1..64 bytes");
+        }
+        lens[i] = static_cast<uint8_t>(x.As<Napi::Number>().Uint32Value());
+      }
+      nftnl_set_set_data(s, NFTNL_SET_DESC_CONCAT, lens, arr.Length());
+    }
     if (HasKey(op, "userdata")) {
       std::vector<uint8_t> d = HexOf(op, "userdata", kMaxUserdata);
       nftnl_set_set_data(s, NFTNL_SET_USERDATA, d.data(), d.size());
@@ -388,8 +409,9 @@ nftnl_set* BuildSet(const Napi::Object& op, uint16_t family, uint32_t setId) {
 struct ElemIn {
   std::vector<uint8_t> key, keyEnd, data, userdata;
   bool hasKey = false, hasKeyEnd = false, hasData = false, hasUserdata = false;
-  bool hasFlags = false, hasVerdict = false, hasChain = false;
+  bool hasFlags = false, hasVerdict = false, hasChain = false, hasTimeout = false, hasExpiration = false;
   uint32_t flags = 0;
+  uint64_t timeout = 0, expiration = 0;
   int32_t verdict = 0;
   std::string chain;
 
@@ -401,6 +423,8 @@ struct ElemIn {
     if (hasData) n += 4 + attr(data.size());
     if (hasUserdata) n += attr(userdata.size());
     if (hasFlags) n += attr(4);
+    if (hasTimeout) n += attr(8);
+    if (hasExpiration) n += attr(8);
     if (hasVerdict || hasChain) n += 4 + 4 + attr(4) + attr(chain.size() + 1);
     return n;
   }
@@ -418,6 +442,8 @@ ElemIn ReadElement(const Napi::Value& v, uint32_t i) {
   if ((e.hasFlags = HasKey(eo, "flags"))) e.flags = U32(eo, "flags");
   if ((e.hasVerdict = HasKey(eo, "verdict"))) e.verdict = static_cast<int32_t>(EnumOf(eo, "verdict", kVerdictMap));
   if ((e.hasChain = HasKey(eo, "chain"))) e.chain = Str(eo, "chain");
+  if ((e.hasTimeout = HasKey(eo, "timeout"))) e.timeout = static_cast<uint64_t>(I64(eo, "timeout"));
+  if ((e.hasExpiration = HasKey(eo, "expiration"))) e.expiration = static_cast<uint64_t>(I64(eo, "expiration"));
   return e;
 }
 
@@ -450,6 +476,8 @@ size_t EncodeElements(std::vector<uint8_t>* out, uint16_t type, uint16_t family,
       if (in.hasData) nftnl_set_elem_set(e, NFTNL_SET_ELEM_DATA, in.data.data(), in.data.size());
       if (in.hasVerdict) nftnl_set_elem_set_u32(e, NFTNL_SET_ELEM_VERDICT, static_cast<uint32_t>(in.verdict));
       if (in.hasChain) nftnl_set_elem_set_str(e, NFTNL_SET_ELEM_CHAIN, in.chain.c_str());
+      if (in.hasTimeout) nftnl_set_elem_set_u64(e, NFTNL_SET_ELEM_TIMEOUT, in.timeout);
+      if (in.hasExpiration) nftnl_set_elem_set_u64(e, NFTNL_SET_ELEM_EXPIRATION, in.expiration);
       if (in.hasUserdata) nftnl_set_elem_set(e, NFTNL_SET_ELEM_USERDATA, in.userdata.data(), in.userdata.size());
     }
     char* buf = Reserve(out);

@@ -16,6 +16,8 @@ import { listLinks } from '../netlink/link.js';
 import { GC_SCHEMA, type GcConfig } from '../gc/config.js';
 import { OWNERS_SCHEMA, type OwnersConfig } from '../owners/config.js';
 import { readNftFile } from './nftfile.js';
+import { buildSet, SET_SCHEMA, type SetConfig } from './sets.js';
+import type { NftSet } from '../netlink/objects.js';
 import { describeProblem, readEnvFile, substitute } from './env.js';
 
 // nft's unquoted identifiers: letters, digits and _ . - / (owner chains are o/<id>/<name>).
@@ -45,6 +47,9 @@ const TABLE = z.strictObject({
   family: z.enum(['ip', 'ip6', 'inet']),
   name: NAME,
   protect: z.boolean().optional(),
+  // Named sets and maps (src/config/sets.ts), in nft's own words.
+  sets: z.array(SET_SCHEMA).default([]),
+  maps: z.array(SET_SCHEMA).default([]),
   chains: z.array(CHAIN).default([]),
 });
 
@@ -73,6 +78,8 @@ export interface TableConfig {
   family: Family;
   name: string;
   protect: boolean;
+  /** Named sets and maps, in the order they were written (the order nft creates them in). None: the table has none. */
+  sets?: SetConfig[];
   chains: ChainConfig[];
 }
 
@@ -222,6 +229,8 @@ function buildConfig(raw: unknown, file: string, pos: PositionOf, options: LoadO
     seenTables.add(tkey);
     const chainNames = new Set(t.chains.map((c) => c.name));
     if (chainNames.size !== t.chains.length) fail(tpos, `table ${tkey} lists a chain twice`);
+    const sets = buildSets(t, ti, pos, fail, chainNames);
+    const namedSets = new Map<string, NftSet>(sets.map((x) => [x.name, x.set]));
     const chains: ChainConfig[] = t.chains.map((c, ci) => {
       const path = ['tables', ti, 'chains', ci];
       const baseKeys = [c.type, c.hook, c.priority].filter((v) => v !== undefined).length;
@@ -238,7 +247,7 @@ function buildConfig(raw: unknown, file: string, pos: PositionOf, options: LoadO
         let compiled: CompiledRule;
         try {
           compiled = compileRule(ruleText, {
-            family: t.family, table: t.name, chain: c.name, setIdBase: setId, interfaces: options.interfaces,
+            family: t.family, table: t.name, chain: c.name, setIdBase: setId, interfaces: options.interfaces, namedSets,
           });
         } catch (e) {
           if (e instanceof RuleSyntaxError) {
@@ -258,7 +267,7 @@ function buildConfig(raw: unknown, file: string, pos: PositionOf, options: LoadO
       });
       return { name: c.name, base, rules };
     });
-    return { family: t.family, name: t.name, protect: t.protect ?? false, chains };
+    return { family: t.family, name: t.name, protect: t.protect ?? false, sets, chains };
   });
   const owners = parsed.data.owners;
   if (owners) {
@@ -276,6 +285,40 @@ function buildConfig(raw: unknown, file: string, pos: PositionOf, options: LoadO
   }
   if (errors.length > 0) throw errorsOf(errors);
   return { file, env: { files: env.files, used: [...env.used].sort() }, tables, gc: parsed.data.gc, owners };
+}
+
+type RawTableParsed = z.infer<typeof TABLE>;
+
+/**
+ * A table's sets and maps, built (src/config/sets.ts) and put in the order
+ * they were written, sets and maps mixed, since nft creates (and lists) them
+ * in that order. Errors carry the position of what is wrong.
+ */
+function buildSets(t: RawTableParsed, ti: number, pos: PositionOf,
+  fail: (p: { line: number; col: number }, reason: string) => void, chainNames: ReadonlySet<string>): SetConfig[] {
+  const out: { at: { line: number; col: number }; set: SetConfig }[] = [];
+  const seen = new Set<string>();
+  for (const kind of ['sets', 'maps'] as const) {
+    t[kind].forEach((raw, si) => {
+      const path = ['tables', ti, kind, si];
+      const at = pos(path);
+      if (seen.has(raw.name)) fail(pos([...path, 'name']), `table ${t.family} ${t.name} declares set or map ${raw.name} twice`);
+      seen.add(raw.name);
+      const built = buildSet(raw, kind === 'maps', { family: t.family, table: t.name },
+        (where, reason, inner) => fail(pos([...path, ...where], inner), reason));
+      if (!built) return;
+      // A verdict map's jumps and gotos need their chain in the table (the kernel would refuse them).
+      for (const e of built.elements) {
+        const chain = e.chain;
+        if (chain === undefined || chainNames.has(chain)) continue;
+        const i = (raw.elements ?? []).findIndex((x) => new RegExp(`\\b(?:jump|goto)\\s+"?${chain.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}"?\\s*$`).test(x));
+        fail(pos([...path, 'elements', Math.max(i, 0)]), `map ${raw.name}: an element jumps to chain ${chain}, which is not a chain of table ${t.family} ${t.name}`);
+      }
+      out.push({ at, set: built });
+    });
+  }
+  out.sort((a, b) => a.at.line - b.at.line || a.at.col - b.at.col);
+  return out.map((x) => x.set);
 }
 
 /**

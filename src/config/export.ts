@@ -12,6 +12,7 @@ import type { NftSet, SetElement } from '../netlink/objects.js';
 import { SET_F } from '../netlink/objects.js';
 import type { NftSocket } from '../netlink/socket.js';
 import { renderRule, setResolver, type InterfaceResolver } from '../rules/index.js';
+import { kernelSetDecl, type RawSet } from './sets.js';
 
 export type ExportFormat = 'nft' | 'yaml';
 
@@ -24,6 +25,8 @@ export interface ExportedChain {
 export interface ExportedTable {
   family: Family;
   name: string;
+  /** Named sets and maps, in the kernel's order. */
+  sets: { decl: RawSet; map: boolean; wrap?: boolean }[];
   chains: ExportedChain[];
   /** What the config cannot hold (named sets, rules it cannot render), in words. */
   unsupported: string[];
@@ -44,10 +47,14 @@ export async function readTable(sock: Reader, family: Family, name: string,
   })));
   const resolve = setResolver(withElements);
   const unsupported: string[] = [];
-  for (const s of sets) {
-    if (!(s.flags & SET_F.ANONYMOUS)) unsupported.push(`${s.flags & SET_F.MAP ? 'map' : 'set'} ${s.name}: named sets and maps are not supported yet`);
+  const out: ExportedTable = { family, name, sets: [], chains: [], unsupported };
+  for (const { set, elements } of withElements) {
+    if (set.flags & SET_F.ANONYMOUS) continue;
+    const d = kernelSetDecl(set, elements);
+    if ('unsupported' in d) unsupported.push(d.unsupported);
+    // nft lists one element a line when the key is longer than 32 bits (addresses, names, concatenations).
+    else out.sets.push({ ...d, wrap: set.keyLen > 4 });
   }
-  const out: ExportedTable = { family, name, chains: [], unsupported };
   const byChain = new Map<string, string[]>();
   for (const r of rules) {
     const text = renderRule(r, family, resolve, options);
@@ -88,8 +95,12 @@ export function priorityText(hook: string, priority: number): string {
 /** The nft block form, as `nft list table` prints it. */
 export function tableToNft(t: ExportedTable): string {
   const lines = [`table ${t.family} ${t.name} {`];
-  t.chains.forEach((c: ExportedChain, i) => {
+  t.sets.forEach((s, i) => {
     if (i > 0) lines.push('');
+    lines.push(...setLines(s.decl, s.map, s.wrap));
+  });
+  t.chains.forEach((c: ExportedChain, i) => {
+    if (i > 0 || t.sets.length > 0) lines.push('');
     lines.push(`\tchain ${c.name} {`);
     if (c.base) {
       lines.push(`\t\ttype ${c.base.type} hook ${c.base.hook} priority ${priorityText(c.base.hook, c.base.priority)}; policy ${c.base.policy};`);
@@ -101,12 +112,32 @@ export function tableToNft(t: ExportedTable): string {
   return lines.join('\n') + '\n';
 }
 
+/** A set's block as `nft list` prints it. */
+export function setLines(d: RawSet, map: boolean, wrap = false): string[] {
+  const out = [`\t${map ? 'map' : 'set'} ${d.name} {`];
+  const p = (x: string) => out.push(`\t\t${x}`);
+  if (d.type !== undefined) p(`type ${d.type}`);
+  if (d.typeof !== undefined) p(`typeof ${d.typeof}`);
+  if (d.policy !== undefined) p(`policy ${d.policy}`);
+  if (d.size !== undefined) p(`size ${d.size}`);
+  if (d.flags?.length) p(`flags ${d.flags.join(',')}`);
+  if (d.timeout !== undefined) p(`timeout ${d.timeout}`);
+  if (d['gc-interval'] !== undefined) p(`gc-interval ${d['gc-interval']}`);
+  if (d['auto-merge']) p('auto-merge');
+  if (d.comment !== undefined) p(`comment "${d.comment}"`);
+  if (d.elements?.length) p(`elements = { ${d.elements.join(wrap ? ',\n\t\t\t     ' : ', ')} }`);
+  out.push('\t}');
+  return out;
+}
+
 /** The YAML config form (a document with one table). */
 export function tablesToYaml(tables: ExportedTable[]): string {
   return stringify({
     tables: tables.map((t) => ({
       family: t.family,
       name: t.name,
+      ...(t.sets.some((x) => !x.map) ? { sets: t.sets.filter((x) => !x.map).map((x) => x.decl) } : {}),
+      ...(t.sets.some((x) => x.map) ? { maps: t.sets.filter((x) => x.map).map((x) => x.decl) } : {}),
       chains: t.chains.map((c) => {
         const p = c.base && priorityText(c.base.hook, c.base.priority);
         return {

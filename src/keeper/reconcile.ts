@@ -8,20 +8,25 @@
  */
 import type { Expr, Family, Hex } from '../netlink/expr.js';
 import { Batch } from '../netlink/batch.js';
-import type { Chain, NftSet, ObservedTable, Rule, Table } from '../netlink/objects.js';
+import type { Chain, NftSet, ObservedTable, Rule, SetElement, Table } from '../netlink/objects.js';
 import { SET_F, TABLE_F, indexByChain } from '../netlink/objects.js';
 import { NfkeeperError } from '../errors.js';
 import type { NftConn } from '../netlink/conn.js';
 import type { ChainConfig, TableConfig } from '../config/config.js';
 import { renderRule, ruleKey, type SetResolver } from '../rules/index.js';
 import { planChain, type ChainEdit } from './plan.js';
+import {
+  declarationText, deletable, diffElements, elementTexts, setDefinitionKey, typesOf, type ElementDiff, type SetConfig,
+} from '../config/sets.js';
 
 export type DriftKind =
-  | 'table-missing' | 'table-retired' | 'table-orphaned' | 'table-unprotected' | 'chain-missing' | 'chain-changed' | 'rules-differ' | 'chain-extra' | 'set-extra';
+  | 'table-missing' | 'table-retired' | 'table-orphaned' | 'table-unprotected' | 'chain-missing' | 'chain-changed' | 'rules-differ' | 'chain-extra'
+  | 'set-extra' | 'set-missing' | 'set-changed' | 'elements-differ';
 /** Every drift kind, for the metrics' zero series; a Record so a new kind not listed fails the typecheck. */
 export const DRIFT_KINDS: Record<DriftKind, true> = {
   'table-missing': true, 'table-retired': true, 'table-orphaned': true, 'table-unprotected': true, 'chain-missing': true,
   'chain-changed': true, 'rules-differ': true, 'chain-extra': true, 'set-extra': true,
+  'set-missing': true, 'set-changed': true, 'elements-differ': true,
 };
 
 export interface Drift {
@@ -29,7 +34,7 @@ export interface Drift {
   family: Family;
   table: string;
   chain?: string;
-  /** For set-extra: the set's name. */
+  /** For set-extra, set-missing, set-changed and elements-differ: the set's (or map's) name. */
   set?: string;
   /** What differs, in words: "rule 2 missing", "foreign rule at 1: ...". */
   detail: string;
@@ -95,8 +100,9 @@ export async function observeTable(sock: NftConn, family: Family, name: string,
   const referenced = new Set<string>();
   for (const r of rules) for (const e of r.exprs) if (e.kind === 'lookup') referenced.add(e.set);
   await Promise.all(sets.map(async (x) => {
-    // Elements matter for comparing the anonymous sets rules use.
-    const elements = referenced.has(x.name) ? await sock.listElements({ family, table: name, set: x.name }) : [];
+    // Elements matter for comparing the anonymous sets rules use, and a named set's are desired state.
+    const named = !(x.flags & SET_F.ANONYMOUS);
+    const elements = named || referenced.has(x.name) ? await sock.listElements({ family, table: name, set: x.name }) : [];
     out.sets.set(x.name, { set: x, elements });
   }));
   return out;
@@ -161,6 +167,7 @@ export function diffTable(want: TableConfig, have: ObservedTable, options: DiffO
     return [d('table-unprotected', `table ${want.family} ${want.name} is not protected; recreating it owned`)];
   }
   const resolve: SetResolver = (n) => have.sets.get(n);
+  drifts.push(...diffSets(want, have));
   for (const c of want.chains) {
     const chain = have.chains.get(c.name);
     if (!chain) {
@@ -193,10 +200,65 @@ export function diffTable(want: TableConfig, have: ObservedTable, options: DiffO
   for (const name of have.chains.keys()) {
     if (!wanted.has(name)) drifts.push(d('chain-extra', `chain ${name} is not in the config`, name));
   }
+  const wantedSets = new Set((want.sets ?? []).map((x) => x.name));
   for (const [name, { set }] of have.sets) {
-    if (!(set.flags & SET_F.ANONYMOUS)) drifts.push({ ...d('set-extra', `set ${name} is not in the config`), set: name });
+    if (!(set.flags & SET_F.ANONYMOUS) && !wantedSets.has(name)) {
+      drifts.push({ ...d('set-extra', `${set.flags & SET_F.MAP ? 'map' : 'set'} ${name} is not in the config`), set: name });
+    }
   }
   return drifts;
+}
+
+/** The element operations planned for an elements-differ drift. */
+const elementDiffs = new WeakMap<Drift, ElementDiff>();
+
+/**
+ * Sets and maps: missing ones are created with their elements; one whose
+ * definition differs is created again (rules that use it are rewritten in
+ * the same batch, since the kernel keeps a set that a rule uses); one whose
+ * elements differ gets element adds and deletes only. A constant set cannot
+ * take element changes, so it is created again.
+ */
+function diffSets(want: TableConfig, have: ObservedTable): Drift[] {
+  const out: Drift[] = [];
+  for (const s of want.sets ?? []) {
+    const what = s.map ? 'map' : 'set';
+    const d = (kind: DriftKind, detail: string): Drift => ({ kind, family: want.family, table: want.name, set: s.name, detail });
+    const h = have.sets.get(s.name);
+    if (!h || h.set.flags & SET_F.ANONYMOUS) {
+      out.push(d('set-missing', `${what} ${s.name} is missing`));
+      continue;
+    }
+    if (setDefinitionKey(h.set) !== setDefinitionKey(s.set)) {
+      out.push(d('set-changed', `${what} ${s.name} is defined differently (${describeSetDiff(h.set, s.set)}); creating it again`));
+      continue;
+    }
+    const diff = diffElements(s.elements, h.elements, s.set);
+    if (diff.add.length === 0 && diff.delete.length === 0) continue;
+    if (s.set.flags & SET_F.CONSTANT) {
+      out.push(d('set-changed', `constant ${what} ${s.name} holds other elements; a constant set is created again`));
+      continue;
+    }
+    const drift = d('elements-differ', `${what} ${s.name}: ${diff.add.length} kernel elements to add, ${diff.delete.length} to delete${diff.expired ? ` (${diff.expired} with a timeout are gone: expired, left to the kernel)` : ''}`);
+    elementDiffs.set(drift, diff);
+    out.push(drift);
+  }
+  return out;
+}
+
+function describeSetDiff(have: NftSet, want: NftSet): string {
+  const fields = ['flags', 'keyType', 'keyLen', 'dataType', 'dataLen', 'policy', 'size', 'timeout', 'gcInterval', 'concat', 'userdata'] as const;
+  const diff = fields.filter((f) => JSON.stringify(have[f] ?? null) !== JSON.stringify(want[f] ?? null));
+  return diff.map((f) => `${f} ${JSON.stringify(have[f] ?? null)}, want ${JSON.stringify(want[f] ?? null)}`).join('; ');
+}
+
+/** Whether a rule uses the named set (a lookup, a map, a dynset: any expression naming it). */
+function usesSet(exprs: readonly Expr[], names: ReadonlySet<string>): boolean {
+  for (const e of exprs) {
+    const set = (e as { set?: unknown }).set;
+    if (typeof set === 'string' && names.has(set)) return true;
+  }
+  return false;
 }
 
 /** The edit planned for a rules-differ drift, with the kernel rules it indexes. */
@@ -284,12 +346,19 @@ export function planTable(batch: Batch, want: TableConfig, have: ObservedTable, 
   }
   const recreate = new Set(drifts.filter((x) => x.kind === 'chain-changed').map((x) => x.chain!));
   const extra = drifts.filter((x) => x.kind === 'chain-extra').map((x) => x.chain!);
+  // Sets created again: the kernel deletes no set a rule uses, so the chains whose rules use one are rewritten.
+  const setsAgain = new Set(drifts.filter((x) => x.kind === 'set-changed').map((x) => x.set!));
+  if (setsAgain.size > 0 && have.table) {
+    for (const c of want.chains) {
+      if ((have.rules.get(c.name) ?? []).some((r) => usesSet(r.exprs, setsAgain))) rewrite.add(c.name);
+    }
+  }
   // Chains patched in place: their kept rules keep handles and counters.
   const edited = new Map<string, { edit: ChainEdit; rules: Rule[] }>();
   for (const x of drifts) {
     if (x.kind !== 'chain-missing' && x.kind !== 'rules-differ') continue;
     const e = x.kind === 'rules-differ' && have.table ? chainEdits.get(x) : undefined;
-    if (e && !e.edit.rewrite && have.chains.has(x.chain!)) edited.set(x.chain!, e);
+    if (e && !e.edit.rewrite && have.chains.has(x.chain!) && !rewrite.has(x.chain!)) edited.set(x.chain!, e);
     else rewrite.add(x.chain!);
   }
 
@@ -302,17 +371,30 @@ export function planTable(batch: Batch, want: TableConfig, have: ObservedTable, 
     if (e) emitEdit(batch, family, table, c, e.rules, e.edit, 'remove');
   }
   for (const name of extra) batch.flush('chain', { family, table, name });
+  // Element deletes and set deletes before chain deletes: a map's element may jump to a chain that goes.
+  for (const x of drifts) {
+    const diff = x.kind === 'elements-differ' ? elementDiffs.get(x) : undefined;
+    if (diff && diff.delete.length > 0) batch.delete('element', { family, table, set: x.set!, elements: diff.delete.map(deletable) });
+  }
+  for (const x of drifts) {
+    if (x.kind === 'set-extra' || (x.kind === 'set-changed' && have.table)) batch.delete('set', { family, table, name: x.set! });
+  }
   for (const name of recreate) batch.delete('chain', { family, table, name });
   for (const name of extra) batch.delete('chain', { family, table, name });
-  for (const x of drifts) {
-    if (x.kind === 'set-extra') batch.delete('set', { family, table, name: x.set! });
-  }
   // Chains exist before any rule jumps to them.
   for (const c of want.chains) {
     if (!have.table || !have.chains.has(c.name) || recreate.has(c.name)) {
       batch.add('chain', { family, table, name: c.name, ...(c.base ?? {}) });
       rewrite.add(c.name);
     }
+  }
+  // Sets after the chains their verdict elements jump to, before the rules that use them.
+  const addSets = !have.table ? want.sets ?? []
+    : (want.sets ?? []).filter((s) => drifts.some((x) => (x.kind === 'set-missing' || x.kind === 'set-changed') && x.set === s.name));
+  for (const s of addSets) batch.add('set', { ...s.set, family, table, elements: s.elements });
+  for (const x of drifts) {
+    const diff = x.kind === 'elements-differ' ? elementDiffs.get(x) : undefined;
+    if (diff && diff.add.length > 0) batch.add('element', { family, table, set: x.set!, elements: diff.add });
   }
   for (const c of want.chains) {
     const e = edited.get(c.name);
@@ -373,7 +455,19 @@ export function renderDrift(want: TableConfig, drifts: Drift[]): string[] {
     out.push(`# ${x.family} ${x.table}: ${x.detail}`);
     if (x.kind === 'table-missing' || x.kind === 'table-unprotected') {
       out.push(`+ add table ${want.family} ${want.name}`);
+      for (const s of want.sets ?? []) out.push(...setText(want, s));
       for (const c of want.chains) out.push(...chainText(want, c));
+    } else if (x.kind === 'set-missing' || x.kind === 'set-changed') {
+      const s = want.sets!.find((y) => y.name === x.set)!;
+      if (x.kind === 'set-changed') out.push(`- delete ${s.map ? 'map' : 'set'} ${want.family} ${want.name} ${s.name}`);
+      out.push(...setText(want, s));
+    } else if (x.kind === 'elements-differ') {
+      const s = want.sets!.find((y) => y.name === x.set)!;
+      const diff = elementDiffs.get(x);
+      if (diff && diff.delete.length) out.push(`- delete element ${want.family} ${want.name} ${s.name} { ${elementsText(s.set, diff.delete)} }`);
+      if (diff && diff.add.length) out.push(`+ add element ${want.family} ${want.name} ${s.name} { ${elementsText(s.set, diff.add)} }`);
+    } else if (x.kind === 'set-extra') {
+      out.push(`- delete set ${want.family} ${want.name} ${x.set}`);
     } else if (x.kind === 'chain-missing' || x.kind === 'chain-changed') {
       out.push(...chainText(want, want.chains.find((c) => c.name === x.chain)!));
     } else if (x.kind === 'rules-differ') {
@@ -404,6 +498,22 @@ function editText(t: TableConfig, c: ChainConfig, actual: readonly string[], rul
     if (x.after.kind === 'kept') return `+ add rule ${at} position ${rules[x.after.have]!.handle} ${text}`;
     return `+ add rule ${at} ${text}  # after rule ${x.after.want + 1} of the chain, added above`;
   });
+}
+
+/** A set's declaration and elements as `add set|map` and `add element` commands. */
+function setText(t: TableConfig, s: SetConfig): string[] {
+  const what = s.map ? 'map' : 'set';
+  const out = [`+ add ${what} ${t.family} ${t.name} ${s.name} ${declarationText({ ...s.decl, elements: undefined })}`];
+  if (s.elements.length > 0) out.push(`+ add element ${t.family} ${t.name} ${s.name} { ${elementsText(s.set, s.elements)} }`);
+  return out;
+}
+
+/** Elements as nft texts; an rbtree piece that is no whole interval is shown as its raw keys. */
+function elementsText(set: NftSet, elements: readonly SetElement[]): string {
+  const types = typesOf(set);
+  const texts = types ? elementTexts(types.key, types.data, (set.flags & SET_F.INTERVAL) !== 0, elements) : undefined;
+  if (texts) return texts.join(', ');
+  return elements.map((e) => `# key ${e.key}${e.keyEnd ? ` key-end ${e.keyEnd}` : ''}${(e.flags ?? 0) & 1 ? ' (interval end)' : ''}`).join(', ');
 }
 
 function chainText(t: TableConfig, c: ChainConfig): string[] {

@@ -81,6 +81,10 @@ export interface SetElement {
   verdict?: Verdict;
   chain?: string;
   userdata?: Hex;
+  /** NFTA_SET_ELEM_TIMEOUT, ms: the element's own lifetime. */
+  timeout?: number;
+  /** NFTA_SET_ELEM_EXPIRATION, ms: time left; on add, nft's `expires`. The kernel counts it down. */
+  expiration?: number;
 }
 
 export interface NftSet {
@@ -99,6 +103,10 @@ export interface NftSet {
   /** NFTA_SET_DESC_SIZE */
   size?: number;
   timeout?: number;
+  /** NFTA_SET_GC_INTERVAL, ms */
+  gcInterval?: number;
+  /** NFTA_SET_DESC_CONCAT: byte length of each field of a concatenated key (interval sets of concatenations). */
+  concat?: number[];
   userdata?: Hex;
   /** On add only: elements created with the set. */
   elements?: SetElement[];

@@ -127,8 +127,21 @@ export class NftSocket implements NftConn {
     return this.dump<NftSet>('set', filter.family, filter.table);
   }
 
-  listElements(filter: { family: Family; table: string; set: string }): Promise<SetElement[]> {
-    return this.dump<SetElement>('element', filter.family, filter.table, filter.set);
+  /**
+   * A set's elements. A hash set dumped while the kernel resizes it (after
+   * many adds) can list some elements twice and leave as many out (the
+   * table walk starts over and the dump's skip count no longer fits), with
+   * no NLM_F_DUMP_INTR: a dump with a repeated element is such a view, so it
+   * is thrown away and read again, after a pause that lets the resize end.
+   */
+  async listElements(filter: { family: Family; table: string; set: string }): Promise<SetElement[]> {
+    for (let attempt = 1; ; attempt++) {
+      const els = await this.dump<SetElement>('element', filter.family, filter.table, filter.set);
+      if (!repeatsAnElement(els)) return els;
+      this.interrupted++;
+      if (attempt >= DUMP_ATTEMPTS) throw new DumpInterruptedError('list set elements (a resize of the set)', attempt);
+      await new Promise((r) => setTimeout(r, Math.min(100, 5 * attempt)));
+    }
   }
 
   /**
@@ -173,6 +186,16 @@ export class NftSocket implements NftConn {
       }
     }
   }
+}
+
+function repeatsAnElement(els: readonly SetElement[]): boolean {
+  const seen = new Set<string>();
+  for (const e of els) {
+    const id = e.keyEnd === undefined && !e.flags ? e.key ?? '' : `${e.key}/${e.keyEnd ?? ''}/${e.flags}`;
+    if (seen.has(id)) return true;
+    seen.add(id);
+  }
+  return false;
 }
 
 /** A commit's checked arguments: ops validated unless a Batch did it when they were queued, the generation a u32. */

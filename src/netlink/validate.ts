@@ -120,6 +120,11 @@ export function validateOp(op: Op, index: number): void {
       checkU32(index, 'id', op.id);
       checkU32(index, 'flags', op.flags);
       checkHex(index, 'userdata', op.userdata);
+      checkU32(index, 'gcInterval', op.gcInterval);
+      if (op.concat !== undefined && (!Array.isArray(op.concat) || op.concat.length < 1 || op.concat.length > 15
+        || op.concat.some((n) => !Number.isInteger(n) || n < 1 || n > 64))) {
+        throw new InvalidOperationError(index, 'concat', 'must be 1 to 15 field lengths of 1..64 bytes');
+      }
       if (op.verb === 'add' || op.verb === 'create') {
         checkU32(index, 'keyType', op.keyType);
         checkU32(index, 'keyLen', op.keyLen);
@@ -147,6 +152,12 @@ function validateElement(e: SetElement, index: number, at: string): void {
   for (const k of ELEMENT_HEX) {
     const v = e[k];
     if (v !== undefined) checkHex(index, `${at}.${k}`, v, k === 'userdata' ? MAX_USERDATA : MAX_DATA);
+  }
+  for (const k of ['timeout', 'expiration'] as const) {
+    const v = e[k];
+    if (v !== undefined && !(Number.isSafeInteger(v) && v >= 0)) {
+      throw new InvalidOperationError(index, `${at}.${k}`, 'must be a non-negative safe integer (ms)');
+    }
   }
 }
 

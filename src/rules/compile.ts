@@ -32,6 +32,11 @@ export interface CompileContext {
    * rule is added, so the interface must exist then). Numeric `iif 2` needs no resolver.
    */
   interfaces?: InterfaceResolver;
+  /**
+   * The table's named sets and maps by name (the config builds them from its
+   * sets:/maps: or the file's set/map blocks), for `@name` and `vmap @name`.
+   */
+  namedSets?: ReadonlyMap<string, NftSet>;
 }
 
 export interface CompiledRule {

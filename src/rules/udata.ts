@@ -5,7 +5,7 @@
  * end), plus the xtables comment match iptables-nft uses for `-m comment`.
  */
 import type { Hex, MatchExpr } from '../netlink/expr.js';
-import { fromHex, toHex, u32Host, u8 } from './bytes.js';
+import { fromHex, readU32Host, toHex, u32Host, u8 } from './bytes.js';
 
 export function tlv(type: number, value: Hex): Hex {
   return u8(type) + u8(value.length / 2) + value;
@@ -91,16 +91,158 @@ export type KeyTypeof =
 export const BYTEORDER_HOST = 1;
 export const BYTEORDER_BIG = 2;
 
-export function setUserdata(byteorder: number, interval: boolean, key: KeyTypeof): Hex {
+/** The TLVs nft writes for an expression a set is keyed (or a map's data is) by: its expr type, then its data. */
+function typeofTlvs(key: KeyTypeof): Hex {
   let data: Hex;
   switch (key.expr) {
     case 'payload': data = tlv(0, u32Host(key.desc)) + tlv(1, u32Host(key.tmpl)); break;
     case 'meta': data = tlv(0, u32Host(key.key)); break;
     case 'ct': data = tlv(0, u32Host(key.key)) + tlv(1, u32Host(0xffffffff)); break;
   }
+  return tlv(TYPEOF_EXPR, u32Host(EXPR_TYPE[key.expr])) + tlv(TYPEOF_DATA, data);
+}
+
+export function setUserdata(byteorder: number, interval: boolean, key: KeyTypeof): Hex {
   return tlv(SET_KEYBYTEORDER, u32Host(byteorder))
     + (interval ? tlv(SET_MERGE_ELEMENTS, u32Host(1)) : '')
-    + tlv(SET_KEY_TYPEOF, tlv(TYPEOF_EXPR, u32Host(EXPR_TYPE[key.expr])) + tlv(TYPEOF_DATA, data));
+    + tlv(SET_KEY_TYPEOF, typeofTlvs(key));
+}
+
+// ---- named set userdata ------------------------------------------------------
+
+const SET_DATABYTEORDER = 1;
+const SET_DATA_TYPEOF = 4;
+const SET_DATA_INTERVAL = 6;
+const SET_COMMENT = 7;
+/** nft's EXPR_VERDICT and EXPR_CONCAT */
+const EXPR_VERDICT = 1;
+const EXPR_CONCAT = 13;
+
+/**
+ * What a named set's key or data is declared by, as nft records it: nothing
+ * for a plain `type`, an empty concatenation for a `type` of several parts,
+ * the expressions of a `typeof`, an empty verdict for `typeof … : verdict`.
+ */
+export type SetTypeof =
+  | { expr: 'none' }
+  | { expr: 'concat'; parts: KeyTypeof[] }
+  | { expr: 'verdict' }
+  | { expr: 'one'; key: KeyTypeof };
+
+function declTlvs(t: SetTypeof): Hex | undefined {
+  switch (t.expr) {
+    case 'none': return undefined;
+    case 'one': return typeofTlvs(t.key);
+    case 'verdict': return tlv(TYPEOF_EXPR, u32Host(EXPR_VERDICT)) + tlv(TYPEOF_DATA, '');
+    case 'concat':
+      return tlv(TYPEOF_EXPR, u32Host(EXPR_CONCAT))
+        + tlv(TYPEOF_DATA, t.parts.map((p, i) => tlv(i, typeofTlvs(p))).join(''));
+  }
+}
+
+export interface NamedSetUdata {
+  keyByteorder: number;
+  keyTypeof: SetTypeof;
+  /** Maps only. */
+  data?: { byteorder: number; typeof: SetTypeof };
+  /** auto-merge */
+  merge: boolean;
+  comment?: string;
+}
+
+/** A named set's userdata, in the order nft 1.0.6 writes it. */
+export function namedSetUserdata(u: NamedSetUdata): Hex {
+  let out = tlv(SET_KEYBYTEORDER, u32Host(u.keyByteorder));
+  if (u.data) out += tlv(SET_DATABYTEORDER, u32Host(u.data.byteorder));
+  if (u.merge) out += tlv(SET_MERGE_ELEMENTS, u32Host(1));
+  const k = declTlvs(u.keyTypeof);
+  if (k !== undefined) out += tlv(SET_KEY_TYPEOF, k);
+  if (u.data) {
+    const d = declTlvs(u.data.typeof);
+    if (d !== undefined) out += tlv(SET_DATA_TYPEOF, d);
+    out += tlv(SET_DATA_INTERVAL, u32Host(0));
+  }
+  if (u.comment !== undefined) out += tlv(SET_COMMENT, toHex(Buffer.from(u.comment, 'utf8')) + '00');
+  return out;
+}
+
+function readTypeof(value: Hex): SetTypeof | undefined {
+  const t = parseTlvs(value);
+  const etype = t?.find((x) => x.type === TYPEOF_EXPR);
+  const data = t?.find((x) => x.type === TYPEOF_DATA);
+  if (!etype || !data) return undefined;
+  const et = readU32Host(etype.value);
+  const one = (et2: number | undefined, d: Hex): KeyTypeof | undefined => {
+    const f = parseTlvs(d);
+    const a = f?.find((x) => x.type === 0);
+    const v = a && readU32Host(a.value);
+    if (v === undefined) return undefined;
+    if (et2 === EXPR_TYPE.meta) return { expr: 'meta', key: v };
+    if (et2 === EXPR_TYPE.ct) return { expr: 'ct', key: v };
+    const b = f?.find((x) => x.type === 1);
+    const w = b && readU32Host(b.value);
+    if (et2 === EXPR_TYPE.payload && w !== undefined) return { expr: 'payload', desc: v, tmpl: w };
+    return undefined;
+  };
+  if (et === EXPR_VERDICT) return { expr: 'verdict' };
+  if (et === EXPR_CONCAT) {
+    const parts: KeyTypeof[] = [];
+    for (const p of parseTlvs(data.value) ?? []) {
+      const inner = parseTlvs(p.value);
+      const pe = inner?.find((x) => x.type === TYPEOF_EXPR);
+      const pd = inner?.find((x) => x.type === TYPEOF_DATA);
+      const k = pe && pd ? one(readU32Host(pe.value), pd.value) : undefined;
+      if (!k) return undefined;
+      parts.push(k);
+    }
+    return { expr: 'concat', parts };
+  }
+  const k = one(et, data.value);
+  return k ? { expr: 'one', key: k } : undefined;
+}
+
+/** Reads a named set's userdata back; undefined when nft would not have written it so. */
+export function parseNamedSetUserdata(h: Hex | undefined, map: boolean): NamedSetUdata | undefined {
+  const t = parseTlvs(h ?? '');
+  if (!t) return undefined;
+  const get = (type: number) => t.find((x) => x.type === type)?.value;
+  const kb = get(SET_KEYBYTEORDER);
+  const out: NamedSetUdata = { keyByteorder: kb ? readU32Host(kb) ?? 0 : 0, keyTypeof: { expr: 'none' }, merge: false };
+  const kt = get(SET_KEY_TYPEOF);
+  if (kt !== undefined) {
+    const r = readTypeof(kt);
+    if (!r) return undefined;
+    out.keyTypeof = r;
+  }
+  if (map) {
+    const db = get(SET_DATABYTEORDER);
+    const dt = get(SET_DATA_TYPEOF);
+    const r = dt !== undefined ? readTypeof(dt) : { expr: 'none' as const };
+    if (!r) return undefined;
+    out.data = { byteorder: db ? readU32Host(db) ?? 0 : 0, typeof: r };
+  }
+  const m = get(SET_MERGE_ELEMENTS);
+  out.merge = m !== undefined && readU32Host(m) === 1;
+  const c = get(SET_COMMENT);
+  if (c !== undefined) out.comment = cString(c);
+  return out;
+}
+
+/** NFTNL_UDATA_SET_ELEM_COMMENT: an element's `comment "…"`. */
+const ELEM_COMMENT = 0;
+
+/** An element's userdata as nft writes it: its comment, then the open-interval flag. */
+export function elementUserdata(comment: string | undefined, open: boolean): Hex | undefined {
+  let out = '';
+  if (comment !== undefined) out += tlv(ELEM_COMMENT, toHex(Buffer.from(comment, 'utf8')) + '00');
+  if (open) out += ELEM_UDATA_INTERVAL_OPEN;
+  return out === '' ? undefined : out;
+}
+
+/** The comment in an element's userdata, or undefined. */
+export function elementComment(userdata?: Hex): string | undefined {
+  const t = userdata ? parseTlvs(userdata)?.find((x) => x.type === ELEM_COMMENT) : undefined;
+  return t ? cString(t.value) : undefined;
 }
 
 /** NFTNL_UDATA_SET_ELEM_FLAGS = NFTNL_SET_ELEM_F_INTERVAL_OPEN: nft marks an interval running to the end. */

@@ -1,0 +1,742 @@
+/**
+ * Named sets and maps of an owned table: their declarations (from YAML or
+ * an nft file, both as nft's own words: `type ipv4_addr . inet_service`,
+ * elements as nft writes them) built into the kernel objects nft 1.0.6
+ * would create (key and data types, flags, size, userdata, and elements in
+ * the kernel's representation: interval start and end elements, a leading
+ * zero end, open intervals, concatenated ranges as key and key end); the
+ * element diff the reconciler plans from; and the text `check` and `export`
+ * print.
+ */
+import { z } from 'zod';
+import type { Family, Hex, Verdict } from '../netlink/expr.js';
+import { SET_ELEM_F, SET_F, type NftSet, type SetElement } from '../netlink/objects.js';
+import { bigToHex, hexToBig, prefixMask } from '../rules/bytes.js';
+import {
+  DATATYPES, NFT_DATA_VERDICT, VERDICT_DATA_LEN, BYTEORDER_NONE, datatypeById, keyTypeFromKernel, keyTypeName, keyTypeOf,
+  padPart, partLen, splitKey, swapBytes, type Datatype, type KeyType,
+} from '../rules/datatypes.js';
+import { F, type Field } from '../rules/fields.js';
+import {
+  elementComment, elementUserdata, namedSetUserdata, parseNamedSetUserdata, parseTlvs, type KeyTypeof, type SetTypeof,
+} from '../rules/udata.js';
+
+const NAME = z.string().min(1).max(255).regex(/^[A-Za-z0-9_.\-/]+$/, 'use letters, digits, _ . - and / only');
+const FLAG = z.enum(['constant', 'interval', 'timeout', 'dynamic']);
+
+/** A set or map as the config writes it (YAML `sets:`/`maps:` entries, or an nft `set`/`map` block). */
+export const SET_SCHEMA = z.strictObject({
+  name: NAME,
+  type: z.string().min(1).max(512).optional(),
+  typeof: z.string().min(1).max(512).optional(),
+  flags: z.array(FLAG).optional(),
+  timeout: z.string().min(1).max(64).optional(),
+  'gc-interval': z.string().min(1).max(64).optional(),
+  size: z.number().int().min(1).max(0xffffffff).optional(),
+  policy: z.enum(['performance', 'memory']).optional(),
+  'auto-merge': z.boolean().optional(),
+  comment: z.string().max(128).optional(),
+  elements: z.array(z.string().min(1).max(4096)).optional(),
+});
+export type RawSet = z.infer<typeof SET_SCHEMA>;
+
+/** The data side of a map. */
+export type DataType = { kind: 'verdict' } | { kind: 'value'; type: KeyType };
+
+export interface SetConfig {
+  name: string;
+  map: boolean;
+  /** The definition to create (no handle, no elements); family and table filled in. */
+  set: NftSet;
+  /** The elements, in the kernel's representation. */
+  elements: SetElement[];
+  key: KeyType;
+  data?: DataType;
+  /** The declaration as written, normalised: what `check` prints for `add set`. */
+  decl: RawSet;
+}
+
+/** Where a declaration is wrong: the key of the field (or element index) and, inside an element's text, a column. */
+export type SetFail = (where: (string | number)[], reason: string, innerColumn?: number) => void;
+
+class ElementError extends Error {
+  constructor(readonly column: number, message: string) {
+    super(message);
+  }
+}
+
+// ---- nft time values --------------------------------------------------------
+
+const TIME_UNITS: [string, number][] = [['d', 86_400_000], ['h', 3_600_000], ['m', 60_000], ['s', 1000], ['ms', 1]];
+
+/** nft's time: `1d2h3m4s5ms`, or a bare number of seconds. Undefined if not one. */
+export function parseNftTime(s: string): number | undefined {
+  if (/^\d+$/.test(s)) return Number(s) * 1000;
+  const re = /(\d+)(ms|d|h|m|s)/gy;
+  let total = 0;
+  let at = 0;
+  let m: RegExpExecArray | null;
+  while ((m = re.exec(s)) !== null) {
+    total += Number(m[1]) * TIME_UNITS.find(([u]) => u === m![2])![1];
+    at = re.lastIndex;
+  }
+  return at === s.length && s.length > 0 && Number.isSafeInteger(total) ? total : undefined;
+}
+
+/** A time as nft prints it: `1h`, `59m59s968ms`. */
+export function formatNftTime(ms: number): string {
+  if (ms === 0) return '0s';
+  let out = '';
+  let rest = ms;
+  for (const [u, n] of TIME_UNITS) {
+    const q = Math.floor(rest / n);
+    if (q > 0) out += `${q}${u}`;
+    rest -= q * n;
+  }
+  return out;
+}
+
+// ---- types -----------------------------------------------------------------
+
+/** Fields a `typeof` may name, by nft's spelling (and `mark` for `meta mark` and friends). */
+function typeofField(name: string): Field | undefined {
+  const all = Object.values(F) as Field[];
+  return all.find((f) => f.name === name && f.set) ?? all.find((f) => f.set && f.name === `meta ${name}`);
+}
+
+function parseTypeName(text: string, col: number): Datatype {
+  const t = DATATYPES.get(text);
+  if (!t) {
+    throw new ElementError(col, `unknown datatype ${text} (nfkeeper knows ${[...DATATYPES.keys()].join(', ')} and verdict)`);
+  }
+  return t;
+}
+
+/** Words of a type expression with their columns (1-based). */
+function words(text: string): { w: string; col: number }[] {
+  const out: { w: string; col: number }[] = [];
+  const re = /"[^"]*"|[^\s]+/g;
+  let m: RegExpExecArray | null;
+  while ((m = re.exec(text)) !== null) out.push({ w: m[0], col: m.index + 1 });
+  return out;
+}
+
+interface Side { type: KeyType; typeof: SetTypeof }
+
+/** `ipv4_addr . inet_service` into its parts. */
+function typeSide(ws: { w: string; col: number }[]): Side {
+  const parts: Datatype[] = [];
+  for (let i = 0; i < ws.length; i++) {
+    if (i % 2 === 1) {
+      if (ws[i]!.w !== '.') throw new ElementError(ws[i]!.col, `expected '.' between the parts of a concatenated type, found '${ws[i]!.w}'`);
+      continue;
+    }
+    parts.push(parseTypeName(ws[i]!.w, ws[i]!.col));
+  }
+  if (parts.length === 0 || ws.length % 2 === 0) throw new ElementError(ws[ws.length - 1]?.col ?? 1, 'a type is missing after the last \'.\'');
+  const type = keyTypeOf(parts);
+  return { type, typeof: parts.length > 1 ? { expr: 'concat', parts: [] } : { expr: 'none' } };
+}
+
+/** `ip daddr . tcp dport`: the fields' types and nft's description of them. */
+function typeofSide(ws: { w: string; col: number }[]): Side {
+  const groups: { w: string; col: number }[][] = [[]];
+  for (const x of ws) {
+    if (x.w === '.') groups.push([]);
+    else groups[groups.length - 1]!.push(x);
+  }
+  const parts: Datatype[] = [];
+  const descs: KeyTypeof[] = [];
+  for (const g of groups) {
+    if (g.length === 0) throw new ElementError(ws[ws.length - 1]?.col ?? 1, "an expression is missing around '.'");
+    const name = g.map((x) => x.w).join(' ');
+    const f = typeofField(name);
+    const dt = f?.set ? datatypeById(f.set.keyType) : undefined;
+    if (!f || !dt || dt.len !== f.len) {
+      throw new ElementError(g[0]!.col, `typeof ${name}: not an expression nfkeeper can key a set by (use type, or one of ${(Object.values(F) as Field[]).filter((x) => x.set).map((x) => x.name).join(', ')})`);
+    }
+    parts.push(dt);
+    descs.push(f.set!.key);
+  }
+  const type = keyTypeOf(parts);
+  return { type, typeof: parts.length > 1 ? { expr: 'concat', parts: descs } : { expr: 'one', key: descs[0]! } };
+}
+
+// ---- elements ----------------------------------------------------------------
+
+interface Part { lo: Hex; hi: Hex; single: boolean }
+
+interface ParsedElement {
+  parts: Part[];
+  data?: { hex?: Hex; verdict?: Verdict; chain?: string };
+  comment?: string;
+  timeout?: number;
+  expires?: number;
+}
+
+function tokens(text: string): { w: string; col: number; quoted: boolean }[] {
+  const out: { w: string; col: number; quoted: boolean }[] = [];
+  const re = /"([^"]*)"|[^\s]+/g;
+  let m: RegExpExecArray | null;
+  while ((m = re.exec(text)) !== null) {
+    if (m[1] !== undefined) out.push({ w: m[0], col: m.index + 1, quoted: true });
+    else out.push({ w: m[0], col: m.index + 1, quoted: false });
+  }
+  return out;
+}
+
+function parsePart(dt: Datatype, tok: { w: string; col: number; quoted: boolean }, interval: boolean): Part {
+  // The common case first: one plain value (no closures on this path: it runs once per element part).
+  if (dt.name !== 'ifname') {
+    const whole = dt.parse(tok.w);
+    if (whole !== undefined) return { lo: whole, hi: whole, single: true };
+  }
+  const bad = (why?: string) => new ElementError(tok.col, `'${tok.w}' is not ${dt.expected}${why ? `: ${why}` : ''}`);
+  const needInterval = (what: string) => {
+    if (!interval) throw new ElementError(tok.col, `You must add 'flags interval' to your set declaration if you want to add ${what} elements`);
+  };
+  if (dt.name === 'ifname') {
+    // nft: a trailing `*` is a wildcard, `\*` a literal star.
+    const name = tok.quoted ? tok.w.slice(1, -1) : tok.w;
+    if (/[^\\]\*$|^\*$/.test(name)) {
+      needInterval('wildcard');
+      const stem = Buffer.from(name.slice(0, -1).replace(/\\\*/g, '*'), 'utf8').toString('hex');
+      const pad = dt.len - stem.length / 2;
+      if (pad < 1 || stem === '') throw bad('too long');
+      return { lo: stem + '00'.repeat(pad), hi: stem + 'ff'.repeat(pad), single: false };
+    }
+    const v = dt.parse('"' + name.replace(/\\\*/g, '*') + '"');
+    if (v === undefined) throw bad();
+    return { lo: v, hi: v, single: true };
+  }
+  if (dt.prefix && tok.w.includes('/')) {
+    const [a, p] = tok.w.split('/') as [string, string];
+    const addr = dt.parse(a);
+    const plen = /^\d+$/.test(p ?? '') ? Number(p) : NaN;
+    if (addr === undefined || !(plen >= 0 && plen <= dt.len * 8)) throw bad('a prefix is ADDRESS/LENGTH');
+    needInterval('prefix');
+    const mask = hexToBig(prefixMask(plen, dt.len));
+    const all = (1n << BigInt(dt.len * 8)) - 1n;
+    const lo = hexToBig(addr) & mask;
+    return { lo: bigToHex(lo, dt.len), hi: bigToHex(lo | (all ^ mask), dt.len), single: false };
+  }
+  for (let i = dt.ranges ? tok.w.indexOf('-') : -1; i > 0; i = tok.w.indexOf('-', i + 1)) {
+    const lo = dt.parse(tok.w.slice(0, i));
+    const hi = dt.parse(tok.w.slice(i + 1));
+    if (lo === undefined || hi === undefined) continue;
+    needInterval('range');
+    // Ranges compare as numbers in network order; host-order types (mark) are ordered by value.
+    const lv = dt.hostInt ? hostBig(lo) : hexToBig(lo);
+    const hv = dt.hostInt ? hostBig(hi) : hexToBig(hi);
+    if (lv > hv) throw new ElementError(tok.col, `range ${tok.w} has a start above its end`);
+    return { lo, hi, single: false };
+  }
+  throw bad();
+}
+
+function hostBig(h: Hex): bigint {
+  return hexToBig(h.match(/../g)!.reverse().join(''));
+}
+
+const VERDICTS = new Set(['accept', 'drop', 'continue', 'return', 'jump', 'goto']);
+
+function parseElement(text: string, key: KeyType, data: DataType | undefined, interval: boolean): ParsedElement {
+  const ts = tokens(text);
+  let i = 0;
+  const out: ParsedElement = { parts: [] };
+  const readValues = (type: KeyType, allowInterval: boolean): Part[] => {
+    const parts: Part[] = [];
+    for (let p = 0; p < type.parts.length; p++) {
+      if (p > 0) {
+        const dot = ts[i];
+        if (!dot || dot.w !== '.') {
+          throw new ElementError(dot?.col ?? text.length + 1, `expected '.' and the next of ${type.parts.length} parts (${keyTypeName(type)})`);
+        }
+        i++;
+      }
+      const t = ts[i++];
+      if (!t) throw new ElementError(text.length + 1, `expected ${type.parts[p]!.expected}`);
+      parts.push(parsePart(type.parts[p]!, t, allowInterval));
+    }
+    return parts;
+  };
+  out.parts = readValues(key, interval);
+  // Options before the data, in the order nft lists them.
+  for (;;) {
+    const t = ts[i];
+    if (!t || t.w === ':') break;
+    i++;
+    if (t.w === 'comment') {
+      const c = ts[i++];
+      if (!c || !c.quoted) throw new ElementError(c?.col ?? text.length + 1, 'comment takes a quoted string');
+      out.comment = c.w.slice(1, -1);
+      if (Buffer.byteLength(out.comment) > 128) throw new ElementError(c.col, 'comment too long, 128 characters maximum allowed');
+    } else if (t.w === 'timeout' || t.w === 'expires') {
+      const v = ts[i++];
+      const ms = v ? parseNftTime(v.w) : undefined;
+      if (ms === undefined) throw new ElementError(v?.col ?? text.length + 1, `${t.w} takes a time (1h, 30s, 1d2h)`);
+      if (t.w === 'timeout') out.timeout = ms; else out.expires = ms;
+    } else if (t.w === '.' || ts.length > key.parts.length * 2 - 1 && key.parts.length === 1 && t.w === '.') {
+      throw new ElementError(t.col, `the key is ${keyTypeName(key)}: too many parts`);
+    } else {
+      throw new ElementError(t.col, `unexpected '${t.w}' after the element's key (expected comment, timeout, expires${data ? " or ': DATA'" : ''})`);
+    }
+  }
+  const colon = ts[i];
+  if (colon) {
+    if (!data) throw new ElementError(colon.col, "set is not a map: an element of a set has no ': DATA'");
+    i++;
+    const d = ts[i];
+    if (!d) throw new ElementError(colon.col, 'expected the data after \':\'');
+    if (data.kind === 'verdict') {
+      if (!VERDICTS.has(d.w)) throw new ElementError(d.col, `'${d.w}' is not a verdict (accept, drop, continue, return, jump CHAIN, goto CHAIN)`);
+      i++;
+      if (d.w === 'jump' || d.w === 'goto') {
+        const c = ts[i++];
+        if (!c || !/^[A-Za-z0-9_.\-/]+$/.test(c.w.replace(/^"|"$/g, ''))) throw new ElementError(c?.col ?? text.length + 1, `${d.w} takes a chain name`);
+        out.data = { verdict: d.w as Verdict, chain: c.w.replace(/^"|"$/g, '') };
+      } else {
+        out.data = { verdict: d.w as Verdict };
+      }
+    } else {
+      const parts = readValues(data.type, false);
+      out.data = { hex: parts.map((p, k) => padPart(data.type.parts[k]!, p.lo, data.type.parts.length > 1)).join('') };
+    }
+  } else if (data) {
+    throw new ElementError(text.length + 1, `an element of a map needs ': ${data.kind === 'verdict' ? 'verdict' : keyTypeName(data.type)}'`);
+  }
+  if (i < ts.length) throw new ElementError(ts[i]!.col, `unexpected '${ts[i]!.w}' at the end of the element`);
+  return out;
+}
+
+// ---- building -----------------------------------------------------------------
+
+const FLAG_BITS: Record<string, number> = { constant: SET_F.CONSTANT, interval: SET_F.INTERVAL, timeout: SET_F.TIMEOUT, dynamic: SET_F.EVAL };
+
+/**
+ * Builds one declaration into the kernel objects nft creates for it.
+ * Problems go to `fail` with where they are; returns undefined if any.
+ */
+export function buildSet(raw: RawSet, map: boolean, ctx: { family: Family; table: string }, fail: SetFail): SetConfig | undefined {
+  let ok = true;
+  const err: SetFail = (w, r, c) => { ok = false; fail(w, r, c); };
+  const what = map ? 'map' : 'set';
+  if ((raw.type === undefined) === (raw.typeof === undefined)) {
+    err(['name'], `${what} ${raw.name}: give exactly one of type and typeof`);
+    return undefined;
+  }
+  const declField = raw.type !== undefined ? 'type' : 'typeof';
+  const declText = (raw.type ?? raw.typeof)!;
+  let key: Side;
+  let data: DataType | undefined;
+  let dataTypeof: SetTypeof | undefined;
+  try {
+    const ws = words(declText);
+    const colon = ws.findIndex((x) => x.w === ':');
+    if (!map && colon >= 0) throw new ElementError(ws[colon]!.col, `a set has no data type; use a map for '${declText}'`);
+    if (map && colon < 0) throw new ElementError(declText.length + 1, `a map's ${declField} is KEY : DATA`);
+    const keyWords = map ? ws.slice(0, colon) : ws;
+    if (keyWords.length === 0) throw new ElementError(1, 'the key type is missing');
+    key = declField === 'type' ? typeSide(keyWords) : typeofSide(keyWords);
+    if (map) {
+      const dw = ws.slice(colon + 1);
+      if (dw.length === 1 && dw[0]!.w === 'verdict') {
+        data = { kind: 'verdict' };
+        dataTypeof = declField === 'typeof' ? { expr: 'verdict' } : { expr: 'none' };
+      } else if (dw.length === 0) {
+        throw new ElementError(declText.length + 1, 'the data type is missing after \':\'');
+      } else {
+        const side = declField === 'type' ? typeSide(dw) : typeofSide(dw);
+        data = { kind: 'value', type: side.type };
+        dataTypeof = side.typeof;
+      }
+    }
+  } catch (e) {
+    if (!(e instanceof ElementError)) throw e;
+    err([declField], `${what} ${raw.name}: ${e.message}`, e.column);
+    return undefined;
+  }
+  const flagsList = raw.flags ?? [];
+  let flags = map ? SET_F.MAP : 0;
+  for (const f of flagsList) flags |= FLAG_BITS[f]!;
+  const interval = (flags & SET_F.INTERVAL) !== 0;
+  const concat = key.type.parts.length > 1;
+  if (interval && concat) flags |= SET_F.CONCAT;
+  if (raw['auto-merge'] && map) err(['auto-merge'], `map ${raw.name}: auto-merge is for sets (nft 1.0.6 refuses it in a map)`);
+  if (raw['auto-merge'] && !interval) err(['auto-merge'], `${what} ${raw.name}: auto-merge needs flags interval`);
+  const timeout = raw.timeout !== undefined ? parseNftTime(raw.timeout) : undefined;
+  if (raw.timeout !== undefined && timeout === undefined) err(['timeout'], `${what} ${raw.name}: timeout '${raw.timeout}' is not a time (1h, 30s, 1d2h)`);
+  const gc = raw['gc-interval'] !== undefined ? parseNftTime(raw['gc-interval']) : undefined;
+  if (raw['gc-interval'] !== undefined && gc === undefined) err(['gc-interval'], `${what} ${raw.name}: gc-interval '${raw['gc-interval']}' is not a time`);
+  if (timeout !== undefined || gc !== undefined) flags |= SET_F.TIMEOUT;
+  if (flags & SET_F.CONSTANT && flags & SET_F.TIMEOUT) err(['flags'], `${what} ${raw.name}: a constant set cannot have timeouts`);
+
+  // Elements: parsed, then laid out as the kernel keeps them.
+  const parsed: { p: ParsedElement; index: number }[] = [];
+  (raw.elements ?? []).forEach((text, index) => {
+    try {
+      const p = parseElement(text, key.type, data, interval);
+      if ((p.timeout !== undefined || p.expires !== undefined) && !(flags & SET_F.TIMEOUT)) {
+        throw new ElementError(1, `element timeouts need flags timeout on ${what} ${raw.name}`);
+      }
+      parsed.push({ p, index });
+    } catch (e) {
+      if (!(e instanceof ElementError)) throw e;
+      err(['elements', index], `${what} ${raw.name}, element ${index + 1}: ${e.message}`, e.column);
+    }
+  });
+  if (!ok) return undefined;
+  const elements = layout(parsed, key.type, interval, concat, !!raw['auto-merge'], (index, reason) =>
+    err(['elements', index], `${what} ${raw.name}, element ${index + 1}: ${reason}`, 1));
+  if (!ok || !elements) return undefined;
+
+  const set: NftSet = {
+    family: ctx.family, table: ctx.table, name: raw.name, flags, keyType: key.type.id, keyLen: key.type.len,
+    userdata: namedSetUserdata({
+      keyByteorder: key.type.byteorder, keyTypeof: key.typeof, merge: !!raw['auto-merge'], comment: raw.comment,
+      ...(data ? { data: { byteorder: data.kind === 'verdict' ? BYTEORDER_NONE : data.type.byteorder, typeof: dataTypeof! } } : {}),
+    }),
+  };
+  if (data) {
+    set.dataType = data.kind === 'verdict' ? NFT_DATA_VERDICT : data.type.id;
+    set.dataLen = data.kind === 'verdict' ? VERDICT_DATA_LEN : data.type.len;
+  }
+  if (raw.policy === 'memory') set.policy = 1;
+  if (raw.size !== undefined) set.size = raw.size;
+  else if (flags & SET_F.CONSTANT && elements.length > 0) set.size = elements.length;  // nft sizes a constant set by its contents
+  if (timeout !== undefined) set.timeout = timeout;
+  if (gc !== undefined) set.gcInterval = gc;
+  if (interval && concat) set.concat = key.type.parts.map((p) => p.len);
+  const decl: RawSet = { ...raw, [declField]: declText.replace(/\s+/g, ' ').trim() };
+  return { name: raw.name, map, set, elements, key: key.type, data, decl };
+}
+
+function element(key: Hex, flags: number, p: ParsedElement, open = false): SetElement {
+  const e: SetElement = { key, flags };
+  if (p.data?.hex !== undefined) e.data = p.data.hex;
+  if (p.data?.verdict !== undefined) e.verdict = p.data.verdict;
+  if (p.data?.chain !== undefined) e.chain = p.data.chain;
+  if (p.timeout !== undefined) e.timeout = p.timeout;
+  if (p.expires !== undefined) e.expiration = p.expires;
+  const u = elementUserdata(p.comment, open);
+  if (u !== undefined) e.userdata = u;
+  return e;
+}
+
+/** The kernel's elements for the parsed ones: hash entries, rbtree starts and ends, or pipapo key/key-end pairs. */
+function layout(parsed: { p: ParsedElement; index: number }[], key: KeyType, interval: boolean, concat: boolean,
+  merge: boolean, fail: (index: number, reason: string) => void): SetElement[] | undefined {
+  const pad = (k: number, hex: Hex) => padPart(key.parts[k]!, hex, concat);
+  if (!interval || concat) {
+    const out = new Map<string, SetElement>();
+    for (const { p, index } of parsed) {
+      let k = '';
+      for (let n = 0; n < p.parts.length; n++) k += pad(n, p.parts[n]!.lo);
+      const e = element(k, 0, p);
+      if (interval) e.keyEnd = p.parts.map((x, n) => pad(n, x.hi)).join('');
+      const id = k + (e.keyEnd ?? '');
+      const prev = out.get(id);
+      if (prev && (prev.data !== e.data || prev.verdict !== e.verdict || prev.chain !== e.chain)) {
+        fail(index, 'the same key is given twice with different data');
+        return undefined;
+      }
+      if (!prev) out.set(id, e);
+    }
+    if (interval) {
+      // pipapo refuses overlapping ranges; nft says so before it sends them.
+      const list = [...out.values()];
+      const spans = list.map((e) => splitKey(key, e.key!).map((lo, n) => [hexToBig(lo), hexToBig(splitKey(key, e.keyEnd!)[n]!)] as const));
+      for (let a = 0; a < spans.length; a++) {
+        for (let b = a + 1; b < spans.length && spans.length <= 2000; b++) {
+          if (spans[a]!.every(([lo, hi], n) => lo <= spans[b]![n]![1] && spans[b]![n]![0] <= hi)) {
+            fail(parsed[b]?.index ?? 0, 'conflicting intervals specified');
+            return undefined;
+          }
+        }
+      }
+    }
+    return [...out.values()];
+  }
+  // One-part interval set: sorted spans, checked (or merged) as nft does, then start and end elements.
+  const len = key.len;
+  // The kernel orders rbtree keys bytewise: a host-order integer goes in big-endian.
+  const swap = key.parts[0]!.hostInt === true;
+  const num = (h: Hex) => hexToBig(swap ? swapBytes(h) : h);
+  const hex = (v: bigint) => bigToHex(v, len);
+  const spans = parsed.map(({ p, index }) => ({ lo: num(p.parts[0]!.lo), hi: num(p.parts[0]!.hi), p, index }))
+    .sort((a, b) => (a.lo < b.lo ? -1 : a.lo > b.lo ? 1 : 0));
+  const merged: typeof spans = [];
+  for (const s of spans) {
+    const last = merged[merged.length - 1];
+    if (last && s.lo <= last.hi + (merge ? 1n : 0n)) {
+      if (!merge) {
+        if (s.lo === last.lo && s.hi === last.hi) continue;  // the same interval twice
+        fail(s.index, 'conflicting intervals specified');
+        return undefined;
+      }
+      if (s.hi > last.hi) last.hi = s.hi;
+    } else {
+      merged.push({ ...s });
+    }
+  }
+  const max = (1n << BigInt(len * 8)) - 1n;
+  const out: SetElement[] = [];
+  if (merged.length > 0 && merged[0]!.lo !== 0n) out.push({ key: hex(0n), flags: SET_ELEM_F.INTERVAL_END });
+  for (const m of merged) {
+    const open = m.hi === max;
+    out.push(element(hex(m.lo), 0, m.p, open));
+    if (!open) out.push({ key: hex(m.hi + 1n), flags: SET_ELEM_F.INTERVAL_END });
+  }
+  return out;
+}
+
+// ---- comparing ---------------------------------------------------------------
+
+/** What makes two definitions the same set: everything but handle, name and elements. */
+export function setDefinitionKey(s: NftSet): string {
+  return JSON.stringify([s.flags & ~SET_F.ANONYMOUS, s.keyType, s.keyLen, s.dataType ?? 0, s.dataLen ?? 0, s.policy ?? 0,
+    s.size ?? 0, s.timeout ?? 0, s.gcInterval ?? 0, s.concat ?? [], s.userdata ?? '']);
+}
+
+/** An element's identity in its set: key, key end and whether it ends an interval. */
+export function elementId(e: SetElement): string {
+  const f = e.flags ?? 0;
+  // The key alone for the common case (no string building for 100,000 hash elements).
+  if (e.keyEnd === undefined && (f & (SET_ELEM_F.INTERVAL_END | SET_ELEM_F.CATCHALL)) === 0) return e.key ?? '';
+  return `${e.key ?? ''}/${e.keyEnd ?? ''}/${f & SET_ELEM_F.INTERVAL_END ? 'e' : ''}${f & SET_ELEM_F.CATCHALL ? 'c' : ''}`;
+}
+
+/**
+ * What an element holds besides its identity. A timeout counts only when the
+ * config gives one, and the expiration never does: the kernel counts it down.
+ */
+function sameContent(want: SetElement, have: SetElement): boolean {
+  return (want.data ?? '') === (have.data ?? '') && (want.verdict ?? '') === (have.verdict ?? '')
+    && (want.chain ?? '') === (have.chain ?? '') && (want.userdata ?? '') === (have.userdata ?? '')
+    && (want.timeout === undefined || want.timeout === have.timeout);
+}
+
+export interface ElementDiff {
+  add: SetElement[];
+  /** Kernel elements as dumped (a delete op names only their identity: deletable()). */
+  delete: SetElement[];
+  /** Elements the config gives with a timeout that are gone: expired, so left to the kernel. */
+  expired: number;
+}
+
+/**
+ * The element operations that turn `have` into `want`: kernel elements that
+ * are not wanted or hold other data go, wanted ones that are missing or
+ * differ come (a changed element is a delete and an add). Elements with a
+ * timeout in the config are the kernel's once added: one that is gone has
+ * expired and is not added again. A dynamic set's extra elements are the
+ * data path's (`add @set`), so they stay.
+ */
+export function diffElements(want: readonly SetElement[], have: readonly SetElement[], set: NftSet): ElementDiff {
+  const haveById = new Map<string, SetElement>();
+  for (const e of have) haveById.set(elementId(e), e);
+  const out: ElementDiff = { add: [], delete: [], expired: 0 };
+  const wanted = new Set<string>();
+  for (const w of want) {
+    const id = elementId(w);
+    wanted.add(id);
+    const h = haveById.get(id);
+    if (!h) {
+      if (w.timeout !== undefined || w.expiration !== undefined) { out.expired++; continue; }
+      out.add.push(w);
+    } else if (!sameContent(w, h)) {
+      out.delete.push(h);
+      out.add.push(w);
+    }
+  }
+  const keepExtra = (set.flags & (SET_F.EVAL)) !== 0;
+  if (!keepExtra) for (const [id, h] of haveById) if (!wanted.has(id)) out.delete.push(h);
+  return out;
+}
+
+/** What a delete names: the identity only. */
+export function deletable(e: SetElement): SetElement {
+  return { key: e.key, ...(e.keyEnd !== undefined ? { keyEnd: e.keyEnd } : {}), flags: e.flags ?? 0 };
+}
+
+// ---- text ----------------------------------------------------------------------
+
+/** One part's value as nft prints it, with its range or prefix. */
+function formatSpan(dt: Datatype, lo: Hex, hi: Hex): string {
+  if (lo === hi) return dt.format(lo);
+  if (dt.name === 'ifname') {
+    const stem = lo.replace(/(00)+$/, '');
+    if (hi === stem + 'ff'.repeat(dt.len - stem.length / 2)) return `"${Buffer.from(stem, 'hex').toString('utf8')}*"`;
+  }
+  if (dt.prefix) {
+    const a = hexToBig(lo);
+    const b = hexToBig(hi);
+    const bits = dt.len * 8;
+    const hostBits = (b - a + 1n).toString(2).length - 1;
+    if ((b - a + 1n) === (1n << BigInt(hostBits)) && (a & ((1n << BigInt(hostBits)) - 1n)) === 0n) {
+      return `${dt.format(lo)}/${bits - hostBits}`;
+    }
+  }
+  return `${dt.format(lo)}-${dt.format(hi)}`;
+}
+
+function formatOptions(e: SetElement, withExpires: boolean): string {
+  let s = '';
+  if (e.timeout !== undefined) s += ` timeout ${formatNftTime(e.timeout)}`;
+  if (withExpires && e.expiration !== undefined) s += ` expires ${formatNftTime(e.expiration)}`;
+  const c = elementComment(e.userdata);
+  if (c !== undefined) s += ` comment "${c}"`;
+  return s;
+}
+
+function formatData(e: SetElement, data: DataType | undefined): string {
+  if (!data) return '';
+  if (data.kind === 'verdict') return ` : ${e.verdict ?? '?'}${e.chain !== undefined ? ` ${e.chain}` : ''}`;
+  const parts = splitKey(data.type, e.data ?? '');
+  return ' : ' + parts.map((h, n) => data.type.parts[n]!.format(h)).join(' . ');
+}
+
+/**
+ * Kernel elements as nft's element texts: a hash or pipapo element is one,
+ * an rbtree start and the end after it are one interval (the leading zero end
+ * is no element of its own). Undefined if they are not shaped as nft makes them.
+ */
+export function elementTexts(key: KeyType, data: DataType | undefined, interval: boolean,
+  elements: readonly SetElement[], withExpires = false): string[] | undefined {
+  const concat = key.parts.length > 1;
+  if (!interval || concat) {
+    // In key order, as nft lists a set of single values (integers by value, so a host-order mark too).
+    const order = (e: SetElement) => (!concat && key.parts[0]!.hostInt ? swapBytes(e.key ?? '') : e.key ?? '');
+    return [...elements].sort((a, b) => compareText(order(a), order(b))).map((e) => {
+      const lo = splitKey(key, e.key ?? '');
+      const hi = e.keyEnd !== undefined ? splitKey(key, e.keyEnd) : lo;
+      return lo.map((l, n) => formatSpan(key.parts[n]!, l, hi[n]!)).join(' . ') + formatOptions(e, withExpires) + formatData(e, data);
+    });
+  }
+  const kdt = key.parts[0]!;
+  // Keys are big-endian here (see layout); the datatype formats its own byte order.
+  const dt: Datatype = kdt.hostInt ? { ...kdt, format: (h) => kdt.format(swapBytes(h)) } : kdt;
+  const num = (h: Hex) => hexToBig(h);
+  const hex = (v: bigint) => bigToHex(v, key.len);
+  const sorted = [...elements].sort((a, b) => {
+    const x = num(a.key ?? '');
+    const y = num(b.key ?? '');
+    if (x !== y) return x < y ? -1 : 1;
+    // At one key an end comes before a start (adjacent intervals).
+    return ((b.flags ?? 0) & SET_ELEM_F.INTERVAL_END) - ((a.flags ?? 0) & SET_ELEM_F.INTERVAL_END);
+  });
+  const out: string[] = [];
+  let start: SetElement | undefined;
+  for (const e of sorted) {
+    const end = ((e.flags ?? 0) & SET_ELEM_F.INTERVAL_END) !== 0;
+    if (end) {
+      if (!start) {
+        if (out.length === 0 && num(e.key ?? '') === 0n) continue;
+        return undefined;
+      }
+      out.push(formatSpan(dt, start.key!, hex(num(e.key!) - 1n)) + formatOptions(start, withExpires) + formatData(start, data));
+      start = undefined;
+    } else {
+      if (start) return undefined;  // only the last interval may run to the end
+      start = e;
+    }
+  }
+  if (start && !isOpen(start)) return undefined;
+  if (start) out.push(formatSpan(dt, start.key!, 'ff'.repeat(key.len)) + formatOptions(start, withExpires) + formatData(start, data));
+  return out;
+}
+
+function isOpen(e: SetElement): boolean {
+  return (parseTlvs(e.userdata ?? '') ?? []).some((t) => t.type === 1);
+}
+
+function compareText(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
+/** A declaration's body as nft's `add set` takes it on one line: `{ type …; flags …; }`. */
+export function declarationText(d: RawSet, elements?: readonly string[]): string {
+  const parts: string[] = [];
+  if (d.type !== undefined) parts.push(`type ${d.type}`);
+  if (d.typeof !== undefined) parts.push(`typeof ${d.typeof}`);
+  if (d.policy !== undefined) parts.push(`policy ${d.policy}`);
+  if (d.size !== undefined) parts.push(`size ${d.size}`);
+  if (d.flags?.length) parts.push(`flags ${d.flags.join(',')}`);
+  if (d.timeout !== undefined) parts.push(`timeout ${d.timeout}`);
+  if (d['gc-interval'] !== undefined) parts.push(`gc-interval ${d['gc-interval']}`);
+  if (d['auto-merge']) parts.push('auto-merge');
+  if (d.comment !== undefined) parts.push(`comment "${d.comment}"`);
+  if (elements?.length) parts.push(`elements = { ${elements.join(', ')} }`);
+  return `{ ${parts.join('; ')}; }`;
+}
+
+/**
+ * A kernel set as a declaration the config can hold (for export), or why it
+ * cannot be one: nfkeeper never exports what it would install differently.
+ */
+export function kernelSetDecl(set: NftSet, elements: readonly SetElement[]): { decl: RawSet; map: boolean } | { unsupported: string } {
+  const map = (set.flags & SET_F.MAP) !== 0;
+  const what = map ? 'map' : 'set';
+  if (set.flags & (SET_F.OBJECT | SET_F.EXPR | SET_F.ANONYMOUS)) return { unsupported: `${what} ${set.name}: object maps and set expressions are not supported` };
+  const key = keyTypeFromKernel(set.keyType, set.keyLen);
+  if (!key) return { unsupported: `${what} ${set.name}: key type ${set.keyType} (length ${set.keyLen}) is not a datatype nfkeeper knows` };
+  let data: DataType | undefined;
+  if (map) {
+    if (set.dataType === NFT_DATA_VERDICT) data = { kind: 'verdict' };
+    else {
+      const d = keyTypeFromKernel(set.dataType ?? 0, set.dataLen ?? 0);
+      if (!d) return { unsupported: `${what} ${set.name}: data type ${set.dataType} is not a datatype nfkeeper knows` };
+      data = { kind: 'value', type: d };
+    }
+  }
+  const u = parseNamedSetUserdata(set.userdata, map);
+  if (!u) return { unsupported: `${what} ${set.name}: its userdata is not what nft writes` };
+  const side = (t: KeyType, tf: SetTypeof): { type?: string; typeof?: string } | undefined => {
+    if (tf.expr === 'none' || (tf.expr === 'concat' && tf.parts.length === 0)) return { type: keyTypeName(t) };
+    const descs = tf.expr === 'one' ? [tf.key] : tf.expr === 'concat' ? tf.parts : [];
+    const names = descs.map((k) => (Object.values(F) as Field[]).find((f) => f.set && JSON.stringify(f.set.key) === JSON.stringify(k))?.name);
+    if (names.some((n) => n === undefined)) return undefined;
+    return { typeof: names.join(' . ') };
+  };
+  const k = side(key, u.keyTypeof);
+  if (!k) return { unsupported: `${what} ${set.name}: typeof names an expression nfkeeper does not know` };
+  let typeText = k.type ?? k.typeof!;
+  if (data) {
+    const ds = data.kind === 'verdict' ? { text: 'verdict' } : (() => {
+      const s = side(data.type, u.data?.typeof ?? { expr: 'none' });
+      return s ? { text: s.type ?? s.typeof! } : undefined;
+    })();
+    if (!ds) return { unsupported: `${what} ${set.name}: the data's typeof names an expression nfkeeper does not know` };
+    typeText += ` : ${ds.text}`;
+  }
+  const flags: RawSet['flags'] = [];
+  if (set.flags & SET_F.CONSTANT) flags.push('constant');
+  if (set.flags & SET_F.EVAL) flags.push('dynamic');
+  if (set.flags & SET_F.INTERVAL) flags.push('interval');
+  // nft lists no timeout flag that a default timeout implies, unless other flags are listed.
+  if (set.flags & SET_F.TIMEOUT && (set.timeout === undefined || flags.length > 0)) flags.push('timeout');
+  const texts = elementTexts(key, data, (set.flags & SET_F.INTERVAL) !== 0, elements);
+  if (!texts) return { unsupported: `${what} ${set.name}: its elements are not shaped as nft makes them` };
+  const decl: RawSet = { name: set.name, ...(k.type !== undefined ? { type: typeText } : { typeof: typeText }) };
+  if (flags.length) decl.flags = flags;
+  if (set.policy === 1) decl.policy = 'memory';
+  if (set.size !== undefined && !(set.flags & SET_F.CONSTANT && set.size === elements.length)) decl.size = set.size;
+  if (set.timeout !== undefined) decl.timeout = formatNftTime(set.timeout);
+  if (set.gcInterval !== undefined) decl['gc-interval'] = formatNftTime(set.gcInterval);
+  if (u.merge) decl['auto-merge'] = true;
+  if (u.comment !== undefined) decl.comment = u.comment;
+  if (texts.length) decl.elements = texts;
+  return { decl, map };
+}
+
+/** The key and data types of a desired or kernel set, for rendering its elements. */
+export function typesOf(set: NftSet): { key: KeyType; data?: DataType } | undefined {
+  const key = keyTypeFromKernel(set.keyType, set.keyLen);
+  if (!key) return undefined;
+  if (!(set.flags & SET_F.MAP)) return { key };
+  if (set.dataType === NFT_DATA_VERDICT) return { key, data: { kind: 'verdict' } };
+  const d = keyTypeFromKernel(set.dataType ?? 0, set.dataLen ?? 0);
+  return d ? { key, data: { kind: 'value', type: d } } : undefined;
+}
+
+export { partLen };

@@ -1,0 +1,201 @@
+/**
+ * nft's datatypes as named sets and maps use them: the name a `type` line
+ * gives, the id the kernel keeps (NFTA_SET_KEY_TYPE / NFTA_SET_DATA_TYPE),
+ * the length, the byte order nft records in the set's userdata, and how one
+ * value is parsed and printed (as nft 1.0.6 does). Concatenations combine
+ * ids as nft does, `(id << 6) | next`, each part taking a multiple of 4
+ * bytes in the key.
+ */
+import { readFileSync } from 'node:fs';
+import type { Hex } from '../netlink/expr.js';
+import { BYTEORDER_BIG, BYTEORDER_HOST } from './udata.js';
+import { readU32Host, toHex, u16Be, u32Host } from './bytes.js';
+import {
+  formatIPv4, formatIPv6, formatProtocol, ifnameBytes, IFNAMSIZ, parseInteger, parseIPv4, parseIPv6, parseProtocol,
+} from './values.js';
+
+/** NFT_DATA_VERDICT: the data type the kernel keeps for a verdict map. */
+export const NFT_DATA_VERDICT = 0xffffff00;
+/** A verdict map's data length (struct nft_verdict as the kernel sizes it). */
+export const VERDICT_DATA_LEN = 16;
+/** nft's BYTEORDER_INVALID: what it records for one-byte types, concatenations and verdicts. */
+export const BYTEORDER_NONE = 0;
+
+export interface Datatype {
+  /** nft's name, as `type` takes it. */
+  name: string;
+  /** nft's TYPE_* id. */
+  id: number;
+  /** Bytes of one value. */
+  len: number;
+  /** What nft records as the key's or data's byte order. */
+  byteorder: number;
+  /** Prefixes (`a/n`) make sense (addresses). */
+  prefix: boolean;
+  /**
+   * An integer kept in host byte order (mark): interval sets hold it
+   * big-endian, since the kernel orders their keys bytewise.
+   */
+  hostInt?: boolean;
+  /** Ranges (`a-b`) make sense. */
+  ranges: boolean;
+  /** One value, as hex in the kernel's byte order; undefined if `s` is not one. */
+  parse(s: string): Hex | undefined;
+  /** A value as nft lists it. */
+  format(h: Hex): string;
+  /** What a value looks like, for errors. */
+  expected: string;
+}
+
+const MAC = /^[0-9a-fA-F]{1,2}(?::[0-9a-fA-F]{1,2}){5}$/;
+
+let services: Map<string, number> | undefined;
+/** Service names as nft resolves them (getservbyname: /etc/services), read once. */
+function serviceByName(name: string): number | undefined {
+  if (!services) {
+    services = new Map();
+    try {
+      for (const line of readFileSync('/etc/services', 'utf8').split('\n')) {
+        const m = /^([A-Za-z0-9][\w.+-]*)\s+(\d+)\/(tcp|udp)((?:\s+[\w.+-]+)*)/.exec(line.replace(/#.*/, ''));
+        if (!m) continue;
+        for (const n of [m[1]!, ...m[4]!.trim().split(/\s+/).filter(Boolean)]) if (!services.has(n)) services.set(n, Number(m[2]));
+      }
+    } catch {
+      // No services file: numbers only.
+    }
+  }
+  return services.get(name);
+}
+
+/** An interface name: quoted or bare, up to 15 bytes. */
+function unquote(s: string): string | undefined {
+  const t = s.startsWith('"') ? (s.endsWith('"') && s.length >= 2 ? s.slice(1, -1) : undefined) : s;
+  if (t === undefined || t.includes('"') || Buffer.byteLength(t) >= IFNAMSIZ) return undefined;
+  return t;
+}
+
+const TYPES: Datatype[] = [
+  {
+    name: 'ipv4_addr', id: 7, len: 4, byteorder: BYTEORDER_BIG, prefix: true, ranges: true, expected: 'an IPv4 address',
+    parse: parseIPv4, format: formatIPv4,
+  },
+  {
+    name: 'ipv6_addr', id: 8, len: 16, byteorder: BYTEORDER_BIG, prefix: true, ranges: true, expected: 'an IPv6 address',
+    parse: parseIPv6, format: formatIPv6,
+  },
+  {
+    name: 'ether_addr', id: 9, len: 6, byteorder: BYTEORDER_BIG, prefix: false, ranges: true, expected: 'a MAC address (00:11:22:33:44:55)',
+    parse: (s) => (MAC.test(s) ? s.split(':').map((x) => x.toLowerCase().padStart(2, '0')).join('') : undefined),
+    format: (h) => h.match(/../g)!.join(':'),
+  },
+  {
+    name: 'inet_proto', id: 12, len: 1, byteorder: BYTEORDER_NONE, prefix: false, ranges: true, expected: 'a protocol name or number',
+    parse: (s) => {
+      const v = parseProtocol(s);
+      return v === undefined ? undefined : toHex([v]);
+    },
+    format: (h) => formatProtocol(parseInt(h, 16)),
+  },
+  {
+    name: 'inet_service', id: 13, len: 2, byteorder: BYTEORDER_BIG, prefix: false, ranges: true, expected: 'a port number or service name',
+    parse: (s) => {
+      const v = parseInteger(s, 0xffff) ?? serviceByName(s);
+      return v === undefined ? undefined : u16Be(v);
+    },
+    format: (h) => String(parseInt(h, 16)),
+  },
+  {
+    name: 'mark', id: 19, len: 4, byteorder: BYTEORDER_HOST, prefix: false, ranges: true, hostInt: true, expected: 'a 32-bit mark',
+    parse: (s) => {
+      const v = parseInteger(s, 0xffffffff);
+      return v === undefined ? undefined : u32Host(v);
+    },
+    format: (h) => '0x' + readU32Host(h)!.toString(16).padStart(8, '0'),
+  },
+  {
+    name: 'ifname', id: 41, len: IFNAMSIZ, byteorder: BYTEORDER_HOST, prefix: false, ranges: false, expected: 'an interface name ("eth0")',
+    parse: (s) => {
+      const n = unquote(s);
+      return n === undefined || n.length === 0 ? undefined : ifnameBytes(n);
+    },
+    format: (h) => {
+      const b = Buffer.from(h, 'hex');
+      const nul = b.indexOf(0);
+      return `"${b.subarray(0, nul < 0 ? b.length : nul).toString('utf8')}"`;
+    },
+  },
+];
+
+export const DATATYPES: ReadonlyMap<string, Datatype> = new Map(TYPES.map((t) => [t.name, t]));
+const BY_ID = new Map(TYPES.map((t) => [t.id, t]));
+
+export function datatypeById(id: number): Datatype | undefined {
+  return BY_ID.get(id);
+}
+
+/** A set's key or a map's data: one type or a concatenation of types. */
+export interface KeyType {
+  parts: Datatype[];
+  /** NFTA_SET_KEY_TYPE / NFTA_SET_DATA_TYPE. */
+  id: number;
+  /** NFTA_SET_KEY_LEN / DATA_LEN: the parts, each rounded up to 4 bytes when concatenated. */
+  len: number;
+  byteorder: number;
+}
+
+/** The bytes a part takes in a concatenated key. */
+export function partLen(t: Datatype): number {
+  return Math.ceil(t.len / 4) * 4;
+}
+
+export function keyTypeOf(parts: Datatype[]): KeyType {
+  if (parts.length === 1) return { parts, id: parts[0]!.id, len: parts[0]!.len, byteorder: parts[0]!.byteorder };
+  let id = 0;
+  for (const p of parts) id = (id << 6) | p.id;
+  return { parts, id: id >>> 0, len: parts.reduce((n, p) => n + partLen(p), 0), byteorder: BYTEORDER_NONE };
+}
+
+/**
+ * The parts of a kernel key type id: a single known type, or a concatenation
+ * whose 6-bit groups are known types whose lengths add up to `len`.
+ */
+export function keyTypeFromKernel(id: number, len: number): KeyType | undefined {
+  const single = BY_ID.get(id);
+  if (single && single.len === len) return keyTypeOf([single]);
+  const parts: Datatype[] = [];
+  for (let v = id; v > 0; v = Math.floor(v / 64)) {
+    const t = BY_ID.get(v % 64);
+    if (!t) return undefined;
+    parts.unshift(t);
+  }
+  if (parts.length < 2) return undefined;
+  const k = keyTypeOf(parts);
+  return k.len === len && k.id === id ? k : undefined;
+}
+
+/** `ipv4_addr . inet_service` as nft prints it. */
+export function keyTypeName(k: KeyType): string {
+  return k.parts.map((p) => p.name).join(' . ');
+}
+
+/** A part's value padded to its place in a concatenated key (zeros after it). */
+export function padPart(t: Datatype, hex: Hex, concat: boolean): Hex {
+  return concat ? hex + '00'.repeat(partLen(t) - t.len) : hex;
+}
+
+/** Splits a concatenated key into its parts' values. */
+export function splitKey(k: KeyType, hex: Hex): Hex[] {
+  if (k.parts.length === 1) return [hex];
+  const out: Hex[] = [];
+  let at = 0;
+  for (const p of k.parts) {
+    out.push(hex.slice(at * 2, (at + p.len) * 2));
+    at += partLen(p);
+  }
+  return out;
+}
+
+/** Reverses the bytes of a value: host order to big-endian and back (for hostInt types in interval sets). */
+export function swapBytes(h: Hex): Hex {
+  return h.match(/../g)!.reverse().join('');
+}
