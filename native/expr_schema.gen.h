@@ -332,6 +332,16 @@ static const Field kNumgenFields[] = {
     {"offset", NFTNL_EXPR_NG_OFFSET, FieldType::U32, nullptr, 0},
 };
 
+static const Field kHashFields[] = {
+    {"sreg", NFTNL_EXPR_HASH_SREG, FieldType::U32, nullptr, 0},
+    {"dreg", NFTNL_EXPR_HASH_DREG, FieldType::U32, nullptr, 0},
+    {"len", NFTNL_EXPR_HASH_LEN, FieldType::U32, nullptr, 0},
+    {"modulus", NFTNL_EXPR_HASH_MODULUS, FieldType::U32, nullptr, 0},
+    {"seed", NFTNL_EXPR_HASH_SEED, FieldType::U32, nullptr, 0},
+    {"offset", NFTNL_EXPR_HASH_OFFSET, FieldType::U32, nullptr, 0},
+    {"type", NFTNL_EXPR_HASH_TYPE, FieldType::U32, nullptr, 0},
+};
+
 static const ExprKind kKinds[] = {
     {"payload", kPayloadFields, 8},
     {"cmp", kCmpFields, 3},
@@ -355,5 +365,6 @@ static const ExprKind kKinds[] = {
     {"quota", kQuotaFields, 3},
     {"rt", kRtFields, 2},
     {"numgen", kNumgenFields, 4},
+    {"hash", kHashFields, 7},
     {"notrack", nullptr, 0},
 };

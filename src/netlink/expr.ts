@@ -302,6 +302,17 @@ export const EXPR_SCHEMA = {
   numgen: {
     nftnl: 'NG', fields: { dreg: reg('DREG'), modulus: u32('MODULUS'), type: u32('TYPE'), offset: opt(u32('OFFSET')) },
   },
+  /**
+   * NFTA_HASH_*: dreg = hash % modulus + offset. type 0 (jhash) hashes `len` bytes from sreg with
+   * `seed` (absent: the kernel picks one and does not dump it); type 1 (symhash) hashes the flow.
+   */
+  hash: {
+    nftnl: 'HASH',
+    fields: {
+      sreg: opt(reg('SREG')), dreg: reg('DREG'), len: opt(u32('LEN')), modulus: u32('MODULUS'),
+      seed: opt(u32('SEED')), offset: opt(u32('OFFSET')), type: u32('TYPE'),
+    },
+  },
   /** notrack: no attributes. */
   notrack: { nftnl: 'NOTRACK', fields: {} },
   /** Any expression the IR does not model, kept byte for byte (NFTA_EXPR_NAME, NFTA_EXPR_DATA) so nothing is lost. */
@@ -361,6 +372,7 @@ export type RejectExpr = ExprOf<'reject'>;
 export type QuotaExpr = ExprOf<'quota'>;
 export type RtExpr = ExprOf<'rt'>;
 export type NumgenExpr = ExprOf<'numgen'>;
+export type HashExpr = ExprOf<'hash'>;
 export type NotrackExpr = ExprOf<'notrack'>;
 export type UnknownExpr = ExprOf<'unknown'>;
 
