@@ -244,6 +244,13 @@ Napi::Object DecodeSet(Napi::Env env, const nlmsghdr* nlh) {
   if (nftnl_set_is_set(s, NFTNL_SET_DATA_LEN)) o.Set("dataLen", nftnl_set_get_u32(s, NFTNL_SET_DATA_LEN));
   if (nftnl_set_is_set(s, NFTNL_SET_POLICY)) o.Set("policy", nftnl_set_get_u32(s, NFTNL_SET_POLICY));
   if (nftnl_set_is_set(s, NFTNL_SET_DESC_SIZE)) o.Set("size", nftnl_set_get_u32(s, NFTNL_SET_DESC_SIZE));
+  if (nftnl_set_is_set(s, NFTNL_SET_DESC_CONCAT)) {
+    uint32_t n = 0;
+    const uint8_t* lens = static_cast<const uint8_t*>(nftnl_set_get_data(s, NFTNL_SET_DESC_CONCAT, &n));
+    Napi::Array a = Napi::Array::New(env);
+    for (uint32_t i = 0; i < n && i < 16 && lens[i] != 0; i++) a.Set(i, lens[i]);
+    if (a.Length() > 0) o.Set("fieldLen", a);
+  }
   if (nftnl_set_is_set(s, NFTNL_SET_TIMEOUT)) {
     o.Set("timeout", static_cast<double>(nftnl_set_get_u64(s, NFTNL_SET_TIMEOUT)));
   }

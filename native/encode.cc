@@ -371,6 +371,21 @@ nftnl_set* BuildSet(const Napi::Object& op, uint16_t family, uint32_t setId) {
     if (HasKey(op, "dataLen")) nftnl_set_set_u32(s, NFTNL_SET_DATA_LEN, U32(op, "dataLen"));
     if (HasKey(op, "policy")) nftnl_set_set_u32(s, NFTNL_SET_POLICY, U32(op, "policy"));
     if (HasKey(op, "size")) nftnl_set_set_u32(s, NFTNL_SET_DESC_SIZE, U32(op, "size"));
+    if (HasKey(op, "fieldLen")) {
+      // NFTA_SET_DESC_CONCAT: one byte length per part (validated in TypeScript: 1-16 parts of 1-255)
+      Napi::Value v = Prop(op, "fieldLen");
+      if (!v.IsArray()) throw Napi::TypeError::New(op.Env(), "'fieldLen' must be an array");
+      Napi::Array a = v.As<Napi::Array>();
+      uint8_t lens[16] = {0};
+      uint32_t n = a.Length();
+      if (n == 0 || n > 16) throw Napi::RangeError::New(op.Env(), "'fieldLen' must have 1 to 16 parts");
+      for (uint32_t i = 0; i < n; i++) {
+        uint32_t l = a.Get(i).As<Napi::Number>().Uint32Value();
+        if (l == 0 || l > 255) throw Napi::RangeError::New(op.Env(), "'fieldLen' parts must be 1-255 bytes");
+        lens[i] = static_cast<uint8_t>(l);
+      }
+      nftnl_set_set_data(s, NFTNL_SET_DESC_CONCAT, lens, n);
+    }
     if (HasKey(op, "timeout")) nftnl_set_set_u64(s, NFTNL_SET_TIMEOUT, I64(op, "timeout"));
     if (HasKey(op, "userdata")) {
       std::vector<uint8_t> d = HexOf(op, "userdata", kMaxUserdata);

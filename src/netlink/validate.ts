@@ -120,6 +120,13 @@ export function validateOp(op: Op, index: number): void {
       checkU32(index, 'id', op.id);
       checkU32(index, 'flags', op.flags);
       checkHex(index, 'userdata', op.userdata);
+      if (op.fieldLen !== undefined) {
+        // NFT_REG32_COUNT parts at most, each 1-255 bytes (libnftnl keeps them as u8)
+        if (!Array.isArray(op.fieldLen) || op.fieldLen.length < 1 || op.fieldLen.length > 16
+          || op.fieldLen.some((n) => !Number.isInteger(n) || n < 1 || n > 255)) {
+          throw new InvalidOperationError(index, 'fieldLen', 'must be 1 to 16 part lengths of 1-255 bytes');
+        }
+      }
       if (op.verb === 'add' || op.verb === 'create') {
         checkU32(index, 'keyType', op.keyType);
         checkU32(index, 'keyLen', op.keyLen);

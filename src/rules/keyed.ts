@@ -275,8 +275,8 @@ const TYPE_NAMES: Record<number, string> = {
 };
 
 /** A datatype id (possibly a concatenation) as nft names it. */
-export function typeName(type: number, concatParts?: number): string {
-  if (TYPE_NAMES[type] !== undefined && !concatParts) return TYPE_NAMES[type]!;
+export function typeName(type: number, _concat?: number): string {
+  if (TYPE_NAMES[type] !== undefined) return TYPE_NAMES[type]!;
   const parts: number[] = [];
   let t = type;
   while (t > 0 && parts.length < 8) { parts.unshift(t % 64); t = Math.floor(t / 64); }

@@ -258,6 +258,8 @@ export function buildKeyedSet(key: KeyDesc, elems: readonly KeyedElem[], map: Ma
   }
   if (key.concat) {
     base.flags |= SET_F.INTERVAL | SET_F.CONCAT;
+    // the kernel's concatenated interval sets need each part's length (NFTA_SET_DESC_CONCAT)
+    base.fieldLen = key.parts.map((p) => p.len);
     const rows = spans.map((parts) => parts.map((s, i) => ({ lo: s.lo, hi: s.hi, len: key.parts[i]!.len })));
     // The kernel's concatenated interval sets (pipapo) refuse overlapping elements (EEXIST).
     if (rows.length <= 2048) {
