@@ -211,7 +211,7 @@ Napi::Object DecodeRule(Napi::Env env, const nlmsghdr* nlh) {
   Napi::Array exprs = Napi::Array::New(env, raw.size());
   for (size_t i = 0; i < raw.size(); i++) {
     const ExprKind* kind = FindExprKind(raw[i].name.c_str());
-    if (parsed && kind != nullptr) {
+    if (parsed && kind != nullptr && ModelsRawExpr(*kind, raw[i])) {
       exprs.Set(i, TypedExpr(env, *kind, typed[i]));
     } else {
       exprs.Set(i, UnknownExpr(env, raw[i]));

@@ -342,6 +342,16 @@ static const Field kHashFields[] = {
     {"type", NFTNL_EXPR_HASH_TYPE, FieldType::U32, nullptr, 0},
 };
 
+static const Field kDynsetFields[] = {
+    {"sregKey", NFTNL_EXPR_DYNSET_SREG_KEY, FieldType::U32, nullptr, 0},
+    {"sregData", NFTNL_EXPR_DYNSET_SREG_DATA, FieldType::U32, nullptr, 0},
+    {"op", NFTNL_EXPR_DYNSET_OP, FieldType::U32, nullptr, 0},
+    {"timeout", NFTNL_EXPR_DYNSET_TIMEOUT, FieldType::U64, nullptr, 0},
+    {"set", NFTNL_EXPR_DYNSET_SET_NAME, FieldType::Str, nullptr, 0},
+    {"setId", NFTNL_EXPR_DYNSET_SET_ID, FieldType::U32, nullptr, 0},
+    {"flags", NFTNL_EXPR_DYNSET_FLAGS, FieldType::U32, nullptr, 0},
+};
+
 static const ExprKind kKinds[] = {
     {"payload", kPayloadFields, 8},
     {"cmp", kCmpFields, 3},
@@ -366,5 +376,6 @@ static const ExprKind kKinds[] = {
     {"rt", kRtFields, 2},
     {"numgen", kNumgenFields, 4},
     {"hash", kHashFields, 7},
+    {"dynset", kDynsetFields, 7},
     {"notrack", nullptr, 0},
 };

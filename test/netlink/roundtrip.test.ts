@@ -308,6 +308,22 @@ const CASES: Case[] = [
     exprs: [{ kind: 'hash', dreg: 1, modulus: 4, offset: 10, type: 1 }, { kind: 'meta', key: 'mark', sreg: 1 }],
   },
   {
+    name: 'dynset: update with a timeout in a dynamic set created in the same batch',
+    chain: 'plain',
+    before: [{ verb: 'add', object: 'set', family: F, table: T, name: 'seen', id: 9, flags: 0x20 | 0x10, keyType: 7, keyLen: 4 }],
+    exprs: [saddr, { kind: 'dynset', sregKey: 1, op: 1, timeout: 10_000, set: 'seen' }],
+    // NFTA_DYNSET_FLAGS is always dumped
+    expected: [saddr, { kind: 'dynset', sregKey: 1, op: 1, timeout: 10_000, set: 'seen', flags: 0 }],
+  },
+  {
+    name: 'dynset: add without a timeout (the kernel dumps timeout 0)',
+    chain: 'plain',
+    before: [{ verb: 'add', object: 'set', family: F, table: T, name: 'seen', id: 9, flags: 0x20, keyType: 7, keyLen: 4 }],
+    exprs: [saddr, { kind: 'dynset', sregKey: 1, op: 0, set: 'seen' }],
+    expected: [saddr, { kind: 'dynset', sregKey: 1, op: 0, timeout: 0, set: 'seen', flags: 0 }],
+    replay: false,
+  },
+  {
     name: 'unknown (raw expression the IR does not model)',
     chain: 'plain',
     // the bytes the kernel dumps for `tcp option maxseg size 1400` (exthdr, TCP option 2, 2 bytes at 2)
