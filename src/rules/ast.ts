@@ -128,7 +128,18 @@ export interface NatMap extends At {
   rhs: Extract<SetRhs, { k: 'named' | 'anon' }>;
 }
 
-export type Stmt = MatchStmt | CounterStmt | VerdictStmt | NatStmt | MasqStmt | MarkSetStmt | KeyedStmt;
+/** `add @set { KEY [timeout T] }` / `update @set { … }`: the packet path adds the key to a named set. */
+export interface DynsetStmt extends At {
+  t: 'dynset';
+  op: 'add' | 'update';
+  set: Extract<SetRhs, { k: 'named' }>;
+  key: KeyPart[];
+  /** Milliseconds. */
+  timeout?: number;
+  timeoutAt?: At;
+}
+
+export type Stmt = MatchStmt | CounterStmt | VerdictStmt | NatStmt | MasqStmt | MarkSetStmt | KeyedStmt | DynsetStmt;
 
 export interface RuleAst {
   stmts: Stmt[];

@@ -11,7 +11,7 @@ import type { Expr, Family, Hex, LookupExpr, NatExpr } from '../netlink/expr.js'
 import { NAT_RANGE } from '../netlink/expr.js';
 import { SET_F, type NftSet, type SetElement } from '../netlink/objects.js';
 import type {
-  At, Elem, Gen, KeyedStmt, KeyElem, KeyPart, MapData, MapVerdict, MatchOp, NatMap, NatStmt, SetRhs,
+  At, DynsetStmt, Elem, Gen, KeyedStmt, KeyElem, KeyPart, MapData, MapVerdict, MatchOp, NatMap, NatStmt, SetRhs,
 } from './ast.js';
 import { hostValue, hexToBig, bigToHex, u16Be, u32Host, readU32Host } from './bytes.js';
 import type { Field } from './fields.js';
@@ -265,6 +265,55 @@ export function parseNatMap(p: KeyedParser): NatMap {
   return { key, rhs, ...at(t) };
 }
 
+const TIME_UNITS: [string, number][] = [['d', 86_400_000], ['h', 3_600_000], ['m', 60_000], ['s', 1000], ['ms', 1]];
+
+/** nft's time values: `10s`, `1m30s`, `1d2h`, `500ms` (milliseconds), or undefined. */
+export function parseNftTime(s: string): number | undefined {
+  const m = /^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m(?!s))?(?:(\d+)s)?(?:(\d+)ms)?$/.exec(s);
+  if (!m || s === '') return undefined;
+  let ms = 0;
+  TIME_UNITS.forEach(([, f], i) => { if (m[i + 1] !== undefined) ms += Number(m[i + 1]) * f; });
+  return Number.isSafeInteger(ms) ? ms : undefined;
+}
+
+/** Milliseconds as nft prints a time (`1m30s`). */
+export function formatNftTime(ms: number): string {
+  let rest = ms;
+  let out = '';
+  for (const [u, f] of TIME_UNITS) {
+    const n = Math.floor(rest / f);
+    if (n > 0) { out += `${n}${u}`; rest -= n * f; }
+  }
+  return out || '0s';
+}
+
+/** `add @set { KEY [timeout T] }` or `update @set { … }`. */
+export function parseDynset(p: KeyedParser): DynsetStmt {
+  const t = p.next();
+  const s = p.peek();
+  if (!(s.kind === 'word' && s.text.startsWith('@'))) p.fail(s, `@name of the set to ${t.text} to`);
+  const set = parseNamed(p);
+  const o = p.peek();
+  if (!(o.kind === 'punct' && o.text === '{')) p.fail(o, "'{' and the key to add, e.g. { ip saddr }");
+  p.next();
+  const key = parseConcat(p, parsePart(p, false), false);
+  const st: DynsetStmt = { t: 'dynset', op: t.text as 'add' | 'update', set, key, ...at(t) };
+  if (p.isWord(p.peek(), 'timeout')) {
+    p.next();
+    const v = p.peek();
+    const ms = v.kind === 'word' ? parseNftTime(v.text) : undefined;
+    if (ms === undefined) p.fail(v, 'a time such as 10s, 1m30s or 1h');
+    p.next();
+    st.timeout = ms;
+    st.timeoutAt = at(v);
+  }
+  const c = p.peek();
+  if (p.isWord(c, ':')) p.fail(c, "'}'", 'adding to a map from a rule is not supported');
+  if (!(c.kind === 'punct' && c.text === '}')) p.fail(c, "'}'" + (st.timeout === undefined ? " or 'timeout' and a time" : ''));
+  p.next();
+  return st;
+}
+
 // ---- types -----------------------------------------------------------------------------
 
 /** nft datatype ids used here. */
@@ -462,6 +511,23 @@ function orderLookup(l: LookupExpr): LookupExpr {
   return o;
 }
 
+/** `add/update @set { KEY [timeout T] }`: the key into register 1, then the dynset. */
+export function linearizeDynset(st: DynsetStmt, out: Expr[], kc: KeyedContext): void {
+  const key = keyOf(st.key, kc.fail);
+  const s = namedSet(st.set, kc);
+  checkKey(s, key, st.set, kc);
+  if (s.flags & (SET_F.ANONYMOUS | SET_F.CONSTANT)) kc.fail(st.set, 'a set that is not constant', `set '${s.name}' is constant`);
+  if (s.flags & SET_F.MAP) kc.fail(st.set, 'a set', `'${s.name}' is a map (adding to maps from a rule is not supported)`);
+  if (s.flags & SET_F.INTERVAL) kc.fail(st.set, 'a set without the interval flag', `set '${s.name}' has the interval flag`);
+  if (st.timeout !== undefined && !(s.flags & SET_F.TIMEOUT)) {
+    kc.fail(st.timeoutAt!, 'no timeout, or a set with the timeout flag', `set '${s.name}' has no timeout flag`);
+  }
+  emitKey(st.key, 0, out, kc);
+  const e: Expr = { kind: 'dynset', sregKey: 1, op: st.op === 'add' ? 0 : 1, set: s.name };
+  if (st.timeout !== undefined) e.timeout = st.timeout;
+  out.push(e);
+}
+
 /** The address datatype and whether a port follows, for a map's NAT data. */
 function natData(fam: 'ip' | 'ip6', withPort: boolean): { dataType: number; dataLen: number } {
   const a = fam === 'ip' ? TYPE_IPV4 : TYPE_IPV6;
@@ -550,6 +616,7 @@ export interface KeyedGroup {
   lookup?: LookupExpr;
   cmp?: Extract<Expr, { kind: 'cmp' }>;
   nat?: NatExpr;
+  dynset?: Extract<Expr, { kind: 'dynset' }>;
 }
 
 function isLoadExpr(e: Expr | undefined): e is LoadExprT {
@@ -608,6 +675,9 @@ export function groupKeyed(exprs: readonly Expr[], i: number): { g: KeyedGroup; 
     return undefined;
   }
   const c = exprs[j];
+  if (c?.kind === 'dynset' && c.sregKey === 1 && parts.every((x) => x.k === 'load')) {
+    return { g: { parts, dynset: c }, n: j - i + 1 };
+  }
   if (c?.kind === 'lookup' && c.sreg === 1) {
     const single = parts.length === 1 && parts[0]!.k === 'load';
     if (c.dreg === undefined) {
@@ -817,6 +887,11 @@ export function renderKeyed(g: KeyedGroup, env: KeyedRenderEnv): string | undefi
   const parts = keyParts(g, env);
   if (!parts) return undefined;
   const key = parts.map((p) => p.text).join(' . ');
+  if (g.dynset) {
+    const d = g.dynset;
+    if (d.sregData !== undefined || (d.flags ?? 0) !== 0 || (d.op !== 0 && d.op !== 1)) return undefined;
+    return `${d.op === 0 ? 'add' : 'update'} @${d.set} { ${key}${d.timeout ? ` timeout ${formatNftTime(d.timeout)}` : ''} }`;
+  }
   if (g.cmp) {
     const v = parts[0]!.value(g.cmp.data);
     return v === undefined ? undefined : `${key} ${g.cmp.op === 'neq' ? '!= ' : ''}${v}`;

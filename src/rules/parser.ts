@@ -8,7 +8,7 @@ import type {
   At, CounterStmt, Elem, KeyedStmt, MarkSetStmt, MasqStmt, MatchOp, MatchStmt, NatAddr, NatStmt, PortRange,
   Rhs, RuleAst, Stmt, VerdictStmt,
 } from './ast.js';
-import { parseGenStatement, parseKeyedMatch, parseNatMap, startsNatMap } from './keyed.js';
+import { parseDynset, parseGenStatement, parseKeyedMatch, parseNatMap, startsNatMap } from './keyed.js';
 import { andHex, prefixMask, readU32Host, u16Be, u32Host, u8 } from './bytes.js';
 import { F, type Field } from './fields.js';
 import { tokenize, type Token } from './lexer.js';
@@ -132,6 +132,8 @@ class Parser {
       }
       case 'numgen': case 'jhash': case 'symhash':
         return parseGenStatement(this);
+      case 'add': case 'update':
+        return parseDynset(this);
       case 'tcp':
       case 'udp': {
         this.next();

@@ -37,6 +37,9 @@ const SETUP: Record<Fam, string[]> = {
     'add map ip nfk dmp { type ipv4_addr . inet_service : ipv4_addr . inet_service; }',
     'add map ip nfk pm { type inet_service : ipv4_addr . inet_service; }',
     'add map ip nfk ngm { typeof numgen inc mod 2 : verdict; }',
+    'add set ip nfk dyn { type ipv4_addr; flags dynamic,timeout; timeout 1m; }',
+    'add set ip nfk dyn2 { type ipv4_addr . inet_service; flags dynamic; }',
+    'add set ip nfk dyn3 { type ipv4_addr; flags dynamic; }',
   ],
   ip6: [
     'add set ip6 nfk s6 { type ipv6_addr; }',
@@ -51,6 +54,7 @@ const SETUP: Record<Fam, string[]> = {
     'add map inet nfk service-ips { type ipv4_addr . inet_proto . inet_service : verdict; }',
     'add map inet nfk dm { type ipv4_addr : ipv4_addr; }',
     'add map inet nfk dm6p { type ipv6_addr . inet_service : ipv6_addr . inet_service; }',
+    'add set inet nfk dyn6 { type ipv6_addr; flags dynamic,timeout; }',
   ],
 };
 
@@ -136,6 +140,13 @@ export const KEYED: KeyedRule[] = [
   k('ip', 'pre', 'dnat to ip daddr map @dm persistent'),
   k('ip', 'post', 'snat to ip saddr map { 10.0.0.1 : 192.168.0.1 }'),
   k('ip', 'post', 'snat to ip saddr map { 10.0.0.0/8 : 192.168.0.1, 172.16.0.1 : 192.168.0.2 }'),
+  // dynset
+  k('ip', 'fwd', 'add @dyn3 { ip saddr }'),
+  k('ip', 'fwd', 'update @dyn { ip saddr timeout 10s }'),
+  k('ip', 'fwd', 'update @dyn { ip saddr timeout 1m30s } accept'),
+  k('ip', 'fwd', 'update @dyn { ip saddr }'),
+  k('ip', 'fwd', 'ct state new add @dyn2 { ip saddr . tcp dport }'),
+  k('ip', 'fwd', 'ip saddr @dyn3 drop'),
   // ip6
   k('ip6', 'fwd', 'ip6 daddr @s6'),
   k('ip6', 'fwd', 'ip6 daddr . tcp dport @s6p accept'),
@@ -160,6 +171,7 @@ export const KEYED: KeyedRule[] = [
   k('inet', 'pre', 'meta nfproto ipv4 dnat to ip daddr map @dm', { canonical: 'dnat ip to ip daddr map @dm' }),
   k('inet', 'pre', 'dnat ip6 to ip6 daddr . tcp dport map @dm6p'),
   k('inet', 'pre', 'dnat ip to ip daddr . tcp dport map { 10.0.0.1 . 80 : 10.1.0.1 . 8080 }'),
+  k('inet', 'fwd', 'update @dyn6 { ip6 saddr timeout 1h }'),
 ];
 
 const results = new Map<KeyedRule, OracleResult>();
@@ -202,7 +214,8 @@ describe('sets and maps in rules against nft 1.0.6', () => {
     const rendered = renderRule(r.nft.rule, c.family, r.nft.sets, { interfaces: INTERFACES });
     expect(rendered).toBe(canonical);
     // kernel rule -> render -> compile: the same rule
-    const sets = new Map([...r.nft.used].map((s) => [s.set.name, s.set]));
+    const names = r.nft.rule.exprs.flatMap((e) => (e.kind === 'lookup' || e.kind === 'dynset' ? [e.set] : []));
+    const sets = new Map(names.flatMap((n) => { const f = r.nft.sets(n); return f ? [[n, f.set] as const] : []; }));
     const again = compileRule(rendered, { family: c.family, table: 'nfk', chain: 'c', sets });
     const againAnon = compiledSetResolver(again);
     expect(ruleKey(again, (name, id) => againAnon(name, id) ?? (name.startsWith('__') ? undefined : r.nfk.sets(name)))).toBe(key);
@@ -218,6 +231,7 @@ describe('refusals with positions', () => {
     S('vm', (7 * 64 + 12) * 64 + 13, 12, { flags: 8, dataType: 0xffffff00, dataLen: 16 }),
     S('dm', 7, 4, { flags: 8, dataType: 7, dataLen: 4 }),
     S('d46', 7, 4, { flags: 8, dataType: 8, dataLen: 16 }),
+    S('dyn', 7, 4, { flags: 0x20 }),
   ]);
   const cases: [string, 'ip' | 'inet', number, string, RegExp][] = [
     ['ip daddr @nope accept', 'ip', 10, '@nope', /set 'nope' does not exist/],
@@ -244,6 +258,11 @@ describe('refusals with positions', () => {
     ['numgen inc mod 0 vmap { 0 : accept }', 'ip', 16, '0', /a modulus/],
     ['ip daddr vmap { 10.0.0.1 : jump }', 'ip', 33, '}', /a chain name/],
     ['tcp dport vmap @', 'ip', 16, '@', /a set name/],
+    ['update @dyn { ip saddr timeout 10s }', 'ip', 32, '10s', /set 'dyn' has no timeout flag/],
+    ['add @dm { ip saddr }', 'ip', 5, '@dm', /'dm' is a map/],
+    ['add @dyn { tcp dport }', 'ip', 5, '@dyn', /datatype mismatch/],
+    ['add @dyn { ip saddr : 1 }', 'ip', 21, ':', /adding to a map from a rule is not supported/],
+    ['update @dyn { ip saddr timeout soon }', 'ip', 32, 'soon', /a time such as 10s/],
   ];
   it.each(cases)('%s (%s)', (text, family, col, token, why) => {
     let err: unknown;

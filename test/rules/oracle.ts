@@ -178,6 +178,8 @@ export async function runOracle(family: Family, inputs: OracleInput[], opts: Ora
 export function comparable(exprs: readonly Expr[], sets: SetResolver): unknown[] {
   return exprs.map((e) => {
     if (e.kind === 'counter') return { kind: 'counter' };
+    // the kernel dumps a dynset's timeout and flags as 0 when none were sent
+    if (e.kind === 'dynset') return { ...e, timeout: e.timeout || undefined, flags: e.flags || undefined };
     if (e.kind === 'lookup') {
       const s = sets(e.set, e.setId);
       const { setId: _id, ...rest } = e;
