@@ -217,8 +217,9 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
             fail(st, `'${st.type} ip to' or '${st.type} ip6 to'`, 'ip or ip6 must be specified with address for inet tables');
           }
           for (const k of keyFields(st.map.key)) need(k.field, k.at);
+          // (nft takes a set of protocols, `meta l4proto { tcp, udp }`, as transport context here)
           if (natMapHasPorts(st.map, fam as 'ip' | 'ip6', ctx.sets, ctx.table, fail)
-            && !(typeof l4 === 'number' && TRANSPORT_PROTOCOLS.has(l4))) {
+            && !(l4 === 'set' || (typeof l4 === 'number' && TRANSPORT_PROTOCOLS.has(l4)))) {
             fail(st.map.rhs, 'a transport protocol match before it or in the key (e.g. ip daddr . tcp dport)',
               'transport protocol mapping is only valid after transport protocol match');
           }

@@ -42,6 +42,15 @@ class Parser {
   private fieldOut: ({ field: Field } & At) | undefined;
   constructor(private readonly text: string, private readonly toks: Token[], private readonly opts: ParseOptions) {}
 
+  /** Splits the current word after `n` characters into two words (`80:accept` in a map's elements). */
+  splitWord(n: number): void {
+    const t = this.toks[this.pos]!;
+    if (t.kind !== 'word' || n <= 0 || n >= t.text.length) return;
+    const a: Token = { kind: 'word', text: t.text.slice(0, n), col: t.col, raw: t.raw.slice(0, n) };
+    const b: Token = { kind: 'word', text: t.text.slice(n), col: t.col + n, raw: t.raw.slice(n) };
+    this.toks.splice(this.pos, 1, a, b);
+  }
+
   /** One field of a key (`ip daddr`, `meta l4proto`, `th dport`), parsed by the statement grammar. */
   parseKeyField(expected: string): { field: Field } & At {
     const t = this.peek();

@@ -291,8 +291,9 @@ function fieldOf(load: Load, family: Family, l3: string | undefined, l4: number 
         if (load.offset === 2 && load.len === 2) return tcp ? F.tcpDport : F.udpDport;
         if (load.offset === 0 && load.len === 4) return { ...(tcp ? F.tcpSport : F.udpSport), type: 'ports', len: 4 };
       }
-      if (load.base === 'transport' && load.len === 2) {
-        // ports of whatever transport protocol follows: nft's `th`
+      if (load.base === 'transport' && load.len === 2 && (l4 === undefined || l4 === 'set')) {
+        // ports of whatever transport protocol follows: nft's `th` (with one protocol known, nft names
+        // the field after that protocol's header)
         if (load.offset === 0) return F.thSport;
         if (load.offset === 2) return F.thDport;
       }

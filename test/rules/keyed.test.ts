@@ -100,6 +100,7 @@ export const KEYED: KeyedRule[] = [
     { nft: 'ip daddr . meta l4proto . th dport vmap { 10.0.0.2 . udp . 53 : jump b, 10.0.0.1 . tcp . 80 : goto a }' }),
   k('ip', 'fwd', 'ip saddr vmap { 10.0.0.1 : accept, 10.0.0.2 : drop }'),
   k('ip', 'fwd', 'tcp dport vmap { 80 : accept, 443 : jump a }'),
+  k('ip', 'fwd', 'tcp dport vmap { 25:accept, 28 :drop, 29: jump a }', { canonical: 'tcp dport vmap { 25 : accept, 28 : drop, 29 : jump a }' }),
   k('ip', 'fwd', 'tcp dport vmap { 80 : accept, 80 : accept }', { nft: 'tcp dport vmap { 80 : accept }' }),
   k('ip', 'fwd', 'meta mark vmap { 0x00000001 : accept, 0x00000002 : drop }'),
   k('ip', 'fwd', 'iifname vmap { "eth0" : accept, "veth*" : drop }'),
@@ -139,6 +140,9 @@ export const KEYED: KeyedRule[] = [
   k('ip', 'pre', 'dnat to jhash ip saddr mod 2 map { 0 : 10.0.0.1, 1 : 10.0.0.2 }'),
   k('ip', 'pre', 'dnat to ip daddr map @dm persistent'),
   k('ip', 'post', 'snat to ip saddr map { 10.0.0.1 : 192.168.0.1 }'),
+  k('ip', 'post', 'meta l4proto { tcp, udp } snat ip to ip saddr . th dport map { 10.141.11.4 . 20 : 192.168.2.3 . 80 }'),
+  k('ip', 'pre', 'meta l4proto tcp dnat ip to ip daddr . th dport map { 10.0.0.1 . 80 : 10.1.0.1 . 8080 }',
+    { canonical: 'dnat ip to ip daddr . tcp dport map { 10.0.0.1 . 80 : 10.1.0.1 . 8080 }' }),
   k('ip', 'post', 'snat to ip saddr map { 10.0.0.0/8 : 192.168.0.1, 172.16.0.1 : 192.168.0.2 }'),
   // dynset
   k('ip', 'fwd', 'add @dyn3 { ip saddr }'),
@@ -262,6 +266,7 @@ describe('refusals with positions', () => {
     ['add @dm { ip saddr }', 'ip', 5, '@dm', /'dm' is a map/],
     ['add @dyn { tcp dport }', 'ip', 5, '@dyn', /datatype mismatch/],
     ['add @dyn { ip saddr : 1 }', 'ip', 21, ':', /adding to a map from a rule is not supported/],
+    ['snat ip to ip saddr map { 10.0.0.1 : 192.168.2.2-192.168.2.4 }', 'ip', 38, '192.168.2.2-192.168.2.4', /address ranges and prefixes as map data are not supported/],
     ['update @dyn { ip saddr timeout soon }', 'ip', 32, 'soon', /a time such as 10s/],
   ];
   it.each(cases)('%s (%s)', (text, family, col, token, why) => {
