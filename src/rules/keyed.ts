@@ -885,14 +885,16 @@ function elementsText(parts: readonly PartR[], set: NftSet, elements: readonly S
       if (texts.some((x) => x === undefined)) return undefined;
       if (!push(e.key, texts.join(' . '), e)) return undefined;
     }
-    // nft sizes a hashed set by the elements as written: duplicates come back as written twice
-    const extra = Math.min(Math.max(0, (set.size ?? 0) - rows.length), 64);
-    if (extra > 0 && rows.length > 0) rows.splice(1, 0, ...new Array(extra).fill(rows[0]!));
   }
   if (rows.length === 0) return undefined;
   const cmp = hostOrder ? (a: Hex, b: Hex) => (hostValue(a) < hostValue(b) ? -1 : hostValue(a) > hostValue(b) ? 1 : 0)
     : (a: Hex, b: Hex) => (a < b ? -1 : a > b ? 1 : 0);
   rows.sort((a, b) => cmp(a.key, b.key));
+  if (!(set.flags & SET_F.INTERVAL)) {
+    // nft sizes a hashed set by the elements as written: duplicates come back as the first written again
+    const extra = Math.min(Math.max(0, (set.size ?? 0) - rows.length), 64);
+    if (extra > 0) rows.splice(1, 0, ...new Array<{ key: Hex; text: string }>(extra).fill(rows[0]!));
+  }
   return `{ ${rows.map((r) => r.text).join(', ')} }`;
 }
 

@@ -257,6 +257,13 @@ export function buildKeyedSet(key: KeyDesc, elems: readonly KeyedElem[], map: Ma
     return { ...base, elements };
   }
   if (key.concat) {
+    // nft converts host-order parts (marks, …) of a concatenated interval key to network order,
+    // with a byteorder expression in the rule and swapped element bytes: not done here
+    const host = key.parts.findIndex((p) => p.byteorder === 1);
+    if (host >= 0) {
+      fail(elems.find((e) => e.parts.some((x) => x.k !== 'value'))!.at, 'single values only, or no host-order part in the key',
+        `ranges, prefixes and wildcards with a host byte order part (part ${host + 1}) in the key are not supported`);
+    }
     base.flags |= SET_F.INTERVAL | SET_F.CONCAT;
     // the kernel's concatenated interval sets need each part's length (NFTA_SET_DESC_CONCAT)
     base.fieldLen = key.parts.map((p) => p.len);
