@@ -17,7 +17,7 @@ import { hostValue, hexToBig, bigToHex, u16Be, u32Host, readU32Host } from './by
 import type { Field } from './fields.js';
 import type { Token } from './lexer.js';
 import {
-  DATA_VERDICT, buildKeyedSet, concatHex, keyDesc, type Fail, type KeyDesc, type KeyPartDesc, type KeyedElem,
+  DATA_VERDICT, buildKeyedSet, concatHex, hostToNet, keyDesc, type Fail, type KeyDesc, type KeyPartDesc, type KeyedElem,
   type MapDataDesc,
 } from './sets.js';
 import { EXPR_TYPE, tlv } from './udata.js';
@@ -374,7 +374,13 @@ function partDesc(part: KeyPart, fail: Fail): KeyPartDesc {
   const f = part.field;
   if (!f.set) return fail(part, KEY_PART, `${f.name} cannot be a set or map key`);
   const typeofTlvs = fieldTypeofTlvs(f);
-  return { keyType: f.set.keyType, len: f.len, byteorder: f.set.byteorder, ...(typeofTlvs ? { typeofTlvs } : {}) };
+  const d: KeyPartDesc = { keyType: f.set.keyType, len: f.len, byteorder: f.set.byteorder, ...(typeofTlvs ? { typeofTlvs } : {}) };
+  // the conversions measured with nft 1.0.6: 32-bit values (mark, ct mark) and meta l4proto
+  if (f.set.byteorder === 1 && f.type !== 'ifname') {
+    d.hostInt = true;
+    if (f.len === 4 || f.name === 'meta l4proto') d.hton = { len: f.len, size: f.len === 1 ? 2 : f.len };
+  }
+  return d;
 }
 
 export function keyOf(parts: KeyPart[], fail: Fail): KeyDesc {
@@ -418,13 +424,18 @@ export interface KeyedContext {
   addSet: (build: (id: number) => NftSet) => { name: string; setId: number };
 }
 
-/** Loads the key's parts into consecutive registers from word `w0`, as nft does. */
-function emitKey(parts: readonly KeyPart[], w0: number, out: Expr[], kc: KeyedContext): void {
+/**
+ * Loads the key's parts into consecutive registers from word `w0`, as nft does; for a
+ * concatenated interval key (`toNet`), host-order parts are converted to network order.
+ */
+function emitKey(parts: readonly KeyPart[], w0: number, out: Expr[], kc: KeyedContext, toNet?: KeyDesc): void {
   let w = w0;
-  for (const p of parts) {
+  for (const [i, p] of parts.entries()) {
     const dreg = regOf(w);
     if (p.p === 'field') {
       out.push({ ...kc.load(p.field), dreg } as Expr);
+      const h = toNet?.parts[i]?.hton;
+      if (h) out.push({ kind: 'byteorder', sreg: dreg, dreg, op: 'hton', len: h.len, size: h.size });
       w += Math.ceil(p.field.len / 4);
       continue;
     }
@@ -458,6 +469,17 @@ function namedSet(rhs: Extract<SetRhs, { k: 'named' }>, kc: KeyedContext): NftSe
       `set '${rhs.name}' does not exist`);
   }
   return s;
+}
+
+/** The key when `s` is a concatenated interval set (its host-order parts are converted), else undefined. */
+function toNet(s: NftSet, key: KeyDesc, rhs: At, kc: KeyedContext): KeyDesc | undefined {
+  if (!key.concat || !(s.flags & SET_F.INTERVAL)) return undefined;
+  const bad = key.parts.findIndex((p) => p.hostInt && !p.hton);
+  if (bad >= 0) {
+    kc.fail(rhs, 'a set without the interval flag, or no host-order part in the key',
+      `concatenated interval sets with a host byte order part (part ${bad + 1}) are not supported`);
+  }
+  return key;
 }
 
 function checkKey(s: NftSet, key: KeyDesc, rhs: At, kc: KeyedContext): void {
@@ -497,7 +519,7 @@ export function linearizeKeyed(st: KeyedStmt, out: Expr[], kc: KeyedContext): vo
       kc.fail(rhs, 'a verdict map (type … : verdict)', s.flags & SET_F.MAP
         ? `map '${s.name}' maps to ${typeName(s.dataType ?? 0)}, not to verdicts` : `'${s.name}' is a set, not a map`);
     }
-    emitKey(st.key, 0, out, kc);
+    emitKey(st.key, 0, out, kc, toNet(s, key, rhs, kc));
     const l: LookupExpr = { kind: 'lookup', sreg: 1, set: s.name, flags: neq ? 1 : 0 };
     if (st.vmap) l.dreg = 0;
     out.push(orderLookup(l));
@@ -508,8 +530,9 @@ export function linearizeKeyed(st: KeyedStmt, out: Expr[], kc: KeyedContext): vo
   }
   const elems = keyedElems(rhs.elems, (e) => (e.data ? verdictData(e.data) : undefined));
   const map: MapDataDesc | undefined = st.vmap ? { kind: 'verdict' } : undefined;
-  const ref = kc.addSet((id) => buildKeyedSet(key, elems, map, { family: kc.family, table: kc.table }, id, kc.fail));
-  emitKey(st.key, 0, out, kc);
+  let built: NftSet | undefined;
+  const ref = kc.addSet((id) => (built = buildKeyedSet(key, elems, map, { family: kc.family, table: kc.table }, id, kc.fail)));
+  emitKey(st.key, 0, out, kc, toNet(built!, key, rhs, kc));
   const l: LookupExpr = { kind: 'lookup', sreg: 1, set: ref.name, setId: ref.setId, flags: neq ? 1 : 0 };
   if (st.vmap) l.dreg = 0;
   out.push(orderLookup(l));
@@ -591,7 +614,7 @@ export function linearizeNatMap(st: NatStmt, fam: 'ip' | 'ip6', out: Expr[], kc:
   if (map.rhs.k === 'named') {
     const s = namedSet(map.rhs, kc);
     checkKey(s, key, map.rhs, kc);
-    emitKey(map.key, 0, out, kc);
+    emitKey(map.key, 0, out, kc, toNet(s, key, map.rhs, kc));
     lookup = { kind: 'lookup', sreg: 1, dreg: 1, set: s.name, flags: 0 };
   } else {
     const d = natData(fam, ports);
@@ -600,8 +623,9 @@ export function linearizeNatMap(st: NatStmt, fam: 'ip' | 'ip6', out: Expr[], kc:
       const parts = (e.data as Extract<MapData, { d: 'value' }>).parts.map((x) => (x as { hex: string }).hex);
       return { data: concatHex(parts, ports) };
     });
-    const ref = kc.addSet((id) => buildKeyedSet(key, elems, desc, { family: kc.family, table: kc.table }, id, kc.fail));
-    emitKey(map.key, 0, out, kc);
+    let built: NftSet | undefined;
+    const ref = kc.addSet((id) => (built = buildKeyedSet(key, elems, desc, { family: kc.family, table: kc.table }, id, kc.fail)));
+    emitKey(map.key, 0, out, kc, toNet(built!, key, map.rhs, kc));
     lookup = { kind: 'lookup', sreg: 1, dreg: 1, set: ref.name, setId: ref.setId, flags: 0 };
   }
   out.push(lookup);
@@ -626,7 +650,7 @@ type LoadExprT = Extract<Expr, { kind: 'payload' | 'meta' | 'ct' | 'fib' }>;
 /** A key as the kernel holds it: loads (or a generator) then a lookup, a compare, or a NAT map. */
 export interface KeyedGroup {
   /** Per key part: a load, or a generator (a jhash with its input loads). */
-  parts: ({ k: 'load'; load: LoadExprT } | { k: 'gen'; e: Extract<Expr, { kind: 'numgen' | 'hash' }>; of: LoadExprT[] })[];
+  parts: ({ k: 'load'; load: LoadExprT; hton?: boolean } | { k: 'gen'; e: Extract<Expr, { kind: 'numgen' | 'hash' }>; of: LoadExprT[] })[];
   lookup?: LookupExpr;
   cmp?: Extract<Expr, { kind: 'cmp' }>;
   nat?: NatExpr;
@@ -646,17 +670,24 @@ function loadWords(e: LoadExprT): number {
   return 1;
 }
 
-/** Loads into consecutive words from `w0`, from exprs[i]. */
-function loadRun(exprs: readonly Expr[], i: number, w0: number): LoadExprT[] {
-  const out: LoadExprT[] = [];
+/** Loads into consecutive words from `w0`, from exprs[i]; `hton` also takes a byteorder after a load. */
+function loadRun(exprs: readonly Expr[], i: number, w0: number, hton = false): { load: LoadExprT; hton: boolean }[] {
+  const out: { load: LoadExprT; hton: boolean }[] = [];
   let w = w0;
   for (let j = i; j < exprs.length; j++) {
     const e = exprs[j];
     if (!isLoadExpr(e) || wordOf(e.dreg) !== w) break;
-    out.push(e);
+    const b = exprs[j + 1];
+    const conv = hton && b?.kind === 'byteorder' && b.op === 'hton' && b.sreg === e.dreg && b.dreg === e.dreg;
+    out.push({ load: e, hton: conv });
+    if (conv) j++;
     w += loadWords(e);
   }
   return out;
+}
+
+function runLength(run: readonly { hton: boolean }[]): number {
+  return run.reduce((n, r) => n + (r.hton ? 2 : 1), 0);
 }
 
 /**
@@ -676,15 +707,15 @@ export function groupKeyed(exprs: readonly Expr[], i: number): { g: KeyedGroup; 
     j = i + 1;
   } else if (isLoadExpr(e) && wordOf(e.dreg) === 4) {
     // jhash input at register 2, then the hash into register 1
-    const of = loadRun(exprs, i, 4);
+    const of = loadRun(exprs, i, 4).map((x) => x.load);
     const h = exprs[i + of.length];
     if (h?.kind !== 'hash' || h.type !== 0 || h.sreg !== 2 || h.dreg !== 1) return undefined;
     parts.push({ k: 'gen', e: h, of });
     j = i + of.length + 1;
   } else if (isLoadExpr(e) && e.dreg === 1) {
-    const run = loadRun(exprs, i, 0);
-    for (const l of run) parts.push({ k: 'load', load: l });
-    j = i + run.length;
+    const run = loadRun(exprs, i, 0, true);
+    for (const l of run) parts.push(l.hton ? { k: 'load', load: l.load, hton: true } : { k: 'load', load: l.load });
+    j = i + runLength(run);
   } else {
     return undefined;
   }
@@ -755,7 +786,9 @@ function keyParts(g: KeyedGroup, env: KeyedRenderEnv): PartR[] | undefined {
       const ft = fieldsText([p.load], env);
       if (!ft) return undefined;
       const f = ft.fields[0]!;
-      out.push({ text: f.name, len: f.len, field: f, value: (h) => env.valueText(f, h) });
+      // a converted part's element bytes are in network order
+      const conv = p.hton === true;
+      out.push({ text: f.name, len: f.len, field: f, value: (h) => env.valueText(f, conv ? hostToNet(h) : h) });
     } else {
       let of: string | undefined;
       if (p.of.length) {

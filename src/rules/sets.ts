@@ -11,7 +11,7 @@
 import { SET_ELEM_F, SET_F, type NftSet, type SetElement } from '../netlink/objects.js';
 import type { Elem } from './ast.js';
 import type { Hex } from '../netlink/expr.js';
-import { bigToHex, hexToBig, prefixMask, u32Host } from './bytes.js';
+import { HOST_LE, bigToHex, hexToBig, prefixMask, u32Host } from './bytes.js';
 import type { Field } from './fields.js';
 import { ELEM_UDATA_INTERVAL_OPEN, setUserdata, tlv } from './udata.js';
 
@@ -139,6 +139,13 @@ export interface KeyPartDesc {
   byteorder: number;
   /** The part's typeof TLVs (0: expression type, 1: its data), when nft writes one. */
   typeofTlvs?: Hex;
+  /**
+   * For a host-order part: the byteorder conversion nft puts after its load when the key is a
+   * concatenated interval (len, size), whose element bytes are then in network order.
+   */
+  hton?: { len: number; size: number };
+  /** A host-order integer (not a string such as an interface name): concatenated intervals convert it. */
+  hostInt?: boolean;
 }
 
 /** A set key: one part, or a concatenation (type ids joined 6 bits apart, each part padded to 4 bytes). */
@@ -169,6 +176,14 @@ export interface KeyedElem {
 
 const pad4 = (n: number) => (n + 3) & ~3;
 
+/** Host-order bytes in network order (the byteorder expression's hton). */
+export function hostToNet(h: Hex): Hex {
+  if (!HOST_LE) return h;
+  let r = '';
+  for (let i = h.length - 2; i >= 0; i -= 2) r += h.substr(i, 2);
+  return r;
+}
+
 export function keyDesc(parts: KeyPartDesc[]): KeyDesc {
   if (parts.length === 1) return { parts, keyType: parts[0]!.keyType, keyLen: parts[0]!.len, concat: false };
   let keyType = 0;
@@ -182,10 +197,12 @@ export function concatHex(values: readonly Hex[], concat: boolean): Hex {
   return values.map((v) => v + '00'.repeat(pad4(v.length / 2) - v.length / 2)).join('');
 }
 
-function keyTypeofTlv(key: KeyDesc): Hex | undefined {
+function keyTypeofTlv(key: KeyDesc, converted = false): Hex | undefined {
   if (!key.concat) return key.parts[0]!.typeofTlvs;
-  if (key.parts.some((p) => p.typeofTlvs === undefined)) return undefined;
-  return tlv(0, u32Host(EXPR_CONCAT)) + tlv(1, key.parts.map((p, i) => tlv(i, p.typeofTlvs!)).join(''));
+  // nft cannot describe a part wrapped in a byteorder conversion: it describes the parts before it
+  const parts = converted ? key.parts.slice(0, Math.max(0, key.parts.findIndex((p) => p.hton))) : key.parts;
+  if (parts.some((p) => p.typeofTlvs === undefined)) return undefined;
+  return tlv(0, u32Host(EXPR_CONCAT)) + tlv(1, parts.map((p, i) => tlv(i, p.typeofTlvs!)).join(''));
 }
 
 /**
@@ -196,7 +213,7 @@ function keyTypeofTlv(key: KeyDesc): Hex | undefined {
  */
 function keyedUserdata(key: KeyDesc, map: MapDataDesc | undefined, interval: boolean): Hex {
   const keyOrder = key.concat ? 0 : key.parts[0]!.byteorder;
-  const typeofKey = keyTypeofTlv(key);
+  const typeofKey = keyTypeofTlv(key, !map && interval && key.concat && key.parts.some((p) => p.hton));
   if (!map) {
     return tlv(0, u32Host(keyOrder)) + (interval ? tlv(2, u32Host(1)) : '')
       + (typeofKey !== undefined ? tlv(3, typeofKey) : '');
@@ -259,11 +276,16 @@ export function buildKeyedSet(key: KeyDesc, elems: readonly KeyedElem[], map: Ma
   if (key.concat) {
     // nft converts host-order parts (marks, …) of a concatenated interval key to network order,
     // with a byteorder expression in the rule and swapped element bytes: not done here
-    const host = key.parts.findIndex((p) => p.byteorder === 1);
+    const host = key.parts.findIndex((p) => p.hostInt && !p.hton);
     if (host >= 0) {
       fail(elems.find((e) => e.parts.some((x) => x.k !== 'value'))!.at, 'single values only, or no host-order part in the key',
         `ranges, prefixes and wildcards with a host byte order part (part ${host + 1}) in the key are not supported`);
     }
+    // host-order parts are converted to network order in the rule, so their element bytes are too
+    const netOrder = (v: bigint, i: number): Hex => {
+      const h = bigToHex(v, key.parts[i]!.len);
+      return key.parts[i]!.hton ? hostToNet(h) : h;
+    };
     base.flags |= SET_F.INTERVAL | SET_F.CONCAT;
     // the kernel's concatenated interval sets need each part's length (NFTA_SET_DESC_CONCAT)
     base.fieldLen = key.parts.map((p) => p.len);
@@ -279,8 +301,8 @@ export function buildKeyedSet(key: KeyDesc, elems: readonly KeyedElem[], map: Ma
       }
     }
     const elements = rows.map((r, k) => withData({
-      key: concatHex(r.map((s) => bigToHex(s.lo, s.len)), true),
-      keyEnd: concatHex(r.map((s) => bigToHex(s.hi, s.len)), true),
+      key: concatHex(r.map((s, i) => netOrder(s.lo, i)), true),
+      keyEnd: concatHex(r.map((s, i) => netOrder(s.hi, i)), true),
       flags: 0,
     }, elems[k]!.data));
     return { ...base, elements };

@@ -153,11 +153,11 @@ beforeAll(async () => {
 describe(`generated set and map rules against nft 1.0.6 (seed ${SEED})`, () => {
   it('generates mostly acceptable rules', () => {
     console.log(`[keyed-generated] ${accepted.length} accepted, refused: ${JSON.stringify([...refusedWhy])}`);
-    // the refusals: overlapping elements and duplicate keys (nft refuses them too), ranges the
-    // generator wrote backwards, and host-order parts in concatenated intervals (not supported)
-    expect(accepted.length, JSON.stringify([...refusedWhy])).toBeGreaterThan(200);
+    // the refusals: overlapping elements and duplicate keys (nft refuses them too), and ranges the
+    // generator wrote backwards
+    expect(accepted.length, JSON.stringify([...refusedWhy])).toBeGreaterThan(250);
     for (const why of refusedWhy.keys()) {
-      expect(why).toMatch(/overlap|conflicting intervals|already in this map|empty range|host byte order/);
+      expect(why).toMatch(/overlap|conflicting intervals|already in this map|empty range/);
     }
   });
 

@@ -40,6 +40,8 @@ const SETUP: Record<Fam, string[]> = {
     'add set ip nfk dyn { type ipv4_addr; flags dynamic,timeout; timeout 1m; }',
     'add set ip nfk dyn2 { type ipv4_addr . inet_service; flags dynamic; }',
     'add set ip nfk dyn3 { type ipv4_addr; flags dynamic; }',
+    'add set ip nfk firewall-allow { type ipv4_addr . inet_proto . inet_service . ipv4_addr; flags interval; }',
+    'add set ip nfk mk { type mark . ipv4_addr; flags interval; }',
   ],
   ip6: [
     'add set ip6 nfk s6 { type ipv6_addr; }',
@@ -88,6 +90,13 @@ export const KEYED: KeyedRule[] = [
   k('ip', 'fwd', 'meta l4proto . th dport { tcp . 80, udp . 53 } accept', { nft: 'meta l4proto . th dport { udp . 53, tcp . 80 } accept' }),
   k('ip', 'fwd', 'ct mark . ip saddr { 0x00000001 . 10.0.0.1 }'),
   k('ip', 'fwd', 'tcp dport 80 ip daddr . tcp sport { 10.0.0.1 . 1024 }'),
+  // host-order parts of concatenated intervals, converted to network order (kube-proxy's firewall-allow)
+  k('ip', 'fwd', 'ip daddr . meta l4proto . th dport . ip saddr @firewall-allow'),
+  k('ip', 'fwd', 'meta mark . ip saddr @mk'),
+  k('ip', 'fwd', 'meta l4proto . th dport { tcp . 80-90 }'),
+  k('ip', 'fwd', 'meta mark . ip saddr { 0x00000001 . 10.0.0.0/8, 0x00000100 . 192.168.1.1 }'),
+  k('ip', 'fwd', 'meta l4proto . th dport vmap { tcp . 80-90 : accept, udp . 53 : drop }'),
+  k('ip', 'fwd', 'ct mark . tcp dport { 0x00000010 . 1-5 }'),
   // th
   k('ip', 'fwd', 'th dport 53 accept'),
   k('ip', 'fwd', 'th sport 1000-2000'),
