@@ -211,7 +211,7 @@ Napi::Object DecodeRule(Napi::Env env, const nlmsghdr* nlh) {
   Napi::Array exprs = Napi::Array::New(env, raw.size());
   for (size_t i = 0; i < raw.size(); i++) {
     const ExprKind* kind = FindExprKind(raw[i].name.c_str());
-    if (parsed && kind != nullptr) {
+    if (parsed && kind != nullptr && ModelsRawExpr(*kind, raw[i])) {
       exprs.Set(i, TypedExpr(env, *kind, typed[i]));
     } else {
       exprs.Set(i, UnknownExpr(env, raw[i]));
@@ -244,17 +244,17 @@ Napi::Object DecodeSet(Napi::Env env, const nlmsghdr* nlh) {
   if (nftnl_set_is_set(s, NFTNL_SET_DATA_LEN)) o.Set("dataLen", nftnl_set_get_u32(s, NFTNL_SET_DATA_LEN));
   if (nftnl_set_is_set(s, NFTNL_SET_POLICY)) o.Set("policy", nftnl_set_get_u32(s, NFTNL_SET_POLICY));
   if (nftnl_set_is_set(s, NFTNL_SET_DESC_SIZE)) o.Set("size", nftnl_set_get_u32(s, NFTNL_SET_DESC_SIZE));
+  if (nftnl_set_is_set(s, NFTNL_SET_DESC_CONCAT)) {
+    uint32_t n = 0;
+    const uint8_t* lens = static_cast<const uint8_t*>(nftnl_set_get_data(s, NFTNL_SET_DESC_CONCAT, &n));
+    Napi::Array a = Napi::Array::New(env);
+    for (uint32_t i = 0; i < n && i < 16 && lens[i] != 0; i++) a.Set(i, lens[i]);
+    if (a.Length() > 0) o.Set("fieldLen", a);
+  }
   if (nftnl_set_is_set(s, NFTNL_SET_TIMEOUT)) {
     o.Set("timeout", static_cast<double>(nftnl_set_get_u64(s, NFTNL_SET_TIMEOUT)));
   }
   if (nftnl_set_is_set(s, NFTNL_SET_GC_INTERVAL)) o.Set("gcInterval", nftnl_set_get_u32(s, NFTNL_SET_GC_INTERVAL));
-  if (nftnl_set_is_set(s, NFTNL_SET_DESC_CONCAT)) {
-    uint32_t count = 0;
-    const uint8_t* lens = static_cast<const uint8_t*>(nftnl_set_get_data(s, NFTNL_SET_DESC_CONCAT, &count));
-    Napi::Array a = Napi::Array::New(env, count);
-    for (uint32_t i = 0; i < count; i++) a.Set(i, lens[i]);
-    o.Set("concat", a);
-  }
   if (nftnl_set_is_set(s, NFTNL_SET_USERDATA)) {
     uint32_t len = 0;
     const void* d = nftnl_set_get_data(s, NFTNL_SET_USERDATA, &len);

@@ -161,7 +161,7 @@ bool AppendRuleJson(const nlmsghdr* nlh, std::string* out) {
   for (size_t i = 0; i < raw.size(); i++) {
     if (i > 0) out->push_back(',');
     const ExprKind* kind = FindExprKind(raw[i].name.c_str());
-    if (parsed && kind != nullptr) TypedExpr(out, *kind, typed[i]);
+    if (parsed && kind != nullptr && ModelsRawExpr(*kind, raw[i])) TypedExpr(out, *kind, typed[i]);
     else UnknownExpr(out, raw[i]);
   }
   out->append("]}");

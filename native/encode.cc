@@ -371,28 +371,24 @@ nftnl_set* BuildSet(const Napi::Object& op, uint16_t family, uint32_t setId) {
     if (HasKey(op, "dataLen")) nftnl_set_set_u32(s, NFTNL_SET_DATA_LEN, U32(op, "dataLen"));
     if (HasKey(op, "policy")) nftnl_set_set_u32(s, NFTNL_SET_POLICY, U32(op, "policy"));
     if (HasKey(op, "size")) nftnl_set_set_u32(s, NFTNL_SET_DESC_SIZE, U32(op, "size"));
+    if (HasKey(op, "fieldLen")) {
+      // NFTA_SET_DESC_CONCAT: one byte length per part (validated in TypeScript: 1-15 parts of 1-255).
+      // libnftnl counts the parts up to the first zero, so the array stays zero-terminated.
+      Napi::Value v = Prop(op, "fieldLen");
+      if (!v.IsArray()) throw Napi::TypeError::New(op.Env(), "'fieldLen' must be an array");
+      Napi::Array a = v.As<Napi::Array>();
+      uint8_t lens[16] = {0};
+      uint32_t n = a.Length();
+      if (n == 0 || n > 15) throw Napi::RangeError::New(op.Env(), "'fieldLen' must have 1 to 15 parts");
+      for (uint32_t i = 0; i < n; i++) {
+        uint32_t l = a.Get(i).As<Napi::Number>().Uint32Value();
+        if (l == 0 || l > 255) throw Napi::RangeError::New(op.Env(), "'fieldLen' parts must be 1-255 bytes");
+        lens[i] = static_cast<uint8_t>(l);
+      }
+      nftnl_set_set_data(s, NFTNL_SET_DESC_CONCAT, lens, n);
+    }
     if (HasKey(op, "timeout")) nftnl_set_set_u64(s, NFTNL_SET_TIMEOUT, I64(op, "timeout"));
     if (HasKey(op, "gcInterval")) nftnl_set_set_u32(s, NFTNL_SET_GC_INTERVAL, U32(op, "gcInterval"));
-    if (HasKey(op, "concat")) {
-      // NFTA_SET_DESC_CONCAT: each field's length, what an interval set of
-      // concatenations (pipapo) needs. libnftnl counts the fields up to the
-      // first zero, so the array is zero-terminated and every length non-zero.
-      Napi::Value cv = Prop(op, "concat");
-      if (!cv.IsArray()) throw Napi::TypeError::New(op.Env(), "'concat' must be an array of field lengths");
-      Napi::Array arr = cv.As<Napi::Array>();
-      uint8_t lens[NFT_REG32_COUNT] = {};
-      if (arr.Length() == 0 || arr.Length() >= NFT_REG32_COUNT) {
-        throw Napi::TypeError::New(op.Env(), "'concat' holds 1 to 15 field lengths");
-      }
-      for (uint32_t i = 0; i < arr.Length(); i++) {
-        Napi::Value x = arr.Get(i);
-        if (!x.IsNumber() || x.As<Napi::Number>().Uint32Value() == 0 || x.As<Napi::Number>().Uint32Value() > 64) {
-          throw Napi::TypeError::New(op.Env(), "'concat' field lengths are 1..64 bytes");
-        }
-        lens[i] = static_cast<uint8_t>(x.As<Napi::Number>().Uint32Value());
-      }
-      nftnl_set_set_data(s, NFTNL_SET_DESC_CONCAT, lens, arr.Length());
-    }
     if (HasKey(op, "userdata")) {
       std::vector<uint8_t> d = HexOf(op, "userdata", kMaxUserdata);
       nftnl_set_set_data(s, NFTNL_SET_USERDATA, d.data(), d.size());

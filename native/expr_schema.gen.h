@@ -332,6 +332,26 @@ static const Field kNumgenFields[] = {
     {"offset", NFTNL_EXPR_NG_OFFSET, FieldType::U32, nullptr, 0},
 };
 
+static const Field kHashFields[] = {
+    {"sreg", NFTNL_EXPR_HASH_SREG, FieldType::U32, nullptr, 0},
+    {"dreg", NFTNL_EXPR_HASH_DREG, FieldType::U32, nullptr, 0},
+    {"len", NFTNL_EXPR_HASH_LEN, FieldType::U32, nullptr, 0},
+    {"modulus", NFTNL_EXPR_HASH_MODULUS, FieldType::U32, nullptr, 0},
+    {"seed", NFTNL_EXPR_HASH_SEED, FieldType::U32, nullptr, 0},
+    {"offset", NFTNL_EXPR_HASH_OFFSET, FieldType::U32, nullptr, 0},
+    {"type", NFTNL_EXPR_HASH_TYPE, FieldType::U32, nullptr, 0},
+};
+
+static const Field kDynsetFields[] = {
+    {"sregKey", NFTNL_EXPR_DYNSET_SREG_KEY, FieldType::U32, nullptr, 0},
+    {"sregData", NFTNL_EXPR_DYNSET_SREG_DATA, FieldType::U32, nullptr, 0},
+    {"op", NFTNL_EXPR_DYNSET_OP, FieldType::U32, nullptr, 0},
+    {"timeout", NFTNL_EXPR_DYNSET_TIMEOUT, FieldType::U64, nullptr, 0},
+    {"set", NFTNL_EXPR_DYNSET_SET_NAME, FieldType::Str, nullptr, 0},
+    {"setId", NFTNL_EXPR_DYNSET_SET_ID, FieldType::U32, nullptr, 0},
+    {"flags", NFTNL_EXPR_DYNSET_FLAGS, FieldType::U32, nullptr, 0},
+};
+
 static const ExprKind kKinds[] = {
     {"payload", kPayloadFields, 8},
     {"cmp", kCmpFields, 3},
@@ -355,5 +375,7 @@ static const ExprKind kKinds[] = {
     {"quota", kQuotaFields, 3},
     {"rt", kRtFields, 2},
     {"numgen", kNumgenFields, 4},
+    {"hash", kHashFields, 7},
+    {"dynset", kDynsetFields, 7},
     {"notrack", nullptr, 0},
 };

@@ -13,6 +13,14 @@ namespace nfk {
 
 #include "expr_schema.gen.h"
 
+bool ModelsRawExpr(const ExprKind& kind, const RawExpr& raw) {
+  // a dynset's own stateful expressions are not in the IR: keep such a dynset raw
+  if (std::strcmp(kind.name, "dynset") != 0 || raw.data == nullptr) return true;
+  AttrTable t(NFTA_DYNSET_MAX);
+  if (mnl_attr_parse_nested(raw.data, CollectAttr, &t) < 0) return false;
+  return t.at[NFTA_DYNSET_EXPR] == nullptr && t.at[NFTA_DYNSET_EXPRESSIONS] == nullptr;
+}
+
 const ExprKind* FindExprKind(const char* name) {
   for (const auto& k : kKinds)
     if (std::strcmp(k.name, name) == 0) return &k;

@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <cstddef>
 
+#include "attr.h"
+
 namespace nfk {
 
 // A named value of a kernel enum. Unknown values pass through as numbers.
@@ -61,6 +63,8 @@ struct ExprKind {
 
 // Returns the table entry for a kernel expression name, or nullptr.
 const ExprKind* FindExprKind(const char* name);
+// False when the raw expression has attributes the IR does not model (then it decodes as unknown).
+bool ModelsRawExpr(const ExprKind& kind, const RawExpr& raw);
 
 // Enum helpers shared by decode and encode.
 const char* EnumToName(const EnumMap& map, int64_t value);

@@ -247,7 +247,7 @@ function buildConfig(raw: unknown, file: string, pos: PositionOf, options: LoadO
         let compiled: CompiledRule;
         try {
           compiled = compileRule(ruleText, {
-            family: t.family, table: t.name, chain: c.name, setIdBase: setId, interfaces: options.interfaces, namedSets,
+            family: t.family, table: t.name, chain: c.name, setIdBase: setId, interfaces: options.interfaces, sets: namedSets,
           });
         } catch (e) {
           if (e instanceof RuleSyntaxError) {

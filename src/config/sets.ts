@@ -406,7 +406,7 @@ export function buildSet(raw: RawSet, map: boolean, ctx: { family: Family; table
   else if (flags & SET_F.CONSTANT && elements.length > 0) set.size = elements.length;  // nft sizes a constant set by its contents
   if (timeout !== undefined) set.timeout = timeout;
   if (gc !== undefined) set.gcInterval = gc;
-  if (interval && concat) set.concat = key.type.parts.map((p) => p.len);
+  if (interval && concat) set.fieldLen = key.type.parts.map((p) => p.len);
   const decl: RawSet = { ...raw, [declField]: declText.replace(/\s+/g, ' ').trim() };
   return { name: raw.name, map, set, elements, key: key.type, data, decl };
 }
@@ -495,7 +495,7 @@ function layout(parsed: { p: ParsedElement; index: number }[], key: KeyType, int
 /** What makes two definitions the same set: everything but handle, name and elements. */
 export function setDefinitionKey(s: NftSet): string {
   return JSON.stringify([s.flags & ~SET_F.ANONYMOUS, s.keyType, s.keyLen, s.dataType ?? 0, s.dataLen ?? 0, s.policy ?? 0,
-    s.size ?? 0, s.timeout ?? 0, s.gcInterval ?? 0, s.concat ?? [], s.userdata ?? '']);
+    s.size ?? 0, s.timeout ?? 0, s.gcInterval ?? 0, s.fieldLen ?? [], s.userdata ?? '']);
 }
 
 /** An element's identity in its set: key, key end and whether it ends an interval. */

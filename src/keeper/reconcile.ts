@@ -247,7 +247,7 @@ function diffSets(want: TableConfig, have: ObservedTable): Drift[] {
 }
 
 function describeSetDiff(have: NftSet, want: NftSet): string {
-  const fields = ['flags', 'keyType', 'keyLen', 'dataType', 'dataLen', 'policy', 'size', 'timeout', 'gcInterval', 'concat', 'userdata'] as const;
+  const fields = ['flags', 'keyType', 'keyLen', 'dataType', 'dataLen', 'policy', 'size', 'timeout', 'gcInterval', 'fieldLen', 'userdata'] as const;
   const diff = fields.filter((f) => JSON.stringify(have[f] ?? null) !== JSON.stringify(want[f] ?? null));
   return diff.map((f) => `${f} ${JSON.stringify(have[f] ?? null)}, want ${JSON.stringify(want[f] ?? null)}`).join('; ');
 }

@@ -302,6 +302,30 @@ export const EXPR_SCHEMA = {
   numgen: {
     nftnl: 'NG', fields: { dreg: reg('DREG'), modulus: u32('MODULUS'), type: u32('TYPE'), offset: opt(u32('OFFSET')) },
   },
+  /**
+   * NFTA_HASH_*: dreg = hash % modulus + offset. type 0 (jhash) hashes `len` bytes from sreg with
+   * `seed` (absent: the kernel picks one and does not dump it); type 1 (symhash) hashes the flow.
+   */
+  hash: {
+    nftnl: 'HASH',
+    fields: {
+      sreg: opt(reg('SREG')), dreg: reg('DREG'), len: opt(u32('LEN')), modulus: u32('MODULUS'),
+      seed: opt(u32('SEED')), offset: opt(u32('OFFSET')), type: u32('TYPE'),
+    },
+  },
+  /**
+   * NFTA_DYNSET_*: add (op 0) or update (op 1) the key in `sregKey` (and the data in `sregData`) to
+   * the named set, with `timeout` ms. The kernel dumps timeout 0 and flags 0 when none were given.
+   * A dynset carrying its own expressions (NFTA_DYNSET_EXPR/EXPRESSIONS) is not modelled and
+   * decodes as 'unknown'.
+   */
+  dynset: {
+    nftnl: 'DYNSET',
+    fields: {
+      sregKey: reg('SREG_KEY'), sregData: opt(reg('SREG_DATA')), op: u32('OP'), timeout: opt(u64('TIMEOUT')),
+      set: str('SET_NAME'), setId: opt(u32('SET_ID')), flags: opt(u32('FLAGS')),
+    },
+  },
   /** notrack: no attributes. */
   notrack: { nftnl: 'NOTRACK', fields: {} },
   /** Any expression the IR does not model, kept byte for byte (NFTA_EXPR_NAME, NFTA_EXPR_DATA) so nothing is lost. */
@@ -361,6 +385,8 @@ export type RejectExpr = ExprOf<'reject'>;
 export type QuotaExpr = ExprOf<'quota'>;
 export type RtExpr = ExprOf<'rt'>;
 export type NumgenExpr = ExprOf<'numgen'>;
+export type HashExpr = ExprOf<'hash'>;
+export type DynsetExpr = ExprOf<'dynset'>;
 export type NotrackExpr = ExprOf<'notrack'>;
 export type UnknownExpr = ExprOf<'unknown'>;
 

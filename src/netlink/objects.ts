@@ -102,11 +102,14 @@ export interface NftSet {
   policy?: number;
   /** NFTA_SET_DESC_SIZE */
   size?: number;
+  /**
+   * NFTA_SET_DESC_CONCAT: the byte length of each part of a concatenated key (nft sends it for
+   * every concatenation; the kernel needs it for concatenated interval sets and dumps it back).
+   */
+  fieldLen?: number[];
   timeout?: number;
   /** NFTA_SET_GC_INTERVAL, ms */
   gcInterval?: number;
-  /** NFTA_SET_DESC_CONCAT: byte length of each field of a concatenated key (interval sets of concatenations). */
-  concat?: number[];
   userdata?: Hex;
   /** On add only: elements created with the set. */
   elements?: SetElement[];

@@ -121,9 +121,12 @@ export function validateOp(op: Op, index: number): void {
       checkU32(index, 'flags', op.flags);
       checkHex(index, 'userdata', op.userdata);
       checkU32(index, 'gcInterval', op.gcInterval);
-      if (op.concat !== undefined && (!Array.isArray(op.concat) || op.concat.length < 1 || op.concat.length > 15
-        || op.concat.some((n) => !Number.isInteger(n) || n < 1 || n > 64))) {
-        throw new InvalidOperationError(index, 'concat', 'must be 1 to 15 field lengths of 1..64 bytes');
+      if (op.fieldLen !== undefined) {
+        // Fewer than NFT_REG32_COUNT parts (libnftnl finds the count at the first zero length), each 1-255 bytes (u8)
+        if (!Array.isArray(op.fieldLen) || op.fieldLen.length < 1 || op.fieldLen.length > 15
+          || op.fieldLen.some((n) => !Number.isInteger(n) || n < 1 || n > 255)) {
+          throw new InvalidOperationError(index, 'fieldLen', 'must be 1 to 15 part lengths of 1-255 bytes');
+        }
       }
       if (op.verb === 'add' || op.verb === 'create') {
         checkU32(index, 'keyType', op.keyType);

@@ -59,6 +59,8 @@ export interface NatStmt extends At {
   familyAt?: At;
   addr?: NatAddr;
   port?: PortRange;
+  /** `snat/dnat to KEY map @m | map { k : addr [. port], … }`: the target comes from a map. */
+  map?: NatMap;
   flags: number;
 }
 
@@ -77,7 +79,67 @@ export interface MarkSetStmt extends At {
   operand?: number;
 }
 
-export type Stmt = MatchStmt | CounterStmt | VerdictStmt | NatStmt | MasqStmt | MarkSetStmt;
+// ---- keys, set references and maps (src/rules/keyed.ts) ---------------------
+
+/** A key that is not a packet field: a number generator or a hash, a 32-bit integer in host order. */
+export type Gen =
+  | { g: 'numgen'; mode: 'inc' | 'random'; mod: number; offset?: number }
+  | { g: 'jhash'; of: KeyPart[]; mod: number; seed?: number; offset?: number }
+  | { g: 'symhash'; mod: number; offset?: number };
+
+/** One part of a (possibly concatenated) key: `ip daddr`, `th dport`, `numgen inc mod 2`. */
+export type KeyPart = ({ p: 'field'; field: Field } | { p: 'gen'; gen: Gen }) & At;
+
+export type MapVerdict = 'accept' | 'drop' | 'return' | 'continue' | 'jump' | 'goto';
+
+/** What a map element maps to: a verdict (vmap) or NAT target values (address [. port]). */
+export type MapData =
+  | ({ d: 'verdict'; verdict: MapVerdict; chain?: string } & At)
+  | ({ d: 'value'; parts: Elem[] } & At);
+
+/** One element of an anonymous set or map: a value per key part, and the data of a map. */
+export interface KeyElem extends At {
+  parts: Elem[];
+  data?: MapData;
+}
+
+/** What a key is looked up in: a named set or map, an anonymous one, or (a generator) one value. */
+export type SetRhs =
+  | ({ k: 'named'; name: string } & At)
+  | ({ k: 'anon'; elems: KeyElem[] } & At)
+  | ({ k: 'value'; elem: Elem } & At);
+
+/**
+ * A match or verdict map whose key is a concatenation, a generator, or whose right-hand side is a
+ * named set: `ip daddr @s`, `ip daddr . tcp dport { … }`, `… vmap { … }`, `numgen inc mod 2 0`.
+ */
+export interface KeyedStmt extends At {
+  t: 'keyed';
+  key: KeyPart[];
+  op: MatchOp;
+  opAt?: At;
+  /** A verdict map: the lookup's result is the verdict. */
+  vmap: boolean;
+  rhs: SetRhs;
+}
+
+export interface NatMap extends At {
+  key: KeyPart[];
+  rhs: Extract<SetRhs, { k: 'named' | 'anon' }>;
+}
+
+/** `add @set { KEY [timeout T] }` / `update @set { … }`: the packet path adds the key to a named set. */
+export interface DynsetStmt extends At {
+  t: 'dynset';
+  op: 'add' | 'update';
+  set: Extract<SetRhs, { k: 'named' }>;
+  key: KeyPart[];
+  /** Milliseconds. */
+  timeout?: number;
+  timeoutAt?: At;
+}
+
+export type Stmt = MatchStmt | CounterStmt | VerdictStmt | NatStmt | MasqStmt | MarkSetStmt | KeyedStmt | DynsetStmt;
 
 export interface RuleAst {
   stmts: Stmt[];

@@ -17,6 +17,7 @@ import { F, NFPROTO_IPV4, NFPROTO_IPV6, mergedPorts, type Field } from './fields
 import { parseRule } from './parser.js';
 import { renderRule, type InterfaceResolver } from './render.js';
 import { buildAnonymousSet } from './sets.js';
+import { keyFields, linearizeDynset, linearizeKeyed, linearizeNatMap, natMapHasPorts, type KeyedContext } from './keyed.js';
 import { commentUserdata } from './udata.js';
 import { compiledSetResolver } from './compare.js';
 import { TRANSPORT_PROTOCOLS } from './values.js';
@@ -33,10 +34,10 @@ export interface CompileContext {
    */
   interfaces?: InterfaceResolver;
   /**
-   * The table's named sets and maps by name (the config builds them from its
-   * sets:/maps: or the file's set/map blocks), for `@name` and `vmap @name`.
+   * The table's named sets and maps by name, for `@name` lookups, `vmap @m` and `map @m` in NAT.
+   * The compiler checks that the key (and a map's data) fits and never creates named sets.
    */
-  namedSets?: ReadonlyMap<string, NftSet>;
+  sets?: ReadonlyMap<string, NftSet>;
 }
 
 export interface CompiledRule {
@@ -72,15 +73,31 @@ function compileAst(text: string, ast: RuleAst, ctx: CompileContext): CompiledRu
     throw new RuleSyntaxError(text, at.col, at.raw, expected, reason);
   };
   const family = ctx.family;
-  const list = evaluate(ast, family, fail);
+  const list = evaluate(ast, family, fail, ctx);
   mergePayloads(list, fail);
 
   const exprs: Expr[] = [];
   const sets: NftSet[] = [];
   const base = ctx.setIdBase ?? 1;
+  const kc: KeyedContext = {
+    family, table: ctx.table, fail, load: (f) => loadExpr(f, f.len),
+    addSet: (build) => {
+      const id = base + sets.length;
+      const set = build(id);
+      sets.push(set);
+      return { name: set.name, setId: id };
+    },
+    ...(ctx.sets ? { sets: ctx.sets } : {}),
+  };
   for (const s of list) {
     if (s === null) continue;
-    if (s.t === 'rel') {
+    if (s.t === 'other' && s.stmt.t === 'keyed') {
+      linearizeKeyed(s.stmt, exprs, kc);
+    } else if (s.t === 'other' && s.stmt.t === 'dynset') {
+      linearizeDynset(s.stmt, exprs, kc);
+    } else if (s.t === 'other' && s.stmt.t === 'nat' && s.stmt.map) {
+      linearizeNatMap(s.stmt, s.natFamily as 'ip' | 'ip6', exprs, kc);
+    } else if (s.t === 'rel') {
       linearizeRel(s, exprs, (field, elems, neq) => {
         const id = base + sets.length;
         const built = buildAnonymousSet(field, elems, { family, table: ctx.table }, id, fail);
@@ -102,7 +119,8 @@ export { compiledSetResolver };
 
 // ---- evaluation: protocol context and dependencies ------------------------
 
-function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: string) => never): (EStmt | null)[] {
+function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: string) => never,
+  ctx: CompileContext): (EStmt | null)[] {
   const out: (EStmt | null)[] = [];
   let l3: 'ip' | 'ip6' | 'other' | undefined = family === 'ip' ? 'ip' : family === 'ip6' ? 'ip6' : undefined;
   let l4: number | 'set' | undefined;
@@ -112,37 +130,42 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
     t: 'rel', field, op: 'eq', rhs: { k: 'value', hex: u8(value), col: at.col, raw: at.raw }, at,
   });
 
+  /** The protocol dependencies a field needs before it, inserted as nft does, refusing conflicts. */
+  const need = (f: Field, st: At): void => {
+    if (f === F.nfproto && family !== 'inet') {
+      fail(st, 'a match that makes sense in this family', 'meta nfproto is only useful in the inet family');
+    }
+    if (f.l3) {
+      if (family === 'inet') {
+        if (l3 === undefined) {
+          out.push(dep(F.nfproto, f.l3 === 'ip' ? NFPROTO_IPV4 : NFPROTO_IPV6, st));
+          l3 = f.l3;
+        } else if (l3 !== f.l3) {
+          fail(st, `a match consistent with the network protocol given earlier (${l3 === 'other' ? 'meta nfproto' : l3})`,
+            `conflicting protocols specified: ${l3 === 'other' ? 'unknown' : l3} vs. ${f.l3}`);
+        }
+      } else if (l3 !== f.l3) {
+        fail(st, `a match for ${l3} in this ${family} table`, `conflicting protocols specified: ${l3} vs. ${f.l3}`);
+      }
+    }
+    if (f.l4 !== undefined) {
+      if (l4 === undefined) {
+        out.push(dep(F.l4proto, f.l4, st));
+        l4 = f.l4;
+      } else if (l4 !== f.l4) {
+        fail(st, `a match consistent with the transport protocol given earlier (${l4Name(l4)})`,
+          `conflicting protocols specified: ${l4Name(l4)} vs. ${l4Name(f.l4)}`);
+      }
+    }
+  };
+
   for (const st of ast.stmts) {
     if (terminal) {
       fail(st, `nothing after '${terminal.raw}' but comment "…"`, 'statement after terminal statement has no effect');
     }
     if (st.t === 'match') {
       const f = st.field;
-      if (f === F.nfproto && family !== 'inet') {
-        fail(st, 'a match that makes sense in this family', 'meta nfproto is only useful in the inet family');
-      }
-      if (f.l3) {
-        if (family === 'inet') {
-          if (l3 === undefined) {
-            out.push(dep(F.nfproto, f.l3 === 'ip' ? NFPROTO_IPV4 : NFPROTO_IPV6, st));
-            l3 = f.l3;
-          } else if (l3 !== f.l3) {
-            fail(st, `a match consistent with the network protocol given earlier (${l3 === 'other' ? 'meta nfproto' : l3})`,
-              `conflicting protocols specified: ${l3 === 'other' ? 'unknown' : l3} vs. ${f.l3}`);
-          }
-        } else if (l3 !== f.l3) {
-          fail(st, `a match for ${l3} in this ${family} table`, `conflicting protocols specified: ${l3} vs. ${f.l3}`);
-        }
-      }
-      if (f.l4 !== undefined) {
-        if (l4 === undefined) {
-          out.push(dep(F.l4proto, f.l4, st));
-          l4 = f.l4;
-        } else if (l4 !== f.l4) {
-          fail(st, `a match consistent with the transport protocol given earlier (${l4Name(l4)})`,
-            `conflicting protocols specified: ${l4Name(l4)} vs. ${l4Name(f.l4)}`);
-        }
-      }
+      need(f, st);
       const rel: Rel = { t: 'rel', field: f, op: st.op, rhs: st.rhs, at: st };
       if (st.mask !== undefined) rel.mask = st.mask;
       out.push(rel);
@@ -155,6 +178,12 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
           l3 = v === NFPROTO_IPV4 ? 'ip' : v === NFPROTO_IPV6 ? 'ip6' : 'other';
         }
       }
+      continue;
+    }
+    if (st.t === 'keyed' || st.t === 'dynset') {
+      // A vmap is not terminal: a key that is in no element continues with the next statement.
+      for (const k of keyFields(st.key)) need(k.field, k.at);
+      out.push({ t: 'other', stmt: st });
       continue;
     }
     let natFamily: Family | undefined;
@@ -178,6 +207,21 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
           }
           if (st.addr.v6 !== (fam === 'ip6')) {
             fail(st.addr, fam === 'ip6' ? 'an IPv6 address' : 'an IPv4 address', `address family mismatch for ${fam} NAT`);
+          }
+          natFamily = fam;
+        } else if (st.map) {
+          // as nft: the family comes from the table, `ip`/`ip6`, or what the rule matched before the
+          // map's key (the key's own dependencies come after that decision)
+          const fam = explicit ?? (family !== 'inet' ? family : l3 === 'ip' || l3 === 'ip6' ? l3 : undefined);
+          if (!fam) {
+            fail(st, `'${st.type} ip to' or '${st.type} ip6 to'`, 'ip or ip6 must be specified with address for inet tables');
+          }
+          for (const k of keyFields(st.map.key)) need(k.field, k.at);
+          // (nft takes a set of protocols, `meta l4proto { tcp, udp }`, as transport context here)
+          if (natMapHasPorts(st.map, fam as 'ip' | 'ip6', ctx.sets, ctx.table, fail)
+            && !(l4 === 'set' || (typeof l4 === 'number' && TRANSPORT_PROTOCOLS.has(l4)))) {
+            fail(st.map.rhs, 'a transport protocol match before it or in the key (e.g. ip daddr . tcp dport)',
+              'transport protocol mapping is only valid after transport protocol match');
           }
           natFamily = fam;
         } else {
@@ -210,6 +254,14 @@ function canMerge(a: Rel, b: Rel): boolean {
   return la.base === 'transport' && a.field.l4 !== undefined && a.field.l4 === b.field.l4;
 }
 
+/** Adjacent transport port matches of which one is `th`: nft merges them, as it does tcp/udp ports. */
+function thMerge(a: Rel, b: Rel): boolean {
+  const la = a.field.load as { base: string; offset: number };
+  const lb = b.field.load as { base: string; offset: number };
+  return la.base === 'transport' && lb.base === 'transport' && la.offset + a.field.len === lb.offset
+    && a.field.len === 2 && b.field.len === 2 && (a.field.name.startsWith('th ') || b.field.name.startsWith('th '));
+}
+
 function mergePayloads(list: (EStmt | null)[], fail: (at: At, e: string, r: string) => never): void {
   let sa: number[] = [];
   const norm = (op: MatchOp) => (op === 'neq' ? 'neq' : 'eq');
@@ -224,7 +276,14 @@ function mergePayloads(list: (EStmt | null)[], fail: (at: At, e: string, r: stri
     for (let i = 1; i < order.length; i++) {
       const j = order[i]!;
       const a = list[last] as Rel, b = list[j] as Rel;
-      if (!canMerge(a, b) || norm(a.op) !== norm(b.op)) { last = j; continue; }
+      if (!canMerge(a, b) || norm(a.op) !== norm(b.op)) {
+        if (norm(a.op) === norm(b.op) && thMerge(a, b)) {
+          fail(b.at, `'${a.field.name.replace(/^th/, 'tcp')} … ${b.field.name.replace(/^th/, 'tcp')} …' or the udp form`,
+            `nft 1.0.6 merges '${a.field.name}' and '${b.field.name}' into one 4-byte load it lists as a raw @th payload`);
+        }
+        last = j;
+        continue;
+      }
       if (norm(a.op) === 'neq') {
         fail(b.at, `at most one of '${a.field.name} !=' and '${b.field.name} !=' in a rule`,
           `nft 1.0.6 would merge '${a.field.name} != …' and '${b.field.name} != …' into one comparison ` +

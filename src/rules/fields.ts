@@ -34,7 +34,7 @@ export interface Field {
 }
 
 // nft's proto_desc ids and header template indexes (include/proto.h)
-const DESC_UDP = 6, DESC_TCP = 8, DESC_IP = 12, DESC_IP6 = 13;
+const DESC_UDP = 6, DESC_TCP = 8, DESC_TH = 11, DESC_IP = 12, DESC_IP6 = 13;
 // NFT_META_* and NFT_CT_* numbers
 const META_NUM: Partial<Record<MetaKey, number>> = {
   mark: 3, iif: 4, oif: 5, iifname: 6, oifname: 7, nfproto: 15, l4proto: 16,
@@ -81,6 +81,9 @@ export const F = {
   tcpDport: payload('tcp dport', 'port', 'transport', 2, 2, DESC_TCP, 2, TYPE_SERVICE, { l4: 6 }),
   udpSport: payload('udp sport', 'port', 'transport', 0, 2, DESC_UDP, 1, TYPE_SERVICE, { l4: 17 }),
   udpDport: payload('udp dport', 'port', 'transport', 2, 2, DESC_UDP, 2, TYPE_SERVICE, { l4: 17 }),
+  // nft's `th`: the ports of whatever transport header follows, with no protocol dependency
+  thSport: payload('th sport', 'port', 'transport', 0, 2, DESC_TH, 1, TYPE_SERVICE, {}),
+  thDport: payload('th dport', 'port', 'transport', 2, 2, DESC_TH, 2, TYPE_SERVICE, {}),
   iifname: meta('iifname', 'ifname', 'iifname', 16, TYPE_IFNAME),
   oifname: meta('oifname', 'ifname', 'oifname', 16, TYPE_IFNAME),
   iif: meta('iif', 'ifindex', 'iif', 4),

@@ -5,9 +5,10 @@
  */
 import { RuleSyntaxError } from '../errors.js';
 import type {
-  At, CounterStmt, Elem, MarkSetStmt, MasqStmt, MatchOp, MatchStmt, NatAddr, NatStmt, PortRange,
+  At, CounterStmt, Elem, KeyedStmt, MarkSetStmt, MasqStmt, MatchOp, MatchStmt, NatAddr, NatStmt, PortRange,
   Rhs, RuleAst, Stmt, VerdictStmt,
 } from './ast.js';
+import { parseDynset, parseGenStatement, parseKeyedMatch, parseNatMap, startsNatMap } from './keyed.js';
 import { andHex, prefixMask, readU32Host, u16Be, u32Host, u8 } from './bytes.js';
 import { F, type Field } from './fields.js';
 import { tokenize, type Token } from './lexer.js';
@@ -31,9 +32,39 @@ const NAT_FLAGS: Record<string, number> = {
   random: NAT_RANGE.PROTO_RANDOM, 'fully-random': NAT_RANGE.PROTO_RANDOM_FULLY, persistent: NAT_RANGE.PERSISTENT,
 };
 
+/** What parseMatch returns while parseKeyField asks for a field only. */
+const FIELD_ONLY = Object.freeze({}) as MatchStmt;
+
 class Parser {
   private pos = 0;
+  /** Set by parseKeyField: parseMatch records the field and returns FIELD_ONLY. */
+  private fieldMode = false;
+  private fieldOut: ({ field: Field } & At) | undefined;
   constructor(private readonly text: string, private readonly toks: Token[], private readonly opts: ParseOptions) {}
+
+  /** Splits the current word after `n` characters into two words (`80:accept` in a map's elements). */
+  splitWord(n: number): void {
+    const t = this.toks[this.pos]!;
+    if (t.kind !== 'word' || n <= 0 || n >= t.text.length) return;
+    const a: Token = { kind: 'word', text: t.text.slice(0, n), col: t.col, raw: t.raw.slice(0, n) };
+    const b: Token = { kind: 'word', text: t.text.slice(n), col: t.col + n, raw: t.raw.slice(n) };
+    this.toks.splice(this.pos, 1, a, b);
+  }
+
+  /** One field of a key (`ip daddr`, `meta l4proto`, `th dport`), parsed by the statement grammar. */
+  parseKeyField(expected: string): { field: Field } & At {
+    const t = this.peek();
+    this.fieldMode = true;
+    this.fieldOut = undefined;
+    let st: Stmt;
+    try {
+      st = this.parseStatement(expected);
+    } finally {
+      this.fieldMode = false;
+    }
+    if (st !== FIELD_ONLY || !this.fieldOut) this.fail(t, expected);
+    return this.fieldOut!;
+  }
 
   fail(at: { col: number; raw: string }, expected: string, reason?: string): never {
     throw new RuleSyntaxError(this.text, at.col, at.raw, expected, reason);
@@ -103,6 +134,15 @@ class Parser {
         const k = this.expectWord("'saddr', 'daddr' or 'nexthdr' after 'ip6'", 'saddr', 'daddr', 'nexthdr');
         return this.parseMatch(k.text === 'saddr' ? F.ip6Saddr : k.text === 'daddr' ? F.ip6Daddr : F.ip6Nexthdr, at);
       }
+      case 'th': {
+        this.next();
+        const k = this.expectWord("'sport' or 'dport' after 'th'", 'sport', 'dport');
+        return this.parseMatch(k.text === 'sport' ? F.thSport : F.thDport, at);
+      }
+      case 'numgen': case 'jhash': case 'symhash':
+        return parseGenStatement(this);
+      case 'add': case 'update':
+        return parseDynset(this);
       case 'tcp':
       case 'udp': {
         this.next();
@@ -152,7 +192,7 @@ class Parser {
       case 'masquerade': case 'redirect': return this.parseMasqRedir(t.text === 'masquerade' ? 'masq' : 'redir', at);
       case 'snat': case 'dnat': return this.parseNat(t.text, at);
       default:
-        if (t.text.startsWith('@')) this.fail(t, expected, 'named sets are not supported');
+        if (t.text.startsWith('@')) this.fail(t, expected, 'a set is looked up by a key before it (ip daddr @set)');
         return this.fail(t, expected, 'unknown or unsupported keyword');
     }
   }
@@ -177,7 +217,13 @@ class Parser {
     return st;
   }
 
-  parseMatch(field: Field, at: At): MatchStmt {
+  parseMatch(field: Field, at: At): MatchStmt | KeyedStmt {
+    if (this.fieldMode) {
+      this.fieldOut = { field, ...at };
+      return FIELD_ONLY;
+    }
+    const keyed = parseKeyedMatch(this, field, at);
+    if (keyed) return keyed;
     let mask: string | undefined;
     let op: MatchOp = 'implicit';
     let opAt: At | undefined;
@@ -472,6 +518,11 @@ class Parser {
       this.next();
     }
     this.expectWord(`'to' after '${type}'${st.family ? '' : " (or 'ip to' / 'ip6 to')"}`, 'to');
+    if (startsNatMap(this)) {
+      st.map = parseNatMap(this);
+      st.flags = this.parseNatFlags();
+      return st;
+    }
     const t = this.peek();
     const expected = "an address, prefix or range, optionally with ':port' or ':port-port' " +
       "(IPv6 with a port in brackets: '[fd00::1]:80'), or just ':port'";

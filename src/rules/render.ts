@@ -15,6 +15,7 @@ import { SET_F, type NftSet, type SetElement } from '../netlink/objects.js';
 import { bigToHex, fromHex, hexToBig, hostValue, prefixLenOfMask, readU32Host } from './bytes.js';
 import { F, NFPROTO_IPV4, NFPROTO_IPV6, type Field } from './fields.js';
 import { setIntervals } from './sets.js';
+import { groupKeyed, groupLoads, renderKeyed, type KeyedGroup } from './keyed.js';
 import { commentOf, decodeXtComment } from './udata.js';
 import {
   CT_STATE, CT_STATUS, FIB_TYPES, IFNAMSIZ, NFPROTO, formatFlags, formatIPv4, formatIPv6,
@@ -51,7 +52,8 @@ type Form =
   | { f: 'lookup'; e: LookupExpr };
 type Item =
   | { k: 'rel'; load: Load; form: Form }
-  | { k: 'text'; text: string };
+  | { k: 'text'; text: string }
+  | { k: 'keyed'; g: KeyedGroup };
 
 const unsupported = (what: string) => `<unsupported: ${what}>`;
 
@@ -84,6 +86,13 @@ function group(exprs: readonly Expr[], opts: RenderOptions, family: Family): Ite
   let regs = new Map<number, Hex>();
   for (let i = 0; i < n; i++) {
     const e = exprs[i]!;
+    const keyed = groupKeyed(exprs, i);
+    if (keyed) {
+      items.push({ k: 'keyed', g: keyed.g });
+      i += keyed.n - 1;
+      regs = new Map();
+      continue;
+    }
     if (isLoad(e)) {
       const ld = e as Load;
       const r = ld.dreg;
@@ -282,6 +291,12 @@ function fieldOf(load: Load, family: Family, l3: string | undefined, l4: number 
         if (load.offset === 2 && load.len === 2) return tcp ? F.tcpDport : F.udpDport;
         if (load.offset === 0 && load.len === 4) return { ...(tcp ? F.tcpSport : F.udpSport), type: 'ports', len: 4 };
       }
+      if (load.base === 'transport' && load.len === 2 && (l4 === undefined || l4 === 'set')) {
+        // ports of whatever transport protocol follows: nft's `th` (with one protocol known, nft names
+        // the field after that protocol's header)
+        if (load.offset === 0) return F.thSport;
+        if (load.offset === 2) return F.thDport;
+      }
       return undefined;
     }
     case 'meta':
@@ -313,6 +328,54 @@ function isNetworkFor(it: Item | undefined, l3: 'ip' | 'ip6'): boolean {
   return fieldOf(it.load, 'inet', l3, undefined) !== undefined;
 }
 
+/** A single `meta nfproto`/`meta l4proto` equality, as the compiler inserts for a dependency. */
+function depValue(it: Item | undefined, family: Family): { nfproto?: number; l4proto?: number } | undefined {
+  if (!it || it.k !== 'rel' || it.form.f !== 'cmp' || it.form.op !== 'eq' || it.form.data.length !== 2) return undefined;
+  if (it.load.kind !== 'meta') return undefined;
+  const v = parseInt(it.form.data, 16);
+  if (it.load.key === 'l4proto') return { l4proto: v };
+  if (it.load.key === 'nfproto' && family === 'inet') return { nfproto: v };
+  return undefined;
+}
+
+/**
+ * When items[i…] are exactly the dependencies the compiler would insert for the keyed lookup
+ * right after them (named in the context they establish), how many to leave out and the context.
+ */
+function keyedDeps(items: readonly Item[], i: number, family: Family, l3: 'ip' | 'ip6' | 'other' | undefined,
+  l4: number | 'set' | undefined): { n: number; l3: typeof l3; l4: typeof l4 } | undefined {
+  let k = i;
+  const deps: { nfproto?: number; l4proto?: number }[] = [];
+  for (let d = depValue(items[k], family); d; d = depValue(items[++k], family)) deps.push(d);
+  const next = items[k];
+  if (deps.length === 0 || next?.k !== 'keyed') return undefined;
+  // the context the dependencies establish
+  let c3 = l3, c4 = l4;
+  for (const d of deps) {
+    if (d.nfproto !== undefined) c3 = d.nfproto === NFPROTO_IPV4 ? 'ip' : d.nfproto === NFPROTO_IPV6 ? 'ip6' : 'other';
+    if (d.l4proto !== undefined) c4 = d.l4proto;
+  }
+  // what the compiler inserts for the key's fields, named in that context, from the current one
+  let s3 = l3, s4 = l4;
+  const want: { nfproto?: number; l4proto?: number }[] = [];
+  for (const load of groupLoads(next.g)) {
+    const f = fieldOf(load, family, c3, c4);
+    if (!f) return undefined;
+    if (f.l3 && family === 'inet' && s3 === undefined) {
+      want.push({ nfproto: f.l3 === 'ip' ? NFPROTO_IPV4 : NFPROTO_IPV6 });
+      s3 = f.l3;
+    }
+    if (f.l4 !== undefined && s4 === undefined) {
+      want.push({ l4proto: f.l4 });
+      s4 = f.l4;
+    }
+  }
+  if (want.length !== deps.length || want.some((w, j) => w.nfproto !== deps[j]!.nfproto || w.l4proto !== deps[j]!.l4proto)) {
+    return undefined;
+  }
+  return { n: deps.length, l3: c3, l4: c4 };
+}
+
 export function renderRule(rule: { exprs: readonly Expr[]; userdata?: Hex }, family: Family, sets?: SetResolver,
   options: RenderOptions = {}): string {
   const items = group(rule.exprs, options, family);
@@ -323,6 +386,23 @@ export function renderRule(rule: { exprs: readonly Expr[]; userdata?: Hex }, fam
     const it = items[i]!;
     if (it.k === 'text') {
       parts.push(it.text);
+      continue;
+    }
+    if (it.k === 'keyed') {
+      const text = renderKeyed(it.g, {
+        family, sets, verdictText,
+        fieldOf: (load) => fieldOf(load, family, l3, l4),
+        valueText: (f, h) => valueText(f, h, options),
+      });
+      parts.push(text ?? unsupported('set lookup'));
+      continue;
+    }
+    // the dependencies the compiler inserts before a keyed lookup (ip daddr . tcp dport …)
+    const elided = keyedDeps(items, i, family, l3, l4);
+    if (elided) {
+      i += elided.n - 1;
+      l3 = elided.l3;
+      l4 = elided.l4;
       continue;
     }
     const field = fieldOf(it.load, family, l3, l4);

@@ -116,6 +116,14 @@ const EXPR: Record<Expr['kind'], fc.Arbitrary<Expr>> = {
   rt: fc.record({ key: fc.constantFrom('classid', 'nexthop4', 'nexthop6', 'mtu', 'ipsec'), dreg: reg }).map((e) => ({ kind: 'rt', ...e }) as Expr),
   numgen: fc.record({ dreg: reg, modulus: fc.integer({ min: 0, max: 16 }), type: fc.constantFrom(0, 1, 2), offset: opt(fc.integer({ min: 0, max: 10 })) })
     .map((e) => strip({ kind: 'numgen', ...e }) as Expr),
+  hash: fc.record({
+    sreg: opt(reg), dreg: reg, len: opt(fc.constantFrom(4, 8, 16)), modulus: fc.integer({ min: 0, max: 16 }),
+    seed: opt(fc.integer({ min: 0, max: 0xffffffff })), offset: opt(fc.integer({ min: 0, max: 10 })), type: fc.constantFrom(0, 1, 2),
+  }).map((e) => strip({ kind: 'hash', ...e }) as Expr),
+  dynset: fc.record({
+    sregKey: reg, op: fc.constantFrom(0, 1, 2), timeout: opt(fc.constantFrom(0, 1000, 60_000)),
+    set: fc.constantFrom('s4', 'nope'), flags: opt(fc.constantFrom(0, 1)),
+  }).map((e) => strip({ kind: 'dynset', ...e }) as Expr),
   notrack: fc.constant({ kind: 'notrack' } as Expr),
   unknown: fc.record({ name: fc.constantFrom('counter', 'notrack', 'nosuchexpr'), data: hex(0, 12) }).map((e) => ({ kind: 'unknown', ...e }) as Expr),
 };

@@ -45,6 +45,8 @@ export const INTERFACES = interfaceTable({ lo: 1 });
 function jumpTargets(rules: CompiledRule[]): string[] {
   const out = new Set<string>();
   for (const r of rules) for (const e of r.exprs) if (e.kind === 'immediate' && e.chain) out.add(e.chain);
+  // verdict maps jump from their elements
+  for (const r of rules) for (const s of r.sets) for (const e of s.elements ?? []) if (e.chain) out.add(e.chain);
   return [...out].sort();
 }
 
@@ -92,17 +94,41 @@ function side(rule: Rule | undefined, sets: Map<string, { set: NftSet; elements:
  * Adds `inputs` to a fresh `family` table in two namespaces (nft CLI; nfkeeper batch) and
  * returns, per input in order, what each side holds. Both namespaces are removed on return.
  */
-export async function runOracle(family: Family, inputs: OracleInput[]): Promise<OracleResult[]> {
-  let setId = 1;
-  const compiled = inputs.map((i) => {
-    const c = compileRule(i.text, { family, table: TABLE, chain: i.chain, setIdBase: setId, interfaces: INTERFACES });
-    setId += c.sets.length;
-    return c;
-  });
-  const targets = jumpTargets(compiled);
+export interface OracleOptions {
+  /**
+   * nft commands run right after `add table` in both namespaces, before the chains (named sets and
+   * maps, as `add set|map FAMILY nfk NAME { … }`). The rules are compiled against the sets as the
+   * kernel lists them from nft's namespace (the CompileContext.sets contract), and nfkeeper's
+   * namespace gets those same NftSet objects in its batch.
+   */
+  setup?: string[];
+}
+
+export async function runOracle(family: Family, inputs: OracleInput[], opts: OracleOptions = {}): Promise<OracleResult[]> {
   const a = createNetns(`nft-${family}`);
   let b: Netns | undefined;
   try {
+    // named sets first: nft defines them, the compiler is given them as the kernel reports them
+    let named: NftSet[] = [];
+    if (opts.setup?.length) {
+      a.nft([`add table ${family} ${TABLE}`, ...opts.setup].join('\n') + '\n');
+      const sock = open({ netns: a.path });
+      try {
+        named = await sock.listSets({ family, table: TABLE });
+      } finally {
+        sock.close();
+      }
+    }
+    const sets = new Map(named.map((s) => [s.name, s]));
+    let setId = 1;
+    const compiled = inputs.map((i) => {
+      const c = compileRule(i.text, {
+        family, table: TABLE, chain: i.chain, setIdBase: setId, interfaces: INTERFACES, ...(named.length ? { sets } : {}),
+      });
+      setId += c.sets.length;
+      return c;
+    });
+    const targets = jumpTargets(compiled);
     b = createNetns(`nfk-${family}`);
     // namespace A: the nft CLI
     const script = [`add table ${family} ${TABLE}`];
@@ -115,6 +141,10 @@ export async function runOracle(family: Family, inputs: OracleInput[]): Promise<
     // namespace B: nfkeeper, one batch
     const batch = new Batch();
     batch.add('table', { family, name: TABLE });
+    for (const s of named) {
+      const { handle: _h, ...rest } = s;
+      batch.add('set', { ...rest, id: setId++ });
+    }
     for (const [name, c] of Object.entries(BASE_CHAINS)) {
       batch.add('chain', { family, table: TABLE, name, type: c.type, hook: c.hook, priority: c.priority });
     }
@@ -148,6 +178,8 @@ export async function runOracle(family: Family, inputs: OracleInput[]): Promise<
 export function comparable(exprs: readonly Expr[], sets: SetResolver): unknown[] {
   return exprs.map((e) => {
     if (e.kind === 'counter') return { kind: 'counter' };
+    // the kernel dumps a dynset's timeout and flags as 0 when none were sent
+    if (e.kind === 'dynset') return { ...e, timeout: e.timeout || undefined, flags: e.flags || undefined };
     if (e.kind === 'lookup') {
       const s = sets(e.set, e.setId);
       const { setId: _id, ...rest } = e;
@@ -159,8 +191,8 @@ export function comparable(exprs: readonly Expr[], sets: SetResolver): unknown[]
 
 /** A set as the kernel holds it, without its name and handle; elements sorted. */
 export function setShape(s: { set: NftSet; elements: SetElement[] }): unknown {
-  const { flags, keyType, keyLen, size, userdata } = s.set;
-  const elements = [...s.elements].map((e) => ({ key: e.key, flags: e.flags ?? 0, userdata: e.userdata }))
+  const { flags, keyType, keyLen, size, userdata, fieldLen } = s.set;
+  const elements = [...s.elements].map((e) => ({ key: e.key, keyEnd: e.keyEnd, flags: e.flags ?? 0, userdata: e.userdata }))
     .sort((x, y) => (x.key! < y.key! ? -1 : x.key! > y.key! ? 1 : 0));
-  return { flags, keyType, keyLen, size, userdata, elements };
+  return { flags, keyType, keyLen, size, userdata, fieldLen, elements };
 }

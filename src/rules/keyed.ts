@@ -1,0 +1,986 @@
+/**
+ * The rule side of sets and maps, the way nft 1.0.6 writes them: keys that are concatenations
+ * (`ip daddr . meta l4proto . th dport`) or generators (`numgen random mod 2`, `jhash ip saddr
+ * mod 2`, `symhash mod 2`), looked up in named sets (`@s`, `!= @s`), anonymous concatenated sets,
+ * verdict maps (`vmap { … }`, `vmap @m`) and NAT data maps (`dnat to KEY map { … }`, `map @m`).
+ * Parsing hooks into parser.ts, dependencies into compile.ts's evaluation, and rendering into
+ * render.ts; the set and map objects come from sets.ts. Named sets are never created here: the
+ * compiler is given the table's sets (CompileContext.sets) and checks that key and data fit.
+ */
+import type { Expr, Family, Hex, LookupExpr, NatExpr } from '../netlink/expr.js';
+import { NAT_RANGE } from '../netlink/expr.js';
+import { SET_F, type NftSet, type SetElement } from '../netlink/objects.js';
+import type {
+  At, DynsetStmt, Elem, Gen, KeyedStmt, KeyElem, KeyPart, MapData, MapVerdict, MatchOp, NatMap, NatStmt, SetRhs,
+} from './ast.js';
+import { hostValue, hexToBig, bigToHex, u16Be, u32Host, readU32Host } from './bytes.js';
+import type { Field } from './fields.js';
+import type { Token } from './lexer.js';
+import {
+  DATA_VERDICT, buildKeyedSet, concatHex, hostToNet, keyDesc, type Fail, type KeyDesc, type KeyPartDesc, type KeyedElem,
+  type MapDataDesc,
+} from './sets.js';
+import { EXPR_TYPE, tlv } from './udata.js';
+import { formatIPv4, formatIPv6, parseIPv4, parseIPv6, parseInteger } from './values.js';
+
+// ---- parsing ---------------------------------------------------------------------------
+
+/** The parser operations keyed parsing uses (parser.ts's Parser). */
+export interface KeyedParser {
+  peek(k?: number): Token;
+  next(): Token;
+  fail(at: { col: number; raw: string }, expected: string, reason?: string): never;
+  isWord(t: Token, ...words: string[]): boolean;
+  expectWord(expected: string, ...words: string[]): Token;
+  parseElem(field: Field, scalar: boolean, what?: string): Elem;
+  /** Parses one field (`ip daddr`, `meta mark`, …) through the statement grammar. */
+  parseKeyField(expected: string): { field: Field } & At;
+  /** Splits the current word after `n` characters into two words. */
+  splitWord(n: number): void;
+}
+
+const GEN_WORDS = ['numgen', 'jhash', 'symhash'];
+/** Words that start a key in `snat/dnat to KEY map …` (none is an address). */
+const NAT_KEY_START = new Set(['ip', 'ip6', 'tcp', 'udp', 'th', 'meta', 'ct', 'iifname', 'oifname', 'mark', ...GEN_WORDS]);
+const SET_NAME = /^@[A-Za-z_.][A-Za-z0-9_./-]*$/;
+const CHAIN_NAME = /^[A-Za-z_.][A-Za-z0-9_./-]*$/;
+const KEY_PART = 'a field such as ip daddr, meta l4proto or th dport';
+
+const isDot = (p: KeyedParser, t: Token) => p.isWord(t, '.');
+const at = (t: Token): At => ({ col: t.col, raw: t.raw });
+
+function u32(p: KeyedParser, what: string, min = 0): number {
+  const t = p.peek();
+  const v = t.kind === 'word' ? parseInteger(t.text, 0xffffffff) : undefined;
+  if (v === undefined || v < min) p.fail(t, `${what} (${min}-4294967295)`);
+  p.next();
+  return v!;
+}
+
+/** One key part: a generator or a field. */
+function parsePart(p: KeyedParser, inHash: boolean): KeyPart {
+  const t = p.peek();
+  if (p.isWord(t, ...GEN_WORDS)) {
+    if (inHash) p.fail(t, KEY_PART, 'a hash of a generator is not supported');
+    return { p: 'gen', gen: parseGen(p), ...at(t) };
+  }
+  const f = p.parseKeyField(inHash ? KEY_PART : `${KEY_PART}, or numgen, jhash or symhash`);
+  return { p: 'field', field: f.field, col: f.col, raw: f.raw };
+}
+
+/** Parts joined by ' . ' after `first`. */
+function parseConcat(p: KeyedParser, first: KeyPart, inHash: boolean): KeyPart[] {
+  const parts = [first];
+  while (isDot(p, p.peek())) {
+    p.next();
+    parts.push(parsePart(p, inHash));
+  }
+  const gen = parts.find((x) => x.p === 'gen');
+  if (gen && parts.length > 1) p.fail(gen, 'a key of fields only', `${gen.raw} cannot be part of a concatenation`);
+  return parts;
+}
+
+function parseGen(p: KeyedParser): Gen {
+  const t = p.next();
+  if (t.text === 'numgen') {
+    const m = p.expectWord("'inc' or 'random' after 'numgen'", 'inc', 'random');
+    p.expectWord("'mod' and a modulus", 'mod');
+    const g: Gen = { g: 'numgen', mode: m.text as 'inc' | 'random', mod: u32(p, 'a modulus', 1) };
+    if (p.isWord(p.peek(), 'offset')) { p.next(); g.offset = u32(p, 'an offset'); }
+    return g;
+  }
+  if (t.text === 'jhash') {
+    const of = parseConcat(p, parsePart(p, true), true);
+    p.expectWord("'mod' and a modulus (or ' . ' and another field)", 'mod');
+    const g: Gen = { g: 'jhash', of, mod: u32(p, 'a modulus', 1) };
+    if (p.isWord(p.peek(), 'seed')) { p.next(); g.seed = u32(p, 'a seed'); }
+    if (p.isWord(p.peek(), 'offset')) { p.next(); g.offset = u32(p, 'an offset'); }
+    return g;
+  }
+  p.expectWord("'mod' and a modulus after 'symhash'", 'mod');
+  const g: Gen = { g: 'symhash', mod: u32(p, 'a modulus', 1) };
+  if (p.isWord(p.peek(), 'offset')) { p.next(); g.offset = u32(p, 'an offset'); }
+  return g;
+}
+
+function parseNamed(p: KeyedParser): Extract<SetRhs, { k: 'named' }> {
+  const t = p.peek();
+  if (t.kind !== 'word' || !SET_NAME.test(t.text) || t.text.length > 256) {
+    p.fail(t, "a set name after '@' (a letter, _ or . followed by letters, digits, / - _ .)");
+  }
+  p.next();
+  return { k: 'named', name: t.text.slice(1), ...at(t) };
+}
+
+/** One value of a key part in a set or map element. */
+function parsePartValue(p: KeyedParser, part: KeyPart, key: KeyPart[]): Elem {
+  if (part.p === 'field') return p.parseElem(part.field, false);
+  const t = p.peek();
+  const v = t.kind === 'word' ? parseInteger(t.text, 0xffffffff) : undefined;
+  if (v === undefined) p.fail(t, `a number for ${part.raw}${key.length > 1 ? '' : ''}`);
+  p.next();
+  return { k: 'value', hex: u32Host(v!), ...at(t) };
+}
+
+type DataKind = 'verdict' | 'nat' | undefined;
+
+function parseData(p: KeyedParser, kind: 'verdict' | 'nat'): MapData {
+  const t = p.peek();
+  if (kind === 'verdict') {
+    if (!p.isWord(t, 'accept', 'drop', 'return', 'continue', 'jump', 'goto')) {
+      p.fail(t, 'a verdict: accept, drop, return, continue, jump CHAIN or goto CHAIN');
+    }
+    p.next();
+    const d: MapData = { d: 'verdict', verdict: t.text as MapVerdict, ...at(t) };
+    if (t.text === 'jump' || t.text === 'goto') {
+      const c = p.peek();
+      if (c.kind !== 'word' || !CHAIN_NAME.test(c.text) || c.text.length > 255) {
+        p.fail(c, 'a chain name (a letter, _ or . followed by letters, digits, / - _ .)');
+      }
+      p.next();
+      d.chain = c.text;
+    }
+    return d;
+  }
+  // NAT: address [. port]
+  const a = p.peek();
+  const v4 = a.kind === 'word' ? parseIPv4(a.text) : undefined;
+  const v6 = a.kind === 'word' && v4 === undefined ? parseIPv6(a.text) : undefined;
+  if (v4 === undefined && v6 === undefined) {
+    const span = a.kind === 'word' && /[-/]/.test(a.text);
+    p.fail(a, "an address, optionally followed by ' . ' and a port",
+      span ? 'address ranges and prefixes as map data are not supported' : undefined);
+  }
+  p.next();
+  const parts: Elem[] = [{ k: 'value', hex: (v4 ?? v6)!, ...at(a) }];
+  if (isDot(p, p.peek())) {
+    p.next();
+    const pt = p.peek();
+    const port = pt.kind === 'word' ? parseInteger(pt.text, 65535, false) : undefined;
+    if (port === undefined) p.fail(pt, 'a port number 0-65535');
+    p.next();
+    parts.push({ k: 'value', hex: u16Be(port!), ...at(pt) });
+  }
+  return { d: 'value', parts, ...at(a) };
+}
+
+/** `{ elem, … }` for `key`; with `data`, each element maps ` : ` to a verdict or NAT target. */
+function parseAnon(p: KeyedParser, key: KeyPart[], data: DataKind): Extract<SetRhs, { k: 'anon' }> {
+  const open = p.next(); // '{'
+  const elems: KeyElem[] = [];
+  for (;;) {
+    const first = p.peek();
+    const parts: Elem[] = [];
+    key.forEach((part, i) => {
+      if (i > 0) {
+        const d = p.peek();
+        if (!isDot(p, d)) p.fail(d, `' . ' and a value for ${key[i]!.raw} (the key has ${key.length} parts)`);
+        p.next();
+      }
+      // `80:accept`, as nft's own tests write it (not for IPv6 keys, whose colons are the address's)
+      const v = p.peek();
+      if (data && i === key.length - 1 && v.kind === 'word' && !(part.p === 'field' && part.field.type === 'ipv6')) {
+        const c = v.text.indexOf(':');
+        if (c > 0) p.splitWord(c);
+      }
+      parts.push(parsePartValue(p, part, key));
+    });
+    const e: KeyElem = { parts, col: first.col, raw: first.raw };
+    if (data) {
+      const sep = p.peek();
+      if (sep.kind === 'word' && sep.text.startsWith(':') && sep.text.length > 1) p.splitWord(1);
+      const c = p.peek();
+      if (!p.isWord(c, ':')) {
+        p.fail(c, isDot(p, c) ? `' : ' (the key has ${key.length} part${key.length > 1 ? 's' : ''})` : "' : ' and what the element maps to");
+      }
+      p.next();
+      e.data = parseData(p, data);
+    } else if (isDot(p, p.peek())) {
+      p.fail(p.peek(), `',' or '}' (the key has ${key.length} part${key.length > 1 ? 's' : ''})`);
+    }
+    elems.push(e);
+    const s = p.peek();
+    if (s.kind === 'punct' && s.text === ',') { p.next(); continue; }
+    if (s.kind === 'punct' && s.text === '}') { p.next(); break; }
+    p.fail(s, "',' or '}'");
+  }
+  return { k: 'anon', elems, ...at(open) };
+}
+
+/** After the key: `vmap …`, or `[==|!=] @set`, `{ … }`, or (a generator) a value. */
+function parseKeyedRest(p: KeyedParser, key: KeyPart[], start: At): KeyedStmt {
+  const t = p.peek();
+  if (p.isWord(t, 'vmap')) {
+    p.next();
+    const r = p.peek();
+    let rhs: SetRhs;
+    if (r.kind === 'punct' && r.text === '{') rhs = parseAnon(p, key, 'verdict');
+    else if (r.kind === 'word' && r.text.startsWith('@')) rhs = parseNamed(p);
+    else return p.fail(r, "'{' starting the verdict map's elements, or @name of a verdict map");
+    return { t: 'keyed', key, op: 'implicit', vmap: true, rhs, ...start };
+  }
+  let op: MatchOp = 'implicit';
+  let opAt: At | undefined;
+  if (t.kind === 'punct' && (t.text === '==' || t.text === '!=')) {
+    op = t.text === '==' ? 'eq' : 'neq';
+    opAt = at(t);
+    p.next();
+  }
+  const r = p.peek();
+  let rhs: SetRhs;
+  if (r.kind === 'word' && r.text.startsWith('@')) rhs = parseNamed(p);
+  else if (r.kind === 'punct' && r.text === '{') rhs = parseAnon(p, key, undefined);
+  else if (key.length === 1 && key[0]!.p === 'gen') {
+    rhs = { k: 'value', elem: parsePartValue(p, key[0]!, key), ...at(r) };
+  } else {
+    return p.fail(r, key.length > 1 ? "'{' with concatenated values, @set or vmap" : "@set, vmap, or a value");
+  }
+  const st: KeyedStmt = { t: 'keyed', key, op, vmap: false, rhs, ...start };
+  if (opAt) st.opAt = opAt;
+  return st;
+}
+
+/**
+ * Called by parseMatch right after a field: a keyed statement when the field is followed by
+ * ' . ', 'vmap' or (after an optional ==/!=) '@name'; undefined for a plain match.
+ */
+export function parseKeyedMatch(p: KeyedParser, field: Field, start: At): KeyedStmt | undefined {
+  const t = p.peek();
+  const op = t.kind === 'punct' && (t.text === '==' || t.text === '!=');
+  const r = op ? p.peek(1) : t;
+  const named = r.kind === 'word' && r.text.startsWith('@');
+  if (!named && (op || !(isDot(p, t) || p.isWord(t, 'vmap')))) return undefined;
+  const key = parseConcat(p, { p: 'field', field, ...start }, false);
+  return parseKeyedRest(p, key, start);
+}
+
+/** A statement starting with numgen, jhash or symhash. */
+export function parseGenStatement(p: KeyedParser): KeyedStmt {
+  const t = p.peek();
+  const key = parseConcat(p, parsePart(p, false), false);
+  return parseKeyedRest(p, key, at(t));
+}
+
+/** After `snat/dnat [ip|ip6] to`: true when the target is `KEY map …`. */
+export function startsNatMap(p: KeyedParser): boolean {
+  const t = p.peek();
+  return t.kind === 'word' && NAT_KEY_START.has(t.text);
+}
+
+export function parseNatMap(p: KeyedParser): NatMap {
+  const t = p.peek();
+  const key = parseConcat(p, parsePart(p, false), false);
+  p.expectWord("'map' and @name or { key : address, … }" + " (or ' . ' and another key part)", 'map');
+  const r = p.peek();
+  let rhs: NatMap['rhs'];
+  if (r.kind === 'punct' && r.text === '{') rhs = parseAnon(p, key, 'nat');
+  else if (r.kind === 'word' && r.text.startsWith('@')) rhs = parseNamed(p);
+  else return p.fail(r, "'{' starting the map's elements, or @name of a map");
+  return { key, rhs, ...at(t) };
+}
+
+const TIME_UNITS: [string, number][] = [['d', 86_400_000], ['h', 3_600_000], ['m', 60_000], ['s', 1000], ['ms', 1]];
+
+/** nft's time values: `10s`, `1m30s`, `1d2h`, `500ms` (milliseconds), or undefined. */
+export function parseNftTime(s: string): number | undefined {
+  const m = /^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m(?!s))?(?:(\d+)s)?(?:(\d+)ms)?$/.exec(s);
+  if (!m || s === '') return undefined;
+  let ms = 0;
+  TIME_UNITS.forEach(([, f], i) => { if (m[i + 1] !== undefined) ms += Number(m[i + 1]) * f; });
+  return Number.isSafeInteger(ms) ? ms : undefined;
+}
+
+/** Milliseconds as nft prints a time (`1m30s`). */
+export function formatNftTime(ms: number): string {
+  let rest = ms;
+  let out = '';
+  for (const [u, f] of TIME_UNITS) {
+    const n = Math.floor(rest / f);
+    if (n > 0) { out += `${n}${u}`; rest -= n * f; }
+  }
+  return out || '0s';
+}
+
+/** `add @set { KEY [timeout T] }` or `update @set { … }`. */
+export function parseDynset(p: KeyedParser): DynsetStmt {
+  const t = p.next();
+  const s = p.peek();
+  if (!(s.kind === 'word' && s.text.startsWith('@'))) p.fail(s, `@name of the set to ${t.text} to`);
+  const set = parseNamed(p);
+  const o = p.peek();
+  if (!(o.kind === 'punct' && o.text === '{')) p.fail(o, "'{' and the key to add, e.g. { ip saddr }");
+  p.next();
+  const key = parseConcat(p, parsePart(p, false), false);
+  const st: DynsetStmt = { t: 'dynset', op: t.text as 'add' | 'update', set, key, ...at(t) };
+  if (p.isWord(p.peek(), 'timeout')) {
+    p.next();
+    const v = p.peek();
+    const ms = v.kind === 'word' ? parseNftTime(v.text) : undefined;
+    if (ms === undefined) p.fail(v, 'a time such as 10s, 1m30s or 1h');
+    p.next();
+    st.timeout = ms;
+    st.timeoutAt = at(v);
+  }
+  const c = p.peek();
+  if (p.isWord(c, ':')) p.fail(c, "'}'", 'adding to a map from a rule is not supported');
+  if (!(c.kind === 'punct' && c.text === '}')) p.fail(c, "'}'" + (st.timeout === undefined ? " or 'timeout' and a time" : ''));
+  p.next();
+  return st;
+}
+
+// ---- types -----------------------------------------------------------------------------
+
+/** nft datatype ids used here. */
+const TYPE_INTEGER = 4, TYPE_IPV4 = 7, TYPE_IPV6 = 8, TYPE_SERVICE = 13;
+const TYPE_NAMES: Record<number, string> = {
+  4: 'integer', 7: 'ipv4_addr', 8: 'ipv6_addr', 12: 'inet_proto', 13: 'inet_service', 19: 'mark', 41: 'ifname',
+  [DATA_VERDICT]: 'verdict', 1: 'verdict', 5: 'ether_addr', 6: 'ether_type', 15: 'nf_proto', 20: 'iface_index',
+};
+
+/** A datatype id (possibly a concatenation) as nft names it. */
+export function typeName(type: number, _concat?: number): string {
+  if (TYPE_NAMES[type] !== undefined) return TYPE_NAMES[type]!;
+  const parts: number[] = [];
+  let t = type;
+  while (t > 0 && parts.length < 8) { parts.unshift(t % 64); t = Math.floor(t / 64); }
+  if (parts.length <= 1) return TYPE_NAMES[type] ?? `type ${type}`;
+  return parts.map((x) => TYPE_NAMES[x] ?? `type ${x}`).join(' . ');
+}
+
+function fieldTypeofTlvs(f: Field): Hex | undefined {
+  const k = f.set?.key;
+  if (!k) return undefined;
+  let data: Hex;
+  switch (k.expr) {
+    case 'payload': data = tlv(0, u32Host(k.desc)) + tlv(1, u32Host(k.tmpl)); break;
+    case 'meta': data = tlv(0, u32Host(k.key)); break;
+    case 'ct': data = tlv(0, u32Host(k.key)) + tlv(1, u32Host(0xffffffff)); break;
+  }
+  return tlv(0, u32Host(EXPR_TYPE[k.expr])) + tlv(1, data);
+}
+
+/** nft's EXPR_NUMGEN: a set keyed by numgen describes it (mode, modulus, offset). */
+const EXPR_NUMGEN = 23;
+
+function partDesc(part: KeyPart, fail: Fail): KeyPartDesc {
+  if (part.p === 'gen') {
+    const g = part.gen;
+    const typeofTlvs = g.g === 'numgen'
+      ? tlv(0, u32Host(EXPR_NUMGEN)) + tlv(1, tlv(0, u32Host(g.mode === 'inc' ? 0 : 1)) + tlv(1, u32Host(g.mod))
+        + tlv(2, u32Host(g.offset ?? 0)))
+      : undefined;
+    return { keyType: TYPE_INTEGER, len: 4, byteorder: 1, ...(typeofTlvs ? { typeofTlvs } : {}) };
+  }
+  const f = part.field;
+  if (!f.set) return fail(part, KEY_PART, `${f.name} cannot be a set or map key`);
+  const typeofTlvs = fieldTypeofTlvs(f);
+  const d: KeyPartDesc = { keyType: f.set.keyType, len: f.len, byteorder: f.set.byteorder, ...(typeofTlvs ? { typeofTlvs } : {}) };
+  // the conversions measured with nft 1.0.6: 32-bit values (mark, ct mark) and meta l4proto
+  if (f.set.byteorder === 1 && f.type !== 'ifname') {
+    d.hostInt = true;
+    if (f.len === 4 || f.name === 'meta l4proto') d.hton = { len: f.len, size: f.len === 1 ? 2 : f.len };
+  }
+  return d;
+}
+
+export function keyOf(parts: KeyPart[], fail: Fail): KeyDesc {
+  return keyDesc(parts.map((p) => partDesc(p, fail)));
+}
+
+/** Every field a key loads (with the hash inputs), for protocol dependencies. */
+export function keyFields(parts: readonly KeyPart[]): { field: Field; at: At }[] {
+  const out: { field: Field; at: At }[] = [];
+  for (const p of parts) {
+    if (p.p === 'field') out.push({ field: p.field, at: p });
+    else if (p.gen.g === 'jhash') out.push(...keyFields(p.gen.of));
+  }
+  return out;
+}
+
+// ---- linearization ------------------------------------------------------------------------
+
+/** A register for 32-bit word `w` of the register file: the 16-byte name when aligned, as nft sends it. */
+export function regOf(w: number): number {
+  return w % 4 === 0 ? 1 + w / 4 : 8 + w;
+}
+
+/** Word of a register number (inverse of regOf). */
+export function wordOf(r: number | undefined): number | undefined {
+  if (r === undefined) return undefined;
+  if (r >= 1 && r <= 4) return (r - 1) * 4;
+  if (r >= 8 && r <= 23) return r - 8;
+  return undefined;
+}
+
+export interface KeyedContext {
+  family: Family;
+  table: string;
+  /** The table's named sets and maps. */
+  sets?: ReadonlyMap<string, NftSet>;
+  fail: Fail;
+  /** Loads `field` (full length) into register 1 (the caller's loadExpr). */
+  load: (field: Field) => Expr;
+  /** Adds an anonymous set or map built with the id given; returns its lookup name and id. */
+  addSet: (build: (id: number) => NftSet) => { name: string; setId: number };
+}
+
+/**
+ * Loads the key's parts into consecutive registers from word `w0`, as nft does; for a
+ * concatenated interval key (`toNet`), host-order parts are converted to network order.
+ */
+function emitKey(parts: readonly KeyPart[], w0: number, out: Expr[], kc: KeyedContext, toNet?: KeyDesc): void {
+  let w = w0;
+  for (const [i, p] of parts.entries()) {
+    const dreg = regOf(w);
+    if (p.p === 'field') {
+      out.push({ ...kc.load(p.field), dreg } as Expr);
+      const h = toNet?.parts[i]?.hton;
+      if (h) out.push({ kind: 'byteorder', sreg: dreg, dreg, op: 'hton', len: h.len, size: h.size });
+      w += Math.ceil(p.field.len / 4);
+      continue;
+    }
+    const g = p.gen;
+    if (g.g === 'numgen') {
+      out.push({ kind: 'numgen', dreg, modulus: g.mod, type: g.mode === 'inc' ? 0 : 1, offset: g.offset ?? 0 });
+    } else if (g.g === 'jhash') {
+      // the hash input goes into the next free 16-byte register after the result's
+      emitKey(g.of, w + 4, out, kc);
+      const e: Expr = { kind: 'hash', sreg: regOf(w + 4), dreg, len: keyOf(g.of, kc.fail).keyLen, modulus: g.mod, type: 0 };
+      if (g.seed !== undefined) e.seed = g.seed;
+      if (g.offset) e.offset = g.offset;
+      out.push(e);
+    } else {
+      const e: Expr = { kind: 'hash', dreg, modulus: g.mod, type: 1 };
+      if (g.offset) e.offset = g.offset;
+      out.push(e);
+    }
+    w += 1;
+  }
+}
+
+function keyText(parts: readonly KeyPart[]): string {
+  return parts.map((p) => p.raw).join(' . ');
+}
+
+function namedSet(rhs: Extract<SetRhs, { k: 'named' }>, kc: KeyedContext): NftSet {
+  const s = kc.sets?.get(rhs.name);
+  if (!s) {
+    return kc.fail(rhs, `a set or map of table ${kc.table}${kc.sets?.size ? ` (${[...kc.sets.keys()].slice(0, 8).join(', ')})` : ''}`,
+      `set '${rhs.name}' does not exist`);
+  }
+  return s;
+}
+
+/** The key when `s` is a concatenated interval set (its host-order parts are converted), else undefined. */
+function toNet(s: NftSet, key: KeyDesc, rhs: At, kc: KeyedContext): KeyDesc | undefined {
+  if (!key.concat || !(s.flags & SET_F.INTERVAL)) return undefined;
+  const bad = key.parts.findIndex((p) => p.hostInt && !p.hton);
+  if (bad >= 0) {
+    kc.fail(rhs, 'a set without the interval flag, or no host-order part in the key',
+      `concatenated interval sets with a host byte order part (part ${bad + 1}) are not supported`);
+  }
+  return key;
+}
+
+function checkKey(s: NftSet, key: KeyDesc, rhs: At, kc: KeyedContext): void {
+  if (s.keyType !== key.keyType || s.keyLen !== key.keyLen) {
+    kc.fail(rhs, `a set keyed by ${typeName(key.keyType, key.concat ? 1 : 0)} (${key.keyLen} bytes)`,
+      `datatype mismatch: ${s.flags & SET_F.MAP ? 'map' : 'set'} '${s.name}' is keyed by ${typeName(s.keyType)} (${s.keyLen} bytes)`);
+  }
+}
+
+function verdictData(d: MapData): KeyedElem['data'] {
+  if (d.d !== 'verdict') return undefined;
+  return d.chain !== undefined ? { verdict: d.verdict, chain: d.chain } : { verdict: d.verdict };
+}
+
+function keyedElems(elems: readonly KeyElem[], data: (e: KeyElem) => KeyedElem['data']): KeyedElem[] {
+  return elems.map((e) => {
+    const k: KeyedElem = { at: e, parts: e.parts };
+    const d = data(e);
+    if (d) k.data = d;
+    return k;
+  });
+}
+
+export function linearizeKeyed(st: KeyedStmt, out: Expr[], kc: KeyedContext): void {
+  const key = keyOf(st.key, kc.fail);
+  const neq = st.op === 'neq';
+  const rhs = st.rhs;
+  if (rhs.k === 'value') {
+    emitKey(st.key, 0, out, kc);
+    out.push({ kind: 'cmp', sreg: 1, op: neq ? 'neq' : 'eq', data: (rhs.elem as { hex: string }).hex });
+    return;
+  }
+  if (rhs.k === 'named') {
+    const s = namedSet(rhs, kc);
+    checkKey(s, key, rhs, kc);
+    if (st.vmap && (!(s.flags & SET_F.MAP) || s.dataType !== DATA_VERDICT)) {
+      kc.fail(rhs, 'a verdict map (type … : verdict)', s.flags & SET_F.MAP
+        ? `map '${s.name}' maps to ${typeName(s.dataType ?? 0)}, not to verdicts` : `'${s.name}' is a set, not a map`);
+    }
+    emitKey(st.key, 0, out, kc, toNet(s, key, rhs, kc));
+    const l: LookupExpr = { kind: 'lookup', sreg: 1, set: s.name, flags: neq ? 1 : 0 };
+    if (st.vmap) l.dreg = 0;
+    out.push(orderLookup(l));
+    return;
+  }
+  if (!st.vmap && !key.concat && st.key[0]!.p === 'gen' && st.key[0]!.gen.g !== 'numgen') {
+    kc.fail(rhs, 'a value, @set or vmap', `anonymous sets keyed by ${st.key[0]!.gen.g} are not supported`);
+  }
+  const elems = keyedElems(rhs.elems, (e) => (e.data ? verdictData(e.data) : undefined));
+  const map: MapDataDesc | undefined = st.vmap ? { kind: 'verdict' } : undefined;
+  let built: NftSet | undefined;
+  const ref = kc.addSet((id) => (built = buildKeyedSet(key, elems, map, { family: kc.family, table: kc.table }, id, kc.fail)));
+  emitKey(st.key, 0, out, kc, toNet(built!, key, rhs, kc));
+  const l: LookupExpr = { kind: 'lookup', sreg: 1, set: ref.name, setId: ref.setId, flags: neq ? 1 : 0 };
+  if (st.vmap) l.dreg = 0;
+  out.push(orderLookup(l));
+}
+
+function orderLookup(l: LookupExpr): LookupExpr {
+  // the field order the decoder produces (sreg, dreg, set, setId, flags)
+  const o: LookupExpr = { kind: 'lookup', sreg: l.sreg } as LookupExpr;
+  if (l.dreg !== undefined) o.dreg = l.dreg;
+  o.set = l.set;
+  if (l.setId !== undefined) o.setId = l.setId;
+  o.flags = l.flags ?? 0;
+  return o;
+}
+
+/** `add/update @set { KEY [timeout T] }`: the key into register 1, then the dynset. */
+export function linearizeDynset(st: DynsetStmt, out: Expr[], kc: KeyedContext): void {
+  const key = keyOf(st.key, kc.fail);
+  const s = namedSet(st.set, kc);
+  checkKey(s, key, st.set, kc);
+  if (s.flags & (SET_F.ANONYMOUS | SET_F.CONSTANT)) kc.fail(st.set, 'a set that is not constant', `set '${s.name}' is constant`);
+  if (s.flags & SET_F.MAP) kc.fail(st.set, 'a set', `'${s.name}' is a map (adding to maps from a rule is not supported)`);
+  if (s.flags & SET_F.INTERVAL) kc.fail(st.set, 'a set without the interval flag', `set '${s.name}' has the interval flag`);
+  if (st.timeout !== undefined && !(s.flags & SET_F.TIMEOUT)) {
+    kc.fail(st.timeoutAt!, 'no timeout, or a set with the timeout flag', `set '${s.name}' has no timeout flag`);
+  }
+  emitKey(st.key, 0, out, kc);
+  const e: Expr = { kind: 'dynset', sregKey: 1, op: st.op === 'add' ? 0 : 1, set: s.name };
+  if (st.timeout !== undefined) e.timeout = st.timeout;
+  out.push(e);
+}
+
+/** The address datatype and whether a port follows, for a map's NAT data. */
+function natData(fam: 'ip' | 'ip6', withPort: boolean): { dataType: number; dataLen: number } {
+  const a = fam === 'ip' ? TYPE_IPV4 : TYPE_IPV6;
+  const alen = fam === 'ip' ? 4 : 16;
+  return withPort ? { dataType: a * 64 + TYPE_SERVICE, dataLen: alen + 4 } : { dataType: a, dataLen: alen };
+}
+
+/** Whether a NAT map's targets carry ports (checked against the family); undefined if unknown yet. */
+export function natMapHasPorts(map: NatMap, fam: 'ip' | 'ip6', sets: ReadonlyMap<string, NftSet> | undefined,
+  table: string, fail: Fail): boolean {
+  const rhs = map.rhs;
+  if (rhs.k === 'named') {
+    const s = sets?.get(rhs.name);
+    if (!s) {
+      return fail(rhs, `a map of table ${table}`, `map '${rhs.name}' does not exist`);
+    }
+    const plain = natData(fam, false), ported = natData(fam, true);
+    if (!(s.flags & SET_F.MAP) || (s.dataType !== plain.dataType && s.dataType !== ported.dataType)) {
+      fail(rhs, `a map to ${typeName(plain.dataType)} or ${typeName(ported.dataType, 1)} for ${fam} NAT`,
+        s.flags & SET_F.MAP ? `map '${s.name}' maps to ${typeName(s.dataType ?? 0, 1)}` : `'${s.name}' is a set, not a map`);
+    }
+    return s.dataType === ported.dataType;
+  }
+  let ports: boolean | undefined;
+  for (const e of rhs.elems) {
+    const d = e.data as Extract<MapData, { d: 'value' }>;
+    const a = d.parts[0] as Elem & { hex: string };
+    if ((a.hex.length === 32) !== (fam === 'ip6')) {
+      fail(a, fam === 'ip6' ? 'an IPv6 address' : 'an IPv4 address', `address family mismatch for ${fam} NAT`);
+    }
+    const has = d.parts.length > 1;
+    if (ports !== undefined && has !== ports) {
+      fail(d, ports ? "'address . port' like the other elements" : 'an address alone, like the other elements',
+        'every element of a NAT map maps to the same kind of target');
+    }
+    ports = has;
+  }
+  return ports ?? false;
+}
+
+/** `snat/dnat [ip|ip6] to KEY map …`: lookup into register 1, nat from it (address, then the port). */
+export function linearizeNatMap(st: NatStmt, fam: 'ip' | 'ip6', out: Expr[], kc: KeyedContext): void {
+  const map = st.map!;
+  const key = keyOf(map.key, kc.fail);
+  const ports = natMapHasPorts(map, fam, kc.sets, kc.table, kc.fail);
+  let lookup: LookupExpr;
+  if (map.rhs.k === 'named') {
+    const s = namedSet(map.rhs, kc);
+    checkKey(s, key, map.rhs, kc);
+    emitKey(map.key, 0, out, kc, toNet(s, key, map.rhs, kc));
+    lookup = { kind: 'lookup', sreg: 1, dreg: 1, set: s.name, flags: 0 };
+  } else {
+    const d = natData(fam, ports);
+    const desc: MapDataDesc = { kind: 'value', ...d, concat: ports, byteorder: 2 };
+    const elems = keyedElems(map.rhs.elems, (e) => {
+      const parts = (e.data as Extract<MapData, { d: 'value' }>).parts.map((x) => (x as { hex: string }).hex);
+      return { data: concatHex(parts, ports) };
+    });
+    let built: NftSet | undefined;
+    const ref = kc.addSet((id) => (built = buildKeyedSet(key, elems, desc, { family: kc.family, table: kc.table }, id, kc.fail)));
+    emitKey(map.key, 0, out, kc, toNet(built!, key, map.rhs, kc));
+    lookup = { kind: 'lookup', sreg: 1, dreg: 1, set: ref.name, setId: ref.setId, flags: 0 };
+  }
+  out.push(lookup);
+  const e: NatExpr = { kind: 'nat', type: st.type, family: fam, regAddrMin: 1, regAddrMax: 1 };
+  let flags = st.flags | NAT_RANGE.MAP_IPS;
+  if (ports) {
+    const r = regOf(fam === 'ip' ? 1 : 4);
+    e.regProtoMin = r;
+    e.regProtoMax = r;
+    flags |= NAT_RANGE.PROTO_SPECIFIED;
+  }
+  e.flags = flags;
+  out.push(e);
+}
+
+export { keyText };
+
+// ---- rendering ---------------------------------------------------------------------------
+
+type LoadExprT = Extract<Expr, { kind: 'payload' | 'meta' | 'ct' | 'fib' }>;
+
+/** A key as the kernel holds it: loads (or a generator) then a lookup, a compare, or a NAT map. */
+export interface KeyedGroup {
+  /** Per key part: a load, or a generator (a jhash with its input loads). */
+  parts: ({ k: 'load'; load: LoadExprT; hton?: boolean } | { k: 'gen'; e: Extract<Expr, { kind: 'numgen' | 'hash' }>; of: LoadExprT[] })[];
+  lookup?: LookupExpr;
+  cmp?: Extract<Expr, { kind: 'cmp' }>;
+  nat?: NatExpr;
+  dynset?: Extract<Expr, { kind: 'dynset' }>;
+}
+
+function isLoadExpr(e: Expr | undefined): e is LoadExprT {
+  if (!e) return false;
+  if (e.kind === 'payload' || e.kind === 'meta' || e.kind === 'ct') return e.dreg !== undefined && e.sreg === undefined;
+  return e.kind === 'fib';
+}
+
+function loadWords(e: LoadExprT): number {
+  if (e.kind === 'payload') return Math.ceil(e.len / 4);
+  if (e.kind === 'meta' && (e.key === 'iifname' || e.key === 'oifname')) return 4;
+  if (e.kind === 'ct' && (e.key === 'saddr' || e.key === 'daddr' || e.key === 'label' || e.key === 'ip6 saddr' || e.key === 'ip6 daddr')) return 4;
+  return 1;
+}
+
+/** Loads into consecutive words from `w0`, from exprs[i]; `hton` also takes a byteorder after a load. */
+function loadRun(exprs: readonly Expr[], i: number, w0: number, hton = false): { load: LoadExprT; hton: boolean }[] {
+  const out: { load: LoadExprT; hton: boolean }[] = [];
+  let w = w0;
+  for (let j = i; j < exprs.length; j++) {
+    const e = exprs[j];
+    if (!isLoadExpr(e) || wordOf(e.dreg) !== w) break;
+    const b = exprs[j + 1];
+    const conv = hton && b?.kind === 'byteorder' && b.op === 'hton' && b.sreg === e.dreg && b.dreg === e.dreg;
+    out.push({ load: e, hton: conv });
+    if (conv) j++;
+    w += loadWords(e);
+  }
+  return out;
+}
+
+function runLength(run: readonly { hton: boolean }[]): number {
+  return run.reduce((n, r) => n + (r.hton ? 2 : 1), 0);
+}
+
+/**
+ * Recognises, at exprs[i], a keyed group the compiler would emit: a concatenation looked up in a
+ * set, a load looked up with a result (vmap or NAT map), or a generator (numgen/hash) compared or
+ * looked up. Returns the group and how many expressions it spans.
+ */
+export function groupKeyed(exprs: readonly Expr[], i: number): { g: KeyedGroup; n: number } | undefined {
+  const parts: KeyedGroup['parts'] = [];
+  let j = i;
+  const e = exprs[i];
+  if (e?.kind === 'numgen' && e.dreg === 1) {
+    parts.push({ k: 'gen', e, of: [] });
+    j = i + 1;
+  } else if (e?.kind === 'hash' && e.dreg === 1 && e.type === 1 && e.sreg === undefined) {
+    parts.push({ k: 'gen', e, of: [] });
+    j = i + 1;
+  } else if (isLoadExpr(e) && wordOf(e.dreg) === 4) {
+    // jhash input at register 2, then the hash into register 1
+    const of = loadRun(exprs, i, 4).map((x) => x.load);
+    const h = exprs[i + of.length];
+    if (h?.kind !== 'hash' || h.type !== 0 || h.sreg !== 2 || h.dreg !== 1) return undefined;
+    parts.push({ k: 'gen', e: h, of });
+    j = i + of.length + 1;
+  } else if (isLoadExpr(e) && e.dreg === 1) {
+    const run = loadRun(exprs, i, 0, true);
+    for (const l of run) parts.push(l.hton ? { k: 'load', load: l.load, hton: true } : { k: 'load', load: l.load });
+    j = i + runLength(run);
+  } else {
+    return undefined;
+  }
+  const c = exprs[j];
+  if (c?.kind === 'dynset' && c.sregKey === 1 && parts.every((x) => x.k === 'load')) {
+    return { g: { parts, dynset: c }, n: j - i + 1 };
+  }
+  if (c?.kind === 'lookup' && c.sreg === 1) {
+    const single = parts.length === 1 && parts[0]!.k === 'load';
+    if (c.dreg === undefined) {
+      if (single) return undefined; // a plain field lookup: render.ts's own form
+      return { g: { parts, lookup: c }, n: j - i + 1 };
+    }
+    if (c.dreg === 0) return { g: { parts, lookup: c }, n: j - i + 1 };
+    const nat = exprs[j + 1];
+    if (c.dreg === 1 && nat?.kind === 'nat' && nat.regAddrMin === 1) return { g: { parts, lookup: c, nat }, n: j - i + 2 };
+    return undefined;
+  }
+  if (c?.kind === 'cmp' && c.sreg === 1 && (c.op === 'eq' || c.op === 'neq') && parts.length === 1 && parts[0]!.k === 'gen') {
+    return { g: { parts, cmp: c }, n: j - i + 1 };
+  }
+  return undefined;
+}
+
+export interface KeyedRenderEnv {
+  family: Family;
+  /** Names a load in the protocol context (render.ts's fieldOf). */
+  fieldOf: (load: LoadExprT) => Field | undefined;
+  /** One value of a field's type (render.ts's valueText). */
+  valueText: (field: Field, data: Hex) => string | undefined;
+  sets?: (name: string, setId?: number) => { set: NftSet; elements: SetElement[] } | undefined;
+  verdictText: (v: unknown, chain?: string) => string;
+}
+
+interface PartR { text: string; len: number; value: (hex: Hex) => string | undefined; field?: Field }
+
+function genText(e: Extract<Expr, { kind: 'numgen' | 'hash' }>, of: string | undefined): string | undefined {
+  if (e.kind === 'numgen') {
+    const mode = e.type === 0 ? 'inc' : e.type === 1 ? 'random' : undefined;
+    if (!mode) return undefined;
+    return `numgen ${mode} mod ${e.modulus}${e.offset ? ` offset ${e.offset}` : ''}`;
+  }
+  if (e.type === 1) return `symhash mod ${e.modulus}${e.offset ? ` offset ${e.offset}` : ''}`;
+  if (e.type !== 0 || of === undefined) return undefined;
+  return `jhash ${of} mod ${e.modulus}${e.seed !== undefined ? ` seed 0x${e.seed.toString(16)}` : ''}${e.offset ? ` offset ${e.offset}` : ''}`;
+}
+
+function fieldsText(loads: readonly LoadExprT[], env: KeyedRenderEnv): { text: string; fields: Field[] } | undefined {
+  const fields: Field[] = [];
+  for (const l of loads) {
+    const f = env.fieldOf(l);
+    if (!f || !f.set || (l.kind === 'payload' && l.len !== f.len)) return undefined;
+    fields.push(f);
+  }
+  return { text: fields.map((f) => f.name).join(' . '), fields };
+}
+
+function intText(hex: Hex): string | undefined {
+  const v = readU32Host(hex);
+  return v === undefined ? undefined : String(v);
+}
+
+/** The key parts of a group, with how to print each part's values. */
+function keyParts(g: KeyedGroup, env: KeyedRenderEnv): PartR[] | undefined {
+  const out: PartR[] = [];
+  for (const p of g.parts) {
+    if (p.k === 'load') {
+      const ft = fieldsText([p.load], env);
+      if (!ft) return undefined;
+      const f = ft.fields[0]!;
+      // a converted part's element bytes are in network order
+      const conv = p.hton === true;
+      out.push({ text: f.name, len: f.len, field: f, value: (h) => env.valueText(f, conv ? hostToNet(h) : h) });
+    } else {
+      let of: string | undefined;
+      if (p.of.length) {
+        const ft = fieldsText(p.of, env);
+        if (!ft) return undefined;
+        of = ft.text;
+      }
+      const t = genText(p.e, of);
+      if (!t) return undefined;
+      out.push({ text: t, len: 4, value: intText });
+    }
+  }
+  return out;
+}
+
+/** The fields a group loads (with hash inputs), for the caller's dependency handling. */
+export function groupLoads(g: KeyedGroup): LoadExprT[] {
+  const out: LoadExprT[] = [];
+  for (const p of g.parts) {
+    if (p.k === 'load') out.push(p.load);
+    else out.push(...p.of);
+  }
+  return out;
+}
+
+const pad4b = (n: number) => (n + 3) & ~3;
+
+function splitKey(hex: Hex, parts: readonly PartR[]): Hex[] | undefined {
+  if (parts.length === 1) return hex.length === parts[0]!.len * 2 ? [hex] : undefined;
+  const out: Hex[] = [];
+  let o = 0;
+  for (const p of parts) {
+    out.push(hex.slice(o, o + p.len * 2));
+    if (hexToBig(hex.slice(o + p.len * 2, o + pad4b(p.len) * 2)) !== 0n) return undefined;
+    o += pad4b(p.len) * 2;
+  }
+  return o === hex.length ? out : undefined;
+}
+
+function prefixOf(lo: Hex, hi: Hex): number | undefined {
+  const a = hexToBig(lo), b = hexToBig(hi);
+  if (b < a) return undefined;
+  const size = b - a + 1n;
+  if ((size & (size - 1n)) !== 0n || a % size !== 0n) return undefined;
+  return lo.length * 4 - (size.toString(2).length - 1);
+}
+
+/** A part's values lo..hi as nft writes them in an element: a value, prefix, range or wildcard. */
+function spanText(p: PartR, lo: Hex, hi: Hex): string | undefined {
+  if (lo === hi) return p.value(lo);
+  const f = p.field;
+  if (!f) return undefined;
+  if (f.type === 'ipv4' || f.type === 'ipv6') {
+    const pl = prefixOf(lo, hi);
+    const a = p.value(lo), b = p.value(hi);
+    if (a === undefined || b === undefined) return undefined;
+    return pl !== undefined ? `${a}/${pl}` : `${a}-${b}`;
+  }
+  if (f.type === 'ifname') {
+    let n = lo.length / 2;
+    while (n > 0 && lo.slice(n * 2 - 2, n * 2) === '00') n--;
+    if (n === 0 || hi !== lo.slice(0, n * 2) + 'ff'.repeat(lo.length / 2 - n)) return undefined;
+    return `"${Buffer.from(lo.slice(0, n * 2), 'hex').toString('utf8')}*"`;
+  }
+  const a = p.value(lo), b = p.value(hi);
+  return a === undefined || b === undefined ? undefined : `${a}-${b}`;
+}
+
+function dataText(e: SetElement, set: NftSet, env: KeyedRenderEnv, fam: 'ip' | 'ip6' | undefined): string | undefined {
+  if (set.dataType === DATA_VERDICT) return e.verdict !== undefined ? env.verdictText(e.verdict, e.chain) : undefined;
+  if (e.data === undefined || !fam) return undefined;
+  return natTargetText(e.data, fam, set.dataType === natData(fam, true).dataType);
+}
+
+function natTargetText(data: Hex, fam: 'ip' | 'ip6', ports: boolean): string | undefined {
+  const alen = fam === 'ip' ? 8 : 32;
+  const fmt = fam === 'ip' ? formatIPv4 : formatIPv6;
+  if (!ports) return data.length === alen ? fmt(data) : undefined;
+  if (data.length !== alen + 8 || data.slice(alen + 4) !== '0000') return undefined;
+  return `${fmt(data.slice(0, alen))} . ${parseInt(data.slice(alen, alen + 4), 16)}`;
+}
+
+/** Elements of an anonymous set or map as `{ … }` text, or undefined when they are not nft-shaped. */
+function elementsText(parts: readonly PartR[], set: NftSet, elements: readonly SetElement[], env: KeyedRenderEnv,
+  natFam: 'ip' | 'ip6' | undefined, hostOrder: boolean): string | undefined {
+  const isMap = (set.flags & SET_F.MAP) !== 0;
+  const rows: { key: Hex; text: string }[] = [];
+  const push = (key: Hex, keyText: string | undefined, e: SetElement): boolean => {
+    if (keyText === undefined) return false;
+    let t = keyText;
+    if (isMap) {
+      const d = dataText(e, set, env, natFam);
+      if (d === undefined) return false;
+      t += ` : ${d}`;
+    }
+    rows.push({ key, text: t });
+    return true;
+  };
+  if ((set.flags & SET_F.INTERVAL) && (set.flags & SET_F.CONCAT)) {
+    for (const e of elements) {
+      if (e.key === undefined || e.keyEnd === undefined || (e.flags ?? 0) !== 0) return undefined;
+      const lo = splitKey(e.key, parts), hi = splitKey(e.keyEnd, parts);
+      if (!lo || !hi) return undefined;
+      const texts = parts.map((p, i) => spanText(p, lo[i]!, hi[i]!));
+      if (texts.some((x) => x === undefined)) return undefined;
+      if (!push(e.key, texts.join(' . '), e)) return undefined;
+    }
+  } else if (set.flags & SET_F.INTERVAL) {
+    if (parts.length !== 1) return undefined;
+    const els = [...elements].filter((e) => e.key !== undefined && e.key.length === set.keyLen * 2)
+      .sort((a, b) => (a.key! < b.key! ? -1 : a.key! > b.key! ? 1 : 0));
+    if (els.length !== elements.length) return undefined;
+    const max = 'ff'.repeat(set.keyLen);
+    for (let i = 0; i < els.length; i++) {
+      const e = els[i]!;
+      if ((e.flags ?? 0) & 1) continue; // END
+      const next = els[i + 1];
+      const hi = next ? bigToHex(hexToBig(next.key!) - 1n, set.keyLen) : max;
+      if (!push(e.key!, spanText(parts[0]!, e.key!, hi), e)) return undefined;
+    }
+  } else {
+    for (const e of elements) {
+      if (e.key === undefined) return undefined;
+      const ks = splitKey(e.key, parts);
+      if (!ks) return undefined;
+      const texts = parts.map((p, i) => p.value(ks[i]!));
+      if (texts.some((x) => x === undefined)) return undefined;
+      if (!push(e.key, texts.join(' . '), e)) return undefined;
+    }
+  }
+  if (rows.length === 0) return undefined;
+  const cmp = hostOrder ? (a: Hex, b: Hex) => (hostValue(a) < hostValue(b) ? -1 : hostValue(a) > hostValue(b) ? 1 : 0)
+    : (a: Hex, b: Hex) => (a < b ? -1 : a > b ? 1 : 0);
+  rows.sort((a, b) => cmp(a.key, b.key));
+  if (!(set.flags & SET_F.INTERVAL)) {
+    // nft sizes a hashed set by the elements as written: duplicates come back as the first written again
+    const extra = Math.min(Math.max(0, (set.size ?? 0) - rows.length), 64);
+    if (extra > 0) rows.splice(1, 0, ...new Array<{ key: Hex; text: string }>(extra).fill(rows[0]!));
+  }
+  return `{ ${rows.map((r) => r.text).join(', ')} }`;
+}
+
+/** The text of a keyed group, or undefined when it is not in the rule language. */
+export function renderKeyed(g: KeyedGroup, env: KeyedRenderEnv): string | undefined {
+  const parts = keyParts(g, env);
+  if (!parts) return undefined;
+  const key = parts.map((p) => p.text).join(' . ');
+  if (g.dynset) {
+    const d = g.dynset;
+    if (d.sregData !== undefined || (d.flags ?? 0) !== 0 || (d.op !== 0 && d.op !== 1)) return undefined;
+    return `${d.op === 0 ? 'add' : 'update'} @${d.set} { ${key}${d.timeout ? ` timeout ${formatNftTime(d.timeout)}` : ''} }`;
+  }
+  if (g.cmp) {
+    const v = parts[0]!.value(g.cmp.data);
+    return v === undefined ? undefined : `${key} ${g.cmp.op === 'neq' ? '!= ' : ''}${v}`;
+  }
+  const l = g.lookup!;
+  const neq = ((l.flags ?? 0) & 1) !== 0;
+  if ((neq && l.dreg !== undefined) || ((l.flags ?? 0) & ~1)) return undefined;
+  let natFam: 'ip' | 'ip6' | undefined;
+  let rhsWord = '';
+  if (g.nat) {
+    const n = g.nat;
+    if ((n.family !== 'ip' && n.family !== 'ip6') || (n.regAddrMax ?? 1) !== 1) return undefined;
+    natFam = n.family;
+    const ports = n.regProtoMin !== undefined;
+    if (ports && (n.regProtoMin !== regOf(natFam === 'ip' ? 1 : 4) || (n.regProtoMax ?? n.regProtoMin) !== n.regProtoMin)) return undefined;
+    const flags = (n.flags ?? 0) & ~(NAT_RANGE.MAP_IPS | (ports ? NAT_RANGE.PROTO_SPECIFIED : 0));
+    if (flags & ~(NAT_RANGE.PROTO_RANDOM | NAT_RANGE.PROTO_RANDOM_FULLY | NAT_RANGE.PERSISTENT)) return undefined;
+    rhsWord = 'map';
+  } else if (l.dreg === 0) {
+    rhsWord = 'vmap';
+  }
+  let rhs: string;
+  const found = env.sets?.(l.set, l.setId);
+  if (!found || !(found.set.flags & SET_F.ANONYMOUS)) {
+    if (l.set.startsWith('__')) return undefined;
+    rhs = `@${l.set}`;
+  } else {
+    const hostOrder = parts.length === 1 && !parts[0]!.field ? true : parts.length === 1 && parts[0]!.field?.set?.byteorder === 1;
+    const body = elementsText(parts, found.set, found.elements, env, natFam, hostOrder);
+    if (body === undefined) return undefined;
+    rhs = body;
+  }
+  if (g.nat) {
+    const n = g.nat;
+    const ports = n.regProtoMin !== undefined;
+    const names: [number, string][] = [[NAT_RANGE.PROTO_RANDOM, 'random'], [NAT_RANGE.PROTO_RANDOM_FULLY, 'fully-random'], [NAT_RANGE.PERSISTENT, 'persistent']];
+    const fl = names.filter(([b]) => (n.flags ?? 0) & b).map(([, s]) => s);
+    // nft names the family when the table's does not say it, and for address . port targets
+    const kw = env.family === 'inet' || ports ? ` ${natFam}` : '';
+    return `${n.type}${kw} to ${key} map ${rhs}${fl.length ? ' ' + fl.join(',') : ''}`;
+  }
+  return rhsWord ? `${key} ${rhsWord} ${rhs}` : `${key}${neq ? ' !=' : ''} ${rhs}`;
+}
