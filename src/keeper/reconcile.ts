@@ -467,7 +467,7 @@ export function renderDrift(want: TableConfig, drifts: Drift[]): string[] {
       if (diff && diff.delete.length) out.push(`- delete element ${want.family} ${want.name} ${s.name} { ${elementsText(s.set, diff.delete)} }`);
       if (diff && diff.add.length) out.push(`+ add element ${want.family} ${want.name} ${s.name} { ${elementsText(s.set, diff.add)} }`);
     } else if (x.kind === 'set-extra') {
-      out.push(`- delete set ${want.family} ${want.name} ${x.set}`);
+      out.push(`- delete ${x.detail.startsWith('map ') ? 'map' : 'set'} ${want.family} ${want.name} ${x.set}`);
     } else if (x.kind === 'chain-missing' || x.kind === 'chain-changed') {
       out.push(...chainText(want, want.chains.find((c) => c.name === x.chain)!));
     } else if (x.kind === 'rules-differ') {
