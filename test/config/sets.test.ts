@@ -20,6 +20,7 @@ import { withNetns, type Netns } from '../helpers/netns.js';
 import { tempDir } from '../helpers/tmp.js';
 import { withKeeper } from '../helpers/keeper.js';
 import { nextRepair } from '../keeper/helpers.js';
+import { rng } from '../keeper/plan-fixtures.js';
 
 const dir = tempDir('sets');
 
@@ -281,6 +282,67 @@ describe('named sets and maps: nft is the oracle', () => {
   });
 });
 
+/** A random set declaration of nft's words: types, intervals (overlapping under auto-merge), maps. */
+function randomSet(rand: () => number, name: string): string {
+  const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rand() * xs.length)]!;
+  const n = Math.floor(rand() * 12);
+  const v4 = () => `${pick([0, 10, 10, 192, 255])}.${Math.floor(rand() * 4)}.${Math.floor(rand() * 256)}.${Math.floor(rand() * 256)}`;
+  const kinds = ['v4', 'v4i', 'v4im', 'port', 'porti', 'mark', 'marki', 'proto', 'ifname', 'ifnamei', 'concat', 'concati', 'vmap', 'natmap', 'v6i'] as const;
+  const kind = pick(kinds);
+  const uniq = (xs: string[]) => [...new Set(xs)];
+  let decl: string;
+  let els: string[];
+  switch (kind) {
+    case 'v4': decl = 'set %s { type ipv4_addr; '; els = uniq(Array.from({ length: n }, v4)); break;
+    case 'v4i': {
+      // Without auto-merge nft refuses overlaps: disjoint /24s of different third octets.
+      const thirds = uniq(Array.from({ length: n }, () => String(Math.floor(rand() * 200))));
+      decl = 'set %s { type ipv4_addr; flags interval; ';
+      els = thirds.map((t) => pick([`10.1.${t}.0/24`, `10.1.${t}.5-10.1.${t}.9`, `10.1.${t}.7`]));
+      if (rand() < 0.3) els.push('255.255.255.0/24');
+      break;
+    }
+    case 'v4im': decl = 'set %s { type ipv4_addr; flags interval; auto-merge; '; els = Array.from({ length: n }, () => `${v4()}/${pick([8, 16, 24, 30, 32])}`); break;
+    case 'port': decl = 'set %s { type inet_service; '; els = uniq(Array.from({ length: n }, () => String(Math.floor(rand() * 65536)))); break;
+    case 'porti': {
+      const starts = uniq(Array.from({ length: n }, () => String(Math.floor(rand() * 600) * 100)));
+      decl = 'set %s { type inet_service; flags interval; ';
+      els = starts.map((p) => (rand() < 0.5 ? p : `${p}-${Number(p) + Math.floor(rand() * 99)}`));
+      if (rand() < 0.3) els.push('65500-65535');
+      break;
+    }
+    case 'mark': decl = 'set %s { type mark; '; els = uniq(Array.from({ length: n }, () => `0x${Math.floor(rand() * 2 ** 32).toString(16)}`)); break;
+    case 'marki': {
+      const starts = uniq(Array.from({ length: n }, () => String(Math.floor(rand() * 1000) * 1000)));
+      decl = 'set %s { type mark; flags interval; ';
+      els = starts.map((p) => `${p}-${Number(p) + Math.floor(rand() * 999)}`);
+      break;
+    }
+    case 'proto': decl = 'set %s { type inet_proto; '; els = uniq(Array.from({ length: n }, () => pick(['tcp', 'udp', 'icmp', '47', 'sctp']))); break;
+    case 'ifname': decl = 'set %s { type ifname; '; els = uniq(Array.from({ length: n }, () => `"${pick(['eth', 'veth', 'lo', 'cni'])}${Math.floor(rand() * 20)}"`)); break;
+    case 'ifnamei': decl = 'set %s { type ifname; flags interval; '; els = uniq(Array.from({ length: n }, () => `"${pick(['eth', 'veth', 'cni', 'wg', 'br-'])}*"`)); break;
+    case 'concat': decl = 'set %s { type ipv4_addr . inet_proto . inet_service; '; els = uniq(Array.from({ length: n }, () => `${v4()} . ${pick(['tcp', 'udp'])} . ${Math.floor(rand() * 65536)}`)); break;
+    case 'concati': {
+      const thirds = uniq(Array.from({ length: n }, () => String(Math.floor(rand() * 200))));
+      decl = 'set %s { type ipv4_addr . inet_service; flags interval; ';
+      els = thirds.map((t) => `10.2.${t}.0/24 . ${pick(['80', '1000-2000', '53'])}`);
+      break;
+    }
+    case 'vmap': decl = 'map %s { type ipv4_addr . inet_proto . inet_service : verdict; '; els = uniq(Array.from({ length: n }, () => `${v4()} . tcp . ${Math.floor(rand() * 65536)}`)).map((k) => `${k} : ${pick(['accept', 'drop', 'goto c', 'jump c', 'return'])}`); break;
+    case 'natmap': decl = 'map %s { type ipv4_addr : ipv4_addr . inet_service; '; els = uniq(Array.from({ length: n }, v4)).map((k) => `${k} : ${v4()} . ${Math.floor(rand() * 65536)}`); break;
+    case 'v6i': {
+      const groups = uniq(Array.from({ length: n }, () => Math.floor(rand() * 65536).toString(16)));
+      decl = 'set %s { type ipv6_addr; flags interval; ';
+      els = groups.map((g) => pick([`2001:db8:${g}::/48`, `2001:db8:${g}::1`, `fd00:${g}::/32`.replace(/fd00:([0-9a-f]+)::\/32/, 'fd00:$1::/32')]));
+      els = uniq(els).filter((e, i, all) => !e.startsWith('fd00') || all.findIndex((x) => x.startsWith('fd00')) === i);
+      break;
+    }
+  }
+  if (rand() < 0.2) decl += 'comment "r"; ';
+  const elements = els.map((e) => (rand() < 0.1 && !kind.endsWith('map') ? `${e} comment "e"` : e));
+  return decl.replace('%s', name) + (elements.length ? `elements = { ${elements.join(', ')} }; ` : '') + '}';
+}
+
 /** One guarded look and plan, as the keeper makes it: the batch it would commit. */
 async function plan(sock: NftSocket, config: Config): Promise<{ batch: Batch; check: string[] }> {
   const t = config.tables[0]!;
@@ -290,6 +352,53 @@ async function plan(sock: NftSocket, config: Config): Promise<{ batch: Batch; ch
   planTable(batch, t, have, drifts);
   return { batch, check: renderDrift(t, drifts) };
 }
+
+describe('named sets and maps: random declarations', () => {
+  it("nfkeeper's install of random sets dumps as nft's, and a random foreign element change is repaired with element ops", async () => {
+    const rand = rng(Number(process.env.NFK_SETS_SEED ?? 1313));
+    await withNetns(async (a) => {
+      await withNetns(async (b) => {
+        let compared = 0;
+        for (let trial = 0; trial < 12; trial++) {
+          const decls = Array.from({ length: 6 }, (_, i) => randomSet(rand, `s${i}`));
+          const text = `table ip r {\n\tchain c { }\n${decls.map((d) => `\t${d}`).join('\n')}\n}\n`;
+          a.nft(`flush ruleset\n${text}`);
+          b.nft('flush ruleset');
+          const path = save(`random-${trial}.nft`, text);
+          const apply = await cli('apply', '--config', path, '--netns', b.path);
+          expect(apply.err, text).toBe('');
+          expect(await setDump(b, 'ip', 'r'), text).toEqual(await setDump(a, 'ip', 'r'));
+          expect(netlinkDump(b, 'ip', 'r'), text).toBe(netlinkDump(a, 'ip', 'r'));
+          expect((await cli('check', '--config', path, '--netns', a.path)).code, text).toBe(0);
+          // A foreign element deletion (any kernel element, an interval's end alone too) is repaired by element ops.
+          const sock = open({ netns: b.path });
+          try {
+            const sets = (await sock.listSets({ family: 'ip', table: 'r' })).filter((x) => x.name.startsWith('s'));
+            const withElements: { name: string; els: import('../../src/netlink/objects.js').SetElement[] }[] = [];
+            for (const x of sets) {
+              const els = await sock.listElements({ family: 'ip', table: 'r', set: x.name });
+              if (els.length > 0) withElements.push({ name: x.name, els });
+            }
+            if (withElements.length > 0) {
+              const victim = withElements[Math.floor(rand() * withElements.length)]!;
+              const e = victim.els[Math.floor(rand() * victim.els.length)]!;
+              await sock.commit([{ verb: 'delete', object: 'element', family: 'ip', table: 'r', set: victim.name,
+                elements: [{ key: e.key, ...(e.keyEnd ? { keyEnd: e.keyEnd } : {}), flags: e.flags ?? 0 }] }]);
+              const { batch } = await plan(sock, parseNftConfig(text, path));
+              expect(batch.ops.map((o) => `${o.verb} ${o.object}`), text).toEqual(['add element']);
+              await sock.commit(batch, { expectGeneration: sock.generation() });
+              expect(await setDump(b, 'ip', 'r'), text).toEqual(await setDump(a, 'ip', 'r'));
+            }
+          } finally {
+            sock.close();
+          }
+          compared++;
+        }
+        expect(compared).toBe(12);
+      }, 'sets-rand-b');
+    }, 'sets-rand-a');
+  });
+});
 
 describe('named sets and maps: repairs', () => {
   it('a foreign element deletion and addition are repaired with element ops only; the set keeps its handle', async () => {
