@@ -276,7 +276,7 @@ function parseElement(text: string, key: KeyType, data: DataType | undefined, in
       const ms = v ? parseNftTime(v.w) : undefined;
       if (ms === undefined) throw new ElementError(v?.col ?? text.length + 1, `${t.w} takes a time (1h, 30s, 1d2h)`);
       if (t.w === 'timeout') out.timeout = ms; else out.expires = ms;
-    } else if (t.w === '.' || ts.length > key.parts.length * 2 - 1 && key.parts.length === 1 && t.w === '.') {
+    } else if (t.w === '.') {
       throw new ElementError(t.col, `the key is ${keyTypeName(key)}: too many parts`);
     } else {
       throw new ElementError(t.col, `unexpected '${t.w}' after the element's key (expected comment, timeout, expires${data ? " or ': DATA'" : ''})`);
