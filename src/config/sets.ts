@@ -14,7 +14,7 @@ import { SET_ELEM_F, SET_F, type NftSet, type SetElement } from '../netlink/obje
 import { bigToHex, hexToBig, prefixMask } from '../rules/bytes.js';
 import {
   DATATYPES, NFT_DATA_VERDICT, VERDICT_DATA_LEN, BYTEORDER_NONE, datatypeById, keyTypeFromKernel, keyTypeName, keyTypeOf,
-  padPart, partLen, splitKey, swapBytes, type Datatype, type KeyType,
+  padPart, splitKey, swapBytes, type Datatype, type KeyType,
 } from '../rules/datatypes.js';
 import { F, type Field } from '../rules/fields.js';
 import {
@@ -739,4 +739,3 @@ export function typesOf(set: NftSet): { key: KeyType; data?: DataType } | undefi
   return d ? { key, data: { kind: 'value', type: d } } : undefined;
 }
 
-export { partLen };
