@@ -501,6 +501,45 @@ describe('named sets and maps: repairs', () => {
     }, 'sets-redefine');
   });
 
+  it('a set that the config\'s rules use, defined differently, is created again with their chains rewritten, in one batch', async () => {
+    const text = `table inet keep {
+\tset s4 { type ipv4_addr; elements = { 10.0.0.1 }; }
+\tmap vm { type ipv4_addr . inet_proto . inet_service : verdict; elements = { 10.0.0.1 . tcp . 80 : goto svc1 }; }
+\tchain svc1 { }
+\tchain pre {
+\t\ttype nat hook prerouting priority dstnat; policy accept;
+\t\tip saddr @s4 counter
+\t\tip daddr . meta l4proto . th dport vmap @vm
+\t}
+}
+`;
+    await withNetns(async (ns) => {
+      ns.nft(text.replace('type ipv4_addr;', 'type ipv4_addr; size 100;'));
+      await withNetns(async (oracle) => {
+        oracle.nft(text);
+        const sock = open({ netns: ns.path });
+        try {
+          const config = parseNftConfig(text, 'use.nft');
+          const { batch, check } = await plan(sock, config);
+          expect(check.join('\n')).toMatch(/set s4 is defined differently/);
+          expect(batch.ops.map((o) => `${o.verb} ${o.object}${o.object === 'rule' ? ` ${o.chain}` : ''}`)).toEqual([
+            'flush chain', 'delete set', 'add set', 'add rule pre', 'add rule pre',
+          ]);
+          await sock.commit(batch, { expectGeneration: sock.generation() });
+          // The set created again comes after the map now (sets list in handle order): compare each.
+          expect(await setDump(ns, 'inet', 'keep')).toEqual(await setDump(oracle, 'inet', 'keep'));
+          const rules = (n: Netns) => n.exec('nft', ['--debug=netlink', 'list', 'chain', 'inet', 'keep', 'pre'])
+            .split('\n').filter((l) => !l.startsWith('inet keep @') && !l.startsWith('\telement '))
+            .map((l) => l.replace(/^inet keep pre [\d ]+$/, 'inet keep pre')).join('\n');  // handles differ
+          expect(rules(ns)).toBe(rules(oracle));
+          expect((await plan(sock, config)).batch.length).toBe(0);
+        } finally {
+          sock.close();
+        }
+      }, 'sets-use-oracle');
+    }, 'sets-use');
+  });
+
   it('a bad declaration changes nothing in the kernel', async () => {
     await withNetns(async (ns) => {
       const good = save('good.nft', FILE);
