@@ -116,8 +116,16 @@ function parseNamed(p: KeyedParser): Extract<SetRhs, { k: 'named' }> {
 function parsePartValue(p: KeyedParser, part: KeyPart, key: KeyPart[]): Elem {
   if (part.p === 'field') return p.parseElem(part.field, false);
   const t = p.peek();
+  const m = t.kind === 'word' ? /^([^-]+)-([^-]+)$/.exec(t.text) : null;
+  if (m && key.length === 1) {
+    const lo = parseInteger(m[1]!, 0xffffffff), hi = parseInteger(m[2]!, 0xffffffff);
+    if (lo === undefined || hi === undefined) p.fail(t, `a number or a range such as 0-5 for ${part.raw}`);
+    if (lo! > hi!) p.fail(t, 'a range whose start is not above its end', 'empty range');
+    p.next();
+    return { k: 'range', lo: u32Host(lo!), hi: u32Host(hi!), ...at(t) };
+  }
   const v = t.kind === 'word' ? parseInteger(t.text, 0xffffffff) : undefined;
-  if (v === undefined) p.fail(t, `a number for ${part.raw}${key.length > 1 ? '' : ''}`);
+  if (v === undefined) p.fail(t, `a number for ${part.raw}`);
   p.next();
   return { k: 'value', hex: u32Host(v!), ...at(t) };
 }
@@ -369,7 +377,7 @@ function partDesc(part: KeyPart, fail: Fail): KeyPartDesc {
       ? tlv(0, u32Host(EXPR_NUMGEN)) + tlv(1, tlv(0, u32Host(g.mode === 'inc' ? 0 : 1)) + tlv(1, u32Host(g.mod))
         + tlv(2, u32Host(g.offset ?? 0)))
       : undefined;
-    return { keyType: TYPE_INTEGER, len: 4, byteorder: 1, ...(typeofTlvs ? { typeofTlvs } : {}) };
+    return { keyType: TYPE_INTEGER, len: 4, byteorder: 1, hostInt: true, hton: { len: 4, size: 4 }, ...(typeofTlvs ? { typeofTlvs } : {}) };
   }
   const f = part.field;
   if (!f.set) return fail(part, KEY_PART, `${f.name} cannot be a set or map key`);
@@ -454,6 +462,8 @@ function emitKey(parts: readonly KeyPart[], w0: number, out: Expr[], kc: KeyedCo
       if (g.offset) e.offset = g.offset;
       out.push(e);
     }
+    const h = toNet?.parts[i]?.hton;
+    if (h) out.push({ kind: 'byteorder', sreg: dreg, dreg, op: 'hton', len: h.len, size: h.size });
     w += 1;
   }
 }
@@ -471,13 +481,13 @@ function namedSet(rhs: Extract<SetRhs, { k: 'named' }>, kc: KeyedContext): NftSe
   return s;
 }
 
-/** The key when `s` is a concatenated interval set (its host-order parts are converted), else undefined. */
+/** The key when `s` is an interval set (its host-order integer parts are converted), else undefined. */
 function toNet(s: NftSet, key: KeyDesc, rhs: At, kc: KeyedContext): KeyDesc | undefined {
-  if (!key.concat || !(s.flags & SET_F.INTERVAL)) return undefined;
+  if (!(s.flags & SET_F.INTERVAL)) return undefined;
   const bad = key.parts.findIndex((p) => p.hostInt && !p.hton);
   if (bad >= 0) {
     kc.fail(rhs, 'a set without the interval flag, or no host-order part in the key',
-      `concatenated interval sets with a host byte order part (part ${bad + 1}) are not supported`);
+      `interval sets keyed by a host byte order part (part ${bad + 1}) are not supported`);
   }
   return key;
 }
@@ -650,7 +660,8 @@ type LoadExprT = Extract<Expr, { kind: 'payload' | 'meta' | 'ct' | 'fib' }>;
 /** A key as the kernel holds it: loads (or a generator) then a lookup, a compare, or a NAT map. */
 export interface KeyedGroup {
   /** Per key part: a load, or a generator (a jhash with its input loads). */
-  parts: ({ k: 'load'; load: LoadExprT; hton?: boolean } | { k: 'gen'; e: Extract<Expr, { kind: 'numgen' | 'hash' }>; of: LoadExprT[] })[];
+  parts: ({ k: 'load'; load: LoadExprT; hton?: boolean }
+    | { k: 'gen'; e: Extract<Expr, { kind: 'numgen' | 'hash' }>; of: LoadExprT[]; hton?: boolean })[];
   lookup?: LookupExpr;
   cmp?: Extract<Expr, { kind: 'cmp' }>;
   nat?: NatExpr;
@@ -719,12 +730,18 @@ export function groupKeyed(exprs: readonly Expr[], i: number): { g: KeyedGroup; 
   } else {
     return undefined;
   }
+  const g0 = parts[0];
+  const bo = exprs[j];
+  if (parts.length === 1 && g0?.k === 'gen' && bo?.kind === 'byteorder' && bo.op === 'hton' && bo.sreg === 1 && bo.dreg === 1) {
+    g0.hton = true;
+    j++;
+  }
   const c = exprs[j];
   if (c?.kind === 'dynset' && c.sregKey === 1 && parts.every((x) => x.k === 'load')) {
     return { g: { parts, dynset: c }, n: j - i + 1 };
   }
   if (c?.kind === 'lookup' && c.sreg === 1) {
-    const single = parts.length === 1 && parts[0]!.k === 'load';
+    const single = parts.length === 1 && parts[0]!.k === 'load' && !parts[0]!.hton;
     if (c.dreg === undefined) {
       if (single) return undefined; // a plain field lookup: render.ts's own form
       return { g: { parts, lookup: c }, n: j - i + 1 };
@@ -798,7 +815,8 @@ function keyParts(g: KeyedGroup, env: KeyedRenderEnv): PartR[] | undefined {
       }
       const t = genText(p.e, of);
       if (!t) return undefined;
-      out.push({ text: t, len: 4, value: intText });
+      const conv = p.hton === true;
+      out.push({ text: t, len: 4, value: (h) => intText(conv ? hostToNet(h) : h) });
     }
   }
   return out;
@@ -840,7 +858,10 @@ function prefixOf(lo: Hex, hi: Hex): number | undefined {
 function spanText(p: PartR, lo: Hex, hi: Hex): string | undefined {
   if (lo === hi) return p.value(lo);
   const f = p.field;
-  if (!f) return undefined;
+  if (!f) {
+    const a = p.value(lo), b = p.value(hi);
+    return a === undefined || b === undefined ? undefined : `${a}-${b}`;
+  }
   if (f.type === 'ipv4' || f.type === 'ipv6') {
     const pl = prefixOf(lo, hi);
     const a = p.value(lo), b = p.value(hi);

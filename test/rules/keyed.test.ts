@@ -42,6 +42,8 @@ const SETUP: Record<Fam, string[]> = {
     'add set ip nfk dyn3 { type ipv4_addr; flags dynamic; }',
     'add set ip nfk firewall-allow { type ipv4_addr . inet_proto . inet_service . ipv4_addr; flags interval; }',
     'add set ip nfk mk { type mark . ipv4_addr; flags interval; }',
+    'add set ip nfk mki { type mark; flags interval; }',
+    'add map ip nfk ngi { typeof numgen inc mod 10 : ip daddr; flags interval; }',
   ],
   ip6: [
     'add set ip6 nfk s6 { type ipv6_addr; }',
@@ -137,6 +139,11 @@ export const KEYED: KeyedRule[] = [
   k('ip', 'fwd', 'numgen inc mod 2 != 1 accept'),
   k('ip', 'fwd', 'jhash ip saddr mod 2 1 accept'),
   k('ip', 'fwd', 'numgen inc mod 2 { 0, 1 }'),
+  k('ip', 'fwd', 'numgen random mod 10 vmap { 0-4 : accept, 5-9 : drop }'),
+  k('ip', 'fwd', 'jhash ip saddr mod 4 vmap { 0-1 : accept, 2 : drop, 3 : goto a }'),
+  k('ip', 'fwd', 'meta mark @mki accept'),
+  k('ip', 'pre', 'dnat to numgen inc mod 10 map @ngi'),
+  k('ip', 'pre', 'dnat to numgen inc mod 10 map { 0-5 : 192.168.10.100, 6-9 : 192.168.20.200 }'),
   // NAT data maps
   k('ip', 'pre', 'dnat to ip daddr map @dm'),
   k('ip', 'pre', 'dnat ip to ip daddr . tcp dport map @dmp'),
