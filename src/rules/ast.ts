@@ -139,7 +139,17 @@ export interface DynsetStmt extends At {
   timeoutAt?: At;
 }
 
-export type Stmt = MatchStmt | CounterStmt | VerdictStmt | NatStmt | MasqStmt | MarkSetStmt | KeyedStmt | DynsetStmt;
+/** `meta/ct mark set numgen …|jhash …|symhash …` or `… set KEY map { k : mark, … } | map @m`. */
+export interface MarkMapStmt extends At {
+  t: 'markmap';
+  target: 'meta' | 'ct';
+  key: KeyPart[];
+  /** Absent: the generator's value itself. */
+  rhs?: Extract<SetRhs, { k: 'named' | 'anon' }>;
+}
+
+export type Stmt = MatchStmt | CounterStmt | VerdictStmt | NatStmt | MasqStmt | MarkSetStmt | KeyedStmt | DynsetStmt
+  | MarkMapStmt;
 
 export interface RuleAst {
   stmts: Stmt[];

@@ -17,7 +17,9 @@ import { F, NFPROTO_IPV4, NFPROTO_IPV6, mergedPorts, type Field } from './fields
 import { parseRule } from './parser.js';
 import { renderRule, type InterfaceResolver } from './render.js';
 import { buildAnonymousSet } from './sets.js';
-import { keyFields, linearizeDynset, linearizeKeyed, linearizeNatMap, natMapHasPorts, type KeyedContext } from './keyed.js';
+import {
+  keyFields, linearizeDynset, linearizeKeyed, linearizeMarkMap, linearizeNatMap, natMapHasPorts, type KeyedContext,
+} from './keyed.js';
 import { commentUserdata } from './udata.js';
 import { compiledSetResolver } from './compare.js';
 import { TRANSPORT_PROTOCOLS } from './values.js';
@@ -95,6 +97,8 @@ function compileAst(text: string, ast: RuleAst, ctx: CompileContext): CompiledRu
       linearizeKeyed(s.stmt, exprs, kc);
     } else if (s.t === 'other' && s.stmt.t === 'dynset') {
       linearizeDynset(s.stmt, exprs, kc);
+    } else if (s.t === 'other' && s.stmt.t === 'markmap') {
+      linearizeMarkMap(s.stmt, exprs, kc);
     } else if (s.t === 'other' && s.stmt.t === 'nat' && s.stmt.map) {
       linearizeNatMap(s.stmt, s.natFamily as 'ip' | 'ip6', exprs, kc);
     } else if (s.t === 'rel') {
@@ -180,7 +184,7 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
       }
       continue;
     }
-    if (st.t === 'keyed' || st.t === 'dynset') {
+    if (st.t === 'keyed' || st.t === 'dynset' || st.t === 'markmap') {
       // A vmap is not terminal: a key that is in no element continues with the next statement.
       for (const k of keyFields(st.key)) need(k.field, k.at);
       out.push({ t: 'other', stmt: st });

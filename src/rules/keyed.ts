@@ -11,7 +11,7 @@ import type { Expr, Family, Hex, LookupExpr, NatExpr } from '../netlink/expr.js'
 import { NAT_RANGE } from '../netlink/expr.js';
 import { SET_F, type NftSet, type SetElement } from '../netlink/objects.js';
 import type {
-  At, DynsetStmt, Elem, Gen, KeyedStmt, KeyElem, KeyPart, MapData, MapVerdict, MatchOp, NatMap, NatStmt, SetRhs,
+  At, DynsetStmt, Elem, Gen, KeyedStmt, MarkMapStmt, KeyElem, KeyPart, MapData, MapVerdict, MatchOp, NatMap, NatStmt, SetRhs,
 } from './ast.js';
 import { hostValue, hexToBig, bigToHex, u16Be, u32Host, readU32Host } from './bytes.js';
 import type { Field } from './fields.js';
@@ -130,10 +130,16 @@ function parsePartValue(p: KeyedParser, part: KeyPart, key: KeyPart[]): Elem {
   return { k: 'value', hex: u32Host(v!), ...at(t) };
 }
 
-type DataKind = 'verdict' | 'nat' | undefined;
+type DataKind = 'verdict' | 'nat' | 'mark' | undefined;
 
-function parseData(p: KeyedParser, kind: 'verdict' | 'nat'): MapData {
+function parseData(p: KeyedParser, kind: 'verdict' | 'nat' | 'mark'): MapData {
   const t = p.peek();
+  if (kind === 'mark') {
+    const v = t.kind === 'word' ? parseInteger(t.text, 0xffffffff) : undefined;
+    if (v === undefined) p.fail(t, 'a 32-bit mark such as 0x4000');
+    p.next();
+    return { d: 'value', parts: [{ k: 'value', hex: u32Host(v!), ...at(t) }], ...at(t) };
+  }
   if (kind === 'verdict') {
     if (!p.isWord(t, 'accept', 'drop', 'return', 'continue', 'jump', 'goto')) {
       p.fail(t, 'a verdict: accept, drop, return, continue, jump CHAIN or goto CHAIN');
@@ -333,6 +339,27 @@ export function parseDynset(p: KeyedParser): DynsetStmt {
   if (p.isWord(c, ':')) p.fail(c, "'}'", 'adding to a map from a rule is not supported');
   if (!(c.kind === 'punct' && c.text === '}')) p.fail(c, "'}'" + (st.timeout === undefined ? " or 'timeout' and a time" : ''));
   p.next();
+  return st;
+}
+
+/** After `meta/ct mark set`: a generator, or a packet field followed by `map`. */
+export function startsMarkMap(p: KeyedParser): boolean {
+  const t = p.peek();
+  return t.kind === 'word' && [...GEN_WORDS, 'ip', 'ip6', 'tcp', 'udp', 'th', 'iifname', 'oifname'].includes(t.text);
+}
+
+export function parseMarkMap(p: KeyedParser, target: 'meta' | 'ct', start: At): MarkMapStmt {
+  const t = p.peek();
+  const key = parseConcat(p, parsePart(p, false), false);
+  const st: MarkMapStmt = { t: 'markmap', target, key, ...start };
+  const gen = key.length === 1 && key[0]!.p === 'gen';
+  if (gen && !p.isWord(p.peek(), 'map')) return st;
+  p.expectWord("'map' and @name or { key : mark, … }" + (gen ? '' : ` (a field alone cannot set the ${target} mark)`), 'map');
+  const r = p.peek();
+  if (r.kind === 'punct' && r.text === '{') st.rhs = parseAnon(p, key, 'mark');
+  else if (r.kind === 'word' && r.text.startsWith('@')) st.rhs = parseNamed(p);
+  else p.fail(r, "'{' starting the map's elements, or @name of a map");
+  void t;
   return st;
 }
 
@@ -575,6 +602,33 @@ export function linearizeDynset(st: DynsetStmt, out: Expr[], kc: KeyedContext): 
   out.push(e);
 }
 
+const TYPE_MARK = 19;
+
+/** `meta/ct mark set GEN` or `… set KEY map …`: the value (or the map's result) into register 1, then the set. */
+export function linearizeMarkMap(st: MarkMapStmt, out: Expr[], kc: KeyedContext): void {
+  const key = keyOf(st.key, kc.fail);
+  if (!st.rhs) {
+    emitKey(st.key, 0, out, kc);
+  } else if (st.rhs.k === 'named') {
+    const s = namedSet(st.rhs, kc);
+    checkKey(s, key, st.rhs, kc);
+    if (!(s.flags & SET_F.MAP) || s.dataType !== TYPE_MARK) {
+      kc.fail(st.rhs, 'a map to mark (type … : mark)', s.flags & SET_F.MAP
+        ? `map '${s.name}' maps to ${typeName(s.dataType ?? 0, 1)}, not to marks` : `'${s.name}' is a set, not a map`);
+    }
+    emitKey(st.key, 0, out, kc, toNet(s, key, st.rhs, kc));
+    out.push({ kind: 'lookup', sreg: 1, dreg: 1, set: s.name, flags: 0 });
+  } else {
+    const desc: MapDataDesc = { kind: 'value', dataType: TYPE_MARK, dataLen: 4, concat: false, byteorder: 1 };
+    const elems = keyedElems(st.rhs.elems, (e) => ({ data: (e.data as Extract<MapData, { d: 'value' }>).parts.map((x) => (x as { hex: string }).hex)[0]! }));
+    let built: NftSet | undefined;
+    const ref = kc.addSet((id) => (built = buildKeyedSet(key, elems, desc, { family: kc.family, table: kc.table }, id, kc.fail)));
+    emitKey(st.key, 0, out, kc, toNet(built!, key, st.rhs, kc));
+    out.push({ kind: 'lookup', sreg: 1, dreg: 1, set: ref.name, setId: ref.setId, flags: 0 });
+  }
+  out.push(st.target === 'ct' ? { kind: 'ct', key: 'mark', sreg: 1 } : { kind: 'meta', key: 'mark', sreg: 1 });
+}
+
 /** The address datatype and whether a port follows, for a map's NAT data. */
 function natData(fam: 'ip' | 'ip6', withPort: boolean): { dataType: number; dataLen: number } {
   const a = fam === 'ip' ? TYPE_IPV4 : TYPE_IPV6;
@@ -666,6 +720,8 @@ export interface KeyedGroup {
   cmp?: Extract<Expr, { kind: 'cmp' }>;
   nat?: NatExpr;
   dynset?: Extract<Expr, { kind: 'dynset' }>;
+  /** `meta/ct mark set` from the generator or the map's result. */
+  markset?: 'meta' | 'ct';
 }
 
 function isLoadExpr(e: Expr | undefined): e is LoadExprT {
@@ -739,6 +795,14 @@ export function groupKeyed(exprs: readonly Expr[], i: number): { g: KeyedGroup; 
   const c = exprs[j];
   if (c?.kind === 'dynset' && c.sregKey === 1 && parts.every((x) => x.k === 'load')) {
     return { g: { parts, dynset: c }, n: j - i + 1 };
+  }
+  const isMarkSet = (x: Expr | undefined): x is Extract<Expr, { kind: 'meta' | 'ct' }> =>
+    (x?.kind === 'meta' || x?.kind === 'ct') && x.key === 'mark' && x.sreg === 1 && x.dreg === undefined;
+  if (isMarkSet(c) && parts.length === 1 && g0?.k === 'gen') {
+    return { g: { parts, markset: c.kind }, n: j - i + 1 };
+  }
+  if (c?.kind === 'lookup' && c.sreg === 1 && c.dreg === 1 && isMarkSet(exprs[j + 1])) {
+    return { g: { parts, lookup: c, markset: (exprs[j + 1] as { kind: 'meta' | 'ct' }).kind }, n: j - i + 2 };
   }
   if (c?.kind === 'lookup' && c.sreg === 1) {
     const single = parts.length === 1 && parts[0]!.k === 'load' && !parts[0]!.hton;
@@ -880,6 +944,10 @@ function spanText(p: PartR, lo: Hex, hi: Hex): string | undefined {
 
 function dataText(e: SetElement, set: NftSet, env: KeyedRenderEnv, fam: 'ip' | 'ip6' | undefined): string | undefined {
   if (set.dataType === DATA_VERDICT) return e.verdict !== undefined ? env.verdictText(e.verdict, e.chain) : undefined;
+  if (set.dataType === TYPE_MARK && e.data !== undefined) {
+    const v = readU32Host(e.data);
+    return v === undefined ? undefined : `0x${v.toString(16).padStart(8, '0')}`;
+  }
   if (e.data === undefined || !fam) return undefined;
   return natTargetText(e.data, fam, set.dataType === natData(fam, true).dataType);
 }
@@ -962,6 +1030,7 @@ export function renderKeyed(g: KeyedGroup, env: KeyedRenderEnv): string | undefi
     if (d.sregData !== undefined || (d.flags ?? 0) !== 0 || (d.op !== 0 && d.op !== 1)) return undefined;
     return `${d.op === 0 ? 'add' : 'update'} @${d.set} { ${key}${d.timeout ? ` timeout ${formatNftTime(d.timeout)}` : ''} }`;
   }
+  if (g.markset && !g.lookup) return `${g.markset} mark set ${key}`;
   if (g.cmp) {
     const v = parts[0]!.value(g.cmp.data);
     return v === undefined ? undefined : `${key} ${g.cmp.op === 'neq' ? '!= ' : ''}${v}`;
@@ -982,6 +1051,8 @@ export function renderKeyed(g: KeyedGroup, env: KeyedRenderEnv): string | undefi
     rhsWord = 'map';
   } else if (l.dreg === 0) {
     rhsWord = 'vmap';
+  } else if (g.markset) {
+    rhsWord = 'map';
   }
   let rhs: string;
   const found = env.sets?.(l.set, l.setId);
@@ -1003,5 +1074,6 @@ export function renderKeyed(g: KeyedGroup, env: KeyedRenderEnv): string | undefi
     const kw = env.family === 'inet' || ports ? ` ${natFam}` : '';
     return `${n.type}${kw} to ${key} map ${rhs}${fl.length ? ' ' + fl.join(',') : ''}`;
   }
+  if (g.markset) return `${g.markset} mark set ${key} map ${rhs}`;
   return rhsWord ? `${key} ${rhsWord} ${rhs}` : `${key}${neq ? ' !=' : ''} ${rhs}`;
 }

@@ -5,10 +5,12 @@
  */
 import { RuleSyntaxError } from '../errors.js';
 import type {
-  At, CounterStmt, Elem, KeyedStmt, MarkSetStmt, MasqStmt, MatchOp, MatchStmt, NatAddr, NatStmt, PortRange,
+  At, CounterStmt, Elem, KeyedStmt, MarkMapStmt, MarkSetStmt, MasqStmt, MatchOp, MatchStmt, NatAddr, NatStmt, PortRange,
   Rhs, RuleAst, Stmt, VerdictStmt,
 } from './ast.js';
-import { parseDynset, parseGenStatement, parseKeyedMatch, parseNatMap, startsNatMap } from './keyed.js';
+import {
+  parseDynset, parseGenStatement, parseKeyedMatch, parseMarkMap, parseNatMap, startsMarkMap, startsNatMap,
+} from './keyed.js';
 import { andHex, prefixMask, readU32Host, u16Be, u32Host, u8 } from './bytes.js';
 import { F, type Field } from './fields.js';
 import { tokenize, type Token } from './lexer.js';
@@ -432,8 +434,9 @@ class Parser {
     }
   }
 
-  parseMarkSet(target: 'meta' | 'ct', at: At): MarkSetStmt {
+  parseMarkSet(target: 'meta' | 'ct', at: At): MarkSetStmt | MarkMapStmt {
     this.next(); // 'set'
+    if (startsMarkMap(this)) return parseMarkMap(this, target, at);
     const t = this.peek();
     const st: MarkSetStmt = { t: 'markset', target, ...at };
     const expected = "a 32-bit value, or 'mark', 'meta mark' or 'ct mark' optionally followed by and/or/xor (&, |, ^) and a value";

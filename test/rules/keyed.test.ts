@@ -43,6 +43,7 @@ const SETUP: Record<Fam, string[]> = {
     'add set ip nfk firewall-allow { type ipv4_addr . inet_proto . inet_service . ipv4_addr; flags interval; }',
     'add set ip nfk mk { type mark . ipv4_addr; flags interval; }',
     'add set ip nfk mki { type mark; flags interval; }',
+    'add map ip nfk markmap { type ipv4_addr : mark; }',
     'add map ip nfk ngi { typeof numgen inc mod 10 : ip daddr; flags interval; }',
   ],
   ip6: [
@@ -144,6 +145,14 @@ export const KEYED: KeyedRule[] = [
   k('ip', 'fwd', 'meta mark @mki accept'),
   k('ip', 'pre', 'dnat to numgen inc mod 10 map @ngi'),
   k('ip', 'pre', 'dnat to numgen inc mod 10 map { 0-5 : 192.168.10.100, 6-9 : 192.168.20.200 }'),
+  // mark set from a generator or a map
+  k('ip', 'fwd', 'meta mark set jhash ip saddr mod 2 seed 0xdead'),
+  k('ip', 'fwd', 'ct mark set numgen inc mod 2'),
+  k('ip', 'fwd', 'ct mark set symhash mod 4 offset 10 accept'),
+  k('ip', 'fwd', 'meta mark set ip saddr map { 10.0.0.1 : 0x00000001, 10.0.0.2 : 0x00000002 }'),
+  k('ip', 'fwd', 'meta mark set numgen random mod 4 map { 0 : 0x00000010, 1-3 : 0x00000020 }'),
+  k('ip', 'fwd', 'meta mark set ip saddr . tcp dport map { 10.0.0.1 . 80 : 0x00000001 }'),
+  k('ip', 'fwd', 'mark set ip saddr map @markmap', { canonical: 'meta mark set ip saddr map @markmap' }),
   // NAT data maps
   k('ip', 'pre', 'dnat to ip daddr map @dm'),
   k('ip', 'pre', 'dnat ip to ip daddr . tcp dport map @dmp'),
@@ -283,6 +292,8 @@ describe('refusals with positions', () => {
     ['add @dyn { tcp dport }', 'ip', 5, '@dyn', /datatype mismatch/],
     ['add @dyn { ip saddr : 1 }', 'ip', 21, ':', /adding to a map from a rule is not supported/],
     ['snat ip to ip saddr map { 10.0.0.1 : 192.168.2.2-192.168.2.4 }', 'ip', 38, '192.168.2.2-192.168.2.4', /address ranges and prefixes as map data are not supported/],
+    ['meta mark set ip saddr map @dm', 'ip', 28, '@dm', /map 'dm' maps to ipv4_addr, not to marks/],
+    ['meta mark set ip saddr counter', 'ip', 24, 'counter', /'map'/],
     ['update @dyn { ip saddr timeout soon }', 'ip', 32, 'soon', /a time such as 10s/],
   ];
   it.each(cases)('%s (%s)', (text, family, col, token, why) => {
