@@ -345,7 +345,11 @@ export function parseDynset(p: KeyedParser): DynsetStmt {
 /** After `meta/ct mark set`: a generator, or a packet field followed by `map`. */
 export function startsMarkMap(p: KeyedParser): boolean {
   const t = p.peek();
-  return t.kind === 'word' && [...GEN_WORDS, 'ip', 'ip6', 'tcp', 'udp', 'th', 'iifname', 'oifname'].includes(t.text);
+  if (t.kind !== 'word') return false;
+  if ([...GEN_WORDS, 'ip', 'ip6', 'tcp', 'udp', 'th', 'iifname', 'oifname'].includes(t.text)) return true;
+  // a mark as the key (`ct mark set meta mark map { … }`), not as the value (`ct mark set meta mark`)
+  const after = t.text === 'mark' ? p.peek(1) : (t.text === 'meta' || t.text === 'ct') && p.isWord(p.peek(1), 'mark') ? p.peek(2) : undefined;
+  return after !== undefined && p.isWord(after, 'map', '.');
 }
 
 export function parseMarkMap(p: KeyedParser, target: 'meta' | 'ct', start: At): MarkMapStmt {
@@ -926,6 +930,8 @@ function spanText(p: PartR, lo: Hex, hi: Hex): string | undefined {
     const a = p.value(lo), b = p.value(hi);
     return a === undefined || b === undefined ? undefined : `${a}-${b}`;
   }
+  // only the spans the language reads back (marks, protocols, … take single values)
+  if (!['ipv4', 'ipv6', 'port', 'ifname'].includes(f.type)) return undefined;
   if (f.type === 'ipv4' || f.type === 'ipv6') {
     const pl = prefixOf(lo, hi);
     const a = p.value(lo), b = p.value(hi);

@@ -148,6 +148,10 @@ export const KEYED: KeyedRule[] = [
   // mark set from a generator or a map
   k('ip', 'fwd', 'meta mark set jhash ip saddr mod 2 seed 0xdead'),
   k('ip', 'fwd', 'ct mark set numgen inc mod 2'),
+  k('ip', 'fwd', 'ct mark set mark map { 1 : 10, 2 : 20, 3 : 30 }',
+    { canonical: 'ct mark set meta mark map { 0x00000001 : 0x0000000a, 0x00000002 : 0x00000014, 0x00000003 : 0x0000001e }' }),
+  k('ip', 'fwd', 'ct mark set meta mark . ip saddr map { 0x00000001 . 10.0.0.1 : 0x00000002 }'),
+  k('ip', 'fwd', 'ct mark set meta mark'),
   k('ip', 'fwd', 'ct mark set symhash mod 4 offset 10 accept'),
   k('ip', 'fwd', 'meta mark set ip saddr map { 10.0.0.1 : 0x00000001, 10.0.0.2 : 0x00000002 }'),
   k('ip', 'fwd', 'meta mark set numgen random mod 4 map { 0 : 0x00000010, 1-3 : 0x00000020 }'),
