@@ -192,7 +192,8 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
     }
     let natFamily: Family | undefined;
     if (st.t === 'nat' || st.t === 'masq' || st.t === 'redir') {
-      if (st.port && !(typeof l4 === 'number' && TRANSPORT_PROTOCOLS.has(l4))) {
+      // (a set of protocols, `meta l4proto { tcp, udp }`, is transport context to nft too)
+      if (st.port && !(l4 === 'set' || (typeof l4 === 'number' && TRANSPORT_PROTOCOLS.has(l4)))) {
         fail(st.port, 'a transport protocol match before it (e.g. tcp dport 80, or meta l4proto tcp)',
           'transport protocol mapping is only valid after transport protocol match');
       }
