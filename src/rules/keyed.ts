@@ -353,7 +353,6 @@ export function startsMarkMap(p: KeyedParser): boolean {
 }
 
 export function parseMarkMap(p: KeyedParser, target: 'meta' | 'ct', start: At): MarkMapStmt {
-  const t = p.peek();
   const key = parseConcat(p, parsePart(p, false), false);
   const st: MarkMapStmt = { t: 'markmap', target, key, ...start };
   const gen = key.length === 1 && key[0]!.p === 'gen';
@@ -363,7 +362,6 @@ export function parseMarkMap(p: KeyedParser, target: 'meta' | 'ct', start: At): 
   if (r.kind === 'punct' && r.text === '{') st.rhs = parseAnon(p, key, 'mark');
   else if (r.kind === 'word' && r.text.startsWith('@')) st.rhs = parseNamed(p);
   else p.fail(r, "'{' starting the map's elements, or @name of a map");
-  void t;
   return st;
 }
 
@@ -497,10 +495,6 @@ function emitKey(parts: readonly KeyPart[], w0: number, out: Expr[], kc: KeyedCo
     if (h) out.push({ kind: 'byteorder', sreg: dreg, dreg, op: 'hton', len: h.len, size: h.size });
     w += 1;
   }
-}
-
-function keyText(parts: readonly KeyPart[]): string {
-  return parts.map((p) => p.raw).join(' . ');
 }
 
 function namedSet(rhs: Extract<SetRhs, { k: 'named' }>, kc: KeyedContext): NftSet {
@@ -709,7 +703,6 @@ export function linearizeNatMap(st: NatStmt, fam: 'ip' | 'ip6', out: Expr[], kc:
   out.push(e);
 }
 
-export { keyText };
 
 // ---- rendering ---------------------------------------------------------------------------
 
