@@ -79,6 +79,14 @@ export interface MarkSetStmt extends At {
   operand?: number;
 }
 
+export type Stmt = MatchStmt | CounterStmt | VerdictStmt | NatStmt | MasqStmt | MarkSetStmt | KeyedStmt | DynsetStmt
+  | MarkMapStmt;
+
+export interface RuleAst {
+  stmts: Stmt[];
+  comment?: string;
+}
+
 // ---- keys, set references and maps (src/rules/keyed.ts) ---------------------
 
 /** A key that is not a packet field: a number generator or a hash, a 32-bit integer in host order. */
@@ -146,12 +154,4 @@ export interface MarkMapStmt extends At {
   key: KeyPart[];
   /** Absent: the generator's value itself. */
   rhs?: Extract<SetRhs, { k: 'named' | 'anon' }>;
-}
-
-export type Stmt = MatchStmt | CounterStmt | VerdictStmt | NatStmt | MasqStmt | MarkSetStmt | KeyedStmt | DynsetStmt
-  | MarkMapStmt;
-
-export interface RuleAst {
-  stmts: Stmt[];
-  comment?: string;
 }
