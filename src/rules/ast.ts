@@ -134,6 +134,8 @@ export interface KeyedStmt extends At {
 export interface NatMap extends At {
   key: KeyPart[];
   rhs: Extract<SetRhs, { k: 'named' | 'anon' }>;
+  /** Set by the compiler's evaluation: a transport protocol is known here, so ports may be mapped. */
+  l4Known?: boolean;
 }
 
 /** `add @set { KEY [timeout T] }` / `update @set { … }`: the packet path adds the key to a named set. */

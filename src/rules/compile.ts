@@ -21,7 +21,7 @@ import { commentUserdata } from './udata.js';
 import { compiledSetResolver } from './compare.js';
 import { TRANSPORT_PROTOCOLS } from './values.js';
 import {
-  keyFields, linearizeDynset, linearizeKeyed, linearizeMarkMap, linearizeNatMap, natMapHasPorts, type KeyedContext,
+  keyFields, linearizeDynset, linearizeKeyed, linearizeMarkMap, linearizeNatMap, type KeyedContext,
 } from './keyed.js';
 import type { KeyPart } from './ast.js';
 
@@ -76,7 +76,7 @@ function compileAst(text: string, ast: RuleAst, ctx: CompileContext): CompiledRu
     throw new RuleSyntaxError(text, at.col, at.raw, expected, reason);
   };
   const family = ctx.family;
-  const list = evaluate(ast, family, fail, ctx);
+  const list = evaluate(ast, family, fail);
   mergePayloads(list, fail);
 
   const exprs: Expr[] = [];
@@ -124,8 +124,7 @@ export { compiledSetResolver };
 
 // ---- evaluation: protocol context and dependencies ------------------------
 
-function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: string) => never,
-  ctx: CompileContext): (EStmt | null)[] {
+function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: string) => never): (EStmt | null)[] {
   const out: (EStmt | null)[] = [];
   let l3: 'ip' | 'ip6' | 'other' | undefined = family === 'ip' ? 'ip' : family === 'ip6' ? 'ip6' : undefined;
   let l4: number | 'set' | undefined;
@@ -191,7 +190,7 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
     }
     let natFamily: Family | undefined;
     if (st.t === 'nat' || st.t === 'masq' || st.t === 'redir') {
-      if (st.port && !((typeof l4 === 'number' && TRANSPORT_PROTOCOLS.has(l4)) || l4 === 'set')) {
+      if (st.port && !(typeof l4 === 'number' && TRANSPORT_PROTOCOLS.has(l4))) {
         fail(st.port, 'a transport protocol match before it (e.g. tcp dport 80, or meta l4proto tcp)',
           'transport protocol mapping is only valid after transport protocol match');
       }
@@ -223,12 +222,9 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
           keyDeps(st.map.key, family, c, out, fail);
           l3 = c.l3;
           l4 = c.l4;
-          // (nft takes a set of protocols, `meta l4proto { tcp, udp }`, as transport context here)
-          if (natMapHasPorts(st.map, fam as 'ip' | 'ip6', ctx.sets, ctx.table, fail)
-            && !(l4 === 'set' || (typeof l4 === 'number' && TRANSPORT_PROTOCOLS.has(l4)))) {
-            fail(st.map.rhs, 'a transport protocol match before it or in the key (e.g. ip daddr . tcp dport)',
-              'transport protocol mapping is only valid after transport protocol match');
-          }
+          // whether ports may be mapped (checked with the map's data when it is linearized); nft takes
+          // a set of protocols, `meta l4proto { tcp, udp }`, as transport context here
+          st.map.l4Known = l4 === 'set' || (typeof l4 === 'number' && TRANSPORT_PROTOCOLS.has(l4));
           natFamily = fam;
         } else {
           natFamily = explicit ?? family;
