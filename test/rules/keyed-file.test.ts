@@ -14,6 +14,60 @@ import { tempDir } from '../helpers/tmp.js';
 
 const dir = tempDir('keyed-file');
 
+/** kube-proxy's nftables shapes with named sets and maps (the sets branch keeps their definitions). */
+const KUBE_PROXY = `table ip kube-proxy {
+	set cluster-ips {
+		type ipv4_addr
+		elements = { 10.96.0.1, 10.96.0.10 }
+	}
+	set firewall-allow {
+		type ipv4_addr . inet_proto . inet_service . ipv4_addr
+		flags interval
+		elements = { 10.96.0.1 . tcp . 443 . 10.0.0.0/8 }
+	}
+	map service-ips {
+		type ipv4_addr . inet_proto . inet_service : verdict
+		elements = { 10.96.0.1 . tcp . 443 : goto service-a, 10.96.0.10 . udp . 53 : goto service-b }
+	}
+	map service-nodeports {
+		type inet_proto . inet_service : verdict
+		elements = { tcp . 30080 : goto service-a }
+	}
+	set seen {
+		type ipv4_addr
+		size 65535
+		flags dynamic,timeout
+		timeout 1m
+	}
+	chain services {
+		ip daddr . meta l4proto . th dport vmap @service-ips
+		fib daddr type local meta l4proto . th dport vmap @service-nodeports
+	}
+	chain nat-prerouting {
+		type nat hook prerouting priority dstnat; policy accept;
+		jump services
+	}
+	chain filter-fw {
+		type filter hook forward priority filter; policy accept;
+		ip daddr @cluster-ips ip daddr . meta l4proto . th dport . ip saddr != @firewall-allow drop
+		update @seen { ip saddr timeout 30s }
+	}
+	chain service-a {
+		numgen random mod 2 vmap { 0 : goto endpoint-1, 1 : goto endpoint-2 }
+	}
+	chain service-b {
+		jhash ip saddr mod 2 vmap { 0 : goto endpoint-1, 1 : goto endpoint-2 }
+	}
+	chain endpoint-1 {
+		ip saddr 10.244.1.5 meta mark set meta mark | 0x00004000
+		meta l4proto tcp dnat to 10.244.1.5:8443
+	}
+	chain endpoint-2 {
+		meta l4proto tcp dnat to 10.244.2.5:8443
+	}
+}
+`;
+
 const FILE: Record<'ip' | 'inet', string> = {
   ip: `table ip lb {
 	chain pre {
@@ -92,6 +146,24 @@ describe('sets and maps in rules, kept by nfkeeper with nft as the oracle', () =
       }, 'keyed-a');
     });
   }
+
+  it('a kube-proxy-like table with named sets and maps: nfkeeper installs what nft installs, and each is in sync', async () => {
+    const file = join(dir, 'kube-proxy.nft');
+    writeFileSync(file, KUBE_PROXY);
+    await withNetns(async (a) => {
+      a.nft(KUBE_PROXY);
+      await withNetns(async (b) => {
+        const apply = await cli('apply', '--config', file, '--netns', b.path);
+        expect(apply.code, apply.err).toBe(0);
+        expect(b.exec('nft', ['list', 'table', 'ip', 'kube-proxy'])).toBe(a.exec('nft', ['list', 'table', 'ip', 'kube-proxy']));
+        expect(netlinkDump(b, 'ip', 'kube-proxy')).toBe(netlinkDump(a, 'ip', 'kube-proxy'));
+        for (const ns of [a, b]) {
+          const check = await cli('check', '--config', file, '--netns', ns.path);
+          expect(check.code, check.out).toBe(0);
+        }
+      }, 'keyed-kp-b');
+    }, 'keyed-kp-a');
+  });
 
   it('a foreign deletion of a vmap rule is drift to check and is repaired by apply', async () => {
     const file = join(dir, 'repair.nft');
