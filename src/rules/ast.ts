@@ -79,6 +79,14 @@ export interface MarkSetStmt extends At {
   operand?: number;
 }
 
+export type Stmt = MatchStmt | CounterStmt | VerdictStmt | NatStmt | MasqStmt | MarkSetStmt | KeyedStmt | DynsetStmt
+  | MarkMapStmt;
+
+export interface RuleAst {
+  stmts: Stmt[];
+  comment?: string;
+}
+
 // ---- keys, set references and maps (src/rules/keyed.ts) ---------------------
 
 /** A key that is not a packet field: a number generator or a hash, a 32-bit integer in host order. */
@@ -126,6 +134,8 @@ export interface KeyedStmt extends At {
 export interface NatMap extends At {
   key: KeyPart[];
   rhs: Extract<SetRhs, { k: 'named' | 'anon' }>;
+  /** Set by the compiler's evaluation: a transport protocol is known here, so ports may be mapped. */
+  l4Known?: boolean;
 }
 
 /** `add @set { KEY [timeout T] }` / `update @set { … }`: the packet path adds the key to a named set. */
@@ -139,9 +149,11 @@ export interface DynsetStmt extends At {
   timeoutAt?: At;
 }
 
-export type Stmt = MatchStmt | CounterStmt | VerdictStmt | NatStmt | MasqStmt | MarkSetStmt | KeyedStmt | DynsetStmt;
-
-export interface RuleAst {
-  stmts: Stmt[];
-  comment?: string;
+/** `meta/ct mark set numgen …|jhash …|symhash …` or `… set KEY map { k : mark, … } | map @m`. */
+export interface MarkMapStmt extends At {
+  t: 'markmap';
+  target: 'meta' | 'ct';
+  key: KeyPart[];
+  /** Absent: the generator's value itself. */
+  rhs?: Extract<SetRhs, { k: 'named' | 'anon' }>;
 }

@@ -71,9 +71,9 @@ function normalize(e: Expr, sets: SetResolver | undefined): unknown {
       if (e.regProtoMin !== undefined) flags |= NAT_RANGE.PROTO_SPECIFIED;
       return { ...e, flags: flags || undefined, regProtoMax: e.regProtoMax ?? e.regProtoMin };
     }
-    case 'bitwise': return { ...e, op: e.op ?? 'bool' };
     // the kernel dumps a dynset's timeout and flags as 0 when none were sent
     case 'dynset': return { ...e, timeout: e.timeout || undefined, flags: e.flags || undefined, setId: undefined };
+    case 'bitwise': return { ...e, op: e.op ?? 'bool' };
     default: return e;
   }
 }

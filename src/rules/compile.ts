@@ -17,10 +17,13 @@ import { F, NFPROTO_IPV4, NFPROTO_IPV6, mergedPorts, type Field } from './fields
 import { parseRule } from './parser.js';
 import { renderRule, type InterfaceResolver } from './render.js';
 import { buildAnonymousSet } from './sets.js';
-import { keyFields, linearizeDynset, linearizeKeyed, linearizeNatMap, natMapHasPorts, type KeyedContext } from './keyed.js';
 import { commentUserdata } from './udata.js';
 import { compiledSetResolver } from './compare.js';
 import { TRANSPORT_PROTOCOLS } from './values.js';
+import {
+  keyFields, linearizeDynset, linearizeKeyed, linearizeMarkMap, linearizeNatMap, type KeyedContext,
+} from './keyed.js';
+import type { KeyPart } from './ast.js';
 
 export interface CompileContext {
   family: Family;
@@ -73,7 +76,7 @@ function compileAst(text: string, ast: RuleAst, ctx: CompileContext): CompiledRu
     throw new RuleSyntaxError(text, at.col, at.raw, expected, reason);
   };
   const family = ctx.family;
-  const list = evaluate(ast, family, fail, ctx);
+  const list = evaluate(ast, family, fail);
   mergePayloads(list, fail);
 
   const exprs: Expr[] = [];
@@ -95,6 +98,8 @@ function compileAst(text: string, ast: RuleAst, ctx: CompileContext): CompiledRu
       linearizeKeyed(s.stmt, exprs, kc);
     } else if (s.t === 'other' && s.stmt.t === 'dynset') {
       linearizeDynset(s.stmt, exprs, kc);
+    } else if (s.t === 'other' && s.stmt.t === 'markmap') {
+      linearizeMarkMap(s.stmt, exprs, kc);
     } else if (s.t === 'other' && s.stmt.t === 'nat' && s.stmt.map) {
       linearizeNatMap(s.stmt, s.natFamily as 'ip' | 'ip6', exprs, kc);
     } else if (s.t === 'rel') {
@@ -119,8 +124,7 @@ export { compiledSetResolver };
 
 // ---- evaluation: protocol context and dependencies ------------------------
 
-function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: string) => never,
-  ctx: CompileContext): (EStmt | null)[] {
+function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: string) => never): (EStmt | null)[] {
   const out: (EStmt | null)[] = [];
   let l3: 'ip' | 'ip6' | 'other' | undefined = family === 'ip' ? 'ip' : family === 'ip6' ? 'ip6' : undefined;
   let l4: number | 'set' | undefined;
@@ -130,42 +134,37 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
     t: 'rel', field, op: 'eq', rhs: { k: 'value', hex: u8(value), col: at.col, raw: at.raw }, at,
   });
 
-  /** The protocol dependencies a field needs before it, inserted as nft does, refusing conflicts. */
-  const need = (f: Field, st: At): void => {
-    if (f === F.nfproto && family !== 'inet') {
-      fail(st, 'a match that makes sense in this family', 'meta nfproto is only useful in the inet family');
-    }
-    if (f.l3) {
-      if (family === 'inet') {
-        if (l3 === undefined) {
-          out.push(dep(F.nfproto, f.l3 === 'ip' ? NFPROTO_IPV4 : NFPROTO_IPV6, st));
-          l3 = f.l3;
-        } else if (l3 !== f.l3) {
-          fail(st, `a match consistent with the network protocol given earlier (${l3 === 'other' ? 'meta nfproto' : l3})`,
-            `conflicting protocols specified: ${l3 === 'other' ? 'unknown' : l3} vs. ${f.l3}`);
-        }
-      } else if (l3 !== f.l3) {
-        fail(st, `a match for ${l3} in this ${family} table`, `conflicting protocols specified: ${l3} vs. ${f.l3}`);
-      }
-    }
-    if (f.l4 !== undefined) {
-      if (l4 === undefined) {
-        out.push(dep(F.l4proto, f.l4, st));
-        l4 = f.l4;
-      } else if (l4 !== f.l4) {
-        fail(st, `a match consistent with the transport protocol given earlier (${l4Name(l4)})`,
-          `conflicting protocols specified: ${l4Name(l4)} vs. ${l4Name(f.l4)}`);
-      }
-    }
-  };
-
   for (const st of ast.stmts) {
     if (terminal) {
       fail(st, `nothing after '${terminal.raw}' but comment "…"`, 'statement after terminal statement has no effect');
     }
     if (st.t === 'match') {
       const f = st.field;
-      need(f, st);
+      if (f === F.nfproto && family !== 'inet') {
+        fail(st, 'a match that makes sense in this family', 'meta nfproto is only useful in the inet family');
+      }
+      if (f.l3) {
+        if (family === 'inet') {
+          if (l3 === undefined) {
+            out.push(dep(F.nfproto, f.l3 === 'ip' ? NFPROTO_IPV4 : NFPROTO_IPV6, st));
+            l3 = f.l3;
+          } else if (l3 !== f.l3) {
+            fail(st, `a match consistent with the network protocol given earlier (${l3 === 'other' ? 'meta nfproto' : l3})`,
+              `conflicting protocols specified: ${l3 === 'other' ? 'unknown' : l3} vs. ${f.l3}`);
+          }
+        } else if (l3 !== f.l3) {
+          fail(st, `a match for ${l3} in this ${family} table`, `conflicting protocols specified: ${l3} vs. ${f.l3}`);
+        }
+      }
+      if (f.l4 !== undefined) {
+        if (l4 === undefined) {
+          out.push(dep(F.l4proto, f.l4, st));
+          l4 = f.l4;
+        } else if (l4 !== f.l4) {
+          fail(st, `a match consistent with the transport protocol given earlier (${l4Name(l4)})`,
+            `conflicting protocols specified: ${l4Name(l4)} vs. ${l4Name(f.l4)}`);
+        }
+      }
       const rel: Rel = { t: 'rel', field: f, op: st.op, rhs: st.rhs, at: st };
       if (st.mask !== undefined) rel.mask = st.mask;
       out.push(rel);
@@ -180,9 +179,12 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
       }
       continue;
     }
-    if (st.t === 'keyed' || st.t === 'dynset') {
+    if (st.t === 'keyed' || st.t === 'dynset' || st.t === 'markmap') {
       // A vmap is not terminal: a key that is in no element continues with the next statement.
-      for (const k of keyFields(st.key)) need(k.field, k.at);
+      const c = { l3, l4 };
+      keyDeps(st.key, family, c, out, fail);
+      l3 = c.l3;
+      l4 = c.l4;
       out.push({ t: 'other', stmt: st });
       continue;
     }
@@ -216,13 +218,13 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
           if (!fam) {
             fail(st, `'${st.type} ip to' or '${st.type} ip6 to'`, 'ip or ip6 must be specified with address for inet tables');
           }
-          for (const k of keyFields(st.map.key)) need(k.field, k.at);
-          // (nft takes a set of protocols, `meta l4proto { tcp, udp }`, as transport context here)
-          if (natMapHasPorts(st.map, fam as 'ip' | 'ip6', ctx.sets, ctx.table, fail)
-            && !(l4 === 'set' || (typeof l4 === 'number' && TRANSPORT_PROTOCOLS.has(l4)))) {
-            fail(st.map.rhs, 'a transport protocol match before it or in the key (e.g. ip daddr . tcp dport)',
-              'transport protocol mapping is only valid after transport protocol match');
-          }
+          const c = { l3, l4 };
+          keyDeps(st.map.key, family, c, out, fail);
+          l3 = c.l3;
+          l4 = c.l4;
+          // whether ports may be mapped (checked with the map's data when it is linearized); nft takes
+          // a set of protocols, `meta l4proto { tcp, udp }`, as transport context here
+          st.map.l4Known = l4 === 'set' || (typeof l4 === 'number' && TRANSPORT_PROTOCOLS.has(l4));
           natFamily = fam;
         } else {
           natFamily = explicit ?? family;
@@ -235,6 +237,45 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
     out.push(natFamily ? { t: 'other', stmt: st, natFamily } : { t: 'other', stmt: st });
   }
   return out;
+}
+
+/**
+ * The protocol dependencies of a key's fields (a concatenation's parts, a jhash's inputs), inserted
+ * before the statement as nft does for each part in order, refusing conflicts; the same rules as
+ * for a match's field.
+ */
+function keyDeps(key: readonly KeyPart[], family: Family, c: { l3: 'ip' | 'ip6' | 'other' | undefined; l4: number | 'set' | undefined },
+  out: (EStmt | null)[], fail: (at: At, e: string, r: string) => never): void {
+  const dep = (field: Field, value: number, at: At): Rel => ({
+    t: 'rel', field, op: 'eq', rhs: { k: 'value', hex: u8(value), col: at.col, raw: at.raw }, at,
+  });
+  for (const { field: f, at: st } of keyFields(key)) {
+    if (f === F.nfproto && family !== 'inet') {
+      fail(st, 'a match that makes sense in this family', 'meta nfproto is only useful in the inet family');
+    }
+    if (f.l3) {
+      if (family === 'inet') {
+        if (c.l3 === undefined) {
+          out.push(dep(F.nfproto, f.l3 === 'ip' ? NFPROTO_IPV4 : NFPROTO_IPV6, st));
+          c.l3 = f.l3;
+        } else if (c.l3 !== f.l3) {
+          fail(st, `a key part consistent with the network protocol given earlier (${c.l3 === 'other' ? 'meta nfproto' : c.l3})`,
+            `conflicting protocols specified: ${c.l3 === 'other' ? 'unknown' : c.l3} vs. ${f.l3}`);
+        }
+      } else if (c.l3 !== f.l3) {
+        fail(st, `a key part for ${c.l3} in this ${family} table`, `conflicting protocols specified: ${c.l3} vs. ${f.l3}`);
+      }
+    }
+    if (f.l4 !== undefined) {
+      if (c.l4 === undefined) {
+        out.push(dep(F.l4proto, f.l4, st));
+        c.l4 = f.l4;
+      } else if (c.l4 !== f.l4) {
+        fail(st, `a key part consistent with the transport protocol given earlier (${l4Name(c.l4)})`,
+          `conflicting protocols specified: ${l4Name(c.l4)} vs. ${l4Name(f.l4)}`);
+      }
+    }
+  }
 }
 
 // ---- nft's payload_try_merge (nft 1.0.6 src/rule.c) ------------------------

@@ -11,7 +11,7 @@ import type { Expr, Family, Hex, LookupExpr, NatExpr } from '../netlink/expr.js'
 import { NAT_RANGE } from '../netlink/expr.js';
 import { SET_F, type NftSet, type SetElement } from '../netlink/objects.js';
 import type {
-  At, DynsetStmt, Elem, Gen, KeyedStmt, KeyElem, KeyPart, MapData, MapVerdict, MatchOp, NatMap, NatStmt, SetRhs,
+  At, DynsetStmt, Elem, Gen, KeyedStmt, MarkMapStmt, KeyElem, KeyPart, MapData, MapVerdict, MatchOp, NatMap, NatStmt, SetRhs,
 } from './ast.js';
 import { hostValue, hexToBig, bigToHex, u16Be, u32Host, readU32Host } from './bytes.js';
 import type { Field } from './fields.js';
@@ -116,16 +116,30 @@ function parseNamed(p: KeyedParser): Extract<SetRhs, { k: 'named' }> {
 function parsePartValue(p: KeyedParser, part: KeyPart, key: KeyPart[]): Elem {
   if (part.p === 'field') return p.parseElem(part.field, false);
   const t = p.peek();
+  const m = t.kind === 'word' ? /^([^-]+)-([^-]+)$/.exec(t.text) : null;
+  if (m && key.length === 1) {
+    const lo = parseInteger(m[1]!, 0xffffffff), hi = parseInteger(m[2]!, 0xffffffff);
+    if (lo === undefined || hi === undefined) p.fail(t, `a number or a range such as 0-5 for ${part.raw}`);
+    if (lo! > hi!) p.fail(t, 'a range whose start is not above its end', 'empty range');
+    p.next();
+    return { k: 'range', lo: u32Host(lo!), hi: u32Host(hi!), ...at(t) };
+  }
   const v = t.kind === 'word' ? parseInteger(t.text, 0xffffffff) : undefined;
-  if (v === undefined) p.fail(t, `a number for ${part.raw}${key.length > 1 ? '' : ''}`);
+  if (v === undefined) p.fail(t, `a number for ${part.raw}`);
   p.next();
   return { k: 'value', hex: u32Host(v!), ...at(t) };
 }
 
-type DataKind = 'verdict' | 'nat' | undefined;
+type DataKind = 'verdict' | 'nat' | 'mark' | undefined;
 
-function parseData(p: KeyedParser, kind: 'verdict' | 'nat'): MapData {
+function parseData(p: KeyedParser, kind: 'verdict' | 'nat' | 'mark'): MapData {
   const t = p.peek();
+  if (kind === 'mark') {
+    const v = t.kind === 'word' ? parseInteger(t.text, 0xffffffff) : undefined;
+    if (v === undefined) p.fail(t, 'a 32-bit mark such as 0x4000');
+    p.next();
+    return { d: 'value', parts: [{ k: 'value', hex: u32Host(v!), ...at(t) }], ...at(t) };
+  }
   if (kind === 'verdict') {
     if (!p.isWord(t, 'accept', 'drop', 'return', 'continue', 'jump', 'goto')) {
       p.fail(t, 'a verdict: accept, drop, return, continue, jump CHAIN or goto CHAIN');
@@ -328,6 +342,29 @@ export function parseDynset(p: KeyedParser): DynsetStmt {
   return st;
 }
 
+/** After `meta/ct mark set`: a generator, or a packet field followed by `map`. */
+export function startsMarkMap(p: KeyedParser): boolean {
+  const t = p.peek();
+  if (t.kind !== 'word') return false;
+  if ([...GEN_WORDS, 'ip', 'ip6', 'tcp', 'udp', 'th', 'iifname', 'oifname'].includes(t.text)) return true;
+  // a mark as the key (`ct mark set meta mark map { … }`), not as the value (`ct mark set meta mark`)
+  const after = t.text === 'mark' ? p.peek(1) : (t.text === 'meta' || t.text === 'ct') && p.isWord(p.peek(1), 'mark') ? p.peek(2) : undefined;
+  return after !== undefined && p.isWord(after, 'map', '.');
+}
+
+export function parseMarkMap(p: KeyedParser, target: 'meta' | 'ct', start: At): MarkMapStmt {
+  const key = parseConcat(p, parsePart(p, false), false);
+  const st: MarkMapStmt = { t: 'markmap', target, key, ...start };
+  const gen = key.length === 1 && key[0]!.p === 'gen';
+  if (gen && !p.isWord(p.peek(), 'map')) return st;
+  p.expectWord("'map' and @name or { key : mark, … }" + (gen ? '' : ` (a field alone cannot set the ${target} mark)`), 'map');
+  const r = p.peek();
+  if (r.kind === 'punct' && r.text === '{') st.rhs = parseAnon(p, key, 'mark');
+  else if (r.kind === 'word' && r.text.startsWith('@')) st.rhs = parseNamed(p);
+  else p.fail(r, "'{' starting the map's elements, or @name of a map");
+  return st;
+}
+
 // ---- types -----------------------------------------------------------------------------
 
 /** nft datatype ids used here. */
@@ -369,7 +406,7 @@ function partDesc(part: KeyPart, fail: Fail): KeyPartDesc {
       ? tlv(0, u32Host(EXPR_NUMGEN)) + tlv(1, tlv(0, u32Host(g.mode === 'inc' ? 0 : 1)) + tlv(1, u32Host(g.mod))
         + tlv(2, u32Host(g.offset ?? 0)))
       : undefined;
-    return { keyType: TYPE_INTEGER, len: 4, byteorder: 1, ...(typeofTlvs ? { typeofTlvs } : {}) };
+    return { keyType: TYPE_INTEGER, len: 4, byteorder: 1, hostInt: true, hton: { len: 4, size: 4 }, ...(typeofTlvs ? { typeofTlvs } : {}) };
   }
   const f = part.field;
   if (!f.set) return fail(part, KEY_PART, `${f.name} cannot be a set or map key`);
@@ -454,12 +491,10 @@ function emitKey(parts: readonly KeyPart[], w0: number, out: Expr[], kc: KeyedCo
       if (g.offset) e.offset = g.offset;
       out.push(e);
     }
+    const h = toNet?.parts[i]?.hton;
+    if (h) out.push({ kind: 'byteorder', sreg: dreg, dreg, op: 'hton', len: h.len, size: h.size });
     w += 1;
   }
-}
-
-function keyText(parts: readonly KeyPart[]): string {
-  return parts.map((p) => p.raw).join(' . ');
 }
 
 function namedSet(rhs: Extract<SetRhs, { k: 'named' }>, kc: KeyedContext): NftSet {
@@ -471,13 +506,13 @@ function namedSet(rhs: Extract<SetRhs, { k: 'named' }>, kc: KeyedContext): NftSe
   return s;
 }
 
-/** The key when `s` is a concatenated interval set (its host-order parts are converted), else undefined. */
+/** The key when `s` is an interval set (its host-order integer parts are converted), else undefined. */
 function toNet(s: NftSet, key: KeyDesc, rhs: At, kc: KeyedContext): KeyDesc | undefined {
-  if (!key.concat || !(s.flags & SET_F.INTERVAL)) return undefined;
+  if (!(s.flags & SET_F.INTERVAL)) return undefined;
   const bad = key.parts.findIndex((p) => p.hostInt && !p.hton);
   if (bad >= 0) {
     kc.fail(rhs, 'a set without the interval flag, or no host-order part in the key',
-      `concatenated interval sets with a host byte order part (part ${bad + 1}) are not supported`);
+      `interval sets keyed by a host byte order part (part ${bad + 1}) are not supported`);
   }
   return key;
 }
@@ -565,6 +600,33 @@ export function linearizeDynset(st: DynsetStmt, out: Expr[], kc: KeyedContext): 
   out.push(e);
 }
 
+const TYPE_MARK = 19;
+
+/** `meta/ct mark set GEN` or `… set KEY map …`: the value (or the map's result) into register 1, then the set. */
+export function linearizeMarkMap(st: MarkMapStmt, out: Expr[], kc: KeyedContext): void {
+  const key = keyOf(st.key, kc.fail);
+  if (!st.rhs) {
+    emitKey(st.key, 0, out, kc);
+  } else if (st.rhs.k === 'named') {
+    const s = namedSet(st.rhs, kc);
+    checkKey(s, key, st.rhs, kc);
+    if (!(s.flags & SET_F.MAP) || s.dataType !== TYPE_MARK) {
+      kc.fail(st.rhs, 'a map to mark (type … : mark)', s.flags & SET_F.MAP
+        ? `map '${s.name}' maps to ${typeName(s.dataType ?? 0, 1)}, not to marks` : `'${s.name}' is a set, not a map`);
+    }
+    emitKey(st.key, 0, out, kc, toNet(s, key, st.rhs, kc));
+    out.push({ kind: 'lookup', sreg: 1, dreg: 1, set: s.name, flags: 0 });
+  } else {
+    const desc: MapDataDesc = { kind: 'value', dataType: TYPE_MARK, dataLen: 4, concat: false, byteorder: 1 };
+    const elems = keyedElems(st.rhs.elems, (e) => ({ data: (e.data as Extract<MapData, { d: 'value' }>).parts.map((x) => (x as { hex: string }).hex)[0]! }));
+    let built: NftSet | undefined;
+    const ref = kc.addSet((id) => (built = buildKeyedSet(key, elems, desc, { family: kc.family, table: kc.table }, id, kc.fail)));
+    emitKey(st.key, 0, out, kc, toNet(built!, key, st.rhs, kc));
+    out.push({ kind: 'lookup', sreg: 1, dreg: 1, set: ref.name, setId: ref.setId, flags: 0 });
+  }
+  out.push(st.target === 'ct' ? { kind: 'ct', key: 'mark', sreg: 1 } : { kind: 'meta', key: 'mark', sreg: 1 });
+}
+
 /** The address datatype and whether a port follows, for a map's NAT data. */
 function natData(fam: 'ip' | 'ip6', withPort: boolean): { dataType: number; dataLen: number } {
   const a = fam === 'ip' ? TYPE_IPV4 : TYPE_IPV6;
@@ -610,6 +672,10 @@ export function linearizeNatMap(st: NatStmt, fam: 'ip' | 'ip6', out: Expr[], kc:
   const map = st.map!;
   const key = keyOf(map.key, kc.fail);
   const ports = natMapHasPorts(map, fam, kc.sets, kc.table, kc.fail);
+  if (ports && !map.l4Known) {
+    kc.fail(map.rhs, 'a transport protocol match before it or in the key (e.g. ip daddr . tcp dport)',
+      'transport protocol mapping is only valid after transport protocol match');
+  }
   let lookup: LookupExpr;
   if (map.rhs.k === 'named') {
     const s = namedSet(map.rhs, kc);
@@ -641,7 +707,6 @@ export function linearizeNatMap(st: NatStmt, fam: 'ip' | 'ip6', out: Expr[], kc:
   out.push(e);
 }
 
-export { keyText };
 
 // ---- rendering ---------------------------------------------------------------------------
 
@@ -650,11 +715,14 @@ type LoadExprT = Extract<Expr, { kind: 'payload' | 'meta' | 'ct' | 'fib' }>;
 /** A key as the kernel holds it: loads (or a generator) then a lookup, a compare, or a NAT map. */
 export interface KeyedGroup {
   /** Per key part: a load, or a generator (a jhash with its input loads). */
-  parts: ({ k: 'load'; load: LoadExprT; hton?: boolean } | { k: 'gen'; e: Extract<Expr, { kind: 'numgen' | 'hash' }>; of: LoadExprT[] })[];
+  parts: ({ k: 'load'; load: LoadExprT; hton?: boolean }
+    | { k: 'gen'; e: Extract<Expr, { kind: 'numgen' | 'hash' }>; of: LoadExprT[]; hton?: boolean })[];
   lookup?: LookupExpr;
   cmp?: Extract<Expr, { kind: 'cmp' }>;
   nat?: NatExpr;
   dynset?: Extract<Expr, { kind: 'dynset' }>;
+  /** `meta/ct mark set` from the generator or the map's result. */
+  markset?: 'meta' | 'ct';
 }
 
 function isLoadExpr(e: Expr | undefined): e is LoadExprT {
@@ -719,12 +787,26 @@ export function groupKeyed(exprs: readonly Expr[], i: number): { g: KeyedGroup; 
   } else {
     return undefined;
   }
+  const g0 = parts[0];
+  const bo = exprs[j];
+  if (parts.length === 1 && g0?.k === 'gen' && bo?.kind === 'byteorder' && bo.op === 'hton' && bo.sreg === 1 && bo.dreg === 1) {
+    g0.hton = true;
+    j++;
+  }
   const c = exprs[j];
   if (c?.kind === 'dynset' && c.sregKey === 1 && parts.every((x) => x.k === 'load')) {
     return { g: { parts, dynset: c }, n: j - i + 1 };
   }
+  const isMarkSet = (x: Expr | undefined): x is Extract<Expr, { kind: 'meta' | 'ct' }> =>
+    (x?.kind === 'meta' || x?.kind === 'ct') && x.key === 'mark' && x.sreg === 1 && x.dreg === undefined;
+  if (isMarkSet(c) && parts.length === 1 && g0?.k === 'gen') {
+    return { g: { parts, markset: c.kind }, n: j - i + 1 };
+  }
+  if (c?.kind === 'lookup' && c.sreg === 1 && c.dreg === 1 && isMarkSet(exprs[j + 1])) {
+    return { g: { parts, lookup: c, markset: (exprs[j + 1] as { kind: 'meta' | 'ct' }).kind }, n: j - i + 2 };
+  }
   if (c?.kind === 'lookup' && c.sreg === 1) {
-    const single = parts.length === 1 && parts[0]!.k === 'load';
+    const single = parts.length === 1 && parts[0]!.k === 'load' && !parts[0]!.hton;
     if (c.dreg === undefined) {
       if (single) return undefined; // a plain field lookup: render.ts's own form
       return { g: { parts, lookup: c }, n: j - i + 1 };
@@ -798,7 +880,8 @@ function keyParts(g: KeyedGroup, env: KeyedRenderEnv): PartR[] | undefined {
       }
       const t = genText(p.e, of);
       if (!t) return undefined;
-      out.push({ text: t, len: 4, value: intText });
+      const conv = p.hton === true;
+      out.push({ text: t, len: 4, value: (h) => intText(conv ? hostToNet(h) : h) });
     }
   }
   return out;
@@ -840,7 +923,12 @@ function prefixOf(lo: Hex, hi: Hex): number | undefined {
 function spanText(p: PartR, lo: Hex, hi: Hex): string | undefined {
   if (lo === hi) return p.value(lo);
   const f = p.field;
-  if (!f) return undefined;
+  if (!f) {
+    const a = p.value(lo), b = p.value(hi);
+    return a === undefined || b === undefined ? undefined : `${a}-${b}`;
+  }
+  // only the spans the language reads back (marks, protocols, … take single values)
+  if (!['ipv4', 'ipv6', 'port', 'ifname'].includes(f.type)) return undefined;
   if (f.type === 'ipv4' || f.type === 'ipv6') {
     const pl = prefixOf(lo, hi);
     const a = p.value(lo), b = p.value(hi);
@@ -859,6 +947,10 @@ function spanText(p: PartR, lo: Hex, hi: Hex): string | undefined {
 
 function dataText(e: SetElement, set: NftSet, env: KeyedRenderEnv, fam: 'ip' | 'ip6' | undefined): string | undefined {
   if (set.dataType === DATA_VERDICT) return e.verdict !== undefined ? env.verdictText(e.verdict, e.chain) : undefined;
+  if (set.dataType === TYPE_MARK && e.data !== undefined) {
+    const v = readU32Host(e.data);
+    return v === undefined ? undefined : `0x${v.toString(16).padStart(8, '0')}`;
+  }
   if (e.data === undefined || !fam) return undefined;
   return natTargetText(e.data, fam, set.dataType === natData(fam, true).dataType);
 }
@@ -941,6 +1033,7 @@ export function renderKeyed(g: KeyedGroup, env: KeyedRenderEnv): string | undefi
     if (d.sregData !== undefined || (d.flags ?? 0) !== 0 || (d.op !== 0 && d.op !== 1)) return undefined;
     return `${d.op === 0 ? 'add' : 'update'} @${d.set} { ${key}${d.timeout ? ` timeout ${formatNftTime(d.timeout)}` : ''} }`;
   }
+  if (g.markset && !g.lookup) return `${g.markset} mark set ${key}`;
   if (g.cmp) {
     const v = parts[0]!.value(g.cmp.data);
     return v === undefined ? undefined : `${key} ${g.cmp.op === 'neq' ? '!= ' : ''}${v}`;
@@ -961,6 +1054,8 @@ export function renderKeyed(g: KeyedGroup, env: KeyedRenderEnv): string | undefi
     rhsWord = 'map';
   } else if (l.dreg === 0) {
     rhsWord = 'vmap';
+  } else if (g.markset) {
+    rhsWord = 'map';
   }
   let rhs: string;
   const found = env.sets?.(l.set, l.setId);
@@ -982,5 +1077,6 @@ export function renderKeyed(g: KeyedGroup, env: KeyedRenderEnv): string | undefi
     const kw = env.family === 'inet' || ports ? ` ${natFam}` : '';
     return `${n.type}${kw} to ${key} map ${rhs}${fl.length ? ' ' + fl.join(',') : ''}`;
   }
+  if (g.markset) return `${g.markset} mark set ${key} map ${rhs}`;
   return rhsWord ? `${key} ${rhsWord} ${rhs}` : `${key}${neq ? ' !=' : ''} ${rhs}`;
 }

@@ -5,13 +5,15 @@
  */
 import { RuleSyntaxError } from '../errors.js';
 import type {
-  At, CounterStmt, Elem, KeyedStmt, MarkSetStmt, MasqStmt, MatchOp, MatchStmt, NatAddr, NatStmt, PortRange,
+  At, CounterStmt, Elem, MarkMapStmt, MarkSetStmt, MasqStmt, MatchOp, MatchStmt, NatAddr, NatStmt, PortRange,
   Rhs, RuleAst, Stmt, VerdictStmt,
 } from './ast.js';
-import { parseDynset, parseGenStatement, parseKeyedMatch, parseNatMap, startsNatMap } from './keyed.js';
 import { andHex, prefixMask, readU32Host, u16Be, u32Host, u8 } from './bytes.js';
 import { F, type Field } from './fields.js';
 import { tokenize, type Token } from './lexer.js';
+import {
+  parseDynset, parseGenStatement, parseKeyedMatch, parseMarkMap, parseNatMap, startsMarkMap, startsNatMap,
+} from './keyed.js';
 import { NAT_RANGE } from '../netlink/expr.js';
 import {
   CT_STATE, CT_STATUS, FIB_TYPES, IFNAMSIZ, NFPROTO, ifnameBytes, parseIPv4, parseIPv6, parseInteger,
@@ -134,15 +136,6 @@ class Parser {
         const k = this.expectWord("'saddr', 'daddr' or 'nexthdr' after 'ip6'", 'saddr', 'daddr', 'nexthdr');
         return this.parseMatch(k.text === 'saddr' ? F.ip6Saddr : k.text === 'daddr' ? F.ip6Daddr : F.ip6Nexthdr, at);
       }
-      case 'th': {
-        this.next();
-        const k = this.expectWord("'sport' or 'dport' after 'th'", 'sport', 'dport');
-        return this.parseMatch(k.text === 'sport' ? F.thSport : F.thDport, at);
-      }
-      case 'numgen': case 'jhash': case 'symhash':
-        return parseGenStatement(this);
-      case 'add': case 'update':
-        return parseDynset(this);
       case 'tcp':
       case 'udp': {
         this.next();
@@ -189,10 +182,21 @@ class Parser {
         this.next();
         return { t: 'verdict', verdict: t.text as 'jump' | 'goto', chain: c.text, ...at };
       }
+      // sets and maps (src/rules/keyed.ts)
+      case 'th': {
+        this.next();
+        const k = this.expectWord("'sport' or 'dport' after 'th'", 'sport', 'dport');
+        return this.parseMatch(k.text === 'sport' ? F.thSport : F.thDport, at);
+      }
+      case 'numgen': case 'jhash': case 'symhash':
+        return parseGenStatement(this);
+      case 'add': case 'update':
+        return parseDynset(this);
+
       case 'masquerade': case 'redirect': return this.parseMasqRedir(t.text === 'masquerade' ? 'masq' : 'redir', at);
       case 'snat': case 'dnat': return this.parseNat(t.text, at);
       default:
-        if (t.text.startsWith('@')) this.fail(t, expected, 'a set is looked up by a key before it (ip daddr @set)');
+        if (t.text.startsWith('@')) this.fail(t, expected, 'named sets are not supported');
         return this.fail(t, expected, 'unknown or unsupported keyword');
     }
   }
@@ -217,16 +221,17 @@ class Parser {
     return st;
   }
 
-  parseMatch(field: Field, at: At): MatchStmt | KeyedStmt {
+  parseMatch(field: Field, at: At): MatchStmt {
+    let mask: string | undefined;
+    let op: MatchOp = 'implicit';
+    let opAt: At | undefined;
+    // a field as a key part, or a key looked up in a set or map (src/rules/keyed.ts)
     if (this.fieldMode) {
       this.fieldOut = { field, ...at };
       return FIELD_ONLY;
     }
     const keyed = parseKeyedMatch(this, field, at);
-    if (keyed) return keyed;
-    let mask: string | undefined;
-    let op: MatchOp = 'implicit';
-    let opAt: At | undefined;
+    if (keyed) return keyed as never;
     const t = this.peek();
     if (t.kind === 'punct' && t.text === '&') {
       if (!['mark', 'ctstate', 'ctstatus'].includes(field.type)) {
@@ -432,8 +437,9 @@ class Parser {
     }
   }
 
-  parseMarkSet(target: 'meta' | 'ct', at: At): MarkSetStmt {
+  parseMarkSet(target: 'meta' | 'ct', at: At): MarkSetStmt | MarkMapStmt {
     this.next(); // 'set'
+    if (startsMarkMap(this)) return parseMarkMap(this, target, at);
     const t = this.peek();
     const st: MarkSetStmt = { t: 'markset', target, ...at };
     const expected = "a 32-bit value, or 'mark', 'meta mark' or 'ct mark' optionally followed by and/or/xor (&, |, ^) and a value";

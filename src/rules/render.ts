@@ -15,12 +15,12 @@ import { SET_F, type NftSet, type SetElement } from '../netlink/objects.js';
 import { bigToHex, fromHex, hexToBig, hostValue, prefixLenOfMask, readU32Host } from './bytes.js';
 import { F, NFPROTO_IPV4, NFPROTO_IPV6, type Field } from './fields.js';
 import { setIntervals } from './sets.js';
-import { groupKeyed, groupLoads, renderKeyed, type KeyedGroup } from './keyed.js';
 import { commentOf, decodeXtComment } from './udata.js';
 import {
   CT_STATE, CT_STATUS, FIB_TYPES, IFNAMSIZ, NFPROTO, formatFlags, formatIPv4, formatIPv6,
   formatProtocol, hex32, symbolName,
 } from './values.js';
+import { groupKeyed, groupLoads, renderKeyed, type KeyedGroup } from './keyed.js';
 
 /** Interface names and indexes, for `iif`/`oif`. */
 export interface InterfaceResolver {
@@ -51,9 +51,10 @@ type Form =
   | { f: 'range'; op: 'eq' | 'neq'; lo: Hex; hi: Hex }
   | { f: 'lookup'; e: LookupExpr };
 type Item =
+  /** A key looked up in a set or map, a generator, a dynset (src/rules/keyed.ts). */
+  | { k: 'keyed'; g: KeyedGroup }
   | { k: 'rel'; load: Load; form: Form }
-  | { k: 'text'; text: string }
-  | { k: 'keyed'; g: KeyedGroup };
+  | { k: 'text'; text: string };
 
 const unsupported = (what: string) => `<unsupported: ${what}>`;
 
@@ -272,6 +273,11 @@ function natText(e: NatExpr, regs: Map<number, Hex>, family: Family): string {
 function fieldOf(load: Load, family: Family, l3: string | undefined, l4: number | 'set' | undefined): Field | undefined {
   switch (load.kind) {
     case 'payload': {
+      if (load.base === 'transport' && load.len === 2 && (l4 === undefined || l4 === 'set') && (load.offset === 0 || load.offset === 2)) {
+        // ports of whatever transport protocol follows: nft's `th` (with one protocol known, nft names
+        // the field after that protocol's header)
+        return load.offset === 0 ? F.thSport : F.thDport;
+      }
       if (load.base === 'network') {
         const net = family === 'ip' ? 'ip' : family === 'ip6' ? 'ip6' : l3;
         if (net === 'ip') {
@@ -290,12 +296,6 @@ function fieldOf(load: Load, family: Family, l3: string | undefined, l4: number 
         if (load.offset === 0 && load.len === 2) return tcp ? F.tcpSport : F.udpSport;
         if (load.offset === 2 && load.len === 2) return tcp ? F.tcpDport : F.udpDport;
         if (load.offset === 0 && load.len === 4) return { ...(tcp ? F.tcpSport : F.udpSport), type: 'ports', len: 4 };
-      }
-      if (load.base === 'transport' && load.len === 2 && (l4 === undefined || l4 === 'set')) {
-        // ports of whatever transport protocol follows: nft's `th` (with one protocol known, nft names
-        // the field after that protocol's header)
-        if (load.offset === 0) return F.thSport;
-        if (load.offset === 2) return F.thDport;
       }
       return undefined;
     }
@@ -384,10 +384,7 @@ export function renderRule(rule: { exprs: readonly Expr[]; userdata?: Hex }, fam
   let l4: number | 'set' | undefined;
   for (let i = 0; i < items.length; i++) {
     const it = items[i]!;
-    if (it.k === 'text') {
-      parts.push(it.text);
-      continue;
-    }
+    // sets and maps (src/rules/keyed.ts)
     if (it.k === 'keyed') {
       const text = renderKeyed(it.g, {
         family, sets, verdictText,
@@ -403,6 +400,10 @@ export function renderRule(rule: { exprs: readonly Expr[]; userdata?: Hex }, fam
       i += elided.n - 1;
       l3 = elided.l3;
       l4 = elided.l4;
+      continue;
+    }
+    if (it.k === 'text') {
+      parts.push(it.text);
       continue;
     }
     const field = fieldOf(it.load, family, l3, l4);

@@ -310,10 +310,21 @@ export function buildKeyedSet(key: KeyDesc, elems: readonly KeyedElem[], map: Ma
   // one part, intervals
   base.flags |= SET_F.INTERVAL;
   const len = key.keyLen;
-  const order = spans.map((s, k) => ({ ...s[0]!, k })).sort((x, y) => (x.lo < y.lo ? -1 : x.lo > y.lo ? 1 : 0));
+  const part = key.parts[0]!;
   if (!map) {
     return fail(elems[0]!.at, 'single values', 'intervals in a set keyed by a number generator are not supported');
   }
+  if (part.hostInt && !part.hton) {
+    fail(elems.find((e) => e.parts[0]!.k !== 'value')!.at, 'single values', 'intervals of this host byte order key are not supported');
+  }
+  // a host-order integer key is converted to network order in the rule: its elements are too
+  const net = (e: Elem): Elem => {
+    if (!part.hton) return e;
+    if (e.k === 'value') return { ...e, hex: hostToNet(e.hex) };
+    if (e.k === 'range') return { ...e, lo: hostToNet(e.lo), hi: hostToNet(e.hi) };
+    return e;
+  };
+  const order = elems.map((e, k) => ({ ...span(net(e.parts[0]!), len), k })).sort((x, y) => (x.lo < y.lo ? -1 : x.lo > y.lo ? 1 : 0));
   for (let i = 1; i < order.length; i++) {
     if (order[i]!.lo <= order[i - 1]!.hi) {
       fail(order[i]!.at, 'intervals that do not overlap', `conflicting intervals: '${order[i]!.at.raw}' and '${order[i - 1]!.at.raw}'`);

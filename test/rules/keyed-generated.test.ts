@@ -96,6 +96,12 @@ function gens(family: Fam): fc.Arbitrary<Gen> {
     fc.array(verdict, { minLength: n, maxLength: n }).map((vs) => ({
       family, chain: 'fwd' as const, text: `${t} vmap { ${vs.map((v, i) => `${o + i} : ${v}`).join(', ')} }`,
     })),
+    // two ranges that split the generator's values (one value and a range when n is 2)
+    fc.tuple(fc.integer({ min: 1, max: Math.max(1, n - 1) }), verdict, verdict).map(([k, v1, v2]) => ({
+      family, chain: 'fwd' as const,
+      text: n < 2 ? `${t} vmap { ${o} : ${v1} }`
+        : `${t} vmap { ${k === 1 ? `${o}` : `${o}-${o + k - 1}`} : ${v1}, ${n - k === 1 ? `${o + k}` : `${o + k}-${o + n - 1}`} : ${v2} }`,
+    })),
     fc.tuple(fc.constantFrom('', '!= '), fc.integer({ min: 0, max: n - 1 })).map(([op, v]) => ({
       family, chain: 'fwd' as const, text: `${t} ${op}${o + v} accept`,
     })),

@@ -42,6 +42,9 @@ const SETUP: Record<Fam, string[]> = {
     'add set ip nfk dyn3 { type ipv4_addr; flags dynamic; }',
     'add set ip nfk firewall-allow { type ipv4_addr . inet_proto . inet_service . ipv4_addr; flags interval; }',
     'add set ip nfk mk { type mark . ipv4_addr; flags interval; }',
+    'add set ip nfk mki { type mark; flags interval; }',
+    'add map ip nfk markmap { type ipv4_addr : mark; }',
+    'add map ip nfk ngi { typeof numgen inc mod 10 : ip daddr; flags interval; }',
   ],
   ip6: [
     'add set ip6 nfk s6 { type ipv6_addr; }',
@@ -137,6 +140,23 @@ export const KEYED: KeyedRule[] = [
   k('ip', 'fwd', 'numgen inc mod 2 != 1 accept'),
   k('ip', 'fwd', 'jhash ip saddr mod 2 1 accept'),
   k('ip', 'fwd', 'numgen inc mod 2 { 0, 1 }'),
+  k('ip', 'fwd', 'numgen random mod 10 vmap { 0-4 : accept, 5-9 : drop }'),
+  k('ip', 'fwd', 'jhash ip saddr mod 4 vmap { 0-1 : accept, 2 : drop, 3 : goto a }'),
+  k('ip', 'fwd', 'meta mark @mki accept'),
+  k('ip', 'pre', 'dnat to numgen inc mod 10 map @ngi'),
+  k('ip', 'pre', 'dnat to numgen inc mod 10 map { 0-5 : 192.168.10.100, 6-9 : 192.168.20.200 }'),
+  // mark set from a generator or a map
+  k('ip', 'fwd', 'meta mark set jhash ip saddr mod 2 seed 0xdead'),
+  k('ip', 'fwd', 'ct mark set numgen inc mod 2'),
+  k('ip', 'fwd', 'ct mark set mark map { 1 : 10, 2 : 20, 3 : 30 }',
+    { canonical: 'ct mark set meta mark map { 0x00000001 : 0x0000000a, 0x00000002 : 0x00000014, 0x00000003 : 0x0000001e }' }),
+  k('ip', 'fwd', 'ct mark set meta mark . ip saddr map { 0x00000001 . 10.0.0.1 : 0x00000002 }'),
+  k('ip', 'fwd', 'ct mark set meta mark'),
+  k('ip', 'fwd', 'ct mark set symhash mod 4 offset 10 accept'),
+  k('ip', 'fwd', 'meta mark set ip saddr map { 10.0.0.1 : 0x00000001, 10.0.0.2 : 0x00000002 }'),
+  k('ip', 'fwd', 'meta mark set numgen random mod 4 map { 0 : 0x00000010, 1-3 : 0x00000020 }'),
+  k('ip', 'fwd', 'meta mark set ip saddr . tcp dport map { 10.0.0.1 . 80 : 0x00000001 }'),
+  k('ip', 'fwd', 'mark set ip saddr map @markmap', { canonical: 'meta mark set ip saddr map @markmap' }),
   // NAT data maps
   k('ip', 'pre', 'dnat to ip daddr map @dm'),
   k('ip', 'pre', 'dnat ip to ip daddr . tcp dport map @dmp'),
@@ -276,6 +296,8 @@ describe('refusals with positions', () => {
     ['add @dyn { tcp dport }', 'ip', 5, '@dyn', /datatype mismatch/],
     ['add @dyn { ip saddr : 1 }', 'ip', 21, ':', /adding to a map from a rule is not supported/],
     ['snat ip to ip saddr map { 10.0.0.1 : 192.168.2.2-192.168.2.4 }', 'ip', 38, '192.168.2.2-192.168.2.4', /address ranges and prefixes as map data are not supported/],
+    ['meta mark set ip saddr map @dm', 'ip', 28, '@dm', /map 'dm' maps to ipv4_addr, not to marks/],
+    ['meta mark set ip saddr counter', 'ip', 24, 'counter', /'map'/],
     ['update @dyn { ip saddr timeout soon }', 'ip', 32, 'soon', /a time such as 10s/],
   ];
   it.each(cases)('%s (%s)', (text, family, col, token, why) => {
