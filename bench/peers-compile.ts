@@ -16,6 +16,7 @@
  * Reaches no kernel and no namespace.
  */
 import { writeFileSync } from 'node:fs';
+import { cpus, loadavg } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import { anyInterface, parseNftConfig } from '../src/config/config.js';
@@ -37,6 +38,8 @@ const services = Number(values.services);
 const family = values.family as 'ip' | 'ip6';
 const runs = Number(values.runs);
 const interfaces = anyInterface();
+
+const os = () => `${cpus().length} CPUs`;
 
 function median(xs: number[]): number {
   const s = [...xs].sort((a, b) => a - b);
@@ -65,6 +68,7 @@ const load = (text: string) => {
   }
 };
 
+const loadAtStart = loadavg()[0]!;
 const t0 = performance.now();
 const file = kubeProxy({ family, services });
 const genMs = performance.now() - t0;
@@ -107,10 +111,13 @@ const perObject = full.ms / Math.max(1, red.rules.kept + red.objects.kept);
 console.log(`per accepted object: ${(perObject * 1000).toFixed(1)} µs; at that rate the whole file's ` +
   `${c.rules + c.elements + c.chains + c.sets + 1} objects would take ${(perObject * (c.rules + c.elements + c.chains + c.sets + 1)).toFixed(0)} ms`);
 
+const loadNote = `load average ${loadAtStart.toFixed(1)} at the start, ${loadavg()[0]!.toFixed(1)} at the end, on ${os()}`;
+console.log(loadNote);
+
 if (values.json) {
   writeFileSync(values.json, JSON.stringify({
     family, services, bytes: file.text.length, counts: c, wholeFile: { ms: whole.ms, result: whole.result },
     subset: { rules: red.rules, objects: red.objects, loaderMs: full.ms, readMs: read.ms, compileRulesMs: rules.ms },
-    refused: Object.fromEntries(kinds), node: process.version, date: new Date().toISOString(),
+    refused: Object.fromEntries(kinds), load: loadNote, node: process.version, date: new Date().toISOString(),
   }, null, 2) + '\n');
 }
