@@ -9,7 +9,8 @@ export interface At {
 
 /** One right-hand side value. Byte strings are hex in the field's kernel byte order. */
 export type Elem =
-  | ({ k: 'value'; hex: string } & At)
+  /** `full`: written as a full-length prefix (10.0.0.1/32): alone a value, but in a set it makes the set an interval set, as in nft. */
+  | ({ k: 'value'; hex: string; full?: true } & At)
   | ({ k: 'prefix'; hex: string; plen: number } & At)
   | ({ k: 'range'; lo: string; hi: string } & At)
   /** An interface name ending in '*': the bytes before the star. */

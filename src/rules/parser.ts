@@ -328,7 +328,7 @@ class Parser {
           const plen = /^(?:0|[1-9][0-9]{0,2})$/.test(ps) ? Number(ps) : NaN;
           if (a === undefined || !(plen >= 0 && plen <= bits)) expect(`${kind} prefix such as ${v6 ? 'fd00::/64' : '10.0.0.0/8'}`);
           const masked = andHex(a!, prefixMask(plen, bits / 8));
-          if (plen === bits) return { k: 'value', hex: masked, ...at };
+          if (plen === bits) return { k: 'value', hex: masked, full: true, ...at };
           return { k: 'prefix', hex: masked, plen, ...at };
         }
         if (dash >= 0 && !scalar) {

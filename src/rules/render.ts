@@ -574,21 +574,26 @@ function setBody(field: Field, set: NftSet, elements: readonly SetElement[], opt
       // not a set, so say it with elements that merge into it again: the prefixes that cover an
       // address range, else its two halves (an interface wildcard: itself twice).
       const { lo, hi } = ivs[0]!;
-      if (lo === hi) return undefined;
+      // One address (`{ a, a/32 }`): written twice, the first as a full prefix (below).
+      if (lo === hi && !isAddr && field.type !== 'port') return undefined;
       // Pieces that are all single values would read back as a hashed set, so one must be a span.
       const a = hexToBig(lo), b = hexToBig(hi), mid = a + (b - a + 1n) / 2n, len = lo.length / 2;
-      const cover = isAddr ? prefixCover(lo, hi) : [];
+      const cover = isAddr && lo !== hi ? prefixCover(lo, hi) : [];
       if (cover.length >= 2 && cover.length <= 8 && cover.some((c) => c.lo !== c.hi)) ivs = cover;
       else if (field.type !== 'ifname' && b - a + 1n >= 4n) {
         ivs = [{ lo, hi: bigToHex(mid - 1n, len) }, { lo: bigToHex(mid, len), hi }];
       } else ivs = [ivs[0]!, ivs[0]!];
     }
     const out: string[] = [];
-    for (const { lo, hi } of ivs) {
+    // Single values only would read back as a hashed set: the first is written as a one-address
+    // prefix (a one-port range), which keeps the set an interval set, as nft builds it.
+    const span = ivs.every((iv) => iv.lo === iv.hi);
+    if (span && !isAddr && field.type !== 'port') return undefined;
+    for (const [i, { lo, hi }] of ivs.entries()) {
       if (lo === hi) {
         const v = valueText(field, lo, opts);
         if (v === undefined) return undefined;
-        out.push(v);
+        out.push(span && i === 0 ? (isAddr ? `${v}/${set.keyLen * 8}` : `${v}-${v}`) : v);
       } else if (field.type === 'ifname') {
         const b = fromHex(lo);
         let n = b.length;

@@ -51,7 +51,8 @@ export function buildAnonymousSet(field: Field, elems: Elem[], ctx: { family: Nf
   id: number, fail: Fail): BuiltSet {
   const desc = field.set!;
   const len = field.len;
-  const interval = elems.some((e) => e.k !== 'value');
+  // A full-length prefix is a one-address interval to nft: the set is an interval set.
+  const interval = elems.some((e) => e.k !== 'value' || e.full === true);
   const base: Omit<NftSet, 'flags' | 'elements' | 'size' | 'userdata'> = {
     family: ctx.family, table: ctx.table, name: '__set%d', id, keyType: desc.keyType, keyLen: len,
   };

@@ -13,6 +13,8 @@ import { ConfigError } from '../../src/errors.js';
 import { cli } from '../helpers/cli.js';
 import { withNetns, type Netns } from '../helpers/netns.js';
 import { tempDir } from '../helpers/tmp.js';
+import { dockerFile } from '../helpers/peers/docker.js';
+import { netlinkDump } from '../helpers/peers/dump.js';
 import { CORPUS, type CorpusChain, type CorpusFamily, type CorpusRule } from '../rules/corpus.js';
 
 const dir = tempDir('nftfile');
@@ -167,51 +169,6 @@ function corpusFile(family: CorpusFamily): string {
   return lines.join('\n') + '\n';
 }
 
-/** Docker's NAT rules as iptables-nft writes them, translated to nft's command form by iptables itself. */
-const DOCKER_SAVE = `*nat
-:PREROUTING ACCEPT [0:0]
-:INPUT ACCEPT [0:0]
-:OUTPUT ACCEPT [0:0]
-:POSTROUTING ACCEPT [0:0]
-:DOCKER - [0:0]
--A PREROUTING -m addrtype --dst-type LOCAL -j DOCKER
--A OUTPUT ! -d 127.0.0.0/8 -m addrtype --dst-type LOCAL -j DOCKER
--A POSTROUTING -s 172.17.0.0/16 ! -o docker0 -j MASQUERADE
--A POSTROUTING -s 172.18.0.0/16 ! -o br-5c1e2d3f4a5b -j MASQUERADE
--A POSTROUTING -s 172.17.0.2/32 -d 172.17.0.2/32 -p tcp -m tcp --dport 80 -j MASQUERADE
--A POSTROUTING -s 172.18.0.3/32 -d 172.18.0.3/32 -p udp -m udp --dport 53 -j MASQUERADE
--A DOCKER -i docker0 -j RETURN
--A DOCKER -i br-5c1e2d3f4a5b -j RETURN
--A DOCKER ! -i docker0 -p tcp -m tcp --dport 8080 -j DNAT --to-destination 172.17.0.2:80
--A DOCKER ! -i br-5c1e2d3f4a5b -p udp -m udp --dport 5353 -j DNAT --to-destination 172.18.0.3:53
-COMMIT
-`;
-
-function dockerFile(ns: Netns): string {
-  const saved = join(dir, 'docker.iptables');
-  writeFileSync(saved, DOCKER_SAVE);
-  return ns.exec('iptables-restore-translate', ['-f', saved])
-    // The translation is for a fresh nft; nfkeeper owns its own table, so rename it.
-    .replace(/ ip nat /g, ' ip docker_nat ').replace(/add table ip nat/, 'add table ip docker_nat');
-}
-
-/**
- * `nft --debug=netlink list table`: the expressions and set elements as the
- * kernel dumps them. Elements of a hashed set come in hash order, which
- * depends on a per-set random seed, so each set's element lines are sorted.
- */
-function netlinkDump(ns: Netns, family: string, table: string): string {
-  const out: string[] = [];
-  let elements: string[] = [];
-  for (const line of ns.exec('nft', ['--debug=netlink', 'list', 'table', family, table]).split('\n')) {
-    if (line.startsWith('\telement ')) { elements.push(line); continue; }
-    out.push(...elements.sort());
-    elements = [];
-    out.push(line);
-  }
-  return [...out, ...elements.sort()].join('\n');
-}
-
 /**
  * The file installed by nft in namespace A and by nfkeeper in B list and dump
  * alike; the file and nft's listing of A are both in sync with A; and nft's
@@ -256,7 +213,7 @@ describe('nft files: nft is the oracle', () => {
   }
 
   it("Docker's NAT rules, translated by iptables-restore-translate (command form)", async () => {
-    await roundTrip('docker', dockerFile, 'ip', 'docker_nat');
+    await roundTrip('docker', (ns) => dockerFile(ns, dir), 'ip', 'docker_nat');
   });
 
   it("a listing nft cannot read back (NAT to a prefix with ports): nfkeeper refuses it with a position or installs nft's original", async () => {

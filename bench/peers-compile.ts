@@ -1,0 +1,123 @@
+/**
+ * Compile time of a kube-proxy nftables-mode file at scale (issue 13: a
+ * 10,000-service file, about 50,000 rules and elements, in under a second)
+ * through nfkeeper's .nft loader, with the breakdown: reading the file
+ * (tokens and structure, src/config/nftfile.ts), then the schema and the
+ * rule compiler (buildConfig). The file is generated the way kube-proxy
+ * writes it (test/helpers/peers/kube-proxy.ts).
+ *
+ * What the loader refuses today is reported, and the loader is timed twice:
+ * on the whole file (until it stops: the reader stops at the first object it
+ * cannot hold, the rule compiler checks every rule before it throws) and on
+ * the subset it accepts (test/helpers/peers/reduce.ts), which it compiles
+ * completely. Times are medians of 3 runs (--runs) after one warm-up, in one process.
+ *
+ * Run: npx tsx bench/peers-compile.ts [--services 10000] [--family ip|ip6] [--json FILE]
+ * Reaches no kernel and no namespace.
+ */
+import { writeFileSync } from 'node:fs';
+import { cpus, loadavg } from 'node:os';
+import { performance } from 'node:perf_hooks';
+import { parseArgs } from 'node:util';
+import { anyInterface, parseNftConfig } from '../src/config/config.js';
+import { readNftFile } from '../src/config/nftfile.js';
+import { ConfigError } from '../src/errors.js';
+import { compileRule } from '../src/rules/index.js';
+import { kubeProxy } from '../test/helpers/peers/kube-proxy.js';
+import { reduce } from '../test/helpers/peers/reduce.js';
+
+const { values } = parseArgs({
+  options: {
+    services: { type: 'string', default: '10000' },
+    family: { type: 'string', default: 'ip' },
+    runs: { type: 'string', default: '3' },
+    json: { type: 'string' },
+  },
+});
+const services = Number(values.services);
+const family = values.family as 'ip' | 'ip6';
+const runs = Number(values.runs);
+const interfaces = anyInterface();
+
+const os = () => `${cpus().length} CPUs`;
+
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor(s.length / 2)]!;
+}
+
+/** Median ms of `runs` calls after one warm-up; the function's last result. */
+function time<T>(f: () => T): { ms: number; result: T } {
+  let result = f();
+  const ms: number[] = [];
+  for (let i = 0; i < runs; i++) {
+    const t0 = performance.now();
+    result = f();
+    ms.push(performance.now() - t0);
+  }
+  return { ms: median(ms), result };
+}
+
+const load = (text: string) => {
+  try {
+    parseNftConfig(text, 'kube-proxy.nft', { interfaces });
+    return 'accepted';
+  } catch (e) {
+    if (!(e instanceof ConfigError)) throw e;
+    return `refused (${e.all.length} errors), first: ${e.message.split('\n')[0]}`;
+  }
+};
+
+const loadAtStart = loadavg()[0]!;
+const t0 = performance.now();
+const file = kubeProxy({ family, services });
+const genMs = performance.now() - t0;
+const c = file.counts;
+console.log(`kube-proxy ${family}, ${services} services: ${file.text.length} bytes, ${c.chains} chains, ` +
+  `${c.rules} rules, ${c.sets} sets/maps, ${c.elements} elements (${c.rules + c.elements} rules and elements); ` +
+  `generated in ${genMs.toFixed(0)} ms`);
+
+const whole = time(() => load(file.text));
+console.log(`whole file: loader ${whole.ms.toFixed(1)} ms, ${whole.result}`);
+
+const tr = performance.now();
+const red = reduce(file.text, 'kube-proxy.nft');
+console.log(`(finding the accepted subset took ${((performance.now() - tr) / 1000).toFixed(1)} s)`);
+const kinds = new Map<string, number>();
+for (const r of red.refused) {
+  const k = `${/^add (\w+)/.exec(r.text)?.[1]}: ${r.reason.split('\n')[0]!.replace(/rule \d+ of chain \S+: /, '').replace(/, '[^']*'/, '')}`;
+  kinds.set(k, (kinds.get(k) ?? 0) + 1);
+}
+console.log(`accepted subset: ${red.rules.kept} of ${red.rules.total} rules, ${red.objects.kept} of ${red.objects.total} other objects; ` +
+  `refused lines by reason:`);
+for (const [k, n] of [...kinds].sort((a, b) => b[1] - a[1])) console.log(`  ${String(n).padStart(6)}  ${k.slice(0, 150)}`);
+for (const s of red.stripped.slice(0, 3)) console.log(`  stripped at line ${s.line}: ${s.reason}`);
+
+const read = time(() => readNftFile(red.text, 'kube-proxy.nft'));
+const full = time(() => load(red.text));
+const raw = read.result.raw;
+const texts: { text: string; table: string; chain: string; family: string }[] = [];
+for (const t of raw.tables) for (const ch of t.chains) for (const r of ch.rules) texts.push({ text: r, table: t.name, chain: ch.name, family: t.family });
+const rules = time(() => {
+  let n = 0;
+  for (const r of texts) n += compileRule(r.text, { family: r.family as 'ip', table: r.table, chain: r.chain, interfaces }).exprs.length;
+  return n;
+});
+const chains = raw.tables.reduce((n, t) => n + t.chains.length, 0);
+console.log(`subset (${texts.length} rules in ${chains} chains): loader ${full.ms.toFixed(1)} ms (${full.result}) = ` +
+  `read ${read.ms.toFixed(1)} ms + schema, checks and compile ${(full.ms - read.ms).toFixed(1)} ms; ` +
+  `compileRule alone ${rules.ms.toFixed(1)} ms (${((rules.ms * 1000) / Math.max(1, texts.length)).toFixed(1)} µs per rule)`);
+const perObject = full.ms / Math.max(1, red.rules.kept + red.objects.kept);
+console.log(`per accepted object: ${(perObject * 1000).toFixed(1)} µs; at that rate the whole file's ` +
+  `${c.rules + c.elements + c.chains + c.sets + 1} objects would take ${(perObject * (c.rules + c.elements + c.chains + c.sets + 1)).toFixed(0)} ms`);
+
+const loadNote = `load average ${loadAtStart.toFixed(1)} at the start, ${loadavg()[0]!.toFixed(1)} at the end, on ${os()}`;
+console.log(loadNote);
+
+if (values.json) {
+  writeFileSync(values.json, JSON.stringify({
+    family, services, bytes: file.text.length, counts: c, wholeFile: { ms: whole.ms, result: whole.result },
+    subset: { rules: red.rules, objects: red.objects, loaderMs: full.ms, readMs: read.ms, compileRulesMs: rules.ms },
+    refused: Object.fromEntries(kinds), load: loadNote, node: process.version, date: new Date().toISOString(),
+  }, null, 2) + '\n');
+}
