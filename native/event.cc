@@ -50,6 +50,7 @@ bool ParseEvent(const nlmsghdr* nlh, MonitorEvent* ev) {
   ev->type = name;
   ev->family = static_cast<const nfgenmsg*>(mnl_nlmsg_get_payload(nlh))->nfgen_family;
   ev->portId = nlh->nlmsg_pid;
+  ev->flags = nlh->nlmsg_flags;
   uint16_t nameAttr = 0, handleAttr = 0;
   switch (type) {
     case NFT_MSG_NEWCHAIN: case NFT_MSG_DELCHAIN:
@@ -68,6 +69,8 @@ bool ParseEvent(const nlmsghdr* nlh, MonitorEvent* ev) {
       ev->name = mnl_attr_get_str(attr);
     else if (handleAttr != 0 && t == handleAttr && mnl_attr_get_payload_len(attr) == 8)
       ev->handle = be64toh(mnl_attr_get_u64(attr));
+    else if (handleAttr == NFTA_RULE_HANDLE && t == NFTA_RULE_POSITION && mnl_attr_get_payload_len(attr) == 8)
+      ev->position = be64toh(mnl_attr_get_u64(attr));
   }
   return true;
 }
@@ -75,9 +78,20 @@ bool ParseEvent(const nlmsghdr* nlh, MonitorEvent* ev) {
 std::unique_ptr<MonitorBatch> EventBatcher::Feed(const nlmsghdr* nlh, const EventFilter& filter) {
   if (NFNL_SUBSYS_ID(nlh->nlmsg_type) != NFNL_SUBSYS_NFTABLES) return nullptr;
   if (NFNL_MSG_TYPE(nlh->nlmsg_type) == NFT_MSG_NEWGEN) {
+    uint32_t gen = 0;
+    DecodeGeneration(nlh, &gen);
+    // The run of whole commits goes on only from the NEWGEN just before;
+    // after a gap, an overflow or at the start this commit may be partial.
+    // A generation at or before the last seen was anchored past (see Anchor): it leaves the run alone.
+    if (gen > lastGen_) {
+      if (runStart_ == 0 || lastGen_ == 0 || gen != lastGen_ + 1) runStart_ = gen + 1;
+      lastGen_ = gen;
+    }
     std::unique_ptr<MonitorBatch> done;
-    if (!pending_->events.empty() && foreign_) {
-      DecodeGeneration(nlh, &pending_->generation);
+    if (!pending_->events.empty() && (foreign_ || filter.deliverOwn)) {
+      pending_->generation = gen;
+      pending_->foreign = foreign_;
+      pending_->since = runStart_ <= gen ? runStart_ : 0;
       done = std::move(pending_);
     }
     Reset();
@@ -94,6 +108,21 @@ std::unique_ptr<MonitorBatch> EventBatcher::Feed(const nlmsghdr* nlh, const Even
 void EventBatcher::Reset() {
   pending_ = std::make_unique<MonitorBatch>();
   foreign_ = false;
+}
+
+void EventBatcher::Overflow() {
+  Reset();
+  runStart_ = 0;
+  overflows_++;
+}
+
+// The caller read `generation` after it had handled `overflowsSeen` overflow reports: every drop
+// since those was of a commit up to `generation`, or is still to be reported (and breaks the run
+// again), so every later commit reaches us whole. Commits up to it are the caller's business.
+void EventBatcher::Anchor(uint32_t generation, uint64_t overflowsSeen) {
+  if (generation == 0 || overflows_ != overflowsSeen) return;
+  if (runStart_ == 0 || runStart_ > generation + 1) runStart_ = generation + 1;
+  if (generation > lastGen_) lastGen_ = generation;
 }
 
 }  // namespace nfk

@@ -24,12 +24,19 @@ struct MonitorEvent {
   std::string name;   // chain of a rule; name of a chain or set
   uint64_t handle = 0;
   uint32_t portId = 0;  // nlmsg_pid: the sender's netlink port id
+  uint16_t flags = 0;   // nlmsg_flags: a rule event carries NLM_F_REPLACE / NLM_F_APPEND of its request
+  uint64_t position = 0;  // rule events: NFTA_RULE_POSITION, the handle of the rule before it
 };
 
 struct MonitorBatch {
   bool overflow = false;   // ENOBUFS: events were lost, resync
   uint32_t generation = 0;
   bool truncated = false;  // more events than we keep per batch
+  bool foreign = false;    // holds an event from a port not ignored
+  // The first generation of the unbroken run of commits this monitor has seen
+  // completely (every NEWGEN from it up to this batch's, no overflow), or 0:
+  // a commit in that run that the filter dropped touched no watched table.
+  uint32_t since = 0;
   std::vector<MonitorEvent> events;
 };
 
@@ -38,6 +45,7 @@ struct EventFilter {
   std::set<std::pair<uint32_t, std::string>> tables;
   bool allTables = false;
   std::set<uint32_t> ignorePorts;  // our own commit socket(s): not tampering
+  bool deliverOwn = false;         // also deliver commits of ignored ports (flagged not foreign)
 
   bool Wanted(const MonitorEvent& e) const;
 };
@@ -54,12 +62,22 @@ class EventBatcher {
   // Takes one message; returns the finished batch at a NEWGEN that closes a
   // commit with a wanted event from a port not ignored, else nullptr.
   std::unique_ptr<MonitorBatch> Feed(const nlmsghdr* nlh, const EventFilter& filter);
-  // After an overflow: what was pending is incomplete, drop it.
+  // After an overflow: what was pending is incomplete, drop it, and the run of
+  // completely seen commits is broken.
   void Reset();
+  void Overflow();
+  // The caller read `generation` after handling `overflowsSeen` overflow
+  // reports: every later commit reaches us whole (see event.cc).
+  void Anchor(uint32_t generation, uint64_t overflowsSeen);
+  uint32_t lastGeneration() const { return lastGen_; }
+  uint32_t runStart() const { return runStart_; }
 
  private:
   std::unique_ptr<MonitorBatch> pending_ = std::make_unique<MonitorBatch>();
   bool foreign_ = false;  // the pending batch holds an event not from an ignored port
+  uint32_t lastGen_ = 0;  // the last NEWGEN seen (0: none yet)
+  uint32_t runStart_ = 0;  // see MonitorBatch::since; 0: no run
+  uint64_t overflows_ = 0;
 };
 
 }  // namespace nfk

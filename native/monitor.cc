@@ -24,17 +24,21 @@ Napi::Function NftMonitor::Init(Napi::Env env) {
                          InstanceMethod<&NftMonitor::SetFilter>("setFilter"),
                          InstanceMethod<&NftMonitor::Ref>("ref"),
                          InstanceMethod<&NftMonitor::Unref>("unref"),
+                         InstanceMethod<&NftMonitor::Progress>("progress"),
+                         InstanceMethod<&NftMonitor::Anchor>("anchor"),
                      });
 }
 
 // new NftMonitor(netnsPath: string | undefined, onBatch: (batch) => void,
-//                tables: [family, name][] | null, ignorePorts: number[])
+//                tables: [family, name][] | null, ignorePorts: number[], deliverOwn?: boolean,
+//                receiveBuffer?: number)
 NftMonitor::NftMonitor(const Napi::CallbackInfo& info) : Napi::ObjectWrap<NftMonitor>(info) {
   Napi::Env env = info.Env();
   std::string path;
   if (info[0].IsString()) path = info[0].As<Napi::String>().Utf8Value();
   if (!info[1].IsFunction()) throw Napi::TypeError::New(env, "NftMonitor needs a callback");
   ParseFilter(env, info[2], info[3]);
+  filter_.deliverOwn = info.Length() > 4 && info[4].IsBoolean() && info[4].As<Napi::Boolean>().Value();
   std::string step;
   nl_ = OpenNetfilterSocket(path, 1u << (NFNLGRP_NFTABLES - 1), &step);
   if (nl_ == nullptr) {
@@ -42,8 +46,10 @@ NftMonitor::NftMonitor(const Napi::CallbackInfo& info) : Napi::ObjectWrap<NftMon
     throw MakeNetlinkError(env, step + ": " + std::strerror(e), e, "monitor");
   }
   int fd = mnl_socket_get_fd(nl_);
-  // A foreign storm should not overflow us; if it still does we see ENOBUFS.
+  // A foreign storm should not overflow us; if it still does we see ENOBUFS. A test can ask for a
+  // small buffer (6th argument, bytes) to make the kernel overflow it.
   int size = 8 << 20;
+  if (info.Length() > 5 && info[5].IsNumber()) size = info[5].As<Napi::Number>().Int32Value();
   if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &size, sizeof(size)) < 0) {
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
   }
@@ -120,12 +126,36 @@ Napi::Value NftMonitor::SetFilter(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+// progress(): [last NEWGEN seen, start of the run of whole commits (0: none), batches delivered],
+// read together: every batch of a commit up to that generation is counted.
+Napi::Value NftMonitor::Progress(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Array out = Napi::Array::New(env, 3);
+  std::lock_guard<std::mutex> lock(filterMutex_);
+  out.Set(0u, batcher_.lastGeneration());
+  out.Set(1u, batcher_.runStart());
+  out.Set(2u, delivered_);
+  return out;
+}
+
+// anchor(generation, overflowsSeen): a generation read after this monitor subscribed and after
+// the caller handled that many overflow reports.
+Napi::Value NftMonitor::Anchor(const Napi::CallbackInfo& info) {
+  if (info[0].IsNumber() && info[1].IsNumber()) {
+    std::lock_guard<std::mutex> lock(filterMutex_);
+    batcher_.Anchor(info[0].As<Napi::Number>().Uint32Value(), static_cast<uint64_t>(info[1].As<Napi::Number>().Int64Value()));
+  }
+  return info.Env().Undefined();
+}
+
 void NftMonitor::Deliver(MonitorBatch* batch) {
   napi_status st = tsfn_.BlockingCall(batch, [](Napi::Env env, Napi::Function cb, MonitorBatch* b) {
     Napi::Object o = Napi::Object::New(env);
     o.Set("overflow", b->overflow);
     o.Set("generation", b->generation);
     o.Set("truncated", b->truncated);
+    o.Set("foreign", b->foreign);
+    o.Set("since", b->since);
     Napi::Array events = Napi::Array::New(env, b->events.size());
     for (size_t i = 0; i < b->events.size(); i++) {
       const MonitorEvent& e = b->events[i];
@@ -136,6 +166,8 @@ void NftMonitor::Deliver(MonitorBatch* batch) {
       if (!e.name.empty()) eo.Set("name", e.name);
       if (e.handle != 0) eo.Set("handle", static_cast<double>(e.handle));
       eo.Set("portId", e.portId);
+      eo.Set("flags", e.flags);
+      if (e.position != 0) eo.Set("position", static_cast<double>(e.position));
       events.Set(i, eo);
     }
     o.Set("events", events);
@@ -148,7 +180,6 @@ void NftMonitor::Deliver(MonitorBatch* batch) {
 void NftMonitor::Run() {
   std::vector<uint8_t> buf(256 * 1024);
   int fd = mnl_socket_get_fd(nl_);
-  EventBatcher batcher;
   while (!stopping_) {
     pollfd fds[2] = {{fd, POLLIN, 0}, {wakeFd_, POLLIN, 0}};
     if (poll(fds, 2, -1) < 0) {
@@ -164,8 +195,12 @@ void NftMonitor::Run() {
       if (errno == ENOBUFS) {
         auto b = new MonitorBatch();
         b->overflow = true;
+        {
+          std::lock_guard<std::mutex> lock(filterMutex_);
+          batcher_.Overflow();
+          delivered_++;
+        }
         Deliver(b);
-        batcher.Reset();
         continue;
       }
       break;
@@ -179,7 +214,8 @@ void NftMonitor::Run() {
       std::unique_ptr<MonitorBatch> done;
       {
         std::lock_guard<std::mutex> lock(filterMutex_);
-        done = batcher.Feed(nlh, filter_);
+        done = batcher_.Feed(nlh, filter_);
+        if (done) delivered_++;
       }
       if (done) Deliver(done.release());
     }

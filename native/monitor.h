@@ -33,6 +33,8 @@ class NftMonitor : public Napi::ObjectWrap<NftMonitor>, public Closeable {
   Napi::Value SetFilter(const Napi::CallbackInfo& info);
   Napi::Value Ref(const Napi::CallbackInfo& info);
   Napi::Value Unref(const Napi::CallbackInfo& info);
+  Napi::Value Progress(const Napi::CallbackInfo& info);
+  Napi::Value Anchor(const Napi::CallbackInfo& info);
   void ParseFilter(Napi::Env env, const Napi::Value& tables, const Napi::Value& ignorePorts);
   void Run();
   void Deliver(MonitorBatch* batch);
@@ -44,8 +46,12 @@ class NftMonitor : public Napi::ObjectWrap<NftMonitor>, public Closeable {
   std::atomic<bool> stopping_{false};
   bool closed_ = false;
 
+  // Guards the filter, and the batcher's run and the delivered count, which
+  // progress() reads together.
   std::mutex filterMutex_;
   EventFilter filter_;
+  EventBatcher batcher_;
+  double delivered_ = 0;  // batches handed to JavaScript, overflow reports included
 
   AddonData* data_ = nullptr;
 };

@@ -19,7 +19,8 @@ import type { NativeMonitor, NativeSocket } from './netlink/native.js';
 export interface Addon {
   NftSocket: new (netns?: string, options?: { receiveBufferLimit?: number }) => NativeSocket;
   NftMonitor: new (netns: string | undefined, onBatch: (batch: unknown) => void,
-    tables: [string, string][] | null, ignorePorts: number[]) => NativeMonitor;
+    tables: [string, string][] | null, ignorePorts: number[], ownCommits?: boolean,
+    receiveBuffer?: number) => NativeMonitor;
   init(errorClass: typeof NetlinkError): void;
   sdNotify(socketPath: string, message: string): number;
   /** SO_PEERCRED of a connected Unix socket; a number is the errno. */

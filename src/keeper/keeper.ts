@@ -17,7 +17,9 @@ import { Batch } from '../netlink/batch.js';
 import type { NftConn, NftHost, NftWatch } from '../netlink/conn.js';
 import { kernelHost } from '../netlink/host.js';
 import type { MonitorBatch } from '../netlink/monitor.js';
+import { GenerationMismatchError } from '../errors.js';
 import { DEFAULT_FIGHT, Fight, type FightOptions } from './fight.js';
+import { Mirror } from './mirror.js';
 import { DRIFT_KINDS, TableOwnedError, protectionOf, type Drift, type Protection } from './reconcile.js';
 import { Reconciler, type Look } from './reconciler.js';
 import { mergeOwners, type Owner } from '../owners/index.js';
@@ -47,6 +49,11 @@ export interface KeeperOptions {
   owners?: readonly Owner[];
   /** Where to connect and watch; default the kernel of `netns`. */
   host?: NftHost;
+  /**
+   * Keep a mirror of the owned chains from the events and repair a foreign change from it, without
+   * a dump (src/keeper/mirror.ts). Default true; needs events and a watcher that reports progress.
+   */
+  mirror?: boolean;
 }
 
 /** What one requested pass did; a refused pass rejects its request() instead. */
@@ -125,6 +132,10 @@ export class Keeper extends EventEmitter {
   private desired: TableConfig[] = [];
   /** Set while lastVerified is our own commit's generation rather than a read-back (see pass()). */
   private trustedSince?: number;
+  /** The owned chains as the events say the kernel holds them (undefined: events or the option off). */
+  private mirror?: Mirror;
+  /** The next pass reads the kernel (the safety net), whatever the mirror says. */
+  private forceRead = false;
 
   constructor(private readonly options: KeeperOptions) {
     super();
@@ -164,11 +175,18 @@ export class Keeper extends EventEmitter {
     this.reconciler = new Reconciler(this.sock, { attempts: this.maxRetries, metrics: this.metrics, log: this.log });
     this.reconciler.retired = this.retiredEarly;
     if (this.useEvents) {
+      const useMirror = this.options.mirror ?? true;
       this.monitor = this.host.watch({
         tables: this.ownedTables(),
         ignorePorts: [this.sock.portId],
+        ownCommits: useMirror,
         onBatch: (b) => this.onEvents(b),
       });
+      if (useMirror && this.monitor.progress && this.monitor.anchor) {
+        this.mirror = new Mirror();
+        // Read after the subscription: every later commit reaches the monitor whole.
+        this.monitor.anchor(this.sock.generation(), 0);
+      }
     }
     try {
       await this.request('startup', performance.now());
@@ -260,6 +278,7 @@ export class Keeper extends EventEmitter {
     this.desired = mergeOwners(config.tables, config.owners, owners);
     this.metrics.owners.set(owners.length);
     this.monitor?.setFilter(this.ownedTables(), this.sock ? [this.sock.portId] : []);
+    this.mirror?.invalidate('the desired state changed');
     this.lastVerified = undefined;
   }
 
@@ -303,9 +322,12 @@ export class Keeper extends EventEmitter {
       this.fail(e);
       return;
     }
-    if (gen === this.lastVerified && this.trustedSince !== undefined && this.lastTickAt - this.trustedSince >= (this.options.trustOwnCommitMs ?? 10_000)) {
-      // The last verification was our own commit, not a read: read it back once, off the repair path.
-      void this.request('tick', this.lastTickAt);
+    if (this.trustedSince !== undefined && this.lastTickAt - this.trustedSince >= (this.options.trustOwnCommitMs ?? 10_000)) {
+      // Verified by our own commit or by the mirror since then, not by a read: read back once, off
+      // the repair path (also while foreign commits elsewhere keep moving the generation).
+      this.forceRead = true;
+      this.trustedSince = undefined;
+      this.poke('tick', this.lastTickAt);
       return;
     }
     if (gen === this.lastVerified) {
@@ -320,6 +342,15 @@ export class Keeper extends EventEmitter {
 
   private onEvents(b: MonitorBatch): void {
     if (this.stopped) return;
+    if (this.mirror) {
+      const wasValid = this.mirror.valid;
+      this.mirror.apply(b, this.sock!.portId);
+      if (wasValid && !this.mirror.valid) {
+        this.log.info({ reason: this.mirror.invalidReason }, 'the event mirror cannot follow this; the next pass reads the kernel');
+        this.emit('mirror', this.mirrorState());
+      }
+    }
+    if (b.foreign === false && !b.overflow) return;  // our own commit: only the mirror learns from it (its handles)
     if (b.overflow) {
       this.metrics.overflows.inc();
       this.log.warn({ cause: 'overflow' }, 'event socket overflowed; resyncing');
@@ -403,6 +434,13 @@ export class Keeper extends EventEmitter {
     const sock = this.sock!;
     // A deliberate change (new config, owners) is not something undone by a neighbour: no fight.
     const isDeliberate = deliberate(cause);
+    const forceRead = this.forceRead;
+    this.forceRead = false;
+    if (!forceRead) {
+      const fast = await this.mirrorPass(cause, detectedAt);
+      if (fast) return fast;
+    }
+    let lastLook: Look | undefined;
     let r;
     try {
       r = await this.reconciler!.once({
@@ -416,6 +454,7 @@ export class Keeper extends EventEmitter {
           }
         },
         onLook: (look) => {
+          lastLook = look;
           this.drifting = new Set(look.flat.map((d) => `${d.family} ${d.table}`));
         },
         holdBack: (look) => {
@@ -454,11 +493,108 @@ export class Keeper extends EventEmitter {
       this.reportRepair({ cause, drift: r.found, ops: r.ops, latencyMs: performance.now() - detectedAt, generation: r.generation,
         attempts: r.attempts });
     }
+    this.learn(r.trusted ? undefined : lastLook, isDeliberate);
     return { status: r.ops > 0 ? 'repaired' : 'in-sync', drift: r.found, ops: r.ops, attempts: r.attempts, generation: r.generation };
   }
 
+  /**
+   * After a full pass: a look that found everything as desired seeds the mirror (when the generation
+   * has not moved since, the dumps saw exactly that generation). A pass that ended on its own commit
+   * without a read leaves the mirror unseeded (the commit's own events are not planned by it), so
+   * the kernel is read once more right away, off the repair path, to seed it; after a deliberate
+   * change (reload, owners: they come in runs) the safety net's read-back seeds it instead.
+   */
+  private learn(look: Look | undefined, isDeliberate: boolean): void {
+    const mirror = this.mirror;
+    if (!mirror || this.stopped) return;
+    if (look && look.flat.length === 0 && look.retired.length === 0) {
+      if (this.sock!.generation() !== look.generation) return;
+      const before = mirror.valid && mirror.generation === look.generation
+        ? this.desired.flatMap((t) => t.chains.map((c) => mirror.handlesOf(t.family, t.name, c.name))) : undefined;
+      if (!mirror.seed(this.desired, look.observed, look.generation)) return;
+      // After an overflow the monitor's run of whole commits restarts from here.
+      this.monitor?.anchor?.(look.generation, mirror.overflows);
+      this.emit('mirror', this.mirrorState());
+      // The safety net's read-back: the mirror it replaces should have said the same.
+      const now = this.desired.flatMap((t) => t.chains.map((c) => mirror.handlesOf(t.family, t.name, c.name)));
+      if (before && JSON.stringify(before) !== JSON.stringify(now)) {
+        this.log.warn({ generation: look.generation }, 'the event mirror differed from the kernel read back; reseeded from the read');
+        this.emit('mirror-diverged');
+      }
+      return;
+    }
+    if (!mirror.valid && !isDeliberate) {
+      // After this pass has settled (start() and the repair's caller do not wait for it).
+      setImmediate(() => {
+        if (this.stopped || mirror.valid) return;
+        this.forceRead = true;
+        this.poke('tick', performance.now());
+      });
+    }
+  }
+
+  /** Whether repairs are planned from the events (exact) or need a read, and why. */
+  mirrorState(): { exact: boolean; generation: number; reason?: string } | undefined {
+    const m = this.mirror;
+    if (!m) return undefined;
+    return m.valid ? { exact: true, generation: m.generation } : { exact: false, generation: m.generation, reason: m.invalidReason };
+  }
+
+  /**
+   * A pass from the mirror, without a dump: when the events prove the mirror is the kernel's state
+   * now, its difference from the desired state is repaired in one batch guarded by that generation.
+   * Undefined: no proof (or a refusal, a race), the full pass decides.
+   */
+  private async mirrorPass(cause: Cause, detectedAt: number): Promise<Omit<PassOutcome, 'cause'> | undefined> {
+    const mirror = this.mirror;
+    const monitor = this.monitor;
+    if (!mirror?.valid || !monitor?.progress || cause === 'startup' || deliberate(cause) || this.retired.length > 0) return undefined;
+    const sock = this.sock!;
+    // The monitor's thread and its delivery to this thread trail the kernel by microseconds.
+    let generation = sock.generation();
+    for (let wait = 0; !mirror.exactAt(generation, monitor.progress()); wait++) {
+      if (wait >= 20 || !mirror.valid) return undefined;
+      await new Promise((r) => setImmediate(r));
+      if (this.stopped) return undefined;
+      generation = sock.generation();
+    }
+    const plan = mirror.plan();
+    if (plan === undefined) return undefined;
+    if (plan === 'clean') {
+      this.drifting = new Set();
+      this.verified(generation, true);
+      return { status: 'in-sync', drift: [], ops: 0, attempts: 1, generation };
+    }
+    this.drifting = new Set(plan.drift.map((d) => `${d.family} ${d.table}`));
+    for (const d of plan.drift) this.metrics.drift.inc({ kind: d.kind });
+    const waitMs = this.fight.waitFrom(performance.now());
+    if (waitMs > 0) {
+      this.scheduleAfter(waitMs, cause, detectedAt);
+      return { status: 'deferred', drift: plan.drift, ops: 0, attempts: 1 };
+    }
+    mirror.expect(generation + 1, plan.expected);
+    try {
+      await sock.commit(plan.batch, { expectGeneration: generation });
+    } catch (e) {
+      mirror.forget(generation + 1);
+      if (e instanceof GenerationMismatchError) this.metrics.generationRetries.inc();
+      else {
+        mirror.invalidate(`the kernel refused a repair planned from the mirror: ${(e as Error).message}`);
+        this.log.warn({ err: (e as Error).message }, 'a repair planned from the events was refused; reading the kernel instead');
+      }
+      return undefined;
+    }
+    const ops = plan.batch.length;
+    this.committed(cause, detectedAt, { flat: plan.drift }, ops);
+    // The guard held at `generation`, where the mirror was the kernel: our commit made generation + 1,
+    // the desired state. Its own events bring the new handles into the mirror.
+    this.verified(generation + 1, true);
+    this.reportRepair({ cause, drift: plan.drift, ops, latencyMs: performance.now() - detectedAt, generation: generation + 1, attempts: 1 });
+    return { status: 'repaired', drift: plan.drift, ops, attempts: 1, generation: generation + 1 };
+  }
+
   /** Bookkeeping after each batch a pass committed. */
-  private committed(cause: Cause, detectedAt: number, look: Look, ops: number): void {
+  private committed(cause: Cause, detectedAt: number, look: Pick<Look, 'flat' | 'garbage'>, ops: number): void {
     const garbage = look.garbage;
     if (garbage && garbage.chains.length + garbage.rules.length > 0) {
       this.metrics.ownedGcCollected.inc({ kind: 'chain' }, garbage.chains.length);
@@ -487,7 +623,8 @@ export class Keeper extends EventEmitter {
 
   private verified(gen: number, trusted = false): void {
     this.lastVerified = gen;
-    this.trustedSince = trusted ? performance.now() : undefined;
+    // The read-back comes trustOwnCommitMs after the first verification without a read.
+    this.trustedSince = trusted ? this.trustedSince ?? performance.now() : undefined;
     this.metrics.generation.set(gen);
     if (!this.ready) {
       this.ready = true;

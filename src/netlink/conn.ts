@@ -7,7 +7,7 @@
  */
 import type { Batch, Op } from './batch.js';
 import type { Family } from './expr.js';
-import type { MonitorOptions } from './monitor.js';
+import type { MonitorOptions, MonitorProgress } from './monitor.js';
 import type { Chain, NftSet, Rule, SetElement, Table } from './objects.js';
 
 export interface CommitOptions {
@@ -41,6 +41,9 @@ export interface NftConn {
 export interface NftWatch {
   setFilter(tables: { family: Family; name: string }[] | undefined, ignorePorts?: number[]): void;
   close(): void;
+  /** What the watcher has seen (the kernel monitor has it; a watcher without it gets no mirror). */
+  progress?(): MonitorProgress;
+  anchor?(generation: number, overflowsSeen: number): void;
 }
 
 /** Opens connections and monitors in one network namespace. */

@@ -18,7 +18,14 @@ export interface MonitorEvent {
   handle?: number;
   /** nlmsg_pid of the committing socket. */
   portId: number;
+  /** nlmsg_flags: a rule event carries its request's NLM_F_REPLACE (0x100) / NLM_F_APPEND (0x800). */
+  flags?: number;
+  /** Rule events: NFTA_RULE_POSITION, the handle of the rule before it (add and replace only). */
+  position?: number;
 }
+
+/** nlmsg_flags bits of rule events. */
+export const NLM_F = { REPLACE: 0x100, APPEND: 0x800 } as const;
 
 export interface MonitorBatch {
   /** Events were lost (ENOBUFS): the receiver must resync from a dump. */
@@ -27,7 +34,25 @@ export interface MonitorBatch {
   generation: number;
   /** More than 256 events in one commit; the rest were dropped. */
   truncated: boolean;
+  /** Holds an event from a port not in ignorePorts (always, unless ownCommits). */
+  foreign?: boolean;
+  /**
+   * The first generation of the unbroken run of commits the monitor has seen whole up to this
+   * one (every NEWGEN, no overflow), or 0: a commit in [since, generation] that was not delivered
+   * touched no watched table.
+   */
+  since?: number;
   events: MonitorEvent[];
+}
+
+/** What the monitor's thread has seen, read at once (Monitor.progress). */
+export interface MonitorProgress {
+  /** The last NEWGEN seen. */
+  lastGeneration: number;
+  /** The start of the run of commits seen whole up to lastGeneration, or 0. */
+  runStart: number;
+  /** Batches handed to onBatch so far (overflow reports included), up to lastGeneration. */
+  delivered: number;
 }
 
 export interface MonitorOptions {
@@ -36,6 +61,10 @@ export interface MonitorOptions {
   tables?: { family: Family; name: string }[];
   /** Port ids whose commits are not worth a wake-up (our own socket's). */
   ignorePorts?: number[];
+  /** Deliver commits of ignorePorts too (foreign: false): a mirror learns its own handles from them. */
+  ownCommits?: boolean;
+  /** The socket's receive buffer in bytes; default 8 MiB (tests make it small to see ENOBUFS). */
+  receiveBuffer?: number;
   onBatch: (batch: MonitorBatch) => void;
 }
 
@@ -47,7 +76,23 @@ export class Monitor {
     const { NftMonitor } = loadAddon();
     this.native = new NftMonitor(options.netns, (b) => {
       if (!this.closedFlag) options.onBatch(b as MonitorBatch);
-    }, toPairs(options.tables), options.ignorePorts ?? []);
+    }, toPairs(options.tables), options.ignorePorts ?? [], options.ownCommits ?? false,
+    options.receiveBuffer);
+  }
+
+  /** What the monitor's thread has seen so far (a lock, no system call). */
+  progress(): MonitorProgress {
+    const [lastGeneration, runStart, delivered] = this.native.progress();
+    return { lastGeneration, runStart, delivered };
+  }
+
+  /**
+   * Tells the monitor a generation read after it subscribed and after the caller handled
+   * `overflowsSeen` overflow reports: every later commit reaches it whole, and progress().runStart
+   * and the batches' `since` say so from then on (ignored if another overflow came meanwhile).
+   */
+  anchor(generation: number, overflowsSeen: number): void {
+    this.native.anchor(generation, overflowsSeen);
   }
 
   setFilter(tables: { family: Family; name: string }[] | undefined, ignorePorts: number[] = []): void {

@@ -13,6 +13,8 @@ export interface NativeSocket {
 export interface NativeMonitor {
   close(): void;
   setFilter(tables: [string, string][] | null, ignorePorts: number[]): void;
+  progress(): [number, number, number];
+  anchor(generation: number, overflowsSeen: number): void;
   ref(): void;
   unref(): void;
 }

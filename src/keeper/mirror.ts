@@ -1,0 +1,347 @@
+/**
+ * A mirror of what the kernel holds in the owned chains, kept from the
+ * monitor's events, so that a foreign change costs what it changed instead
+ * of a dump of every owned rule (issue 14).
+ *
+ * The mirror is seeded from a look that found the owned tables exactly as
+ * desired: per desired chain, the kernel handle of each desired rule, in
+ * order. From then on every commit that touched an owned table arrives as one
+ * monitor batch (its events up to NEWGEN), our own commits included, and is
+ * applied in generation order:
+ *
+ * - a foreign DELRULE of a desired rule's handle marks that rule missing;
+ * - a foreign NEWRULE is an extra rule (the desired list has no room for it);
+ *   one that takes a handle just deleted in the same commit is a replace, and
+ *   sits in that rule's place;
+ * - our own commit's events give the handles of the rules it added, in the
+ *   order of its ops (planned here, see expect()).
+ *
+ * The repair of a mirror that differs is then exactly the difference: delete
+ * each extra rule by handle, re-add each missing rule after the rule before
+ * it (NFTA_RULE_POSITION, or NFTA_RULE_POSITION_ID when that one is re-added
+ * in the same batch), or replace an extra that sits in a missing rule's place.
+ *
+ * The mirror is only trusted with a proof that it is the kernel's state: the
+ * monitor saw every commit since the mirror was exact (its run of whole
+ * commits, see MonitorBatch.since and Monitor.progress), each one that touched
+ * an owned table was applied, and nothing happened that the mirror cannot
+ * follow. Anything else invalidates it and the keeper falls back to a full
+ * observe: an overflow (ENOBUFS), a gap in the generations, a truncated batch,
+ * a table, chain or named set event in an owned table, a handle it does not
+ * know, a commit of our own socket it did not plan. The repair commit is
+ * guarded by the generation the proof was made at, so a race with another
+ * writer is refused by the kernel and also ends in a full observe.
+ */
+import type { TableConfig } from '../config/config.js';
+import { Batch } from '../netlink/batch.js';
+import type { MonitorBatch, MonitorEvent, MonitorProgress } from '../netlink/monitor.js';
+import type { ObservedTable } from '../netlink/objects.js';
+import type { Drift } from './reconcile.js';
+
+/** Repairs with more ops than this are left to the full pass (which weighs a rewrite, and runs big batches off-thread). */
+export const MIRROR_MAX_OPS = 64;
+
+/** One desired chain as the kernel holds it. */
+interface MirrorChain {
+  family: TableConfig['family'];
+  table: string;
+  name: string;
+  /** handles[j]: the kernel handle of desired rule j, 0 while it is missing. */
+  handles: Float64Array;
+  /** Desired index by kernel handle, for the rules present. */
+  byHandle: Map<number, number>;
+  /** Desired rules missing from the kernel. */
+  missing: Set<number>;
+  /** Foreign rules in the chain: handle → the desired rule whose place it took (a replace), or -1. */
+  extras: Map<number, number>;
+}
+
+/** What an own commit's events must show, in order: DELRULE of a handle, or NEWRULE of desired rule j. */
+type Expected = { del: number; chain: MirrorChain } | { add: number; chain: MirrorChain };
+
+export interface MirrorPlan {
+  batch: Batch;
+  drift: Drift[];
+  expected: Expected[];
+}
+
+export type MirrorOutcome =
+  /** Not in force (never seeded, or invalidated): the caller falls back. */
+  | 'invalid'
+  /** Already part of the seed, or touched nothing the mirror holds. */
+  | 'ignored'
+  /** Our own commit, as planned. */
+  | 'own'
+  /** A foreign commit, followed. */
+  | 'changed';
+
+const key = (family: string, table: string) => `${family} ${table}`;
+
+export class Mirror {
+  /** The kernel generation the mirror is exact at (with the proof, see exactAt). */
+  generation = 0;
+  /** Batches the monitor delivered that reached apply(), to match Monitor.progress().delivered. */
+  applied = 0;
+  /** Overflow reports among them (Monitor.anchor wants it). */
+  overflows = 0;
+  /** Why the mirror is not in force, or undefined while it is. */
+  invalidReason: string | undefined = 'not seeded';
+  private tables = new Map<string, Map<string, MirrorChain>>();
+  /** The desired chains the seed was made from: the rules plan() re-adds. */
+  private desired = new Map<string, TableConfig['chains'][number]>();
+  private expected = new Map<number, Expected[]>();
+
+  get valid(): boolean {
+    return this.invalidReason === undefined;
+  }
+
+  invalidate(reason: string): void {
+    if (this.invalidReason === undefined) this.invalidReason = reason;
+    this.tables.clear();
+    this.expected.clear();
+  }
+
+  /**
+   * Seeds from a look that found every desired table as desired, at `generation` (read before
+   * the look, and again after it, unchanged). Returns false when the look does not fit.
+   */
+  seed(desired: readonly TableConfig[], observed: readonly ObservedTable[], generation: number): boolean {
+    const tables = new Map<string, Map<string, MirrorChain>>();
+    for (const [i, t] of desired.entries()) {
+      const have = observed[i];
+      if (!have?.table || have.family !== t.family || have.name !== t.name) return false;
+      if (have.chains.size !== t.chains.length) return false;
+      const chains = new Map<string, MirrorChain>();
+      for (const c of t.chains) {
+        const rules = have.rules.get(c.name);
+        if (!have.chains.has(c.name) || !rules || rules.length !== c.rules.length) return false;
+        const handles = new Float64Array(rules.length);
+        const byHandle = new Map<number, number>();
+        for (let j = 0; j < rules.length; j++) {
+          const h = rules[j]!.handle;
+          if (!h) return false;
+          handles[j] = h;
+          byHandle.set(h, j);
+        }
+        chains.set(c.name, { family: t.family, table: t.name, name: c.name, handles, byHandle, missing: new Set(), extras: new Map() });
+      }
+      tables.set(key(t.family, t.name), chains);
+    }
+    this.tables = tables;
+    this.desired = new Map();
+    for (const t of desired) for (const c of t.chains) this.desired.set(`${key(t.family, t.name)} ${c.name}`, c);
+    this.expected.clear();
+    this.generation = generation;
+    this.invalidReason = undefined;
+    return true;
+  }
+
+  /**
+   * The handles the mirror holds, per chain, for a cross-check against a read (undefined when
+   * not in force or not clean).
+   */
+  handlesOf(family: string, table: string, chain: string): readonly number[] | undefined {
+    const c = this.valid ? this.tables.get(key(family, table))?.get(chain) : undefined;
+    return c && c.missing.size === 0 && c.extras.size === 0 ? Array.from(c.handles) : undefined;
+  }
+
+  /**
+   * True when the mirror is the kernel's state at `generation` (just read): the monitor has seen
+   * that generation, every commit since the mirror was exact was seen whole, and every batch it
+   * delivered was applied.
+   */
+  exactAt(generation: number, p: MonitorProgress): boolean {
+    return this.valid && p.lastGeneration === generation && p.delivered === this.applied
+      && p.runStart !== 0 && p.runStart <= this.generation + 1 && this.generation <= generation && this.expected.size === 0;
+  }
+
+  /** Applies one delivered batch. `ownPort` is the keeper's commit socket. */
+  apply(b: MonitorBatch, ownPort: number): MirrorOutcome {
+    this.applied++;
+    if (b.overflow) {
+      this.overflows++;
+      this.invalidate('the event socket overflowed (ENOBUFS)');
+      return 'invalid';
+    }
+    if (!this.valid) return 'invalid';
+    if (b.generation <= this.generation) return 'ignored';  // in the seed already
+    if (b.truncated) return this.fail(`commit ${b.generation} had more events than a batch keeps`);
+    if (!b.since || b.since > this.generation + 1) {
+      return this.fail(`the monitor did not see every commit between ${this.generation} and ${b.generation}`);
+    }
+    const own = b.foreign === false && b.events.every((e) => e.portId === ownPort);
+    const why = own ? this.applyOwn(b) : this.applyForeign(b.events);
+    if (why) return this.fail(why);
+    this.generation = b.generation;
+    return own ? 'own' : 'changed';
+  }
+
+  /** Registers the events our commit producing `generation` must show (before committing it). */
+  expect(generation: number, expected: Expected[]): void {
+    this.expected.set(generation, expected);
+  }
+
+  /** The commit expected at `generation` did not happen. */
+  forget(generation: number): void {
+    this.expected.delete(generation);
+  }
+
+  /**
+   * The repair of every difference the mirror holds, or 'clean', or undefined when it is not
+   * a small edit (the full pass plans it).
+   */
+  plan(): MirrorPlan | 'clean' | undefined {
+    const batch = new Batch();
+    const drift: Drift[] = [];
+    const expected: Expected[] = [];
+    let ops = 0;
+    let nextId = 1;
+    for (const chains of this.tables.values()) {
+      for (const c of chains.values()) {
+        if (c.missing.size === 0 && c.extras.size === 0) continue;
+        ops += c.extras.size + c.missing.size;
+        if (ops > MIRROR_MAX_OPS) return undefined;
+        drift.push(this.describe(c));
+      }
+    }
+    if (drift.length === 0) return 'clean';
+    for (const chains of this.tables.values()) {
+      for (const c of chains.values()) {
+        if (c.missing.size === 0 && c.extras.size === 0) continue;
+        const where = { family: c.family, table: c.table, chain: c.name };
+        const inPlace = new Map<number, number>();  // desired j → the extra handle sitting in its place
+        for (const [h, j] of c.extras) {
+          if (j >= 0 && c.missing.has(j) && !inPlace.has(j)) {
+            inPlace.set(j, h);
+            continue;
+          }
+          batch.delete('rule', { ...where, handle: h });
+          expected.push({ del: h, chain: c });
+        }
+        const ids = new Map<number, number>();
+        for (const j of [...c.missing].sort((x, y) => x - y)) {
+          const r = this.rule(c, j);
+          for (const s of r.sets) batch.add('set', { ...s, family: c.family, table: c.table });
+          const body = { ...where, exprs: r.exprs, ...(r.userdata ? { userdata: r.userdata } : {}), id: nextId };
+          ids.set(j, nextId++);
+          const h = inPlace.get(j);
+          if (h !== undefined) {
+            batch.replace('rule', { ...body, handle: h });  // same place, same handle
+            expected.push({ del: h, chain: c }, { add: j, chain: c });
+            continue;
+          }
+          if (j === 0) batch.insert('rule', body);  // at the head of the chain
+          else if (c.handles[j - 1]! > 0) batch.add('rule', { ...body, position: c.handles[j - 1]! });
+          else batch.add('rule', { ...body, positionId: ids.get(j - 1)! });  // after the one re-added just before
+          expected.push({ add: j, chain: c });
+        }
+      }
+    }
+    return { batch, drift, expected };
+  }
+
+  private rule(c: MirrorChain, j: number) {
+    return this.desired.get(`${key(c.family, c.table)} ${c.name}`)!.rules[j]!.compiled;
+  }
+
+  private describe(c: MirrorChain): Drift {
+    const missing = [...c.missing].sort((x, y) => x - y);
+    const parts: string[] = [];
+    if (missing.length > 0) {
+      const r = this.rule(c, missing[0]!);
+      parts.push(missing.length === 1 ? `rule ${missing[0]! + 1} (${r.text}) is missing`
+        : `${missing.length} rules are missing (first: rule ${missing[0]! + 1}, ${r.text})`);
+    }
+    if (c.extras.size > 0) parts.push(`${c.extras.size} foreign rule${c.extras.size === 1 ? '' : 's'} (handle ${[...c.extras.keys()].join(', ')})`);
+    const replaced = [...c.extras.values()].filter((j) => j >= 0 && c.missing.has(j)).length;
+    const ops = c.extras.size + c.missing.size - replaced;
+    const kept = c.handles.length - c.missing.size;
+    return {
+      kind: 'rules-differ', family: c.family, table: c.table, chain: c.name,
+      detail: `${parts.join('; ')}; repair from events: ${kept} of ${kept + c.extras.size} kernel rules stay, ` +
+        `${c.extras.size - replaced} deleted, ${c.missing.size - replaced} inserted, ${replaced} replaced (${ops} ops)`,
+    };
+  }
+
+  private fail(why: string): MirrorOutcome {
+    this.invalidate(why);
+    return 'invalid';
+  }
+
+  private chainOf(e: MonitorEvent): MirrorChain | string {
+    const chains = this.tables.get(key(e.family, e.table));
+    if (!chains) return '';  // not an owned table
+    const c = e.name !== undefined ? chains.get(e.name) : undefined;
+    return c ?? `a rule event in chain ${e.family} ${e.table} ${e.name ?? '?'}, which the mirror does not hold`;
+  }
+
+  /** Anonymous sets come and go with the rules that use them. */
+  private static anonymous(e: MonitorEvent): boolean {
+    return (e.type === 'newset' || e.type === 'delset' || e.type === 'newsetelem' || e.type === 'delsetelem')
+      && (e.name ?? '').startsWith('__set');
+  }
+
+  /** Follows a foreign commit; returns why it cannot. */
+  private applyForeign(events: readonly MonitorEvent[]): string | undefined {
+    const deleted = new Map<number, number>();  // handle deleted in this commit → its desired index
+    for (const e of events) {
+      if (e.type !== 'newrule' && e.type !== 'delrule') {
+        if (!this.tables.has(key(e.family, e.table))) continue;  // e.g. another table deleted
+        if (Mirror.anonymous(e)) continue;
+        return `${e.type} ${e.family} ${e.table}${e.name ? ` ${e.name}` : ''} (the full pass plans that)`;
+      }
+      const c = this.chainOf(e);
+      if (c === '') continue;
+      if (typeof c === 'string') return c;
+      const h = e.handle;
+      if (!h) return `a ${e.type} event without a handle`;
+      if (e.type === 'delrule') {
+        const j = c.byHandle.get(h);
+        if (j !== undefined) {
+          c.byHandle.delete(h);
+          c.handles[j] = 0;
+          c.missing.add(j);
+          deleted.set(h, j);
+        } else if (c.extras.has(h)) {
+          deleted.set(h, c.extras.get(h)!);
+          c.extras.delete(h);
+        } else {
+          return `rule handle ${h} deleted from ${c.name} is not one the mirror knows`;
+        }
+      } else {
+        if (c.byHandle.has(h) || c.extras.has(h)) return `rule handle ${h} added to ${c.name} twice`;
+        // A handle deleted earlier in the same commit comes back only through a replace: same place.
+        const j = deleted.get(h);
+        c.extras.set(h, j ?? -1);
+      }
+    }
+    return undefined;
+  }
+
+  /** Follows our own commit as planned; returns why it cannot. */
+  private applyOwn(b: MonitorBatch): string | undefined {
+    const plan = this.expected.get(b.generation);
+    this.expected.delete(b.generation);
+    if (!plan) return `a commit of our own socket (generation ${b.generation}) that the mirror did not plan`;
+    let k = 0;
+    for (const e of b.events) {
+      if (e.type !== 'newrule' && e.type !== 'delrule') {
+        if (Mirror.anonymous(e)) continue;
+        return `our commit ${b.generation} holds a ${e.type} event the mirror did not plan`;
+      }
+      const x = plan[k++];
+      const c = this.chainOf(e);
+      if (!x || typeof c === 'string' || c !== x.chain || !e.handle) return `our commit ${b.generation} does not match its plan`;
+      if (e.type === 'delrule') {
+        if (!('del' in x) || x.del !== e.handle || !c.extras.delete(e.handle)) return `our commit ${b.generation} deleted an unplanned rule`;
+      } else {
+        if (!('add' in x) || c.byHandle.has(e.handle) || c.extras.has(e.handle)) return `our commit ${b.generation} added an unplanned rule`;
+        c.handles[x.add] = e.handle;
+        c.byHandle.set(e.handle, x.add);
+        c.missing.delete(x.add);
+      }
+    }
+    if (k !== plan.length) return `our commit ${b.generation} showed ${k} of ${plan.length} planned rule events`;
+    return undefined;
+  }
+}
