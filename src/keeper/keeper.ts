@@ -75,8 +75,13 @@ export interface PassOutcome {
 interface Pending {
   cause: Cause;
   detectedAt: number;
+  /** A read nobody asked for (the mirror's seeding): a request joining it lends it its cause and clock. */
+  background?: boolean;
   waiters: { resolve: (o: PassOutcome) => void; reject: (e: unknown) => void }[];
 }
+
+/** How long a pass waits for the monitor to catch up with the kernel before it reads the kernel instead. */
+const MIRROR_WAIT_MS = 5;
 
 const deliberate = (c: Cause) => c === 'reload' || c === 'owners';
 
@@ -373,13 +378,16 @@ export class Keeper extends EventEmitter {
    * waits joins it. Resolves with the outcome of the pass that served this
    * request, or rejects with its refusal.
    */
-  request(cause: Cause, detectedAt: number): Promise<PassOutcome> {
+  request(cause: Cause, detectedAt: number, background = false): Promise<PassOutcome> {
     if (this.stopped) return Promise.resolve({ cause, status: 'stopped', drift: [], ops: 0, attempts: 0 });
     return new Promise<PassOutcome>((resolve, reject) => {
       const waiter = { resolve, reject };
       if (this.draining) {
-        if (!this.queued) this.queued = { cause, detectedAt, waiters: [waiter] };
-        else {
+        if (!this.queued) this.queued = { cause, detectedAt, waiters: [waiter], background };
+        else if (this.queued.background) {
+          this.queued.waiters.push(waiter);
+          Object.assign(this.queued, { cause, detectedAt, background: false });
+        } else {
           this.queued.waiters.push(waiter);
           // A deliberate change is not held back by a fight, even when it joins a queued tick.
           if (deliberate(cause) && !deliberate(this.queued.cause)) this.queued.cause = cause;
@@ -388,7 +396,7 @@ export class Keeper extends EventEmitter {
         return;
       }
       this.draining = true;
-      const running: Promise<void> = this.drain({ cause, detectedAt, waiters: [waiter] }).finally(() => {
+      const running: Promise<void> = this.drain({ cause, detectedAt, waiters: [waiter], background }).finally(() => {
         if (this.running === running) this.running = undefined;
       });
       this.running = running;
@@ -404,7 +412,7 @@ export class Keeper extends EventEmitter {
           continue;
         }
         try {
-          this.settle(next, await this.pass(next.cause, next.detectedAt));
+          this.settle(next, await this.pass(next.cause, next.detectedAt, next.background));
         } catch (e) {
           // Refusals of start-up (another owner), reloads and owners changes are their caller's to handle.
           const callers = (next.cause === 'startup' && e instanceof TableOwnedError) || deliberate(next.cause);
@@ -430,7 +438,7 @@ export class Keeper extends EventEmitter {
     this.emit('error', e);
   }
 
-  private async pass(cause: Cause, detectedAt: number): Promise<Omit<PassOutcome, 'cause'>> {
+  private async pass(cause: Cause, detectedAt: number, background = false): Promise<Omit<PassOutcome, 'cause'>> {
     const sock = this.sock!;
     // A deliberate change (new config, owners) is not something undone by a neighbour: no fight.
     const isDeliberate = deliberate(cause);
@@ -468,10 +476,18 @@ export class Keeper extends EventEmitter {
         },
         onCommitted: (look, ops) => this.committed(cause, detectedAt, look, ops),
         trustSoleCommit: true,
+        // The mirror's seeding read only looks: drift it finds is repaired by a pass of its own, under
+        // the cause that brought it (the event that is on its way, or the tick).
+        readOnly: background,
       });
     } catch (e) {
       if (e instanceof TableOwnedError) this.lastError = e.message;
       throw e;
+    }
+    if (r.status === 'drift') {
+      // Not verified: the event that change raised (or, were it lost, the overflow or the tick
+      // finding the generation moved) brings a repairing pass under its own cause.
+      return { status: 'deferred', drift: r.found.length ? r.found : r.first.flat, ops: 0, attempts: r.attempts };
     }
     if (r.status === 'deferred') {
       this.scheduleAfter(r.waitMs!, cause, detectedAt);
@@ -528,7 +544,7 @@ export class Keeper extends EventEmitter {
       setImmediate(() => {
         if (this.stopped || mirror.valid) return;
         this.forceRead = true;
-        this.poke('tick', performance.now());
+        this.request('tick', performance.now(), true).catch(() => undefined);
       });
     }
   }
@@ -552,8 +568,9 @@ export class Keeper extends EventEmitter {
     const sock = this.sock!;
     // The monitor's thread and its delivery to this thread trail the kernel by microseconds.
     let generation = sock.generation();
-    for (let wait = 0; !mirror.exactAt(generation, monitor.progress()); wait++) {
-      if (wait >= 20 || !mirror.valid) return undefined;
+    const waitUntil = performance.now() + MIRROR_WAIT_MS;
+    while (!mirror.exactAt(generation, monitor.progress())) {
+      if (performance.now() > waitUntil || !mirror.valid) return undefined;
       await new Promise((r) => setImmediate(r));
       if (this.stopped) return undefined;
       generation = sock.generation();

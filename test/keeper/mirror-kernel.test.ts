@@ -175,7 +175,7 @@ describe('the mirror gives way to a full observe', () => {
       }
       await until('the overflow', overflowed);
       await until('a full observe after it', async () => await dumps(keeper) > d0);
-      expect(states.some((s) => /ENOBUFS/.test(s ?? ''))).toBe(true);
+      expect(states.some((s) => /ENOBUFS/.test(s ?? '')), JSON.stringify(states)).toBe(true);
       // The full observe found the chain as desired and seeded the mirror again.
       await until('the mirror to be seeded again', () => keeper.mirrorState()?.exact === true);
       await keeper.idle();

@@ -129,7 +129,8 @@ describe('keeper repairs keep the handles of untouched rules', () => {
 describe('verification after a repair', () => {
   it('trusts its own commit when the generation moved by exactly one, and the tick reads the table back later', async () => {
     const ns = createNetns('plantrust');
-    const keeper = await startKeeper(ns, { intervalMs: 50, trustOwnCommitMs: 400 });
+    // Without the event mirror: the full pass's own read-back is what this is about.
+    const keeper = await startKeeper(ns, { intervalMs: 50, trustOwnCommitMs: 400, mirror: false });
     try {
       const dumps = async () => (await keeper.metrics.dumps.get()).values[0]?.value ?? 0;
       const before = await dumps();
@@ -148,6 +149,35 @@ describe('verification after a repair', () => {
       await new Promise((res) => setTimeout(res, 600));
       expect(await dumps()).toBe(before + 2);
       expect((await keeper.metrics.repairs.get()).values.reduce((a, v) => a + v.value, 0)).toBe(2);  // start-up + this one
+    } finally {
+      await keeper.stop();
+      ns.remove();
+    }
+  });
+
+  it('with the event mirror, a repair reads nothing, and the tick reads the table back once later', async () => {
+    const ns = createNetns('plantrustm');
+    const keeper = await startKeeper(ns, { intervalMs: 50, trustOwnCommitMs: 400 });
+    try {
+      const dumps = async () => (await keeper.metrics.dumps.get()).values[0]?.value ?? 0;
+      const deadline = Date.now() + 10_000;
+      while (keeper.mirrorState()?.exact !== true && Date.now() < deadline) await new Promise((res) => setTimeout(res, 20));
+      // Let the start-up's own read-back (which seeded the mirror) and its safety net pass.
+      await new Promise((res) => setTimeout(res, 800));
+      await keeper.idle();
+      const before = await dumps();
+      const repaired = nextRepair(keeper);
+      ns.nft(`delete rule ip nfkeeper postrouting handle ${handles(ns, 'ip', 'nfkeeper', 'postrouting')[1]}`);
+      const r = await repaired;
+      expect(r.ops).toBe(1);
+      expect(await dumps()).toBe(before);  // planned from the events, verified by the guard
+      expect(keeper.status().generation).toBe(r.generation);
+      expect(chainLines(ns, 'ip', 'nfkeeper', 'postrouting')).toEqual(FLANNEL_RULES);
+      while (await dumps() < before + 1 && Date.now() < deadline + 10_000) await new Promise((res) => setTimeout(res, 50));
+      expect(await dumps()).toBe(before + 1);
+      await new Promise((res) => setTimeout(res, 600));
+      expect(await dumps()).toBe(before + 1);
+      expect(keeper.mirrorState()?.exact).toBe(true);
     } finally {
       await keeper.stop();
       ns.remove();
