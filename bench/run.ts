@@ -77,7 +77,7 @@ const B: Budgets = full
     s4: { sizes: sizes([0, 10_000]), idleSeconds: (n) => (n === 10_000 ? 60 : 20), stormSeconds: 10, settleSeconds: 20 },
     s5: { sizes: sizes([0, 10_000]), reps: () => 5, owned: true },
     s6: { sizes: sizes([4, 100, 10_000, 100_000]), reps: (n) => (n >= 100_000
-      ? { install: 2, repair: 10, change: 4, exec: 3, gapMs: 300 }
+      ? { install: 2, repair: 30, change: 4, exec: 3, gapMs: 100 }
       : { install: 3, repair: n >= 10_000 ? 200 : 300, change: 20, exec: 10, gapMs: n >= 10_000 ? 60 : 20 }) },
   }
   : {

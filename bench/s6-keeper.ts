@@ -18,6 +18,10 @@ const file = arg('--config');
 if (!file) throw new Error('usage: s6-keeper.ts --netns PATH --config FILE');
 const keeper = new Keeper({ config: parseConfig(readFileSync(file, 'utf8'), file), netns: arg('--netns'), fight: { threshold: 1e9 } });
 keeper.on('error', (e: Error) => process.stderr.write(`keeper: ${e.message}\n`));
+// A repair that could not be planned from the events (the full observe ran instead) says why.
+keeper.on('mirror', (m: { exact: boolean; reason?: string }) => {
+  if (!m.exact) process.stderr.write(`keeper: event mirror off until the next read: ${m.reason}\n`);
+});
 await keeper.start();
 process.stdout.write('ready\n');
 for (const sig of ['SIGTERM', 'SIGINT'] as const) {

@@ -14,7 +14,11 @@
  * - beside them, in the same run and namespace, on their own tables: one
  *   `nft add rule … position H` exec putting one deleted rule back, `nft -f`
  *   of a flush-and-rewrite of the chain (kube-proxy's full sync), and
- *   `iptables-nft-restore --noflush` with one `-I CHAIN K`.
+ *   `iptables-nft-restore --noflush` with one `-I CHAIN K`;
+ * - the kernel's floor for the probe's sample: one socket deleting the middle
+ *   rule and re-adding it at its position, two commits back to back (every
+ *   commit that touches a chain rebuilds that chain's rule blob, so each costs
+ *   time linear in the chain's rules, whoever sends it).
  */
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -43,6 +47,11 @@ export interface S6Row {
   nftPosition: Summary;
   nftRewrite: Summary;
   iptRestoreInsert: Summary;
+  /**
+   * The kernel's own floor for what the probe times: one socket commits the deletion of the middle
+   * rule and then its re-add at its position (two commits, each rebuilding the chain's rule blob).
+   */
+  kernelFloor?: Summary;
 }
 
 export interface S6Options {
@@ -155,6 +164,17 @@ export async function runS6(o: S6Options): Promise<S6Row[]> {
           // exec drivers on their own tables
           const nftText = Array.from({ length: n }, (_, i) => `add rule ip cmp c ${ruleText(i)}`).join('\n');
           ns.exec('nft', ['-f', '-'], `add table ip cmp\nadd chain ip cmp c { type nat hook postrouting priority srcnat; }\n${nftText}\n`);
+          const floor: number[] = [];
+          for (let r = 0; r < Math.max(reps.exec, 10); r++) {
+            const rules = await sock.listRules({ family: 'ip', table: 'cmp', chain: 'c' });
+            const index = rules.length >> 1;
+            const where = { family: 'ip' as const, table: 'cmp', chain: 'c' };
+            const t0 = performance.now();
+            await sock.commit(new Batch().delete('rule', { ...where, handle: rules[index]!.handle! }));
+            await sock.commit(new Batch().add('rule', { ...where, exprs: rules[index]!.exprs, position: rules[index - 1]!.handle! }));
+            floor.push(us(t0));
+          }
+          if (await count(sock, 'cmp', 'c') !== n) throw new Error('S6: the kernel floor run did not restore the chain');
           const nftPosition: number[] = [];
           const nftRewrite: number[] = [];
           const ipt: number[] = [];
@@ -181,9 +201,11 @@ export async function runS6(o: S6Options): Promise<S6Row[]> {
           const row: S6Row = {
             n, install: summarize(installs), installOps, repair, change: summarize(changes), changeOps,
             nftPosition: summarize(nftPosition), nftRewrite: summarize(nftRewrite), iptRestoreInsert: summarize(ipt),
+            kernelFloor: summarize(floor),
           };
           o.log(`    N = ${n.toLocaleString('en-US')}: nft add rule position ${(row.nftPosition.median / 1000).toFixed(1)} ms, ` +
-            `nft -f rewrite ${(row.nftRewrite.median / 1000).toFixed(1)} ms, iptables-nft-restore -I ${(row.iptRestoreInsert.median / 1000).toFixed(1)} ms`);
+            `nft -f rewrite ${(row.nftRewrite.median / 1000).toFixed(1)} ms, iptables-nft-restore -I ${(row.iptRestoreInsert.median / 1000).toFixed(1)} ms, ` +
+            `kernel floor (delete + re-add, two commits) ${(row.kernelFloor!.median / 1000).toFixed(2)} ms`);
           out.push(row);
         } finally {
           sock.close();
