@@ -22,6 +22,7 @@ keeper.on('error', (e: Error) => process.stderr.write(`keeper: ${e.message}\n`))
 keeper.on('mirror', (m: { exact: boolean; reason?: string }) => {
   if (!m.exact) process.stderr.write(`keeper: event mirror off until the next read: ${m.reason}\n`);
 });
+keeper.on('mirror-fallback', (reason?: string) => process.stderr.write(`keeper: a pass read the kernel: ${reason ?? '?'}\n`));
 await keeper.start();
 process.stdout.write('ready\n');
 for (const sig of ['SIGTERM', 'SIGINT'] as const) {

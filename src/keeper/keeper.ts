@@ -19,7 +19,7 @@ import { kernelHost } from '../netlink/host.js';
 import type { MonitorBatch } from '../netlink/monitor.js';
 import { GenerationMismatchError } from '../errors.js';
 import { DEFAULT_FIGHT, Fight, type FightOptions } from './fight.js';
-import { Mirror } from './mirror.js';
+import { MIRROR_MAX_OPS, Mirror } from './mirror.js';
 import { DRIFT_KINDS, TableOwnedError, protectionOf, type Drift, type Protection } from './reconcile.js';
 import { Reconciler, type Look } from './reconciler.js';
 import { mergeOwners, type Owner } from '../owners/index.js';
@@ -80,8 +80,12 @@ interface Pending {
   waiters: { resolve: (o: PassOutcome) => void; reject: (e: unknown) => void }[];
 }
 
-/** How long a pass waits for the monitor to catch up with the kernel before it reads the kernel instead. */
-const MIRROR_WAIT_MS = 5;
+/**
+ * How long a pass waits for the monitor's thread to catch up with the kernel before it reads the
+ * kernel instead. Microseconds on a quiet machine; a loaded one deschedules threads for
+ * milliseconds, and a full read costs far more than waiting.
+ */
+const MIRROR_WAIT_MS = 100;
 
 const deliberate = (c: Cause) => c === 'reload' || c === 'owners';
 
@@ -569,14 +573,14 @@ export class Keeper extends EventEmitter {
     // The monitor's thread and its delivery to this thread trail the kernel by microseconds.
     let generation = sock.generation();
     const waitUntil = performance.now() + MIRROR_WAIT_MS;
-    while (!mirror.exactAt(generation, monitor.progress())) {
-      if (performance.now() > waitUntil || !mirror.valid) return undefined;
+    while (mirror.lagging(generation, monitor.progress()) && performance.now() < waitUntil) {
       await new Promise((r) => setImmediate(r));
       if (this.stopped) return undefined;
       generation = sock.generation();
     }
+    if (!mirror.exactAt(generation, monitor.progress())) return this.mirrorFallback(mirror.valid ? 'no proof that the mirror is the kernel\'s state now' : mirror.invalidReason);
     const plan = mirror.plan();
-    if (plan === undefined) return undefined;
+    if (plan === undefined) return this.mirrorFallback(`more than ${MIRROR_MAX_OPS} ops`);
     if (plan === 'clean') {
       this.drifting = new Set();
       this.verified(generation, true);
@@ -594,8 +598,10 @@ export class Keeper extends EventEmitter {
       await sock.commit(plan.batch, { expectGeneration: generation });
     } catch (e) {
       mirror.forget(generation + 1);
-      if (e instanceof GenerationMismatchError) this.metrics.generationRetries.inc();
-      else {
+      if (e instanceof GenerationMismatchError) {
+        this.metrics.generationRetries.inc();
+        return this.mirrorFallback('another commit came first (the guard refused the repair)');
+      } else {
         mirror.invalidate(`the kernel refused a repair planned from the mirror: ${(e as Error).message}`);
         this.log.warn({ err: (e as Error).message }, 'a repair planned from the events was refused; reading the kernel instead');
       }
@@ -610,7 +616,14 @@ export class Keeper extends EventEmitter {
     return { status: 'repaired', drift: plan.drift, ops, attempts: 1, generation: generation + 1 };
   }
 
-  /** Bookkeeping after each batch a pass committed. */
+  /** The mirror could not plan this pass: the full pass will (said once per pass, for logs and the bench). */
+  private mirrorFallback(reason: string | undefined): undefined {
+    this.log.debug({ reason }, 'repairing from a full read instead of the event mirror');
+    this.emit('mirror-fallback', reason);
+    return undefined;
+  }
+
+    /** Bookkeeping after each batch a pass committed. */
   private committed(cause: Cause, detectedAt: number, look: Pick<Look, 'flat' | 'garbage'>, ops: number): void {
     const garbage = look.garbage;
     if (garbage && garbage.chains.length + garbage.rules.length > 0) {

@@ -155,6 +155,14 @@ export class Mirror {
       && p.runStart !== 0 && p.runStart <= this.generation + 1 && this.generation <= generation && this.expected.size === 0;
   }
 
+  /**
+   * The monitor has not caught up with `generation` yet (its thread, or the delivery of a batch to
+   * this thread, trails the kernel): worth waiting for, unlike the other reasons exactAt fails.
+   */
+  lagging(generation: number, p: MonitorProgress): boolean {
+    return this.valid && (p.lastGeneration < generation || p.delivered > this.applied || this.expected.size > 0);
+  }
+
   /** Applies one delivered batch. `ownPort` is the keeper's commit socket. */
   apply(b: MonitorBatch, ownPort: number): MirrorOutcome {
     this.applied++;
