@@ -143,8 +143,6 @@ export class Keeper extends EventEmitter {
   private trustedSince?: number;
   /** The owned chains as the events say the kernel holds them (undefined: events or the option off). */
   private mirror?: Mirror;
-  /** The next pass reads the kernel (the safety net), whatever the mirror says. */
-  private forceRead = false;
 
   constructor(private readonly options: KeeperOptions) {
     super();
@@ -333,10 +331,11 @@ export class Keeper extends EventEmitter {
     }
     if (this.trustedSince !== undefined && this.lastTickAt - this.trustedSince >= (this.options.trustOwnCommitMs ?? 10_000)) {
       // Verified by our own commit or by the mirror since then, not by a read: read back once, off
-      // the repair path (also while foreign commits elsewhere keep moving the generation).
-      this.forceRead = true;
+      // the repair path (also while foreign commits elsewhere keep moving the generation). With the
+      // mirror it is a read that only looks (and checks the mirror), so it never commits unplanned.
       this.trustedSince = undefined;
-      this.poke('tick', this.lastTickAt);
+      if (this.mirror) this.request('tick', this.lastTickAt, true).catch(() => undefined);
+      else this.poke('tick', this.lastTickAt);
       return;
     }
     if (gen === this.lastVerified) {
@@ -446,9 +445,8 @@ export class Keeper extends EventEmitter {
     const sock = this.sock!;
     // A deliberate change (new config, owners) is not something undone by a neighbour: no fight.
     const isDeliberate = deliberate(cause);
-    const forceRead = this.forceRead;
-    this.forceRead = false;
-    if (!forceRead) {
+    // A background pass is a read (seeding or checking the mirror); any other tries the mirror first.
+    if (!background) {
       const fast = await this.mirrorPass(cause, detectedAt);
       if (fast) return fast;
     }
@@ -478,7 +476,11 @@ export class Keeper extends EventEmitter {
           for (const d of look.flat) this.metrics.drift.inc({ kind: d.kind });
           return this.fight.waitFrom(performance.now());
         },
-        onCommitted: (look, ops) => this.committed(cause, detectedAt, look, ops),
+        onCommitted: (look, ops) => {
+          // The mirror cannot follow this commit's events (it did not plan them): a read reseeds it.
+          this.mirror?.invalidate('a full pass committed');
+          this.committed(cause, detectedAt, look, ops);
+        },
         trustSoleCommit: true,
         // The mirror's seeding read only looks: drift it finds is repaired by a pass of its own, under
         // the cause that brought it (the event that is on its way, or the tick).
@@ -490,7 +492,13 @@ export class Keeper extends EventEmitter {
     }
     if (r.status === 'drift') {
       // Not verified: the event that change raised (or, were it lost, the overflow or the tick
-      // finding the generation moved) brings a repairing pass under its own cause.
+      // finding the generation moved) brings a repairing pass under its own cause. A mirror that
+      // said clean over a kernel that was not (the read saw the same generation throughout) is off.
+      if (this.mirror?.valid && sock.generation() === r.generation) {
+        this.mirror.invalidate('a read found a difference the mirror did not hold');
+        this.emit('mirror', this.mirrorState());
+      }
+      this.lastVerified = undefined;
       return { status: 'deferred', drift: r.found.length ? r.found : r.first.flat, ops: 0, attempts: r.attempts };
     }
     if (r.status === 'deferred') {
@@ -547,7 +555,6 @@ export class Keeper extends EventEmitter {
       // After this pass has settled (start() and the repair's caller do not wait for it).
       setImmediate(() => {
         if (this.stopped || mirror.valid) return;
-        this.forceRead = true;
         this.request('tick', performance.now(), true).catch(() => undefined);
       });
     }
