@@ -516,7 +516,7 @@ export class Keeper extends EventEmitter {
         this.metrics.protection.set({ table: `${t.family} ${t.name}` }, p === 'protected' ? 1 : 0);
       }
     }
-    this.verified(r.generation, r.trusted);
+    this.verified(r.generation, r.trusted ? 'commit' : false);
     if (r.ops > 0) {
       this.reportRepair({ cause, drift: r.found, ops: r.ops, latencyMs: performance.now() - detectedAt, generation: r.generation,
         attempts: r.attempts });
@@ -590,7 +590,7 @@ export class Keeper extends EventEmitter {
     if (plan === undefined) return this.mirrorFallback(`more than ${MIRROR_MAX_OPS} ops`);
     if (plan === 'clean') {
       this.drifting = new Set();
-      this.verified(generation, true);
+      this.verified(generation, 'mirror');
       return { status: 'in-sync', drift: [], ops: 0, attempts: 1, generation };
     }
     this.drifting = new Set(plan.drift.map((d) => `${d.family} ${d.table}`));
@@ -618,7 +618,7 @@ export class Keeper extends EventEmitter {
     this.committed(cause, detectedAt, { flat: plan.drift }, ops);
     // The guard held at `generation`, where the mirror was the kernel: our commit made generation + 1,
     // the desired state. Its own events bring the new handles into the mirror.
-    this.verified(generation + 1, true);
+    this.verified(generation + 1, 'commit');
     this.reportRepair({ cause, drift: plan.drift, ops, latencyMs: performance.now() - detectedAt, generation: generation + 1, attempts: 1 });
     return { status: 'repaired', drift: plan.drift, ops, attempts: 1, generation: generation + 1 };
   }
@@ -658,10 +658,16 @@ export class Keeper extends EventEmitter {
     }, ms);
   }
 
-  private verified(gen: number, trusted = false): void {
+  /**
+   * `trusted`: verified without a read, by our own commit (the read-back waits until
+   * trustOwnCommitMs after the last one, when the repairs have stopped) or by the mirror finding
+   * nothing to do (after the first one, so that commits elsewhere moving the generation every tick
+   * do not put it off for ever).
+   */
+  private verified(gen: number, trusted: false | 'commit' | 'mirror' = false): void {
     this.lastVerified = gen;
-    // The read-back comes trustOwnCommitMs after the first verification without a read.
-    this.trustedSince = trusted ? this.trustedSince ?? performance.now() : undefined;
+    const now = performance.now();
+    this.trustedSince = trusted === 'commit' ? now : trusted === 'mirror' ? this.trustedSince ?? now : undefined;
     this.metrics.generation.set(gen);
     if (!this.ready) {
       this.ready = true;
