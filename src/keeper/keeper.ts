@@ -608,11 +608,10 @@ export class Keeper extends EventEmitter {
       if (e instanceof GenerationMismatchError) {
         this.metrics.generationRetries.inc();
         return this.mirrorFallback('another commit came first (the guard refused the repair)');
-      } else {
-        mirror.invalidate(`the kernel refused a repair planned from the mirror: ${(e as Error).message}`);
-        this.log.warn({ err: (e as Error).message }, 'a repair planned from the events was refused; reading the kernel instead');
       }
-      return undefined;
+      mirror.invalidate(`the kernel refused a repair planned from the mirror: ${(e as Error).message}`);
+      this.log.warn({ err: (e as Error).message }, 'a repair planned from the events was refused; reading the kernel instead');
+      return this.mirrorFallback(mirror.invalidReason);
     }
     const ops = plan.batch.length;
     this.committed(cause, detectedAt, { flat: plan.drift }, ops);
@@ -630,7 +629,7 @@ export class Keeper extends EventEmitter {
     return undefined;
   }
 
-    /** Bookkeeping after each batch a pass committed. */
+  /** Bookkeeping after each batch a pass committed. */
   private committed(cause: Cause, detectedAt: number, look: Pick<Look, 'flat' | 'garbage'>, ops: number): void {
     const garbage = look.garbage;
     if (garbage && garbage.chains.length + garbage.rules.length > 0) {
