@@ -283,10 +283,10 @@ export class Mirror {
     return c ?? `a rule event in chain ${e.family} ${e.table} ${e.name ?? '?'}, which the mirror does not hold`;
   }
 
-  /** Anonymous sets come and go with the rules that use them. */
+  /** Anonymous sets and maps (nft names them __set%d, __map%d) come and go with the rules that use them. */
   private static anonymous(e: MonitorEvent): boolean {
     return (e.type === 'newset' || e.type === 'delset' || e.type === 'newsetelem' || e.type === 'delsetelem')
-      && (e.name ?? '').startsWith('__set');
+      && /^__(set|map)\d+$/.test(e.name ?? '');
   }
 
   /** Follows a foreign commit; returns why it cannot. */

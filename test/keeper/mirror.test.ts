@@ -65,7 +65,7 @@ describe('the event mirror', () => {
   it('ignores batches the seed holds, other tables and anonymous sets', () => {
     const m = seeded();
     expect(m.apply(batch(5, [ev('delrule', 12)]), OWN)).toBe('ignored');
-    expect(m.apply(batch(6, [{ type: 'deltable', family: 'ip', table: 'other', portId: FOREIGN }, { ...ev('newset', 0), name: '__set3' },
+    expect(m.apply(batch(6, [{ type: 'deltable', family: 'ip', table: 'other', portId: FOREIGN }, { ...ev('newset', 0), name: '__set3' }, { ...ev('delsetelem', 0), name: '__map0' },
       ev('delrule', 12)]), OWN)).toBe('changed');
     expect(m.valid).toBe(true);
   });
@@ -78,6 +78,7 @@ describe('the event mirror', () => {
     ['a chain event', () => batch(6, [{ type: 'delchain', family: 'ip', table: 't', name: 'c', portId: FOREIGN }])],
     ['a table deleted', () => batch(6, [{ type: 'deltable', family: 'ip', table: 't', portId: FOREIGN }])],
     ['a named set', () => batch(6, [{ ...ev('newset', 0), name: 'blocked' }])],
+    ['an element of a named map', () => batch(6, [{ ...ev('delsetelem', 0), name: 'svc__map1' }])],
     ['an unknown handle', () => batch(6, [ev('delrule', 99)])],
     ['a rule in a chain it does not hold', () => batch(6, [ev('newrule', 30, FOREIGN, 'other')])],
     ['a commit of our own socket it did not plan', () => batch(6, [ev('newrule', 30, OWN)])],
