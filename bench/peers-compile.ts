@@ -98,9 +98,14 @@ const full = time(() => load(red.text));
 const raw = read.result.raw;
 const texts: { text: string; table: string; chain: string; family: string }[] = [];
 for (const t of raw.tables) for (const ch of t.chains) for (const r of ch.rules) texts.push({ text: r, table: t.name, chain: ch.name, family: t.family });
+// The rules compile against their table's named sets, as the loader gives them.
+const named = new Map(parseNftConfig(red.text, 'kube-proxy.nft', { interfaces }).tables
+  .map((t) => [t.name, new Map((t.sets ?? []).map((x) => [x.name, x.set]))]));
 const rules = time(() => {
   let n = 0;
-  for (const r of texts) n += compileRule(r.text, { family: r.family as 'ip', table: r.table, chain: r.chain, interfaces }).exprs.length;
+  for (const r of texts) {
+    n += compileRule(r.text, { family: r.family as 'ip', table: r.table, chain: r.chain, interfaces, sets: named.get(r.table) }).exprs.length;
+  }
   return n;
 });
 const chains = raw.tables.reduce((n, t) => n + t.chains.length, 0);

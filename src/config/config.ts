@@ -17,7 +17,10 @@ import { GC_SCHEMA, type GcConfig } from '../gc/config.js';
 import { OWNERS_SCHEMA, type OwnersConfig } from '../owners/config.js';
 import { readNftFile } from './nftfile.js';
 import { buildSet, SET_SCHEMA, type SetConfig } from './sets.js';
-import type { NftSet } from '../netlink/objects.js';
+import { SET_F, type NftSet } from '../netlink/objects.js';
+
+/** nft's size for a set a rule adds elements to when the file gives none (nft 1.0.6 lists `size 65535`). */
+const DYNSET_DEFAULT_SIZE = 65535;
 import { describeProblem, readEnvFile, substitute } from './env.js';
 
 // nft's unquoted identifiers: letters, digits and _ . - / (owner chains are o/<id>/<name>).
@@ -267,6 +270,20 @@ function buildConfig(raw: unknown, file: string, pos: PositionOf, options: LoadO
       });
       return { name: c.name, base, rules };
     });
+    // A set that a rule adds to (`add/update @s { … }`) is sized and flagged by nft when the file
+    // gives no size: 65535 and dynamic, as nft 1.0.6's evaluation of the rule sets them on the set.
+    // Without this, nft's install of kube-proxy's affinity sets read as drift and was recreated.
+    for (const ch of chains) {
+      for (const r of ch.rules) {
+        for (const e of r.compiled.exprs) {
+          if (e.kind !== 'dynset') continue;
+          const target = namedSets.get(e.set);
+          if (!target) continue;
+          target.size ??= DYNSET_DEFAULT_SIZE;
+          target.flags |= SET_F.EVAL;
+        }
+      }
+    }
     return { family: t.family, name: t.name, protect: t.protect ?? false, sets, chains };
   });
   const owners = parsed.data.owners;

@@ -262,7 +262,7 @@ class Reader {
       const name = this.word(`a ${what.text} name`);
       const table = this.raw.tables[ti]!;
       if (what.text === 'chain') {
-        const ci = table.chains.findIndex((c) => c.name === name.text);
+        const ci = this.findChain(ti, name.text);
         if (ci < 0) this.fail(name.start, `chain ${name.text} is not declared before it is flushed`);
         table.chains[ci]!.rules = [];
       } else {

@@ -8,21 +8,31 @@ import type { Netns } from '../netns.js';
  * `nft --debug=netlink list table`: the expressions and set elements as the
  * kernel dumps them. Elements of a hashed set come in hash order, which
  * depends on a per-set random seed, so each set's element lines are sorted.
- * Rule handles are left out unless `handles` is set.
+ * Rule handles, and the order of the sets, are left out unless `handles` is set.
  */
 export function netlinkDump(ns: Netns, family: string, table: string, o: { handles?: boolean } = {}): string {
-  const out: string[] = [];
-  let elements: string[] = [];
+  // Set blocks (`ip t @name` and its element lines) come in the kernel's order of the sets, which
+  // is the order they were created in: two writers may create a table's sets in different orders
+  // (nft in file order, anonymous ones between; nfkeeper its named sets first). Sorted by name.
+  const sets: string[][] = [];
+  const rest: string[] = [];
+  let cur: string[] | undefined;
   for (let line of ns.exec('nft', ['--debug=netlink', 'list', 'table', family, table]).split('\n')) {
     // A rule's header names its handle and the previous rule's: numbers the kernel hands out in
     // the order objects arrive, which differs between two writers of the same table.
     if (!o.handles) line = line.replace(/^((?:ip|ip6|inet) \S+ \S+)(?: \d+)+$/, '$1');
-    if (line.startsWith('\telement ')) { elements.push(line); continue; }
-    out.push(...elements.sort());
-    elements = [];
-    out.push(line);
+    if (/^(?:ip|ip6|inet) \S+ @\S+$/.test(line)) {
+      cur = [line];
+      sets.push(cur);
+      continue;
+    }
+    if (cur && line.startsWith('\telement ')) { cur.push(line); continue; }
+    cur = undefined;
+    rest.push(line);
   }
-  return [...out, ...elements.sort()].join('\n');
+  const blocks = sets.map(([head, ...elements]) => [head!, ...elements.sort()]);
+  if (!o.handles) blocks.sort((a, b) => (a[0]! < b[0]! ? -1 : a[0]! > b[0]! ? 1 : 0));
+  return [...blocks.flat(), ...rest].join('\n');
 }
 
 /**
