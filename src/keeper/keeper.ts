@@ -617,6 +617,7 @@ export class Keeper extends EventEmitter {
     this.committed(cause, detectedAt, { flat: plan.drift }, ops);
     // The guard held at `generation`, where the mirror was the kernel: our commit made generation + 1,
     // the desired state. Its own events bring the new handles into the mirror.
+    this.drifting = new Set();
     this.verified(generation + 1, 'commit');
     this.reportRepair({ cause, drift: plan.drift, ops, latencyMs: performance.now() - detectedAt, generation: generation + 1, attempts: 1 });
     return { status: 'repaired', drift: plan.drift, ops, attempts: 1, generation: generation + 1 };
