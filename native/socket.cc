@@ -271,7 +271,7 @@ Napi::Value NftSocket::Dump(const Napi::CallbackInfo& info) {
   return StartDump(env, this, info.This().As<Napi::Object>(), req);
 }
 
-// commit(ops, generation?) -> Promise<void>
+// commit(ops, generation?, echo?) -> Promise<void | { handles: [opIndex, handle][] }>
 Napi::Value NftSocket::Commit(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   ThrowIfClosed(env, "commit");
@@ -284,7 +284,8 @@ Napi::Value NftSocket::Commit(const Napi::CallbackInfo& info) {
   // Sequence numbers are taken under the lock in the worker; encode with a
   // placeholder base and renumber there.
   EncodeBatch(env, ops, 0, hasGen, gen, batch.get());
-  auto* w = new CommitWorker(env, this, info.This().As<Napi::Object>(), std::move(batch));
+  bool echo = info.Length() > 2 && info[2].ToBoolean().Value();
+  auto* w = new CommitWorker(env, this, info.This().As<Napi::Object>(), std::move(batch), echo);
   Napi::Promise p = w->Promise();
   if (w->Small() && gate_.try_lock()) {
     // A small batch commits here and now; the worker was never queued, so it is ours to delete.

@@ -15,6 +15,11 @@ export interface CommitOptions {
   expectGeneration?: number;
 }
 
+/** What commitEchoed learnt: the kernel handle of each added, inserted or replaced rule, by op index. */
+export interface CommitResult {
+  handles: Map<number, number>;
+}
+
 export interface NftConn {
   /** Netlink port id: the owner of tables this connection creates in protect mode, and the pid of its events. */
   readonly portId: number;
@@ -34,6 +39,13 @@ export interface NftConn {
    * the failing op's index.
    */
   commit(batch: Batch | readonly Op[], options?: CommitOptions): Promise<void>;
+  /**
+   * commit(), asking the kernel to echo the batch's new rules (NLM_F_ECHO) so the caller learns
+   * their handles without a dump. Small batches only (up to 64 messages, those that ask for every
+   * ack); a bigger one commits the same and resolves undefined. Optional: an in-memory kernel may
+   * lack it, and callers then read back instead.
+   */
+  commitEchoed?(batch: Batch, options?: CommitOptions): Promise<CommitResult | undefined>;
   close(): void;
 }
 

@@ -7,7 +7,7 @@ export interface NativeSocket {
   generation(): number;
   dump(kind: 'table' | 'chain' | 'rule' | 'set' | 'element', family?: string, table?: string,
     name?: string, single?: boolean, objects?: boolean): Promise<unknown[]>;
-  commit(ops: readonly unknown[], generation?: number): Promise<void>;
+  commit(ops: readonly unknown[], generation?: number, echo?: boolean): Promise<void | { handles: [number, number][] }>;
 }
 
 export interface NativeMonitor {

@@ -12,7 +12,7 @@ import type { Family } from './expr.js';
 import type { NativeSocket } from './native.js';
 import { loadAddon } from '../native.js';
 import type { Chain, NftSet, Rule, SetElement, Table } from './objects.js';
-import type { CommitOptions, NftConn } from './conn.js';
+import type { CommitOptions, CommitResult, NftConn } from './conn.js';
 
 export interface OpenOptions {
   /** A network namespace file such as /run/netns/NAME or /proc/PID/ns/net; default: this process's. */
@@ -150,11 +150,21 @@ export class NftSocket implements NftConn {
    * expectGeneration, else a NetlinkError with the failing op's index.
    */
   async commit(batch: Batch | readonly Op[], options: CommitOptions = {}): Promise<void> {
+    await this.commitWith(batch, options, false);
+  }
+
+  async commitEchoed(batch: Batch, options: CommitOptions = {}): Promise<CommitResult | undefined> {
+    const r = await this.commitWith(batch, options, true);
+    // The addon echoes small batches only; a big one resolves without handles.
+    return r ? { handles: new Map(r.handles) } : undefined;
+  }
+
+  private async commitWith(batch: Batch | readonly Op[], options: CommitOptions, echo: boolean) {
     this.check('commit');
     const { ops, gen } = commitArgs(batch, options);
-    if (ops.length === 0) return;
+    if (ops.length === 0) return undefined;
     try {
-      await this.native.commit(ops, gen);
+      return await this.native.commit(ops, gen, echo) || undefined;
     } catch (e) {
       throw refine(e, ops, gen);
     }
