@@ -246,7 +246,7 @@ Napi::Value NftSocket::Generation(const Napi::CallbackInfo& info) {
   }
 }
 
-// dump(kind, family, table?, name?, single?, objects?) -> Promise<object[]>
+// dump(kind, family, table?, name?, single?, objects?, ruleMode?) -> Promise<object[]> (ruleMode: see DumpRequest)
 Napi::Value NftSocket::Dump(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   ThrowIfClosed(env, "dump");
@@ -268,6 +268,7 @@ Napi::Value NftSocket::Dump(const Napi::CallbackInfo& info) {
   req.name = info.Length() > 3 && info[3].IsString() ? info[3].As<Napi::String>().Utf8Value() : "";
   req.single = info.Length() > 4 && info[4].ToBoolean().Value();
   req.objects = info.Length() > 5 && info[5].ToBoolean().Value();
+  req.ruleMode = info.Length() > 6 && info[6].IsNumber() ? info[6].As<Napi::Number>().Int32Value() : 0;
   return StartDump(env, this, info.This().As<Napi::Object>(), req);
 }
 

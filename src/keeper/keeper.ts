@@ -125,6 +125,8 @@ export class Keeper extends EventEmitter {
   private desired: TableConfig[] = [];
   /** Set while lastVerified is our own commit's generation rather than a read-back (see pass()). */
   private trustedSince?: number;
+  /** The next pass reads the tables even if the generation says nothing moved: the trusted commit's read-back. */
+  private readBackDue = false;
 
   constructor(private readonly options: KeeperOptions) {
     super();
@@ -305,6 +307,7 @@ export class Keeper extends EventEmitter {
     }
     if (gen === this.lastVerified && this.trustedSince !== undefined && this.lastTickAt - this.trustedSince >= (this.options.trustOwnCommitMs ?? 10_000)) {
       // The last verification was our own commit, not a read: read it back once, off the repair path.
+      this.readBackDue = true;
       void this.request('tick', this.lastTickAt);
       return;
     }
@@ -404,8 +407,11 @@ export class Keeper extends EventEmitter {
     // A deliberate change (new config, owners) is not something undone by a neighbour: no fight.
     const isDeliberate = deliberate(cause);
     let r;
+    const useKnown = !this.readBackDue;
+    this.readBackDue = false;
     try {
       r = await this.reconciler!.once({
+        useKnown,
         tables: this.desired,
         ownerIds: this.config.owners ? new Set(this.owners.map((o) => o.id)) : undefined,
         onObserved: (observed) => {
@@ -449,7 +455,9 @@ export class Keeper extends EventEmitter {
         this.metrics.protection.set({ table: `${t.family} ${t.name}` }, p === 'protected' ? 1 : 0);
       }
     }
-    this.verified(r.generation, r.trusted);
+    // A pass planned from the known state read nothing: it leaves the pending read-back of a trusted commit pending.
+    if (r.fromKnown && !r.trusted) this.verified(r.generation, this.trustedSince !== undefined, this.trustedSince);
+    else this.verified(r.generation, r.trusted);
     if (r.ops > 0) {
       this.reportRepair({ cause, drift: r.found, ops: r.ops, latencyMs: performance.now() - detectedAt, generation: r.generation,
         attempts: r.attempts });
@@ -485,9 +493,9 @@ export class Keeper extends EventEmitter {
     }, ms);
   }
 
-  private verified(gen: number, trusted = false): void {
+  private verified(gen: number, trusted = false, since = performance.now()): void {
     this.lastVerified = gen;
-    this.trustedSince = trusted ? performance.now() : undefined;
+    this.trustedSince = trusted ? since : undefined;
     this.metrics.generation.set(gen);
     if (!this.ready) {
       this.ready = true;
