@@ -412,6 +412,7 @@ export class Keeper extends EventEmitter {
     try {
       r = await this.reconciler!.once({
         useKnown,
+        learn: true,
         tables: this.desired,
         ownerIds: this.config.owners ? new Set(this.owners.map((o) => o.id)) : undefined,
         onObserved: (observed) => {

@@ -68,6 +68,8 @@ export interface PassInput {
    * for the read-back that checks a trusted commit.
    */
   useKnown?: boolean;
+  /** Keep what a clean look or a sole commit shows as the known state for later passes (default: useKnown). */
+  learn?: boolean;
 }
 
 export interface PassResult {
@@ -151,12 +153,12 @@ export class Reconciler {
       trustSoleCommit: input.trustSoleCommit,
       onMismatch: () => this.options.metrics?.generationRetries.inc(),
       replan: (e, batch) => this.protectRefused(e, batch),
-      echo: input.useKnown,
+      echo: input.learn ?? input.useKnown,
     }).catch((e: unknown) => {
       this.known = undefined;
       throw e;
     });
-    if (r.trusted && input.useKnown && last) {
+    if (r.trusted && (input.learn ?? input.useKnown) && last) {
       // Our batch was the only commit since the look it was planned from: that look plus the batch.
       this.known = KnownState.afterSoleCommit(r.generation, input.tables, last.look.observed, last.batch, last.echoed);
     }
@@ -192,7 +194,7 @@ export class Reconciler {
       kind: 'table-retired', family: t.family, table: t.name, detail: `table ${t.family} ${t.name} is no longer in the config`,
     }))];
     const garbage = flat.length > 0 && input.ownerIds ? ownedGarbage(input.tables, observed, input.ownerIds, drift) : undefined;
-    if (flat.length === 0 && input.useKnown) this.known = KnownState.fromCleanLook(generation, input.tables, observed);
+    if (flat.length === 0 && (input.learn ?? input.useKnown)) this.known = KnownState.fromCleanLook(generation, input.tables, observed);
     return { generation, observed, drift, retired, flat, garbage };
   }
 
