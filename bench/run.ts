@@ -23,11 +23,12 @@ import { runS3 } from './scenarios/s3.js';
 import { runS4, type S4Options } from './scenarios/s4.js';
 import { runS5, type S5Options } from './scenarios/s5.js';
 import { runS6, type S6Options } from './scenarios/s6.js';
+import { runS7, type S7Options } from './scenarios/s7.js';
 import type { Layout } from './scenarios/foreign.js';
 import type { Budget } from './lib/measure.js';
 import { renderMarkdown, renderS1Svg, renderS2Svg, renderS4Svg, renderS5Svg, renderS6Svg, type RunResults } from './lib/report.js';
 
-const SCENARIOS = ['s1', 's2', 's3', 's4', 's5', 's6'] as const;
+const SCENARIOS = ['s1', 's2', 's3', 's4', 's5', 's6', 's7'] as const;
 type Scenario = (typeof SCENARIOS)[number];
 
 const full = process.argv.includes('--full');
@@ -53,6 +54,7 @@ interface Budgets {
   s4: Omit<S4Options, 'sizes' | 'log'> & { sizes: number[] };
   s5: Omit<S5Options, 'sizes' | 'log'> & { sizes: number[] };
   s6: Omit<S6Options, 'log'>;
+  s7: Omit<S7Options, 'log'>;
 }
 
 const SKIP_100K = {
@@ -79,6 +81,7 @@ const B: Budgets = full
     s6: { sizes: sizes([4, 100, 10_000, 100_000]), reps: (n) => (n >= 100_000
       ? { install: 2, repair: 30, change: 4, exec: 3, gapMs: 100 }
       : { install: 3, repair: n >= 10_000 ? 200 : 300, change: 20, exec: 10, gapMs: n >= 10_000 ? 60 : 20 }) },
+    s7: { owners: 1000, passes: 30, rssSizes: [0, 10_000, 100_000], root: rootArg() },
   }
   : {
     s1: {
@@ -92,7 +95,14 @@ const B: Budgets = full
     s4: { sizes: sizes([0, 10_000]), idleSeconds: () => 20, stormSeconds: 10, settleSeconds: 10 },
     s5: { sizes: sizes([0, 10_000]), reps: () => 3, owned: true },
     s6: { sizes: sizes([4, 100, 10_000]), reps: (n) => ({ install: 3, repair: n >= 10_000 ? 50 : 200, change: n >= 10_000 ? 5 : 10, exec: 5, gapMs: n >= 10_000 ? 60 : 20 }) },
+    s7: { owners: 1000, passes: 15, rssSizes: [0, 10_000, 100_000], root: rootArg() },
   };
+
+/** --root DIR: S7's daemon is another build's bin/nfkeeper.js (main's, say), for a before/after. */
+function rootArg(): string | undefined {
+  const i = process.argv.indexOf('--root');
+  return i >= 0 ? process.argv[i + 1] : undefined;
+}
 
 const started = Date.now();
 const log = (msg: string): void => {
@@ -127,6 +137,7 @@ function budgetLines(): string[] {
       `${B.s4.stormSeconds} s each; ${B.s4.settleSeconds} s settle after start-up`);
   }
   if (only.has('s5')) out.push(`S5 repetitions: ${B.s5.sizes.map((x) => `${B.s5.reps(x)} runs per tool at ${n(x)}`).join(', ')}`);
+  if (only.has('s7')) out.push(`S7: ${B.s7.owners.toLocaleString('en-US')} owners registered one by one, ${B.s7.passes} passes, RSS at ${B.s7.rssSizes.join(', ')} owned rules${B.s7.root ? `; daemon from ${B.s7.root}` : ''}`);
   if (only.has('s6')) {
     out.push(`S6 repetitions: ${B.s6.sizes.map((x) => {
       const r = B.s6.reps(x);
@@ -195,6 +206,11 @@ async function main(): Promise<void> {
   if (only.has('s6')) {
     log(`S6 owned-rule scaling, N = ${B.s6.sizes.map((x) => x.toLocaleString('en-US')).join(', ')} (load average ${loadavg()})`);
     out.s6 = await runS6({ ...B.s6, log });
+    write(out, loadavgStart, 'S7');
+  }
+  if (only.has('s7')) {
+    log(`S7 owners at scale, ${B.s7.owners.toLocaleString('en-US')} owners (load average ${loadavg()})`);
+    out.s7 = await runS7({ ...B.s7, log });
   }
 
   write(out, loadavgStart, undefined);

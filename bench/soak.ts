@@ -37,7 +37,7 @@ export interface SoakResult {
 
 const C = 'ip nfkeeper postrouting';
 type Nft = (h: number[], rnd: () => number) => string;
-type Sock = (t: NftSocket, h: number[], rnd: () => number) => Promise<void>;
+type Sock = (t: NftSocket, h: number[], rnd: () => number) => Promise<unknown>;
 const OWN = { family: 'ip', table: 'nfkeeper', chain: 'postrouting' } as const;
 const saddrIs = (a: number[]): Expr[] => [
   { kind: 'payload', base: 'network', offset: 12, len: 4, dreg: 1 },

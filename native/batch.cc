@@ -3,7 +3,11 @@
 #include "common.h"
 
 #include <libmnl/libmnl.h>
+#include <linux/netfilter/nf_tables.h>
+#include <linux/netfilter/nfnetlink.h>
 #include <linux/netlink.h>
+
+#include "attr.h"
 
 #include <cerrno>
 #include <cstring>
@@ -11,12 +15,17 @@
 namespace nfk {
 
 CommitWorker::CommitWorker(Napi::Env env, NftSocket* sock, Napi::Object self,
-                           std::unique_ptr<EncodedBatch> batch)
+                           std::unique_ptr<EncodedBatch> batch, bool echo)
     : Napi::AsyncWorker(env, "nfkeeper.commit"),
       deferred_(Napi::Promise::Deferred::New(env)),
       sock_(sock),
       self_(Napi::Persistent(self)),
-      batch_(std::move(batch)) {}
+      batch_(std::move(batch)),
+      echo_(echo) {}
+
+namespace {
+constexpr uint16_t kNewRule = (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWRULE;
+}  // namespace
 
 int CommitWorker::OpIndexOf(uint32_t seq) const {
   // Unsigned arithmetic: correct across the 2^32 wrap of sequence numbers.
@@ -45,8 +54,11 @@ void CommitWorker::Run() {
   // ask for errors only anyway: a success ack per message cost the kernel an
   // skb and us a recv() each (11,002 for 10,000 rules) and tells nothing an
   // error would not; an error names its message's seq either way.
-  bool roomForAll = sock_->EnsureBuffers(batch_->bytes.size(), count);
+  // An echoed rule is about as big as an ack: room for two messages per op.
+  bool roomForAll = sock_->EnsureBuffers(batch_->bytes.size(), echo_ ? 2 * count : count);
   ackAll_ = roomForAll && batch_->messageOp.size() <= kAckEveryMessageUpTo;
+  // Echoes only where every ack is asked for: a big batch's echoes could overrun the buffer.
+  echo_ = echo_ && ackAll_;
   // The batch was encoded with sequence numbers from 0; give it real ones.
   uint8_t* p = batch_->bytes.data();
   size_t left = batch_->bytes.size();
@@ -58,6 +70,7 @@ void CommitWorker::Run() {
     // the commit phase (after every message was accepted) is reported with
     // its sequence number, and its success ack tells the two cases apart.
     if (!ackAll_ && index >= 2) nlh->nlmsg_flags &= ~NLM_F_ACK;
+    if (echo_ && nlh->nlmsg_type == kNewRule) nlh->nlmsg_flags |= NLM_F_ECHO;
     size_t step = MNL_ALIGN(nlh->nlmsg_len);
     p += step;
     left -= step;
@@ -86,8 +99,15 @@ void CommitWorker::Run() {
     const nlmsghdr* nlh = reinterpret_cast<const nlmsghdr*>(sock_->buffer().data());
     int len = static_cast<int>(n);
     for (; MessageOk(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
-      if (nlh->nlmsg_type != NLMSG_ERROR) continue;
       if (nlh->nlmsg_seq - base_ >= count) continue;  // not ours (a straggler)
+      if (echo_ && nlh->nlmsg_type == kNewRule && HasNfgenmsg(nlh)) {
+        AttrTable t(NFTA_RULE_MAX);
+        mnl_attr_parse(nlh, sizeof(nfgenmsg), CollectAttr, &t);
+        uint64_t handle = 0;
+        if (AttrU64(t.at[NFTA_RULE_HANDLE], &handle)) echoed_.push_back({nlh->nlmsg_seq, handle});
+        continue;
+      }
+      if (nlh->nlmsg_type != NLMSG_ERROR) continue;
       const nlmsgerr* err = static_cast<const nlmsgerr*>(mnl_nlmsg_get_payload(nlh));
       Ack ack{nlh->nlmsg_seq, -err->error, {}};
       // Extended ack (NLMSGERR_ATTR_MSG) follows the capped original header.
@@ -159,7 +179,24 @@ void CommitWorker::OnOK() {
       deferred_.Reject(MakeNetlinkError(env, msg, lostAcks_ ? ENOBUFS : EPROTO, "commit").Value());
       return;
     }
-    deferred_.Resolve(env.Undefined());
+    if (!echo_) {
+      deferred_.Resolve(env.Undefined());
+      return;
+    }
+    // { handles: [[opIndex, handle], ...] } for every rule the kernel echoed (all, unless acks were lost).
+    Napi::Array handles = Napi::Array::New(env);
+    uint32_t k = 0;
+    for (const auto& [seq, handle] : echoed_) {
+      int op = OpIndexOf(seq);
+      if (op < 0) continue;
+      Napi::Array pair = Napi::Array::New(env, 2);
+      pair.Set(0u, op);
+      pair.Set(1u, static_cast<double>(handle));
+      handles.Set(k++, pair);
+    }
+    Napi::Object result = Napi::Object::New(env);
+    result.Set("handles", handles);
+    deferred_.Resolve(result);
     return;
   }
   int opIndex = batchLevel(*first) ? -1 : OpIndexOf(first->seq);

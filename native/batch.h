@@ -24,7 +24,11 @@ constexpr size_t kInlineCommitBytes = 64 * 1024;
 
 class CommitWorker : public Napi::AsyncWorker {
  public:
-  CommitWorker(Napi::Env env, NftSocket* sock, Napi::Object self, std::unique_ptr<EncodedBatch> batch);
+  // With `echo`, a small batch (one that asks for every ack) also asks for its
+  // new rules back (NLM_F_ECHO), and the promise resolves with their handles:
+  // the keeper learns what it wrote without dumping the chain again.
+  CommitWorker(Napi::Env env, NftSocket* sock, Napi::Object self, std::unique_ptr<EncodedBatch> batch,
+               bool echo = false);
   Napi::Promise Promise() { return deferred_.Promise(); }
   void Execute() override;
   // The work of Execute(), with the socket's gate already held by the caller.
@@ -59,6 +63,9 @@ class CommitWorker : public Napi::AsyncWorker {
   int ioErrno_ = 0;
   std::string ioStep_;
   std::vector<Ack> acks_;
+  bool echo_ = false;
+  // (seq, handle) of each NEWRULE the kernel echoed back.
+  std::vector<std::pair<uint32_t, uint64_t>> echoed_;
 };
 
 }  // namespace nfk

@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "attr.h"
 #include "decode.h"
 #include "attr.h"
 #include "decode_json.h"
@@ -161,6 +162,43 @@ struct DumpState : DumpRequest {
       return;
     }
     try {
+      if (kind == DumpKind::Rule && ruleMode == 2) {
+        // [[chain, [handle, digest, ...]], ...]: what a keeper that decoded these rules before needs.
+        std::string json = "[";
+        std::string chain;
+        bool open = false;
+        const nlmsghdr* nlh = reinterpret_cast<const nlmsghdr*>(messages.data());
+        int len = static_cast<int>(messages.size());
+        for (; MessageOk(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
+          if (!HasNfgenmsg(nlh)) throw MakeNetlinkError(env, "cannot parse rule message: truncated", EBADMSG, "decode rule");
+          AttrTable t(NFTA_RULE_MAX);
+          mnl_attr_parse(nlh, sizeof(nfgenmsg), CollectAttr, &t);
+          const char* c = AttrStr(t.at[NFTA_RULE_CHAIN]);
+          uint64_t handle = 0;
+          if (c == nullptr || !AttrU64(t.at[NFTA_RULE_HANDLE], &handle)) {
+            throw MakeNetlinkError(env, "cannot parse rule message: no chain or handle", EBADMSG, "decode rule");
+          }
+          if (!open || chain != c) {
+            if (open) json.append("]],");
+            chain = c;
+            json.append("[");
+            AppendJsonString(&json, c);
+            json.append(",[");
+            open = true;
+          } else {
+            json.push_back(',');
+          }
+          json.append(std::to_string(handle));
+          json.append(",\"");
+          json.append(RuleDigest(t.at[NFTA_RULE_USERDATA], t.at[NFTA_RULE_EXPRESSIONS]));
+          json.push_back('"');
+        }
+        if (open) json.append("]]");
+        json.push_back(']');
+        Napi::Object JSON = env.Global().Get("JSON").As<Napi::Object>();
+        deferred.Resolve(JSON.Get("parse").As<Napi::Function>().Call(JSON, {Napi::String::New(env, json)}));
+        return;
+      }
       if (kind == DumpKind::Rule && !objects) {
         // Rules as JSON text, parsed once by V8 (see decode_json.h).
         std::string json = "[";
@@ -168,7 +206,7 @@ struct DumpState : DumpRequest {
         int len = static_cast<int>(messages.size());
         for (; MessageOk(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
           if (json.size() > 1) json.push_back(',');
-          if (!AppendRuleJson(nlh, &json)) {
+          if (!AppendRuleJson(nlh, &json, ruleMode == 1)) {
             throw MakeNetlinkError(env, "cannot parse rule message: truncated", EBADMSG, "decode rule");
           }
         }

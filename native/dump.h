@@ -26,6 +26,9 @@ struct DumpRequest {
   bool single = false;
   // Rules and elements through the napi decoders instead of JSON (tests compare the two).
   bool objects = false;
+  // Rules: 0 decoded; 1 decoded, each with its "digest" (see RuleDigest); 2 digests only,
+  // as [[chain, [handle, digest, handle, digest, ...]], ...] in dump order.
+  int ruleMode = 0;
 };
 
 // Starts `req` on `sock` (`self` is its JS object, kept alive meanwhile) and

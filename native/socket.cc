@@ -246,7 +246,7 @@ Napi::Value NftSocket::Generation(const Napi::CallbackInfo& info) {
   }
 }
 
-// dump(kind, family, table?, name?, single?, objects?) -> Promise<object[]>
+// dump(kind, family, table?, name?, single?, objects?, ruleMode?) -> Promise<object[]> (ruleMode: see DumpRequest)
 Napi::Value NftSocket::Dump(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   ThrowIfClosed(env, "dump");
@@ -268,10 +268,11 @@ Napi::Value NftSocket::Dump(const Napi::CallbackInfo& info) {
   req.name = info.Length() > 3 && info[3].IsString() ? info[3].As<Napi::String>().Utf8Value() : "";
   req.single = info.Length() > 4 && info[4].ToBoolean().Value();
   req.objects = info.Length() > 5 && info[5].ToBoolean().Value();
+  req.ruleMode = info.Length() > 6 && info[6].IsNumber() ? info[6].As<Napi::Number>().Int32Value() : 0;
   return StartDump(env, this, info.This().As<Napi::Object>(), req);
 }
 
-// commit(ops, generation?) -> Promise<void>
+// commit(ops, generation?, echo?) -> Promise<void | { handles: [opIndex, handle][] }>
 Napi::Value NftSocket::Commit(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   ThrowIfClosed(env, "commit");
@@ -284,7 +285,8 @@ Napi::Value NftSocket::Commit(const Napi::CallbackInfo& info) {
   // Sequence numbers are taken under the lock in the worker; encode with a
   // placeholder base and renumber there.
   EncodeBatch(env, ops, 0, hasGen, gen, batch.get());
-  auto* w = new CommitWorker(env, this, info.This().As<Napi::Object>(), std::move(batch));
+  bool echo = info.Length() > 2 && info[2].ToBoolean().Value();
+  auto* w = new CommitWorker(env, this, info.This().As<Napi::Object>(), std::move(batch), echo);
   Napi::Promise p = w->Promise();
   if (w->Small() && gate_.try_lock()) {
     // A small batch commits here and now; the worker was never queued, so it is ours to delete.

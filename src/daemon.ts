@@ -136,6 +136,8 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
     const k = keeper;
     registry = config.owners ? new OwnerRegistry(config, owners, (next) => k.setOwners(next), { maxOwners: o.maxOwners }) : undefined;
     const reg = registry;
+    // Last out (cleanups run in reverse): after the control socket closed, fold the state journal into the file.
+    if (reg) cleanups.push(() => reg.close());
     const cfg = config;
     if (o.metrics) {
       const spec = o.metrics;

@@ -6,6 +6,7 @@ import type { S3Row } from '../scenarios/s3.js';
 import type { S4Row } from '../scenarios/s4.js';
 import { ORPHANS, type S5Row } from '../scenarios/s5.js';
 import type { S6Row } from '../scenarios/s6.js';
+import type { S7Results } from '../scenarios/s7.js';
 import { LAYOUT_TEXT, type Layout } from '../scenarios/foreign.js';
 import { formatUs } from './stats.js';
 import { renderLogChart, usDecade, type Series } from './svg.js';
@@ -36,6 +37,7 @@ export interface RunResults {
   s4?: S4Row[];
   s5?: S5Row[];
   s6?: S6Row[];
+  s7?: S7Results;
 }
 
 const ratio = (x: number, base: number): string => {
@@ -302,6 +304,39 @@ function s6Targets(s6: S6Row[]): string[] {
   return out;
 }
 
+function s7Section(x: S7Results): string[] {
+  const n = x.owners.toLocaleString('en-US');
+  const out = ['## S7 owners at scale (issue 14)', '',
+    `**registration**: \`nfkeeper run\` as its own process (${x.root}), owners configured; ${n} owners of ${x.rulesPerOwner} rules (a chain of 9 and a jump) ` +
+      'registered ONE BY ONE over the control socket, each PUT sent when the previous was answered (an answer means on disk and in the kernel). ' +
+      '**one owner**: one more registered at N, and removed, in process: the ops of its batch and the kernel reads it made. ' +
+      `**pass**: an in-process keeper with ${n} owners after another table was committed (only the generation moved), after one decoding read. ` +
+      '**RSS**: `nfkeeper run` (no V8 flags) 15 s after it was ready (start-up, the read-back of its own commit, ticks).', '',
+    '| owners | registered one by one | rate | PUT p50 / p99 | daemon CPU per PUT | daemon RSS after (peak) | one owner: ops (reads) | its removal: ops (reads) | pass, only the generation moved: p50 / p99 |',
+    '|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
+    `| ${n} | ${ms(x.register.totalMs * 1000)} | ${x.register.perSecond.toFixed(0)}/s | ${ms(x.register.put.median)} / ${ms(x.register.put.p99)} | ` +
+      `${x.register.cpuMsPerPut.toFixed(2)} ms | ${x.register.rssMiB.toFixed(1)} MiB (${x.register.hwmMiB.toFixed(1)}) | ${x.one.ops} (${x.one.reads}) | ` +
+      `${x.one.removeOps} (${x.one.removeReads}) | ${ms(x.pass.median)} / ${ms(x.pass.p99)} (${x.pass.n}) |`, '',
+    '| daemon config | RSS | peak (VmHWM) |', '|---|---:|---:|'];
+  for (const r of x.rss) out.push(`| ${r.config} | ${r.rssMiB.toFixed(1)} MiB | ${r.hwmMiB.toFixed(1)} MiB |`);
+  return out;
+}
+
+function s7Targets(x: S7Results): string[] {
+  const verdict = (ok: boolean, by: string) => (ok ? 'met' : `**missed** (${by})`);
+  const out = [
+    `- registering ${x.owners.toLocaleString('en-US')} owners one by one ≥ 1,000/s: ${x.register.perSecond.toFixed(0)}/s (${verdict(x.register.perSecond >= 1000, `${ratio(1000, x.register.perSecond)} short`)})`,
+    `- one registration O(owner) ops and O(1) round trips: ${x.one.ops} ops and ${x.one.reads} reads at ${x.owners.toLocaleString('en-US')} owners; removal ${x.one.removeOps} ops, ${x.one.removeReads} reads`,
+    `- a pass at ${x.owners.toLocaleString('en-US')} owners ≤ 10 ms when only the generation moved: p50 ${ms(x.pass.median)} (${verdict(x.pass.median <= 10_000, `${ratio(x.pass.median, 10_000)}`)})`,
+  ];
+  const mb = (v: number) => v * 1.048576;
+  for (const [match, limit] of [['flannel', 64], ['10,000', 96], ['100,000', 160]] as const) {
+    const r = x.rss.find((y) => y.config.includes(match));
+    if (r) out.push(`- RSS ≤ ${limit} MB with ${r.config}: ${mb(r.rssMiB).toFixed(0)} MB, peak ${mb(r.hwmMiB).toFixed(0)} MB (${verdict(mb(r.hwmMiB) <= limit, `${(mb(r.hwmMiB) - limit).toFixed(0)} MB over at the peak`)})`);
+  }
+  return out;
+}
+
 export function renderMarkdown(r: RunResults): string {
   const m = r.meta;
   const lines: string[] = [
@@ -355,7 +390,9 @@ export function renderMarkdown(r: RunResults): string {
   }
   if (r.s4) lines.push(...s4Section(r.s4), '');
   if (r.s5) lines.push(...s5Section(r.s5), '');
-  if (r.s6) lines.push(...s6Section(r.s6), '', '## Targets from issue 14', '', ...s6Targets(r.s6), '');
+  if (r.s6) lines.push(...s6Section(r.s6), '');
+  if (r.s7) lines.push(...s7Section(r.s7), '');
+  if (r.s6 || r.s7) lines.push('## Targets from issue 14', '', ...(r.s6 ? s6Targets(r.s6) : []), ...(r.s7 ? s7Targets(r.s7) : []), '');
   lines.push('## Targets from issue 7', '',
     ...(r.s1 ? s1Targets(r.s1) : []), ...(r.s2 ? s2Targets(r.s2) : []), ...(r.s3 ? s3Targets(r.s3) : []),
     ...(r.s4 ? s4Targets(r.s4) : []), ...(r.s5 ? s5Targets(r.s5) : []), '',

@@ -101,7 +101,7 @@ export async function runS3(reps: number, log: (m: string) => void): Promise<S3R
     tools.push({
       tool: 'native (one batch)', table: TABLE,
       prepare: (v, replace) => { pendingOps = nativeOps(v, replace); },
-      write: () => sock.commit(pendingOps),
+      write: async () => { await sock.commit(pendingOps); },
     });
     tools.push({
       tool: 'nft -f', table: TABLE,

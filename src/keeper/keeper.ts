@@ -143,6 +143,8 @@ export class Keeper extends EventEmitter {
   private trustedSince?: number;
   /** The owned chains as the events say the kernel holds them (undefined: events or the option off). */
   private mirror?: Mirror;
+  /** The next pass reads the tables even if the generation says nothing moved: the trusted commit's read-back. */
+  private readBackDue = false;
 
   constructor(private readonly options: KeeperOptions) {
     super();
@@ -334,6 +336,7 @@ export class Keeper extends EventEmitter {
       // the repair path (also while foreign commits elsewhere keep moving the generation). With the
       // mirror it is a read that only looks (and checks the mirror), so it never commits unplanned.
       this.trustedSince = undefined;
+      this.readBackDue = true;  // a read, not the known state
       if (this.mirror) this.request('tick', this.lastTickAt, true).catch(() => undefined);
       else this.poke('tick', this.lastTickAt);
       return;
@@ -452,8 +455,12 @@ export class Keeper extends EventEmitter {
     }
     let lastLook: Look | undefined;
     let r;
+    const useKnown = !this.readBackDue;
+    this.readBackDue = false;
     try {
       r = await this.reconciler!.once({
+        useKnown,
+        learn: true,
         tables: this.desired,
         ownerIds: this.config.owners ? new Set(this.owners.map((o) => o.id)) : undefined,
         onObserved: (observed) => {
@@ -516,7 +523,9 @@ export class Keeper extends EventEmitter {
         this.metrics.protection.set({ table: `${t.family} ${t.name}` }, p === 'protected' ? 1 : 0);
       }
     }
-    this.verified(r.generation, r.trusted ? 'commit' : false);
+    // A pass planned from the known state read nothing: it leaves the pending read-back of a trusted commit pending.
+    if (r.fromKnown && !r.trusted) this.verified(r.generation, 'keep');
+    else this.verified(r.generation, r.trusted ? 'commit' : false);
     if (r.ops > 0) {
       this.reportRepair({ cause, drift: r.found, ops: r.ops, latencyMs: performance.now() - detectedAt, generation: r.generation,
         attempts: r.attempts });
@@ -662,12 +671,13 @@ export class Keeper extends EventEmitter {
    * `trusted`: verified without a read, by our own commit (the read-back waits until
    * trustOwnCommitMs after the last one, when the repairs have stopped) or by the mirror finding
    * nothing to do (after the first one, so that commits elsewhere moving the generation every tick
-   * do not put it off for ever).
+   * do not put it off for ever). 'keep': planned from the known state without a read, which leaves
+   * the pending read-back as it was.
    */
-  private verified(gen: number, trusted: false | 'commit' | 'mirror' = false): void {
+  private verified(gen: number, trusted: false | 'commit' | 'mirror' | 'keep' = false): void {
     this.lastVerified = gen;
     const now = performance.now();
-    this.trustedSince = trusted === 'commit' ? now : trusted === 'mirror' ? this.trustedSince ?? now : undefined;
+    if (trusted !== 'keep') this.trustedSince = trusted === 'commit' ? now : trusted === 'mirror' ? this.trustedSince ?? now : undefined;
     this.metrics.generation.set(gen);
     if (!this.ready) {
       this.ready = true;

@@ -75,19 +75,19 @@ export async function observeTable(sock: NftConn, family: Family, name: string,
     const wanted = new Set(expectedChains);
     const present = chains.filter((c) => wanted.has(c.name));
     rules = present.length <= CHAIN_DUMPS_UP_TO
-      ? (await Promise.all(present.map((c) => sock.listRules({ family, table: name, chain: c.name })))).flat()
-      : await sock.listRules({ family, table: name });
+      ? (await Promise.all(present.map((c) => sock.listRules({ family, table: name, chain: c.name, digests: true })))).flat()
+      : await sock.listRules({ family, table: name, digests: true });
   } else if (expectedChains.length > CHAIN_GETS_UP_TO) {
     [chains, rules, sets] = await Promise.all([
       sock.listChains({ family, table: name }),
-      sock.listRules({ family, table: name }),
+      sock.listRules({ family, table: name, digests: true }),
       sock.listSets({ family, table: name }),
     ]);
   } else {
     let found: (Chain | undefined)[];
     [found, rules, sets] = await Promise.all([
       Promise.all(expectedChains.map((c) => sock.getChain(family, name, c))),
-      sock.listRules({ family, table: name }),
+      sock.listRules({ family, table: name, digests: true }),
       sock.listSets({ family, table: name }),
     ]);
     chains = found.filter((c): c is Chain => c !== undefined);
@@ -116,6 +116,23 @@ function cachedDesiredKey(rule: ChainConfig['rules'][number]): string {
   return k;
 }
 
+/** A desired rule's structural key (computed once per compiled rule). */
+export const desiredKey = cachedDesiredKey;
+
+// Keys of kernel rules known without decoding them (src/keeper/known.ts): the same string as the
+// desired rule's, so comparing them is a pointer compare.
+const knownKeys = new WeakMap<Rule, string>();
+
+/** `rule` with its structural key recorded; diffTable then never computes it. */
+export function withKey(rule: Rule, key: string): Rule {
+  knownKeys.set(rule, key);
+  return rule;
+}
+
+export function hasKey(rule: Rule): boolean {
+  return knownKeys.has(rule);
+}
+
 function baseMatches(want: ChainConfig['base'], have: Chain): boolean {
   if (!want) return have.hook === undefined;
   return have.type === want.type && have.hook === want.hook && have.priority === want.priority
@@ -142,6 +159,12 @@ export interface DiffOptions {
   portId?: number;
   /** Read-only callers (check) may look at a table another live process owns. */
   allowForeignOwner?: boolean;
+  /**
+   * Chains whose kernel rules are known to equal this desired chain (by identity; see
+   * src/keeper/known.ts): not compared again. A chain whose desired definition is another object
+   * is compared as usual.
+   */
+  verified?: ReadonlyMap<string, ChainConfig>;
 }
 
 export type Protection = 'protected' | 'orphaned' | 'unprotected' | 'foreign-owner' | 'missing';
@@ -169,6 +192,7 @@ export function diffTable(want: TableConfig, have: ObservedTable, options: DiffO
   const resolve: SetResolver = (n) => have.sets.get(n);
   drifts.push(...diffSets(want, have));
   for (const c of want.chains) {
+    if (options.verified?.get(c.name) === c) continue;
     const chain = have.chains.get(c.name);
     if (!chain) {
       drifts.push(d('chain-missing', `chain ${c.name} is missing`, c.name));
@@ -267,7 +291,7 @@ const chainEdits = new WeakMap<Drift, { edit: ChainEdit; rules: Rule[] }>();
 /** Kernel rule keys by index, each computed once and only when asked for. */
 function kernelKeys(rules: readonly Rule[], resolve: SetResolver): (i: number) => string {
   const keys: (string | undefined)[] = new Array(rules.length);
-  return (i) => keys[i] ??= ruleKey({ exprs: rules[i]!.exprs, userdata: rules[i]!.userdata }, resolve);
+  return (i) => keys[i] ??= knownKeys.get(rules[i]!) ?? ruleKey({ exprs: rules[i]!.exprs, userdata: rules[i]!.userdata }, resolve);
 }
 
 function describeEdit(edit: ChainEdit, have: number, want: number): string {

@@ -18,6 +18,8 @@ import { commitGuarded } from '../netlink/guard.js';
 import type { ObservedTable } from '../netlink/objects.js';
 import { ownedGarbage, type OwnedGarbage } from '../owners/index.js';
 import { PROTECT_FLAGS, diffTable, observeTable, planTable, type Drift } from './reconcile.js';
+import { KnownState } from './known.js';
+import type { CommitResult } from '../netlink/conn.js';
 
 export interface TableRef {
   family: Family;
@@ -60,6 +62,14 @@ export interface PassInput {
   onCommitted?: (look: Look, ops: number) => void;
   /** End without a read-back when the commit was provably the only one (commitGuarded's trustSoleCommit). */
   trustSoleCommit?: boolean;
+  /**
+   * Plan from what the last pass left known (src/keeper/known.ts) when the generation has not
+   * moved since, instead of reading the tables: the daemon's passes. Off for one-shot callers and
+   * for the read-back that checks a trusted commit.
+   */
+  useKnown?: boolean;
+  /** Keep what a clean look or a sole commit shows as the known state for later passes (default: useKnown). */
+  learn?: boolean;
 }
 
 export interface PassResult {
@@ -77,6 +87,8 @@ export interface PassResult {
   generation: number;
   /** Repaired and verified by our own commit being the only one, not by a read-back. */
   trusted?: boolean;
+  /** The last look was the known state (no dump): it proves no more than what that state came from. */
+  fromKnown?: boolean;
 }
 
 export interface ReconcilerOptions {
@@ -86,11 +98,16 @@ export interface ReconcilerOptions {
   log?: Logger;
 }
 
+/** Looks (by their observed list) that came from the known state rather than a dump. */
+const knownLooks = new WeakSet<object>();
+
 export class Reconciler {
   /** Tables a reload dropped from the config: deleted by the next pass that finds them. */
   retired: TableRef[] = [];
   /** False once the kernel refused the protect flags: repair mode from then on. */
   protectSupported = true;
+  /** What the tables hold at one generation, without reading them (see known.ts); undefined when not known. */
+  private known?: KnownState;
 
   constructor(readonly conn: NftConn, private readonly options: ReconcilerOptions) {}
 
@@ -103,6 +120,7 @@ export class Reconciler {
     let first: Look | undefined;
     const found: Drift[] = [];
     let committed = 0;
+    let last: { look: Look; batch: Batch; echoed?: CommitResult } | undefined;
     type Step = { status: PassResult['status']; look: Look; waitMs?: number };
     const r = await commitGuarded<Step>(this.conn, async (generation) => {
       const look = await this.look(input, generation);
@@ -122,8 +140,10 @@ export class Reconciler {
         this.protects(t) ? { tableFlags: PROTECT_FLAGS } : {}));
       return {
         value: { status: 'repaired', look }, batch,
-        committed: () => {
+        committed: (echoed?: CommitResult) => {
           committed += batch.length;
+          last = { look, batch, echoed };
+          this.known = undefined;
           input.onCommitted?.(look, batch.length);
         },
       };
@@ -133,24 +153,48 @@ export class Reconciler {
       trustSoleCommit: input.trustSoleCommit,
       onMismatch: () => this.options.metrics?.generationRetries.inc(),
       replan: (e, batch) => this.protectRefused(e, batch),
+      echo: input.learn ?? input.useKnown,
+    }).catch((e: unknown) => {
+      this.known = undefined;
+      throw e;
     });
+    if (r.trusted && (input.learn ?? input.useKnown) && last) {
+      // Our batch was the only commit since the look it was planned from: that look plus the batch.
+      this.known = KnownState.afterSoleCommit(r.generation, input.tables, last.look.observed, last.batch, last.echoed);
+    }
     const v = r.value;
     return { status: v.status, first: first!, found, waitMs: v.waitMs, ops: r.ops, attempts: r.attempts, generation: r.generation,
-      ...(r.trusted ? { trusted: true } : {}) };
+      ...(r.trusted ? { trusted: true } : {}), ...(knownLooks.has(v.look.observed) ? { fromKnown: true } : {}) };
   }
 
   private async look(input: PassInput, generation: number): Promise<Look> {
     const conn = this.conn;
-    const observed = await Promise.all(input.tables.map((t) => observeTable(conn, t.family, t.name, t.chains.map((c) => c.name))));
-    this.options.metrics?.dumps.inc();
+    let known = input.useKnown && this.known?.generation === generation && this.known.covers(input.tables) ? this.known : undefined;
+    // The generation moved (a commit elsewhere, say): confirm by digests, decoding nothing, that ours did not change.
+    let read = false;
+    if (!known && input.useKnown && this.known?.covers(input.tables) && await this.known.revalidate(conn, generation, input.tables)) {
+      known = this.known;
+      read = true;  // as good as a decoding read: every rule's digest was learnt from one
+      this.options.metrics?.dumps.inc();
+    }
+    let observed: ObservedTable[];
+    if (known) {
+      observed = input.tables.map((t) => known.table(t)!.observed);
+    } else {
+      this.known = undefined;  // stale: let its rules go before the dump decodes new ones
+      observed = await Promise.all(input.tables.map((t) => observeTable(conn, t.family, t.name, t.chains.map((c) => c.name))));
+      this.options.metrics?.dumps.inc();
+    }
     input.onObserved?.(observed);
     const drift = input.tables.map((t, i) => diffTable(t, observed[i]!,
-      { protect: this.protects(t), portId: conn.portId, allowForeignOwner: input.allowForeignOwner }));
+      { protect: this.protects(t), portId: conn.portId, allowForeignOwner: input.allowForeignOwner, verified: known?.table(t)!.verified }));
     const retired = await this.retiredPresent();
+    if (known && !read) knownLooks.add(observed);
     const flat = [...drift.flat(), ...retired.map((t): Drift => ({
       kind: 'table-retired', family: t.family, table: t.name, detail: `table ${t.family} ${t.name} is no longer in the config`,
     }))];
-    const garbage = flat.length > 0 && input.ownerIds ? ownedGarbage(input.tables, observed, input.ownerIds) : undefined;
+    const garbage = flat.length > 0 && input.ownerIds ? ownedGarbage(input.tables, observed, input.ownerIds, drift) : undefined;
+    if (flat.length === 0 && (input.learn ?? input.useKnown)) this.known = KnownState.fromCleanLook(generation, input.tables, observed);
     return { generation, observed, drift, retired, flat, garbage };
   }
 

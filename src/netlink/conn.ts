@@ -8,11 +8,23 @@
 import type { Batch, Op } from './batch.js';
 import type { Family } from './expr.js';
 import type { MonitorOptions, MonitorProgress } from './monitor.js';
-import type { Chain, NftSet, Rule, SetElement, Table } from './objects.js';
+import type { Chain, ChainDigests, NftSet, Rule, SetElement, Table } from './objects.js';
 
 export interface CommitOptions {
   /** Refuse (GenerationMismatchError, nothing changed) unless the ruleset is still at this generation. */
   expectGeneration?: number;
+  /**
+   * Ask the kernel to echo the batch's new rules (NLM_F_ECHO) and resolve with their handles, so
+   * the caller learns what it wrote without a dump. Small batches only (up to 64 messages, those
+   * that ask for every ack); a bigger one commits the same and resolves undefined, and so does an
+   * in-memory kernel that does not echo.
+   */
+  echo?: boolean;
+}
+
+/** What a commit with `echo` learnt: the kernel handle of each added, inserted or replaced rule, by op index. */
+export interface CommitResult {
+  handles: Map<number, number>;
 }
 
 export interface NftConn {
@@ -25,7 +37,14 @@ export interface NftConn {
   getTable(family: Family, name: string): Promise<Table | undefined>;
   listChains(filter: { family: Family; table: string }): Promise<Chain[]>;
   getChain(family: Family, table: string, name: string): Promise<Chain | undefined>;
-  listRules(filter: { family: Family; table: string; chain?: string }): Promise<Rule[]>;
+  /** With `digests`, each rule carries its digest (objects.ts Rule.digest) where the kernel connection computes them. */
+  listRules(filter: { family: Family; table: string; chain?: string; digests?: boolean }): Promise<Rule[]>;
+  /**
+   * Handles and digests of a table's rules, without decoding them (µs per rule): how the keeper
+   * confirms that rules it decoded before are still there, unchanged. Optional (an in-memory
+   * kernel may lack it; callers then decode).
+   */
+  listRuleDigests?(filter: { family: Family; table: string; chain?: string }): Promise<ChainDigests[]>;
   listSets(filter: { family: Family; table: string }): Promise<NftSet[]>;
   listElements(filter: { family: Family; table: string; set: string }): Promise<SetElement[]>;
   /**
@@ -33,7 +52,7 @@ export interface NftConn {
    * GenerationMismatchError (stale expectGeneration) or a NetlinkError naming
    * the failing op's index.
    */
-  commit(batch: Batch | readonly Op[], options?: CommitOptions): Promise<void>;
+  commit(batch: Batch | readonly Op[], options?: CommitOptions): Promise<void | CommitResult>;
   close(): void;
 }
 

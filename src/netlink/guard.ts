@@ -7,15 +7,15 @@
  */
 import { GenerationMismatchError, GenerationRetriesExhaustedError } from '../errors.js';
 import type { Batch } from './batch.js';
-import type { NftConn } from './conn.js';
+import type { CommitResult, NftConn } from './conn.js';
 
 export interface GuardedStep<T> {
   /** What to commit; none, or an empty batch, ends the loop without a commit. */
   batch?: Batch;
   /** Handed back in the outcome (the last step's). */
   value: T;
-  /** Runs once this step's batch is in the kernel. */
-  committed?: () => void;
+  /** Runs once this step's batch is in the kernel; with GuardOptions.echo, with the echoed handles when there are any. */
+  committed?: (echoed?: CommitResult) => void;
 }
 
 export interface GuardedOutcome<T> {
@@ -54,6 +54,8 @@ export interface GuardOptions {
    * e.g. dropped protect flags the kernel lacks): true plans again.
    */
   replan?: (e: unknown, batch: Batch) => boolean;
+  /** Commit with `echo` (small batches learn their new rules' handles, given to the step's `committed`). */
+  echo?: boolean;
 }
 
 export async function commitGuarded<T>(conn: NftConn, plan: (generation: number, attempt: number) => Promise<GuardedStep<T>>,
@@ -64,8 +66,9 @@ export async function commitGuarded<T>(conn: NftConn, plan: (generation: number,
     const generation = conn.generation();
     const step = await plan(generation, attempt);
     if (!step.batch || step.batch.length === 0) return { value: step.value, attempts: attempt, ops, generation };
+    let echoed: CommitResult | undefined;
     try {
-      await conn.commit(step.batch, { expectGeneration: generation });
+      echoed = (await conn.commit(step.batch, { expectGeneration: generation, ...(options.echo ? { echo: true } : {}) })) || undefined;
     } catch (e) {
       if (e instanceof GenerationMismatchError) {
         last = e;
@@ -76,7 +79,7 @@ export async function commitGuarded<T>(conn: NftConn, plan: (generation: number,
       throw e;
     }
     ops += step.batch.length;
-    step.committed?.();
+    step.committed?.(echoed);
     if (!options.untilClean) return { value: step.value, attempts: attempt, ops, generation };
     if (options.trustSoleCommit) {
       const after = conn.generation();

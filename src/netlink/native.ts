@@ -6,8 +6,8 @@ export interface NativeSocket {
   close(): void;
   generation(): number;
   dump(kind: 'table' | 'chain' | 'rule' | 'set' | 'element', family?: string, table?: string,
-    name?: string, single?: boolean, objects?: boolean): Promise<unknown[]>;
-  commit(ops: readonly unknown[], generation?: number): Promise<void>;
+    name?: string, single?: boolean, objects?: boolean, ruleMode?: 0 | 1 | 2): Promise<unknown[]>;
+  commit(ops: readonly unknown[], generation?: number, echo?: boolean): Promise<void | { handles: [number, number][] }>;
 }
 
 export interface NativeMonitor {

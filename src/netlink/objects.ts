@@ -70,6 +70,19 @@ export interface Rule {
    * from the rule's `meta l4proto` comparison when the rule holds xt expressions.
    */
   compat?: { proto: number; flags?: number };
+  /**
+   * Dumps asked for digests only: a 128-bit digest (hex) of what the rule's structural key
+   * depends on (userdata, each expression's name and data, counters' data left out); absent for
+   * rules that look up an anonymous set, whose key depends on its elements. Equal digests, equal keys.
+   */
+  digest?: string;
+}
+
+/** One chain's rules as a digest dump gives them: handles and digests in chain order ('' = none). */
+export interface ChainDigests {
+  chain: string;
+  handles: number[];
+  digests: string[];
 }
 
 export interface SetElement {

@@ -11,8 +11,8 @@ import { validateOp } from './validate.js';
 import type { Family } from './expr.js';
 import type { NativeSocket } from './native.js';
 import { loadAddon } from '../native.js';
-import type { Chain, NftSet, Rule, SetElement, Table } from './objects.js';
-import type { CommitOptions, NftConn } from './conn.js';
+import type { Chain, ChainDigests, NftSet, Rule, SetElement, Table } from './objects.js';
+import type { CommitOptions, CommitResult, NftConn } from './conn.js';
 
 export interface OpenOptions {
   /** A network namespace file such as /run/netns/NAME or /proc/PID/ns/net; default: this process's. */
@@ -114,13 +114,26 @@ export class NftSocket implements NftConn {
   }
 
   /** Rules of one table, or of one chain, in order; filtered by the kernel. */
-  async listRules(filter: { family: Family; table: string; chain?: string }): Promise<Rule[]> {
-    const rules = await this.dump<Rule>('rule', filter.family, filter.table, filter.chain);
+  async listRules(filter: { family: Family; table: string; chain?: string; digests?: boolean }): Promise<Rule[]> {
+    const rules = await this.dump<Rule>('rule', filter.family, filter.table, filter.chain, false, filter.digests ? 1 : 0);
     for (const r of rules) {
       const compat = inferCompat(r);
       if (compat) r.compat = compat;
     }
     return rules;
+  }
+
+  async listRuleDigests(filter: { family: Family; table: string; chain?: string }): Promise<ChainDigests[]> {
+    const raw = await this.dump<[string, (number | string)[]]>('rule', filter.family, filter.table, filter.chain, false, 2);
+    return raw.map(([chain, flat]) => {
+      const handles: number[] = new Array(flat.length >> 1);
+      const digests: string[] = new Array(flat.length >> 1);
+      for (let i = 0; i < flat.length; i += 2) {
+        handles[i >> 1] = flat[i] as number;
+        digests[i >> 1] = flat[i + 1] as string;
+      }
+      return { chain, handles, digests };
+    });
   }
 
   listSets(filter: { family: Family; table: string }): Promise<NftSet[]> {
@@ -149,15 +162,18 @@ export class NftSocket implements NftConn {
    * the error says why: a GenerationMismatchError for a stale
    * expectGeneration, else a NetlinkError with the failing op's index.
    */
-  async commit(batch: Batch | readonly Op[], options: CommitOptions = {}): Promise<void> {
+  async commit(batch: Batch | readonly Op[], options: CommitOptions = {}): Promise<void | CommitResult> {
     this.check('commit');
     const { ops, gen } = commitArgs(batch, options);
     if (ops.length === 0) return;
+    let r;
     try {
-      await this.native.commit(ops, gen);
+      r = await this.native.commit(ops, gen, options.echo === true);
     } catch (e) {
       throw refine(e, ops, gen);
     }
+    // The addon echoes small batches only; a big one resolves without handles.
+    if (r) return { handles: new Map(r.handles) };
   }
 
   private check(operation: string): void {
@@ -165,11 +181,11 @@ export class NftSocket implements NftConn {
   }
 
   private async dump<T>(kind: 'table' | 'chain' | 'rule' | 'set' | 'element', family?: Family,
-    table?: string, name?: string, single = false): Promise<T[]> {
+    table?: string, name?: string, single = false, ruleMode: 0 | 1 | 2 = 0): Promise<T[]> {
     this.check(`list ${kind}s`);
     for (let attempt = 1; ; attempt++) {
       try {
-        return await this.native.dump(kind, family, table, name, single) as T[];
+        return await this.native.dump(kind, family, table, name, single, false, ruleMode) as T[];
       } catch (e) {
         // Only the addon's mark counts, not any EINTR: a view that mixes two
         // rulesets is never returned.

@@ -9,20 +9,29 @@
  */
 import type { ChainConfig, TableConfig } from '../config/config.js';
 import type { ObservedTable } from '../netlink/objects.js';
+import type { Drift } from '../keeper/reconcile.js';
 import type { OwnersConfig } from './config.js';
 import { ownerOfRule, parseOwnerChain, type Owner } from './spec.js';
 
 export function mergeOwners(tables: readonly TableConfig[], oc: OwnersConfig | undefined, owners: readonly Owner[]): TableConfig[] {
   if (!oc) return [...tables];
-  const sorted = [...owners].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+  // Usually in order already (the registry keeps ids as they come): sorting is then skipped.
+  let inOrder = true;
+  for (let i = 1; i < owners.length && inOrder; i++) inOrder = owners[i - 1]!.id < owners[i]!.id;
+  const sorted = inOrder ? owners : [...owners].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+  // Plain loops: this runs on every registration, over every owner.
   return tables.map((t) => {
     if (t.family !== oc.family || t.name !== oc.table) return t;
     const chains: ChainConfig[] = t.chains.map((c) => {
       if (!oc.dispatch.includes(c.name)) return c;
-      const extra = sorted.flatMap((o) => o.jumps.get(c.name) ?? []);
-      return extra.length === 0 ? c : { ...c, rules: [...c.rules, ...extra] };
+      const rules = c.rules.slice();
+      for (const o of sorted) {
+        const jumps = o.jumps.get(c.name);
+        if (jumps) for (const r of jumps) rules.push(r);
+      }
+      return rules.length === c.rules.length ? c : { ...c, rules };
     });
-    for (const o of sorted) chains.push(...o.chains);
+    for (const o of sorted) for (const c of o.chains) chains.push(c);
     return { ...t, chains };
   });
 }
@@ -37,23 +46,31 @@ export interface OwnedGarbage {
 /**
  * What the kernel holds in owned tables, tagged for owners, that the desired
  * state does not claim: chains named o/<id>/… that are not desired, and rules
- * tagged with an id that is not registered.
+ * tagged with an id that is not registered. With `drift` (per table, from
+ * diffTable), only the rules of chains that differ are read: a chain that
+ * matches its desired rules holds no garbage, and reading every owner's tags
+ * on every registration made it O(owners).
  */
 export function ownedGarbage(desired: readonly TableConfig[], observed: readonly ObservedTable[],
-  registered: ReadonlySet<string>): OwnedGarbage {
+  registered: ReadonlySet<string>, drift?: readonly (readonly Drift[])[]): OwnedGarbage {
   const out: OwnedGarbage = { chains: [], rules: [] };
   observed.forEach((o, i) => {
-    const want = new Set(desired[i]?.chains.map((c) => c.name));
+    const differ = drift?.[i] && !drift[i]!.some((d) => d.chain === undefined)
+      ? new Set(drift[i]!.map((d) => d.chain)) : undefined;
+    // Every chain the desired state lacks is a chain-extra drift: with the drift, only those are looked at.
+    const want = differ ? undefined : new Set(desired[i]?.chains.map((c) => c.name));
+    const extra = differ ? drift![i]!.filter((d) => d.kind === 'chain-extra').map((d) => d.chain!) : o.chains.keys();
     const dead = new Set<string>();
-    for (const name of o.chains.keys()) {
+    for (const name of extra) {
+      if (want?.has(name)) continue;
       const parsed = parseOwnerChain(name);
-      if (parsed && !want.has(name)) {
+      if (parsed) {
         dead.add(name);
         out.chains.push({ family: o.family, table: o.name, name, id: parsed.id });
       }
     }
     for (const [chain, rules] of o.rules) {
-      if (dead.has(chain)) continue;
+      if (dead.has(chain) || (differ && !differ.has(chain))) continue;
       for (const r of rules) {
         const id = ownerOfRule(r);
         if (id !== undefined && !registered.has(id)) out.rules.push({ family: o.family, table: o.name, chain, id });

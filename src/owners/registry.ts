@@ -11,7 +11,7 @@ import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import type { Config } from '../config/config.js';
 import { NfkeeperError } from '../errors.js';
-import { ownersTable, saveOwners } from './state.js';
+import { OwnersState, ownersTable, type JournalChange } from './state.js';
 import { compileOwner, specKey, validateOwnerId, type Owner } from './spec.js';
 
 /** The default owner limit: ten times the largest registration the tests and bench run. */
@@ -39,6 +39,7 @@ export class OwnerRegistry {
   private queue: Queued[] = [];
   private working?: Promise<void>;
   private config: Config;
+  private state?: OwnersState;
   /** Groups committed; a test and the logs use it to see the grouping. */
   groups = 0;
 
@@ -73,6 +74,17 @@ export class OwnerRegistry {
 
   get size(): number {
     return this.owners.size;
+  }
+
+  /** Folds the state journal into the file (the daemon stopping), so the file alone holds every owner. */
+  close(): void {
+    if (!this.state) return;
+    try {
+      if (this.state.journaling) this.state.compact(this.owners.values());
+    } finally {
+      this.state.close();
+      this.state = undefined;
+    }
   }
 
   /** Validates against the current config (throws OwnerSpecError, synchronously), then queues. */
@@ -113,8 +125,10 @@ export class OwnerRegistry {
   }
 
   private async drain(): Promise<void> {
-    // Let the requests that arrive in the same turn join this group.
-    await new Promise((r) => setImmediate(r));
+    // Let the requests that arrive in the same turns join this group: a group no longer waits on a
+    // dump (src/keeper/known.ts), so concurrent clients' requests, read over a few turns of the
+    // loop, would otherwise each make a group (a kernel commit) of their own.
+    for (let i = 0; i < 3; i++) await new Promise((r) => setImmediate(r));
     while (this.queue.length > 0) {
       const group = this.queue.splice(0);
       const next = new Map(this.owners);
@@ -131,20 +145,48 @@ export class OwnerRegistry {
         group.forEach((q, i) => q.resolve(results[i]!));
         continue;
       }
+      const changes: JournalChange[] = group.map(({ change: c }) => (c.kind === 'put' ? ['put', c.owner.id, c.owner.spec] : ['delete', c.id]));
+      let state: OwnersState;
+      let durable: Promise<void>;
       try {
-        mkdirSync(dirname(this.stateFile), { recursive: true, mode: 0o700 });
-        saveOwners(this.stateFile, next.values());  // durable before the kernel sees it
-        await this.apply([...next.values()]);
-        this.owners = next;
-        this.groups++;
-        group.forEach((q, i) => q.resolve(results[i]!));
+        if (!this.state) mkdirSync(dirname(this.stateFile), { recursive: true, mode: 0o700 });
+        state = this.state ??= new OwnersState(this.stateFile);
+        // Written before the kernel sees the change. A journal append's fdatasync runs while the
+        // kernel commits; nothing is answered before both are done: an answered change is on disk
+        // and in the kernel.
+        durable = state.write(changes, this.owners.values(), next.values());
       } catch (e) {
-        try {
-          saveOwners(this.stateFile, this.owners.values());
-        } catch { /* the write failed in the first place; the old file is still whole */ }
+        this.state?.close();
+        this.state = undefined;
         const err = new OwnerApplyError(e);
         for (const q of group) q.reject(err);
+        continue;
       }
+      const list = [...next.values()];
+      const [applied, synced] = await Promise.allSettled([this.apply(list), durable]);
+      if (applied.status === 'fulfilled' && synced.status === 'fulfilled') {
+        this.owners = next;
+        this.groups++;
+        if (state.due) {
+          try {
+            state.compact(list);
+          } catch {
+            // The journal still holds every change; compaction is tried again after the next group.
+          }
+        }
+        group.forEach((q, i) => q.resolve(results[i]!));
+        continue;
+      }
+      if (applied.status === 'fulfilled') {
+        // On disk it may not be: take the kernel back to the previous owners too.
+        await this.apply([...this.owners.values()]).catch(() => undefined);
+      }
+      // Undo the group on disk: the previous owners, whole (this is the rare path).
+      try {
+        state.compact(this.owners.values());
+      } catch { /* the disk refuses; the error below says why the change failed */ }
+      const err = new OwnerApplyError(applied.status === 'rejected' ? applied.reason : (synced as PromiseRejectedResult).reason);
+      for (const q of group) q.reject(err);
     }
   }
 }

@@ -53,9 +53,20 @@ export function parseOwnerChain(name: string): { id: string; local: string } | u
 
 /** The owner id a rule is tagged with (its userdata comment), or undefined. */
 export function ownerOfRule(rule: { userdata?: string }): string | undefined {
-  const c = commentOf(rule.userdata);
-  return c === undefined ? undefined : TAG.match(c);
+  const u = rule.userdata;
+  if (u === undefined) return undefined;
+  // Owned GC reads the tag of every rule in a chain that differs (the dispatch chain holds one
+  // rule per owner); an owner's rules share one userdata string, so parse each string once.
+  let id = ownerTags.get(u);
+  if (id === undefined && !ownerTags.has(u)) {
+    const c = commentOf(u);
+    id = c === undefined ? undefined : TAG.match(c);
+    if (ownerTags.size >= 65_536) ownerTags.clear();
+    ownerTags.set(u, id);
+  }
+  return id;
 }
+const ownerTags = new Map<string, string | undefined>();
 
 /** A refused owner request or state entry: `path` says where in the body ("chains[0].rules[1]"). */
 export class OwnerSpecError extends NfkeeperError {

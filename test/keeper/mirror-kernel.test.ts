@@ -74,14 +74,14 @@ describe('repairs from the event mirror, 10,000 owned rules', () => {
   }
 
   it('a deleted rule in the middle comes back with one op, after the rule before it', async () => {
-    const { r, before, after } = await repairOf((h) => sock.commit(new Batch().delete('rule', { ...where, handle: h[5000]! })));
+    const { r, before, after } = await repairOf(async (h) => { await sock.commit(new Batch().delete('rule', { ...where, handle: h[5000]! })); });
     expect(r.ops).toBe(1);
     expect(r.drift[0]!.detail).toMatch(/rule 5001 \(.*\) is missing; repair from events: 9999 of 9999 kernel rules stay, 0 deleted, 1 inserted, 0 replaced \(1 ops\)/);
     expect(after.filter((_, i) => i !== 5000)).toEqual(before.filter((_, i) => i !== 5000));
   });
 
   it('a deleted first rule comes back at the head of the chain', async () => {
-    const { r, before, after } = await repairOf((h) => sock.commit(new Batch().delete('rule', { ...where, handle: h[0]! })));
+    const { r, before, after } = await repairOf(async (h) => { await sock.commit(new Batch().delete('rule', { ...where, handle: h[0]! })); });
     expect(r.ops).toBe(1);
     expect(after.slice(1)).toEqual(before.slice(1));
   });

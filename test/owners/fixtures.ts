@@ -74,11 +74,11 @@ export interface Daemon {
  * serve the socket. `dir` (the socket's and the state's) is made 0755, so that a dropped-privilege
  * child can reach the socket and be refused by the socket's own mode or credentials check.
  */
-export async function startDaemon(ns: Netns, dir: string, o: { mode?: number } = {}): Promise<Daemon> {
+export async function startDaemon(ns: Netns, dir: string, o: { mode?: number; mirror?: boolean } = {}): Promise<Daemon> {
   chmodSync(dir, 0o755);
   const config = parseConfig(ownersYaml(dir), join(dir, 'config.yaml'));
   const owners = loadOwners(config);
-  const keeper = await startKeeper(ns, { config, owners });
+  const keeper = await startKeeper(ns, { config, owners, ...(o.mirror !== undefined ? { mirror: o.mirror } : {}) });
   const registry = new OwnerRegistry(config, owners, (next) => keeper.setOwners(next));
   const socket = config.owners!.socket;
   const control = await serveControl({ path: socket, registry, mode: o.mode, status: () => ({ ...keeper.status(), owners: registry.size }) });
@@ -118,7 +118,7 @@ export interface DaemonFixture {
  * startDaemon() in a fresh namespace and temp dir; afterwards, also on failure, the socket is
  * closed, the daemon stopped and the namespace removed (the dir goes with the test).
  */
-export function withDaemon<T>(tag: string, fn: (f: DaemonFixture) => Promise<T> | T, o: { mode?: number } = {}): Promise<T> {
+export function withDaemon<T>(tag: string, fn: (f: DaemonFixture) => Promise<T> | T, o: { mode?: number; mirror?: boolean } = {}): Promise<T> {
   return withNetns(async (ns) => {
     const dir = tempDir(tag);
     const d = await startDaemon(ns, dir, o);

@@ -3,11 +3,13 @@
  * kill -9, a stray truncated temp file. A corrupt state file stops start-up and deletes nothing.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { beforeEach, describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config/config.js';
 import { loadOwners, saveOwners } from '../../src/owners/index.js';
+import { JOURNAL_FROM_BYTES, OwnersState, journalPathOf } from '../../src/owners/state.js';
 import { compileOwner } from '../../src/owners/spec.js';
 import { open } from '../../src/netlink/socket.js';
 import { cli } from '../helpers/cli.js';
@@ -218,5 +220,65 @@ describe('the state file write', () => {
     // The kills did land mid-write at least sometimes (a temp file was left), and every load was whole.
     console.log(`state writes interrupted by kill -9: ${torn} of 6 left a temp file; largest state loaded: ${seen} owners`);
     expect(seen).toBeGreaterThan(1);
+  });
+});
+
+describe('the state journal (a state over 64 KiB)', () => {
+  const setup = () => {
+    const dir = tempDir('journal');
+    mkdirSync(join(dir, 'state'));
+    const c = parseConfig(ownersYaml(dir), join(dir, 'config.yaml'));
+    const owner = (i: number, rules = 40) => compileOwner(`o${i}`, ownerSpec(i, rules), c.owners!, c.tables[0]!);
+    return { dir, c, file: c.owners!.state, owner };
+  };
+
+  it('appends each change to the journal, which a load replays; a torn last line is ignored; compaction folds it in', async () => {
+    const { c, file, owner } = setup();
+    const big = Array.from({ length: 60 }, (_, i) => owner(i));
+    saveOwners(file, big);
+    expect(readFileSync(file, 'utf8').length).toBeGreaterThan(JOURNAL_FROM_BYTES);
+    const state = new OwnersState(file);
+    const added = owner(100, 3);
+    await state.write([['put', added.id, added.spec], ['delete', 'o3']], big, []);
+    expect(state.journaling).toBe(true);
+    expect(existsSync(journalPathOf(file))).toBe(true);
+    const ids = loadOwners(c).map((o) => o.id);
+    expect(ids).toContain('o100');
+    expect(ids).not.toContain('o3');
+    expect(ids).toHaveLength(60);
+    // The file itself was not rewritten for the change: it still holds o3.
+    expect(JSON.parse(readFileSync(file, 'utf8')).owners.o3).toBeDefined();
+    // A crash mid-append leaves a line without its newline: never acknowledged, ignored.
+    writeFileSync(journalPathOf(file), readFileSync(journalPathOf(file), 'utf8') + '[["delete","o4"]');
+    expect(loadOwners(c).map((o) => o.id)).toContain('o4');
+    // Compaction writes the file whole and drops the journal.
+    state.compact(loadOwners(c));
+    expect(existsSync(journalPathOf(file))).toBe(false);
+    expect(loadOwners(c).map((o) => o.id).sort()).toEqual([...ids].sort());
+  });
+
+  it('a journal whose file was replaced since (an edit while nfkeeper was down) is stale and ignored; a corrupt line stops the load', async () => {
+    const { c, file, owner } = setup();
+    const big = Array.from({ length: 60 }, (_, i) => owner(i));
+    saveOwners(file, big);
+    const state = new OwnersState(file);
+    await state.write([['delete', 'o1']], big, []);
+    state.close();
+    expect(loadOwners(c).map((o) => o.id)).not.toContain('o1');
+    const journal = readFileSync(journalPathOf(file), 'utf8');
+    // Someone rewrites the file while the daemon is down: it wins, the journal no longer applies.
+    const edited = JSON.parse(readFileSync(file, 'utf8'));
+    delete edited.owners.o2;
+    writeFileSync(file, JSON.stringify(edited));
+    expect(loadOwners(c).map((o) => o.id)).toContain('o1');
+    expect(loadOwners(c).map((o) => o.id)).not.toContain('o2');
+    // Deleting the file unregisters everyone, journal or not.
+    rmSync(file);
+    expect(loadOwners(c)).toEqual([]);
+    // A complete line that is not a change list is corruption, named with the line.
+    saveOwners(file, big);
+    const base = journal.split('\n')[0]!.replace(/"base":"[0-9a-f]+"/, `"base":"${createHash('sha256').update(readFileSync(file, 'utf8')).digest('hex')}"`);
+    writeFileSync(journalPathOf(file), `${base}\n{"not":"a list"}\n`);
+    expect(() => loadOwners(c)).toThrow(/owners\.json\.journal: corrupt: line 2 is not a list of changes/);
   });
 });

@@ -1,0 +1,190 @@
+/**
+ * S7 owners at scale (issue 14).
+ *
+ * - registration: `nfkeeper run` as its own process (owners configured, state file in a temp
+ *   dir), and this process registers N owners of 10 rules ONE BY ONE over the control socket
+ *   (each PUT sent when the previous was answered; an answer means the owner is on disk and in
+ *   the kernel). Reported: the rate, each PUT's latency, the daemon's CPU per PUT and its RSS;
+ * - one more owner at N, and its removal, in process: the ops of its batch and the reads it made;
+ * - a pass at N owners when nothing changed but the generation (another table was committed):
+ *   an in-process keeper's request(), after one decoding read taught it every rule's digest;
+ * - RSS of `nfkeeper run` idle with examples/flannel.yaml and with one owned chain of 10,000 and
+ *   100,000 rules (VmRSS after start-up and the 10 s read-back, and VmHWM).
+ *
+ * With `--root DIR` the daemon is another build's bin/nfkeeper.js (main's, for a before/after).
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { parseConfig } from '../../src/config/config.js';
+import { Keeper, type RepairReport } from '../../src/keeper/keeper.js';
+import { Batch } from '../../src/netlink/batch.js';
+import { PROJECT_ROOT } from '../../src/native.js';
+import { open } from '../../src/netlink/socket.js';
+import { OwnerRegistry, call } from '../../src/owners/index.js';
+import { compileOwner } from '../../src/owners/spec.js';
+import { ownersTable } from '../../src/owners/state.js';
+import { ownerSpec, ownersYaml } from '../../test/owners/fixtures.js';
+import { withBenchNetns } from '../lib/netns.js';
+import { summarize, type Summary } from '../lib/stats.js';
+
+export interface S7Results {
+  owners: number;
+  rulesPerOwner: number;
+  /** The daemon's build (this checkout, or --root). */
+  root: string;
+  register: { totalMs: number; perSecond: number; put: Summary; cpuMsPerPut: number; rssMiB: number; hwmMiB: number };
+  one: { ops: number; reads: number; removeOps: number; removeReads: number };
+  pass: Summary;
+  rss: { config: string; rssMiB: number; hwmMiB: number }[];
+}
+
+export interface S7Options {
+  owners: number;
+  passes: number;
+  rssSizes: number[];
+  root?: string;
+  log: (msg: string) => void;
+}
+
+const CLK_TCK = 100;
+const status = (pid: number) => readFileSync(`/proc/${pid}/status`, 'utf8');
+const kib = (pid: number, field: string) => Number(new RegExp(`${field}:\\s+(\\d+)`).exec(status(pid))![1]);
+const cpuMs = (pid: number) => {
+  const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+  return ((Number(f[11]) + Number(f[12])) / CLK_TCK) * 1000;
+};
+const id = (i: number) => `alloc-${String(i).padStart(5, '0')}`;
+const us = (t0: number) => (performance.now() - t0) * 1000;
+
+function daemon(root: string, config: string, netns: string, port: number): { child: ChildProcess; ready: Promise<void>; stop: () => Promise<void> } {
+  const child = spawn(process.execPath, [join(root, 'bin', 'nfkeeper.js'), 'run', '--config', config, '--netns', netns, '--interval', '1s',
+    '--metrics', `127.0.0.1:${port}`, '--log-level', 'warn'], { stdio: ['ignore', 'ignore', 'inherit'] });
+  const exited = new Promise((r) => child.on('exit', r));
+  const ready = (async () => {
+    for (let i = 0; i < 3000; i++) {
+      if (await fetch(`http://127.0.0.1:${port}/readyz`).then((r) => r.ok, () => false)) return;
+      if (child.exitCode !== null) throw new Error('nfkeeper run exited before it was ready');
+      await sleep(100);
+    }
+    throw new Error('nfkeeper run not ready in 300 s');
+  })();
+  return { child, ready, stop: async () => { child.kill('SIGTERM'); await exited; } };
+}
+
+export async function runS7(o: S7Options): Promise<S7Results> {
+  const root = o.root ?? PROJECT_ROOT;
+  const dir = mkdtempSync(join(tmpdir(), 'nfk-s7-'));
+  const port = 19800 + (process.pid % 150);
+  try {
+    const out: Partial<S7Results> = { owners: o.owners, rulesPerOwner: 10, root: o.root ? o.root : 'this checkout', rss: [] };
+
+    // Registration, one by one, against the daemon as its own process.
+    await withBenchNetns('s7-reg', async (ns) => {
+      const file = join(dir, 'owners.yaml');
+      writeFileSync(file, ownersYaml(dir));
+      const d = daemon(root, file, ns.path, port);
+      try {
+        await d.ready;
+        const socket = join(dir, 'nfkeeper.sock');
+        const cpu0 = cpuMs(d.child.pid!);
+        const puts: number[] = [];
+        const t0 = performance.now();
+        for (let i = 0; i < o.owners; i++) {
+          const t = performance.now();
+          const r = await call(socket, 'PUT', `/v1/owners/${id(i)}`, ownerSpec(i, 10));
+          puts.push(us(t));
+          if (r.status !== 201) throw new Error(`S7: PUT ${id(i)} answered ${r.status}: ${JSON.stringify(r.body)}`);
+          if ((i + 1) % 250 === 0) o.log(`    ${i + 1} owners registered (${((performance.now() - t0) / 1000).toFixed(1)} s)`);
+        }
+        const totalMs = performance.now() - t0;
+        const cpu = cpuMs(d.child.pid!) - cpu0;
+        const s = open({ netns: ns.path });
+        const chains = (await s.listChains({ family: 'ip', table: 'nfkeeper' })).length;
+        s.close();
+        if (chains !== o.owners + 2) throw new Error(`S7: ${chains} chains in the kernel after registering ${o.owners} owners`);
+        // The daemon's memory with N owners, after the read-back of its trusted commits (10 s).
+        await sleep(12_000);
+        out.register = { totalMs, perSecond: o.owners / (totalMs / 1000), put: summarize(puts), cpuMsPerPut: cpu / o.owners,
+          rssMiB: kib(d.child.pid!, 'VmRSS') / 1024, hwmMiB: kib(d.child.pid!, 'VmHWM') / 1024 };
+        o.log(`    ${o.owners} owners one by one: ${totalMs.toFixed(0)} ms (${out.register.perSecond.toFixed(0)}/s), PUT p50 ` +
+          `${(out.register.put.median / 1000).toFixed(2)} ms, daemon CPU ${out.register.cpuMsPerPut.toFixed(2)} ms/PUT, RSS ${out.register.rssMiB.toFixed(1)} MiB`);
+      } finally {
+        await d.stop();
+      }
+    });
+
+    // One more owner, its removal, and passes when only the generation moved: in process.
+    await withBenchNetns('s7-pass', async (ns) => {
+      const config = parseConfig(ownersYaml(dir), join(dir, 'owners.yaml'));
+      const { oc, table } = ownersTable(config);
+      const owners = Array.from({ length: o.owners }, (_, i) => compileOwner(id(i), ownerSpec(i, 10), oc, table));
+      rmSync(join(dir, 'state'), { recursive: true, force: true });
+      const keeper = new Keeper({ config, netns: ns.path, intervalMs: 3_600_000, owners });
+      keeper.on('error', () => undefined);
+      await keeper.start();
+      const sock = open({ netns: ns.path });
+      try {
+        const dumps = async () => (await keeper.metrics.dumps.get()).values[0]?.value ?? 0;
+        // One decoding read (as the daemon's read-back does): the keeper learns every rule's digest.
+        (keeper as unknown as { readBackDue: boolean }).readBackDue = true;
+        await keeper.request('tick', performance.now());
+        const registry = new OwnerRegistry(config, owners, (next) => keeper.setOwners(next));
+        let ops = 0;
+        keeper.on('repaired', (r: RepairReport) => { ops = r.ops; });
+        let before = await dumps();
+        await registry.put('alloc-x', ownerSpec(o.owners + 1, 10));
+        const one = { ops, reads: await dumps() - before, removeOps: 0, removeReads: 0 };
+        before = await dumps();
+        await registry.remove('alloc-x');
+        one.removeOps = ops;
+        one.removeReads = await dumps() - before;
+        out.one = one;
+        (keeper as unknown as { readBackDue: boolean }).readBackDue = true;
+        await keeper.request('tick', performance.now());
+        const passes: number[] = [];
+        for (let k = 0; k < o.passes + 1; k++) {
+          await sock.commit(new Batch().add('table', { family: 'ip', name: `elsewhere${k}` }));
+          const t = performance.now();
+          const r = await keeper.request('tick', t);
+          if (k > 0) passes.push(us(t));  // the first is a warm-up
+          if (r.ops !== 0 || r.status !== 'in-sync') throw new Error(`S7: a pass after a foreign commit did ${r.status} with ${r.ops} ops`);
+        }
+        out.pass = summarize(passes);
+        o.log(`    one owner at ${o.owners}: ${one.ops} ops, ${one.reads} reads; its removal ${one.removeOps} ops, ${one.removeReads} reads; ` +
+          `pass when only the generation moved: p50 ${(out.pass.median / 1000).toFixed(2)} ms`);
+      } finally {
+        sock.close();
+        await keeper.stop();
+      }
+    });
+
+    // RSS of the daemon.
+    for (const n of o.rssSizes) {
+      await withBenchNetns(`s7-rss-${n}`, async (ns) => {
+        const file = join(dir, `rss-${n}.yaml`);
+        const addr = (i: number) => `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`;
+        writeFileSync(file, n === 0 ? readFileSync(join(PROJECT_ROOT, 'examples', 'flannel.yaml'), 'utf8')
+          : `tables:\n  - family: ip\n    name: nfk-s7\n    chains:\n      - name: owned\n        type: nat\n        hook: postrouting\n        priority: srcnat\n        rules:\n` +
+            Array.from({ length: n }, (_, i) => `          - ip saddr ${addr(i)} ip daddr 192.0.2.1 return`).join('\n') + '\n');
+        const d = daemon(root, file, ns.path, port + 1);
+        try {
+          await d.ready;
+          await sleep(15_000);  // start-up settled, the read-back done, some ticks
+          const row = { config: n === 0 ? 'examples/flannel.yaml (4 rules)' : `one chain of ${n.toLocaleString('en-US')} rules`,
+            rssMiB: kib(d.child.pid!, 'VmRSS') / 1024, hwmMiB: kib(d.child.pid!, 'VmHWM') / 1024 };
+          out.rss!.push(row);
+          o.log(`    RSS with ${row.config}: ${row.rssMiB.toFixed(1)} MiB (peak ${row.hwmMiB.toFixed(1)} MiB)`);
+        } finally {
+          await d.stop();
+        }
+      });
+    }
+    return out as S7Results;
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}

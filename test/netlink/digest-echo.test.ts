@@ -1,0 +1,75 @@
+/**
+ * What the keeper learns without decoding (issue 14): rule digests, equal exactly when the rules'
+ * structural keys are (counter values left out; none for a lookup of an anonymous set), in full
+ * and digest-only dumps alike; and a commit with `echo` that hands back the handles the kernel
+ * gave the batch's new rules, as a dump then shows them.
+ */
+import { describe, expect, it } from 'vitest';
+import { Batch, open } from '../../src/index.js';
+import { compileRule, ruleKey } from '../../src/rules/index.js';
+import { withNetns } from '../helpers/netns.js';
+
+describe('rule digests', () => {
+  it('equal for the same rule whatever its counter says, different for another rule, none for an anonymous set', async () => {
+    await withNetns(async (ns) => {
+      ns.nft(`add table ip t
+add chain ip t c
+add rule ip t c ip saddr 10.0.0.1 counter packets 0 bytes 0 return comment "x"
+add rule ip t c ip saddr 10.0.0.1 counter packets 5 bytes 900 return comment "x"
+add rule ip t c ip saddr 10.0.0.2 counter packets 0 bytes 0 return comment "x"
+add rule ip t c ip saddr 10.0.0.1 counter return comment "y"
+add rule ip t c ip saddr { 10.0.0.1, 10.0.0.3 } return
+add rule ip t c ip saddr 10.0.0.1 counter packets 0 bytes 0 accept comment "x"
+`);
+      const s = open({ netns: ns.path });
+      try {
+        const rules = await s.listRules({ family: 'ip', table: 't', digests: true });
+        const [a, b, c, d, anon, e] = rules.map((r) => r.digest);
+        expect(a).toMatch(/^[0-9a-f]{32}$/);
+        expect(b).toBe(a);
+        for (const other of [c, d, e]) expect(other).not.toBe(a);
+        expect(new Set([c, d, e]).size).toBe(3);
+        expect(anon).toBeUndefined();
+        // Equal digests, equal keys (what the keeper relies on).
+        expect(ruleKey(rules[0]!)).toBe(ruleKey(rules[1]!));
+        // The digest-only dump says the same, with the handles, chain by chain.
+        const only = await s.listRuleDigests({ family: 'ip', table: 't' });
+        expect(only).toEqual([{ chain: 'c', handles: rules.map((r) => r.handle), digests: rules.map((r) => r.digest ?? '') }]);
+        expect(await s.listRuleDigests({ family: 'ip', table: 't', chain: 'c' })).toEqual(only);
+        // A plain dump carries none.
+        expect((await s.listRules({ family: 'ip', table: 't' })).every((r) => r.digest === undefined)).toBe(true);
+      } finally {
+        s.close();
+      }
+    }, 'digest');
+  });
+});
+
+describe('commit with echo', () => {
+  it('returns each new rule\'s handle by op index, as the dump then shows; a replace keeps its handle', async () => {
+    await withNetns(async (ns) => {
+      const s = open({ netns: ns.path });
+      try {
+        const R = (t: string) => compileRule(t, { family: 'ip', table: 't', chain: 'c' }).exprs;
+        const at = { family: 'ip' as const, table: 't', chain: 'c' };
+        const r1 = await s.commit(new Batch().add('table', { family: 'ip', name: 't' }).add('chain', { family: 'ip', table: 't', name: 'c' })
+          .add('rule', { ...at, exprs: R('ip saddr 10.0.0.1 return') }).add('rule', { ...at, exprs: R('ip saddr 10.0.0.2 return') }), { echo: true });
+        let dumped = await s.listRules({ family: 'ip', table: 't' });
+        expect(r1).toEqual({ handles: new Map([[2, dumped[0]!.handle!], [3, dumped[1]!.handle!]]) });
+        const r2 = await s.commit(new Batch()
+          .replace('rule', { ...at, handle: dumped[1]!.handle!, exprs: R('ip saddr 10.0.0.3 return') })
+          .add('rule', { ...at, position: dumped[0]!.handle!, exprs: R('ip saddr 10.0.0.4 return') }), { echo: true, expectGeneration: s.generation() });
+        dumped = await s.listRules({ family: 'ip', table: 't' });
+        expect(r2).toEqual({ handles: new Map([[0, dumped[2]!.handle!], [1, dumped[1]!.handle!]]) });
+        // Without echo, and for a batch too big to echo, nothing comes back.
+        expect(await s.commit(new Batch().add('rule', { ...at, exprs: R('ip saddr 10.0.0.5 return') }))).toBeUndefined();
+        const big = new Batch();
+        for (let i = 0; i < 100; i++) big.add('rule', { ...at, exprs: R(`ip saddr 10.1.0.${i} return`) });
+        expect(await s.commit(big, { echo: true })).toBeUndefined();
+        expect(await s.listRules({ family: 'ip', table: 't' })).toHaveLength(104);
+      } finally {
+        s.close();
+      }
+    }, 'echo');
+  });
+});

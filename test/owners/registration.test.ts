@@ -1,0 +1,110 @@
+/**
+ * Registering or removing one owner costs that owner, not every owner (issue 14): one batch of the
+ * owner's own ops, touching its chain and its jump in the dispatch chain only, planned without
+ * reading the kernel (src/keeper/known.ts); a commit elsewhere is confirmed by rule digests without
+ * decoding a rule; tampering is still found and repaired. Op counts and calls, never timings.
+ */
+import { describe, expect, it } from 'vitest';
+import type { Op } from '../../src/netlink/batch.js';
+import type { NftConn } from '../../src/netlink/conn.js';
+import { Batch } from '../../src/netlink/batch.js';
+import { ownerSpec, withDaemon } from './fixtures.js';
+
+/** Records the keeper socket's commits and reads. */
+function spy(conn: NftConn) {
+  const seen = { commits: [] as Op[][], listRules: 0, listRuleDigests: 0 };
+  const c = conn as NftConn & Record<string, unknown>;
+  const commit = conn.commit.bind(conn);
+  c.commit = (batch: Batch | readonly Op[], options?: object) => {
+    seen.commits.push([...(batch instanceof Batch ? batch.ops : batch)]);
+    return commit(batch, options);
+  };
+  const listRules = conn.listRules.bind(conn);
+  c.listRules = (f: Parameters<NftConn["listRules"]>[0]) => { seen.listRules++; return listRules(f); };
+  const digests = conn.listRuleDigests!.bind(conn);
+  c.listRuleDigests = (f: Parameters<NonNullable<NftConn['listRuleDigests']>>[0]) => { seen.listRuleDigests++; return digests(f); };
+  return seen;
+}
+
+const id = (i: number) => `o${String(i).padStart(3, '0')}`;
+
+describe('owners one at a time', () => {
+  it('a registration among 60 owners is one batch of that owner\'s ops, planned without a read; a removal too', async () => {
+    await withDaemon('own-one', async ({ d, sock }) => {
+      for (let i = 0; i < 60; i += 20) {
+        await Promise.all(Array.from({ length: 20 }, (_, k) => d.api('PUT', `/v1/owners/${id(i + k)}`, ownerSpec(i + k, 10))));
+      }
+      // Batches of 20 owners are too big to echo their handles: one read makes them known.
+      (d.keeper as unknown as { readBackDue: boolean }).readBackDue = true;
+      await d.keeper.request('manual', 0);
+      const seen = spy(d.keeper.socket!);
+      const dumps = async () => (await d.keeper.metrics.dumps.get()).values[0]?.value ?? 0;
+      const before = await dumps();
+      const gen = sock.generation();
+
+      // In the middle of the id order: its jump goes after o029's, by that rule's handle.
+      const r = await d.api('PUT', '/v1/owners/o029x', ownerSpec(1000, 10));
+      expect(r.status).toBe(201);
+      expect(sock.generation()).toBe(gen + 1);
+      expect(seen.commits).toHaveLength(1);
+      const ops = seen.commits[0]!;
+      expect(ops).toHaveLength(11);  // its chain, its 9 rules, its jump
+      expect(ops.every((op) => op.object === 'chain' ? op.name === 'o/o029x/masq'
+        : op.object === 'rule' && (op.chain === 'o/o029x/masq' || (op.chain === 'postrouting' && op.verb === 'add')))).toBe(true);
+      const jump = ops.find((op) => op.object === 'rule' && op.chain === 'postrouting') as Extract<Op, { object: 'rule' }>;
+      const post = await sock.listRules({ family: 'ip', table: 'nfkeeper', chain: 'postrouting' });
+      const o029 = post.findIndex((x) => x.exprs.some((e) => e.kind === 'immediate' && e.chain === 'o/o029/masq'));
+      expect(jump.position).toBe(post[o029]!.handle);
+      expect(post[o029 + 1]!.exprs.some((e) => e.kind === 'immediate' && e.chain === 'o/o029x/masq')).toBe(true);
+      expect(seen.listRules + seen.listRuleDigests).toBe(0);
+      expect(await dumps()).toBe(before);
+
+      // Removal: its jump by handle, its chain flushed and deleted; nothing else, nothing read.
+      expect((await d.api('DELETE', '/v1/owners/o029x')).status).toBe(200);
+      expect(seen.commits).toHaveLength(2);
+      expect(seen.commits[1]!.map((op) => `${op.verb} ${op.object}`).sort()).toEqual(['delete chain', 'delete rule', 'flush chain']);
+      expect(seen.listRules + seen.listRuleDigests).toBe(0);
+      // A re-registration with a changed spec replaces only what changed (the rule that differs, by handle).
+      const changed = ownerSpec(5, 10);
+      changed.chains[0]!.rules[3] = 'ip daddr 172.31.3.0/24 tcp dport 1003 return';
+      expect((await d.api('PUT', `/v1/owners/${id(5)}`, changed)).status).toBe(200);
+      expect(seen.commits[2]!.map((op) => `${op.verb} ${op.object}`)).toEqual(['replace rule']);
+      expect(seen.listRules + seen.listRuleDigests).toBe(0);
+
+      // What the keeper planned from is what the kernel holds: a full read finds nothing to do.
+      (d.keeper as unknown as { readBackDue: boolean }).readBackDue = true;
+      const check = await d.keeper.request('manual', 0);
+      expect(check).toMatchObject({ status: 'in-sync', ops: 0 });
+      expect(seen.listRules).toBeGreaterThan(0);
+      const chains = (await sock.listChains({ family: 'ip', table: 'nfkeeper' })).map((c) => c.name);
+      expect(chains).toHaveLength(62);
+      expect(chains).not.toContain('o/o029x/masq');
+    });
+  }, 120_000);
+
+  // Without the event mirror, which proves a commit elsewhere left the owned tables alone without any read.
+  it('after a commit elsewhere, a pass confirms the owners by digests and decodes nothing; tampering is still repaired', async () => {
+    await withDaemon('own-digest', async ({ d, sock, ns }) => {
+      await Promise.all(Array.from({ length: 70 }, (_, i) => d.api('PUT', `/v1/owners/${id(i)}`, ownerSpec(i, 4))));
+      // A decoding read teaches the keeper every rule's digest.
+      (d.keeper as unknown as { readBackDue: boolean }).readBackDue = true;
+      expect(await d.keeper.request('manual', 0)).toMatchObject({ status: 'in-sync' });
+      const seen = spy(d.keeper.socket!);
+
+      ns.nft('add table ip elsewhere');
+      expect(await d.keeper.request('manual', 0)).toMatchObject({ status: 'in-sync', ops: 0, generation: sock.generation() });
+      expect(seen.listRules).toBe(0);
+      expect(seen.listRuleDigests).toBeGreaterThan(0);
+
+      // A rule of one owner changed in place (same handle): its digest differs, so the keeper decodes and repairs.
+      const rules = await sock.listRules({ family: 'ip', table: 'nfkeeper', chain: 'o/o007/masq' });
+      ns.nft(`replace rule ip nfkeeper o/o007/masq handle ${rules[1]!.handle} ip daddr 172.16.1.0/24 tcp dport 1001 accept comment "nfkeeper-owner=o007"`);
+      const repaired = await d.keeper.request('manual', 0);
+      expect(repaired).toMatchObject({ status: 'repaired', ops: 1 });
+      expect(seen.listRules).toBeGreaterThan(0);
+      const after = await sock.listRules({ family: 'ip', table: 'nfkeeper', chain: 'o/o007/masq' });
+      expect(after.map((r) => r.handle)).toEqual(rules.map((r) => r.handle));
+      expect(ns.exec('nft', ['list', 'chain', 'ip', 'nfkeeper', 'o/o007/masq'])).toContain('tcp dport 1001 return');
+    }, { mirror: false });
+  }, 120_000);
+});
