@@ -494,8 +494,10 @@ function layout(parsed: { p: ParsedElement; index: number }[], key: KeyType, int
 
 /** What makes two definitions the same set: everything but handle, name and elements. */
 export function setDefinitionKey(s: NftSet): string {
+  // the kernel gives a set without a size 65535 (0xffff) once a rule's dynset (add/update @set) binds it
+  const size = (s.flags & SET_F.EVAL) && s.size === 0xffff ? 0 : s.size ?? 0;
   return JSON.stringify([s.flags & ~SET_F.ANONYMOUS, s.keyType, s.keyLen, s.dataType ?? 0, s.dataLen ?? 0, s.policy ?? 0,
-    s.size ?? 0, s.timeout ?? 0, s.gcInterval ?? 0, s.fieldLen ?? [], s.userdata ?? '']);
+    size, s.timeout ?? 0, s.gcInterval ?? 0, s.fieldLen ?? [], s.userdata ?? '']);
 }
 
 /** An element's identity in its set: key, key end and whether it ends an interval. */
