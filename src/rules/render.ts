@@ -627,7 +627,11 @@ export function renderRule(rule: { exprs: readonly Expr[]; userdata?: Hex }, fam
     if (it.k === 'keyed') {
       const text = renderKeyed(it.g, {
         family, sets, verdictText,
-        fieldOf: (load) => fieldOf(load, family, l3, l4),
+        // only keys the compiler takes back (compile.ts refuses these as keys)
+        fieldOf: (load) => {
+          const f = fieldOf(load, family, l3, l4);
+          return f && !f.ll && !f.l3dep && !f.icmpDep && fieldMask(f) === undefined ? f : undefined;
+        },
         valueText: (f, h) => valueText(f, h, options),
       });
       parts.push(text ?? unsupported('set lookup'));
