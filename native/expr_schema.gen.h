@@ -352,6 +352,45 @@ static const Field kDynsetFields[] = {
     {"flags", NFTNL_EXPR_DYNSET_FLAGS, FieldType::U32, nullptr, 0},
 };
 
+static const Field kExthdrFields[] = {
+    {"dreg", NFTNL_EXPR_EXTHDR_DREG, FieldType::U32, nullptr, 0},
+    {"type", NFTNL_EXPR_EXTHDR_TYPE, FieldType::U8, nullptr, 0},
+    {"offset", NFTNL_EXPR_EXTHDR_OFFSET, FieldType::U32, nullptr, 0},
+    {"len", NFTNL_EXPR_EXTHDR_LEN, FieldType::U32, nullptr, 0},
+    {"flags", NFTNL_EXPR_EXTHDR_FLAGS, FieldType::U32, nullptr, 0},
+    {"op", NFTNL_EXPR_EXTHDR_OP, FieldType::U32, nullptr, 0},
+    {"sreg", NFTNL_EXPR_EXTHDR_SREG, FieldType::U32, nullptr, 0},
+};
+
+static const Field kSocketFields[] = {
+    {"key", NFTNL_EXPR_SOCKET_KEY, FieldType::U32, nullptr, 0},
+    {"dreg", NFTNL_EXPR_SOCKET_DREG, FieldType::U32, nullptr, 0},
+    {"level", NFTNL_EXPR_SOCKET_LEVEL, FieldType::U32, nullptr, 0},
+};
+
+static const Field kOsfFields[] = {
+    {"dreg", NFTNL_EXPR_OSF_DREG, FieldType::U32, nullptr, 0},
+    {"ttl", NFTNL_EXPR_OSF_TTL, FieldType::U8, nullptr, 0},
+    {"flags", NFTNL_EXPR_OSF_FLAGS, FieldType::U32, nullptr, 0},
+};
+
+static const Field kSynproxyFields[] = {
+    {"mss", NFTNL_EXPR_SYNPROXY_MSS, FieldType::U16, nullptr, 0},
+    {"wscale", NFTNL_EXPR_SYNPROXY_WSCALE, FieldType::U8, nullptr, 0},
+    {"flags", NFTNL_EXPR_SYNPROXY_FLAGS, FieldType::U32, nullptr, 0},
+};
+
+static const Field kTproxyFields[] = {
+    {"family", NFTNL_EXPR_TPROXY_FAMILY, FieldType::Enum, &kFamilyMap, 0},
+    {"regAddr", NFTNL_EXPR_TPROXY_REG_ADDR, FieldType::U32, nullptr, 0},
+    {"regPort", NFTNL_EXPR_TPROXY_REG_PORT, FieldType::U32, nullptr, 0},
+};
+
+static const Field kDupFields[] = {
+    {"sregAddr", NFTNL_EXPR_DUP_SREG_ADDR, FieldType::U32, nullptr, 0},
+    {"sregDev", NFTNL_EXPR_DUP_SREG_DEV, FieldType::U32, nullptr, 0},
+};
+
 static const ExprKind kKinds[] = {
     {"payload", kPayloadFields, 8},
     {"cmp", kCmpFields, 3},
@@ -378,4 +417,10 @@ static const ExprKind kKinds[] = {
     {"hash", kHashFields, 7},
     {"dynset", kDynsetFields, 7},
     {"notrack", nullptr, 0},
+    {"exthdr", kExthdrFields, 7},
+    {"socket", kSocketFields, 3},
+    {"osf", kOsfFields, 3},
+    {"synproxy", kSynproxyFields, 3},
+    {"tproxy", kTproxyFields, 3},
+    {"dup", kDupFields, 2},
 };

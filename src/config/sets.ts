@@ -152,7 +152,7 @@ function typeofSide(ws: { w: string; col: number }[]): Side {
     const name = g.map((x) => x.w).join(' ');
     const f = typeofField(name);
     const dt = f?.set ? datatypeById(f.set.keyType) : undefined;
-    if (!f || !dt || dt.len !== f.len) {
+    if (!f || !dt || dt.len !== f.len || !f.set?.key) {
       throw new ElementError(g[0]!.col, `typeof ${name}: not an expression nfkeeper can key a set by (use type, or one of ${(Object.values(F) as Field[]).filter((x) => x.set).map((x) => x.name).join(', ')})`);
     }
     parts.push(dt);

@@ -328,6 +328,31 @@ export const EXPR_SCHEMA = {
   },
   /** notrack: no attributes. */
   notrack: { nftnl: 'NOTRACK', fields: {} },
+  /**
+   * NFTA_EXTHDR_*: an IPv6 extension header field, a TCP option (op 1), an IPv4
+   * option (2) or an SCTP chunk (3): load into `dreg` (flags & 1: presence only)
+   * or store from `sreg`.
+   */
+  exthdr: {
+    nftnl: 'EXTHDR',
+    fields: {
+      dreg: opt(reg('DREG')), type: u8('TYPE'), offset: u32('OFFSET'), len: u32('LEN'), flags: opt(u32('FLAGS')),
+      op: opt(u32('OP')), sreg: opt(reg('SREG')),
+    },
+  },
+  /** NFTA_SOCKET_*: a property of the packet's socket (key: NFT_SOCKET_*). */
+  socket: { nftnl: 'SOCKET', fields: { key: u32('KEY'), dreg: reg('DREG'), level: opt(u32('LEVEL')) } },
+  /** NFTA_OSF_*: passive OS fingerprint name (flags 1: with version). */
+  osf: { nftnl: 'OSF', fields: { dreg: reg('DREG'), ttl: opt(u8('TTL')), flags: opt(u32('FLAGS')) } },
+  /** NFTA_SYNPROXY_*. */
+  synproxy: { nftnl: 'SYNPROXY', fields: { mss: opt(u16('MSS')), wscale: opt(u8('WSCALE')), flags: opt(u32('FLAGS')) } },
+  /** NFTA_TPROXY_*: divert to a local socket at the address/port in the registers. */
+  tproxy: {
+    nftnl: 'TPROXY',
+    fields: { family: enumOrNumber('FAMILY', FAMILY), regAddr: opt(reg('REG_ADDR')), regPort: opt(reg('REG_PORT')) },
+  },
+  /** NFTA_DUP_*: clone to the address (and device) in the registers. */
+  dup: { nftnl: 'DUP', fields: { sregAddr: opt(reg('SREG_ADDR')), sregDev: opt(reg('SREG_DEV')) } },
   /** Any expression the IR does not model, kept byte for byte (NFTA_EXPR_NAME, NFTA_EXPR_DATA) so nothing is lost. */
   unknown: { fields: { name: str('NAME'), data: blob('DATA') } },
 } as const satisfies Readonly<Record<string, KindSpec>>;
@@ -388,6 +413,13 @@ export type NumgenExpr = ExprOf<'numgen'>;
 export type HashExpr = ExprOf<'hash'>;
 export type DynsetExpr = ExprOf<'dynset'>;
 export type NotrackExpr = ExprOf<'notrack'>;
+export type ExthdrExpr = ExprOf<'exthdr'>;
+export type SocketExpr = ExprOf<'socket'>;
+export type OsfExpr = ExprOf<'osf'>;
+export type SynproxyExpr = ExprOf<'synproxy'>;
+export type TproxyExpr = ExprOf<'tproxy'>;
+export type DupExpr = ExprOf<'dup'>;
+
 export type UnknownExpr = ExprOf<'unknown'>;
 
 /** Register numbers (enum nft_registers). */

@@ -18,7 +18,7 @@ export type Elem =
 
 export type Rhs = Elem | ({ k: 'set'; elems: Elem[] } & At);
 
-export type MatchOp = 'implicit' | 'eq' | 'neq';
+export type MatchOp = 'implicit' | 'eq' | 'neq' | 'lt' | 'gt' | 'lte' | 'gte';
 
 export interface MatchStmt extends At {
   t: 'match';
@@ -81,7 +81,8 @@ export interface MarkSetStmt extends At {
 }
 
 export type Stmt = MatchStmt | CounterStmt | VerdictStmt | NatStmt | MasqStmt | MarkSetStmt | KeyedStmt | DynsetStmt
-  | MarkMapStmt;
+  | MarkMapStmt
+  | import('./statements.js').ExprStmt;
 
 export interface RuleAst {
   stmts: Stmt[];

@@ -74,6 +74,8 @@ function normalize(e: Expr, sets: SetResolver | undefined): unknown {
     // the kernel dumps a dynset's timeout and flags as 0 when none were sent
     case 'dynset': return { ...e, timeout: e.timeout || undefined, flags: e.flags || undefined, setId: undefined };
     case 'bitwise': return { ...e, op: e.op ?? 'bool' };
+    // a store may not carry NFTA_EXTHDR_FLAGS (EINVAL), yet the kernel dumps it as 0
+    case 'exthdr': return { ...e, flags: e.flags || undefined };
     default: return e;
   }
 }

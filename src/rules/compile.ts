@@ -12,12 +12,14 @@ import type { Batch } from '../netlink/batch.js';
 import { FIB_F, NAT_RANGE, type Expr, type Family, type Hex, type MasqExpr, type RedirExpr } from '../netlink/expr.js';
 import type { NftSet } from '../netlink/objects.js';
 import type { At, Elem, MatchOp, MatchStmt, RuleAst, Rhs, Stmt } from './ast.js';
-import { prefixMask, u16Be, u32Host, u8 } from './bytes.js';
+import { bigToHex, prefixMask, u16Be, u32Host, u8 } from './bytes.js';
 import { F, NFPROTO_IPV4, NFPROTO_IPV6, mergedPorts, type Field } from './fields.js';
+import { fieldMask, headerField, metaField } from './headers.js';
+import { encodeInt, toBigEndian } from './intvalues.js';
 import { parseRule } from './parser.js';
 import { renderRule, type InterfaceResolver } from './render.js';
 import { buildAnonymousSet } from './sets.js';
-import { commentUserdata } from './udata.js';
+import { BYTEORDER_BIG, BYTEORDER_HOST, commentUserdata } from './udata.js';
 import { compiledSetResolver } from './compare.js';
 import { TRANSPORT_PROTOCOLS } from './values.js';
 import {
@@ -67,7 +69,7 @@ export function compileRule(text: string, ctx: CompileContext): CompiledRule {
   if (!ctx || !SUPPORTED_FAMILIES.has(ctx.family)) {
     throw new TypeError(`compileRule supports the ip, ip6 and inet families, not '${String(ctx?.family)}'`);
   }
-  const ast = parseRule(text, ctx.interfaces ? { ifindex: (n) => ctx.interfaces!.indexOf(n) } : {});
+  const ast = parseRule(text, ctx.interfaces ? { ifindex: (n) => ctx.interfaces!.indexOf(n), family: ctx.family } : { family: ctx.family });
   return compileAst(text, ast, ctx);
 }
 
@@ -76,7 +78,7 @@ function compileAst(text: string, ast: RuleAst, ctx: CompileContext): CompiledRu
     throw new RuleSyntaxError(text, at.col, at.raw, expected, reason);
   };
   const family = ctx.family;
-  const list = evaluate(ast, family, fail);
+  const list = evaluate(icmpDependencies(ast, fail), family, fail);
   mergePayloads(list, fail);
 
   const exprs: Expr[] = [];
@@ -105,9 +107,22 @@ function compileAst(text: string, ast: RuleAst, ctx: CompileContext): CompiledRu
     } else if (s.t === 'rel') {
       linearizeRel(s, exprs, (field, elems, neq) => {
         const id = base + sets.length;
-        const built = buildAnonymousSet(field, elems, { family, table: ctx.table }, id, fail);
+        const out: Expr[] = [];
+        let f = field, es = elems;
+        // nft keeps an interval set of a host byte order key in network byte order (hton before the
+        // lookup); its userdata says so only for a 1-byte key
+        if (field.set && field.set.byteorder === BYTEORDER_HOST && elems.some((e) => e.k !== 'value')) {
+          if (field.len === 1) f = { ...field, set: { ...field.set, byteorder: BYTEORDER_BIG } };
+          else if (field.host) {
+            es = elems.map((e) => e.k === 'value' ? { ...e, hex: toBigEndian(field, e.hex) }
+              : e.k === 'range' ? { ...e, lo: toBigEndian(field, e.lo), hi: toBigEndian(field, e.hi) } : e);
+            out.push(hton(field));
+          }
+        }
+        const built = buildAnonymousSet(f, es, { family, table: ctx.table }, id, fail);
         sets.push(built.set);
-        return { kind: 'lookup', sreg: 1, set: '__set%d', setId: id, flags: neq ? 1 : 0 };
+        out.push({ kind: 'lookup', sreg: 1, set: '__set%d', setId: id, flags: neq ? 1 : 0 });
+        return out;
       });
     } else {
       linearizeStmt(s.stmt, s.natFamily, exprs);
@@ -122,6 +137,41 @@ function compileAst(text: string, ast: RuleAst, ctx: CompileContext): CompiledRu
 /** A SetResolver over a compiled rule's own anonymous sets (matched by setId). */
 export { compiledSetResolver };
 
+// ---- nft's icmp type dependencies (payload_gen_icmp_dependency) --------------
+
+/** Puts the icmp type match nft adds in front of each icmp field that needs one. */
+function icmpDependencies(ast: RuleAst, fail: (at: At, e: string, r: string) => never): RuleAst {
+  // the icmp types an earlier match allows (nft's th_dep): a match on a type, or on a set of types
+  let known: number[] | undefined;
+  const stmts: Stmt[] = [];
+  for (const st of ast.stmts) {
+    if (st.t === 'match' && st.field.icmpDep) {
+      const d = st.field.icmpDep;
+      const proto = st.field.name.startsWith('icmpv6') ? 'icmpv6' : 'icmp';
+      if (known !== undefined && !known.every((t) => d.types.includes(t))) {
+        fail(st, `fields of one icmp type in a rule`, `incompatible icmp match: rule has ${known.join(',')}, need ${d.ctx}`);
+      }
+      if (known === undefined) {
+        const tf = headerField(proto, 'type')!;
+        const el = (v: number) => ({ k: 'value' as const, hex: u8(v), col: st.col, raw: st.raw });
+        stmts.push({
+          t: 'match', field: tf, op: 'eq', col: st.col, raw: st.raw,
+          rhs: d.types.length === 1 ? el(d.types[0]!) : { k: 'set', elems: d.types.map(el), col: st.col, raw: st.raw },
+        });
+        known = d.types;
+      }
+    } else if (st.t === 'match' && (st.field.name === 'icmp type' || st.field.name === 'icmpv6 type')
+      && (st.op === 'eq' || st.op === 'implicit') && st.mask === undefined) {
+      if (st.rhs.k === 'value') known = [parseInt(st.rhs.hex, 16)];
+      else if (st.rhs.k === 'set' && st.rhs.elems.every((e) => e.k === 'value')) {
+        known = st.rhs.elems.map((e) => parseInt((e as { hex: string }).hex, 16));
+      }
+    }
+    stmts.push(st);
+  }
+  return { ...ast, stmts };
+}
+
 // ---- evaluation: protocol context and dependencies ------------------------
 
 function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: string) => never): (EStmt | null)[] {
@@ -129,46 +179,89 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
   let l3: 'ip' | 'ip6' | 'other' | undefined = family === 'ip' ? 'ip' : family === 'ip6' ? 'ip6' : undefined;
   let l4: number | 'set' | undefined;
   let terminal: At | undefined;
+  let llKnown = false;
 
   const dep = (field: Field, value: number, at: At): Rel => ({
-    t: 'rel', field, op: 'eq', rhs: { k: 'value', hex: u8(value), col: at.col, raw: at.raw }, at,
+    t: 'rel', field, op: 'eq', rhs: { k: 'value', hex: field === IIFTYPE_ETHER ? encodeInt(field, BigInt(value)) : u8(value), col: at.col, raw: at.raw }, at,
   });
 
-  for (const st of ast.stmts) {
+  /** The protocol dependencies a field needs before it, inserted as nft does, refusing conflicts. */
+  const need = (f: Field, st: At): void => {
+    if (f === F.nfproto && family !== 'inet') {
+      fail(st, 'a match that makes sense in this family', 'meta nfproto is only useful in the inet family');
+    }
+    if (f.ll && !llKnown) {
+      // nft's link layer dependency in ip, ip6 and inet tables: the input device is Ethernet
+      out.push(dep(IIFTYPE_ETHER, 1, st));
+      llKnown = true;
+    }
+    if (f.l3 && f.l3NoDep) {
+      const have = family === 'inet' ? l3 : family;
+      if (have !== f.l3) {
+        fail(st, `an ${f.l3 === 'ip' ? 'IPv4' : 'IPv6'} table, or a match on ${f.l3} before it in an inet table`,
+          have === undefined ? `cannot tell whether ${f.name} is an IPv4 or IPv6 address here`
+            : `conflicting protocols specified: ${have} vs. ${f.l3}`);
+      }
+    } else if (f.l3) {
+      if (family === 'inet') {
+        if (l3 === undefined && llKnown) {
+          // nft then depends on `ether type` (a payload it merges with the ether match), not on meta nfproto
+          fail(st, `an ip/ip6 match before the ether match, or meta nfproto`, 'a network field after an ether match in inet is not supported');
+        }
+        if (l3 === undefined) {
+          out.push(dep(F.nfproto, f.l3 === 'ip' ? NFPROTO_IPV4 : NFPROTO_IPV6, st));
+          l3 = f.l3;
+        } else if (l3 !== f.l3) {
+          fail(st, `a match consistent with the network protocol given earlier (${l3 === 'other' ? 'meta nfproto' : l3})`,
+            `conflicting protocols specified: ${l3 === 'other' ? 'unknown' : l3} vs. ${f.l3}`);
+        }
+      } else if (l3 !== f.l3) {
+        fail(st, `a match for ${l3} in this ${family} table`, `conflicting protocols specified: ${l3} vs. ${f.l3}`);
+      }
+    }
+    // icmp/icmpv6 in inet: nft adds `meta nfproto` only when the transport protocol is not known yet
+    if (f.l3dep && family === 'inet' && l3 === undefined && l4 === undefined) {
+      if (llKnown) fail(st, 'an ip/ip6 match before the ether match', 'a network dependency after an ether match in inet is not supported');
+      out.push(dep(F.nfproto, f.l3dep === 'ip' ? NFPROTO_IPV4 : NFPROTO_IPV6, st));
+      l3 = f.l3dep;
+    }
+    if (f.l4 !== undefined) {
+      if (l4 === undefined) {
+        out.push(dep(F.l4proto, f.l4, st));
+        l4 = f.l4;
+      } else if (l4 !== f.l4) {
+        fail(st, `a match consistent with the transport protocol given earlier (${l4Name(l4)})`,
+          `conflicting protocols specified: ${l4Name(l4)} vs. ${l4Name(f.l4)}`);
+      }
+    }
+  };
+
+  for (const [si, st] of ast.stmts.entries()) {
     if (terminal) {
       fail(st, `nothing after '${terminal.raw}' but comment "…"`, 'statement after terminal statement has no effect');
     }
     if (st.t === 'match') {
       const f = st.field;
-      if (f === F.nfproto && family !== 'inet') {
-        fail(st, 'a match that makes sense in this family', 'meta nfproto is only useful in the inet family');
+      // nft's stmt_reduce drops `meta protocol ip` in an ip table and `meta protocol ip6` in an ip6 table
+      if (f.load.kind === 'meta' && f.load.key === 'protocol' && (st.op === 'eq' || st.op === 'implicit') && si < ast.stmts.length - 1
+        && st.rhs.k === 'value' && st.mask === undefined
+        && ((family === 'ip' && st.rhs.hex === '0800') || (family === 'ip6' && st.rhs.hex === '86dd'))) {
+        continue;
       }
-      if (f.l3) {
-        if (family === 'inet') {
-          if (l3 === undefined) {
-            out.push(dep(F.nfproto, f.l3 === 'ip' ? NFPROTO_IPV4 : NFPROTO_IPV6, st));
-            l3 = f.l3;
-          } else if (l3 !== f.l3) {
-            fail(st, `a match consistent with the network protocol given earlier (${l3 === 'other' ? 'meta nfproto' : l3})`,
-              `conflicting protocols specified: ${l3 === 'other' ? 'unknown' : l3} vs. ${f.l3}`);
-          }
-        } else if (l3 !== f.l3) {
-          fail(st, `a match for ${l3} in this ${family} table`, `conflicting protocols specified: ${l3} vs. ${f.l3}`);
-        }
+      if (f.load.kind === 'meta' && f.load.key === 'iiftype' && (st.op === 'eq' || st.op === 'implicit') && st.rhs.k === 'value'
+        && st.rhs.hex === encodeInt(f, 1n)) llKnown = true;
+      need(f, st);
+      if (f.type === 'mark' && (st.rhs.k === 'range' || (st.rhs.k === 'set' && st.rhs.elems.some((e) => e.k === 'range')))) {
+        fail(st.rhs, `single marks for ${f.name}`, 'mark ranges are only supported in concatenations');
       }
-      if (f.l4 !== undefined) {
-        if (l4 === undefined) {
-          out.push(dep(F.l4proto, f.l4, st));
-          l4 = f.l4;
-        } else if (l4 !== f.l4) {
-          fail(st, `a match consistent with the transport protocol given earlier (${l4Name(l4)})`,
-            `conflicting protocols specified: ${l4Name(l4)} vs. ${l4Name(f.l4)}`);
-        }
+      if (f.type === 'ms' && st.rhs.k === 'set') {
+        // nft 1.0.6 stores the elements of a time set in other units than a single value
+        fail(st.rhs, `a single time for ${f.name}`, 'sets of times are not supported');
       }
       const rel: Rel = { t: 'rel', field: f, op: st.op, rhs: st.rhs, at: st };
       if (st.mask !== undefined) rel.mask = st.mask;
       out.push(rel);
-      if (st.op !== 'neq' && st.mask === undefined) {
+      if ((st.op === 'eq' || st.op === 'implicit') && st.mask === undefined) {
         if (f.protoKey) {
           if (st.rhs.k === 'value') l4 = parseInt(st.rhs.hex, 16);
           else if (st.rhs.k === 'set') l4 = 'set';
@@ -181,6 +274,13 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
     }
     if (st.t === 'keyed' || st.t === 'dynset' || st.t === 'markmap') {
       // A vmap is not terminal: a key that is in no element continues with the next statement.
+      for (const k of keyFields(st.key)) {
+        // a bit field (ip dscp, ip6 flowlabel, …) is keyed by `payload & mask`, which the set and map code does not build
+        if (fieldMask(k.field) !== undefined || k.field.ll || k.field.l3dep || k.field.icmpDep) {
+          // the key dependencies (keyDeps) do not add nft's iiftype/nfproto/icmp type matches for these yet
+          fail(k.at, `another key`, `${k.field.name} cannot be a set or map key yet`);
+        }
+      }
       const c = { l3, l4 };
       keyDeps(st.key, family, c, out, fail);
       l3 = c.l3;
@@ -189,8 +289,39 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
       continue;
     }
     let natFamily: Family | undefined;
-    if (st.t === 'nat' || st.t === 'masq' || st.t === 'redir') {
-      if (st.port && !(typeof l4 === 'number' && TRANSPORT_PROTOCOLS.has(l4))) {
+    if (st.t === 'expr') {
+      if (st.needsL4 && !((typeof l4 === 'number' && TRANSPORT_PROTOCOLS.has(l4)) || l4 === 'set')) {
+        fail(st, 'a transport protocol match before it (e.g. meta l4proto tcp)', 'Transparent proxy support requires transport protocol match');
+      }
+      // the dependencies nft adds for reject with icmp/icmpv6 (inet) and with tcp reset
+      // nft puts a statement's dependency at the head of the rule (stmt_reject_gen_dependency)
+      const put = (d: Rel) => (st.depHere ? out.push(d) : out.unshift(d));
+      if (st.l3 && family !== 'inet' && st.l3 !== family) {
+        fail(st, `a statement for ${family}`, `conflicting protocols specified: ${family} vs. ${st.l3}`);
+      }
+      if (st.l3 && family === 'inet' && l3 === undefined) {
+        if (llKnown) fail(st, 'an ip/ip6 match before the ether match', 'a network dependency after an ether match in inet is not supported');
+        put(dep(F.nfproto, st.l3 === 'ip' ? NFPROTO_IPV4 : NFPROTO_IPV6, st));
+        l3 = st.l3;
+      } else if (st.l3 && family === 'inet' && l3 !== st.l3) {
+        fail(st, `a statement for ${l3 === 'other' ? 'this protocol' : l3}`, `conflicting protocols specified: ${l3} vs. ${st.l3}`);
+      }
+      if (st.l4 !== undefined) {
+        if (l4 === undefined) {
+          put(dep(F.l4proto, st.l4, st));
+          l4 = st.l4;
+        } else if (l4 !== st.l4) {
+          fail(st, `a statement consistent with the transport protocol given earlier (${l4Name(l4)})`,
+            `conflicting protocols specified: ${l4Name(l4)} vs. ${l4Name(st.l4)}`);
+        }
+      }
+      if (st.terminal) terminal = st;
+      if (st.defaultReject && family === 'inet' && (l3 === 'ip' || l3 === 'ip6')) {
+        out.push({ t: 'other', stmt: { ...st, exprs: [{ kind: 'reject', type: 0, code: l3 === 'ip' ? 3 : 4 }] } });
+        continue;
+      }
+    } else if (st.t === 'nat' || st.t === 'masq' || st.t === 'redir') {
+      if (st.port && !((typeof l4 === 'number' && TRANSPORT_PROTOCOLS.has(l4)) || l4 === 'set')) {
         fail(st.port, 'a transport protocol match before it (e.g. tcp dport 80, or meta l4proto tcp)',
           'transport protocol mapping is only valid after transport protocol match');
       }
@@ -280,19 +411,23 @@ function keyDeps(key: readonly KeyPart[], family: Family, c: { l3: 'ip' | 'ip6' 
 
 // ---- nft's payload_try_merge (nft 1.0.6 src/rule.c) ------------------------
 
+const IIFTYPE_ETHER = metaField('iiftype')!;
+
 function isMergeCandidate(s: EStmt): s is Rel {
-  return s.t === 'rel' && s.field.load.kind === 'payload' && s.rhs.k === 'value' && s.mask === undefined;
+  return s.t === 'rel' && s.field.load.kind === 'payload' && s.rhs.k === 'value' && s.mask === undefined
+    && fieldMask(s.field) === undefined && !(s.field.type === 'flags' && s.op === 'implicit')
+    && (s.op === 'eq' || s.op === 'neq' || s.op === 'implicit');
 }
 
+/** nft's payload_can_merge. */
 function canMerge(a: Rel, b: Rel): boolean {
   const la = a.field.load as { base: string; offset: number };
   const lb = b.field.load as { base: string; offset: number };
   if (la.base !== lb.base || la.offset + a.field.len !== lb.offset) return false;
   const total = a.field.len + b.field.len;
   if (total > 16) return false;
-  if (!(total <= 4 || a.field.len > 4 || b.field.len > 4)) return false;
-  // Within this language only tcp/udp sport+dport can be adjacent.
-  return la.base === 'transport' && a.field.l4 !== undefined && a.field.l4 === b.field.l4;
+  // nft merges link layer loads at any size (they are not on the kernel's fast path anyway)
+  return total <= 4 || la.base === 'll' || a.field.len > 4 || b.field.len > 4;
 }
 
 /** Adjacent transport port matches of which one is `th`: nft merges them, as it does tcp/udp ports. */
@@ -310,14 +445,15 @@ function mergePayloads(list: (EStmt | null)[], fail: (at: At, e: string, r: stri
     const order = [...sa].sort((x, y) => {
       const a = (list[x] as Rel).field.load as { base: string; offset: number };
       const b = (list[y] as Rel).field.load as { base: string; offset: number };
-      const d = (a.base === 'network' ? 1 : 2) - (b.base === 'network' ? 1 : 2);
+      const rank = (x: string) => (x === 'll' ? 0 : x === 'network' ? 1 : 2);
+      const d = rank(a.base) - rank(b.base);
       return d !== 0 ? d : a.offset - b.offset;
     });
     let last = order[0]!;
     for (let i = 1; i < order.length; i++) {
       const j = order[i]!;
       const a = list[last] as Rel, b = list[j] as Rel;
-      if (!canMerge(a, b) || norm(a.op) !== norm(b.op)) {
+      if (!canMerge(a, b) || norm(a.op) !== norm(b.op) || thMerge(a, b)) {
         if (norm(a.op) === norm(b.op) && thMerge(a, b)) {
           fail(b.at, `'${a.field.name.replace(/^th/, 'tcp')} … ${b.field.name.replace(/^th/, 'tcp')} …' or the udp form`,
             `nft 1.0.6 merges '${a.field.name}' and '${b.field.name}' into one 4-byte load it lists as a raw @th payload`);
@@ -331,11 +467,22 @@ function mergePayloads(list: (EStmt | null)[], fail: (at: At, e: string, r: stri
           'that is true unless both ports are equal, which is not what the text says');
       }
       const va = (a.rhs as Elem & { hex: string }).hex, vb = (b.rhs as Elem & { hex: string }).hex;
-      list[last] = {
-        t: 'rel', field: mergedPorts(a.field.l4!), op: a.op,
-        rhs: { k: 'value', hex: va + vb, col: a.rhs.col, raw: a.rhs.raw }, at: a.at,
+      const ports = a.field.l4 !== undefined && a.field.l4 === b.field.l4 && (a.field.l4 === 6 || a.field.l4 === 17)
+        && a.field.type === 'port' && b.field.type === 'port';
+      const field: Field = ports ? mergedPorts(a.field.l4!) : {
+        name: `${a.field.name} . ${b.field.name}`, type: 'ports', len: a.field.len + b.field.len, load: a.field.load,
+        ...(a.field.protoKey || b.field.protoKey ? { protoKey: true } : {}),
       };
-      list[j] = null;
+      const merged: Rel = { t: 'rel', field, op: a.op, rhs: { k: 'value', hex: va + vb, col: a.rhs.col, raw: a.rhs.raw }, at: a.at };
+      // nft keeps a protocol match's place (payload_do_merge swaps the two): the merged match sits where b was
+      if (b.field.protoKey) {
+        list[j] = merged;
+        list[last] = null;
+        last = j;
+      } else {
+        list[last] = merged;
+        list[j] = null;
+      }
     }
   };
   for (let i = 0; i < list.length; i++) {
@@ -358,21 +505,44 @@ function loadExpr(field: Field, len: number): Expr {
   switch (l.kind) {
     case 'payload': return { kind: 'payload', base: l.base, offset: l.offset, len, dreg: 1 };
     case 'meta': return { kind: 'meta', key: l.key, dreg: 1 };
-    case 'ct': return { kind: 'ct', key: l.key, dreg: 1 };
-    case 'fib': return { kind: 'fib', result: 'type', flags: FIB_F.DADDR, dreg: 1 };
+    case 'ct': return l.dir !== undefined ? { kind: 'ct', key: l.key, dreg: 1, dir: l.dir } : { kind: 'ct', key: l.key, dreg: 1 };
+    case 'fib': return { kind: 'fib', result: l.result, flags: l.flags, dreg: 1 };
+    case 'socket': return { kind: 'socket', key: l.key, dreg: 1 };
+    case 'osf': return { kind: 'osf', dreg: 1, ttl: l.ttl, flags: l.flags };
+    case 'exthdr': return { kind: 'exthdr', dreg: 1, type: l.type, offset: l.offset, len, flags: l.flags ?? 0, op: l.op };
   }
 }
 
-function cmpOp(op: MatchOp): 'eq' | 'neq' {
-  return op === 'neq' ? 'neq' : 'eq';
+function cmpOp(op: MatchOp): 'eq' | 'neq' | 'lt' | 'gt' | 'lte' | 'gte' {
+  return op === 'implicit' ? 'eq' : op;
+}
+
+/** A field nft loads with a bit mask (not whole bytes): the load and the mask. */
+function bitsLoad(f: Field, out: Expr[]): void {
+  out.push(loadExpr(f, f.len));
+  const m = fieldMask(f);
+  if (m !== undefined) out.push(bitwise(f.len, bigToHex(m, f.len), '00'.repeat(f.len)));
+}
+
+/** Host-order integers are compared by order in network byte order (nft's byteorder hton). */
+function needsHton(f: Field): boolean {
+  return f.host === true && f.len > 1;
+}
+
+export function hton(f: Field): Expr {
+  return { kind: 'byteorder', sreg: 1, dreg: 1, op: 'hton', len: f.len, size: f.len };
 }
 
 function bitwise(len: number, mask: string, xor: string): Expr {
   return { kind: 'bitwise', sreg: 1, dreg: 1, len, op: 'bool', mask, xor };
 }
 
-function linearizeRel(s: Rel, out: Expr[], lookup: (f: Field, e: Elem[], neq: boolean) => Expr): void {
+function linearizeRel(s: Rel, out: Expr[], lookup: (f: Field, e: Elem[], neq: boolean) => Expr[]): void {
   const f = s.field;
+  if (f.width !== undefined || f.host || f.type === 'flags') {
+    linearizeIntRel(s, out, lookup);
+    return;
+  }
   const rhs = s.rhs;
   const zeros = '00'.repeat(f.len);
   switch (rhs.k) {
@@ -407,13 +577,53 @@ function linearizeRel(s: Rel, out: Expr[], lookup: (f: Field, e: Elem[], neq: bo
       out.push(loadExpr(f, f.len), { kind: 'cmp', sreg: 1, op: cmpOp(s.op), data: rhs.prefix });
       return;
     case 'set':
-      out.push(loadExpr(f, f.len), lookup(f, rhs.elems, s.op === 'neq'));
+      out.push(loadExpr(f, f.len), ...lookup(f, rhs.elems, s.op === 'neq'));
       return;
+  }
+}
+
+/** Matches on headers.ts fields: bit fields, host-order integers, flags. */
+function linearizeIntRel(s: Rel, out: Expr[], lookup: (f: Field, e: Elem[], neq: boolean) => Expr[]): void {
+  const f = s.field;
+  const rhs = s.rhs;
+  const zeros = '00'.repeat(f.len);
+  const op = cmpOp(s.op);
+  switch (rhs.k) {
+    case 'value':
+      if (s.mask !== undefined) {
+        out.push(loadExpr(f, f.len), bitwise(f.len, s.mask, zeros), { kind: 'cmp', sreg: 1, op, data: rhs.hex });
+      } else if (f.type === 'flags' && s.op === 'implicit' && rhs.hex !== zeros) {
+        out.push(loadExpr(f, f.len), bitwise(f.len, rhs.hex, zeros), { kind: 'cmp', sreg: 1, op: 'neq', data: zeros });
+      } else if (op !== 'eq' && op !== 'neq' && needsHton(f)) {
+        bitsLoad(f, out);
+        out.push(hton(f), { kind: 'cmp', sreg: 1, op, data: toBigEndian(f, rhs.hex) });
+      } else {
+        bitsLoad(f, out);
+        out.push({ kind: 'cmp', sreg: 1, op, data: rhs.hex });
+      }
+      return;
+    case 'range': {
+      bitsLoad(f, out);
+      let lo = rhs.lo, hi = rhs.hi;
+      if (needsHton(f)) { out.push(hton(f)); lo = toBigEndian(f, lo); hi = toBigEndian(f, hi); }
+      if (s.op === 'neq') out.push({ kind: 'range', sreg: 1, op: 'neq', from: lo, to: hi });
+      else out.push({ kind: 'cmp', sreg: 1, op: 'gte', data: lo }, { kind: 'cmp', sreg: 1, op: 'lte', data: hi });
+      return;
+    }
+    case 'set':
+      bitsLoad(f, out);
+      out.push(...lookup(f, rhs.elems, s.op === 'neq'));
+      return;
+    default:
+      throw new Error(`unreachable: ${rhs.k} for ${f.name}`);
   }
 }
 
 function linearizeStmt(st: Exclude<Stmt, MatchStmt>, natFamily: Family | undefined, out: Expr[]): void {
   switch (st.t) {
+    case 'expr':
+      out.push(...st.exprs.map((e) => ({ ...e })));
+      return;
     case 'counter': {
       const c: Expr = { kind: 'counter' };
       if (st.packets !== undefined) { c.packets = st.packets; c.bytes = st.bytes; }

@@ -8,13 +8,31 @@ import { BYTEORDER_BIG, BYTEORDER_HOST, type KeyTypeof } from './udata.js';
 
 export type TypeId =
   | 'ipv4' | 'ipv6' | 'port' | 'proto' | 'ifname' | 'ifindex' | 'mark' | 'ctstate' | 'ctstatus'
-  | 'nfproto' | 'fibtype' | 'ports';
+  | 'nfproto' | 'fibtype' | 'ports'
+  /** An Ethernet address (ether saddr/daddr). */
+  | 'lladdr'
+  /** An unsigned integer (optionally with symbolic names), big-endian unless `host`. */
+  | 'int'
+  /** A bit mask with symbolic flag names (tcp flags, ct event): a bare value tests for any of its bits. */
+  | 'flags'
+  /** tc handle (meta priority): none, root, major:minor in hex. */
+  | 'classid'
+  /** User and group ids (names from /etc/passwd and /etc/group). */
+  | 'uid' | 'gid'
+  /** A time in milliseconds (ct expiration), written as nft's 1h2m3s4ms. */
+  | 'ms';
 
 export type Load =
-  | { kind: 'payload'; base: 'network' | 'transport'; offset: number }
+  | { kind: 'payload'; base: 'network' | 'transport' | 'll'; offset: number }
   | { kind: 'meta'; key: MetaKey }
-  | { kind: 'ct'; key: CtKey }
-  | { kind: 'fib' };
+  | { kind: 'ct'; key: CtKey; dir?: 0 | 1 }
+  | { kind: 'fib'; result: 'oif' | 'oifname' | 'type'; flags: number }
+  /** exthdr: op 0 IPv6 extension header, 1 TCP option; offset in bytes; flags 1 presence. */
+  | { kind: 'exthdr'; op: 0 | 1; type: number; offset: number; flags?: number }
+  /** socket transparent|mark|wildcard (NFT_SOCKET_*). */
+  | { kind: 'socket'; key: number }
+  /** osf [ttl loose|skip] name|version: the fingerprint's genre (flags 1: with version). */
+  | { kind: 'osf'; ttl: number; flags: number };
 
 export interface Field {
   /** Canonical nft spelling. */
@@ -29,8 +47,23 @@ export interface Field {
   l4?: number;
   /** Matching it on one value tells nft the transport protocol. */
   protoKey?: boolean;
+  /** int/flags that are not whole bytes: the value's width in bits and its left shift in the loaded bytes. */
+  width?: number;
+  shift?: number;
+  /** The value sits in the register in host byte order (meta and ct integers). */
+  host?: boolean;
+  /** Symbolic value names (icmp type, dscp, tcp flags, ...). */
+  syms?: import('./headers.js').Syms;
+  /** In an inet table, the network protocol nft makes the rule depend on first (icmp: ip, icmpv6: ip6). */
+  l3dep?: 'ip' | 'ip6';
+  /** An icmp field nft guards with an icmp type match (headers.ts ICMP_DEPS). */
+  icmpDep?: { types: number[]; ctx: number };
+  /** A link layer field: nft makes the rule depend on `meta iiftype ether` first. */
+  ll?: boolean;
+  /** In inet, `l3` must come from an earlier match: nft adds no dependency for it (ct original saddr). */
+  l3NoDep?: boolean;
   /** Anonymous sets keyed by this field: key type, byte order, typeof. Absent: no sets. */
-  set?: { keyType: number; byteorder: number; key: KeyTypeof };
+  set?: { keyType: number; byteorder: number; key?: KeyTypeof };
 }
 
 // nft's proto_desc ids and header template indexes (include/proto.h)
@@ -91,11 +124,92 @@ export const F = {
   l4proto: meta('meta l4proto', 'proto', 'l4proto', 1, TYPE_PROTO, { protoKey: true }),
   nfproto: meta('meta nfproto', 'nfproto', 'nfproto', 1),
   mark: meta('meta mark', 'mark', 'mark', 4, TYPE_MARK),
-  ctState: ct('ct state', 'ctstate', 'state'),
-  ctStatus: ct('ct status', 'ctstatus', 'status'),
+  ctState: ct('ct state', 'ctstate', 'state', 26),
+  ctStatus: ct('ct status', 'ctstatus', 'status', 28),
   ctMark: ct('ct mark', 'mark', 'mark', TYPE_MARK),
-  fibDaddrType: { name: 'fib daddr type', type: 'fibtype', len: 4, load: { kind: 'fib' } } as Field,
+  fibDaddrType: { name: 'fib daddr type', type: 'fibtype', len: 4, load: { kind: 'fib', result: 'type', flags: 2 } } as Field,
 } satisfies Record<string, Field>;
+
+const PORT_DESC: Record<string, [number, number]> = { tcp: [DESC_TCP, 6], udp: [DESC_UDP, 17], udplite: [7, 136], dccp: [9, 33], sctp: [10, 132] };
+const portCache = new Map<string, Field>();
+
+/** `tcp|udp|udplite|sctp|dccp sport|dport`. */
+export function portField(proto: string, which: 'sport' | 'dport'): Field {
+  if (proto === 'tcp') return which === 'sport' ? F.tcpSport : F.tcpDport;
+  if (proto === 'udp') return which === 'sport' ? F.udpSport : F.udpDport;
+  const key = `${proto} ${which}`;
+  let f = portCache.get(key);
+  if (!f) {
+    const [desc, l4] = PORT_DESC[proto]!;
+    f = payload(key, 'port', 'transport', which === 'sport' ? 0 : 2, 2, desc, which === 'sport' ? 1 : 2, TYPE_SERVICE, { l4 });
+    portCache.set(key, f);
+  }
+  return f;
+}
+
+/**
+ * `ct original|reply saddr|daddr`: NFT_CT_SRC/DST, whose length follows the
+ * network protocol (the rule's family, or in inet the protocol matched before).
+ */
+export function ctAddrField(which: 'saddr' | 'daddr', dir: 0 | 1, v6: boolean): Field {
+  return {
+    name: `ct ${dir === 0 ? 'original' : 'reply'} ${which}`, type: v6 ? 'ipv6' : 'ipv4', len: v6 ? 16 : 4,
+    load: { kind: 'ct', key: which, dir }, l3: v6 ? 'ip6' : 'ip', l3NoDep: true,
+  };
+}
+
+const FIB_KEYS: [string, number][] = [['saddr', 1], ['daddr', 2], ['mark', 4], ['iif', 8], ['oif', 16]];
+const FIB_PRESENT = 32;
+const fibCache = new Map<string, Field>();
+
+/** `fib saddr|daddr [. mark] [. iif|oif] oif|oifname|type`, or `… oif|oifname exists|missing` (present). */
+export function fibField(flags: number, result: 'oif' | 'oifname' | 'type'): Field | undefined {
+  const key = `${flags}/${result}`;
+  const hit = fibCache.get(key);
+  if (hit) return hit;
+  const names = FIB_KEYS.filter(([, b]) => flags & b).map(([n]) => n);
+  if ((flags & ~(FIB_PRESENT | 31)) !== 0 || names.length === 0) return undefined;
+  const present = (flags & FIB_PRESENT) !== 0;
+  if (present && result === 'type') return undefined;
+  const name = `fib ${names.join(' . ')} ${result}`;
+  const f: Field = present
+    ? { name, type: 'int', len: 4, host: true, load: { kind: 'fib', result, flags },
+      syms: { fmt: { base: 'dec' }, table: [['exists', 1], ['missing', 0]] } }
+    : result === 'type' ? { name, type: 'fibtype', len: 4, load: { kind: 'fib', result, flags } }
+    : result === 'oif' ? { name, type: 'ifindex', len: 4, load: { kind: 'fib', result, flags } }
+    : { name, type: 'ifname', len: 16, load: { kind: 'fib', result, flags } };
+  fibCache.set(key, f);
+  return f;
+}
+
+const ETHERTYPE_SYMS = {
+  fmt: { base: 'hex' as const, digits: 4 },
+  table: [['ip', 0x0800], ['arp', 0x0806], ['ip6', 0x86dd], ['vlan', 0x8100], ['8021ad', 0x88a8]] as [string, number][],
+};
+
+/** `ether daddr|saddr|type` (nft's proto_eth, desc 17). */
+export const ETHER: Record<'daddr' | 'saddr' | 'type', Field> = {
+  daddr: { name: 'ether daddr', type: 'lladdr', len: 6, load: { kind: 'payload', base: 'll', offset: 0 }, ll: true,
+    set: { keyType: 9, byteorder: BYTEORDER_BIG, key: { expr: 'payload', desc: 17, tmpl: 1 } } },
+  saddr: { name: 'ether saddr', type: 'lladdr', len: 6, load: { kind: 'payload', base: 'll', offset: 6 }, ll: true,
+    set: { keyType: 9, byteorder: BYTEORDER_BIG, key: { expr: 'payload', desc: 17, tmpl: 2 } } },
+  type: { name: 'ether type', type: 'int', len: 2, load: { kind: 'payload', base: 'll', offset: 12 }, ll: true, syms: ETHERTYPE_SYMS,
+    set: { keyType: 10, byteorder: BYTEORDER_BIG, key: { expr: 'payload', desc: 17, tmpl: 3 } } },
+};
+
+/** `socket transparent|mark|wildcard`. */
+export function socketField(key: 'transparent' | 'mark' | 'wildcard'): Field {
+  const k = { transparent: 0, mark: 1, wildcard: 2 }[key];
+  return key === 'mark'
+    ? { name: 'socket mark', type: 'mark', len: 4, load: { kind: 'socket', key: k } }
+    : { name: `socket ${key}`, type: 'int', len: 1, host: true, load: { kind: 'socket', key: k } };
+}
+
+/** `osf [ttl loose|skip] name|version`. */
+export function osfField(ttl: number, version: boolean): Field {
+  const t = ttl === 1 ? 'ttl loose ' : ttl === 2 ? 'ttl skip ' : '';
+  return { name: `osf ${t}${version ? 'version' : 'name'}`, type: 'ifname', len: 16, load: { kind: 'osf', ttl, flags: version ? 1 : 0 } };
+}
 
 /** `tcp sport X tcp dport Y` after nft merged the two adjacent loads into one. */
 export function mergedPorts(l4: number): Field {

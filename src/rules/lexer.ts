@@ -50,13 +50,13 @@ export function tokenize(text: string): Token[] {
       continue;
     }
     const two = text.slice(i, i + 2);
-    if (two === '==' || two === '!=') {
+    if (two === '==' || two === '!=' || two === '<=' || two === '>=') {
       out.push({ kind: 'punct', text: two, col, raw: two });
       i += 2;
       continue;
     }
     const ch = text[i]!;
-    if ('{},[]&|^'.includes(ch)) {
+    if ('{},[]&|^()<>!'.includes(ch)) {
       out.push({ kind: 'punct', text: ch, col, raw: ch });
       i++;
       continue;
@@ -67,7 +67,7 @@ export function tokenize(text: string): Token[] {
     }
     const cp = text.codePointAt(i)!;
     const bad = String.fromCodePoint(cp);
-    throw new RuleSyntaxError(text, col, bad, 'a word, a quoted string or one of { } , [ ] & | ^ == !=',
+    throw new RuleSyntaxError(text, col, bad, 'a word, a quoted string or one of { } , [ ] ( ) & | ^ == != < > <= >=',
       'unexpected character');
   }
   out.push({ kind: 'end', text: '', col: n + 1, raw: '' });

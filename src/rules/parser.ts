@@ -8,8 +8,11 @@ import type {
   At, CounterStmt, Elem, MarkMapStmt, MarkSetStmt, MasqStmt, MatchOp, MatchStmt, NatAddr, NatStmt, PortRange,
   Rhs, RuleAst, Stmt, VerdictStmt,
 } from './ast.js';
-import { andHex, prefixMask, readU32Host, u16Be, u32Host, u8 } from './bytes.js';
-import { F, type Field } from './fields.js';
+import { andHex, bigToHex, hexToBig, prefixMask, readU32Host, u16Be, u32Host, u8 } from './bytes.js';
+import { ETHER, F, ctAddrField, fibField, osfField, portField, socketField, type Field } from './fields.js';
+import { ctDirection, ctField, headerField, headerFieldNames, metaField, metaKeyOf, UNQUALIFIED_META, type Proto } from './headers.js';
+import { encodeInt, parseIntValue, serviceport } from './intvalues.js';
+import type { CtKey } from '../netlink/expr.js';
 import { tokenize, type Token } from './lexer.js';
 import {
   parseDynset, parseGenStatement, parseKeyedMatch, parseMarkMap, parseNatMap, startsMarkMap, startsNatMap,
@@ -20,14 +23,21 @@ import {
   parseProtocol, symbolValue,
 } from './values.js';
 import { COMMENT_MAX } from './udata.js';
+import { parseExprStatement, type ExprStmt } from './statements.js';
+import { IPV6_EXTHDRS, TCP_OPTIONS, ipv6ExthdrField, tcpOptionField } from './exthdr.js';
+import { payloadSetExprs } from './payloadset.js';
+import type { Expr } from '../netlink/expr.js';
 
 export interface ParseOptions {
+  /** The table's family (reject's defaults and protocols depend on it); default inet. */
+  family?: import('../netlink/expr.js').Family;
   /** Interface name to index, for `iif`/`oif` by name. */
   ifindex?: (name: string) => number | undefined;
 }
 
-const STATEMENT_START = 'a match (ip, ip6, tcp, udp, meta, iifname, oifname, iif, oif, mark, ct, fib) ' +
-  'or a statement (counter, accept, drop, return, jump, goto, masquerade, snat, dnat, redirect, mark set, ct mark set)';
+const STATEMENT_START = 'a match (ip, ip6, tcp, udp, udplite, sctp, dccp, ah, esp, comp, icmp, icmpv6, hbh, rt, frag, dst, mh, exthdr, meta, iifname, ' +
+  'oifname, iif, oif, mark, ct, fib) or a statement (counter, accept, drop, return, jump, goto, masquerade, snat, dnat, ' +
+  'redirect, reject, limit, log, quota, notrack, mark set, ct mark set)';
 const NEXT_AFTER_STMT = `${STATEMENT_START}, comment "…" or the end of the rule`;
 const CHAIN_NAME = /^[A-Za-z_.][A-Za-z0-9_./-]*$/;
 const NAT_FLAGS: Record<string, number> = {
@@ -128,46 +138,116 @@ class Parser {
     switch (t.text) {
       case 'ip': {
         this.next();
-        const k = this.expectWord("'saddr', 'daddr' or 'protocol' after 'ip'", 'saddr', 'daddr', 'protocol');
-        return this.parseMatch(k.text === 'saddr' ? F.ipSaddr : k.text === 'daddr' ? F.ipDaddr : F.ipProtocol, at);
+        const k = this.peek();
+        if (this.isWord(k, 'saddr', 'daddr', 'protocol')) {
+          this.next();
+          return this.parseMatch(k.text === 'saddr' ? F.ipSaddr : k.text === 'daddr' ? F.ipDaddr : F.ipProtocol, at);
+        }
+        return this.parseHeaderMatch('ip', at, ['saddr', 'daddr', 'protocol']);
       }
       case 'ip6': {
         this.next();
-        const k = this.expectWord("'saddr', 'daddr' or 'nexthdr' after 'ip6'", 'saddr', 'daddr', 'nexthdr');
-        return this.parseMatch(k.text === 'saddr' ? F.ip6Saddr : k.text === 'daddr' ? F.ip6Daddr : F.ip6Nexthdr, at);
+        const k = this.peek();
+        if (this.isWord(k, 'saddr', 'daddr', 'nexthdr')) {
+          this.next();
+          return this.parseMatch(k.text === 'saddr' ? F.ip6Saddr : k.text === 'daddr' ? F.ip6Daddr : F.ip6Nexthdr, at);
+        }
+        return this.parseHeaderMatch('ip6', at, ['saddr', 'daddr', 'nexthdr']);
       }
-      case 'tcp':
-      case 'udp': {
+      case 'tcp': case 'udp': case 'udplite': case 'sctp': case 'dccp': {
         this.next();
-        const k = this.expectWord(`'sport' or 'dport' after '${t.text}'`, 'sport', 'dport');
-        const tcp = t.text === 'tcp';
-        return this.parseMatch(k.text === 'sport' ? (tcp ? F.tcpSport : F.udpSport) : (tcp ? F.tcpDport : F.udpDport), at);
+        const k = this.peek();
+        if (t.text === 'tcp' && this.isWord(k, 'option')) return this.parseTcpOption(at);
+        if (this.isWord(k, 'sport', 'dport')) {
+          this.next();
+          return this.parseMatch(portField(t.text, k.text as 'sport' | 'dport'), at);
+        }
+        return this.parseHeaderMatch(t.text as Proto, at, ['sport', 'dport']);
       }
+      case 'hbh': case 'rt': case 'frag': case 'dst': case 'mh': {
+        this.next();
+        const k = this.peek();
+        const f = k.kind === 'word' ? ipv6ExthdrField(t.text, k.text) : undefined;
+        if (!f) this.fail(k, `a field of ${t.text}: ${Object.keys(IPV6_EXTHDRS[t.text]!.fields).join(', ')}`);
+        this.next();
+        return this.parseMatch(f, at);
+      }
+      case 'ether': {
+        this.next();
+        const k = this.expectWord("'saddr', 'daddr' or 'type' after 'ether'", 'saddr', 'daddr', 'type');
+        return this.parseMatch(ETHER[k.text as 'saddr'], at);
+      }
+      case 'socket': {
+        this.next();
+        const k = this.expectWord("'transparent', 'mark' or 'wildcard' after 'socket'", 'transparent', 'mark', 'wildcard');
+        return this.parseMatch(socketField(k.text as 'transparent'), at);
+      }
+      case 'osf': {
+        this.next();
+        let ttl = 0;
+        if (this.isWord(this.peek(), 'ttl')) {
+          this.next();
+          const m = this.expectWord("'loose' or 'skip' after 'ttl'", 'loose', 'skip');
+          ttl = m.text === 'loose' ? 1 : 2;
+        }
+        const k = this.expectWord("'name' or 'version'", 'name', 'version');
+        return this.parseMatch(osfField(ttl, k.text === 'version'), at);
+      }
+      case 'exthdr': {
+        this.next();
+        const k = this.peek();
+        const f = k.kind === 'word' ? ipv6ExthdrField(k.text, undefined) : undefined;
+        if (!f) this.fail(k, `an IPv6 extension header: ${Object.keys(IPV6_EXTHDRS).join(', ')}`);
+        this.next();
+        return this.parseMatch(f, at);
+      }
+      case 'ah': case 'esp': case 'comp': case 'icmp': case 'icmpv6': case 'igmp':
+        this.next();
+        return this.parseHeaderMatch(t.text as Proto, at, []);
       case 'meta': {
         this.next();
-        const k = this.expectWord("a meta key: 'iifname', 'oifname', 'iif', 'oif', 'l4proto', 'nfproto' or 'mark'",
+        const k = this.peek();
+        const extra = k.kind === 'word' ? metaKeyOf(k.text) : undefined;
+        if (extra !== undefined) {
+          this.next();
+          if (this.isWord(this.peek(), 'set')) return this.parseKeySet(metaField(extra)!, at);
+          return this.parseMatch(metaField(extra)!, at);
+        }
+        this.expectWord("a meta key: 'iifname', 'oifname', 'iif', 'oif', 'l4proto', 'nfproto', 'mark', 'length', " +
+          "'protocol', 'priority', 'iiftype', 'oiftype', 'skuid', 'skgid', 'nftrace', 'rtclassid', 'secmark', 'pkttype', " +
+          "'cpu', 'iifgroup', 'oifgroup', 'cgroup', 'random', 'ipsec', 'iifkind', 'oifkind', 'sdif' or 'sdifname'",
           'iifname', 'oifname', 'iif', 'oif', 'l4proto', 'nfproto', 'mark');
         if (k.text === 'mark' && this.isWord(this.peek(), 'set')) return this.parseMarkSet('meta', at);
-        return this.parseMatch(metaField(k.text), at);
+        return this.parseMatch(metaFieldOf(k.text), at);
       }
+      case 'iiftype': case 'oiftype': case 'skuid': case 'skgid': case 'nftrace': case 'rtclassid': case 'pkttype':
+      case 'cpu': case 'iifgroup': case 'oifgroup': case 'cgroup': case 'ipsec':
+        if (!UNQUALIFIED_META.has(t.text)) this.fail(t, expected);
+        this.next();
+        return this.parseMatch(metaField(metaKeyOf(t.text)!)!, at);
       case 'iifname': case 'oifname': case 'iif': case 'oif':
         this.next();
-        return this.parseMatch(metaField(t.text), at);
+        return this.parseMatch(metaFieldOf(t.text), at);
       case 'mark':
         this.next();
         if (this.isWord(this.peek(), 'set')) return this.parseMarkSet('meta', at);
         return this.parseMatch(F.mark, at);
       case 'ct': {
         this.next();
-        const k = this.expectWord("'state', 'status' or 'mark' after 'ct'", 'state', 'status', 'mark');
+        const k0 = this.peek();
+        if (this.isWord(k0, 'original', 'reply', 'direction', 'expiration', 'l3proto', 'protocol', 'proto-src',
+          'proto-dst', 'packets', 'bytes', 'avgpkt', 'zone', 'event', 'secmark', 'id', 'saddr', 'daddr', 'ip', 'ip6')) {
+          return this.parseCtMatch(at);
+        }
+        const k = this.expectWord("'state', 'status', 'mark', 'direction', 'expiration', 'l3proto', 'protocol', " +
+          "'proto-src', 'proto-dst', 'packets', 'bytes', 'avgpkt', 'zone', 'id', or 'original'/'reply' and a key, after 'ct'",
+          'state', 'status', 'mark');
         if (k.text === 'mark' && this.isWord(this.peek(), 'set')) return this.parseMarkSet('ct', at);
         return this.parseMatch(k.text === 'state' ? F.ctState : k.text === 'status' ? F.ctStatus : F.ctMark, at);
       }
       case 'fib': {
         this.next();
-        this.expectWord("'daddr' after 'fib' (only 'fib daddr type' is supported)", 'daddr');
-        this.expectWord("'type' after 'fib daddr'", 'type');
-        return this.parseMatch(F.fibDaddrType, at);
+        return this.parseFib(at);
       }
       case 'counter': return this.parseCounter(at);
       case 'accept': case 'drop': case 'return':
@@ -195,28 +275,176 @@ class Parser {
 
       case 'masquerade': case 'redirect': return this.parseMasqRedir(t.text === 'masquerade' ? 'masq' : 'redir', at);
       case 'snat': case 'dnat': return this.parseNat(t.text, at);
-      default:
+      default: {
+        const st = parseExprStatement(this, t.text, at, this.opts.family ?? 'inet', this.opts.ifindex);
+        if (st) return st;
         if (t.text.startsWith('@')) this.fail(t, expected, 'named sets are not supported');
         return this.fail(t, expected, 'unknown or unsupported keyword');
+      }
     }
+  }
+
+  /** tcp option NAME FIELD … | tcp option NAME exists|missing | tcp option maxseg size set N|rt mtu. */
+  parseTcpOption(at: At): Stmt {
+    this.next(); // option
+    const o = this.peek();
+    if (o.kind !== 'word' || !TCP_OPTIONS[o.text]) this.fail(o, `a TCP option: ${Object.keys(TCP_OPTIONS).join(', ')}`);
+    this.next();
+    const k = this.peek();
+    if (this.isWord(k, 'exists', 'missing')) return this.parseMatch(tcpOptionField(o.text, undefined)!, at);
+    const f = k.kind === 'word' ? tcpOptionField(o.text, k.text) : undefined;
+    if (!f) this.fail(k, `a field of tcp option ${o.text}: ${Object.keys(TCP_OPTIONS[o.text]!.fields).join(', ')}, or exists/missing`);
+    this.next();
+    if (this.isWord(this.peek(), 'set')) {
+      if (f.name !== 'tcp option maxseg size') this.fail(this.peek(), 'a value to match', `'${f.name} set' is not supported`);
+      this.next();
+      const l = f.load as { type: number; offset: number };
+      const store: Expr = { kind: 'exthdr', type: l.type, offset: l.offset, len: f.len, op: 1, sreg: 1 };
+      const v = this.peek();
+      if (this.isWord(v, 'rt')) {
+        this.next();
+        this.expectWord("'mtu' after 'rt'", 'mtu');
+        return { t: 'expr', exprs: [{ kind: 'rt', key: 'mtu', dreg: 1 },
+          { kind: 'byteorder', sreg: 1, dreg: 1, op: 'hton', len: 2, size: 2 }, store], ...at };
+      }
+      const e = this.parseElem(f, true, 'a segment size') as { hex: string };
+      return { t: 'expr', exprs: [{ kind: 'immediate', dreg: 1, data: e.hex }, store], ...at };
+    }
+    return this.parseMatch(f, at);
+  }
+
+  /** fib saddr|daddr [. mark] [. iif|. oif] oif|oifname|type [exists|missing …]. */
+  parseFib(at: At): Stmt {
+    const bits: Record<string, number> = { saddr: 1, daddr: 2, mark: 4, iif: 8, oif: 16 };
+    let flags = 0;
+    const first = this.expectWord("'saddr' or 'daddr' after 'fib'", 'saddr', 'daddr');
+    flags |= bits[first.text]!;
+    while (this.isWord(this.peek(), '.')) {
+      this.next();
+      const k = this.expectWord("'mark', 'iif' or 'oif' after '.'", 'mark', 'iif', 'oif');
+      if (flags & bits[k.text]!) this.fail(k, 'each key once', `'${k.text}' given twice`);
+      flags |= bits[k.text]!;
+    }
+    if ((flags & 8) && (flags & 16)) this.fail(at, "'iif' or 'oif', not both", 'fib takes one interface key');
+    const r = this.expectWord("'oif', 'oifname' or 'type' (the fib result)", 'oif', 'oifname', 'type');
+    const nx = this.peek();
+    if (r.text !== 'type' && this.isWord(nx, 'exists', 'missing')) flags |= 32;
+    const f = fibField(flags, r.text as 'oif' | 'oifname' | 'type');
+    if (!f) this.fail(r, 'a fib lookup nft accepts');
+    return this.parseMatch(f, at);
+  }
+
+  // ---- header fields, meta and ct keys beyond the basic ones (headers.ts) ----
+
+  parseHeaderMatch(proto: Proto, at: At, before: string[]): Stmt {
+    const k = this.peek();
+    const names = [...before, ...headerFieldNames(proto)];
+    const f = k.kind === 'word' ? headerField(proto, k.text) : undefined;
+    if (!f) this.fail(k, `a field of ${proto}: ${names.join(', ')}`, k.kind === 'word' ? `unknown ${proto} field` : undefined);
+    if (f.special && !f.icmpDep) {
+      this.fail(k, `a field of ${proto} nfkeeper compiles: ${names.join(', ')}`, `${f.special} is not supported`);
+    }
+    this.next();
+    return this.parseMatch(f, at);
+  }
+
+  parseCtMatch(at: At): Stmt {
+    let dir: 0 | 1 | undefined;
+    const d = this.peek();
+    if (this.isWord(d, 'original', 'reply')) {
+      dir = d.text === 'original' ? 0 : 1;
+      this.next();
+    }
+    const k = this.peek();
+    let key: string = k.text;
+    if (this.isWord(k, 'ip', 'ip6')) {
+      this.next();
+      const a = this.expectWord(`'saddr' or 'daddr' after '${k.text}'`, 'saddr', 'daddr');
+      key = `${k.text} ${a.text}`;
+    } else if (this.isWord(k, 'saddr', 'daddr')) {
+      this.next();
+      if (dir === undefined) this.fail(k, `'original' or 'reply' before '${k.text}'`, 'a conntrack address needs a direction');
+      const v = this.peek();
+      const v6 = v.kind === 'word' && parseIPv4(v.text.split(/[/-]/)[0]!) === undefined && v.text.includes(':');
+      return this.parseMatch(ctAddrField(k.text as 'saddr' | 'daddr', dir, v6), at);
+    } else {
+      if (k.kind !== 'word' || ctDirection(k.text as CtKey) === undefined) {
+        this.fail(k, "a ct key: 'direction', 'expiration', 'l3proto', 'protocol', 'proto-src', 'proto-dst', 'packets', " +
+          "'bytes', 'avgpkt', 'zone', 'event', 'secmark', 'id', 'saddr', 'daddr', 'ip saddr', 'ip daddr', 'ip6 saddr', 'ip6 daddr'",
+          k.kind === 'word' ? 'unknown or unsupported ct key' : undefined);
+      }
+      this.next();
+    }
+    // nft drops the direction of ct l3proto and ct protocol (the same in both directions)
+    if (key === 'l3proto' || key === 'protocol') dir = undefined;
+    const how = ctDirection(key as CtKey)!;
+    if (how === 'required' && dir === undefined) this.fail(k, `'original' or 'reply' before '${key}'`, 'a conntrack address needs a direction');
+    if (how === 'none' && dir !== undefined) this.fail(d, `'ct ${key}' without a direction`, `ct ${key} has no direction`);
+    if (this.isWord(this.peek(), 'set')) {
+      if (key !== 'zone' && key !== 'event') this.fail(this.peek(), 'a value to match', `'ct ${key} set' is not supported`);
+      return this.parseKeySet(ctField(key as CtKey, dir)!, at);
+    }
+    return this.parseMatch(ctField(key as CtKey, dir)!, at);
+  }
+
+  /** `FIELD set VALUE` on a packet header field (payloadset.ts). */
+  parsePayloadSet(field: Field, at: At): ExprStmt {
+    const s = this.next(); // set
+    const v = this.parseElem(field, true, `a value for ${field.name}`) as { hex: string };
+    const exprs = payloadSetExprs(field, v.hex);
+    if (!exprs) this.fail(s, `a value to match`, `'${field.name} set' is not supported`);
+    const st: ExprStmt = { t: 'expr', exprs, depHere: true, ...at };
+    if (field.l3) st.l3 = field.l3;
+    if (field.l4 !== undefined) st.l4 = field.l4;
+    return st;
+  }
+
+  /** `meta KEY set VALUE` / `ct [original|reply] KEY set VALUE` with a constant: immediate, then set. */
+  parseKeySet(field: Field, at: At): ExprStmt {
+    const settable = ['priority', 'nftrace', 'pkttype', 'zone', 'event'];
+    const l = field.load;
+    if ((l.kind !== 'meta' && l.kind !== 'ct') || !settable.includes(l.key as string)) {
+      this.fail(this.peek(), 'a value to match', `'${field.name} set' is not supported`);
+    }
+    this.next(); // set
+    const v = field.type === 'flags' ? this.parseFlagList(field, false) : this.parseElem(field, true, `a value for ${field.name}`);
+    const data = (v as { hex: string }).hex;
+    const set: Expr = l.kind === 'meta' ? { kind: 'meta', key: l.key, sreg: 1 }
+      : l.dir !== undefined ? { kind: 'ct', key: l.key, sreg: 1, dir: l.dir } : { kind: 'ct', key: l.key, sreg: 1 };
+    return { t: 'expr', exprs: [{ kind: 'immediate', dreg: 1, data }, set], ...at };
+  }
+
+  /** An int/flags/… value of a headers.ts field. */
+  parseIntElem(field: Field, scalar: boolean, what?: string): Elem {
+    const t = this.peek();
+    const at: At = { col: t.col, raw: t.raw };
+    const r = parseIntValue(field, t, scalar);
+    if ('expected' in r) this.fail(t, what ? `${what}: ${r.expected}` : r.expected, r.error);
+    this.next();
+    if (r.hi !== undefined) return { k: 'range', lo: encodeInt(field, r.lo), hi: encodeInt(field, r.hi), ...at };
+    return { k: 'value', hex: encodeInt(field, r.lo), ...at };
   }
 
   parseCounter(at: At): CounterStmt {
     this.next();
     const st: CounterStmt = { t: 'counter', ...at };
-    if (this.isWord(this.peek(), 'packets')) {
+    // `packets N bytes M`, in either order (nft takes both)
+    const first = this.peek();
+    if (this.isWord(first, 'packets', 'bytes')) {
+      const count = (what: string): number => {
+        const p = this.peek();
+        const v = p.kind === 'word' ? parseInteger(p.text, Number.MAX_SAFE_INTEGER, false) : undefined;
+        if (v === undefined) this.fail(p, what);
+        this.next();
+        return v!;
+      };
       this.next();
-      const p = this.peek();
-      const pv = p.kind === 'word' ? parseInteger(p.text, Number.MAX_SAFE_INTEGER, false) : undefined;
-      if (pv === undefined) this.fail(p, 'a packet count');
-      this.next();
-      this.expectWord("'bytes' after the packet count", 'bytes');
-      const b = this.peek();
-      const bv = b.kind === 'word' ? parseInteger(b.text, Number.MAX_SAFE_INTEGER, false) : undefined;
-      if (bv === undefined) this.fail(b, 'a byte count');
-      this.next();
-      st.packets = pv;
-      st.bytes = bv;
+      const a = count(first.text === 'packets' ? 'a packet count' : 'a byte count');
+      const other = first.text === 'packets' ? 'bytes' : 'packets';
+      this.expectWord(`'${other}' after the ${first.text === 'packets' ? 'packet' : 'byte'} count`, other);
+      const b = count(other === 'bytes' ? 'a byte count' : 'a packet count');
+      st.packets = first.text === 'packets' ? a : b;
+      st.bytes = first.text === 'packets' ? b : a;
     }
     return st;
   }
@@ -230,33 +458,92 @@ class Parser {
       this.fieldOut = { field, ...at };
       return FIELD_ONLY;
     }
+    if (this.isWord(this.peek(), 'set') && field.load.kind === 'payload') return this.parsePayloadSet(field, at) as never;
     const keyed = parseKeyedMatch(this, field, at);
     if (keyed) return keyed as never;
     const t = this.peek();
-    if (t.kind === 'punct' && t.text === '&') {
-      if (!['mark', 'ctstate', 'ctstatus'].includes(field.type)) {
-        this.fail(t, `a value after '${field.name}'`, `'&' masks only meta mark, ct mark, ct state and ct status`);
+    const intLike = field.type === 'int' || field.type === 'flags';
+    if ((t.kind === 'punct' && t.text === '&') || this.isWord(t, 'and')) {
+      if (!['mark', 'ctstate', 'ctstatus', 'int', 'flags', 'ipv4', 'ipv6'].includes(field.type)) {
+        this.fail(t, `a value after '${field.name}'`, `'&' masks only integers, flags, marks, ct state and ct status`);
       }
       this.next();
-      const m = this.parseScalar(field, 'a mask');
+      const m = intLike ? this.parseFlagMask(field) : this.parseScalar(field, 'a mask');
+      if (field.type === 'ipv4' || field.type === 'ipv6') {
+        if (field.load.kind !== 'payload') this.fail(t, `a value after '${field.name}'`, `'&' does not apply to ${field.name}`);
+      }
       mask = m.hex;
       const o = this.peek();
-      if (!(o.kind === 'punct' && (o.text === '==' || o.text === '!='))) this.fail(o, "'==' or '!=' after the mask");
+      // nft takes a flag value right after the mask as '=='
+      const implicitOk = field.type === 'flags' && o.kind === 'word';
+      if (!(o.kind === 'punct' && (o.text === '==' || o.text === '!=')) && !implicitOk) this.fail(o, "'==' or '!=' after the mask");
+    }
+    const bang = this.peek();
+    if (bang.kind === 'punct' && bang.text === '!' && mask === undefined
+      && (field.type === 'flags' || field.type === 'ctstate' || field.type === 'ctstatus')) {
+      // `ct status ! dnat`: none of the flags is set
+      this.next();
+      const v = this.parseFlagList(field, false) as Elem & { k: 'value' };
+      const m: MatchStmt = { t: 'match', field, op: 'eq', rhs: { k: 'value', hex: '00'.repeat(field.len), col: v.col, raw: v.raw }, ...at };
+      m.mask = v.hex;
+      return m;
     }
     const o = this.peek();
-    if (o.kind === 'punct' && (o.text === '==' || o.text === '!=')) {
-      op = o.text === '==' ? 'eq' : 'neq';
+    const ops: Record<string, MatchOp> = { '==': 'eq', '!=': 'neq', '<': 'lt', '>': 'gt', '<=': 'lte', '>=': 'gte',
+      eq: 'eq', ne: 'neq', lt: 'lt', gt: 'gt', le: 'lte', ge: 'gte' };
+    if ((o.kind === 'punct' || (o.kind === 'word' && mask === undefined)) && ops[o.text] !== undefined) {
+      op = ops[o.text]!;
       opAt = { col: o.col, raw: o.raw };
+      if (op !== 'eq' && op !== 'neq' && mask === undefined && !['int', 'port', 'proto', 'ipv4', 'ipv6', 'ms', 'uid', 'gid'].includes(field.type)) {
+        this.fail(o, `'==' or '!=' for ${field.name}`, `'${o.text}' does not apply to ${field.name}`);
+      }
       this.next();
     }
-    const rhs = this.parseRhs(field, mask !== undefined);
+    const ordered = op !== 'implicit' && op !== 'eq' && op !== 'neq';
+    const rhs = ordered ? this.parseScalar(field, 'a value') : this.parseRhs(field, mask !== undefined);
     if (mask !== undefined && rhs.k === 'value' && andHex(rhs.hex, mask) !== rhs.hex) {
       this.fail(rhs, `a value inside the mask`, 'this masked comparison can never match');
     }
     const m: MatchStmt = { t: 'match', field, op, rhs, ...at };
+    // `tcp flags syn / syn,ack`: the value under a mask
+    const slash = this.peek();
+    if (field.type === 'flags' && mask === undefined && rhs.k === 'value' && this.isWord(slash, '/')) {
+      this.next();
+      const mk = this.parseFlagList(field, false);
+      if (andHex((rhs as { hex: string }).hex, (mk as { hex: string }).hex) !== (rhs as { hex: string }).hex) {
+        this.fail(mk, 'a mask that covers the value', 'this masked comparison can never match');
+      }
+      m.mask = (mk as { hex: string }).hex;
+      if (op === 'implicit') m.op = 'eq';
+    }
     if (opAt) m.opAt = opAt;
     if (mask !== undefined) m.mask = mask;
     return m;
+  }
+
+  /** A set element of a flags field: flags joined with '|'. */
+  parseFlagElem(field: Field): Elem {
+    const first = this.parseScalar(field, `a value of ${field.name}`);
+    let acc = hexToBig(first.hex);
+    while (this.peek().kind === 'punct' && this.peek().text === '|') {
+      this.next();
+      acc |= hexToBig(this.parseScalar(field, 'another flag').hex);
+    }
+    return { k: 'value', hex: bigToHex(acc, field.len), col: first.col, raw: first.raw };
+  }
+
+  /** A mask for an integer or flags field: a value, or `(a | b)`. */
+  parseFlagMask(field: Field): Elem & { k: 'value' } {
+    const t = this.peek();
+    if (t.kind === 'punct' && t.text === '(') {
+      this.next();
+      const v = this.parseFlagList(field, false) as Elem & { k: 'value' };
+      const c = this.peek();
+      if (!(c.kind === 'punct' && c.text === ')')) this.fail(c, "')'");
+      this.next();
+      return v;
+    }
+    return this.parseFlagList(field, false) as Elem & { k: 'value' };
   }
 
   parseRhs(field: Field, masked: boolean): Rhs {
@@ -268,7 +555,7 @@ class Parser {
       this.next();
       const elems: Elem[] = [];
       for (;;) {
-        elems.push(this.parseElem(field, false));
+        elems.push(field.type === 'flags' ? this.parseFlagElem(field) : this.parseElem(field, false));
         const s = this.peek();
         if (s.kind === 'punct' && s.text === ',') { this.next(); continue; }
         if (s.kind === 'punct' && s.text === '}') { this.next(); break; }
@@ -278,13 +565,30 @@ class Parser {
       if (elems.length === 1) return elems[0]!;
       return { k: 'set', elems, col: t.col, raw: t.raw };
     }
-    if (field.type === 'ctstate' || field.type === 'ctstatus') return this.parseFlagList(field, masked);
+    if (field.type === 'flags' && t.kind === 'punct' && t.text === '(') return this.parseFlagMask(field);
+    if (field.type === 'ctstate' || field.type === 'ctstatus' || field.type === 'flags') return this.parseFlagList(field, masked);
     return this.parseElem(field, masked);
   }
 
   parseFlagList(field: Field, masked: boolean): Elem {
-    const first = this.parseScalar(field, 'a ct ' + (field.type === 'ctstate' ? 'state' : 'status'));
+    const first = this.parseScalar(field, field.type === 'flags' || field.type === 'int' ? `a value of ${field.name}`
+      : 'a ct ' + (field.type === 'ctstate' ? 'state' : 'status'));
     if (masked) return first;
+    if (field.type === 'flags' || field.type === 'int') {
+      let acc = hexToBig(first.hex);
+      let sep0: string | undefined;
+      for (;;) {
+        const s = this.peek();
+        if (s.kind === 'punct' && (s.text === '|' || (s.text === ',' && field.type === 'flags')) && (sep0 === undefined || sep0 === s.text)) {
+          sep0 = s.text;
+          this.next();
+          acc |= hexToBig(this.parseScalar(field, 'another flag').hex);
+          continue;
+        }
+        break;
+      }
+      return { k: 'value', hex: bigToHex(acc, field.len), col: first.col, raw: first.raw };
+    }
     let v = 0;
     const add = (e: Elem & { hex: string }) => { v = (v | hostU32(e.hex)) >>> 0; };
     add(first);
@@ -349,20 +653,27 @@ class Parser {
         if (t.kind !== 'word') expect('a port number, a port range such as 1000-2000, or { set }');
         this.next();
         const dash = t.text.indexOf('-');
-        if (dash > 0 && !scalar) {
-          const a = parseInteger(t.text.slice(0, dash), 65535, false);
-          const b = parseInteger(t.text.slice(dash + 1), 65535, false);
+        if (dash > 0 && !scalar && serviceport(t.text) === undefined) {
+          const a = parseInteger(t.text.slice(0, dash), 65535, false) ?? serviceport(t.text.slice(0, dash));
+          const b = parseInteger(t.text.slice(dash + 1), 65535, false) ?? serviceport(t.text.slice(dash + 1));
           if (a === undefined || b === undefined) expect('a port range such as 1000-2000');
           if (a! > b!) this.fail(t, 'a range whose start is not above its end', 'empty range');
           return { k: 'range', lo: u16Be(a!), hi: u16Be(b!), ...at };
         }
-        const v = parseInteger(t.text, 65535, false);
-        if (v === undefined) expect('a port number 0-65535 (service names are not supported)');
+        const v = parseInteger(t.text, 65535, false) ?? serviceport(t.text);
+        if (v === undefined) expect('a port number 0-65535 or a service name from /etc/services');
         return { k: 'value', hex: u16Be(v!), ...at };
       }
       case 'proto': {
         if (t.kind !== 'word') expect('a protocol name (tcp, udp, icmp, ...) or number 0-255');
         this.next();
+        const pd = t.text.indexOf('-', 1);
+        if (!scalar && pd > 0 && parseProtocol(t.text) === undefined) {
+          const a = parseProtocol(t.text.slice(0, pd)), b = parseProtocol(t.text.slice(pd + 1));
+          if (a === undefined || b === undefined) expect('a protocol range such as 33-45');
+          if (a! > b!) this.fail(t, 'a range whose start is not above its end', 'empty range');
+          return { k: 'range', lo: u8(a!), hi: u8(b!), ...at };
+        }
         const v = parseProtocol(t.text);
         if (v === undefined) expect('a protocol name (tcp, udp, icmp, ...) or number 0-255');
         return { k: 'value', hex: u8(v!), ...at };
@@ -411,6 +722,14 @@ class Parser {
       case 'mark': {
         if (t.kind !== 'word') expect('a 32-bit mark such as 0x4000');
         this.next();
+        const md = t.text.indexOf('-', 1);
+        if (!scalar && md > 0) {
+          // a range of marks (as a concatenation part; a plain one is refused by the compiler)
+          const a = parseInteger(t.text.slice(0, md), 0xffffffff), b = parseInteger(t.text.slice(md + 1), 0xffffffff);
+          if (a === undefined || b === undefined) expect('a mark range such as 0x10-0x20');
+          if (a! > b!) this.fail(t, 'a range whose start is not above its end', 'empty range');
+          return { k: 'range', lo: u32Host(a!), hi: u32Host(b!), ...at };
+        }
         const v = parseInteger(t.text, 0xffffffff);
         if (v === undefined) expect('a 32-bit mark such as 0x4000');
         return { k: 'value', hex: u32Host(v!), ...at };
@@ -432,6 +751,14 @@ class Parser {
         if (v === undefined) expect(`an address type: ${names}`);
         return { k: 'value', hex: u32Host(v!), ...at };
       }
+      case 'int': case 'flags': case 'classid': case 'uid': case 'gid': case 'ms':
+        return this.parseIntElem(field, scalar, what);
+      case 'lladdr': {
+        const m = t.kind === 'word' ? /^([0-9a-fA-F]{1,2})(?::([0-9a-fA-F]{1,2})){5}$/.exec(t.text) : null;
+        if (!m) expect('an Ethernet address such as 00:0f:54:0c:11:04');
+        this.next();
+        return { k: 'value', hex: t.text.split(':').map((x) => x.toLowerCase().padStart(2, '0')).join(''), ...at };
+      }
       case 'ports':
         return expect('unreachable');
     }
@@ -448,6 +775,22 @@ class Parser {
     if (v !== undefined) {
       this.next();
       st.value = v;
+      // nft folds constant operations: `mark set 0x12 or 0x11` sets 0x13
+      const fold: Record<string, (a: number, b: number) => number> = {
+        '&': (a, b) => a & b, and: (a, b) => a & b, '|': (a, b) => a | b, or: (a, b) => a | b,
+        '^': (a, b) => a ^ b, xor: (a, b) => a ^ b,
+      };
+      for (;;) {
+        const o = this.peek();
+        const fn = (o.kind === 'punct' || o.kind === 'word') ? fold[o.text] : undefined;
+        if (!fn) break;
+        this.next();
+        const n = this.peek();
+        const nv = n.kind === 'word' ? parseInteger(n.text, 0xffffffff) : undefined;
+        if (nv === undefined) this.fail(n, `a 32-bit value after '${o.text}'`);
+        this.next();
+        st.value = fn(st.value, nv!) >>> 0;
+      }
       return st;
     }
     if (t.text === 'mark') { this.next(); st.src = 'meta'; }
@@ -636,7 +979,7 @@ function hostU32(h: string): number {
   return readU32Host(h)!;
 }
 
-function metaField(k: string): Field {
+function metaFieldOf(k: string): Field {
   switch (k) {
     case 'iifname': return F.iifname;
     case 'oifname': return F.oifname;

@@ -12,10 +12,15 @@ import type {
 } from '../netlink/expr.js';
 import { FIB_F, NAT_RANGE } from '../netlink/expr.js';
 import { SET_F, type NftSet, type SetElement } from '../netlink/objects.js';
-import { bigToHex, fromHex, hexToBig, hostValue, prefixLenOfMask, readU32Host } from './bytes.js';
-import { F, NFPROTO_IPV4, NFPROTO_IPV6, type Field } from './fields.js';
+import { HOST_LE, bigToHex, fromHex, hexToBig, hostValue, prefixLenOfMask, readU32Host } from './bytes.js';
+import { ETHER, F, NFPROTO_IPV4, NFPROTO_IPV6, ctAddrField, fibField, osfField, portField, socketField, type Field } from './fields.js';
+import { L4_BY_NUM, ctDirection, ctField, fieldMask, headerFieldAt, metaField, type Proto } from './headers.js';
+import { decodeInt, encodeInt, formatInt } from './intvalues.js';
+import { renderExprStatement, renderRegStatement } from './statements.js';
+import { exthdrFieldAt, tcpOptionField } from './exthdr.js';
+import { matchPayloadSet } from './payloadset.js';
 import { setIntervals } from './sets.js';
-import { commentOf, decodeXtComment } from './udata.js';
+import { BYTEORDER_BIG, BYTEORDER_HOST, commentOf, decodeXtComment, setUserdata } from './udata.js';
 import {
   CT_STATE, CT_STATUS, FIB_TYPES, IFNAMSIZ, NFPROTO, formatFlags, formatIPv4, formatIPv6,
   formatProtocol, hex32, symbolName,
@@ -44,17 +49,24 @@ export interface RenderOptions {
   counters?: boolean;
 }
 
-type Load = Extract<Expr, { kind: 'payload' | 'meta' | 'ct' | 'fib' }>;
+type Load = Extract<Expr, { kind: 'payload' | 'meta' | 'ct' | 'fib' | 'exthdr' | 'socket' | 'osf' }>;
+/** What stands between a load and its comparison: a bit-field mask, a byte order conversion. */
+interface Pre { bits?: Hex; hton?: boolean }
 type Form =
-  | { f: 'cmp'; op: 'eq' | 'neq'; data: Hex }
+  | { f: 'cmp'; op: 'eq' | 'neq'; data: Hex; pre?: Pre }
+  | { f: 'ord'; op: 'lt' | 'gt' | 'lte' | 'gte'; data: Hex; pre?: Pre }
   | { f: 'mask'; mask: Hex; xor: Hex; op: 'eq' | 'neq'; data: Hex }
-  | { f: 'range'; op: 'eq' | 'neq'; lo: Hex; hi: Hex }
-  | { f: 'lookup'; e: LookupExpr };
+  | { f: 'range'; op: 'eq' | 'neq'; lo: Hex; hi: Hex; pre?: Pre }
+  | { f: 'lookup'; e: LookupExpr; pre?: Pre };
 type Item =
   /** A key looked up in a set or map, a generator, a dynset (src/rules/keyed.ts). */
   | { k: 'keyed'; g: KeyedGroup }
   | { k: 'rel'; load: Load; form: Form }
-  | { k: 'text'; text: string };
+  | { k: 'text'; text: string }
+  /** A statement whose text depends on the protocol context (reject). */
+  | { k: 'stmt'; e: Expr }
+  /** A header field store (FIELD set VALUE), named by the protocol context. */
+  | { k: 'pset'; store: Extract<Expr, { kind: 'payload' }>; value: Hex; keep?: Hex };
 
 const unsupported = (what: string) => `<unsupported: ${what}>`;
 
@@ -62,6 +74,8 @@ function isLoad(e: Expr | undefined): boolean {
   if (!e) return false;
   if (e.kind === 'payload') return e.dreg !== undefined && e.sreg === undefined;
   if (e.kind === 'meta' || e.kind === 'ct') return e.dreg !== undefined && e.sreg === undefined;
+  if (e.kind === 'exthdr') return e.dreg !== undefined && e.sreg === undefined;
+  if (e.kind === 'socket' || e.kind === 'osf') return true;
   return e.kind === 'fib';
 }
 
@@ -73,6 +87,7 @@ function describe(e: Expr): string {
         : `xt match "${e.name}"`;
     case 'target': return `xt target "${e.name}"`;
     case 'payload': return `payload ${e.base} +${e.offset} len ${e.len}`;
+    case 'exthdr': return `exthdr op ${e.op ?? 0} type ${e.type} +${e.offset} len ${e.len}`;
     case 'meta': case 'ct': return `${e.kind} ${String(e.key)}`;
     case 'immediate': return e.verdict !== undefined ? `verdict ${String(e.verdict)}` : 'immediate';
     case 'unknown': return `expression "${e.name}"`;
@@ -96,7 +111,39 @@ function group(exprs: readonly Expr[], opts: RenderOptions, family: Family): Ite
     }
     if (isLoad(e)) {
       const ld = e as Load;
-      const r = ld.dreg;
+      const r = ld.dreg!;
+      const bw = exprs[i + 1], st = exprs[i + 2];
+      if (ld.kind === 'payload' && r === 1 && bw?.kind === 'bitwise' && bw.sreg === 1 && bw.dreg === 1 && (bw.op ?? 'bool') === 'bool'
+        && bw.mask !== undefined && bw.xor !== undefined && st?.kind === 'payload' && st.sreg === 1 && st.dreg === undefined
+        && st.base === ld.base && st.offset === ld.offset && st.len === ld.len && bw.len === ld.len) {
+        items.push({ k: 'pset', store: st, value: bw.xor, keep: bw.mask });
+        i += 2;
+        continue;
+      }
+      const pre = preSteps(exprs, i + 1, r);
+      if (pre) {
+        const k = i + 1 + pre.n;
+        const a = exprs[k], b = exprs[k + 1];
+        let form: Form | undefined, used = 0;
+        if (a?.kind === 'cmp' && a.sreg === r) {
+          if (a.op === 'gte' && b?.kind === 'cmp' && b.sreg === r && b.op === 'lte') {
+            form = { f: 'range', op: 'eq', lo: a.data, hi: b.data, pre: pre.pre }; used = 2;
+          } else if (a.op === 'eq' || a.op === 'neq') {
+            form = { f: 'cmp', op: a.op, data: a.data, pre: pre.pre }; used = 1;
+          } else {
+            form = { f: 'ord', op: a.op, data: a.data, pre: pre.pre }; used = 1;
+          }
+        } else if (a?.kind === 'range' && a.sreg === r) {
+          form = { f: 'range', op: a.op, lo: a.from, hi: a.to, pre: pre.pre }; used = 1;
+        } else if (a?.kind === 'lookup' && a.sreg === r && a.dreg === undefined) {
+          form = { f: 'lookup', e: a, pre: pre.pre }; used = 1;
+        }
+        if (form) {
+          items.push({ k: 'rel', load: ld, form });
+          i = k + used - 1;
+          continue;
+        }
+      }
       const a = exprs[i + 1], b = exprs[i + 2];
       if (a?.kind === 'cmp' && a.sreg === r) {
         if (a.op === 'gte' && b?.kind === 'cmp' && b.sreg === r && b.op === 'lte') {
@@ -109,6 +156,9 @@ function group(exprs: readonly Expr[], opts: RenderOptions, family: Family): Ite
           i += 1;
           continue;
         }
+        items.push({ k: 'rel', load: ld, form: { f: 'ord', op: a.op, data: a.data } });
+        i += 1;
+        continue;
       } else if (a?.kind === 'bitwise' && a.sreg === r && a.dreg === r && (a.op ?? 'bool') === 'bool'
         && a.mask !== undefined && a.xor !== undefined) {
         if (b?.kind === 'cmp' && b.sreg === r && (b.op === 'eq' || b.op === 'neq')) {
@@ -152,10 +202,42 @@ function group(exprs: readonly Expr[], opts: RenderOptions, family: Family): Ite
         items.push({ k: 'text', text: opts.counters && e.packets !== undefined
           ? `counter packets ${e.packets} bytes ${e.bytes ?? 0}` : 'counter' });
         break;
+      case 'reject': items.push({ k: 'stmt', e }); break;
+      case 'exthdr': {
+        // tcp option maxseg size set N
+        const f = tcpOptionField('maxseg', 'size')!;
+        const v = e.sreg !== undefined ? regs.get(e.sreg) : undefined;
+        const same = e.op === 1 && e.type === 2 && e.offset === 2 && e.len === 2 && (e.flags ?? 0) === 0 && e.dreg === undefined;
+        items.push({ k: 'text', text: same && v?.length === 4 ? `${f.name} set ${parseInt(v, 16)}` : unsupported(describe(e)) });
+        break;
+      }
+      case 'rt': {
+        const b = exprs[i + 1], c = exprs[i + 2];
+        if (e.key === 'mtu' && e.dreg === 1 && b?.kind === 'byteorder' && b.op === 'hton' && b.sreg === 1 && b.dreg === 1
+          && b.len === 2 && b.size === 2 && c?.kind === 'exthdr' && c.sreg === 1 && c.op === 1 && c.type === 2
+          && c.offset === 2 && c.len === 2 && (c.flags ?? 0) === 0 && c.dreg === undefined) {
+          items.push({ k: 'text', text: 'tcp option maxseg size set rt mtu' });
+          i += 2;
+        } else items.push({ k: 'text', text: unsupported(describe(e)) });
+        break;
+      }
+      case 'payload':
+        if (e.sreg !== undefined && e.dreg === undefined && regs.has(e.sreg) && e.sreg === 1) {
+          items.push({ k: 'pset', store: e, value: regs.get(e.sreg)! });
+        } else items.push({ k: 'text', text: unsupported(describe(e)) });
+        break;
+      case 'tproxy': case 'dup':
+        items.push({ k: 'text', text: renderRegStatement(e, regs, family, opts.interfaces?.nameOf) ?? unsupported(describe(e)) });
+        break;
+      case 'limit': case 'log': case 'quota': case 'notrack': case 'synproxy':
+        items.push({ k: 'text', text: renderExprStatement(e, family) ?? unsupported(describe(e)) });
+        break;
       case 'nat': items.push({ k: 'text', text: natText(e, regs, family) }); break;
       case 'masq': case 'redir': items.push({ k: 'text', text: masqText(e, regs) }); break;
       case 'meta': case 'ct':
-        if (e.sreg !== undefined && e.key === 'mark' && regs.has(e.sreg)) {
+        if (e.sreg !== undefined && e.key !== 'mark' && regs.has(e.sreg)) {
+          items.push({ k: 'text', text: keySetText(e, regs.get(e.sreg)!, family, opts) });
+        } else if (e.sreg !== undefined && e.key === 'mark' && regs.has(e.sreg)) {
           const v = readU32Host(regs.get(e.sreg)!);
           items.push({ k: 'text', text: v === undefined ? unsupported(`${e.kind} set`) : `${e.kind} mark set ${hex32(v)}` });
         } else items.push({ k: 'text', text: unsupported(`${e.kind} set ${String(e.key)}`) });
@@ -166,6 +248,42 @@ function group(exprs: readonly Expr[], opts: RenderOptions, family: Family): Ite
     regs = new Map();
   }
   return items;
+}
+
+/**
+ * A byteorder hton, or a bit mask (bitwise with xor 0) optionally followed by
+ * one, between a load and what compares it; undefined when there is neither.
+ */
+function preSteps(exprs: readonly Expr[], k: number, r: number): { n: number; pre: Pre } | undefined {
+  const pre: Pre = {};
+  let n = 0;
+  const a = exprs[k];
+  if (a?.kind === 'bitwise' && a.sreg === r && a.dreg === r && (a.op ?? 'bool') === 'bool' && a.mask !== undefined
+    && a.xor !== undefined && /^0*$/.test(a.xor) && exprs[k + 1]?.kind !== 'meta' && exprs[k + 1]?.kind !== 'ct') {
+    const c = exprs[k + 1];
+    // a plain masked comparison stays the 'mask' form (marks, ct state, flags under a mask)
+    if (c?.kind === 'cmp' && (c.op === 'eq' || c.op === 'neq')) return undefined;
+    pre.bits = a.mask;
+    n++;
+  }
+  const b = exprs[k + n];
+  if (b?.kind === 'byteorder' && b.op === 'hton' && b.sreg === r && b.dreg === r && b.len === b.size) {
+    pre.hton = true;
+    n++;
+  }
+  return n === 0 ? undefined : { n, pre };
+}
+
+/** `meta KEY set V` / `ct [dir] KEY set V` from an immediate. */
+function keySetText(e: Extract<Expr, { kind: 'meta' | 'ct' }>, data: Hex, family: Family, opts: RenderOptions): string {
+  const key = e.key;
+  const settable = ['priority', 'nftrace', 'pkttype', 'zone', 'event'];
+  if (typeof key !== 'string' || !settable.includes(key)) return unsupported(`${e.kind} set ${String(key)}`);
+  const dir = e.kind === 'ct' ? e.dir : undefined;
+  if (dir !== undefined && (key !== 'zone' || (dir !== 0 && dir !== 1))) return unsupported(`${e.kind} set ${key}`);
+  const f = e.kind === 'meta' ? metaField(key as never) : ctField(key as never, dir as 0 | 1 | undefined);
+  const v = f ? valueText(f, data, opts) : undefined;
+  return f && v !== undefined ? `${f.name} set ${v}` : unsupported(`${e.kind} set ${key}`);
 }
 
 function markSource(e: Load): string | undefined {
@@ -270,7 +388,9 @@ function natText(e: NatExpr, regs: Map<number, Hex>, family: Family): string {
 
 // ---- naming matches by protocol context ------------------------------------
 
-function fieldOf(load: Load, family: Family, l3: string | undefined, l4: number | 'set' | undefined): Field | undefined {
+function fieldOf(load: Load, family: Family, l3: string | undefined, l4: number | 'set' | undefined,
+  bits?: Hex): Field | undefined {
+  const mask = bits !== undefined ? hexToBig(bits) : undefined;
   switch (load.kind) {
     case 'payload': {
       if (load.base === 'transport' && load.len === 2 && (l4 === undefined || l4 === 'set') && (load.offset === 0 || load.offset === 2)) {
@@ -280,22 +400,36 @@ function fieldOf(load: Load, family: Family, l3: string | undefined, l4: number 
       }
       if (load.base === 'network') {
         const net = family === 'ip' ? 'ip' : family === 'ip6' ? 'ip6' : l3;
-        if (net === 'ip') {
+        if (net === 'ip' && mask === undefined) {
           if (load.offset === 12 && load.len <= 4) return F.ipSaddr;
           if (load.offset === 16 && load.len <= 4) return F.ipDaddr;
           if (load.offset === 9 && load.len === 1) return F.ipProtocol;
-        } else if (net === 'ip6') {
+        } else if (net === 'ip6' && mask === undefined) {
           if (load.offset === 8 && load.len <= 16) return F.ip6Saddr;
           if (load.offset === 24 && load.len <= 16) return F.ip6Daddr;
           if (load.offset === 6 && load.len === 1) return F.ip6Nexthdr;
         }
+        if (net === 'ip' || net === 'ip6') return headerFieldAt(net, load.offset, load.len, mask);
         return undefined;
       }
-      if (load.base === 'transport' && (l4 === 6 || l4 === 17)) {
+      if (load.base === 'll') {
+        if (mask !== undefined) return undefined;
+        return Object.values(ETHER).find((f) => (f.load as { offset: number }).offset === load.offset && f.len === load.len);
+      }
+      if (load.base === 'transport' && (l4 === 6 || l4 === 17) && mask === undefined) {
         const tcp = l4 === 6;
         if (load.offset === 0 && load.len === 2) return tcp ? F.tcpSport : F.udpSport;
         if (load.offset === 2 && load.len === 2) return tcp ? F.tcpDport : F.udpDport;
         if (load.offset === 0 && load.len === 4) return { ...(tcp ? F.tcpSport : F.udpSport), type: 'ports', len: 4 };
+      }
+      if (load.base === 'transport' && typeof l4 === 'number') {
+        const proto = L4_BY_NUM.get(l4);
+        if (!proto) return undefined;
+        if ((proto === 'udplite' || proto === 'sctp' || proto === 'dccp') && mask === undefined && load.len === 2
+          && (load.offset === 0 || load.offset === 2)) {
+          return portField(proto, load.offset === 0 ? 'sport' : 'dport');
+        }
+        return headerFieldAt(proto, load.offset, load.len, mask, true);
       }
       return undefined;
     }
@@ -308,22 +442,125 @@ function fieldOf(load: Load, family: Family, l3: string | undefined, l4: number 
         case 'l4proto': return F.l4proto;
         case 'nfproto': return family === 'inet' ? F.nfproto : undefined;
         case 'mark': return F.mark;
-        default: return undefined;
+        default: return typeof load.key === 'string' ? metaField(load.key) : undefined;
       }
-    case 'ct':
-      if (load.dir !== undefined) return undefined;
-      return load.key === 'state' ? F.ctState : load.key === 'status' ? F.ctStatus : load.key === 'mark' ? F.ctMark : undefined;
+    case 'ct': {
+      if (typeof load.key !== 'string') return undefined;
+      const dir = load.dir;
+      if (dir !== undefined && dir !== 0 && dir !== 1) return undefined;
+      if (load.key === 'saddr' || load.key === 'daddr') {
+        const net = family === 'ip' ? 'ip' : family === 'ip6' ? 'ip6' : l3;
+        if (dir === undefined || (net !== 'ip' && net !== 'ip6')) return undefined;
+        return ctAddrField(load.key, dir, net === 'ip6');
+      }
+      if (dir === undefined && (load.key === 'state' || load.key === 'status' || load.key === 'mark')) {
+        return load.key === 'state' ? F.ctState : load.key === 'status' ? F.ctStatus : F.ctMark;
+      }
+      const how = ctDirection(load.key);
+      if (how === undefined || (how === 'none' && dir !== undefined) || (how === 'required' && dir === undefined)) return undefined;
+      return ctField(load.key, dir);
+    }
+    case 'socket':
+      if (mask !== undefined || load.level !== undefined) return undefined;
+      return load.key === 0 ? socketField('transparent') : load.key === 1 ? socketField('mark') : load.key === 2 ? socketField('wildcard') : undefined;
+    case 'osf':
+      if (mask !== undefined || ![0, 1, 2].includes(load.ttl ?? 0) || ![0, 1].includes(load.flags ?? 0)) return undefined;
+      return osfField(load.ttl ?? 0, (load.flags ?? 0) === 1);
+    case 'exthdr': {
+      const f = exthdrFieldAt(load, mask, fieldMask);
+      return f && f.l3 === 'ip6' && family !== 'ip6' && family !== 'inet' ? undefined : f;
+    }
     case 'fib':
-      return load.result === 'type' && load.flags === FIB_F.DADDR ? F.fibDaddrType : undefined;
+      if (load.result === 'type' && load.flags === FIB_F.DADDR) return F.fibDaddrType;
+      return load.result === 'oif' || load.result === 'oifname' || load.result === 'type' ? fibField(load.flags, load.result) : undefined;
   }
 }
 
+/** The bit mask a form applies between load and comparison, for telling bit fields apart. */
+function bitsOf(form: Form): Hex | undefined {
+  return form.f === 'mask' ? form.mask : form.f === 'lookup' || form.f === 'cmp' || form.f === 'range' || form.f === 'ord'
+    ? form.pre?.bits : undefined;
+}
+
+function psetProto(store: { base: string }, family: Family, l3: string | undefined, l4: number | 'set' | undefined): Proto | undefined {
+  if (store.base === 'network') {
+    const net = family === 'ip' ? 'ip' : family === 'ip6' ? 'ip6' : l3;
+    return net === 'ip' || net === 'ip6' ? net : undefined;
+  }
+  if (store.base === 'transport' && typeof l4 === 'number') return L4_BY_NUM.get(l4);
+  return undefined;
+}
+
+function psetText(it: Extract<Item, { k: 'pset' }>, family: Family, l3: string | undefined, l4: number | 'set' | undefined,
+  opts: RenderOptions): string | undefined {
+  const proto = psetProto(it.store, family, l3, l4);
+  if (!proto) return undefined;
+  const m = matchPayloadSet(proto, it.store, it.value, it.keep !== undefined ? { keep: it.keep } : undefined);
+  if (!m) return undefined;
+  const v = valueText(m.field, m.value, opts);
+  return v === undefined ? undefined : `${m.field.name} set ${v}`;
+}
+
 function isTransportFor(it: Item | undefined, proto: number, family: Family): boolean {
+  if (it?.k === 'pset') return it.store.base === 'transport' && psetText(it, family, undefined, proto, {}) !== undefined;
   if (!it || it.k !== 'rel' || it.load.kind !== 'payload' || it.load.base !== 'transport') return false;
-  return fieldOf(it.load, family, undefined, proto) !== undefined;
+  const bits = bitsOf(it.form);
+  return fieldOf(it.load, family, undefined, proto, bits) !== undefined
+    || (bits !== undefined && it.form.f === 'mask' && fieldOf(it.load, family, undefined, proto) !== undefined)
+    || splitFields(it.load, proto) !== undefined;
+}
+
+/** A field with an l3dep right after: `meta l4proto P` then the field (icmp in inet). */
+function isL3DepFor(items: Item[], i: number, l3: 'ip' | 'ip6', family: Family): boolean {
+  const a = items[i], b = items[i + 1];
+  if (!a || a.k !== 'rel' || a.load.kind !== 'meta' || a.load.key !== 'l4proto' || a.form.f !== 'cmp'
+    || a.form.op !== 'eq' || a.form.data.length !== 2) return false;
+  const p = parseInt(a.form.data, 16);
+  if (!b || b.k !== 'rel' || b.load.kind !== 'payload' || b.load.base !== 'transport') return false;
+  const f = fieldOf(b.load, family, l3, p, bitsOf(b.form)) ?? fieldOf(b.load, family, l3, p);
+  return f?.l3dep === l3;
+}
+
+/** Whole-byte fields of a transport header that tile a merged load exactly. */
+function splitFields(load: Load, l4: number | 'set' | undefined, l3?: string, family?: Family): Field[] | undefined {
+  if (load.kind !== 'payload') return undefined;
+  let proto: Proto | undefined;
+  if (load.base === 'll') {
+    const out: Field[] = [];
+    let off = load.offset;
+    while (off < load.offset + load.len) {
+      const f = Object.values(ETHER).find((x) => (x.load as { offset: number }).offset === off);
+      if (!f || off + f.len > load.offset + load.len) return undefined;
+      out.push(f);
+      off += f.len;
+    }
+    return out.length >= 2 ? out : undefined;
+  }
+  if (load.base === 'transport') proto = typeof l4 === 'number' ? L4_BY_NUM.get(l4) : undefined;
+  else if (load.base === 'network') {
+    const net = family === 'ip' ? 'ip' : family === 'ip6' ? 'ip6' : l3;
+    proto = net === 'ip' || net === 'ip6' ? net : undefined;
+  }
+  if (!proto) return undefined;
+  const out: Field[] = [];
+  let off = load.offset;
+  const end = load.offset + load.len;
+  while (off < end) {
+    let f: Field | undefined;
+    for (let len = 1; len <= end - off && !f; len++) {
+      f = fieldOf({ ...load, offset: off, len }, family ?? 'inet', proto === 'ip' || proto === 'ip6' ? proto : l3,
+        typeof l4 === 'number' ? l4 : undefined);
+      if (f && (f.len !== len || fieldMask(f) !== undefined || f.type === 'ports')) f = undefined;
+    }
+    if (!f) return undefined;
+    out.push(f);
+    off += f.len;
+  }
+  return out.length >= 2 ? out : undefined;
 }
 
 function isNetworkFor(it: Item | undefined, l3: 'ip' | 'ip6'): boolean {
+  if (it?.k === 'pset') return it.store.base === 'network' && psetText(it, 'inet', l3, undefined, {}) !== undefined;
   if (!it || it.k !== 'rel' || it.load.kind !== 'payload' || it.load.base !== 'network') return false;
   return fieldOf(it.load, 'inet', l3, undefined) !== undefined;
 }
@@ -382,13 +619,19 @@ export function renderRule(rule: { exprs: readonly Expr[]; userdata?: Hex }, fam
   const parts: string[] = [];
   let l3: 'ip' | 'ip6' | 'other' | undefined = family === 'ip' ? 'ip' : family === 'ip6' ? 'ip6' : undefined;
   let l4: number | 'set' | undefined;
+  let llKnown = false;
+  let icmpTypes: number[] | undefined;
   for (let i = 0; i < items.length; i++) {
     const it = items[i]!;
     // sets and maps (src/rules/keyed.ts)
     if (it.k === 'keyed') {
       const text = renderKeyed(it.g, {
         family, sets, verdictText,
-        fieldOf: (load) => fieldOf(load, family, l3, l4),
+        // only keys the compiler takes back (compile.ts refuses these as keys)
+        fieldOf: (load) => {
+          const f = fieldOf(load, family, l3, l4);
+          return f && !f.ll && !f.l3dep && !f.icmpDep && fieldMask(f) === undefined ? f : undefined;
+        },
         valueText: (f, h) => valueText(f, h, options),
       });
       parts.push(text ?? unsupported('set lookup'));
@@ -406,22 +649,85 @@ export function renderRule(rule: { exprs: readonly Expr[]; userdata?: Hex }, fam
       parts.push(it.text);
       continue;
     }
-    const field = fieldOf(it.load, family, l3, l4);
+    if (it.k === 'stmt') {
+      parts.push(renderExprStatement(it.e, family, l3) ?? unsupported(describe(it.e)));
+      continue;
+    }
+    if (it.k === 'pset') {
+      parts.push(psetText(it, family, l3, l4, options) ?? unsupported(describe(it.store)));
+      continue;
+    }
+    let form = it.form;
+    const bits = bitsOf(form);
+    let field = fieldOf(it.load, family, l3, l4, bits);
+    if (field && form.f === 'mask' && bits !== undefined && fieldMask(field) === hexToBig(bits)) {
+      // a bit field's own mask: a plain comparison of the field
+      form = { f: 'cmp', op: form.op, data: form.data };
+    } else if (!field && form.f === 'mask') {
+      field = fieldOf(it.load, family, l3, l4);
+      if (field && fieldMask(field) !== undefined) field = undefined;
+    }
     if (!field) {
+      const split = form.f === 'cmp' && form.pre === undefined ? splitFields(it.load, l4, l3, family) : undefined;
+      if (split && form.f === 'cmp') {
+        let at = 0;
+        const texts: string[] = [];
+        for (const sf of split) {
+          texts.push(relText(sf, sf.load as Load, { f: 'cmp', op: form.op, data: form.data.slice(at, at + sf.len * 2) }, sets, options));
+          at += sf.len * 2;
+        }
+        if (form.op === 'neq' || texts.some((t) => t.includes('<unsupported'))) parts.push(unsupported(`match on ${describe(it.load)}`));
+        else parts.push(...texts);
+        for (const sf of split) if (sf.protoKey && form.op === 'eq') l4 = parseInt(form.data.slice(0, 2), 16);
+        continue;
+      }
       parts.push(unsupported(`match on ${describe(it.load)}`));
       continue;
     }
-    const form = it.form;
     const single = form.f === 'cmp' && form.op === 'eq' && form.data.length === 2;
     // dependencies the compiler would insert again right here
     if (field === F.l4proto && single && l4 === undefined) {
-      const p = parseInt(form.data, 16);
-      if ((p === 6 || p === 17) && isTransportFor(items[i + 1], p, family)) { l4 = p; continue; }
+      const p = parseInt((form as { data: Hex }).data, 16);
+      // in inet, icmp/icmpv6 written alone would get `meta nfproto` first: keep the l4proto match then
+      const icmpNeedsL3 = family === 'inet' && l3 === undefined && (p === 1 || p === 2 || p === 58);
+      if (L4_BY_NUM.has(p) && !icmpNeedsL3 && isTransportFor(items[i + 1], p, family)) { l4 = p; continue; }
+    }
+    if (it.load.kind === 'meta' && it.load.key === 'iiftype' && form.f === 'cmp' && form.op === 'eq' && !llKnown
+      && form.data === encodeInt(field, 1n)) {
+      const nx = items[i + 1];
+      if (nx?.k === 'rel' && nx.load.kind === 'payload' && nx.load.base === 'll') { llKnown = true; continue; }
+      llKnown = true;
     }
     if (field === F.nfproto && single && l3 === undefined) {
-      const v = parseInt(form.data, 16);
+      const v = parseInt((form as { data: Hex }).data, 16);
       const fam = v === NFPROTO_IPV4 ? 'ip' : v === NFPROTO_IPV6 ? 'ip6' : undefined;
-      if (fam && isNetworkFor(items[i + 1], fam)) { l3 = fam; continue; }
+      if (fam && (isNetworkFor(items[i + 1], fam) || isL3DepFor(items, i + 1, fam, family))) { l3 = fam; continue; }
+    }
+    // nft's icmp type dependency in front of an icmp field that needs it (compile.ts icmpDependencies)
+    const isType = field.name === 'icmp type' || field.name === 'icmpv6 type';
+    const typesOf = (): number[] | undefined => (form.f === 'cmp' && form.op === 'eq' && form.data.length === 2
+      ? [parseInt(form.data, 16)] : form.f === 'lookup' && !((form.e.flags ?? 0) & 1) ? anonValues(sets, form.e) : undefined);
+    if (isType && icmpTypes === undefined) {
+      const nx = items[i + 1];
+      const nf = nx?.k === 'rel' ? fieldOf(nx.load, family, l3, l4, bitsOf(nx.form)) : undefined;
+      const d = nf?.icmpDep;
+      const types = typesOf();
+      if (d && nf!.name.split(' ')[0] === field.name.split(' ')[0] && types && types.length === d.types.length
+        && types.every((t) => d.types.includes(t))) {
+        icmpTypes = d.types;
+        continue;
+      }
+    }
+    if (field.icmpDep) {
+      const d = field.icmpDep;
+      if (!icmpTypes || !icmpTypes.every((t) => d.types.includes(t))) {
+        parts.push(unsupported(`${field.name} without nft's icmp type match`));
+        continue;
+      }
+    }
+    if (isType && form.f !== 'mask') {
+      const types = typesOf();
+      if (types) icmpTypes = types;
     }
     parts.push(relText(field, it.load, form, sets, options));
     // context updates, as the compiler does them
@@ -456,8 +762,13 @@ function ifnameText(data: Hex): string | undefined {
 /** One value of the field's type (full length), or undefined when it cannot be printed. */
 function valueText(field: Field, data: Hex, opts: RenderOptions, flagSep = ','): string | undefined {
   switch (field.type) {
+    case 'int': case 'flags': case 'classid': case 'uid': case 'gid': case 'ms': {
+      const v = decodeInt(field, data);
+      return v === undefined ? undefined : formatInt(field, v, flagSep);
+    }
     case 'ipv4': return data.length === 8 ? formatIPv4(data) : undefined;
     case 'ipv6': return data.length === 32 ? formatIPv6(data) : undefined;
+    case 'lladdr': return data.length === 12 ? data.match(/../g)!.join(':') : undefined;
     case 'port': return data.length === 4 ? String(parseInt(data, 16)) : undefined;
     case 'proto': return data.length === 2 ? formatProtocol(parseInt(data, 16)) : undefined;
     case 'nfproto': {
@@ -498,7 +809,14 @@ function relText(field: Field, load: Load, form: Form, sets: SetResolver | undef
   const loadLen = load.kind === 'payload' ? load.len : field.len;
   const isAddr = field.type === 'ipv4' || field.type === 'ipv6';
   const isFlags = field.type === 'ctstate' || field.type === 'ctstatus';
+  if (isIntLike(field)) return intRelText(field, form, sets, opts);
+  if ((form.f === 'cmp' || form.f === 'range' || form.f === 'lookup' || form.f === 'ord') && form.pre) return bad();
   switch (form.f) {
+    case 'ord': {
+      if (!['port', 'proto', 'ipv4', 'ipv6'].includes(field.type) || form.data.length !== field.len * 2) return bad();
+      const v = valueText(field, form.data, opts);
+      return v === undefined ? bad() : `${name} ${ORD[form.op]} ${v}`;
+    }
     case 'cmp': {
       if (field.type === 'ports') {
         if (form.data.length !== 8) return bad();
@@ -527,12 +845,17 @@ function relText(field: Field, load: Load, form: Form, sets: SetResolver | undef
       if (form.xor !== '00'.repeat(field.len) || form.mask.length !== field.len * 2 || form.data.length !== field.len * 2) return bad();
       if (isAddr) {
         const plen = prefixLenOfMask(form.mask);
-        if (plen === undefined || plen === field.len * 8) return bad();
         if ((hexToBig(form.data) & ~hexToBig(form.mask)) !== 0n) return bad();
+        // a byte-aligned prefix compiles to a shorter load; a mask written as such stays a mask
+        if (plen === undefined || (plen > 0 && plen % 8 === 0) || load.kind !== 'payload') {
+          if (load.kind !== 'payload') return bad();
+          return `${name} & ${valueText(field, form.mask, opts)} ${form.op === 'eq' ? '==' : '!='} ${valueText(field, form.data, opts)}`;
+        }
         return `${name}${opText(form.op)} ${valueText(field, form.data, opts)}/${plen}`;
       }
       if (isFlags) {
         if (form.op === 'neq' && hexToBig(form.data) === 0n) return `${name} ${valueText(field, form.mask, opts, ',')}`;
+        if (form.op === 'eq' && hexToBig(form.data) === 0n && hexToBig(form.mask) !== 0n) return `${name} ! ${valueText(field, form.mask, opts, ',')}`;
         const table = field.type === 'ctstate' ? CT_STATE : CT_STATUS;
         const one = (h: Hex) => {
           const v = readU32Host(h)!;
@@ -541,6 +864,7 @@ function relText(field: Field, load: Load, form: Form, sets: SetResolver | undef
         return `${name} & ${one(form.mask)} ${form.op === 'eq' ? '==' : '!='} ${one(form.data)}`;
       }
       if (field.type === 'mark') {
+        if ((hexToBig(form.data) & ~hexToBig(form.mask)) !== 0n) return bad();
         return `${name} & ${valueText(field, form.mask, opts)} ${form.op === 'eq' ? '==' : '!='} ${valueText(field, form.data, opts)}`;
       }
       return bad();
@@ -549,7 +873,23 @@ function relText(field: Field, load: Load, form: Form, sets: SetResolver | undef
       if (!(isAddr || field.type === 'port') || form.lo.length !== field.len * 2 || form.hi.length !== field.len * 2) return bad();
       return `${name}${opText(form.op)} ${valueText(field, form.lo, opts)}-${valueText(field, form.hi, opts)}`;
     }
-    case 'lookup': {
+    case 'lookup': return lookupText(field, form.e, sets, opts);
+  }
+}
+
+/** The single values of an anonymous hash set a lookup uses (1-byte keys), or undefined. */
+function anonValues(sets: SetResolver | undefined, e: LookupExpr): number[] | undefined {
+  const found = sets?.(e.set, e.setId);
+  if (!found || !(found.set.flags & SET_F.ANONYMOUS) || (found.set.flags & SET_F.INTERVAL) || found.set.keyLen !== 1) return undefined;
+  const vals = found.elements.map((x) => (x.key !== undefined && x.key.length === 2 ? parseInt(x.key, 16) : NaN));
+  return vals.some((v) => Number.isNaN(v)) ? undefined : vals;
+}
+
+function lookupText(field: Field, e: LookupExpr, sets: SetResolver | undefined, opts: RenderOptions): string {
+  const name = field.name;
+  const form = { e };
+  {
+    {
       const neq = ((form.e.flags ?? 0) & 1) !== 0;
       const found = sets?.(form.e.set, form.e.setId);
       if (!found) {
@@ -557,8 +897,94 @@ function relText(field: Field, load: Load, form: Form, sets: SetResolver | undef
           : `${name}${neq ? ' !=' : ''} @${form.e.set}`;
       }
       if (!(found.set.flags & SET_F.ANONYMOUS)) return `${name}${neq ? ' !=' : ''} @${found.set.name}`;
+      // an anonymous set nft described as keyed by something else (raw payload, another field) reads back differently
+      const ivl = (found.set.flags & SET_F.INTERVAL) !== 0;
+      // nft says an interval set of a 1-byte host order key (meta l4proto) is in network byte order
+      const order = ivl && field.set?.byteorder === BYTEORDER_HOST && field.len === 1 ? BYTEORDER_BIG : field.set?.byteorder;
+      if (field.set && found.set.userdata !== undefined
+        && found.set.userdata !== setUserdata(order!, ivl, field.set.key)) {
+        return unsupported(`${name} lookup in a set keyed by another expression`);
+      }
       const body = setBody(field, found.set, found.elements, opts);
       return body === undefined ? unsupported(`${name} lookup in set ${found.set.name}`) : `${name}${neq ? ' !=' : ''} { ${body} }`;
+    }
+  }
+}
+
+const ORD = { lt: '<', gt: '>', lte: '<=', gte: '>=' } as const;
+
+function isIntLike(f: Field): boolean {
+  return f.type === 'int' || f.type === 'flags' || f.type === 'classid' || f.type === 'uid' || f.type === 'gid' || f.type === 'ms';
+}
+
+/** Big-endian register bytes (after nft's hton) back in the field's own order. */
+function fromNet(f: Field, h: Hex): Hex {
+  if (!f.host) return h;
+  let r = '';
+  for (let i = h.length - 2; i >= 0; i -= 2) r += h.substr(i, 2);
+  return HOST_LE ? r : h;
+}
+
+/** Matches on headers.ts fields (integers, flags, bit fields, host-order keys). */
+function intRelText(field: Field, form: Form, sets: SetResolver | undefined, opts: RenderOptions): string {
+  const name = field.name;
+  const bad = () => unsupported(`${name} ${form.f}`);
+  const fm = fieldMask(field);
+  const htonNeeded = field.host === true && field.len > 1;
+  const pre = form.f === 'mask' ? undefined : form.pre;
+  // the steps between load and comparison must be exactly what the compiler emits for this form
+  const wantBits = fm === undefined ? undefined : fm;
+  const gotBits = pre?.bits !== undefined ? hexToBig(pre.bits) : undefined;
+  const val = (h: Hex) => valueText(field, h, opts);
+  switch (form.f) {
+    case 'cmp': {
+      if (pre) return bad();
+      const v = val(form.data);
+      if (v === undefined) return bad();
+      if (field.type === 'flags') return `${name} ${form.op === 'eq' ? '==' : '!='} ${v}`;
+      return `${name}${opText(form.op)} ${v}`;
+    }
+    case 'ord': {
+      if (gotBits !== wantBits || (pre?.hton ?? false) !== htonNeeded) return bad();
+      const v = val(pre?.hton ? fromNet(field, form.data) : form.data);
+      return v === undefined ? bad() : `${name} ${ORD[form.op]} ${v}`;
+    }
+    case 'range': {
+      if (gotBits !== wantBits || (pre?.hton ?? false) !== htonNeeded || field.type === 'flags') return bad();
+      // ranges print as numbers (symbol names may hold a '-')
+      const plain = { ...field, syms: field.syms ? { table: [], fmt: field.syms.fmt } : undefined };
+      const lo = valueText(plain, pre?.hton ? fromNet(field, form.lo) : form.lo, opts);
+      const hi = valueText(plain, pre?.hton ? fromNet(field, form.hi) : form.hi, opts);
+      if (lo === undefined || hi === undefined) return bad();
+      return `${name}${opText(form.op)} ${lo}-${hi}`;
+    }
+    case 'mask': {
+      const zeros = '00'.repeat(field.len);
+      if (form.xor !== zeros || form.mask.length !== field.len * 2 || form.data.length !== field.len * 2) return bad();
+      if (field.type === 'flags' && form.data === zeros && form.mask !== zeros) {
+        const v = val(form.mask);
+        return v === undefined ? bad() : form.op === 'neq' ? `${name} ${v}` : `${name} ! ${v}`;
+      }
+      const m = decodeInt(field, form.mask), d = decodeInt(field, form.data);
+      if (m === undefined || d === undefined || fm !== undefined) return bad();
+      if (field.type === 'flags') return `${name}${opText(form.op)} ${formatInt(field, d)} / ${formatInt(field, m)}`;
+      if (field.host || field.syms) return bad();
+      return `${name} & ${formatInt(field, m)} ${form.op === 'eq' ? '==' : '!='} ${formatInt(field, d)}`;
+    }
+    case 'lookup': {
+      if (gotBits !== wantBits || (pre?.hton ?? false) !== false && !htonNeeded || field.type === 'ms') return bad();
+      if (pre?.hton) {
+        // an interval set nft keeps in network byte order
+        const found = sets?.(form.e.set, form.e.setId);
+        if (!found || !(found.set.flags & SET_F.INTERVAL) || !field.set) return bad();
+        return lookupText({ ...field, host: false }, form.e, sets, opts)
+          .replace(/^[^{@<]*/, `${name}${(form.e.flags ?? 0) & 1 ? ' != ' : ' '}`);
+      }
+      if (field.host && field.len > 1) {
+        const found = sets?.(form.e.set, form.e.setId);
+        if (found && found.set.flags & SET_F.INTERVAL) return bad();
+      }
+      return lookupText(field, form.e, sets, opts);
     }
   }
 }
@@ -603,8 +1029,10 @@ function setBody(field: Field, set: NftSet, elements: readonly SetElement[], opt
       } else if (isAddr) {
         const p = prefixOfRange(lo, hi);
         out.push(p !== undefined ? `${valueText(field, lo, opts)}/${p}` : `${valueText(field, lo, opts)}-${valueText(field, hi, opts)}`);
-      } else if (field.type === 'port') {
-        out.push(`${valueText(field, lo, opts)}-${valueText(field, hi, opts)}`);
+      } else if (field.type === 'port' || (isIntLike(field) && field.type !== 'flags')) {
+        const a = valueText(field, lo, opts), b = valueText(field, hi, opts);
+        if (a === undefined || b === undefined) return undefined;
+        out.push(`${a}-${b}`);
       } else return undefined;
     }
     return out.join(', ');
@@ -623,7 +1051,7 @@ function setBody(field: Field, set: NftSet, elements: readonly SetElement[], opt
   if (copies > 0) keys.splice(1, 0, ...new Array<string>(copies).fill(keys[0]!));
   const out: string[] = [];
   for (const k of keys) {
-    const v = valueText(field, k, opts);
+    const v = valueText(field, k, opts, ' | ');
     if (v === undefined) return undefined;
     out.push(v);
   }

@@ -83,7 +83,7 @@ export const EXPR_TYPE = { payload: 7, meta: 9, ct: 12 } as const;
 
 /** How nft describes the expression a set is keyed by. */
 export type KeyTypeof =
-  | { expr: 'payload'; desc: number; tmpl: number }
+  | { expr: 'payload'; desc: number; tmpl: number; /** bits, for integer-typed fields (KEY_PAYLOAD_LEN) */ len?: number }
   | { expr: 'meta'; key: number }
   | { expr: 'ct'; key: number };
 
@@ -95,17 +95,20 @@ export const BYTEORDER_BIG = 2;
 function typeofTlvs(key: KeyTypeof): Hex {
   let data: Hex;
   switch (key.expr) {
-    case 'payload': data = tlv(0, u32Host(key.desc)) + tlv(1, u32Host(key.tmpl)); break;
+    case 'payload':
+      data = tlv(0, u32Host(key.desc)) + tlv(1, u32Host(key.tmpl)) + (key.len !== undefined ? tlv(4, u32Host(key.len)) : '');
+      break;
     case 'meta': data = tlv(0, u32Host(key.key)); break;
     case 'ct': data = tlv(0, u32Host(key.key)) + tlv(1, u32Host(0xffffffff)); break;
   }
   return tlv(TYPEOF_EXPR, u32Host(EXPR_TYPE[key.expr])) + tlv(TYPEOF_DATA, data);
 }
 
-export function setUserdata(byteorder: number, interval: boolean, key: KeyTypeof): Hex {
+/** `key` undefined: a set keyed by something nft does not describe (a masked bit field): byte order alone. */
+export function setUserdata(byteorder: number, interval: boolean, key: KeyTypeof | undefined): Hex {
   return tlv(SET_KEYBYTEORDER, u32Host(byteorder))
     + (interval ? tlv(SET_MERGE_ELEMENTS, u32Host(1)) : '')
-    + tlv(SET_KEY_TYPEOF, typeofTlvs(key));
+    + (key ? tlv(SET_KEY_TYPEOF, typeofTlvs(key)) : '');
 }
 
 // ---- named set userdata ------------------------------------------------------

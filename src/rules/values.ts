@@ -135,6 +135,9 @@ const PROTOCOL_LIST: [string, number][] = [
   ['wesp', 141], ['rohc', 142], ['ethernet', 143],
 ];
 export const PROTOCOL_BY_NAME = new Map<string, number>(PROTOCOL_LIST);
+// nft's grammar has its own words for these (icmpv6, comp) besides /etc/protocols' names
+PROTOCOL_BY_NAME.set('icmpv6', 58);
+PROTOCOL_BY_NAME.set('comp', 108);
 export const PROTOCOL_NAME = new Map<number, string>();
 for (const [n, v] of PROTOCOL_LIST) if (!PROTOCOL_NAME.has(v)) PROTOCOL_NAME.set(v, n);
 

@@ -125,6 +125,19 @@ const EXPR: Record<Expr['kind'], fc.Arbitrary<Expr>> = {
     set: fc.constantFrom('s4', 'nope'), flags: opt(fc.constantFrom(0, 1)),
   }).map((e) => strip({ kind: 'dynset', ...e }) as Expr),
   notrack: fc.constant({ kind: 'notrack' } as Expr),
+  exthdr: fc.record({ dreg: reg, type: fc.integer({ min: 0, max: 255 }), offset: fc.integer({ min: 0, max: 40 }),
+    len: fc.integer({ min: 0, max: 20 }), flags: opt(fc.constantFrom(0, 1)), op: opt(fc.constantFrom(0, 1, 2, 3)) })
+    .map((e) => strip({ kind: 'exthdr', ...e }) as Expr),
+  // NFTA_SOCKET_LEVEL is only for the cgroupv2 key, not modelled here
+  socket: fc.record({ key: fc.integer({ min: 0, max: 2 }), dreg: reg })
+    .map((e) => strip({ kind: 'socket', ...e }) as Expr),
+  osf: fc.record({ dreg: reg, ttl: opt(fc.integer({ min: 0, max: 2 })), flags: opt(fc.constantFrom(0, 1)) })
+    .map((e) => strip({ kind: 'osf', ...e }) as Expr),
+  synproxy: fc.record({ mss: opt(fc.integer({ min: 0, max: 65535 })), wscale: opt(fc.integer({ min: 0, max: 14 })), flags: opt(fc.integer({ min: 0, max: 7 })) })
+    .map((e) => strip({ kind: 'synproxy', ...e }) as Expr),
+  tproxy: fc.record({ family: fc.constantFrom('ip', 'ip6', 'inet'), regAddr: opt(reg), regPort: opt(reg) })
+    .map((e) => strip({ kind: 'tproxy', ...e }) as Expr),
+  dup: fc.record({ sregAddr: opt(reg), sregDev: opt(reg) }).map((e) => strip({ kind: 'dup', ...e }) as Expr),
   unknown: fc.record({ name: fc.constantFrom('counter', 'notrack', 'nosuchexpr'), data: hex(0, 12) }).map((e) => ({ kind: 'unknown', ...e }) as Expr),
 };
 

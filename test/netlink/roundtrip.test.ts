@@ -291,6 +291,48 @@ const CASES: Case[] = [
     exprs: [{ kind: 'numgen', dreg: 1, modulus: 2, type: 1, offset: 100 }],
   },
   { name: 'notrack', chain: 'raw', exprs: [{ kind: 'notrack' }] },
+  {
+    name: 'exthdr: tcp option maxseg size 1360, and set from rt mtu',
+    chain: 'plain',
+    exprs: [
+      { kind: 'exthdr', dreg: 1, type: 2, offset: 2, len: 2, flags: 0, op: 1 }, { kind: 'cmp', sreg: 1, op: 'eq', data: '0550' },
+      { kind: 'rt', key: 'mtu', dreg: 1 }, { kind: 'byteorder', sreg: 1, dreg: 1, op: 'hton', len: 2, size: 2 },
+      { kind: 'exthdr', type: 2, offset: 2, len: 2, op: 1, sreg: 1 },
+    ],
+    // a store refuses NFTA_EXTHDR_FLAGS (EINVAL) but is dumped with flags 0.
+    expected: [
+      { kind: 'exthdr', dreg: 1, type: 2, offset: 2, len: 2, flags: 0, op: 1 }, { kind: 'cmp', sreg: 1, op: 'eq', data: '0550' },
+      { kind: 'rt', key: 'mtu', dreg: 1 }, { kind: 'byteorder', sreg: 1, dreg: 1, op: 'hton', len: 2, size: 2 },
+      { kind: 'exthdr', type: 2, offset: 2, len: 2, flags: 0, op: 1, sreg: 1 },
+    ],
+    replay: false,
+  },
+  {
+    name: 'socket transparent, osf name, synproxy',
+    chain: 'plain',
+    exprs: [
+      { kind: 'socket', key: 0, dreg: 1 }, { kind: 'cmp', sreg: 1, op: 'eq', data: '01' },
+      { kind: 'osf', dreg: 1, ttl: 0, flags: 0 }, { kind: 'cmp', sreg: 1, op: 'eq', data: '4c696e75780000000000000000000000' },
+      { kind: 'synproxy', mss: 1460, wscale: 7, flags: 15 },
+    ],
+  },
+  {
+    name: 'dup to an address and device',
+    chain: 'plain',
+    exprs: [
+      { kind: 'immediate', dreg: 1, data: '01020304' }, { kind: 'immediate', dreg: 2, data: '01000000' },
+      { kind: 'dup', sregAddr: 1, sregDev: 2 },
+    ],
+  },
+  {
+    name: 'tproxy to an address and port',
+    chain: 'plain',
+    exprs: [
+      { kind: 'payload', base: 'network', offset: 9, len: 1, dreg: 1 }, { kind: 'cmp', sreg: 1, op: 'eq', data: '06' },
+      { kind: 'immediate', dreg: 1, data: '01020304' }, { kind: 'immediate', dreg: 2, data: '0050' },
+      { kind: 'tproxy', family: 'ip', regAddr: 1, regPort: 2 },
+    ],
+  },
   { name: 'rt classid', chain: 'plain', exprs: [{ kind: 'rt', key: 'classid', dreg: 1 }] },
   {
     name: 'hash: jhash with seed',
@@ -326,11 +368,8 @@ const CASES: Case[] = [
   {
     name: 'unknown (raw expression the IR does not model)',
     chain: 'plain',
-    // the bytes the kernel dumps for `tcp option maxseg size 1400` (exthdr, TCP option 2, 2 bytes at 2)
-    exprs: [
-      { kind: 'unknown', name: 'exthdr', data: '080001000000000105000200020000000800030000000002080004000000000208000500000000000800060000000001' },
-      { kind: 'cmp', sreg: 1, op: 'eq', data: '0578' },
-    ],
+    // the bytes the kernel dumps for `ct count over 3` (connlimit: NFTA_CONNLIMIT_COUNT 3, FLAGS 1)
+    exprs: [{ kind: 'unknown', name: 'connlimit', data: '08000100000000030800020000000001' }],
   },
 ];
 
@@ -373,7 +412,7 @@ describe('IR round trip: encode, commit, dump, decode', () => {
         'add table ip u',
         'add chain ip u c',
         'add rule ip u c meta mark set jhash ip saddr mod 2 seed 0xdead',
-        'add rule ip u c tcp option maxseg size 1400 counter',
+        'add rule ip u c ct count over 3 counter',
         'add rule ip u c ip saddr 1.2.3.4 meta mark set symhash mod 4 offset 10',
       ].join('\n'));
       const s = open({ netns: ns.path });
@@ -386,7 +425,7 @@ describe('IR round trip: encode, commit, dump, decode', () => {
     }, 'rt-src');
     expect(source).toHaveLength(3);
     const unknown = source.flatMap((r) => r.exprs).filter((e) => e.kind === 'unknown');
-    expect(unknown.map((e) => e.kind === 'unknown' && e.name)).toEqual(['exthdr']);
+    expect(unknown.map((e) => e.kind === 'unknown' && e.name)).toEqual(['connlimit']);
     expect(source.flatMap((r) => r.exprs).filter((e) => e.kind === 'hash')).toHaveLength(2);
     for (const e of unknown) expect(e.kind === 'unknown' && e.data.length).toBeGreaterThan(0);
 

@@ -110,7 +110,7 @@ describe('refusals carry column, token and what was expected', () => {
     ['ip saddr 1.2.3', 'ip', 10, '1.2.3', /IPv4 address/],
     ['ip saddr 10.0.0.0/33 accept', 'ip', 10, '10.0.0.0/33', /prefix/],
     ['tcp dport 70000 accept', 'ip', 11, '70000', /port number 0-65535/],
-    ['tcp dport ssh accept', 'ip', 11, 'ssh', /service names are not supported/],
+    ['tcp dport nosuchservice accept', 'ip', 11, 'nosuchservice', /a service name from \/etc\/services/],
     ['ip saddr 1.2.3.4 lol', 'ip', 18, 'lol', /comment "…" or the end of the rule/],
     ['accept drop', 'ip', 8, 'drop', /nothing after 'accept'/],
     ['masquerade counter', 'ip', 12, 'counter', /nothing after 'masquerade'/],
@@ -129,13 +129,13 @@ describe('refusals carry column, token and what was expected', () => {
     ['ip saddr 1.2.3.4 ; accept', 'ip', 18, ';', /one rule/],
     ['ip saddr 1.2.3.4 accept\n', 'ip', 24, '\\n', /one rule/],
     ['ct state foo', 'ip', 10, 'foo', /established/],
-    ['ct state { new }', 'ip', 10, '{', /single value/],
+    ['ct helper "ftp"', 'ip', 4, 'helper', /'state'/],
     ['iifname "*"', 'ip', 9, '"*"', /prefix before the wildcard/],
     ['iifname "averyveryverylongname"', 'ip', 9, '"averyveryverylongname"', /at most 15 bytes/],
     ['iif "eth9"', 'ip', 5, '"eth9"', /exists in the target namespace.*iifname/],
     ['meta mark & 0xff == 0x100', 'ip', 21, '0x100', /inside the mask/],
     ['meta mark & 0xff 1', 'ip', 18, '1', /'==' or '!='/],
-    ['ip saddr & 0xff == 1', 'ip', 10, '&', /a value after 'ip saddr'/],
+    ['ip saddr & 0xff == 1', 'ip', 12, '0xff', /an IPv4 address/],
     ['masquerade random persistent', 'ip', 19, 'persistent', /',' between flags/],
     ['snat ip6 to 1.2.3.4', 'ip6', 13, '1.2.3.4', /IPv6 address/],
     ['snat ip6 to fd00::1', 'ip', 6, 'ip6', /'ip' or nothing/],
@@ -144,10 +144,10 @@ describe('refusals carry column, token and what was expected', () => {
     ['meta mark set', 'ip', 14, '', /32-bit value/],
     ['tcp sport != 1 tcp dport != 2', 'ip', 16, 'tcp', /at most one of 'tcp sport !=' and 'tcp dport !='/],
     ['accept $x', 'ip', 8, '$', /a word, a quoted string/],
-    ['ip saddr 1.2.3.4 < 3', 'ip', 18, '<', /a word/],
+    ['ip saddr 1.2.3.4 < 3', 'ip', 18, '<', /a match/],
     [`accept comment "${'x'.repeat(129)}"`, 'ip', 16, `"${'x'.repeat(129)}"`, /at most 128 bytes/],
     ['accept comment "unterminated', 'ip', 16, '"unterminated', /closing double quote/],
-    ['fib saddr type local', 'ip', 5, 'saddr', /'daddr'/],
+    ['fib saddr type exists', 'ip', 16, 'exists', /an address type/],
   ];
   it.each(cases)('%j (%s)', (text, family, column, token, expected) => {
     let err: unknown;
@@ -192,11 +192,11 @@ describe('rendering what the rule language does not cover', () => {
 
   it('renders other kinds and odd shapes as unsupported instead of failing', () => {
     const odd: Expr[][] = [
-      [{ kind: 'limit', rate: 10, unit: 1 }],
+      [{ kind: 'limit', rate: 10, unit: 7 }],
       [{ kind: 'unknown', name: 'foo', data: '00' }],
-      [{ kind: 'meta', key: 'skuid', dreg: 1 }, { kind: 'cmp', sreg: 1, op: 'eq', data: '00000000' }],
+      [{ kind: 'meta', key: 'time', dreg: 1 }, { kind: 'cmp', sreg: 1, op: 'eq', data: '0000000000000000' }],
       [{ kind: 'payload', base: 'transport', offset: 8, len: 2, dreg: 1 }, { kind: 'cmp', sreg: 1, op: 'eq', data: '0050' }],
-      [{ kind: 'payload', base: 'network', offset: 12, len: 4, dreg: 1 }, { kind: 'cmp', sreg: 1, op: 'lt', data: '00000001' }],
+      [{ kind: 'payload', base: 'network', offset: 12, len: 4, dreg: 1 }, { kind: 'cmp', sreg: 1, op: 'lt', data: '0001' }],
       [{ kind: 'immediate', dreg: 0, verdict: 'queue' }],
       [{ kind: 'nat', type: 'snat', family: 'ip', regAddrMin: 1 }],
       [{ kind: 'masq', flags: 64 }],
