@@ -8,9 +8,9 @@ import { readFileSync, statSync } from 'node:fs';
 import { LineCounter, parseDocument, isNode, isScalar, visit, type Document, type Scalar } from 'yaml';
 import { z } from 'zod';
 import { ConfigError, NfkeeperError } from '../errors.js';
-import type { Family } from '../netlink/expr.js';
+import type { Family, Hex } from '../netlink/expr.js';
 import type { ChainType, Hook } from '../netlink/objects.js';
-import { checkRulePlacement, compileRule, interfaceTable, RuleSyntaxError, type CompiledRule,
+import { checkRulePlacement, commentUserdata, compileRule, interfaceTable, RuleSyntaxError, type CompiledRule,
   type InterfaceResolver } from '../rules/index.js';
 import { listLinks } from '../netlink/link.js';
 import { GC_SCHEMA, type GcConfig } from '../gc/config.js';
@@ -43,6 +43,8 @@ const CHAIN = z.strictObject({
   hook: z.enum(['prerouting', 'input', 'forward', 'output', 'postrouting']).optional(),
   priority: PRIORITY.optional(),
   policy: z.enum(['accept', 'drop']).optional(),
+  // NFTA_CHAIN_USERDATA, as nft writes `comment "…"` (NFTNL_UDATA_CHAIN_COMMENT).
+  comment: z.string().max(128).optional(),
   rules: z.array(z.string()).default([]),
 });
 
@@ -50,6 +52,8 @@ const TABLE = z.strictObject({
   family: z.enum(['ip', 'ip6', 'inet']),
   name: NAME,
   protect: z.boolean().optional(),
+  // NFTA_TABLE_USERDATA, as nft writes `comment "…"` (NFTNL_UDATA_TABLE_COMMENT).
+  comment: z.string().max(128).optional(),
   // Named sets and maps (src/config/sets.ts), in nft's own words.
   sets: z.array(SET_SCHEMA).default([]),
   maps: z.array(SET_SCHEMA).default([]),
@@ -75,12 +79,16 @@ export interface ChainConfig {
   /** Base chains have all of type, hook and priority. */
   base?: { type: ChainType; hook: Hook; priority: number; policy: 'accept' | 'drop' };
   rules: { text: string; compiled: CompiledRule }[];
+  /** NFTA_CHAIN_USERDATA: the chain's comment as nft encodes it. */
+  userdata?: Hex;
 }
 
 export interface TableConfig {
   family: Family;
   name: string;
   protect: boolean;
+  /** NFTA_TABLE_USERDATA: the table's comment as nft encodes it. */
+  userdata?: Hex;
   /** Named sets and maps, in the order they were written (the order nft creates them in). None: the table has none. */
   sets?: SetConfig[];
   chains: ChainConfig[];
@@ -268,7 +276,7 @@ function buildConfig(raw: unknown, file: string, pos: PositionOf, options: LoadO
         if (problem) fail(pos(rpath), `rule ${ri + 1} of chain ${c.name}: ${problem}`);
         rules.push({ text: ruleText, compiled });
       });
-      return { name: c.name, base, rules };
+      return { name: c.name, base, rules, ...(c.comment !== undefined ? { userdata: commentUserdata(c.comment) } : {}) };
     });
     // A set that a rule adds to (`add/update @s { … }`) is sized and flagged by nft when the file
     // gives no size: 65535 and dynamic, as nft 1.0.6's evaluation of the rule sets them on the set.
@@ -284,7 +292,7 @@ function buildConfig(raw: unknown, file: string, pos: PositionOf, options: LoadO
         }
       }
     }
-    return { family: t.family, name: t.name, protect: t.protect ?? false, sets, chains };
+    return { family: t.family, name: t.name, protect: t.protect ?? false, ...(t.comment !== undefined ? { userdata: commentUserdata(t.comment) } : {}), sets, chains };
   });
   const owners = parsed.data.owners;
   if (owners) {

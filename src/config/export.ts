@@ -11,13 +11,15 @@ import type { Family } from '../netlink/expr.js';
 import type { NftSet, SetElement } from '../netlink/objects.js';
 import { SET_F } from '../netlink/objects.js';
 import type { NftSocket } from '../netlink/socket.js';
-import { renderRule, setResolver, type InterfaceResolver } from '../rules/index.js';
+import { commentOf, renderRule, setResolver, type InterfaceResolver } from '../rules/index.js';
 import { kernelSetDecl, type RawSet } from './sets.js';
 
 export type ExportFormat = 'nft' | 'yaml';
 
 export interface ExportedChain {
   name: string;
+  /** NFTA_CHAIN_USERDATA's comment. */
+  comment?: string;
   base?: { type: string; hook: string; priority: number; policy: 'accept' | 'drop' };
   rules: string[];
 }
@@ -25,6 +27,8 @@ export interface ExportedChain {
 export interface ExportedTable {
   family: Family;
   name: string;
+  /** NFTA_TABLE_USERDATA's comment. */
+  comment?: string;
   /** Named sets and maps, in the kernel's order. */
   sets: { decl: RawSet; map: boolean; wrap?: boolean }[];
   chains: ExportedChain[];
@@ -48,6 +52,9 @@ export async function readTable(sock: Reader, family: Family, name: string,
   const resolve = setResolver(withElements);
   const unsupported: string[] = [];
   const out: ExportedTable = { family, name, sets: [], chains: [], unsupported };
+  const tableComment = commentOf(table.userdata);
+  if (tableComment !== undefined) out.comment = tableComment;
+  else if (table.userdata) unsupported.push(`table userdata other than a comment: ${table.userdata}`);
   for (const { set, elements } of withElements) {
     if (set.flags & SET_F.ANONYMOUS) continue;
     const d = kernelSetDecl(set, elements);
@@ -66,8 +73,11 @@ export async function readTable(sock: Reader, family: Family, name: string,
     if (c.hook !== undefined && !['prerouting', 'input', 'forward', 'output', 'postrouting'].includes(c.hook)) {
       unsupported.push(`chain ${c.name}: hook ${c.hook} is not supported`);
     }
+    const comment = commentOf(c.userdata);
+    if (c.userdata && comment === undefined) unsupported.push(`chain ${c.name}: userdata other than a comment: ${c.userdata}`);
     out.chains.push({
       name: c.name,
+      ...(comment !== undefined ? { comment } : {}),
       base: c.hook !== undefined
         ? { type: c.type ?? 'filter', hook: c.hook, priority: c.priority ?? 0, policy: c.policy ?? 'accept' } : undefined,
       rules: byChain.get(c.name) ?? [],
@@ -95,6 +105,7 @@ export function priorityText(hook: string, priority: number): string {
 /** The nft block form, as `nft list table` prints it. */
 export function tableToNft(t: ExportedTable): string {
   const lines = [`table ${t.family} ${t.name} {`];
+  if (t.comment !== undefined) lines.push(`\tcomment "${t.comment}"`);
   t.sets.forEach((s, i) => {
     if (i > 0) lines.push('');
     lines.push(...setLines(s.decl, s.map, s.wrap));
@@ -102,6 +113,7 @@ export function tableToNft(t: ExportedTable): string {
   t.chains.forEach((c: ExportedChain, i) => {
     if (i > 0 || t.sets.length > 0) lines.push('');
     lines.push(`\tchain ${c.name} {`);
+    if (c.comment !== undefined) lines.push(`\t\tcomment "${c.comment}"`);
     if (c.base) {
       lines.push(`\t\ttype ${c.base.type} hook ${c.base.hook} priority ${priorityText(c.base.hook, c.base.priority)}; policy ${c.base.policy};`);
     }
@@ -136,6 +148,7 @@ export function tablesToYaml(tables: ExportedTable[]): string {
     tables: tables.map((t) => ({
       family: t.family,
       name: t.name,
+      ...(t.comment !== undefined ? { comment: t.comment } : {}),
       ...(t.sets.some((x) => !x.map) ? { sets: t.sets.filter((x) => !x.map).map((x) => x.decl) } : {}),
       ...(t.sets.some((x) => x.map) ? { maps: t.sets.filter((x) => x.map).map((x) => x.decl) } : {}),
       chains: t.chains.map((c) => {
@@ -143,6 +156,7 @@ export function tablesToYaml(tables: ExportedTable[]): string {
         return {
           name: c.name,
           ...(c.base ? { type: c.base.type, hook: c.base.hook, priority: /^-?\d+$/.test(p!) ? Number(p) : p, policy: c.base.policy } : {}),
+          ...(c.comment !== undefined ? { comment: c.comment } : {}),
           rules: c.rules.filter((r) => !r.includes('<unsupported')),
         };
       }),

@@ -26,11 +26,13 @@ export interface RawChain {
   hook?: string;
   priority?: number | string;
   policy?: string;
+  comment?: string;
   rules: string[];
 }
 export interface RawTable {
   family: string;
   name: string;
+  comment?: string;
   sets: RawSet[];
   maps: RawSet[];
   chains: RawChain[];
@@ -363,8 +365,16 @@ class Reader {
             this.fail(w.start, unsupportedObject(w.text));
           case 'flags':
             this.fail(w.start, 'table flags are not supported in the config (protect mode sets the owner flag itself: see protect in docs/config)');
-          case 'comment':
-            this.fail(w.start, 'table comments are not supported yet');
+          case 'comment': {
+            const table = this.raw.tables[ti]!;
+            if (table.comment !== undefined) this.fail(w.start, `table ${ref.family} ${ref.name}: 'comment' given twice`);
+            const v = this.next();
+            if (v.kind !== 'string') this.fail(v.start, 'comment takes a quoted string');
+            table.comment = v.text;
+            this.mark(['tables', ti, 'comment'], v.start);
+            this.endStatement();
+            break;
+          }
           default: this.fail(w.start, `'${w.text}' is not something a table holds; expected 'chain', 'set' or 'map'`);
         }
       }
@@ -631,9 +641,17 @@ class Reader {
         this.endStatement();
         continue;
       }
-      if (t.kind === 'word' && (t.text === 'comment' || t.text === 'flags') && this.isPropertyLine()) {
-        this.fail(t.start, `chain ${t.text}s are not supported yet`);
+      if (t.kind === 'word' && t.text === 'comment' && this.peek(1).kind === 'string' && this.isPropertyLine()) {
+        this.next();
+        if (chain.comment !== undefined) this.fail(t.start, `chain ${name.text}: 'comment' given twice`);
+        const v = this.next();
+        chain.comment = v.text;
+        this.mark([...path, 'comment'], v.start);
+        this.endStatement();
+        continue;
       }
+      if (t.kind === 'word' && t.text === 'comment' && this.isPropertyLine()) this.fail(this.peek(1).start, 'comment takes a quoted string');
+      if (t.kind === 'word' && t.text === 'flags' && this.isPropertyLine()) this.fail(t.start, 'chain flags are not supported yet');
       this.rule(ti, ci);
     }
   }

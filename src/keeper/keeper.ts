@@ -517,7 +517,7 @@ export class Keeper extends EventEmitter {
       // claimed carry the flags it gave them; the tick reads everything back trustOwnCommitMs later.
       this.drifting = new Set();
       for (const [i, t] of this.desired.entries()) {
-        if (!r.first.drift[i]?.some((d) => d.kind === 'table-missing' || d.kind === 'table-orphaned' || d.kind === 'table-unprotected')) continue;
+        if (!r.first.drift[i]?.some((d) => d.kind === 'table-missing' || d.kind === 'table-orphaned' || d.kind === 'table-unprotected' || d.kind === 'table-changed')) continue;
         const p: Protection = this.reconciler!.protects(t) ? 'protected' : 'unprotected';
         this.protection.set(`${t.family} ${t.name}`, p);
         this.metrics.protection.set({ table: `${t.family} ${t.name}` }, p === 'protected' ? 1 : 0);

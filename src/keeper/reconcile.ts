@@ -13,18 +13,18 @@ import { SET_F, TABLE_F, indexByChain } from '../netlink/objects.js';
 import { NfkeeperError } from '../errors.js';
 import type { NftConn } from '../netlink/conn.js';
 import type { ChainConfig, TableConfig } from '../config/config.js';
-import { renderRule, ruleKey, type SetResolver } from '../rules/index.js';
+import { commentOf, renderRule, ruleKey, type SetResolver } from '../rules/index.js';
 import { planChain, type ChainEdit } from './plan.js';
 import {
   declarationText, deletable, diffElements, elementTexts, setDefinitionKey, typesOf, type ElementDiff, type SetConfig,
 } from '../config/sets.js';
 
 export type DriftKind =
-  | 'table-missing' | 'table-retired' | 'table-orphaned' | 'table-unprotected' | 'chain-missing' | 'chain-changed' | 'rules-differ' | 'chain-extra'
+  | 'table-missing' | 'table-retired' | 'table-orphaned' | 'table-unprotected' | 'table-changed' | 'chain-missing' | 'chain-changed' | 'rules-differ' | 'chain-extra'
   | 'set-extra' | 'set-missing' | 'set-changed' | 'elements-differ';
 /** Every drift kind, for the metrics' zero series; a Record so a new kind not listed fails the typecheck. */
 export const DRIFT_KINDS: Record<DriftKind, true> = {
-  'table-missing': true, 'table-retired': true, 'table-orphaned': true, 'table-unprotected': true, 'chain-missing': true,
+  'table-missing': true, 'table-retired': true, 'table-orphaned': true, 'table-unprotected': true, 'table-changed': true, 'chain-missing': true,
   'chain-changed': true, 'rules-differ': true, 'chain-extra': true, 'set-extra': true,
   'set-missing': true, 'set-changed': true, 'elements-differ': true,
 };
@@ -189,6 +189,11 @@ export function diffTable(want: TableConfig, have: ObservedTable, options: DiffO
     // The owner flag cannot be set on an existing table (EOPNOTSUPP): recreate it, atomically.
     return [d('table-unprotected', `table ${want.family} ${want.name} is not protected; recreating it owned`)];
   }
+  if ((have.table.userdata ?? '') !== (want.userdata ?? '')) {
+    // NEWTABLE does not update a table's userdata (the kernel takes only its flags): recreate it, atomically.
+    return [d('table-changed', `table ${want.family} ${want.name} has comment ${quoteComment(have.table.userdata)}, want ` +
+      `${quoteComment(want.userdata)}; recreating it`)];
+  }
   const resolve: SetResolver = (n) => have.sets.get(n);
   drifts.push(...diffSets(want, have));
   for (const c of want.chains) {
@@ -200,6 +205,10 @@ export function diffTable(want: TableConfig, have: ObservedTable, options: DiffO
     }
     if (!baseMatches(c.base, chain)) {
       drifts.push(d('chain-changed', `chain ${c.name} has ${describeBase(chain)}, want ${describeWant(c.base)}`, c.name));
+      continue;
+    }
+    if ((chain.userdata ?? '') !== (c.userdata ?? '')) {
+      drifts.push(d('chain-changed', `chain ${c.name} has comment ${quoteComment(chain.userdata)}, want ${quoteComment(c.userdata)}`, c.name));
       continue;
     }
     const rules = have.rules.get(c.name) ?? [];
@@ -357,12 +366,13 @@ export function planTable(batch: Batch, want: TableConfig, have: ObservedTable, 
   const { family, name: table } = want;
   const rewrite = new Set<string>();
   const flags = options.tableFlags ? { flags: options.tableFlags } : {};
-  if (drifts.some((x) => x.kind === 'table-unprotected')) {
+  if (drifts.some((x) => x.kind === 'table-unprotected' || x.kind === 'table-changed')) {
     batch.delete('table', { family, name: table });
     have = { ...have, table: undefined, chains: new Map(), rules: new Map(), sets: new Map() };
   }
+  const tableUserdata = want.userdata ? { userdata: want.userdata } : {};
   if (!have.table) {
-    batch.add('table', { family, name: table, ...flags });
+    batch.add('table', { family, name: table, ...flags, ...tableUserdata });
     for (const c of want.chains) rewrite.add(c.name);
   } else if (drifts.some((x) => x.kind === 'table-orphaned')) {
     // Claiming an orphan: NEWTABLE with owner|persist on the existing table; its rules stay as they are.
@@ -384,6 +394,20 @@ export function planTable(batch: Batch, want: TableConfig, have: ObservedTable, 
     const e = x.kind === 'rules-differ' && have.table ? chainEdits.get(x) : undefined;
     if (e && !e.edit.rewrite && have.chains.has(x.chain!) && !rewrite.has(x.chain!)) edited.set(x.chain!, e);
     else rewrite.add(x.chain!);
+  }
+
+  // A chain recreated in place cannot be deleted while a rule jumps to it (EBUSY): the desired
+  // chains holding such rules are rewritten in the same batch (foreign ones go as extras).
+  if (recreate.size > 0 && have.table) {
+    const wantedChains = new Set(want.chains.map((c) => c.name));
+    for (const [name, rules] of have.rules) {
+      if (!wantedChains.has(name) || rewrite.has(name)) continue;
+      if (rules.some((r) => r.exprs.some((e) => e.kind === 'immediate' && (e.verdict === 'jump' || e.verdict === 'goto')
+        && e.chain !== undefined && recreate.has(e.chain)))) {
+        rewrite.add(name);
+        edited.delete(name);
+      }
+    }
   }
 
   // Flush and delete rules first, so no rule still jumps to a chain we delete or recreate.
@@ -408,7 +432,7 @@ export function planTable(batch: Batch, want: TableConfig, have: ObservedTable, 
   // Chains exist before any rule jumps to them.
   for (const c of want.chains) {
     if (!have.table || !have.chains.has(c.name) || recreate.has(c.name)) {
-      batch.add('chain', { family, table, name: c.name, ...(c.base ?? {}) });
+      batch.add('chain', { family, table, name: c.name, ...(c.base ?? {}), ...(c.userdata ? { userdata: c.userdata } : {}) });
       rewrite.add(c.name);
     }
   }
@@ -477,8 +501,10 @@ export function renderDrift(want: TableConfig, drifts: Drift[]): string[] {
   const out: string[] = [];
   for (const x of drifts) {
     out.push(`# ${x.family} ${x.table}: ${x.detail}`);
-    if (x.kind === 'table-missing' || x.kind === 'table-unprotected') {
-      out.push(`+ add table ${want.family} ${want.name}`);
+    if (x.kind === 'table-missing' || x.kind === 'table-unprotected' || x.kind === 'table-changed') {
+      if (x.kind === 'table-changed') out.push(`- delete table ${want.family} ${want.name}`);
+      const comment = commentOf(want.userdata);
+      out.push(`+ add table ${want.family} ${want.name}${comment !== undefined ? ` { comment ${JSON.stringify(comment)}; }` : ''}`);
       for (const s of want.sets ?? []) out.push(...setText(want, s));
       for (const c of want.chains) out.push(...chainText(want, c));
     } else if (x.kind === 'set-missing' || x.kind === 'set-changed') {
@@ -541,8 +567,17 @@ function elementsText(set: NftSet, elements: readonly SetElement[]): string {
 }
 
 function chainText(t: TableConfig, c: ChainConfig): string[] {
-  const spec = c.base
-    ? ` { type ${c.base.type} hook ${c.base.hook} priority ${c.base.priority}; policy ${c.base.policy}; }` : '';
+  const comment = commentOf(c.userdata);
+  const spec = c.base || comment !== undefined
+    ? ` {${c.base ? ` type ${c.base.type} hook ${c.base.hook} priority ${c.base.priority}; policy ${c.base.policy};` : ''}` +
+      `${comment !== undefined ? ` comment ${JSON.stringify(comment)};` : ''} }` : '';
   return [`+ add chain ${t.family} ${t.name} ${c.name}${spec}`,
     ...c.rules.map((r) => `+ add rule ${t.family} ${t.name} ${c.name} ${r.compiled.text}`)];
+}
+
+/** A table's or chain's comment (its userdata, NFTNL_UDATA_*_COMMENT) for drift details. */
+function quoteComment(userdata: Hex | undefined): string {
+  if (!userdata) return 'none';
+  const c = commentOf(userdata);
+  return c === undefined ? `userdata ${userdata}` : JSON.stringify(c);
 }
