@@ -7,6 +7,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import type { NftSet } from '../../src/index.js';
 import { RuleSyntaxError, compileRule, compiledSetResolver, ruleKey } from '../../src/rules/index.js';
+import { applyEdits } from '../helpers/mutate.js';
 
 const S = (name: string, keyType: number, keyLen: number, extra: Partial<NftSet> = {}): [string, NftSet] =>
   [name, { family: 'ip', table: 't', name, flags: 0, keyType, keyLen, ...extra }];
@@ -70,18 +71,7 @@ describe('mutated set and map rules', () => {
     const edit = fc.tuple(fc.constantFrom('insert', 'delete', 'replace', 'swap-word', 'drop-word', 'add-word'),
       fc.nat(), fc.string({ minLength: 1, maxLength: 3 }), fc.constantFrom(...WORDS));
     fc.assert(fc.property(fc.constantFrom(...TEXTS), fc.array(edit, { minLength: 1, maxLength: 3 }), (t0, edits) => {
-      let t = t0;
-      for (const [kind, n, s, w] of edits) {
-        const i = t.length ? n % (t.length + 1) : 0;
-        const words = t.split(' ');
-        const j = n % words.length;
-        if (kind === 'insert') t = t.slice(0, i) + s + t.slice(i);
-        else if (kind === 'delete') t = t.slice(0, i) + t.slice(i + 1);
-        else if (kind === 'replace') t = t.slice(0, i) + s + t.slice(i + 1);
-        else if (kind === 'swap-word') { words[j] = w; t = words.join(' '); }
-        else if (kind === 'add-word') { words.splice(j, 0, w); t = words.join(' '); }
-        else { words.splice(j, 1); t = words.join(' '); }
-      }
+      const t = applyEdits(t0, edits);
       compileOrRefuse(t);
     }), { numRuns: 5000, seed: 13 });
   });

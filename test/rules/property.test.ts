@@ -8,6 +8,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import type { Expr } from '../../src/index.js';
 import { RuleSyntaxError, compileRule, compiledSetResolver, renderRule, ruleKey } from '../../src/rules/index.js';
+import { applyEdits } from '../helpers/mutate.js';
 import { CORPUS } from './corpus.js';
 import { ruleArb } from './generate.js';
 import { INTERFACES } from './oracle.js';
@@ -90,17 +91,7 @@ describe('arbitrary input', () => {
     const edit = fc.tuple(fc.constantFrom('insert', 'delete', 'replace', 'swap-word', 'drop-word'),
       fc.nat(), fc.string({ minLength: 1, maxLength: 3 }), fc.constantFrom(...WORDS));
     fc.assert(fc.property(fc.constantFrom(...CORPUS), fc.array(edit, { minLength: 1, maxLength: 3 }), (c, edits) => {
-      let t = c.text;
-      for (const [kind, n, s, w] of edits) {
-        const i = t.length ? n % (t.length + 1) : 0;
-        const words = t.split(' ');
-        const j = n % words.length;
-        if (kind === 'insert') t = t.slice(0, i) + s + t.slice(i);
-        else if (kind === 'delete') t = t.slice(0, i) + t.slice(i + 1);
-        else if (kind === 'replace') t = t.slice(0, i) + s + t.slice(i + 1);
-        else if (kind === 'swap-word') { words[j] = w; t = words.join(' '); }
-        else { words.splice(j, 1); t = words.join(' '); }
-      }
+      const t = applyEdits(c.text, edits);
       compileOrRefuse(t, c.family);
     }), { numRuns: 5000, seed: 3 });
   });
