@@ -17,6 +17,23 @@
 
 namespace nfk {
 
+// One set element of a NEWSETELEM / DELSETELEM event, as the kernel sent it
+// (key, key end, data and userdata as hex; the verdict as its code).
+struct EventElement {
+  std::string key;
+  std::string keyEnd;
+  std::string data;
+  std::string userdata;
+  std::string chain;  // a verdict's jump/goto chain
+  bool hasVerdict = false;
+  int32_t verdict = 0;
+  uint32_t flags = 0;
+  bool hasTimeout = false;
+  uint64_t timeout = 0;  // ms
+  bool hasExpiration = false;
+  uint64_t expiration = 0;  // ms
+};
+
 struct MonitorEvent {
   std::string type;   // "newrule", "delchain", ...
   uint32_t family = 0;
@@ -26,6 +43,8 @@ struct MonitorEvent {
   uint32_t portId = 0;  // nlmsg_pid: the sender's netlink port id
   uint16_t flags = 0;   // nlmsg_flags: a rule event carries NLM_F_REPLACE / NLM_F_APPEND of its request
   uint64_t position = 0;  // rule events: NFTA_RULE_POSITION, the handle of the rule before it
+  std::vector<EventElement> elements;  // element events: what was added or deleted
+  bool elementsMalformed = false;      // an element event whose list could not be read
 };
 
 struct MonitorBatch {
@@ -51,8 +70,9 @@ struct EventFilter {
 };
 
 // Reads one nf_tables object message into `ev`; false for anything that is
-// not a table/chain/rule/set/element/object/flowtable event.
-bool ParseEvent(const nlmsghdr* nlh, MonitorEvent* ev);
+// not a table/chain/rule/set/element/object/flowtable event. `withElements`:
+// also decode an element event's elements (not for events that are dropped).
+bool ParseEvent(const nlmsghdr* nlh, MonitorEvent* ev, bool withElements = true);
 
 // Collects the wanted events of one commit. The kernel ends every commit's
 // events with NFT_MSG_NEWGEN.

@@ -168,6 +168,29 @@ void NftMonitor::Deliver(MonitorBatch* batch) {
       eo.Set("portId", e.portId);
       eo.Set("flags", e.flags);
       if (e.position != 0) eo.Set("position", static_cast<double>(e.position));
+      if (e.elementsMalformed) eo.Set("elementsMalformed", true);
+      if (!e.elements.empty()) {
+        Napi::Array els = Napi::Array::New(env, e.elements.size());
+        for (size_t j = 0; j < e.elements.size(); j++) {
+          const EventElement& x = e.elements[j];
+          Napi::Object xo = Napi::Object::New(env);
+          if (!x.key.empty()) xo.Set("key", x.key);
+          if (!x.keyEnd.empty()) xo.Set("keyEnd", x.keyEnd);
+          xo.Set("flags", x.flags);
+          if (!x.data.empty()) xo.Set("data", x.data);
+          if (x.hasVerdict) {
+            const char* v = EnumToName(kVerdictMap, x.verdict);
+            if (v != nullptr) xo.Set("verdict", v);
+            else xo.Set("verdict", x.verdict);
+          }
+          if (!x.chain.empty()) xo.Set("chain", x.chain);
+          if (x.hasTimeout) xo.Set("timeout", static_cast<double>(x.timeout));
+          if (x.hasExpiration) xo.Set("expiration", static_cast<double>(x.expiration));
+          if (!x.userdata.empty()) xo.Set("userdata", x.userdata);
+          els.Set(j, xo);
+        }
+        eo.Set("elements", els);
+      }
       events.Set(i, eo);
     }
     o.Set("events", events);

@@ -5,6 +5,7 @@
  * changes elsewhere never wakes JavaScript.
  */
 import type { Family } from './expr.js';
+import type { SetElement } from './objects.js';
 import type { NativeMonitor } from './native.js';
 import { loadAddon } from '../native.js';
 
@@ -22,6 +23,14 @@ export interface MonitorEvent {
   flags?: number;
   /** Rule events: NFTA_RULE_POSITION, the handle of the rule before it (add and replace only). */
   position?: number;
+  /**
+   * Element events (newsetelem, delsetelem): the elements added or deleted, as a dump gives them
+   * (key, key end, flags, data or verdict and chain, timeout, expiration, userdata). The kernel
+   * notifies one element per event.
+   */
+  elements?: SetElement[];
+  /** An element event whose element list could not be read (its elements are unknown). */
+  elementsMalformed?: boolean;
 }
 
 /** nlmsg_flags bits of rule events. */

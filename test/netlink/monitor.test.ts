@@ -114,6 +114,50 @@ describe('monitor', () => {
     }, 'mon');
   });
 
+  it('element events carry their elements as a dump gives them (vmap, data map, timeout set)', async () => {
+    await withNetns(async (ns) => {
+      const s = open({ netns: ns.path });
+      const inbox = new Inbox();
+      const m = new Monitor({ netns: ns.path, tables: [{ family: 'ip', name: 'e' }], onBatch: inbox.push });
+      try {
+        ns.nft('add table ip e; add chain ip e svc; ' +
+          'add map ip e vm { type ipv4_addr . inet_proto . inet_service : verdict; }; ' +
+          'add map ip e dm { type ipv4_addr : inet_service; }; ' +
+          'add set ip e ts { type ipv4_addr; flags timeout; }');
+        await inbox.next();
+        const dumped = async (set: string) => s.listElements({ family: 'ip', table: 'e', set });
+
+        ns.nft('add element ip e vm { 10.0.0.1 . tcp . 80 : goto svc }');
+        const b1 = await inbox.next();
+        expect(b1.events).toHaveLength(1);
+        expect(b1.events[0]).toMatchObject({ type: 'newsetelem', table: 'e', name: 'vm' });
+        expect(b1.events[0]!.elements).toEqual(await dumped('vm'));
+        expect(b1.events[0]!.elements![0]).toMatchObject({ verdict: 'goto', chain: 'svc' });
+
+        ns.nft('add element ip e dm { 10.0.0.2 : 8080 } ; add element ip e ts { 10.0.0.3 timeout 1h comment "x" }');
+        const b2 = await inbox.next();
+        expect(b2.events.map((e) => `${e.type} ${e.name}`)).toEqual(['newsetelem dm', 'newsetelem ts']);
+        expect(b2.events[0]!.elements).toEqual(await dumped('dm'));
+        const ts = b2.events[1]!.elements![0]!;
+        expect(ts.timeout).toBe(3_600_000);
+        const [tsDumped] = await dumped('ts');
+        expect({ ...ts, expiration: undefined }).toEqual({ ...tsDumped, expiration: undefined });
+
+        // A changed element in one commit: its delete (with the old data) then its add.
+        const before = await dumped('dm');
+        ns.nft('delete element ip e dm { 10.0.0.2 }; add element ip e dm { 10.0.0.2 : 443 }');
+        const b3 = await inbox.next();
+        expect(b3.events.map((e) => e.type)).toEqual(['delsetelem', 'newsetelem']);
+        expect(b3.events[0]!.elements).toEqual(before);
+        expect(b3.events[1]!.elements).toEqual(await dumped('dm'));
+        expect(b3.events[1]!.elements![0]!.data).toBe('01bb');
+      } finally {
+        m.close();
+        s.close();
+      }
+    }, 'mon');
+  });
+
   it('reports every table of `nft flush ruleset` and stops calling back after close', async () => {
     await withNetns(async (ns) => {
       const inbox = new Inbox();
