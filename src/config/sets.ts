@@ -512,7 +512,7 @@ export function elementId(e: SetElement): string {
  * What an element holds besides its identity. A timeout counts only when the
  * config gives one, and the expiration never does: the kernel counts it down.
  */
-function sameContent(want: SetElement, have: SetElement): boolean {
+export function sameContent(want: SetElement, have: SetElement): boolean {
   return (want.data ?? '') === (have.data ?? '') && (want.verdict ?? '') === (have.verdict ?? '')
     && (want.chain ?? '') === (have.chain ?? '') && (want.userdata ?? '') === (have.userdata ?? '')
     && (want.timeout === undefined || want.timeout === have.timeout);
@@ -531,10 +531,13 @@ export interface ElementDiff {
  * are not wanted or hold other data go, wanted ones that are missing or
  * differ come (a changed element is a delete and an add). Elements with a
  * timeout in the config are the kernel's once added: one that is gone has
- * expired and is not added again. A dynamic set's extra elements are the
+ * expired and is not added again. `armed` says which were added (the keeper
+ * remembers; see DiffOptions.armed): a timed element that is not is added.
+ * Without it every one that is gone counts as expired. A dynamic set's extra elements are the
  * data path's (`add @set`), so they stay.
  */
-export function diffElements(want: readonly SetElement[], have: readonly SetElement[], set: NftSet): ElementDiff {
+export function diffElements(want: readonly SetElement[], have: readonly SetElement[], set: NftSet,
+  armed?: ReadonlySet<string>): ElementDiff {
   const haveById = new Map<string, SetElement>();
   for (const e of have) haveById.set(elementId(e), e);
   const out: ElementDiff = { add: [], delete: [], expired: 0 };
@@ -544,7 +547,7 @@ export function diffElements(want: readonly SetElement[], have: readonly SetElem
     wanted.add(id);
     const h = haveById.get(id);
     if (!h) {
-      if (w.timeout !== undefined || w.expiration !== undefined) { out.expired++; continue; }
+      if ((w.timeout !== undefined || w.expiration !== undefined) && (!armed || armed.has(id))) { out.expired++; continue; }
       out.add.push(w);
     } else if (!sameContent(w, h)) {
       out.delete.push(h);

@@ -19,7 +19,7 @@ import { kernelHost } from '../netlink/host.js';
 import type { MonitorBatch } from '../netlink/monitor.js';
 import { GenerationMismatchError } from '../errors.js';
 import { DEFAULT_FIGHT, Fight, type FightOptions } from './fight.js';
-import { MIRROR_MAX_OPS, Mirror } from './mirror.js';
+import { MIRROR_MAX_ELEMENTS, MIRROR_MAX_OPS, Mirror } from './mirror.js';
 import { DRIFT_KINDS, TableOwnedError, protectionOf, type Drift, type Protection } from './reconcile.js';
 import { Reconciler, type Look } from './reconciler.js';
 import { mergeOwners, type Owner } from '../owners/index.js';
@@ -181,7 +181,7 @@ export class Keeper extends EventEmitter {
   /** Opens the sockets, runs the start-up pass (adopting a correct ruleset without writing) and starts the loop. */
   async start(): Promise<void> {
     this.sock = this.host.connect();
-    this.reconciler = new Reconciler(this.sock, { attempts: this.maxRetries, metrics: this.metrics, log: this.log });
+    this.reconciler = new Reconciler(this.sock, { attempts: this.maxRetries, metrics: this.metrics, log: this.log, armTimed: true });
     this.reconciler.retired = this.retiredEarly;
     if (this.useEvents) {
       const useMirror = this.options.mirror ?? true;
@@ -287,7 +287,8 @@ export class Keeper extends EventEmitter {
     this.desired = mergeOwners(config.tables, config.owners, owners);
     this.metrics.owners.set(owners.length);
     this.monitor?.setFilter(this.ownedTables(), this.sock ? [this.sock.portId] : []);
-    this.mirror?.invalidate('the desired state changed');
+    // A change of set and map elements only keeps the mirror: the next pass commits just those element ops.
+    if (this.mirror && !this.mirror.retarget(this.desired)) this.mirror.invalidate('the desired state changed');
     this.lastVerified = undefined;
   }
 
@@ -455,13 +456,15 @@ export class Keeper extends EventEmitter {
     }
     let lastLook: Look | undefined;
     let r;
+    // The desired state this pass enforces: a reload meanwhile must not seed the mirror from this look.
+    const desired = this.desired;
     const useKnown = !this.readBackDue;
     this.readBackDue = false;
     try {
       r = await this.reconciler!.once({
         useKnown,
         learn: true,
-        tables: this.desired,
+        tables: desired,
         ownerIds: this.config.owners ? new Set(this.owners.map((o) => o.id)) : undefined,
         onObserved: (observed) => {
           for (const o of observed) {
@@ -530,7 +533,7 @@ export class Keeper extends EventEmitter {
       this.reportRepair({ cause, drift: r.found, ops: r.ops, latencyMs: performance.now() - detectedAt, generation: r.generation,
         attempts: r.attempts });
     }
-    this.learn(r.trusted ? undefined : lastLook, isDeliberate);
+    this.learn(r.trusted || desired !== this.desired ? undefined : lastLook, isDeliberate);
     return { status: r.ops > 0 ? 'repaired' : 'in-sync', drift: r.found, ops: r.ops, attempts: r.attempts, generation: r.generation };
   }
 
@@ -584,7 +587,9 @@ export class Keeper extends EventEmitter {
   private async mirrorPass(cause: Cause, detectedAt: number): Promise<Omit<PassOutcome, 'cause'> | undefined> {
     const mirror = this.mirror;
     const monitor = this.monitor;
-    if (!mirror?.valid || !monitor?.progress || cause === 'startup' || deliberate(cause) || this.retired.length > 0) return undefined;
+    // A deliberate change reaches here with the mirror valid only when it changed elements alone (install: retarget).
+    if (!mirror?.valid || !monitor?.progress || cause === 'startup' || this.retired.length > 0) return undefined;
+    const isDeliberate = deliberate(cause);
     const sock = this.sock!;
     // The monitor's thread and its delivery to this thread trail the kernel by microseconds.
     let generation = sock.generation();
@@ -596,15 +601,15 @@ export class Keeper extends EventEmitter {
     }
     if (!mirror.exactAt(generation, monitor.progress())) return this.mirrorFallback(mirror.valid ? 'no proof that the mirror is the kernel\'s state now' : mirror.invalidReason);
     const plan = mirror.plan();
-    if (plan === undefined) return this.mirrorFallback(`more than ${MIRROR_MAX_OPS} ops`);
+    if (plan === undefined) return this.mirrorFallback(`more than ${MIRROR_MAX_OPS} rule ops or ${MIRROR_MAX_ELEMENTS} elements`);
     if (plan === 'clean') {
       this.drifting = new Set();
       this.verified(generation, 'mirror');
       return { status: 'in-sync', drift: [], ops: 0, attempts: 1, generation };
     }
     this.drifting = new Set(plan.drift.map((d) => `${d.family} ${d.table}`));
-    for (const d of plan.drift) this.metrics.drift.inc({ kind: d.kind });
-    const waitMs = this.fight.waitFrom(performance.now());
+    if (!isDeliberate) for (const d of plan.drift) this.metrics.drift.inc({ kind: d.kind });
+    const waitMs = isDeliberate ? 0 : this.fight.waitFrom(performance.now());
     if (waitMs > 0) {
       this.scheduleAfter(waitMs, cause, detectedAt);
       return { status: 'deferred', drift: plan.drift, ops: 0, attempts: 1 };

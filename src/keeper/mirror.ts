@@ -21,25 +21,56 @@
  * it (NFTA_RULE_POSITION, or NFTA_RULE_POSITION_ID when that one is re-added
  * in the same batch), or replace an extra that sits in a missing rule's place.
  *
+ * Named sets and maps whose elements only commits change (not interval,
+ * timeout, dynamic or constant ones: the kernel expires and the data path adds
+ * elements without a commit, and interval elements come in pieces) are
+ * followed too, per element: the mirror keeps the desired elements by identity
+ * (elementId, the config's own objects) and where the kernel differs from
+ * them (an element missing, or the kernel's element where it is foreign or
+ * holds other data), learnt from the elements the events carry, our own
+ * commits' included. Their repair is exactly the element ops of that
+ * difference (a changed element is a delete and an add), and a desired change
+ * that changes only elements (retarget) is planned the same way, neither
+ * reading the set.
+ *
  * The mirror is only trusted with a proof that it is the kernel's state: the
  * monitor saw every commit since the mirror was exact (its run of whole
  * commits, see MonitorBatch.since and Monitor.progress), each one that touched
  * an owned table was applied, and nothing happened that the mirror cannot
  * follow. Anything else invalidates it and the keeper falls back to a full
  * observe: an overflow (ENOBUFS), a gap in the generations, a truncated batch,
- * a table, chain or named set event in an owned table, a handle it does not
- * know, a commit of our own socket it did not plan. The repair commit is
+ * a table, chain or set event in an owned table, an element event of a set it
+ * does not follow, an element it does not know, a handle it does not know, a
+ * commit of our own socket it did not plan. The repair commit is
  * guarded by the generation the proof was made at, so a race with another
  * writer is refused by the kernel and also ends in a full observe.
  */
 import type { TableConfig } from '../config/config.js';
+import { deletable, elementId, sameContent, setDefinitionKey, type SetConfig } from '../config/sets.js';
 import { Batch } from '../netlink/batch.js';
 import type { MonitorBatch, MonitorEvent, MonitorProgress } from '../netlink/monitor.js';
-import type { ObservedTable } from '../netlink/objects.js';
-import type { Drift } from './reconcile.js';
+import { SET_F, type ObservedTable, type SetElement } from '../netlink/objects.js';
+import { desiredKey, type Drift } from './reconcile.js';
 
 /** Repairs with more ops than this are left to the full pass (which weighs a rewrite, and runs big batches off-thread). */
 export const MIRROR_MAX_OPS = 64;
+/** Repairs of more elements than this are left to the full pass (elements travel many to an op). */
+export const MIRROR_MAX_ELEMENTS = 1024;
+
+/** Sets whose elements change without a commit, or come in pieces: their element events turn the mirror off. */
+const UNFOLLOWED_SET_FLAGS = SET_F.INTERVAL | SET_F.TIMEOUT | SET_F.EVAL | SET_F.CONSTANT;
+
+/** One owned named set or map whose elements the mirror follows. */
+interface MirrorSet {
+  family: TableConfig['family'];
+  table: string;
+  name: string;
+  config: SetConfig;
+  /** The desired elements by identity: the config's own objects, not copies. */
+  want: Map<string, SetElement>;
+  /** Where the kernel differs from `want`: its element (foreign, or other data), or null where it lacks a wanted one. */
+  differs: Map<string, SetElement | null>;
+}
 
 /** One desired chain as the kernel holds it. */
 interface MirrorChain {
@@ -56,8 +87,11 @@ interface MirrorChain {
   extras: Map<number, number>;
 }
 
-/** What an own commit's events must show, in order: DELRULE of a handle, or NEWRULE of desired rule j. */
-type Expected = { del: number; chain: MirrorChain } | { add: number; chain: MirrorChain };
+/**
+ * What an own commit's events must show, in order: DELRULE of a handle, or NEWRULE of desired rule j;
+ * and (in any order) one element event per planned element op.
+ */
+type Expected = { del: number; chain: MirrorChain } | { add: number; chain: MirrorChain } | { element: MirrorSet };
 
 export interface MirrorPlan {
   batch: Batch;
@@ -87,6 +121,8 @@ export class Mirror {
   /** Why the mirror is not in force, or undefined while it is. */
   invalidReason: string | undefined = 'not seeded';
   private tables = new Map<string, Map<string, MirrorChain>>();
+  /** Per owned table, its named sets: followed ones, and null for those whose element events turn the mirror off. */
+  private sets = new Map<string, Map<string, MirrorSet | null>>();
   /** The desired chains the seed was made from: the rules plan() re-adds. */
   private desired = new Map<string, TableConfig['chains'][number]>();
   private expected = new Map<number, Expected[]>();
@@ -98,6 +134,7 @@ export class Mirror {
   invalidate(reason: string): void {
     if (this.invalidReason === undefined) this.invalidReason = reason;
     this.tables.clear();
+    this.sets.clear();
     this.expected.clear();
   }
 
@@ -107,6 +144,7 @@ export class Mirror {
    */
   seed(desired: readonly TableConfig[], observed: readonly ObservedTable[], generation: number): boolean {
     const tables = new Map<string, Map<string, MirrorChain>>();
+    const sets = new Map<string, Map<string, MirrorSet | null>>();
     for (const [i, t] of desired.entries()) {
       const have = observed[i];
       if (!have?.table || have.family !== t.family || have.name !== t.name) return false;
@@ -126,14 +164,115 @@ export class Mirror {
         chains.set(c.name, { family: t.family, table: t.name, name: c.name, handles, byHandle, missing: new Set(), extras: new Map() });
       }
       tables.set(key(t.family, t.name), chains);
+      const named = new Map<string, MirrorSet | null>();
+      for (const sc of t.sets ?? []) {
+        const h = have.sets.get(sc.name);
+        if (!h) return false;
+        // The look was clean, so a followed set holds exactly its desired elements (none can have
+        // expired: such a set takes no timeouts, and nothing but commits adds to it).
+        const want = Mirror.follows(sc) ? wantOf(sc) : undefined;
+        named.set(sc.name, want && want.size === h.elements.length
+          ? { family: t.family, table: t.name, name: sc.name, config: sc, want, differs: new Map() } : null);
+      }
+      sets.set(key(t.family, t.name), named);
     }
     this.tables = tables;
+    this.sets = sets;
+    this.desiredTables = new Map(desired.map((t) => [key(t.family, t.name), t]));
+    this.unfollowed.clear();
+    for (const t of desired) for (const sc of t.sets ?? []) if (sets.get(key(t.family, t.name))?.get(sc.name) === null) this.unfollowed.set(`${key(t.family, t.name)} ${sc.name}`, sc);
     this.desired = new Map();
     for (const t of desired) for (const c of t.chains) this.desired.set(`${key(t.family, t.name)} ${c.name}`, c);
     this.expected.clear();
     this.generation = generation;
     this.invalidReason = undefined;
     return true;
+  }
+
+  /**
+   * A new desired state that differs from the one the mirror was seeded for (or last retargeted to)
+   * in set and map elements only: the mirror keeps what the kernel holds and now differs from the
+   * new elements, so plan() commits just the element ops. O(elements) in memory, no read. False
+   * (nothing changed here) when anything else differs: tables, chains, rules, set definitions, or
+   * the elements of a set it does not follow; the caller invalidates then.
+   */
+  retarget(desired: readonly TableConfig[]): boolean {
+    if (!this.valid || desired.length !== this.tables.size) return false;
+    const chains: [string, TableConfig['chains'][number]][] = [];
+    const sets: [MirrorSet, SetConfig, Map<string, SetElement>][] = [];
+    for (const t of desired) {
+      const k = key(t.family, t.name);
+      const have = this.tables.get(k);
+      const named = this.sets.get(k);
+      const was = this.desiredTables.get(k);
+      if (!have || !named || !was || have.size !== t.chains.length || named.size !== (t.sets?.length ?? 0)) return false;
+      if (was.protect !== t.protect || (was.userdata ?? '') !== (t.userdata ?? '')) return false;
+      for (const c of t.chains) {
+        const ck = `${k} ${c.name}`;
+        const old = this.desired.get(ck);
+        if (!old || !have.has(c.name) || !sameChain(old, c)) return false;
+        if (old !== c) chains.push([ck, c]);
+      }
+      for (const sc of t.sets ?? []) {
+        const ms = named.get(sc.name);
+        if (ms === undefined) return false;
+        if (ms === null) {
+          // Not followed: it has to stay as it is (its previous desired state is the full pass's).
+          if (Mirror.follows(sc) || !this.unfollowedSame(k, sc)) return false;
+          continue;
+        }
+        if (!Mirror.follows(sc) || setDefinitionKey(sc.set) !== setDefinitionKey(ms.config.set)) return false;
+        if (sc !== ms.config) sets.push([ms, sc, wantOf(sc)]);
+      }
+    }
+    for (const [ck, c] of chains) this.desired.set(ck, c);
+    for (const t of desired) this.desiredTables.set(key(t.family, t.name), t);
+    for (const [ms, sc, want] of sets) {
+      // What the kernel holds: the old desired elements where they did not differ.
+      const kernel = (id: string) => ms.differs.has(id) ? ms.differs.get(id)! : ms.want.get(id) ?? null;
+      const differs = new Map<string, SetElement | null>();
+      for (const [id, w] of want) {
+        const k = kernel(id);
+        if (k === null || !sameContent(w, k)) differs.set(id, k);
+      }
+      for (const id of ms.want.keys()) {
+        if (want.has(id)) continue;
+        const k = kernel(id);
+        if (k !== null) differs.set(id, k);
+      }
+      for (const [id, k] of ms.differs) if (k !== null && !want.has(id) && !ms.want.has(id)) differs.set(id, k);
+      ms.config = sc;
+      ms.want = want;
+      ms.differs = differs;
+    }
+    this.unfollowed.clear();
+    for (const t of desired) for (const sc of t.sets ?? []) if (this.sets.get(key(t.family, t.name))?.get(sc.name) === null) this.unfollowed.set(`${key(t.family, t.name)} ${sc.name}`, sc);
+    return true;
+  }
+
+  /** The desired config of each set the mirror does not follow, to tell a reload that leaves it alone. */
+  private unfollowed = new Map<string, SetConfig>();
+  /** The desired tables the mirror was seeded for or retargeted to. */
+  private desiredTables = new Map<string, TableConfig>();
+
+  private unfollowedSame(tableKey: string, sc: SetConfig): boolean {
+    const old = this.unfollowed.get(`${tableKey} ${sc.name}`);
+    if (!old) return false;
+    if (old === sc) return true;
+    if (setDefinitionKey(old.set) !== setDefinitionKey(sc.set) || old.elements.length !== sc.elements.length) return false;
+    return old.elements.every((e, i) => elementId(e) === elementId(sc.elements[i]!) && sameContent(e, sc.elements[i]!)
+      && e.timeout === sc.elements[i]!.timeout && e.expiration === sc.elements[i]!.expiration);
+  }
+
+  /** Whether the mirror follows this set's elements from the events (see UNFOLLOWED_SET_FLAGS). */
+  static follows(sc: SetConfig): boolean {
+    return (sc.set.flags & UNFOLLOWED_SET_FLAGS) === 0;
+  }
+
+  /** How many elements of a followed set the kernel holds otherwise than desired (tests, bench). */
+  elementsDiffering(family: string, table: string, set: string): number | undefined {
+    const ms = this.valid ? this.sets.get(key(family, table))?.get(set) : undefined;
+    return ms ? ms.differs.size : undefined;
   }
 
   /**
@@ -212,7 +351,15 @@ export class Mirror {
         drift.push(this.describe(c));
       }
     }
-    if (drift.length === 0) return 'clean';
+    let elements = 0;
+    for (const named of this.sets.values()) {
+      for (const ms of named.values()) {
+        if (!ms || ms.differs.size === 0) continue;
+        elements += ms.differs.size;
+        if (elements > MIRROR_MAX_ELEMENTS) return undefined;
+      }
+    }
+    if (drift.length === 0 && elements === 0) return 'clean';
     for (const chains of this.tables.values()) {
       for (const c of chains.values()) {
         if (c.missing.size === 0 && c.extras.size === 0) continue;
@@ -243,6 +390,30 @@ export class Mirror {
           else batch.add('rule', { ...body, positionId: ids.get(j - 1)! });  // after the one re-added just before
           expected.push({ add: j, chain: c });
         }
+      }
+    }
+    for (const named of this.sets.values()) {
+      for (const ms of named.values()) {
+        if (!ms || ms.differs.size === 0) continue;
+        const del: SetElement[] = [];
+        const add: SetElement[] = [];
+        for (const [id, k] of ms.differs) {
+          if (k !== null) del.push(deletable(k));
+          const w = ms.want.get(id);
+          if (w) add.push(w);
+        }
+        // A changed element is its delete and its add, in that order, in the same batch.
+        const where = { family: ms.family, table: ms.table, set: ms.name };
+        if (del.length > 0) batch.delete('element', { ...where, elements: del });
+        if (add.length > 0) batch.add('element', { ...where, elements: add });
+        for (let i = 0; i < del.length + add.length; i++) expected.push({ element: ms });
+        const what = ms.config.map ? 'map' : 'set';
+        const changed = del.length + add.length - ms.differs.size;
+        drift.push({
+          kind: 'elements-differ', family: ms.family, table: ms.table, set: ms.name,
+          detail: `${what} ${ms.name}: ${add.length} kernel elements to add, ${del.length} to delete` +
+            `${changed > 0 ? ` (${changed} changed)` : ''}; repair from events: no element read`,
+        });
       }
     }
     return { batch, drift, expected };
@@ -289,6 +460,38 @@ export class Mirror {
       && /^__(set|map)\d+$/.test(e.name ?? '');
   }
 
+  /** The followed set an element event is about, if it is one. */
+  private followedSetOf(e: MonitorEvent): MirrorSet | undefined {
+    if (e.type !== 'newsetelem' && e.type !== 'delsetelem') return undefined;
+    return this.sets.get(key(e.family, e.table))?.get(e.name ?? '') ?? undefined;
+  }
+
+  /** Takes what an element event says the kernel now holds; returns why it cannot. */
+  private learnElements(ms: MirrorSet, e: MonitorEvent): string | undefined {
+    if (e.elementsMalformed || !e.elements || e.elements.length === 0) return `an element event of ${ms.name} without its elements`;
+    for (const el of e.elements) {
+      const id = elementId(el);
+      const before = ms.differs.has(id) ? ms.differs.get(id)! : ms.want.get(id) ?? null;
+      if (e.type === 'delsetelem') {
+        if (before === null) return `an element deleted from ${ms.name} that the mirror does not know`;
+        this.holds(ms, id, null);
+      } else {
+        // The kernel refuses (or ignores, without an event) adding an element it holds.
+        if (before !== null) return `an element added to ${ms.name} that the mirror already holds`;
+        this.holds(ms, id, el);
+      }
+    }
+    return undefined;
+  }
+
+  /** The kernel holds `el` (or nothing) as the element `id` of `ms`. */
+  private holds(ms: MirrorSet, id: string, el: SetElement | null): void {
+    const w = ms.want.get(id);
+    const same = el === null ? w === undefined : w !== undefined && sameContent(w, el);
+    if (same) ms.differs.delete(id);
+    else ms.differs.set(id, el);
+  }
+
   /** Follows a foreign commit; returns why it cannot. */
   private applyForeign(events: readonly MonitorEvent[]): string | undefined {
     const deleted = new Map<number, number>();  // handle deleted in this commit → its desired index
@@ -296,6 +499,12 @@ export class Mirror {
       if (e.type !== 'newrule' && e.type !== 'delrule') {
         if (!this.tables.has(key(e.family, e.table))) continue;  // e.g. another table deleted
         if (Mirror.anonymous(e)) continue;
+        const ms = this.followedSetOf(e);
+        if (ms) {
+          const why = this.learnElements(ms, e);
+          if (why) return why;
+          continue;
+        }
         return `${e.type} ${e.family} ${e.table}${e.name ? ` ${e.name}` : ''} (the full pass plans that)`;
       }
       const c = this.chainOf(e);
@@ -331,15 +540,25 @@ export class Mirror {
     const plan = this.expected.get(b.generation);
     this.expected.delete(b.generation);
     if (!plan) return `a commit of our own socket (generation ${b.generation}) that the mirror did not plan`;
+    const rulePlan = plan.filter((x) => !('element' in x));
+    let elementsPlanned = plan.length - rulePlan.length;
     let k = 0;
     for (const e of b.events) {
       if (e.type !== 'newrule' && e.type !== 'delrule') {
         if (Mirror.anonymous(e)) continue;
+        const ms = this.followedSetOf(e);
+        if (ms && elementsPlanned > 0) {
+          // Our own element ops: the events say what the kernel holds now, as for a foreign commit.
+          elementsPlanned -= e.elements?.length ?? 1;
+          const why = this.learnElements(ms, e);
+          if (why) return why;
+          continue;
+        }
         return `our commit ${b.generation} holds a ${e.type} event the mirror did not plan`;
       }
-      const x = plan[k++];
+      const x = rulePlan[k++];
       const c = this.chainOf(e);
-      if (!x || typeof c === 'string' || c !== x.chain || !e.handle) return `our commit ${b.generation} does not match its plan`;
+      if (!x || 'element' in x || typeof c === 'string' || c !== x.chain || !e.handle) return `our commit ${b.generation} does not match its plan`;
       if (e.type === 'delrule') {
         if (!('del' in x) || x.del !== e.handle || !c.extras.delete(e.handle)) return `our commit ${b.generation} deleted an unplanned rule`;
       } else {
@@ -349,7 +568,24 @@ export class Mirror {
         c.missing.delete(x.add);
       }
     }
-    if (k !== plan.length) return `our commit ${b.generation} showed ${k} of ${plan.length} planned rule events`;
+    if (k !== rulePlan.length) return `our commit ${b.generation} showed ${k} of ${rulePlan.length} planned rule events`;
+    if (elementsPlanned !== 0) return `our commit ${b.generation} did not show its planned element events`;
     return undefined;
   }
+}
+
+/** A set's desired elements by identity (the config's objects). */
+function wantOf(sc: SetConfig): Map<string, SetElement> {
+  const m = new Map<string, SetElement>();
+  for (const e of sc.elements) m.set(elementId(e), e);
+  return m;
+}
+
+/** The same chain apart from the objects: definition, comment and every rule's key, in order. */
+function sameChain(a: TableConfig['chains'][number], b: TableConfig['chains'][number]): boolean {
+  if (a === b) return true;
+  if (a.name !== b.name || JSON.stringify(a.base ?? null) !== JSON.stringify(b.base ?? null) || (a.userdata ?? '') !== (b.userdata ?? '')) return false;
+  if (a.rules.length !== b.rules.length) return false;
+  for (let j = 0; j < a.rules.length; j++) if (a.rules[j] !== b.rules[j] && desiredKey(a.rules[j]!) !== desiredKey(b.rules[j]!)) return false;
+  return true;
 }

@@ -16,7 +16,7 @@ import type { ChainConfig, TableConfig } from '../config/config.js';
 import { commentOf, renderRule, ruleKey, type SetResolver } from '../rules/index.js';
 import { planChain, type ChainEdit } from './plan.js';
 import {
-  declarationText, deletable, diffElements, elementTexts, setDefinitionKey, typesOf, type ElementDiff, type SetConfig,
+  declarationText, deletable, diffElements, elementId, elementTexts, setDefinitionKey, typesOf, type ElementDiff, type SetConfig,
 } from '../config/sets.js';
 
 export type DriftKind =
@@ -165,7 +165,19 @@ export interface DiffOptions {
    * is compared as usual.
    */
   verified?: ReadonlyMap<string, ChainConfig>;
+  /**
+   * Timed elements (a timeout or expires in the config) this process has seen installed, per
+   * `family table set`: one of those missing has expired and is left to the kernel; a timed element
+   * missing that is not here is installed (a reload or the start-up added it). Without it (one-shot
+   * check/apply, which remember nothing) every missing timed element counts as expired.
+   */
+  armed?: ArmedTimed;
 }
+
+/** See DiffOptions.armed: element ids by `family table set`. */
+export type ArmedTimed = Map<string, Set<string>>;
+
+const NONE_ARMED: ReadonlySet<string> = new Set();
 
 export type Protection = 'protected' | 'orphaned' | 'unprotected' | 'foreign-owner' | 'missing';
 
@@ -195,7 +207,7 @@ export function diffTable(want: TableConfig, have: ObservedTable, options: DiffO
       `${quoteComment(want.userdata)}; recreating it`)];
   }
   const resolve: SetResolver = (n) => have.sets.get(n);
-  drifts.push(...diffSets(want, have));
+  drifts.push(...diffSets(want, have, options.armed));
   for (const c of want.chains) {
     if (options.verified?.get(c.name) === c) continue;
     const chain = have.chains.get(c.name);
@@ -252,7 +264,7 @@ const elementDiffs = new WeakMap<Drift, ElementDiff>();
  * elements differ gets element adds and deletes only. A constant set cannot
  * take element changes, so it is created again.
  */
-function diffSets(want: TableConfig, have: ObservedTable): Drift[] {
+function diffSets(want: TableConfig, have: ObservedTable, armed?: ArmedTimed): Drift[] {
   const out: Drift[] = [];
   for (const s of want.sets ?? []) {
     const what = s.map ? 'map' : 'set';
@@ -266,7 +278,8 @@ function diffSets(want: TableConfig, have: ObservedTable): Drift[] {
       out.push(d('set-changed', `${what} ${s.name} is defined differently (${describeSetDiff(h.set, s.set)}); creating it again`));
       continue;
     }
-    const diff = diffElements(s.elements, h.elements, s.set);
+    const diff = diffElements(s.elements, h.elements, s.set,
+      armed ? armed.get(`${want.family} ${want.name} ${s.name}`) ?? NONE_ARMED : undefined);
     if (diff.add.length === 0 && diff.delete.length === 0) continue;
     if (s.set.flags & SET_F.CONSTANT) {
       out.push(d('set-changed', `constant ${what} ${s.name} holds other elements; a constant set is created again`));
@@ -580,4 +593,50 @@ function quoteComment(userdata: Hex | undefined): string {
   if (!userdata) return 'none';
   const c = commentOf(userdata);
   return c === undefined ? `userdata ${userdata}` : JSON.stringify(c);
+}
+
+/**
+ * Keeps `armed` (DiffOptions.armed) for `tables` after a look: the desired timed elements found in
+ * the kernel are armed, and those no longer desired are forgotten (desired again later, they are
+ * installed again).
+ */
+export function armTimed(armed: ArmedTimed, tables: readonly TableConfig[], observed: readonly ObservedTable[]): void {
+  const keep = new Set<string>();
+  for (const [i, t] of tables.entries()) {
+    for (const s of t.sets ?? []) {
+      if (!(s.set.flags & SET_F.TIMEOUT)) continue;
+      const k = `${t.family} ${t.name} ${s.name}`;
+      const timed = s.elements.filter((e) => e.timeout !== undefined || e.expiration !== undefined);
+      if (timed.length === 0) continue;
+      keep.add(k);
+      const old = armed.get(k);
+      const present = new Set((observed[i]?.sets.get(s.name)?.elements ?? []).map(elementId));
+      const now = new Set<string>();
+      for (const e of timed) {
+        const id = elementId(e);
+        if (old?.has(id) || present.has(id)) now.add(id);
+      }
+      armed.set(k, now);
+    }
+  }
+  for (const k of armed.keys()) if (!keep.has(k)) armed.delete(k);
+}
+
+/** After a commit of `batch`: the timed elements it added (with their set, or to it) are armed. */
+export function armCommitted(armed: ArmedTimed, batch: Batch): void {
+  for (const op of batch.ops) {
+    if (op.verb !== 'add' && op.verb !== 'create') continue;
+    let k: string;
+    let els: readonly SetElement[] | undefined;
+    if (op.object === 'element') [k, els] = [`${op.family} ${op.table} ${op.set}`, op.elements];
+    else if (op.object === 'set') [k, els] = [`${op.family} ${op.table} ${op.name}`, op.elements];
+    else continue;
+    if (!els) continue;
+    for (const e of els) {
+      if (e.timeout === undefined && e.expiration === undefined) continue;
+      let a = armed.get(k);
+      if (!a) armed.set(k, a = new Set());
+      a.add(elementId(e));
+    }
+  }
 }

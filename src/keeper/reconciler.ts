@@ -17,7 +17,7 @@ import type { Family } from '../netlink/expr.js';
 import { commitGuarded } from '../netlink/guard.js';
 import type { ObservedTable } from '../netlink/objects.js';
 import { ownedGarbage, type OwnedGarbage } from '../owners/index.js';
-import { PROTECT_FLAGS, diffTable, observeTable, planTable, type Drift } from './reconcile.js';
+import { PROTECT_FLAGS, armCommitted, armTimed, diffTable, observeTable, planTable, type ArmedTimed, type Drift } from './reconcile.js';
 import { KnownState } from './known.js';
 import type { CommitResult } from '../netlink/conn.js';
 
@@ -96,6 +96,11 @@ export interface ReconcilerOptions {
   attempts: number;
   metrics?: Pick<KeeperMetrics, 'dumps' | 'generationRetries'>;
   log?: Logger;
+  /**
+   * Remember which timed elements were installed (DiffOptions.armed), so that one a reload adds is
+   * installed and one that expired is not re-added: the daemon. One-shot callers remember nothing.
+   */
+  armTimed?: boolean;
 }
 
 /** Looks (by their observed list) that came from the known state rather than a dump. */
@@ -108,8 +113,12 @@ export class Reconciler {
   protectSupported = true;
   /** What the tables hold at one generation, without reading them (see known.ts); undefined when not known. */
   private known?: KnownState;
+  /** The timed elements seen installed (options.armTimed). */
+  private readonly armed?: ArmedTimed;
 
-  constructor(readonly conn: NftConn, private readonly options: ReconcilerOptions) {}
+  constructor(readonly conn: NftConn, private readonly options: ReconcilerOptions) {
+    if (options.armTimed) this.armed = new Map();
+  }
 
   /** Enforce protect mode for this table: configured, and the kernel takes the flags. */
   protects(t: TableConfig): boolean {
@@ -141,6 +150,7 @@ export class Reconciler {
       return {
         value: { status: 'repaired', look }, batch,
         committed: (echoed?: CommitResult) => {
+          if (this.armed) armCommitted(this.armed, batch);
           committed += batch.length;
           last = { look, batch, echoed };
           this.known = undefined;
@@ -186,8 +196,10 @@ export class Reconciler {
       this.options.metrics?.dumps.inc();
     }
     input.onObserved?.(observed);
+    if (this.armed && !known) armTimed(this.armed, input.tables, observed);
     const drift = input.tables.map((t, i) => diffTable(t, observed[i]!,
-      { protect: this.protects(t), portId: conn.portId, allowForeignOwner: input.allowForeignOwner, verified: known?.table(t)!.verified }));
+      { protect: this.protects(t), portId: conn.portId, allowForeignOwner: input.allowForeignOwner, verified: known?.table(t)!.verified,
+        armed: this.armed }));
     const retired = await this.retiredPresent();
     if (known && !read) knownLooks.add(observed);
     const flat = [...drift.flat(), ...retired.map((t): Drift => ({
