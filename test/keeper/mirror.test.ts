@@ -6,7 +6,8 @@
 import { describe, expect, it } from 'vitest';
 import { Mirror } from '../../src/keeper/mirror.js';
 import type { MonitorBatch, MonitorEvent } from '../../src/netlink/monitor.js';
-import type { ObservedTable, Rule } from '../../src/netlink/objects.js';
+import type { ObservedTable, Rule, SetElement } from '../../src/netlink/objects.js';
+import { parseNftConfig, type TableConfig } from '../../src/config/config.js';
 import { planConfig } from './plan-fixtures.js';
 
 const OWN = 77;
@@ -107,5 +108,100 @@ describe('the event mirror', () => {
     m.apply(batch(6, Array.from({ length: 70 }, (_, i) => ev('newrule', 100 + i))), OWN);
     expect(m.valid).toBe(true);
     expect(m.plan()).toBeUndefined();
+  });
+});
+
+describe('the event mirror and set elements', () => {
+  const text = (vm: string[], extra = '') => `table ip t {
+\tchain a {
+\t}
+\tmap vm {
+\t\ttype ipv4_addr : verdict
+\t\telements = { ${vm.join(', ')} }
+\t}
+\tset ts {
+\t\ttype ipv4_addr
+\t\tflags timeout
+\t\telements = { 10.9.9.9 timeout 1h }
+\t}
+\tchain c {
+\t\tip daddr vmap @vm${extra}
+\t}
+}
+`;
+  const config = (vm: string[], extra = '') => parseNftConfig(text(vm, extra), 't.nft').tables;
+  const VM = ['10.0.0.1 : goto a', '10.0.0.2 : goto a', '10.0.0.3 : accept'];
+
+  function seededSets(): { m: Mirror; desired: TableConfig[] } {
+    const desired = config(VM);
+    const t = desired[0]!;
+    const observed: ObservedTable = {
+      family: 'ip', name: 't', table: { family: 'ip', name: 't', flags: 0 },
+      chains: new Map(t.chains.map((c) => [c.name, { family: 'ip', table: 't', name: c.name }])),
+      rules: new Map(t.chains.map((c) => [c.name, c.rules.map((r, i) => ({ family: 'ip', table: 't', chain: c.name, handle: 10 + i, exprs: r.compiled.exprs }))])),
+      sets: new Map(t.sets!.map((s) => [s.name, { set: s.set, elements: s.elements }])),
+    };
+    const m = new Mirror();
+    expect(m.seed(desired, [observed], 5)).toBe(true);
+    return { m, desired };
+  }
+  const el = (type: 'newsetelem' | 'delsetelem', elements: SetElement[], portId = FOREIGN, name = 'vm'): MonitorEvent =>
+    ({ type, family: 'ip', table: 't', name, portId, elements });
+  const elementOps = (p: ReturnType<Mirror['plan']>) => {
+    if (p === 'clean' || !p) throw new Error(`no plan: ${p}`);
+    return p.batch.ops.map((o) => o.object === 'element' ? `${o.verb} ${o.set} ${o.elements.map((e) => `${e.key}${e.verdict ? `:${e.verdict}${e.chain ? ` ${e.chain}` : ''}` : ''}`).join(',')}` : `${o.verb} ${o.object}`);
+  };
+
+  it('re-adds a deleted element, deletes a foreign one, puts back changed data, and learns its own commit', () => {
+    const { m } = seededSets();
+    expect(m.apply(batch(6, [
+      el('delsetelem', [{ key: '0a000001', flags: 0, verdict: 'goto', chain: 'a' }]),
+      el('newsetelem', [{ key: '0a0000ff', flags: 0, verdict: 'drop' }]),
+      el('delsetelem', [{ key: '0a000003', flags: 0, verdict: 'accept' }]),
+      el('newsetelem', [{ key: '0a000003', flags: 0, verdict: 'drop' }]),
+    ]), OWN)).toBe('changed');
+    expect(m.elementsDiffering('ip', 't', 'vm')).toBe(3);
+    const plan = m.plan();
+    expect(elementOps(plan)).toEqual(['delete vm 0a0000ff,0a000003', 'add vm 0a000001:goto a,0a000003:accept']);
+    if (plan === 'clean' || !plan) throw new Error('no plan');
+    expect(plan.drift[0]!.detail).toMatch(/map vm: 2 kernel elements to add, 2 to delete \(1 changed\); repair from events/);
+    m.expect(7, plan.expected);
+    expect(m.apply(batch(7, [
+      el('delsetelem', [{ key: '0a0000ff', flags: 0, verdict: 'drop' }], OWN), el('delsetelem', [{ key: '0a000003', flags: 0, verdict: 'drop' }], OWN),
+      el('newsetelem', [{ key: '0a000001', flags: 0, verdict: 'goto', chain: 'a' }], OWN), el('newsetelem', [{ key: '0a000003', flags: 0, verdict: 'accept' }], OWN),
+    ]), OWN)).toBe('own');
+    expect(m.plan()).toBe('clean');
+  });
+
+  const giveWay: [string, MonitorBatch][] = [
+    ['a gap in the generations', batch(8, [el('delsetelem', [{ key: '0a000001', flags: 0, verdict: 'goto', chain: 'a' }])], { since: 8 })],
+    ['an element it does not know deleted', batch(6, [el('delsetelem', [{ key: '0a0000aa', flags: 0, verdict: 'drop' }])])],
+    ['an element it holds added again', batch(6, [el('newsetelem', [{ key: '0a000002', flags: 0, verdict: 'drop' }])])],
+    ['an element event without its elements', batch(6, [{ ...el('delsetelem', []), elementsMalformed: true }])],
+    ['an element of a set it does not follow (timeouts)', batch(6, [el('delsetelem', [{ key: '0a090909', flags: 0, timeout: 3_600_000 }], FOREIGN, 'ts')])],
+    ['the map deleted', batch(6, [{ type: 'delset', family: 'ip', table: 't', name: 'vm', portId: FOREIGN }])],
+  ];
+  for (const [what, b] of giveWay) {
+    it(`gives way to a full observe on ${what}`, () => {
+      const { m } = seededSets();
+      expect(m.apply(b, OWN)).toBe('invalid');
+      expect(m.valid).toBe(false);
+    });
+  }
+
+  it('a desired change of elements only is retargeted: the kernel stays as it was, the plan is the element diff', () => {
+    const { m } = seededSets();
+    m.apply(batch(6, [el('delsetelem', [{ key: '0a000002', flags: 0, verdict: 'goto', chain: 'a' }])]), OWN);
+    expect(m.retarget(config(['10.0.0.1 : goto a', '10.0.0.3 : drop', '10.0.0.4 : goto a']))).toBe(true);
+    // 10.0.0.2 is gone from the kernel and the config; 10.0.0.3 changes; 10.0.0.4 is new.
+    expect(elementOps(m.plan())).toEqual(['delete vm 0a000003', 'add vm 0a000003:drop,0a000004:goto a']);
+    expect(m.valid).toBe(true);
+  });
+
+  it('refuses to retarget anything but elements', () => {
+    expect(seededSets().m.retarget(config(VM, ' counter'))).toBe(false);  // a rule changed
+    const timedChanged = parseNftConfig(text(VM).replace('10.9.9.9 timeout 1h', '10.9.9.8 timeout 1h'), 't.nft').tables;
+    expect(seededSets().m.retarget(timedChanged)).toBe(false);  // a set it does not follow changed
+    expect(seededSets().m.retarget(config(VM))).toBe(true);  // the same config, compiled again
   });
 });
