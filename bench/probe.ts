@@ -20,6 +20,7 @@ import { performance } from 'node:perf_hooks';
 import { Batch } from '../src/netlink/batch.js';
 import type { Family } from '../src/netlink/expr.js';
 import { Monitor, type MonitorBatch } from '../src/netlink/monitor.js';
+import type { SetElement } from '../src/netlink/objects.js';
 import { open, type NftSocket } from '../src/netlink/socket.js';
 import { ruleKey } from '../src/rules/index.js';
 import { summarize, type Summary } from './lib/stats.js';
@@ -89,6 +90,110 @@ export class RepairProbe {
   }
 }
 
+export interface ElementProbeTarget {
+  netns?: string;
+  family: Family;
+  table: string;
+  set: string;
+}
+
+/** What identifies an element and what it holds, as a notification and a dump both give it. */
+const elementText = (e: SetElement) => JSON.stringify([e.key, e.keyEnd, e.flags ?? 0, e.data, e.verdict, e.chain, e.userdata]);
+
+/** The element version of RepairProbe: delete one element, time until another socket adds it back. */
+export class ElementRepairProbe {
+  private readonly sock: NftSocket;
+  private readonly monitor: Monitor;
+  private waiter?: (b: MonitorBatch, at: number) => void;
+  private elements: SetElement[] = [];
+  private next = 0;
+
+  constructor(private readonly target: ElementProbeTarget) {
+    this.sock = open({ netns: target.netns });
+    this.monitor = new Monitor({
+      netns: target.netns,
+      tables: [{ family: target.family, name: target.table }],
+      ignorePorts: [this.sock.portId],
+      onBatch: (b) => this.waiter?.(b, performance.now()),
+    });
+  }
+
+  private get where() {
+    return { family: this.target.family, table: this.target.table, set: this.target.set };
+  }
+
+  /** Reads the set once (the victims come from it); returns its size. */
+  async load(): Promise<number> {
+    this.elements = await this.sock.listElements(this.where);
+    if (this.elements.length === 0) throw new Error(`set ${this.target.table} ${this.target.set} is empty`);
+    return this.elements.length;
+  }
+
+  /** One sample: µs from our deletion committed to the keeper's commit adding the element back. */
+  async once(timeoutMs = 10_000): Promise<number> {
+    if (this.elements.length === 0) await this.load();
+    // Spread over the set (a stride prime to any size we use), never the same twice in a row.
+    const victim = this.elements[(this.next++ * 7919) % this.elements.length]!;
+    const want = elementText(victim);
+    const answered = new Promise<number>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`no repair of ${this.target.set} within ${timeoutMs} ms`)), timeoutMs);
+      this.waiter = (b, at) => {
+        if (b.overflow) {
+          clearTimeout(timer);
+          reject(new Error('the probe\'s event socket overflowed'));
+          return;
+        }
+        const back = b.events.find((e) => e.type === 'newsetelem' && e.table === this.target.table && e.name === this.target.set
+          && e.elements?.some((x) => x.key === victim.key));
+        if (!back) return;
+        clearTimeout(timer);
+        this.waiter = undefined;
+        const got = back.elements!.find((x) => x.key === victim.key)!;
+        if (elementText({ ...got, timeout: undefined, expiration: undefined }) !== want) {
+          reject(new Error(`the element came back as ${elementText(got)}, was ${want}`));
+          return;
+        }
+        resolve(at);
+      };
+    });
+    const t0 = performance.now();
+    await this.sock.commit(new Batch().delete('element', { ...this.where,
+      elements: [{ key: victim.key, ...(victim.keyEnd !== undefined ? { keyEnd: victim.keyEnd } : {}), flags: victim.flags ?? 0 }] }));
+    const t1 = await answered;
+    return (t1 - t0) * 1000;
+  }
+
+  /** The set read back holds as many elements as at load(). */
+  async verify(): Promise<void> {
+    const now = await this.sock.listElements(this.where);
+    if (now.length !== this.elements.length) throw new Error(`the set holds ${now.length} elements, had ${this.elements.length}`);
+  }
+
+  close(): void {
+    this.monitor.close();
+    this.sock.close();
+  }
+}
+
+/** `count` element repairs, `intervalMs` apart; the set is read back at the end. */
+export async function probeElementRepairs(target: ElementProbeTarget, count: number, intervalMs: number,
+  opts: { warmup?: number; timeoutMs?: number } = {}): Promise<{ summary: Summary; samples: number[]; elements: number }> {
+  const probe = new ElementRepairProbe(target);
+  const samples: number[] = [];
+  try {
+    const elements = await probe.load();
+    for (let k = 0; k < (opts.warmup ?? 0) + count; k++) {
+      const us = await probe.once(opts.timeoutMs ?? 10_000);
+      if (k >= (opts.warmup ?? 0)) samples.push(us);
+      await new Promise((r) => setTimeout(r, intervalMs));
+    }
+    await probe.verify();
+    return { summary: summarize(samples), samples, elements };
+  } finally {
+    probe.close();
+  }
+}
+
 /** `count` samples, `intervalMs` apart (the keeper's verify pass after each repair runs in between). */
 export async function probeRepairs(target: ProbeTarget, count: number, intervalMs: number,
   opts: { warmup?: number; verify?: boolean; timeoutMs?: number } = {}): Promise<{ summary: Summary; samples: number[] }> {
@@ -116,6 +221,20 @@ async function main(): Promise<void> {
   const chain = arg('--chain') ?? 'postrouting';
   const count = Number(arg('--count') ?? 20);
   const intervalMs = Number(arg('--interval-ms') ?? 2500);
+  const set = arg('--set');
+  if (set !== undefined) {
+    if (!table || !Number.isInteger(count) || count < 1 || !(intervalMs >= 0)) {
+      throw new Error('usage: probe.ts --netns PATH --table FAMILY:NAME --set NAME [--count N] [--interval-ms MS] [--json]');
+    }
+    const r = await probeElementRepairs({ netns: arg('--netns'), family, table, set }, count, intervalMs);
+    if (process.argv.includes('--json')) process.stdout.write(`${JSON.stringify(r)}\n`);
+    else {
+      const ms = (us: number) => (us / 1000).toFixed(3);
+      process.stdout.write(`${r.summary.n} element repairs of ${family} ${table} ${set} (${r.elements} elements): median ${ms(r.summary.median)} ms, ` +
+        `p99 ${ms(r.summary.p99)} ms, min ${ms(r.summary.min)} ms, max ${ms(r.summary.max)} ms\n`);
+    }
+    return;
+  }
   const index = arg('--index') !== undefined ? Number(arg('--index')) : undefined;
   if (!table || !Number.isInteger(count) || count < 1 || !(intervalMs >= 0)) {
     throw new Error('usage: probe.ts --netns PATH --table FAMILY:NAME --chain NAME [--index I] [--count N] [--interval-ms MS] [--json]');

@@ -200,6 +200,7 @@ export class Mirror {
     if (!this.valid || desired.length !== this.tables.size) return false;
     const chains: [string, TableConfig['chains'][number]][] = [];
     const sets: [MirrorSet, SetConfig, Map<string, SetElement>][] = [];
+    const edits: [MirrorSet, SetConfig, number[]][] = [];
     for (const t of desired) {
       const k = key(t.family, t.name);
       const have = this.tables.get(k);
@@ -222,11 +223,26 @@ export class Mirror {
           continue;
         }
         if (!Mirror.follows(sc) || setDefinitionKey(sc.set) !== setDefinitionKey(ms.config.set)) return false;
-        if (sc !== ms.config) sets.push([ms, sc, wantOf(sc)]);
+        if (sc === ms.config) continue;
+        const changed = alignedChanges(ms.config.elements, sc.elements, ms.want);
+        if (changed) edits.push([ms, sc, changed]);
+        else sets.push([ms, sc, wantOf(sc)]);
       }
     }
     for (const [ck, c] of chains) this.desired.set(ck, c);
     for (const t of desired) this.desiredTables.set(key(t.family, t.name), t);
+    for (const [ms, sc, changed] of edits) {
+      // The same elements in the same order but a few (a generator's next output): only those are looked at.
+      for (const i of changed) {
+        const w = sc.elements[i]!;
+        const id = elementId(w);
+        const k = ms.differs.has(id) ? ms.differs.get(id)! : ms.want.get(id) ?? null;
+        ms.want.set(id, w);
+        if (k !== null && sameContent(w, k)) ms.differs.delete(id);
+        else ms.differs.set(id, k);
+      }
+      ms.config = sc;
+    }
     for (const [ms, sc, want] of sets) {
       // What the kernel holds: the old desired elements where they did not differ.
       const kernel = (id: string) => ms.differs.has(id) ? ms.differs.get(id)! : ms.want.get(id) ?? null;
@@ -572,6 +588,31 @@ export class Mirror {
     if (elementsPlanned !== 0) return `our commit ${b.generation} did not show its planned element events`;
     return undefined;
   }
+}
+
+/**
+ * When `now` is `before` with some elements changed in place and some appended (none removed, no
+ * identity moved), the indexes in `now` of those changed or appended; else undefined. O(elements)
+ * comparisons, no map built: a reload from the same generator with one element changed.
+ */
+function alignedChanges(before: readonly SetElement[], now: readonly SetElement[], want: ReadonlyMap<string, SetElement>): number[] | undefined {
+  if (now.length < before.length) return undefined;
+  const changed: number[] = [];
+  for (let i = 0; i < before.length; i++) {
+    const o = before[i]!;
+    const n = now[i]!;
+    if (o === n) continue;
+    if (elementId(o) !== elementId(n)) return undefined;
+    if (!sameContent(o, n) || (o.userdata ?? '') !== (n.userdata ?? '')) changed.push(i);
+  }
+  const added = new Set<string>();
+  for (let i = before.length; i < now.length; i++) {
+    const id = elementId(now[i]!);
+    if (want.has(id) || added.has(id)) return undefined;  // a duplicate: the general path dedupes it
+    added.add(id);
+    changed.push(i);
+  }
+  return changed;
 }
 
 /** A set's desired elements by identity (the config's objects). */
