@@ -601,7 +601,9 @@ function alignedChanges(before: readonly SetElement[], now: readonly SetElement[
   for (let i = 0; i < before.length; i++) {
     const o = before[i]!;
     const n = now[i]!;
-    if (o === n) continue;
+    // The same fields, compared inline: the common case, 100,000 times per reload.
+    if (o === n || (o.key === n.key && o.data === n.data && o.verdict === n.verdict && o.chain === n.chain && o.flags === n.flags
+      && o.keyEnd === n.keyEnd && o.userdata === n.userdata && o.timeout === n.timeout && o.expiration === n.expiration)) continue;
     if (elementId(o) !== elementId(n)) return undefined;
     if (!sameContent(o, n) || (o.userdata ?? '') !== (n.userdata ?? '')) changed.push(i);
   }
