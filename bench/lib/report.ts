@@ -281,6 +281,24 @@ function s6Section(s6: S6Row[]): string[] {
       `${ms(x.change.median)} (${x.changeOps}) | ` +
       `${ms(x.nftPosition.median)} | ${ms(x.nftRewrite.median)} | ${ms(x.iptRestoreInsert.median)} | ${ratio(x.repair.median, x.nftPosition.median)} |`);
   }
+  const el = s6.filter((x) => x.elements);
+  if (el.length > 0) {
+    out.push('', '**Elements**: the same N as the elements of a verdict map (`ipv4_addr . inet_proto . inet_service : goto svc-K`, up to 100 chains), ' +
+      'kept by the keeper as its own process from an .nft config (`bench/scenarios/s6-elements.ts`). **one-element repair, from outside**: ' +
+      '`bench/probe.ts --set`, with its own socket, deletes one element (a different one each sample) and waits on the multicast group for the keeper\'s commit ' +
+      'adding it back (the element in that notification must be the deleted one; the map is read back at the end). **one desired change**: the keeper is told on stdin ' +
+      'to apply the other of two precompiled configs (one element jumps elsewhere): from the command to its commit seen on the multicast group, and the keeper\'s own ' +
+      'figure for the commit (the reload\'s request → commit done). Beside them, on the same map: `nft add element`, `nft delete element`, and the kernel floor ' +
+      '(one socket deletes one element and adds it back, two commits).', '',
+      '| N elements | one-element repair from outside, p50 / p99 | one desired change from outside, p50 / p99 | its commit, p50 / p99 (ops) | `nft add element` | `nft delete element` | kernel floor: delete + add | load (1 min) |',
+      '|---:|---:|---:|---:|---:|---:|---:|---:|');
+    for (const x of el) {
+      const e = x.elements!;
+      out.push(`| ${e.elements.toLocaleString('en-US')} | ${ms(e.repair.median)} / ${ms(e.repair.p99)} (${e.repair.n}) | ${ms(e.change.median)} / ${ms(e.change.p99)} | ` +
+        `${ms(e.changeCommit.median)} / ${ms(e.changeCommit.p99)} (${e.changeOps}) | ${ms(e.nftAddElement.median)} | ${ms(e.nftDeleteElement.median)} | ` +
+        `${ms(e.kernelFloor.median)} | ${e.load[0].toFixed(1)} → ${e.load[1].toFixed(1)} |`);
+    }
+  }
   return out;
 }
 
@@ -300,7 +318,14 @@ function s6Targets(s6: S6Row[]): string[] {
       `${ms(x.kernelFloor!.median)} at ${x.n.toLocaleString('en-US')}`).join(', ')}; a repair measured from outside cannot be faster than that, ` +
       'and where the floor is above the target the target is not reachable with one chain of that size on this kernel');
   }
-  out.push('- element-level set repairs and changes, and the RSS targets: not measured (they need the named sets of issue 13)');
+  const e100k = at(100_000)?.elements;
+  if (e100k) {
+    out.push(`- one element deleted from a 100,000-element verdict map, repaired p50 ≤ 2 ms (from outside): ${ms(e100k.repair.median)} (${verdict(e100k.repair.median, 2000)}); ` +
+      `a desired change of one element commits in ≤ 1 ms: ${ms(e100k.changeCommit.median)} the keeper's commit (${verdict(e100k.changeCommit.median, 1000)}), ` +
+      `${ms(e100k.change.median)} from the command, seen outside; \`nft add element\` ${ms(e100k.nftAddElement.median)}`);
+  } else {
+    out.push('- element-level set repairs and changes: not measured at 100,000 elements in this run');
+  }
   return out;
 }
 
@@ -466,6 +491,8 @@ export function renderS6Svg(r: RunResults): string {
     line('nft -f flush + rewrite', '#7570b3', (x) => x.nftRewrite.median),
     line('iptables-nft-restore -I', '#d95f02', (x) => x.iptRestoreInsert.median),
     ...(s6.every((x) => x.kernelFloor) ? [line('kernel floor: delete + re-add', '#666666', (x) => x.kernelFloor!.median, true)] : []),
+    ...(s6.every((x) => x.elements) ? [line('native element repair (from outside; N elements)', '#a6761d', (x) => x.elements!.repair.median),
+      line('nft add element (N elements)', '#e6ab02', (x) => x.elements!.nftAddElement.median, true)] : []),
   ];
   return renderLogChart({ title: 'S6 owned-rule scaling: median time (log scales)', xLabel: 'owned rules in the chain',
     yDecade: usDecade, series, footer: footer(r) });

@@ -18,7 +18,10 @@
  * - the kernel's floor for the probe's sample: one socket deleting the middle
  *   rule and re-adding it at its position, two commits back to back (every
  *   commit that touches a chain rebuilds that chain's rule blob, so each costs
- *   time linear in the chain's rules, whoever sends it).
+ *   time linear in the chain's rules, whoever sends it);
+ * - the element columns, with a verdict map of N elements instead of the
+ *   chain (bench/scenarios/s6-elements.ts): one-element repair from outside,
+ *   one desired change of one element, `nft add/delete element` execs.
  */
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -35,6 +38,7 @@ import { open, type NftSocket } from '../../src/netlink/socket.js';
 import { withBenchNetns, type BenchNetns } from '../lib/netns.js';
 import { summarize, type Summary } from '../lib/stats.js';
 import { probeRepairs } from '../probe.js';
+import { runS6Elements, type S6ElementRow } from './s6-elements.js';
 
 export interface S6Row {
   n: number;
@@ -52,6 +56,8 @@ export interface S6Row {
    * rule and then its re-add at its position (two commits, each rebuilding the chain's rule blob).
    */
   kernelFloor?: Summary;
+  /** The same N as elements of a verdict map (s6-elements.ts). */
+  elements?: S6ElementRow;
 }
 
 export interface S6Options {
@@ -206,6 +212,8 @@ export async function runS6(o: S6Options): Promise<S6Row[]> {
           o.log(`    N = ${n.toLocaleString('en-US')}: nft add rule position ${(row.nftPosition.median / 1000).toFixed(1)} ms, ` +
             `nft -f rewrite ${(row.nftRewrite.median / 1000).toFixed(1)} ms, iptables-nft-restore -I ${(row.iptRestoreInsert.median / 1000).toFixed(1)} ms, ` +
             `kernel floor (delete + re-add, two commits) ${(row.kernelFloor!.median / 1000).toFixed(2)} ms`);
+          row.elements = await runS6Elements({ netns: ns.path, exec: (cmd, args, input) => ns.exec(cmd, args, input), dir,
+            elements: n, repairs: reps.repair, changes: reps.change, execs: reps.exec, gapMs: reps.gapMs, log: o.log });
           out.push(row);
         } finally {
           sock.close();
