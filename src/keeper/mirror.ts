@@ -54,8 +54,8 @@ import { desiredKey, type Drift } from './reconcile.js';
 
 /** Repairs with more ops than this are left to the full pass (which weighs a rewrite, and runs big batches off-thread). */
 export const MIRROR_MAX_OPS = 64;
-/** Repairs of more elements than this are left to the full pass (elements travel many to an op). */
-export const MIRROR_MAX_ELEMENTS = 1024;
+/** Repairs of more elements than this are left to the full pass (with MIRROR_MAX_OPS rules, our own commit stays within the 256 events a monitor batch keeps, so the mirror can follow it). */
+export const MIRROR_MAX_ELEMENTS = 192;
 
 /** Sets whose elements change without a commit, or come in pieces: their element events turn the mirror off. */
 const UNFOLLOWED_SET_FLAGS = SET_F.INTERVAL | SET_F.TIMEOUT | SET_F.EVAL | SET_F.CONSTANT;
