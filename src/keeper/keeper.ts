@@ -550,13 +550,13 @@ export class Keeper extends EventEmitter {
     if (look && look.flat.length === 0 && look.retired.length === 0) {
       if (this.sock!.generation() !== look.generation) return;
       const before = mirror.valid && mirror.generation === look.generation
-        ? this.desired.flatMap((t) => t.chains.map((c) => mirror.handlesOf(t.family, t.name, c.name))) : undefined;
+        ? mirrorView(mirror, this.desired) : undefined;
       if (!mirror.seed(this.desired, look.observed, look.generation)) return;
       // After an overflow the monitor's run of whole commits restarts from here.
       this.monitor?.anchor?.(look.generation, mirror.overflows);
       this.emit('mirror', this.mirrorState());
       // The safety net's read-back: the mirror it replaces should have said the same.
-      const now = this.desired.flatMap((t) => t.chains.map((c) => mirror.handlesOf(t.family, t.name, c.name)));
+      const now = mirrorView(mirror, this.desired);
       if (before && JSON.stringify(before) !== JSON.stringify(now)) {
         this.log.warn({ generation: look.generation }, 'the event mirror differed from the kernel read back; reseeded from the read');
         this.emit('mirror-diverged');
@@ -708,6 +708,12 @@ export class Keeper extends EventEmitter {
     }, r.cause === 'startup' ? 'installed desired ruleset' : r.cause === 'owners' ? 'owners applied' : 'repaired');
     this.emit('repaired', r);
   }
+}
+
+/** What the mirror holds, to compare before and after a read-back: handles per chain, differing elements per set. */
+function mirrorView(mirror: Mirror, desired: readonly TableConfig[]): unknown[] {
+  return desired.flatMap((t) => [...t.chains.map((c) => mirror.handlesOf(t.family, t.name, c.name)),
+    ...(t.sets ?? []).map((x) => mirror.elementsDiffering(t.family, t.name, x.name))]);
 }
 
 /** Removes every table the config owns, in one batch. Returns what was removed. */
