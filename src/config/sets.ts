@@ -541,23 +541,29 @@ export function diffElements(want: readonly SetElement[], have: readonly SetElem
   const haveById = new Map<string, SetElement>();
   for (const e of have) haveById.set(elementId(e), e);
   const out: ElementDiff = { add: [], delete: [], expired: 0 };
-  const wanted = new Set<string>();
+  // Matched kernel elements are marked in haveById: what is left unmarked is not wanted (one map,
+  // not a second set of every wanted id: a 100,000-element diff took 0.4-1 s, mostly that set's GC).
   for (const w of want) {
     const id = elementId(w);
-    wanted.add(id);
     const h = haveById.get(id);
+    if (h === MATCHED) continue;  // a duplicate of a wanted element
     if (!h) {
       if ((w.timeout !== undefined || w.expiration !== undefined) && (!armed || armed.has(id))) { out.expired++; continue; }
       out.add.push(w);
-    } else if (!sameContent(w, h)) {
+      continue;
+    }
+    haveById.set(id, MATCHED);
+    if (!sameContent(w, h)) {
       out.delete.push(h);
       out.add.push(w);
     }
   }
   const keepExtra = (set.flags & (SET_F.EVAL)) !== 0;
-  if (!keepExtra) for (const [id, h] of haveById) if (!wanted.has(id)) out.delete.push(h);
+  if (!keepExtra) for (const h of haveById.values()) if (h !== MATCHED) out.delete.push(h);
   return out;
 }
+
+const MATCHED: SetElement = Object.freeze({});
 
 /** What a delete names: the identity only. */
 export function deletable(e: SetElement): SetElement {
