@@ -11,13 +11,17 @@
  * commit, and the repair's own latency (from the request to the commit done).
  * A FILE ending in .nft is read as nft's syntax.
  *
- *   sudo npx tsx bench/s6-keeper.ts --netns /run/netns/NAME --config FILE [--alt-config FILE]
+ *   sudo npx tsx bench/s6-keeper.ts --netns /run/netns/NAME --config FILE [--alt-config FILE] [--trace]
+ *
+ * --trace: after each repair planned from the events, one line `trace {"event": ns, …}` on stdout,
+ * the monotonic clock (process.hrtime) at each step of the path (KeeperOptions.trace), for
+ * bench/repair-trace.ts to set beside its probe's own clock.
  */
 import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { performance } from 'node:perf_hooks';
 import { parseConfig, parseNftConfig, type Config } from '../src/config/config.js';
-import { Keeper, type RepairReport } from '../src/keeper/keeper.js';
+import { Keeper, type RepairReport, type TraceMark } from '../src/keeper/keeper.js';
 
 const arg = (name: string) => {
   const i = process.argv.indexOf(name);
@@ -29,7 +33,17 @@ if (!file) throw new Error('usage: s6-keeper.ts --netns PATH --config FILE [--al
 const configs = [load(file)];
 const alt = arg('--alt-config');
 if (alt) configs.push(load(alt));
-const keeper = new Keeper({ config: configs[0]!, netns: arg('--netns'), fight: { threshold: 1e9 } });
+let marks: Partial<Record<TraceMark, number>> = {};
+const trace = process.argv.includes('--trace')
+  ? (m: TraceMark, atNs?: number) => {
+    marks[m] = atNs ?? Number(process.hrtime.bigint());
+    if (m === 'reported') {
+      process.stdout.write(`trace ${JSON.stringify(marks)}\n`);
+      marks = {};
+    }
+  }
+  : undefined;
+const keeper = new Keeper({ config: configs[0]!, netns: arg('--netns'), fight: { threshold: 1e9 }, trace });
 keeper.on('error', (e: Error) => process.stderr.write(`keeper: ${e.message}\n`));
 // A repair that could not be planned from the events (the full observe ran instead) says why.
 keeper.on('mirror', (m: { exact: boolean; reason?: string }) => {

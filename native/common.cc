@@ -1,5 +1,7 @@
 #include "common.h"
 
+#include <malloc.h>
+
 namespace nfk {
 
 thread_local Keys* Keys::current = nullptr;
@@ -76,5 +78,9 @@ bool Has(const Napi::Object& o, const char* key) { return o.Has(key) && Present(
 std::string GetString(const Napi::Object& o, const char* key) { return StringOf(o.Get(key), key); }
 int64_t GetI64(const Napi::Object& o, const char* key) { return I64Of(o.Get(key), key); }
 uint32_t GetU32(const Napi::Object& o, const char* key) { return U32Of(o.Get(key), key); }
+
+void ReleaseFreedMemory(size_t bytes) {
+  if (bytes >= (1u << 20)) malloc_trim(0);
+}
 
 }  // namespace nfk

@@ -85,6 +85,11 @@ class Keys {
 };
 
 
+// After an operation that allocated and freed `bytes` on the C heap (a big dump or batch): from
+// 1 MiB on, return the freed memory to the system (malloc_trim), which glibc would otherwise keep
+// in its arenas for the life of the daemon.
+void ReleaseFreedMemory(size_t bytes);
+
 // A failure as a JS NetlinkError(message, errno, operation, opIndex).
 Napi::Error MakeNetlinkError(Napi::Env env, const std::string& message, int err,
                              const std::string& operation, int opIndex = -1);

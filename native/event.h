@@ -56,6 +56,9 @@ struct MonitorBatch {
   // completely (every NEWGEN from it up to this batch's, no overflow), or 0:
   // a commit in that run that the filter dropped touched no watched table.
   uint32_t since = 0;
+  // CLOCK_MONOTONIC (ns) when the monitor thread received the datagram that closed the batch:
+  // with process.hrtime() in JavaScript, how long the hop to the JS thread took.
+  double receivedNs = 0;
   std::vector<MonitorEvent> events;
 };
 

@@ -2,8 +2,8 @@
 
 #include <arpa/inet.h>
 #include <poll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 #include <linux/netfilter/nf_tables.h>
 #include <linux/netfilter/nfnetlink.h>
@@ -32,7 +32,8 @@ Napi::Function NftMonitor::Init(Napi::Env env) {
 // new NftMonitor(netnsPath: string | undefined, onBatch: (batch) => void,
 //                tables: [family, name][] | null, ignorePorts: number[], deliverOwn?: boolean,
 //                receiveBuffer?: number)
-NftMonitor::NftMonitor(const Napi::CallbackInfo& info) : Napi::ObjectWrap<NftMonitor>(info) {
+NftMonitor::NftMonitor(const Napi::CallbackInfo& info)
+    : Napi::ObjectWrap<NftMonitor>(info), asyncContext_(info.Env(), "nfkeeper.monitor") {
   Napi::Env env = info.Env();
   std::string path;
   if (info[0].IsString()) path = info[0].As<Napi::String>().Utf8Value();
@@ -47,19 +48,28 @@ NftMonitor::NftMonitor(const Napi::CallbackInfo& info) : Napi::ObjectWrap<NftMon
   }
   int fd = mnl_socket_get_fd(nl_);
   // A foreign storm should not overflow us; if it still does we see ENOBUFS. A test can ask for a
-  // small buffer (6th argument, bytes) to make the kernel overflow it.
+  // small buffer (6th argument, bytes) to make the kernel overflow it. While JavaScript runs (a big
+  // dump's decoding, say) nothing reads the socket: the buffer holds what arrives meanwhile.
   int size = 8 << 20;
   if (info.Length() > 5 && info[5].IsNumber()) size = info[5].As<Napi::Number>().Int32Value();
   if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &size, sizeof(size)) < 0) {
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
   }
-  timeval none = {0, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof(none));
-  wakeFd_ = eventfd(0, EFD_CLOEXEC);
-  tsfn_ = Napi::ThreadSafeFunction::New(env, info[1].As<Napi::Function>(), "nfkeeper.monitor", 0, 1);
+  buf_.resize(256 * 1024);
+  callback_ = Napi::Persistent(info[1].As<Napi::Function>());
+  uv_loop_t* loop = nullptr;
+  napi_get_uv_event_loop(env, &loop);
+  poll_ = new uv_poll_t;
+  poll_->data = this;
+  if (loop == nullptr || uv_poll_init(loop, poll_, fd) != 0 || uv_poll_start(poll_, UV_READABLE, OnReadable) != 0) {
+    delete poll_;
+    poll_ = nullptr;
+    mnl_socket_close(nl_);
+    nl_ = nullptr;
+    throw MakeNetlinkError(env, "monitor: cannot poll the event socket", EINVAL, "monitor");
+  }
   data_ = GetAddonData(env);
   data_->live.insert(this);
-  thread_ = std::thread([this] { Run(); });
 }
 
 NftMonitor::~NftMonitor() {
@@ -70,13 +80,12 @@ NftMonitor::~NftMonitor() {
 void NftMonitor::CloseNow() {
   if (closed_) return;
   closed_ = true;
-  stopping_ = true;
-  uint64_t one = 1;
-  if (wakeFd_ >= 0 && write(wakeFd_, &one, sizeof(one)) < 0) { /* the thread also polls stopping_ */ }
-  if (thread_.joinable()) thread_.join();
-  tsfn_.Release();
+  if (poll_ != nullptr) {
+    uv_poll_stop(poll_);
+    uv_close(reinterpret_cast<uv_handle_t*>(poll_), [](uv_handle_t* h) { delete reinterpret_cast<uv_poll_t*>(h); });
+    poll_ = nullptr;
+  }
   if (nl_ != nullptr) mnl_socket_close(nl_), nl_ = nullptr;
-  if (wakeFd_ >= 0) close(wakeFd_), wakeFd_ = -1;
 }
 
 Napi::Value NftMonitor::Close(const Napi::CallbackInfo& info) {
@@ -85,12 +94,12 @@ Napi::Value NftMonitor::Close(const Napi::CallbackInfo& info) {
 }
 
 Napi::Value NftMonitor::Ref(const Napi::CallbackInfo& info) {
-  if (!closed_) tsfn_.Ref(info.Env());
+  if (poll_ != nullptr) uv_ref(reinterpret_cast<uv_handle_t*>(poll_));
   return info.Env().Undefined();
 }
 
 Napi::Value NftMonitor::Unref(const Napi::CallbackInfo& info) {
-  if (!closed_) tsfn_.Unref(info.Env());
+  if (poll_ != nullptr) uv_unref(reinterpret_cast<uv_handle_t*>(poll_));
   return info.Env().Undefined();
 }
 
@@ -148,14 +157,15 @@ Napi::Value NftMonitor::Anchor(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
-void NftMonitor::Deliver(MonitorBatch* batch) {
-  napi_status st = tsfn_.BlockingCall(batch, [](Napi::Env env, Napi::Function cb, MonitorBatch* b) {
+void NftMonitor::Deliver(Napi::Env env, Napi::Function cb, MonitorBatch* batch) {
+  auto call = [](Napi::Env env, Napi::Function cb, MonitorBatch* b) {
     Napi::Object o = Napi::Object::New(env);
     o.Set("overflow", b->overflow);
     o.Set("generation", b->generation);
     o.Set("truncated", b->truncated);
     o.Set("foreign", b->foreign);
     o.Set("since", b->since);
+    o.Set("receivedNs", b->receivedNs);
     Napi::Array events = Napi::Array::New(env, b->events.size());
     for (size_t i = 0; i < b->events.size(); i++) {
       const MonitorEvent& e = b->events[i];
@@ -196,51 +206,85 @@ void NftMonitor::Deliver(MonitorBatch* batch) {
     o.Set("events", events);
     delete b;
     cb.Call({o});
-  });
-  if (st != napi_ok) delete batch;
+  };
+  call(env, cb, batch);
 }
 
-void NftMonitor::Run() {
-  std::vector<uint8_t> buf(256 * 1024);
+void NftMonitor::OnReadable(uv_poll_t* handle, int status, int events) {
+  auto* self = static_cast<NftMonitor*>(handle->data);
+  self->ReadAvailable();
+  // libuv stops a poll whose socket reports an error (POLLERR, here ENOBUFS after an overflow) and
+  // says UV_EBADF; the read above took the error and reported the overflow: poll on.
+  if (status < 0 && !self->closed_ && self->poll_ == handle && !self->failed_) uv_poll_start(handle, UV_READABLE, OnReadable);
+}
+
+void NftMonitor::ReadAvailable() {
+  if (closed_) return;
+  // At most this many datagrams per wake-up, so that a storm cannot hold the event loop; the poll
+  // is level-triggered and comes straight back for the rest.
+  constexpr int kDatagramsPerWake = 64;
+  std::vector<std::unique_ptr<MonitorBatch>> done;
   int fd = mnl_socket_get_fd(nl_);
-  while (!stopping_) {
-    pollfd fds[2] = {{fd, POLLIN, 0}, {wakeFd_, POLLIN, 0}};
-    if (poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    if (fds[1].revents || stopping_) break;
+  for (int i = 0; i < kDatagramsPerWake; i++) {
     sockaddr_nl from = {};
     socklen_t fromLen = sizeof(from);
-    ssize_t n = recvfrom(fd, buf.data(), buf.size(), MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&from), &fromLen);
+    ssize_t n = recvfrom(fd, buf_.data(), buf_.size(), MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&from), &fromLen);
     if (n < 0) {
-      if (errno == EAGAIN || errno == EINTR) continue;
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
       if (errno == ENOBUFS) {
-        auto b = new MonitorBatch();
+        auto b = std::make_unique<MonitorBatch>();
         b->overflow = true;
         {
           std::lock_guard<std::mutex> lock(filterMutex_);
           batcher_.Overflow();
           delivered_++;
         }
-        Deliver(b);
+        done.push_back(std::move(b));
         continue;
       }
+      failed_ = true;
       break;
     }
     // Only the kernel speaks for nf_tables; a process with CAP_NET_ADMIN can
     // also send to the multicast group, and its datagrams are not events.
     if (from.nl_pid != 0) continue;
-    const nlmsghdr* nlh = reinterpret_cast<const nlmsghdr*>(buf.data());
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    const double receivedNs = static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
+    const nlmsghdr* nlh = reinterpret_cast<const nlmsghdr*>(buf_.data());
     int len = static_cast<int>(n);
     for (; MessageOk(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
-      std::unique_ptr<MonitorBatch> done;
+      std::unique_ptr<MonitorBatch> b;
       {
         std::lock_guard<std::mutex> lock(filterMutex_);
-        done = batcher_.Feed(nlh, filter_);
-        if (done) delivered_++;
+        b = batcher_.Feed(nlh, filter_);
+        if (b) delivered_++;
       }
-      if (done) Deliver(done.release());
+      if (b) {
+        b->receivedNs = receivedNs;
+        done.push_back(std::move(b));
+      }
+    }
+  }
+  // A socket error other than the above ends the monitor's reading (as it ended the reader thread it replaced).
+  if (failed_ && poll_ != nullptr) uv_poll_stop(poll_);
+  if (done.empty()) return;
+  Napi::Env env = Env();
+  Napi::HandleScope scope(env);
+  // A local handle roots the wrapper: no collection can finalize this object while JavaScript runs.
+  Napi::Object self = Value();
+  if (self.IsEmpty()) return;
+  Napi::Function cb = callback_.Value();
+  // One callback scope for the batches of this wake-up: promise jobs run after the last of them, so
+  // the keeper's pass sees every batch read so far applied.
+  Napi::CallbackScope callbackScope(env, asyncContext_);
+  for (auto& b : done) {
+    if (closed_) break;  // closed by a callback: the rest is dropped, as close() promises
+    try {
+      Deliver(env, cb, b.release());
+    } catch (const Napi::Error& e) {
+      napi_fatal_exception(env, e.Value());
     }
   }
 }

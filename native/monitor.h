@@ -1,18 +1,20 @@
-// NftMonitor: a socket bound to the NFNLGRP_NFTABLES multicast group and a
-// thread that reads it. Events are filtered here so only commits that touch
-// the watched tables (or delete any table) wake JavaScript, grouped per
-// generation: the kernel ends every commit's events with NFT_MSG_NEWGEN.
+// NftMonitor: a socket bound to the NFNLGRP_NFTABLES multicast group, polled
+// by the JS thread's event loop (uv_poll): the kernel's notification wakes
+// that thread itself, with no reader thread to wake first and hand over from
+// (that hop was the largest share of a small repair's latency). Events are
+// filtered here, in C++, so only commits that touch the watched tables (or
+// delete any table) call into JavaScript, grouped per generation: the kernel
+// ends every commit's events with NFT_MSG_NEWGEN.
 #pragma once
 
 #include <napi.h>
 #include <libmnl/libmnl.h>
+#include <uv.h>
 
-#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <set>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -36,15 +38,19 @@ class NftMonitor : public Napi::ObjectWrap<NftMonitor>, public Closeable {
   Napi::Value Progress(const Napi::CallbackInfo& info);
   Napi::Value Anchor(const Napi::CallbackInfo& info);
   void ParseFilter(Napi::Env env, const Napi::Value& tables, const Napi::Value& ignorePorts);
-  void Run();
-  void Deliver(MonitorBatch* batch);
+  static void OnReadable(uv_poll_t* handle, int status, int events);
+  // Reads what the socket holds (up to a bound per wake-up) and calls back once per finished batch.
+  void ReadAvailable();
+  void Deliver(Napi::Env env, Napi::Function cb, MonitorBatch* batch);
 
   mnl_socket* nl_ = nullptr;
-  int wakeFd_ = -1;
-  std::thread thread_;
-  Napi::ThreadSafeFunction tsfn_;
-  std::atomic<bool> stopping_{false};
+  // Heap-allocated: libuv frees it in uv_close's callback, which may run after this object is gone.
+  uv_poll_t* poll_ = nullptr;
+  Napi::FunctionReference callback_;
+  Napi::AsyncContext asyncContext_;
+  std::vector<uint8_t> buf_;
   bool closed_ = false;
+  bool failed_ = false;  // the socket failed (not EAGAIN, EINTR or ENOBUFS): reading stopped
 
   // Guards the filter, and the batcher's run and the delivered count, which
   // progress() reads together.

@@ -187,7 +187,9 @@ bool NftSocket::EnsureBuffers(size_t bytes, size_t messages) {
   // truesize measured on 6.18 with NETLINK_CAP_ACK, more with an error text.
   size_t wantRcv = messages * 1536 + 256 * 1024;
   if (rcvbufLimit_ != 0) wantRcv = std::min(wantRcv, rcvbufLimit_);
-  if (wantRcv > rcvbuf_ || rcvbufLimit_ != 0) {
+  bool rcvbufChanged = false;
+  if (wantRcv > rcvbuf_ || (rcvbufLimit_ != 0 && wantRcv != rcvbuf_)) {
+    rcvbufChanged = true;
     int v = static_cast<int>(std::min<size_t>(wantRcv, INT32_MAX / 2));
     // A limit is a promise not to use more: no FORCE, which ignores rmem_max.
     if (rcvbufLimit_ != 0 || setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &v, sizeof(v)) < 0) {
@@ -197,16 +199,27 @@ bool NftSocket::EnsureBuffers(size_t bytes, size_t messages) {
   }
   // What the kernel granted (it doubles the request, caps SO_RCVBUF at
   // rmem_max); the kernel drops an ack once the queued truesize exceeds it.
-  int granted = 0;
-  socklen_t len = sizeof(granted);
-  if (getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &granted, &len) < 0) return false;
-  return static_cast<size_t>(granted) >= messages * 1024 + 64 * 1024;
+  // Read again only after a change: a small commit pays no system call for it.
+  if (rcvbufChanged || rcvbufGranted_ == 0) {
+    int granted = 0;
+    socklen_t len = sizeof(granted);
+    if (getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &granted, &len) < 0) return false;
+    rcvbufGranted_ = static_cast<size_t>(granted);
+  }
+  return rcvbufGranted_ >= messages * 1024 + 64 * 1024;
 }
 
 void NftSocket::ReturnEncodeBuffer(std::vector<uint8_t>&& b) {
-  // Keep the bigger one, up to a bound: one huge batch should not pin its memory.
-  constexpr size_t kKeepUpTo = 16 << 20;
-  if (b.capacity() > kKeepUpTo || b.capacity() <= encodeBuf_.capacity()) return;
+  // Keep the bigger one, up to a bound: a big batch (an install, a rewrite) should not pin its
+  // memory for the life of the daemon (a 10,000-rule batch is ~3 MB); small ones reuse it.
+  constexpr size_t kKeepUpTo = 256 << 10;
+  if (b.capacity() > kKeepUpTo) {
+    const size_t bytes = b.capacity();
+    std::vector<uint8_t>().swap(b);
+    ReleaseFreedMemory(bytes);
+    return;
+  }
+  if (b.capacity() <= encodeBuf_.capacity()) return;
   b.clear();
   encodeBuf_ = std::move(b);
 }

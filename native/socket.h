@@ -75,8 +75,8 @@ class NftSocket : public Napi::ObjectWrap<NftSocket>, public Closeable {
   // Returns whether the receive buffer now holds an ack for every message.
   bool EnsureBuffers(size_t bytes, size_t messages);
   // The memory a batch is encoded into, kept between commits (JS thread
-  // only): a 10,000-rule batch is ~3 MB, and writing it into freshly mapped
-  // pages cost more than the copying itself on these VMs.
+  // only) up to 256 KiB: small commits (repairs) reuse it; a big batch's
+  // (~3 MB for 10,000 rules) is given back, not kept for the daemon's life.
   std::vector<uint8_t> TakeEncodeBuffer() { return std::move(encodeBuf_); }
   void ReturnEncodeBuffer(std::vector<uint8_t>&& b);
 
@@ -94,6 +94,7 @@ class NftSocket : public Napi::ObjectWrap<NftSocket>, public Closeable {
   std::atomic<uint32_t> seq_{1};
   size_t sndbuf_ = 0;
   size_t rcvbuf_ = 0;
+  size_t rcvbufGranted_ = 0;  // SO_RCVBUF as the kernel granted it, read after each change
   // Upper bound for the receive buffer (0: none); see OpenOptions.receiveBufferLimit.
   size_t rcvbufLimit_ = 0;
   std::vector<uint8_t> buf_;

@@ -152,11 +152,13 @@ export async function runS6(o: S6Options): Promise<S6Row[]> {
           let repair: Summary;
           try {
             const lines = createInterface({ input: child.stdout! });
+            // The deadline's timer is cleared once the keeper is ready: left pending, it kept the run alive 2 minutes after its end.
+            const deadline = new AbortController();
             await Promise.race([
               new Promise<void>((resolve) => lines.on('line', (l) => { if (l === 'ready') resolve(); })),
               exited.then(() => { throw new Error('S6 keeper exited before it was ready'); }),
-              sleep(120_000).then(() => { throw new Error('S6 keeper not ready in 120 s'); }),
-            ]);
+              sleep(120_000, undefined, { signal: deadline.signal }).then(() => { throw new Error('S6 keeper not ready in 120 s'); }, () => undefined),
+            ]).finally(() => deadline.abort());
             const probed = await probeRepairs({ netns: ns.path, family: 'ip', table: TABLE, chain: CHAIN },
               reps.repair, reps.gapMs, { warmup: Math.min(n >= 100_000 ? 2 : 5, reps.repair), timeoutMs: n >= 100_000 ? 120_000 : 10_000 });
             repair = probed.summary;

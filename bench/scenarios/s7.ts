@@ -30,6 +30,7 @@ import { ownersTable } from '../../src/owners/state.js';
 import { ownerSpec, ownersYaml } from '../../test/owners/fixtures.js';
 import { withBenchNetns } from '../lib/netns.js';
 import { summarize, type Summary } from '../lib/stats.js';
+import { daemonNodeFlags } from '../lib/node-flags.js';
 
 export interface S7Results {
   owners: number;
@@ -61,7 +62,8 @@ const id = (i: number) => `alloc-${String(i).padStart(5, '0')}`;
 const us = (t0: number) => (performance.now() - t0) * 1000;
 
 function daemon(root: string, config: string, netns: string, port: number): { child: ChildProcess; ready: Promise<void>; stop: () => Promise<void> } {
-  const child = spawn(process.execPath, [join(root, 'bin', 'nfkeeper.js'), 'run', '--config', config, '--netns', netns, '--interval', '1s',
+  // With the Node flags bin/nfkeeper.js's first line gives, as the daemon runs when installed.
+  const child = spawn(process.execPath, [...daemonNodeFlags(root), join(root, 'bin', 'nfkeeper.js'), 'run', '--config', config, '--netns', netns, '--interval', '1s',
     '--metrics', `127.0.0.1:${port}`, '--log-level', 'warn'], { stdio: ['ignore', 'ignore', 'inherit'] });
   const exited = new Promise((r) => child.on('exit', r));
   const ready = (async () => {

@@ -19,6 +19,7 @@ import { kernelHost } from '../netlink/host.js';
 import type { MonitorBatch } from '../netlink/monitor.js';
 import { GenerationMismatchError } from '../errors.js';
 import { DEFAULT_FIGHT, Fight, type FightOptions } from './fight.js';
+import { compactRules } from './compact.js';
 import { MIRROR_MAX_ELEMENTS, MIRROR_MAX_OPS, Mirror } from './mirror.js';
 import { DRIFT_KINDS, TableOwnedError, protectionOf, type Drift, type Protection } from './reconcile.js';
 import { Reconciler, type Look } from './reconciler.js';
@@ -54,7 +55,15 @@ export interface KeeperOptions {
    * a dump (src/keeper/mirror.ts). Default true; needs events and a watcher that reports progress.
    */
   mirror?: boolean;
+  /**
+   * Bench-only: called at each step of the event→repair path (bench/repair-trace.ts times them from
+   * outside); undefined in the daemon, where it costs one test per step.
+   */
+  trace?: (mark: TraceMark, atNs?: number) => void;
 }
+
+/** The steps of the event→repair path, in order (KeeperOptions.trace). */
+export type TraceMark = 'received' | 'event' | 'pass' | 'proved' | 'planned' | 'committed' | 'reported';
 
 /** What one requested pass did; a refused pass rejects its request() instead. */
 export interface PassOutcome {
@@ -81,9 +90,9 @@ interface Pending {
 }
 
 /**
- * How long a pass waits for the monitor's thread to catch up with the kernel before it reads the
- * kernel instead. Microseconds on a quiet machine; a loaded one deschedules threads for
- * milliseconds, and a full read costs far more than waiting.
+ * How long a pass waits for the monitor to catch up with the kernel (it reads its socket when the
+ * event loop polls) before it reads the kernel instead. A turn of the loop on a quiet machine; a
+ * loaded one deschedules the process for milliseconds, and a full read costs far more than waiting.
  */
 const MIRROR_WAIT_MS = 100;
 
@@ -159,6 +168,7 @@ export class Keeper extends EventEmitter {
     this.fight = new Fight({ ...DEFAULT_FIGHT, ...options.fight });
     this.owners = options.owners ?? [];
     this.desired = mergeOwners(this.config.tables, this.config.owners, this.owners);
+    compactRules(this.desired);
     this.metrics.owners.set(this.owners.length);
     this.host = options.host ?? kernelHost(options.netns);
   }
@@ -285,6 +295,7 @@ export class Keeper extends EventEmitter {
     this.config = config;
     this.owners = owners;
     this.desired = mergeOwners(config.tables, config.owners, owners);
+    compactRules(this.desired);
     this.metrics.owners.set(owners.length);
     this.monitor?.setFilter(this.ownedTables(), this.sock ? [this.sock.portId] : []);
     // A change of set and map elements only keeps the mirror: the next pass commits just those element ops.
@@ -354,6 +365,10 @@ export class Keeper extends EventEmitter {
 
   private onEvents(b: MonitorBatch): void {
     if (this.stopped) return;
+    if (b.foreign !== false && this.options.trace) {
+      this.options.trace('received', b.receivedNs);
+      this.options.trace('event');
+    }
     if (this.mirror) {
       const wasValid = this.mirror.valid;
       this.mirror.apply(b, this.sock!.portId);
@@ -370,8 +385,9 @@ export class Keeper extends EventEmitter {
       return;
     }
     if (b.generation === this.lastVerified) return;
-    this.metrics.events.inc();
+    // The pass runs at once, up to its commit (small commits are sent inline): count after it.
     this.poke('event', performance.now());
+    this.metrics.events.inc();
   }
 
   /** A request nobody awaits: a refused pass was already reported (fail). */
@@ -591,50 +607,74 @@ export class Keeper extends EventEmitter {
     if (!mirror?.valid || !monitor?.progress || cause === 'startup' || this.retired.length > 0) return undefined;
     const isDeliberate = deliberate(cause);
     const sock = this.sock!;
-    // The monitor's thread and its delivery to this thread trail the kernel by microseconds.
-    let generation = sock.generation();
-    const waitUntil = performance.now() + MIRROR_WAIT_MS;
-    while (mirror.lagging(generation, monitor.progress()) && performance.now() < waitUntil) {
-      await new Promise((r) => setImmediate(r));
-      if (this.stopped) return undefined;
-      generation = sock.generation();
-    }
-    if (!mirror.exactAt(generation, monitor.progress())) return this.mirrorFallback(mirror.valid ? 'no proof that the mirror is the kernel\'s state now' : mirror.invalidReason);
-    const plan = mirror.plan();
-    if (plan === undefined) return this.mirrorFallback(`more than ${MIRROR_MAX_OPS} rule ops or ${MIRROR_MAX_ELEMENTS} elements`);
-    if (plan === 'clean') {
-      this.drifting = new Set();
-      this.verified(generation, 'mirror');
-      return { status: 'in-sync', drift: [], ops: 0, attempts: 1, generation };
-    }
-    this.drifting = new Set(plan.drift.map((d) => `${d.family} ${d.table}`));
-    if (!isDeliberate) for (const d of plan.drift) this.metrics.drift.inc({ kind: d.kind });
-    const waitMs = isDeliberate ? 0 : this.fight.waitFrom(performance.now());
-    if (waitMs > 0) {
-      this.scheduleAfter(waitMs, cause, detectedAt);
-      return { status: 'deferred', drift: plan.drift, ops: 0, attempts: 1 };
-    }
-    mirror.expect(generation + 1, plan.expected);
-    try {
-      await sock.commit(plan.batch, { expectGeneration: generation });
-    } catch (e) {
-      mirror.forget(generation + 1);
-      if (e instanceof GenerationMismatchError) {
-        this.metrics.generationRetries.inc();
-        return this.mirrorFallback('another commit came first (the guard refused the repair)');
+    const trace = this.options.trace;
+    trace?.('pass');
+    // First without reading the kernel: the generation the monitor saw last is the one to guard the
+    // repair with, and the kernel refuses the commit unless that is still its generation, which
+    // proves what a read would. Only if the monitor trails (a batch not delivered yet, or the guard
+    // refused because a commit it has not seen came in between) is the generation read, and the
+    // monitor waited for, as long as that is cheaper than a full read.
+    for (let careful = false; ; careful = true) {
+      let generation: number;
+      if (!careful) {
+        const p = monitor.progress();
+        generation = p.lastGeneration;
+        if (!mirror.exactAt(generation, p)) continue;
+      } else {
+        // The monitor reads its socket when this thread's event loop polls: it trails the kernel by a turn of the loop.
+        generation = sock.generation();
+        const waitUntil = performance.now() + MIRROR_WAIT_MS;
+        while (mirror.lagging(generation, monitor.progress()) && performance.now() < waitUntil) {
+          await new Promise((r) => setImmediate(r));
+          if (this.stopped) return undefined;
+          generation = sock.generation();
+        }
+        if (!mirror.exactAt(generation, monitor.progress())) return this.mirrorFallback(mirror.valid ? 'no proof that the mirror is the kernel\'s state now' : mirror.invalidReason);
       }
-      mirror.invalidate(`the kernel refused a repair planned from the mirror: ${(e as Error).message}`);
-      this.log.warn({ err: (e as Error).message }, 'a repair planned from the events was refused; reading the kernel instead');
-      return this.mirrorFallback(mirror.invalidReason);
+      trace?.('proved');
+      const plan = mirror.plan();
+      trace?.('planned');
+      if (plan === undefined) return this.mirrorFallback(`more than ${MIRROR_MAX_OPS} rule ops or ${MIRROR_MAX_ELEMENTS} elements`);
+      if (plan === 'clean') {
+        // Nothing to commit, so no guard to prove the generation: say in sync at one read from the kernel.
+        if (!careful) continue;
+        this.drifting = new Set();
+        this.verified(generation, 'mirror');
+        return { status: 'in-sync', drift: [], ops: 0, attempts: 1, generation };
+      }
+      const waitMs = isDeliberate ? 0 : this.fight.waitFrom(performance.now());
+      if (waitMs > 0) {
+        this.drifting = new Set(plan.drift.map((d) => `${d.family} ${d.table}`));
+        for (const d of plan.drift) this.metrics.drift.inc({ kind: d.kind });
+        this.scheduleAfter(waitMs, cause, detectedAt);
+        return { status: 'deferred', drift: plan.drift, ops: 0, attempts: 1 };
+      }
+      mirror.expect(generation + 1, plan.expected);
+      try {
+        await sock.commit(plan.batch, { expectGeneration: generation });
+      } catch (e) {
+        mirror.forget(generation + 1);
+        if (e instanceof GenerationMismatchError) {
+          this.metrics.generationRetries.inc();
+          if (!careful) continue;
+          return this.mirrorFallback('another commit came first (the guard refused the repair)');
+        }
+        mirror.invalidate(`the kernel refused a repair planned from the mirror: ${(e as Error).message}`);
+        this.log.warn({ err: (e as Error).message }, 'a repair planned from the events was refused; reading the kernel instead');
+        return this.mirrorFallback(mirror.invalidReason);
+      }
+      trace?.('committed');
+      if (!isDeliberate) for (const d of plan.drift) this.metrics.drift.inc({ kind: d.kind });
+      const ops = plan.batch.length;
+      this.committed(cause, detectedAt, { flat: plan.drift }, ops);
+      // The guard held at `generation`, where the mirror was the kernel: our commit made generation + 1,
+      // the desired state. Its own events bring the new handles into the mirror.
+      this.drifting = new Set();
+      this.verified(generation + 1, 'commit');
+      this.reportRepair({ cause, drift: plan.drift, ops, latencyMs: performance.now() - detectedAt, generation: generation + 1, attempts: 1 });
+      trace?.('reported');
+      return { status: 'repaired', drift: plan.drift, ops, attempts: 1, generation: generation + 1 };
     }
-    const ops = plan.batch.length;
-    this.committed(cause, detectedAt, { flat: plan.drift }, ops);
-    // The guard held at `generation`, where the mirror was the kernel: our commit made generation + 1,
-    // the desired state. Its own events bring the new handles into the mirror.
-    this.drifting = new Set();
-    this.verified(generation + 1, 'commit');
-    this.reportRepair({ cause, drift: plan.drift, ops, latencyMs: performance.now() - detectedAt, generation: generation + 1, attempts: 1 });
-    return { status: 'repaired', drift: plan.drift, ops, attempts: 1, generation: generation + 1 };
   }
 
   /** The mirror could not plan this pass: the full pass will (said once per pass, for logs and the bench). */

@@ -49,6 +49,7 @@ import type { TableConfig } from '../config/config.js';
 import { deletable, elementId, sameContent, setDefinitionKey, type SetConfig } from '../config/sets.js';
 import { Batch } from '../netlink/batch.js';
 import type { MonitorBatch, MonitorEvent, MonitorProgress } from '../netlink/monitor.js';
+import type { Expr } from '../netlink/expr.js';
 import { SET_F, type ObservedTable, type SetElement } from '../netlink/objects.js';
 import { desiredKey, type Drift } from './reconcile.js';
 
@@ -85,6 +86,8 @@ interface MirrorChain {
   missing: Set<number>;
   /** Foreign rules in the chain: handle → the desired rule whose place it took (a replace), or -1. */
   extras: Map<number, number>;
+  /** Frozen copies of the expressions of the desired rules re-added so far (frozenExprs). */
+  frozen?: Map<number, Expr[]>;
 }
 
 /**
@@ -110,6 +113,7 @@ export type MirrorOutcome =
   | 'changed';
 
 const key = (family: string, table: string) => `${family} ${table}`;
+const byNumber = (x: number, y: number) => x - y;
 
 export class Mirror {
   /** The kernel generation the mirror is exact at (with the proof, see exactAt). */
@@ -390,20 +394,23 @@ export class Mirror {
           expected.push({ del: h, chain: c });
         }
         const ids = new Map<number, number>();
-        for (const j of [...c.missing].sort((x, y) => x - y)) {
+        for (const j of [...c.missing].sort(byNumber)) {
           const r = this.rule(c, j);
-          for (const s of r.sets) batch.add('set', { ...s, family: c.family, table: c.table });
-          const body = { ...where, exprs: r.exprs, ...(r.userdata ? { userdata: r.userdata } : {}), id: nextId };
-          ids.set(j, nextId++);
+          for (const st of r.sets) batch.add('set', { ...st, family: c.family, table: c.table });
+          const id = nextId++;
+          ids.set(j, id);
+          const exprs = this.frozenExprs(c, j, r.exprs);
           const h = inPlace.get(j);
+          // Whole op literals, one shape each: spreading them together cost more than the rest of the plan.
           if (h !== undefined) {
-            batch.replace('rule', { ...body, handle: h });  // same place, same handle
+            batch.push({ verb: 'replace', object: 'rule', family: c.family, table: c.table, chain: c.name, exprs, userdata: r.userdata, id, handle: h });  // same place, same handle
             expected.push({ del: h, chain: c }, { add: j, chain: c });
             continue;
           }
-          if (j === 0) batch.insert('rule', body);  // at the head of the chain
-          else if (c.handles[j - 1]! > 0) batch.add('rule', { ...body, position: c.handles[j - 1]! });
-          else batch.add('rule', { ...body, positionId: ids.get(j - 1)! });  // after the one re-added just before
+          const after = j === 0 ? 0 : c.handles[j - 1]!;
+          if (j === 0) batch.push({ verb: 'insert', object: 'rule', family: c.family, table: c.table, chain: c.name, exprs, userdata: r.userdata, id });  // at the head of the chain
+          else if (after > 0) batch.push({ verb: 'add', object: 'rule', family: c.family, table: c.table, chain: c.name, exprs, userdata: r.userdata, id, position: after });
+          else batch.push({ verb: 'add', object: 'rule', family: c.family, table: c.table, chain: c.name, exprs, userdata: r.userdata, id, positionId: ids.get(j - 1)! });  // after the one re-added just before
           expected.push({ add: j, chain: c });
         }
       }
@@ -433,6 +440,21 @@ export class Mirror {
       }
     }
     return { batch, drift, expected };
+  }
+
+  /**
+   * A frozen copy of desired rule j's expressions, made the first time it is re-added: a frozen
+   * array of frozen expressions is checked once (validate.ts), not on every repair that re-adds it.
+   */
+  private frozenExprs(c: MirrorChain, j: number, exprs: readonly Expr[]): Expr[] {
+    // The keeper's desired rules are frozen already (compact.ts); others get a frozen copy.
+    if (Object.isFrozen(exprs) && exprs.every((e) => Object.isFrozen(e))) return exprs as Expr[];
+    let f = c.frozen?.get(j);
+    if (!f) {
+      f = Object.freeze(exprs.map((e) => Object.freeze(Object.assign({}, e)))) as Expr[];  // not a spread: see compact.ts
+      (c.frozen ??= new Map()).set(j, f);
+    }
+    return f;
   }
 
   private rule(c: MirrorChain, j: number) {

@@ -6,6 +6,8 @@
  * differs, in order. Pure functions apart from observe(); Reconciler.once()
  * (reconciler.ts) drives them under the generation guard.
  */
+import * as cryptoModule from 'node:crypto';
+import { createHash } from 'node:crypto';
 import type { Expr, Family, Hex } from '../netlink/expr.js';
 import { Batch } from '../netlink/batch.js';
 import type { Chain, NftSet, ObservedTable, Rule, SetElement, Table } from '../netlink/objects.js';
@@ -108,11 +110,25 @@ export async function observeTable(sock: NftConn, family: Family, name: string,
   return out;
 }
 
+/**
+ * The key rules are compared by: a SHA-256 of the rule's canonical form (ruleKey), 44 characters
+ * instead of the canonical JSON's hundreds. Desired rules keep theirs for as long as the config
+ * lives (and the known state shares it), so at 100,000 owned rules the JSON was 30 MiB of the
+ * daemon's heap (issue 14's memory target); a collision would take a SHA-256 collision.
+ */
+const sha256 = (s: string): string => (hashOnce ? hashOnce('sha256', s, 'base64') : createHash('sha256').update(s).digest('base64'));
+// crypto.hash (Node 20.12+): one call, no Hash object.
+const hashOnce = (cryptoModule as { hash?: (alg: string, data: string, enc: 'base64') => string }).hash;
+
+function compactKey(rule: { exprs: readonly Expr[]; userdata?: Hex }, resolve?: SetResolver): string {
+  return sha256(ruleKey(rule, resolve));
+}
+
 // ruleKey resolves a compiled rule's anonymous sets by their batch-local ids itself.
 const keyCache = new WeakMap<object, string>();
 function cachedDesiredKey(rule: ChainConfig['rules'][number]): string {
   let k = keyCache.get(rule);
-  if (k === undefined) keyCache.set(rule, k = ruleKey(rule.compiled));
+  if (k === undefined) keyCache.set(rule, k = compactKey(rule.compiled));
   return k;
 }
 
@@ -313,7 +329,7 @@ const chainEdits = new WeakMap<Drift, { edit: ChainEdit; rules: Rule[] }>();
 /** Kernel rule keys by index, each computed once and only when asked for. */
 function kernelKeys(rules: readonly Rule[], resolve: SetResolver): (i: number) => string {
   const keys: (string | undefined)[] = new Array(rules.length);
-  return (i) => keys[i] ??= knownKeys.get(rules[i]!) ?? ruleKey({ exprs: rules[i]!.exprs, userdata: rules[i]!.userdata }, resolve);
+  return (i) => keys[i] ??= knownKeys.get(rules[i]!) ?? compactKey({ exprs: rules[i]!.exprs, userdata: rules[i]!.userdata }, resolve);
 }
 
 function describeEdit(edit: ChainEdit, have: number, want: number): string {

@@ -1,8 +1,9 @@
 /**
  * Change notifications from the NFNLGRP_NFTABLES multicast group. The addon
- * filters them on its own thread and calls back once per kernel commit that
- * touched a watched table (or deleted any table), so a storm of foreign
- * changes elsewhere never wakes JavaScript.
+ * reads the socket when the event loop polls it (no reader thread: the
+ * kernel's notification wakes this thread directly), filters in C++ and calls
+ * back once per kernel commit that touched a watched table (or deleted any
+ * table), so a storm of foreign changes elsewhere never runs JavaScript.
  */
 import type { Family } from './expr.js';
 import type { SetElement } from './objects.js';
@@ -52,9 +53,11 @@ export interface MonitorBatch {
    */
   since?: number;
   events: MonitorEvent[];
+  /** process.hrtime.bigint()'s clock (ns, as a number) when the monitor read the commit's last datagram. */
+  receivedNs?: number;
 }
 
-/** What the monitor's thread has seen, read at once (Monitor.progress). */
+/** What the monitor has read, at once (Monitor.progress). */
 export interface MonitorProgress {
   /** The last NEWGEN seen. */
   lastGeneration: number;
@@ -89,7 +92,7 @@ export class Monitor {
     options.receiveBuffer);
   }
 
-  /** What the monitor's thread has seen so far (a lock, no system call). */
+  /** What the monitor has read so far (no system call: what it has not read yet, it has not seen). */
   progress(): MonitorProgress {
     const [lastGeneration, runStart, delivered] = this.native.progress();
     return { lastGeneration, runStart, delivered };

@@ -221,7 +221,23 @@ const KINDS = new Map<string, CompiledKind>(Object.entries(EXPR_SCHEMA).map(([ki
   }];
 }));
 
+/**
+ * Expression lists already checked that cannot change since: frozen arrays of frozen expressions
+ * (every field the schema knows is a primitive). The keeper's event mirror re-adds the same frozen
+ * rules on every repair; checking them once keeps the repair path short. Only the first ops of a
+ * batch are remembered (small batches: repairs), so a 100,000-rule install does not leave 100,000
+ * entries behind.
+ */
+const checkedFrozen = new WeakSet<readonly Expr[]>();
+const REMEMBER_UP_TO_OP = 64;
+
 function validateExprs(exprs: readonly Expr[], index: number): void {
+  if (checkedFrozen.has(exprs)) return;
+  validateExprsOnce(exprs, index);
+  if (index < REMEMBER_UP_TO_OP && Object.isFrozen(exprs) && exprs.every((e) => Object.isFrozen(e))) checkedFrozen.add(exprs);
+}
+
+function validateExprsOnce(exprs: readonly Expr[], index: number): void {
   if (exprs.length > MAX_EXPRS) throw new InvalidOperationError(index, 'exprs', `a rule holds at most ${MAX_EXPRS} expressions`);
   for (let i = 0; i < exprs.length; i++) {
     const e = exprs[i];

@@ -679,7 +679,7 @@ export class FakeWatch implements NftWatch {
   }
 
   deliver(b: MonitorBatch): void {
-    // The monitor's thread hands batches to JavaScript asynchronously.
+    // The monitor hands batches to JavaScript on a later turn of the event loop.
     setImmediate(() => {
       if (!this.closed) this.options.onBatch(b);
     });

@@ -1,7 +1,7 @@
 /**
  * Socket lifecycle: use after close, idempotent close, fds released by close,
  * by garbage collection and by environment teardown (worker exit, process
- * exit with the monitor thread running), and work that stays off the event
+ * exit with a monitor polling), and work that stays off the event
  * loop.
  */
 import { spawnSync } from 'node:child_process';
@@ -93,7 +93,7 @@ describe('socket lifecycle', () => {
     }, 'life');
   });
 
-  it('terminating a worker thread closes its sockets and stops its monitor thread', async () => {
+  it('terminating a worker thread closes its sockets and its monitor', async () => {
     await withNetns(async (ns) => {
       const r = runChild('worker', ns.path);
       expect(r.out).toMatchObject({ ok: true });

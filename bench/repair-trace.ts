@@ -1,0 +1,161 @@
+/**
+ * Where the time of a small repair goes (issue 14's 4-rule repair): the keeper runs as its own
+ * process (bench/s6-keeper.ts --trace) over one chain of N rules, and a probe like bench/probe.ts
+ * deletes the middle rule and waits on the nftables multicast group for the repair. Both sides
+ * stamp the same monotonic clock (process.hrtime), so each sample splits into:
+ *
+ *   probe commit → keeper's JS sees the event → pass starts → mirror proven exact → plan built →
+ *   repair committed (sendmsg returns: the kernel ran the transaction) → probe's JS sees it.
+ *
+ *   sudo npx tsx bench/repair-trace.ts [--n 4] [--count 300] [--gap-ms 20] [--node-flags "--max-semi-space-size=1"]
+ *
+ * Prints the median and p99 of each segment and of the whole, and the slowest samples' segments
+ * (which step a tail sample spent its time in). Nothing here is asserted; it is a tool for finding
+ * where time goes, beside bench/scenarios/s6.ts, which reports the figures.
+ */
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { PROJECT_ROOT } from '../src/native.js';
+import { Batch } from '../src/netlink/batch.js';
+import { Monitor, type MonitorBatch } from '../src/netlink/monitor.js';
+import { open } from '../src/netlink/socket.js';
+import { withBenchNetns } from './lib/netns.js';
+import { quantile } from './lib/stats.js';
+
+const arg = (name: string, dflt: string) => {
+  const i = process.argv.indexOf(name);
+  return i >= 0 ? process.argv[i + 1]! : dflt;
+};
+const N = Number(arg('--n', '4'));
+const COUNT = Number(arg('--count', '300'));
+const GAP_MS = Number(arg('--gap-ms', '20'));
+const WARMUP = N >= 100_000 ? 2 : 10;
+// A big chain's first repairs may be full passes (the mirror seeds by a read after start-up): seconds.
+const TIMEOUT_MS = N >= 10_000 ? 120_000 : 10_000;
+const NODE_FLAGS = arg('--node-flags', '').split(' ').filter(Boolean);
+// --perf FILE: `perf record -g` of the keeper process while the samples run (with --node-flags --perf-basic-prof for JS names).
+const PERF = arg('--perf', '');
+
+const TABLE = 'nfk-trace';
+const CHAIN = 'owned';
+const addr = (i: number) => `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`;
+const yaml = `tables:
+  - family: ip
+    name: ${TABLE}
+    chains:
+      - name: ${CHAIN}
+        type: nat
+        hook: postrouting
+        priority: srcnat
+        rules:
+${Array.from({ length: N }, (_, i) => `          - ip saddr ${addr(i)} ip daddr 192.0.2.1 return`).join('\n')}
+`;
+
+const now = () => Number(process.hrtime.bigint());
+const loadavg = () => readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
+
+type Marks = Record<'received' | 'event' | 'pass' | 'proved' | 'planned' | 'committed' | 'reported', number>;
+interface Sample { t0: number; acked: number; seen: number; keeper?: Marks }
+
+async function main(): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), 'nfk-trace-'));
+  const config = join(dir, 'c.yaml');
+  writeFileSync(config, yaml);
+  const loadStart = loadavg();
+  try {
+    await withBenchNetns('trace', async (ns) => {
+      const child = spawn(process.execPath, [...NODE_FLAGS, '--import', 'tsx', join(PROJECT_ROOT, 'bench', 's6-keeper.ts'),
+        '--netns', ns.path, '--config', config, '--trace'], { stdio: ['ignore', 'pipe', 'inherit'], cwd: PROJECT_ROOT });
+      const exited = new Promise((r) => child.on('exit', r));
+      const traces: Marks[] = [];
+      let ready!: () => void;
+      const isReady = new Promise<void>((r) => { ready = r; });
+      createInterface({ input: child.stdout! }).on('line', (l) => {
+        if (l === 'ready') ready();
+        else if (l.startsWith('trace ')) traces.push(JSON.parse(l.slice(6)) as Marks);
+      });
+      await isReady;
+      const perf = PERF ? spawn('perf', ['record', '-F', '4999', '-g', '-o', PERF, '-p', String(child.pid)], { stdio: 'inherit' }) : undefined;
+      if (perf) await new Promise((r) => setTimeout(r, 500));
+      const sock = open({ netns: ns.path });
+      let waiter: ((b: MonitorBatch, at: number) => void) | undefined;
+      const monitor = new Monitor({ netns: ns.path, tables: [{ family: 'ip', name: TABLE }], ignorePorts: [sock.portId],
+        onBatch: (b) => waiter?.(b, now()) });
+      const where = { family: 'ip' as const, table: TABLE, chain: CHAIN };
+      const samples: Sample[] = [];
+      try {
+        for (let k = 0; k < WARMUP + COUNT; k++) {
+          const rules = await sock.listRules(where);
+          if (rules.length !== N) throw new Error(`the chain holds ${rules.length} rules, not ${N}`);
+          const seen = new Promise<number>((resolve, reject) => {
+            const timer = setTimeout(() => reject(new Error(`no repair within ${TIMEOUT_MS} ms`)), TIMEOUT_MS);
+            waiter = (b, at) => {
+              if (!b.events.some((e) => e.type === 'newrule')) return;
+              clearTimeout(timer);
+              waiter = undefined;
+              resolve(at);
+            };
+          });
+          const t0 = now();
+          await sock.commit(new Batch().delete('rule', { ...where, handle: rules[N >> 1]!.handle! }));
+          const acked = now();
+          const s = { t0, acked, seen: await seen };
+          if (k >= WARMUP) samples.push(s);
+          await new Promise((r) => setTimeout(r, GAP_MS));
+        }
+        // The keeper's trace line of the last repair may still be in the pipe.
+        for (let i = 0; i < 50 && traces.length < WARMUP + COUNT; i++) await new Promise((r) => setTimeout(r, 10));
+      } finally {
+        monitor.close();
+        sock.close();
+        if (perf) {
+          perf.kill('SIGINT');
+          await new Promise((r) => perf.on('exit', r));
+        }
+        child.kill('SIGTERM');
+        await exited;
+      }
+      const keeperTraces = traces.slice(-COUNT);
+      if (keeperTraces.length !== COUNT) process.stderr.write(`(${traces.length} keeper traces for ${WARMUP + COUNT} repairs: some repairs were not planned from the events)\n`);
+      samples.forEach((s, i) => { s.keeper = keeperTraces[i]; });
+      report(samples.filter((s) => s.keeper && s.keeper.event > s.t0 && s.keeper.reported < s.seen + 1e9));
+    });
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+  process.stdout.write(`load average at start / end: ${loadStart} / ${loadavg()}\n`);
+}
+
+const SEGMENTS: [string, (s: Sample) => number][] = [
+  ['probe commit → keeper\'s monitor has read it', (s) => s.keeper!.received - s.t0],
+  ['monitor read → keeper JS (batch to objects)', (s) => s.keeper!.event - s.keeper!.received],
+  ['event → pass starts', (s) => s.keeper!.pass - s.keeper!.event],
+  ['pass → mirror proven exact', (s) => s.keeper!.proved - s.keeper!.pass],
+  ['plan built', (s) => s.keeper!.planned - s.keeper!.proved],
+  ['repair commit (encode + sendmsg + acks)', (s) => s.keeper!.committed - s.keeper!.planned],
+  ['committed → probe JS sees the repair', (s) => s.seen - s.keeper!.committed],
+  ['(probe: its own commit acked)', (s) => s.acked - s.t0],
+  ['(keeper: bookkeeping after the commit)', (s) => s.keeper!.reported - s.keeper!.committed],
+  ['total (probe t0 → probe sees the repair)', (s) => s.seen - s.t0],
+];
+
+function report(samples: Sample[]): void {
+  const us = (ns: number) => (ns / 1000).toFixed(1).padStart(8);
+  process.stdout.write(`N = ${N}, ${samples.length} samples ${GAP_MS} ms apart${NODE_FLAGS.length ? `, keeper node flags ${NODE_FLAGS.join(' ')}` : ''}\n`);
+  process.stdout.write(`${'segment'.padEnd(44)}  p50 µs   p90 µs   p99 µs\n`);
+  for (const [name, f] of SEGMENTS) {
+    const v = samples.map(f).sort((a, b) => a - b);
+    process.stdout.write(`${name.padEnd(44)}${us(quantile(v, 0.5))} ${us(quantile(v, 0.9))} ${us(quantile(v, 0.99))}\n`);
+  }
+  const slow = [...samples].sort((a, b) => (b.seen - b.t0) - (a.seen - a.t0)).slice(0, 5);
+  process.stdout.write('slowest samples (µs per segment, in the order above):\n');
+  for (const s of slow) process.stdout.write(`  ${SEGMENTS.map(([, f]) => (f(s) / 1000).toFixed(0)).join(' / ')}\n`);
+}
+
+main().catch((e: unknown) => {
+  console.error(e instanceof Error ? e.stack : e);
+  process.exitCode = 1;
+});

@@ -1,0 +1,99 @@
+/**
+ * The daemon's memory (issue 14's RSS targets), apart from S7's full run: `nfkeeper run` (this
+ * checkout's bin/, so dist/: run `npm run build` first; with the Node flags its first line gives) with examples/flannel.yaml or one owned
+ * chain of N rules, 15 s after it is ready (start-up settled, the read-back of its own commit done,
+ * some ticks). Prints VmRSS and VmHWM, the anonymous and file-backed parts of the RSS, and the
+ * JavaScript heap from the daemon's own metrics, per size, medians of --runs runs.
+ *
+ *   sudo npx tsx bench/rss.ts [--sizes 0,10000,100000] [--runs 3] [--idle-s 15] [--node-options "…"] [--node-flags "…"]
+ *
+ * N = 0 is examples/flannel.yaml (4 rules).
+ */
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { PROJECT_ROOT } from '../src/native.js';
+import { withBenchNetns } from './lib/netns.js';
+import { daemonNodeFlags } from './lib/node-flags.js';
+
+const arg = (name: string, dflt: string) => {
+  const i = process.argv.indexOf(name);
+  return i >= 0 ? process.argv[i + 1]! : dflt;
+};
+const SIZES = arg('--sizes', '0,10000,100000').split(',').map(Number);
+const RUNS = Number(arg('--runs', '3'));
+const IDLE_S = Number(arg('--idle-s', '15'));
+const NODE_OPTIONS = arg('--node-options', '');
+// --node-flags "…": flags before bin/nfkeeper.js (V8 flags NODE_OPTIONS does not take).
+const NODE_FLAGS = arg('--node-flags', '').split(' ').filter(Boolean);
+
+const addr = (i: number) => `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`;
+const config = (n: number) => (n === 0 ? readFileSync(join(PROJECT_ROOT, 'examples', 'flannel.yaml'), 'utf8')
+  : 'tables:\n  - family: ip\n    name: nfk-rss\n    chains:\n      - name: owned\n        type: nat\n        hook: postrouting\n        priority: srcnat\n        rules:\n' +
+    Array.from({ length: n }, (_, i) => `          - ip saddr ${addr(i)} ip daddr 192.0.2.1 return`).join('\n') + '\n');
+
+const status = (pid: number) => readFileSync(`/proc/${pid}/status`, 'utf8');
+const kib = (s: string, field: string) => Number(new RegExp(`${field}:\\s+(\\d+)`).exec(s)?.[1] ?? NaN);
+const metric = (text: string, name: string) => Number(new RegExp(`^${name}(?:\\{[^}]*\\})? (\\S+)$`, 'm').exec(text)?.[1] ?? NaN);
+const loadavg = () => readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
+const median = (v: number[]) => [...v].sort((a, b) => a - b)[v.length >> 1]!;
+
+interface Sample { rss: number; hwm: number; anon: number; file: number; heapUsed: number; heapTotal: number; external: number; readyS: number }
+
+async function once(n: number, dir: string, port: number): Promise<Sample> {
+  const file = join(dir, `rss-${n}.yaml`);
+  writeFileSync(file, config(n));
+  return withBenchNetns(`rss-${n}`, async (ns) => {
+    const env = { ...process.env, NODE_OPTIONS };
+    const t0 = Date.now();
+    const child = spawn(process.execPath, [...daemonNodeFlags(PROJECT_ROOT), ...NODE_FLAGS, join(PROJECT_ROOT, 'bin', 'nfkeeper.js'), 'run', '--config', file, '--netns', ns.path,
+      '--interval', '1s', '--metrics', `127.0.0.1:${port}`, '--log-level', 'warn'], { stdio: ['ignore', 'ignore', 'inherit'], env });
+    const exited = new Promise((r) => child.on('exit', r));
+    try {
+      for (let i = 0; ; i++) {
+        if (await fetch(`http://127.0.0.1:${port}/readyz`).then((r) => r.ok, () => false)) break;
+        if (child.exitCode !== null) throw new Error('nfkeeper run exited before it was ready');
+        if (i > 3000) throw new Error('not ready in 300 s');
+        await sleep(100);
+      }
+      const readyS = (Date.now() - t0) / 1000;
+      await sleep(IDLE_S * 1000);
+      const s = status(child.pid!);
+      const m = await fetch(`http://127.0.0.1:${port}/metrics`).then((r) => r.text());
+      return {
+        rss: kib(s, 'VmRSS') / 1024, hwm: kib(s, 'VmHWM') / 1024, anon: kib(s, 'RssAnon') / 1024, file: kib(s, 'RssFile') / 1024,
+        heapUsed: metric(m, 'nfkeeper_nodejs_heap_size_used_bytes') / 2 ** 20, heapTotal: metric(m, 'nfkeeper_nodejs_heap_size_total_bytes') / 2 ** 20,
+        external: metric(m, 'nfkeeper_nodejs_external_memory_bytes') / 2 ** 20, readyS,
+      };
+    } finally {
+      child.kill('SIGTERM');
+      await exited;
+    }
+  });
+}
+
+async function main(): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), 'nfk-rss-'));
+  const port = 19950 + (process.pid % 40);
+  process.stdout.write(`load average ${loadavg()}${NODE_OPTIONS ? `; NODE_OPTIONS=${NODE_OPTIONS}` : ''}${NODE_FLAGS.length ? `; node ${NODE_FLAGS.join(' ')}` : ''}\n`);
+  process.stdout.write('config                 RSS MiB  peak MiB  anon MiB  file MiB  heap used/total MiB  external MiB  ready s\n');
+  try {
+    for (const n of SIZES) {
+      const runs: Sample[] = [];
+      for (let r = 0; r < RUNS; r++) runs.push(await once(n, dir, port));
+      const f = (k: keyof Sample, w = 9) => median(runs.map((x) => x[k])).toFixed(1).padStart(w);
+      process.stdout.write(`${(n === 0 ? 'flannel.yaml' : `${n.toLocaleString('en-US')} rules`).padEnd(20)}${f('rss')}${f('hwm', 10)}${f('anon', 10)}${f('file', 10)}` +
+        `${f('heapUsed', 12)} /${f('heapTotal', 6)}${f('external', 14)}${f('readyS')}   (RSS of each run: ${runs.map((x) => x.rss.toFixed(1)).join(', ')})\n`);
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+  process.stdout.write(`load average ${loadavg()}\n`);
+}
+
+main().catch((e: unknown) => {
+  console.error(e instanceof Error ? e.stack : e);
+  process.exitCode = 1;
+});
