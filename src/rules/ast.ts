@@ -62,6 +62,8 @@ export interface NatStmt extends At {
   port?: PortRange;
   /** `snat/dnat to KEY map @m | map { k : addr [. port], … }`: the target comes from a map. */
   map?: NatMap;
+  /** `ip addr . port to …` (nft's STMT_NAT_F_CONCAT): the target is an address . port concatenation. */
+  concat?: At;
   flags: number;
 }
 

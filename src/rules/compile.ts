@@ -341,6 +341,10 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
           if (st.addr.v6 !== (fam === 'ip6')) {
             fail(st.addr, fam === 'ip6' ? 'an IPv6 address' : 'an IPv4 address', `address family mismatch for ${fam} NAT`);
           }
+          // nft 1.0.6 aborts on this one (an assertion in netlink_gen_expr): it never reaches a kernel
+          if (st.concat && fam === 'ip6') {
+            fail(st.concat, "'[address]:port' for IPv6 (or a map)", `nft 1.0.6 cannot encode ip6 'addr . port' with a constant target`);
+          }
           natFamily = fam;
         } else if (st.map) {
           // as nft: the family comes from the table, `ip`/`ip6`, or what the rule matched before the
@@ -652,6 +656,15 @@ function linearizeStmt(st: Exclude<Stmt, MatchStmt>, natFamily: Family | undefin
     }
     case 'nat': {
       const e: Expr = { kind: 'nat', type: st.type, family: natFamily! };
+      if (st.concat) {
+        // `ip addr . port to A . P`: the concatenation's registers, the port in the 32-bit register
+        // after the address (reg 9), as nft's netlink_gen_nat_stmt does for STMT_NAT_F_CONCAT
+        out.push({ kind: 'immediate', dreg: 1, data: st.addr!.lo }, { kind: 'immediate', dreg: 9, data: u16Be(st.port!.lo) });
+        Object.assign(e, { regAddrMin: 1, regAddrMax: 1, regProtoMin: 9, regProtoMax: 9,
+          flags: st.flags | NAT_RANGE.MAP_IPS | NAT_RANGE.PROTO_SPECIFIED });
+        out.push(e);
+        return;
+      }
       let reg = 1;
       let flags = st.flags;
       if (st.addr) {

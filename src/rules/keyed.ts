@@ -672,6 +672,10 @@ export function linearizeNatMap(st: NatStmt, fam: 'ip' | 'ip6', out: Expr[], kc:
   const map = st.map!;
   const key = keyOf(map.key, kc.fail);
   const ports = natMapHasPorts(map, fam, kc.sets, kc.table, kc.fail);
+  if (st.concat && !ports) {
+    kc.fail(map.rhs, `a map to ${fam === 'ip' ? 'ipv4_addr' : 'ipv6_addr'} . inet_service ('addr . port' targets)`,
+      `invalid data type, expected concatenation of (${fam === 'ip' ? 'IPv4' : 'IPv6'} address, internet network service)`);
+  }
   if (ports && !map.l4Known) {
     kc.fail(map.rhs, 'a transport protocol match before it or in the key (e.g. ip daddr . tcp dport)',
       'transport protocol mapping is only valid after transport protocol match');

@@ -841,6 +841,26 @@ class Parser {
     return r;
   }
 
+  /** After `snat|dnat ip|ip6 addr . port to`: one address, ' . ', one port (number or service name). */
+  parseNatConcat(st: NatStmt): NatStmt {
+    const v6 = st.family === 'ip6';
+    const a = this.peek();
+    const lo = a.kind === 'word' ? (v6 ? parseIPv6(a.text) : parseIPv4(a.text)) : undefined;
+    if (lo === undefined) {
+      this.fail(a, `${v6 ? 'an IPv6' : 'an IPv4'} address (one address: ranges and prefixes are not part of this form)`);
+    }
+    this.next();
+    st.addr = { v6, lo: lo!, col: a.col, raw: a.raw };
+    this.expectWord("' . ' and the port after the address", '.');
+    const p = this.peek();
+    const port = p.kind === 'word' ? parseInteger(p.text, 65535, false) ?? serviceport(p.text) : undefined;
+    if (port === undefined) this.fail(p, 'a port number 0-65535 or a service name from /etc/services');
+    this.next();
+    st.port = { lo: port!, col: p.col, raw: p.raw };
+    st.flags = this.parseNatFlags();
+    return st;
+  }
+
   parseMasqRedir(kind: 'masq' | 'redir', at: At): MasqStmt {
     this.next();
     const st: MasqStmt = { t: kind, flags: 0, ...at };
@@ -866,12 +886,20 @@ class Parser {
       st.familyAt = { col: f.col, raw: f.raw };
       this.next();
     }
+    if (st.family && this.isWord(this.peek(), 'addr')) {
+      // `ip addr . port to ADDR . PORT` or `… to KEY map …` (CNI portmap writes this form)
+      const a = this.next();
+      this.expectWord("' . port to' after 'addr'", '.');
+      this.expectWord("'port to' after 'addr .'", 'port');
+      st.concat = { col: a.col, raw: a.raw };
+    }
     this.expectWord(`'to' after '${type}'${st.family ? '' : " (or 'ip to' / 'ip6 to')"}`, 'to');
     if (startsNatMap(this)) {
       st.map = parseNatMap(this);
       st.flags = this.parseNatFlags();
       return st;
     }
+    if (st.concat) return this.parseNatConcat(st);
     const t = this.peek();
     const expected = "an address, prefix or range, optionally with ':port' or ':port-port' " +
       "(IPv6 with a port in brackets: '[fd00::1]:80'), or just ':port'";

@@ -361,6 +361,13 @@ function natText(e: NatExpr, regs: Map<number, Hex>, family: Family): string {
   const ports = portText(regs, e.regProtoMin, e.regProtoMax);
   if (f === undefined || ports === undefined) return unsupported(`${e.type} with flags ${flags}`);
   let target = '';
+  // `ip addr . port to A . P`: nft keeps the port in the register after the address (reg 9)
+  if (fam === 'ip' && hasAddr && hasPorts && e.regProtoMin === 9 && (e.regAddrMax ?? e.regAddrMin) === e.regAddrMin
+    && (e.regProtoMax ?? 9) === 9) {
+    const a = regs.get(e.regAddrMin!), p = regs.get(9);
+    if (a?.length !== 8 || p?.length !== 4) return unsupported(`${e.type} address . port`);
+    return `${e.type} ip addr . port to ${formatIPv4(a)} . ${parseInt(p, 16)}${f}`;
+  }
   if (hasAddr) {
     const v6 = fam === 'ip6';
     const alen = v6 ? 32 : 8;

@@ -79,6 +79,10 @@ const NOMAD: CorpusRule[] = [
   r('nomad', 'inet', 'post', 'ip saddr 172.17.0.0/16 oifname != "docker0" masquerade'),
   r('nomad', 'inet', 'pre', 'fib daddr type local jump CNI-HOSTPORT-DNAT'),
   r('nomad', 'inet', 'pre', 'tcp dport 8080 dnat ip to 172.26.64.102:8080'),
+  // CNI portmap's nftables backend (plugins/meta/portmap/portmap_nftables.go): nft lists it lossily
+  r('portmap', 'ip', 'pre', 'ip protocol tcp th dport 8000 dnat ip addr . port to 10.88.0.2 . 80',
+    { canonical: 'ip protocol tcp tcp dport 8000 dnat ip addr . port to 10.88.0.2 . 80', nft: 'tcp dport 8000 dnat to 10.88.0.2:80' }),
+  r('portmap', 'inet', 'pre', 'tcp dport 8000 dnat ip addr . port to 10.88.0.2 . 80', { nft: 'tcp dport 8000 dnat ip to 10.88.0.2:80' }),
 ];
 
 // kube-proxy style service NAT and marking
