@@ -64,6 +64,8 @@ export interface NatStmt extends At {
   map?: NatMap;
   /** `ip addr . port to …` (nft's STMT_NAT_F_CONCAT): the target is an address . port concatenation. */
   concat?: At;
+  /** `ip prefix to … map …` (NF_NAT_RANGE_NETMAP): the address range maps prefix to prefix. */
+  netmap?: At;
   flags: number;
 }
 

@@ -13,7 +13,7 @@ import { SET_F, type NftSet, type SetElement } from '../netlink/objects.js';
 import type {
   At, DynsetStmt, Elem, Gen, KeyedStmt, MarkMapStmt, KeyElem, KeyPart, MapData, MapVerdict, MatchOp, NatMap, NatStmt, SetRhs,
 } from './ast.js';
-import { hostValue, hexToBig, bigToHex, u16Be, u32Host, readU32Host } from './bytes.js';
+import { andHex, hostValue, hexToBig, bigToHex, prefixMask, u16Be, u32Host, readU32Host } from './bytes.js';
 import type { Field } from './fields.js';
 import type { Token } from './lexer.js';
 import {
@@ -156,26 +156,71 @@ function parseData(p: KeyedParser, kind: 'verdict' | 'nat' | 'mark'): MapData {
     }
     return d;
   }
-  // NAT: address [. port]
+  // NAT: address [. port], each also as a range (an address also as a prefix): nft's interval data
   const a = p.peek();
-  const v4 = a.kind === 'word' ? parseIPv4(a.text) : undefined;
-  const v6 = a.kind === 'word' && v4 === undefined ? parseIPv6(a.text) : undefined;
-  if (v4 === undefined && v6 === undefined) {
-    const span = a.kind === 'word' && /[-/]/.test(a.text);
-    p.fail(a, "an address, optionally followed by ' . ' and a port",
-      span ? 'address ranges and prefixes as map data are not supported' : undefined);
-  }
+  const addr = a.kind === 'word' ? natAddrData(a.text) : undefined;
+  if (addr === undefined) p.fail(a, "an address, range or prefix, optionally followed by ' . ' and a port or port range");
   p.next();
-  const parts: Elem[] = [{ k: 'value', hex: (v4 ?? v6)!, ...at(a) }];
+  const parts: Elem[] = [{ ...addr!, ...at(a) }];
   if (isDot(p, p.peek())) {
     p.next();
     const pt = p.peek();
-    const port = pt.kind === 'word' ? parseInteger(pt.text, 65535, false) : undefined;
-    if (port === undefined) p.fail(pt, 'a port number 0-65535');
+    const m = pt.kind === 'word' ? /^(\d+)(?:-(\d+))?$/.exec(pt.text) : null;
+    const lo = m ? parseInteger(m[1]!, 65535, false) : undefined;
+    let hi = m?.[2] !== undefined ? parseInteger(m[2], 65535, false) : undefined;
+    if (lo === undefined || (m?.[2] !== undefined && hi === undefined)) p.fail(pt, 'a port number 0-65535 or a port range');
     p.next();
-    parts.push({ k: 'value', hex: u16Be(port!), ...at(pt) });
+    // `8888 - 8999`, as nft's own tests write it
+    if (hi === undefined && p.isWord(p.peek(), '-')) {
+      p.next();
+      const h = p.peek();
+      hi = h.kind === 'word' ? parseInteger(h.text, 65535, false) : undefined;
+      if (hi === undefined) p.fail(h, 'the end of the port range');
+      p.next();
+    }
+    if (hi !== undefined && hi < lo!) p.fail(pt, 'a port range whose start is not above its end', 'empty range');
+    parts.push(hi === undefined ? { k: 'value', hex: u16Be(lo!), ...at(pt) } : { k: 'range', lo: u16Be(lo!), hi: u16Be(hi), ...at(pt) });
   }
   return { d: 'value', parts, ...at(a) };
+}
+
+/** A NAT map's address: one address, `a-b` or `a/len`, IPv4 or IPv6. */
+function natAddrData(w: string): Elem | undefined {
+  const one = (x: string) => parseIPv4(x) ?? parseIPv6(x);
+  const v = one(w);
+  if (v !== undefined) return { k: 'value', hex: v, col: 0, raw: '' };
+  const slash = w.indexOf('/');
+  if (slash > 0) {
+    const b = one(w.slice(0, slash));
+    const ps = w.slice(slash + 1);
+    const plen = /^(?:0|[1-9][0-9]{0,2})$/.test(ps) ? Number(ps) : NaN;
+    if (b === undefined || !(plen >= 0 && plen <= b.length * 4)) return undefined;
+    return { k: 'prefix', hex: andHex(b, prefixMask(plen, b.length / 2)), plen, col: 0, raw: '' };
+  }
+  const dash = w.indexOf('-');
+  if (dash > 0) {
+    const lo = one(w.slice(0, dash)), hi = one(w.slice(dash + 1));
+    if (lo === undefined || hi === undefined || lo.length !== hi.length || hi < lo) return undefined;
+    return { k: 'range', lo, hi, col: 0, raw: '' };
+  }
+  return undefined;
+}
+
+/** The low and high bytes of a NAT data part. */
+function spanOf(e: Elem): [Hex, Hex] {
+  switch (e.k) {
+    case 'value': return [e.hex, e.hex];
+    case 'range': return [e.lo, e.hi];
+    case 'prefix': {
+      const m = prefixMask(e.plen, e.hex.length / 2);
+      let hi = '';
+      for (let i = 0; i < e.hex.length; i += 2) {
+        hi += ((parseInt(e.hex.substr(i, 2), 16) | (~parseInt(m.substr(i, 2), 16) & 0xff))).toString(16).padStart(2, '0');
+      }
+      return [e.hex, hi];
+    }
+    default: throw new Error('unreachable: a wildcard as NAT data');
+  }
 }
 
 /** `{ elem, … }` for `key`; with `data`, each element maps ` : ` to a verdict or NAT target. */
@@ -651,10 +696,11 @@ export function natMapHasPorts(map: NatMap, fam: 'ip' | 'ip6', sets: ReadonlyMap
     return s.dataType === ported.dataType;
   }
   let ports: boolean | undefined;
+  let span: boolean | undefined;
   for (const e of rhs.elems) {
     const d = e.data as Extract<MapData, { d: 'value' }>;
-    const a = d.parts[0] as Elem & { hex: string };
-    if ((a.hex.length === 32) !== (fam === 'ip6')) {
+    const a = d.parts[0]!;
+    if ((spanOf(a)[0].length === 32) !== (fam === 'ip6')) {
       fail(a, fam === 'ip6' ? 'an IPv6 address' : 'an IPv4 address', `address family mismatch for ${fam} NAT`);
     }
     const has = d.parts.length > 1;
@@ -663,8 +709,23 @@ export function natMapHasPorts(map: NatMap, fam: 'ip' | 'ip6', sets: ReadonlyMap
         'every element of a NAT map maps to the same kind of target');
     }
     ports = has;
+    // the kernel takes one data length per map: ranges (and prefixes) in every element or in none
+    const sp = d.parts.some((x) => x.k !== 'value');
+    if (span !== undefined && sp !== span) {
+      fail(d, span ? 'a range or prefix like the other elements' : 'single values like the other elements',
+        'every element of a NAT map maps to the same kind of target (ranges in all or in none)');
+    }
+    span = sp;
+    if (sp && has && fam === 'ip6') {
+      fail(d, 'an IPv6 address range without ports, or single values', 'the kernel refuses IPv6 address . port ranges as map data (ENODATA)');
+    }
   }
   return ports ?? false;
+}
+
+/** Whether an anonymous NAT map's data are ranges (nft's interval data: low and high values). */
+function natMapSpans(map: NatMap): boolean {
+  return map.rhs.k === 'anon' && map.rhs.elems.some((e) => (e.data as Extract<MapData, { d: 'value' }>).parts.some((x) => x.k !== 'value'));
 }
 
 /** `snat/dnat [ip|ip6] to KEY map …`: lookup into register 1, nat from it (address, then the port). */
@@ -672,6 +733,7 @@ export function linearizeNatMap(st: NatStmt, fam: 'ip' | 'ip6', out: Expr[], kc:
   const map = st.map!;
   const key = keyOf(map.key, kc.fail);
   const ports = natMapHasPorts(map, fam, kc.sets, kc.table, kc.fail);
+  const span = natMapSpans(map);
   if (st.concat && !ports) {
     kc.fail(map.rhs, `a map to ${fam === 'ip' ? 'ipv4_addr' : 'ipv6_addr'} . inet_service ('addr . port' targets)`,
       `invalid data type, expected concatenation of (${fam === 'ip' ? 'IPv4' : 'IPv6'} address, internet network service)`);
@@ -689,9 +751,14 @@ export function linearizeNatMap(st: NatStmt, fam: 'ip' | 'ip6', out: Expr[], kc:
   } else {
     const d = natData(fam, ports);
     const desc: MapDataDesc = { kind: 'value', ...d, concat: ports, byteorder: 2 };
+    if (span) {
+      desc.dataLen *= 2;
+      desc.interval = true;
+    }
     const elems = keyedElems(map.rhs.elems, (e) => {
-      const parts = (e.data as Extract<MapData, { d: 'value' }>).parts.map((x) => (x as { hex: string }).hex);
-      return { data: concatHex(parts, ports) };
+      const spans = (e.data as Extract<MapData, { d: 'value' }>).parts.map(spanOf);
+      const lo = concatHex(spans.map((x) => x[0]), ports);
+      return { data: span ? lo + concatHex(spans.map((x) => x[1]), ports) : lo };
     });
     let built: NftSet | undefined;
     const ref = kc.addSet((id) => (built = buildKeyedSet(key, elems, desc, { family: kc.family, table: kc.table }, id, kc.fail)));
@@ -699,12 +766,14 @@ export function linearizeNatMap(st: NatStmt, fam: 'ip' | 'ip6', out: Expr[], kc:
     lookup = { kind: 'lookup', sreg: 1, dreg: 1, set: ref.name, setId: ref.setId, flags: 0 };
   }
   out.push(lookup);
-  const e: NatExpr = { kind: 'nat', type: st.type, family: fam, regAddrMin: 1, regAddrMax: 1 };
-  let flags = st.flags | NAT_RANGE.MAP_IPS;
+  // the data's words: address, [port], then with ranges the high address and [port] (nft's layout)
+  const aw = fam === 'ip' ? 1 : 4;
+  const e: NatExpr = { kind: 'nat', type: st.type, family: fam, regAddrMin: 1,
+    regAddrMax: span ? regOf(aw + (ports ? 1 : 0)) : 1 };
+  let flags = st.flags | NAT_RANGE.MAP_IPS | (st.netmap ? NAT_RANGE.NETMAP : 0);
   if (ports) {
-    const r = regOf(fam === 'ip' ? 1 : 4);
-    e.regProtoMin = r;
-    e.regProtoMax = r;
+    e.regProtoMin = regOf(aw);
+    e.regProtoMax = span ? regOf(2 * aw + 1) : regOf(aw);
     flags |= NAT_RANGE.PROTO_SPECIFIED;
   }
   e.flags = flags;
@@ -956,7 +1025,12 @@ function dataText(e: SetElement, set: NftSet, env: KeyedRenderEnv, fam: 'ip' | '
     return v === undefined ? undefined : `0x${v.toString(16).padStart(8, '0')}`;
   }
   if (e.data === undefined || !fam) return undefined;
-  return natTargetText(e.data, fam, set.dataType === natData(fam, true).dataType);
+  const ports = set.dataType === natData(fam, true).dataType;
+  const half = natData(fam, ports).dataLen;
+  if (set.dataLen === 2 * half) {
+    return e.data.length === 4 * half ? natSpanText(e.data.slice(0, 2 * half), e.data.slice(2 * half), fam, ports) : undefined;
+  }
+  return natTargetText(e.data, fam, ports);
 }
 
 function natTargetText(data: Hex, fam: 'ip' | 'ip6', ports: boolean): string | undefined {
@@ -965,6 +1039,33 @@ function natTargetText(data: Hex, fam: 'ip' | 'ip6', ports: boolean): string | u
   if (!ports) return data.length === alen ? fmt(data) : undefined;
   if (data.length !== alen + 8 || data.slice(alen + 4) !== '0000') return undefined;
   return `${fmt(data.slice(0, alen))} . ${parseInt(data.slice(alen, alen + 4), 16)}`;
+}
+
+/** Range data (low, high): `a-b`, `a/len` or `a`, then ` . p-q` or ` . p`; never a range that reads as one value. */
+function natSpanText(lo: Hex, hi: Hex, fam: 'ip' | 'ip6', ports: boolean): string | undefined {
+  const alen = fam === 'ip' ? 8 : 32;
+  const fmt = fam === 'ip' ? formatIPv4 : formatIPv6;
+  const a0 = lo.slice(0, alen), a1 = hi.slice(0, alen);
+  if (a1 < a0) return undefined;
+  let port = '';
+  if (ports) {
+    if (lo.length !== alen + 8 || hi.length !== alen + 8 || lo.slice(alen + 4) !== '0000' || hi.slice(alen + 4) !== '0000') return undefined;
+    const p0 = parseInt(lo.slice(alen, alen + 4), 16), p1 = parseInt(hi.slice(alen, alen + 4), 16);
+    if (p1 < p0) return undefined;
+    port = p0 === p1 ? ` . ${p0}` : ` . ${p0}-${p1}`;
+  } else if (lo.length !== alen || hi.length !== alen) return undefined;
+  const plen = spanPrefix(a0, a1);
+  const addr = a0 === a1 ? (port.includes('-') ? fmt(a0) : `${fmt(a0)}-${fmt(a1)}`)
+    : plen !== undefined ? `${fmt(a0)}/${plen}` : `${fmt(a0)}-${fmt(a1)}`;
+  return addr + port;
+}
+
+/** The prefix length when lo-hi is exactly one prefix. */
+function spanPrefix(lo: Hex, hi: Hex): number | undefined {
+  const a = hexToBig(lo), b = hexToBig(hi);
+  const size = b - a + 1n;
+  if ((size & (size - 1n)) !== 0n || a % size !== 0n) return undefined;
+  return lo.length * 4 - (size.toString(2).length - 1);
 }
 
 /** Elements of an anonymous set or map as `{ … }` text, or undefined when they are not nft-shaped. */
@@ -1047,13 +1148,20 @@ export function renderKeyed(g: KeyedGroup, env: KeyedRenderEnv): string | undefi
   if ((neq && l.dreg !== undefined) || ((l.flags ?? 0) & ~1)) return undefined;
   let natFam: 'ip' | 'ip6' | undefined;
   let rhsWord = '';
+  let natSpan = false;
   if (g.nat) {
     const n = g.nat;
-    if ((n.family !== 'ip' && n.family !== 'ip6') || (n.regAddrMax ?? 1) !== 1) return undefined;
+    if (n.family !== 'ip' && n.family !== 'ip6') return undefined;
     natFam = n.family;
     const ports = n.regProtoMin !== undefined;
-    if (ports && (n.regProtoMin !== regOf(natFam === 'ip' ? 1 : 4) || (n.regProtoMax ?? n.regProtoMin) !== n.regProtoMin)) return undefined;
-    const flags = (n.flags ?? 0) & ~(NAT_RANGE.MAP_IPS | (ports ? NAT_RANGE.PROTO_SPECIFIED : 0));
+    // the registers nft uses for the data's words (linearizeNatMap), with and without ranges
+    const aw = natFam === 'ip' ? 1 : 4;
+    const regs = (span: boolean) => [span ? regOf(aw + (ports ? 1 : 0)) : 1,
+      ports ? regOf(aw) : undefined, ports ? (span ? regOf(2 * aw + 1) : regOf(aw)) : undefined].join();
+    const got = [n.regAddrMax ?? 1, n.regProtoMin, ports ? n.regProtoMax ?? n.regProtoMin : undefined].join();
+    if (got === regs(true) && got !== regs(false)) natSpan = true;
+    else if (got !== regs(false)) return undefined;
+    const flags = (n.flags ?? 0) & ~(NAT_RANGE.MAP_IPS | NAT_RANGE.NETMAP | (ports ? NAT_RANGE.PROTO_SPECIFIED : 0));
     if (flags & ~(NAT_RANGE.PROTO_RANDOM | NAT_RANGE.PROTO_RANDOM_FULLY | NAT_RANGE.PERSISTENT)) return undefined;
     rhsWord = 'map';
   } else if (l.dreg === 0) {
@@ -1064,9 +1172,11 @@ export function renderKeyed(g: KeyedGroup, env: KeyedRenderEnv): string | undefi
   let rhs: string;
   const found = env.sets?.(l.set, l.setId);
   if (!found || !(found.set.flags & SET_F.ANONYMOUS)) {
-    if (l.set.startsWith('__')) return undefined;
+    if (l.set.startsWith('__') || natSpan) return undefined;
     rhs = `@${l.set}`;
   } else {
+    // ranges as NAT data: twice the data length, and the registers to match
+    if (natFam && (found.set.dataLen === 2 * natData(natFam, g.nat!.regProtoMin !== undefined).dataLen) !== natSpan) return undefined;
     const hostOrder = parts.length === 1 && !parts[0]!.field ? true : parts.length === 1 && parts[0]!.field?.set?.byteorder === 1;
     const body = elementsText(parts, found.set, found.elements, env, natFam, hostOrder);
     if (body === undefined) return undefined;
@@ -1078,8 +1188,9 @@ export function renderKeyed(g: KeyedGroup, env: KeyedRenderEnv): string | undefi
     const names: [number, string][] = [[NAT_RANGE.PROTO_RANDOM, 'random'], [NAT_RANGE.PROTO_RANDOM_FULLY, 'fully-random'], [NAT_RANGE.PERSISTENT, 'persistent']];
     const fl = names.filter(([b]) => (n.flags ?? 0) & b).map(([, s]) => s);
     // nft names the family when the table's does not say it, and for address . port targets
-    const kw = env.family === 'inet' || ports ? ` ${natFam}` : '';
-    return `${n.type}${kw} to ${key} map ${rhs}${fl.length ? ' ' + fl.join(',') : ''}`;
+    const kw = env.family === 'inet' || ports || natSpan || (n.flags ?? 0) & NAT_RANGE.NETMAP ? ` ${natFam}` : '';
+    const pre = (n.flags ?? 0) & NAT_RANGE.NETMAP ? ' prefix' : '';
+    return `${n.type}${kw}${pre} to ${key} map ${rhs}${fl.length ? ' ' + fl.join(',') : ''}`;
   }
   if (g.markset) return `${g.markset} mark set ${key} map ${rhs}`;
   return rhsWord ? `${key} ${rhsWord} ${rhs}` : `${key}${neq ? ' !=' : ''} ${rhs}`;

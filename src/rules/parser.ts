@@ -886,7 +886,10 @@ class Parser {
       st.familyAt = { col: f.col, raw: f.raw };
       this.next();
     }
-    if (st.family && this.isWord(this.peek(), 'addr')) {
+    if (st.family && this.isWord(this.peek(), 'prefix')) {
+      const a = this.next();
+      st.netmap = { col: a.col, raw: a.raw };
+    } else if (st.family && this.isWord(this.peek(), 'addr')) {
       // `ip addr . port to ADDR . PORT` or `… to KEY map …` (CNI portmap writes this form)
       const a = this.next();
       this.expectWord("' . port to' after 'addr'", '.');
@@ -900,6 +903,7 @@ class Parser {
       return st;
     }
     if (st.concat) return this.parseNatConcat(st);
+    if (st.netmap) this.fail(this.peek(), "a map ('KEY map { … }'): nfkeeper takes 'prefix to' only with a map");
     const t = this.peek();
     const expected = "an address, prefix or range, optionally with ':port' or ':port-port' " +
       "(IPv6 with a port in brackets: '[fd00::1]:80'), or just ':port'";
@@ -929,6 +933,16 @@ class Parser {
         n = this.peek();
       }
       st.addr = addr;
+      const pl = n.kind === 'word' && addr.hi === undefined ? /^\/(0|[1-9][0-9]{0,2})$/.exec(n.text) : null;
+      if (pl && Number(pl[1]) <= 128) {
+        // `[a]/len`: the prefix as an address range, as without brackets
+        this.next();
+        const m = prefixMask(Number(pl[1]), 16);
+        addr.lo = andHex(addr.lo, m);
+        if (Number(pl[1]) < 128) addr.hi = orNotMask(addr.lo, m);
+        st.flags = this.parseNatFlags();
+        return st;
+      }
       if (n.kind === 'word' && n.text.startsWith(':')) {
         this.next();
         st.port = this.portRange(n, n.text.slice(1), "a port or port range after ':'");

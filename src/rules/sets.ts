@@ -165,7 +165,9 @@ const EXPR_CONCAT = 13, EXPR_VERDICT = 1;
 /** What an anonymous map maps to. */
 export type MapDataDesc =
   | { kind: 'verdict' }
-  | { kind: 'value'; dataType: number; dataLen: number; concat: boolean; byteorder: number };
+  | { kind: 'value'; dataType: number; dataLen: number; concat: boolean; byteorder: number;
+    /** The data are ranges, low then high (nft's interval data: `… : 10.0.0.1-10.0.0.9`). */
+    interval?: boolean };
 
 export interface KeyedElem {
   at: { col: number; raw: string };
@@ -223,7 +225,7 @@ function keyedUserdata(key: KeyDesc, map: MapDataDesc | undefined, interval: boo
   return tlv(0, u32Host(keyOrder)) + tlv(1, u32Host(dataOrder))
     + (key.concat && typeofKey !== undefined ? tlv(3, typeofKey) : '')
     + (map.kind === 'verdict' ? tlv(4, tlv(0, u32Host(EXPR_VERDICT)) + tlv(1, '')) : '')
-    + tlv(6, u32Host(0));
+    + tlv(6, u32Host(map.kind === 'value' && map.interval ? 1 : 0));
 }
 
 function sameData(a: KeyedElem['data'], b: KeyedElem['data']): boolean {

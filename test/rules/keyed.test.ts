@@ -173,6 +173,15 @@ export const KEYED: KeyedRule[] = [
   k('ip', 'pre', 'meta l4proto tcp dnat ip to ip daddr . th dport map { 10.0.0.1 . 80 : 10.1.0.1 . 8080 }',
     { canonical: 'dnat ip to ip daddr . tcp dport map { 10.0.0.1 . 80 : 10.1.0.1 . 8080 }' }),
   k('ip', 'post', 'snat to ip saddr map { 10.0.0.0/8 : 192.168.0.1, 172.16.0.1 : 192.168.0.2 }'),
+  // ranges and prefixes as NAT data (nft's interval data), and `prefix to` (NETMAP)
+  k('ip', 'post', 'snat ip to ip saddr map { 10.141.11.4 : 192.168.2.2-192.168.2.4, 10.141.11.5 : 192.168.3.0/24 }'),
+  k('ip', 'pre', 'dnat ip to ip saddr . tcp dport map { 192.168.1.2 . 80 : 10.141.10.0/24 . 8888-8999, 192.168.1.3 . 80 : 10.141.10.2 . 80-81 }'),
+  k('ip', 'pre', 'tcp dport 80 dnat ip to ip saddr map { 10.141.11.4 : 192.168.2.2-192.168.2.4 . 80 }'),
+  k('ip', 'post', 'snat ip prefix to ip saddr map { 10.141.11.0/24 : 192.168.2.0/24 }'),
+  k('ip', 'pre', 'ip protocol tcp th dport 8000 dnat ip addr . port to 10.88.0.2 . 80',
+    { canonical: 'ip protocol tcp tcp dport 8000 dnat ip addr . port to 10.88.0.2 . 80', nft: 'tcp dport 8000 dnat to 10.88.0.2:80' }),
+  k('ip', 'pre', 'tcp dport 80 dnat ip addr . port to ip daddr map { 10.0.0.1 : 10.1.0.1 . 8080 }',
+    { canonical: 'tcp dport 80 dnat ip to ip daddr map { 10.0.0.1 : 10.1.0.1 . 8080 }' }),
   // dynset
   k('ip', 'fwd', 'add @dyn3 { ip saddr }'),
   k('ip', 'fwd', 'update @dyn { ip saddr timeout 10s }'),
@@ -191,6 +200,7 @@ export const KEYED: KeyedRule[] = [
   k('ip6', 'pre', 'dnat ip6 to ip6 daddr . tcp dport map @dm6p'),
   k('ip6', 'pre', 'dnat to ip6 daddr map { fd00::1 : fd01::1 }'),
   k('ip6', 'pre', 'dnat ip6 to ip6 daddr . tcp dport map { fd00::1 . 80 : fd01::1 . 8080 }'),
+  k('ip6', 'pre', 'dnat ip6 to ip6 daddr map { fd00::1 : fd01::1-fd01::9, fd00::2 : fd02::/64 }'),
   // inet
   k('inet', 'fwd', 'ip daddr @s4'),
   k('inet', 'fwd', 'ip daddr . tcp dport { 10.0.0.1 . 80, 10.0.0.2 . 443 }'),
@@ -266,7 +276,7 @@ describe('refusals with positions', () => {
     S('d46', 7, 4, { flags: 8, dataType: 8, dataLen: 16 }),
     S('dyn', 7, 4, { flags: 0x20 }),
   ]);
-  const cases: [string, 'ip' | 'inet', number, string, RegExp][] = [
+  const cases: [string, 'ip' | 'ip6' | 'inet', number, string, RegExp][] = [
     ['ip daddr @nope accept', 'ip', 10, '@nope', /set 'nope' does not exist/],
     ['tcp dport @s4', 'ip', 11, '@s4', /datatype mismatch: set 's4' is keyed by ipv4_addr/],
     ['ip daddr . tcp dport @svc', 'ip', 22, '@svc', /keyed by ipv4_addr \. inet_proto \. inet_service/],
@@ -295,7 +305,11 @@ describe('refusals with positions', () => {
     ['add @dm { ip saddr }', 'ip', 5, '@dm', /'dm' is a map/],
     ['add @dyn { tcp dport }', 'ip', 5, '@dyn', /datatype mismatch/],
     ['add @dyn { ip saddr : 1 }', 'ip', 21, ':', /adding to a map from a rule is not supported/],
-    ['snat ip to ip saddr map { 10.0.0.1 : 192.168.2.2-192.168.2.4 }', 'ip', 38, '192.168.2.2-192.168.2.4', /address ranges and prefixes as map data are not supported/],
+    ['snat ip to ip saddr map { 10.0.0.1 : 192.168.2.2-192.168.2.4, 10.0.0.2 : 192.168.3.1 }', 'ip', 74, '192.168.3.1', /ranges in all or in none/],
+    ['tcp dport 80 dnat ip6 to ip6 saddr map { ::1 : ::2-::5 . 80-90 }', 'ip6', 48, '::2-::5', /ENODATA/],
+    ['tcp dport 80 dnat ip6 addr . port to fd00::2 . 53', 'ip6', 23, 'addr', /nft 1.0.6 cannot encode/],
+    ['tcp dport 80 dnat ip addr . port to ip saddr map { 10.0.0.1 : 10.0.0.2 }', 'ip', 50, '{', /expected concatenation/],
+    ['tcp dport 80 dnat ip prefix to 10.0.0.0/8', 'ip', 32, '10.0.0.0/8', /'prefix to' only with a map/],
     ['meta mark set ip saddr map @dm', 'ip', 28, '@dm', /map 'dm' maps to ipv4_addr, not to marks/],
     ['meta mark set ip saddr counter', 'ip', 24, 'counter', /'map'/],
     ['update @dyn { ip saddr timeout soon }', 'ip', 32, 'soon', /a time such as 10s/],
