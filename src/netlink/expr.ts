@@ -331,12 +331,13 @@ export const EXPR_SCHEMA = {
   /**
    * NFTA_EXTHDR_*: an IPv6 extension header field, a TCP option (op 1), an IPv4
    * option (2) or an SCTP chunk (3): load into `dreg` (flags & 1: presence only)
-   * or store from `sreg`.
+   * or store from `sreg`; with neither register, a TCP option is stripped (`reset tcp option`,
+   * which the kernel takes only without offset, len and flags).
    */
   exthdr: {
     nftnl: 'EXTHDR',
     fields: {
-      dreg: opt(reg('DREG')), type: u8('TYPE'), offset: u32('OFFSET'), len: u32('LEN'), flags: opt(u32('FLAGS')),
+      dreg: opt(reg('DREG')), type: u8('TYPE'), offset: opt(u32('OFFSET')), len: opt(u32('LEN')), flags: opt(u32('FLAGS')),
       op: opt(u32('OP')), sreg: opt(reg('SREG')),
     },
   },

@@ -74,8 +74,12 @@ function normalize(e: Expr, sets: SetResolver | undefined): unknown {
     // the kernel dumps a dynset's timeout and flags as 0 when none were sent
     case 'dynset': return { ...e, timeout: e.timeout || undefined, flags: e.flags || undefined, setId: undefined };
     case 'bitwise': return { ...e, op: e.op ?? 'bool' };
-    // a store may not carry NFTA_EXTHDR_FLAGS (EINVAL), yet the kernel dumps it as 0
-    case 'exthdr': return { ...e, flags: e.flags || undefined };
+    // a store may not carry NFTA_EXTHDR_FLAGS (EINVAL), yet the kernel dumps it as 0; nor a strip
+    // (`reset tcp option`, neither register) its offset and len
+    case 'exthdr': {
+      const strip = e.dreg === undefined && e.sreg === undefined;
+      return { ...e, flags: e.flags || undefined, offset: strip ? e.offset || undefined : e.offset, len: strip ? e.len || undefined : e.len };
+    }
     default: return e;
   }
 }

@@ -27,8 +27,8 @@ export type Load =
   | { kind: 'meta'; key: MetaKey }
   | { kind: 'ct'; key: CtKey; dir?: 0 | 1 }
   | { kind: 'fib'; result: 'oif' | 'oifname' | 'type'; flags: number }
-  /** exthdr: op 0 IPv6 extension header, 1 TCP option; offset in bytes; flags 1 presence. */
-  | { kind: 'exthdr'; op: 0 | 1; type: number; offset: number; flags?: number }
+  /** exthdr: op 0 IPv6 extension header, 1 TCP option, 3 SCTP chunk; offset in bytes; flags 1 presence. */
+  | { kind: 'exthdr'; op: 0 | 1 | 3; type: number; offset: number; flags?: number }
   /** socket transparent|mark|wildcard (NFT_SOCKET_*). */
   | { kind: 'socket'; key: number }
   /** osf [ttl loose|skip] name|version: the fingerprint's genre (flags 1: with version). */

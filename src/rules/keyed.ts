@@ -437,6 +437,7 @@ function fieldTypeofTlvs(f: Field): Hex | undefined {
     case 'payload': data = tlv(0, u32Host(k.desc)) + tlv(1, u32Host(k.tmpl)); break;
     case 'meta': data = tlv(0, u32Host(k.key)); break;
     case 'ct': data = tlv(0, u32Host(k.key)) + tlv(1, u32Host(0xffffffff)); break;
+    case 'exthdr': data = tlv(1, u32Host(k.tmpl)) + (k.op ? tlv(2, u32Host(k.op)) : '') + tlv(0, u32Host(k.desc)); break;
   }
   return tlv(0, u32Host(EXPR_TYPE[k.expr])) + tlv(1, data);
 }

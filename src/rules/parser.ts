@@ -24,7 +24,7 @@ import {
 } from './values.js';
 import { COMMENT_MAX } from './udata.js';
 import { parseExprStatement, type ExprStmt } from './statements.js';
-import { IPV6_EXTHDRS, TCP_OPTIONS, ipv6ExthdrField, tcpOptionField } from './exthdr.js';
+import { IPV6_EXTHDRS, SCTP_CHUNKS, TCP_OPTIONS, ipv6ExthdrField, sctpChunkField, tcpOptionField, tcpOptionRaw } from './exthdr.js';
 import { payloadSetExprs } from './payloadset.js';
 import type { Expr } from '../netlink/expr.js';
 
@@ -158,6 +158,7 @@ class Parser {
         this.next();
         const k = this.peek();
         if (t.text === 'tcp' && this.isWord(k, 'option')) return this.parseTcpOption(at);
+        if (t.text === 'sctp' && this.isWord(k, 'chunk')) return this.parseSctpChunk(at);
         if (this.isWord(k, 'sport', 'dport')) {
           this.next();
           return this.parseMatch(portField(t.text, k.text as 'sport' | 'dport'), at);
@@ -273,6 +274,7 @@ class Parser {
       case 'add': case 'update':
         return parseDynset(this);
 
+      case 'reset': return this.parseReset(at);
       case 'masquerade': case 'redirect': return this.parseMasqRedir(t.text === 'masquerade' ? 'masq' : 'redir', at);
       case 'snat': case 'dnat': return this.parseNat(t.text, at);
       default: {
@@ -284,10 +286,62 @@ class Parser {
     }
   }
 
-  /** tcp option NAME FIELD … | tcp option NAME exists|missing | tcp option maxseg size set N|rt mtu. */
+  /** sctp chunk NAME FIELD … | sctp chunk NAME exists|missing. */
+  parseSctpChunk(at: At): Stmt {
+    this.next(); // chunk
+    const c = this.peek();
+    if (c.kind !== 'word' || !SCTP_CHUNKS[c.text]) this.fail(c, `an SCTP chunk: ${Object.keys(SCTP_CHUNKS).join(', ')}`);
+    this.next();
+    const k = this.peek();
+    if (this.isWord(k, 'exists', 'missing')) return this.parseMatch(sctpChunkField(c.text, undefined)!, at);
+    const f = k.kind === 'word' ? sctpChunkField(c.text, k.text) : undefined;
+    if (!f) this.fail(k, `a field of sctp chunk ${c.text}: ${Object.keys(SCTP_CHUNKS[c.text]!.fields).join(', ')}, or exists/missing`);
+    this.next();
+    return this.parseMatch(f, at);
+  }
+
+  /** `reset tcp option NAME|KIND`: nft strips the option (exthdr with neither register). */
+  parseReset(at: At): Stmt {
+    this.next(); // reset
+    this.expectWord("'tcp option' after 'reset'", 'tcp');
+    this.expectWord("'option' after 'reset tcp'", 'option');
+    const o = this.peek();
+    const kind = o.kind === 'word' ? TCP_OPTIONS[o.text]?.kind ?? (/^(?:0|[1-9][0-9]{0,2})$/.test(o.text) && Number(o.text) <= 255 ? Number(o.text) : undefined) : undefined;
+    if (kind === undefined) this.fail(o, `a TCP option: ${Object.keys(TCP_OPTIONS).join(', ')}, or a kind 0-255`);
+    this.next();
+    return { t: 'expr', exprs: [{ kind: 'exthdr', type: kind!, op: 1 }], ...at };
+  }
+
+  /** tcp option NAME FIELD … | tcp option NAME|KIND exists|missing | tcp option @KIND,OFF,LEN | tcp option maxseg size set N|rt mtu. */
   parseTcpOption(at: At): Stmt {
     this.next(); // option
     const o = this.peek();
+    const raw = o.kind === 'word' ? /^@([0-9]{1,3})$/.exec(o.text) : null;
+    if (raw) {
+      // @KIND,OFFSET,LENGTH in bits (',' is its own token)
+      this.next();
+      const nums = [Number(raw[1])];
+      for (let i = 0; i < 2; i++) {
+        const c = this.peek();
+        if (!(c.kind === 'punct' && c.text === ',')) this.fail(c, "',' and the offset and length in bits, e.g. @255,8,8");
+        this.next();
+        const n = this.peek();
+        const v = n.kind === 'word' ? parseInteger(n.text, 0xffff, false) : undefined;
+        if (v === undefined) this.fail(n, i === 0 ? 'an offset in bits' : 'a length in bits');
+        this.next();
+        nums.push(v!);
+      }
+      const f = tcpOptionRaw(nums[0]!, nums[1]!, nums[2]!);
+      if (!f) this.fail(o, 'a kind 0-255, and an offset and length in whole bytes (multiples of 8 bits, at most 128)', 'unsupported raw tcp option field');
+      return this.parseMatch(f, at);
+    }
+    if (o.kind === 'word' && !TCP_OPTIONS[o.text] && /^[0-9]+$/.test(o.text)) {
+      const f = tcpOptionField(o.text, undefined);
+      if (!f) this.fail(o, 'a TCP option kind 0-255');
+      this.next();
+      if (!this.isWord(this.peek(), 'exists', 'missing')) this.fail(this.peek(), "'exists' or 'missing' after a TCP option kind");
+      return this.parseMatch(f, at);
+    }
     if (o.kind !== 'word' || !TCP_OPTIONS[o.text]) this.fail(o, `a TCP option: ${Object.keys(TCP_OPTIONS).join(', ')}`);
     this.next();
     const k = this.peek();

@@ -204,6 +204,12 @@ function group(exprs: readonly Expr[], opts: RenderOptions, family: Family): Ite
         break;
       case 'reject': items.push({ k: 'stmt', e }); break;
       case 'exthdr': {
+        if (e.dreg === undefined && e.sreg === undefined && e.op === 1 && !e.offset && !e.len && (e.flags ?? 0) === 0) {
+          // reset tcp option NAME (nft's strip)
+          const named = tcpOptionField(String(e.type), undefined)!;
+          items.push({ k: 'text', text: `reset ${named.name}` });
+          break;
+        }
         // tcp option maxseg size set N
         const f = tcpOptionField('maxseg', 'size')!;
         const v = e.sreg !== undefined ? regs.get(e.sreg) : undefined;
@@ -474,7 +480,7 @@ function fieldOf(load: Load, family: Family, l3: string | undefined, l4: number 
       if (mask !== undefined || ![0, 1, 2].includes(load.ttl ?? 0) || ![0, 1].includes(load.flags ?? 0)) return undefined;
       return osfField(load.ttl ?? 0, (load.flags ?? 0) === 1);
     case 'exthdr': {
-      const f = exthdrFieldAt(load, mask, fieldMask);
+      const f = exthdrFieldAt({ ...load, offset: load.offset ?? 0, len: load.len ?? 0 }, mask, fieldMask);
       return f && f.l3 === 'ip6' && family !== 'ip6' && family !== 'inet' ? undefined : f;
     }
     case 'fib':

@@ -125,8 +125,8 @@ const EXPR: Record<Expr['kind'], fc.Arbitrary<Expr>> = {
     set: fc.constantFrom('s4', 'nope'), flags: opt(fc.constantFrom(0, 1)),
   }).map((e) => strip({ kind: 'dynset', ...e }) as Expr),
   notrack: fc.constant({ kind: 'notrack' } as Expr),
-  exthdr: fc.record({ dreg: reg, type: fc.integer({ min: 0, max: 255 }), offset: fc.integer({ min: 0, max: 40 }),
-    len: fc.integer({ min: 0, max: 20 }), flags: opt(fc.constantFrom(0, 1)), op: opt(fc.constantFrom(0, 1, 2, 3)) })
+  exthdr: fc.record({ dreg: opt(reg), type: fc.integer({ min: 0, max: 255 }), offset: opt(fc.integer({ min: 0, max: 40 })),
+    len: opt(fc.integer({ min: 0, max: 20 })), flags: opt(fc.constantFrom(0, 1)), op: opt(fc.constantFrom(0, 1, 2, 3)) })
     .map((e) => strip({ kind: 'exthdr', ...e }) as Expr),
   // NFTA_SOCKET_LEVEL is only for the cgroupv2 key, not modelled here
   socket: fc.record({ key: fc.integer({ min: 0, max: 2 }), dreg: reg })

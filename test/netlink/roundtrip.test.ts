@@ -308,6 +308,20 @@ const CASES: Case[] = [
     replay: false,
   },
   {
+    name: 'exthdr: reset tcp option (a strip: no registers, offset or len), sctp chunk presence',
+    chain: 'plain',
+    exprs: [
+      { kind: 'exthdr', dreg: 1, type: 0, offset: 0, len: 1, flags: 1, op: 3 }, { kind: 'cmp', sreg: 1, op: 'eq', data: '01' },
+      { kind: 'exthdr', type: 2, op: 1 },
+    ],
+    // the kernel refuses a strip's NFTA_EXTHDR_OFFSET/LEN/FLAGS but dumps them as 0
+    expected: [
+      { kind: 'exthdr', dreg: 1, type: 0, offset: 0, len: 1, flags: 1, op: 3 }, { kind: 'cmp', sreg: 1, op: 'eq', data: '01' },
+      { kind: 'exthdr', type: 2, offset: 0, len: 0, flags: 0, op: 1 },
+    ],
+    replay: false,
+  },
+  {
     name: 'socket transparent, osf name, synproxy',
     chain: 'plain',
     exprs: [

@@ -143,9 +143,13 @@ function canonical(v: unknown): string {
 /** What compare.ts normalises as well: an exthdr store's flags, which the kernel dumps as 0 but refuses to take. */
 function norm(v: unknown): unknown {
   if (Array.isArray(v)) return v.map(norm);
-  if (v && typeof v === 'object' && (v as { kind?: string }).kind === 'exthdr' && !(v as { flags?: number }).flags) {
-    const { flags: _f, ...rest } = v as { flags?: number };
-    return rest;
+  if (v && typeof v === 'object' && (v as { kind?: string }).kind === 'exthdr') {
+    const x = v as { flags?: number; offset?: number; len?: number; dreg?: number; sreg?: number };
+    const { flags: _f, offset: _o, len: _l, ...rest } = x;
+    // a strip (`reset tcp option`) cannot carry offset and len, which the kernel dumps as 0
+    const strip = x.dreg === undefined && x.sreg === undefined;
+    return { ...rest, ...(x.flags ? { flags: x.flags } : {}), ...(strip && !x.offset ? {} : { offset: x.offset }),
+      ...(strip && !x.len ? {} : { len: x.len }) };
   }
   return v;
 }
