@@ -27,6 +27,8 @@ export interface MatchStmt extends At {
   opAt?: At;
   /** `& mask` before the operator (marks, ct state/status). */
   mask?: string;
+  /** With `mask`: the bitwise's xor (`mark | C`: mask ~C, xor C). */
+  xor?: string;
   rhs: Rhs;
 }
 

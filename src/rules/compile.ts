@@ -56,7 +56,7 @@ export interface CompiledRule {
   text: string;
 }
 
-type Rel = { t: 'rel'; field: Field; op: MatchOp; rhs: Rhs; mask?: string; at: At };
+type Rel = { t: 'rel'; field: Field; op: MatchOp; rhs: Rhs; mask?: string; xor?: string; at: At };
 type EStmt = Rel | { t: 'other'; stmt: Exclude<Stmt, MatchStmt>; natFamily?: Family };
 
 const SUPPORTED_FAMILIES = new Set<Family>(['ip', 'ip6', 'inet']);
@@ -260,6 +260,7 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
       }
       const rel: Rel = { t: 'rel', field: f, op: st.op, rhs: st.rhs, at: st };
       if (st.mask !== undefined) rel.mask = st.mask;
+      if (st.xor !== undefined) rel.xor = st.xor;
       out.push(rel);
       if ((st.op === 'eq' || st.op === 'implicit') && st.mask === undefined) {
         if (f.protoKey) {
@@ -553,7 +554,7 @@ function linearizeRel(s: Rel, out: Expr[], lookup: (f: Field, e: Elem[], neq: bo
     case 'value':
       out.push(loadExpr(f, f.len));
       if (s.mask !== undefined) {
-        out.push(bitwise(f.len, s.mask, zeros), { kind: 'cmp', sreg: 1, op: cmpOp(s.op), data: rhs.hex });
+        out.push(bitwise(f.len, s.mask, s.xor ?? zeros), { kind: 'cmp', sreg: 1, op: cmpOp(s.op), data: rhs.hex });
       } else if ((f.type === 'ctstate' || f.type === 'ctstatus') && s.op === 'implicit') {
         // a flag test: any of the given bits set
         out.push(bitwise(f.len, rhs.hex, zeros), { kind: 'cmp', sreg: 1, op: 'neq', data: zeros });
@@ -595,7 +596,7 @@ function linearizeIntRel(s: Rel, out: Expr[], lookup: (f: Field, e: Elem[], neq:
   switch (rhs.k) {
     case 'value':
       if (s.mask !== undefined) {
-        out.push(loadExpr(f, f.len), bitwise(f.len, s.mask, zeros), { kind: 'cmp', sreg: 1, op, data: rhs.hex });
+        out.push(loadExpr(f, f.len), bitwise(f.len, s.mask, s.xor ?? zeros), { kind: 'cmp', sreg: 1, op, data: rhs.hex });
       } else if (f.type === 'flags' && s.op === 'implicit' && rhs.hex !== zeros) {
         out.push(loadExpr(f, f.len), bitwise(f.len, rhs.hex, zeros), { kind: 'cmp', sreg: 1, op: 'neq', data: zeros });
       } else if (op !== 'eq' && op !== 'neq' && needsHton(f)) {

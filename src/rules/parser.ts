@@ -517,6 +517,9 @@ class Parser {
     if (keyed) return keyed as never;
     const t = this.peek();
     const intLike = field.type === 'int' || field.type === 'flags';
+    if (field.type === 'mark' && ((t.kind === 'punct' && (t.text === '|' || t.text === '^')) || this.isWord(t, 'or', 'xor'))) {
+      return this.parseMarkBinop(field, at);
+    }
     if ((t.kind === 'punct' && t.text === '&') || this.isWord(t, 'and')) {
       if (!['mark', 'ctstate', 'ctstatus', 'int', 'flags', 'ipv4', 'ipv6'].includes(field.type)) {
         this.fail(t, `a value after '${field.name}'`, `'&' masks only integers, flags, marks, ct state and ct status`);
@@ -555,7 +558,8 @@ class Parser {
     }
     const ordered = op !== 'implicit' && op !== 'eq' && op !== 'neq';
     const rhs = ordered ? this.parseScalar(field, 'a value') : this.parseRhs(field, mask !== undefined);
-    if (mask !== undefined && rhs.k === 'value' && andHex(rhs.hex, mask) !== rhs.hex) {
+    // (nft takes a mark outside the mask, which never matches)
+    if (mask !== undefined && rhs.k === 'value' && andHex(rhs.hex, mask) !== rhs.hex && field.type !== 'mark') {
       this.fail(rhs, `a value inside the mask`, 'this masked comparison can never match');
     }
     const m: MatchStmt = { t: 'match', field, op, rhs, ...at };
@@ -572,6 +576,41 @@ class Parser {
     }
     if (opAt) m.opAt = opAt;
     if (mask !== undefined) m.mask = mask;
+    return m;
+  }
+
+  /**
+   * `mark or|xor C [==|!=] V`: as nft, `or` is a bitwise (mark & ~C) ^ C before the comparison,
+   * and `xor` folds into the value(s) compared (V ^ C).
+   */
+  parseMarkBinop(field: Field, at: At): MatchStmt {
+    const o = this.next();
+    const isOr = o.text === '|' || o.text === 'or';
+    const c = this.parseScalar(field, `a 32-bit value after '${o.text}'`);
+    const x = this.peek();
+    let op: MatchOp = 'implicit';
+    let opAt: At | undefined;
+    if (x.kind === 'punct' && (x.text === '==' || x.text === '!=')) {
+      op = x.text === '==' ? 'eq' : 'neq';
+      opAt = { col: x.col, raw: x.raw };
+      this.next();
+    }
+    const xor = (h: string) => bigToHex(hexToBig(h) ^ hexToBig(c.hex), field.len);
+    let rhs: Rhs;
+    if (isOr) {
+      rhs = this.parseScalar(field, 'a value');
+    } else {
+      // (nft describes a set keyed by `mark ^ C` differently; not supported here)
+      const r = this.parseScalar(field, 'a value');
+      rhs = { ...r, hex: xor(r.hex) };
+    }
+    const m: MatchStmt = { t: 'match', field, op, rhs, ...at };
+    if (opAt) m.opAt = opAt;
+    if (isOr) {
+      m.mask = bigToHex(~hexToBig(c.hex) & ((1n << BigInt(field.len * 8)) - 1n), field.len);
+      m.xor = c.hex;
+      if (op === 'implicit') m.op = 'eq';
+    }
     return m;
   }
 

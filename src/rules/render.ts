@@ -855,6 +855,12 @@ function relText(field: Field, load: Load, form: Form, sets: SetResolver | undef
       return v === undefined ? bad() : `${name}${opText(form.op)} ${v}`;
     }
     case 'mask': {
+      if (field.type === 'mark' && form.xor !== '00'.repeat(field.len)) {
+        // `mark | C == V`: nft's bitwise (mark & ~C) ^ C
+        const m = readU32Host(form.mask), x = readU32Host(form.xor);
+        if (m === undefined || x === undefined || form.data.length !== 8 || m !== (~x >>> 0)) return bad();
+        return `${name} | ${valueText(field, form.xor, opts)} ${form.op === 'eq' ? '==' : '!='} ${valueText(field, form.data, opts)}`;
+      }
       if (form.xor !== '00'.repeat(field.len) || form.mask.length !== field.len * 2 || form.data.length !== field.len * 2) return bad();
       if (isAddr) {
         const plen = prefixLenOfMask(form.mask);
@@ -877,7 +883,7 @@ function relText(field: Field, load: Load, form: Form, sets: SetResolver | undef
         return `${name} & ${one(form.mask)} ${form.op === 'eq' ? '==' : '!='} ${one(form.data)}`;
       }
       if (field.type === 'mark') {
-        if ((hexToBig(form.data) & ~hexToBig(form.mask)) !== 0n) return bad();
+        // (a value outside the mask never matches, but nft takes it and so do we)
         return `${name} & ${valueText(field, form.mask, opts)} ${form.op === 'eq' ? '==' : '!='} ${valueText(field, form.data, opts)}`;
       }
       return bad();

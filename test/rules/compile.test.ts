@@ -133,7 +133,7 @@ describe('refusals carry column, token and what was expected', () => {
     ['iifname "*"', 'ip', 9, '"*"', /prefix before the wildcard/],
     ['iifname "averyveryverylongname"', 'ip', 9, '"averyveryverylongname"', /at most 15 bytes/],
     ['iif "eth9"', 'ip', 5, '"eth9"', /exists in the target namespace.*iifname/],
-    ['meta mark & 0xff == 0x100', 'ip', 21, '0x100', /inside the mask/],
+    ['ip saddr & 255.0.0.0 == 1.2.3.4', 'ip', 25, '1.2.3.4', /inside the mask/],
     ['meta mark & 0xff 1', 'ip', 18, '1', /'==' or '!='/],
     ['ip saddr & 0xff == 1', 'ip', 12, '0xff', /an IPv4 address/],
     ['masquerade random persistent', 'ip', 19, 'persistent', /',' between flags/],
