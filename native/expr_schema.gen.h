@@ -368,6 +368,13 @@ static const Field kSocketFields[] = {
     {"level", NFTNL_EXPR_SOCKET_LEVEL, FieldType::U32, nullptr, 0},
 };
 
+static const Field kXfrmFields[] = {
+    {"dreg", NFTNL_EXPR_XFRM_DREG, FieldType::U32, nullptr, 0},
+    {"key", NFTNL_EXPR_XFRM_KEY, FieldType::U32, nullptr, 0},
+    {"dir", NFTNL_EXPR_XFRM_DIR, FieldType::U8, nullptr, 0},
+    {"spnum", NFTNL_EXPR_XFRM_SPNUM, FieldType::U32, nullptr, 0},
+};
+
 static const Field kOsfFields[] = {
     {"dreg", NFTNL_EXPR_OSF_DREG, FieldType::U32, nullptr, 0},
     {"ttl", NFTNL_EXPR_OSF_TTL, FieldType::U8, nullptr, 0},
@@ -419,6 +426,7 @@ static const ExprKind kKinds[] = {
     {"notrack", nullptr, 0},
     {"exthdr", kExthdrFields, 7},
     {"socket", kSocketFields, 3},
+    {"xfrm", kXfrmFields, 4},
     {"osf", kOsfFields, 3},
     {"synproxy", kSynproxyFields, 3},
     {"tproxy", kTproxyFields, 3},

@@ -31,6 +31,8 @@ export type Load =
   | { kind: 'exthdr'; op: 0 | 1 | 3; type: number; offset: number; flags?: number }
   /** socket transparent|mark|wildcard (NFT_SOCKET_*). */
   | { kind: 'socket'; key: number }
+  /** ipsec in|out [spnum N] KEY: the packet's IPsec state (NFT_XFRM_KEY_*; dir 0 in, 1 out). */
+  | { kind: 'xfrm'; key: number; dir: 0 | 1; spnum: number }
   /** osf [ttl loose|skip] name|version: the fingerprint's genre (flags 1: with version). */
   | { kind: 'osf'; ttl: number; flags: number };
 
@@ -203,6 +205,20 @@ export function socketField(key: 'transparent' | 'mark' | 'wildcard'): Field {
   return key === 'mark'
     ? { name: 'socket mark', type: 'mark', len: 4, load: { kind: 'socket', key: k } }
     : { name: `socket ${key}`, type: 'int', len: 1, host: true, load: { kind: 'socket', key: k } };
+}
+
+/** `ipsec in|out [spnum N] reqid|spi|ip saddr|ip daddr|ip6 saddr|ip6 daddr` (nft's xfrm expression). */
+export function xfrmField(dir: 0 | 1, spnum: number, what: 'reqid' | 'spi' | 'ip saddr' | 'ip daddr' | 'ip6 saddr' | 'ip6 daddr'): Field {
+  const key = { 'ip daddr': 1, 'ip6 daddr': 2, 'ip saddr': 3, 'ip6 saddr': 4, reqid: 5, spi: 6 }[what];
+  const name = `ipsec ${dir === 0 ? 'in' : 'out'}${spnum ? ` spnum ${spnum}` : ''} ${what}`;
+  const load = { kind: 'xfrm' as const, key, dir, spnum };
+  // nft's set typeof for it: EXPR_XFRM with key, spnum, dir
+  const typeofKey = { expr: 'xfrm' as const, key, spnum, dir };
+  if (what === 'reqid') return { name, type: 'int', len: 4, host: true, load, set: { keyType: 4, byteorder: BYTEORDER_HOST, key: typeofKey } };
+  if (what === 'spi') return { name, type: 'int', len: 4, load, set: { keyType: 4, byteorder: BYTEORDER_BIG, key: typeofKey } };
+  const v6 = what.startsWith('ip6');
+  return { name, type: v6 ? 'ipv6' : 'ipv4', len: v6 ? 16 : 4, load,
+    set: { keyType: v6 ? TYPE_IPV6 : TYPE_IPV4, byteorder: BYTEORDER_BIG, key: typeofKey } };
 }
 
 /** `osf [ttl loose|skip] name|version`. */

@@ -438,6 +438,7 @@ function fieldTypeofTlvs(f: Field): Hex | undefined {
     case 'meta': data = tlv(0, u32Host(k.key)); break;
     case 'ct': data = tlv(0, u32Host(k.key)) + tlv(1, u32Host(0xffffffff)); break;
     case 'exthdr': data = tlv(1, u32Host(k.tmpl)) + (k.op ? tlv(2, u32Host(k.op)) : '') + tlv(0, u32Host(k.desc)); break;
+    case 'xfrm': data = tlv(0, u32Host(k.key)) + tlv(1, u32Host(k.spnum)) + tlv(2, u32Host(k.dir)); break;
   }
   return tlv(0, u32Host(EXPR_TYPE[k.expr])) + tlv(1, data);
 }

@@ -9,7 +9,7 @@ import type {
   Rhs, RuleAst, Stmt, VerdictStmt,
 } from './ast.js';
 import { andHex, bigToHex, hexToBig, prefixMask, readU32Host, u16Be, u32Host, u8 } from './bytes.js';
-import { ETHER, F, ctAddrField, fibField, osfField, portField, socketField, type Field } from './fields.js';
+import { ETHER, F, ctAddrField, fibField, osfField, portField, socketField, xfrmField, type Field } from './fields.js';
 import { ctDirection, ctField, headerField, headerFieldNames, metaField, metaKeyOf, UNQUALIFIED_META, type Proto } from './headers.js';
 import { encodeInt, parseIntValue, serviceport } from './intvalues.js';
 import type { CtKey } from '../netlink/expr.js';
@@ -221,8 +221,11 @@ class Parser {
         if (k.text === 'mark' && this.isWord(this.peek(), 'set')) return this.parseMarkSet('meta', at);
         return this.parseMatch(metaFieldOf(k.text), at);
       }
+      case 'ipsec':
+        if (this.isWord(this.peek(1), 'in', 'out')) return this.parseXfrm(at);
+      // falls through: unqualified meta ipsec
       case 'iiftype': case 'oiftype': case 'skuid': case 'skgid': case 'nftrace': case 'rtclassid': case 'pkttype':
-      case 'cpu': case 'iifgroup': case 'oifgroup': case 'cgroup': case 'ipsec':
+      case 'cpu': case 'iifgroup': case 'oifgroup': case 'cgroup':
         if (!UNQUALIFIED_META.has(t.text)) this.fail(t, expected);
         this.next();
         return this.parseMatch(metaField(metaKeyOf(t.text)!)!, at);
@@ -284,6 +287,28 @@ class Parser {
         return this.fail(t, expected, 'unknown or unsupported keyword');
       }
     }
+  }
+
+  /** `ipsec in|out [spnum N] reqid|spi|ip saddr|ip daddr|ip6 saddr|ip6 daddr` (xfrm). */
+  parseXfrm(at: At): Stmt {
+    this.next(); // ipsec
+    const d = this.next(); // in|out
+    let spnum = 0;
+    if (this.isWord(this.peek(), 'spnum')) {
+      this.next();
+      const n = this.peek();
+      const v = n.kind === 'word' ? parseInteger(n.text, 255, false) : undefined;
+      if (v === undefined) this.fail(n, 'a secpath index 0-255');
+      this.next();
+      spnum = v!;
+    }
+    const k = this.expectWord("'reqid', 'spi', 'ip' or 'ip6' after 'ipsec in|out'", 'reqid', 'spi', 'ip', 'ip6');
+    let what = k.text;
+    if (k.text === 'ip' || k.text === 'ip6') {
+      const a = this.expectWord(`'saddr' or 'daddr' after '${k.text}'`, 'saddr', 'daddr');
+      what = `${k.text} ${a.text}`;
+    }
+    return this.parseMatch(xfrmField(d.text === 'in' ? 0 : 1, spnum, what as 'reqid'), at);
   }
 
   /** sctp chunk NAME FIELD … | sctp chunk NAME exists|missing. */

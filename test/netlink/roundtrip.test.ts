@@ -322,6 +322,14 @@ const CASES: Case[] = [
     replay: false,
   },
   {
+    name: 'xfrm: ipsec in reqid 1, ipsec out spnum 2 ip6 saddr',
+    chain: 'plain',
+    exprs: [
+      { kind: 'xfrm', dreg: 1, key: 5, dir: 0, spnum: 0 }, { kind: 'cmp', sreg: 1, op: 'eq', data: '01000000' },
+      { kind: 'xfrm', dreg: 1, key: 4, dir: 1, spnum: 2 }, { kind: 'cmp', sreg: 1, op: 'eq', data: 'dead000000000000000000000000feed' },
+    ],
+  },
+  {
     name: 'socket transparent, osf name, synproxy',
     chain: 'plain',
     exprs: [
