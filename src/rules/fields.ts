@@ -20,7 +20,11 @@ export type TypeId =
   /** User and group ids (names from /etc/passwd and /etc/group). */
   | 'uid' | 'gid'
   /** A time in milliseconds (ct expiration), written as nft's 1h2m3s4ms. */
-  | 'ms';
+  | 'ms'
+  /** meta hour: seconds since midnight UTC, written "HH:MM[:SS]" (docs/rule-language.md: time zones). */
+  | 'hour'
+  /** meta time: nanoseconds since the epoch, written "YYYY-MM-DD[ HH:MM[:SS]]" or as seconds. */
+  | 'date';
 
 export type Load =
   | { kind: 'payload'; base: 'network' | 'transport' | 'll'; offset: number }

@@ -103,6 +103,9 @@ const ETHERTYPE: Syms = {
 };
 const DEVGROUP: Syms = { fmt: dec, table: [['default', 0]] };
 const BOOLEAN: Syms = { fmt: dec, table: [['exists', 1], ['missing', 0]] };
+const DAYS: Syms = {
+  fmt: dec, table: [['Sunday', 0], ['Monday', 1], ['Tuesday', 2], ['Wednesday', 3], ['Thursday', 4], ['Friday', 5], ['Saturday', 6]],
+};
 export const CT_DIR: Syms = { fmt: dec, table: [['original', 0], ['reply', 1]] };
 const CT_EVENT: Syms = {
   fmt: hex(),
@@ -303,6 +306,10 @@ const META: Partial<Record<MetaKey, KeySpec>> = {
   oifkind: { type: 'ifname', len: 16, keyType: T.ifname, num: 27 },
   sdif: { type: 'ifindex', len: 4, host: true, keyType: T.ifindex, num: 33 },
   sdifname: { type: 'ifname', len: 16, keyType: T.ifname, num: 34 },
+  // nft's time, hour and day types (43, 44, 45): host order
+  time: { type: 'date', len: 8, host: true, keyType: 43, num: 30 },
+  day: { type: 'int', len: 1, host: true, syms: DAYS, keyType: 45, num: 31 },
+  hour: { type: 'hour', len: 4, host: true, keyType: 44, num: 32 },
 };
 
 /** Meta keys that need `meta` before them (nft's unqualified ones are in UNQUALIFIED_META). */
@@ -310,7 +317,7 @@ export const META_KEYS = Object.keys(META) as MetaKey[];
 /** Meta keys nft accepts without `meta` (meta_key_unqualified in nft's grammar). */
 export const UNQUALIFIED_META = new Set([
   'mark', 'iif', 'iifname', 'iiftype', 'oif', 'oifname', 'oiftype', 'skuid', 'skgid', 'nftrace', 'rtclassid',
-  'ibriport', 'obriport', 'ibrname', 'obrname', 'pkttype', 'cpu', 'iifgroup', 'oifgroup', 'cgroup', 'ipsec',
+  'ibriport', 'obriport', 'ibrname', 'obrname', 'pkttype', 'cpu', 'iifgroup', 'oifgroup', 'cgroup', 'ipsec', 'time',
 ]);
 
 export function metaField(key: MetaKey): Field | undefined {

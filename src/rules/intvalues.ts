@@ -131,6 +131,8 @@ function expectedOf(f: Field): string {
     case 'uid': return 'a user name or id';
     case 'gid': return 'a group name or id';
     case 'ms': return 'a time such as 30s, 1m or 1h30m';
+    case 'hour': return 'a time of day "HH:MM" or "HH:MM:SS", or seconds since midnight';
+    case 'date': return 'a date "YYYY-MM-DD HH:MM:SS" (or "YYYY-MM-DD HH:MM", "YYYY-MM-DD"), or seconds since the epoch';
     default:
       return names.length ? `${names.join(', ')} or a number 0-${max}` : `a number 0-${max}`;
   }
@@ -160,6 +162,30 @@ function one(f: Field, s: string): bigint | string {
     }
     // a bare number is seconds, as nft's time type takes it
     case 'ms': v = parseNumber(s) !== undefined ? parseNumber(s)! * 1000n : parseTime(s); break;
+    // a bare number is taken as it is (seconds since midnight UTC), a time of day converted as nft does
+    case 'hour': {
+      v = parseNumber(s);
+      if (v !== undefined) break;
+      const m = /^(\d{1,2}):(\d{1,2})(?::(\d{1,2}))?$/.exec(s);
+      if (!m || Number(m[1]) > 23 || Number(m[2]) > 59 || Number(m[3] ?? 0) > 59) break;
+      if (!localIsUtc(Date.now())) return TZ_REFUSAL;
+      v = BigInt(Number(m[1]) * 3600 + Number(m[2]) * 60 + Number(m[3] ?? 0));
+      break;
+    }
+    // a bare number is seconds since the epoch; a date is converted as nft's parse_iso_date does
+    case 'date': {
+      const n = parseNumber(s);
+      if (n !== undefined) { v = n * 1_000_000_000n; break; }
+      const m = /^(\d{4})-(\d{1,2})-(\d{1,2})(?: (\d{1,2}):(\d{1,2})(?::(\d{1,2}))?)?$/.exec(s);
+      if (!m) break;
+      const [y, mo, d, h, mi, sec] = [1, 2, 3, 4, 5, 6].map((i) => Number(m[i] ?? 0)) as [number, number, number, number, number, number];
+      if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 59) break;
+      const ms = Date.UTC(y, mo - 1, d, h, mi, sec);
+      if (ms < 0) break;
+      if (!localIsUtc(ms)) return TZ_REFUSAL;
+      v = BigInt(ms) * 1_000_000n;
+      break;
+    }
     default: {
       const named = f.syms?.table.find(([n]) => n === s);
       v = named ? BigInt(named[1]) : parseNumber(s);
@@ -170,14 +196,31 @@ function one(f: Field, s: string): bigint | string {
   return v;
 }
 
+/**
+ * nft converts `meta hour "17:00"` and `meta time "2019-06-21 17:00:00"` with the local time zone
+ * of the machine it runs on (its offset now, for hours; at that date, for dates). nfkeeper takes
+ * them only where the local zone is UTC at that instant, where the conversion is the identity and
+ * cannot differ from nft's; elsewhere the numeric forms (seconds) say the same thing in any zone.
+ */
+export function localIsUtc(ms: number): boolean {
+  return new Date(ms).getTimezoneOffset() === 0;
+}
+const TZ_REFUSAL = 'tz:meta hour and meta time strings are converted with the local time zone, which is not UTC here';
+
 /** One value or (unless scalar) a range `a-b` of the field's type. */
 export function parseIntValue(f: Field, t: Token, scalar: boolean): IntParse {
   // nft takes a quoted symbol as well (meta iifgroup "default", meta skuid "root")
-  if (t.kind !== 'word' && !(t.kind === 'string' && (f.type === 'uid' || f.type === 'gid' || f.syms !== undefined))) {
+  if (t.kind !== 'word' && !(t.kind === 'string' && (f.type === 'uid' || f.type === 'gid' || f.type === 'hour' || f.type === 'date'
+    || f.syms !== undefined))) {
     return { expected: expectedOf(f) };
   }
   const whole = one(f, t.text);
   if (typeof whole === 'bigint') return { lo: whole };
+  if (whole.startsWith('tz:')) {
+    return { error: whole.slice(3), expected: f.type === 'hour' ? 'seconds since midnight UTC (e.g. 61200 for 17:00 UTC)' : 'seconds since the epoch (UTC)' };
+  }
+  // (a date's own '-' is not a range)
+  if (f.type === 'date' || f.type === 'hour') return { expected: whole };
   const dash = t.text.indexOf('-', 1);
   if (!scalar && dash > 0 && f.type !== 'flags') {
     const a = one(f, t.text.slice(0, dash)), b = one(f, t.text.slice(dash + 1));
@@ -197,6 +240,22 @@ export function formatInt(f: Field, v: bigint, flagSep = ','): string {
       if (v === 0xffffffffn) return 'root';
       return `${(v >> 16n).toString(16)}:${(v & 0xffffn).toString(16)}`;
     case 'ms': return formatTime(v);
+    case 'hour': {
+      // as a time of day where that reads back to the same value (local zone UTC), else seconds
+      if (v >= 86400n || !localIsUtc(Date.now())) return v.toString();
+      const n = Number(v);
+      const hm = `${String(Math.floor(n / 3600)).padStart(2, '0')}:${String(Math.floor(n / 60) % 60).padStart(2, '0')}`;
+      return n % 60 ? `"${hm}:${String(n % 60).padStart(2, '0')}"` : `"${hm}"`;
+    }
+    case 'date': {
+      if (v % 1_000_000_000n !== 0n) return `<ns ${v}>`;
+      const s = v / 1_000_000_000n;
+      const ms = Number(s) * 1000;
+      if (!Number.isSafeInteger(ms) || !localIsUtc(ms) || ms > Date.UTC(9999, 11, 31, 23, 59, 59)) return s.toString();
+      const d = new Date(ms);
+      const p2 = (x: number) => String(x).padStart(2, '0');
+      return `"${d.getUTCFullYear()}-${p2(d.getUTCMonth() + 1)}-${p2(d.getUTCDate())} ${p2(d.getUTCHours())}:${p2(d.getUTCMinutes())}:${p2(d.getUTCSeconds())}"`;
+    }
     case 'flags': {
       const parts: string[] = [];
       let rest = v;

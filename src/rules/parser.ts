@@ -225,7 +225,7 @@ class Parser {
         if (this.isWord(this.peek(1), 'in', 'out')) return this.parseXfrm(at);
       // falls through: unqualified meta ipsec
       case 'iiftype': case 'oiftype': case 'skuid': case 'skgid': case 'nftrace': case 'rtclassid': case 'pkttype':
-      case 'cpu': case 'iifgroup': case 'oifgroup': case 'cgroup':
+      case 'cpu': case 'iifgroup': case 'oifgroup': case 'cgroup': case 'time':
         if (!UNQUALIFIED_META.has(t.text)) this.fail(t, expected);
         this.next();
         return this.parseMatch(metaField(metaKeyOf(t.text)!)!, at);
@@ -576,7 +576,7 @@ class Parser {
     if ((o.kind === 'punct' || (o.kind === 'word' && mask === undefined)) && ops[o.text] !== undefined) {
       op = ops[o.text]!;
       opAt = { col: o.col, raw: o.raw };
-      if (op !== 'eq' && op !== 'neq' && mask === undefined && !['int', 'port', 'proto', 'ipv4', 'ipv6', 'ms', 'uid', 'gid'].includes(field.type)) {
+      if (op !== 'eq' && op !== 'neq' && mask === undefined && !['int', 'port', 'proto', 'ipv4', 'ipv6', 'ms', 'uid', 'gid', 'hour', 'date'].includes(field.type)) {
         this.fail(o, `'==' or '!=' for ${field.name}`, `'${o.text}' does not apply to ${field.name}`);
       }
       this.next();
@@ -869,7 +869,7 @@ class Parser {
         if (v === undefined) expect(`an address type: ${names}`);
         return { k: 'value', hex: u32Host(v!), ...at };
       }
-      case 'int': case 'flags': case 'classid': case 'uid': case 'gid': case 'ms':
+      case 'int': case 'flags': case 'classid': case 'uid': case 'gid': case 'ms': case 'hour': case 'date':
         return this.parseIntElem(field, scalar, what);
       case 'lladdr': {
         const m = t.kind === 'word' ? /^([0-9a-fA-F]{1,2})(?::([0-9a-fA-F]{1,2})){5}$/.exec(t.text) : null;

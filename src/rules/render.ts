@@ -780,9 +780,10 @@ function ifnameText(data: Hex): string | undefined {
 /** One value of the field's type (full length), or undefined when it cannot be printed. */
 function valueText(field: Field, data: Hex, opts: RenderOptions, flagSep = ','): string | undefined {
   switch (field.type) {
-    case 'int': case 'flags': case 'classid': case 'uid': case 'gid': case 'ms': {
+    case 'int': case 'flags': case 'classid': case 'uid': case 'gid': case 'ms': case 'hour': case 'date': {
       const v = decodeInt(field, data);
-      return v === undefined ? undefined : formatInt(field, v, flagSep);
+      const t = v === undefined ? undefined : formatInt(field, v, flagSep);
+      return t?.startsWith('<') ? undefined : t;
     }
     case 'ipv4': return data.length === 8 ? formatIPv4(data) : undefined;
     case 'ipv6': return data.length === 32 ? formatIPv6(data) : undefined;
@@ -938,7 +939,8 @@ function lookupText(field: Field, e: LookupExpr, sets: SetResolver | undefined, 
 const ORD = { lt: '<', gt: '>', lte: '<=', gte: '>=' } as const;
 
 function isIntLike(f: Field): boolean {
-  return f.type === 'int' || f.type === 'flags' || f.type === 'classid' || f.type === 'uid' || f.type === 'gid' || f.type === 'ms';
+  return f.type === 'int' || f.type === 'flags' || f.type === 'classid' || f.type === 'uid' || f.type === 'gid' || f.type === 'ms'
+    || f.type === 'hour' || f.type === 'date';
 }
 
 /** Big-endian register bytes (after nft's hton) back in the field's own order. */

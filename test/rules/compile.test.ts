@@ -194,7 +194,7 @@ describe('rendering what the rule language does not cover', () => {
     const odd: Expr[][] = [
       [{ kind: 'limit', rate: 10, unit: 7 }],
       [{ kind: 'unknown', name: 'foo', data: '00' }],
-      [{ kind: 'meta', key: 'time', dreg: 1 }, { kind: 'cmp', sreg: 1, op: 'eq', data: '0000000000000000' }],
+      [{ kind: 'meta', key: 'time', dreg: 1 }, { kind: 'cmp', sreg: 1, op: 'eq', data: '0100000000000000' }], // 1 ns: not a whole second
       [{ kind: 'payload', base: 'transport', offset: 8, len: 2, dreg: 1 }, { kind: 'cmp', sreg: 1, op: 'eq', data: '0050' }],
       [{ kind: 'payload', base: 'network', offset: 12, len: 4, dreg: 1 }, { kind: 'cmp', sreg: 1, op: 'lt', data: '0001' }],
       [{ kind: 'immediate', dreg: 0, verdict: 'queue' }],
@@ -246,5 +246,48 @@ describe('ruleKey', () => {
     const a = compileRule('tcp dport { 1, 2 } accept', ctx());
     const unresolved = { exprs: a.exprs.map((e) => (e.kind === 'lookup' ? { ...e, set: '__set0', setId: undefined } : e)) };
     expect(rulesEqual(a, unresolved)).toBe(false);
+  });
+});
+
+describe('meta hour and meta time strings depend on the local time zone, as in nft', () => {
+  const ctx = { family: 'ip' as const, table: 't', chain: 'c' };
+  const inZone = <T>(tz: string, fn: () => T): T => {
+    const old = process.env.TZ;
+    process.env.TZ = tz;
+    try {
+      return fn();
+    } finally {
+      if (old === undefined) delete process.env.TZ;
+      else process.env.TZ = old;
+    }
+  };
+
+  it('converts them where the local zone is UTC, and prints them back so', () => {
+    inZone('UTC', () => {
+      const h = compileRule('meta hour "17:00"', ctx);
+      expect(h.exprs[1]).toEqual({ kind: 'cmp', sreg: 1, op: 'eq', data: '10ef0000' });
+      expect(h.text).toBe('meta hour "17:00"');
+      const t = compileRule('meta time "2019-06-21 17:00:00"', ctx);
+      expect(t.exprs[1]).toEqual({ kind: 'cmp', sreg: 1, op: 'eq', data: '00a0eed74845aa15' });
+      expect(t.text).toBe('meta time "2019-06-21 17:00:00"');
+    });
+  });
+
+  it('refuses them elsewhere with a position, and takes and prints the zone-free numbers', () => {
+    inZone('Europe/Berlin', () => {
+      for (const text of ['meta hour "17:00"', 'meta time "2019-06-21 17:00:00"']) {
+        let err: unknown;
+        try {
+          compileRule(text, ctx);
+        } catch (e) {
+          err = e;
+        }
+        expect(err).toBeInstanceOf(RuleSyntaxError);
+        expect((err as RuleSyntaxError).column).toBe(11);
+        expect((err as RuleSyntaxError).message).toMatch(/local time zone, which is not UTC/);
+      }
+      expect(compileRule('meta hour 61200', ctx).text).toBe('meta hour 61200');
+      expect(compileRule('meta time 1561136400', ctx).text).toBe('meta time 1561136400');
+    });
   });
 });
