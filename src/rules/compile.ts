@@ -515,6 +515,7 @@ function loadExpr(field: Field, len: number): Expr {
     case 'socket': return { kind: 'socket', key: l.key, dreg: 1 };
     case 'osf': return { kind: 'osf', dreg: 1, ttl: l.ttl, flags: l.flags };
     case 'xfrm': return { kind: 'xfrm', dreg: 1, key: l.key, dir: l.dir, spnum: l.spnum };
+    case 'rt': return { kind: 'rt', key: l.key, dreg: 1 };
     case 'exthdr': return { kind: 'exthdr', dreg: 1, type: l.type, offset: l.offset, len, flags: l.flags ?? 0, op: l.op };
   }
 }

@@ -43,19 +43,22 @@ export const TCP_OPTIONS: Record<string, { kind: number; fields: Record<string, 
   fastopen: { kind: 34, fields: { kind: [0, 8], length: [8, 8] } },
 };
 
-export const IPV6_EXTHDRS: Record<string, { type: number; fields: Record<string, F> }> = {
-  hbh: { type: 0, fields: { nexthdr: [0, 8, 'proto'], hdrlength: [8, 8] } },
-  rt: { type: 43, fields: { nexthdr: [0, 8, 'proto'], hdrlength: [8, 8], type: [16, 8], 'seg-left': [24, 8] } },
+/** IPv6 extension headers: next header type, nft's exthdr_desc id, fields. */
+export const IPV6_EXTHDRS: Record<string, { type: number; desc: number; fields: Record<string, F> }> = {
+  hbh: { type: 0, desc: 1, fields: { nexthdr: [0, 8, 'proto'], hdrlength: [8, 8] } },
+  rt: { type: 43, desc: 2, fields: { nexthdr: [0, 8, 'proto'], hdrlength: [8, 8], type: [16, 8], 'seg-left': [24, 8] } },
+  // a segment routing header (routing type 4); its sid[N] are srhSidField's
+  srh: { type: 43, desc: 5, fields: { 'last-entry': [32, 8], flags: [40, 8], tag: [48, 16] } },
   frag: {
-    type: 44,
+    type: 44, desc: 6,
     fields: {
       nexthdr: [0, 8, 'proto'], reserved: [8, 8], 'frag-off': [16, 13], reserved2: [29, 2], 'more-fragments': [31, 1],
       id: [32, 32],
     },
   },
-  dst: { type: 60, fields: { nexthdr: [0, 8, 'proto'], hdrlength: [8, 8] } },
+  dst: { type: 60, desc: 7, fields: { nexthdr: [0, 8, 'proto'], hdrlength: [8, 8] } },
   mh: {
-    type: 135,
+    type: 135, desc: 8,
     fields: { nexthdr: [0, 8, 'proto'], hdrlength: [8, 8], type: [16, 8, MH_TYPE], reserved: [24, 8], checksum: [32, 16] },
   },
 };
@@ -90,12 +93,10 @@ export const SCTP_CHUNKS: Record<string, { type: number; fields: Record<string, 
 
 const OP_IPV6 = 0, OP_TCPOPT = 1, OP_SCTP = 3;
 type Op = 0 | 1 | 3;
-/** nft's exthdr_desc ids of the IPv6 headers (EXTHDR_DESC_*), which its set typeof names. */
-const IPV6_DESC: Record<number, number> = { 0: 1, 43: 2, 44: 6, 60: 7, 135: 8 };
 // nft datatype ids: integer, inet_proto, mh_type
 const TYPE_INTEGER = 4, TYPE_PROTO = 12, TYPE_MH_TYPE = 17;
 
-function make(name: string, op: Op, type: number, spec: F, index: number): Field {
+function make(name: string, op: Op, type: number, spec: F, index: number, ipv6Desc = 0): Field {
   const [off, bits, t, tmpl] = spec;
   const len = Math.ceil((off % 8 + bits) / 8);
   const shift = len * 8 - (off % 8) - bits;
@@ -108,7 +109,7 @@ function make(name: string, op: Op, type: number, spec: F, index: number): Field
   if (op === OP_IPV6) f.l3 = 'ip6';
   // IPv6 header templates count from 1 (0 is nft's invalid entry), TCP and SCTP ones from 0
   const keyType = t === 'proto' ? TYPE_PROTO : t === MH_TYPE ? TYPE_MH_TYPE : TYPE_INTEGER;
-  const desc = op === OP_IPV6 ? IPV6_DESC[type]! : type;
+  const desc = op === OP_IPV6 ? ipv6Desc : type;
   f.set = { keyType, byteorder: BYTEORDER_BIG };
   // a bit field is keyed by `exthdr & mask`, which nft describes by byte order alone
   if (shift === 0 && bits % 8 === 0) f.set.key = { expr: 'exthdr', desc, tmpl: tmpl ?? (op === OP_IPV6 ? index + 1 : index), op };
@@ -157,12 +158,18 @@ export function ipv6ExthdrField(hdr: string, field: string | undefined): Field |
   const h = IPV6_EXTHDRS[hdr];
   if (!h) return undefined;
   if (field === undefined) {
+    if (hdr === 'srh') return undefined;
     const p = presence(`exthdr ${hdr}`, OP_IPV6, h.type);
     p.l3 = 'ip6';
     return p;
   }
   const spec = fieldOf(h.fields, field);
-  return spec ? make(`${hdr} ${field}`, OP_IPV6, h.type, spec[0], spec[1]) : undefined;
+  return spec ? make(`${hdr} ${field}`, OP_IPV6, h.type, spec[0], spec[1], h.desc) : undefined;
+}
+
+/** `srh sid[N]` (N from 1): an IPv6 address at 8 + 16 (N - 1); no sets. */
+export function srhSidField(n: number): Field {
+  return { name: `srh sid[${n}]`, type: 'ipv6', len: 16, load: { kind: 'exthdr', op: OP_IPV6, type: 43, offset: 8 + 16 * (n - 1) }, l3: 'ip6' };
 }
 
 function presence(name: string, op: Op, type: number): Field {
@@ -185,6 +192,9 @@ export function exthdrFieldAt(load: { op?: number; type: number; offset: number;
     if (load.offset !== 0 || load.len !== 1 || mask !== undefined) return undefined;
     if (names.length) return mk(names[0]![0], undefined);
     return op === OP_TCPOPT ? tcpOptionField(String(load.type), undefined) : undefined;
+  }
+  if (op === OP_IPV6 && load.type === 43 && load.len === 16 && load.offset >= 8 && (load.offset - 8) % 16 === 0 && mask === undefined) {
+    return srhSidField((load.offset - 8) / 16 + 1);
   }
   for (const [name, table] of names) {
     for (const fld of Object.keys(table)) {

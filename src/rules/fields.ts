@@ -35,6 +35,8 @@ export type Load =
   | { kind: 'exthdr'; op: 0 | 1 | 3; type: number; offset: number; flags?: number }
   /** socket transparent|mark|wildcard (NFT_SOCKET_*). */
   | { kind: 'socket'; key: number }
+  /** rt KEY: the packet's route (NFT_RT_*). */
+  | { kind: 'rt'; key: 'classid' | 'nexthop4' | 'nexthop6' | 'mtu' | 'ipsec' }
   /** ipsec in|out [spnum N] KEY: the packet's IPsec state (NFT_XFRM_KEY_*; dir 0 in, 1 out). */
   | { kind: 'xfrm'; key: number; dir: 0 | 1; spnum: number }
   /** osf [ttl loose|skip] name|version: the fingerprint's genre (flags 1: with version). */
@@ -209,6 +211,25 @@ export function socketField(key: 'transparent' | 'mark' | 'wildcard'): Field {
   return key === 'mark'
     ? { name: 'socket mark', type: 'mark', len: 4, load: { kind: 'socket', key: k } }
     : { name: `socket ${key}`, type: 'int', len: 1, host: true, load: { kind: 'socket', key: k } };
+}
+
+/**
+ * `rt classid|ip nexthop|ip6 nexthop|mtu|ipsec` (nft's rt expression; no dependency, not even in
+ * inet). `syms` are the realm names for classid, exists/missing for ipsec.
+ */
+export function rtField(key: 'classid' | 'nexthop4' | 'nexthop6' | 'mtu' | 'ipsec', syms?: import('./headers.js').Syms): Field {
+  const num = { classid: 0, nexthop4: 1, nexthop6: 2, mtu: 3, ipsec: 4 }[key];
+  const load = { kind: 'rt' as const, key };
+  const typeofKey = { expr: 'rt' as const, key: num };
+  switch (key) {
+    case 'classid': return { name: 'rt classid', type: 'int', len: 4, host: true, load, ...(syms ? { syms } : {}),
+      set: { keyType: 22, byteorder: BYTEORDER_HOST, key: typeofKey } };
+    case 'nexthop4': return { name: 'rt ip nexthop', type: 'ipv4', len: 4, load, set: { keyType: TYPE_IPV4, byteorder: BYTEORDER_BIG, key: typeofKey } };
+    case 'nexthop6': return { name: 'rt ip6 nexthop', type: 'ipv6', len: 16, load, set: { keyType: TYPE_IPV6, byteorder: BYTEORDER_BIG, key: typeofKey } };
+    case 'mtu': return { name: 'rt mtu', type: 'int', len: 2, host: true, load, set: { keyType: 4, byteorder: BYTEORDER_HOST, key: typeofKey } };
+    case 'ipsec': return { name: 'rt ipsec', type: 'int', len: 1, host: true, load, ...(syms ? { syms } : {}),
+      set: { keyType: 39, byteorder: BYTEORDER_HOST, key: typeofKey } };
+  }
 }
 
 /** `ipsec in|out [spnum N] reqid|spi|ip saddr|ip daddr|ip6 saddr|ip6 daddr` (nft's xfrm expression). */

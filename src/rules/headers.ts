@@ -9,6 +9,7 @@
  * bytes that hold it, masked and compared with the value shifted into place,
  * as nft's expr_evaluate_bits does.
  */
+import { readFileSync } from 'node:fs';
 import type { CtKey, MetaKey } from '../netlink/expr.js';
 import type { Field, TypeId } from './fields.js';
 import { BYTEORDER_BIG, BYTEORDER_HOST } from './udata.js';
@@ -102,7 +103,27 @@ const ETHERTYPE: Syms = {
   fmt: hex(4), table: [['ip', 0x0800], ['arp', 0x0806], ['ip6', 0x86dd], ['vlan', 0x8100], ['8021ad', 0x88a8]],
 };
 const DEVGROUP: Syms = { fmt: dec, table: [['default', 0]] };
+let realms: [string, number][] | undefined;
+/** Route realms by name, from /etc/iproute2/rt_realms as nft reads them (realm_type). */
+export const REALMS: Syms = {
+  fmt: dec,
+  get table(): [string, number][] {
+    if (!realms) {
+      realms = [];
+      try {
+        for (const line of readFileSync('/etc/iproute2/rt_realms', 'utf8').split('\n')) {
+          const m = /^\s*(0x[0-9a-fA-F]+|\d+)\s+([A-Za-z_][\w.-]*)\s*(?:#.*)?$/.exec(line);
+          if (m) realms.push([m[2]!, Number(m[1])]);
+        }
+      } catch {
+        // no file: numbers only
+      }
+    }
+    return realms;
+  },
+};
 const BOOLEAN: Syms = { fmt: dec, table: [['exists', 1], ['missing', 0]] };
+export const BOOLEAN_SYMS = BOOLEAN;
 const DAYS: Syms = {
   fmt: dec, table: [['Sunday', 0], ['Monday', 1], ['Tuesday', 2], ['Wednesday', 3], ['Thursday', 4], ['Friday', 5], ['Saturday', 6]],
 };
@@ -293,7 +314,7 @@ const META: Partial<Record<MetaKey, KeySpec>> = {
   skuid: { type: 'uid', len: 4, host: true, keyType: T.uid, num: 10 },
   skgid: { type: 'gid', len: 4, host: true, keyType: T.gid, num: 11 },
   nftrace: { type: 'int', len: 1, host: true, keyType: T.integer, num: 12 },
-  rtclassid: { type: 'int', len: 4, host: true, keyType: T.realm, num: 13 },
+  rtclassid: { type: 'int', len: 4, host: true, syms: REALMS, keyType: T.realm, num: 13 },
   secmark: { type: 'int', len: 4, host: true, keyType: T.integer, num: 14 },
   pkttype: { type: 'int', len: 1, host: true, syms: PKTTYPE, keyType: T.pkttype, num: 19 },
   cpu: { type: 'int', len: 4, host: true, keyType: T.integer, num: 20 },

@@ -435,7 +435,7 @@ function fieldTypeofTlvs(f: Field): Hex | undefined {
   let data: Hex;
   switch (k.expr) {
     case 'payload': data = tlv(0, u32Host(k.desc)) + tlv(1, u32Host(k.tmpl)); break;
-    case 'meta': data = tlv(0, u32Host(k.key)); break;
+    case 'meta': case 'rt': data = tlv(0, u32Host(k.key)); break;
     case 'ct': data = tlv(0, u32Host(k.key)) + tlv(1, u32Host(0xffffffff)); break;
     case 'exthdr': data = tlv(1, u32Host(k.tmpl)) + (k.op ? tlv(2, u32Host(k.op)) : '') + tlv(0, u32Host(k.desc)); break;
     case 'xfrm': data = tlv(0, u32Host(k.key)) + tlv(1, u32Host(k.spnum)) + tlv(2, u32Host(k.dir)); break;

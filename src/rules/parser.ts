@@ -9,8 +9,8 @@ import type {
   Rhs, RuleAst, Stmt, VerdictStmt,
 } from './ast.js';
 import { andHex, bigToHex, hexToBig, prefixMask, readU32Host, u16Be, u32Host, u8 } from './bytes.js';
-import { ETHER, F, ctAddrField, fibField, osfField, portField, socketField, xfrmField, type Field } from './fields.js';
-import { ctDirection, ctField, headerField, headerFieldNames, metaField, metaKeyOf, UNQUALIFIED_META, type Proto } from './headers.js';
+import { ETHER, F, ctAddrField, fibField, osfField, portField, rtField, socketField, xfrmField, type Field } from './fields.js';
+import { BOOLEAN_SYMS, REALMS, ctDirection, ctField, headerField, headerFieldNames, metaField, metaKeyOf, UNQUALIFIED_META, type Proto } from './headers.js';
 import { encodeInt, parseIntValue, serviceport } from './intvalues.js';
 import type { CtKey } from '../netlink/expr.js';
 import { tokenize, type Token } from './lexer.js';
@@ -24,7 +24,7 @@ import {
 } from './values.js';
 import { COMMENT_MAX } from './udata.js';
 import { parseExprStatement, type ExprStmt } from './statements.js';
-import { IPV6_EXTHDRS, SCTP_CHUNKS, TCP_OPTIONS, ipv6ExthdrField, sctpChunkField, tcpOptionField, tcpOptionRaw } from './exthdr.js';
+import { IPV6_EXTHDRS, SCTP_CHUNKS, TCP_OPTIONS, ipv6ExthdrField, sctpChunkField, srhSidField, tcpOptionField, tcpOptionRaw } from './exthdr.js';
 import { payloadSetExprs } from './payloadset.js';
 import type { Expr } from '../netlink/expr.js';
 
@@ -165,9 +165,13 @@ class Parser {
         }
         return this.parseHeaderMatch(t.text as Proto, at, ['sport', 'dport']);
       }
-      case 'hbh': case 'rt': case 'frag': case 'dst': case 'mh': {
+      case 'rt':
+        if (this.isWord(this.peek(1), 'classid', 'nexthop', 'mtu', 'ipsec', 'ip', 'ip6')) return this.parseRt(at);
+      // falls through: the IPv6 routing header
+      case 'hbh': case 'frag': case 'dst': case 'mh': case 'srh': {
         this.next();
         const k = this.peek();
+        if (t.text === 'srh' && this.isWord(k, 'sid')) return this.parseSrhSid(at);
         const f = k.kind === 'word' ? ipv6ExthdrField(t.text, k.text) : undefined;
         if (!f) this.fail(k, `a field of ${t.text}: ${Object.keys(IPV6_EXTHDRS[t.text]!.fields).join(', ')}`);
         this.next();
@@ -287,6 +291,43 @@ class Parser {
         return this.fail(t, expected, 'unknown or unsupported keyword');
       }
     }
+  }
+
+  /** `rt classid|mtu|ipsec|[ip|ip6] nexthop`: the route; `nexthop` takes its family from the table (not in inet). */
+  parseRt(at: At): Stmt {
+    this.next(); // rt
+    const k = this.next();
+    const fam = this.opts.family ?? 'inet';
+    switch (k.text) {
+      case 'classid': return this.parseMatch(rtField('classid', REALMS), at);
+      case 'mtu': return this.parseMatch(rtField('mtu'), at);
+      case 'ipsec': return this.parseMatch(rtField('ipsec', BOOLEAN_SYMS), at);
+      default: {
+        let v6: boolean;
+        if (k.text === 'nexthop') {
+          if (fam === 'inet') this.fail(k, "'rt ip nexthop' or 'rt ip6 nexthop' in an inet table", 'rt nexthop needs its family in inet');
+          v6 = fam === 'ip6';
+        } else {
+          v6 = k.text === 'ip6';
+          this.expectWord(`'nexthop' after 'rt ${k.text}'`, 'nexthop');
+          if (fam !== 'inet' && v6 !== (fam === 'ip6')) this.fail(k, `'rt nexthop' in an ${fam} table`, `${k.text} nexthop will not match`);
+        }
+        return this.parseMatch(rtField(v6 ? 'nexthop6' : 'nexthop4'), at);
+      }
+    }
+  }
+
+  /** `srh sid[N]`: the N-th segment of an IPv6 segment routing header. */
+  parseSrhSid(at: At): Stmt {
+    this.next(); // sid
+    const o = this.next();
+    const n = this.peek();
+    const v = n.kind === 'word' ? parseInteger(n.text, 128, false) : undefined;
+    if (!(o.kind === 'punct' && o.text === '[') || v === undefined || v < 1) this.fail(n, 'a segment index in brackets, e.g. sid[1]');
+    this.next();
+    const c = this.next();
+    if (!(c.kind === 'punct' && c.text === ']')) this.fail(c, "']'");
+    return this.parseMatch(srhSidField(v!), at);
   }
 
   /** `ipsec in|out [spnum N] reqid|spi|ip saddr|ip daddr|ip6 saddr|ip6 daddr` (xfrm). */

@@ -13,8 +13,8 @@ import type {
 import { FIB_F, NAT_RANGE } from '../netlink/expr.js';
 import { SET_F, type NftSet, type SetElement } from '../netlink/objects.js';
 import { HOST_LE, bigToHex, fromHex, hexToBig, hostValue, prefixLenOfMask, readU32Host } from './bytes.js';
-import { ETHER, F, NFPROTO_IPV4, NFPROTO_IPV6, ctAddrField, fibField, osfField, portField, socketField, xfrmField, type Field } from './fields.js';
-import { L4_BY_NUM, ctDirection, ctField, fieldMask, headerFieldAt, metaField, type Proto } from './headers.js';
+import { ETHER, F, NFPROTO_IPV4, NFPROTO_IPV6, ctAddrField, fibField, osfField, portField, rtField, socketField, xfrmField, type Field } from './fields.js';
+import { BOOLEAN_SYMS, L4_BY_NUM, REALMS, ctDirection, ctField, fieldMask, headerFieldAt, metaField, type Proto } from './headers.js';
 import { decodeInt, encodeInt, formatInt } from './intvalues.js';
 import { renderExprStatement, renderRegStatement } from './statements.js';
 import { exthdrFieldAt, tcpOptionField } from './exthdr.js';
@@ -49,7 +49,7 @@ export interface RenderOptions {
   counters?: boolean;
 }
 
-type Load = Extract<Expr, { kind: 'payload' | 'meta' | 'ct' | 'fib' | 'exthdr' | 'socket' | 'osf' | 'xfrm' }>;
+type Load = Extract<Expr, { kind: 'payload' | 'meta' | 'ct' | 'fib' | 'exthdr' | 'socket' | 'osf' | 'xfrm' | 'rt' }>;
 /** What stands between a load and its comparison: a bit-field mask, a byte order conversion. */
 interface Pre { bits?: Hex; hton?: boolean }
 type Form =
@@ -76,6 +76,7 @@ function isLoad(e: Expr | undefined): boolean {
   if (e.kind === 'meta' || e.kind === 'ct') return e.dreg !== undefined && e.sreg === undefined;
   if (e.kind === 'exthdr') return e.dreg !== undefined && e.sreg === undefined;
   if (e.kind === 'socket' || e.kind === 'osf' || e.kind === 'xfrm') return true;
+  if (e.kind === 'rt') return e.dreg !== undefined && ['classid', 'nexthop4', 'nexthop6', 'mtu', 'ipsec'].includes(e.key as string);
   return e.kind === 'fib';
 }
 
@@ -479,6 +480,11 @@ function fieldOf(load: Load, family: Family, l3: string | undefined, l4: number 
     case 'osf':
       if (mask !== undefined || ![0, 1, 2].includes(load.ttl ?? 0) || ![0, 1].includes(load.flags ?? 0)) return undefined;
       return osfField(load.ttl ?? 0, (load.flags ?? 0) === 1);
+    case 'rt': {
+      if (mask !== undefined) return undefined;
+      const k = load.key as 'classid' | 'nexthop4' | 'nexthop6' | 'mtu' | 'ipsec';
+      return rtField(k, k === 'classid' ? REALMS : k === 'ipsec' ? BOOLEAN_SYMS : undefined);
+    }
     case 'xfrm': {
       const what = (['ip daddr', 'ip6 daddr', 'ip saddr', 'ip6 saddr', 'reqid', 'spi'] as const)[load.key - 1];
       if (mask !== undefined || !what || (load.dir !== 0 && load.dir !== 1)) return undefined;
