@@ -251,14 +251,9 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
       if (f.load.kind === 'meta' && f.load.key === 'iiftype' && (st.op === 'eq' || st.op === 'implicit') && st.rhs.k === 'value'
         && st.rhs.hex === encodeInt(f, 1n)) llKnown = true;
       need(f, st);
-      if (f.type === 'mark' && (st.rhs.k === 'range' || (st.rhs.k === 'set' && st.rhs.elems.some((e) => e.k === 'range')))) {
-        fail(st.rhs, `single marks for ${f.name}`, 'mark ranges are only supported in concatenations');
-      }
-      if (f.type === 'ms' && st.rhs.k === 'set') {
-        // nft 1.0.6 stores the elements of a time set in other units than a single value
-        fail(st.rhs, `a single time for ${f.name}`, 'sets of times are not supported');
-      }
-      const rel: Rel = { t: 'rel', field: f, op: st.op, rhs: st.rhs, at: st };
+      // a range of marks (alone or in a set) is compared in network byte order, as a host-order integer
+      const markSpan = f.type === 'mark' && (st.rhs.k === 'range' || (st.rhs.k === 'set' && st.rhs.elems.some((e) => e.k !== 'value')));
+      const rel: Rel = { t: 'rel', field: markSpan ? { ...f, host: true } : f, op: st.op, rhs: st.rhs, at: st };
       if (st.mask !== undefined) rel.mask = st.mask;
       if (st.xor !== undefined) rel.xor = st.xor;
       out.push(rel);

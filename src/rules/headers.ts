@@ -347,7 +347,8 @@ export function metaField(key: MetaKey): Field | undefined {
   const name = `meta ${key === 'len' ? 'length' : key}`;
   const f: Field = {
     name, type: s.type, len: s.len, load: { kind: 'meta', key },
-    set: { keyType: s.keyType!, byteorder: s.host ? BYTEORDER_HOST : BYTEORDER_BIG, key: { expr: 'meta', key: s.num } },
+    // (nft's strings are host byte order too)
+    set: { keyType: s.keyType!, byteorder: s.host || s.type === 'ifname' ? BYTEORDER_HOST : BYTEORDER_BIG, key: { expr: 'meta', key: s.num } },
   };
   if (s.host) f.host = true;
   if (s.syms) f.syms = s.syms;
@@ -363,24 +364,25 @@ export function metaKeyOf(word: string): MetaKey | undefined {
 
 interface CtSpec { type: TypeId; len: number; syms?: Syms; keyType?: number; host?: boolean; num: number; dir?: 'optional' | 'required' | 'none' }
 
+// num: the kernel's NFT_CT_* key, which nft's typeof userdata names
 const CT: Partial<Record<CtKey, CtSpec>> = {
   direction: { type: 'int', len: 1, host: true, syms: CT_DIR, keyType: T.ctDir, num: 1, dir: 'none' },
-  expiration: { type: 'ms', len: 4, host: true, keyType: 17, num: 4, dir: 'none' },
-  l3proto: { type: 'nfproto', len: 1, host: true, keyType: T.nfproto, num: 6, dir: 'optional' },
-  protocol: { type: 'proto', len: 1, keyType: T.proto, num: 9, dir: 'optional' },
-  'proto-src': { type: 'port', len: 2, keyType: T.service, num: 10, dir: 'optional' },
-  'proto-dst': { type: 'port', len: 2, keyType: T.service, num: 11, dir: 'optional' },
-  packets: { type: 'int', len: 8, host: true, keyType: T.integer, num: 13, dir: 'optional' },
-  bytes: { type: 'int', len: 8, host: true, keyType: T.integer, num: 14, dir: 'optional' },
-  avgpkt: { type: 'int', len: 8, host: true, keyType: T.integer, num: 15, dir: 'optional' },
-  zone: { type: 'int', len: 2, host: true, keyType: T.integer, num: 16, dir: 'optional' },
-  event: { type: 'flags', len: 4, host: true, syms: CT_EVENT, keyType: T.ctEvent, num: 17, dir: 'none' },
-  secmark: { type: 'int', len: 4, host: true, keyType: T.integer, num: 22, dir: 'none' },
+  expiration: { type: 'ms', len: 4, host: true, keyType: 18, num: 5, dir: 'none' },
+  l3proto: { type: 'nfproto', len: 1, host: true, keyType: T.nfproto, num: 7, dir: 'optional' },
+  protocol: { type: 'proto', len: 1, keyType: T.proto, num: 10, dir: 'optional' },
+  'proto-src': { type: 'port', len: 2, keyType: T.service, num: 11, dir: 'optional' },
+  'proto-dst': { type: 'port', len: 2, keyType: T.service, num: 12, dir: 'optional' },
+  packets: { type: 'int', len: 8, host: true, keyType: T.integer, num: 14, dir: 'optional' },
+  bytes: { type: 'int', len: 8, host: true, keyType: T.integer, num: 15, dir: 'optional' },
+  avgpkt: { type: 'int', len: 8, host: true, keyType: T.integer, num: 16, dir: 'optional' },
+  zone: { type: 'int', len: 2, host: true, keyType: T.integer, num: 17, dir: 'optional' },
+  event: { type: 'flags', len: 4, host: true, syms: CT_EVENT, keyType: T.ctEvent, num: 18, dir: 'none' },
+  secmark: { type: 'int', len: 4, host: true, keyType: T.integer, num: 4, dir: 'none' },
   id: { type: 'int', len: 4, keyType: T.integer, num: 23, dir: 'none' },
-  'ip saddr': { type: 'ipv4', len: 4, keyType: T.ipv4, num: 18, dir: 'required' },
-  'ip daddr': { type: 'ipv4', len: 4, keyType: T.ipv4, num: 19, dir: 'required' },
-  'ip6 saddr': { type: 'ipv6', len: 16, keyType: T.ipv6, num: 20, dir: 'required' },
-  'ip6 daddr': { type: 'ipv6', len: 16, keyType: T.ipv6, num: 21, dir: 'required' },
+  'ip saddr': { type: 'ipv4', len: 4, keyType: T.ipv4, num: 19, dir: 'required' },
+  'ip daddr': { type: 'ipv4', len: 4, keyType: T.ipv4, num: 20, dir: 'required' },
+  'ip6 saddr': { type: 'ipv6', len: 16, keyType: T.ipv6, num: 21, dir: 'required' },
+  'ip6 daddr': { type: 'ipv6', len: 16, keyType: T.ipv6, num: 22, dir: 'required' },
 };
 
 /** A ct key with an optional direction (0 original, 1 reply). */

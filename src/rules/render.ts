@@ -835,6 +835,10 @@ function relText(field: Field, load: Load, form: Form, sets: SetResolver | undef
   const isAddr = field.type === 'ipv4' || field.type === 'ipv6';
   const isFlags = field.type === 'ctstate' || field.type === 'ctstatus';
   if (isIntLike(field)) return intRelText(field, form, sets, opts);
+  if (field.type === 'mark' && (form.f === 'range' || form.f === 'lookup') && form.pre?.hton) {
+    // mark ranges and interval sets: nft converts the host-order mark to network order first
+    return intRelText({ ...field, type: 'int', host: true, syms: { fmt: { base: 'hex', digits: 8 }, table: [] } }, form, sets, opts);
+  }
   if ((form.f === 'cmp' || form.f === 'range' || form.f === 'lookup' || form.f === 'ord') && form.pre) return bad();
   switch (form.f) {
     case 'ord': {
