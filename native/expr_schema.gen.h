@@ -375,6 +375,11 @@ static const Field kXfrmFields[] = {
     {"spnum", NFTNL_EXPR_XFRM_SPNUM, FieldType::U32, nullptr, 0},
 };
 
+static const Field kConnlimitFields[] = {
+    {"count", NFTNL_EXPR_CONNLIMIT_COUNT, FieldType::U32, nullptr, 0},
+    {"flags", NFTNL_EXPR_CONNLIMIT_FLAGS, FieldType::U32, nullptr, 0},
+};
+
 static const Field kOsfFields[] = {
     {"dreg", NFTNL_EXPR_OSF_DREG, FieldType::U32, nullptr, 0},
     {"ttl", NFTNL_EXPR_OSF_TTL, FieldType::U8, nullptr, 0},
@@ -427,6 +432,7 @@ static const ExprKind kKinds[] = {
     {"exthdr", kExthdrFields, 7},
     {"socket", kSocketFields, 3},
     {"xfrm", kXfrmFields, 4},
+    {"connlimit", kConnlimitFields, 2},
     {"osf", kOsfFields, 3},
     {"synproxy", kSynproxyFields, 3},
     {"tproxy", kTproxyFields, 3},

@@ -345,6 +345,8 @@ export const EXPR_SCHEMA = {
   socket: { nftnl: 'SOCKET', fields: { key: u32('KEY'), dreg: reg('DREG'), level: opt(u32('LEVEL')) } },
   /** NFTA_XFRM_*: a property of the packet's IPsec state (key: NFT_XFRM_KEY_*, dir 0 in / 1 out, spnum: secpath index). */
   xfrm: { nftnl: 'XFRM', fields: { dreg: reg('DREG'), key: u32('KEY'), dir: u8('DIR'), spnum: u32('SPNUM') } },
+  /** NFTA_CONNLIMIT_*: `ct count [over] N` (flags 1: NFT_CONNLIMIT_F_INV, over). */
+  connlimit: { nftnl: 'CONNLIMIT', fields: { count: u32('COUNT'), flags: opt(u32('FLAGS')) } },
   /** NFTA_OSF_*: passive OS fingerprint name (flags 1: with version). */
   osf: { nftnl: 'OSF', fields: { dreg: reg('DREG'), ttl: opt(u8('TTL')), flags: opt(u32('FLAGS')) } },
   /** NFTA_SYNPROXY_*. */
@@ -419,6 +421,7 @@ export type NotrackExpr = ExprOf<'notrack'>;
 export type ExthdrExpr = ExprOf<'exthdr'>;
 export type SocketExpr = ExprOf<'socket'>;
 export type XfrmExpr = ExprOf<'xfrm'>;
+export type ConnlimitExpr = ExprOf<'connlimit'>;
 export type OsfExpr = ExprOf<'osf'>;
 export type SynproxyExpr = ExprOf<'synproxy'>;
 export type TproxyExpr = ExprOf<'tproxy'>;

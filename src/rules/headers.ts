@@ -103,6 +103,8 @@ const ETHERTYPE: Syms = {
   fmt: hex(4), table: [['ip', 0x0800], ['arp', 0x0806], ['ip6', 0x86dd], ['vlan', 0x8100], ['8021ad', 0x88a8]],
 };
 const DEVGROUP: Syms = { fmt: dec, table: [['default', 0]] };
+/** ct label bits by number (2 ** N: exact as a double). */
+const LABELS: Syms = { fmt: dec, table: Array.from({ length: 128 }, (_, i): [string, number] => [String(i), 2 ** i]) };
 let realms: [string, number][] | undefined;
 /** Route realms by name, from /etc/iproute2/rt_realms as nft reads them (realm_type). */
 export const REALMS: Syms = {
@@ -379,6 +381,10 @@ const CT: Partial<Record<CtKey, CtSpec>> = {
   event: { type: 'flags', len: 4, host: true, syms: CT_EVENT, keyType: T.ctEvent, num: 18, dir: 'none' },
   secmark: { type: 'int', len: 4, host: true, keyType: T.integer, num: 4, dir: 'none' },
   id: { type: 'int', len: 4, keyType: T.integer, num: 23, dir: 'none' },
+  // a string of up to 16 bytes, as ifname (no sets)
+  helper: { type: 'ifname', len: 16, num: 6, dir: 'none' },
+  // a 128-bit label bitmap: `ct label N` tests bit N (names would come from connlabel.conf; numbers only here)
+  label: { type: 'flags', len: 16, host: true, syms: LABELS, num: 13, dir: 'none' },
   'ip saddr': { type: 'ipv4', len: 4, keyType: T.ipv4, num: 19, dir: 'required' },
   'ip daddr': { type: 'ipv4', len: 4, keyType: T.ipv4, num: 20, dir: 'required' },
   'ip6 saddr': { type: 'ipv6', len: 16, keyType: T.ipv6, num: 21, dir: 'required' },

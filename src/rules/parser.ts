@@ -243,8 +243,9 @@ class Parser {
       case 'ct': {
         this.next();
         const k0 = this.peek();
+        if (this.isWord(k0, 'count')) return this.parseCtCount(at);
         if (this.isWord(k0, 'original', 'reply', 'direction', 'expiration', 'l3proto', 'protocol', 'proto-src',
-          'proto-dst', 'packets', 'bytes', 'avgpkt', 'zone', 'event', 'secmark', 'id', 'saddr', 'daddr', 'ip', 'ip6')) {
+          'proto-dst', 'packets', 'bytes', 'avgpkt', 'zone', 'event', 'secmark', 'id', 'saddr', 'daddr', 'ip', 'ip6', 'helper', 'label')) {
           return this.parseCtMatch(at);
         }
         const k = this.expectWord("'state', 'status', 'mark', 'direction', 'expiration', 'l3proto', 'protocol', " +
@@ -291,6 +292,18 @@ class Parser {
         return this.fail(t, expected, 'unknown or unsupported keyword');
       }
     }
+  }
+
+  /** `ct count [over] N`: nft's connlimit expression. */
+  parseCtCount(at: At): Stmt {
+    this.next(); // count
+    let flags = 0;
+    if (this.isWord(this.peek(), 'over')) { this.next(); flags = 1; }
+    const n = this.peek();
+    const v = n.kind === 'word' ? parseInteger(n.text, 0xffffffff, false) : undefined;
+    if (v === undefined) this.fail(n, 'a connection count');
+    this.next();
+    return { t: 'expr', exprs: [flags ? { kind: 'connlimit', count: v!, flags } : { kind: 'connlimit', count: v! }], ...at };
   }
 
   /** `rt classid|mtu|ipsec|[ip|ip6] nexthop`: the route; `nexthop` takes its family from the table (not in inet). */
@@ -501,7 +514,7 @@ class Parser {
     if (how === 'required' && dir === undefined) this.fail(k, `'original' or 'reply' before '${key}'`, 'a conntrack address needs a direction');
     if (how === 'none' && dir !== undefined) this.fail(d, `'ct ${key}' without a direction`, `ct ${key} has no direction`);
     if (this.isWord(this.peek(), 'set')) {
-      if (key !== 'zone' && key !== 'event') this.fail(this.peek(), 'a value to match', `'ct ${key} set' is not supported`);
+      if (key !== 'zone' && key !== 'event' && key !== 'label') this.fail(this.peek(), 'a value to match', `'ct ${key} set' is not supported`);
       return this.parseKeySet(ctField(key as CtKey, dir)!, at);
     }
     return this.parseMatch(ctField(key as CtKey, dir)!, at);
@@ -521,7 +534,7 @@ class Parser {
 
   /** `meta KEY set VALUE` / `ct [original|reply] KEY set VALUE` with a constant: immediate, then set. */
   parseKeySet(field: Field, at: At): ExprStmt {
-    const settable = ['priority', 'nftrace', 'pkttype', 'zone', 'event'];
+    const settable = ['priority', 'nftrace', 'pkttype', 'zone', 'event', 'label'];
     const l = field.load;
     if ((l.kind !== 'meta' && l.kind !== 'ct') || !settable.includes(l.key as string)) {
       this.fail(this.peek(), 'a value to match', `'${field.name} set' is not supported`);
@@ -623,7 +636,16 @@ class Parser {
       this.next();
     }
     const ordered = op !== 'implicit' && op !== 'eq' && op !== 'neq';
-    const rhs = ordered ? this.parseScalar(field, 'a value') : this.parseRhs(field, mask !== undefined);
+    let rhs = ordered ? this.parseScalar(field, 'a value') : this.parseRhs(field, mask !== undefined);
+    if (field.type === 'mark' && rhs.k === 'prefix') {
+      // nft: the prefix's mask, then a comparison with its value
+      if (mask !== undefined) this.fail(rhs, 'a mark', 'a prefix after a mask');
+      mask = u32Host(rhs.plen === 0 ? 0 : (0xffffffff << (32 - rhs.plen)) >>> 0);
+      rhs = { k: 'value', hex: rhs.hex, col: rhs.col, raw: rhs.raw };
+    }
+    if (field.type === 'mark' && rhs.k === 'set' && rhs.elems.some((e) => e.k === 'prefix')) {
+      this.fail(rhs, 'marks and mark ranges in a set', 'mark prefixes in a set are not supported');
+    }
     // (nft takes a mark outside the mask, which never matches)
     if (mask !== undefined && rhs.k === 'value' && andHex(rhs.hex, mask) !== rhs.hex && field.type !== 'mark') {
       this.fail(rhs, `a value inside the mask`, 'this masked comparison can never match');
@@ -888,6 +910,14 @@ class Parser {
           if (a === undefined || b === undefined) expect('a mark range such as 0x10-0x20');
           if (a! > b!) this.fail(t, 'a range whose start is not above its end', 'empty range');
           return { k: 'range', lo: u32Host(a!), hi: u32Host(b!), ...at };
+        }
+        const sl = t.text.indexOf('/');
+        if (!scalar && sl > 0) {
+          // `0xffffff00/24`: the mark's top bits (as a host-order integer); parseMatch makes it a mask
+          const a = parseInteger(t.text.slice(0, sl), 0xffffffff), pl = parseInteger(t.text.slice(sl + 1), 32, false);
+          if (a === undefined || pl === undefined) expect('a mark prefix such as 0xffff0000/16');
+          const m = pl === 0 ? 0 : (0xffffffff << (32 - pl!)) >>> 0;
+          return { k: 'prefix', hex: u32Host((a! & m) >>> 0), plen: pl!, ...at };
         }
         const v = parseInteger(t.text, 0xffffffff);
         if (v === undefined) expect('a 32-bit mark such as 0x4000');

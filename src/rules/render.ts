@@ -236,6 +236,9 @@ function group(exprs: readonly Expr[], opts: RenderOptions, family: Family): Ite
       case 'tproxy': case 'dup':
         items.push({ k: 'text', text: renderRegStatement(e, regs, family, opts.interfaces?.nameOf) ?? unsupported(describe(e)) });
         break;
+      case 'connlimit':
+        items.push({ k: 'text', text: (e.flags ?? 0) & ~1 ? unsupported(describe(e)) : `ct count ${(e.flags ?? 0) & 1 ? 'over ' : ''}${e.count}` });
+        break;
       case 'limit': case 'log': case 'quota': case 'notrack': case 'synproxy':
         items.push({ k: 'text', text: renderExprStatement(e, family) ?? unsupported(describe(e)) });
         break;
@@ -284,7 +287,7 @@ function preSteps(exprs: readonly Expr[], k: number, r: number): { n: number; pr
 /** `meta KEY set V` / `ct [dir] KEY set V` from an immediate. */
 function keySetText(e: Extract<Expr, { kind: 'meta' | 'ct' }>, data: Hex, family: Family, opts: RenderOptions): string {
   const key = e.key;
-  const settable = ['priority', 'nftrace', 'pkttype', 'zone', 'event'];
+  const settable = ['priority', 'nftrace', 'pkttype', 'zone', 'event', 'label'];
   if (typeof key !== 'string' || !settable.includes(key)) return unsupported(`${e.kind} set ${String(key)}`);
   const dir = e.kind === 'ct' ? e.dir : undefined;
   if (dir !== undefined && (key !== 'zone' || (dir !== 0 && dir !== 1))) return unsupported(`${e.kind} set ${key}`);

@@ -171,10 +171,11 @@ describe('rule decoding', () => {
       loadIptablesForeign(ns, 200);
       ns.nft([
         'add table inet odd',
+        'add counter inet odd c1',
         'add chain inet odd c { type filter hook input priority 0; policy drop; }',
         'add rule inet odd c meta mark set jhash ip saddr mod 2 seed 0xdead',
         'add rule inet odd c ip saddr 1.2.3.4 counter comment "héllo, wörld"',
-        'add rule inet odd c tcp option maxseg size 1400 ct count over 3 counter',
+        'add rule inet odd c tcp option maxseg size 1400 ct count over 3 counter name "c1"',
         'add rule inet odd c ip6 saddr ::1 tcp dport { 22, 80 } ct state established,related accept',
         'add rule inet odd c iifname "eth*" meta l4proto udp udp dport 53 limit rate 10/second log prefix "dns: " drop',
         'add rule inet odd c ip daddr 10.0.0.0/8 ip dscp cs1 reject with icmp type host-unreachable',

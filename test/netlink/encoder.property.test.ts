@@ -128,6 +128,8 @@ const EXPR: Record<Expr['kind'], fc.Arbitrary<Expr>> = {
   exthdr: fc.record({ dreg: opt(reg), type: fc.integer({ min: 0, max: 255 }), offset: opt(fc.integer({ min: 0, max: 40 })),
     len: opt(fc.integer({ min: 0, max: 20 })), flags: opt(fc.constantFrom(0, 1)), op: opt(fc.constantFrom(0, 1, 2, 3)) })
     .map((e) => strip({ kind: 'exthdr', ...e }) as Expr),
+  connlimit: fc.record({ count: fc.integer({ min: 0, max: 0xffffffff }), flags: opt(fc.constantFrom(0, 1, 2)) })
+    .map((e) => strip({ kind: 'connlimit', ...e }) as Expr),
   xfrm: fc.record({ dreg: reg, key: fc.integer({ min: 0, max: 7 }), dir: fc.integer({ min: 0, max: 2 }),
     spnum: fc.integer({ min: 0, max: 300 }) }).map((e) => ({ kind: 'xfrm', ...e }) as Expr),
   // NFTA_SOCKET_LEVEL is only for the cgroupv2 key, not modelled here
