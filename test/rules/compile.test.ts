@@ -129,7 +129,7 @@ describe('refusals carry column, token and what was expected', () => {
     ['ip saddr 1.2.3.4 ; accept', 'ip', 18, ';', /one rule/],
     ['ip saddr 1.2.3.4 accept\n', 'ip', 24, '\\n', /one rule/],
     ['ct state foo', 'ip', 10, 'foo', /established/],
-    ['ct helper "ftp"', 'ip', 4, 'helper', /'state'/],
+    ['ct foo 1', 'ip', 4, 'foo', /'state'/],
     ['iifname "*"', 'ip', 9, '"*"', /prefix before the wildcard/],
     ['iifname "averyveryverylongname"', 'ip', 9, '"averyveryverylongname"', /at most 15 bytes/],
     ['iif "eth9"', 'ip', 5, '"eth9"', /exists in the target namespace.*iifname/],
