@@ -192,7 +192,7 @@ export function fibField(flags: number, result: 'oif' | 'oifname' | 'type'): Fie
 
 const ETHERTYPE_SYMS = {
   fmt: { base: 'hex' as const, digits: 4 },
-  table: [['ip', 0x0800], ['arp', 0x0806], ['ip6', 0x86dd], ['vlan', 0x8100], ['8021ad', 0x88a8]] as [string, number][],
+  table: [['ip', 0x0800], ['arp', 0x0806], ['ip6', 0x86dd], ['vlan', 0x8100], ['8021q', 0x8100], ['8021ad', 0x88a8]] as [string, number][],
 };
 
 /** `ether daddr|saddr|type` (nft's proto_eth, desc 17). */

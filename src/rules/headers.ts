@@ -100,7 +100,7 @@ const ARPHRD: Syms = {
   ],
 };
 const ETHERTYPE: Syms = {
-  fmt: hex(4), table: [['ip', 0x0800], ['arp', 0x0806], ['ip6', 0x86dd], ['vlan', 0x8100], ['8021ad', 0x88a8]],
+  fmt: hex(4), table: [['ip', 0x0800], ['arp', 0x0806], ['ip6', 0x86dd], ['vlan', 0x8100], ['8021q', 0x8100], ['8021ad', 0x88a8]],
 };
 const DEVGROUP: Syms = { fmt: dec, table: [['default', 0]] };
 /** ct label bits by number (2 ** N: exact as a double). */

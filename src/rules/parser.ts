@@ -604,7 +604,7 @@ class Parser {
         this.fail(t, `a value after '${field.name}'`, `'&' masks only integers, flags, marks, ct state and ct status`);
       }
       this.next();
-      const m = intLike ? this.parseFlagMask(field) : this.parseScalar(field, 'a mask');
+      const m = intLike ? this.parseFlagMask(field) : this.ipv4Int(field) ?? this.parseScalar(field, 'a mask');
       if (field.type === 'ipv4' || field.type === 'ipv6') {
         if (field.load.kind !== 'payload') this.fail(t, `a value after '${field.name}'`, `'&' does not apply to ${field.name}`);
       }
@@ -636,7 +636,7 @@ class Parser {
       this.next();
     }
     const ordered = op !== 'implicit' && op !== 'eq' && op !== 'neq';
-    let rhs = ordered ? this.parseScalar(field, 'a value') : this.parseRhs(field, mask !== undefined);
+    let rhs = ordered ? this.parseScalar(field, 'a value') : (mask !== undefined ? this.ipv4Int(field) : undefined) ?? this.parseRhs(field, mask !== undefined);
     if (field.type === 'mark' && rhs.k === 'prefix') {
       // nft: the prefix's mask, then a comparison with its value
       if (mask !== undefined) this.fail(rhs, 'a mark', 'a prefix after a mask');
@@ -700,6 +700,19 @@ class Parser {
       if (op === 'implicit') m.op = 'eq';
     }
     return m;
+  }
+
+  /**
+   * An IPv4 address written as an integer (`ip saddr & 0xff == 1`), as nft takes one (inet_aton);
+   * decimal and 0x hex only (inet_aton reads a leading 0 as octal). Undefined when it is not one.
+   */
+  ipv4Int(field: Field): (Elem & { k: 'value' }) | undefined {
+    const t = this.peek();
+    if (field.type !== 'ipv4' || t.kind !== 'word' || !/^(?:0|[1-9][0-9]*|0x[0-9a-fA-F]+)$/.test(t.text)) return undefined;
+    const v = Number(t.text);
+    if (!(v <= 0xffffffff)) return undefined;
+    this.next();
+    return { k: 'value', hex: v.toString(16).padStart(8, '0'), col: t.col, raw: t.raw };
   }
 
   /** A set element of a flags field: flags joined with '|'. */
