@@ -27,7 +27,7 @@ export type TypeId =
   | 'date';
 
 export type Load =
-  | { kind: 'payload'; base: 'network' | 'transport' | 'll'; offset: number }
+  | { kind: 'payload'; base: 'network' | 'transport' | 'll' | 'inner'; offset: number }
   | { kind: 'meta'; key: MetaKey }
   | { kind: 'ct'; key: CtKey; dir?: 0 | 1 }
   | { kind: 'fib'; result: 'oif' | 'oifname' | 'type'; flags: number }
@@ -82,7 +82,7 @@ const META_NUM: Partial<Record<MetaKey, number>> = {
 };
 const CT_NUM: Partial<Record<CtKey, number>> = { state: 0, status: 2, mark: 3 };
 // set key types (nft datatype ids)
-const TYPE_IPV4 = 7, TYPE_IPV6 = 8, TYPE_PROTO = 12, TYPE_SERVICE = 13, TYPE_MARK = 19, TYPE_IFNAME = 41;
+const TYPE_IPV4 = 7, TYPE_IPV6 = 8, TYPE_PROTO = 12, TYPE_SERVICE = 13, TYPE_MARK = 19, TYPE_IFINDEX = 20, TYPE_IFNAME = 41;
 
 function payload(name: string, type: TypeId, base: 'network' | 'transport', offset: number, len: number,
   desc: number, tmpl: number, keyType: number, extra: Partial<Field>): Field {
@@ -127,8 +127,8 @@ export const F = {
   thDport: payload('th dport', 'port', 'transport', 2, 2, DESC_TH, 2, TYPE_SERVICE, {}),
   iifname: meta('iifname', 'ifname', 'iifname', 16, TYPE_IFNAME),
   oifname: meta('oifname', 'ifname', 'oifname', 16, TYPE_IFNAME),
-  iif: meta('iif', 'ifindex', 'iif', 4),
-  oif: meta('oif', 'ifindex', 'oif', 4),
+  iif: meta('iif', 'ifindex', 'iif', 4, TYPE_IFINDEX),
+  oif: meta('oif', 'ifindex', 'oif', 4, TYPE_IFINDEX),
   l4proto: meta('meta l4proto', 'proto', 'l4proto', 1, TYPE_PROTO, { protoKey: true }),
   nfproto: meta('meta nfproto', 'nfproto', 'nfproto', 1),
   mark: meta('meta mark', 'mark', 'mark', 4, TYPE_MARK),
@@ -204,6 +204,39 @@ export const ETHER: Record<'daddr' | 'saddr' | 'type', Field> = {
   type: { name: 'ether type', type: 'int', len: 2, load: { kind: 'payload', base: 'll', offset: 12 }, ll: true, syms: ETHERTYPE_SYMS,
     set: { keyType: 10, byteorder: BYTEORDER_BIG, key: { expr: 'payload', desc: 17, tmpl: 3 } } },
 };
+
+const RAW_BASE = { ll: 'll', nh: 'network', th: 'transport', ih: 'inner' } as const;
+
+/**
+ * nft's raw payload `@ll|nh|th|ih,OFFSET,LENGTH` (bits): an integer at any bit offset, loaded as
+ * the bytes that hold it (masked and shifted as a bit field), with no dependency. No sets.
+ */
+export function rawPayloadField(base: 'll' | 'nh' | 'th' | 'ih', bitOff: number, bits: number): Field | undefined {
+  const len = Math.ceil((bitOff % 8 + bits) / 8);
+  if (bits < 1 || len > 16 || bitOff > 0xffff * 8) return undefined;
+  return {
+    name: `@${base},${bitOff},${bits}`, type: 'int', len, load: { kind: 'payload', base: RAW_BASE[base], offset: Math.floor(bitOff / 8) },
+    width: bits, shift: len * 8 - (bitOff % 8) - bits,
+  };
+}
+
+/** The raw payload field a load (and an optional bit mask) reads, for rendering. */
+export function rawPayloadAt(base: 'll' | 'network' | 'transport' | 'inner', offset: number, len: number, mask?: bigint): Field | undefined {
+  const b = (Object.entries(RAW_BASE).find(([, v]) => v === base)?.[0]) as 'll' | 'nh' | 'th' | 'ih' | undefined;
+  if (!b || len < 1 || len > 16) return undefined;
+  let lead = 0, bits = len * 8;
+  if (mask !== undefined) {
+    // one run of ones: its position and width
+    if (mask === 0n) return undefined;
+    const s = mask.toString(2).padStart(len * 8, '0');
+    if (s.length !== len * 8 || !/^0*1+0*$/.test(s)) return undefined;
+    lead = s.indexOf('1');
+    bits = s.lastIndexOf('1') - lead + 1;
+    if (bits === len * 8) return undefined;
+  }
+  const f = rawPayloadField(b, offset * 8 + lead, bits);
+  return f && f.len === len ? f : undefined;
+}
 
 /** `socket transparent|mark|wildcard`. */
 export function socketField(key: 'transparent' | 'mark' | 'wildcard'): Field {

@@ -9,7 +9,7 @@ import type {
   Rhs, RuleAst, Stmt, VerdictStmt,
 } from './ast.js';
 import { andHex, bigToHex, hexToBig, prefixMask, readU32Host, u16Be, u32Host, u8 } from './bytes.js';
-import { ETHER, F, ctAddrField, fibField, osfField, portField, rtField, socketField, xfrmField, type Field } from './fields.js';
+import { ETHER, F, ctAddrField, fibField, osfField, portField, rawPayloadField, rtField, socketField, xfrmField, type Field } from './fields.js';
 import { BOOLEAN_SYMS, REALMS, ctDirection, ctField, headerField, headerFieldNames, metaField, metaKeyOf, UNQUALIFIED_META, type Proto } from './headers.js';
 import { encodeInt, parseIntValue, serviceport } from './intvalues.js';
 import type { CtKey } from '../netlink/expr.js';
@@ -288,10 +288,30 @@ class Parser {
       default: {
         const st = parseExprStatement(this, t.text, at, this.opts.family ?? 'inet', this.opts.ifindex);
         if (st) return st;
+        if (/^@(?:ll|nh|th|ih)$/.test(t.text) && this.peek(1).kind === 'punct' && this.peek(1).text === ',') return this.parseRawPayload(at);
         if (t.text.startsWith('@')) this.fail(t, expected, 'named sets are not supported');
         return this.fail(t, expected, 'unknown or unsupported keyword');
       }
     }
+  }
+
+  /** `@ll|nh|th|ih,OFFSET,LENGTH VALUE`: a raw payload field (bits). */
+  parseRawPayload(at: At): Stmt {
+    const b = this.next();
+    const nums: number[] = [];
+    for (let i = 0; i < 2; i++) {
+      this.next(); // ','
+      const n = this.peek();
+      const v = n.kind === 'word' ? parseInteger(n.text, 0xfffff, false) : undefined;
+      if (v === undefined) this.fail(n, i === 0 ? 'an offset in bits' : 'a length in bits');
+      this.next();
+      nums.push(v!);
+      if (i === 0 && !(this.peek().kind === 'punct' && this.peek().text === ',')) this.fail(this.peek(), "',' and the length in bits");
+    }
+    const f = rawPayloadField(b.text.slice(1) as 'll', nums[0]!, nums[1]!);
+    if (!f) this.fail(b, 'a field of 1 to 128 bits', 'raw payload field out of range');
+    if (this.isWord(this.peek(), 'set')) this.fail(this.peek(), 'a value to match', 'setting a raw payload field is not supported');
+    return this.parseMatch(f, at);
   }
 
   /** `ct count [over] N`: nft's connlimit expression. */

@@ -13,7 +13,7 @@ import type {
 import { FIB_F, NAT_RANGE } from '../netlink/expr.js';
 import { SET_F, type NftSet, type SetElement } from '../netlink/objects.js';
 import { HOST_LE, bigToHex, fromHex, hexToBig, hostValue, prefixLenOfMask, readU32Host } from './bytes.js';
-import { ETHER, F, NFPROTO_IPV4, NFPROTO_IPV6, ctAddrField, fibField, osfField, portField, rtField, socketField, xfrmField, type Field } from './fields.js';
+import { ETHER, F, NFPROTO_IPV4, NFPROTO_IPV6, ctAddrField, fibField, osfField, portField, rawPayloadAt, rtField, socketField, xfrmField, type Field } from './fields.js';
 import { BOOLEAN_SYMS, L4_BY_NUM, REALMS, ctDirection, ctField, fieldMask, headerFieldAt, metaField, type Proto } from './headers.js';
 import { decodeInt, encodeInt, formatInt } from './intvalues.js';
 import { renderExprStatement, renderRegStatement } from './statements.js';
@@ -406,6 +406,21 @@ function natText(e: NatExpr, regs: Map<number, Hex>, family: Family): string {
 // ---- naming matches by protocol context ------------------------------------
 
 function fieldOf(load: Load, family: Family, l3: string | undefined, l4: number | 'set' | undefined,
+  bits?: Hex): Field | undefined {
+  const f = namedFieldOf(load, family, l3, l4, bits);
+  if (f || load.kind !== 'payload' || namedFieldOf(load, family, l3, l4)) return f;
+  // What no header names is nft's raw payload expression, where no dependency could be implied:
+  // a transport field of no known protocol, a network or link layer field in an ip or ip6 table
+  // (not adjacent ether fields merged into one load).
+  const raw = () => rawPayloadAt(load.base as 'll', load.offset, load.len, bits !== undefined ? hexToBig(bits) : undefined);
+  if (load.base === 'transport') return l4 === undefined || (typeof l4 === 'number' && !L4_BY_NUM.has(l4)) ? raw() : undefined;
+  if (family === 'inet') return undefined;
+  if (load.base === 'network') return raw();
+  if (load.base === 'll' && !([0, 6, 12].includes(load.offset) && [6, 12, 14].includes(load.offset + load.len))) return raw();
+  return undefined;
+}
+
+function namedFieldOf(load: Load, family: Family, l3: string | undefined, l4: number | 'set' | undefined,
   bits?: Hex): Field | undefined {
   const mask = bits !== undefined ? hexToBig(bits) : undefined;
   switch (load.kind) {
