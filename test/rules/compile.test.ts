@@ -135,7 +135,7 @@ describe('refusals carry column, token and what was expected', () => {
     ['iif "eth9"', 'ip', 5, '"eth9"', /exists in the target namespace.*iifname/],
     ['ip saddr & 255.0.0.0 == 1.2.3.4', 'ip', 25, '1.2.3.4', /inside the mask/],
     ['meta mark & 0xff 1', 'ip', 18, '1', /'==' or '!='/],
-    ['ip saddr & 0xff == 1', 'ip', 12, '0xff', /an IPv4 address/],
+    ['ip saddr & 010 == 1', 'ip', 12, '010', /an IPv4 address/],
     ['masquerade random persistent', 'ip', 19, 'persistent', /',' between flags/],
     ['snat ip6 to 1.2.3.4', 'ip6', 13, '1.2.3.4', /IPv6 address/],
     ['snat ip6 to fd00::1', 'ip', 6, 'ip6', /'ip' or nothing/],
@@ -195,7 +195,7 @@ describe('rendering what the rule language does not cover', () => {
       [{ kind: 'limit', rate: 10, unit: 7 }],
       [{ kind: 'unknown', name: 'foo', data: '00' }],
       [{ kind: 'meta', key: 'time', dreg: 1 }, { kind: 'cmp', sreg: 1, op: 'eq', data: '0100000000000000' }], // 1 ns: not a whole second
-      [{ kind: 'payload', base: 'transport', offset: 8, len: 2, dreg: 1 }, { kind: 'cmp', sreg: 1, op: 'eq', data: '0050' }],
+      [{ kind: 'payload', base: 'transport', offset: 8, len: 2, dreg: 1 }, { kind: 'cmp', sreg: 1, op: 'eq', data: '00' }], // 1 byte for 2
       [{ kind: 'payload', base: 'network', offset: 12, len: 4, dreg: 1 }, { kind: 'cmp', sreg: 1, op: 'lt', data: '0001' }],
       [{ kind: 'immediate', dreg: 0, verdict: 'queue' }],
       [{ kind: 'nat', type: 'snat', family: 'ip', regAddrMin: 1 }],
