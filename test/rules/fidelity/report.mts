@@ -1,13 +1,15 @@
 /**
  * Prints the fidelity corpus' counts (and writes every rule's outcome to the
  * file named by FIDELITY_OUT, if set): `npx tsx test/rules/fidelity/report.mts`.
- * FAM=ip,ip6 limits the families; GREP=word limits the rules.
+ * FAM=ip,ip6 limits the families; GREP=word limits the rules; CORPUS=nft-py
+ * (or peers, extra) counts one corpus file alone.
  */
 import { writeFileSync } from 'node:fs';
 import { loadCorpus, runFamily, summarize, type EntryResult } from './run.js';
 
 const grep = process.env.GREP;
-const all = [...loadCorpus('./nft-py.corpus'), ...loadCorpus('./peers.corpus')].filter((e) => !grep || e.text.includes(grep));
+const files = process.env.CORPUS ? [process.env.CORPUS] : ['nft-py', 'peers', 'extra'];
+const all = files.flatMap((f) => loadCorpus(`./${f}.corpus`)).filter((e) => !grep || e.text.includes(grep));
 const fams = (process.env.FAM ?? 'ip,ip6,inet').split(',');
 const res: EntryResult[] = [];
 for (const f of fams) res.push(...await runFamily(f as 'ip', all.filter((e) => e.family === f)));
