@@ -82,7 +82,7 @@ const META_NUM: Partial<Record<MetaKey, number>> = {
 };
 const CT_NUM: Partial<Record<CtKey, number>> = { state: 0, status: 2, mark: 3 };
 // set key types (nft datatype ids)
-const TYPE_IPV4 = 7, TYPE_IPV6 = 8, TYPE_PROTO = 12, TYPE_SERVICE = 13, TYPE_MARK = 19, TYPE_IFINDEX = 20, TYPE_IFNAME = 41;
+const TYPE_NFPROTO = 2, TYPE_IPV4 = 7, TYPE_IPV6 = 8, TYPE_PROTO = 12, TYPE_SERVICE = 13, TYPE_MARK = 19, TYPE_IFINDEX = 20, TYPE_IFNAME = 41;
 
 function payload(name: string, type: TypeId, base: 'network' | 'transport', offset: number, len: number,
   desc: number, tmpl: number, keyType: number, extra: Partial<Field>): Field {
@@ -130,7 +130,7 @@ export const F = {
   iif: meta('iif', 'ifindex', 'iif', 4, TYPE_IFINDEX),
   oif: meta('oif', 'ifindex', 'oif', 4, TYPE_IFINDEX),
   l4proto: meta('meta l4proto', 'proto', 'l4proto', 1, TYPE_PROTO, { protoKey: true }),
-  nfproto: meta('meta nfproto', 'nfproto', 'nfproto', 1),
+  nfproto: meta('meta nfproto', 'nfproto', 'nfproto', 1, TYPE_NFPROTO),
   mark: meta('meta mark', 'mark', 'mark', 4, TYPE_MARK),
   ctState: ct('ct state', 'ctstate', 'state', 26),
   ctStatus: ct('ct status', 'ctstatus', 'status', 28),
@@ -282,7 +282,9 @@ export function xfrmField(dir: 0 | 1, spnum: number, what: 'reqid' | 'spi' | 'ip
 /** `osf [ttl loose|skip] name|version`. */
 export function osfField(ttl: number, version: boolean): Field {
   const t = ttl === 1 ? 'ttl loose ' : ttl === 2 ? 'ttl skip ' : '';
-  return { name: `osf ${t}${version ? 'version' : 'name'}`, type: 'ifname', len: 16, load: { kind: 'osf', ttl, flags: version ? 1 : 0 } };
+  return { name: `osf ${t}${version ? 'version' : 'name'}`, type: 'ifname', len: 16, load: { kind: 'osf', ttl, flags: version ? 1 : 0 },
+    // a string (type 5) in host order; nft's typeof names the osf expression without its ttl or flags
+    set: { keyType: 5, byteorder: BYTEORDER_HOST, key: { expr: 'osf' } } };
 }
 
 /** `tcp sport X tcp dport Y` after nft merged the two adjacent loads into one. */

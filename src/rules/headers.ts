@@ -360,6 +360,8 @@ export function metaField(key: MetaKey): Field | undefined {
 /** nft's spelling of a meta key word (length is NFT_META_LEN). */
 export function metaKeyOf(word: string): MetaKey | undefined {
   if (word === 'length') return 'len';
+  // nft's other name for meta ipsec
+  if (word === 'secpath') return 'ipsec';
   if (word === 'len') return undefined;
   return word in META ? (word as MetaKey) : undefined;
 }

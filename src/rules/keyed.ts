@@ -241,6 +241,13 @@ function parseAnon(p: KeyedParser, key: KeyPart[], data: DataKind): Extract<SetR
       if (data && i === key.length - 1 && v.kind === 'word' && !(part.p === 'field' && part.field.type === 'ipv6')) {
         const c = v.text.indexOf(':');
         if (c > 0) p.splitWord(c);
+      } else if (data && i === key.length - 1 && v.kind === 'word') {
+        // an IPv6 key: `…aaaa:::accept` and `::dddd: drop` as nft's tests write them (the last colon
+        // separates when what is before it is an address and what follows is a verdict or nothing)
+        const c = v.text.lastIndexOf(':');
+        const rest = v.text.slice(c + 1);
+        if (c > 0 && parseIPv6(v.text.slice(0, c)) !== undefined
+          && (rest === '' || (data === 'verdict' && /^(?:accept|drop|return|continue|jump|goto)$/.test(rest)))) p.splitWord(c);
       }
       parts.push(parsePartValue(p, part, key));
     });
@@ -436,6 +443,7 @@ function fieldTypeofTlvs(f: Field): Hex | undefined {
   switch (k.expr) {
     case 'payload': data = tlv(0, u32Host(k.desc)) + tlv(1, u32Host(k.tmpl)); break;
     case 'meta': case 'rt': data = tlv(0, u32Host(k.key)); break;
+    case 'osf': data = ''; break;
     case 'ct': data = tlv(0, u32Host(k.key)) + tlv(1, u32Host(0xffffffff)); break;
     case 'exthdr': data = tlv(1, u32Host(k.tmpl)) + (k.op ? tlv(2, u32Host(k.op)) : '') + tlv(0, u32Host(k.desc)); break;
     case 'xfrm': data = tlv(0, u32Host(k.key)) + tlv(1, u32Host(k.spnum)) + tlv(2, u32Host(k.dir)); break;

@@ -768,14 +768,24 @@ class Parser {
       }
       this.next();
       const elems: Elem[] = [];
+      let nested: Token | undefined;
       for (;;) {
-        elems.push(field.type === 'flags' ? this.parseFlagElem(field) : this.parseElem(field, false));
+        const inner = this.peek();
+        if (inner.kind === 'punct' && inner.text === '{') {
+          // a nested anonymous set: nft merges its elements into this one
+          const r = this.parseRhs(field, false);
+          // (nft 1.0.6 aborts on a nested set of one element)
+          if (r.k !== 'set') this.fail(inner, 'the element without the inner braces', 'nft 1.0.6 cannot encode a nested set of one element');
+          elems.push(...r.elems);
+          nested = inner;
+        } else elems.push(field.type === 'flags' ? this.parseFlagElem(field) : this.parseElem(field, false));
         const s = this.peek();
         if (s.kind === 'punct' && s.text === ',') { this.next(); continue; }
         if (s.kind === 'punct' && s.text === '}') { this.next(); break; }
         this.fail(s, "',' or '}' in the set");
       }
-      // nft treats a one-element set as the element itself
+      // nft treats a one-element set as the element itself (but aborts on one made of a nested set)
+      if (elems.length === 1 && nested) this.fail(nested, 'the element without the inner braces', 'nft 1.0.6 cannot encode a set holding one nested element');
       if (elems.length === 1) return elems[0]!;
       return { k: 'set', elems, col: t.col, raw: t.raw };
     }
@@ -787,13 +797,13 @@ class Parser {
   parseFlagList(field: Field, masked: boolean): Elem {
     const first = this.parseScalar(field, field.type === 'flags' || field.type === 'int' ? `a value of ${field.name}`
       : 'a ct ' + (field.type === 'ctstate' ? 'state' : 'status'));
-    if (masked) return first;
+    if (masked && field.type !== 'flags') return first;
     if (field.type === 'flags' || field.type === 'int') {
       let acc = hexToBig(first.hex);
       let sep0: string | undefined;
       for (;;) {
         const s = this.peek();
-        if (s.kind === 'punct' && (s.text === '|' || (s.text === ',' && field.type === 'flags')) && (sep0 === undefined || sep0 === s.text)) {
+        if (s.kind === 'punct' && (s.text === '|' || (s.text === ',' && field.type === 'flags' && !masked)) && (sep0 === undefined || sep0 === s.text)) {
           sep0 = s.text;
           this.next();
           acc |= hexToBig(this.parseScalar(field, 'another flag').hex);

@@ -79,7 +79,7 @@ const SET_KEY_TYPEOF = 3;
 const TYPEOF_EXPR = 0;
 const TYPEOF_DATA = 1;
 /** nft's enum expr_types */
-export const EXPR_TYPE = { payload: 7, exthdr: 8, meta: 9, ct: 12, rt: 25, xfrm: 27 } as const;
+export const EXPR_TYPE = { payload: 7, exthdr: 8, meta: 9, osf: 11, ct: 12, rt: 25, xfrm: 27 } as const;
 
 /** How nft describes the expression a set is keyed by. */
 export type KeyTypeof =
@@ -88,6 +88,7 @@ export type KeyTypeof =
   /** exthdr: desc (IPv6 header id, TCP option kind, SCTP chunk type), template index, op (0 IPv6: not written). */
   | { expr: 'exthdr'; desc: number; tmpl: number; op: number }
   | { expr: 'rt'; key: number }
+  | { expr: 'osf' }
   /** xfrm (ipsec): key, secpath index, direction. */
   | { expr: 'xfrm'; key: number; spnum: number; dir: number }
   | { expr: 'ct'; key: number };
@@ -104,6 +105,7 @@ function typeofTlvs(key: KeyTypeof): Hex {
       data = tlv(0, u32Host(key.desc)) + tlv(1, u32Host(key.tmpl)) + (key.len !== undefined ? tlv(4, u32Host(key.len)) : '');
       break;
     case 'meta': case 'rt': data = tlv(0, u32Host(key.key)); break;
+    case 'osf': data = ''; break;
     // nft's exthdr_expr_build_udata: the template, the op (not for IPv6 headers), the header
     case 'exthdr': data = tlv(1, u32Host(key.tmpl)) + (key.op ? tlv(2, u32Host(key.op)) : '') + tlv(0, u32Host(key.desc)); break;
     case 'xfrm': data = tlv(0, u32Host(key.key)) + tlv(1, u32Host(key.spnum)) + tlv(2, u32Host(key.dir)); break;

@@ -297,7 +297,7 @@ describe('refusals with positions', () => {
     ['dnat ip to ip daddr map { 10.0.0.1 : 10.1.0.1 . 80 }', 'ip', 25, '{', /only valid after transport protocol match/],
     ['dnat ip to ip daddr map { 10.0.0.1 : fd00::1 }', 'ip', 38, 'fd00::1', /address family mismatch/],
     ['dnat ip to ip daddr . tcp dport map { 10.0.0.1 . 80 : 10.1.0.1 . 8080, 10.0.0.2 . 80 : 10.1.0.2 }', 'ip', 88, '10.1.0.2', /same kind of target/],
-    ['osf name . ip saddr { "x" . 10.0.0.1 }', 'ip', 1, 'osf', /osf name cannot be a set or map key/],
+    ['socket mark . ip saddr { 1 . 10.0.0.1 }', 'ip', 1, 'socket', /socket mark cannot be a set or map key/],
     ['numgen inc mod 0 vmap { 0 : accept }', 'ip', 16, '0', /a modulus/],
     ['ip daddr vmap { 10.0.0.1 : jump }', 'ip', 33, '}', /a chain name/],
     ['tcp dport vmap @', 'ip', 16, '@', /a set name/],
