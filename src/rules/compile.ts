@@ -272,7 +272,7 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
       // A vmap is not terminal: a key that is in no element continues with the next statement.
       for (const k of keyFields(st.key)) {
         // a bit field (ip dscp, ip6 flowlabel, …) is keyed by `payload & mask`, which the set and map code does not build
-        if (fieldMask(k.field) !== undefined || k.field.ll || k.field.l3dep || k.field.icmpDep) {
+        if ((fieldMask(k.field) !== undefined && keyFields(st.key).length > 1) || k.field.ll || k.field.l3dep || k.field.icmpDep) {
           // the key dependencies (keyDeps) do not add nft's iiftype/nfproto/icmp type matches for these yet
           fail(k.at, `another key`, `${k.field.name} cannot be a set or map key yet`);
         }

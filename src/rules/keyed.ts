@@ -15,6 +15,7 @@ import type {
 } from './ast.js';
 import { andHex, hostValue, hexToBig, bigToHex, prefixMask, u16Be, u32Host, readU32Host } from './bytes.js';
 import type { Field } from './fields.js';
+import { fieldMask } from './headers.js';
 import type { Token } from './lexer.js';
 import {
   DATA_VERDICT, buildKeyedSet, concatHex, hostToNet, keyDesc, type Fail, type KeyDesc, type KeyPartDesc, type KeyedElem,
@@ -526,6 +527,11 @@ function emitKey(parts: readonly KeyPart[], w0: number, out: Expr[], kc: KeyedCo
     const dreg = regOf(w);
     if (p.p === 'field') {
       out.push({ ...kc.load(p.field), dreg } as Expr);
+      // a bit field alone (ip dscp, ip hdrlength, ip6 flowlabel): its bytes masked, the values in place
+      const m = parts.length === 1 ? fieldMask(p.field) : undefined;
+      if (m !== undefined) {
+        out.push({ kind: 'bitwise', sreg: dreg, dreg, len: p.field.len, op: 'bool', mask: bigToHex(m, p.field.len), xor: '00'.repeat(p.field.len) });
+      }
       const h = toNet?.parts[i]?.hton;
       if (h) out.push({ kind: 'byteorder', sreg: dreg, dreg, op: 'hton', len: h.len, size: h.size });
       w += Math.ceil(p.field.len / 4);
@@ -798,7 +804,7 @@ type LoadExprT = Extract<Expr, { kind: 'payload' | 'meta' | 'ct' | 'fib' }>;
 /** A key as the kernel holds it: loads (or a generator) then a lookup, a compare, or a NAT map. */
 export interface KeyedGroup {
   /** Per key part: a load, or a generator (a jhash with its input loads). */
-  parts: ({ k: 'load'; load: LoadExprT; hton?: boolean }
+  parts: ({ k: 'load'; load: LoadExprT; hton?: boolean; bits?: Hex }
     | { k: 'gen'; e: Extract<Expr, { kind: 'numgen' | 'hash' }>; of: LoadExprT[]; hton?: boolean })[];
   lookup?: LookupExpr;
   cmp?: Extract<Expr, { kind: 'cmp' }>;
@@ -867,6 +873,13 @@ export function groupKeyed(exprs: readonly Expr[], i: number): { g: KeyedGroup; 
     const run = loadRun(exprs, i, 0, true);
     for (const l of run) parts.push(l.hton ? { k: 'load', load: l.load, hton: true } : { k: 'load', load: l.load });
     j = i + runLength(run);
+    // a bit field alone: its mask before the lookup (emitKey)
+    const bw = exprs[j];
+    if (run.length === 1 && !run[0]!.hton && bw?.kind === 'bitwise' && bw.sreg === 1 && bw.dreg === 1 && (bw.op ?? 'bool') === 'bool'
+      && bw.mask !== undefined && bw.xor !== undefined && /^0*$/.test(bw.xor) && exprs[j + 1]?.kind === 'lookup') {
+      (parts[0] as { bits?: Hex }).bits = bw.mask;
+      j++;
+    }
   } else {
     return undefined;
   }
@@ -908,7 +921,7 @@ export function groupKeyed(exprs: readonly Expr[], i: number): { g: KeyedGroup; 
 export interface KeyedRenderEnv {
   family: Family;
   /** Names a load in the protocol context (render.ts's fieldOf). */
-  fieldOf: (load: LoadExprT) => Field | undefined;
+  fieldOf: (load: LoadExprT, bits?: Hex) => Field | undefined;
   /** One value of a field's type (render.ts's valueText). */
   valueText: (field: Field, data: Hex) => string | undefined;
   sets?: (name: string, setId?: number) => { set: NftSet; elements: SetElement[] } | undefined;
@@ -928,10 +941,10 @@ function genText(e: Extract<Expr, { kind: 'numgen' | 'hash' }>, of: string | und
   return `jhash ${of} mod ${e.modulus}${e.seed !== undefined ? ` seed 0x${e.seed.toString(16)}` : ''}${e.offset ? ` offset ${e.offset}` : ''}`;
 }
 
-function fieldsText(loads: readonly LoadExprT[], env: KeyedRenderEnv): { text: string; fields: Field[] } | undefined {
+function fieldsText(loads: readonly LoadExprT[], env: KeyedRenderEnv, bits?: Hex): { text: string; fields: Field[] } | undefined {
   const fields: Field[] = [];
   for (const l of loads) {
-    const f = env.fieldOf(l);
+    const f = env.fieldOf(l, bits);
     if (!f || !f.set || (l.kind === 'payload' && l.len !== f.len)) return undefined;
     fields.push(f);
   }
@@ -948,7 +961,7 @@ function keyParts(g: KeyedGroup, env: KeyedRenderEnv): PartR[] | undefined {
   const out: PartR[] = [];
   for (const p of g.parts) {
     if (p.k === 'load') {
-      const ft = fieldsText([p.load], env);
+      const ft = fieldsText([p.load], env, p.bits);
       if (!ft) return undefined;
       const f = ft.fields[0]!;
       // a converted part's element bytes are in network order

@@ -670,9 +670,12 @@ export function renderRule(rule: { exprs: readonly Expr[]; userdata?: Hex }, fam
       const text = renderKeyed(it.g, {
         family, sets, verdictText,
         // only keys the compiler takes back (compile.ts refuses these as keys)
-        fieldOf: (load) => {
-          const f = fieldOf(load, family, l3, l4);
-          return f && !f.ll && !f.l3dep && !f.icmpDep && fieldMask(f) === undefined ? f : undefined;
+        fieldOf: (load, bits) => {
+          const f = fieldOf(load, family, l3, l4, bits);
+          // a bit field only alone, with its own mask (bits)
+          const m = f ? fieldMask(f) : undefined;
+          if (!f || f.ll || f.l3dep || f.icmpDep) return undefined;
+          return (m === undefined && bits === undefined) || (bits !== undefined && m === hexToBig(bits)) ? f : undefined;
         },
         valueText: (f, h) => valueText(f, h, options),
       });
