@@ -222,7 +222,8 @@ export function parseIntValue(f: Field, t: Token, scalar: boolean): IntParse {
   // (a date's own '-' is not a range)
   if (f.type === 'date' || f.type === 'hour') return { expected: whole };
   const dash = t.text.indexOf('-', 1);
-  if (!scalar && dash > 0 && f.type !== 'flags') {
+  // (a range of flags only in numbers, as nft compares the byte: comp flags 0x33-0x45)
+  if (!scalar && dash > 0 && (f.type !== 'flags' || /^(?:0x[0-9a-fA-F]+|[0-9]+)-(?:0x[0-9a-fA-F]+|[0-9]+)$/.test(t.text))) {
     const a = one(f, t.text.slice(0, dash)), b = one(f, t.text.slice(dash + 1));
     if (typeof a === 'bigint' && typeof b === 'bigint') {
       if (a > b) return { error: 'empty range', expected: 'a range whose start is not above its end' };

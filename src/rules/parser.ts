@@ -790,6 +790,9 @@ class Parser {
       return { k: 'set', elems, col: t.col, raw: t.raw };
     }
     if (field.type === 'flags' && t.kind === 'punct' && t.text === '(') return this.parseFlagMask(field);
+    if (field.type === 'flags' && !masked && t.kind === 'word' && /^(?:0x[0-9a-fA-F]+|[0-9]+)-(?:0x[0-9a-fA-F]+|[0-9]+)$/.test(t.text)) {
+      return this.parseIntElem(field, false);
+    }
     if (field.type === 'ctstate' || field.type === 'ctstatus' || field.type === 'flags') return this.parseFlagList(field, masked);
     return this.parseElem(field, masked);
   }

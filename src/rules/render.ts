@@ -1007,8 +1007,8 @@ function intRelText(field: Field, form: Form, sets: SetResolver | undefined, opt
       return v === undefined ? bad() : `${name} ${ORD[form.op]} ${v}`;
     }
     case 'range': {
-      if (gotBits !== wantBits || (pre?.hton ?? false) !== htonNeeded || field.type === 'flags') return bad();
-      // ranges print as numbers (symbol names may hold a '-')
+      if (gotBits !== wantBits || (pre?.hton ?? false) !== htonNeeded) return bad();
+      // ranges print as numbers (symbol names may hold a '-'; flags as 0x…)
       const plain = { ...field, syms: field.syms ? { table: [], fmt: field.syms.fmt } : undefined };
       const lo = valueText(plain, pre?.hton ? fromNet(field, form.lo) : form.lo, opts);
       const hi = valueText(plain, pre?.hton ? fromNet(field, form.hi) : form.hi, opts);
