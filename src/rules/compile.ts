@@ -13,7 +13,7 @@ import { FIB_F, NAT_RANGE, type Expr, type Family, type Hex, type MasqExpr, type
 import type { NftSet } from '../netlink/objects.js';
 import type { At, Elem, MatchOp, MatchStmt, RuleAst, Rhs, Stmt } from './ast.js';
 import { bigToHex, prefixMask, u16Be, u32Host, u8 } from './bytes.js';
-import { F, NFPROTO_IPV4, NFPROTO_IPV6, mergedPorts, type Field } from './fields.js';
+import { ETHER, F, NFPROTO_IPV4, NFPROTO_IPV6, mergedPorts, type Field } from './fields.js';
 import { fieldMask, headerField, metaField } from './headers.js';
 import { encodeInt, toBigEndian } from './intvalues.js';
 import { parseRule } from './parser.js';
@@ -180,9 +180,11 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
   let l4: number | 'set' | undefined;
   let terminal: At | undefined;
   let llKnown = false;
+  /** The ether type matched (explicitly or as a vlan field's dependency). */
+  let ethType: number | undefined;
 
   const dep = (field: Field, value: number, at: At): Rel => ({
-    t: 'rel', field, op: 'eq', rhs: { k: 'value', hex: field === IIFTYPE_ETHER ? encodeInt(field, BigInt(value)) : u8(value), col: at.col, raw: at.raw }, at,
+    t: 'rel', field, op: 'eq', rhs: { k: 'value', hex: field === IIFTYPE_ETHER || field === ETHER.type ? encodeInt(field, BigInt(value)) : u8(value), col: at.col, raw: at.raw }, at,
   });
 
   /** The protocol dependencies a field needs before it, inserted as nft does, refusing conflicts. */
@@ -194,6 +196,12 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
       // nft's link layer dependency in ip, ip6 and inet tables: the input device is Ethernet
       out.push(dep(IIFTYPE_ETHER, 1, st));
       llKnown = true;
+    }
+    if (f.llType !== undefined && ethType !== f.llType) {
+      // and a field inside the Ethernet payload (vlan) depends on its ether type
+      if (ethType !== undefined) fail(st, `a match consistent with ether type ${ethType}`, `conflicting protocols specified: ether type vs. ${f.name}`);
+      out.push(dep(ETHER.type, f.llType, st));
+      ethType = f.llType;
     }
     if (f.l3 && f.l3NoDep) {
       const have = family === 'inet' ? l3 : family;
@@ -251,6 +259,9 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
       if (f.load.kind === 'meta' && f.load.key === 'iiftype' && (st.op === 'eq' || st.op === 'implicit') && st.rhs.k === 'value'
         && st.rhs.hex === encodeInt(f, 1n)) llKnown = true;
       need(f, st);
+      if (f === ETHER.type && (st.op === 'eq' || st.op === 'implicit') && st.rhs.k === 'value' && st.mask === undefined) {
+        ethType = parseInt(st.rhs.hex, 16);
+      }
       // a range of marks (alone or in a set) is compared in network byte order, as a host-order integer
       const markSpan = f.type === 'mark' && (st.rhs.k === 'range' || (st.rhs.k === 'set' && st.rhs.elems.some((e) => e.k !== 'value')));
       const rel: Rel = { t: 'rel', field: markSpan ? { ...f, host: true } : f, op: st.op, rhs: st.rhs, at: st };

@@ -68,6 +68,8 @@ export interface Field {
   icmpDep?: { types: number[]; ctx: number };
   /** A link layer field: nft makes the rule depend on `meta iiftype ether` first. */
   ll?: boolean;
+  /** A field inside an Ethernet payload (vlan): nft makes the rule depend on `ether type` this value too. */
+  llType?: number;
   /** In inet, `l3` must come from an earlier match: nft adds no dependency for it (ct original saddr). */
   l3NoDep?: boolean;
   /** Anonymous sets keyed by this field: key type, byte order, typeof. Absent: no sets. */
@@ -237,6 +239,14 @@ export function rawPayloadAt(base: 'll' | 'network' | 'transport' | 'inner', off
   const f = rawPayloadField(b, offset * 8 + lead, bits);
   return f && f.len === len ? f : undefined;
 }
+
+/** The 802.1Q header after the Ethernet one (nft's proto_vlan): `vlan id|pcp|dei|type`, needing ether type vlan. No sets. */
+export const VLAN: Record<'id' | 'pcp' | 'dei' | 'type', Field> = {
+  pcp: { name: 'vlan pcp', type: 'int', len: 1, load: { kind: 'payload', base: 'll', offset: 14 }, ll: true, llType: 0x8100, width: 3, shift: 5 },
+  dei: { name: 'vlan dei', type: 'int', len: 1, load: { kind: 'payload', base: 'll', offset: 14 }, ll: true, llType: 0x8100, width: 1, shift: 4 },
+  id: { name: 'vlan id', type: 'int', len: 2, load: { kind: 'payload', base: 'll', offset: 14 }, ll: true, llType: 0x8100, width: 12, shift: 0 },
+  type: { name: 'vlan type', type: 'int', len: 2, load: { kind: 'payload', base: 'll', offset: 16 }, ll: true, llType: 0x8100, syms: ETHERTYPE_SYMS },
+};
 
 /** `socket transparent|mark|wildcard`. */
 export function socketField(key: 'transparent' | 'mark' | 'wildcard'): Field {

@@ -9,7 +9,7 @@ import type {
   Rhs, RuleAst, Stmt, VerdictStmt,
 } from './ast.js';
 import { andHex, bigToHex, hexToBig, prefixMask, readU32Host, u16Be, u32Host, u8 } from './bytes.js';
-import { ETHER, F, ctAddrField, fibField, osfField, portField, rawPayloadField, rtField, socketField, xfrmField, type Field } from './fields.js';
+import { ETHER, F, VLAN, ctAddrField, fibField, osfField, portField, rawPayloadField, rtField, socketField, xfrmField, type Field } from './fields.js';
 import { BOOLEAN_SYMS, REALMS, ctDirection, ctField, headerField, headerFieldNames, metaField, metaKeyOf, UNQUALIFIED_META, type Proto } from './headers.js';
 import { encodeInt, parseIntValue, serviceport } from './intvalues.js';
 import type { CtKey } from '../netlink/expr.js';
@@ -176,6 +176,11 @@ class Parser {
         if (!f) this.fail(k, `a field of ${t.text}: ${Object.keys(IPV6_EXTHDRS[t.text]!.fields).join(', ')}`);
         this.next();
         return this.parseMatch(f, at);
+      }
+      case 'vlan': {
+        this.next();
+        const k = this.expectWord("'id', 'pcp', 'dei' or 'type' after 'vlan'", 'id', 'pcp', 'dei', 'cfi', 'type');
+        return this.parseMatch(VLAN[k.text === 'cfi' ? 'dei' : k.text as 'id'], at);
       }
       case 'ether': {
         this.next();

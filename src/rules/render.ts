@@ -13,7 +13,7 @@ import type {
 import { FIB_F, NAT_RANGE } from '../netlink/expr.js';
 import { SET_F, type NftSet, type SetElement } from '../netlink/objects.js';
 import { HOST_LE, bigToHex, fromHex, hexToBig, hostValue, prefixLenOfMask, readU32Host } from './bytes.js';
-import { ETHER, F, NFPROTO_IPV4, NFPROTO_IPV6, ctAddrField, fibField, osfField, portField, rawPayloadAt, rtField, socketField, xfrmField, type Field } from './fields.js';
+import { ETHER, F, VLAN, NFPROTO_IPV4, NFPROTO_IPV6, ctAddrField, fibField, osfField, portField, rawPayloadAt, rtField, socketField, xfrmField, type Field } from './fields.js';
 import { BOOLEAN_SYMS, L4_BY_NUM, REALMS, ctDirection, ctField, fieldMask, headerFieldAt, metaField, type Proto } from './headers.js';
 import { decodeInt, encodeInt, formatInt } from './intvalues.js';
 import { renderExprStatement, renderRegStatement } from './statements.js';
@@ -445,6 +445,9 @@ function namedFieldOf(load: Load, family: Family, l3: string | undefined, l4: nu
         return undefined;
       }
       if (load.base === 'll') {
+        const v = Object.values(VLAN).find((f) => (f.load as { offset: number }).offset === load.offset && f.len === load.len
+          && fieldMask(f) === mask);
+        if (v) return v;
         if (mask !== undefined) return undefined;
         return Object.values(ETHER).find((f) => (f.load as { offset: number }).offset === load.offset && f.len === load.len);
       }
