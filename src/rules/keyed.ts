@@ -399,7 +399,7 @@ export function parseDynset(p: KeyedParser): DynsetStmt {
 export function startsMarkMap(p: KeyedParser): boolean {
   const t = p.peek();
   if (t.kind !== 'word') return false;
-  if ([...GEN_WORDS, 'ip', 'ip6', 'tcp', 'udp', 'th', 'iifname', 'oifname'].includes(t.text)) return true;
+  if ([...GEN_WORDS, 'ip', 'ip6', 'tcp', 'udp', 'th', 'iifname', 'oifname', 'osf'].includes(t.text)) return true;
   // a mark as the key (`ct mark set meta mark map { … }`), not as the value (`ct mark set meta mark`)
   const after = t.text === 'mark' ? p.peek(1) : (t.text === 'meta' || t.text === 'ct') && p.isWord(p.peek(1), 'mark') ? p.peek(2) : undefined;
   return after !== undefined && p.isWord(after, 'map', '.');
@@ -799,7 +799,7 @@ export function linearizeNatMap(st: NatStmt, fam: 'ip' | 'ip6', out: Expr[], kc:
 
 // ---- rendering ---------------------------------------------------------------------------
 
-type LoadExprT = Extract<Expr, { kind: 'payload' | 'meta' | 'ct' | 'fib' }>;
+type LoadExprT = Extract<Expr, { kind: 'payload' | 'meta' | 'ct' | 'fib' | 'osf' | 'xfrm' | 'rt' }>;
 
 /** A key as the kernel holds it: loads (or a generator) then a lookup, a compare, or a NAT map. */
 export interface KeyedGroup {
@@ -817,12 +817,14 @@ export interface KeyedGroup {
 function isLoadExpr(e: Expr | undefined): e is LoadExprT {
   if (!e) return false;
   if (e.kind === 'payload' || e.kind === 'meta' || e.kind === 'ct') return e.dreg !== undefined && e.sreg === undefined;
-  return e.kind === 'fib';
+  if (e.kind === 'rt') return e.dreg !== undefined && typeof e.key === 'string';
+  return e.kind === 'fib' || e.kind === 'osf' || e.kind === 'xfrm';
 }
 
 function loadWords(e: LoadExprT): number {
   if (e.kind === 'payload') return Math.ceil(e.len / 4);
-  if (e.kind === 'meta' && (e.key === 'iifname' || e.key === 'oifname')) return 4;
+  if (e.kind === 'meta' && (e.key === 'iifname' || e.key === 'oifname' || e.key === 'iifkind' || e.key === 'oifkind' || e.key === 'sdifname')) return 4;
+  if (e.kind === 'osf' || (e.kind === 'xfrm' && (e.key === 2 || e.key === 4)) || (e.kind === 'rt' && e.key === 'nexthop6')) return 4;
   if (e.kind === 'ct' && (e.key === 'saddr' || e.key === 'daddr' || e.key === 'label' || e.key === 'ip6 saddr' || e.key === 'ip6 daddr')) return 4;
   return 1;
 }
