@@ -8,7 +8,11 @@
  * install into an empty namespace lists and dumps (`nft --debug=netlink`)
  * exactly as nft's, nft's own listing given back is in sync too, and a
  * running daemon repairs a foreign deletion of one element (when the table
- * has any), one rule and one chain.
+ * has any), one rule and one chain. Where nft's listing is lossy (a peer's
+ * `lossyListing`: CNI portmap's `ip protocol tcp th dport … dnat ip addr .
+ * port to …` lists as `tcp dport … dnat to A:P`, which nft installs as other
+ * expressions), the listing is checked against nft's install of the listing,
+ * and the two installs are shown to differ.
  *
  * 1. A whole file the loader accepts gets the proof.
  * 2. Of a file it does not accept yet, what it holds today (the loader's
