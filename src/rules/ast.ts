@@ -116,6 +116,8 @@ export type MapData =
 /** One element of an anonymous set or map: a value per key part, and the data of a map. */
 export interface KeyElem extends At {
   parts: Elem[];
+  /** `* : data`: a map's catch-all element (no key). */
+  catchall?: true;
   data?: MapData;
 }
 

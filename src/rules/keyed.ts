@@ -9,7 +9,7 @@
  */
 import type { Expr, Family, Hex, LookupExpr, NatExpr } from '../netlink/expr.js';
 import { NAT_RANGE } from '../netlink/expr.js';
-import { SET_F, type NftSet, type SetElement } from '../netlink/objects.js';
+import { SET_ELEM_F, SET_F, type NftSet, type SetElement } from '../netlink/objects.js';
 import type {
   At, DynsetStmt, Elem, Gen, KeyedStmt, MarkMapStmt, KeyElem, KeyPart, MapData, MapVerdict, MatchOp, NatMap, NatStmt, SetRhs,
 } from './ast.js';
@@ -231,7 +231,13 @@ function parseAnon(p: KeyedParser, key: KeyPart[], data: DataKind): Extract<SetR
   for (;;) {
     const first = p.peek();
     const parts: Elem[] = [];
-    key.forEach((part, i) => {
+    // `* : data`: the map's catch-all element (NFT_SET_ELEM_CATCHALL), for what no key matches
+    const star = data !== undefined && p.isWord(first, '*', '*:');
+    if (star) {
+      p.splitWord(1);
+      p.next();
+    }
+    if (!star) key.forEach((part, i) => {
       if (i > 0) {
         const d = p.peek();
         if (!isDot(p, d)) p.fail(d, `' . ' and a value for ${key[i]!.raw} (the key has ${key.length} parts)`);
@@ -253,6 +259,10 @@ function parseAnon(p: KeyedParser, key: KeyPart[], data: DataKind): Extract<SetR
       parts.push(parsePartValue(p, part, key));
     });
     const e: KeyElem = { parts, col: first.col, raw: first.raw };
+    if (star) {
+      if (elems.some((x) => x.catchall)) p.fail(first, 'one catch-all element', "'*' given twice");
+      e.catchall = true;
+    }
     if (data) {
       const sep = p.peek();
       if (sep.kind === 'word' && sep.text.startsWith(':') && sep.text.length > 1) p.splitWord(1);
@@ -593,6 +603,7 @@ function verdictData(d: MapData): KeyedElem['data'] {
 function keyedElems(elems: readonly KeyElem[], data: (e: KeyElem) => KeyedElem['data']): KeyedElem[] {
   return elems.map((e) => {
     const k: KeyedElem = { at: e, parts: e.parts };
+    if (e.catchall) k.catchall = true;
     const d = data(e);
     if (d) k.data = d;
     return k;
@@ -1098,6 +1109,7 @@ function elementsText(parts: readonly PartR[], set: NftSet, elements: readonly S
   natFam: 'ip' | 'ip6' | undefined, hostOrder: boolean): string | undefined {
   const isMap = (set.flags & SET_F.MAP) !== 0;
   const rows: { key: Hex; text: string }[] = [];
+  let catchall: string | undefined;
   const push = (key: Hex, keyText: string | undefined, e: SetElement): boolean => {
     if (keyText === undefined) return false;
     let t = keyText;
@@ -1133,7 +1145,14 @@ function elementsText(parts: readonly PartR[], set: NftSet, elements: readonly S
     }
   } else {
     for (const e of elements) {
-      if (e.key === undefined) return undefined;
+      if (e.key === undefined) {
+        // the catch-all element, printed last as nft does
+        if (!isMap || e.flags !== SET_ELEM_F.CATCHALL || catchall !== undefined) return undefined;
+        const d = dataText(e, set, env, natFam);
+        if (d === undefined) return undefined;
+        catchall = `* : ${d}`;
+        continue;
+      }
       const ks = splitKey(e.key, parts);
       if (!ks) return undefined;
       const texts = parts.map((p, i) => p.value(ks[i]!));
@@ -1147,10 +1166,10 @@ function elementsText(parts: readonly PartR[], set: NftSet, elements: readonly S
   rows.sort((a, b) => cmp(a.key, b.key));
   if (!(set.flags & SET_F.INTERVAL)) {
     // nft sizes a hashed set by the elements as written: duplicates come back as the first written again
-    const extra = Math.min(Math.max(0, (set.size ?? 0) - rows.length), 64);
+    const extra = Math.min(Math.max(0, (set.size ?? 0) - rows.length - (catchall !== undefined ? 1 : 0)), 64);
     if (extra > 0) rows.splice(1, 0, ...new Array<{ key: Hex; text: string }>(extra).fill(rows[0]!));
   }
-  return `{ ${rows.map((r) => r.text).join(', ')} }`;
+  return `{ ${[...rows.map((r) => r.text), ...(catchall !== undefined ? [catchall] : [])].join(', ')} }`;
 }
 
 /** The text of a keyed group, or undefined when it is not in the rule language. */

@@ -175,6 +175,8 @@ export interface KeyedElem {
   parts: Elem[];
   /** The element's data (maps only): a verdict, or data bytes. */
   data?: { verdict?: SetElement['verdict']; chain?: string; data?: Hex };
+  /** The catch-all element (`*`): no key. */
+  catchall?: true;
 }
 
 const pad4 = (n: number) => (n + 3) & ~3;
@@ -251,6 +253,8 @@ function withData(e: SetElement, d: KeyedElem['data']): SetElement {
 export function buildKeyedSet(key: KeyDesc, elems: readonly KeyedElem[], map: MapDataDesc | undefined,
   ctx: { family: NftSet['family']; table: string }, id: number, fail: Fail): NftSet {
   const interval = elems.some((e) => e.parts.some((p) => p.k !== 'value'));
+  const star = elems.find((e) => e.catchall);
+  if (star && interval) fail(star.at, 'single keys with a catch-all element', "a catch-all element ('*') in an interval map is not supported");
   const base: NftSet = {
     family: ctx.family, table: ctx.table, name: map ? '__map%d' : '__set%d', id,
     flags: SET_F.ANONYMOUS | SET_F.CONSTANT | (map ? SET_F.MAP : 0), keyType: key.keyType, keyLen: key.keyLen,
@@ -265,6 +269,7 @@ export function buildKeyedSet(key: KeyDesc, elems: readonly KeyedElem[], map: Ma
     const seen = new Map<Hex, KeyedElem>();
     const elements: SetElement[] = [];
     elems.forEach((e, k) => {
+      if (e.catchall) return;
       const hex = concatHex(spans[k]!.map((s, i) => bigToHex(s.lo, key.parts[i]!.len)), key.concat);
       const prev = seen.get(hex);
       if (prev) {
@@ -274,6 +279,7 @@ export function buildKeyedSet(key: KeyDesc, elems: readonly KeyedElem[], map: Ma
       seen.set(hex, e);
       elements.push(withData({ key: hex, flags: 0 }, e.data));
     });
+    if (star) elements.push(withData({ flags: SET_ELEM_F.CATCHALL }, star.data));
     return { ...base, elements };
   }
   if (key.concat) {
