@@ -84,6 +84,8 @@ export interface MarkSetStmt extends At {
   src?: 'meta' | 'ct';
   binop?: 'and' | 'or' | 'xor';
   operand?: number;
+  /** `… << N` / `… >> N` after the source (and its binop): a bitwise shift. */
+  shift?: { op: 'lshift' | 'rshift'; n: number };
 }
 
 export type Stmt = MatchStmt | CounterStmt | VerdictStmt | NatStmt | MasqStmt | MarkSetStmt | KeyedStmt | DynsetStmt

@@ -713,6 +713,7 @@ function linearizeStmt(st: Exclude<Stmt, MatchStmt>, natFamily: Family | undefin
           const [mask, xor] = st.binop === 'and' ? [v, 0] : st.binop === 'or' ? [~v >>> 0, v] : [0xffffffff, v];
           out.push(bitwise(4, u32Host(mask), u32Host(xor)));
         }
+        if (st.shift) out.push({ kind: 'bitwise', sreg: 1, dreg: 1, len: 4, op: st.shift.op, data: u32Host(st.shift.n) });
       }
       out.push(st.target === 'ct' ? { kind: 'ct', key: 'mark', sreg: 1 } : { kind: 'meta', key: 'mark', sreg: 1 });
       return;

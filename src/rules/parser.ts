@@ -1010,8 +1010,8 @@ class Parser {
     const t = this.peek();
     const st: MarkSetStmt = { t: 'markset', target, ...at };
     const expected = "a 32-bit value, or 'mark', 'meta mark' or 'ct mark' optionally followed by and/or/xor (&, |, ^) and a value";
-    if (t.kind !== 'word') this.fail(t, expected);
-    const v = parseInteger(t.text, 0xffffffff);
+    if (t.kind !== 'word' && !(t.kind === 'punct' && t.text === '(')) this.fail(t, expected);
+    const v = t.kind === 'word' ? parseInteger(t.text, 0xffffffff) : undefined;
     if (v !== undefined) {
       this.next();
       st.value = v;
@@ -1033,12 +1033,16 @@ class Parser {
       }
       return st;
     }
-    if (t.text === 'mark') { this.next(); st.src = 'meta'; }
-    else if (t.text === 'meta' || t.text === 'ct') {
+    // `(src op VALUE) << N`: nft's parenthesised form before a shift
+    const paren = t.kind === 'punct' && t.text === '(';
+    if (paren) this.next();
+    const s0 = this.peek();
+    if (s0.text === 'mark') { this.next(); st.src = 'meta'; }
+    else if (s0.text === 'meta' || s0.text === 'ct') {
       this.next();
-      this.expectWord(`'mark' after '${t.text}'`, 'mark');
-      st.src = t.text;
-    } else this.fail(t, expected);
+      this.expectWord(`'mark' after '${s0.text}'`, 'mark');
+      st.src = s0.text;
+    } else this.fail(s0, expected);
     const o = this.peek();
     const ops: Record<string, 'and' | 'or' | 'xor'> = { '&': 'and', '|': 'or', '^': 'xor', and: 'and', or: 'or', xor: 'xor' };
     if ((o.kind === 'punct' || o.kind === 'word') && ops[o.text]) {
@@ -1049,6 +1053,24 @@ class Parser {
       this.next();
       st.binop = ops[o.text];
       st.operand = nv;
+    }
+    if (paren) {
+      const c = this.peek();
+      if (!(c.kind === 'punct' && c.text === ')')) this.fail(c, "')'");
+      this.next();
+    }
+    // `<< N` / `>> N` (the lexer gives '<' '<' and '>' '>')
+    const a = this.peek(), b = this.peek(1);
+    if (a.kind === 'punct' && b.kind === 'punct' && a.text === b.text && (a.text === '<' || a.text === '>') && b.col === a.col + 1) {
+      this.next();
+      this.next();
+      const n = this.peek();
+      const nv = n.kind === 'word' ? parseInteger(n.text, 31, false) : undefined;
+      if (nv === undefined) this.fail(n, 'a shift of 0-31 bits');
+      this.next();
+      st.shift = { op: a.text === '<' ? 'lshift' : 'rshift', n: nv! };
+    } else if (paren) {
+      this.fail(a, "'<<' or '>>' after the parenthesised value");
     }
     return st;
   }

@@ -172,6 +172,16 @@ function group(exprs: readonly Expr[], opts: RenderOptions, family: Family): Ite
           i += 2;
           continue;
         }
+        const c = exprs[i + 3];
+        if (b && isShift(b, r) && (c?.kind === 'meta' || c?.kind === 'ct') && c.sreg === r && c.key === 'mark') {
+          items.push({ k: 'text', text: markSet(c.kind, markSource(ld), a, b) });
+          i += 3;
+          continue;
+        }
+      } else if (a && isShift(a, r) && (b?.kind === 'meta' || b?.kind === 'ct') && b.sreg === r && b.key === 'mark') {
+        items.push({ k: 'text', text: markSet(b.kind, markSource(ld), undefined, a) });
+        i += 2;
+        continue;
       } else if (a?.kind === 'range' && a.sreg === r) {
         items.push({ k: 'rel', load: ld, form: { f: 'range', op: a.op, lo: a.from, hi: a.to } });
         i += 1;
@@ -301,8 +311,20 @@ function markSource(e: Load): string | undefined {
   return undefined;
 }
 
-function markSet(target: 'meta' | 'ct', src: string | undefined, bw: BitwiseExpr | undefined): string {
+function isShift(e: Expr, r: number): e is BitwiseExpr {
+  return e.kind === 'bitwise' && e.sreg === r && e.dreg === r && (e.op === 'lshift' || e.op === 'rshift') && e.len === 4
+    && e.data !== undefined && (readU32Host(e.data) ?? 32) < 32;
+}
+
+function markSet(target: 'meta' | 'ct', src: string | undefined, bw: BitwiseExpr | undefined, shift?: BitwiseExpr): string {
   if (!src) return unsupported(`${target} mark set from another expression`);
+  if (shift) {
+    const sh = ` ${shift.op === 'lshift' ? '<<' : '>>'} ${readU32Host(shift.data!)}`;
+    if (!bw) return `${target} mark set ${src}${sh}`;
+    const inner = markSet(target, src, bw);
+    const m = /^\S+ mark set (.*)$/.exec(inner);
+    return inner.startsWith('<') || !m ? inner : `${target} mark set (${m[1]})${sh}`;
+  }
   if (!bw) return `${target} mark set ${src}`;
   const mask = readU32Host(bw.mask!), xor = readU32Host(bw.xor!);
   if (mask === undefined || xor === undefined || bw.len !== 4) return unsupported(`${target} mark set with bitwise`);
