@@ -165,6 +165,8 @@ export interface DynsetStmt extends At {
 export interface MarkMapStmt extends At {
   t: 'markmap';
   target: 'meta' | 'ct';
+  /** `ct zone set KEY map { k : N }`: the ct zone (16 bits) instead of the mark. */
+  zone?: true;
   key: KeyPart[];
   /** Absent: the generator's value itself. */
   rhs?: Extract<SetRhs, { k: 'named' | 'anon' }>;

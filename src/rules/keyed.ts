@@ -13,7 +13,7 @@ import { SET_ELEM_F, SET_F, type NftSet, type SetElement } from '../netlink/obje
 import type {
   At, DynsetStmt, Elem, Gen, KeyedStmt, MarkMapStmt, KeyElem, KeyPart, MapData, MapVerdict, MatchOp, NatMap, NatStmt, SetRhs,
 } from './ast.js';
-import { andHex, hostValue, hexToBig, bigToHex, prefixMask, u16Be, u32Host, readU32Host } from './bytes.js';
+import { HOST_LE, andHex, hostValue, hexToBig, bigToHex, prefixMask, u16Be, u32Host, readU32Host } from './bytes.js';
 import type { Field } from './fields.js';
 import { fieldMask } from './headers.js';
 import type { Token } from './lexer.js';
@@ -131,10 +131,18 @@ function parsePartValue(p: KeyedParser, part: KeyPart, key: KeyPart[]): Elem {
   return { k: 'value', hex: u32Host(v!), ...at(t) };
 }
 
-type DataKind = 'verdict' | 'nat' | 'mark' | undefined;
+type DataKind = 'verdict' | 'nat' | 'mark' | 'zone' | undefined;
 
-function parseData(p: KeyedParser, kind: 'verdict' | 'nat' | 'mark'): MapData {
+function parseData(p: KeyedParser, kind: 'verdict' | 'nat' | 'mark' | 'zone'): MapData {
   const t = p.peek();
+  if (kind === 'zone') {
+    const v = t.kind === 'word' ? parseInteger(t.text, 0xffff) : undefined;
+    if (v === undefined) p.fail(t, 'a conntrack zone 0-65535');
+    p.next();
+    // 16 bits in host byte order
+    const be = v!.toString(16).padStart(4, '0');
+    return { d: 'value', parts: [{ k: 'value', hex: HOST_LE ? be.slice(2) + be.slice(0, 2) : be, ...at(t) }], ...at(t) };
+  }
   if (kind === 'mark') {
     const v = t.kind === 'word' ? parseInteger(t.text, 0xffffffff) : undefined;
     if (v === undefined) p.fail(t, 'a 32-bit mark such as 0x4000');
@@ -415,16 +423,18 @@ export function startsMarkMap(p: KeyedParser): boolean {
   return after !== undefined && p.isWord(after, 'map', '.');
 }
 
-export function parseMarkMap(p: KeyedParser, target: 'meta' | 'ct', start: At): MarkMapStmt {
+export function parseMarkMap(p: KeyedParser, target: 'meta' | 'ct', start: At, zone = false): MarkMapStmt {
   const key = parseConcat(p, parsePart(p, false), false);
   const st: MarkMapStmt = { t: 'markmap', target, key, ...start };
+  if (zone) st.zone = true;
+  const what = zone ? 'ct zone' : `${target} mark`;
   const gen = key.length === 1 && key[0]!.p === 'gen';
-  if (gen && !p.isWord(p.peek(), 'map')) return st;
-  p.expectWord("'map' and @name or { key : mark, … }" + (gen ? '' : ` (a field alone cannot set the ${target} mark)`), 'map');
+  if (gen && !zone && !p.isWord(p.peek(), 'map')) return st;
+  p.expectWord(`'map' and ${zone ? '{ key : zone, … }' : '@name or { key : mark, … }'}` + (gen ? '' : ` (a field alone cannot set the ${what})`), 'map');
   const r = p.peek();
-  if (r.kind === 'punct' && r.text === '{') st.rhs = parseAnon(p, key, 'mark');
-  else if (r.kind === 'word' && r.text.startsWith('@')) st.rhs = parseNamed(p);
-  else p.fail(r, "'{' starting the map's elements, or @name of a map");
+  if (r.kind === 'punct' && r.text === '{') st.rhs = parseAnon(p, key, zone ? 'zone' : 'mark');
+  else if (r.kind === 'word' && r.text.startsWith('@') && !zone) st.rhs = parseNamed(p);
+  else p.fail(r, zone ? "'{' starting the map's elements" : "'{' starting the map's elements, or @name of a map");
   return st;
 }
 
@@ -677,6 +687,17 @@ const TYPE_MARK = 19;
 /** `meta/ct mark set GEN` or `… set KEY map …`: the value (or the map's result) into register 1, then the set. */
 export function linearizeMarkMap(st: MarkMapStmt, out: Expr[], kc: KeyedContext): void {
   const key = keyOf(st.key, kc.fail);
+  if (st.zone) {
+    // `ct zone set KEY map { k : N }`: a map to 16-bit integers in host order
+    const rhs = st.rhs as Extract<SetRhs, { k: 'anon' }>;
+    const desc: MapDataDesc = { kind: 'value', dataType: TYPE_INTEGER, dataLen: 2, concat: false, byteorder: 1 };
+    const elems = keyedElems(rhs.elems, (e) => ({ data: (e.data as Extract<MapData, { d: 'value' }>).parts.map((x) => (x as { hex: string }).hex)[0]! }));
+    let built: NftSet | undefined;
+    const ref = kc.addSet((id) => (built = buildKeyedSet(key, elems, desc, { family: kc.family, table: kc.table }, id, kc.fail)));
+    emitKey(st.key, 0, out, kc, toNet(built!, key, rhs, kc));
+    out.push({ kind: 'lookup', sreg: 1, dreg: 1, set: ref.name, setId: ref.setId, flags: 0 }, { kind: 'ct', key: 'zone', sreg: 1 });
+    return;
+  }
   if (!st.rhs) {
     emitKey(st.key, 0, out, kc);
   } else if (st.rhs.k === 'named') {
@@ -822,7 +843,7 @@ export interface KeyedGroup {
   nat?: NatExpr;
   dynset?: Extract<Expr, { kind: 'dynset' }>;
   /** `meta/ct mark set` from the generator or the map's result. */
-  markset?: 'meta' | 'ct';
+  markset?: 'meta' | 'ct' | 'zone';
 }
 
 function isLoadExpr(e: Expr | undefined): e is LoadExprT {
@@ -913,6 +934,11 @@ export function groupKeyed(exprs: readonly Expr[], i: number): { g: KeyedGroup; 
   }
   if (c?.kind === 'lookup' && c.sreg === 1 && c.dreg === 1 && isMarkSet(exprs[j + 1])) {
     return { g: { parts, lookup: c, markset: (exprs[j + 1] as { kind: 'meta' | 'ct' }).kind }, n: j - i + 2 };
+  }
+  const z = exprs[j + 1];
+  if (c?.kind === 'lookup' && c.sreg === 1 && c.dreg === 1 && z?.kind === 'ct' && z.key === 'zone' && z.sreg === 1
+    && z.dreg === undefined && z.dir === undefined) {
+    return { g: { parts, lookup: c, markset: 'zone' }, n: j - i + 2 };
   }
   if (c?.kind === 'lookup' && c.sreg === 1) {
     const single = parts.length === 1 && parts[0]!.k === 'load' && !parts[0]!.hton;
@@ -1056,6 +1082,10 @@ function spanText(p: PartR, lo: Hex, hi: Hex): string | undefined {
 
 function dataText(e: SetElement, set: NftSet, env: KeyedRenderEnv, fam: 'ip' | 'ip6' | undefined): string | undefined {
   if (set.dataType === DATA_VERDICT) return e.verdict !== undefined ? env.verdictText(e.verdict, e.chain) : undefined;
+  if (set.dataType === TYPE_INTEGER && set.dataLen === 2 && e.data?.length === 4) {
+    // a ct zone map's data: 16 bits in host order
+    return String(parseInt(HOST_LE ? e.data.slice(2) + e.data.slice(0, 2) : e.data, 16));
+  }
   if (set.dataType === TYPE_MARK && e.data !== undefined) {
     const v = readU32Host(e.data);
     return v === undefined ? undefined : `0x${v.toString(16).padStart(8, '0')}`;
@@ -1236,6 +1266,7 @@ export function renderKeyed(g: KeyedGroup, env: KeyedRenderEnv): string | undefi
     const pre = (n.flags ?? 0) & NAT_RANGE.NETMAP ? ' prefix' : '';
     return `${n.type}${kw}${pre} to ${key} map ${rhs}${fl.length ? ' ' + fl.join(',') : ''}`;
   }
+  if (g.markset === 'zone') return `ct zone set ${key} map ${rhs}`;
   if (g.markset) return `${g.markset} mark set ${key} map ${rhs}`;
   return rhsWord ? `${key} ${rhsWord} ${rhs}` : `${key}${neq ? ' !=' : ''} ${rhs}`;
 }

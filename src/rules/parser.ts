@@ -565,6 +565,7 @@ class Parser {
       this.fail(this.peek(), 'a value to match', `'${field.name} set' is not supported`);
     }
     this.next(); // set
+    if (l.kind === 'ct' && l.key === 'zone' && l.dir === undefined && startsMarkMap(this)) return parseMarkMap(this, 'ct', at, true) as never;
     const v = field.type === 'flags' ? this.parseFlagList(field, false) : this.parseElem(field, true, `a value for ${field.name}`);
     const data = (v as { hex: string }).hex;
     const set: Expr = l.kind === 'meta' ? { kind: 'meta', key: l.key, sreg: 1 }
