@@ -74,6 +74,8 @@ export interface NatStmt extends At {
 export interface MasqStmt extends At {
   t: 'masq' | 'redir';
   port?: PortRange;
+  /** `redirect to :KEY map { k : port, … }`: the port comes from a map. */
+  map?: NatMap;
   flags: number;
 }
 

@@ -23,7 +23,7 @@ import { BYTEORDER_BIG, BYTEORDER_HOST, commentUserdata } from './udata.js';
 import { compiledSetResolver } from './compare.js';
 import { TRANSPORT_PROTOCOLS } from './values.js';
 import {
-  keyFields, linearizeDynset, linearizeKeyed, linearizeMarkMap, linearizeNatMap, type KeyedContext,
+  keyFields, linearizeDynset, linearizeKeyed, linearizeMarkMap, linearizeNatMap, linearizeRedirMap, type KeyedContext,
 } from './keyed.js';
 import type { KeyPart } from './ast.js';
 
@@ -102,6 +102,8 @@ function compileAst(text: string, ast: RuleAst, ctx: CompileContext): CompiledRu
       linearizeDynset(s.stmt, exprs, kc);
     } else if (s.t === 'other' && s.stmt.t === 'markmap') {
       linearizeMarkMap(s.stmt, exprs, kc);
+    } else if (s.t === 'other' && s.stmt.t === 'redir' && s.stmt.map) {
+      linearizeRedirMap(s.stmt, exprs, kc);
     } else if (s.t === 'other' && s.stmt.t === 'nat' && s.stmt.map) {
       linearizeNatMap(s.stmt, s.natFamily as 'ip' | 'ip6', exprs, kc);
     } else if (s.t === 'rel') {
@@ -331,6 +333,14 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
       if (st.port && !((typeof l4 === 'number' && TRANSPORT_PROTOCOLS.has(l4)) || l4 === 'set')) {
         fail(st.port, 'a transport protocol match before it (e.g. tcp dport 80, or meta l4proto tcp)',
           'transport protocol mapping is only valid after transport protocol match');
+      }
+      if (st.t === 'redir' && st.map) {
+        // the key's dependencies, then whether ports may be mapped (as for NAT maps)
+        const c = { l3, l4 };
+        keyDeps(st.map.key, family, c, out, fail);
+        l3 = c.l3;
+        l4 = c.l4;
+        st.map.l4Known = l4 === 'set' || (typeof l4 === 'number' && TRANSPORT_PROTOCOLS.has(l4));
       }
       if (st.t === 'nat') {
         const explicit = st.family;

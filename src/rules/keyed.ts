@@ -131,10 +131,16 @@ function parsePartValue(p: KeyedParser, part: KeyPart, key: KeyPart[]): Elem {
   return { k: 'value', hex: u32Host(v!), ...at(t) };
 }
 
-type DataKind = 'verdict' | 'nat' | 'mark' | 'zone' | undefined;
+type DataKind = 'verdict' | 'nat' | 'mark' | 'zone' | 'port' | undefined;
 
-function parseData(p: KeyedParser, kind: 'verdict' | 'nat' | 'mark' | 'zone'): MapData {
+function parseData(p: KeyedParser, kind: 'verdict' | 'nat' | 'mark' | 'zone' | 'port'): MapData {
   const t = p.peek();
+  if (kind === 'port') {
+    const v = t.kind === 'word' ? parseInteger(t.text, 65535, false) : undefined;
+    if (v === undefined) p.fail(t, 'a port number 0-65535');
+    p.next();
+    return { d: 'value', parts: [{ k: 'value', hex: u16Be(v!), ...at(t) }], ...at(t) };
+  }
   if (kind === 'zone') {
     const v = t.kind === 'word' ? parseInteger(t.text, 0xffff) : undefined;
     if (v === undefined) p.fail(t, 'a conntrack zone 0-65535');
@@ -344,6 +350,34 @@ export function parseGenStatement(p: KeyedParser): KeyedStmt {
   const t = p.peek();
   const key = parseConcat(p, parsePart(p, false), false);
   return parseKeyedRest(p, key, at(t));
+}
+
+/** After `redirect to :`: `KEY map { k : port, … }`. */
+export function parsePortMap(p: KeyedParser): NatMap {
+  const t = p.peek();
+  const key = parseConcat(p, parsePart(p, false), false);
+  p.expectWord("'map' and { key : port, … }", 'map');
+  const r = p.peek();
+  if (!(r.kind === 'punct' && r.text === '{')) p.fail(r, "'{' starting the map's elements");
+  return { key, rhs: parseAnon(p, key, 'port'), ...at(t) };
+}
+
+/** `redirect to :KEY map …`: the port from an anonymous map into register 1, then redir. */
+export function linearizeRedirMap(st: { map?: NatMap; flags: number }, out: Expr[], kc: KeyedContext): void {
+  const map = st.map!;
+  const key = keyOf(map.key, kc.fail);
+  if (!map.l4Known) {
+    kc.fail(map, 'a transport protocol match before it or in the key (e.g. tcp dport)',
+      'transport protocol mapping is only valid after transport protocol match');
+  }
+  const rhs = map.rhs as Extract<SetRhs, { k: 'anon' }>;
+  const desc: MapDataDesc = { kind: 'value', dataType: TYPE_SERVICE, dataLen: 2, concat: false, byteorder: 2 };
+  const elems = keyedElems(rhs.elems, (e) => ({ data: (e.data as Extract<MapData, { d: 'value' }>).parts.map((x) => (x as { hex: string }).hex)[0]! }));
+  let built: NftSet | undefined;
+  const ref = kc.addSet((id) => (built = buildKeyedSet(key, elems, desc, { family: kc.family, table: kc.table }, id, kc.fail)));
+  emitKey(map.key, 0, out, kc, toNet(built!, key, rhs, kc));
+  out.push({ kind: 'lookup', sreg: 1, dreg: 1, set: ref.name, setId: ref.setId, flags: 0 },
+    { kind: 'redir', flags: st.flags | NAT_RANGE.PROTO_SPECIFIED, regProtoMin: 1, regProtoMax: 1 });
 }
 
 /** After `snat/dnat [ip|ip6] to`: true when the target is `KEY map …`. */
@@ -844,6 +878,8 @@ export interface KeyedGroup {
   dynset?: Extract<Expr, { kind: 'dynset' }>;
   /** `meta/ct mark set` from the generator or the map's result. */
   markset?: 'meta' | 'ct' | 'zone';
+  /** `redirect to :KEY map …`. */
+  redir?: Extract<Expr, { kind: 'redir' }>;
 }
 
 function isLoadExpr(e: Expr | undefined): e is LoadExprT {
@@ -934,6 +970,11 @@ export function groupKeyed(exprs: readonly Expr[], i: number): { g: KeyedGroup; 
   }
   if (c?.kind === 'lookup' && c.sreg === 1 && c.dreg === 1 && isMarkSet(exprs[j + 1])) {
     return { g: { parts, lookup: c, markset: (exprs[j + 1] as { kind: 'meta' | 'ct' }).kind }, n: j - i + 2 };
+  }
+  const rd = exprs[j + 1];
+  if (c?.kind === 'lookup' && c.sreg === 1 && c.dreg === 1 && rd?.kind === 'redir' && rd.regProtoMin === 1
+    && (rd.regProtoMax ?? 1) === 1) {
+    return { g: { parts, lookup: c, redir: rd }, n: j - i + 2 };
   }
   const z = exprs[j + 1];
   if (c?.kind === 'lookup' && c.sreg === 1 && c.dreg === 1 && z?.kind === 'ct' && z.key === 'zone' && z.sreg === 1
@@ -1082,6 +1123,7 @@ function spanText(p: PartR, lo: Hex, hi: Hex): string | undefined {
 
 function dataText(e: SetElement, set: NftSet, env: KeyedRenderEnv, fam: 'ip' | 'ip6' | undefined): string | undefined {
   if (set.dataType === DATA_VERDICT) return e.verdict !== undefined ? env.verdictText(e.verdict, e.chain) : undefined;
+  if (set.dataType === TYPE_SERVICE && set.dataLen === 2 && e.data?.length === 4) return String(parseInt(e.data, 16));
   if (set.dataType === TYPE_INTEGER && set.dataLen === 2 && e.data?.length === 4) {
     // a ct zone map's data: 16 bits in host order
     return String(parseInt(HOST_LE ? e.data.slice(2) + e.data.slice(0, 2) : e.data, 16));
@@ -1267,6 +1309,13 @@ export function renderKeyed(g: KeyedGroup, env: KeyedRenderEnv): string | undefi
     return `${n.type}${kw}${pre} to ${key} map ${rhs}${fl.length ? ' ' + fl.join(',') : ''}`;
   }
   if (g.markset === 'zone') return `ct zone set ${key} map ${rhs}`;
+  if (g.redir) {
+    const fl = (g.redir.flags ?? 0) & ~NAT_RANGE.PROTO_SPECIFIED;
+    const names: [number, string][] = [[NAT_RANGE.PROTO_RANDOM, 'random'], [NAT_RANGE.PROTO_RANDOM_FULLY, 'fully-random'], [NAT_RANGE.PERSISTENT, 'persistent']];
+    if (fl & ~(NAT_RANGE.PROTO_RANDOM | NAT_RANGE.PROTO_RANDOM_FULLY | NAT_RANGE.PERSISTENT)) return undefined;
+    const ns = names.filter(([b]) => fl & b).map(([, s]) => s);
+    return `redirect to :${key} map ${rhs}${ns.length ? ' ' + ns.join(',') : ''}`;
+  }
   if (g.markset) return `${g.markset} mark set ${key} map ${rhs}`;
   return rhsWord ? `${key} ${rhsWord} ${rhs}` : `${key}${neq ? ' !=' : ''} ${rhs}`;
 }

@@ -15,7 +15,7 @@ import { encodeInt, parseIntValue, serviceport } from './intvalues.js';
 import type { CtKey } from '../netlink/expr.js';
 import { tokenize, type Token } from './lexer.js';
 import {
-  parseDynset, parseGenStatement, parseKeyedMatch, parseMarkMap, parseNatMap, startsMarkMap, startsNatMap,
+  parseDynset, parseGenStatement, parseKeyedMatch, parseMarkMap, parseNatMap, parsePortMap, startsMarkMap, startsNatMap,
 } from './keyed.js';
 import { NAT_RANGE } from '../netlink/expr.js';
 import {
@@ -1130,6 +1130,14 @@ class Parser {
     if (this.isWord(this.peek(), 'to')) {
       this.next();
       const p = this.peek();
+      // `redirect to :tcp dport map { 22 : 8000, … }`
+      if (kind === 'redir' && p.kind === 'word' && p.text.startsWith(':') && /^:[a-z]/.test(p.text)) {
+        this.splitWord(1);
+        this.next();
+        st.map = parsePortMap(this);
+        st.flags = this.parseNatFlags();
+        return st;
+      }
       const expected = kind === 'masq' ? "a port mapping such as ':1000' or ':1000-2000'" : "a port such as ':8080' or ':8080-8090'";
       if (p.kind !== 'word') this.fail(p, expected);
       if (kind === 'masq' && !p.text.startsWith(':')) this.fail(p, expected);
