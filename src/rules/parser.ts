@@ -638,7 +638,9 @@ class Parser {
       const o = this.peek();
       // nft takes a flag value right after the mask as '=='
       const implicitOk = field.type === 'flags' && o.kind === 'word';
-      if (!(o.kind === 'punct' && (o.text === '==' || o.text === '!=')) && !implicitOk) this.fail(o, "'==' or '!=' after the mask");
+      // (an address under a mask may also be ordered, as nft compares it in network order)
+      const orderedOk = (field.type === 'ipv4' || field.type === 'ipv6') && o.kind === 'punct' && ['<', '>', '<=', '>='].includes(o.text);
+      if (!(o.kind === 'punct' && (o.text === '==' || o.text === '!=')) && !implicitOk && !orderedOk) this.fail(o, "'==' or '!=' after the mask");
     }
     const bang = this.peek();
     if (bang.kind === 'punct' && bang.text === '!' && mask === undefined
