@@ -84,7 +84,9 @@ function compileAst(text: string, ast: RuleAst, ctx: CompileContext): CompiledRu
   const exprs: Expr[] = [];
   const sets: NftSet[] = [];
   const base = ctx.setIdBase ?? 1;
-  const kc: KeyedContext = {
+  // Made for the first statement that needs it (most rules have none).
+  let kc0: KeyedContext | undefined;
+  const kc = (): KeyedContext => kc0 ??= {
     family, table: ctx.table, fail, load: (f) => loadExpr(f, f.len),
     addSet: (build) => {
       const id = base + sets.length;
@@ -94,18 +96,19 @@ function compileAst(text: string, ast: RuleAst, ctx: CompileContext): CompiledRu
     },
     ...(ctx.sets ? { sets: ctx.sets } : {}),
   };
+  let lookup0: ((f: Field, e: Elem[], neq: boolean) => Expr[]) | undefined;
   for (const s of list) {
     if (s === null) continue;
     if (s.t === 'other' && s.stmt.t === 'keyed') {
-      linearizeKeyed(s.stmt, exprs, kc);
+      linearizeKeyed(s.stmt, exprs, kc());
     } else if (s.t === 'other' && s.stmt.t === 'dynset') {
-      linearizeDynset(s.stmt, exprs, kc);
+      linearizeDynset(s.stmt, exprs, kc());
     } else if (s.t === 'other' && s.stmt.t === 'markmap') {
-      linearizeMarkMap(s.stmt, exprs, kc);
+      linearizeMarkMap(s.stmt, exprs, kc());
     } else if (s.t === 'other' && s.stmt.t === 'nat' && s.stmt.map) {
-      linearizeNatMap(s.stmt, s.natFamily as 'ip' | 'ip6', exprs, kc);
+      linearizeNatMap(s.stmt, s.natFamily as 'ip' | 'ip6', exprs, kc());
     } else if (s.t === 'rel') {
-      linearizeRel(s, exprs, (field, elems, neq) => {
+      linearizeRel(s, exprs, lookup0 ??= (field, elems, neq) => {
         const id = base + sets.length;
         const out: Expr[] = [];
         let f = field, es = elems;

@@ -106,7 +106,7 @@ function group(exprs: readonly Expr[], opts: RenderOptions, family: Family): Ite
     if (keyed) {
       items.push({ k: 'keyed', g: keyed.g });
       i += keyed.n - 1;
-      regs = new Map();
+      if (regs.size > 0) regs = new Map();
       continue;
     }
     if (isLoad(e)) {
@@ -245,7 +245,7 @@ function group(exprs: readonly Expr[], opts: RenderOptions, family: Family): Ite
       default:
         items.push({ k: 'text', text: unsupported(describe(e)) });
     }
-    regs = new Map();
+    if (regs.size > 0) regs = new Map();
   }
   return items;
 }
