@@ -144,6 +144,8 @@ export { compiledSetResolver };
 
 /** Puts the icmp type match nft adds in front of each icmp field that needs one. */
 function icmpDependencies(ast: RuleAst, fail: (at: At, e: string, r: string) => never): RuleAst {
+  // (a rule without a field that needs one gets nothing: no copy of it)
+  if (!ast.stmts.some((st) => st.t === 'match' && st.field.icmpDep)) return ast;
   // the icmp types an earlier match allows (nft's th_dep): a match on a type, or on a set of types
   let known: number[] | undefined;
   const stmts: Stmt[] = [];
@@ -177,6 +179,13 @@ function icmpDependencies(ast: RuleAst, fail: (at: At, e: string, r: string) => 
 
 // ---- evaluation: protocol context and dependencies ------------------------
 
+/** A dependency match (`meta l4proto tcp`, `meta nfproto ipv4`, `meta iiftype ether`) at `at`. */
+function depRel(field: Field, value: number, at: At): Rel {
+  return {
+    t: 'rel', field, op: 'eq', rhs: { k: 'value', hex: field === IIFTYPE_ETHER ? encodeInt(field, BigInt(value)) : u8(value), col: at.col, raw: at.raw }, at,
+  };
+}
+
 function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: string) => never): (EStmt | null)[] {
   const out: (EStmt | null)[] = [];
   let l3: 'ip' | 'ip6' | 'other' | undefined = family === 'ip' ? 'ip' : family === 'ip6' ? 'ip6' : undefined;
@@ -184,9 +193,7 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
   let terminal: At | undefined;
   let llKnown = false;
 
-  const dep = (field: Field, value: number, at: At): Rel => ({
-    t: 'rel', field, op: 'eq', rhs: { k: 'value', hex: field === IIFTYPE_ETHER ? encodeInt(field, BigInt(value)) : u8(value), col: at.col, raw: at.raw }, at,
-  });
+  const dep = depRel;
 
   /** The protocol dependencies a field needs before it, inserted as nft does, refusing conflicts. */
   const need = (f: Field, st: At): void => {
@@ -239,7 +246,8 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
     }
   };
 
-  for (const [si, st] of ast.stmts.entries()) {
+  for (let si = 0; si < ast.stmts.length; si++) {
+    const st = ast.stmts[si]!;
     if (terminal) {
       fail(st, `nothing after '${terminal.raw}' but comment "…"`, 'statement after terminal statement has no effect');
     }

@@ -44,6 +44,14 @@ const NAT_FLAGS: Record<string, number> = {
   random: NAT_RANGE.PROTO_RANDOM, 'fully-random': NAT_RANGE.PROTO_RANDOM_FULLY, persistent: NAT_RANGE.PERSISTENT,
 };
 
+/** A comparison's operator, as written, to the match's op. */
+const MATCH_OPS = new Map<string, MatchOp>([['==', 'eq'], ['!=', 'neq'], ['<', 'lt'], ['>', 'gt'], ['<=', 'lte'], ['>=', 'gte'],
+  ['eq', 'eq'], ['ne', 'neq'], ['lt', 'lt'], ['gt', 'gt'], ['le', 'lte'], ['ge', 'gte']]);
+/** Field types that take < > <= >= (without a mask). */
+const ORDERED_TYPES: ReadonlySet<string> = new Set(['int', 'port', 'proto', 'ipv4', 'ipv6', 'ms', 'uid', 'gid']);
+/** Field types that take a mask (`&`, `and`). */
+const MASKABLE_TYPES: ReadonlySet<string> = new Set(['mark', 'ctstate', 'ctstatus', 'int', 'flags', 'ipv4', 'ipv6']);
+
 /** What parseMatch returns while parseKeyField asks for a field only. */
 const FIELD_ONLY = Object.freeze({}) as MatchStmt;
 
@@ -463,8 +471,8 @@ class Parser {
     if (keyed) return keyed as never;
     const t = this.peek();
     const intLike = field.type === 'int' || field.type === 'flags';
-    if ((t.kind === 'punct' && t.text === '&') || this.isWord(t, 'and')) {
-      if (!['mark', 'ctstate', 'ctstatus', 'int', 'flags', 'ipv4', 'ipv6'].includes(field.type)) {
+    if ((t.kind === 'punct' && t.text === '&') || (t.kind === 'word' && t.text === 'and')) {
+      if (!MASKABLE_TYPES.has(field.type)) {
         this.fail(t, `a value after '${field.name}'`, `'&' masks only integers, flags, marks, ct state and ct status`);
       }
       this.next();
@@ -489,12 +497,11 @@ class Parser {
       return m;
     }
     const o = this.peek();
-    const ops: Record<string, MatchOp> = { '==': 'eq', '!=': 'neq', '<': 'lt', '>': 'gt', '<=': 'lte', '>=': 'gte',
-      eq: 'eq', ne: 'neq', lt: 'lt', gt: 'gt', le: 'lte', ge: 'gte' };
-    if ((o.kind === 'punct' || (o.kind === 'word' && mask === undefined)) && ops[o.text] !== undefined) {
-      op = ops[o.text]!;
+    const ops = MATCH_OPS;
+    if ((o.kind === 'punct' || (o.kind === 'word' && mask === undefined)) && ops.has(o.text)) {
+      op = ops.get(o.text)!;
       opAt = { col: o.col, raw: o.raw };
-      if (op !== 'eq' && op !== 'neq' && mask === undefined && !['int', 'port', 'proto', 'ipv4', 'ipv6', 'ms', 'uid', 'gid'].includes(field.type)) {
+      if (op !== 'eq' && op !== 'neq' && mask === undefined && !ORDERED_TYPES.has(field.type)) {
         this.fail(o, `'==' or '!=' for ${field.name}`, `'${o.text}' does not apply to ${field.name}`);
       }
       this.next();

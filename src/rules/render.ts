@@ -95,18 +95,22 @@ function describe(e: Expr): string {
   }
 }
 
+/** No registers loaded: shared, never written (group() makes a Map when an immediate loads one). */
+const NO_REGS = new Map<number, Hex>();
+
 /** Groups the expressions into matches (load + compare) and rendered statements. */
 function group(exprs: readonly Expr[], opts: RenderOptions, family: Family): Item[] {
   const items: Item[] = [];
   const n = exprs.length;
-  let regs = new Map<number, Hex>();
+  // the registers immediates loaded for the statement that uses them (most rules load none)
+  let regs: Map<number, Hex> = NO_REGS;
   for (let i = 0; i < n; i++) {
     const e = exprs[i]!;
     const keyed = groupKeyed(exprs, i);
     if (keyed) {
       items.push({ k: 'keyed', g: keyed.g });
       i += keyed.n - 1;
-      if (regs.size > 0) regs = new Map();
+      if (regs.size > 0) regs = NO_REGS;
       continue;
     }
     if (isLoad(e)) {
@@ -192,6 +196,7 @@ function group(exprs: readonly Expr[], opts: RenderOptions, family: Family): Ite
         if (e.dreg === 0) {
           items.push({ k: 'text', text: verdictText(e.verdict, e.chain) });
         } else if (e.data !== undefined) {
+          if (regs === NO_REGS) regs = new Map();
           regs.set(e.dreg, e.data);
           continue; // keep collecting for the consumer
         } else {
@@ -245,7 +250,7 @@ function group(exprs: readonly Expr[], opts: RenderOptions, family: Family): Ite
       default:
         items.push({ k: 'text', text: unsupported(describe(e)) });
     }
-    if (regs.size > 0) regs = new Map();
+    if (regs.size > 0) regs = NO_REGS;
   }
   return items;
 }
