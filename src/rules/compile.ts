@@ -449,64 +449,67 @@ function thMerge(a: Rel, b: Rel): boolean {
     && a.field.len === 2 && b.field.len === 2 && (a.field.name.startsWith('th ') || b.field.name.startsWith('th '));
 }
 
+const norm = (op: MatchOp) => (op === 'neq' ? 'neq' : 'eq');
+
+/** Merges the candidates `sa` (indexes into list) as nft's payload_try_merge does. */
+function doMerge(list: (EStmt | null)[], sa: number[], fail: (at: At, e: string, r: string) => never): void {
+  const order = [...sa].sort((x, y) => {
+    const a = (list[x] as Rel).field.load as { base: string; offset: number };
+    const b = (list[y] as Rel).field.load as { base: string; offset: number };
+    const rank = (x: string) => (x === 'll' ? 0 : x === 'network' ? 1 : 2);
+    const d = rank(a.base) - rank(b.base);
+    return d !== 0 ? d : a.offset - b.offset;
+  });
+  let last = order[0]!;
+  for (let i = 1; i < order.length; i++) {
+    const j = order[i]!;
+    const a = list[last] as Rel, b = list[j] as Rel;
+    if (!canMerge(a, b) || norm(a.op) !== norm(b.op) || thMerge(a, b)) {
+      if (norm(a.op) === norm(b.op) && thMerge(a, b)) {
+        fail(b.at, `'${a.field.name.replace(/^th/, 'tcp')} … ${b.field.name.replace(/^th/, 'tcp')} …' or the udp form`,
+          `nft 1.0.6 merges '${a.field.name}' and '${b.field.name}' into one 4-byte load it lists as a raw @th payload`);
+      }
+      last = j;
+      continue;
+    }
+    if (norm(a.op) === 'neq') {
+      fail(b.at, `at most one of '${a.field.name} !=' and '${b.field.name} !=' in a rule`,
+        `nft 1.0.6 would merge '${a.field.name} != …' and '${b.field.name} != …' into one comparison ` +
+        'that is true unless both ports are equal, which is not what the text says');
+    }
+    const va = (a.rhs as Elem & { hex: string }).hex, vb = (b.rhs as Elem & { hex: string }).hex;
+    const ports = a.field.l4 !== undefined && a.field.l4 === b.field.l4 && (a.field.l4 === 6 || a.field.l4 === 17)
+      && a.field.type === 'port' && b.field.type === 'port';
+    const field: Field = ports ? mergedPorts(a.field.l4!) : {
+      name: `${a.field.name} . ${b.field.name}`, type: 'ports', len: a.field.len + b.field.len, load: a.field.load,
+      ...(a.field.protoKey || b.field.protoKey ? { protoKey: true } : {}),
+    };
+    const merged: Rel = { t: 'rel', field, op: a.op, rhs: { k: 'value', hex: va + vb, col: a.rhs.col, raw: a.rhs.raw }, at: a.at };
+    // nft keeps a protocol match's place (payload_do_merge swaps the two): the merged match sits where b was
+    if (b.field.protoKey) {
+      list[j] = merged;
+      list[last] = null;
+      last = j;
+    } else {
+      list[last] = merged;
+      list[j] = null;
+    }
+  }
+}
+
 function mergePayloads(list: (EStmt | null)[], fail: (at: At, e: string, r: string) => never): void {
   let sa: number[] = [];
-  const norm = (op: MatchOp) => (op === 'neq' ? 'neq' : 'eq');
-  const doMerge = () => {
-    const order = [...sa].sort((x, y) => {
-      const a = (list[x] as Rel).field.load as { base: string; offset: number };
-      const b = (list[y] as Rel).field.load as { base: string; offset: number };
-      const rank = (x: string) => (x === 'll' ? 0 : x === 'network' ? 1 : 2);
-      const d = rank(a.base) - rank(b.base);
-      return d !== 0 ? d : a.offset - b.offset;
-    });
-    let last = order[0]!;
-    for (let i = 1; i < order.length; i++) {
-      const j = order[i]!;
-      const a = list[last] as Rel, b = list[j] as Rel;
-      if (!canMerge(a, b) || norm(a.op) !== norm(b.op) || thMerge(a, b)) {
-        if (norm(a.op) === norm(b.op) && thMerge(a, b)) {
-          fail(b.at, `'${a.field.name.replace(/^th/, 'tcp')} … ${b.field.name.replace(/^th/, 'tcp')} …' or the udp form`,
-            `nft 1.0.6 merges '${a.field.name}' and '${b.field.name}' into one 4-byte load it lists as a raw @th payload`);
-        }
-        last = j;
-        continue;
-      }
-      if (norm(a.op) === 'neq') {
-        fail(b.at, `at most one of '${a.field.name} !=' and '${b.field.name} !=' in a rule`,
-          `nft 1.0.6 would merge '${a.field.name} != …' and '${b.field.name} != …' into one comparison ` +
-          'that is true unless both ports are equal, which is not what the text says');
-      }
-      const va = (a.rhs as Elem & { hex: string }).hex, vb = (b.rhs as Elem & { hex: string }).hex;
-      const ports = a.field.l4 !== undefined && a.field.l4 === b.field.l4 && (a.field.l4 === 6 || a.field.l4 === 17)
-        && a.field.type === 'port' && b.field.type === 'port';
-      const field: Field = ports ? mergedPorts(a.field.l4!) : {
-        name: `${a.field.name} . ${b.field.name}`, type: 'ports', len: a.field.len + b.field.len, load: a.field.load,
-        ...(a.field.protoKey || b.field.protoKey ? { protoKey: true } : {}),
-      };
-      const merged: Rel = { t: 'rel', field, op: a.op, rhs: { k: 'value', hex: va + vb, col: a.rhs.col, raw: a.rhs.raw }, at: a.at };
-      // nft keeps a protocol match's place (payload_do_merge swaps the two): the merged match sits where b was
-      if (b.field.protoKey) {
-        list[j] = merged;
-        list[last] = null;
-        last = j;
-      } else {
-        list[last] = merged;
-        list[j] = null;
-      }
-    }
-  };
   for (let i = 0; i < list.length; i++) {
     const s = list[i];
     if (!s) continue;
     if (s.t !== 'rel') {
       // nft leaves a lone candidate in place across the statement (idx < 2: no reset)
-      if (sa.length >= 2) { doMerge(); sa = []; }
+      if (sa.length >= 2) { doMerge(list, sa, fail); sa = []; }
       continue;
     }
     if (isMergeCandidate(s)) sa.push(i);
   }
-  if (sa.length > 1) doMerge();
+  if (sa.length > 1) doMerge(list, sa, fail);
 }
 
 // ---- linearization -------------------------------------------------------
