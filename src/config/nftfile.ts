@@ -395,7 +395,11 @@ class Reader {
   }
 
   private findTable(family: string, name: string, at: number, create: boolean): number {
-    let ti = this.raw.tables.findIndex((x) => x.family === family && x.name === name);
+    const tables = this.raw.tables;
+    let ti = -1;
+    for (let k = 0; k < tables.length; k++) {
+      if (tables[k]!.family === family && tables[k]!.name === name) { ti = k; break; }
+    }
     if (ti < 0) {
       if (!create) this.fail(at, `table ${family} ${name} is not declared before its use; add it first ('add table ${family} ${name}')`);
       ti = this.raw.tables.push({ family, name, sets: [], maps: [], chains: [] }) - 1;
@@ -655,8 +659,16 @@ class Reader {
   private readonly chainIndexes = new Map<number, Map<string, number>>();
 
   private findChain(ti: number, name: string): number {
-    return this.chainIndexes.get(ti)?.get(name) ?? -1;
+    // kube-proxy writes a chain's rules right after the chain: the same name as last time is
+    // compared, not hashed again (every name is a new string from the source)
+    const last = this.lastChain;
+    if (last.ti === ti && last.name === name) return last.ci;
+    const ci = this.chainIndexes.get(ti)?.get(name) ?? -1;
+    if (ci >= 0) { last.ti = ti; last.name = name; last.ci = ci; }
+    return ci;
   }
+
+  private readonly lastChain = { ti: -1, name: '', ci: -1 };
 
   private chainIndex(ti: number, name: Tok): number {
     const table = this.raw.tables[ti]!;

@@ -69,8 +69,19 @@ export function compileRule(text: string, ctx: CompileContext): CompiledRule {
   if (!ctx || !SUPPORTED_FAMILIES.has(ctx.family)) {
     throw new TypeError(`compileRule supports the ip, ip6 and inet families, not '${String(ctx?.family)}'`);
   }
-  const ast = parseRule(text, ctx.interfaces ? { ifindex: (n) => ctx.interfaces!.indexOf(n), family: ctx.family } : { family: ctx.family });
+  const ast = parseRule(text, ctx.interfaces ? { ifindex: ifindexOf(ctx.interfaces), family: ctx.family } : { family: ctx.family });
   return compileAst(text, ast, ctx);
+}
+
+/** The parser's ifindex for a resolver, made once per resolver (a config compiles all its rules with one). */
+const IFINDEX = new WeakMap<InterfaceResolver, (name: string) => number | undefined>();
+function ifindexOf(r: InterfaceResolver): (name: string) => number | undefined {
+  let f = IFINDEX.get(r);
+  if (f === undefined) {
+    f = (n) => r.indexOf(n);
+    IFINDEX.set(r, f);
+  }
+  return f;
 }
 
 function compileAst(text: string, ast: RuleAst, ctx: CompileContext): CompiledRule {
@@ -131,10 +142,31 @@ function compileAst(text: string, ast: RuleAst, ctx: CompileContext): CompiledRu
       linearizeStmt(s.stmt, s.natFamily, exprs);
     }
   }
-  const out: CompiledRule = { exprs, sets, text: '' };
+  const out = withRenderedText(exprs, sets, family, ctx.interfaces);
   if (ast.comment !== undefined) out.userdata = commentUserdata(ast.comment);
-  out.text = renderRule(out, family, compiledSetResolver(out), ctx.interfaces ? { interfaces: ctx.interfaces } : {});
   return out;
+}
+
+/**
+ * A compiled rule whose `text`, the canonical rendering, is made when it is first read (and kept),
+ * not when the rule is compiled: a config's rules are compared by their expressions, and their
+ * texts are read only to show a difference or a plan. Rendering was a third of compiling
+ * kube-proxy's 64,000 rules, and kept a second copy of every rule's text. `text` is an ordinary
+ * enumerable property for spreads, JSON and equality (an accessor: util.inspect shows it as one);
+ * assigning it replaces the rendering.
+ */
+function withRenderedText(exprs: Expr[], sets: NftSet[], family: Family, interfaces: InterfaceResolver | undefined): CompiledRule {
+  let text: string | undefined;
+  const rule: CompiledRule = {
+    exprs, sets,
+    get text(): string {
+      return text ??= renderRule(rule, family, compiledSetResolver(rule), interfaces ? { interfaces } : {});
+    },
+    set text(v: string) {
+      text = v;
+    },
+  };
+  return rule;
 }
 
 /** A SetResolver over a compiled rule's own anonymous sets (matched by setId). */

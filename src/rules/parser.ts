@@ -104,6 +104,11 @@ class Parser {
     return t.kind === 'word' && (words.length === 0 || words.includes(t.text));
   }
 
+  /** isWord with one word (no list made: the parser asks this at nearly every token). */
+  isWord1(t: Token, word: string): boolean {
+    return t.kind === 'word' && t.text === word;
+  }
+
   expectWord(expected: string, ...words: string[]): Token {
     const t = this.peek();
     if (!this.isWord(t, ...words)) this.fail(t, expected);
@@ -119,7 +124,7 @@ class Parser {
         if (stmts.length === 0) this.fail(t, STATEMENT_START, 'empty rule');
         break;
       }
-      if (this.isWord(t, 'comment')) {
+      if (this.isWord1(t, 'comment')) {
         if (stmts.length === 0) this.fail(t, STATEMENT_START, 'a rule needs a statement before its comment');
         this.next();
         const s = this.peek();
@@ -165,7 +170,7 @@ class Parser {
       case 'tcp': case 'udp': case 'udplite': case 'sctp': case 'dccp': {
         this.next();
         const k = this.peek();
-        if (t.text === 'tcp' && this.isWord(k, 'option')) return this.parseTcpOption(at);
+        if (t.text === 'tcp' && this.isWord1(k, 'option')) return this.parseTcpOption(at);
         if (this.isWord(k, 'sport', 'dport')) {
           this.next();
           return this.parseMatch(portField(t.text, k.text as 'sport' | 'dport'), at);
@@ -193,7 +198,7 @@ class Parser {
       case 'osf': {
         this.next();
         let ttl = 0;
-        if (this.isWord(this.peek(), 'ttl')) {
+        if (this.isWord1(this.peek(), 'ttl')) {
           this.next();
           const m = this.expectWord("'loose' or 'skip' after 'ttl'", 'loose', 'skip');
           ttl = m.text === 'loose' ? 1 : 2;
@@ -218,14 +223,14 @@ class Parser {
         const extra = k.kind === 'word' ? metaKeyOf(k.text) : undefined;
         if (extra !== undefined) {
           this.next();
-          if (this.isWord(this.peek(), 'set')) return this.parseKeySet(metaField(extra)!, at);
+          if (this.isWord1(this.peek(), 'set')) return this.parseKeySet(metaField(extra)!, at);
           return this.parseMatch(metaField(extra)!, at);
         }
         this.expectWord("a meta key: 'iifname', 'oifname', 'iif', 'oif', 'l4proto', 'nfproto', 'mark', 'length', " +
           "'protocol', 'priority', 'iiftype', 'oiftype', 'skuid', 'skgid', 'nftrace', 'rtclassid', 'secmark', 'pkttype', " +
           "'cpu', 'iifgroup', 'oifgroup', 'cgroup', 'random', 'ipsec', 'iifkind', 'oifkind', 'sdif' or 'sdifname'",
           'iifname', 'oifname', 'iif', 'oif', 'l4proto', 'nfproto', 'mark');
-        if (k.text === 'mark' && this.isWord(this.peek(), 'set')) return this.parseMarkSet('meta', at);
+        if (k.text === 'mark' && this.isWord1(this.peek(), 'set')) return this.parseMarkSet('meta', at);
         return this.parseMatch(metaFieldOf(k.text), at);
       }
       case 'iiftype': case 'oiftype': case 'skuid': case 'skgid': case 'nftrace': case 'rtclassid': case 'pkttype':
@@ -238,7 +243,7 @@ class Parser {
         return this.parseMatch(metaFieldOf(t.text), at);
       case 'mark':
         this.next();
-        if (this.isWord(this.peek(), 'set')) return this.parseMarkSet('meta', at);
+        if (this.isWord1(this.peek(), 'set')) return this.parseMarkSet('meta', at);
         return this.parseMatch(F.mark, at);
       case 'ct': {
         this.next();
@@ -250,7 +255,7 @@ class Parser {
         const k = this.expectWord("'state', 'status', 'mark', 'direction', 'expiration', 'l3proto', 'protocol', " +
           "'proto-src', 'proto-dst', 'packets', 'bytes', 'avgpkt', 'zone', 'id', or 'original'/'reply' and a key, after 'ct'",
           'state', 'status', 'mark');
-        if (k.text === 'mark' && this.isWord(this.peek(), 'set')) return this.parseMarkSet('ct', at);
+        if (k.text === 'mark' && this.isWord1(this.peek(), 'set')) return this.parseMarkSet('ct', at);
         return this.parseMatch(k.text === 'state' ? F.ctState : k.text === 'status' ? F.ctStatus : F.ctMark, at);
       }
       case 'fib': {
@@ -303,13 +308,13 @@ class Parser {
     const f = k.kind === 'word' ? tcpOptionField(o.text, k.text) : undefined;
     if (!f) this.fail(k, `a field of tcp option ${o.text}: ${Object.keys(TCP_OPTIONS[o.text]!.fields).join(', ')}, or exists/missing`);
     this.next();
-    if (this.isWord(this.peek(), 'set')) {
+    if (this.isWord1(this.peek(), 'set')) {
       if (f.name !== 'tcp option maxseg size') this.fail(this.peek(), 'a value to match', `'${f.name} set' is not supported`);
       this.next();
       const l = f.load as { type: number; offset: number };
       const store: Expr = { kind: 'exthdr', type: l.type, offset: l.offset, len: f.len, op: 1, sreg: 1 };
       const v = this.peek();
-      if (this.isWord(v, 'rt')) {
+      if (this.isWord1(v, 'rt')) {
         this.next();
         this.expectWord("'mtu' after 'rt'", 'mtu');
         return { t: 'expr', exprs: [{ kind: 'rt', key: 'mtu', dreg: 1 },
@@ -327,7 +332,7 @@ class Parser {
     let flags = 0;
     const first = this.expectWord("'saddr' or 'daddr' after 'fib'", 'saddr', 'daddr');
     flags |= bits[first.text]!;
-    while (this.isWord(this.peek(), '.')) {
+    while (this.isWord1(this.peek(), '.')) {
       this.next();
       const k = this.expectWord("'mark', 'iif' or 'oif' after '.'", 'mark', 'iif', 'oif');
       if (flags & bits[k.text]!) this.fail(k, 'each key once', `'${k.text}' given twice`);
@@ -388,7 +393,7 @@ class Parser {
     const how = ctDirection(key as CtKey)!;
     if (how === 'required' && dir === undefined) this.fail(k, `'original' or 'reply' before '${key}'`, 'a conntrack address needs a direction');
     if (how === 'none' && dir !== undefined) this.fail(d, `'ct ${key}' without a direction`, `ct ${key} has no direction`);
-    if (this.isWord(this.peek(), 'set')) {
+    if (this.isWord1(this.peek(), 'set')) {
       if (key !== 'zone' && key !== 'event') this.fail(this.peek(), 'a value to match', `'ct ${key} set' is not supported`);
       return this.parseKeySet(ctField(key as CtKey, dir)!, at);
     }
@@ -466,7 +471,7 @@ class Parser {
       this.fieldOut = { field, ...at };
       return FIELD_ONLY;
     }
-    if (this.isWord(this.peek(), 'set') && field.load.kind === 'payload') return this.parsePayloadSet(field, at) as never;
+    if (this.isWord1(this.peek(), 'set') && field.load.kind === 'payload') return this.parsePayloadSet(field, at) as never;
     const keyed = parseKeyedMatch(this, field, at);
     if (keyed) return keyed as never;
     const t = this.peek();
@@ -514,7 +519,7 @@ class Parser {
     const m: MatchStmt = { t: 'match', field, op, rhs, ...at };
     // `tcp flags syn / syn,ack`: the value under a mask
     const slash = this.peek();
-    if (field.type === 'flags' && mask === undefined && rhs.k === 'value' && this.isWord(slash, '/')) {
+    if (field.type === 'flags' && mask === undefined && rhs.k === 'value' && this.isWord1(slash, '/')) {
       this.next();
       const mk = this.parseFlagList(field, false);
       if (andHex((rhs as { hex: string }).hex, (mk as { hex: string }).hex) !== (rhs as { hex: string }).hex) {
@@ -851,7 +856,7 @@ class Parser {
   parseMasqRedir(kind: 'masq' | 'redir', at: At): MasqStmt {
     this.next();
     const st: MasqStmt = { t: kind, flags: 0, ...at };
-    if (this.isWord(this.peek(), 'to')) {
+    if (this.isWord1(this.peek(), 'to')) {
       this.next();
       const p = this.peek();
       const expected = kind === 'masq' ? "a port mapping such as ':1000' or ':1000-2000'" : "a port such as ':8080' or ':8080-8090'";
@@ -893,7 +898,7 @@ class Parser {
       if (!(c.kind === 'punct' && c.text === ']')) this.fail(c, "']'");
       const addr: NatAddr = { v6: true, lo: lo!, col: a.col, raw: a.raw };
       let n = this.peek();
-      if (this.isWord(n, '-')) {
+      if (this.isWord1(n, '-')) {
         this.next();
         const o = this.next();
         if (!(o.kind === 'punct' && o.text === '[')) this.fail(o, "'[' starting the end of the address range");
