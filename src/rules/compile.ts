@@ -84,10 +84,28 @@ function ifindexOf(r: InterfaceResolver): (name: string) => number | undefined {
   return f;
 }
 
-function compileAst(text: string, ast: RuleAst, ctx: CompileContext): CompiledRule {
-  const fail = (at: { col: number; raw: string }, expected: string, reason: string): never => {
-    throw new RuleSyntaxError(text, at.col, at.raw, expected, reason);
+/** A refusal at a place in the rule text. */
+function failIn(text: string, at: { col: number; raw: string }, expected: string, reason: string): never {
+  throw new RuleSyntaxError(text, at.col, at.raw, expected, reason);
+}
+
+/** The keyed context of a rule (sets and maps, generators, dynsets): `sets` collects its anonymous sets. */
+function keyedContext(ctx: CompileContext, fail: (at: At, e: string, r: string) => never, sets: NftSet[], base: number): KeyedContext {
+  return {
+    family: ctx.family, table: ctx.table, fail, load: (f) => loadExpr(f, f.len),
+    addSet: (build) => {
+      const id = base + sets.length;
+      const set = build(id);
+      sets.push(set);
+      return { name: set.name, setId: id };
+    },
+    ...(ctx.sets ? { sets: ctx.sets } : {}),
   };
+}
+
+function compileAst(text: string, ast: RuleAst, ctx: CompileContext): CompiledRule {
+  // (bound, not an arrow: a closure per rule is a defineProperty per rule under tsx's keepNames)
+  const fail: (at: { col: number; raw: string }, expected: string, reason: string) => never = failIn.bind(undefined, text);
   const family = ctx.family;
   const list = evaluate(icmpDependencies(ast, fail), family, fail);
   mergePayloads(list, fail);
@@ -97,27 +115,17 @@ function compileAst(text: string, ast: RuleAst, ctx: CompileContext): CompiledRu
   const base = ctx.setIdBase ?? 1;
   // Made for the first statement that needs it (most rules have none).
   let kc0: KeyedContext | undefined;
-  const kc = (): KeyedContext => kc0 ??= {
-    family, table: ctx.table, fail, load: (f) => loadExpr(f, f.len),
-    addSet: (build) => {
-      const id = base + sets.length;
-      const set = build(id);
-      sets.push(set);
-      return { name: set.name, setId: id };
-    },
-    ...(ctx.sets ? { sets: ctx.sets } : {}),
-  };
   let lookup0: ((f: Field, e: Elem[], neq: boolean) => Expr[]) | undefined;
   for (const s of list) {
     if (s === null) continue;
     if (s.t === 'other' && s.stmt.t === 'keyed') {
-      linearizeKeyed(s.stmt, exprs, kc());
+      linearizeKeyed(s.stmt, exprs, kc0 ??= keyedContext(ctx, fail, sets, base));
     } else if (s.t === 'other' && s.stmt.t === 'dynset') {
-      linearizeDynset(s.stmt, exprs, kc());
+      linearizeDynset(s.stmt, exprs, kc0 ??= keyedContext(ctx, fail, sets, base));
     } else if (s.t === 'other' && s.stmt.t === 'markmap') {
-      linearizeMarkMap(s.stmt, exprs, kc());
+      linearizeMarkMap(s.stmt, exprs, kc0 ??= keyedContext(ctx, fail, sets, base));
     } else if (s.t === 'other' && s.stmt.t === 'nat' && s.stmt.map) {
-      linearizeNatMap(s.stmt, s.natFamily as 'ip' | 'ip6', exprs, kc());
+      linearizeNatMap(s.stmt, s.natFamily as 'ip' | 'ip6', exprs, kc0 ??= keyedContext(ctx, fail, sets, base));
     } else if (s.t === 'rel') {
       linearizeRel(s, exprs, lookup0 ??= (field, elems, neq) => {
         const id = base + sets.length;
