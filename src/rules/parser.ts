@@ -624,15 +624,19 @@ class Parser {
     return e as Elem & { k: 'value' };
   }
 
+  /** Refuses token t, expecting `e` (after `what`, when the caller names what it reads). */
+  expectIn(t: Token, what: string | undefined, e: string): never {
+    return this.fail(t, what ? `${what}: ${e}` : e);
+  }
+
   parseElem(field: Field, scalar: boolean, what?: string): Elem {
     const t = this.peek();
     const at: At = { col: t.col, raw: t.raw };
-    const expect = (e: string): never => this.fail(t, what ? `${what}: ${e}` : e);
     switch (field.type) {
       case 'ipv4': case 'ipv6': {
         const v6 = field.type === 'ipv6';
         const kind = v6 ? 'an IPv6 address' : 'an IPv4 address';
-        if (t.kind !== 'word') expect(`${kind}, prefix or range`);
+        if (t.kind !== 'word') this.expectIn(t, what, `${kind}, prefix or range`);
         this.next();
         const parse = v6 ? parseIPv6 : parseIPv4;
         const bits = v6 ? 128 : 32;
@@ -642,7 +646,7 @@ class Parser {
           const a = parse(t.text.slice(0, slash));
           const ps = t.text.slice(slash + 1);
           const plen = /^(?:0|[1-9][0-9]{0,2})$/.test(ps) ? Number(ps) : NaN;
-          if (a === undefined || !(plen >= 0 && plen <= bits)) expect(`${kind} prefix such as ${v6 ? 'fd00::/64' : '10.0.0.0/8'}`);
+          if (a === undefined || !(plen >= 0 && plen <= bits)) this.expectIn(t, what, `${kind} prefix such as ${v6 ? 'fd00::/64' : '10.0.0.0/8'}`);
           const masked = andHex(a!, prefixMask(plen, bits / 8));
           if (plen === bits) return { k: 'value', hex: masked, full: true, ...at };
           return { k: 'prefix', hex: masked, plen, ...at };
@@ -650,76 +654,76 @@ class Parser {
         if (dash >= 0 && !scalar) {
           const a = parse(t.text.slice(0, dash));
           const b = parse(t.text.slice(dash + 1));
-          if (a === undefined || b === undefined) expect(`${kind} range such as ${v6 ? 'fd00::1-fd00::9' : '10.0.0.1-10.0.0.9'}`);
+          if (a === undefined || b === undefined) this.expectIn(t, what, `${kind} range such as ${v6 ? 'fd00::1-fd00::9' : '10.0.0.1-10.0.0.9'}`);
           if (a! > b!) this.fail(t, 'a range whose start is not above its end', 'empty range');
           return { k: 'range', lo: a!, hi: b!, ...at };
         }
         const a = parse(t.text);
         if (a === undefined) {
           if (t.text.startsWith('@')) this.fail(t, `${kind}`, 'named sets are not supported');
-          expect(scalar ? kind : `${kind}, prefix, range or { set }`);
+          this.expectIn(t, what, scalar ? kind : `${kind}, prefix, range or { set }`);
         }
         return { k: 'value', hex: a!, ...at };
       }
       case 'port': {
-        if (t.kind !== 'word') expect('a port number, a port range such as 1000-2000, or { set }');
+        if (t.kind !== 'word') this.expectIn(t, what, 'a port number, a port range such as 1000-2000, or { set }');
         this.next();
         const dash = t.text.indexOf('-');
         if (dash > 0 && !scalar && serviceport(t.text) === undefined) {
           const a = parseInteger(t.text.slice(0, dash), 65535, false) ?? serviceport(t.text.slice(0, dash));
           const b = parseInteger(t.text.slice(dash + 1), 65535, false) ?? serviceport(t.text.slice(dash + 1));
-          if (a === undefined || b === undefined) expect('a port range such as 1000-2000');
+          if (a === undefined || b === undefined) this.expectIn(t, what, 'a port range such as 1000-2000');
           if (a! > b!) this.fail(t, 'a range whose start is not above its end', 'empty range');
           return { k: 'range', lo: u16Be(a!), hi: u16Be(b!), ...at };
         }
         const v = parseInteger(t.text, 65535, false) ?? serviceport(t.text);
-        if (v === undefined) expect('a port number 0-65535 or a service name from /etc/services');
+        if (v === undefined) this.expectIn(t, what, 'a port number 0-65535 or a service name from /etc/services');
         return { k: 'value', hex: u16Be(v!), ...at };
       }
       case 'proto': {
-        if (t.kind !== 'word') expect('a protocol name (tcp, udp, icmp, ...) or number 0-255');
+        if (t.kind !== 'word') this.expectIn(t, what, 'a protocol name (tcp, udp, icmp, ...) or number 0-255');
         this.next();
         const pd = t.text.indexOf('-', 1);
         if (!scalar && pd > 0 && parseProtocol(t.text) === undefined) {
           const a = parseProtocol(t.text.slice(0, pd)), b = parseProtocol(t.text.slice(pd + 1));
-          if (a === undefined || b === undefined) expect('a protocol range such as 33-45');
+          if (a === undefined || b === undefined) this.expectIn(t, what, 'a protocol range such as 33-45');
           if (a! > b!) this.fail(t, 'a range whose start is not above its end', 'empty range');
           return { k: 'range', lo: u8(a!), hi: u8(b!), ...at };
         }
         const v = parseProtocol(t.text);
-        if (v === undefined) expect('a protocol name (tcp, udp, icmp, ...) or number 0-255');
+        if (v === undefined) this.expectIn(t, what, 'a protocol name (tcp, udp, icmp, ...) or number 0-255');
         return { k: 'value', hex: u8(v!), ...at };
       }
       case 'nfproto': {
-        if (t.kind !== 'word') expect("'ipv4' or 'ipv6'");
+        if (t.kind !== 'word') this.expectIn(t, what, "'ipv4' or 'ipv6'");
         this.next();
         const v = symbolValue(NFPROTO, t.text);
-        if (v === undefined) expect("'ipv4' or 'ipv6'");
+        if (v === undefined) this.expectIn(t, what, "'ipv4' or 'ipv6'");
         return { k: 'value', hex: u8(v!), ...at };
       }
       case 'ifname': {
-        if (t.kind !== 'word' && t.kind !== 'string') expect('an interface name such as "eth0" or "veth*"');
+        if (t.kind !== 'word' && t.kind !== 'string') this.expectIn(t, what, 'an interface name such as "eth0" or "veth*"');
         this.next();
         // As nft: a trailing '*' is a wildcard, a trailing '\*' a literal star; any other
         // '*' or '\' is just a character of the name.
         const escaped = t.text.endsWith('\\*');
         const name = escaped ? t.text.slice(0, -2) + '*' : t.text;
         const bytes = Buffer.from(name, 'utf8');
-        if (name.length === 0 || bytes.includes(0) || /\s/.test(name)) expect('a non-empty interface name without spaces');
+        if (name.length === 0 || bytes.includes(0) || /\s/.test(name)) this.expectIn(t, what, 'a non-empty interface name without spaces');
         if (!escaped && name.endsWith('*')) {
           if (name.length === 1) this.fail(t, 'a name prefix before the wildcard', "a bare '*' is not supported");
-          if (bytes.length - 1 > IFNAMSIZ - 1) expect(`an interface name of at most ${IFNAMSIZ - 1} bytes`);
+          if (bytes.length - 1 > IFNAMSIZ - 1) this.expectIn(t, what, `an interface name of at most ${IFNAMSIZ - 1} bytes`);
           return { k: 'wildcard', prefix: bytes.subarray(0, bytes.length - 1).toString('hex'), ...at };
         }
-        if (bytes.length > IFNAMSIZ - 1) expect(`an interface name of at most ${IFNAMSIZ - 1} bytes`);
+        if (bytes.length > IFNAMSIZ - 1) this.expectIn(t, what, `an interface name of at most ${IFNAMSIZ - 1} bytes`);
         return { k: 'value', hex: ifnameBytes(name), ...at };
       }
       case 'ifindex': {
-        if (t.kind !== 'word' && t.kind !== 'string') expect('an interface index or name');
+        if (t.kind !== 'word' && t.kind !== 'string') this.expectIn(t, what, 'an interface index or name');
         this.next();
         let idx = t.kind === 'word' ? parseInteger(t.text, 0xffffffff, false) : undefined;
         if (idx === undefined) {
-          if (t.kind === 'word' && !/^[A-Za-z0-9_.:-]+$/.test(t.text)) expect('an interface index or name');
+          if (t.kind === 'word' && !/^[A-Za-z0-9_.:-]+$/.test(t.text)) this.expectIn(t, what, 'an interface index or name');
           idx = this.opts.ifindex?.(t.text);
           if (idx === undefined) {
             this.fail(t, this.opts.ifindex
@@ -732,47 +736,47 @@ class Parser {
         return { k: 'value', hex: u32Host(idx!), ...at };
       }
       case 'mark': {
-        if (t.kind !== 'word') expect('a 32-bit mark such as 0x4000');
+        if (t.kind !== 'word') this.expectIn(t, what, 'a 32-bit mark such as 0x4000');
         this.next();
         const md = t.text.indexOf('-', 1);
         if (!scalar && md > 0) {
           // a range of marks (as a concatenation part; a plain one is refused by the compiler)
           const a = parseInteger(t.text.slice(0, md), 0xffffffff), b = parseInteger(t.text.slice(md + 1), 0xffffffff);
-          if (a === undefined || b === undefined) expect('a mark range such as 0x10-0x20');
+          if (a === undefined || b === undefined) this.expectIn(t, what, 'a mark range such as 0x10-0x20');
           if (a! > b!) this.fail(t, 'a range whose start is not above its end', 'empty range');
           return { k: 'range', lo: u32Host(a!), hi: u32Host(b!), ...at };
         }
         const v = parseInteger(t.text, 0xffffffff);
-        if (v === undefined) expect('a 32-bit mark such as 0x4000');
+        if (v === undefined) this.expectIn(t, what, 'a 32-bit mark such as 0x4000');
         return { k: 'value', hex: u32Host(v!), ...at };
       }
       case 'ctstate': case 'ctstatus': {
         const table = field.type === 'ctstate' ? CT_STATE : CT_STATUS;
         const names = table.map(([n]) => n).join(', ');
-        if (t.kind !== 'word') expect(`${names}, or a number`);
+        if (t.kind !== 'word') this.expectIn(t, what, `${names}, or a number`);
         this.next();
         const v = symbolValue(table, t.text) ?? parseInteger(t.text, 0xffffffff);
-        if (v === undefined) expect(`${names}, or a number`);
+        if (v === undefined) this.expectIn(t, what, `${names}, or a number`);
         return { k: 'value', hex: u32Host(v!), ...at };
       }
       case 'fibtype': {
         const names = FIB_TYPES.map(([n]) => n).join(', ');
-        if (t.kind !== 'word') expect(`an address type: ${names}`);
+        if (t.kind !== 'word') this.expectIn(t, what, `an address type: ${names}`);
         this.next();
         const v = symbolValue(FIB_TYPES, t.text);
-        if (v === undefined) expect(`an address type: ${names}`);
+        if (v === undefined) this.expectIn(t, what, `an address type: ${names}`);
         return { k: 'value', hex: u32Host(v!), ...at };
       }
       case 'int': case 'flags': case 'classid': case 'uid': case 'gid': case 'ms':
         return this.parseIntElem(field, scalar, what);
       case 'lladdr': {
         const m = t.kind === 'word' ? /^([0-9a-fA-F]{1,2})(?::([0-9a-fA-F]{1,2})){5}$/.exec(t.text) : null;
-        if (!m) expect('an Ethernet address such as 00:0f:54:0c:11:04');
+        if (!m) this.expectIn(t, what, 'an Ethernet address such as 00:0f:54:0c:11:04');
         this.next();
         return { k: 'value', hex: t.text.split(':').map((x) => x.toLowerCase().padStart(2, '0')).join(''), ...at };
       }
       case 'ports':
-        return expect('unreachable');
+        return this.expectIn(t, what, 'unreachable');
     }
   }
 
