@@ -798,7 +798,8 @@ class Parser {
       };
       for (;;) {
         const o = this.peek();
-        const fn = (o.kind === 'punct' || o.kind === 'word') ? fold[o.text] : undefined;
+        // Own keys only: a word such as `constructor` is no operator.
+        const fn = (o.kind === 'punct' || o.kind === 'word') && Object.hasOwn(fold, o.text) ? fold[o.text] : undefined;
         if (!fn) break;
         this.next();
         const n = this.peek();
@@ -817,7 +818,7 @@ class Parser {
     } else this.fail(t, expected);
     const o = this.peek();
     const ops: Record<string, 'and' | 'or' | 'xor'> = { '&': 'and', '|': 'or', '^': 'xor', and: 'and', or: 'or', xor: 'xor' };
-    if ((o.kind === 'punct' || o.kind === 'word') && ops[o.text]) {
+    if ((o.kind === 'punct' || o.kind === 'word') && Object.hasOwn(ops, o.text)) {
       this.next();
       const n = this.peek();
       const nv = n.kind === 'word' ? parseInteger(n.text, 0xffffffff) : undefined;
