@@ -68,6 +68,11 @@ export interface PassInput {
    * for the read-back that checks a trusted commit.
    */
   useKnown?: boolean;
+  /**
+   * With useKnown: whether no commit after generation `from` up to `to` touched an owned table (the
+   * events prove it, see OwnedTouches). Yes keeps the known state, with no read at all.
+   */
+  untouchedSince?: (from: number, to: number) => Promise<boolean>;
   /** Keep what a clean look or a sole commit shows as the known state for later passes (default: useKnown). */
   learn?: boolean;
 }
@@ -180,6 +185,13 @@ export class Reconciler {
   private async look(input: PassInput, generation: number): Promise<Look> {
     const conn = this.conn;
     let known = input.useKnown && this.known?.generation === generation && this.known.covers(input.tables) ? this.known : undefined;
+    // The generation moved, but the events show no commit touched an owned table (another table's, say): nothing to read.
+    const before = this.known;
+    if (!known && input.useKnown && before?.covers(input.tables) && input.untouchedSince
+      && await input.untouchedSince(before.generation, generation) && this.known === before) {
+      before.advance(generation);
+      known = before;
+    }
     // The generation moved (a commit elsewhere, say): confirm by digests, decoding nothing, that ours did not change.
     let read = false;
     if (!known && input.useKnown && this.known?.covers(input.tables) && await this.known.revalidate(conn, generation, input.tables)) {
@@ -206,7 +218,13 @@ export class Reconciler {
       kind: 'table-retired', family: t.family, table: t.name, detail: `table ${t.family} ${t.name} is no longer in the config`,
     }))];
     const garbage = flat.length > 0 && input.ownerIds ? ownedGarbage(input.tables, observed, input.ownerIds, drift) : undefined;
-    if (flat.length === 0 && (input.learn ?? input.useKnown)) this.known = KnownState.fromCleanLook(generation, input.tables, observed);
+    if (flat.length === 0 && (input.learn ?? input.useKnown)) {
+      // A look from the known state found it clean: only the chains compared again (their desired
+      // definition changed) are learnt anew, not every owner's rules.
+      if (known && known === this.known) {
+        if (!known.confirm(input.tables)) this.known = undefined;
+      } else this.known = KnownState.fromCleanLook(generation, input.tables, observed);
+    }
     return { generation, observed, drift, retired, flat, garbage };
   }
 
