@@ -112,9 +112,11 @@ export class KnownState {
    * After `batch`, planned from `observed` for `tables`, was committed as the only commit since
    * (the generation moved from the planned-from one to `generation`): the kernel holds `tables`
    * exactly. `echoed` gives the new rules' handles; without every one of them, undefined.
+   * `previous`: the known state the look came from (its maps are then updated in place, so a
+   * registration costs its own chains, not a pass over every owner's).
    */
   static afterSoleCommit(generation: number, tables: readonly TableConfig[], observed: readonly ObservedTable[],
-    batch: Batch, echoed: CommitResult | undefined): KnownState | undefined {
+    batch: Batch, echoed: CommitResult | undefined, previous?: KnownState): KnownState | undefined {
     if (!echoed) return undefined;
     // Handles by chain, starting from what the plan saw.
     const handles = new Map<string, Map<string, number[]>>();
@@ -137,6 +139,7 @@ export class KnownState {
       return l;
     };
     const byId = new Map<number, number>();
+    const gone = new Set<number>();  // rule handles the batch deleted
     for (const [index, op] of batch.ops.entries()) {
       if (op.object === 'table' || op.object === 'set' || op.object === 'element') return undefined;
       if (op.object === 'chain') {
@@ -159,6 +162,7 @@ export class KnownState {
         const at = l.indexOf(op.handle!);
         if (at < 0) return undefined;
         l.splice(at, 1);
+        gone.add(op.handle!);
         continue;
       }
       const handle = echoed.handles.get(index);
@@ -187,39 +191,47 @@ export class KnownState {
       const m = chainsOf(t.family, t.name);
       // The look's maps are this pass's own (a dump, or the known state the commit just retired):
       // changed in place, so a registration touches its own chains, not every owner's.
-      const verified = new Map<string, ChainConfig>();
-      const want = new Set<string>();
+      const kt = previous?.table(t);
+      const reuse = kt?.observed === o;
+      const verified = reuse ? kt!.verified : new Map<string, ChainConfig>();
       for (const c of t.chains) {
-        want.add(c.name);
-        verified.set(c.name, c);
         const l = m.get(c.name);
         if (l === undefined) {
+          if (reuse && verified.get(c.name) === c) continue;  // untouched, and known to hold c
+          verified.set(c.name, c);
           const have = o.rules.get(c.name);
           if (!have || have.length !== c.rules.length) return undefined;
-          if (have.length === 0 || hasKey(have[0]!)) continue;  // compact already: from a known state
-          // Decoded rules (the plan read this chain) give way to compact ones.
           if (have.some((r) => r.handle === undefined)) return undefined;
-          o.rules.set(c.name, c.rules.map((r, j) => compactRule(t, c, r, have[j]!.handle!, have[j]!.digest)));
+          // Decoded rules (the plan read this chain), or compact ones of an earlier definition, give way to c's.
+          if (have.length > 0 && (!hasKey(have[0]!) || have.some((r, j) => r.exprs !== c.rules[j]!.compiled.exprs))) {
+            o.rules.set(c.name, c.rules.map((r, j) => compactRule(t, c, r, have[j]!.handle!, have[j]!.digest)));
+          }
           continue;
         }
+        verified.set(c.name, c);
         if (l === DELETED || l.length !== c.rules.length) return undefined;
-        o.chains.set(c.name, { family: t.family, table: t.name, name: c.name, ...(c.base ?? {}) });
-        // Rules that stayed keep their compact objects (the dispatch chain holds one per owner).
-        const before = new Map<number, Rule>();
-        for (const r of o.rules.get(c.name) ?? []) if (r.handle !== undefined && hasKey(r)) before.set(r.handle, r);
+        o.chains.set(c.name, { family: t.family, table: t.name, name: c.name, ...(c.base ?? {}), ...(c.userdata ? { userdata: c.userdata } : {}) });
+        // Rules that stayed keep their compact objects (the dispatch chain holds one per owner) and
+        // their order: one walk along the rules before, skipping the ones the batch deleted.
+        const prev = o.rules.get(c.name) ?? [];
+        let p = 0;
         o.rules.set(c.name, c.rules.map((r, j) => {
-          const kept = before.get(l[j]!);
-          return kept && kept.exprs === r.compiled.exprs ? kept : compactRule(t, c, r, l[j]!);
+          while (p < prev.length && gone.has(prev[p]!.handle!)) p++;
+          const kept = p < prev.length && prev[p]!.handle === l[j] ? prev[p++] : undefined;
+          return kept && hasKey(kept) && kept.exprs === r.compiled.exprs ? kept : compactRule(t, c, r, l[j]!);
         }));
       }
-      // What the batch deleted (and anything else not desired, which the plan deleted) goes.
+      // What the batch deleted (and anything else not desired, which the plan deleted) goes. A
+      // desired chain deleted and added again is no longer DELETED here.
       for (const [name, l] of m) {
-        if (l === DELETED && !want.has(name)) {
+        if (l === DELETED) {
           o.chains.delete(name);
           o.rules.delete(name);
+          verified.delete(name);
         }
       }
-      if (o.chains.size !== want.size) return undefined;
+      // Every desired chain is in o.chains now: as many as desired means nothing else is.
+      if (o.chains.size !== t.chains.length) return undefined;
       out.set(tableKey(t), { observed: o, verified });
     }    return new KnownState(generation, out);
   }

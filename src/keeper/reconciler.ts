@@ -17,7 +17,7 @@ import type { Family } from '../netlink/expr.js';
 import { commitGuarded } from '../netlink/guard.js';
 import type { ObservedTable } from '../netlink/objects.js';
 import { ownedGarbage, type OwnedGarbage } from '../owners/index.js';
-import { PROTECT_FLAGS, armCommitted, armTimed, diffTable, observeTable, planTable, type ArmedTimed, type Drift } from './reconcile.js';
+import { PROTECT_FLAGS, armCommitted, armTimed, diffTable, observeTable, planTable, rulesRemovedBy, type ArmedTimed, type Drift } from './reconcile.js';
 import { KnownState } from './known.js';
 import type { CommitResult } from '../netlink/conn.js';
 
@@ -110,6 +110,8 @@ export interface ReconcilerOptions {
 
 /** Looks (by their observed list) that came from the known state rather than a dump. */
 const knownLooks = new WeakSet<object>();
+/** The known state each look from one (by its observed list) came from, read or not. */
+const lookedFrom = new WeakMap<object, KnownState>();
 
 export class Reconciler {
   /** Tables a reload dropped from the config: deleted by the next pass that finds them. */
@@ -175,7 +177,8 @@ export class Reconciler {
     });
     if (r.trusted && (input.learn ?? input.useKnown) && last) {
       // Our batch was the only commit since the look it was planned from: that look plus the batch.
-      this.known = KnownState.afterSoleCommit(r.generation, input.tables, last.look.observed, last.batch, last.echoed);
+      this.known = KnownState.afterSoleCommit(r.generation, input.tables, last.look.observed, last.batch, last.echoed,
+        lookedFrom.get(last.look.observed));
     }
     const v = r.value;
     return { status: v.status, first: first!, found, waitMs: v.waitMs, ops: r.ops, attempts: r.attempts, generation: r.generation,
@@ -202,6 +205,7 @@ export class Reconciler {
     let observed: ObservedTable[];
     if (known) {
       observed = input.tables.map((t) => known.table(t)!.observed);
+      lookedFrom.set(observed, known);
     } else {
       this.known = undefined;  // stale: let its rules go before the dump decodes new ones
       observed = await Promise.all(input.tables.map((t) => observeTable(conn, t.family, t.name, t.chains.map((c) => c.name))));
@@ -217,7 +221,7 @@ export class Reconciler {
     const flat = [...drift.flat(), ...retired.map((t): Drift => ({
       kind: 'table-retired', family: t.family, table: t.name, detail: `table ${t.family} ${t.name} is no longer in the config`,
     }))];
-    const garbage = flat.length > 0 && input.ownerIds ? ownedGarbage(input.tables, observed, input.ownerIds, drift) : undefined;
+    const garbage = flat.length > 0 && input.ownerIds ? ownedGarbage(input.tables, observed, input.ownerIds, drift, rulesRemovedBy) : undefined;
     if (flat.length === 0 && (input.learn ?? input.useKnown)) {
       // A look from the known state found it clean: only the chains compared again (their desired
       // definition changed) are learnt anew, not every owner's rules.
