@@ -20,8 +20,9 @@ import type { ChainConfig, TableConfig } from '../config/config.js';
 import type { Batch } from '../netlink/batch.js';
 import type { CommitResult } from '../netlink/conn.js';
 import type { NftConn } from '../netlink/conn.js';
+import type { Family } from '../netlink/expr.js';
 import type { MonitorBatch, MonitorProgress } from '../netlink/monitor.js';
-import type { Chain, ObservedTable, Rule } from '../netlink/objects.js';
+import type { Chain, ChainDigests, ObservedTable, Rule } from '../netlink/objects.js';
 import { desiredKey, hasKey, withKey } from './reconcile.js';
 
 const tableKey = (t: { family: string; name: string }) => `${t.family} ${t.name}`;
@@ -113,11 +114,14 @@ export class KnownState {
    * (the generation moved from the planned-from one to `generation`): the kernel holds `tables`
    * exactly. `echoed` gives the new rules' handles; without every one of them, undefined.
    * `previous`: the known state the look came from (its maps are then updated in place, so a
-   * registration costs its own chains, not a pass over every owner's).
+   * registration costs its own chains, not a pass over every owner's). `read`: for a batch too big
+   * to echo, the handles and digests of the chains it added rules to, read at `generation` (by
+   * table, then chain; see rulesAddedTo).
    */
   static afterSoleCommit(generation: number, tables: readonly TableConfig[], observed: readonly ObservedTable[],
-    batch: Batch, echoed: CommitResult | undefined, previous?: KnownState): KnownState | undefined {
-    if (!echoed) return undefined;
+    batch: Batch, echoed: CommitResult | undefined, previous?: KnownState,
+    read?: ReadonlyMap<string, ReadonlyMap<string, ChainDigests>>): KnownState | undefined {
+    if (!echoed && !read) return undefined;
     // Handles by chain, starting from what the plan saw.
     const handles = new Map<string, Map<string, number[]>>();
     const chainsOf = (family: string, table: string) => {
@@ -156,6 +160,10 @@ export class KnownState {
         }
         continue;
       }
+      if (read?.get(`${op.family} ${op.table}`)?.has(op.chain)) {
+        if (op.verb === 'delete') gone.add(op.handle!);
+        continue;  // its rules as read after the commit, below
+      }
       const l = list(op.family, op.table, op.chain);
       if (!l || l === DELETED) return undefined;
       if (op.verb === 'delete') {
@@ -165,7 +173,7 @@ export class KnownState {
         gone.add(op.handle!);
         continue;
       }
-      const handle = echoed.handles.get(index);
+      const handle = echoed?.handles.get(index);
       if (handle === undefined) return undefined;
       if (op.id !== undefined) byId.set(op.id, handle);
       if (op.verb === 'replace') {
@@ -184,11 +192,16 @@ export class KnownState {
       if (at < 0) return undefined;
       l.splice(op.verb === 'add' ? at + 1 : at, 0, handle);
     }
+    for (const [tk, chains] of read ?? []) {
+      const [family, table] = [tk.slice(0, tk.indexOf(' ')), tk.slice(tk.indexOf(' ') + 1)];
+      for (const [chain, d] of chains) chainsOf(family, table).set(chain, d.handles.slice());
+    }
     const out = new Map<string, KnownTable>();
     for (const [i, t] of tables.entries()) {
       const o = observed[i];
       if (!o?.table || o.sets.size > 0) return undefined;
       const m = chainsOf(t.family, t.name);
+      const readHere = read?.get(tableKey(t));
       // The look's maps are this pass's own (a dump, or the known state the commit just retired):
       // changed in place, so a registration touches its own chains, not every owner's.
       const kt = previous?.table(t);
@@ -214,11 +227,12 @@ export class KnownState {
         // Rules that stayed keep their compact objects (the dispatch chain holds one per owner) and
         // their order: one walk along the rules before, skipping the ones the batch deleted.
         const prev = o.rules.get(c.name) ?? [];
+        const digests = readHere?.get(c.name)?.digests;
         let p = 0;
         o.rules.set(c.name, c.rules.map((r, j) => {
           while (p < prev.length && gone.has(prev[p]!.handle!)) p++;
           const kept = p < prev.length && prev[p]!.handle === l[j] ? prev[p++] : undefined;
-          return kept && hasKey(kept) && kept.exprs === r.compiled.exprs ? kept : compactRule(t, c, r, l[j]!);
+          return kept && hasKey(kept) && kept.exprs === r.compiled.exprs ? kept : compactRule(t, c, r, l[j]!, digests?.[j]);
         }));
       }
       // What the batch deleted (and anything else not desired, which the plan deleted) goes. A
@@ -276,6 +290,37 @@ export class KnownState {
 }
 
 const DELETED: number[] = [];
+
+/**
+ * After a sole commit too big to echo its new rules' handles: the chains it added rules to, read
+ * at `generation` (handles and digests, nothing decoded), for afterSoleCommit. A few chains are
+ * dumped one by one, many with one dump of their table. Undefined when the kernel moved meanwhile.
+ */
+export async function readAddedChains(conn: NftConn, batch: Batch, generation: number):
+  Promise<Map<string, Map<string, ChainDigests>> | undefined> {
+  if (!conn.listRuleDigests) return undefined;
+  const want = new Map<string, { family: Family; table: string; chains: Set<string> }>();
+  for (const op of batch.ops) {
+    if (op.object !== 'rule' || op.verb === 'delete') continue;
+    const k = `${op.family} ${op.table}`;
+    let w = want.get(k);
+    if (!w) want.set(k, w = { family: op.family, table: op.table, chains: new Set() });
+    w.chains.add(op.chain);
+  }
+  const out = new Map<string, Map<string, ChainDigests>>();
+  for (const [k, w] of want) {
+    const dumps = w.chains.size <= CHAIN_DUMPS_UP_TO
+      ? (await Promise.all([...w.chains].map((chain) => conn.listRuleDigests!({ family: w.family, table: w.table, chain })))).flat()
+      : (await conn.listRuleDigests({ family: w.family, table: w.table })).filter((d) => w.chains.has(d.chain));
+    const m = new Map<string, ChainDigests>(dumps.map((d) => [d.chain, d]));
+    for (const chain of w.chains) if (!m.has(chain)) m.set(chain, { chain, handles: [], digests: [] });
+    out.set(k, m);
+  }
+  return conn.generation() === generation ? out : undefined;
+}
+
+/** Up to this many chains' rules are read one dump each after an unechoed commit; more, their table's dump. */
+const CHAIN_DUMPS_UP_TO = 32;
 
 /** Up to this many chains are fetched one GETCHAIN each; more take one chain list (as observeTable does). */
 const CHAIN_GETS_UP_TO = 8;

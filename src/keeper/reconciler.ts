@@ -18,7 +18,7 @@ import { commitGuarded } from '../netlink/guard.js';
 import type { ObservedTable } from '../netlink/objects.js';
 import { ownedGarbage, type OwnedGarbage } from '../owners/index.js';
 import { PROTECT_FLAGS, armCommitted, armTimed, diffTable, observeTable, planTable, rulesRemovedBy, type ArmedTimed, type Drift } from './reconcile.js';
-import { KnownState } from './known.js';
+import { KnownState, readAddedChains } from './known.js';
 import type { CommitResult } from '../netlink/conn.js';
 
 export interface TableRef {
@@ -177,8 +177,15 @@ export class Reconciler {
     });
     if (r.trusted && (input.learn ?? input.useKnown) && last) {
       // Our batch was the only commit since the look it was planned from: that look plus the batch.
-      this.known = KnownState.afterSoleCommit(r.generation, input.tables, last.look.observed, last.batch, last.echoed,
-        lookedFrom.get(last.look.observed));
+      // A batch too big to echo (a group of owners registered together): the chains it added rules
+      // to are read for their handles (digests, nothing decoded), not every owner's.
+      let read;
+      if (!last.echoed) {
+        read = await readAddedChains(this.conn, last.batch, r.generation).catch(() => undefined);
+        this.options.metrics?.dumps.inc();
+      }
+      this.known = last.echoed || read ? KnownState.afterSoleCommit(r.generation, input.tables, last.look.observed, last.batch, last.echoed,
+        lookedFrom.get(last.look.observed), read) : undefined;
     }
     const v = r.value;
     return { status: v.status, first: first!, found, waitMs: v.waitMs, ops: r.ops, attempts: r.attempts, generation: r.generation,
