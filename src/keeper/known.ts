@@ -278,6 +278,16 @@ export class KnownState {
     this.generation = generation;
   }
 
+  /**
+   * Whether afterSoleCommit can follow `batch` from `observed` at all: chain and rule ops only, in
+   * tables without sets (whose anonymous set names are the kernel's). Checked before reading the
+   * chains of a batch too big to echo, so that no read is spent on a batch it would give up on.
+   */
+  static canFollow(batch: Batch, observed: readonly ObservedTable[]): boolean {
+    return observed.every((o) => o.table !== undefined && o.sets.size === 0)
+      && batch.ops.every((op) => op.object === 'chain' || op.object === 'rule');
+  }
+
   /** The observation of `t` as known, and the desired chains its rules were verified against. */
   table(t: TableConfig): KnownTable | undefined {
     return this.tables.get(tableKey(t));

@@ -180,7 +180,7 @@ export class Reconciler {
       // A batch too big to echo (a group of owners registered together): the chains it added rules
       // to are read for their handles (digests, nothing decoded), not every owner's.
       let read;
-      if (!last.echoed) {
+      if (!last.echoed && KnownState.canFollow(last.batch, last.look.observed)) {
         read = await readAddedChains(this.conn, last.batch, r.generation).catch(() => undefined);
         this.options.metrics?.dumps.inc();
       }
