@@ -335,13 +335,15 @@ function s7Section(x: S7Results): string[] {
     `**registration**: \`nfkeeper run\` as its own process (${x.root}), owners configured; ${n} owners of ${x.rulesPerOwner} rules (a chain of 9 and a jump) ` +
       'registered ONE BY ONE over the control socket, each PUT sent when the previous was answered (an answer means on disk and in the kernel). ' +
       '**one owner**: one more registered at N, and removed, in process: the ops of its batch and the kernel reads it made. ' +
-      `**pass**: an in-process keeper with ${n} owners after another table was committed (only the generation moved), after one decoding read. ` +
+      `**pass**: an in-process keeper with ${n} owners after another table was committed (only the generation moved): after a read-back (the event mirror serves it), ` +
+      'and right after a registration (the mirror is not seeded yet: the known state, kept by the events\' proof that no commit touched the owned table); kernel reads in brackets. ' +
       '**RSS**: `nfkeeper run` (no V8 flags) 15 s after it was ready (start-up, the read-back of its own commit, ticks).', '',
-    '| owners | registered one by one | rate | PUT p50 / p99 | daemon CPU per PUT | daemon RSS after (peak) | one owner: ops (reads) | its removal: ops (reads) | pass, only the generation moved: p50 / p99 |',
-    '|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
+    '| owners | registered one by one | rate | PUT p50 / p99 | daemon CPU per PUT | daemon RSS after (peak) | one owner: ops (reads) | its removal: ops (reads) | pass, only the generation moved: p50 / p99 (reads) | the same right after a registration |',
+    '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
     `| ${n} | ${ms(x.register.totalMs * 1000)} | ${x.register.perSecond.toFixed(0)}/s | ${ms(x.register.put.median)} / ${ms(x.register.put.p99)} | ` +
       `${x.register.cpuMsPerPut.toFixed(2)} ms | ${x.register.rssMiB.toFixed(1)} MiB (${x.register.hwmMiB.toFixed(1)}) | ${x.one.ops} (${x.one.reads}) | ` +
-      `${x.one.removeOps} (${x.one.removeReads}) | ${ms(x.pass.median)} / ${ms(x.pass.p99)} (${x.pass.n}) |`, '',
+      `${x.one.removeOps} (${x.one.removeReads}) | ${ms(x.pass.median)} / ${ms(x.pass.p99)} (${x.passReads ?? '?'} in ${x.pass.n}) | ` +
+      `${x.passAfterPut ? `${ms(x.passAfterPut.median)} / ${ms(x.passAfterPut.p99)} (${x.passAfterPutReads} in ${x.passAfterPut.n})` : ''} |`, '',
     '| daemon config | RSS | peak (VmHWM) |', '|---|---:|---:|'];
   for (const r of x.rss) out.push(`| ${r.config} | ${r.rssMiB.toFixed(1)} MiB | ${r.hwmMiB.toFixed(1)} MiB |`);
   return out;
@@ -352,7 +354,8 @@ function s7Targets(x: S7Results): string[] {
   const out = [
     `- registering ${x.owners.toLocaleString('en-US')} owners one by one ≥ 1,000/s: ${x.register.perSecond.toFixed(0)}/s (${verdict(x.register.perSecond >= 1000, `${ratio(1000, x.register.perSecond)} short`)})`,
     `- one registration O(owner) ops and O(1) round trips: ${x.one.ops} ops and ${x.one.reads} reads at ${x.owners.toLocaleString('en-US')} owners; removal ${x.one.removeOps} ops, ${x.one.removeReads} reads`,
-    `- a pass at ${x.owners.toLocaleString('en-US')} owners ≤ 10 ms when only the generation moved: p50 ${ms(x.pass.median)} (${verdict(x.pass.median <= 10_000, `${ratio(x.pass.median, 10_000)}`)})`,
+    `- a pass at ${x.owners.toLocaleString('en-US')} owners ≤ 10 ms when only the generation moved: p50 ${ms(x.pass.median)} (${verdict(x.pass.median <= 10_000, `${ratio(x.pass.median, 10_000)}`)})` +
+      (x.passAfterPut ? `; right after a registration p50 ${ms(x.passAfterPut.median)} (${verdict(x.passAfterPut.median <= 10_000, `${ratio(x.passAfterPut.median, 10_000)}`)})` : ''),
   ];
   const mb = (v: number) => v * 1.048576;
   for (const [match, limit] of [['flannel', 64], ['10,000', 96], ['100,000', 160]] as const) {

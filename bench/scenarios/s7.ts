@@ -7,7 +7,9 @@
  *   the kernel). Reported: the rate, each PUT's latency, the daemon's CPU per PUT and its RSS;
  * - one more owner at N, and its removal, in process: the ops of its batch and the reads it made;
  * - a pass at N owners when nothing changed but the generation (another table was committed):
- *   an in-process keeper's request(), after one decoding read taught it every rule's digest;
+ *   an in-process keeper's request(), (a) after a read-back seeded the event mirror, and (b) right
+ *   after a registration (the mirror not seeded yet: the known state, with the events' proof that
+ *   the commit was in another table), each with the kernel reads it made;
  * - RSS of `nfkeeper run` idle with examples/flannel.yaml and with one owned chain of 10,000 and
  *   100,000 rules (VmRSS after start-up and the 10 s read-back, and VmHWM).
  *
@@ -39,7 +41,12 @@ export interface S7Results {
   root: string;
   register: { totalMs: number; perSecond: number; put: Summary; cpuMsPerPut: number; rssMiB: number; hwmMiB: number };
   one: { ops: number; reads: number; removeOps: number; removeReads: number };
+  /** After a read-back: the event mirror serves the pass. */
   pass: Summary;
+  passReads: number;
+  /** Right after a registration (each sample follows one): the known state and the events' proof. */
+  passAfterPut?: Summary;
+  passAfterPutReads?: number;
   rss: { config: string; rssMiB: number; hwmMiB: number }[];
 }
 
@@ -147,17 +154,32 @@ export async function runS7(o: S7Options): Promise<S7Results> {
         out.one = one;
         (keeper as unknown as { readBackDue: boolean }).readBackDue = true;
         await keeper.request('tick', performance.now());
-        const passes: number[] = [];
-        for (let k = 0; k < o.passes + 1; k++) {
-          await sock.commit(new Batch().add('table', { family: 'ip', name: `elsewhere${k}` }));
-          const t = performance.now();
-          const r = await keeper.request('tick', t);
-          if (k > 0) passes.push(us(t));  // the first is a warm-up
-          if (r.ops !== 0 || r.status !== 'in-sync') throw new Error(`S7: a pass after a foreign commit did ${r.status} with ${r.ops} ops`);
-        }
-        out.pass = summarize(passes);
+        const timePasses = async (before: () => Promise<void>): Promise<{ s: Summary; reads: number }> => {
+          const passes: number[] = [];
+          let reads = 0;
+          for (let k = 0; k < o.passes + 1; k++) {
+            await before();
+            await sock.commit(new Batch().add('table', { family: 'ip', name: `elsewhere${elsewhere++}` }));
+            const d0 = await dumps();
+            const t = performance.now();
+            const r = await keeper.request('tick', t);
+            if (k > 0) passes.push(us(t));  // the first is a warm-up
+            if (k > 0) reads += await dumps() - d0;
+            if (r.ops !== 0 || r.status !== 'in-sync') throw new Error(`S7: a pass after a foreign commit did ${r.status} with ${r.ops} ops`);
+          }
+          return { s: summarize(passes), reads };
+        };
+        let elsewhere = 0;
+        const mirrored = await timePasses(async () => undefined);
+        out.pass = mirrored.s;
+        out.passReads = mirrored.reads;
+        let extra = 0;
+        const afterPut = await timePasses(() => registry.put(`extra-${extra}`, ownerSpec(o.owners + 10 + extra++, 10)).then(() => undefined));
+        out.passAfterPut = afterPut.s;
+        out.passAfterPutReads = afterPut.reads;
         o.log(`    one owner at ${o.owners}: ${one.ops} ops, ${one.reads} reads; its removal ${one.removeOps} ops, ${one.removeReads} reads; ` +
-          `pass when only the generation moved: p50 ${(out.pass.median / 1000).toFixed(2)} ms`);
+          `pass when only the generation moved: p50 ${(out.pass.median / 1000).toFixed(2)} ms (${out.passReads} reads in ${o.passes}), ` +
+          `right after a registration p50 ${(afterPut.s.median / 1000).toFixed(2)} ms (${afterPut.reads} reads in ${o.passes})`);
       } finally {
         sock.close();
         await keeper.stop();

@@ -254,7 +254,6 @@ function buildConfig(raw: unknown, file: string, pos: PositionOf, options: LoadO
         : undefined;
       const rules: ChainConfig['rules'] = [];
       c.rules.forEach((ruleText, ri) => {
-        const rpath = [...path, 'rules', ri];
         let compiled: CompiledRule;
         try {
           compiled = compileRule(ruleText, {
@@ -263,8 +262,8 @@ function buildConfig(raw: unknown, file: string, pos: PositionOf, options: LoadO
         } catch (e) {
           if (e instanceof RuleSyntaxError) {
             // After a substitution the column is one in the substituted text: show that text.
-            const original = env.originalAt(rpath);
-            const p = pos(rpath, original === undefined ? e.column : undefined);
+            const original = env.originalAt(rulePath(path, ri));
+            const p = pos(rulePath(path, ri), original === undefined ? e.column : undefined);
             const after = original === undefined ? '' : ` (after substitution: ${JSON.stringify(ruleText)})`;
             fail(p, `rule ${ri + 1} of chain ${c.name}: ${e.message}${after}`);
             return;
@@ -273,7 +272,7 @@ function buildConfig(raw: unknown, file: string, pos: PositionOf, options: LoadO
         }
         setId += compiled.sets.length;
         const problem = checkRulePlacement(compiled, base?.hook, base?.type, chainNames);
-        if (problem) fail(pos(rpath), `rule ${ri + 1} of chain ${c.name}: ${problem}`);
+        if (problem) fail(pos(rulePath(path, ri)), `rule ${ri + 1} of chain ${c.name}: ${problem}`);
         rules.push({ text: ruleText, compiled });
       });
       return { name: c.name, base, rules, ...(c.comment !== undefined ? { userdata: commentUserdata(c.comment) } : {}) };
@@ -310,6 +309,11 @@ function buildConfig(raw: unknown, file: string, pos: PositionOf, options: LoadO
   }
   if (errors.length > 0) throw errorsOf(errors);
   return { file, env: { files: env.files, used: [...env.used].sort() }, tables, gc: parsed.data.gc, owners };
+}
+
+/** The path of rule `ri` of the chain at `chain` (made for an error only: 60,000 rules compile without one). */
+function rulePath(chain: (string | number)[], ri: number): (string | number)[] {
+  return [...chain, 'rules', ri];
 }
 
 type RawTableParsed = z.infer<typeof TABLE>;

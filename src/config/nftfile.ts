@@ -65,36 +65,60 @@ interface Tok {
   end: number;
 }
 
-/** A run of word characters (the scanner's hot loop at 100,000 set elements). */
-const WORD = /[^ \t\r\n{};"#\\]+/y;
+/*
+ * The scanner's tokens are kept as numbers in typed arrays (kind, start, end),
+ * not as objects: kube-proxy's file at 10,000 services is 1.3 million tokens,
+ * and objects for them, alive until the whole file was read, were a third of
+ * the reading time in the garbage collector. The reader makes a Tok when it
+ * looks at one (most tokens are inside rule texts, which it only skips over).
+ */
+const K_WORD = 0, K_STRING = 1, K_OPEN = 2, K_CLOSE = 3, K_SEMI = 4, K_NL = 5, K_END = 6, K_ELEMS = 7;
+const KINDS: readonly TokKind[] = ['word', 'string', '{', '}', ';', 'nl', 'end', 'elems'];
+
+/** Characters that end a word: space, tab, CR, LF, { } ; " # and backslash (which a word may still hold, see scan). */
+const WORD_STOP = new Uint8Array(128);
+for (const c of ' \t\r\n{};"#\\') WORD_STOP[c.charCodeAt(0)] = 1;
 
 const FAMILIES = new Set(['ip', 'ip6', 'inet', 'arp', 'bridge', 'netdev']);
 
 class Reader {
-  private readonly toks: Tok[] = [];
+  private kinds = new Uint8Array(1024);
+  private starts = new Int32Array(1024);
+  private ends = new Int32Array(1024);
+  private n = 0;
   private i = 0;
-  /** Line start offsets, for offset → line:col. */
-  private readonly lineStarts: number[] = [0];
+  /** The last few Toks made, by token index (peek is called several times per token). */
+  private readonly made: (Tok | undefined)[] = [undefined, undefined, undefined, undefined];
+  /** Line start offsets, for offset → line:col; found when a position is first asked for. */
+  private lineStarts: number[] | undefined;
   readonly raw: RawDocument = { tables: [] };
-  readonly positions = new Map<string, number>();
-  /** Rule text offset 0 → source offset, by rule path. */
-  readonly ruleStarts = new Map<string, number>();
+  /** Where nodes were written, by path joined with '.': all but chains and rules. */
+  private readonly positions = new Map<string, number>();
+  /** Rule text offset 0 → source offset, by path joined with '.', for what is not a rule (a set's type). */
+  private readonly ruleStarts = new Map<string, number>();
+  /**
+   * Where each chain (and its name) was written, by table and chain index, and where each rule
+   * starts, by table, chain and rule index: 30,000 chains and 60,000 rules as map entries
+   * under joined paths cost more than reading them.
+   */
+  private readonly chainAt: number[][] = [];
+  private readonly ruleAt: number[][][] = [];
   /** Where each element text of a set starts, by the set's path (a map entry per element costs too much at 100,000). */
   readonly elementStarts = new Map<string, number[]>();
 
   constructor(private readonly src: string, private readonly file: string) {
-    for (let k = 0; k < src.length; k++) if (src.charCodeAt(k) === 10) this.lineStarts.push(k + 1);
     this.scan();
   }
 
   pos(offset: number): Position {
+    const ls = this.lineStarts ??= lineStartsOf(this.src);
     let lo = 0;
-    let hi = this.lineStarts.length - 1;
+    let hi = ls.length - 1;
     while (lo < hi) {
       const mid = (lo + hi + 1) >> 1;
-      if (this.lineStarts[mid]! <= offset) lo = mid; else hi = mid - 1;
+      if (ls[mid]! <= offset) lo = mid; else hi = mid - 1;
     }
-    return { line: lo + 1, col: offset - this.lineStarts[lo]! + 1 };
+    return { line: lo + 1, col: offset - ls[lo]! + 1 };
   }
 
   fail(offset: number, reason: string): never {
@@ -102,56 +126,99 @@ class Reader {
     throw new ConfigError(this.file, p.line, p.col, reason);
   }
 
+  private push(kind: number, start: number, end: number): void {
+    if (this.n === this.kinds.length) {
+      const grow = <T extends Uint8Array | Int32Array>(a: T, b: T): T => { b.set(a); return b; };
+      const size = this.n * 2;
+      this.kinds = grow(this.kinds, new Uint8Array(size));
+      this.starts = grow(this.starts, new Int32Array(size));
+      this.ends = grow(this.ends, new Int32Array(size));
+    }
+    this.kinds[this.n] = kind;
+    this.starts[this.n] = start;
+    this.ends[this.n] = end;
+    this.n++;
+  }
+
   private scan(): void {
     const s = this.src;
+    const len = s.length;
     let k = 0;
-    while (k < s.length) {
-      const c = s[k]!;
-      if (c === ' ' || c === '\t' || c === '\r') { k++; continue; }
-      if (c === '\\' && s[k + 1] === '\n') { k += 2; continue; }  // line continuation
-      if (c === '#') { while (k < s.length && s[k] !== '\n') k++; continue; }
-      if (c === '\n') { this.toks.push({ kind: 'nl', text: '\n', start: k, end: k + 1 }); k++; continue; }
-      if (c === '{' && this.opensElements()) {
+    while (k < len) {
+      const c = s.charCodeAt(k);
+      if (c === 32 || c === 9 || c === 13) { k++; continue; }
+      if (c === 92 && s.charCodeAt(k + 1) === 10) { k += 2; continue; }  // line continuation
+      if (c === 35) { const nl = s.indexOf('\n', k); k = nl < 0 ? len : nl; continue; }  // # comment
+      if (c === 10) { this.push(K_NL, k, k + 1); k++; continue; }
+      if (c === 123 && this.opensElements()) {
         const end = this.closingBrace(k);
-        this.toks.push({ kind: 'elems', text: '', start: k, end: end + 1 });
+        this.push(K_ELEMS, k, end + 1);
         k = end + 1;
         continue;
       }
-      if (c === '{' || c === '}' || c === ';') {
-        this.toks.push({ kind: c, text: c, start: k, end: k + 1 });
+      if (c === 123 || c === 125 || c === 59) {
+        this.push(c === 123 ? K_OPEN : c === 125 ? K_CLOSE : K_SEMI, k, k + 1);
         k++;
         continue;
       }
-      if (c === '"') {
+      if (c === 34) {
         const j = s.indexOf('"', k + 1);
         const nl = s.indexOf('\n', k + 1);
         if (j < 0 || (nl >= 0 && nl < j)) this.fail(k, 'unterminated string');
-        this.toks.push({ kind: 'string', text: s.slice(k + 1, j), start: k, end: j + 1 });
+        this.push(K_STRING, k, j + 1);
         k = j + 1;
         continue;
       }
       let j = k;
       for (;;) {
-        WORD.lastIndex = j;
-        if (WORD.test(s)) j = WORD.lastIndex;
+        for (let d = s.charCodeAt(j); j < len && (d >= 128 || WORD_STOP[d] === 0); d = s.charCodeAt(++j));
         // A backslash is part of a word unless it continues the line.
-        if (s[j] === '\\' && s[j + 1] !== '\n') { j++; continue; }
+        if (s.charCodeAt(j) === 92 && s.charCodeAt(j + 1) !== 10) { j++; continue; }
         break;
       }
-      this.toks.push({ kind: 'word', text: s.slice(k, j), start: k, end: j });
+      this.push(K_WORD, k, j);
       k = j;
     }
-    this.toks.push({ kind: 'end', text: '', start: s.length, end: s.length });
+    this.push(K_END, len, len);
+  }
+
+  /** The text of token `x`: a word as written, a string between its quotes. */
+  private textOf(x: number): string {
+    switch (this.kinds[x]) {
+      case K_WORD: return this.src.slice(this.starts[x], this.ends[x]);
+      case K_STRING: return this.src.slice(this.starts[x]! + 1, this.ends[x]! - 1);
+      case K_OPEN: return '{';
+      case K_CLOSE: return '}';
+      case K_SEMI: return ';';
+      case K_NL: return '\n';
+      default: return '';
+    }
+  }
+
+  /** Whether token `x`'s text is `text` (without making it). */
+  private textIs(x: number, text: string): boolean {
+    const k = this.kinds[x];
+    if (k === K_WORD) return this.ends[x]! - this.starts[x]! === text.length && this.src.startsWith(text, this.starts[x]);
+    if (k === K_STRING) return this.ends[x]! - this.starts[x]! - 2 === text.length && this.src.startsWith(text, this.starts[x]! + 1);
+    return this.textOf(x) === text;
+  }
+
+  private tok(x: number): Tok {
+    const m = this.made[x & 3];
+    if (m !== undefined && m.start === this.starts[x] && m.kind === KINDS[this.kinds[x]!]) return m;
+    const t: Tok = { kind: KINDS[this.kinds[x]!]!, text: this.textOf(x), start: this.starts[x]!, end: this.ends[x]! };
+    this.made[x & 3] = t;
+    return t;
   }
 
   /** Whether a `{` here opens elements: after `elements =`, or in an `add element …` command. */
   private opensElements(): boolean {
-    const t = this.toks;
-    const n = t.length;
-    if (n >= 2 && t[n - 1]!.text === '=' && t[n - 2]!.text === 'elements' && t[n - 2]!.kind === 'word') return true;
+    const n = this.n;
+    const kinds = this.kinds;
+    if (n >= 2 && this.textIs(n - 1, '=') && this.textIs(n - 2, 'elements') && kinds[n - 2] === K_WORD) return true;
     let i = n - 1;
-    while (i >= 0 && (t[i]!.kind === 'word' || t[i]!.kind === 'string')) i--;
-    return n - i > 2 && (t[i + 1]!.text === 'add' || t[i + 1]!.text === 'create') && t[i + 2]!.text === 'element';
+    while (i >= 0 && (kinds[i] === K_WORD || kinds[i] === K_STRING)) i--;
+    return n - i > 2 && (this.textIs(i + 1, 'add') || this.textIs(i + 1, 'create')) && this.textIs(i + 2, 'element');
   }
 
   /** The `}` that closes the `{` at `k`, past strings and comments. */
@@ -159,18 +226,18 @@ class Reader {
     const s = this.src;
     let depth = 0;
     for (let j = k; j < s.length; j++) {
-      const c = s[j];
-      if (c === '"') {
+      const c = s.charCodeAt(j);
+      if (c === 34) { // "
         const q = s.indexOf('"', j + 1);
         const nl = s.indexOf('\n', j + 1);
         if (q < 0 || (nl >= 0 && nl < q)) this.fail(j, 'unterminated string');
         j = q;
-      } else if (c === '#') {
+      } else if (c === 35) { // #
         const nl = s.indexOf('\n', j);
         j = nl < 0 ? s.length : nl;
-      } else if (c === '{') {
+      } else if (c === 123) {
         depth++;
-      } else if (c === '}' && --depth === 0) {
+      } else if (c === 125 && --depth === 0) {
         return j;
       }
     }
@@ -178,17 +245,21 @@ class Reader {
   }
 
   private peek(ahead = 0): Tok {
-    return this.toks[Math.min(this.i + ahead, this.toks.length - 1)]!;
+    return this.tok(Math.min(this.i + ahead, this.n - 1));
+  }
+
+  private kindAt(): number {
+    return this.kinds[Math.min(this.i, this.n - 1)]!;
   }
 
   private next(): Tok {
     const t = this.peek();
-    if (this.i < this.toks.length - 1) this.i++;
+    if (this.i < this.n - 1) this.i++;
     return t;
   }
 
   private skipSeparators(): void {
-    while (this.peek().kind === 'nl' || this.peek().kind === ';') this.i++;
+    for (let k = this.kindAt(); k === K_NL || k === K_SEMI; k = this.kindAt()) this.i++;
   }
 
   private word(what: string): Tok {
@@ -324,7 +395,11 @@ class Reader {
   }
 
   private findTable(family: string, name: string, at: number, create: boolean): number {
-    let ti = this.raw.tables.findIndex((x) => x.family === family && x.name === name);
+    const tables = this.raw.tables;
+    let ti = -1;
+    for (let k = 0; k < tables.length; k++) {
+      if (tables[k]!.family === family && tables[k]!.name === name) { ti = k; break; }
+    }
     if (ti < 0) {
       if (!create) this.fail(at, `table ${family} ${name} is not declared before its use; add it first ('add table ${family} ${name}')`);
       ti = this.raw.tables.push({ family, name, sets: [], maps: [], chains: [] }) - 1;
@@ -584,8 +659,16 @@ class Reader {
   private readonly chainIndexes = new Map<number, Map<string, number>>();
 
   private findChain(ti: number, name: string): number {
-    return this.chainIndexes.get(ti)?.get(name) ?? -1;
+    // kube-proxy writes a chain's rules right after the chain: the same name as last time is
+    // compared, not hashed again (every name is a new string from the source)
+    const last = this.lastChain;
+    if (last.ti === ti && last.name === name) return last.ci;
+    const ci = this.chainIndexes.get(ti)?.get(name) ?? -1;
+    if (ci >= 0) { last.ti = ti; last.name = name; last.ci = ci; }
+    return ci;
   }
+
+  private readonly lastChain = { ti: -1, name: '', ci: -1 };
 
   private chainIndex(ti: number, name: Tok): number {
     const table = this.raw.tables[ti]!;
@@ -594,8 +677,9 @@ class Reader {
       ci = table.chains.push({ name: name.text, rules: [] }) - 1;
       if (!this.chainIndexes.has(ti)) this.chainIndexes.set(ti, new Map());
       this.chainIndexes.get(ti)!.set(name.text, ci);
-      this.mark(['tables', ti, 'chains', ci], name.start);
-      this.mark(['tables', ti, 'chains', ci, 'name'], name.start);
+      // the chain and its name: ['tables', ti, 'chains', ci] and [… 'name']
+      (this.chainAt[ti] ??= [])[ci] = name.start;
+      (this.ruleAt[ti] ??= [])[ci] = [];
     }
     return ci;
   }
@@ -700,46 +784,80 @@ class Reader {
    * is an offset in the file.
    */
   private rule(ti: number, ci: number, insert = false): void {
-    const first = this.peek();
+    // By token index: the tokens of a rule are only skipped over here (its text is the source).
+    const last0 = this.n - 1;
+    const firstIdx = Math.min(this.i, last0);
+    const kinds = this.kinds;
     let depth = 0;
-    let last = first;
+    let lastIdx = firstIdx;
     for (;;) {
-      const t = this.peek();
-      if (t.kind === 'end') {
-        if (depth > 0) this.fail(first.start, "the rule's '{' is never closed");
+      const k = kinds[Math.min(this.i, last0)]!;
+      if (k === K_END) {
+        if (depth > 0) this.fail(this.starts[firstIdx]!, "the rule's '{' is never closed");
         break;
       }
-      if (depth === 0 && (t.kind === 'nl' || t.kind === ';' || t.kind === '}')) break;
-      if (t.kind === '{') depth++;
-      if (t.kind === '}') depth--;
-      last = this.next();
+      if (depth === 0 && (k === K_NL || k === K_SEMI || k === K_CLOSE)) break;
+      if (k === K_OPEN) depth++;
+      if (k === K_CLOSE) depth--;
+      lastIdx = this.i;
+      this.i++;  // not the end token, so not the last
     }
-    if (last === first && first.kind !== 'word' && first.kind !== 'string') {
-      this.fail(first.start, `expected a rule, found ${describe(first)}`);
+    const firstKind = kinds[firstIdx]!;
+    if (lastIdx === firstIdx && firstKind !== K_WORD && firstKind !== K_STRING) {
+      this.fail(this.starts[firstIdx]!, `expected a rule, found ${describe(this.tok(firstIdx))}`);
     }
-    const text = blank(this.src.slice(first.start, last.end));
+    const start = this.starts[firstIdx]!;
+    const text = blank(this.src.slice(start, this.ends[lastIdx]));
     const chain = this.raw.tables[ti]!.chains[ci]!;
-    const path = ['tables', ti, 'chains', ci, 'rules'];
+    const at = this.ruleAt[ti]![ci]!;
+    // (After a `flush chain` the array keeps the flushed rules' positions past the end, as a map would.)
     if (insert) {
-      // Shift the recorded positions of the rules after it.
-      for (let r = chain.rules.length - 1; r >= 0; r--) {
-        const k = [...path, r].join('.');
-        this.positions.set([...path, r + 1].join('.'), this.positions.get(k)!);
-        this.ruleStarts.set([...path, r + 1].join('.'), this.ruleStarts.get(k)!);
-      }
+      // The recorded positions of the rules after it move with them.
+      for (let r = chain.rules.length - 1; r >= 0; r--) at[r + 1] = at[r]!;
       chain.rules.unshift(text);
+      at[0] = start;
     } else {
+      at[chain.rules.length] = start;
       chain.rules.push(text);
     }
-    const ri = insert ? 0 : chain.rules.length - 1;
-    this.mark([...path, ri], first.start);
-    this.ruleStarts.set([...path, ri].join('.'), first.start);
     this.endStatement();
+  }
+
+  /**
+   * Where the node at path[0..n) was written, if it was recorded: chains and rules from their
+   * arrays, the rest from the map.
+   */
+  recorded(path: readonly (string | number)[], n: number): number | undefined {
+    if (n >= 4 && n <= 6 && path[0] === 'tables' && path[2] === 'chains') {
+      const chain = this.chainAt[path[1] as number]?.[path[3] as number];
+      if (n === 4 || (n === 5 && path[4] === 'name')) return chain;
+      if (n === 6 && path[4] === 'rules') return this.ruleAt[path[1] as number]?.[path[3] as number]?.[path[5] as number];
+    }
+    return this.positions.get(path.slice(0, n).join('.'));
+  }
+
+  /** Where offset 0 of a rule's (or a set type's) text is in the source. */
+  textStart(path: readonly (string | number)[]): number | undefined {
+    if (path.length === 6 && path[0] === 'tables' && path[2] === 'chains' && path[4] === 'rules') {
+      return this.ruleAt[path[1] as number]?.[path[3] as number]?.[path[5] as number];
+    }
+    return this.ruleStarts.get(path.join('.'));
   }
 }
 
+/** Offsets where lines start. */
+function lineStartsOf(src: string): number[] {
+  const out = [0];
+  for (let k = src.indexOf('\n'); k >= 0; k = src.indexOf('\n', k + 1)) out.push(k + 1);
+  return out;
+}
+
+const HAS_BLANKED = /[\r\n#\\]/;
+
 /** Newlines, line continuations and comments become spaces, keeping every offset. */
 function blank(text: string): string {
+  // (most rules have none of them: the regex would find nothing)
+  if (!HAS_BLANKED.test(text)) return text.trimEnd();
   return text.replace(/"[^"\n]*"|#[^\n]*|\\\n|[\r\n]/g, (m) => (m[0] === '"' ? m : ' '.repeat(m.length))).trimEnd();
 }
 
@@ -764,17 +882,16 @@ export function readNftFile(text: string, file = '<config>'): NftDocument {
   return {
     raw,
     positionOf(path, innerColumn) {
-      const key = path.join('.');
       if (path.length >= 2 && path[path.length - 2] === 'elements') {
         const starts = r.elementStarts.get(path.slice(0, -2).join('.'));
         const at = starts?.[path[path.length - 1] as number];
         if (at !== undefined) return r.pos(at + (innerColumn ?? 1) - 1);
       }
-      const ruleStart = r.ruleStarts.get(key);
+      const ruleStart = r.textStart(path);
       if (ruleStart !== undefined && innerColumn !== undefined) return r.pos(ruleStart + innerColumn - 1);
       // The deepest recorded node on the path.
       for (let n = path.length; n > 0; n--) {
-        const at = r.positions.get(path.slice(0, n).join('.'));
+        const at = r.recorded(path, n);
         if (at !== undefined) return r.pos(at);
       }
       return { line: 1, col: 1 };

@@ -23,6 +23,7 @@ import { compactRules } from './compact.js';
 import { MIRROR_MAX_ELEMENTS, MIRROR_MAX_OPS, Mirror } from './mirror.js';
 import { DRIFT_KINDS, TableOwnedError, protectionOf, type Drift, type Protection } from './reconcile.js';
 import { Reconciler, type Look } from './reconciler.js';
+import { OwnedTouches } from './known.js';
 import { mergeOwners, type Owner } from '../owners/index.js';
 
 export type Cause = 'startup' | 'event' | 'tick' | 'overflow' | 'reload' | 'owners' | 'manual';
@@ -152,6 +153,8 @@ export class Keeper extends EventEmitter {
   private trustedSince?: number;
   /** The owned chains as the events say the kernel holds them (undefined: events or the option off). */
   private mirror?: Mirror;
+  /** Which commits touched the owned tables: lets a pass keep the known state when only the generation moved. */
+  private readonly touches = new OwnedTouches();
   /** The next pass reads the tables even if the generation says nothing moved: the trusted commit's read-back. */
   private readBackDue = false;
 
@@ -194,6 +197,7 @@ export class Keeper extends EventEmitter {
     this.reconciler = new Reconciler(this.sock, { attempts: this.maxRetries, metrics: this.metrics, log: this.log, armTimed: true });
     this.reconciler.retired = this.retiredEarly;
     if (this.useEvents) {
+      this.touches.setOwned(this.ownedTables());
       const useMirror = this.options.mirror ?? true;
       this.monitor = this.host.watch({
         tables: this.ownedTables(),
@@ -298,6 +302,7 @@ export class Keeper extends EventEmitter {
     compactRules(this.desired);
     this.metrics.owners.set(owners.length);
     this.monitor?.setFilter(this.ownedTables(), this.sock ? [this.sock.portId] : []);
+    this.touches.setOwned(this.ownedTables());
     // A change of set and map elements only keeps the mirror: the next pass commits just those element ops.
     if (this.mirror && !this.mirror.retarget(this.desired)) this.mirror.invalidate('the desired state changed');
     this.lastVerified = undefined;
@@ -369,6 +374,7 @@ export class Keeper extends EventEmitter {
       this.options.trace('received', b.receivedNs);
       this.options.trace('event');
     }
+    this.touches.note(b);
     if (this.mirror) {
       const wasValid = this.mirror.valid;
       this.mirror.apply(b, this.sock!.portId);
@@ -479,6 +485,7 @@ export class Keeper extends EventEmitter {
     try {
       r = await this.reconciler!.once({
         useKnown,
+        untouchedSince: this.mirror ? (from, to) => this.untouchedSince(from, to) : undefined,
         learn: true,
         tables: desired,
         ownerIds: this.config.owners ? new Set(this.owners.map((o) => o.id)) : undefined,
@@ -572,7 +579,7 @@ export class Keeper extends EventEmitter {
       this.monitor?.anchor?.(look.generation, mirror.overflows);
       this.emit('mirror', this.mirrorState());
       // The safety net's read-back: the mirror it replaces should have said the same.
-      const now = mirrorView(mirror, this.desired);
+      const now = before && mirrorView(mirror, this.desired);
       if (before && JSON.stringify(before) !== JSON.stringify(now)) {
         this.log.warn({ generation: look.generation }, 'the event mirror differed from the kernel read back; reseeded from the read');
         this.emit('mirror-diverged');
@@ -675,6 +682,21 @@ export class Keeper extends EventEmitter {
       trace?.('reported');
       return { status: 'repaired', drift: plan.drift, ops, attempts: 1, generation: generation + 1 };
     }
+  }
+
+  /**
+   * Whether the events prove that no commit after generation `from` up to `to` touched an owned
+   * table. Needs the monitor's anchored run (started with the mirror), and waits for its thread as
+   * mirrorPass does.
+   */
+  private async untouchedSince(from: number, to: number): Promise<boolean> {
+    const monitor = this.monitor;
+    if (!monitor?.progress) return false;
+    const waitUntil = performance.now() + MIRROR_WAIT_MS;
+    while (this.touches.lagging(to, monitor.progress()) && performance.now() < waitUntil && !this.stopped) {
+      await new Promise((r) => setImmediate(r));
+    }
+    return this.touches.untouched(from, to, monitor.progress());
   }
 
   /** The mirror could not plan this pass: the full pass will (said once per pass, for logs and the bench). */

@@ -20,7 +20,9 @@ import type { ChainConfig, TableConfig } from '../config/config.js';
 import type { Batch } from '../netlink/batch.js';
 import type { CommitResult } from '../netlink/conn.js';
 import type { NftConn } from '../netlink/conn.js';
-import type { ObservedTable, Rule } from '../netlink/objects.js';
+import type { Family } from '../netlink/expr.js';
+import type { MonitorBatch, MonitorProgress } from '../netlink/monitor.js';
+import type { Chain, ChainDigests, ObservedTable, Rule } from '../netlink/objects.js';
 import { desiredKey, hasKey, withKey } from './reconcile.js';
 
 const tableKey = (t: { family: string; name: string }) => `${t.family} ${t.name}`;
@@ -47,14 +49,10 @@ export class KnownState {
       const kt = this.table(t);
       const known = kt?.observed.table;
       if (!kt || !known) return false;
-      // One digest dump per chain: in a table of many chains (owners) the kernel's table-wide rule
-      // dump costs several times the sum of per-chain ones (it walks the table's chains again for
-      // every message buffer it fills; measured 2-3x at 1,000 chains), and these are answered inline.
-      const names = [...kt.observed.chains.keys()];
-      const perChain = names.length > CHAIN_DUMPS_FROM;
-      const [table, dump] = await Promise.all([conn.getTable(t.family, t.name), perChain
-        ? Promise.all(names.map((chain) => conn.listRuleDigests!({ family: t.family, table: t.name, chain }))).then((l) => l.flat())
-        : conn.listRuleDigests({ family: t.family, table: t.name })]);
+      // One digest dump per table (filtered by the kernel to it), never a round trip per chain: at
+      // 1,000 owner chains the table's dump costs what the 1,000 chain dumps together cost (about
+      // 5 µs a rule either way here), without a thousand requests and promises.
+      const [table, dump] = await Promise.all([conn.getTable(t.family, t.name), conn.listRuleDigests({ family: t.family, table: t.name })]);
       // The table's use counts its chains, sets and stateful objects: only the known chains may be there.
       if (!table || table.flags !== known.flags || table.owner !== known.owner || table.use !== kt.observed.chains.size) return false;
       let withRules = 0;
@@ -69,9 +67,16 @@ export class KnownState {
       }
       const chains = [...kt.observed.chains.values()];
       if (withRules !== chains.filter((c) => (kt.observed.rules.get(c.name)?.length ?? 0) > 0).length) return false;
-      // Rules say nothing of a chain's hook, or of an empty chain's existence: those few are read one by one.
+      // Rules say nothing of a chain's hook, or of an empty chain's existence: a few are read one by
+      // one (a GETCHAIN is answered inline), many with one chain list.
       const look = chains.filter((c) => c.hook !== undefined || (kt.observed.rules.get(c.name)?.length ?? 0) === 0);
-      const now = await Promise.all(look.map((c) => conn.getChain(t.family, t.name, c.name)));
+      let now: (Chain | undefined)[];
+      if (look.length <= CHAIN_GETS_UP_TO) {
+        now = await Promise.all(look.map((c) => conn.getChain(t.family, t.name, c.name)));
+      } else {
+        const listed = new Map((await conn.listChains({ family: t.family, table: t.name })).map((c) => [c.name, c]));
+        now = look.map((c) => listed.get(c.name));
+      }
       for (const [i, c] of look.entries()) {
         const n = now[i];
         if (!n || n.hook !== c.hook || n.type !== c.type || n.priority !== c.priority || (n.policy ?? 'accept') !== (c.policy ?? 'accept')) return false;
@@ -108,10 +113,15 @@ export class KnownState {
    * After `batch`, planned from `observed` for `tables`, was committed as the only commit since
    * (the generation moved from the planned-from one to `generation`): the kernel holds `tables`
    * exactly. `echoed` gives the new rules' handles; without every one of them, undefined.
+   * `previous`: the known state the look came from (its maps are then updated in place, so a
+   * registration costs its own chains, not a pass over every owner's). `read`: for a batch too big
+   * to echo, the handles and digests of the chains it added rules to, read at `generation` (by
+   * table, then chain; see rulesAddedTo).
    */
   static afterSoleCommit(generation: number, tables: readonly TableConfig[], observed: readonly ObservedTable[],
-    batch: Batch, echoed: CommitResult | undefined): KnownState | undefined {
-    if (!echoed) return undefined;
+    batch: Batch, echoed: CommitResult | undefined, previous?: KnownState,
+    read?: ReadonlyMap<string, ReadonlyMap<string, ChainDigests>>): KnownState | undefined {
+    if (!echoed && !read) return undefined;
     // Handles by chain, starting from what the plan saw.
     const handles = new Map<string, Map<string, number[]>>();
     const chainsOf = (family: string, table: string) => {
@@ -133,6 +143,7 @@ export class KnownState {
       return l;
     };
     const byId = new Map<number, number>();
+    const gone = new Set<number>();  // rule handles the batch deleted
     for (const [index, op] of batch.ops.entries()) {
       if (op.object === 'table' || op.object === 'set' || op.object === 'element') return undefined;
       if (op.object === 'chain') {
@@ -149,15 +160,20 @@ export class KnownState {
         }
         continue;
       }
+      if (read?.get(`${op.family} ${op.table}`)?.has(op.chain)) {
+        if (op.verb === 'delete') gone.add(op.handle!);
+        continue;  // its rules as read after the commit, below
+      }
       const l = list(op.family, op.table, op.chain);
       if (!l || l === DELETED) return undefined;
       if (op.verb === 'delete') {
         const at = l.indexOf(op.handle!);
         if (at < 0) return undefined;
         l.splice(at, 1);
+        gone.add(op.handle!);
         continue;
       }
-      const handle = echoed.handles.get(index);
+      const handle = echoed?.handles.get(index);
       if (handle === undefined) return undefined;
       if (op.id !== undefined) byId.set(op.id, handle);
       if (op.verb === 'replace') {
@@ -176,48 +192,100 @@ export class KnownState {
       if (at < 0) return undefined;
       l.splice(op.verb === 'add' ? at + 1 : at, 0, handle);
     }
+    for (const [tk, chains] of read ?? []) {
+      const [family, table] = [tk.slice(0, tk.indexOf(' ')), tk.slice(tk.indexOf(' ') + 1)];
+      for (const [chain, d] of chains) chainsOf(family, table).set(chain, d.handles.slice());
+    }
     const out = new Map<string, KnownTable>();
     for (const [i, t] of tables.entries()) {
       const o = observed[i];
       if (!o?.table || o.sets.size > 0) return undefined;
       const m = chainsOf(t.family, t.name);
+      const readHere = read?.get(tableKey(t));
       // The look's maps are this pass's own (a dump, or the known state the commit just retired):
       // changed in place, so a registration touches its own chains, not every owner's.
-      const verified = new Map<string, ChainConfig>();
-      const want = new Set<string>();
+      const kt = previous?.table(t);
+      const reuse = kt?.observed === o;
+      const verified = reuse ? kt!.verified : new Map<string, ChainConfig>();
       for (const c of t.chains) {
-        want.add(c.name);
-        verified.set(c.name, c);
         const l = m.get(c.name);
         if (l === undefined) {
+          if (reuse && verified.get(c.name) === c) continue;  // untouched, and known to hold c
+          verified.set(c.name, c);
           const have = o.rules.get(c.name);
           if (!have || have.length !== c.rules.length) return undefined;
-          if (have.length === 0 || hasKey(have[0]!)) continue;  // compact already: from a known state
-          // Decoded rules (the plan read this chain) give way to compact ones.
           if (have.some((r) => r.handle === undefined)) return undefined;
-          o.rules.set(c.name, c.rules.map((r, j) => compactRule(t, c, r, have[j]!.handle!, have[j]!.digest)));
+          // Decoded rules (the plan read this chain), or compact ones of an earlier definition, give way to c's.
+          if (have.length > 0 && (!hasKey(have[0]!) || have.some((r, j) => r.exprs !== c.rules[j]!.compiled.exprs))) {
+            o.rules.set(c.name, c.rules.map((r, j) => compactRule(t, c, r, have[j]!.handle!, have[j]!.digest)));
+          }
           continue;
         }
+        verified.set(c.name, c);
         if (l === DELETED || l.length !== c.rules.length) return undefined;
-        o.chains.set(c.name, { family: t.family, table: t.name, name: c.name, ...(c.base ?? {}) });
-        // Rules that stayed keep their compact objects (the dispatch chain holds one per owner).
-        const before = new Map<number, Rule>();
-        for (const r of o.rules.get(c.name) ?? []) if (r.handle !== undefined && hasKey(r)) before.set(r.handle, r);
+        o.chains.set(c.name, { family: t.family, table: t.name, name: c.name, ...(c.base ?? {}), ...(c.userdata ? { userdata: c.userdata } : {}) });
+        // Rules that stayed keep their compact objects (the dispatch chain holds one per owner) and
+        // their order: one walk along the rules before, skipping the ones the batch deleted.
+        const prev = o.rules.get(c.name) ?? [];
+        const digests = readHere?.get(c.name)?.digests;
+        let p = 0;
         o.rules.set(c.name, c.rules.map((r, j) => {
-          const kept = before.get(l[j]!);
-          return kept && kept.exprs === r.compiled.exprs ? kept : compactRule(t, c, r, l[j]!);
+          while (p < prev.length && gone.has(prev[p]!.handle!)) p++;
+          const kept = p < prev.length && prev[p]!.handle === l[j] ? prev[p++] : undefined;
+          return kept && hasKey(kept) && kept.exprs === r.compiled.exprs ? kept : compactRule(t, c, r, l[j]!, digests?.[j]);
         }));
       }
-      // What the batch deleted (and anything else not desired, which the plan deleted) goes.
+      // What the batch deleted (and anything else not desired, which the plan deleted) goes. A
+      // desired chain deleted and added again is no longer DELETED here.
       for (const [name, l] of m) {
-        if (l === DELETED && !want.has(name)) {
+        if (l === DELETED) {
           o.chains.delete(name);
           o.rules.delete(name);
+          verified.delete(name);
         }
       }
-      if (o.chains.size !== want.size) return undefined;
+      // Every desired chain is in o.chains now: as many as desired means nothing else is.
+      if (o.chains.size !== t.chains.length) return undefined;
       out.set(tableKey(t), { observed: o, verified });
     }    return new KnownState(generation, out);
+  }
+
+  /**
+   * A look planned from this state found `tables` as desired: the chains it compared (their desired
+   * definition is another object than the one verified) hold exactly their desired rules now, in
+   * the known rules' order and handles. O(chains), and O(rules) of those chains only.
+   */
+  confirm(tables: readonly TableConfig[]): boolean {
+    for (const t of tables) {
+      const kt = this.table(t);
+      if (!kt) return false;
+      for (const c of t.chains) {
+        if (kt.verified.get(c.name) === c) continue;
+        const have = kt.observed.rules.get(c.name) ?? [];
+        if (have.length !== c.rules.length || have.some((r) => r.handle === undefined)) return false;
+        kt.observed.rules.set(c.name, c.rules.map((r, j) => compactRule(t, c, r, have[j]!.handle!, have[j]!.digest)));
+        kt.verified.set(c.name, c);
+      }
+    }
+    return true;
+  }
+
+  /**
+   * The kernel moved to `generation` without touching the known tables (proven by the events, see
+   * OwnedTouches.untouched): what is known holds there too, and nothing needs reading.
+   */
+  advance(generation: number): void {
+    this.generation = generation;
+  }
+
+  /**
+   * Whether afterSoleCommit can follow `batch` from `observed` at all: chain and rule ops only, in
+   * tables without sets (whose anonymous set names are the kernel's). Checked before reading the
+   * chains of a batch too big to echo, so that no read is spent on a batch it would give up on.
+   */
+  static canFollow(batch: Batch, observed: readonly ObservedTable[]): boolean {
+    return observed.every((o) => o.table !== undefined && o.sets.size === 0)
+      && batch.ops.every((op) => op.object === 'chain' || op.object === 'rule');
   }
 
   /** The observation of `t` as known, and the desired chains its rules were verified against. */
@@ -233,8 +301,39 @@ export class KnownState {
 
 const DELETED: number[] = [];
 
-/** From this many chains on, a table's rule digests are read chain by chain (see revalidate). */
-const CHAIN_DUMPS_FROM = 64;
+/**
+ * After a sole commit too big to echo its new rules' handles: the chains it added rules to, read
+ * at `generation` (handles and digests, nothing decoded), for afterSoleCommit. A few chains are
+ * dumped one by one, many with one dump of their table. Undefined when the kernel moved meanwhile.
+ */
+export async function readAddedChains(conn: NftConn, batch: Batch, generation: number):
+  Promise<Map<string, Map<string, ChainDigests>> | undefined> {
+  if (!conn.listRuleDigests) return undefined;
+  const want = new Map<string, { family: Family; table: string; chains: Set<string> }>();
+  for (const op of batch.ops) {
+    if (op.object !== 'rule' || op.verb === 'delete') continue;
+    const k = `${op.family} ${op.table}`;
+    let w = want.get(k);
+    if (!w) want.set(k, w = { family: op.family, table: op.table, chains: new Set() });
+    w.chains.add(op.chain);
+  }
+  const out = new Map<string, Map<string, ChainDigests>>();
+  for (const [k, w] of want) {
+    const dumps = w.chains.size <= CHAIN_DUMPS_UP_TO
+      ? (await Promise.all([...w.chains].map((chain) => conn.listRuleDigests!({ family: w.family, table: w.table, chain })))).flat()
+      : (await conn.listRuleDigests({ family: w.family, table: w.table })).filter((d) => w.chains.has(d.chain));
+    const m = new Map<string, ChainDigests>(dumps.map((d) => [d.chain, d]));
+    for (const chain of w.chains) if (!m.has(chain)) m.set(chain, { chain, handles: [], digests: [] });
+    out.set(k, m);
+  }
+  return conn.generation() === generation ? out : undefined;
+}
+
+/** Up to this many chains' rules are read one dump each after an unechoed commit; more, their table's dump. */
+const CHAIN_DUMPS_UP_TO = 32;
+
+/** Up to this many chains are fetched one GETCHAIN each; more take one chain list (as observeTable does). */
+const CHAIN_GETS_UP_TO = 8;
 
 function compactRule(t: TableConfig, c: ChainConfig, r: ChainConfig['rules'][number], handle: number, digest?: string): Rule {
   const compiled = r.compiled;
@@ -243,4 +342,48 @@ function compactRule(t: TableConfig, c: ChainConfig, r: ChainConfig['rules'][num
     ...(compiled.userdata !== undefined ? { userdata: compiled.userdata } : {}),
     ...(digest !== undefined ? { digest } : {}),
   }, desiredKey(r));
+}
+
+/**
+ * Which commits touched the owned tables, from the monitor's batches: the proof that lets a pass
+ * keep what is known when only the generation moved (a commit in another table, issue 14), with
+ * no read at all. The monitor delivers every commit that touched a watched table (and every table
+ * deletion); with its progress (the run of commits it saw whole, and how many batches it handed
+ * over) a pass can tell that no commit since the known generation touched an owned table.
+ */
+export class OwnedTouches {
+  /** Batches noted: every one the monitor delivered, to compare with MonitorProgress.delivered. */
+  noted = 0;
+  /** The last generation whose commit touched an owned table (ours included), as far as noted. */
+  lastTouch = 0;
+  private owned = new Set<string>();
+
+  /** The owned tables (the monitor's filter). */
+  setOwned(tables: readonly { family: string; name: string }[]): void {
+    this.owned = new Set(tables.map(tableKey));
+  }
+
+  note(b: MonitorBatch): void {
+    this.noted++;
+    // An overflow lost commits: the monitor's run starts again (runStart), which the proof checks.
+    if (b.overflow) return;
+    if (b.truncated || b.events.some((e) => this.owned.has(tableKey({ family: e.family, name: e.table })))) {
+      this.lastTouch = Math.max(this.lastTouch, b.generation);
+    }
+  }
+
+  /**
+   * True when no commit after `from` up to `to` (the kernel's generation now) touched an owned
+   * table: the monitor saw every commit whole from `from + 1` on, up to `to` at least, and every
+   * batch it handed over was noted, none touching an owned table after `from`.
+   */
+  untouched(from: number, to: number, p: MonitorProgress): boolean {
+    return p.delivered === this.noted && p.runStart !== 0 && p.runStart <= from + 1 && p.lastGeneration >= to
+      && this.lastTouch <= from && from <= to;
+  }
+
+  /** The monitor has not caught up with `to` yet (its thread, or the delivery to this one, trails the kernel). */
+  lagging(to: number, p: MonitorProgress): boolean {
+    return p.lastGeneration < to || p.delivered > this.noted;
+  }
 }

@@ -124,12 +124,17 @@ function compactKey(rule: { exprs: readonly Expr[]; userdata?: Hex }, resolve?: 
   return sha256(ruleKey(rule, resolve));
 }
 
-// ruleKey resolves a compiled rule's anonymous sets by their batch-local ids itself.
-const keyCache = new WeakMap<object, string>();
+// ruleKey resolves a compiled rule's anonymous sets by their batch-local ids itself. The key is kept
+// on the rule object (a hidden, non-enumerable property): a registration looks up every owner's
+// jump in the dispatch chain, and a property read costs a fraction of a WeakMap lookup.
+const KEY = Symbol('nfkeeper.ruleKey');
+type Keyed = { [KEY]?: string };
+function keep(o: object, key: string): string {
+  Object.defineProperty(o, KEY, { value: key, configurable: true, writable: true });
+  return key;
+}
 function cachedDesiredKey(rule: ChainConfig['rules'][number]): string {
-  let k = keyCache.get(rule);
-  if (k === undefined) keyCache.set(rule, k = compactKey(rule.compiled));
-  return k;
+  return (rule as Keyed)[KEY] ?? keep(rule, compactKey(rule.compiled));
 }
 
 /** A desired rule's structural key (computed once per compiled rule). */
@@ -137,16 +142,15 @@ export const desiredKey = cachedDesiredKey;
 
 // Keys of kernel rules known without decoding them (src/keeper/known.ts): the same string as the
 // desired rule's, so comparing them is a pointer compare.
-const knownKeys = new WeakMap<Rule, string>();
 
 /** `rule` with its structural key recorded; diffTable then never computes it. */
 export function withKey(rule: Rule, key: string): Rule {
-  knownKeys.set(rule, key);
+  keep(rule, key);
   return rule;
 }
 
 export function hasKey(rule: Rule): boolean {
-  return knownKeys.has(rule);
+  return (rule as Keyed)[KEY] !== undefined;
 }
 
 function baseMatches(want: ChainConfig['base'], have: Chain): boolean {
@@ -224,9 +228,14 @@ export function diffTable(want: TableConfig, have: ObservedTable, options: DiffO
   }
   const resolve: SetResolver = (n) => have.sets.get(n);
   drifts.push(...diffSets(want, have, options.armed));
+  let present = 0;  // desired chains the kernel holds: when that is all it holds, there is no extra chain
   for (const c of want.chains) {
-    if (options.verified?.get(c.name) === c) continue;
+    if (options.verified?.get(c.name) === c) {
+      present++;
+      continue;
+    }
     const chain = have.chains.get(c.name);
+    if (chain) present++;
     if (!chain) {
       drifts.push(d('chain-missing', `chain ${c.name} is missing`, c.name));
       continue;
@@ -241,9 +250,10 @@ export function diffTable(want: TableConfig, have: ObservedTable, options: DiffO
     }
     const rules = have.rules.get(c.name) ?? [];
     const keys = kernelKeys(rules, resolve);
-    const detail = compareRules(c, rules, keys, resolve);
+    const wantKeys = c.rules.map(cachedDesiredKey);
+    const detail = compareRules(c, rules, keys, wantKeys, resolve);
     if (detail) {
-      const edit = planChain(keys, rules.length, c.rules.map(cachedDesiredKey), (j) => c.rules[j]!.compiled.sets.length);
+      const edit = planChain(keys, rules.length, wantKeys, (j) => c.rules[j]!.compiled.sets.length);
       if (edit.steps.some((x) => x.op !== 'insert' && rules[x.have]!.handle === undefined)) edit.rewrite = true;
       const drift = d('rules-differ', `${detail}; ${describeEdit(edit, rules.length, c.rules.length)}`, c.name);
       // Rendering every kernel rule costs as much as the dump; only `check` wants it.
@@ -257,9 +267,11 @@ export function diffTable(want: TableConfig, have: ObservedTable, options: DiffO
       drifts.push(drift);
     }
   }
-  const wanted = new Set(want.chains.map((c) => c.name));
-  for (const name of have.chains.keys()) {
-    if (!wanted.has(name)) drifts.push(d('chain-extra', `chain ${name} is not in the config`, name));
+  if (present !== have.chains.size) {
+    const wanted = new Set(want.chains.map((c) => c.name));
+    for (const name of have.chains.keys()) {
+      if (!wanted.has(name)) drifts.push(d('chain-extra', `chain ${name} is not in the config`, name));
+    }
   }
   const wantedSets = new Set((want.sets ?? []).map((x) => x.name));
   for (const [name, { set }] of have.sets) {
@@ -326,10 +338,22 @@ function usesSet(exprs: readonly Expr[], names: ReadonlySet<string>): boolean {
 /** The edit planned for a rules-differ drift, with the kernel rules it indexes. */
 const chainEdits = new WeakMap<Drift, { edit: ChainEdit; rules: Rule[] }>();
 
+/**
+ * For a rules-differ drift patched in place: the kernel rules its edit takes out (deleted or
+ * replaced); the rest stay, as desired rules. Undefined when the chain is rewritten whole.
+ */
+export function rulesRemovedBy(drift: Drift): Rule[] | undefined {
+  const e = chainEdits.get(drift);
+  if (!e || e.edit.rewrite) return undefined;
+  const out: Rule[] = [];
+  for (const x of e.edit.steps) if (x.op !== 'insert') out.push(e.rules[x.have]!);
+  return out;
+}
+
 /** Kernel rule keys by index, each computed once and only when asked for. */
 function kernelKeys(rules: readonly Rule[], resolve: SetResolver): (i: number) => string {
   const keys: (string | undefined)[] = new Array(rules.length);
-  return (i) => keys[i] ??= knownKeys.get(rules[i]!) ?? compactKey({ exprs: rules[i]!.exprs, userdata: rules[i]!.userdata }, resolve);
+  return (i) => keys[i] ??= (rules[i] as Keyed)[KEY] ?? compactKey({ exprs: rules[i]!.exprs, userdata: rules[i]!.userdata }, resolve);
 }
 
 function describeEdit(edit: ChainEdit, have: number, want: number): string {
@@ -346,9 +370,9 @@ function describeEdit(edit: ChainEdit, have: number, want: number): string {
   return `repair: ${kept} of ${have} kernel rules stay, ${del} deleted, ${ins} inserted, ${rep} replaced (${edit.editOps} ops)`;
 }
 
-function compareRules(c: ChainConfig, rules: Rule[], haveKey: (i: number) => string, resolve: SetResolver): string | undefined {
+function compareRules(c: ChainConfig, rules: Rule[], haveKey: (i: number) => string, wantKeys: readonly string[],
+  resolve: SetResolver): string | undefined {
   // Kernel rules are keyed only up to the first difference here; the edit plan keys the rest.
-  const wantKeys = c.rules.map(cachedDesiredKey);
   for (let i = 0; i < Math.max(rules.length, wantKeys.length); i++) {
     if (i >= rules.length) return `rule ${i + 1} (${c.rules[i]!.compiled.text}) is missing`;
     const have = haveKey(i);

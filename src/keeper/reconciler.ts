@@ -17,8 +17,8 @@ import type { Family } from '../netlink/expr.js';
 import { commitGuarded } from '../netlink/guard.js';
 import type { ObservedTable } from '../netlink/objects.js';
 import { ownedGarbage, type OwnedGarbage } from '../owners/index.js';
-import { PROTECT_FLAGS, armCommitted, armTimed, diffTable, observeTable, planTable, type ArmedTimed, type Drift } from './reconcile.js';
-import { KnownState } from './known.js';
+import { PROTECT_FLAGS, armCommitted, armTimed, diffTable, observeTable, planTable, rulesRemovedBy, type ArmedTimed, type Drift } from './reconcile.js';
+import { KnownState, readAddedChains } from './known.js';
 import type { CommitResult } from '../netlink/conn.js';
 
 export interface TableRef {
@@ -68,6 +68,11 @@ export interface PassInput {
    * for the read-back that checks a trusted commit.
    */
   useKnown?: boolean;
+  /**
+   * With useKnown: whether no commit after generation `from` up to `to` touched an owned table (the
+   * events prove it, see OwnedTouches). Yes keeps the known state, with no read at all.
+   */
+  untouchedSince?: (from: number, to: number) => Promise<boolean>;
   /** Keep what a clean look or a sole commit shows as the known state for later passes (default: useKnown). */
   learn?: boolean;
 }
@@ -105,6 +110,8 @@ export interface ReconcilerOptions {
 
 /** Looks (by their observed list) that came from the known state rather than a dump. */
 const knownLooks = new WeakSet<object>();
+/** The known state each look from one (by its observed list) came from, read or not. */
+const lookedFrom = new WeakMap<object, KnownState>();
 
 export class Reconciler {
   /** Tables a reload dropped from the config: deleted by the next pass that finds them. */
@@ -170,7 +177,15 @@ export class Reconciler {
     });
     if (r.trusted && (input.learn ?? input.useKnown) && last) {
       // Our batch was the only commit since the look it was planned from: that look plus the batch.
-      this.known = KnownState.afterSoleCommit(r.generation, input.tables, last.look.observed, last.batch, last.echoed);
+      // A batch too big to echo (a group of owners registered together): the chains it added rules
+      // to are read for their handles (digests, nothing decoded), not every owner's.
+      let read;
+      if (!last.echoed && KnownState.canFollow(last.batch, last.look.observed)) {
+        read = await readAddedChains(this.conn, last.batch, r.generation).catch(() => undefined);
+        this.options.metrics?.dumps.inc();
+      }
+      this.known = last.echoed || read ? KnownState.afterSoleCommit(r.generation, input.tables, last.look.observed, last.batch, last.echoed,
+        lookedFrom.get(last.look.observed), read) : undefined;
     }
     const v = r.value;
     return { status: v.status, first: first!, found, waitMs: v.waitMs, ops: r.ops, attempts: r.attempts, generation: r.generation,
@@ -180,6 +195,13 @@ export class Reconciler {
   private async look(input: PassInput, generation: number): Promise<Look> {
     const conn = this.conn;
     let known = input.useKnown && this.known?.generation === generation && this.known.covers(input.tables) ? this.known : undefined;
+    // The generation moved, but the events show no commit touched an owned table (another table's, say): nothing to read.
+    const before = this.known;
+    if (!known && input.useKnown && before?.covers(input.tables) && input.untouchedSince
+      && await input.untouchedSince(before.generation, generation) && this.known === before) {
+      before.advance(generation);
+      known = before;
+    }
     // The generation moved (a commit elsewhere, say): confirm by digests, decoding nothing, that ours did not change.
     let read = false;
     if (!known && input.useKnown && this.known?.covers(input.tables) && await this.known.revalidate(conn, generation, input.tables)) {
@@ -190,6 +212,7 @@ export class Reconciler {
     let observed: ObservedTable[];
     if (known) {
       observed = input.tables.map((t) => known.table(t)!.observed);
+      lookedFrom.set(observed, known);
     } else {
       this.known = undefined;  // stale: let its rules go before the dump decodes new ones
       observed = await Promise.all(input.tables.map((t) => observeTable(conn, t.family, t.name, t.chains.map((c) => c.name))));
@@ -205,8 +228,14 @@ export class Reconciler {
     const flat = [...drift.flat(), ...retired.map((t): Drift => ({
       kind: 'table-retired', family: t.family, table: t.name, detail: `table ${t.family} ${t.name} is no longer in the config`,
     }))];
-    const garbage = flat.length > 0 && input.ownerIds ? ownedGarbage(input.tables, observed, input.ownerIds, drift) : undefined;
-    if (flat.length === 0 && (input.learn ?? input.useKnown)) this.known = KnownState.fromCleanLook(generation, input.tables, observed);
+    const garbage = flat.length > 0 && input.ownerIds ? ownedGarbage(input.tables, observed, input.ownerIds, drift, rulesRemovedBy) : undefined;
+    if (flat.length === 0 && (input.learn ?? input.useKnown)) {
+      // A look from the known state found it clean: only the chains compared again (their desired
+      // definition changed) are learnt anew, not every owner's rules.
+      if (known && known === this.known) {
+        if (!known.confirm(input.tables)) this.known = undefined;
+      } else this.known = KnownState.fromCleanLook(generation, input.tables, observed);
+    }
     return { generation, observed, drift, retired, flat, garbage };
   }
 

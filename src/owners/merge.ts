@@ -8,7 +8,7 @@
  * part of such a batch was owner garbage, for logs and metrics.
  */
 import type { ChainConfig, TableConfig } from '../config/config.js';
-import type { ObservedTable } from '../netlink/objects.js';
+import type { ObservedTable, Rule } from '../netlink/objects.js';
 import type { Drift } from '../keeper/reconcile.js';
 import type { OwnersConfig } from './config.js';
 import { ownerOfRule, parseOwnerChain, type Owner } from './spec.js';
@@ -49,10 +49,12 @@ export interface OwnedGarbage {
  * tagged with an id that is not registered. With `drift` (per table, from
  * diffTable), only the rules of chains that differ are read: a chain that
  * matches its desired rules holds no garbage, and reading every owner's tags
- * on every registration made it O(owners).
+ * on every registration made it O(owners). With `removedBy` (the rules a drift's
+ * in-place edit takes out, reconcile.ts rulesRemovedBy), only those are read.
  */
 export function ownedGarbage(desired: readonly TableConfig[], observed: readonly ObservedTable[],
-  registered: ReadonlySet<string>, drift?: readonly (readonly Drift[])[]): OwnedGarbage {
+  registered: ReadonlySet<string>, drift?: readonly (readonly Drift[])[],
+  removedBy?: (d: Drift) => readonly Rule[] | undefined): OwnedGarbage {
   const out: OwnedGarbage = { chains: [], rules: [] };
   observed.forEach((o, i) => {
     const differ = drift?.[i] && !drift[i]!.some((d) => d.chain === undefined)
@@ -69,9 +71,18 @@ export function ownedGarbage(desired: readonly TableConfig[], observed: readonly
         out.chains.push({ family: o.family, table: o.name, name, id: parsed.id });
       }
     }
-    for (const [chain, rules] of o.rules) {
-      if (dead.has(chain) || (differ && !differ.has(chain))) continue;
-      for (const r of rules) {
+    // A chain patched in place keeps desired rules only: what its edit takes out is all that can
+    // be garbage (a registration's dispatch chain holds every owner's jump).
+    const removed = new Map<string, readonly Rule[]>();
+    if (differ && removedBy) {
+      for (const d of drift![i]!) {
+        const r = d.kind === 'rules-differ' ? removedBy(d) : undefined;
+        if (r) removed.set(d.chain!, r);
+      }
+    }
+    for (const [chain, all] of differ ? [...differ].map((c) => [c!, o.rules.get(c!) ?? []] as const) : o.rules) {
+      if (dead.has(chain)) continue;
+      for (const r of removed.get(chain) ?? all) {
         const id = ownerOfRule(r);
         if (id !== undefined && !registered.has(id)) out.rules.push({ family: o.family, table: o.name, chain, id });
       }

@@ -37,7 +37,8 @@ interface Queued {
 export class OwnerRegistry {
   private owners = new Map<string, Owner>();
   private queue: Queued[] = [];
-  private working?: Promise<void>;
+  /** A drain loop is alive and will look at the queue again before it ends. */
+  private working = false;
   private config: Config;
   private state?: OwnersState;
   /** Groups committed; a test and the logs use it to see the grouping. */
@@ -120,73 +121,83 @@ export class OwnerRegistry {
   private enqueue(change: Change): Promise<{ existed: boolean; changed: boolean }> {
     return new Promise((resolve, reject) => {
       this.queue.push({ change, resolve, reject });
-      this.working ??= this.drain().finally(() => { this.working = undefined; });
+      if (!this.working) {
+        this.working = true;
+        void this.drain();
+      }
     });
   }
 
   private async drain(): Promise<void> {
-    // Let the requests that arrive in the same turns join this group: a group no longer waits on a
-    // dump (src/keeper/known.ts), so concurrent clients' requests, read over a few turns of the
-    // loop, would otherwise each make a group (a kernel commit) of their own.
-    for (let i = 0; i < 3; i++) await new Promise((r) => setImmediate(r));
-    while (this.queue.length > 0) {
-      const group = this.queue.splice(0);
-      const next = new Map(this.owners);
-      const results = group.map(({ change }) => {
-        if (change.kind === 'delete') {
-          const existed = next.delete(change.id);
-          return { existed, changed: existed };
-        }
-        const had = next.get(change.owner.id);
-        next.set(change.owner.id, change.owner);
-        return { existed: had !== undefined, changed: had === undefined || specKey(had.spec) !== specKey(change.owner.spec) };
-      });
-      if (!results.some((r) => r.changed)) {
-        group.forEach((q, i) => q.resolve(results[i]!));
-        continue;
-      }
-      const changes: JournalChange[] = group.map(({ change: c }) => (c.kind === 'put' ? ['put', c.owner.id, c.owner.spec] : ['delete', c.id]));
-      let state: OwnersState;
-      let durable: Promise<void>;
-      try {
-        if (!this.state) mkdirSync(dirname(this.stateFile), { recursive: true, mode: 0o700 });
-        state = this.state ??= new OwnersState(this.stateFile);
-        // Written before the kernel sees the change. A journal append's fdatasync runs while the
-        // kernel commits; nothing is answered before both are done: an answered change is on disk
-        // and in the kernel.
-        durable = state.write(changes, this.owners.values(), next.values());
-      } catch (e) {
-        this.state?.close();
-        this.state = undefined;
-        const err = new OwnerApplyError(e);
-        for (const q of group) q.reject(err);
-        continue;
-      }
-      const list = [...next.values()];
-      const [applied, synced] = await Promise.allSettled([this.apply(list), durable]);
-      if (applied.status === 'fulfilled' && synced.status === 'fulfilled') {
-        this.owners = next;
-        this.groups++;
-        if (state.due) {
-          try {
-            state.compact(list);
-          } catch {
-            // The journal still holds every change; compaction is tried again after the next group.
+    try {
+      // Let the requests that arrive in the same turns join this group: a group no longer waits on a
+      // dump (src/keeper/known.ts), so concurrent clients' requests, read over a few turns of the
+      // loop, would otherwise each make a group (a kernel commit) of their own.
+      for (let i = 0; i < 3; i++) await new Promise((r) => setImmediate(r));
+      while (this.queue.length > 0) {
+        const group = this.queue.splice(0);
+        const next = new Map(this.owners);
+        const results = group.map(({ change }) => {
+          if (change.kind === 'delete') {
+            const existed = next.delete(change.id);
+            return { existed, changed: existed };
           }
+          const had = next.get(change.owner.id);
+          next.set(change.owner.id, change.owner);
+          return { existed: had !== undefined, changed: had === undefined || specKey(had.spec) !== specKey(change.owner.spec) };
+        });
+        if (!results.some((r) => r.changed)) {
+          group.forEach((q, i) => q.resolve(results[i]!));
+          continue;
         }
-        group.forEach((q, i) => q.resolve(results[i]!));
-        continue;
+        const changes: JournalChange[] = group.map(({ change: c }) => (c.kind === 'put' ? ['put', c.owner.id, c.owner.spec] : ['delete', c.id]));
+        let state: OwnersState;
+        let durable: Promise<void>;
+        try {
+          if (!this.state) mkdirSync(dirname(this.stateFile), { recursive: true, mode: 0o700 });
+          state = this.state ??= new OwnersState(this.stateFile);
+          // Written before the kernel sees the change. A journal append's fdatasync runs while the
+          // kernel commits; nothing is answered before both are done: an answered change is on disk
+          // and in the kernel.
+          durable = state.write(changes, this.owners.values(), next.values());
+        } catch (e) {
+          this.state?.close();
+          this.state = undefined;
+          const err = new OwnerApplyError(e);
+          for (const q of group) q.reject(err);
+          continue;
+        }
+        const list = [...next.values()];
+        const [applied, synced] = await Promise.allSettled([this.apply(list), durable]);
+        if (applied.status === 'fulfilled' && synced.status === 'fulfilled') {
+          this.owners = next;
+          this.groups++;
+          if (state.due) {
+            try {
+              state.compact(list);
+            } catch {
+              // The journal still holds every change; compaction is tried again after the next group.
+            }
+          }
+          group.forEach((q, i) => q.resolve(results[i]!));
+          continue;
+        }
+        if (applied.status === 'fulfilled') {
+          // On disk it may not be: take the kernel back to the previous owners too.
+          await this.apply([...this.owners.values()]).catch(() => undefined);
+        }
+        // Undo the group on disk: the previous owners, whole (this is the rare path).
+        try {
+          state.compact(this.owners.values());
+        } catch { /* the disk refuses; the error below says why the change failed */ }
+        const err = new OwnerApplyError(applied.status === 'rejected' ? applied.reason : (synced as PromiseRejectedResult).reason);
+        for (const q of group) q.reject(err);
       }
-      if (applied.status === 'fulfilled') {
-        // On disk it may not be: take the kernel back to the previous owners too.
-        await this.apply([...this.owners.values()]).catch(() => undefined);
-      }
-      // Undo the group on disk: the previous owners, whole (this is the rare path).
-      try {
-        state.compact(this.owners.values());
-      } catch { /* the disk refuses; the error below says why the change failed */ }
-      const err = new OwnerApplyError(applied.status === 'rejected' ? applied.reason : (synced as PromiseRejectedResult).reason);
-      for (const q of group) q.reject(err);
+    } finally {
+      // In the same turn as the loop's last look at the queue (a finally here, not a .finally() on
+      // the promise): a caller answered by this drain may queue its next change before such a
+      // callback runs, and would then wait for ever (in-process callers did; HTTP ones are slower).
+      this.working = false;
     }
   }
 }

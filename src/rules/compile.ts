@@ -69,23 +69,30 @@ export function compileRule(text: string, ctx: CompileContext): CompiledRule {
   if (!ctx || !SUPPORTED_FAMILIES.has(ctx.family)) {
     throw new TypeError(`compileRule supports the ip, ip6 and inet families, not '${String(ctx?.family)}'`);
   }
-  const ast = parseRule(text, ctx.interfaces ? { ifindex: (n) => ctx.interfaces!.indexOf(n), family: ctx.family } : { family: ctx.family });
+  const ast = parseRule(text, ctx.interfaces ? { ifindex: ifindexOf(ctx.interfaces), family: ctx.family } : { family: ctx.family });
   return compileAst(text, ast, ctx);
 }
 
-function compileAst(text: string, ast: RuleAst, ctx: CompileContext): CompiledRule {
-  const fail = (at: { col: number; raw: string }, expected: string, reason: string): never => {
-    throw new RuleSyntaxError(text, at.col, at.raw, expected, reason);
-  };
-  const family = ctx.family;
-  const list = evaluate(icmpDependencies(ast, fail), family, fail);
-  mergePayloads(list, fail);
+/** The parser's ifindex for a resolver, made once per resolver (a config compiles all its rules with one). */
+const IFINDEX = new WeakMap<InterfaceResolver, (name: string) => number | undefined>();
+function ifindexOf(r: InterfaceResolver): (name: string) => number | undefined {
+  let f = IFINDEX.get(r);
+  if (f === undefined) {
+    f = (n) => r.indexOf(n);
+    IFINDEX.set(r, f);
+  }
+  return f;
+}
 
-  const exprs: Expr[] = [];
-  const sets: NftSet[] = [];
-  const base = ctx.setIdBase ?? 1;
-  const kc: KeyedContext = {
-    family, table: ctx.table, fail, load: (f) => loadExpr(f, f.len),
+/** A refusal at a place in the rule text. */
+function failIn(text: string, at: { col: number; raw: string }, expected: string, reason: string): never {
+  throw new RuleSyntaxError(text, at.col, at.raw, expected, reason);
+}
+
+/** The keyed context of a rule (sets and maps, generators, dynsets): `sets` collects its anonymous sets. */
+function keyedContext(ctx: CompileContext, fail: (at: At, e: string, r: string) => never, sets: NftSet[], base: number): KeyedContext {
+  return {
+    family: ctx.family, table: ctx.table, fail, load: (f) => loadExpr(f, f.len),
     addSet: (build) => {
       const id = base + sets.length;
       const set = build(id);
@@ -94,20 +101,35 @@ function compileAst(text: string, ast: RuleAst, ctx: CompileContext): CompiledRu
     },
     ...(ctx.sets ? { sets: ctx.sets } : {}),
   };
+}
+
+function compileAst(text: string, ast: RuleAst, ctx: CompileContext): CompiledRule {
+  // (bound, not an arrow: a closure per rule is a defineProperty per rule under tsx's keepNames)
+  const fail: (at: { col: number; raw: string }, expected: string, reason: string) => never = failIn.bind(undefined, text);
+  const family = ctx.family;
+  const list = evaluate(icmpDependencies(ast, fail), family, fail);
+  mergePayloads(list, fail);
+
+  const exprs: Expr[] = [];
+  const sets: NftSet[] = [];
+  const base = ctx.setIdBase ?? 1;
+  // Made for the first statement that needs it (most rules have none).
+  let kc0: KeyedContext | undefined;
+  let lookup0: ((f: Field, e: Elem[], neq: boolean) => Expr[]) | undefined;
   for (const s of list) {
     if (s === null) continue;
     if (s.t === 'other' && s.stmt.t === 'keyed') {
-      linearizeKeyed(s.stmt, exprs, kc);
+      linearizeKeyed(s.stmt, exprs, kc0 ??= keyedContext(ctx, fail, sets, base));
     } else if (s.t === 'other' && s.stmt.t === 'dynset') {
-      linearizeDynset(s.stmt, exprs, kc);
+      linearizeDynset(s.stmt, exprs, kc0 ??= keyedContext(ctx, fail, sets, base));
     } else if (s.t === 'other' && s.stmt.t === 'markmap') {
-      linearizeMarkMap(s.stmt, exprs, kc);
+      linearizeMarkMap(s.stmt, exprs, kc0 ??= keyedContext(ctx, fail, sets, base));
     } else if (s.t === 'other' && s.stmt.t === 'redir' && s.stmt.map) {
-      linearizeRedirMap(s.stmt, exprs, kc);
+      linearizeRedirMap(s.stmt, exprs, kc0 ??= keyedContext(ctx, fail, sets, base));
     } else if (s.t === 'other' && s.stmt.t === 'nat' && s.stmt.map) {
-      linearizeNatMap(s.stmt, s.natFamily as 'ip' | 'ip6', exprs, kc);
+      linearizeNatMap(s.stmt, s.natFamily as 'ip' | 'ip6', exprs, kc0 ??= keyedContext(ctx, fail, sets, base));
     } else if (s.t === 'rel') {
-      linearizeRel(s, exprs, (field, elems, neq) => {
+      linearizeRel(s, exprs, lookup0 ??= (field, elems, neq) => {
         const id = base + sets.length;
         const out: Expr[] = [];
         let f = field, es = elems;
@@ -130,10 +152,31 @@ function compileAst(text: string, ast: RuleAst, ctx: CompileContext): CompiledRu
       linearizeStmt(s.stmt, s.natFamily, exprs);
     }
   }
-  const out: CompiledRule = { exprs, sets, text: '' };
+  const out = withRenderedText(exprs, sets, family, ctx.interfaces);
   if (ast.comment !== undefined) out.userdata = commentUserdata(ast.comment);
-  out.text = renderRule(out, family, compiledSetResolver(out), ctx.interfaces ? { interfaces: ctx.interfaces } : {});
   return out;
+}
+
+/**
+ * A compiled rule whose `text`, the canonical rendering, is made when it is first read (and kept),
+ * not when the rule is compiled: a config's rules are compared by their expressions, and their
+ * texts are read only to show a difference or a plan. Rendering was a third of compiling
+ * kube-proxy's 64,000 rules, and kept a second copy of every rule's text. `text` is an ordinary
+ * enumerable property for spreads, JSON and equality (an accessor: util.inspect shows it as one);
+ * assigning it replaces the rendering.
+ */
+function withRenderedText(exprs: Expr[], sets: NftSet[], family: Family, interfaces: InterfaceResolver | undefined): CompiledRule {
+  let text: string | undefined;
+  const rule: CompiledRule = {
+    exprs, sets,
+    get text(): string {
+      return text ??= renderRule(rule, family, compiledSetResolver(rule), interfaces ? { interfaces } : {});
+    },
+    set text(v: string) {
+      text = v;
+    },
+  };
+  return rule;
 }
 
 /** A SetResolver over a compiled rule's own anonymous sets (matched by setId). */
@@ -143,6 +186,8 @@ export { compiledSetResolver };
 
 /** Puts the icmp type match nft adds in front of each icmp field that needs one. */
 function icmpDependencies(ast: RuleAst, fail: (at: At, e: string, r: string) => never): RuleAst {
+  // (a rule without a field that needs one gets nothing: no copy of it)
+  if (!ast.stmts.some((st) => st.t === 'match' && st.field.icmpDep)) return ast;
   // the icmp types an earlier match allows (nft's th_dep): a match on a type, or on a set of types
   let known: number[] | undefined;
   const stmts: Stmt[] = [];
@@ -176,6 +221,13 @@ function icmpDependencies(ast: RuleAst, fail: (at: At, e: string, r: string) => 
 
 // ---- evaluation: protocol context and dependencies ------------------------
 
+/** A dependency match (`meta l4proto tcp`, `meta nfproto ipv4`, `meta iiftype ether`) at `at`. */
+function depRel(field: Field, value: number, at: At): Rel {
+  return {
+    t: 'rel', field, op: 'eq', rhs: { k: 'value', hex: field === IIFTYPE_ETHER || field === ETHER.type ? encodeInt(field, BigInt(value)) : u8(value), col: at.col, raw: at.raw }, at,
+  };
+}
+
 function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: string) => never): (EStmt | null)[] {
   const out: (EStmt | null)[] = [];
   let l3: 'ip' | 'ip6' | 'other' | undefined = family === 'ip' ? 'ip' : family === 'ip6' ? 'ip6' : undefined;
@@ -185,9 +237,7 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
   /** The ether type matched (explicitly or as a vlan field's dependency). */
   let ethType: number | undefined;
 
-  const dep = (field: Field, value: number, at: At): Rel => ({
-    t: 'rel', field, op: 'eq', rhs: { k: 'value', hex: field === IIFTYPE_ETHER || field === ETHER.type ? encodeInt(field, BigInt(value)) : u8(value), col: at.col, raw: at.raw }, at,
-  });
+  const dep = depRel;
 
   /** The protocol dependencies a field needs before it, inserted as nft does, refusing conflicts. */
   const need = (f: Field, st: At): void => {
@@ -246,7 +296,8 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
     }
   };
 
-  for (const [si, st] of ast.stmts.entries()) {
+  for (let si = 0; si < ast.stmts.length; si++) {
+    const st = ast.stmts[si]!;
     if (terminal) {
       fail(st, `nothing after '${terminal.raw}' but comment "…"`, 'statement after terminal statement has no effect');
     }
@@ -459,64 +510,67 @@ function thMerge(a: Rel, b: Rel): boolean {
     && a.field.len === 2 && b.field.len === 2 && (a.field.name.startsWith('th ') || b.field.name.startsWith('th '));
 }
 
+const norm = (op: MatchOp) => (op === 'neq' ? 'neq' : 'eq');
+
+/** Merges the candidates `sa` (indexes into list) as nft's payload_try_merge does. */
+function doMerge(list: (EStmt | null)[], sa: number[], fail: (at: At, e: string, r: string) => never): void {
+  const order = [...sa].sort((x, y) => {
+    const a = (list[x] as Rel).field.load as { base: string; offset: number };
+    const b = (list[y] as Rel).field.load as { base: string; offset: number };
+    const rank = (x: string) => (x === 'll' ? 0 : x === 'network' ? 1 : 2);
+    const d = rank(a.base) - rank(b.base);
+    return d !== 0 ? d : a.offset - b.offset;
+  });
+  let last = order[0]!;
+  for (let i = 1; i < order.length; i++) {
+    const j = order[i]!;
+    const a = list[last] as Rel, b = list[j] as Rel;
+    if (!canMerge(a, b) || norm(a.op) !== norm(b.op) || thMerge(a, b)) {
+      if (norm(a.op) === norm(b.op) && thMerge(a, b)) {
+        fail(b.at, `'${a.field.name.replace(/^th/, 'tcp')} … ${b.field.name.replace(/^th/, 'tcp')} …' or the udp form`,
+          `nft 1.0.6 merges '${a.field.name}' and '${b.field.name}' into one 4-byte load it lists as a raw @th payload`);
+      }
+      last = j;
+      continue;
+    }
+    if (norm(a.op) === 'neq') {
+      fail(b.at, `at most one of '${a.field.name} !=' and '${b.field.name} !=' in a rule`,
+        `nft 1.0.6 would merge '${a.field.name} != …' and '${b.field.name} != …' into one comparison ` +
+        'that is true unless both ports are equal, which is not what the text says');
+    }
+    const va = (a.rhs as Elem & { hex: string }).hex, vb = (b.rhs as Elem & { hex: string }).hex;
+    const ports = a.field.l4 !== undefined && a.field.l4 === b.field.l4 && (a.field.l4 === 6 || a.field.l4 === 17)
+      && a.field.type === 'port' && b.field.type === 'port';
+    const field: Field = ports ? mergedPorts(a.field.l4!) : {
+      name: `${a.field.name} . ${b.field.name}`, type: 'ports', len: a.field.len + b.field.len, load: a.field.load,
+      ...(a.field.protoKey || b.field.protoKey ? { protoKey: true } : {}),
+    };
+    const merged: Rel = { t: 'rel', field, op: a.op, rhs: { k: 'value', hex: va + vb, col: a.rhs.col, raw: a.rhs.raw }, at: a.at };
+    // nft keeps a protocol match's place (payload_do_merge swaps the two): the merged match sits where b was
+    if (b.field.protoKey) {
+      list[j] = merged;
+      list[last] = null;
+      last = j;
+    } else {
+      list[last] = merged;
+      list[j] = null;
+    }
+  }
+}
+
 function mergePayloads(list: (EStmt | null)[], fail: (at: At, e: string, r: string) => never): void {
   let sa: number[] = [];
-  const norm = (op: MatchOp) => (op === 'neq' ? 'neq' : 'eq');
-  const doMerge = () => {
-    const order = [...sa].sort((x, y) => {
-      const a = (list[x] as Rel).field.load as { base: string; offset: number };
-      const b = (list[y] as Rel).field.load as { base: string; offset: number };
-      const rank = (x: string) => (x === 'll' ? 0 : x === 'network' ? 1 : 2);
-      const d = rank(a.base) - rank(b.base);
-      return d !== 0 ? d : a.offset - b.offset;
-    });
-    let last = order[0]!;
-    for (let i = 1; i < order.length; i++) {
-      const j = order[i]!;
-      const a = list[last] as Rel, b = list[j] as Rel;
-      if (!canMerge(a, b) || norm(a.op) !== norm(b.op) || thMerge(a, b)) {
-        if (norm(a.op) === norm(b.op) && thMerge(a, b)) {
-          fail(b.at, `'${a.field.name.replace(/^th/, 'tcp')} … ${b.field.name.replace(/^th/, 'tcp')} …' or the udp form`,
-            `nft 1.0.6 merges '${a.field.name}' and '${b.field.name}' into one 4-byte load it lists as a raw @th payload`);
-        }
-        last = j;
-        continue;
-      }
-      if (norm(a.op) === 'neq') {
-        fail(b.at, `at most one of '${a.field.name} !=' and '${b.field.name} !=' in a rule`,
-          `nft 1.0.6 would merge '${a.field.name} != …' and '${b.field.name} != …' into one comparison ` +
-          'that is true unless both ports are equal, which is not what the text says');
-      }
-      const va = (a.rhs as Elem & { hex: string }).hex, vb = (b.rhs as Elem & { hex: string }).hex;
-      const ports = a.field.l4 !== undefined && a.field.l4 === b.field.l4 && (a.field.l4 === 6 || a.field.l4 === 17)
-        && a.field.type === 'port' && b.field.type === 'port';
-      const field: Field = ports ? mergedPorts(a.field.l4!) : {
-        name: `${a.field.name} . ${b.field.name}`, type: 'ports', len: a.field.len + b.field.len, load: a.field.load,
-        ...(a.field.protoKey || b.field.protoKey ? { protoKey: true } : {}),
-      };
-      const merged: Rel = { t: 'rel', field, op: a.op, rhs: { k: 'value', hex: va + vb, col: a.rhs.col, raw: a.rhs.raw }, at: a.at };
-      // nft keeps a protocol match's place (payload_do_merge swaps the two): the merged match sits where b was
-      if (b.field.protoKey) {
-        list[j] = merged;
-        list[last] = null;
-        last = j;
-      } else {
-        list[last] = merged;
-        list[j] = null;
-      }
-    }
-  };
   for (let i = 0; i < list.length; i++) {
     const s = list[i];
     if (!s) continue;
     if (s.t !== 'rel') {
       // nft leaves a lone candidate in place across the statement (idx < 2: no reset)
-      if (sa.length >= 2) { doMerge(); sa = []; }
+      if (sa.length >= 2) { doMerge(list, sa, fail); sa = []; }
       continue;
     }
     if (isMergeCandidate(s)) sa.push(i);
   }
-  if (sa.length > 1) doMerge();
+  if (sa.length > 1) doMerge(list, sa, fail);
 }
 
 // ---- linearization -------------------------------------------------------

@@ -923,9 +923,19 @@ function runLength(run: readonly { hton: boolean }[]): number {
  * looked up. Returns the group and how many expressions it spans.
  */
 export function groupKeyed(exprs: readonly Expr[], i: number): { g: KeyedGroup; n: number } | undefined {
+  const e = exprs[i];
+  // Every group but a generator's needs a lookup, dynset or hash after its first load: without one
+  // (most rules) there is nothing to build (renderRule asks at every expression).
+  if (e?.kind !== 'numgen' && e?.kind !== 'hash') {
+    let k = i + 1;
+    for (; k < exprs.length; k++) {
+      const x = exprs[k]!.kind;
+      if (x === 'lookup' || x === 'dynset' || x === 'hash') break;
+    }
+    if (k >= exprs.length) return undefined;
+  }
   const parts: KeyedGroup['parts'] = [];
   let j = i;
-  const e = exprs[i];
   if (e?.kind === 'numgen' && e.dreg === 1) {
     parts.push({ k: 'gen', e, of: [] });
     j = i + 1;

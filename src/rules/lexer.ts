@@ -23,6 +23,8 @@ function isWordChar(c: number): boolean {
     || c === 95 || c === 46 || c === 47 || c === 45 || c === 42 || c === 64; // _ . / - * @
 }
 
+const PUNCT = '{},[]&|^()<>!';
+
 export function tokenize(text: string): Token[] {
   const out: Token[] = [];
   const n = text.length;
@@ -49,14 +51,15 @@ export function tokenize(text: string): Token[] {
       i = j + 1;
       continue;
     }
-    const two = text.slice(i, i + 2);
-    if (two === '==' || two === '!=' || two === '<=' || two === '>=') {
+    // == != <= >=
+    if (text.charCodeAt(i + 1) === 61 && (c === 61 || c === 33 || c === 60 || c === 62)) {
+      const two = text.slice(i, i + 2);
       out.push({ kind: 'punct', text: two, col, raw: two });
       i += 2;
       continue;
     }
     const ch = text[i]!;
-    if ('{},[]&|^()<>!'.includes(ch)) {
+    if (PUNCT.includes(ch)) {
       out.push({ kind: 'punct', text: ch, col, raw: ch });
       i++;
       continue;

@@ -44,6 +44,14 @@ const NAT_FLAGS: Record<string, number> = {
   random: NAT_RANGE.PROTO_RANDOM, 'fully-random': NAT_RANGE.PROTO_RANDOM_FULLY, persistent: NAT_RANGE.PERSISTENT,
 };
 
+/** A comparison's operator, as written, to the match's op. */
+const MATCH_OPS = new Map<string, MatchOp>([['==', 'eq'], ['!=', 'neq'], ['<', 'lt'], ['>', 'gt'], ['<=', 'lte'], ['>=', 'gte'],
+  ['eq', 'eq'], ['ne', 'neq'], ['lt', 'lt'], ['gt', 'gt'], ['le', 'lte'], ['ge', 'gte']]);
+/** Field types that take < > <= >= (without a mask). */
+const ORDERED_TYPES: ReadonlySet<string> = new Set(['int', 'port', 'proto', 'ipv4', 'ipv6', 'ms', 'uid', 'gid', 'hour', 'date']);
+/** Field types that take a mask (`&`, `and`). */
+const MASKABLE_TYPES: ReadonlySet<string> = new Set(['mark', 'ctstate', 'ctstatus', 'int', 'flags', 'ipv4', 'ipv6']);
+
 /** What parseMatch returns while parseKeyField asks for a field only. */
 const FIELD_ONLY = Object.freeze({}) as MatchStmt;
 
@@ -96,6 +104,11 @@ class Parser {
     return t.kind === 'word' && (words.length === 0 || words.includes(t.text));
   }
 
+  /** isWord with one word (no list made: the parser asks this at nearly every token). */
+  isWord1(t: Token, word: string): boolean {
+    return t.kind === 'word' && t.text === word;
+  }
+
   expectWord(expected: string, ...words: string[]): Token {
     const t = this.peek();
     if (!this.isWord(t, ...words)) this.fail(t, expected);
@@ -111,7 +124,7 @@ class Parser {
         if (stmts.length === 0) this.fail(t, STATEMENT_START, 'empty rule');
         break;
       }
-      if (this.isWord(t, 'comment')) {
+      if (this.isWord1(t, 'comment')) {
         if (stmts.length === 0) this.fail(t, STATEMENT_START, 'a rule needs a statement before its comment');
         this.next();
         const s = this.peek();
@@ -157,8 +170,8 @@ class Parser {
       case 'tcp': case 'udp': case 'udplite': case 'sctp': case 'dccp': {
         this.next();
         const k = this.peek();
-        if (t.text === 'tcp' && this.isWord(k, 'option')) return this.parseTcpOption(at);
-        if (t.text === 'sctp' && this.isWord(k, 'chunk')) return this.parseSctpChunk(at);
+        if (t.text === 'tcp' && this.isWord1(k, 'option')) return this.parseTcpOption(at);
+        if (t.text === 'sctp' && this.isWord1(k, 'chunk')) return this.parseSctpChunk(at);
         if (this.isWord(k, 'sport', 'dport')) {
           this.next();
           return this.parseMatch(portField(t.text, k.text as 'sport' | 'dport'), at);
@@ -195,7 +208,7 @@ class Parser {
       case 'osf': {
         this.next();
         let ttl = 0;
-        if (this.isWord(this.peek(), 'ttl')) {
+        if (this.isWord1(this.peek(), 'ttl')) {
           this.next();
           const m = this.expectWord("'loose' or 'skip' after 'ttl'", 'loose', 'skip');
           ttl = m.text === 'loose' ? 1 : 2;
@@ -220,14 +233,14 @@ class Parser {
         const extra = k.kind === 'word' ? metaKeyOf(k.text) : undefined;
         if (extra !== undefined) {
           this.next();
-          if (this.isWord(this.peek(), 'set')) return this.parseKeySet(metaField(extra)!, at);
+          if (this.isWord1(this.peek(), 'set')) return this.parseKeySet(metaField(extra)!, at);
           return this.parseMatch(metaField(extra)!, at);
         }
         this.expectWord("a meta key: 'iifname', 'oifname', 'iif', 'oif', 'l4proto', 'nfproto', 'mark', 'length', " +
           "'protocol', 'priority', 'iiftype', 'oiftype', 'skuid', 'skgid', 'nftrace', 'rtclassid', 'secmark', 'pkttype', " +
           "'cpu', 'iifgroup', 'oifgroup', 'cgroup', 'random', 'ipsec', 'iifkind', 'oifkind', 'sdif' or 'sdifname'",
           'iifname', 'oifname', 'iif', 'oif', 'l4proto', 'nfproto', 'mark');
-        if (k.text === 'mark' && this.isWord(this.peek(), 'set')) return this.parseMarkSet('meta', at);
+        if (k.text === 'mark' && this.isWord1(this.peek(), 'set')) return this.parseMarkSet('meta', at);
         return this.parseMatch(metaFieldOf(k.text), at);
       }
       case 'ipsec':
@@ -243,7 +256,7 @@ class Parser {
         return this.parseMatch(metaFieldOf(t.text), at);
       case 'mark':
         this.next();
-        if (this.isWord(this.peek(), 'set')) return this.parseMarkSet('meta', at);
+        if (this.isWord1(this.peek(), 'set')) return this.parseMarkSet('meta', at);
         return this.parseMatch(F.mark, at);
       case 'ct': {
         this.next();
@@ -256,7 +269,7 @@ class Parser {
         const k = this.expectWord("'state', 'status', 'mark', 'direction', 'expiration', 'l3proto', 'protocol', " +
           "'proto-src', 'proto-dst', 'packets', 'bytes', 'avgpkt', 'zone', 'id', or 'original'/'reply' and a key, after 'ct'",
           'state', 'status', 'mark');
-        if (k.text === 'mark' && this.isWord(this.peek(), 'set')) return this.parseMarkSet('ct', at);
+        if (k.text === 'mark' && this.isWord1(this.peek(), 'set')) return this.parseMarkSet('ct', at);
         return this.parseMatch(k.text === 'state' ? F.ctState : k.text === 'status' ? F.ctStatus : F.ctMark, at);
       }
       case 'fib': {
@@ -453,13 +466,13 @@ class Parser {
     const f = k.kind === 'word' ? tcpOptionField(o.text, k.text) : undefined;
     if (!f) this.fail(k, `a field of tcp option ${o.text}: ${Object.keys(TCP_OPTIONS[o.text]!.fields).join(', ')}, or exists/missing`);
     this.next();
-    if (this.isWord(this.peek(), 'set')) {
+    if (this.isWord1(this.peek(), 'set')) {
       if (f.name !== 'tcp option maxseg size') this.fail(this.peek(), 'a value to match', `'${f.name} set' is not supported`);
       this.next();
       const l = f.load as { type: number; offset: number };
       const store: Expr = { kind: 'exthdr', type: l.type, offset: l.offset, len: f.len, op: 1, sreg: 1 };
       const v = this.peek();
-      if (this.isWord(v, 'rt')) {
+      if (this.isWord1(v, 'rt')) {
         this.next();
         this.expectWord("'mtu' after 'rt'", 'mtu');
         return { t: 'expr', exprs: [{ kind: 'rt', key: 'mtu', dreg: 1 },
@@ -477,7 +490,7 @@ class Parser {
     let flags = 0;
     const first = this.expectWord("'saddr' or 'daddr' after 'fib'", 'saddr', 'daddr');
     flags |= bits[first.text]!;
-    while (this.isWord(this.peek(), '.')) {
+    while (this.isWord1(this.peek(), '.')) {
       this.next();
       const k = this.expectWord("'mark', 'iif' or 'oif' after '.'", 'mark', 'iif', 'oif');
       if (flags & bits[k.text]!) this.fail(k, 'each key once', `'${k.text}' given twice`);
@@ -538,7 +551,7 @@ class Parser {
     const how = ctDirection(key as CtKey)!;
     if (how === 'required' && dir === undefined) this.fail(k, `'original' or 'reply' before '${key}'`, 'a conntrack address needs a direction');
     if (how === 'none' && dir !== undefined) this.fail(d, `'ct ${key}' without a direction`, `ct ${key} has no direction`);
-    if (this.isWord(this.peek(), 'set')) {
+    if (this.isWord1(this.peek(), 'set')) {
       if (key !== 'zone' && key !== 'event' && key !== 'label') this.fail(this.peek(), 'a value to match', `'ct ${key} set' is not supported`);
       return this.parseKeySet(ctField(key as CtKey, dir)!, at);
     }
@@ -617,7 +630,7 @@ class Parser {
       this.fieldOut = { field, ...at };
       return FIELD_ONLY;
     }
-    if (this.isWord(this.peek(), 'set') && field.load.kind === 'payload') return this.parsePayloadSet(field, at) as never;
+    if (this.isWord1(this.peek(), 'set') && field.load.kind === 'payload') return this.parsePayloadSet(field, at) as never;
     const keyed = parseKeyedMatch(this, field, at);
     if (keyed) return keyed as never;
     const t = this.peek();
@@ -625,8 +638,8 @@ class Parser {
     if (field.type === 'mark' && ((t.kind === 'punct' && (t.text === '|' || t.text === '^')) || this.isWord(t, 'or', 'xor'))) {
       return this.parseMarkBinop(field, at);
     }
-    if ((t.kind === 'punct' && t.text === '&') || this.isWord(t, 'and')) {
-      if (!['mark', 'ctstate', 'ctstatus', 'int', 'flags', 'ipv4', 'ipv6'].includes(field.type)) {
+    if ((t.kind === 'punct' && t.text === '&') || (t.kind === 'word' && t.text === 'and')) {
+      if (!MASKABLE_TYPES.has(field.type)) {
         this.fail(t, `a value after '${field.name}'`, `'&' masks only integers, flags, marks, ct state and ct status`);
       }
       this.next();
@@ -653,12 +666,11 @@ class Parser {
       return m;
     }
     const o = this.peek();
-    const ops: Record<string, MatchOp> = { '==': 'eq', '!=': 'neq', '<': 'lt', '>': 'gt', '<=': 'lte', '>=': 'gte',
-      eq: 'eq', ne: 'neq', lt: 'lt', gt: 'gt', le: 'lte', ge: 'gte' };
-    if ((o.kind === 'punct' || (o.kind === 'word' && mask === undefined)) && ops[o.text] !== undefined) {
-      op = ops[o.text]!;
+    const ops = MATCH_OPS;
+    if ((o.kind === 'punct' || (o.kind === 'word' && mask === undefined)) && ops.has(o.text)) {
+      op = ops.get(o.text)!;
       opAt = { col: o.col, raw: o.raw };
-      if (op !== 'eq' && op !== 'neq' && mask === undefined && !['int', 'port', 'proto', 'ipv4', 'ipv6', 'ms', 'uid', 'gid', 'hour', 'date'].includes(field.type)) {
+      if (op !== 'eq' && op !== 'neq' && mask === undefined && !ORDERED_TYPES.has(field.type)) {
         this.fail(o, `'==' or '!=' for ${field.name}`, `'${o.text}' does not apply to ${field.name}`);
       }
       this.next();
@@ -681,7 +693,7 @@ class Parser {
     const m: MatchStmt = { t: 'match', field, op, rhs, ...at };
     // `tcp flags syn / syn,ack`: the value under a mask
     const slash = this.peek();
-    if (field.type === 'flags' && mask === undefined && rhs.k === 'value' && this.isWord(slash, '/')) {
+    if (field.type === 'flags' && mask === undefined && rhs.k === 'value' && this.isWord1(slash, '/')) {
       this.next();
       const mk = this.parseFlagList(field, false);
       if (andHex((rhs as { hex: string }).hex, (mk as { hex: string }).hex) !== (rhs as { hex: string }).hex) {
@@ -847,15 +859,19 @@ class Parser {
     return e as Elem & { k: 'value' };
   }
 
+  /** Refuses token t, expecting `e` (after `what`, when the caller names what it reads). */
+  expectIn(t: Token, what: string | undefined, e: string): never {
+    return this.fail(t, what ? `${what}: ${e}` : e);
+  }
+
   parseElem(field: Field, scalar: boolean, what?: string): Elem {
     const t = this.peek();
     const at: At = { col: t.col, raw: t.raw };
-    const expect = (e: string): never => this.fail(t, what ? `${what}: ${e}` : e);
     switch (field.type) {
       case 'ipv4': case 'ipv6': {
         const v6 = field.type === 'ipv6';
         const kind = v6 ? 'an IPv6 address' : 'an IPv4 address';
-        if (t.kind !== 'word') expect(`${kind}, prefix or range`);
+        if (t.kind !== 'word') this.expectIn(t, what, `${kind}, prefix or range`);
         this.next();
         const parse = v6 ? parseIPv6 : parseIPv4;
         const bits = v6 ? 128 : 32;
@@ -865,7 +881,7 @@ class Parser {
           const a = parse(t.text.slice(0, slash));
           const ps = t.text.slice(slash + 1);
           const plen = /^(?:0|[1-9][0-9]{0,2})$/.test(ps) ? Number(ps) : NaN;
-          if (a === undefined || !(plen >= 0 && plen <= bits)) expect(`${kind} prefix such as ${v6 ? 'fd00::/64' : '10.0.0.0/8'}`);
+          if (a === undefined || !(plen >= 0 && plen <= bits)) this.expectIn(t, what, `${kind} prefix such as ${v6 ? 'fd00::/64' : '10.0.0.0/8'}`);
           const masked = andHex(a!, prefixMask(plen, bits / 8));
           if (plen === bits) return { k: 'value', hex: masked, full: true, ...at };
           return { k: 'prefix', hex: masked, plen, ...at };
@@ -873,76 +889,76 @@ class Parser {
         if (dash >= 0 && !scalar) {
           const a = parse(t.text.slice(0, dash));
           const b = parse(t.text.slice(dash + 1));
-          if (a === undefined || b === undefined) expect(`${kind} range such as ${v6 ? 'fd00::1-fd00::9' : '10.0.0.1-10.0.0.9'}`);
+          if (a === undefined || b === undefined) this.expectIn(t, what, `${kind} range such as ${v6 ? 'fd00::1-fd00::9' : '10.0.0.1-10.0.0.9'}`);
           if (a! > b!) this.fail(t, 'a range whose start is not above its end', 'empty range');
           return { k: 'range', lo: a!, hi: b!, ...at };
         }
         const a = parse(t.text);
         if (a === undefined) {
           if (t.text.startsWith('@')) this.fail(t, `${kind}`, 'named sets are not supported');
-          expect(scalar ? kind : `${kind}, prefix, range or { set }`);
+          this.expectIn(t, what, scalar ? kind : `${kind}, prefix, range or { set }`);
         }
         return { k: 'value', hex: a!, ...at };
       }
       case 'port': {
-        if (t.kind !== 'word') expect('a port number, a port range such as 1000-2000, or { set }');
+        if (t.kind !== 'word') this.expectIn(t, what, 'a port number, a port range such as 1000-2000, or { set }');
         this.next();
         const dash = t.text.indexOf('-');
         if (dash > 0 && !scalar && serviceport(t.text) === undefined) {
           const a = parseInteger(t.text.slice(0, dash), 65535, false) ?? serviceport(t.text.slice(0, dash));
           const b = parseInteger(t.text.slice(dash + 1), 65535, false) ?? serviceport(t.text.slice(dash + 1));
-          if (a === undefined || b === undefined) expect('a port range such as 1000-2000');
+          if (a === undefined || b === undefined) this.expectIn(t, what, 'a port range such as 1000-2000');
           if (a! > b!) this.fail(t, 'a range whose start is not above its end', 'empty range');
           return { k: 'range', lo: u16Be(a!), hi: u16Be(b!), ...at };
         }
         const v = parseInteger(t.text, 65535, false) ?? serviceport(t.text);
-        if (v === undefined) expect('a port number 0-65535 or a service name from /etc/services');
+        if (v === undefined) this.expectIn(t, what, 'a port number 0-65535 or a service name from /etc/services');
         return { k: 'value', hex: u16Be(v!), ...at };
       }
       case 'proto': {
-        if (t.kind !== 'word') expect('a protocol name (tcp, udp, icmp, ...) or number 0-255');
+        if (t.kind !== 'word') this.expectIn(t, what, 'a protocol name (tcp, udp, icmp, ...) or number 0-255');
         this.next();
         const pd = t.text.indexOf('-', 1);
         if (!scalar && pd > 0 && parseProtocol(t.text) === undefined) {
           const a = parseProtocol(t.text.slice(0, pd)), b = parseProtocol(t.text.slice(pd + 1));
-          if (a === undefined || b === undefined) expect('a protocol range such as 33-45');
+          if (a === undefined || b === undefined) this.expectIn(t, what, 'a protocol range such as 33-45');
           if (a! > b!) this.fail(t, 'a range whose start is not above its end', 'empty range');
           return { k: 'range', lo: u8(a!), hi: u8(b!), ...at };
         }
         const v = parseProtocol(t.text);
-        if (v === undefined) expect('a protocol name (tcp, udp, icmp, ...) or number 0-255');
+        if (v === undefined) this.expectIn(t, what, 'a protocol name (tcp, udp, icmp, ...) or number 0-255');
         return { k: 'value', hex: u8(v!), ...at };
       }
       case 'nfproto': {
-        if (t.kind !== 'word') expect("'ipv4' or 'ipv6'");
+        if (t.kind !== 'word') this.expectIn(t, what, "'ipv4' or 'ipv6'");
         this.next();
         const v = symbolValue(NFPROTO, t.text);
-        if (v === undefined) expect("'ipv4' or 'ipv6'");
+        if (v === undefined) this.expectIn(t, what, "'ipv4' or 'ipv6'");
         return { k: 'value', hex: u8(v!), ...at };
       }
       case 'ifname': {
-        if (t.kind !== 'word' && t.kind !== 'string') expect('an interface name such as "eth0" or "veth*"');
+        if (t.kind !== 'word' && t.kind !== 'string') this.expectIn(t, what, 'an interface name such as "eth0" or "veth*"');
         this.next();
         // As nft: a trailing '*' is a wildcard, a trailing '\*' a literal star; any other
         // '*' or '\' is just a character of the name.
         const escaped = t.text.endsWith('\\*');
         const name = escaped ? t.text.slice(0, -2) + '*' : t.text;
         const bytes = Buffer.from(name, 'utf8');
-        if (name.length === 0 || bytes.includes(0) || /\s/.test(name)) expect('a non-empty interface name without spaces');
+        if (name.length === 0 || bytes.includes(0) || /\s/.test(name)) this.expectIn(t, what, 'a non-empty interface name without spaces');
         if (!escaped && name.endsWith('*')) {
           if (name.length === 1) this.fail(t, 'a name prefix before the wildcard', "a bare '*' is not supported");
-          if (bytes.length - 1 > IFNAMSIZ - 1) expect(`an interface name of at most ${IFNAMSIZ - 1} bytes`);
+          if (bytes.length - 1 > IFNAMSIZ - 1) this.expectIn(t, what, `an interface name of at most ${IFNAMSIZ - 1} bytes`);
           return { k: 'wildcard', prefix: bytes.subarray(0, bytes.length - 1).toString('hex'), ...at };
         }
-        if (bytes.length > IFNAMSIZ - 1) expect(`an interface name of at most ${IFNAMSIZ - 1} bytes`);
+        if (bytes.length > IFNAMSIZ - 1) this.expectIn(t, what, `an interface name of at most ${IFNAMSIZ - 1} bytes`);
         return { k: 'value', hex: ifnameBytes(name), ...at };
       }
       case 'ifindex': {
-        if (t.kind !== 'word' && t.kind !== 'string') expect('an interface index or name');
+        if (t.kind !== 'word' && t.kind !== 'string') this.expectIn(t, what, 'an interface index or name');
         this.next();
         let idx = t.kind === 'word' ? parseInteger(t.text, 0xffffffff, false) : undefined;
         if (idx === undefined) {
-          if (t.kind === 'word' && !/^[A-Za-z0-9_.:-]+$/.test(t.text)) expect('an interface index or name');
+          if (t.kind === 'word' && !/^[A-Za-z0-9_.:-]+$/.test(t.text)) this.expectIn(t, what, 'an interface index or name');
           idx = this.opts.ifindex?.(t.text);
           if (idx === undefined) {
             this.fail(t, this.opts.ifindex
@@ -955,13 +971,13 @@ class Parser {
         return { k: 'value', hex: u32Host(idx!), ...at };
       }
       case 'mark': {
-        if (t.kind !== 'word') expect('a 32-bit mark such as 0x4000');
+        if (t.kind !== 'word') this.expectIn(t, what, 'a 32-bit mark such as 0x4000');
         this.next();
         const md = t.text.indexOf('-', 1);
         if (!scalar && md > 0) {
           // a range of marks (as a concatenation part; a plain one is refused by the compiler)
           const a = parseInteger(t.text.slice(0, md), 0xffffffff), b = parseInteger(t.text.slice(md + 1), 0xffffffff);
-          if (a === undefined || b === undefined) expect('a mark range such as 0x10-0x20');
+          if (a === undefined || b === undefined) this.expectIn(t, what, 'a mark range such as 0x10-0x20');
           if (a! > b!) this.fail(t, 'a range whose start is not above its end', 'empty range');
           return { k: 'range', lo: u32Host(a!), hi: u32Host(b!), ...at };
         }
@@ -969,41 +985,41 @@ class Parser {
         if (!scalar && sl > 0) {
           // `0xffffff00/24`: the mark's top bits (as a host-order integer); parseMatch makes it a mask
           const a = parseInteger(t.text.slice(0, sl), 0xffffffff), pl = parseInteger(t.text.slice(sl + 1), 32, false);
-          if (a === undefined || pl === undefined) expect('a mark prefix such as 0xffff0000/16');
+          if (a === undefined || pl === undefined) this.expectIn(t, what, 'a mark prefix such as 0xffff0000/16');
           const m = pl === 0 ? 0 : (0xffffffff << (32 - pl!)) >>> 0;
           return { k: 'prefix', hex: u32Host((a! & m) >>> 0), plen: pl!, ...at };
         }
         const v = parseInteger(t.text, 0xffffffff);
-        if (v === undefined) expect('a 32-bit mark such as 0x4000');
+        if (v === undefined) this.expectIn(t, what, 'a 32-bit mark such as 0x4000');
         return { k: 'value', hex: u32Host(v!), ...at };
       }
       case 'ctstate': case 'ctstatus': {
         const table = field.type === 'ctstate' ? CT_STATE : CT_STATUS;
         const names = table.map(([n]) => n).join(', ');
-        if (t.kind !== 'word') expect(`${names}, or a number`);
+        if (t.kind !== 'word') this.expectIn(t, what, `${names}, or a number`);
         this.next();
         const v = symbolValue(table, t.text) ?? parseInteger(t.text, 0xffffffff);
-        if (v === undefined) expect(`${names}, or a number`);
+        if (v === undefined) this.expectIn(t, what, `${names}, or a number`);
         return { k: 'value', hex: u32Host(v!), ...at };
       }
       case 'fibtype': {
         const names = FIB_TYPES.map(([n]) => n).join(', ');
-        if (t.kind !== 'word') expect(`an address type: ${names}`);
+        if (t.kind !== 'word') this.expectIn(t, what, `an address type: ${names}`);
         this.next();
         const v = symbolValue(FIB_TYPES, t.text);
-        if (v === undefined) expect(`an address type: ${names}`);
+        if (v === undefined) this.expectIn(t, what, `an address type: ${names}`);
         return { k: 'value', hex: u32Host(v!), ...at };
       }
       case 'int': case 'flags': case 'classid': case 'uid': case 'gid': case 'ms': case 'hour': case 'date':
         return this.parseIntElem(field, scalar, what);
       case 'lladdr': {
         const m = t.kind === 'word' ? /^([0-9a-fA-F]{1,2})(?::([0-9a-fA-F]{1,2})){5}$/.exec(t.text) : null;
-        if (!m) expect('an Ethernet address such as 00:0f:54:0c:11:04');
+        if (!m) this.expectIn(t, what, 'an Ethernet address such as 00:0f:54:0c:11:04');
         this.next();
         return { k: 'value', hex: t.text.split(':').map((x) => x.toLowerCase().padStart(2, '0')).join(''), ...at };
       }
       case 'ports':
-        return expect('unreachable');
+        return this.expectIn(t, what, 'unreachable');
     }
   }
 
@@ -1025,7 +1041,8 @@ class Parser {
       };
       for (;;) {
         const o = this.peek();
-        const fn = (o.kind === 'punct' || o.kind === 'word') ? fold[o.text] : undefined;
+        // Own keys only: a word such as `constructor` is no operator.
+        const fn = (o.kind === 'punct' || o.kind === 'word') && Object.hasOwn(fold, o.text) ? fold[o.text] : undefined;
         if (!fn) break;
         this.next();
         const n = this.peek();
@@ -1048,7 +1065,7 @@ class Parser {
     } else this.fail(s0, expected);
     const o = this.peek();
     const ops: Record<string, 'and' | 'or' | 'xor'> = { '&': 'and', '|': 'or', '^': 'xor', and: 'and', or: 'or', xor: 'xor' };
-    if ((o.kind === 'punct' || o.kind === 'word') && ops[o.text]) {
+    if ((o.kind === 'punct' || o.kind === 'word') && Object.hasOwn(ops, o.text)) {
       this.next();
       const n = this.peek();
       const nv = n.kind === 'word' ? parseInteger(n.text, 0xffffffff) : undefined;
@@ -1129,7 +1146,7 @@ class Parser {
   parseMasqRedir(kind: 'masq' | 'redir', at: At): MasqStmt {
     this.next();
     const st: MasqStmt = { t: kind, flags: 0, ...at };
-    if (this.isWord(this.peek(), 'to')) {
+    if (this.isWord1(this.peek(), 'to')) {
       this.next();
       const p = this.peek();
       // `redirect to :tcp dport map { 22 : 8000, … }`
@@ -1191,7 +1208,7 @@ class Parser {
       if (!(c.kind === 'punct' && c.text === ']')) this.fail(c, "']'");
       const addr: NatAddr = { v6: true, lo: lo!, col: a.col, raw: a.raw };
       let n = this.peek();
-      if (this.isWord(n, '-')) {
+      if (this.isWord1(n, '-')) {
         this.next();
         const o = this.next();
         if (!(o.kind === 'punct' && o.text === '[')) this.fail(o, "'[' starting the end of the address range");

@@ -96,18 +96,22 @@ function describe(e: Expr): string {
   }
 }
 
+/** No registers loaded: shared, never written (group() makes a Map when an immediate loads one). */
+const NO_REGS = new Map<number, Hex>();
+
 /** Groups the expressions into matches (load + compare) and rendered statements. */
 function group(exprs: readonly Expr[], opts: RenderOptions, family: Family): Item[] {
   const items: Item[] = [];
   const n = exprs.length;
-  let regs = new Map<number, Hex>();
+  // the registers immediates loaded for the statement that uses them (most rules load none)
+  let regs: Map<number, Hex> = NO_REGS;
   for (let i = 0; i < n; i++) {
     const e = exprs[i]!;
     const keyed = groupKeyed(exprs, i);
     if (keyed) {
       items.push({ k: 'keyed', g: keyed.g });
       i += keyed.n - 1;
-      regs = new Map();
+      if (regs.size > 0) regs = NO_REGS;
       continue;
     }
     if (isLoad(e)) {
@@ -203,6 +207,7 @@ function group(exprs: readonly Expr[], opts: RenderOptions, family: Family): Ite
         if (e.dreg === 0) {
           items.push({ k: 'text', text: verdictText(e.verdict, e.chain) });
         } else if (e.data !== undefined) {
+          if (regs === NO_REGS) regs = new Map();
           regs.set(e.dreg, e.data);
           continue; // keep collecting for the consumer
         } else {
@@ -265,7 +270,7 @@ function group(exprs: readonly Expr[], opts: RenderOptions, family: Family): Ite
       default:
         items.push({ k: 'text', text: unsupported(describe(e)) });
     }
-    regs = new Map();
+    if (regs.size > 0) regs = NO_REGS;
   }
   return items;
 }
@@ -649,8 +654,10 @@ function depValue(it: Item | undefined, family: Family): { nfproto?: number; l4p
 function keyedDeps(items: readonly Item[], i: number, family: Family, l3: 'ip' | 'ip6' | 'other' | undefined,
   l4: number | 'set' | undefined): { n: number; l3: typeof l3; l4: typeof l4 } | undefined {
   let k = i;
+  let d = depValue(items[k], family);
+  if (!d) return undefined;  // (most items: nothing to collect)
   const deps: { nfproto?: number; l4proto?: number }[] = [];
-  for (let d = depValue(items[k], family); d; d = depValue(items[++k], family)) deps.push(d);
+  for (; d; d = depValue(items[++k], family)) deps.push(d);
   const next = items[k];
   if (deps.length === 0 || next?.k !== 'keyed') return undefined;
   // the context the dependencies establish
@@ -775,13 +782,13 @@ export function renderRule(rule: { exprs: readonly Expr[]; userdata?: Hex }, fam
     }
     // nft's icmp type dependency in front of an icmp field that needs it (compile.ts icmpDependencies)
     const isType = field.name === 'icmp type' || field.name === 'icmpv6 type';
-    const typesOf = (): number[] | undefined => (form.f === 'cmp' && form.op === 'eq' && form.data.length === 2
+    const typesOf = !isType ? undefined : (): number[] | undefined => (form.f === 'cmp' && form.op === 'eq' && form.data.length === 2
       ? [parseInt(form.data, 16)] : form.f === 'lookup' && !((form.e.flags ?? 0) & 1) ? anonValues(sets, form.e) : undefined);
     if (isType && icmpTypes === undefined) {
       const nx = items[i + 1];
       const nf = nx?.k === 'rel' ? fieldOf(nx.load, family, l3, l4, bitsOf(nx.form)) : undefined;
       const d = nf?.icmpDep;
-      const types = typesOf();
+      const types = typesOf!();
       if (d && nf!.name.split(' ')[0] === field.name.split(' ')[0] && types && types.length === d.types.length
         && types.every((t) => d.types.includes(t))) {
         icmpTypes = d.types;
@@ -796,7 +803,7 @@ export function renderRule(rule: { exprs: readonly Expr[]; userdata?: Hex }, fam
       }
     }
     if (isType && form.f !== 'mask') {
-      const types = typesOf();
+      const types = typesOf!();
       if (types) icmpTypes = types;
     }
     parts.push(relText(field, it.load, form, sets, options));

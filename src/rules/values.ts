@@ -3,27 +3,38 @@
  * the tables nft 1.0.6 prints them with. Parsers return undefined on bad
  * input so the caller can raise a RuleSyntaxError with the position.
  */
-import { toHex } from './bytes.js';
+import { HEX2, hexByteAt, toHex } from './bytes.js';
 
 // ---- IPv4 ----------------------------------------------------------------
 
-const OCTET = /^(?:0|[1-9][0-9]{0,2})$/;
-
-/** Strict dotted quad (no leading zeros, no short forms): hex bytes, or undefined. */
+/**
+ * Strict dotted quad (no leading zeros, no short forms): hex bytes, or undefined.
+ * Four octets of `0|[1-9][0-9]{0,2}` up to 255, read in one pass over the characters.
+ */
 export function parseIPv4(s: string): string | undefined {
-  const parts = s.split('.');
-  if (parts.length !== 4) return undefined;
-  const b: number[] = [];
-  for (const p of parts) {
-    if (!OCTET.test(p)) return undefined;
-    const v = Number(p);
-    if (v > 255) return undefined;
-    b.push(v);
+  let out = '';
+  let dots = 0, v = 0, digits = 0, leadingZero = false;
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c === 46) { // '.'
+      if (digits === 0 || v > 255 || ++dots > 3) return undefined;
+      out += HEX2[v];
+      v = 0;
+      digits = 0;
+      continue;
+    }
+    if (c < 48 || c > 57 || (leadingZero && digits > 0) || digits === 3) return undefined;
+    if (digits === 0) leadingZero = c === 48;
+    v = v * 10 + (c - 48);
+    digits++;
   }
-  return toHex(b);
+  if (dots !== 3 || digits === 0 || v > 255) return undefined;
+  return out + HEX2[v];
 }
 
 export function formatIPv4(h: string): string {
+  const a = hexByteAt(h, 0), b = hexByteAt(h, 2), c = hexByteAt(h, 4), d = hexByteAt(h, 6);
+  if (a >= 0 && b >= 0 && c >= 0 && d >= 0) return `${a}.${b}.${c}.${d}`;
   const out: number[] = [];
   for (let i = 0; i < 8; i += 2) out.push(parseInt(h.substr(i, 2), 16));
   return out.join('.');

@@ -151,6 +151,17 @@ describe('monitor', () => {
         expect(b3.events[0]!.elements).toEqual(before);
         expect(b3.events[1]!.elements).toEqual(await dumped('dm'));
         expect(b3.events[1]!.elements![0]!.data).toBe('01bb');
+
+        // Key ends (a concatenated interval set) and a catch-all element, as the dump gives them.
+        ns.nft('add set ip e iv { type ipv4_addr . inet_service; flags interval; }; add map ip e cm { type ipv4_addr : verdict; }');
+        await inbox.next();
+        ns.nft('add element ip e iv { 10.0.0.0/24 . 80-90 }; add element ip e cm { * : goto svc }');
+        const b4 = await inbox.next();
+        expect(b4.events.map((e) => `${e.type} ${e.name}`)).toEqual(['newsetelem iv', 'newsetelem cm']);
+        expect(b4.events[0]!.elements).toEqual(await dumped('iv'));
+        expect(b4.events[0]!.elements![0]!.keyEnd).toBe('0a0000ff005a0000');
+        expect(b4.events[1]!.elements).toEqual(await dumped('cm'));
+        expect(b4.events[1]!.elements![0]).toMatchObject({ flags: 2, verdict: 'goto', chain: 'svc' });
       } finally {
         m.close();
         s.close();

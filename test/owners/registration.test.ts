@@ -12,7 +12,7 @@ import { ownerSpec, withDaemon } from './fixtures.js';
 
 /** Records the keeper socket's commits and reads. */
 function spy(conn: NftConn) {
-  const seen = { commits: [] as Op[][], listRules: 0, listRuleDigests: 0 };
+  const seen = { commits: [] as Op[][], listRules: 0, listRuleDigests: 0, chains: 0 };
   const c = conn as NftConn & Record<string, unknown>;
   const commit = conn.commit.bind(conn);
   c.commit = (batch: Batch | readonly Op[], options?: object) => {
@@ -23,6 +23,10 @@ function spy(conn: NftConn) {
   c.listRules = (f: Parameters<NftConn["listRules"]>[0]) => { seen.listRules++; return listRules(f); };
   const digests = conn.listRuleDigests!.bind(conn);
   c.listRuleDigests = (f: Parameters<NonNullable<NftConn['listRuleDigests']>>[0]) => { seen.listRuleDigests++; return digests(f); };
+  const listChains = conn.listChains.bind(conn);
+  c.listChains = (f: Parameters<NftConn['listChains']>[0]) => { seen.chains++; return listChains(f); };
+  const getChain = conn.getChain.bind(conn);
+  c.getChain = (...a: Parameters<NftConn['getChain']>) => { seen.chains++; return getChain(...a); };
   return seen;
 }
 
@@ -79,6 +83,62 @@ describe('owners one at a time', () => {
       const chains = (await sock.listChains({ family: 'ip', table: 'nfkeeper' })).map((c) => c.name);
       expect(chains).toHaveLength(62);
       expect(chains).not.toContain('o/o029x/masq');
+    });
+  }, 120_000);
+
+  it('a group of owners too big to echo is learnt by reading only the chains it added rules to, without decoding; the next registration reads nothing', async () => {
+    await withDaemon('own-group', async ({ d, sock }) => {
+      await Promise.all(Array.from({ length: 40 }, (_, i) => d.api('PUT', `/v1/owners/${id(i)}`, ownerSpec(i, 4))));
+      await d.keeper.idle();
+      const seen = spy(d.keeper.socket!);
+      const groups = d.registry.groups;
+      // 20 at once: one group (or a few), each batch well over the 64 messages the addon echoes.
+      const r = await Promise.all(Array.from({ length: 20 }, (_, k) => d.api('PUT', `/v1/owners/g${k}`, ownerSpec(200 + k, 4))));
+      expect(r.every((x) => x.status === 201)).toBe(true);
+      expect(d.registry.groups - groups).toBeLessThan(20);
+      expect(seen.commits.some((c) => c.length > 64)).toBe(true);
+      expect(seen.listRules).toBe(0);  // nothing decoded: the added chains' handles and digests only
+      const digests = seen.listRuleDigests;
+      const commits = seen.commits.length;
+      expect((await d.api('PUT', '/v1/owners/h0', ownerSpec(300, 4))).status).toBe(201);
+      expect(seen.commits).toHaveLength(commits + 1);
+      expect(seen.commits[commits]!).toHaveLength(5);  // its chain, its 3 rules, its jump
+      expect(seen.listRules).toBe(0);
+      expect(seen.listRuleDigests).toBe(digests);
+      // What the keeper knows is what the kernel holds: a full read finds nothing to do.
+      (d.keeper as unknown as { readBackDue: boolean }).readBackDue = true;
+      expect(await d.keeper.request('manual', 0)).toMatchObject({ status: 'in-sync', ops: 0 });
+      expect((await sock.listChains({ family: 'ip', table: 'nfkeeper' })).length).toBe(2 + 40 + 20 + 1);
+    });
+  }, 120_000);
+
+  it('right after a registration (the event mirror not seeded yet), a commit elsewhere costs no read at all; one in the owned table is still read and repaired', async () => {
+    await withDaemon('own-proof', async ({ d, sock, ns }) => {
+      await Promise.all(Array.from({ length: 70 }, (_, i) => d.api('PUT', `/v1/owners/${id(i)}`, ownerSpec(i, 4))));
+      (d.keeper as unknown as { readBackDue: boolean }).readBackDue = true;
+      expect(await d.keeper.request('manual', 0)).toMatchObject({ status: 'in-sync' });
+      const seen = spy(d.keeper.socket!);
+      const reads = () => seen.listRules + seen.listRuleDigests + seen.chains;
+      for (let k = 0; k < 3; k++) {
+        // A registration changes the desired state: the mirror is off until a read or the known state reseeds it.
+        expect((await d.api('PUT', `/v1/owners/n${k}`, ownerSpec(100 + k, 4))).status).toBe(201);
+        expect(d.keeper.mirrorState()?.exact).toBe(false);
+        ns.nft(`add table ip elsewhere${k}`);
+        const gen = sock.generation();
+        // The events prove the commit touched no owned table: the known state holds at the new generation.
+        expect(await d.keeper.request('manual', 0)).toMatchObject({ status: 'in-sync', ops: 0, generation: gen });
+        expect(reads()).toBe(0);
+      }
+      // A commit in the owned table is a touch: the keeper reads (digests or the mirror's seed) and repairs it.
+      const rules = await sock.listRules({ family: 'ip', table: 'nfkeeper', chain: 'o/o007/masq' });
+      expect((await d.api('PUT', '/v1/owners/n9', ownerSpec(109, 4))).status).toBe(201);
+      ns.nft(`delete rule ip nfkeeper o/o007/masq handle ${rules[1]!.handle}`);
+      const ticks = await d.keeper.request('manual', 0);
+      expect(ticks.status).toBe('repaired');
+      expect(reads()).toBeGreaterThan(0);
+      const after = await sock.listRules({ family: 'ip', table: 'nfkeeper', chain: 'o/o007/masq' });
+      expect(after).toHaveLength(rules.length);
+      expect((await d.keeper.request('manual', 0)).status).toBe('in-sync');
     });
   }, 120_000);
 

@@ -171,6 +171,16 @@ describe('refusals carry column, token and what was expected', () => {
   it('never returns a partial rule: every refused text throws before producing output', () => {
     expect(() => parseRule('ip saddr 1.2.3.4 bogus accept')).toThrow(RuleSyntaxError);
   });
+
+  it("takes no property of JavaScript's Object for a comparison or mark-set operator", () => {
+    // the operators were looked up in an object literal: `ip saddr toString 1.2.3.4` compiled, to a cmp without an op
+    for (const [text, column] of [['ip saddr toString 1.2.3.4 accept', 10], ['tcp dport constructor 80 accept', 11],
+      ['mark __proto__ 1', 6], ['mark set 1 constructor 2', 12], ['meta mark set mark toString 1', 20]] as const) {
+      const err = (() => { try { compileRule(text, { family: 'ip', table: 't', chain: 'c' }); } catch (e) { return e; } })();
+      expect(err, text).toBeInstanceOf(RuleSyntaxError);
+      expect((err as RuleSyntaxError).column, text).toBe(column);
+    }
+  });
 });
 
 describe('rendering what the rule language does not cover', () => {
