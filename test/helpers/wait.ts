@@ -12,3 +12,12 @@ import { setTimeout } from 'node:timers/promises';
 export function sleep(ms: number): Promise<void> {
   return setTimeout(ms);
 }
+
+/** Polls `ok` every `pollMs` until it holds; throws naming `what` after `ms`. */
+export async function until(what: string, ok: () => boolean | Promise<boolean>, ms = 30_000, pollMs = 20): Promise<void> {
+  const end = Date.now() + ms;
+  while (!(await ok())) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await sleep(pollMs);
+  }
+}

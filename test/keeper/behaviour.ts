@@ -15,7 +15,7 @@ import type { NftConn, NftHost } from '../../src/netlink/conn.js';
 import type { Family } from '../../src/netlink/expr.js';
 import { compileRule, renderRule, setResolver } from '../../src/rules/index.js';
 import { FLANNEL_RULES, FLANNEL_YAML, flannelConfig, nextRepair } from './helpers.js';
-import { sleep } from '../helpers/wait.js';
+import { sleep, until } from '../helpers/wait.js';
 
 export interface World {
   host: NftHost;
@@ -46,13 +46,6 @@ async function handles(conn: NftConn, c = CHAIN): Promise<number[]> {
   return (await conn.listRules(c)).map((r) => r.handle!);
 }
 
-async function until(what: string, ok: () => Promise<boolean> | boolean, ms = 10_000): Promise<void> {
-  const end = Date.now() + ms;
-  while (!(await ok())) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await sleep(10);
-  }
-}
 
 export function behaviourSuite(kind: string, makeWorld: () => World): void {
   describe(`nf_tables as nfkeeper uses it (${kind})`, () => {

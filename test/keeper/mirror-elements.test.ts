@@ -16,7 +16,7 @@ import { Monitor } from '../../src/netlink/monitor.js';
 import type { SetElement } from '../../src/netlink/objects.js';
 import { open, type NftSocket } from '../../src/netlink/socket.js';
 import { createNetns, type Netns } from '../helpers/netns.js';
-import { sleep } from '../helpers/wait.js';
+import { sleep, until } from '../helpers/wait.js';
 import { nextRepair, startKeeper } from './helpers.js';
 
 const N = 10_000;
@@ -37,13 +37,6 @@ function kpConfig(change: (lines: string[]) => void = () => undefined): Config {
   return parseNftConfig(`${text}\n`, 'kp.nft');
 }
 
-async function until(what: string, ok: () => boolean | Promise<boolean>, ms = 30_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!(await ok())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(20);
-  }
-}
 
 const dumps = async (k: Keeper) => (await k.metrics.dumps.get()).values[0]?.value ?? 0;
 

@@ -12,7 +12,7 @@ import type { CommitOptions, NftConn, NftHost } from '../../src/netlink/conn.js'
 import { Monitor } from '../../src/netlink/monitor.js';
 import { open, type NftSocket } from '../../src/netlink/socket.js';
 import { createNetns, type Netns } from '../helpers/netns.js';
-import { sleep } from '../helpers/wait.js';
+import { sleep, until } from '../helpers/wait.js';
 import { nextRepair, startKeeper } from './helpers.js';
 import { planConfig } from './plan-fixtures.js';
 
@@ -20,13 +20,6 @@ const N = 10_000;
 const WANT = Array.from({ length: N }, (_, i) => i);
 const where = { family: 'ip', table: 't', chain: 'c' } as const;
 
-async function until(what: string, ok: () => boolean | Promise<boolean>, ms = 20_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!(await ok())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(20);
-  }
-}
 
 const dumps = async (k: Keeper) => (await k.metrics.dumps.get()).values[0]?.value ?? 0;
 const retries = async (k: Keeper) => (await k.metrics.generationRetries.get()).values[0]?.value ?? 0;

@@ -19,7 +19,7 @@ import { prng } from '../../bench/soak.js';
 import { open } from '../../src/netlink/socket.js';
 import { createNetns, type Netns } from '../helpers/netns.js';
 import { tempDir } from '../helpers/tmp.js';
-import { sleep } from '../helpers/wait.js';
+import { sleep, until } from '../helpers/wait.js';
 import { NEW, OLD, TABLES, type Ruleset } from './crash-configs.js';
 
 // NFK_CRASH_RUNS=20 NFK_CRASH_SEED=5 npx vitest run test/reliability/crash.test.ts for a longer run.
@@ -104,13 +104,6 @@ async function untilGenerationMoves(ns: Netns, t0: number, timeoutMs: number): P
   }
 }
 
-async function until(what: string, ok: () => boolean, timeoutMs = 30_000): Promise<void> {
-  const t0 = performance.now();
-  while (!ok()) {
-    if (performance.now() - t0 > timeoutMs) throw new Error(`timed out waiting for ${what}`);
-    await sleep(20);
-  }
-}
 
 async function kill9(d: Daemon): Promise<void> {
   d.child.kill('SIGKILL');

@@ -1,5 +1,6 @@
 /**
- * Prints the kernel's decoded IR for rules as nft installs them (a debugging
+ * Prints the kernel's decoded IR for rules as nft installs them, with the
+ * named and anonymous sets those rules made and their elements (a debugging
  * aid for growing the vocabulary): `npx tsx test/rules/fidelity/dump.mts ip 'rule' ...`.
  */
 import { open, type Family } from '../../../src/index.js';
@@ -17,9 +18,16 @@ try {
       continue;
     }
     const sock = open({ netns: ns.path });
-    const got = await sock.listRules({ family, table: 't' });
-    sock.close();
-    for (const x of got) console.log(`${r}\n  ${JSON.stringify(x.exprs)}\n  render: ${renderRule(x, family)}`);
+    try {
+      for (const x of await sock.listRules({ family, table: 't' })) console.log(`${r}\n  ${JSON.stringify(x.exprs)}\n  render: ${renderRule(x, family)}`);
+      for (const s of await sock.listSets({ family, table: 't' })) {
+        const { elements: _e, ...set } = s as typeof s & { elements?: unknown };
+        console.log(`  set ${JSON.stringify(set)}`);
+        for (const e of await sock.listElements({ family, table: 't', set: s.name })) console.log(`    ${JSON.stringify(e)}`);
+      }
+    } finally {
+      sock.close();
+    }
     ns.nft(`delete table ${family} t\n`);
   }
 } finally {
