@@ -23,6 +23,7 @@ import { Batch } from '../src/netlink/batch.js';
 import { Monitor, type MonitorBatch } from '../src/netlink/monitor.js';
 import { open } from '../src/netlink/socket.js';
 import { withBenchNetns } from './lib/netns.js';
+import { s6Yaml } from './scenarios/s6.js';
 import { quantile } from './lib/stats.js';
 
 const arg = (name: string, dflt: string) => {
@@ -41,18 +42,7 @@ const PERF = arg('--perf', '');
 
 const TABLE = 'nfk-trace';
 const CHAIN = 'owned';
-const addr = (i: number) => `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`;
-const yaml = `tables:
-  - family: ip
-    name: ${TABLE}
-    chains:
-      - name: ${CHAIN}
-        type: nat
-        hook: postrouting
-        priority: srcnat
-        rules:
-${Array.from({ length: N }, (_, i) => `          - ip saddr ${addr(i)} ip daddr 192.0.2.1 return`).join('\n')}
-`;
+const yaml = s6Yaml(N, -1, TABLE);
 
 const now = () => Number(process.hrtime.bigint());
 const loadavg = () => readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');

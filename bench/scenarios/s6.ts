@@ -71,11 +71,12 @@ const CHAIN = 'owned';
 const addr = (i: number) => `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`;
 const ruleText = (i: number, changed = false) => `ip saddr ${addr(i)} ip daddr ${changed ? '192.0.2.2' : '192.0.2.1'} return`;
 
-function yaml(n: number, changedAt = -1): string {
+/** S6's owned chain of n rules as a YAML config (rule `changedAt` with another daddr); also bench/repair-trace.ts's. */
+export function s6Yaml(n: number, changedAt = -1, table = TABLE): string {
   const rules = Array.from({ length: n }, (_, i) => `          - ${ruleText(i, i === changedAt)}`).join('\n');
   return `tables:
   - family: ip
-    name: ${TABLE}
+    name: ${table}
     chains:
       - name: ${CHAIN}
         type: nat
@@ -111,10 +112,10 @@ export async function runS6(o: S6Options): Promise<S6Row[]> {
   try {
     for (const n of o.sizes) {
       const reps = o.reps(n);
-      const c0: Config = parseConfig(yaml(n));
-      const c1: Config = parseConfig(yaml(n, n >> 1));
+      const c0: Config = parseConfig(s6Yaml(n));
+      const c1: Config = parseConfig(s6Yaml(n, n >> 1));
       const configFile = join(dir, `s6-${n}.yaml`);
-      writeFileSync(configFile, yaml(n));
+      writeFileSync(configFile, s6Yaml(n));
       await withBenchNetns(`s6-${n}`, async (ns) => {
         const sock = open({ netns: ns.path });
         try {
