@@ -84,6 +84,7 @@ const META_NUM: Partial<Record<MetaKey, number>> = {
 };
 const CT_NUM: Partial<Record<CtKey, number>> = { state: 0, status: 2, mark: 3 };
 // set key types (nft datatype ids)
+const TYPE_FIB_ADDR = 38;
 const TYPE_NFPROTO = 2, TYPE_IPV4 = 7, TYPE_IPV6 = 8, TYPE_PROTO = 12, TYPE_SERVICE = 13, TYPE_MARK = 19, TYPE_IFINDEX = 20, TYPE_IFNAME = 41;
 
 function payload(name: string, type: TypeId, base: 'network' | 'transport', offset: number, len: number,
@@ -137,7 +138,8 @@ export const F = {
   ctState: ct('ct state', 'ctstate', 'state', 26),
   ctStatus: ct('ct status', 'ctstatus', 'status', 28),
   ctMark: ct('ct mark', 'mark', 'mark', TYPE_MARK),
-  fibDaddrType: { name: 'fib daddr type', type: 'fibtype', len: 4, load: { kind: 'fib', result: 'type', flags: 2 } } as Field,
+  fibDaddrType: { name: 'fib daddr type', type: 'fibtype', len: 4, load: { kind: 'fib', result: 'type', flags: 2 },
+    set: { keyType: 38, byteorder: BYTEORDER_HOST, key: { expr: 'fib', result: 3, flags: 2 } } } as Field,
 } satisfies Record<string, Field>;
 
 const PORT_DESC: Record<string, [number, number]> = { tcp: [DESC_TCP, 6], udp: [DESC_UDP, 17], udplite: [7, 136], dccp: [9, 33], sctp: [10, 132] };
@@ -182,12 +184,16 @@ export function fibField(flags: number, result: 'oif' | 'oifname' | 'type'): Fie
   const present = (flags & FIB_PRESENT) !== 0;
   if (present && result === 'type') return undefined;
   const name = `fib ${names.join(' . ')} ${result}`;
+  // sets keyed by a fib result: nft's typeof names the result (NFT_FIB_RESULT_*) and the flags
+  const set = (keyType: number) => ({ keyType, byteorder: BYTEORDER_HOST,
+    key: { expr: 'fib' as const, result: { oif: 1, oifname: 2, type: 3 }[result], flags } });
   const f: Field = present
     ? { name, type: 'int', len: 4, host: true, load: { kind: 'fib', result, flags },
       syms: { fmt: { base: 'dec' }, table: [['exists', 1], ['missing', 0]] } }
-    : result === 'type' ? { name, type: 'fibtype', len: 4, load: { kind: 'fib', result, flags } }
-    : result === 'oif' ? { name, type: 'ifindex', len: 4, load: { kind: 'fib', result, flags } }
-    : { name, type: 'ifname', len: 16, load: { kind: 'fib', result, flags } };
+    : result === 'type' ? { name, type: 'fibtype', len: 4, load: { kind: 'fib', result, flags }, set: set(TYPE_FIB_ADDR) }
+    : result === 'oif' ? { name, type: 'ifindex', len: 4, load: { kind: 'fib', result, flags }, set: set(TYPE_IFINDEX) }
+    // (a string, nft's type 5, not ifname)
+    : { name, type: 'ifname', len: 16, load: { kind: 'fib', result, flags }, set: set(5) };
   fibCache.set(key, f);
   return f;
 }

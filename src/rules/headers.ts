@@ -402,8 +402,10 @@ export function ctField(key: CtKey, dir?: 0 | 1): Field | undefined {
     name: `ct ${d}${key}`, type: s.type, len: s.len,
     load: dir === undefined ? { kind: 'ct', key } : { kind: 'ct', key, dir },
   };
-  if (s.keyType !== undefined && dir === undefined) {
-    f.set = { keyType: s.keyType, byteorder: s.host ? BYTEORDER_HOST : BYTEORDER_BIG, key: { expr: 'ct', key: s.num } };
+  if (s.keyType !== undefined) {
+    // nft's typeof names the direction (none: 0xffffffff)
+    f.set = { keyType: s.keyType, byteorder: s.host ? BYTEORDER_HOST : BYTEORDER_BIG,
+      key: dir === undefined ? { expr: 'ct', key: s.num } : { expr: 'ct', key: s.num, dir } };
   }
   if (s.host) f.host = true;
   if (s.syms) f.syms = s.syms;

@@ -452,6 +452,8 @@ export function startsMarkMap(p: KeyedParser): boolean {
   const t = p.peek();
   if (t.kind !== 'word') return false;
   if ([...GEN_WORDS, 'ip', 'ip6', 'tcp', 'udp', 'th', 'iifname', 'oifname', 'osf'].includes(t.text)) return true;
+  // a ct key with a direction (`ct original ip daddr map { … }`) is never the value itself
+  if (t.text === 'ct' && p.isWord(p.peek(1), 'original', 'reply')) return true;
   // a mark as the key (`ct mark set meta mark map { … }`), not as the value (`ct mark set meta mark`)
   const after = t.text === 'mark' ? p.peek(1) : (t.text === 'meta' || t.text === 'ct') && p.isWord(p.peek(1), 'mark') ? p.peek(2) : undefined;
   return after !== undefined && p.isWord(after, 'map', '.');
@@ -496,10 +498,13 @@ function fieldTypeofTlvs(f: Field): Hex | undefined {
   if (!k) return undefined;
   let data: Hex;
   switch (k.expr) {
-    case 'payload': data = tlv(0, u32Host(k.desc)) + tlv(1, u32Host(k.tmpl)); break;
+    case 'payload': data = 'base' in k
+      ? tlv(0, u32Host(0)) + tlv(1, u32Host(0)) + tlv(2, u32Host(k.base)) + tlv(3, u32Host(k.offset)) + tlv(4, u32Host(k.bits))
+      : tlv(0, u32Host(k.desc)) + tlv(1, u32Host(k.tmpl)); break;
     case 'meta': case 'rt': data = tlv(0, u32Host(k.key)); break;
     case 'osf': data = ''; break;
-    case 'ct': data = tlv(0, u32Host(k.key)) + tlv(1, u32Host(0xffffffff)); break;
+    case 'ct': data = tlv(0, u32Host(k.key)) + tlv(1, u32Host(k.dir ?? 0xffffffff)); break;
+    case 'fib': data = tlv(0, u32Host(k.result)) + tlv(1, u32Host(k.flags)); break;
     case 'exthdr': data = tlv(1, u32Host(k.tmpl)) + (k.op ? tlv(2, u32Host(k.op)) : '') + tlv(0, u32Host(k.desc)); break;
     case 'xfrm': data = tlv(0, u32Host(k.key)) + tlv(1, u32Host(k.spnum)) + tlv(2, u32Host(k.dir)); break;
   }

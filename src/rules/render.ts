@@ -906,10 +906,12 @@ function relText(field: Field, load: Load, form: Form, sets: SetResolver | undef
         const neq = form.op === 'neq' ? ' !=' : '';
         return `${proto} sport${neq} ${parseInt(form.data.slice(0, 4), 16)} ${proto} dport${neq} ${parseInt(form.data.slice(4), 16)}`;
       }
-      if (isAddr && loadLen < field.len) {
-        if (form.data.length !== loadLen * 2) return bad();
-        const full = form.data + '00'.repeat(field.len - loadLen);
-        return `${name}${opText(form.op)} ${valueText(field, full, opts)}/${loadLen * 8}`;
+      // a byte-aligned prefix: a shorter payload load, or (ct, rt, ipsec addresses) a shorter comparison
+      const cmpLen = load.kind === 'payload' ? loadLen : form.data.length / 2;
+      if (isAddr && cmpLen < field.len && cmpLen >= 1) {
+        if (form.data.length !== cmpLen * 2) return bad();
+        const full = form.data + '00'.repeat(field.len - cmpLen);
+        return `${name}${opText(form.op)} ${valueText(field, full, opts)}/${cmpLen * 8}`;
       }
       if (field.type === 'ifname') {
         const v = ifnameText(form.data);

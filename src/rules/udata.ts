@@ -79,7 +79,7 @@ const SET_KEY_TYPEOF = 3;
 const TYPEOF_EXPR = 0;
 const TYPEOF_DATA = 1;
 /** nft's enum expr_types */
-export const EXPR_TYPE = { payload: 7, exthdr: 8, meta: 9, osf: 11, ct: 12, rt: 25, xfrm: 27 } as const;
+export const EXPR_TYPE = { payload: 7, exthdr: 8, meta: 9, osf: 11, ct: 12, rt: 25, fib: 26, xfrm: 27 } as const;
 
 /** How nft describes the expression a set is keyed by. */
 export type KeyTypeof =
@@ -91,7 +91,12 @@ export type KeyTypeof =
   | { expr: 'osf' }
   /** xfrm (ipsec): key, secpath index, direction. */
   | { expr: 'xfrm'; key: number; spnum: number; dir: number }
-  | { expr: 'ct'; key: number };
+  /** ct: key and direction (0 original, 1 reply; none: nft writes 0xffffffff). */
+  | { expr: 'ct'; key: number; dir?: number }
+  /** fib: result (NFT_FIB_RESULT_*) and flags (NFTA_FIB_F_*). */
+  | { expr: 'fib'; result: number; flags: number }
+  /** A raw payload (`@nh,8,8`): no header, its base, offset and length in bits. */
+  | { expr: 'payload'; desc: 0; tmpl: 0; base: number; offset: number; bits: number };
 
 /** Byte order values of nft's enum byteorder. */
 export const BYTEORDER_HOST = 1;
@@ -102,14 +107,17 @@ function typeofTlvs(key: KeyTypeof): Hex {
   let data: Hex;
   switch (key.expr) {
     case 'payload':
-      data = tlv(0, u32Host(key.desc)) + tlv(1, u32Host(key.tmpl)) + (key.len !== undefined ? tlv(4, u32Host(key.len)) : '');
+      data = 'base' in key
+        ? tlv(0, u32Host(0)) + tlv(1, u32Host(0)) + tlv(2, u32Host(key.base)) + tlv(3, u32Host(key.offset)) + tlv(4, u32Host(key.bits))
+        : tlv(0, u32Host(key.desc)) + tlv(1, u32Host(key.tmpl)) + (key.len !== undefined ? tlv(4, u32Host(key.len)) : '');
       break;
     case 'meta': case 'rt': data = tlv(0, u32Host(key.key)); break;
     case 'osf': data = ''; break;
     // nft's exthdr_expr_build_udata: the template, the op (not for IPv6 headers), the header
     case 'exthdr': data = tlv(1, u32Host(key.tmpl)) + (key.op ? tlv(2, u32Host(key.op)) : '') + tlv(0, u32Host(key.desc)); break;
     case 'xfrm': data = tlv(0, u32Host(key.key)) + tlv(1, u32Host(key.spnum)) + tlv(2, u32Host(key.dir)); break;
-    case 'ct': data = tlv(0, u32Host(key.key)) + tlv(1, u32Host(0xffffffff)); break;
+    case 'ct': data = tlv(0, u32Host(key.key)) + tlv(1, u32Host(key.dir ?? 0xffffffff)); break;
+    case 'fib': data = tlv(0, u32Host(key.result)) + tlv(1, u32Host(key.flags)); break;
   }
   return tlv(TYPEOF_EXPR, u32Host(EXPR_TYPE[key.expr])) + tlv(TYPEOF_DATA, data);
 }
