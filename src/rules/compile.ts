@@ -456,7 +456,15 @@ function keyDeps(key: readonly KeyPart[], family: Family, c: { l3: 'ip' | 'ip6' 
     if (f === F.nfproto && family !== 'inet') {
       fail(st, 'a match that makes sense in this family', 'meta nfproto is only useful in the inet family');
     }
-    if (f.l3) {
+    if (f.l3 && f.l3NoDep) {
+      // (ct original saddr, rt nexthop in inet: the family must be known, nft adds no dependency)
+      const have = family === 'inet' ? c.l3 : family;
+      if (have !== f.l3) {
+        fail(st, `an ${f.l3 === 'ip' ? 'IPv4' : 'IPv6'} table, or a match on ${f.l3} before it in an inet table`,
+          have === undefined ? `cannot tell whether ${f.name} is an IPv4 or IPv6 address here`
+            : `conflicting protocols specified: ${have} vs. ${f.l3}`);
+      }
+    } else if (f.l3) {
       if (family === 'inet') {
         if (c.l3 === undefined) {
           out.push(dep(F.nfproto, f.l3 === 'ip' ? NFPROTO_IPV4 : NFPROTO_IPV6, st));

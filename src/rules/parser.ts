@@ -355,8 +355,13 @@ class Parser {
       case 'ipsec': return this.parseMatch(rtField('ipsec', BOOLEAN_SYMS), at);
       default: {
         let v6: boolean;
-        if (k.text === 'nexthop') {
-          if (fam === 'inet') this.fail(k, "'rt ip nexthop' or 'rt ip6 nexthop' in an inet table", 'rt nexthop needs its family in inet');
+        if (k.text === 'nexthop' && fam === 'inet') {
+          // as nft: the family comes from what the rule matched before (the compiler checks it); the
+          // address written says which one is meant
+          const v = this.peek().kind === 'punct' && this.peek().text === '{' ? this.peek(1) : this.peek();
+          v6 = v.kind === 'word' && v.text.includes(':');
+          return this.parseMatch({ ...rtField(v6 ? 'nexthop6' : 'nexthop4'), l3: v6 ? 'ip6' : 'ip', l3NoDep: true }, at);
+        } else if (k.text === 'nexthop') {
           v6 = fam === 'ip6';
         } else {
           v6 = k.text === 'ip6';
