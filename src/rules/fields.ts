@@ -214,6 +214,8 @@ export const ETHER: Record<'daddr' | 'saddr' | 'type', Field> = {
 };
 
 const RAW_BASE = { ll: 'll', nh: 'network', th: 'transport', ih: 'inner' } as const;
+/** nft's enum proto_bases. */
+const RAW_BASE_NUM = { ll: 1, nh: 2, th: 3, ih: 4 } as const;
 
 /**
  * nft's raw payload `@ll|nh|th|ih,OFFSET,LENGTH` (bits): an integer at any bit offset, loaded as
@@ -222,10 +224,19 @@ const RAW_BASE = { ll: 'll', nh: 'network', th: 'transport', ih: 'inner' } as co
 export function rawPayloadField(base: 'll' | 'nh' | 'th' | 'ih', bitOff: number, bits: number): Field | undefined {
   const len = Math.ceil((bitOff % 8 + bits) / 8);
   if (bits < 1 || len > 16 || bitOff > 0xffff * 8) return undefined;
-  return {
+  const f: Field = {
     name: `@${base},${bitOff},${bits}`, type: 'int', len, load: { kind: 'payload', base: RAW_BASE[base], offset: Math.floor(bitOff / 8) },
     width: bits, shift: len * 8 - (bitOff % 8) - bits,
+    // nft lists raw payload values in hex
+    syms: { fmt: { base: 'hex', digits: 1 }, table: [] },
   };
+  // nft's payload_init_raw: @th,0,16 and @th,16,16 are th sport and th dport (inet_service, th's typeof)
+  if (base === 'th' && bits === 16 && (bitOff === 0 || bitOff === 16)) f.set = (bitOff === 0 ? F.thSport : F.thDport).set!;
+  // whole bytes: an integer key described by base, offset and length (nft's raw payload typeof)
+  else if (bitOff % 8 === 0 && bits % 8 === 0) {
+    f.set = { keyType: 4, byteorder: BYTEORDER_BIG, key: { expr: 'payload', desc: 0, tmpl: 0, base: RAW_BASE_NUM[base], offset: bitOff, bits } };
+  }
+  return f;
 }
 
 /** The raw payload field a load (and an optional bit mask) reads, for rendering. */

@@ -500,7 +500,7 @@ function fieldTypeofTlvs(f: Field): Hex | undefined {
   switch (k.expr) {
     case 'payload': data = 'base' in k
       ? tlv(0, u32Host(0)) + tlv(1, u32Host(0)) + tlv(2, u32Host(k.base)) + tlv(3, u32Host(k.offset)) + tlv(4, u32Host(k.bits))
-      : tlv(0, u32Host(k.desc)) + tlv(1, u32Host(k.tmpl)); break;
+      : tlv(0, u32Host(k.desc)) + tlv(1, u32Host(k.tmpl)) + (k.len !== undefined ? tlv(4, u32Host(k.len)) : ''); break;
     case 'meta': case 'rt': data = tlv(0, u32Host(k.key)); break;
     case 'osf': data = ''; break;
     case 'ct': data = tlv(0, u32Host(k.key)) + tlv(1, u32Host(k.dir ?? 0xffffffff)); break;
@@ -1118,7 +1118,12 @@ function spanText(p: PartR, lo: Hex, hi: Hex): string | undefined {
     const a = p.value(lo), b = p.value(hi);
     return a === undefined || b === undefined ? undefined : `${a}-${b}`;
   }
-  // only the spans the language reads back (marks, protocols, … take single values)
+  // only the spans the language reads back (marks, protocols, … take single values; integers as numbers)
+  if (f.type === 'int') {
+    const a = p.value(lo), b = p.value(hi);
+    const num = /^(?:0x[0-9a-f]+|[0-9]+)$/;
+    return a !== undefined && b !== undefined && num.test(a) && num.test(b) ? `${a}-${b}` : undefined;
+  }
   if (!['ipv4', 'ipv6', 'port', 'ifname'].includes(f.type)) return undefined;
   if (f.type === 'ipv4' || f.type === 'ipv6') {
     const pl = prefixOf(lo, hi);

@@ -440,9 +440,10 @@ function fieldOf(load: Load, family: Family, l3: string | undefined, l4: number 
   // a transport field of no known protocol, a network or link layer field in an ip or ip6 table
   // (not adjacent ether fields merged into one load).
   const raw = () => rawPayloadAt(load.base as 'll', load.offset, load.len, bits !== undefined ? hexToBig(bits) : undefined);
-  if (load.base === 'transport') return l4 === undefined || (typeof l4 === 'number' && !L4_BY_NUM.has(l4)) ? raw() : undefined;
-  if (family === 'inet') return undefined;
-  if (load.base === 'network') return raw();
+  if (load.base === 'transport') return raw();
+  if (load.base === 'inner') return raw();
+  // in inet a named network field has its nfproto dependency before it: with none, it is raw
+  if (load.base === 'network') return family !== 'inet' || l3 === undefined ? raw() : undefined;
   if (load.base === 'll' && !([0, 6, 12].includes(load.offset) && [6, 12, 14].includes(load.offset + load.len))) return raw();
   return undefined;
 }
@@ -577,9 +578,24 @@ function isTransportFor(it: Item | undefined, proto: number, family: Family): bo
   if (it?.k === 'pset') return it.store.base === 'transport' && psetText(it, family, undefined, proto, {}) !== undefined;
   if (!it || it.k !== 'rel' || it.load.kind !== 'payload' || it.load.base !== 'transport') return false;
   const bits = bitsOf(it.form);
-  return fieldOf(it.load, family, undefined, proto, bits) !== undefined
-    || (bits !== undefined && it.form.f === 'mask' && fieldOf(it.load, family, undefined, proto) !== undefined)
+  // (a raw payload has no dependency: the l4proto match before it is the rule's own)
+  const named = (f: Field | undefined) => f !== undefined && !f.name.startsWith('@');
+  return named(fieldOf(it.load, family, undefined, proto, bits))
+    || (bits !== undefined && it.form.f === 'mask' && named(fieldOf(it.load, family, undefined, proto)))
     || splitFields(it.load, proto) !== undefined;
+}
+
+/**
+ * A port looked up in a set nft describes as keyed by `th sport|dport` (`@th,16,16 { … }` after
+ * `meta l4proto tcp`): the th field, which reads back to that set and adds no dependency.
+ */
+function thLookupField(it: Item | undefined, sets: SetResolver | undefined): Field | undefined {
+  if (it?.k !== 'rel' || it.form.f !== 'lookup' || it.form.pre || it.load.kind !== 'payload' || it.load.base !== 'transport'
+    || it.load.len !== 2 || (it.load.offset !== 0 && it.load.offset !== 2)) return undefined;
+  const f = it.load.offset === 0 ? F.thSport : F.thDport;
+  const found = sets?.(it.form.e.set, it.form.e.setId);
+  if (!found || !(found.set.flags & SET_F.ANONYMOUS) || found.set.userdata === undefined) return undefined;
+  return found.set.userdata === setUserdata(BYTEORDER_BIG, (found.set.flags & SET_F.INTERVAL) !== 0, f.set!.key) ? f : undefined;
 }
 
 /** A field with an l3dep right after: `meta l4proto P` then the field (icmp in inet). */
@@ -622,7 +638,7 @@ function splitFields(load: Load, l4: number | 'set' | undefined, l3?: string, fa
     for (let len = 1; len <= end - off && !f; len++) {
       f = fieldOf({ ...load, offset: off, len }, family ?? 'inet', proto === 'ip' || proto === 'ip6' ? proto : l3,
         typeof l4 === 'number' ? l4 : undefined);
-      if (f && (f.len !== len || fieldMask(f) !== undefined || f.type === 'ports')) f = undefined;
+      if (f && (f.len !== len || fieldMask(f) !== undefined || f.type === 'ports' || f.name.startsWith('@'))) f = undefined;
     }
     if (!f) return undefined;
     out.push(f);
@@ -736,7 +752,7 @@ export function renderRule(rule: { exprs: readonly Expr[]; userdata?: Hex }, fam
     }
     let form = it.form;
     const bits = bitsOf(form);
-    let field = fieldOf(it.load, family, l3, l4, bits);
+    let field = thLookupField(it, sets) ?? fieldOf(it.load, family, l3, l4, bits);
     if (field && form.f === 'mask' && bits !== undefined && fieldMask(field) === hexToBig(bits)) {
       // a bit field's own mask: a plain comparison of the field
       form = { f: 'cmp', op: form.op, data: form.data };
@@ -744,6 +760,8 @@ export function renderRule(rule: { exprs: readonly Expr[]; userdata?: Hex }, fam
       field = fieldOf(it.load, family, l3, l4);
       if (field && fieldMask(field) !== undefined) field = undefined;
     }
+    // named fields merged into one load (icmp type . code) before a raw payload of the same bytes
+    if (field?.name.startsWith('@') && form.f === 'cmp' && form.pre === undefined && splitFields(it.load, l4, l3, family)) field = undefined;
     if (!field) {
       const split = form.f === 'cmp' && form.pre === undefined ? splitFields(it.load, l4, l3, family) : undefined;
       if (split && form.f === 'cmp') {
@@ -767,7 +785,10 @@ export function renderRule(rule: { exprs: readonly Expr[]; userdata?: Hex }, fam
       const p = parseInt((form as { data: Hex }).data, 16);
       // in inet, icmp/icmpv6 written alone would get `meta nfproto` first: keep the l4proto match then
       const icmpNeedsL3 = family === 'inet' && l3 === undefined && (p === 1 || p === 2 || p === 58);
-      if (L4_BY_NUM.has(p) && !icmpNeedsL3 && isTransportFor(items[i + 1], p, family)) { l4 = p; continue; }
+      if (L4_BY_NUM.has(p) && !icmpNeedsL3 && isTransportFor(items[i + 1], p, family) && !thLookupField(items[i + 1], sets)) {
+        l4 = p;
+        continue;
+      }
     }
     if (it.load.kind === 'meta' && it.load.key === 'iiftype' && form.f === 'cmp' && form.op === 'eq' && !llKnown
       && form.data === encodeInt(field, 1n)) {
