@@ -13,7 +13,7 @@ import { FIB_F, NAT_RANGE, type Expr, type Family, type Hex, type MasqExpr, type
 import type { NftSet } from '../netlink/objects.js';
 import type { At, Elem, MatchOp, MatchStmt, RuleAst, Rhs, Stmt } from './ast.js';
 import { bigToHex, prefixMask, u16Be, u32Host, u8 } from './bytes.js';
-import { ETHER, F, NFPROTO_IPV4, NFPROTO_IPV6, mergedPorts, type Field } from './fields.js';
+import { ETHER, F, VLAN, NFPROTO_IPV4, NFPROTO_IPV6, mergedPorts, type Field } from './fields.js';
 import { fieldMask, headerField, metaField } from './headers.js';
 import { encodeInt, toBigEndian } from './intvalues.js';
 import { parseRule } from './parser.js';
@@ -224,7 +224,7 @@ function icmpDependencies(ast: RuleAst, fail: (at: At, e: string, r: string) => 
 /** A dependency match (`meta l4proto tcp`, `meta nfproto ipv4`, `meta iiftype ether`) at `at`. */
 function depRel(field: Field, value: number, at: At): Rel {
   return {
-    t: 'rel', field, op: 'eq', rhs: { k: 'value', hex: field === IIFTYPE_ETHER || field === ETHER.type ? encodeInt(field, BigInt(value)) : u8(value), col: at.col, raw: at.raw }, at,
+    t: 'rel', field, op: 'eq', rhs: { k: 'value', hex: field === IIFTYPE_ETHER || field === ETHER.type || field === VLAN.type ? encodeInt(field, BigInt(value)) : u8(value), col: at.col, raw: at.raw }, at,
   };
 }
 
@@ -236,8 +236,27 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
   let llKnown = false;
   /** The ether type matched (explicitly or as a vlan field's dependency). */
   let ethType: number | undefined;
+  /** The vlan type matched (explicitly or as a network field's dependency inside a vlan header). */
+  let vlanType: number | undefined;
 
   const dep = depRel;
+  /**
+   * The network protocol dependency in inet: `meta nfproto`, or after an ether match (the link
+   * layer is known) nft's `ether type`, which its payload merge joins with the ether match.
+   */
+  const l3Dep = (p: 'ip' | 'ip6', st: At): Rel => {
+    if (!llKnown) return dep(F.nfproto, p === 'ip' ? NFPROTO_IPV4 : NFPROTO_IPV6, st);
+    const t = p === 'ip' ? 0x0800 : 0x86dd;
+    if (ethType === 0x8100) {
+      // inside a vlan header: its own type field names the network protocol
+      if (vlanType !== undefined && vlanType !== t) fail(st, `a match consistent with vlan type ${vlanType}`, `conflicting protocols specified: vlan type vs. ${p}`);
+      vlanType = t;
+      return dep(VLAN.type, t, st);
+    }
+    if (ethType !== undefined && ethType !== t) fail(st, `a match consistent with ether type ${ethType}`, `conflicting protocols specified: ether type vs. ${p}`);
+    ethType = t;
+    return dep(ETHER.type, t, st);
+  };
 
   /** The protocol dependencies a field needs before it, inserted as nft does, refusing conflicts. */
   const need = (f: Field, st: At): void => {
@@ -264,12 +283,8 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
       }
     } else if (f.l3) {
       if (family === 'inet') {
-        if (l3 === undefined && llKnown) {
-          // nft then depends on `ether type` (a payload it merges with the ether match), not on meta nfproto
-          fail(st, `an ip/ip6 match before the ether match, or meta nfproto`, 'a network field after an ether match in inet is not supported');
-        }
         if (l3 === undefined) {
-          out.push(dep(F.nfproto, f.l3 === 'ip' ? NFPROTO_IPV4 : NFPROTO_IPV6, st));
+          out.push(l3Dep(f.l3, st));
           l3 = f.l3;
         } else if (l3 !== f.l3) {
           fail(st, `a match consistent with the network protocol given earlier (${l3 === 'other' ? 'meta nfproto' : l3})`,
@@ -281,8 +296,7 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
     }
     // icmp/icmpv6 in inet: nft adds `meta nfproto` only when the transport protocol is not known yet
     if (f.l3dep && family === 'inet' && l3 === undefined && l4 === undefined) {
-      if (llKnown) fail(st, 'an ip/ip6 match before the ether match', 'a network dependency after an ether match in inet is not supported');
-      out.push(dep(F.nfproto, f.l3dep === 'ip' ? NFPROTO_IPV4 : NFPROTO_IPV6, st));
+      out.push(l3Dep(f.l3dep, st));
       l3 = f.l3dep;
     }
     if (f.l4 !== undefined) {
@@ -314,6 +328,12 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
       need(f, st);
       if (f === ETHER.type && (st.op === 'eq' || st.op === 'implicit') && st.rhs.k === 'value' && st.mask === undefined) {
         ethType = parseInt(st.rhs.hex, 16);
+        // the network protocol it names (nft's protocol context), as a dependency would
+        if (family === 'inet' && l3 === undefined && (ethType === 0x0800 || ethType === 0x86dd)) l3 = ethType === 0x0800 ? 'ip' : 'ip6';
+      }
+      if (f === VLAN.type && (st.op === 'eq' || st.op === 'implicit') && st.rhs.k === 'value' && st.mask === undefined) {
+        vlanType = parseInt(st.rhs.hex, 16);
+        if (family === 'inet' && l3 === undefined && (vlanType === 0x0800 || vlanType === 0x86dd)) l3 = vlanType === 0x0800 ? 'ip' : 'ip6';
       }
       // a range of marks (alone or in a set) is compared in network byte order, as a host-order integer
       const markSpan = f.type === 'mark' && (st.rhs.k === 'range' || (st.rhs.k === 'set' && st.rhs.elems.some((e) => e.k !== 'value')));
@@ -360,8 +380,7 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
         fail(st, `a statement for ${family}`, `conflicting protocols specified: ${family} vs. ${st.l3}`);
       }
       if (st.l3 && family === 'inet' && l3 === undefined) {
-        if (llKnown) fail(st, 'an ip/ip6 match before the ether match', 'a network dependency after an ether match in inet is not supported');
-        put(dep(F.nfproto, st.l3 === 'ip' ? NFPROTO_IPV4 : NFPROTO_IPV6, st));
+        put(l3Dep(st.l3, st));
         l3 = st.l3;
       } else if (st.l3 && family === 'inet' && l3 !== st.l3) {
         fail(st, `a statement for ${l3 === 'other' ? 'this protocol' : l3}`, `conflicting protocols specified: ${l3} vs. ${st.l3}`);
@@ -520,6 +539,9 @@ function thMerge(a: Rel, b: Rel): boolean {
 
 const norm = (op: MatchOp) => (op === 'neq' ? 'neq' : 'eq');
 
+/** nft's EXPR_F_PROTOCOL: a field naming the next header's protocol (ip protocol, ether type, …). */
+const isProto = (f: Field): boolean => f.protoKey === true || f === ETHER.type;
+
 /** Merges the candidates `sa` (indexes into list) as nft's payload_try_merge does. */
 function doMerge(list: (EStmt | null)[], sa: number[], fail: (at: At, e: string, r: string) => never): void {
   const order = [...sa].sort((x, y) => {
@@ -551,11 +573,11 @@ function doMerge(list: (EStmt | null)[], sa: number[], fail: (at: At, e: string,
       && a.field.type === 'port' && b.field.type === 'port';
     const field: Field = ports ? mergedPorts(a.field.l4!) : {
       name: `${a.field.name} . ${b.field.name}`, type: 'ports', len: a.field.len + b.field.len, load: a.field.load,
-      ...(a.field.protoKey || b.field.protoKey ? { protoKey: true } : {}),
+      ...(isProto(a.field) || isProto(b.field) ? { protoKey: true } : {}),
     };
     const merged: Rel = { t: 'rel', field, op: a.op, rhs: { k: 'value', hex: va + vb, col: a.rhs.col, raw: a.rhs.raw }, at: a.at };
     // nft keeps a protocol match's place (payload_do_merge swaps the two): the merged match sits where b was
-    if (b.field.protoKey) {
+    if (isProto(b.field)) {
       list[j] = merged;
       list[last] = null;
       last = j;

@@ -549,6 +549,9 @@ function namedFieldOf(load: Load, family: Family, l3: string | undefined, l4: nu
   }
 }
 
+/** The network protocol an ether type (register bytes) names. */
+const ETH_L3: Record<string, 'ip' | 'ip6'> = { '0800': 'ip', '86dd': 'ip6' };
+
 /** The bit mask a form applies between load and comparison, for telling bit fields apart. */
 function bitsOf(form: Form): Hex | undefined {
   return form.f === 'mask' ? form.mask : form.f === 'lookup' || form.f === 'cmp' || form.f === 'range' || form.f === 'ord'
@@ -710,6 +713,10 @@ export function renderRule(rule: { exprs: readonly Expr[]; userdata?: Hex }, fam
   let l3: 'ip' | 'ip6' | 'other' | undefined = family === 'ip' ? 'ip' : family === 'ip6' ? 'ip6' : undefined;
   let l4: number | 'set' | undefined;
   let llKnown = false;
+  /** A link layer field is in the text (it makes the compiler add `meta iiftype ether` again). */
+  let llText = false;
+  /** The ether type matched, as register bytes. */
+  let ethTypeR: Hex | undefined;
   let icmpTypes: number[] | undefined;
   for (let i = 0; i < items.length; i++) {
     const it = items[i]!;
@@ -768,9 +775,18 @@ export function renderRule(rule: { exprs: readonly Expr[]; userdata?: Hex }, fam
         let at = 0;
         const texts: string[] = [];
         for (const sf of split) {
-          texts.push(relText(sf, sf.load as Load, { f: 'cmp', op: form.op, data: form.data.slice(at, at + sf.len * 2) }, sets, options));
+          const data = form.data.slice(at, at + sf.len * 2);
           at += sf.len * 2;
+          // `ether type ip` merged with another ether field before a network field in inet: the
+          // dependency the compiler adds there again (the other field keeps the link layer known)
+          const fam = sf === ETHER.type && form.op === 'eq' && family === 'inet' && l3 === undefined ? ETH_L3[data] : undefined;
+          if (fam) {
+            l3 = fam;
+            if (isNetworkFor(items[i + 1], fam)) continue;
+          }
+          texts.push(relText(sf, sf.load as Load, { f: 'cmp', op: form.op, data }, sets, options));
         }
+        if (split[0]!.ll) llText = true;
         if (form.op === 'neq' || texts.some((t) => t.includes('<unsupported'))) parts.push(unsupported(`match on ${describe(it.load)}`));
         else parts.push(...texts);
         for (const sf of split) if (sf.protoKey && form.op === 'eq') l4 = parseInt(form.data.slice(0, 2), 16);
@@ -779,6 +795,17 @@ export function renderRule(rule: { exprs: readonly Expr[]; userdata?: Hex }, fam
       parts.push(unsupported(`match on ${describe(it.load)}`));
       continue;
     }
+    // ether type / vlan type naming the network protocol in inet (the compiler's dependency after an ether match)
+    if ((field === ETHER.type || field === VLAN.type) && family === 'inet' && l3 === undefined && form.f === 'cmp' && form.op === 'eq') {
+      const fam = ETH_L3[form.data];
+      if (fam) {
+        l3 = fam;
+        const vlanDep = field === VLAN.type && ethTypeR === '8100';
+        if ((vlanDep || (field === ETHER.type && llText)) && isNetworkFor(items[i + 1], fam)) continue;
+      }
+    }
+    if (field === ETHER.type && form.f === 'cmp' && form.op === 'eq') ethTypeR = form.data;
+    if (field.ll) llText = true;
     const single = form.f === 'cmp' && form.op === 'eq' && form.data.length === 2;
     // dependencies the compiler would insert again right here
     if (field === F.l4proto && single && l4 === undefined) {
@@ -795,6 +822,7 @@ export function renderRule(rule: { exprs: readonly Expr[]; userdata?: Hex }, fam
       const nx = items[i + 1];
       if (nx?.k === 'rel' && nx.load.kind === 'payload' && nx.load.base === 'll') { llKnown = true; continue; }
       llKnown = true;
+      llText = true;
     }
     if (field === F.nfproto && single && l3 === undefined) {
       const v = parseInt((form as { data: Hex }).data, 16);
