@@ -356,15 +356,16 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
       // A vmap is not terminal: a key that is in no element continues with the next statement.
       for (const k of keyFields(st.key)) {
         // a bit field (ip dscp, ip6 flowlabel, …) is keyed by `payload & mask`, which the set and map code does not build
-        if ((fieldMask(k.field) !== undefined && keyFields(st.key).length > 1) || k.field.ll || k.field.l3dep || k.field.icmpDep) {
+        if ((fieldMask(k.field) !== undefined && keyFields(st.key).length > 1) || k.field.llType !== undefined || k.field.l3dep || k.field.icmpDep) {
           // the key dependencies (keyDeps) do not add nft's iiftype/nfproto/icmp type matches for these yet
           fail(k.at, `another key`, `${k.field.name} cannot be a set or map key yet`);
         }
       }
-      const c = { l3, l4 };
+      const c: KeyCtx = { l3, l4, ll: llKnown };
       keyDeps(st.key, family, c, out, fail);
       l3 = c.l3;
       l4 = c.l4;
+      llKnown = c.ll === true;
       out.push({ t: 'other', stmt: st });
       continue;
     }
@@ -466,12 +467,25 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
  * before the statement as nft does for each part in order, refusing conflicts; the same rules as
  * for a match's field.
  */
-function keyDeps(key: readonly KeyPart[], family: Family, c: { l3: 'ip' | 'ip6' | 'other' | undefined; l4: number | 'set' | undefined },
+/** The protocol context keyDeps reads and updates. */
+interface KeyCtx { l3: 'ip' | 'ip6' | 'other' | undefined; l4: number | 'set' | undefined; ll?: boolean }
+
+function keyDeps(key: readonly KeyPart[], family: Family, c: KeyCtx,
   out: (EStmt | null)[], fail: (at: At, e: string, r: string) => never): void {
   const dep = (field: Field, value: number, at: At): Rel => ({
     t: 'rel', field, op: 'eq', rhs: { k: 'value', hex: u8(value), col: at.col, raw: at.raw }, at,
   });
   for (const { field: f, at: st } of keyFields(key)) {
+    if (f.ll && !c.ll) {
+      // an ether field: nft's `meta iiftype ether` first, as for a match
+      out.push(depRel(IIFTYPE_ETHER, 1, st));
+      c.ll = true;
+    }
+    if (f.l3 && !f.l3NoDep && family === 'inet' && c.l3 === undefined && c.ll) {
+      // after an ether match nft depends on ether type, not on meta nfproto
+      out.push(depRel(ETHER.type, f.l3 === 'ip' ? 0x0800 : 0x86dd, st));
+      c.l3 = f.l3;
+    }
     if (f === F.nfproto && family !== 'inet') {
       fail(st, 'a match that makes sense in this family', 'meta nfproto is only useful in the inet family');
     }

@@ -259,7 +259,11 @@ function parseAnon(p: KeyedParser, key: KeyPart[], data: DataKind): Extract<SetR
       }
       // `80:accept`, as nft's own tests write it (not for IPv6 keys, whose colons are the address's)
       const v = p.peek();
-      if (data && i === key.length - 1 && v.kind === 'word' && !(part.p === 'field' && part.field.type === 'ipv6')) {
+      if (data && i === key.length - 1 && v.kind === 'word' && part.p === 'field' && part.field.type === 'lladdr') {
+        // an Ethernet address holds five colons: `ca:fe:ca:fe:ca:fe:accept`
+        const c = v.text.split(':', 6).join(':').length;
+        if (c < v.text.length) p.splitWord(c);
+      } else if (data && i === key.length - 1 && v.kind === 'word' && !(part.p === 'field' && part.field.type === 'ipv6')) {
         const c = v.text.indexOf(':');
         if (c > 0) p.splitWord(c);
       } else if (data && i === key.length - 1 && v.kind === 'word') {

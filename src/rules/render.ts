@@ -656,13 +656,17 @@ function isNetworkFor(it: Item | undefined, l3: 'ip' | 'ip6'): boolean {
   return fieldOf(it.load, 'inet', l3, undefined) !== undefined;
 }
 
-/** A single `meta nfproto`/`meta l4proto` equality, as the compiler inserts for a dependency. */
-function depValue(it: Item | undefined, family: Family): { nfproto?: number; l4proto?: number } | undefined {
-  if (!it || it.k !== 'rel' || it.form.f !== 'cmp' || it.form.op !== 'eq' || it.form.data.length !== 2) return undefined;
-  if (it.load.kind !== 'meta') return undefined;
+/** A dependency the compiler inserts before a keyed lookup, as a token: `nf:N`, `l4:N`, `ll` (iiftype ether), `eth:N`. */
+function depValue(it: Item | undefined, family: Family): string | undefined {
+  if (!it || it.k !== 'rel' || it.form.f !== 'cmp' || it.form.op !== 'eq') return undefined;
+  // `meta iiftype ether` before an ether key part; `ether type ip|ip6` after it in inet
+  if (it.load.kind === 'meta' && it.load.key === 'iiftype' && it.form.data === encodeInt(metaField('iiftype')!, 1n)) return 'll';
+  if (family === 'inet' && it.load.kind === 'payload' && it.load.base === 'll' && it.load.offset === 12 && it.load.len === 2
+    && ETH_L3[it.form.data]) return `eth:${ETH_L3[it.form.data] === 'ip' ? NFPROTO_IPV4 : NFPROTO_IPV6}`;
+  if (it.form.data.length !== 2 || it.load.kind !== 'meta') return undefined;
   const v = parseInt(it.form.data, 16);
-  if (it.load.key === 'l4proto') return { l4proto: v };
-  if (it.load.key === 'nfproto' && family === 'inet') return { nfproto: v };
+  if (it.load.key === 'l4proto') return `l4:${v}`;
+  if (it.load.key === 'nfproto' && family === 'inet') return `nf:${v}`;
   return undefined;
 }
 
@@ -671,39 +675,42 @@ function depValue(it: Item | undefined, family: Family): { nfproto?: number; l4p
  * right after them (named in the context they establish), how many to leave out and the context.
  */
 function keyedDeps(items: readonly Item[], i: number, family: Family, l3: 'ip' | 'ip6' | 'other' | undefined,
-  l4: number | 'set' | undefined): { n: number; l3: typeof l3; l4: typeof l4 } | undefined {
+  l4: number | 'set' | undefined, ll: boolean): { n: number; l3: typeof l3; l4: typeof l4; ll: boolean } | undefined {
   let k = i;
   let d = depValue(items[k], family);
   if (!d) return undefined;  // (most items: nothing to collect)
-  const deps: { nfproto?: number; l4proto?: number }[] = [];
+  const deps: string[] = [];
   for (; d; d = depValue(items[++k], family)) deps.push(d);
   const next = items[k];
   if (deps.length === 0 || next?.k !== 'keyed') return undefined;
   // the context the dependencies establish
   let c3 = l3, c4 = l4;
   for (const d of deps) {
-    if (d.nfproto !== undefined) c3 = d.nfproto === NFPROTO_IPV4 ? 'ip' : d.nfproto === NFPROTO_IPV6 ? 'ip6' : 'other';
-    if (d.l4proto !== undefined) c4 = d.l4proto;
+    const [w, v] = d.split(':');
+    if (w === 'nf' || w === 'eth') c3 = Number(v) === NFPROTO_IPV4 ? 'ip' : Number(v) === NFPROTO_IPV6 ? 'ip6' : 'other';
+    if (w === 'l4') c4 = Number(v);
   }
   // what the compiler inserts for the key's fields, named in that context, from the current one
-  let s3 = l3, s4 = l4;
-  const want: { nfproto?: number; l4proto?: number }[] = [];
+  let s3 = l3, s4 = l4, sll = ll;
+  const want: string[] = [];
   for (const load of groupLoads(next.g)) {
     const f = fieldOf(load, family, c3, c4);
     if (!f) return undefined;
-    if (f.l3 && family === 'inet' && s3 === undefined) {
-      want.push({ nfproto: f.l3 === 'ip' ? NFPROTO_IPV4 : NFPROTO_IPV6 });
+    if (f.ll && !sll) {
+      want.push('ll');
+      sll = true;
+    }
+    if (f.l3 && !f.l3NoDep && family === 'inet' && s3 === undefined) {
+      want.push(`${sll ? 'eth' : 'nf'}:${f.l3 === 'ip' ? NFPROTO_IPV4 : NFPROTO_IPV6}`);
       s3 = f.l3;
     }
     if (f.l4 !== undefined && s4 === undefined) {
-      want.push({ l4proto: f.l4 });
+      want.push(`l4:${f.l4}`);
       s4 = f.l4;
     }
   }
-  if (want.length !== deps.length || want.some((w, j) => w.nfproto !== deps[j]!.nfproto || w.l4proto !== deps[j]!.l4proto)) {
-    return undefined;
-  }
-  return { n: deps.length, l3: c3, l4: c4 };
+  if (want.join() !== deps.join()) return undefined;
+  return { n: deps.length, l3: c3, l4: c4, ll: sll };
 }
 
 export function renderRule(rule: { exprs: readonly Expr[]; userdata?: Hex }, family: Family, sets?: SetResolver,
@@ -729,7 +736,7 @@ export function renderRule(rule: { exprs: readonly Expr[]; userdata?: Hex }, fam
           const f = fieldOf(load, family, l3, l4, bits);
           // a bit field only alone, with its own mask (bits)
           const m = f ? fieldMask(f) : undefined;
-          if (!f || f.ll || f.l3dep || f.icmpDep) return undefined;
+          if (!f || f.llType !== undefined || f.l3dep || f.icmpDep) return undefined;
           return (m === undefined && bits === undefined) || (bits !== undefined && m === hexToBig(bits)) ? f : undefined;
         },
         valueText: (f, h) => valueText(f, h, options),
@@ -738,11 +745,12 @@ export function renderRule(rule: { exprs: readonly Expr[]; userdata?: Hex }, fam
       continue;
     }
     // the dependencies the compiler inserts before a keyed lookup (ip daddr . tcp dport …)
-    const elided = keyedDeps(items, i, family, l3, l4);
+    const elided = keyedDeps(items, i, family, l3, l4, llKnown);
     if (elided) {
       i += elided.n - 1;
       l3 = elided.l3;
       l4 = elided.l4;
+      llKnown = elided.ll;
       continue;
     }
     if (it.k === 'text') {
