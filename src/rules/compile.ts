@@ -698,9 +698,16 @@ function linearizeRel(s: Rel, out: Expr[], lookup: (f: Field, e: Elem[], neq: bo
       out.push(loadExpr(f, f.len), { kind: 'cmp', sreg: 1, op: cmpOp(s.op), data: rhs.prefix });
       return;
     case 'set':
-      out.push(loadExpr(f, f.len), ...lookup(f, rhs.elems, s.op === 'neq'));
+      out.push(loadExpr(f, f.len));
+      if (s.mask !== undefined) out.push(bitwise(f.len, s.mask, zeros));
+      out.push(...lookup(maskedKey(f, s), rhs.elems, s.op === 'neq'));
       return;
   }
+}
+
+/** A masked key (`tcp flags & (syn | ack) == { … }`): nft describes the set by no typeof, its byte order alone. */
+function maskedKey(f: Field, s: Rel): Field {
+  return s.mask === undefined || !f.set ? f : { ...f, set: { keyType: f.set.keyType, byteorder: f.set.byteorder } };
 }
 
 /** Matches on headers.ts fields: bit fields, host-order integers, flags. */
@@ -733,7 +740,8 @@ function linearizeIntRel(s: Rel, out: Expr[], lookup: (f: Field, e: Elem[], neq:
     }
     case 'set':
       bitsLoad(f, out);
-      out.push(...lookup(f, rhs.elems, s.op === 'neq'));
+      if (s.mask !== undefined) out.push(bitwise(f.len, s.mask, zeros));
+      out.push(...lookup(maskedKey(f, s), rhs.elems, s.op === 'neq'));
       return;
     default:
       throw new Error(`unreachable: ${rhs.k} for ${f.name}`);

@@ -26,6 +26,7 @@ import { COMMENT_MAX } from './udata.js';
 import { parseExprStatement, type ExprStmt } from './statements.js';
 import { IPV6_EXTHDRS, SCTP_CHUNKS, TCP_OPTIONS, ipv6ExthdrField, sctpChunkField, srhSidField, tcpOptionField, tcpOptionRaw } from './exthdr.js';
 import { payloadSetExprs } from './payloadset.js';
+import { fieldMask as fieldMaskOf } from './headers.js';
 import type { Expr } from '../netlink/expr.js';
 
 export interface ParseOptions {
@@ -788,7 +789,10 @@ class Parser {
   parseRhs(field: Field, masked: boolean): Rhs {
     const t = this.peek();
     if (t.kind === 'punct' && t.text === '{') {
-      if (!field.set || masked) {
+      // `tcp flags & (syn | ack) == { syn, ack }`: the masked value looked up (flags and marks)
+      const maskedSet = masked && field.set !== undefined && fieldMaskOf(field) === undefined
+        && (field.type === 'flags' || field.type === 'mark' || field.type === 'ctstate' || field.type === 'ctstatus');
+      if (!field.set || (masked && !maskedSet)) {
         this.fail(t, `a single value for ${field.name}`, `anonymous sets are not supported for ${masked ? 'masked ' : ''}${field.name}`);
       }
       this.next();
@@ -803,7 +807,7 @@ class Parser {
           if (r.k !== 'set') this.fail(inner, 'the element without the inner braces', 'nft 1.0.6 cannot encode a nested set of one element');
           elems.push(...r.elems);
           nested = inner;
-        } else elems.push(field.type === 'flags' ? this.parseFlagElem(field) : this.parseElem(field, false));
+        } else elems.push(field.type === 'flags' ? this.parseFlagElem(field) : this.parseElem(field, masked));
         const s = this.peek();
         if (s.kind === 'punct' && s.text === ',') { this.next(); continue; }
         if (s.kind === 'punct' && s.text === '}') { this.next(); break; }

@@ -584,7 +584,7 @@ function isTransportFor(it: Item | undefined, proto: number, family: Family): bo
   // (a raw payload has no dependency: the l4proto match before it is the rule's own)
   const named = (f: Field | undefined) => f !== undefined && !f.name.startsWith('@');
   return named(fieldOf(it.load, family, undefined, proto, bits))
-    || (bits !== undefined && it.form.f === 'mask' && named(fieldOf(it.load, family, undefined, proto)))
+    || (bits !== undefined && (it.form.f === 'mask' || it.form.f === 'lookup') && named(fieldOf(it.load, family, undefined, proto)))
     || splitFields(it.load, proto) !== undefined;
 }
 
@@ -774,6 +774,15 @@ export function renderRule(rule: { exprs: readonly Expr[]; userdata?: Hex }, fam
     } else if (!field && form.f === 'mask') {
       field = fieldOf(it.load, family, l3, l4);
       if (field && fieldMask(field) !== undefined) field = undefined;
+    }
+    // a masked key looked up in a set: `tcp flags & (syn | ack) == { … }`, `meta mark & 0xff00 == { … }`
+    if (form.f === 'lookup' && form.pre?.bits !== undefined && !form.pre.hton && (!field || fieldMask(field) === undefined)) {
+      const mf = fieldOf(it.load, family, l3, l4);
+      const t = mf && fieldMask(mf) === undefined ? maskedLookupText(mf, form.pre.bits, form.e, sets, options) : undefined;
+      if (t) {
+        parts.push(t);
+        continue;
+      }
     }
     // named fields merged into one load (icmp type . code) before a raw payload of the same bytes
     if (field?.name.startsWith('@') && form.f === 'cmp' && form.pre === undefined && splitFields(it.load, l4, l3, family)) field = undefined;
@@ -1022,6 +1031,32 @@ function relText(field: Field, load: Load, form: Form, sets: SetResolver | undef
     }
     case 'lookup': return lookupText(field, form.e, sets, opts);
   }
+}
+
+/** A masked key looked up in an anonymous set nft describes by byte order alone (no typeof). */
+function maskedLookupText(field: Field, mask: Hex, e: LookupExpr, sets: SetResolver | undefined, opts: RenderOptions): string | undefined {
+  if (!['flags', 'mark', 'ctstate', 'ctstatus'].includes(field.type) || !field.set || mask.length !== field.len * 2
+    || ((e.flags ?? 0) & ~1) || e.dreg !== undefined) return undefined;
+  const found = sets?.(e.set, e.setId);
+  if (!found || !(found.set.flags & SET_F.ANONYMOUS) || (found.set.flags & SET_F.INTERVAL)
+    || found.set.userdata !== setUserdata(field.set.byteorder, false, undefined)) return undefined;
+  let m: string | undefined;
+  if (field.type === 'flags') {
+    const v = valueText(field, mask, opts, ' | ');
+    m = v?.includes('|') ? `(${v})` : v;
+  } else if (field.type === 'mark') {
+    m = valueText(field, mask, opts);
+  } else {
+    // ct state/status: one flag by name, else a number (what the parser reads after '&')
+    const table = field.type === 'ctstate' ? CT_STATE : CT_STATUS;
+    const v = readU32Host(mask);
+    if (v === undefined) return undefined;
+    m = symbolName(table, v) ?? hex32(v);
+    // (an element of several flags would not read back)
+    if (found.elements.some((x) => x.key === undefined || symbolName(table, readU32Host(x.key) ?? -1) === undefined)) return undefined;
+  }
+  const body = m === undefined ? undefined : setBody(field, found.set, found.elements, opts);
+  return body === undefined ? undefined : `${field.name} & ${m} ${(e.flags ?? 0) & 1 ? '!=' : '=='} { ${body} }`;
 }
 
 /** The single values of an anonymous hash set a lookup uses (1-byte keys), or undefined. */
