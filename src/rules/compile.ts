@@ -406,12 +406,13 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
           'transport protocol mapping is only valid after transport protocol match');
       }
       if (st.t === 'redir' && st.map) {
-        // the key's dependencies, then whether ports may be mapped (as for NAT maps)
+        // unlike snat/dnat maps, nft wants the transport protocol from a match before the statement:
+        // the key's own dependency does not count (`redirect to :tcp dport map …` alone is refused)
+        st.map.l4Known = l4 === 'set' || (typeof l4 === 'number' && TRANSPORT_PROTOCOLS.has(l4));
         const c = { l3, l4 };
         keyDeps(st.map.key, family, c, out, fail);
         l3 = c.l3;
         l4 = c.l4;
-        st.map.l4Known = l4 === 'set' || (typeof l4 === 'number' && TRANSPORT_PROTOCOLS.has(l4));
       }
       if (st.t === 'nat') {
         const explicit = st.family;

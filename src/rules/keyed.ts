@@ -371,7 +371,7 @@ export function linearizeRedirMap(st: { map?: NatMap; flags: number }, out: Expr
   const map = st.map!;
   const key = keyOf(map.key, kc.fail);
   if (!map.l4Known) {
-    kc.fail(map, 'a transport protocol match before it or in the key (e.g. tcp dport)',
+    kc.fail(map, 'a transport protocol match before it (e.g. meta l4proto tcp)',
       'transport protocol mapping is only valid after transport protocol match');
   }
   const rhs = map.rhs as Extract<SetRhs, { k: 'anon' }>;

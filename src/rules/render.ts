@@ -704,7 +704,8 @@ function keyedDeps(items: readonly Item[], i: number, family: Family, l3: 'ip' |
       want.push(`${sll ? 'eth' : 'nf'}:${f.l3 === 'ip' ? NFPROTO_IPV4 : NFPROTO_IPV6}`);
       s3 = f.l3;
     }
-    if (f.l4 !== undefined && s4 === undefined) {
+    // (a redirect map needs its protocol matched before it: never a dependency the compiler adds)
+    if (f.l4 !== undefined && s4 === undefined && !next.g.redir) {
       want.push(`l4:${f.l4}`);
       s4 = f.l4;
     }
