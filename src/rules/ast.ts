@@ -91,7 +91,7 @@ export interface MarkSetStmt extends At {
 }
 
 export type Stmt = MatchStmt | CounterStmt | VerdictStmt | NatStmt | MasqStmt | MarkSetStmt | KeyedStmt | DynsetStmt
-  | MarkMapStmt
+  | MarkMapStmt | DupMapStmt
   | import('./statements.js').ExprStmt;
 
 export interface RuleAst {
@@ -172,4 +172,13 @@ export interface MarkMapStmt extends At {
   key: KeyPart[];
   /** Absent: the generator's value itself. */
   rhs?: Extract<SetRhs, { k: 'named' | 'anon' }>;
+}
+
+/** `dup to KEY map { k : address, … } | map @m [device NAME]`: the copy's destination from a map. */
+export interface DupMapStmt extends At {
+  t: 'dupmap';
+  key: KeyPart[];
+  rhs: Extract<SetRhs, { k: 'named' | 'anon' }>;
+  /** The output interface's index (`device NAME`). */
+  dev?: number;
 }

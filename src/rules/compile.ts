@@ -23,7 +23,7 @@ import { BYTEORDER_BIG, BYTEORDER_HOST, commentUserdata } from './udata.js';
 import { compiledSetResolver } from './compare.js';
 import { TRANSPORT_PROTOCOLS } from './values.js';
 import {
-  keyFields, linearizeDynset, linearizeKeyed, linearizeMarkMap, linearizeNatMap, linearizeRedirMap, type KeyedContext,
+  keyFields, linearizeDupMap, linearizeDynset, linearizeKeyed, linearizeMarkMap, linearizeNatMap, linearizeRedirMap, type KeyedContext,
 } from './keyed.js';
 import type { KeyPart } from './ast.js';
 
@@ -122,6 +122,8 @@ function compileAst(text: string, ast: RuleAst, ctx: CompileContext): CompiledRu
       linearizeKeyed(s.stmt, exprs, kc0 ??= keyedContext(ctx, fail, sets, base));
     } else if (s.t === 'other' && s.stmt.t === 'dynset') {
       linearizeDynset(s.stmt, exprs, kc0 ??= keyedContext(ctx, fail, sets, base));
+    } else if (s.t === 'other' && s.stmt.t === 'dupmap') {
+      linearizeDupMap(s.stmt, exprs, kc0 ??= keyedContext(ctx, fail, sets, base));
     } else if (s.t === 'other' && s.stmt.t === 'markmap') {
       linearizeMarkMap(s.stmt, exprs, kc0 ??= keyedContext(ctx, fail, sets, base));
     } else if (s.t === 'other' && s.stmt.t === 'redir' && s.stmt.map) {
@@ -352,7 +354,7 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
       }
       continue;
     }
-    if (st.t === 'keyed' || st.t === 'dynset' || st.t === 'markmap') {
+    if (st.t === 'keyed' || st.t === 'dynset' || st.t === 'markmap' || st.t === 'dupmap') {
       // A vmap is not terminal: a key that is in no element continues with the next statement.
       for (const k of keyFields(st.key)) {
         // a bit field (ip dscp, ip6 flowlabel, …) is keyed by `payload & mask`, which the set and map code does not build

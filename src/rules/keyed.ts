@@ -11,7 +11,7 @@ import type { Expr, Family, Hex, LookupExpr, NatExpr } from '../netlink/expr.js'
 import { NAT_RANGE } from '../netlink/expr.js';
 import { SET_ELEM_F, SET_F, type NftSet, type SetElement } from '../netlink/objects.js';
 import type {
-  At, DynsetStmt, Elem, Gen, KeyedStmt, MarkMapStmt, KeyElem, KeyPart, MapData, MapVerdict, MatchOp, NatMap, NatStmt, SetRhs,
+  At, DupMapStmt, DynsetStmt, Elem, Gen, KeyedStmt, MarkMapStmt, KeyElem, KeyPart, MapData, MapVerdict, MatchOp, NatMap, NatStmt, SetRhs,
 } from './ast.js';
 import { HOST_LE, andHex, hostValue, hexToBig, bigToHex, prefixMask, u16Be, u32Host, readU32Host } from './bytes.js';
 import type { Field } from './fields.js';
@@ -131,10 +131,17 @@ function parsePartValue(p: KeyedParser, part: KeyPart, key: KeyPart[]): Elem {
   return { k: 'value', hex: u32Host(v!), ...at(t) };
 }
 
-type DataKind = 'verdict' | 'nat' | 'mark' | 'zone' | 'port' | undefined;
+type DataKind = 'verdict' | 'nat' | 'mark' | 'zone' | 'port' | 'ip' | 'ip6' | undefined;
 
-function parseData(p: KeyedParser, kind: 'verdict' | 'nat' | 'mark' | 'zone' | 'port'): MapData {
+function parseData(p: KeyedParser, kind: Exclude<DataKind, undefined>): MapData {
   const t = p.peek();
+  if (kind === 'ip' || kind === 'ip6') {
+    // one address of the table's family (dup's destination)
+    const v = t.kind === 'word' ? (kind === 'ip' ? parseIPv4(t.text) : parseIPv6(t.text)) : undefined;
+    if (v === undefined) p.fail(t, kind === 'ip' ? 'an IPv4 address' : 'an IPv6 address');
+    p.next();
+    return { d: 'value', parts: [{ k: 'value', hex: v!, ...at(t) }], ...at(t) };
+  }
   if (kind === 'port') {
     const v = t.kind === 'word' ? parseInteger(t.text, 65535, false) : undefined;
     if (v === undefined) p.fail(t, 'a port number 0-65535');
@@ -449,6 +456,60 @@ export function parseDynset(p: KeyedParser): DynsetStmt {
   if (!(c.kind === 'punct' && c.text === '}')) p.fail(c, "'}'" + (st.timeout === undefined ? " or 'timeout' and a time" : ''));
   p.next();
   return st;
+}
+
+/** After `dup to`: true when the destination is `KEY map …`. */
+export function startsDupMap(p: KeyedParser): boolean {
+  return startsNatMap(p);
+}
+
+/** `dup to KEY map { k : addr, … } | map @m [device NAME]` (ip and ip6 tables). */
+export function parseDupMap(p: KeyedParser, start: At, family: 'ip' | 'ip6', ifindex?: (name: string) => number | undefined): DupMapStmt {
+  const key = parseConcat(p, parsePart(p, false), false);
+  p.expectWord("'map' and @name or { key : address, … }" + " (or ' . ' and another key part)", 'map');
+  const r = p.peek();
+  let rhs: DupMapStmt['rhs'];
+  if (r.kind === 'punct' && r.text === '{') rhs = parseAnon(p, key, family);
+  else if (r.kind === 'word' && r.text.startsWith('@')) rhs = parseNamed(p);
+  else return p.fail(r, "'{' starting the map's elements, or @name of a map");
+  const st: DupMapStmt = { t: 'dupmap', key, rhs, ...start };
+  if (p.isWord(p.peek(), 'device')) {
+    p.next();
+    const d = p.peek();
+    if (d.kind !== 'string' && d.kind !== 'word') p.fail(d, 'a device name');
+    const idx = ifindex?.(d.text);
+    if (idx === undefined) p.fail(d, 'a device that exists in the target namespace', `interface '${d.text}' does not exist`);
+    p.next();
+    st.dev = idx;
+  }
+  return st;
+}
+
+/** `dup to KEY map …`: the address from the map into register 1, the device's index into register 2, then dup. */
+export function linearizeDupMap(st: DupMapStmt, out: Expr[], kc: KeyedContext): void {
+  const key = keyOf(st.key, kc.fail);
+  const v6 = kc.family === 'ip6';
+  const dataType = v6 ? TYPE_IPV6 : TYPE_IPV4;
+  if (st.rhs.k === 'named') {
+    const s = namedSet(st.rhs, kc);
+    checkKey(s, key, st.rhs, kc);
+    if (!(s.flags & SET_F.MAP) || s.dataType !== dataType) {
+      kc.fail(st.rhs, `a map to ${typeName(dataType)}`, s.flags & SET_F.MAP
+        ? `map '${s.name}' maps to ${typeName(s.dataType ?? 0, 1)}` : `'${s.name}' is a set, not a map`);
+    }
+    emitKey(st.key, 0, out, kc, toNet(s, key, st.rhs, kc));
+    out.push({ kind: 'lookup', sreg: 1, dreg: 1, set: s.name, flags: 0 });
+  } else {
+    const desc: MapDataDesc = { kind: 'value', dataType, dataLen: v6 ? 16 : 4, concat: false, byteorder: 2 };
+    const rhs = st.rhs;
+    const elems = keyedElems(rhs.elems, (e) => ({ data: (e.data as Extract<MapData, { d: 'value' }>).parts.map((x) => (x as { hex: string }).hex)[0]! }));
+    let built: NftSet | undefined;
+    const ref = kc.addSet((id) => (built = buildKeyedSet(key, elems, desc, { family: kc.family, table: kc.table }, id, kc.fail)));
+    emitKey(st.key, 0, out, kc, toNet(built!, key, rhs, kc));
+    out.push({ kind: 'lookup', sreg: 1, dreg: 1, set: ref.name, setId: ref.setId, flags: 0 });
+  }
+  if (st.dev !== undefined) out.push({ kind: 'immediate', dreg: 2, data: u32Host(st.dev) }, { kind: 'dup', sregAddr: 1, sregDev: 2 });
+  else out.push({ kind: 'dup', sregAddr: 1 });
 }
 
 /** After `meta/ct mark set`: a generator, or a packet field followed by `map`. */
@@ -889,6 +950,8 @@ export interface KeyedGroup {
   markset?: 'meta' | 'ct' | 'zone';
   /** `redirect to :KEY map …`. */
   redir?: Extract<Expr, { kind: 'redir' }>;
+  /** `dup to KEY map … [device …]`: the device's index (register bytes). */
+  dup?: { dev?: Hex };
 }
 
 function isLoadExpr(e: Expr | undefined): e is LoadExprT {
@@ -995,6 +1058,14 @@ export function groupKeyed(exprs: readonly Expr[], i: number): { g: KeyedGroup; 
     && (rd.regProtoMax ?? 1) === 1) {
     return { g: { parts, lookup: c, redir: rd }, n: j - i + 2 };
   }
+  if (c?.kind === 'lookup' && c.sreg === 1 && c.dreg === 1 && rd?.kind === 'dup' && rd.sregAddr === 1 && rd.sregDev === undefined) {
+    return { g: { parts, lookup: c, dup: {} }, n: j - i + 2 };
+  }
+  const dd = exprs[j + 2];
+  if (c?.kind === 'lookup' && c.sreg === 1 && c.dreg === 1 && rd?.kind === 'immediate' && rd.dreg === 2 && rd.data?.length === 8
+    && dd?.kind === 'dup' && dd.sregAddr === 1 && dd.sregDev === 2) {
+    return { g: { parts, lookup: c, dup: { dev: rd.data } }, n: j - i + 3 };
+  }
   const z = exprs[j + 1];
   if (c?.kind === 'lookup' && c.sreg === 1 && c.dreg === 1 && z?.kind === 'ct' && z.key === 'zone' && z.sreg === 1
     && z.dreg === undefined && z.dir === undefined) {
@@ -1025,6 +1096,8 @@ export interface KeyedRenderEnv {
   valueText: (field: Field, data: Hex) => string | undefined;
   sets?: (name: string, setId?: number) => { set: NftSet; elements: SetElement[] } | undefined;
   verdictText: (v: unknown, chain?: string) => string;
+  /** An interface's name by index (dup's device). */
+  ifname?: (index: number) => string | undefined;
 }
 
 interface PartR { text: string; len: number; value: (hex: Hex) => string | undefined; field?: Field }
@@ -1304,6 +1377,10 @@ export function renderKeyed(g: KeyedGroup, env: KeyedRenderEnv): string | undefi
     const flags = (n.flags ?? 0) & ~(NAT_RANGE.MAP_IPS | NAT_RANGE.NETMAP | (ports ? NAT_RANGE.PROTO_SPECIFIED : 0));
     if (flags & ~(NAT_RANGE.PROTO_RANDOM | NAT_RANGE.PROTO_RANDOM_FULLY | NAT_RANGE.PERSISTENT)) return undefined;
     rhsWord = 'map';
+  } else if (g.dup) {
+    if (env.family !== 'ip' && env.family !== 'ip6') return undefined;
+    natFam = env.family;
+    rhsWord = 'map';
   } else if (l.dreg === 0) {
     rhsWord = 'vmap';
   } else if (g.markset) {
@@ -1316,7 +1393,7 @@ export function renderKeyed(g: KeyedGroup, env: KeyedRenderEnv): string | undefi
     rhs = `@${l.set}`;
   } else {
     // ranges as NAT data: twice the data length, and the registers to match
-    if (natFam && (found.set.dataLen === 2 * natData(natFam, g.nat!.regProtoMin !== undefined).dataLen) !== natSpan) return undefined;
+    if (natFam && g.nat && (found.set.dataLen === 2 * natData(natFam, g.nat!.regProtoMin !== undefined).dataLen) !== natSpan) return undefined;
     const hostOrder = parts.length === 1 && !parts[0]!.field ? true : parts.length === 1 && parts[0]!.field?.set?.byteorder === 1;
     const body = elementsText(parts, found.set, found.elements, env, natFam, hostOrder);
     if (body === undefined) return undefined;
@@ -1331,6 +1408,15 @@ export function renderKeyed(g: KeyedGroup, env: KeyedRenderEnv): string | undefi
     const kw = env.family === 'inet' || ports || natSpan || (n.flags ?? 0) & NAT_RANGE.NETMAP ? ` ${natFam}` : '';
     const pre = (n.flags ?? 0) & NAT_RANGE.NETMAP ? ' prefix' : '';
     return `${n.type}${kw}${pre} to ${key} map ${rhs}${fl.length ? ' ' + fl.join(',') : ''}`;
+  }
+  if (g.dup) {
+    let dev = '';
+    if (g.dup.dev !== undefined) {
+      const name = env.ifname?.(readU32Host(g.dup.dev)!);
+      if (name === undefined) return undefined;
+      dev = ` device "${name}"`;
+    }
+    return `dup to ${key} map ${rhs}${dev}`;
   }
   if (g.markset === 'zone') return `ct zone set ${key} map ${rhs}`;
   if (g.redir) {

@@ -15,7 +15,7 @@ import { encodeInt, parseIntValue, serviceport } from './intvalues.js';
 import type { CtKey } from '../netlink/expr.js';
 import { tokenize, type Token } from './lexer.js';
 import {
-  parseDynset, parseGenStatement, parseKeyedMatch, parseMarkMap, parseNatMap, parsePortMap, startsMarkMap, startsNatMap,
+  parseDupMap, parseDynset, parseGenStatement, startsDupMap, parseKeyedMatch, parseMarkMap, parseNatMap, parsePortMap, startsMarkMap, startsNatMap,
 } from './keyed.js';
 import { NAT_RANGE } from '../netlink/expr.js';
 import {
@@ -304,6 +304,17 @@ class Parser {
       case 'reset': return this.parseReset(at);
       case 'masquerade': case 'redirect': return this.parseMasqRedir(t.text === 'masquerade' ? 'masq' : 'redir', at);
       case 'snat': case 'dnat': return this.parseNat(t.text, at);
+      case 'dup': {
+        const fam = this.opts.family ?? 'inet';
+        if (fam !== 'inet' && this.isWord1(this.peek(1), 'to')) {
+          const save = this.pos;
+          this.next();
+          this.next();
+          if (startsDupMap(this)) return parseDupMap(this, at, fam as 'ip' | 'ip6', this.opts.ifindex);
+          this.pos = save;
+        }
+      }
+      // falls through: dup to ADDRESS (statements.ts)
       default: {
         const st = parseExprStatement(this, t.text, at, this.opts.family ?? 'inet', this.opts.ifindex);
         if (st) return st;

@@ -741,6 +741,7 @@ export function renderRule(rule: { exprs: readonly Expr[]; userdata?: Hex }, fam
           return (m === undefined && bits === undefined) || (bits !== undefined && m === hexToBig(bits)) ? f : undefined;
         },
         valueText: (f, h) => valueText(f, h, options),
+        ...(options.interfaces ? { ifname: (n: number) => options.interfaces!.nameOf(n) } : {}),
       });
       parts.push(text ?? unsupported('set lookup'));
       continue;
