@@ -108,7 +108,8 @@ export type Gen =
   | { g: 'symhash'; mod: number; offset?: number };
 
 /** One part of a (possibly concatenated) key: `ip daddr`, `th dport`, `numgen inc mod 2`. */
-export type KeyPart = ({ p: 'field'; field: Field } | { p: 'gen'; gen: Gen }) & At;
+export type KeyPart = ({ p: 'field'; field: Field; /** `ip6 saddr and ::ffff map …`: the address masked first. */ mask?: string }
+  | { p: 'gen'; gen: Gen }) & At;
 
 export type MapVerdict = 'accept' | 'drop' | 'return' | 'continue' | 'jump' | 'goto';
 

@@ -59,14 +59,22 @@ function u32(p: KeyedParser, what: string, min = 0): number {
 }
 
 /** One key part: a generator or a field. */
-function parsePart(p: KeyedParser, inHash: boolean): KeyPart {
+function parsePart(p: KeyedParser, inHash: boolean, allowMask = false): KeyPart {
   const t = p.peek();
   if (p.isWord(t, ...GEN_WORDS)) {
     if (inHash) p.fail(t, KEY_PART, 'a hash of a generator is not supported');
     return { p: 'gen', gen: parseGen(p), ...at(t) };
   }
   const f = p.parseKeyField(inHash ? KEY_PART : `${KEY_PART}, or numgen, jhash or symhash`);
-  return { p: 'field', field: f.field, col: f.col, raw: f.raw };
+  const part: KeyPart = { p: 'field', field: f.field, col: f.col, raw: f.raw };
+  const m = p.peek();
+  if (allowMask && ((m.kind === 'punct' && m.text === '&') || p.isWord(m, 'and')) && f.field.load.kind === 'payload'
+    && (f.field.type === 'ipv4' || f.field.type === 'ipv6')) {
+    // an address under a mask as a map's key (nft's binop: the load, then the mask)
+    p.next();
+    part.mask = (p.parseElem(f.field, true, 'a mask') as { hex: string }).hex;
+  }
+  return part;
 }
 
 /** Parts joined by ' . ' after `first`. */
@@ -525,7 +533,9 @@ export function startsMarkMap(p: KeyedParser): boolean {
 }
 
 export function parseMarkMap(p: KeyedParser, target: 'meta' | 'ct', start: At, zone = false): MarkMapStmt {
-  const key = parseConcat(p, parsePart(p, false), false);
+  const key = parseConcat(p, parsePart(p, false, !zone), false);
+  const masked = key.find((k) => k.p === 'field' && k.mask !== undefined);
+  if (masked && key.length > 1) p.fail(masked, 'a key of one masked address, or parts without a mask', 'a masked part in a concatenation is not supported');
   const st: MarkMapStmt = { t: 'markmap', target, key, ...start };
   if (zone) st.zone = true;
   const what = zone ? 'ct zone' : `${target} mark`;
@@ -651,6 +661,9 @@ function emitKey(parts: readonly KeyPart[], w0: number, out: Expr[], kc: KeyedCo
     const dreg = regOf(w);
     if (p.p === 'field') {
       out.push({ ...kc.load(p.field), dreg } as Expr);
+      if (p.mask !== undefined) {
+        out.push({ kind: 'bitwise', sreg: dreg, dreg, len: p.field.len, op: 'bool', mask: p.mask, xor: '00'.repeat(p.field.len) });
+      }
       // a bit field alone (ip dscp, ip hdrlength, ip6 flowlabel): its bytes masked, the values in place
       const m = parts.length === 1 ? fieldMask(p.field) : undefined;
       if (m !== undefined) {
@@ -1133,6 +1146,15 @@ function keyParts(g: KeyedGroup, env: KeyedRenderEnv): PartR[] | undefined {
   const out: PartR[] = [];
   for (const p of g.parts) {
     if (p.k === 'load') {
+      // an address under a mask, the key of a mark map (`ip6 saddr and ::ffff map { … }`)
+      const addr = p.bits !== undefined && g.markset && g.markset !== 'zone' && g.parts.length === 1 ? fieldsText([p.load], env) : undefined;
+      const af = addr?.fields[0];
+      if (af && (af.type === 'ipv4' || af.type === 'ipv6') && p.bits!.length === af.len * 2) {
+        const m = env.valueText(af, p.bits!);
+        if (m === undefined) return undefined;
+        out.push({ text: `${af.name} & ${m}`, len: af.len, field: af, value: (h) => env.valueText(af, h) });
+        continue;
+      }
       const ft = fieldsText([p.load], env, p.bits);
       if (!ft) return undefined;
       const f = ft.fields[0]!;
