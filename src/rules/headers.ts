@@ -295,6 +295,19 @@ export function headerFieldAt(proto: Proto, offset: number, len: number, mask: b
   return undefined;
 }
 
+/** Every field of `proto` at offset/len (icmp fields share places: sequence and mtu). */
+export function headerFieldsAt(proto: Proto, offset: number, len: number, mask: bigint | undefined): Field[] {
+  const out: Field[] = [];
+  for (const name of Object.keys(HEADERS[proto])) {
+    const f = headerField(proto, name)!;
+    const l = f.load as { offset: number };
+    if (l.offset !== offset || f.len !== len) continue;
+    const m = fieldMask(f);
+    if (m === undefined ? mask === undefined : mask === m) out.push(f);
+  }
+  return out;
+}
+
 /** The mask nft applies to a field that is not whole bytes, else undefined. */
 export function fieldMask(f: Field): bigint | undefined {
   const width = f.width ?? f.len * 8;

@@ -1085,7 +1085,7 @@ export function groupKeyed(exprs: readonly Expr[], i: number): { g: KeyedGroup; 
     return { g: { parts, lookup: c, markset: 'zone' }, n: j - i + 2 };
   }
   if (c?.kind === 'lookup' && c.sreg === 1) {
-    const single = parts.length === 1 && parts[0]!.k === 'load' && !parts[0]!.hton;
+    const single = parts.length === 1 && parts[0]!.k === 'load';
     if (c.dreg === undefined) {
       if (single) return undefined; // a plain field lookup: render.ts's own form
       return { g: { parts, lookup: c }, n: j - i + 1 };
@@ -1223,7 +1223,7 @@ function spanText(p: PartR, lo: Hex, hi: Hex): string | undefined {
     const num = /^(?:0x[0-9a-f]+|[0-9]+)$/;
     return a !== undefined && b !== undefined && num.test(a) && num.test(b) ? `${a}-${b}` : undefined;
   }
-  if (!['ipv4', 'ipv6', 'port', 'ifname'].includes(f.type)) return undefined;
+  if (!['ipv4', 'ipv6', 'port', 'ifname', 'mark'].includes(f.type)) return undefined;
   if (f.type === 'ipv4' || f.type === 'ipv6') {
     const pl = prefixOf(lo, hi);
     const a = p.value(lo), b = p.value(hi);

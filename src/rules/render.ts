@@ -14,7 +14,7 @@ import { FIB_F, NAT_RANGE } from '../netlink/expr.js';
 import { SET_F, type NftSet, type SetElement } from '../netlink/objects.js';
 import { HOST_LE, bigToHex, fromHex, hexToBig, hostValue, prefixLenOfMask, readU32Host } from './bytes.js';
 import { ETHER, F, VLAN, NFPROTO_IPV4, NFPROTO_IPV6, ctAddrField, fibField, osfField, portField, rawPayloadAt, rtField, socketField, xfrmField, type Field } from './fields.js';
-import { BOOLEAN_SYMS, L4_BY_NUM, REALMS, ctDirection, ctField, fieldMask, headerFieldAt, metaField, type Proto } from './headers.js';
+import { BOOLEAN_SYMS, L4_BY_NUM, REALMS, ctDirection, ctField, fieldMask, headerFieldAt, headerFieldsAt, metaField, type Proto } from './headers.js';
 import { decodeInt, encodeInt, formatInt } from './intvalues.js';
 import { renderExprStatement, renderRegStatement } from './statements.js';
 import { exthdrFieldAt, tcpOptionField } from './exthdr.js';
@@ -114,7 +114,8 @@ function group(exprs: readonly Expr[], opts: RenderOptions, family: Family): Ite
       if (regs.size > 0) regs = NO_REGS;
       continue;
     }
-    if (isLoad(e)) {
+    // (tcp option maxseg size set rt mtu: the rt load is the store's source, see the switch below)
+    if (isLoad(e) && !(e.kind === 'rt' && e.key === 'mtu' && exprs[i + 1]?.kind === 'byteorder' && exprs[i + 2]?.kind === 'exthdr')) {
       const ld = e as Load;
       const r = ld.dreg!;
       const bw = exprs[i + 1], st = exprs[i + 2];
@@ -786,6 +787,17 @@ export function renderRule(rule: { exprs: readonly Expr[]; userdata?: Hex }, fam
         continue;
       }
     }
+    // an address under a mask compared by order: `ip saddr & 0.0.0.255 < 0.0.0.127`
+    if (form.f === 'ord' && form.pre?.bits !== undefined && !form.pre.hton && !field) {
+      const af = fieldOf(it.load, family, l3, l4);
+      const m = af && (af.type === 'ipv4' || af.type === 'ipv6') && it.load.kind === 'payload' && it.load.len === af.len
+        ? valueText(af, form.pre.bits, options) : undefined;
+      const v = m !== undefined ? valueText(af!, form.data, options) : undefined;
+      if (v !== undefined) {
+        parts.push(`${af!.name} & ${m} ${ORD[form.op]} ${v}`);
+        continue;
+      }
+    }
     // named fields merged into one load (icmp type . code) before a raw payload of the same bytes
     if (field?.name.startsWith('@') && form.f === 'cmp' && form.pre === undefined && splitFields(it.load, l4, l3, family)) field = undefined;
     if (!field) {
@@ -862,6 +874,27 @@ export function renderRule(rule: { exprs: readonly Expr[]; userdata?: Hex }, fam
         icmpTypes = d.types;
         continue;
       }
+    }
+    if (field.icmpDep && icmpTypes && it.load.kind === 'payload') {
+      // fields of other icmp types at the same place (icmp sequence, icmp mtu): the one the types allow
+      const types = icmpTypes;
+      const proto = field.name.split(' ')[0] as Proto;
+      const alt = headerFieldsAt(proto, it.load.offset, field.len, bits !== undefined && form.f !== 'mask' ? hexToBig(bits) : fieldMask(field))
+        .find((x) => x.icmpDep && types.every((t) => x.icmpDep!.types.includes(t)));
+      if (alt) field = alt;
+      // (icmp id . sequence merged into one load reads as icmp gateway: split it below instead)
+      else if (!types.every((t) => field!.icmpDep!.types.includes(t)) && form.f === 'cmp' && form.pre === undefined
+        && splitFields(it.load, l4, l3, family)) field = undefined;
+    }
+    if (!field) {
+      const split = form.f === 'cmp' && form.pre === undefined ? splitFields(it.load, l4, l3, family) : undefined;
+      if (split && form.f === 'cmp') {
+        parts.push(...split.map((sf, k) => relText(sf, sf.load as Load,
+          { f: 'cmp', op: form.op, data: form.data.slice(split.slice(0, k).reduce((a, x) => a + x.len * 2, 0)).slice(0, sf.len * 2) }, sets, options)));
+        continue;
+      }
+      parts.push(unsupported(`match on ${describe(it.load)}`));
+      continue;
     }
     if (field.icmpDep) {
       const d = field.icmpDep;
@@ -1028,6 +1061,10 @@ function relText(field: Field, load: Load, form: Form, sets: SetResolver | undef
       return bad();
     }
     case 'range': {
+      if (field.type === 'proto' && form.lo.length === 2 && form.hi.length === 2) {
+        // as numbers (protocol names may hold a '-')
+        return `${name}${opText(form.op)} ${parseInt(form.lo, 16)}-${parseInt(form.hi, 16)}`;
+      }
       if (!(isAddr || field.type === 'port') || form.lo.length !== field.len * 2 || form.hi.length !== field.len * 2) return bad();
       return `${name}${opText(form.op)} ${valueText(field, form.lo, opts)}-${valueText(field, form.hi, opts)}`;
     }
@@ -1157,7 +1194,7 @@ function intRelText(field: Field, form: Form, sets: SetResolver | undefined, opt
       return `${name} & ${formatInt(field, m)} ${form.op === 'eq' ? '==' : '!='} ${formatInt(field, d)}`;
     }
     case 'lookup': {
-      if (gotBits !== wantBits || (pre?.hton ?? false) !== false && !htonNeeded || field.type === 'ms') return bad();
+      if (gotBits !== wantBits || (pre?.hton ?? false) !== false && !htonNeeded) return bad();
       if (pre?.hton) {
         // an interval set nft keeps in network byte order
         const found = sets?.(form.e.set, form.e.setId);
@@ -1214,6 +1251,8 @@ function setBody(field: Field, set: NftSet, elements: readonly SetElement[], opt
       } else if (isAddr) {
         const p = prefixOfRange(lo, hi);
         out.push(p !== undefined ? `${valueText(field, lo, opts)}/${p}` : `${valueText(field, lo, opts)}-${valueText(field, hi, opts)}`);
+      } else if (field.type === 'proto' && lo.length === 2) {
+        out.push(`${parseInt(lo, 16)}-${parseInt(hi, 16)}`);
       } else if (field.type === 'port' || (isIntLike(field) && field.type !== 'flags')) {
         const a = valueText(field, lo, opts), b = valueText(field, hi, opts);
         if (a === undefined || b === undefined) return undefined;

@@ -391,7 +391,8 @@ export function renderRegStatement(e: Expr, regs: Map<number, string>, family: F
     if ((e.regAddr !== undefined && a === undefined) || (e.regPort !== undefined && p?.length !== 4)) return undefined;
     if (a === undefined && p === undefined) return undefined;
     if (family !== 'inet' && fam !== undefined && fam !== family) return undefined;
-    if (family === 'inet' && (a !== undefined) !== (fam !== undefined)) return undefined;
+    // (in inet an address needs its family; `tproxy ip to :port` names one without an address)
+    if (family === 'inet' && a !== undefined && fam === undefined) return undefined;
     if (family !== 'inet' && fam === undefined) return undefined;
     const port = p !== undefined ? `:${parseInt(p, 16)}` : '';
     const kw = family === 'inet' && fam ? ` ${fam}` : '';
