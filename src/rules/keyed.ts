@@ -1085,7 +1085,8 @@ export function groupKeyed(exprs: readonly Expr[], i: number): { g: KeyedGroup; 
     return { g: { parts, lookup: c, markset: 'zone' }, n: j - i + 2 };
   }
   if (c?.kind === 'lookup' && c.sreg === 1) {
-    const single = parts.length === 1 && parts[0]!.k === 'load';
+    // a plain field lookup (also a host-order key nft converts for an anonymous interval set)
+    const single = parts.length === 1 && parts[0]!.k === 'load' && (!parts[0]!.hton || c.set.startsWith('__set'));
     if (c.dreg === undefined) {
       if (single) return undefined; // a plain field lookup: render.ts's own form
       return { g: { parts, lookup: c }, n: j - i + 1 };
