@@ -106,6 +106,14 @@ describe('compileRule output', () => {
 describe('refusals carry column, token and what was expected', () => {
   const cases: [string, 'ip' | 'ip6' | 'inet', number, string, RegExp][] = [
     ['', 'ip', 1, '', /a match .* or a statement/],
+    // issue 13: what nft 1.0.6 refuses, or nfkeeper leaves out, with its position
+    ['meter m size 8 { ip saddr counter }', 'ip', 1, 'meter', /update @SET/],
+    ['redirect to :tcp dport map { 22 : 8000 }', 'ip', 14, 'tcp', /transport protocol match before it/],
+    ['rt nexthop 10.0.0.1', 'inet', 1, 'rt', /an IPv4 table, or a match on ip before it/],
+    ['meta nfproto ipv6 rt nexthop 10.0.0.1', 'inet', 19, 'rt', /an IPv4 table, or a match on ip before it/],
+    ['meta mark & 0xff == { 1-5, 7 }', 'ip', 23, '1-5', /32-bit mark/],
+    ['ether saddr . vlan id { 00:01:02:03:04:05 . 1 }', 'ip', 15, 'vlan', /another key/],
+    ['meta mark set ip saddr & 255.0.0.0 . tcp dport map { 1.0.0.0 . 1 : 1 }', 'ip', 15, 'ip', /parts without a mask/],
     ['ip saddr', 'ip', 9, '', /IPv4 address/],
     ['ip saddr 1.2.3', 'ip', 10, '1.2.3', /IPv4 address/],
     ['ip saddr 10.0.0.0/33 accept', 'ip', 10, '10.0.0.0/33', /prefix/],
