@@ -855,7 +855,8 @@ export function renderRule(rule: { exprs: readonly Expr[]; userdata?: Hex }, fam
       llKnown = true;
       llText = true;
     }
-    if (field === F.nfproto && single && l3 === undefined) {
+    // (after an ether match the compiler's dependency is ether type, not meta nfproto: keep it then)
+    if (field === F.nfproto && single && l3 === undefined && !llKnown) {
       const v = parseInt((form as { data: Hex }).data, 16);
       const fam = v === NFPROTO_IPV4 ? 'ip' : v === NFPROTO_IPV6 ? 'ip6' : undefined;
       if (fam && (isNetworkFor(items[i + 1], fam) || isL3DepFor(items, i + 1, fam, family))) { l3 = fam; continue; }
