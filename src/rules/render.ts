@@ -867,9 +867,15 @@ export function renderRule(rule: { exprs: readonly Expr[]; userdata?: Hex }, fam
       ? [parseInt(form.data, 16)] : form.f === 'lookup' && !((form.e.flags ?? 0) & 1) ? anonValues(sets, form.e) : undefined);
     if (isType && icmpTypes === undefined) {
       const nx = items[i + 1];
-      const nf = nx?.k === 'rel' ? fieldOf(nx.load, family, l3, l4, bitsOf(nx.form)) : undefined;
-      const d = nf?.icmpDep;
+      let nf = nx?.k === 'rel' ? fieldOf(nx.load, family, l3, l4, bitsOf(nx.form)) : undefined;
       const types = typesOf!();
+      if (nf?.icmpDep && types && nx?.k === 'rel' && nx.load.kind === 'payload') {
+        // the field of these types at that place (icmp mtu shares icmp sequence's bytes)
+        const nb = bitsOf(nx.form);
+        nf = headerFieldsAt(nf.name.split(' ')[0] as Proto, nx.load.offset, nf.len, nb !== undefined && nx.form.f !== 'mask' ? hexToBig(nb) : fieldMask(nf))
+          .find((x) => x.icmpDep && x.icmpDep.types.length === types.length && types.every((t) => x.icmpDep!.types.includes(t))) ?? nf;
+      }
+      const d = nf?.icmpDep;
       if (d && nf!.name.split(' ')[0] === field.name.split(' ')[0] && types && types.length === d.types.length
         && types.every((t) => d.types.includes(t))) {
         icmpTypes = d.types;
