@@ -359,11 +359,11 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
       for (const k of keyFields(st.key)) {
         // a bit field (ip dscp, ip6 flowlabel, …) is keyed by `payload & mask`, which the set and map code does not build
         if ((fieldMask(k.field) !== undefined && keyFields(st.key).length > 1) || k.field.llType !== undefined || k.field.l3dep || k.field.icmpDep) {
-          // the key dependencies (keyDeps) do not add nft's iiftype/nfproto/icmp type matches for these yet
+          // the key dependencies (keyDeps) do not add nft's vlan, nfproto-for-icmp or icmp type matches for these yet
           fail(k.at, `another key`, `${k.field.name} cannot be a set or map key yet`);
         }
       }
-      const c: KeyCtx = { l3, l4, ll: llKnown };
+      const c: KeyCtx = { l3, l4, ll: llKnown, ...(ethType !== undefined ? { eth: ethType } : {}) };
       keyDeps(st.key, family, c, out, fail);
       l3 = c.l3;
       l4 = c.l4;
@@ -411,10 +411,11 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
         // unlike snat/dnat maps, nft wants the transport protocol from a match before the statement:
         // the key's own dependency does not count (`redirect to :tcp dport map …` alone is refused)
         st.map.l4Known = l4 === 'set' || (typeof l4 === 'number' && TRANSPORT_PROTOCOLS.has(l4));
-        const c = { l3, l4 };
+        const c: KeyCtx = { l3, l4, ll: llKnown, ...(ethType !== undefined ? { eth: ethType } : {}) };
         keyDeps(st.map.key, family, c, out, fail);
         l3 = c.l3;
         l4 = c.l4;
+        llKnown = c.ll === true;
       }
       if (st.t === 'nat') {
         const explicit = st.family;
@@ -444,10 +445,11 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
           if (!fam) {
             fail(st, `'${st.type} ip to' or '${st.type} ip6 to'`, 'ip or ip6 must be specified with address for inet tables');
           }
-          const c = { l3, l4 };
+          const c: KeyCtx = { l3, l4, ll: llKnown, ...(ethType !== undefined ? { eth: ethType } : {}) };
           keyDeps(st.map.key, family, c, out, fail);
           l3 = c.l3;
           l4 = c.l4;
+          llKnown = c.ll === true;
           // whether ports may be mapped (checked with the map's data when it is linearized); nft takes
           // a set of protocols, `meta l4proto { tcp, udp }`, as transport context here
           st.map.l4Known = l4 === 'set' || (typeof l4 === 'number' && TRANSPORT_PROTOCOLS.has(l4));
@@ -465,14 +467,14 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
   return out;
 }
 
+/** The protocol context keyDeps reads and updates (ll: the link layer is known; eth: the ether type matched). */
+interface KeyCtx { l3: 'ip' | 'ip6' | 'other' | undefined; l4: number | 'set' | undefined; ll?: boolean; eth?: number }
+
 /**
  * The protocol dependencies of a key's fields (a concatenation's parts, a jhash's inputs), inserted
  * before the statement as nft does for each part in order, refusing conflicts; the same rules as
  * for a match's field.
  */
-/** The protocol context keyDeps reads and updates. */
-interface KeyCtx { l3: 'ip' | 'ip6' | 'other' | undefined; l4: number | 'set' | undefined; ll?: boolean }
-
 function keyDeps(key: readonly KeyPart[], family: Family, c: KeyCtx,
   out: (EStmt | null)[], fail: (at: At, e: string, r: string) => never): void {
   const dep = (field: Field, value: number, at: At): Rel => ({
@@ -485,7 +487,9 @@ function keyDeps(key: readonly KeyPart[], family: Family, c: KeyCtx,
       c.ll = true;
     }
     if (f.l3 && !f.l3NoDep && family === 'inet' && c.l3 === undefined && c.ll) {
-      // after an ether match nft depends on ether type, not on meta nfproto
+      // after an ether match nft depends on ether type, not on meta nfproto (inside a vlan header on
+      // vlan type, which is not done for keys)
+      if (c.eth === 0x8100) fail(st, 'an ip/ip6 match before the vlan match, or meta nfproto', `${f.name} after a vlan match cannot be a set or map key yet`);
       out.push(depRel(ETHER.type, f.l3 === 'ip' ? 0x0800 : 0x86dd, st));
       c.l3 = f.l3;
     }
