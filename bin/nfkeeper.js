@@ -1,9 +1,11 @@
-#!/usr/bin/env -S node --max-semi-space-size=1
-// --max-semi-space-size=1: a young generation of 1 MiB semi-spaces instead of up to 16 MiB ones
-// (V8 takes heap limits only from the command line). The daemon allocates little between passes,
-// and at start-up the default grew to 32 MiB it kept for ever: 5 MiB of an idle flannel daemon's
-// RSS, 30 MiB at 10,000 rules (issue 14; bench/rss.ts). Started as `node bin/nfkeeper.js`, the
-// line is not read: give the flag there by hand (bench/rss.ts and S7 read it from here).
+#!/usr/bin/env node
+// No Node flags on this line: the commands choose their young generation below (V8 takes heap
+// sizes only from the command line, but reads the growth factor each time the young generation
+// would grow). `run` keeps 1 MiB semi-spaces instead of growing them up to 16 MiB: the daemon
+// allocates little between passes, and at start-up the default grew to 32 MiB it kept for ever
+// (5 MiB of an idle flannel daemon's RSS, 30 MiB at 10,000 rules; issue 14, bench/rss.ts). The
+// one-shot commands (validate, check, apply) keep V8's default: with 1 MiB a big file's compile
+// scavenged every few hundred rules, copying what it had compiled so far (issue 13).
 // No static imports and no top-level await: an old Node must get as far as
 // the version check below and say what is wrong in one line.
 const [major] = process.versions.node.split('.').map(Number);
@@ -14,6 +16,9 @@ if (major < 20) {
 }
 
 (async () => {
+  if (process.argv.slice(2).find((a) => !a.startsWith('-')) === 'run') {
+    (await import('node:v8')).setFlagsFromString('--semi-space-growth-factor=1');
+  }
   const { existsSync } = await import('node:fs');
   const { fileURLToPath } = await import('node:url');
   const cli = new URL('../dist/cli.js', import.meta.url);
