@@ -159,26 +159,69 @@ function compileAst(text: string, ast: RuleAst, ctx: CompileContext): CompiledRu
   return out;
 }
 
+/** What a compiled rule's text is rendered with until it is first read: one per family and resolver. */
+interface TextSource {
+  readonly family: Family;
+  readonly interfaces: InterfaceResolver | undefined;
+}
+
+const TEXT_SOURCES = new WeakMap<InterfaceResolver, Map<Family, TextSource>>();
+const NO_RESOLVER = new Map<Family, TextSource>();
+
+function textSource(family: Family, interfaces: InterfaceResolver | undefined): TextSource {
+  let byFamily = NO_RESOLVER;
+  if (interfaces) {
+    byFamily = TEXT_SOURCES.get(interfaces)!;
+    if (byFamily === undefined) TEXT_SOURCES.set(interfaces, byFamily = new Map());
+  }
+  let source = byFamily.get(family);
+  if (source === undefined) byFamily.set(family, source = { family, interfaces });
+  return source;
+}
+
 /**
  * A compiled rule whose `text`, the canonical rendering, is made when it is first read (and kept),
  * not when the rule is compiled: a config's rules are compared by their expressions, and their
  * texts are read only to show a difference or a plan. Rendering was a third of compiling
- * kube-proxy's 64,000 rules, and kept a second copy of every rule's text. `text` is an ordinary
+ * kube-proxy's 64,000 rules, and kept a second copy of every rule's text. `text` is an own
  * enumerable property for spreads, JSON and equality (an accessor: util.inspect shows it as one);
  * assigning it replaces the rendering.
+ *
+ * One getter and setter serve every rule, and what the text is rendered from sits in a private
+ * field: an object literal with its own `get text`/`set text` was a dictionary-mode object with
+ * two closures, their context and a hidden class of its own per rule (~540 bytes a rule, 35 MB of
+ * kube-proxy's file at 10,000 services, all of it copied by the young generation's collector).
  */
+class LazyTextRule {
+  exprs: Expr[];
+  sets: NftSet[];
+  declare userdata?: Hex;
+  /** The rendering once made or assigned; before that, what to render it with. */
+  #text: string | TextSource;
+
+  constructor(exprs: Expr[], sets: NftSet[], source: TextSource) {
+    this.exprs = exprs;
+    this.sets = sets;
+    this.#text = source;
+    Object.defineProperty(this, 'text', TEXT_PROPERTY);
+  }
+
+  static getText(this: LazyTextRule): string {
+    const t = this.#text;
+    if (typeof t === 'string') return t;
+    const rule = this as unknown as CompiledRule;
+    return this.#text = renderRule(rule, t.family, compiledSetResolver(rule), t.interfaces ? { interfaces: t.interfaces } : {});
+  }
+
+  static setText(this: LazyTextRule, v: string): void {
+    this.#text = v;
+  }
+}
+
+const TEXT_PROPERTY: PropertyDescriptor = { get: LazyTextRule.getText, set: LazyTextRule.setText, enumerable: true, configurable: true };
+
 function withRenderedText(exprs: Expr[], sets: NftSet[], family: Family, interfaces: InterfaceResolver | undefined): CompiledRule {
-  let text: string | undefined;
-  const rule: CompiledRule = {
-    exprs, sets,
-    get text(): string {
-      return text ??= renderRule(rule, family, compiledSetResolver(rule), interfaces ? { interfaces } : {});
-    },
-    set text(v: string) {
-      text = v;
-    },
-  };
-  return rule;
+  return new LazyTextRule(exprs, sets, textSource(family, interfaces)) as unknown as CompiledRule;
 }
 
 /** A SetResolver over a compiled rule's own anonymous sets (matched by setId). */
