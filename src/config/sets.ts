@@ -8,6 +8,7 @@
  * element diff the reconciler plans from; and the text `check` and `export`
  * print.
  */
+import { internWord } from '../rules/intern.js';
 import { z } from 'zod';
 import type { Family, Hex, Verdict } from '../netlink/expr.js';
 import { SET_ELEM_F, SET_F, type NftSet, type SetElement } from '../netlink/objects.js';
@@ -294,9 +295,9 @@ function parseElement(text: string, key: KeyType, data: DataType | undefined, in
       if (d.w === 'jump' || d.w === 'goto') {
         const c = ts[i++];
         if (!c || !/^[A-Za-z0-9_.\-/]+$/.test(c.w.replace(/^"|"$/g, ''))) throw new ElementError(c?.col ?? text.length + 1, `${d.w} takes a chain name`);
-        out.data = { verdict: d.w as Verdict, chain: c.w.replace(/^"|"$/g, '') };
+        out.data = { verdict: internWord(d.w as Verdict), chain: c.w.replace(/^"|"$/g, '') };
       } else {
-        out.data = { verdict: d.w as Verdict };
+        out.data = { verdict: internWord(d.w as Verdict) };
       }
     } else {
       const parts = readValues(data.type, false);

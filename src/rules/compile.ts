@@ -154,7 +154,8 @@ function compileAst(text: string, ast: RuleAst, ctx: CompileContext): CompiledRu
       linearizeStmt(s.stmt, s.natFamily, exprs);
     }
   }
-  const out = withRenderedText(exprs, sets, family, ctx.interfaces);
+  // (an exact-size copy: the list grown by push() has room for 17, 150 bytes a rule that a config keeps)
+  const out = withRenderedText(exprs.slice(), sets, family, ctx.interfaces);
   if (ast.comment !== undefined) out.userdata = commentUserdata(ast.comment);
   return out;
 }

@@ -7,6 +7,7 @@
  * render.ts; the set and map objects come from sets.ts. Named sets are never created here: the
  * compiler is given the table's sets (CompileContext.sets) and checks that key and data fit.
  */
+import { internWord } from './intern.js';
 import type { Expr, Family, Hex, LookupExpr, NatExpr } from '../netlink/expr.js';
 import { NAT_RANGE } from '../netlink/expr.js';
 import { SET_ELEM_F, SET_F, type NftSet, type SetElement } from '../netlink/objects.js';
@@ -175,7 +176,7 @@ function parseData(p: KeyedParser, kind: Exclude<DataKind, undefined>): MapData 
       p.fail(t, 'a verdict: accept, drop, return, continue, jump CHAIN or goto CHAIN');
     }
     p.next();
-    const d: MapData = { d: 'verdict', verdict: t.text as MapVerdict, ...at(t) };
+    const d: MapData = { d: 'verdict', verdict: internWord(t.text as MapVerdict), ...at(t) };
     if (t.text === 'jump' || t.text === 'goto') {
       const c = p.peek();
       if (c.kind !== 'word' || !CHAIN_NAME.test(c.text) || c.text.length > 255) {

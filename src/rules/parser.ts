@@ -14,6 +14,7 @@ import { BOOLEAN_SYMS, REALMS, ctDirection, ctField, headerField, headerFieldNam
 import { encodeInt, parseIntValue, serviceport } from './intvalues.js';
 import type { CtKey } from '../netlink/expr.js';
 import { tokenize, type Token } from './lexer.js';
+import { internWord } from './intern.js';
 import {
   parseDupMap, parseDynset, parseGenStatement, startsDupMap, parseKeyedMatch, parseMarkMap, parseNatMap, parsePortMap, startsMarkMap, startsNatMap,
 } from './keyed.js';
@@ -280,7 +281,7 @@ class Parser {
       case 'counter': return this.parseCounter(at);
       case 'accept': case 'drop': case 'return':
         this.next();
-        return { t: 'verdict', verdict: t.text, ...at } as VerdictStmt;
+        return { t: 'verdict', verdict: internWord(t.text), ...at } as VerdictStmt;
       case 'jump': case 'goto': {
         this.next();
         const c = this.peek();
@@ -288,7 +289,7 @@ class Parser {
           this.fail(c, 'a chain name (a letter, _ or . followed by letters, digits, / - _ .)');
         }
         this.next();
-        return { t: 'verdict', verdict: t.text as 'jump' | 'goto', chain: c.text, ...at };
+        return { t: 'verdict', verdict: internWord(t.text as 'jump' | 'goto'), chain: c.text, ...at };
       }
       // sets and maps (src/rules/keyed.ts)
       case 'th': {
@@ -303,7 +304,7 @@ class Parser {
 
       case 'reset': return this.parseReset(at);
       case 'masquerade': case 'redirect': return this.parseMasqRedir(t.text === 'masquerade' ? 'masq' : 'redir', at);
-      case 'snat': case 'dnat': return this.parseNat(t.text, at);
+      case 'snat': case 'dnat': return this.parseNat(internWord(t.text), at);
       case 'dup': {
         const fam = this.opts.family ?? 'inet';
         if (fam !== 'inet' && this.isWord1(this.peek(1), 'to')) {
