@@ -1,0 +1,78 @@
+/**
+ * plainTables, the loader's check of an nft file's document without zod, against zod itself
+ * (CONFIG_SCHEMA): whatever it accepts, zod accepts with the same data; what it does not accept
+ * goes to zod, which words the errors. Documents from the nft reader on peer files, then the
+ * same documents with one value or key changed at random to something the schema may refuse.
+ */
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { CONFIG_SCHEMA, plainTables } from '../../src/config/config.js';
+import { readNftFile } from '../../src/config/nftfile.js';
+import { calico, kubeProxy } from '../helpers/peers/index.js';
+
+const docs = [kubeProxy({ services: 20 }).text, kubeProxy({ services: 5, family: 'ip6' }).text, calico().text]
+  .map((text) => readNftFile(text, 'peer.nft').raw);
+
+/** zod's data with its undefined-valued keys left out (plainTables does not write them). */
+function defined(x: unknown): unknown {
+  if (Array.isArray(x)) return x.map(defined);
+  if (typeof x !== 'object' || x === null) return x;
+  return Object.fromEntries(Object.entries(x).filter(([, v]) => v !== undefined).map(([k, v]) => [k, defined(v)]));
+}
+
+const seen = { plain: 0, zod: 0 };
+
+function agrees(raw: unknown): boolean {
+  const plain = plainTables(raw);
+  const zod = CONFIG_SCHEMA.safeParse(raw);
+  if (plain === undefined) {
+    seen.zod++;
+    return true;
+  }
+  seen.plain++;
+  expect(zod.success).toBe(true);
+  expect(defined(plain)).toEqual(defined(zod.data));
+  return true;
+}
+
+// values the schema refuses somewhere, and some it takes
+const odd = fc.constantFrom<unknown>(undefined, null, '', 'x y', 'a'.repeat(129), 'a'.repeat(256), 'ok', 'ip', 'arp', 'nat',
+  'srcnat + 5', 'srcnat ++ 5', 'postrouting', 'ingress', 'drop', 'reject', 0, -1, 1.5, 2147483647, 2147483648, -2147483649,
+  NaN, true, [], ['rule'], [1], {}, { name: 'x' });
+
+describe('plainTables: the nft document check without zod', () => {
+  it("accepts the nft reader's documents of peer files, as zod does", () => {
+    for (const raw of docs) {
+      expect(plainTables(raw)).toBeDefined();
+      agrees(raw);
+    }
+  });
+
+  it('never accepts what zod refuses, nor gives other data: one value or key changed at random', () => {
+    fc.assert(fc.property(fc.nat(), fc.nat(), fc.nat(), fc.constantFrom('table', 'chain', 'set', 'top'), odd,
+      fc.constantFrom('family', 'name', 'protect', 'comment', 'sets', 'maps', 'chains', 'type', 'hook', 'priority', 'policy',
+        'rules', 'elements', 'timeout', 'size', 'flags', 'extra', 'gc', 'owners', 'env'),
+      (d, ti, ci, where, value, key) => {
+        const raw = structuredClone(docs[d % docs.length]!) as { tables: Record<string, unknown>[] } & Record<string, unknown>;
+        const t = raw.tables[ti % raw.tables.length]!;
+        const chains = t.chains as Record<string, unknown>[];
+        const sets = t.sets as Record<string, unknown>[];
+        const target = where === 'top' ? raw : where === 'table' ? t : where === 'chain' ? chains[ci % chains.length]!
+          : sets.length ? sets[ci % sets.length]! : t;
+        target[key] = value;
+        return agrees(raw);
+      }), { numRuns: 3000 });
+    // both ways were taken (a change zod takes, such as another valid name, stays plain)
+    expect(seen.plain).toBeGreaterThan(100);
+    expect(seen.zod).toBeGreaterThan(100);
+  });
+
+  it('leaves a rule that is not a string, a table that is not a plain object, and an inherited key to zod', () => {
+    const raw = structuredClone(docs[2]!) as { tables: { chains: { rules: unknown[] }[] }[] };
+    raw.tables[0]!.chains[0]!.rules.push(5);
+    expect(plainTables(raw)).toBeUndefined();
+    expect(plainTables({ tables: [Object.assign(Object.create({ extra: 1 }), docs[2]!.tables[0])] })).toBeUndefined();
+    expect(plainTables({ tables: [new Map()] })).toBeUndefined();
+    expect(plainTables([])).toBeUndefined();
+  });
+});
