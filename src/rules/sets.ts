@@ -14,6 +14,7 @@ import type { Hex } from '../netlink/expr.js';
 import { HOST_LE, bigToHex, hexToBig, prefixMask, u32Host } from './bytes.js';
 import type { Field } from './fields.js';
 import { ELEM_UDATA_INTERVAL_OPEN, setUserdata, tlv } from './udata.js';
+import { internHex } from './intern.js';
 
 export type Fail = (at: { col: number; raw: string }, expected: string, reason: string) => never;
 
@@ -70,7 +71,7 @@ export function buildAnonymousSet(field: Field, elems: Elem[], ctx: { family: Nf
       set: {
         // nft sizes a hashed set by the elements as written, duplicates included.
         ...base, flags: SET_F.ANONYMOUS | SET_F.CONSTANT, size: elems.length,
-        userdata: setUserdata(desc.byteorder, false, desc.key), elements,
+        userdata: internHex(setUserdata(desc.byteorder, false, desc.key)), elements,
       },
     };
   }
@@ -101,7 +102,7 @@ export function buildAnonymousSet(field: Field, elems: Elem[], ctx: { family: Nf
     interval,
     set: {
       ...base, flags: SET_F.ANONYMOUS | SET_F.CONSTANT | SET_F.INTERVAL, size,
-      userdata: setUserdata(desc.byteorder, true, desc.key), elements,
+      userdata: internHex(setUserdata(desc.byteorder, true, desc.key)), elements,
     },
   };
 }
@@ -258,7 +259,7 @@ export function buildKeyedSet(key: KeyDesc, elems: readonly KeyedElem[], map: Ma
   const base: NftSet = {
     family: ctx.family, table: ctx.table, name: map ? '__map%d' : '__set%d', id,
     flags: SET_F.ANONYMOUS | SET_F.CONSTANT | (map ? SET_F.MAP : 0), keyType: key.keyType, keyLen: key.keyLen,
-    size: elems.length, userdata: keyedUserdata(key, map, interval),
+    size: elems.length, userdata: internHex(keyedUserdata(key, map, interval)),
   };
   if (map) {
     base.dataType = map.kind === 'verdict' ? DATA_VERDICT : map.dataType;

@@ -53,7 +53,7 @@ describe('plainTables: the nft document check without zod', () => {
       fc.constantFrom('family', 'name', 'protect', 'comment', 'sets', 'maps', 'chains', 'type', 'hook', 'priority', 'policy',
         'rules', 'elements', 'timeout', 'size', 'flags', 'extra', 'gc', 'owners', 'env'),
       (d, ti, ci, where, value, key) => {
-        const raw = structuredClone(docs[d % docs.length]!) as { tables: Record<string, unknown>[] } & Record<string, unknown>;
+        const raw = structuredClone(docs[d % docs.length]!) as unknown as { tables: Record<string, unknown>[] } & Record<string, unknown>;
         const t = raw.tables[ti % raw.tables.length]!;
         const chains = t.chains as Record<string, unknown>[];
         const sets = t.sets as Record<string, unknown>[];
