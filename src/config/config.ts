@@ -4,6 +4,7 @@
  * every rule is compiled here, so a config that loads is one the kernel
  * will accept (modulo the kernel's own refusals, which leave it unchanged).
  */
+import { isAscii } from 'node:buffer';
 import { readFileSync, statSync } from 'node:fs';
 import { LineCounter, parseDocument, isNode, isScalar, visit, type Document, type Scalar } from 'yaml';
 import { z } from 'zod';
@@ -141,7 +142,10 @@ export function loadConfig(file: string, options: LoadOptions = {}): Config {
     const st = statSync(file);
     if (st.isDirectory()) throw new ConfigError(file, 1, 1, 'cannot read: it is a directory, not a config file');
     if (st.size > MAX_CONFIG_BYTES) throw new ConfigError(file, 1, 1, `the file is ${st.size} bytes, more than the ${MAX_CONFIG_BYTES} a config may have`);
-    text = readFileSync(file, 'utf8');
+    // An ASCII file (nft files nearly always are) is copied into a one-byte string as it is,
+    // without decoding UTF-8: a third of the time of reading kube-proxy's 13.6 MB file. Same text.
+    const bytes = readFileSync(file);
+    text = isAscii(bytes) ? bytes.toString('latin1') : bytes.toString('utf8');
   } catch (e) {
     if (e instanceof ConfigError) throw e;
     const code = (e as NodeJS.ErrnoException).code;
@@ -275,7 +279,6 @@ function buildConfig(raw: unknown, file: string, pos: PositionOf, options: LoadO
           throw e;
         }
         setId += compiled.sets.length;
-        shareChainNames(compiled, chainName);
         const problem = checkRulePlacement(compiled, base?.hook, base?.type, chainNames);
         if (problem) fail(pos(rulePath(path, ri)), `rule ${ri + 1} of chain ${c.name}: ${problem}`);
         rules.push({ text: ruleText, compiled });
@@ -373,20 +376,6 @@ export function plainTables(raw: unknown): z.infer<typeof CONFIG_SCHEMA> | undef
   return { tables };
 }
 
-/**
- * The chain's own name in place of each copy a rule's jumps, gotos and verdict maps hold (each
- * a string sliced from the rule: 60,000 of them in kube-proxy's 10,000-service file), so a
- * config keeps one string per chain.
- */
-function shareChainNames(rule: CompiledRule, names: ReadonlyMap<string, string>): void {
-  for (const e of rule.exprs) {
-    if (e.kind === 'immediate' && e.chain !== undefined) e.chain = names.get(e.chain) ?? e.chain;
-  }
-  for (const s of rule.sets) {
-    for (const el of s.elements ?? []) if (el.chain !== undefined) el.chain = names.get(el.chain) ?? el.chain;
-  }
-}
-
 /** The path of rule `ri` of the chain at `chain` (made for an error only: 60,000 rules compile without one). */
 function rulePath(chain: (string | number)[], ri: number): (string | number)[] {
   return [...chain, 'rules', ri];
@@ -416,6 +405,7 @@ function buildSets(t: RawTableParsed, ti: number, pos: PositionOf,
       for (const e of built.elements) {
         const chain = e.chain;
         if (chain === undefined) continue;
+        // (the chain's own name string in place of the element's copy: one per chain, not per element)
         const name = chainName.get(chain);
         if (name !== undefined) {
           e.chain = name;
