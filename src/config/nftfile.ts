@@ -82,9 +82,9 @@ for (const c of ' \t\r\n{};"#\\') WORD_STOP[c.charCodeAt(0)] = 1;
 const FAMILIES = new Set(['ip', 'ip6', 'inet', 'arp', 'bridge', 'netdev']);
 
 class Reader {
-  private kinds = new Uint8Array(1024);
-  private starts = new Int32Array(1024);
-  private ends = new Int32Array(1024);
+  private kinds: Uint8Array;
+  private starts: Int32Array;
+  private ends: Int32Array;
   private n = 0;
   private i = 0;
   /** The last few Toks made, by token index (peek is called several times per token). */
@@ -107,6 +107,12 @@ class Reader {
   readonly elementStarts = new Map<string, number[]>();
 
   constructor(private readonly src: string, private readonly file: string) {
+    // Room for a token per 8 characters to start with (kube-proxy's file has one per 10.5): grown
+    // by doubling from 1,024, the arrays were copied 11 times at 10,000 services.
+    const size = Math.max(1024, src.length >> 3);
+    this.kinds = new Uint8Array(size);
+    this.starts = new Int32Array(size);
+    this.ends = new Int32Array(size);
     this.scan();
   }
 
