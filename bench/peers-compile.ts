@@ -10,19 +10,28 @@
  * on the whole file (until it stops: the reader stops at the first object it
  * cannot hold, the rule compiler checks every rule before it throws) and on
  * the subset it accepts (test/helpers/peers/reduce.ts), which it compiles
- * completely. Times are medians of 3 runs (--runs) after one warm-up, in one process; the
- * whole file's line also gives the median CPU time and the warm-up (cold) call.
+ * completely. Times are medians of 5 runs (--runs) after one warm-up, in one process; the
+ * whole file's line also gives the median CPU time and the warm-up (cold) call. Through tsx
+ * these are the TypeScript sources' times (slower than the build: esbuild's keepNames).
  *
- * Run: npx tsx bench/peers-compile.ts [--services 10000] [--family ip|ip6] [--json FILE]
+ * What a user meets is the last line: `nfkeeper validate --config FILE` of the written file,
+ * the real bin/nfkeeper.js on the build (dist/: `npm run build` first) in a fresh process each
+ * time, --cold-runs times (default 5; 0 skips it): median wall time, and CPU time (user + system,
+ * the garbage collector's threads included) where /usr/bin/time exists.
+ *
+ * Run: npx tsx bench/peers-compile.ts [--services 10000] [--family ip|ip6] [--runs 5] [--cold-runs 5] [--json FILE]
  * Reaches no kernel and no namespace.
  */
-import { writeFileSync } from 'node:fs';
-import { cpus, loadavg } from 'node:os';
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { cpus, loadavg, tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import { anyInterface, parseNftConfig } from '../src/config/config.js';
 import { readNftFile } from '../src/config/nftfile.js';
 import { ConfigError } from '../src/errors.js';
+import { PROJECT_ROOT } from '../src/native.js';
 import { compileRule } from '../src/rules/index.js';
 import { kubeProxy } from '../test/helpers/peers/kube-proxy.js';
 import { reduce } from '../test/helpers/peers/reduce.js';
@@ -31,7 +40,8 @@ const { values } = parseArgs({
   options: {
     services: { type: 'string', default: '10000' },
     family: { type: 'string', default: 'ip' },
-    runs: { type: 'string', default: '3' },
+    runs: { type: 'string', default: '5' },
+    'cold-runs': { type: 'string', default: '5' },
     json: { type: 'string' },
   },
 });
@@ -129,6 +139,57 @@ const perObject = full.ms / Math.max(1, red.rules.kept + red.objects.kept);
 console.log(`per accepted object: ${(perObject * 1000).toFixed(1)} µs; at that rate the whole file's ` +
   `${c.rules + c.elements + c.chains + c.sets + 1} objects would take ${(perObject * (c.rules + c.elements + c.chains + c.sets + 1)).toFixed(0)} ms`);
 
+/**
+ * `nfkeeper validate --config FILE` in fresh processes through the real bin (its Node flags
+ * included): median wall ms and, with /usr/bin/time, median CPU ms; the load average around it.
+ */
+function cold(text: string, n: number): { wallMs: number; cpuMs?: number; load: string } | string {
+  const bin = join(PROJECT_ROOT, 'bin', 'nfkeeper.js');
+  if (!existsSync(join(PROJECT_ROOT, 'dist', 'cli.js'))) return 'skipped: no dist/ (npm run build)';
+  const dir = mkdtempSync(join(tmpdir(), 'nfk-peers-'));
+  try {
+    const file = join(dir, 'kube-proxy.nft');
+    writeFileSync(file, text);
+    const timeBin = existsSync('/usr/bin/time') ? '/usr/bin/time' : undefined;
+    const wall: number[] = [];
+    const cpu: number[] = [];
+    const before = loadavg()[0]!;
+    for (let i = 0; i < n; i++) {
+      const t = performance.now();
+      const r = timeBin ? spawnSync(timeBin, ['-f', 'nfk-cpu %U %S', bin, 'validate', '--config', file], { encoding: 'utf8' })
+        : spawnSync(bin, ['validate', '--config', file], { encoding: 'utf8' });
+      wall.push(performance.now() - t);
+      if (r.status !== 0) return `failed (exit ${r.status}): ${(r.stderr ?? '').split('\n')[0]}`;
+      const m = /nfk-cpu ([\d.]+) ([\d.]+)/.exec(r.stderr ?? '');
+      if (m) cpu.push((Number(m[1]) + Number(m[2])) * 1000);
+    }
+    return { wallMs: median(wall), ...(cpu.length ? { cpuMs: median(cpu) } : {}),
+      load: `load average ${before.toFixed(1)} before, ${loadavg()[0]!.toFixed(1)} after` };
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+// The same warm loads on the build (dist/), the JavaScript bin/nfkeeper.js runs.
+let built: ReturnType<typeof time<string>> | undefined;
+if (existsSync(join(PROJECT_ROOT, 'dist', 'config', 'config.js'))) {
+  const dist = await import(join(PROJECT_ROOT, 'dist', 'config', 'config.js')) as typeof import('../src/config/config.js');
+  built = time(() => {
+    dist.parseNftConfig(file.text, 'kube-proxy.nft', { interfaces: dist.anyInterface() });
+    return 'accepted';
+  });
+  console.log(`whole file on the build (dist/): loader ${built.ms.toFixed(1)} ms (median of ${runs}; CPU ${built.cpuMs.toFixed(1)} ms; ` +
+    `first call in this process ${built.firstMs.toFixed(1)} ms, load average ${loadavg()[0]!.toFixed(1)})`);
+}
+
+const coldRuns = Number(values['cold-runs']);
+const coldResult = coldRuns > 0 ? cold(file.text, coldRuns) : undefined;
+if (typeof coldResult === 'string') console.log(`nfkeeper validate (cold, the real bin): ${coldResult}`);
+else if (coldResult) {
+  console.log(`nfkeeper validate (cold, the real bin, fresh process each): ${coldResult.wallMs.toFixed(0)} ms wall` +
+    `${coldResult.cpuMs !== undefined ? `, ${coldResult.cpuMs.toFixed(0)} ms CPU` : ''} (median of ${coldRuns}; ${coldResult.load})`);
+}
+
 const loadNote = `load average ${loadAtStart.toFixed(1)} at the start, ${loadavg()[0]!.toFixed(1)} at the end, on ${os()}`;
 console.log(loadNote);
 
@@ -136,6 +197,8 @@ if (values.json) {
   writeFileSync(values.json, JSON.stringify({
     family, services, bytes: file.text.length, counts: c,
     wholeFile: { ms: whole.ms, cpuMs: whole.cpuMs, firstMs: whole.firstMs, runs, result: whole.result },
+    builtWholeFile: built && { ms: built.ms, cpuMs: built.cpuMs, firstMs: built.firstMs, runs },
+    validateCold: coldResult,
     subset: { rules: red.rules, objects: red.objects, loaderMs: full.ms, readMs: read.ms, compileRulesMs: rules.ms },
     refused: Object.fromEntries(kinds), load: loadNote, node: process.version, date: new Date().toISOString(),
   }, null, 2) + '\n');
