@@ -1,7 +1,9 @@
 /**
  * The Node flags bin/nfkeeper.js's first line gives (`#!/usr/bin/env -S node FLAGS`): what the
  * daemon runs with when started as installed. A benchmark that starts it as
- * `node bin/nfkeeper.js` passes them itself, to measure the daemon as deployed.
+ * `node bin/nfkeeper.js` passes them itself, to measure the daemon as deployed. (None today:
+ * the bin sets `run`'s small young generation itself, --semi-space-growth-factor=1, so that
+ * validate, check and apply keep V8's default.)
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
