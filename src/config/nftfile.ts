@@ -90,7 +90,7 @@ class Reader {
   /** The last few Toks made, by token index (peek is called several times per token). */
   private readonly made: (Tok | undefined)[] = [undefined, undefined, undefined, undefined];
   /** Line start offsets, for offset → line:col; found when a position is first asked for. */
-  private lineStarts: number[] | undefined;
+  private lineStarts: Int32Array | undefined;
   readonly raw: RawDocument = { tables: [] };
   /** Where nodes were written, by path joined with '.': all but chains and rules. */
   private readonly positions = new Map<string, number>();
@@ -852,9 +852,13 @@ class Reader {
 }
 
 /** Offsets where lines start. */
-function lineStartsOf(src: string): number[] {
-  const out = [0];
-  for (let k = src.indexOf('\n'); k >= 0; k = src.indexOf('\n', k + 1)) out.push(k + 1);
+function lineStartsOf(src: string): Int32Array {
+  // (counted first, then filled: a list of a million numbers grown by push() was garbage to collect)
+  let n = 1;
+  for (let k = src.indexOf('\n'); k >= 0; k = src.indexOf('\n', k + 1)) n++;
+  const out = new Int32Array(n);
+  n = 1;
+  for (let k = src.indexOf('\n'); k >= 0; k = src.indexOf('\n', k + 1)) out[n++] = k + 1;
   return out;
 }
 
