@@ -10,11 +10,14 @@
  *   sudo npx tsx bench/repair-trace.ts [--n 4] [--count 300] [--gap-ms 20] [--node-flags "--max-semi-space-size=1"]
  *
  * Prints the median and p99 of each segment and of the whole, and the slowest samples' segments
- * (which step a tail sample spent its time in). Nothing here is asserted; it is a tool for finding
+ * (which step a tail sample spent its time in). After the keeper has exited, the kernel's floor on the
+ * same chain (--floor K samples, default 20; 0 skips it): the probe's socket deletes the middle rule
+ * and re-adds it at its position, two commits back to back, its monitor still listening (S6's floor,
+ * in the same run and under the same load). Nothing here is asserted; it is a tool for finding
  * where time goes, beside bench/scenarios/s6.ts, which reports the figures.
  */
 import { spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -39,12 +42,21 @@ const TIMEOUT_MS = N >= 10_000 ? 120_000 : 10_000;
 const NODE_FLAGS = arg('--node-flags', '').split(' ').filter(Boolean);
 // --perf FILE: `perf record -g` of the keeper process while the samples run (with --node-flags --perf-basic-prof for JS names).
 const PERF = arg('--perf', '');
+const FLOOR = Number(arg('--floor', N >= 100_000 ? '10' : '20'));
 
 const TABLE = 'nfk-trace';
 const CHAIN = 'owned';
 const yaml = s6Yaml(N, -1, TABLE);
 
 const now = () => Number(process.hrtime.bigint());
+/** CPU time (ns) the process has run, all its threads (schedstat's first field: ns resolution, unlike stat's ticks). */
+const cpuNs = (pid: number) => readdirSync(`/proc/${pid}/task`).reduce((sum, t) => {
+  try {
+    return sum + Number(readFileSync(`/proc/${pid}/task/${t}/schedstat`, 'utf8').split(' ')[0]);
+  } catch {
+    return sum;  // a thread that just ended
+  }
+}, 0);
 const loadavg = () => readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
 
 type Marks = Record<'received' | 'event' | 'pass' | 'proved' | 'planned' | 'committed' | 'reported', number>;
@@ -76,42 +88,69 @@ async function main(): Promise<void> {
         onBatch: (b) => waiter?.(b, now()) });
       const where = { family: 'ip' as const, table: TABLE, chain: CHAIN };
       const samples: Sample[] = [];
+      let cpu0 = 0, cpu1 = 0;
+      const floor: number[] = [];
+      const floorAdd: number[] = [];
       try {
-        for (let k = 0; k < WARMUP + COUNT; k++) {
+        try {
+          for (let k = 0; k < WARMUP + COUNT; k++) {
+            const rules = await sock.listRules(where);
+            if (rules.length !== N) throw new Error(`the chain holds ${rules.length} rules, not ${N}`);
+            const seen = new Promise<number>((resolve, reject) => {
+              const timer = setTimeout(() => reject(new Error(`no repair within ${TIMEOUT_MS} ms`)), TIMEOUT_MS);
+              waiter = (b, at) => {
+                if (!b.events.some((e) => e.type === 'newrule')) return;
+                clearTimeout(timer);
+                waiter = undefined;
+                resolve(at);
+              };
+            });
+            const t0 = now();
+            await sock.commit(new Batch().delete('rule', { ...where, handle: rules[N >> 1]!.handle! }));
+            const acked = now();
+            const s = { t0, acked, seen: await seen };
+            if (k === WARMUP - 1) cpu0 = cpuNs(child.pid!);
+            if (k >= WARMUP) samples.push(s);
+            await new Promise((r) => setTimeout(r, GAP_MS));
+          }
+          cpu1 = cpuNs(child.pid!);
+          // The keeper's trace lines of the last repairs may still be in its buffer (flushed every 250 ms) or the pipe.
+          for (let i = 0; i < 100 && traces.length < WARMUP + COUNT; i++) await new Promise((r) => setTimeout(r, 10));
+        } finally {
+          if (perf) {
+            perf.kill('SIGINT');
+            await new Promise((r) => perf.on('exit', r));
+          }
+          child.kill('SIGTERM');
+          await exited;
+        }
+        for (let k = 0; k < FLOOR; k++) {
           const rules = await sock.listRules(where);
-          if (rules.length !== N) throw new Error(`the chain holds ${rules.length} rules, not ${N}`);
-          const seen = new Promise<number>((resolve, reject) => {
-            const timer = setTimeout(() => reject(new Error(`no repair within ${TIMEOUT_MS} ms`)), TIMEOUT_MS);
-            waiter = (b, at) => {
-              if (!b.events.some((e) => e.type === 'newrule')) return;
-              clearTimeout(timer);
-              waiter = undefined;
-              resolve(at);
-            };
-          });
+          const i = N >> 1;
           const t0 = now();
-          await sock.commit(new Batch().delete('rule', { ...where, handle: rules[N >> 1]!.handle! }));
-          const acked = now();
-          const s = { t0, acked, seen: await seen };
-          if (k >= WARMUP) samples.push(s);
+          await sock.commit(new Batch().delete('rule', { ...where, handle: rules[i]!.handle! }));
+          const t1 = now();
+          await sock.commit(new Batch().add('rule', { ...where, exprs: rules[i]!.exprs, userdata: rules[i]!.userdata,
+            ...(i > 0 ? { position: rules[i - 1]!.handle! } : {}) }));
+          floor.push(now() - t0);
+          floorAdd.push(now() - t1);
           await new Promise((r) => setTimeout(r, GAP_MS));
         }
-        // The keeper's trace line of the last repair may still be in the pipe.
-        for (let i = 0; i < 50 && traces.length < WARMUP + COUNT; i++) await new Promise((r) => setTimeout(r, 10));
       } finally {
         monitor.close();
         sock.close();
-        if (perf) {
-          perf.kill('SIGINT');
-          await new Promise((r) => perf.on('exit', r));
-        }
-        child.kill('SIGTERM');
-        await exited;
       }
       const keeperTraces = traces.slice(-COUNT);
       if (keeperTraces.length !== COUNT) process.stderr.write(`(${traces.length} keeper traces for ${WARMUP + COUNT} repairs: some repairs were not planned from the events)\n`);
       samples.forEach((s, i) => { s.keeper = keeperTraces[i]; });
       report(samples.filter((s) => s.keeper && s.keeper.event > s.t0 && s.keeper.reported < s.seen + 1e9));
+      process.stdout.write(`keeper CPU per repair (all its threads, the gaps' idle ticks included): ${((cpu1 - cpu0) / COUNT / 1000).toFixed(1)} µs\n`);
+      if (floor.length > 0) {
+        const f = floor.sort((a, b) => a - b);
+        process.stdout.write(`kernel floor (one socket: delete + re-add at its position, ${f.length} samples after the keeper exited): ` +
+          `p50 ${(quantile(f, 0.5) / 1000).toFixed(1)} µs, p99 ${(quantile(f, 0.99) / 1000).toFixed(1)} µs ` +
+          `(the re-add's commit alone: p50 ${(quantile(floorAdd.sort((a, b) => a - b), 0.5) / 1000).toFixed(1)} µs)\n`);
+      }
     });
   } finally {
     rmSync(dir, { recursive: true, force: true });

@@ -37,7 +37,9 @@ export class Fight {
   /** Records a repair; returns true when this repair raised the level. */
   repaired(now: number): boolean {
     this.lastRepairAt = now;
-    this.recent = this.recent.filter((t) => now - t < this.options.windowMs);
+    // Oldest first: drop from the front, no new array per repair (with a high threshold, as the
+    // benches set, the window held hundreds of repairs and filtering it showed in their profiles).
+    while (this.recent.length > 0 && now - this.recent[0]! >= this.options.windowMs) this.recent.shift();
     this.recent.push(now);
     if (this.recent.length >= this.options.threshold) {
       this.recent = [];

@@ -86,8 +86,8 @@ export class Monitor {
 
   constructor(options: MonitorOptions) {
     const { NftMonitor } = loadAddon();
-    this.native = new NftMonitor(options.netns, (b) => {
-      if (!this.closedFlag) options.onBatch(b as MonitorBatch);
+    this.native = new NftMonitor(options.netns, (flat) => {
+      if (!this.closedFlag) options.onBatch(fromFlat(flat as unknown[]));
     }, toPairs(options.tables), options.ignorePorts ?? [], options.ownCommits ?? false,
     options.receiveBuffer);
   }
@@ -130,6 +130,53 @@ export class Monitor {
     this.closedFlag = true;
     this.native.close();
   }
+}
+
+/**
+ * The batch the addon hands over as one flat array of primitives (native/monitor.cc, Deliver): the
+ * objects are built here, where a literal is cheap, rather than in C++, where every named property
+ * set internalized its key again. Layout: overflow, generation, truncated, foreign, since,
+ * receivedNs, event count; per event: type, family, table, name, handle, portId, flags, position,
+ * elementsMalformed, element count; per element: key, keyEnd, flags, data, verdict, chain, timeout,
+ * expiration, userdata. Absent values are undefined, and absent keys stay absent in the objects.
+ */
+export function fromFlat(v: unknown[]): MonitorBatch {
+  const events: MonitorEvent[] = new Array(v[6] as number);
+  let k = 7;
+  for (let i = 0; i < events.length; i++) {
+    // Keys in the order the addon set them before (a rule event: type, family, table, name, handle, portId, flags, position).
+    const e = { type: v[k], family: v[k + 1], table: v[k + 2] } as MonitorEvent;
+    if (v[k + 3] !== undefined) e.name = v[k + 3] as string;
+    if (v[k + 4] !== undefined) e.handle = v[k + 4] as number;
+    e.portId = v[k + 5] as number;
+    e.flags = v[k + 6] as number;
+    if (v[k + 7] !== undefined) e.position = v[k + 7] as number;
+    if (v[k + 8] === true) e.elementsMalformed = true;
+    const n = v[k + 9] as number;
+    k += 10;
+    if (n > 0) {
+      const els: SetElement[] = new Array(n);
+      for (let j = 0; j < n; j++, k += 9) {
+        const x: SetElement = {};
+        if (v[k] !== undefined) x.key = v[k] as string;
+        if (v[k + 1] !== undefined) x.keyEnd = v[k + 1] as string;
+        x.flags = v[k + 2] as number;
+        if (v[k + 3] !== undefined) x.data = v[k + 3] as string;
+        if (v[k + 4] !== undefined) x.verdict = v[k + 4] as SetElement['verdict'];
+        if (v[k + 5] !== undefined) x.chain = v[k + 5] as string;
+        if (v[k + 6] !== undefined) x.timeout = v[k + 6] as number;
+        if (v[k + 7] !== undefined) x.expiration = v[k + 7] as number;
+        if (v[k + 8] !== undefined) x.userdata = v[k + 8] as string;
+        els[j] = x;
+      }
+      e.elements = els;
+    }
+    events[i] = e;
+  }
+  return {
+    overflow: v[0] as boolean, generation: v[1] as number, truncated: v[2] as boolean, foreign: v[3] as boolean,
+    since: v[4] as number, receivedNs: v[5] as number, events,
+  };
 }
 
 function toPairs(tables: { family: Family; name: string }[] | undefined): [string, string][] | null {
