@@ -3,6 +3,7 @@
 #include <napi.h>
 
 #include "common.h"
+#include "encode.h"
 #include "monitor.h"
 #include "socket.h"
 
@@ -44,6 +45,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("sdNotify", Napi::Function::New(env, SdNotify));
   exports.Set("peerCred", Napi::Function::New(env, PeerCred));
   exports.Set("links", Napi::Function::New(env, ListLinks));
+  exports.Set("encodeExprs", Napi::Function::New(env, EncodeExpressions));
   return exports;
 }
 

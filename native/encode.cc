@@ -298,7 +298,7 @@ void EncodeChain(std::vector<uint8_t>* out, const std::string& verb, const Napi:
 }
 
 void EncodeRule(std::vector<uint8_t>* out, const std::string& verb, const Napi::Object& op,
-                uint32_t seq) {
+                uint32_t seq, const Napi::Value& exprBytes) {
   uint16_t family = FamilyOf(op);
   uint16_t type = NFT_MSG_NEWRULE, flags = NLM_F_ACK;
   if (verb == "add") flags |= NLM_F_CREATE | NLM_F_APPEND;  // after `position`, or at the end
@@ -335,7 +335,13 @@ void EncodeRule(std::vector<uint8_t>* out, const std::string& verb, const Napi::
     buf = Reserve(out);
     nlh = nftnl_nlmsg_build_hdr(buf, type, family, flags, seq);
     nftnl_rule_nlmsg_build_payload(nlh, r);
-    if (type == NFT_MSG_NEWRULE) {
+    if (type == NFT_MSG_NEWRULE && exprBytes.IsBuffer()) {
+      // Encoded before (encodeExprs) from the same, frozen, expressions: the attribute as it was.
+      Napi::Buffer<uint8_t> b = exprBytes.As<Napi::Buffer<uint8_t>>();
+      if (b.Length() < sizeof(nlattr) || b.Length() > 0xffff) throw Napi::TypeError::New(op.Env(), "encoded expressions of a wrong size");
+      std::memcpy(mnl_nlmsg_get_payload_tail(nlh), b.Data(), b.Length());
+      nlh->nlmsg_len += MNL_ALIGN(b.Length());
+    } else if (type == NFT_MSG_NEWRULE) {
       if (!Prop(op, "exprs").IsArray()) throw Napi::TypeError::New(op.Env(), "'exprs' must be an array");
       PutExpressions(nlh, Prop(op, "exprs").As<Napi::Array>());
     }
@@ -555,8 +561,20 @@ void EncodeRequest(std::vector<uint8_t>* out, uint16_t msgType, uint16_t family,
   Commit(out, buf);
 }
 
+Napi::Value EncodeExpressions(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsArray()) throw Napi::TypeError::New(env, "encodeExprs takes an array of expressions");
+  Keys keys(env);
+  char* buf = Reserve(nullptr);
+  nlmsghdr* nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_NEWRULE, NFPROTO_IPV4, 0, 0);
+  const uint8_t* start = static_cast<const uint8_t*>(mnl_nlmsg_get_payload_tail(nlh));
+  PutExpressions(nlh, info[0].As<Napi::Array>());
+  const uint8_t* end = static_cast<const uint8_t*>(mnl_nlmsg_get_payload_tail(nlh));
+  return Napi::Buffer<uint8_t>::Copy(env, start, static_cast<size_t>(end - start));
+}
+
 void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneration,
-                 uint32_t generation, EncodedBatch* out) {
+                 uint32_t generation, EncodedBatch* out, Napi::Value exprBytes) {
   Keys keys(env);
   out->bytes.clear();
   out->messageOp.clear();
@@ -575,7 +593,10 @@ void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneratio
       std::string object = Str(op, "object");
       if (object == "table") EncodeTable(&out->bytes, verb, op, next);
       else if (object == "chain") EncodeChain(&out->bytes, verb, op, next);
-      else if (object == "rule") EncodeRule(&out->bytes, verb, op, next);
+      else if (object == "rule") {
+        Napi::Value pre = exprBytes.IsArray() ? exprBytes.As<Napi::Array>().Get(i) : Napi::Value();
+        EncodeRule(&out->bytes, verb, op, next, pre);
+      }
       else if (object == "set") messages = EncodeSet(&out->bytes, verb, op, next);
       else if (object == "element") messages = EncodeElementOp(&out->bytes, verb, op, next);
       else throw Napi::TypeError::New(env, "unknown object '" + object + "'");

@@ -20,8 +20,14 @@ struct EncodedBatch {
 // src/netlink/validate.ts) with sequence numbers from `seq` on. With `hasGeneration` the BATCH_BEGIN carries
 // NFNL_BATCH_GENID so the kernel refuses the batch if the ruleset moved on.
 // Throws a NetlinkError (EINVAL) naming the op index on malformed input.
+// `exprBytes`, when an array, holds per op index either a Buffer from EncodeExpressions (that
+// op's exprs, encoded before) or nothing (encode them now).
 void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneration,
-                 uint32_t generation, EncodedBatch* out);
+                 uint32_t generation, EncodedBatch* out, Napi::Value exprBytes = Napi::Value());
+
+// encodeExprs(exprs) -> Buffer: a rule's NFTA_RULE_EXPRESSIONS attribute, byte for byte what a
+// commit would put in the rule's message; a commit can be handed it instead of the expressions.
+Napi::Value EncodeExpressions(const Napi::CallbackInfo& info);
 
 // A single request message (for dumps and GETGEN), appended to `out`.
 // `attrs` are (type, string) pairs put as NUL-terminated string attributes.

@@ -285,7 +285,7 @@ Napi::Value NftSocket::Dump(const Napi::CallbackInfo& info) {
   return StartDump(env, this, info.This().As<Napi::Object>(), req);
 }
 
-// commit(ops, generation?, echo?) -> Promise<void | { handles: [opIndex, handle][] }>
+// commit(ops, generation?, echo?, exprBytes?) -> Promise<void | { handles: [opIndex, handle][] }>
 Napi::Value NftSocket::Commit(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   ThrowIfClosed(env, "commit");
@@ -297,7 +297,7 @@ Napi::Value NftSocket::Commit(const Napi::CallbackInfo& info) {
   batch->bytes = TakeEncodeBuffer();
   // Sequence numbers are taken under the lock in the worker; encode with a
   // placeholder base and renumber there.
-  EncodeBatch(env, ops, 0, hasGen, gen, batch.get());
+  EncodeBatch(env, ops, 0, hasGen, gen, batch.get(), info.Length() > 3 ? info[3] : Napi::Value());
   bool echo = info.Length() > 2 && info[2].ToBoolean().Value();
   auto* w = new CommitWorker(env, this, info.This().As<Napi::Object>(), std::move(batch), echo);
   Napi::Promise p = w->Promise();

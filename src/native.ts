@@ -27,6 +27,8 @@ export interface Addon {
   peerCred(fd: number): { pid: number; uid: number; gid: number } | number;
   /** The namespace's network interfaces (RTM_GETLINK); a number is the errno. */
   links(netns?: string): { index: number; name: string }[] | number;
+  /** A rule's NFTA_RULE_EXPRESSIONS attribute as a commit encodes it (src/netlink/socket.ts caches it). */
+  encodeExprs(exprs: readonly unknown[]): Buffer;
 }
 
 /** The project (or installed package) root: this file sits in src/ or dist/. */

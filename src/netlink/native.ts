@@ -7,7 +7,9 @@ export interface NativeSocket {
   generation(): number;
   dump(kind: 'table' | 'chain' | 'rule' | 'set' | 'element', family?: string, table?: string,
     name?: string, single?: boolean, objects?: boolean, ruleMode?: 0 | 1 | 2): Promise<unknown[]>;
-  commit(ops: readonly unknown[], generation?: number, echo?: boolean): Promise<void | { handles: [number, number][] }>;
+  /** exprBytes: per op index, that rule's expressions as encodeExprs() gave them, or undefined (encoded now). */
+  commit(ops: readonly unknown[], generation?: number, echo?: boolean,
+    exprBytes?: readonly (Buffer | undefined)[]): Promise<void | { handles: [number, number][] }>;
 }
 
 export interface NativeMonitor {

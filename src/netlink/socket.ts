@@ -8,7 +8,7 @@
 import { DumpInterruptedError, GenerationMismatchError, NetlinkError, PrivilegeError, SocketClosedError } from '../errors.js';
 import { Batch, describeOp, type Op } from './batch.js';
 import { validateOp } from './validate.js';
-import type { Family } from './expr.js';
+import type { Expr, Family } from './expr.js';
 import type { NativeSocket } from './native.js';
 import { loadAddon } from '../native.js';
 import type { Chain, ChainDigests, NftSet, Rule, SetElement, Table } from './objects.js';
@@ -168,7 +168,7 @@ export class NftSocket implements NftConn {
     if (ops.length === 0) return;
     let r;
     try {
-      r = await this.native.commit(ops, gen, options.echo === true);
+      r = await this.native.commit(ops, gen, options.echo === true, ops.length <= PREENCODE_UP_TO ? preencoded(ops) : undefined);
     } catch (e) {
       throw refine(e, ops, gen);
     }
@@ -202,6 +202,38 @@ export class NftSocket implements NftConn {
       }
     }
   }
+}
+
+/**
+ * Small batches (repairs) take the expressions of a rule that cannot change, a frozen array of
+ * frozen expressions (the keeper's desired rules, compact.ts), encoded once: the event mirror
+ * re-adds the same rules on every repair, and encoding them field by field through N-API was the
+ * larger part of a small commit's own time. A bounded cache (oldest out first): big batches
+ * (installs, rewrites) never enter it, and after a reload the old rules age out.
+ */
+const PREENCODE_UP_TO = 64;
+const PREENCODED_MAX = 1024;
+const encodedExprs = new Map<readonly Expr[], Buffer>();
+
+function preencoded(ops: readonly Op[]): (Buffer | undefined)[] | undefined {
+  let out: (Buffer | undefined)[] | undefined;
+  for (let i = 0; i < ops.length; i++) {
+    const op = ops[i]!;
+    if (op.object !== 'rule' || op.verb === 'delete' || !Array.isArray(op.exprs)) continue;
+    let b = encodedExprs.get(op.exprs);
+    if (b === undefined) {
+      if (!Object.isFrozen(op.exprs) || !op.exprs.every((e) => Object.isFrozen(e))) continue;
+      try {
+        b = loadAddon().encodeExprs(op.exprs);
+      } catch {
+        continue;  // the commit's own encoding says what is wrong, naming the op
+      }
+      if (encodedExprs.size >= PREENCODED_MAX) encodedExprs.delete(encodedExprs.keys().next().value!);
+      encodedExprs.set(op.exprs, b);
+    }
+    (out ??= new Array<Buffer | undefined>(ops.length))[i] = b;
+  }
+  return out;
 }
 
 function repeatsAnElement(els: readonly SetElement[]): boolean {
