@@ -462,31 +462,21 @@ export class Mirror {
   }
 
   private describe(c: MirrorChain): Drift {
-    // What the words need, taken now; the words themselves are made when first read (the repair's
-    // report, after its commit: formatting them cost the repair path as much as planning it).
-    const missing = [...c.missing];
-    const first = missing.length > 0 ? Math.min(...missing) : -1;
-    const text = first >= 0 ? this.rule(c, first).text : '';
-    const extras = [...c.extras.keys()];
+    const missing = [...c.missing].sort((x, y) => x - y);
+    const parts: string[] = [];
+    if (missing.length > 0) {
+      const r = this.rule(c, missing[0]!);
+      parts.push(missing.length === 1 ? `rule ${missing[0]! + 1} (${r.text}) is missing`
+        : `${missing.length} rules are missing (first: rule ${missing[0]! + 1}, ${r.text})`);
+    }
+    if (c.extras.size > 0) parts.push(`${c.extras.size} foreign rule${c.extras.size === 1 ? '' : 's'} (handle ${[...c.extras.keys()].join(', ')})`);
     const replaced = [...c.extras.values()].filter((j) => j >= 0 && c.missing.has(j)).length;
-    const kept = c.handles.length - missing.length;
-    let detail: string | undefined;
-    const words = () => {
-      const parts: string[] = [];
-      if (first >= 0) {
-        parts.push(missing.length === 1 ? `rule ${first + 1} (${text}) is missing`
-          : `${missing.length} rules are missing (first: rule ${first + 1}, ${text})`);
-      }
-      if (extras.length > 0) parts.push(`${extras.length} foreign rule${extras.length === 1 ? '' : 's'} (handle ${extras.join(', ')})`);
-      const ops = extras.length + missing.length - replaced;
-      return `${parts.join('; ')}; repair from events: ${kept} of ${kept + extras.length} kernel rules stay, ` +
-        `${extras.length - replaced} deleted, ${missing.length - replaced} inserted, ${replaced} replaced (${ops} ops)`;
-    };
+    const ops = c.extras.size + c.missing.size - replaced;
+    const kept = c.handles.length - c.missing.size;
     return {
       kind: 'rules-differ', family: c.family, table: c.table, chain: c.name,
-      get detail() {
-        return detail ??= words();
-      },
+      detail: `${parts.join('; ')}; repair from events: ${kept} of ${kept + c.extras.size} kernel rules stay, ` +
+        `${c.extras.size - replaced} deleted, ${c.missing.size - replaced} inserted, ${replaced} replaced (${ops} ops)`,
     };
   }
 
