@@ -74,12 +74,18 @@ async function main(): Promise<void> {
       const exited = new Promise((r) => child.on('exit', r));
       const traces: Marks[] = [];
       let ready!: () => void;
+      let exact!: () => void;
       const isReady = new Promise<void>((r) => { ready = r; });
+      // The mirror is seeded by a read after start-up (seconds at 100,000 rules): until then a repair
+      // is a full pass, which is not what this traces.
+      const isExact = new Promise<void>((r) => { exact = r; });
       createInterface({ input: child.stdout! }).on('line', (l) => {
         if (l === 'ready') ready();
+        else if (l === 'mirror exact') exact();
         else if (l.startsWith('trace ')) traces.push(JSON.parse(l.slice(6)) as Marks);
       });
       await isReady;
+      await Promise.race([isExact, new Promise((r) => setTimeout(r, TIMEOUT_MS).unref())]);
       const perf = PERF ? spawn('perf', ['record', '-F', '4999', '-g', '-o', PERF, '-p', String(child.pid)], { stdio: 'inherit' }) : undefined;
       if (perf) await new Promise((r) => setTimeout(r, 500));
       const sock = open({ netns: ns.path });
