@@ -480,12 +480,20 @@ export class Keeper extends EventEmitter {
     let r;
     // The desired state this pass enforces: a reload meanwhile must not seed the mirror from this look.
     const desired = this.desired;
-    const useKnown = !this.readBackDue;
+    // The safety net's read-back reads the kernel, but by digests from the known state, decoding nothing (Reconciler.look).
+    const readBack = this.readBackDue;
     this.readBackDue = false;
+    const mirror = this.mirror;
+    const monitor = this.monitor;
     try {
       r = await this.reconciler!.once({
-        useKnown,
-        untouchedSince: this.mirror ? (from, to) => this.untouchedSince(from, to) : undefined,
+        useKnown: true,
+        readBack,
+        untouchedSince: mirror ? (from, to) => this.untouchedSince(from, to) : undefined,
+        // The event mirror follows plain sets per element: exact now and clean for a set, it vouches for its elements.
+        elementsHeld: mirror && monitor?.progress
+          ? (family, table, set, generation) => mirror.exactAt(generation, monitor.progress!()) && mirror.elementsDiffering(family, table, set) === 0
+          : undefined,
         learn: true,
         tables: desired,
         ownerIds: this.config.owners ? new Set(this.owners.map((o) => o.id)) : undefined,

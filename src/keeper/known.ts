@@ -17,12 +17,13 @@
  * so the decoded dump is not kept between passes (issue 14's memory target).
  */
 import type { ChainConfig, TableConfig } from '../config/config.js';
+import { diffElements, setDefinitionKey, type SetConfig } from '../config/sets.js';
 import type { Batch } from '../netlink/batch.js';
 import type { CommitResult } from '../netlink/conn.js';
 import type { NftConn } from '../netlink/conn.js';
 import type { Family } from '../netlink/expr.js';
 import type { MonitorBatch, MonitorProgress } from '../netlink/monitor.js';
-import type { Chain, ChainDigests, ObservedTable, Rule } from '../netlink/objects.js';
+import { SET_F, TABLE_F, type Chain, type ChainDigests, type NftSet, type ObservedTable, type Rule, type Table } from '../netlink/objects.js';
 import { desiredKey, hasKey, withKey } from './reconcile.js';
 
 const tableKey = (t: { family: string; name: string }) => `${t.family} ${t.name}`;
@@ -31,6 +32,38 @@ interface KnownTable {
   observed: ObservedTable;
   /** The desired chain (by identity) each chain's rules were verified against. */
   verified: Map<string, ChainConfig>;
+  /**
+   * The desired set (by identity) whose elements each named set holds: observed.sets has that
+   * config's own element list for it, not a decoded copy. A volatile set (see volatileSet) is never
+   * here: its elements are read at each look.
+   */
+  verifiedSets: Map<string, SetConfig>;
+}
+
+/**
+ * Sets whose elements the kernel changes without a commit, so that no generation or event vouches
+ * for them: timeouts expire, and a dynamic set's elements are added (and updated) by the data path.
+ * The known state holds their definition but reads their elements at each look (one element dump
+ * of that set, not of the table). Interval sets change only by commits and are known like plain ones.
+ */
+export const volatileSet = (s: NftSet): boolean => (s.flags & (SET_F.TIMEOUT | SET_F.EVAL)) !== 0;
+
+/** What a look of a known table needs of each desired set: its definition, and its elements unless volatile. */
+function knownSets(t: TableConfig, defs: (name: string) => NftSet | undefined, verifiedSets: Map<string, SetConfig>):
+  ObservedTable['sets'] | undefined {
+  const sets: ObservedTable['sets'] = new Map();
+  for (const s of t.sets ?? []) {
+    const set = defs(s.name);
+    if (!set) return undefined;
+    if (volatileSet(s.set)) {
+      verifiedSets.delete(s.name);
+      sets.set(s.name, { set, elements: [] });  // read at each look (Reconciler.look)
+    } else {
+      verifiedSets.set(s.name, s);
+      sets.set(s.name, { set, elements: s.elements });
+    }
+  }
+  return sets;
 }
 
 export class KnownState {
@@ -41,20 +74,26 @@ export class KnownState {
    * decoding a rule: the table's flags and object count, every base or empty chain, and one digest
    * dump of its rules (handles and digests, objects.ts Rule.digest) compared rule by rule. Yes
    * moves the known state to `generation`. A rule whose digest was never learnt (written by our
-   * own commit since the last decoding read) makes it no, and the caller reads as before.
+   * own commit since the last decoding read) makes it no, and the caller reads as before. Named
+   * sets: their definitions with one set list per table; the elements of each set that
+   * `elementsHeld` vouches for (the event mirror, exact at `generation`) are not read, the others'
+   * are read and compared with the desired ones (a volatile set's are read by the look anyway).
    */
-  async revalidate(conn: NftConn, generation: number, tables: readonly TableConfig[]): Promise<boolean> {
+  async revalidate(conn: NftConn, generation: number, tables: readonly TableConfig[],
+    elementsHeld?: (t: TableConfig, set: string) => boolean): Promise<boolean> {
     if (!conn.listRuleDigests) return false;
     for (const t of tables) {
       const kt = this.table(t);
       const known = kt?.observed.table;
       if (!kt || !known) return false;
+      const hasSets = kt.observed.sets.size > 0;
       // One digest dump per table (filtered by the kernel to it), never a round trip per chain: at
       // 1,000 owner chains the table's dump costs what the 1,000 chain dumps together cost (about
       // 5 µs a rule either way here), without a thousand requests and promises.
-      const [table, dump] = await Promise.all([conn.getTable(t.family, t.name), conn.listRuleDigests({ family: t.family, table: t.name })]);
-      // The table's use counts its chains, sets and stateful objects: only the known chains may be there.
-      if (!table || table.flags !== known.flags || table.owner !== known.owner || table.use !== kt.observed.chains.size) return false;
+      const [table, dump, sets] = await Promise.all([conn.getTable(t.family, t.name), conn.listRuleDigests({ family: t.family, table: t.name }),
+        hasSets ? conn.listSets({ family: t.family, table: t.name }) : []]);
+      // The table's use counts its chains, sets and stateful objects: only the known chains and sets may be there.
+      if (!table || table.flags !== known.flags || table.owner !== known.owner || table.use !== kt.observed.chains.size + kt.observed.sets.size) return false;
       let withRules = 0;
       for (const { chain, handles, digests } of dump) {
         const rules = kt.observed.rules.get(chain);
@@ -81,23 +120,48 @@ export class KnownState {
         const n = now[i];
         if (!n || n.hook !== c.hook || n.type !== c.type || n.priority !== c.priority || (n.policy ?? 'accept') !== (c.policy ?? 'accept')) return false;
       }
+      if (hasSets && !(await this.setsHold(conn, t, kt, sets, elementsHeld))) return false;
     }
     if (conn.generation() !== generation) return false;  // something committed while we read
     this.generation = generation;
     return true;
   }
 
+  /** revalidate's sets: the same definitions, and the known elements (from the mirror, or read). */
+  private async setsHold(conn: NftConn, t: TableConfig, kt: KnownTable, sets: readonly NftSet[],
+    elementsHeld?: (t: TableConfig, set: string) => boolean): Promise<boolean> {
+    const named = sets.filter((x) => !(x.flags & SET_F.ANONYMOUS));
+    if (named.length !== sets.length || named.length !== kt.observed.sets.size) return false;
+    const read: Promise<boolean>[] = [];
+    for (const x of named) {
+      const k = kt.observed.sets.get(x.name);
+      if (!k || setDefinitionKey(k.set) !== setDefinitionKey(x)) return false;
+      const sc = kt.verifiedSets.get(x.name);
+      if (!sc) continue;  // volatile: the look reads it
+      if (elementsHeld?.(t, x.name)) continue;
+      read.push(conn.listElements({ family: t.family, table: t.name, set: x.name }).then((els) => {
+        const d = diffElements(sc.elements, els, sc.set);
+        return d.add.length === 0 && d.delete.length === 0;
+      }));
+    }
+    return (await Promise.all(read)).every(Boolean);
+  }
+
   /**
    * From a look that found no drift in `tables`: every chain holds exactly its desired rules, so
-   * the decoded rules are replaced by compact ones (handle + the desired rule). Tables with
-   * anonymous sets are not followed (their set names are the kernel's); undefined then.
+   * the decoded rules are replaced by compact ones (handle + the desired rule), and every named set
+   * its desired elements (the config's own list stands for them). Tables with anonymous sets are
+   * not followed (their set names are the kernel's); undefined then.
    */
   static fromCleanLook(generation: number, tables: readonly TableConfig[], observed: readonly ObservedTable[]): KnownState | undefined {
     const out = new Map<string, KnownTable>();
     for (const [i, t] of tables.entries()) {
       const o = observed[i];
-      if (!o?.table || o.sets.size > 0) return undefined;
-      const kt: KnownTable = { observed: { ...o, chains: new Map(o.chains), rules: new Map(), sets: new Map() }, verified: new Map() };
+      if (!o?.table || o.sets.size !== (t.sets?.length ?? 0)) return undefined;
+      const verifiedSets = new Map<string, SetConfig>();
+      const sets = knownSets(t, (n) => o.sets.get(n)?.set, verifiedSets);
+      if (!sets) return undefined;
+      const kt: KnownTable = { observed: { ...o, chains: new Map(o.chains), rules: new Map(), sets }, verified: new Map(), verifiedSets };
       for (const c of t.chains) {
         const have = o.rules.get(c.name) ?? [];
         if (have.length !== c.rules.length || have.some((r) => r.handle === undefined)) return undefined;
@@ -120,8 +184,9 @@ export class KnownState {
    */
   static afterSoleCommit(generation: number, tables: readonly TableConfig[], observed: readonly ObservedTable[],
     batch: Batch, echoed: CommitResult | undefined, previous?: KnownState,
-    read?: ReadonlyMap<string, ReadonlyMap<string, ChainDigests>>): KnownState | undefined {
+    read?: ReadonlyMap<string, ReadonlyMap<string, ChainDigests>>, portId?: number): KnownState | undefined {
     if (!echoed && !read) return undefined;
+    const desiredTables = new Set(tables.map(tableKey));
     // Handles by chain, starting from what the plan saw.
     const handles = new Map<string, Map<string, number[]>>();
     const chainsOf = (family: string, table: string) => {
@@ -144,8 +209,39 @@ export class KnownState {
     };
     const byId = new Map<number, number>();
     const gone = new Set<number>();  // rule handles the batch deleted
+    // Tables the batch created or claimed: the table as the kernel now holds it.
+    const tablesNow = new Map<string, Table>();
+    // Named sets the batch (re)created, with their definition; deleted ones map to null.
+    const setsNow = new Map<string, NftSet | null>();
     for (const [index, op] of batch.ops.entries()) {
-      if (op.object === 'table' || op.object === 'set' || op.object === 'element') return undefined;
+      if (op.object === 'table') {
+        const k = tableKey(op);
+        // A retired table deleted in the same batch is none of what is known.
+        if (!desiredTables.has(k)) {
+          if (op.verb === 'delete') continue;
+          return undefined;
+        }
+        if (op.verb !== 'add' && op.verb !== 'create') return undefined;  // a table recreated: read it
+        const o = seen.get(k);
+        if (!o) return undefined;
+        const was = tablesNow.get(k) ?? o.table;
+        const flags = op.flags ?? was?.flags ?? 0;
+        tablesNow.set(k, {
+          family: op.family, name: op.name, flags,
+          ...(flags & TABLE_F.OWNER ? portId === undefined ? { owner: NaN } : { owner: portId } : {}),
+          ...(was?.userdata !== undefined ? { userdata: was.userdata } : op.userdata !== undefined ? { userdata: op.userdata } : {}),
+        });
+        continue;
+      }
+      if (op.object === 'set') {
+        // Anonymous sets are named by the kernel: a table that has them is not followed.
+        if (op.flags === undefined || op.flags & SET_F.ANONYMOUS) return undefined;
+        if (op.verb === 'add' || op.verb === 'create') setsNow.set(`${tableKey(op)} ${op.name}`, op as NftSet);
+        else if (op.verb === 'delete') setsNow.set(`${tableKey(op)} ${op.name}`, null);
+        else return undefined;
+        continue;
+      }
+      if (op.object === 'element') continue;  // every named set holds its desired elements after the commit (below)
       if (op.object === 'chain') {
         const m = chainsOf(op.family, op.table);
         const cur = m.get(op.name);
@@ -199,13 +295,31 @@ export class KnownState {
     const out = new Map<string, KnownTable>();
     for (const [i, t] of tables.entries()) {
       const o = observed[i];
-      if (!o?.table || o.sets.size > 0) return undefined;
-      const m = chainsOf(t.family, t.name);
-      const readHere = read?.get(tableKey(t));
-      // The look's maps are this pass's own (a dump, or the known state the commit just retired):
-      // changed in place, so a registration touches its own chains, not every owner's.
+      if (!o) return undefined;
+      const tk = tableKey(t);
+      if (tablesNow.has(tk)) o.table = tablesNow.get(tk);
+      if (!o.table) return undefined;
+      // The plan made every named set the desired one: created with its elements, its element
+      // differences added and deleted, any other named set deleted. What the look saw stays only for
+      // a set the batch left alone (its definition; it had no element difference, or it would be in the batch).
+      for (const name of o.sets.keys()) {
+        const now = setsNow.get(`${tk} ${name}`);
+        if (now === null || (now === undefined && !(t.sets ?? []).some((x) => x.name === name))) o.sets.delete(name);
+      }
+      if (o.sets.size > (t.sets?.length ?? 0)) return undefined;
       const kt = previous?.table(t);
       const reuse = kt?.observed === o;
+      const verifiedSets = reuse ? kt!.verifiedSets : new Map<string, SetConfig>();
+      const sets = knownSets(t, (n) => {
+        const now = setsNow.get(`${tk} ${n}`);
+        return now ?? (now === null ? undefined : o.sets.get(n)?.set);
+      }, verifiedSets);
+      if (!sets) return undefined;
+      o.sets = sets;
+      const m = chainsOf(t.family, t.name);
+      const readHere = read?.get(tk);
+      // The look's maps are this pass's own (a dump, or the known state the commit just retired):
+      // changed in place, so a registration touches its own chains, not every owner's.
       const verified = reuse ? kt!.verified : new Map<string, ChainConfig>();
       for (const c of t.chains) {
         const l = m.get(c.name);
@@ -246,8 +360,9 @@ export class KnownState {
       }
       // Every desired chain is in o.chains now: as many as desired means nothing else is.
       if (o.chains.size !== t.chains.length) return undefined;
-      out.set(tableKey(t), { observed: o, verified });
-    }    return new KnownState(generation, out);
+      out.set(tk, { observed: o, verified, verifiedSets });
+    }
+    return new KnownState(generation, out);
   }
 
   /**
@@ -265,6 +380,14 @@ export class KnownState {
         if (have.length !== c.rules.length || have.some((r) => r.handle === undefined)) return false;
         kt.observed.rules.set(c.name, c.rules.map((r, j) => compactRule(t, c, r, have[j]!.handle!, have[j]!.digest)));
         kt.verified.set(c.name, c);
+      }
+      // Sets compared against another desired object (a reload): they hold its elements now.
+      for (const s of t.sets ?? []) {
+        if (volatileSet(s.set) || kt.verifiedSets.get(s.name) === s) continue;
+        const have = kt.observed.sets.get(s.name);
+        if (!have) return false;
+        kt.observed.sets.set(s.name, { set: have.set, elements: s.elements });
+        kt.verifiedSets.set(s.name, s);
       }
     }
     return true;
@@ -284,8 +407,10 @@ export class KnownState {
    * chains of a batch too big to echo, so that no read is spent on a batch it would give up on.
    */
   static canFollow(batch: Batch, observed: readonly ObservedTable[]): boolean {
-    return observed.every((o) => o.table !== undefined && o.sets.size === 0)
-      && batch.ops.every((op) => op.object === 'chain' || op.object === 'rule');
+    return observed.every((o) => [...o.sets.values()].every((x) => !(x.set.flags & SET_F.ANONYMOUS)))
+      && batch.ops.every((op) => op.object === 'chain' || op.object === 'rule' || op.object === 'element'
+        || (op.object === 'table' && (op.verb === 'add' || op.verb === 'create' || (op.verb === 'delete' && !observed.some((o) => o.family === op.family && o.name === op.name))))
+        || (op.object === 'set' && op.flags !== undefined && !(op.flags & SET_F.ANONYMOUS)));
   }
 
   /** The observation of `t` as known, and the desired chains its rules were verified against. */

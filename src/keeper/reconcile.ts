@@ -185,6 +185,8 @@ export interface DiffOptions {
    * is compared as usual.
    */
   verified?: ReadonlyMap<string, ChainConfig>;
+  /** Named sets whose elements are known to be this desired set's (by identity): their elements are not compared. */
+  verifiedSets?: ReadonlyMap<string, SetConfig>;
   /**
    * Timed elements (a timeout or expires in the config) this process has seen installed, per
    * `family table set`: one of those missing has expired and is left to the kernel; a timed element
@@ -227,7 +229,7 @@ export function diffTable(want: TableConfig, have: ObservedTable, options: DiffO
       `${quoteComment(want.userdata)}; recreating it`)];
   }
   const resolve: SetResolver = (n) => have.sets.get(n);
-  drifts.push(...diffSets(want, have, options.armed));
+  drifts.push(...diffSets(want, have, options.armed, options.verifiedSets));
   let present = 0;  // desired chains the kernel holds: when that is all it holds, there is no extra chain
   for (const c of want.chains) {
     if (options.verified?.get(c.name) === c) {
@@ -292,7 +294,7 @@ const elementDiffs = new WeakMap<Drift, ElementDiff>();
  * elements differ gets element adds and deletes only. A constant set cannot
  * take element changes, so it is created again.
  */
-function diffSets(want: TableConfig, have: ObservedTable, armed?: ArmedTimed): Drift[] {
+function diffSets(want: TableConfig, have: ObservedTable, armed?: ArmedTimed, verifiedSets?: ReadonlyMap<string, SetConfig>): Drift[] {
   const out: Drift[] = [];
   for (const s of want.sets ?? []) {
     const what = s.map ? 'map' : 'set';
@@ -306,6 +308,7 @@ function diffSets(want: TableConfig, have: ObservedTable, armed?: ArmedTimed): D
       out.push(d('set-changed', `${what} ${s.name} is defined differently (${describeSetDiff(h.set, s.set)}); creating it again`));
       continue;
     }
+    if (verifiedSets?.get(s.name) === s) continue;  // known to hold exactly these elements
     const diff = diffElements(s.elements, h.elements, s.set,
       armed ? armed.get(`${want.family} ${want.name} ${s.name}`) ?? NONE_ARMED : undefined);
     if (diff.add.length === 0 && diff.delete.length === 0) continue;

@@ -18,7 +18,7 @@ import { commitGuarded } from '../netlink/guard.js';
 import type { ObservedTable } from '../netlink/objects.js';
 import { ownedGarbage, type OwnedGarbage } from '../owners/index.js';
 import { PROTECT_FLAGS, armCommitted, armTimed, diffTable, observeTable, planTable, rulesRemovedBy, type ArmedTimed, type Drift } from './reconcile.js';
-import { KnownState, readAddedChains } from './known.js';
+import { KnownState, readAddedChains, volatileSet } from './known.js';
 import type { CommitResult } from '../netlink/conn.js';
 
 export interface TableRef {
@@ -75,6 +75,17 @@ export interface PassInput {
   untouchedSince?: (from: number, to: number) => Promise<boolean>;
   /** Keep what a clean look or a sole commit shows as the known state for later passes (default: useKnown). */
   learn?: boolean;
+  /**
+   * With useKnown: the safety net's read-back of a trusted commit. The known state is confirmed by
+   * reading the kernel (rule digests, chains, set definitions, elements unless elementsHeld vouches
+   * for them) even at the known generation, decoding nothing; a full read only if that fails.
+   */
+  readBack?: boolean;
+  /**
+   * Whether the elements of a named set are known from elsewhere to be exactly its desired ones at
+   * `generation`: the event mirror, exact there, holding no difference for it. Spares reading them.
+   */
+  elementsHeld?: (family: Family, table: string, set: string, generation: number) => boolean;
 }
 
 export interface PassResult {
@@ -185,7 +196,7 @@ export class Reconciler {
         this.options.metrics?.dumps.inc();
       }
       this.known = last.echoed || read ? KnownState.afterSoleCommit(r.generation, input.tables, last.look.observed, last.batch, last.echoed,
-        lookedFrom.get(last.look.observed), read) : undefined;
+        lookedFrom.get(last.look.observed), read, this.conn.portId) : undefined;
     }
     const v = r.value;
     return { status: v.status, first: first!, found, waitMs: v.waitMs, ops: r.ops, attempts: r.attempts, generation: r.generation,
@@ -194,17 +205,22 @@ export class Reconciler {
 
   private async look(input: PassInput, generation: number): Promise<Look> {
     const conn = this.conn;
-    let known = input.useKnown && this.known?.generation === generation && this.known.covers(input.tables) ? this.known : undefined;
+    // The safety net's read-back does not take the known state's word: it reads (digests, below).
+    const trust = input.useKnown && !input.readBack;
+    let known = trust && this.known?.generation === generation && this.known.covers(input.tables) ? this.known : undefined;
     // The generation moved, but the events show no commit touched an owned table (another table's, say): nothing to read.
     const before = this.known;
-    if (!known && input.useKnown && before?.covers(input.tables) && input.untouchedSince
+    if (!known && trust && before?.covers(input.tables) && input.untouchedSince
       && await input.untouchedSince(before.generation, generation) && this.known === before) {
       before.advance(generation);
       known = before;
     }
-    // The generation moved (a commit elsewhere, say): confirm by digests, decoding nothing, that ours did not change.
+    // The generation moved (a commit elsewhere, say), or this is the read-back: confirm by digests,
+    // decoding nothing, that ours did not change.
     let read = false;
-    if (!known && input.useKnown && this.known?.covers(input.tables) && await this.known.revalidate(conn, generation, input.tables)) {
+    const held = input.elementsHeld;
+    if (!known && input.useKnown && this.known?.covers(input.tables)
+      && await this.known.revalidate(conn, generation, input.tables, held && ((t, set) => held(t.family, t.name, set, generation)))) {
       known = this.known;
       read = true;  // as good as a decoding read: every rule's digest was learnt from one
       this.options.metrics?.dumps.inc();
@@ -213,16 +229,22 @@ export class Reconciler {
     if (known) {
       observed = input.tables.map((t) => known.table(t)!.observed);
       lookedFrom.set(observed, known);
+      // Sets the kernel changes without a commit (timeouts, the data path's adds): their elements, read now.
+      await Promise.all(input.tables.flatMap((t, i) => (t.sets ?? []).filter((x) => volatileSet(x.set)).map(async (x) => {
+        const o = observed[i]!;
+        o.sets.set(x.name, { set: o.sets.get(x.name)!.set, elements: await conn.listElements({ family: t.family, table: t.name, set: x.name }) });
+      })));
     } else {
       this.known = undefined;  // stale: let its rules go before the dump decodes new ones
       observed = await Promise.all(input.tables.map((t) => observeTable(conn, t.family, t.name, t.chains.map((c) => c.name))));
       this.options.metrics?.dumps.inc();
     }
     input.onObserved?.(observed);
-    if (this.armed && !known) armTimed(this.armed, input.tables, observed);
+    // Only timed sets count here, and those are read at every look (known or not).
+    if (this.armed) armTimed(this.armed, input.tables, observed);
     const drift = input.tables.map((t, i) => diffTable(t, observed[i]!,
       { protect: this.protects(t), portId: conn.portId, allowForeignOwner: input.allowForeignOwner, verified: known?.table(t)!.verified,
-        armed: this.armed }));
+        verifiedSets: known?.table(t)!.verifiedSets, armed: this.armed }));
     const retired = await this.retiredPresent();
     if (known && !read) knownLooks.add(observed);
     const flat = [...drift.flat(), ...retired.map((t): Drift => ({
