@@ -23,8 +23,9 @@ import type { CommitResult } from '../netlink/conn.js';
 import type { NftConn } from '../netlink/conn.js';
 import type { Family } from '../netlink/expr.js';
 import type { MonitorBatch, MonitorProgress } from '../netlink/monitor.js';
+import { NetlinkError } from '../errors.js';
 import { SET_F, TABLE_F, type Chain, type ChainDigests, type NftSet, type ObservedTable, type Rule, type Table } from '../netlink/objects.js';
-import { desiredKey, hasKey, withKey } from './reconcile.js';
+import { desiredKey, hasKey, sameKey, withKey } from './reconcile.js';
 
 const tableKey = (t: { family: string; name: string }) => `${t.family} ${t.name}`;
 
@@ -82,6 +83,17 @@ export class KnownState {
   async revalidate(conn: NftConn, generation: number, tables: readonly TableConfig[],
     elementsHeld?: (t: TableConfig, set: string) => boolean): Promise<boolean> {
     if (!conn.listRuleDigests) return false;
+    try {
+      return await this.revalidateTables(conn, generation, tables, elementsHeld);
+    } catch (e) {
+      // The table, a chain or a set went while we read (ENOENT): not as known, read it whole.
+      if (e instanceof NetlinkError && e.errnoName === 'ENOENT') return false;
+      throw e;
+    }
+  }
+
+  private async revalidateTables(conn: NftConn, generation: number, tables: readonly TableConfig[],
+    elementsHeld?: (t: TableConfig, set: string) => boolean): Promise<boolean> {
     for (const t of tables) {
       const kt = this.table(t);
       const known = kt?.observed.table;
@@ -90,19 +102,41 @@ export class KnownState {
       // One digest dump per table (filtered by the kernel to it), never a round trip per chain: at
       // 1,000 owner chains the table's dump costs what the 1,000 chain dumps together cost (about
       // 5 µs a rule either way here), without a thousand requests and promises.
-      const [table, dump, sets] = await Promise.all([conn.getTable(t.family, t.name), conn.listRuleDigests({ family: t.family, table: t.name }),
+      const [table, dump, sets] = await Promise.all([conn.getTable(t.family, t.name), conn.listRuleDigests!({ family: t.family, table: t.name }),
         hasSets ? conn.listSets({ family: t.family, table: t.name }) : []]);
       // The table's use counts its chains, sets and stateful objects: only the known chains and sets may be there.
       if (!table || table.flags !== known.flags || table.owner !== known.owner || table.use !== kt.observed.chains.size + kt.observed.sets.size) return false;
       let withRules = 0;
+      const undigested: string[] = [];
       for (const { chain, handles, digests } of dump) {
         const rules = kt.observed.rules.get(chain);
         if (!rules || rules.length !== handles.length) return false;
+        let learnt = true;
         for (let i = 0; i < handles.length; i++) {
           const r = rules[i]!;
-          if (r.handle !== handles[i] || !r.digest || r.digest !== digests[i]) return false;
+          if (r.handle !== handles[i] || (r.digest && r.digest !== digests[i])) return false;
+          if (!r.digest) learnt = false;
         }
+        if (!learnt) undigested.push(chain);
         withRules++;
+      }
+      // Rules our own commit wrote (their digests unknown): their chains are decoded, one dump each,
+      // and compared with what is known; the digests are learnt for the next time.
+      if (undigested.length > UNDIGESTED_CHAINS_UP_TO) return false;
+      for (const chain of undigested) {
+        const rules = kt.observed.rules.get(chain)!;
+        const now = await conn.listRules({ family: t.family, table: t.name, chain, digests: true });
+        if (now.length !== rules.length) return false;
+        for (let i = 0; i < now.length; i++) {
+          const r = rules[i]!;
+          if (now[i]!.handle !== r.handle || !now[i]!.digest) return false;
+          if (r.digest) {
+            if (r.digest !== now[i]!.digest) return false;
+          } else if (!sameKey(r, now[i]!)) {
+            return false;
+          }
+        }
+        for (let i = 0; i < now.length; i++) rules[i]!.digest ??= now[i]!.digest;
       }
       const chains = [...kt.observed.chains.values()];
       if (withRules !== chains.filter((c) => (kt.observed.rules.get(c.name)?.length ?? 0) > 0).length) return false;
@@ -236,8 +270,9 @@ export class KnownState {
       if (op.object === 'set') {
         // Anonymous sets are named by the kernel: a table that has them is not followed.
         if (op.flags === undefined || op.flags & SET_F.ANONYMOUS) return undefined;
-        if (op.verb === 'add' || op.verb === 'create') setsNow.set(`${tableKey(op)} ${op.name}`, op as NftSet);
-        else if (op.verb === 'delete') setsNow.set(`${tableKey(op)} ${op.name}`, null);
+        const k = `${op.family} ${op.table} ${op.name}`;
+        if (op.verb === 'add' || op.verb === 'create') setsNow.set(k, op as NftSet);
+        else if (op.verb === 'delete') setsNow.set(k, null);
         else return undefined;
         continue;
       }
@@ -456,6 +491,9 @@ export async function readAddedChains(conn: NftConn, batch: Batch, generation: n
 
 /** Up to this many chains' rules are read one dump each after an unechoed commit; more, their table's dump. */
 const CHAIN_DUMPS_UP_TO = 32;
+
+/** Up to this many chains with rules of unknown digest are decoded by revalidate (one dump each); more, a full read. */
+const UNDIGESTED_CHAINS_UP_TO = 8;
 
 /** Up to this many chains are fetched one GETCHAIN each; more take one chain list (as observeTable does). */
 const CHAIN_GETS_UP_TO = 8;

@@ -153,6 +153,15 @@ export function hasKey(rule: Rule): boolean {
   return (rule as Keyed)[KEY] !== undefined;
 }
 
+/**
+ * Whether a decoded kernel rule is the known rule `known` (which carries its key, see withKey).
+ * For rules without anonymous sets (the known state's tables have none).
+ */
+export function sameKey(known: Rule, decoded: Rule): boolean {
+  const k = (known as Keyed)[KEY];
+  return k !== undefined && k === compactKey({ exprs: decoded.exprs, userdata: decoded.userdata });
+}
+
 function baseMatches(want: ChainConfig['base'], have: Chain): boolean {
   if (!want) return have.hook === undefined;
   return have.type === want.type && have.hook === want.hook && have.priority === want.priority

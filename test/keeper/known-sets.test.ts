@@ -1,0 +1,218 @@
+/**
+ * The known state (src/keeper/known.ts) for tables with named sets and maps, on the real kernel:
+ * after our own commit, or commits elsewhere only, a pass reads nothing (no rule, digest or element
+ * dump), the event mirror is seeded from what was committed rather than from a read, and the
+ * safety net's read-back decodes no rule. And the fallbacks that must read still read: a foreign
+ * element change, a set flushed by nft, the table deleted, between our commit and the pass, are
+ * all found and repaired; a set with timeouts (which the kernel changes without a commit) is read at
+ * every pass, alone.
+ */
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { parseNftConfig, type Config } from '../../src/config/config.js';
+import type { Keeper } from '../../src/keeper/keeper.js';
+import type { NftConn, NftHost } from '../../src/netlink/conn.js';
+import { Monitor } from '../../src/netlink/monitor.js';
+import { open, type NftSocket } from '../../src/netlink/socket.js';
+import { createNetns, type Netns } from '../helpers/netns.js';
+import { sleep, until } from '../helpers/wait.js';
+import { startKeeper } from './helpers.js';
+
+const N = 2_000;
+const CHAINS = 4;
+const ip = (i: number) => `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`;
+const elem = (i: number) => `${ip(i)} . tcp . ${80 + (i % 3)} : goto svc-${i % CHAINS}`;
+
+/** A kube-proxy-like table: a verdict map of N elements, a plain set, and the rules that use them. */
+function kpConfig(opts: { marker?: string; timeoutSet?: boolean } = {}): Config {
+  const text = ['table ip kp {',
+    ...Array.from({ length: CHAINS }, (_, c) => `\tchain svc-${c} {\n\t\tcounter\n\t}`),
+    '\tmap service-ips {', '\t\ttype ipv4_addr . inet_proto . inet_service : verdict',
+    `\t\telements = { ${Array.from({ length: N }, (_, i) => elem(i)).join(',\n\t\t\t')} }`, '\t}',
+    '\tset blocked {', '\t\ttype ipv4_addr', '\t\telements = { 192.0.2.1, 192.0.2.2 }', '\t}',
+    ...(opts.timeoutSet ? ['\tset seen {', '\t\ttype ipv4_addr', '\t\tflags timeout', '\t\ttimeout 1h', '\t}'] : []),
+    '\tchain services {', '\t\ttype nat hook prerouting priority dstnat; policy accept;',
+    '\t\tip saddr @blocked drop',
+    '\t\tip daddr . meta l4proto . th dport vmap @service-ips',
+    ...(opts.marker ? [`\t\tmeta mark ${opts.marker} counter`] : []), '\t}', '}'].join('\n');
+  return parseNftConfig(`${text}\n`, 'kp.nft');
+}
+
+/** The keeper's own connection, counting every read of rules, digests and elements. */
+function countingHost(ns: Netns): NftHost & { reads: Record<string, number>; total: () => number } {
+  const counted = ['listRules', 'listRuleDigests', 'listElements'] as const;
+  const host = {
+    reads: { listRules: 0, listRuleDigests: 0, listElements: 0 } as Record<string, number>,
+    total: () => counted.reduce((a, k) => a + host.reads[k]!, 0),
+    connect: () => {
+      const real = open({ netns: ns.path });
+      return new Proxy(real, {
+        get(target, p, recv) {
+          const v = Reflect.get(target, p, recv);
+          if (typeof v !== 'function') return v;
+          if ((counted as readonly (string | symbol)[]).includes(p)) {
+            return (...a: unknown[]) => {
+              host.reads[p as string]!++;
+              return (v as (...x: unknown[]) => unknown).apply(target, a);
+            };
+          }
+          return v.bind(target);
+        },
+      }) as NftConn;
+    },
+    watch: (o: Parameters<NftHost['watch']>[0]) => new Monitor({ ...o, netns: ns.path }),
+  };
+  return host;
+}
+
+const dumps = async (k: Keeper) => (await k.metrics.dumps.get()).values[0]?.value ?? 0;
+const map = { family: 'ip', table: 'kp', set: 'service-ips' } as const;
+
+describe('the known state of a table with named sets and maps', () => {
+  let ns: Netns;
+  let sock: NftSocket;
+  let keeper: Keeper | undefined;
+  let host: ReturnType<typeof countingHost>;
+
+  beforeEach(() => {
+    ns = createNetns('knownsets');
+    sock = open({ netns: ns.path });
+    host = countingHost(ns);
+  });
+  afterEach(async () => {
+    await keeper?.stop();
+    keeper = undefined;
+    sock.close();
+    ns.remove();
+  });
+
+  /** A keeper on kpConfig: no tick (an hour), no safety net unless asked, no fight. */
+  async function start(config = kpConfig(), trustOwnCommitMs?: number): Promise<Keeper> {
+    // The safety net is read back by the tick: a fast one when it is wanted, else none (an hour).
+    keeper = await startKeeper(ns, { config, host, fight: { threshold: 1e9 },
+      ...(trustOwnCommitMs !== undefined ? { trustOwnCommitMs, intervalMs: 50 } : {}) });
+    await until('the mirror to be seeded', () => keeper!.mirrorState()?.exact === true);
+    await keeper.idle();
+    return keeper;
+  }
+
+  /** A reload that changes a rule: the mirror cannot follow it, the full pass plans it from the known state. */
+  async function reloadRule(k: Keeper, marker: string): Promise<void> {
+    await k.setConfig(kpConfig({ marker }));
+    await k.idle();
+    expect(sock.generation()).toBe(k.status().generation);
+  }
+
+  it('installs, seeds the event mirror from its own commit and plans a rule change from what it knows: no read at all', async () => {
+    const k = await start();
+    // The start-up looked at an empty namespace (no table: nothing to dump) and installed; the mirror
+    // was seeded from that commit, not from a read of the 2,000 elements or the rules.
+    expect(host.reads).toEqual({ listRules: 0, listRuleDigests: 0, listElements: 0 });
+    expect(k['mirror']!.elementsDiffering('ip', 'kp', 'service-ips')).toBe(0);
+    expect((await sock.listElements(map)).length).toBe(N);
+    // A reload that changes a rule turns the mirror off; its pass plans from the known state.
+    const d0 = await dumps(k);
+    await reloadRule(k, '0x10');
+    expect(ns.nft('list chain ip kp services')).toContain('meta mark 0x00000010 counter');
+    expect(host.total()).toBe(0);
+    expect(await dumps(k)).toBe(d0);
+  });
+
+  it('commits only elsewhere after its own commit: the pass proves it by the events and reads nothing', async () => {
+    const k = await start();
+    await reloadRule(k, '0x11');  // the mirror is off now (a deliberate change), the known state holds
+    expect(k.mirrorState()?.exact).toBe(false);
+    const reads0 = host.total();
+    const d0 = await dumps(k);
+    ns.nft('add table ip elsewhere');
+    ns.nft('add chain ip elsewhere c');
+    const gen = sock.generation();
+    await k.request('manual', performance.now());
+    await k.idle();
+    expect(k.status().generation).toBe(gen);
+    expect(host.total()).toBe(reads0);
+    expect(await dumps(k)).toBe(d0);
+  });
+
+  it('a foreign element deletion between its own commit and the pass is read and repaired', async () => {
+    const k = await start();
+    await reloadRule(k, '0x12');
+    const reads0 = host.reads.listElements!;
+    ns.nft(`delete element ip kp service-ips { ${ip(1234)} . tcp . ${80 + (1234 % 3)} }`);
+    expect((await sock.listElements(map)).length).toBe(N - 1);
+    await until('the element to come back', async () => (await sock.listElements(map)).length === N, 20_000);
+    await k.idle();
+    expect(host.reads.listElements).toBeGreaterThan(reads0);  // it had to read the map to know
+    expect(ns.nft(`get element ip kp service-ips { ${ip(1234)} . tcp . ${80 + (1234 % 3)} }`)).toContain('goto svc-2');
+  });
+
+  it('a set flushed by nft is found and filled again, with the mirror on or off', async () => {
+    const k = await start();
+    // Mirror on: the flush's 2,000 element events are more than a batch keeps, the mirror gives up, the full pass reads.
+    ns.nft('flush map ip kp service-ips');
+    await until('the map to be filled again', async () => (await sock.listElements(map)).length === N, 20_000);
+    await k.idle();
+    // Mirror off (after a rule change), the known state standing: the flush touched the table, so it is read.
+    await reloadRule(k, '0x13');
+    ns.nft('flush set ip kp blocked');
+    await until('the set to be filled again', async () => (await sock.listElements({ ...map, set: 'blocked' })).length === 2, 20_000);
+    await until('the map to be whole', async () => (await sock.listElements(map)).length === N, 20_000);
+  });
+
+  it('the table deleted after its own commit is installed again whole', async () => {
+    const k = await start();
+    await reloadRule(k, '0x14');
+    ns.nft('delete table ip kp');
+    await until('the table to come back', async () => (await sock.getTable('ip', 'kp')) !== undefined
+      && (await sock.listElements(map)).length === N, 20_000);
+    await k.idle();
+    expect(ns.nft('list chain ip kp services')).toContain('meta mark 0x00000014 counter');
+    expect((await sock.listElements({ ...map, set: 'blocked' })).length).toBe(2);
+  });
+
+  it('the safety net reads back its own commit by digests, decoding only the chains it wrote, and no element while the mirror vouches for them', async () => {
+    const k = await start(kpConfig(), 300);
+    // The start-up's trusted install is read back trustOwnCommitMs later.
+    const d0 = await dumps(k);
+    await until('the read-back', async () => await dumps(k) > d0, 20_000);
+    await k.idle();
+    // One digest dump of the table; the install was small enough to echo its rules' handles, so their
+    // digests were not learnt: each chain it wrote is decoded once (a dump of that chain), and no
+    // element read, the exact mirror vouching for the elements.
+    expect(host.reads.listRuleDigests).toBe(1);
+    expect(host.reads.listRules).toBe(CHAINS + 1);
+    expect(host.reads.listElements).toBe(0);
+    expect(k.mirrorState()?.exact).toBe(true);
+    // Verified by that read: no more read-backs.
+    const d1 = await dumps(k);
+    await sleep(800);
+    expect(await dumps(k)).toBe(d1);
+  });
+
+  it('the safety net reads the elements the mirror cannot vouch for (the mirror off after a rule change)', async () => {
+    const k = await start(kpConfig(), 300);
+    const d0 = await dumps(k);
+    await until('the start-up read-back', async () => await dumps(k) > d0, 20_000);
+    await k.idle();
+    const elements0 = host.reads.listElements!;
+    const d1 = await dumps(k);
+    await reloadRule(k, '0x15');
+    await until('the reload\'s read-back', async () => await dumps(k) > d1, 20_000);
+    await k.idle();
+    expect(host.reads.listRules).toBe(CHAINS + 2);  // the one chain the reload wrote to, decoded once
+    expect(host.reads.listElements).toBe(elements0 + 2);  // both named sets, once
+  });
+
+  it('a set with timeouts is read at each pass from the known state, alone', async () => {
+    const k = await start(kpConfig({ timeoutSet: true }));
+    await k.setConfig(kpConfig({ timeoutSet: true, marker: '0x17' }));
+    await k.idle();
+    // The known state is at the kernel's generation: a pass plans from it and reads the timeout set only.
+    const reads0 = { ...host.reads };
+    await k.request('manual', performance.now());
+    await k.idle();
+    expect(host.reads).toEqual({ ...reads0, listElements: reads0.listElements! + 1 });
+    // What the pass reads there is what it enforces: an element nobody desired goes.
+    ns.nft('add element ip kp seen { 198.51.100.7 }');
+    await until('the foreign element to go', async () => (await sock.listElements({ ...map, set: 'seen' })).length === 0, 20_000);
+  });
+});
