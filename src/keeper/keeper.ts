@@ -559,7 +559,8 @@ export class Keeper extends EventEmitter {
     }
     // A pass planned from the known state read nothing: it leaves the pending read-back of a trusted commit pending.
     if (r.fromKnown && !r.trusted) this.verified(r.generation, 'keep');
-    else this.verified(r.generation, r.trusted ? 'commit' : false);
+    // A commit whose written chains were read back right after it owes no read-back.
+    else this.verified(r.generation, r.trusted && !r.readBack ? 'commit' : false);
     if (r.ops > 0) {
       this.reportRepair({ cause, drift: r.found, ops: r.ops, latencyMs: performance.now() - detectedAt, generation: r.generation,
         attempts: r.attempts });

@@ -103,6 +103,8 @@ export interface PassResult {
   generation: number;
   /** Repaired and verified by our own commit being the only one, not by a read-back. */
   trusted?: boolean;
+  /** Trusted, and the chains the commit added rules to were read back right after it (a batch too big to echo). */
+  readBack?: boolean;
   /** The last look was the known state (no dump): it proves no more than what that state came from. */
   fromKnown?: boolean;
 }
@@ -186,6 +188,7 @@ export class Reconciler {
       this.known = undefined;
       throw e;
     });
+    let readBack = false;
     if (r.trusted && (input.learn ?? input.useKnown) && last) {
       // Our batch was the only commit since the look it was planned from: that look plus the batch.
       // A batch too big to echo (a group of owners registered together): the chains it added rules
@@ -197,10 +200,14 @@ export class Reconciler {
       }
       this.known = last.echoed || read ? KnownState.afterSoleCommit(r.generation, input.tables, last.look.observed, last.batch, last.echoed,
         lookedFrom.get(last.look.observed), read, this.conn.portId) : undefined;
+      // The chains the batch wrote were read back at its generation (handles and digests): the
+      // kernel was seen to hold them, so no later read-back is owed (at 100,000 rules it was a
+      // second dump of every rule ten seconds later).
+      if (read && this.known) readBack = true;
     }
     const v = r.value;
     return { status: v.status, first: first!, found, waitMs: v.waitMs, ops: r.ops, attempts: r.attempts, generation: r.generation,
-      ...(r.trusted ? { trusted: true } : {}), ...(knownLooks.has(v.look.observed) ? { fromKnown: true } : {}) };
+      ...(r.trusted ? { trusted: true } : {}), ...(readBack ? { readBack: true } : {}), ...(knownLooks.has(v.look.observed) ? { fromKnown: true } : {}) };
   }
 
   private async look(input: PassInput, generation: number): Promise<Look> {
