@@ -19,14 +19,23 @@
  * execs, and the kernel's floor (one socket deleting an element and adding
  * it back, two commits).
  *
- *   sudo npx tsx bench/sets.ts [--elements 100000] [--chains 100] [--repeat 5] [--samples 50] [--gap-ms 20]
+ * Then the keeper's own passes over the same file, in process (src/keeper with events and the
+ * mirror, its reads counted on its socket): its start-up on an empty namespace (install, then the
+ * event mirror seeded), a reload that changes a rule (the mirror cannot follow that: a full pass,
+ * planned from what the keeper knows or from a read), and the safety net's read-back of that
+ * trusted commit; each with its time and the rule, digest and element dumps it made.
+ *
+ *   sudo npx tsx bench/sets.ts [--elements 100000] [--chains 100] [--repeat 5] [--samples 50] [--gap-ms 20] [--keeper-only]
  */
 import { execFileSync, spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { parseNftConfig } from '../src/config/config.js';
+import { parseNftConfig, type Config } from '../src/config/config.js';
+import { Keeper } from '../src/keeper/keeper.js';
+import type { NftConn, NftHost } from '../src/netlink/conn.js';
+import { Monitor } from '../src/netlink/monitor.js';
 import { diffTable, observeTable, planTable } from '../src/keeper/reconcile.js';
 import { Batch } from '../src/netlink/batch.js';
 import { open } from '../src/netlink/socket.js';
@@ -48,6 +57,82 @@ function ip(i: number): string {
 }
 
 const file = () => kpNft(N, CHAINS);
+const KEEPER_ONLY = process.argv.includes('--keeper-only');
+
+/**
+ * The keeper's passes over `config` in the namespace (emptied first): start-up to ready and to the
+ * mirror exact, a reload of `changed` (a rule differs), and the safety net's read-back after it.
+ */
+async function keeperPasses(netns: string, config: Config, changed: Config, flush: () => void): Promise<Record<string, number | string>> {
+  flush();
+  const reads = { listRules: 0, listRuleDigests: 0, listElements: 0 } as Record<string, number>;
+  let lastReadAt = 0;
+  const host: NftHost = {
+    connect: () => {
+      const real = open({ netns });
+      return new Proxy(real, {
+        get(target, p, recv) {
+          const v = Reflect.get(target, p, recv);
+          if (typeof v !== 'function') return v;
+          if (typeof p === 'string' && p in reads) {
+            return (...a: unknown[]) => {
+              reads[p]!++;
+              lastReadAt = performance.now();
+              return (v as (...x: unknown[]) => unknown).apply(target, a);
+            };
+          }
+          return v.bind(target);
+        },
+      }) as NftConn;
+    },
+    watch: (o) => new Monitor({ ...o, netns }),
+  };
+  const said = () => `${reads.listRules}/${reads.listRuleDigests}/${reads.listElements}`;
+  const keeper = new Keeper({ config, host, intervalMs: 100, trustOwnCommitMs: 2000, fight: { threshold: 1e9 } });
+  keeper.on('error', (e: Error) => console.error(`keeper: ${e.message}`));
+  const dumps = async () => (await keeper.metrics.dumps.get()).values[0]?.value ?? 0;
+  const until = async (ok: () => boolean | Promise<boolean>, ms = 120_000) => {
+    const end = performance.now() + ms;
+    while (!(await ok())) {
+      if (performance.now() > end) throw new Error('timed out');
+      await new Promise((r) => setTimeout(r, 5));
+    }
+  };
+  const out: Record<string, number | string> = {};
+  try {
+    const t0 = performance.now();
+    await keeper.start();
+    out.keeperStartReadyMs = ms(t0);
+    await until(() => keeper.mirrorState()?.exact === true);
+    await keeper.idle();
+    out.keeperStartMirrorExactMs = ms(t0);
+    out['keeperStartReads(rules/digests/elements)'] = said();
+    // Past the start-up's own read-back, if it owes one.
+    await new Promise((r) => setTimeout(r, 2500));
+    await keeper.idle();
+    Object.keys(reads).forEach((k) => { reads[k] = 0; });
+    const d0 = await dumps();
+    const t1 = performance.now();
+    await keeper.setConfig(changed);
+    out.keeperRuleReloadMs = ms(t1);
+    out['keeperRuleReloadReads(rules/digests/elements)'] = said();
+    Object.keys(reads).forEach((k) => { reads[k] = 0; });
+    // The safety net: a read trustOwnCommitMs later, timed from its first read to its end.
+    const d1 = await dumps();
+    lastReadAt = 0;
+    const readStart = { at: 0 };
+    const watchFirst = setInterval(() => { if (lastReadAt && !readStart.at) readStart.at = lastReadAt; }, 1);
+    await until(async () => await dumps() > d1, 20_000).catch(() => undefined);
+    clearInterval(watchFirst);
+    await keeper.idle();
+    out.keeperSafetyNetMs = readStart.at ? Number((performance.now() - readStart.at).toFixed(1)) : 'none';
+    out['keeperSafetyNetReads(rules/digests/elements)'] = said();
+    out.keeperDumpsAfterReload = (await dumps()) - d0;
+  } finally {
+    await keeper.stop();
+  }
+  return out;
+}
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 const ms = (t0: number) => performance.now() - t0;
@@ -67,6 +152,12 @@ async function main(): Promise<void> {
     const path = join(dir, 'kp.nft');
     writeFileSync(path, text);
     const out: Record<string, number | string> = { elements: N, chains: CHAINS, fileBytes: text.length };
+    if (KEEPER_ONLY) {
+      const changed = parseNftConfig(text.replace('\tchain svc-0 {\n\t}', '\tchain svc-0 {\n\t\tcounter\n\t}'), path);
+      Object.assign(out, await keeperPasses(netns, parseNftConfig(text, path), changed, () => nsExec(['nft', 'flush', 'ruleset'])));
+      for (const [k, v] of Object.entries(out)) console.log(`${k.padEnd(44)} ${typeof v === 'number' ? Number(v.toFixed(3)) : v}`);
+      return;
+    }
 
     const builds: number[] = [];
     let config = parseNftConfig(text, path);
@@ -153,6 +244,10 @@ async function main(): Promise<void> {
       sock.close();
     }
 
+    // The keeper's own passes, in process: start-up, a full pass after a rule reload, the safety net.
+    const changed = parseNftConfig(text.replace('\tchain svc-0 {\n\t}', '\tchain svc-0 {\n\t\tcounter\n\t}'), path);
+    Object.assign(out, await keeperPasses(netns, config, changed, () => nsExec(['nft', 'flush', 'ruleset'])));
+
     // From outside: the keeper as its own process, the probe with its own socket (S6's element columns).
     nsExec(['nft', 'flush', 'ruleset']);
     const row = await runS6Elements({ netns, exec: (cmd, args, input) => nsExec([cmd, ...args], input), dir, elements: N, chains: CHAINS,
@@ -167,7 +262,7 @@ async function main(): Promise<void> {
       nftAddElementExecMsBeside: msOf(row.nftAddElement.median), nftDeleteElementExecMs: msOf(row.nftDeleteElement.median),
       kernelFloorDeleteAddMs: msOf(row.kernelFloor.median), load1m: `${row.load[0].toFixed(2)} -> ${row.load[1].toFixed(2)}`,
     });
-    for (const [k, v] of Object.entries(out)) console.log(`${k.padEnd(28)} ${typeof v === 'number' ? Number(v.toFixed(3)) : v}`);
+    for (const [k, v] of Object.entries(out)) console.log(`${k.padEnd(44)} ${typeof v === 'number' ? Number(v.toFixed(3)) : v}`);
   } finally {
     rmSync(dir, { recursive: true, force: true });
     spawnSync('ip', ['netns', 'del', name]);

@@ -565,7 +565,9 @@ export class Keeper extends EventEmitter {
       this.reportRepair({ cause, drift: r.found, ops: r.ops, latencyMs: performance.now() - detectedAt, generation: r.generation,
         attempts: r.attempts });
     }
-    this.learn(r.trusted || desired !== this.desired ? undefined : lastLook, isDeliberate);
+    // Owners changes come in runs (a registration each): the safety net seeds the mirror after them.
+    // A reload is one: its known state seeds it at once, without a read where it covers the tables.
+    this.learn(r.trusted || desired !== this.desired ? undefined : lastLook, cause === 'owners');
     return { status: r.ops > 0 ? 'repaired' : 'in-sync', drift: r.found, ops: r.ops, attempts: r.attempts, generation: r.generation };
   }
 
@@ -576,7 +578,7 @@ export class Keeper extends EventEmitter {
    * the kernel is read once more right away, off the repair path, to seed it; after a deliberate
    * change (reload, owners: they come in runs) the safety net's read-back seeds it instead.
    */
-  private learn(look: Look | undefined, isDeliberate: boolean): void {
+  private learn(look: Look | undefined, inARun: boolean): void {
     const mirror = this.mirror;
     if (!mirror || this.stopped) return;
     if (look && look.flat.length === 0 && look.retired.length === 0) {
@@ -595,7 +597,7 @@ export class Keeper extends EventEmitter {
       }
       return;
     }
-    if (!mirror.valid && !isDeliberate) {
+    if (!mirror.valid && !inARun) {
       // After this pass has settled (start() and the repair's caller do not wait for it).
       setImmediate(() => {
         if (this.stopped || mirror.valid) return;

@@ -317,7 +317,10 @@ function diffSets(want: TableConfig, have: ObservedTable, armed?: ArmedTimed, ve
       out.push(d('set-changed', `${what} ${s.name} is defined differently (${describeSetDiff(h.set, s.set)}); creating it again`));
       continue;
     }
-    if (verifiedSets?.get(s.name) === s) continue;  // known to hold exactly these elements
+    const known = verifiedSets?.get(s.name);
+    if (known === s) continue;  // known to hold exactly these elements
+    // Known to hold another desired object's elements, the same ones (a reload that left this set alone).
+    if (known && h.elements === known.elements && sameElementList(known.elements, s.elements)) continue;
     const diff = diffElements(s.elements, h.elements, s.set,
       armed ? armed.get(`${want.family} ${want.name} ${s.name}`) ?? NONE_ARMED : undefined);
     if (diff.add.length === 0 && diff.delete.length === 0) continue;
@@ -330,6 +333,18 @@ function diffSets(want: TableConfig, have: ObservedTable, armed?: ArmedTimed, ve
     out.push(drift);
   }
   return out;
+}
+
+/** The same elements in the same order, compared field by field (a reload's new objects for an unchanged set). */
+function sameElementList(a: readonly SetElement[], b: readonly SetElement[]): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) {
+    const o = a[i]!;
+    const n = b[i]!;
+    if (o !== n && !(o.key === n.key && o.data === n.data && o.verdict === n.verdict && o.chain === n.chain && o.flags === n.flags
+      && o.keyEnd === n.keyEnd && o.userdata === n.userdata && o.timeout === n.timeout && o.expiration === n.expiration)) return false;
+  }
+  return true;
 }
 
 function describeSetDiff(have: NftSet, want: NftSet): string {
