@@ -334,6 +334,8 @@ export class KnownState {
       const tk = tableKey(t);
       if (tablesNow.has(tk)) o.table = tablesNow.get(tk);
       if (!o.table) return undefined;
+      // Anonymous sets are named by the kernel and come with the rules that use them: not followed.
+      for (const x of o.sets.values()) if (x.set.flags & SET_F.ANONYMOUS) return undefined;
       // The plan made every named set the desired one: created with its elements, its element
       // differences added and deleted, any other named set deleted. What the look saw stays only for
       // a set the batch left alone (its definition; it had no element difference, or it would be in the batch).
