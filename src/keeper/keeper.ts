@@ -489,6 +489,7 @@ export class Keeper extends EventEmitter {
       r = await this.reconciler!.once({
         useKnown: true,
         readBack,
+        deferUnechoedRead: cause === 'startup',
         untouchedSince: mirror ? (from, to) => this.untouchedSince(from, to) : undefined,
         // The event mirror follows plain sets per element: exact now and clean for a set, it vouches for its elements.
         elementsHeld: mirror && monitor?.progress
@@ -559,8 +560,7 @@ export class Keeper extends EventEmitter {
     }
     // A pass planned from the known state read nothing: it leaves the pending read-back of a trusted commit pending.
     if (r.fromKnown && !r.trusted) this.verified(r.generation, 'keep');
-    // A commit whose written chains were read back right after it owes no read-back.
-    else this.verified(r.generation, r.trusted && !r.readBack ? 'commit' : false);
+    else this.verified(r.generation, r.trusted ? 'commit' : false);
     if (r.ops > 0) {
       this.reportRepair({ cause, drift: r.found, ops: r.ops, latencyMs: performance.now() - detectedAt, generation: r.generation,
         attempts: r.attempts });

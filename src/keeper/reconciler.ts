@@ -82,6 +82,12 @@ export interface PassInput {
    */
   readBack?: boolean;
   /**
+   * A sole commit too big to echo is learnt by the next look at its generation (which then counts
+   * as a read of what it wrote), not by this pass: the start-up's install of 100,000 rules need not
+   * wait seconds for that read to say it is ready.
+   */
+  deferUnechoedRead?: boolean;
+  /**
    * Whether the elements of a named set are known from elsewhere to be exactly its desired ones at
    * `generation`: the event mirror, exact there, holding no difference for it. Spares reading them.
    */
@@ -103,8 +109,6 @@ export interface PassResult {
   generation: number;
   /** Repaired and verified by our own commit being the only one, not by a read-back. */
   trusted?: boolean;
-  /** Trusted, and the chains the commit added rules to were read back right after it (a batch too big to echo). */
-  readBack?: boolean;
   /** The last look was the known state (no dump): it proves no more than what that state came from. */
   fromKnown?: boolean;
 }
@@ -133,6 +137,8 @@ export class Reconciler {
   protectSupported = true;
   /** What the tables hold at one generation, without reading them (see known.ts); undefined when not known. */
   private known?: KnownState;
+  /** Our last commit, sole but too big to echo: the next look at its generation reads what it wrote (see look). */
+  private unechoed?: { generation: number; tables: readonly TableConfig[]; observed: ObservedTable[]; batch: Batch; previous?: KnownState };
   /** The timed elements seen installed (options.armTimed). */
   private readonly armed?: ArmedTimed;
 
@@ -188,32 +194,43 @@ export class Reconciler {
       this.known = undefined;
       throw e;
     });
-    let readBack = false;
+    this.unechoed = undefined;
     if (r.trusted && (input.learn ?? input.useKnown) && last) {
       // Our batch was the only commit since the look it was planned from: that look plus the batch.
-      // A batch too big to echo (a group of owners registered together): the chains it added rules
-      // to are read for their handles (digests, nothing decoded), not every owner's.
-      let read;
-      if (!last.echoed && KnownState.canFollow(last.batch, last.look.observed)) {
-        read = await readAddedChains(this.conn, last.batch, r.generation).catch(() => undefined);
-        this.options.metrics?.dumps.inc();
+      // A batch too big to echo (a group of owners registered together, an install of 100,000
+      // rules): the chains it added rules to are read for their handles (digests, nothing decoded),
+      // not every owner's; with deferUnechoedRead by the next look that finds the kernel still at
+      // this generation, not this pass.
+      const unechoed = { generation: r.generation, tables: input.tables, observed: last.look.observed, batch: last.batch,
+        previous: lookedFrom.get(last.look.observed) };
+      this.known = undefined;
+      if (last.echoed) {
+        this.known = KnownState.afterSoleCommit(r.generation, input.tables, last.look.observed, last.batch, last.echoed,
+          unechoed.previous, undefined, this.conn.portId);
+      } else if (KnownState.canFollow(last.batch, last.look.observed)) {
+        if (input.deferUnechoedRead) this.unechoed = unechoed;
+        else await this.readUnechoed(unechoed, r.generation);
       }
-      this.known = last.echoed || read ? KnownState.afterSoleCommit(r.generation, input.tables, last.look.observed, last.batch, last.echoed,
-        lookedFrom.get(last.look.observed), read, this.conn.portId) : undefined;
-      // The chains the batch wrote were read back at its generation (handles and digests): the
-      // kernel was seen to hold them, so no later read-back is owed (at 100,000 rules it was a
-      // second dump of every rule ten seconds later).
-      if (read && this.known) readBack = true;
     }
     const v = r.value;
     return { status: v.status, first: first!, found, waitMs: v.waitMs, ops: r.ops, attempts: r.attempts, generation: r.generation,
-      ...(r.trusted ? { trusted: true } : {}), ...(readBack ? { readBack: true } : {}), ...(knownLooks.has(v.look.observed) ? { fromKnown: true } : {}) };
+      ...(r.trusted ? { trusted: true } : {}), ...(knownLooks.has(v.look.observed) ? { fromKnown: true } : {}) };
   }
 
   private async look(input: PassInput, generation: number): Promise<Look> {
     const conn = this.conn;
+    // Our last commit was too big to echo and nothing committed since: the chains it added rules to
+    // are read (handles and digests), and with the known state that follows this look is a read of
+    // what it wrote, so no later read-back is owed (at 100,000 rules that was a decoding dump).
+    const unechoed = this.unechoed;
+    this.unechoed = undefined;
+    let readBack = false;
+    if (unechoed && input.useKnown && (unechoed.generation === generation
+      || (input.untouchedSince && await input.untouchedSince(unechoed.generation, generation)))) {
+      readBack = await this.readUnechoed(unechoed, generation);
+    }
     // The safety net's read-back does not take the known state's word: it reads (digests, below).
-    const trust = input.useKnown && !input.readBack;
+    const trust = input.useKnown && (!input.readBack || readBack);
     let known = trust && this.known?.generation === generation && this.known.covers(input.tables) ? this.known : undefined;
     // The generation moved, but the events show no commit touched an owned table (another table's, say): nothing to read.
     const before = this.known;
@@ -224,7 +241,7 @@ export class Reconciler {
     }
     // The generation moved (a commit elsewhere, say), or this is the read-back: confirm by digests,
     // decoding nothing, that ours did not change.
-    let read = false;
+    let read = readBack && known !== undefined;
     const held = input.elementsHeld;
     if (!known && input.useKnown && this.known?.covers(input.tables)
       && await this.known.revalidate(conn, generation, input.tables, held && ((t, set) => held(t.family, t.name, set, generation)))) {
@@ -266,6 +283,14 @@ export class Reconciler {
       } else this.known = KnownState.fromCleanLook(generation, input.tables, observed);
     }
     return { generation, observed, drift, retired, flat, garbage };
+  }
+
+  /** The known state after a sole commit too big to echo, from a read of the chains it added rules to (at `generation`). */
+  private async readUnechoed(u: NonNullable<Reconciler['unechoed']>, generation: number): Promise<boolean> {
+    const read = await readAddedChains(this.conn, u.batch, generation).catch(() => undefined);
+    this.options.metrics?.dumps.inc();
+    this.known = read && KnownState.afterSoleCommit(generation, u.tables, u.observed, u.batch, undefined, u.previous, read, this.conn.portId);
+    return this.known !== undefined;
   }
 
   private async retiredPresent(): Promise<TableRef[]> {
