@@ -8,7 +8,7 @@
  * every pass, alone.
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { parseNftConfig, type Config } from '../../src/config/config.js';
+import { parseConfig, parseNftConfig, type Config } from '../../src/config/config.js';
 import type { Keeper } from '../../src/keeper/keeper.js';
 import type { NftConn, NftHost } from '../../src/netlink/conn.js';
 import { Monitor } from '../../src/netlink/monitor.js';
@@ -222,6 +222,23 @@ describe('the known state of a table with named sets and maps', () => {
     // What the pass reads there is what it enforces: an element nobody desired goes.
     ns.nft('add element ip kp seen { 198.51.100.7 }');
     await until('the foreign element to go', async () => (await sock.listElements({ ...map, set: 'seen' })).length === 0, 20_000);
+  });
+
+  it('an install too big to echo is read back once by digests right after it, nothing decoded, and owes no read-back later', async () => {
+    const rules = Array.from({ length: 150 }, (_, i) => `          - ip saddr ${ip(i)} ip daddr 192.0.2.1 return`).join('\n');
+    const config = parseConfig(`tables:\n  - family: ip\n    name: big\n    chains:\n      - name: c\n        type: nat\n` +
+      `        hook: postrouting\n        priority: srcnat\n        rules:\n${rules}\n`, 'big.yaml');
+    const k = await start(config, 300);
+    // The mirror's seeding pass read the chain's handles and digests (one digest dump), decoding nothing.
+    expect(host.reads).toEqual({ listRules: 0, listRuleDigests: 1, listElements: 0 });
+    const d0 = await dumps(k);
+    await sleep(1200);  // four times trustOwnCommitMs, with a 50 ms tick
+    expect(await dumps(k)).toBe(d0);
+    expect(host.total()).toBe(1);
+    // What it learnt is the kernel's state: a rule deleted by hand is repaired (from the mirror, by handle).
+    const h = (await sock.listRules({ family: 'ip', table: 'big', chain: 'c' }))[70]!.handle!;
+    ns.nft(`delete rule ip big c handle ${h}`);
+    await until('the rule to come back', async () => (await sock.listRules({ family: 'ip', table: 'big', chain: 'c' })).length === 150, 20_000);
   });
 
   it('a reload seeds the mirror again from what it committed, without a read', async () => {
