@@ -256,7 +256,9 @@ export class Reconciler {
       // Sets the kernel changes without a commit (timeouts, the data path's adds): their elements, read now.
       await Promise.all(input.tables.flatMap((t, i) => (t.sets ?? []).filter((x) => volatileSet(x.set)).map(async (x) => {
         const o = observed[i]!;
-        o.sets.set(x.name, { set: o.sets.get(x.name)!.set, elements: await conn.listElements({ family: t.family, table: t.name, set: x.name }) });
+        const have = o.sets.get(x.name);
+        if (!have) return;  // not in the kernel (a reload added it): the diff says so
+        o.sets.set(x.name, { set: have.set, elements: await conn.listElements({ family: t.family, table: t.name, set: x.name }) });
       })));
     } else {
       this.known = undefined;  // stale: let its rules go before the dump decodes new ones

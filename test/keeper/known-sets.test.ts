@@ -219,6 +219,11 @@ describe('the known state of a table with named sets and maps', () => {
     await k.request('manual', performance.now());
     await k.idle();
     expect(host.reads).toEqual({ ...reads0, listElements: reads0.listElements! + 1 });
+    // A reload that adds or drops a timeout set is planned from the known state too (the set is created, deleted).
+    await k.setConfig(kpConfig({ marker: '0x17' }));
+    expect(ns.nft('list table ip kp')).not.toContain('set seen');
+    await k.setConfig(kpConfig({ timeoutSet: true, marker: '0x17' }));
+    expect(ns.nft('list table ip kp')).toContain('set seen');
     // What the pass reads there is what it enforces: an element nobody desired goes.
     ns.nft('add element ip kp seen { 198.51.100.7 }');
     await until('the foreign element to go', async () => (await sock.listElements({ ...map, set: 'seen' })).length === 0, 20_000);
