@@ -78,7 +78,8 @@ export class KnownState {
    * own commit since the last decoding read) makes it no, and the caller reads as before. Named
    * sets: their definitions with one set list per table; the elements of each set that
    * `elementsHeld` vouches for (the event mirror, exact at `generation`) are not read, the others'
-   * are read and compared with the desired ones (a volatile set's are read by the look anyway).
+   * are read and compared with the desired ones: where they differ, the elements read become the
+   * known ones (the look then diffs them, no second read). A volatile set's are read by the look.
    */
   async revalidate(conn: NftConn, generation: number, tables: readonly TableConfig[],
     elementsHeld?: (t: TableConfig, set: string) => boolean): Promise<boolean> {
@@ -166,7 +167,7 @@ export class KnownState {
     elementsHeld?: (t: TableConfig, set: string) => boolean): Promise<boolean> {
     const named = sets.filter((x) => !(x.flags & SET_F.ANONYMOUS));
     if (named.length !== sets.length || named.length !== kt.observed.sets.size) return false;
-    const read: Promise<boolean>[] = [];
+    const read: Promise<void>[] = [];
     for (const x of named) {
       const k = kt.observed.sets.get(x.name);
       if (!k || setDefinitionKey(k.set) !== setDefinitionKey(x)) return false;
@@ -175,10 +176,15 @@ export class KnownState {
       if (elementsHeld?.(t, x.name)) continue;
       read.push(conn.listElements({ family: t.family, table: t.name, set: x.name }).then((els) => {
         const d = diffElements(sc.elements, els, sc.set);
-        return d.add.length === 0 && d.delete.length === 0;
+        if (d.add.length === 0 && d.delete.length === 0) return;
+        // Other elements than desired (a foreign change the mirror could not follow): what was read
+        // is what the kernel holds, and the look diffs it, rather than reading the whole table again.
+        kt.observed.sets.set(x.name, { set: k.set, elements: els });
+        kt.verifiedSets.delete(x.name);
       }));
     }
-    return (await Promise.all(read)).every(Boolean);
+    await Promise.all(read);
+    return true;
   }
 
   /**
