@@ -266,9 +266,10 @@ export class KnownState {
         if (!o) return undefined;
         const was = tablesNow.get(k) ?? o.table;
         const flags = op.flags ?? was?.flags ?? 0;
+        if (flags & TABLE_F.OWNER && portId === undefined) return undefined;  // its owner is our socket: which one?
         tablesNow.set(k, {
           family: op.family, name: op.name, flags,
-          ...(flags & TABLE_F.OWNER ? portId === undefined ? { owner: NaN } : { owner: portId } : {}),
+          ...(flags & TABLE_F.OWNER ? { owner: portId } : {}),
           ...(was?.userdata !== undefined ? { userdata: was.userdata } : op.userdata !== undefined ? { userdata: op.userdata } : {}),
         });
         continue;
