@@ -8,9 +8,14 @@
  * for the batch's new rules. A pass that finds the kernel still at that
  * generation plans from it, with no dump, and compares only the chains whose
  * desired definition changed since (an owner registered or removed: its
- * chains and the dispatch chains). Anything it cannot follow exactly (a
- * table or set operation, a batch too big to echo) drops it, and the next
- * pass reads the kernel as before.
+ * chains and the dispatch chains). A batch too big to echo is followed by
+ * reading the handles and digests of the chains it added rules to. Named sets
+ * and maps are known by their definition and the desired config's own element
+ * list (every named set holds its desired elements after a clean look or a
+ * sole commit); timeout and dynamic sets, which the kernel changes without a
+ * commit, have their elements read at each look. Anything it cannot follow
+ * exactly (a table deleted or recreated, anonymous sets) drops it, and the
+ * next pass reads the kernel as before.
  *
  * The rules it holds are compact: handle plus the desired rule's own
  * expressions, userdata and key (shared with the desired state, not copies),
