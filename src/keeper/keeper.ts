@@ -575,8 +575,9 @@ export class Keeper extends EventEmitter {
    * After a full pass: a look that found everything as desired seeds the mirror (when the generation
    * has not moved since, the dumps saw exactly that generation). A pass that ended on its own commit
    * without a read leaves the mirror unseeded (the commit's own events are not planned by it), so
-   * the kernel is read once more right away, off the repair path, to seed it; after a deliberate
-   * change (reload, owners: they come in runs) the safety net's read-back seeds it instead.
+   * the kernel is looked at once more right away, off the repair path, to seed it (from the known
+   * state, which follows our own commits, so without a read where it covers the tables); after an
+   * owners change (they come in runs) the safety net's read-back seeds it instead.
    */
   private learn(look: Look | undefined, inARun: boolean): void {
     const mirror = this.mirror;
