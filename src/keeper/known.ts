@@ -280,11 +280,14 @@ export class KnownState {
         continue;
       }
       if (op.object === 'set') {
+        const k = `${op.family} ${op.table} ${op.name}`;
+        if (op.verb === 'delete') {
+          setsNow.set(k, null);
+          continue;
+        }
         // Anonymous sets are named by the kernel: a table that has them is not followed.
         if (op.flags === undefined || op.flags & SET_F.ANONYMOUS) return undefined;
-        const k = `${op.family} ${op.table} ${op.name}`;
         if (op.verb === 'add' || op.verb === 'create') setsNow.set(k, op as NftSet);
-        else if (op.verb === 'delete') setsNow.set(k, null);
         else return undefined;
         continue;
       }
@@ -459,7 +462,7 @@ export class KnownState {
     return observed.every((o) => [...o.sets.values()].every((x) => !(x.set.flags & SET_F.ANONYMOUS)))
       && batch.ops.every((op) => op.object === 'chain' || op.object === 'rule' || op.object === 'element'
         || (op.object === 'table' && (op.verb === 'add' || op.verb === 'create' || (op.verb === 'delete' && !observed.some((o) => o.family === op.family && o.name === op.name))))
-        || (op.object === 'set' && op.flags !== undefined && !(op.flags & SET_F.ANONYMOUS)));
+        || (op.object === 'set' && (op.verb === 'delete' || (op.flags !== undefined && !(op.flags & SET_F.ANONYMOUS)))));
   }
 
   /** The observation of `t` as known, and the desired chains its rules were verified against. */
