@@ -19,14 +19,19 @@ if (major < 20) {
   if (process.argv.slice(2).find((a) => !a.startsWith('-')) === 'run') {
     (await import('node:v8')).setFlagsFromString('--semi-space-growth-factor=1');
   }
-  const { existsSync } = await import('node:fs');
+  const { statSync } = await import('node:fs');
   const { fileURLToPath } = await import('node:url');
+  const mtime = (u) => statSync(fileURLToPath(u), { throwIfNoEntry: false })?.mtimeMs;
   const cli = new URL('../dist/cli.js', import.meta.url);
-  if (!existsSync(fileURLToPath(cli))) {
+  // The build's one-file bundle of dist/ (scripts/bundle.mjs; about 5 MiB less RSS), unless it is
+  // missing or older than dist/cli.js (tsc run alone after a change).
+  const bundle = new URL('../dist/nfkeeper.mjs', import.meta.url);
+  const built = mtime(cli);
+  if (built === undefined) {
     console.error("nfkeeper: not built yet; run 'bash scripts/setup.sh' (or 'npm run build')");
     process.exit(2);
   }
-  const { main } = await import(cli.href);
+  const { main } = await import((mtime(bundle) ?? 0) >= built ? bundle.href : cli.href);
   // Exit with main's code even if a handle were left open: a process that
   // neither runs nor exits is the one outcome a supervisor cannot handle.
   process.exit(await main(process.argv));

@@ -45,3 +45,4 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$lock_sum" ]; then
 fi
 node scripts/build-native.mjs
 npx tsc -p tsconfig.build.json
+node scripts/bundle.mjs

@@ -7,7 +7,7 @@
 import { isAscii } from 'node:buffer';
 import { readFileSync, statSync } from 'node:fs';
 import { LineCounter, parseDocument, isNode, isScalar, visit, type Document, type Scalar } from 'yaml';
-import { z } from 'zod';
+import * as z from 'zod';
 import { ConfigError, NfkeeperError } from '../errors.js';
 import type { Family, Hex } from '../netlink/expr.js';
 import type { ChainType, Hook } from '../netlink/objects.js';

@@ -9,7 +9,7 @@
  * print.
  */
 import { internWord } from '../rules/intern.js';
-import { z } from 'zod';
+import * as z from 'zod';
 import type { Family, Hex, Verdict } from '../netlink/expr.js';
 import { SET_ELEM_F, SET_F, type NftSet, type SetElement } from '../netlink/objects.js';
 import { bigToHex, hexToBig, prefixMask } from '../rules/bytes.js';

@@ -4,7 +4,7 @@
  * from, and how long an id must be missing before its rules go. Validated
  * with zod inside config.ts's schema, so errors carry file:line:column.
  */
-import { z } from 'zod';
+import * as z from 'zod';
 import { parseDuration } from '../duration.js';
 import { ID_PATTERN } from '../rules/index.js';
 

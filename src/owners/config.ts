@@ -5,7 +5,7 @@
  * config.ts's schema (so errors carry file:line:column); config.ts also
  * checks that the table and the dispatch chains are in `tables`.
  */
-import { z } from 'zod';
+import * as z from 'zod';
 
 export const DEFAULT_SOCKET = '/run/nfkeeper/nfkeeper.sock';
 export const DEFAULT_STATE = '/var/lib/nfkeeper/owners.json';

@@ -7,7 +7,7 @@
  * loads again with `nft -f`; foreign GC can read it as a tag pattern).
  * Nothing here touches the kernel; every refusal says where and why.
  */
-import { z } from 'zod';
+import * as z from 'zod';
 import type { ChainConfig, TableConfig } from '../config/config.js';
 import { NfkeeperError, RuleSyntaxError } from '../errors.js';
 import type { Expr } from '../netlink/expr.js';
