@@ -12,12 +12,10 @@
 import type { TableConfig } from '../config/config.js';
 import type { Expr } from '../netlink/expr.js';
 
-type Compiled = TableConfig['chains'][number]['rules'][number]['compiled'];
 
-const done = new WeakSet<Compiled>();
 const EMPTY: never[] = Object.freeze([]) as never[];
 
-/** Compacts the compiled rules of `tables` in place (each compiled rule once). */
+/** Compacts the compiled rules of `tables` in place (each compiled rule once: its frozen list says it was). */
 export function compactRules(tables: readonly TableConfig[]): void {
   // Per call: expressions are shared within one desired state; an older one's go with it.
   const shared = new Map<string, Expr>();
@@ -25,8 +23,9 @@ export function compactRules(tables: readonly TableConfig[]): void {
     for (const c of t.chains) {
       for (const r of c.rules) {
         const compiled = r.compiled;
-        if (done.has(compiled)) continue;
-        done.add(compiled);
+        // Compacted already (a rule kept from the previous config, an owner's rule): its list is
+        // frozen. Not a WeakSet of the done ones: that was ~60 bytes a rule for the daemon's life.
+        if (Object.isFrozen(compiled.exprs)) continue;
         const exprs = new Array<Expr>(compiled.exprs.length);
         for (let i = 0; i < exprs.length; i++) {
           const e = compiled.exprs[i]!;
