@@ -3,11 +3,15 @@
  * checkout's bin/, so dist/: run `npm run build` first; with the Node flags its first line gives) with examples/flannel.yaml or one owned
  * chain of N rules, 15 s after it is ready (start-up settled, the read-back of its own commit done,
  * some ticks). Prints VmRSS and VmHWM, the anonymous and file-backed parts of the RSS, and the
- * JavaScript heap from the daemon's own metrics, per size, medians of --runs runs.
+ * JavaScript heap from the daemon's own metrics, per size, medians of --runs runs. With --cpu-s,
+ * the daemon's CPU time (user + system) over that many seconds after the first sample (idle CPU);
+ * with --settled-s, the RSS again that long after ready.
  *
- *   sudo npx tsx bench/rss.ts [--sizes 0,10000,100000] [--runs 3] [--idle-s 15] [--node-options "…"] [--node-flags "…"]
+ *   sudo npx tsx bench/rss.ts [--sizes 0,10000,100000] [--runs 3] [--idle-s 15] [--cpu-s 30] [--settled-s 60]
+ *     [--node-options "…"] [--node-flags "…"] [--root DIR]
  *
- * N = 0 is examples/flannel.yaml (4 rules).
+ * N = 0 is examples/flannel.yaml (4 rules). --root runs another checkout's bin/ and dist/ (its
+ * build), to compare two versions back to back with the same measure.
  */
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -28,9 +32,12 @@ const IDLE_S = Number(arg('--idle-s', '15'));
 const NODE_OPTIONS = arg('--node-options', '');
 // --node-flags "…": flags before bin/nfkeeper.js (V8 flags NODE_OPTIONS does not take).
 const NODE_FLAGS = arg('--node-flags', '').split(' ').filter(Boolean);
+const CPU_S = Number(arg('--cpu-s', '0'));
+const SETTLED_S = Number(arg('--settled-s', '0'));
+const ROOT = arg('--root', PROJECT_ROOT);
 
 const addr = (i: number) => `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`;
-const config = (n: number) => (n === 0 ? readFileSync(join(PROJECT_ROOT, 'examples', 'flannel.yaml'), 'utf8')
+const config = (n: number) => (n === 0 ? readFileSync(join(ROOT, 'examples', 'flannel.yaml'), 'utf8')
   : 'tables:\n  - family: ip\n    name: nfk-rss\n    chains:\n      - name: owned\n        type: nat\n        hook: postrouting\n        priority: srcnat\n        rules:\n' +
     Array.from({ length: n }, (_, i) => `          - ip saddr ${addr(i)} ip daddr 192.0.2.1 return`).join('\n') + '\n');
 
@@ -40,7 +47,14 @@ const metric = (text: string, name: string) => Number(new RegExp(`^${name}(?:\\{
 const loadavg = () => readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
 const median = (v: number[]) => [...v].sort((a, b) => a - b)[v.length >> 1]!;
 
-interface Sample { rss: number; hwm: number; anon: number; file: number; heapUsed: number; heapTotal: number; external: number; readyS: number }
+// utime + stime of /proc/PID/stat, in clock ticks (USER_HZ, 100 a second on Linux).
+const cpuTicks = (pid: number) => {
+  const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+  return Number(f[11]) + Number(f[12]);
+};
+
+interface Sample { rss: number; hwm: number; anon: number; file: number; heapUsed: number; heapTotal: number; external: number; readyS: number;
+  cpuMs: number; settled: number }
 
 async function once(n: number, dir: string, port: number): Promise<Sample> {
   const file = join(dir, `rss-${n}.yaml`);
@@ -48,7 +62,7 @@ async function once(n: number, dir: string, port: number): Promise<Sample> {
   return withBenchNetns(`rss-${n}`, async (ns) => {
     const env = { ...process.env, NODE_OPTIONS };
     const t0 = Date.now();
-    const child = spawn(process.execPath, [...daemonNodeFlags(PROJECT_ROOT), ...NODE_FLAGS, join(PROJECT_ROOT, 'bin', 'nfkeeper.js'), 'run', '--config', file, '--netns', ns.path,
+    const child = spawn(process.execPath, [...daemonNodeFlags(ROOT), ...NODE_FLAGS, join(ROOT, 'bin', 'nfkeeper.js'), 'run', '--config', file, '--netns', ns.path,
       '--interval', '1s', '--metrics', `127.0.0.1:${port}`, '--log-level', 'warn'], { stdio: ['ignore', 'ignore', 'inherit'], env });
     const exited = new Promise((r) => child.on('exit', r));
     try {
@@ -62,10 +76,21 @@ async function once(n: number, dir: string, port: number): Promise<Sample> {
       await sleep(IDLE_S * 1000);
       const s = status(child.pid!);
       const m = await fetch(`http://127.0.0.1:${port}/metrics`).then((r) => r.text());
+      let cpuMs = NaN;
+      if (CPU_S > 0) {
+        const t = cpuTicks(child.pid!);
+        await sleep(CPU_S * 1000);
+        cpuMs = (cpuTicks(child.pid!) - t) * 10;
+      }
+      let settled = NaN;
+      if (SETTLED_S > 0) {
+        await sleep(Math.max(0, readyS * 1000 + SETTLED_S * 1000 - (Date.now() - t0)));
+        settled = kib(status(child.pid!), 'VmRSS') / 1024;
+      }
       return {
         rss: kib(s, 'VmRSS') / 1024, hwm: kib(s, 'VmHWM') / 1024, anon: kib(s, 'RssAnon') / 1024, file: kib(s, 'RssFile') / 1024,
         heapUsed: metric(m, 'nfkeeper_nodejs_heap_size_used_bytes') / 2 ** 20, heapTotal: metric(m, 'nfkeeper_nodejs_heap_size_total_bytes') / 2 ** 20,
-        external: metric(m, 'nfkeeper_nodejs_external_memory_bytes') / 2 ** 20, readyS,
+        external: metric(m, 'nfkeeper_nodejs_external_memory_bytes') / 2 ** 20, readyS, cpuMs, settled,
       };
     } finally {
       child.kill('SIGTERM');
@@ -77,15 +102,19 @@ async function once(n: number, dir: string, port: number): Promise<Sample> {
 async function main(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'nfk-rss-'));
   const port = 19950 + (process.pid % 40);
-  process.stdout.write(`load average ${loadavg()}${NODE_OPTIONS ? `; NODE_OPTIONS=${NODE_OPTIONS}` : ''}${NODE_FLAGS.length ? `; node ${NODE_FLAGS.join(' ')}` : ''}\n`);
-  process.stdout.write('config                 RSS MiB  peak MiB  anon MiB  file MiB  heap used/total MiB  external MiB  ready s\n');
+  process.stdout.write(`load average ${loadavg()}${NODE_OPTIONS ? `; NODE_OPTIONS=${NODE_OPTIONS}` : ''}${NODE_FLAGS.length ? `; node ${NODE_FLAGS.join(' ')}` : ''}` +
+    `${ROOT !== PROJECT_ROOT ? `; bin of ${ROOT}` : ''}\n`);
+  process.stdout.write(`config                 RSS MiB  peak MiB  anon MiB  file MiB  heap used/total MiB  external MiB  ready s` +
+    `${CPU_S ? `  CPU ms/${CPU_S}s` : ''}${SETTLED_S ? `  RSS at ${SETTLED_S}s` : ''}\n`);
   try {
     for (const n of SIZES) {
       const runs: Sample[] = [];
       for (let r = 0; r < RUNS; r++) runs.push(await once(n, dir, port));
       const f = (k: keyof Sample, w = 9) => median(runs.map((x) => x[k])).toFixed(1).padStart(w);
       process.stdout.write(`${(n === 0 ? 'flannel.yaml' : `${n.toLocaleString('en-US')} rules`).padEnd(20)}${f('rss')}${f('hwm', 10)}${f('anon', 10)}${f('file', 10)}` +
-        `${f('heapUsed', 12)} /${f('heapTotal', 6)}${f('external', 14)}${f('readyS')}   (RSS of each run: ${runs.map((x) => x.rss.toFixed(1)).join(', ')})\n`);
+        `${f('heapUsed', 12)} /${f('heapTotal', 6)}${f('external', 14)}${f('readyS')}${CPU_S ? f('cpuMs', 11) : ''}${SETTLED_S ? f('settled', 11) : ''}` +
+        `   (RSS of each run: ${runs.map((x) => x.rss.toFixed(1)).join(', ')}${CPU_S ? `; CPU ms: ${runs.map((x) => x.cpuMs).join(', ')}` : ''}` +
+        `${SETTLED_S ? `; at ${SETTLED_S}s: ${runs.map((x) => x.settled.toFixed(1)).join(', ')}` : ''})\n`);
     }
   } finally {
     rmSync(dir, { recursive: true, force: true });

@@ -55,7 +55,7 @@ describe('the npm package, installed on a node without a compiler or -dev packag
 
   it('the package holds dist/, the prebuilt addon with its two libraries, docs/ and its metadata', () => {
     const list = spawnSync('tar', ['-tzf', tarball], { encoding: 'utf8' }).stdout.split('\n');
-    for (const f of ['dist/cli.js', 'dist/native.js', 'bin/nfkeeper.js', 'prebuilds/linux-x64/nfkeeper.glibc.node',
+    for (const f of ['dist/cli.js', 'dist/nfkeeper.mjs', 'dist/native.js', 'bin/nfkeeper.js', 'prebuilds/linux-x64/nfkeeper.glibc.node',
       'prebuilds/linux-x64/glibc/libnftnl.so.11', 'prebuilds/linux-x64/glibc/libmnl.so.0',
       'prebuilds/linux-x64/glibc/libnftnl.so.11.copyright', 'docs/design.md', 'binding.gyp', 'native/socket.cc',
       'scripts/build-native.mjs', 'deploy/systemd/nfkeeper.service', 'LICENSE']) {

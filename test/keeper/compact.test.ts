@@ -1,0 +1,61 @@
+/**
+ * The desired rules as the daemon keeps them (src/keeper/compact.ts, and the compiled rule's lazy
+ * text in src/rules/compile.ts): shared frozen expressions, and a text that still renders when
+ * first read, reads as an ordinary property, and can be assigned.
+ */
+import { describe, expect, it } from 'vitest';
+import { parseConfig } from '../../src/config/config.js';
+import { compactRules } from '../../src/keeper/compact.js';
+import { compileRule } from '../../src/rules/index.js';
+
+const yaml = (rules: string[]) => `tables:\n  - family: ip\n    name: t\n    chains:\n      - name: c\n        type: nat\n        hook: postrouting\n` +
+  `        priority: srcnat\n        rules:\n${rules.map((r) => `          - ${r}`).join('\n')}\n`;
+
+describe('compactRules', () => {
+  it('shares identical expressions between rules in frozen exact-size lists, once per compiled rule', () => {
+    const config = parseConfig(yaml(['ip saddr 10.0.0.1 ip daddr 192.0.2.1 return', 'ip saddr 10.0.0.2 ip daddr 192.0.2.1 return']));
+    const [a, b] = config.tables[0]!.chains[0]!.rules.map((r) => r.compiled);
+    const before = structuredClone(a!.exprs);
+    compactRules(config.tables);
+    expect(Object.isFrozen(a!.exprs)).toBe(true);
+    expect(a!.exprs).toEqual(before);
+    expect(a!.exprs.length).toBe(before.length);
+    // saddr's compare differs; the daddr load and compare and the verdict are one object each.
+    const shared = a!.exprs.filter((e, i) => e === b!.exprs[i]);
+    expect(shared.length).toBe(a!.exprs.length - 1);
+    for (const e of a!.exprs) expect(Object.isFrozen(e)).toBe(true);
+    // A second pass (a reload keeping the rule) leaves a compacted rule as it is.
+    const list = a!.exprs;
+    compactRules(config.tables);
+    expect(a!.exprs).toBe(list);
+  });
+
+  it('keeps the text lazy, readable, enumerable and assignable, and spreads carry no hidden slots', () => {
+    const config = parseConfig(yaml(['ip saddr 10.0.0.1   ip daddr 192.0.2.1 counter return']));
+    const c = config.tables[0]!.chains[0]!.rules[0]!.compiled;
+    compactRules(config.tables);
+    expect(c.text).toBe('ip saddr 10.0.0.1 ip daddr 192.0.2.1 counter return');
+    expect(Object.keys(c)).toEqual(['exprs', 'sets', 'text']);
+    expect(JSON.parse(JSON.stringify(c))).toMatchObject({ text: c.text });
+    const copy = { ...c };
+    expect(Object.getOwnPropertySymbols(copy)).toEqual([]);
+    expect(Object.getOwnPropertyDescriptor(copy, 'text')).toMatchObject({ value: c.text, enumerable: true });
+    expect(copy).toEqual({ exprs: c.exprs, sets: c.sets, text: c.text });
+    c.text = 'replaced';
+    expect(c.text).toBe('replaced');
+  });
+
+  it('renders each rule with its own family and interfaces, the context shared or not', () => {
+    const names = new Map([[7, 'eth7']]);
+    const interfaces = { indexOf: (n: string) => (n === 'eth7' ? 7 : undefined), nameOf: (i: number) => names.get(i) };
+    const a = compileRule('iif "eth7" accept', { family: 'ip', table: 't', chain: 'c', interfaces });
+    const b = compileRule('ip6 saddr ::1 accept', { family: 'ip6', table: 't', chain: 'c' });
+    const c = compileRule('iif "eth7" accept', { family: 'ip', table: 't', chain: 'c', interfaces });
+    names.set(7, 'renamed');  // read at first render, as before
+    expect(b.text).toBe('ip6 saddr ::1 accept');
+    expect(a.text).toBe('iif "renamed" accept');
+    names.set(7, 'eth7');
+    expect(a.text).toBe('iif "renamed" accept');  // kept once made
+    expect(c.text).toBe('iif "eth7" accept');
+  });
+});
