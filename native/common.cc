@@ -83,4 +83,9 @@ void ReleaseFreedMemory(size_t bytes) {
   if (bytes >= (1u << 20)) malloc_trim(0);
 }
 
+// trimMemory(): malloc_trim(0) now; true if memory went back to the system.
+Napi::Value TrimMemory(const Napi::CallbackInfo& info) {
+  return Napi::Boolean::New(info.Env(), malloc_trim(0) != 0);
+}
+
 }  // namespace nfk

@@ -90,6 +90,10 @@ class Keys {
 // in its arenas for the life of the daemon.
 void ReleaseFreedMemory(size_t bytes);
 
+// trimMemory(): the same for the JS side, after V8 shrank its heap (src/daemon.ts): the garbage
+// collector's worker threads leave freed worklists in their own arenas.
+Napi::Value TrimMemory(const Napi::CallbackInfo& info);
+
 // A failure as a JS NetlinkError(message, errno, operation, opIndex).
 Napi::Error MakeNetlinkError(Napi::Env env, const std::string& message, int err,
                              const std::string& operation, int opIndex = -1);

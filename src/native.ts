@@ -29,6 +29,8 @@ export interface Addon {
   links(netns?: string): { index: number; name: string }[] | number;
   /** A rule's NFTA_RULE_EXPRESSIONS attribute as a commit encodes it (src/netlink/socket.ts caches it). */
   encodeExprs(exprs: readonly unknown[]): Buffer;
+  /** malloc_trim(0): true if memory went back to the system. Absent from an addon built before it. */
+  trimMemory?(): boolean;
 }
 
 /** The project (or installed package) root: this file sits in src/ or dist/. */
