@@ -22,6 +22,7 @@ import {
   DATA_VERDICT, buildKeyedSet, concatHex, hostToNet, keyDesc, type Fail, type KeyDesc, type KeyPartDesc, type KeyedElem,
   type MapDataDesc,
 } from './sets.js';
+import { parseDupDevice } from './statements.js';
 import { EXPR_TYPE, tlv } from './udata.js';
 import { formatIPv4, formatIPv6, parseIPv4, parseIPv6, parseInteger } from './values.js';
 
@@ -392,10 +393,8 @@ export function linearizeRedirMap(st: { map?: NatMap; flags: number }, out: Expr
   }
   const rhs = map.rhs as Extract<SetRhs, { k: 'anon' }>;
   const desc: MapDataDesc = { kind: 'value', dataType: TYPE_SERVICE, dataLen: 2, concat: false, byteorder: 2 };
-  const elems = keyedElems(rhs.elems, (e) => ({ data: (e.data as Extract<MapData, { d: 'value' }>).parts.map((x) => (x as { hex: string }).hex)[0]! }));
-  let built: NftSet | undefined;
-  const ref = kc.addSet((id) => (built = buildKeyedSet(key, elems, desc, { family: kc.family, table: kc.table }, id, kc.fail)));
-  emitKey(map.key, 0, out, kc, toNet(built!, key, rhs, kc));
+  const elems = keyedElems(rhs.elems, valueData);
+  const ref = anonSetKey(map.key, key, rhs, elems, desc, out, kc);
   out.push({ kind: 'lookup', sreg: 1, dreg: 1, set: ref.name, setId: ref.setId, flags: 0 },
     { kind: 'redir', flags: st.flags | NAT_RANGE.PROTO_SPECIFIED, regProtoMin: 1, regProtoMax: 1 });
 }
@@ -482,15 +481,8 @@ export function parseDupMap(p: KeyedParser, start: At, family: 'ip' | 'ip6', ifi
   else if (r.kind === 'word' && r.text.startsWith('@')) rhs = parseNamed(p);
   else return p.fail(r, "'{' starting the map's elements, or @name of a map");
   const st: DupMapStmt = { t: 'dupmap', key, rhs, ...start };
-  if (p.isWord(p.peek(), 'device')) {
-    p.next();
-    const d = p.peek();
-    if (d.kind !== 'string' && d.kind !== 'word') p.fail(d, 'a device name');
-    const idx = ifindex?.(d.text);
-    if (idx === undefined) p.fail(d, 'a device that exists in the target namespace', `interface '${d.text}' does not exist`);
-    p.next();
-    st.dev = idx;
-  }
+  const dev = parseDupDevice(p, ifindex);
+  if (dev !== undefined) st.dev = dev;
   return st;
 }
 
@@ -511,10 +503,8 @@ export function linearizeDupMap(st: DupMapStmt, out: Expr[], kc: KeyedContext): 
   } else {
     const desc: MapDataDesc = { kind: 'value', dataType, dataLen: v6 ? 16 : 4, concat: false, byteorder: 2 };
     const rhs = st.rhs;
-    const elems = keyedElems(rhs.elems, (e) => ({ data: (e.data as Extract<MapData, { d: 'value' }>).parts.map((x) => (x as { hex: string }).hex)[0]! }));
-    let built: NftSet | undefined;
-    const ref = kc.addSet((id) => (built = buildKeyedSet(key, elems, desc, { family: kc.family, table: kc.table }, id, kc.fail)));
-    emitKey(st.key, 0, out, kc, toNet(built!, key, rhs, kc));
+    const elems = keyedElems(rhs.elems, valueData);
+    const ref = anonSetKey(st.key, key, rhs, elems, desc, out, kc);
     out.push({ kind: 'lookup', sreg: 1, dreg: 1, set: ref.name, setId: ref.setId, flags: 0 });
   }
   if (st.dev !== undefined) out.push({ kind: 'immediate', dreg: 2, data: u32Host(st.dev) }, { kind: 'dup', sregAddr: 1, sregDev: 2 });
@@ -738,6 +728,23 @@ function keyedElems(elems: readonly KeyElem[], data: (e: KeyElem) => KeyedElem['
   });
 }
 
+/** A map element's single value, in hex (the map data of mark, zone, dup and redirect maps). */
+function valueData(e: KeyElem): KeyedElem['data'] {
+  return { data: (e.data as Extract<MapData, { d: 'value' }>).parts.map((x) => (x as { hex: string }).hex)[0]! };
+}
+
+/**
+ * Adds the rule's anonymous set or map of `elems` and loads its key into register 1 (in network
+ * order where the built set's key needs it): what every lookup into an anonymous set starts with.
+ */
+function anonSetKey(parts: readonly KeyPart[], key: KeyDesc, rhs: At, elems: KeyedElem[],
+  map: MapDataDesc | undefined, out: Expr[], kc: KeyedContext): { name: string; setId: number } {
+  let built: NftSet | undefined;
+  const ref = kc.addSet((id) => (built = buildKeyedSet(key, elems, map, { family: kc.family, table: kc.table }, id, kc.fail)));
+  emitKey(parts, 0, out, kc, toNet(built!, key, rhs, kc));
+  return ref;
+}
+
 export function linearizeKeyed(st: KeyedStmt, out: Expr[], kc: KeyedContext): void {
   const key = keyOf(st.key, kc.fail);
   const neq = st.op === 'neq';
@@ -765,9 +772,7 @@ export function linearizeKeyed(st: KeyedStmt, out: Expr[], kc: KeyedContext): vo
   }
   const elems = keyedElems(rhs.elems, (e) => (e.data ? verdictData(e.data) : undefined));
   const map: MapDataDesc | undefined = st.vmap ? { kind: 'verdict' } : undefined;
-  let built: NftSet | undefined;
-  const ref = kc.addSet((id) => (built = buildKeyedSet(key, elems, map, { family: kc.family, table: kc.table }, id, kc.fail)));
-  emitKey(st.key, 0, out, kc, toNet(built!, key, rhs, kc));
+  const ref = anonSetKey(st.key, key, rhs, elems, map, out, kc);
   const l: LookupExpr = { kind: 'lookup', sreg: 1, set: ref.name, setId: ref.setId, flags: neq ? 1 : 0 };
   if (st.vmap) l.dreg = 0;
   out.push(orderLookup(l));
@@ -809,10 +814,8 @@ export function linearizeMarkMap(st: MarkMapStmt, out: Expr[], kc: KeyedContext)
     // `ct zone set KEY map { k : N }`: a map to 16-bit integers in host order
     const rhs = st.rhs as Extract<SetRhs, { k: 'anon' }>;
     const desc: MapDataDesc = { kind: 'value', dataType: TYPE_INTEGER, dataLen: 2, concat: false, byteorder: 1 };
-    const elems = keyedElems(rhs.elems, (e) => ({ data: (e.data as Extract<MapData, { d: 'value' }>).parts.map((x) => (x as { hex: string }).hex)[0]! }));
-    let built: NftSet | undefined;
-    const ref = kc.addSet((id) => (built = buildKeyedSet(key, elems, desc, { family: kc.family, table: kc.table }, id, kc.fail)));
-    emitKey(st.key, 0, out, kc, toNet(built!, key, rhs, kc));
+    const elems = keyedElems(rhs.elems, valueData);
+    const ref = anonSetKey(st.key, key, rhs, elems, desc, out, kc);
     out.push({ kind: 'lookup', sreg: 1, dreg: 1, set: ref.name, setId: ref.setId, flags: 0 }, { kind: 'ct', key: 'zone', sreg: 1 });
     return;
   }
@@ -829,10 +832,8 @@ export function linearizeMarkMap(st: MarkMapStmt, out: Expr[], kc: KeyedContext)
     out.push({ kind: 'lookup', sreg: 1, dreg: 1, set: s.name, flags: 0 });
   } else {
     const desc: MapDataDesc = { kind: 'value', dataType: TYPE_MARK, dataLen: 4, concat: false, byteorder: 1 };
-    const elems = keyedElems(st.rhs.elems, (e) => ({ data: (e.data as Extract<MapData, { d: 'value' }>).parts.map((x) => (x as { hex: string }).hex)[0]! }));
-    let built: NftSet | undefined;
-    const ref = kc.addSet((id) => (built = buildKeyedSet(key, elems, desc, { family: kc.family, table: kc.table }, id, kc.fail)));
-    emitKey(st.key, 0, out, kc, toNet(built!, key, st.rhs, kc));
+    const elems = keyedElems(st.rhs.elems, valueData);
+    const ref = anonSetKey(st.key, key, st.rhs, elems, desc, out, kc);
     out.push({ kind: 'lookup', sreg: 1, dreg: 1, set: ref.name, setId: ref.setId, flags: 0 });
   }
   out.push(st.target === 'ct' ? { kind: 'ct', key: 'mark', sreg: 1 } : { kind: 'meta', key: 'mark', sreg: 1 });
@@ -926,9 +927,7 @@ export function linearizeNatMap(st: NatStmt, fam: 'ip' | 'ip6', out: Expr[], kc:
       const lo = concatHex(spans.map((x) => x[0]), ports);
       return { data: span ? lo + concatHex(spans.map((x) => x[1]), ports) : lo };
     });
-    let built: NftSet | undefined;
-    const ref = kc.addSet((id) => (built = buildKeyedSet(key, elems, desc, { family: kc.family, table: kc.table }, id, kc.fail)));
-    emitKey(map.key, 0, out, kc, toNet(built!, key, map.rhs, kc));
+    const ref = anonSetKey(map.key, key, map.rhs, elems, desc, out, kc);
     lookup = { kind: 'lookup', sreg: 1, dreg: 1, set: ref.name, setId: ref.setId, flags: 0 };
   }
   out.push(lookup);

@@ -325,6 +325,18 @@ function parseTproxy(c: Cursor, at: At, family: Family): ExprStmt {
   return { t: 'expr', exprs, needsL4: true, terminal: false, ...at };
 }
 
+/** dup's optional `device NAME`, resolved in the target namespace: its ifindex, or undefined if absent. */
+export function parseDupDevice(c: Cursor, ifindex?: (n: string) => number | undefined): number | undefined {
+  if (!c.isWord(c.peek(), 'device')) return undefined;
+  c.next();
+  const d = c.peek();
+  if (d.kind !== 'string' && d.kind !== 'word') c.fail(d, 'a device name');
+  const idx = ifindex?.(d.text);
+  if (idx === undefined) c.fail(d, 'a device that exists in the target namespace', `interface '${d.text}' does not exist`);
+  c.next();
+  return idx;
+}
+
 /** dup to ADDR [device "name"] (ip and ip6 tables). */
 function parseDup(c: Cursor, at: At, family: Family, ifindex?: (n: string) => number | undefined): ExprStmt {
   c.next();
@@ -337,15 +349,9 @@ function parseDup(c: Cursor, at: At, family: Family, ifindex?: (n: string) => nu
   if (addr === undefined) c.fail(a, family === 'ip' ? 'an IPv4 address' : 'an IPv6 address');
   c.next();
   const exprs: Expr[] = [{ kind: 'immediate', dreg: 1, data: addr! }];
-  if (c.isWord(c.peek(), 'device')) {
-    c.next();
-    const d = c.peek();
-    if (d.kind !== 'string' && d.kind !== 'word') c.fail(d, 'a device name');
-    const idx = ifindex?.(d.text);
-    if (idx === undefined) c.fail(d, 'a device that exists in the target namespace', `interface '${d.text}' does not exist`);
-    c.next();
-    exprs.push({ kind: 'immediate', dreg: 2, data: u32Host(idx) }, { kind: 'dup', sregAddr: 1, sregDev: 2 });
-  } else exprs.push({ kind: 'dup', sregAddr: 1 });
+  const idx = parseDupDevice(c, ifindex);
+  if (idx !== undefined) exprs.push({ kind: 'immediate', dreg: 2, data: u32Host(idx) }, { kind: 'dup', sregAddr: 1, sregDev: 2 });
+  else exprs.push({ kind: 'dup', sregAddr: 1 });
   return { t: 'expr', exprs, ...at };
 }
 
