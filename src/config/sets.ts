@@ -509,6 +509,12 @@ export function elementId(e: SetElement): string {
   return `${e.key ?? ''}/${e.keyEnd ?? ''}/${f & SET_ELEM_F.INTERVAL_END ? 'e' : ''}${f & SET_ELEM_F.CATCHALL ? 'c' : ''}`;
 }
 
+/** Two elements with every field equal (the same element object, or a reload's new copy of it). */
+export function sameElementFields(o: SetElement, n: SetElement): boolean {
+  return o === n || (o.key === n.key && o.data === n.data && o.verdict === n.verdict && o.chain === n.chain && o.flags === n.flags
+    && o.keyEnd === n.keyEnd && o.userdata === n.userdata && o.timeout === n.timeout && o.expiration === n.expiration);
+}
+
 /**
  * What an element holds besides its identity. A timeout counts only when the
  * config gives one, and the expiration never does: the kernel counts it down.

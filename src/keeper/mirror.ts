@@ -46,7 +46,7 @@
  * writer is refused by the kernel and also ends in a full observe.
  */
 import type { TableConfig } from '../config/config.js';
-import { deletable, elementId, sameContent, setDefinitionKey, type SetConfig } from '../config/sets.js';
+import { deletable, elementId, sameContent, sameElementFields, setDefinitionKey, type SetConfig } from '../config/sets.js';
 import { Batch } from '../netlink/batch.js';
 import type { MonitorBatch, MonitorEvent, MonitorProgress } from '../netlink/monitor.js';
 import type { Expr } from '../netlink/expr.js';
@@ -623,9 +623,8 @@ function alignedChanges(before: readonly SetElement[], now: readonly SetElement[
   for (let i = 0; i < before.length; i++) {
     const o = before[i]!;
     const n = now[i]!;
-    // The same fields, compared inline: the common case, 100,000 times per reload.
-    if (o === n || (o.key === n.key && o.data === n.data && o.verdict === n.verdict && o.chain === n.chain && o.flags === n.flags
-      && o.keyEnd === n.keyEnd && o.userdata === n.userdata && o.timeout === n.timeout && o.expiration === n.expiration)) continue;
+    // The same fields: the common case, 100,000 times per reload (no id string built for it).
+    if (sameElementFields(o, n)) continue;
     if (elementId(o) !== elementId(n)) return undefined;
     if (!sameContent(o, n) || (o.userdata ?? '') !== (n.userdata ?? '')) changed.push(i);
   }

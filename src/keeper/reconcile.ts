@@ -18,7 +18,7 @@ import type { ChainConfig, TableConfig } from '../config/config.js';
 import { commentOf, renderRule, ruleKey, type SetResolver } from '../rules/index.js';
 import { planChain, type ChainEdit } from './plan.js';
 import {
-  declarationText, deletable, diffElements, elementId, elementTexts, setDefinitionKey, typesOf, type ElementDiff, type SetConfig,
+  declarationText, deletable, diffElements, elementId, elementTexts, sameElementFields, setDefinitionKey, typesOf, type ElementDiff, type SetConfig,
 } from '../config/sets.js';
 
 export type DriftKind =
@@ -338,12 +338,7 @@ function diffSets(want: TableConfig, have: ObservedTable, armed?: ArmedTimed, ve
 /** The same elements in the same order, compared field by field (a reload's new objects for an unchanged set). */
 function sameElementList(a: readonly SetElement[], b: readonly SetElement[]): boolean {
   if (a.length !== b.length) return false;
-  for (let i = 0; i < a.length; i++) {
-    const o = a[i]!;
-    const n = b[i]!;
-    if (o !== n && !(o.key === n.key && o.data === n.data && o.verdict === n.verdict && o.chain === n.chain && o.flags === n.flags
-      && o.keyEnd === n.keyEnd && o.userdata === n.userdata && o.timeout === n.timeout && o.expiration === n.expiration)) return false;
-  }
+  for (let i = 0; i < a.length; i++) if (!sameElementFields(a[i]!, b[i]!)) return false;
   return true;
 }
 
