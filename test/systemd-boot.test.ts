@@ -118,8 +118,8 @@ describe.skipIf(tools.length > 0)(`the systemd unit under a booted Debian 12${sk
     expect(inside(['journalctl', '-u', 'nfkeeper', '--no-pager', '-o', 'cat']).stdout).toMatch(/Reload failed|Control process exited/);
     expect([show('ActiveState'), show('MainPID')]).toEqual(['active', pid]);
     expect(rules()).toEqual(FLANNEL_RULES);
-    // A config that parses but the kernel refuses (a nat chain on the forward hook) fails too.
-    config(`${FLANNEL_YAML}      - name: fwd\n        type: nat\n        hook: forward\n        priority: 0\n`);
+    // A config that parses but the kernel refuses (fib oif in an output chain) fails too.
+    config(`${FLANNEL_YAML}      - name: out\n        type: filter\n        hook: output\n        priority: 0\n        rules: ["fib daddr oif missing drop"]\n`);
     const refused = systemctl('reload', 'nfkeeper');
     expect(refused.status).not.toBe(0);
     expect(inside(['journalctl', '-u', 'nfkeeper', '--no-pager', '-o', 'cat']).stdout).toMatch(/the kernel refused the new config/);

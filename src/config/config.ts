@@ -11,7 +11,7 @@ import * as z from 'zod';
 import { ConfigError, NfkeeperError } from '../errors.js';
 import type { Family, Hex } from '../netlink/expr.js';
 import type { ChainType, Hook } from '../netlink/objects.js';
-import { checkRulePlacement, commentUserdata, compileRule, interfaceTable, RuleSyntaxError, type CompiledRule,
+import { checkRulePlacement, JumpGraph, commentUserdata, compileRule, interfaceTable, RuleSyntaxError, type CompiledRule,
   type InterfaceResolver } from '../rules/index.js';
 import { listLinks } from '../netlink/link.js';
 import { GC_SCHEMA, type GcConfig } from '../gc/config.js';
@@ -34,6 +34,28 @@ export const PRIORITY_NAMES: Record<string, number> = {
 };
 
 const PRIORITY_PATTERN = /^\s*(raw|mangle|dstnat|filter|security|srcnat)\s*(?:([+-])\s*(\d+))?\s*$/;
+/** The kernel's chain types accept only some hooks and, for nat, only priorities after conntrack
+ * (nft_chain_nat's hook mask and nf_nat's check; measured here: `type nat hook forward` and
+ * `type nat … priority -200` fail with EOPNOTSUPP, `type route` exists only on output). Checked
+ * here so `validate` says it with a position instead of the commit failing. */
+const CHAIN_TYPE_HOOKS: Record<ChainType, ReadonlySet<string>> = {
+  filter: new Set(['prerouting', 'input', 'forward', 'output', 'postrouting']),
+  nat: new Set(['prerouting', 'input', 'output', 'postrouting']),
+  route: new Set(['output']),
+};
+const NF_IP_PRI_CONNTRACK = -200;
+
+export function baseChainProblem(type: ChainType, hook: string, priority: number): { at: 'hook' | 'priority'; reason: string } | undefined {
+  const hooks = CHAIN_TYPE_HOOKS[type];
+  if (!hooks.has(hook)) {
+    return { at: 'hook', reason: `a ${type} chain cannot hook ${hook} (the kernel's ${type} type supports ${[...hooks].join(', ')})` };
+  }
+  if (type === 'nat' && priority <= NF_IP_PRI_CONNTRACK) {
+    return { at: 'priority', reason: `a nat chain's priority must be above conntrack's (${NF_IP_PRI_CONNTRACK}); ${priority} is refused by the kernel` };
+  }
+  return undefined;
+}
+
 const PRIORITY = z.union([
   z.number().int().min(-2147483648).max(2147483647),
   z.string().regex(PRIORITY_PATTERN,
@@ -250,6 +272,7 @@ function buildConfig(raw: unknown, file: string, pos: PositionOf, options: LoadO
     const chainName = new Map(t.chains.map((c) => [c.name, c.name]));
     const sets = buildSets(t, ti, pos, fail, chainName);
     const namedSets = new Map<string, NftSet>(sets.map((x) => [x.name, x.set]));
+    const graph = new JumpGraph();
     const chains: ChainConfig[] = t.chains.map((c, ci) => {
       const path = ['tables', ti, 'chains', ci];
       const baseKeys = [c.type, c.hook, c.priority].filter((v) => v !== undefined).length;
@@ -260,6 +283,8 @@ function buildConfig(raw: unknown, file: string, pos: PositionOf, options: LoadO
       const base = baseKeys === 3
         ? { type: c.type!, hook: c.hook!, priority: parsePriority(c.priority!), policy: c.policy ?? 'accept' as const }
         : undefined;
+      const hookProblem = base && baseChainProblem(base.type, base.hook, base.priority);
+      if (hookProblem) fail(pos([...path, hookProblem.at]), `chain ${c.name}: ${hookProblem.reason}`);
       const rules: ChainConfig['rules'] = [];
       c.rules.forEach((ruleText, ri) => {
         let compiled: CompiledRule;
@@ -280,12 +305,17 @@ function buildConfig(raw: unknown, file: string, pos: PositionOf, options: LoadO
         }
         setId += compiled.sets.length;
         const problem = checkRulePlacement(compiled, base?.hook, base?.type, chainNames);
+        graph.rule(ci, ri, compiled);
         if (problem) fail(pos(rulePath(path, ri)), `rule ${ri + 1} of chain ${c.name}: ${problem}`);
         rules.push({ text: ruleText, compiled });
       });
       // (an exact-size copy of the rules: push() leaves room for 17, 150 bytes a chain, 30,000 chains in kube-proxy's file)
       return { name: c.name, base, rules: rules.slice(), ...(c.comment !== undefined ? { userdata: commentUserdata(c.comment) } : {}) };
     });
+    for (const problem of graph.check(chains, new Map(sets.map((x) => [x.name, x.elements])))) {
+      const ci = problem.chain;
+      fail(pos(rulePath(['tables', ti, 'chains', ci], problem.rule)), `rule ${problem.rule + 1} of chain ${chains[ci]!.name}: ${problem.reason}`);
+    }
     // A set that a rule adds to (`add/update @s { … }`) is sized and flagged by nft when the file
     // gives no size: 65535 and dynamic, as nft 1.0.6's evaluation of the rule sets them on the set.
     // Without this, nft's install of kube-proxy's affinity sets read as drift and was recreated.

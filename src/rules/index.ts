@@ -5,5 +5,5 @@ export { renderRule, interfaceTable, type InterfaceResolver, type RenderOptions,
 export { ruleKey, rulesEqual, setContentKey, setResolver } from './compare.js';
 export { commentOf, commentUserdata, decodeXtComment, xtComments, COMMENT_MAX } from './udata.js';
 export { parseRule } from './parser.js';
-export { checkRulePlacement } from './placement.js';
+export { checkRulePlacement, JumpGraph, NFT_JUMP_STACK_SIZE } from './placement.js';
 export { DEFAULT_TAG, ID_PATTERN, tagMatcher, type TagMatcher } from './tags.js';

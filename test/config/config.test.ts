@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { parseConfig, parsePriority } from '../../src/config/config.js';
+import { parseConfig, parseNftConfig, parsePriority } from '../../src/config/config.js';
 import { ConfigError } from '../../src/errors.js';
 import { FLANNEL_YAML } from '../keeper/helpers.js';
 
@@ -90,6 +90,36 @@ describe('config', () => {
     expect(configError('tables:\n  - {family: ip, name: t}\n  - {family: ip, name: t}\n').reason).toMatch(/twice/);
     expect(configError('tables:\n  - family: ip\n    name: t\n    chains:\n      - name: c\n        rules: ["jump nowhere"]\n').reason)
       .toMatch(/nowhere/);
+  });
+});
+
+describe('base chain types and hooks', () => {
+  const chain = (type: string, hook: string, priority: string) =>
+    `tables:\n  - family: inet\n    name: t\n    chains:\n      - name: c\n        type: ${type}\n        hook: ${hook}\n        priority: ${priority}\n`;
+
+  it('refuses what the kernel refuses, at the hook or priority line', () => {
+    const fwd = configError(chain('nat', 'forward', '0'));
+    expect([fwd.line, fwd.reason]).toEqual([7, expect.stringMatching(/nat chain cannot hook forward/)]);
+    expect(configError(chain('route', 'prerouting', '0')).reason).toMatch(/route chain cannot hook prerouting.*output/);
+    const pri = configError(chain('nat', 'prerouting', 'raw'));
+    expect([pri.line, pri.reason]).toEqual([8, expect.stringMatching(/above conntrack's \(-200\); -300/)]);
+    expect(configError(chain('nat', 'prerouting', '-200')).reason).toMatch(/-200 is refused/);
+  });
+
+  it('accepts what the kernel accepts', () => {
+    for (const [type, hook, priority] of [['nat', 'prerouting', '-199'], ['nat', 'input', 'srcnat'], ['filter', 'forward', '0'], ['route', 'output', 'mangle']]) {
+      expect(parseConfig(chain(type!, hook!, priority!)).tables[0]!.chains[0]!.base).toMatchObject({ type, hook });
+    }
+  });
+
+  it('an nft file gets the same error at the hook word', () => {
+    try {
+      parseNftConfig('table ip t {\n  chain c {\n    type nat hook forward priority 0;\n  }\n}\n', 'c.nft');
+      throw new Error('expected a ConfigError');
+    } catch (e) {
+      expect(e).toBeInstanceOf(ConfigError);
+      expect([(e as ConfigError).line, (e as ConfigError).column]).toEqual([3, 19]);
+    }
   });
 });
 
