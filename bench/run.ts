@@ -81,7 +81,7 @@ const B: Budgets = full
     s6: { sizes: sizes([4, 100, 10_000, 100_000]), reps: (n) => (n >= 100_000
       ? { install: 2, repair: 30, change: 4, exec: 3, gapMs: 100 }
       : { install: 3, repair: n >= 10_000 ? 200 : 300, change: 20, exec: 10, gapMs: n >= 10_000 ? 60 : 20 }) },
-    s7: { owners: 1000, passes: 30, rssSizes: [0, 10_000, 100_000], root: rootArg() },
+    s7: { owners: 1000, passes: 30, rssSizes: [0, 10_000, 100_000], inFlight: [8, 32], root: rootArg() },
   }
   : {
     s1: {
@@ -95,7 +95,7 @@ const B: Budgets = full
     s4: { sizes: sizes([0, 10_000]), idleSeconds: () => 20, stormSeconds: 10, settleSeconds: 10 },
     s5: { sizes: sizes([0, 10_000]), reps: () => 3, owned: true },
     s6: { sizes: sizes([4, 100, 10_000]), reps: (n) => ({ install: 3, repair: n >= 10_000 ? 50 : 200, change: n >= 10_000 ? 5 : 10, exec: 5, gapMs: n >= 10_000 ? 60 : 20 }) },
-    s7: { owners: 1000, passes: 15, rssSizes: [0, 10_000, 100_000], root: rootArg() },
+    s7: { owners: 1000, passes: 15, rssSizes: [0, 10_000, 100_000], inFlight: [8, 32], root: rootArg() },
   };
 
 /** --root DIR: S7's daemon is another build's bin/nfkeeper.js (main's, say), for a before/after. */
@@ -137,7 +137,7 @@ function budgetLines(): string[] {
       `${B.s4.stormSeconds} s each; ${B.s4.settleSeconds} s settle after start-up`);
   }
   if (only.has('s5')) out.push(`S5 repetitions: ${B.s5.sizes.map((x) => `${B.s5.reps(x)} runs per tool at ${n(x)}`).join(', ')}`);
-  if (only.has('s7')) out.push(`S7: ${B.s7.owners.toLocaleString('en-US')} owners registered one by one, ${B.s7.passes} passes, RSS at ${B.s7.rssSizes.join(', ')} owned rules${B.s7.root ? `; daemon from ${B.s7.root}` : ''}`);
+  if (only.has('s7')) out.push(`S7: ${B.s7.owners.toLocaleString('en-US')} owners registered one by one and ${(B.s7.inFlight ?? []).join(', ')} in flight, ${B.s7.passes} passes, RSS at ${B.s7.rssSizes.join(', ')} owned rules${B.s7.root ? `; daemon from ${B.s7.root}` : ''}`);
   if (only.has('s6')) {
     out.push(`S6 repetitions: ${B.s6.sizes.map((x) => {
       const r = B.s6.reps(x);

@@ -16,6 +16,7 @@
  * With `--root DIR` the daemon is another build's bin/nfkeeper.js (main's, for a before/after).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import { Agent } from 'node:http';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -39,7 +40,9 @@ export interface S7Results {
   rulesPerOwner: number;
   /** The daemon's build (this checkout, or --root). */
   root: string;
-  register: { totalMs: number; perSecond: number; put: Summary; cpuMsPerPut: number; rssMiB: number; hwmMiB: number };
+  register: Registration & { rssMiB: number; hwmMiB: number };
+  /** The same N owners registered into a fresh daemon with this many PUTs in flight (one client process). */
+  concurrent?: Registration[];
   one: { ops: number; reads: number; removeOps: number; removeReads: number };
   /** After a read-back: the event mirror serves the pass. */
   pass: Summary;
@@ -54,8 +57,26 @@ export interface S7Options {
   owners: number;
   passes: number;
   rssSizes: number[];
+  /** Concurrency levels measured after the one-by-one run (default none). */
+  inFlight?: number[];
   root?: string;
   log: (msg: string) => void;
+}
+
+export interface Registration {
+  /** PUTs in flight at once (1: one by one). */
+  inFlight: number;
+  totalMs: number;
+  perSecond: number;
+  /** Each PUT from sending to its answer, microseconds. */
+  put: Summary;
+  cpuMsPerPut: number;
+  /** The client process's own CPU (user + system) per PUT: it must not be what limits the rate. */
+  clientCpuMsPerPut: number;
+  /** Owners batches the daemon committed (nfkeeper_repairs_total{cause="owners"}). */
+  batches: number;
+  rssMiB?: number;
+  hwmMiB?: number;
 }
 
 const CLK_TCK = 100;
@@ -68,9 +89,9 @@ const cpuMs = (pid: number) => {
 const id = (i: number) => `alloc-${String(i).padStart(5, '0')}`;
 const us = (t0: number) => (performance.now() - t0) * 1000;
 
-function daemon(root: string, config: string, netns: string, port: number): { child: ChildProcess; ready: Promise<void>; stop: () => Promise<void> } {
+function daemon(root: string, config: string, netns: string, port: number, nodeFlags: string[] = []): { child: ChildProcess; ready: Promise<void>; stop: () => Promise<void> } {
   // With the Node flags bin/nfkeeper.js's first line gives, as the daemon runs when installed.
-  const child = spawn(process.execPath, [...daemonNodeFlags(root), join(root, 'bin', 'nfkeeper.js'), 'run', '--config', config, '--netns', netns, '--interval', '1s',
+  const child = spawn(process.execPath, [...daemonNodeFlags(root), ...nodeFlags, join(root, 'bin', 'nfkeeper.js'), 'run', '--config', config, '--netns', netns, '--interval', '1s',
     '--metrics', `127.0.0.1:${port}`, '--log-level', 'warn'], { stdio: ['ignore', 'ignore', 'inherit'] });
   const exited = new Promise((r) => child.on('exit', r));
   const ready = (async () => {
@@ -84,6 +105,71 @@ function daemon(root: string, config: string, netns: string, port: number): { ch
   return { child, ready, stop: async () => { child.kill('SIGTERM'); await exited; } };
 }
 
+const metric = async (port: number, name: string): Promise<number> => {
+  const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+  const line = text.split('\n').find((l) => l.startsWith(name));
+  return line ? Number(line.slice(line.lastIndexOf(' ') + 1)) : NaN;
+};
+
+/**
+ * N owners of 10 rules registered into a fresh `nfkeeper run` (its own namespace and state), with
+ * `inFlight` PUTs outstanding at a time from this process over one keep-alive agent (1: each PUT
+ * sent when the previous was answered). `cpuProfDir`: the daemon runs with --cpu-prof into it.
+ */
+export async function registerOwners(o: { root: string; dir: string; port: number; owners: number; inFlight: number;
+  log: (msg: string) => void; settleMs?: number; cpuProfDir?: string }): Promise<Registration> {
+  return withBenchNetns(`s7-reg${o.inFlight}`, async (ns) => {
+    const dir = mkdtempSync(join(o.dir, 'reg-'));
+    const file = join(dir, 'owners.yaml');
+    writeFileSync(file, ownersYaml(dir));
+    const d = daemon(o.root, file, ns.path, o.port, o.cpuProfDir ? ['--cpu-prof', '--cpu-prof-dir', o.cpuProfDir] : []);
+    const agent = new Agent({ keepAlive: true, maxSockets: o.inFlight });
+    try {
+      await d.ready;
+      const socket = join(dir, 'nfkeeper.sock');
+      const batches0 = await metric(o.port, 'nfkeeper_repairs_total{cause="owners"}');
+      const cpu0 = cpuMs(d.child.pid!);
+      const client0 = process.cpuUsage();
+      const puts: number[] = [];
+      let next = 0;
+      const t0 = performance.now();
+      const worker = async () => {
+        for (let i = next++; i < o.owners; i = next++) {
+          const t = performance.now();
+          const r = await call(socket, 'PUT', `/v1/owners/${id(i)}`, ownerSpec(i, 10), 120_000, agent);
+          puts.push(us(t));
+          if (r.status !== 201) throw new Error(`S7: PUT ${id(i)} answered ${r.status}: ${JSON.stringify(r.body)}`);
+          if (puts.length % 250 === 0) o.log(`    ${puts.length} owners registered, ${o.inFlight} in flight (${((performance.now() - t0) / 1000).toFixed(1)} s)`);
+        }
+      };
+      await Promise.all(Array.from({ length: o.inFlight }, worker));
+      const totalMs = performance.now() - t0;
+      const client = process.cpuUsage(client0);
+      const cpu = cpuMs(d.child.pid!) - cpu0;
+      const batches = await metric(o.port, 'nfkeeper_repairs_total{cause="owners"}') - batches0;
+      const s = open({ netns: ns.path });
+      const chains = (await s.listChains({ family: 'ip', table: 'nfkeeper' })).length;
+      s.close();
+      if (chains !== o.owners + 2) throw new Error(`S7: ${chains} chains in the kernel after registering ${o.owners} owners`);
+      const r: Registration = { inFlight: o.inFlight, totalMs, perSecond: o.owners / (totalMs / 1000), put: summarize(puts), cpuMsPerPut: cpu / o.owners,
+        clientCpuMsPerPut: (client.user + client.system) / 1000 / o.owners, batches };
+      if (o.settleMs) {
+        // The daemon's memory with N owners, after the read-back of its trusted commits (10 s).
+        await sleep(o.settleMs);
+        r.rssMiB = kib(d.child.pid!, 'VmRSS') / 1024;
+        r.hwmMiB = kib(d.child.pid!, 'VmHWM') / 1024;
+      }
+      o.log(`    ${o.owners} owners, ${o.inFlight === 1 ? 'one by one' : `${o.inFlight} in flight`}: ${totalMs.toFixed(0)} ms (${r.perSecond.toFixed(0)}/s), ` +
+        `PUT p50 ${(r.put.median / 1000).toFixed(2)} ms, p99 ${(r.put.p99 / 1000).toFixed(2)} ms, daemon CPU ${r.cpuMsPerPut.toFixed(2)} ms/PUT, ` +
+        `client CPU ${r.clientCpuMsPerPut.toFixed(2)} ms/PUT, ${batches} batches${r.rssMiB ? `, RSS ${r.rssMiB.toFixed(1)} MiB` : ''}`);
+      return r;
+    } finally {
+      agent.destroy();
+      await d.stop();
+    }
+  });
+}
+
 export async function runS7(o: S7Options): Promise<S7Results> {
   const root = o.root ?? PROJECT_ROOT;
   const dir = mkdtempSync(join(tmpdir(), 'nfk-s7-'));
@@ -91,40 +177,11 @@ export async function runS7(o: S7Options): Promise<S7Results> {
   try {
     const out: Partial<S7Results> = { owners: o.owners, rulesPerOwner: 10, root: o.root ? o.root : 'this checkout', rss: [] };
 
-    // Registration, one by one, against the daemon as its own process.
-    await withBenchNetns('s7-reg', async (ns) => {
-      const file = join(dir, 'owners.yaml');
-      writeFileSync(file, ownersYaml(dir));
-      const d = daemon(root, file, ns.path, port);
-      try {
-        await d.ready;
-        const socket = join(dir, 'nfkeeper.sock');
-        const cpu0 = cpuMs(d.child.pid!);
-        const puts: number[] = [];
-        const t0 = performance.now();
-        for (let i = 0; i < o.owners; i++) {
-          const t = performance.now();
-          const r = await call(socket, 'PUT', `/v1/owners/${id(i)}`, ownerSpec(i, 10));
-          puts.push(us(t));
-          if (r.status !== 201) throw new Error(`S7: PUT ${id(i)} answered ${r.status}: ${JSON.stringify(r.body)}`);
-          if ((i + 1) % 250 === 0) o.log(`    ${i + 1} owners registered (${((performance.now() - t0) / 1000).toFixed(1)} s)`);
-        }
-        const totalMs = performance.now() - t0;
-        const cpu = cpuMs(d.child.pid!) - cpu0;
-        const s = open({ netns: ns.path });
-        const chains = (await s.listChains({ family: 'ip', table: 'nfkeeper' })).length;
-        s.close();
-        if (chains !== o.owners + 2) throw new Error(`S7: ${chains} chains in the kernel after registering ${o.owners} owners`);
-        // The daemon's memory with N owners, after the read-back of its trusted commits (10 s).
-        await sleep(12_000);
-        out.register = { totalMs, perSecond: o.owners / (totalMs / 1000), put: summarize(puts), cpuMsPerPut: cpu / o.owners,
-          rssMiB: kib(d.child.pid!, 'VmRSS') / 1024, hwmMiB: kib(d.child.pid!, 'VmHWM') / 1024 };
-        o.log(`    ${o.owners} owners one by one: ${totalMs.toFixed(0)} ms (${out.register.perSecond.toFixed(0)}/s), PUT p50 ` +
-          `${(out.register.put.median / 1000).toFixed(2)} ms, daemon CPU ${out.register.cpuMsPerPut.toFixed(2)} ms/PUT, RSS ${out.register.rssMiB.toFixed(1)} MiB`);
-      } finally {
-        await d.stop();
-      }
-    });
+    // Registration against the daemon as its own process: one by one, then with requests in flight.
+    const reg = await registerOwners({ root, dir, port, owners: o.owners, inFlight: 1, log: o.log, settleMs: 12_000 });
+    out.register = { ...reg, rssMiB: reg.rssMiB!, hwmMiB: reg.hwmMiB! };
+    out.concurrent = [];
+    for (const inFlight of o.inFlight ?? []) out.concurrent.push(await registerOwners({ root, dir, port, owners: o.owners, inFlight, log: o.log }));
 
     // One more owner, its removal, and passes when only the generation moved: in process.
     await withBenchNetns('s7-pass', async (ns) => {

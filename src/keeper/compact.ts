@@ -9,7 +9,7 @@
  * Frozen is also what lets the batch validation check a rule's expressions once (validate.ts),
  * and the event mirror re-add them as they are.
  */
-import type { TableConfig } from '../config/config.js';
+import type { ChainConfig, TableConfig } from '../config/config.js';
 import type { Expr } from '../netlink/expr.js';
 
 
@@ -19,25 +19,32 @@ const EMPTY: never[] = Object.freeze([]) as never[];
 export function compactRules(tables: readonly TableConfig[]): void {
   // Per call: expressions are shared within one desired state; an older one's go with it.
   const shared = new Map<string, Expr>();
-  for (const t of tables) {
-    for (const c of t.chains) {
-      for (const r of c.rules) {
-        const compiled = r.compiled;
-        // Compacted already (a rule kept from the previous config, an owner's rule): its list is
-        // frozen. Not a WeakSet of the done ones: that was ~60 bytes a rule for the daemon's life.
-        if (Object.isFrozen(compiled.exprs)) continue;
-        const exprs = new Array<Expr>(compiled.exprs.length);
-        for (let i = 0; i < exprs.length; i++) {
-          const e = compiled.exprs[i]!;
-          const key = JSON.stringify(e);
-          let s = shared.get(key);
-          // Frozen as they are: a frozen copy made by spreading gets a hidden class of its own (~250 bytes).
-          if (s === undefined) shared.set(key, s = Object.freeze(e));
-          exprs[i] = s;
-        }
-        compiled.exprs = Object.freeze(exprs) as Expr[];
-        if (compiled.sets.length === 0) compiled.sets = EMPTY;
+  for (const t of tables) compactChains(t.chains, shared);
+}
+
+/**
+ * Compacts the rules of `chains` in place, sharing expressions through `shared`. An owner's rules
+ * are compacted once, when compiled (src/owners/spec.ts): a registration then need not walk every
+ * other owner's rules to find them compacted already (1.7 ms a PUT at 1,000 owners).
+ */
+export function compactChains(chains: Iterable<Pick<ChainConfig, 'rules'>>, shared = new Map<string, Expr>()): void {
+  for (const c of chains) {
+    for (const r of c.rules) {
+      const compiled = r.compiled;
+      // Compacted already (a rule kept from the previous config, an owner's rule): its list is
+      // frozen. Not a WeakSet of the done ones: that was ~60 bytes a rule for the daemon's life.
+      if (Object.isFrozen(compiled.exprs)) continue;
+      const exprs = new Array<Expr>(compiled.exprs.length);
+      for (let i = 0; i < exprs.length; i++) {
+        const e = compiled.exprs[i]!;
+        const key = JSON.stringify(e);
+        let s = shared.get(key);
+        // Frozen as they are: a frozen copy made by spreading gets a hidden class of its own (~250 bytes).
+        if (s === undefined) shared.set(key, s = Object.freeze(e));
+        exprs[i] = s;
       }
+      compiled.exprs = Object.freeze(exprs) as Expr[];
+      if (compiled.sets.length === 0) compiled.sets = EMPTY;
     }
   }
 }

@@ -296,10 +296,11 @@ export class Keeper extends EventEmitter {
   }
 
   private install(config: Config, owners: readonly Owner[]): void {
+    // Owners' rules are compacted when compiled (compileOwner): only a new config's rules are walked.
+    if (config !== this.config) compactRules(config.tables);
     this.config = config;
     this.owners = owners;
     this.desired = mergeOwners(config.tables, config.owners, owners);
-    compactRules(this.desired);
     this.metrics.owners.set(owners.length);
     this.monitor?.setFilter(this.ownedTables(), this.sock ? [this.sock.portId] : []);
     this.touches.setOwned(this.ownedTables());

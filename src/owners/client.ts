@@ -1,5 +1,5 @@
 /** The CLI's side of the control API: one HTTP request over the Unix socket. */
-import { request } from 'node:http';
+import { request, type Agent } from 'node:http';
 import { NfkeeperError } from '../errors.js';
 
 export interface Response {
@@ -12,11 +12,12 @@ export class NoDaemonError extends NfkeeperError {
   override name = 'NoDaemonError';
 }
 
-export function call(socketPath: string, method: string, path: string, body?: unknown, timeoutMs = 120_000): Promise<Response> {
+/** `agent`: a keep-alive agent of the caller's (a client sending many requests); default Node's global one. */
+export function call(socketPath: string, method: string, path: string, body?: unknown, timeoutMs = 120_000, agent?: Agent): Promise<Response> {
   const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
   return new Promise((resolve, reject) => {
     const req = request({
-      socketPath, method, path, timeout: timeoutMs,
+      socketPath, method, path, timeout: timeoutMs, ...(agent ? { agent } : {}),
       headers: payload ? { 'content-type': 'application/json', 'content-length': payload.length } : {},
     }, (res) => {
       const chunks: Buffer[] = [];

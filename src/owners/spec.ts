@@ -14,6 +14,7 @@ import type { Expr } from '../netlink/expr.js';
 import type { ChainType, Hook } from '../netlink/objects.js';
 import { checkRulePlacement, commentOf, tagMatcher, commentUserdata, compileRule, compiledSetResolver, renderRule,
   type CompiledRule } from '../rules/index.js';
+import { compactChains } from '../keeper/compact.js';
 import type { OwnersConfig } from './config.js';
 
 /**
@@ -214,6 +215,9 @@ export function compileOwner(idIn: unknown, body: unknown, owners: OwnersConfig,
     const list = compiledJumps.get(d);
     if (list && list.length > 0) jumps.set(d, list.map(finish));
   }
+  // In the form the keeper keeps desired rules (frozen, expressions shared), once here rather than
+  // by a walk of every owner's rules at each registration.
+  compactChains([...chains, ...[...jumps.values()].map((r) => ({ rules: r }))]);
   const rules = chains.reduce((n, c) => n + c.rules.length, 0) + [...jumps.values()].reduce((n, l) => n + l.length, 0);
   return { id, spec, chains, jumps, rules };
 }

@@ -1,0 +1,31 @@
+/**
+ * S7's registration alone (bench/scenarios/s7.ts registerOwners), for profiling the daemon:
+ *
+ *   npx tsx bench/s7-register.ts [--owners 1000] [--in-flight 1,8] [--root DIR] [--cpu-prof DIR]
+ *
+ * Each level registers the owners into a fresh `nfkeeper run` (this checkout's build, or --root's);
+ * with --cpu-prof the daemon writes a V8 CPU profile there when it stops (open it in Chrome's
+ * DevTools, or summarise it with bench/lib/cpuprofile.ts).
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { PROJECT_ROOT } from '../src/native.js';
+import { registerOwners } from './scenarios/s7.js';
+
+const arg = (name: string) => {
+  const i = process.argv.indexOf(name);
+  return i >= 0 ? process.argv[i + 1] : undefined;
+};
+const owners = Number(arg('--owners') ?? 1000);
+const levels = (arg('--in-flight') ?? '1').split(',').map(Number);
+const root = arg('--root') ? resolve(arg('--root')!) : PROJECT_ROOT;
+const prof = arg('--cpu-prof') ? resolve(arg('--cpu-prof')!) : undefined;
+const dir = mkdtempSync(join(tmpdir(), 'nfk-s7r-'));
+try {
+  for (const inFlight of levels) {
+    await registerOwners({ root, dir, port: 19950 + (process.pid % 40), owners, inFlight, log: (m) => console.error(m), cpuProfDir: prof });
+  }
+} finally {
+  rmSync(dir, { recursive: true, force: true });
+}
