@@ -24,7 +24,7 @@ import { MIRROR_MAX_ELEMENTS, MIRROR_MAX_OPS, Mirror } from './mirror.js';
 import { DRIFT_KINDS, TableOwnedError, protectionOf, type Drift, type Protection } from './reconcile.js';
 import { Reconciler, type Look } from './reconciler.js';
 import { OwnedTouches } from './known.js';
-import { mergeOwners, type Owner } from '../owners/index.js';
+import { mergeOwners, ownerIdsOf, type Owner } from '../owners/index.js';
 
 export type Cause = 'startup' | 'event' | 'tick' | 'overflow' | 'reload' | 'owners' | 'manual';
 /** Every cause, for the metrics' zero series; a Record so a new Cause not listed fails the typecheck. */
@@ -498,7 +498,7 @@ export class Keeper extends EventEmitter {
           : undefined,
         learn: true,
         tables: desired,
-        ownerIds: this.config.owners ? new Set(this.owners.map((o) => o.id)) : undefined,
+        ownerIds: this.config.owners ? ownerIdsOf(this.owners) : undefined,
         onObserved: (observed) => {
           for (const o of observed) {
             const p = protectionOf(o.table, sock.portId);

@@ -44,7 +44,7 @@ export interface PassInput {
   /** The desired tables, owners merged in. */
   tables: readonly TableConfig[];
   /** Registered owner ids when the config has an owners section: what they do not claim is garbage. */
-  ownerIds?: ReadonlySet<string>;
+  ownerIds?: Pick<ReadonlySet<string>, 'has'>;
   /** Look and diff only (check): the first look is the result. */
   readOnly?: boolean;
   /** A read-only caller may look at a table another live process owns. */

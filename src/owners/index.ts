@@ -4,7 +4,7 @@ export {
   OWNER_ID_RE, OWNER_SPEC, OwnerSpecError, compileOwner, ownerChainName, ownerOfRule, ownerTag, parseOwnerChain,
   validateOwnerId, type Owner, type OwnerSpec,
 } from './spec.js';
-export { mergeOwners, ownedGarbage, type OwnedGarbage } from './merge.js';
+export { mergeOwners, ownedGarbage, ownerIdsOf, type OwnedGarbage } from './merge.js';
 export { OwnersStateError, loadOwners, saveOwners } from './state.js';
 export { MAX_OWNERS, OwnerApplyError, OwnerRegistry } from './registry.js';
 export {

@@ -36,6 +36,15 @@ export function mergeOwners(tables: readonly TableConfig[], oc: OwnersConfig | u
   });
 }
 
+/**
+ * The registered ids, as owned GC asks them: the set is made at its first question. A registration
+ * asks none (its batch takes nothing out of a chain), and making it was O(owners) a pass.
+ */
+export function ownerIdsOf(owners: readonly Owner[]): Pick<ReadonlySet<string>, 'has'> {
+  let ids: Set<string> | undefined;
+  return { has: (id) => (ids ??= new Set(owners.map((o) => o.id))).has(id) };
+}
+
 export interface OwnedGarbage {
   /** Owner chains (by kernel name) that no registered owner claims. */
   chains: { family: string; table: string; name: string; id: string }[];
@@ -53,7 +62,7 @@ export interface OwnedGarbage {
  * in-place edit takes out, reconcile.ts rulesRemovedBy), only those are read.
  */
 export function ownedGarbage(desired: readonly TableConfig[], observed: readonly ObservedTable[],
-  registered: ReadonlySet<string>, drift?: readonly (readonly Drift[])[],
+  registered: Pick<ReadonlySet<string>, 'has'>, drift?: readonly (readonly Drift[])[],
   removedBy?: (d: Drift) => readonly Rule[] | undefined): OwnedGarbage {
   const out: OwnedGarbage = { chains: [], rules: [] };
   observed.forEach((o, i) => {

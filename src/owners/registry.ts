@@ -34,8 +34,28 @@ interface Queued {
   reject: (e: unknown) => void;
 }
 
+const byId = (a: Owner, b: Owner) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
+
+/** Where `id` is, or would go, in a list sorted by id. */
+function indexOf(list: readonly Owner[], id: string): number {
+  let lo = 0;
+  let hi = list.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (list[mid]!.id < id) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
 export class OwnerRegistry {
   private owners = new Map<string, Owner>();
+  /**
+   * The same owners sorted by id: what the keeper is given (mergeOwners then needs no sort). A
+   * group makes its next list from it by insertions and removals, and `owners` is changed in place
+   * once the group is applied: copying the map and sorting for every registration was O(owners).
+   */
+  private sorted: readonly Owner[] = [];
   private queue: Queued[] = [];
   /** A drain loop is alive and will look at the queue again before it ends. */
   private working = false;
@@ -52,6 +72,7 @@ export class OwnerRegistry {
     this.config = config;
     ownersTable(config);
     for (const o of owners) this.owners.set(o.id, o);
+    this.sorted = [...this.owners.values()].sort(byId);
   }
 
   get stateFile(): string {
@@ -59,7 +80,7 @@ export class OwnerRegistry {
   }
 
   list(): Owner[] {
-    return [...this.owners.values()].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+    return [...this.sorted];
   }
 
   get(id: string): Owner | undefined {
@@ -136,19 +157,34 @@ export class OwnerRegistry {
       for (let i = 0; i < 3; i++) await new Promise((r) => setImmediate(r));
       while (this.queue.length > 0) {
         const group = this.queue.splice(0);
-        const next = new Map(this.owners);
+        // The group's changes over the current owners, the last change of an id winning (null: deleted).
+        const staged = new Map<string, Owner | null>();
+        const now = (id: string) => (staged.has(id) ? staged.get(id) ?? undefined : this.owners.get(id));
         const results = group.map(({ change }) => {
           if (change.kind === 'delete') {
-            const existed = next.delete(change.id);
+            const existed = now(change.id) !== undefined;
+            if (existed) staged.set(change.id, null);
             return { existed, changed: existed };
           }
-          const had = next.get(change.owner.id);
-          next.set(change.owner.id, change.owner);
+          const had = now(change.owner.id);
+          staged.set(change.owner.id, change.owner);
           return { existed: had !== undefined, changed: had === undefined || specKey(had.spec) !== specKey(change.owner.spec) };
         });
         if (!results.some((r) => r.changed)) {
           group.forEach((q, i) => q.resolve(results[i]!));
           continue;
+        }
+        const list = this.sorted.slice();
+        for (const [id, owner] of staged) {
+          const i = indexOf(list, id);
+          const present = list[i]?.id === id;
+          if (owner === null) {
+            if (present) list.splice(i, 1);
+          } else if (present) {
+            list[i] = owner;
+          } else {
+            list.splice(i, 0, owner);
+          }
         }
         const changes: JournalChange[] = group.map(({ change: c }) => (c.kind === 'put' ? ['put', c.owner.id, c.owner.spec] : ['delete', c.id]));
         let state: OwnersState;
@@ -159,7 +195,7 @@ export class OwnerRegistry {
           // Written before the kernel sees the change. A journal append's fdatasync runs while the
           // kernel commits; nothing is answered before both are done: an answered change is on disk
           // and in the kernel.
-          durable = state.write(changes, this.owners.values(), next.values());
+          durable = state.write(changes, this.owners.values(), list);
         } catch (e) {
           this.state?.close();
           this.state = undefined;
@@ -167,10 +203,13 @@ export class OwnerRegistry {
           for (const q of group) q.reject(err);
           continue;
         }
-        const list = [...next.values()];
         const [applied, synced] = await Promise.allSettled([this.apply(list), durable]);
         if (applied.status === 'fulfilled' && synced.status === 'fulfilled') {
-          this.owners = next;
+          for (const [id, owner] of staged) {
+            if (owner === null) this.owners.delete(id);
+            else this.owners.set(id, owner);
+          }
+          this.sorted = list;
           this.groups++;
           if (state.due) {
             try {
@@ -184,7 +223,7 @@ export class OwnerRegistry {
         }
         if (applied.status === 'fulfilled') {
           // On disk it may not be: take the kernel back to the previous owners too.
-          await this.apply([...this.owners.values()]).catch(() => undefined);
+          await this.apply(this.sorted).catch(() => undefined);
         }
         // Undo the group on disk: the previous owners, whole (this is the rare path).
         try {

@@ -12,8 +12,7 @@ import type { ChainConfig, TableConfig } from '../config/config.js';
 import { NfkeeperError, RuleSyntaxError } from '../errors.js';
 import type { Expr } from '../netlink/expr.js';
 import type { ChainType, Hook } from '../netlink/objects.js';
-import { checkRulePlacement, commentOf, tagMatcher, commentUserdata, compileRule, compiledSetResolver, renderRule,
-  type CompiledRule } from '../rules/index.js';
+import { checkRulePlacement, commentOf, tagMatcher, commentUserdata, compileRule, compiledRule, type CompiledRule } from '../rules/index.js';
 import { compactChains } from '../keeper/compact.js';
 import type { OwnersConfig } from './config.js';
 
@@ -202,18 +201,20 @@ export function compileOwner(idIn: unknown, body: unknown, owners: OwnersConfig,
     }
   }));
 
-  const finish = (c: CompiledRule): ChainConfig['rules'][number] => {
+  // The canonical text (tag and kernel chain names in it) is rendered when first read, as a config
+  // rule's is: a registration reads few (a drift's description), and rendering each rule twice was
+  // a quarter of compiling an owner. The entry's `text` is the rule as the owner wrote it.
+  const finish = (c: CompiledRule, text: string): ChainConfig['rules'][number] => {
     const exprs = c.exprs.map((e): Expr => e.kind === 'immediate' && e.chain !== undefined && local.has(e.chain)
       ? { ...e, chain: ownerChainName(id, e.chain) } : e);
-    const compiled: CompiledRule = { ...c, exprs, userdata: tag };
-    compiled.text = renderRule(compiled, owners.family, compiledSetResolver(compiled));
-    return { text: compiled.text, compiled };
+    return { text, compiled: compiledRule(exprs, c.sets, owners.family, tag) };
   };
-  const chains: ChainConfig[] = spec.chains.map((ch, ci) => ({ name: ownerChainName(id, ch.name), rules: compiledChains[ci]!.map(finish) }));
+  const chains: ChainConfig[] = spec.chains.map((ch, ci) => ({ name: ownerChainName(id, ch.name),
+    rules: compiledChains[ci]!.map((c, ri) => finish(c, ch.rules[ri]!)) }));
   const jumps = new Map<string, ChainConfig['rules']>();
   for (const d of owners.dispatch) {
     const list = compiledJumps.get(d);
-    if (list && list.length > 0) jumps.set(d, list.map(finish));
+    if (list && list.length > 0) jumps.set(d, list.map((c, i) => finish(c, spec.jumps[d]![i]!)));
   }
   // In the form the keeper keeps desired rules (frozen, expressions shared), once here rather than
   // by a walk of every owner's rules at each registration.

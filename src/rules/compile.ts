@@ -225,6 +225,16 @@ function withRenderedText(exprs: Expr[], sets: NftSet[], family: Family, interfa
   return new LazyTextRule(exprs, sets, textSource(family, interfaces)) as unknown as CompiledRule;
 }
 
+/**
+ * A compiled rule made of other expressions and userdata than a compiled one (an owner's rule,
+ * tagged and jumping to its chains' kernel names), its text likewise rendered when first read.
+ */
+export function compiledRule(exprs: Expr[], sets: NftSet[], family: Family, userdata?: Hex): CompiledRule {
+  const out = withRenderedText(exprs, sets, family, undefined);
+  if (userdata !== undefined) out.userdata = userdata;
+  return out;
+}
+
 /** A SetResolver over a compiled rule's own anonymous sets (matched by setId). */
 export { compiledSetResolver };
 

@@ -1,6 +1,6 @@
 /** The rule language: nft rule text to the expression IR and back, and rule comparison. */
 export { RuleSyntaxError } from '../errors.js';
-export { compileRule, compiledSetResolver, queueRule, type CompileContext, type CompiledRule } from './compile.js';
+export { compileRule, compiledRule, compiledSetResolver, queueRule, type CompileContext, type CompiledRule } from './compile.js';
 export { renderRule, interfaceTable, type InterfaceResolver, type RenderOptions, type SetResolver } from './render.js';
 export { ruleKey, rulesEqual, setContentKey, setResolver } from './compare.js';
 export { commentOf, commentUserdata, decodeXtComment, xtComments, COMMENT_MAX } from './udata.js';
