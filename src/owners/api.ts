@@ -176,24 +176,15 @@ export async function serveControl(o: ControlOptions): Promise<ControlServer> {
         return;
       }
     }
-    const chunks: Buffer[] = [];
-    let size = 0;
-    let tooBig = false;
-    for await (const c of req as AsyncIterable<Buffer>) {
-      size += c.length;
-      if (size > MAX_BODY) {
-        tooBig = true;
-        break;
-      }
-      chunks.push(c);
-    }
-    if (tooBig) {
+    const read = await readBody(req);
+    if (read === 'aborted') return;  // the client went away mid-body: nobody to answer
+    if (read === 'too-big') {
       res.setHeader('connection', 'close');
       send(res, err(413, `the body is larger than ${MAX_BODY} bytes`));
       req.destroy();
       return;
     }
-    const body = chunks.length ? Buffer.concat(chunks).toString('utf8') : undefined;
+    const body = read.body;
     try {
       const r = await route(o, req.method ?? 'GET', req.url ?? '/', body);
       if (r.status >= 400 || req.method !== 'GET') {
@@ -228,6 +219,38 @@ export async function serveControl(o: ControlOptions): Promise<ControlServer> {
       server.closeAllConnections();
     }),
   };
+}
+
+/**
+ * The request's body (undefined when empty), read with plain listeners: an async iterator over the
+ * request threw when the client went away mid-body, and the handler's promise had no catcher, so
+ * that took the daemon down (an unhandled rejection). Stops reading past MAX_BODY.
+ */
+function readBody(req: IncomingMessage): Promise<{ body: string | undefined } | 'too-big' | 'aborted'> {
+  return new Promise((resolve) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const done = (r: { body: string | undefined } | 'too-big' | 'aborted') => {
+      req.off('data', onData);
+      req.off('end', onEnd);
+      req.off('error', onError);
+      req.off('close', onClose);
+      resolve(r);
+    };
+    const onData = (c: Buffer) => {
+      size += c.length;
+      if (size > MAX_BODY) done('too-big');
+      else chunks.push(c);
+    };
+    const text = () => ({ body: chunks.length === 0 ? undefined : Buffer.concat(chunks).toString('utf8') });
+    const onEnd = () => done(text());
+    const onError = () => done('aborted');
+    const onClose = () => done(req.complete ? text() : 'aborted');
+    req.on('data', onData);
+    req.on('end', onEnd);
+    req.on('error', onError);
+    req.on('close', onClose);
+  });
 }
 
 /** Creates the directory; removes a stale socket file, refuses when a daemon answers on it or it is not a socket. */

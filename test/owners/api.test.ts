@@ -1,6 +1,7 @@
 /** The control API on a real kernel: routes, idempotence, refusals that change nothing, repair and owned GC. */
 import { execFile } from 'node:child_process';
 import { readFileSync } from 'node:fs';
+import { createConnection } from 'node:net';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { open, type NftSocket } from '../../src/netlink/socket.js';
@@ -124,6 +125,38 @@ describe('control API', () => {
     expect(sock.generation()).toBe(gen);
     expect(listTable(ns)).toBe(table);
     expect(readFileSync(join(dir, 'state', 'owners.json'), 'utf8')).toBe(state);
+  });
+
+  it('a client that goes away in the middle of its body gets nothing done, and the daemon carries on', async () => {
+    await d.api('PUT', '/v1/owners/keep', ownerSpec(1));
+    const gen = sock.generation();
+    const table = listTable(ns);
+    const state = readFileSync(join(dir, 'state', 'owners.json'), 'utf8');
+    // Before the fix the request's reader threw 'aborted' into a promise nobody caught: Node ended the process.
+    const rejected: unknown[] = [];
+    const onRejection = (e: unknown) => rejected.push(e);
+    process.on('unhandledRejection', onRejection);
+    try {
+      const body = JSON.stringify(ownerSpec(2));
+      for (let i = 0; i < 3; i++) {
+        await new Promise<void>((resolve, reject) => {
+          const c = createConnection(d.socket, () => {
+            c.write(`PUT /v1/owners/gone${i} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body.slice(0, 20)}`);
+            setTimeout(() => { c.destroy(); resolve(); }, 50);
+          });
+          c.on('error', reject);
+        });
+      }
+      await sleep(100);
+      expect(rejected).toEqual([]);
+    } finally {
+      process.off('unhandledRejection', onRejection);
+    }
+    expect(sock.generation()).toBe(gen);
+    expect(listTable(ns)).toBe(table);
+    expect(readFileSync(join(dir, 'state', 'owners.json'), 'utf8')).toBe(state);
+    expect((await d.api('PUT', '/v1/owners/after', ownerSpec(3))).status).toBe(201);
+    expect(listTable(ns)).toContain('jump o/after/masq');
   });
 
   it('an owner chain tampered with is repaired like any owned chain', async () => {

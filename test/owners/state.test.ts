@@ -282,3 +282,41 @@ describe('the state journal (a state over 64 KiB)', () => {
     expect(() => loadOwners(c)).toThrow(/owners\.json\.journal: corrupt: line 2 is not a list of changes/);
   });
 });
+
+describe('a small state (under 64 KiB), rewritten whole', () => {
+  const setup = () => {
+    const dir = tempDir('small-state');
+    mkdirSync(join(dir, 'state'));
+    const c = parseConfig(ownersYaml(dir), join(dir, 'config.yaml'));
+    const owner = (i: number) => compileOwner(`o${i}`, ownerSpec(i, 3), c.owners!, c.tables[0]!);
+    return { dir: join(dir, 'state'), c, file: c.owners!.state, owner };
+  };
+
+  it('is written at once and renamed into place once synced (in the background, while the kernel commits): durable when the write resolves', async () => {
+    const { dir, c, file, owner } = setup();
+    const state = new OwnersState(file);
+    const [a, b] = [owner(1), owner(2)];
+    const first = state.write([['put', a.id, a.spec]], [], [a]);
+    // Nothing is under the name before the sync: a crash now leaves the previous state (none).
+    expect(existsSync(file)).toBe(false);
+    await first;
+    expect(loadOwners(c).map((o) => o.id)).toEqual(['o1']);
+    await state.write([['put', b.id, b.spec]], [a], [a, b]);
+    expect(loadOwners(c).map((o) => o.id)).toEqual(['o1', 'o2']);
+    expect(state.journaling).toBe(false);
+    expect(readdirSync(dir)).toEqual(['owners.json']);
+  });
+
+  it('a whole rewrite made while one is syncing wins: the syncing one is refused, not renamed over it', async () => {
+    const { dir, c, file, owner } = setup();
+    const state = new OwnersState(file);
+    const [a, b] = [owner(1), owner(2)];
+    await state.write([['put', a.id, a.spec]], [], [a]);
+    const pending = state.write([['put', b.id, b.spec]], [a], [a, b]);
+    // The registry's undo of a refused group (or the daemon stopping) rewrites the state whole.
+    state.compact([a]);
+    await expect(pending).rejects.toThrow(/replaced by another write/);
+    expect(loadOwners(c).map((o) => o.id)).toEqual(['o1']);
+    expect(readdirSync(dir)).toEqual(['owners.json']);
+  });
+});
