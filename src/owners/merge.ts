@@ -15,25 +15,104 @@ import { ownerOfRule, parseOwnerChain, type Owner } from './spec.js';
 
 export function mergeOwners(tables: readonly TableConfig[], oc: OwnersConfig | undefined, owners: readonly Owner[]): TableConfig[] {
   if (!oc) return [...tables];
-  // Usually in order already (the registry keeps ids as they come): sorting is then skipped.
-  let inOrder = true;
-  for (let i = 1; i < owners.length && inOrder; i++) inOrder = owners[i - 1]!.id < owners[i]!.id;
-  const sorted = inOrder ? owners : [...owners].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
-  // Plain loops: this runs on every registration, over every owner.
+  const prev = lastMerge.get(tables);
+  const m = (prev?.oc === oc ? mergeAgain(prev, owners) : undefined) ?? mergeAll(oc, owners);
+  lastMerge.set(tables, m);
   return tables.map((t) => {
     if (t.family !== oc.family || t.name !== oc.table) return t;
     const chains: ChainConfig[] = t.chains.map((c) => {
-      if (!oc.dispatch.includes(c.name)) return c;
-      const rules = c.rules.slice();
-      for (const o of sorted) {
-        const jumps = o.jumps.get(c.name);
-        if (jumps) for (const r of jumps) rules.push(r);
-      }
-      return rules.length === c.rules.length ? c : { ...c, rules };
+      const k = oc.dispatch.indexOf(c.name);
+      if (k < 0 || m.jumps[k]!.rules.length === 0) return c;
+      return { ...c, rules: c.rules.concat(m.jumps[k]!.rules) };
     });
-    for (const o of sorted) for (const c of o.chains) chains.push(c);
+    for (const c of m.chains) chains.push(c);
     return { ...t, chains };
   });
+}
+
+type Rules = ChainConfig['rules'];
+
+/**
+ * The owners' part of a merge, for one config's tables: the owners' chains in id order, and each
+ * dispatch chain's (oc.dispatch order) jump rules, with where each owner's start (`at[i]`; at[n]
+ * is the end). A registration changes one owner: the next merge copies the others' runs from here
+ * instead of asking every owner for its chains and jumps again (0.5 ms a registration at 1,000
+ * owners, about six times what the copying costs).
+ */
+interface Merged {
+  oc: OwnersConfig;
+  owners: readonly Owner[];
+  chains: ChainConfig[];
+  chainAt: number[];
+  jumps: { rules: Rules; at: number[] }[];
+}
+const lastMerge = new WeakMap<readonly TableConfig[], Merged>();
+
+function emptyMerge(oc: OwnersConfig, owners: readonly Owner[]): Merged {
+  return { oc, owners, chains: [], chainAt: [0], jumps: oc.dispatch.map(() => ({ rules: [], at: [0] })) };
+}
+
+function addOwner(m: Merged, o: Owner): void {
+  for (const c of o.chains) m.chains.push(c);
+  m.chainAt.push(m.chains.length);
+  m.oc.dispatch.forEach((d, k) => {
+    const j = m.jumps[k]!;
+    const rules = o.jumps.get(d);
+    if (rules) for (const r of rules) j.rules.push(r);
+    j.at.push(j.rules.length);
+  });
+}
+
+/** Every owner asked again (the first merge, another config, owners not in id order). */
+function mergeAll(oc: OwnersConfig, owners: readonly Owner[]): Merged {
+  // Usually in order already (the registry keeps them sorted): sorting is then skipped.
+  let inOrder = true;
+  for (let i = 1; i < owners.length && inOrder; i++) inOrder = owners[i - 1]!.id < owners[i]!.id;
+  const sorted = inOrder ? owners : [...owners].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+  const m = emptyMerge(oc, sorted);
+  for (const o of sorted) addOwner(m, o);
+  return m;
+}
+
+/**
+ * `owners` against the previous merge's: runs of the same objects are copied (pointers, no owner
+ * touched), the others asked. Undefined when `owners` is not in id order (an added owner out of
+ * place among its neighbours; the runs kept are in order, being the previous merge's).
+ */
+function mergeAgain(prev: Merged, owners: readonly Owner[]): Merged | undefined {
+  const P = prev.owners;
+  const m = emptyMerge(prev.oc, owners);
+  const copyRun = (i0: number, i1: number) => {
+    const base = m.chains.length - prev.chainAt[i0]!;
+    for (let x = prev.chainAt[i0]!; x < prev.chainAt[i1]!; x++) m.chains.push(prev.chains[x]!);
+    for (let i = i0 + 1; i <= i1; i++) m.chainAt.push(prev.chainAt[i]! + base);
+    prev.jumps.forEach((pj, k) => {
+      const j = m.jumps[k]!;
+      const jbase = j.rules.length - pj.at[i0]!;
+      for (let x = pj.at[i0]!; x < pj.at[i1]!; x++) j.rules.push(pj.rules[x]!);
+      for (let i = i0 + 1; i <= i1; i++) j.at.push(pj.at[i]! + jbase);
+    });
+  };
+  let i = 0;
+  let j = 0;
+  while (i < P.length || j < owners.length) {
+    const i0 = i;
+    while (i < P.length && j < owners.length && P[i] === owners[j]) { i++; j++; }
+    if (i > i0) copyRun(i0, i);
+    if (i >= P.length && j >= owners.length) break;
+    const a = P[i];
+    const b = owners[j];
+    if (a !== undefined && (b === undefined || a.id < b.id)) {
+      i++;  // removed
+      continue;
+    }
+    // Added (b before a), or put anew under a's id.
+    if ((j > 0 && !(owners[j - 1]!.id < b!.id)) || (j + 1 < owners.length && !(b!.id < owners[j + 1]!.id))) return undefined;
+    addOwner(m, b!);
+    if (a !== undefined && a.id === b!.id) i++;
+    j++;
+  }
+  return m;
 }
 
 /**
