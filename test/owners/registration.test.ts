@@ -8,6 +8,7 @@ import { describe, expect, it } from 'vitest';
 import type { Op } from '../../src/netlink/batch.js';
 import type { NftConn } from '../../src/netlink/conn.js';
 import { Batch } from '../../src/netlink/batch.js';
+import { loadOwners } from '../../src/owners/index.js';
 import { ownerSpec, withDaemon } from './fixtures.js';
 
 /** Records the keeper socket's commits and reads. */
@@ -167,4 +168,40 @@ describe('owners one at a time', () => {
       expect(ns.exec('nft', ['list', 'chain', 'ip', 'nfkeeper', 'o/o007/masq'])).toContain('tcp dport 1001 return');
     }, { mirror: false });
   }, 120_000);
+
+  it('many concurrent PUTs, re-PUTs and DELETEs of the same ids: the state file, the registry and the kernel agree; a bad request among them changes nothing', async () => {
+    await withDaemon('own-mixed', async ({ d, sock, ns }) => {
+      await Promise.all(Array.from({ length: 40 }, (_, i) => d.api('PUT', `/v1/owners/${id(i)}`, ownerSpec(i, 4))));
+      // Out of id order, and the same id put, put anew and deleted within one burst.
+      const order = Array.from({ length: 120 }, (_, k) => (k * 37) % 120);
+      const bad = d.api('PUT', '/v1/owners/o500', { chains: [{ name: 'masq', rules: ['ip daddr 10.0.0.1 masquerad'] }] });
+      const rs = await Promise.all(order.map((k) => {
+        const i = k % 60;
+        if (k >= 100 && i < 40) return d.api('DELETE', `/v1/owners/${id(i)}`);
+        return d.api('PUT', `/v1/owners/${id(i)}`, ownerSpec(i + (k >= 60 ? 1000 : 0), 4));
+      }));
+      expect(rs.every((r) => r.status === 200 || r.status === 201 || r.status === 404), JSON.stringify(rs.filter((r) => r.status >= 300))).toBe(true);
+      const refused = await bad;
+      expect(refused.status).toBe(400);
+      expect(refused.body.error).toMatch(/^chains\[0\]\.rules\[0\]: /);
+      const registered = d.registry.list().map((o) => o.id);
+      expect(registered).not.toContain('o500');
+      // The state as a restart loads it (the file and its journal, if any).
+      expect(loadOwners(d.config).map((o) => o.id).sort()).toEqual(registered);
+      const chains = (await sock.listChains({ family: 'ip', table: 'nfkeeper' })).map((c) => c.name).filter((n) => n.startsWith('o/')).sort();
+      expect(chains).toEqual(registered.map((i) => `o/${i}/masq`));
+      // Every jump in the dispatch chain, in id order, each to its owner's chain; the owner's rules as put last.
+      const post = await sock.listRules({ family: 'ip', table: 'nfkeeper', chain: 'postrouting' });
+      const targets = post.flatMap((r) => r.exprs.flatMap((e) => (e.kind === 'immediate' && e.chain ? [e.chain] : [])));
+      expect(targets).toEqual(registered.map((i) => `o/${i}/masq`));
+      // Each jump as its owner's last PUT said (the address differs between the two specs put).
+      const listed = ns.exec('nft', ['list', 'chain', 'ip', 'nfkeeper', 'postrouting']);
+      for (const o of d.registry.list()) {
+        const addr = /ip saddr ([\d.]+)\/32 jump masq/.exec(o.spec.jumps.postrouting![0]!)![1];
+        expect(listed).toContain(`ip saddr ${addr} jump o/${o.id}/masq`);
+      }
+      expect(await d.keeper.request('manual', 0)).toMatchObject({ status: 'in-sync', ops: 0 });
+    });
+  }, 120_000);
 });
+
