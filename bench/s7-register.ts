@@ -1,7 +1,7 @@
 /**
  * S7's registration alone (bench/scenarios/s7.ts registerOwners), for profiling the daemon:
  *
- *   npx tsx bench/s7-register.ts [--owners 1000] [--in-flight 1,8] [--root DIR] [--cpu-prof DIR]
+ *   npx tsx bench/s7-register.ts [--owners 1000] [--in-flight 1,8] [--root DIR] [--cpu-prof DIR] [--settle S]
  *
  * Each level registers the owners into a fresh `nfkeeper run` (this checkout's build, or --root's);
  * with --cpu-prof the daemon writes a V8 CPU profile there when it stops (open it in Chrome's
@@ -21,10 +21,12 @@ const owners = Number(arg('--owners') ?? 1000);
 const levels = (arg('--in-flight') ?? '1').split(',').map(Number);
 const root = arg('--root') ? resolve(arg('--root')!) : PROJECT_ROOT;
 const prof = arg('--cpu-prof') ? resolve(arg('--cpu-prof')!) : undefined;
+// --settle S: the daemon's RSS S seconds after the last answer (S7 waits 12 s, past the read-back).
+const settleMs = Number(arg('--settle') ?? 0) * 1000;
 const dir = mkdtempSync(join(tmpdir(), 'nfk-s7r-'));
 try {
   for (const inFlight of levels) {
-    await registerOwners({ root, dir, port: 19950 + (process.pid % 40), owners, inFlight, log: (m) => console.error(m), cpuProfDir: prof });
+    await registerOwners({ root, dir, port: 19950 + (process.pid % 40), owners, inFlight, log: (m) => console.error(m), cpuProfDir: prof, settleMs });
   }
 } finally {
   rmSync(dir, { recursive: true, force: true });

@@ -20,6 +20,13 @@ const arg = (name: string) => {
 const top = Number(arg('--top') ?? 40);
 const per = Number(arg('--per') ?? 1);
 const incl = (arg('--incl') ?? '').split(',').filter(Boolean);
+// --categories 'name=fnA|fnB;name2=fnC': each sample goes to the category of the nearest frame
+// (itself, then its callers) whose function is listed; the rest is "other".
+const categories = (arg('--categories') ?? '').split(';').filter(Boolean).map((c) => {
+  const [name, fns] = c.split('=');
+  return { name: name!, fns: new Set(fns!.split('|')) };
+});
+const byCategory = new Map<string, number>();
 // --stacks NAME: the callers of NAME's samples (five frames up), heaviest first.
 const stacksOf = arg('--stacks');
 const p = JSON.parse(readFileSync(file, 'utf8')) as Profile;
@@ -41,6 +48,13 @@ p.samples.forEach((id, i) => {
     for (let x = byId.get(parent.get(n.id) ?? -1); x && path.length < 5; x = byId.get(parent.get(x.id) ?? -1)) path.push(x.callFrame.functionName || '(anonymous)');
     stacks.set(path.join(' < '), (stacks.get(path.join(' < ')) ?? 0) + dt);
   }
+  if (categories.length) {
+    let cat = 'other';
+    find: for (let x: Node | undefined = n; x; x = byId.get(parent.get(x.id) ?? -1)) {
+      for (const c of categories) if (c.fns.has(x.callFrame.functionName)) { cat = c.name; break find; }
+    }
+    byCategory.set(cat, (byCategory.get(cat) ?? 0) + dt);
+  }
   const seen = new Set<string>();
   for (let x: Node | undefined = n; x; x = byId.get(parent.get(x.id) ?? -1)) {
     const f = x.callFrame.functionName;
@@ -57,4 +71,8 @@ if (incl.length) {
 if (stacksOf) {
   console.log(`callers of ${stacksOf}:`);
   for (const [k, v] of [...stacks].sort((a, b) => b[1] - a[1]).slice(0, 15)) console.log(`${fmt(v).padStart(12)}  ${k}`);
+}
+if (categories.length) {
+  console.log('by category:');
+  for (const [k, v] of [...byCategory].sort((a, b) => b[1] - a[1])) console.log(`${fmt(v).padStart(12)}  ${(100 * v / total).toFixed(1).padStart(5)} %  ${k}`);
 }
