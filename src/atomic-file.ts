@@ -4,7 +4,7 @@
  * leaves either the old content or the new one under the name, never a mix;
  * at worst a stray temp file remains, which readers never look at.
  */
-import { close, closeSync, fsync, fsyncSync, openSync, renameSync, unlinkSync, writeSync } from 'node:fs';
+import { closeSync, fsyncSync, openSync, renameSync, unlinkSync, writeSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 
 /** The temp file a write of `file` goes through (one per process, so two writers never share one). */
@@ -28,50 +28,4 @@ export function writeFileAtomic(file: string, text: string, mode = 0o600): void 
   renameSync(tmp, file);
   const dfd = openSync(dirname(file), 'r');
   try { fsyncSync(dfd); } finally { closeSync(dfd); }
-}
-
-/**
- * writeFileAtomic with its two fsyncs off the main thread: the temp file is written before this
- * returns, synced in the background, renamed over `file` on the main thread (only if `stillWanted()`
- * says so then: a whole rewrite made meanwhile wins), and the directory synced. Resolves once the
- * new content is durable under the name; rejects (the temp file removed) if it was not put there.
- * The owners state uses it so that a small state's rewrite is synced while the kernel commits.
- */
-export function writeFileAtomicInBackground(file: string, text: string, stillWanted: () => boolean, mode = 0o600): Promise<void> {
-  const tmp = `${tempPathOf(file)}.next`;
-  const fd = openSync(tmp, 'w', mode);
-  try {
-    const buf = Buffer.from(text, 'utf8');
-    for (let off = 0; off < buf.length;) off += writeSync(fd, buf, off, buf.length - off);
-  } catch (e) {
-    closeSync(fd);
-    try { unlinkSync(tmp); } catch { /* already gone */ }
-    throw e;
-  }
-  const dropTemp = () => { try { unlinkSync(tmp); } catch { /* already gone */ } };
-  return new Promise<void>((resolve, reject) => {
-    fsync(fd, (e) => {
-      closeSync(fd);
-      if (e) {
-        dropTemp();
-        reject(e);
-        return;
-      }
-      if (!stillWanted()) {
-        dropTemp();
-        reject(new Error(`${file}: replaced by another write before this one was renamed into place`));
-        return;
-      }
-      let dfd: number;
-      try {
-        renameSync(tmp, file);
-        dfd = openSync(dirname(file), 'r');
-      } catch (e2) {
-        dropTemp();
-        reject(e2);
-        return;
-      }
-      fsync(dfd, (e3) => close(dfd, () => (e3 ? reject(e3) : resolve())));
-    });
-  });
 }

@@ -14,7 +14,7 @@
 import { createHash } from 'node:crypto';
 import { closeSync, fdatasync, fsyncSync, openSync, readFileSync, statSync, unlinkSync, writeSync } from 'node:fs';
 import { dirname } from 'node:path';
-import { writeFileAtomic, writeFileAtomicInBackground } from '../atomic-file.js';
+import { writeFileAtomic } from '../atomic-file.js';
 import type { Config, TableConfig } from '../config/config.js';
 import { NfkeeperError } from '../errors.js';
 import type { OwnersConfig } from './config.js';
@@ -164,8 +164,6 @@ function replayJournal(file: string, fileText: string, specs: Map<string, unknow
 export class OwnersState {
   private fd?: number;
   private bytes = 0;
-  /** Bumped by every whole rewrite: a background one renames its file into place only if it is still the last. */
-  private epoch = 0;
   private fileBytes: number;
 
   constructor(readonly file: string) {
@@ -183,12 +181,8 @@ export class OwnersState {
    */
   write(changes: JournalChange[], before: Iterable<Owner>, after: Iterable<Owner>): Promise<void> {
     if (this.fd === undefined && this.fileBytes < JOURNAL_FROM_BYTES) {
-      // Written now, synced and renamed into place while the kernel commits (two fsyncs were ~2 ms
-      // of a small state's registration, in series before the commit). A compaction meanwhile wins.
-      const text = ownersText(after);
-      const epoch = ++this.epoch;
-      this.fileBytes = Buffer.byteLength(text);
-      return writeFileAtomicInBackground(this.file, text, () => this.epoch === epoch);
+      this.fileBytes = saveOwners(this.file, after);
+      return Promise.resolve();
     }
     const fd = this.fd ?? this.start(before);
     const buf = Buffer.from(JSON.stringify(changes) + '\n', 'utf8');
@@ -209,7 +203,6 @@ export class OwnersState {
 
   /** Rewrites the file with `owners` (atomically); the journal is gone after it. */
   compact(owners: Iterable<Owner>): void {
-    this.epoch++;
     this.close();
     this.fileBytes = saveOwners(this.file, owners);
     this.bytes = 0;
