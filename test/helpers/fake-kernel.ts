@@ -22,7 +22,8 @@
  *   closing the owner leaves a persist table as an orphan (flags 0x4) and
  *   deletes one without persist, without moving the generation;
  * - NAT statements outside nat chains, or reached through jumps from a base
- *   chain whose hook does not take them, are EOPNOTSUPP at the rule's op;
+ *   chain whose hook does not take them, are EOPNOTSUPP at the rule's op, and
+ *   so is `fib … oif`/`oifname` after routing (output, postrouting);
  *   jumps to a missing chain ENOENT, to a base chain EOPNOTSUPP;
  * - deleting a chain with rules or references is EBUSY, anything missing ENOENT.
  * Not modelled: objects, flowtables, set timeouts, xt compat, loops (ELOOP/EMLINK).
@@ -513,6 +514,9 @@ class Tx {
             if ((dnat || snat) && base.type !== 'nat') throw new Refused(ERRNO.EOPNOTSUPP);
             if (dnat && base.hook !== 'prerouting' && base.hook !== 'output') throw new Refused(ERRNO.EOPNOTSUPP);
             if (snat && base.hook !== 'postrouting' && base.hook !== 'input') throw new Refused(ERRNO.EOPNOTSUPP);
+            // nft_fib_validate: an output interface is known only before routing
+            if (e.kind === 'fib' && (e.result === 'oif' || e.result === 'oifname') &&
+              base.hook !== 'prerouting' && base.hook !== 'input' && base.hook !== 'forward') throw new Refused(ERRNO.EOPNOTSUPP);
             const to = jumpTarget(e);
             if (to !== undefined && t.chains.has(to)) walk(t.chains.get(to)!);
           }

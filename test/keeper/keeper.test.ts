@@ -235,7 +235,7 @@ describe('config reload refused by the kernel', () => {
   it('keeps the old desired state in force and reports the failure', async () => {
     await withKeeper({ tag: 'reload-refused', config: flannelConfig() }, async ({ ns, keeper }) => {
       const h = handles(ns, ...CHAIN);
-      // The kernel refuses a regular chain's masquerade when it is jumped to from a prerouting nat chain.
+      // The kernel refuses fib oif after routing (the config leaves expression hooks to the kernel).
       const refused = (await import('../../src/config/config.js')).parseConfig(`
 tables:
   - family: ip
@@ -246,13 +246,11 @@ tables:
         hook: postrouting
         priority: srcnat
         rules: ["return"]
-      - name: pre
-        type: nat
-        hook: prerouting
-        priority: dstnat
-        rules: ["jump sub"]
-      - name: sub
-        rules: ["masquerade"]
+      - name: out
+        type: filter
+        hook: output
+        priority: 0
+        rules: ["fib daddr oif missing drop"]
 `);
       await expect(keeper.setConfig(refused)).rejects.toThrow(/EOPNOTSUPP|Operation not supported/);
       expect((await keeper.metrics.reloadFailed.get()).values[0]!.value).toBe(1);
