@@ -27,6 +27,7 @@ Napi::Function NftMonitor::Init(Napi::Env env) {
                          InstanceMethod<&NftMonitor::Unref>("unref"),
                          InstanceMethod<&NftMonitor::Progress>("progress"),
                          InstanceMethod<&NftMonitor::Anchor>("anchor"),
+                         InstanceMethod<&NftMonitor::SkipOwn>("skipOwn"),
                      });
 }
 
@@ -154,6 +155,16 @@ Napi::Value NftMonitor::Anchor(const Napi::CallbackInfo& info) {
   if (info[0].IsNumber() && info[1].IsNumber()) {
     std::lock_guard<std::mutex> lock(filterMutex_);
     batcher_.Anchor(info[0].As<Napi::Number>().Uint32Value(), static_cast<uint64_t>(info[1].As<Napi::Number>().Int64Value()));
+  }
+  return info.Env().Undefined();
+}
+
+// skipOwn(generation): the caller learnt its own commit that made `generation` from its echo (see
+// EventBatcher::SkipOwn): its events wake no JavaScript.
+Napi::Value NftMonitor::SkipOwn(const Napi::CallbackInfo& info) {
+  if (info[0].IsNumber()) {
+    std::lock_guard<std::mutex> lock(filterMutex_);
+    batcher_.SkipOwn(info[0].As<Napi::Number>().Uint32Value());
   }
   return info.Env().Undefined();
 }

@@ -157,6 +157,9 @@ export class Keeper extends EventEmitter {
   private readonly touches = new OwnedTouches();
   /** The next pass reads the tables even if the generation says nothing moved: the trusted commit's read-back. */
   private readBackDue = false;
+  /** Reports of repairs done, run once the event loop has waited (later()). */
+  private reports: (() => void)[] = [];
+  private reportTimer?: NodeJS.Timeout;
 
   constructor(private readonly options: KeeperOptions) {
     super();
@@ -234,13 +237,15 @@ export class Keeper extends EventEmitter {
     this.queued = undefined;
     if (queued) this.settle(queued, { status: 'stopped', drift: [], ops: 0, attempts: 0 });
     await this.running?.catch(() => undefined);
+    this.flushReports();
     this.monitor?.close();
     this.sock?.close();
   }
 
-  /** Waits until no pass is running or queued. */
+  /** Waits until no pass is running or queued, and what they reported is out (metrics, log, events). */
   async idle(): Promise<void> {
     while (this.running) await this.running.catch(() => undefined);
+    this.flushReports();
   }
 
   /**
@@ -670,8 +675,9 @@ export class Keeper extends EventEmitter {
         return { status: 'deferred', drift: plan.drift, ops: 0, attempts: 1 };
       }
       mirror.expect(generation + 1, plan.expected);
+      let echoed;
       try {
-        await sock.commit(plan.batch, { expectGeneration: generation });
+        echoed = await sock.commit(plan.batch, { expectGeneration: generation, echo: true });
       } catch (e) {
         mirror.forget(generation + 1);
         if (e instanceof GenerationMismatchError) {
@@ -684,15 +690,33 @@ export class Keeper extends EventEmitter {
         return this.mirrorFallback(mirror.invalidReason);
       }
       trace?.('committed');
-      if (!isDeliberate) for (const d of plan.drift) this.metrics.drift.inc({ kind: d.kind });
       const ops = plan.batch.length;
-      this.committed(cause, detectedAt, { flat: plan.drift }, ops);
+      const committedAt = performance.now();
       // The guard held at `generation`, where the mirror was the kernel: our commit made generation + 1,
-      // the desired state. Its own events bring the new handles into the mirror.
+      // the desired state. The handles of the rules it added came back with its acknowledgements:
+      // the mirror takes them now, and the commit's own events need not wake this thread again
+      // (else, as from a kernel that does not echo, they bring the handles).
+      if (echoed && mirror.learnCommit(generation + 1, echoed.handles)) {
+        this.touches.touched(generation + 1);
+        monitor.skipOwn?.(generation + 1);
+      }
+      // What the next pass decides by is set now: the fight's clock and the verified generation.
+      if (!isDeliberate && this.fight.repaired(committedAt)) this.fightRaised(plan.drift);
       this.drifting = new Set();
-      this.verified(generation + 1, 'commit');
-      this.reportRepair({ cause, drift: plan.drift, ops, latencyMs: performance.now() - detectedAt, generation: generation + 1, attempts: 1 });
-      trace?.('reported');
+      this.verified(generation + 1, 'commit', false);
+      // What only reports the repair (metrics, the log line, the 'repaired' event) waits until the
+      // keeper has given the CPU up once: on a busy node the process that the broken rule held up
+      // runs first (see later()). A deliberate change's caller reads them as soon as it returns.
+      const report = () => {
+        if (!isDeliberate) for (const d of plan.drift) this.metrics.drift.inc({ kind: d.kind });
+        this.metrics.repairs.inc({ cause });
+        this.metrics.latency.observe((committedAt - detectedAt) / 1000);
+        if (this.lastVerified !== undefined) this.metrics.generation.set(this.lastVerified);
+        this.reportRepair({ cause, drift: plan.drift, ops, latencyMs: committedAt - detectedAt, generation: generation + 1, attempts: 1 });
+        trace?.('reported');
+      };
+      if (isDeliberate) report();
+      else this.later(report);
       return { status: 'repaired', drift: plan.drift, ops, attempts: 1, generation: generation + 1 };
     }
   }
@@ -731,12 +755,35 @@ export class Keeper extends EventEmitter {
     }
     this.metrics.repairs.inc({ cause });
     this.metrics.latency.observe((performance.now() - detectedAt) / 1000);
-    if (!deliberate(cause) && this.fight.repaired(performance.now())) {
-      this.metrics.fightLevel.set(this.fight.level);
-      this.log.warn({ fightLevel: this.fight.level, delayMs: this.fight.delay(), undone: look.flat.map((d) => d.detail) },
-        'something keeps undoing nfkeeper\'s rules; backing off');
-      this.emit('fight', this.fight.level);
-    }
+    if (!deliberate(cause) && this.fight.repaired(performance.now())) this.fightRaised(look.flat);
+  }
+
+  /** The repair just recorded raised the fight level: said at once (it changes what the next repairs do). */
+  private fightRaised(undone: readonly Drift[]): void {
+    this.metrics.fightLevel.set(this.fight.level);
+    this.log.warn({ fightLevel: this.fight.level, delayMs: this.fight.delay(), undone: undone.map((d) => d.detail) },
+      'something keeps undoing nfkeeper\'s rules; backing off');
+    this.emit('fight', this.fight.level);
+  }
+
+  /**
+   * Runs `report` after the event loop has next waited for something (a timer of 0 ms): a
+   * repair's own reporting (metrics, log, event) comes after the keeper has given the CPU up once.
+   * When the keeper and the process whose change it undid share a CPU (they do on a busy node: the
+   * kernel's notification wakes the keeper on the CPU that committed), everything the keeper runs
+   * before it waits again delays that process. idle() and stop() run what is pending.
+   */
+  private later(report: () => void): void {
+    this.reports.push(report);
+    if (this.reportTimer === undefined) this.reportTimer = setTimeout(() => this.flushReports(), 0).unref();
+  }
+
+  private flushReports(): void {
+    clearTimeout(this.reportTimer);
+    this.reportTimer = undefined;
+    const reports = this.reports;
+    this.reports = [];
+    for (const r of reports) r();
   }
 
   private scheduleAfter(ms: number, cause: Cause, detectedAt: number): void {
@@ -754,11 +801,11 @@ export class Keeper extends EventEmitter {
    * do not put it off for ever). 'keep': planned from the known state without a read, which leaves
    * the pending read-back as it was.
    */
-  private verified(gen: number, trusted: false | 'commit' | 'mirror' | 'keep' = false): void {
+  private verified(gen: number, trusted: false | 'commit' | 'mirror' | 'keep' = false, metric = true): void {
     this.lastVerified = gen;
     const now = performance.now();
     if (trusted !== 'keep') this.trustedSince = trusted === 'commit' ? now : trusted === 'mirror' ? this.trustedSince ?? now : undefined;
-    this.metrics.generation.set(gen);
+    if (metric) this.metrics.generation.set(gen);
     if (!this.ready) {
       this.ready = true;
       this.metrics.ready.set(1);

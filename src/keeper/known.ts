@@ -552,6 +552,11 @@ export class OwnedTouches {
     }
   }
 
+  /** Our own commit that made `generation` touched an owned table, learnt without its batch (Monitor.skipOwn). */
+  touched(generation: number): void {
+    this.lastTouch = Math.max(this.lastTouch, generation);
+  }
+
   /**
    * True when no commit after `from` up to `to` (the kernel's generation now) touched an owned
    * table: the monitor saw every commit whole from `from + 1` on, up to `to` at least, and every

@@ -13,8 +13,10 @@
  * - a foreign NEWRULE is an extra rule (the desired list has no room for it);
  *   one that takes a handle just deleted in the same commit is a replace, and
  *   sits in that rule's place;
- * - our own commit's events give the handles of the rules it added, in the
- *   order of its ops (planned here, see expect()).
+ * - our own commit's acknowledgements echo the handles of the rules it added
+ *   (learnCommit(); the commit's events then wake nobody, Monitor.skipOwn), or,
+ *   where they do not, its events give them, in the order of its ops (planned
+ *   here, see expect()).
  *
  * The repair of a mirror that differs is then exactly the difference: delete
  * each extra rule by handle, re-add each missing rule after the rule before
@@ -94,7 +96,7 @@ interface MirrorChain {
  * What an own commit's events must show, in order: DELRULE of a handle, or NEWRULE of desired rule j;
  * and (in any order) one element event per planned element op.
  */
-type Expected = { del: number; chain: MirrorChain } | { add: number; chain: MirrorChain } | { element: MirrorSet };
+type Expected = { del: number; chain: MirrorChain } | { add: number; chain: MirrorChain; op: number } | { element: MirrorSet };
 
 export interface MirrorPlan {
   batch: Batch;
@@ -348,6 +350,43 @@ export class Mirror {
     this.expected.set(generation, expected);
   }
 
+  /**
+   * Our commit expected at `generation` is in the kernel, and its acknowledgements echoed the handle
+   * of each rule it added (by op index, NftConn.commit's `echo`): the mirror takes them now, as it
+   * would from the commit's events, which the caller then need not have delivered (Monitor.skipOwn).
+   * The guard held at the generation before, where the mirror was exact, so the commit was exactly
+   * the plan. False, with nothing changed, when the echo does not cover the plan (element ops, a
+   * handle missing) or the commit's events were applied already: the events say it then.
+   */
+  learnCommit(generation: number, handles: ReadonlyMap<number, number>): boolean {
+    const plan = this.expected.get(generation);
+    if (!plan || !this.valid || this.generation >= generation) return false;
+    for (const x of plan) {
+      if ('element' in x) return false;
+      if ('add' in x && !(handles.get(x.op)! > 0)) return false;
+    }
+    this.expected.delete(generation);
+    for (const x of plan) {
+      if ('del' in x) {
+        if (x.chain.extras.delete(x.del)) continue;
+        this.fail(`our commit ${generation} deleted rule handle ${x.del}, which the mirror did not hold`);
+        return false;
+      }
+      if (!('add' in x)) continue;
+      const c = x.chain;
+      const h = handles.get(x.op)!;
+      if (c.byHandle.has(h) || c.extras.has(h)) {
+        this.fail(`our commit ${generation} added rule handle ${h}, which the mirror holds already`);
+        return false;
+      }
+      c.handles[x.add] = h;
+      c.byHandle.set(h, x.add);
+      c.missing.delete(x.add);
+    }
+    this.generation = generation;
+    return true;
+  }
+
   /** The commit expected at `generation` did not happen. */
   forget(generation: number): void {
     this.expected.delete(generation);
@@ -404,14 +443,14 @@ export class Mirror {
           // Whole op literals, one shape each: spreading them together cost more than the rest of the plan.
           if (h !== undefined) {
             batch.push({ verb: 'replace', object: 'rule', family: c.family, table: c.table, chain: c.name, exprs, userdata: r.userdata, id, handle: h });  // same place, same handle
-            expected.push({ del: h, chain: c }, { add: j, chain: c });
+            expected.push({ del: h, chain: c }, { add: j, chain: c, op: batch.length - 1 });
             continue;
           }
           const after = j === 0 ? 0 : c.handles[j - 1]!;
           if (j === 0) batch.push({ verb: 'insert', object: 'rule', family: c.family, table: c.table, chain: c.name, exprs, userdata: r.userdata, id });  // at the head of the chain
           else if (after > 0) batch.push({ verb: 'add', object: 'rule', family: c.family, table: c.table, chain: c.name, exprs, userdata: r.userdata, id, position: after });
           else batch.push({ verb: 'add', object: 'rule', family: c.family, table: c.table, chain: c.name, exprs, userdata: r.userdata, id, positionId: ids.get(j - 1)! });  // after the one re-added just before
-          expected.push({ add: j, chain: c });
+          expected.push({ add: j, chain: c, op: batch.length - 1 });
         }
       }
     }

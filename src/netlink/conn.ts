@@ -63,6 +63,8 @@ export interface NftWatch {
   /** What the watcher has seen (the kernel monitor has it; a watcher without it gets no mirror). */
   progress?(): MonitorProgress;
   anchor?(generation: number, overflowsSeen: number): void;
+  /** Our own commit that made `generation` is known already: its batch need not be delivered (Monitor.skipOwn). */
+  skipOwn?(generation: number): void;
 }
 
 /** Opens connections and monitors in one network namespace. */

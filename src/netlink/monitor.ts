@@ -107,6 +107,16 @@ export class Monitor {
     this.native.anchor(generation, overflowsSeen);
   }
 
+  /**
+   * The caller learnt its own commit that made `generation` from the commit itself (the kernel's
+   * echo of its new rules): that commit's batch, of ignored ports' events only, is neither handed
+   * to onBatch nor counted in progress().delivered, so it wakes no JavaScript. Ignored for a
+   * generation the monitor has read already (it was handed over) and by an addon built before it.
+   */
+  skipOwn(generation: number): void {
+    this.native.skipOwn?.(generation);
+  }
+
   setFilter(tables: { family: Family; name: string }[] | undefined, ignorePorts: number[] = []): void {
     this.native.setFilter(toPairs(tables), ignorePorts);
   }

@@ -17,6 +17,8 @@ export interface NativeMonitor {
   setFilter(tables: [string, string][] | null, ignorePorts: number[]): void;
   progress(): [number, number, number];
   anchor(generation: number, overflowsSeen: number): void;
+  /** Absent from an addon built before it. */
+  skipOwn?(generation: number): void;
   ref(): void;
   unref(): void;
 }

@@ -9,7 +9,7 @@
  * sentinel's, with nothing in between.
  */
 import { describe, expect, it } from 'vitest';
-import { Monitor, open, type MonitorBatch } from '../../src/index.js';
+import { Monitor, open, type MonitorBatch, type Op } from '../../src/index.js';
 import { withNetns } from '../helpers/netns.js';
 import { OWNED, ownedSetup } from './fixtures.js';
 
@@ -112,6 +112,46 @@ describe('monitor', () => {
         s.close();
       }
     }, 'mon');
+  });
+
+  it('delivers our own commits with ownCommits, except one the caller learnt from its echo (skipOwn), uncounted', async () => {
+    await withNetns(async (ns) => {
+      const s = open({ netns: ns.path });
+      const other = open({ netns: ns.path });
+      await s.commit(ownedSetup());
+      const inbox = new Inbox();
+      const m = new Monitor({ netns: ns.path, tables: [{ family: F, name: T }], ignorePorts: [s.portId], ownCommits: true, onBatch: inbox.push });
+      const rule: Op = { verb: 'add', object: 'rule', family: F, table: T, chain: C, exprs: [{ kind: 'counter' }] };
+      try {
+        // Our own commit, not skipped: delivered, flagged not foreign.
+        await s.commit([rule]);
+        const own = await inbox.next();
+        expect(own.foreign).toBe(false);
+        const d0 = m.progress().delivered;
+        // Skipped: its generation neither calls back nor counts; the monitor still reads its NEWGEN.
+        const g = s.generation();
+        const echoed = await s.commit([rule], { expectGeneration: g, echo: true });
+        expect(echoed && [...echoed.handles.keys()]).toEqual([0]);
+        m.skipOwn(g + 1);
+        // A foreign commit after it is the next batch, with the run unbroken.
+        await other.commit([rule]);
+        const sentinel = await inbox.next();
+        expect(sentinel.foreign).toBe(true);
+        expect(sentinel.generation).toBe(g + 2);
+        expect(sentinel.since).toBeLessThanOrEqual(g + 1);
+        expect(inbox.pending).toBe(0);
+        expect(m.progress()).toMatchObject({ lastGeneration: g + 2, delivered: d0 + 1 });
+        // A skip for a generation the monitor has read already changes nothing; neither does an old one.
+        m.skipOwn(g + 2);
+        m.skipOwn(g + 1);
+        await s.commit([rule]);
+        expect((await inbox.next()).generation).toBe(g + 3);
+      } finally {
+        m.close();
+        other.close();
+        s.close();
+      }
+    });
   });
 
   it('element events carry their elements as a dump gives them (vmap, data map, timeout set)', async () => {
