@@ -14,13 +14,13 @@ import pino, { type Logger } from 'pino';
 import type { Config, TableConfig } from '../config/config.js';
 import { KeeperMetrics } from '../metrics.js';
 import { Batch } from '../netlink/batch.js';
-import type { NftConn, NftHost, NftWatch } from '../netlink/conn.js';
+import type { CommitResult, NftConn, NftHost, NftWatch } from '../netlink/conn.js';
 import { kernelHost } from '../netlink/host.js';
 import type { MonitorBatch } from '../netlink/monitor.js';
 import { GenerationMismatchError } from '../errors.js';
 import { DEFAULT_FIGHT, Fight, type FightOptions } from './fight.js';
 import { compactRules } from './compact.js';
-import { MIRROR_MAX_ELEMENTS, MIRROR_MAX_OPS, Mirror } from './mirror.js';
+import { MIRROR_MAX_ELEMENTS, MIRROR_MAX_OPS, Mirror, type MirrorPlan } from './mirror.js';
 import { DRIFT_KINDS, TableOwnedError, protectionOf, type Drift, type Protection } from './reconcile.js';
 import { Reconciler, type Look } from './reconciler.js';
 import { OwnedTouches } from './known.js';
@@ -157,6 +157,8 @@ export class Keeper extends EventEmitter {
   private readonly touches = new OwnedTouches();
   /** The next pass reads the tables even if the generation says nothing moved: the trusted commit's read-back. */
   private readBackDue = false;
+  /** The generation at which the guard last refused a repair planned from the mirror: the monitor trails it. */
+  private refusedAt = -1;
   /** Reports of repairs done, run once the event loop has waited (later()). */
   private reports: (() => void)[] = [];
   private reportTimer?: NodeJS.Timeout;
@@ -397,8 +399,9 @@ export class Keeper extends EventEmitter {
       return;
     }
     if (b.generation === this.lastVerified) return;
-    // The pass runs at once, up to its commit (small commits are sent inline): count after it.
-    this.poke('event', performance.now());
+    // The repair runs at once, up to its commit, here or in a pass (small commits are sent inline): count after it.
+    const now = performance.now();
+    if (!this.repairNow(now)) this.poke('event', now);
     this.metrics.events.inc();
   }
 
@@ -644,7 +647,8 @@ export class Keeper extends EventEmitter {
       if (!careful) {
         const p = monitor.progress();
         generation = p.lastGeneration;
-        if (!mirror.exactAt(generation, p)) continue;
+        // The guard refused a repair at this generation already (repairNow): the monitor trails.
+        if (generation === this.refusedAt || !mirror.exactAt(generation, p)) continue;
       } else {
         // The monitor reads its socket when this thread's event loop polls: it trails the kernel by a turn of the loop.
         generation = sock.generation();
@@ -679,46 +683,102 @@ export class Keeper extends EventEmitter {
       try {
         echoed = await sock.commit(plan.batch, { expectGeneration: generation, echo: true });
       } catch (e) {
-        mirror.forget(generation + 1);
-        if (e instanceof GenerationMismatchError) {
-          this.metrics.generationRetries.inc();
-          if (!careful) continue;
-          return this.mirrorFallback('another commit came first (the guard refused the repair)');
-        }
-        mirror.invalidate(`the kernel refused a repair planned from the mirror: ${(e as Error).message}`);
-        this.log.warn({ err: (e as Error).message }, 'a repair planned from the events was refused; reading the kernel instead');
-        return this.mirrorFallback(mirror.invalidReason);
+        if (this.mirrorRefused(e, generation) && !careful) continue;
+        return this.mirrorFallback(e instanceof GenerationMismatchError ? 'another commit came first (the guard refused the repair)' : mirror.invalidReason);
       }
-      trace?.('committed');
-      const ops = plan.batch.length;
-      const committedAt = performance.now();
-      // The guard held at `generation`, where the mirror was the kernel: our commit made generation + 1,
-      // the desired state. The handles of the rules it added came back with its acknowledgements:
-      // the mirror takes them now, and the commit's own events need not wake this thread again
-      // (else, as from a kernel that does not echo, they bring the handles).
-      if (echoed && mirror.learnCommit(generation + 1, echoed.handles)) {
-        this.touches.touched(generation + 1);
-        monitor.skipOwn?.(generation + 1);
-      }
-      // What the next pass decides by is set now: the fight's clock and the verified generation.
-      if (!isDeliberate && this.fight.repaired(committedAt)) this.fightRaised(plan.drift);
-      this.drifting = new Set();
-      this.verified(generation + 1, 'commit', false);
-      // What only reports the repair (metrics, the log line, the 'repaired' event) waits until the
-      // keeper has given the CPU up once: on a busy node the process that the broken rule held up
-      // runs first (see later()). A deliberate change's caller reads them as soon as it returns.
-      const report = () => {
-        if (!isDeliberate) for (const d of plan.drift) this.metrics.drift.inc({ kind: d.kind });
-        this.metrics.repairs.inc({ cause });
-        this.metrics.latency.observe((committedAt - detectedAt) / 1000);
-        if (this.lastVerified !== undefined) this.metrics.generation.set(this.lastVerified);
-        this.reportRepair({ cause, drift: plan.drift, ops, latencyMs: committedAt - detectedAt, generation: generation + 1, attempts: 1 });
-        trace?.('reported');
-      };
-      if (isDeliberate) report();
-      else this.later(report);
-      return { status: 'repaired', drift: plan.drift, ops, attempts: 1, generation: generation + 1 };
+      return this.mirrorCommitted(plan, generation, echoed, cause, detectedAt);
     }
+  }
+
+  /**
+   * The repair of the foreign commit the monitor has just handed over, at once: mirrorPass's first
+   * attempt (guarded by the monitor's last generation, no read), run synchronously inside the
+   * event's callback, without the request queue's promises and microtask hops, when nothing stands
+   * in its way: no pass running or queued, the mirror exact at that generation, a small plan, no
+   * fight delay, and a connection that commits inline. False: nothing was committed (or the guard
+   * refused it), and the caller requests a pass, which decides as before.
+   */
+  private repairNow(detectedAt: number): boolean {
+    const mirror = this.mirror;
+    const monitor = this.monitor;
+    const sock = this.sock!;
+    if (this.draining || !mirror?.valid || !monitor?.progress || this.retired.length > 0 || sock.commitNow === undefined) return false;
+    const p = monitor.progress();
+    const generation = p.lastGeneration;
+    if (generation === this.refusedAt || !mirror.exactAt(generation, p)) return false;
+    const trace = this.options.trace;
+    trace?.('pass');
+    trace?.('proved');
+    const plan = mirror.plan();
+    trace?.('planned');
+    if (plan === undefined || plan === 'clean' || this.fight.waitFrom(performance.now()) > 0) return false;
+    mirror.expect(generation + 1, plan.expected);
+    let echoed;
+    try {
+      echoed = sock.commitNow(plan.batch, { expectGeneration: generation, echo: true });
+    } catch (e) {
+      // A pass follows (the caller's request): after a refusal by the guard it reads the generation first.
+      if (!this.mirrorRefused(e, generation)) this.mirrorFallback(mirror.invalidReason);
+      return false;
+    }
+    if (echoed === false) {
+      mirror.forget(generation + 1);
+      return false;
+    }
+    this.mirrorCommitted(plan, generation, echoed, 'event', detectedAt);
+    return true;
+  }
+
+  /**
+   * A repair planned from the mirror was refused: true when by the guard (a commit the monitor had
+   * not delivered yet came first; the next attempt reads the generation), else the mirror is off.
+   */
+  private mirrorRefused(e: unknown, generation: number): boolean {
+    this.mirror!.forget(generation + 1);
+    if (e instanceof GenerationMismatchError) {
+      this.metrics.generationRetries.inc();
+      this.refusedAt = generation;
+      return true;
+    }
+    this.mirror!.invalidate(`the kernel refused a repair planned from the mirror: ${(e as Error).message}`);
+    this.log.warn({ err: (e as Error).message }, 'a repair planned from the events was refused; reading the kernel instead');
+    return false;
+  }
+
+  /** After the commit of a repair planned from the mirror, guarded at `generation`. */
+  private mirrorCommitted(plan: MirrorPlan, generation: number, echoed: void | CommitResult, cause: Cause,
+    detectedAt: number): Omit<PassOutcome, 'cause'> {
+    const trace = this.options.trace;
+    trace?.('committed');
+    const isDeliberate = deliberate(cause);
+    const ops = plan.batch.length;
+    const committedAt = performance.now();
+    // The guard held at `generation`, where the mirror was the kernel: our commit made generation + 1,
+    // the desired state. The handles of the rules it added came back with its acknowledgements:
+    // the mirror takes them now, and the commit's own events need not wake this thread again
+    // (else, as from a kernel that does not echo, they bring the handles).
+    if (echoed && this.mirror!.learnCommit(generation + 1, echoed.handles)) {
+      this.touches.touched(generation + 1);
+      this.monitor!.skipOwn?.(generation + 1);
+    }
+    // What the next pass decides by is set now: the fight's clock and the verified generation.
+    if (!isDeliberate && this.fight.repaired(committedAt)) this.fightRaised(plan.drift);
+    this.drifting = new Set();
+    this.verified(generation + 1, 'commit', false);
+    // What only reports the repair (metrics, the log line, the 'repaired' event) waits until the
+    // keeper has given the CPU up once: on a busy node the process that the broken rule held up
+    // runs first (see later()). A deliberate change's caller reads them as soon as it returns.
+    const report = () => {
+      if (!isDeliberate) for (const d of plan.drift) this.metrics.drift.inc({ kind: d.kind });
+      this.metrics.repairs.inc({ cause });
+      this.metrics.latency.observe((committedAt - detectedAt) / 1000);
+      if (this.lastVerified !== undefined) this.metrics.generation.set(this.lastVerified);
+      this.reportRepair({ cause, drift: plan.drift, ops, latencyMs: committedAt - detectedAt, generation: generation + 1, attempts: 1 });
+      trace?.('reported');
+    };
+    if (isDeliberate) report();
+    else this.later(report);
+    return { status: 'repaired', drift: plan.drift, ops, attempts: 1, generation: generation + 1 };
   }
 
   /**
