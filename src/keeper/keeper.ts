@@ -99,6 +99,18 @@ const MIRROR_WAIT_MS = 100;
 
 const deliberate = (c: Cause) => c === 'reload' || c === 'owners';
 
+/** A repair planned from the mirror and committed, waiting to be reported (Keeper.later). */
+interface DoneRepair {
+  drift: Drift[];
+  ops: number;
+  generation: number;
+  cause: Cause;
+  detectedAt: number;
+  committedAt: number;
+  /** It answered an event, which is counted with it. */
+  event: boolean;
+}
+
 export interface RepairReport {
   cause: Cause;
   drift: Drift[];
@@ -159,8 +171,8 @@ export class Keeper extends EventEmitter {
   private readBackDue = false;
   /** The generation at which the guard last refused a repair planned from the mirror: the monitor trails it. */
   private refusedAt = -1;
-  /** Reports of repairs done, run once the event loop has waited (later()). */
-  private reports: (() => void)[] = [];
+  /** Repairs planned from the mirror and committed, reported once the event loop has waited (later()). */
+  private reports: DoneRepair[] = [];
   private reportTimer?: NodeJS.Timeout;
 
   constructor(private readonly options: KeeperOptions) {
@@ -239,6 +251,7 @@ export class Keeper extends EventEmitter {
     this.queued = undefined;
     if (queued) this.settle(queued, { status: 'stopped', drift: [], ops: 0, attempts: 0 });
     await this.running?.catch(() => undefined);
+    clearTimeout(this.reportTimer);
     this.flushReports();
     this.monitor?.close();
     this.sock?.close();
@@ -401,7 +414,8 @@ export class Keeper extends EventEmitter {
     if (b.generation === this.lastVerified) return;
     // The repair runs at once, up to its commit, here or in a pass (small commits are sent inline): count after it.
     const now = performance.now();
-    if (!this.repairNow(now)) this.poke('event', now);
+    if (this.repairNow(now)) return;
+    this.poke('event', now);
     this.metrics.events.inc();
   }
 
@@ -726,6 +740,8 @@ export class Keeper extends EventEmitter {
       return false;
     }
     this.mirrorCommitted(plan, generation, echoed, 'event', detectedAt);
+    // The event is counted with the repair's report, after the wait.
+    this.reports[this.reports.length - 1]!.event = true;
     return true;
   }
 
@@ -768,16 +784,9 @@ export class Keeper extends EventEmitter {
     // What only reports the repair (metrics, the log line, the 'repaired' event) waits until the
     // keeper has given the CPU up once: on a busy node the process that the broken rule held up
     // runs first (see later()). A deliberate change's caller reads them as soon as it returns.
-    const report = () => {
-      if (!isDeliberate) for (const d of plan.drift) this.metrics.drift.inc({ kind: d.kind });
-      this.metrics.repairs.inc({ cause });
-      this.metrics.latency.observe((committedAt - detectedAt) / 1000);
-      if (this.lastVerified !== undefined) this.metrics.generation.set(this.lastVerified);
-      this.reportRepair({ cause, drift: plan.drift, ops, latencyMs: committedAt - detectedAt, generation: generation + 1, attempts: 1 });
-      trace?.('reported');
-    };
-    if (isDeliberate) report();
-    else this.later(report);
+    const done: DoneRepair = { drift: plan.drift, ops, generation: generation + 1, cause, detectedAt, committedAt, event: false };
+    if (isDeliberate) this.reportMirrorRepair(done);
+    else this.later(done);
     return { status: 'repaired', drift: plan.drift, ops, attempts: 1, generation: generation + 1 };
   }
 
@@ -827,23 +836,36 @@ export class Keeper extends EventEmitter {
   }
 
   /**
-   * Runs `report` after the event loop has next waited for something (a timer of 0 ms): a
+   * Reports `done` after the event loop has next waited for something (a timer of 0 ms): a
    * repair's own reporting (metrics, log, event) comes after the keeper has given the CPU up once.
    * When the keeper and the process whose change it undid share a CPU (they do on a busy node: the
    * kernel's notification wakes the keeper on the CPU that committed), everything the keeper runs
-   * before it waits again delays that process. idle() and stop() run what is pending.
+   * before it waits again delays that process. One timer, made once and re-armed (a new one per
+   * repair cost tens of µs before the wait); idle() and stop() report what is pending.
    */
-  private later(report: () => void): void {
-    this.reports.push(report);
+  private later(done: DoneRepair): void {
+    this.reports.push(done);
+    if (this.reports.length > 1) return;
     if (this.reportTimer === undefined) this.reportTimer = setTimeout(() => this.flushReports(), 0).unref();
+    else this.reportTimer.refresh();
   }
 
   private flushReports(): void {
-    clearTimeout(this.reportTimer);
-    this.reportTimer = undefined;
+    if (this.reports.length === 0) return;
     const reports = this.reports;
     this.reports = [];
-    for (const r of reports) r();
+    for (const r of reports) this.reportMirrorRepair(r);
+  }
+
+  /** What a repair planned from the mirror reports once it is committed. */
+  private reportMirrorRepair(r: DoneRepair): void {
+    if (r.event) this.metrics.events.inc();
+    if (!deliberate(r.cause)) for (const d of r.drift) this.metrics.drift.inc({ kind: d.kind });
+    this.metrics.repairs.inc({ cause: r.cause });
+    this.metrics.latency.observe((r.committedAt - r.detectedAt) / 1000);
+    if (this.lastVerified !== undefined) this.metrics.generation.set(this.lastVerified);
+    this.reportRepair({ cause: r.cause, drift: r.drift, ops: r.ops, latencyMs: r.committedAt - r.detectedAt, generation: r.generation, attempts: 1 });
+    this.options.trace?.('reported');
   }
 
   private scheduleAfter(ms: number, cause: Cause, detectedAt: number): void {

@@ -500,23 +500,11 @@ export class Mirror {
     return this.desired.get(`${key(c.family, c.table)} ${c.name}`)!.rules[j]!.compiled;
   }
 
+  /** The chain's difference as plan() repairs it; its words are written when read (ChainDrift). */
   private describe(c: MirrorChain): Drift {
-    const missing = [...c.missing].sort((x, y) => x - y);
-    const parts: string[] = [];
-    if (missing.length > 0) {
-      const r = this.rule(c, missing[0]!);
-      parts.push(missing.length === 1 ? `rule ${missing[0]! + 1} (${r.text}) is missing`
-        : `${missing.length} rules are missing (first: rule ${missing[0]! + 1}, ${r.text})`);
-    }
-    if (c.extras.size > 0) parts.push(`${c.extras.size} foreign rule${c.extras.size === 1 ? '' : 's'} (handle ${[...c.extras.keys()].join(', ')})`);
-    const replaced = [...c.extras.values()].filter((j) => j >= 0 && c.missing.has(j)).length;
-    const ops = c.extras.size + c.missing.size - replaced;
-    const kept = c.handles.length - c.missing.size;
-    return {
-      kind: 'rules-differ', family: c.family, table: c.table, chain: c.name,
-      detail: `${parts.join('; ')}; repair from events: ${kept} of ${kept + c.extras.size} kernel rules stay, ` +
-        `${c.extras.size - replaced} deleted, ${c.missing.size - replaced} inserted, ${replaced} replaced (${ops} ops)`,
-    };
+    const missing = c.missing.size === 0 ? [] : [...c.missing].sort(byNumber);
+    return new ChainDrift(c.family, c.table, c.name, missing, missing.length > 0 ? this.rule(c, missing[0]!) : undefined,
+      c.extras.size === 0 ? [] : [...c.extras], c.handles.length);
   }
 
   private fail(why: string): MirrorOutcome {
@@ -648,6 +636,43 @@ export class Mirror {
     if (k !== rulePlan.length) return `our commit ${b.generation} showed ${k} of ${rulePlan.length} planned rule events`;
     if (elementsPlanned !== 0) return `our commit ${b.generation} did not show its planned element events`;
     return undefined;
+  }
+}
+
+/**
+ * A chain's difference as the mirror planned its repair, from what it held then. The detail, in
+ * words, is written when it is first read: by the repair's report, after the commit, not on the
+ * way to it.
+ */
+class ChainDrift implements Drift {
+  readonly kind = 'rules-differ';
+  #detail: string | undefined;
+
+  constructor(readonly family: Drift['family'], readonly table: string, readonly chain: string, private readonly missing: readonly number[],
+    private readonly first: { text: string } | undefined, private readonly extras: readonly (readonly [number, number])[],
+    private readonly desired: number) {}
+
+  get detail(): string {
+    return this.#detail ??= this.words();
+  }
+
+  set detail(v: string) {
+    this.#detail = v;
+  }
+
+  private words(): string {
+    const { missing, extras } = this;
+    const parts: string[] = [];
+    if (missing.length > 0) {
+      parts.push(missing.length === 1 ? `rule ${missing[0]! + 1} (${this.first!.text}) is missing`
+        : `${missing.length} rules are missing (first: rule ${missing[0]! + 1}, ${this.first!.text})`);
+    }
+    if (extras.length > 0) parts.push(`${extras.length} foreign rule${extras.length === 1 ? '' : 's'} (handle ${extras.map(([h]) => h).join(', ')})`);
+    const replaced = extras.filter(([, j]) => j >= 0 && missing.includes(j)).length;
+    const ops = extras.length + missing.length - replaced;
+    const kept = this.desired - missing.length;
+    return `${parts.join('; ')}; repair from events: ${kept} of ${kept + extras.length} kernel rules stay, ` +
+      `${extras.length - replaced} deleted, ${missing.length - replaced} inserted, ${replaced} replaced (${ops} ops)`;
   }
 }
 
