@@ -115,6 +115,9 @@ export type MirrorOutcome =
   | 'changed';
 
 const key = (family: string, table: string) => `${family} ${table}`;
+/** A chain's missing desired rules in order (one, the common case, without a spread and a sort). */
+const missingInOrder = (c: MirrorChain): number[] =>
+  c.missing.size === 0 ? [] : c.missing.size === 1 ? [c.missing.values().next().value!] : [...c.missing].sort(byNumber);
 const byNumber = (x: number, y: number) => x - y;
 
 export class Mirror {
@@ -422,18 +425,17 @@ export class Mirror {
     for (const chains of this.tables.values()) {
       for (const c of chains.values()) {
         if (c.missing.size === 0 && c.extras.size === 0) continue;
-        const where = { family: c.family, table: c.table, chain: c.name };
         const inPlace = new Map<number, number>();  // desired j → the extra handle sitting in its place
         for (const [h, j] of c.extras) {
           if (j >= 0 && c.missing.has(j) && !inPlace.has(j)) {
             inPlace.set(j, h);
             continue;
           }
-          batch.delete('rule', { ...where, handle: h });
+          batch.push({ verb: 'delete', object: 'rule', family: c.family, table: c.table, chain: c.name, handle: h });
           expected.push({ del: h, chain: c });
         }
         const ids = new Map<number, number>();
-        for (const j of [...c.missing].sort(byNumber)) {
+        for (const j of missingInOrder(c)) {
           const r = this.rule(c, j);
           for (const st of r.sets) batch.add('set', { ...st, family: c.family, table: c.table });
           const id = nextId++;
@@ -486,11 +488,11 @@ export class Mirror {
    * array of frozen expressions is checked once (validate.ts), not on every repair that re-adds it.
    */
   private frozenExprs(c: MirrorChain, j: number, exprs: readonly Expr[]): Expr[] {
-    // The keeper's desired rules are frozen already (compact.ts); others get a frozen copy.
-    if (Object.isFrozen(exprs) && exprs.every((e) => Object.isFrozen(e))) return exprs as Expr[];
     let f = c.frozen?.get(j);
     if (!f) {
-      f = Object.freeze(exprs.map((e) => Object.freeze(Object.assign({}, e)))) as Expr[];  // not a spread: see compact.ts
+      // The keeper's desired rules are frozen already (compact.ts); others get a frozen copy.
+      f = Object.isFrozen(exprs) && exprs.every((e) => Object.isFrozen(e)) ? exprs as Expr[]
+        : Object.freeze(exprs.map((e) => Object.freeze(Object.assign({}, e)))) as Expr[];  // not a spread: see compact.ts
       (c.frozen ??= new Map()).set(j, f);
     }
     return f;
@@ -502,7 +504,7 @@ export class Mirror {
 
   /** The chain's difference as plan() repairs it; its words are written when read (ChainDrift). */
   private describe(c: MirrorChain): Drift {
-    const missing = c.missing.size === 0 ? [] : [...c.missing].sort(byNumber);
+    const missing = missingInOrder(c);
     return new ChainDrift(c.family, c.table, c.name, missing, missing.length > 0 ? this.rule(c, missing[0]!) : undefined,
       c.extras.size === 0 ? [] : [...c.extras], c.handles.length);
   }
