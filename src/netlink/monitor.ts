@@ -86,9 +86,23 @@ export class Monitor {
 
   constructor(options: MonitorOptions) {
     const { NftMonitor } = loadAddon();
-    this.native = new NftMonitor(options.netns, (flat) => {
-      if (!this.closedFlag) options.onBatch(fromFlat(flat as unknown[]));
-    }, toPairs(options.tables), options.ignorePorts ?? [], options.ownCommits ?? false,
+    // A batch of one event without elements comes as the call's arguments (fromArgs), any other as one flat array.
+    this.native = new NftMonitor(options.netns, ((flat: unknown, generation: number, foreign: boolean, since: number,
+      receivedNs: number, type: MonitorEvent['type'], family: Family, table: string, name: string | undefined,
+      handle: number | undefined, portId: number, flags: number, position: number | undefined) => {
+      if (this.closedFlag) return;
+      if (typeof flat !== 'boolean') {
+        options.onBatch(fromFlat(flat as unknown[]));
+        return;
+      }
+      const e: MonitorEvent = { type, family, table } as MonitorEvent;
+      if (name !== undefined) e.name = name;
+      if (handle !== undefined) e.handle = handle;
+      e.portId = portId;
+      e.flags = flags;
+      if (position !== undefined) e.position = position;
+      options.onBatch({ overflow: false, generation, truncated: flat, foreign, since, receivedNs, events: [e] });
+    }) as (batch: unknown) => void, toPairs(options.tables), options.ignorePorts ?? [], options.ownCommits ?? false,
     options.receiveBuffer);
   }
 
