@@ -723,7 +723,14 @@ export class Keeper extends EventEmitter {
     const trace = this.options.trace;
     trace?.('pass');
     trace?.('proved');
-    const plan = mirror.plan();
+    let plan;
+    try {
+      plan = mirror.plan();
+    } catch {
+      // Thrown inside the monitor's callback it would end the process: the pass requested instead
+      // plans again, and reports what fails (fail()).
+      return false;
+    }
     trace?.('planned');
     if (plan === undefined || plan === 'clean' || this.fight.waitFrom(performance.now()) > 0) return false;
     mirror.expect(generation + 1, plan.expected);
