@@ -80,6 +80,8 @@ interface MirrorChain {
   family: TableConfig['family'];
   table: string;
   name: string;
+  /** The chain's key in Mirror.desired, made once. */
+  key: string;
   /** handles[j]: the kernel handle of desired rule j, 0 while it is missing. */
   handles: Float64Array;
   /** Desired index by kernel handle, for the rules present. */
@@ -115,6 +117,8 @@ export type MirrorOutcome =
   | 'changed';
 
 const key = (family: string, table: string) => `${family} ${table}`;
+/** plan()'s map of extras in a missing rule's place when the chain has no extras: never written. */
+const NO_PLACES = new Map<number, number>();
 /** A chain's missing desired rules in order (one, the common case, without a spread and a sort). */
 const missingInOrder = (c: MirrorChain): number[] =>
   c.missing.size === 0 ? [] : c.missing.size === 1 ? [c.missing.values().next().value!] : [...c.missing].sort(byNumber);
@@ -170,7 +174,7 @@ export class Mirror {
           handles[j] = h;
           byHandle.set(h, j);
         }
-        chains.set(c.name, { family: t.family, table: t.name, name: c.name, handles, byHandle, missing: new Set(), extras: new Map() });
+        chains.set(c.name, { family: t.family, table: t.name, name: c.name, key: `${key(t.family, t.name)} ${c.name}`, handles, byHandle, missing: new Set(), extras: new Map() });
       }
       tables.set(key(t.family, t.name), chains);
       const named = new Map<string, MirrorSet | null>();
@@ -425,7 +429,8 @@ export class Mirror {
     for (const chains of this.tables.values()) {
       for (const c of chains.values()) {
         if (c.missing.size === 0 && c.extras.size === 0) continue;
-        const inPlace = new Map<number, number>();  // desired j → the extra handle sitting in its place
+        // desired j → the extra handle sitting in its place (none without extras: the common deletion)
+        const inPlace = c.extras.size === 0 ? NO_PLACES : new Map<number, number>();
         for (const [h, j] of c.extras) {
           if (j >= 0 && c.missing.has(j) && !inPlace.has(j)) {
             inPlace.set(j, h);
@@ -434,12 +439,13 @@ export class Mirror {
           batch.push({ verb: 'delete', object: 'rule', family: c.family, table: c.table, chain: c.name, handle: h });
           expected.push({ del: h, chain: c });
         }
-        const ids = new Map<number, number>();
+        // desired j → the batch id of its re-add, for the next one's position (one missing rule needs none)
+        const ids = c.missing.size > 1 ? new Map<number, number>() : undefined;
         for (const j of missingInOrder(c)) {
           const r = this.rule(c, j);
           for (const st of r.sets) batch.add('set', { ...st, family: c.family, table: c.table });
           const id = nextId++;
-          ids.set(j, id);
+          ids?.set(j, id);
           const exprs = this.frozenExprs(c, j, r.exprs);
           const h = inPlace.get(j);
           // Whole op literals, one shape each: spreading them together cost more than the rest of the plan.
@@ -451,7 +457,7 @@ export class Mirror {
           const after = j === 0 ? 0 : c.handles[j - 1]!;
           if (j === 0) batch.push({ verb: 'insert', object: 'rule', family: c.family, table: c.table, chain: c.name, exprs, userdata: r.userdata, id });  // at the head of the chain
           else if (after > 0) batch.push({ verb: 'add', object: 'rule', family: c.family, table: c.table, chain: c.name, exprs, userdata: r.userdata, id, position: after });
-          else batch.push({ verb: 'add', object: 'rule', family: c.family, table: c.table, chain: c.name, exprs, userdata: r.userdata, id, positionId: ids.get(j - 1)! });  // after the one re-added just before
+          else batch.push({ verb: 'add', object: 'rule', family: c.family, table: c.table, chain: c.name, exprs, userdata: r.userdata, id, positionId: ids!.get(j - 1)! });  // after the one re-added just before
           expected.push({ add: j, chain: c, op: batch.length - 1 });
         }
       }
@@ -499,7 +505,7 @@ export class Mirror {
   }
 
   private rule(c: MirrorChain, j: number) {
-    return this.desired.get(`${key(c.family, c.table)} ${c.name}`)!.rules[j]!.compiled;
+    return this.desired.get(c.key)!.rules[j]!.compiled;
   }
 
   /** The chain's difference as plan() repairs it; its words are written when read (ChainDrift). */
