@@ -179,6 +179,13 @@ void NftMonitor::Deliver(Napi::Env env, Napi::Function cb, MonitorBatch* batch) 
   if (b->events.size() == 1 && b->events[0].elements.empty() && !b->events[0].elementsMalformed && !b->overflow) {
     const MonitorEvent& e = b->events[0];
     napi_value undef = env.Undefined();
+    double lastGeneration, runStart, delivered;
+    {
+      std::lock_guard<std::mutex> lock(filterMutex_);
+      lastGeneration = batcher_.lastGeneration();
+      runStart = batcher_.runStart();
+      delivered = delivered_;
+    }
     napi_value args[] = {
         Napi::Boolean::New(env, b->truncated), Napi::Number::New(env, b->generation),
         Napi::Boolean::New(env, b->foreign), Napi::Number::New(env, b->since), Napi::Number::New(env, b->receivedNs),
@@ -187,6 +194,8 @@ void NftMonitor::Deliver(Napi::Env env, Napi::Function cb, MonitorBatch* batch) 
         e.handle != 0 ? static_cast<napi_value>(Napi::Number::New(env, static_cast<double>(e.handle))) : undef,
         Napi::Number::New(env, e.portId), Napi::Number::New(env, e.flags),
         e.position != 0 ? static_cast<napi_value>(Napi::Number::New(env, static_cast<double>(e.position))) : undef,
+        // progress() as it stands during this call (every datagram of this wake-up is read already).
+        Napi::Number::New(env, lastGeneration), Napi::Number::New(env, runStart), Napi::Number::New(env, delivered),
     };
     b.reset();
     cb.Call(sizeof(args) / sizeof(args[0]), args);

@@ -11,6 +11,7 @@
 import { describe, expect, it } from 'vitest';
 import { Monitor, open, type MonitorBatch, type Op } from '../../src/index.js';
 import { withNetns } from '../helpers/netns.js';
+import { until } from '../helpers/wait.js';
 import { OWNED, ownedSetup } from './fixtures.js';
 
 const { family: F, table: T, chain: C } = OWNED;
@@ -146,6 +147,34 @@ describe('monitor', () => {
         m.skipOwn(g + 1);
         await s.commit([rule]);
         expect((await inbox.next()).generation).toBe(g + 3);
+      } finally {
+        m.close();
+        other.close();
+        s.close();
+      }
+    });
+  });
+
+  it('progress() inside the callback is what the addon reads outside it', async () => {
+    await withNetns(async (ns) => {
+      const s = open({ netns: ns.path });
+      const other = open({ netns: ns.path });
+      await s.commit(ownedSetup());
+      const seen: { inside: ReturnType<Monitor['progress']>; generation: number }[] = [];
+      let m: Monitor | undefined = undefined;
+      m = new Monitor({ netns: ns.path, tables: [{ family: F, name: T }], ignorePorts: [s.portId],
+        onBatch: (b) => seen.push({ inside: m!.progress(), generation: b.generation }) });
+      try {
+        m.anchor(s.generation(), 0);
+        for (let i = 0; i < 3; i++) {
+          await other.commit([{ verb: 'add', object: 'rule', family: F, table: T, chain: C, exprs: [{ kind: 'counter' }] }]);
+          const g = other.generation();
+          await until('the batch', () => seen.length === i + 1);
+          expect(seen[i]!.generation).toBe(g);
+          expect(seen[i]!.inside).toEqual(m.progress());
+          expect(seen[i]!.inside).toMatchObject({ lastGeneration: g, delivered: i + 1 });
+          expect(seen[i]!.inside.runStart).toBeGreaterThan(0);
+        }
       } finally {
         m.close();
         other.close();
