@@ -185,6 +185,15 @@ function report(samples: Sample[]): void {
     const v = samples.map(f).sort((a, b) => a - b);
     process.stdout.write(`${name.padEnd(44)}${us(quantile(v, 0.5))} ${us(quantile(v, 0.9))} ${us(quantile(v, 0.99))}\n`);
   }
+  // Every mark, as the p50 of its time after the keeper's 'received' (extra marks included).
+  const names = new Set<string>();
+  for (const s of samples) for (const k of Object.keys(s.keeper!)) names.add(k);
+  const rel = [...names].map((k) => {
+    const v = samples.filter((s) => (s.keeper as Record<string, number>)[k] !== undefined)
+      .map((s) => (s.keeper as Record<string, number>)[k]! - s.keeper!.received).sort((a, b) => a - b);
+    return [k, quantile(v, 0.5), v.length] as const;
+  }).sort((a, b) => a[1] - b[1]);
+  process.stdout.write(`marks after 'received', p50 µs: ${rel.map(([k, t, n]) => `${k} ${(t / 1000).toFixed(1)}${n !== samples.length ? ` (${n})` : ''}`).join(', ')}\n`);
   const slow = [...samples].sort((a, b) => (b.seen - b.t0) - (a.seen - a.t0)).slice(0, 5);
   process.stdout.write('slowest samples (µs per segment, in the order above):\n');
   for (const s of slow) process.stdout.write(`  ${SEGMENTS.map(([, f]) => (f(s) / 1000).toFixed(0)).join(' / ')}\n`);

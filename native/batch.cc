@@ -14,32 +14,44 @@
 
 namespace nfk {
 
-CommitWorker::CommitWorker(Napi::Env env, NftSocket* sock, Napi::Object self,
-                           std::unique_ptr<EncodedBatch> batch, bool echo)
+CommitRun::CommitRun(NftSocket* sock, std::unique_ptr<EncodedBatch> batch, bool echo)
+    : sock_(sock), batch_(std::move(batch)), echo_(echo) {}
+
+CommitWorker::CommitWorker(Napi::Env env, Napi::Object self, std::unique_ptr<CommitRun> run, NftSocket* sock)
     : Napi::AsyncWorker(env, "nfkeeper.commit"),
       deferred_(Napi::Promise::Deferred::New(env)),
       sock_(sock),
       self_(Napi::Persistent(self)),
-      batch_(std::move(batch)),
-      echo_(echo) {}
+      run_(std::move(run)) {}
+
+void CommitWorker::Execute() {
+  std::lock_guard<Gate> lock(sock_->gate());
+  run_->Run();
+}
+
+void CommitWorker::OnOK() {
+  Napi::Value v;
+  if (run_->Outcome(Env(), &v)) deferred_.Resolve(v);
+  else deferred_.Reject(v);
+}
+
+void CommitWorker::OnError(const Napi::Error& e) {
+  run_->Release();
+  deferred_.Reject(e.Value());
+}
 
 namespace {
 constexpr uint16_t kNewRule = (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWRULE;
 }  // namespace
 
-int CommitWorker::OpIndexOf(uint32_t seq) const {
+int CommitRun::OpIndexOf(uint32_t seq) const {
   // Unsigned arithmetic: correct across the 2^32 wrap of sequence numbers.
   uint32_t rel = seq - base_;
   if (rel == 0 || rel - 1 >= batch_->messageOp.size()) return -1;
   return batch_->messageOp[rel - 1];
 }
 
-void CommitWorker::Execute() {
-  std::lock_guard<Gate> lock(sock_->gate());
-  Run();
-}
-
-void CommitWorker::Run() {
+void CommitRun::Run() {
   if (sock_->closed()) {
     ioErrno_ = EBADF;
     ioStep_ = "socket is closed";
@@ -124,17 +136,15 @@ void CommitWorker::Run() {
   }
 }
 
-void CommitWorker::OnError(const Napi::Error& e) {
+void CommitRun::Release() {
   sock_->ReturnEncodeBuffer(std::move(batch_->bytes));
-  deferred_.Reject(e.Value());
 }
 
-void CommitWorker::OnOK() {
-  Napi::Env env = Env();
-  sock_->ReturnEncodeBuffer(std::move(batch_->bytes));
+bool CommitRun::Outcome(Napi::Env env, Napi::Value* out) {
+  Release();
   if (ioErrno_ != 0) {
-    deferred_.Reject(MakeNetlinkError(env, ioStep_ + ": " + std::strerror(ioErrno_), ioErrno_, "commit").Value());
-    return;
+    *out = MakeNetlinkError(env, ioStep_ + ": " + std::strerror(ioErrno_), ioErrno_, "commit").Value();
+    return false;
   }
   const uint32_t firstSeq = base_ + 1;
   bool firstOk = false;
@@ -176,12 +186,12 @@ void CommitWorker::OnOK() {
                         " acknowledgements arrived";
       if (lostAcks_) msg += " (receive buffer overrun)";
       msg += "; the outcome is unknown, re-read the ruleset";
-      deferred_.Reject(MakeNetlinkError(env, msg, lostAcks_ ? ENOBUFS : EPROTO, "commit").Value());
-      return;
+      *out = MakeNetlinkError(env, msg, lostAcks_ ? ENOBUFS : EPROTO, "commit").Value();
+      return false;
     }
     if (!echo_) {
-      deferred_.Resolve(env.Undefined());
-      return;
+      *out = env.Undefined();
+      return true;
     }
     // { handles: [[opIndex, handle], ...] } for every rule the kernel echoed (all, unless acks were lost).
     Napi::Array handles = Napi::Array::New(env);
@@ -196,8 +206,8 @@ void CommitWorker::OnOK() {
     }
     Napi::Object result = Napi::Object::New(env);
     result.Set("handles", handles);
-    deferred_.Resolve(result);
-    return;
+    *out = result;
+    return true;
   }
   int opIndex = batchLevel(*first) ? -1 : OpIndexOf(first->seq);
   std::string where;
@@ -222,7 +232,8 @@ void CommitWorker::OnOK() {
     all.Set(i++, o);
   }
   e.Value().Set("refusals", all);
-  deferred_.Reject(e.Value());
+  *out = e.Value();
+  return false;
 }
 
 }  // namespace nfk

@@ -22,23 +22,27 @@ constexpr size_t kAckEveryMessageUpTo = 64;
 constexpr size_t kInlineCommitUpTo = 64;
 constexpr size_t kInlineCommitBytes = 64 * 1024;
 
-class CommitWorker : public Napi::AsyncWorker {
+// One commit of an encoded batch: sends it, reads every acknowledgement, and
+// turns them into the result (or the refusal naming the failing operation).
+// Runs on the JS thread (small batches, NftSocket::Commit and CommitNow) or
+// in a CommitWorker.
+class CommitRun {
  public:
   // With `echo`, a small batch (one that asks for every ack) also asks for its
-  // new rules back (NLM_F_ECHO), and the promise resolves with their handles:
-  // the keeper learns what it wrote without dumping the chain again.
-  CommitWorker(Napi::Env env, NftSocket* sock, Napi::Object self, std::unique_ptr<EncodedBatch> batch,
-               bool echo = false);
-  Napi::Promise Promise() { return deferred_.Promise(); }
-  void Execute() override;
-  // The work of Execute(), with the socket's gate already held by the caller.
-  void Run();
-  // Small enough to commit on the JS thread (NftSocket::Commit).
+  // new rules back (NLM_F_ECHO), and the result holds their handles: the
+  // keeper learns what it wrote without dumping the chain again.
+  CommitRun(NftSocket* sock, std::unique_ptr<EncodedBatch> batch, bool echo);
+  // Small enough to commit on the JS thread.
   bool Small() const {
     return batch_->messageOp.size() <= kInlineCommitUpTo && batch_->bytes.size() <= kInlineCommitBytes;
   }
-  void OnOK() override;
-  void OnError(const Napi::Error& e) override;
+  // The commit itself, with the socket's gate held by the caller.
+  void Run();
+  // On the JS thread, after Run(): true and the result (undefined, or { handles } for an echo), or
+  // false and the error value. Gives the encode buffer back to the socket.
+  bool Outcome(Napi::Env env, Napi::Value* out);
+  // The encode buffer back to the socket without an outcome (a worker that failed).
+  void Release();
 
  private:
   struct Ack {
@@ -50,9 +54,7 @@ class CommitWorker : public Napi::AsyncWorker {
   // opIndex of the message with sequence number `seq`, or -1 (batch markers).
   int OpIndexOf(uint32_t seq) const;
 
-  Napi::Promise::Deferred deferred_;
   NftSocket* sock_;
-  Napi::ObjectReference self_;
   std::unique_ptr<EncodedBatch> batch_;
   uint32_t base_ = 0;
   // false: the batch is big, or the acknowledgements of every message would
@@ -66,6 +68,22 @@ class CommitWorker : public Napi::AsyncWorker {
   bool echo_ = false;
   // (seq, handle) of each NEWRULE the kernel echoed back.
   std::vector<std::pair<uint32_t, uint64_t>> echoed_;
+};
+
+// A CommitRun on a worker thread (a big batch, or the socket busy), settling a promise.
+class CommitWorker : public Napi::AsyncWorker {
+ public:
+  CommitWorker(Napi::Env env, Napi::Object self, std::unique_ptr<CommitRun> run, NftSocket* sock);
+  Napi::Promise Promise() { return deferred_.Promise(); }
+  void Execute() override;
+  void OnOK() override;
+  void OnError(const Napi::Error& e) override;
+
+ private:
+  Napi::Promise::Deferred deferred_;
+  NftSocket* sock_;
+  Napi::ObjectReference self_;
+  std::unique_ptr<CommitRun> run_;
 };
 
 }  // namespace nfk

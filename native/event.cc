@@ -157,7 +157,17 @@ std::unique_ptr<MonitorBatch> EventBatcher::Feed(const nlmsghdr* nlh, const Even
       lastGen_ = gen;
     }
     std::unique_ptr<MonitorBatch> done;
-    if (!pending_->events.empty() && (foreign_ || filter.deliverOwn)) {
+    bool skip = false;
+    for (size_t i = 0; i < skipOwn_.size();) {
+      if (skipOwn_[i] > gen) {
+        i++;
+        continue;
+      }
+      if (skipOwn_[i] == gen) skip = true;
+      skipOwn_[i] = skipOwn_.back();
+      skipOwn_.pop_back();
+    }
+    if (!pending_->events.empty() && (foreign_ || (filter.deliverOwn && !skip))) {
       pending_->generation = gen;
       pending_->foreign = foreign_;
       pending_->since = runStart_ <= gen ? runStart_ : 0;
@@ -173,6 +183,11 @@ std::unique_ptr<MonitorBatch> EventBatcher::Feed(const nlmsghdr* nlh, const Even
   if (pending_->events.size() < kMaxEventsPerBatch) pending_->events.push_back(std::move(ev));
   else pending_->truncated = true;
   return nullptr;
+}
+
+void EventBatcher::SkipOwn(uint32_t generation) {
+  // Only a commit still to come: one already seen was handed over (the caller takes it as known).
+  if (generation > lastGen_ && skipOwn_.size() < 64) skipOwn_.push_back(generation);
 }
 
 void EventBatcher::Reset() {

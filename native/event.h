@@ -92,6 +92,10 @@ class EventBatcher {
   // The caller read `generation` after handling `overflowsSeen` overflow
   // reports: every later commit reaches us whole (see event.cc).
   void Anchor(uint32_t generation, uint64_t overflowsSeen);
+  // The caller learnt its own commit that made `generation` from the commit's acknowledgements
+  // (their echo): that commit's batch, if it holds only ignored ports' events, is neither handed
+  // over nor counted. Forgotten at the first NEWGEN at or past it.
+  void SkipOwn(uint32_t generation);
   uint32_t lastGeneration() const { return lastGen_; }
   uint32_t runStart() const { return runStart_; }
 
@@ -101,6 +105,7 @@ class EventBatcher {
   uint32_t lastGen_ = 0;  // the last NEWGEN seen (0: none yet)
   uint32_t runStart_ = 0;  // see MonitorBatch::since; 0: no run
   uint64_t overflows_ = 0;
+  std::vector<uint32_t> skipOwn_;  // see SkipOwn; a few at most
 };
 
 }  // namespace nfk

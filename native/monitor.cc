@@ -27,6 +27,7 @@ Napi::Function NftMonitor::Init(Napi::Env env) {
                          InstanceMethod<&NftMonitor::Unref>("unref"),
                          InstanceMethod<&NftMonitor::Progress>("progress"),
                          InstanceMethod<&NftMonitor::Anchor>("anchor"),
+                         InstanceMethod<&NftMonitor::SkipOwn>("skipOwn"),
                      });
 }
 
@@ -158,11 +159,48 @@ Napi::Value NftMonitor::Anchor(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+// skipOwn(generation): the caller learnt its own commit that made `generation` from its echo (see
+// EventBatcher::SkipOwn): its events wake no JavaScript.
+Napi::Value NftMonitor::SkipOwn(const Napi::CallbackInfo& info) {
+  if (info[0].IsNumber()) {
+    std::lock_guard<std::mutex> lock(filterMutex_);
+    batcher_.SkipOwn(info[0].As<Napi::Number>().Uint32Value());
+  }
+  return info.Env().Undefined();
+}
+
 // The batch goes to JavaScript as one flat array of primitives (layout: src/netlink/monitor.ts,
-// fromFlat), which builds the objects there: setting named properties from C++ internalizes each key
+// fromFlat), or a batch of one plain event as the call's arguments (fromArgs), and the objects are built there: setting named properties from C++ internalizes each key
 // on every call, and cost more than the rest of the read (a small repair's events, ~80 µs).
 void NftMonitor::Deliver(Napi::Env env, Napi::Function cb, MonitorBatch* batch) {
   std::unique_ptr<MonitorBatch> b(batch);
+  // The common batch, one event without elements (a rule deleted or added: what a repair answers),
+  // goes as the call's arguments: no array to fill element by element (a napi call each).
+  if (b->events.size() == 1 && b->events[0].elements.empty() && !b->events[0].elementsMalformed && !b->overflow) {
+    const MonitorEvent& e = b->events[0];
+    napi_value undef = env.Undefined();
+    double lastGeneration, runStart, delivered;
+    {
+      std::lock_guard<std::mutex> lock(filterMutex_);
+      lastGeneration = batcher_.lastGeneration();
+      runStart = batcher_.runStart();
+      delivered = delivered_;
+    }
+    napi_value args[] = {
+        Napi::Boolean::New(env, b->truncated), Napi::Number::New(env, b->generation),
+        Napi::Boolean::New(env, b->foreign), Napi::Number::New(env, b->since), Napi::Number::New(env, b->receivedNs),
+        Napi::String::New(env, e.type), FamilyValue(env, e.family), Napi::String::New(env, e.table),
+        e.name.empty() ? undef : static_cast<napi_value>(Napi::String::New(env, e.name)),
+        e.handle != 0 ? static_cast<napi_value>(Napi::Number::New(env, static_cast<double>(e.handle))) : undef,
+        Napi::Number::New(env, e.portId), Napi::Number::New(env, e.flags),
+        e.position != 0 ? static_cast<napi_value>(Napi::Number::New(env, static_cast<double>(e.position))) : undef,
+        // progress() as it stands during this call (every datagram of this wake-up is read already).
+        Napi::Number::New(env, lastGeneration), Napi::Number::New(env, runStart), Napi::Number::New(env, delivered),
+    };
+    b.reset();
+    cb.Call(sizeof(args) / sizeof(args[0]), args);
+    return;
+  }
   size_t slots = 7;
   for (const MonitorEvent& e : b->events) slots += 10 + 9 * e.elements.size();
   Napi::Array v = Napi::Array::New(env, slots);

@@ -37,6 +37,7 @@ class NftMonitor : public Napi::ObjectWrap<NftMonitor>, public Closeable {
   Napi::Value Unref(const Napi::CallbackInfo& info);
   Napi::Value Progress(const Napi::CallbackInfo& info);
   Napi::Value Anchor(const Napi::CallbackInfo& info);
+  Napi::Value SkipOwn(const Napi::CallbackInfo& info);
   void ParseFilter(Napi::Env env, const Napi::Value& tables, const Napi::Value& ignorePorts);
   static void OnReadable(uv_poll_t* handle, int status, int events);
   // Reads what the socket holds (up to a bound per wake-up) and calls back once per finished batch.

@@ -90,6 +90,7 @@ Napi::Function NftSocket::Init(Napi::Env env) {
                          InstanceMethod<&NftSocket::Generation>("generation"),
                          InstanceMethod<&NftSocket::Dump>("dump"),
                          InstanceMethod<&NftSocket::Commit>("commit"),
+                         InstanceMethod<&NftSocket::CommitNow>("commitNow"),
                          InstanceAccessor<&NftSocket::GetPortId>("portId"),
                          InstanceAccessor<&NftSocket::GetClosed>("closed"),
                      });
@@ -285,8 +286,8 @@ Napi::Value NftSocket::Dump(const Napi::CallbackInfo& info) {
   return StartDump(env, this, info.This().As<Napi::Object>(), req);
 }
 
-// commit(ops, generation?, echo?, exprBytes?) -> Promise<void | { handles: [opIndex, handle][] }>
-Napi::Value NftSocket::Commit(const Napi::CallbackInfo& info) {
+// The commit of `info`'s batch (ops, generation?, echo?, exprBytes?), encoded.
+std::unique_ptr<CommitRun> NftSocket::PrepareCommit(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   ThrowIfClosed(env, "commit");
   if (!info[0].IsArray()) throw Napi::TypeError::New(env, "commit takes an array of operations");
@@ -295,22 +296,49 @@ Napi::Value NftSocket::Commit(const Napi::CallbackInfo& info) {
   Napi::Array ops = info[0].As<Napi::Array>();
   auto batch = std::make_unique<EncodedBatch>();
   batch->bytes = TakeEncodeBuffer();
-  // Sequence numbers are taken under the lock in the worker; encode with a
+  // Sequence numbers are taken under the lock in Run(); encode with a
   // placeholder base and renumber there.
   EncodeBatch(env, ops, 0, hasGen, gen, batch.get(), info.Length() > 3 ? info[3] : Napi::Value());
   bool echo = info.Length() > 2 && info[2].ToBoolean().Value();
-  auto* w = new CommitWorker(env, this, info.This().As<Napi::Object>(), std::move(batch), echo);
-  Napi::Promise p = w->Promise();
-  if (w->Small() && gate_.try_lock()) {
-    // A small batch commits here and now; the worker was never queued, so it is ours to delete.
-    w->Run();
+  return std::make_unique<CommitRun>(this, std::move(batch), echo);
+}
+
+// commit(ops, generation?, echo?, exprBytes?) -> Promise<void | { handles: [opIndex, handle][] }>
+Napi::Value NftSocket::Commit(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::unique_ptr<CommitRun> run = PrepareCommit(info);
+  if (run->Small() && gate_.try_lock()) {
+    // A small batch commits here and now, settling the promise before it is returned.
+    run->Run();
     gate_.unlock();
-    w->OnOK();
-    delete w;
-    return p;
+    auto deferred = Napi::Promise::Deferred::New(env);
+    Napi::Value v;
+    if (run->Outcome(env, &v)) deferred.Resolve(v);
+    else deferred.Reject(v);
+    return deferred.Promise();
   }
+  auto* w = new CommitWorker(env, info.This().As<Napi::Object>(), std::move(run), this);
+  Napi::Promise p = w->Promise();
   w->Queue();
   return p;
+}
+
+// commitNow(ops, generation?, echo?, exprBytes?) -> void | { handles } | false: commit()'s work for
+// a small batch on this thread, its outcome returned or thrown, without a promise (the keeper's
+// repair of a foreign change). False, with nothing sent, when the batch is not small or the socket
+// is busy (a dump or commit on a worker): commit() then.
+Napi::Value NftSocket::CommitNow(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::unique_ptr<CommitRun> run = PrepareCommit(info);
+  if (!run->Small() || !gate_.try_lock()) {
+    run->Release();
+    return Napi::Boolean::New(env, false);
+  }
+  run->Run();
+  gate_.unlock();
+  Napi::Value v;
+  if (!run->Outcome(env, &v)) throw Napi::Error(env, v);
+  return v;
 }
 
 }  // namespace nfk

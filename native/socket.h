@@ -11,6 +11,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <atomic>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -87,6 +88,8 @@ class NftSocket : public Napi::ObjectWrap<NftSocket>, public Closeable {
   Napi::Value Generation(const Napi::CallbackInfo& info);
   Napi::Value Dump(const Napi::CallbackInfo& info);
   Napi::Value Commit(const Napi::CallbackInfo& info);
+  Napi::Value CommitNow(const Napi::CallbackInfo& info);
+  std::unique_ptr<class CommitRun> PrepareCommit(const Napi::CallbackInfo& info);
   void ThrowIfClosed(Napi::Env env, const char* op);
 
   mnl_socket* nl_ = nullptr;

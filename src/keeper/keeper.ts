@@ -14,13 +14,13 @@ import pino, { type Logger } from 'pino';
 import type { Config, TableConfig } from '../config/config.js';
 import { KeeperMetrics } from '../metrics.js';
 import { Batch } from '../netlink/batch.js';
-import type { NftConn, NftHost, NftWatch } from '../netlink/conn.js';
+import type { CommitResult, NftConn, NftHost, NftWatch } from '../netlink/conn.js';
 import { kernelHost } from '../netlink/host.js';
 import type { MonitorBatch } from '../netlink/monitor.js';
 import { GenerationMismatchError } from '../errors.js';
 import { DEFAULT_FIGHT, Fight, type FightOptions } from './fight.js';
 import { compactRules } from './compact.js';
-import { MIRROR_MAX_ELEMENTS, MIRROR_MAX_OPS, Mirror } from './mirror.js';
+import { MIRROR_MAX_ELEMENTS, MIRROR_MAX_OPS, Mirror, type MirrorPlan } from './mirror.js';
 import { DRIFT_KINDS, TableOwnedError, protectionOf, type Drift, type Protection } from './reconcile.js';
 import { Reconciler, type Look } from './reconciler.js';
 import { OwnedTouches } from './known.js';
@@ -99,6 +99,18 @@ const MIRROR_WAIT_MS = 100;
 
 const deliberate = (c: Cause) => c === 'reload' || c === 'owners';
 
+/** A repair planned from the mirror and committed, waiting to be reported (Keeper.later). */
+interface DoneRepair {
+  drift: Drift[];
+  ops: number;
+  generation: number;
+  cause: Cause;
+  detectedAt: number;
+  committedAt: number;
+  /** It answered an event, which is counted with it. */
+  event: boolean;
+}
+
 export interface RepairReport {
   cause: Cause;
   drift: Drift[];
@@ -157,6 +169,11 @@ export class Keeper extends EventEmitter {
   private readonly touches = new OwnedTouches();
   /** The next pass reads the tables even if the generation says nothing moved: the trusted commit's read-back. */
   private readBackDue = false;
+  /** The generation at which the guard last refused a repair planned from the mirror: the monitor trails it. */
+  private refusedAt = -1;
+  /** Repairs planned from the mirror and committed, reported once the event loop has waited (later()). */
+  private reports: DoneRepair[] = [];
+  private reportTimer?: NodeJS.Timeout;
 
   constructor(private readonly options: KeeperOptions) {
     super();
@@ -234,13 +251,16 @@ export class Keeper extends EventEmitter {
     this.queued = undefined;
     if (queued) this.settle(queued, { status: 'stopped', drift: [], ops: 0, attempts: 0 });
     await this.running?.catch(() => undefined);
+    clearTimeout(this.reportTimer);
+    this.flushReports();
     this.monitor?.close();
     this.sock?.close();
   }
 
-  /** Waits until no pass is running or queued. */
+  /** Waits until no pass is running or queued, and what they reported is out (metrics, log, events). */
   async idle(): Promise<void> {
     while (this.running) await this.running.catch(() => undefined);
+    this.flushReports();
   }
 
   /**
@@ -392,8 +412,10 @@ export class Keeper extends EventEmitter {
       return;
     }
     if (b.generation === this.lastVerified) return;
-    // The pass runs at once, up to its commit (small commits are sent inline): count after it.
-    this.poke('event', performance.now());
+    // The repair runs at once, up to its commit, here or in a pass (small commits are sent inline): count after it.
+    const now = performance.now();
+    if (this.repairNow(now)) return;
+    this.poke('event', now);
     this.metrics.events.inc();
   }
 
@@ -639,7 +661,8 @@ export class Keeper extends EventEmitter {
       if (!careful) {
         const p = monitor.progress();
         generation = p.lastGeneration;
-        if (!mirror.exactAt(generation, p)) continue;
+        // The guard refused a repair at this generation already (repairNow): the monitor trails.
+        if (generation === this.refusedAt || !mirror.exactAt(generation, p)) continue;
       } else {
         // The monitor reads its socket when this thread's event loop polls: it trails the kernel by a turn of the loop.
         generation = sock.generation();
@@ -670,31 +693,108 @@ export class Keeper extends EventEmitter {
         return { status: 'deferred', drift: plan.drift, ops: 0, attempts: 1 };
       }
       mirror.expect(generation + 1, plan.expected);
+      let echoed;
       try {
-        await sock.commit(plan.batch, { expectGeneration: generation });
+        echoed = await sock.commit(plan.batch, { expectGeneration: generation, echo: true });
       } catch (e) {
-        mirror.forget(generation + 1);
-        if (e instanceof GenerationMismatchError) {
-          this.metrics.generationRetries.inc();
-          if (!careful) continue;
-          return this.mirrorFallback('another commit came first (the guard refused the repair)');
-        }
-        mirror.invalidate(`the kernel refused a repair planned from the mirror: ${(e as Error).message}`);
-        this.log.warn({ err: (e as Error).message }, 'a repair planned from the events was refused; reading the kernel instead');
-        return this.mirrorFallback(mirror.invalidReason);
+        if (this.mirrorRefused(e, generation) && !careful) continue;
+        return this.mirrorFallback(e instanceof GenerationMismatchError ? 'another commit came first (the guard refused the repair)' : mirror.invalidReason);
       }
-      trace?.('committed');
-      if (!isDeliberate) for (const d of plan.drift) this.metrics.drift.inc({ kind: d.kind });
-      const ops = plan.batch.length;
-      this.committed(cause, detectedAt, { flat: plan.drift }, ops);
-      // The guard held at `generation`, where the mirror was the kernel: our commit made generation + 1,
-      // the desired state. Its own events bring the new handles into the mirror.
-      this.drifting = new Set();
-      this.verified(generation + 1, 'commit');
-      this.reportRepair({ cause, drift: plan.drift, ops, latencyMs: performance.now() - detectedAt, generation: generation + 1, attempts: 1 });
-      trace?.('reported');
-      return { status: 'repaired', drift: plan.drift, ops, attempts: 1, generation: generation + 1 };
+      return this.mirrorCommitted(plan, generation, echoed, cause, detectedAt);
     }
+  }
+
+  /**
+   * The repair of the foreign commit the monitor has just handed over, at once: mirrorPass's first
+   * attempt (guarded by the monitor's last generation, no read), run synchronously inside the
+   * event's callback, without the request queue's promises and microtask hops, when nothing stands
+   * in its way: no pass running or queued, the mirror exact at that generation, a small plan, no
+   * fight delay, and a connection that commits inline. False: nothing was committed (or the guard
+   * refused it), and the caller requests a pass, which decides as before.
+   */
+  private repairNow(detectedAt: number): boolean {
+    const mirror = this.mirror;
+    const monitor = this.monitor;
+    const sock = this.sock!;
+    if (this.draining || !mirror?.valid || !monitor?.progress || this.retired.length > 0 || sock.commitNow === undefined) return false;
+    const p = monitor.progress();
+    const generation = p.lastGeneration;
+    if (generation === this.refusedAt || !mirror.exactAt(generation, p)) return false;
+    const trace = this.options.trace;
+    trace?.('pass');
+    trace?.('proved');
+    let plan;
+    try {
+      plan = mirror.plan();
+    } catch {
+      // Thrown inside the monitor's callback it would end the process: the pass requested instead
+      // plans again, and reports what fails (fail()).
+      return false;
+    }
+    trace?.('planned');
+    if (plan === undefined || plan === 'clean' || this.fight.waitFrom(performance.now()) > 0) return false;
+    mirror.expect(generation + 1, plan.expected);
+    let echoed;
+    try {
+      echoed = sock.commitNow(plan.batch, { expectGeneration: generation, echo: true });
+    } catch (e) {
+      // A pass follows (the caller's request): after a refusal by the guard it reads the generation first.
+      if (!this.mirrorRefused(e, generation)) this.mirrorFallback(mirror.invalidReason);
+      return false;
+    }
+    if (echoed === false) {
+      mirror.forget(generation + 1);
+      return false;
+    }
+    this.mirrorCommitted(plan, generation, echoed, 'event', detectedAt);
+    // The event is counted with the repair's report, after the wait.
+    this.reports[this.reports.length - 1]!.event = true;
+    return true;
+  }
+
+  /**
+   * A repair planned from the mirror was refused: true when by the guard (a commit the monitor had
+   * not delivered yet came first; the next attempt reads the generation), else the mirror is off.
+   */
+  private mirrorRefused(e: unknown, generation: number): boolean {
+    this.mirror!.forget(generation + 1);
+    if (e instanceof GenerationMismatchError) {
+      this.metrics.generationRetries.inc();
+      this.refusedAt = generation;
+      return true;
+    }
+    this.mirror!.invalidate(`the kernel refused a repair planned from the mirror: ${(e as Error).message}`);
+    this.log.warn({ err: (e as Error).message }, 'a repair planned from the events was refused; reading the kernel instead');
+    return false;
+  }
+
+  /** After the commit of a repair planned from the mirror, guarded at `generation`. */
+  private mirrorCommitted(plan: MirrorPlan, generation: number, echoed: void | CommitResult, cause: Cause,
+    detectedAt: number): Omit<PassOutcome, 'cause'> {
+    const trace = this.options.trace;
+    trace?.('committed');
+    const isDeliberate = deliberate(cause);
+    const ops = plan.batch.length;
+    const committedAt = performance.now();
+    // The guard held at `generation`, where the mirror was the kernel: our commit made generation + 1,
+    // the desired state. The handles of the rules it added came back with its acknowledgements:
+    // the mirror takes them now, and the commit's own events need not wake this thread again
+    // (else, as from a kernel that does not echo, they bring the handles).
+    if (echoed && this.mirror!.learnCommit(generation + 1, echoed.handles)) {
+      this.touches.touched(generation + 1);
+      this.monitor!.skipOwn?.(generation + 1);
+    }
+    // What the next pass decides by is set now: the fight's clock and the verified generation.
+    if (!isDeliberate && this.fight.repaired(committedAt)) this.fightRaised(plan.drift);
+    this.drifting = new Set();
+    this.verified(generation + 1, 'commit', false);
+    // What only reports the repair (metrics, the log line, the 'repaired' event) waits until the
+    // keeper has given the CPU up once: on a busy node the process that the broken rule held up
+    // runs first (see later()). A deliberate change's caller reads them as soon as it returns.
+    const done: DoneRepair = { drift: plan.drift, ops, generation: generation + 1, cause, detectedAt, committedAt, event: false };
+    if (isDeliberate) this.reportMirrorRepair(done);
+    else this.later(done);
+    return { status: 'repaired', drift: plan.drift, ops, attempts: 1, generation: generation + 1 };
   }
 
   /**
@@ -731,12 +831,48 @@ export class Keeper extends EventEmitter {
     }
     this.metrics.repairs.inc({ cause });
     this.metrics.latency.observe((performance.now() - detectedAt) / 1000);
-    if (!deliberate(cause) && this.fight.repaired(performance.now())) {
-      this.metrics.fightLevel.set(this.fight.level);
-      this.log.warn({ fightLevel: this.fight.level, delayMs: this.fight.delay(), undone: look.flat.map((d) => d.detail) },
-        'something keeps undoing nfkeeper\'s rules; backing off');
-      this.emit('fight', this.fight.level);
-    }
+    if (!deliberate(cause) && this.fight.repaired(performance.now())) this.fightRaised(look.flat);
+  }
+
+  /** The repair just recorded raised the fight level: said at once (it changes what the next repairs do). */
+  private fightRaised(undone: readonly Drift[]): void {
+    this.metrics.fightLevel.set(this.fight.level);
+    this.log.warn({ fightLevel: this.fight.level, delayMs: this.fight.delay(), undone: undone.map((d) => d.detail) },
+      'something keeps undoing nfkeeper\'s rules; backing off');
+    this.emit('fight', this.fight.level);
+  }
+
+  /**
+   * Reports `done` after the event loop has next waited for something (a timer of 0 ms): a
+   * repair's own reporting (metrics, log, event) comes after the keeper has given the CPU up once.
+   * When the keeper and the process whose change it undid share a CPU (they do on a busy node: the
+   * kernel's notification wakes the keeper on the CPU that committed), everything the keeper runs
+   * before it waits again delays that process. One timer, made once and re-armed (a new one per
+   * repair cost tens of µs before the wait); idle() and stop() report what is pending.
+   */
+  private later(done: DoneRepair): void {
+    this.reports.push(done);
+    if (this.reports.length > 1) return;
+    if (this.reportTimer === undefined) this.reportTimer = setTimeout(() => this.flushReports(), 0).unref();
+    else this.reportTimer.refresh();
+  }
+
+  private flushReports(): void {
+    if (this.reports.length === 0) return;
+    const reports = this.reports;
+    this.reports = [];
+    for (const r of reports) this.reportMirrorRepair(r);
+  }
+
+  /** What a repair planned from the mirror reports once it is committed. */
+  private reportMirrorRepair(r: DoneRepair): void {
+    if (r.event) this.metrics.events.inc();
+    if (!deliberate(r.cause)) for (const d of r.drift) this.metrics.drift.inc({ kind: d.kind });
+    this.metrics.repairs.inc({ cause: r.cause });
+    this.metrics.latency.observe((r.committedAt - r.detectedAt) / 1000);
+    if (this.lastVerified !== undefined) this.metrics.generation.set(this.lastVerified);
+    this.reportRepair({ cause: r.cause, drift: r.drift, ops: r.ops, latencyMs: r.committedAt - r.detectedAt, generation: r.generation, attempts: 1 });
+    this.options.trace?.('reported');
   }
 
   private scheduleAfter(ms: number, cause: Cause, detectedAt: number): void {
@@ -754,11 +890,11 @@ export class Keeper extends EventEmitter {
    * do not put it off for ever). 'keep': planned from the known state without a read, which leaves
    * the pending read-back as it was.
    */
-  private verified(gen: number, trusted: false | 'commit' | 'mirror' | 'keep' = false): void {
+  private verified(gen: number, trusted: false | 'commit' | 'mirror' | 'keep' = false, metric = true): void {
     this.lastVerified = gen;
     const now = performance.now();
     if (trusted !== 'keep') this.trustedSince = trusted === 'commit' ? now : trusted === 'mirror' ? this.trustedSince ?? now : undefined;
-    this.metrics.generation.set(gen);
+    if (metric) this.metrics.generation.set(gen);
     if (!this.ready) {
       this.ready = true;
       this.metrics.ready.set(1);

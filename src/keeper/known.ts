@@ -536,20 +536,31 @@ export class OwnedTouches {
   noted = 0;
   /** The last generation whose commit touched an owned table (ours included), as far as noted. */
   lastTouch = 0;
-  private owned = new Set<string>();
+  /** Owned table names by family (no key string built per event: note() runs on the repair's path). */
+  private owned = new Map<string, Set<string>>();
 
   /** The owned tables (the monitor's filter). */
   setOwned(tables: readonly { family: string; name: string }[]): void {
-    this.owned = new Set(tables.map(tableKey));
+    this.owned = new Map();
+    for (const t of tables) {
+      let names = this.owned.get(t.family);
+      if (!names) this.owned.set(t.family, names = new Set());
+      names.add(t.name);
+    }
   }
 
   note(b: MonitorBatch): void {
     this.noted++;
     // An overflow lost commits: the monitor's run starts again (runStart), which the proof checks.
     if (b.overflow) return;
-    if (b.truncated || b.events.some((e) => this.owned.has(tableKey({ family: e.family, name: e.table })))) {
-      this.lastTouch = Math.max(this.lastTouch, b.generation);
-    }
+    let touched = b.truncated;
+    for (let i = 0; !touched && i < b.events.length; i++) touched = this.owned.get(b.events[i]!.family)?.has(b.events[i]!.table) === true;
+    if (touched) this.lastTouch = Math.max(this.lastTouch, b.generation);
+  }
+
+  /** Our own commit that made `generation` touched an owned table, learnt without its batch (Monitor.skipOwn). */
+  touched(generation: number): void {
+    this.lastTouch = Math.max(this.lastTouch, generation);
   }
 
   /**

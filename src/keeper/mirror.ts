@@ -13,8 +13,10 @@
  * - a foreign NEWRULE is an extra rule (the desired list has no room for it);
  *   one that takes a handle just deleted in the same commit is a replace, and
  *   sits in that rule's place;
- * - our own commit's events give the handles of the rules it added, in the
- *   order of its ops (planned here, see expect()).
+ * - our own commit's acknowledgements echo the handles of the rules it added
+ *   (learnCommit(); the commit's events then wake nobody, Monitor.skipOwn), or,
+ *   where they do not, its events give them, in the order of its ops (planned
+ *   here, see expect()).
  *
  * The repair of a mirror that differs is then exactly the difference: delete
  * each extra rule by handle, re-add each missing rule after the rule before
@@ -78,6 +80,8 @@ interface MirrorChain {
   family: TableConfig['family'];
   table: string;
   name: string;
+  /** The chain's key in Mirror.desired, made once. */
+  key: string;
   /** handles[j]: the kernel handle of desired rule j, 0 while it is missing. */
   handles: Float64Array;
   /** Desired index by kernel handle, for the rules present. */
@@ -94,7 +98,7 @@ interface MirrorChain {
  * What an own commit's events must show, in order: DELRULE of a handle, or NEWRULE of desired rule j;
  * and (in any order) one element event per planned element op.
  */
-type Expected = { del: number; chain: MirrorChain } | { add: number; chain: MirrorChain } | { element: MirrorSet };
+type Expected = { del: number; chain: MirrorChain } | { add: number; chain: MirrorChain; op: number } | { element: MirrorSet };
 
 export interface MirrorPlan {
   batch: Batch;
@@ -113,6 +117,11 @@ export type MirrorOutcome =
   | 'changed';
 
 const key = (family: string, table: string) => `${family} ${table}`;
+/** plan()'s map of extras in a missing rule's place when the chain has no extras: never written. */
+const NO_PLACES = new Map<number, number>();
+/** A chain's missing desired rules in order (one, the common case, without a spread and a sort). */
+const missingInOrder = (c: MirrorChain): number[] =>
+  c.missing.size === 0 ? [] : c.missing.size === 1 ? [c.missing.values().next().value!] : [...c.missing].sort(byNumber);
 const byNumber = (x: number, y: number) => x - y;
 
 export class Mirror {
@@ -165,7 +174,7 @@ export class Mirror {
           handles[j] = h;
           byHandle.set(h, j);
         }
-        chains.set(c.name, { family: t.family, table: t.name, name: c.name, handles, byHandle, missing: new Set(), extras: new Map() });
+        chains.set(c.name, { family: t.family, table: t.name, name: c.name, key: `${key(t.family, t.name)} ${c.name}`, handles, byHandle, missing: new Set(), extras: new Map() });
       }
       tables.set(key(t.family, t.name), chains);
       const named = new Map<string, MirrorSet | null>();
@@ -348,6 +357,43 @@ export class Mirror {
     this.expected.set(generation, expected);
   }
 
+  /**
+   * Our commit expected at `generation` is in the kernel, and its acknowledgements echoed the handle
+   * of each rule it added (by op index, NftConn.commit's `echo`): the mirror takes them now, as it
+   * would from the commit's events, which the caller then need not have delivered (Monitor.skipOwn).
+   * The guard held at the generation before, where the mirror was exact, so the commit was exactly
+   * the plan. False, with nothing changed, when the echo does not cover the plan (element ops, a
+   * handle missing) or the commit's events were applied already: the events say it then.
+   */
+  learnCommit(generation: number, handles: ReadonlyMap<number, number>): boolean {
+    const plan = this.expected.get(generation);
+    if (!plan || !this.valid || this.generation >= generation) return false;
+    for (const x of plan) {
+      if ('element' in x) return false;
+      if ('add' in x && !(handles.get(x.op)! > 0)) return false;
+    }
+    this.expected.delete(generation);
+    for (const x of plan) {
+      if ('del' in x) {
+        if (x.chain.extras.delete(x.del)) continue;
+        this.fail(`our commit ${generation} deleted rule handle ${x.del}, which the mirror did not hold`);
+        return false;
+      }
+      if (!('add' in x)) continue;
+      const c = x.chain;
+      const h = handles.get(x.op)!;
+      if (c.byHandle.has(h) || c.extras.has(h)) {
+        this.fail(`our commit ${generation} added rule handle ${h}, which the mirror holds already`);
+        return false;
+      }
+      c.handles[x.add] = h;
+      c.byHandle.set(h, x.add);
+      c.missing.delete(x.add);
+    }
+    this.generation = generation;
+    return true;
+  }
+
   /** The commit expected at `generation` did not happen. */
   forget(generation: number): void {
     this.expected.delete(generation);
@@ -383,35 +429,36 @@ export class Mirror {
     for (const chains of this.tables.values()) {
       for (const c of chains.values()) {
         if (c.missing.size === 0 && c.extras.size === 0) continue;
-        const where = { family: c.family, table: c.table, chain: c.name };
-        const inPlace = new Map<number, number>();  // desired j → the extra handle sitting in its place
+        // desired j → the extra handle sitting in its place (none without extras: the common deletion)
+        const inPlace = c.extras.size === 0 ? NO_PLACES : new Map<number, number>();
         for (const [h, j] of c.extras) {
           if (j >= 0 && c.missing.has(j) && !inPlace.has(j)) {
             inPlace.set(j, h);
             continue;
           }
-          batch.delete('rule', { ...where, handle: h });
+          batch.push({ verb: 'delete', object: 'rule', family: c.family, table: c.table, chain: c.name, handle: h });
           expected.push({ del: h, chain: c });
         }
-        const ids = new Map<number, number>();
-        for (const j of [...c.missing].sort(byNumber)) {
+        // desired j → the batch id of its re-add, for the next one's position (one missing rule needs none)
+        const ids = c.missing.size > 1 ? new Map<number, number>() : undefined;
+        for (const j of missingInOrder(c)) {
           const r = this.rule(c, j);
           for (const st of r.sets) batch.add('set', { ...st, family: c.family, table: c.table });
           const id = nextId++;
-          ids.set(j, id);
+          ids?.set(j, id);
           const exprs = this.frozenExprs(c, j, r.exprs);
           const h = inPlace.get(j);
           // Whole op literals, one shape each: spreading them together cost more than the rest of the plan.
           if (h !== undefined) {
             batch.push({ verb: 'replace', object: 'rule', family: c.family, table: c.table, chain: c.name, exprs, userdata: r.userdata, id, handle: h });  // same place, same handle
-            expected.push({ del: h, chain: c }, { add: j, chain: c });
+            expected.push({ del: h, chain: c }, { add: j, chain: c, op: batch.length - 1 });
             continue;
           }
           const after = j === 0 ? 0 : c.handles[j - 1]!;
           if (j === 0) batch.push({ verb: 'insert', object: 'rule', family: c.family, table: c.table, chain: c.name, exprs, userdata: r.userdata, id });  // at the head of the chain
           else if (after > 0) batch.push({ verb: 'add', object: 'rule', family: c.family, table: c.table, chain: c.name, exprs, userdata: r.userdata, id, position: after });
-          else batch.push({ verb: 'add', object: 'rule', family: c.family, table: c.table, chain: c.name, exprs, userdata: r.userdata, id, positionId: ids.get(j - 1)! });  // after the one re-added just before
-          expected.push({ add: j, chain: c });
+          else batch.push({ verb: 'add', object: 'rule', family: c.family, table: c.table, chain: c.name, exprs, userdata: r.userdata, id, positionId: ids!.get(j - 1)! });  // after the one re-added just before
+          expected.push({ add: j, chain: c, op: batch.length - 1 });
         }
       }
     }
@@ -447,37 +494,25 @@ export class Mirror {
    * array of frozen expressions is checked once (validate.ts), not on every repair that re-adds it.
    */
   private frozenExprs(c: MirrorChain, j: number, exprs: readonly Expr[]): Expr[] {
-    // The keeper's desired rules are frozen already (compact.ts); others get a frozen copy.
-    if (Object.isFrozen(exprs) && exprs.every((e) => Object.isFrozen(e))) return exprs as Expr[];
     let f = c.frozen?.get(j);
     if (!f) {
-      f = Object.freeze(exprs.map((e) => Object.freeze(Object.assign({}, e)))) as Expr[];  // not a spread: see compact.ts
+      // The keeper's desired rules are frozen already (compact.ts); others get a frozen copy.
+      f = Object.isFrozen(exprs) && exprs.every((e) => Object.isFrozen(e)) ? exprs as Expr[]
+        : Object.freeze(exprs.map((e) => Object.freeze(Object.assign({}, e)))) as Expr[];  // not a spread: see compact.ts
       (c.frozen ??= new Map()).set(j, f);
     }
     return f;
   }
 
   private rule(c: MirrorChain, j: number) {
-    return this.desired.get(`${key(c.family, c.table)} ${c.name}`)!.rules[j]!.compiled;
+    return this.desired.get(c.key)!.rules[j]!.compiled;
   }
 
+  /** The chain's difference as plan() repairs it; its words are written when read (ChainDrift). */
   private describe(c: MirrorChain): Drift {
-    const missing = [...c.missing].sort((x, y) => x - y);
-    const parts: string[] = [];
-    if (missing.length > 0) {
-      const r = this.rule(c, missing[0]!);
-      parts.push(missing.length === 1 ? `rule ${missing[0]! + 1} (${r.text}) is missing`
-        : `${missing.length} rules are missing (first: rule ${missing[0]! + 1}, ${r.text})`);
-    }
-    if (c.extras.size > 0) parts.push(`${c.extras.size} foreign rule${c.extras.size === 1 ? '' : 's'} (handle ${[...c.extras.keys()].join(', ')})`);
-    const replaced = [...c.extras.values()].filter((j) => j >= 0 && c.missing.has(j)).length;
-    const ops = c.extras.size + c.missing.size - replaced;
-    const kept = c.handles.length - c.missing.size;
-    return {
-      kind: 'rules-differ', family: c.family, table: c.table, chain: c.name,
-      detail: `${parts.join('; ')}; repair from events: ${kept} of ${kept + c.extras.size} kernel rules stay, ` +
-        `${c.extras.size - replaced} deleted, ${c.missing.size - replaced} inserted, ${replaced} replaced (${ops} ops)`,
-    };
+    const missing = missingInOrder(c);
+    return new ChainDrift(c.family, c.table, c.name, missing, missing.length > 0 ? this.rule(c, missing[0]!) : undefined,
+      c.extras.size === 0 ? [] : [...c.extras], c.handles.length);
   }
 
   private fail(why: string): MirrorOutcome {
@@ -609,6 +644,43 @@ export class Mirror {
     if (k !== rulePlan.length) return `our commit ${b.generation} showed ${k} of ${rulePlan.length} planned rule events`;
     if (elementsPlanned !== 0) return `our commit ${b.generation} did not show its planned element events`;
     return undefined;
+  }
+}
+
+/**
+ * A chain's difference as the mirror planned its repair, from what it held then. The detail, in
+ * words, is written when it is first read: by the repair's report, after the commit, not on the
+ * way to it.
+ */
+class ChainDrift implements Drift {
+  readonly kind = 'rules-differ';
+  #detail: string | undefined;
+
+  constructor(readonly family: Drift['family'], readonly table: string, readonly chain: string, private readonly missing: readonly number[],
+    private readonly first: { text: string } | undefined, private readonly extras: readonly (readonly [number, number])[],
+    private readonly desired: number) {}
+
+  get detail(): string {
+    return this.#detail ??= this.words();
+  }
+
+  set detail(v: string) {
+    this.#detail = v;
+  }
+
+  private words(): string {
+    const { missing, extras } = this;
+    const parts: string[] = [];
+    if (missing.length > 0) {
+      parts.push(missing.length === 1 ? `rule ${missing[0]! + 1} (${this.first!.text}) is missing`
+        : `${missing.length} rules are missing (first: rule ${missing[0]! + 1}, ${this.first!.text})`);
+    }
+    if (extras.length > 0) parts.push(`${extras.length} foreign rule${extras.length === 1 ? '' : 's'} (handle ${extras.map(([h]) => h).join(', ')})`);
+    const replaced = extras.filter(([, j]) => j >= 0 && missing.includes(j)).length;
+    const ops = extras.length + missing.length - replaced;
+    const kept = this.desired - missing.length;
+    return `${parts.join('; ')}; repair from events: ${kept} of ${kept + extras.length} kernel rules stay, ` +
+      `${extras.length - replaced} deleted, ${missing.length - replaced} inserted, ${replaced} replaced (${ops} ops)`;
   }
 }
 

@@ -53,6 +53,13 @@ export interface NftConn {
    * the failing op's index.
    */
   commit(batch: Batch | readonly Op[], options?: CommitOptions): Promise<void | CommitResult>;
+  /**
+   * commit() of a small batch at once, on this thread, without a promise: the outcome is returned,
+   * a refusal thrown (the same errors). False, with nothing sent, when it cannot run so (a big
+   * batch, or the connection busy with a dump or commit): commit() then. Optional (an in-memory
+   * kernel may lack it).
+   */
+  commitNow?(batch: Batch | readonly Op[], options?: CommitOptions): void | CommitResult | false;
   close(): void;
 }
 
@@ -63,6 +70,8 @@ export interface NftWatch {
   /** What the watcher has seen (the kernel monitor has it; a watcher without it gets no mirror). */
   progress?(): MonitorProgress;
   anchor?(generation: number, overflowsSeen: number): void;
+  /** Our own commit that made `generation` is known already: its batch need not be delivered (Monitor.skipOwn). */
+  skipOwn?(generation: number): void;
 }
 
 /** Opens connections and monitors in one network namespace. */

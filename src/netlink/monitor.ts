@@ -83,17 +83,41 @@ export interface MonitorOptions {
 export class Monitor {
   private readonly native: NativeMonitor;
   private closedFlag = false;
+  /** progress() as the addon handed it over with the batch being delivered (one-event batches), until anchor(). */
+  private during: MonitorProgress | undefined;
 
   constructor(options: MonitorOptions) {
     const { NftMonitor } = loadAddon();
-    this.native = new NftMonitor(options.netns, (flat) => {
-      if (!this.closedFlag) options.onBatch(fromFlat(flat as unknown[]));
-    }, toPairs(options.tables), options.ignorePorts ?? [], options.ownCommits ?? false,
+    // A batch of one event without elements comes as the call's arguments (fromArgs), any other as one flat array.
+    this.native = new NftMonitor(options.netns, ((flat: unknown, generation: number, foreign: boolean, since: number,
+      receivedNs: number, type: MonitorEvent['type'], family: Family, table: string, name: string | undefined,
+      handle: number | undefined, portId: number, flags: number, position: number | undefined,
+      lastGeneration: number, runStart: number, delivered: number) => {
+      if (this.closedFlag) return;
+      if (typeof flat !== 'boolean') {
+        options.onBatch(fromFlat(flat as unknown[]));
+        return;
+      }
+      const e: MonitorEvent = { type, family, table } as MonitorEvent;
+      if (name !== undefined) e.name = name;
+      if (handle !== undefined) e.handle = handle;
+      e.portId = portId;
+      e.flags = flags;
+      if (position !== undefined) e.position = position;
+      // While onBatch runs, progress() is what the addon handed over with the batch: nothing is read meanwhile.
+      this.during = { lastGeneration, runStart, delivered };
+      try {
+        options.onBatch({ overflow: false, generation, truncated: flat, foreign, since, receivedNs, events: [e] });
+      } finally {
+        this.during = undefined;
+      }
+    }) as (batch: unknown) => void, toPairs(options.tables), options.ignorePorts ?? [], options.ownCommits ?? false,
     options.receiveBuffer);
   }
 
   /** What the monitor has read so far (no system call: what it has not read yet, it has not seen). */
   progress(): MonitorProgress {
+    if (this.during) return this.during;
     const [lastGeneration, runStart, delivered] = this.native.progress();
     return { lastGeneration, runStart, delivered };
   }
@@ -104,7 +128,18 @@ export class Monitor {
    * and the batches' `since` say so from then on (ignored if another overflow came meanwhile).
    */
   anchor(generation: number, overflowsSeen: number): void {
+    this.during = undefined;
     this.native.anchor(generation, overflowsSeen);
+  }
+
+  /**
+   * The caller learnt its own commit that made `generation` from the commit itself (the kernel's
+   * echo of its new rules): that commit's batch, of ignored ports' events only, is neither handed
+   * to onBatch nor counted in progress().delivered, so it wakes no JavaScript. Ignored for a
+   * generation the monitor has read already (it was handed over) and by an addon built before it.
+   */
+  skipOwn(generation: number): void {
+    this.native.skipOwn?.(generation);
   }
 
   setFilter(tables: { family: Family; name: string }[] | undefined, ignorePorts: number[] = []): void {

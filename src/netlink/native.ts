@@ -10,6 +10,9 @@ export interface NativeSocket {
   /** exprBytes: per op index, that rule's expressions as encodeExprs() gave them, or undefined (encoded now). */
   commit(ops: readonly unknown[], generation?: number, echo?: boolean,
     exprBytes?: readonly (Buffer | undefined)[]): Promise<void | { handles: [number, number][] }>;
+  /** commit() of a small batch on this thread, or false (not small, or the socket busy): nothing sent. Absent from an older addon. */
+  commitNow?(ops: readonly unknown[], generation?: number, echo?: boolean,
+    exprBytes?: readonly (Buffer | undefined)[]): void | { handles: [number, number][] } | false;
 }
 
 export interface NativeMonitor {
@@ -17,6 +20,8 @@ export interface NativeMonitor {
   setFilter(tables: [string, string][] | null, ignorePorts: number[]): void;
   progress(): [number, number, number];
   anchor(generation: number, overflowsSeen: number): void;
+  /** Absent from an addon built before it. */
+  skipOwn?(generation: number): void;
   ref(): void;
   unref(): void;
 }

@@ -176,6 +176,22 @@ export class NftSocket implements NftConn {
     if (r) return { handles: new Map(r.handles) };
   }
 
+  commitNow(batch: Batch | readonly Op[], options: CommitOptions = {}): void | CommitResult | false {
+    this.check('commit');
+    const { ops, gen } = commitArgs(batch, options);
+    if (ops.length === 0) return;
+    const native = this.native;
+    if (native.commitNow === undefined) return false;
+    let r;
+    try {
+      r = native.commitNow(ops, gen, options.echo === true, ops.length <= PREENCODE_UP_TO ? preencoded(ops) : undefined);
+    } catch (e) {
+      throw refine(e, ops, gen);
+    }
+    if (r === false) return false;
+    if (r) return { handles: new Map(r.handles) };
+  }
+
   private check(operation: string): void {
     if (this.native.closed) throw new SocketClosedError(operation);
   }

@@ -61,6 +61,14 @@ function countingHost(ns: Netns, receiveBuffer?: number): NftHost & { elementRea
               return target.commit(batch, options);
             };
           }
+          // The event's repair commits inline, at once (Keeper.repairNow).
+          if (p === 'commitNow') {
+            return (batch: Batch, options?: CommitOptions) => {
+              const r = target.commitNow(batch, options);
+              if (r !== false) host.batches.push([...batch.ops]);
+              return r;
+            };
+          }
           const v = Reflect.get(target, p, recv);
           return typeof v === 'function' ? v.bind(target) : v;
         },

@@ -63,6 +63,48 @@ describe('the event mirror', () => {
     expect(m.handlesOf('ip', 't', 'c')).toEqual([21, 22, 12, 13, 14]);
   });
 
+  it('learns our own commit from its echoed handles, by op index, and ignores the commit\'s events after that', () => {
+    const m = seeded();
+    // A replace, a foreign rule deleted, and two neighbours re-added (the second after the first, by batch id).
+    m.apply(batch(6, [ev('newrule', 20), ev('delrule', 13), ev('newrule', 13), ev('delrule', 10), ev('delrule', 11)]), OWN);
+    const plan = m.plan();
+    if (plan === 'clean' || !plan) throw new Error('no plan');
+    m.expect(7, plan.expected);
+    expect(m.exactAt(6, { lastGeneration: 6, runStart: 1, delivered: 1 })).toBe(false);  // our commit is pending
+    // The ops: delete 20, insert rule 0, add rule 1, replace 13: the kernel echoed three new rules.
+    expect(m.learnCommit(7, new Map([[1, 21], [2, 22], [3, 13]]))).toBe(true);
+    expect(m.generation).toBe(7);
+    expect(m.handlesOf('ip', 't', 'c')).toEqual([21, 22, 12, 13, 14]);
+    expect(m.plan()).toBe('clean');
+    // The commit's own batch, if it is delivered after all, is known already.
+    expect(m.apply(batch(7, [ev('delrule', 20, OWN), ev('newrule', 21, OWN), ev('newrule', 22, OWN), ev('delrule', 13, OWN), ev('newrule', 13, OWN)]), OWN)).toBe('ignored');
+    expect(m.exactAt(7, { lastGeneration: 7, runStart: 1, delivered: 2 })).toBe(true);
+    // A foreign deletion of a rule whose handle came from the echo is followed.
+    expect(m.apply(batch(8, [ev('delrule', 22)]), OWN)).toBe('changed');
+    const again = m.plan();
+    if (again === 'clean' || !again) throw new Error('no plan');
+    expect(again.batch.ops).toMatchObject([{ verb: 'add', position: 21 }]);
+  });
+
+  it('leaves our own commit to its events when the echo does not cover it, or the events came first', () => {
+    const m = seeded();
+    m.apply(batch(6, [ev('delrule', 12), ev('delrule', 13)]), OWN);
+    const plan = m.plan();
+    if (plan === 'clean' || !plan) throw new Error('no plan');
+    m.expect(7, plan.expected);
+    // One of the two new rules was not echoed (a kernel that does not echo, lost acks): nothing changes.
+    expect(m.learnCommit(7, new Map([[0, 15]]))).toBe(false);
+    expect(m.learnCommit(7, new Map())).toBe(false);
+    expect(m.generation).toBe(6);
+    expect(m.apply(batch(7, [ev('newrule', 15, OWN), ev('newrule', 16, OWN)]), OWN)).toBe('own');
+    expect(m.handlesOf('ip', 't', 'c')).toEqual([10, 11, 15, 16, 14]);
+    // The events came first (a commit that ran on the worker thread): the echo is not taken again.
+    expect(m.learnCommit(7, new Map([[0, 15], [1, 16]]))).toBe(false);
+    expect(m.valid).toBe(true);
+    // A commit the mirror did not plan is not learnt.
+    expect(m.learnCommit(8, new Map([[0, 30]]))).toBe(false);
+  });
+
   it('ignores batches the seed holds, other tables and anonymous sets', () => {
     const m = seeded();
     expect(m.apply(batch(5, [ev('delrule', 12)]), OWN)).toBe('ignored');

@@ -9,8 +9,9 @@
  * sentinel's, with nothing in between.
  */
 import { describe, expect, it } from 'vitest';
-import { Monitor, open, type MonitorBatch } from '../../src/index.js';
+import { Monitor, open, type MonitorBatch, type Op } from '../../src/index.js';
 import { withNetns } from '../helpers/netns.js';
+import { until } from '../helpers/wait.js';
 import { OWNED, ownedSetup } from './fixtures.js';
 
 const { family: F, table: T, chain: C } = OWNED;
@@ -112,6 +113,74 @@ describe('monitor', () => {
         s.close();
       }
     }, 'mon');
+  });
+
+  it('delivers our own commits with ownCommits, except one the caller learnt from its echo (skipOwn), uncounted', async () => {
+    await withNetns(async (ns) => {
+      const s = open({ netns: ns.path });
+      const other = open({ netns: ns.path });
+      await s.commit(ownedSetup());
+      const inbox = new Inbox();
+      const m = new Monitor({ netns: ns.path, tables: [{ family: F, name: T }], ignorePorts: [s.portId], ownCommits: true, onBatch: inbox.push });
+      const rule: Op = { verb: 'add', object: 'rule', family: F, table: T, chain: C, exprs: [{ kind: 'counter' }] };
+      try {
+        // Our own commit, not skipped: delivered, flagged not foreign.
+        await s.commit([rule]);
+        const own = await inbox.next();
+        expect(own.foreign).toBe(false);
+        const d0 = m.progress().delivered;
+        // Skipped: its generation neither calls back nor counts; the monitor still reads its NEWGEN.
+        const g = s.generation();
+        const echoed = await s.commit([rule], { expectGeneration: g, echo: true });
+        expect(echoed && [...echoed.handles.keys()]).toEqual([0]);
+        m.skipOwn(g + 1);
+        // A foreign commit after it is the next batch, with the run unbroken.
+        await other.commit([rule]);
+        const sentinel = await inbox.next();
+        expect(sentinel.foreign).toBe(true);
+        expect(sentinel.generation).toBe(g + 2);
+        expect(sentinel.since).toBeLessThanOrEqual(g + 1);
+        expect(inbox.pending).toBe(0);
+        expect(m.progress()).toMatchObject({ lastGeneration: g + 2, delivered: d0 + 1 });
+        // A skip for a generation the monitor has read already changes nothing; neither does an old one.
+        m.skipOwn(g + 2);
+        m.skipOwn(g + 1);
+        await s.commit([rule]);
+        expect((await inbox.next()).generation).toBe(g + 3);
+      } finally {
+        m.close();
+        other.close();
+        s.close();
+      }
+    });
+  });
+
+  it('progress() inside the callback is what the addon reads outside it', async () => {
+    await withNetns(async (ns) => {
+      const s = open({ netns: ns.path });
+      const other = open({ netns: ns.path });
+      await s.commit(ownedSetup());
+      const seen: { inside: ReturnType<Monitor['progress']>; generation: number }[] = [];
+      let m: Monitor | undefined = undefined;
+      m = new Monitor({ netns: ns.path, tables: [{ family: F, name: T }], ignorePorts: [s.portId],
+        onBatch: (b) => seen.push({ inside: m!.progress(), generation: b.generation }) });
+      try {
+        m.anchor(s.generation(), 0);
+        for (let i = 0; i < 3; i++) {
+          await other.commit([{ verb: 'add', object: 'rule', family: F, table: T, chain: C, exprs: [{ kind: 'counter' }] }]);
+          const g = other.generation();
+          await until('the batch', () => seen.length === i + 1);
+          expect(seen[i]!.generation).toBe(g);
+          expect(seen[i]!.inside).toEqual(m.progress());
+          expect(seen[i]!.inside).toMatchObject({ lastGeneration: g, delivered: i + 1 });
+          expect(seen[i]!.inside.runStart).toBeGreaterThan(0);
+        }
+      } finally {
+        m.close();
+        other.close();
+        s.close();
+      }
+    });
   });
 
   it('element events carry their elements as a dump gives them (vmap, data map, timeout set)', async () => {
