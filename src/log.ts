@@ -55,12 +55,19 @@ export function createDaemonLogger(o: DaemonLoggerOptions): DaemonLogger {
     }
     w.suppressed = 0;
   };
+  // A storm that stops mid-window still gets its summary line. The timer runs only while a window
+  // is open, so an idle daemon that logs nothing is not woken by it; it never keeps the process up.
+  let timer: NodeJS.Timeout | undefined;
   const flush = (now: number, all: boolean) => {
     for (const [key, w] of windows) {
       if (all || now - w.start >= windowMs) {
         summarise(w);
         windows.delete(key);
       }
+    }
+    if (windows.size === 0 && timer) {
+      clearInterval(timer);
+      timer = undefined;
     }
   };
 
@@ -91,6 +98,10 @@ export function createDaemonLogger(o: DaemonLoggerOptions): DaemonLogger {
         if (!w) {
           w = { start: now, count: 0, suppressed: 0, level, msg };
           windows.set(key, w);
+          if (!timer) {
+            timer = setInterval(() => flush(Date.now(), false), Math.max(100, windowMs / 2));
+            timer.unref();
+          }
         }
         if (++w.count > burst) {
           w.suppressed++;
@@ -101,9 +112,6 @@ export function createDaemonLogger(o: DaemonLoggerOptions): DaemonLogger {
     },
   }, o.destination ?? pino.destination({ dest: 1, sync: true }));
 
-  // A storm that stops mid-window still gets its summary line; the timer never keeps the process up.
-  const timer = setInterval(() => flush(Date.now(), false), Math.max(100, windowMs / 2));
-  timer.unref();
   return {
     logger,
     close() {

@@ -253,6 +253,23 @@ describe('the daemon notices its namespace is gone', { timeout: 240_000 }, () =>
     }
   });
 
+  it('deleted, checked on the keeper\'s own tick (no --netns-check, the interval under 2 s): exits 2', async () => {
+    const ns = createNetns('clitick');
+    const d = nfk(['run', '-c', good, '--netns', ns.path, '--no-metrics', '--interval', '200ms']);
+    try {
+      await waitFor('nfkeeper running', () => d.logs().some((l) => l.msg === 'nfkeeper running'));
+      ns.remove();
+      const timer = setTimeout(() => d.child.kill('SIGKILL'), 60_000);
+      const { code } = await d.exited;
+      clearTimeout(timer);
+      expect(code).toBe(2);
+      oneClearLine(d.err, new RegExp(`the network namespace ${ns.path} is gone; exited \\(the rules stay in place\\)`));
+    } finally {
+      d.child.kill('SIGKILL');
+      ns.remove();
+    }
+  });
+
   it('replaced (the path now names another namespace): exits 2', async () => {
     const ns = createNetns('clirepl');
     const other = createNetns('cliother');
