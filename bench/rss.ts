@@ -8,13 +8,16 @@
  * with --settled-s, the RSS again that long after ready.
  *
  *   sudo npx tsx bench/rss.ts [--sizes 0,10000,100000] [--runs 3] [--idle-s 15] [--cpu-s 30] [--settled-s 60]
- *     [--node-options "…"] [--node-flags "…"] [--root DIR]
+ *     [--node-options "…"] [--node-flags "…"] [--root DIR] [--restart]
  *
  * N = 0 is examples/flannel.yaml (4 rules). --root runs another checkout's bin/ and dist/ (its
- * build), to compare two versions back to back with the same measure.
+ * build), to compare two versions back to back with the same measure. With --restart, a first
+ * daemon installs the ruleset and stops (its rules stay), and the one measured starts onto it (an
+ * upgrade's restart: adopting, not installing). "CPU to ready" is the daemon's CPU time (all its
+ * threads, /proc/PID/task/TID/schedstat) from its start to its first ready answer.
  */
 import { spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -35,6 +38,7 @@ const NODE_FLAGS = arg('--node-flags', '').split(' ').filter(Boolean);
 const CPU_S = Number(arg('--cpu-s', '0'));
 const SETTLED_S = Number(arg('--settled-s', '0'));
 const ROOT = arg('--root', PROJECT_ROOT);
+const RESTART = process.argv.includes('--restart');
 
 const addr = (i: number) => `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`;
 const config = (n: number) => (n === 0 ? readFileSync(join(ROOT, 'examples', 'flannel.yaml'), 'utf8')
@@ -53,26 +57,51 @@ const cpuTicks = (pid: number) => {
   return Number(f[11]) + Number(f[12]);
 };
 
+// Every thread's time on a CPU so far, in ms (ns resolution, unlike utime + stime's 10 ms ticks).
+const cpuAllThreadsMs = (pid: number) => readdirSync(`/proc/${pid}/task`).reduce((a, tid) => {
+  try {
+    return a + Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8').split(' ')[0]) / 1e6;
+  } catch {
+    return a;  // the thread ended meanwhile (its time is lost: start-up's workers stay)
+  }
+}, 0);
+
 interface Sample { rss: number; hwm: number; anon: number; file: number; heapUsed: number; heapTotal: number; external: number; readyS: number;
-  cpuMs: number; settled: number }
+  cpuMs: number; settled: number; readyCpuMs: number }
 
 async function once(n: number, dir: string, port: number): Promise<Sample> {
   const file = join(dir, `rss-${n}.yaml`);
   writeFileSync(file, config(n));
   return withBenchNetns(`rss-${n}`, async (ns) => {
     const env = { ...process.env, NODE_OPTIONS };
+    const daemon = () => spawn(process.execPath, [...daemonNodeFlags(ROOT), ...NODE_FLAGS, join(ROOT, 'bin', 'nfkeeper.js'), 'run', '--config', file,
+      '--netns', ns.path, '--interval', '1s', '--metrics', `127.0.0.1:${port}`, '--log-level', 'warn'], { stdio: ['ignore', 'ignore', 'inherit'], env });
+    const untilReady = async (c: ReturnType<typeof daemon>, pollMs: number) => {
+      for (let i = 0; ; i++) {
+        if (await fetch(`http://127.0.0.1:${port}/readyz`).then((r) => r.ok, () => false)) return;
+        if (c.exitCode !== null) throw new Error('nfkeeper run exited before it was ready');
+        if (i * pollMs > 300_000) throw new Error('not ready in 300 s');
+        await sleep(pollMs);
+      }
+    };
+    if (RESTART) {
+      // The earlier daemon: installs, stops; its rules stay for the measured one to adopt.
+      const first = daemon();
+      const gone = new Promise((r) => first.on('exit', r));
+      try {
+        await untilReady(first, 100);
+      } finally {
+        first.kill('SIGTERM');
+        await gone;
+      }
+    }
     const t0 = Date.now();
-    const child = spawn(process.execPath, [...daemonNodeFlags(ROOT), ...NODE_FLAGS, join(ROOT, 'bin', 'nfkeeper.js'), 'run', '--config', file, '--netns', ns.path,
-      '--interval', '1s', '--metrics', `127.0.0.1:${port}`, '--log-level', 'warn'], { stdio: ['ignore', 'ignore', 'inherit'], env });
+    const child = daemon();
     const exited = new Promise((r) => child.on('exit', r));
     try {
-      for (let i = 0; ; i++) {
-        if (await fetch(`http://127.0.0.1:${port}/readyz`).then((r) => r.ok, () => false)) break;
-        if (child.exitCode !== null) throw new Error('nfkeeper run exited before it was ready');
-        if (i > 3000) throw new Error('not ready in 300 s');
-        await sleep(100);
-      }
+      await untilReady(child, 50);
       const readyS = (Date.now() - t0) / 1000;
+      const readyCpuMs = cpuAllThreadsMs(child.pid!);
       await sleep(IDLE_S * 1000);
       const s = status(child.pid!);
       const m = await fetch(`http://127.0.0.1:${port}/metrics`).then((r) => r.text());
@@ -90,7 +119,7 @@ async function once(n: number, dir: string, port: number): Promise<Sample> {
       return {
         rss: kib(s, 'VmRSS') / 1024, hwm: kib(s, 'VmHWM') / 1024, anon: kib(s, 'RssAnon') / 1024, file: kib(s, 'RssFile') / 1024,
         heapUsed: metric(m, 'nfkeeper_nodejs_heap_size_used_bytes') / 2 ** 20, heapTotal: metric(m, 'nfkeeper_nodejs_heap_size_total_bytes') / 2 ** 20,
-        external: metric(m, 'nfkeeper_nodejs_external_memory_bytes') / 2 ** 20, readyS, cpuMs, settled,
+        external: metric(m, 'nfkeeper_nodejs_external_memory_bytes') / 2 ** 20, readyS, cpuMs, settled, readyCpuMs,
       };
     } finally {
       child.kill('SIGTERM');
@@ -103,8 +132,8 @@ async function main(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'nfk-rss-'));
   const port = 19950 + (process.pid % 40);
   process.stdout.write(`load average ${loadavg()}${NODE_OPTIONS ? `; NODE_OPTIONS=${NODE_OPTIONS}` : ''}${NODE_FLAGS.length ? `; node ${NODE_FLAGS.join(' ')}` : ''}` +
-    `${ROOT !== PROJECT_ROOT ? `; bin of ${ROOT}` : ''}\n`);
-  process.stdout.write(`config                 RSS MiB  peak MiB  anon MiB  file MiB  heap used/total MiB  external MiB  ready s` +
+    `${ROOT !== PROJECT_ROOT ? `; bin of ${ROOT}` : ''}${RESTART ? '; restarted onto the ruleset a first daemon installed' : ''}\n`);
+  process.stdout.write(`config                 RSS MiB  peak MiB  anon MiB  file MiB  heap used/total MiB  external MiB  ready s  CPU to ready ms` +
     `${CPU_S ? `  CPU ms/${CPU_S}s` : ''}${SETTLED_S ? `  RSS at ${SETTLED_S}s` : ''}\n`);
   try {
     for (const n of SIZES) {
@@ -112,8 +141,9 @@ async function main(): Promise<void> {
       for (let r = 0; r < RUNS; r++) runs.push(await once(n, dir, port));
       const f = (k: keyof Sample, w = 9) => median(runs.map((x) => x[k])).toFixed(1).padStart(w);
       process.stdout.write(`${(n === 0 ? 'flannel.yaml' : `${n.toLocaleString('en-US')} rules`).padEnd(20)}${f('rss')}${f('hwm', 10)}${f('anon', 10)}${f('file', 10)}` +
-        `${f('heapUsed', 12)} /${f('heapTotal', 6)}${f('external', 14)}${f('readyS')}${CPU_S ? f('cpuMs', 11) : ''}${SETTLED_S ? f('settled', 11) : ''}` +
-        `   (RSS of each run: ${runs.map((x) => x.rss.toFixed(1)).join(', ')}${CPU_S ? `; CPU ms: ${runs.map((x) => x.cpuMs).join(', ')}` : ''}` +
+        `${f('heapUsed', 12)} /${f('heapTotal', 6)}${f('external', 14)}${f('readyS')}${f('readyCpuMs', 17)}${CPU_S ? f('cpuMs', 11) : ''}${SETTLED_S ? f('settled', 11) : ''}` +
+        `   (RSS of each run: ${runs.map((x) => x.rss.toFixed(1)).join(', ')}; ready s: ${runs.map((x) => x.readyS.toFixed(2)).join(', ')}` +
+        `; CPU to ready ms: ${runs.map((x) => x.readyCpuMs.toFixed(0)).join(', ')}; peak MiB: ${runs.map((x) => x.hwm.toFixed(1)).join(', ')}${CPU_S ? `; CPU ms: ${runs.map((x) => x.cpuMs).join(', ')}` : ''}` +
         `${SETTLED_S ? `; at ${SETTLED_S}s: ${runs.map((x) => x.settled.toFixed(1)).join(', ')}` : ''})\n`);
     }
   } finally {

@@ -46,6 +46,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("peerCred", Napi::Function::New(env, PeerCred));
   exports.Set("links", Napi::Function::New(env, ListLinks));
   exports.Set("encodeExprs", Napi::Function::New(env, EncodeExpressions));
+  exports.Set("ruleDigests", Napi::Function::New(env, DigestRules));
   exports.Set("trimMemory", Napi::Function::New(env, TrimMemory));
   return exports;
 }

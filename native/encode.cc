@@ -21,6 +21,7 @@
 #include <string>
 
 #include "common.h"
+#include "decode_json.h"
 #include "expr_table.h"
 
 namespace nfk {
@@ -571,6 +572,69 @@ Napi::Value EncodeExpressions(const Napi::CallbackInfo& info) {
   PutExpressions(nlh, info[0].As<Napi::Array>());
   const uint8_t* end = static_cast<const uint8_t*>(mnl_nlmsg_get_payload_tail(nlh));
   return Napi::Buffer<uint8_t>::Copy(env, start, static_cast<size_t>(end - start));
+}
+
+// libmnl marks every nest it opens NLA_F_NESTED and leaves the padding after an attribute as the
+// scratch buffer had it; nf_tables dumps nests without the flag and pads with zeros. Both are
+// undone here, recursively (every nest of ours carries the flag), so that the bytes are the ones
+// the kernel's dump gives for the same expressions.
+void AsTheKernelDumps(uint8_t* p, size_t len) {
+  size_t off = 0;
+  while (off + sizeof(nlattr) <= len) {
+    nlattr* a = reinterpret_cast<nlattr*>(p + off);
+    if (a->nla_len < sizeof(nlattr) || off + a->nla_len > len) return;
+    if (a->nla_type & NLA_F_NESTED) {
+      a->nla_type &= ~NLA_F_NESTED;
+      AsTheKernelDumps(p + off + sizeof(nlattr), a->nla_len - sizeof(nlattr));
+    }
+    size_t next = off + MNL_ALIGN(a->nla_len);
+    for (size_t i = off + a->nla_len; i < next && i < len; i++) p[i] = 0;
+    off = next;
+  }
+}
+
+// ruleDigests(exprsList, userdataList) -> string[]: for each rule, RuleDigest (decode_json.h) of
+// the bytes a commit would write for it (its userdata and NFTA_RULE_EXPRESSIONS). Where the kernel
+// dumps the same bytes, the digest its dump gives is equal, so a keeper adopting a ruleset it wrote
+// before recognises its rules without decoding them. '' where the rule cannot be encoded or looks
+// up an anonymous set (no digest, as in a dump): the caller decodes that rule's chain.
+Napi::Value DigestRules(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsArray() || !info[1].IsArray()) throw Napi::TypeError::New(env, "ruleDigests takes two arrays");
+  Napi::Array list = info[0].As<Napi::Array>();
+  Napi::Array userdata = info[1].As<Napi::Array>();
+  Keys keys(env);
+  uint32_t n = list.Length();
+  Napi::Array out = Napi::Array::New(env, n);
+  for (uint32_t i = 0; i < n; i++) {
+    std::string d;
+    try {
+      char* buf = Reserve(nullptr);
+      nlmsghdr* nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_NEWRULE, NFPROTO_IPV4, 0, 0);
+      const uint8_t* start = static_cast<const uint8_t*>(mnl_nlmsg_get_payload_tail(nlh));
+      Napi::Value ud = userdata.Get(i);
+      std::vector<uint8_t> udBytes;
+      if (ud.IsString()) udBytes = HexOfValue(ud, "userdata");
+      PutExpressions(nlh, list.Get(i).As<Napi::Array>());
+      nlattr* exprs = reinterpret_cast<nlattr*>(const_cast<uint8_t*>(start));
+      AsTheKernelDumps(reinterpret_cast<uint8_t*>(exprs), static_cast<size_t>(static_cast<const uint8_t*>(mnl_nlmsg_get_payload_tail(nlh)) - start));
+      if (ud.IsString()) {
+        // RuleDigest reads the attribute's payload only: a header in front of the bytes is enough.
+        std::vector<uint8_t> attr(MNL_ALIGN(sizeof(nlattr) + udBytes.size()));
+        nlattr* a = reinterpret_cast<nlattr*>(attr.data());
+        a->nla_type = NFTA_RULE_USERDATA;
+        a->nla_len = static_cast<uint16_t>(sizeof(nlattr) + udBytes.size());
+        if (!udBytes.empty()) std::memcpy(attr.data() + sizeof(nlattr), udBytes.data(), udBytes.size());
+        d = RuleDigest(a, exprs);
+      } else {
+        d = RuleDigest(nullptr, exprs);
+      }
+    } catch (const Napi::Error&) {
+      d.clear();  // the commit's own encoding would say what is wrong; here: no digest
+    }
+    out.Set(i, Napi::String::New(env, d));
+  }
+  return out;
 }
 
 void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneration,

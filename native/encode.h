@@ -29,6 +29,10 @@ void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneratio
 // commit would put in the rule's message; a commit can be handed it instead of the expressions.
 Napi::Value EncodeExpressions(const Napi::CallbackInfo& info);
 
+// ruleDigests(exprsList, userdataList) -> string[]: each rule's digest (RuleDigest) computed from
+// the bytes a commit would write for it; '' where there is none.
+Napi::Value DigestRules(const Napi::CallbackInfo& info);
+
 // A single request message (for dumps and GETGEN), appended to `out`.
 // `attrs` are (type, string) pairs put as NUL-terminated string attributes.
 void EncodeRequest(std::vector<uint8_t>* out, uint16_t msgType, uint16_t family,

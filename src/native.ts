@@ -29,6 +29,11 @@ export interface Addon {
   links(netns?: string): { index: number; name: string }[] | number;
   /** A rule's NFTA_RULE_EXPRESSIONS attribute as a commit encodes it (src/netlink/socket.ts caches it). */
   encodeExprs(exprs: readonly unknown[]): Buffer;
+  /**
+   * Each rule's digest (objects.ts Rule.digest) from the bytes a commit would write for it, '' where
+   * there is none. Absent from an addon built before it.
+   */
+  ruleDigests?(exprs: readonly (readonly unknown[])[], userdata: readonly (string | undefined)[]): string[];
   /** malloc_trim(0): true if memory went back to the system. Absent from an addon built before it. */
   trimMemory?(): boolean;
 }

@@ -513,6 +513,8 @@ export class Keeper extends EventEmitter {
         useKnown: true,
         readBack,
         deferUnechoedRead: cause === 'startup',
+        // Restarted onto what an earlier keeper wrote: its rules are recognised by digest, not decoded.
+        adopt: cause === 'startup',
         untouchedSince: mirror ? (from, to) => this.untouchedSince(from, to) : undefined,
         // The event mirror follows plain sets per element: exact now and clean for a set, it vouches for its elements.
         elementsHeld: mirror && monitor?.progress

@@ -30,7 +30,7 @@ import type { Family } from '../netlink/expr.js';
 import type { MonitorBatch, MonitorProgress } from '../netlink/monitor.js';
 import { NetlinkError } from '../errors.js';
 import { SET_F, TABLE_F, type Chain, type ChainDigests, type NftSet, type ObservedTable, type Rule, type Table } from '../netlink/objects.js';
-import { desiredKey, hasKey, sameKey, withKey } from './reconcile.js';
+import { compactRule, hasKey, sameKey } from './reconcile.js';
 
 const tableKey = (t: { family: string; name: string }) => `${t.family} ${t.name}`;
 
@@ -514,15 +514,6 @@ const UNDIGESTED_CHAINS_UP_TO = 8;
 
 /** Up to this many chains are fetched one GETCHAIN each; more take one chain list (as observeTable does). */
 const CHAIN_GETS_UP_TO = 8;
-
-function compactRule(t: TableConfig, c: ChainConfig, r: ChainConfig['rules'][number], handle: number, digest?: string): Rule {
-  const compiled = r.compiled;
-  return withKey({
-    family: t.family, table: t.name, chain: c.name, handle, exprs: compiled.exprs,
-    ...(compiled.userdata !== undefined ? { userdata: compiled.userdata } : {}),
-    ...(digest !== undefined ? { digest } : {}),
-  }, desiredKey(r));
-}
 
 /**
  * Which commits touched the owned tables, from the monitor's batches: the proof that lets a pass

@@ -14,6 +14,7 @@ import type { Chain, NftSet, ObservedTable, Rule, SetElement, Table } from '../n
 import { SET_F, TABLE_F, indexByChain } from '../netlink/objects.js';
 import { NfkeeperError } from '../errors.js';
 import type { NftConn } from '../netlink/conn.js';
+import { loadAddon } from '../native.js';
 import type { ChainConfig, TableConfig } from '../config/config.js';
 import { commentOf, renderRule, ruleKey, type SetResolver } from '../rules/index.js';
 import { planChain, type ChainEdit } from './plan.js';
@@ -62,10 +63,11 @@ const CHAIN_DUMPS_UP_TO = 64;
  * rules.
  */
 export async function observeTable(sock: NftConn, family: Family, name: string,
-  expectedChains: readonly string[] = []): Promise<ObservedTable> {
+  expectedChains: readonly string[] = [], adopt?: TableConfig): Promise<ObservedTable> {
   const out: ObservedTable = { family, name, chains: new Map(), rules: new Map(), sets: new Map() };
   out.table = await sock.getTable(family, name);
   if (!out.table) return out;
+  const byDigest = adopt !== undefined && sock.listRuleDigests !== undefined && loadAddon().ruleDigests !== undefined;
   let chains: Chain[];
   let rules: Rule[];
   let sets: NftSet[];
@@ -76,20 +78,21 @@ export async function observeTable(sock: NftConn, family: Family, name: string,
     [chains, sets] = await Promise.all([sock.listChains({ family, table: name }), sock.listSets({ family, table: name })]);
     const wanted = new Set(expectedChains);
     const present = chains.filter((c) => wanted.has(c.name));
-    rules = present.length <= CHAIN_DUMPS_UP_TO
-      ? (await Promise.all(present.map((c) => sock.listRules({ family, table: name, chain: c.name, digests: true })))).flat()
-      : await sock.listRules({ family, table: name, digests: true });
+    rules = byDigest ? await adoptRules(sock, adopt!, present.map((c) => c.name))
+      : present.length <= CHAIN_DUMPS_UP_TO
+        ? (await Promise.all(present.map((c) => sock.listRules({ family, table: name, chain: c.name, digests: true })))).flat()
+        : await sock.listRules({ family, table: name, digests: true });
   } else if (expectedChains.length > CHAIN_GETS_UP_TO) {
     [chains, rules, sets] = await Promise.all([
       sock.listChains({ family, table: name }),
-      sock.listRules({ family, table: name, digests: true }),
+      byDigest ? adoptRules(sock, adopt!) : sock.listRules({ family, table: name, digests: true }),
       sock.listSets({ family, table: name }),
     ]);
   } else {
     let found: (Chain | undefined)[];
     [found, rules, sets] = await Promise.all([
       Promise.all(expectedChains.map((c) => sock.getChain(family, name, c))),
-      sock.listRules({ family, table: name, digests: true }),
+      byDigest ? adoptRules(sock, adopt!) : sock.listRules({ family, table: name, digests: true }),
       sock.listSets({ family, table: name }),
     ]);
     chains = found.filter((c): c is Chain => c !== undefined);
@@ -108,6 +111,63 @@ export async function observeTable(sock: NftConn, family: Family, name: string,
     out.sets.set(x.name, { set: x, elements });
   }));
   return out;
+}
+
+/**
+ * The rules of `t`'s table (or of `only` its chains) for a look that adopts what an earlier keeper
+ * wrote (the start-up pass): one digest dump, nothing decoded, and each desired chain whose rules'
+ * digests (RuleDigest, of the bytes a commit would write for them: addon ruleDigests) are the
+ * kernel's, in order, is taken as holding exactly its desired rules (compact rules with their
+ * handles, as the known state keeps them). Only the other chains are decoded, one dump each or
+ * one of the table: those that differ (a rule changed, added or deleted, other userdata), rules
+ * without a digest (anonymous sets), and chains not desired. The diff then sees what a full read
+ * would have shown it.
+ */
+async function adoptRules(sock: NftConn, t: TableConfig, only?: readonly string[]): Promise<Rule[]> {
+  const ruleDigests = loadAddon().ruleDigests!;
+  const family = t.family;
+  const dumps = only === undefined ? await sock.listRuleDigests!({ family, table: t.name })
+    : only.length <= CHAIN_DUMPS_UP_TO ? (await Promise.all(only.map((chain) => sock.listRuleDigests!({ family, table: t.name, chain })))).flat()
+      : (await sock.listRuleDigests!({ family, table: t.name })).filter((d) => only.includes(d.chain));
+  const desired = new Map(t.chains.map((c) => [c.name, c]));
+  const out: Rule[] = [];
+  const decode: string[] = [];
+  for (const d of dumps) {
+    const c = desired.get(d.chain);
+    const n = d.handles.length;
+    let same = c !== undefined && c.rules.length === n;
+    if (same && n > 0) {
+      const mine = ruleDigests(c!.rules.map((r) => r.compiled.exprs), c!.rules.map((r) => r.compiled.userdata));
+      for (let i = 0; i < n && same; i++) same = mine[i] !== '' && mine[i] === d.digests[i];
+    }
+    if (!same) {
+      decode.push(d.chain);
+      continue;
+    }
+    for (let i = 0; i < n; i++) out.push(compactRule(t, c!, c!.rules[i]!, d.handles[i]!, d.digests[i]));
+  }
+  if (decode.length === 0) return out;
+  const decoded = decode.length <= CHAIN_DUMPS_UP_TO
+    ? (await Promise.all(decode.map((chain) => sock.listRules({ family, table: t.name, chain, digests: true })))).flat()
+    : await sock.listRules({ family, table: t.name, digests: true }).then((rs) => {
+      const want = new Set(decode);
+      return rs.filter((r) => want.has(r.chain));
+    });
+  return out.concat(decoded);
+}
+
+/**
+ * A rule known to be `r` of desired chain `c` at `handle`, without a decoded copy: the desired
+ * rule's own expressions, userdata and key (shared with the desired state). The known state and
+ * the start-up's adoption by digests keep their rules so.
+ */
+export function compactRule(t: TableConfig, c: ChainConfig, r: ChainConfig['rules'][number], handle: number, digest?: string): Rule {
+  const compiled = r.compiled;
+  return withKey({
+    family: t.family, table: t.name, chain: c.name, handle, exprs: compiled.exprs,
+    ...(compiled.userdata !== undefined ? { userdata: compiled.userdata } : {}),
+    ...(digest !== undefined ? { digest } : {}),
+  }, cachedDesiredKey(r));
 }
 
 /**

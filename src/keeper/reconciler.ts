@@ -92,6 +92,12 @@ export interface PassInput {
    * `generation`: the event mirror, exact there, holding no difference for it. Spares reading them.
    */
   elementsHeld?: (family: Family, table: string, set: string, generation: number) => boolean;
+  /**
+   * A full read compares the kernel's rule digests with the desired rules' (observeTable's adopt)
+   * and decodes only the chains that differ: the start-up onto a ruleset an earlier keeper wrote,
+   * where nothing is known yet and every chain usually holds its desired rules.
+   */
+  adopt?: boolean;
 }
 
 export interface PassResult {
@@ -262,7 +268,8 @@ export class Reconciler {
       })));
     } else {
       this.known = undefined;  // stale: let its rules go before the dump decodes new ones
-      observed = await Promise.all(input.tables.map((t) => observeTable(conn, t.family, t.name, t.chains.map((c) => c.name))));
+      observed = await Promise.all(input.tables.map((t) => observeTable(conn, t.family, t.name, t.chains.map((c) => c.name),
+        input.adopt ? t : undefined)));
       this.options.metrics?.dumps.inc();
     }
     input.onObserved?.(observed);

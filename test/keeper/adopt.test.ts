@@ -1,0 +1,228 @@
+/**
+ * A keeper restarted onto the ruleset an earlier keeper left in place (an upgrade: the rules stay
+ * when it stops) recognises its rules by digest instead of decoding them (observeTable's adopt,
+ * src/keeper/reconcile.ts), and finds exactly what a full read finds: the same drift, the same
+ * repair. On the real kernel: the identical ruleset (no commit, the generation unchanged, no rule
+ * decoded), one rule changed by nft in the middle (that chain decoded, exactly that rule
+ * repaired), a rule with the same expressions and another comment, a set with other elements.
+ */
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { parseConfig, type Config } from '../../src/config/config.js';
+import { Keeper, type RepairReport } from '../../src/keeper/keeper.js';
+import { Reconciler } from '../../src/keeper/reconciler.js';
+import type { NftConn, NftHost } from '../../src/netlink/conn.js';
+import { Monitor } from '../../src/netlink/monitor.js';
+import { open, type NftSocket } from '../../src/netlink/socket.js';
+import { createNetns, type Netns } from '../helpers/netns.js';
+import { chainLines, handles, startKeeper } from './helpers.js';
+import { Batch } from '../../src/netlink/batch.js';
+import { compileRule, queueRule } from '../../src/rules/index.js';
+import { loadAddon } from '../../src/native.js';
+import { CORPUS } from '../rules/corpus.js';
+import { BASE_CHAINS, CHAIN_NAME, INTERFACES, TABLE } from '../rules/oracle.js';
+
+const N = 300;
+const ip = (i: number) => `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`;
+const RULES = [
+  ...Array.from({ length: N }, (_, i) => `ip saddr ${ip(i)} ip daddr 192.0.2.1 return`),
+  'ip saddr @blocked return',
+  'ip daddr != 224.0.0.0/4 meta mark & 0x4000 == 0x4000 masquerade fully-random comment "masq"',
+];
+const YAML = `
+tables:
+  - family: ip
+    name: adopt
+    sets:
+      - name: blocked
+        type: ipv4_addr
+        elements: [192.0.2.7, 192.0.2.8]
+    chains:
+      - name: post
+        type: nat
+        hook: postrouting
+        priority: srcnat
+        rules:
+${RULES.map((r) => `          - '${r.replace(/'/g, "''")}'`).join('\n')}
+      - name: side
+        rules:
+          - ip daddr 198.51.100.1 return
+          - tcp dport { 80, 443 } return
+`;
+const config = (): Config => parseConfig(YAML, 'adopt.yaml');
+
+/** The keeper's connection, recording the chains of every decoding rule dump (undefined: the table's). */
+function recordingHost(ns: Netns): NftHost & { decoded: (string | undefined)[]; digestDumps: number } {
+  const host = {
+    decoded: [] as (string | undefined)[],
+    digestDumps: 0,
+    connect: () => {
+      const real = open({ netns: ns.path });
+      return new Proxy(real, {
+        get(target, p, recv) {
+          const v = Reflect.get(target, p, recv);
+          if (typeof v !== 'function') return v;
+          if (p === 'listRules') {
+            return (f: { chain?: string }) => {
+              host.decoded.push(f.chain);
+              return v.call(target, f);
+            };
+          }
+          if (p === 'listRuleDigests') {
+            return (f: unknown) => {
+              host.digestDumps++;
+              return v.call(target, f);
+            };
+          }
+          return v.bind(target);
+        },
+      }) as NftConn;
+    },
+    watch: (o: Parameters<NftHost['watch']>[0]) => new Monitor({ ...o, netns: ns.path }),
+  };
+  return host;
+}
+
+describe('restart onto an existing owned ruleset, adopted by digest', () => {
+  let ns: Netns;
+  let sock: NftSocket;
+  let keeper: Keeper | undefined;
+
+  beforeEach(async () => {
+    ns = createNetns('adopt');
+    sock = open({ netns: ns.path });
+    // The earlier keeper: installs, stops, leaves its rules.
+    const first = await startKeeper(ns, { config: config() });
+    await first.stop();
+  });
+  afterEach(async () => {
+    await keeper?.stop();
+    keeper = undefined;
+    sock.close();
+    ns.remove();
+  });
+
+  /** What a full, decoding read finds now, and what the adopting read finds: they must agree. */
+  async function sameLookBothWays(): Promise<string[]> {
+    const tables = config().tables;
+    const full = await new Reconciler(sock, { attempts: 1 }).once({ tables, readOnly: true });
+    const adopted = await new Reconciler(sock, { attempts: 1 }).once({ tables, readOnly: true, adopt: true });
+    const words = (r: typeof full) => r.first.flat.map((d) => `${d.kind} ${d.chain ?? d.set ?? ''}: ${d.detail}`);
+    expect(words(adopted)).toEqual(words(full));
+    return words(full);
+  }
+
+  /** A keeper started on what is there (no event mirror: its seeding read would be another dump), with its repairs. */
+  async function restart(): Promise<{ k: Keeper; host: ReturnType<typeof recordingHost>; repairs: RepairReport[] }> {
+    const host = recordingHost(ns);
+    const repairs: RepairReport[] = [];
+    const k = keeper = new Keeper({ config: config(), host, mirror: false, intervalMs: 3_600_000, netns: ns.path });
+    k.on('error', () => undefined);
+    k.on('repaired', (r: RepairReport) => repairs.push(r));
+    await k.start();
+    await k.idle();
+    return { k, host, repairs };
+  }
+
+  it('the identical ruleset: no commit, the generation unchanged, no rule decoded but the anonymous set\'s chain', async () => {
+    expect(await sameLookBothWays()).toEqual([]);
+    const gen = sock.generation();
+    const before = handles(ns, 'ip', 'adopt', 'post');
+    const { k, host, repairs } = await restart();
+    expect(repairs).toEqual([]);
+    expect(sock.generation()).toBe(gen);
+    expect(k.status().generation).toBe(gen);
+    expect(handles(ns, 'ip', 'adopt', 'post')).toEqual(before);
+    expect(host.digestDumps).toBe(1);
+    // Only 'side' has a rule without a digest (an anonymous set: its key holds the set's elements).
+    expect(host.decoded).toEqual(['side']);
+    expect((await k.metrics.repairs.get()).values.filter((v) => v.value !== 0)).toEqual([]);
+  });
+
+  it('one rule changed by nft in the middle: its chain decoded, exactly that rule repaired', async () => {
+    const h = handles(ns, 'ip', 'adopt', 'post');
+    const mid = N >> 1;
+    ns.nft(`replace rule ip adopt post handle ${h[mid]} ip saddr 10.99.0.1 ip daddr 192.0.2.1 return\n`);
+    const drift = await sameLookBothWays();
+    expect(drift).toHaveLength(1);
+    expect(drift[0]).toMatch(/^rules-differ post: /);
+    const gen = sock.generation();
+    const { host, repairs: reported } = await restart();
+    expect(host.decoded.sort()).toEqual(['post', 'side']);
+    expect(reported).toHaveLength(1);
+    // The changed rule is replaced in place: one op, not a rewrite of the chain; every other rule keeps its handle.
+    expect(reported[0]!.ops).toBe(1);
+    expect(sock.generation()).toBe(gen + 1);
+    const after = handles(ns, 'ip', 'adopt', 'post');
+    expect(after.filter((x, i) => i !== mid && x !== h[i])).toEqual([]);
+    expect(after).toHaveLength(h.length);
+    expect(chainLines(ns, 'ip', 'adopt', 'post')[mid]).toBe(`ip saddr ${ip(mid)} ip daddr 192.0.2.1 return`);
+    expect(await sameLookBothWays()).toEqual([]);
+  });
+
+  it('a rule with the same expressions and another comment: not taken by its expressions, repaired', async () => {
+    const h = handles(ns, 'ip', 'adopt', 'post');
+    ns.nft(`replace rule ip adopt post handle ${h[3]} ${RULES[3]} comment "not ours"\n`);
+    const drift = await sameLookBothWays();
+    expect(drift).toHaveLength(1);
+    const { host, repairs } = await restart();
+    expect(host.decoded.sort()).toEqual(['post', 'side']);
+    expect(repairs.map((r) => r.ops)).toEqual([1]);
+    expect(ns.exec('nft', ['list', 'chain', 'ip', 'adopt', 'post'])).not.toMatch(/not ours/);
+    expect(chainLines(ns, 'ip', 'adopt', 'post')[3]).toBe(RULES[3]);
+    expect(await sameLookBothWays()).toEqual([]);
+  });
+
+  it('a set with other elements: the elements repaired, no rule decoded for it', async () => {
+    ns.nft('add element ip adopt blocked { 203.0.113.9 }\ndelete element ip adopt blocked { 192.0.2.8 }\n');
+    const drift = await sameLookBothWays();
+    expect(drift).toHaveLength(1);
+    expect(drift[0]).toMatch(/^elements-differ blocked/);
+    const gen = sock.generation();
+    const { host } = await restart();
+    expect(host.decoded).toEqual(['side']);
+    expect(sock.generation()).toBe(gen + 1);
+    const els = (await sock.listElements({ family: 'ip', table: 'adopt', set: 'blocked' })).map((e) => e.key).sort();
+    expect(els).toEqual(['c0000207', 'c0000208']);
+    expect(await sameLookBothWays()).toEqual([]);
+  });
+});
+
+describe('the digest of what a commit writes is the dump\'s digest of what the kernel holds', () => {
+  it('for every rule of the corpus that has one (anonymous sets have none, on both sides)', async () => {
+    const ruleDigests = loadAddon().ruleDigests!;
+    let compared = 0;
+    for (const family of ['ip', 'ip6', 'inet'] as const) {
+      const rules = CORPUS.filter((c) => c.family === family);
+      const ns = createNetns('digests');
+      const sock = open({ netns: ns.path });
+      try {
+        let setIdBase = 1;
+        const compiled = rules.map((r) => {
+          const c = compileRule(r.text, { family, table: TABLE, chain: CHAIN_NAME[r.chain]!, setIdBase, interfaces: INTERFACES });
+          setIdBase += c.sets.length;
+          return c;
+        });
+        const batch = new Batch().add('table', { family, name: TABLE });
+        for (const [name, c] of Object.entries(BASE_CHAINS)) batch.add('chain', { family, table: TABLE, name, ...c });
+        const targets = new Set(compiled.flatMap((c) => c.exprs.flatMap((e) => (e.kind === 'immediate' && e.chain ? [e.chain] : []))));
+        for (const t of targets) batch.add('chain', { family, table: TABLE, name: t });
+        rules.forEach((r, k) => queueRule(batch, compiled[k]!, { family, table: TABLE, chain: CHAIN_NAME[r.chain]! }));
+        await sock.commit(batch);
+        const dumped = new Map((await sock.listRuleDigests({ family, table: TABLE })).map((d) => [d.chain, d.digests]));
+        const mine = ruleDigests(compiled.map((c) => c.exprs), compiled.map((c) => c.userdata));
+        const seen = new Map<string, number>();
+        rules.forEach((r, k) => {
+          const chain = CHAIN_NAME[r.chain]!;
+          const at = seen.get(chain) ?? 0;
+          seen.set(chain, at + 1);
+          expect({ rule: r.text, digest: mine[k] }).toEqual({ rule: r.text, digest: dumped.get(chain)![at] });
+          if (mine[k]) compared++;
+        });
+      } finally {
+        sock.close();
+        ns.remove();
+      }
+    }
+    expect(compared).toBeGreaterThan(300);
+  });
+});
