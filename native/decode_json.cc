@@ -191,49 +191,58 @@ void AppendJsonString(std::string* out, const char* s) { PutStr(out, s); }
 // More attributes than any expression has (nat has 7, payload 8): a rule with more gets no digest.
 constexpr size_t kDigestAttrs = 32;
 
-std::string RuleDigest(const nlattr* userdata, const nlattr* expressions) {
-  std::string buf;
-  if (userdata != nullptr) PutSegment(&buf, mnl_attr_get_payload(userdata), mnl_attr_get_payload_len(userdata));
-  else PutSegment(&buf, "", 0);
-  std::vector<RawExpr> raw;
-  if (expressions != nullptr) raw = WalkExpressions(expressions);
-  for (const RawExpr& e : raw) {
-    if (LooksUpAnonymousSet(e)) return "";
-    PutSegment(&buf, e.name.data(), e.name.size());
-    if (e.data == nullptr || e.name == "counter") {
-      PutSegment(&buf, "", 0);
-      continue;
-    }
-    // The expression's attributes by type, not in the order they came: the kernel dumps some
-    // expressions' attributes in another order than libnftnl writes them (bitwise, fib, ct), and
-    // the order means nothing to it. So the digest of what a commit would write (ruleDigests)
-    // equals the dump's for the same expressions. Nested attributes are the kernel's own order.
-    const nlattr* attrs[kDigestAttrs];
-    size_t n = 0;
-    const nlattr* attr;
-    bool tooMany = false;
-    NFK_NESTED_FOR_EACH(attr, e.data) {
-      if (n == kDigestAttrs) {
-        tooMany = true;
-        break;
-      }
-      size_t i = n++;
-      uint16_t type = mnl_attr_get_type(attr);
-      for (; i > 0 && mnl_attr_get_type(attrs[i - 1]) > type; i--) attrs[i] = attrs[i - 1];
-      attrs[i] = attr;
-    }
-    if (tooMany) return "";  // no expression has that many; no digest rather than a partial one
-    uint32_t count = static_cast<uint32_t>(n);
-    buf.append(reinterpret_cast<const char*>(&count), sizeof(count));
-    for (size_t i = 0; i < n; i++) {
-      uint16_t type = mnl_attr_get_type(attrs[i]);
-      buf.append(reinterpret_cast<const char*>(&type), sizeof(type));
-      PutSegment(&buf, mnl_attr_get_payload(attrs[i]), mnl_attr_get_payload_len(attrs[i]));
-    }
+bool AppendExprDigestSegment(std::string* buf, const RawExpr& e) {
+  if (LooksUpAnonymousSet(e)) return false;
+  PutSegment(buf, e.name.data(), e.name.size());
+  if (e.data == nullptr || e.name == "counter") {
+    PutSegment(buf, "", 0);
+    return true;
   }
+  // The expression's attributes by type, not in the order they came: the kernel dumps some
+  // expressions' attributes in another order than libnftnl writes them (bitwise, fib, ct), and
+  // the order means nothing to it. So the digest of what a commit would write (ruleDigests)
+  // equals the dump's for the same expressions. Nested attributes are the kernel's own order.
+  const nlattr* attrs[kDigestAttrs];
+  size_t n = 0;
+  const nlattr* attr;
+  NFK_NESTED_FOR_EACH(attr, e.data) {
+    // No expression has that many; no digest rather than a partial one.
+    if (n == kDigestAttrs) return false;
+    size_t i = n++;
+    uint16_t type = mnl_attr_get_type(attr);
+    for (; i > 0 && mnl_attr_get_type(attrs[i - 1]) > type; i--) attrs[i] = attrs[i - 1];
+    attrs[i] = attr;
+  }
+  uint32_t count = static_cast<uint32_t>(n);
+  buf->append(reinterpret_cast<const char*>(&count), sizeof(count));
+  for (size_t i = 0; i < n; i++) {
+    uint16_t type = mnl_attr_get_type(attrs[i]);
+    buf->append(reinterpret_cast<const char*>(&type), sizeof(type));
+    PutSegment(buf, mnl_attr_get_payload(attrs[i]), mnl_attr_get_payload_len(attrs[i]));
+  }
+  return true;
+}
+
+void AppendUserdataDigestSegment(std::string* buf, const void* userdata, size_t len) {
+  PutSegment(buf, len > 0 ? userdata : "", len);
+}
+
+std::string DigestOf(const std::string& buf) {
   uint64_t h[2];
   Murmur3x64_128(reinterpret_cast<const uint8_t*>(buf.data()), buf.size(), h);
   return ToHex(h, sizeof(h));
+}
+
+std::string RuleDigest(const nlattr* userdata, const nlattr* expressions) {
+  std::string buf;
+  if (userdata != nullptr) AppendUserdataDigestSegment(&buf, mnl_attr_get_payload(userdata), mnl_attr_get_payload_len(userdata));
+  else AppendUserdataDigestSegment(&buf, nullptr, 0);
+  std::vector<RawExpr> raw;
+  if (expressions != nullptr) raw = WalkExpressions(expressions);
+  for (const RawExpr& e : raw) {
+    if (!AppendExprDigestSegment(&buf, e)) return "";
+  }
+  return DigestOf(buf);
 }
 
 // The same object, field for field and in the same order, as DecodeRule;

@@ -6,6 +6,8 @@
 
 #include <linux/netlink.h>
 
+#include "attr.h"
+
 #include <string>
 
 namespace nfk {
@@ -26,6 +28,13 @@ bool AppendRuleJson(const nlmsghdr* nlh, std::string* out, bool withDigest = fal
 void AppendJsonString(std::string* out, const char* s);
 
 std::string RuleDigest(const nlattr* userdata, const nlattr* expressions);
+
+// RuleDigest in parts, for digests of rules that share expressions (ruleDigests in encode.cc):
+// the bytes one expression adds to what is hashed (false: the rule has no digest), the userdata's,
+// and the digest of the whole. RuleDigest(u, e) == DigestOf(userdata segment + each expression's).
+bool AppendExprDigestSegment(std::string* buf, const RawExpr& e);
+void AppendUserdataDigestSegment(std::string* buf, const void* userdata, size_t len);
+std::string DigestOf(const std::string& buf);
 
 // Appends the elements of one NEWSETELEM message as JSON objects (key,
 // keyEnd, flags, data, verdict, chain, timeout, expiration, userdata: the

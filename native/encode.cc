@@ -180,34 +180,39 @@ nftnl_expr* BuildTypedExpr(const ExprKind& kind, const Napi::Object& e) {
   return x;
 }
 
+// One NFTA_LIST_ELEM of a rule's expression list; `i` names it in errors.
+void PutExpression(nlmsghdr* nlh, const Napi::Value& v, uint32_t i) {
+  Napi::Env env = v.Env();
+  if (!v.IsObject()) throw Napi::TypeError::New(env, "exprs[" + std::to_string(i) + "] must be an object");
+  Napi::Object e = v.As<Napi::Object>();
+  std::string kindName = Str(e, "kind");
+  nlattr* elem = mnl_attr_nest_start(nlh, NFTA_LIST_ELEM);
+  if (kindName == "unknown") {
+    // Replays what the kernel gave us, byte for byte.
+    std::string name = Str(e, "name");
+    std::vector<uint8_t> data = HexOf(e, "data");
+    if (data.size() > 0xff00) throw Napi::TypeError::New(env, "unknown expression data exceeds 64 KiB");
+    mnl_attr_put_strz(nlh, NFTA_EXPR_NAME, name.c_str());
+    mnl_attr_put(nlh, NFTA_EXPR_DATA | NLA_F_NESTED, data.size(), data.data());
+  } else {
+    const ExprKind* kind = FindExprKind(kindName.c_str());
+    if (kind == nullptr) {
+      throw Napi::TypeError::New(env, "exprs[" + std::to_string(i) + "]: unknown kind '" + kindName + "'");
+    }
+    nftnl_expr* x = BuildTypedExpr(*kind, e);
+    nftnl_expr_build_payload(nlh, x);
+    nftnl_expr_free(x);
+  }
+  mnl_attr_nest_end(nlh, elem);
+}
+
 void PutExpressions(nlmsghdr* nlh, const Napi::Array& exprs) {
   Napi::Env env = exprs.Env();
   // NFT_RULE_MAXEXPRS is 128; an attribute length is 16 bits.
   if (exprs.Length() > 128) throw Napi::TypeError::New(env, "a rule holds at most 128 expressions");
   nlattr* list = mnl_attr_nest_start(nlh, NFTA_RULE_EXPRESSIONS);
   for (uint32_t i = 0; i < exprs.Length(); i++) {
-    Napi::Value v = exprs.Get(i);
-    if (!v.IsObject()) throw Napi::TypeError::New(env, "exprs[" + std::to_string(i) + "] must be an object");
-    Napi::Object e = v.As<Napi::Object>();
-    std::string kindName = Str(e, "kind");
-    nlattr* elem = mnl_attr_nest_start(nlh, NFTA_LIST_ELEM);
-    if (kindName == "unknown") {
-      // Replays what the kernel gave us, byte for byte.
-      std::string name = Str(e, "name");
-      std::vector<uint8_t> data = HexOf(e, "data");
-      if (data.size() > 0xff00) throw Napi::TypeError::New(env, "unknown expression data exceeds 64 KiB");
-      mnl_attr_put_strz(nlh, NFTA_EXPR_NAME, name.c_str());
-      mnl_attr_put(nlh, NFTA_EXPR_DATA | NLA_F_NESTED, data.size(), data.data());
-    } else {
-      const ExprKind* kind = FindExprKind(kindName.c_str());
-      if (kind == nullptr) {
-        throw Napi::TypeError::New(env, "exprs[" + std::to_string(i) + "]: unknown kind '" + kindName + "'");
-      }
-      nftnl_expr* x = BuildTypedExpr(*kind, e);
-      nftnl_expr_build_payload(nlh, x);
-      nftnl_expr_free(x);
-    }
-    mnl_attr_nest_end(nlh, elem);
+    PutExpression(nlh, exprs.Get(i), i);
     if (reinterpret_cast<char*>(mnl_nlmsg_get_payload_tail(nlh)) - reinterpret_cast<char*>(list) > 0xffff) {
       throw Napi::TypeError::New(env, "the rule's expressions exceed 64 KiB");
     }
@@ -593,46 +598,74 @@ void AsTheKernelDumps(uint8_t* p, size_t len) {
   }
 }
 
-// ruleDigests(exprsList, userdataList) -> string[]: for each rule, RuleDigest (decode_json.h) of
-// the bytes a commit would write for it (its userdata and NFTA_RULE_EXPRESSIONS). Where the kernel
+// ruleDigests(exprs, rules, userdata) -> string[]: each rule's RuleDigest (decode_json.h) of the
+// bytes a commit would write for it (its userdata and NFTA_RULE_EXPRESSIONS). Where the kernel
 // dumps the same bytes, the digest its dump gives is equal, so a keeper adopting a ruleset it wrote
-// before recognises its rules without decoding them. '' where the rule cannot be encoded or looks
-// up an anonymous set (no digest, as in a dump): the caller decodes that rule's chain.
+// before recognises its rules without decoding them. `exprs` are the distinct expressions (the
+// keeper's desired rules share identical ones, compact.ts), each encoded once; `rules` is, per
+// rule, its expression count then their indexes into `exprs`; `userdata` per rule a hex string or
+// undefined. '' where a rule has no digest (it looks up an anonymous set, as in a dump) or an
+// expression cannot be encoded (the commit's own encoding would say why).
 Napi::Value DigestRules(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (!info[0].IsArray() || !info[1].IsArray()) throw Napi::TypeError::New(env, "ruleDigests takes two arrays");
-  Napi::Array list = info[0].As<Napi::Array>();
-  Napi::Array userdata = info[1].As<Napi::Array>();
+  if (!info[0].IsArray() || !info[1].IsTypedArray() || !info[2].IsArray()) {
+    throw Napi::TypeError::New(env, "ruleDigests takes (exprs[], Uint32Array, userdata[])");
+  }
+  Napi::Array exprs = info[0].As<Napi::Array>();
+  Napi::Uint32Array rules = info[1].As<Napi::Uint32Array>();
+  Napi::Array userdata = info[2].As<Napi::Array>();
   Keys keys(env);
-  uint32_t n = list.Length();
-  Napi::Array out = Napi::Array::New(env, n);
-  for (uint32_t i = 0; i < n; i++) {
-    std::string d;
+  // Each distinct expression's share of the hashed bytes; absent: no digest for its rules.
+  uint32_t ne = exprs.Length();
+  std::vector<std::string> segment(ne);
+  std::vector<bool> ok(ne, false);
+  for (uint32_t i = 0; i < ne; i++) {
     try {
       char* buf = Reserve(nullptr);
       nlmsghdr* nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_NEWRULE, NFPROTO_IPV4, 0, 0);
-      const uint8_t* start = static_cast<const uint8_t*>(mnl_nlmsg_get_payload_tail(nlh));
-      Napi::Value ud = userdata.Get(i);
-      std::vector<uint8_t> udBytes;
-      if (ud.IsString()) udBytes = HexOfValue(ud, "userdata");
-      PutExpressions(nlh, list.Get(i).As<Napi::Array>());
-      nlattr* exprs = reinterpret_cast<nlattr*>(const_cast<uint8_t*>(start));
-      AsTheKernelDumps(reinterpret_cast<uint8_t*>(exprs), static_cast<size_t>(static_cast<const uint8_t*>(mnl_nlmsg_get_payload_tail(nlh)) - start));
+      uint8_t* start = static_cast<uint8_t*>(mnl_nlmsg_get_payload_tail(nlh));
+      nlattr* list = mnl_attr_nest_start(nlh, NFTA_RULE_EXPRESSIONS);
+      PutExpression(nlh, exprs.Get(i), i);
+      mnl_attr_nest_end(nlh, list);
+      size_t len = static_cast<size_t>(static_cast<uint8_t*>(mnl_nlmsg_get_payload_tail(nlh)) - start);
+      AsTheKernelDumps(start, len);
+      std::vector<RawExpr> raw = WalkExpressions(reinterpret_cast<const nlattr*>(start));
+      ok[i] = raw.size() == 1 && AppendExprDigestSegment(&segment[i], raw[0]);
+    } catch (const Napi::Error&) {
+      ok[i] = false;
+    }
+  }
+  uint32_t nr = userdata.Length();
+  Napi::Array out = Napi::Array::New(env, nr);
+  size_t at = 0, end = rules.ElementLength();
+  std::string hashed;
+  for (uint32_t r = 0; r < nr; r++) {
+    if (at >= end) throw Napi::TypeError::New(env, "ruleDigests: fewer rules than userdata entries");
+    uint32_t count = rules[at++];
+    if (count > end - at) throw Napi::TypeError::New(env, "ruleDigests: a rule's expression indexes run past the end");
+    hashed.clear();
+    bool digest = true;
+    Napi::Value ud = userdata.Get(r);
+    try {
       if (ud.IsString()) {
-        // RuleDigest reads the attribute's payload only: a header in front of the bytes is enough.
-        std::vector<uint8_t> attr(MNL_ALIGN(sizeof(nlattr) + udBytes.size()));
-        nlattr* a = reinterpret_cast<nlattr*>(attr.data());
-        a->nla_type = NFTA_RULE_USERDATA;
-        a->nla_len = static_cast<uint16_t>(sizeof(nlattr) + udBytes.size());
-        if (!udBytes.empty()) std::memcpy(attr.data() + sizeof(nlattr), udBytes.data(), udBytes.size());
-        d = RuleDigest(a, exprs);
+        std::vector<uint8_t> b = HexOfValue(ud, "userdata");
+        AppendUserdataDigestSegment(&hashed, b.data(), b.size());
       } else {
-        d = RuleDigest(nullptr, exprs);
+        AppendUserdataDigestSegment(&hashed, nullptr, 0);
       }
     } catch (const Napi::Error&) {
-      d.clear();  // the commit's own encoding would say what is wrong; here: no digest
+      digest = false;
     }
-    out.Set(i, Napi::String::New(env, d));
+    for (uint32_t k = 0; k < count; k++) {
+      uint32_t x = rules[at + k];
+      if (x >= ne || !ok[x]) {
+        digest = false;
+        break;
+      }
+      hashed.append(segment[x]);
+    }
+    at += count;
+    out.Set(r, Napi::String::New(env, digest ? DigestOf(hashed) : std::string()));
   }
   return out;
 }

@@ -29,8 +29,8 @@ void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneratio
 // commit would put in the rule's message; a commit can be handed it instead of the expressions.
 Napi::Value EncodeExpressions(const Napi::CallbackInfo& info);
 
-// ruleDigests(exprsList, userdataList) -> string[]: each rule's digest (RuleDigest) computed from
-// the bytes a commit would write for it; '' where there is none.
+// ruleDigests(exprs, rules, userdata) -> string[]: each rule's digest (RuleDigest) computed from
+// the bytes a commit would write for it, each distinct expression encoded once; '' where there is none.
 Napi::Value DigestRules(const Napi::CallbackInfo& info);
 
 // A single request message (for dumps and GETGEN), appended to `out`.

@@ -31,9 +31,11 @@ export interface Addon {
   encodeExprs(exprs: readonly unknown[]): Buffer;
   /**
    * Each rule's digest (objects.ts Rule.digest) from the bytes a commit would write for it, '' where
-   * there is none. Absent from an addon built before it.
+   * there is none. `exprs`: the distinct expressions (each encoded once); `rules`: per rule, its
+   * expression count, then their indexes into `exprs`; `userdata`: per rule. Absent from an addon
+   * built before it.
    */
-  ruleDigests?(exprs: readonly (readonly unknown[])[], userdata: readonly (string | undefined)[]): string[];
+  ruleDigests?(exprs: readonly unknown[], rules: Uint32Array, userdata: readonly (string | undefined)[]): string[];
   /** malloc_trim(0): true if memory went back to the system. Absent from an addon built before it. */
   trimMemory?(): boolean;
 }

@@ -209,7 +209,12 @@ describe('the digest of what a commit writes is the dump\'s digest of what the k
         rules.forEach((r, k) => queueRule(batch, compiled[k]!, { family, table: TABLE, chain: CHAIN_NAME[r.chain]! }));
         await sock.commit(batch);
         const dumped = new Map((await sock.listRuleDigests({ family, table: TABLE })).map((d) => [d.chain, d.digests]));
-        const mine = ruleDigests(compiled.map((c) => c.exprs), compiled.map((c) => c.userdata));
+        // Each rule's expressions as its own (the keeper shares identical ones; sharing is the index).
+        const exprs = compiled.flatMap((c) => c.exprs);
+        const flat: number[] = [];
+        let next = 0;
+        for (const c of compiled) flat.push(c.exprs.length, ...c.exprs.map(() => next++));
+        const mine = ruleDigests(exprs, Uint32Array.from(flat), compiled.map((c) => c.userdata));
         const seen = new Map<string, number>();
         rules.forEach((r, k) => {
           const chain = CHAIN_NAME[r.chain]!;
