@@ -128,7 +128,10 @@ async function adoptRules(sock: NftConn, t: TableConfig, only?: readonly string[
   const family = t.family;
   const dumps = only === undefined ? await sock.listRuleDigests!({ family, table: t.name })
     : only.length <= CHAIN_DUMPS_UP_TO ? (await Promise.all(only.map((chain) => sock.listRuleDigests!({ family, table: t.name, chain })))).flat()
-      : (await sock.listRuleDigests!({ family, table: t.name })).filter((d) => only.includes(d.chain));
+      : await sock.listRuleDigests!({ family, table: t.name }).then((ds) => {
+        const wanted = new Set(only);
+        return ds.filter((d) => wanted.has(d.chain));
+      });
   const desired = new Map(t.chains.map((c) => [c.name, c]));
   const out: Rule[] = [];
   const decode: string[] = [];
