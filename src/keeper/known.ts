@@ -210,7 +210,11 @@ export class KnownState {
       for (const c of t.chains) {
         const have = o.rules.get(c.name) ?? [];
         if (have.length !== c.rules.length || have.some((r) => r.handle === undefined)) return undefined;
-        kt.observed.rules.set(c.name, c.rules.map((r, j) => compactRule(t, c, r, have[j]!.handle!, have[j]!.digest)));
+        // A rule the look took by digest is compact already (the start-up's adoption): kept as it is.
+        kt.observed.rules.set(c.name, c.rules.map((r, j) => {
+          const h = have[j]!;
+          return h.exprs === r.compiled.exprs && hasKey(h) ? h : compactRule(t, c, r, h.handle!, h.digest);
+        }));
         kt.verified.set(c.name, c);
       }
       out.set(tableKey(t), kt);
