@@ -4,7 +4,7 @@
  * chain of N rules, 15 s after it is ready (start-up settled, the read-back of its own commit done,
  * some ticks). Prints VmRSS and VmHWM, the anonymous and file-backed parts of the RSS, and the
  * JavaScript heap from the daemon's own metrics, per size, medians of --runs runs. With --cpu-s,
- * the daemon's CPU time (user + system) over that many seconds after the first sample (idle CPU);
+ * the daemon's CPU time (all threads, ns: schedstat) over that many seconds after the first sample (idle CPU);
  * with --settled-s, the RSS again that long after ready.
  *
  *   sudo npx tsx bench/rss.ts [--sizes 0,10000,100000] [--runs 3] [--idle-s 15] [--cpu-s 30] [--settled-s 60]
@@ -51,11 +51,6 @@ const metric = (text: string, name: string) => Number(new RegExp(`^${name}(?:\\{
 const loadavg = () => readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
 const median = (v: number[]) => [...v].sort((a, b) => a - b)[v.length >> 1]!;
 
-// utime + stime of /proc/PID/stat, in clock ticks (USER_HZ, 100 a second on Linux).
-const cpuTicks = (pid: number) => {
-  const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-  return Number(f[11]) + Number(f[12]);
-};
 
 // Every thread's time on a CPU so far, in ms (ns resolution, unlike utime + stime's 10 ms ticks).
 const cpuAllThreadsMs = (pid: number) => readdirSync(`/proc/${pid}/task`).reduce((a, tid) => {
@@ -107,9 +102,9 @@ async function once(n: number, dir: string, port: number): Promise<Sample> {
       const m = await fetch(`http://127.0.0.1:${port}/metrics`).then((r) => r.text());
       let cpuMs = NaN;
       if (CPU_S > 0) {
-        const t = cpuTicks(child.pid!);
+        const t = cpuAllThreadsMs(child.pid!);
         await sleep(CPU_S * 1000);
-        cpuMs = (cpuTicks(child.pid!) - t) * 10;
+        cpuMs = cpuAllThreadsMs(child.pid!) - t;
       }
       let settled = NaN;
       if (SETTLED_S > 0) {
@@ -143,7 +138,7 @@ async function main(): Promise<void> {
       process.stdout.write(`${(n === 0 ? 'flannel.yaml' : `${n.toLocaleString('en-US')} rules`).padEnd(20)}${f('rss')}${f('hwm', 10)}${f('anon', 10)}${f('file', 10)}` +
         `${f('heapUsed', 12)} /${f('heapTotal', 6)}${f('external', 14)}${f('readyS')}${f('readyCpuMs', 17)}${CPU_S ? f('cpuMs', 11) : ''}${SETTLED_S ? f('settled', 11) : ''}` +
         `   (RSS of each run: ${runs.map((x) => x.rss.toFixed(1)).join(', ')}; ready s: ${runs.map((x) => x.readyS.toFixed(2)).join(', ')}` +
-        `; CPU to ready ms: ${runs.map((x) => x.readyCpuMs.toFixed(0)).join(', ')}; peak MiB: ${runs.map((x) => x.hwm.toFixed(1)).join(', ')}${CPU_S ? `; CPU ms: ${runs.map((x) => x.cpuMs).join(', ')}` : ''}` +
+        `; CPU to ready ms: ${runs.map((x) => x.readyCpuMs.toFixed(0)).join(', ')}; peak MiB: ${runs.map((x) => x.hwm.toFixed(1)).join(', ')}${CPU_S ? `; CPU ms: ${runs.map((x) => x.cpuMs.toFixed(1)).join(', ')}` : ''}` +
         `${SETTLED_S ? `; at ${SETTLED_S}s: ${runs.map((x) => x.settled.toFixed(1)).join(', ')}` : ''})\n`);
     }
   } finally {
