@@ -187,6 +187,67 @@ describe('restart onto an existing owned ruleset, adopted by digest', () => {
   });
 });
 
+describe('restart onto many chains, adopted by digest', () => {
+  const CHAINS = 12;
+  const yaml = (chains: number) => `
+tables:
+  - family: ip
+    name: many
+    chains:
+${Array.from({ length: chains }, (_, c) => `      - name: c${c}
+        rules:
+${[0, 1, 2].map((i) => `          - ip saddr 10.1.${c}.${i} ip daddr 192.0.2.${i} return`).join('\n')}`).join('\n')}
+`;
+  const cfg = () => parseConfig(yaml(CHAINS), 'many.yaml');
+
+  it('more chains than are fetched one by one: one digest dump of the table, nothing decoded, nothing written', async () => {
+    const ns = createNetns('adoptmany');
+    const sock = open({ netns: ns.path });
+    let k: Keeper | undefined;
+    try {
+      await (await startKeeper(ns, { config: cfg() })).stop();
+      const gen = sock.generation();
+      const host = recordingHost(ns);
+      k = new Keeper({ config: cfg(), host, mirror: false, intervalMs: 3_600_000, netns: ns.path });
+      k.on('error', () => undefined);
+      await k.start();
+      expect(sock.generation()).toBe(gen);
+      expect(host.digestDumps).toBe(1);
+      expect(host.decoded).toEqual([]);
+    } finally {
+      await k?.stop();
+      sock.close();
+      ns.remove();
+    }
+  });
+
+  it('a table of mostly chains not desired: the desired ones by digest one dump each, the others deleted unread', async () => {
+    const ns = createNetns('adoptextra');
+    const sock = open({ netns: ns.path });
+    let k: Keeper | undefined;
+    try {
+      // An earlier config had 120 chains; this one keeps 12 of them.
+      await (await startKeeper(ns, { config: parseConfig(yaml(120), 'many.yaml') })).stop();
+      const tables = cfg().tables;
+      const full = await new Reconciler(sock, { attempts: 1 }).once({ tables, readOnly: true });
+      const adopted = await new Reconciler(sock, { attempts: 1 }).once({ tables, readOnly: true, adopt: true });
+      expect(adopted.first.flat.map((d) => d.detail)).toEqual(full.first.flat.map((d) => d.detail));
+      expect(full.first.flat.filter((d) => d.kind === 'chain-extra')).toHaveLength(108);
+      const host = recordingHost(ns);
+      k = new Keeper({ config: cfg(), host, mirror: false, intervalMs: 3_600_000, netns: ns.path });
+      k.on('error', () => undefined);
+      await k.start();
+      expect(host.decoded).toEqual([]);
+      expect(host.digestDumps).toBe(CHAINS);
+      expect(ns.exec('nft', ['list', 'table', 'ip', 'many']).match(/chain c\d+/g)).toHaveLength(CHAINS);
+    } finally {
+      await k?.stop();
+      sock.close();
+      ns.remove();
+    }
+  });
+});
+
 describe('the digest of what a commit writes is the dump\'s digest of what the kernel holds', () => {
   it('for every rule of the corpus that has one (anonymous sets have none, on both sides)', async () => {
     const ruleDigests = loadAddon().ruleDigests!;
