@@ -235,9 +235,10 @@ describe('validate', { timeout: 240_000 }, () => {
 });
 
 describe('the daemon notices its namespace is gone', { timeout: 240_000 }, () => {
-  it('deleted: exits 2 with a clear line (and Go-style --interval 1m30s is taken)', async () => {
-    const ns = createNetns('cligone');
-    const d = nfk(['run', '-c', good, '--netns', ns.path, '--no-metrics', '--interval', '1m30s', '--netns-check', '100ms']);
+  /** Starts the daemon in a namespace, deletes the namespace, and expects exit 2 with one clear line. */
+  async function exitsWhenGone(tag: string, args: string[]) {
+    const ns = createNetns(tag);
+    const d = nfk(['run', '-c', good, '--netns', ns.path, '--no-metrics', ...args]);
     try {
       await waitFor('nfkeeper running', () => d.logs().some((l) => l.msg === 'nfkeeper running'));
       ns.remove();
@@ -246,28 +247,20 @@ describe('the daemon notices its namespace is gone', { timeout: 240_000 }, () =>
       clearTimeout(timer);
       expect(code).toBe(2);
       oneClearLine(d.err, new RegExp(`the network namespace ${ns.path} is gone; exited \\(the rules stay in place\\)`));
-      expect(d.logs().at(-1)).toMatchObject({ level: 60, msg: expect.stringMatching(/is gone; exiting/) });
+      return d;
     } finally {
       d.child.kill('SIGKILL');
       ns.remove();
     }
+  }
+
+  it('deleted: exits 2 with a clear line (and Go-style --interval 1m30s is taken)', async () => {
+    const d = await exitsWhenGone('cligone', ['--interval', '1m30s', '--netns-check', '100ms']);
+    expect(d.logs().at(-1)).toMatchObject({ level: 60, msg: expect.stringMatching(/is gone; exiting/) });
   });
 
   it('deleted, checked on the keeper\'s own tick (no --netns-check, the interval under 2 s): exits 2', async () => {
-    const ns = createNetns('clitick');
-    const d = nfk(['run', '-c', good, '--netns', ns.path, '--no-metrics', '--interval', '200ms']);
-    try {
-      await waitFor('nfkeeper running', () => d.logs().some((l) => l.msg === 'nfkeeper running'));
-      ns.remove();
-      const timer = setTimeout(() => d.child.kill('SIGKILL'), 60_000);
-      const { code } = await d.exited;
-      clearTimeout(timer);
-      expect(code).toBe(2);
-      oneClearLine(d.err, new RegExp(`the network namespace ${ns.path} is gone; exited \\(the rules stay in place\\)`));
-    } finally {
-      d.child.kill('SIGKILL');
-      ns.remove();
-    }
+    await exitsWhenGone('clitick', ['--interval', '200ms']);
   });
 
   it('replaced (the path now names another namespace): exits 2', async () => {
