@@ -76,8 +76,14 @@ if (!existsSync(join(cached, 'done'))) {
     }
   }
   cpSync(join(root, 'package.json'), join(out, 'done'));
-  rmSync(cached, { recursive: true, force: true });
-  renameSync(out, cached);
+  // A finished entry is never removed: another build may be copying it. If one
+  // appeared while this one built, it holds the same bytes; keep it.
+  try {
+    renameSync(out, cached);
+  } catch (e) {
+    if (!existsSync(join(cached, 'done'))) throw e;
+    rmSync(out, { recursive: true, force: true });
+  }
   rmSync(stage, { recursive: true, force: true });
 } else {
   say(`using the cached build ${basename(cached)}`);
