@@ -33,14 +33,21 @@ end = time.time() + float(sys.argv[1])
 while time.time() < end:
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.settimeout(0.3)
+    sent = time.time()
     try:
         s.sendto(b"p", ("${EXTERNAL_ADDR}", ${PORT}))
-        print(s.recvfrom(100)[0].decode(), flush=True)
+        print("%.6f %s" % (sent, s.recvfrom(100)[0].decode()), flush=True)
     except socket.timeout:
-        print("timeout", flush=True)
+        print("%.6f timeout" % sent, flush=True)
     s.close()
     time.sleep(0.01)
 `;
+
+export interface Probe {
+  sentAt: number;
+  /** The source address the external host saw, or 'timeout'. */
+  from: string;
+}
 
 export interface Topology {
   pod: Netns;
@@ -48,6 +55,8 @@ export interface Topology {
   external: Netns;
   /** Sends probes from the pod for `seconds`; resolves with the source address each one arrived from. */
   probe(seconds: number): Promise<string[]>;
+  /** The same, with the wall-clock time (ms since the epoch, Date.now()'s clock) each probe was sent. */
+  probeTimed(seconds: number): Promise<Probe[]>;
   remove(): void;
 }
 
@@ -90,11 +99,14 @@ export async function createTopology(): Promise<Topology> {
     remove();
     throw e;
   }
-  const probe = (seconds: number) => new Promise<string[]>((resolve, reject) => {
+  const probeTimed = (seconds: number) => new Promise<Probe[]>((resolve, reject) => {
     const c = spawn('ip', ['netns', 'exec', pod.name, 'python3', '-u', '-c', PROBE, String(seconds)], { stdio: ['ignore', 'pipe', 'inherit'] });
     let out = '';
     c.stdout.on('data', (d: Buffer) => { out += d.toString(); });
-    c.on('exit', (code) => (code === 0 ? resolve(out.split('\n').filter(Boolean)) : reject(new Error(`probe exited ${code}`))));
+    c.on('exit', (code) => (code === 0
+      ? resolve(out.split('\n').filter(Boolean).map((l) => ({ sentAt: Number(l.split(' ')[0]) * 1000, from: l.split(' ')[1]! })))
+      : reject(new Error(`probe exited ${code}`))));
   });
-  return { pod, node, external, probe, remove };
+  const probe = async (seconds: number) => (await probeTimed(seconds)).map((p) => p.from);
+  return { pod, node, external, probe, probeTimed, remove };
 }
