@@ -15,6 +15,8 @@
  * startKeeper() is the same keeper in a namespace you manage yourself (beforeEach/afterEach).
  */
 import { Keeper, type KeeperOptions } from '../../src/keeper/keeper.js';
+import type { NftConn, NftHost } from '../../src/netlink/conn.js';
+import { Monitor } from '../../src/netlink/monitor.js';
 import { open, type NftSocket } from '../../src/netlink/socket.js';
 import { withNetns, type Netns } from './netns.js';
 
@@ -56,4 +58,29 @@ export function withKeeper<T>(options: TestKeeperOptions & { tag?: string },
       sock.close();
     }
   }, tag);
+}
+
+/**
+ * A host whose keeper connections are real (in `ns`) and report each call of the named
+ * NftConn methods, with its arguments, before it runs: for tests that count the keeper's reads.
+ */
+export function observedHost(ns: Netns, methods: readonly (keyof NftConn)[],
+  onCall: (method: keyof NftConn, args: unknown[]) => void): NftHost {
+  return {
+    connect: () => {
+      const real = open({ netns: ns.path });
+      return new Proxy(real, {
+        get(target, p, recv) {
+          const v = Reflect.get(target, p, recv);
+          if (typeof v !== 'function') return v;
+          if (!(methods as readonly (string | symbol)[]).includes(p)) return v.bind(target);
+          return (...args: unknown[]) => {
+            onCall(p as keyof NftConn, args);
+            return (v as (...a: unknown[]) => unknown).apply(target, args);
+          };
+        },
+      }) as NftConn;
+    },
+    watch: (o) => new Monitor({ ...o, netns: ns.path }),
+  };
 }

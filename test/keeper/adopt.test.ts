@@ -10,9 +10,9 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { parseConfig, type Config } from '../../src/config/config.js';
 import { Keeper, type RepairReport } from '../../src/keeper/keeper.js';
 import { Reconciler } from '../../src/keeper/reconciler.js';
-import type { NftConn, NftHost } from '../../src/netlink/conn.js';
-import { Monitor } from '../../src/netlink/monitor.js';
+import type { NftHost } from '../../src/netlink/conn.js';
 import { open, type NftSocket } from '../../src/netlink/socket.js';
+import { observedHost } from '../helpers/keeper.js';
 import { createNetns, type Netns } from '../helpers/netns.js';
 import { chainLines, handles, startKeeper } from './helpers.js';
 import { Batch } from '../../src/netlink/batch.js';
@@ -52,34 +52,11 @@ const config = (): Config => parseConfig(YAML, 'adopt.yaml');
 
 /** The keeper's connection, recording the chains of every decoding rule dump (undefined: the table's). */
 function recordingHost(ns: Netns): NftHost & { decoded: (string | undefined)[]; digestDumps: number } {
-  const host = {
-    decoded: [] as (string | undefined)[],
-    digestDumps: 0,
-    connect: () => {
-      const real = open({ netns: ns.path });
-      return new Proxy(real, {
-        get(target, p, recv) {
-          const v = Reflect.get(target, p, recv);
-          if (typeof v !== 'function') return v;
-          if (p === 'listRules') {
-            return (f: { chain?: string }) => {
-              host.decoded.push(f.chain);
-              return v.call(target, f);
-            };
-          }
-          if (p === 'listRuleDigests') {
-            return (f: unknown) => {
-              host.digestDumps++;
-              return v.call(target, f);
-            };
-          }
-          return v.bind(target);
-        },
-      }) as NftConn;
-    },
-    watch: (o: Parameters<NftHost['watch']>[0]) => new Monitor({ ...o, netns: ns.path }),
-  };
-  return host;
+  const seen = { decoded: [] as (string | undefined)[], digestDumps: 0 };
+  return Object.assign(seen, observedHost(ns, ['listRules', 'listRuleDigests'], (method, args) => {
+    if (method === 'listRules') seen.decoded.push((args[0] as { chain?: string }).chain);
+    else seen.digestDumps++;
+  }));
 }
 
 describe('restart onto an existing owned ruleset, adopted by digest', () => {

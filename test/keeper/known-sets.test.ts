@@ -10,9 +10,9 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { parseConfig, parseNftConfig, type Config } from '../../src/config/config.js';
 import type { Keeper } from '../../src/keeper/keeper.js';
-import type { NftConn, NftHost } from '../../src/netlink/conn.js';
-import { Monitor } from '../../src/netlink/monitor.js';
+import type { NftHost } from '../../src/netlink/conn.js';
 import { open, type NftSocket } from '../../src/netlink/socket.js';
+import { observedHost } from '../helpers/keeper.js';
 import { createNetns, type Netns } from '../helpers/netns.js';
 import { sleep, until } from '../helpers/wait.js';
 import { startKeeper } from './helpers.js';
@@ -40,29 +40,11 @@ function kpConfig(opts: { marker?: string; timeoutSet?: boolean; blockedComment?
 
 /** The keeper's own connection, counting every read of rules, digests and elements. */
 function countingHost(ns: Netns): NftHost & { reads: Record<string, number>; total: () => number } {
-  const counted = ['listRules', 'listRuleDigests', 'listElements'] as const;
-  const host = {
-    reads: { listRules: 0, listRuleDigests: 0, listElements: 0 } as Record<string, number>,
-    total: () => counted.reduce((a, k) => a + host.reads[k]!, 0),
-    connect: () => {
-      const real = open({ netns: ns.path });
-      return new Proxy(real, {
-        get(target, p, recv) {
-          const v = Reflect.get(target, p, recv);
-          if (typeof v !== 'function') return v;
-          if ((counted as readonly (string | symbol)[]).includes(p)) {
-            return (...a: unknown[]) => {
-              host.reads[p as string]!++;
-              return (v as (...x: unknown[]) => unknown).apply(target, a);
-            };
-          }
-          return v.bind(target);
-        },
-      }) as NftConn;
-    },
-    watch: (o: Parameters<NftHost['watch']>[0]) => new Monitor({ ...o, netns: ns.path }),
-  };
-  return host;
+  const reads: Record<string, number> = { listRules: 0, listRuleDigests: 0, listElements: 0 };
+  return Object.assign(observedHost(ns, ['listRules', 'listRuleDigests', 'listElements'], (method) => { reads[method]!++; }), {
+    reads,
+    total: () => Object.values(reads).reduce((a, n) => a + n, 0),
+  });
 }
 
 const dumps = async (k: Keeper) => (await k.metrics.dumps.get()).values[0]?.value ?? 0;
