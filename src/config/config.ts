@@ -11,7 +11,7 @@ import * as z from 'zod';
 import { ConfigError, NfkeeperError } from '../errors.js';
 import type { Family, Hex } from '../netlink/expr.js';
 import type { ChainType, Hook } from '../netlink/objects.js';
-import { checkRulePlacement, JumpGraph, commentUserdata, compileRule, interfaceTable, RuleSyntaxError, type CompiledRule,
+import { JumpGraph, commentUserdata, compileRule, interfaceTable, RuleSyntaxError, type CompiledRule,
   type InterfaceResolver } from '../rules/index.js';
 import { listLinks } from '../netlink/link.js';
 import { GC_SCHEMA, type GcConfig } from '../gc/config.js';
@@ -272,7 +272,7 @@ function buildConfig(raw: unknown, file: string, pos: PositionOf, options: LoadO
     const chainName = new Map(t.chains.map((c) => [c.name, c.name]));
     const sets = buildSets(t, ti, pos, fail, chainName);
     const namedSets = new Map<string, NftSet>(sets.map((x) => [x.name, x.set]));
-    const graph = new JumpGraph();
+    const graph = new JumpGraph(t.chains.map((c) => c.name));
     const chains: ChainConfig[] = t.chains.map((c, ci) => {
       const path = ['tables', ti, 'chains', ci];
       const baseKeys = [c.type, c.hook, c.priority].filter((v) => v !== undefined).length;
@@ -304,8 +304,7 @@ function buildConfig(raw: unknown, file: string, pos: PositionOf, options: LoadO
           throw e;
         }
         setId += compiled.sets.length;
-        const problem = checkRulePlacement(compiled, base?.hook, base?.type, chainNames);
-        graph.rule(ci, ri, compiled);
+        const problem = graph.rule(ci, ri, compiled, base?.hook, base?.type);
         if (problem) fail(pos(rulePath(path, ri)), `rule ${ri + 1} of chain ${c.name}: ${problem}`);
         rules.push({ text: ruleText, compiled });
       });

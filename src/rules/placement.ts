@@ -11,11 +11,15 @@ export function checkRulePlacement(rule: CompiledRule, hook: Hook | undefined, t
   chains: ReadonlySet<string>, scope = 'this table'): string | undefined {
   for (const e of rule.exprs) {
     if (e.kind === 'immediate' && (e.verdict === 'jump' || e.verdict === 'goto') && e.chain && !chains.has(e.chain)) {
-      return `${e.verdict} to chain '${e.chain}', which ${scope} does not define`;
+      return undefinedChain(e.verdict, e.chain, scope);
     }
   }
   // regular chains: checked through the jumps from the base chains (checkChainGraph), as the kernel does
   return hook === undefined ? undefined : natPlacement(rule, hook, type);
+}
+
+function undefinedChain(verdict: string, chain: string, scope: string): string {
+  return `${verdict} to chain '${chain}', which ${scope} does not define`;
 }
 
 function natPlacement(rule: CompiledRule, hook: Hook, type: ChainType | undefined): string | undefined {
@@ -51,90 +55,142 @@ export interface GraphProblem {
  * hook reaches (EOPNOTSUPP). Chains no base chain reaches are not walked, as the kernel does not
  * walk them.
  *
- * Rules are added as they are compiled (`rule()`), while their expressions are still in the
- * CPU's cache. It still costs: on kube-proxy's 10,000-service file (31,000 chains, 64,000 rules)
- * the check adds 100-340 ms to a warm load of 0.8-0.9 s, mostly this second pass over every rule's
- * expressions beside checkRulePlacement's; folding the two passes into one is the next step.
+ * `rule()` is the one pass over a rule's expressions: it says what checkRulePlacement says and
+ * appends the rule's edges to flat arrays of chain indices (an anonymous verdict map's gotos
+ * resolved there and then); `check()` turns them into one adjacency array and walks numbers.
+ * Kube-proxy's 10,000-service file (31,000 chains, 64,000 rules, 34,000 jumps, 33,000 map
+ * elements) is the case this is shaped for: an array per chain (62,000 small arrays, most of
+ * them promoted by the young-generation collector) cost more than all the walking.
  */
 export class JumpGraph {
-  /** Per chain: (rule index, target name) pairs, flat; a target '@NAME' is a named map's gotos. */
-  private readonly edges: (number | string)[][] = [];
-  private readonly anonymous = new Map<string, readonly SetElement[]>();
-  private readonly natRules: CompiledRule[][] = [];
-  private readonly natRuleIndex: number[][] = [];
+  private readonly index = new Map<string, number>();
+  /** Edges as they come: from chain, to chain, the rule that jumps. */
+  private readonly edgeFrom: number[] = [];
+  private readonly edgeTo: number[] = [];
+  private readonly edgeRule: number[] = [];
+  /** Named maps rules take verdicts from: chain, rule, map name. */
+  private readonly mapFrom: number[] = [];
+  private readonly mapRule: number[] = [];
+  private readonly mapName: string[] = [];
+  /** Rules with a NAT statement, a chain's one after another: chain, rule index, rule. */
+  private readonly natChain: number[] = [];
+  private readonly natIndex: number[] = [];
+  private readonly natRule: CompiledRule[] = [];
+  /** Which chain last added each target: dedupes a chain's edges while its rules come in. */
+  private readonly stamp: Int32Array;
 
-  rule(chain: number, ruleIndex: number, rule: CompiledRule): void {
+  /** `chains`: the table's chain names in the order `rule()` and `check()` index them. */
+  constructor(chains: readonly string[], private readonly scope = 'this table') {
+    chains.forEach((name, i) => this.index.set(name, i));
+    this.stamp = new Int32Array(chains.length).fill(-1);
+  }
+
+  /**
+   * Records rule `ruleIndex` of chain `chain` (a chain's rules one after another) and says what
+   * the kernel would refuse about it alone, as checkRulePlacement does.
+   */
+  rule(chain: number, ruleIndex: number, rule: CompiledRule, hook: Hook | undefined, type: ChainType | undefined): string | undefined {
+    let hasNat = false;
     for (const e of rule.exprs) {
       if (e.kind === 'immediate' && (e.verdict === 'jump' || e.verdict === 'goto') && e.chain !== undefined) {
-        (this.edges[chain] ??= []).push(ruleIndex, e.chain);
+        const t = this.index.get(e.chain);
+        if (t === undefined) return undefinedChain(e.verdict, e.chain, this.scope);
+        this.edge(chain, t, ruleIndex);
       } else if (e.kind === 'lookup' && e.dreg !== undefined) {
         const anon = rule.sets.length > 0 ? rule.sets.find((x) => x.name === e.set) : undefined;
         if (anon) {
-          // (anonymous set names repeat from rule to rule: keyed by chain and rule)
-          const key = `@${chain}/${ruleIndex}/${e.set}`;
-          this.anonymous.set(key, anon.elements ?? []);
-          (this.edges[chain] ??= []).push(ruleIndex, key);
-        } else (this.edges[chain] ??= []).push(ruleIndex, `@${e.set}`);
-      } else if (e.kind === 'nat' || e.kind === 'redir' || e.kind === 'masq') {
-        const list = (this.natRules[chain] ??= []);
-        if (list[list.length - 1] !== rule) {
-          list.push(rule);
-          (this.natRuleIndex[chain] ??= []).push(ruleIndex);
+          for (const el of anon.elements ?? []) {
+            const t = elementTarget(el, this.index);
+            if (t !== undefined) this.edge(chain, t, ruleIndex);
+          }
+        } else {
+          this.mapFrom.push(chain);
+          this.mapRule.push(ruleIndex);
+          this.mapName.push(e.set);
         }
+      } else if (e.kind === 'nat' || e.kind === 'redir' || e.kind === 'masq') {
+        hasNat = true;
       }
     }
+    if (!hasNat) return undefined;
+    this.natChain.push(chain);
+    this.natIndex.push(ruleIndex);
+    this.natRule.push(rule);
+    // regular chains: checked through the jumps from the base chains (check()), as the kernel does
+    return hook === undefined ? undefined : natPlacement(rule, hook, type);
   }
 
-  /** `chains`: the table's chains in order, as indexed in `rule()`; `maps`: its named maps' elements. */
+  private edge(chain: number, t: number, ruleIndex: number): void {
+    if (this.stamp[t] === chain) return;
+    this.stamp[t] = chain;
+    this.edgeFrom.push(chain);
+    this.edgeTo.push(t);
+    this.edgeRule.push(ruleIndex);
+  }
+
+  /** `chains`: the table's chains, indexed as in the constructor; `maps`: its named maps' elements. */
   check(chains: readonly { name: string; base?: { type: ChainType; hook: Hook } }[],
     maps: ReadonlyMap<string, readonly SetElement[]>): GraphProblem[] {
     const n = chains.length;
-    const index = new Map<string, number>();
-    chains.forEach((c, i) => index.set(c.name, i));
-    const mapTargets = new Map<string, readonly number[]>();
-    const targetsOf = (name: string): readonly number[] => {
-      if (name[0] !== '@') {
-        const i = index.get(name);
-        return i === undefined ? [] : [i];
-      }
-      let found = mapTargets.get(name);
-      if (!found) {
-        // A named verdict map (kube-proxy's service map: thousands of gotos) is walked once.
-        const seen = new Set<number>();
-        for (const el of this.anonymous.get(name) ?? maps.get(name.slice(1)) ?? []) {
-          const i = (el.verdict === 'jump' || el.verdict === 'goto') && el.chain !== undefined ? index.get(el.chain) : undefined;
-          if (i !== undefined) seen.add(i);
+    // A named verdict map's gotos (kube-proxy's service map: thousands) are edges of each chain
+    // that looks it up; a map's elements are resolved once.
+    const from = this.edgeFrom.slice();
+    const to = this.edgeTo.slice();
+    const via = this.edgeRule.slice();
+    const resolved = new Map<string, number[]>();
+    for (let k = 0; k < this.mapName.length; k++) {
+      const name = this.mapName[k]!;
+      let ts = resolved.get(name);
+      if (!ts) {
+        ts = [];
+        for (const el of maps.get(name) ?? []) {
+          const t = elementTarget(el, this.index);
+          if (t !== undefined) ts.push(t);
         }
-        found = [...seen];
-        mapTargets.set(name, found);
+        resolved.set(name, ts);
       }
-      return found;
-    };
-    const problems: GraphProblem[] = [];
-    const stamp = new Int32Array(n).fill(-1);
-    const targets: number[][] = new Array(n);
-    for (let ci = 0; ci < n; ci++) {
-      const pairs = this.edges[ci];
-      const out: number[] = [];
-      targets[ci] = out;
-      if (!pairs) continue;
-      for (let k = 0; k < pairs.length; k += 2) {
-        for (const t of targetsOf(pairs[k + 1] as string)) {
-          // nft_verdict_init: a jump or goto to a base chain is refused, reached or not.
-          if (chains[t]!.base && stamp[t] !== ci) {
-            problems.push({ chain: ci, rule: pairs[k] as number, reason: `jumps to chain ${chains[t]!.name}, a base chain; the kernel refuses a jump or goto to a base chain` });
-          }
-          if (stamp[t] === ci) continue;
-          stamp[t] = ci;
-          out.push(t);
-        }
+      for (const t of ts) {
+        from.push(this.mapFrom[k]!);
+        to.push(t);
+        via.push(this.mapRule[k]!);
       }
     }
+    // One adjacency array (CSR): chain c's targets are target[first[c] .. first[c + 1]), each once.
+    const first = new Int32Array(n + 1);
+    for (const f of from) first[f + 1]!++;
+    for (let c = 0; c < n; c++) first[c + 1]! += first[c]!;
+    const fill = first.slice(0, n);
+    const target = new Int32Array(to.length);
+    const targetRule = new Int32Array(to.length);
+    for (let k = 0; k < to.length; k++) {
+      const at = fill[from[k]!]!++;
+      target[at] = to[k]!;
+      targetRule[at] = via[k]!;
+    }
+    const stamp = new Int32Array(n).fill(-1);
+    const end = new Int32Array(n);
+    for (let c = 0; c < n; c++) {
+      let w = first[c]!;
+      for (let k = first[c]!; k < first[c + 1]!; k++) {
+        if (stamp[target[k]!] === c) continue;
+        stamp[target[k]!] = c;
+        target[w] = target[k]!;
+        targetRule[w++] = targetRule[k]!;
+      }
+      end[c] = w;
+    }
     const ruleTo = (c: number, t: number): number => {
-      const pairs = this.edges[c] ?? [];
-      for (let k = 0; k < pairs.length; k += 2) if (targetsOf(pairs[k + 1] as string).includes(t)) return pairs[k] as number;
+      for (let k = first[c]!; k < end[c]!; k++) if (target[k] === t) return targetRule[k]!;
       return 0;
     };
+    const problems: GraphProblem[] = [];
+    for (let c = 0; c < n; c++) {
+      // nft_verdict_init: a jump or goto to a base chain is refused, reached or not.
+      for (let k = first[c]!; k < end[c]!; k++) {
+        const t = target[k]!;
+        if (chains[t]!.base) problems.push({ chain: c, rule: targetRule[k]!, reason: `jumps to chain ${chains[t]!.name}, a base chain; the kernel refuses a jump or goto to a base chain` });
+      }
+    }
 
     // Longest jump path below each chain, with loop detection (0 unseen, 1 on the path, 2 done).
     // Iterative, so a long (refused) line of jumps cannot overflow the JavaScript stack.
@@ -145,15 +201,14 @@ export class JumpGraph {
     const next: number[] = [];
     const visit = (root: number): void => {
       path.push(root);
-      next.push(0);
+      next.push(first[root]!);
       state[root] = 1;
       while (path.length > 0) {
         const c = path[path.length - 1]!;
-        const out = targets[c]!;
         const k = next[next.length - 1]!;
-        if (k === out.length) {
+        if (k === end[c]) {
           let h = 0;
-          for (const t of out) if (height[t]! + 1 > h) h = height[t]! + 1;
+          for (let j = first[c]!; j < end[c]!; j++) if (height[target[j]!]! + 1 > h) h = height[target[j]!]! + 1;
           height[c] = h;
           state[c] = 2;
           path.pop();
@@ -161,17 +216,17 @@ export class JumpGraph {
           continue;
         }
         next[next.length - 1] = k + 1;
-        const t = out[k]!;
+        const t = target[k]!;
         if (state[t] === 1) {
           if (!loops.has(t)) {
             loops.add(t);
             const cycle = path.slice(path.indexOf(t)).map((i) => chains[i]!.name);
-            problems.push({ chain: c, rule: ruleTo(c, t), reason: `jumps in a loop (${[...cycle, chains[t]!.name].join(' → ')}); the kernel refuses a loop a base chain reaches` });
+            problems.push({ chain: c, rule: targetRule[k]!, reason: `jumps in a loop (${[...cycle, chains[t]!.name].join(' → ')}); the kernel refuses a loop a base chain reaches` });
           }
         } else if (state[t] === 0) {
           state[t] = 1;
           path.push(t);
-          next.push(0);
+          next.push(first[t]!);
         }
       }
     };
@@ -185,7 +240,8 @@ export class JumpGraph {
       if (!base) continue;
       if (state[bi] === 0) visit(bi);
       if (height[bi]! >= NFT_JUMP_STACK_SIZE) {
-        const deepest = targets[bi]!.reduce((a, t) => (height[t]! > height[a]! ? t : a), targets[bi]![0]!);
+        let deepest = target[first[bi]!]!;
+        for (let k = first[bi]!; k < end[bi]!; k++) if (height[target[k]!]! > height[deepest]!) deepest = target[k]!;
         problems.push({ chain: bi, rule: ruleTo(bi, deepest), reason: `its jumps nest ${height[bi]} chains deep; the kernel allows at most ${NFT_JUMP_STACK_SIZE - 1} below a base chain` });
       }
       let bit = bases.findIndex((b) => b.type === base.type && b.hook === base.hook);
@@ -193,24 +249,39 @@ export class JumpGraph {
       const mask = 1 << bit;
       stack.push(bi);
       while (stack.length > 0) {
-        for (const t of targets[stack.pop()!]!) {
+        const c = stack.pop()!;
+        for (let k = first[c]!; k < end[c]!; k++) {
+          const t = target[k]!;
           if (reachedBy[t]! & mask) continue;
           reachedBy[t]! |= mask;
           stack.push(t);
         }
       }
     }
-    this.natRules.forEach((rules, ci) => {
-      if (chains[ci]!.base || !reachedBy[ci]) return;
-      for (let bit = 0; bit < bases.length; bit++) {
-        if (!(reachedBy[ci]! & (1 << bit))) continue;
-        const { type, hook, name } = bases[bit]!;
-        const k = rules.findIndex((r) => natPlacement(r, hook, type) !== undefined);
-        if (k < 0) continue;
-        problems.push({ chain: ci, rule: this.natRuleIndex[ci]![k]!, reason: `${natPlacement(rules[k]!, hook, type)} (reached by a jump from ${type} chain ${name}, hook ${hook})` });
-        break;
+    // A regular chain's NAT rules, against each (type, hook) that reaches it: the first that fails.
+    for (let k = 0; k < this.natChain.length;) {
+      const ci = this.natChain[k]!;
+      let last = k;
+      while (last < this.natChain.length && this.natChain[last] === ci) last++;
+      if (!chains[ci]!.base && reachedBy[ci]) {
+        find: for (let bit = 0; bit < bases.length; bit++) {
+          if (!(reachedBy[ci]! & (1 << bit))) continue;
+          const { type, hook, name } = bases[bit]!;
+          for (let j = k; j < last; j++) {
+            const reason = natPlacement(this.natRule[j]!, hook, type);
+            if (reason === undefined) continue;
+            problems.push({ chain: ci, rule: this.natIndex[j]!, reason: `${reason} (reached by a jump from ${type} chain ${name}, hook ${hook})` });
+            break find;
+          }
+        }
       }
-    });
+      k = last;
+    }
     return problems;
   }
+}
+
+/** The chain a verdict map element jumps or goes to, when the table defines it. */
+function elementTarget(el: SetElement, index: ReadonlyMap<string, number>): number | undefined {
+  return (el.verdict === 'jump' || el.verdict === 'goto') && el.chain !== undefined ? index.get(el.chain) : undefined;
 }
