@@ -12,7 +12,7 @@ import type { KeeperStatus } from './keeper/keeper.js';
 import type { Family } from './netlink/expr.js';
 import { parseBoundedDuration } from './duration.js';
 import { parseLogLevel } from './log.js';
-import { DEFAULT_SOCKET } from './owners/config.js';
+import { DEFAULT_SOCKET } from './config/owners.js';
 import { NoDaemonError, call } from './owners/client.js';
 import { parse as parseYaml } from 'yaml';
 

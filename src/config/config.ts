@@ -14,8 +14,8 @@ import type { ChainType, Hook } from '../netlink/objects.js';
 import { JumpGraph, commentUserdata, compileRule, interfaceTable, RuleSyntaxError, type CompiledRule,
   type InterfaceResolver } from '../rules/index.js';
 import { listLinks } from '../netlink/link.js';
-import { GC_SCHEMA, type GcConfig } from '../gc/config.js';
-import { OWNERS_SCHEMA, type OwnersConfig } from '../owners/config.js';
+import { GC_SCHEMA, type GcConfig } from './gc.js';
+import { OWNERS_SCHEMA, type OwnersConfig } from './owners.js';
 import { readNftFile } from './nftfile.js';
 import { buildSet, SET_SCHEMA, type SetConfig } from './sets.js';
 import { SET_F, type NftSet } from '../netlink/objects.js';
@@ -93,7 +93,7 @@ const ENV = z.strictObject({
 export const CONFIG_SCHEMA = z.strictObject({
   env: ENV.optional(),
   tables: z.array(TABLE).default([]),
-  // Garbage collection (src/gc/config.ts).
+  // Garbage collection (src/config/gc.ts).
   gc: GC_SCHEMA.optional(),
   // Owners and their control socket (src/owners/).
   owners: OWNERS_SCHEMA.optional(),

@@ -22,7 +22,7 @@ import { indexByChain, type Chain, type Rule } from '../netlink/objects.js';
 import type { NftConn } from '../netlink/conn.js';
 import { commitGuarded } from '../netlink/guard.js';
 import { commentOf, renderRule, xtComments } from '../rules/index.js';
-import { tagMatcher, type ForeignTable } from './config.js';
+import { tagMatcher, type ForeignTable } from '../config/gc.js';
 
 export interface GarbageRule {
   family: Family;

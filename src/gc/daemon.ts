@@ -5,7 +5,7 @@
  * set or scan is logged and skipped: it never deletes on doubt.
  */
 import type { Logger } from 'pino';
-import type { GcConfig } from './config.js';
+import type { GcConfig } from '../config/gc.js';
 import type { NftConn, NftHost } from '../netlink/conn.js';
 import { kernelHost } from '../netlink/host.js';
 import { GraceTracker, collect, renderGarbage, type CollectResult } from './collect.js';

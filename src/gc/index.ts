@@ -1,5 +1,5 @@
 /** Foreign garbage collection (issue 5, the Nomad case). */
-export { GC_SCHEMA, DEFAULT_TAG, ID_RE, tagMatcher, type ForeignTable, type GcConfig, type TagMatcher } from './config.js';
+export { GC_SCHEMA, DEFAULT_TAG, ID_RE, tagMatcher, type ForeignTable, type GcConfig, type TagMatcher } from '../config/gc.js';
 export { LiveSetError, parseLiveSet, readLiveSet, type LiveSource } from './live.js';
 export {
   GraceTracker, collect, planBatch, renderGarbage, ruleTags, scan,

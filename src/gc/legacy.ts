@@ -18,7 +18,7 @@
 import { spawn } from 'node:child_process';
 import { NfkeeperError } from '../errors.js';
 import type { Family } from '../netlink/expr.js';
-import type { ForeignTable } from './config.js';
+import type { ForeignTable } from '../config/gc.js';
 import { findGarbage, type GcRuleModel, type GcTableView, type ScanOptions, type ScanResult } from './collect.js';
 
 export class LegacyIptablesError extends NfkeeperError {

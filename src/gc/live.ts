@@ -8,7 +8,7 @@
 import { execFile } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
 import { NfkeeperError } from '../errors.js';
-import { ID_RE, ID_RULE } from './config.js';
+import { ID_RE, ID_RULE } from '../config/gc.js';
 
 export class LiveSetError extends NfkeeperError {
   override name = 'LiveSetError';

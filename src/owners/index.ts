@@ -1,5 +1,5 @@
 /** Owners (issue 5): the control API, the state file, owners merged into the desired state, owned GC. */
-export { OWNERS_SCHEMA, DEFAULT_SOCKET, DEFAULT_STATE, type OwnersConfig } from './config.js';
+export { OWNERS_SCHEMA, DEFAULT_SOCKET, DEFAULT_STATE, type OwnersConfig } from '../config/owners.js';
 export {
   OWNER_ID_RE, OWNER_SPEC, OwnerSpecError, compileOwner, ownerChainName, ownerOfRule, ownerTag, parseOwnerChain,
   validateOwnerId, type Owner, type OwnerSpec,

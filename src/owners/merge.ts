@@ -10,7 +10,7 @@
 import type { ChainConfig, TableConfig } from '../config/config.js';
 import type { ObservedTable, Rule } from '../netlink/objects.js';
 import type { Drift } from '../keeper/reconcile.js';
-import type { OwnersConfig } from './config.js';
+import type { OwnersConfig } from '../config/owners.js';
 import { ownerOfRule, parseOwnerChain, type Owner } from './spec.js';
 
 export function mergeOwners(tables: readonly TableConfig[], oc: OwnersConfig | undefined, owners: readonly Owner[]): TableConfig[] {

@@ -14,7 +14,7 @@ import type { Expr } from '../netlink/expr.js';
 import type { ChainType, Hook } from '../netlink/objects.js';
 import { checkRulePlacement, commentOf, tagMatcher, commentUserdata, compileRule, compiledRule, type CompiledRule } from '../rules/index.js';
 import { compactChains } from '../keeper/compact.js';
-import type { OwnersConfig } from './config.js';
+import type { OwnersConfig } from '../config/owners.js';
 
 /**
  * Owner ids: 1-64 characters of letters, digits, `_ . : -`, starting with a letter or digit. A

@@ -17,7 +17,7 @@ import { dirname } from 'node:path';
 import { writeFileAtomic } from '../atomic-file.js';
 import type { Config, TableConfig } from '../config/config.js';
 import { NfkeeperError } from '../errors.js';
-import type { OwnersConfig } from './config.js';
+import type { OwnersConfig } from '../config/owners.js';
 import { OwnerSpecError, compileOwner, type Owner, type OwnerSpec } from './spec.js';
 
 export const STATE_VERSION = 1;

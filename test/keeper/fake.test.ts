@@ -10,7 +10,7 @@ import { parseConfig } from '../../src/config/config.js';
 import { GenerationRetriesExhaustedError, NetlinkError } from '../../src/errors.js';
 import pino from 'pino';
 import { GraceTracker, collect } from '../../src/gc/collect.js';
-import { GC_SCHEMA } from '../../src/gc/config.js';
+import { GC_SCHEMA } from '../../src/config/gc.js';
 import { GcLoop } from '../../src/gc/daemon.js';
 import { Keeper, checkOnce, type KeeperOptions, type PassOutcome } from '../../src/keeper/keeper.js';
 import { Batch, type Op } from '../../src/netlink/batch.js';
