@@ -5,6 +5,10 @@
  * block, so that the load of a shared machine hits both alike. Nothing is asserted.
  *
  *   sudo npx tsx bench/repair-ab.ts --a /path/to/checkoutA --b /path/to/checkoutB [--n 4] [--blocks 6] [--count 100] [--gap-ms 20]
+ *     [--a-env KEY=VALUE] [--b-env KEY=VALUE]
+ *
+ * --a-env / --b-env set one environment variable for that side's keeper (the same checkout twice
+ * with and without a switch).
  */
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -27,6 +31,13 @@ const BLOCKS = Number(arg('--blocks', '6'));
 const COUNT = Number(arg('--count', '100'));
 const GAP_MS = Number(arg('--gap-ms', '20'));
 const TABLE = 'nfk-ab';
+const envOf = (side: string): NodeJS.ProcessEnv => {
+  const kv = arg(side);
+  if (!kv) return process.env;
+  const i = kv.indexOf('=');
+  return { ...process.env, [kv.slice(0, i)]: kv.slice(i + 1) };
+};
+const envs = [envOf('--a-env'), envOf('--b-env')];
 const loadavg = () => readFileSync('/proc/loadavg', 'utf8').split(' ')[0]!;
 
 const dir = mkdtempSync(join(tmpdir(), 'nfk-ab-'));
@@ -40,7 +51,7 @@ try {
         const which = (b + k) % 2;
         const root = roots[which]!;
         const child = spawn(process.execPath, ['--import', 'tsx', join(root, 'bench', 's6-keeper.ts'), '--netns', ns.path, '--config', config],
-          { stdio: ['ignore', 'pipe', 'inherit'], cwd: root });
+          { stdio: ['ignore', 'pipe', 'inherit'], cwd: root, env: envs[which] });
         const exited = new Promise((r) => child.on('exit', r));
         try {
           await new Promise<void>((resolve) => createInterface({ input: child.stdout! }).on('line', (l) => { if (l === 'ready') resolve(); }));
