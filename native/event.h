@@ -68,6 +68,7 @@ struct MonitorBatch {
   int repairErrno = 0;
   uint64_t repairHandle = 0;
   uint64_t repairPosition = 0;  // the NFTA_RULE_POSITION it used (0: inserted at the head)
+  double repairedNs = 0;        // CLOCK_MONOTONIC (ns) when its acknowledgements were read
   std::vector<MonitorEvent> events;
 };
 

@@ -209,7 +209,7 @@ void NftMonitor::Deliver(Napi::Env env, Napi::Function cb, MonitorBatch* batch) 
         b->repaired ? static_cast<napi_value>(Napi::Number::New(env, b->repairErrno != 0 ? -static_cast<double>(b->repairErrno)
                                                                                      : static_cast<double>(b->repairHandle)))
                     : undef,
-        Napi::Number::New(env, static_cast<double>(b->repairPosition)),
+        Napi::Number::New(env, static_cast<double>(b->repairPosition)), Napi::Number::New(env, b->repairedNs),
     };
     b.reset();
     cb.Call(sizeof(args) / sizeof(args[0]), args);
@@ -470,6 +470,9 @@ bool NftMonitor::TryRepair(MonitorBatch* b) {
   uint64_t handle = 0;
   int err = run.Settle(&handle);
   run.Release();
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  b->repairedNs = static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
   b->repaired = true;
   b->repairErrno = err;
   b->repairHandle = handle;

@@ -806,12 +806,10 @@ export class Keeper extends EventEmitter {
       this.mirrorFallback(mirror?.invalidReason);
       return false;
     }
-    this.options.trace?.('pass');
-    this.options.trace?.('proved');
-    this.options.trace?.('planned');
     mirror.expect(generation + 1, plan.expected);
     // The monitor skipped our commit's events itself when the echo gave the handle; else they bring it.
-    this.mirrorCommitted(plan, generation, native.handle > 0 ? { handles: new Map([[0, native.handle]]) } : undefined, 'event', detectedAt);
+    this.mirrorCommitted(plan, generation, native.handle > 0 ? { handles: new Map([[0, native.handle]]) } : undefined, 'event', detectedAt,
+      native.committedNs);
     this.reports[this.reports.length - 1]!.event = true;
     if (this.fight.delay() > 0) this.disarm();
     return true;
@@ -873,9 +871,9 @@ export class Keeper extends EventEmitter {
 
   /** After the commit of a repair planned from the mirror, guarded at `generation`. */
   private mirrorCommitted(plan: MirrorPlan, generation: number, echoed: void | CommitResult, cause: Cause,
-    detectedAt: number): Omit<PassOutcome, 'cause'> {
+    detectedAt: number, committedNs?: number): Omit<PassOutcome, 'cause'> {
     const trace = this.options.trace;
-    trace?.('committed');
+    trace?.('committed', committedNs);
     const isDeliberate = deliberate(cause);
     const ops = plan.batch.length;
     const committedAt = performance.now();

@@ -62,9 +62,10 @@ export interface MonitorBatch {
    * The monitor's armed repair (Monitor.arm) answered this batch before it was handed over: it
    * committed the re-add of the deleted rule after `position` (0: at the head), guarded by this
    * batch's generation, and the kernel gave the rule `handle` (0: not echoed); or the kernel
-   * refused it with `errno` (nothing changed).
+   * refused it with `errno` (nothing changed). `committedNs`: receivedNs's clock when its
+   * acknowledgements were read.
    */
-  repaired?: { handle: number; position: number } | { errno: number; position: number };
+  repaired?: ({ handle: number } | { errno: number }) & { position: number; committedNs: number };
 }
 
 /** What the monitor has read, at once (Monitor.progress). */
@@ -102,7 +103,8 @@ export class Monitor {
     this.native = new NftMonitor(options.netns, ((flat: unknown, generation: number, foreign: boolean, since: number,
       receivedNs: number, type: MonitorEvent['type'], family: Family, table: string, name: string | undefined,
       handle: number | undefined, portId: number, flags: number, position: number | undefined,
-      lastGeneration: number, runStart: number, delivered: number, repaired: number | undefined, repairPosition: number) => {
+      lastGeneration: number, runStart: number, delivered: number, repaired: number | undefined, repairPosition: number,
+      repairedNs: number) => {
       if (this.closedFlag) return;
       if (typeof flat !== 'boolean') {
         options.onBatch(fromFlat(flat as unknown[]));
@@ -118,7 +120,10 @@ export class Monitor {
       this.during = { lastGeneration, runStart, delivered };
       try {
         const b: MonitorBatch = { overflow: false, generation, truncated: flat, foreign, since, receivedNs, events: [e] };
-        if (repaired !== undefined) b.repaired = repaired >= 0 ? { handle: repaired, position: repairPosition } : { errno: -repaired, position: repairPosition };
+        if (repaired !== undefined) {
+          b.repaired = repaired >= 0 ? { handle: repaired, position: repairPosition, committedNs: repairedNs }
+            : { errno: -repaired, position: repairPosition, committedNs: repairedNs };
+        }
         options.onBatch(b);
       } finally {
         this.during = undefined;

@@ -205,7 +205,7 @@ describe('Monitor.arm on its own', () => {
     foreign.commitNow!(new Batch().delete('rule', { ...where, handle: handles[3]! }));
     foreign.commitNow!(new Batch().add('rule', { family: 'ip', table: 'other', chain: 'c', exprs: wantRules[1]!.compiled.exprs }));
     await until('the deletion to be handed over', () => batches.length > 0);
-    expect(batches[0]!.repaired).toEqual({ errno: 85, position: handles[2] });  // ERESTART: the guard
+    expect(batches[0]!.repaired).toMatchObject({ errno: 85, position: handles[2] });  // ERESTART: the guard
     const rules = await sock.listRules(where);
     expect(rules.map((r) => r.handle)).toEqual([handles[0], handles[1], handles[2], handles[4]]);
     // Disarmed: the next deletion is not answered.
