@@ -3,7 +3,6 @@
 #include <arpa/inet.h>
 #include <poll.h>
 #include <sched.h>
-#include <stdlib.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -335,7 +334,11 @@ void NftMonitor::ReadAvailable() {
   Napi::CallbackScope callbackScope(env, asyncContext_);
   for (auto& b : done) {
     if (closed_) break;  // closed by a callback: the rest is dropped, as close() promises
-    if (armed_ && TryRepair(b.get()) && b->repairErrno == 0 && getenv("NFK_NO_YIELD") == nullptr) sched_yield();
+    // After the armed repair's commit, the CPU is given up once before the batch's JavaScript runs:
+    // the kernel's notification woke this thread on the CPU of the process whose commit deleted the
+    // rule (it is then still inside that commit), and the bookkeeping below would hold that process
+    // up, which is the latency from outside. Nothing else runnable: it costs a system call.
+    if (armed_ && TryRepair(b.get()) && b->repairErrno == 0) sched_yield();
     try {
       Deliver(env, cb, b.release());
     } catch (const Napi::Error& e) {
