@@ -798,7 +798,7 @@ export class Keeper extends EventEmitter {
     }
     const op = plan !== undefined && plan !== 'clean' && plan.batch.length === 1 ? plan.batch.ops[0] : undefined;
     const e = b.events[0]!;
-    if (!mirror || !plan || plan === 'clean' || !op || op.object !== 'rule' || op.chain !== e.name || op.table !== e.table
+    if (!mirror || !plan || plan === 'clean' || !op || op.object !== 'rule' || op.chain !== e.name || op.table !== e.table || op.family !== e.family
       || (op.verb === 'insert' ? native.position !== 0 : op.verb !== 'add' || op.position !== native.position)) {
       // Committed, but not what the mirror plans now: it no longer knows the kernel's state.
       this.disarm();
@@ -811,6 +811,12 @@ export class Keeper extends EventEmitter {
     this.mirrorCommitted(plan, generation, native.handle > 0 ? { handles: new Map([[0, native.handle]]) } : undefined, 'event', detectedAt,
       native.committedNs);
     this.reports[this.reports.length - 1]!.event = true;
+    // The monitor skips the events of a commit whose handle it had: the mirror must have taken it.
+    if (native.handle > 0 && mirror.valid && mirror.generation !== generation + 1) {
+      mirror.invalidate(`the mirror could not take the handle of the monitor's repair (generation ${generation + 1})`);
+      this.disarm();
+      this.poke('event', detectedAt);
+    }
     if (this.fight.delay() > 0) this.disarm();
     return true;
   }
