@@ -210,6 +210,12 @@ function report(all: Sample[]): void {
     return [k, quantile(v, 0.5), v.length] as const;
   }).sort((a, b) => a[1] - b[1]);
   process.stdout.write(`marks after 'received', p50 µs: ${rel.map(([k, t, n]) => `${k} ${(t / 1000).toFixed(1)}${n !== samples.length ? ` (${n})` : ''}`).join(', ')}\n`);
+  // The tail: in the samples over 2 ms from outside, which segments held 1 ms or more.
+  const over = samples.filter((s) => s.seen - s.t0 > 2e6);
+  if (over.length > 0) {
+    const held = SEGMENTS.slice(0, -1).map(([name, f]) => [name, over.filter((s) => f(s) >= 1e6).length] as const).filter(([, n]) => n > 0);
+    process.stdout.write(`${over.length} samples over 2 ms; segments of 1 ms or more in them: ${held.map(([name, n]) => `${name} ${n}`).join('; ') || 'none'}\n`);
+  }
   const slow = [...samples].sort((a, b) => (b.seen - b.t0) - (a.seen - a.t0)).slice(0, 5);
   process.stdout.write('slowest samples (µs per segment, in the order above):\n');
   for (const s of slow) process.stdout.write(`  ${SEGMENTS.map(([, f]) => (f(s) / 1000).toFixed(0)).join(' / ')}\n`);
