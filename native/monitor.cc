@@ -35,6 +35,8 @@ Napi::Function NftMonitor::Init(Napi::Env env) {
                          InstanceMethod<&NftMonitor::SkipOwn>("skipOwn"),
                          InstanceMethod<&NftMonitor::Arm>("arm"),
                          InstanceMethod<&NftMonitor::Disarm>("disarm"),
+                         InstanceMethod<&NftMonitor::Pause>("pause"),
+                         InstanceMethod<&NftMonitor::Resume>("resume"),
                      });
 }
 
@@ -435,6 +437,25 @@ Napi::Value NftMonitor::Arm(const Napi::CallbackInfo& info) {
 Napi::Value NftMonitor::Disarm(const Napi::CallbackInfo& info) {
   DisarmNow();
   return info.Env().Undefined();
+}
+
+// pause(): answers nothing until resume(), keeping what arm() made.
+Napi::Value NftMonitor::Pause(const Napi::CallbackInfo& info) {
+  armed_ = false;
+  return info.Env().Undefined();
+}
+
+// resume() -> boolean: armed again with what arm() made, when that still holds: no commit since its
+// generation touched a watched table (as far as the monitor has read), and every one was seen whole.
+// False: arm() again.
+Napi::Value NftMonitor::Resume(const Napi::CallbackInfo& info) {
+  bool ok = false;
+  if (!closed_ && !armedRules_.empty() && armSock_ != nullptr && !armSock_->closed()) {
+    std::lock_guard<std::mutex> lock(filterMutex_);
+    ok = batcher_.lastTouched() <= armedGen_ && batcher_.runStart() != 0 && batcher_.runStart() <= armedGen_ + 1;
+  }
+  armed_ = ok;
+  return Napi::Boolean::New(info.Env(), ok);
 }
 
 void NftMonitor::DisarmNow() {

@@ -42,6 +42,8 @@ class NftMonitor : public Napi::ObjectWrap<NftMonitor>, public Closeable {
   Napi::Value SkipOwn(const Napi::CallbackInfo& info);
   Napi::Value Arm(const Napi::CallbackInfo& info);
   Napi::Value Disarm(const Napi::CallbackInfo& info);
+  Napi::Value Pause(const Napi::CallbackInfo& info);
+  Napi::Value Resume(const Napi::CallbackInfo& info);
   // The armed repair of `b` (see Arm): true when it committed or was refused (b's repair fields say
   // which), false when `b` is not one it answers (JavaScript decides, as without it).
   bool TryRepair(MonitorBatch* b);

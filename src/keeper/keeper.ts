@@ -29,7 +29,7 @@ import { mergeOwners, ownerIdsOf, type Owner } from '../owners/index.js';
 export type Cause = 'startup' | 'event' | 'tick' | 'overflow' | 'reload' | 'owners' | 'manual';
 /** Every cause, for the metrics' zero series; a Record so a new Cause not listed fails the typecheck. */
 /** Owned rules up to which the monitor is armed with their repairs (armRepairs). */
-const ARM_MAX_RULES = 1024;
+const ARM_MAX_RULES = 256;
 const ERESTART = 85;
 const CAUSES: Record<Cause, true> = { startup: true, event: true, tick: true, overflow: true, reload: true, owners: true, manual: true };
 
@@ -464,7 +464,11 @@ export class Keeper extends EventEmitter {
         return;
       }
       this.draining = true;
-      this.disarm();  // a pass plans and commits on its own; the monitor must not repair meanwhile
+      // A pass plans and commits on its own: the monitor must not repair meanwhile. Paused, not
+      // forgotten: after a pass that committed nothing to the owned tables (a tick's, when only
+      // commits elsewhere moved the generation) it takes up the same arm (armRepairs).
+      this.armed = false;
+      this.monitor?.pause?.();
       const running: Promise<void> = this.drain({ cause, detectedAt, waiters: [waiter], background }).finally(() => {
         if (this.running === running) this.running = undefined;
       });
@@ -834,7 +838,12 @@ export class Keeper extends EventEmitter {
     const p = monitor.progress();
     if (p.lastGeneration === this.refusedAt || !mirror.exactAt(p.lastGeneration, p)) return;
     // Not again at a generation where it could not (an addon without it, a socket it cannot use): the tick asks each second.
-    if (p.lastGeneration === this.armFailedAt) return;
+    if (p.lastGeneration === this.armFailedAt || !mirror.clean(ARM_MAX_RULES)) return;
+    // Nothing touched the owned tables since the last arm (the pass in between committed nothing there): take it up.
+    if (monitor.resume?.()) {
+      this.armed = true;
+      return;
+    }
     const a = mirror.armable(ARM_MAX_RULES);
     if (!a) return;
     try {

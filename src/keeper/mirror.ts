@@ -489,6 +489,20 @@ export class Mirror {
     return { batch, drift, expected };
   }
 
+  /** In force, with nothing planned, the kernel as desired, and at most `max` owned rules (no allocation). */
+  clean(max: number): boolean {
+    if (!this.valid || this.expected.size > 0) return false;
+    let rules = 0;
+    for (const chains of this.tables.values()) {
+      for (const c of chains.values()) {
+        rules += c.handles.length;
+        if (c.missing.size > 0 || c.extras.size > 0 || rules > max) return false;
+      }
+    }
+    for (const named of this.sets.values()) for (const ms of named.values()) if (ms && ms.differs.size > 0) return false;
+    return true;
+  }
+
   /**
    * For Monitor.arm, while the mirror is clean (the kernel holds every desired rule and nothing
    * else, each followed set as desired): per desired rule, the op plan() would commit if a foreign
@@ -498,15 +512,7 @@ export class Mirror {
    * `max` rules (a big chain's repair is its kernel commit's: arming it would cost more than it saves).
    */
   armable(max: number): { ops: Op[]; handles: number[] } | undefined {
-    if (!this.valid || this.expected.size > 0) return undefined;
-    let rules = 0;
-    for (const chains of this.tables.values()) {
-      for (const c of chains.values()) {
-        rules += c.handles.length;
-        if (c.missing.size > 0 || c.extras.size > 0 || rules > max) return undefined;
-      }
-    }
-    for (const named of this.sets.values()) for (const ms of named.values()) if (ms && ms.differs.size > 0) return undefined;
+    if (!this.clean(max)) return undefined;
     const batch = new Batch();
     const handles: number[] = [];
     for (const chains of this.tables.values()) {

@@ -79,6 +79,10 @@ export interface NftWatch {
    */
   arm?(conn: NftConn, generation: number, ops: readonly Op[], handles: readonly number[]): boolean;
   disarm?(): void;
+  /** Answers nothing until resume() (Monitor.pause). */
+  pause?(): void;
+  /** Armed again with the last arm() if it still holds (Monitor.resume). */
+  resume?(): boolean;
 }
 
 /** Opens connections and monitors in one network namespace. */

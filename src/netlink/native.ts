@@ -26,6 +26,8 @@ export interface NativeMonitor {
   arm?(socket: NativeSocket, generation: number, ops: readonly unknown[], handles: readonly number[],
     exprBytes?: readonly (Buffer | undefined)[]): boolean;
   disarm?(): void;
+  pause?(): void;
+  resume?(): boolean;
   ref(): void;
   unref(): void;
 }

@@ -91,12 +91,23 @@ describe('the keeper arms the monitor with the repair of each owned rule', () =>
 
   it('stays armed across repairs without JavaScript arming it again, and gives way to a pass', async () => {
     await until('the monitor to be armed', () => keeper['armed'] === true, 10_000);
-    // A pass (the tick's read-back, a reload) disarms it; it is armed again once the mirror is clean.
-    const done = keeper.request('manual', performance.now());
-    expect(keeper['armed']).toBe(false);
-    await done;
-    await until('the monitor to be armed again', () => keeper['armed'] === true, 10_000);
-    await deleteAndWait(1);
+    // A pass (the tick's read-back, a reload) pauses it; it is armed again once the mirror is clean,
+    // and a pass that committed nothing takes up the same arm (resume) instead of arming anew.
+    const monitor = keeper['monitor'] as Monitor;
+    const arm = monitor.arm.bind(monitor);
+    let arms = 0;
+    monitor.arm = (...a) => { arms++; return arm(...a); };
+    try {
+      const done = keeper.request('manual', performance.now());
+      expect(keeper['armed']).toBe(false);
+      const outcome = await done;
+      expect(outcome.ops).toBe(0);
+      await until('the monitor to be armed again', () => keeper['armed'] === true, 10_000);
+      expect(arms).toBe(0);
+      await deleteAndWait(1);
+    } finally {
+      monitor.arm = arm;
+    }
   });
 
   it('the guard refuses the monitor\'s repair when a commit came after the deletion; the pass that follows repairs it', async () => {
@@ -228,6 +239,21 @@ describe('Monitor.arm on its own', () => {
     await until('the deletion to be handed over', () => batches.length > 0);
     expect(batches[0]!.repaired).toBeUndefined();
     expect((await sock.listRules(where)).length).toBe(wantRules.length);  // 5 - 1 + the extra: nothing re-added
+  });
+
+  it('paused, it answers nothing; resume takes the arm up after commits elsewhere, not after one that touched the table', async () => {
+    const { handles } = await arm();
+    monitor.pause();
+    await foreign.commit(new Batch().add('rule', { family: 'ip', table: 'other', chain: 'c', exprs: wantRules[2]!.compiled.exprs }));
+    await until('the monitor to read it', () => monitor.progress().lastGeneration === sock.generation());
+    expect(monitor.resume()).toBe(true);
+    monitor.pause();
+    batches.length = 0;
+    await foreign.commit(new Batch().delete('rule', { ...where, handle: handles[4]! }));
+    await until('the deletion to be handed over', () => batches.length > 0);
+    expect(batches[0]!.repaired).toBeUndefined();  // paused
+    expect(monitor.resume()).toBe(false);  // that deletion touched the table
+    await foreign.commit(new Batch().add('rule', { ...where, exprs: wantRules[4]!.compiled.exprs }));
   });
 
   it('refuses anything but a rule op per handle, and a socket that is not the addon\'s', async () => {
