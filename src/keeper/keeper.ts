@@ -27,10 +27,10 @@ import { OwnedTouches } from './known.js';
 import { mergeOwners, ownerIdsOf, type Owner } from '../owners/index.js';
 
 export type Cause = 'startup' | 'event' | 'tick' | 'overflow' | 'reload' | 'owners' | 'manual';
-/** Every cause, for the metrics' zero series; a Record so a new Cause not listed fails the typecheck. */
 /** Owned rules up to which the monitor is armed with their repairs (armRepairs). */
 const ARM_MAX_RULES = 256;
 const ERESTART = 85;
+/** Every cause, for the metrics' zero series; a Record so a new Cause not listed fails the typecheck. */
 const CAUSES: Record<Cause, true> = { startup: true, event: true, tick: true, overflow: true, reload: true, owners: true, manual: true };
 
 export interface KeeperOptions {
