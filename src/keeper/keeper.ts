@@ -179,8 +179,10 @@ export class Keeper extends EventEmitter {
   private reportTimer?: NodeJS.Timeout;
   /** The monitor holds an armed repair (armRepairs) that is still current, as far as this thread knows. */
   private armed = false;
-  /** The next run of the report timer arms the monitor (armSoon). */
+  /** The next run of the report timer arms the monitor (later(), armSoon()). */
   private armDue = false;
+  /** The generation the monitor's arm holds the owned tables at (armRepairs, and each armed repair's). */
+  private armedAt = -1;
   /** The generation at which arming last failed (armRepairs). */
   private armFailedAt = -1;
 
@@ -403,10 +405,13 @@ export class Keeper extends EventEmitter {
 
   private onEvents(b: MonitorBatch): void {
     if (this.stopped) return;
-    // Any batch the armed repair did not answer with a success leaves it stale (the monitor will not
-    // answer the next one); armRepairs() arms again once the mirror is clean.
+    // A batch after the arm's generation that the armed repair did not answer with a success leaves
+    // it stale (the monitor will not answer the next one): armed again once the mirror is clean.
     const native = b.repaired;
-    if (native === undefined || !('handle' in native) || native.handle === 0) this.armed = false;
+    if (this.armed && (b.overflow || (b.generation > this.armedAt && !(native !== undefined && 'handle' in native && native.handle > 0)))) {
+      this.armed = false;
+      this.armSoon();
+    }
     if (b.foreign !== false && this.options.trace) {
       this.options.trace('received', b.receivedNs);
       this.options.trace('event');
@@ -497,7 +502,10 @@ export class Keeper extends EventEmitter {
       // In the same tick as the last look at `queued`: a request made after it starts a new drain
       // instead of queueing behind one that has ended.
       this.draining = false;
-      this.armSoon();
+      // Armed again at once (the pass is done; usually a check in C++, resume), else after a wait
+      // (its own commit's events still on their way to the mirror, as after start-up).
+      if (!this.armed) this.armRepairs();
+      if (!this.armed) this.armSoon();
     }
   }
 
@@ -822,6 +830,7 @@ export class Keeper extends EventEmitter {
       this.poke('event', detectedAt);
     }
     if (this.fight.delay() > 0) this.disarm();
+    else this.armedAt = generation + 1;  // the monitor moved its arm to the repair's generation
     return true;
   }
 
@@ -841,13 +850,14 @@ export class Keeper extends EventEmitter {
     if (p.lastGeneration === this.armFailedAt || !mirror.clean(ARM_MAX_RULES)) return;
     // Nothing touched the owned tables since the last arm (the pass in between committed nothing there): take it up.
     if (monitor.resume?.()) {
-      this.armed = true;
+      this.armed = true;  // at the armedAt it had
       return;
     }
     const a = mirror.armable(ARM_MAX_RULES);
     if (!a) return;
     try {
       this.armed = monitor.arm(sock, p.lastGeneration, a.ops, a.handles);
+      this.armedAt = p.lastGeneration;
     } catch (e) {
       this.armed = false;
       this.log.debug({ err: (e as Error).message }, 'the monitor could not be armed');
@@ -861,12 +871,6 @@ export class Keeper extends EventEmitter {
     this.monitor?.disarm?.();
   }
 
-  /** Arms the monitor after the keeper has waited once (the report timer), off the way to a commit. */
-  private armSoon(): void {
-    if (this.armed || this.stopped || !this.monitor?.arm) return;
-    this.armDue = true;
-    this.kickReportTimer();
-  }
 
   /**
    * A repair planned from the mirror was refused: true when by the guard (a commit the monitor had
@@ -970,6 +974,13 @@ export class Keeper extends EventEmitter {
     this.reports.push(done);
     if (this.reports.length > 1) return;
     if (!this.armed && this.monitor?.arm) this.armDue = true;
+    this.kickReportTimer();
+  }
+
+  /** Arms the monitor after the keeper has waited once (the report timer), off the way to a commit. */
+  private armSoon(): void {
+    if (this.armed || this.stopped || !this.monitor?.arm) return;
+    this.armDue = true;
     this.kickReportTimer();
   }
 
