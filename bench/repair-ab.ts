@@ -5,6 +5,11 @@
  * block, so that the load of a shared machine hits both alike. Nothing is asserted.
  *
  *   sudo npx tsx bench/repair-ab.ts --a /path/to/checkoutA --b /path/to/checkoutB [--n 4] [--blocks 6] [--count 100] [--gap-ms 20]
+ *     [--a-env KEY=VALUE] [--b-env KEY=VALUE] [--a-wrap "CMD ARGS"] [--b-wrap "CMD ARGS"]
+ *
+ * --a-env / --b-env set one environment variable for that side's keeper (the same checkout twice
+ * with and without a switch); --a-wrap / --b-wrap run that side's keeper under a command, e.g.
+ * "nice -n -10" or "chrt -f 10" (scheduling experiments: the product sets neither).
  */
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -27,6 +32,14 @@ const BLOCKS = Number(arg('--blocks', '6'));
 const COUNT = Number(arg('--count', '100'));
 const GAP_MS = Number(arg('--gap-ms', '20'));
 const TABLE = 'nfk-ab';
+const envOf = (side: string): NodeJS.ProcessEnv => {
+  const kv = arg(side);
+  if (!kv) return process.env;
+  const i = kv.indexOf('=');
+  return { ...process.env, [kv.slice(0, i)]: kv.slice(i + 1) };
+};
+const envs = [envOf('--a-env'), envOf('--b-env')];
+const wraps = [arg('--a-wrap'), arg('--b-wrap')].map((w) => (w ? w.split(' ').filter(Boolean) : []));
 const loadavg = () => readFileSync('/proc/loadavg', 'utf8').split(' ')[0]!;
 
 const dir = mkdtempSync(join(tmpdir(), 'nfk-ab-'));
@@ -39,8 +52,10 @@ try {
       for (let k = 0; k < 2; k++) {
         const which = (b + k) % 2;
         const root = roots[which]!;
-        const child = spawn(process.execPath, ['--import', 'tsx', join(root, 'bench', 's6-keeper.ts'), '--netns', ns.path, '--config', config],
-          { stdio: ['ignore', 'pipe', 'inherit'], cwd: root });
+        const argv = [process.execPath, '--import', 'tsx', join(root, 'bench', 's6-keeper.ts'), '--netns', ns.path, '--config', config];
+        const [cmd, ...args] = [...wraps[which]!, ...argv];
+        const child = spawn(cmd!, args,
+          { stdio: ['ignore', 'pipe', 'inherit'], cwd: root, env: envs[which] });
         const exited = new Promise((r) => child.on('exit', r));
         try {
           await new Promise<void>((resolve) => createInterface({ input: child.stdout! }).on('line', (l) => { if (l === 'ready') resolve(); }));

@@ -140,6 +140,20 @@ void CommitRun::Release() {
   sock_->ReturnEncodeBuffer(std::move(batch_->bytes));
 }
 
+int CommitRun::Settle(uint64_t* handle) const {
+  *handle = 0;
+  if (ioErrno_ != 0) return ioErrno_;
+  size_t oks = 0;
+  for (const Ack& a : acks_) {
+    if (a.error != 0) return a.error;
+    oks++;
+  }
+  size_t expected = ackAll_ ? batch_->messageOp.size() : (batch_->messageOp.empty() ? 0 : 1);
+  if (lostAcks_ || oks < expected) return EPROTO;
+  if (!echoed_.empty()) *handle = echoed_.front().second;
+  return 0;
+}
+
 bool CommitRun::Outcome(Napi::Env env, Napi::Value* out) {
   Release();
   if (ioErrno_ != 0) {

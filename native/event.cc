@@ -167,8 +167,11 @@ std::unique_ptr<MonitorBatch> EventBatcher::Feed(const nlmsghdr* nlh, const Even
       skipOwn_[i] = skipOwn_.back();
       skipOwn_.pop_back();
     }
+    const uint32_t prevTouched = lastTouched_;
+    if (!pending_->events.empty() && gen > lastTouched_) lastTouched_ = gen;
     if (!pending_->events.empty() && (foreign_ || (filter.deliverOwn && !skip))) {
       pending_->generation = gen;
+      pending_->prevTouched = prevTouched;
       pending_->foreign = foreign_;
       pending_->since = runStart_ <= gen ? runStart_ : 0;
       done = std::move(pending_);

@@ -59,6 +59,16 @@ struct MonitorBatch {
   // CLOCK_MONOTONIC (ns) when the monitor thread received the datagram that closed the batch:
   // with process.hrtime() in JavaScript, how long the hop to the JS thread took.
   double receivedNs = 0;
+  // The generation of the last commit before this one that had events for the watched tables
+  // (handed over or not: our own skipped ones count), or 0: the commits in between touched none.
+  uint32_t prevTouched = 0;
+  // The monitor's armed repair (NftMonitor::TryRepair) answered this batch before handing it
+  // over: repairErrno 0 and the re-added rule's handle (0: not echoed), or the errno of the refusal.
+  bool repaired = false;
+  int repairErrno = 0;
+  uint64_t repairHandle = 0;
+  uint64_t repairPosition = 0;  // the NFTA_RULE_POSITION it used (0: inserted at the head)
+  double repairedNs = 0;        // CLOCK_MONOTONIC (ns) when its acknowledgements were read
   std::vector<MonitorEvent> events;
 };
 
@@ -98,12 +108,15 @@ class EventBatcher {
   void SkipOwn(uint32_t generation);
   uint32_t lastGeneration() const { return lastGen_; }
   uint32_t runStart() const { return runStart_; }
+  // The generation of the last commit that had events for the watched tables (0: none seen).
+  uint32_t lastTouched() const { return lastTouched_; }
 
  private:
   std::unique_ptr<MonitorBatch> pending_ = std::make_unique<MonitorBatch>();
   bool foreign_ = false;  // the pending batch holds an event not from an ignored port
   uint32_t lastGen_ = 0;  // the last NEWGEN seen (0: none yet)
   uint32_t runStart_ = 0;  // see MonitorBatch::since; 0: no run
+  uint32_t lastTouched_ = 0;  // see lastTouched()
   uint64_t overflows_ = 0;
   std::vector<uint32_t> skipOwn_;  // see SkipOwn; a few at most
 };

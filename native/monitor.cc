@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -12,9 +13,13 @@
 #include <cstring>
 #include <memory>
 
+#include "batch.h"
 #include "decode.h"
+#include "encode.h"
 #include "expr_table.h"
 #include "socket.h"
+
+#include <endian.h>
 
 namespace nfk {
 
@@ -28,6 +33,10 @@ Napi::Function NftMonitor::Init(Napi::Env env) {
                          InstanceMethod<&NftMonitor::Progress>("progress"),
                          InstanceMethod<&NftMonitor::Anchor>("anchor"),
                          InstanceMethod<&NftMonitor::SkipOwn>("skipOwn"),
+                         InstanceMethod<&NftMonitor::Arm>("arm"),
+                         InstanceMethod<&NftMonitor::Disarm>("disarm"),
+                         InstanceMethod<&NftMonitor::Pause>("pause"),
+                         InstanceMethod<&NftMonitor::Resume>("resume"),
                      });
 }
 
@@ -82,6 +91,7 @@ NftMonitor::~NftMonitor() {
 void NftMonitor::CloseNow() {
   if (closed_) return;
   closed_ = true;
+  DisarmNow();
   if (poll_ != nullptr) {
     uv_poll_stop(poll_);
     uv_close(reinterpret_cast<uv_handle_t*>(poll_), [](uv_handle_t* h) { delete reinterpret_cast<uv_poll_t*>(h); });
@@ -196,6 +206,11 @@ void NftMonitor::Deliver(Napi::Env env, Napi::Function cb, MonitorBatch* batch) 
         e.position != 0 ? static_cast<napi_value>(Napi::Number::New(env, static_cast<double>(e.position))) : undef,
         // progress() as it stands during this call (every datagram of this wake-up is read already).
         Napi::Number::New(env, lastGeneration), Napi::Number::New(env, runStart), Napi::Number::New(env, delivered),
+        // The armed repair's answer (TryRepair): the re-added rule's handle (0: not echoed) or -errno, and its position.
+        b->repaired ? static_cast<napi_value>(Napi::Number::New(env, b->repairErrno != 0 ? -static_cast<double>(b->repairErrno)
+                                                                                     : static_cast<double>(b->repairHandle)))
+                    : undef,
+        Napi::Number::New(env, static_cast<double>(b->repairPosition)), Napi::Number::New(env, b->repairedNs),
     };
     b.reset();
     cb.Call(sizeof(args) / sizeof(args[0]), args);
@@ -279,6 +294,7 @@ void NftMonitor::ReadAvailable() {
           batcher_.Overflow();
           delivered_++;
         }
+        DisarmNow();
         done.push_back(std::move(b));
         continue;
       }
@@ -320,12 +336,193 @@ void NftMonitor::ReadAvailable() {
   Napi::CallbackScope callbackScope(env, asyncContext_);
   for (auto& b : done) {
     if (closed_) break;  // closed by a callback: the rest is dropped, as close() promises
+    // After the armed repair's commit, the CPU is given up once before the batch's JavaScript runs:
+    // the kernel's notification woke this thread on the CPU of the process whose commit deleted the
+    // rule (it is then still inside that commit), and the bookkeeping below would hold that process
+    // up, which is the latency from outside. Nothing else runnable: it costs a system call.
+    if (armed_ && TryRepair(b.get()) && b->repairErrno == 0) sched_yield();
     try {
       Deliver(env, cb, b.release());
     } catch (const Napi::Error& e) {
       napi_fatal_exception(env, e.Value());
     }
   }
+}
+
+// arm(socket, generation, ops, handles, exprBytes?): the repair of a foreign deletion of one owned
+// rule, decided by the caller (the keeper's event mirror) before it happens. `ops[i]` re-adds the
+// rule whose kernel handle is `handles[i]` where it stands (insert at the head, or add after the
+// rule before it), as the mirror would plan it, all valid while the watched tables are as at
+// `generation`. A later batch that is exactly one foreign DELRULE of one of those handles, with
+// every commit since `generation` seen whole and none of them touching a watched table, is
+// answered here before JavaScript runs: the op is committed on `socket`, guarded by the batch's
+// generation, with its echo; the batch is then handed over with the outcome. Anything else is
+// handed over as before and leaves the arm stale (the next such batch is not answered). A success
+// keeps it armed at the repair's generation: the re-added rule's entry moves to its new handle and
+// the rule after it is re-added after that handle. Disarmed by disarm(), close, an overflow, a
+// refusal, or the next arm().
+Napi::Value NftMonitor::Arm(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  DisarmNow();
+  if (info.Length() < 4 || !info[0].IsObject() || !info[1].IsNumber() || !info[2].IsArray() || !info[3].IsArray()) {
+    throw Napi::TypeError::New(env, "arm(socket, generation, ops, handles, exprBytes?)");
+  }
+  Napi::Object so = info[0].As<Napi::Object>();
+  AddonData* data = GetAddonData(env);
+  if (data->socketCtor.IsEmpty() || !so.InstanceOf(data->socketCtor.Value())) {
+    throw Napi::TypeError::New(env, "arm: the socket must be an NftSocket");
+  }
+  Napi::Array ops = info[2].As<Napi::Array>();
+  Napi::Array handles = info[3].As<Napi::Array>();
+  if (handles.Length() != ops.Length()) throw Napi::TypeError::New(env, "arm: one handle per op");
+  if (closed_ || ops.Length() == 0) return Napi::Boolean::New(env, false);
+  EncodedBatch enc;
+  EncodeBatch(env, ops, 0, true, 0, &enc, info.Length() > 4 ? info[4] : Napi::Value());
+  if (enc.messageOp.size() != ops.Length()) throw Napi::TypeError::New(env, "arm: each op must be one rule message");
+  std::unordered_map<uint64_t, ArmedRule> rules;
+  std::vector<uint8_t> begin, end;
+  size_t genAt = 0;
+  const nlmsghdr* nlh = reinterpret_cast<const nlmsghdr*>(enc.bytes.data());
+  int len = static_cast<int>(enc.bytes.size());
+  for (uint32_t k = 0; MessageOk(nlh, len); nlh = mnl_nlmsg_next(nlh, &len), k++) {
+    const uint8_t* at = reinterpret_cast<const uint8_t*>(nlh);
+    std::vector<uint8_t> msg(at, at + nlh->nlmsg_len);
+    if (k == 0) {
+      nlattr* a;
+      NFK_ATTR_FOR_EACH(a, nlh, sizeof(nfgenmsg)) {
+        if (mnl_attr_get_type(a) == NFNL_BATCH_GENID) genAt = reinterpret_cast<const uint8_t*>(mnl_attr_get_payload(a)) - at;
+      }
+      begin = std::move(msg);
+      continue;
+    }
+    if (k == ops.Length() + 1) {
+      end = std::move(msg);
+      continue;
+    }
+    if (NFNL_MSG_TYPE(nlh->nlmsg_type) != NFT_MSG_NEWRULE || enc.messageOp[k - 1] != static_cast<int32_t>(k - 1)) {
+      throw Napi::TypeError::New(env, "arm: op " + std::to_string(k - 1) + " is not one rule added");
+    }
+    ArmedRule r;
+    r.family = static_cast<const nfgenmsg*>(mnl_nlmsg_get_payload(nlh))->nfgen_family;
+    nlattr* a;
+    NFK_ATTR_FOR_EACH(a, nlh, sizeof(nfgenmsg)) {
+      uint16_t t = mnl_attr_get_type(a);
+      if (t == NFTA_RULE_TABLE) r.table = mnl_attr_get_str(a);
+      else if (t == NFTA_RULE_CHAIN) r.chain = mnl_attr_get_str(a);
+      else if (t == NFTA_RULE_POSITION && mnl_attr_get_payload_len(a) == 8) {
+        r.positionAt = reinterpret_cast<const uint8_t*>(mnl_attr_get_payload(a)) - at;
+        r.position = be64toh(mnl_attr_get_u64(a));
+      }
+    }
+    r.message = std::move(msg);
+    // Relative sequence numbers of a one-op batch: BATCH_BEGIN 0, the rule 1, BATCH_END 2 (CommitRun adds its base).
+    reinterpret_cast<nlmsghdr*>(r.message.data())->nlmsg_seq = 1;
+    double h = handles.Get(k - 1).As<Napi::Number>().DoubleValue();
+    if (!(h >= 1) || h > 9007199254740991.0) throw Napi::TypeError::New(env, "arm: handles must be positive integers");
+    rules[static_cast<uint64_t>(h)] = std::move(r);
+  }
+  if (genAt == 0 || begin.empty() || end.empty()) throw Napi::TypeError::New(env, "arm: the batch did not encode as expected");
+  reinterpret_cast<nlmsghdr*>(end.data())->nlmsg_seq = 2;
+  armedRules_ = std::move(rules);
+  armBegin_ = std::move(begin);
+  armEnd_ = std::move(end);
+  armGenAt_ = genAt;
+  armSock_ = NftSocket::Unwrap(so);
+  armSockRef_ = Napi::Persistent(so);
+  armedGen_ = info[1].As<Napi::Number>().Uint32Value();
+  armed_ = true;
+  return Napi::Boolean::New(env, true);
+}
+
+Napi::Value NftMonitor::Disarm(const Napi::CallbackInfo& info) {
+  DisarmNow();
+  return info.Env().Undefined();
+}
+
+// pause(): answers nothing until resume(), keeping what arm() made.
+Napi::Value NftMonitor::Pause(const Napi::CallbackInfo& info) {
+  armed_ = false;
+  return info.Env().Undefined();
+}
+
+// resume() -> boolean: armed again with what arm() made, when that still holds: no commit since its
+// generation touched a watched table (as far as the monitor has read), and every one was seen whole.
+// False: arm() again.
+Napi::Value NftMonitor::Resume(const Napi::CallbackInfo& info) {
+  bool ok = false;
+  if (!closed_ && !armedRules_.empty() && armSock_ != nullptr && !armSock_->closed()) {
+    std::lock_guard<std::mutex> lock(filterMutex_);
+    ok = batcher_.lastTouched() <= armedGen_ && batcher_.runStart() != 0 && batcher_.runStart() <= armedGen_ + 1;
+  }
+  armed_ = ok;
+  return Napi::Boolean::New(info.Env(), ok);
+}
+
+void NftMonitor::DisarmNow() {
+  armed_ = false;
+  armedRules_.clear();
+}
+
+bool NftMonitor::TryRepair(MonitorBatch* b) {
+  if (!armed_ || b->overflow || b->truncated || !b->foreign || b->events.size() != 1) return false;
+  const MonitorEvent& e = b->events[0];
+  // Every commit after armedGen_ up to this one seen whole, none of them touching a watched table.
+  if (e.type != "delrule" || b->since == 0 || b->since > armedGen_ + 1 || b->prevTouched > armedGen_ ||
+      b->generation <= armedGen_) {
+    return false;
+  }
+  auto it = armedRules_.find(e.handle);
+  if (it == armedRules_.end() || it->second.family != e.family || it->second.table != e.table || it->second.chain != e.name) {
+    return false;
+  }
+  NftSocket* sock = armSock_;
+  if (sock == nullptr || sock->closed() || !sock->gate().try_lock()) return false;
+  armed_ = false;  // until the outcome says the entries still hold
+  ArmedRule& r = it->second;
+  auto batch = std::make_unique<EncodedBatch>();
+  batch->bytes = sock->TakeEncodeBuffer();
+  batch->bytes.clear();
+  batch->bytes.insert(batch->bytes.end(), armBegin_.begin(), armBegin_.end());
+  uint32_t gen = htonl(b->generation);
+  std::memcpy(batch->bytes.data() + armGenAt_, &gen, sizeof(gen));
+  batch->bytes.insert(batch->bytes.end(), r.message.begin(), r.message.end());
+  batch->bytes.insert(batch->bytes.end(), armEnd_.begin(), armEnd_.end());
+  batch->messageOp.assign(1, 0);
+  CommitRun run(sock, std::move(batch), true);
+  run.Run();
+  sock->gate().unlock();
+  uint64_t handle = 0;
+  int err = run.Settle(&handle);
+  run.Release();
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  b->repairedNs = static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
+  b->repaired = true;
+  b->repairErrno = err;
+  b->repairHandle = handle;
+  b->repairPosition = r.position;
+  if (err != 0 || handle == 0) {
+    DisarmNow();
+    return true;
+  }
+  // The rule is back as `handle`, after the same rule as before; the one after it now follows `handle`.
+  const uint64_t old = e.handle;
+  ArmedRule moved = std::move(r);
+  armedRules_.erase(it);
+  for (auto& [h, x] : armedRules_) {
+    if (x.positionAt == 0 || x.position != old || x.family != moved.family || x.table != moved.table || x.chain != moved.chain) continue;
+    x.position = handle;
+    uint64_t be = htobe64(handle);
+    std::memcpy(x.message.data() + x.positionAt, &be, sizeof(be));
+  }
+  armedRules_.emplace(handle, std::move(moved));
+  armedGen_ = b->generation + 1;
+  {
+    std::lock_guard<std::mutex> lock(filterMutex_);
+    batcher_.SkipOwn(armedGen_);
+  }
+  armed_ = true;
+  return true;
 }
 
 }  // namespace nfk

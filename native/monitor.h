@@ -15,11 +15,13 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "common.h"
 #include "event.h"
+#include "socket.h"
 
 namespace nfk {
 
@@ -38,6 +40,14 @@ class NftMonitor : public Napi::ObjectWrap<NftMonitor>, public Closeable {
   Napi::Value Progress(const Napi::CallbackInfo& info);
   Napi::Value Anchor(const Napi::CallbackInfo& info);
   Napi::Value SkipOwn(const Napi::CallbackInfo& info);
+  Napi::Value Arm(const Napi::CallbackInfo& info);
+  Napi::Value Disarm(const Napi::CallbackInfo& info);
+  Napi::Value Pause(const Napi::CallbackInfo& info);
+  Napi::Value Resume(const Napi::CallbackInfo& info);
+  // The armed repair of `b` (see Arm): true when it committed or was refused (b's repair fields say
+  // which), false when `b` is not one it answers (JavaScript decides, as without it).
+  bool TryRepair(MonitorBatch* b);
+  void DisarmNow();
   void ParseFilter(Napi::Env env, const Napi::Value& tables, const Napi::Value& ignorePorts);
   static void OnReadable(uv_poll_t* handle, int status, int events);
   // Reads what the socket holds (up to a bound per wake-up) and calls back once per finished batch.
@@ -61,6 +71,24 @@ class NftMonitor : public Napi::ObjectWrap<NftMonitor>, public Closeable {
   double delivered_ = 0;  // batches handed to JavaScript, overflow reports included
 
   AddonData* data_ = nullptr;
+
+  // The armed repair (Arm): per owned rule, by its kernel handle, the NEWRULE message that re-adds
+  // it where it stands, valid while the watched tables are as they were at armedGen_.
+  struct ArmedRule {
+    uint32_t family = 0;
+    std::string table;
+    std::string chain;
+    std::vector<uint8_t> message;   // seq 1 (relative), as EncodeBatch wrote it
+    size_t positionAt = 0;          // offset of NFTA_RULE_POSITION's u64 in message, 0: none (insert at the head)
+    uint64_t position = 0;
+  };
+  bool armed_ = false;
+  uint32_t armedGen_ = 0;
+  std::unordered_map<uint64_t, ArmedRule> armedRules_;
+  std::vector<uint8_t> armBegin_, armEnd_;  // BATCH_BEGIN (NFNL_BATCH_GENID at armGenAt_) and BATCH_END
+  size_t armGenAt_ = 0;
+  NftSocket* armSock_ = nullptr;
+  Napi::ObjectReference armSockRef_;
 };
 
 }  // namespace nfk

@@ -27,6 +27,9 @@ import { OwnedTouches } from './known.js';
 import { mergeOwners, ownerIdsOf, type Owner } from '../owners/index.js';
 
 export type Cause = 'startup' | 'event' | 'tick' | 'overflow' | 'reload' | 'owners' | 'manual';
+/** Owned rules up to which the monitor is armed with their repairs (armRepairs). */
+const ARM_MAX_RULES = 256;
+const ERESTART = 85;
 /** Every cause, for the metrics' zero series; a Record so a new Cause not listed fails the typecheck. */
 const CAUSES: Record<Cause, true> = { startup: true, event: true, tick: true, overflow: true, reload: true, owners: true, manual: true };
 
@@ -174,6 +177,14 @@ export class Keeper extends EventEmitter {
   /** Repairs planned from the mirror and committed, reported once the event loop has waited (later()). */
   private reports: DoneRepair[] = [];
   private reportTimer?: NodeJS.Timeout;
+  /** The monitor holds an armed repair (armRepairs) that is still current, as far as this thread knows. */
+  private armed = false;
+  /** The next run of the report timer arms the monitor (later(), armSoon()). */
+  private armDue = false;
+  /** The generation the monitor's arm holds the owned tables at (armRepairs, and each armed repair's). */
+  private armedAt = -1;
+  /** The generation at which arming last failed (armRepairs). */
+  private armFailedAt = -1;
 
   constructor(private readonly options: KeeperOptions) {
     super();
@@ -245,6 +256,7 @@ export class Keeper extends EventEmitter {
   /** Stops the loop and closes the sockets. The rules stay in the kernel. */
   async stop(): Promise<void> {
     this.stopped = true;
+    this.disarm();
     clearInterval(this.timer);
     clearTimeout(this.delayed);
     const queued = this.queued;
@@ -316,6 +328,7 @@ export class Keeper extends EventEmitter {
   }
 
   private install(config: Config, owners: readonly Owner[]): void {
+    this.disarm();  // the armed repairs re-add the old desired rules
     // Owners' rules are compacted when compiled (compileOwner): only a new config's rules are walked.
     if (config !== this.config) compactRules(config.tables);
     this.config = config;
@@ -380,6 +393,7 @@ export class Keeper extends EventEmitter {
       return;
     }
     if (gen === this.lastVerified) {
+      if (!this.armed) this.armRepairs();
       // Nothing changed anywhere: no dump, no log. A quiet namespace is also
       // how a fight ends, and no pass would run to notice it (bench/hostile.ts
       // found the level stuck at its peak after the neighbour stopped).
@@ -391,6 +405,13 @@ export class Keeper extends EventEmitter {
 
   private onEvents(b: MonitorBatch): void {
     if (this.stopped) return;
+    // A batch after the arm's generation that the armed repair did not answer with a success leaves
+    // it stale (the monitor will not answer the next one): armed again once the mirror is clean.
+    const native = b.repaired;
+    if (this.armed && (b.overflow || (b.generation > this.armedAt && !(native !== undefined && 'handle' in native && native.handle > 0)))) {
+      this.armed = false;
+      this.armSoon();
+    }
     if (b.foreign !== false && this.options.trace) {
       this.options.trace('received', b.receivedNs);
       this.options.trace('event');
@@ -414,7 +435,7 @@ export class Keeper extends EventEmitter {
     if (b.generation === this.lastVerified) return;
     // The repair runs at once, up to its commit, here or in a pass (small commits are sent inline): count after it.
     const now = performance.now();
-    if (this.repairNow(now)) return;
+    if (native !== undefined ? this.repairedByMonitor(b, native, now) : this.repairNow(now)) return;
     this.poke('event', now);
     this.metrics.events.inc();
   }
@@ -448,6 +469,11 @@ export class Keeper extends EventEmitter {
         return;
       }
       this.draining = true;
+      // A pass plans and commits on its own: the monitor must not repair meanwhile. Paused, not
+      // forgotten: after a pass that committed nothing to the owned tables (a tick's, when only
+      // commits elsewhere moved the generation) it takes up the same arm (armRepairs).
+      this.armed = false;
+      this.monitor?.pause?.();
       const running: Promise<void> = this.drain({ cause, detectedAt, waiters: [waiter], background }).finally(() => {
         if (this.running === running) this.running = undefined;
       });
@@ -476,6 +502,10 @@ export class Keeper extends EventEmitter {
       // In the same tick as the last look at `queued`: a request made after it starts a new drain
       // instead of queueing behind one that has ended.
       this.draining = false;
+      // Armed again at once (the pass is done; usually a check in C++, resume), else after a wait
+      // (its own commit's events still on their way to the mirror, as after start-up).
+      if (!this.armed) this.armRepairs();
+      if (!this.armed) this.armSoon();
     }
   }
 
@@ -755,6 +785,94 @@ export class Keeper extends EventEmitter {
   }
 
   /**
+   * The monitor's armed repair (armRepairs) answered batch `b`, a foreign deletion of one owned
+   * rule, before this thread ran: it committed the op the mirror would plan now, guarded by the
+   * batch's generation (the mirror, armed exact and clean, has just applied `b`: that rule is the
+   * only difference), or the kernel refused it. The bookkeeping is repairNow's, after the commit.
+   * False (the caller requests a pass): refused, or the plan made now is not what was committed (the
+   * mirror is then off: the pass reads the kernel).
+   */
+  private repairedByMonitor(b: MonitorBatch, native: NonNullable<MonitorBatch['repaired']>, detectedAt: number): boolean {
+    const mirror = this.mirror;
+    const generation = b.generation;
+    if ('errno' in native) {
+      this.armed = false;
+      const refused = native.errno === ERESTART ? new GenerationMismatchError(generation)
+        : new Error(`the kernel refused the armed repair (errno ${native.errno})`);
+      if (mirror && !this.mirrorRefused(refused, generation)) this.mirrorFallback(mirror.invalidReason);
+      return false;
+    }
+    let plan;
+    try {
+      plan = mirror?.valid ? mirror.plan() : undefined;
+    } catch {
+      plan = undefined;
+    }
+    const op = plan !== undefined && plan !== 'clean' && plan.batch.length === 1 ? plan.batch.ops[0] : undefined;
+    const e = b.events[0]!;
+    if (!mirror || !plan || plan === 'clean' || !op || op.object !== 'rule' || op.chain !== e.name || op.table !== e.table || op.family !== e.family
+      || (op.verb === 'insert' ? native.position !== 0 : op.verb !== 'add' || op.position !== native.position)) {
+      // Committed, but not what the mirror plans now: it no longer knows the kernel's state.
+      this.disarm();
+      mirror?.invalidate('the monitor\'s armed repair differs from the plan');
+      this.mirrorFallback(mirror?.invalidReason);
+      return false;
+    }
+    mirror.expect(generation + 1, plan.expected);
+    // The monitor skipped our commit's events itself when the echo gave the handle; else they bring it.
+    this.mirrorCommitted(plan, generation, native.handle > 0 ? { handles: new Map([[0, native.handle]]) } : undefined, 'event', detectedAt,
+      native.committedNs);
+    this.reports[this.reports.length - 1]!.event = true;
+    // The monitor skips the events of a commit whose handle it had: the mirror must have taken it.
+    if (native.handle > 0 && mirror.valid && mirror.generation !== generation + 1) {
+      mirror.invalidate(`the mirror could not take the handle of the monitor's repair (generation ${generation + 1})`);
+      this.disarm();
+      this.poke('event', detectedAt);
+    }
+    if (this.fight.delay() > 0) this.disarm();
+    else this.armedAt = generation + 1;  // the monitor moved its arm to the repair's generation
+    return true;
+  }
+
+  /**
+   * Arms the monitor (Monitor.arm) with the repair of a foreign deletion of each owned rule, while
+   * the mirror is exact and clean at the monitor's last generation and repairNow would repair at
+   * once (no pass running, no fight delay, no retired table): the repair then costs the event's
+   * wake-up and the commit, no JavaScript before it. Small rulesets only (ARM_MAX_RULES).
+   */
+  private armRepairs(): void {
+    const { mirror, monitor, sock } = this;
+    if (this.stopped || this.draining || !mirror?.valid || !monitor?.arm || !monitor.progress || !sock || this.retired.length > 0
+      || this.fight.delay() > 0) return;
+    const p = monitor.progress();
+    if (p.lastGeneration === this.refusedAt || !mirror.exactAt(p.lastGeneration, p)) return;
+    // Not again at a generation where it could not (an addon without it, a socket it cannot use): the tick asks each second.
+    if (p.lastGeneration === this.armFailedAt || !mirror.clean(ARM_MAX_RULES)) return;
+    // Nothing touched the owned tables since the last arm (the pass in between committed nothing there): take it up.
+    if (monitor.resume?.()) {
+      this.armed = true;  // at the armedAt it had
+      return;
+    }
+    const a = mirror.armable(ARM_MAX_RULES);
+    if (!a) return;
+    try {
+      this.armed = monitor.arm(sock, p.lastGeneration, a.ops, a.handles);
+      this.armedAt = p.lastGeneration;
+    } catch (e) {
+      this.armed = false;
+      this.log.debug({ err: (e as Error).message }, 'the monitor could not be armed');
+    }
+    if (!this.armed) this.armFailedAt = p.lastGeneration;
+  }
+
+  /** The monitor's armed repair is forgotten: the next foreign change is this thread's to answer. */
+  private disarm(): void {
+    this.armed = false;
+    this.monitor?.disarm?.();
+  }
+
+
+  /**
    * A repair planned from the mirror was refused: true when by the guard (a commit the monitor had
    * not delivered yet came first; the next attempt reads the generation), else the mirror is off.
    */
@@ -772,9 +890,9 @@ export class Keeper extends EventEmitter {
 
   /** After the commit of a repair planned from the mirror, guarded at `generation`. */
   private mirrorCommitted(plan: MirrorPlan, generation: number, echoed: void | CommitResult, cause: Cause,
-    detectedAt: number): Omit<PassOutcome, 'cause'> {
+    detectedAt: number, committedNs?: number): Omit<PassOutcome, 'cause'> {
     const trace = this.options.trace;
-    trace?.('committed');
+    trace?.('committed', committedNs);
     const isDeliberate = deliberate(cause);
     const ops = plan.batch.length;
     const committedAt = performance.now();
@@ -855,15 +973,30 @@ export class Keeper extends EventEmitter {
   private later(done: DoneRepair): void {
     this.reports.push(done);
     if (this.reports.length > 1) return;
+    if (!this.armed && this.monitor?.arm) this.armDue = true;
+    this.kickReportTimer();
+  }
+
+  /** Arms the monitor after the keeper has waited once (the report timer), off the way to a commit. */
+  private armSoon(): void {
+    if (this.armed || this.stopped || !this.monitor?.arm) return;
+    this.armDue = true;
+    this.kickReportTimer();
+  }
+
+  private kickReportTimer(): void {
     if (this.reportTimer === undefined) this.reportTimer = setTimeout(() => this.flushReports(), 0).unref();
     else this.reportTimer.refresh();
   }
 
   private flushReports(): void {
-    if (this.reports.length === 0) return;
     const reports = this.reports;
     this.reports = [];
     for (const r of reports) this.reportMirrorRepair(r);
+    if (this.armDue) {
+      this.armDue = false;
+      if (!this.armed) this.armRepairs();
+    }
   }
 
   /** What a repair planned from the mirror reports once it is committed. */

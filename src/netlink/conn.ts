@@ -72,6 +72,17 @@ export interface NftWatch {
   anchor?(generation: number, overflowsSeen: number): void;
   /** Our own commit that made `generation` is known already: its batch need not be delivered (Monitor.skipOwn). */
   skipOwn?(generation: number): void;
+  /**
+   * The repair of a foreign deletion of one of these rules, decided now and committed by the
+   * watcher itself on `conn` when it comes (Monitor.arm). Optional: false, nothing armed, where the
+   * watcher or the connection cannot (an in-memory kernel, an older addon).
+   */
+  arm?(conn: NftConn, generation: number, ops: readonly Op[], handles: readonly number[]): boolean;
+  disarm?(): void;
+  /** Answers nothing until resume() (Monitor.pause). */
+  pause?(): void;
+  /** Armed again with the last arm() if it still holds (Monitor.resume). */
+  resume?(): boolean;
 }
 
 /** Opens connections and monitors in one network namespace. */

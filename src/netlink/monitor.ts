@@ -8,6 +8,9 @@
 import type { Family } from './expr.js';
 import type { SetElement } from './objects.js';
 import type { NativeMonitor } from './native.js';
+import type { Op } from './batch.js';
+import type { NftConn } from './conn.js';
+import { NftSocket, preencoded } from './socket.js';
 import { loadAddon } from '../native.js';
 
 export interface MonitorEvent {
@@ -55,6 +58,14 @@ export interface MonitorBatch {
   events: MonitorEvent[];
   /** process.hrtime.bigint()'s clock (ns, as a number) when the monitor read the commit's last datagram. */
   receivedNs?: number;
+  /**
+   * The monitor's armed repair (Monitor.arm) answered this batch before it was handed over: it
+   * committed the re-add of the deleted rule after `position` (0: at the head), guarded by this
+   * batch's generation, and the kernel gave the rule `handle` (0: not echoed); or the kernel
+   * refused it with `errno` (nothing changed). `committedNs`: receivedNs's clock when its
+   * acknowledgements were read.
+   */
+  repaired?: ({ handle: number } | { errno: number }) & { position: number; committedNs: number };
 }
 
 /** What the monitor has read, at once (Monitor.progress). */
@@ -92,7 +103,8 @@ export class Monitor {
     this.native = new NftMonitor(options.netns, ((flat: unknown, generation: number, foreign: boolean, since: number,
       receivedNs: number, type: MonitorEvent['type'], family: Family, table: string, name: string | undefined,
       handle: number | undefined, portId: number, flags: number, position: number | undefined,
-      lastGeneration: number, runStart: number, delivered: number) => {
+      lastGeneration: number, runStart: number, delivered: number, repaired: number | undefined, repairPosition: number,
+      repairedNs: number) => {
       if (this.closedFlag) return;
       if (typeof flat !== 'boolean') {
         options.onBatch(fromFlat(flat as unknown[]));
@@ -107,7 +119,12 @@ export class Monitor {
       // While onBatch runs, progress() is what the addon handed over with the batch: nothing is read meanwhile.
       this.during = { lastGeneration, runStart, delivered };
       try {
-        options.onBatch({ overflow: false, generation, truncated: flat, foreign, since, receivedNs, events: [e] });
+        const b: MonitorBatch = { overflow: false, generation, truncated: flat, foreign, since, receivedNs, events: [e] };
+        if (repaired !== undefined) {
+          b.repaired = repaired >= 0 ? { handle: repaired, position: repairPosition, committedNs: repairedNs }
+            : { errno: -repaired, position: repairPosition, committedNs: repairedNs };
+        }
+        options.onBatch(b);
       } finally {
         this.during = undefined;
       }
@@ -140,6 +157,39 @@ export class Monitor {
    */
   skipOwn(generation: number): void {
     this.native.skipOwn?.(generation);
+  }
+
+  /**
+   * Decides the repair of one foreign rule deletion before it happens (native/monitor.cc, Arm); a socket other than an NftSocket arms nothing:
+   * `ops[i]` re-adds the rule whose handle is `handles[i]` where it stands, valid while the watched
+   * tables are as they were at `generation`. A batch that is exactly one foreign DELRULE of one of
+   * those handles, with nothing else touching a watched table since `generation`, is answered by
+   * committing that op on `socket` (guarded by the batch's generation, echoed) before the batch is
+   * handed over with `repaired`; after a success the monitor stays armed at the repair's generation
+   * (its own commit's events are skipped, see skipOwn). Any other batch leaves the arm stale. False
+   * (nothing armed) with an addon built before it.
+   */
+  arm(socket: NftConn, generation: number, ops: readonly Op[], handles: readonly number[]): boolean {
+    if (this.native.arm === undefined || this.closedFlag || !(socket instanceof NftSocket) || socket.closed) return false;
+    return this.native.arm(socket.nativeSocket, generation, ops, handles, preencoded(ops));
+  }
+
+  /** Forgets the armed repair (arm): every batch is JavaScript's to answer again. */
+  disarm(): void {
+    this.native.disarm?.();
+  }
+
+  /** Answers nothing until resume(), which can take up what arm() made (cheaper than arming again). */
+  pause(): void {
+    this.native.pause?.();
+  }
+
+  /**
+   * Armed again with what arm() made, if that still holds (no commit since its generation touched
+   * a watched table, every one seen whole): true. False: arm() again.
+   */
+  resume(): boolean {
+    return this.native.resume?.() ?? false;
   }
 
   setFilter(tables: { family: Family; name: string }[] | undefined, ignorePorts: number[] = []): void {

@@ -22,6 +22,12 @@ export interface NativeMonitor {
   anchor(generation: number, overflowsSeen: number): void;
   /** Absent from an addon built before it. */
   skipOwn?(generation: number): void;
+  /** Absent from an addon built before it (Monitor.arm). */
+  arm?(socket: NativeSocket, generation: number, ops: readonly unknown[], handles: readonly number[],
+    exprBytes?: readonly (Buffer | undefined)[]): boolean;
+  disarm?(): void;
+  pause?(): void;
+  resume?(): boolean;
   ref(): void;
   unref(): void;
 }

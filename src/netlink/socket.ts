@@ -192,6 +192,11 @@ export class NftSocket implements NftConn {
     if (r) return { handles: new Map(r.handles) };
   }
 
+  /** The addon's socket, for Monitor.arm (which commits on it). */
+  get nativeSocket(): NativeSocket {
+    return this.native;
+  }
+
   private check(operation: string): void {
     if (this.native.closed) throw new SocketClosedError(operation);
   }
@@ -231,7 +236,7 @@ const PREENCODE_UP_TO = 64;
 const PREENCODED_MAX = 1024;
 const encodedExprs = new Map<readonly Expr[], Buffer>();
 
-function preencoded(ops: readonly Op[]): (Buffer | undefined)[] | undefined {
+export function preencoded(ops: readonly Op[]): (Buffer | undefined)[] | undefined {
   let out: (Buffer | undefined)[] | undefined;
   for (let i = 0; i < ops.length; i++) {
     const op = ops[i]!;
