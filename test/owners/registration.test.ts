@@ -87,21 +87,30 @@ describe('owners one at a time', () => {
     });
   }, 120_000);
 
-  it('a group of owners too big to echo is learnt by reading only the chains it added rules to, without decoding; the next registration reads nothing', async () => {
+  it('a group of owners is learnt from the kernel\'s echo of its batch, nothing read; a group too big to echo reads only the chains it added rules to, without decoding', async () => {
     await withDaemon('own-group', async ({ d, sock }) => {
       await Promise.all(Array.from({ length: 40 }, (_, i) => d.api('PUT', `/v1/owners/${id(i)}`, ownerSpec(i, 4))));
       await d.keeper.idle();
       const seen = spy(d.keeper.socket!);
+      const dumps = async () => (await d.keeper.metrics.dumps.get()).values[0]?.value ?? 0;
       const groups = d.registry.groups;
-      // 20 at once: one group (or a few), each batch well over the 64 messages the addon echoes.
+      const dumps0 = await dumps();
+      // 20 at once: one group (or a few), batches over the 64 messages acked one by one, echoed all the same.
       const r = await Promise.all(Array.from({ length: 20 }, (_, k) => d.api('PUT', `/v1/owners/g${k}`, ownerSpec(200 + k, 4))));
       expect(r.every((x) => x.status === 201)).toBe(true);
       expect(d.registry.groups - groups).toBeLessThan(20);
       expect(seen.commits.some((c) => c.length > 64)).toBe(true);
+      expect(seen.listRules + seen.listRuleDigests + seen.chains).toBe(0);
+      expect(await dumps()).toBe(dumps0);
+      // 20 owners of 60 rules at once: batches past the 1,024 messages echoed (native/batch.h kEchoUpTo).
+      const r2 = await Promise.all(Array.from({ length: 20 }, (_, k) => d.api('PUT', `/v1/owners/b${k}`, ownerSpec(300 + k, 60))));
+      expect(r2.every((x) => x.status === 201)).toBe(true);
+      expect(seen.commits.some((c) => c.length > 1024)).toBe(true);
       expect(seen.listRules).toBe(0);  // nothing decoded: the added chains' handles and digests only
+      expect(seen.listRuleDigests).toBeGreaterThan(0);
       const digests = seen.listRuleDigests;
       const commits = seen.commits.length;
-      expect((await d.api('PUT', '/v1/owners/h0', ownerSpec(300, 4))).status).toBe(201);
+      expect((await d.api('PUT', '/v1/owners/h0', ownerSpec(400, 4))).status).toBe(201);
       expect(seen.commits).toHaveLength(commits + 1);
       expect(seen.commits[commits]!).toHaveLength(5);  // its chain, its 3 rules, its jump
       expect(seen.listRules).toBe(0);
@@ -109,7 +118,7 @@ describe('owners one at a time', () => {
       // What the keeper knows is what the kernel holds: a full read finds nothing to do.
       (d.keeper as unknown as { readBackDue: boolean }).readBackDue = true;
       expect(await d.keeper.request('manual', 0)).toMatchObject({ status: 'in-sync', ops: 0 });
-      expect((await sock.listChains({ family: 'ip', table: 'nfkeeper' })).length).toBe(2 + 40 + 20 + 1);
+      expect((await sock.listChains({ family: 'ip', table: 'nfkeeper' })).length).toBe(2 + 40 + 20 + 20 + 1);
     });
   }, 120_000);
 
