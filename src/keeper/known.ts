@@ -31,6 +31,7 @@ import type { MonitorBatch, MonitorProgress } from '../netlink/monitor.js';
 import { NetlinkError } from '../errors.js';
 import { SET_F, TABLE_F, type Chain, type ChainDigests, type NftSet, type ObservedTable, type Rule, type Table } from '../netlink/objects.js';
 import { compactRule, hasKey, sameKey } from './reconcile.js';
+import { derivationOf, type Derivation, type Hunk } from './derived.js';
 
 const tableKey = (t: { family: string; name: string }) => `${t.family} ${t.name}`;
 
@@ -44,6 +45,12 @@ interface KnownTable {
    * here: its elements are read at each look.
    */
   verifiedSets: Map<string, SetConfig>;
+  /**
+   * The desired table (by identity) every chain of which is in `verified` as that table's own
+   * object, the kernel holding no other chain: a pass for a table derived from it (derived.ts)
+   * compares only the chains the derivation changed. Undefined when not known so.
+   */
+  whole?: TableConfig;
 }
 
 /**
@@ -217,6 +224,7 @@ export class KnownState {
         }));
         kt.verified.set(c.name, c);
       }
+      if (kt.observed.chains.size === t.chains.length) kt.whole = t;
       out.set(tableKey(t), kt);
     }
     return new KnownState(generation, out);
@@ -377,7 +385,21 @@ export class KnownState {
       // The look's maps are this pass's own (a dump, or the known state the commit just retired):
       // changed in place, so a registration touches its own chains, not every owner's.
       const verified = reuse ? kt!.verified : new Map<string, ChainConfig>();
-      for (const c of t.chains) {
+      // Derived from the table known whole (a registration): only the chains the derivation
+      // changed need looking at, when the batch touched no other desired chain.
+      const d = reuse && kt!.whole !== undefined ? derivationOf(t) : undefined;
+      let visit: readonly ChainConfig[] = t.chains;
+      let edited: Derivation['edited'] | undefined;
+      if (d && d.from === kt!.whole) {
+        const names = new Set(d.changed.map((c) => c.name));
+        let inside = true;
+        for (const [name, l] of m) if (l !== DELETED && !names.has(name)) inside = false;
+        if (inside) {
+          visit = d.changed;
+          edited = d.edited;
+        }
+      }
+      for (const c of visit) {
         const l = m.get(c.name);
         if (l === undefined) {
           if (reuse && verified.get(c.name) === c) continue;  // untouched, and known to hold c
@@ -391,6 +413,7 @@ export class KnownState {
           }
           continue;
         }
+        const wasVerified = verified.get(c.name);
         verified.set(c.name, c);
         if (l === DELETED || l.length !== c.rules.length) return undefined;
         o.chains.set(c.name, { family: t.family, table: t.name, name: c.name, ...(c.base ?? {}), ...(c.userdata ? { userdata: c.userdata } : {}) });
@@ -398,8 +421,12 @@ export class KnownState {
         // their order: one walk along the rules before, skipping the ones the batch deleted.
         const prev = o.rules.get(c.name) ?? [];
         const digests = readHere?.get(c.name)?.digests;
+        // A dispatch chain known to hold e.from's rules: the rules outside the changed runs are copied.
+        const e = edited?.get(c.name);
+        const copied = e && wasVerified === e.from && prev.length === e.from.rules.length
+          ? followHunks(t, c, prev, l, e.hunks, gone, digests) : undefined;
         let p = 0;
-        o.rules.set(c.name, c.rules.map((r, j) => {
+        o.rules.set(c.name, copied ?? c.rules.map((r, j) => {
           while (p < prev.length && gone.has(prev[p]!.handle!)) p++;
           const kept = p < prev.length && prev[p]!.handle === l[j] ? prev[p++] : undefined;
           return kept && hasKey(kept) && kept.exprs === r.compiled.exprs ? kept : compactRule(t, c, r, l[j]!, digests?.[j]);
@@ -416,7 +443,7 @@ export class KnownState {
       }
       // Every desired chain is in o.chains now: as many as desired means nothing else is.
       if (o.chains.size !== t.chains.length) return undefined;
-      out.set(tk, { observed: o, verified, verifiedSets });
+      out.set(tk, { observed: o, verified, verifiedSets, whole: t });
     }
     return new KnownState(generation, out);
   }
@@ -430,13 +457,19 @@ export class KnownState {
     for (const t of tables) {
       const kt = this.table(t);
       if (!kt) return false;
-      for (const c of t.chains) {
+      // Derived from the table known whole: only the chains it changed can be other objects.
+      const d = kt.whole === undefined ? undefined : derivationOf(t);
+      const from = d && d.from === kt.whole ? d : undefined;
+      for (const c of from ? from.changed : t.chains) {
         if (kt.verified.get(c.name) === c) continue;
         const have = kt.observed.rules.get(c.name) ?? [];
         if (have.length !== c.rules.length || have.some((r) => r.handle === undefined)) return false;
         kt.observed.rules.set(c.name, c.rules.map((r, j) => compactRule(t, c, r, have[j]!.handle!, have[j]!.digest)));
         kt.verified.set(c.name, c);
       }
+      if (from) for (const name of from.removed) kt.verified.delete(name);
+      // A clean look: the kernel holds t's chains and no other.
+      kt.whole = kt.observed.chains.size === t.chains.length ? t : undefined;
       // Sets compared against another desired object (a reload): they hold its elements now.
       for (const s of t.sets ?? []) {
         if (volatileSet(s.set) || kt.verifiedSets.get(s.name) === s) continue;
@@ -474,6 +507,17 @@ export class KnownState {
     return this.tables.get(tableKey(t));
   }
 
+  /**
+   * How `t` was made from the table this state holds whole (derived.ts), for diffTable's `since`:
+   * undefined unless it was made from exactly that table.
+   */
+  since(t: TableConfig): Derivation | undefined {
+    const kt = this.table(t);
+    if (kt?.whole === undefined) return undefined;
+    const d = derivationOf(t);
+    return d?.from === kt.whole ? d : undefined;
+  }
+
   /** Every table of `tables` is known (and nothing else is needed). */
   covers(tables: readonly TableConfig[]): boolean {
     return tables.every((t) => this.tables.has(tableKey(t)));
@@ -481,6 +525,40 @@ export class KnownState {
 }
 
 const DELETED: number[] = [];
+
+/**
+ * A chain's known rules after a batch that changed only `hunks` of it (derived.ts): `prev` holds
+ * the earlier chain's rules, `l` the handles now. Outside the hunks the rules are the same desired
+ * objects at the same handles, copied; inside, as afterSoleCommit's walk does. Undefined when the
+ * handles do not line up so (the caller then walks the whole chain).
+ */
+function followHunks(t: TableConfig, c: ChainConfig, prev: readonly Rule[], l: readonly number[], hunks: readonly Hunk[],
+  gone: ReadonlySet<number>, digests: readonly string[] | undefined): Rule[] | undefined {
+  const out: Rule[] = new Array(c.rules.length);
+  let p = 0;
+  let j = 0;
+  const copy = (end: number) => {
+    for (; j < end; j++, p++) {
+      const r = prev[p];
+      if (r === undefined || r.handle !== l[j]) return false;
+      out[j] = r;
+    }
+    return true;
+  };
+  for (const h of hunks) {
+    if (!copy(h.start) || p !== h.fromStart) return undefined;
+    for (; j < h.end; j++) {
+      while (p < h.fromEnd && gone.has(prev[p]!.handle!)) p++;
+      const kept = p < h.fromEnd && prev[p]!.handle === l[j] ? prev[p++] : undefined;
+      const r = c.rules[j]!;
+      out[j] = kept && hasKey(kept) && kept.exprs === r.compiled.exprs ? kept : compactRule(t, c, r, l[j]!, digests?.[j]);
+    }
+    // What the hunk took out of the chain: every rule the batch did not keep was deleted by it.
+    for (; p < h.fromEnd; p++) if (!gone.has(prev[p]!.handle!)) return undefined;
+  }
+  if (!copy(c.rules.length) || p !== prev.length) return undefined;
+  return out;
+}
 
 /**
  * After a sole commit too big to echo its new rules' handles: the chains it added rules to, read

@@ -11,22 +11,52 @@ import type { ChainConfig, TableConfig } from '../config/config.js';
 import type { ObservedTable, Rule } from '../netlink/objects.js';
 import type { Drift } from '../keeper/reconcile.js';
 import type { OwnersConfig } from '../config/owners.js';
+import { derive, type Hunk } from '../keeper/derived.js';
 import { ownerOfRule, parseOwnerChain, type Owner } from './spec.js';
 
 export function mergeOwners(tables: readonly TableConfig[], oc: OwnersConfig | undefined, owners: readonly Owner[]): TableConfig[] {
   if (!oc) return [...tables];
   const prev = lastMerge.get(tables);
-  const m = (prev?.oc === oc ? mergeAgain(prev, owners) : undefined) ?? mergeAll(oc, owners);
+  const again = prev?.oc === oc ? mergeAgain(prev, owners) : undefined;
+  const m = again ?? mergeAll(oc, owners);
   lastMerge.set(tables, m);
   return tables.map((t) => {
     if (t.family !== oc.family || t.name !== oc.table) return t;
-    const chains: ChainConfig[] = t.chains.map((c) => {
+    // The previous merge's table, when this one copied its runs: the new table is derived from it
+    // (src/keeper/derived.ts), so a pass compares and follows only the chains that changed.
+    const from = again && prev!.out?.chains.length === prev!.chains.length + t.chains.length ? prev!.out : undefined;
+    const changed: ChainConfig[] = [];
+    const edited = new Map<string, { from: ChainConfig; hunks: Hunk[] }>();
+    const chains: ChainConfig[] = t.chains.map((c, i) => {
       const k = oc.dispatch.indexOf(c.name);
-      if (k < 0 || m.jumps[k]!.rules.length === 0) return c;
-      return { ...c, rules: c.rules.concat(m.jumps[k]!.rules) };
+      const was = from?.chains[i];
+      if (k < 0) {
+        if (was !== undefined && was !== c) changed.push(c);
+        return c;
+      }
+      // A dispatch chain whose jumps did not change stays the same object.
+      if (was !== undefined && was.name === c.name && again!.hunks[k]!.length === 0) return was;
+      const now = m.jumps[k]!.rules.length === 0 ? c : { ...c, rules: c.rules.concat(m.jumps[k]!.rules) };
+      if (was === undefined) return now;
+      changed.push(now);
+      if (was.name === c.name) {
+        const at = c.rules.length;
+        edited.set(c.name, { from: was, hunks: again!.hunks[k]!.map((h) => ({ fromStart: h.fromStart + at, fromEnd: h.fromEnd + at, start: h.start + at, end: h.end + at })) });
+      }
+      return now;
     });
     for (const c of m.chains) chains.push(c);
-    return { ...t, chains };
+    const out = { ...t, chains };
+    m.out = out;
+    if (from) {
+      const added = new Set<string>();
+      for (const c of again!.added) {
+        changed.push(c);
+        added.add(c.name);
+      }
+      derive(out, { from, changed, removed: again!.removed.filter((n) => !added.has(n)), edited });
+    }
+    return out;
   });
 }
 
@@ -45,6 +75,19 @@ interface Merged {
   chains: ChainConfig[];
   chainAt: number[];
   jumps: { rules: Rules; at: number[] }[];
+  /** The owners table mergeOwners made from this merge last. */
+  out?: TableConfig;
+}
+
+/**
+ * A merge made from the previous one (mergeAgain), and how it differs: the chains of the owners it
+ * added (in id order), the chain names of those it took out, and per dispatch chain the runs of
+ * jump rules that changed (indices among the owners' jumps, without the config's own rules).
+ */
+interface MergedAgain extends Merged {
+  added: ChainConfig[];
+  removed: string[];
+  hunks: Hunk[][];
 }
 const lastMerge = new WeakMap<readonly TableConfig[], Merged>();
 
@@ -79,9 +122,22 @@ function mergeAll(oc: OwnersConfig, owners: readonly Owner[]): Merged {
  * touched), the others asked. Undefined when `owners` is not in id order (an added owner out of
  * place among its neighbours; the runs kept are in order, being the previous merge's).
  */
-function mergeAgain(prev: Merged, owners: readonly Owner[]): Merged | undefined {
+function mergeAgain(prev: Merged, owners: readonly Owner[]): MergedAgain | undefined {
   const P = prev.owners;
-  const m = emptyMerge(prev.oc, owners);
+  const m: MergedAgain = { ...emptyMerge(prev.oc, owners), added: [], removed: [], hunks: prev.oc.dispatch.map(() => []) };
+  // A run of prev's jumps [from, fromEnd) gave way to this merge's [start, end): one hunk, or the
+  // last one grown when it ends where this one starts (an owner replaced or neighbours changed).
+  const hunk = (k: number, fromStart: number, fromEnd: number, start: number, end: number) => {
+    if (fromStart === fromEnd && start === end) return;
+    const hs = m.hunks[k]!;
+    const last = hs[hs.length - 1];
+    if (last && last.fromEnd === fromStart && last.end === start) {
+      last.fromEnd = fromEnd;
+      last.end = end;
+    } else {
+      hs.push({ fromStart, fromEnd, start, end });
+    }
+  };
   const copyRun = (i0: number, i1: number) => {
     const base = m.chains.length - prev.chainAt[i0]!;
     for (let x = prev.chainAt[i0]!; x < prev.chainAt[i1]!; x++) m.chains.push(prev.chains[x]!);
@@ -103,13 +159,21 @@ function mergeAgain(prev: Merged, owners: readonly Owner[]): Merged | undefined 
     const a = P[i];
     const b = owners[j];
     if (a !== undefined && (b === undefined || a.id < b.id)) {
-      i++;  // removed
+      // Removed.
+      for (const c of a.chains) m.removed.push(c.name);
+      prev.jumps.forEach((pj, k) => hunk(k, pj.at[i]!, pj.at[i + 1]!, m.jumps[k]!.rules.length, m.jumps[k]!.rules.length));
+      i++;
       continue;
     }
     // Added (b before a), or put anew under a's id.
     if ((j > 0 && !(owners[j - 1]!.id < b!.id)) || (j + 1 < owners.length && !(b!.id < owners[j + 1]!.id))) return undefined;
+    const replaced = a !== undefined && a.id === b!.id;
+    const starts = m.jumps.map((x) => x.rules.length);
     addOwner(m, b!);
-    if (a !== undefined && a.id === b!.id) i++;
+    for (const c of b!.chains) m.added.push(c);
+    if (replaced) for (const c of a.chains) m.removed.push(c.name);
+    prev.jumps.forEach((pj, k) => hunk(k, pj.at[i]!, replaced ? pj.at[i + 1]! : pj.at[i]!, starts[k]!, m.jumps[k]!.rules.length));
+    if (replaced) i++;
     j++;
   }
   return m;

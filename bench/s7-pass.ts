@@ -1,0 +1,86 @@
+/**
+ * The keeper's side of one owner registration, in process (no HTTP, no state file): N owners
+ * registered in groups, then owners registered one at a time through OwnerRegistry → Keeper.setOwners
+ * (merge, pass from the known state, commit, the known state followed), each timed, optionally
+ * under a V8 CPU profile of just those registrations.
+ *
+ *   npx tsx bench/s7-pass.ts [--owners 1000] [--puts 300] [--group 1] [--cpu-prof FILE]
+ *
+ * --group K: K registrations in flight at once (one group each time, as the registry makes them).
+ * Prints the time per registration and the kernel commit's share (NftConn.commit timed).
+ */
+import { writeFileSync, mkdtempSync, rmSync } from 'node:fs';
+import { Session } from 'node:inspector/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { parseConfig } from '../src/config/config.js';
+import { Keeper } from '../src/keeper/keeper.js';
+import { OwnerRegistry } from '../src/owners/index.js';
+import { ownerSpec, ownersYaml } from '../test/owners/fixtures.js';
+import { withBenchNetns } from './lib/netns.js';
+import { summarize } from './lib/stats.js';
+
+const arg = (name: string) => {
+  const i = process.argv.indexOf(name);
+  return i >= 0 ? process.argv[i + 1] : undefined;
+};
+const owners = Number(arg('--owners') ?? 1000);
+const puts = Number(arg('--puts') ?? 300);
+const group = Number(arg('--group') ?? 1);
+const prof = arg('--cpu-prof');
+const id = (i: number) => `alloc-${String(i).padStart(5, '0')}`;
+
+const dir = mkdtempSync(join(tmpdir(), 'nfk-s7p-'));
+try {
+  await withBenchNetns('s7-pass', async (ns) => {
+    const config = parseConfig(ownersYaml(dir), join(dir, 'owners.yaml'));
+    const keeper = new Keeper({ config, netns: ns.path, intervalMs: 3_600_000 });
+    keeper.on('error', () => undefined);
+    await keeper.start();
+    try {
+      const registry = new OwnerRegistry(config, [], (next) => keeper.setOwners(next));
+      for (let i = 0; i < owners; i += 100) {
+        await Promise.all(Array.from({ length: Math.min(100, owners - i) }, (_, k) => registry.put(id(i + k), ownerSpec(i + k, 10))));
+      }
+      const sock = keeper.socket!;
+      let commitUs = 0;
+      const commit = sock.commit.bind(sock);
+      (sock as unknown as { commit: typeof commit }).commit = async (b, o) => {
+        const t = performance.now();
+        try { return await commit(b, o); } finally { commitUs += (performance.now() - t) * 1000; }
+      };
+      const session = prof ? new Session() : undefined;
+      if (session) {
+        session.connect();
+        await session.post('Profiler.enable');
+        await session.post('Profiler.setSamplingInterval', { interval: 100 });
+        await session.post('Profiler.start');
+      }
+      const times: number[] = [];
+      const groups0 = registry.groups;
+      const t0 = performance.now();
+      let cpu0 = process.cpuUsage();
+      for (let i = 0; i < puts; i += group) {
+        const t = performance.now();
+        await Promise.all(Array.from({ length: group }, (_, k) => registry.put(id(owners + i + k), ownerSpec(owners + i + k, 10))));
+        times.push((performance.now() - t) * 1000 / group);
+      }
+      const cpu = process.cpuUsage(cpu0);
+      const total = performance.now() - t0;
+      if (session) {
+        const { profile } = await session.post('Profiler.stop');
+        writeFileSync(prof!, JSON.stringify(profile));
+        session.disconnect();
+      }
+      const s = summarize(times);
+      console.log(`${puts} registrations at ${owners} owners, ${group} at a time (${registry.groups - groups0} groups): ` +
+        `${(total / puts).toFixed(3)} ms each (p50 ${(s.median / 1000).toFixed(3)} ms), CPU ${((cpu.user + cpu.system) / 1000 / puts).toFixed(3)} ms each, ` +
+        `of which the commit call ${(commitUs / 1000 / puts).toFixed(3)} ms`);
+    } finally {
+      await keeper.stop();
+    }
+  });
+} finally {
+  rmSync(dir, { recursive: true, force: true });
+}
