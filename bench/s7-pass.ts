@@ -29,6 +29,8 @@ const owners = Number(arg('--owners') ?? 1000);
 const puts = Number(arg('--puts') ?? 300);
 const group = Number(arg('--group') ?? 1);
 const prof = arg('--cpu-prof');
+// --heap-prof FILE: a sampling heap profile (what the registrations allocate, by function) instead.
+const heapProf = arg('--heap-prof');
 const id = (i: number) => `alloc-${String(i).padStart(5, '0')}`;
 
 const dir = mkdtempSync(join(tmpdir(), 'nfk-s7p-'));
@@ -50,13 +52,15 @@ try {
         const t = performance.now();
         try { return await commit(b, o); } finally { commitUs += (performance.now() - t) * 1000; }
       };
-      const session = prof ? new Session() : undefined;
-      if (session) {
-        session.connect();
+      const session = prof || heapProf ? new Session() : undefined;
+      if (session) session.connect();
+      if (session && prof) {
         await session.post('Profiler.enable');
         await session.post('Profiler.setSamplingInterval', { interval: 100 });
         await session.post('Profiler.start');
       }
+      // Every sample kept, collected or not: what a registration allocates, not what stays.
+      if (session && heapProf) await session.post('HeapProfiler.startSampling', { samplingInterval: 4096, includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: true });
       const times: number[] = [];
       const groups0 = registry.groups;
       const t0 = performance.now();
@@ -68,11 +72,27 @@ try {
       }
       const cpu = process.cpuUsage(cpu0);
       const total = performance.now() - t0;
-      if (session) {
+      if (session && prof) {
         const { profile } = await session.post('Profiler.stop');
-        writeFileSync(prof!, JSON.stringify(profile));
-        session.disconnect();
+        writeFileSync(prof, JSON.stringify(profile));
       }
+      if (session && heapProf) {
+        const { profile } = await session.post('HeapProfiler.stopSampling');
+        // Bytes allocated per function (self), per registration.
+        const self = new Map<string, number>();
+        const walk = (n: typeof profile.head) => {
+          const k = `${n.callFrame.functionName || '(anonymous)'} ${n.callFrame.url.replace(/^.*\/(src|node_modules)\//, '$1/')}`;
+          self.set(k, (self.get(k) ?? 0) + n.selfSize);
+          for (const c of n.children) walk(c);
+        };
+        walk(profile.head);
+        let total = 0;
+        for (const v of self.values()) total += v;
+        console.log(`allocated ${(total / puts / 1024).toFixed(1)} KiB a registration; by function:`);
+        for (const [k, v] of [...self].sort((a, b) => b[1] - a[1]).slice(0, 25)) console.log(`${(v / puts / 1024).toFixed(1).padStart(8)} KiB  ${k}`);
+        writeFileSync(heapProf, JSON.stringify(profile));
+      }
+      session?.disconnect();
       const s = summarize(times);
       console.log(`${puts} registrations at ${owners} owners, ${group} at a time (${registry.groups - groups0} groups): ` +
         `${(total / puts).toFixed(3)} ms each (p50 ${(s.median / 1000).toFixed(3)} ms), CPU ${((cpu.user + cpu.system) / 1000 / puts).toFixed(3)} ms each, ` +

@@ -69,12 +69,17 @@ export function planHunks(haveKey: (i: number) => string, haveCount: number, wan
   for (const h of hunks) {
     for (; j < h.start; j++) keep[j] = i++;
     if (i !== h.fromStart) throw new Error(`planHunks: hunks do not line up (kernel rule ${i}, hunk from ${h.fromStart})`);
-    const a: string[] = [];
-    for (let x = h.fromStart; x < h.fromEnd; x++) a.push(haveKey(x));
-    const b: string[] = [];
-    for (let y = h.start; y < h.end; y++) b.push(wantKey(y));
-    const local = matchKeys((x) => a[x]!, a.length, b);
-    for (let y = 0; y < b.length; y++) keep[h.start + y] = local[y]! >= 0 ? h.fromStart + local[y]! : -1;
+    // Keys only where both sides have rules to match (an owner added or removed has none to compare).
+    if (h.fromStart < h.fromEnd && h.start < h.end) {
+      const a: string[] = [];
+      for (let x = h.fromStart; x < h.fromEnd; x++) a.push(haveKey(x));
+      const b: string[] = [];
+      for (let y = h.start; y < h.end; y++) b.push(wantKey(y));
+      const local = matchKeys((x) => a[x]!, a.length, b);
+      for (let y = 0; y < b.length; y++) keep[h.start + y] = local[y]! >= 0 ? h.fromStart + local[y]! : -1;
+    } else {
+      for (let y = h.start; y < h.end; y++) keep[y] = -1;
+    }
     // The rule before the hunk is kept (hunks never touch): new rules go after its handle.
     editOps += stepsIn(keep, h.fromStart, h.fromEnd, h.start, h.end, h.start > 0 ? { kind: 'kept', have: h.fromStart - 1 } : undefined, steps, setsOf);
     i = h.fromEnd;

@@ -193,16 +193,20 @@ function desiredDigests(chains: readonly ChainConfig['rules'][], ruleDigests: No
 
 /**
  * A rule known to be `r` of desired chain `c` at `handle`, without a decoded copy: the desired
- * rule's own expressions, userdata and key (shared with the desired state). The known state and
- * the start-up's adoption by digests keep their rules so.
+ * rule's own expressions and userdata (shared with the desired state), and the desired rule itself
+ * for its key, computed when a diff first asks (a registration's new rules are compared with
+ * nothing, and hashing their canonical form was a third of what a registration allocated). The
+ * known state and the start-up's adoption by digests keep their rules so.
  */
 export function compactRule(t: TableConfig, c: ChainConfig, r: ChainConfig['rules'][number], handle: number, digest?: string): Rule {
   const compiled = r.compiled;
-  return withKey({
+  const rule: Rule = {
     family: t.family, table: t.name, chain: c.name, handle, exprs: compiled.exprs,
     ...(compiled.userdata !== undefined ? { userdata: compiled.userdata } : {}),
     ...(digest !== undefined ? { digest } : {}),
-  }, cachedDesiredKey(r));
+  };
+  Object.defineProperty(rule, DESIRED, { value: r, configurable: true, writable: true });
+  return rule;
 }
 
 /**
@@ -223,7 +227,9 @@ function compactKey(rule: { exprs: readonly Expr[]; userdata?: Hex }, resolve?: 
 // on the rule object (a hidden, non-enumerable property): a registration looks up every owner's
 // jump in the dispatch chain, and a property read costs a fraction of a WeakMap lookup.
 const KEY = Symbol('nfkeeper.ruleKey');
-type Keyed = { [KEY]?: string };
+// A compact rule's desired rule (compactRule): its key is that rule's.
+const DESIRED = Symbol('nfkeeper.desiredRule');
+type Keyed = { [KEY]?: string; [DESIRED]?: ChainConfig['rules'][number] };
 function keep(o: object, key: string): string {
   Object.defineProperty(o, KEY, { value: key, configurable: true, writable: true });
   return key;
@@ -238,14 +244,23 @@ export const desiredKey = cachedDesiredKey;
 // Keys of kernel rules known without decoding them (src/keeper/known.ts): the same string as the
 // desired rule's, so comparing them is a pointer compare.
 
+/** The key of a rule known without decoding it (compactRule, withKey); undefined for a decoded one. */
+function knownKey(rule: Rule): string | undefined {
+  const k = (rule as Keyed)[KEY];
+  if (k !== undefined) return k;
+  const d = (rule as Keyed)[DESIRED];
+  return d === undefined ? undefined : cachedDesiredKey(d);
+}
+
 /** `rule` with its structural key recorded; diffTable then never computes it. */
 export function withKey(rule: Rule, key: string): Rule {
   keep(rule, key);
   return rule;
 }
 
+/** Whether `rule` is known without decoding (compactRule, withKey): its key needs no canonical form of its own. */
 export function hasKey(rule: Rule): boolean {
-  return (rule as Keyed)[KEY] !== undefined;
+  return (rule as Keyed)[DESIRED] !== undefined || (rule as Keyed)[KEY] !== undefined;
 }
 
 /**
@@ -253,7 +268,7 @@ export function hasKey(rule: Rule): boolean {
  * For rules without anonymous sets (the known state's tables have none).
  */
 export function sameKey(known: Rule, decoded: Rule): boolean {
-  const k = (known as Keyed)[KEY];
+  const k = knownKey(known);
   return k !== undefined && k === compactKey({ exprs: decoded.exprs, userdata: decoded.userdata });
 }
 
@@ -496,7 +511,7 @@ export function rulesRemovedBy(drift: Drift): Rule[] | undefined {
 /** Kernel rule keys by index, each computed once and only when asked for. */
 function kernelKeys(rules: readonly Rule[], resolve: SetResolver): (i: number) => string {
   const keys: (string | undefined)[] = new Array(rules.length);
-  return (i) => keys[i] ??= (rules[i] as Keyed)[KEY] ?? compactKey({ exprs: rules[i]!.exprs, userdata: rules[i]!.userdata }, resolve);
+  return (i) => keys[i] ??= knownKey(rules[i]!) ?? compactKey({ exprs: rules[i]!.exprs, userdata: rules[i]!.userdata }, resolve);
 }
 
 function describeEdit(edit: ChainEdit, have: number, want: number): string {

@@ -27,8 +27,10 @@ export function mergeOwners(tables: readonly TableConfig[], oc: OwnersConfig | u
     const from = again && prev!.out?.chains.length === prev!.chains.length + t.chains.length ? prev!.out : undefined;
     const changed: ChainConfig[] = [];
     const edited = new Map<string, { from: ChainConfig; hunks: Hunk[] }>();
-    const chains: ChainConfig[] = t.chains.map((c, i) => {
-      const k = oc.dispatch.indexOf(c.name);
+    const dispatch = oc.dispatch;
+    // The config's chain `c` (at `i`), with the owners' jumps when it is a dispatch chain.
+    const config = (c: ChainConfig, i: number): ChainConfig => {
+      const k = dispatch.indexOf(c.name);
       const was = from?.chains[i];
       if (k < 0) {
         if (was !== undefined && was !== c) changed.push(c);
@@ -44,8 +46,10 @@ export function mergeOwners(tables: readonly TableConfig[], oc: OwnersConfig | u
         edited.set(c.name, { from: was, hunks: again!.hunks[k]!.map((h) => ({ fromStart: h.fromStart + at, fromEnd: h.fromEnd + at, start: h.start + at, end: h.end + at })) });
       }
       return now;
-    });
-    for (const c of m.chains) chains.push(c);
+    };
+    const chains: ChainConfig[] = new Array(t.chains.length + m.chains.length);
+    t.chains.forEach((c, i) => { chains[i] = config(c, i); });
+    for (let x = 0; x < m.chains.length; x++) chains[t.chains.length + x] = m.chains[x]!;
     const out = { ...t, chains };
     m.out = out;
     if (from) {
@@ -73,8 +77,8 @@ interface Merged {
   oc: OwnersConfig;
   owners: readonly Owner[];
   chains: ChainConfig[];
-  chainAt: number[];
-  jumps: { rules: Rules; at: number[] }[];
+  chainAt: Int32Array;
+  jumps: { rules: Rules; at: Int32Array }[];
   /** The owners table mergeOwners made from this merge last. */
   out?: TableConfig;
 }
@@ -91,19 +95,47 @@ interface MergedAgain extends Merged {
 }
 const lastMerge = new WeakMap<readonly TableConfig[], Merged>();
 
-function emptyMerge(oc: OwnersConfig, owners: readonly Owner[]): Merged {
-  return { oc, owners, chains: [], chainAt: [0], jumps: oc.dispatch.map(() => ({ rules: [], at: [0] })) };
-}
+/** A merge's pieces: runs [i0, i1) of the previous merge's owners, copied, and owners asked anew. */
+type Piece = Owner | { i0: number; i1: number };
 
-function addOwner(m: Merged, o: Owner): void {
-  for (const c of o.chains) m.chains.push(c);
-  m.chainAt.push(m.chains.length);
-  m.oc.dispatch.forEach((d, k) => {
-    const j = m.jumps[k]!;
-    const rules = o.jumps.get(d);
-    if (rules) for (const r of rules) j.rules.push(r);
-    j.at.push(j.rules.length);
-  });
+/**
+ * The merge of `owners` from its pieces, every array allocated once at its size (pushing grew each
+ * of them several times: at 1,000 owners that was most of what a registration's merge allocated).
+ */
+function build(oc: OwnersConfig, owners: readonly Owner[], pieces: readonly Piece[], prev: Merged | undefined,
+  nChains: number, nJumps: readonly number[]): Merged {
+  const K = oc.dispatch.length;
+  const chains: ChainConfig[] = new Array(nChains);
+  const chainAt = new Int32Array(owners.length + 1);
+  const jumps = oc.dispatch.map((_, k) => ({ rules: new Array(nJumps[k]!) as Rules, at: new Int32Array(owners.length + 1) }));
+  let c = 0;
+  let o = 0;
+  const jc = new Int32Array(K);
+  for (const p of pieces) {
+    if ('i0' in p) {
+      const { i0, i1 } = p;
+      const base = c - prev!.chainAt[i0]!;
+      for (let x = prev!.chainAt[i0]!; x < prev!.chainAt[i1]!; x++) chains[c++] = prev!.chains[x]!;
+      for (let k = 0; k < K; k++) {
+        const pj = prev!.jumps[k]!;
+        const j = jumps[k]!;
+        const jbase = jc[k]! - pj.at[i0]!;
+        for (let x = pj.at[i0]!; x < pj.at[i1]!; x++) j.rules[jc[k]!++] = pj.rules[x]!;
+        for (let i = i0 + 1, n = o; i <= i1; i++) j.at[++n] = pj.at[i]! + jbase;
+      }
+      for (let i = i0 + 1; i <= i1; i++) chainAt[++o] = prev!.chainAt[i]! + base;
+      continue;
+    }
+    for (const ch of p.chains) chains[c++] = ch;
+    chainAt[++o] = c;
+    for (let k = 0; k < K; k++) {
+      const rules = p.jumps.get(oc.dispatch[k]!);
+      const j = jumps[k]!;
+      if (rules) for (const r of rules) j.rules[jc[k]!++] = r;
+      j.at[o] = jc[k]!;
+    }
+  }
+  return { oc, owners, chains, chainAt, jumps };
 }
 
 /** Every owner asked again (the first merge, another config, owners not in id order). */
@@ -112,9 +144,13 @@ function mergeAll(oc: OwnersConfig, owners: readonly Owner[]): Merged {
   let inOrder = true;
   for (let i = 1; i < owners.length && inOrder; i++) inOrder = owners[i - 1]!.id < owners[i]!.id;
   const sorted = inOrder ? owners : [...owners].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
-  const m = emptyMerge(oc, sorted);
-  for (const o of sorted) addOwner(m, o);
-  return m;
+  let nChains = 0;
+  const nJumps = oc.dispatch.map(() => 0);
+  for (const o of sorted) {
+    nChains += o.chains.length;
+    oc.dispatch.forEach((d, k) => { nJumps[k]! += o.jumps.get(d)?.length ?? 0; });
+  }
+  return build(oc, sorted, sorted, undefined, nChains, nJumps);
 }
 
 /**
@@ -124,12 +160,19 @@ function mergeAll(oc: OwnersConfig, owners: readonly Owner[]): Merged {
  */
 function mergeAgain(prev: Merged, owners: readonly Owner[]): MergedAgain | undefined {
   const P = prev.owners;
-  const m: MergedAgain = { ...emptyMerge(prev.oc, owners), added: [], removed: [], hunks: prev.oc.dispatch.map(() => []) };
+  const oc = prev.oc;
+  const K = oc.dispatch.length;
+  const pieces: Piece[] = [];
+  let nChains = 0;
+  const nJumps = oc.dispatch.map(() => 0);
+  const added: ChainConfig[] = [];
+  const removed: string[] = [];
+  const hunks: Hunk[][] = oc.dispatch.map(() => []);
   // A run of prev's jumps [from, fromEnd) gave way to this merge's [start, end): one hunk, or the
   // last one grown when it ends where this one starts (an owner replaced or neighbours changed).
   const hunk = (k: number, fromStart: number, fromEnd: number, start: number, end: number) => {
     if (fromStart === fromEnd && start === end) return;
-    const hs = m.hunks[k]!;
+    const hs = hunks[k]!;
     const last = hs[hs.length - 1];
     if (last && last.fromEnd === fromStart && last.end === start) {
       last.fromEnd = fromEnd;
@@ -138,45 +181,43 @@ function mergeAgain(prev: Merged, owners: readonly Owner[]): MergedAgain | undef
       hs.push({ fromStart, fromEnd, start, end });
     }
   };
-  const copyRun = (i0: number, i1: number) => {
-    const base = m.chains.length - prev.chainAt[i0]!;
-    for (let x = prev.chainAt[i0]!; x < prev.chainAt[i1]!; x++) m.chains.push(prev.chains[x]!);
-    for (let i = i0 + 1; i <= i1; i++) m.chainAt.push(prev.chainAt[i]! + base);
-    prev.jumps.forEach((pj, k) => {
-      const j = m.jumps[k]!;
-      const jbase = j.rules.length - pj.at[i0]!;
-      for (let x = pj.at[i0]!; x < pj.at[i1]!; x++) j.rules.push(pj.rules[x]!);
-      for (let i = i0 + 1; i <= i1; i++) j.at.push(pj.at[i]! + jbase);
-    });
-  };
   let i = 0;
   let j = 0;
   while (i < P.length || j < owners.length) {
     const i0 = i;
     while (i < P.length && j < owners.length && P[i] === owners[j]) { i++; j++; }
-    if (i > i0) copyRun(i0, i);
+    if (i > i0) {
+      pieces.push({ i0, i1: i });
+      nChains += prev.chainAt[i]! - prev.chainAt[i0]!;
+      for (let k = 0; k < K; k++) nJumps[k]! += prev.jumps[k]!.at[i]! - prev.jumps[k]!.at[i0]!;
+    }
     if (i >= P.length && j >= owners.length) break;
     const a = P[i];
     const b = owners[j];
     if (a !== undefined && (b === undefined || a.id < b.id)) {
       // Removed.
-      for (const c of a.chains) m.removed.push(c.name);
-      prev.jumps.forEach((pj, k) => hunk(k, pj.at[i]!, pj.at[i + 1]!, m.jumps[k]!.rules.length, m.jumps[k]!.rules.length));
+      for (const c of a.chains) removed.push(c.name);
+      for (let k = 0; k < K; k++) hunk(k, prev.jumps[k]!.at[i]!, prev.jumps[k]!.at[i + 1]!, nJumps[k]!, nJumps[k]!);
       i++;
       continue;
     }
     // Added (b before a), or put anew under a's id.
     if ((j > 0 && !(owners[j - 1]!.id < b!.id)) || (j + 1 < owners.length && !(b!.id < owners[j + 1]!.id))) return undefined;
     const replaced = a !== undefined && a.id === b!.id;
-    const starts = m.jumps.map((x) => x.rules.length);
-    addOwner(m, b!);
-    for (const c of b!.chains) m.added.push(c);
-    if (replaced) for (const c of a.chains) m.removed.push(c.name);
-    prev.jumps.forEach((pj, k) => hunk(k, pj.at[i]!, replaced ? pj.at[i + 1]! : pj.at[i]!, starts[k]!, m.jumps[k]!.rules.length));
+    pieces.push(b!);
+    nChains += b!.chains.length;
+    for (const c of b!.chains) added.push(c);
+    if (replaced) for (const c of a.chains) removed.push(c.name);
+    for (let k = 0; k < K; k++) {
+      const n = b!.jumps.get(oc.dispatch[k]!)?.length ?? 0;
+      const pj = prev.jumps[k]!;
+      hunk(k, pj.at[i]!, replaced ? pj.at[i + 1]! : pj.at[i]!, nJumps[k]!, nJumps[k]! + n);
+      nJumps[k]! += n;
+    }
     if (replaced) i++;
     j++;
   }
-  return m;
+  return { ...build(oc, owners, pieces, prev, nChains, nJumps), added, removed, hunks };
 }
 
 /**
