@@ -58,9 +58,10 @@ export function planChain(haveKey: (i: number) => string, haveCount: number, wan
  * outside them desired rule j is kernel rule j + the offset the hunks before it leave), planned by
  * matching the hunks' rules alone: a registration among 1,000 owners looks at its own jump, not at
  * every owner's. The same plan planChain makes when its matching keeps the rules outside the hunks.
+ * Undefined when the hunks are not runs of these two lists (the caller then plans the whole chain).
  */
 export function planHunks(haveKey: (i: number) => string, haveCount: number, wantKey: (j: number) => string, wantCount: number,
-  hunks: readonly { fromStart: number; fromEnd: number; start: number; end: number }[], setsOf: (j: number) => number = () => 0): ChainEdit {
+  hunks: readonly { fromStart: number; fromEnd: number; start: number; end: number }[], setsOf: (j: number) => number = () => 0): ChainEdit | undefined {
   const keep = new Int32Array(wantCount);
   const steps: EditStep[] = [];
   let editOps = 0;
@@ -68,7 +69,7 @@ export function planHunks(haveKey: (i: number) => string, haveCount: number, wan
   let j = 0;
   for (const h of hunks) {
     for (; j < h.start; j++) keep[j] = i++;
-    if (i !== h.fromStart) throw new Error(`planHunks: hunks do not line up (kernel rule ${i}, hunk from ${h.fromStart})`);
+    if (i !== h.fromStart || h.fromEnd > haveCount || h.end > wantCount) return undefined;  // not runs of these lists: planChain
     // Keys only where both sides have rules to match (an owner added or removed has none to compare).
     if (h.fromStart < h.fromEnd && h.start < h.end) {
       const a: string[] = [];
@@ -86,7 +87,7 @@ export function planHunks(haveKey: (i: number) => string, haveCount: number, wan
     j = h.end;
   }
   for (; j < wantCount; j++) keep[j] = i++;
-  if (i !== haveCount) throw new Error(`planHunks: hunks do not line up (kernel rules ${haveCount}, ${i} accounted for)`);
+  if (i !== haveCount) return undefined;
   return withRewrite(keep, steps, editOps, wantCount, setsOf);
 }
 

@@ -387,8 +387,9 @@ export function diffTable(want: TableConfig, have: ObservedTable, options: DiffO
     if (hunks && options.verified?.get(c.name) === hunks.from && rules.length === hunks.from.rules.length) {
       // The kernel holds hunks.from's rules: only the runs that changed are compared and planned.
       edit = planHunks(keys, rules.length, (j) => cachedDesiredKey(c.rules[j]!), c.rules.length, hunks.hunks, setsOf);
-      detail = describeHunks(c, rules, edit, resolve);
-    } else {
+      if (edit) detail = describeHunks(c, rules, edit, resolve);
+    }
+    if (!edit) {
       const wantKeys = c.rules.map(cachedDesiredKey);
       detail = compareRules(c, rules, keys, wantKeys, resolve);
       if (detail) edit = planChain(keys, rules.length, wantKeys, setsOf);
