@@ -4,10 +4,12 @@
  * (merge, pass from the known state, commit, the known state followed), each timed, optionally
  * under a V8 CPU profile of just those registrations.
  *
- *   npx tsx bench/s7-pass.ts [--owners 1000] [--puts 300] [--group 1] [--cpu-prof FILE]
+ *   npx tsx bench/s7-pass.ts [--owners 1000] [--puts 300] [--group 1] [--cpu-prof FILE] [--heap-prof FILE] [--passes N]
  *
  * --group K: K registrations in flight at once (one group each time, as the registry makes them).
- * Prints the time per registration and the kernel commit's share (NftConn.commit timed).
+ * Prints the time per registration and the kernel commit's share (NftConn.commit timed). --passes N:
+ * then N passes each right after a registration and a commit in another table (only the generation
+ * moved for the owned table: S7's "pass right after a registration"), timed from request to answer.
  */
 import { writeFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { Session } from 'node:inspector/promises';
@@ -16,6 +18,8 @@ import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { parseConfig } from '../src/config/config.js';
 import { Keeper } from '../src/keeper/keeper.js';
+import { Batch } from '../src/netlink/batch.js';
+import { open } from '../src/netlink/socket.js';
 import { OwnerRegistry } from '../src/owners/index.js';
 import { ownerSpec, ownersYaml } from '../test/owners/fixtures.js';
 import { withBenchNetns } from './lib/netns.js';
@@ -28,6 +32,7 @@ const arg = (name: string) => {
 const owners = Number(arg('--owners') ?? 1000);
 const puts = Number(arg('--puts') ?? 300);
 const group = Number(arg('--group') ?? 1);
+const passes = Number(arg('--passes') ?? 0);
 const prof = arg('--cpu-prof');
 // --heap-prof FILE: a sampling heap profile (what the registrations allocate, by function) instead.
 const heapProf = arg('--heap-prof');
@@ -97,6 +102,24 @@ try {
       console.log(`${puts} registrations at ${owners} owners, ${group} at a time (${registry.groups - groups0} groups): ` +
         `${(total / puts).toFixed(3)} ms each (p50 ${(s.median / 1000).toFixed(3)} ms), CPU ${((cpu.user + cpu.system) / 1000 / puts).toFixed(3)} ms each, ` +
         `of which the commit call ${(commitUs / 1000 / puts).toFixed(3)} ms`);
+      if (passes > 0) {
+        const other = open({ netns: ns.path });
+        const us: number[] = [];
+        try {
+          for (let k = 0; k <= passes; k++) {
+            await registry.put(`pass-${k}`, ownerSpec(owners + puts + k, 10));
+            await other.commit(new Batch().add('table', { family: 'ip', name: `elsewhere${k}` }));
+            const t = performance.now();
+            const r = await keeper.request('tick', t);
+            if (k > 0) us.push((performance.now() - t) * 1000);  // the first is a warm-up
+            if (r.ops !== 0 || r.status !== 'in-sync') throw new Error(`a pass after a foreign commit did ${r.status} with ${r.ops} ops`);
+          }
+        } finally {
+          other.close();
+        }
+        const p = summarize(us);
+        console.log(`${passes} passes right after a registration and a commit elsewhere: p50 ${(p.median / 1000).toFixed(3)} ms, p99 ${(p.p99 / 1000).toFixed(3)} ms`);
+      }
     } finally {
       await keeper.stop();
     }

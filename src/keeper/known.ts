@@ -498,9 +498,8 @@ export class KnownState {
     for (const t of tables) {
       const kt = this.table(t);
       if (!kt) return false;
-      // Derived from the table known whole: only the chains it changed can be other objects.
-      const d = kt.whole === undefined ? undefined : derivationOf(t);
-      const from = d && d.from === kt.whole ? d : undefined;
+      // Derived from the table known whole: only the chains it changed can be other objects (none, when it is that table).
+      const from = this.since(t);
       for (const c of from ? from.changed : t.chains) {
         if (kt.verified.get(c.name) === c) continue;
         const have = kt.observed.rules.get(c.name) ?? [];
@@ -555,6 +554,8 @@ export class KnownState {
   since(t: TableConfig): Derivation | undefined {
     const kt = this.table(t);
     if (kt?.whole === undefined) return undefined;
+    // The very table held whole (a pass after a registration, when only the generation moved): nothing changed.
+    if (kt.whole === t) return { from: t, changed: [], removed: [], edited: NO_EDITS };
     const d = derivationOf(t);
     return d?.from === kt.whole ? d : undefined;
   }
@@ -566,6 +567,7 @@ export class KnownState {
 }
 
 const DELETED: number[] = [];
+const NO_EDITS: Derivation['edited'] = new Map();
 
 /** A chain afterSoleCommit follows by its hunks: its known rules before the batch, the hunks, the batch's ops on it. */
 interface Hunked {
