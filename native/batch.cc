@@ -69,8 +69,9 @@ void CommitRun::Run() {
   // An echoed rule is about as big as an ack: room for two messages per op.
   bool roomForAll = sock_->EnsureBuffers(batch_->bytes.size(), echo_ ? 2 * count : count);
   ackAll_ = roomForAll && batch_->messageOp.size() <= kAckEveryMessageUpTo;
-  // Echoes only where every ack is asked for: a big batch's echoes could overrun the buffer.
-  echo_ = echo_ && ackAll_;
+  // Echoes only where the buffer holds an ack and an echo per message (they come back in a few
+  // skbs), and not for an install of thousands of rules (one digest dump reads those back).
+  echo_ = echo_ && roomForAll && batch_->messageOp.size() <= kEchoUpTo;
   // The batch was encoded with sequence numbers from 0; give it real ones.
   uint8_t* p = batch_->bytes.data();
   size_t left = batch_->bytes.size();

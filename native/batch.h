@@ -15,6 +15,13 @@ namespace nfk {
 // the first message's ack, which tells a commit-phase failure apart).
 constexpr size_t kAckEveryMessageUpTo = 64;
 
+// Batches with up to this many messages echo their new rules when asked
+// (NLM_F_ECHO), acked or not: the kernel queues a commit's notifications
+// together (nft_commit_notify, a few KiB an skb), so a group of owners
+// registered together (tens of owners, hundreds of ops) learns its handles
+// from the commit instead of reading its chains back.
+constexpr size_t kEchoUpTo = 1024;
+
 // Batches up to this size commit inline on the JS thread when the socket is
 // free: the kernel runs the whole transaction inside sendmsg(), tens of µs
 // for a few rules, less than the worker thread's hop there and back. Bigger
@@ -28,9 +35,9 @@ constexpr size_t kInlineCommitBytes = 64 * 1024;
 // in a CommitWorker.
 class CommitRun {
  public:
-  // With `echo`, a small batch (one that asks for every ack) also asks for its
-  // new rules back (NLM_F_ECHO), and the result holds their handles: the
-  // keeper learns what it wrote without dumping the chain again.
+  // With `echo`, a batch of up to kEchoUpTo messages also asks for its new
+  // rules back (NLM_F_ECHO), and the result holds their handles: the keeper
+  // learns what it wrote without dumping the chain again.
   CommitRun(NftSocket* sock, std::unique_ptr<EncodedBatch> batch, bool echo);
   // Small enough to commit on the JS thread.
   bool Small() const {

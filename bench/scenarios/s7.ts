@@ -17,7 +17,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { Agent } from 'node:http';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
@@ -75,6 +75,8 @@ export interface Registration {
   clientCpuMsPerPut: number;
   /** Owners batches the daemon committed (nfkeeper_repairs_total{cause="owners"}). */
   batches: number;
+  /** The daemon's CPU per PUT on its main thread and on the others (10 ms ticks, so rough for the small ones). */
+  threadCpuMsPerPut?: Record<string, number>;
   rssMiB?: number;
   hwmMiB?: number;
 }
@@ -85,6 +87,19 @@ const kib = (pid: number, field: string) => Number(new RegExp(`${field}:\\s+(\\d
 const cpuMs = (pid: number) => {
   const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
   return ((Number(f[11]) + Number(f[12])) / CLK_TCK) * 1000;
+};
+/** The daemon's CPU (user + system, ms): its main thread's and its other threads' together. */
+const threadCpuMs = (pid: number): Map<string, number> => {
+  const out = new Map<string, number>();
+  for (const tid of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      // Node 20 names no thread: the main one is the process's own id, the rest (V8's, libuv's, the addon's) "other".
+      const name = Number(tid) === pid ? 'main' : process.env.S7_TIDS ? `tid${tid}` : 'other';
+      const f = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+      out.set(name, (out.get(name) ?? 0) + ((Number(f[11]) + Number(f[12])) / CLK_TCK) * 1000);
+    } catch { /* the thread ended */ }
+  }
+  return out;
 };
 const id = (i: number) => `alloc-${String(i).padStart(5, '0')}`;
 const us = (t0: number) => (performance.now() - t0) * 1000;
@@ -117,18 +132,19 @@ const metric = async (port: number, name: string): Promise<number> => {
  * sent when the previous was answered). `cpuProfDir`: the daemon runs with --cpu-prof into it.
  */
 export async function registerOwners(o: { root: string; dir: string; port: number; owners: number; inFlight: number;
-  log: (msg: string) => void; settleMs?: number; cpuProfDir?: string }): Promise<Registration> {
+  log: (msg: string) => void; settleMs?: number; cpuProfDir?: string; nodeFlags?: string[] }): Promise<Registration> {
   return withBenchNetns(`s7-reg${o.inFlight}`, async (ns) => {
     const dir = mkdtempSync(join(o.dir, 'reg-'));
     const file = join(dir, 'owners.yaml');
     writeFileSync(file, ownersYaml(dir));
-    const d = daemon(o.root, file, ns.path, o.port, o.cpuProfDir ? ['--cpu-prof', '--cpu-prof-dir', o.cpuProfDir] : []);
+    const d = daemon(o.root, file, ns.path, o.port, [...(o.nodeFlags ?? []), ...(o.cpuProfDir ? ['--cpu-prof', '--cpu-prof-dir', o.cpuProfDir] : [])]);
     const agent = new Agent({ keepAlive: true, maxSockets: o.inFlight });
     try {
       await d.ready;
       const socket = join(dir, 'nfkeeper.sock');
       const batches0 = await metric(o.port, 'nfkeeper_repairs_total{cause="owners"}');
       const cpu0 = cpuMs(d.child.pid!);
+      const threads0 = threadCpuMs(d.child.pid!);
       const client0 = process.cpuUsage();
       const puts: number[] = [];
       let next = 0;
@@ -146,13 +162,16 @@ export async function registerOwners(o: { root: string; dir: string; port: numbe
       const totalMs = performance.now() - t0;
       const client = process.cpuUsage(client0);
       const cpu = cpuMs(d.child.pid!) - cpu0;
+      const threads = [...threadCpuMs(d.child.pid!)].map(([name, ms]) => [name, (ms - (threads0.get(name) ?? 0)) / o.owners] as const)
+        .filter(([, ms]) => ms > 0).sort((a, b) => b[1] - a[1]);
       const batches = await metric(o.port, 'nfkeeper_repairs_total{cause="owners"}') - batches0;
       const s = open({ netns: ns.path });
       const chains = (await s.listChains({ family: 'ip', table: 'nfkeeper' })).length;
       s.close();
       if (chains !== o.owners + 2) throw new Error(`S7: ${chains} chains in the kernel after registering ${o.owners} owners`);
       const r: Registration = { inFlight: o.inFlight, totalMs, perSecond: o.owners / (totalMs / 1000), put: summarize(puts), cpuMsPerPut: cpu / o.owners,
-        clientCpuMsPerPut: (client.user + client.system) / 1000 / o.owners, batches };
+        clientCpuMsPerPut: (client.user + client.system) / 1000 / o.owners, batches,
+        threadCpuMsPerPut: Object.fromEntries(threads.map(([name, ms]) => [name, Math.round(ms * 1000) / 1000])) };
       if (o.settleMs) {
         // The daemon's memory with N owners, after the read-back of its trusted commits (10 s).
         await sleep(o.settleMs);
@@ -162,6 +181,7 @@ export async function registerOwners(o: { root: string; dir: string; port: numbe
       o.log(`    ${o.owners} owners, ${o.inFlight === 1 ? 'one by one' : `${o.inFlight} in flight`}: ${totalMs.toFixed(0)} ms (${r.perSecond.toFixed(0)}/s), ` +
         `PUT p50 ${(r.put.median / 1000).toFixed(2)} ms, p99 ${(r.put.p99 / 1000).toFixed(2)} ms, daemon CPU ${r.cpuMsPerPut.toFixed(2)} ms/PUT, ` +
         `client CPU ${r.clientCpuMsPerPut.toFixed(2)} ms/PUT, ${batches} batches${r.rssMiB ? `, RSS ${r.rssMiB.toFixed(1)} MiB` : ''}`);
+      o.log(`      daemon CPU per PUT by thread: ${threads.map(([name, ms]) => `${name} ${ms.toFixed(2)}`).join(', ')} ms`);
       return r;
     } finally {
       agent.destroy();

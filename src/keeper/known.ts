@@ -31,6 +31,8 @@ import type { MonitorBatch, MonitorProgress } from '../netlink/monitor.js';
 import { NetlinkError } from '../errors.js';
 import { SET_F, TABLE_F, type Chain, type ChainDigests, type NftSet, type ObservedTable, type Rule, type Table } from '../netlink/objects.js';
 import { compactRule, hasKey, sameKey } from './reconcile.js';
+import { derivationOf, type Derivation, type Hunk } from './derived.js';
+import type { Op } from '../netlink/batch.js';
 
 const tableKey = (t: { family: string; name: string }) => `${t.family} ${t.name}`;
 
@@ -44,6 +46,12 @@ interface KnownTable {
    * here: its elements are read at each look.
    */
   verifiedSets: Map<string, SetConfig>;
+  /**
+   * The desired table (by identity) every chain of which is in `verified` as that table's own
+   * object, the kernel holding no other chain: a pass for a table derived from it (derived.ts)
+   * compares only the chains the derivation changed. Undefined when not known so.
+   */
+  whole?: TableConfig;
 }
 
 /**
@@ -217,6 +225,7 @@ export class KnownState {
         }));
         kt.verified.set(c.name, c);
       }
+      if (kt.observed.chains.size === t.chains.length) kt.whole = t;
       out.set(tableKey(t), kt);
     }
     return new KnownState(generation, out);
@@ -262,6 +271,20 @@ export class KnownState {
     const tablesNow = new Map<string, Table>();
     // Named sets the batch (re)created, with their definition; deleted ones map to null.
     const setsNow = new Map<string, NftSet | null>();
+    // Chains whose rules changed only in the runs the merge reported (derived.ts), over a known state
+    // that holds the earlier chain: their ops are replayed over those runs' handles (followHunks),
+    // not over a list of every rule's handle (the dispatch chain holds one rule per owner).
+    const hunked = new Map<string, Hunked>();
+    for (const [i, t] of tables.entries()) {
+      const kt = previous?.table(t);
+      const d = kt?.whole !== undefined && kt.observed === observed[i] ? derivationOf(t) : undefined;
+      if (!d || d.from !== kt!.whole) continue;
+      for (const [name, e] of d.edited) {
+        const prev = kt!.observed.rules.get(name);
+        if (kt!.verified.get(name) !== e.from || !prev || prev.length !== e.from.rules.length || read?.get(tableKey(t))?.has(name)) continue;
+        hunked.set(`${tableKey(t)} ${name}`, { prev, hunks: e.hunks, ops: [] });
+      }
+    }
     for (const [index, op] of batch.ops.entries()) {
       if (op.object === 'table') {
         const k = tableKey(op);
@@ -297,6 +320,11 @@ export class KnownState {
       }
       if (op.object === 'element') continue;  // every named set holds its desired elements after the commit (below)
       if (op.object === 'chain') {
+        const hk = `${op.family} ${op.table} ${op.name}`;
+        if (hunked.has(hk)) {
+          if (hunked.get(hk)!.ops.length > 0) return undefined;
+          hunked.delete(hk);
+        }
         const m = chainsOf(op.family, op.table);
         const cur = m.get(op.name);
         const existed = cur === undefined ? seen.get(`${op.family} ${op.table}`)?.rules.has(op.name) === true : cur !== DELETED;
@@ -313,6 +341,19 @@ export class KnownState {
       if (read?.get(`${op.family} ${op.table}`)?.has(op.chain)) {
         if (op.verb === 'delete') gone.add(op.handle!);
         continue;  // its rules as read after the commit, below
+      }
+      const h = hunked.size > 0 ? hunked.get(`${op.family} ${op.table} ${op.chain}`) : undefined;
+      if (h) {
+        if (op.verb === 'delete') {
+          gone.add(op.handle!);
+          h.ops.push({ op });
+          continue;
+        }
+        const handle = echoed?.handles.get(index);
+        if (handle === undefined) return undefined;
+        if (op.id !== undefined) byId.set(op.id, handle);
+        h.ops.push({ op, handle });
+        continue;
       }
       const l = list(op.family, op.table, op.chain);
       if (!l || l === DELETED) return undefined;
@@ -377,9 +418,29 @@ export class KnownState {
       // The look's maps are this pass's own (a dump, or the known state the commit just retired):
       // changed in place, so a registration touches its own chains, not every owner's.
       const verified = reuse ? kt!.verified : new Map<string, ChainConfig>();
-      for (const c of t.chains) {
-        const l = m.get(c.name);
-        if (l === undefined) {
+      // Derived from the table known whole (a registration): only the chains the derivation
+      // changed need looking at, when the batch touched no other desired chain.
+      const d = reuse && kt!.whole !== undefined ? derivationOf(t) : undefined;
+      let visit: readonly ChainConfig[] = t.chains;
+      if (d && d.from === kt!.whole) {
+        const names = new Set(d.changed.map((c) => c.name));
+        let inside = true;
+        for (const [name, l] of m) if (l !== DELETED && !names.has(name)) inside = false;
+        if (inside) visit = d.changed;
+      }
+      for (const c of visit) {
+        let l = m.get(c.name);
+        const h = hunked.get(`${tk} ${c.name}`);
+        let regions: number[][] | undefined;
+        if (h && l === undefined && h.ops.length > 0) {
+          // Replayed over the runs' handles; where that cannot place an op, over the whole list as before.
+          regions = replayHunks(h, byId);
+          if (!regions) {
+            l = h.prev.map((r) => r.handle!);
+            for (const { op, handle } of h.ops) if (!applyRuleOp(l, op, handle, byId)) return undefined;
+          }
+        }
+        if (l === undefined && regions === undefined) {
           if (reuse && verified.get(c.name) === c) continue;  // untouched, and known to hold c
           verified.set(c.name, c);
           const have = o.rules.get(c.name);
@@ -392,17 +453,24 @@ export class KnownState {
           continue;
         }
         verified.set(c.name, c);
-        if (l === DELETED || l.length !== c.rules.length) return undefined;
+        if (regions) {
+          const copied = followHunks(t, c, h!.prev, regions, h!.hunks, gone, undefined);
+          if (!copied) return undefined;
+          o.rules.set(c.name, copied);
+          continue;
+        }
+        if (l === undefined || l === DELETED || l.length !== c.rules.length) return undefined;
         o.chains.set(c.name, { family: t.family, table: t.name, name: c.name, ...(c.base ?? {}), ...(c.userdata ? { userdata: c.userdata } : {}) });
         // Rules that stayed keep their compact objects (the dispatch chain holds one per owner) and
         // their order: one walk along the rules before, skipping the ones the batch deleted.
         const prev = o.rules.get(c.name) ?? [];
         const digests = readHere?.get(c.name)?.digests;
         let p = 0;
+        const handles = l;
         o.rules.set(c.name, c.rules.map((r, j) => {
           while (p < prev.length && gone.has(prev[p]!.handle!)) p++;
-          const kept = p < prev.length && prev[p]!.handle === l[j] ? prev[p++] : undefined;
-          return kept && hasKey(kept) && kept.exprs === r.compiled.exprs ? kept : compactRule(t, c, r, l[j]!, digests?.[j]);
+          const kept = p < prev.length && prev[p]!.handle === handles[j] ? prev[p++] : undefined;
+          return kept && hasKey(kept) && kept.exprs === r.compiled.exprs ? kept : compactRule(t, c, r, handles[j]!, digests?.[j]);
         }));
       }
       // What the batch deleted (and anything else not desired, which the plan deleted) goes. A
@@ -416,7 +484,7 @@ export class KnownState {
       }
       // Every desired chain is in o.chains now: as many as desired means nothing else is.
       if (o.chains.size !== t.chains.length) return undefined;
-      out.set(tk, { observed: o, verified, verifiedSets });
+      out.set(tk, { observed: o, verified, verifiedSets, whole: t });
     }
     return new KnownState(generation, out);
   }
@@ -430,13 +498,18 @@ export class KnownState {
     for (const t of tables) {
       const kt = this.table(t);
       if (!kt) return false;
-      for (const c of t.chains) {
+      // Derived from the table known whole: only the chains it changed can be other objects (none, when it is that table).
+      const from = this.since(t);
+      for (const c of from ? from.changed : t.chains) {
         if (kt.verified.get(c.name) === c) continue;
         const have = kt.observed.rules.get(c.name) ?? [];
         if (have.length !== c.rules.length || have.some((r) => r.handle === undefined)) return false;
         kt.observed.rules.set(c.name, c.rules.map((r, j) => compactRule(t, c, r, have[j]!.handle!, have[j]!.digest)));
         kt.verified.set(c.name, c);
       }
+      if (from) for (const name of from.removed) kt.verified.delete(name);
+      // A clean look: the kernel holds t's chains and no other.
+      kt.whole = kt.observed.chains.size === t.chains.length ? t : undefined;
       // Sets compared against another desired object (a reload): they hold its elements now.
       for (const s of t.sets ?? []) {
         if (volatileSet(s.set) || kt.verifiedSets.get(s.name) === s) continue;
@@ -474,6 +547,19 @@ export class KnownState {
     return this.tables.get(tableKey(t));
   }
 
+  /**
+   * How `t` was made from the table this state holds whole (derived.ts), for diffTable's `since`:
+   * undefined unless it was made from exactly that table.
+   */
+  since(t: TableConfig): Derivation | undefined {
+    const kt = this.table(t);
+    if (kt?.whole === undefined) return undefined;
+    // The very table held whole (a pass after a registration, when only the generation moved): nothing changed.
+    if (kt.whole === t) return { from: t, changed: [], removed: [], edited: NO_EDITS };
+    const d = derivationOf(t);
+    return d?.from === kt.whole ? d : undefined;
+  }
+
   /** Every table of `tables` is known (and nothing else is needed). */
   covers(tables: readonly TableConfig[]): boolean {
     return tables.every((t) => this.tables.has(tableKey(t)));
@@ -481,6 +567,106 @@ export class KnownState {
 }
 
 const DELETED: number[] = [];
+const NO_EDITS: Derivation['edited'] = new Map();
+
+/** A chain afterSoleCommit follows by its hunks: its known rules before the batch, the hunks, the batch's ops on it. */
+interface Hunked {
+  prev: readonly Rule[];
+  hunks: readonly Hunk[];
+  ops: { op: Extract<Op, { object: 'rule' }>; handle?: number }[];
+}
+
+/** One rule op applied to a chain's handle list (afterSoleCommit's replay); false when it does not fit the list. */
+function applyRuleOp(l: number[], op: Extract<Op, { object: 'rule' }>, handle: number | undefined, byId: ReadonlyMap<number, number>): boolean {
+  if (op.verb === 'delete') {
+    const at = l.indexOf(op.handle!);
+    if (at < 0) return false;
+    l.splice(at, 1);
+    return true;
+  }
+  if (handle === undefined) return false;
+  if (op.verb === 'replace') return l.includes(op.handle!) && handle === op.handle;
+  const anchor = op.position ?? (op.positionId !== undefined ? byId.get(op.positionId) : undefined);
+  if (anchor === undefined && (op.position !== undefined || op.positionId !== undefined)) return false;
+  if (anchor === undefined) {
+    if (op.verb === 'add') l.push(handle);
+    else l.unshift(handle);
+    return true;
+  }
+  const at = l.indexOf(anchor);
+  if (at < 0) return false;
+  l.splice(op.verb === 'add' ? at + 1 : at, 0, handle);
+  return true;
+}
+
+/**
+ * The handles of each hunk's new rules, from replaying the batch's ops over each hunk's own handles
+ * (with the kept rule before it, which a new rule may be placed after): undefined when an op names
+ * a rule outside every hunk, or goes to a chain end no hunk is at (the caller replays the whole list).
+ */
+function replayHunks(h: Hunked, byId: ReadonlyMap<number, number>): number[][] | undefined {
+  const { prev, hunks } = h;
+  const locals = hunks.map((x) => {
+    const l: number[] = [];
+    for (let i = Math.max(0, x.fromStart - 1); i < x.fromEnd; i++) l.push(prev[i]!.handle!);
+    return l;
+  });
+  const before = hunks.map((x) => (x.fromStart > 0 ? prev[x.fromStart - 1]!.handle! : undefined));
+  for (const { op, handle } of h.ops) {
+    const named = op.verb === 'delete' || op.verb === 'replace' ? op.handle
+      : op.position ?? (op.positionId !== undefined ? byId.get(op.positionId) : undefined);
+    let k: number;
+    if (named !== undefined) {
+      k = locals.findIndex((l) => l.includes(named!));
+    } else if (op.positionId !== undefined) {
+      return undefined;
+    } else {
+      // At the chain's end (add) or head (insert): a hunk must be there.
+      k = op.verb === 'add' ? (hunks[hunks.length - 1]?.fromEnd === prev.length ? hunks.length - 1 : -1) : (hunks[0]?.fromStart === 0 ? 0 : -1);
+    }
+    if (k < 0 || !applyRuleOp(locals[k]!, op, handle, byId)) return undefined;
+  }
+  const out: number[][] = [];
+  for (const [k, x] of hunks.entries()) {
+    const l = locals[k]!;
+    // The kept rule before the hunk stays first; what follows it is the hunk's new run.
+    if (before[k] !== undefined && l[0] !== before[k]) return undefined;
+    const run = before[k] !== undefined ? l.slice(1) : l;
+    if (run.length !== x.end - x.start) return undefined;
+    out.push(run);
+  }
+  return out;
+}
+
+/**
+ * A chain's known rules after a batch that changed only `hunks` of it (derived.ts): `prev` holds
+ * the earlier chain's rules, `regions[k]` the handles of hunk k's rules now. Outside the hunks the
+ * rules are the same desired objects at the same handles, copied; inside, as afterSoleCommit's walk
+ * does. Undefined when what the batch deleted does not line up so.
+ */
+function followHunks(t: TableConfig, c: ChainConfig, prev: readonly Rule[], regions: readonly (readonly number[])[], hunks: readonly Hunk[],
+  gone: ReadonlySet<number>, digests: readonly string[] | undefined): Rule[] | undefined {
+  const out: Rule[] = new Array(c.rules.length);
+  let p = 0;
+  let j = 0;
+  for (const [k, h] of hunks.entries()) {
+    if (h.start - j !== h.fromStart - p) return undefined;
+    for (; j < h.start; j++) out[j] = prev[p++]!;
+    const l = regions[k]!;
+    for (; j < h.end; j++) {
+      const handle = l[j - h.start]!;
+      while (p < h.fromEnd && gone.has(prev[p]!.handle!)) p++;
+      const kept = p < h.fromEnd && prev[p]!.handle === handle ? prev[p++] : undefined;
+      const r = c.rules[j]!;
+      out[j] = kept && hasKey(kept) && kept.exprs === r.compiled.exprs ? kept : compactRule(t, c, r, handle, digests?.[j]);
+    }
+    // What the hunk took out of the chain: every rule the batch did not keep was deleted by it.
+    for (; p < h.fromEnd; p++) if (!gone.has(prev[p]!.handle!)) return undefined;
+  }
+  if (c.rules.length - j !== prev.length - p) return undefined;
+  for (; j < c.rules.length; j++) out[j] = prev[p++]!;
+  return out;
+}
 
 /**
  * After a sole commit too big to echo its new rules' handles: the chains it added rules to, read

@@ -22,7 +22,10 @@ export interface ChainEdit {
   steps: EditStep[];
   /** Operations of the edit (rules, plus anonymous sets of the rules it adds). */
   editOps: number;
-  /** Operations of a flush-and-rewrite: one flush plus every desired rule and its sets. */
+  /**
+   * Operations of a flush-and-rewrite: one flush plus every desired rule and its sets (when the
+   * edit costs no more than 1 + the desired rules, that lower bound: the rewrite is not chosen).
+   */
   rewriteOps: number;
   /** True when the flush-and-rewrite is cheaper: then `steps` is not used. */
   rewrite: boolean;
@@ -46,48 +49,113 @@ export function planChain(haveKey: (i: number) => string, haveCount: number, wan
   setsOf: (j: number) => number = () => 0): ChainEdit {
   const keep = matchKeys(haveKey, haveCount, want);
   const steps: EditStep[] = [];
-  let editOps = 0;
-  let rewriteOps = 1;
-  for (let j = 0; j < want.length; j++) rewriteOps += 1 + setsOf(j);
+  const editOps = stepsIn(keep, 0, haveCount, 0, want.length, undefined, steps, setsOf);
+  return withRewrite(keep, steps, editOps, want.length, setsOf);
+}
 
+/**
+ * A chain whose desired rules are known to differ from the kernel's only in `hunks` (src/keeper/derived.ts;
+ * outside them desired rule j is kernel rule j + the offset the hunks before it leave), planned by
+ * matching the hunks' rules alone: a registration among 1,000 owners looks at its own jump, not at
+ * every owner's. The same plan planChain makes when its matching keeps the rules outside the hunks.
+ * Undefined when the hunks are not runs of these two lists (the caller then plans the whole chain).
+ */
+export function planHunks(haveKey: (i: number) => string, haveCount: number, wantKey: (j: number) => string, wantCount: number,
+  hunks: readonly { fromStart: number; fromEnd: number; start: number; end: number }[], setsOf: (j: number) => number = () => 0): ChainEdit | undefined {
+  const keep = new Int32Array(wantCount);
+  const steps: EditStep[] = [];
+  let editOps = 0;
+  let i = 0;
+  let j = 0;
+  for (const h of hunks) {
+    for (; j < h.start; j++) keep[j] = i++;
+    if (i !== h.fromStart || h.fromEnd > haveCount || h.end > wantCount) return undefined;  // not runs of these lists: planChain
+    // Keys only where both sides have rules to match (an owner added or removed has none to compare).
+    if (h.fromStart < h.fromEnd && h.start < h.end) {
+      const a: string[] = [];
+      for (let x = h.fromStart; x < h.fromEnd; x++) a.push(haveKey(x));
+      const b: string[] = [];
+      for (let y = h.start; y < h.end; y++) b.push(wantKey(y));
+      const local = matchKeys((x) => a[x]!, a.length, b);
+      for (let y = 0; y < b.length; y++) keep[h.start + y] = local[y]! >= 0 ? h.fromStart + local[y]! : -1;
+    } else {
+      for (let y = h.start; y < h.end; y++) keep[y] = -1;
+    }
+    // The rule before the hunk is kept (hunks never touch): new rules go after its handle.
+    editOps += stepsIn(keep, h.fromStart, h.fromEnd, h.start, h.end, h.start > 0 ? { kind: 'kept', have: h.fromStart - 1 } : undefined, steps, setsOf);
+    i = h.fromEnd;
+    j = h.end;
+  }
+  for (; j < wantCount; j++) keep[j] = i++;
+  if (i !== haveCount) return undefined;
+  return withRewrite(keep, steps, editOps, wantCount, setsOf);
+}
+
+/**
+ * A flush-and-rewrite costs one flush plus every desired rule and its sets: at least 1 + wantCount,
+ * counted exactly only when the edit costs more than that (a walk of every desired rule otherwise).
+ */
+function withRewrite(keep: Int32Array, steps: EditStep[], editOps: number, wantCount: number, setsOf: (j: number) => number): ChainEdit {
+  let rewriteOps = 1 + wantCount;
+  if (editOps > rewriteOps) {
+    rewriteOps = 1;
+    for (let j = 0; j < wantCount; j++) rewriteOps += 1 + setsOf(j);
+  }
+  return { keep, steps, editOps, rewriteOps, rewrite: rewriteOps < editOps };
+}
+
+/**
+ * The steps for desired rules [wLo, wHi) over kernel rules [hLo, hHi), `keep` mapping the one to
+ * the other, appended to `steps`; `anchor` is the rule the first new one goes after. Returns their ops.
+ */
+function stepsIn(keep: Int32Array, hLo: number, hHi: number, wLo: number, wHi: number, anchor: Anchor | undefined,
+  steps: EditStep[], setsOf: (j: number) => number): number {
   // Walk the desired list; between two kept rules lies a gap of kernel rules that go and desired
   // rules that come. Pair them up as replaces (one op, and the handle stays), the rest are deletes
   // or inserts.
-  let hi = 0;
-  let prev: Anchor | undefined;
-  let pending: number[] = [];
+  let editOps = 0;
+  let hi = hLo;
+  let prev = anchor;
+  let prevKept = -1;  // a kept rule's anchor, made only when a new rule follows it
+  let pending = 0;
+  const pendingAt: number[] = [];
   const closeGap = (haveEnd: number) => {
-    const gone: number[] = [];
-    for (; hi < haveEnd; hi++) gone.push(hi);
-    const paired = Math.min(gone.length, pending.length);
+    if (hi === haveEnd && pending === 0) return;
+    if (prevKept >= 0) prev = { kind: 'kept', have: prevKept };
+    prevKept = -1;
+    const gone = haveEnd - hi;
+    const paired = Math.min(gone, pending);
     for (let t = 0; t < paired; t++) {
-      steps.push({ op: 'replace', have: gone[t]!, want: pending[t]!, ...(prev ? { after: prev } : {}) });
-      editOps += 1 + setsOf(pending[t]!);
-      prev = { kind: 'new', want: pending[t]! };
+      steps.push({ op: 'replace', have: hi + t, want: pendingAt[t]!, ...(prev ? { after: prev } : {}) });
+      editOps += 1 + setsOf(pendingAt[t]!);
+      prev = { kind: 'new', want: pendingAt[t]! };
     }
-    for (let t = paired; t < gone.length; t++) {
-      steps.push({ op: 'delete', have: gone[t]! });
+    for (let t = paired; t < gone; t++) {
+      steps.push({ op: 'delete', have: hi + t });
       editOps++;
     }
-    for (let t = paired; t < pending.length; t++) {
-      steps.push({ op: 'insert', want: pending[t]!, ...(prev ? { after: prev } : {}) });
-      editOps += 1 + setsOf(pending[t]!);
-      prev = { kind: 'new', want: pending[t]! };
+    for (let t = paired; t < pending; t++) {
+      steps.push({ op: 'insert', want: pendingAt[t]!, ...(prev ? { after: prev } : {}) });
+      editOps += 1 + setsOf(pendingAt[t]!);
+      prev = { kind: 'new', want: pendingAt[t]! };
     }
-    pending = [];
+    hi = haveEnd;
+    pending = 0;
+    pendingAt.length = 0;
   };
-  for (let j = 0; j < want.length; j++) {
+  for (let j = wLo; j < wHi; j++) {
     const k = keep[j]!;
     if (k < 0) {
-      pending.push(j);
+      pendingAt.push(j);
+      pending++;
       continue;
     }
     closeGap(k);
     hi = k + 1;
-    prev = { kind: 'kept', have: k };
+    prevKept = k;
   }
-  closeGap(haveCount);
-  return { keep, steps, editOps, rewriteOps, rewrite: rewriteOps < editOps };
+  closeGap(hHi);
+  return editOps;
 }
 
 /**

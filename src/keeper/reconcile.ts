@@ -17,7 +17,8 @@ import type { NftConn } from '../netlink/conn.js';
 import { loadAddon } from '../native.js';
 import type { ChainConfig, TableConfig } from '../config/config.js';
 import { commentOf, renderRule, ruleKey, type SetResolver } from '../rules/index.js';
-import { planChain, type ChainEdit } from './plan.js';
+import { planChain, planHunks, type ChainEdit } from './plan.js';
+import type { Derivation } from './derived.js';
 import {
   declarationText, deletable, diffElements, elementId, elementTexts, sameElementFields, setDefinitionKey, typesOf, type ElementDiff, type SetConfig,
 } from '../config/sets.js';
@@ -192,16 +193,20 @@ function desiredDigests(chains: readonly ChainConfig['rules'][], ruleDigests: No
 
 /**
  * A rule known to be `r` of desired chain `c` at `handle`, without a decoded copy: the desired
- * rule's own expressions, userdata and key (shared with the desired state). The known state and
- * the start-up's adoption by digests keep their rules so.
+ * rule's own expressions and userdata (shared with the desired state), and the desired rule itself
+ * for its key, computed when a diff first asks (a registration's new rules are compared with
+ * nothing, and hashing their canonical form was a third of what a registration allocated). The
+ * known state and the start-up's adoption by digests keep their rules so.
  */
 export function compactRule(t: TableConfig, c: ChainConfig, r: ChainConfig['rules'][number], handle: number, digest?: string): Rule {
   const compiled = r.compiled;
-  return withKey({
+  const rule: Rule = {
     family: t.family, table: t.name, chain: c.name, handle, exprs: compiled.exprs,
     ...(compiled.userdata !== undefined ? { userdata: compiled.userdata } : {}),
     ...(digest !== undefined ? { digest } : {}),
-  }, cachedDesiredKey(r));
+  };
+  Object.defineProperty(rule, DESIRED, { value: r, configurable: true, writable: true });
+  return rule;
 }
 
 /**
@@ -222,7 +227,9 @@ function compactKey(rule: { exprs: readonly Expr[]; userdata?: Hex }, resolve?: 
 // on the rule object (a hidden, non-enumerable property): a registration looks up every owner's
 // jump in the dispatch chain, and a property read costs a fraction of a WeakMap lookup.
 const KEY = Symbol('nfkeeper.ruleKey');
-type Keyed = { [KEY]?: string };
+// A compact rule's desired rule (compactRule): its key is that rule's.
+const DESIRED = Symbol('nfkeeper.desiredRule');
+type Keyed = { [KEY]?: string; [DESIRED]?: ChainConfig['rules'][number] };
 function keep(o: object, key: string): string {
   Object.defineProperty(o, KEY, { value: key, configurable: true, writable: true });
   return key;
@@ -237,14 +244,23 @@ export const desiredKey = cachedDesiredKey;
 // Keys of kernel rules known without decoding them (src/keeper/known.ts): the same string as the
 // desired rule's, so comparing them is a pointer compare.
 
+/** The key of a rule known without decoding it (compactRule, withKey); undefined for a decoded one. */
+function knownKey(rule: Rule): string | undefined {
+  const k = (rule as Keyed)[KEY];
+  if (k !== undefined) return k;
+  const d = (rule as Keyed)[DESIRED];
+  return d === undefined ? undefined : cachedDesiredKey(d);
+}
+
 /** `rule` with its structural key recorded; diffTable then never computes it. */
 export function withKey(rule: Rule, key: string): Rule {
   keep(rule, key);
   return rule;
 }
 
+/** Whether `rule` is known without decoding (compactRule, withKey): its key needs no canonical form of its own. */
 export function hasKey(rule: Rule): boolean {
-  return (rule as Keyed)[KEY] !== undefined;
+  return (rule as Keyed)[DESIRED] !== undefined || (rule as Keyed)[KEY] !== undefined;
 }
 
 /**
@@ -252,7 +268,7 @@ export function hasKey(rule: Rule): boolean {
  * For rules without anonymous sets (the known state's tables have none).
  */
 export function sameKey(known: Rule, decoded: Rule): boolean {
-  const k = (known as Keyed)[KEY];
+  const k = knownKey(known);
   return k !== undefined && k === compactKey({ exprs: decoded.exprs, userdata: decoded.userdata });
 }
 
@@ -297,6 +313,12 @@ export interface DiffOptions {
    * check/apply, which remember nothing) every missing timed element counts as expired.
    */
   armed?: ArmedTimed;
+  /**
+   * The desired table was made from `since.from` (derived.ts), and the kernel is known to hold
+   * exactly that table (every chain verified, no other chain: the caller checks): only the chains
+   * the derivation changed are compared, and a dispatch chain only in its changed runs of rules.
+   */
+  since?: Derivation;
 }
 
 /** See DiffOptions.armed: element ids by `family table set`. */
@@ -334,7 +356,8 @@ export function diffTable(want: TableConfig, have: ObservedTable, options: DiffO
   const resolve: SetResolver = (n) => have.sets.get(n);
   drifts.push(...diffSets(want, have, options.armed, options.verifiedSets));
   let present = 0;  // desired chains the kernel holds: when that is all it holds, there is no extra chain
-  for (const c of want.chains) {
+  const since = options.since;
+  for (const c of since ? since.changed : want.chains) {
     if (options.verified?.get(c.name) === c) {
       present++;
       continue;
@@ -342,7 +365,9 @@ export function diffTable(want: TableConfig, have: ObservedTable, options: DiffO
     const chain = have.chains.get(c.name);
     if (chain) present++;
     if (!chain) {
-      drifts.push(d('chain-missing', `chain ${c.name} is missing`, c.name));
+      const missing = d('chain-missing', `chain ${c.name} is missing`, c.name);
+      driftChains.set(missing, c);
+      drifts.push(missing);
       continue;
     }
     if (!baseMatches(c.base, chain)) {
@@ -355,10 +380,21 @@ export function diffTable(want: TableConfig, have: ObservedTable, options: DiffO
     }
     const rules = have.rules.get(c.name) ?? [];
     const keys = kernelKeys(rules, resolve);
-    const wantKeys = c.rules.map(cachedDesiredKey);
-    const detail = compareRules(c, rules, keys, wantKeys, resolve);
-    if (detail) {
-      const edit = planChain(keys, rules.length, wantKeys, (j) => c.rules[j]!.compiled.sets.length);
+    const setsOf = (j: number) => c.rules[j]!.compiled.sets.length;
+    const hunks = since?.edited.get(c.name);
+    let detail: string | undefined;
+    let edit: ChainEdit | undefined;
+    if (hunks && options.verified?.get(c.name) === hunks.from && rules.length === hunks.from.rules.length) {
+      // The kernel holds hunks.from's rules: only the runs that changed are compared and planned.
+      edit = planHunks(keys, rules.length, (j) => cachedDesiredKey(c.rules[j]!), c.rules.length, hunks.hunks, setsOf);
+      if (edit) detail = describeHunks(c, rules, edit, resolve);
+    }
+    if (!edit) {
+      const wantKeys = c.rules.map(cachedDesiredKey);
+      detail = compareRules(c, rules, keys, wantKeys, resolve);
+      if (detail) edit = planChain(keys, rules.length, wantKeys, setsOf);
+    }
+    if (detail && edit) {
       if (edit.steps.some((x) => x.op !== 'insert' && rules[x.have]!.handle === undefined)) edit.rewrite = true;
       const drift = d('rules-differ', `${detail}; ${describeEdit(edit, rules.length, c.rules.length)}`, c.name);
       // Rendering every kernel rule costs as much as the dump; only `check` wants it.
@@ -369,10 +405,14 @@ export function diffTable(want: TableConfig, have: ObservedTable, options: DiffO
         set: (v: string[]) => { actual = v; },
       });
       chainEdits.set(drift, { edit, rules });
+      driftChains.set(drift, c);
       drifts.push(drift);
     }
   }
-  if (present !== have.chains.size) {
+  if (since) {
+    // The kernel holds exactly since.from's chains: the only extra ones are those the derivation removed.
+    for (const name of since.removed) if (have.chains.has(name)) drifts.push(d('chain-extra', `chain ${name} is not in the config`, name));
+  } else if (present !== have.chains.size) {
     const wanted = new Set(want.chains.map((c) => c.name));
     for (const name of have.chains.keys()) {
       if (!wanted.has(name)) drifts.push(d('chain-extra', `chain ${name} is not in the config`, name));
@@ -451,6 +491,9 @@ function usesSet(exprs: readonly Expr[], names: ReadonlySet<string>): boolean {
   return false;
 }
 
+/** The desired chain a chain-missing or rules-differ drift is about (planTable visits only those). */
+const driftChains = new WeakMap<Drift, ChainConfig>();
+
 /** The edit planned for a rules-differ drift, with the kernel rules it indexes. */
 const chainEdits = new WeakMap<Drift, { edit: ChainEdit; rules: Rule[] }>();
 
@@ -469,7 +512,7 @@ export function rulesRemovedBy(drift: Drift): Rule[] | undefined {
 /** Kernel rule keys by index, each computed once and only when asked for. */
 function kernelKeys(rules: readonly Rule[], resolve: SetResolver): (i: number) => string {
   const keys: (string | undefined)[] = new Array(rules.length);
-  return (i) => keys[i] ??= (rules[i] as Keyed)[KEY] ?? compactKey({ exprs: rules[i]!.exprs, userdata: rules[i]!.userdata }, resolve);
+  return (i) => keys[i] ??= knownKey(rules[i]!) ?? compactKey({ exprs: rules[i]!.exprs, userdata: rules[i]!.userdata }, resolve);
 }
 
 function describeEdit(edit: ChainEdit, have: number, want: number): string {
@@ -499,6 +542,15 @@ function compareRules(c: ChainConfig, rules: Rule[], haveKey: (i: number) => str
     return `rule ${i + 1} differs: have '${safeRender(rules[i]!, undefined, resolve)}', want '${c.rules[i]!.compiled.text}'`;
   }
   return undefined;
+}
+
+/** compareRules' first difference for a hunk plan (planHunks): at the first rule the edit takes out or puts in. */
+function describeHunks(c: ChainConfig, rules: Rule[], edit: ChainEdit, resolve: SetResolver): string | undefined {
+  const x = edit.steps[0];
+  if (!x) return undefined;
+  if (x.op === 'insert') return `rule ${x.want + 1} (${c.rules[x.want]!.compiled.text}) is missing`;
+  if (x.op === 'replace') return `rule ${x.want + 1} differs: have '${safeRender(rules[x.have]!, undefined, resolve)}', want '${c.rules[x.want]!.compiled.text}'`;
+  return `foreign rule at ${x.have + 1}: ${safeRender(rules[x.have]!, undefined, resolve)}`;
 }
 
 function safeRender(r: { exprs: Expr[]; userdata?: Hex; family?: Family }, family: Family | undefined,
@@ -556,6 +608,21 @@ export function planTable(batch: Batch, want: TableConfig, have: ObservedTable, 
       if ((have.rules.get(c.name) ?? []).some((r) => usesSet(r.exprs, setsAgain))) rewrite.add(c.name);
     }
   }
+  // The desired chains to visit below: every one, or, when the table stays and no chain or set is
+  // created again, only those a drift names (in table order, as diffTable found them): a
+  // registration among 1,000 owners plans its own chain and the dispatch chain, not 1,002.
+  let chains: readonly ChainConfig[] = want.chains;
+  if (have.table && recreate.size === 0 && setsAgain.size === 0) {
+    const named: ChainConfig[] = [];
+    let all = true;  // every such drift came from diffTable, with its chain
+    for (const x of drifts) {
+      if (x.kind !== 'chain-missing' && x.kind !== 'rules-differ') continue;
+      const c = driftChains.get(x);
+      if (c) named.push(c);
+      else all = false;
+    }
+    if (all) chains = named;
+  }
   // Chains patched in place: their kept rules keep handles and counters.
   const edited = new Map<string, { edit: ChainEdit; rules: Rule[] }>();
   for (const x of drifts) {
@@ -580,7 +647,7 @@ export function planTable(batch: Batch, want: TableConfig, have: ObservedTable, 
   }
 
   // Flush and delete rules first, so no rule still jumps to a chain we delete or recreate.
-  for (const c of want.chains) {
+  for (const c of chains) {
     if (have.table && (rewrite.has(c.name) || recreate.has(c.name)) && have.chains.has(c.name)) {
       batch.flush('chain', { family, table, name: c.name });
     }
@@ -599,7 +666,7 @@ export function planTable(batch: Batch, want: TableConfig, have: ObservedTable, 
   for (const name of recreate) batch.delete('chain', { family, table, name });
   for (const name of extra) batch.delete('chain', { family, table, name });
   // Chains exist before any rule jumps to them.
-  for (const c of want.chains) {
+  for (const c of chains) {
     if (!have.table || !have.chains.has(c.name) || recreate.has(c.name)) {
       batch.add('chain', { family, table, name: c.name, ...(c.base ?? {}), ...(c.userdata ? { userdata: c.userdata } : {}) });
       rewrite.add(c.name);
@@ -613,7 +680,7 @@ export function planTable(batch: Batch, want: TableConfig, have: ObservedTable, 
     const diff = x.kind === 'elements-differ' ? elementDiffs.get(x) : undefined;
     if (diff && diff.add.length > 0) batch.add('element', { family, table, set: x.set!, elements: diff.add });
   }
-  for (const c of want.chains) {
+  for (const c of chains) {
     const e = edited.get(c.name);
     if (e && !rewrite.has(c.name) && !recreate.has(c.name)) emitEdit(batch, family, table, c, e.rules, e.edit, 'add');
     if (!rewrite.has(c.name) && !recreate.has(c.name)) continue;

@@ -277,7 +277,7 @@ export class Reconciler {
     if (this.armed) armTimed(this.armed, input.tables, observed);
     const drift = input.tables.map((t, i) => diffTable(t, observed[i]!,
       { protect: this.protects(t), portId: conn.portId, allowForeignOwner: input.allowForeignOwner, verified: known?.table(t)!.verified,
-        verifiedSets: known?.table(t)!.verifiedSets, armed: this.armed }));
+        verifiedSets: known?.table(t)!.verifiedSets, armed: this.armed, since: known?.since(t) }));
     const retired = await this.retiredPresent();
     if (known && !read) knownLooks.add(observed);
     const flat = [...drift.flat(), ...retired.map((t): Drift => ({

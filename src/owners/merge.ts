@@ -11,22 +11,56 @@ import type { ChainConfig, TableConfig } from '../config/config.js';
 import type { ObservedTable, Rule } from '../netlink/objects.js';
 import type { Drift } from '../keeper/reconcile.js';
 import type { OwnersConfig } from '../config/owners.js';
+import { derive, type Hunk } from '../keeper/derived.js';
 import { ownerOfRule, parseOwnerChain, type Owner } from './spec.js';
 
 export function mergeOwners(tables: readonly TableConfig[], oc: OwnersConfig | undefined, owners: readonly Owner[]): TableConfig[] {
   if (!oc) return [...tables];
   const prev = lastMerge.get(tables);
-  const m = (prev?.oc === oc ? mergeAgain(prev, owners) : undefined) ?? mergeAll(oc, owners);
+  const again = prev?.oc === oc ? mergeAgain(prev, owners) : undefined;
+  const m = again ?? mergeAll(oc, owners);
   lastMerge.set(tables, m);
   return tables.map((t) => {
     if (t.family !== oc.family || t.name !== oc.table) return t;
-    const chains: ChainConfig[] = t.chains.map((c) => {
-      const k = oc.dispatch.indexOf(c.name);
-      if (k < 0 || m.jumps[k]!.rules.length === 0) return c;
-      return { ...c, rules: c.rules.concat(m.jumps[k]!.rules) };
-    });
-    for (const c of m.chains) chains.push(c);
-    return { ...t, chains };
+    // The previous merge's table, when this one copied its runs: the new table is derived from it
+    // (src/keeper/derived.ts), so a pass compares and follows only the chains that changed.
+    const from = again && prev!.out?.chains.length === prev!.chains.length + t.chains.length ? prev!.out : undefined;
+    const changed: ChainConfig[] = [];
+    const edited = new Map<string, { from: ChainConfig; hunks: Hunk[] }>();
+    const dispatch = oc.dispatch;
+    // The config's chain `c` (at `i`), with the owners' jumps when it is a dispatch chain.
+    const config = (c: ChainConfig, i: number): ChainConfig => {
+      const k = dispatch.indexOf(c.name);
+      const was = from?.chains[i];
+      if (k < 0) {
+        if (was !== undefined && was !== c) changed.push(c);
+        return c;
+      }
+      // A dispatch chain whose jumps did not change stays the same object.
+      if (was !== undefined && was.name === c.name && again!.hunks[k]!.length === 0) return was;
+      const now = m.jumps[k]!.rules.length === 0 ? c : { ...c, rules: c.rules.concat(m.jumps[k]!.rules) };
+      if (was === undefined) return now;
+      changed.push(now);
+      if (was.name === c.name) {
+        const at = c.rules.length;
+        edited.set(c.name, { from: was, hunks: again!.hunks[k]!.map((h) => ({ fromStart: h.fromStart + at, fromEnd: h.fromEnd + at, start: h.start + at, end: h.end + at })) });
+      }
+      return now;
+    };
+    const chains: ChainConfig[] = new Array(t.chains.length + m.chains.length);
+    t.chains.forEach((c, i) => { chains[i] = config(c, i); });
+    for (let x = 0; x < m.chains.length; x++) chains[t.chains.length + x] = m.chains[x]!;
+    const out = { ...t, chains };
+    m.out = out;
+    if (from) {
+      const added = new Set<string>();
+      for (const c of again!.added) {
+        changed.push(c);
+        added.add(c.name);
+      }
+      derive(out, { from, changed, removed: again!.removed.filter((n) => !added.has(n)), edited });
+    }
+    return out;
   });
 }
 
@@ -43,24 +77,65 @@ interface Merged {
   oc: OwnersConfig;
   owners: readonly Owner[];
   chains: ChainConfig[];
-  chainAt: number[];
-  jumps: { rules: Rules; at: number[] }[];
+  chainAt: Int32Array;
+  jumps: { rules: Rules; at: Int32Array }[];
+  /** The owners table mergeOwners made from this merge last. */
+  out?: TableConfig;
+}
+
+/**
+ * A merge made from the previous one (mergeAgain), and how it differs: the chains of the owners it
+ * added (in id order), the chain names of those it took out, and per dispatch chain the runs of
+ * jump rules that changed (indices among the owners' jumps, without the config's own rules).
+ */
+interface MergedAgain extends Merged {
+  added: ChainConfig[];
+  removed: string[];
+  hunks: Hunk[][];
 }
 const lastMerge = new WeakMap<readonly TableConfig[], Merged>();
 
-function emptyMerge(oc: OwnersConfig, owners: readonly Owner[]): Merged {
-  return { oc, owners, chains: [], chainAt: [0], jumps: oc.dispatch.map(() => ({ rules: [], at: [0] })) };
-}
+/** A merge's pieces: runs [i0, i1) of the previous merge's owners, copied, and owners asked anew. */
+type Piece = Owner | { i0: number; i1: number };
 
-function addOwner(m: Merged, o: Owner): void {
-  for (const c of o.chains) m.chains.push(c);
-  m.chainAt.push(m.chains.length);
-  m.oc.dispatch.forEach((d, k) => {
-    const j = m.jumps[k]!;
-    const rules = o.jumps.get(d);
-    if (rules) for (const r of rules) j.rules.push(r);
-    j.at.push(j.rules.length);
-  });
+/**
+ * The merge of `owners` from its pieces, every array allocated once at its size (pushing grew each
+ * of them several times: at 1,000 owners that was most of what a registration's merge allocated).
+ */
+function build(oc: OwnersConfig, owners: readonly Owner[], pieces: readonly Piece[], prev: Merged | undefined,
+  nChains: number, nJumps: readonly number[]): Merged {
+  const K = oc.dispatch.length;
+  const chains: ChainConfig[] = new Array(nChains);
+  const chainAt = new Int32Array(owners.length + 1);
+  const jumps = oc.dispatch.map((_, k) => ({ rules: new Array(nJumps[k]!) as Rules, at: new Int32Array(owners.length + 1) }));
+  let c = 0;
+  let o = 0;
+  const jc = new Int32Array(K);
+  for (const p of pieces) {
+    if ('i0' in p) {
+      const { i0, i1 } = p;
+      const base = c - prev!.chainAt[i0]!;
+      for (let x = prev!.chainAt[i0]!; x < prev!.chainAt[i1]!; x++) chains[c++] = prev!.chains[x]!;
+      for (let k = 0; k < K; k++) {
+        const pj = prev!.jumps[k]!;
+        const j = jumps[k]!;
+        const jbase = jc[k]! - pj.at[i0]!;
+        for (let x = pj.at[i0]!; x < pj.at[i1]!; x++) j.rules[jc[k]!++] = pj.rules[x]!;
+        for (let i = i0 + 1, n = o; i <= i1; i++) j.at[++n] = pj.at[i]! + jbase;
+      }
+      for (let i = i0 + 1; i <= i1; i++) chainAt[++o] = prev!.chainAt[i]! + base;
+      continue;
+    }
+    for (const ch of p.chains) chains[c++] = ch;
+    chainAt[++o] = c;
+    for (let k = 0; k < K; k++) {
+      const rules = p.jumps.get(oc.dispatch[k]!);
+      const j = jumps[k]!;
+      if (rules) for (const r of rules) j.rules[jc[k]!++] = r;
+      j.at[o] = jc[k]!;
+    }
+  }
+  return { oc, owners, chains, chainAt, jumps };
 }
 
 /** Every owner asked again (the first merge, another config, owners not in id order). */
@@ -69,9 +144,13 @@ function mergeAll(oc: OwnersConfig, owners: readonly Owner[]): Merged {
   let inOrder = true;
   for (let i = 1; i < owners.length && inOrder; i++) inOrder = owners[i - 1]!.id < owners[i]!.id;
   const sorted = inOrder ? owners : [...owners].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
-  const m = emptyMerge(oc, sorted);
-  for (const o of sorted) addOwner(m, o);
-  return m;
+  let nChains = 0;
+  const nJumps = oc.dispatch.map(() => 0);
+  for (const o of sorted) {
+    nChains += o.chains.length;
+    oc.dispatch.forEach((d, k) => { nJumps[k]! += o.jumps.get(d)?.length ?? 0; });
+  }
+  return build(oc, sorted, sorted, undefined, nChains, nJumps);
 }
 
 /**
@@ -79,40 +158,66 @@ function mergeAll(oc: OwnersConfig, owners: readonly Owner[]): Merged {
  * touched), the others asked. Undefined when `owners` is not in id order (an added owner out of
  * place among its neighbours; the runs kept are in order, being the previous merge's).
  */
-function mergeAgain(prev: Merged, owners: readonly Owner[]): Merged | undefined {
+function mergeAgain(prev: Merged, owners: readonly Owner[]): MergedAgain | undefined {
   const P = prev.owners;
-  const m = emptyMerge(prev.oc, owners);
-  const copyRun = (i0: number, i1: number) => {
-    const base = m.chains.length - prev.chainAt[i0]!;
-    for (let x = prev.chainAt[i0]!; x < prev.chainAt[i1]!; x++) m.chains.push(prev.chains[x]!);
-    for (let i = i0 + 1; i <= i1; i++) m.chainAt.push(prev.chainAt[i]! + base);
-    prev.jumps.forEach((pj, k) => {
-      const j = m.jumps[k]!;
-      const jbase = j.rules.length - pj.at[i0]!;
-      for (let x = pj.at[i0]!; x < pj.at[i1]!; x++) j.rules.push(pj.rules[x]!);
-      for (let i = i0 + 1; i <= i1; i++) j.at.push(pj.at[i]! + jbase);
-    });
+  const oc = prev.oc;
+  const K = oc.dispatch.length;
+  const pieces: Piece[] = [];
+  let nChains = 0;
+  const nJumps = oc.dispatch.map(() => 0);
+  const added: ChainConfig[] = [];
+  const removed: string[] = [];
+  const hunks: Hunk[][] = oc.dispatch.map(() => []);
+  // A run of prev's jumps [from, fromEnd) gave way to this merge's [start, end): one hunk, or the
+  // last one grown when it ends where this one starts (an owner replaced or neighbours changed).
+  const hunk = (k: number, fromStart: number, fromEnd: number, start: number, end: number) => {
+    if (fromStart === fromEnd && start === end) return;
+    const hs = hunks[k]!;
+    const last = hs[hs.length - 1];
+    if (last && last.fromEnd === fromStart && last.end === start) {
+      last.fromEnd = fromEnd;
+      last.end = end;
+    } else {
+      hs.push({ fromStart, fromEnd, start, end });
+    }
   };
   let i = 0;
   let j = 0;
   while (i < P.length || j < owners.length) {
     const i0 = i;
     while (i < P.length && j < owners.length && P[i] === owners[j]) { i++; j++; }
-    if (i > i0) copyRun(i0, i);
+    if (i > i0) {
+      pieces.push({ i0, i1: i });
+      nChains += prev.chainAt[i]! - prev.chainAt[i0]!;
+      for (let k = 0; k < K; k++) nJumps[k]! += prev.jumps[k]!.at[i]! - prev.jumps[k]!.at[i0]!;
+    }
     if (i >= P.length && j >= owners.length) break;
     const a = P[i];
     const b = owners[j];
     if (a !== undefined && (b === undefined || a.id < b.id)) {
-      i++;  // removed
+      // Removed.
+      for (const c of a.chains) removed.push(c.name);
+      for (let k = 0; k < K; k++) hunk(k, prev.jumps[k]!.at[i]!, prev.jumps[k]!.at[i + 1]!, nJumps[k]!, nJumps[k]!);
+      i++;
       continue;
     }
     // Added (b before a), or put anew under a's id.
     if ((j > 0 && !(owners[j - 1]!.id < b!.id)) || (j + 1 < owners.length && !(b!.id < owners[j + 1]!.id))) return undefined;
-    addOwner(m, b!);
-    if (a !== undefined && a.id === b!.id) i++;
+    const replaced = a !== undefined && a.id === b!.id;
+    pieces.push(b!);
+    nChains += b!.chains.length;
+    for (const c of b!.chains) added.push(c);
+    if (replaced) for (const c of a.chains) removed.push(c.name);
+    for (let k = 0; k < K; k++) {
+      const n = b!.jumps.get(oc.dispatch[k]!)?.length ?? 0;
+      const pj = prev.jumps[k]!;
+      hunk(k, pj.at[i]!, replaced ? pj.at[i + 1]! : pj.at[i]!, nJumps[k]!, nJumps[k]! + n);
+      nJumps[k]! += n;
+    }
+    if (replaced) i++;
     j++;
   }
-  return m;
+  return { ...build(oc, owners, pieces, prev, nChains, nJumps), added, removed, hunks };
 }
 
 /**

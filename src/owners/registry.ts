@@ -48,6 +48,33 @@ function indexOf(list: readonly Owner[], id: string): number {
   return lo;
 }
 
+/**
+ * `sorted` with a group's changes (null: removed), as a new list made in one walk and allocated
+ * once: a copy then spliced grew the copy again for an insertion (1,000 owners: 16 KiB a group).
+ */
+function applyStaged(sorted: readonly Owner[], staged: ReadonlyMap<string, Owner | null>): Owner[] {
+  const changes = [...staged].sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
+  let size = sorted.length;
+  const at = changes.map(([id, owner]) => {
+    const i = indexOf(sorted, id);
+    const present = sorted[i]?.id === id;
+    if (owner === null && present) size--;
+    else if (owner !== null && !present) size++;
+    return { i, present };
+  });
+  const out: Owner[] = new Array(size);
+  let n = 0;
+  let from = 0;
+  changes.forEach(([, owner], k) => {
+    const { i, present } = at[k]!;
+    while (from < i) out[n++] = sorted[from++]!;
+    if (present) from++;
+    if (owner !== null) out[n++] = owner;
+  });
+  while (from < sorted.length) out[n++] = sorted[from++]!;
+  return out;
+}
+
 export class OwnerRegistry {
   private owners = new Map<string, Owner>();
   /**
@@ -174,18 +201,7 @@ export class OwnerRegistry {
           group.forEach((q, i) => q.resolve(results[i]!));
           continue;
         }
-        const list = this.sorted.slice();
-        for (const [id, owner] of staged) {
-          const i = indexOf(list, id);
-          const present = list[i]?.id === id;
-          if (owner === null) {
-            if (present) list.splice(i, 1);
-          } else if (present) {
-            list[i] = owner;
-          } else {
-            list.splice(i, 0, owner);
-          }
-        }
+        const list = applyStaged(this.sorted, staged);
         const changes: JournalChange[] = group.map(({ change: c }) => (c.kind === 'put' ? ['put', c.owner.id, c.owner.spec] : ['delete', c.id]));
         let state: OwnersState;
         let durable: Promise<void>;

@@ -214,7 +214,8 @@ describe('the known state of a table with named sets and maps', () => {
   });
 
   it('an install too big to echo is read back once by digests right after it, nothing decoded, and owes no read-back later', async () => {
-    const rules = Array.from({ length: 150 }, (_, i) => `          - ip saddr ${ip(i)} ip daddr 192.0.2.1 return`).join('\n');
+    // More than the 1,024 messages a batch echoes (native/batch.h kEchoUpTo).
+    const rules = Array.from({ length: 1100 }, (_, i) => `          - ip saddr ${ip(i)} ip daddr 192.0.2.1 return`).join('\n');
     const config = parseConfig(`tables:\n  - family: ip\n    name: big\n    chains:\n      - name: c\n        type: nat\n` +
       `        hook: postrouting\n        priority: srcnat\n        rules:\n${rules}\n`, 'big.yaml');
     const k = await start(config, 300);
@@ -227,7 +228,7 @@ describe('the known state of a table with named sets and maps', () => {
     // What it learnt is the kernel's state: a rule deleted by hand is repaired (from the mirror, by handle).
     const h = (await sock.listRules({ family: 'ip', table: 'big', chain: 'c' }))[70]!.handle!;
     ns.nft(`delete rule ip big c handle ${h}`);
-    await until('the rule to come back', async () => (await sock.listRules({ family: 'ip', table: 'big', chain: 'c' })).length === 150, 20_000);
+    await until('the rule to come back', async () => (await sock.listRules({ family: 'ip', table: 'big', chain: 'c' })).length === 1100, 20_000);
   });
 
   it('a reload that defines a set anew (deleted and created again, the rule using it rewritten) is followed, and a full read agrees', async () => {

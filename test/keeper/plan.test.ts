@@ -9,7 +9,7 @@ import { Batch, type Op } from '../../src/netlink/batch.js';
 import type { Rule } from '../../src/netlink/objects.js';
 import { diffTable, planTable, renderDrift } from '../../src/keeper/reconcile.js';
 import type { ObservedTable } from '../../src/netlink/objects.js';
-import { matchKeys, planChain } from '../../src/keeper/plan.js';
+import { matchKeys, planChain, planHunks } from '../../src/keeper/plan.js';
 import { chainConfig, rng } from './plan-fixtures.js';
 
 interface FakeRule { handle: number; key: number; id?: number; dead: boolean; fresh: boolean }
@@ -182,6 +182,51 @@ describe('minimal chain edits (model of the kernel rule list)', () => {
         expect(kept, ctx).toBe(lcs);
       }
     }
+  });
+
+  it('a plan of known runs (planHunks) keeps every rule outside them and accounts for each rule inside once; runs that do not fit are refused', () => {
+    const rand = rng(21);
+    for (let trial = 0; trial < 400; trial++) {
+      const have = Array.from({ length: Math.floor(rand() * 40) }, () => Math.floor(rand() * 8));
+      // Runs that changed, apart from one another: [fromStart, fromEnd) of have gave way to new keys.
+      const hunks: { fromStart: number; fromEnd: number; start: number; end: number }[] = [];
+      const want: number[] = [];
+      let i = 0;
+      while (i <= have.length) {
+        if (rand() < 0.25) {
+          const gone = Math.min(have.length - i, Math.floor(rand() * 3));
+          const added = Array.from({ length: Math.floor(rand() * 3) }, () => Math.floor(rand() * 8));
+          if (gone + added.length > 0) {
+            hunks.push({ fromStart: i, fromEnd: i + gone, start: want.length, end: want.length + added.length });
+            want.push(...added);
+            i += gone;
+          }
+        }
+        if (i >= have.length) break;
+        want.push(have[i++]!);
+      }
+      const ctx = `trial ${trial}: have [${have}] want [${want}] hunks ${JSON.stringify(hunks)}`;
+      const e = planHunks((x) => String(have[x]), have.length, (y) => String(want[y]), want.length, hunks)!;
+      expect(e, ctx).toBeDefined();
+      const inHunk = (j: number) => hunks.some((h) => j >= h.start && j < h.end);
+      let last = -1;
+      for (let j = 0; j < want.length; j++) {
+        const k = e.keep[j]!;
+        if (!inHunk(j)) expect(k, ctx).toBeGreaterThanOrEqual(0);
+        if (k < 0) continue;
+        expect(have[k], ctx).toBe(want[j]);
+        expect(k, ctx).toBeGreaterThan(last);
+        last = k;
+      }
+      const added = e.steps.flatMap((x) => (x.op === 'delete' ? [] : [x.want])).sort((a, b) => a - b);
+      expect(added, ctx).toEqual(want.flatMap((_, j) => (e.keep[j]! < 0 ? [j] : [])));
+      const keptHave = new Set(Array.from(e.keep).filter((k) => k >= 0));
+      const taken = e.steps.flatMap((x) => (x.op === 'insert' ? [] : [x.have])).sort((a, b) => a - b);
+      expect(taken, ctx).toEqual(have.flatMap((_, x) => (keptHave.has(x) ? [] : [x])));
+    }
+    // Runs that are not runs of these lists: the caller plans the whole chain instead.
+    expect(planHunks((x) => `k${x}`, 3, (y) => `k${y}`, 3, [{ fromStart: 2, fromEnd: 4, start: 2, end: 3 }])).toBeUndefined();
+    expect(planHunks((x) => `k${x}`, 3, (y) => `k${y}`, 4, [{ fromStart: 1, fromEnd: 1, start: 1, end: 2 }, { fromStart: 0, fromEnd: 0, start: 3, end: 3 }])).toBeUndefined();
   });
 
   it('plans a 100,000-rule chain with one deletion and one insertion in near-linear time', () => {

@@ -63,10 +63,17 @@ describe('commit with echo', () => {
         expect(r2).toEqual({ handles: new Map([[0, dumped[2]!.handle!], [1, dumped[1]!.handle!]]) });
         // Without echo, and for a batch too big to echo, nothing comes back.
         expect(await s.commit(new Batch().add('rule', { ...at, exprs: R('ip saddr 10.0.0.5 return') }))).toBeUndefined();
+        // A batch past the 64 messages that are each acked (a group of owners) still echoes every rule.
+        const group = new Batch();
+        for (let i = 0; i < 300; i++) group.add('rule', { ...at, exprs: R(`ip saddr 10.1.${i >> 8}.${i & 255} return`) });
+        const r3 = await s.commit(group, { echo: true });
+        dumped = await s.listRules({ family: 'ip', table: 't' });
+        expect(dumped).toHaveLength(304);
+        expect(r3).toEqual({ handles: new Map(dumped.slice(4).map((x, i) => [i, x.handle!])) });
         const big = new Batch();
-        for (let i = 0; i < 100; i++) big.add('rule', { ...at, exprs: R(`ip saddr 10.1.0.${i} return`) });
+        for (let i = 0; i < 1100; i++) big.add('rule', { ...at, exprs: R(`ip saddr 10.2.${i >> 8}.${i & 255} return`) });
         expect(await s.commit(big, { echo: true })).toBeUndefined();
-        expect(await s.listRules({ family: 'ip', table: 't' })).toHaveLength(104);
+        expect(await s.listRules({ family: 'ip', table: 't' })).toHaveLength(1404);
       } finally {
         s.close();
       }

@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parseConfig, type TableConfig } from '../../src/config/config.js';
 import { compileOwner, mergeOwners, type Owner } from '../../src/owners/index.js';
+import { derivationOf } from '../../src/keeper/derived.js';
 import { tempDir } from '../helpers/tmp.js';
 import { ownersYaml } from './fixtures.js';
 
@@ -35,6 +36,8 @@ describe('mergeOwners after a change', () => {
     const rand = (n: number) => ((seed = (seed * 1103515245 + 12345) % 2147483648), Math.floor(seed / 65536) % n);
     let owners: Owner[] = [];
     let out = 0;
+    let derived = 0;
+    let previous: TableConfig | undefined;
     for (let step = 0; step < 400; step++) {
       const next = new Map(owners.map((o) => [o.id, o]));
       const changes = rand(10) === 0 ? 0 : 1 + (rand(4) === 0 ? rand(12) : 0);
@@ -58,8 +61,40 @@ describe('mergeOwners after a change', () => {
           if (!oc.dispatch.includes(c.name)) expect(c).toBe(want[t]!.chains[k]);
         });
       }
+      // How the owners table was made from the previous one (src/keeper/derived.ts), when it says:
+      // exactly the chains that are other objects, the names that went, and a dispatch chain's
+      // rules as its previous rules with the hunks' runs replaced.
+      const now = got[0]!;
+      const d = derivationOf(now);
+      if (d) {
+        derived++;
+        expect(d.from, `step ${step}`).toBe(previous);
+        const before = new Map(d.from.chains.map((c) => [c.name, c]));
+        const changed = now.chains.filter((c) => before.get(c.name) !== c);
+        expect(d.changed, `step ${step}`).toEqual(changed);
+        const names = new Set(now.chains.map((c) => c.name));
+        expect([...d.removed].sort(), `step ${step}`).toEqual(d.from.chains.map((c) => c.name).filter((n) => !names.has(n)).sort());
+        for (const [name, e] of d.edited) {
+          const c = now.chains.find((x) => x.name === name)!;
+          expect(e.from).toBe(before.get(name));
+          const rebuilt: unknown[] = [];
+          let p = 0;
+          for (const h of e.hunks) {
+            expect(h.fromStart).toBeGreaterThanOrEqual(p);
+            rebuilt.push(...e.from.rules.slice(p, h.fromStart), ...c.rules.slice(h.start, h.end));
+            p = h.fromEnd;
+          }
+          rebuilt.push(...e.from.rules.slice(p));
+          expect(rebuilt.length, `step ${step} ${name}`).toBe(c.rules.length);
+          rebuilt.forEach((r, x) => expect(r, `step ${step} ${name} rule ${x}`).toBe(c.rules[x]));
+        }
+        // A dispatch chain changed without a derivation of its rules would be compared whole: never the case here.
+        for (const c of d.changed) if (oc.dispatch.includes(c.name) && before.has(c.name)) expect(d.edited.has(c.name)).toBe(true);
+      }
+      previous = now;
       owners = sorted;
     }
     expect(out).toBeGreaterThan(10);
+    expect(derived).toBeGreaterThan(300);
   });
 });

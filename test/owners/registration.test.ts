@@ -9,7 +9,8 @@ import type { Op } from '../../src/netlink/batch.js';
 import type { NftConn } from '../../src/netlink/conn.js';
 import { Batch } from '../../src/netlink/batch.js';
 import { loadOwners } from '../../src/owners/index.js';
-import { ownerSpec, withDaemon } from './fixtures.js';
+import { listTable, ownerSpec, startDaemon, withDaemon } from './fixtures.js';
+import { withNetns } from '../helpers/netns.js';
 
 /** Records the keeper socket's commits and reads. */
 function spy(conn: NftConn) {
@@ -87,21 +88,30 @@ describe('owners one at a time', () => {
     });
   }, 120_000);
 
-  it('a group of owners too big to echo is learnt by reading only the chains it added rules to, without decoding; the next registration reads nothing', async () => {
+  it('a group of owners is learnt from the kernel\'s echo of its batch, nothing read; a group too big to echo reads only the chains it added rules to, without decoding', async () => {
     await withDaemon('own-group', async ({ d, sock }) => {
       await Promise.all(Array.from({ length: 40 }, (_, i) => d.api('PUT', `/v1/owners/${id(i)}`, ownerSpec(i, 4))));
       await d.keeper.idle();
       const seen = spy(d.keeper.socket!);
+      const dumps = async () => (await d.keeper.metrics.dumps.get()).values[0]?.value ?? 0;
       const groups = d.registry.groups;
-      // 20 at once: one group (or a few), each batch well over the 64 messages the addon echoes.
+      const dumps0 = await dumps();
+      // 20 at once: one group (or a few), batches over the 64 messages acked one by one, echoed all the same.
       const r = await Promise.all(Array.from({ length: 20 }, (_, k) => d.api('PUT', `/v1/owners/g${k}`, ownerSpec(200 + k, 4))));
       expect(r.every((x) => x.status === 201)).toBe(true);
       expect(d.registry.groups - groups).toBeLessThan(20);
       expect(seen.commits.some((c) => c.length > 64)).toBe(true);
+      expect(seen.listRules + seen.listRuleDigests + seen.chains).toBe(0);
+      expect(await dumps()).toBe(dumps0);
+      // 20 owners of 60 rules at once: batches past the 1,024 messages echoed (native/batch.h kEchoUpTo).
+      const r2 = await Promise.all(Array.from({ length: 20 }, (_, k) => d.api('PUT', `/v1/owners/b${k}`, ownerSpec(300 + k, 60))));
+      expect(r2.every((x) => x.status === 201)).toBe(true);
+      expect(seen.commits.some((c) => c.length > 1024)).toBe(true);
       expect(seen.listRules).toBe(0);  // nothing decoded: the added chains' handles and digests only
+      expect(seen.listRuleDigests).toBeGreaterThan(0);
       const digests = seen.listRuleDigests;
       const commits = seen.commits.length;
-      expect((await d.api('PUT', '/v1/owners/h0', ownerSpec(300, 4))).status).toBe(201);
+      expect((await d.api('PUT', '/v1/owners/h0', ownerSpec(400, 4))).status).toBe(201);
       expect(seen.commits).toHaveLength(commits + 1);
       expect(seen.commits[commits]!).toHaveLength(5);  // its chain, its 3 rules, its jump
       expect(seen.listRules).toBe(0);
@@ -109,7 +119,7 @@ describe('owners one at a time', () => {
       // What the keeper knows is what the kernel holds: a full read finds nothing to do.
       (d.keeper as unknown as { readBackDue: boolean }).readBackDue = true;
       expect(await d.keeper.request('manual', 0)).toMatchObject({ status: 'in-sync', ops: 0 });
-      expect((await sock.listChains({ family: 'ip', table: 'nfkeeper' })).length).toBe(2 + 40 + 20 + 1);
+      expect((await sock.listChains({ family: 'ip', table: 'nfkeeper' })).length).toBe(2 + 40 + 20 + 20 + 1);
     });
   }, 120_000);
 
@@ -205,3 +215,74 @@ describe('owners one at a time', () => {
   }, 120_000);
 });
 
+
+describe('owners registered in flight, planned from the chains that changed', () => {
+  it('after hundreds of PUTs, re-PUTs and DELETEs in flight, the kernel holds what a fresh daemon installs from the state file, and the keeper\'s known state is the kernel\'s', async () => {
+    await withDaemon('own-flight', async ({ d, ns, dir }) => {
+      let seed = 11;
+      const rand = (n: number) => ((seed = (seed * 1103515245 + 12345) % 2147483648), Math.floor(seed / 65536) % n);
+      const seen = spy(d.keeper.socket!);
+      const live = new Set<string>();
+      // Rounds of 1 to 24 requests in flight: new ids anywhere in the id order, changed specs, removals.
+      for (let round = 0; round < 40; round++) {
+        const n = 1 + rand(24);
+        const reqs: Promise<unknown>[] = [];
+        const ids = new Set<string>();
+        for (let k = 0; k < n; k++) {
+          const i = rand(400);
+          const oid = id(i);
+          if (ids.has(oid)) continue;  // one request per id a round: the answers then say what it is now
+          ids.add(oid);
+          if (live.has(oid) && rand(4) === 0) {
+            live.delete(oid);
+            reqs.push(d.api('DELETE', `/v1/owners/${oid}`).then((r) => expect(r.status).toBe(200)));
+          } else {
+            live.add(oid);
+            reqs.push(d.api('PUT', `/v1/owners/${oid}`, ownerSpec(i + 1000 * rand(3), 2 + rand(6))).then((r) => expect([200, 201]).toContain(r.status)));
+          }
+        }
+        await Promise.all(reqs);
+      }
+      expect(live.size).toBeGreaterThan(150);
+      await d.keeper.idle();
+      // Planned without reading: after the first group, no owners pass dumped a rule.
+      expect(seen.listRules).toBe(0);
+
+      // The known state is the kernel's: every chain's handles in order, and each rule the desired one.
+      const known = (d.keeper as unknown as { reconciler: { known?: { table(t: unknown): { observed: { rules: Map<string, { handle?: number; exprs: unknown }[]> } } | undefined } } }).reconciler.known;
+      expect(known).toBeDefined();
+      const desired = (d.keeper as unknown as { desired: { family: string; name: string; chains: { name: string; rules: { compiled: { exprs: unknown } }[] }[] }[] }).desired;
+      const owned = desired.find((t) => t.name === 'nfkeeper')!;
+      const kt = known!.table(owned)!;
+      const kernel = await d.keeper.socket!.listRules({ family: 'ip', table: 'nfkeeper' });
+      const byChain = new Map<string, number[]>();
+      for (const r of kernel) byChain.set(r.chain, [...(byChain.get(r.chain) ?? []), r.handle!]);
+      expect([...kt.observed.rules.keys()].sort()).toEqual(owned.chains.map((c) => c.name).sort());
+      for (const c of owned.chains) {
+        const rules = kt.observed.rules.get(c.name)!;
+        expect(rules.map((r) => r.handle), c.name).toEqual(byChain.get(c.name) ?? []);
+        rules.forEach((r, j) => expect(r.exprs, `${c.name} rule ${j}`).toBe(c.rules[j]!.compiled.exprs));
+      }
+      // And a full read (digests, then a decoding read where they fail) finds nothing to do.
+      (d.keeper as unknown as { readBackDue: boolean }).readBackDue = true;
+      expect(await d.keeper.request('manual', 0)).toMatchObject({ status: 'in-sync', ops: 0 });
+
+      // A fresh daemon in another namespace, from the state file alone, installs the same ruleset.
+      const registered = listTable(ns);
+      await d.stop();
+      await withNetns(async (fresh) => {
+        const d2 = await startDaemon(fresh, dir);
+        try {
+          expect(d2.registry.size).toBe(live.size);
+          // Chains are listed in the order they were created: compared as a set of chains, each whole.
+          const chains = (text: string) => text.trim().replace(/\n}$/, '').split('\n\tchain ').map((c) => c.trim()).sort();
+          const want = chains(registered);
+          expect(want.length).toBe(2 + live.size + 1);
+          expect(chains(listTable(fresh))).toEqual(want);
+        } finally {
+          await d2.stop();
+        }
+      }, 'own-fresh');
+    });
+  }, 240_000);
+});
