@@ -686,8 +686,10 @@ export function planTable(batch: Batch, want: TableConfig, have: ObservedTable, 
     if (!rewrite.has(c.name) && !recreate.has(c.name)) continue;
     for (const r of c.rules) {
       for (const s of r.compiled.sets) batch.add('set', { ...s, family, table });
-      batch.add('rule', { family, table, chain: c.name, exprs: r.compiled.exprs,
-        ...(r.compiled.userdata ? { userdata: r.compiled.userdata } : {}) });
+      // One literal, not batch.add's spread: once optimized, V8 gave every spread copy a hidden
+      // class of its own (a map, descriptors and a property array: 270 bytes an op, 26 MB of an
+      // install of 100,000 rules). userdata undefined is the same as absent to the encoder.
+      batch.push({ verb: 'add', object: 'rule', family, table, chain: c.name, exprs: r.compiled.exprs, userdata: r.compiled.userdata });
     }
   }
 }
@@ -724,11 +726,16 @@ function emitEdit(batch: Batch, family: Family, table: string, c: ChainConfig, r
     if (x.op === 'delete') continue;
     const r = c.rules[x.want]!.compiled;
     for (const s of r.sets) batch.add('set', { ...s, family, table });
-    const body = { family, table, chain, exprs: r.exprs, ...(r.userdata ? { userdata: r.userdata } : {}), id: base + x.want };
-    if (x.op === 'replace' && !jumps(x.have)) batch.replace('rule', { ...body, handle: rules[x.have]!.handle! });
-    else if (!x.after) batch.insert('rule', body);  // at the head of the chain
-    else if (x.after.kind === 'kept') batch.add('rule', { ...body, position: rules[x.after.have]!.handle! });
-    else batch.add('rule', { ...body, positionId: base + x.after.want });
+    // Literals of one shape, not spread copies (see planTable's adds).
+    const id = base + x.want;
+    const userdata = r.userdata;
+    if (x.op === 'replace' && !jumps(x.have)) {
+      batch.push({ verb: 'replace', object: 'rule', family, table, chain, exprs: r.exprs, userdata, id, handle: rules[x.have]!.handle! });
+    } else if (!x.after) {
+      batch.push({ verb: 'insert', object: 'rule', family, table, chain, exprs: r.exprs, userdata, id });  // at the head of the chain
+    } else if (x.after.kind === 'kept') {
+      batch.push({ verb: 'add', object: 'rule', family, table, chain, exprs: r.exprs, userdata, id, position: rules[x.after.have]!.handle! });
+    } else batch.push({ verb: 'add', object: 'rule', family, table, chain, exprs: r.exprs, userdata, id, positionId: base + x.after.want });
   }
 }
 
