@@ -14,6 +14,7 @@ import type { Server } from 'node:http';
 import { getHeapStatistics } from 'node:v8';
 import { loadConfig, namespaceInterfaces, type Config } from './config/config.js';
 import { ConfigError, NfkeeperError } from './errors.js';
+import { compactAsCompiled } from './keeper/compact.js';
 import { Keeper } from './keeper/keeper.js';
 import { KeeperMetrics } from './metrics.js';
 import { serveMetrics } from './keeper/http.js';
@@ -133,7 +134,7 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
   try {
     // The namespace first: iif/oif names in the config resolve there.
     nsId = probeNamespace(o.netns);
-    config = loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns) });
+    config = loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns), compiled: compactAsCompiled() });
     // The owners come before the first pass: starting without them would collect their rules.
     const owners: Owner[] = config.owners ? loadOwners(config) : [];
     keeper = new Keeper({ config, netns: o.netns, intervalMs: o.intervalMs, events: o.events, logger: log, metrics, owners });
@@ -273,7 +274,7 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
   const reload = (why: string) => {
     let next: Config;
     try {
-      next = loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns) });
+      next = loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns), compiled: compactAsCompiled() });
     } catch (e) {
       metrics.reloadFailed.set(1);
       log.error({ err: e instanceof ConfigError ? e.message : e, why }, 'config reload rejected; keeping the old one');

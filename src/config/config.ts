@@ -9,8 +9,7 @@ import { readFileSync, statSync } from 'node:fs';
 import { LineCounter, parseDocument, isNode, isScalar, visit, type Document, type Scalar } from 'yaml';
 import * as z from 'zod';
 import { ConfigError, NfkeeperError } from '../errors.js';
-import type { Expr, Family, Hex } from '../netlink/expr.js';
-import { compactRule } from '../keeper/compact.js';
+import type { Family, Hex } from '../netlink/expr.js';
 import type { ChainType, Hook } from '../netlink/objects.js';
 import { JumpGraph, commentUserdata, compileRule, interfaceTable, RuleSyntaxError, type CompiledRule,
   type InterfaceResolver } from '../rules/index.js';
@@ -148,6 +147,12 @@ export interface LoadOptions {
   interfaces?: InterfaceResolver;
   /** The variables ${NAME} may use besides the env files (default: process.env). */
   environment?: Readonly<Record<string, string | undefined>>;
+  /**
+   * Called with each rule as soon as it is compiled. The daemon compacts it there
+   * (keeper/compact.ts: the compile's expressions then die young, not 27 MB of them promoted at
+   * 100,000 rules); `validate` and `check` skip that work.
+   */
+  compiled?: (rule: CompiledRule) => void;
 }
 
 /** A config file larger than this is refused before it is parsed. */
@@ -263,9 +268,6 @@ function buildConfig(raw: unknown, file: string, pos: PositionOf, options: LoadO
   const fail = (p: { line: number; col: number }, reason: string) => errors.push(new ConfigError(file, p.line, p.col, reason));
   const seenTables = new Set<string>();
   let setId = 1;
-  // Each rule in the form the keeper keeps (frozen, identical expressions shared: compact.ts) as
-  // soon as it is compiled, one sharing map for the whole config.
-  const shared = new Map<string, Expr>();
   const tables: TableConfig[] = parsed.data.tables.map((t, ti) => {
     const tkey = `${t.family} ${t.name}`;
     const tpos = pos(['tables', ti, 'name']);
@@ -308,7 +310,7 @@ function buildConfig(raw: unknown, file: string, pos: PositionOf, options: LoadO
           throw e;
         }
         setId += compiled.sets.length;
-        compactRule(compiled, shared);
+        options.compiled?.(compiled);
         const problem = graph.rule(ci, ri, compiled, base?.hook, base?.type);
         if (problem) fail(pos(rulePath(path, ri)), `rule ${ri + 1} of chain ${c.name}: ${problem}`);
         rules.push({ text: ruleText, compiled });

@@ -33,6 +33,12 @@ export function compactChains(chains: Iterable<Pick<ChainConfig, 'rules'>>, shar
   }
 }
 
+/** A loader's `compiled` hook that compacts each rule as it is compiled, sharing expressions across the config. */
+export function compactAsCompiled(): (compiled: ChainConfig['rules'][number]['compiled']) => void {
+  const shared = new Map<string, Expr>();
+  return (compiled) => compactRule(compiled, shared);
+}
+
 /**
  * Compacts one compiled rule in place. The config compacts each rule as it compiles it (issue 14):
  * the expressions a rule was compiled with then die young, instead of 100,000 rules' worth (27 MB
