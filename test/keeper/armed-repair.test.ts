@@ -13,21 +13,15 @@ import type { Keeper, RepairReport } from '../../src/keeper/keeper.js';
 import { Batch, type Op } from '../../src/netlink/batch.js';
 import { Monitor, type MonitorBatch } from '../../src/netlink/monitor.js';
 import { open, type NftSocket } from '../../src/netlink/socket.js';
-import { ruleKey } from '../../src/rules/index.js';
 import { createNetns, type Netns } from '../helpers/netns.js';
 import { sleep, until } from '../helpers/wait.js';
 import { nextRepair, startKeeper } from './helpers.js';
-import { planConfig } from './plan-fixtures.js';
+import { planConfig, readPlanChain } from './plan-fixtures.js';
 
 const WANT = [1, 2, 3, 4, 5];
 const where = { family: 'ip', table: 't', chain: 'c' } as const;
 const wantRules = planConfig(WANT).tables[0]!.chains[0]!.rules;
-
-async function chain(sock: NftSocket): Promise<{ handles: number[]; ok: boolean }> {
-  const rules = await sock.listRules(where);
-  const ok = rules.length === wantRules.length && rules.every((r, i) => ruleKey({ exprs: r.exprs, userdata: r.userdata }) === ruleKey(wantRules[i]!.compiled));
-  return { handles: rules.map((r) => r.handle!), ok };
-}
+const chain = (sock: NftSocket) => readPlanChain(sock, WANT);
 
 describe('the keeper arms the monitor with the repair of each owned rule', () => {
   let ns: Netns;

@@ -14,7 +14,7 @@ import { open, type NftSocket } from '../../src/netlink/socket.js';
 import { createNetns, type Netns } from '../helpers/netns.js';
 import { sleep, until } from '../helpers/wait.js';
 import { nextRepair, startKeeper } from './helpers.js';
-import { planConfig } from './plan-fixtures.js';
+import { planConfig, readPlanChain } from './plan-fixtures.js';
 
 const N = 10_000;
 const WANT = Array.from({ length: N }, (_, i) => i);
@@ -24,14 +24,7 @@ const where = { family: 'ip', table: 't', chain: 'c' } as const;
 const dumps = async (k: Keeper) => (await k.metrics.dumps.get()).values[0]?.value ?? 0;
 const retries = async (k: Keeper) => (await k.metrics.generationRetries.get()).values[0]?.value ?? 0;
 
-/** The chain's handles and rule keys, read with a socket of the test's own. */
-async function chain(sock: NftSocket): Promise<{ handles: number[]; ok: boolean }> {
-  const rules = await sock.listRules(where);
-  const want = planConfig(WANT).tables[0]!.chains[0]!.rules;
-  const { ruleKey } = await import('../../src/rules/index.js');
-  const ok = rules.length === want.length && rules.every((r, i) => ruleKey({ exprs: r.exprs, userdata: r.userdata }) === ruleKey(want[i]!.compiled));
-  return { handles: rules.map((r) => r.handle!), ok };
-}
+const chain = (sock: NftSocket) => readPlanChain(sock, WANT);
 
 describe('repairs from the event mirror, 10,000 owned rules', () => {
   let ns: Netns;
