@@ -360,6 +360,18 @@ function s7Section(x: S7Results): string[] {
     }
     out.push('');
   }
+  if (x.floor) {
+    const f = x.floor;
+    out.push(`**kernel floor of the one-by-one registration**: the batches an in-process keeper committed to register the same ${n} owners one by one ` +
+      `(one each), replayed into a fresh namespace from one bare socket, guarded and echoed as the keeper commits them, nothing else in between: ` +
+      'each commit is encoding, the kernel\'s transaction (which validates the whole owners table: every chain reachable from its base chains) and the acks. ' +
+      'With a listener on the nftables group, as the daemon\'s own monitor is, the kernel also builds every change\'s notification.', '',
+      '| the same batches | commits in total | rate | commit p50 / p99 | the last 100 (N - 100 to N owners) p50 |', '|---|---:|---:|---:|---:|');
+    for (const [what, g] of [['one bare socket', f], ['with a listener on the group', f.listened]] as const) {
+      out.push(`| ${what} | ${ms(g.totalMs * 1000)} | ${g.perSecond.toFixed(0)}/s | ${ms(g.commit.median)} / ${ms(g.commit.p99)} | ${ms(g.lastCommits.median)} |`);
+    }
+    out.push('');
+  }
   out.push('| daemon config | RSS | peak (VmHWM) |', '|---|---:|---:|');
   for (const r of x.rss) out.push(`| ${r.config} | ${r.rssMiB.toFixed(1)} MiB | ${r.hwmMiB.toFixed(1)} MiB |`);
   return out;
@@ -369,6 +381,9 @@ function s7Targets(x: S7Results): string[] {
   const verdict = (ok: boolean, by: string) => (ok ? 'met' : `**missed** (${by})`);
   const out = [
     `- registering ${x.owners.toLocaleString('en-US')} owners one by one ≥ 1,000/s: ${x.register.perSecond.toFixed(0)}/s (${verdict(x.register.perSecond >= 1000, `${ratio(1000, x.register.perSecond)} short`)})`,
+    ...(x.floor ? [`- the kernel's share of it, in the same run (the same batches from one socket, nothing else): ${x.floor.perSecond.toFixed(0)}/s bare, ` +
+      `${x.floor.listened.perSecond.toFixed(0)}/s with a listener on the nftables group as the daemon has; ` +
+      `so one by one ≥ 1,000/s leaves the daemon ${Math.max(0, 1000 - x.floor.listened.totalMs).toFixed(0)} ms for everything else of ${x.owners.toLocaleString('en-US')} requests (HTTP, JSON, compile, the journal's fdatasync, its own passes)`] : []),
     ...(x.concurrent ?? []).map((r) => `- the same with ${r.inFlight} PUTs in flight: ${r.perSecond.toFixed(0)}/s (${r.perSecond >= 1000 ? '≥ 1,000/s' : `${ratio(1000, r.perSecond)} short of 1,000/s`})`),
     `- one registration O(owner) ops and O(1) round trips: ${x.one.ops} ops and ${x.one.reads} reads at ${x.owners.toLocaleString('en-US')} owners; removal ${x.one.removeOps} ops, ${x.one.removeReads} reads`,
     `- a pass at ${x.owners.toLocaleString('en-US')} owners ≤ 10 ms when only the generation moved: p50 ${ms(x.pass.median)} (${verdict(x.pass.median <= 10_000, `${ratio(x.pass.median, 10_000)}`)})` +
@@ -377,7 +392,12 @@ function s7Targets(x: S7Results): string[] {
   const mb = (v: number) => v * 1.048576;
   for (const [match, limit] of [['flannel', 64], ['10,000', 96], ['100,000', 160]] as const) {
     const r = x.rss.find((y) => y.config.includes(match));
-    if (r) out.push(`- RSS ≤ ${limit} MB with ${r.config}: ${mb(r.rssMiB).toFixed(0)} MB, peak ${mb(r.hwmMiB).toFixed(0)} MB (${verdict(mb(r.hwmMiB) <= limit, `${(mb(r.hwmMiB) - limit).toFixed(0)} MB over at the peak`)})`);
+    // The issue's limit is on the daemon's RSS at rest (15 s after ready); the start-up peak is held
+    // against the same limit beside it, since a container's memory limit set there would meet it.
+    if (r) {
+      out.push(`- RSS ≤ ${limit} MB with ${r.config}: ${mb(r.rssMiB).toFixed(1)} MB at rest (${verdict(mb(r.rssMiB) <= limit, `${(mb(r.rssMiB) - limit).toFixed(1)} MB over`)}); ` +
+        `start-up peak ${mb(r.hwmMiB).toFixed(1)} MB (${mb(r.hwmMiB) <= limit ? 'within the limit too' : `**over the limit by ${(mb(r.hwmMiB) - limit).toFixed(1)} MB**`})`);
+    }
   }
   return out;
 }

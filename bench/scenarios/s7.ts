@@ -25,8 +25,10 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { parseConfig } from '../../src/config/config.js';
 import { Keeper, type RepairReport } from '../../src/keeper/keeper.js';
 import { Batch } from '../../src/netlink/batch.js';
+import { Monitor } from '../../src/netlink/monitor.js';
 import { PROJECT_ROOT } from '../../src/native.js';
-import { open } from '../../src/netlink/socket.js';
+import { NftSocket, open } from '../../src/netlink/socket.js';
+import type { Op } from '../../src/netlink/batch.js';
 import { OwnerRegistry, call } from '../../src/owners/index.js';
 import { compileOwner } from '../../src/owners/spec.js';
 import { ownersTable } from '../../src/owners/state.js';
@@ -51,6 +53,30 @@ export interface S7Results {
   passAfterPut?: Summary;
   passAfterPutReads?: number;
   rss: { config: string; rssMiB: number; hwmMiB: number }[];
+  /** The kernel's share of the one-by-one registration: the same batches committed from one bare socket. */
+  floor?: KernelFloor;
+}
+
+/**
+ * What one registration at a time cannot go below on this kernel: the batches an in-process
+ * keeper committed to register the same N owners one by one, replayed into a fresh namespace from
+ * one bare socket (each guarded by the generation and echoed, as the keeper commits them), nothing
+ * else between them. Each commit's time is encode + sendmsg (the kernel's transaction, with its
+ * validation of the whole table) + the acks.
+ */
+export interface KernelFloor {
+  owners: number;
+  /** The registrations' commits, one after another, in total (ms) and as owners per second. */
+  totalMs: number;
+  perSecond: number;
+  /** Each registration's commit, microseconds. */
+  commit: Summary;
+  /** The last 100 registrations' commits (the table at N - 100 to N owners), microseconds. */
+  lastCommits: Summary;
+  /** The same with a listener on the nftables multicast group (the daemon's monitor is one). */
+  listened: Pick<KernelFloor, 'totalMs' | 'perSecond' | 'commit' | 'lastCommits'>;
+  /** The start-up batches replayed before the registrations (not timed). */
+  setupBatches: number;
 }
 
 export interface S7Options {
@@ -190,6 +216,86 @@ export async function registerOwners(o: { root: string; dir: string; port: numbe
   });
 }
 
+/**
+ * KernelFloor: records the batches an in-process keeper commits while N owners are registered one
+ * by one (OwnerRegistry.put, as the control socket's PUT does), then replays them from a bare socket.
+ */
+export async function kernelFloor(o: { dir: string; owners: number; log: (msg: string) => void }): Promise<KernelFloor> {
+  const config = parseConfig(ownersYaml(o.dir), join(o.dir, 'owners.yaml'));
+  const setup: Op[][] = [];
+  const registrations: Op[][] = [];
+  let recording: Op[][] = setup;
+  const proto = NftSocket.prototype as unknown as Record<'commit' | 'commitNow', (this: NftSocket, b: Batch | readonly Op[], opts?: object) => unknown>;
+  const original = { commit: proto.commit, commitNow: proto.commitNow };
+  const record = (b: Batch | readonly Op[]) => {
+    const ops = b instanceof Batch ? b.ops : b;
+    if (ops.length > 0) recording.push([...ops]);
+  };
+  proto.commit = function (b, opts) { record(b); return original.commit.call(this, b, opts); };
+  proto.commitNow = function (b, opts) {
+    const r = original.commitNow.call(this, b, opts);
+    if (r !== false) record(b);  // false: not committed, the caller commits it the other way
+    return r;
+  };
+  try {
+    await withBenchNetns('s7-floor-rec', async (ns) => {
+      const keeper = new Keeper({ config, netns: ns.path, intervalMs: 3_600_000, owners: [] });
+      keeper.on('error', () => undefined);
+      await keeper.start();
+      try {
+        const registry = new OwnerRegistry(config, [], (next) => keeper.setOwners(next));
+        for (let i = 0; i < o.owners; i++) {
+          recording = registrations;
+          const before = registrations.length;
+          await registry.put(id(i), ownerSpec(i, 10));
+          if (registrations.length !== before + 1) throw new Error(`S7 floor: registering ${id(i)} committed ${registrations.length - before} batches, not 1`);
+        }
+      } finally {
+        recording = [];
+        await keeper.stop();
+      }
+    });
+  } finally {
+    proto.commit = original.commit;
+    proto.commitNow = original.commitNow;
+  }
+  const replay = (listening: boolean) => withBenchNetns(`s7-floor${listening ? 'm' : ''}`, async (ns) => {
+    const sock = open({ netns: ns.path });
+    // The daemon listens to the nftables group (its monitor): with a listener the kernel also builds
+    // each change's notification. The listener here takes them and does nothing else.
+    const monitor = listening ? new Monitor({ netns: ns.path, tables: [{ family: 'ip', name: 'nfkeeper' }], onBatch: () => undefined }) : undefined;
+    try {
+      // Handles are the table's counter: the same batches in the same order get the same handles.
+      for (const ops of setup) await sock.commit(ops, { expectGeneration: sock.generation(), echo: true });
+      const commits: number[] = [];
+      for (const ops of registrations) {
+        const gen = sock.generation();
+        const t = performance.now();
+        await sock.commit(ops, { expectGeneration: gen, echo: true });
+        commits.push(us(t));
+      }
+      const chains = (await sock.listChains({ family: 'ip', table: 'nfkeeper' })).length;
+      if (chains !== o.owners + 2) throw new Error(`S7 floor: ${chains} chains in the kernel after replaying ${o.owners} registrations`);
+      return commits;
+    } finally {
+      monitor?.close();
+      sock.close();
+    }
+  });
+  const floorOf = (commits: number[]) => {
+    const totalMs = commits.reduce((a, b) => a + b, 0) / 1000;
+    return { totalMs, perSecond: o.owners / (totalMs / 1000), commit: summarize(commits), lastCommits: summarize(commits.slice(-100)) };
+  };
+  const bare = floorOf(await replay(false));
+  const listened = floorOf(await replay(true));
+  const r: KernelFloor = { owners: o.owners, ...bare, listened, setupBatches: setup.length };
+  for (const [what, f] of [['one bare socket', bare], ['the same with a listener on the nftables group (as the daemon\'s monitor)', listened]] as const) {
+    o.log(`    kernel floor, ${what}: the same ${o.owners} registrations' batches, ${f.totalMs.toFixed(0)} ms of commits ` +
+      `(${f.perSecond.toFixed(0)}/s), commit p50 ${(f.commit.median / 1000).toFixed(2)} ms, the last 100 p50 ${(f.lastCommits.median / 1000).toFixed(2)} ms`);
+  }
+  return r;
+}
+
 export async function runS7(o: S7Options): Promise<S7Results> {
   const root = o.root ?? PROJECT_ROOT;
   const dir = mkdtempSync(join(tmpdir(), 'nfk-s7-'));
@@ -200,6 +306,8 @@ export async function runS7(o: S7Options): Promise<S7Results> {
     // Registration against the daemon as its own process: one by one, then with requests in flight.
     const reg = await registerOwners({ root, dir, port, owners: o.owners, inFlight: 1, log: o.log, settleMs: 12_000 });
     out.register = { ...reg, rssMiB: reg.rssMiB!, hwmMiB: reg.hwmMiB! };
+    // The kernel's share of it, in the same run.
+    out.floor = await kernelFloor({ dir, owners: o.owners, log: o.log });
     out.concurrent = [];
     for (const inFlight of o.inFlight ?? []) out.concurrent.push(await registerOwners({ root, dir, port, owners: o.owners, inFlight, log: o.log }));
 
