@@ -6,7 +6,7 @@
  */
 import { isAscii } from 'node:buffer';
 import { readFileSync, statSync } from 'node:fs';
-import { LineCounter, parseDocument, isNode, isScalar, visit, type Document, type Scalar } from 'yaml';
+import { CST, Lexer, LineCounter, parseDocument, isNode, isScalar, visit, type Document, type Scalar } from 'yaml';
 import * as z from 'zod';
 import { ConfigError, NfkeeperError } from '../errors.js';
 import type { Family, Hex } from '../netlink/expr.js';
@@ -197,6 +197,16 @@ function checkSize(text: string, file: string): void {
 /** Where a node of the raw document was written; `innerColumn` is a column inside a rule's text. */
 type PositionOf = (path: (string | number)[], innerColumn?: number) => { line: number; col: number };
 
+/**
+ * Where the raw document's nodes were written. `pos` is for errors (for YAML it parses the text
+ * again the first time); `order` sorts a table's sets and maps in the order they were written, on
+ * every load, so it reads no position there.
+ */
+interface Positions {
+  pos: PositionOf;
+  order(path: (string | number)[]): number;
+}
+
 /** What ${NAME} substitution did to a document (YAML only; an nft file has none). */
 interface Substitutions {
   files: string[];
@@ -207,11 +217,46 @@ interface Substitutions {
 
 const NO_SUBSTITUTIONS: Substitutions = { files: [], used: new Set(), originalAt: () => undefined };
 
-/** Validates YAML config text; `file` names it in errors. Throws ConfigError. */
+/**
+ * Validates YAML config text; `file` names it in errors. Throws ConfigError.
+ *
+ * The YAML document (and its parse tree) is dropped before the rules are compiled: at 100,000
+ * rules the tree was 70 MiB and the document 18 MiB of the start-up's peak (issue 14). Positions
+ * and the texts before substitution are needed for an error only: the first error parses the text
+ * again (the same parse, the same variables) and reads them there, as exact as before.
+ */
 export function parseConfig(text: string, file = '<config>', options: LoadOptions = {}): Config {
   checkSize(text, file);
+  const environment = options.environment ?? process.env;
+  const read = readElided(text, file, environment) ?? readYaml(text, file, environment);
+  let full: ReturnType<typeof reparse> | undefined;
+  const again = () => (full ??= reparse(text, file, read.vars, read.sources));
+  return buildConfig(read.raw, file, {
+    pos: (path, inner) => positionOf(again().doc, again().lines, path, inner),
+    order: (path) => read.order.get(path.join('\0')) ?? 0,
+  }, options, {
+    files: read.files, used: read.used, originalAt: (path) => again().substituted.get(again().doc.getIn(path, true) as Scalar),
+  });
+}
+
+/** What a YAML text's read leaves for buildConfig: the plain tree, and no reference to the document. */
+interface YamlRead {
+  raw: unknown;
+  files: string[];
+  used: ReadonlySet<string>;
+  /** The variables ${NAME} took their values from (for a parse again on an error: the same values). */
+  vars: ReadonlyMap<string, string>;
+  sources: string;
+  /** Where each table's sets and maps start (an offset; their order, sets and maps mixed, is the file's). */
+  order: ReadonlyMap<string, number>;
+}
+
+const YAML_OPTIONS = { prettyErrors: false, uniqueKeys: true } as const;
+
+/** Parses `text` (the config or its elided form, elideRuns), substitutes ${NAME}, and gives the plain tree. */
+function readYaml(text: string, file: string, environment: Readonly<Record<string, string | undefined>>): YamlRead {
   const lines = new LineCounter();
-  const doc = parseDocument(text, { lineCounter: lines, prettyErrors: false, uniqueKeys: true });
+  const doc = parseDocument(text, { ...YAML_OPTIONS, lineCounter: lines });
   const at = (offset: number) => lines.linePos(offset);
   if (doc.errors.length > 0) {
     throw errorsOf(doc.errors.map((err) => {
@@ -219,7 +264,8 @@ export function parseConfig(text: string, file = '<config>', options: LoadOption
       return new ConfigError(file, pos.line, pos.col, err.message.split('\n')[0]!);
     }));
   }
-  const env = substituteVariables(doc, text, lines, file, options.environment ?? process.env);
+  const { files, vars, sources } = variablesOf(doc, lines, file, environment);
+  const { used } = substituteVariables(doc, text, lines, file, vars, sources);
   let raw: unknown;
   try {
     raw = doc.toJS() ?? {};
@@ -229,9 +275,52 @@ export function parseConfig(text: string, file = '<config>', options: LoadOption
     const pos = at(firstAliasProblem(doc) ?? 0);
     throw new ConfigError(file, pos.line, pos.col, (e as Error).message.split('\n')[0]!);
   }
-  return buildConfig(raw, file, (path, inner) => positionOf(doc, lines, path, inner), options, {
-    files: env.files, used: env.used, originalAt: (path) => env.substituted.get(doc.getIn(path, true) as Scalar),
+  return { raw, files, used, vars, sources, order: setsOrder(doc, raw) };
+}
+
+/** The document of `text` again, substituted with the variables of its first read, for an error's position and original text. */
+function reparse(text: string, file: string, vars: ReadonlyMap<string, string>, sources: string) {
+  const lines = new LineCounter();
+  const doc = parseDocument(text, { ...YAML_OPTIONS, lineCounter: lines });
+  const { substituted } = substituteVariables(doc, text, lines, file, vars, sources);
+  return { doc, lines, substituted };
+}
+
+/**
+ * The start of each table's sets and maps in the document (positionOf's node, as an offset), keyed
+ * by path: buildSets puts them in this order without a position read on the success path.
+ */
+function setsOrder(doc: Document, raw: unknown): Map<string, number> {
+  const order = new Map<string, number>();
+  const tables = (raw as { tables?: unknown } | null)?.tables;
+  if (!Array.isArray(tables)) return order;
+  tables.forEach((t: unknown, ti) => {
+    for (const kind of ['sets', 'maps']) {
+      const list = (t as Record<string, unknown> | null)?.[kind];
+      if (!Array.isArray(list)) continue;
+      for (let si = 0; si < list.length; si++) {
+        const path = ['tables', ti, kind, si];
+        order.set(path.join('\0'), offsetOf(doc, path));
+      }
+    }
   });
+  return order;
+}
+
+/**
+ * A big file read with its long runs of plain one-line list items (a chain's rules) left out of the
+ * YAML parse (elideRuns) and put back into the plain tree; undefined when the file has no such runs
+ * or anything in that read fails (then readYaml reads the whole file and says exactly what).
+ */
+function readElided(text: string, file: string, environment: Readonly<Record<string, string | undefined>>): YamlRead | undefined {
+  const elided = elideRuns(text);
+  if (!elided) return undefined;
+  try {
+    const read = readYaml(elided.text, file, environment);
+    return restoreRuns(read.raw, elided.runs) ? read : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 /**
@@ -241,14 +330,21 @@ export function parseConfig(text: string, file = '<config>', options: LoadOption
 export function parseNftConfig(text: string, file = '<config>', options: LoadOptions = {}): Config {
   checkSize(text, file);
   const nft = readNftFile(text, file);
-  return buildConfig(nft.raw, file, (path, inner) => nft.positionOf(path, inner), options, NO_SUBSTITUTIONS);
+  const pos: PositionOf = (path, inner) => nft.positionOf(path, inner);
+  // (line, column) as one number: a line's columns are fewer than 2^26 in a file of at most 32 MiB
+  const order = (path: (string | number)[]) => {
+    const p = pos(path);
+    return p.line * 2 ** 26 + p.col;
+  };
+  return buildConfig(nft.raw, file, { pos, order }, options, NO_SUBSTITUTIONS);
 }
 
 /**
  * The schema, the rules and the cross-references, whichever syntax the document came from.
  * Every table, chain and rule is checked; the errors are thrown together (ConfigError.all).
  */
-function buildConfig(raw: unknown, file: string, pos: PositionOf, options: LoadOptions, env: Substitutions): Config {
+function buildConfig(raw: unknown, file: string, where: Positions, options: LoadOptions, env: Substitutions): Config {
+  const { pos } = where;
   const plain = plainTables(raw);
   const parsed = plain ? { success: true as const, data: plain, error: undefined } : CONFIG_SCHEMA.safeParse(raw);
   if (!parsed.success) {
@@ -270,13 +366,14 @@ function buildConfig(raw: unknown, file: string, pos: PositionOf, options: LoadO
   let setId = 1;
   const tables: TableConfig[] = parsed.data.tables.map((t, ti) => {
     const tkey = `${t.family} ${t.name}`;
-    const tpos = pos(['tables', ti, 'name']);
-    if (seenTables.has(tkey)) fail(tpos, `table ${tkey} is listed twice`);
+    // (positions only for an error: a YAML config's are read by parsing it again)
+    const tpos = () => pos(['tables', ti, 'name']);
+    if (seenTables.has(tkey)) fail(tpos(), `table ${tkey} is listed twice`);
     seenTables.add(tkey);
     const chainNames = new Set(t.chains.map((c) => c.name));
-    if (chainNames.size !== t.chains.length) fail(tpos, `table ${tkey} lists a chain twice`);
+    if (chainNames.size !== t.chains.length) fail(tpos(), `table ${tkey} lists a chain twice`);
     const chainName = new Map(t.chains.map((c) => [c.name, c.name]));
-    const sets = buildSets(t, ti, pos, fail, chainName);
+    const sets = buildSets(t, ti, where, fail, chainName);
     const namedSets = new Map<string, NftSet>(sets.map((x) => [x.name, x.set]));
     const graph = new JumpGraph(t.chains.map((c) => c.name));
     const chains: ChainConfig[] = t.chains.map((c, ci) => {
@@ -345,10 +442,10 @@ function buildConfig(raw: unknown, file: string, pos: PositionOf, options: LoadO
       fail(pos(['owners', 'table']), `owners.table: table ${owners.family} ${owners.table} is not in tables`);
     } else {
       owners.dispatch.forEach((name, i) => {
-        const p = pos(['owners', 'dispatch', i]);
+        const p = () => pos(['owners', 'dispatch', i]);
         if (!table.chains.some((c) => c.name === name)) {
-          fail(p, `owners.dispatch: chain ${name} is not a chain of table ${owners.family} ${owners.table}`);
-        } else if (owners.dispatch.indexOf(name) !== i) fail(p, `owners.dispatch: chain ${name} is listed twice`);
+          fail(p(), `owners.dispatch: chain ${name} is not a chain of table ${owners.family} ${owners.table}`);
+        } else if (owners.dispatch.indexOf(name) !== i) fail(p(), `owners.dispatch: chain ${name} is listed twice`);
       });
     }
   }
@@ -424,14 +521,14 @@ type RawTableParsed = z.infer<typeof TABLE>;
  * they were written, sets and maps mixed, since nft creates (and lists) them
  * in that order. Errors carry the position of what is wrong.
  */
-function buildSets(t: RawTableParsed, ti: number, pos: PositionOf,
+function buildSets(t: RawTableParsed, ti: number, { pos, order }: Positions,
   fail: (p: { line: number; col: number }, reason: string) => void, chainName: ReadonlyMap<string, string>): SetConfig[] {
-  const out: { at: { line: number; col: number }; set: SetConfig }[] = [];
+  const out: { at: number; set: SetConfig }[] = [];
   const seen = new Set<string>();
   for (const kind of ['sets', 'maps'] as const) {
     t[kind].forEach((raw, si) => {
       const path = ['tables', ti, kind, si];
-      const at = pos(path);
+      const at = order(path);
       if (seen.has(raw.name)) fail(pos([...path, 'name']), `table ${t.family} ${t.name} declares set or map ${raw.name} twice`);
       seen.add(raw.name);
       const built = buildSet(raw, kind === 'maps', { family: t.family, table: t.name },
@@ -453,17 +550,16 @@ function buildSets(t: RawTableParsed, ti: number, pos: PositionOf,
       out.push({ at, set: built });
     });
   }
-  out.sort((a, b) => a.at.line - b.at.line || a.at.col - b.at.col);
+  out.sort((a, b) => a.at - b.at);
   return out.map((x) => x.set);
 }
 
 /**
- * Validates the env section, reads its files, and replaces ${NAME} in every
- * string value outside that section, in place in the document (so later
- * errors keep their positions). Env files win over the process environment:
- * they are re-read on every reload, the environment is fixed at start.
+ * Validates the env section and reads its files: the variables ${NAME} takes values from. Env
+ * files win over the process environment: they are re-read on every reload, the environment is
+ * fixed at start.
  */
-function substituteVariables(doc: Document, text: string, lines: LineCounter, file: string,
+function variablesOf(doc: Document, lines: LineCounter, file: string,
   environment: Readonly<Record<string, string | undefined>>) {
   const envNode = doc.getIn(['env'], true);
   let envRaw: unknown = envNode;
@@ -488,6 +584,15 @@ function substituteVariables(doc: Document, text: string, lines: LineCounter, fi
     for (const [k, v] of readEnvFile(f, { file, ...positionOf(doc, lines, ['env', 'files', i]) })) vars.set(k, v);
   });
   const sources = files.length ? `environment and env files ${files.join(', ')}` : 'environment; env.files lists none';
+  return { files, vars, sources };
+}
+
+/**
+ * Replaces ${NAME} in every string value outside the env section, in place in the document (so
+ * later errors keep their positions); `substituted` holds the original text of each value changed.
+ */
+function substituteVariables(doc: Document, text: string, lines: LineCounter, file: string,
+  vars: ReadonlyMap<string, string>, sources: string) {
   const used = new Set<string>();
   const substituted = new Map<Scalar, string>();
   visit(doc, {
@@ -512,7 +617,7 @@ function substituteVariables(doc: Document, text: string, lines: LineCounter, fi
       node.value = r.value;
     },
   });
-  return { files, used, substituted };
+  return { used, substituted };
 }
 
 /** Where `needle` (not escaped by a preceding $) first occurs in the scalar's source, else the scalar's start. */
@@ -535,21 +640,172 @@ function firstAliasProblem(doc: Document): number | undefined {
   return found;
 }
 
-function positionOf(doc: Document, lines: LineCounter, path: (string | number)[], innerColumn?: number) {
-  // The deepest node on the path that exists.
+/** The start of the deepest node on `path` that exists (0: none). */
+function offsetOf(doc: Document, path: (string | number)[]): number {
+  return nodeOn(doc, path)?.range[0] ?? 0;
+}
+
+function nodeOn(doc: Document, path: (string | number)[]) {
   for (let n = path.length; n >= 0; n--) {
     const node = n === 0 ? doc.contents : doc.getIn(path.slice(0, n), true);
     const range = (node as { range?: [number, number, number] } | null)?.range;
-    if (range) {
-      let offset = range[0];
-      if (innerColumn !== undefined && isScalar(node)) {
-        const quoted = node.type === 'QUOTE_DOUBLE' || node.type === 'QUOTE_SINGLE';
-        offset += (quoted ? 1 : 0) + innerColumn - 1;
-      }
-      return lines.linePos(offset);
-    }
+    if (range) return { node, range };
   }
-  return { line: 1, col: 1 };
+  return undefined;
+}
+
+function positionOf(doc: Document, lines: LineCounter, path: (string | number)[], innerColumn?: number) {
+  // The deepest node on the path that exists.
+  const found = nodeOn(doc, path);
+  if (!found) return { line: 1, col: 1 };
+  const { node, range } = found;
+  let offset = range[0];
+  if (innerColumn !== undefined && isScalar(node)) {
+    const quoted = node.type === 'QUOTE_DOUBLE' || node.type === 'QUOTE_SINGLE';
+    offset += (quoted ? 1 : 0) + innerColumn - 1;
+  }
+  return lines.linePos(offset);
+}
+
+/**
+ * Long runs of list items are left out of a big file's YAML parse: the parse tree (yaml's CST) of
+ * 100,000 rules was 70 MiB on top of the 18 MiB document, the start-up's peak (issue 14). Only
+ * files this long, and runs this long, are elided; everything else is parsed as written.
+ */
+const ELIDE_MIN_CHARS = 64 << 10;
+const ELIDE_MIN_RUN = 64;
+/** A placeholder item is this and the run's index; a file that has this text anywhere is not elided. */
+const ELIDED = '__nfkeeper_elided_run_';
+
+/** yaml's lexer's markers (yaml/dist/parse/cst.js): tokens that are not characters of the text. */
+const DOCUMENT = '\x02';
+const FLOW_END = '\x18';
+const SCALAR = '\x1f';
+/** The plain scalars the core schema reads as null or a boolean (other non-strings do not start with a letter). */
+const NOT_STRINGS: ReadonlySet<string> = new Set(['null', 'Null', 'NULL', 'true', 'True', 'TRUE', 'false', 'False', 'FALSE']);
+
+/**
+ * The text with each run of ELIDE_MIN_RUN or more consecutive lines `<indent>- <plain scalar>`,
+ * at one indentation, replaced by one such line whose scalar is a placeholder; and the runs' values.
+ * Lines are read with yaml's own lexer, so a line inside a block scalar, a quoted string or a flow
+ * collection is what the parser takes it for. An elided value is a plain one-line scalar that the
+ * parser takes as that same string: it starts with a letter, is not null or a boolean, has no `$`
+ * (substitution stays the document's), and is followed by the newline (no comment, no trailing
+ * space). A file with an alias, a tag or a directive is not elided (an alias or a tag could make
+ * a list something else; a directive could change the schema).
+ */
+export function elideRuns(text: string): { text: string; runs: string[][] } | undefined {
+  if (text.length < ELIDE_MIN_CHARS || text.includes(ELIDED)) return undefined;
+  const runs: string[][] = [];
+  const parts: string[] = [];
+  let copied = 0;
+  let run: string[] = [];
+  let runStart = 0;
+  let runEnd = -1;
+  let runIndent = '';
+  const close = () => {
+    if (run.length >= ELIDE_MIN_RUN) {
+      parts.push(text.slice(copied, runStart), `${runIndent}- ${ELIDED}${runs.length}\n`);
+      runs.push(run);
+      copied = runEnd;
+    }
+    run = [];
+  };
+  let offset = 0;
+  let flow = 0;
+  // The line so far: 0 at its start, 1 after the indentation, 2 after `-`, 3 after the space,
+  // 4 after the scalar marker, 5 after the scalar; -1 for a line that is not an item to elide.
+  let state = 0;
+  let lineStart = 0;
+  let indent = '';
+  let value = '';
+  for (const tok of new Lexer().lex(text)) {
+    if (tok === DOCUMENT || tok === FLOW_END) continue;
+    if (tok === SCALAR) {
+      state = state === 3 && flow === 0 ? 4 : -1;
+      continue;
+    }
+    offset += tok.length;
+    const type = CST.tokenType(tok);
+    if (type === 'newline' && tok !== '') {
+      if (state === 5 && tok === '\n') {
+        if (run.length === 0 || indent !== runIndent || lineStart !== runEnd) {
+          close();
+          runStart = lineStart;
+          runIndent = indent;
+        }
+        run.push(value);
+        runEnd = offset;
+      } else close();
+      state = 0;
+      lineStart = offset;
+      indent = '';
+      continue;
+    }
+    switch (type) {
+      case 'alias': case 'tag': case 'directive-line': return undefined;
+      case 'flow-map-start': case 'flow-seq-start': flow++; break;
+      case 'flow-map-end': case 'flow-seq-end': flow--; break;
+      default: break;
+    }
+    if (state === 4) {
+      const c = tok.charCodeAt(0);
+      const letter = (c >= 65 && c <= 90) || (c >= 97 && c <= 122);
+      state = letter && !tok.includes('\n') && !tok.includes('$') && !NOT_STRINGS.has(tok) ? 5 : -1;
+      value = tok;
+    } else if (type === 'space' && /^ +$/.test(tok) && (state === 0 || state === 2)) {
+      if (state === 0) indent = tok;
+      state++;
+    } else if (type === 'seq-item-ind' && (state === 0 || state === 1)) {
+      state = 2;
+    } else state = -1;
+  }
+  close();
+  if (offset !== text.length || runs.length === 0) return undefined;
+  parts.push(text.slice(copied));
+  return { text: parts.join(''), runs };
+}
+
+/**
+ * Puts elided runs back: each placeholder item of the plain tree becomes its run's values, in
+ * place (an array reached twice is restored once). False if a placeholder is not where an item
+ * is (the read is then not used).
+ */
+export function restoreRuns(raw: unknown, runs: readonly string[][]): boolean {
+  const runOf = (v: string) => (v.startsWith(ELIDED) && /^\d+$/.test(v.slice(ELIDED.length)) ? runs[Number(v.slice(ELIDED.length))] : undefined);
+  const done = new Set<unknown>();
+  let restored = 0;
+  let stray = false;
+  const walk = (x: unknown): void => {
+    if (typeof x !== 'object' || x === null || done.has(x)) return;
+    done.add(x);
+    if (Array.isArray(x)) {
+      let found = false;
+      for (const v of x) {
+        if (typeof v !== 'string') walk(v);
+        else if (runOf(v) !== undefined) found = true;
+        else if (v.includes(ELIDED)) stray = true;
+      }
+      if (!found) return;
+      const items = x.splice(0);
+      for (const v of items) {
+        const values = typeof v === 'string' ? runOf(v) : undefined;
+        if (values === undefined) {
+          x.push(v);
+          continue;
+        }
+        for (const r of values) x.push(r);
+        restored++;
+      }
+      return;
+    }
+    for (const [k, v] of Object.entries(x)) {
+      if (k.includes(ELIDED) || (typeof v === 'string' && v.includes(ELIDED))) stray = true;
+      walk(v);
+    }
+  };
+  walk(raw);
+  return !stray && restored === runs.length;
 }
 
 /**

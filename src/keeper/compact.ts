@@ -15,10 +15,42 @@ import type { Expr } from '../netlink/expr.js';
 
 const EMPTY: never[] = Object.freeze([]) as never[];
 
+/** Expressions seen once that a pool remembers at most (see ExprPool). */
+const CANDIDATES = 4096;
+
+/**
+ * Identical expressions as one frozen object. An expression is a candidate when first seen and
+ * shared from its second sighting on; candidates are forgotten CANDIDATES at a time. Every
+ * expression's JSON kept until the end of a load was 13 MiB of the heap at 100,000 rules that each
+ * match their own address (100,000 keys of expressions no other rule has), live through the
+ * compile and garbage at the install's commit, the start-up's peak (issue 14). What that costs: an
+ * expression met again only after CANDIDATES others is one more object, shared from then on.
+ */
+export class ExprPool {
+  private readonly shared = new Map<string, Expr>();
+  private candidates = new Map<string, Expr>();
+
+  intern(e: Expr): Expr {
+    const key = JSON.stringify(e);
+    const s = this.shared.get(key);
+    if (s !== undefined) return s;
+    const c = this.candidates.get(key);
+    if (c !== undefined) {
+      this.candidates.delete(key);
+      this.shared.set(key, c);
+      return c;
+    }
+    if (this.candidates.size >= CANDIDATES) this.candidates = new Map();
+    // Frozen as they are: a frozen copy made by spreading gets a hidden class of its own (~250 bytes).
+    this.candidates.set(key, Object.freeze(e));
+    return e;
+  }
+}
+
 /** Compacts the compiled rules of `tables` in place (each compiled rule once: its frozen list says it was). */
 export function compactRules(tables: readonly TableConfig[]): void {
   // Per call: expressions are shared within one desired state; an older one's go with it.
-  const shared = new Map<string, Expr>();
+  const shared = new ExprPool();
   for (const t of tables) compactChains(t.chains, shared);
 }
 
@@ -27,7 +59,7 @@ export function compactRules(tables: readonly TableConfig[]): void {
  * are compacted once, when compiled (src/owners/spec.ts): a registration then need not walk every
  * other owner's rules to find them compacted already (1.7 ms a PUT at 1,000 owners).
  */
-export function compactChains(chains: Iterable<Pick<ChainConfig, 'rules'>>, shared = new Map<string, Expr>()): void {
+export function compactChains(chains: Iterable<Pick<ChainConfig, 'rules'>>, shared = new ExprPool()): void {
   for (const c of chains) {
     for (const r of c.rules) compactRule(r.compiled, shared);
   }
@@ -35,7 +67,7 @@ export function compactChains(chains: Iterable<Pick<ChainConfig, 'rules'>>, shar
 
 /** A loader's `compiled` hook that compacts each rule as it is compiled, sharing expressions across the config. */
 export function compactAsCompiled(): (compiled: ChainConfig['rules'][number]['compiled']) => void {
-  const shared = new Map<string, Expr>();
+  const shared = new ExprPool();
   return (compiled) => compactRule(compiled, shared);
 }
 
@@ -44,19 +76,12 @@ export function compactAsCompiled(): (compiled: ChainConfig['rules'][number]['co
  * the expressions a rule was compiled with then die young, instead of 100,000 rules' worth (27 MB
  * at 100,000 rules) being promoted to the old generation and dropped only after the whole file.
  */
-export function compactRule(compiled: ChainConfig['rules'][number]['compiled'], shared: Map<string, Expr>): void {
+export function compactRule(compiled: ChainConfig['rules'][number]['compiled'], shared: ExprPool): void {
   // Compacted already (a rule kept from the previous config, an owner's rule, a config's rule): its
   // list is frozen. Not a WeakSet of the done ones: that was ~60 bytes a rule for the daemon's life.
   if (Object.isFrozen(compiled.exprs)) return;
   const exprs = new Array<Expr>(compiled.exprs.length);
-  for (let i = 0; i < exprs.length; i++) {
-    const e = compiled.exprs[i]!;
-    const key = JSON.stringify(e);
-    let s = shared.get(key);
-    // Frozen as they are: a frozen copy made by spreading gets a hidden class of its own (~250 bytes).
-    if (s === undefined) shared.set(key, s = Object.freeze(e));
-    exprs[i] = s;
-  }
+  for (let i = 0; i < exprs.length; i++) exprs[i] = shared.intern(compiled.exprs[i]!);
   compiled.exprs = Object.freeze(exprs) as Expr[];
   if (compiled.sets.length === 0) compiled.sets = EMPTY;
 }

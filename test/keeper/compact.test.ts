@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config/config.js';
-import { compactRules } from '../../src/keeper/compact.js';
+import { compactAsCompiled, compactRules, ExprPool } from '../../src/keeper/compact.js';
 import { compileRule } from '../../src/rules/index.js';
 
 const yaml = (rules: string[]) => `tables:\n  - family: ip\n    name: t\n    chains:\n      - name: c\n        type: nat\n        hook: postrouting\n` +
@@ -28,6 +28,26 @@ describe('compactRules', () => {
     const list = a!.exprs;
     compactRules(config.tables);
     expect(a!.exprs).toBe(list);
+  });
+
+  it('shares through a load of 10,000 rules with an address each: one object per distinct expression', () => {
+    const rules = Array.from({ length: 10_000 }, (_, i) => `ip saddr 10.0.${i >> 8}.${i & 255} ip daddr 192.0.2.1 return`);
+    const config = parseConfig(yaml(rules), 'c.yaml', { compiled: compactAsCompiled() });
+    const objects = new Set(config.tables[0]!.chains[0]!.rules.flatMap((r) => r.compiled.exprs));
+    expect(objects.size).toBe(10_000 + 4);
+  });
+
+  it('an expression met again after more than 4,096 others that were met once is shared from its third time', () => {
+    const pool = new ExprPool();
+    const e = () => ({ kind: 'immediate', dreg: 0, verdict: 'return' }) as const;
+    const first = pool.intern(e());
+    for (let i = 0; i < 5000; i++) pool.intern({ kind: 'immediate', dreg: 0, verdict: 'jump', chain: `c${i}` });
+    const second = pool.intern(e());
+    expect(second).not.toBe(first);
+    const third = pool.intern(e());
+    expect(third).toBe(second);
+    expect(pool.intern(e())).toBe(second);
+    expect(Object.isFrozen(first) && Object.isFrozen(second)).toBe(true);
   });
 
   it('keeps the text lazy, readable, enumerable and assignable, and spreads carry no hidden slots', () => {
