@@ -258,6 +258,20 @@ export function withKey(rule: Rule, key: string): Rule {
   return rule;
 }
 
+/**
+ * Whether `rules` are compact rules (compactRule) of exactly `want`'s rules, in order: what
+ * comparing their keys would find equal (a compact rule's key is its desired rule's), without
+ * computing one. A rule given a key of its own (withKey) is not taken so.
+ */
+function holdsDesired(rules: readonly Rule[], want: ChainConfig['rules']): boolean {
+  if (rules.length !== want.length) return false;
+  for (let j = 0; j < rules.length; j++) {
+    const r = rules[j] as Keyed;
+    if (r[DESIRED] !== want[j] || r[KEY] !== undefined) return false;
+  }
+  return true;
+}
+
 /** Whether `rule` is known without decoding (compactRule, withKey): its key needs no canonical form of its own. */
 export function hasKey(rule: Rule): boolean {
   return (rule as Keyed)[DESIRED] !== undefined || (rule as Keyed)[KEY] !== undefined;
@@ -379,6 +393,10 @@ export function diffTable(want: TableConfig, have: ObservedTable, options: DiffO
       continue;
     }
     const rules = have.rules.get(c.name) ?? [];
+    // Every kernel rule known to be the desired rule at its place (the start-up's adoption by
+    // digests): equal, without a key. Comparing keys would hash every desired rule's canonical form
+    // and keep the key on it for the daemon's life (100,000 rules: 1.4 s and 11 MiB of a restart).
+    if (holdsDesired(rules, c.rules)) continue;
     const keys = kernelKeys(rules, resolve);
     const setsOf = (j: number) => c.rules[j]!.compiled.sets.length;
     const hunks = since?.edited.get(c.name);
