@@ -4,7 +4,7 @@
  * whole batch first: 29 MiB at 100,000 rules), the JS garbage is collected, so that the two do not
  * add up. At start-up V8's incremental marking of the config's and the plan's garbage (35 MiB at
  * 100,000 rules) had often begun and could not end while the encoder held the thread: the install
- * then peaked at 175-180 MiB instead of 155 (issue 14, bench/rss-trace.ts). One collection costs
+ * then peaked at 179-180 MiB instead of 157-158 (issue 14, bench/rss.ts and rss-trace.ts). One collection costs
  * what the next one V8 would have run costs (about 40 ms at that size); one-shot commands never
  * collect here.
  */
