@@ -12,6 +12,7 @@ import { readFileSync, statSync, watch } from 'node:fs';
 import { basename, dirname } from 'node:path';
 import type { Server } from 'node:http';
 import { getHeapStatistics } from 'node:v8';
+import { enableCollections } from './heap.js';
 import { loadConfig, namespaceInterfaces, type Config } from './config/config.js';
 import { ConfigError, NfkeeperError } from './errors.js';
 import { compactAsCompiled } from './keeper/compact.js';
@@ -107,6 +108,8 @@ async function bound<T>(what: string, f: () => Promise<T>): Promise<T> {
 }
 
 export async function runDaemon(o: DaemonOptions): Promise<number> {
+  // Big commits collect the JS garbage before encoding (src/heap.ts).
+  enableCollections();
   const { logger: log, close: closeLog } = createDaemonLogger({ level: o.logLevel });
   const cleanups: (() => unknown)[] = [closeLog];
   const cleanup = async () => {

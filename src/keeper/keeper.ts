@@ -20,6 +20,7 @@ import type { MonitorBatch } from '../netlink/monitor.js';
 import { GenerationMismatchError } from '../errors.js';
 import { DEFAULT_FIGHT, Fight, type FightOptions } from './fight.js';
 import { compactRules } from './compact.js';
+import { COLLECT_BEFORE_OPS, collectGarbage } from '../heap.js';
 import { MIRROR_MAX_ELEMENTS, MIRROR_MAX_OPS, Mirror, type MirrorPlan } from './mirror.js';
 import { DRIFT_KINDS, TableOwnedError, protectionOf, type Drift, type Protection } from './reconcile.js';
 import { Reconciler, type Look } from './reconciler.js';
@@ -641,6 +642,8 @@ export class Keeper extends EventEmitter {
       if (this.sock!.generation() !== look.generation) return;
       const before = mirror.valid && mirror.generation === look.generation
         ? mirrorView(mirror, this.desired) : undefined;
+      // The look's garbage goes before the mirror takes its per-rule index (src/heap.ts).
+      if (ruleCount(this.desired) >= COLLECT_BEFORE_OPS) collectGarbage();
       if (!mirror.seed(this.desired, look.observed, look.generation)) return;
       // After an overflow the monitor's run of whole commits restarts from here.
       this.monitor?.anchor?.(look.generation, mirror.overflows);
@@ -1107,4 +1110,11 @@ export async function checkOnce(sock: NftConn, config: Config, apply: boolean, o
     ops: r.ops,
     protectUnsupported: !reconciler.protectSupported,
   };
+}
+
+/** The desired rules of `tables`, counted per chain. */
+function ruleCount(tables: readonly TableConfig[]): number {
+  let n = 0;
+  for (const t of tables) for (const c of t.chains) n += c.rules.length;
+  return n;
 }

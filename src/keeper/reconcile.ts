@@ -10,7 +10,7 @@ import * as cryptoModule from 'node:crypto';
 import { createHash } from 'node:crypto';
 import type { Expr, Family, Hex } from '../netlink/expr.js';
 import { Batch } from '../netlink/batch.js';
-import type { Chain, NftSet, ObservedTable, Rule, SetElement, Table } from '../netlink/objects.js';
+import type { Chain, ChainDigests, NftSet, ObservedTable, Rule, SetElement, Table } from '../netlink/objects.js';
 import { SET_F, TABLE_F, indexByChain } from '../netlink/objects.js';
 import { NfkeeperError } from '../errors.js';
 import type { NftConn } from '../netlink/conn.js';
@@ -136,16 +136,12 @@ async function adoptRules(sock: NftConn, t: TableConfig, only?: readonly string[
   const desired = new Map(t.chains.map((c) => [c.name, c]));
   const out: Rule[] = [];
   const decode: string[] = [];
-  // The desired chains the kernel holds as many rules of: their digests, in one call.
+  // The desired chains the kernel holds as many rules of: their digests, compared with the kernel's.
   const check = dumps.filter((d) => desired.get(d.chain)?.rules.length === d.handles.length);
-  const mine = desiredDigests(check.map((d) => desired.get(d.chain)!.rules), ruleDigests);
-  const checked = new Map(check.map((d, i) => [d, mine[i]!]));
+  const same = sameDigests(check, (d) => desired.get(d.chain)!.rules, ruleDigests);
   for (const d of dumps) {
     const c = desired.get(d.chain);
-    const want = checked.get(d);
-    let same = want !== undefined;
-    for (let i = 0; same && i < want!.length; i++) same = want![i] !== '' && want![i] === d.digests[i];
-    if (!same) {
+    if (!same.has(d)) {
       decode.push(d.chain);
       continue;
     }
@@ -160,6 +156,48 @@ async function adoptRules(sock: NftConn, t: TableConfig, only?: readonly string[
     });
   return out.concat(decoded);
 }
+
+/**
+ * The kernel's chains (`dumps`) whose digests are, rule by rule, those of their desired rules
+ * (`rulesOf`, as many). The desired digests are made DIGESTS_PER_CALL rules at a time (a few
+ * chains in one call, a big chain in slices) and compared at once: at 100,000 rules, 100,000
+ * strings and the expression index that made them (11 MiB) were all alive together, promoted to
+ * the old generation in the middle of a restart's adoption, where its peak was (issue 14).
+ */
+function sameDigests(dumps: readonly ChainDigests[], rulesOf: (d: ChainDigests) => ChainConfig['rules'],
+  ruleDigests: NonNullable<ReturnType<typeof loadAddon>['ruleDigests']>): Set<ChainDigests> {
+  const differ = new Set<ChainDigests>();
+  let group: { d: ChainDigests; from: number; rules: ChainConfig['rules'] }[] = [];
+  let size = 0;
+  const flush = () => {
+    const mine = desiredDigests(group.map((g) => g.rules), ruleDigests);
+    for (const [k, { d, from }] of group.entries()) {
+      const want = mine[k]!;
+      for (let i = 0; i < want.length; i++) {
+        if (want[i] === '' || want[i] !== d.digests[from + i]) {
+          differ.add(d);
+          break;
+        }
+      }
+    }
+    group = [];
+    size = 0;
+  };
+  for (const d of dumps) {
+    const rules = rulesOf(d);
+    for (let from = 0; from < rules.length; from += DIGESTS_PER_CALL) {
+      const slice = from === 0 && rules.length <= DIGESTS_PER_CALL ? rules : rules.slice(from, from + DIGESTS_PER_CALL);
+      if (size + slice.length > DIGESTS_PER_CALL) flush();
+      group.push({ d, from, rules: slice });
+      size += slice.length;
+    }
+  }
+  if (group.length > 0) flush();
+  return new Set(dumps.filter((d) => !differ.has(d)));
+}
+
+/** Desired rules digested per ruleDigests call by sameDigests. */
+const DIGESTS_PER_CALL = 4096;
 
 /**
  * The digests of desired rules (per chain) as a dump of them would give them: each distinct
@@ -256,6 +294,20 @@ function knownKey(rule: Rule): string | undefined {
 export function withKey(rule: Rule, key: string): Rule {
   keep(rule, key);
   return rule;
+}
+
+/**
+ * Whether `rules` are compact rules (compactRule) of exactly `want`'s rules, in order: what
+ * comparing their keys would find equal (a compact rule's key is its desired rule's), without
+ * computing one. A rule given a key of its own (withKey) is not taken so.
+ */
+function holdsDesired(rules: readonly Rule[], want: ChainConfig['rules']): boolean {
+  if (rules.length !== want.length) return false;
+  for (let j = 0; j < rules.length; j++) {
+    const r = rules[j] as Keyed;
+    if (r[DESIRED] !== want[j] || r[KEY] !== undefined) return false;
+  }
+  return true;
 }
 
 /** Whether `rule` is known without decoding (compactRule, withKey): its key needs no canonical form of its own. */
@@ -379,6 +431,10 @@ export function diffTable(want: TableConfig, have: ObservedTable, options: DiffO
       continue;
     }
     const rules = have.rules.get(c.name) ?? [];
+    // Every kernel rule known to be the desired rule at its place (the start-up's adoption by
+    // digests): equal, without a key. Comparing keys would hash every desired rule's canonical form
+    // and keep the key on it for the daemon's life (100,000 rules: 1.4 s and 11 MiB of a restart).
+    if (holdsDesired(rules, c.rules)) continue;
     const keys = kernelKeys(rules, resolve);
     const setsOf = (j: number) => c.rules[j]!.compiled.sets.length;
     const hunks = since?.edited.get(c.name);

@@ -5,6 +5,7 @@
  * the generation they were computed from. Dumps and commits run off the JS
  * thread; generation() is a synchronous round trip of a few microseconds.
  */
+import { COLLECT_BEFORE_OPS, collectGarbage } from '../heap.js';
 import { DumpInterruptedError, GenerationMismatchError, NetlinkError, PrivilegeError, SocketClosedError } from '../errors.js';
 import { Batch, describeOp, type Op } from './batch.js';
 import { validateOp } from './validate.js';
@@ -166,6 +167,8 @@ export class NftSocket implements NftConn {
     this.check('commit');
     const { ops, gen } = commitArgs(batch, options);
     if (ops.length === 0) return;
+    // The encoder's buffer and the JS garbage must not add up (src/heap.ts): the daemon collects first.
+    if (ops.length >= COLLECT_BEFORE_OPS) collectGarbage();
     let r;
     try {
       r = await this.native.commit(ops, gen, options.echo === true, ops.length <= PREENCODE_UP_TO ? preencoded(ops) : undefined);

@@ -269,3 +269,34 @@ describe('the digest of what a commit writes is the dump\'s digest of what the k
     expect(compared).toBeGreaterThan(300);
   });
 });
+
+describe('adoption of a chain longer than one call of desired digests (reconcile.ts sameDigests, 4096 a call)', () => {
+  const M = 4096 + 300;
+  const YAML_BIG = 'tables:\n  - family: ip\n    name: big\n    protect: false\n    chains:\n      - name: post\n        type: nat\n        hook: postrouting\n' +
+    '        priority: srcnat\n        rules:\n' + Array.from({ length: M }, (_, i) => `          - ip saddr ${ip(i)} ip daddr 192.0.2.1 return`).join('\n') + '\n';
+
+  it('takes every slice by digest when all match, decodes the chain when a rule of its second slice differs', async () => {
+    const ns = createNetns('adoptbig');
+    const sock = open({ netns: ns.path });
+    const host = recordingHost(ns);
+    const conn = host.connect();
+    try {
+      const tables = parseConfig(YAML_BIG, 'big.yaml').tables;
+      await new Reconciler(sock, { attempts: 3 }).once({ tables });
+      const look = async () => (await new Reconciler(conn, { attempts: 1 }).once({ tables, readOnly: true, adopt: true })).first.flat;
+      expect(await look()).toEqual([]);
+      expect(host.digestDumps).toBe(1);
+      expect(host.decoded).toEqual([]);
+      const at = 4096 + 150;
+      ns.nft(`replace rule ip big post handle ${handles(ns, 'ip', 'big', 'post')[at]} ip saddr 10.250.0.1 ip daddr 192.0.2.1 return\n`);
+      const drift = await look();
+      expect(drift.map((d) => d.kind)).toEqual(['rules-differ']);
+      expect(drift[0]!.detail).toMatch(new RegExp(`^rule ${at + 1} differs`));
+      expect(host.decoded).toEqual(['post']);
+    } finally {
+      conn.close();
+      sock.close();
+      ns.remove();
+    }
+  });
+});

@@ -6,6 +6,9 @@
 import { describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config/config.js';
 import { compactAsCompiled, compactRules, ExprPool } from '../../src/keeper/compact.js';
+import { compactRule, diffTable } from '../../src/keeper/reconcile.js';
+import type { TableConfig } from '../../src/config/config.js';
+import type { ObservedTable } from '../../src/netlink/objects.js';
 import { compileRule } from '../../src/rules/index.js';
 
 const yaml = (rules: string[]) => `tables:\n  - family: ip\n    name: t\n    chains:\n      - name: c\n        type: nat\n        hook: postrouting\n` +
@@ -77,5 +80,33 @@ describe('compactRules', () => {
     names.set(7, 'eth7');
     expect(a.text).toBe('iif "renamed" accept');  // kept once made
     expect(c.text).toBe('iif "eth7" accept');
+  });
+});
+
+describe('diffTable over compact rules (the start-up adoption by digests)', () => {
+  const rules = ['ip saddr 10.0.0.1 ip daddr 192.0.2.1 return', 'ip saddr 10.0.0.2 ip daddr 192.0.2.1 return', 'ip saddr 10.0.0.3 ip daddr 192.0.2.1 return'];
+  const observed = (t: TableConfig, order: number[], handles = order.map((_, i) => i + 10)): ObservedTable => {
+    const c = t.chains[0]!;
+    return {
+      family: t.family, name: t.name, table: { family: t.family, name: t.name, flags: 0, use: 1 },
+      chains: new Map([[c.name, { family: t.family, table: t.name, name: c.name, ...c.base! }]]),
+      rules: new Map([[c.name, order.map((j, i) => compactRule(t, c, c.rules[j]!, handles[i]!))]]),
+      sets: new Map(),
+    };
+  };
+
+  it('finds a chain of its own desired rules equal, and still finds one out of order, short, or of another config\'s rules', () => {
+    const t = parseConfig(yaml(rules)).tables[0]!;
+    compactRules([t]);
+    expect(diffTable(t, observed(t, [0, 1, 2]))).toEqual([]);
+    const swapped = diffTable(t, observed(t, [0, 2, 1]));
+    expect(swapped.map((d) => d.kind)).toEqual(['rules-differ']);
+    expect(swapped[0]!.detail).toMatch(/^rule order differs at 2/);
+    expect(diffTable(t, observed(t, [0, 1])).map((d) => d.kind)).toEqual(['rules-differ']);
+    // The same text compiled again (a reload): other objects with the same keys, equal by key.
+    const again = parseConfig(yaml(rules)).tables[0]!;
+    expect(diffTable(again, observed(t, [0, 1, 2]))).toEqual([]);
+    const other = parseConfig(yaml([rules[0]!, rules[1]!, 'ip saddr 10.0.0.9 ip daddr 192.0.2.1 return'])).tables[0]!;
+    expect(diffTable(other, observed(t, [0, 1, 2]))[0]!.detail).toMatch(/^rule 3 differs/);
   });
 });
