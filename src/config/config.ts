@@ -157,6 +157,13 @@ export interface LoadOptions {
 
 /** A config file larger than this is refused before it is parsed. */
 export const MAX_CONFIG_BYTES = 32 << 20;
+/** The rules of `tables`, counted chain by chain (a raw document's or a loaded config's). */
+export function countRules(tables: readonly { chains: readonly { rules: readonly unknown[] }[] }[]): number {
+  let n = 0;
+  for (const t of tables) for (const c of t.chains) n += c.rules.length;
+  return n;
+}
+
 /** Rules in one config at most (the bench's largest is 100,000). */
 export const MAX_CONFIG_RULES = 250_000;
 
@@ -354,7 +361,7 @@ function buildConfig(raw: unknown, file: string, where: Positions, options: Load
       return new ConfigError(file, line, col, `${where}${issue.message}`);
     }));
   }
-  const ruleCount = parsed.data.tables.reduce((n, t) => n + t.chains.reduce((m, c) => m + c.rules.length, 0), 0);
+  const ruleCount = countRules(parsed.data.tables);
   if (ruleCount > MAX_CONFIG_RULES) {
     const p = pos(['tables']);
     throw new ConfigError(file, p.line, p.col, `${ruleCount} rules; a config holds at most ${MAX_CONFIG_RULES}`);

@@ -11,7 +11,7 @@
 import { EventEmitter } from 'node:events';
 import { performance } from 'node:perf_hooks';
 import pino, { type Logger } from 'pino';
-import type { Config, TableConfig } from '../config/config.js';
+import { countRules, type Config, type TableConfig } from '../config/config.js';
 import { KeeperMetrics } from '../metrics.js';
 import { Batch } from '../netlink/batch.js';
 import type { CommitResult, NftConn, NftHost, NftWatch } from '../netlink/conn.js';
@@ -643,7 +643,7 @@ export class Keeper extends EventEmitter {
       const before = mirror.valid && mirror.generation === look.generation
         ? mirrorView(mirror, this.desired) : undefined;
       // The look's garbage goes before the mirror takes its per-rule index (src/heap.ts).
-      if (ruleCount(this.desired) >= COLLECT_BEFORE_OPS) collectGarbage();
+      if (countRules(this.desired) >= COLLECT_BEFORE_OPS) collectGarbage();
       if (!mirror.seed(this.desired, look.observed, look.generation)) return;
       // After an overflow the monitor's run of whole commits restarts from here.
       this.monitor?.anchor?.(look.generation, mirror.overflows);
@@ -1110,11 +1110,4 @@ export async function checkOnce(sock: NftConn, config: Config, apply: boolean, o
     ops: r.ops,
     protectUnsupported: !reconciler.protectSupported,
   };
-}
-
-/** The desired rules of `tables`, counted per chain. */
-function ruleCount(tables: readonly TableConfig[]): number {
-  let n = 0;
-  for (const t of tables) for (const c of t.chains) n += c.rules.length;
-  return n;
 }
