@@ -5,8 +5,11 @@
  * check that the elided read gives the same tree as yaml's own parse, and that errors late in a big
  * file keep their exact line and column, inside a rule's text and after a substitution.
  */
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
+import { loadCorpus } from '../rules/fidelity/run.js';
+import { ruleArb } from '../rules/generate.js';
 import { elideRuns, parseConfig, restoreRuns } from '../../src/config/config.js';
 import { ConfigError } from '../../src/errors.js';
 
@@ -139,6 +142,48 @@ describe('a big YAML config, its rules elided from the parse', () => {
         expect(got).toEqual(want);
       }
     }
+  });
+
+  it('rules we did not write: the fidelity corpora (nft\'s own tests, peers) and generated ones, as items, read as yaml reads them', () => {
+    // Each rule as a plain list item, whatever it holds (some hold `: `, ` #`, quotes, braces):
+    // the elided read must give yaml's tree, or fail where yaml fails (readElided then reads the
+    // whole file, which says why), never accept what yaml refuses.
+    const corpus = ['nft-py.corpus', 'peers.corpus', 'extra.corpus'].flatMap((f) => loadCorpus(`./${f}`).map((e) => e.text));
+    const generated = fc.sample(ruleArb(), { numRuns: 2000, seed: 14 }).map((g) => g.text);
+    expect(corpus.length).toBeGreaterThan(3000);
+    let compared = 0;
+    let chunks = 0;
+    for (const rules of [corpus, generated, [...corpus, ...generated].sort()]) {
+      for (let from = 0; from < rules.length; from += 50) {
+        chunks++;
+        const text = HEAD + rules.slice(from, from + 50).map(item).join('') + bigConfig(1500).slice(HEAD.length);
+        expect(text.length).toBeGreaterThan(64 << 10);
+        const elided = elideRuns(text);
+        // Not elided: one rule in it made the whole file one to parse as written (`log prefix "x: "`
+        // is a mapping whose value opens a quote), as it is read then.
+        if (!elided) continue;
+        let want: unknown;
+        let wantError: unknown;
+        try {
+          want = parse(text, { uniqueKeys: true });
+        } catch (e) {
+          wantError = e;
+        }
+        let got: unknown;
+        try {
+          got = parse(elided.text, { uniqueKeys: true });
+        } catch {
+          expect(wantError, `yaml reads rules ${from}-${from + 50}, the elided text does not`).toBeDefined();
+          continue;
+        }
+        expect(wantError, `yaml refuses rules ${from}-${from + 50}, the elided text is read`).toBeUndefined();
+        expect(restoreRuns(got, elided.runs)).toBe(true);
+        expect(got).toEqual(want);
+        compared++;
+      }
+    }
+    console.log(`[elide] ${compared} of ${chunks} documents of 50 corpus or generated rules elided and compared with yaml's own tree`);
+    expect(compared).toBeGreaterThan(chunks / 2);
   });
 
   it('is not used for a file with an alias, a tag or a directive, or a small file', () => {
