@@ -38,7 +38,15 @@ if (major < 20) {
     process.exit(2);
   }
   const { main } = await import((mtime(bundle) ?? 0) >= built ? bundle.href : cli.href);
+  const code = await main(process.argv);
+  // stdout and stderr are asynchronous on pipes and sockets: exit only once what was written has
+  // reached the kernel, or a reader behind a pipe gets the first 64 KiB and exit 0.
+  await Promise.all([process.stdout, process.stderr].map((s) => new Promise((done) => {
+    if (s.destroyed || !s.writable) return done();
+    s.once('error', done);
+    s.write('', () => done());
+  })));
   // Exit with main's code even if a handle were left open: a process that
   // neither runs nor exits is the one outcome a supervisor cannot handle.
-  process.exit(await main(process.argv));
+  process.exit(code);
 })();
