@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite (what .ci/run runs): set-up (idempotent), type check,
+# The whole test suite (what .ci/run runs): set-up with what only the tests
+# need (scripts/setup.sh --test, idempotent), type check,
 # every test on the real kernel inside throwaway network namespaces (among
 # them the replay of every committed fuzz input and a 5 s fuzz run), then the
 # addon's tests again under AddressSanitizer/UBSan (scripts/sanitize.sh at its
@@ -8,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 t0=$SECONDS
-bash scripts/setup.sh
+bash scripts/setup.sh --test
 t1=$SECONDS
 npx tsc -p tsconfig.json --noEmit
 t2=$SECONDS

@@ -14,7 +14,7 @@ import { FLANNEL_RULES, FLANNEL_YAML, sleep } from './keeper/helpers.js';
 
 const tools = ['debootstrap', 'systemd-nspawn', 'nsenter'].filter((t) => spawnSync('sh', ['-c', `command -v ${t}`]).status !== 0);
 const skip = tools.length > 0
-  ? ` (SKIPPED: ${tools.join(', ')} not installed; bash scripts/setup.sh installs debootstrap and systemd-container)` : '';
+  ? ` (SKIPPED: ${tools.join(', ')} not installed; bash scripts/setup.sh --test installs debootstrap and systemd-container)` : '';
 
 const EXTRA_RULE = 'ip saddr 10.244.0.0/16 ip daddr 192.168.0.0/16 return';
 
