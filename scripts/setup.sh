@@ -31,9 +31,10 @@ if $with_test; then
   # podman, runc, debootstrap and systemd-container (systemd-nspawn) are for the container image
   # and booted-systemd tests (test/image.test.ts, test/systemd-boot.test.ts);
   # containernetworking-plugins are the CNI plugins the Nomad and CNI tests run
-  # (test/deploy/nomad.test.ts); qemu-user runs foreign-architecture binaries.
+  # (test/deploy/nomad.test.ts); qemu-user runs foreign-architecture binaries; zsh and fish load
+  # the completion scripts (test/cli/usability.test.ts; bash is there already).
   packages+=(iptables clang-14 libclang-rt-14-dev podman runc debootstrap systemd-container
-    containernetworking-plugins qemu-user)
+    containernetworking-plugins qemu-user zsh fish)
 fi
 missing=()
 for p in "${packages[@]}"; do

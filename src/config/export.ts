@@ -9,7 +9,7 @@
 import { stringify } from 'yaml';
 import type { Family } from '../netlink/expr.js';
 import type { NftSet, SetElement } from '../netlink/objects.js';
-import { SET_F } from '../netlink/objects.js';
+import { SET_F, TABLE_F, type Table } from '../netlink/objects.js';
 import type { NftSocket } from '../netlink/socket.js';
 import { commentOf, renderRule, setResolver, type InterfaceResolver } from '../rules/index.js';
 import { kernelSetDecl, type RawSet } from './sets.js';
@@ -52,6 +52,7 @@ export async function readTable(sock: Reader, family: Family, name: string,
   const resolve = setResolver(withElements);
   const unsupported: string[] = [];
   const out: ExportedTable = { family, name, sets: [], chains: [], unsupported };
+  unsupported.push(...unreadTableParts(table, chains.length, sets.filter((x) => !(x.flags & SET_F.ANONYMOUS)).length));
   const tableComment = commentOf(table.userdata);
   if (tableComment !== undefined) out.comment = tableComment;
   else if (table.userdata) unsupported.push(`table userdata other than a comment: ${table.userdata}`);
@@ -83,6 +84,22 @@ export async function readTable(sock: Reader, family: Family, name: string,
       rules: byChain.get(c.name) ?? [],
     });
   }
+  return out;
+}
+
+/**
+ * What the export does not read of a table, so that it is named rather than dropped: its flags
+ * other than the owner flags (dormant: a config installs tables active), and what its use count
+ * holds beyond its chains and named sets (the kernel does not count an anonymous set bound to
+ * its rule there): stateful objects (named counters, quotas, limits, ct helpers ...) and flowtables.
+ */
+export function unreadTableParts(table: Pick<Table, 'flags' | 'use'>, chains: number, namedSets: number): string[] {
+  const out: string[] = [];
+  if (table.flags & TABLE_F.DORMANT) out.push('table flags dormant (an exported config would install the table active)');
+  const other = table.flags & ~(TABLE_F.DORMANT | TABLE_F.OWNER | TABLE_F.PERSIST);
+  if (other) out.push(`table flags 0x${other.toString(16)}`);
+  const objects = (table.use ?? 0) - chains - namedSets;
+  if (objects > 0) out.push(`${objects} stateful object${objects === 1 ? '' : 's'} or flowtable${objects === 1 ? '' : 's'} (named counter, quota, limit, ct helper ...; nft list table shows them)`);
   return out;
 }
 
