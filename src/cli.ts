@@ -188,6 +188,7 @@ export async function main(argv: string[], io: Out = {
     .addOption(new Option('--max-connections <n>', 'test only: control socket connections at most (default 1024)').hideHelp())
     .addOption(new Option('--netns-check <duration>', 'test only: how often the --netns path is checked (default: the interval, at most 2s)').hideHelp())
     .option('--reload-status <file>', "write each config reload's result here, for `nfkeeper reload` (systemd's ExecReload)")
+    .option('--env-wait <duration>', 'at start-up, wait this long for an env file the config lists to appear (0s: fail at once), up to 1h', '5m')
     .action(async (o: RunOptions) => {
       // Every flag is checked before anything is opened, bound or read.
       const d = runOptions(o);
@@ -442,7 +443,7 @@ export class Progress {
 interface RunOptions {
   config: string; netns?: string; interval: string; metrics: string | false; events: boolean; logLevel: string;
   socket?: string; socketMode?: string; maxOwners?: string; maxConnections?: string; netnsCheck?: string;
-  reloadStatus?: string;
+  reloadStatus?: string; envWait: string;
 }
 
 /** The run flags, checked and converted; each refusal names the flag and what it takes. */
@@ -465,6 +466,7 @@ function runOptions(o: RunOptions): import('./daemon.js').DaemonOptions {
     socket: o.socket, socketMode, maxOwners: count('--max-owners', o.maxOwners), maxConnections: count('--max-connections', o.maxConnections),
     netnsCheckMs: o.netnsCheck === undefined ? undefined : parseBoundedDuration('--netns-check', o.netnsCheck, 10, INTERVAL_MAX_MS),
     reloadStatus: o.reloadStatus,
+    envWaitMs: parseBoundedDuration('--env-wait', o.envWait, 0, INTERVAL_MAX_MS),
   };
 }
 
