@@ -5,8 +5,10 @@
  * as installed (the build), in namespaces of the test's own. Covers the plan of apply and check
  * (exit 0 and 1), export (exit 0 and, with an object it cannot write, 1), validate --json on a
  * config with an error in every rule (exit 2, one 60 MB line) and the same errors on stderr.
+ * A one-shot stopped by a signal while its output waits for the reader ends by that signal,
+ * never with exit 0 and part of the output.
  */
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -122,3 +124,30 @@ describe(`${RULES.toLocaleString('en')}-line outputs through a slow pipe equal a
     same(both('validate-err', ['validate', '--config', bad], 2), 2, RULES);
   });
 });
+
+describe('a one-shot stopped by a signal', { timeout: 120_000 }, () => {
+  it('while its output waits for a reader that does not read: ends by the signal, not exit 0', async () => {
+    const ns = createNetns('pipe-signal');
+    const file = join(dir, 'signal.yaml');
+    writeFileSync(file, config(20_000));
+    try {
+      for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+        // stdout is a pipe nobody reads: past 64 KiB the process waits in the drain.
+        const child = spawn(process.execPath, ['bin/nfkeeper.js', 'check', '--config', file, '--netns', ns.path], { stdio: ['ignore', 'pipe', 'pipe'] });
+        child.stdout.pause();
+        let stderr = '';
+        child.stderr.on('data', (d: Buffer) => { stderr += d.toString(); });
+        const exited = new Promise<{ code: number | null; signal: string | null }>((r) => child.on('exit', (code, sig) => r({ code, signal: sig })));
+        // Wait until it has filled the pipe (the compile and the read are done, the plan is written).
+        for (let i = 0; i < 1200 && child.stdout.readableLength === 0; i++) await new Promise((r) => setTimeout(r, 50));
+        await new Promise((r) => setTimeout(r, 500));
+        child.kill(signal);
+        const end = await exited;
+        expect(end, stderr).toEqual({ code: null, signal });
+      }
+    } finally {
+      ns.remove();
+    }
+  });
+});
+
