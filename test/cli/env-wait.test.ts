@@ -10,6 +10,7 @@ import { rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createNetns, type Netns } from '../helpers/netns.js';
+import { postroutingYaml } from '../keeper/helpers.js';
 import { tempDir } from '../owners/fixtures.js';
 import { nfk, nfkDone, waitFor } from './spawn.js';
 
@@ -40,19 +41,7 @@ describe('run waits for a missing env file', { timeout: 180_000 }, () => {
     envFile = join(dir, `subnet-${ns.name}.env`);
     rmSync(envFile, { force: true });
     config = join(dir, `${ns.name}.yaml`);
-    writeFileSync(config, `env:
-  files: [${envFile}]
-tables:
-  - family: ip
-    name: nfkeeper
-    chains:
-      - name: postrouting
-        type: nat
-        hook: postrouting
-        priority: srcnat
-        rules:
-          - ip saddr \${FLANNEL_NETWORK} ip daddr != 224.0.0.0/4 masquerade fully-random
-`);
+    writeFileSync(config, `env:\n  files: [${envFile}]\n${postroutingYaml('nfkeeper', ['ip saddr ${FLANNEL_NETWORK} ip daddr != 224.0.0.0/4 masquerade fully-random'], 'postrouting')}`);
   });
   afterEach(() => ns.remove());
 

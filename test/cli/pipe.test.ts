@@ -13,6 +13,7 @@ import { readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createNetns, type Netns } from '../helpers/netns.js';
+import { postroutingYaml } from '../keeper/helpers.js';
 import { tempDir } from '../owners/fixtures.js';
 
 const RULES = 100_000;
@@ -21,19 +22,9 @@ const dir = tempDir('pipe');
 function config(n: number, bad = false): string {
   const rules: string[] = [];
   for (let i = 0; i < n; i++) {
-    rules.push(`          - ip saddr 10.${i >> 16}.${(i >> 8) & 255}.${i & 255} ip daddr 192.168.0.0/16 ${bad ? 'masquerade fully-randum' : 'return'}`);
+    rules.push(`ip saddr 10.${i >> 16}.${(i >> 8) & 255}.${i & 255} ip daddr 192.168.0.0/16 ${bad ? 'masquerade fully-randum' : 'return'}`);
   }
-  return `tables:
-  - family: ip
-    name: big
-    chains:
-      - name: post
-        type: nat
-        hook: postrouting
-        priority: srcnat
-        rules:
-${rules.join('\n')}
-`;
+  return postroutingYaml('big', rules);
 }
 
 const q = (s: string) => `'${s.replace(/'/g, `'\\''`)}'`;

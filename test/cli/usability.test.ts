@@ -12,7 +12,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { main, Progress, SUMMARY_OVER_LINES, resolveNetns, summarisePlan } from '../../src/cli.js';
 import { cli } from '../helpers/cli.js';
 import { createNetns, type Netns } from '../helpers/netns.js';
-import { FLANNEL_YAML } from '../keeper/helpers.js';
+import { FLANNEL_YAML, postroutingYaml } from '../keeper/helpers.js';
 import { tempDir } from '../owners/fixtures.js';
 
 const dir = tempDir('usability');
@@ -20,8 +20,7 @@ const flannel = join(dir, 'flannel.yaml');
 writeFileSync(flannel, FLANNEL_YAML);
 
 function config(n: number): string {
-  const rules = Array.from({ length: n }, (_, i) => `          - ip saddr 10.0.${i >> 8}.${i & 255} ip daddr 192.168.0.0/16 return`);
-  return `tables:\n  - family: ip\n    name: big\n    chains:\n      - name: post\n        type: nat\n        hook: postrouting\n        priority: srcnat\n        rules:\n${rules.join('\n')}\n`;
+  return postroutingYaml('big', Array.from({ length: n }, (_, i) => `ip saddr 10.0.${i >> 8}.${i & 255} ip daddr 192.168.0.0/16 return`));
 }
 const big = join(dir, 'big.yaml');
 writeFileSync(big, config(300));
