@@ -1,0 +1,212 @@
+/**
+ * Foreign GC against what Debian's CNI plugins write (test/helpers/cni.ts runs
+ * them as libcni does), with Nomad's conflist and podman's, on iptables-nft
+ * and iptables-legacy, one-shot and daemon. Three allocations with port
+ * mappings; one is forgotten (its namespace deleted, no DEL). After gc the
+ * node's iptables-save is byte for byte what it was before the forgotten
+ * allocation's ADD; the live ones still answer on their host ports, their
+ * DEL still succeeds and leaves nothing of them; a new allocation on the
+ * freed host port receives the traffic.
+ */
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import pino from 'pino';
+import { afterEach, describe, expect, it } from 'vitest';
+import { parseConfig } from '../../src/config/config.js';
+import { GcLoop } from '../../src/gc/index.js';
+import { readCniCache } from '../../src/gc/live.js';
+import { cli } from '../helpers/cli.js';
+import { createCniNode, nomadConflist, podmanConflist, type Allocation, type CniNode, type IptablesBackend } from '../helpers/cni.js';
+import { createNetns } from '../helpers/netns.js';
+import { tempDir } from '../helpers/tmp.js';
+
+const template = (job: string) => /data = <<EOT\n([\s\S]*?)EOT/.exec(readFileSync(`deploy/nomad/${job}`, 'utf8'))![1]!;
+/** The gc: section a runtime ships, with its live set pointed at this node's CNI cache. */
+function shippedGc(runtime: 'nomad' | 'podman', backend: IptablesBackend, cacheDir: string): string {
+  const live = `  live:\n    cni:\n      cacheDir: ${cacheDir}\n`;
+  if (runtime === 'podman') return readFileSync('examples/podman-gc.yaml', 'utf8').replace(/ {2}live:\n(?: {4}.*\n)+/, live);
+  const yaml = template(backend === 'nft' ? 'nfkeeper.nomad.hcl' : 'nfkeeper-gc-legacy.nomad.hcl');
+  return yaml.replace(/ {2}live:\n(?: {4}.*\n)+/, live);
+}
+
+const NOMAD_IDS = ['0f4b9a52-7c1e-4d3a-9f0e-2b6c8d1a4e01', '3e803d29-4f9d-ad8b-adb6-31456a39db69', 'a7d2c0e4-5b8f-4c61-8e2d-9f3a6b1c7d02', 'c1e5f7a9-2d4b-4e6f-8a0c-1b3d5f7a9c03'];
+const PODMAN_IDS = NOMAD_IDS.map((id) => id.replace(/-/g, '').repeat(2));
+const ports = (hostPort: number) => [{ hostPort, containerPort: 80, protocol: 'tcp' as const }];
+
+describe.each([
+  ['nomad', 'nft'], ['nomad', 'legacy'], ['podman', 'nft'], ['podman', 'legacy'],
+] as const)('CNI GC with %s\'s conflist on iptables-%s', (runtime, backend) => {
+  let node: CniNode | undefined;
+  afterEach(() => {
+    node?.remove();
+    node = undefined;
+  });
+  const ids = runtime === 'nomad' ? NOMAD_IDS : PODMAN_IDS;
+
+  /** Two live allocations, the state before the third's ADD, the third forgotten. */
+  async function setUp(): Promise<{ n: CniNode; live: Allocation[]; dead: Allocation; before: string }> {
+    const n = node = createCniNode(backend, runtime === 'nomad' ? nomadConflist : podmanConflist);
+    const live = [await n.add(ids[0]!, ports(8081)), await n.add(ids[2]!, ports(8083))];
+    const before = n.save();
+    const dead = await n.add(ids[1]!, ports(8082));
+    expect(n.request(8082)).toBe(dead.id);
+    n.forget(dead);
+    const leftover = n.save();
+    // What the plugins left: the tagged jumps (bridge's and portmap's), the two chains, the firewall's two rules.
+    expect(leftover).toContain(`-A POSTROUTING -s ${dead.address}/32 -m comment --comment "name: \\"${runtime}\\" id: \\"${dead.id}\\""`);
+    expect(leftover).toContain(`--comment "dnat name: \\"${runtime}\\" id: \\"${dead.id}\\""`);
+    expect(leftover).toContain(`-A CNI-FORWARD -s ${dead.address}/32 -j ACCEPT`);
+    expect(n.request(8082)).toBe('timeout');
+    return { n, live, dead, before };
+  }
+
+  /** The live ones answer, their DEL succeeds and leaves none of their rules; the freed port serves a new allocation. */
+  async function afterGc(n: CniNode, live: Allocation[], dead: Allocation): Promise<void> {
+    for (const [a, port] of [[live[0]!, 8081], [live[1]!, 8083]] as const) expect(n.request(port)).toBe(a.id);
+    const fresh = await n.add(ids[3]!, ports(8082));
+    expect(n.request(8082)).toBe(fresh.id);
+    for (const a of [...live, fresh]) n.del(a);
+    const empty = n.save();
+    for (const a of [...live, fresh, dead]) {
+      expect(empty).not.toContain(a.id);
+      expect(empty).not.toContain(`${a.address}/32`);
+    }
+    expect(empty).not.toMatch(/CNI-DN-|:CNI-[0-9a-f]{24}/);
+  }
+
+  it('one-shot nfkeeper gc with the shipped gc section and the CNI cache as live set', async () => {
+    const { n, live, dead, before } = await setUp();
+    expect(await readCniCache({ cacheDir: n.cacheDir })).toEqual(new Set(live.map((a) => a.id)));
+    const config = join(tempDir('cnigc'), 'gc.yaml');
+    writeFileSync(config, shippedGc(runtime, backend, n.cacheDir));
+    const backendArgs = backend === 'legacy' ? ['--backend', 'iptables-legacy'] : [];
+    const dry = await cli('gc', '--config', config, '--netns', n.ns.path, '--grace', '0s', '--dry-run', ...backendArgs);
+    expect(dry.code).toBe(1);
+    // Why each item goes: portmap's tag, the chains behind the jumps, the firewall rules by address.
+    expect(dry.out).toContain(`# tag "dnat name: \\"${runtime}\\" id: \\"${dead.id}\\"": ${dead.id} is not live`);
+    expect(dry.out).toMatch(/reached only from garbage \(CNI-HOSTPORT-DNAT\)/);
+    expect(dry.out).toMatch(/reached only from garbage \(POSTROUTING\)/);
+    expect(dry.out).toContain(`CNI firewall rule for ${dead.address}, the source address of ${dead.id}'s tagged rule in ip nat POSTROUTING`);
+    const r = await cli('gc', '--config', config, '--netns', n.ns.path, '--grace', '0s', '--json', ...backendArgs);
+    expect(r.err).toBe('');
+    expect(r.code).toBe(0);
+    expect(JSON.parse(r.out).garbage.map((g: { id: string }) => g.id)).toEqual([dead.id]);
+    expect(n.save()).toBe(before);
+    await afterGc(n, live, dead);
+  });
+
+  it('the daemon\'s GC loop with the shipped gc section collects the same', async () => {
+    const { n, live, dead, before } = await setUp();
+    const gc = parseConfig(shippedGc(runtime, backend, n.cacheDir), 'shipped', { environment: {} }).gc!;
+    const loop = new GcLoop({
+      gc: { ...gc, grace: 0, enabled: true, backend: backend === 'legacy' ? 'iptables-legacy' : 'nftables' },
+      netns: n.ns.path, logger: pino({ level: 'silent' }),
+    });
+    try {
+      const r = await loop.runOnce();
+      expect(r?.garbage.map((g) => g.id)).toEqual([dead.id]);
+      expect(r?.collected).toBe(true);
+      expect(n.save()).toBe(before);
+      expect((await loop.runOnce())?.garbage).toEqual([]);
+    } finally {
+      await loop.stop();
+    }
+    await afterGc(n, live, dead);
+  });
+});
+
+describe('the CNI cache as live set, with the real plugins', () => {
+  let node: CniNode | undefined;
+  afterEach(() => {
+    node?.remove();
+    node = undefined;
+  });
+
+  it('a record is live while its namespace exists; gone, or not a namespace, it is not; DEL removes the record', async () => {
+    const n = node = createCniNode('nft', nomadConflist);
+    const [a, b, c] = [await n.add(NOMAD_IDS[0]!, ports(8081)), await n.add(NOMAD_IDS[1]!, ports(8082)), await n.add(NOMAD_IDS[2]!, ports(8083))];
+    expect(await readCniCache({ cacheDir: n.cacheDir })).toEqual(new Set([a.id, b.id, c.id]));
+    n.forget(b);
+    n.del(c);
+    expect(await readCniCache({ cacheDir: n.cacheDir })).toEqual(new Set([a.id]));
+    // A plain file where the namespace was mounted is no namespace.
+    const rec = join(n.cacheDir, 'results', `nomad-${b.id}-eth0`);
+    const stale = join(tempDir('cnins'), 'netns');
+    writeFileSync(stale, '');
+    writeFileSync(rec, JSON.stringify({ ...JSON.parse(readFileSync(rec, 'utf8')), netns: stale }));
+    expect(await readCniCache({ cacheDir: n.cacheDir })).toEqual(new Set([a.id]));
+    // A record without netns (libcni before 1.1) counts as live.
+    const { netns: _, ...old } = JSON.parse(readFileSync(rec, 'utf8'));
+    writeFileSync(rec, JSON.stringify(old));
+    expect(await readCniCache({ cacheDir: n.cacheDir })).toEqual(new Set([a.id, b.id]));
+  });
+
+  it('an unreadable cache stops gc before the kernel is touched', async () => {
+    const n = node = createCniNode('nft', nomadConflist);
+    const a = await n.add(NOMAD_IDS[0]!, ports(8081));
+    const b = await n.add(NOMAD_IDS[1]!, ports(8082));
+    n.forget(b);
+    const before = n.save();
+    const config = join(tempDir('cnigc'), 'gc.yaml');
+    const run = async (cacheDir: string) => {
+      writeFileSync(config, shippedGc('nomad', 'nft', cacheDir));
+      return cli('gc', '--config', config, '--netns', n.ns.path, '--grace', '0s');
+    };
+    const bad: [string, RegExp][] = [];
+    bad.push([join(n.cacheDir, 'missing'), /cannot read/]);
+    const corrupt = tempDir('cnibad');
+    const results = join(corrupt, 'results');
+    mkdirSync(results);
+    writeFileSync(join(results, `nomad-${a.id}-eth0`), '{"kind":"cniCacheV1","containerId":');
+    bad.push([corrupt, /cannot read a cache record/]);
+    const wrongKind = tempDir('cnibad');
+    mkdirSync(join(wrongKind, 'results'));
+    writeFileSync(join(wrongKind, 'results', 'x'), '{"kind":"other","containerId":"x"}');
+    bad.push([wrongKind, /not a libcni cache record/]);
+    for (const [dir, why] of bad) {
+      const r = await run(dir);
+      expect(r.code).toBe(2);
+      expect(r.err).toMatch(why);
+      expect(n.save()).toBe(before);
+    }
+    // The same node with its real cache: b goes.
+    expect((await run(n.cacheDir)).code).toBe(0);
+    expect(n.save()).not.toContain(b.id);
+  });
+});
+
+describe('a live address keeps the firewall rule', () => {
+  it('an address a live id\'s tagged rule names is never collected for a dead one', async () => {
+    // Host-local hands out an address again once its lease is released; fake the dead id's lease
+    // release by adding the live allocation's address to the dead one's bridge rule.
+    const ns = createNetns('cnifw');
+    try {
+      const dead = NOMAD_IDS[1]!;
+      const live = NOMAD_IDS[0]!;
+      ns.exec('iptables-restore', [], [
+        '*filter', ':CNI-FORWARD - [0:0]', '-A FORWARD -j CNI-FORWARD',
+        '-A CNI-FORWARD -d 172.26.64.2/32 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT',
+        '-A CNI-FORWARD -s 172.26.64.2/32 -j ACCEPT',
+        '-A CNI-FORWARD -s 172.26.64.3/32 -j ACCEPT',
+        'COMMIT', '*nat', ':CNI-a - [0:0]', ':CNI-b - [0:0]',
+        `-A POSTROUTING -s 172.26.64.2/32 -m comment --comment "name: \\"nomad\\" id: \\"${dead}\\"" -j CNI-a`,
+        `-A POSTROUTING -s 172.26.64.2/32 -m comment --comment "name: \\"nomad\\" id: \\"${live}\\"" -j CNI-b`,
+        `-A POSTROUTING -s 172.26.64.3/32 -m comment --comment "name: \\"nomad\\" id: \\"${dead}\\"" -j CNI-a`,
+        'COMMIT', '',
+      ].join('\n'));
+      const config = join(tempDir('cnigc'), 'gc.yaml');
+      writeFileSync(config, 'tables: []\ngc:\n  foreign:\n    - { family: ip, table: nat, owner: nomad }\n    - { family: ip, table: filter, owner: nomad }\n');
+      const live2 = join(tempDir('cnilive'), 'live.json');
+      writeFileSync(live2, JSON.stringify([live]));
+      const ok = await cli('gc', '--config', config, '--netns', ns.path, '--grace', '0s', '--live-file', live2);
+      expect(ok.code).toBe(0);
+      const after = ns.exec('iptables-nft-save', []);
+      expect(after).toContain('-A CNI-FORWARD -s 172.26.64.2/32 -j ACCEPT');
+      expect(after).toContain('-A CNI-FORWARD -d 172.26.64.2/32 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT');
+      expect(after).not.toContain('172.26.64.3');
+      expect(after).not.toContain(dead);
+    } finally {
+      ns.remove();
+    }
+  });
+});
