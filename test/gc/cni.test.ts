@@ -29,7 +29,8 @@ function shippedGc(runtime: 'nomad' | 'podman', backend: IptablesBackend, cacheD
   return yaml.replace(/ {2}live:\n(?: {4}.*\n)+/, live);
 }
 
-const NOMAD_IDS = ['0f4b9a52-7c1e-4d3a-9f0e-2b6c8d1a4e01', '3e803d29-4f9d-ad8b-adb6-31456a39db69', 'a7d2c0e4-5b8f-4c61-8e2d-9f3a6b1c7d02', 'c1e5f7a9-2d4b-4e6f-8a0c-1b3d5f7a9c03'];
+const NOMAD_IDS = ['0f4b9a52-7c1e-4d3a-9f0e-2b6c8d1a4e01', '3e803d29-4f9d-ad8b-adb6-31456a39db69', 'a7d2c0e4-5b8f-4c61-8e2d-9f3a6b1c7d02',
+  'c1e5f7a9-2d4b-4e6f-8a0c-1b3d5f7a9c03', 'd4f6a8c0-3e5b-4f7a-9b1d-2c4e6f8a0b04'];
 const PODMAN_IDS = NOMAD_IDS.map((id) => id.replace(/-/g, '').repeat(2));
 const ports = (hostPort: number) => [{ hostPort, containerPort: 80, protocol: 'tcp' as const }];
 
@@ -43,42 +44,30 @@ describe.each([
   });
   const ids = runtime === 'nomad' ? NOMAD_IDS : PODMAN_IDS;
 
-  /** Two live allocations, the state before the third's ADD, the third forgotten. */
-  async function setUp(): Promise<{ n: CniNode; live: Allocation[]; dead: Allocation; before: string }> {
-    const n = node = createCniNode(backend, runtime === 'nomad' ? nomadConflist : podmanConflist);
-    const live = [await n.add(ids[0]!, ports(8081)), await n.add(ids[2]!, ports(8083))];
-    const before = n.save();
-    const dead = await n.add(ids[1]!, ports(8082));
-    expect(n.request(8082)).toBe(dead.id);
+  /** A new allocation on `port`, answering there; then forgotten (its namespace deleted, no DEL). */
+  async function forgotten(n: CniNode, id: string, port: number): Promise<Allocation> {
+    const dead = await n.add(id, ports(port));
+    expect(n.request(port)).toBe(dead.id);
     n.forget(dead);
     const leftover = n.save();
-    // What the plugins left: the tagged jumps (bridge's and portmap's), the two chains, the firewall's two rules.
+    // What the plugins left: the tagged jumps (bridge's and portmap's), the chains behind them, the firewall's two rules.
     expect(leftover).toContain(`-A POSTROUTING -s ${dead.address}/32 -m comment --comment "name: \\"${runtime}\\" id: \\"${dead.id}\\""`);
     expect(leftover).toContain(`--comment "dnat name: \\"${runtime}\\" id: \\"${dead.id}\\""`);
     expect(leftover).toContain(`-A CNI-FORWARD -s ${dead.address}/32 -j ACCEPT`);
-    expect(n.request(8082)).toBe('timeout');
-    return { n, live, dead, before };
+    return dead;
   }
 
-  /** The live ones answer, their DEL succeeds and leaves none of their rules; the freed port serves a new allocation. */
-  async function afterGc(n: CniNode, live: Allocation[], dead: Allocation): Promise<void> {
-    for (const [a, port] of [[live[0]!, 8081], [live[1]!, 8083]] as const) expect(n.request(port)).toBe(a.id);
-    const fresh = await n.add(ids[3]!, ports(8082));
-    expect(n.request(8082)).toBe(fresh.id);
-    for (const a of [...live, fresh]) n.del(a);
-    const empty = n.save();
-    for (const a of [...live, fresh, dead]) {
-      expect(empty).not.toContain(a.id);
-      expect(empty).not.toContain(`${a.address}/32`);
-    }
-    expect(empty).not.toMatch(/CNI-DN-|:CNI-[0-9a-f]{24}/);
-  }
-
-  it('one-shot nfkeeper gc with the shipped gc section and the CNI cache as live set', async () => {
-    const { n, live, dead, before } = await setUp();
-    expect(await readCniCache({ cacheDir: n.cacheDir })).toEqual(new Set(live.map((a) => a.id)));
+  it('one-shot gc, then the daemon\'s loop, with the shipped gc section and the CNI cache as live set', async () => {
+    const n = node = createCniNode(backend, runtime === 'nomad' ? nomadConflist : podmanConflist);
+    const live = [await n.add(ids[0]!, ports(8081)), await n.add(ids[2]!, ports(8083))];
     const config = join(tempDir('cnigc'), 'gc.yaml');
     writeFileSync(config, shippedGc(runtime, backend, n.cacheDir));
+
+    // One-shot.
+    let before = n.save();
+    const dead = await forgotten(n, ids[1]!, 8082);
+    expect(n.request(8082)).toBe('timeout');  // the stale DNAT to the dead address comes first
+    expect(await readCniCache({ cacheDir: n.cacheDir })).toEqual(new Set(live.map((a) => a.id)));
     const backendArgs = backend === 'legacy' ? ['--backend', 'iptables-legacy'] : [];
     const dry = await cli('gc', '--config', config, '--netns', n.ns.path, '--grace', '0s', '--dry-run', ...backendArgs);
     expect(dry.code).toBe(1);
@@ -92,26 +81,37 @@ describe.each([
     expect(r.code).toBe(0);
     expect(JSON.parse(r.out).garbage.map((g: { id: string }) => g.id)).toEqual([dead.id]);
     expect(n.save()).toBe(before);
-    await afterGc(n, live, dead);
-  });
+    // The freed host port serves a new allocation.
+    const fresh = await n.add(ids[3]!, ports(8082));
+    expect(n.request(8082)).toBe(fresh.id);
 
-  it('the daemon\'s GC loop with the shipped gc section collects the same', async () => {
-    const { n, live, dead, before } = await setUp();
-    const gc = parseConfig(shippedGc(runtime, backend, n.cacheDir), 'shipped', { environment: {} }).gc!;
+    // The daemon's loop, on another forgotten allocation.
+    before = n.save();
+    const dead2 = await forgotten(n, ids[4]!, 8084);
+    const gc = parseConfig(readFileSync(config, 'utf8'), config, { environment: {} }).gc!;
     const loop = new GcLoop({
       gc: { ...gc, grace: 0, enabled: true, backend: backend === 'legacy' ? 'iptables-legacy' : 'nftables' },
       netns: n.ns.path, logger: pino({ level: 'silent' }),
     });
     try {
-      const r = await loop.runOnce();
-      expect(r?.garbage.map((g) => g.id)).toEqual([dead.id]);
-      expect(r?.collected).toBe(true);
+      const p = await loop.runOnce();
+      expect(p?.garbage.map((g) => g.id)).toEqual([dead2.id]);
+      expect(p?.collected).toBe(true);
       expect(n.save()).toBe(before);
       expect((await loop.runOnce())?.garbage).toEqual([]);
     } finally {
       await loop.stop();
     }
-    await afterGc(n, live, dead);
+
+    // The live ones still answer; their own DEL succeeds and leaves nothing of any allocation.
+    for (const [a, port] of [[live[0]!, 8081], [live[1]!, 8083], [fresh, 8082]] as const) expect(n.request(port)).toBe(a.id);
+    for (const a of [...live, fresh]) n.del(a);
+    const empty = n.save();
+    for (const a of [...live, fresh, dead, dead2]) {
+      expect(empty).not.toContain(a.id);
+      expect(empty).not.toContain(`${a.address}/32`);
+    }
+    expect(empty).not.toMatch(/CNI-DN-|:CNI-[0-9a-f]{24}/);
   });
 });
 
