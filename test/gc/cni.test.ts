@@ -175,36 +175,51 @@ describe('the CNI cache as live set, with the real plugins', () => {
   });
 });
 
-describe('a live address keeps the firewall rule', () => {
-  it('an address a live id\'s tagged rule names is never collected for a dead one', async () => {
-    // Host-local hands out an address again once its lease is released; fake the dead id's lease
-    // release by adding the live allocation's address to the dead one's bridge rule.
+describe.each(['nft', 'legacy'] as const)('CNI firewall rules on iptables-%s: collected on proof only', (backend) => {
+  it('an address a live id names, a wider prefix, another chain, another shape: all stay', async () => {
     const ns = createNetns('cnifw');
     try {
       const dead = NOMAD_IDS[1]!;
       const live = NOMAD_IDS[0]!;
-      ns.exec('iptables-restore', [], [
-        '*filter', ':CNI-FORWARD - [0:0]', '-A FORWARD -j CNI-FORWARD',
+      const tag = (id: string) => `"name: \\"nomad\\" id: \\"${id}\\""`;
+      const keep = [
+        // 172.26.64.2 is the dead id's source, and the live one's too (handed out again).
         '-A CNI-FORWARD -d 172.26.64.2/32 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT',
         '-A CNI-FORWARD -s 172.26.64.2/32 -j ACCEPT',
+        // 172.26.64.3 is only the dead id's: these are not the plugin's rules.
+        '-A CNI-FORWARD -s 172.26.64.3/32 -p tcp -j ACCEPT',
+        '-A CNI-FORWARD -d 172.26.64.3/32 -j ACCEPT',
+        '-A CNI-FORWARD -s 172.26.64.0/24 -j ACCEPT',
+        '-A OTHER -s 172.26.64.3/32 -j ACCEPT',
+        // 172.26.64.4 is no tagged rule's source (only a destination in the dead id's chain).
+        '-A CNI-FORWARD -s 172.26.64.4/32 -j ACCEPT',
+      ];
+      const gone = [
+        '-A CNI-FORWARD -d 172.26.64.3/32 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT',
         '-A CNI-FORWARD -s 172.26.64.3/32 -j ACCEPT',
+      ];
+      ns.exec(`iptables-${backend}-restore`, [], [
+        '*filter', ':CNI-FORWARD - [0:0]', ':OTHER - [0:0]', '-A FORWARD -j CNI-FORWARD', '-A FORWARD -j OTHER', ...keep, ...gone,
         'COMMIT', '*nat', ':CNI-a - [0:0]', ':CNI-b - [0:0]',
-        `-A POSTROUTING -s 172.26.64.2/32 -m comment --comment "name: \\"nomad\\" id: \\"${dead}\\"" -j CNI-a`,
-        `-A POSTROUTING -s 172.26.64.2/32 -m comment --comment "name: \\"nomad\\" id: \\"${live}\\"" -j CNI-b`,
-        `-A POSTROUTING -s 172.26.64.3/32 -m comment --comment "name: \\"nomad\\" id: \\"${dead}\\"" -j CNI-a`,
+        `-A POSTROUTING -s 172.26.64.2/32 -m comment --comment ${tag(dead)} -j CNI-a`,
+        `-A POSTROUTING -s 172.26.64.2/32 -m comment --comment ${tag(live)} -j CNI-b`,
+        `-A POSTROUTING -s 172.26.64.3/32 -m comment --comment ${tag(dead)} -j CNI-a`,
+        '-A CNI-a -d 172.26.64.4/32 -j ACCEPT',
         'COMMIT', '',
       ].join('\n'));
-      const config = join(tempDir('cnigc'), 'gc.yaml');
+      const dir = tempDir('cnifw');
+      const config = join(dir, 'gc.yaml');
       writeFileSync(config, 'tables: []\ngc:\n  foreign:\n    - { family: ip, table: nat, owner: nomad }\n    - { family: ip, table: filter, owner: nomad }\n');
-      const live2 = join(tempDir('cnilive'), 'live.json');
-      writeFileSync(live2, JSON.stringify([live]));
-      const ok = await cli('gc', '--config', config, '--netns', ns.path, '--grace', '0s', '--live-file', live2);
-      expect(ok.code).toBe(0);
-      const after = ns.exec('iptables-nft-save', []);
-      expect(after).toContain('-A CNI-FORWARD -s 172.26.64.2/32 -j ACCEPT');
-      expect(after).toContain('-A CNI-FORWARD -d 172.26.64.2/32 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT');
-      expect(after).not.toContain('172.26.64.3');
-      expect(after).not.toContain(dead);
+      writeFileSync(join(dir, 'live.json'), JSON.stringify([live]));
+      const r = await cli('gc', '--config', config, '--netns', ns.path, '--grace', '0s', '--live-file', join(dir, 'live.json'),
+        ...(backend === 'legacy' ? ['--backend', 'iptables-legacy'] : []));
+      expect(r.err).toBe('');
+      expect(r.code).toBe(0);
+      const after = ns.exec(`iptables-${backend}-save`, []).split('\n');
+      for (const l of keep) expect(after).toContain(l);
+      for (const l of gone) expect(after).not.toContain(l);
+      expect(after.filter((l) => l.includes(dead))).toEqual([]);
+      expect(after.some((l) => l.includes(live))).toBe(true);
     } finally {
       ns.remove();
     }
