@@ -112,7 +112,7 @@ describe.each([
       expect(empty).not.toContain(`${a.address}/32`);
     }
     expect(empty).not.toMatch(/CNI-DN-|:CNI-[0-9a-f]{24}/);
-  });
+  }, 180_000);  // about 40 plugin runs, each forking iptables a few times: slow on a loaded machine
 });
 
 describe('the CNI cache as live set, with the real plugins', () => {
@@ -139,7 +139,7 @@ describe('the CNI cache as live set, with the real plugins', () => {
     const { netns: _, ...old } = JSON.parse(readFileSync(rec, 'utf8'));
     writeFileSync(rec, JSON.stringify(old));
     expect(await readCniCache({ cacheDir: n.cacheDir })).toEqual(new Set([a.id, b.id]));
-  });
+  }, 120_000);
 
   it('an unreadable cache stops gc before the kernel is touched', async () => {
     const n = node = createCniNode('nft', nomadConflist);
@@ -172,7 +172,7 @@ describe('the CNI cache as live set, with the real plugins', () => {
     // The same node with its real cache: b goes.
     expect((await run(n.cacheDir)).code).toBe(0);
     expect(n.save()).not.toContain(b.id);
-  });
+  }, 120_000);
 });
 
 describe.each(['nft', 'legacy'] as const)('CNI firewall rules on iptables-%s: collected on proof only', (backend) => {
