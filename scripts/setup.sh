@@ -30,8 +30,8 @@ if $with_test; then
   # test, test/reliability/fuzz.test.ts (scripts/fuzz.sh), and scripts/sanitize.sh;
   # podman, runc, debootstrap and systemd-container (systemd-nspawn) are for the container image
   # and booted-systemd tests (test/image.test.ts, test/systemd-boot.test.ts);
-  # containernetworking-plugins are the CNI plugins the Nomad and CNI tests run
-  # (test/deploy/nomad.test.ts); qemu-user runs foreign-architecture binaries; zsh and fish load
+  # containernetworking-plugins (/usr/lib/cni) write the CNI rules foreign GC is tested against
+  # (test/gc/cni.test.ts, driven by test/helpers/cni.ts, and test/deploy/nomad.test.ts); qemu-user runs foreign-architecture binaries; zsh and fish load
   # the completion scripts (test/cli/usability.test.ts; bash is there already).
   packages+=(iptables clang-14 libclang-rt-14-dev podman runc debootstrap systemd-container
     containernetworking-plugins qemu-user zsh fish)
