@@ -98,13 +98,16 @@ export async function main(argv: string[], io: Out = {
 
   program.command('version').description('print the version').action(() => io.out(version()));
 
-  program.command('validate').description('check a config file; exit 0, or 2 with every error as file:line:column: error: message')
-    .addOption(configOpt()).option('--json', 'print the result as JSON: { ok, tables } or { ok: false, errors: [{ file, line, column, severity, message }] }')
-    .action((o: { config: string; json?: boolean }) => {
+  progressOpts(program.command('validate').description('check a config file; exit 0, or 2 with every error as file:line:column: error: message')
+    .addOption(configOpt()).option('--json', 'print the result as JSON: { ok, tables } or { ok: false, errors: [{ file, line, column, severity, message }] }'))
+    .action((o: { config: string; json?: boolean; progress?: boolean }) => {
       let config;
+      const progress = new Progress(io, o.progress);
       try {
         config = loadConfig(o.config, { interfaces: anyInterface() });
+        progress.step(() => `${o.config}: ${plural(countRules(config!.tables), 'rule')} compiled`);
       } catch (e) {
+        progress.step(() => `${o.config}: checked`);
         if (!(e instanceof ConfigError)) throw e;
         // Editor and CI annotators parse these lines: no "nfkeeper: " prefix, one line per error.
         const errors = e.all.map((x) => ({ file: x.file, line: x.line, column: x.column, severity: 'error', message: x.reason }));
@@ -133,11 +136,12 @@ export async function main(argv: string[], io: Out = {
       code = await oneShot(o, true, io);
     });
 
-  program.command('export').description("print a kernel table as a config (nft's file syntax or YAML)")
+  progressOpts(program.command('export').description("print a kernel table as a config (nft's file syntax or YAML)"))
     .addOption(required(new Option('--table <family name...>', 'the table to export: FAMILY NAME (repeat the option for more)')))
     .addOption(netnsOpt())
     .addOption(new Option('--format <format>', 'nft or yaml').choices(['nft', 'yaml']).default('nft'))
-    .action(async (o: { table: string[]; netns?: string; format: ExportFormat }) => {
+    .action(async (o: { table: string[]; netns?: string; format: ExportFormat; progress?: boolean }) => {
+      const progress = new Progress(io, o.progress);
       if (o.table.length % 2 !== 0) throw new NfkeeperError('--table takes FAMILY NAME pairs, e.g. --table ip nat');
       const { readTable, tablesToYaml, tableToNft } = await import('./config/export.js');
       const sock = new (await netlink()).NftSocket({ netns: o.netns });
@@ -151,6 +155,7 @@ export async function main(argv: string[], io: Out = {
             { interfaces: namespaceInterfaces(o.netns), counters: o.format === 'nft' });
           if (!t) throw new NfkeeperError(`table ${family} ${o.table[i + 1]} does not exist${o.netns ? ` in ${o.netns}` : ''}`);
           tables.push(t);
+          progress.step(() => `read table ${family} ${t.name}: ${plural(t.chains.reduce((n, c) => n + c.rules.length, 0), 'rule')}`);
         }
         io.out((o.format === 'yaml' ? tablesToYaml(tables) : tables.map(tableToNft).join('\n')).replace(/\n$/, ''));
         const unsupported = tables.flatMap((t) => t.unsupported.map((u) => `${t.family} ${t.name}: ${u}`));

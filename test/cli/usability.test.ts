@@ -66,6 +66,11 @@ describe('plans at a terminal', { timeout: 120_000 }, () => {
   it('no progress lines through a pipe, or with --no-progress on a terminal', async () => {
     expect((await atTerminal(false, 'check', '--config', big, '--netns', ns.path)).err).toEqual([]);
     expect((await atTerminal(true, 'check', '--config', big, '--netns', ns.path, '--no-progress')).err).toEqual([]);
+    // validate and export take the same flags.
+    expect(await atTerminal(true, 'validate', '--config', big, '--no-progress')).toMatchObject({ code: 0, err: [] });
+    ns.nft('add table ip x\n');
+    expect(await atTerminal(true, 'export', '--table', 'ip', 'x', '--netns', ns.path, '--no-progress')).toMatchObject({ code: 0, err: [] });
+    expect((await atTerminal(false, 'export', '--table', 'ip', 'x', '--netns', ns.path, '--progress')).code).toBe(0);
   });
 });
 
