@@ -4,7 +4,7 @@
  * the kernel's validate callback takes it in. Checked for the config's tables
  * and for owners' chains alike.
  */
-import type { Expr } from '../netlink/expr.js';
+import type { Expr, Family } from '../netlink/expr.js';
 import { FIB_F } from '../netlink/expr.js';
 import type { ChainType, Hook, SetElement } from '../netlink/objects.js';
 import type { CompiledRule } from './compile.js';
@@ -59,14 +59,14 @@ export function renameJumps(rule: CompiledRule, rename: (chain: string) => strin
 
 /** What the kernel would refuse at commit time, said before anything is sent. */
 export function checkRulePlacement(rule: CompiledRule, hook: Hook | undefined, type: ChainType | undefined,
-  chains: ReadonlySet<string>, scope = 'this table'): string | undefined {
+  chains: ReadonlySet<string>, scope = 'this table', family?: Family): string | undefined {
   let problem: string | undefined;
   forEachJump(rule, (verdict, chain) => {
     if (problem === undefined && !chains.has(chain)) problem = undefinedChain(verdict, chain, scope);
   });
   if (problem !== undefined) return problem;
   // regular chains: checked through the jumps from the base chains (checkChainGraph), as the kernel does
-  return hook === undefined ? undefined : hookPlacement(rule, hook, type);
+  return hook === undefined ? undefined : hookPlacement(rule, hook, type, family);
 }
 
 function undefinedChain(verdict: string, chain: string, scope: string): string {
@@ -85,6 +85,8 @@ export interface Restriction {
   hooks: ReadonlySet<Hook>;
   /** The chain type it needs (nft_chain_validate_chaintype). */
   type?: ChainType;
+  /** The table families it is taken in, when not every one. */
+  families?: ReadonlySet<Family>;
   /** Said instead of listing `hooks` (kept as the NAT messages were). */
   says?: string;
 }
@@ -96,7 +98,7 @@ const R = {
   secpath: { what: 'meta ipsec', hooks: BEFORE_ROUTING },
   sdif: { what: 'meta sdif and sdifname', hooks: hooks('input', 'forward') },
   pkttype: { what: 'meta pkttype set', hooks: hooks('prerouting') },
-  osf: { what: 'osf', hooks: BEFORE_ROUTING },
+  osf: { what: 'osf', hooks: BEFORE_ROUTING, families: new Set<Family>(['ip', 'inet']) },
   synproxy: { what: 'synproxy', hooks: hooks('input', 'forward') },
   socket: { what: 'socket', hooks: hooks('prerouting', 'input', 'output') },
   tproxy: { what: 'tproxy', hooks: hooks('prerouting') },
@@ -113,7 +115,8 @@ const R = {
  * The kernel's hook and chain-type restriction of an expression (the validate callbacks of
  * nft_reject, nft_xfrm, nft_meta, nft_osf, nft_synproxy, nft_socket, nft_tproxy, nft_fib, nft_rt,
  * nft_nat, nft_masq and nft_redir), or undefined when it runs anywhere. The same in the ip, ip6
- * and inet families for the hooks a config can name (inet adds ingress for reject and pkttype).
+ * and inet families for the hooks a config can name (inet adds ingress for reject and pkttype),
+ * but for osf, which an ip6 table refuses in any hook.
  */
 export function restrictionOf(e: Expr): Restriction | undefined {
   switch (e.kind) {
@@ -143,10 +146,11 @@ function hookList(h: ReadonlySet<Hook>): string {
 }
 
 /** Why the kernel refuses `rule` in a `type` chain on `hook`, or undefined when it takes it. */
-function hookPlacement(rule: CompiledRule, hook: Hook, type: ChainType | undefined): string | undefined {
+function hookPlacement(rule: CompiledRule, hook: Hook, type: ChainType | undefined, family: Family | undefined): string | undefined {
   for (const e of rule.exprs) {
     const r = restrictionOf(e);
     if (r === undefined) continue;
+    if (r.families && family !== undefined && !r.families.has(family)) return `${r.what} is not valid in an ${family} table (only in ${[...r.families].join(' and ')})`;
     if (r.type !== undefined && type !== r.type) return r.type === 'nat' ? 'NAT statements need a chain of type nat' : `${r.what} needs a chain of type ${r.type}`;
     if (!r.hooks.has(hook)) return r.says ?? `${r.what} is only valid in ${hookList(r.hooks)} chains`;
   }
@@ -196,7 +200,7 @@ export class JumpGraph {
   private readonly stamp: Int32Array;
 
   /** `chains`: the table's chain names in the order `rule()` and `check()` index them. */
-  constructor(chains: readonly string[], private readonly scope = 'this table') {
+  constructor(chains: readonly string[], private readonly scope = 'this table', private readonly family?: Family) {
     chains.forEach((name, i) => this.index.set(name, i));
     this.stamp = new Int32Array(chains.length).fill(-1);
   }
@@ -223,7 +227,7 @@ export class JumpGraph {
     this.limitedIndex.push(ruleIndex);
     this.limitedRule.push(rule);
     // regular chains: checked through the jumps from the base chains (check()), as the kernel does
-    return hook === undefined ? undefined : hookPlacement(rule, hook, type);
+    return hook === undefined ? undefined : hookPlacement(rule, hook, type, this.family);
   }
 
   private edge(chain: number, t: number, ruleIndex: number): void {
@@ -374,7 +378,7 @@ export class JumpGraph {
           if (!(reachedBy[ci]! & (1 << bit))) continue;
           const { type, hook, name } = bases[bit]!;
           for (let j = k; j < last; j++) {
-            const reason = hookPlacement(this.limitedRule[j]!, hook, type);
+            const reason = hookPlacement(this.limitedRule[j]!, hook, type, this.family);
             if (reason === undefined) continue;
             problems.push({ chain: ci, rule: this.limitedIndex[j]!, reason: `${reason} (reached by a jump from ${type} chain ${name}, hook ${hook})` });
             break find;
