@@ -210,18 +210,11 @@ export class JumpGraph {
    * the kernel would refuse about it alone, as checkRulePlacement does.
    */
   rule(chain: number, ruleIndex: number, rule: CompiledRule, hook: Hook | undefined, type: ChainType | undefined): string | undefined {
-    let problem: string | undefined;
-    forEachJump(rule, (verdict, to) => {
-      if (problem !== undefined) return;
-      const t = this.index.get(to);
-      if (t === undefined) problem = undefinedChain(verdict, to, this.scope);
-      else this.edge(chain, t, ruleIndex);
-    }, (set) => {
-      this.mapFrom.push(chain);
-      this.mapRule.push(ruleIndex);
-      this.mapName.push(set);
-    });
-    if (problem !== undefined) return problem;
+    this.at = chain;
+    this.atRule = ruleIndex;
+    this.problem = undefined;
+    forEachJump(rule, this.onJump, this.onNamedMap);
+    if (this.problem !== undefined) return this.problem;
     if (!rule.exprs.some((e) => restrictionOf(e) !== undefined)) return undefined;
     this.limitedChain.push(chain);
     this.limitedIndex.push(ruleIndex);
@@ -229,6 +222,22 @@ export class JumpGraph {
     // regular chains: checked through the jumps from the base chains (check()), as the kernel does
     return hook === undefined ? undefined : hookPlacement(rule, hook, type, this.family);
   }
+
+  // The rule rule() walks, and forEachJump's callbacks for it, made once (not two closures a rule).
+  private at = 0;
+  private atRule = 0;
+  private problem: string | undefined;
+  private readonly onJump = (verdict: 'jump' | 'goto', to: string): void => {
+    if (this.problem !== undefined) return;
+    const t = this.index.get(to);
+    if (t === undefined) this.problem = undefinedChain(verdict, to, this.scope);
+    else this.edge(this.at, t, this.atRule);
+  };
+  private readonly onNamedMap = (set: string): void => {
+    this.mapFrom.push(this.at);
+    this.mapRule.push(this.atRule);
+    this.mapName.push(set);
+  };
 
   private edge(chain: number, t: number, ruleIndex: number): void {
     if (this.stamp[t] === chain) return;
