@@ -9,6 +9,8 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config/config.js';
 import { OwnerLimitError, OwnerRegistry, OwnerSpecError, compileOwner, type Owner } from '../../src/owners/index.js';
+import { withNetns } from '../helpers/netns.js';
+import { netlinkDump } from '../helpers/peers/dump.js';
 import { tempDir } from '../helpers/tmp.js';
 import { listTable, ownerSpec, ownersYaml, withDaemon } from './fixtures.js';
 
@@ -78,7 +80,14 @@ describe('owner jumps are confined to the owner\'s chains', () => {
       let r = await d.api('PUT', '/v1/owners/v', body);
       expect(r).toMatchObject({ status: 201, body: { created: true } });
       expect(listTable(ns)).toMatch(/meta mark vmap \{ 0x00000001 : jump o\/v\/c, 0x00000002 : goto o\/v\/c \} comment "nfkeeper-owner=v"/);
-      // The same body again: the kernel's rules are the desired ones, nothing to do.
+      // What the kernel holds is what was desired (the renamed map elements compare equal), and
+      // the same body again has nothing to do.
+      expect(await d.keeper.request('manual', 0)).toMatchObject({ status: 'in-sync', ops: 0 });
+      // nft is the oracle: its own load of the listed table dumps the same netlink expressions.
+      await withNetns((copy) => {
+        copy.nft(ns.exec('nft', ['list', 'table', 'ip', 'nfkeeper']));
+        expect(netlinkDump(copy, 'ip', 'nfkeeper')).toBe(netlinkDump(ns, 'ip', 'nfkeeper'));
+      }, 'confine-copy');
       const gen = sock.generation();
       r = await d.api('PUT', '/v1/owners/v', body);
       expect(r).toMatchObject({ status: 200, body: { changed: false } });
