@@ -24,6 +24,7 @@
 #include "common.h"
 #include "decode_json.h"
 #include "expr_table.h"
+#include "object.h"
 
 namespace nfk {
 
@@ -708,6 +709,7 @@ void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneratio
       }
       else if (object == "set") messages = EncodeSet(&out->bytes, verb, op, next);
       else if (object == "element") messages = EncodeElementOp(&out->bytes, verb, op, next);
+      else if (object == "obj") EncodeObject(&out->bytes, Reserve(&out->bytes), verb, op, FamilyOf(op), next);
       else throw Napi::TypeError::New(env, "unknown object '" + object + "'");
     } catch (const Napi::Error& e) {
       throw MakeNetlinkError(env, "operation " + std::to_string(i) + ": " + e.Message(), EINVAL,
