@@ -385,9 +385,10 @@ class Reader {
       }
       case 'element': this.elementCommand(verb); return;
       case 'counter': case 'quota': case 'limit': case 'ct': case 'secmark': case 'synproxy': {
+        const type = this.objectType(obj);
         const ref = this.tableRef();
         const ti = this.findTable(ref.family, ref.name, ref.at, false);
-        this.objectDecl(ti, obj, true);
+        this.objectDecl(ti, obj, type, true);
         this.endStatement();
         return;
       }
@@ -451,7 +452,7 @@ class Reader {
             break;
           }
           case 'counter': case 'quota': case 'limit': case 'ct': case 'secmark': case 'synproxy':
-            this.objectDecl(ti, w, false);
+            this.objectDecl(ti, w, this.objectType(w), false);
             this.endStatement();
             break;
           case 'flowtable':
@@ -600,20 +601,22 @@ class Reader {
     }
   }
 
+  /** An object's type after its first word: `counter`, or `ct helper` with the word after `ct`. */
+  private objectType(kw: Tok): string {
+    if (kw.text !== 'ct') return kw.text;
+    const k = this.word("'helper', 'timeout' or 'expectation' after 'ct'");
+    if (k.text !== 'helper' && k.text !== 'timeout' && k.text !== 'expectation') {
+      this.fail(k.start, `expected 'helper', 'timeout' or 'expectation' after 'ct', found ${describe(k)}`);
+    }
+    return `ct ${k.text}`;
+  }
+
   /**
    * A stateful object: `counter|quota|limit|synproxy|secmark NAME { BODY }` or `ct helper|timeout|expectation
    * NAME { BODY }` in a table, and as a command also without braces (`add counter ip t c`, `add quota ip t
    * q over 1 mbytes`). The body is kept as written (src/config/objects.ts parses it), its `comment "…"` apart.
    */
-  private objectDecl(ti: number, kw: Tok, command: boolean): void {
-    let type = kw.text;
-    if (type === 'ct') {
-      const k = this.word("'helper', 'timeout' or 'expectation' after 'ct'");
-      if (k.text !== 'helper' && k.text !== 'timeout' && k.text !== 'expectation') {
-        this.fail(k.start, `expected 'helper', 'timeout' or 'expectation' after 'ct', found ${describe(k)}`);
-      }
-      type = `ct ${k.text}`;
-    }
+  private objectDecl(ti: number, kw: Tok, type: string, command: boolean): void {
     const name = this.word(`a ${type} name`);
     const table = this.raw.tables[ti]!;
     const objects = table.objects ??= [];

@@ -104,6 +104,7 @@ function protoOf(c: SpecCursor, table: Record<string, number>, what: string): nu
 
 /** The NFTA_<TYPE>_* data nft 1.0.6 sends for the block body `spec` of a `type` object in a `family` table. */
 function parseSpec(type: ObjType, spec: string, family: Family): NftObj['data'] {
+  if (type === 'ct timeout') throw new SpecError(1, 'ct timeout objects are not supported by nfkeeper');
   const c = cursorOf(spec);
   const at = { col: 1, raw: '' };
   switch (type) {
@@ -202,8 +203,8 @@ function parseSpec(type: ObjType, spec: string, family: Family): NftObj['data'] 
       if (!c.done()) c.fail(c.peek(), 'the end of the secmark');
       return { ctx: s.text };
     }
-    case 'ct timeout':
-      throw new SpecError(1, 'ct timeout objects are not supported by nfkeeper');
+    default:
+      throw new SpecError(1, `${type} objects are not supported by nfkeeper`);
   }
 }
 
