@@ -98,6 +98,8 @@ export interface SetElement {
   timeout?: number;
   /** NFTA_SET_ELEM_EXPIRATION, ms: time left; on add, nft's `expires`. The kernel counts it down. */
   expiration?: number;
+  /** NFTA_SET_ELEM_OBJREF: in an object map, the name of the object the key maps to. */
+  objref?: string;
 }
 
 export interface NftSet {
@@ -123,6 +125,8 @@ export interface NftSet {
   timeout?: number;
   /** NFTA_SET_GC_INTERVAL, ms */
   gcInterval?: number;
+  /** NFTA_SET_OBJ_TYPE: an object map's (flags OBJECT) NFT_OBJECT_* type. */
+  objType?: number;
   userdata?: Hex;
   /** On add only: elements created with the set. */
   elements?: SetElement[];

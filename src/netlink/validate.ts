@@ -122,6 +122,7 @@ export function validateOp(op: Op, index: number): void {
       checkU32(index, 'flags', op.flags);
       checkHex(index, 'userdata', op.userdata);
       checkU32(index, 'gcInterval', op.gcInterval);
+      checkU32(index, 'objType', op.objType);
       if (op.fieldLen !== undefined) {
         // Fewer than NFT_REG32_COUNT parts (libnftnl finds the count at the first zero length), each 1-255 bytes (u8)
         if (!Array.isArray(op.fieldLen) || op.fieldLen.length < 1 || op.fieldLen.length > 15
@@ -192,6 +193,7 @@ function validateElement(e: SetElement, index: number, at: string): void {
     const v = e[k];
     if (v !== undefined) checkHex(index, `${at}.${k}`, v, k === 'userdata' ? MAX_USERDATA : MAX_DATA);
   }
+  if (e.objref !== undefined) checkName(index, `${at}.objref`, e.objref, true);
   for (const k of ['timeout', 'expiration'] as const) {
     const v = e[k];
     if (v !== undefined && !(Number.isSafeInteger(v) && v >= 0)) {

@@ -7,7 +7,8 @@
  */
 import type { ObjrefExpr } from '../netlink/expr.js';
 import { OBJ_TYPE, type ObjType } from '../netlink/objects.js';
-import type { At } from './ast.js';
+import type { At, MarkMapStmt } from './ast.js';
+import { parseObjMap, type KeyedParser } from './keyed.js';
 import type { Cursor, ExprStmt } from './statements.js';
 
 /** How each object type is used in a rule: the words before the object's name. */
@@ -29,13 +30,28 @@ function objrefType(c: Cursor, word: string): { type: ObjType; words: number } |
       if (!c.isWord(t1, 'name') || !nameFollows(t2) || (t2.kind === 'word' && mapFollows(c, 3))) return undefined;
       return { type: word, words: 2 };
     case 'ct':
-      if (!c.isWord(t1, 'helper', 'timeout', 'expectation') || !c.isWord(t2, 'set')) return undefined;
+      if (!c.isWord(t1, 'helper', 'timeout', 'expectation') || !c.isWord(t2, 'set') || mapFollows(c, 3)) return undefined;
       if (t1.text === 'helper' && c.peek(3).kind !== 'string' && !(c.peek(3).kind === 'word' && OBJ_NAME.test(c.peek(3).text))) return undefined;
       return { type: `ct ${t1.text}` as ObjType, words: 3 };
     case 'meta':
       // meta secmark set "NAME": a name (quoted) is the object; a number would be the mark itself
       if (!c.isWord(t1, 'secmark') || !c.isWord(t2, 'set') || c.peek(3).kind !== 'string') return undefined;
       return { type: 'secmark', words: 3 };
+    default: return undefined;
+  }
+}
+
+/** The object type of an object-map statement at the cursor (`counter name tcp dport map @m`), if it is one. */
+function objMapType(c: Cursor, word: string): { type: ObjType; words: number } | undefined {
+  const t1 = c.peek(1), t2 = c.peek(2);
+  switch (word) {
+    case 'counter': case 'quota': case 'limit': case 'synproxy':
+      return c.isWord(t1, 'name') && t2.kind === 'word' && mapFollows(c, 2) ? { type: word, words: 2 } : undefined;
+    case 'ct':
+      return c.isWord(t1, 'helper', 'timeout', 'expectation') && c.isWord(t2, 'set') && mapFollows(c, 3)
+        ? { type: `ct ${t1.text}` as ObjType, words: 3 } : undefined;
+    case 'meta':
+      return c.isWord(t1, 'secmark') && c.isWord(t2, 'set') && mapFollows(c, 3) ? { type: 'secmark', words: 3 } : undefined;
     default: return undefined;
   }
 }
@@ -51,7 +67,12 @@ function mapFollows(c: Cursor, k: number): boolean {
 }
 
 /** An objref statement at the cursor (its first word `word`), or undefined when it is not one. */
-export function parseObjrefStatement(c: Cursor, word: string, at: At): ExprStmt | undefined {
+export function parseObjrefStatement(c: Cursor & KeyedParser, word: string, at: At): ExprStmt | MarkMapStmt | undefined {
+  const map = objMapType(c, word);
+  if (map) {
+    for (let i = 0; i < map.words; i++) c.next();
+    return parseObjMap(c, map.type, at);
+  }
   const use = objrefType(c, word);
   if (!use) return undefined;
   for (let i = 0; i < use.words; i++) c.next();
@@ -64,6 +85,11 @@ export function parseObjrefStatement(c: Cursor, word: string, at: At): ExprStmt 
 }
 
 const TYPE_BY_NUMBER = new Map<number, ObjType>(Object.entries(OBJ_TYPE).map(([k, v]) => [v, k as ObjType]));
+
+/** The words before an object's name in a rule that uses one of `type`: `counter name`, `ct helper set`. */
+export function objrefUse(type: ObjType): string {
+  return USE[type];
+}
 
 /** The IR's name of an NFT_OBJECT_* type, if it models it. */
 export function objTypeName(type: number): ObjType | undefined {

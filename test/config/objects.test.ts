@@ -112,7 +112,7 @@ describe('stateful objects in the config', () => {
       'ct timeout set "t"', 'ct expectation set "e"', 'meta secmark set "sm"', 'counter name "c" accept']) {
       const r = compileRule(text, { family: 'inet', table: 't', chain: 'c' });
       expect(r.text).toBe(text);
-      expect(renderRule({ family: 'inet', table: 't', chain: 'c', exprs: r.exprs }, 'inet')).toBe(text);
+      expect(renderRule({ exprs: r.exprs }, 'inet')).toBe(text);
     }
     // unquoted, as nft also takes it
     expect(compileRule('counter name c', { family: 'ip', table: 't', chain: 'c' }).text).toBe('counter name "c"');
@@ -148,6 +148,23 @@ describe('stateful objects in the config', () => {
     expect(y.message).toMatch(/quota q: expected 'bytes'/);
     expect(y.line).toBe(5);
     expect(refusal('tables:\n  - family: ip\n    name: t\n    objects:\n      - { name: q, type: meter }\n', true).message).toMatch(/type/);
+  });
+
+  it('named object maps: declared, used by a rule, refused anonymous or of another type', () => {
+    const c = parseNftConfig('table ip t {\n counter c { }\n quota q { 1 mbytes }\n map m { type inet_service : counter; elements = { 80 : "c" } }\n' +
+      ' chain x {\n  counter name tcp dport map @m\n }\n}\n');
+    const m = c.tables[0]!.sets![0]!;
+    expect(m.set).toMatchObject({ flags: 0x40, objType: 1, keyType: 13, keyLen: 2 });
+    expect(m.set.dataType).toBeUndefined();
+    expect(m.elements).toEqual([{ key: '0050', flags: 0, objref: 'c' }]);
+    const r = c.tables[0]!.chains[0]!.rules[0]!.compiled;
+    expect(r.exprs.at(-1)).toEqual({ kind: 'objref', sreg: 1, set: 'm' });
+    expect(r.text).toBe('counter name tcp dport map @m');
+    const anon = refusal('table ip t {\n counter c { }\n chain x {\n  counter name tcp dport map { 80 : "c" }\n }\n}\n');
+    expect(anon.message).toMatch(/anonymous object map is not supported/);
+    expect([anon.line, anon.column]).toEqual([4, 30]);
+    const other = refusal('table ip t {\n counter c { }\n map m { type inet_service : counter; }\n chain x {\n  quota name tcp dport map @m\n }\n}\n');
+    expect(other.message).toMatch(/'m' is not a map of quota objects/);
   });
 
   it('the compared definition leaves state out: counts, bytes and quota used', () => {

@@ -3,7 +3,8 @@
  * table with every object kind this kernel holds (and rules using each) lists and dumps as nft's
  * install of the same file, objects included (GETOBJ, decoded); `check` finds nft's install in
  * sync; export reads back in sync. A running keeper repairs a deleted rule, a replaced rule, a
- * flushed chain, a deleted object and an object changed in place, and an object's counters
+ * flushed chain, a deleted object, an object changed in place and an object map's element deleted or
+ * changed (named object maps, `counter name udp dport map @m`), and an object's counters
  * survive every one of those repairs (read before and after, with packets sent through the
  * namespace in between): only a missing or differently configured object is created again.
  */
@@ -29,6 +30,14 @@ const ALL = `table ip t {
 
 	counter spare {
 		comment "not used by a rule"
+	}
+
+	counter c9 {
+	}
+
+	map m {
+		type inet_service : counter
+		elements = { 9 : "c9", 10 : "c" }
 	}
 
 	quota q {
@@ -68,6 +77,7 @@ const ALL = `table ip t {
 		quota name "q"
 		limit name "l2"
 		udp dport 9 limit name "l"
+		counter name udp dport map @m
 	}
 
 	chain helpers {
@@ -205,6 +215,8 @@ describe('stateful objects on the kernel', () => {
         ['a replaced rule', () => ns.nft(`replace rule ip t out handle ${handle('out', 0)} counter\n`)],
         ['a flushed chain', () => ns.nft('flush chain ip t out\n')],
         ['a deleted object', () => ns.nft('delete counter ip t spare\n')],
+        ['a deleted object map element', () => ns.nft('delete element ip t m { 10 }\n')],
+        ['an object map element pointing elsewhere', () => ns.nft('delete element ip t m { 9 }\nadd element ip t m { 9 : "spare" }\n')],
         ['an object changed in place', () => ns.nft('add quota ip t q { over 200 mbytes }\n')],
         ['a foreign object', () => ns.nft('add counter ip t foreign\n')],
       ];
@@ -221,6 +233,8 @@ describe('stateful objects on the kernel', () => {
         expect(after.data.packets, what).toBeGreaterThanOrEqual((before.data.packets as number) + 2);
         expect(after.data.bytes, what).toBeGreaterThan(before.data.bytes as number);
       }
+      // the map's counter counted the packets to port 9 all along (and was never created again)
+      expect((await counter('c9')).data.packets).toBeGreaterThanOrEqual(5 + 3 * tampers.length);
       // the spare counter was created again (a new handle), the changed quota too, the foreign one is gone
       const objs = await sock.listObjs({ family: 'ip', table: 't' });
       expect(objs.find((o) => o.name === 'foreign')).toBeUndefined();
