@@ -102,6 +102,15 @@ function protoOf(c: SpecCursor, table: Record<string, number>, what: string): nu
   return v;
 }
 
+/** A quota's or limit's body read as the rule statement of the same words (statements.ts), columns kept. */
+function asStatement(word: 'quota' | 'limit', spec: string, family: Family): QuotaExpr | LimitExpr {
+  const toks = tokenize(`${word} ${spec.replace(/[;\n\r\t]/g, ' ')}`);
+  const c = new SpecCursor(toks.map((t) => ({ ...t, col: t.col - word.length - 1 })));
+  const st = parseExprStatement(c, word, { col: 1, raw: '' }, family)!;
+  if (!c.done()) c.fail(c.peek(), `the end of the ${word}`);
+  return st.exprs[0] as QuotaExpr | LimitExpr;
+}
+
 /** The NFTA_<TYPE>_* data nft 1.0.6 sends for the block body `spec` of a `type` object in a `family` table. */
 function parseSpec(type: ObjType, spec: string, family: Family): NftObj['data'] {
   if (type === 'ct timeout') throw new SpecError(1, 'ct timeout objects are not supported by nfkeeper');
@@ -121,20 +130,11 @@ function parseSpec(type: ObjType, spec: string, family: Family): NftObj['data'] 
       return { packets, bytes };
     }
     case 'quota': {
-      const toks = tokenize(`quota ${spec.replace(/[;\n\r\t]/g, ' ')}`);
-      // (columns in the spec: the prefix is 6 characters)
-      const qc = new SpecCursor(toks.map((t) => ({ ...t, col: t.col - 6 })));
-      const st = parseExprStatement(qc, 'quota', at, family)!;
-      if (!qc.done()) qc.fail(qc.peek(), 'the end of the quota');
-      const e = st.exprs[0] as QuotaExpr;
+      const e = asStatement('quota', spec, family) as QuotaExpr;
       return { bytes: e.bytes, consumed: e.consumed ?? 0, flags: e.flags ?? 0 };
     }
     case 'limit': {
-      const toks = tokenize(`limit ${spec.replace(/[;\n\r\t]/g, ' ')}`);
-      const lc = new SpecCursor(toks.map((t) => ({ ...t, col: t.col - 6 })));
-      const st = parseExprStatement(lc, 'limit', at, family)!;
-      if (!lc.done()) lc.fail(lc.peek(), 'the end of the limit');
-      const e = st.exprs[0] as LimitExpr;
+      const e = asStatement('limit', spec, family) as LimitExpr;
       return { rate: e.rate, unit: e.unit, burst: e.burst ?? 0, type: e.type ?? 0, flags: e.flags ?? 0 };
     }
     case 'ct helper': {
