@@ -551,8 +551,9 @@ export function parseObjMap(p: KeyedParser, obj: ObjType, start: At): MarkMapStm
   p.expectWord("'map' and @name of an object map (or ' . ' and another key part)", 'map');
   const r = p.peek();
   if (r.kind === 'word' && r.text.startsWith('@')) return { t: 'markmap', target: 'meta', obj, key, rhs: parseNamed(p), ...start };
-  return p.fail(r, `@name of a named map of ${obj} objects (type ${key.map((k) => k.raw).join(' . ')} : ${obj})`,
-    'an anonymous object map is not supported: declare the map in the table and use map @NAME');
+  return p.fail(r, `@name of a named map of ${obj} objects`, obj.startsWith('ct ')
+    ? `an anonymous map of ${obj} objects is not supported yet (nft 1.0.6 declares no named one to use instead)`
+    : `an anonymous object map is not supported yet: declare the map in the table (type … : ${obj}) and use map @NAME`);
 }
 
 // ---- types -----------------------------------------------------------------------------

@@ -161,7 +161,7 @@ describe('stateful objects in the config', () => {
     expect(r.exprs.at(-1)).toEqual({ kind: 'objref', sreg: 1, set: 'm' });
     expect(r.text).toBe('counter name tcp dport map @m');
     const anon = refusal('table ip t {\n counter c { }\n chain x {\n  counter name tcp dport map { 80 : "c" }\n }\n}\n');
-    expect(anon.message).toMatch(/anonymous object map is not supported/);
+    expect(anon.message).toMatch(/anonymous object map is not supported yet: declare the map/);
     expect([anon.line, anon.column]).toEqual([4, 30]);
     const other = refusal('table ip t {\n counter c { }\n map m { type inet_service : counter; }\n chain x {\n  quota name tcp dport map @m\n }\n}\n');
     expect(other.message).toMatch(/'m' is not a map of quota objects/);
