@@ -18,6 +18,8 @@ import { GC_SCHEMA, type GcConfig } from './gc.js';
 import { OWNERS_SCHEMA, type OwnersConfig } from './owners.js';
 import { readNftFile } from './nftfile.js';
 import { buildSet, SET_SCHEMA, type SetConfig } from './sets.js';
+import { buildObject, OBJ_SCHEMA, type ObjConfig } from './objects.js';
+import { objectsUsed } from '../rules/objref.js';
 import { SET_F, type NftSet } from '../netlink/objects.js';
 
 /** nft's size for a set a rule adds elements to when the file gives none (nft 1.0.6 lists `size 65535`). */
@@ -82,6 +84,8 @@ const TABLE = z.strictObject({
   // Named sets and maps (src/config/sets.ts), in nft's own words.
   sets: z.array(SET_SCHEMA).default([]),
   maps: z.array(SET_SCHEMA).default([]),
+  // Named stateful objects (src/config/objects.ts), their bodies in nft's own words.
+  objects: z.array(OBJ_SCHEMA).default([]),
   chains: z.array(CHAIN).default([]),
 });
 
@@ -116,6 +120,8 @@ export interface TableConfig {
   userdata?: Hex;
   /** Named sets and maps, in the order they were written (the order nft creates them in). None: the table has none. */
   sets?: SetConfig[];
+  /** Named stateful objects, in the order they were written. None: the table has none. */
+  objects?: ObjConfig[];
   chains: ChainConfig[];
 }
 
@@ -381,6 +387,7 @@ function buildConfig(raw: unknown, file: string, where: Positions, options: Load
     if (chainNames.size !== t.chains.length) fail(tpos(), `table ${tkey} lists a chain twice`);
     const chainName = new Map(t.chains.map((c) => [c.name, c.name]));
     const sets = buildSets(t, ti, where, fail, chainName);
+    const objects = buildObjects(t, ti, where, fail);
     const namedSets = new Map<string, NftSet>(sets.map((x) => [x.name, x.set]));
     const graph = new JumpGraph(t.chains.map((c) => c.name), 'this table', t.family);
     const chains: ChainConfig[] = t.chains.map((c, ci) => {
@@ -414,6 +421,8 @@ function buildConfig(raw: unknown, file: string, where: Positions, options: Load
           throw e;
         }
         setId += compiled.sets.length;
+        const missing = objectRefProblem(compiled.exprs, objects, t.family, t.name);
+        if (missing) fail(pos(rulePath(path, ri)), `rule ${ri + 1} of chain ${c.name}: ${missing}`);
         options.compiled?.(compiled);
         const problem = graph.rule(ci, ri, compiled, base?.hook, base?.type);
         if (problem) fail(pos(rulePath(path, ri)), `rule ${ri + 1} of chain ${c.name}: ${problem}`);
@@ -440,7 +449,10 @@ function buildConfig(raw: unknown, file: string, where: Positions, options: Load
         }
       }
     }
-    return { family: t.family, name: t.name, protect: t.protect ?? false, ...(t.comment !== undefined ? { userdata: commentUserdata(t.comment) } : {}), sets, chains };
+    return {
+      family: t.family, name: t.name, protect: t.protect ?? false, ...(t.comment !== undefined ? { userdata: commentUserdata(t.comment) } : {}),
+      sets, ...(objects.length > 0 ? { objects } : {}), chains,
+    };
   });
   const owners = parsed.data.owners;
   if (owners) {
@@ -467,6 +479,7 @@ const CHAIN_TYPES: ReadonlySet<unknown> = new Set(CHAIN.shape.type.unwrap().opti
 const HOOKS: ReadonlySet<unknown> = new Set(CHAIN.shape.hook.unwrap().options);
 const POLICIES: ReadonlySet<unknown> = new Set(CHAIN.shape.policy.unwrap().options);
 const SET_LIST = z.array(SET_SCHEMA);
+const OBJ_LIST = z.array(OBJ_SCHEMA);
 
 const isPlain = (x: unknown): x is Record<string, unknown> =>
   typeof x === 'object' && x !== null && Object.getPrototypeOf(x) === Object.prototype;
@@ -507,10 +520,11 @@ export function plainTables(raw: unknown): z.infer<typeof CONFIG_SCHEMA> | undef
     }
     const sets = SET_LIST.safeParse(t.sets);
     const maps = SET_LIST.safeParse(t.maps);
-    if (!sets.success || !maps.success) return undefined;
+    const objects = OBJ_LIST.safeParse(t.objects ?? []);
+    if (!sets.success || !maps.success || !objects.success) return undefined;
     tables.push({
       family: t.family as z.infer<typeof TABLE>['family'], name: t.name as string, protect: t.protect as boolean | undefined,
-      comment: t.comment as string | undefined, sets: sets.data, maps: maps.data, chains: t.chains as z.infer<typeof CHAIN>[],
+      comment: t.comment as string | undefined, sets: sets.data, maps: maps.data, objects: objects.data, chains: t.chains as z.infer<typeof CHAIN>[],
     });
   }
   return { tables };
@@ -522,6 +536,33 @@ function rulePath(chain: (string | number)[], ri: number): (string | number)[] {
 }
 
 type RawTableParsed = z.infer<typeof TABLE>;
+
+/** A table's stateful objects, built (src/config/objects.ts), in the order they were written. */
+function buildObjects(t: RawTableParsed, ti: number, { pos }: Positions,
+  fail: (p: { line: number; col: number }, reason: string) => void): ObjConfig[] {
+  const out: ObjConfig[] = [];
+  const seen = new Set<string>();
+  t.objects.forEach((raw, oi) => {
+    const path = ['tables', ti, 'objects', oi];
+    // nft's object names are per type: a counter and a quota may share one
+    const k = `${raw.type} ${raw.name}`;
+    if (seen.has(k)) fail(pos([...path, 'name']), `table ${t.family} ${t.name} declares ${raw.type} ${raw.name} twice`);
+    seen.add(k);
+    const built = buildObject(raw, { family: t.family, table: t.name }, (where, reason, inner) => fail(pos([...path, ...where], inner), reason));
+    if (built) out.push(built);
+  });
+  return out;
+}
+
+/** Why a rule cannot use the objects it names (one the table does not declare), or undefined. */
+function objectRefProblem(exprs: CompiledRule['exprs'], objects: readonly ObjConfig[], family: string, table: string): string | undefined {
+  for (const u of objectsUsed(exprs)) {
+    if (!objects.some((o) => o.type === u.type && o.name === u.name)) {
+      return `${u.type} ${u.name} is not an object of table ${family} ${table} (declare it in the table: '${u.type} ${u.name} { … }')`;
+    }
+  }
+  return undefined;
+}
 
 /**
  * A table's sets and maps, built (src/config/sets.ts) and put in the order

@@ -18,6 +18,7 @@
  */
 import { ConfigError } from '../errors.js';
 import type { RawSet } from './sets.js';
+import type { RawObj } from './objects.js';
 
 /** The YAML schema's input shape (src/config/config.ts checks it). */
 export interface RawChain {
@@ -35,6 +36,8 @@ export interface RawTable {
   comment?: string;
   sets: RawSet[];
   maps: RawSet[];
+  /** Named stateful objects (src/config/objects.ts); absent when the file declares none. */
+  objects?: RawObj[];
   chains: RawChain[];
 }
 export interface RawDocument {
@@ -381,8 +384,15 @@ class Reader {
         return;
       }
       case 'element': this.elementCommand(verb); return;
-      case 'flowtable': case 'counter': case 'quota':
-      case 'limit': case 'ct': case 'secmark': case 'synproxy':
+      case 'counter': case 'quota': case 'limit': case 'ct': case 'secmark': case 'synproxy': {
+        const type = this.objectType(obj);
+        const ref = this.tableRef();
+        const ti = this.findTable(ref.family, ref.name, ref.at, false);
+        this.objectDecl(ti, obj, type, true);
+        this.endStatement();
+        return;
+      }
+      case 'flowtable':
         this.fail(obj.start, unsupportedObject(obj.text));
       default: this.fail(obj.start, `'${verb.text} ${obj.text}': expected table, chain, set, map, element or rule`);
     }
@@ -441,8 +451,11 @@ class Reader {
             this.endStatement();
             break;
           }
-          case 'flowtable': case 'counter': case 'quota': case 'limit': case 'ct':
-          case 'secmark': case 'synproxy':
+          case 'counter': case 'quota': case 'limit': case 'ct': case 'secmark': case 'synproxy':
+            this.objectDecl(ti, w, this.objectType(w), false);
+            this.endStatement();
+            break;
+          case 'flowtable':
             this.fail(w.start, unsupportedObject(w.text));
           case 'flags':
             this.fail(w.start, 'table flags are not supported in the config (protect mode sets the owner flag itself: see protect in docs/config)');
@@ -586,6 +599,72 @@ class Reader {
       }
       (set as Record<string, unknown>)[k] = given[k];
     }
+  }
+
+  /** An object's type after its first word: `counter`, or `ct helper` with the word after `ct`. */
+  private objectType(kw: Tok): string {
+    if (kw.text !== 'ct') return kw.text;
+    const k = this.word("'helper', 'timeout' or 'expectation' after 'ct'");
+    if (k.text !== 'helper' && k.text !== 'timeout' && k.text !== 'expectation') {
+      this.fail(k.start, `expected 'helper', 'timeout' or 'expectation' after 'ct', found ${describe(k)}`);
+    }
+    return `ct ${k.text}`;
+  }
+
+  /**
+   * A stateful object: `counter|quota|limit|synproxy|secmark NAME { BODY }` or `ct helper|timeout|expectation
+   * NAME { BODY }` in a table, and as a command also without braces (`add counter ip t c`, `add quota ip t
+   * q over 1 mbytes`). The body is kept as written (src/config/objects.ts parses it), its `comment "…"` apart.
+   */
+  private objectDecl(ti: number, kw: Tok, type: string, command: boolean): void {
+    const name = this.word(`a ${type} name`);
+    const table = this.raw.tables[ti]!;
+    const objects = table.objects ??= [];
+    const oi = objects.length;
+    const path = ['tables', ti, 'objects', oi];
+    const raw: RawObj = { name: name.text, type: type as RawObj['type'] };
+    this.mark(path, kw.start);
+    this.mark([...path, 'name'], name.start);
+    this.mark([...path, 'type'], kw.start);
+    let spec = '';
+    let specStart = this.peek().start;
+    if (this.peek().kind === '{') {
+      const open = this.next();
+      specStart = open.end;
+      let last = open.end;
+      const blanks: [number, number][] = [];
+      for (let depth = 0; ;) {
+        const t = this.next();
+        if (t.kind === 'end') this.fail(open.start, `${type} ${name.text}: missing '}'`);
+        if (t.kind === '{') depth++;
+        if (t.kind === '}' && depth-- === 0) { last = t.start; break; }
+        if (t.kind === 'word' && t.text === 'comment' && depth === 0) {
+          const v = this.next();
+          if (v.kind !== 'string') this.fail(v.start, 'comment takes a quoted string');
+          if (raw.comment !== undefined) this.fail(t.start, `${type} ${name.text}: 'comment' given twice`);
+          raw.comment = v.text;
+          this.mark([...path, 'comment'], v.start);
+          blanks.push([t.start, v.end]);
+        }
+      }
+      spec = this.src.slice(specStart, last);
+      for (const [a, b] of blanks) spec = spec.slice(0, a - specStart) + ' '.repeat(b - a) + spec.slice(b - specStart);
+    } else if (command) {
+      const first = this.peek();
+      let end = first.start;
+      while (this.peek().kind === 'word' || this.peek().kind === 'string') end = this.next().end;
+      spec = this.src.slice(first.start, end);
+      specStart = first.start;
+    } else {
+      this.fail(this.peek().start, `expected '{' after ${type} ${name.text}, found ${describe(this.peek())}`);
+    }
+    // (newlines and `;` separate the body's statements; objects.ts reads both, columns kept)
+    spec = spec.replace(/#[^\n]*/g, (m) => ' '.repeat(m.length)).trim() === '' ? '' : spec.replace(/#[^\n]*/g, (m) => ' '.repeat(m.length));
+    if (spec !== '') {
+      raw.spec = spec;
+      this.ruleStarts.set([...path, 'spec'].join('.'), specStart);
+    }
+    objects.push(raw);
   }
 
   /** The words up to the end of the statement, as written (for a type or typeof). */

@@ -1,4 +1,5 @@
 /** The parsed form of a rule text, before dependencies, merging and linearization. */
+import type { ObjType } from '../netlink/objects.js';
 import type { Field } from './fields.js';
 
 /** Where a piece of the text is, for error messages. */
@@ -170,6 +171,8 @@ export interface MarkMapStmt extends At {
   target: 'meta' | 'ct';
   /** `ct zone set KEY map { k : N }`: the ct zone (16 bits) instead of the mark. */
   zone?: true;
+  /** `counter name KEY map @m` and friends: the named object of this type the key maps to, instead of a mark. */
+  obj?: ObjType;
   key: KeyPart[];
   /** Absent: the generator's value itself. */
   rhs?: Extract<SetRhs, { k: 'named' | 'anon' }>;

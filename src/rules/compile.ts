@@ -157,6 +157,14 @@ function compileAst(text: string, ast: RuleAst, ctx: CompileContext): CompiledRu
   // (an exact-size copy: the list grown by push() has room for 17, 150 bytes a rule that a config keeps)
   const out = withRenderedText(exprs.slice(), sets, family, ctx.interfaces);
   if (ast.comment !== undefined) out.userdata = commentUserdata(ast.comment);
+  // An object map's statement (`counter name`, `ct helper set`) is told by the named map's object
+  // type, which the rule's own sets do not hold: its text is rendered now, with the table's maps.
+  if (ctx.sets && exprs.some((e) => e.kind === 'objref' && e.set !== undefined)) {
+    const own = compiledSetResolver(out);
+    const named = ctx.sets;
+    out.text = renderRule(out, family, (n, id) => own(n, id) ?? (named.get(n) ? { set: named.get(n)!, elements: [] } : undefined),
+      ctx.interfaces ? { interfaces: ctx.interfaces } : {});
+  }
   return out;
 }
 

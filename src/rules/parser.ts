@@ -3,6 +3,7 @@
  * only checks form (and encodes values into kernel bytes); protocol context,
  * dependencies and family rules are the compiler's job.
  */
+import { parseObjrefStatement } from './objref.js';
 import { RuleSyntaxError } from '../errors.js';
 import type {
   At, CounterStmt, Elem, MarkMapStmt, MarkSetStmt, MasqStmt, MatchOp, MatchStmt, NatAddr, NatStmt, PortRange,
@@ -56,6 +57,9 @@ const MASKABLE_TYPES: ReadonlySet<string> = new Set(['mark', 'ctstate', 'ctstatu
 
 /** What parseMatch returns while parseKeyField asks for a field only. */
 const FIELD_ONLY = Object.freeze({}) as MatchStmt;
+
+/** First words of the statements that use a named object (src/rules/objref.ts). */
+const OBJREF_WORDS: ReadonlySet<string> = new Set(['counter', 'quota', 'limit', 'synproxy', 'ct', 'meta']);
 
 class Parser {
   private pos = 0;
@@ -150,6 +154,8 @@ class Parser {
     const t = this.peek();
     if (t.kind !== 'word') this.fail(t, expected);
     const at: At = { col: t.col, raw: t.raw };
+    const objref = OBJREF_WORDS.has(t.text) ? parseObjrefStatement(this, t.text, at) : undefined;
+    if (objref) return objref;
     switch (t.text) {
       case 'ip': {
         this.next();

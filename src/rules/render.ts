@@ -7,6 +7,7 @@
  * that compiling the text gives back the same IR. Expressions outside the
  * rule language still render, as `<unsupported: …>`.
  */
+import { renderObjref } from './objref.js';
 import type {
   BitwiseExpr, Expr, Family, Hex, LookupExpr, MasqExpr, NatExpr, RedirExpr,
 } from '../netlink/expr.js';
@@ -254,6 +255,9 @@ function group(exprs: readonly Expr[], opts: RenderOptions, family: Family): Ite
         break;
       case 'connlimit':
         items.push({ k: 'text', text: (e.flags ?? 0) & ~1 ? unsupported(describe(e)) : `ct count ${(e.flags ?? 0) & 1 ? 'over ' : ''}${e.count}` });
+        break;
+      case 'objref':
+        items.push({ k: 'text', text: renderObjref(e) ?? unsupported(describe(e)) });
         break;
       case 'limit': case 'log': case 'quota': case 'notrack': case 'synproxy':
         items.push({ k: 'text', text: renderExprStatement(e, family) ?? unsupported(describe(e)) });

@@ -103,8 +103,8 @@ describe('nft files: the two forms', () => {
 
   it('refuses what the config cannot hold, at its position, instead of dropping it', () => {
     const cases: [string, number, number, RegExp][] = [
-      ['table ip t {\n  counter c { }\n}\n', 2, 3, /counter objects are not supported/],
-      ['add table ip t\nadd quota ip t q { 25 mbytes }\n', 2, 5, /quota objects are not supported/],
+      ['table ip t {\n  ct timeout c { protocol tcp; }\n}\n', 2, 17, /ct timeout objects are not supported/],
+      ['add table ip t\nadd flowtable ip t f { }\n', 2, 5, /flowtable objects are not supported/],
       ['table ip t {\n  set s { type ipv4_addr; counter; }\n}\n', 2, 27, /set expressions \('counter'\) are not supported/],
       ['define X = 1\n', 1, 1, /variables/],
       ['include "other.nft"\n', 1, 1, /include/],
