@@ -153,6 +153,8 @@ export interface LoadOptions {
    * 100,000 rules); `validate` and `check` skip that work.
    */
   compiled?: (rule: CompiledRule) => void;
+  /** A .nft config's `include "NAME"` searches these directories before nft's default, /etc (nft's `-I`). */
+  includePath?: readonly string[];
 }
 
 /** A config file larger than this is refused before it is parsed. */
@@ -202,7 +204,7 @@ function checkSize(text: string, file: string): void {
 }
 
 /** Where a node of the raw document was written; `innerColumn` is a column inside a rule's text. */
-type PositionOf = (path: (string | number)[], innerColumn?: number) => { line: number; col: number };
+type PositionOf = (path: (string | number)[], innerColumn?: number) => { line: number; col: number; file?: string };
 
 /**
  * Where the raw document's nodes were written. `pos` is for errors (for YAML it parses the text
@@ -336,13 +338,9 @@ function readElided(text: string, file: string, environment: Readonly<Record<str
  */
 export function parseNftConfig(text: string, file = '<config>', options: LoadOptions = {}): Config {
   checkSize(text, file);
-  const nft = readNftFile(text, file);
+  const nft = readNftFile(text, file, { includePath: options.includePath, maxBytes: MAX_CONFIG_BYTES });
   const pos: PositionOf = (path, inner) => nft.positionOf(path, inner);
-  // (line, column) as one number: a line's columns are fewer than 2^26 in a file of at most 32 MiB
-  const order = (path: (string | number)[]) => {
-    const p = pos(path);
-    return p.line * 2 ** 26 + p.col;
-  };
+  const order = (path: (string | number)[]) => nft.offsetOf(path);
   return buildConfig(nft.raw, file, { pos, order }, options, NO_SUBSTITUTIONS);
 }
 
@@ -356,19 +354,19 @@ function buildConfig(raw: unknown, file: string, where: Positions, options: Load
   const parsed = plain ? { success: true as const, data: plain, error: undefined } : CONFIG_SCHEMA.safeParse(raw);
   if (!parsed.success) {
     throw errorsOf(parsed.error.issues.map((issue) => {
-      const { line, col } = pos(issue.path as (string | number)[]);
+      const p = pos(issue.path as (string | number)[]);
       const where = issue.path.length ? `${issue.path.join('.')}: ` : '';
-      return new ConfigError(file, line, col, `${where}${issue.message}`);
+      return new ConfigError(p.file ?? file, p.line, p.col, `${where}${issue.message}`);
     }));
   }
   const ruleCount = countRules(parsed.data.tables);
   if (ruleCount > MAX_CONFIG_RULES) {
     const p = pos(['tables']);
-    throw new ConfigError(file, p.line, p.col, `${ruleCount} rules; a config holds at most ${MAX_CONFIG_RULES}`);
+    throw new ConfigError(p.file ?? file, p.line, p.col, `${ruleCount} rules; a config holds at most ${MAX_CONFIG_RULES}`);
   }
 
   const errors: ConfigError[] = [];
-  const fail = (p: { line: number; col: number }, reason: string) => errors.push(new ConfigError(file, p.line, p.col, reason));
+  const fail = (p: { line: number; col: number; file?: string }, reason: string) => errors.push(new ConfigError(p.file ?? file, p.line, p.col, reason));
   const seenTables = new Set<string>();
   let setId = 1;
   const tables: TableConfig[] = parsed.data.tables.map((t, ti) => {
