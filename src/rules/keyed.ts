@@ -738,10 +738,10 @@ function valueData(e: KeyElem): KeyedElem['data'] {
  * order where the built set's key needs it): what every lookup into an anonymous set starts with.
  */
 function anonSetKey(parts: readonly KeyPart[], key: KeyDesc, rhs: At, elems: KeyedElem[],
-  map: MapDataDesc | undefined, out: Expr[], kc: KeyedContext): { name: string; setId: number } {
+  map: MapDataDesc | undefined, out: Expr[], kc: KeyedContext, w0 = 0): { name: string; setId: number } {
   let built: NftSet | undefined;
   const ref = kc.addSet((id) => (built = buildKeyedSet(key, elems, map, { family: kc.family, table: kc.table }, id, kc.fail)));
-  emitKey(parts, 0, out, kc, toNet(built!, key, rhs, kc));
+  emitKey(parts, w0, out, kc, toNet(built!, key, rhs, kc));
   return ref;
 }
 
@@ -895,6 +895,77 @@ function natMapSpans(map: NatMap): boolean {
   return map.rhs.k === 'anon' && map.rhs.elems.some((e) => (e.data as Extract<MapData, { d: 'value' }>).parts.some((x) => x.k !== 'value'));
 }
 
+/** A NAT map's key and its lookup into register 1 (the key loaded there first). */
+function natMapLookup(map: NatMap, key: KeyDesc, fam: 'ip' | 'ip6', ports: boolean, span: boolean, out: Expr[], kc: KeyedContext): LookupExpr {
+  if (map.rhs.k === 'named') {
+    const s = namedSet(map.rhs, kc);
+    checkKey(s, key, map.rhs, kc);
+    emitKey(map.key, 0, out, kc, toNet(s, key, map.rhs, kc));
+    return { kind: 'lookup', sreg: 1, dreg: 1, set: s.name, flags: 0 };
+  }
+  const d = natData(fam, ports);
+  const desc: MapDataDesc = { kind: 'value', ...d, concat: ports, byteorder: 2 };
+  if (span) {
+    desc.dataLen *= 2;
+    desc.interval = true;
+  }
+  const elems = keyedElems(map.rhs.elems, (e) => {
+    const spans = (e.data as Extract<MapData, { d: 'value' }>).parts.map(spanOf);
+    const lo = concatHex(spans.map((x) => x[0]), ports);
+    return { data: span ? lo + concatHex(spans.map((x) => x[1]), ports) : lo };
+  });
+  const ref = anonSetKey(map.key, key, map.rhs, elems, desc, out, kc);
+  return { kind: 'lookup', sreg: 1, dreg: 1, set: ref.name, setId: ref.setId, flags: 0 };
+}
+
+/**
+ * `snat/dnat to ADDRESS|KEY map … : PORT|KEY map …` (an address map with a port after it, or a
+ * port map after an address): the address into register 1 (a lookup, or immediates), the port into
+ * the next 16-byte register (a lookup keyed there, or immediates), as nft's netlink_gen_nat_stmt.
+ */
+export function linearizeNatSplit(st: NatStmt, fam: 'ip' | 'ip6', out: Expr[], kc: KeyedContext): void {
+  // (the kernel dumps each max register, the min's when none was given)
+  const e: NatExpr = { kind: 'nat', type: st.type, family: fam, regAddrMin: 1, regAddrMax: 1 };
+  let w = 4;
+  if (st.map) {
+    const map = st.map;
+    if (natMapHasPorts(map, fam, kc.sets, kc.table, kc.fail)) {
+      kc.fail(map.rhs, `a map to ${fam === 'ip' ? 'ipv4_addr' : 'ipv6_addr'} (the port comes after ':')`, 'the address map gives ports too');
+    }
+    if (natMapSpans(map)) kc.fail(map.rhs, "single addresses (ranges only without a port after ':')", 'address ranges from a map with a port after it are not supported');
+    out.push(natMapLookup(map, keyOf(map.key, kc.fail), fam, false, false, out, kc));
+  } else {
+    const a = st.addr!;
+    out.push({ kind: 'immediate', dreg: 1, data: a.lo });
+    if (a.hi !== undefined) {
+      out.push({ kind: 'immediate', dreg: 2, data: a.hi });
+      e.regAddrMax = 2;
+      w = 8;
+    }
+  }
+  const reg = regOf(w);
+  if (st.portMap) {
+    const map = st.portMap;
+    if (map.rhs.k !== 'anon') return kc.fail(map.rhs, "'{ key : port, … }'", 'a port map after the address is anonymous');
+    const desc: MapDataDesc = { kind: 'value', dataType: TYPE_SERVICE, dataLen: 2, concat: false, byteorder: 2 };
+    const ref = anonSetKey(map.key, keyOf(map.key, kc.fail), map.rhs, keyedElems(map.rhs.elems, valueData), desc, out, kc, w);
+    out.push({ kind: 'lookup', sreg: reg, dreg: reg, set: ref.name, setId: ref.setId, flags: 0 });
+    e.regProtoMin = reg;
+    e.regProtoMax = reg;
+  } else {
+    const p = st.port!;
+    out.push({ kind: 'immediate', dreg: reg, data: u16Be(p.lo) });
+    e.regProtoMin = reg;
+    e.regProtoMax = reg;
+    if (p.hi !== undefined) {
+      out.push({ kind: 'immediate', dreg: regOf(w + 4), data: u16Be(p.hi) });
+      e.regProtoMax = regOf(w + 4);
+    }
+  }
+  e.flags = st.flags | NAT_RANGE.MAP_IPS | NAT_RANGE.PROTO_SPECIFIED;
+  out.push(e);
+}
+
 /** `snat/dnat [ip|ip6] to KEY map …`: lookup into register 1, nat from it (address, then the port). */
 export function linearizeNatMap(st: NatStmt, fam: 'ip' | 'ip6', out: Expr[], kc: KeyedContext): void {
   const map = st.map!;
@@ -909,28 +980,7 @@ export function linearizeNatMap(st: NatStmt, fam: 'ip' | 'ip6', out: Expr[], kc:
     kc.fail(map.rhs, 'a transport protocol match before it or in the key (e.g. ip daddr . tcp dport)',
       'transport protocol mapping is only valid after transport protocol match');
   }
-  let lookup: LookupExpr;
-  if (map.rhs.k === 'named') {
-    const s = namedSet(map.rhs, kc);
-    checkKey(s, key, map.rhs, kc);
-    emitKey(map.key, 0, out, kc, toNet(s, key, map.rhs, kc));
-    lookup = { kind: 'lookup', sreg: 1, dreg: 1, set: s.name, flags: 0 };
-  } else {
-    const d = natData(fam, ports);
-    const desc: MapDataDesc = { kind: 'value', ...d, concat: ports, byteorder: 2 };
-    if (span) {
-      desc.dataLen *= 2;
-      desc.interval = true;
-    }
-    const elems = keyedElems(map.rhs.elems, (e) => {
-      const spans = (e.data as Extract<MapData, { d: 'value' }>).parts.map(spanOf);
-      const lo = concatHex(spans.map((x) => x[0]), ports);
-      return { data: span ? lo + concatHex(spans.map((x) => x[1]), ports) : lo };
-    });
-    const ref = anonSetKey(map.key, key, map.rhs, elems, desc, out, kc);
-    lookup = { kind: 'lookup', sreg: 1, dreg: 1, set: ref.name, setId: ref.setId, flags: 0 };
-  }
-  out.push(lookup);
+  out.push(natMapLookup(map, key, fam, ports, span, out, kc));
   // the data's words: address, [port], then with ranges the high address and [port] (nft's layout)
   const aw = fam === 'ip' ? 1 : 4;
   const e: NatExpr = { kind: 'nat', type: st.type, family: fam, regAddrMin: 1,
