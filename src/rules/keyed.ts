@@ -1152,6 +1152,87 @@ export function groupKeyed(exprs: readonly Expr[], i: number): { g: KeyedGroup; 
   return undefined;
 }
 
+/**
+ * A NAT target split in two (linearizeNatSplit): the address from a map (`addr`, rendered as that
+ * map's NAT statement) or from immediates the caller holds, then the port from a map (`port`,
+ * rendered as redirect's port map) or from immediates (`portRegs`). `n`: the expressions spanned.
+ */
+export interface NatSplitGroup {
+  addr?: KeyedGroup;
+  port?: KeyedGroup;
+  portRegs?: Map<number, Hex>;
+  nat: NatExpr;
+}
+
+/** The key and lookup at exprs[i] into register `reg`, with `reg` renamed register 1, then `tail`: groupKeyed's input. */
+function asRegisterOne(exprs: readonly Expr[], i: number, end: number, reg: number, tail: Expr): Expr[] {
+  const out: Expr[] = [];
+  for (let k = i; k < end; k++) {
+    const x = { ...exprs[k]! } as Expr & { sreg?: number; dreg?: number };
+    if (x.sreg === reg) x.sreg = 1;
+    if (x.dreg === reg) x.dreg = 1;
+    out.push(x);
+  }
+  out.push(tail);
+  return out;
+}
+
+/** The lookup a key starting at exprs[i] ends in (its index), or -1. */
+function lookupAfter(exprs: readonly Expr[], i: number): number {
+  for (let k = i; k < exprs.length && k < i + 12; k++) if (exprs[k]!.kind === 'lookup') return k;
+  return -1;
+}
+
+/** The port side at exprs[k]: a key looked up into register `reg` then the nat; or undefined. */
+function natPortGroup(exprs: readonly Expr[], k: number): { port: KeyedGroup; nat: NatExpr; end: number } | undefined {
+  const l = lookupAfter(exprs, k);
+  const look = exprs[l] as LookupExpr | undefined;
+  const nat = exprs[l + 1];
+  if (!look || look.sreg === 1 || look.dreg !== look.sreg || nat?.kind !== 'nat' || nat.regProtoMin !== look.sreg
+    || (nat.regProtoMax ?? nat.regProtoMin) !== look.sreg || nat.regAddrMin !== 1) return undefined;
+  const redir: Expr = { kind: 'redir', regProtoMin: 1, regProtoMax: 1, flags: NAT_RANGE.PROTO_SPECIFIED };
+  const virt = asRegisterOne(exprs, k, l + 1, look.sreg, redir);
+  const got = groupKeyed(virt, 0);
+  if (!got?.g.redir || got.n !== virt.length) return undefined;
+  return { port: got.g, nat, end: l + 2 };
+}
+
+/** Recognises linearizeNatSplit's output at exprs[i] (after any address immediates). */
+export function groupNatSplit(exprs: readonly Expr[], i: number): { g: NatSplitGroup; n: number } | undefined {
+  const e = exprs[i];
+  const dreg = (e as { dreg?: number } | undefined)?.dreg;
+  if (dreg === undefined || dreg === 0 || e!.kind === 'immediate' || e!.kind === 'lookup') return undefined;
+  if (dreg !== 1) {
+    // the port's map after an address the caller holds in immediates
+    const p = natPortGroup(exprs, i);
+    return p ? { g: { port: p.port, nat: p.nat }, n: p.end - i } : undefined;
+  }
+  const l = lookupAfter(exprs, i);
+  const look = exprs[l] as LookupExpr | undefined;
+  if (!look || look.sreg !== 1 || look.dreg !== 1 || exprs[l + 1]?.kind === 'nat') return undefined;
+  // the port: a map, or immediates then the nat
+  let nat: NatExpr | undefined;
+  let port: KeyedGroup | undefined;
+  const portRegs = new Map<number, Hex>();
+  let end: number;
+  const p = natPortGroup(exprs, l + 1);
+  if (p) {
+    ({ nat, port, end } = p);
+  } else {
+    let k = l + 1;
+    for (let x = exprs[k]; x?.kind === 'immediate' && x.dreg !== 0 && x.data !== undefined && k < l + 3; x = exprs[++k]) portRegs.set(x.dreg, x.data);
+    const x = exprs[k];
+    if (k === l + 1 || x?.kind !== 'nat' || x.regAddrMin !== 1 || (x.regAddrMax ?? 1) !== 1 || x.regProtoMin === undefined) return undefined;
+    nat = x;
+    end = k + 1;
+  }
+  const addrNat: NatExpr = { kind: 'nat', type: nat.type, family: nat.family, regAddrMin: 1, regAddrMax: 1, flags: NAT_RANGE.MAP_IPS };
+  const virt = asRegisterOne(exprs, i, l + 1, 1, addrNat);
+  const a = groupKeyed(virt, 0);
+  if (!a?.g.nat || a.n !== virt.length) return undefined;
+  return { g: { addr: a.g, nat, ...(port ? { port } : { portRegs }) }, n: end - i };
+}
+
 export interface KeyedRenderEnv {
   family: Family;
   /** Names a load in the protocol context (render.ts's fieldOf). */
