@@ -77,6 +77,8 @@ const TABLE = z.strictObject({
   family: z.enum(['ip', 'ip6', 'inet']),
   name: NAME,
   protect: z.boolean().optional(),
+  // NFTA_TABLE_FLAGS' dormant (owner and persist are protect's): the table's chains are unhooked.
+  flags: z.array(z.literal('dormant')).max(1).optional(),
   // NFTA_TABLE_USERDATA, as nft writes `comment "…"` (NFTNL_UDATA_TABLE_COMMENT).
   comment: z.string().max(128).optional(),
   // Named sets and maps (src/config/sets.ts), in nft's own words.
@@ -112,6 +114,8 @@ export interface TableConfig {
   family: Family;
   name: string;
   protect: boolean;
+  /** `flags dormant`: the table holds its chains unhooked (NFT_TABLE_F_DORMANT). */
+  dormant?: boolean;
   /** NFTA_TABLE_USERDATA: the table's comment as nft encodes it. */
   userdata?: Hex;
   /** Named sets and maps, in the order they were written (the order nft creates them in). None: the table has none. */
@@ -438,7 +442,7 @@ function buildConfig(raw: unknown, file: string, where: Positions, options: Load
         }
       }
     }
-    return { family: t.family, name: t.name, protect: t.protect ?? false, ...(t.comment !== undefined ? { userdata: commentUserdata(t.comment) } : {}), sets, chains };
+    return { family: t.family, name: t.name, protect: t.protect ?? false, ...(t.flags?.length ? { dormant: true } : {}), ...(t.comment !== undefined ? { userdata: commentUserdata(t.comment) } : {}), sets, chains };
   });
   const owners = parsed.data.owners;
   if (owners) {
@@ -490,6 +494,7 @@ export function plainTables(raw: unknown): z.infer<typeof CONFIG_SCHEMA> | undef
     for (const k in t) if (!TABLE_KEYS.has(k)) return undefined;
     if (!FAMILY_NAMES.has(t.family) || !isName(t.name) || !isComment(t.comment)) return undefined;
     if (t.protect !== undefined && typeof t.protect !== 'boolean') return undefined;
+    if (t.flags !== undefined && !(Array.isArray(t.flags) && t.flags.length === 1 && t.flags[0] === 'dormant')) return undefined;
     if (!Array.isArray(t.chains) || !Array.isArray(t.sets) || !Array.isArray(t.maps)) return undefined;
     for (const c of t.chains as unknown[]) {
       if (!isPlain(c)) return undefined;
@@ -508,6 +513,7 @@ export function plainTables(raw: unknown): z.infer<typeof CONFIG_SCHEMA> | undef
     if (!sets.success || !maps.success) return undefined;
     tables.push({
       family: t.family as z.infer<typeof TABLE>['family'], name: t.name as string, protect: t.protect as boolean | undefined,
+      ...(t.flags !== undefined ? { flags: ['dormant' as const] } : {}),
       comment: t.comment as string | undefined, sets: sets.data, maps: maps.data, chains: t.chains as z.infer<typeof CHAIN>[],
     });
   }

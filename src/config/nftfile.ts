@@ -11,8 +11,9 @@
  * Named sets and maps come as `set`/`map` blocks in a table and as `add
  * set|map` and `add element` commands; they become the table's `sets` and
  * `maps` with their elements as nft element texts (src/config/sets.ts
- * parses those). Everything outside what the config can hold (table flags,
- * stateful objects, `define`, `include`, netdev devices, …) is refused at its
+ * parses those). `include` and `define` are expanded first
+ * (src/config/nftexpand.ts). Everything outside what the config can hold (table
+ * flags but dormant, stateful objects, netdev devices, …) is refused at its
  * position, never dropped: nfkeeper would otherwise keep a table that is not
  * the one the file describes.
  */
@@ -34,6 +35,8 @@ export interface RawTable {
   family: string;
   name: string;
   comment?: string;
+  /** `flags dormant` (owner and persist are protect mode's). */
+  flags?: string[];
   sets: RawSet[];
   maps: RawSet[];
   chains: RawChain[];
@@ -461,8 +464,7 @@ class Reader {
           case 'flowtable': case 'counter': case 'quota': case 'limit': case 'ct':
           case 'secmark': case 'synproxy':
             this.fail(w.start, unsupportedObject(w.text));
-          case 'flags':
-            this.fail(w.start, 'table flags are not supported in the config (protect mode sets the owner flag itself: see protect in docs/config)');
+          case 'flags': this.tableFlags(ti, w); break;
           case 'comment': {
             const table = this.raw.tables[ti]!;
             if (table.comment !== undefined) this.fail(w.start, `table ${ref.family} ${ref.name}: 'comment' given twice`);
@@ -761,6 +763,23 @@ class Reader {
       if (t.kind === 'word' && t.text === 'flags' && this.isPropertyLine()) this.fail(t.start, 'chain flags are not supported yet');
       this.rule(ti, ci);
     }
+  }
+
+  /** A table's `flags dormant`: owner and persist are protect mode's, set by nfkeeper itself. */
+  private tableFlags(ti: number, w: Tok): void {
+    const table = this.raw.tables[ti]!;
+    if (table.flags !== undefined) this.fail(w.start, `table ${table.family} ${table.name}: 'flags' given twice`);
+    const at = this.peek().start;
+    const text = this.restOfStatement('flags');
+    const flags = text.split(/\s*,\s*/);
+    for (const f of flags) {
+      if (f === 'owner' || f === 'persist') {
+        this.fail(at + text.indexOf(f), `table flag '${f}' is protect mode's: nfkeeper sets owner and persist itself when protect is on (docs/config.md, protect)`);
+      }
+      if (f !== 'dormant') this.fail(at + text.indexOf(f), `'${f}' is not a table flag nfkeeper accepts (dormant)`);
+    }
+    table.flags = ['dormant'];
+    this.mark(['tables', ti, 'flags'], at);
   }
 
   /** `comment "x";` inside a chain is a chain comment; `comment` never starts a rule on its own. */

@@ -113,7 +113,7 @@ describe('nft files: the two forms', () => {
       ['add table ip t\nadd rule ip t c accept\n', 2, 15, /chain c is not declared/],
       ['add rule ip t c accept\n', 1, 10, /table ip t is not declared/],
       ['table ip t {\n  chain c {\n    accept\n', 2, 9, /missing '}'/],
-      ['table ip t { flags dormant; }\n', 1, 14, /table flags/],
+      ['table ip t { flags owner; }\n', 1, 20, /protect mode's/],
       ['table ip t { chain c { accept\n flags offload\n }\n}\n', 2, 2, /chain flags are not supported/],
       ['table ip t { chain c { accept\n comment x\n }\n}\n', 2, 10, /comment takes a quoted string/],
       ['table ip t { comment "a"; comment "b"; }\n', 1, 27, /'comment' given twice/],
