@@ -37,6 +37,8 @@ export interface DaemonOptions {
   /** nfkeeper's version, for the nfkeeper_build_info metric. */
   version: string;
   config: string;
+  /** Where a .nft config's includes are looked for before /etc (nft's -I). */
+  includePath?: string[];
   netns?: string;
   intervalMs: number;
   /** HOST:PORT already parsed by the caller, or undefined for --no-metrics. */
@@ -137,7 +139,7 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
   try {
     // The namespace first: iif/oif names in the config resolve there.
     nsId = probeNamespace(o.netns);
-    config = loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns), compiled: compactAsCompiled() });
+    config = loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns), compiled: compactAsCompiled(), includePath: o.includePath });
     // The owners come before the first pass: starting without them would collect their rules.
     const owners: Owner[] = config.owners ? loadOwners(config) : [];
     keeper = new Keeper({ config, netns: o.netns, intervalMs: o.intervalMs, events: o.events, logger: log, metrics, owners });
@@ -277,7 +279,7 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
   const reload = (why: string) => {
     let next: Config;
     try {
-      next = loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns), compiled: compactAsCompiled() });
+      next = loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns), compiled: compactAsCompiled(), includePath: o.includePath });
     } catch (e) {
       metrics.reloadFailed.set(1);
       log.error({ err: e instanceof ConfigError ? e.message : e, why }, 'config reload rejected; keeping the old one');

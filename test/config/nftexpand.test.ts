@@ -177,16 +177,17 @@ describe('include', () => {
     expect(byUs.tables[0]!.chains.map((c) => c.rules.length)).toEqual([2, 1]);
     await withNetns(async (a) => {
       a.exec('nft', ['-I', join(dir, 'conf.d'), '-f', top]);
-      // nfkeeper's CLI has no -I: the same files with the include path written out.
-      const flat = join(dir, 'flat.nft');
-      writeFileSync(flat, `include "${dir}/conf.d/defs.nft"\ninclude "${dir}/conf.d/rules/*.nft"\n`);
+      const inc = ['-I', join(dir, 'conf.d')];
       await withNetns(async (b) => {
-        const apply = await cli('apply', '--config', flat, '--netns', b.path);
+        const apply = await cli('apply', '--config', top, ...inc, '--netns', b.path);
         expect([apply.code, apply.err]).toEqual([0, '']);
         expect(b.exec('nft', ['list', 'table', 'inet', 'split'])).toBe(a.exec('nft', ['list', 'table', 'inet', 'split']));
         expect(netlinkDump(b, 'inet', 'split')).toBe(netlinkDump(a, 'inet', 'split'));
       }, 'nftexpand-b');
-      const check = await cli('check', '--config', flat, '--netns', a.path);
+      const check = await cli('check', '--config', top, ...inc, '--netns', a.path);
+      // without the include directory, as nft: the relative names are looked for in /etc only
+      const bare = await cli('validate', '--config', top);
+      expect([bare.code, bare.err]).toEqual([2, `${top}:1:1: error: File not found: defs.nft`]);
       expect([check.code, check.err, check.out]).toEqual([0, '', expect.anything()]);
     }, 'nftexpand-a');
   });
