@@ -132,6 +132,8 @@ export interface Config {
   gc?: GcConfig;
   /** The validated owners section (src/owners/). */
   owners?: OwnersConfig;
+  /** The files a .nft config's includes read (the daemon watches them with the config). */
+  includes?: string[];
 }
 
 export function parsePriority(p: number | string): number {
@@ -345,7 +347,9 @@ export function parseNftConfig(text: string, file = '<config>', options: LoadOpt
   const nft = readNftFile(text, file, { includePath: options.includePath, maxBytes: MAX_CONFIG_BYTES });
   const pos: PositionOf = (path, inner) => nft.positionOf(path, inner);
   const order = (path: (string | number)[]) => nft.offsetOf(path);
-  return buildConfig(nft.raw, file, { pos, order }, options, NO_SUBSTITUTIONS);
+  const config = buildConfig(nft.raw, file, { pos, order }, options, NO_SUBSTITUTIONS);
+  if (nft.files.length > 0) config.includes = nft.files;
+  return config;
 }
 
 /**

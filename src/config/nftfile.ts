@@ -62,6 +62,8 @@ export interface NftDocument {
   positionOf(path: readonly (string | number)[], innerColumn?: number): Position;
   /** The same node as an offset in the text read (with includes expanded): the order nodes were written in. */
   offsetOf(path: readonly (string | number)[]): number;
+  /** The files its includes read, in order. */
+  files: string[];
 }
 
 /** `elems`: a set's `{ … }` element list, kept whole (100,000 elements would be a million tokens). */
@@ -955,5 +957,6 @@ export function readNftFile(text: string, file = '<config>', options: ReadOption
     raw,
     positionOf: (path, innerColumn) => r.pos(offsetOf(path, innerColumn)),
     offsetOf: (path) => offsetOf(path),
+    files: expanded?.files.slice(1) ?? [],
   };
 }
