@@ -6,6 +6,7 @@
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { parseNftConfig, type Config } from '../../src/config/config.js';
 import { ConfigError } from '../../src/errors.js';
@@ -13,6 +14,8 @@ import { cli } from '../helpers/cli.js';
 import { withNetns } from '../helpers/netns.js';
 import { netlinkDump } from '../helpers/peers/dump.js';
 import { tempDir } from '../helpers/tmp.js';
+import { interfaceTable } from '../../src/rules/index.js';
+import { CORPUS, CORPUS_INTERFACES } from '../rules/corpus.js';
 
 const rulesOf = (c: Config) => c.tables.map((t) => ({ table: t.name, chains: t.chains.map((ch) => ch.rules.map((r) => r.compiled.text)) }));
 
@@ -190,5 +193,42 @@ describe('include', () => {
       expect([bare.code, bare.err]).toEqual([2, `${top}:1:1: error: File not found: defs.nft`]);
       expect([check.code, check.err, check.out]).toEqual([0, '', expect.anything()]);
     }, 'nftexpand-a');
+  });
+});
+
+describe('define and include: a property', () => {
+  it('any corpus rule with its words factored into defines, its table split over included files, compiles as written', () => {
+    // (postrouting rules without jumps: a table of one chain holds them)
+    const rules = CORPUS.filter((r) => r.family === 'ip' && r.chain === 'post' && !/\$|"|\b(?:jump|goto)\b/.test(r.text));
+    const interfaces = interfaceTable(CORPUS_INTERFACES);
+    fc.assert(fc.property(
+      fc.array(fc.integer({ min: 0, max: rules.length - 1 }), { minLength: 1, maxLength: 6 }),
+      fc.array(fc.boolean(), { minLength: 40, maxLength: 40 }),
+      fc.integer({ min: 1, max: 3 }),
+      (picks, factor, parts) => {
+        const texts = picks.map((i) => rules[i]!.text);
+        const chain = (rs: string[], name: string) => `\tchain ${name} {\n\t\ttype nat hook postrouting priority srcnat; policy accept;\n` +
+          rs.map((r) => `\t\t${r}\n`).join('') + '\t}\n';
+        const flat = `table ip p {\n${chain(texts, 'c')}}\n`;
+        // Words that are values (digits, addresses, prefixes) become defines, some of them.
+        const defs: string[] = [];
+        let n = 0;
+        const factored = texts.map((t) => t.split(' ').map((w) => {
+          if (!/^[0-9][0-9./:-]*$/.test(w) || !factor[n++ % factor.length]) return w;
+          defs.push(`define v${defs.length} = ${w}`);
+          return `$v${defs.length - 1}`;
+        }).join(' '));
+        const dir = tree({ 'defs.nft': `${defs.join('\n')}\n` });
+        // the chain's rules in `parts` files: the first with the chain's head, the last with its end
+        const per = Math.ceil(factored.length / parts);
+        const pieces = Array.from({ length: parts }, (_, i) => factored.slice(i * per, (i + 1) * per));
+        pieces.forEach((p, i) => writeFileSync(join(dir, `r${i}.nft`), p.map((r) => `\t\t${r}\n`).join('')));
+        const top = `include "${dir}/defs.nft"\ntable ip p {\n\tchain c {\n\t\ttype nat hook postrouting priority srcnat; policy accept;\n` +
+          `\t\tinclude "${dir}/r*.nft"\n\t}\n}\n`;
+        const a = parseNftConfig(flat, 'flat.nft', { interfaces });
+        const b = parseNftConfig(top, 'top.nft', { interfaces });
+        expect(rulesOf(b)).toEqual(rulesOf(a));
+      },
+    ), { numRuns: 150 });
   });
 });
