@@ -79,6 +79,8 @@ const TABLE = z.strictObject({
   family: z.enum(['ip', 'ip6', 'inet']),
   name: NAME,
   protect: z.boolean().optional(),
+  // NFTA_TABLE_FLAGS' dormant (owner and persist are protect's): the table's chains are unhooked.
+  flags: z.array(z.literal('dormant')).max(1).optional(),
   // NFTA_TABLE_USERDATA, as nft writes `comment "…"` (NFTNL_UDATA_TABLE_COMMENT).
   comment: z.string().max(128).optional(),
   // Named sets and maps (src/config/sets.ts), in nft's own words.
@@ -116,6 +118,8 @@ export interface TableConfig {
   family: Family;
   name: string;
   protect: boolean;
+  /** `flags dormant`: the table holds its chains unhooked (NFT_TABLE_F_DORMANT). */
+  dormant?: boolean;
   /** NFTA_TABLE_USERDATA: the table's comment as nft encodes it. */
   userdata?: Hex;
   /** Named sets and maps, in the order they were written (the order nft creates them in). None: the table has none. */
@@ -134,6 +138,8 @@ export interface Config {
   gc?: GcConfig;
   /** The validated owners section (src/owners/). */
   owners?: OwnersConfig;
+  /** The files a .nft config's includes read (the daemon watches them with the config). */
+  includes?: string[];
 }
 
 export function parsePriority(p: number | string): number {
@@ -159,6 +165,8 @@ export interface LoadOptions {
    * 100,000 rules); `validate` and `check` skip that work.
    */
   compiled?: (rule: CompiledRule) => void;
+  /** A .nft config's `include "NAME"` searches these directories before nft's default, /etc (nft's `-I`). */
+  includePath?: readonly string[];
 }
 
 /** A config file larger than this is refused before it is parsed. */
@@ -208,7 +216,7 @@ function checkSize(text: string, file: string): void {
 }
 
 /** Where a node of the raw document was written; `innerColumn` is a column inside a rule's text. */
-type PositionOf = (path: (string | number)[], innerColumn?: number) => { line: number; col: number };
+type PositionOf = (path: (string | number)[], innerColumn?: number) => { line: number; col: number; file?: string };
 
 /**
  * Where the raw document's nodes were written. `pos` is for errors (for YAML it parses the text
@@ -342,14 +350,12 @@ function readElided(text: string, file: string, environment: Readonly<Record<str
  */
 export function parseNftConfig(text: string, file = '<config>', options: LoadOptions = {}): Config {
   checkSize(text, file);
-  const nft = readNftFile(text, file);
+  const nft = readNftFile(text, file, { includePath: options.includePath, maxBytes: MAX_CONFIG_BYTES });
   const pos: PositionOf = (path, inner) => nft.positionOf(path, inner);
-  // (line, column) as one number: a line's columns are fewer than 2^26 in a file of at most 32 MiB
-  const order = (path: (string | number)[]) => {
-    const p = pos(path);
-    return p.line * 2 ** 26 + p.col;
-  };
-  return buildConfig(nft.raw, file, { pos, order }, options, NO_SUBSTITUTIONS);
+  const order = (path: (string | number)[]) => nft.offsetOf(path);
+  const config = buildConfig(nft.raw, file, { pos, order }, options, NO_SUBSTITUTIONS);
+  if (nft.files.length > 0) config.includes = nft.files;
+  return config;
 }
 
 /**
@@ -362,19 +368,19 @@ function buildConfig(raw: unknown, file: string, where: Positions, options: Load
   const parsed = plain ? { success: true as const, data: plain, error: undefined } : CONFIG_SCHEMA.safeParse(raw);
   if (!parsed.success) {
     throw errorsOf(parsed.error.issues.map((issue) => {
-      const { line, col } = pos(issue.path as (string | number)[]);
+      const p = pos(issue.path as (string | number)[]);
       const where = issue.path.length ? `${issue.path.join('.')}: ` : '';
-      return new ConfigError(file, line, col, `${where}${issue.message}`);
+      return new ConfigError(p.file ?? file, p.line, p.col, `${where}${issue.message}`);
     }));
   }
   const ruleCount = countRules(parsed.data.tables);
   if (ruleCount > MAX_CONFIG_RULES) {
     const p = pos(['tables']);
-    throw new ConfigError(file, p.line, p.col, `${ruleCount} rules; a config holds at most ${MAX_CONFIG_RULES}`);
+    throw new ConfigError(p.file ?? file, p.line, p.col, `${ruleCount} rules; a config holds at most ${MAX_CONFIG_RULES}`);
   }
 
   const errors: ConfigError[] = [];
-  const fail = (p: { line: number; col: number }, reason: string) => errors.push(new ConfigError(file, p.line, p.col, reason));
+  const fail = (p: { line: number; col: number; file?: string }, reason: string) => errors.push(new ConfigError(p.file ?? file, p.line, p.col, reason));
   const seenTables = new Set<string>();
   let setId = 1;
   const tables: TableConfig[] = parsed.data.tables.map((t, ti) => {
@@ -450,7 +456,8 @@ function buildConfig(raw: unknown, file: string, where: Positions, options: Load
       }
     }
     return {
-      family: t.family, name: t.name, protect: t.protect ?? false, ...(t.comment !== undefined ? { userdata: commentUserdata(t.comment) } : {}),
+      family: t.family, name: t.name, protect: t.protect ?? false, ...(t.flags?.length ? { dormant: true } : {}),
+      ...(t.comment !== undefined ? { userdata: commentUserdata(t.comment) } : {}),
       sets, ...(objects.length > 0 ? { objects } : {}), chains,
     };
   });
@@ -505,6 +512,7 @@ export function plainTables(raw: unknown): z.infer<typeof CONFIG_SCHEMA> | undef
     for (const k in t) if (!TABLE_KEYS.has(k)) return undefined;
     if (!FAMILY_NAMES.has(t.family) || !isName(t.name) || !isComment(t.comment)) return undefined;
     if (t.protect !== undefined && typeof t.protect !== 'boolean') return undefined;
+    if (t.flags !== undefined && !(Array.isArray(t.flags) && t.flags.length === 1 && t.flags[0] === 'dormant')) return undefined;
     if (!Array.isArray(t.chains) || !Array.isArray(t.sets) || !Array.isArray(t.maps)) return undefined;
     for (const c of t.chains as unknown[]) {
       if (!isPlain(c)) return undefined;
@@ -524,6 +532,7 @@ export function plainTables(raw: unknown): z.infer<typeof CONFIG_SCHEMA> | undef
     if (!sets.success || !maps.success || !objects.success) return undefined;
     tables.push({
       family: t.family as z.infer<typeof TABLE>['family'], name: t.name as string, protect: t.protect as boolean | undefined,
+      ...(t.flags !== undefined ? { flags: ['dormant' as const] } : {}),
       comment: t.comment as string | undefined, sets: sets.data, maps: maps.data, objects: objects.data, chains: t.chains as z.infer<typeof CHAIN>[],
     });
   }

@@ -9,7 +9,7 @@
 import { stringify } from 'yaml';
 import type { Family } from '../netlink/expr.js';
 import type { NftSet, SetElement } from '../netlink/objects.js';
-import { SET_F } from '../netlink/objects.js';
+import { SET_F, TABLE_F } from '../netlink/objects.js';
 import type { NftSocket } from '../netlink/socket.js';
 import { commentOf, renderRule, setResolver, type InterfaceResolver } from '../rules/index.js';
 import { kernelSetDecl, type RawSet } from './sets.js';
@@ -30,6 +30,8 @@ export interface ExportedTable {
   name: string;
   /** NFTA_TABLE_USERDATA's comment. */
   comment?: string;
+  /** `dormant` when the table is (owner and persist are protect mode's, not written). */
+  flags?: string[];
   /** Named sets and maps, in the kernel's order. */
   sets: { decl: RawSet; map: boolean; wrap?: boolean }[];
   /** Named stateful objects, in the kernel's order, without their state. */
@@ -56,6 +58,7 @@ export async function readTable(sock: Reader, family: Family, name: string,
   const resolve = setResolver(withElements);
   const unsupported: string[] = [];
   const out: ExportedTable = { family, name, sets: [], chains: [], unsupported };
+  if (table.flags & TABLE_F.DORMANT) out.flags = ['dormant'];
   const tableComment = commentOf(table.userdata);
   if (tableComment !== undefined) out.comment = tableComment;
   else if (table.userdata) unsupported.push(`table userdata other than a comment: ${table.userdata}`);
@@ -114,6 +117,7 @@ export function priorityText(hook: string, priority: number): string {
 /** The nft block form, as `nft list table` prints it. */
 export function tableToNft(t: ExportedTable): string {
   const lines = [`table ${t.family} ${t.name} {`];
+  if (t.flags?.length) lines.push(`\tflags ${t.flags.join(',')}`);
   if (t.comment !== undefined) lines.push(`\tcomment "${t.comment}"`);
   (t.objects ?? []).forEach((o, i) => {
     if (i > 0) lines.push('');
@@ -171,6 +175,7 @@ export function tablesToYaml(tables: ExportedTable[]): string {
     tables: tables.map((t) => ({
       family: t.family,
       name: t.name,
+      ...(t.flags?.length ? { flags: t.flags } : {}),
       ...(t.comment !== undefined ? { comment: t.comment } : {}),
       ...(t.sets.some((x) => !x.map) ? { sets: t.sets.filter((x) => !x.map).map((x) => x.decl) } : {}),
       ...(t.sets.some((x) => x.map) ? { maps: t.sets.filter((x) => x.map).map((x) => x.decl) } : {}),

@@ -26,11 +26,11 @@ import {
 } from '../config/sets.js';
 
 export type DriftKind =
-  | 'table-missing' | 'table-retired' | 'table-orphaned' | 'table-unprotected' | 'table-changed' | 'chain-missing' | 'chain-changed' | 'rules-differ' | 'chain-extra'
+  | 'table-missing' | 'table-retired' | 'table-orphaned' | 'table-unprotected' | 'table-changed' | 'table-flags' | 'chain-missing' | 'chain-changed' | 'rules-differ' | 'chain-extra'
   | 'set-extra' | 'set-missing' | 'set-changed' | 'elements-differ' | 'object-missing' | 'object-changed' | 'object-extra';
 /** Every drift kind, for the metrics' zero series; a Record so a new kind not listed fails the typecheck. */
 export const DRIFT_KINDS: Record<DriftKind, true> = {
-  'table-missing': true, 'table-retired': true, 'table-orphaned': true, 'table-unprotected': true, 'table-changed': true, 'chain-missing': true,
+  'table-missing': true, 'table-retired': true, 'table-orphaned': true, 'table-unprotected': true, 'table-changed': true, 'table-flags': true, 'chain-missing': true,
   'chain-changed': true, 'rules-differ': true, 'chain-extra': true, 'set-extra': true,
   'set-missing': true, 'set-changed': true, 'elements-differ': true, 'object-missing': true, 'object-changed': true, 'object-extra': true,
 };
@@ -413,6 +413,13 @@ export function diffTable(want: TableConfig, have: ObservedTable, options: DiffO
     return [d('table-changed', `table ${want.family} ${want.name} has comment ${quoteComment(have.table.userdata)}, want ` +
       `${quoteComment(want.userdata)}; recreating it`)];
   }
+  if (((have.table.flags & TABLE_F.DORMANT) !== 0) !== (want.dormant === true)) {
+    const what = `table ${want.family} ${want.name} is ${want.dormant ? 'active, want dormant' : 'dormant, want active'}`;
+    // The kernel changes no flag of a table its owner holds (EOPNOTSUPP): recreate it, atomically.
+    if (protection === 'protected') return [d('table-changed', `${what}; recreating it (an owned table's flags cannot change)`)];
+    // Otherwise NEWTABLE toggles dormant in place (the kernel unhooks or hooks the chains).
+    drifts.push(d('table-flags', what));
+  }
   const resolve: SetResolver = (n) => have.sets.get(n);
   drifts.push(...diffObjects(want, have));
   drifts.push(...diffSets(want, have, options.armed, options.verifiedSets));
@@ -692,7 +699,8 @@ export function planTable(batch: Batch, want: TableConfig, have: ObservedTable, 
   if (drifts.length === 0) return;
   const { family, name: table } = want;
   const rewrite = new Set<string>();
-  const flags = options.tableFlags ? { flags: options.tableFlags } : {};
+  const tableFlags = (options.tableFlags ?? 0) | (want.dormant ? TABLE_F.DORMANT : 0);
+  const flags = tableFlags ? { flags: tableFlags } : {};
   if (drifts.some((x) => x.kind === 'table-unprotected' || x.kind === 'table-changed')) {
     batch.delete('table', { family, name: table });
     have = { ...have, table: undefined, chains: new Map(), rules: new Map(), sets: new Map() };
@@ -701,9 +709,10 @@ export function planTable(batch: Batch, want: TableConfig, have: ObservedTable, 
   if (!have.table) {
     batch.add('table', { family, name: table, ...flags, ...tableUserdata });
     for (const c of want.chains) rewrite.add(c.name);
-  } else if (drifts.some((x) => x.kind === 'table-orphaned')) {
-    // Claiming an orphan: NEWTABLE with owner|persist on the existing table; its rules stay as they are.
-    batch.add('table', { family, name: table, ...flags });
+  } else if (drifts.some((x) => x.kind === 'table-orphaned' || x.kind === 'table-flags')) {
+    // Claiming an orphan: NEWTABLE with owner|persist on the existing table; its rules stay as they
+    // are. Dormant toggled: NEWTABLE with every flag the table keeps (0 wakes an unowned one).
+    batch.add('table', { family, name: table, flags: tableFlags });
   }
   const recreate = new Set(drifts.filter((x) => x.kind === 'chain-changed').map((x) => x.chain!));
   const extra = drifts.filter((x) => x.kind === 'chain-extra').map((x) => x.chain!);

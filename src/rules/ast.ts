@@ -65,6 +65,11 @@ export interface NatStmt extends At {
   port?: PortRange;
   /** `snat/dnat to KEY map @m | map { k : addr [. port], … }`: the target comes from a map. */
   map?: NatMap;
+  /**
+   * `… : KEY map { k : port, … }`: the port comes from a map of its own, after an address or an
+   * address map (`dnat to tcp dport map { … } : tcp dport map { … }`); `map` then maps to addresses only.
+   */
+  portMap?: NatMap;
   /** `ip addr . port to …` (nft's STMT_NAT_F_CONCAT): the target is an address . port concatenation. */
   concat?: At;
   /** `ip prefix to … map …` (NF_NAT_RANGE_NETMAP): the address range maps prefix to prefix. */
