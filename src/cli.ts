@@ -92,6 +92,8 @@ export async function main(argv: string[], io: Out = {
   const configOpt = () => required(new Option('-c, --config <file>', 'the YAML config'));
   const netnsOpt = () => new Option('--netns <name|path>', 'network namespace: a name from ip netns (/run/netns/NAME) or a path (/proc/PID/ns/net)')
     .argParser((v: string) => resolveNetns(v));
+  // nft's -I: where a .nft config's `include "NAME"` looks before /etc (repeatable)
+  const includeOpt = () => new Option('-I, --include-path <dir...>', "directories a .nft config's include \"NAME\" searches before /etc (nft's -I)");
   const progressOpts = (c: Command) => c
     .option('--progress', 'report each step that took more than a second on stderr (the default on a terminal)')
     .option('--no-progress', 'no progress lines');
@@ -99,12 +101,12 @@ export async function main(argv: string[], io: Out = {
   program.command('version').description('print the version').action(() => io.out(version()));
 
   progressOpts(program.command('validate').description('check a config file; exit 0, or 2 with every error as file:line:column: error: message')
-    .addOption(configOpt()).option('--json', 'print the result as JSON: { ok, tables } or { ok: false, errors: [{ file, line, column, severity, message }] }'))
-    .action((o: { config: string; json?: boolean; progress?: boolean }) => {
+    .addOption(configOpt()).addOption(includeOpt()).option('--json', 'print the result as JSON: { ok, tables } or { ok: false, errors: [{ file, line, column, severity, message }] }'))
+    .action((o: { config: string; includePath?: string[]; json?: boolean; progress?: boolean }) => {
       let config;
       const progress = new Progress(io, o.progress);
       try {
-        config = loadConfig(o.config, { interfaces: anyInterface() });
+        config = loadConfig(o.config, { interfaces: anyInterface(), includePath: o.includePath });
         progress.step(() => `${o.config}: ${plural(countRules(config!.tables), 'rule')} compiled`);
       } catch (e) {
         progress.step(() => `${o.config}: checked`);
@@ -123,14 +125,14 @@ export async function main(argv: string[], io: Out = {
     });
 
   progressOpts(program.command('check').description('print the drift between the config and the kernel as nft text')
-    .addOption(configOpt()).addOption(netnsOpt()).option('--json', 'print the drift as JSON')
+    .addOption(configOpt()).addOption(includeOpt()).addOption(netnsOpt()).option('--json', 'print the drift as JSON')
     .option('--full', `print every line of a long plan on a terminal too (else more than ${SUMMARY_OVER_LINES} lines are summarised)`))
     .action(async (o: OneShotOptions) => {
       code = await oneShot(o, false, io);
     });
 
   progressOpts(program.command('apply').description('reconcile once and exit')
-    .addOption(configOpt()).addOption(netnsOpt()).option('--json', 'print what was repaired as JSON')
+    .addOption(configOpt()).addOption(includeOpt()).addOption(netnsOpt()).option('--json', 'print what was repaired as JSON')
     .option('--full', `print every line of a long plan on a terminal too (else more than ${SUMMARY_OVER_LINES} lines are summarised)`))
     .action(async (o: OneShotOptions) => {
       code = await oneShot(o, true, io);
@@ -167,9 +169,9 @@ export async function main(argv: string[], io: Out = {
     });
 
   program.command('cleanup').description('remove every table the config owns (rules stay when nfkeeper merely stops)')
-    .addOption(configOpt()).addOption(netnsOpt()).option('--json', 'print what was removed as JSON')
-    .action(async (o: { config: string; netns?: string; json?: boolean }) => {
-      const config = loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns) });
+    .addOption(configOpt()).addOption(includeOpt()).addOption(netnsOpt()).option('--json', 'print what was removed as JSON')
+    .action(async (o: { config: string; includePath?: string[]; netns?: string; json?: boolean }) => {
+      const config = loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns), includePath: o.includePath });
       const { cleanup } = await kernel();
       const sock = new (await netlink()).NftSocket({ netns: o.netns });
       try {
@@ -181,7 +183,7 @@ export async function main(argv: string[], io: Out = {
     });
 
   program.command('run').description('keep the config installed until SIGTERM or SIGINT (rules stay in place)')
-    .addOption(configOpt()).addOption(netnsOpt())
+    .addOption(configOpt()).addOption(includeOpt()).addOption(netnsOpt())
     .option('--interval <duration>', 'generation check period, 10ms to 1h (Go-style: 500ms, 1m30s)', '1s')
     .option('--metrics <host:port>', 'serve /metrics, /healthz, /readyz', '127.0.0.1:9469')
     .option('--no-metrics', 'do not serve metrics')
@@ -304,16 +306,16 @@ export async function main(argv: string[], io: Out = {
     });
 
   program.command('gc').description('remove foreign rules and chains tagged with ids that are no longer live (docs/gc.md)')
-    .addOption(configOpt()).addOption(netnsOpt())
+    .addOption(configOpt()).addOption(includeOpt()).addOption(netnsOpt())
     .option('--live-file <file>', 'a JSON array of live ids; overrides gc.live')
     .option('--grace <duration>', 'how long an id must be missing (default: gc.grace); 0s collects now')
     .option('--dry-run', 'print what would go, as nft text grouped by id, and change nothing')
     .addOption(new Option('--backend <name>', 'where the foreign tables are: nftables, or iptables-legacy (x_tables, through iptables-legacy-save/-restore)')
       .choices(['nftables', 'iptables-legacy']).default('nftables'))
     .option('--json', 'print the result as JSON')
-    .action(async (o: { config: string; netns?: string; liveFile?: string; grace?: string; dryRun?: boolean; json?: boolean; backend: 'nftables' | 'iptables-legacy' }) => {
+    .action(async (o: { config: string; includePath?: string[]; netns?: string; liveFile?: string; grace?: string; dryRun?: boolean; json?: boolean; backend: 'nftables' | 'iptables-legacy' }) => {
       const { gcOnce } = await import('./gc/command.js');
-      const r = await gcOnce(loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns) }), o);
+      const r = await gcOnce(loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns), includePath: o.includePath }), o);
       io.out(o.json ? JSON.stringify(r.json) : r.lines.join('\n'));
       code = o.dryRun && r.garbage.length > 0 ? EXIT.DRIFT : EXIT.OK;
     });
@@ -359,11 +361,11 @@ function errorText(r: { status: number; body: unknown }): string {
   return `${r.status}: ${typeof b === 'object' && b?.error ? b.error : String(b)}`;
 }
 
-interface OneShotOptions { config: string; netns?: string; json?: boolean; full?: boolean; progress?: boolean }
+interface OneShotOptions { config: string; includePath?: string[]; netns?: string; json?: boolean; full?: boolean; progress?: boolean }
 
 async function oneShot(o: OneShotOptions, apply: boolean, io: Out): Promise<number> {
   const progress = new Progress(io, o.progress);
-  const config = loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns) });
+  const config = loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns), includePath: o.includePath });
   // Registered owners are desired state too; a corrupt state file stops here, before the kernel.
   const owners = config.owners ? (await import('./owners/state.js')).loadOwners(config) : [];
   progress.step(() => `${o.config}: ${plural(config.tables.length, 'table')}, ${plural(countRules(config.tables), 'rule')} compiled`);
@@ -446,7 +448,7 @@ export class Progress {
 }
 
 interface RunOptions {
-  config: string; netns?: string; interval: string; metrics: string | false; events: boolean; logLevel: string;
+  config: string; includePath?: string[]; netns?: string; interval: string; metrics: string | false; events: boolean; logLevel: string;
   socket?: string; socketMode?: string; maxOwners?: string; maxConnections?: string; netnsCheck?: string;
   reloadStatus?: string; envWait: string;
 }
@@ -467,7 +469,7 @@ function runOptions(o: RunOptions): import('./daemon.js').DaemonOptions {
     return Number(v);
   };
   return {
-    version: version(), config: o.config, netns: o.netns, intervalMs, metrics: o.metrics === false ? undefined : o.metrics, events: o.events, logLevel,
+    version: version(), config: o.config, includePath: o.includePath, netns: o.netns, intervalMs, metrics: o.metrics === false ? undefined : o.metrics, events: o.events, logLevel,
     socket: o.socket, socketMode, maxOwners: count('--max-owners', o.maxOwners), maxConnections: count('--max-connections', o.maxConnections),
     netnsCheckMs: o.netnsCheck === undefined ? undefined : parseBoundedDuration('--netns-check', o.netnsCheck, 10, INTERVAL_MAX_MS),
     reloadStatus: o.reloadStatus,

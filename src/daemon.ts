@@ -40,6 +40,8 @@ export interface DaemonOptions {
   /** nfkeeper's version, for the nfkeeper_build_info metric. */
   version: string;
   config: string;
+  /** Where a .nft config's includes are looked for before /etc (nft's -I). */
+  includePath?: string[];
   netns?: string;
   intervalMs: number;
   /** HOST:PORT already parsed by the caller, or undefined for --no-metrics. */
@@ -82,7 +84,7 @@ async function loadWaitingForEnv(o: DaemonOptions, log: Logger, tell: (message: 
   let logged = false;
   for (;;) {
     try {
-      return loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns), compiled: compactAsCompiled() });
+      return loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns), compiled: compactAsCompiled(), includePath: o.includePath });
     } catch (e) {
       if (!(e instanceof EnvFileMissingError) || waitMs === 0) throw e;
       const missing = e;
@@ -224,7 +226,7 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
         status: async () => ({
           ...k.status(),
           ...(cfg.owners && reg ? {
-            owners: { registered: reg.size, table: `${cfg.owners.family} ${cfg.owners.table}`, dispatch: cfg.owners.dispatch },
+            owners: { registered: reg.size, table: `${cfg.owners.family} ${cfg.owners.table}`, dispatch: cfg.owners.dispatch, totals: reg.totals, limits: cfg.owners.limits },
             ownedGc: {
               found: await counterByKind(metrics.ownedGcFound),
               collected: await counterByKind(metrics.ownedGcCollected),
@@ -339,10 +341,12 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
       log.warn({ err: (e as Error).message, file: o.reloadStatus }, 'could not write the reload status');
     }
   };
+  /** Set below: the files a reload read are watched from then on. */
+  let configLoaded: (next: Config) => void = () => undefined;
   const reload = (why: string) => {
     let next: Config;
     try {
-      next = loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns), compiled: compactAsCompiled() });
+      next = loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns), compiled: compactAsCompiled(), includePath: o.includePath });
     } catch (e) {
       metrics.reloadFailed.set(1);
       log.error({ err: e instanceof ConfigError ? e.message : e, why }, 'config reload rejected; keeping the old one');
@@ -359,6 +363,7 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
       return;
     }
     gcLoop?.setConfig(next.gc);
+    configLoaded(next);
     keeper.setConfig(next).then(() => {
       log.info({ why }, 'config reloaded');
       report(true, why);
@@ -367,27 +372,44 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
   const onHup = () => reload('SIGHUP');
   process.on('SIGHUP', onHup);
   cleanups.push(() => process.off('SIGHUP', onHup));
-  // Watch the directory, not the file: editors replace files and a Kubernetes
-  // ConfigMap swaps a symlink, and both would orphan a watch on the file itself.
-  let lastText = readFileSync(o.config, 'utf8');
+  // Watch the directories, not the files: editors replace files and a Kubernetes ConfigMap swaps a
+  // symlink, and both would orphan a watch on the file itself. A .nft config's included files are
+  // watched with it (the ones its last load read).
+  let files = [o.config, ...(config.includes ?? [])];
+  const textOf = (): string | undefined => {
+    try {
+      return files.map((f) => readFileSync(f, 'utf8')).join('\0');
+    } catch {
+      return undefined;  // mid-swap; the next event will tell
+    }
+  };
+  let lastText = textOf();
   let debounce: NodeJS.Timeout | undefined;
-  const watcher = watch(dirname(o.config), (_event, name) => {
-    if (name && name !== basename(o.config) && !String(name).startsWith('..')) return;
-    clearTimeout(debounce);
-    debounce = setTimeout(() => {
-      let text: string;
-      try {
-        text = readFileSync(o.config, 'utf8');
-      } catch {
-        return;  // mid-swap; the next event will tell
-      }
-      if (text === lastText) return;
-      lastText = text;
-      reload('file changed');
-    }, 200);
-  });
-  watcher.on('error', (e) => log.warn({ err: e.message }, 'config watch failed; SIGHUP still reloads'));
-  cleanups.push(() => { watcher.close(); clearTimeout(debounce); });
+  const watchers = new Map<string, ReturnType<typeof watch>>();
+  const rewatch = () => {
+    for (const dir of new Set(files.map((f) => dirname(f)))) {
+      if (watchers.has(dir)) continue;
+      const watcher = watch(dir, (_event, name) => {
+        if (name && !String(name).startsWith('..') && !files.some((f) => dirname(f) === dir && basename(f) === String(name))) return;
+        clearTimeout(debounce);
+        debounce = setTimeout(() => {
+          const text = textOf();
+          if (text === undefined || text === lastText) return;
+          lastText = text;
+          reload('file changed');
+        }, 200);
+      });
+      watcher.on('error', (e) => log.warn({ err: e.message, dir }, 'config watch failed; SIGHUP still reloads'));
+      watchers.set(dir, watcher);
+    }
+  };
+  rewatch();
+  configLoaded = (next) => {
+    files = [o.config, ...(next.includes ?? [])];
+    rewatch();
+    lastText = textOf();
+  };
+  cleanups.push(() => { for (const w of watchers.values()) w.close(); clearTimeout(debounce); });
 
   const stop = (sig: NodeJS.Signals) => {
     log.info({ signal: sig }, 'stopping; rules stay in place');

@@ -13,6 +13,7 @@ import { SET_F, TABLE_F, type Table } from '../netlink/objects.js';
 import type { NftSocket } from '../netlink/socket.js';
 import { commentOf, renderRule, setResolver, type InterfaceResolver } from '../rules/index.js';
 import { kernelSetDecl, type RawSet } from './sets.js';
+import { rawObjectOf, type RawObj } from './objects.js';
 
 export type ExportFormat = 'nft' | 'yaml';
 
@@ -29,22 +30,27 @@ export interface ExportedTable {
   name: string;
   /** NFTA_TABLE_USERDATA's comment. */
   comment?: string;
+  /** `dormant` when the table is (owner and persist are protect mode's, not written). */
+  flags?: string[];
   /** Named sets and maps, in the kernel's order. */
   sets: { decl: RawSet; map: boolean; wrap?: boolean }[];
+  /** Named stateful objects, in the kernel's order, without their state. */
+  objects?: RawObj[];
   chains: ExportedChain[];
   /** What the config cannot hold (named sets, rules it cannot render), in words. */
   unsupported: string[];
 }
 
-type Reader = Pick<NftSocket, 'getTable' | 'listChains' | 'listRules' | 'listSets' | 'listElements'>;
+type Reader = Pick<NftSocket, 'getTable' | 'listChains' | 'listRules' | 'listSets' | 'listElements'> & Partial<Pick<NftSocket, 'listObjs'>>;
 
 /** Reads one table; undefined when it does not exist. */
 export async function readTable(sock: Reader, family: Family, name: string,
   options: { interfaces?: InterfaceResolver; counters?: boolean } = {}): Promise<ExportedTable | undefined> {
   const table = await sock.getTable(family, name);
   if (!table) return undefined;
-  const [chains, rules, sets] = await Promise.all([
+  const [chains, rules, sets, objs] = await Promise.all([
     sock.listChains({ family, table: name }), sock.listRules({ family, table: name }), sock.listSets({ family, table: name }),
+    sock.listObjs?.({ family, table: name }) ?? [],
   ]);
   const withElements: { set: NftSet; elements: SetElement[] }[] = await Promise.all(sets.map(async (set) => ({
     set, elements: await sock.listElements({ family, table: name, set: set.name }),
@@ -52,10 +58,16 @@ export async function readTable(sock: Reader, family: Family, name: string,
   const resolve = setResolver(withElements);
   const unsupported: string[] = [];
   const out: ExportedTable = { family, name, sets: [], chains: [], unsupported };
-  unsupported.push(...unreadTableParts(table, chains.length, sets.filter((x) => !(x.flags & SET_F.ANONYMOUS)).length));
+  if (table.flags & TABLE_F.DORMANT) out.flags = ['dormant'];
+  unsupported.push(...unreadTableParts(table, chains.length, sets.filter((x) => !(x.flags & SET_F.ANONYMOUS)).length, objs.length));
   const tableComment = commentOf(table.userdata);
   if (tableComment !== undefined) out.comment = tableComment;
   else if (table.userdata) unsupported.push(`table userdata other than a comment: ${table.userdata}`);
+  for (const o of objs) {
+    const raw = rawObjectOf(o, family);
+    if (raw) (out.objects ??= []).push(raw);
+    else unsupported.push(`${typeof o.type === 'string' ? o.type : `object of type ${o.type}`} ${o.name}: nfkeeper cannot write it`);
+  }
   for (const { set, elements } of withElements) {
     if (set.flags & SET_F.ANONYMOUS) continue;
     const d = kernelSetDecl(set, elements);
@@ -88,18 +100,17 @@ export async function readTable(sock: Reader, family: Family, name: string,
 }
 
 /**
- * What the export does not read of a table, so that it is named rather than dropped: its flags
- * other than the owner flags (dormant: a config installs tables active), and what its use count
- * holds beyond its chains and named sets (the kernel does not count an anonymous set bound to
- * its rule there): stateful objects (named counters, quotas, limits, ct helpers ...) and flowtables.
+ * What the export does not read of a table, so that it is named rather than dropped: flags it
+ * does not know (dormant is written; owner and persist are protect mode's), and what the table's
+ * use count holds beyond its chains, named sets (the kernel does not count an anonymous set
+ * bound to its rule there) and the stateful objects read: flowtables, which are not read.
  */
-export function unreadTableParts(table: Pick<Table, 'flags' | 'use'>, chains: number, namedSets: number): string[] {
+export function unreadTableParts(table: Pick<Table, 'flags' | 'use'>, chains: number, namedSets: number, objects: number): string[] {
   const out: string[] = [];
-  if (table.flags & TABLE_F.DORMANT) out.push('table flags dormant (an exported config would install the table active)');
   const other = table.flags & ~(TABLE_F.DORMANT | TABLE_F.OWNER | TABLE_F.PERSIST);
   if (other) out.push(`table flags 0x${other.toString(16)}`);
-  const objects = (table.use ?? 0) - chains - namedSets;
-  if (objects > 0) out.push(`${objects} stateful object${objects === 1 ? '' : 's'} or flowtable${objects === 1 ? '' : 's'} (named counter, quota, limit, ct helper ...; nft list table shows them)`);
+  const unread = (table.use ?? 0) - chains - namedSets - objects;
+  if (unread > 0) out.push(`${unread} flowtable${unread === 1 ? '' : 's'} or other object${unread === 1 ? '' : 's'} nfkeeper does not read (nft list table shows them)`);
   return out;
 }
 
@@ -122,13 +133,19 @@ export function priorityText(hook: string, priority: number): string {
 /** The nft block form, as `nft list table` prints it. */
 export function tableToNft(t: ExportedTable): string {
   const lines = [`table ${t.family} ${t.name} {`];
+  if (t.flags?.length) lines.push(`\tflags ${t.flags.join(',')}`);
   if (t.comment !== undefined) lines.push(`\tcomment "${t.comment}"`);
-  t.sets.forEach((s, i) => {
+  (t.objects ?? []).forEach((o, i) => {
     if (i > 0) lines.push('');
+    lines.push(...objectLines(o));
+  });
+  const hasObjects = (t.objects?.length ?? 0) > 0;
+  t.sets.forEach((s, i) => {
+    if (i > 0 || hasObjects) lines.push('');
     lines.push(...setLines(s.decl, s.map, s.wrap));
   });
   t.chains.forEach((c: ExportedChain, i) => {
-    if (i > 0 || t.sets.length > 0) lines.push('');
+    if (i > 0 || t.sets.length > 0 || hasObjects) lines.push('');
     lines.push(`\tchain ${c.name} {`);
     if (c.comment !== undefined) lines.push(`\t\tcomment "${c.comment}"`);
     if (c.base) {
@@ -139,6 +156,15 @@ export function tableToNft(t: ExportedTable): string {
   });
   lines.push('}');
   return lines.join('\n') + '\n';
+}
+
+/** An object's block as `nft list` prints it (one statement a line), without its state. */
+export function objectLines(o: RawObj): string[] {
+  const out = [`\t${o.type} ${o.name} {`];
+  if (o.comment !== undefined) out.push(`\t\tcomment ${JSON.stringify(o.comment)}`);
+  for (const part of (o.spec ?? '').split(';').map((x) => x.trim()).filter(Boolean)) out.push(`\t\t${part}`);
+  out.push('\t}');
+  return out;
 }
 
 /** A set's block as `nft list` prints it. */
@@ -165,9 +191,11 @@ export function tablesToYaml(tables: ExportedTable[]): string {
     tables: tables.map((t) => ({
       family: t.family,
       name: t.name,
+      ...(t.flags?.length ? { flags: t.flags } : {}),
       ...(t.comment !== undefined ? { comment: t.comment } : {}),
       ...(t.sets.some((x) => !x.map) ? { sets: t.sets.filter((x) => !x.map).map((x) => x.decl) } : {}),
       ...(t.sets.some((x) => x.map) ? { maps: t.sets.filter((x) => x.map).map((x) => x.decl) } : {}),
+      ...(t.objects?.length ? { objects: t.objects } : {}),
       chains: t.chains.map((c) => {
         const p = c.base && priorityText(c.base.hook, c.base.priority);
         return {

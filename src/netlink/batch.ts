@@ -6,7 +6,7 @@
  * one never reaches the kernel and its error names the op and the field.
  */
 import type { Expr, Family } from './expr.js';
-import type { Chain, NftSet, Rule, SetElement, Table } from './objects.js';
+import type { Chain, NftObj, NftSet, Rule, SetElement, Table } from './objects.js';
 import { validateOp } from './validate.js';
 
 export type TableOp = { verb: 'add' | 'create' | 'delete' | 'flush'; object: 'table' }
@@ -22,7 +22,11 @@ export type ElementOp = {
   setId?: number; elements: SetElement[];
 };
 
-export type Op = TableOp | ChainOp | RuleOp | SetOp | ElementOp;
+/** A named stateful object: add (or create) with its data, delete by name (or handle). */
+export type ObjOp = { verb: 'add' | 'create' | 'delete'; object: 'obj' }
+  & Pick<NftObj, 'family' | 'table' | 'name'> & { type: NftObj['type'] & string; handle?: number; userdata?: string; data?: NftObj['data'] };
+
+export type Op = TableOp | ChainOp | RuleOp | SetOp | ElementOp | ObjOp;
 export type Verb = Op['verb'];
 
 /** A short nft-style description of an op, for error messages and logs. */
@@ -36,9 +40,19 @@ export function describeOp(op: Op): string {
         : op.positionId !== undefined ? ` position id ${op.positionId}` : '';
       return `${op.verb} rule ${op.family} ${op.table} ${op.chain}${at}`;
     }
-    case 'set': return `${op.verb} set ${op.family} ${op.table} ${op.name}`;
-    case 'element': return `${op.verb} element ${op.family} ${op.table} ${op.set}`;
+    case 'set': return `${op.verb} set ${op.family} ${op.table} ${setName(op.name, op.id)}`;
+    case 'element': return `${op.verb} element ${op.family} ${op.table} ${setName(op.set, op.setId)}`;
+    case 'obj': return `${op.verb} ${op.type} ${op.family} ${op.table} ${op.name}`;
   }
+}
+
+/**
+ * An anonymous set's name is a template the kernel fills in ('__set%d', '__map%d'); the real name
+ * is known only once the commit is through, so a message says which kind and its batch id instead.
+ */
+function setName(name: string, id: number | undefined): string {
+  if (!name.includes('%')) return name;
+  return `(anonymous ${name.startsWith('__map') ? 'map' : 'set'}${id !== undefined ? `, set id ${id}` : ''})`;
 }
 
 /** Queues operations for one atomic commit. */
@@ -57,6 +71,7 @@ export class Batch {
   add(object: 'rule', r: Omit<RuleOp, 'verb' | 'object'>): this;
   add(object: 'set', s: Omit<SetOp, 'verb' | 'object'>): this;
   add(object: 'element', e: Omit<ElementOp, 'verb' | 'object'>): this;
+  add(object: 'obj', o: Omit<ObjOp, 'verb' | 'object'>): this;
   add(object: Op['object'], o: object): this {
     return this.push({ ...o, verb: 'add', object } as Op);
   }
@@ -83,6 +98,7 @@ export class Batch {
   delete(object: 'rule', r: Omit<RuleOp, 'verb' | 'object' | 'exprs'> & { exprs?: Expr[] }): this;
   delete(object: 'set', s: Omit<SetOp, 'verb' | 'object'>): this;
   delete(object: 'element', e: Omit<ElementOp, 'verb' | 'object'>): this;
+  delete(object: 'obj', o: Omit<ObjOp, 'verb' | 'object' | 'data'>): this;
   delete(object: Op['object'], o: object): this {
     return this.push({ ...o, verb: 'delete', object } as Op);
   }
