@@ -211,12 +211,14 @@ void NftMonitor::Deliver(Napi::Env env, Napi::Function cb, MonitorBatch* batch) 
                                                                                      : static_cast<double>(b->repairHandle)))
                     : undef,
         Napi::Number::New(env, static_cast<double>(b->repairPosition)), Napi::Number::New(env, b->repairedNs),
+        // Who committed it (the NEWGEN's task): pid 0 and no name when the kernel did not say.
+        Napi::Number::New(env, b->pid), b->comm.empty() ? undef : static_cast<napi_value>(Napi::String::New(env, b->comm)),
     };
     b.reset();
     cb.Call(sizeof(args) / sizeof(args[0]), args);
     return;
   }
-  size_t slots = 7;
+  size_t slots = 9;
   for (const MonitorEvent& e : b->events) slots += 10 + 9 * e.elements.size();
   Napi::Array v = Napi::Array::New(env, slots);
   napi_value undef = env.Undefined();
@@ -231,6 +233,8 @@ void NftMonitor::Deliver(Napi::Env env, Napi::Function cb, MonitorBatch* batch) 
   boolean(b->foreign);
   num(b->since);
   num(b->receivedNs);
+  num(b->pid);
+  str(b->comm);
   num(static_cast<double>(b->events.size()));
   for (const MonitorEvent& e : b->events) {
     put(Napi::String::New(env, e.type));
