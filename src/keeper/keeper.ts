@@ -554,6 +554,8 @@ export class Keeper extends EventEmitter {
       if (fast) return fast;
     }
     let lastLook: Look | undefined;
+    /** What the pass committed, in nft words, for the foreign changes it answered (a few suffice). */
+    let opsText: string[] | undefined;
     let r;
     // The desired state this pass enforces: a reload meanwhile must not seed the mirror from this look.
     const desired = this.desired;
@@ -597,7 +599,8 @@ export class Keeper extends EventEmitter {
           for (const d of look.flat) this.metrics.drift.inc({ kind: d.kind });
           return this.fight.waitFrom(performance.now());
         },
-        onCommitted: (look, ops) => {
+        onCommitted: (look, ops, batch) => {
+          if (!isDeliberate) opsText = [...(opsText ?? []), ...batch.ops.slice(0, 20).map(describeOp)];
           // The mirror cannot follow this commit's events (it did not plan them): a read reseeds it.
           this.mirror?.invalidate('a full pass committed');
           this.committed(cause, detectedAt, look, ops);
@@ -642,7 +645,7 @@ export class Keeper extends EventEmitter {
     else this.verified(r.generation, r.trusted ? 'commit' : false);
     if (r.ops > 0) {
       this.reportRepair({ cause, drift: r.found, ops: r.ops, latencyMs: performance.now() - detectedAt, generation: r.generation,
-        attempts: r.attempts });
+        attempts: r.attempts, opsText });
     }
     // Owners changes come in runs (a registration each): the safety net seeds the mirror after them.
     // A reload is one: its known state seeds it at once, without a read where it covers the tables.
