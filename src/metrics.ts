@@ -80,6 +80,7 @@ export class KeeperMetrics {
   }
 
   constructor(processMetrics = false, build?: { version: string }) {
+    this.fightRaises.inc({ comm: 'other' }, 0);
     for (const kind of ['chain', 'rule']) {
       this.ownedGcFound.inc({ kind }, 0);
       this.ownedGcCollected.inc({ kind }, 0);

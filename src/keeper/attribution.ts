@@ -101,6 +101,11 @@ export class Attribution {
   private readonly labels: CommLabels;
   private readonly procRoot: string;
   readonly initialPidNamespace: boolean;
+  /**
+   * The committer of the batch being answered, set before its repair (a reference, nothing read) and
+   * cleared by note(): a fight raised by that repair names it too.
+   */
+  arriving: MonitorBatch['by'];
 
   constructor(private readonly options: AttributionOptions = {}) {
     this.capacity = Math.max(1, Math.floor(options.history ?? DEFAULT_HISTORY));
@@ -124,6 +129,7 @@ export class Attribution {
       if (!tables.includes(t)) tables.push(t);
       what.push(describeEvent(e));
     }
+    this.arriving = undefined;
     if (what.length === 0) return undefined;
     const by = this.resolve(b.by?.pid ?? 0, b.by?.comm);
     const change: ForeignChange = { at: new Date().toISOString(), generation: b.generation, by, tables, what };
@@ -160,6 +166,8 @@ export class Attribution {
   /** The committers of the last `n` changes (newest first), one entry per process. */
   committers(n = 5): Committer[] {
     const seen = new Map<string, Committer>();
+    const a = this.arriving;
+    if (a) seen.set(`${a.pid}/${a.comm ?? ''}`, a.comm !== undefined ? { pid: a.pid, comm: a.comm } : { pid: a.pid });
     for (const c of this.recent(this.capacity)) {
       const key = `${c.by.pid}/${c.by.comm ?? ''}`;
       if (!seen.has(key)) seen.set(key, c.by);

@@ -212,6 +212,8 @@ export class Keeper extends EventEmitter {
     this.metrics.zeroLabels('drift', Object.keys(DRIFT_KINDS));
     this.fight = new Fight({ ...DEFAULT_FIGHT, ...options.fight });
     this.attribution = new Attribution({ history: options.history, metrics: this.metrics });
+    // Each owned table's series exists from the start (see KeeperMetrics.zeroLabels): the names come as they commit.
+    for (const t of this.config.tables) this.metrics.foreignChanges.inc({ table: `${t.family} ${t.name}`, comm: 'other' }, 0);
     this.owners = options.owners ?? [];
     this.desired = mergeOwners(this.config.tables, this.config.owners, this.owners);
     compactRules(this.desired);
@@ -457,6 +459,7 @@ export class Keeper extends EventEmitter {
     // The repair runs at once, up to its commit, here or in a pass (small commits are sent inline): count after it.
     // Who made the change is looked up after that (its /proc may be gone by then: said so, not guessed).
     const now = performance.now();
+    this.attribution.arriving = b.by;
     if (!(native !== undefined ? this.repairedByMonitor(b, native, now) : this.repairNow(now))) {
       this.poke('event', now);
       this.metrics.events.inc();

@@ -52,7 +52,7 @@ describe('attribution', () => {
       expect(line.by).toEqual({ pid: nftPid, comm: 'nft', unresolved: 'the process had exited before it could be looked up' });
       expect(line.did).toEqual([`delete rule ip nfkeeper postrouting handle ${victim}`]);
 
-      expect(await foreignChanges(keeper)).toEqual({ 'ip nfkeeper/nft': 1 });
+      expect(await foreignChanges(keeper)).toEqual({ 'ip nfkeeper/other': 0, 'ip nfkeeper/nft': 1 });
 
       const [change] = keeper.status().foreignChanges!;
       expect(change!.by).toEqual({ pid: nftPid, comm: 'nft', unresolved: 'the process had exited before it could be looked up' });
@@ -88,7 +88,7 @@ describe('attribution', () => {
           cmdline: `${process.execPath} --import tsx ${COMMITTER} ${ns.path}`,
         });
         expect(change!.by.unresolved).toBeUndefined();
-        expect(await foreignChanges(keeper)).toEqual({ [`ip nfkeeper/${comm}`]: 1 });
+        expect(await foreignChanges(keeper)).toEqual({ 'ip nfkeeper/other': 0, [`ip nfkeeper/${comm}`]: 1 });
       } finally {
         child.stdin.end();
         child.kill();
@@ -120,7 +120,30 @@ tables:
       const [change] = keeper.status().foreignChanges!;
       expect(change!.by.comm).toBe('iptables-nft');
       expect(change!.repair!.ops).toEqual([expect.stringMatching(/^delete rule ip nat POSTROUTING handle \d+$/)]);
-      expect(await foreignChanges(keeper)).toEqual({ 'ip nat/iptables-nft': 1 });
+      expect(await foreignChanges(keeper)).toEqual({ 'ip nat/other': 0, 'ip nat/iptables-nft': 1 });
+    });
+  });
+
+  it('a fight warning names the process it is fighting, and nfkeeper_fight_raises_total counts it', async () => {
+    const log = captureLog();
+    await withKeeper({ config: flannelConfig(), logger: log.logger, fight: { threshold: 3, windowMs: 60_000 }, tag: 'attr-fight' }, async ({ ns, keeper }) => {
+      // The start-up commit counts as the first repair: the second foreign change raises the level.
+      const pids: number[] = [];
+      for (let i = 0; i < 2; i++) {
+        const repaired = nextRepair(keeper);
+        const r = spawnSync('ip', ['netns', 'exec', ns.name, 'nft', 'delete', 'rule', 'ip', 'nfkeeper', 'postrouting', 'handle',
+          String(handles(ns, 'ip', 'nfkeeper', 'postrouting')[0]!)]);
+        expect(r.status).toBe(0);
+        pids.push(r.pid!);
+        await repaired;
+      }
+      const warn = log.lines.find((l) => /keeps undoing/.test(String(l.msg)))!;
+      expect(warn).toBeDefined();
+      // The change being answered (perhaps not looked up yet: the warning may come with its repair) and the one before.
+      expect((warn.fighting as { pid: number; comm: string }[]).map(({ pid, comm }) => ({ pid, comm })))
+        .toEqual([{ pid: pids[1], comm: 'nft' }, { pid: pids[0], comm: 'nft' }]);
+      const raises = await keeper.metrics.fightRaises.get();
+      expect(raises.values.find((v) => v.labels.comm === 'nft')?.value).toBe(1);
     });
   });
 
