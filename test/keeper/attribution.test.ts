@@ -8,6 +8,7 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { request } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config/config.js';
@@ -22,6 +23,7 @@ import { tempDir } from '../helpers/tmp.js';
 import { captureLog, flannelConfig, handles, nextRepair } from './helpers.js';
 
 const COMMITTER = join(PROJECT_ROOT, 'test', 'keeper', 'children', 'committer.ts');
+const hasPodman = spawnSync('podman', ['--version']).status === 0;
 
 /** nfkeeper_foreign_changes_total as { "table/comm": value }. */
 async function foreignChanges(keeper: Keeper): Promise<Record<string, number>> {
@@ -95,6 +97,45 @@ describe('attribution', () => {
       }
     });
   });
+
+  // The host's root as the container's (an overlay: nothing it writes reaches the host), so node and
+  // the committer are there without an image; runc and cgroupfs, as test/image.test.ts runs podman here.
+  it.skipIf(!hasPodman)('a podman container: its container id, from the cgroup', async () => {
+    const log = captureLog();
+    await withKeeper({ config: flannelConfig(), logger: log.logger, tag: 'attr-pod' }, async ({ ns, keeper }) => {
+      const dir = tempDir('attr-pod');
+      writeFileSync(join(dir, 'containers.conf'), '[containers]\ndefault_ulimits = []\n');
+      const name = `nfk-attr-${process.pid}`;
+      const heard: AttributionEvent[] = [];
+      keeper.attribution.follow((e) => heard.push(e));
+      const child = spawn('podman', ['--runtime', 'runc', '--cgroup-manager=cgroupfs', 'run', '-i', '--rm', '--name', name,
+        '--cidfile', join(dir, 'cid'), '--network', `ns:${ns.path}`, '--cap-add', 'NET_ADMIN', '-w', PROJECT_ROOT,
+        '--rootfs', '/:O', process.execPath, '--import', 'tsx', COMMITTER],
+      { stdio: ['pipe', 'pipe', 'inherit'], env: { ...process.env, CONTAINERS_CONF: join(dir, 'containers.conf') } });
+      try {
+        const out = lines(child.stdout);
+        expect(await out.next()).toBe('ready');
+        const id = readFileSync(join(dir, 'cid'), 'utf8').trim();
+        const victim = handles(ns, 'ip', 'nfkeeper', 'postrouting')[0]!;
+        const repaired = nextRepair(keeper);
+        child.stdin.write(JSON.stringify([{ verb: 'delete', object: 'rule', family: 'ip', table: 'nfkeeper', chain: 'postrouting', handle: victim }]) + '\n');
+        expect(await out.next()).toBe('ok');
+        await repaired;
+        const line = repairLines(log.lines).at(-1)!;
+        expect(line.by).toMatchObject({ comm: 'node', container: `podman:${id.slice(0, 12)}` });
+        const [change] = keeper.status().foreignChanges!;
+        expect(change!.by).toMatchObject({ comm: 'node', container: { id, runtime: 'podman' }, exe: process.execPath });
+        // The kernel's pid is the host's (the initial pid namespace), not the container's.
+        expect(change!.by.pid).not.toBe(1);
+        expect(readFileSync(`/proc/${change!.by.pid}/cgroup`, 'utf8')).toContain(id);
+        expect(heard[0]).toMatchObject({ type: 'change', by: { container: { id } } });
+        expect(await foreignChanges(keeper)).toEqual({ 'ip nfkeeper/other': 0, 'ip nfkeeper/node': 1 });
+      } finally {
+        child.stdin.end();
+        spawnSync('podman', ['rm', '-f', '-t', '2', name]);
+      }
+    });
+  }, 120_000);
 
   it('iptables-nft appending to an owned chain: attributed, and its rule deleted', async () => {
     const config = parseConfig(`
