@@ -10,7 +10,7 @@
  * by then (a short-lived `nft` often has) is reported with the kernel's pid and name only, and a pid
  * whose /proc entry now names another program is said to be reused, never taken for the committer.
  */
-import { readFileSync, readlinkSync } from 'node:fs';
+import { closeSync, openSync, readSync, readlinkSync } from 'node:fs';
 import type { MonitorBatch, MonitorEvent } from '../netlink/monitor.js';
 import type { KeeperMetrics } from '../metrics.js';
 
@@ -106,6 +106,8 @@ export class Attribution {
    * cleared by note(): a fight raised by that repair names it too.
    */
   arriving: MonitorBatch['by'];
+  /** The last committers looked up in full, by pid (a few; see resolve). */
+  private readonly lately = new Map<number, Committer>();
 
   constructor(private readonly options: AttributionOptions = {}) {
     this.capacity = Math.max(1, Math.floor(options.history ?? DEFAULT_HISTORY));
@@ -210,9 +212,21 @@ export class Attribution {
     }
   }
 
-  /** The committer as /proc shows it now (see resolveCommitter). */
+  /**
+   * The committer as /proc shows it now (see resolveCommitter). A process that commits again (a
+   * peer in a fight, a controller's resync) costs one read: its comm, still the kernel's, and the
+   * rest as found the first time (a pid reused under the same name in between is not told apart).
+   */
   resolve(pid: number, comm: string | undefined): Committer {
-    return resolveCommitter(pid, comm, { procRoot: this.procRoot, initialPidNamespace: this.initialPidNamespace });
+    const known = this.lately.get(pid);
+    if (known !== undefined && known.comm === comm && comm !== undefined
+      && readText(`${this.procRoot}/${pid}/comm`) === `${comm}\n`) return known;
+    const by = resolveCommitter(pid, comm, { procRoot: this.procRoot, initialPidNamespace: this.initialPidNamespace });
+    if (by.unresolved === undefined) {
+      if (this.lately.size >= 16) this.lately.delete(this.lately.keys().next().value!);
+      this.lately.set(pid, by);
+    }
+    return by;
   }
 }
 
@@ -407,11 +421,20 @@ export class CommLabels {
   }
 }
 
+/** One buffer for every /proc read: a file there has no size to fstat, and these are small. */
+const procBuffer = Buffer.alloc(8192);
+
+/** A /proc file's text (its first 8 KiB: a cmdline longer than that is cut anyway), or undefined. */
 function readText(path: string): string | undefined {
+  let fd;
   try {
-    return readFileSync(path, 'utf8');
+    fd = openSync(path, 'r');
+    const n = readSync(fd, procBuffer, 0, procBuffer.length, null);
+    return procBuffer.toString('utf8', 0, n);
   } catch {
     return undefined;
+  } finally {
+    if (fd !== undefined) closeSync(fd);
   }
 }
 
