@@ -302,10 +302,10 @@ describe('monitor', () => {
   it('says who committed: the NEWGEN\'s pid and name, in one-event and many-event batches alike', async () => {
     await withNetns(async (ns) => {
       const s = open({ netns: ns.path });
+      await s.commit(ownedSetup());
       const inbox = new Inbox();
       const m = new Monitor({ netns: ns.path, tables: [{ family: F, name: T }], ignorePorts: [s.portId], onBatch: inbox.push });
       try {
-        await s.commit(ownedSetup());
         // One event (the call's arguments), from nft: gone by now, its pid and name stay.
         const nft = spawnSync('ip', ['netns', 'exec', ns.name, 'nft', `add rule ip ${T} ${C} counter`], { encoding: 'utf8' });
         expect(nft.status).toBe(0);
