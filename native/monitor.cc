@@ -218,7 +218,7 @@ void NftMonitor::Deliver(Napi::Env env, Napi::Function cb, MonitorBatch* batch) 
     cb.Call(sizeof(args) / sizeof(args[0]), args);
     return;
   }
-  size_t slots = 9;
+  size_t slots = 9;  // 7 before the events, pid and comm after them (an older reader stops before those)
   for (const MonitorEvent& e : b->events) slots += 10 + 9 * e.elements.size();
   Napi::Array v = Napi::Array::New(env, slots);
   napi_value undef = env.Undefined();
@@ -233,8 +233,6 @@ void NftMonitor::Deliver(Napi::Env env, Napi::Function cb, MonitorBatch* batch) 
   boolean(b->foreign);
   num(b->since);
   num(b->receivedNs);
-  num(b->pid);
-  str(b->comm);
   num(static_cast<double>(b->events.size()));
   for (const MonitorEvent& e : b->events) {
     put(Napi::String::New(env, e.type));
@@ -264,6 +262,8 @@ void NftMonitor::Deliver(Napi::Env env, Napi::Function cb, MonitorBatch* batch) 
       str(x.userdata);
     }
   }
+  num(b->pid);
+  str(b->comm);
   b.reset();
   cb.Call({v});
 }

@@ -110,7 +110,7 @@ export class Monitor {
       receivedNs: number, type: MonitorEvent['type'], family: Family, table: string, name: string | undefined,
       handle: number | undefined, portId: number, flags: number, position: number | undefined,
       lastGeneration: number, runStart: number, delivered: number, repaired: number | undefined, repairPosition: number,
-      repairedNs: number, pid: number, comm: string | undefined) => {
+      repairedNs: number, pid: number | undefined, comm: string | undefined) => {
       if (this.closedFlag) return;
       if (typeof flat !== 'boolean') {
         options.onBatch(fromFlat(flat as unknown[]));
@@ -126,7 +126,8 @@ export class Monitor {
       this.during = { lastGeneration, runStart, delivered };
       try {
         const b: MonitorBatch = { overflow: false, generation, truncated: flat, foreign, since, receivedNs, events: [e] };
-        if (pid > 0 || comm !== undefined) b.by = comm !== undefined ? { pid, comm } : { pid };
+        // The last two arguments: an addon built before them passes neither.
+        if ((pid !== undefined && pid > 0) || comm !== undefined) b.by = comm !== undefined ? { pid: pid ?? 0, comm } : { pid: pid! };
         if (repaired !== undefined) {
           b.repaired = repaired >= 0 ? { handle: repaired, position: repairPosition, committedNs: repairedNs }
             : { errno: -repaired, position: repairPosition, committedNs: repairedNs };
@@ -228,13 +229,14 @@ export class Monitor {
  * The batch the addon hands over as one flat array of primitives (native/monitor.cc, Deliver): the
  * objects are built here, where a literal is cheap, rather than in C++, where every named property
  * set internalized its key again. Layout: overflow, generation, truncated, foreign, since,
- * receivedNs, pid, comm, event count; per event: type, family, table, name, handle, portId, flags, position,
+ * receivedNs, event count; per event: type, family, table, name, handle, portId, flags, position,
  * elementsMalformed, element count; per element: key, keyEnd, flags, data, verdict, chain, timeout,
- * expiration, userdata. Absent values are undefined, and absent keys stay absent in the objects.
+ * expiration, userdata; after the events, the committer's pid and comm. Absent values are undefined,
+ * and absent keys stay absent in the objects.
  */
 export function fromFlat(v: unknown[]): MonitorBatch {
-  const events: MonitorEvent[] = new Array(v[8] as number);
-  let k = 9;
+  const events: MonitorEvent[] = new Array(v[6] as number);
+  let k = 7;
   for (let i = 0; i < events.length; i++) {
     // Keys in the order the addon set them before (a rule event: type, family, table, name, handle, portId, flags, position).
     const e = { type: v[k], family: v[k + 1], table: v[k + 2] } as MonitorEvent;
@@ -269,8 +271,9 @@ export function fromFlat(v: unknown[]): MonitorBatch {
     overflow: v[0] as boolean, generation: v[1] as number, truncated: v[2] as boolean, foreign: v[3] as boolean,
     since: v[4] as number, receivedNs: v[5] as number, events,
   };
-  const pid = v[6] as number, comm = v[7] as string | undefined;
-  if (pid > 0 || comm !== undefined) b.by = comm !== undefined ? { pid, comm } : { pid };
+  // After the events: who committed (an addon built before it ends the array before them).
+  const pid = v[k] as number | undefined, comm = v[k + 1] as string | undefined;
+  if ((pid !== undefined && pid > 0) || comm !== undefined) b.by = comm !== undefined ? { pid: pid ?? 0, comm } : { pid: pid! };
   return b;
 }
 
