@@ -19,18 +19,8 @@ const tools = ['debootstrap', 'systemd-nspawn', 'nsenter'].filter((t) => spawnSy
 const skip = tools.length > 0
   ? ` (SKIPPED: ${tools.join(', ')} not installed; bash scripts/setup.sh installs debootstrap and systemd-container)` : '';
 
-const ATTR_YAML = `
-tables:
-  - family: ip
-    name: nfkattr
-    chains:
-      - name: postrouting
-        type: nat
-        hook: postrouting
-        priority: srcnat
-        rules:
-          - ip saddr 10.99.0.0/16 masquerade
-`;
+/** The flannel table under another name: a keeper on the host keeps it beside the daemon's. */
+const ATTR_YAML = FLANNEL_YAML.replace('name: nfkeeper', 'name: nfkattr');
 
 const EXTRA_RULE = 'ip saddr 10.244.0.0/16 ip daddr 192.168.0.0/16 return';
 
