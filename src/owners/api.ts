@@ -22,7 +22,7 @@ import type { Logger } from 'pino';
 import { NfkeeperError } from '../errors.js';
 import { loadAddon } from '../native.js';
 import { sendEvents } from '../keeper/http.js';
-import { OwnerApplyError, type OwnerRegistry } from './registry.js';
+import { OwnerApplyError, OwnerLimitError, type OwnerRegistry } from './registry.js';
 import { OwnerSpecError, validateOwnerId } from './spec.js';
 
 export const MAX_BODY = 1 << 20;
@@ -121,6 +121,8 @@ export async function route(o: Pick<ControlOptions, 'registry' | 'status'>, meth
   } catch (e) {
     if (e instanceof OwnerSpecError) return err(400, e.message, { path: e.path });
     if (e instanceof OwnerApplyError) return err(422, e.message);
+    // 507 Insufficient Storage: the request is fine, the daemon holds as much as it is configured to.
+    if (e instanceof OwnerLimitError) return err(507, e.message, { limit: `owners.limits.${e.limit}`, max: e.max, total: e.total });
     throw e;
   }
 }
