@@ -104,6 +104,8 @@ describe('Kubernetes manifests', () => {
     expect(pod.securityContext.seccompProfile).toEqual({ type: 'RuntimeDefault' });
     expect(pod.automountServiceAccountToken).toBe(false);
     expect(pod.hostNetwork).toBe(true);
+    // Attribution: the kernel's pids are the host's (docs/operations.md, who deletes your rules).
+    expect(pod.hostPID).toBe(true);
     expect(ds.spec.selector.matchLabels).toEqual(ds.spec.template.metadata.labels);
     expect(c.securityContext.capabilities).toEqual({ drop: ['ALL'], add: ['NET_ADMIN'] });
     expect(c.securityContext.privileged).toBe(false);
