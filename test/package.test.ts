@@ -157,14 +157,14 @@ describe('without a usable native addon', () => {
 });
 
 describe('an old Node', () => {
-  it('bin/nfkeeper.js says in one line that it needs Node 20, before importing anything', () => {
-    // Node 18 itself is not on this machine; the check reads process.versions.node, so fake that one value.
+  it('bin/nfkeeper.js says in one line that it needs Node 22, before importing anything', () => {
+    // The suite runs on a supported line; the check reads process.versions.node, so fake that one value.
     const r = spawnSync(process.execPath, ['-e',
-      "Object.defineProperty(process.versions, 'node', { value: '18.20.4' }); process.argv = [process.execPath, 'bin/nfkeeper.js', 'version']; import('./bin/nfkeeper.js')"],
+      "Object.defineProperty(process.versions, 'node', { value: '20.20.2' }); process.argv = [process.execPath, 'bin/nfkeeper.js', 'version']; import('./bin/nfkeeper.js')"],
     { encoding: 'utf8' });
     expect(r.status).toBe(2);
     expect(r.stdout).toBe('');
-    expect(r.stderr).toMatch(/^nfkeeper: needs Node\.js 20 or newer, this is v18\.20\.4 \(.*\); Debian 12's nodejs package is 18: install Node from NodeSource or a nodejs\.org tarball/);
+    expect(r.stderr).toMatch(/^nfkeeper: needs Node\.js 22 or newer \(the supported lines are 22 and 24\), this is v20\.20\.2 \(.*\); Debian 12's nodejs package is 18: install Node from NodeSource or a nodejs\.org tarball/);
     expect(r.stderr.trimEnd().split('\n')).toHaveLength(1);
   });
 });
