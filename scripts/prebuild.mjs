@@ -12,7 +12,7 @@
 // The result is cached under node_modules/.cache/nfkeeper/, keyed by the sources and library versions.
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, renameSync, statSync } from 'node:fs';
+import { copyFileSync, cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, renameSync, statSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -97,7 +97,8 @@ if (!existsSync(join(cached, 'done'))) {
   for (const lib of ['libnftnl', 'libmnl']) {
     const m = new RegExp(`(${lib}\\.so\\.\\d+) => (\\S+)`).exec(ldd);
     if (!m) throw new Error(`ldd finds no ${lib} in the addon:\n${ldd}`);
-    cpSync(m[2], join(out, libc, m[1]), { dereference: true });
+    // copyFileSync follows the symlink; cpSync with dereference refuses it on Node 22 and 24.
+    copyFileSync(m[2], join(out, libc, m[1]));
     // The licence travels with the binary (libnftnl GPL-2.0-or-later, libmnl LGPL-2.1-or-later).
     // dpkg knows the library by its /usr path (Debian's /lib is a symlink to /usr/lib); the
     // sysroot holds each package's doc directory, named after the so-version (libnftnl11).
