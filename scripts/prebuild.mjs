@@ -81,9 +81,11 @@ if (!existsSync(join(cached, 'done'))) {
   // The headers of the Node that loads the result (see build-native.mjs).
   const nodedir = cross ? [cross.node] : [join(dirname(process.execPath), '..'), '/usr'];
   const headers = nodedir.find((d) => existsSync(join(d, 'include', 'node', 'node_api.h')));
-  if (headers) args.push(`--nodedir=${headers}`);
   if (cross) args.push(`--arch=${arch}`);
-  run(process.execPath, args, { cwd: stage, stdio: 'inherit', env: { ...buildEnv, NFKEEPER_PREBUILD: '1', NFKEEPER_LIBC: libc, NFKEEPER_SANITIZE: '' } });
+  // Through the environment: under `npm pack`, npm exports the user's nodedir setting as
+  // npm_config_nodedir, which node-gyp prefers to a --nodedir on its command line.
+  run(process.execPath, args, { cwd: stage, stdio: 'inherit',
+    env: { ...buildEnv, ...(headers && { npm_config_nodedir: headers }), NFKEEPER_PREBUILD: '1', NFKEEPER_LIBC: libc, NFKEEPER_SANITIZE: '' } });
   const built = join(stage, 'build', 'Release', 'nfkeeper.node');
   const out = `${cached}.tmp-${process.pid}`;
   rmSync(out, { recursive: true, force: true });
