@@ -14,8 +14,10 @@ fi
 # the fuzz smoke test, test/reliability/fuzz.test.ts (scripts/fuzz.sh).
 # podman, runc, debootstrap and systemd-container (systemd-nspawn) are for the
 # container image and booted-systemd tests (test/image.test.ts, test/systemd-boot.test.ts).
+# containernetworking-plugins (/usr/lib/cni) writes the CNI rules foreign GC is tested against
+# (test/gc/cni.test.ts, driven by test/helpers/cni.ts).
 packages=(libnftnl-dev libmnl-dev pkg-config nftables iptables iproute2 make g++ python3 clang-14 libclang-rt-14-dev
-  podman runc debootstrap systemd-container)
+  podman runc debootstrap systemd-container containernetworking-plugins)
 # The linux-arm64 prebuild (scripts/prebuild.mjs --arch arm64, run by npm pack) and its smoke under
 # qemu-user (test/arm64.test.ts); the arm64 libnftnl/libmnl come from scripts/sysroot.sh.
 packages+=(g++-aarch64-linux-gnu qemu-user)
