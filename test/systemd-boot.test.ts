@@ -209,7 +209,7 @@ describe.skipIf(tools.length > 0)(`the systemd unit under a booted Debian 12${sk
     expect(inside(['/usr/bin/node', '--version']).stdout).toMatch(/^v18\./);
     expect(r.status).toBe(2);
     expect(r.stdout).toBe('');
-    expect(r.stderr).toMatch(/^nfkeeper: needs Node\.js 20 or newer, this is v18\.\d+\.\d+ \(\/usr\/bin\/node\); Debian 12's nodejs package is 18: install Node from NodeSource or a nodejs\.org tarball \(see README, Install\)\n$/);
+    expect(r.stderr).toMatch(/^nfkeeper: needs Node\.js 22 or newer \(the supported lines are 22 and 24\), this is v18\.\d+\.\d+ \(\/usr\/bin\/node\); Debian 12's nodejs package is 18: install Node from NodeSource or a nodejs\.org tarball \(see README, Install\)\n$/);
   });
 
   it('systemctl stop leaves the rules in the kernel', () => {

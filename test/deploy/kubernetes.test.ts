@@ -100,7 +100,8 @@ describe('Kubernetes manifests', () => {
     const pod = ds.spec.template.spec;
     const c = pod.containers[0];
     expect(c.image).toBe('localhost/nfkeeper:0.1.0');
-    expect(pod.nodeSelector).toEqual({ 'kubernetes.io/os': 'linux' });
+    // Only where the image can run: scripts/image.sh builds amd64.
+    expect(pod.nodeSelector).toEqual({ 'kubernetes.io/os': 'linux', 'kubernetes.io/arch': 'amd64' });
     expect(pod.securityContext.seccompProfile).toEqual({ type: 'RuntimeDefault' });
     expect(pod.automountServiceAccountToken).toBe(false);
     expect(pod.hostNetwork).toBe(true);
