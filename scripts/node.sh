@@ -4,15 +4,23 @@
 # its headers) and unpacked once under .cache/node/<version>-linux-<arch>/ (bin/node,
 # include/node for node-gyp, LICENSE). Used by the test command (the suite on 24, a smoke on 22),
 # the arm64 smoke and the image (which pins 24 whatever the build host runs).
-#   bash scripts/node.sh 24|22 [x64|arm64]
+#   bash scripts/node.sh [--any] 24|22 [x64|arm64]
 # Fails loudly when the registry cannot be reached: a suite that silently fell back to another
 # Node would prove nothing about the lines it claims.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# --any: the machine's own node when it is that line (the demo and the test command run on it),
+# otherwise the pinned release; without it, always the pinned release (prebuilds, the image).
+any=false
+if [ "${1:-}" = --any ]; then any=true; shift; fi
 # The supported lines and the release of each the tests, prebuilds and image use.
 declare -A release=([24]=24.22.3 [22]=22.23.5)
-line=${1:?usage: scripts/node.sh 24|22 [x64|arm64]}
+line=${1:?usage: scripts/node.sh [--any] 24|22 [x64|arm64]}
+if $any && [ "$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null)" = "$line" ]; then
+  dirname "$(dirname "$(readlink -f "$(command -v node)")")"
+  exit 0
+fi
 arch=${2:-x64}
 version=${release[$line]:-}
 if [ -z "$version" ]; then

@@ -11,12 +11,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 t0=$SECONDS
-node_line() {
-  if [ "$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null)" = "$1" ]; then dirname "$(dirname "$(readlink -f "$(command -v node)")")"
-  else bash scripts/node.sh "$1"; fi
-}
-node24=$(node_line 24)
-node22=$(node_line 22)
+node24=$(bash scripts/node.sh --any 24)
+node22=$(bash scripts/node.sh --any 22)
 export PATH=$node24/bin:$PATH
 echo "test.sh: Node $(node --version) ($node24/bin/node), smoke on $("$node22/bin/node" --version)"
 bash scripts/setup.sh
