@@ -32,9 +32,12 @@ if $with_test; then
   # and booted-systemd tests (test/image.test.ts, test/systemd-boot.test.ts);
   # containernetworking-plugins (/usr/lib/cni) write the CNI rules foreign GC is tested against
   # (test/gc/cni.test.ts, driven by test/helpers/cni.ts, and test/deploy/nomad.test.ts); qemu-user runs foreign-architecture binaries; zsh and fish load
-  # the completion scripts (test/cli/usability.test.ts; bash is there already).
+  # the completion scripts (test/cli/usability.test.ts; bash is there already); the linux-arm64
+  # prebuild (scripts/prebuild.mjs --arch arm64, run by npm pack) and its smoke under qemu-user
+  # (test/arm64.test.ts) need the cross compiler (the arm64 libnftnl/libmnl come from
+  # scripts/sysroot.sh).
   packages+=(iptables clang-14 libclang-rt-14-dev podman runc debootstrap systemd-container
-    containernetworking-plugins qemu-user zsh fish)
+    containernetworking-plugins qemu-user zsh fish g++-aarch64-linux-gnu)
 fi
 missing=()
 for p in "${packages[@]}"; do

@@ -100,10 +100,13 @@ describe('Kubernetes manifests', () => {
     const pod = ds.spec.template.spec;
     const c = pod.containers[0];
     expect(c.image).toBe('localhost/nfkeeper:0.1.0');
-    expect(pod.nodeSelector).toEqual({ 'kubernetes.io/os': 'linux' });
+    // Only where the image can run: scripts/image.sh builds amd64.
+    expect(pod.nodeSelector).toEqual({ 'kubernetes.io/os': 'linux', 'kubernetes.io/arch': 'amd64' });
     expect(pod.securityContext.seccompProfile).toEqual({ type: 'RuntimeDefault' });
     expect(pod.automountServiceAccountToken).toBe(false);
     expect(pod.hostNetwork).toBe(true);
+    // Attribution: the kernel's pids are the host's (docs/operations.md, who deletes your rules).
+    expect(pod.hostPID).toBe(true);
     expect(ds.spec.selector.matchLabels).toEqual(ds.spec.template.metadata.labels);
     expect(c.securityContext.capabilities).toEqual({ drop: ['ALL'], add: ['NET_ADMIN'] });
     expect(c.securityContext.privileged).toBe(false);
@@ -142,11 +145,15 @@ describe('Kubernetes manifests', () => {
       return loadConfig(join(dir, 'config.yaml')).tables[0]!.chains[0]!.rules.map((r) => r.text);
     };
     expect(rulesFor('10.244.1.1/24')).toEqual([
-      'ip saddr 10.244.0.0/16 ip daddr 10.244.0.0/16 return',
-      'ip saddr 10.244.0.0/16 ip daddr != 224.0.0.0/4 masquerade fully-random',
+      'meta mark & 0x4000 == 0x4000 return',
+      'ip saddr 10.244.1.1/24 ip daddr 10.244.0.0/16 return',
+      'ip saddr 10.244.0.0/16 ip daddr 10.244.1.1/24 return',
       'ip saddr != 10.244.0.0/16 ip daddr 10.244.1.1/24 return',
+      'ip saddr 10.244.0.0/16 ip daddr != 224.0.0.0/4 masquerade fully-random',
       'ip saddr != 10.244.0.0/16 ip daddr 10.244.0.0/16 masquerade fully-random',
     ]);
-    expect(rulesFor('10.244.2.1/24')[2]).toBe('ip saddr != 10.244.0.0/16 ip daddr 10.244.2.1/24 return');
+    const other = rulesFor('10.244.2.1/24');
+    expect([other[1], other[2], other[3]]).toEqual(['ip saddr 10.244.2.1/24 ip daddr 10.244.0.0/16 return',
+      'ip saddr 10.244.0.0/16 ip daddr 10.244.2.1/24 return', 'ip saddr != 10.244.0.0/16 ip daddr 10.244.2.1/24 return']);
   });
 });
