@@ -19,7 +19,7 @@ for c in clang++ clang++-14 clang++-15 clang++-16; do
   command -v "$c" >/dev/null && { cxx=$c; break; }
 done
 if [ -z "$cxx" ]; then
-  echo "fuzz: clang++ not found; on Debian: apt-get install clang-14 libclang-rt-14-dev (scripts/setup.sh does it)" >&2
+  echo "fuzz: clang++ not found; on Debian: apt-get install clang-14 libclang-rt-14-dev (scripts/setup.sh --test does it)" >&2
   exit 2
 fi
 

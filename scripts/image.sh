@@ -11,7 +11,7 @@
 # Prints the image name. Rebuilds only when the package or the base changed
 # (the image carries the package's sha256 as a label).
 #   --context DIR   only prepare the build context (for docker build elsewhere)
-# Needs root, podman, runc and debootstrap (scripts/setup.sh installs them).
+# Needs root, podman, runc and debootstrap (scripts/setup.sh --test installs them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD

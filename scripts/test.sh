@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite (what .ci/run runs): set-up (idempotent), type check,
+# The whole test suite (what .ci/run runs): set-up with what only the tests
+# need (scripts/setup.sh --test, idempotent), type check,
 # every test on the real kernel inside throwaway network namespaces (among
 # them the replay of every committed fuzz input and a 5 s fuzz run), then the
 # addon's tests again under AddressSanitizer/UBSan (scripts/sanitize.sh at its
@@ -15,7 +16,7 @@ node24=$(bash scripts/node.sh --any 24)
 node22=$(bash scripts/node.sh --any 22)
 export PATH=$node24/bin:$PATH
 echo "test.sh: Node $(node --version) ($node24/bin/node), smoke on $("$node22/bin/node" --version)"
-bash scripts/setup.sh
+bash scripts/setup.sh --test
 t1=$SECONDS
 npx tsc -p tsconfig.json --noEmit
 t2=$SECONDS

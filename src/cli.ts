@@ -2,9 +2,10 @@
  * The nfkeeper command line. Exit codes: 0 ok / in sync, 1 drift found,
  * 2 error (bad input, kernel refusal). Output that is data has --json.
  */
-import { readFileSync } from 'node:fs';
-import { Command, CommanderError, Option } from 'commander';
-import { anyInterface, loadConfig, namespaceInterfaces } from './config/config.js';
+import { existsSync, readFileSync } from 'node:fs';
+import { Argument, Command, CommanderError, Option } from 'commander';
+import { SHELLS, completionScript, type Shell } from './completion.js';
+import { anyInterface, countRules, loadConfig, namespaceInterfaces } from './config/config.js';
 import type { ExportFormat } from './config/export.js';
 import { ConfigError, NfkeeperError } from './errors.js';
 import { parseListen } from './keeper/http.js';
@@ -33,11 +34,38 @@ function version(): string {
   return (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version;
 }
 
-type Out = { out: (s: string) => void; err: (s: string) => void };
+/**
+ * Where a command writes: lines on stdout and stderr, and whether each is a terminal (a long plan
+ * is summarised on a terminal stdout; progress goes to a terminal stderr).
+ */
+type Out = { out: (s: string) => void; err: (s: string) => void; outTty?: boolean; errTty?: boolean };
+
+/** A plan longer than this many lines is summarised on a terminal (--full prints it whole). */
+export const SUMMARY_OVER_LINES = 50;
+
+/** Where `ip netns add NAME` puts a named namespace. */
+export const NETNS_DIR = '/run/netns';
+
+/**
+ * --netns takes a path (/run/netns/NAME, /proc/PID/ns/net) or the NAME of one `ip netns` made;
+ * a path that exists is taken as it is, else a plain name is looked up in /run/netns.
+ */
+export function resolveNetns(value: string, dir = NETNS_DIR): string {
+  if (value === '') throw new NfkeeperError('--netns: empty path');
+  if (existsSync(value)) return value;
+  if (!value.includes('/')) {
+    const named = `${dir}/${value}`;
+    if (existsSync(named)) return named;
+    throw new NfkeeperError(`--netns ${value}: no such namespace: neither the path ${value} nor ${named} exists ('ip netns list' shows the named ones)`);
+  }
+  throw new NfkeeperError(`--netns ${value}: no such namespace (the path does not exist)`);
+}
 
 export async function main(argv: string[], io: Out = {
   out: (s) => process.stdout.write(s + '\n'),
   err: (s) => process.stderr.write(s + '\n'),
+  outTty: process.stdout.isTTY === true,
+  errTty: process.stderr.isTTY === true,
 }): Promise<number> {
   let code: number = EXIT.OK;
   const program = new Command('nfkeeper')
@@ -46,20 +74,42 @@ export async function main(argv: string[], io: Out = {
     .exitOverride()
     .configureOutput({ writeOut: (s) => io.out(s.trimEnd()), writeErr: (s) => io.err(s.trimEnd()) });
 
-  const configOpt = () => new Option('-c, --config <file>', 'the YAML config').makeOptionMandatory();
-  const netnsOpt = () => new Option('--netns <path>', 'network namespace file (/run/netns/NAME, /proc/PID/ns/net)');
+  // Required options are checked before the action (the preAction hook below), not by commander's
+  // own mandatory check: that runs before its unknown-option check, so a mistyped --confg was
+  // reported as "required option --config not specified" instead of by its name.
+  const requiredOpts = new WeakSet<Option>();
+  const required = (o: Option) => {
+    requiredOpts.add(o);
+    return o;
+  };
+  program.hook('preAction', (_program, action) => {
+    for (const o of action.options) {
+      if (requiredOpts.has(o) && action.getOptionValue(o.attributeName()) === undefined) {
+        action.error(`error: required option '${o.flags}' not specified`, { code: 'commander.missingMandatoryOptionValue' });
+      }
+    }
+  });
+  const configOpt = () => required(new Option('-c, --config <file>', 'the YAML config'));
+  const netnsOpt = () => new Option('--netns <name|path>', 'network namespace: a name from ip netns (/run/netns/NAME) or a path (/proc/PID/ns/net)')
+    .argParser((v: string) => resolveNetns(v));
   // nft's -I: where a .nft config's `include "NAME"` looks before /etc (repeatable)
   const includeOpt = () => new Option('-I, --include-path <dir...>', "directories a .nft config's include \"NAME\" searches before /etc (nft's -I)");
+  const progressOpts = (c: Command) => c
+    .option('--progress', 'report each step that took more than a second on stderr (the default on a terminal)')
+    .option('--no-progress', 'no progress lines');
 
   program.command('version').description('print the version').action(() => io.out(version()));
 
-  program.command('validate').description('check a config file; exit 0, or 2 with every error as file:line:column: error: message')
-    .addOption(configOpt()).addOption(includeOpt()).option('--json', 'print the result as JSON: { ok, tables } or { ok: false, errors: [{ file, line, column, severity, message }] }')
-    .action((o: { config: string; includePath?: string[]; json?: boolean }) => {
+  progressOpts(program.command('validate').description('check a config file; exit 0, or 2 with every error as file:line:column: error: message')
+    .addOption(configOpt()).addOption(includeOpt()).option('--json', 'print the result as JSON: { ok, tables } or { ok: false, errors: [{ file, line, column, severity, message }] }'))
+    .action((o: { config: string; includePath?: string[]; json?: boolean; progress?: boolean }) => {
       let config;
+      const progress = new Progress(io, o.progress);
       try {
         config = loadConfig(o.config, { interfaces: anyInterface(), includePath: o.includePath });
+        progress.step(() => `${o.config}: ${plural(countRules(config!.tables), 'rule')} compiled`);
       } catch (e) {
+        progress.step(() => `${o.config}: checked`);
         if (!(e instanceof ConfigError)) throw e;
         // Editor and CI annotators parse these lines: no "nfkeeper: " prefix, one line per error.
         const errors = e.all.map((x) => ({ file: x.file, line: x.line, column: x.column, severity: 'error', message: x.reason }));
@@ -74,23 +124,26 @@ export async function main(argv: string[], io: Out = {
       io.out(o.json ? JSON.stringify({ ok: true, errors: [], tables: summary }) : `${o.config}: ok (${config.tables.length} tables)`);
     });
 
-  program.command('check').description('print the drift between the config and the kernel as nft text')
+  progressOpts(program.command('check').description('print the drift between the config and the kernel as nft text')
     .addOption(configOpt()).addOption(includeOpt()).addOption(netnsOpt()).option('--json', 'print the drift as JSON')
-    .action(async (o: { config: string; includePath?: string[]; netns?: string; json?: boolean }) => {
+    .option('--full', `print every line of a long plan on a terminal too (else more than ${SUMMARY_OVER_LINES} lines are summarised)`))
+    .action(async (o: OneShotOptions) => {
       code = await oneShot(o, false, io);
     });
 
-  program.command('apply').description('reconcile once and exit')
+  progressOpts(program.command('apply').description('reconcile once and exit')
     .addOption(configOpt()).addOption(includeOpt()).addOption(netnsOpt()).option('--json', 'print what was repaired as JSON')
-    .action(async (o: { config: string; includePath?: string[]; netns?: string; json?: boolean }) => {
+    .option('--full', `print every line of a long plan on a terminal too (else more than ${SUMMARY_OVER_LINES} lines are summarised)`))
+    .action(async (o: OneShotOptions) => {
       code = await oneShot(o, true, io);
     });
 
-  program.command('export').description("print a kernel table as a config (nft's file syntax or YAML)")
-    .requiredOption('--table <family name...>', 'the table to export: FAMILY NAME (repeat the option for more)')
+  progressOpts(program.command('export').description("print a kernel table as a config (nft's file syntax or YAML)"))
+    .addOption(required(new Option('--table <family name...>', 'the table to export: FAMILY NAME (repeat the option for more)')))
     .addOption(netnsOpt())
     .addOption(new Option('--format <format>', 'nft or yaml').choices(['nft', 'yaml']).default('nft'))
-    .action(async (o: { table: string[]; netns?: string; format: ExportFormat }) => {
+    .action(async (o: { table: string[]; netns?: string; format: ExportFormat; progress?: boolean }) => {
+      const progress = new Progress(io, o.progress);
       if (o.table.length % 2 !== 0) throw new NfkeeperError('--table takes FAMILY NAME pairs, e.g. --table ip nat');
       const { readTable, tablesToYaml, tableToNft } = await import('./config/export.js');
       const sock = new (await netlink()).NftSocket({ netns: o.netns });
@@ -104,6 +157,7 @@ export async function main(argv: string[], io: Out = {
             { interfaces: namespaceInterfaces(o.netns), counters: o.format === 'nft' });
           if (!t) throw new NfkeeperError(`table ${family} ${o.table[i + 1]} does not exist${o.netns ? ` in ${o.netns}` : ''}`);
           tables.push(t);
+          progress.step(() => `read table ${family} ${t.name}: ${plural(t.chains.reduce((n, c) => n + c.rules.length, 0), 'rule')}`);
         }
         io.out((o.format === 'yaml' ? tablesToYaml(tables) : tables.map(tableToNft).join('\n')).replace(/\n$/, ''));
         const unsupported = tables.flatMap((t) => t.unsupported.map((u) => `${t.family} ${t.name}: ${u}`));
@@ -142,6 +196,7 @@ export async function main(argv: string[], io: Out = {
     .addOption(new Option('--netns-check <duration>', 'test only: how often the --netns path is checked (default: the interval, at most 2s)').hideHelp())
     .option('--reload-status <file>', "write each config reload's result here, for `nfkeeper reload` (systemd's ExecReload)")
     .option('--history <n>', 'foreign changes remembered with who made them (status, events)', '256')
+    .option('--env-wait <duration>', 'at start-up, wait this long for an env file the config lists to appear (0s: fail at once), up to 1h', '5m')
     .action(async (o: RunOptions) => {
       // Every flag is checked before anything is opened, bound or read.
       const d = runOptions(o);
@@ -150,8 +205,8 @@ export async function main(argv: string[], io: Out = {
     });
 
   program.command('reload').description('have the running daemon reload its config, and exit with its verdict (ExecReload)')
-    .requiredOption('--pid <pid>', "the daemon's process id (systemd: $MAINPID)")
-    .requiredOption('--status-file <file>', 'the file the daemon was started with as --reload-status')
+    .addOption(required(new Option('--pid <pid>', "the daemon's process id (systemd: $MAINPID)")))
+    .addOption(required(new Option('--status-file <file>', 'the file the daemon was started with as --reload-status')))
     .option('--timeout <duration>', 'how long to wait for the verdict', '60s')
     .action(async (o: { pid: string; statusFile: string; timeout: string }) => {
       if (!/^\d+$/.test(o.pid) || Number(o.pid) < 1) throw new NfkeeperError(`--pid: '${o.pid}' is not a process id`);
@@ -244,7 +299,7 @@ export async function main(argv: string[], io: Out = {
   const owner = program.command('owner').description('register, list and remove owners over the control socket (docs/owners.md)');
   const socketOpt = () => new Option('--socket <path>', 'the daemon\'s control socket').default(DEFAULT_SOCKET);
   owner.command('put').description('register or replace an owner: its chains and the jump rules into dispatch chains')
-    .argument('<id>', 'the owner id').requiredOption('-f, --file <file>', 'the owner as JSON or YAML: { chains: [{ name, rules }], jumps: { <dispatch>: [rules] } }')
+    .argument('<id>', 'the owner id').addOption(required(new Option('-f, --file <file>', 'the owner as JSON or YAML: { chains: [{ name, rules }], jumps: { <dispatch>: [rules] } }')))
     .addOption(socketOpt()).option('--json', 'print the answer as JSON')
     .action(async (id: string, o: { file: string; socket: string; json?: boolean }) => {
       let text: string;
@@ -309,6 +364,12 @@ export async function main(argv: string[], io: Out = {
       code = await demo({ json: o.json ?? false, out: io.out });
     });
 
+  program.command('completion').description('print a completion script for bash, zsh or fish (bash: source <(nfkeeper completion bash))')
+    .addArgument(new Argument('<shell>', 'the shell').choices(SHELLS))
+    .action(async (shell: Shell) => {
+      io.out(completionScript(program, shell).replace(/\n$/, ''));
+    });
+
   try {
     await program.parseAsync(argv);
   } catch (e) {
@@ -337,14 +398,19 @@ function errorText(r: { status: number; body: unknown }): string {
   return `${r.status}: ${typeof b === 'object' && b?.error ? b.error : String(b)}`;
 }
 
-async function oneShot(o: { config: string; includePath?: string[]; netns?: string; json?: boolean }, apply: boolean, io: Out): Promise<number> {
+interface OneShotOptions { config: string; includePath?: string[]; netns?: string; json?: boolean; full?: boolean; progress?: boolean }
+
+async function oneShot(o: OneShotOptions, apply: boolean, io: Out): Promise<number> {
+  const progress = new Progress(io, o.progress);
   const config = loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns), includePath: o.includePath });
   // Registered owners are desired state too; a corrupt state file stops here, before the kernel.
   const owners = config.owners ? (await import('./owners/state.js')).loadOwners(config) : [];
+  progress.step(() => `${o.config}: ${plural(config.tables.length, 'table')}, ${plural(countRules(config.tables), 'rule')} compiled`);
   const { checkOnce, renderDrift } = { ...await kernel(), ...await import('./keeper/reconcile.js') };
   const sock = new (await netlink()).NftSocket({ netns: o.netns });
   try {
     const { drift, ops, protectUnsupported } = await checkOnce(sock, config, apply, owners);
+    progress.step(() => apply ? `compared with the kernel and committed ${ops} operations` : 'compared with the kernel');
     if (protectUnsupported) io.err('nfkeeper: this kernel does not support owned persistent tables; applied without protect mode');
     const found = drift.filter((d) => d.drift.length > 0);
     if (o.json) {
@@ -353,7 +419,10 @@ async function oneShot(o: { config: string; includePath?: string[]; netns?: stri
     } else if (found.length === 0) {
       io.out('in sync');
     } else {
-      for (const d of found) for (const line of renderDrift(d.table, d.drift)) io.out(line);
+      const lines = found.flatMap((d) => renderDrift(d.table, d.drift));
+      // A pipe or a file gets every line, as always; a terminal gets a summary of a long plan.
+      if (io.outTty && !o.full && lines.length > SUMMARY_OVER_LINES) for (const line of summarisePlan(lines)) io.out(line);
+      else for (const line of lines) io.out(line);
       if (apply) io.out(`applied ${ops} operations in one batch`);
     }
     if (apply) return EXIT.OK;
@@ -363,10 +432,62 @@ async function oneShot(o: { config: string; includePath?: string[]; netns?: stri
   }
 }
 
+const plural = (n: number, what: string) => `${n} ${what}${n === 1 ? '' : 's'}`;
+
+/** How many summary lines a plan's summary shows at most before it only counts. */
+const SUMMARY_MAX_ITEMS = 20;
+
+/**
+ * A long plan in a few lines: each `#` line (one per difference found) with how many lines it
+ * adds and removes, then the totals.
+ */
+export function summarisePlan(lines: readonly string[]): string[] {
+  const items: { head: string; add: number; del: number }[] = [];
+  let add = 0;
+  let del = 0;
+  for (const line of lines) {
+    if (line.startsWith('# ')) items.push({ head: line, add: 0, del: 0 });
+    else if (line.startsWith('+ ') || line.startsWith('- ')) {
+      const plus = line.startsWith('+ ');
+      if (plus) add++;
+      else del++;
+      const last = items[items.length - 1];
+      if (last) {
+        if (plus) last.add++;
+        else last.del++;
+      }
+    }
+  }
+  const out = items.slice(0, SUMMARY_MAX_ITEMS).map((x) => `${x.head} (+${x.add} -${x.del})`);
+  if (items.length > SUMMARY_MAX_ITEMS) out.push(`# … and ${items.length - SUMMARY_MAX_ITEMS} more differences`);
+  out.push(`# ${lines.length} plan lines (+${add} -${del}), summarised on a terminal: --full prints them all, as a pipe or a file gets them`);
+  return out;
+}
+
+/**
+ * Progress of a one-shot command on stderr: each step that took more than a second, when it ends
+ * (the steps are mostly synchronous: a timer would not fire during them). On by default when
+ * stderr is a terminal; --progress and --no-progress decide otherwise.
+ */
+export class Progress {
+  static readonly AFTER_MS = 1000;
+  private last = performance.now();
+
+  constructor(private readonly io: Pick<Out, 'err' | 'errTty'>, private readonly enabled = io.errTty === true) {}
+
+  /** Ends a step: says what it did and how long it took, if that was more than a second. */
+  step(what: () => string): void {
+    const now = performance.now();
+    const ms = now - this.last;
+    this.last = now;
+    if (this.enabled && ms > Progress.AFTER_MS) this.io.err(`nfkeeper: ${what()} (${(ms / 1000).toFixed(1)} s)`);
+  }
+}
+
 interface RunOptions {
   config: string; includePath?: string[]; netns?: string; interval: string; metrics: string | false; events: boolean; logLevel: string;
   socket?: string; socketMode?: string; maxOwners?: string; maxConnections?: string; netnsCheck?: string;
-  reloadStatus?: string; history: string;
+  reloadStatus?: string; history: string; envWait: string;
 }
 
 /** The run flags, checked and converted; each refusal names the flag and what it takes. */
@@ -374,7 +495,6 @@ function runOptions(o: RunOptions): import('./daemon.js').DaemonOptions {
   const intervalMs = parseBoundedDuration('--interval', o.interval, INTERVAL_MIN_MS, INTERVAL_MAX_MS);
   const logLevel = parseLogLevel(o.logLevel);
   if (o.metrics !== false) parseListen(o.metrics);
-  if (o.netns !== undefined && o.netns === '') throw new NfkeeperError('--netns: empty path');
   let socketMode: number | undefined;
   if (o.socketMode !== undefined) {
     socketMode = /^[0-7]{1,4}$/.test(o.socketMode) ? parseInt(o.socketMode, 8) : NaN;
@@ -390,6 +510,7 @@ function runOptions(o: RunOptions): import('./daemon.js').DaemonOptions {
     socket: o.socket, socketMode, maxOwners: count('--max-owners', o.maxOwners), maxConnections: count('--max-connections', o.maxConnections),
     netnsCheckMs: o.netnsCheck === undefined ? undefined : parseBoundedDuration('--netns-check', o.netnsCheck, 10, INTERVAL_MAX_MS),
     reloadStatus: o.reloadStatus, history: count('--history', o.history),
+    envWaitMs: parseBoundedDuration('--env-wait', o.envWait, 0, INTERVAL_MAX_MS),
   };
 }
 

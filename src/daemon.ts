@@ -8,13 +8,15 @@
  * listener failing) stops every timer and listener and returns 2, so the
  * process always either runs or exits.
  */
-import { readFileSync, statSync, watch } from 'node:fs';
+import { existsSync, readFileSync, statSync, watch } from 'node:fs';
 import { basename, dirname } from 'node:path';
 import type { Server } from 'node:http';
 import { getHeapStatistics } from 'node:v8';
 import { enableCollections } from './heap.js';
 import { loadConfig, namespaceInterfaces, type Config } from './config/config.js';
 import { ConfigError, NfkeeperError } from './errors.js';
+import { EnvFileMissingError } from './config/env.js';
+import { formatDuration } from './duration.js';
 import { compactAsCompiled } from './keeper/compact.js';
 import { Keeper } from './keeper/keeper.js';
 import { KeeperMetrics } from './metrics.js';
@@ -26,6 +28,7 @@ import { loadOwners } from './owners/state.js';
 import { OwnerRegistry } from './owners/registry.js';
 import { serveControl, type ControlServer } from './owners/api.js';
 import type { Owner } from './owners/spec.js';
+import type { Logger } from 'pino';
 import { createDaemonLogger, type LogLevel } from './log.js';
 import { ReloadStatusWriter } from './reload-status.js';
 import { loadAddon } from './native.js';
@@ -56,6 +59,52 @@ export interface DaemonOptions {
   netnsCheckMs?: number;
   /** Where each reload's result is written, for `nfkeeper reload` (src/reload-status.ts). */
   reloadStatus?: string;
+  /** How long start-up waits for an env file the config lists to appear (0: not at all). */
+  envWaitMs?: number;
+}
+
+/** How often a missing env file is looked for at start-up. */
+const ENV_POLL_MS = 500;
+
+/**
+ * While starting, systemd is told every so often to extend its start time-out by this much
+ * (EXTEND_TIMEOUT_USEC): a big install or an env-file wait takes longer than TimeoutStartSec,
+ * but no single step of the start-up (the longest is the config's compile) comes near it.
+ */
+const EXTEND_START_MS = 60_000;
+
+/**
+ * Loads the config at start-up. An env file it lists that does not exist yet is waited for (on a
+ * new node flannel writes its subnet.env only once it has a lease): one log line, systemd's STATUS,
+ * a look every ENV_POLL_MS, for at most `waitMs`; then a clear failure. Any other error (and a
+ * file that exists but is bad) fails at once. The process is not ready meanwhile: nothing is
+ * listening yet, and systemd has no READY=1.
+ */
+async function loadWaitingForEnv(o: DaemonOptions, log: Logger, tell: (message: string) => void): Promise<Config> {
+  const waitMs = o.envWaitMs ?? 0;
+  const t0 = performance.now();
+  let logged = false;
+  for (;;) {
+    try {
+      return loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns), compiled: compactAsCompiled(), includePath: o.includePath });
+    } catch (e) {
+      if (!(e instanceof EnvFileMissingError) || waitMs === 0) throw e;
+      const missing = e;
+      if (!logged) {
+        logged = true;
+        log.warn({ file: missing.path, listedAt: `${missing.file}:${missing.line}:${missing.column}`, waitMs },
+          `waiting for the env file ${missing.path} the config lists (at most ${formatDuration(waitMs)}, --env-wait)`);
+        tell(`STATUS=waiting for the env file ${missing.path}`);
+      }
+      while (!existsSync(missing.path)) {
+        if (performance.now() - t0 >= waitMs) {
+          throw new NfkeeperError(`${missing.file}:${missing.line}:${missing.column}: env.files: ${missing.path} did not appear within ${formatDuration(waitMs)} (--env-wait); nothing was written to the kernel`);
+        }
+        tell(`EXTEND_TIMEOUT_USEC=${EXTEND_START_MS * 1000}`);
+        await new Promise((r) => setTimeout(r, ENV_POLL_MS));
+      }
+    }
+  }
 }
 
 /** The namespace a path names: its nsfs device and inode. */
@@ -134,6 +183,19 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
   let config: Config;
   let nsId: NamespaceId | undefined;
   const metrics = new KeeperMetrics(true, { version: o.version });
+  const systemd = new Notifier();
+  // What start-up says to systemd is advice: a refusal is logged, and start-up carries on.
+  const tell = (message: string) => {
+    try {
+      systemd.notify(message);
+    } catch (e) {
+      log.debug({ err: (e as Error).message, message }, 'sd_notify failed');
+    }
+  };
+  // The start-up may outlast TimeoutStartSec (an env file's wait, a big install): extended as it goes.
+  const extend = () => tell(`EXTEND_TIMEOUT_USEC=${EXTEND_START_MS * 1000}`);
+  extend();
+  const extendTimer = systemd.socket ? setInterval(extend, EXTEND_START_MS / 4) : undefined;
   let started!: () => void;
   let failedToStart!: (e: unknown) => void;
   const ready = new Promise<void>((resolve, reject) => { started = resolve; failedToStart = reject; });
@@ -141,7 +203,8 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
   try {
     // The namespace first: iif/oif names in the config resolve there.
     nsId = probeNamespace(o.netns);
-    config = loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns), compiled: compactAsCompiled(), includePath: o.includePath });
+    config = await loadWaitingForEnv(o, log, tell);
+    extend();
     // The owners come before the first pass: starting without them would collect their rules.
     const owners: Owner[] = config.owners ? loadOwners(config) : [];
     keeper = new Keeper({ config, netns: o.netns, intervalMs: o.intervalMs, events: o.events, logger: log, metrics, owners, history: o.history });
@@ -179,13 +242,16 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
     // The first write to the kernel. stop() is safe on a keeper whose start failed half-way
     // (its sockets are closed, its timers never set).
     cleanups.push(() => k.stop());
+    tell(`STATUS=installing ${config.tables.length} tables`);
     await keeper.start();
     started();
   } catch (e) {
+    clearInterval(extendTimer);
     failedToStart(e);
     await cleanup();
     throw e;
   }
+  clearInterval(extendTimer);
 
   // From here on the daemon runs until a signal or a fatal condition ends it.
   let finish!: (error?: NfkeeperError) => void;
@@ -238,7 +304,6 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
 
   log.info({ tables: config.tables.map((t) => `${t.family} ${t.name}`), metrics: o.metrics ?? null, socket: control?.path ?? null,
     owners: registry ? registry.size : null }, 'nfkeeper running');
-  const systemd = new Notifier();
   systemd.notify(`READY=1\nSTATUS=verified ${config.tables.length} tables\nMAINPID=${process.pid}`);
   // The watchdog is fed from the loop itself, so a stalled loop stops feeding it.
   let lastFed = 0;

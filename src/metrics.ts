@@ -3,7 +3,28 @@
  * keeper loop's, owned GC's and foreign GC's counters. Top level because the
  * keeper and foreign GC both count into it and neither may import the other.
  */
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+
+/**
+ * The event-loop lag is sampled by a libuv timer due every LAG_SAMPLE_MS: how late it fires is
+ * the lag. At prom-client's default 10 ms that timer alone woke an idle daemon 100 times a second
+ * (1.3 % of a core); once a second is plenty for a 1 Hz loop.
+ */
+export const LAG_SAMPLE_MS = 1000;
+
+/**
+ * prom-client's default metrics this module replaces or leaves out. Its event-loop-lag statistics
+ * are Node's histogram of the time between the sampling timer's firings, so they read the sampling
+ * period itself plus the lag (an idle daemon's p99 read 1.0 s): replaced by the same names from
+ * a sampler of our own that subtracts the period. Its `*_active_*_total` are gauges with a
+ * counter's suffix, which `promtool check metrics` refuses; the unsuffixed `*_active_*` gauges
+ * carry the same counts by type.
+ */
+const LAG_STATS = ['min', 'max', 'mean', 'stddev', 'p50', 'p90', 'p99'] as const;
+const LEFT_OUT = ['nodejs_active_handles_total', 'nodejs_active_requests_total', 'nodejs_active_resources_total'];
+/** prom-client's own lag sampler cannot be turned off: its timer is set so far out it never fires (libuv's longest timer is 2^31-1 ms, 24.8 days). */
+const PROM_CLIENT_LAG_NEVER_MS = 2 ** 31 - 1;
 
 export class KeeperMetrics {
   readonly registry = new Registry();
@@ -86,8 +107,41 @@ export class KeeperMetrics {
       this.ownedGcCollected.inc({ kind }, 0);
     }
     if (build) this.buildInfo.set({ version: build.version, node: process.version }, 1);
-    // The event-loop-lag metric samples with a libuv timer; at its default 10 ms it alone woke an
-    // idle daemon 100 times a second (1.3 % of a core). Once a second is plenty for a 1 Hz loop.
-    if (processMetrics) collectDefaultMetrics({ register: this.registry, prefix: 'nfkeeper_', eventLoopMonitoringPrecision: 1000 });
+    if (processMetrics) {
+      collectDefaultMetrics({ register: this.registry, prefix: 'nfkeeper_', eventLoopMonitoringPrecision: PROM_CLIENT_LAG_NEVER_MS });
+      for (const name of [...LEFT_OUT, ...LAG_STATS.map((s) => `nodejs_eventloop_lag_${s}_seconds`)]) {
+        this.registry.removeSingleMetric(`nfkeeper_${name}`);
+      }
+      this.eventLoopLag();
+    }
+  }
+
+  /**
+   * The lag statistics since the last scrape, in seconds: how late a timer due every
+   * LAG_SAMPLE_MS fired (Node records the whole time between firings; the period is subtracted).
+   * Millisecond precision: libuv's timers are due to the millisecond.
+   */
+  private eventLoopLag(): void {
+    const h = monitorEventLoopDelay({ resolution: LAG_SAMPLE_MS });
+    h.enable();
+    const period = LAG_SAMPLE_MS * 1e6;
+    const late = (ns: number) => h.count === 0 ? 0 : Math.max(0, ns - period) / 1e9;
+    // One collect sets them all (the registry asks the metrics in the order they were registered: min first).
+    const collect = () => {
+      gauges.min.set(late(h.min));
+      gauges.max.set(late(h.max));
+      gauges.mean.set(late(h.mean));
+      gauges.stddev.set(h.count === 0 ? 0 : h.stddev / 1e9);
+      gauges.p50.set(late(h.percentile(50)));
+      gauges.p90.set(late(h.percentile(90)));
+      gauges.p99.set(late(h.percentile(99)));
+      h.reset();
+    };
+    const gauges = Object.fromEntries(LAG_STATS.map((stat) => [stat, new Gauge({
+      name: `nfkeeper_nodejs_eventloop_lag_${stat}_seconds`,
+      help: `Event loop lag since the last scrape, ${stat === 'stddev' ? 'standard deviation' : stat}: how late a timer due every ${LAG_SAMPLE_MS} ms fired`,
+      registers: [this.registry],
+      ...(stat === 'min' ? { collect } : {}),
+    })])) as Record<typeof LAG_STATS[number], Gauge>;
   }
 }

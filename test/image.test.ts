@@ -23,7 +23,7 @@ const podman = (args: string[], timeout = 120_000) => spawnSync('podman',
   ['--runtime', 'runc', '--cgroup-manager=cgroupfs', ...args],
   { encoding: 'utf8', timeout, env: { ...process.env, CONTAINERS_CONF: join(CACHE, 'containers.conf') } });
 
-describe.skipIf(!hasPodman)(`container image${hasPodman ? '' : ' (SKIPPED: podman is not installed; bash scripts/setup.sh installs it)'}`, () => {
+describe.skipIf(!hasPodman)(`container image${hasPodman ? '' : ' (SKIPPED: podman is not installed; bash scripts/setup.sh --test installs it)'}`, () => {
   let image: string;
   let ns: Netns;
   let dir: string;

@@ -17,7 +17,7 @@ import { FLANNEL_RULES, FLANNEL_YAML, captureLog, sleep } from './keeper/helpers
 
 const tools = ['debootstrap', 'systemd-nspawn', 'nsenter'].filter((t) => spawnSync('sh', ['-c', `command -v ${t}`]).status !== 0);
 const skip = tools.length > 0
-  ? ` (SKIPPED: ${tools.join(', ')} not installed; bash scripts/setup.sh installs debootstrap and systemd-container)` : '';
+  ? ` (SKIPPED: ${tools.join(', ')} not installed; bash scripts/setup.sh --test installs debootstrap and systemd-container)` : '';
 
 /** The flannel table under another name: a keeper on the host keeps it beside the daemon's. */
 const ATTR_YAML = FLANNEL_YAML.replace('name: nfkeeper', 'name: nfkattr');

@@ -33,7 +33,29 @@ describe('systemd', () => {
     expect(unit).toMatch(/^Restart=always$/m);
     expect(unit).toMatch(/^ExecStartPre=\S+ validate --config /m);
     expect(unit).toMatch(/^After=.*\bnftables\.service\b/m);
+    // The rules are in place before networks come up, as nftables.service orders itself.
+    expect(unit).toMatch(/^Before=network-pre\.target$/m);
+    expect(unit).toMatch(/^Wants=network-pre\.target$/m);
+    expect(unit).not.toMatch(/^After=.*network-pre/m);
+    expect(Number(/^OOMScoreAdjust=(-?\d+)$/m.exec(unit)?.[1])).toBeLessThan(0);
+    expect(Number(/^OOMScoreAdjust=(-?\d+)$/m.exec(unit)?.[1])).toBeGreaterThan(-1000);
     for (const d of ['SystemCallFilter', 'UMask', 'ProtectProc', 'Documentation']) expect(unit).toMatch(new RegExp(`^${d}=`, 'm'));
+  });
+
+  it('memory limits are sized from the measured start-up peaks, the same in the unit and the DaemonSet', () => {
+    const unit = readFileSync(UNIT, 'utf8');
+    // BENCHMARKS.md's start-up peak (VmHWM) of the daemon at 100,000 rules, the largest measured.
+    const peak = /^\| one chain of 100,000 rules \| [\d.]+ MiB \| ([\d.]+) MiB \|$/m.exec(readFileSync('BENCHMARKS.md', 'utf8'));
+    expect(peak, 'BENCHMARKS.md has the 100,000-rule start-up peak').not.toBeNull();
+    const peakMiB = Number(peak![1]);
+    const mib = (v: string) => Number(/^(\d+)M$/.exec(v)![1]);
+    const high = mib(/^MemoryHigh=(\S+)$/m.exec(unit)![1]!);
+    const max = mib(/^MemoryMax=(\S+)$/m.exec(unit)![1]!);
+    // Pressure only above twice the peak (a reload holds two configs), the hard limit above that.
+    expect(high).toBeGreaterThanOrEqual(2 * peakMiB);
+    expect(max).toBeGreaterThan(high);
+    const ds = readFileSync('deploy/kubernetes/daemonset.yaml', 'utf8');
+    expect(/limits: \{ memory: (\d+)Mi \}/.exec(ds)?.[1]).toBe(String(max));
   });
 
   it('sends READY=1 only once the ruleset is verified, then WATCHDOG=1 from the loop, STOPPING=1 at the end', async () => {
@@ -67,7 +89,12 @@ describe('systemd', () => {
         child.kill('SIGTERM');
         expect(await exited).toBe(0);
         for (let i = 0; i < 100 && !messages.some((m) => m.includes('STOPPING=1')); i++) await sleep(50);
-        expect(messages[0]).toMatch(/READY=1/);
+        // Before READY=1: only the start-up's time-out extensions and status.
+        const ready = messages.findIndex((m) => m.includes('READY=1'));
+        expect(ready).toBeGreaterThan(0);
+        for (const m of messages.slice(0, ready)) expect(m).toMatch(/^'(EXTEND_TIMEOUT_USEC=60000000|STATUS=installing 1 tables)'$/);
+        expect(messages.slice(0, ready)).toContain("'EXTEND_TIMEOUT_USEC=60000000'");
+        expect(messages.slice(ready).filter((m) => m.includes('EXTEND_TIMEOUT_USEC'))).toEqual([]);
         expect(tableAtReady).toBe(true);
         expect(messages.filter((m) => m.includes('WATCHDOG=1')).length).toBeGreaterThanOrEqual(2);
         expect(messages.at(-1)).toMatch(/STOPPING=1/);
@@ -75,6 +102,39 @@ describe('systemd', () => {
         child.kill('SIGKILL');
         listener.kill('SIGKILL');
         nft.close();
+      }
+    });
+  });
+
+  it('while it waits for an env file: STATUS says which, EXTEND_TIMEOUT_USEC keeps coming, READY=1 once installed', async () => {
+    await withNetns(async (ns) => {
+      const dir = tempDir('notify-env');
+      const sockPath = join(dir, 'notify.sock');
+      const envFile = join(dir, 'subnet.env');
+      const config = join(dir, 'c.yaml');
+      writeFileSync(config, FLANNEL_YAML.replace('tables:', `env:\n  files: [${envFile}]\ntables:`).replaceAll('10.244.0.0/16', '${FLANNEL_NETWORK}'));
+      const listener = spawn('python3', ['-u', '-c', LISTENER, sockPath], { stdio: ['ignore', 'pipe', 'inherit'] });
+      const messages: string[] = [];
+      await new Promise<void>((r) => listener.stdout.once('data', () => r()));
+      listener.stdout.on('data', (d: Buffer) => messages.push(...d.toString().split('\n').filter(Boolean)));
+      const child = spawn(process.execPath, ['bin/nfkeeper.js', 'run', '--config', config, '--netns', ns.path, '--no-metrics'], {
+        env: { ...process.env, NOTIFY_SOCKET: sockPath }, stdio: 'ignore',
+      });
+      const exited = new Promise((r) => child.on('exit', r));
+      try {
+        for (let i = 0; i < 600 && messages.filter((m) => m.includes('EXTEND_TIMEOUT_USEC')).length < 4; i++) await sleep(50);
+        expect(messages).toContain(`'STATUS=waiting for the env file ${envFile}'`);
+        expect(messages.filter((m) => m.includes('EXTEND_TIMEOUT_USEC')).length).toBeGreaterThanOrEqual(4);
+        expect(messages.some((m) => m.includes('READY=1'))).toBe(false);
+        writeFileSync(envFile, 'FLANNEL_NETWORK=10.244.0.0/16\n');
+        for (let i = 0; i < 600 && !messages.some((m) => m.includes('READY=1')); i++) await sleep(50);
+        expect(messages.some((m) => m.includes('READY=1'))).toBe(true);
+        expect(ns.exec('nft', ['list', 'chain', 'ip', 'nfkeeper', 'postrouting'])).toMatch(/10\.244\.0\.0\/16/);
+        child.kill('SIGTERM');
+        expect(await exited).toBe(0);
+      } finally {
+        child.kill('SIGKILL');
+        listener.kill('SIGKILL');
       }
     });
   });

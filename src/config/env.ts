@@ -51,9 +51,27 @@ export function readEnvFile(path: string, listedAt: { file: string; line: number
     if (buf.length > MAX_ENV_FILE_BYTES) throw new Error(`larger than ${MAX_ENV_FILE_BYTES} bytes`);
     text = buf.toString('utf8');
   } catch (e) {
-    throw new ConfigError(listedAt.file, listedAt.line, listedAt.col, `env.files: ${path}: cannot read: ${(e as Error).message}`);
+    throw envFileError(path, listedAt, e as NodeJS.ErrnoException);
   }
   return parseEnvFile(text, path);
+}
+
+/**
+ * An env file the config lists does not exist (yet): flannel writes its subnet.env once it has a
+ * lease, after the node's pods start. `run` waits for it at start-up (src/daemon.ts).
+ */
+export class EnvFileMissingError extends ConfigError {
+  override name = 'EnvFileMissingError';
+  constructor(readonly path: string, listedAt: { file: string; line: number; col: number }, reason: string) {
+    super(listedAt.file, listedAt.line, listedAt.col, reason);
+  }
+}
+
+/** The error for an env file that cannot be read: a missing one is an EnvFileMissingError. */
+function envFileError(path: string, listedAt: { file: string; line: number; col: number }, e: NodeJS.ErrnoException): ConfigError {
+  const reason = `env.files: ${path}: cannot read: ${e.message}`;
+  if (e.code === 'ENOENT') return new EnvFileMissingError(path, listedAt, reason);
+  return new ConfigError(listedAt.file, listedAt.line, listedAt.col, reason);
 }
 
 export type SubstitutionProblem =

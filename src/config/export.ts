@@ -9,7 +9,7 @@
 import { stringify } from 'yaml';
 import type { Family } from '../netlink/expr.js';
 import type { NftSet, SetElement } from '../netlink/objects.js';
-import { SET_F, TABLE_F } from '../netlink/objects.js';
+import { SET_F, TABLE_F, type Table } from '../netlink/objects.js';
 import type { NftSocket } from '../netlink/socket.js';
 import { commentOf, renderRule, setResolver, type InterfaceResolver } from '../rules/index.js';
 import { kernelSetDecl, type RawSet } from './sets.js';
@@ -59,6 +59,7 @@ export async function readTable(sock: Reader, family: Family, name: string,
   const unsupported: string[] = [];
   const out: ExportedTable = { family, name, sets: [], chains: [], unsupported };
   if (table.flags & TABLE_F.DORMANT) out.flags = ['dormant'];
+  unsupported.push(...unreadTableParts(table, chains.length, sets.filter((x) => !(x.flags & SET_F.ANONYMOUS)).length, objs.length));
   const tableComment = commentOf(table.userdata);
   if (tableComment !== undefined) out.comment = tableComment;
   else if (table.userdata) unsupported.push(`table userdata other than a comment: ${table.userdata}`);
@@ -95,6 +96,21 @@ export async function readTable(sock: Reader, family: Family, name: string,
       rules: byChain.get(c.name) ?? [],
     });
   }
+  return out;
+}
+
+/**
+ * What the export does not read of a table, so that it is named rather than dropped: flags it
+ * does not know (dormant is written; owner and persist are protect mode's), and what the table's
+ * use count holds beyond its chains, named sets (the kernel does not count an anonymous set
+ * bound to its rule there) and the stateful objects read: flowtables, which are not read.
+ */
+export function unreadTableParts(table: Pick<Table, 'flags' | 'use'>, chains: number, namedSets: number, objects: number): string[] {
+  const out: string[] = [];
+  const other = table.flags & ~(TABLE_F.DORMANT | TABLE_F.OWNER | TABLE_F.PERSIST);
+  if (other) out.push(`table flags 0x${other.toString(16)}`);
+  const unread = (table.use ?? 0) - chains - namedSets - objects;
+  if (unread > 0) out.push(`${unread} flowtable${unread === 1 ? '' : 's'} or other object${unread === 1 ? '' : 's'} nfkeeper does not read (nft list table shows them)`);
   return out;
 }
 

@@ -1,4 +1,4 @@
-/** /metrics, /healthz and /readyz on a loopback TCP port (127.0.0.1 by default). */
+/** /metrics, /healthz, /readyz, /events and /status on a loopback TCP port (127.0.0.1 by default), to GET and HEAD. */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Keeper } from './keeper.js';
 import type { Attribution } from './attribution.js';
@@ -39,8 +39,9 @@ export async function serveMetrics(keeper: Keeper, spec: string): Promise<Server
   const { host, port } = parseListen(spec);
   const server = createServer((req, res) => {
     const url = (req.url ?? '/').split('?')[0];
-    if (req.method !== 'GET') {
-      res.writeHead(405).end();
+    // HEAD is GET without the body (Node's response leaves it out): probes and load balancers send it.
+    if (req.method !== 'GET' && req.method !== 'HEAD') {
+      res.writeHead(405, { allow: 'GET, HEAD' }).end();
       return;
     }
     if (url === '/metrics') {
@@ -51,8 +52,8 @@ export async function serveMetrics(keeper: Keeper, spec: string): Promise<Server
       const ok = keeper.healthy();
       res.writeHead(ok ? 200 : 503, { 'content-type': 'text/plain' }).end(ok ? 'ok\n' : 'loop stalled\n');
     } else if (url === '/readyz') {
-      const ok = keeper.isReady();
-      res.writeHead(ok ? 200 : 503, { 'content-type': 'text/plain' }).end(ok ? 'ready\n' : 'not verified yet\n');
+      const why = keeper.notReadyReason();
+      res.writeHead(why === undefined ? 200 : 503, { 'content-type': 'text/plain' }).end(why === undefined ? 'ready\n' : `not ready: ${why}\n`);
     } else if (url === '/events') {
       sendEvents(keeper.attribution, req, res);
     } else if (url === '/status') {

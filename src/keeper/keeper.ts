@@ -169,6 +169,10 @@ export class Keeper extends EventEmitter {
   private queued?: Pending;
   private lastVerified?: number;
   private ready = false;
+  /** Since when the desired state has not been verified (drift found and not repaired, or a failed pass); undefined while it is. */
+  private unverifiedSince?: number;
+  /** The failure that left it unverified, if a pass failed. */
+  private unverifiedError?: string;
   private stopped = false;
   private lastRepair?: KeeperStatus['lastRepair'];
   private lastError?: string;
@@ -274,6 +278,7 @@ export class Keeper extends EventEmitter {
   /** Stops the loop and closes the sockets. The rules stay in the kernel. */
   async stop(): Promise<void> {
     this.stopped = true;
+    this.metrics.ready.set(0);
     this.disarm();
     clearInterval(this.timer);
     clearTimeout(this.delayed);
@@ -363,7 +368,7 @@ export class Keeper extends EventEmitter {
 
   status(): KeeperStatus {
     return {
-      ready: this.ready,
+      ready: this.isReady(),
       generation: this.lastVerified,
       fightLevel: this.fight.level,
       lastRepair: this.lastRepair,
@@ -382,8 +387,30 @@ export class Keeper extends EventEmitter {
     return !this.stopped && (this.lastTickAt === 0 || now - this.lastTickAt < 3 * this.intervalMs + 1000);
   }
 
-  isReady(): boolean {
-    return this.ready;
+  /**
+   * Ready: the desired state is verified. False until the start-up pass verified it, after stop(),
+   * and while it has gone unverified (drift found and not repaired, or passes failing: the kernel
+   * refuses, the namespace cannot be used) for longer than the longest back-off (the fight's cap)
+   * plus one check interval, which a repair, even one held back by a fight, takes at most.
+   */
+  isReady(now = performance.now()): boolean {
+    return this.notReadyReason(now) === undefined;
+  }
+
+  /** Why isReady() is false, in words for /readyz; undefined when ready. */
+  notReadyReason(now = performance.now()): string | undefined {
+    if (this.stopped) return 'stopped';
+    if (!this.ready) return 'the desired ruleset is not verified yet';
+    if (this.unverifiedSince === undefined) return undefined;
+    const forMs = now - this.unverifiedSince;
+    if (forMs <= this.fight.options.capMs + this.intervalMs) return undefined;
+    const why = this.unverifiedError ?? (this.drifting.size > 0 ? `drift in ${[...this.drifting].sort().join(', ')}` : 'no pass has verified it');
+    return `the desired ruleset has not been verified for ${(forMs / 1000).toFixed(1)} s: ${why}`;
+  }
+
+  /** Marks the desired state as not verified (from now, unless it already was). */
+  private unverified(): void {
+    this.unverifiedSince ??= performance.now();
   }
 
   private ownedTables() {
@@ -394,6 +421,7 @@ export class Keeper extends EventEmitter {
     if (this.stopped || !this.sock) return;
     this.lastTickAt = performance.now();
     this.metrics.ticks.inc();
+    this.metrics.ready.set(this.isReady(this.lastTickAt) ? 1 : 0);
     this.emit('tick');
     let gen: number;
     try {
@@ -541,6 +569,8 @@ export class Keeper extends EventEmitter {
   }
 
   private fail(e: unknown): void {
+    this.unverified();
+    this.unverifiedError = (e as Error).message;
     this.metrics.errors.inc();
     this.lastError = (e as Error).message;
     this.log.error({ err: e }, 'reconcile failed');
@@ -626,9 +656,11 @@ export class Keeper extends EventEmitter {
         this.emit('mirror', this.mirrorState());
       }
       this.lastVerified = undefined;
+      this.unverified();
       return { status: 'deferred', drift: r.found.length ? r.found : r.first.flat, ops: 0, attempts: r.attempts };
     }
     if (r.status === 'deferred') {
+      this.unverified();
       this.scheduleAfter(r.waitMs!, cause, detectedAt);
       return { status: 'deferred', drift: r.found, ops: 0, attempts: r.attempts };
     }
@@ -753,6 +785,7 @@ export class Keeper extends EventEmitter {
       if (waitMs > 0) {
         this.drifting = new Set(plan.drift.map((d) => `${d.family} ${d.table}`));
         for (const d of plan.drift) this.metrics.drift.inc({ kind: d.kind });
+        this.unverified();
         this.scheduleAfter(waitMs, cause, detectedAt);
         return { status: 'deferred', drift: plan.drift, ops: 0, attempts: 1 };
       }
@@ -1062,14 +1095,16 @@ export class Keeper extends EventEmitter {
    */
   private verified(gen: number, trusted: false | 'commit' | 'mirror' | 'keep' = false, metric = true): void {
     this.lastVerified = gen;
+    this.unverifiedSince = undefined;
+    this.unverifiedError = undefined;
     const now = performance.now();
     if (trusted !== 'keep') this.trustedSince = trusted === 'commit' ? now : trusted === 'mirror' ? this.trustedSince ?? now : undefined;
     if (metric) this.metrics.generation.set(gen);
     if (!this.ready) {
       this.ready = true;
-      this.metrics.ready.set(1);
       this.emit('ready');
     }
+    this.metrics.ready.set(1);
     this.endFightIfQuiet();
   }
 

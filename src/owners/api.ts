@@ -71,7 +71,7 @@ const err = (status: number, message: string, extra: Record<string, unknown> = {
 export async function route(o: Pick<ControlOptions, 'registry' | 'status'>, method: string, url: string, body: string | undefined): Promise<Reply> {
   const path = url.split('?')[0]!;
   if (path === '/v1/status') {
-    if (method !== 'GET') return { ...err(405, `${method} ${path}: only GET`), headers: { allow: 'GET' } };
+    if (method !== 'GET') return { ...err(405, `${method} ${path}: only GET`), headers: { allow: 'GET, HEAD' } };
     return { status: 200, body: await o.status() };
   }
   if (path !== '/v1/owners' && !path.startsWith('/v1/owners/')) {
@@ -80,7 +80,7 @@ export async function route(o: Pick<ControlOptions, 'registry' | 'status'>, meth
   const reg = o.registry;
   if (!reg) return err(404, 'owners are not configured on this daemon (no owners section in its config)');
   if (path === '/v1/owners') {
-    if (method !== 'GET') return { ...err(405, `${method} /v1/owners: only GET (PUT and DELETE take /v1/owners/{id})`), headers: { allow: 'GET' } };
+    if (method !== 'GET') return { ...err(405, `${method} /v1/owners: only GET (PUT and DELETE take /v1/owners/{id})`), headers: { allow: 'GET, HEAD' } };
     return { status: 200, body: { owners: reg.list().map((x) => ({ id: x.id, chains: x.chains.length, rules: x.rules })) } };
   }
   const raw = path.slice('/v1/owners/'.length);
@@ -116,7 +116,7 @@ export async function route(o: Pick<ControlOptions, 'registry' | 'status'>, meth
         return { status: 200, body: { id, removed: true } };
       }
       default:
-        return { ...err(405, `${method} /v1/owners/{id}: use GET, PUT or DELETE`), headers: { allow: 'GET, PUT, DELETE' } };
+        return { ...err(405, `${method} /v1/owners/{id}: use GET, PUT or DELETE`), headers: { allow: 'GET, HEAD, PUT, DELETE' } };
     }
   } catch (e) {
     if (e instanceof OwnerSpecError) return err(400, e.message, { path: e.path });
@@ -196,8 +196,10 @@ export async function serveControl(o: ControlOptions): Promise<ControlServer> {
       return;
     }
     try {
-      const r = await route(o, req.method ?? 'GET', req.url ?? '/', body);
-      if (r.status >= 400 || req.method !== 'GET') {
+      // HEAD is GET without the body (Node's response leaves it out).
+      const method = req.method === 'HEAD' ? 'GET' : req.method ?? 'GET';
+      const r = await route(o, method, req.url ?? '/', body);
+      if (r.status >= 400 || method !== 'GET') {
         o.logger?.[r.status >= 400 ? 'warn' : 'info']({ method: req.method, url: req.url?.slice(0, 200), status: r.status,
           ...(r.status >= 400 ? { error: (r.body as { error: string }).error } : {}) }, 'control request');
       }

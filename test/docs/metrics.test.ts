@@ -2,15 +2,22 @@
  * docs/metrics.md against the code: every metric KeeperMetrics registers is
  * documented, counters are exported at 0 before the first event, build_info
  * says the version, and the example alert rules are well-formed and use
- * only metrics that exist (promtool checks them too where it is installed).
+ * only metrics that exist (promtool checks them too where it is installed), and a live daemon's
+ * /metrics passes `promtool check metrics`, its event-loop lag read without the sampling period.
  */
 import { spawnSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { createServer, type AddressInfo } from 'node:net';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
 import { KeeperMetrics } from '../../src/metrics.js';
 import { parseConfig } from '../../src/config/config.js';
 import { Keeper } from '../../src/keeper/keeper.js';
+import { createNetns } from '../helpers/netns.js';
+import { FLANNEL_YAML } from '../keeper/helpers.js';
+import { tempDir } from '../owners/fixtures.js';
+import { nfk, waitFor } from '../cli/spawn.js';
 
 const DOC = readFileSync('docs/metrics.md', 'utf8');
 const ALERTS = 'deploy/prometheus/alerts.yaml';
@@ -76,5 +83,51 @@ describe('example alert rules', () => {
     const r = spawnSync('promtool', ['check', 'rules', ALERTS], { encoding: 'utf8' });
     expect(r.status, r.stdout + r.stderr).toBe(0);
     expect(r.stdout).toMatch(new RegExp(`SUCCESS: ${rules.length} rules found`));
+  });
+});
+
+const hasPromtool = spawnSync('promtool', ['--version']).status === 0;
+
+describe.skipIf(!hasPromtool)(`a live daemon's /metrics${hasPromtool ? '' : ' (SKIPPED: no promtool; bash scripts/setup.sh --test unpacks it)'}`, () => {
+  it('passes promtool check metrics, and an idle daemon reads its event-loop lag below the sampling period', { timeout: 120_000 }, async () => {
+    const ns = createNetns('promtool');
+    const dir = tempDir('promtool');
+    const config = join(dir, 'flannel.yaml');
+    writeFileSync(config, FLANNEL_YAML);
+    const free = createServer();
+    await new Promise<void>((r) => free.listen(0, '127.0.0.1', () => r()));
+    const port = (free.address() as AddressInfo).port;
+    await new Promise((r) => free.close(r));
+    const d = nfk(['run', '--config', config, '--netns', ns.path, '--metrics', `127.0.0.1:${port}`, '--log-level', 'warn']);
+    try {
+      const get = async (path: string) => {
+        try {
+          const r = await fetch(`http://127.0.0.1:${port}${path}`);
+          return { status: r.status, text: await r.text() };
+        } catch {
+          return { status: 0, text: '' };
+        }
+      };
+      await waitFor('the daemon ready', async () => (await get('/readyz')).status === 200, 90_000);
+      // The lag sampler fires once a second: a few samples, then a scrape.
+      await new Promise((r) => setTimeout(r, 3500));
+      const body = (await get('/metrics')).text;
+      const r = spawnSync('promtool', ['check', 'metrics'], { input: body, encoding: 'utf8' });
+      expect(r.status, r.stdout + r.stderr).toBe(0);
+      expect(r.stdout + r.stderr).toBe('');
+      for (const name of ['nfkeeper_ready 1', 'nfkeeper_nodejs_eventloop_lag_p99_seconds', 'nfkeeper_process_resident_memory_bytes']) {
+        expect(body).toContain(name);
+      }
+      expect(body).not.toMatch(/^nfkeeper_nodejs_active_\w+_total/m);
+      // Node's histogram holds the time between the sampler's firings (1 s and the lag): the period
+      // is subtracted, so only a loop blocked for a whole second could read 1 s or more here.
+      const p99 = Number(/^nfkeeper_nodejs_eventloop_lag_p99_seconds (\S+)$/m.exec(body)![1]);
+      expect(p99).toBeGreaterThanOrEqual(0);
+      expect(p99).toBeLessThan(1);
+    } finally {
+      d.child.kill('SIGTERM');
+      await d.exited;
+      ns.remove();
+    }
   });
 });

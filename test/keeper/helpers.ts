@@ -31,6 +31,21 @@ tables:
 ${FLANNEL_RULES.map((r) => `          - ${r}`).join('\n')}
 `;
 
+/** A config of one table `name` with one postrouting NAT chain `chain` holding `rules` (a generated big ruleset, say). */
+export function postroutingYaml(name: string, rules: readonly string[], chain = 'post'): string {
+  return `tables:
+  - family: ip
+    name: ${name}
+    chains:
+      - name: ${chain}
+        type: nat
+        hook: postrouting
+        priority: srcnat
+        rules:
+${rules.map((r) => `          - ${r}`).join('\n')}
+`;
+}
+
 export function flannelConfig(): Config {
   return parseConfig(FLANNEL_YAML, 'flannel.yaml');
 }

@@ -1,5 +1,6 @@
 /** The control API on a real kernel: routes, idempotence, refusals that change nothing, repair and owned GC. */
 import { execFile } from 'node:child_process';
+import { request } from 'node:http';
 import { readFileSync } from 'node:fs';
 import { createConnection } from 'node:net';
 import { join } from 'node:path';
@@ -78,6 +79,26 @@ describe('control API', () => {
     expect((await d.api('DELETE', '/v1/owners/a')).status).toBe(404);
     expect((await d.api('GET', '/v1/owners/a')).status).toBe(404);
     expect(sock.generation()).toBe(gen + 1);
+  });
+
+  it('HEAD is answered on every GET route, without a body; a 405 names GET and HEAD as allowed', async () => {
+    await d.api('PUT', '/v1/owners/a', ownerSpec(1));
+    for (const path of ['/v1/status', '/v1/owners', '/v1/owners/a']) {
+      const head = await rawCall(d.socket, 'HEAD', path, '');
+      expect(head, path).toEqual({ status: 200, body: '' });
+    }
+    expect((await rawCall(d.socket, 'HEAD', '/v1/owners/nobody', '')).status).toBe(404);
+    const gen = sock.generation();
+    const post = await new Promise<{ status: number; allow?: string }>((resolve, reject) => {
+      const req = request({ socketPath: d.socket, method: 'POST', path: '/v1/status', agent: false }, (res) => {
+        res.resume();
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, allow: res.headers.allow }));
+      });
+      req.on('error', reject);
+      req.end();
+    });
+    expect(post).toEqual({ status: 405, allow: 'GET, HEAD' });
+    expect(sock.generation()).toBe(gen);
   });
 
   it('refusals are 4xx with a reason and leave the kernel and the state file alone', async () => {

@@ -8,7 +8,7 @@
 import { spawnSync } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
 
-// scripts/setup.sh installs clang-14; without it scripts/fuzz.sh exits 2 saying so.
+// scripts/setup.sh --test installs clang-14; without it scripts/fuzz.sh exits 2 saying so.
 describe('libFuzzer smoke', () => {
   it('replays every committed input (seeds and regression crashes) without a crash, leak or undefined behaviour', () => {
     const r = spawnSync('bash', ['scripts/fuzz.sh', 'replay'], { encoding: 'utf8' });
