@@ -20,7 +20,7 @@ import { dirname } from 'node:path';
 import type { Logger } from 'pino';
 import { NfkeeperError } from '../errors.js';
 import { loadAddon } from '../native.js';
-import { OwnerApplyError, type OwnerRegistry } from './registry.js';
+import { OwnerApplyError, OwnerStateWriteError, type OwnerRegistry } from './registry.js';
 import { OwnerSpecError, validateOwnerId } from './spec.js';
 
 export const MAX_BODY = 1 << 20;
@@ -116,6 +116,7 @@ export async function route(o: Pick<ControlOptions, 'registry' | 'status'>, meth
     }
   } catch (e) {
     if (e instanceof OwnerSpecError) return err(400, e.message, { path: e.path });
+    if (e instanceof OwnerStateWriteError) return err(503, e.message);
     if (e instanceof OwnerApplyError) return err(422, e.message);
     throw e;
   }
