@@ -8,12 +8,13 @@
  * listener failing) stops every timer and listener and returns 2, so the
  * process always either runs or exits.
  */
-import { readFileSync, statSync, watch } from 'node:fs';
+import { statSync, watch } from 'node:fs';
+import { readRegularFile } from './regular-file.js';
 import { basename, dirname } from 'node:path';
 import type { Server } from 'node:http';
 import { getHeapStatistics } from 'node:v8';
 import { enableCollections } from './heap.js';
-import { loadConfig, namespaceInterfaces, type Config } from './config/config.js';
+import { MAX_CONFIG_BYTES, loadConfig, namespaceInterfaces, type Config } from './config/config.js';
 import { ConfigError, NfkeeperError } from './errors.js';
 import { compactAsCompiled } from './keeper/compact.js';
 import { Keeper } from './keeper/keeper.js';
@@ -29,6 +30,7 @@ import type { Owner } from './owners/spec.js';
 import { createDaemonLogger, type LogLevel } from './log.js';
 import { ReloadStatusWriter } from './reload-status.js';
 import { loadAddon } from './native.js';
+import { lockKeeper } from './lock.js';
 
 /** V8's heap shrinking by this much between two ticks (its memory reducer at work) trims the C heap. */
 const TRIM_AFTER_SHRINK = 4 << 20;
@@ -138,6 +140,9 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
     // The namespace first: iif/oif names in the config resolve there.
     nsId = probeNamespace(o.netns);
     config = loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns), compiled: compactAsCompiled() });
+    // One keeper per table and per state file, held until exit (released last: cleanups run in reverse).
+    const lock = lockKeeper({ netns: o.netns, tables: config.tables, stateFile: config.owners?.state });
+    cleanups.push(() => lock.release());
     // The owners come before the first pass: starting without them would collect their rules.
     const owners: Owner[] = config.owners ? loadOwners(config) : [];
     keeper = new Keeper({ config, netns: o.netns, intervalMs: o.intervalMs, events: o.events, logger: log, metrics, owners });
@@ -304,7 +309,12 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
   cleanups.push(() => process.off('SIGHUP', onHup));
   // Watch the directory, not the file: editors replace files and a Kubernetes
   // ConfigMap swaps a symlink, and both would orphan a watch on the file itself.
-  let lastText = readFileSync(o.config, 'utf8');
+  // A regular file only, read without blocking (a FIFO swapped in must not stall the loop in open()).
+  const readConfigText = () => readRegularFile(o.config, MAX_CONFIG_BYTES).toString('utf8');
+  let lastText = '';
+  try {
+    lastText = readConfigText();
+  } catch { /* replaced since it was loaded: the next change event tells */ }
   let debounce: NodeJS.Timeout | undefined;
   const watcher = watch(dirname(o.config), (_event, name) => {
     if (name && name !== basename(o.config) && !String(name).startsWith('..')) return;
@@ -312,9 +322,13 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
     debounce = setTimeout(() => {
       let text: string;
       try {
-        text = readFileSync(o.config, 'utf8');
-      } catch {
-        return;  // mid-swap; the next event will tell
+        text = readConfigText();
+      } catch (e) {
+        // Mid-swap (the next event will tell), or not a regular file any more: said, the old config stays.
+        if ((e as NodeJS.ErrnoException).code !== 'ENOENT') {
+          log.error({ err: (e as Error).message, file: o.config }, 'config reload rejected; keeping the old one');
+        }
+        return;
       }
       if (text === lastText) return;
       lastText = text;
