@@ -148,7 +148,9 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
     keeper = new Keeper({ config, netns: o.netns, intervalMs: o.intervalMs, events: o.events, logger: log, metrics, owners });
     keeper.on('error', () => undefined);  // logged by the keeper; the loop carries on
     const k = keeper;
-    registry = config.owners ? new OwnerRegistry(config, owners, (next) => k.setOwners(next), { maxOwners: o.maxOwners }) : undefined;
+    registry = config.owners ? new OwnerRegistry(config, owners, (next) => k.setOwners(next), {
+      maxOwners: o.maxOwners, logger: log, onRefused: (r) => metrics.ownersRefused.set(r.length),
+    }) : undefined;
     const reg = registry;
     // Last out (cleanups run in reverse): after the control socket closed, fold the state journal into the file.
     if (reg) cleanups.push(() => reg.close());
@@ -166,7 +168,8 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
         status: async () => ({
           ...k.status(),
           ...(cfg.owners && reg ? {
-            owners: { registered: reg.size, table: `${cfg.owners.family} ${cfg.owners.table}`, dispatch: cfg.owners.dispatch },
+            owners: { registered: reg.size, table: `${cfg.owners.family} ${cfg.owners.table}`, dispatch: cfg.owners.dispatch,
+              refused: reg.refusedOwners() },
             ownedGc: {
               found: await counterByKind(metrics.ownedGcFound),
               collected: await counterByKind(metrics.ownedGcCollected),
@@ -181,6 +184,18 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
     // (its sockets are closed, its timers never set).
     cleanups.push(() => k.stop());
     await keeper.start();
+    if (!keeper.isReady()) {
+      // The kernel refused the start-up batch. Not for one owner's sake: the config alone, then the
+      // owners without the ones it refuses (OwnerRegistry.isolate). The config itself refused is a
+      // failed start-up (exit 2), as a config the kernel refuses is for `apply`.
+      const why = () => keeper.status().lastError ?? 'the start-up pass failed';
+      if (!registry || registry.size === 0) throw new NfkeeperError(`the kernel refused the config: ${why()}; nothing was changed in the kernel`);
+      try {
+        await registry.isolate();
+      } catch (e) {
+        throw new NfkeeperError(`the kernel refused the config, even without any owner: ${(e as Error).message}`);
+      }
+    }
     started();
   } catch (e) {
     failedToStart(e);

@@ -13,7 +13,7 @@
  *   PUT    /v1/owners/{id}     body { chains: [{ name, rules }], jumps: { <dispatch>: [rules] } }
  *   DELETE /v1/owners/{id}
  */
-import { chmodSync, lstatSync, mkdirSync, unlinkSync } from 'node:fs';
+import { chmodSync, lstatSync, mkdirSync, readFileSync, readdirSync, unlinkSync } from 'node:fs';
 import { createConnection, type Socket } from 'node:net';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { dirname } from 'node:path';
@@ -133,7 +133,7 @@ export async function serveControl(o: ControlOptions): Promise<ControlServer> {
   const addon = loadAddon();
   const allowed = new Set([0, ...(o.allowUids ?? [process.geteuid?.() ?? 0])]);
   const refused = new WeakMap<Socket, { status: number; why: string }>();
-  const maxConnections = o.maxConnections ?? MAX_CONNECTIONS;
+  const maxConnections = Math.max(1, Math.min(o.maxConnections ?? MAX_CONNECTIONS, connectionsWithinFdLimit()));
   const server = createServer({
     headersTimeout: o.headersTimeoutMs ?? HEADERS_TIMEOUT_MS,
     requestTimeout: o.requestTimeoutMs ?? REQUEST_TIMEOUT_MS,
@@ -220,6 +220,24 @@ export async function serveControl(o: ControlOptions): Promise<ControlServer> {
       server.closeAllConnections();
     }),
   };
+}
+
+/** Descriptors kept free besides the control connections: netlink sockets, the state, logs, a refused client's 503. */
+const FD_RESERVE = 64;
+
+/**
+ * Connections that fit under the process's open-file limit (RLIMIT_NOFILE, from /proc/self/limits)
+ * with the descriptors open now and a reserve: past the limit, accept() fails and libuv closes the
+ * client unanswered (ECONNRESET), so the 503 must come first. Infinity when the limit is unknown.
+ */
+export function connectionsWithinFdLimit(): number {
+  try {
+    const m = /^Max open files\s+(\d+|unlimited)/m.exec(readFileSync('/proc/self/limits', 'utf8'));
+    if (!m || m[1] === 'unlimited') return Infinity;
+    return Number(m[1]) - readdirSync('/proc/self/fd').length - FD_RESERVE;
+  } catch {
+    return Infinity;
+  }
 }
 
 /**

@@ -14,11 +14,24 @@
  * refused one.
  */
 import { mkdirSync } from 'node:fs';
+import type { Logger } from 'pino';
 import { dirname } from 'node:path';
 import type { Config } from '../config/config.js';
 import { NfkeeperError } from '../errors.js';
 import { OwnersState, StateUncertainError, ownersTable, type JournalChange } from './state.js';
 import { compileOwner, specKey, validateOwnerId, type Owner } from './spec.js';
+
+/** A refused owner is tried again after this, doubling up to REFUSED_RETRY_MAX_MS. */
+export const REFUSED_RETRY_MS = 5_000;
+export const REFUSED_RETRY_MAX_MS = 5 * 60_000;
+
+/** A registered owner the kernel refuses now (found at start-up): kept on disk and listed, not installed, retried. */
+export interface RefusedOwner {
+  id: string;
+  reason: string;
+  since: string;
+  retries: number;
+}
 
 /** The default owner limit: ten times the largest registration the tests and bench run. */
 export const MAX_OWNERS = 10_000;
@@ -104,6 +117,10 @@ export class OwnerRegistry {
   private alone: Queued[] = [];
   /** A failed write left the disk's state unknown (StateUncertainError): every change is refused. */
   private uncertain?: StateUncertainError;
+  /** Registered owners the kernel refuses (isolate()), left out of what it is given until a retry takes. */
+  private refused = new Map<string, RefusedOwner & { delayMs: number; timer?: NodeJS.Timeout }>();
+  /** Refused owners whose retry is due. */
+  private retries: string[] = [];
   /** A drain loop is alive and will look at the queue again before it ends. */
   private working = false;
   private config: Config;
@@ -114,8 +131,17 @@ export class OwnerRegistry {
   /** Registered owners at most; a PUT of a new id beyond it is refused (409). */
   readonly maxOwners: number;
 
-  constructor(config: Config, owners: readonly Owner[], private readonly apply: Apply, options: { maxOwners?: number } = {}) {
+  private readonly log?: Logger;
+  private readonly onRefused?: (refused: readonly RefusedOwner[]) => void;
+  private readonly retryMs: number;
+
+  constructor(config: Config, owners: readonly Owner[], private readonly apply: Apply, options: {
+    maxOwners?: number; logger?: Logger; onRefused?: (refused: readonly RefusedOwner[]) => void; retryMs?: number;
+  } = {}) {
     this.maxOwners = options.maxOwners ?? MAX_OWNERS;
+    this.log = options.logger;
+    this.onRefused = options.onRefused;
+    this.retryMs = options.retryMs ?? REFUSED_RETRY_MS;
     this.config = config;
     ownersTable(config);
     for (const o of owners) this.owners.set(o.id, o);
@@ -145,8 +171,76 @@ export class OwnerRegistry {
     return this.owners.size;
   }
 
+  /** The registered owners the kernel refuses, by id. */
+  refusedOwners(): RefusedOwner[] {
+    return [...this.refused.values()].map(({ id, reason, since, retries }) => ({ id, reason, since, retries }));
+  }
+
+  /**
+   * The start-up pass was refused: which owner does the kernel refuse? The config alone first (its
+   * refusal is thrown: nothing of owners can fix it), so the node's own rules are in at once; then
+   * the owners in halves, each half that takes kept, each refused one split again, down to the
+   * owners refused alone, which stay registered but are left out and retried with back-off. Every
+   * step is one guarded batch; the set installed only grows after the first. Runs before the
+   * control socket serves requests.
+   */
+  async isolate(): Promise<void> {
+    await this.apply([]);
+    let accepted: Owner[] = [];
+    const all = this.sorted;
+    const chunks: Owner[][] = all.length > 1 ? [all.slice(0, all.length >> 1), all.slice(all.length >> 1)] : [all.slice()];
+    while (chunks.length > 0) {
+      const chunk = chunks.shift()!;
+      if (chunk.length === 0) continue;
+      const next = [...accepted, ...chunk].sort(byId);
+      try {
+        await this.apply(next);
+        accepted = next;
+      } catch (e) {
+        if (chunk.length === 1) this.refuse(chunk[0]!.id, e);
+        else chunks.unshift(chunk.slice(0, chunk.length >> 1), chunk.slice(chunk.length >> 1));
+      }
+    }
+  }
+
+  /** Leaves `id` out of what the kernel is given, and tries it again later. */
+  private refuse(id: string, e: unknown): void {
+    const reason = (e as Error).message ?? String(e);
+    const was = this.refused.get(id);
+    const delayMs = was ? Math.min(was.delayMs * 2, REFUSED_RETRY_MAX_MS) : this.retryMs;
+    const r = { id, reason, since: was?.since ?? new Date().toISOString(), retries: was ? was.retries + 1 : 0, delayMs,
+      timer: setTimeout(() => this.retrySoon(id), delayMs).unref() };
+    clearTimeout(was?.timer);
+    this.refused.set(id, r);
+    this.log?.error({ owner: id, reason, retries: r.retries, retryInMs: delayMs }, 'the kernel refuses a registered owner; it is left out, the rest is installed');
+    this.onRefused?.(this.refusedOwners());
+  }
+
+  private unrefuse(id: string): void {
+    const r = this.refused.get(id);
+    if (!r) return;
+    clearTimeout(r.timer);
+    this.refused.delete(id);
+    this.onRefused?.(this.refusedOwners());
+  }
+
+  private retrySoon(id: string): void {
+    this.retries.push(id);
+    if (!this.working) {
+      this.working = true;
+      void this.drain();
+    }
+  }
+
+  /** What the kernel is given: `list` less the refused owners (but those in `trying`). */
+  private installable(list: readonly Owner[], trying?: ReadonlySet<string> | ReadonlyMap<string, unknown>): readonly Owner[] {
+    if (this.refused.size === 0) return list;
+    return list.filter((o) => !this.refused.has(o.id) || trying?.has(o.id));
+  }
+
   /** Folds the state journal into the file (the daemon stopping), so the file alone holds every owner. */
   close(): void {
+    for (const r of this.refused.values()) clearTimeout(r.timer);
     if (!this.state) return;
     try {
       if (this.state.journaling) this.state.compact(this.owners.values());
@@ -202,7 +296,19 @@ export class OwnerRegistry {
       // dump (src/keeper/known.ts), so concurrent clients' requests, read over a few turns of the
       // loop, would otherwise each make a group (a kernel commit) of their own.
       for (let i = 0; i < 3; i++) await new Promise((r) => setImmediate(r));
-      while (this.queue.length > 0 || this.alone.length > 0) {
+      while (this.queue.length > 0 || this.alone.length > 0 || this.retries.length > 0) {
+        if (this.alone.length === 0 && this.retries.length > 0) {
+          const id = this.retries.shift()!;
+          if (!this.refused.has(id) || !this.owners.has(id)) continue;
+          try {
+            await this.apply(this.installable(this.sorted, new Set([id])));
+            this.unrefuse(id);
+            this.log?.info({ owner: id }, 'a refused owner was taken by the kernel this time; it is installed');
+          } catch (e) {
+            this.refuse(id, e);
+          }
+          continue;
+        }
         const group = this.alone.length > 0 ? [this.alone.shift()!] : this.queue.splice(0);
         if (this.uncertain) {
           const err = new OwnerStateWriteError(this.uncertain);
@@ -229,7 +335,8 @@ export class OwnerRegistry {
         const list = applyStaged(this.sorted, staged);
         // The kernel first: what it refuses is never written.
         try {
-          await this.apply(list);
+          // A refused owner changed by this group is tried with its change.
+          await this.apply(this.installable(list, staged));
         } catch (e) {
           if (group.length > 1) {
             // Which change does it refuse? Each alone, in order: the others go in, the culprit gets the 422.
@@ -251,7 +358,7 @@ export class OwnerRegistry {
           this.state?.close();
           this.state = undefined;
           // Not on disk, so not kept: the kernel goes back to the owners that are.
-          await this.apply(this.sorted).catch(() => undefined);
+          await this.apply(this.installable(this.sorted)).catch(() => undefined);
           const err = new OwnerStateWriteError(e);
           for (const q of group) q.reject(err);
           continue;
@@ -259,6 +366,7 @@ export class OwnerRegistry {
         for (const [id, owner] of staged) {
           if (owner === null) this.owners.delete(id);
           else this.owners.set(id, owner);
+          this.unrefuse(id);
         }
         this.sorted = list;
         this.groups++;
