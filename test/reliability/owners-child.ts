@@ -3,6 +3,7 @@
  * the oracle: the owners the kernel holds, read through a socket of the test's own.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import { resolve } from 'node:path';
 import { open } from '../../src/netlink/socket.js';
 import { call, ownerOfRule, parseOwnerChain } from '../../src/owners/index.js';
 import type { Netns } from '../helpers/netns.js';
@@ -15,7 +16,7 @@ export interface Child { child: ChildProcess; exited: Promise<number | null>; lo
 
 export function daemon(config: string, ns: Netns, o: { args?: string[]; prefix?: string[] } = {}): Child {
   // `prefix`: a command the daemon runs under (nsenter into a mount namespace).
-  const argv = [process.execPath, 'bin/nfkeeper.js', 'run', '--config', config, '--netns', ns.path, '--no-metrics', '--interval', '1s', ...(o.args ?? [])];
+  const argv = [process.execPath, resolve('bin/nfkeeper.js'), 'run', '--config', config, '--netns', ns.path, '--no-metrics', '--interval', '1s', ...(o.args ?? [])];
   const [cmd, ...args] = [...(o.prefix ?? []), ...argv];
   const child = spawn(cmd!, args, { stdio: ['ignore', 'pipe', 'pipe'] });
   const logs: string[] = [];
