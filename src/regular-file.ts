@@ -20,6 +20,10 @@ function kindOf(st: Stats): string {
 export class NotRegularFileError extends Error {
   override name = 'NotRegularFileError';
   readonly code = 'EINVAL';
+  /** What the path is instead (`a FIFO`), or the size over the bound. */
+  constructor(message: string, readonly kind?: string, readonly size?: number) {
+    super(message);
+  }
 }
 
 /**
@@ -30,8 +34,8 @@ export function readRegularFile(path: string, maxBytes: number): Buffer {
   const fd = openSync(path, constants.O_RDONLY | constants.O_NONBLOCK | constants.O_NOCTTY);
   try {
     const st = fstatSync(fd);
-    if (!st.isFile()) throw new NotRegularFileError(`it is ${kindOf(st)}, not a regular file`);
-    if (st.size > maxBytes) throw new NotRegularFileError(`the file is ${st.size} bytes, larger than the ${maxBytes} it may have`);
+    if (!st.isFile()) throw new NotRegularFileError(`it is ${kindOf(st)}, not a regular file`, kindOf(st));
+    if (st.size > maxBytes) throw new NotRegularFileError(`the file is ${st.size} bytes, larger than the ${maxBytes} it may have`, undefined, st.size);
     // Read to the end, not to the size the stat gave: a file still being written may have grown.
     const chunks: Buffer[] = [];
     let total = 0;

@@ -181,7 +181,10 @@ export function loadConfig(file: string, options: LoadOptions = {}): Config {
     text = isAscii(bytes) ? bytes.toString('latin1') : bytes.toString('utf8');
   } catch (e) {
     if (e instanceof ConfigError) throw e;
-    if (e instanceof NotRegularFileError) throw new ConfigError(file, 1, 1, `cannot read: ${e.message}`);
+    if (e instanceof NotRegularFileError) {
+      throw new ConfigError(file, 1, 1, e.size !== undefined ? `the file is ${e.size} bytes, more than the ${MAX_CONFIG_BYTES} a config may have`
+        : e.kind === 'a directory' ? 'cannot read: it is a directory, not a config file' : `cannot read: ${e.message}`);
+    }
     const code = (e as NodeJS.ErrnoException).code;
     const why = code === 'ENOENT' ? 'no such file' : code === 'EACCES' ? 'permission denied' : (e as Error).message;
     throw new ConfigError(file, 1, 1, `cannot read: ${why}`);

@@ -42,7 +42,7 @@ describe('only regular files as config and env files', () => {
       for (const [path, why] of [
         [fifo, /it is a FIFO, not a regular file/],
         ['/dev/zero', /it is a character device, not a regular file/],
-        [sub, /it is a directory, not a regular file/],
+        [sub, /it is a directory, not a config file/],
         [sockPath, /cannot read: .*(ENXIO|no such device)/i],
       ] as const) {
         const r = validate(path);
