@@ -24,11 +24,12 @@ import { runS4, type S4Options } from './scenarios/s4.js';
 import { runS5, type S5Options } from './scenarios/s5.js';
 import { runS6, type S6Options } from './scenarios/s6.js';
 import { runS7, type S7Options } from './scenarios/s7.js';
+import { runS8, type S8Options } from './scenarios/s8.js';
 import type { Layout } from './scenarios/foreign.js';
 import type { Budget } from './lib/measure.js';
 import { renderMarkdown, renderS1Svg, renderS2Svg, renderS4Svg, renderS5Svg, renderS6Svg, type RunResults } from './lib/report.js';
 
-const SCENARIOS = ['s1', 's2', 's3', 's4', 's5', 's6', 's7'] as const;
+const SCENARIOS = ['s1', 's2', 's3', 's4', 's5', 's6', 's7', 's8'] as const;
 type Scenario = (typeof SCENARIOS)[number];
 
 const full = process.argv.includes('--full');
@@ -55,6 +56,7 @@ interface Budgets {
   s5: Omit<S5Options, 'sizes' | 'log'> & { sizes: number[] };
   s6: Omit<S6Options, 'log'>;
   s7: Omit<S7Options, 'log'>;
+  s8: Omit<S8Options, 'log'>;
 }
 
 const SKIP_100K = {
@@ -83,6 +85,8 @@ const B: Budgets = full
       ? { install: 2, repair: 30, change: 4, exec: 3, gapMs: 100 }
       : { install: 3, repair: n >= 10_000 ? 200 : 300, change: 20, exec: 10, gapMs: n >= 10_000 ? 60 : 20 }) },
     s7: { owners: 1000, passes: 30, rssSizes: [0, 10_000, 100_000], inFlight: [8, 32], root: rootArg() },
+    s8: { chainSizes: [10_000, 100_000], services: [1000, 10_000], reps: (n) => (n >= 50_000 ? 3 : 7), daemonSizes: [10_000, 100_000],
+      repairRules: [4, 10_000], repairElements: [100_000], repairs: 30, repairGapMs: 2600, neighbourSeconds: 10 },
   }
   : {
     s1: {
@@ -97,6 +101,8 @@ const B: Budgets = full
     s5: { sizes: sizes([0, 10_000]), reps: () => 3, owned: true },
     s6: { sizes: sizes([4, 100, 10_000]), reps: (n) => ({ install: 3, repair: n >= 10_000 ? 50 : 200, change: n >= 10_000 ? 5 : 10, exec: 5, gapMs: n >= 10_000 ? 60 : 20 }) },
     s7: { owners: 1000, passes: 15, rssSizes: [0, 10_000, 100_000], inFlight: [8, 32], root: rootArg() },
+    s8: { chainSizes: [10_000], services: [1000], reps: () => 5, daemonSizes: [10_000], repairRules: [4, 10_000], repairElements: [10_000],
+      repairs: 10, repairGapMs: 2600, neighbourSeconds: 5 },
   };
 
 /** --root DIR: S7's daemon is another build's bin/nfkeeper.js (main's, say), for a before/after. */
@@ -139,6 +145,12 @@ function budgetLines(): string[] {
   }
   if (only.has('s5')) out.push(`S5 repetitions: ${B.s5.sizes.map((x) => `${B.s5.reps(x)} runs per tool at ${n(x)}`).join(', ')}`);
   if (only.has('s7')) out.push(`S7: ${B.s7.owners.toLocaleString('en-US')} owners registered one by one and ${(B.s7.inFlight ?? []).join(', ')} in flight, ${B.s7.passes} passes, RSS at ${B.s7.rssSizes.join(', ')} owned rules${B.s7.root ? `; daemon from ${B.s7.root}` : ''}`);
+  if (only.has('s8')) {
+    out.push(`S8: installs at ${B.s8.chainSizes.map(n).join(', ')} rules in one chain and kube-proxy at ${B.s8.services.map(n).join(', ')} services, ` +
+      `${B.s8.reps(0)} runs per command (${B.s8.reps(100_000)} at 50,000 rules or more), alternating with nft; daemon ready at ${B.s8.daemonSizes.map(n).join(', ')}; ` +
+      `${B.s8.repairs} repairs ${B.s8.repairGapMs} ms apart as deployed at ${B.s8.repairRules.map(n).join(', ')} rules and ${B.s8.repairElements.map(n).join(', ')} elements; ` +
+      `a neighbour for ${B.s8.neighbourSeconds} s`);
+  }
   if (only.has('s6')) {
     out.push(`S6 repetitions: ${B.s6.sizes.map((x) => {
       const r = B.s6.reps(x);
@@ -212,6 +224,11 @@ async function main(): Promise<void> {
   if (only.has('s7')) {
     log(`S7 owners at scale, ${B.s7.owners.toLocaleString('en-US')} owners (load average ${loadavg()})`);
     out.s7 = await runS7({ ...B.s7, log });
+    write(out, loadavgStart, 'S8');
+  }
+  if (only.has('s8')) {
+    log(`S8 what users run, as whole processes (load average ${loadavg()})`);
+    out.s8 = await runS8({ ...B.s8, log });
   }
 
   write(out, loadavgStart, undefined);

@@ -7,6 +7,7 @@ import type { S4Row } from '../scenarios/s4.js';
 import { ORPHANS, type S5Row } from '../scenarios/s5.js';
 import type { S6Row } from '../scenarios/s6.js';
 import type { S7Results } from '../scenarios/s7.js';
+import type { S8Result } from '../scenarios/s8.js';
 import { LAYOUT_TEXT, type Layout } from '../scenarios/foreign.js';
 import { formatUs } from './stats.js';
 import { renderLogChart, usDecade, type Series } from './svg.js';
@@ -38,6 +39,7 @@ export interface RunResults {
   s5?: S5Row[];
   s6?: S6Row[];
   s7?: S7Results;
+  s8?: S8Result;
 }
 
 const ratio = (x: number, base: number): string => {
@@ -457,6 +459,7 @@ export function renderMarkdown(r: RunResults): string {
   if (r.s5) lines.push(...s5Section(r.s5), '');
   if (r.s6) lines.push(...s6Section(r.s6), '');
   if (r.s7) lines.push(...s7Section(r.s7), '');
+  if (r.s8) lines.push(...s8Section(r.s8), '');
   if (r.s6 || r.s7) lines.push('## Targets from issue 14', '', ...(r.s6 ? s6Targets(r.s6) : []), ...(r.s7 ? s7Targets(r.s7) : []), '');
   lines.push('## Targets from issue 7', '',
     ...(r.s1 ? s1Targets(r.s1) : []), ...(r.s2 ? s2Targets(r.s2) : []), ...(r.s3 ? s3Targets(r.s3) : []),
@@ -549,4 +552,42 @@ export function renderS5Svg(r: RunResults): string {
   }));
   return renderLogChart({ title: `S5 GC of ${ORPHANS.toLocaleString('en-US')} orphaned owners: median time (log scales)`, xLabel: X_LABEL,
     yDecade: usDecade, series, footer: footer(r) });
+}
+
+const mib = (kib: number) => `${(kib / 1024).toFixed(1)} MiB`;
+
+function s8Section(s: S8Result): string[] {
+  const out = ['## S8 what users run, as whole processes', '',
+    `Every figure is a whole process timed from outside (fork to reap, with wait4's CPU and peak RSS), \`nfkeeper\` on ${s.node} as installed ` +
+      '(bin/nfkeeper.js), each beside the nft command that does the same work, run in turn with it (A B A B …) in the same namespace, ' +
+      'each install into a freshly flushed namespace. The ratio is of the medians.', '',
+    '| work | nfkeeper wall p50 | CPU p50 | peak RSS | peer | peer wall p50 | peer CPU | peer RSS | ratio | runs |',
+    '|---|---:|---:|---:|---|---:|---:|---:|---:|---:|'];
+  for (const r of s.rows) {
+    out.push(`| ${r.work} | ${formatUs(r.nfkeeper.wall.median)} | ${formatUs(r.nfkeeper.cpu.median)} | ${mib(r.nfkeeper.rssKiB)} | ` +
+      (r.peer ? `\`${r.peer.tool}\` | ${formatUs(r.peer.s.wall.median)} | ${formatUs(r.peer.s.cpu.median)} | ${mib(r.peer.s.rssKiB)} | ${r.ratio!.toFixed(2)}× |`
+        : '- | - | - | - | - |') + ` ${r.nfkeeper.wall.n} |`);
+  }
+  if (s.ready.length) {
+    out.push('', '### The daemon ready', '', '`nfkeeper run` with its defaults, from exec until `/readyz` answers 200; a restart onto the ruleset it installed ' +
+      'compares the generation before and after (an adoption writes nothing).', '',
+      '| owned rules | ready, empty namespace | peak RSS | ready after a restart | peak RSS | restart wrote |', '|---:|---:|---:|---:|---:|---|');
+    for (const r of s.ready) {
+      out.push(`| ${r.rules.toLocaleString('en-US')} | ${formatUs(r.fresh.wallUs)} | ${mib(r.fresh.rssKiB)} | ${formatUs(r.restart.wallUs)} | ${mib(r.restart.rssKiB)} | ${r.restart.wrote ? 'yes' : 'nothing'} |`);
+    }
+  }
+  if (s.repairs.length) {
+    out.push('', '### Repairs as deployed', '', '`nfkeeper run` with its defaults; an outside probe (bench/probe.ts) deletes one owned rule or element every ' +
+      'few seconds and times from just before its deletion\'s commit to the daemon\'s commit putting it back. The floor is one bare socket ' +
+      'committing the same deletion and the re-add, in the same namespace.', '',
+      '| owned | repair p50 | p99 | kernel floor p50 | × floor | samples |', '|---|---:|---:|---:|---:|---:|');
+    for (const r of s.repairs) {
+      out.push(`| ${r.owned} | ${formatUs(r.repair.median)} | ${formatUs(r.repair.p99)} | ${formatUs(r.floor.median)} | ${ratio(r.repair.median, r.floor.median)} | ${r.repair.n} |`);
+    }
+  }
+  if (s.neighbour) {
+    out.push('', `A neighbour committing to a table nfkeeper does not own at ${s.neighbour.commitsPerSecond.toFixed(0)} commits a second for ` +
+      `${s.neighbour.seconds.toFixed(1)} s cost the daemon (flannel's config, its defaults) **${s.neighbour.daemonCpuPercent.toFixed(2)} %** of a core.`);
+  }
+  return out;
 }

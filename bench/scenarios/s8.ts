@@ -1,0 +1,346 @@
+/**
+ * S8 what users run, measured from outside the process, beside nft in the same run:
+ * - installs: `nfkeeper apply` of a ruleset into an empty namespace against `nft -f` of the same
+ *   ruleset (one chain of N rules, as YAML and as the same .nft file; kube-proxy's nftables table
+ *   at a number of services), alternating, each run into a freshly flushed namespace;
+ * - one-shot commands on flannel's config (version, validate, check, status) and `export` of a
+ *   big table, against the nft command that does the same;
+ * - the daemon: time from exec to /readyz with N owned rules into an empty namespace, and after a
+ *   restart onto the installed ruleset (with the generation compared: an adoption writes nothing);
+ * - repairs as deployed: `nfkeeper run` with its defaults, one deletion every 2.6 s by an outside
+ *   probe (bench/probe.ts), beside the kernel's floor for the same deletion and re-add from one
+ *   bare socket, in the same namespace;
+ * - a neighbour committing to a table nfkeeper does not own as fast as it can (up to 10,000 a
+ *   second): the daemon's CPU.
+ * Every process is timed by wait4 (bench/lib/whole.ts): wall, CPU and peak RSS of that process.
+ */
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Batch, open } from '../../src/index.js';
+import { PROJECT_ROOT } from '../../src/native.js';
+import { kubeProxy } from '../../test/helpers/peers/kube-proxy.js';
+import { daemonNodeFlags } from '../lib/node-flags.js';
+import { withBenchNetns, type BenchNetns } from '../lib/netns.js';
+import { summarize, type Summary } from '../lib/stats.js';
+import { alternate, runWhole, summarizeRuns, type WholeSummary } from '../lib/whole.js';
+import { probeElementRepairs, probeRepairs } from '../probe.js';
+
+export interface S8Options {
+  /** Rules in one chain for the install rows. */
+  chainSizes: number[];
+  /** kube-proxy services for the install rows. */
+  services: number[];
+  /** Whole-process runs per command (alternating with its peer). */
+  reps: (n: number) => number;
+  /** Owned rules for the daemon's ready rows. */
+  daemonSizes: number[];
+  /** Repairs as deployed: owned rules in one chain, and elements in one set. */
+  repairRules: number[];
+  repairElements: number[];
+  repairs: number;
+  repairGapMs: number;
+  neighbourSeconds: number;
+  log: (m: string) => void;
+}
+
+export interface S8Row {
+  group: 'install' | 'one-shot';
+  work: string;
+  nfkeeper: WholeSummary;
+  peer?: { tool: string; s: WholeSummary };
+  /** nfkeeper's median wall time over the peer's. */
+  ratio?: number;
+}
+
+export interface S8Ready {
+  rules: number;
+  fresh: { wallUs: number; rssKiB: number };
+  restart: { wallUs: number; rssKiB: number; wrote: boolean };
+}
+
+export interface S8Repair {
+  owned: string;
+  repair: Summary;
+  floor: Summary;
+}
+
+export interface S8Neighbour {
+  seconds: number;
+  commitsPerSecond: number;
+  daemonCpuPercent: number;
+}
+
+export interface S8Result {
+  node: string;
+  rows: S8Row[];
+  ready: S8Ready[];
+  repairs: S8Repair[];
+  neighbour?: S8Neighbour;
+}
+
+const BIN = join(PROJECT_ROOT, 'bin', 'nfkeeper.js');
+/** The Node a user's `nfkeeper` runs on: the first `node` on PATH (bin/nfkeeper.js's #! line). */
+const NODE = 'node';
+const CLK_TCK = 100;
+
+const ip = (i: number) => `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`;
+const ruleText = (i: number) => `ip saddr ${ip(i)} tcp dport ${1 + (i % 60000)} counter accept`;
+
+function chainNft(n: number): string {
+  const out = ['table ip big {', '\tchain c {', '\t\ttype filter hook forward priority filter; policy accept;'];
+  for (let i = 0; i < n; i++) out.push(`\t\t${ruleText(i)}`);
+  out.push('\t}', '}', '');
+  return out.join('\n');
+}
+
+function chainYaml(n: number): string {
+  const out = ['tables:', '  - family: ip', '    name: big', '    chains:', '      - name: c', '        type: filter',
+    '        hook: forward', '        priority: filter', '        policy: accept', '        rules:'];
+  for (let i = 0; i < n; i++) out.push(`          - ${ruleText(i)}`);
+  return `${out.join('\n')}\n`;
+}
+
+function setNft(n: number): string {
+  const el: string[] = [];
+  for (let i = 0; i < n; i++) el.push(ip(i));
+  return `table ip big {\n\tset s {\n\t\ttype ipv4_addr\n\t\telements = { ${el.join(', ')} }\n\t}\n` +
+    '\tchain c {\n\t\ttype filter hook forward priority filter; policy accept;\n\t\tip saddr @s counter accept\n\t}\n}\n';
+}
+
+const cpuSeconds = (pid: number): number => {
+  const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+  return (Number(f[11]) + Number(f[12])) / CLK_TCK;
+};
+const vmHwmKiB = (pid: number): number => Number(/VmHWM:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? NaN);
+
+interface Daemon { child: ChildProcess; exited: Promise<unknown>; readyUs: number; stop: () => Promise<void> }
+
+let nextPort = 19_800 + (process.pid % 100) * 5;
+
+/**
+ * `nfkeeper run` as installed: its defaults, the Node flags of bin/'s #! line, the namespace given
+ * with --netns (its HTTP stays on this namespace's loopback); ready when /readyz says so.
+ */
+async function startDaemon(ns: BenchNetns, config: string, extra: string[] = []): Promise<Daemon> {
+  const port = nextPort++;
+  const t0 = performance.now();
+  const child = spawn(NODE, [...daemonNodeFlags(PROJECT_ROOT), BIN, 'run', '--config', config, '--netns', ns.path,
+    '--metrics', `127.0.0.1:${port}`, ...extra], { stdio: ['ignore', 'ignore', 'inherit'] });
+  const exited = new Promise((r) => child.on('exit', r));
+  for (;;) {
+    if (child.exitCode !== null) throw new Error('nfkeeper run exited before it was ready');
+    if (await fetch(`http://127.0.0.1:${port}/readyz`).then((r) => r.ok, () => false)) break;
+    if (performance.now() - t0 > 300_000) throw new Error('nfkeeper run not ready in 300 s');
+    await sleep(5);
+  }
+  const readyUs = (performance.now() - t0) * 1000;
+  return { child, exited, readyUs, stop: async () => { child.kill('SIGTERM'); await exited; } };
+}
+
+const pidOf = (d: Daemon) => d.child.pid!;
+
+export async function runS8(o: S8Options): Promise<S8Result> {
+  const dir = mkdtempSync(join(tmpdir(), 'nfk-s8-'));
+  const node = spawnSync(NODE, ['--version'], { encoding: 'utf8' }).stdout.trim();
+  const result: S8Result = { node, rows: [], ready: [], repairs: [] };
+  const nfk = (ns: BenchNetns | undefined, args: string[], ok = [0]) => () => runWhole(NODE, [BIN, ...args], { ns, ok });
+  const nft = (ns: BenchNetns | undefined, args: string[]) => () => runWhole('nft', args, { ns });
+  const row = (group: S8Row['group'], work: string, r: ReturnType<typeof alternate>, tool: string) => {
+    result.rows.push({ group, work, nfkeeper: r.a, peer: { tool, s: r.b }, ratio: r.ratio });
+    o.log(`    ${work}: nfkeeper ${(r.a.wall.median / 1000).toFixed(1)} ms (${(r.a.rssKiB / 1024).toFixed(1)} MiB), ` +
+      `${tool} ${(r.b.wall.median / 1000).toFixed(1)} ms: ${r.ratio.toFixed(2)}×`);
+  };
+  try {
+    await withBenchNetns('s8', async (ns) => {
+      const flush = () => { ns.exec('nft', ['flush', 'ruleset']); };
+      // Installs.
+      for (const n of o.chainSizes) {
+        const nftFile = join(dir, `chain-${n}.nft`), yamlFile = join(dir, `chain-${n}.yaml`);
+        writeFileSync(nftFile, chainNft(n));
+        writeFileSync(yamlFile, chainYaml(n));
+        row('install', `${n.toLocaleString('en-US')} rules in one chain, YAML config`,
+          alternate(o.reps(n), flush, nfk(ns, ['apply', '--config', yamlFile]), nft(ns, ['-f', nftFile])), 'nft -f');
+        row('install', `${n.toLocaleString('en-US')} rules in one chain, the same .nft file`,
+          alternate(o.reps(n), flush, nfk(ns, ['apply', '--config', nftFile]), nft(ns, ['-f', nftFile])), 'nft -f');
+      }
+      for (const services of o.services) {
+        const kp = kubeProxy({ services, seed: 8 });
+        const file = join(dir, `kube-proxy-${services}.nft`);
+        writeFileSync(file, kp.text);
+        row('install', `kube-proxy's table at ${services.toLocaleString('en-US')} services (${kp.counts.rules.toLocaleString('en-US')} rules, ` +
+          `${kp.counts.elements.toLocaleString('en-US')} elements, ${(kp.text.length / 1048576).toFixed(1)} MiB)`,
+          alternate(o.reps(kp.counts.rules), flush, nfk(ns, ['apply', '--config', file]), nft(ns, ['-f', file])), 'nft -f');
+      }
+      // Export of the biggest chain, installed once.
+      const big = Math.max(...o.chainSizes);
+      flush();
+      ns.exec('nft', ['-f', join(dir, `chain-${big}.nft`)]);
+      row('one-shot', `export of a ${big.toLocaleString('en-US')}-rule table`,
+        alternate(o.reps(big), () => undefined, nfk(ns, ['export', '--table', 'ip', 'big']), nft(ns, ['list', 'table', 'ip', 'big'])), 'nft list table');
+      // One-shots on flannel's config, installed.
+      flush();
+      const flannel = join(PROJECT_ROOT, 'examples', 'flannel.yaml');
+      nfk(ns, ['apply', '--config', flannel])();
+      const flannelNft = join(dir, 'flannel.nft');
+      writeFileSync(flannelNft, ns.exec(NODE, [BIN, 'export', '--table', 'ip', 'nfkeeper']));
+      const same = () => undefined;
+      row('one-shot', 'version', alternate(o.reps(0), same, nfk(undefined, ['version']), nft(undefined, ['--version'])), 'nft --version');
+      row('one-shot', 'validate, flannel\'s 4 rules', alternate(o.reps(0), same, nfk(undefined, ['validate', '--config', flannel]),
+        nft(ns, ['-c', '-f', flannelNft])), 'nft -c -f');
+      row('one-shot', 'check, flannel\'s 4 rules (in sync)', alternate(o.reps(0), same, nfk(ns, ['check', '--config', flannel]),
+        nft(ns, ['list', 'table', 'ip', 'nfkeeper'])), 'nft list table');
+      const sock = join(dir, 'control.sock');
+      const d = await startDaemon(ns, flannel, ['--socket', sock]);
+      try {
+        const runs = Array.from({ length: o.reps(0) }, () => nfk(undefined, ['status', '--socket', sock])());
+        const s = summarizeRuns(runs);
+        result.rows.push({ group: 'one-shot', work: 'status, daemon with flannel\'s 4 rules', nfkeeper: s });
+        o.log(`    status: ${(s.wall.median / 1000).toFixed(1)} ms (${(s.rssKiB / 1024).toFixed(1)} MiB)`);
+      } finally {
+        await d.stop();
+      }
+    });
+
+    // The daemon: ready from empty, and after a restart onto what it installed.
+    for (const n of o.daemonSizes) {
+      await withBenchNetns(`s8r${n}`, async (ns) => {
+        const file = join(dir, `daemon-${n}.yaml`);
+        writeFileSync(file, chainYaml(n));
+        const first = await startDaemon(ns, file);
+        const fresh = { wallUs: first.readyUs, rssKiB: vmHwmKiB(pidOf(first)) };
+        await first.stop();
+        const s = open({ netns: ns.path });
+        try {
+          const gen = s.generation();
+          const second = await startDaemon(ns, file);
+          const restart = { wallUs: second.readyUs, rssKiB: vmHwmKiB(pidOf(second)), wrote: s.generation() !== gen };
+          await second.stop();
+          result.ready.push({ rules: n, fresh, restart });
+          o.log(`    daemon with ${n.toLocaleString('en-US')} rules: ready ${(fresh.wallUs / 1e6).toFixed(2)} s fresh, ` +
+            `${(restart.wallUs / 1e6).toFixed(2)} s after a restart (${restart.wrote ? 'it wrote' : 'nothing written'})`);
+        } finally {
+          s.close();
+        }
+      });
+    }
+
+    // Repairs as deployed, beside the kernel's floor.
+    for (const n of o.repairRules) {
+      await withBenchNetns(`s8p${n}`, async (ns) => {
+        const file = join(dir, `repair-${n}.yaml`);
+        writeFileSync(file, chainYaml(n));
+        ns.exec('nft', ['-f', '-'], chainNft(n).replace('table ip big', 'table ip cmp'));
+        const d = await startDaemon(ns, file);
+        let repair: Summary;
+        try {
+          repair = (await probeRepairs({ netns: ns.path, family: 'ip', table: 'big', chain: 'c' }, o.repairs, o.repairGapMs,
+            { warmup: 1, timeoutMs: 60_000 })).summary;
+        } finally {
+          await d.stop();
+        }
+        const floor = await ruleFloor(ns, o.repairs);
+        result.repairs.push({ owned: `one rule of ${n.toLocaleString('en-US')} in one chain`, repair, floor });
+        o.log(`    repair of one rule of ${n}: p50 ${(repair.median / 1000).toFixed(3)} ms, p99 ${(repair.p99 / 1000).toFixed(3)} ms; floor ${(floor.median / 1000).toFixed(3)} ms`);
+      });
+    }
+    for (const n of o.repairElements) {
+      await withBenchNetns(`s8e${n}`, async (ns) => {
+        const file = join(dir, `elements-${n}.nft`);
+        writeFileSync(file, setNft(n));
+        ns.exec('nft', ['-f', '-'], setNft(n).replace('table ip big', 'table ip cmp'));
+        const d = await startDaemon(ns, file);
+        let repair: Summary;
+        try {
+          repair = (await probeElementRepairs({ netns: ns.path, family: 'ip', table: 'big', set: 's' }, o.repairs, o.repairGapMs,
+            { warmup: 1, timeoutMs: 60_000 })).summary;
+        } finally {
+          await d.stop();
+        }
+        const floor = await elementFloor(ns, o.repairs);
+        result.repairs.push({ owned: `one element of ${n.toLocaleString('en-US')} in one set`, repair, floor });
+        o.log(`    repair of one element of ${n}: p50 ${(repair.median / 1000).toFixed(3)} ms, p99 ${(repair.p99 / 1000).toFixed(3)} ms; floor ${(floor.median / 1000).toFixed(3)} ms`);
+      });
+    }
+
+    // A neighbour's commits to a table nfkeeper does not own.
+    if (o.neighbourSeconds > 0) {
+      await withBenchNetns('s8n', async (ns) => {
+        ns.exec('nft', ['-f', '-'], 'table ip other {\n\tchain c {\n\t}\n}\n');
+        const d = await startDaemon(ns, join(PROJECT_ROOT, 'examples', 'flannel.yaml'));
+        const s = open({ netns: ns.path });
+        try {
+          await sleep(2000);
+          const where = { family: 'ip' as const, table: 'other', chain: 'c' };
+          const add = new Batch().add('rule', { ...where, exprs: [{ kind: 'immediate', dreg: 0, verdict: 'accept' }] });
+          const flushChain = new Batch().flush('chain', { family: 'ip', table: 'other', name: 'c' });
+          const c0 = cpuSeconds(pidOf(d));
+          const t0 = performance.now();
+          let commits = 0;
+          const end = t0 + o.neighbourSeconds * 1000;
+          while (performance.now() < end) {
+            // Up to 10,000 a second: a commit every 100 µs at most.
+            const due = t0 + commits * 0.1;
+            if (performance.now() < due) continue;
+            await s.commit(commits % 2 === 0 ? add : flushChain);
+            commits++;
+          }
+          const seconds = (performance.now() - t0) / 1000;
+          const cpu = cpuSeconds(pidOf(d)) - c0;
+          result.neighbour = { seconds, commitsPerSecond: commits / seconds, daemonCpuPercent: (cpu / seconds) * 100 };
+          o.log(`    neighbour: ${(commits / seconds).toFixed(0)} commits/s for ${seconds.toFixed(1)} s; daemon ${(cpu / seconds * 100).toFixed(2)} % of a core`);
+        } finally {
+          s.close();
+          await d.stop();
+        }
+      });
+    }
+    return result;
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/** One socket deletes the middle rule of table cmp's chain and adds it back where it was. */
+async function ruleFloor(ns: BenchNetns, reps: number): Promise<Summary> {
+  const sock = open({ netns: ns.path });
+  const where = { family: 'ip' as const, table: 'cmp', chain: 'c' };
+  const samples: number[] = [];
+  try {
+    for (let r = 0; r < reps; r++) {
+      const rules = await sock.listRules(where);
+      const i = rules.length >> 1;
+      const t0 = performance.now();
+      await sock.commit(new Batch().delete('rule', { ...where, handle: rules[i]!.handle! }));
+      await sock.commit(new Batch().add('rule', i > 0 ? { ...where, exprs: rules[i]!.exprs, position: rules[i - 1]!.handle! }
+        : { ...where, exprs: rules[i]!.exprs }));
+      samples.push((performance.now() - t0) * 1000);
+    }
+  } finally {
+    sock.close();
+  }
+  return summarize(samples);
+}
+
+/** One socket deletes an element of table cmp's set and adds it back. */
+async function elementFloor(ns: BenchNetns, reps: number): Promise<Summary> {
+  const sock = open({ netns: ns.path });
+  const where = { family: 'ip' as const, table: 'cmp', set: 's' };
+  const samples: number[] = [];
+  try {
+    const elements = await sock.listElements(where);
+    for (let r = 0; r < reps; r++) {
+      const e = elements[(r * 7919) % elements.length]!;
+      const t0 = performance.now();
+      await sock.commit(new Batch().delete('element', { ...where, elements: [{ key: e.key }] }));
+      await sock.commit(new Batch().add('element', { ...where, elements: [{ key: e.key }] }));
+      samples.push((performance.now() - t0) * 1000);
+    }
+  } finally {
+    sock.close();
+  }
+  return summarize(samples);
+}
