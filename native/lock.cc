@@ -50,36 +50,39 @@ std::string Arg(const Napi::CallbackInfo& info, size_t i) {
 
 }  // namespace
 
-// bindAbstract(netnsPath, name) -> a listening socket's fd, or -errno (EADDRINUSE: someone holds the name).
-Napi::Value BindAbstract(const Napi::CallbackInfo& info) {
+namespace {
+
+// Calls f(fd, address) with a new Unix stream socket, in the namespace of info[0], for the abstract
+// name info[1]; f returns the result (and closes fd unless it keeps it). A number for JS: f's, or -errno.
+Napi::Value WithAbstractSocket(const Napi::CallbackInfo& info, const std::function<int(int, const sockaddr*, socklen_t)>& f) {
   std::string netns = Arg(info, 0), name = Arg(info, 1);
   sockaddr_un a;
   socklen_t len;
   if (!AbstractAddress(name, &a, &len)) return Napi::Number::New(info.Env(), -ENAMETOOLONG);
   int r = InNetns(netns, [&] {
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0) return -errno;
-    if (bind(fd, reinterpret_cast<sockaddr*>(&a), len) < 0 || listen(fd, 16) < 0) {
-      int e = errno;
-      close(fd);
-      return -e;
-    }
-    return fd;
+    return fd < 0 ? -errno : f(fd, reinterpret_cast<const sockaddr*>(&a), len);
   });
   return Napi::Number::New(info.Env(), r);
 }
 
+}  // namespace
+
+// bindAbstract(netnsPath, name) -> a listening socket's fd, or -errno (EADDRINUSE: someone holds the name).
+Napi::Value BindAbstract(const Napi::CallbackInfo& info) {
+  return WithAbstractSocket(info, [](int fd, const sockaddr* a, socklen_t len) {
+    if (bind(fd, a, len) == 0 && listen(fd, 16) == 0) return fd;
+    int e = errno;
+    close(fd);
+    return -e;
+  });
+}
+
 // abstractPeerPid(netnsPath, name) -> the pid of the process listening on the name, or -errno.
 Napi::Value AbstractPeerPid(const Napi::CallbackInfo& info) {
-  std::string netns = Arg(info, 0), name = Arg(info, 1);
-  sockaddr_un a;
-  socklen_t len;
-  if (!AbstractAddress(name, &a, &len)) return Napi::Number::New(info.Env(), -ENAMETOOLONG);
-  int r = InNetns(netns, [&] {
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0) return -errno;
+  return WithAbstractSocket(info, [](int fd, const sockaddr* a, socklen_t len) {
     int out;
-    if (connect(fd, reinterpret_cast<sockaddr*>(&a), len) < 0) {
+    if (connect(fd, a, len) < 0) {
       out = -errno;
     } else {
       struct ucred cred {};
@@ -89,7 +92,6 @@ Napi::Value AbstractPeerPid(const Napi::CallbackInfo& info) {
     close(fd);
     return out;
   });
-  return Napi::Number::New(info.Env(), r);
 }
 
 // flockExclusive(fd) -> 0, or the errno (EWOULDBLOCK: another open file holds it).
