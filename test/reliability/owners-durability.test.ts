@@ -419,3 +419,40 @@ describe('a journal damaged on disk stops start-up and collects nothing', () => 
   }, 120_000);
 });
 
+
+describe('past the open-file limit', () => {
+  it('control clients beyond what fits under RLIMIT_NOFILE get the documented 503, not a reset', async () => {
+    await withNetns(async (ns) => {
+      const dir = tempDir('durable-fds');
+      const config = writeConfig(dir);
+      const sock = join(dir, 'nfkeeper.sock');
+      const d = daemon(config, ns, { prefix: ['prlimit', '--nofile=256:256', '--'] });
+      const { createConnection } = await import('node:net');
+      const conns: import('node:net').Socket[] = [];
+      try {
+        await ready(sock, d);
+        // 240 clients at once, each holding its connection open after its answer (keep-alive).
+        const answers = await Promise.all(Array.from({ length: 240 }, () => new Promise<string>((resolve) => {
+          const c = createConnection(sock);
+          conns.push(c);
+          let got = '';
+          c.on('data', (b: Buffer) => {
+            got += b.toString();
+            if (got.includes('\r\n')) resolve(got.split('\r\n')[0]!);
+          });
+          c.on('error', (e: NodeJS.ErrnoException) => resolve(`error ${e.code}`));
+          c.on('close', () => resolve(got ? got.split('\r\n')[0]! : 'closed without an answer'));
+          c.write('GET /v1/status HTTP/1.1\r\nHost: nfkeeper\r\n\r\n');
+        })));
+        const count = (s: string) => answers.filter((a) => a.startsWith(s)).length;
+        expect(answers.filter((a) => !/^HTTP\/1\.1 (200|503) /.test(a)), 'every client answered 200 or 503').toEqual([]);
+        expect(count('HTTP/1.1 503')).toBeGreaterThan(0);
+        expect(count('HTTP/1.1 200')).toBeGreaterThan(100);
+        console.log(`[owners-durability] 240 clients under RLIMIT_NOFILE 256: ${count('HTTP/1.1 200')} served, ${count('HTTP/1.1 503')} answered 503, none reset`);
+      } finally {
+        for (const c of conns) c.destroy();
+        await stop(d);
+      }
+    }, 'durable-fds');
+  }, 60_000);
+});
