@@ -14,8 +14,10 @@ fi
 # the fuzz smoke test, test/reliability/fuzz.test.ts (scripts/fuzz.sh).
 # podman, runc, debootstrap and systemd-container (systemd-nspawn) are for the
 # container image and booted-systemd tests (test/image.test.ts, test/systemd-boot.test.ts).
+# containernetworking-plugins (/usr/lib/cni) writes the CNI rules foreign GC is tested against
+# (test/gc/cni.test.ts, driven by test/helpers/cni.ts).
 packages=(libnftnl-dev libmnl-dev pkg-config nftables iptables iproute2 make g++ python3 clang-14 libclang-rt-14-dev
-  podman runc debootstrap systemd-container)
+  podman runc debootstrap systemd-container containernetworking-plugins)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -168,7 +168,7 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
         status: async () => ({
           ...k.status(),
           ...(cfg.owners && reg ? {
-            owners: { registered: reg.size, table: `${cfg.owners.family} ${cfg.owners.table}`, dispatch: cfg.owners.dispatch,
+            owners: { registered: reg.size, table: `${cfg.owners.family} ${cfg.owners.table}`, dispatch: cfg.owners.dispatch, totals: reg.totals, limits: cfg.owners.limits,
               refused: reg.refusedOwners() },
             ownedGc: {
               found: await counterByKind(metrics.ownedGcFound),

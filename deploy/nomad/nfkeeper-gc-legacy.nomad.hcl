@@ -2,7 +2,10 @@
 # nfkeeper system job's GC (netlink, nf_tables) cannot see: every 5 minutes on every client,
 # `nfkeeper gc --backend iptables-legacy` removes what dead allocations left behind, in one
 # iptables-legacy-restore (docs/gc.md, "Hosts still on iptables-legacy"). The grace is kept across
-# runs in gc.state on the node. Run it only on legacy clients (the constraint below needs a node
+# runs in gc.state on the node. Its nat and filter tables reach everything Nomad's CNI plugins
+# write for an allocation: the tagged jumps of bridge and portmap (`dnat name: "nomad" ...`), the
+# CNI-<hash> and CNI-DN-<hash> chains behind them, and the firewall plugin's untagged CNI-FORWARD
+# rules for the dead allocation's address (docs/gc.md). Run it only on legacy clients (the constraint below needs a node
 # meta value you set: meta { iptables = "legacy" } in the client config).
 #
 # The image needs the iptables package (iptables-legacy-save/-restore). The docker driver must

@@ -1,7 +1,11 @@
 # A system job: one nfkeeper on every Linux client node, in the host network. It keeps its own
-# masquerade rules and collects what dead allocations leave behind in iptables' tables (the CNI
-# chains tagged name: "nomad" id: "<alloc id>"; docs/gc.md), with the live allocation ids read
-# from this node's Nomad agent API on every pass.
+# masquerade rules and collects what dead allocations leave behind in iptables' tables, with the
+# live allocation ids read from this node's Nomad agent API on every pass. The gc section's two
+# tables reach everything Nomad's CNI plugins write for an allocation (docs/gc.md, "One
+# allocation, as the plugins write it"): in nat, bridge's POSTROUTING jump tagged
+# name: "nomad" id: "<alloc id>" and its CNI-<hash> chain, portmap's CNI-HOSTPORT-DNAT jump tagged
+# dnat name: "nomad" id: "<alloc id>" and its CNI-DN-<hash> chain; in filter, the firewall
+# plugin's two untagged CNI-FORWARD rules for the allocation's address.
 #
 # The docker driver must allow what the task asks for, in the client's plugin block:
 #

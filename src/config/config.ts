@@ -384,7 +384,7 @@ function buildConfig(raw: unknown, file: string, where: Positions, options: Load
     const chainName = new Map(t.chains.map((c) => [c.name, c.name]));
     const sets = buildSets(t, ti, where, fail, chainName);
     const namedSets = new Map<string, NftSet>(sets.map((x) => [x.name, x.set]));
-    const graph = new JumpGraph(t.chains.map((c) => c.name));
+    const graph = new JumpGraph(t.chains.map((c) => c.name), 'this table', t.family);
     const chains: ChainConfig[] = t.chains.map((c, ci) => {
       const path = ['tables', ti, 'chains', ci];
       const baseKeys = [c.type, c.hook, c.priority].filter((v) => v !== undefined).length;

@@ -43,11 +43,17 @@ const NOMAD = z.strictObject({
   namespace: z.string().min(1).max(128).regex(/^[A-Za-z0-9_*-]+$/, 'a Nomad namespace, or * for all').default('*'),
 });
 
+/** libcni's result cache (src/gc/live.ts): a container with a record whose network namespace still exists is live. */
+const CNI = z.strictObject({
+  cacheDir: z.string().regex(/^\//, 'an absolute path, like /var/lib/cni').default('/var/lib/cni'),
+});
+
 const LIVE = z.union([
   z.strictObject({ file: z.string().min(1) }),
   z.strictObject({ command: z.array(z.string().min(1)).min(1) }),
   z.strictObject({ nomad: NOMAD }),
-], { error: 'live is { file: PATH }, { command: [argv...] } or { nomad: { address: URL } }' });
+  z.strictObject({ cni: CNI }),
+], { error: 'live is { file: PATH }, { command: [argv...] }, { nomad: { address: URL } } or { cni: { cacheDir: PATH } }' });
 
 export const GC_SCHEMA = z.strictObject({
   /** The daemon only reports foreign garbage unless this is true. */
@@ -57,6 +63,11 @@ export const GC_SCHEMA = z.strictObject({
   grace: DURATION.default(5 * 60_000),
   /** How often the daemon looks for foreign garbage. */
   interval: DURATION.refine((ms) => ms >= 1000, 'at least 1s').default(30_000),
+  /**
+   * Where the foreign tables live: nftables (netlink), or iptables-legacy (x_tables, read and
+   * changed with iptables-legacy-save/-restore; src/gc/legacy.ts). `nfkeeper gc --backend` overrides it.
+   */
+  backend: z.enum(['nftables', 'iptables-legacy']).default('nftables'),
   /** Where the one-shot `nfkeeper gc` keeps when it first saw each id missing (JSON). */
   state: z.string().min(1).optional(),
 });

@@ -10,6 +10,13 @@ import * as z from 'zod';
 export const DEFAULT_SOCKET = '/run/nfkeeper/nfkeeper.sock';
 export const DEFAULT_STATE = '/var/lib/nfkeeper/owners.json';
 
+/**
+ * What all owners together may hold, by default: rules (chain rules and jumps) and bytes (each
+ * owner's request as the state file keeps it). Far below the config's own rule limit, so that a
+ * full ruleset of owners is still a few batches' work to install or repair.
+ */
+export const DEFAULT_LIMITS = { rules: 50_000, bytes: 8 << 20 } as const;
+
 const NAME = z.string().min(1).max(255).regex(/^[A-Za-z0-9_.\-]+$/, 'use letters, digits, _ . and - only');
 
 export const OWNERS_SCHEMA = z.strictObject({
@@ -20,6 +27,11 @@ export const OWNERS_SCHEMA = z.strictObject({
   socket: z.string().min(1).default(DEFAULT_SOCKET),
   /** The registered owners, as JSON (written atomically). */
   state: z.string().min(1).default(DEFAULT_STATE),
+  /** Totals across all owners; a registration that would pass one is refused (507). */
+  limits: z.strictObject({
+    rules: z.number().int().min(1).default(DEFAULT_LIMITS.rules),
+    bytes: z.number().int().min(1).default(DEFAULT_LIMITS.bytes),
+  }).default({ ...DEFAULT_LIMITS }),
 });
 
 export type OwnersConfig = z.output<typeof OWNERS_SCHEMA>;

@@ -31,6 +31,8 @@ export interface GarbageRule {
   handle: number;
   /** The rule as nft text. */
   text: string;
+  /** Why it goes. */
+  why: string;
 }
 
 export interface GarbageChain {
@@ -39,6 +41,8 @@ export interface GarbageChain {
   name: string;
   /** Its rules as nft text, in order; they go with it. */
   rules: string[];
+  /** Why it goes. */
+  why: string;
 }
 
 /** What one id leaves behind. */
@@ -169,16 +173,26 @@ export interface GcRuleModel<R> {
   tags(r: R): string[];
   /** The chains it jumps or gotos to. */
   targets(r: R): string[];
+  /** The single address the rule matches as its source (`-s X/32`, `ip saddr X`), if it has one. */
+  sourceAddress(r: R): string | undefined;
+  /**
+   * When the rule is exactly one of the CNI firewall plugin's per-address rules
+   * (`-d X/32 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT`, `-s X/32 -j ACCEPT`), X.
+   */
+  firewallAddress(r: R): string | undefined;
 }
+
+/** The chain the CNI firewall plugin keeps its untagged per-address rules in (filter table). */
+export const CNI_FIREWALL_CHAIN = 'CNI-FORWARD';
 
 /** One id's garbage, in a backend's own rule type. */
 export interface FoundGarbage<R> {
   id: string;
   owner?: string;
-  /** Garbage rules in chains that stay, with their view. */
-  rules: { view: GcTableView<R & { chain: string }>; rule: R }[];
-  /** Garbage chains with all their rules, in order. */
-  chains: { view: GcTableView<R & { chain: string }>; name: string; rules: R[] }[];
+  /** Garbage rules in chains that stay, with their view and why they go. */
+  rules: { view: GcTableView<R & { chain: string }>; rule: R; why: string }[];
+  /** Garbage chains with all their rules, in order, and why they go. */
+  chains: { view: GcTableView<R & { chain: string }>; name: string; rules: R[]; why: string }[];
 }
 
 /**
@@ -192,6 +206,7 @@ export function findGarbage<R extends { chain: string }>(views: readonly GcTable
   // Pass 1: tags. Which ids appear, which are missing from the live set.
   const seen = new Set<string>();
   const tagged = new Map<R, string[]>();
+  const tagText = new Map<R, string>();
   const ownerOf = new Map<string, string | undefined>();
   for (const v of views) {
     const matchers = v.owners.map((f) => ({ owner: f.owner, m: tagMatcher(f) }));
@@ -203,6 +218,7 @@ export function findGarbage<R extends { chain: string }>(views: readonly GcTable
             const id = m.match(c);
             if (id === undefined) continue;
             ids.push(id);
+            if (!tagText.has(r)) tagText.set(r, c);
             if (!ownerOf.has(id)) ownerOf.set(id, owner);
             break;
           }
@@ -225,17 +241,44 @@ export function findGarbage<R extends { chain: string }>(views: readonly GcTable
     if (!g) byId.set(id, g = { id, ...(owner !== undefined ? { owner } : {}), rules: [], chains: [] });
     return g;
   };
+  // A rule is garbage on its own when every id it is tagged with has expired.
+  const isDeadTagged = (r: R) => {
+    const ids = tagged.get(r);
+    return ids !== undefined && ids.every((id) => expired.has(id));
+  };
+  const isLiveTagged = (r: R) => tagged.has(r) && !isDeadTagged(r);
+  const tagWhy = (r: R, id: string) => `tag ${JSON.stringify(tagText.get(r))}: ${id} is not live${o.graceMs > 0 ? ` for ${Math.round(o.tracker.missingFor(id, now) / 1000)}s (grace ${Math.round(o.graceMs / 1000)}s)` : ''}`;
+
+  // The CNI firewall plugin's per-address rules carry no tag. One is X's when a dead id's tagged
+  // rule (bridge's masquerade jump) has X as its one source address, and no rule of a live or
+  // pending id names X (the address may have been handed out again).
+  const deadAddr = new Map<string, { id: string; where: string }>();
+  const liveAddr = new Set<string>();
+  for (const v of views) {
+    for (const list of v.rules.values()) {
+      for (const r of list) {
+        if (!tagged.has(r)) continue;
+        const a = model.sourceAddress(r);
+        if (a === undefined) continue;
+        if (isDeadTagged(r)) {
+          if (!deadAddr.has(a)) deadAddr.set(a, { id: tagged.get(r)![0]!, where: `${v.family} ${v.table} ${r.chain}` });
+        } else liveAddr.add(a);
+      }
+    }
+  }
 
   for (const v of views) {
-    // A rule is garbage on its own when every id it is tagged with has expired.
-    const isDeadTagged = (r: R) => {
-      const ids = tagged.get(r);
-      return ids !== undefined && ids.every((id) => expired.has(id));
-    };
-    const isLiveTagged = (r: R) => tagged.has(r) && !isDeadTagged(r);
-    const garbageRules = new Set<R>();
-    const ruleId = new Map<R, string>();
-    for (const list of v.rules.values()) for (const r of list) if (isDeadTagged(r)) { garbageRules.add(r); ruleId.set(r, tagged.get(r)![0]!); }
+    const garbageRules = new Map<R, { id: string; why: string }>();
+    for (const list of v.rules.values()) {
+      for (const r of list) if (isDeadTagged(r)) garbageRules.set(r, { id: tagged.get(r)![0]!, why: tagWhy(r, tagged.get(r)![0]!) });
+    }
+    for (const r of v.rules.get(CNI_FIREWALL_CHAIN) ?? []) {
+      if (v.table !== 'filter' || tagged.has(r)) continue;
+      const a = model.firewallAddress(r);
+      const dead = a === undefined ? undefined : deadAddr.get(a);
+      if (!dead || liveAddr.has(a!)) continue;
+      garbageRules.set(r, { id: dead.id, why: `CNI firewall rule for ${a}, the source address of ${dead.id}'s tagged rule in ${dead.where}; no live or pending id's rule names it` });
+    }
 
     // References into each chain.
     const refs = new Map<string, R[]>();
@@ -248,7 +291,7 @@ export function findGarbage<R extends { chain: string }>(views: readonly GcTable
     }
 
     // Pass 2: chains reached only from garbage, to a fixpoint.
-    const garbageChains = new Map<string, string>();  // name -> id
+    const garbageChains = new Map<string, { id: string; why: string }>();
     for (let changed = true; changed;) {
       changed = false;
       for (const [name, chain] of v.chains) {
@@ -260,22 +303,63 @@ export function findGarbage<R extends { chain: string }>(views: readonly GcTable
         // The kernel counts the chain's own rules plus every jump/goto to it;
         // a reference we did not see (a verdict map element, ...) keeps it.
         if (chain.use !== undefined && chain.use !== own.length + from.length) continue;
-        const id = ruleId.get(from[0]!)!;
-        garbageChains.set(name, id);
-        for (const r of own) if (!garbageRules.has(r)) { garbageRules.add(r); ruleId.set(r, id); }
+        const id = garbageRules.get(from[0]!)!.id;
+        const why = `reached only from garbage (${[...new Set(from.map((r) => r.chain))].join(', ')})`;
+        garbageChains.set(name, { id, why });
+        for (const r of own) if (!garbageRules.has(r)) garbageRules.set(r, { id, why: `in garbage chain ${name}` });
         changed = true;
       }
     }
-    for (const r of garbageRules) {
-      if (!garbageChains.has(r.chain)) entry(ruleId.get(r)!).rules.push({ view: v, rule: r });
+    for (const [r, { id, why }] of garbageRules) {
+      if (!garbageChains.has(r.chain)) entry(id).rules.push({ view: v, rule: r, why });
     }
-    for (const [name, id] of garbageChains) entry(id).chains.push({ view: v, name, rules: v.rules.get(name) ?? [] });
+    for (const [name, { id, why }] of garbageChains) entry(id).chains.push({ view: v, name, rules: v.rules.get(name) ?? [], why });
   }
   const garbage = [...byId.values()].sort((a, b) => a.id.localeCompare(b.id));
   return { garbage, pending, seen };
 }
 
-const NFT_MODEL: GcRuleModel<Rule> = { tags: ruleTags, targets: jumpTargets };
+/** The address in `payload(network, offset) == X` when it compares the whole field (no mask): ip/ip6 saddr or daddr. */
+function addressAt(exprs: Rule['exprs'], i: number, family: Family, field: 'saddr' | 'daddr'): string | undefined {
+  const p = exprs[i];
+  const c = exprs[i + 1];
+  const v6 = family === 'ip6';
+  const at = v6 ? (field === 'saddr' ? 8 : 24) : (field === 'saddr' ? 12 : 16);
+  const len = v6 ? 16 : 4;
+  if (p?.kind !== 'payload' || p.base !== 'network' || p.offset !== at || p.len !== len || p.dreg === undefined) return undefined;
+  if (c?.kind !== 'cmp' || c.op !== 'eq' || c.sreg !== p.dreg || c.data.length !== len * 2) return undefined;
+  const b = Buffer.from(c.data, 'hex');
+  // The URL parser writes an IPv6 address in its canonical compressed form, as iptables-save does.
+  return v6 ? new URL(`http://[${[...Array(8).keys()].map((k) => b.readUInt16BE(k * 2).toString(16)).join(':')}]`).hostname.slice(1, -1) : [...b].join('.');
+}
+
+/** xt_conntrack_mtinfo3 with only --ctstate RELATED,ESTABLISHED (match_flags 1, invert 0, state_mask 6). */
+function isCtRelatedEstablished(e: Rule['exprs'][number]): boolean {
+  if (e.kind !== 'match' || e.name !== 'conntrack' || e.rev !== 3) return false;
+  const b = Buffer.from(e.info, 'hex');
+  return b.length >= 152 && b.readUInt16LE(146) === 1 && b.readUInt16LE(148) === 0 && b.readUInt16LE(150) === 6;
+}
+
+const NFT_MODEL: GcRuleModel<Rule> = {
+  tags: ruleTags,
+  targets: jumpTargets,
+  sourceAddress: (r) => {
+    for (let i = 0; i < r.exprs.length; i++) {
+      const a = addressAt(r.exprs, i, r.family, 'saddr');
+      if (a !== undefined) return a;
+    }
+    return undefined;
+  },
+  firewallAddress: (r) => {
+    // What iptables-nft makes of the plugin's two rules; counters do not count.
+    const e = r.exprs.filter((x) => x.kind !== 'counter');
+    const accept = e.length > 0 && e[e.length - 1]!.kind === 'immediate' && (e[e.length - 1] as { verdict?: string }).verdict === 'accept';
+    if (!accept) return undefined;
+    if (e.length === 3) return addressAt(e, 0, r.family, 'saddr');
+    if (e.length === 4 && isCtRelatedEstablished(e[2]!)) return addressAt(e, 0, r.family, 'daddr');
+    return undefined;
+  },
+};
 
 /** Finds what can be collected now. Reads the generation first; the dumps follow it. */
 export async function scan(sock: NftConn, o: ScanOptions, generation = sock.generation()): Promise<ScanResult> {
@@ -302,11 +386,11 @@ export async function scan(sock: NftConn, o: ScanOptions, generation = sock.gene
   };
   const garbage = found.garbage.map((g): Garbage => ({
     id: g.id, ...(g.owner !== undefined ? { owner: g.owner } : {}),
-    rules: g.rules.map(({ view, rule: r }) => {
+    rules: g.rules.map(({ view, rule: r, why }) => {
       if (r.handle === undefined) throw new NfkeeperError(`rule in ${view.family} ${view.table} ${r.chain} has no handle`);
-      return { family: view.family, table: view.table, chain: r.chain, handle: r.handle, text: render(r) };
+      return { family: view.family, table: view.table, chain: r.chain, handle: r.handle, text: render(r), why };
     }),
-    chains: g.chains.map((c) => ({ family: c.view.family, table: c.view.table, name: c.name, rules: c.rules.map(render) })),
+    chains: g.chains.map((c) => ({ family: c.view.family, table: c.view.table, name: c.name, rules: c.rules.map(render), why: c.why })),
   }));
   return { generation, garbage, pending: found.pending, seen: found.seen };
 }
@@ -326,9 +410,9 @@ export function renderGarbage(garbage: readonly Garbage[]): string[] {
   const out: string[] = [];
   for (const g of garbage) {
     out.push(`# id ${g.id}${g.owner ? ` (owner ${g.owner})` : ''}`);
-    for (const r of g.rules) out.push(`delete rule ${r.family} ${r.table} ${r.chain} handle ${r.handle} # ${r.text}`);
+    for (const r of g.rules) out.push(`# ${r.why}`, `delete rule ${r.family} ${r.table} ${r.chain} handle ${r.handle} # ${r.text}`);
     for (const c of g.chains) {
-      out.push(`delete chain ${c.family} ${c.table} ${c.name} {`);
+      out.push(`# ${c.why}`, `delete chain ${c.family} ${c.table} ${c.name} {`);
       for (const t of c.rules) out.push(`\t${t}`);
       out.push('}');
     }

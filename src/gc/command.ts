@@ -20,7 +20,7 @@ export interface GcOnceOptions {
   liveFile?: string;
   grace?: string;
   dryRun?: boolean;
-  /** nftables (default), or iptables-legacy: x_tables through iptables-legacy-save/-restore (src/gc/legacy.ts). */
+  /** nftables, or iptables-legacy: x_tables through iptables-legacy-save/-restore (src/gc/legacy.ts); default gc.backend. */
   backend?: 'nftables' | 'iptables-legacy';
 }
 
@@ -57,7 +57,8 @@ export async function gcOnce(config: Config, o: GcOnceOptions): Promise<GcOnceRe
   let r: Pick<GcOnceResult, 'garbage' | 'pending' | 'collected' | 'ops'>;
   let rendered: string[];
   let json: Record<string, unknown>;
-  if (o.backend === 'iptables-legacy') {
+  const backend = o.backend ?? gc.backend;
+  if (backend === 'iptables-legacy') {
     const l = await collectLegacy({ ...scan, netns: o.netns });
     r = l;
     rendered = renderLegacyGarbage(l.garbage);
@@ -85,7 +86,7 @@ export async function gcOnce(config: Config, o: GcOnceOptions): Promise<GcOnceRe
     lines.push(`# id ${p.id}: not live, kept for its grace period (${stateFile ? `missing for ${Math.round(p.missingForMs / 1000)}s` : 'no gc.state file to remember since when; use --grace 0s to collect now'})`);
   }
   if (r.garbage.length === 0) lines.push('no garbage');
-  else if (r.collected) lines.push(`collected ${r.garbage.length} ids in one ${o.backend === 'iptables-legacy' ? 'iptables-legacy-restore' : 'batch'} (${r.ops} operations)`);
+  else if (r.collected) lines.push(`collected ${r.garbage.length} ids in one ${backend === 'iptables-legacy' ? 'iptables-legacy-restore' : 'batch'} (${r.ops} operations)`);
   json = {
     dryRun: o.dryRun ?? false, collected: r.collected, ops: r.ops, ...json,
     garbage: r.garbage, pending: r.pending,

@@ -8,7 +8,8 @@ import type { Logger } from 'pino';
 import type { GcConfig } from '../config/gc.js';
 import type { NftConn, NftHost } from '../netlink/conn.js';
 import { kernelHost } from '../netlink/host.js';
-import { GraceTracker, collect, renderGarbage, type CollectResult } from './collect.js';
+import { GraceTracker, collect, renderGarbage } from './collect.js';
+import { collectLegacy, renderLegacyGarbage } from './legacy.js';
 import { readLiveSet } from './live.js';
 import type { KeeperMetrics } from '../metrics.js';
 
@@ -22,6 +23,16 @@ export interface GcLoopOptions {
   metrics?: Pick<KeeperMetrics, 'foreignGcFound' | 'foreignGcCollected'>;
   /** Where to connect; default the kernel of `netns`. */
   host?: NftHost;
+}
+
+/** What one pass found and did, on either backend. */
+export interface GcPass {
+  garbage: { id: string }[];
+  pending: { id: string; missingForMs: number }[];
+  collected: boolean;
+  ops: number;
+  /** The report-only log's text of what would go. */
+  wouldRemove(): string[];
 }
 
 export interface GcTotals {
@@ -39,7 +50,8 @@ export class GcLoop {
   private readonly host: NftHost;
   private sock: NftConn | undefined;
   private timer: NodeJS.Timeout | undefined;
-  private running: Promise<CollectResult | undefined> | undefined;
+  private running: Promise<GcPass | undefined> | undefined;
+  private readonly netns: string | undefined;
   private stopped = false;
   private lastReported = '';
 
@@ -52,6 +64,7 @@ export class GcLoop {
     this.gc = o.gc;
     this.log = o.logger;
     this.host = o.host ?? kernelHost(o.netns);
+    this.netns = o.netns;
   }
 
   /** A reloaded config; undefined (the gc section removed) stops collecting until the next one. */
@@ -73,7 +86,7 @@ export class GcLoop {
   }
 
   /** One pass; resolves to undefined when it could not run (logged). */
-  runOnce(now = Date.now()): Promise<CollectResult | undefined> {
+  runOnce(now = Date.now()): Promise<GcPass | undefined> {
     const p = this.pass(now).finally(() => {
       if (this.running === p) this.running = undefined;
     });
@@ -89,15 +102,23 @@ export class GcLoop {
     this.timer.unref();
   }
 
-  private async pass(now: number): Promise<CollectResult | undefined> {
+  private async pass(now: number): Promise<GcPass | undefined> {
     const gc = this.gc;
     if (!gc || gc.foreign.length === 0 || (!gc.live && !this.liveIds)) return undefined;
     this.totals.runs++;
     try {
       const live = gc.live ? await readLiveSet(gc.live) : new Set<string>();
       for (const id of this.liveIds?.() ?? []) live.add(id);
-      this.sock ??= this.host.connect();
-      const r = await collect(this.sock, { foreign: gc.foreign, live, graceMs: gc.grace, tracker: this.tracker, now, dryRun: !gc.enabled });
+      const scan = { foreign: gc.foreign, live, graceMs: gc.grace, tracker: this.tracker, now, dryRun: !gc.enabled };
+      let r: GcPass;
+      if (gc.backend === 'iptables-legacy') {
+        const l = await collectLegacy({ ...scan, netns: this.netns });
+        r = { ...l, wouldRemove: () => renderLegacyGarbage(l.garbage) };
+      } else {
+        this.sock ??= this.host.connect();
+        const n = await collect(this.sock, scan);
+        r = { ...n, wouldRemove: () => renderGarbage(n.garbage) };
+      }
       this.totals.found += r.garbage.length;
       this.metrics?.foreignGcFound.inc(r.garbage.length);
       if (r.collected) {
@@ -112,7 +133,7 @@ export class GcLoop {
           const key = ids.join(' ');
           const level = key === this.lastReported ? 'debug' : 'warn';
           this.lastReported = key;
-          this.log[level]({ ids, wouldRemove: renderGarbage(r.garbage) }, 'foreign garbage found (report only: set gc.enabled: true to collect)');
+          this.log[level]({ ids, wouldRemove: r.wouldRemove() }, 'foreign garbage found (report only: set gc.enabled: true to collect)');
         }
       } else this.lastReported = '';
       if (r.pending.length > 0) this.log.debug({ pending: r.pending }, 'not-live ids inside their grace period');

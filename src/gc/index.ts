@@ -6,7 +6,7 @@ export {
   type CollectResult, type Garbage, type GarbageChain, type GarbageRule, type ScanOptions, type ScanResult,
 } from './collect.js';
 export { gcOnce, type GcOnceOptions } from './command.js';
-export { GcLoop, type GcLoopOptions, type GcTotals } from './daemon.js';
+export { GcLoop, type GcLoopOptions, type GcPass, type GcTotals } from './daemon.js';
 export { findGarbage, type FoundGarbage, type GcRuleModel, type GcTableView } from './collect.js';
 export { LegacyIptablesError, collectLegacy, parseSave, renderLegacyGarbage, type LegacyCollectResult, type LegacyGarbage } from './legacy.js';
-export { readNomadAllocations, type NomadSource } from './live.js';
+export { readCniCache, readNomadAllocations, type CniCacheSource, type NomadSource } from './live.js';

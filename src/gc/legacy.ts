@@ -113,7 +113,25 @@ export function parseSave(text: string, from: string): LegacyTable[] {
   return tables;
 }
 
-const LEGACY_MODEL: GcRuleModel<LegacyRule> = { tags: (r) => r.comments, targets: (r) => r.targets };
+/** `X/32` (`X/128`): one address, X; anything wider is not an address. */
+const oneAddress = (w: string | undefined) => /^([0-9.]+\/32|[0-9a-f:]+\/128)$/.exec(w ?? '')?.[1]!.replace(/\/\d+$/, '');
+
+const LEGACY_MODEL: GcRuleModel<LegacyRule> = {
+  tags: (r) => r.comments,
+  targets: (r) => r.targets,
+  sourceAddress: (r) => {
+    const w = splitSaveLine(r.spec);
+    const i = w.indexOf('-s');
+    return i >= 0 && w[i - 1] !== '!' ? oneAddress(w[i + 1]) : undefined;
+  },
+  // The plugin's two rules exactly as iptables-legacy-save prints them.
+  firewallAddress: (r) => {
+    const w = splitSaveLine(r.spec);
+    if (w.length === 4 && w[0] === '-s' && w[2] === '-j' && w[3] === 'ACCEPT') return oneAddress(w[1]);
+    if (w.length === 8 && w[0] === '-d' && w.slice(2).join(' ') === '-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT') return oneAddress(w[1]);
+    return undefined;
+  },
+};
 
 /** The programs for a family. */
 export function legacyTools(family: Family): { save: string; restore: string } {
@@ -218,17 +236,17 @@ export async function collectLegacy(o: LegacyOptions): Promise<LegacyCollectResu
         if (!l) perTable.set(k, l = { family, lines: [] });
         return l.lines;
       };
-      for (const { view, rule } of g.rules) {
+      for (const { view, rule, why } of g.rules) {
         const line = `-D ${rule.chain} ${rule.spec}`;
         at(view.family, view.table).del.push(line);
-        lines(view.family, view.table).push(line);
+        lines(view.family, view.table).push(`# ${why}`, line);
       }
       for (const c of g.chains) {
         // Each of the chain's rules by spec, not -F: a rule added since the save is not ours to flush.
         const dels = c.rules.map((r) => `-D ${c.name} ${r.spec}`);
         at(c.view.family, c.view.table).del.push(...dels);
         at(c.view.family, c.view.table).drop.push(`-X ${c.name}`);
-        lines(c.view.family, c.view.table).push(...dels, `-X ${c.name}`);
+        lines(c.view.family, c.view.table).push(`# chain ${c.name}: ${c.why}`, ...dels, `-X ${c.name}`);
       }
       for (const [k, v] of perTable) {
         const table = k.slice(k.indexOf(' ') + 1);

@@ -6,7 +6,8 @@
  * live rules.
  */
 import { execFile } from 'node:child_process';
-import { readFile } from 'node:fs/promises';
+import { readdir, readFile, statfs } from 'node:fs/promises';
+import { join } from 'node:path';
 import { NfkeeperError } from '../errors.js';
 import { ID_RE, ID_RULE } from '../config/gc.js';
 
@@ -20,7 +21,12 @@ export interface NomadSource {
   namespace: string;
 }
 
-export type LiveSource = { file: string } | { command: string[] } | { nomad: NomadSource };
+export interface CniCacheSource {
+  /** libcni's cache directory (the runtime's cacheDir; /var/lib/cni by default). */
+  cacheDir: string;
+}
+
+export type LiveSource = { file: string } | { command: string[] } | { nomad: NomadSource } | { cni: CniCacheSource };
 
 /** Parses a live set from JSON text; `from` names the source in errors. */
 export function parseLiveSet(text: string, from: string): Set<string> {
@@ -44,6 +50,7 @@ const COMMAND_TIMEOUT_MS = 30_000;
 
 export async function readLiveSet(src: LiveSource): Promise<Set<string>> {
   if ('nomad' in src) return readNomadAllocations(src.nomad);
+  if ('cni' in src) return readCniCache(src.cni);
   if ('file' in src) {
     let text: string;
     try {
@@ -117,5 +124,60 @@ export async function readNomadAllocations(o: NomadSource): Promise<Set<string>>
     if (typeof alloc.ClientStatus === 'string' && TERMINAL.has(alloc.ClientStatus)) return;
     out.add(alloc.ID);
   });
+  return out;
+}
+
+/** statfs(2)'s f_type of the namespace filesystem: what a live network namespace file is on. */
+const NSFS_MAGIC = 0x6e736673;
+
+/**
+ * The live container ids from libcni's result cache: every
+ * `<cacheDir>/results/<network>-<id>-<ifname>` record (cniCacheV1) whose
+ * container still has its network namespace. libcni writes the record after
+ * a successful ADD and removes it after DEL; a container that died without
+ * a DEL keeps its record, so the record alone is not enough: the namespace
+ * file it names (`netns`, written by libcni 1.1 and later) must still be a
+ * namespace (nsfs). A record without `netns` counts as live. A missing
+ * cache directory, an unreadable or malformed record, or a namespace file
+ * that cannot be examined is a LiveSetError, never a smaller set.
+ */
+export async function readCniCache(o: CniCacheSource): Promise<Set<string>> {
+  const from = `cni cache ${o.cacheDir}`;
+  const dir = join(o.cacheDir, 'results');
+  let names: string[];
+  try {
+    await readdir(o.cacheDir);
+    names = await readdir(dir).catch((e: NodeJS.ErrnoException) => {
+      // libcni makes results/ on the first ADD: none yet means no container was ever set up.
+      if (e.code === 'ENOENT') return [];
+      throw e;
+    });
+  } catch (e) {
+    throw new LiveSetError(`live set ${from}: cannot read: ${(e as Error).message}`);
+  }
+  const out = new Set<string>();
+  for (const name of names.sort()) {
+    const file = join(dir, name);
+    let rec: { kind?: unknown; containerId?: unknown; netns?: unknown };
+    try {
+      rec = JSON.parse(await readFile(file, 'utf8')) as typeof rec;
+    } catch (e) {
+      throw new LiveSetError(`live set ${from}: ${file}: cannot read a cache record: ${(e as Error).message}`);
+    }
+    if (rec?.kind !== 'cniCacheV1') throw new LiveSetError(`live set ${from}: ${file}: not a libcni cache record (kind ${JSON.stringify(rec?.kind)}, expected "cniCacheV1")`);
+    if (typeof rec.containerId !== 'string' || !ID_RE.test(rec.containerId)) {
+      throw new LiveSetError(`live set ${from}: ${file}: containerId is not a valid id (${ID_RULE})`);
+    }
+    if (rec.netns !== undefined && typeof rec.netns !== 'string') throw new LiveSetError(`live set ${from}: ${file}: netns is not a path`);
+    if (rec.netns !== undefined && rec.netns !== '') {
+      try {
+        if ((await statfs(rec.netns)).type !== NSFS_MAGIC) continue;  // a plain file left where a namespace was mounted
+      } catch (e) {
+        if ((e as NodeJS.ErrnoException).code === 'ENOENT') continue;
+        throw new LiveSetError(`live set ${from}: ${file}: cannot examine its netns ${rec.netns}: ${(e as Error).message}`);
+      }
+    }
+    out.add(rec.containerId);
+  }
   return out;
 }

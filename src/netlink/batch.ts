@@ -36,9 +36,18 @@ export function describeOp(op: Op): string {
         : op.positionId !== undefined ? ` position id ${op.positionId}` : '';
       return `${op.verb} rule ${op.family} ${op.table} ${op.chain}${at}`;
     }
-    case 'set': return `${op.verb} set ${op.family} ${op.table} ${op.name}`;
-    case 'element': return `${op.verb} element ${op.family} ${op.table} ${op.set}`;
+    case 'set': return `${op.verb} set ${op.family} ${op.table} ${setName(op.name, op.id)}`;
+    case 'element': return `${op.verb} element ${op.family} ${op.table} ${setName(op.set, op.setId)}`;
   }
+}
+
+/**
+ * An anonymous set's name is a template the kernel fills in ('__set%d', '__map%d'); the real name
+ * is known only once the commit is through, so a message says which kind and its batch id instead.
+ */
+function setName(name: string, id: number | undefined): string {
+  if (!name.includes('%')) return name;
+  return `(anonymous ${name.startsWith('__map') ? 'map' : 'set'}${id !== undefined ? `, set id ${id}` : ''})`;
 }
 
 /** Queues operations for one atomic commit. */

@@ -20,7 +20,7 @@ import { dirname } from 'node:path';
 import type { Logger } from 'pino';
 import { NfkeeperError } from '../errors.js';
 import { loadAddon } from '../native.js';
-import { OwnerApplyError, OwnerStateWriteError, type OwnerRegistry } from './registry.js';
+import { OwnerApplyError, OwnerLimitError, OwnerStateWriteError, type OwnerRegistry } from './registry.js';
 import { OwnerSpecError, validateOwnerId } from './spec.js';
 
 export const MAX_BODY = 1 << 20;
@@ -118,6 +118,8 @@ export async function route(o: Pick<ControlOptions, 'registry' | 'status'>, meth
     if (e instanceof OwnerSpecError) return err(400, e.message, { path: e.path });
     if (e instanceof OwnerStateWriteError) return err(503, e.message);
     if (e instanceof OwnerApplyError) return err(422, e.message);
+    // 507 Insufficient Storage: the request is fine, the daemon holds as much as it is configured to.
+    if (e instanceof OwnerLimitError) return err(507, e.message, { limit: `owners.limits.${e.limit}`, max: e.max, total: e.total });
     throw e;
   }
 }

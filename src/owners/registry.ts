@@ -56,6 +56,15 @@ export class OwnerStateWriteError extends OwnerApplyError {
   }
 }
 
+/** A registration that would take all owners together past owners.limits; nothing of it was applied. */
+export class OwnerLimitError extends NfkeeperError {
+  override name = 'OwnerLimitError';
+  constructor(readonly limit: 'rules' | 'bytes', readonly total: number, readonly max: number, readonly own: number) {
+    super(`owners would hold ${total.toLocaleString('en-US')} ${limit} in all with this one (${own.toLocaleString('en-US')}), `
+      + `past owners.limits.${limit} (${max.toLocaleString('en-US')}); remove or shrink an owner first`);
+  }
+}
+
 type Change = { kind: 'put'; owner: Owner } | { kind: 'delete'; id: string };
 interface Queued {
   change: Change;
@@ -127,6 +136,8 @@ export class OwnerRegistry {
   private state?: OwnersState;
   /** Groups committed; a test and the logs use it to see the grouping. */
   groups = 0;
+  /** Rules and bytes of the registered owners (Owner.rules, Owner.bytes), against owners.limits. */
+  private total = { rules: 0, bytes: 0 };
 
   /** Registered owners at most; a PUT of a new id beyond it is refused (409). */
   readonly maxOwners: number;
@@ -146,6 +157,15 @@ export class OwnerRegistry {
     ownersTable(config);
     for (const o of owners) this.owners.set(o.id, o);
     this.sorted = [...this.owners.values()].sort(byId);
+    for (const o of this.owners.values()) {
+      this.total.rules += o.rules;
+      this.total.bytes += o.bytes;
+    }
+  }
+
+  /** Rules and bytes all registered owners hold. */
+  get totals(): { rules: number; bytes: number } {
+    return { ...this.total };
   }
 
   get stateFile(): string {
@@ -309,25 +329,47 @@ export class OwnerRegistry {
           }
           continue;
         }
-        const group = this.alone.length > 0 ? [this.alone.shift()!] : this.queue.splice(0);
+        const taken = this.alone.length > 0 ? [this.alone.shift()!] : this.queue.splice(0);
         if (this.uncertain) {
           const err = new OwnerStateWriteError(this.uncertain);
-          for (const q of group) q.reject(err);
+          for (const q of taken) q.reject(err);
           continue;
         }
         // The group's changes over the current owners, the last change of an id winning (null: deleted).
         const staged = new Map<string, Owner | null>();
         const now = (id: string) => (staged.has(id) ? staged.get(id) ?? undefined : this.owners.get(id));
-        const results = group.map(({ change }) => {
+        // Totals as the group's changes so far leave them: a put that would grow one past its limit
+        // is refused here, alone, and the rest of the group goes on.
+        let { rules, bytes } = this.total;
+        const { limits } = this.config.owners!;
+        const group: Queued[] = [];
+        const results: { existed: boolean; changed: boolean }[] = [];
+        for (const q of taken) {
+          const { change } = q;
           if (change.kind === 'delete') {
-            const existed = now(change.id) !== undefined;
-            if (existed) staged.set(change.id, null);
-            return { existed, changed: existed };
+            const had = now(change.id);
+            if (had !== undefined) {
+              staged.set(change.id, null);
+              rules -= had.rules;
+              bytes -= had.bytes;
+            }
+            group.push(q);
+            results.push({ existed: had !== undefined, changed: had !== undefined });
+            continue;
           }
-          const had = now(change.owner.id);
-          staged.set(change.owner.id, change.owner);
-          return { existed: had !== undefined, changed: had === undefined || specKey(had.spec) !== specKey(change.owner.spec) };
-        });
+          const { owner } = change;
+          const had = now(owner.id);
+          const r = rules - (had?.rules ?? 0) + owner.rules;
+          const b = bytes - (had?.bytes ?? 0) + owner.bytes;
+          // (only growth is refused: owners registered under a larger limit stay, and may shrink)
+          if (r > limits.rules && r > rules) { q.reject(new OwnerLimitError('rules', r, limits.rules, owner.rules)); continue; }
+          if (b > limits.bytes && b > bytes) { q.reject(new OwnerLimitError('bytes', b, limits.bytes, owner.bytes)); continue; }
+          rules = r;
+          bytes = b;
+          staged.set(owner.id, owner);
+          group.push(q);
+          results.push({ existed: had !== undefined, changed: had === undefined || specKey(had.spec) !== specKey(owner.spec) });
+        }
         if (!results.some((r) => r.changed)) {
           group.forEach((q, i) => q.resolve(results[i]!));
           continue;
@@ -369,6 +411,7 @@ export class OwnerRegistry {
           this.unrefuse(id);
         }
         this.sorted = list;
+        this.total = { rules, bytes };
         this.groups++;
         if (this.state.due) {
           try {

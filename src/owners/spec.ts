@@ -10,9 +10,9 @@
 import * as z from 'zod';
 import type { ChainConfig, TableConfig } from '../config/config.js';
 import { NfkeeperError, RuleSyntaxError } from '../errors.js';
-import type { Expr } from '../netlink/expr.js';
 import type { ChainType, Hook } from '../netlink/objects.js';
 import { checkRulePlacement, commentOf, tagMatcher, commentUserdata, compileRule, compiledRule, type CompiledRule } from '../rules/index.js';
+import { forEachJump, renameJumps } from '../rules/placement.js';
 import { compactChains } from '../keeper/compact.js';
 import type { OwnersConfig } from '../config/owners.js';
 
@@ -147,6 +147,8 @@ export interface Owner {
   jumps: Map<string, ChainConfig['rules']>;
   /** Rules in all, jumps included. */
   rules: number;
+  /** The size of the request as the state file keeps it (UTF-8 bytes of specKey): what owners.limits.bytes counts. */
+  bytes: number;
 }
 
 /** Set ids of owners' anonymous sets start above any the config uses, so one batch can carry both. */
@@ -220,15 +222,15 @@ export function compileOwner(idIn: unknown, body: unknown, owners: OwnersConfig,
     compiledJumps.set(d, texts.map((text, i) => {
       const path = `jumps.${d}[${i}]`;
       const c = compile(text, d, path);
-      placement(c, base?.hook, base?.type, local, path);
-      for (const t of targets(c.exprs)) reach.get(t)!.set(`${base?.hook}/${base?.type}`, { hook: base?.hook, type: base?.type });
+      placement(c, base?.hook, base?.type, local, path, owners.family);
+      for (const t of targets(c, path)) reach.get(t)!.set(`${base?.hook}/${base?.type}`, { hook: base?.hook, type: base?.type });
       return c;
     }));
   }
   const compiledChains = spec.chains.map((ch, ci) => ch.rules.map((text, ri) => {
     const c = compile(text, ownerChainName(id, ch.name), `chains[${ci}].rules[${ri}]`);
-    placement(c, undefined, undefined, local, `chains[${ci}].rules[${ri}]`);
-    for (const t of targets(c.exprs)) edges.push([ch.name, t, '']);
+    placement(c, undefined, undefined, local, `chains[${ci}].rules[${ri}]`, owners.family);
+    for (const t of targets(c, `chains[${ci}].rules[${ri}]`)) edges.push([ch.name, t, '']);
     return c;
   }));
   checkLoops(spec, edges);
@@ -246,17 +248,18 @@ export function compileOwner(idIn: unknown, body: unknown, owners: OwnersConfig,
   // NAT statements the kernel would refuse in the hooks that reach them, said before anything is sent.
   spec.chains.forEach((ch, ci) => compiledChains[ci]!.forEach((c, ri) => {
     for (const { hook, type } of reach.get(ch.name)!.values()) {
-      if (hook !== undefined) placement(c, hook, type, local, `chains[${ci}].rules[${ri}]`, ` (chain ${ch.name} is reached from the ${hook} hook)`);
+      if (hook !== undefined) placement(c, hook, type, local, `chains[${ci}].rules[${ri}]`, owners.family, ` (chain ${ch.name} is reached from the ${hook} hook)`);
     }
   }));
 
   // The canonical text (tag and kernel chain names in it) is rendered when first read, as a config
   // rule's is: a registration reads few (a drift's description), and rendering each rule twice was
   // a quarter of compiling an owner. The entry's `text` is the rule as the owner wrote it.
+  // Every jump and goto (plain or in a verdict map) names one of the owner's chains (placement
+  // refused anything else): each becomes the chain's kernel name.
   const finish = (c: CompiledRule, text: string): ChainConfig['rules'][number] => {
-    const exprs = c.exprs.map((e): Expr => e.kind === 'immediate' && e.chain !== undefined && local.has(e.chain)
-      ? { ...e, chain: ownerChainName(id, e.chain) } : e);
-    return { text, compiled: compiledRule(exprs, c.sets, owners.family, tag) };
+    const r = renameJumps(c, (chain) => (local.has(chain) ? ownerChainName(id, chain) : undefined));
+    return { text, compiled: compiledRule(r.exprs, r.sets, owners.family, tag) };
   };
   const chains: ChainConfig[] = spec.chains.map((ch, ci) => ({ name: ownerChainName(id, ch.name),
     rules: compiledChains[ci]!.map((c, ri) => finish(c, ch.rules[ri]!)) }));
@@ -269,16 +272,21 @@ export function compileOwner(idIn: unknown, body: unknown, owners: OwnersConfig,
   // by a walk of every owner's rules at each registration.
   compactChains([...chains, ...[...jumps.values()].map((r) => ({ rules: r }))]);
   const rules = chains.reduce((n, c) => n + c.rules.length, 0) + [...jumps.values()].reduce((n, l) => n + l.length, 0);
-  return { id, spec, chains, jumps, rules };
+  return { id, spec, chains, jumps, rules, bytes: Buffer.byteLength(specKey(spec)) };
 }
 
-function targets(exprs: readonly Expr[]): string[] {
-  return exprs.flatMap((e) => (e.kind === 'immediate' && (e.verdict === 'jump' || e.verdict === 'goto') && e.chain ? [e.chain] : []));
+/** The chains a rule jumps or goes to, verdict maps included; a named verdict map is not the owner's to use. */
+function targets(c: CompiledRule, path: string): string[] {
+  const out: string[] = [];
+  forEachJump(c, (_, chain) => out.push(chain), (set) => {
+    throw new OwnerSpecError(path, `verdict map @${set} is not the owner's: an owner jumps only to its own chains`);
+  });
+  return out;
 }
 
 function placement(c: CompiledRule, hook: Hook | undefined, type: ChainType | undefined, local: ReadonlySet<string>,
-  path: string, why = ''): void {
-  const problem = checkRulePlacement(c, hook, type, local, 'this owner');
+  path: string, family: OwnersConfig['family'], why = ''): void {
+  const problem = checkRulePlacement(c, hook, type, local, 'this owner', family);
   if (problem) throw new OwnerSpecError(path, problem + why);
 }
 

@@ -1,38 +1,158 @@
 /**
- * Where a compiled rule may go: jumps to chains that exist, NAT statements in
- * the nat chains and hooks the kernel accepts them in. Checked for the
- * config's tables and for owners' chains alike.
+ * Where a compiled rule may go: jumps to chains that exist (plain, and in
+ * anonymous verdict maps), and every expression in the hooks and chain types
+ * the kernel's validate callback takes it in. Checked for the config's tables
+ * and for owners' chains alike.
  */
+import type { Expr, Family } from '../netlink/expr.js';
+import { FIB_F } from '../netlink/expr.js';
 import type { ChainType, Hook, SetElement } from '../netlink/objects.js';
 import type { CompiledRule } from './compile.js';
 
-/** What the kernel would refuse at commit time, said before anything is sent. */
-export function checkRulePlacement(rule: CompiledRule, hook: Hook | undefined, type: ChainType | undefined,
-  chains: ReadonlySet<string>, scope = 'this table'): string | undefined {
+/**
+ * Every place a rule jumps or goes to a chain: its immediate verdicts and the elements of its
+ * anonymous verdict maps. `named` is called for each lookup of a named verdict map, whose
+ * elements are the table's, not the rule's. The one walk of a rule's verdict positions: the
+ * checks here, the jump graph and owners' confinement and renaming all go through it.
+ */
+export function forEachJump(rule: CompiledRule, jump: (verdict: 'jump' | 'goto', chain: string) => void,
+  named?: (set: string) => void): void {
   for (const e of rule.exprs) {
-    if (e.kind === 'immediate' && (e.verdict === 'jump' || e.verdict === 'goto') && e.chain && !chains.has(e.chain)) {
-      return undefinedChain(e.verdict, e.chain, scope);
+    if (e.kind === 'immediate') {
+      if ((e.verdict === 'jump' || e.verdict === 'goto') && e.chain !== undefined) jump(e.verdict, e.chain);
+    } else if (e.kind === 'lookup' && e.dreg !== undefined) {
+      const anon = rule.sets.length > 0 ? rule.sets.find((x) => x.name === e.set && x.id === e.setId) : undefined;
+      if (anon) {
+        for (const el of anon.elements ?? []) {
+          if ((el.verdict === 'jump' || el.verdict === 'goto') && el.chain !== undefined) jump(el.verdict, el.chain);
+        }
+      } else named?.(e.set);
     }
   }
+}
+
+/**
+ * `rule` with each jump or goto target renamed by `rename` (plain verdicts and anonymous verdict
+ * maps alike); the same object when nothing changes.
+ */
+export function renameJumps(rule: CompiledRule, rename: (chain: string) => string | undefined): CompiledRule {
+  let exprs: Expr[] | undefined;
+  rule.exprs.forEach((e, i) => {
+    if (e.kind !== 'immediate' || e.chain === undefined) return;
+    const to = rename(e.chain);
+    if (to === undefined) return;
+    (exprs ??= rule.exprs.slice())[i] = { ...e, chain: to };
+  });
+  let sets: CompiledRule['sets'] | undefined;
+  rule.sets.forEach((x, i) => {
+    let elements: SetElement[] | undefined;
+    (x.elements ?? []).forEach((el, k) => {
+      if (el.chain === undefined) return;
+      const to = rename(el.chain);
+      if (to === undefined) return;
+      (elements ??= x.elements!.slice())[k] = { ...el, chain: to };
+    });
+    if (elements) (sets ??= rule.sets.slice())[i] = { ...x, elements };
+  });
+  return exprs || sets ? { ...rule, exprs: exprs ?? rule.exprs, sets: sets ?? rule.sets } : rule;
+}
+
+/** What the kernel would refuse at commit time, said before anything is sent. */
+export function checkRulePlacement(rule: CompiledRule, hook: Hook | undefined, type: ChainType | undefined,
+  chains: ReadonlySet<string>, scope = 'this table', family?: Family): string | undefined {
+  let problem: string | undefined;
+  forEachJump(rule, (verdict, chain) => {
+    if (problem === undefined && !chains.has(chain)) problem = undefinedChain(verdict, chain, scope);
+  });
+  if (problem !== undefined) return problem;
   // regular chains: checked through the jumps from the base chains (checkChainGraph), as the kernel does
-  return hook === undefined ? undefined : natPlacement(rule, hook, type);
+  return hook === undefined ? undefined : hookPlacement(rule, hook, type, family);
 }
 
 function undefinedChain(verdict: string, chain: string, scope: string): string {
   return `${verdict} to chain '${chain}', which ${scope} does not define`;
 }
 
-function natPlacement(rule: CompiledRule, hook: Hook, type: ChainType | undefined): string | undefined {
+const ALL: readonly Hook[] = ['prerouting', 'input', 'forward', 'output', 'postrouting'];
+const hooks = (...h: Hook[]): ReadonlySet<Hook> => new Set(h);
+const BEFORE_ROUTING = hooks('prerouting', 'input', 'forward');
+const AFTER_ROUTING = hooks('forward', 'output', 'postrouting');
+
+/** An expression the kernel takes only in some hooks (and chain types): its validate callback. */
+export interface Restriction {
+  /** The statement or match as nft writes it. */
+  what: string;
+  hooks: ReadonlySet<Hook>;
+  /** The chain type it needs (nft_chain_validate_chaintype). */
+  type?: ChainType;
+  /** The table families it is taken in, when not every one. */
+  families?: ReadonlySet<Family>;
+  /** Said instead of listing `hooks` (kept as the NAT messages were). */
+  says?: string;
+}
+
+const R = {
+  reject: { what: 'reject', hooks: hooks('prerouting', 'input', 'forward', 'output') },
+  xfrmIn: { what: 'ipsec in', hooks: BEFORE_ROUTING },
+  xfrmOut: { what: 'ipsec out', hooks: AFTER_ROUTING },
+  secpath: { what: 'meta ipsec', hooks: BEFORE_ROUTING },
+  sdif: { what: 'meta sdif and sdifname', hooks: hooks('input', 'forward') },
+  pkttype: { what: 'meta pkttype set', hooks: hooks('prerouting') },
+  osf: { what: 'osf', hooks: BEFORE_ROUTING, families: new Set<Family>(['ip', 'inet']) },
+  synproxy: { what: 'synproxy', hooks: hooks('input', 'forward') },
+  socket: { what: 'socket', hooks: hooks('prerouting', 'input', 'output') },
+  tproxy: { what: 'tproxy', hooks: hooks('prerouting') },
+  fibOif: { what: 'fib … oif and oifname', hooks: BEFORE_ROUTING },
+  fibIifType: { what: 'fib … iif type', hooks: BEFORE_ROUTING },
+  fibOifType: { what: 'fib … oif type', hooks: AFTER_ROUTING },
+  rtMtu: { what: 'rt mtu', hooks: AFTER_ROUTING },
+  dnat: { what: 'dnat and redirect', hooks: hooks('prerouting', 'output'), type: 'nat', says: 'dnat and redirect are only valid in prerouting and output chains' },
+  snat: { what: 'snat', hooks: hooks('postrouting', 'input'), type: 'nat', says: 'snat is only valid in postrouting and input chains' },
+  masq: { what: 'masquerade', hooks: hooks('postrouting'), type: 'nat', says: 'masquerade is only valid in postrouting chains' },
+} satisfies Record<string, Restriction>;
+
+/**
+ * The kernel's hook and chain-type restriction of an expression (the validate callbacks of
+ * nft_reject, nft_xfrm, nft_meta, nft_osf, nft_synproxy, nft_socket, nft_tproxy, nft_fib, nft_rt,
+ * nft_nat, nft_masq and nft_redir), or undefined when it runs anywhere. The same in the ip, ip6
+ * and inet families for the hooks a config can name (inet adds ingress for reject and pkttype),
+ * but for osf, which an ip6 table refuses in any hook.
+ */
+export function restrictionOf(e: Expr): Restriction | undefined {
+  switch (e.kind) {
+    case 'reject': return R.reject;
+    case 'xfrm': return e.dir === 0 ? R.xfrmIn : R.xfrmOut;
+    case 'meta':
+      if (e.dreg !== undefined) return e.key === 'ipsec' ? R.secpath : e.key === 'sdif' || e.key === 'sdifname' ? R.sdif : undefined;
+      return e.key === 'pkttype' ? R.pkttype : undefined;
+    case 'osf': return R.osf;
+    case 'synproxy': return R.synproxy;
+    case 'socket': return R.socket;
+    case 'tproxy': return R.tproxy;
+    case 'fib':
+      if (e.result !== 'type') return R.fibOif;
+      return e.flags & FIB_F.IIF ? R.fibIifType : e.flags & FIB_F.OIF ? R.fibOifType : undefined;
+    case 'rt': return e.key === 'mtu' ? R.rtMtu : undefined;
+    case 'nat': return e.type === 'dnat' ? R.dnat : R.snat;
+    case 'redir': return R.dnat;
+    case 'masq': return R.masq;
+    default: return undefined;
+  }
+}
+
+function hookList(h: ReadonlySet<Hook>): string {
+  const l = ALL.filter((x) => h.has(x));
+  return l.length === 1 ? l[0]! : `${l.slice(0, -1).join(', ')} and ${l[l.length - 1]}`;
+}
+
+/** Why the kernel refuses `rule` in a `type` chain on `hook`, or undefined when it takes it. */
+function hookPlacement(rule: CompiledRule, hook: Hook, type: ChainType | undefined, family: Family | undefined): string | undefined {
   for (const e of rule.exprs) {
-    const dnatLike = (e.kind === 'nat' && e.type === 'dnat') || e.kind === 'redir';
-    const snatLike = (e.kind === 'nat' && e.type === 'snat') || e.kind === 'masq';
-    if ((dnatLike || snatLike) && type !== 'nat') return 'NAT statements need a chain of type nat';
-    if (dnatLike && hook !== 'prerouting' && hook !== 'output') {
-      return 'dnat and redirect are only valid in prerouting and output chains';
-    }
-    if (snatLike && hook !== 'postrouting' && hook !== 'input') {
-      return 'snat and masquerade are only valid in postrouting and input chains';
-    }
+    const r = restrictionOf(e);
+    if (r === undefined) continue;
+    if (r.families && family !== undefined && !r.families.has(family)) return `${r.what} is not valid in an ${family} table (only in ${[...r.families].join(' and ')})`;
+    if (r.type !== undefined && type !== r.type) return r.type === 'nat' ? 'NAT statements need a chain of type nat' : `${r.what} needs a chain of type ${r.type}`;
+    if (!r.hooks.has(hook)) return r.says ?? `${r.what} is only valid in ${hookList(r.hooks)} chains`;
   }
   return undefined;
 }
@@ -51,8 +171,8 @@ export interface GraphProblem {
  * A table's jump graph, for what the kernel's commit-time validation (nf_tables_validate)
  * refuses, walked from every base chain through jumps, gotos and verdict maps: a loop (EMLINK
  * once it passes the stack), a chain 16 jumps deep (EMLINK), a jump to a base chain
- * (EOPNOTSUPP), and a NAT statement in a regular chain that a base chain of the wrong type or
- * hook reaches (EOPNOTSUPP). Chains no base chain reaches are not walked, as the kernel does not
+ * (EOPNOTSUPP), and a statement the kernel restricts (restrictionOf: NAT, reject, socket, …) in
+ * a regular chain that a base chain of the wrong type or hook reaches (EOPNOTSUPP). Chains no base chain reaches are not walked, as the kernel does not
  * walk them.
  *
  * `rule()` is the one pass over a rule's expressions: it says what checkRulePlacement says and
@@ -72,15 +192,15 @@ export class JumpGraph {
   private readonly mapFrom: number[] = [];
   private readonly mapRule: number[] = [];
   private readonly mapName: string[] = [];
-  /** Rules with a NAT statement, a chain's one after another: chain, rule index, rule. */
-  private readonly natChain: number[] = [];
-  private readonly natIndex: number[] = [];
-  private readonly natRule: CompiledRule[] = [];
+  /** Rules with an expression the kernel restricts (restrictionOf), a chain's one after another: chain, rule index, rule. */
+  private readonly limitedChain: number[] = [];
+  private readonly limitedIndex: number[] = [];
+  private readonly limitedRule: CompiledRule[] = [];
   /** Which chain last added each target: dedupes a chain's edges while its rules come in. */
   private readonly stamp: Int32Array;
 
   /** `chains`: the table's chain names in the order `rule()` and `check()` index them. */
-  constructor(chains: readonly string[], private readonly scope = 'this table') {
+  constructor(chains: readonly string[], private readonly scope = 'this table', private readonly family?: Family) {
     chains.forEach((name, i) => this.index.set(name, i));
     this.stamp = new Int32Array(chains.length).fill(-1);
   }
@@ -90,35 +210,34 @@ export class JumpGraph {
    * the kernel would refuse about it alone, as checkRulePlacement does.
    */
   rule(chain: number, ruleIndex: number, rule: CompiledRule, hook: Hook | undefined, type: ChainType | undefined): string | undefined {
-    let hasNat = false;
-    for (const e of rule.exprs) {
-      if (e.kind === 'immediate' && (e.verdict === 'jump' || e.verdict === 'goto') && e.chain !== undefined) {
-        const t = this.index.get(e.chain);
-        if (t === undefined) return undefinedChain(e.verdict, e.chain, this.scope);
-        this.edge(chain, t, ruleIndex);
-      } else if (e.kind === 'lookup' && e.dreg !== undefined) {
-        const anon = rule.sets.length > 0 ? rule.sets.find((x) => x.name === e.set) : undefined;
-        if (anon) {
-          for (const el of anon.elements ?? []) {
-            const t = elementTarget(el, this.index);
-            if (t !== undefined) this.edge(chain, t, ruleIndex);
-          }
-        } else {
-          this.mapFrom.push(chain);
-          this.mapRule.push(ruleIndex);
-          this.mapName.push(e.set);
-        }
-      } else if (e.kind === 'nat' || e.kind === 'redir' || e.kind === 'masq') {
-        hasNat = true;
-      }
-    }
-    if (!hasNat) return undefined;
-    this.natChain.push(chain);
-    this.natIndex.push(ruleIndex);
-    this.natRule.push(rule);
+    this.at = chain;
+    this.atRule = ruleIndex;
+    this.problem = undefined;
+    forEachJump(rule, this.onJump, this.onNamedMap);
+    if (this.problem !== undefined) return this.problem;
+    if (!rule.exprs.some((e) => restrictionOf(e) !== undefined)) return undefined;
+    this.limitedChain.push(chain);
+    this.limitedIndex.push(ruleIndex);
+    this.limitedRule.push(rule);
     // regular chains: checked through the jumps from the base chains (check()), as the kernel does
-    return hook === undefined ? undefined : natPlacement(rule, hook, type);
+    return hook === undefined ? undefined : hookPlacement(rule, hook, type, this.family);
   }
+
+  // The rule rule() walks, and forEachJump's callbacks for it, made once (not two closures a rule).
+  private at = 0;
+  private atRule = 0;
+  private problem: string | undefined;
+  private readonly onJump = (verdict: 'jump' | 'goto', to: string): void => {
+    if (this.problem !== undefined) return;
+    const t = this.index.get(to);
+    if (t === undefined) this.problem = undefinedChain(verdict, to, this.scope);
+    else this.edge(this.at, t, this.atRule);
+  };
+  private readonly onNamedMap = (set: string): void => {
+    this.mapFrom.push(this.at);
+    this.mapRule.push(this.atRule);
+    this.mapName.push(set);
+  };
 
   private edge(chain: number, t: number, ruleIndex: number): void {
     if (this.stamp[t] === chain) return;
@@ -258,19 +377,19 @@ export class JumpGraph {
         }
       }
     }
-    // A regular chain's NAT rules, against each (type, hook) that reaches it: the first that fails.
-    for (let k = 0; k < this.natChain.length;) {
-      const ci = this.natChain[k]!;
+    // A regular chain's restricted rules, against each (type, hook) that reaches it: the first that fails.
+    for (let k = 0; k < this.limitedChain.length;) {
+      const ci = this.limitedChain[k]!;
       let last = k;
-      while (last < this.natChain.length && this.natChain[last] === ci) last++;
+      while (last < this.limitedChain.length && this.limitedChain[last] === ci) last++;
       if (!chains[ci]!.base && reachedBy[ci]) {
         find: for (let bit = 0; bit < bases.length; bit++) {
           if (!(reachedBy[ci]! & (1 << bit))) continue;
           const { type, hook, name } = bases[bit]!;
           for (let j = k; j < last; j++) {
-            const reason = natPlacement(this.natRule[j]!, hook, type);
+            const reason = hookPlacement(this.limitedRule[j]!, hook, type, this.family);
             if (reason === undefined) continue;
-            problems.push({ chain: ci, rule: this.natIndex[j]!, reason: `${reason} (reached by a jump from ${type} chain ${name}, hook ${hook})` });
+            problems.push({ chain: ci, rule: this.limitedIndex[j]!, reason: `${reason} (reached by a jump from ${type} chain ${name}, hook ${hook})` });
             break find;
           }
         }

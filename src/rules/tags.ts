@@ -7,8 +7,13 @@
 /** What an id may be: 1-128 characters, letters, digits, _ . : - (starting with a letter or digit). */
 export const ID_PATTERN = '[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}';
 
-/** The tag pattern when none is given: what Nomad writes with `-m comment`. */
+/**
+ * The tag pattern when none is given: what the CNI plugins write with `-m comment` for a
+ * network (Nomad's `nomad`, podman's `podman`) and a container id: bridge's masquerade rules.
+ */
 export const DEFAULT_TAG = 'name: "<name>" id: "<id>"';
+/** portmap's form of the same tag, on its CNI-HOSTPORT-DNAT jumps; read by default too. */
+export const DEFAULT_DNAT_TAG = `dnat ${DEFAULT_TAG}`;
 
 export interface TagMatcher {
   /** The id this comment tags, or undefined when it is not this owner's tag. */
@@ -18,11 +23,16 @@ export interface TagMatcher {
 
 const escapeRe = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 
-/** A matcher for a tag pattern (default `name: "<owner>" id: "<id>"`; <name> stands for the owner). */
+/**
+ * A matcher for a tag pattern (<name> stands for the owner). Without one it reads both CNI
+ * forms, DEFAULT_TAG and DEFAULT_DNAT_TAG.
+ */
 export function tagMatcher(f: { tag?: string; owner?: string }): TagMatcher {
-  const pattern = f.tag ?? DEFAULT_TAG;
-  const [before, after] = pattern.split('<id>') as [string, string];
+  const patterns = f.tag !== undefined ? [f.tag] : [DEFAULT_TAG, DEFAULT_DNAT_TAG];
   const part = (s: string) => s.split('<name>').map(escapeRe).join(escapeRe(f.owner ?? ''));
-  const re = new RegExp(`^${part(before)}(${ID_PATTERN})${part(after)}$`);
-  return { pattern, match: (c) => re.exec(c)?.[1] };
+  const re = new RegExp(`^(?:${patterns.map((p) => {
+    const [before, after] = p.split('<id>') as [string, string];
+    return `${part(before)}(${ID_PATTERN})${part(after)}`;
+  }).join('|')})$`);
+  return { pattern: patterns.join(' | '), match: (c) => { const m = re.exec(c); return m?.slice(1).find((x) => x !== undefined); } };
 }

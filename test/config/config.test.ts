@@ -80,7 +80,7 @@ describe('config', () => {
         rules:
           - masquerade
 `);
-    expect(e.reason).toMatch(/only valid in postrouting and input/);
+    expect(e.reason).toMatch(/masquerade is only valid in postrouting chains/);
     expect(e.line).toBe(10);
   });
 

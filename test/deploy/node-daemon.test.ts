@@ -54,10 +54,13 @@ describe('the ConfigMap config under nfkeeper run', () => {
     const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
     try {
       await until(() => fetch(`http://127.0.0.1:${port}/readyz`).then((r) => r.status), (s) => s === 200, `/readyz (${stderr})`);
+      // flannel v0.21+'s FLANNEL-POSTRTG, kube-proxy's mark first (docs/operations.md).
       expect(chainLines(ns, 'ip', 'nfkeeper', 'postrouting')).toEqual([
-        'ip saddr 10.244.0.0/16 ip daddr 10.244.0.0/16 return',
-        'ip saddr 10.244.0.0/16 ip daddr != 224.0.0.0/4 masquerade fully-random',
+        'meta mark & 0x00004000 == 0x00004000 return',
+        'ip saddr 10.244.1.0/24 ip daddr 10.244.0.0/16 return',
+        'ip saddr 10.244.0.0/16 ip daddr 10.244.1.0/24 return',
         'ip saddr != 10.244.0.0/16 ip daddr 10.244.1.0/24 return',
+        'ip saddr 10.244.0.0/16 ip daddr != 224.0.0.0/4 masquerade fully-random',
         'ip saddr != 10.244.0.0/16 ip daddr 10.244.0.0/16 masquerade fully-random',
       ]);
       const metrics = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
@@ -71,12 +74,12 @@ describe('the ConfigMap config under nfkeeper run', () => {
       // flannel's lease changes (a new node subnet after a restart); a reload reads the file again.
       writeFileSync(env, 'FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.7.1/24\n');
       child.kill('SIGHUP');
-      await until(() => chainLines(ns, 'ip', 'nfkeeper', 'postrouting')[2], (l) => l === 'ip saddr != 10.244.0.0/16 ip daddr 10.244.7.0/24 return', 'the reloaded rule');
+      await until(() => chainLines(ns, 'ip', 'nfkeeper', 'postrouting')[3], (l) => l === 'ip saddr != 10.244.0.0/16 ip daddr 10.244.7.0/24 return', 'the reloaded rule');
       // A lease file that loses a variable is a rejected reload: the rules stay, the metric says so.
       writeFileSync(env, 'FLANNEL_NETWORK=10.244.0.0/16\n');
       child.kill('SIGHUP');
       await until(() => fetch(`http://127.0.0.1:${port}/metrics`).then((r) => r.text()), (t) => t.includes('nfkeeper_last_reload_failed 1\n'), 'the rejected reload');
-      expect(chainLines(ns, 'ip', 'nfkeeper', 'postrouting')[2]).toBe('ip saddr != 10.244.0.0/16 ip daddr 10.244.7.0/24 return');
+      expect(chainLines(ns, 'ip', 'nfkeeper', 'postrouting')[3]).toBe('ip saddr != 10.244.0.0/16 ip daddr 10.244.7.0/24 return');
     } finally {
       child.kill('SIGTERM');
       expect(await exited).toBe(0);

@@ -45,6 +45,7 @@ describe('config JSON Schema', () => {
     const validate = ajv.compile(schema);
     const shipped = [
       parse(readFileSync('examples/flannel.yaml', 'utf8')),
+      parse(readFileSync('examples/podman-gc.yaml', 'utf8')),
       parse(parse(readFileSync('deploy/kubernetes/configmap.yaml', 'utf8')).data['config.yaml']),
       parse(/data = <<EOT\n([\s\S]*?)EOT/.exec(readFileSync('deploy/nomad/nfkeeper.nomad.hcl', 'utf8'))![1]!),
       parse(/data = <<EOT\n([\s\S]*?)EOT/.exec(readFileSync('deploy/nomad/nfkeeper-gc-legacy.nomad.hcl', 'utf8'))![1]!),

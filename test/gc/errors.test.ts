@@ -21,7 +21,7 @@ describe('gc config validation', () => {
   it('a gc-only config (tables: []) is valid and gets the defaults', () => {
     const c = parseConfig(gcYaml('', '/tmp/live.json'));
     expect(c.tables).toEqual([]);
-    expect(c.gc).toEqual({ enabled: false, grace: 300_000, interval: 30_000, live: { file: '/tmp/live.json' },
+    expect(c.gc).toEqual({ enabled: false, backend: 'nftables', grace: 300_000, interval: 30_000, live: { file: '/tmp/live.json' },
       foreign: [{ family: 'ip', table: 'nat', owner: 'nomad' }] });
     expect(parseConfig('gc:\n  foreign: []\n  live: { command: [nomad-live, --json] }\n  grace: 0s\n').gc)
       .toMatchObject({ grace: 0, live: { command: ['nomad-live', '--json'] } });

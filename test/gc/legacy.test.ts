@@ -82,8 +82,9 @@ describe('foreign GC on iptables-legacy, the Nomad seed', () => {
     const live = file(JSON.stringify([LIVE]));
     const r = await cli('gc', '--backend', 'iptables-legacy', '--config', file(gcYaml()), '--netns', ns.path, '--live-file', live, '--grace', '0s', '--dry-run');
     expect(r.code).toBe(1);
-    expect(r.out.split('\n').slice(0, 3)).toEqual([
+    expect(r.out.split('\n').slice(0, 4)).toEqual([
       `# id ${DEAD} (owner nomad)`, '# iptables-legacy-restore --noflush: *nat',
+      `# tag ${JSON.stringify(`name: "nomad" id: "${DEAD}"`)}: ${DEAD} is not live`,
       `-D POSTROUTING -s 172.26.64.102/32 -m comment --comment ${tag(DEAD)} -j ${DEAD_CHAIN}`,
     ]);
     expect(existsSync(log)).toBe(false);

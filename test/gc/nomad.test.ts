@@ -54,13 +54,16 @@ describe('foreign GC, the Nomad seed', () => {
     sock.close();
     expect(save(ns)).toBe(before);
     const lines = r.out.split('\n');
+    // Each item under the reason it goes.
     expect(lines[0]).toBe(`# id ${DEAD} (owner nomad)`);
-    expect(lines[1]).toMatch(new RegExp(`^delete rule ip nat POSTROUTING handle \\d+ # ip saddr 172\\.26\\.64\\.102 .*jump ${DEAD_CHAIN}$`));
-    expect(lines[2]).toBe(`delete chain ip nat ${DEAD_CHAIN} {`);
-    expect(lines[3]).toMatch(/ip daddr 172\.26\.64\.0\/20 .*accept$/);
-    expect(lines[4]).toMatch(/ip daddr != 224\.0\.0\.0\/4 /);
-    expect(lines[5]).toBe('}');
+    expect(lines[1]).toBe(`# tag ${JSON.stringify(`name: "nomad" id: "${DEAD}"`)}: ${DEAD} is not live`);
+    expect(lines[2]).toMatch(new RegExp(`^delete rule ip nat POSTROUTING handle \\d+ # ip saddr 172\\.26\\.64\\.102 .*jump ${DEAD_CHAIN}$`));
+    expect(lines[3]).toBe('# reached only from garbage (POSTROUTING)');
+    expect(lines[4]).toBe(`delete chain ip nat ${DEAD_CHAIN} {`);
+    expect(lines[5]).toMatch(/ip daddr 172\.26\.64\.0\/20 .*accept$/);
+    expect(lines[6]).toMatch(/ip daddr != 224\.0\.0\.0\/4 /);
+    expect(lines[7]).toBe('}');
     expect(r.out).not.toContain(LIVE);
-    expect(lines).toHaveLength(6);
+    expect(lines).toHaveLength(8);
   });
 });

@@ -97,7 +97,7 @@ describe('control API', () => {
       ['PUT', '/v1/owners/x', { jumps: { output: ['counter'] } }, 400, /jumps\.output: "output" is not a dispatch chain/],
       ['PUT', '/v1/owners/x', { jumps: { postrouting: ['dnat to 10.0.0.1'] } }, 400, /dnat and redirect are only valid/],
       ['PUT', '/v1/owners/x', { chains: [{ name: 'c', rules: ['masquerade'] }], jumps: { prerouting: ['jump c'] } }, 400,
-        /chains\[0\]\.rules\[0\]: snat and masquerade are only valid .* reached from the prerouting hook/],
+        /chains\[0\]\.rules\[0\]: masquerade is only valid in postrouting chains \(chain c is reached from the prerouting hook\)/],
       ['PUT', '/v1/owners/x', { chains: [{ name: 'a', rules: ['jump b'] }, { name: 'b', rules: ['jump a'] }] }, 400, /loops/],
       ['PUT', '/v1/owners/x', { chains: [{ name: 'c' }, { name: 'c' }] }, 400, /listed twice/],
       ['PUT', '/v1/owners/x', { chains: [{ name: 'c', type: 'nat' }] }, 400, /chains\[0\]/],

@@ -5,10 +5,10 @@ import { ConfigError } from '../../src/errors.js';
 import { ownersYaml } from './fixtures.js';
 
 describe('owners config section', () => {
-  it('defaults the socket and the state file', () => {
+  it('defaults the socket, the state file and the totals', () => {
     const c = parseConfig(ownersYaml('/d').replace(/  socket: .*\n  state: .*\n/, ''));
     expect(c.owners).toEqual({ family: 'ip', table: 'nfkeeper', dispatch: ['postrouting', 'prerouting'],
-      socket: '/run/nfkeeper/nfkeeper.sock', state: '/var/lib/nfkeeper/owners.json' });
+      socket: '/run/nfkeeper/nfkeeper.sock', state: '/var/lib/nfkeeper/owners.json', limits: { rules: 50_000, bytes: 8 << 20 } });
   });
 
   it.each([

@@ -59,6 +59,13 @@ export function ownerSpec(i: number, n = 3): { chains: { name: string; rules: st
   return { chains: [{ name: 'masq', rules }], jumps: { postrouting: [`ip saddr ${net}/32 jump masq`] } };
 }
 
+export interface DaemonOptions {
+  mode?: number;
+  mirror?: boolean;
+  /** The config, instead of ownersYaml(dir). */
+  yaml?: string;
+}
+
 export interface Daemon {
   config: Config;
   keeper: Keeper;
@@ -74,9 +81,9 @@ export interface Daemon {
  * serve the socket. `dir` (the socket's and the state's) is made 0755, so that a dropped-privilege
  * child can reach the socket and be refused by the socket's own mode or credentials check.
  */
-export async function startDaemon(ns: Netns, dir: string, o: { mode?: number; mirror?: boolean } = {}): Promise<Daemon> {
+export async function startDaemon(ns: Netns, dir: string, o: DaemonOptions = {}): Promise<Daemon> {
   chmodSync(dir, 0o755);
-  const config = parseConfig(ownersYaml(dir), join(dir, 'config.yaml'));
+  const config = parseConfig(o.yaml ?? ownersYaml(dir), join(dir, 'config.yaml'));
   const owners = loadOwners(config);
   const keeper = await startKeeper(ns, { config, owners, ...(o.mirror !== undefined ? { mirror: o.mirror } : {}) });
   const registry = new OwnerRegistry(config, owners, (next) => keeper.setOwners(next));
@@ -118,10 +125,10 @@ export interface DaemonFixture {
  * startDaemon() in a fresh namespace and temp dir; afterwards, also on failure, the socket is
  * closed, the daemon stopped and the namespace removed (the dir goes with the test).
  */
-export function withDaemon<T>(tag: string, fn: (f: DaemonFixture) => Promise<T> | T, o: { mode?: number; mirror?: boolean } = {}): Promise<T> {
+export function withDaemon<T>(tag: string, fn: (f: DaemonFixture) => Promise<T> | T, o: DaemonOptions | ((dir: string) => DaemonOptions) = {}): Promise<T> {
   return withNetns(async (ns) => {
     const dir = tempDir(tag);
-    const d = await startDaemon(ns, dir, o);
+    const d = await startDaemon(ns, dir, typeof o === 'function' ? o(dir) : o);
     try {
       const sock = open({ netns: ns.path });
       try {

@@ -82,7 +82,7 @@ describe('owners across restarts (nfkeeper run as a child)', () => {
 
       r = await cli('status', '--socket', sock, '--json');
       expect(r.code).toBe(0);
-      expect(JSON.parse(r.out)).toMatchObject({ ready: true, owners: { registered: 2, table: 'ip nfkeeper' } });
+      expect(JSON.parse(r.out)).toMatchObject({ ready: true, owners: { registered: 2, table: 'ip nfkeeper', totals: { rules: 5 }, limits: { rules: 50_000 } } });
       r = await cli('status', '--socket', sock);
       expect(r.out).toMatch(/owners: 2 registered in table ip nfkeeper/);
 
