@@ -11,6 +11,7 @@
         "native/batch.cc",
         "native/encode.cc",
         "native/decode.cc",
+        "native/object.cc",
         "native/decode_json.cc",
         "native/attr.cc",
         "native/monitor.cc",

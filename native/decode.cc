@@ -255,6 +255,7 @@ Napi::Object DecodeSet(Napi::Env env, const nlmsghdr* nlh) {
     o.Set("timeout", static_cast<double>(nftnl_set_get_u64(s, NFTNL_SET_TIMEOUT)));
   }
   if (nftnl_set_is_set(s, NFTNL_SET_GC_INTERVAL)) o.Set("gcInterval", nftnl_set_get_u32(s, NFTNL_SET_GC_INTERVAL));
+  if (nftnl_set_is_set(s, NFTNL_SET_OBJ_TYPE)) o.Set("objType", nftnl_set_get_u32(s, NFTNL_SET_OBJ_TYPE));
   if (nftnl_set_is_set(s, NFTNL_SET_USERDATA)) {
     uint32_t len = 0;
     const void* d = nftnl_set_get_data(s, NFTNL_SET_USERDATA, &len);
@@ -301,6 +302,9 @@ void DecodeSetElems(Napi::Env env, const nlmsghdr* nlh, Napi::Array out) {
     }
     if (nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_CHAIN)) {
       o.Set("chain", nftnl_set_elem_get_str(e, NFTNL_SET_ELEM_CHAIN));
+    }
+    if (nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_OBJREF)) {
+      o.Set("objref", nftnl_set_elem_get_str(e, NFTNL_SET_ELEM_OBJREF));
     }
     if (nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_TIMEOUT)) {
       o.Set("timeout", static_cast<double>(nftnl_set_elem_get_u64(e, NFTNL_SET_ELEM_TIMEOUT)));

@@ -350,6 +350,10 @@ bool AppendSetElemsJson(const nlmsghdr* nlh, std::string* out, bool* first) {
       PutKey(out, "chain", &f);
       PutStr(out, nftnl_set_elem_get_str(e, NFTNL_SET_ELEM_CHAIN));
     }
+    if (nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_OBJREF)) {
+      PutKey(out, "objref", &f);
+      PutStr(out, nftnl_set_elem_get_str(e, NFTNL_SET_ELEM_OBJREF));
+    }
     if (nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_TIMEOUT)) {
       PutKey(out, "timeout", &f);
       PutInt(out, nftnl_set_elem_get_u64(e, NFTNL_SET_ELEM_TIMEOUT));

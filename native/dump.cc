@@ -11,8 +11,10 @@
 #include <vector>
 
 #include "attr.h"
+#include "object.h"
 #include "decode.h"
 #include "attr.h"
+#include "object.h"
 #include "decode_json.h"
 #include "encode.h"
 
@@ -113,6 +115,12 @@ struct DumpState : DumpRequest {
         type = NFT_MSG_GETSET;
         if (!table.empty()) attrs.push_back({NFTA_SET_TABLE, table});
         if (single) attrs.push_back({NFTA_SET_NAME, name});
+        break;
+      case DumpKind::Object:
+        type = NFT_MSG_GETOBJ;
+        // The kernel filters object dumps by table (nf_tables_dump_obj).
+        if (!table.empty()) attrs.push_back({NFTA_OBJ_TABLE, table});
+        if (single) attrs.push_back({NFTA_OBJ_NAME, name});
         break;
       case DumpKind::Element:
         type = NFT_MSG_GETSETELEM;
@@ -279,6 +287,7 @@ struct DumpState : DumpRequest {
           case DumpKind::Rule: out.Set(i++, DecodeRule(env, nlh)); break;
           case DumpKind::Set: out.Set(i++, DecodeSet(env, nlh)); break;
           case DumpKind::Element: DecodeSetElems(env, nlh, out); break;
+          case DumpKind::Object: out.Set(i++, DecodeObject(env, nlh)); break;
         }
       }
       deferred.Resolve(out);

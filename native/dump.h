@@ -16,7 +16,7 @@
 
 namespace nfk {
 
-enum class DumpKind { Table, Chain, Rule, Set, Element };
+enum class DumpKind { Table, Chain, Rule, Set, Element, Object };
 
 struct DumpRequest {
   DumpKind kind = DumpKind::Table;

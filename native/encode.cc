@@ -24,6 +24,7 @@
 #include "common.h"
 #include "decode_json.h"
 #include "expr_table.h"
+#include "object.h"
 
 namespace nfk {
 
@@ -402,6 +403,7 @@ nftnl_set* BuildSet(const Napi::Object& op, uint16_t family, uint32_t setId) {
     }
     if (HasKey(op, "timeout")) nftnl_set_set_u64(s, NFTNL_SET_TIMEOUT, I64(op, "timeout"));
     if (HasKey(op, "gcInterval")) nftnl_set_set_u32(s, NFTNL_SET_GC_INTERVAL, U32(op, "gcInterval"));
+    if (HasKey(op, "objType")) nftnl_set_set_u32(s, NFTNL_SET_OBJ_TYPE, U32(op, "objType"));
     if (HasKey(op, "userdata")) {
       std::vector<uint8_t> d = HexOf(op, "userdata", kMaxUserdata);
       nftnl_set_set_data(s, NFTNL_SET_USERDATA, d.data(), d.size());
@@ -417,7 +419,8 @@ nftnl_set* BuildSet(const Napi::Object& op, uint16_t family, uint32_t setId) {
 // 1.2.4 element setters memcpy keys into fixed 64-byte registers unchecked).
 struct ElemIn {
   std::vector<uint8_t> key, keyEnd, data, userdata;
-  bool hasKey = false, hasKeyEnd = false, hasData = false, hasUserdata = false;
+  std::string objref;  // NFTA_SET_ELEM_OBJREF: the object an object map's element maps to
+  bool hasKey = false, hasKeyEnd = false, hasData = false, hasUserdata = false, hasObjref = false;
   bool hasFlags = false, hasVerdict = false, hasChain = false, hasTimeout = false, hasExpiration = false;
   uint32_t flags = 0;
   uint64_t timeout = 0, expiration = 0;
@@ -431,6 +434,7 @@ struct ElemIn {
     if (hasKeyEnd) n += 4 + attr(keyEnd.size());
     if (hasData) n += 4 + attr(data.size());
     if (hasUserdata) n += attr(userdata.size());
+    if (hasObjref) n += attr(objref.size() + 1);
     if (hasFlags) n += attr(4);
     if (hasTimeout) n += attr(8);
     if (hasExpiration) n += attr(8);
@@ -451,6 +455,12 @@ ElemIn ReadElement(const Napi::Value& v, uint32_t i) {
   if ((e.hasFlags = HasKey(eo, "flags"))) e.flags = U32(eo, "flags");
   if ((e.hasVerdict = HasKey(eo, "verdict"))) e.verdict = static_cast<int32_t>(EnumOf(eo, "verdict", kVerdictMap));
   if ((e.hasChain = HasKey(eo, "chain"))) e.chain = Str(eo, "chain");
+  if ((e.hasObjref = HasKey(eo, "objref"))) {
+    e.objref = Str(eo, "objref");
+    if (e.objref.empty() || e.objref.size() > 255 || e.objref.find('\0') != std::string::npos) {
+      throw Napi::RangeError::New(env, "elements[" + std::to_string(i) + "].objref must be an object name of 1-255 bytes");
+    }
+  }
   if ((e.hasTimeout = HasKey(eo, "timeout"))) e.timeout = static_cast<uint64_t>(I64(eo, "timeout"));
   if ((e.hasExpiration = HasKey(eo, "expiration"))) e.expiration = static_cast<uint64_t>(I64(eo, "expiration"));
   return e;
@@ -485,6 +495,7 @@ size_t EncodeElements(std::vector<uint8_t>* out, uint16_t type, uint16_t family,
       if (in.hasData) nftnl_set_elem_set(e, NFTNL_SET_ELEM_DATA, in.data.data(), in.data.size());
       if (in.hasVerdict) nftnl_set_elem_set_u32(e, NFTNL_SET_ELEM_VERDICT, static_cast<uint32_t>(in.verdict));
       if (in.hasChain) nftnl_set_elem_set_str(e, NFTNL_SET_ELEM_CHAIN, in.chain.c_str());
+      if (in.hasObjref) nftnl_set_elem_set_str(e, NFTNL_SET_ELEM_OBJREF, in.objref.c_str());
       if (in.hasTimeout) nftnl_set_elem_set_u64(e, NFTNL_SET_ELEM_TIMEOUT, in.timeout);
       if (in.hasExpiration) nftnl_set_elem_set_u64(e, NFTNL_SET_ELEM_EXPIRATION, in.expiration);
       if (in.hasUserdata) nftnl_set_elem_set(e, NFTNL_SET_ELEM_USERDATA, in.userdata.data(), in.userdata.size());
@@ -708,6 +719,7 @@ void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneratio
       }
       else if (object == "set") messages = EncodeSet(&out->bytes, verb, op, next);
       else if (object == "element") messages = EncodeElementOp(&out->bytes, verb, op, next);
+      else if (object == "obj") EncodeObject(&out->bytes, Reserve(&out->bytes), verb, op, FamilyOf(op), next);
       else throw Napi::TypeError::New(env, "unknown object '" + object + "'");
     } catch (const Napi::Error& e) {
       throw MakeNetlinkError(env, "operation " + std::to_string(i) + ": " + e.Message(), EINVAL,

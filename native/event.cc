@@ -124,6 +124,7 @@ bool ParseEvent(const nlmsghdr* nlh, MonitorEvent* ev, bool withElements) {
       nameAttr = NFTA_RULE_CHAIN; handleAttr = NFTA_RULE_HANDLE; break;
     case NFT_MSG_NEWSET: case NFT_MSG_DELSET: nameAttr = NFTA_SET_NAME; break;
     case NFT_MSG_NEWSETELEM: case NFT_MSG_DELSETELEM: nameAttr = NFTA_SET_ELEM_LIST_SET; break;
+    case NFT_MSG_NEWOBJ: case NFT_MSG_DELOBJ: nameAttr = NFTA_OBJ_NAME; break;
     default: break;
   }
   nlattr* attr;

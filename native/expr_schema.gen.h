@@ -352,6 +352,14 @@ static const Field kDynsetFields[] = {
     {"flags", NFTNL_EXPR_DYNSET_FLAGS, FieldType::U32, nullptr, 0},
 };
 
+static const Field kObjrefFields[] = {
+    {"type", NFTNL_EXPR_OBJREF_IMM_TYPE, FieldType::U32, nullptr, 0},
+    {"name", NFTNL_EXPR_OBJREF_IMM_NAME, FieldType::Str, nullptr, 0},
+    {"sreg", NFTNL_EXPR_OBJREF_SET_SREG, FieldType::U32, nullptr, 0},
+    {"set", NFTNL_EXPR_OBJREF_SET_NAME, FieldType::Str, nullptr, 0},
+    {"setId", NFTNL_EXPR_OBJREF_SET_ID, FieldType::U32, nullptr, 0},
+};
+
 static const Field kExthdrFields[] = {
     {"dreg", NFTNL_EXPR_EXTHDR_DREG, FieldType::U32, nullptr, 0},
     {"type", NFTNL_EXPR_EXTHDR_TYPE, FieldType::U8, nullptr, 0},
@@ -428,6 +436,7 @@ static const ExprKind kKinds[] = {
     {"numgen", kNumgenFields, 4},
     {"hash", kHashFields, 7},
     {"dynset", kDynsetFields, 7},
+    {"objref", kObjrefFields, 5},
     {"notrack", nullptr, 0},
     {"exthdr", kExthdrFields, 7},
     {"socket", kSocketFields, 3},

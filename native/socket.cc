@@ -271,6 +271,7 @@ Napi::Value NftSocket::Dump(const Napi::CallbackInfo& info) {
   else if (k == "rule") req.kind = DumpKind::Rule;
   else if (k == "set") req.kind = DumpKind::Set;
   else if (k == "element") req.kind = DumpKind::Element;
+  else if (k == "obj") req.kind = DumpKind::Object;
   else throw Napi::TypeError::New(env, "unknown dump kind '" + k + "'");
   // Family by name; anything else (undefined) is AF_UNSPEC, every family.
   int64_t fam = 0;

@@ -48,15 +48,17 @@ export async function main(argv: string[], io: Out = {
 
   const configOpt = () => new Option('-c, --config <file>', 'the YAML config').makeOptionMandatory();
   const netnsOpt = () => new Option('--netns <path>', 'network namespace file (/run/netns/NAME, /proc/PID/ns/net)');
+  // nft's -I: where a .nft config's `include "NAME"` looks before /etc (repeatable)
+  const includeOpt = () => new Option('-I, --include-path <dir...>', "directories a .nft config's include \"NAME\" searches before /etc (nft's -I)");
 
   program.command('version').description('print the version').action(() => io.out(version()));
 
   program.command('validate').description('check a config file; exit 0, or 2 with every error as file:line:column: error: message')
-    .addOption(configOpt()).option('--json', 'print the result as JSON: { ok, tables } or { ok: false, errors: [{ file, line, column, severity, message }] }')
-    .action((o: { config: string; json?: boolean }) => {
+    .addOption(configOpt()).addOption(includeOpt()).option('--json', 'print the result as JSON: { ok, tables } or { ok: false, errors: [{ file, line, column, severity, message }] }')
+    .action((o: { config: string; includePath?: string[]; json?: boolean }) => {
       let config;
       try {
-        config = loadConfig(o.config, { interfaces: anyInterface() });
+        config = loadConfig(o.config, { interfaces: anyInterface(), includePath: o.includePath });
       } catch (e) {
         if (!(e instanceof ConfigError)) throw e;
         // Editor and CI annotators parse these lines: no "nfkeeper: " prefix, one line per error.
@@ -73,14 +75,14 @@ export async function main(argv: string[], io: Out = {
     });
 
   program.command('check').description('print the drift between the config and the kernel as nft text')
-    .addOption(configOpt()).addOption(netnsOpt()).option('--json', 'print the drift as JSON')
-    .action(async (o: { config: string; netns?: string; json?: boolean }) => {
+    .addOption(configOpt()).addOption(includeOpt()).addOption(netnsOpt()).option('--json', 'print the drift as JSON')
+    .action(async (o: { config: string; includePath?: string[]; netns?: string; json?: boolean }) => {
       code = await oneShot(o, false, io);
     });
 
   program.command('apply').description('reconcile once and exit')
-    .addOption(configOpt()).addOption(netnsOpt()).option('--json', 'print what was repaired as JSON')
-    .action(async (o: { config: string; netns?: string; json?: boolean }) => {
+    .addOption(configOpt()).addOption(includeOpt()).addOption(netnsOpt()).option('--json', 'print what was repaired as JSON')
+    .action(async (o: { config: string; includePath?: string[]; netns?: string; json?: boolean }) => {
       code = await oneShot(o, true, io);
     });
 
@@ -113,9 +115,9 @@ export async function main(argv: string[], io: Out = {
     });
 
   program.command('cleanup').description('remove every table the config owns (rules stay when nfkeeper merely stops)')
-    .addOption(configOpt()).addOption(netnsOpt()).option('--json', 'print what was removed as JSON')
-    .action(async (o: { config: string; netns?: string; json?: boolean }) => {
-      const config = loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns) });
+    .addOption(configOpt()).addOption(includeOpt()).addOption(netnsOpt()).option('--json', 'print what was removed as JSON')
+    .action(async (o: { config: string; includePath?: string[]; netns?: string; json?: boolean }) => {
+      const config = loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns), includePath: o.includePath });
       const { cleanup } = await kernel();
       // Not while a daemon keeps these tables (it would put them back at once).
       const lock = (await import('./lock.js')).lockKeeper({ netns: o.netns, tables: config.tables });
@@ -130,7 +132,7 @@ export async function main(argv: string[], io: Out = {
     });
 
   program.command('run').description('keep the config installed until SIGTERM or SIGINT (rules stay in place)')
-    .addOption(configOpt()).addOption(netnsOpt())
+    .addOption(configOpt()).addOption(includeOpt()).addOption(netnsOpt())
     .option('--interval <duration>', 'generation check period, 10ms to 1h (Go-style: 500ms, 1m30s)', '1s')
     .option('--metrics <host:port>', 'serve /metrics, /healthz, /readyz', '127.0.0.1:9469')
     .option('--no-metrics', 'do not serve metrics')
@@ -252,16 +254,16 @@ export async function main(argv: string[], io: Out = {
     });
 
   program.command('gc').description('remove foreign rules and chains tagged with ids that are no longer live (docs/gc.md)')
-    .addOption(configOpt()).addOption(netnsOpt())
+    .addOption(configOpt()).addOption(includeOpt()).addOption(netnsOpt())
     .option('--live-file <file>', 'a JSON array of live ids; overrides gc.live')
     .option('--grace <duration>', 'how long an id must be missing (default: gc.grace); 0s collects now')
     .option('--dry-run', 'print what would go, as nft text grouped by id, and change nothing')
     .addOption(new Option('--backend <name>', 'where the foreign tables are: nftables, or iptables-legacy (x_tables, through iptables-legacy-save/-restore)')
       .choices(['nftables', 'iptables-legacy']).default('nftables'))
     .option('--json', 'print the result as JSON')
-    .action(async (o: { config: string; netns?: string; liveFile?: string; grace?: string; dryRun?: boolean; json?: boolean; backend: 'nftables' | 'iptables-legacy' }) => {
+    .action(async (o: { config: string; includePath?: string[]; netns?: string; liveFile?: string; grace?: string; dryRun?: boolean; json?: boolean; backend: 'nftables' | 'iptables-legacy' }) => {
       const { gcOnce } = await import('./gc/command.js');
-      const r = await gcOnce(loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns) }), o);
+      const r = await gcOnce(loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns), includePath: o.includePath }), o);
       io.out(o.json ? JSON.stringify(r.json) : r.lines.join('\n'));
       code = o.dryRun && r.garbage.length > 0 ? EXIT.DRIFT : EXIT.OK;
     });
@@ -301,8 +303,8 @@ function errorText(r: { status: number; body: unknown }): string {
   return `${r.status}: ${typeof b === 'object' && b?.error ? b.error : String(b)}`;
 }
 
-async function oneShot(o: { config: string; netns?: string; json?: boolean }, apply: boolean, io: Out): Promise<number> {
-  const config = loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns) });
+async function oneShot(o: { config: string; includePath?: string[]; netns?: string; json?: boolean }, apply: boolean, io: Out): Promise<number> {
+  const config = loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns), includePath: o.includePath });
   // apply writes: not beside a daemon keeping these tables or this state file (check only reads).
   const lock = apply ? (await import('./lock.js')).lockKeeper({ netns: o.netns, tables: config.tables, stateFile: config.owners?.state }) : undefined;
   try {
@@ -338,7 +340,7 @@ async function oneShotLocked(o: { netns?: string; json?: boolean }, config: impo
 }
 
 interface RunOptions {
-  config: string; netns?: string; interval: string; metrics: string | false; events: boolean; logLevel: string;
+  config: string; includePath?: string[]; netns?: string; interval: string; metrics: string | false; events: boolean; logLevel: string;
   socket?: string; socketMode?: string; maxOwners?: string; maxConnections?: string; netnsCheck?: string;
   reloadStatus?: string;
 }
@@ -360,7 +362,7 @@ function runOptions(o: RunOptions): import('./daemon.js').DaemonOptions {
     return Number(v);
   };
   return {
-    version: version(), config: o.config, netns: o.netns, intervalMs, metrics: o.metrics === false ? undefined : o.metrics, events: o.events, logLevel,
+    version: version(), config: o.config, includePath: o.includePath, netns: o.netns, intervalMs, metrics: o.metrics === false ? undefined : o.metrics, events: o.events, logLevel,
     socket: o.socket, socketMode, maxOwners: count('--max-owners', o.maxOwners), maxConnections: count('--max-connections', o.maxConnections),
     netnsCheckMs: o.netnsCheck === undefined ? undefined : parseBoundedDuration('--netns-check', o.netnsCheck, 10, INTERVAL_MAX_MS),
     reloadStatus: o.reloadStatus,

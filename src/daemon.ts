@@ -39,6 +39,8 @@ export interface DaemonOptions {
   /** nfkeeper's version, for the nfkeeper_build_info metric. */
   version: string;
   config: string;
+  /** Where a .nft config's includes are looked for before /etc (nft's -I). */
+  includePath?: string[];
   netns?: string;
   intervalMs: number;
   /** HOST:PORT already parsed by the caller, or undefined for --no-metrics. */
@@ -139,7 +141,7 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
   try {
     // The namespace first: iif/oif names in the config resolve there.
     nsId = probeNamespace(o.netns);
-    config = loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns), compiled: compactAsCompiled() });
+    config = loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns), compiled: compactAsCompiled(), includePath: o.includePath });
     // One keeper per table and per state file, held until exit (released last: cleanups run in reverse).
     const lock = lockKeeper({ netns: o.netns, tables: config.tables, stateFile: config.owners?.state });
     cleanups.push(() => lock.release());
@@ -294,10 +296,12 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
       log.warn({ err: (e as Error).message, file: o.reloadStatus }, 'could not write the reload status');
     }
   };
+  /** Set below: the files a reload read are watched from then on. */
+  let configLoaded: (next: Config) => void = () => undefined;
   const reload = (why: string) => {
     let next: Config;
     try {
-      next = loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns), compiled: compactAsCompiled() });
+      next = loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns), compiled: compactAsCompiled(), includePath: o.includePath });
     } catch (e) {
       metrics.reloadFailed.set(1);
       log.error({ err: e instanceof ConfigError ? e.message : e, why }, 'config reload rejected; keeping the old one');
@@ -314,6 +318,7 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
       return;
     }
     gcLoop?.setConfig(next.gc);
+    configLoaded(next);
     keeper.setConfig(next).then(() => {
       log.info({ why }, 'config reloaded');
       report(true, why);
@@ -322,36 +327,49 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
   const onHup = () => reload('SIGHUP');
   process.on('SIGHUP', onHup);
   cleanups.push(() => process.off('SIGHUP', onHup));
-  // Watch the directory, not the file: editors replace files and a Kubernetes
-  // ConfigMap swaps a symlink, and both would orphan a watch on the file itself.
-  // A regular file only, read without blocking (a FIFO swapped in must not stall the loop in open()).
-  const readConfigText = () => readRegularFile(o.config, MAX_CONFIG_BYTES).toString('utf8');
-  let lastText = '';
-  try {
-    lastText = readConfigText();
-  } catch { /* replaced since it was loaded: the next change event tells */ }
-  let debounce: NodeJS.Timeout | undefined;
-  const watcher = watch(dirname(o.config), (_event, name) => {
-    if (name && name !== basename(o.config) && !String(name).startsWith('..')) return;
-    clearTimeout(debounce);
-    debounce = setTimeout(() => {
-      let text: string;
-      try {
-        text = readConfigText();
-      } catch (e) {
-        // Mid-swap (the next event will tell), or not a regular file any more: said, the old config stays.
-        if ((e as NodeJS.ErrnoException).code !== 'ENOENT') {
-          log.error({ err: (e as Error).message, file: o.config }, 'config reload rejected; keeping the old one');
-        }
-        return;
+  // Watch the directories, not the files: editors replace files and a Kubernetes ConfigMap swaps a
+  // symlink, and both would orphan a watch on the file itself. A .nft config's included files are
+  // watched with it (the ones its last load read).
+  let files = [o.config, ...(config.includes ?? [])];
+  // Regular files only, read without blocking (a FIFO swapped in must not stall the loop in open()).
+  const textOf = (): string | undefined => {
+    try {
+      return files.map((f) => readRegularFile(f, MAX_CONFIG_BYTES).toString('utf8')).join('\0');
+    } catch (e) {
+      // Mid-swap (the next event will tell), or not a regular file any more: said, the old config stays.
+      if ((e as NodeJS.ErrnoException).code !== 'ENOENT') {
+        log.error({ err: (e as Error).message, file: o.config }, 'config reload rejected; keeping the old one');
       }
-      if (text === lastText) return;
-      lastText = text;
-      reload('file changed');
-    }, 200);
-  });
-  watcher.on('error', (e) => log.warn({ err: e.message }, 'config watch failed; SIGHUP still reloads'));
-  cleanups.push(() => { watcher.close(); clearTimeout(debounce); });
+      return undefined;
+    }
+  };
+  let lastText = textOf();
+  let debounce: NodeJS.Timeout | undefined;
+  const watchers = new Map<string, ReturnType<typeof watch>>();
+  const rewatch = () => {
+    for (const dir of new Set(files.map((f) => dirname(f)))) {
+      if (watchers.has(dir)) continue;
+      const watcher = watch(dir, (_event, name) => {
+        if (name && !String(name).startsWith('..') && !files.some((f) => dirname(f) === dir && basename(f) === String(name))) return;
+        clearTimeout(debounce);
+        debounce = setTimeout(() => {
+          const text = textOf();
+          if (text === undefined || text === lastText) return;
+          lastText = text;
+          reload('file changed');
+        }, 200);
+      });
+      watcher.on('error', (e) => log.warn({ err: e.message, dir }, 'config watch failed; SIGHUP still reloads'));
+      watchers.set(dir, watcher);
+    }
+  };
+  rewatch();
+  configLoaded = (next) => {
+    files = [o.config, ...(next.includes ?? [])];
+    rewatch();
+    lastText = textOf();
+  };
+  cleanups.push(() => { for (const w of watchers.values()) w.close(); clearTimeout(debounce); });
 
   const stop = (sig: NodeJS.Signals) => {
     log.info({ signal: sig }, 'stopping; rules stay in place');

@@ -18,6 +18,8 @@ import { GC_SCHEMA, type GcConfig } from './gc.js';
 import { OWNERS_SCHEMA, type OwnersConfig } from './owners.js';
 import { readNftFile } from './nftfile.js';
 import { buildSet, SET_SCHEMA, type SetConfig } from './sets.js';
+import { buildObject, OBJ_SCHEMA, type ObjConfig } from './objects.js';
+import { objectsUsed } from '../rules/objref.js';
 import { SET_F, type NftSet } from '../netlink/objects.js';
 
 /** nft's size for a set a rule adds elements to when the file gives none (nft 1.0.6 lists `size 65535`). */
@@ -77,11 +79,15 @@ const TABLE = z.strictObject({
   family: z.enum(['ip', 'ip6', 'inet']),
   name: NAME,
   protect: z.boolean().optional(),
+  // NFTA_TABLE_FLAGS' dormant (owner and persist are protect's): the table's chains are unhooked.
+  flags: z.array(z.literal('dormant')).max(1).optional(),
   // NFTA_TABLE_USERDATA, as nft writes `comment "…"` (NFTNL_UDATA_TABLE_COMMENT).
   comment: z.string().max(128).optional(),
   // Named sets and maps (src/config/sets.ts), in nft's own words.
   sets: z.array(SET_SCHEMA).default([]),
   maps: z.array(SET_SCHEMA).default([]),
+  // Named stateful objects (src/config/objects.ts), their bodies in nft's own words.
+  objects: z.array(OBJ_SCHEMA).default([]),
   chains: z.array(CHAIN).default([]),
 });
 
@@ -112,10 +118,14 @@ export interface TableConfig {
   family: Family;
   name: string;
   protect: boolean;
+  /** `flags dormant`: the table holds its chains unhooked (NFT_TABLE_F_DORMANT). */
+  dormant?: boolean;
   /** NFTA_TABLE_USERDATA: the table's comment as nft encodes it. */
   userdata?: Hex;
   /** Named sets and maps, in the order they were written (the order nft creates them in). None: the table has none. */
   sets?: SetConfig[];
+  /** Named stateful objects, in the order they were written. None: the table has none. */
+  objects?: ObjConfig[];
   chains: ChainConfig[];
 }
 
@@ -128,6 +138,8 @@ export interface Config {
   gc?: GcConfig;
   /** The validated owners section (src/owners/). */
   owners?: OwnersConfig;
+  /** The files a .nft config's includes read (the daemon watches them with the config). */
+  includes?: string[];
 }
 
 export function parsePriority(p: number | string): number {
@@ -153,6 +165,8 @@ export interface LoadOptions {
    * 100,000 rules); `validate` and `check` skip that work.
    */
   compiled?: (rule: CompiledRule) => void;
+  /** A .nft config's `include "NAME"` searches these directories before nft's default, /etc (nft's `-I`). */
+  includePath?: readonly string[];
 }
 
 /** A config file larger than this is refused before it is parsed. */
@@ -204,7 +218,7 @@ function checkSize(text: string, file: string): void {
 }
 
 /** Where a node of the raw document was written; `innerColumn` is a column inside a rule's text. */
-type PositionOf = (path: (string | number)[], innerColumn?: number) => { line: number; col: number };
+type PositionOf = (path: (string | number)[], innerColumn?: number) => { line: number; col: number; file?: string };
 
 /**
  * Where the raw document's nodes were written. `pos` is for errors (for YAML it parses the text
@@ -338,14 +352,12 @@ function readElided(text: string, file: string, environment: Readonly<Record<str
  */
 export function parseNftConfig(text: string, file = '<config>', options: LoadOptions = {}): Config {
   checkSize(text, file);
-  const nft = readNftFile(text, file);
+  const nft = readNftFile(text, file, { includePath: options.includePath, maxBytes: MAX_CONFIG_BYTES });
   const pos: PositionOf = (path, inner) => nft.positionOf(path, inner);
-  // (line, column) as one number: a line's columns are fewer than 2^26 in a file of at most 32 MiB
-  const order = (path: (string | number)[]) => {
-    const p = pos(path);
-    return p.line * 2 ** 26 + p.col;
-  };
-  return buildConfig(nft.raw, file, { pos, order }, options, NO_SUBSTITUTIONS);
+  const order = (path: (string | number)[]) => nft.offsetOf(path);
+  const config = buildConfig(nft.raw, file, { pos, order }, options, NO_SUBSTITUTIONS);
+  if (nft.files.length > 0) config.includes = nft.files;
+  return config;
 }
 
 /**
@@ -358,19 +370,19 @@ function buildConfig(raw: unknown, file: string, where: Positions, options: Load
   const parsed = plain ? { success: true as const, data: plain, error: undefined } : CONFIG_SCHEMA.safeParse(raw);
   if (!parsed.success) {
     throw errorsOf(parsed.error.issues.map((issue) => {
-      const { line, col } = pos(issue.path as (string | number)[]);
+      const p = pos(issue.path as (string | number)[]);
       const where = issue.path.length ? `${issue.path.join('.')}: ` : '';
-      return new ConfigError(file, line, col, `${where}${issue.message}`);
+      return new ConfigError(p.file ?? file, p.line, p.col, `${where}${issue.message}`);
     }));
   }
   const ruleCount = countRules(parsed.data.tables);
   if (ruleCount > MAX_CONFIG_RULES) {
     const p = pos(['tables']);
-    throw new ConfigError(file, p.line, p.col, `${ruleCount} rules; a config holds at most ${MAX_CONFIG_RULES}`);
+    throw new ConfigError(p.file ?? file, p.line, p.col, `${ruleCount} rules; a config holds at most ${MAX_CONFIG_RULES}`);
   }
 
   const errors: ConfigError[] = [];
-  const fail = (p: { line: number; col: number }, reason: string) => errors.push(new ConfigError(file, p.line, p.col, reason));
+  const fail = (p: { line: number; col: number; file?: string }, reason: string) => errors.push(new ConfigError(p.file ?? file, p.line, p.col, reason));
   const seenTables = new Set<string>();
   let setId = 1;
   const tables: TableConfig[] = parsed.data.tables.map((t, ti) => {
@@ -383,6 +395,7 @@ function buildConfig(raw: unknown, file: string, where: Positions, options: Load
     if (chainNames.size !== t.chains.length) fail(tpos(), `table ${tkey} lists a chain twice`);
     const chainName = new Map(t.chains.map((c) => [c.name, c.name]));
     const sets = buildSets(t, ti, where, fail, chainName);
+    const objects = buildObjects(t, ti, where, fail);
     const namedSets = new Map<string, NftSet>(sets.map((x) => [x.name, x.set]));
     const graph = new JumpGraph(t.chains.map((c) => c.name), 'this table', t.family);
     const chains: ChainConfig[] = t.chains.map((c, ci) => {
@@ -416,6 +429,8 @@ function buildConfig(raw: unknown, file: string, where: Positions, options: Load
           throw e;
         }
         setId += compiled.sets.length;
+        const missing = objectRefProblem(compiled.exprs, objects, t.family, t.name);
+        if (missing) fail(pos(rulePath(path, ri)), `rule ${ri + 1} of chain ${c.name}: ${missing}`);
         options.compiled?.(compiled);
         const problem = graph.rule(ci, ri, compiled, base?.hook, base?.type);
         if (problem) fail(pos(rulePath(path, ri)), `rule ${ri + 1} of chain ${c.name}: ${problem}`);
@@ -442,7 +457,11 @@ function buildConfig(raw: unknown, file: string, where: Positions, options: Load
         }
       }
     }
-    return { family: t.family, name: t.name, protect: t.protect ?? false, ...(t.comment !== undefined ? { userdata: commentUserdata(t.comment) } : {}), sets, chains };
+    return {
+      family: t.family, name: t.name, protect: t.protect ?? false, ...(t.flags?.length ? { dormant: true } : {}),
+      ...(t.comment !== undefined ? { userdata: commentUserdata(t.comment) } : {}),
+      sets, ...(objects.length > 0 ? { objects } : {}), chains,
+    };
   });
   const owners = parsed.data.owners;
   if (owners) {
@@ -469,6 +488,7 @@ const CHAIN_TYPES: ReadonlySet<unknown> = new Set(CHAIN.shape.type.unwrap().opti
 const HOOKS: ReadonlySet<unknown> = new Set(CHAIN.shape.hook.unwrap().options);
 const POLICIES: ReadonlySet<unknown> = new Set(CHAIN.shape.policy.unwrap().options);
 const SET_LIST = z.array(SET_SCHEMA);
+const OBJ_LIST = z.array(OBJ_SCHEMA);
 
 const isPlain = (x: unknown): x is Record<string, unknown> =>
   typeof x === 'object' && x !== null && Object.getPrototypeOf(x) === Object.prototype;
@@ -494,6 +514,7 @@ export function plainTables(raw: unknown): z.infer<typeof CONFIG_SCHEMA> | undef
     for (const k in t) if (!TABLE_KEYS.has(k)) return undefined;
     if (!FAMILY_NAMES.has(t.family) || !isName(t.name) || !isComment(t.comment)) return undefined;
     if (t.protect !== undefined && typeof t.protect !== 'boolean') return undefined;
+    if (t.flags !== undefined && !(Array.isArray(t.flags) && t.flags.length === 1 && t.flags[0] === 'dormant')) return undefined;
     if (!Array.isArray(t.chains) || !Array.isArray(t.sets) || !Array.isArray(t.maps)) return undefined;
     for (const c of t.chains as unknown[]) {
       if (!isPlain(c)) return undefined;
@@ -509,10 +530,12 @@ export function plainTables(raw: unknown): z.infer<typeof CONFIG_SCHEMA> | undef
     }
     const sets = SET_LIST.safeParse(t.sets);
     const maps = SET_LIST.safeParse(t.maps);
-    if (!sets.success || !maps.success) return undefined;
+    const objects = OBJ_LIST.safeParse(t.objects ?? []);
+    if (!sets.success || !maps.success || !objects.success) return undefined;
     tables.push({
       family: t.family as z.infer<typeof TABLE>['family'], name: t.name as string, protect: t.protect as boolean | undefined,
-      comment: t.comment as string | undefined, sets: sets.data, maps: maps.data, chains: t.chains as z.infer<typeof CHAIN>[],
+      ...(t.flags !== undefined ? { flags: ['dormant' as const] } : {}),
+      comment: t.comment as string | undefined, sets: sets.data, maps: maps.data, objects: objects.data, chains: t.chains as z.infer<typeof CHAIN>[],
     });
   }
   return { tables };
@@ -524,6 +547,33 @@ function rulePath(chain: (string | number)[], ri: number): (string | number)[] {
 }
 
 type RawTableParsed = z.infer<typeof TABLE>;
+
+/** A table's stateful objects, built (src/config/objects.ts), in the order they were written. */
+function buildObjects(t: RawTableParsed, ti: number, { pos }: Positions,
+  fail: (p: { line: number; col: number }, reason: string) => void): ObjConfig[] {
+  const out: ObjConfig[] = [];
+  const seen = new Set<string>();
+  t.objects.forEach((raw, oi) => {
+    const path = ['tables', ti, 'objects', oi];
+    // nft's object names are per type: a counter and a quota may share one
+    const k = `${raw.type} ${raw.name}`;
+    if (seen.has(k)) fail(pos([...path, 'name']), `table ${t.family} ${t.name} declares ${raw.type} ${raw.name} twice`);
+    seen.add(k);
+    const built = buildObject(raw, { family: t.family, table: t.name }, (where, reason, inner) => fail(pos([...path, ...where], inner), reason));
+    if (built) out.push(built);
+  });
+  return out;
+}
+
+/** Why a rule cannot use the objects it names (one the table does not declare), or undefined. */
+function objectRefProblem(exprs: CompiledRule['exprs'], objects: readonly ObjConfig[], family: string, table: string): string | undefined {
+  for (const u of objectsUsed(exprs)) {
+    if (!objects.some((o) => o.type === u.type && o.name === u.name)) {
+      return `${u.type} ${u.name} is not an object of table ${family} ${table} (declare it in the table: '${u.type} ${u.name} { … }')`;
+    }
+  }
+  return undefined;
+}
 
 /**
  * A table's sets and maps, built (src/config/sets.ts) and put in the order

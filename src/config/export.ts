@@ -9,10 +9,11 @@
 import { stringify } from 'yaml';
 import type { Family } from '../netlink/expr.js';
 import type { NftSet, SetElement } from '../netlink/objects.js';
-import { SET_F } from '../netlink/objects.js';
+import { SET_F, TABLE_F } from '../netlink/objects.js';
 import type { NftSocket } from '../netlink/socket.js';
 import { commentOf, renderRule, setResolver, type InterfaceResolver } from '../rules/index.js';
 import { kernelSetDecl, type RawSet } from './sets.js';
+import { rawObjectOf, type RawObj } from './objects.js';
 
 export type ExportFormat = 'nft' | 'yaml';
 
@@ -29,22 +30,27 @@ export interface ExportedTable {
   name: string;
   /** NFTA_TABLE_USERDATA's comment. */
   comment?: string;
+  /** `dormant` when the table is (owner and persist are protect mode's, not written). */
+  flags?: string[];
   /** Named sets and maps, in the kernel's order. */
   sets: { decl: RawSet; map: boolean; wrap?: boolean }[];
+  /** Named stateful objects, in the kernel's order, without their state. */
+  objects?: RawObj[];
   chains: ExportedChain[];
   /** What the config cannot hold (named sets, rules it cannot render), in words. */
   unsupported: string[];
 }
 
-type Reader = Pick<NftSocket, 'getTable' | 'listChains' | 'listRules' | 'listSets' | 'listElements'>;
+type Reader = Pick<NftSocket, 'getTable' | 'listChains' | 'listRules' | 'listSets' | 'listElements'> & Partial<Pick<NftSocket, 'listObjs'>>;
 
 /** Reads one table; undefined when it does not exist. */
 export async function readTable(sock: Reader, family: Family, name: string,
   options: { interfaces?: InterfaceResolver; counters?: boolean } = {}): Promise<ExportedTable | undefined> {
   const table = await sock.getTable(family, name);
   if (!table) return undefined;
-  const [chains, rules, sets] = await Promise.all([
+  const [chains, rules, sets, objs] = await Promise.all([
     sock.listChains({ family, table: name }), sock.listRules({ family, table: name }), sock.listSets({ family, table: name }),
+    sock.listObjs?.({ family, table: name }) ?? [],
   ]);
   const withElements: { set: NftSet; elements: SetElement[] }[] = await Promise.all(sets.map(async (set) => ({
     set, elements: await sock.listElements({ family, table: name, set: set.name }),
@@ -52,9 +58,15 @@ export async function readTable(sock: Reader, family: Family, name: string,
   const resolve = setResolver(withElements);
   const unsupported: string[] = [];
   const out: ExportedTable = { family, name, sets: [], chains: [], unsupported };
+  if (table.flags & TABLE_F.DORMANT) out.flags = ['dormant'];
   const tableComment = commentOf(table.userdata);
   if (tableComment !== undefined) out.comment = tableComment;
   else if (table.userdata) unsupported.push(`table userdata other than a comment: ${table.userdata}`);
+  for (const o of objs) {
+    const raw = rawObjectOf(o, family);
+    if (raw) (out.objects ??= []).push(raw);
+    else unsupported.push(`${typeof o.type === 'string' ? o.type : `object of type ${o.type}`} ${o.name}: nfkeeper cannot write it`);
+  }
   for (const { set, elements } of withElements) {
     if (set.flags & SET_F.ANONYMOUS) continue;
     const d = kernelSetDecl(set, elements);
@@ -105,13 +117,19 @@ export function priorityText(hook: string, priority: number): string {
 /** The nft block form, as `nft list table` prints it. */
 export function tableToNft(t: ExportedTable): string {
   const lines = [`table ${t.family} ${t.name} {`];
+  if (t.flags?.length) lines.push(`\tflags ${t.flags.join(',')}`);
   if (t.comment !== undefined) lines.push(`\tcomment "${t.comment}"`);
-  t.sets.forEach((s, i) => {
+  (t.objects ?? []).forEach((o, i) => {
     if (i > 0) lines.push('');
+    lines.push(...objectLines(o));
+  });
+  const hasObjects = (t.objects?.length ?? 0) > 0;
+  t.sets.forEach((s, i) => {
+    if (i > 0 || hasObjects) lines.push('');
     lines.push(...setLines(s.decl, s.map, s.wrap));
   });
   t.chains.forEach((c: ExportedChain, i) => {
-    if (i > 0 || t.sets.length > 0) lines.push('');
+    if (i > 0 || t.sets.length > 0 || hasObjects) lines.push('');
     lines.push(`\tchain ${c.name} {`);
     if (c.comment !== undefined) lines.push(`\t\tcomment "${c.comment}"`);
     if (c.base) {
@@ -122,6 +140,15 @@ export function tableToNft(t: ExportedTable): string {
   });
   lines.push('}');
   return lines.join('\n') + '\n';
+}
+
+/** An object's block as `nft list` prints it (one statement a line), without its state. */
+export function objectLines(o: RawObj): string[] {
+  const out = [`\t${o.type} ${o.name} {`];
+  if (o.comment !== undefined) out.push(`\t\tcomment ${JSON.stringify(o.comment)}`);
+  for (const part of (o.spec ?? '').split(';').map((x) => x.trim()).filter(Boolean)) out.push(`\t\t${part}`);
+  out.push('\t}');
+  return out;
 }
 
 /** A set's block as `nft list` prints it. */
@@ -148,9 +175,11 @@ export function tablesToYaml(tables: ExportedTable[]): string {
     tables: tables.map((t) => ({
       family: t.family,
       name: t.name,
+      ...(t.flags?.length ? { flags: t.flags } : {}),
       ...(t.comment !== undefined ? { comment: t.comment } : {}),
       ...(t.sets.some((x) => !x.map) ? { sets: t.sets.filter((x) => !x.map).map((x) => x.decl) } : {}),
       ...(t.sets.some((x) => x.map) ? { maps: t.sets.filter((x) => x.map).map((x) => x.decl) } : {}),
+      ...(t.objects?.length ? { objects: t.objects } : {}),
       chains: t.chains.map((c) => {
         const p = c.base && priorityText(c.base.hook, c.base.priority);
         return {

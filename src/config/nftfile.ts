@@ -11,13 +11,16 @@
  * Named sets and maps come as `set`/`map` blocks in a table and as `add
  * set|map` and `add element` commands; they become the table's `sets` and
  * `maps` with their elements as nft element texts (src/config/sets.ts
- * parses those). Everything outside what the config can hold (table flags,
- * stateful objects, `define`, `include`, netdev devices, …) is refused at its
+ * parses those). `include` and `define` are expanded first
+ * (src/config/nftexpand.ts). Everything outside what the config can hold (table
+ * flags but dormant, stateful objects, netdev devices, …) is refused at its
  * position, never dropped: nfkeeper would otherwise keep a table that is not
  * the one the file describes.
  */
 import { ConfigError } from '../errors.js';
+import { expandNft, type Expanded } from './nftexpand.js';
 import type { RawSet } from './sets.js';
+import type { RawObj } from './objects.js';
 
 /** The YAML schema's input shape (src/config/config.ts checks it). */
 export interface RawChain {
@@ -33,8 +36,12 @@ export interface RawTable {
   family: string;
   name: string;
   comment?: string;
+  /** `flags dormant` (owner and persist are protect mode's). */
+  flags?: string[];
   sets: RawSet[];
   maps: RawSet[];
+  /** Named stateful objects (src/config/objects.ts); absent when the file declares none. */
+  objects?: RawObj[];
   chains: RawChain[];
 }
 export interface RawDocument {
@@ -44,6 +51,8 @@ export interface RawDocument {
 export interface Position {
   line: number;
   col: number;
+  /** The file it is in when that is not the config file itself (an included file). */
+  file?: string;
 }
 
 export interface NftDocument {
@@ -54,6 +63,10 @@ export interface NftDocument {
    * column inside a rule's text, as RuleSyntaxError reports it.
    */
   positionOf(path: readonly (string | number)[], innerColumn?: number): Position;
+  /** The same node as an offset in the text read (with includes expanded): the order nodes were written in. */
+  offsetOf(path: readonly (string | number)[]): number;
+  /** The files its includes read, in order. */
+  files: string[];
 }
 
 /** `elems`: a set's `{ … }` element list, kept whole (100,000 elements would be a million tokens). */
@@ -106,7 +119,7 @@ class Reader {
   /** Where each element text of a set starts, by the set's path (a map entry per element costs too much at 100,000). */
   readonly elementStarts = new Map<string, number[]>();
 
-  constructor(private readonly src: string, private readonly file: string) {
+  constructor(private readonly src: string, private readonly file: string, private readonly expanded?: Expanded) {
     // Room for a token per 8 characters to start with (kube-proxy's file has one per 10.5): grown
     // by doubling from 1,024, the arrays were copied 11 times at 10,000 services.
     const size = Math.max(1024, src.length >> 3);
@@ -117,6 +130,7 @@ class Reader {
   }
 
   pos(offset: number): Position {
+    if (this.expanded) return this.expanded.locate(offset);
     const ls = this.lineStarts ??= lineStartsOf(this.src);
     let lo = 0;
     let hi = ls.length - 1;
@@ -129,7 +143,7 @@ class Reader {
 
   fail(offset: number, reason: string): never {
     const p = this.pos(offset);
-    throw new ConfigError(this.file, p.line, p.col, reason);
+    throw new ConfigError(p.file ?? this.file, p.line, p.col, reason);
   }
 
   private push(kind: number, start: number, end: number): void {
@@ -320,13 +334,10 @@ class Reader {
       case 'add': case 'create': this.addCommand(t); return;
       case 'insert': this.ruleCommand(t, true); return;
       case 'flush': this.flushCommand(t); return;
-      case 'define': case 'redefine': case 'undefine':
-        this.fail(t.start, `'${t.text}' (variables) is not supported in nfkeeper's .nft files: write the values out`);
-      case 'include':
-        this.fail(t.start, "'include' is not supported: nfkeeper reads one file, so put the tables in it");
+      case 'delete': this.deleteCommand(t); return;
       default:
         this.fail(t.start, `'${t.text}' is not a command nfkeeper accepts here: ` +
-          "use 'table', 'add', 'create', 'insert' or a leading 'flush ruleset' / 'flush table'");
+          "use 'table', 'add', 'create', 'insert' or a leading 'flush ruleset' / 'flush table' / 'delete table'");
     }
   }
 
@@ -362,6 +373,20 @@ class Reader {
     this.endStatement();
   }
 
+  /**
+   * `delete table [F] N` before the tables, as Debian's sets_and_maps.nft starts: the tables a
+   * config describes replace what the kernel had under their names anyway.
+   */
+  private deleteCommand(t: Tok): void {
+    const what = this.word("'table'");
+    if (what.text !== 'table') this.fail(what.start, `only 'delete table' is accepted (at the top of the file), not 'delete ${what.text}'`);
+    if (this.raw.tables.length > 0) {
+      this.fail(t.start, "'delete table' is accepted only at the top of the file, before any table: a desired state does not delete what it declares");
+    }
+    this.tableRef();
+    this.endStatement();
+  }
+
   private addCommand(verb: Tok): void {
     const obj = this.word('an object (table, chain, rule)');
     switch (obj.text) {
@@ -381,8 +406,15 @@ class Reader {
         return;
       }
       case 'element': this.elementCommand(verb); return;
-      case 'flowtable': case 'counter': case 'quota':
-      case 'limit': case 'ct': case 'secmark': case 'synproxy':
+      case 'counter': case 'quota': case 'limit': case 'ct': case 'secmark': case 'synproxy': {
+        const type = this.objectType(obj);
+        const ref = this.tableRef();
+        const ti = this.findTable(ref.family, ref.name, ref.at, false);
+        this.objectDecl(ti, obj, type, true);
+        this.endStatement();
+        return;
+      }
+      case 'flowtable':
         this.fail(obj.start, unsupportedObject(obj.text));
       default: this.fail(obj.start, `'${verb.text} ${obj.text}': expected table, chain, set, map, element or rule`);
     }
@@ -441,11 +473,13 @@ class Reader {
             this.endStatement();
             break;
           }
-          case 'flowtable': case 'counter': case 'quota': case 'limit': case 'ct':
-          case 'secmark': case 'synproxy':
+          case 'counter': case 'quota': case 'limit': case 'ct': case 'secmark': case 'synproxy':
+            this.objectDecl(ti, w, this.objectType(w), false);
+            this.endStatement();
+            break;
+          case 'flowtable':
             this.fail(w.start, unsupportedObject(w.text));
-          case 'flags':
-            this.fail(w.start, 'table flags are not supported in the config (protect mode sets the owner flag itself: see protect in docs/config)');
+          case 'flags': this.tableFlags(ti, w); break;
           case 'comment': {
             const table = this.raw.tables[ti]!;
             if (table.comment !== undefined) this.fail(w.start, `table ${ref.family} ${ref.name}: 'comment' given twice`);
@@ -586,6 +620,72 @@ class Reader {
       }
       (set as Record<string, unknown>)[k] = given[k];
     }
+  }
+
+  /** An object's type after its first word: `counter`, or `ct helper` with the word after `ct`. */
+  private objectType(kw: Tok): string {
+    if (kw.text !== 'ct') return kw.text;
+    const k = this.word("'helper', 'timeout' or 'expectation' after 'ct'");
+    if (k.text !== 'helper' && k.text !== 'timeout' && k.text !== 'expectation') {
+      this.fail(k.start, `expected 'helper', 'timeout' or 'expectation' after 'ct', found ${describe(k)}`);
+    }
+    return `ct ${k.text}`;
+  }
+
+  /**
+   * A stateful object: `counter|quota|limit|synproxy|secmark NAME { BODY }` or `ct helper|timeout|expectation
+   * NAME { BODY }` in a table, and as a command also without braces (`add counter ip t c`, `add quota ip t
+   * q over 1 mbytes`). The body is kept as written (src/config/objects.ts parses it), its `comment "…"` apart.
+   */
+  private objectDecl(ti: number, kw: Tok, type: string, command: boolean): void {
+    const name = this.word(`a ${type} name`);
+    const table = this.raw.tables[ti]!;
+    const objects = table.objects ??= [];
+    const oi = objects.length;
+    const path = ['tables', ti, 'objects', oi];
+    const raw: RawObj = { name: name.text, type: type as RawObj['type'] };
+    this.mark(path, kw.start);
+    this.mark([...path, 'name'], name.start);
+    this.mark([...path, 'type'], kw.start);
+    let spec = '';
+    let specStart = this.peek().start;
+    if (this.peek().kind === '{') {
+      const open = this.next();
+      specStart = open.end;
+      let last = open.end;
+      const blanks: [number, number][] = [];
+      for (let depth = 0; ;) {
+        const t = this.next();
+        if (t.kind === 'end') this.fail(open.start, `${type} ${name.text}: missing '}'`);
+        if (t.kind === '{') depth++;
+        if (t.kind === '}' && depth-- === 0) { last = t.start; break; }
+        if (t.kind === 'word' && t.text === 'comment' && depth === 0) {
+          const v = this.next();
+          if (v.kind !== 'string') this.fail(v.start, 'comment takes a quoted string');
+          if (raw.comment !== undefined) this.fail(t.start, `${type} ${name.text}: 'comment' given twice`);
+          raw.comment = v.text;
+          this.mark([...path, 'comment'], v.start);
+          blanks.push([t.start, v.end]);
+        }
+      }
+      spec = this.src.slice(specStart, last);
+      for (const [a, b] of blanks) spec = spec.slice(0, a - specStart) + ' '.repeat(b - a) + spec.slice(b - specStart);
+    } else if (command) {
+      const first = this.peek();
+      let end = first.start;
+      while (this.peek().kind === 'word' || this.peek().kind === 'string') end = this.next().end;
+      spec = this.src.slice(first.start, end);
+      specStart = first.start;
+    } else {
+      this.fail(this.peek().start, `expected '{' after ${type} ${name.text}, found ${describe(this.peek())}`);
+    }
+    // (newlines and `;` separate the body's statements; objects.ts reads both, columns kept)
+    spec = spec.replace(/#[^\n]*/g, (m) => ' '.repeat(m.length)).trim() === '' ? '' : spec.replace(/#[^\n]*/g, (m) => ' '.repeat(m.length));
+    if (spec !== '') {
+      raw.spec = spec;
+      this.ruleStarts.set([...path, 'spec'].join('.'), specStart);
+    }
+    objects.push(raw);
   }
 
   /** The words up to the end of the statement, as written (for a type or typeof). */
@@ -746,6 +846,23 @@ class Reader {
     }
   }
 
+  /** A table's `flags dormant`: owner and persist are protect mode's, set by nfkeeper itself. */
+  private tableFlags(ti: number, w: Tok): void {
+    const table = this.raw.tables[ti]!;
+    if (table.flags !== undefined) this.fail(w.start, `table ${table.family} ${table.name}: 'flags' given twice`);
+    const at = this.peek().start;
+    const text = this.restOfStatement('flags');
+    const flags = text.split(/\s*,\s*/);
+    for (const f of flags) {
+      if (f === 'owner' || f === 'persist') {
+        this.fail(at + text.indexOf(f), `table flag '${f}' is protect mode's: nfkeeper sets owner and persist itself when protect is on (docs/config.md, protect)`);
+      }
+      if (f !== 'dormant') this.fail(at + text.indexOf(f), `'${f}' is not a table flag nfkeeper accepts (dormant)`);
+    }
+    table.flags = ['dormant'];
+    this.mark(['tables', ti, 'flags'], at);
+  }
+
   /** `comment "x";` inside a chain is a chain comment; `comment` never starts a rule on its own. */
   private isPropertyLine(): boolean {
     const after = this.peek(2);
@@ -885,26 +1002,40 @@ function unsupportedObject(what: string): string {
   return `${what} objects are not supported`;
 }
 
-/** Reads an nft file's text into the config's raw document. Throws ConfigError at the first problem. */
-export function readNftFile(text: string, file = '<config>'): NftDocument {
-  const r = new Reader(text, file);
+export interface ReadOptions {
+  /** Directories `include "NAME"` searches before nft's default (/etc), as nft's `-I`. */
+  includePath?: readonly string[];
+  /** The longest text the includes and defines may expand to. */
+  maxBytes?: number;
+}
+
+/**
+ * Reads an nft file's text into the config's raw document, its includes and defines expanded
+ * (src/config/nftexpand.ts). Throws ConfigError at the first problem.
+ */
+export function readNftFile(text: string, file = '<config>', options: ReadOptions = {}): NftDocument {
+  const expanded = expandNft(text, file, { includePath: options.includePath, maxBytes: options.maxBytes ?? Infinity });
+  const r = new Reader(expanded?.text ?? text, file, expanded);
   const raw = r.read();
+  const offsetOf = (path: readonly (string | number)[], innerColumn?: number): number => {
+    if (path.length >= 2 && path[path.length - 2] === 'elements') {
+      const starts = r.elementStarts.get(path.slice(0, -2).join('.'));
+      const at = starts?.[path[path.length - 1] as number];
+      if (at !== undefined) return at + (innerColumn ?? 1) - 1;
+    }
+    const ruleStart = r.textStart(path);
+    if (ruleStart !== undefined && innerColumn !== undefined) return ruleStart + innerColumn - 1;
+    // The deepest recorded node on the path.
+    for (let n = path.length; n > 0; n--) {
+      const at = r.recorded(path, n);
+      if (at !== undefined) return at;
+    }
+    return 0;
+  };
   return {
     raw,
-    positionOf(path, innerColumn) {
-      if (path.length >= 2 && path[path.length - 2] === 'elements') {
-        const starts = r.elementStarts.get(path.slice(0, -2).join('.'));
-        const at = starts?.[path[path.length - 1] as number];
-        if (at !== undefined) return r.pos(at + (innerColumn ?? 1) - 1);
-      }
-      const ruleStart = r.textStart(path);
-      if (ruleStart !== undefined && innerColumn !== undefined) return r.pos(ruleStart + innerColumn - 1);
-      // The deepest recorded node on the path.
-      for (let n = path.length; n > 0; n--) {
-        const at = r.recorded(path, n);
-        if (at !== undefined) return r.pos(at);
-      }
-      return { line: 1, col: 1 };
-    },
+    positionOf: (path, innerColumn) => r.pos(offsetOf(path, innerColumn)),
+    offsetOf: (path) => offsetOf(path),
+    files: expanded?.files.slice(1) ?? [],
   };
 }

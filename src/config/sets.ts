@@ -11,7 +11,7 @@
 import { internWord } from '../rules/intern.js';
 import * as z from 'zod';
 import type { Family, Hex, Verdict } from '../netlink/expr.js';
-import { SET_ELEM_F, SET_F, type NftSet, type SetElement } from '../netlink/objects.js';
+import { OBJ_TYPE, SET_ELEM_F, SET_F, type NftSet, type ObjType, type SetElement } from '../netlink/objects.js';
 import { bigToHex, hexToBig, prefixMask } from '../rules/bytes.js';
 import {
   DATATYPES, NFT_DATA_VERDICT, VERDICT_DATA_LEN, BYTEORDER_NONE, datatypeById, keyTypeFromKernel, keyTypeName, keyTypeOf,
@@ -42,7 +42,12 @@ export const SET_SCHEMA = z.strictObject({
 export type RawSet = z.infer<typeof SET_SCHEMA>;
 
 /** The data side of a map. */
-export type DataType = { kind: 'verdict' } | { kind: 'value'; type: KeyType };
+export type DataType = { kind: 'verdict' } | { kind: 'value'; type: KeyType } | { kind: 'object'; type: ObjType };
+
+/** The data of an object map (`type inet_service : counter`): the objects' type, by the words nft 1.0.6 takes there. */
+const OBJECT_DATA: Record<string, ObjType> = {
+  counter: 'counter', quota: 'quota', limit: 'limit', secmark: 'secmark', synproxy: 'synproxy',
+};
 
 export interface SetConfig {
   name: string;
@@ -169,7 +174,7 @@ interface Part { lo: Hex; hi: Hex; single: boolean }
 
 interface ParsedElement {
   parts: Part[];
-  data?: { hex?: Hex; verdict?: Verdict; chain?: string };
+  data?: { hex?: Hex; verdict?: Verdict; chain?: string; objref?: string };
   comment?: string;
   timeout?: number;
   expires?: number;
@@ -289,7 +294,12 @@ function parseElement(text: string, key: KeyType, data: DataType | undefined, in
     i++;
     const d = ts[i];
     if (!d) throw new ElementError(colon.col, 'expected the data after \':\'');
-    if (data.kind === 'verdict') {
+    if (data.kind === 'object') {
+      i++;
+      const name = d.w.replace(/^"|"$/g, '');
+      if (!/^[A-Za-z_.][A-Za-z0-9_./-]*$/.test(name) || name.length > 255) throw new ElementError(d.col, `a ${data.type} object's name`);
+      out.data = { objref: name };
+    } else if (data.kind === 'verdict') {
       if (!VERDICTS.has(d.w)) throw new ElementError(d.col, `'${d.w}' is not a verdict (accept, drop, continue, return, jump CHAIN, goto CHAIN)`);
       i++;
       if (d.w === 'jump' || d.w === 'goto') {
@@ -304,7 +314,7 @@ function parseElement(text: string, key: KeyType, data: DataType | undefined, in
       out.data = { hex: parts.map((p, k) => padPart(data.type.parts[k]!, p.lo, data.type.parts.length > 1)).join('') };
     }
   } else if (data) {
-    throw new ElementError(text.length + 1, `an element of a map needs ': ${data.kind === 'verdict' ? 'verdict' : keyTypeName(data.type)}'`);
+    throw new ElementError(text.length + 1, `an element of a map needs ': ${data.kind === 'verdict' ? 'verdict' : data.kind === 'object' ? `"${data.type} name"` : keyTypeName(data.type)}'`);
   }
   if (i < ts.length) throw new ElementError(ts[i]!.col, `unexpected '${ts[i]!.w}' at the end of the element`);
   return out;
@@ -341,7 +351,10 @@ export function buildSet(raw: RawSet, map: boolean, ctx: { family: Family; table
     key = declField === 'type' ? typeSide(keyWords) : typeofSide(keyWords);
     if (map) {
       const dw = ws.slice(colon + 1);
-      if (dw.length === 1 && dw[0]!.w === 'verdict') {
+      const objType = OBJECT_DATA[dw.map((x) => x.w).join(' ')];
+      if (objType) {
+        data = { kind: 'object', type: objType };
+      } else if (dw.length === 1 && dw[0]!.w === 'verdict') {
         data = { kind: 'verdict' };
         dataTypeof = declField === 'typeof' ? { expr: 'verdict' } : { expr: 'none' };
       } else if (dw.length === 0) {
@@ -358,7 +371,8 @@ export function buildSet(raw: RawSet, map: boolean, ctx: { family: Family; table
     return undefined;
   }
   const flagsList = raw.flags ?? [];
-  let flags = map ? SET_F.MAP : 0;
+  // an object map is no data map: the kernel keeps the objects' names (NFT_SET_OBJECT)
+  let flags = data?.kind === 'object' ? SET_F.OBJECT : map ? SET_F.MAP : 0;
   for (const f of flagsList) flags |= FLAG_BITS[f]!;
   const interval = (flags & SET_F.INTERVAL) !== 0;
   const concat = key.type.parts.length > 1;
@@ -395,10 +409,13 @@ export function buildSet(raw: RawSet, map: boolean, ctx: { family: Family; table
     family: ctx.family, table: ctx.table, name: raw.name, flags, keyType: key.type.id, keyLen: key.type.len,
     userdata: namedSetUserdata({
       keyByteorder: key.type.byteorder, keyTypeof: key.typeof, merge: !!raw['auto-merge'], comment: raw.comment,
-      ...(data ? { data: { byteorder: data.kind === 'verdict' ? BYTEORDER_NONE : data.type.byteorder, typeof: dataTypeof! } } : {}),
+      ...(data?.kind === 'object' ? { objectMap: true } : {}),
+      ...(data && data.kind !== 'object' ? { data: { byteorder: data.kind === 'verdict' ? BYTEORDER_NONE : data.type.byteorder, typeof: dataTypeof! } } : {}),
     }),
   };
-  if (data) {
+  if (data?.kind === 'object') {
+    set.objType = OBJ_TYPE[data.type];
+  } else if (data) {
     set.dataType = data.kind === 'verdict' ? NFT_DATA_VERDICT : data.type.id;
     set.dataLen = data.kind === 'verdict' ? VERDICT_DATA_LEN : data.type.len;
   }
@@ -417,6 +434,7 @@ function element(key: Hex, flags: number, p: ParsedElement, open = false): SetEl
   if (p.data?.hex !== undefined) e.data = p.data.hex;
   if (p.data?.verdict !== undefined) e.verdict = p.data.verdict;
   if (p.data?.chain !== undefined) e.chain = p.data.chain;
+  if (p.data?.objref !== undefined) e.objref = p.data.objref;
   if (p.timeout !== undefined) e.timeout = p.timeout;
   if (p.expires !== undefined) e.expiration = p.expires;
   const u = elementUserdata(p.comment, open);
@@ -498,7 +516,7 @@ export function setDefinitionKey(s: NftSet): string {
   // the kernel gives a set without a size 65535 (0xffff) once a rule's dynset (add/update @set) binds it
   const size = (s.flags & SET_F.EVAL) && s.size === 0xffff ? 0 : s.size ?? 0;
   return JSON.stringify([s.flags & ~SET_F.ANONYMOUS, s.keyType, s.keyLen, s.dataType ?? 0, s.dataLen ?? 0, s.policy ?? 0,
-    size, s.timeout ?? 0, s.gcInterval ?? 0, s.fieldLen ?? [], s.userdata ?? '']);
+    size, s.timeout ?? 0, s.gcInterval ?? 0, s.fieldLen ?? [], s.userdata ?? '', s.objType ?? 0]);
 }
 
 /** An element's identity in its set: key, key end and whether it ends an interval. */
@@ -511,7 +529,7 @@ export function elementId(e: SetElement): string {
 
 /** Two elements with every field equal (the same element object, or a reload's new copy of it). */
 export function sameElementFields(o: SetElement, n: SetElement): boolean {
-  return o === n || (o.key === n.key && o.data === n.data && o.verdict === n.verdict && o.chain === n.chain && o.flags === n.flags
+  return o === n || (o.key === n.key && o.data === n.data && o.verdict === n.verdict && o.chain === n.chain && o.objref === n.objref && o.flags === n.flags
     && o.keyEnd === n.keyEnd && o.userdata === n.userdata && o.timeout === n.timeout && o.expiration === n.expiration);
 }
 
@@ -521,7 +539,7 @@ export function sameElementFields(o: SetElement, n: SetElement): boolean {
  */
 export function sameContent(want: SetElement, have: SetElement): boolean {
   return (want.data ?? '') === (have.data ?? '') && (want.verdict ?? '') === (have.verdict ?? '')
-    && (want.chain ?? '') === (have.chain ?? '') && (want.userdata ?? '') === (have.userdata ?? '')
+    && (want.chain ?? '') === (have.chain ?? '') && (want.objref ?? '') === (have.objref ?? '') && (want.userdata ?? '') === (have.userdata ?? '')
     && (want.timeout === undefined || want.timeout === have.timeout);
 }
 
@@ -610,6 +628,7 @@ function formatOptions(e: SetElement, withExpires: boolean): string {
 function formatData(e: SetElement, data: DataType | undefined): string {
   if (!data) return '';
   if (data.kind === 'verdict') return ` : ${e.verdict ?? '?'}${e.chain !== undefined ? ` ${e.chain}` : ''}`;
+  if (data.kind === 'object') return ` : "${e.objref ?? '?'}"`;
   const parts = splitKey(data.type, e.data ?? '');
   return ' : ' + parts.map((h, n) => data.type.parts[n]!.format(h)).join(' . ');
 }
@@ -693,13 +712,18 @@ export function declarationText(d: RawSet, elements?: readonly string[]): string
  * cannot be one: nfkeeper never exports what it would install differently.
  */
 export function kernelSetDecl(set: NftSet, elements: readonly SetElement[]): { decl: RawSet; map: boolean } | { unsupported: string } {
-  const map = (set.flags & SET_F.MAP) !== 0;
+  const objMap = (set.flags & SET_F.OBJECT) !== 0;
+  const map = (set.flags & SET_F.MAP) !== 0 || objMap;
   const what = map ? 'map' : 'set';
-  if (set.flags & (SET_F.OBJECT | SET_F.EXPR | SET_F.ANONYMOUS)) return { unsupported: `${what} ${set.name}: object maps and set expressions are not supported` };
+  if (set.flags & (SET_F.EXPR | SET_F.ANONYMOUS)) return { unsupported: `${what} ${set.name}: set expressions are not supported` };
   const key = keyTypeFromKernel(set.keyType, set.keyLen);
   if (!key) return { unsupported: `${what} ${set.name}: key type ${set.keyType} (length ${set.keyLen}) is not a datatype nfkeeper knows` };
   let data: DataType | undefined;
-  if (map) {
+  if (objMap) {
+    const t = objTypeOf(set.objType);
+    if (!t) return { unsupported: `${what} ${set.name}: object type ${set.objType} is not one nfkeeper knows` };
+    data = { kind: 'object', type: t };
+  } else if (map) {
     if (set.dataType === NFT_DATA_VERDICT) data = { kind: 'verdict' };
     else {
       const d = keyTypeFromKernel(set.dataType ?? 0, set.dataLen ?? 0);
@@ -707,7 +731,7 @@ export function kernelSetDecl(set: NftSet, elements: readonly SetElement[]): { d
       data = { kind: 'value', type: d };
     }
   }
-  const u = parseNamedSetUserdata(set.userdata, map);
+  const u = parseNamedSetUserdata(set.userdata, map && !objMap);
   if (!u) return { unsupported: `${what} ${set.name}: its userdata is not what nft writes` };
   const side = (t: KeyType, tf: SetTypeof): { type?: string; typeof?: string } | undefined => {
     if (tf.expr === 'none' || (tf.expr === 'concat' && tf.parts.length === 0)) return { type: keyTypeName(t) };
@@ -720,7 +744,7 @@ export function kernelSetDecl(set: NftSet, elements: readonly SetElement[]): { d
   if (!k) return { unsupported: `${what} ${set.name}: typeof names an expression nfkeeper does not know` };
   let typeText = k.type ?? k.typeof!;
   if (data) {
-    const ds = data.kind === 'verdict' ? { text: 'verdict' } : (() => {
+    const ds = data.kind === 'verdict' ? { text: 'verdict' } : data.kind === 'object' ? { text: data.type } : (() => {
       const s = side(data.type, u.data?.typeof ?? { expr: 'none' });
       return s ? { text: s.type ?? s.typeof! } : undefined;
     })();
@@ -747,10 +771,18 @@ export function kernelSetDecl(set: NftSet, elements: readonly SetElement[]): { d
   return { decl, map };
 }
 
+function objTypeOf(n: number | undefined): ObjType | undefined {
+  return (Object.keys(OBJ_TYPE) as ObjType[]).find((k) => OBJ_TYPE[k] === n);
+}
+
 /** The key and data types of a desired or kernel set, for rendering its elements. */
 export function typesOf(set: NftSet): { key: KeyType; data?: DataType } | undefined {
   const key = keyTypeFromKernel(set.keyType, set.keyLen);
   if (!key) return undefined;
+  if (set.flags & SET_F.OBJECT) {
+    const t = objTypeOf(set.objType);
+    return t ? { key, data: { kind: 'object', type: t } } : undefined;
+  }
   if (!(set.flags & SET_F.MAP)) return { key };
   if (set.dataType === NFT_DATA_VERDICT) return { key, data: { kind: 'verdict' } };
   const d = keyTypeFromKernel(set.dataType ?? 0, set.dataLen ?? 0);

@@ -80,6 +80,15 @@ function knownSets(t: TableConfig, defs: (name: string) => NftSet | undefined, v
   return sets;
 }
 
+/**
+ * Stateful objects are not part of the known state: their configuration can be changed in place
+ * (NEWOBJ with the update flag) without touching the table's use count, so a table that has or
+ * wants any is read at each look.
+ */
+function objectsUnknown(t: TableConfig, o: ObservedTable): boolean {
+  return (t.objects?.length ?? 0) > 0 || (o.objs?.size ?? 0) > 0;
+}
+
 export class KnownState {
   private constructor(public generation: number, private readonly tables: Map<string, KnownTable>) {}
 
@@ -210,7 +219,7 @@ export class KnownState {
     const out = new Map<string, KnownTable>();
     for (const [i, t] of tables.entries()) {
       const o = observed[i];
-      if (!o?.table || o.sets.size !== (t.sets?.length ?? 0)) return undefined;
+      if (!o?.table || o.sets.size !== (t.sets?.length ?? 0) || objectsUnknown(t, o)) return undefined;
       const verifiedSets = new Map<string, SetConfig>();
       const sets = knownSets(t, (n) => o.sets.get(n)?.set, verifiedSets);
       if (!sets) return undefined;
@@ -244,6 +253,7 @@ export class KnownState {
     batch: Batch, echoed: CommitResult | undefined, previous?: KnownState,
     read?: ReadonlyMap<string, ReadonlyMap<string, ChainDigests>>, portId?: number): KnownState | undefined {
     if (!echoed && !read) return undefined;
+    for (const [i, t] of tables.entries()) if (observed[i] && objectsUnknown(t, observed[i]!)) return undefined;
     const desiredTables = new Set(tables.map(tableKey));
     // Handles by chain, starting from what the plan saw.
     const handles = new Map<string, Map<string, number[]>>();
@@ -318,6 +328,8 @@ export class KnownState {
         else return undefined;
         continue;
       }
+      // Stateful objects are not known: a table that has them is read at each look (objectsUnknown).
+      if (op.object === 'obj') return undefined;
       if (op.object === 'element') continue;  // every named set holds its desired elements after the commit (below)
       if (op.object === 'chain') {
         const hk = `${op.family} ${op.table} ${op.name}`;

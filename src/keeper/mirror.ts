@@ -60,8 +60,11 @@ export const MIRROR_MAX_OPS = 64;
 /** Repairs of more elements than this are left to the full pass (with MIRROR_MAX_OPS rules, our own commit stays within the 256 events a monitor batch keeps, so the mirror can follow it). */
 export const MIRROR_MAX_ELEMENTS = 192;
 
-/** Sets whose elements change without a commit, or come in pieces: their element events turn the mirror off. */
-const UNFOLLOWED_SET_FLAGS = SET_F.INTERVAL | SET_F.TIMEOUT | SET_F.EVAL | SET_F.CONSTANT;
+/**
+ * Sets whose elements change without a commit, or come in pieces, and object maps (whose element
+ * events the monitor does not decode the object of): their element events turn the mirror off.
+ */
+const UNFOLLOWED_SET_FLAGS = SET_F.INTERVAL | SET_F.TIMEOUT | SET_F.EVAL | SET_F.CONSTANT | SET_F.OBJECT;
 
 /** One owned named set or map whose elements the mirror follows. */
 interface MirrorSet {

@@ -10,7 +10,9 @@ import * as cryptoModule from 'node:crypto';
 import { createHash } from 'node:crypto';
 import type { Expr, Family, Hex } from '../netlink/expr.js';
 import { Batch } from '../netlink/batch.js';
-import type { Chain, ChainDigests, NftSet, ObservedTable, Rule, SetElement, Table } from '../netlink/objects.js';
+import type { Chain, ChainDigests, NftObj, NftSet, ObservedTable, Rule, SetElement, Table } from '../netlink/objects.js';
+import { objectBlock, objectDefinitionKey } from '../config/objects.js';
+import { objTypeName } from '../rules/objref.js';
 import { SET_F, TABLE_F, indexByChain } from '../netlink/objects.js';
 import { NfkeeperError } from '../errors.js';
 import type { NftConn } from '../netlink/conn.js';
@@ -24,13 +26,13 @@ import {
 } from '../config/sets.js';
 
 export type DriftKind =
-  | 'table-missing' | 'table-retired' | 'table-orphaned' | 'table-unprotected' | 'table-changed' | 'chain-missing' | 'chain-changed' | 'rules-differ' | 'chain-extra'
-  | 'set-extra' | 'set-missing' | 'set-changed' | 'elements-differ';
+  | 'table-missing' | 'table-retired' | 'table-orphaned' | 'table-unprotected' | 'table-changed' | 'table-flags' | 'chain-missing' | 'chain-changed' | 'rules-differ' | 'chain-extra'
+  | 'set-extra' | 'set-missing' | 'set-changed' | 'elements-differ' | 'object-missing' | 'object-changed' | 'object-extra';
 /** Every drift kind, for the metrics' zero series; a Record so a new kind not listed fails the typecheck. */
 export const DRIFT_KINDS: Record<DriftKind, true> = {
-  'table-missing': true, 'table-retired': true, 'table-orphaned': true, 'table-unprotected': true, 'table-changed': true, 'chain-missing': true,
+  'table-missing': true, 'table-retired': true, 'table-orphaned': true, 'table-unprotected': true, 'table-changed': true, 'table-flags': true, 'chain-missing': true,
   'chain-changed': true, 'rules-differ': true, 'chain-extra': true, 'set-extra': true,
-  'set-missing': true, 'set-changed': true, 'elements-differ': true,
+  'set-missing': true, 'set-changed': true, 'elements-differ': true, 'object-missing': true, 'object-changed': true, 'object-extra': true,
 };
 
 export interface Drift {
@@ -40,6 +42,8 @@ export interface Drift {
   chain?: string;
   /** For set-extra, set-missing, set-changed and elements-differ: the set's (or map's) name. */
   set?: string;
+  /** For object-missing, object-changed and object-extra: the object's type and name (`counter c`). */
+  object?: { type: NftObj['type']; name: string };
   /** What differs, in words: "rule 2 missing", "foreign rule at 1: ...". */
   detail: string;
   /** For rules-differ: the chain's rules as the kernel holds them, rendered. */
@@ -72,6 +76,8 @@ export async function observeTable(sock: NftConn, family: Family, name: string,
   let chains: Chain[];
   let rules: Rule[];
   let sets: NftSet[];
+  // Stateful objects: one dump of the table's (filtered by the kernel), beside the others.
+  const objs = sock.listObjs?.({ family, table: name });
   if (out.table.use !== undefined && out.table.use > 2 * expectedChains.length + 64) {
     // Mostly chains we do not want (owners removed while we were down, say): those go whole, with
     // their rules, so read only the wanted chains' rules. Dumping 10,000 rules of 1,000 dead owner
@@ -98,10 +104,12 @@ export async function observeTable(sock: NftConn, family: Family, name: string,
     ]);
     chains = found.filter((c): c is Chain => c !== undefined);
     const named = sets.filter((x) => !(x.flags & SET_F.ANONYMOUS)).length;
-    if (out.table.use === undefined || out.table.use !== chains.length + named) {
+    const objects = objs ? (await objs).length : 0;
+    if (out.table.use === undefined || out.table.use !== chains.length + named + objects) {
       chains = await sock.listChains({ family, table: name });  // something we did not ask for is there
     }
   }
+  if (objs) out.objs = new Map((await objs).map((o) => [objectKey(o.type, o.name), o]));
   indexByChain(chains, rules, out);
   const referenced = new Set<string>();
   for (const r of rules) for (const e of r.exprs) if (e.kind === 'lookup') referenced.add(e.set);
@@ -405,7 +413,15 @@ export function diffTable(want: TableConfig, have: ObservedTable, options: DiffO
     return [d('table-changed', `table ${want.family} ${want.name} has comment ${quoteComment(have.table.userdata)}, want ` +
       `${quoteComment(want.userdata)}; recreating it`)];
   }
+  if (((have.table.flags & TABLE_F.DORMANT) !== 0) !== (want.dormant === true)) {
+    const what = `table ${want.family} ${want.name} is ${want.dormant ? 'active, want dormant' : 'dormant, want active'}`;
+    // The kernel changes no flag of a table its owner holds (EOPNOTSUPP): recreate it, atomically.
+    if (protection === 'protected') return [d('table-changed', `${what}; recreating it (an owned table's flags cannot change)`)];
+    // Otherwise NEWTABLE toggles dormant in place (the kernel unhooks or hooks the chains).
+    drifts.push(d('table-flags', what));
+  }
   const resolve: SetResolver = (n) => have.sets.get(n);
+  drifts.push(...diffObjects(want, have));
   drifts.push(...diffSets(want, have, options.armed, options.verifiedSets));
   let present = 0;  // desired chains the kernel holds: when that is all it holds, there is no extra chain
   const since = options.since;
@@ -482,6 +498,47 @@ export function diffTable(want: TableConfig, have: ObservedTable, options: DiffO
   }
   return drifts;
 }
+
+/** Objects are named per type: a counter and a quota may both be called c. */
+export const objectKey = (type: NftObj['type'], name: string): string => `${String(type)} ${name}`;
+
+/**
+ * Stateful objects, when the look read them: one missing is created, one whose configuration
+ * (not its state: packets, bytes, quota used) differs is created again (rules that use it are
+ * rewritten in the same batch, since the kernel deletes no object in use), one not desired is
+ * deleted. An object as desired is never touched, so its counters go on counting.
+ */
+function diffObjects(want: TableConfig, have: ObservedTable): Drift[] {
+  if (!have.objs) return [];
+  const out: Drift[] = [];
+  const d = (kind: DriftKind, type: NftObj['type'], name: string, detail: string): Drift =>
+    ({ kind, family: want.family, table: want.name, object: { type, name }, detail });
+  const wanted = new Set<string>();
+  for (const o of want.objects ?? []) {
+    const k = objectKey(o.type, o.name);
+    wanted.add(k);
+    const h = have.objs.get(k);
+    if (!h) out.push(d('object-missing', o.type, o.name, `${o.type} ${o.name} is missing`));
+    else if (objectDefinitionKey(h) !== objectDefinitionKey(o.obj)) {
+      out.push(d('object-changed', o.type, o.name, `${o.type} ${o.name} is defined differently (${objectBlock(h, want.family) ?? 'a form nfkeeper cannot write'}); creating it again`));
+    }
+  }
+  for (const [k, h] of have.objs) {
+    if (!wanted.has(k)) out.push(d('object-extra', h.type, h.name, `${typeof h.type === 'string' ? h.type : `object of type ${h.type}`} ${h.name} is not in the config`));
+  }
+  return out;
+}
+
+/** Whether a rule uses one of the objects (by objectKey): an objref by name, or an object map. */
+function usesObject(exprs: readonly Expr[], keys: ReadonlySet<string>): boolean {
+  for (const e of exprs) {
+    if (e.kind !== 'objref' || e.name === undefined || e.type === undefined) continue;
+    const type = objTypeName(e.type);
+    if (type && keys.has(objectKey(type, e.name))) return true;
+  }
+  return false;
+}
+
 
 /** The element operations planned for an elements-differ drift. */
 const elementDiffs = new WeakMap<Drift, ElementDiff>();
@@ -642,7 +699,8 @@ export function planTable(batch: Batch, want: TableConfig, have: ObservedTable, 
   if (drifts.length === 0) return;
   const { family, name: table } = want;
   const rewrite = new Set<string>();
-  const flags = options.tableFlags ? { flags: options.tableFlags } : {};
+  const tableFlags = (options.tableFlags ?? 0) | (want.dormant ? TABLE_F.DORMANT : 0);
+  const flags = tableFlags ? { flags: tableFlags } : {};
   if (drifts.some((x) => x.kind === 'table-unprotected' || x.kind === 'table-changed')) {
     batch.delete('table', { family, name: table });
     have = { ...have, table: undefined, chains: new Map(), rules: new Map(), sets: new Map() };
@@ -651,9 +709,10 @@ export function planTable(batch: Batch, want: TableConfig, have: ObservedTable, 
   if (!have.table) {
     batch.add('table', { family, name: table, ...flags, ...tableUserdata });
     for (const c of want.chains) rewrite.add(c.name);
-  } else if (drifts.some((x) => x.kind === 'table-orphaned')) {
-    // Claiming an orphan: NEWTABLE with owner|persist on the existing table; its rules stay as they are.
-    batch.add('table', { family, name: table, ...flags });
+  } else if (drifts.some((x) => x.kind === 'table-orphaned' || x.kind === 'table-flags')) {
+    // Claiming an orphan: NEWTABLE with owner|persist on the existing table; its rules stay as they
+    // are. Dormant toggled: NEWTABLE with every flag the table keeps (0 wakes an unowned one).
+    batch.add('table', { family, name: table, flags: tableFlags });
   }
   const recreate = new Set(drifts.filter((x) => x.kind === 'chain-changed').map((x) => x.chain!));
   const extra = drifts.filter((x) => x.kind === 'chain-extra').map((x) => x.chain!);
@@ -664,11 +723,18 @@ export function planTable(batch: Batch, want: TableConfig, have: ObservedTable, 
       if ((have.rules.get(c.name) ?? []).some((r) => usesSet(r.exprs, setsAgain))) rewrite.add(c.name);
     }
   }
+  // Objects created again: likewise, the chains whose rules use one are rewritten first.
+  const objsAgain = new Set(drifts.filter((x) => x.kind === 'object-changed').map((x) => objectKey(x.object!.type, x.object!.name)));
+  if (objsAgain.size > 0 && have.table) {
+    for (const c of want.chains) {
+      if ((have.rules.get(c.name) ?? []).some((r) => usesObject(r.exprs, objsAgain))) rewrite.add(c.name);
+    }
+  }
   // The desired chains to visit below: every one, or, when the table stays and no chain or set is
   // created again, only those a drift names (in table order, as diffTable found them): a
   // registration among 1,000 owners plans its own chain and the dispatch chain, not 1,002.
   let chains: readonly ChainConfig[] = want.chains;
-  if (have.table && recreate.size === 0 && setsAgain.size === 0) {
+  if (have.table && recreate.size === 0 && setsAgain.size === 0 && objsAgain.size === 0) {
     const named: ChainConfig[] = [];
     let all = true;  // every such drift came from diffTable, with its chain
     for (const x of drifts) {
@@ -719,8 +785,20 @@ export function planTable(batch: Batch, want: TableConfig, have: ObservedTable, 
   for (const x of drifts) {
     if (x.kind === 'set-extra' || (x.kind === 'set-changed' && have.table)) batch.delete('set', { family, table, name: x.set! });
   }
+  for (const x of drifts) {
+    if (x.kind === 'object-extra' || (x.kind === 'object-changed' && have.table)) {
+      if (typeof x.object!.type === 'string') batch.delete('obj', { family, table, type: x.object!.type, name: x.object!.name });
+    }
+  }
   for (const name of recreate) batch.delete('chain', { family, table, name });
   for (const name of extra) batch.delete('chain', { family, table, name });
+  // Objects before the rules (and map elements) that use them.
+  const addObjs = !have.table ? want.objects ?? []
+    : (want.objects ?? []).filter((o) => drifts.some((x) => (x.kind === 'object-missing' || x.kind === 'object-changed')
+      && x.object!.type === o.type && x.object!.name === o.name));
+  for (const o of addObjs) {
+    batch.add('obj', { family, table, name: o.name, type: o.type, data: o.obj.data, ...(o.obj.userdata !== undefined ? { userdata: o.obj.userdata } : {}) });
+  }
   // Chains exist before any rule jumps to them.
   for (const c of chains) {
     if (!have.table || !have.chains.has(c.name) || recreate.has(c.name)) {
@@ -804,6 +882,7 @@ export function renderDrift(want: TableConfig, drifts: Drift[]): string[] {
       if (x.kind === 'table-changed') out.push(`- delete table ${want.family} ${want.name}`);
       const comment = commentOf(want.userdata);
       out.push(`+ add table ${want.family} ${want.name}${comment !== undefined ? ` { comment ${JSON.stringify(comment)}; }` : ''}`);
+      for (const o of want.objects ?? []) out.push(objectText(want, o.obj));
       for (const s of want.sets ?? []) out.push(...setText(want, s));
       for (const c of want.chains) out.push(...chainText(want, c));
     } else if (x.kind === 'set-missing' || x.kind === 'set-changed') {
@@ -831,6 +910,12 @@ export function renderDrift(want: TableConfig, drifts: Drift[]): string[] {
       for (const r of c.rules) out.push(`+ add rule ${want.family} ${want.name} ${c.name} ${r.compiled.text}`);
     } else if (x.kind === 'chain-extra') {
       out.push(`- delete chain ${want.family} ${want.name} ${x.chain}`);
+    } else if (x.kind === 'object-missing' || x.kind === 'object-changed') {
+      const o = want.objects!.find((y) => y.type === x.object!.type && y.name === x.object!.name)!;
+      if (x.kind === 'object-changed') out.push(`- delete ${o.type} ${want.family} ${want.name} ${o.name}`);
+      out.push(objectText(want, o.obj));
+    } else if (x.kind === 'object-extra') {
+      out.push(`- delete ${typeof x.object!.type === 'string' ? x.object!.type : 'object'} ${want.family} ${want.name} ${x.object!.name}`);
     }
   }
   return out;
@@ -847,6 +932,13 @@ function editText(t: TableConfig, c: ChainConfig, actual: readonly string[], rul
     if (x.after.kind === 'kept') return `+ add rule ${at} position ${rules[x.after.have]!.handle} ${text}`;
     return `+ add rule ${at} ${text}  # after rule ${x.after.want + 1} of the chain, added above`;
   });
+}
+
+/** An object as an `add` command: `add quota ip t q { over 100 mbytes }`. */
+function objectText(t: TableConfig, o: NftObj): string {
+  const block = objectBlock(o, t.family) ?? `${String(o.type)} ${o.name}`;
+  const sp = block.indexOf(` ${o.name} `);
+  return `+ add ${block.slice(0, sp)} ${t.family} ${t.name}${block.slice(sp)}`;
 }
 
 /** A set's declaration and elements as `add set|map` and `add element` commands. */

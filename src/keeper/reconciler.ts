@@ -314,7 +314,7 @@ export class Reconciler {
   private protectRefused(e: unknown, batch: Batch): boolean {
     if (!(e instanceof NetlinkError) || e.errnoName !== 'EOPNOTSUPP' || !this.protectSupported) return false;
     const op = batch.ops[e.opIndex];
-    if (op?.object !== 'table' || !('flags' in op) || !op.flags) return false;
+    if (op?.object !== 'table' || !('flags' in op) || !((op.flags ?? 0) & PROTECT_FLAGS)) return false;
     this.protectSupported = false;
     this.options.log?.warn({ table: `${op.family} ${op.name}` },
       'this kernel does not support owned persistent tables (NFT_TABLE_F_OWNER | persist); protect mode is off, repair mode stays');

@@ -6,7 +6,7 @@
  * one never reaches the kernel and its error names the op and the field.
  */
 import type { Expr, Family } from './expr.js';
-import type { Chain, NftSet, Rule, SetElement, Table } from './objects.js';
+import type { Chain, NftObj, NftSet, Rule, SetElement, Table } from './objects.js';
 import { validateOp } from './validate.js';
 
 export type TableOp = { verb: 'add' | 'create' | 'delete' | 'flush'; object: 'table' }
@@ -22,7 +22,11 @@ export type ElementOp = {
   setId?: number; elements: SetElement[];
 };
 
-export type Op = TableOp | ChainOp | RuleOp | SetOp | ElementOp;
+/** A named stateful object: add (or create) with its data, delete by name (or handle). */
+export type ObjOp = { verb: 'add' | 'create' | 'delete'; object: 'obj' }
+  & Pick<NftObj, 'family' | 'table' | 'name'> & { type: NftObj['type'] & string; handle?: number; userdata?: string; data?: NftObj['data'] };
+
+export type Op = TableOp | ChainOp | RuleOp | SetOp | ElementOp | ObjOp;
 export type Verb = Op['verb'];
 
 /** A short nft-style description of an op, for error messages and logs. */
@@ -38,6 +42,7 @@ export function describeOp(op: Op): string {
     }
     case 'set': return `${op.verb} set ${op.family} ${op.table} ${setName(op.name, op.id)}`;
     case 'element': return `${op.verb} element ${op.family} ${op.table} ${setName(op.set, op.setId)}`;
+    case 'obj': return `${op.verb} ${op.type} ${op.family} ${op.table} ${op.name}`;
   }
 }
 
@@ -66,6 +71,7 @@ export class Batch {
   add(object: 'rule', r: Omit<RuleOp, 'verb' | 'object'>): this;
   add(object: 'set', s: Omit<SetOp, 'verb' | 'object'>): this;
   add(object: 'element', e: Omit<ElementOp, 'verb' | 'object'>): this;
+  add(object: 'obj', o: Omit<ObjOp, 'verb' | 'object'>): this;
   add(object: Op['object'], o: object): this {
     return this.push({ ...o, verb: 'add', object } as Op);
   }
@@ -92,6 +98,7 @@ export class Batch {
   delete(object: 'rule', r: Omit<RuleOp, 'verb' | 'object' | 'exprs'> & { exprs?: Expr[] }): this;
   delete(object: 'set', s: Omit<SetOp, 'verb' | 'object'>): this;
   delete(object: 'element', e: Omit<ElementOp, 'verb' | 'object'>): this;
+  delete(object: 'obj', o: Omit<ObjOp, 'verb' | 'object' | 'data'>): this;
   delete(object: Op['object'], o: object): this {
     return this.push({ ...o, verb: 'delete', object } as Op);
   }

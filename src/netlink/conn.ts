@@ -8,7 +8,7 @@
 import type { Batch, Op } from './batch.js';
 import type { Family } from './expr.js';
 import type { MonitorOptions, MonitorProgress } from './monitor.js';
-import type { Chain, ChainDigests, NftSet, Rule, SetElement, Table } from './objects.js';
+import type { Chain, ChainDigests, NftObj, NftSet, Rule, SetElement, Table } from './objects.js';
 
 export interface CommitOptions {
   /** Refuse (GenerationMismatchError, nothing changed) unless the ruleset is still at this generation. */
@@ -47,6 +47,8 @@ export interface NftConn {
   listRuleDigests?(filter: { family: Family; table: string; chain?: string }): Promise<ChainDigests[]>;
   listSets(filter: { family: Family; table: string }): Promise<NftSet[]>;
   listElements(filter: { family: Family; table: string; set: string }): Promise<SetElement[]>;
+  /** A table's named stateful objects. Optional (an in-memory kernel may lack it; tables with objects then cannot be kept). */
+  listObjs?(filter: { family: Family; table: string }): Promise<NftObj[]>;
   /**
    * One transaction: all operations or none. Refusals are a
    * GenerationMismatchError (stale expectGeneration) or a NetlinkError naming

@@ -326,6 +326,19 @@ export const EXPR_SCHEMA = {
       set: str('SET_NAME'), setId: opt(u32('SET_ID')), flags: opt(u32('FLAGS')),
     },
   },
+  /**
+   * NFTA_OBJREF_*: use the named stateful object `name` of `type` (NFT_OBJECT_*: 1 counter, 2 quota,
+   * 3 ct helper, 4 limit, 7 ct timeout, 8 secmark, 9 ct expectation, 10 synproxy), or the object the
+   * key in `sreg` maps to in the object map `set`.
+   */
+  objref: {
+    nftnl: 'OBJREF',
+    fields: {
+      type: opt(u32('IMM_TYPE')), name: opt(str('IMM_NAME')), sreg: opt(reg('SET_SREG')), set: opt(str('SET_NAME')),
+      setId: opt(u32('SET_ID')),
+    },
+    exactlyOne: [['name', 'set']],
+  },
   /** notrack: no attributes. */
   notrack: { nftnl: 'NOTRACK', fields: {} },
   /**
@@ -418,6 +431,7 @@ export type NumgenExpr = ExprOf<'numgen'>;
 export type HashExpr = ExprOf<'hash'>;
 export type DynsetExpr = ExprOf<'dynset'>;
 export type NotrackExpr = ExprOf<'notrack'>;
+export type ObjrefExpr = ExprOf<'objref'>;
 export type ExthdrExpr = ExprOf<'exthdr'>;
 export type SocketExpr = ExprOf<'socket'>;
 export type XfrmExpr = ExprOf<'xfrm'>;

@@ -5,7 +5,7 @@ export interface NativeSocket {
   readonly closed: boolean;
   close(): void;
   generation(): number;
-  dump(kind: 'table' | 'chain' | 'rule' | 'set' | 'element', family?: string, table?: string,
+  dump(kind: 'table' | 'chain' | 'rule' | 'set' | 'element' | 'obj', family?: string, table?: string,
     name?: string, single?: boolean, objects?: boolean, ruleMode?: 0 | 1 | 2): Promise<unknown[]>;
   /** exprBytes: per op index, that rule's expressions as encodeExprs() gave them, or undefined (encoded now). */
   commit(ops: readonly unknown[], generation?: number, echo?: boolean,

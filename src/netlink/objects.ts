@@ -98,6 +98,8 @@ export interface SetElement {
   timeout?: number;
   /** NFTA_SET_ELEM_EXPIRATION, ms: time left; on add, nft's `expires`. The kernel counts it down. */
   expiration?: number;
+  /** NFTA_SET_ELEM_OBJREF: in an object map, the name of the object the key maps to. */
+  objref?: string;
 }
 
 export interface NftSet {
@@ -123,9 +125,36 @@ export interface NftSet {
   timeout?: number;
   /** NFTA_SET_GC_INTERVAL, ms */
   gcInterval?: number;
+  /** NFTA_SET_OBJ_TYPE: an object map's (flags OBJECT) NFT_OBJECT_* type. */
+  objType?: number;
   userdata?: Hex;
   /** On add only: elements created with the set. */
   elements?: SetElement[];
+}
+
+/** NFT_OBJECT_* by the IR's name of each stateful object type it models. */
+export const OBJ_TYPE = {
+  counter: 1, quota: 2, 'ct helper': 3, limit: 4, 'ct timeout': 7, secmark: 8, 'ct expectation': 9, synproxy: 10,
+} as const;
+export type ObjType = keyof typeof OBJ_TYPE;
+
+/**
+ * A named stateful object (NFTA_OBJ_*). `data` holds its NFTA_<TYPE>_* attributes by the names
+ * native/object.cc gives them: counter packets, bytes; quota bytes, consumed, flags; limit rate,
+ * unit, burst, type, flags; ct helper name, l3proto, l4proto; ct expectation l3proto, l4proto,
+ * dport, timeout, size; synproxy mss, wscale, flags; secmark ctx. A dump of a type the IR does not
+ * model gives its number as `type` and no data.
+ */
+export interface NftObj {
+  family: Family;
+  table: string;
+  name: string;
+  type: ObjType | number;
+  handle?: number;
+  /** NFTA_OBJ_USE: rules and set elements referring to it (dumps only). */
+  use?: number;
+  userdata?: Hex;
+  data: Record<string, number | string>;
 }
 
 /**
@@ -141,6 +170,8 @@ export interface ObservedTable {
   /** Rules by chain, in kernel order. */
   rules: Map<string, Rule[]>;
   sets: Map<string, { set: NftSet; elements: SetElement[] }>;
+  /** Its named stateful objects, when the look read them (a table whose config has none and a connection that cannot list them: not read). */
+  objs?: Map<string, NftObj>;
 }
 
 /**

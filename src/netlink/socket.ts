@@ -12,7 +12,7 @@ import { validateOp } from './validate.js';
 import type { Expr, Family } from './expr.js';
 import type { NativeSocket } from './native.js';
 import { loadAddon } from '../native.js';
-import type { Chain, ChainDigests, NftSet, Rule, SetElement, Table } from './objects.js';
+import type { Chain, ChainDigests, NftObj, NftSet, Rule, SetElement, Table } from './objects.js';
 import type { CommitOptions, CommitResult, NftConn } from './conn.js';
 
 export interface OpenOptions {
@@ -141,6 +141,10 @@ export class NftSocket implements NftConn {
     return this.dump<NftSet>('set', filter.family, filter.table);
   }
 
+  listObjs(filter: { family: Family; table: string }): Promise<NftObj[]> {
+    return this.dump<NftObj>('obj', filter.family, filter.table);
+  }
+
   /**
    * A set's elements. A hash set dumped while the kernel resizes it (after
    * many adds) can list some elements twice and leave as many out (the
@@ -204,7 +208,7 @@ export class NftSocket implements NftConn {
     if (this.native.closed) throw new SocketClosedError(operation);
   }
 
-  private async dump<T>(kind: 'table' | 'chain' | 'rule' | 'set' | 'element', family?: Family,
+  private async dump<T>(kind: 'table' | 'chain' | 'rule' | 'set' | 'element' | 'obj', family?: Family,
     table?: string, name?: string, single = false, ruleMode: 0 | 1 | 2 = 0): Promise<T[]> {
     this.check(`list ${kind}s`);
     for (let attempt = 1; ; attempt++) {

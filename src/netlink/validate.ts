@@ -9,7 +9,7 @@
 import { InvalidOperationError } from '../errors.js';
 import type { Op } from './batch.js';
 import { EXPR_SCHEMA, FAMILY, MAX_BLOB, MAX_DATA, type Expr, type FieldSpec, type KindSpec } from './expr.js';
-import type { SetElement } from './objects.js';
+import { OBJ_TYPE, type SetElement } from './objects.js';
 
 const FAMILIES = new Set<string>(Object.keys(FAMILY.values));
 const VERBS: Record<Op['object'], readonly string[]> = {
@@ -18,6 +18,7 @@ const VERBS: Record<Op['object'], readonly string[]> = {
   rule: ['add', 'insert', 'replace', 'delete'],
   set: ['add', 'create', 'delete', 'flush'],
   element: ['add', 'delete'],
+  obj: ['add', 'create', 'delete'],
 };
 const HEX = /^(?:[0-9a-f]{2})*$/;
 // NFT_USERDATA_MAXLEN
@@ -121,6 +122,7 @@ export function validateOp(op: Op, index: number): void {
       checkU32(index, 'flags', op.flags);
       checkHex(index, 'userdata', op.userdata);
       checkU32(index, 'gcInterval', op.gcInterval);
+      checkU32(index, 'objType', op.objType);
       if (op.fieldLen !== undefined) {
         // Fewer than NFT_REG32_COUNT parts (libnftnl finds the count at the first zero length), each 1-255 bytes (u8)
         if (!Array.isArray(op.fieldLen) || op.fieldLen.length < 1 || op.fieldLen.length > 15
@@ -145,6 +147,41 @@ export function validateOp(op: Op, index: number): void {
       if (!Array.isArray(op.elements)) throw new InvalidOperationError(index, 'elements', 'must be an array');
       for (let i = 0; i < op.elements.length; i++) validateElement(op.elements[i]!, index, `elements[${i}]`);
       break;
+    case 'obj':
+      checkName(index, 'table', op.table, true);
+      checkName(index, 'name', op.name, true);
+      checkHandle(index, 'handle', op.handle);
+      checkHex(index, 'userdata', op.userdata);
+      if (!Object.hasOwn(OBJ_TYPE, op.type)) throw new InvalidOperationError(index, 'type', `must be one of ${Object.keys(OBJ_TYPE).join(', ')}`);
+      if (op.verb !== 'delete') validateObjData(op.type, op.data, index);
+      break;
+  }
+}
+
+/** What the addon's object table (native/object.cc) takes per field: its width, or a string. */
+const OBJ_FIELDS: Record<string, Record<string, 8 | 16 | 32 | 64 | 'str'>> = {
+  counter: { packets: 64, bytes: 64 },
+  quota: { bytes: 64, consumed: 64, flags: 32 },
+  'ct helper': { name: 'str', l3proto: 16, l4proto: 8 },
+  limit: { rate: 64, unit: 64, burst: 32, type: 32, flags: 32 },
+  'ct timeout': {},
+  secmark: { ctx: 'str' },
+  'ct expectation': { l3proto: 16, l4proto: 8, dport: 16, timeout: 32, size: 8 },
+  synproxy: { mss: 16, wscale: 8, flags: 32 },
+};
+
+function validateObjData(type: string, data: unknown, index: number): void {
+  if (typeof data !== 'object' || data === null) throw new InvalidOperationError(index, 'data', 'must be an object');
+  const fields = OBJ_FIELDS[type]!;
+  if (type === 'ct timeout') throw new InvalidOperationError(index, 'type', 'ct timeout objects are not encoded');
+  for (const [k, v] of Object.entries(data)) {
+    const w = fields[k];
+    if (w === undefined) throw new InvalidOperationError(index, `data.${k}`, `is not a field of a ${type} (${Object.keys(fields).join(', ')})`);
+    if (w === 'str') {
+      if (typeof v !== 'string' || v.includes('\0')) throw new InvalidOperationError(index, `data.${k}`, 'must be a string without NUL');
+    } else if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0 || (w < 64 && v >= 2 ** w)) {
+      throw new InvalidOperationError(index, `data.${k}`, `must be a u${w}`);
+    }
   }
 }
 
@@ -156,6 +193,7 @@ function validateElement(e: SetElement, index: number, at: string): void {
     const v = e[k];
     if (v !== undefined) checkHex(index, `${at}.${k}`, v, k === 'userdata' ? MAX_USERDATA : MAX_DATA);
   }
+  if (e.objref !== undefined) checkName(index, `${at}.objref`, e.objref, true);
   for (const k of ['timeout', 'expiration'] as const) {
     const v = e[k];
     if (v !== undefined && !(Number.isSafeInteger(v) && v >= 0)) {

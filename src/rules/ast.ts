@@ -1,4 +1,5 @@
 /** The parsed form of a rule text, before dependencies, merging and linearization. */
+import type { ObjType } from '../netlink/objects.js';
 import type { Field } from './fields.js';
 
 /** Where a piece of the text is, for error messages. */
@@ -64,6 +65,11 @@ export interface NatStmt extends At {
   port?: PortRange;
   /** `snat/dnat to KEY map @m | map { k : addr [. port], … }`: the target comes from a map. */
   map?: NatMap;
+  /**
+   * `… : KEY map { k : port, … }`: the port comes from a map of its own, after an address or an
+   * address map (`dnat to tcp dport map { … } : tcp dport map { … }`); `map` then maps to addresses only.
+   */
+  portMap?: NatMap;
   /** `ip addr . port to …` (nft's STMT_NAT_F_CONCAT): the target is an address . port concatenation. */
   concat?: At;
   /** `ip prefix to … map …` (NF_NAT_RANGE_NETMAP): the address range maps prefix to prefix. */
@@ -170,6 +176,8 @@ export interface MarkMapStmt extends At {
   target: 'meta' | 'ct';
   /** `ct zone set KEY map { k : N }`: the ct zone (16 bits) instead of the mark. */
   zone?: true;
+  /** `counter name KEY map @m` and friends: the named object of this type the key maps to, instead of a mark. */
+  obj?: ObjType;
   key: KeyPart[];
   /** Absent: the generator's value itself. */
   rhs?: Extract<SetRhs, { k: 'named' | 'anon' }>;

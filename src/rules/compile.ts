@@ -23,7 +23,7 @@ import { BYTEORDER_BIG, BYTEORDER_HOST, commentUserdata } from './udata.js';
 import { compiledSetResolver } from './compare.js';
 import { TRANSPORT_PROTOCOLS } from './values.js';
 import {
-  keyFields, linearizeDupMap, linearizeDynset, linearizeKeyed, linearizeMarkMap, linearizeNatMap, linearizeRedirMap, type KeyedContext,
+  keyFields, linearizeDupMap, linearizeDynset, linearizeKeyed, linearizeMarkMap, linearizeNatMap, linearizeNatSplit, linearizeRedirMap, type KeyedContext,
 } from './keyed.js';
 import type { KeyPart } from './ast.js';
 
@@ -128,6 +128,8 @@ function compileAst(text: string, ast: RuleAst, ctx: CompileContext): CompiledRu
       linearizeMarkMap(s.stmt, exprs, kc0 ??= keyedContext(ctx, fail, sets, base));
     } else if (s.t === 'other' && s.stmt.t === 'redir' && s.stmt.map) {
       linearizeRedirMap(s.stmt, exprs, kc0 ??= keyedContext(ctx, fail, sets, base));
+    } else if (s.t === 'other' && s.stmt.t === 'nat' && (s.stmt.portMap || (s.stmt.map && s.stmt.port))) {
+      linearizeNatSplit(s.stmt, s.natFamily as 'ip' | 'ip6', exprs, kc0 ??= keyedContext(ctx, fail, sets, base));
     } else if (s.t === 'other' && s.stmt.t === 'nat' && s.stmt.map) {
       linearizeNatMap(s.stmt, s.natFamily as 'ip' | 'ip6', exprs, kc0 ??= keyedContext(ctx, fail, sets, base));
     } else if (s.t === 'rel') {
@@ -157,6 +159,14 @@ function compileAst(text: string, ast: RuleAst, ctx: CompileContext): CompiledRu
   // (an exact-size copy: the list grown by push() has room for 17, 150 bytes a rule that a config keeps)
   const out = withRenderedText(exprs.slice(), sets, family, ctx.interfaces);
   if (ast.comment !== undefined) out.userdata = commentUserdata(ast.comment);
+  // An object map's statement (`counter name`, `ct helper set`) is told by the named map's object
+  // type, which the rule's own sets do not hold: its text is rendered now, with the table's maps.
+  if (ctx.sets && exprs.some((e) => e.kind === 'objref' && e.set !== undefined)) {
+    const own = compiledSetResolver(out);
+    const named = ctx.sets;
+    out.text = renderRule(out, family, (n, id) => own(n, id) ?? (named.get(n) ? { set: named.get(n)!, elements: [] } : undefined),
+      ctx.interfaces ? { interfaces: ctx.interfaces } : {});
+  }
   return out;
 }
 
@@ -457,7 +467,9 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
         continue;
       }
     } else if (st.t === 'nat' || st.t === 'masq' || st.t === 'redir') {
-      if (st.port && !((typeof l4 === 'number' && TRANSPORT_PROTOCOLS.has(l4)) || l4 === 'set')) {
+      // (a port after a NAT map: once the maps' keys gave their dependencies, below)
+      const portLater = st.t === 'nat' && (st.map !== undefined || st.portMap !== undefined);
+      if (st.port && !portLater && !((typeof l4 === 'number' && TRANSPORT_PROTOCOLS.has(l4)) || l4 === 'set')) {
         fail(st.port, 'a transport protocol match before it (e.g. tcp dport 80, or meta l4proto tcp)',
           'transport protocol mapping is only valid after transport protocol match');
       }
@@ -510,6 +522,19 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
           natFamily = fam;
         } else {
           natFamily = explicit ?? family;
+        }
+        if (st.portMap) {
+          const c: KeyCtx = { l3, l4, ll: llKnown, ...(ethType !== undefined ? { eth: ethType } : {}) };
+          keyDeps(st.portMap.key, family, c, out, fail);
+          l3 = c.l3;
+          l4 = c.l4;
+          llKnown = c.ll === true;
+        }
+        const l4Known = l4 === 'set' || (typeof l4 === 'number' && TRANSPORT_PROTOCOLS.has(l4));
+        const port = st.portMap ?? (st.map ? st.port : undefined);
+        if (port && !l4Known) {
+          fail(port, 'a transport protocol match before it (e.g. tcp dport 80, or meta l4proto tcp)',
+            'transport protocol mapping is only valid after transport protocol match');
         }
       }
       terminal = st;

@@ -10,7 +10,8 @@
 import { internWord } from './intern.js';
 import type { Expr, Family, Hex, LookupExpr, NatExpr } from '../netlink/expr.js';
 import { NAT_RANGE } from '../netlink/expr.js';
-import { SET_ELEM_F, SET_F, type NftSet, type SetElement } from '../netlink/objects.js';
+import { OBJ_TYPE, SET_ELEM_F, SET_F, type NftSet, type ObjType, type SetElement } from '../netlink/objects.js';
+import { objrefUse, objTypeName } from './objref.js';
 import type {
   At, DupMapStmt, DynsetStmt, Elem, Gen, KeyedStmt, MarkMapStmt, KeyElem, KeyPart, MapData, MapVerdict, MatchOp, NatMap, NatStmt, SetRhs,
 } from './ast.js';
@@ -540,6 +541,21 @@ export function parseMarkMap(p: KeyedParser, target: 'meta' | 'ct', start: At, z
   return st;
 }
 
+/**
+ * `counter name KEY map @m`, `ct helper set KEY map @m` and the other objref statements with an
+ * object map: the object of `obj`'s type that the key maps to. Only a named map of the table
+ * (declared `type KEY : counter`); nft's anonymous object maps are not built yet.
+ */
+export function parseObjMap(p: KeyedParser, obj: ObjType, start: At): MarkMapStmt {
+  const key = parseConcat(p, parsePart(p, false), false);
+  p.expectWord("'map' and @name of an object map (or ' . ' and another key part)", 'map');
+  const r = p.peek();
+  if (r.kind === 'word' && r.text.startsWith('@')) return { t: 'markmap', target: 'meta', obj, key, rhs: parseNamed(p), ...start };
+  return p.fail(r, `@name of a named map of ${obj} objects`, obj.startsWith('ct ')
+    ? `an anonymous map of ${obj} objects is not supported yet (nft 1.0.6 declares no named one to use instead)`
+    : `an anonymous object map is not supported yet: declare the map in the table (type … : ${obj}) and use map @NAME`);
+}
+
 // ---- types -----------------------------------------------------------------------------
 
 /** nft datatype ids used here. */
@@ -738,10 +754,10 @@ function valueData(e: KeyElem): KeyedElem['data'] {
  * order where the built set's key needs it): what every lookup into an anonymous set starts with.
  */
 function anonSetKey(parts: readonly KeyPart[], key: KeyDesc, rhs: At, elems: KeyedElem[],
-  map: MapDataDesc | undefined, out: Expr[], kc: KeyedContext): { name: string; setId: number } {
+  map: MapDataDesc | undefined, out: Expr[], kc: KeyedContext, w0 = 0): { name: string; setId: number } {
   let built: NftSet | undefined;
   const ref = kc.addSet((id) => (built = buildKeyedSet(key, elems, map, { family: kc.family, table: kc.table }, id, kc.fail)));
-  emitKey(parts, 0, out, kc, toNet(built!, key, rhs, kc));
+  emitKey(parts, w0, out, kc, toNet(built!, key, rhs, kc));
   return ref;
 }
 
@@ -810,6 +826,17 @@ const TYPE_MARK = 19;
 /** `meta/ct mark set GEN` or `… set KEY map …`: the value (or the map's result) into register 1, then the set. */
 export function linearizeMarkMap(st: MarkMapStmt, out: Expr[], kc: KeyedContext): void {
   const key = keyOf(st.key, kc.fail);
+  if (st.obj !== undefined) {
+    const rhs = st.rhs as Extract<SetRhs, { k: 'named' }>;
+    const s = namedSet(rhs, kc);
+    checkKey(s, key, rhs, kc);
+    if (!(s.flags & SET_F.OBJECT) || s.objType !== OBJ_TYPE[st.obj]) {
+      kc.fail(rhs, `a map to ${st.obj} objects (type … : ${st.obj})`, `'${s.name}' is not a map of ${st.obj} objects`);
+    }
+    emitKey(st.key, 0, out, kc, toNet(s, key, rhs, kc));
+    out.push({ kind: 'objref', sreg: 1, set: s.name });
+    return;
+  }
   if (st.zone) {
     // `ct zone set KEY map { k : N }`: a map to 16-bit integers in host order
     const rhs = st.rhs as Extract<SetRhs, { k: 'anon' }>;
@@ -895,6 +922,77 @@ function natMapSpans(map: NatMap): boolean {
   return map.rhs.k === 'anon' && map.rhs.elems.some((e) => (e.data as Extract<MapData, { d: 'value' }>).parts.some((x) => x.k !== 'value'));
 }
 
+/** A NAT map's key and its lookup into register 1 (the key loaded there first). */
+function natMapLookup(map: NatMap, key: KeyDesc, fam: 'ip' | 'ip6', ports: boolean, span: boolean, out: Expr[], kc: KeyedContext): LookupExpr {
+  if (map.rhs.k === 'named') {
+    const s = namedSet(map.rhs, kc);
+    checkKey(s, key, map.rhs, kc);
+    emitKey(map.key, 0, out, kc, toNet(s, key, map.rhs, kc));
+    return { kind: 'lookup', sreg: 1, dreg: 1, set: s.name, flags: 0 };
+  }
+  const d = natData(fam, ports);
+  const desc: MapDataDesc = { kind: 'value', ...d, concat: ports, byteorder: 2 };
+  if (span) {
+    desc.dataLen *= 2;
+    desc.interval = true;
+  }
+  const elems = keyedElems(map.rhs.elems, (e) => {
+    const spans = (e.data as Extract<MapData, { d: 'value' }>).parts.map(spanOf);
+    const lo = concatHex(spans.map((x) => x[0]), ports);
+    return { data: span ? lo + concatHex(spans.map((x) => x[1]), ports) : lo };
+  });
+  const ref = anonSetKey(map.key, key, map.rhs, elems, desc, out, kc);
+  return { kind: 'lookup', sreg: 1, dreg: 1, set: ref.name, setId: ref.setId, flags: 0 };
+}
+
+/**
+ * `snat/dnat to ADDRESS|KEY map … : PORT|KEY map …` (an address map with a port after it, or a
+ * port map after an address): the address into register 1 (a lookup, or immediates), the port into
+ * the next 16-byte register (a lookup keyed there, or immediates), as nft's netlink_gen_nat_stmt.
+ */
+export function linearizeNatSplit(st: NatStmt, fam: 'ip' | 'ip6', out: Expr[], kc: KeyedContext): void {
+  // (the kernel dumps each max register, the min's when none was given)
+  const e: NatExpr = { kind: 'nat', type: st.type, family: fam, regAddrMin: 1, regAddrMax: 1 };
+  let w = 4;
+  if (st.map) {
+    const map = st.map;
+    if (natMapHasPorts(map, fam, kc.sets, kc.table, kc.fail)) {
+      kc.fail(map.rhs, `a map to ${fam === 'ip' ? 'ipv4_addr' : 'ipv6_addr'} (the port comes after ':')`, 'the address map gives ports too');
+    }
+    if (natMapSpans(map)) kc.fail(map.rhs, "single addresses (ranges only without a port after ':')", 'address ranges from a map with a port after it are not supported');
+    out.push(natMapLookup(map, keyOf(map.key, kc.fail), fam, false, false, out, kc));
+  } else {
+    const a = st.addr!;
+    out.push({ kind: 'immediate', dreg: 1, data: a.lo });
+    if (a.hi !== undefined) {
+      out.push({ kind: 'immediate', dreg: 2, data: a.hi });
+      e.regAddrMax = 2;
+      w = 8;
+    }
+  }
+  const reg = regOf(w);
+  if (st.portMap) {
+    const map = st.portMap;
+    if (map.rhs.k !== 'anon') return kc.fail(map.rhs, "'{ key : port, … }'", 'a port map after the address is anonymous');
+    const desc: MapDataDesc = { kind: 'value', dataType: TYPE_SERVICE, dataLen: 2, concat: false, byteorder: 2 };
+    const ref = anonSetKey(map.key, keyOf(map.key, kc.fail), map.rhs, keyedElems(map.rhs.elems, valueData), desc, out, kc, w);
+    out.push({ kind: 'lookup', sreg: reg, dreg: reg, set: ref.name, setId: ref.setId, flags: 0 });
+    e.regProtoMin = reg;
+    e.regProtoMax = reg;
+  } else {
+    const p = st.port!;
+    out.push({ kind: 'immediate', dreg: reg, data: u16Be(p.lo) });
+    e.regProtoMin = reg;
+    e.regProtoMax = reg;
+    if (p.hi !== undefined) {
+      out.push({ kind: 'immediate', dreg: regOf(w + 4), data: u16Be(p.hi) });
+      e.regProtoMax = regOf(w + 4);
+    }
+  }
+  e.flags = st.flags | NAT_RANGE.MAP_IPS | NAT_RANGE.PROTO_SPECIFIED;
+  out.push(e);
+}
+
 /** `snat/dnat [ip|ip6] to KEY map …`: lookup into register 1, nat from it (address, then the port). */
 export function linearizeNatMap(st: NatStmt, fam: 'ip' | 'ip6', out: Expr[], kc: KeyedContext): void {
   const map = st.map!;
@@ -909,28 +1007,7 @@ export function linearizeNatMap(st: NatStmt, fam: 'ip' | 'ip6', out: Expr[], kc:
     kc.fail(map.rhs, 'a transport protocol match before it or in the key (e.g. ip daddr . tcp dport)',
       'transport protocol mapping is only valid after transport protocol match');
   }
-  let lookup: LookupExpr;
-  if (map.rhs.k === 'named') {
-    const s = namedSet(map.rhs, kc);
-    checkKey(s, key, map.rhs, kc);
-    emitKey(map.key, 0, out, kc, toNet(s, key, map.rhs, kc));
-    lookup = { kind: 'lookup', sreg: 1, dreg: 1, set: s.name, flags: 0 };
-  } else {
-    const d = natData(fam, ports);
-    const desc: MapDataDesc = { kind: 'value', ...d, concat: ports, byteorder: 2 };
-    if (span) {
-      desc.dataLen *= 2;
-      desc.interval = true;
-    }
-    const elems = keyedElems(map.rhs.elems, (e) => {
-      const spans = (e.data as Extract<MapData, { d: 'value' }>).parts.map(spanOf);
-      const lo = concatHex(spans.map((x) => x[0]), ports);
-      return { data: span ? lo + concatHex(spans.map((x) => x[1]), ports) : lo };
-    });
-    const ref = anonSetKey(map.key, key, map.rhs, elems, desc, out, kc);
-    lookup = { kind: 'lookup', sreg: 1, dreg: 1, set: ref.name, setId: ref.setId, flags: 0 };
-  }
-  out.push(lookup);
+  out.push(natMapLookup(map, key, fam, ports, span, out, kc));
   // the data's words: address, [port], then with ranges the high address and [port] (nft's layout)
   const aw = fam === 'ip' ? 1 : 4;
   const e: NatExpr = { kind: 'nat', type: st.type, family: fam, regAddrMin: 1,
@@ -965,6 +1042,8 @@ export interface KeyedGroup {
   redir?: Extract<Expr, { kind: 'redir' }>;
   /** `dup to KEY map … [device …]`: the device's index (register bytes). */
   dup?: { dev?: Hex };
+  /** `counter name KEY map @m` (and the other objref statements): `lookup` stands for the objref's map. */
+  objmap?: true;
 }
 
 function isLoadExpr(e: Expr | undefined): e is LoadExprT {
@@ -1015,7 +1094,7 @@ export function groupKeyed(exprs: readonly Expr[], i: number): { g: KeyedGroup; 
     let k = i + 1;
     for (; k < exprs.length; k++) {
       const x = exprs[k]!.kind;
-      if (x === 'lookup' || x === 'dynset' || x === 'hash') break;
+      if (x === 'lookup' || x === 'dynset' || x === 'hash' || x === 'objref') break;
     }
     if (k >= exprs.length) return undefined;
   }
@@ -1057,6 +1136,9 @@ export function groupKeyed(exprs: readonly Expr[], i: number): { g: KeyedGroup; 
   const c = exprs[j];
   if (c?.kind === 'dynset' && c.sregKey === 1 && parts.every((x) => x.k === 'load')) {
     return { g: { parts, dynset: c }, n: j - i + 1 };
+  }
+  if (c?.kind === 'objref' && c.sreg === 1 && c.set !== undefined && c.name === undefined && parts.every((x) => x.k === 'load')) {
+    return { g: { parts, lookup: { kind: 'lookup', sreg: 1, set: c.set, ...(c.setId !== undefined ? { setId: c.setId } : {}) }, objmap: true }, n: j - i + 1 };
   }
   const isMarkSet = (x: Expr | undefined): x is Extract<Expr, { kind: 'meta' | 'ct' }> =>
     (x?.kind === 'meta' || x?.kind === 'ct') && x.key === 'mark' && x.sreg === 1 && x.dreg === undefined;
@@ -1100,6 +1182,87 @@ export function groupKeyed(exprs: readonly Expr[], i: number): { g: KeyedGroup; 
     return { g: { parts, cmp: c }, n: j - i + 1 };
   }
   return undefined;
+}
+
+/**
+ * A NAT target split in two (linearizeNatSplit): the address from a map (`addr`, rendered as that
+ * map's NAT statement) or from immediates the caller holds, then the port from a map (`port`,
+ * rendered as redirect's port map) or from immediates (`portRegs`). `n`: the expressions spanned.
+ */
+export interface NatSplitGroup {
+  addr?: KeyedGroup;
+  port?: KeyedGroup;
+  portRegs?: Map<number, Hex>;
+  nat: NatExpr;
+}
+
+/** The key and lookup at exprs[i] into register `reg`, with `reg` renamed register 1, then `tail`: groupKeyed's input. */
+function asRegisterOne(exprs: readonly Expr[], i: number, end: number, reg: number, tail: Expr): Expr[] {
+  const out: Expr[] = [];
+  for (let k = i; k < end; k++) {
+    const x = { ...exprs[k]! } as Expr & { sreg?: number; dreg?: number };
+    if (x.sreg === reg) x.sreg = 1;
+    if (x.dreg === reg) x.dreg = 1;
+    out.push(x);
+  }
+  out.push(tail);
+  return out;
+}
+
+/** The lookup a key starting at exprs[i] ends in (its index), or -1. */
+function lookupAfter(exprs: readonly Expr[], i: number): number {
+  for (let k = i; k < exprs.length && k < i + 12; k++) if (exprs[k]!.kind === 'lookup') return k;
+  return -1;
+}
+
+/** The port side at exprs[k]: a key looked up into register `reg` then the nat; or undefined. */
+function natPortGroup(exprs: readonly Expr[], k: number): { port: KeyedGroup; nat: NatExpr; end: number } | undefined {
+  const l = lookupAfter(exprs, k);
+  const look = exprs[l] as LookupExpr | undefined;
+  const nat = exprs[l + 1];
+  if (!look || look.sreg === 1 || look.dreg !== look.sreg || nat?.kind !== 'nat' || nat.regProtoMin !== look.sreg
+    || (nat.regProtoMax ?? nat.regProtoMin) !== look.sreg || nat.regAddrMin !== 1) return undefined;
+  const redir: Expr = { kind: 'redir', regProtoMin: 1, regProtoMax: 1, flags: NAT_RANGE.PROTO_SPECIFIED };
+  const virt = asRegisterOne(exprs, k, l + 1, look.sreg, redir);
+  const got = groupKeyed(virt, 0);
+  if (!got?.g.redir || got.n !== virt.length) return undefined;
+  return { port: got.g, nat, end: l + 2 };
+}
+
+/** Recognises linearizeNatSplit's output at exprs[i] (after any address immediates). */
+export function groupNatSplit(exprs: readonly Expr[], i: number): { g: NatSplitGroup; n: number } | undefined {
+  const e = exprs[i];
+  const dreg = (e as { dreg?: number } | undefined)?.dreg;
+  if (dreg === undefined || dreg === 0 || e!.kind === 'immediate' || e!.kind === 'lookup') return undefined;
+  if (dreg !== 1) {
+    // the port's map after an address the caller holds in immediates
+    const p = natPortGroup(exprs, i);
+    return p ? { g: { port: p.port, nat: p.nat }, n: p.end - i } : undefined;
+  }
+  const l = lookupAfter(exprs, i);
+  const look = exprs[l] as LookupExpr | undefined;
+  if (!look || look.sreg !== 1 || look.dreg !== 1 || exprs[l + 1]?.kind === 'nat') return undefined;
+  // the port: a map, or immediates then the nat
+  let nat: NatExpr | undefined;
+  let port: KeyedGroup | undefined;
+  const portRegs = new Map<number, Hex>();
+  let end: number;
+  const p = natPortGroup(exprs, l + 1);
+  if (p) {
+    ({ nat, port, end } = p);
+  } else {
+    let k = l + 1;
+    for (let x = exprs[k]; x?.kind === 'immediate' && x.dreg !== 0 && x.data !== undefined && k < l + 3; x = exprs[++k]) portRegs.set(x.dreg, x.data);
+    const x = exprs[k];
+    if (k === l + 1 || x?.kind !== 'nat' || x.regAddrMin !== 1 || (x.regAddrMax ?? 1) !== 1 || x.regProtoMin === undefined) return undefined;
+    nat = x;
+    end = k + 1;
+  }
+  const addrNat: NatExpr = { kind: 'nat', type: nat.type, family: nat.family, regAddrMin: 1, regAddrMax: 1, flags: NAT_RANGE.MAP_IPS };
+  const virt = asRegisterOne(exprs, i, l + 1, 1, addrNat);
+  const a = groupKeyed(virt, 0);
+  if (!a?.g.nat || a.n !== virt.length) return undefined;
+  return { g: { addr: a.g, nat, ...(port ? { port } : { portRegs }) }, n: end - i };
 }
 
 export interface KeyedRenderEnv {
@@ -1411,6 +1574,11 @@ export function renderKeyed(g: KeyedGroup, env: KeyedRenderEnv): string | undefi
   }
   let rhs: string;
   const found = env.sets?.(l.set, l.setId);
+  if (g.objmap) {
+    // a named object map only (nfkeeper builds no anonymous one); the statement from the map's object type
+    const type = found && found.set.flags & SET_F.OBJECT && !(found.set.flags & SET_F.ANONYMOUS) ? objTypeName(found.set.objType ?? 0) : undefined;
+    return type ? `${objrefUse(type)} ${key} map @${l.set}` : undefined;
+  }
   if (!found || !(found.set.flags & SET_F.ANONYMOUS)) {
     if (l.set.startsWith('__') || natSpan) return undefined;
     rhs = `@${l.set}`;

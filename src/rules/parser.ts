@@ -3,6 +3,7 @@
  * only checks form (and encodes values into kernel bytes); protocol context,
  * dependencies and family rules are the compiler's job.
  */
+import { parseObjrefStatement } from './objref.js';
 import { RuleSyntaxError } from '../errors.js';
 import type {
   At, CounterStmt, Elem, MarkMapStmt, MarkSetStmt, MasqStmt, MatchOp, MatchStmt, NatAddr, NatStmt, PortRange,
@@ -56,6 +57,9 @@ const MASKABLE_TYPES: ReadonlySet<string> = new Set(['mark', 'ctstate', 'ctstatu
 
 /** What parseMatch returns while parseKeyField asks for a field only. */
 const FIELD_ONLY = Object.freeze({}) as MatchStmt;
+
+/** First words of the statements that use a named object (src/rules/objref.ts). */
+const OBJREF_WORDS: ReadonlySet<string> = new Set(['counter', 'quota', 'limit', 'synproxy', 'ct', 'meta']);
 
 class Parser {
   private pos = 0;
@@ -150,6 +154,8 @@ class Parser {
     const t = this.peek();
     if (t.kind !== 'word') this.fail(t, expected);
     const at: At = { col: t.col, raw: t.raw };
+    const objref = OBJREF_WORDS.has(t.text) ? parseObjrefStatement(this, t.text, at) : undefined;
+    if (objref) return objref;
     switch (t.text) {
       case 'ip': {
         this.next();
@@ -1197,7 +1203,9 @@ class Parser {
     this.next();
     const st: NatStmt = { t: 'nat', type: type as 'snat' | 'dnat', flags: 0, ...at };
     const f = this.peek();
-    if (this.isWord(f, 'ip', 'ip6')) {
+    // `ip`/`ip6` names the family before `to`, `prefix` or `addr`; otherwise it starts a key
+    // (`snat ip saddr map { … }`, the form without `to` nft still takes)
+    if (this.isWord(f, 'ip', 'ip6') && this.isWord(this.peek(1), 'to', 'prefix', 'addr')) {
       st.family = f.text as 'ip' | 'ip6';
       st.familyAt = { col: f.col, raw: f.raw };
       this.next();
@@ -1212,9 +1220,13 @@ class Parser {
       this.expectWord("'port to' after 'addr .'", 'port');
       st.concat = { col: a.col, raw: a.raw };
     }
-    this.expectWord(`'to' after '${type}'${st.family ? '' : " (or 'ip to' / 'ip6 to')"}`, 'to');
+    // nft still takes the older form without `to` (`dnat 1.2.3.4`, `snat ip saddr map { … }`)
+    if (st.concat || st.netmap || this.isWord1(this.peek(), 'to')) {
+      this.expectWord(`'to' after '${type}'${st.family ? '' : " (or 'ip to' / 'ip6 to')"}`, 'to');
+    }
     if (startsNatMap(this)) {
       st.map = parseNatMap(this);
+      if (!st.concat && !st.netmap && this.natPortAfter()) this.parseNatPort(st);
       st.flags = this.parseNatFlags();
       return st;
     }
@@ -1259,13 +1271,53 @@ class Parser {
         st.flags = this.parseNatFlags();
         return st;
       }
-      if (n.kind === 'word' && n.text.startsWith(':')) {
+      if (n.kind === 'word' && (n.text === ':' || /^:[a-z]/.test(n.text))) {
+        this.natPortAfter();
+        this.parseNatPort(st);
+      } else if (n.kind === 'word' && n.text.startsWith(':')) {
         this.next();
         st.port = this.portRange(n, n.text.slice(1), "a port or port range after ':'");
       } else if (addr.hi === undefined) {
         this.fail(n, "':port' after the bracketed address");
       }
     } else if (t.kind === 'word') {
+      // `1.2.3.4:tcp dport map { … }` as nft lists it: the address, then the port's map
+      const colon = t.text.indexOf(':');
+      if (colon > 0 && /^[0-9./-]+$/.test(t.text.slice(0, colon)) && /^:[a-z]/.test(t.text.slice(colon))) this.splitWord(colon);
+      return this.parseNatAddr(st, expected);
+    } else {
+      this.fail(t, expected);
+    }
+    st.flags = this.parseNatFlags();
+    return st;
+  }
+
+  /** After the NAT target's address: a ':' (a word of its own, or starting the next) before a port or a port map. */
+  natPortAfter(): boolean {
+    const t = this.peek();
+    if (t.kind !== 'word' || !t.text.startsWith(':')) return false;
+    if (t.text === ':') { this.next(); return true; }
+    this.splitWord(1);
+    this.next();
+    return true;
+  }
+
+  /** The port after an address map or a literal address and ':': a port, a port range, or `KEY map { k : port, … }`. */
+  parseNatPort(st: NatStmt): void {
+    if (startsNatMap(this)) {
+      st.portMap = parsePortMap(this);
+      return;
+    }
+    const p = this.peek();
+    if (p.kind !== 'word') this.fail(p, "a port, a port range or 'KEY map { key : port, … }'");
+    this.next();
+    st.port = this.portRange(p, p.text, "a port, a port range or 'KEY map { key : port, … }'");
+  }
+
+  /** A NAT target's IPv4 or IPv6 address, range or prefix in one word, with its ':port'. */
+  parseNatAddr(st: NatStmt, expected: string): NatStmt {
+    const t = this.peek();
+    {
       this.next();
       const portOnly = /^:(\d+(?:-\d+)?)$/.exec(t.text);
       const v4 = /^([0-9.]+)(?:([-/])([0-9.]+))?(?::(\d+(?:-\d+)?))?$/.exec(t.text);
@@ -1290,6 +1342,7 @@ class Parser {
         }
         st.addr = addr;
         if (v4[4] !== undefined) st.port = this.portRange(t, v4[4], expected);
+        else if (this.natPortAfter()) this.parseNatPort(st);
       } else {
         const dash = t.text.indexOf('-');
         const slash = t.text.indexOf('/');
@@ -1316,8 +1369,6 @@ class Parser {
         }
         st.addr = addr;
       }
-    } else {
-      this.fail(t, expected);
     }
     st.flags = this.parseNatFlags();
     return st;

@@ -7,6 +7,7 @@
  * that compiling the text gives back the same IR. Expressions outside the
  * rule language still render, as `<unsupported: …>`.
  */
+import { renderObjref } from './objref.js';
 import type {
   BitwiseExpr, Expr, Family, Hex, LookupExpr, MasqExpr, NatExpr, RedirExpr,
 } from '../netlink/expr.js';
@@ -25,7 +26,7 @@ import {
   CT_STATE, CT_STATUS, FIB_TYPES, IFNAMSIZ, NFPROTO, formatFlags, formatIPv4, formatIPv6,
   formatProtocol, hex32, symbolName,
 } from './values.js';
-import { groupKeyed, groupLoads, renderKeyed, type KeyedGroup } from './keyed.js';
+import { groupKeyed, groupLoads, groupNatSplit, renderKeyed, type KeyedGroup, type KeyedRenderEnv, type NatSplitGroup } from './keyed.js';
 
 /** Interface names and indexes, for `iif`/`oif`. */
 export interface InterfaceResolver {
@@ -61,6 +62,8 @@ type Form =
 type Item =
   /** A key looked up in a set or map, a generator, a dynset (src/rules/keyed.ts). */
   | { k: 'keyed'; g: KeyedGroup }
+  /** A NAT target whose address or port comes from a map, the other after ':' (keyed.ts, groupNatSplit). */
+  | { k: 'natsplit'; g: NatSplitGroup; regs: Map<number, Hex> }
   | { k: 'rel'; load: Load; form: Form }
   | { k: 'text'; text: string }
   /** A statement whose text depends on the protocol context (reject). */
@@ -105,6 +108,7 @@ function group(exprs: readonly Expr[], opts: RenderOptions, family: Family): Ite
   const n = exprs.length;
   // the registers immediates loaded for the statement that uses them (most rules load none)
   let regs: Map<number, Hex> = NO_REGS;
+  const hasNat = exprs.some((x) => x.kind === 'nat');
   for (let i = 0; i < n; i++) {
     const e = exprs[i]!;
     const keyed = groupKeyed(exprs, i);
@@ -112,6 +116,13 @@ function group(exprs: readonly Expr[], opts: RenderOptions, family: Family): Ite
       items.push({ k: 'keyed', g: keyed.g });
       i += keyed.n - 1;
       if (regs.size > 0) regs = NO_REGS;
+      continue;
+    }
+    const split = hasNat ? groupNatSplit(exprs, i) : undefined;
+    if (split) {
+      items.push({ k: 'natsplit', g: split.g, regs });
+      i += split.n - 1;
+      regs = NO_REGS;
       continue;
     }
     // (tcp option maxseg size set rt mtu: the rt load is the store's source, see the switch below)
@@ -255,6 +266,9 @@ function group(exprs: readonly Expr[], opts: RenderOptions, family: Family): Ite
       case 'connlimit':
         items.push({ k: 'text', text: (e.flags ?? 0) & ~1 ? unsupported(describe(e)) : `ct count ${(e.flags ?? 0) & 1 ? 'over ' : ''}${e.count}` });
         break;
+      case 'objref':
+        items.push({ k: 'text', text: renderObjref(e) ?? unsupported(describe(e)) });
+        break;
       case 'limit': case 'log': case 'quota': case 'notrack': case 'synproxy':
         items.push({ k: 'text', text: renderExprStatement(e, family) ?? unsupported(describe(e)) });
         break;
@@ -366,6 +380,31 @@ function portText(regs: Map<number, Hex>, min?: number, max?: number): string | 
   if (lo?.length !== 4 || hi?.length !== 4) return undefined;
   const a = parseInt(lo, 16), b = parseInt(hi, 16);
   return max !== undefined && max !== min ? `:${a}-${b}` : `:${a}`;
+}
+
+/** `snat|dnat to ADDRESS:PORT` with either side from a map (keyed.ts, groupNatSplit), as nft lists it. */
+function natSplitText(g: NatSplitGroup, regs: Map<number, Hex>, family: Family, env: KeyedRenderEnv): string | undefined {
+  const n = g.nat;
+  let head: string | undefined;
+  if (g.addr) {
+    head = renderKeyed(g.addr, env);
+  } else {
+    const fam = n.family === 'ip6' ? 'ip6' : 'ip';
+    head = natText({ ...n, regProtoMin: undefined, regProtoMax: undefined, flags: NAT_RANGE.MAP_IPS }, regs, family);
+    // an IPv6 address before a port in brackets, as nft writes it
+    if (fam === 'ip6') head = head.replace(/ to ([0-9a-f:]+)(?:-([0-9a-f:]+))?$/, (_m, a: string, b?: string) => ` to [${a}]${b ? `-[${b}]` : ''}`);
+  }
+  if (head === undefined || head.includes('<unsupported')) return undefined;
+  let port: string | undefined;
+  if (g.port) {
+    const t = renderKeyed(g.port, env);
+    port = t?.startsWith('redirect to :') ? t.slice('redirect to :'.length) : undefined;
+  } else {
+    port = portText(g.portRegs!, n.regProtoMin, n.regProtoMax)?.slice(1);
+  }
+  const fl = natFlags((n.flags ?? 0) & ~(NAT_RANGE.MAP_IPS | NAT_RANGE.PROTO_SPECIFIED),
+    NAT_RANGE.PROTO_RANDOM | NAT_RANGE.PROTO_RANDOM_FULLY | NAT_RANGE.PERSISTENT);
+  return port && fl !== undefined ? `${head}:${port}${fl}` : undefined;
 }
 
 function masqText(e: MasqExpr | RedirExpr, regs: Map<number, Hex>): string {
@@ -683,7 +722,10 @@ function keyedDeps(items: readonly Item[], i: number, family: Family, l3: 'ip' |
   const deps: string[] = [];
   for (; d; d = depValue(items[++k], family)) deps.push(d);
   const next = items[k];
-  if (deps.length === 0 || next?.k !== 'keyed') return undefined;
+  if (deps.length === 0 || (next?.k !== 'keyed' && next?.k !== 'natsplit')) return undefined;
+  const loads = next.k === 'keyed' ? groupLoads(next.g)
+    : [...(next.g.addr ? groupLoads(next.g.addr) : []), ...(next.g.port ? groupLoads(next.g.port) : [])];
+  const redir = next.k === 'keyed' && next.g.redir !== undefined;
   // the context the dependencies establish
   let c3 = l3, c4 = l4;
   for (const d of deps) {
@@ -694,7 +736,7 @@ function keyedDeps(items: readonly Item[], i: number, family: Family, l3: 'ip' |
   // what the compiler inserts for the key's fields, named in that context, from the current one
   let s3 = l3, s4 = l4, sll = ll;
   const want: string[] = [];
-  for (const load of groupLoads(next.g)) {
+  for (const load of loads) {
     const f = fieldOf(load, family, c3, c4);
     if (!f) return undefined;
     if (f.ll && !sll) {
@@ -706,7 +748,7 @@ function keyedDeps(items: readonly Item[], i: number, family: Family, l3: 'ip' |
       s3 = f.l3;
     }
     // (a redirect map needs its protocol matched before it: never a dependency the compiler adds)
-    if (f.l4 !== undefined && s4 === undefined && !next.g.redir) {
+    if (f.l4 !== undefined && s4 === undefined && !redir) {
       want.push(`l4:${f.l4}`);
       s4 = f.l4;
     }
@@ -730,21 +772,26 @@ export function renderRule(rule: { exprs: readonly Expr[]; userdata?: Hex }, fam
   for (let i = 0; i < items.length; i++) {
     const it = items[i]!;
     // sets and maps (src/rules/keyed.ts)
+    const keyedEnv = (): KeyedRenderEnv => ({
+      family, sets, verdictText,
+      // only keys the compiler takes back (compile.ts refuses these as keys)
+      fieldOf: (load, bits) => {
+        const f = fieldOf(load, family, l3, l4, bits);
+        // a bit field only alone, with its own mask (bits)
+        const m = f ? fieldMask(f) : undefined;
+        if (!f || f.llType !== undefined || f.l3dep || f.icmpDep) return undefined;
+        return (m === undefined && bits === undefined) || (bits !== undefined && m === hexToBig(bits)) ? f : undefined;
+      },
+      valueText: (f, h) => valueText(f, h, options),
+      ...(options.interfaces ? { ifname: (n: number) => options.interfaces!.nameOf(n) } : {}),
+    });
     if (it.k === 'keyed') {
-      const text = renderKeyed(it.g, {
-        family, sets, verdictText,
-        // only keys the compiler takes back (compile.ts refuses these as keys)
-        fieldOf: (load, bits) => {
-          const f = fieldOf(load, family, l3, l4, bits);
-          // a bit field only alone, with its own mask (bits)
-          const m = f ? fieldMask(f) : undefined;
-          if (!f || f.llType !== undefined || f.l3dep || f.icmpDep) return undefined;
-          return (m === undefined && bits === undefined) || (bits !== undefined && m === hexToBig(bits)) ? f : undefined;
-        },
-        valueText: (f, h) => valueText(f, h, options),
-        ...(options.interfaces ? { ifname: (n: number) => options.interfaces!.nameOf(n) } : {}),
-      });
+      const text = renderKeyed(it.g, keyedEnv());
       parts.push(text ?? unsupported('set lookup'));
+      continue;
+    }
+    if (it.k === 'natsplit') {
+      parts.push(natSplitText(it.g, it.regs, family, keyedEnv()) ?? unsupported('nat with a map'));
       continue;
     }
     // the dependencies the compiler inserts before a keyed lookup (ip daddr . tcp dport …)

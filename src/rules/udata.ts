@@ -169,6 +169,8 @@ export interface NamedSetUdata {
   /** auto-merge */
   merge: boolean;
   comment?: string;
+  /** An object map: nft writes its data-interval flag (0) but no data byteorder or typeof. */
+  objectMap?: boolean;
 }
 
 /** A named set's userdata, in the order nft 1.0.6 writes it. */
@@ -181,6 +183,8 @@ export function namedSetUserdata(u: NamedSetUdata): Hex {
   if (u.data) {
     const d = declTlvs(u.data.typeof);
     if (d !== undefined) out += tlv(SET_DATA_TYPEOF, d);
+    out += tlv(SET_DATA_INTERVAL, u32Host(0));
+  } else if (u.objectMap) {
     out += tlv(SET_DATA_INTERVAL, u32Host(0));
   }
   if (u.comment !== undefined) out += tlv(SET_COMMENT, toHex(Buffer.from(u.comment, 'utf8')) + '00');

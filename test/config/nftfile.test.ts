@@ -103,15 +103,17 @@ describe('nft files: the two forms', () => {
 
   it('refuses what the config cannot hold, at its position, instead of dropping it', () => {
     const cases: [string, number, number, RegExp][] = [
-      ['table ip t {\n  counter c { }\n}\n', 2, 3, /counter objects are not supported/],
-      ['add table ip t\nadd quota ip t q { 25 mbytes }\n', 2, 5, /quota objects are not supported/],
+      ['table ip t {\n  ct timeout c { protocol tcp; }\n}\n', 2, 17, /ct timeout objects are not supported/],
+      ['add table ip t\nadd flowtable ip t f { }\n', 2, 5, /flowtable objects are not supported/],
       ['table ip t {\n  set s { type ipv4_addr; counter; }\n}\n', 2, 27, /set expressions \('counter'\) are not supported/],
-      ['define X = 1\n', 1, 1, /variables/],
-      ['include "other.nft"\n', 1, 1, /include/],
+      ['define X = 1\ntable ip t { chain c { tcp dport $Y accept; }\n}\n', 2, 35, /unknown identifier 'Y'/],
+      ['include "nfkeeper-no-such-file.nft"\n', 1, 1, /File not found: nfkeeper-no-such-file.nft/],
+      ['table ip t {}\ndelete table ip t\n', 2, 1, /only at the top of the file/],
+      ['delete chain ip t c\n', 1, 8, /only 'delete table' is accepted/],
       ['add table ip t\nadd rule ip t c accept\n', 2, 15, /chain c is not declared/],
       ['add rule ip t c accept\n', 1, 10, /table ip t is not declared/],
       ['table ip t {\n  chain c {\n    accept\n', 2, 9, /missing '}'/],
-      ['table ip t { flags dormant; }\n', 1, 14, /table flags/],
+      ['table ip t { flags owner; }\n', 1, 20, /protect mode's/],
       ['table ip t { chain c { accept\n flags offload\n }\n}\n', 2, 2, /chain flags are not supported/],
       ['table ip t { chain c { accept\n comment x\n }\n}\n', 2, 10, /comment takes a quoted string/],
       ['table ip t { comment "a"; comment "b"; }\n', 1, 27, /'comment' given twice/],

@@ -91,6 +91,10 @@ const EXPR: Record<Expr['kind'], fc.Arbitrary<Expr>> = {
     fc.constantFrom(...VERDICTS).map((verdict) => (verdict === 'jump' || verdict === 'goto'
       ? { kind: 'immediate', dreg: 0, verdict, chain: 'target' } : { kind: 'immediate', dreg: 0, verdict }) as Expr),
   ),
+  objref: fc.oneof(
+    fc.record({ type: fc.constantFrom(1, 2, 4), name: fc.constantFrom('c', 'nope') }),
+    fc.record({ sreg: reg, set: fc.constantFrom('s4', 'nope') }),
+  ).map((e) => ({ kind: 'objref', ...e }) as Expr),
   lookup: fc.record({ sreg: reg, set: fc.constantFrom('s4', 'nope'), flags: opt(fc.constantFrom(0, 1)) })
     .map((e) => strip({ kind: 'lookup', ...e }) as Expr),
   nat: fc.record({

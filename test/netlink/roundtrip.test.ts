@@ -393,6 +393,15 @@ const CASES: Case[] = [
     replay: false,
   },
   {
+    name: 'objref: a named counter and a quota, created in the same batch',
+    chain: 'plain',
+    before: [
+      { verb: 'add', object: 'obj', family: F, table: T, name: 'c', type: 'counter', data: { packets: 0, bytes: 0 } },
+      { verb: 'add', object: 'obj', family: F, table: T, name: 'q', type: 'quota', data: { bytes: 1000, consumed: 0, flags: 1 } },
+    ],
+    exprs: [{ kind: 'objref', type: 1, name: 'c' }, { kind: 'objref', type: 2, name: 'q' }],
+  },
+  {
     name: 'unknown (raw expression the IR does not model)',
     chain: 'plain',
     // `last` (kernel 5.19+, which nft 1.0.6 does not write) sent bare; the kernel dumps its
@@ -439,10 +448,11 @@ describe('IR round trip: encode, commit, dump, decode', () => {
     await withNetns(async (ns) => {
       ns.nft([
         'add table ip u',
-        'add counter ip u c1',
+        // (timeout: the kernel dumps a dynset's timeout 0 and refuses it back for a set without timeouts)
+        'add set ip u s { type ipv4_addr; flags dynamic,timeout; }',
         'add chain ip u c',
         'add rule ip u c meta mark set jhash ip saddr mod 2 seed 0xdead',
-        'add rule ip u c counter name "c1" counter',
+        'add rule ip u c update @s { ip saddr limit rate 10/second } counter',
         'add rule ip u c ip saddr 1.2.3.4 meta mark set symhash mod 4 offset 10',
       ].join('\n'));
       const s = open({ netns: ns.path });
@@ -455,13 +465,14 @@ describe('IR round trip: encode, commit, dump, decode', () => {
     }, 'rt-src');
     expect(source).toHaveLength(3);
     const unknown = source.flatMap((r) => r.exprs).filter((e) => e.kind === 'unknown');
-    expect(unknown.map((e) => e.kind === 'unknown' && e.name)).toEqual(['objref']);
+    // a dynset carrying its own statement (the IR models dynsets without one)
+    expect(unknown.map((e) => e.kind === 'unknown' && e.name)).toEqual(['dynset']);
     expect(source.flatMap((r) => r.exprs).filter((e) => e.kind === 'hash')).toHaveLength(2);
     for (const e of unknown) expect(e.kind === 'unknown' && e.data.length).toBeGreaterThan(0);
 
     await withNetns(async (ns) => {
-      // the named counter the objref refers to (the batch IR has no objects)
-      ns.nft('add table ip u\nadd counter ip u c1\n');
+      // the set the dynset adds to
+      ns.nft('add table ip u\nadd set ip u s { type ipv4_addr; flags dynamic,timeout; }\n');
       const s = open({ netns: ns.path });
       try {
         await s.commit([
