@@ -54,7 +54,16 @@ async function poisonRule(): Promise<string> {
       continue;  // refused before the kernel already
     }
     const f = join(dir, 'poison.yaml');
-    writeFileSync(f, `tables:
+    writeFileSync(f, poisonConfig(rule));
+    const refused = await withNetns(async (ns) => (await cli('apply', '--config', f, '--netns', ns.path)).code === 2, 'poison');
+    if (refused) return poisonFound = rule;
+  }
+  throw new Error('no rule that validate takes and the kernel refuses is left among the candidates: add one');
+}
+
+/** A config whose own chain holds `rule`, jumped to from nat postrouting, as an owner's chain is. */
+function poisonConfig(rule: string): string {
+  return `tables:
   - family: ip
     name: nfkeeper
     chains:
@@ -65,11 +74,7 @@ async function poisonRule(): Promise<string> {
         rules: ["ip saddr 10.9.9.9 jump masq"]
       - name: masq
         rules: [${JSON.stringify(rule)}]
-`);
-    const refused = await withNetns(async (ns) => (await cli('apply', '--config', f, '--netns', ns.path)).code === 2, 'poison');
-    if (refused) return poisonFound = rule;
-  }
-  throw new Error('no rule that validate takes and the kernel refuses is left among the candidates: add one');
+`;
 }
 
 function poisonSpec(rule: string) {
@@ -301,18 +306,7 @@ describe('one bad owner never takes the node down', () => {
     await withNetns(async (ns) => {
       const dir = tempDir('durable-badcfg');
       const f = join(dir, 'config.yaml');
-      writeFileSync(f, `tables:
-  - family: ip
-    name: nfkeeper
-    chains:
-      - name: postrouting
-        type: nat
-        hook: postrouting
-        priority: srcnat
-        rules: ["ip saddr 10.9.9.9 jump masq"]
-      - name: masq
-        rules: [${JSON.stringify(poison)}]
-`);
+      writeFileSync(f, poisonConfig(poison));
       const before = ns.exec('nft', ['list', 'ruleset']);
       const d = spawn(process.execPath, ['bin/nfkeeper.js', 'run', '--config', f, '--netns', ns.path, '--no-metrics'], { stdio: ['ignore', 'pipe', 'pipe'] });
       let err = '';
