@@ -9,8 +9,8 @@
 // No static imports and no top-level await: an old Node must get as far as
 // the version check below and say what is wrong in one line.
 const [major] = process.versions.node.split('.').map(Number);
-if (major < 20) {
-  process.stderr.write(`nfkeeper: needs Node.js 20 or newer, this is v${process.versions.node} (${process.execPath}); ` +
+if (major < 22) {
+  process.stderr.write(`nfkeeper: needs Node.js 22 or newer (the supported lines are 22 and 24), this is v${process.versions.node} (${process.execPath}); ` +
     "Debian 12's nodejs package is 18: install Node from NodeSource or a nodejs.org tarball (see README, Install)\n");
   process.exit(2);
 }

@@ -320,10 +320,15 @@ void DecodeSetElems(Napi::Env env, const nlmsghdr* nlh, Napi::Array out) {
   }
 }
 
-bool DecodeGeneration(const nlmsghdr* nlh, uint32_t* id) {
+bool DecodeGeneration(const nlmsghdr* nlh, uint32_t* id, uint32_t* pid, std::string* comm) {
   if (!HasNfgenmsg(nlh)) return false;
   AttrTable t(NFTA_GEN_MAX);
   if (mnl_attr_parse(nlh, sizeof(nfgenmsg), CollectAttr, &t) < 0) return false;
+  if (pid != nullptr && !AttrU32(t.at[NFTA_GEN_PROC_PID], pid)) *pid = 0;
+  if (comm != nullptr) {
+    const char* name = AttrStr(t.at[NFTA_GEN_PROC_NAME]);
+    comm->assign(name != nullptr ? name : "");
+  }
   return AttrU32(t.at[NFTA_GEN_ID], id);
 }
 

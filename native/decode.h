@@ -6,6 +6,7 @@
 #include <linux/netlink.h>
 
 #include <cstdint>
+#include <string>
 
 namespace nfk {
 
@@ -17,7 +18,8 @@ Napi::Object DecodeRule(Napi::Env env, const nlmsghdr* nlh);
 Napi::Object DecodeSet(Napi::Env env, const nlmsghdr* nlh);
 // Appends the elements of one NEWSETELEM message to `out`.
 void DecodeSetElems(Napi::Env env, const nlmsghdr* nlh, Napi::Array out);
-// NFTA_GEN_ID of a NEWGEN message; false if absent.
-bool DecodeGeneration(const nlmsghdr* nlh, uint32_t* id);
+// NFTA_GEN_ID of a NEWGEN message; false if absent. `pid` and `comm`, when given: the committing
+// task (NFTA_GEN_PROC_PID, NFTA_GEN_PROC_NAME), 0 and "" when the kernel did not say.
+bool DecodeGeneration(const nlmsghdr* nlh, uint32_t* id, uint32_t* pid = nullptr, std::string* comm = nullptr);
 
 }  // namespace nfk

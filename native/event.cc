@@ -148,8 +148,9 @@ bool ParseEvent(const nlmsghdr* nlh, MonitorEvent* ev, bool withElements) {
 std::unique_ptr<MonitorBatch> EventBatcher::Feed(const nlmsghdr* nlh, const EventFilter& filter) {
   if (NFNL_SUBSYS_ID(nlh->nlmsg_type) != NFNL_SUBSYS_NFTABLES) return nullptr;
   if (NFNL_MSG_TYPE(nlh->nlmsg_type) == NFT_MSG_NEWGEN) {
-    uint32_t gen = 0;
-    DecodeGeneration(nlh, &gen);
+    uint32_t gen = 0, pid = 0;
+    std::string comm;
+    DecodeGeneration(nlh, &gen, &pid, &comm);
     // The run of whole commits goes on only from the NEWGEN just before;
     // after a gap, an overflow or at the start this commit may be partial.
     // A generation at or before the last seen was anchored past (see Anchor): it leaves the run alone.
@@ -172,6 +173,8 @@ std::unique_ptr<MonitorBatch> EventBatcher::Feed(const nlmsghdr* nlh, const Even
     if (!pending_->events.empty() && gen > lastTouched_) lastTouched_ = gen;
     if (!pending_->events.empty() && (foreign_ || (filter.deliverOwn && !skip))) {
       pending_->generation = gen;
+      pending_->pid = pid;
+      pending_->comm = std::move(comm);
       pending_->prevTouched = prevTouched;
       pending_->foreign = foreign_;
       pending_->since = runStart_ <= gen ? runStart_ : 0;

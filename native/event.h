@@ -50,6 +50,10 @@ struct MonitorEvent {
 struct MonitorBatch {
   bool overflow = false;   // ENOBUFS: events were lost, resync
   uint32_t generation = 0;
+  // The task that committed it, from the NEWGEN (NFTA_GEN_PROC_PID, its pid in the initial pid
+  // namespace; NFTA_GEN_PROC_NAME, its comm): 0 and "" when the kernel did not say.
+  uint32_t pid = 0;
+  std::string comm;
   bool truncated = false;  // more events than we keep per batch
   bool foreign = false;    // holds an event from a port not ignored
   // The first generation of the unbroken run of commits this monitor has seen

@@ -211,12 +211,14 @@ void NftMonitor::Deliver(Napi::Env env, Napi::Function cb, MonitorBatch* batch) 
                                                                                      : static_cast<double>(b->repairHandle)))
                     : undef,
         Napi::Number::New(env, static_cast<double>(b->repairPosition)), Napi::Number::New(env, b->repairedNs),
+        // Who committed it (the NEWGEN's task): pid 0 and no name when the kernel did not say.
+        Napi::Number::New(env, b->pid), b->comm.empty() ? undef : static_cast<napi_value>(Napi::String::New(env, b->comm)),
     };
     b.reset();
     cb.Call(sizeof(args) / sizeof(args[0]), args);
     return;
   }
-  size_t slots = 7;
+  size_t slots = 9;  // 7 before the events, pid and comm after them (an older reader stops before those)
   for (const MonitorEvent& e : b->events) slots += 10 + 9 * e.elements.size();
   Napi::Array v = Napi::Array::New(env, slots);
   napi_value undef = env.Undefined();
@@ -260,6 +262,8 @@ void NftMonitor::Deliver(Napi::Env env, Napi::Function cb, MonitorBatch* batch) 
       str(x.userdata);
     }
   }
+  num(b->pid);
+  str(b->comm);
   b.reset();
   cb.Call({v});
 }

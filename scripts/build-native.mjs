@@ -63,7 +63,10 @@ if (!gyp) {
   process.exit(1);
 }
 const args = [gyp, 'rebuild', '-j', '2'];
-// Use the headers that ship with this Node when present, instead of downloading them.
-if (!process.env.npm_config_nodedir && existsSync('/usr/include/node/node_api.h')) args.push('--nodedir=/usr');
+// Use the headers that ship with this Node when present (nodejs.org's builds and the npm registry's
+// node-linux-* packages carry include/node beside bin/; Debian's nodejs has them in /usr), instead
+// of downloading them.
+const nodedir = [join(dirname(process.execPath), '..'), '/usr'].find((d) => existsSync(join(d, 'include', 'node', 'node_api.h')));
+if (!process.env.npm_config_nodedir && nodedir) args.push(`--nodedir=${nodedir}`);
 const r = spawnSync(process.execPath, args, { cwd: root, stdio: 'inherit' });
 process.exit(r.status ?? 1);

@@ -22,7 +22,7 @@ await build({
   bundle: true,
   platform: 'node',
   format: 'esm',
-  target: 'node20',
+  target: 'node22',
   minifyWhitespace: true,
   minifySyntax: true,
   legalComments: 'none',

@@ -2,8 +2,9 @@
 # Builds the container image localhost/nfkeeper:<version> with podman from
 # Debian's packages and the npm package alone (no image registry):
 #   1. base: debootstrap --variant=minbase bookworm (scripts/debian-tree.sh,
-#      cached), trimmed, plus this machine's node binary (>= 20; NFKEEPER_NODE
-#      picks another), imported with `podman import`;
+#      cached), trimmed, plus Node 24 (the pinned release scripts/node.sh takes
+#      from the npm registry, whatever node the build host runs), imported with
+#      `podman import`;
 #   2. the npm package (scripts/pack.mjs) installed into the build context
 #      with npm, using its prebuilt addon: no compiler anywhere in the image;
 #   3. podman build -f deploy/container/Dockerfile on that base.
@@ -33,12 +34,8 @@ version=$(node -p "require('./package.json').version")
 image=localhost/nfkeeper:$version
 pkg_sum=$(sha256sum "$tarball" | cut -c1-16)
 
-node_bin=$(readlink -f "${NFKEEPER_NODE:-$(command -v node)}")
+node_bin=$(bash scripts/node.sh 24 x64)/bin/node
 node_version=$("$node_bin" -p 'process.versions.node')
-if [ "${node_version%%.*}" -lt 20 ]; then
-  echo "image.sh: $node_bin is Node $node_version; the image needs 20 or newer (NFKEEPER_NODE=/path/to/node)" >&2
-  exit 2
-fi
 
 prepare_context() {
   local ctx=$1

@@ -51,6 +51,9 @@ rmSync(stage, { recursive: true, force: true });
 mkdirSync(stage, { recursive: true });
 for (const f of files) cpSync(join(root, f), join(stage, f), { recursive: false });
 symlinkSync(join(root, 'node_modules'), join(stage, 'node_modules'));
+// The arm64 prebuild's Node and sysroot (scripts/node.sh, scripts/sysroot.sh), fetched once.
+mkdirSync(join(root, '.cache'), { recursive: true });
+symlinkSync(join(root, '.cache'), join(stage, '.cache'));
 process.stderr.write(`nfkeeper pack: npm pack in a clean copy (${files.length} files)\n`);
 const tmp = `${out}.tmp-${process.pid}`;
 rmSync(tmp, { recursive: true, force: true });

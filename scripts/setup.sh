@@ -18,6 +18,9 @@ fi
 # (test/gc/cni.test.ts, driven by test/helpers/cni.ts).
 packages=(libnftnl-dev libmnl-dev pkg-config nftables iptables iproute2 make g++ python3 clang-14 libclang-rt-14-dev
   podman runc debootstrap systemd-container containernetworking-plugins)
+# The linux-arm64 prebuild (scripts/prebuild.mjs --arch arm64, run by npm pack) and its smoke under
+# qemu-user (test/arm64.test.ts); the arm64 libnftnl/libmnl come from scripts/sysroot.sh.
+packages+=(g++-aarch64-linux-gnu qemu-user)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -144,6 +144,7 @@ export async function main(argv: string[], io: Out = {
     .addOption(new Option('--max-connections <n>', 'test only: control socket connections at most (default 1024)').hideHelp())
     .addOption(new Option('--netns-check <duration>', 'test only: how often the --netns path is checked (default: the interval, at most 2s)').hideHelp())
     .option('--reload-status <file>', "write each config reload's result here, for `nfkeeper reload` (systemd's ExecReload)")
+    .option('--history <n>', 'foreign changes remembered with who made them (status, events)', '256')
     .action(async (o: RunOptions) => {
       // Every flag is checked before anything is opened, bound or read.
       const d = runOptions(o);
@@ -203,8 +204,44 @@ export async function main(argv: string[], io: Out = {
         }
         if (st.lastRepair) io.out(`last repair ${st.lastRepair.at} (${st.lastRepair.cause}, ${st.lastRepair.latencyMs.toFixed(3)} ms): ${st.lastRepair.drift.join('; ')}`);
         if (st.lastError) io.out(`last error: ${st.lastError}`);
+        const changes = st.foreignChanges ?? [];
+        if (changes.length > 0) {
+          const { changeText } = await import('./keeper/attribution.js');
+          io.out(`last foreign changes (newest first; all of them: nfkeeper events):`);
+          for (const c of changes.slice(0, 5)) io.out(`  ${changeText(c)}`);
+        }
       }
       code = st.tables.some((t) => t.state === 'drifting') ? EXIT.DRIFT : EXIT.OK;
+    });
+
+  program.command('events').description('print the foreign changes to owned tables, who made them and the repairs that answered them')
+    .option('--socket <path>', 'the control socket to ask first', DEFAULT_SOCKET)
+    .option('--metrics <host:port>', 'where the daemon serves /events (asked when the control socket does not answer)', '127.0.0.1:9469')
+    .option('-f, --follow', 'then print each foreign change and each repair as it happens, until interrupted')
+    .option('--json', 'one JSON object a line')
+    .action(async (o: { socket: string; metrics: string; follow?: boolean; json?: boolean }, cmd: Command) => {
+      const { followEvents } = await import('./owners/client.js');
+      const { eventText } = await import('./keeper/attribution.js');
+      const query = o.follow ? '?follow=1' : '';
+      const print = (line: string) => {
+        if (o.json) io.out(line);
+        else io.out(eventText(JSON.parse(line)));
+      };
+      const metricsOnly = cmd.getOptionValueSource('metrics') === 'cli' && cmd.getOptionValueSource('socket') !== 'cli';
+      if (!metricsOnly) {
+        try {
+          await followEvents({ socketPath: o.socket, path: `/v1/events${query}` }, print);
+          return;
+        } catch (e) {
+          if (!(e instanceof NoDaemonError) || cmd.getOptionValueSource('socket') === 'cli') throw e;
+        }
+      }
+      const { host, port } = parseListen(o.metrics);
+      try {
+        await followEvents({ host, port, path: `/events${query}` }, print);
+      } catch (e) {
+        throw new NfkeeperError(`no daemon answers on ${metricsOnly ? '' : `${o.socket} or `}${o.metrics}: ${(e as Error).message}`);
+      }
     });
 
   const owner = program.command('owner').description('register, list and remove owners over the control socket (docs/owners.md)');
@@ -342,7 +379,7 @@ async function oneShotLocked(o: { netns?: string; json?: boolean }, config: impo
 interface RunOptions {
   config: string; includePath?: string[]; netns?: string; interval: string; metrics: string | false; events: boolean; logLevel: string;
   socket?: string; socketMode?: string; maxOwners?: string; maxConnections?: string; netnsCheck?: string;
-  reloadStatus?: string;
+  reloadStatus?: string; history: string;
 }
 
 /** The run flags, checked and converted; each refusal names the flag and what it takes. */
@@ -365,7 +402,7 @@ function runOptions(o: RunOptions): import('./daemon.js').DaemonOptions {
     version: version(), config: o.config, includePath: o.includePath, netns: o.netns, intervalMs, metrics: o.metrics === false ? undefined : o.metrics, events: o.events, logLevel,
     socket: o.socket, socketMode, maxOwners: count('--max-owners', o.maxOwners), maxConnections: count('--max-connections', o.maxConnections),
     netnsCheckMs: o.netnsCheck === undefined ? undefined : parseBoundedDuration('--netns-check', o.netnsCheck, 10, INTERVAL_MAX_MS),
-    reloadStatus: o.reloadStatus,
+    reloadStatus: o.reloadStatus, history: count('--history', o.history),
   };
 }
 

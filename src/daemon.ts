@@ -51,6 +51,8 @@ export interface DaemonOptions {
   socketMode?: number;
   /** Owners and control-socket connections at most (defaults in src/owners/). */
   maxOwners?: number;
+  /** Foreign changes remembered (Keeper's history); default 256. */
+  history?: number;
   maxConnections?: number;
   /** How often the --netns path is checked against the namespace the sockets were opened in. */
   netnsCheckMs?: number;
@@ -147,7 +149,7 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
     cleanups.push(() => lock.release());
     // The owners come before the first pass: starting without them would collect their rules.
     const owners: Owner[] = config.owners ? loadOwners(config) : [];
-    keeper = new Keeper({ config, netns: o.netns, intervalMs: o.intervalMs, events: o.events, logger: log, metrics, owners });
+    keeper = new Keeper({ config, netns: o.netns, intervalMs: o.intervalMs, events: o.events, logger: log, metrics, owners, history: o.history });
     keeper.on('error', () => undefined);  // logged by the keeper; the loop carries on
     const k = keeper;
     registry = config.owners ? new OwnerRegistry(config, owners, (next) => k.setOwners(next), {
@@ -166,7 +168,7 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
     const socketPath = o.socket ?? config.owners?.socket;
     if (socketPath) {
       control = await bound(`control socket ${socketPath}`, () => serveControl({
-        path: socketPath, registry: reg, logger: log, mode: o.socketMode, ready, maxConnections: o.maxConnections,
+        path: socketPath, registry: reg, logger: log, mode: o.socketMode, ready, maxConnections: o.maxConnections, events: k.attribution,
         status: async () => ({
           ...k.status(),
           ...(cfg.owners && reg ? {

@@ -32,6 +32,14 @@ export class KeeperMetrics {
   });
   readonly generation = new Gauge({ name: 'nfkeeper_generation', help: 'Last verified ruleset generation', registers: [this.registry] });
   readonly fightLevel = new Gauge({ name: 'nfkeeper_fight_level', help: 'Back-off level (0: no fight)', registers: [this.registry] });
+  readonly foreignChanges = new Counter({
+    name: 'nfkeeper_foreign_changes_total', help: 'Foreign commits that changed an owned table, by table and committing process name (bounded; the rest: other)',
+    labelNames: ['table', 'comm'], registers: [this.registry],
+  });
+  readonly fightRaises = new Counter({
+    name: 'nfkeeper_fight_raises_total', help: 'Fight back-off levels raised, by the name of the process fought (the recent changes\' committers)',
+    labelNames: ['comm'], registers: [this.registry],
+  });
   readonly ready = new Gauge({ name: 'nfkeeper_ready', help: '1 once the desired ruleset is verified', registers: [this.registry] });
   readonly errors = new Counter({ name: 'nfkeeper_errors_total', help: 'Reconcile passes that failed', registers: [this.registry] });
   readonly protection = new Gauge({
@@ -73,6 +81,7 @@ export class KeeperMetrics {
   }
 
   constructor(processMetrics = false, build?: { version: string }) {
+    this.fightRaises.inc({ comm: 'other' }, 0);
     for (const kind of ['chain', 'rule']) {
       this.ownedGcFound.inc({ kind }, 0);
       this.ownedGcCollected.inc({ kind }, 0);

@@ -6,7 +6,7 @@
  * libnftnl is one line naming the package.
  */
 import { spawnSync } from 'node:child_process';
-import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -15,6 +15,8 @@ import { FLANNEL_RULES, FLANNEL_YAML, sleep } from './keeper/helpers.js';
 
 const CACHE = process.env.NFKEEPER_CACHE ?? '/var/cache/nfkeeper-test';
 const hasPodman = spawnSync('podman', ['--version']).status === 0;
+// The Node 24 release scripts/node.sh pins, which the image carries whatever node built it.
+const NODE_24 = /\[24\]=([\d.]+)/.exec(readFileSync('scripts/node.sh', 'utf8'))![1];
 
 // See scripts/image.sh: crun and podman's default ulimits fail on machines like this one.
 const podman = (args: string[], timeout = 120_000) => spawnSync('podman',
@@ -54,6 +56,8 @@ describe.skipIf(!hasPodman)(`container image${hasPodman ? '' : ' (SKIPPED: podma
       'for t in cc gcc g++ make pkg-config; do command -v $t; done; ls /usr/include/libnftnl /usr/lib/x86_64-linux-gnu/libnftnl.so.11 2>/dev/null; true']);
     expect(tools.status).toBe(0);
     expect(tools.stdout).toBe('');
+    const node = podman(['run', '--rm', '--network', 'none', '--entrypoint', 'node', image, '--version']);
+    expect([node.status, node.stdout.trim()]).toEqual([0, `v${NODE_24}`]);
   });
 
   it('podman run --network ns:X --cap-add NET_ADMIN keeps the rules in X and repairs a deletion', async () => {

@@ -57,13 +57,16 @@ describe('the npm package, installed on a node without a compiler or -dev packag
     const list = spawnSync('tar', ['-tzf', tarball], { encoding: 'utf8' }).stdout.split('\n');
     for (const f of ['dist/cli.js', 'dist/nfkeeper.mjs', 'dist/native.js', 'bin/nfkeeper.js', 'prebuilds/linux-x64/nfkeeper.glibc.node',
       'prebuilds/linux-x64/glibc/libnftnl.so.11', 'prebuilds/linux-x64/glibc/libmnl.so.0',
-      'prebuilds/linux-x64/glibc/libnftnl.so.11.copyright', 'docs/design.md', 'binding.gyp', 'native/socket.cc',
+      'prebuilds/linux-x64/glibc/libnftnl.so.11.copyright', 'prebuilds/linux-arm64/nfkeeper.glibc.node',
+      'prebuilds/linux-arm64/glibc/libnftnl.so.11', 'prebuilds/linux-arm64/glibc/libmnl.so.0',
+      'prebuilds/linux-arm64/glibc/libnftnl.so.11.copyright', 'prebuilds/linux-arm64/glibc/libmnl.so.0.copyright', 'docs/design.md', 'binding.gyp', 'native/socket.cc',
       'scripts/build-native.mjs', 'deploy/systemd/nfkeeper.service', 'LICENSE']) {
       expect(list).toContain(`package/${f}`);
     }
     expect(list.filter((f) => /^package\/(test|bench|build|node_modules)\//.test(f))).toEqual([]);
     const pkg = JSON.parse(readFileSync('package.json', 'utf8'));
     expect(pkg.scripts.prepack).toMatch(/npm run build\b.*build:prebuild/);
+    expect(pkg.scripts['build:prebuild']).toMatch(/prebuild\.mjs --arch arm64/);
     for (const k of ['repository', 'homepage', 'bugs', 'keywords']) expect(pkg).toHaveProperty(k);
   });
 
@@ -101,7 +104,7 @@ describe('the npm package, installed on a node without a compiler or -dev packag
     expect(r.stderr).toMatch(/^nfkeeper: building from source as asked/m);
     expect(r.stderr).toMatch(/apt-get install libnftnl-dev libmnl-dev pkg-config g\+\+/);
     expect(r.status).toBe(1);
-    // A package without a prebuild for this machine (as on arm64 or musl today).
+    // A package without a prebuild for this machine (as on musl today).
     const bare = join(dir, 'no-prebuilds');
     mkdirSync(join(bare, 'scripts'), { recursive: true });
     writeFileSync(join(bare, 'scripts', 'build-native.mjs'), readFileSync(join(pkgDir, 'scripts', 'build-native.mjs')));
@@ -157,14 +160,14 @@ describe('without a usable native addon', () => {
 });
 
 describe('an old Node', () => {
-  it('bin/nfkeeper.js says in one line that it needs Node 20, before importing anything', () => {
-    // Node 18 itself is not on this machine; the check reads process.versions.node, so fake that one value.
+  it('bin/nfkeeper.js says in one line that it needs Node 22, before importing anything', () => {
+    // The suite runs on a supported line; the check reads process.versions.node, so fake that one value.
     const r = spawnSync(process.execPath, ['-e',
-      "Object.defineProperty(process.versions, 'node', { value: '18.20.4' }); process.argv = [process.execPath, 'bin/nfkeeper.js', 'version']; import('./bin/nfkeeper.js')"],
+      "Object.defineProperty(process.versions, 'node', { value: '20.20.2' }); process.argv = [process.execPath, 'bin/nfkeeper.js', 'version']; import('./bin/nfkeeper.js')"],
     { encoding: 'utf8' });
     expect(r.status).toBe(2);
     expect(r.stdout).toBe('');
-    expect(r.stderr).toMatch(/^nfkeeper: needs Node\.js 20 or newer, this is v18\.20\.4 \(.*\); Debian 12's nodejs package is 18: install Node from NodeSource or a nodejs\.org tarball/);
+    expect(r.stderr).toMatch(/^nfkeeper: needs Node\.js 22 or newer \(the supported lines are 22 and 24\), this is v20\.20\.2 \(.*\); Debian 12's nodejs package is 18: install Node from NodeSource or a nodejs\.org tarball/);
     expect(r.stderr.trimEnd().split('\n')).toHaveLength(1);
   });
 });

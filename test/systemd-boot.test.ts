@@ -10,11 +10,17 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { FLANNEL_RULES, FLANNEL_YAML, sleep } from './keeper/helpers.js';
+import { open as fsOpen } from 'node:fs/promises';
+import { parseConfig } from '../src/config/config.js';
+import { Keeper } from '../src/keeper/keeper.js';
+import { FLANNEL_RULES, FLANNEL_YAML, captureLog, sleep } from './keeper/helpers.js';
 
 const tools = ['debootstrap', 'systemd-nspawn', 'nsenter'].filter((t) => spawnSync('sh', ['-c', `command -v ${t}`]).status !== 0);
 const skip = tools.length > 0
   ? ` (SKIPPED: ${tools.join(', ')} not installed; bash scripts/setup.sh installs debootstrap and systemd-container)` : '';
+
+/** The flannel table under another name: a keeper on the host keeps it beside the daemon's. */
+const ATTR_YAML = FLANNEL_YAML.replace('name: nfkeeper', 'name: nfkattr');
 
 const EXTRA_RULE = 'ip saddr 10.244.0.0/16 ip daddr 192.168.0.0/16 return';
 
@@ -155,13 +161,55 @@ describe.skipIf(tools.length > 0)(`the systemd unit under a booted Debian 12${sk
     expect(systemctl('show', 'nfkeeper', '-p', 'After', '--value').stdout).toMatch(/\bnftables\.service\b/);
   });
 
+  it('a change from a transient unit (systemd-run) is attributed to that unit; the daemon inside, in a pid namespace of its own, says it cannot look', async () => {
+    // A keeper of this (host) process on the container's network namespace, on a table of its own:
+    // the host is the initial pid namespace, where the kernel's pid is.
+    const logger = captureLog();
+    const keeper = new Keeper({ config: parseConfig(ATTR_YAML, 'attr.yaml'), netns: `/proc/${pid1}/ns/net`, intervalMs: 3_600_000, logger: logger.logger });
+    keeper.on('error', () => undefined);
+    const fifo = join(tree, 'var', 'tmp', 'nfk-attr.fifo');
+    try {
+      await keeper.start();
+      expect(spawnSync('mkfifo', [fifo]).status).toBe(0);
+      // nft -i stays alive, reading commands from the fifo: a long-lived committer in unit nfk-attr.service.
+      const run = inside(['systemd-run', '--unit=nfk-attr', '--service-type=exec', 'sh', '-c', 'exec nft -i < /var/tmp/nfk-attr.fifo']);
+      expect(run.status, run.stderr).toBe(0);
+      const writer = await fsOpen(fifo, 'w');
+      try {
+        const repaired = new Promise((r) => keeper.once('repaired', r));
+        await writer.write('delete rule ip nfkattr postrouting handle 2\n');
+        await repaired;
+        const [change] = keeper.status().foreignChanges!;
+        expect(change!.by).toMatchObject({ comm: 'nft', unit: 'nfk-attr.service', exe: '/usr/sbin/nft', cmdline: 'nft -i' });
+        expect(change!.what).toEqual(['delete rule ip nfkattr postrouting handle 2']);
+        const line = logger.lines.filter((l) => l.msg === 'repaired').at(-1)!;
+        expect(line.by).toMatchObject({ comm: 'nft', unit: 'nfk-attr.service' });
+        expect((await keeper.metrics.foreignChanges.get()).values.find((v) => v.labels.comm === 'nft')?.value).toBe(1);
+      } finally {
+        await writer.close();
+      }
+    } finally {
+      await keeper.stop();
+      inside(['systemctl', 'stop', 'nfk-attr']);
+      rmSync(fifo, { force: true });
+    }
+    // The daemon in the container sees the kernel's pid from a pid namespace of its own: it says so.
+    const handle = spawnSync('nsenter', ['-t', String(pid1), '-n', 'nft', '-a', 'list', 'chain', 'ip', 'nfkeeper', 'postrouting'], { encoding: 'utf8' })
+      .stdout.match(/masquerade.*# handle (\d+)/)![1]!;
+    const del = inside(['systemd-run', '--wait', '--unit=nfk-attr-2', 'nft', 'delete', 'rule', 'ip', 'nfkeeper', 'postrouting', 'handle', handle]);
+    expect(del.status, del.stderr).toBe(0);
+    const said = await until('the daemon\'s repair line', () => inside(['journalctl', '-u', 'nfkeeper', '-o', 'cat']).stdout.split('\n')
+      .filter((l) => l.includes('"did":["delete rule ip nfkeeper postrouting handle ' + handle + '"]')).at(-1));
+    expect(JSON.parse(said).by).toMatchObject({ comm: 'nft', unresolved: expect.stringMatching(/not in the initial pid namespace/) });
+  });
+
   it('Debian 12\'s own nodejs (18, what apt install nodejs gives) gets one line saying Node 20 is needed', () => {
     // A clean environment: this machine's NODE_EXTRA_CA_CERTS names a file the container lacks.
     const r = inside(['env', '-i', 'PATH=/usr/bin:/bin', '/usr/bin/node', '/usr/local/lib/node_modules/nfkeeper/bin/nfkeeper.js', 'version']);
     expect(inside(['/usr/bin/node', '--version']).stdout).toMatch(/^v18\./);
     expect(r.status).toBe(2);
     expect(r.stdout).toBe('');
-    expect(r.stderr).toMatch(/^nfkeeper: needs Node\.js 20 or newer, this is v18\.\d+\.\d+ \(\/usr\/bin\/node\); Debian 12's nodejs package is 18: install Node from NodeSource or a nodejs\.org tarball \(see README, Install\)\n$/);
+    expect(r.stderr).toMatch(/^nfkeeper: needs Node\.js 22 or newer \(the supported lines are 22 and 24\), this is v18\.\d+\.\d+ \(\/usr\/bin\/node\); Debian 12's nodejs package is 18: install Node from NodeSource or a nodejs\.org tarball \(see README, Install\)\n$/);
   });
 
   it('systemctl stop leaves the rules in the kernel', () => {

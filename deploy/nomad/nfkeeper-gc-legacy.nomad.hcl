@@ -32,6 +32,13 @@ job "nfkeeper-gc-legacy" {
     value     = "linux"
   }
 
+  # The architectures the image exists for (scripts/image.sh: amd64). With an image built for
+  # arm64 too (docs/install.md, Architectures): operator = "regexp", value = "^(amd64|arm64)$".
+  constraint {
+    attribute = "${attr.cpu.arch}"
+    value     = "amd64"
+  }
+
   constraint {
     attribute = "${meta.iptables}"
     value     = "legacy"

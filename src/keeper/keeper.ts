@@ -13,7 +13,7 @@ import { performance } from 'node:perf_hooks';
 import pino, { type Logger } from 'pino';
 import { countRules, type Config, type TableConfig } from '../config/config.js';
 import { KeeperMetrics } from '../metrics.js';
-import { Batch } from '../netlink/batch.js';
+import { Batch, describeOp } from '../netlink/batch.js';
 import type { CommitResult, NftConn, NftHost, NftWatch } from '../netlink/conn.js';
 import { kernelHost } from '../netlink/host.js';
 import type { MonitorBatch } from '../netlink/monitor.js';
@@ -25,6 +25,7 @@ import { MIRROR_MAX_ELEMENTS, MIRROR_MAX_OPS, Mirror, type MirrorPlan } from './
 import { DRIFT_KINDS, TableOwnedError, protectionOf, type Drift, type Protection } from './reconcile.js';
 import { Reconciler, type Look } from './reconciler.js';
 import { OwnedTouches } from './known.js';
+import { Attribution, who, type ForeignChange } from './attribution.js';
 import { mergeOwners, ownerIdsOf, type Owner } from '../owners/index.js';
 
 export type Cause = 'startup' | 'event' | 'tick' | 'overflow' | 'reload' | 'owners' | 'manual';
@@ -65,6 +66,8 @@ export interface KeeperOptions {
    * outside); undefined in the daemon, where it costs one test per step.
    */
   trace?: (mark: TraceMark, atNs?: number) => void;
+  /** Foreign changes remembered with who made them and the repair that answered them; default 256. */
+  history?: number;
 }
 
 /** The steps of the event→repair path, in order (KeeperOptions.trace). */
@@ -113,6 +116,8 @@ interface DoneRepair {
   committedAt: number;
   /** It answered an event, which is counted with it. */
   event: boolean;
+  /** What it committed (described when reported, off the repair path). */
+  batch: Batch;
 }
 
 export interface RepairReport {
@@ -123,6 +128,8 @@ export interface RepairReport {
   latencyMs: number;
   generation: number;
   attempts: number;
+  /** What it committed, in nft words (a full pass: the drift it repaired). */
+  opsText?: string[];
 }
 
 export interface KeeperStatus {
@@ -132,10 +139,16 @@ export interface KeeperStatus {
   lastRepair?: { at: string; cause: Cause; drift: string[]; latencyMs: number };
   lastError?: string;
   tables: { family: string; name: string; state: 'verified' | 'drifting' | 'unknown'; protection: Protection | 'unknown' }[];
+  /** The last foreign changes to owned tables, newest first (Keeper.attribution has them all). */
+  foreignChanges?: ForeignChange[];
 }
 
 export class Keeper extends EventEmitter {
   readonly metrics: KeeperMetrics;
+  /** Who made the foreign changes to the owned tables, and what answered them. */
+  readonly attribution: Attribution;
+  /** The owned tables as "family name", for the attribution. */
+  private ownedKeys = new Set<string>();
   readonly log: Logger;
   private config: Config;
   private readonly intervalMs: number;
@@ -198,6 +211,9 @@ export class Keeper extends EventEmitter {
     this.metrics.zeroLabels('repairs', Object.keys(CAUSES));
     this.metrics.zeroLabels('drift', Object.keys(DRIFT_KINDS));
     this.fight = new Fight({ ...DEFAULT_FIGHT, ...options.fight });
+    this.attribution = new Attribution({ history: options.history, metrics: this.metrics });
+    // Each owned table's series exists from the start (see KeeperMetrics.zeroLabels): the names come as they commit.
+    for (const t of this.config.tables) this.metrics.foreignChanges.inc({ table: `${t.family} ${t.name}`, comm: 'other' }, 0);
     this.owners = options.owners ?? [];
     this.desired = mergeOwners(this.config.tables, this.config.owners, this.owners);
     compactRules(this.desired);
@@ -227,6 +243,7 @@ export class Keeper extends EventEmitter {
     this.reconciler.retired = this.retiredEarly;
     if (this.useEvents) {
       this.touches.setOwned(this.ownedTables());
+      this.ownedKeys = new Set(this.ownedTables().map((t) => `${t.family} ${t.name}`));
       const useMirror = this.options.mirror ?? true;
       this.monitor = this.host.watch({
         tables: this.ownedTables(),
@@ -338,6 +355,7 @@ export class Keeper extends EventEmitter {
     this.metrics.owners.set(owners.length);
     this.monitor?.setFilter(this.ownedTables(), this.sock ? [this.sock.portId] : []);
     this.touches.setOwned(this.ownedTables());
+    this.ownedKeys = new Set(this.ownedTables().map((t) => `${t.family} ${t.name}`));
     // A change of set and map elements only keeps the mirror: the next pass commits just those element ops.
     if (this.mirror && !this.mirror.retarget(this.desired)) this.mirror.invalidate('the desired state changed');
     this.lastVerified = undefined;
@@ -355,6 +373,7 @@ export class Keeper extends EventEmitter {
         const state = this.drifting.has(key) ? 'drifting' : this.ready ? 'verified' : 'unknown';
         return { family: t.family, name: t.name, state, protection: this.protection.get(key) ?? 'unknown' };
       }),
+      foreignChanges: this.attribution.recent(10),
     };
   }
 
@@ -433,12 +452,19 @@ export class Keeper extends EventEmitter {
       this.poke('overflow', performance.now());
       return;
     }
-    if (b.generation === this.lastVerified) return;
+    if (b.generation === this.lastVerified) {
+      this.attribution.note(b, this.ownedKeys);
+      return;
+    }
     // The repair runs at once, up to its commit, here or in a pass (small commits are sent inline): count after it.
+    // Who made the change is looked up after that (its /proc may be gone by then: said so, not guessed).
     const now = performance.now();
-    if (native !== undefined ? this.repairedByMonitor(b, native, now) : this.repairNow(now)) return;
-    this.poke('event', now);
-    this.metrics.events.inc();
+    this.attribution.arriving = b.by;
+    if (!(native !== undefined ? this.repairedByMonitor(b, native, now) : this.repairNow(now))) {
+      this.poke('event', now);
+      this.metrics.events.inc();
+    }
+    this.attribution.note(b, this.ownedKeys);
   }
 
   /** A request nobody awaits: a refused pass was already reported (fail). */
@@ -532,6 +558,8 @@ export class Keeper extends EventEmitter {
       if (fast) return fast;
     }
     let lastLook: Look | undefined;
+    /** What the pass committed, in nft words, for the foreign changes it answered (a few suffice). */
+    let opsText: string[] | undefined;
     let r;
     // The desired state this pass enforces: a reload meanwhile must not seed the mirror from this look.
     const desired = this.desired;
@@ -575,7 +603,8 @@ export class Keeper extends EventEmitter {
           for (const d of look.flat) this.metrics.drift.inc({ kind: d.kind });
           return this.fight.waitFrom(performance.now());
         },
-        onCommitted: (look, ops) => {
+        onCommitted: (look, ops, batch) => {
+          if (!isDeliberate) opsText = [...(opsText ?? []), ...batch.ops.slice(0, 20).map(describeOp)];
           // The mirror cannot follow this commit's events (it did not plan them): a read reseeds it.
           this.mirror?.invalidate('a full pass committed');
           this.committed(cause, detectedAt, look, ops);
@@ -620,7 +649,7 @@ export class Keeper extends EventEmitter {
     else this.verified(r.generation, r.trusted ? 'commit' : false);
     if (r.ops > 0) {
       this.reportRepair({ cause, drift: r.found, ops: r.ops, latencyMs: performance.now() - detectedAt, generation: r.generation,
-        attempts: r.attempts });
+        attempts: r.attempts, opsText });
     }
     // Owners changes come in runs (a registration each): the safety net seeds the mirror after them.
     // A reload is one: its known state seeds it at once, without a read where it covers the tables.
@@ -915,7 +944,7 @@ export class Keeper extends EventEmitter {
     // What only reports the repair (metrics, the log line, the 'repaired' event) waits until the
     // keeper has given the CPU up once: on a busy node the process that the broken rule held up
     // runs first (see later()). A deliberate change's caller reads them as soon as it returns.
-    const done: DoneRepair = { drift: plan.drift, ops, generation: generation + 1, cause, detectedAt, committedAt, event: false };
+    const done: DoneRepair = { drift: plan.drift, ops, generation: generation + 1, cause, detectedAt, committedAt, event: false, batch: plan.batch };
     if (isDeliberate) this.reportMirrorRepair(done);
     else this.later(done);
     return { status: 'repaired', drift: plan.drift, ops, attempts: 1, generation: generation + 1 };
@@ -961,7 +990,9 @@ export class Keeper extends EventEmitter {
   /** The repair just recorded raised the fight level: said at once (it changes what the next repairs do). */
   private fightRaised(undone: readonly Drift[]): void {
     this.metrics.fightLevel.set(this.fight.level);
-    this.log.warn({ fightLevel: this.fight.level, delayMs: this.fight.delay(), undone: undone.map((d) => d.detail) },
+    const fighting = this.attribution.committers();
+    this.attribution.fightRaised(fighting);
+    this.log.warn({ fightLevel: this.fight.level, delayMs: this.fight.delay(), undone: undone.map((d) => d.detail), fighting: fighting.map(who) },
       'something keeps undoing nfkeeper\'s rules; backing off');
     this.emit('fight', this.fight.level);
   }
@@ -1010,7 +1041,8 @@ export class Keeper extends EventEmitter {
     this.metrics.repairs.inc({ cause: r.cause });
     this.metrics.latency.observe((r.committedAt - r.detectedAt) / 1000);
     if (this.lastVerified !== undefined) this.metrics.generation.set(this.lastVerified);
-    this.reportRepair({ cause: r.cause, drift: r.drift, ops: r.ops, latencyMs: r.committedAt - r.detectedAt, generation: r.generation, attempts: 1 });
+    this.reportRepair({ cause: r.cause, drift: r.drift, ops: r.ops, latencyMs: r.committedAt - r.detectedAt, generation: r.generation, attempts: 1,
+      opsText: r.batch.ops.map(describeOp) });
     this.options.trace?.('reported');
   }
 
@@ -1052,12 +1084,26 @@ export class Keeper extends EventEmitter {
 
   private reportRepair(r: RepairReport): void {
     this.lastRepair = { at: new Date().toISOString(), cause: r.cause, drift: r.drift.map((d) => d.detail), latencyMs: r.latencyMs };
+    // The foreign changes this repair answered: who made them and what they did (a deliberate change answers none).
+    const answered = deliberate(r.cause) || r.cause === 'startup' ? [] : this.attribution.answered({
+      generation: r.generation, cause: r.cause, latencyMs: Number(r.latencyMs.toFixed(3)),
+      ops: r.opsText ?? r.drift.map((d) => `${d.family} ${d.table}: ${d.detail}`),
+    });
     this.log.info({
       cause: r.cause, drift: r.drift.map((d) => `${d.family} ${d.table}: ${d.detail}`), ops: r.ops,
       latencyMs: Number(r.latencyMs.toFixed(3)), generation: r.generation, attempts: r.attempts,
+      ...(answered.length > 0 ? { by: byOf(answered), did: answered.flatMap((c) => c.what).slice(0, 20) } : {}),
     }, r.cause === 'startup' ? 'installed desired ruleset' : r.cause === 'owners' ? 'owners applied' : 'repaired');
     this.emit('repaired', r);
   }
+}
+
+/** The distinct committers of `changes` for a log line: one if they were one process, else a list. */
+function byOf(changes: readonly ForeignChange[]): unknown {
+  const seen = new Map<string, Record<string, unknown>>();
+  for (const c of changes) seen.set(`${c.by.pid}/${c.by.comm ?? ''}`, who(c.by));
+  const list = [...seen.values()];
+  return list.length === 1 ? list[0] : list;
 }
 
 /** What the mirror holds, to compare before and after a read-back: handles per chain, differing elements per set. */

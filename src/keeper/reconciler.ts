@@ -59,7 +59,7 @@ export interface PassInput {
    */
   holdBack?: (look: Look) => number;
   /** After each committed batch. */
-  onCommitted?: (look: Look, ops: number) => void;
+  onCommitted?: (look: Look, ops: number, batch: Batch) => void;
   /** End without a read-back when the commit was provably the only one (commitGuarded's trustSoleCommit). */
   trustSoleCommit?: boolean;
   /**
@@ -186,7 +186,7 @@ export class Reconciler {
           committed += batch.length;
           last = { look, batch, echoed };
           this.known = undefined;
-          input.onCommitted?.(look, batch.length);
+          input.onCommitted?.(look, batch.length, batch);
         },
       };
     }, {

@@ -56,6 +56,12 @@ export interface MonitorBatch {
    */
   since?: number;
   events: MonitorEvent[];
+  /**
+   * The task that committed it, from the commit's NFT_MSG_NEWGEN: NFTA_GEN_PROC_PID (its pid in the
+   * kernel's initial pid namespace, the thread's) and NFTA_GEN_PROC_NAME (its comm, at most 15
+   * bytes). Absent when the kernel did not say.
+   */
+  by?: { pid: number; comm?: string };
   /** process.hrtime.bigint()'s clock (ns, as a number) when the monitor read the commit's last datagram. */
   receivedNs?: number;
   /**
@@ -104,7 +110,7 @@ export class Monitor {
       receivedNs: number, type: MonitorEvent['type'], family: Family, table: string, name: string | undefined,
       handle: number | undefined, portId: number, flags: number, position: number | undefined,
       lastGeneration: number, runStart: number, delivered: number, repaired: number | undefined, repairPosition: number,
-      repairedNs: number) => {
+      repairedNs: number, pid: number | undefined, comm: string | undefined) => {
       if (this.closedFlag) return;
       if (typeof flat !== 'boolean') {
         options.onBatch(fromFlat(flat as unknown[]));
@@ -120,6 +126,8 @@ export class Monitor {
       this.during = { lastGeneration, runStart, delivered };
       try {
         const b: MonitorBatch = { overflow: false, generation, truncated: flat, foreign, since, receivedNs, events: [e] };
+        // The last two arguments: an addon built before them passes neither.
+        if ((pid !== undefined && pid > 0) || comm !== undefined) b.by = comm !== undefined ? { pid: pid ?? 0, comm } : { pid: pid! };
         if (repaired !== undefined) {
           b.repaired = repaired >= 0 ? { handle: repaired, position: repairPosition, committedNs: repairedNs }
             : { errno: -repaired, position: repairPosition, committedNs: repairedNs };
@@ -223,7 +231,8 @@ export class Monitor {
  * set internalized its key again. Layout: overflow, generation, truncated, foreign, since,
  * receivedNs, event count; per event: type, family, table, name, handle, portId, flags, position,
  * elementsMalformed, element count; per element: key, keyEnd, flags, data, verdict, chain, timeout,
- * expiration, userdata. Absent values are undefined, and absent keys stay absent in the objects.
+ * expiration, userdata; after the events, the committer's pid and comm. Absent values are undefined,
+ * and absent keys stay absent in the objects.
  */
 export function fromFlat(v: unknown[]): MonitorBatch {
   const events: MonitorEvent[] = new Array(v[6] as number);
@@ -258,10 +267,14 @@ export function fromFlat(v: unknown[]): MonitorBatch {
     }
     events[i] = e;
   }
-  return {
+  const b: MonitorBatch = {
     overflow: v[0] as boolean, generation: v[1] as number, truncated: v[2] as boolean, foreign: v[3] as boolean,
     since: v[4] as number, receivedNs: v[5] as number, events,
   };
+  // After the events: who committed (an addon built before it ends the array before them).
+  const pid = v[k] as number | undefined, comm = v[k + 1] as string | undefined;
+  if ((pid !== undefined && pid > 0) || comm !== undefined) b.by = comm !== undefined ? { pid: pid ?? 0, comm } : { pid: pid! };
+  return b;
 }
 
 function toPairs(tables: { family: Family; name: string }[] | undefined): [string, string][] | null {

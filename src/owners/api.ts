@@ -8,6 +8,7 @@
  * before a request has been fully validated.
  *
  *   GET    /v1/status          the keeper's status, with owners and owned GC
+ *   GET    /v1/events          foreign changes to owned tables, one JSON a line (?follow=1: then live)
  *   GET    /v1/owners          [{ id, chains, rules }]
  *   GET    /v1/owners/{id}     { id, spec, table, chains (kernel names) }
  *   PUT    /v1/owners/{id}     body { chains: [{ name, rules }], jumps: { <dispatch>: [rules] } }
@@ -20,6 +21,7 @@ import { dirname } from 'node:path';
 import type { Logger } from 'pino';
 import { NfkeeperError } from '../errors.js';
 import { loadAddon } from '../native.js';
+import { sendEvents } from '../keeper/http.js';
 import { OwnerApplyError, OwnerLimitError, OwnerStateWriteError, type OwnerRegistry } from './registry.js';
 import { OwnerSpecError, validateOwnerId } from './spec.js';
 
@@ -47,6 +49,8 @@ export interface ControlOptions {
   /** Undefined when the config has no owners section: the owner routes answer 404. */
   registry?: OwnerRegistry;
   status: () => unknown | Promise<unknown>;
+  /** GET /v1/events: the foreign changes, and with ?follow=1 each one and each repair as they happen. */
+  events?: Parameters<typeof sendEvents>[0];
   logger?: Logger;
   /** Test-only: a socket mode other than 0600, to reach the credential check. */
   mode?: number;
@@ -71,7 +75,7 @@ export async function route(o: Pick<ControlOptions, 'registry' | 'status'>, meth
     return { status: 200, body: await o.status() };
   }
   if (path !== '/v1/owners' && !path.startsWith('/v1/owners/')) {
-    return err(404, `no route ${method} ${path.slice(0, 200)}; the routes are /v1/status, /v1/owners and /v1/owners/{id}`);
+    return err(404, `no route ${method} ${path.slice(0, 200)}; the routes are /v1/status, /v1/events, /v1/owners and /v1/owners/{id}`);
   }
   const reg = o.registry;
   if (!reg) return err(404, 'owners are not configured on this daemon (no owners section in its config)');
@@ -188,6 +192,10 @@ export async function serveControl(o: ControlOptions): Promise<ControlServer> {
       return;
     }
     const body = read.body;
+    if (o.events && (req.url ?? '').split('?')[0] === '/v1/events' && req.method === 'GET') {
+      sendEvents(o.events, req, res);
+      return;
+    }
     try {
       const r = await route(o, req.method ?? 'GET', req.url ?? '/', body);
       if (r.status >= 400 || req.method !== 'GET') {

@@ -33,11 +33,47 @@ export function call(socketPath: string, method: string, path: string, body?: un
       res.on('error', reject);
     });
     req.on('timeout', () => req.destroy(new NfkeeperError(`control socket ${socketPath}: no answer within ${timeoutMs} ms`)));
-    req.on('error', (e: NodeJS.ErrnoException) => {
-      if (e.code === 'ENOENT' || e.code === 'ECONNREFUSED') reject(new NoDaemonError(`no daemon answers on ${socketPath} (${e.code})`));
-      else if (e.code === 'EACCES') reject(new NfkeeperError(`control socket ${socketPath}: permission denied (the socket is root's)`));
-      else reject(e instanceof NfkeeperError ? e : new NfkeeperError(`control socket ${socketPath}: ${e.message}`));
-    });
+    req.on('error', (e: NodeJS.ErrnoException) => reject(connectError(socketPath, `control socket ${socketPath}`, e)));
     req.end(payload);
   });
+}
+
+/**
+ * A streaming GET (the daemon's /v1/events or /events): `line` is called with each line as it
+ * arrives; resolves when the daemon ends the response. NoDaemonError as call() says it.
+ */
+export function followEvents(to: { socketPath: string; path: string } | { host: string; port: number; path: string },
+  line: (text: string) => void): Promise<void> {
+  const where = 'socketPath' in to ? `control socket ${to.socketPath}` : `${to.host}:${to.port}`;
+  return new Promise((resolve, reject) => {
+    const req = request({ ...to, method: 'GET' }, (res) => {
+      if (res.statusCode !== 200) {
+        res.resume();
+        reject(new NfkeeperError(`${where}: ${to.path} answered ${res.statusCode}`));
+        return;
+      }
+      let rest = '';
+      res.setEncoding('utf8');
+      res.on('data', (c: string) => {
+        rest += c;
+        let nl;
+        while ((nl = rest.indexOf('\n')) >= 0) {
+          const text = rest.slice(0, nl);
+          rest = rest.slice(nl + 1);
+          if (text !== '') line(text);
+        }
+      });
+      res.on('end', () => resolve());
+      res.on('error', reject);
+    });
+    req.on('error', (e: NodeJS.ErrnoException) => reject(connectError('socketPath' in to ? to.socketPath : `${to.host}:${to.port}`, where, e)));
+    req.end();
+  });
+}
+
+/** A request's failure to reach the daemon, as an error a user can act on. */
+function connectError(at: string, where: string, e: NodeJS.ErrnoException): Error {
+  if (e.code === 'ENOENT' || e.code === 'ECONNREFUSED') return new NoDaemonError(`no daemon answers on ${at} (${e.code})`);
+  if (e.code === 'EACCES') return new NfkeeperError(`${where}: permission denied (the socket is root's)`);
+  return e instanceof NfkeeperError ? e : new NfkeeperError(`${where}: ${e.message}`);
 }

@@ -76,7 +76,8 @@ describe('the bundled daemon', () => {
       writeFileSync(config, nft(second));
       await until('the reloaded rules', () => lines().length === second.length, 60_000, 100);
       expect(lines()).toEqual(second);
-      expect(logs.some((l) => l.includes('"config reloaded"'))).toBe(true);
+      // The log line is written after the commit that the rules show: wait for it.
+      await until('the reload logged', () => logs.some((l) => l.includes('"config reloaded"')), 10_000, 100);
       child.kill('SIGTERM');
       expect(await exited).toBe(0);
     } finally {

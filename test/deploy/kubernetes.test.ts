@@ -100,10 +100,13 @@ describe('Kubernetes manifests', () => {
     const pod = ds.spec.template.spec;
     const c = pod.containers[0];
     expect(c.image).toBe('localhost/nfkeeper:0.1.0');
-    expect(pod.nodeSelector).toEqual({ 'kubernetes.io/os': 'linux' });
+    // Only where the image can run: scripts/image.sh builds amd64.
+    expect(pod.nodeSelector).toEqual({ 'kubernetes.io/os': 'linux', 'kubernetes.io/arch': 'amd64' });
     expect(pod.securityContext.seccompProfile).toEqual({ type: 'RuntimeDefault' });
     expect(pod.automountServiceAccountToken).toBe(false);
     expect(pod.hostNetwork).toBe(true);
+    // Attribution: the kernel's pids are the host's (docs/operations.md, who deletes your rules).
+    expect(pod.hostPID).toBe(true);
     expect(ds.spec.selector.matchLabels).toEqual(ds.spec.template.metadata.labels);
     expect(c.securityContext.capabilities).toEqual({ drop: ['ALL'], add: ['NET_ADMIN'] });
     expect(c.securityContext.privileged).toBe(false);

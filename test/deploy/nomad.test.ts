@@ -20,6 +20,7 @@ describe('the Nomad job file', () => {
   it('is a Linux-only system job that reloads on SIGHUP and keeps the owners socket and state on the node', () => {
     expect(JOB).toMatch(/type\s*=\s*"system"/);
     expect(JOB).toMatch(/constraint \{\s*attribute\s*=\s*"\$\{attr\.kernel\.name\}"\s*value\s*=\s*"linux"\s*\}/);
+    expect(JOB).toMatch(/constraint \{\s*attribute\s*=\s*"\$\{attr\.cpu\.arch\}"\s*value\s*=\s*"amd64"\s*\}/);
     expect(JOB).toMatch(/change_signal\s*=\s*"SIGHUP"/);
     expect(JOB).toMatch(/cap_drop\s*=\s*\["all"\]/);
     expect(JOB).toMatch(/cap_add\s*=\s*\["net_admin"\]/);
@@ -52,6 +53,7 @@ describe('the iptables-legacy GC job', () => {
     expect(job).toMatch(/type\s*=\s*"sysbatch"/);
     expect(job).toMatch(/periodic \{\s*crons\s*=\s*\["[^"]+"\]\s*prohibit_overlap\s*=\s*true\s*\}/);
     expect(job).toMatch(/constraint \{\s*attribute\s*=\s*"\$\{attr\.kernel\.name\}"\s*value\s*=\s*"linux"\s*\}/);
+    expect(job).toMatch(/constraint \{\s*attribute\s*=\s*"\$\{attr\.cpu\.arch\}"\s*value\s*=\s*"amd64"\s*\}/);
     expect(job).toMatch(/args\s*=\s*\["gc", "--backend", "iptables-legacy", "--config", "\/local\/gc\.yaml"\]/);
     expect(job).toMatch(/cap_add\s*=\s*\["net_admin", "net_raw"\]/);
     expect(job).toMatch(/source\s*=\s*"\/run\/xtables\.lock"\s*\n\s*target\s*=\s*"\/run\/xtables\.lock"/);

@@ -8,6 +8,8 @@
  * make a watched change (a sentinel); the next callback has to be the
  * sentinel's, with nothing in between.
  */
+import { spawn, spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { Monitor, open, type MonitorBatch, type Op } from '../../src/index.js';
 import { withNetns } from '../helpers/netns.js';
@@ -295,5 +297,48 @@ describe('monitor', () => {
         }
       }, 'mon-b');
     }, 'mon-a');
+  });
+
+  it('says who committed: the NEWGEN\'s pid and name, in one-event and many-event batches alike', async () => {
+    await withNetns(async (ns) => {
+      const s = open({ netns: ns.path });
+      await s.commit(ownedSetup());
+      const inbox = new Inbox();
+      const m = new Monitor({ netns: ns.path, tables: [{ family: F, name: T }], ignorePorts: [s.portId], onBatch: inbox.push });
+      try {
+        // One event (the call's arguments), from nft: gone by now, its pid and name stay.
+        const nft = spawnSync('ip', ['netns', 'exec', ns.name, 'nft', `add rule ip ${T} ${C} counter`], { encoding: 'utf8' });
+        expect(nft.status).toBe(0);
+        const one = await inbox.next();
+        expect(one.events).toHaveLength(1);
+        expect(one.by?.comm).toBe('nft');
+        expect(one.by?.pid).toBeGreaterThan(1);
+        // Several events (the flat array), from a process that is still there: its pid is ours to read in /proc.
+        const child = spawn('ip', ['netns', 'exec', ns.name, 'nft', '-f', '-'], { stdio: ['pipe', 'ignore', 'ignore'] });
+        child.stdin.write(`add rule ip ${T} ${C} counter\nadd rule ip ${T} ${C} counter\n`);
+        child.stdin.end();
+        const two = await inbox.next();
+        expect(two.events).toHaveLength(2);
+        expect(two.by?.comm).toBe('nft');
+        // ip netns exec execs nft in place: the committing task is the child we spawned.
+        expect(two.by?.pid).toBe(child.pid);
+        await new Promise((r) => child.once('exit', r));
+        // Our own commit, delivered with ownCommits, names this process.
+        m.close();
+        const own = new Inbox();
+        const m2 = new Monitor({ netns: ns.path, tables: [{ family: F, name: T }], ignorePorts: [s.portId], ownCommits: true, onBatch: own.push });
+        try {
+          await s.commit([{ verb: 'add', object: 'rule', family: F, table: T, chain: C, exprs: [{ kind: 'counter' }] }]);
+          const b = await own.next();
+          expect(b.foreign).toBe(false);
+          expect(b.by).toEqual({ pid: process.pid, comm: readFileSync(`/proc/${process.pid}/comm`, 'utf8').trim() });
+        } finally {
+          m2.close();
+        }
+      } finally {
+        m.close();
+        s.close();
+      }
+    }, 'mon-by');
   });
 });

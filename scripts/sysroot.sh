@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Prints the directory of the arm64 libnftnl/libmnl the addon is cross-built against
+# (scripts/prebuild.mjs --arch arm64): Debian's libnftnl-dev, libmnl-dev, libnftnl11 and libmnl0
+# for arm64, unpacked once under .cache/sysroot/arm64/. apt reads arm64 package lists of its own
+# under .cache/sysroot/apt/, so the machine's dpkg architectures and apt lists stay as they are.
+# The C library and libstdc++ come with the cross compiler (g++-aarch64-linux-gnu, in
+# /usr/aarch64-linux-gnu/), which is also the root qemu-aarch64 runs an arm64 Node from.
+#   bash scripts/sysroot.sh arm64
+set -euo pipefail
+cd "$(dirname "$0")/.."
+arch=${1:?usage: scripts/sysroot.sh arm64}
+[ "$arch" = arm64 ] || { echo "sysroot.sh: only arm64 is cross-built" >&2; exit 2; }
+packages=(libnftnl-dev libmnl-dev libnftnl11 libmnl0 linux-libc-dev)
+
+dir=$PWD/.cache/sysroot/$arch
+if [ ! -f "$dir/done" ]; then
+  apt_dir=$PWD/.cache/sysroot/apt
+  mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial"
+  opts=(-o "APT::Architecture=$arch" -o "APT::Architectures::=$arch" -o "Dir::State::Lists=$apt_dir/lists"
+    -o "Dir::Cache=$apt_dir/cache" -o Dir::State::status=/dev/null -o Debug::NoLocking=1 -qq)
+  echo "sysroot.sh: fetching ${packages[*]} for $arch from $(. /etc/os-release; echo "$PRETTY_NAME")'s archive" >&2
+  tmp=$(mktemp -d ".cache/sysroot/.fetch-$arch.XXXXXX")
+  trap 'rm -rf "$tmp"' EXIT
+  apt-get "${opts[@]}" update
+  # apt-get download writes into the current directory; -o APT::Sandbox::User=root because _apt
+  # cannot write into .cache/ under a root-owned checkout.
+  (cd "$tmp" && apt-get "${opts[@]}" -o APT::Sandbox::User=root download "${packages[@]/%/:$arch}")
+  mkdir -p "$tmp/root"
+  for deb in "$tmp"/*.deb; do dpkg-deb -x "$deb" "$tmp/root"; done
+  rm -rf "$dir"
+  mv -T "$tmp/root" "$dir"
+  (cd "$dir" && find . -name '*.pc') > "$dir/done"
+fi
+echo "$dir"
