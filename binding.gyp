@@ -18,7 +18,8 @@
         "native/event.cc",
         "native/notify.cc",
         "native/peercred.cc",
-        "native/link.cc"
+        "native/link.cc",
+        "native/lock.cc"
       ],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],
       "defines": ["NAPI_VERSION=8", "NAPI_CPP_EXCEPTIONS", "NODE_ADDON_API_DISABLE_DEPRECATED"],

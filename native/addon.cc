@@ -16,6 +16,9 @@ namespace nfk {
 Napi::Value SdNotify(const Napi::CallbackInfo& info);
 Napi::Value PeerCred(const Napi::CallbackInfo& info);
 Napi::Value ListLinks(const Napi::CallbackInfo& info);
+Napi::Value BindAbstract(const Napi::CallbackInfo& info);
+Napi::Value AbstractPeerPid(const Napi::CallbackInfo& info);
+Napi::Value FlockExclusive(const Napi::CallbackInfo& info);
 
 namespace {
 
@@ -56,6 +59,9 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("sdNotify", Napi::Function::New(env, SdNotify));
   exports.Set("peerCred", Napi::Function::New(env, PeerCred));
   exports.Set("links", Napi::Function::New(env, ListLinks));
+  exports.Set("bindAbstract", Napi::Function::New(env, BindAbstract));
+  exports.Set("abstractPeerPid", Napi::Function::New(env, AbstractPeerPid));
+  exports.Set("flockExclusive", Napi::Function::New(env, FlockExclusive));
   exports.Set("encodeExprs", Napi::Function::New(env, EncodeExpressions));
   exports.Set("ruleDigests", Napi::Function::New(env, DigestRules));
   exports.Set("trimMemory", Napi::Function::New(env, TrimMemory));

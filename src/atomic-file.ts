@@ -12,6 +12,11 @@ export function tempPathOf(file: string): string {
   return join(dirname(file), `.${basename(file)}.tmp-${process.pid}`);
 }
 
+/**
+ * Replaces `file` with `text`, or throws. An error thrown before the rename leaves the old file as
+ * it was (the temp file removed); one thrown after it (the directory's fsync) carries
+ * `replaced: true`: the new content is under the name but may not survive a crash.
+ */
 export function writeFileAtomic(file: string, text: string, mode = 0o600): void {
   const tmp = tempPathOf(file);
   const fd = openSync(tmp, 'w', mode);
@@ -19,13 +24,22 @@ export function writeFileAtomic(file: string, text: string, mode = 0o600): void 
     const buf = Buffer.from(text, 'utf8');
     for (let off = 0; off < buf.length;) off += writeSync(fd, buf, off, buf.length - off);
     fsyncSync(fd);
-  } catch (e) {
     closeSync(fd);
+  } catch (e) {
+    try { closeSync(fd); } catch { /* closed above, or the close failed: either way gone */ }
     try { unlinkSync(tmp); } catch { /* already gone */ }
     throw e;
   }
-  closeSync(fd);
-  renameSync(tmp, file);
-  const dfd = openSync(dirname(file), 'r');
-  try { fsyncSync(dfd); } finally { closeSync(dfd); }
+  try {
+    renameSync(tmp, file);
+  } catch (e) {
+    try { unlinkSync(tmp); } catch { /* already gone */ }
+    throw e;
+  }
+  try {
+    const dfd = openSync(dirname(file), 'r');
+    try { fsyncSync(dfd); } finally { closeSync(dfd); }
+  } catch (e) {
+    throw Object.assign(e as Error, { replaced: true });
+  }
 }

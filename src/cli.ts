@@ -173,12 +173,15 @@ export async function main(argv: string[], io: Out = {
     .action(async (o: { config: string; includePath?: string[]; netns?: string; json?: boolean }) => {
       const config = loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns), includePath: o.includePath });
       const { cleanup } = await kernel();
+      // Not while a daemon keeps these tables (it would put them back at once).
+      const lock = (await import('./lock.js')).lockKeeper({ netns: o.netns, tables: config.tables });
       const sock = new (await netlink()).NftSocket({ netns: o.netns });
       try {
         const removed = await cleanup(sock, config);
         io.out(o.json ? JSON.stringify({ removed }) : removed.length ? removed.map((t) => `removed table ${t}`).join('\n') : 'nothing to remove');
       } finally {
         sock.close();
+        lock.release();
       }
     });
 
@@ -304,7 +307,7 @@ export async function main(argv: string[], io: Out = {
     .action(async (id: string, o: { file: string; socket: string; json?: boolean }) => {
       let text: string;
       try {
-        text = readFileSync(o.file, 'utf8');
+        text = (await import('./regular-file.js')).readRegularFile(o.file, (await import('./owners/api.js')).MAX_BODY).toString('utf8');
       } catch (e) {
         throw new NfkeeperError(`${o.file}: cannot read: ${(e as Error).message}`);
       }
@@ -403,6 +406,17 @@ interface OneShotOptions { config: string; includePath?: string[]; netns?: strin
 async function oneShot(o: OneShotOptions, apply: boolean, io: Out): Promise<number> {
   const progress = new Progress(io, o.progress);
   const config = loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns), includePath: o.includePath });
+  // apply writes: not beside a daemon keeping these tables or this state file (check only reads).
+  const lock = apply ? (await import('./lock.js')).lockKeeper({ netns: o.netns, tables: config.tables, stateFile: config.owners?.state }) : undefined;
+  try {
+    return await oneShotLocked(o, config, apply, io, progress);
+  } finally {
+    lock?.release();
+  }
+}
+
+async function oneShotLocked(o: OneShotOptions, config: import('./config/config.js').Config, apply: boolean, io: Out,
+  progress: Progress): Promise<number> {
   // Registered owners are desired state too; a corrupt state file stops here, before the kernel.
   const owners = config.owners ? (await import('./owners/state.js')).loadOwners(config) : [];
   progress.step(() => `${o.config}: ${plural(config.tables.length, 'table')}, ${plural(countRules(config.tables), 'rule')} compiled`);

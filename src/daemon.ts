@@ -8,12 +8,13 @@
  * listener failing) stops every timer and listener and returns 2, so the
  * process always either runs or exits.
  */
-import { existsSync, readFileSync, statSync, watch } from 'node:fs';
+import { existsSync, statSync, watch } from 'node:fs';
+import { readRegularFile } from './regular-file.js';
 import { basename, dirname } from 'node:path';
 import type { Server } from 'node:http';
 import { getHeapStatistics } from 'node:v8';
 import { enableCollections } from './heap.js';
-import { loadConfig, namespaceInterfaces, type Config } from './config/config.js';
+import { MAX_CONFIG_BYTES, loadConfig, namespaceInterfaces, type Config } from './config/config.js';
 import { ConfigError, NfkeeperError } from './errors.js';
 import { EnvFileMissingError } from './config/env.js';
 import { formatDuration } from './duration.js';
@@ -32,6 +33,7 @@ import type { Logger } from 'pino';
 import { createDaemonLogger, type LogLevel } from './log.js';
 import { ReloadStatusWriter } from './reload-status.js';
 import { loadAddon } from './native.js';
+import { lockKeeper } from './lock.js';
 
 /** V8's heap shrinking by this much between two ticks (its memory reducer at work) trims the C heap. */
 const TRIM_AFTER_SHRINK = 4 << 20;
@@ -205,12 +207,17 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
     nsId = probeNamespace(o.netns);
     config = await loadWaitingForEnv(o, log, tell);
     extend();
+    // One keeper per table and per state file, held until exit (released last: cleanups run in reverse).
+    const lock = lockKeeper({ netns: o.netns, tables: config.tables, stateFile: config.owners?.state });
+    cleanups.push(() => lock.release());
     // The owners come before the first pass: starting without them would collect their rules.
     const owners: Owner[] = config.owners ? loadOwners(config) : [];
     keeper = new Keeper({ config, netns: o.netns, intervalMs: o.intervalMs, events: o.events, logger: log, metrics, owners, history: o.history });
     keeper.on('error', () => undefined);  // logged by the keeper; the loop carries on
     const k = keeper;
-    registry = config.owners ? new OwnerRegistry(config, owners, (next) => k.setOwners(next), { maxOwners: o.maxOwners }) : undefined;
+    registry = config.owners ? new OwnerRegistry(config, owners, (next) => k.setOwners(next), {
+      maxOwners: o.maxOwners, logger: log, onRefused: (r) => metrics.ownersRefused.set(r.length),
+    }) : undefined;
     const reg = registry;
     // Last out (cleanups run in reverse): after the control socket closed, fold the state journal into the file.
     if (reg) cleanups.push(() => reg.close());
@@ -228,7 +235,8 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
         status: async () => ({
           ...k.status(),
           ...(cfg.owners && reg ? {
-            owners: { registered: reg.size, table: `${cfg.owners.family} ${cfg.owners.table}`, dispatch: cfg.owners.dispatch, totals: reg.totals, limits: cfg.owners.limits },
+            owners: { registered: reg.size, table: `${cfg.owners.family} ${cfg.owners.table}`, dispatch: cfg.owners.dispatch, totals: reg.totals, limits: cfg.owners.limits,
+              refused: reg.refusedOwners() },
             ownedGc: {
               found: await counterByKind(metrics.ownedGcFound),
               collected: await counterByKind(metrics.ownedGcCollected),
@@ -244,6 +252,18 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
     cleanups.push(() => k.stop());
     tell(`STATUS=installing ${config.tables.length} tables`);
     await keeper.start();
+    if (!keeper.isReady()) {
+      // The kernel refused the start-up batch. Not for one owner's sake: the config alone, then the
+      // owners without the ones it refuses (OwnerRegistry.isolate). The config itself refused is a
+      // failed start-up (exit 2), as a config the kernel refuses is for `apply`.
+      const why = () => keeper.status().lastError ?? 'the start-up pass failed';
+      if (!registry || registry.size === 0) throw new NfkeeperError(`the kernel refused the config: ${why()}; nothing was changed in the kernel`);
+      try {
+        await registry.isolate();
+      } catch (e) {
+        throw new NfkeeperError(`the kernel refused the config, even without any owner: ${(e as Error).message}`);
+      }
+    }
     started();
   } catch (e) {
     clearInterval(extendTimer);
@@ -378,11 +398,16 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
   // symlink, and both would orphan a watch on the file itself. A .nft config's included files are
   // watched with it (the ones its last load read).
   let files = [o.config, ...(config.includes ?? [])];
+  // Regular files only, read without blocking (a FIFO swapped in must not stall the loop in open()).
   const textOf = (): string | undefined => {
     try {
-      return files.map((f) => readFileSync(f, 'utf8')).join('\0');
-    } catch {
-      return undefined;  // mid-swap; the next event will tell
+      return files.map((f) => readRegularFile(f, MAX_CONFIG_BYTES).toString('utf8')).join('\0');
+    } catch (e) {
+      // Mid-swap (the next event will tell), or not a regular file any more: said, the old config stays.
+      if ((e as NodeJS.ErrnoException).code !== 'ENOENT') {
+        log.error({ err: (e as Error).message, file: o.config }, 'config reload rejected; keeping the old one');
+      }
+      return undefined;
     }
   };
   let lastText = textOf();

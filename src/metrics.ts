@@ -68,6 +68,7 @@ export class KeeperMetrics {
     labelNames: ['table'], registers: [this.registry],
   });
   readonly owners = new Gauge({ name: 'nfkeeper_owners', help: 'Owners registered over the control API', registers: [this.registry] });
+  readonly ownersRefused = new Gauge({ name: 'nfkeeper_owners_refused', help: 'Registered owners the kernel refuses now: left out and retried', registers: [this.registry] });
   readonly ownedGcFound = new Counter({
     name: 'nfkeeper_owned_gc_found_total', help: 'Owner chains and tagged rules in owned tables that no registered owner claims, by kind',
     labelNames: ['kind'], registers: [this.registry],

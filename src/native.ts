@@ -36,6 +36,15 @@ export interface Addon {
    * built before it.
    */
   ruleDigests?(exprs: readonly unknown[], rules: Uint32Array, userdata: readonly (string | undefined)[]): string[];
+  /**
+   * A listening Unix socket bound to the abstract `name` in the namespace (src/lock.ts): its fd, or
+   * -errno. Absent from an addon built before it, as are the two below.
+   */
+  bindAbstract?(netns: string | undefined, name: string): number;
+  /** The pid of the process listening on the abstract `name` in the namespace, or -errno. */
+  abstractPeerPid?(netns: string | undefined, name: string): number;
+  /** flock(fd, LOCK_EX | LOCK_NB): 0, or the errno. */
+  flockExclusive?(fd: number): number;
   /** malloc_trim(0): true if memory went back to the system. Absent from an addon built before it. */
   trimMemory?(): boolean;
 }

@@ -8,7 +8,7 @@
  * An unset or empty variable is an error, never an empty string: a rule
  * with a hole in it (`ip daddr  return`) could match far more than meant.
  */
-import { readFileSync } from 'node:fs';
+import { readRegularFile } from '../regular-file.js';
 import { ConfigError } from '../errors.js';
 
 /** Variable names: what a shell accepts. */
@@ -47,9 +47,7 @@ export function parseEnvFile(text: string, file: string): Map<string, string> {
 export function readEnvFile(path: string, listedAt: { file: string; line: number; col: number }): Map<string, string> {
   let text: string;
   try {
-    const buf = readFileSync(path);
-    if (buf.length > MAX_ENV_FILE_BYTES) throw new Error(`larger than ${MAX_ENV_FILE_BYTES} bytes`);
-    text = buf.toString('utf8');
+    text = readRegularFile(path, MAX_ENV_FILE_BYTES).toString('utf8');
   } catch (e) {
     throw envFileError(path, listedAt, e as NodeJS.ErrnoException);
   }

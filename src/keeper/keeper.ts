@@ -573,7 +573,8 @@ export class Keeper extends EventEmitter {
     this.unverifiedError = (e as Error).message;
     this.metrics.errors.inc();
     this.lastError = (e as Error).message;
-    this.log.error({ err: e }, 'reconcile failed');
+    // One line: the message is what an operator acts on (a stack, every tick, is noise).
+    this.log.error({ err: (e as Error).message ?? String(e) }, 'reconcile failed');
     this.emit('error', e);
   }
 

@@ -14,7 +14,7 @@
  *   PUT    /v1/owners/{id}     body { chains: [{ name, rules }], jumps: { <dispatch>: [rules] } }
  *   DELETE /v1/owners/{id}
  */
-import { chmodSync, lstatSync, mkdirSync, unlinkSync } from 'node:fs';
+import { chmodSync, lstatSync, mkdirSync, readFileSync, readdirSync, unlinkSync } from 'node:fs';
 import { createConnection, type Socket } from 'node:net';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { dirname } from 'node:path';
@@ -22,7 +22,7 @@ import type { Logger } from 'pino';
 import { NfkeeperError } from '../errors.js';
 import { loadAddon } from '../native.js';
 import { sendEvents } from '../keeper/http.js';
-import { OwnerApplyError, OwnerLimitError, type OwnerRegistry } from './registry.js';
+import { OwnerApplyError, OwnerLimitError, OwnerStateWriteError, type OwnerRegistry } from './registry.js';
 import { OwnerSpecError, validateOwnerId } from './spec.js';
 
 export const MAX_BODY = 1 << 20;
@@ -120,6 +120,7 @@ export async function route(o: Pick<ControlOptions, 'registry' | 'status'>, meth
     }
   } catch (e) {
     if (e instanceof OwnerSpecError) return err(400, e.message, { path: e.path });
+    if (e instanceof OwnerStateWriteError) return err(503, e.message);
     if (e instanceof OwnerApplyError) return err(422, e.message);
     // 507 Insufficient Storage: the request is fine, the daemon holds as much as it is configured to.
     if (e instanceof OwnerLimitError) return err(507, e.message, { limit: `owners.limits.${e.limit}`, max: e.max, total: e.total });
@@ -138,7 +139,7 @@ export async function serveControl(o: ControlOptions): Promise<ControlServer> {
   const addon = loadAddon();
   const allowed = new Set([0, ...(o.allowUids ?? [process.geteuid?.() ?? 0])]);
   const refused = new WeakMap<Socket, { status: number; why: string }>();
-  const maxConnections = o.maxConnections ?? MAX_CONNECTIONS;
+  const maxConnections = Math.max(1, Math.min(o.maxConnections ?? MAX_CONNECTIONS, connectionsWithinFdLimit()));
   const server = createServer({
     headersTimeout: o.headersTimeoutMs ?? HEADERS_TIMEOUT_MS,
     requestTimeout: o.requestTimeoutMs ?? REQUEST_TIMEOUT_MS,
@@ -231,6 +232,24 @@ export async function serveControl(o: ControlOptions): Promise<ControlServer> {
       server.closeAllConnections();
     }),
   };
+}
+
+/** Descriptors kept free besides the control connections: netlink sockets, the state, logs, a refused client's 503. */
+const FD_RESERVE = 64;
+
+/**
+ * Connections that fit under the process's open-file limit (RLIMIT_NOFILE, from /proc/self/limits)
+ * with the descriptors open now and a reserve: past the limit, accept() fails and libuv closes the
+ * client unanswered (ECONNRESET), so the 503 must come first. Infinity when the limit is unknown.
+ */
+export function connectionsWithinFdLimit(): number {
+  try {
+    const m = /^Max open files\s+(\d+|unlimited)/m.exec(readFileSync('/proc/self/limits', 'utf8'));
+    if (!m || m[1] === 'unlimited') return Infinity;
+    return Number(m[1]) - readdirSync('/proc/self/fd').length - FD_RESERVE;
+  } catch {
+    return Infinity;
+  }
 }
 
 /**

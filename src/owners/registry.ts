@@ -1,29 +1,58 @@
 /**
  * The registered owners. Changes are queued and applied in groups: every
- * change waiting when a group starts goes into one state-file write and one
- * guarded kernel batch (through Keeper.setOwners), so a thousand concurrent
- * PUTs cost a handful of writes and batches, not a thousand. A change is
- * answered only once it is durable on disk and committed in the kernel. If
- * the kernel refuses a group, the previous owners are put back (state file
- * and kernel) and every change of the group is refused with the reason.
+ * change waiting when a group starts goes into one guarded kernel batch
+ * (through Keeper.setOwners) and one state-file write, so a thousand
+ * concurrent PUTs cost a handful of batches and writes, not a thousand.
+ *
+ * The order is the durability contract (docs/owners.md): the kernel first,
+ * then the disk, then the answer. A change the kernel refuses never reaches
+ * the disk (refused: 422; a group of several is retried change by change, so
+ * the refusal lands on the change that caused it). A change the disk refuses
+ * is taken back out of the kernel (503). A change is answered only once it is
+ * committed and durable; a crash before that loses an unanswered change
+ * (start-up derives the kernel's owners from the disk), never brings back a
+ * refused one.
  */
 import { mkdirSync } from 'node:fs';
+import type { Logger } from 'pino';
 import { dirname } from 'node:path';
 import type { Config } from '../config/config.js';
 import { NfkeeperError } from '../errors.js';
-import { OwnersState, ownersTable, type JournalChange } from './state.js';
+import { OwnersState, StateUncertainError, ownersTable, type JournalChange } from './state.js';
 import { compileOwner, specKey, validateOwnerId, type Owner } from './spec.js';
+
+/** A refused owner is tried again after this, doubling up to REFUSED_RETRY_MAX_MS. */
+export const REFUSED_RETRY_MS = 5_000;
+export const REFUSED_RETRY_MAX_MS = 5 * 60_000;
+
+/** A registered owner the kernel refuses now (found at start-up): kept on disk and listed, not installed, retried. */
+export interface RefusedOwner {
+  id: string;
+  reason: string;
+  since: string;
+  retries: number;
+}
 
 /** The default owner limit: ten times the largest registration the tests and bench run. */
 export const MAX_OWNERS = 10_000;
 
 export type Apply = (owners: readonly Owner[]) => Promise<void>;
 
-/** The kernel (or the state file) refused a change; nothing of it stayed. */
+/** The kernel refused a change; nothing of it stayed. */
 export class OwnerApplyError extends NfkeeperError {
   override name = 'OwnerApplyError';
-  constructor(readonly refusal: unknown) {
-    super(`the change was not applied, the previous owners stay in force: ${(refusal as Error).message ?? String(refusal)}`);
+  constructor(readonly refusal: unknown, what = 'the change was not applied') {
+    super(`${what}, the previous owners stay in force: ${(refusal as Error).message ?? String(refusal)}`);
+  }
+}
+
+/** The state file could not be written: the change was taken back out of the kernel (or, if the disk's state is uncertain, no change is taken). */
+export class OwnerStateWriteError extends OwnerApplyError {
+  override name = 'OwnerStateWriteError';
+  constructor(refusal: unknown) {
+    super(refusal, refusal instanceof StateUncertainError
+      ? 'the owners state on disk is uncertain after a failed write; no change is taken until nfkeeper is restarted'
+      : 'the change could not be written to the owners state file and was taken back');
   }
 }
 
@@ -93,6 +122,14 @@ export class OwnerRegistry {
    */
   private sorted: readonly Owner[] = [];
   private queue: Queued[] = [];
+  /** Changes of a group the kernel refused, applied one by one to find which one it refuses. */
+  private alone: Queued[] = [];
+  /** A failed write left the disk's state unknown (StateUncertainError): every change is refused. */
+  private uncertain?: StateUncertainError;
+  /** Registered owners the kernel refuses (isolate()), left out of what it is given until a retry takes. */
+  private refused = new Map<string, RefusedOwner & { delayMs: number; timer?: NodeJS.Timeout }>();
+  /** Refused owners whose retry is due. */
+  private retries: string[] = [];
   /** A drain loop is alive and will look at the queue again before it ends. */
   private working = false;
   private config: Config;
@@ -105,8 +142,17 @@ export class OwnerRegistry {
   /** Registered owners at most; a PUT of a new id beyond it is refused (409). */
   readonly maxOwners: number;
 
-  constructor(config: Config, owners: readonly Owner[], private readonly apply: Apply, options: { maxOwners?: number } = {}) {
+  private readonly log?: Logger;
+  private readonly onRefused?: (refused: readonly RefusedOwner[]) => void;
+  private readonly retryMs: number;
+
+  constructor(config: Config, owners: readonly Owner[], private readonly apply: Apply, options: {
+    maxOwners?: number; logger?: Logger; onRefused?: (refused: readonly RefusedOwner[]) => void; retryMs?: number;
+  } = {}) {
     this.maxOwners = options.maxOwners ?? MAX_OWNERS;
+    this.log = options.logger;
+    this.onRefused = options.onRefused;
+    this.retryMs = options.retryMs ?? REFUSED_RETRY_MS;
     this.config = config;
     ownersTable(config);
     for (const o of owners) this.owners.set(o.id, o);
@@ -137,7 +183,7 @@ export class OwnerRegistry {
   /** No room for another owner, counting the new ones waiting in the queue. */
   get full(): boolean {
     const pending = new Set<string>();
-    for (const q of this.queue) if (q.change.kind === 'put' && !this.owners.has(q.change.owner.id)) pending.add(q.change.owner.id);
+    for (const q of [...this.alone, ...this.queue]) if (q.change.kind === 'put' && !this.owners.has(q.change.owner.id)) pending.add(q.change.owner.id);
     return this.owners.size + pending.size >= this.maxOwners;
   }
 
@@ -145,8 +191,76 @@ export class OwnerRegistry {
     return this.owners.size;
   }
 
+  /** The registered owners the kernel refuses, by id. */
+  refusedOwners(): RefusedOwner[] {
+    return [...this.refused.values()].map(({ id, reason, since, retries }) => ({ id, reason, since, retries }));
+  }
+
+  /**
+   * The start-up pass was refused: which owner does the kernel refuse? The config alone first (its
+   * refusal is thrown: nothing of owners can fix it), so the node's own rules are in at once; then
+   * the owners in halves, each half that takes kept, each refused one split again, down to the
+   * owners refused alone, which stay registered but are left out and retried with back-off. Every
+   * step is one guarded batch; the set installed only grows after the first. Runs before the
+   * control socket serves requests.
+   */
+  async isolate(): Promise<void> {
+    await this.apply([]);
+    let accepted: Owner[] = [];
+    const all = this.sorted;
+    const chunks: Owner[][] = all.length > 1 ? [all.slice(0, all.length >> 1), all.slice(all.length >> 1)] : [all.slice()];
+    while (chunks.length > 0) {
+      const chunk = chunks.shift()!;
+      if (chunk.length === 0) continue;
+      const next = [...accepted, ...chunk].sort(byId);
+      try {
+        await this.apply(next);
+        accepted = next;
+      } catch (e) {
+        if (chunk.length === 1) this.refuse(chunk[0]!.id, e);
+        else chunks.unshift(chunk.slice(0, chunk.length >> 1), chunk.slice(chunk.length >> 1));
+      }
+    }
+  }
+
+  /** Leaves `id` out of what the kernel is given, and tries it again later. */
+  private refuse(id: string, e: unknown): void {
+    const reason = (e as Error).message ?? String(e);
+    const was = this.refused.get(id);
+    const delayMs = was ? Math.min(was.delayMs * 2, REFUSED_RETRY_MAX_MS) : this.retryMs;
+    const r = { id, reason, since: was?.since ?? new Date().toISOString(), retries: was ? was.retries + 1 : 0, delayMs,
+      timer: setTimeout(() => this.retrySoon(id), delayMs).unref() };
+    clearTimeout(was?.timer);
+    this.refused.set(id, r);
+    this.log?.error({ owner: id, reason, retries: r.retries, retryInMs: delayMs }, 'the kernel refuses a registered owner; it is left out, the rest is installed');
+    this.onRefused?.(this.refusedOwners());
+  }
+
+  private unrefuse(id: string): void {
+    const r = this.refused.get(id);
+    if (!r) return;
+    clearTimeout(r.timer);
+    this.refused.delete(id);
+    this.onRefused?.(this.refusedOwners());
+  }
+
+  private retrySoon(id: string): void {
+    this.retries.push(id);
+    if (!this.working) {
+      this.working = true;
+      void this.drain();
+    }
+  }
+
+  /** What the kernel is given: `list` less the refused owners (but those in `trying`). */
+  private installable(list: readonly Owner[], trying?: ReadonlySet<string> | ReadonlyMap<string, unknown>): readonly Owner[] {
+    if (this.refused.size === 0) return list;
+    return list.filter((o) => !this.refused.has(o.id) || trying?.has(o.id));
+  }
+
   /** Folds the state journal into the file (the daemon stopping), so the file alone holds every owner. */
   close(): void {
+    for (const r of this.refused.values()) clearTimeout(r.timer);
     if (!this.state) return;
     try {
       if (this.state.journaling) this.state.compact(this.owners.values());
@@ -202,7 +316,25 @@ export class OwnerRegistry {
       // dump (src/keeper/known.ts), so concurrent clients' requests, read over a few turns of the
       // loop, would otherwise each make a group (a kernel commit) of their own.
       for (let i = 0; i < 3; i++) await new Promise((r) => setImmediate(r));
-      while (this.queue.length > 0) {
+      while (this.queue.length > 0 || this.alone.length > 0 || this.retries.length > 0) {
+        if (this.alone.length === 0 && this.retries.length > 0) {
+          const id = this.retries.shift()!;
+          if (!this.refused.has(id) || !this.owners.has(id)) continue;
+          try {
+            await this.apply(this.installable(this.sorted, new Set([id])));
+            this.unrefuse(id);
+            this.log?.info({ owner: id }, 'a refused owner was taken by the kernel this time; it is installed');
+          } catch (e) {
+            this.refuse(id, e);
+          }
+          continue;
+        }
+        const taken = this.alone.length > 0 ? [this.alone.shift()!] : this.queue.splice(0);
+        if (this.uncertain) {
+          const err = new OwnerStateWriteError(this.uncertain);
+          for (const q of taken) q.reject(err);
+          continue;
+        }
         // The group's changes over the current owners, the last change of an id winning (null: deleted).
         const staged = new Map<string, Owner | null>();
         const now = (id: string) => (staged.has(id) ? staged.get(id) ?? undefined : this.owners.get(id));
@@ -212,7 +344,7 @@ export class OwnerRegistry {
         const { limits } = this.config.owners!;
         const group: Queued[] = [];
         const results: { existed: boolean; changed: boolean }[] = [];
-        for (const q of this.queue.splice(0)) {
+        for (const q of taken) {
           const { change } = q;
           if (change.kind === 'delete') {
             const had = now(change.id);
@@ -243,52 +375,52 @@ export class OwnerRegistry {
           continue;
         }
         const list = applyStaged(this.sorted, staged);
-        const changes: JournalChange[] = group.map(({ change: c }) => (c.kind === 'put' ? ['put', c.owner.id, c.owner.spec] : ['delete', c.id]));
-        let state: OwnersState;
-        let durable: Promise<void>;
+        // The kernel first: what it refuses is never written.
         try {
-          if (!this.state) mkdirSync(dirname(this.stateFile), { recursive: true, mode: 0o700 });
-          state = this.state ??= new OwnersState(this.stateFile);
-          // Written before the kernel sees the change. A journal append's fdatasync runs while the
-          // kernel commits; nothing is answered before both are done: an answered change is on disk
-          // and in the kernel.
-          durable = state.write(changes, this.owners.values(), list);
+          // A refused owner changed by this group is tried with its change.
+          await this.apply(this.installable(list, staged));
         } catch (e) {
-          this.state?.close();
-          this.state = undefined;
+          if (group.length > 1) {
+            // Which change does it refuse? Each alone, in order: the others go in, the culprit gets the 422.
+            this.alone.unshift(...group);
+            continue;
+          }
           const err = new OwnerApplyError(e);
           for (const q of group) q.reject(err);
           continue;
         }
-        const [applied, synced] = await Promise.allSettled([this.apply(list), durable]);
-        if (applied.status === 'fulfilled' && synced.status === 'fulfilled') {
-          for (const [id, owner] of staged) {
-            if (owner === null) this.owners.delete(id);
-            else this.owners.set(id, owner);
-          }
-          this.sorted = list;
-          this.total = { rules, bytes };
-          this.groups++;
-          if (state.due) {
-            try {
-              state.compact(list);
-            } catch {
-              // The journal still holds every change; compaction is tried again after the next group.
-            }
-          }
-          group.forEach((q, i) => q.resolve(results[i]!));
+        // Then the disk; answered only once it is durable there too.
+        const changes: JournalChange[] = group.map(({ change: c }) => (c.kind === 'put' ? ['put', c.owner.id, c.owner.spec] : ['delete', c.id]));
+        try {
+          if (!this.state) mkdirSync(dirname(this.stateFile), { recursive: true, mode: 0o700 });
+          this.state ??= new OwnersState(this.stateFile);
+          await this.state.write(changes, this.sorted, list);
+        } catch (e) {
+          if (e instanceof StateUncertainError) this.uncertain = e;
+          this.state?.close();
+          this.state = undefined;
+          // Not on disk, so not kept: the kernel goes back to the owners that are.
+          await this.apply(this.installable(this.sorted)).catch(() => undefined);
+          const err = new OwnerStateWriteError(e);
+          for (const q of group) q.reject(err);
           continue;
         }
-        if (applied.status === 'fulfilled') {
-          // On disk it may not be: take the kernel back to the previous owners too.
-          await this.apply(this.sorted).catch(() => undefined);
+        for (const [id, owner] of staged) {
+          if (owner === null) this.owners.delete(id);
+          else this.owners.set(id, owner);
+          this.unrefuse(id);
         }
-        // Undo the group on disk: the previous owners, whole (this is the rare path).
-        try {
-          state.compact(this.owners.values());
-        } catch { /* the disk refuses; the error below says why the change failed */ }
-        const err = new OwnerApplyError(applied.status === 'rejected' ? applied.reason : (synced as PromiseRejectedResult).reason);
-        for (const q of group) q.reject(err);
+        this.sorted = list;
+        this.total = { rules, bytes };
+        this.groups++;
+        if (this.state.due) {
+          try {
+            this.state.compact(list);
+          } catch {
+            // The journal still holds every change (or the new file does); compaction is tried again after the next group.
+          }
+        }
+        group.forEach((q, i) => q.resolve(results[i]!));
       }
     } finally {
       // In the same turn as the loop's last look at the queue (a finally here, not a .finally() on

@@ -1,20 +1,20 @@
 /**
  * The owners state file: every registered owner's spec, as JSON
- * `{ "version": 1, "owners": { "<id>": { chains, jumps } } }`, replaced
- * atomically (src/atomic-file.ts), plus a journal beside it
- * (`<file>.journal`): one line per group of changes, appended and
- * fdatasync'ed, so a registration costs one small durable append instead of
- * rewriting every owner (issue 14). The journal is folded into the file
- * (compacted) when it outgrows it. A missing file is an empty set. Anything
- * else that is not a valid state (unreadable, not JSON, a wrong shape, an
- * owner the current config refuses) is an OwnersStateError: start-up stops
- * before the kernel is touched, because starting with fewer owners than were
- * registered would collect their rules.
+ * `{ "version": 1, "folded"?: "<sha256>", "owners": { "<id>": { chains, jumps } } }`, replaced
+ * atomically (src/atomic-file.ts), plus a journal beside it (`<file>.journal`): one line per group
+ * of changes, appended and fdatasync'ed, so a registration costs one small durable append instead
+ * of rewriting every owner. The journal is folded into the file (compacted) when it outgrows it.
+ *
+ * A missing file is an empty set. Anything else that is not a valid state (unreadable, not a
+ * regular file, not JSON, a wrong shape, a journal that is damaged or does not extend the file, an
+ * owner the current config refuses) is an OwnersStateError: start-up stops before the kernel is
+ * touched, because starting with fewer owners than were registered would collect their rules.
  */
 import { createHash } from 'node:crypto';
-import { closeSync, fdatasync, fsyncSync, openSync, readFileSync, statSync, unlinkSync, writeSync } from 'node:fs';
+import { closeSync, fdatasync, fdatasyncSync, fsyncSync, ftruncateSync, openSync, readSync, statSync, unlinkSync, writeSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { writeFileAtomic } from '../atomic-file.js';
+import { NotRegularFileError, readRegularFile } from '../regular-file.js';
 import type { Config, TableConfig } from '../config/config.js';
 import { NfkeeperError } from '../errors.js';
 import type { OwnersConfig } from '../config/owners.js';
@@ -22,11 +22,33 @@ import { OwnerSpecError, compileOwner, type Owner, type OwnerSpec } from './spec
 
 export const STATE_VERSION = 1;
 
+/** A state file or journal bigger than this is refused (10,000 owners of 100 rules take about 60 MiB). */
+export const MAX_STATE_BYTES = 256 << 20;
+
 export class OwnersStateError extends NfkeeperError {
   override name = 'OwnersStateError';
   constructor(readonly file: string, reason: string) {
-    super(`owners state ${file}: ${reason}; nfkeeper will not start with it (nothing was changed in the kernel). ` +
+    super(`owners state ${file}: ${printable(reason)}; nfkeeper will not start with it (nothing was changed in the kernel). ` +
       'Restore the file, or fix what it names; deleting it unregisters every owner and collects their rules');
+  }
+}
+
+/** `text` with control characters, and bytes that were not UTF-8, escaped: a damaged file's bytes never reach a terminal raw. */
+export function printable(text: string): string {
+  // eslint-disable-next-line no-control-regex
+  return text.replace(/[\u0000-\u001f\u007f-\u009f\u2028\u2029\ufffd]/g, (c) => {
+    const n = c.charCodeAt(0);
+    return n < 0x100 ? `\\x${n.toString(16).padStart(2, '0')}` : `\\u${n.toString(16)}`;
+  });
+}
+
+/** The text of a state file or journal: a regular file, bounded; undefined when missing. */
+function readState(file: string): string | undefined {
+  try {
+    return readRegularFile(file, MAX_STATE_BYTES).toString('utf8');
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT' && !(e instanceof NotRegularFileError)) return undefined;
+    throw new OwnersStateError(file, `cannot read: ${(e as Error).message}`);
   }
 }
 
@@ -41,14 +63,9 @@ export function ownersTable(config: Config): { oc: OwnersConfig; table: TableCon
 /** Reads and compiles the registered owners. */
 export function loadOwners(config: Config, file = ownersTable(config).oc.state): Owner[] {
   const { oc, table } = ownersTable(config);
-  let text: string;
-  try {
-    text = readFileSync(file, 'utf8');
-  } catch (e) {
-    // No file: no owners (a journal without its file is stale: deleting the file unregisters everyone).
-    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return [];
-    throw new OwnersStateError(file, `cannot read: ${(e as Error).message}`);
-  }
+  // No file: no owners (a journal without its file is stale: deleting the file unregisters everyone).
+  const text = readState(file);
+  if (text === undefined) return [];
   let v: unknown;
   try {
     v = JSON.parse(text);
@@ -56,11 +73,12 @@ export function loadOwners(config: Config, file = ownersTable(config).oc.state):
     throw new OwnersStateError(file, `corrupt: not JSON (${(e as Error).message})`);
   }
   if (typeof v !== 'object' || v === null || Array.isArray(v)) throw new OwnersStateError(file, 'corrupt: not a JSON object');
-  const { version, owners } = v as { version?: unknown; owners?: unknown };
+  const { version, owners, folded } = v as { version?: unknown; owners?: unknown; folded?: unknown };
   if (version !== STATE_VERSION) throw new OwnersStateError(file, `unknown version ${JSON.stringify(version)} (this nfkeeper reads ${STATE_VERSION})`);
   if (typeof owners !== 'object' || owners === null || Array.isArray(owners)) throw new OwnersStateError(file, 'corrupt: "owners" is not an object');
+  if (folded !== undefined && typeof folded !== 'string') throw new OwnersStateError(file, 'corrupt: "folded" is not a string');
   const specs = new Map<string, unknown>(Object.entries(owners));
-  replayJournal(file, text, specs);
+  replayJournal(file, text, folded, specs);
   const out: Owner[] = [];
   for (const [id, spec] of specs) {
     try {
@@ -73,19 +91,42 @@ export function loadOwners(config: Config, file = ownersTable(config).oc.state):
   return out;
 }
 
-/** Replaces the whole state: the file is rewritten atomically, then the journal it now holds is removed. */
+/**
+ * Replaces the whole state: the file is rewritten atomically, then the journal it now holds is
+ * removed. The new file names the journal it folds in (`folded`: the base in that journal's
+ * header): a crash before the unlink leaves a journal that a load then knows to be stale, so any
+ * other journal that does not extend the file is damage, not staleness.
+ */
 export function saveOwners(file: string, owners: Iterable<Owner>): number {
-  const text = ownersText(owners);
+  const text = ownersText(owners, journalBase(file));
   writeFileAtomic(file, text);
-  // A crash before the unlink leaves a journal whose changes the file already holds: replaying
-  // them again gives the same owners (each id ends as its last change says).
+  // The journal is stale now (the file names it as folded): removing it only tidies up.
   try {
     unlinkSync(journalPathOf(file));
     fsyncDir(dirname(file));
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
-  }
+  } catch { /* no journal, or left behind stale */ }
   return Buffer.byteLength(text);
+}
+
+/** The base named by the header of the journal beside `file`, if it has a readable one. */
+function journalBase(file: string): string | undefined {
+  let fd: number;
+  try {
+    fd = openSync(journalPathOf(file), 'r');
+  } catch {
+    return undefined;
+  }
+  try {
+    const buf = Buffer.alloc(256);
+    const n = readSync(fd, buf, 0, buf.length, 0);
+    const line = buf.subarray(0, n).toString('utf8').split('\n')[0]!;
+    const base = (JSON.parse(line) as { base?: unknown }).base;
+    return typeof base === 'string' ? base : undefined;
+  } catch {
+    return undefined;
+  } finally {
+    closeSync(fd);
+  }
 }
 
 function fsyncDir(dir: string): void {
@@ -93,11 +134,11 @@ function fsyncDir(dir: string): void {
   try { fsyncSync(d); } finally { closeSync(d); }
 }
 
-function ownersText(owners: Iterable<Owner>): string {
+function ownersText(owners: Iterable<Owner>, folded: string | undefined): string {
   const sorted = [...owners].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
   const body: Record<string, unknown> = {};
   for (const o of sorted) body[o.id] = o.spec;
-  return JSON.stringify({ version: STATE_VERSION, owners: body }) + '\n';
+  return JSON.stringify({ version: STATE_VERSION, ...(folded ? { folded } : {}), owners: body }) + '\n';
 }
 
 /** The journal beside a state file. */
@@ -115,28 +156,33 @@ const digest = (text: string) => createHash('sha256').update(text).digest('hex')
 
 /**
  * Applies the journal's lines, in order, to `specs`. Its first line names the file it extends
- * (`{"base": sha256 of the file}`): a journal whose file was since replaced (compacted, or edited
- * while nfkeeper was down) is stale and ignored. A last line without its newline was torn by a
- * crash mid-append: never made durable, so never acknowledged, and ignored.
+ * (`{"base": sha256 of the file}`), written whole with the journal (an atomic replace), so a
+ * journal without a whole header is damaged. A journal whose base is the one the file says it
+ * folded in (`folded`) is stale (the daemon crashed between folding it and removing it) and
+ * ignored. A base that is neither is a journal that does not belong to this file (damaged, or the
+ * file was replaced while a journal was pending): start-up stops, since replaying or ignoring it
+ * could each bring back or lose acknowledged changes. A last line without its newline was torn by
+ * a crash mid-append: never synced, so never acknowledged, and ignored.
  */
-function replayJournal(file: string, fileText: string, specs: Map<string, unknown>): void {
+function replayJournal(file: string, fileText: string, folded: string | undefined, specs: Map<string, unknown>): void {
   const journal = journalPathOf(file);
-  let text: string;
-  try {
-    text = readFileSync(journal, 'utf8');
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return;
-    throw new OwnersStateError(journal, `cannot read: ${(e as Error).message}`);
-  }
+  const text = readState(journal);
+  if (text === undefined) return;
   const lines = text.split('\n');
   lines.pop();  // after the last newline: empty, or a torn append
-  if (lines.length === 0) return;
+  if (lines.length === 0) throw new OwnersStateError(journal, `corrupt: its header line is incomplete (${text.length} bytes, no newline)`);
   let base: unknown;
   try {
     base = (JSON.parse(lines[0]!) as { base?: unknown }).base;
   } catch { /* checked below */ }
-  if (typeof base !== 'string') throw new OwnersStateError(journal, 'corrupt: line 1 is not {"base": "<sha256 of the state file>"}');
-  if (base !== digest(fileText)) return;  // the file was replaced after this journal was started
+  if (typeof base !== 'string' || !/^[0-9a-f]{64}$/.test(base)) {
+    throw new OwnersStateError(journal, 'corrupt: line 1 is not {"base": "<sha256 of the state file>"}');
+  }
+  if (base !== digest(fileText)) {
+    if (base === folded) return;  // folded into the file already
+    throw new OwnersStateError(journal, 'it does not extend the state file beside it (its base is neither the file\'s digest nor the journal the file ' +
+      'folded in): the journal is damaged, or the file was replaced while changes were pending in it. Remove the journal to keep the file as it is');
+  }
   lines.forEach((line, i) => {
     if (i === 0) return;
     let changes: unknown;
@@ -155,11 +201,22 @@ function replayJournal(file: string, fileText: string, specs: Map<string, unknow
 }
 
 /**
- * The daemon's writer of the state. A small state (under JOURNAL_FROM_BYTES) is rewritten whole
- * and atomically on every change. A big one gets a journal: the file is rewritten once, then each
- * group of changes is one appended line (written at once; durable when the returned promise
- * resolves, after fdatasync), and the journal is folded into the file again once it has grown past
- * the file's size (and 1 MiB), and when the daemon stops.
+ * A write of the state failed and what is on disk could not be put back to the owners before it
+ * (the undo failed too): a restart might find the change. The registry takes no more changes.
+ */
+export class StateUncertainError extends NfkeeperError {
+  override name = 'StateUncertainError';
+}
+
+/**
+ * The daemon's writer of the state, called after the kernel committed a group (the registry answers
+ * once this has resolved). A small state (under JOURNAL_FROM_BYTES) is rewritten whole and atomically
+ * on every change. A big one gets a journal: the file is rewritten once, then each group of changes
+ * is one appended line, written and fdatasync'ed before write() resolves; the journal is folded
+ * into the file again once it has grown past the file's size (and 1 MiB), and when the daemon
+ * stops. A write that fails leaves the disk as it was: a failed append is cut off again
+ * (ftruncate, which needs no space), a failed replace is undone by the previous owners; only if
+ * that undo fails too is StateUncertainError thrown.
  */
 export class OwnersState {
   private fd?: number;
@@ -174,21 +231,50 @@ export class OwnersState {
     }
   }
 
-  /**
-   * Records a group of changes that takes the owners from `before` to `after`. Resolves once it is
-   * on disk. A whole rewrite happens before this returns; an append is written before it returns
-   * and synced in the background (so the kernel commit can run meanwhile).
-   */
-  write(changes: JournalChange[], before: Iterable<Owner>, after: Iterable<Owner>): Promise<void> {
+  /** Records a group of changes that takes the owners from `before` to `after`, durably, or throws having changed nothing. */
+  async write(changes: JournalChange[], before: readonly Owner[], after: readonly Owner[]): Promise<void> {
     if (this.fd === undefined && this.fileBytes < JOURNAL_FROM_BYTES) {
-      this.fileBytes = saveOwners(this.file, after);
-      return Promise.resolve();
+      this.replace(after, before);
+      return;
     }
+    // The file rewritten with `before` (the owners already durable): nothing on disk changes meaning.
     const fd = this.fd ?? this.start(before);
     const buf = Buffer.from(JSON.stringify(changes) + '\n', 'utf8');
-    for (let off = 0; off < buf.length;) off += writeSync(fd, buf, off, buf.length - off);
+    try {
+      for (let off = 0; off < buf.length;) off += writeSync(fd, buf, off, buf.length - off);
+      // Off the loop: a slow disk holds this group's answer, not the daemon's loop.
+      await new Promise<void>((resolve, reject) => fdatasync(fd, (e) => (e ? reject(e) : resolve())));
+    } catch (e) {
+      // Part of the line (or all of it, unsynced) may be in the file: cut it off, so that neither a
+      // restart nor the next append (which would follow a torn line) ever reads it.
+      try {
+        ftruncateSync(fd, this.bytes);
+        fdatasyncSync(fd);
+      } catch (undo) {
+        this.close();
+        throw new StateUncertainError(`the journal ${journalPathOf(this.file)} could not be appended to ` +
+          `(${(e as Error).message}) nor cut back (${(undo as Error).message})`);
+      }
+      throw e;
+    }
     this.bytes += buf.length;
-    return new Promise((resolve, reject) => fdatasync(fd, (e) => (e ? reject(e) : resolve())));
+  }
+
+  /** The whole file replaced by `owners`; on failure, the file holds `previous` again or StateUncertainError is thrown. */
+  private replace(owners: readonly Owner[], previous: readonly Owner[]): void {
+    try {
+      this.fileBytes = saveOwners(this.file, owners);
+    } catch (e) {
+      if (!(e as { replaced?: boolean }).replaced) throw e;
+      // Renamed into place, but the directory's sync failed: the new file may or may not survive a crash.
+      try {
+        this.fileBytes = saveOwners(this.file, previous);
+      } catch (undo) {
+        throw new StateUncertainError(`the state file ${this.file} was replaced but not synced (${(e as Error).message}), ` +
+          `and the previous owners could not be written back (${(undo as Error).message})`);
+      }
+      throw e;
+    }
   }
 
   /** Changes go to the journal. */
@@ -201,7 +287,10 @@ export class OwnersState {
     return this.fd !== undefined && this.bytes > Math.max(1 << 20, this.fileBytes);
   }
 
-  /** Rewrites the file with `owners` (atomically); the journal is gone after it. */
+  /**
+   * Rewrites the file with `owners` (atomically: the durable owners, so a failure at any step leaves
+   * either the file and journal as they were or the file holding them all); the journal is gone after it.
+   */
   compact(owners: Iterable<Owner>): void {
     this.close();
     this.fileBytes = saveOwners(this.file, owners);
@@ -216,10 +305,10 @@ export class OwnersState {
 
   /** A new journal on top of a freshly written file holding `owners`. */
   private start(owners: Iterable<Owner>): number {
-    const text = ownersText(owners);
+    const path = journalPathOf(this.file);
+    const text = ownersText(owners, journalBase(this.file));
     writeFileAtomic(this.file, text);
     this.fileBytes = Buffer.byteLength(text);
-    const path = journalPathOf(this.file);
     const header = Buffer.from(JSON.stringify({ base: digest(text) }) + '\n');
     // Written whole under a temp name and renamed: a journal is never without its header.
     writeFileAtomic(path, header.toString());

@@ -257,7 +257,7 @@ describe('the state journal (a state over 64 KiB)', () => {
     expect(loadOwners(c).map((o) => o.id).sort()).toEqual([...ids].sort());
   });
 
-  it('a journal whose file was replaced since (an edit while nfkeeper was down) is stale and ignored; a corrupt line stops the load', async () => {
+  it('a journal folded into the file is stale and ignored; one that does not extend the file (an edit while nfkeeper was down) stops the load', async () => {
     const { c, file, owner } = setup();
     const big = Array.from({ length: 60 }, (_, i) => owner(i));
     saveOwners(file, big);
@@ -266,11 +266,19 @@ describe('the state journal (a state over 64 KiB)', () => {
     state.close();
     expect(loadOwners(c).map((o) => o.id)).not.toContain('o1');
     const journal = readFileSync(journalPathOf(file), 'utf8');
-    // Someone rewrites the file while the daemon is down: it wins, the journal no longer applies.
+    // Folded into a new file, then a crash before the journal's removal: the file names it as folded.
+    saveOwners(file, loadOwners(c));
+    writeFileSync(journalPathOf(file), journal);
+    expect(JSON.parse(readFileSync(file, 'utf8')).folded).toBe(JSON.parse(journal.split('\n')[0]!).base);
+    expect(loadOwners(c).map((o) => o.id)).not.toContain('o1');
+    expect(loadOwners(c)).toHaveLength(59);
+    // Someone rewrites the file while the daemon is down, with a journal pending: neither wins silently.
     const edited = JSON.parse(readFileSync(file, 'utf8'));
     delete edited.owners.o2;
+    delete edited.folded;
     writeFileSync(file, JSON.stringify(edited));
-    expect(loadOwners(c).map((o) => o.id)).toContain('o1');
+    expect(() => loadOwners(c)).toThrow(/owners\.json\.journal: it does not extend the state file beside it/);
+    rmSync(journalPathOf(file));
     expect(loadOwners(c).map((o) => o.id)).not.toContain('o2');
     // Deleting the file unregisters everyone, journal or not.
     rmSync(file);

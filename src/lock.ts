@@ -1,0 +1,95 @@
+/**
+ * One keeper per table: `run`, and the one-shot `apply` and `cleanup`, hold a lock for as long as
+ * they live, taken before the kernel is touched; a second one is refused at start with a line
+ * naming the holder's pid. Two locks, both released by the kernel when their holder dies (even by
+ * kill -9), so none is ever stale:
+ *  - per table, an abstract Unix socket `nfkeeper/table/<family>/<name>` bound in the target
+ *    network namespace (abstract names live per namespace): two keepers of one table in one
+ *    namespace, whatever their configs, sockets or state files;
+ *  - the owners state file's `<state>.lock`, flock'ed: two keepers writing one state file, even
+ *    in different namespaces. The holder writes its pid into it.
+ */
+import { createHash } from 'node:crypto';
+import { closeSync, ftruncateSync, mkdirSync, openSync, readFileSync, writeSync } from 'node:fs';
+import { createServer, type Server } from 'node:net';
+import { dirname } from 'node:path';
+import { NfkeeperError } from './errors.js';
+import { loadAddon } from './native.js';
+
+export class KeeperLockedError extends NfkeeperError {
+  override name = 'KeeperLockedError';
+  constructor(what: string, readonly pid: number | undefined) {
+    super(`${what} is kept by another nfkeeper (${pid !== undefined && pid > 0 ? `pid ${pid}` : 'pid unknown'}); one keeper per table: stop it first`);
+  }
+}
+
+export interface KeeperLock {
+  release(): void;
+}
+
+/** The abstract name locking a table (hashed when too long for sun_path). */
+export function tableLockName(family: string, name: string): string {
+  const plain = `nfkeeper/table/${family}/${name}`;
+  return Buffer.byteLength(plain) <= 100 ? plain : `nfkeeper/table/${createHash('sha256').update(`${family}/${name}`).digest('hex')}`;
+}
+
+/** The lock file beside a state file. */
+export function stateLockPathOf(stateFile: string): string {
+  return `${stateFile}.lock`;
+}
+
+/**
+ * Locks the tables in the namespace (undefined: this process's) and, when given, the state file.
+ * Throws KeeperLockedError when another process holds one; releases what it took before throwing.
+ */
+export function lockKeeper(o: { netns?: string; tables: readonly { family: string; name: string }[]; stateFile?: string }): KeeperLock {
+  const addon = loadAddon();
+  const servers: Server[] = [];
+  const fds: number[] = [];
+  const release = () => {
+    for (const s of servers.splice(0)) s.close();
+    for (const fd of fds.splice(0)) closeSync(fd);
+  };
+  try {
+    if (addon.bindAbstract && addon.abstractPeerPid) {
+      for (const t of o.tables) {
+        const name = tableLockName(t.family, t.name);
+        const fd = addon.bindAbstract(o.netns, name);
+        if (fd === -98 /* EADDRINUSE */) throw new KeeperLockedError(`table ${t.family} ${t.name}${o.netns ? ` in ${o.netns}` : ''}`, addon.abstractPeerPid(o.netns, name));
+        if (fd < 0) throw new NfkeeperError(`table ${t.family} ${t.name}: cannot take its lock (bind of an abstract socket: errno ${-fd})`);
+        // Connections (another keeper asking who holds it) are accepted and closed at once, so the backlog never fills.
+        const server = createServer((c) => c.destroy());
+        server.listen({ fd });
+        server.unref();
+        servers.push(server);
+      }
+    }
+    if (o.stateFile !== undefined && addon.flockExclusive) {
+      const path = stateLockPathOf(o.stateFile);
+      let fd: number;
+      try {
+        mkdirSync(dirname(path), { recursive: true, mode: 0o700 });
+        fd = openSync(path, 'a+', 0o600);
+      } catch (e) {
+        // A read-only state disk: no lock file, and no write of the state either (each change is refused, 503).
+        if ((e as NodeJS.ErrnoException).code === 'EROFS') return { release };
+        throw new NfkeeperError(`owners state ${o.stateFile}: cannot open its lock ${path}: ${(e as Error).message}`);
+      }
+      fds.push(fd);
+      const err = addon.flockExclusive(fd);
+      if (err === 11 /* EWOULDBLOCK */) {
+        const pid = Number.parseInt(readFileSync(path, 'utf8').trim(), 10);
+        throw new KeeperLockedError(`the owners state ${o.stateFile}`, Number.isFinite(pid) ? pid : undefined);
+      }
+      if (err !== 0) throw new NfkeeperError(`owners state ${o.stateFile}: cannot lock ${path}: errno ${err}`);
+      try {
+        ftruncateSync(fd, 0);
+        writeSync(fd, `${process.pid}\n`);
+      } catch { /* the pid is for the message only */ }
+    }
+  } catch (e) {
+    release();
+    throw e;
+  }
+  return { release };
+}

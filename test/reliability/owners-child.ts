@@ -1,0 +1,87 @@
+/**
+ * `nfkeeper run` (bin/nfkeeper.js, a real child process) for the owners' reliability tests, and
+ * the oracle: the owners the kernel holds, read through a socket of the test's own.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { resolve } from 'node:path';
+import { open } from '../../src/netlink/socket.js';
+import { call, ownerOfRule, parseOwnerChain } from '../../src/owners/index.js';
+import type { Netns } from '../helpers/netns.js';
+import { sleep } from '../helpers/wait.js';
+
+/** Rules of the owners ownerSpec() makes here by default: a chain of 2 rules and 1 jump. */
+const RULES = 3;
+
+export interface Child { child: ChildProcess; exited: Promise<number | null>; logs: string[] }
+
+export function daemon(config: string, ns: Netns, o: { args?: string[]; prefix?: string[] } = {}): Child {
+  // `prefix`: a command the daemon runs under (nsenter into a mount namespace).
+  const argv = [process.execPath, resolve('bin/nfkeeper.js'), 'run', '--config', config, '--netns', ns.path, '--no-metrics', '--interval', '1s', ...(o.args ?? [])];
+  const [cmd, ...args] = [...(o.prefix ?? []), ...argv];
+  const child = spawn(cmd!, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  const logs: string[] = [];
+  child.stdout!.on('data', (d: Buffer) => logs.push(d.toString()));
+  child.stderr!.on('data', (d: Buffer) => logs.push(d.toString()));
+  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+  return { child, exited, logs };
+}
+
+export async function kill9(d: Child): Promise<void> {
+  d.child.kill('SIGKILL');
+  await d.exited;
+}
+
+export async function stop(d: Child): Promise<void> {
+  if (d.child.exitCode !== null || d.child.signalCode !== null) return;
+  d.child.kill('SIGTERM');
+  await d.exited;
+}
+
+export async function ready(sock: string, d: Child, ms = 120_000): Promise<void> {
+  for (const end = Date.now() + ms; Date.now() < end;) {
+    if (d.child.exitCode !== null) throw new Error(`the daemon exited ${d.child.exitCode}: ${d.logs.join('')}`);
+    const r = await call(sock, 'GET', '/v1/owners', undefined, 5_000).catch(() => undefined);
+    if (r?.status === 200) return;
+    await sleep(50);
+  }
+  throw new Error(`the daemon did not answer on ${sock} within ${ms} ms: ${d.logs.join('')}`);
+}
+
+/**
+ * The owners the kernel holds, each checked whole: its chain o/<id>/masq with
+ * all its rules and its one jump. Throws on any owner that is partly there.
+ */
+export async function kernelOwners(ns: Netns, perOwner = RULES): Promise<Set<string>> {
+  const s = open({ netns: ns.path });
+  try {
+    // Two dumps are one view only if no commit came between them (the daemon
+    // may be live while this polls): read again until the generation held.
+    let chains: string[], rules: Awaited<ReturnType<typeof s.listRules>>;
+    for (;;) {
+      const gen = s.generation();
+      chains = (await s.listChains({ family: 'ip', table: 'nfkeeper' })).map((c) => c.name);
+      rules = await s.listRules({ family: 'ip', table: 'nfkeeper' });
+      if (s.generation() === gen) break;
+    }
+    const parts = new Map<string, { chain: boolean; chainRules: number; jumps: number }>();
+    const of = (o: string) => parts.get(o) ?? parts.set(o, { chain: false, chainRules: 0, jumps: 0 }).get(o)!;
+    for (const c of chains) {
+      const p = parseOwnerChain(c);
+      if (p) of(p.id).chain = true;
+    }
+    for (const r of rules) {
+      const inChain = parseOwnerChain(r.chain);
+      if (inChain) of(inChain.id).chainRules++;
+      else {
+        const o = ownerOfRule(r);
+        if (o !== undefined) of(o).jumps++;
+      }
+    }
+    const half = [...parts].filter(([, p]) => !(p.chain && p.chainRules === perOwner - 1 && p.jumps === 1));
+    if (half.length) throw new Error(`half-installed owners: ${half.slice(0, 5).map(([o, p]) => `${o} ${JSON.stringify(p)}`).join('; ')}`);
+    return new Set(parts.keys());
+  } finally {
+    s.close();
+  }
+}
+
