@@ -25,7 +25,8 @@
  *   chain whose hook does not take them, are EOPNOTSUPP at the rule's op, and
  *   so is `fib … oif`/`oifname` after routing (output, postrouting);
  *   jumps to a missing chain ENOENT, to a base chain EOPNOTSUPP;
- * - deleting a chain with rules or references is EBUSY, anything missing ENOENT.
+ * - deleting a chain with rules or references is EBUSY, anything missing ENOENT;
+ * - more elements than a set's size is ENFILE.
  * Not modelled: objects, flowtables, set timeouts, xt compat, loops (ELOOP/EMLINK).
  */
 import { Batch, describeOp, type Op } from '../../src/netlink/batch.js';
@@ -36,11 +37,11 @@ import type { MonitorBatch, MonitorEvent, MonitorOptions } from '../../src/netli
 import { SET_F, TABLE_F, type Chain, type NftSet, type Rule, type SetElement, type Table } from '../../src/netlink/objects.js';
 import { GenerationMismatchError, NetlinkError, SocketClosedError } from '../../src/errors.js';
 
-const ERRNO = { EPERM: 1, ENOENT: 2, EBUSY: 16, EEXIST: 17, EINVAL: 22, ERESTART: 85, EOPNOTSUPP: 95, ENOBUFS: 105 } as const;
+const ERRNO = { EPERM: 1, ENOENT: 2, EBUSY: 16, EEXIST: 17, EINVAL: 22, ENFILE: 23, ERESTART: 85, EOPNOTSUPP: 95, ENOBUFS: 105 } as const;
 export type ErrnoName = keyof typeof ERRNO;
 const STRERROR: Record<number, string> = {
   1: 'Operation not permitted', 2: 'No such file or directory', 16: 'Device or resource busy', 17: 'File exists',
-  22: 'Invalid argument', 85: 'Interrupted system call should be restarted', 95: 'Operation not supported',
+  22: 'Invalid argument', 23: 'Too many open files in system', 85: 'Interrupted system call should be restarted', 95: 'Operation not supported',
   105: 'No buffer space available',
 };
 
@@ -540,6 +541,7 @@ class Tx {
       }
       const { elements, id, verb: _v, object: _o, ...rest } = op;
       const set: NftSet = { ...clone(rest), name, handle: ++t.hgen, flags: op.flags ?? 0, keyType: op.keyType ?? 0, keyLen: op.keyLen ?? 0 };
+      if (set.size && (elements?.length ?? 0) > set.size) throw new Refused(ERRNO.ENFILE);
       t.sets.set(name, { set, elements: clone(elements ?? []) });
       if (id !== undefined) this.ids.set(`${key(t.family, t.name)} ${id}`, name);
       this.ev('newset', t.family, t.name, name);
@@ -568,7 +570,9 @@ class Tx {
     for (const el of op.elements) {
       const i = s.elements.findIndex((x) => same(x, el));
       if (op.verb === 'add') {
-        if (i < 0) s.elements.push({ flags: 0, ...clone(el) });
+        if (i >= 0) continue;
+        if (s.set.size && s.elements.length >= s.set.size) throw new Refused(ERRNO.ENFILE);
+        s.elements.push({ flags: 0, ...clone(el) });
       } else {
         if (i < 0) throw new Refused(ERRNO.ENOENT);
         s.elements.splice(i, 1);
