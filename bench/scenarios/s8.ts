@@ -228,41 +228,31 @@ export async function runS8(o: S8Options): Promise<S8Result> {
       });
     }
 
-    // Repairs as deployed, beside the kernel's floor.
-    for (const n of o.repairRules) {
-      await withBenchNetns(`s8p${n}`, async (ns) => {
-        const file = join(dir, `repair-${n}.yaml`);
-        writeFileSync(file, chainYaml(n));
-        ns.exec('nft', ['-f', '-'], chainNft(n).replace('table ip big', 'table ip cmp'));
+    // Repairs as deployed, beside the kernel's floor: the daemon keeps table big, the floor runs on
+    // the same ruleset as table cmp in the same namespace.
+    const cases = [
+      ...o.repairRules.map((n) => ({ n, owned: `one rule of ${n.toLocaleString('en-US')} in one chain`, file: `repair-${n}.yaml`, text: chainYaml(n),
+        cmp: chainNft(n), probe: (ns: BenchNetns) => probeRepairs({ netns: ns.path, family: 'ip', table: 'big', chain: 'c' }, o.repairs, o.repairGapMs,
+          { warmup: 1, timeoutMs: 60_000 }), floor: ruleFloor })),
+      ...o.repairElements.map((n) => ({ n, owned: `one element of ${n.toLocaleString('en-US')} in one set`, file: `elements-${n}.nft`, text: setNft(n),
+        cmp: setNft(n), probe: (ns: BenchNetns) => probeElementRepairs({ netns: ns.path, family: 'ip', table: 'big', set: 's' }, o.repairs, o.repairGapMs,
+          { warmup: 1, timeoutMs: 60_000 }), floor: elementFloor })),
+    ];
+    for (const c of cases) {
+      await withBenchNetns(`s8p${result.repairs.length}`, async (ns) => {
+        const file = join(dir, c.file);
+        writeFileSync(file, c.text);
+        ns.exec('nft', ['-f', '-'], c.cmp.replace('table ip big', 'table ip cmp'));
         const d = await startDaemon(ns, file);
         let repair: Summary;
         try {
-          repair = (await probeRepairs({ netns: ns.path, family: 'ip', table: 'big', chain: 'c' }, o.repairs, o.repairGapMs,
-            { warmup: 1, timeoutMs: 60_000 })).summary;
+          repair = (await c.probe(ns)).summary;
         } finally {
           await d.stop();
         }
-        const floor = await ruleFloor(ns, o.repairs);
-        result.repairs.push({ owned: `one rule of ${n.toLocaleString('en-US')} in one chain`, repair, floor });
-        o.log(`    repair of one rule of ${n}: p50 ${(repair.median / 1000).toFixed(3)} ms, p99 ${(repair.p99 / 1000).toFixed(3)} ms; floor ${(floor.median / 1000).toFixed(3)} ms`);
-      });
-    }
-    for (const n of o.repairElements) {
-      await withBenchNetns(`s8e${n}`, async (ns) => {
-        const file = join(dir, `elements-${n}.nft`);
-        writeFileSync(file, setNft(n));
-        ns.exec('nft', ['-f', '-'], setNft(n).replace('table ip big', 'table ip cmp'));
-        const d = await startDaemon(ns, file);
-        let repair: Summary;
-        try {
-          repair = (await probeElementRepairs({ netns: ns.path, family: 'ip', table: 'big', set: 's' }, o.repairs, o.repairGapMs,
-            { warmup: 1, timeoutMs: 60_000 })).summary;
-        } finally {
-          await d.stop();
-        }
-        const floor = await elementFloor(ns, o.repairs);
-        result.repairs.push({ owned: `one element of ${n.toLocaleString('en-US')} in one set`, repair, floor });
-        o.log(`    repair of one element of ${n}: p50 ${(repair.median / 1000).toFixed(3)} ms, p99 ${(repair.p99 / 1000).toFixed(3)} ms; floor ${(floor.median / 1000).toFixed(3)} ms`);
+        const floor = await c.floor(ns, o.repairs);
+        result.repairs.push({ owned: c.owned, repair, floor });
+        o.log(`    repair of ${c.owned}: p50 ${(repair.median / 1000).toFixed(3)} ms, p99 ${(repair.p99 / 1000).toFixed(3)} ms; floor ${(floor.median / 1000).toFixed(3)} ms`);
       });
     }
 

@@ -114,7 +114,8 @@ describe('foreign GC on iptables-legacy, the Nomad seed', () => {
     const r = await cli('gc', '--backend', 'iptables-legacy', '--config', inet, '--netns', ns.path, '--live-file', file('[]'), '--grace', '0s');
     expect(r.code).toBe(2);
     expect(r.err).toMatch(/iptables-legacy has no inet family/);
-    const gone = await cli('gc', '--backend', 'iptables-legacy', '--config', file(gcYaml()), '--netns', '/run/netns/nfk-no-such-ns', '--live-file', file('[]'), '--grace', '0s');
+    // A path that is there but is no namespace: the command line takes it, the save cannot enter it.
+    const gone = await cli('gc', '--backend', 'iptables-legacy', '--config', file(gcYaml()), '--netns', file('not a namespace'), '--live-file', file('[]'), '--grace', '0s');
     expect(gone.code).toBe(2);
     expect(gone.err).toMatch(/iptables-legacy-save.*failed/);
   });
