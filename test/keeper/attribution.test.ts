@@ -121,15 +121,18 @@ describe('attribution', () => {
         child.stdin.write(JSON.stringify([{ verb: 'delete', object: 'rule', family: 'ip', table: 'nfkeeper', chain: 'postrouting', handle: victim }]) + '\n');
         expect(await out.next()).toBe('ok');
         await repaired;
-        const line = repairLines(log.lines).at(-1)!;
-        expect(line.by).toMatchObject({ comm: 'node', container: `podman:${id.slice(0, 12)}` });
         const [change] = keeper.status().foreignChanges!;
-        expect(change!.by).toMatchObject({ comm: 'node', container: { id, runtime: 'podman' }, exe: process.execPath });
+        // The name is the committing thread's as the kernel gives it: `node` on Node 20, `MainThread`
+        // from Node 24 on, which names its main thread; /proc shows the same for that task.
+        const comm = readFileSync(`/proc/${change!.by.pid}/comm`, 'utf8').trim();
+        const line = repairLines(log.lines).at(-1)!;
+        expect(line.by).toMatchObject({ comm, container: `podman:${id.slice(0, 12)}` });
+        expect(change!.by).toMatchObject({ comm, container: { id, runtime: 'podman' }, exe: process.execPath });
         // The kernel's pid is the host's (the initial pid namespace), not the container's.
         expect(change!.by.pid).not.toBe(1);
         expect(readFileSync(`/proc/${change!.by.pid}/cgroup`, 'utf8')).toContain(id);
         expect(heard[0]).toMatchObject({ type: 'change', by: { container: { id } } });
-        expect(await foreignChanges(keeper)).toEqual({ 'ip nfkeeper/other': 0, 'ip nfkeeper/node': 1 });
+        expect(await foreignChanges(keeper)).toEqual({ 'ip nfkeeper/other': 0, [`ip nfkeeper/${comm}`]: 1 });
       } finally {
         child.stdin.end();
         spawnSync('podman', ['rm', '-f', '-t', '2', name]);
