@@ -32,13 +32,15 @@ case $arch in x64 | arm64) ;; *) echo "node.sh: no Node package for linux-$arch 
 dir=$PWD/.cache/node/$version-linux-$arch
 if [ ! -x "$dir/bin/node" ]; then
   mkdir -p .cache/node
-  tmp=$(mktemp -d ".cache/node/.fetch-$version-$arch.XXXXXX")
+  tmp=$(mktemp -d "$PWD/.cache/node/.fetch-$version-$arch.XXXXXX")
   trap 'rm -rf "$tmp"' EXIT
   pkg=node-linux-$arch@$version
   echo "node.sh: fetching $pkg from the npm registry" >&2
   # npm checks the tarball against the registry's integrity hash; --prefer-offline takes it from
   # npm's cache when another checkout already fetched it.
-  if ! (cd "$tmp" && npm pack --silent --prefer-offline "$pkg" >/dev/null); then
+  # --pack-destination: run from npm's own lifecycle (prepack → prebuild.mjs), npm_config_pack_destination
+  # of the outer `npm pack` would send the tarball to the outer pack's folder instead.
+  if ! (cd "$tmp" && npm pack --silent --prefer-offline --pack-destination "$tmp" "$pkg" >/dev/null); then
     echo "node.sh: could not fetch $pkg from $(npm config get registry); the suite needs Node $line" >&2
     exit 1
   fi
