@@ -124,8 +124,9 @@ describe.skipIf(tools.length > 0)(`the systemd unit under a booted Debian 12${sk
     expect(inside(['journalctl', '-u', 'nfkeeper', '--no-pager', '-o', 'cat']).stdout).toMatch(/Reload failed|Control process exited/);
     expect([show('ActiveState'), show('MainPID')]).toEqual(['active', pid]);
     expect(rules()).toEqual(FLANNEL_RULES);
-    // A config that parses but the kernel refuses (fib oif in an output chain) fails too.
-    config(`${FLANNEL_YAML}      - name: out\n        type: filter\n        hook: output\n        priority: 0\n        rules: ["fib daddr oif missing drop"]\n`);
+    // A config that validates but the kernel refuses (a set given more elements than its size) fails too.
+    config(`${FLANNEL_YAML}      - name: out\n        type: filter\n        hook: output\n        priority: 0\n        rules: ["ip daddr @few drop"]\n` +
+      '    sets:\n      - { name: few, type: ipv4_addr, size: 2, elements: [10.0.0.1, 10.0.0.2, 10.0.0.3] }\n');
     const refused = systemctl('reload', 'nfkeeper');
     expect(refused.status).not.toBe(0);
     expect(inside(['journalctl', '-u', 'nfkeeper', '--no-pager', '-o', 'cat']).stdout).toMatch(/the kernel refused the new config/);
