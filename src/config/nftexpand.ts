@@ -23,8 +23,9 @@
  * and an offset there, so every error names the file and line it was written
  * on (inside a define's value: where the value was written).
  */
-import { readFileSync, readdirSync, statSync } from 'node:fs';
+import { readdirSync, statSync } from 'node:fs';
 import { ConfigError } from '../errors.js';
+import { NotRegularFileError, readRegularFile } from '../regular-file.js';
 
 /** nft's DEFAULT_INCLUDE_PATH as Debian builds it. */
 export const DEFAULT_INCLUDE_PATH = '/etc';
@@ -284,10 +285,10 @@ class Expander {
     for (const path of this.resolve(source, k, name)) {
       let text: string;
       try {
-        if (!statSync(path).isFile()) this.fail(source, k, `Not a regular file: "${path}"`);
-        text = readFileSync(path, 'utf8');
+        // As the config itself is read: never blocking on a FIFO, never reading a device without end.
+        text = readRegularFile(path, this.options.maxBytes).toString('utf8');
       } catch (e) {
-        if (e instanceof ConfigError) throw e;
+        if (e instanceof NotRegularFileError && e.kind !== undefined) this.fail(source, k, `Not a regular file: "${path}"`);
         this.fail(source, k, `Could not open file "${path}": ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
       }
       this.file({ name: path, text }, depth + 1);

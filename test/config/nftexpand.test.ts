@@ -4,6 +4,7 @@
  * and every error names the file and line it was written on, an included
  * file's own when it is there.
  */
+import { spawnSync } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import fc from 'fast-check';
@@ -157,6 +158,10 @@ describe('include', () => {
     writeFileSync(join(dir, 'loop.nft'), `include "${dir}/loop.nft"\n`);
     e = refusal(`include "${dir}/loop.nft"\n`, 'f.nft');
     expect([e.file, e.reason]).toEqual([`${dir}/loop.nft`, 'Include nested too deeply, max 16 levels']);
+    // A FIFO is refused at the include, without blocking on it.
+    expect(spawnSync('mkfifo', [join(dir, 'fifo.nft')]).status).toBe(0);
+    e = refusal(`\ninclude "${dir}/fifo.nft"\n`, 'f.nft');
+    expect([e.file, e.line, e.reason]).toEqual(['f.nft', 2, `Not a regular file: "${dir}/fifo.nft"`]);
   });
 
   it('defines in an included file inside a table stay in that table', () => {

@@ -14,7 +14,7 @@
  *   NFK_DURABLE_RUNS=10 NFK_DURABLE_SEED=3 npx vitest run test/reliability/owners-durability.test.ts
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { prng } from '../../bench/soak.js';
@@ -383,7 +383,6 @@ describe('a journal damaged on disk stops start-up and collects nothing', () => 
         // Past 64 KiB: journalled.
         for (let i = 0; i < 40; i++) expect((await call(sock, 'PUT', `/v1/owners/o-${i}`, ownerSpec(i, 40))).status).toBe(201);
         await kill9(d);
-        const { readFileSync } = await import('node:fs');
         const good = readFileSync(journal);
         const owners = await kernelOwners(ns, 40);
         expect(owners.size).toBe(40);
