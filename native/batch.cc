@@ -24,18 +24,21 @@ CommitWorker::CommitWorker(Napi::Env env, Napi::Object self, std::unique_ptr<Com
       self_(Napi::Persistent(self)),
       run_(std::move(run)) {}
 
+// Queued holding the gate (NftSocket::QueueGated).
 void CommitWorker::Execute() {
-  std::lock_guard<Gate> lock(sock_->gate());
   run_->Run();
+  sock_->gate().unlock();
 }
 
 void CommitWorker::OnOK() {
+  sock_->StartWaiting();
   Napi::Value v;
   if (run_->Outcome(Env(), &v)) deferred_.Resolve(v);
   else deferred_.Reject(v);
 }
 
 void CommitWorker::OnError(const Napi::Error& e) {
+  sock_->StartWaiting();
   run_->Release();
   deferred_.Reject(e.Value());
 }

@@ -299,23 +299,19 @@ struct DumpState : DumpRequest {
 
 class DumpWorker : public Napi::AsyncWorker {
  public:
-  // With `holdsGate` the request is already on the wire (started inline) and
-  // the gate is held on this worker's behalf; it is released when done.
+  // Queued holding the gate (NftSocket::QueueGated); with `sent` the request is already on the
+  // wire (started inline).
   DumpWorker(Napi::Env env, NftSocket* sock, Napi::Object self, std::unique_ptr<DumpState> state,
-             Napi::Promise::Deferred deferred, bool holdsGate)
+             Napi::Promise::Deferred deferred, bool sent)
       : Napi::AsyncWorker(env, "nfkeeper.dump"),
         deferred_(deferred),
         sock_(sock),
         self_(Napi::Persistent(self)),
         state_(std::move(state)),
-        holdsGate_(holdsGate) {}
-
-  ~DumpWorker() override { ReleaseGate(); }
+        sent_(sent) {}
 
   void Execute() override {
-    if (!holdsGate_) {
-      sock_->gate().lock();
-      holdsGate_ = true;
+    if (!sent_) {
       if (sock_->closed()) {
         state_->Fail(EBADF, "socket is closed");
       } else {
@@ -330,25 +326,24 @@ class DumpWorker : public Napi::AsyncWorker {
       }
       state_->Feed(sock_->buffer().data(), n);
     }
-    ReleaseGate();
+    sock_->gate().unlock();
   }
 
-  void OnOK() override { state_->Settle(Env(), deferred_); }
-  void OnError(const Napi::Error& e) override { deferred_.Reject(e.Value()); }
+  void OnOK() override {
+    sock_->StartWaiting();
+    state_->Settle(Env(), deferred_);
+  }
+  void OnError(const Napi::Error& e) override {
+    sock_->StartWaiting();
+    deferred_.Reject(e.Value());
+  }
 
  private:
-  void ReleaseGate() {
-    if (holdsGate_) {
-      holdsGate_ = false;
-      sock_->gate().unlock();
-    }
-  }
-
   Napi::Promise::Deferred deferred_;
   NftSocket* sock_;
   Napi::ObjectReference self_;  // keeps the socket alive while we use it
   std::unique_ptr<DumpState> state_;
-  bool holdsGate_;
+  bool sent_;
 };
 
 }  // namespace
@@ -363,7 +358,7 @@ Napi::Promise StartDump(Napi::Env env, NftSocket* sock, Napi::Object self, const
   // finished by a worker after kInlineDatagrams.
   bool small = st->single || ((st->kind == DumpKind::Rule || st->kind == DumpKind::Set) && !st->table.empty());
   bool inlineStarted = false;
-  if (small && sock->gate().try_lock()) {
+  if (small && !sock->HasWaiting() && sock->gate().try_lock()) {
     inlineStarted = true;
     if (st->Send(sock)) {
       for (int i = 0; i < kInlineDatagrams && !st->done; i++) {
@@ -377,13 +372,15 @@ Napi::Promise StartDump(Napi::Env env, NftSocket* sock, Napi::Object self, const
     }
     if (st->done) {
       sock->gate().unlock();
+      sock->StartWaiting();
       st->Settle(env, deferred);
       return deferred.Promise();
     }
     // Still going: a worker finishes it, with the gate still held.
   }
   auto* w = new DumpWorker(env, sock, self, std::move(st), deferred, inlineStarted);
-  w->Queue();
+  if (inlineStarted) w->Queue();  // the gate is still held for it
+  else sock->QueueGated(w);
   return deferred.Promise();
 }
 

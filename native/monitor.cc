@@ -480,7 +480,7 @@ bool NftMonitor::TryRepair(MonitorBatch* b) {
     return false;
   }
   NftSocket* sock = armSock_;
-  if (sock == nullptr || sock->closed() || !sock->gate().try_lock()) return false;
+  if (sock == nullptr || sock->closed() || sock->HasWaiting() || !sock->gate().try_lock()) return false;
   armed_ = false;  // until the outcome says the entries still hold
   ArmedRule& r = it->second;
   auto batch = std::make_unique<EncodedBatch>();
@@ -495,6 +495,7 @@ bool NftMonitor::TryRepair(MonitorBatch* b) {
   CommitRun run(sock, std::move(batch), true);
   run.Run();
   sock->gate().unlock();
+  sock->StartWaiting();
   uint64_t handle = 0;
   int err = run.Settle(&handle);
   run.Release();

@@ -123,10 +123,30 @@ NftSocket::~NftSocket() {
 }
 
 void NftSocket::CloseNow() {
-  std::lock_guard<Gate> lock(gate_);
-  if (nl_ != nullptr) {
-    mnl_socket_close(nl_);
-    nl_ = nullptr;
+  {
+    std::lock_guard<Gate> lock(gate_);
+    if (nl_ != nullptr) {
+      mnl_socket_close(nl_);
+      nl_ = nullptr;
+    }
+  }
+  // Work still waiting runs and finds the socket closed (EBADF).
+  StartWaiting();
+}
+
+void NftSocket::QueueGated(Napi::AsyncWorker* w) {
+  if (waiting_.empty() && gate_.try_lock()) {
+    w->Queue();
+    return;
+  }
+  waiting_.push_back(w);
+}
+
+void NftSocket::StartWaiting() {
+  while (!waiting_.empty() && gate_.try_lock()) {
+    Napi::AsyncWorker* w = waiting_.front();
+    waiting_.pop_front();
+    w->Queue();
   }
 }
 
@@ -229,7 +249,7 @@ void NftSocket::ReturnEncodeBuffer(std::vector<uint8_t>&& b) {
 // Synchronous: one round trip of a few microseconds.
 Napi::Value NftSocket::Generation(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  std::lock_guard<Gate> lock(gate_);
+  JsGateHold hold(this);
   ThrowIfClosed(env, "generation");
   uint32_t seq = NextSeq(1);
   std::vector<uint8_t> req;
@@ -308,10 +328,11 @@ std::unique_ptr<CommitRun> NftSocket::PrepareCommit(const Napi::CallbackInfo& in
 Napi::Value NftSocket::Commit(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   std::unique_ptr<CommitRun> run = PrepareCommit(info);
-  if (run->Small() && gate_.try_lock()) {
+  if (run->Small() && !HasWaiting() && gate_.try_lock()) {
     // A small batch commits here and now, settling the promise before it is returned.
     run->Run();
     gate_.unlock();
+    StartWaiting();
     auto deferred = Napi::Promise::Deferred::New(env);
     Napi::Value v;
     if (run->Outcome(env, &v)) deferred.Resolve(v);
@@ -320,7 +341,7 @@ Napi::Value NftSocket::Commit(const Napi::CallbackInfo& info) {
   }
   auto* w = new CommitWorker(env, info.This().As<Napi::Object>(), std::move(run), this);
   Napi::Promise p = w->Promise();
-  w->Queue();
+  QueueGated(w);
   return p;
 }
 
@@ -331,12 +352,13 @@ Napi::Value NftSocket::Commit(const Napi::CallbackInfo& info) {
 Napi::Value NftSocket::CommitNow(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   std::unique_ptr<CommitRun> run = PrepareCommit(info);
-  if (!run->Small() || !gate_.try_lock()) {
+  if (!run->Small() || HasWaiting() || !gate_.try_lock()) {
     run->Release();
     return Napi::Boolean::New(env, false);
   }
   run->Run();
   gate_.unlock();
+  StartWaiting();
   Napi::Value v;
   if (!run->Outcome(env, &v)) throw Napi::Error(env, v);
   return v;

@@ -11,6 +11,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <atomic>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -68,6 +69,13 @@ class NftSocket : public Napi::ObjectWrap<NftSocket>, public Closeable {
   ssize_t Recv(int flags);
   std::vector<uint8_t>& buffer() { return buf_; }
   Gate& gate() { return gate_; }
+  // Queues `w` to libuv's pool once it holds the gate (now, or when the work before it is done), in
+  // order. A pool thread never waits for the gate: the holder may be queued behind it, and with the
+  // pool's four threads all waiting the process stops (fs calls share the pool). JS thread only.
+  void QueueGated(Napi::AsyncWorker* w);
+  // Hands a released gate to the next waiting work; called on the JS thread after a release.
+  void StartWaiting();
+  bool HasWaiting() const { return !waiting_.empty(); }
   uint32_t NextSeq(uint32_t count) {
     return seq_.fetch_add(count);
   }
@@ -103,7 +111,23 @@ class NftSocket : public Napi::ObjectWrap<NftSocket>, public Closeable {
   std::vector<uint8_t> buf_;
   std::vector<uint8_t> encodeBuf_;
   Gate gate_;
+  std::deque<Napi::AsyncWorker*> waiting_;
   AddonData* data_ = nullptr;
+};
+
+// The gate held by a call on the JS thread; released, it goes to the next waiting work.
+class JsGateHold {
+ public:
+  explicit JsGateHold(NftSocket* s) : s_(s) { s_->gate().lock(); }
+  ~JsGateHold() {
+    s_->gate().unlock();
+    s_->StartWaiting();
+  }
+  JsGateHold(const JsGateHold&) = delete;
+  JsGateHold& operator=(const JsGateHold&) = delete;
+
+ private:
+  NftSocket* s_;
 };
 
 }  // namespace nfk

@@ -111,6 +111,15 @@ describe('socket lifecycle', () => {
     }, 'life');
   });
 
+  it('more requests at once than the worker pool has threads are all answered (none waits for the socket on a pool thread)', async () => {
+    await withNetns(async (ns) => {
+      const r = runChild('crowd', ns.path);
+      expect(r.signal, 'the child hung (killed by the 30 s guard)').toBeNull();
+      expect(r.out).toMatchObject({ ok: true });
+      expect(r.status).toBe(0);
+    }, 'life');
+  });
+
   it('open sockets and an unref\'d monitor do not keep the process alive', async () => {
     await withNetns(async (ns) => {
       const r = runChild('natural-exit', ns.path);

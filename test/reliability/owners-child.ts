@@ -34,7 +34,16 @@ export async function kill9(d: Child): Promise<void> {
 export async function stop(d: Child): Promise<void> {
   if (d.child.exitCode !== null || d.child.signalCode !== null) return;
   d.child.kill('SIGTERM');
-  await d.exited;
+  // A daemon that does not stop is a finding, said with its logs, not a test left waiting.
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<'late'>((resolve) => { timer = setTimeout(() => resolve('late'), 20_000); });
+  const r = await Promise.race([d.exited, late]);
+  clearTimeout(timer);
+  if (r === 'late') {
+    d.child.kill('SIGKILL');
+    await d.exited;
+    throw new Error(`the daemon did not stop within 20 s of SIGTERM: ${d.logs.join('').slice(-4000)}`);
+  }
 }
 
 export async function ready(sock: string, d: Child, ms = 120_000): Promise<void> {
