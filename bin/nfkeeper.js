@@ -25,8 +25,11 @@ if (major < 22) {
     // owned rules: peak RSS 228 -> 173 MiB, CPU to ready unchanged (issue 14, bench/rss.ts).
     v8.setFlagsFromString('--heap-growing-percent=20');
   }
-  const { statSync } = await import('node:fs');
-  const { fileURLToPath } = await import('node:url');
+  // Node's own modules through require(): an import makes each one's ES module facade, which
+  // reads every export, lazy ones included (node:fs's streams).
+  const require = (await import('node:module')).createRequire(import.meta.url);
+  const { statSync } = require('node:fs');
+  const { fileURLToPath } = require('node:url');
   const mtime = (u) => statSync(fileURLToPath(u), { throwIfNoEntry: false })?.mtimeMs;
   const cli = new URL('../dist/cli.js', import.meta.url);
   // The build's one-file bundle of dist/ (scripts/bundle.mjs; about 5 MiB less RSS), unless it is

@@ -11,14 +11,34 @@
 // Identifiers are not minified, so stack traces still name functions. The dependencies stay
 // declared in package.json (the library uses them); their licences are in their packages.
 import { build } from 'esbuild';
+import { rmSync } from 'node:fs';
+import { builtinModules } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 
+// Node's own modules are required, not imported: an import of one makes its ES module facade,
+// which reads every export, lazy ones included (node:http's loads undici, node:fs's its streams),
+// where require() leaves them for the code that uses them.
+const builtins = new Set(builtinModules.flatMap((m) => [m, `node:${m}`]));
+const requireBuiltins = {
+  name: 'require-builtins',
+  setup(b) {
+    b.onResolve({ filter: /^[a-z_:/]+$/ }, (a) => (a.kind === 'import-statement' || a.kind === 'dynamic-import') && builtins.has(a.path)
+      ? { path: a.path, namespace: 'builtin' } : undefined);
+    b.onLoad({ filter: /.*/, namespace: 'builtin' }, (a) => ({ contents: `module.exports = require(${JSON.stringify(a.path)});`, loader: 'js' }));
+  },
+};
+
+rmSync(join(root, 'dist', 'chunks'), { recursive: true, force: true });
 await build({
   entryPoints: [join(root, 'dist', 'cli.js')],
-  outfile: join(root, 'dist', 'nfkeeper.mjs'),
+  outdir: join(root, 'dist'),
+  entryNames: 'nfkeeper',
+  chunkNames: 'chunks/[name]-[hash]',
+  outExtension: { '.js': '.mjs' },
+  splitting: true,
   bundle: true,
   platform: 'node',
   format: 'esm',
@@ -31,5 +51,6 @@ await build({
   // The CommonJS packages (commander, yaml, pino, prom-client) call require() for Node's own
   // modules; an ES module has no require of its own.
   banner: { js: "import { createRequire as __nfkRequire } from 'node:module'; const require = __nfkRequire(import.meta.url);" },
+  plugins: [requireBuiltins],
   logLevel: 'warning',
 });

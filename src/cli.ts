@@ -5,23 +5,23 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { Argument, Command, CommanderError, Option } from 'commander';
 import { SHELLS, completionScript, type Shell } from './completion.js';
-import { anyInterface, countRules, loadConfig, namespaceInterfaces } from './config/config.js';
 import type { ExportFormat } from './config/export.js';
+import { DEFAULT_SOCKET } from './config/paths.js';
 import { ConfigError, NfkeeperError } from './errors.js';
-import { parseListen } from './keeper/http.js';
 import type { KeeperStatus } from './keeper/keeper.js';
 import type { Family } from './netlink/expr.js';
 import { parseBoundedDuration } from './duration.js';
-import { parseLogLevel } from './log.js';
-import { DEFAULT_SOCKET } from './config/owners.js';
-import { NoDaemonError, call } from './owners/client.js';
-import { parse as parseYaml } from 'yaml';
 
-// The modules that reach the kernel (and load the native addon) are imported
-// where a command needs them, so validate, version, --help and the owner
-// client commands run where the addon is missing or cannot load.
+// What a command needs is imported when it runs, not here: the modules that reach the kernel
+// (and load the native addon), so that validate, version, --help and the owner client commands
+// run where the addon is missing or cannot load; and the config's parser and schema, the HTTP
+// client and the logger, so that a command pays only for what it uses (version reads
+// package.json and nothing else; the bundle keeps each of these in a chunk of its own).
 const kernel = () => import('./keeper/keeper.js');
 const netlink = () => import('./netlink/socket.js');
+const configs = () => import('./config/config.js');
+const client = () => import('./owners/client.js');
+const listen = async (spec: string) => (await import('./keeper/http.js')).parseListen(spec);
 
 /** --interval bounds: faster than 10ms is a busy loop; slower than 1h leaves drift unseen (events aside) for too long. */
 export const INTERVAL_MIN_MS = 10;
@@ -102,9 +102,10 @@ export async function main(argv: string[], io: Out = {
 
   progressOpts(program.command('validate').description('check a config file; exit 0, or 2 with every error as file:line:column: error: message')
     .addOption(configOpt()).addOption(includeOpt()).option('--json', 'print the result as JSON: { ok, tables } or { ok: false, errors: [{ file, line, column, severity, message }] }'))
-    .action((o: { config: string; includePath?: string[]; json?: boolean; progress?: boolean }) => {
+    .action(async (o: { config: string; includePath?: string[]; json?: boolean; progress?: boolean }) => {
       let config;
       const progress = new Progress(io, o.progress);
+      const { anyInterface, countRules, loadConfig } = await configs();
       try {
         config = loadConfig(o.config, { interfaces: anyInterface(), includePath: o.includePath });
         progress.step(() => `${o.config}: ${plural(countRules(config!.tables), 'rule')} compiled`);
@@ -146,6 +147,7 @@ export async function main(argv: string[], io: Out = {
       const progress = new Progress(io, o.progress);
       if (o.table.length % 2 !== 0) throw new NfkeeperError('--table takes FAMILY NAME pairs, e.g. --table ip nat');
       const { readTable, tablesToYaml, tableToNft } = await import('./config/export.js');
+      const { namespaceInterfaces } = await configs();
       const sock = new (await netlink()).NftSocket({ netns: o.netns });
       try {
         const tables: import('./config/export.js').ExportedTable[] = [];
@@ -171,6 +173,7 @@ export async function main(argv: string[], io: Out = {
   program.command('cleanup').description('remove every table the config owns (rules stay when nfkeeper merely stops)')
     .addOption(configOpt()).addOption(includeOpt()).addOption(netnsOpt()).option('--json', 'print what was removed as JSON')
     .action(async (o: { config: string; includePath?: string[]; netns?: string; json?: boolean }) => {
+      const { loadConfig, namespaceInterfaces } = await configs();
       const config = loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns), includePath: o.includePath });
       const { cleanup } = await kernel();
       // Not while a daemon keeps these tables (it would put them back at once).
@@ -202,7 +205,7 @@ export async function main(argv: string[], io: Out = {
     .option('--env-wait <duration>', 'at start-up, wait this long for an env file the config lists to appear (0s: fail at once), up to 1h', '5m')
     .action(async (o: RunOptions) => {
       // Every flag is checked before anything is opened, bound or read.
-      const d = runOptions(o);
+      const d = await runOptions(o);
       const { runDaemon } = await import('./daemon.js');
       code = await runDaemon(d);
     });
@@ -232,16 +235,16 @@ export async function main(argv: string[], io: Out = {
       let fromSocket: typeof st | undefined;
       if (!metricsOnly) {
         try {
-          const r = await call(o.socket, 'GET', '/v1/status', undefined, 10_000);
+          const r = await (await client()).call(o.socket, 'GET', '/v1/status', undefined, 10_000);
           if (r.status !== 200) throw new NfkeeperError(`control socket ${o.socket}: ${errorText(r)}`);
           fromSocket = r.body as typeof st;
         } catch (e) {
-          if (!(e instanceof NoDaemonError) || cmd.getOptionValueSource('socket') === 'cli') throw e;
+          if (!(e instanceof (await client()).NoDaemonError) || cmd.getOptionValueSource('socket') === 'cli') throw e;
         }
       }
       if (fromSocket) st = fromSocket;
       else {
-        const { host, port } = parseListen(o.metrics);
+        const { host, port } = await listen(o.metrics);
         try {
           st = await (await fetch(`http://${host.includes(':') ? `[${host}]` : host}:${port}/status`)).json() as typeof st;
         } catch (e) {
@@ -288,10 +291,10 @@ export async function main(argv: string[], io: Out = {
           await followEvents({ socketPath: o.socket, path: `/v1/events${query}` }, print);
           return;
         } catch (e) {
-          if (!(e instanceof NoDaemonError) || cmd.getOptionValueSource('socket') === 'cli') throw e;
+          if (!(e instanceof (await client()).NoDaemonError) || cmd.getOptionValueSource('socket') === 'cli') throw e;
         }
       }
-      const { host, port } = parseListen(o.metrics);
+      const { host, port } = await listen(o.metrics);
       try {
         await followEvents({ host, port, path: `/events${query}` }, print);
       } catch (e) {
@@ -313,11 +316,11 @@ export async function main(argv: string[], io: Out = {
       }
       let spec: unknown;
       try {
-        spec = parseYaml(text);  // YAML is a superset of JSON
+        spec = (await import('yaml')).parse(text);  // YAML is a superset of JSON
       } catch (e) {
         throw new NfkeeperError(`${o.file}: not JSON or YAML: ${(e as Error).message.split('\n')[0]}`);
       }
-      const r = await call(o.socket, 'PUT', `/v1/owners/${encodeURIComponent(id)}`, spec);
+      const r = await (await client()).call(o.socket, 'PUT', `/v1/owners/${encodeURIComponent(id)}`, spec);
       code = answer(r, o.json, io, () => {
         const b = r.body as { created: boolean; changed: boolean };
         return `owner ${id}: ${b.created ? 'registered' : b.changed ? 'replaced' : 'unchanged'}`;
@@ -326,13 +329,13 @@ export async function main(argv: string[], io: Out = {
   owner.command('rm').description('remove an owner; its chains and rules go in one batch')
     .argument('<id>', 'the owner id').addOption(socketOpt()).option('--json', 'print the answer as JSON')
     .action(async (id: string, o: { socket: string; json?: boolean }) => {
-      const r = await call(o.socket, 'DELETE', `/v1/owners/${encodeURIComponent(id)}`);
+      const r = await (await client()).call(o.socket, 'DELETE', `/v1/owners/${encodeURIComponent(id)}`);
       code = answer(r, o.json, io, () => `owner ${id}: removed`);
     });
   owner.command('ls').description('list the registered owners')
     .addOption(socketOpt()).option('--json', 'print the list as JSON')
     .action(async (o: { socket: string; json?: boolean }) => {
-      const r = await call(o.socket, 'GET', '/v1/owners');
+      const r = await (await client()).call(o.socket, 'GET', '/v1/owners');
       code = answer(r, o.json, io, () => {
         const list = (r.body as { owners: { id: string; chains: number; rules: number }[] }).owners;
         return list.length === 0 ? 'no owners' : list.map((x) => `${x.id}\t${x.chains} chains\t${x.rules} rules`).join('\n');
@@ -341,7 +344,7 @@ export async function main(argv: string[], io: Out = {
   owner.command('get').description('print one owner as registered')
     .argument('<id>', 'the owner id').addOption(socketOpt())
     .action(async (id: string, o: { socket: string }) => {
-      const r = await call(o.socket, 'GET', `/v1/owners/${encodeURIComponent(id)}`);
+      const r = await (await client()).call(o.socket, 'GET', `/v1/owners/${encodeURIComponent(id)}`);
       code = answer(r, true, io, () => '');
     });
 
@@ -355,6 +358,7 @@ export async function main(argv: string[], io: Out = {
     .option('--json', 'print the result as JSON')
     .action(async (o: { config: string; includePath?: string[]; netns?: string; liveFile?: string; grace?: string; dryRun?: boolean; json?: boolean; backend: 'nftables' | 'iptables-legacy' }) => {
       const { gcOnce } = await import('./gc/command.js');
+      const { loadConfig, namespaceInterfaces } = await configs();
       const r = await gcOnce(loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns), includePath: o.includePath }), o);
       io.out(o.json ? JSON.stringify(r.json) : r.lines.join('\n'));
       code = o.dryRun && r.garbage.length > 0 ? EXIT.DRIFT : EXIT.OK;
@@ -405,6 +409,7 @@ interface OneShotOptions { config: string; includePath?: string[]; netns?: strin
 
 async function oneShot(o: OneShotOptions, apply: boolean, io: Out): Promise<number> {
   const progress = new Progress(io, o.progress);
+  const { loadConfig, namespaceInterfaces } = await configs();
   const config = loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns), includePath: o.includePath });
   // apply writes: not beside a daemon keeping these tables or this state file (check only reads).
   const lock = apply ? (await import('./lock.js')).lockKeeper({ netns: o.netns, tables: config.tables, stateFile: config.owners?.state }) : undefined;
@@ -419,6 +424,7 @@ async function oneShotLocked(o: OneShotOptions, config: import('./config/config.
   progress: Progress): Promise<number> {
   // Registered owners are desired state too; a corrupt state file stops here, before the kernel.
   const owners = config.owners ? (await import('./owners/state.js')).loadOwners(config) : [];
+  const { countRules } = await configs();
   progress.step(() => `${o.config}: ${plural(config.tables.length, 'table')}, ${plural(countRules(config.tables), 'rule')} compiled`);
   const { checkOnce, renderDrift } = { ...await kernel(), ...await import('./keeper/reconcile.js') };
   const sock = new (await netlink()).NftSocket({ netns: o.netns });
@@ -505,10 +511,10 @@ interface RunOptions {
 }
 
 /** The run flags, checked and converted; each refusal names the flag and what it takes. */
-function runOptions(o: RunOptions): import('./daemon.js').DaemonOptions {
+async function runOptions(o: RunOptions): Promise<import('./daemon.js').DaemonOptions> {
   const intervalMs = parseBoundedDuration('--interval', o.interval, INTERVAL_MIN_MS, INTERVAL_MAX_MS);
-  const logLevel = parseLogLevel(o.logLevel);
-  if (o.metrics !== false) parseListen(o.metrics);
+  const logLevel = (await import('./log.js')).parseLogLevel(o.logLevel);
+  if (o.metrics !== false) await listen(o.metrics);
   let socketMode: number | undefined;
   if (o.socketMode !== undefined) {
     socketMode = /^[0-7]{1,4}$/.test(o.socketMode) ? parseInt(o.socketMode, 8) : NaN;

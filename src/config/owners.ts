@@ -6,9 +6,9 @@
  * checks that the table and the dispatch chains are in `tables`.
  */
 import * as z from 'zod';
+import { DEFAULT_SOCKET, DEFAULT_STATE } from './paths.js';
 
-export const DEFAULT_SOCKET = '/run/nfkeeper/nfkeeper.sock';
-export const DEFAULT_STATE = '/var/lib/nfkeeper/owners.json';
+export { DEFAULT_SOCKET, DEFAULT_STATE };
 
 /**
  * What all owners together may hold, by default: rules (chain rules and jumps) and bytes (each

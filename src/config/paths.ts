@@ -1,0 +1,7 @@
+/**
+ * Where the daemon's files are unless the config says otherwise. A module of its own, without the
+ * schema's imports, because the command line's option defaults name them and a command that does
+ * not read a config (version, status) should not load the config's schema for that.
+ */
+export const DEFAULT_SOCKET = '/run/nfkeeper/nfkeeper.sock';
+export const DEFAULT_STATE = '/var/lib/nfkeeper/owners.json';
