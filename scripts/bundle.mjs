@@ -11,7 +11,7 @@
 // Identifiers are not minified, so stack traces still name functions. The dependencies stay
 // declared in package.json (the library uses them); their licences are in their packages.
 import { build } from 'esbuild';
-import { rmSync } from 'node:fs';
+import { readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { builtinModules } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -31,12 +31,14 @@ const requireBuiltins = {
   },
 };
 
-rmSync(join(root, 'dist', 'chunks'), { recursive: true, force: true });
-await build({
+// The chunks sit beside the entry in dist/, as the modules do: src/native.ts finds the package
+// one level up from itself, and cli.ts its package.json. A build leaves no chunk of the last one.
+for (const f of readdirSync(join(root, 'dist'))) if (/^nfkeeper\..*\.mjs$/.test(f)) rmSync(join(root, 'dist', f));
+const { outputFiles } = await build({
   entryPoints: [join(root, 'dist', 'cli.js')],
   outdir: join(root, 'dist'),
   entryNames: 'nfkeeper',
-  chunkNames: 'chunks/[name]-[hash]',
+  chunkNames: 'nfkeeper.[name]-[hash]',
   outExtension: { '.js': '.mjs' },
   splitting: true,
   bundle: true,
@@ -48,9 +50,14 @@ await build({
   legalComments: 'none',
   // The addon is loaded at run time from build/ or prebuilds/ (src/native.ts).
   external: ['*.node'],
-  // The CommonJS packages (commander, yaml, pino, prom-client) call require() for Node's own
-  // modules; an ES module has no require of its own.
-  banner: { js: "import { createRequire as __nfkRequire } from 'node:module'; const require = __nfkRequire(import.meta.url);" },
   plugins: [requireBuiltins],
   logLevel: 'warning',
+  write: false,
 });
+// The CommonJS packages (commander, yaml, pino, prom-client) and the builtins above are loaded by
+// esbuild's __require, which calls the module's own require(); an ES module has none. It is
+// defined once, in the chunk that holds __require (a banner would make one in every chunk).
+const REQUIRE = "import { createRequire as __nfkRequire } from 'node:module'; const require = __nfkRequire(import.meta.url);\n";
+const holders = outputFiles.filter((f) => f.text.includes('var __require='));
+if (holders.length !== 1) throw new Error(`bundle: __require is defined in ${holders.length} chunks, not one`);
+for (const f of outputFiles) writeFileSync(f.path, holders.includes(f) ? REQUIRE + f.text : f.contents);
