@@ -1,8 +1,10 @@
 /**
- * bin/nfkeeper.js runs the build's one-file bundle, dist/nfkeeper.mjs (scripts/bundle.mjs; it
- * holds ~5 MiB less of an idle daemon's RSS than ~300 module files, issue 14), and falls back to
- * dist/cli.js when the bundle is missing or older. The daemon from the bundle reads and reloads
- * an nft-syntax config (the reader the YAML path does not use is in the bundle too).
+ * bin/nfkeeper.js runs the build's bundle, dist/nfkeeper.mjs and its chunks (scripts/bundle.mjs; a
+ * few dozen files instead of ~300 modules, issue 14), and falls back to dist/cli.js when the
+ * bundle is missing or older. The daemon from the bundle reads and reloads an nft-syntax config
+ * (the reader the YAML path does not use is in the bundle too). A one-shot command loads only
+ * what it uses: version and validate load none of the HTTP, compression, cluster or crypto
+ * modules that the daemon's packages pull in.
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { copyFileSync, existsSync, mkdirSync, statSync, utimesSync, writeFileSync } from 'node:fs';
@@ -43,6 +45,23 @@ describe('the bundled daemon', () => {
     // tsc run again without the bundle step: the modules are newer.
     utimesSync(cli, t, t + 2);
     expect(ran()).toBe('modules');
+  });
+
+  it('version and validate from the bundle load none of the modules only other commands use', () => {
+    // Node's own modules a process loaded, as it exits; undici is what node:http's lazy exports load.
+    const heavy = /^NativeModule (http|https|http2|zlib|cluster|worker_threads|crypto|internal\/deps\/undici\/undici)$/;
+    const hook = 'data:text/javascript,process.on("exit",()=>process.stderr.write("loaded:"+JSON.stringify(process.moduleLoadList)+"\\n"))';
+    const loaded = (status: number, ...args: string[]) => {
+      const r = spawnSync(process.execPath, ['--import', hook, join(ROOT, 'bin', 'nfkeeper.js'), ...args], { encoding: 'utf8' });
+      expect(r.status, r.stderr).toBe(status);
+      const line = r.stderr.split('\n').find((l) => l.startsWith('loaded:'));
+      return (JSON.parse(line!.slice('loaded:'.length)) as string[]);
+    };
+    expect(loaded(0, 'version').filter((m) => heavy.test(m))).toEqual([]);
+    expect(loaded(0, 'validate', '--config', join(ROOT, 'examples', 'flannel.yaml')).filter((m) => heavy.test(m))).toEqual([]);
+    // A command that talks HTTP loads node:http (so the hook does see what a command loads).
+    const dir = tempDir('bundle-load');
+    expect(loaded(2, 'status', '--socket', join(dir, 'none.sock'))).toContain('NativeModule http');
   });
 
   it('the build made the bundle, and the daemon from it applies and reloads an .nft config', async () => {
