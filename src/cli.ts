@@ -426,7 +426,7 @@ async function oneShotLocked(o: OneShotOptions, config: import('./config/config.
   const owners = config.owners ? (await import('./owners/state.js')).loadOwners(config) : [];
   const { countRules } = await configs();
   progress.step(() => `${o.config}: ${plural(config.tables.length, 'table')}, ${plural(countRules(config.tables), 'rule')} compiled`);
-  const { checkOnce, renderDrift } = { ...await kernel(), ...await import('./keeper/reconcile.js') };
+  const { checkOnce, renderDrift } = { ...await import('./keeper/once.js'), ...await import('./keeper/reconcile.js') };
   const sock = new (await netlink()).NftSocket({ netns: o.netns });
   try {
     const { drift, ops, protectUnsupported } = await checkOnce(sock, config, apply, owners);

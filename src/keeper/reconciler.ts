@@ -16,7 +16,7 @@ import type { NftConn } from '../netlink/conn.js';
 import type { Family } from '../netlink/expr.js';
 import { commitGuarded } from '../netlink/guard.js';
 import type { ObservedTable } from '../netlink/objects.js';
-import { ownedGarbage, type OwnedGarbage } from '../owners/index.js';
+import { ownedGarbage, type OwnedGarbage } from '../owners/merge.js';
 import { PROTECT_FLAGS, armCommitted, armTimed, diffTable, observeTable, planTable, rulesRemovedBy, type ArmedTimed, type Drift } from './reconcile.js';
 import { KnownState, readAddedChains, volatileSet } from './known.js';
 import type { CommitResult } from '../netlink/conn.js';
