@@ -7,8 +7,9 @@
 // ESM loader's per-module work touches node's own code. As ~300 files (95 of them zod's, its 40
 // locales among them) an idle daemon with flannel's four rules had 13 MiB of heap and 45 MiB of
 // file pages; one file with comments and whitespace gone, and what nothing imports left out,
-// saved about 5 MiB of RSS (the chunks give 3.5-4 MiB of the node binary's file pages back). dist/ keeps the modules (the library entry, dist/index.js, and the
-// fallback when the bundle is missing or older than dist/cli.js).
+// saved about 5 MiB of RSS (the chunks give 3.5-4 MiB of the node binary's file pages back).
+// dist/ keeps the modules (the library entry, dist/index.js, and the fallback when the bundle is
+// missing or older than dist/cli.js).
 //
 // Identifiers are not minified, so stack traces still name functions. The dependencies stay
 // declared in package.json (the library uses them); their licences are in their packages.
