@@ -174,6 +174,8 @@ interface Part { lo: Hex; hi: Hex; single: boolean }
 
 interface ParsedElement {
   parts: Part[];
+  /** `*`: the catch-all element (NFT_SET_ELEM_CATCHALL), no key: what no other key matches. */
+  catchall?: true;
   data?: { hex?: Hex; verdict?: Verdict; chain?: string; objref?: string };
   comment?: string;
   timeout?: number;
@@ -266,7 +268,12 @@ function parseElement(text: string, key: KeyType, data: DataType | undefined, in
     }
     return parts;
   };
-  out.parts = readValues(key, interval);
+  if (ts[0]?.w === '*' && !ts[0].quoted) {
+    out.catchall = true;
+    i = 1;
+  } else {
+    out.parts = readValues(key, interval);
+  }
   // Options before the data, in the order nft lists them.
   for (;;) {
     const t = ts[i];
@@ -400,10 +407,14 @@ export function buildSet(raw: RawSet, map: boolean, ctx: { family: Family; table
       err(['elements', index], `${what} ${raw.name}, element ${index + 1}: ${e.message}`, e.column);
     }
   });
+  const stars = parsed.filter(({ p }) => p.catchall);
+  if (stars.length > 1) err(['elements', stars[1]!.index], `${what} ${raw.name}, element ${stars[1]!.index + 1}: a second catch-all element ('*'); a ${what} has one`, 1);
   if (!ok) return undefined;
-  const elements = layout(parsed, key.type, interval, concat, !!raw['auto-merge'], (index, reason) =>
+  const keyed = layout(parsed.filter(({ p }) => !p.catchall), key.type, interval, concat, !!raw['auto-merge'], (index, reason) =>
     err(['elements', index], `${what} ${raw.name}, element ${index + 1}: ${reason}`, 1));
-  if (!ok || !elements) return undefined;
+  if (!ok || !keyed) return undefined;
+  // the catch-all element is kept beside the set's backend, whatever its layout
+  const elements = stars.length ? [...keyed, element(undefined, SET_ELEM_F.CATCHALL, stars[0]!.p)] : keyed;
 
   const set: NftSet = {
     family: ctx.family, table: ctx.table, name: raw.name, flags, keyType: key.type.id, keyLen: key.type.len,
@@ -429,8 +440,8 @@ export function buildSet(raw: RawSet, map: boolean, ctx: { family: Family; table
   return { name: raw.name, map, set, elements, key: key.type, data, decl };
 }
 
-function element(key: Hex, flags: number, p: ParsedElement, open = false): SetElement {
-  const e: SetElement = { key, flags };
+function element(key: Hex | undefined, flags: number, p: ParsedElement, open = false): SetElement {
+  const e: SetElement = key !== undefined ? { key, flags } : { flags };
   if (p.data?.hex !== undefined) e.data = p.data.hex;
   if (p.data?.verdict !== undefined) e.verdict = p.data.verdict;
   if (p.data?.chain !== undefined) e.chain = p.data.chain;
@@ -640,6 +651,16 @@ function formatData(e: SetElement, data: DataType | undefined): string {
  */
 export function elementTexts(key: KeyType, data: DataType | undefined, interval: boolean,
   elements: readonly SetElement[], withExpires = false): string[] | undefined {
+  // The catch-all element, listed last as nft lists it.
+  const stars = elements.filter((e) => (e.flags ?? 0) & SET_ELEM_F.CATCHALL);
+  if (stars.length === 0) return keyedTexts(key, data, interval, elements, withExpires);
+  if (stars.length > 1 || stars[0]!.key !== undefined) return undefined;
+  const texts = keyedTexts(key, data, interval, elements.filter((e) => !((e.flags ?? 0) & SET_ELEM_F.CATCHALL)), withExpires);
+  return texts && [...texts, '*' + formatOptions(stars[0]!, withExpires) + formatData(stars[0]!, data)];
+}
+
+function keyedTexts(key: KeyType, data: DataType | undefined, interval: boolean,
+  elements: readonly SetElement[], withExpires: boolean): string[] | undefined {
   const concat = key.parts.length > 1;
   if (!interval || concat) {
     // In key order, as nft lists a set of single values (integers by value, so a host-order mark too).

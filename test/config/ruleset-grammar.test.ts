@@ -1,0 +1,153 @@
+/**
+ * The rest of nft's table grammar in whole rulesets, nft 1.0.6 as the oracle: each table here is
+ * installed by `nft -f` into one empty namespace and by `nfkeeper apply` into another; both list
+ * and dump (`nft --debug=netlink`) alike, `check` finds nft's install in sync, and `export` of it
+ * reads back to the same table.
+ */
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { parseConfig, parseNftConfig } from '../../src/config/config.js';
+import { ConfigError } from '../../src/errors.js';
+import { SET_ELEM_F } from '../../src/netlink/objects.js';
+import { cli } from '../helpers/cli.js';
+import { withKeeper } from '../helpers/keeper.js';
+import { withNetns, type Netns } from '../helpers/netns.js';
+import { netlinkDump } from '../helpers/peers/dump.js';
+import { tempDir } from '../helpers/tmp.js';
+import { nextRepair } from '../keeper/helpers.js';
+
+const dir = tempDir('grammar');
+
+/** Tables nft and nfkeeper must install alike: [name, the file's text (one table, ip t)]. */
+const CASES: [string, string][] = [
+  ['catch-all elements', `table ip t {
+  map m {
+    type ipv4_addr : verdict
+    elements = { 1.2.3.4 : accept, * : drop }
+  }
+  map mi {
+    type ipv4_addr : mark
+    flags interval
+    elements = { 1.2.3.0/24 : 1, * : 2 }
+  }
+  map mc {
+    type ipv4_addr . inet_service : mark
+    flags interval
+    elements = { 1.2.3.0/24 . 22 : 1, * : 2 }
+  }
+  set s {
+    type ipv4_addr
+    elements = { 1.2.3.4, * }
+  }
+  set sk {
+    type ipv4_addr
+    flags constant
+    elements = { 1.2.3.4, * comment "all" }
+  }
+  set s2 {
+    type ipv4_addr
+    flags timeout
+    elements = { * timeout 1h comment "x" }
+  }
+  chain c {
+    ip saddr vmap @m
+    ip daddr @s accept
+    meta mark set ip daddr map @mi
+    tcp dport vmap { 22 : accept, * : drop }
+  }
+}
+`],
+];
+if (process.env.NFK_PROBE) CASES.splice(0, CASES.length, ['probe', process.env.NFK_PROBE]);
+
+/** Refused at [line, column] with a reason. */
+const REFUSED: [string, number, number, RegExp][] = [
+  ['table ip t {\n  map m { type ipv4_addr : verdict; elements = { * : drop, * : accept } }\n}\n', 2, 60, /a second catch-all element/],
+  ['table ip t {\n  map m { type ipv4_addr : verdict; elements = { * } }\n}\n', 2, 51, /needs ': verdict'/],
+  ['table ip t {\n  set s { type ipv4_addr; elements = { * . 22 } }\n}\n', 2, 42, /too many parts/],
+];
+
+/** `nft list table ip t`, less the time an element with a timeout has left (the kernel counts it down). */
+const listing = (ns: Netns) => ns.exec('nft', ['list', 'table', 'ip', 't']).replace(/ expires \S+/g, '');
+
+const dump = (ns: Netns) => netlinkDump(ns, 'ip', 't').replace(/ expires \S+/g, '');
+
+function refusal(text: string): ConfigError {
+  try {
+    parseNftConfig(text, 'f.nft');
+  } catch (e) {
+    expect(e).toBeInstanceOf(ConfigError);
+    return ((e as ConfigError & { all?: ConfigError[] }).all?.[0] ?? e) as ConfigError;
+  }
+  throw new Error(`accepted: ${text}`);
+}
+
+describe('whole-table grammar: what is refused, where', () => {
+  it('refuses at file:line:column', () => {
+    for (const [text, line, col, why] of REFUSED) {
+      const e = refusal(text);
+      expect([e.line, e.column, e.reason], text).toEqual([line, col, expect.stringMatching(why)]);
+    }
+  });
+
+  it('the catch-all element in the block form, the command form and YAML is one kernel element', () => {
+    const shape = (c: ReturnType<typeof parseConfig>) => c.tables.map((t) => (t.sets ?? []).map((x) => x.elements));
+    const block = parseNftConfig('table ip t {\n  map m { type ipv4_addr : verdict; elements = { 1.2.3.4 : accept, * : drop } }\n}\n', 'b.nft');
+    const commands = parseNftConfig('add table ip t\nadd map ip t m { type ipv4_addr : verdict; }\nadd element ip t m { * : drop, 1.2.3.4 : accept }\n', 'c.nft');
+    const yaml = parseConfig('tables:\n  - family: ip\n    name: t\n    maps:\n      - { name: m, type: "ipv4_addr : verdict", elements: ["1.2.3.4 : accept", "* : drop"] }\n', 'c.yaml');
+    expect(shape(block)).toEqual([[[{ key: '01020304', flags: 0, verdict: 'accept' }, { flags: SET_ELEM_F.CATCHALL, verdict: 'drop' }]]]);
+    expect(shape(yaml)).toEqual(shape(block));
+    expect(shape(commands).map((t) => t.map((els) => [...els].sort((a) => (a.key ? -1 : 1))))).toEqual(shape(block));
+  });
+});
+
+describe('whole-table grammar against nft', () => {
+  for (const [name, text] of CASES) {
+    it(name, async () => {
+      const file = join(dir, `${name}.nft`);
+      writeFileSync(file, text);
+      const validate = await cli('validate', '--config', file);
+      expect([validate.code, validate.err]).toEqual([0, '']);
+      await withNetns(async (a) => {
+        a.exec('nft', ['-f', file]);
+        await withNetns(async (b) => {
+          const apply = await cli('apply', '--config', file, '--netns', b.path);
+          expect([apply.code, apply.err]).toEqual([0, '']);
+          expect(listing(b)).toBe(listing(a));
+          expect(dump(b)).toBe(dump(a));
+          // export of nft's install, in both formats, is in sync with nfkeeper's
+          for (const format of ['nft', 'yaml']) {
+            const exp = await cli('export', '--netns', a.path, '--format', format, '--table', 'ip', 't');
+            expect([exp.code, exp.err]).toEqual([0, '']);
+            const back = join(dir, `${name}-export.${format}`);
+            writeFileSync(back, exp.out + '\n');
+            const again = await cli('check', '--config', back, '--netns', b.path);
+            expect([again.code, again.out], exp.out).toEqual([0, 'in sync']);
+          }
+        }, 'gram-b');
+        const check = await cli('check', '--config', file, '--netns', a.path);
+        expect([check.code, check.err], check.out).toEqual([0, '']);
+      }, 'gram-a');
+    });
+  }
+});
+
+describe('whole-table grammar: repaired by a running keeper', () => {
+  it('a catch-all element deleted behind its back is put back with element operations', async () => {
+    const config = parseNftConfig(CASES.find(([n]) => n === 'catch-all elements')![1], 'c.nft');
+    await withKeeper({ config, tag: 'gram-k' }, async ({ ns, keeper }) => {
+      const before = listing(ns);
+      // (nft 1.0.6 cannot delete the catch-all element of an interval map: 'BUG: invalid range expression type')
+      for (const cmd of [['delete', 'element', 'ip', 't', 'm', '{ * }'], ['delete', 'element', 'ip', 't', 's', '{ * }'],
+        ['delete', 'element', 'ip', 't', 'mc', '{ * }']]) {
+        const repaired = nextRepair(keeper);
+        ns.exec('nft', cmd);
+        const r = await repaired;
+        expect(r.drift.map((d) => d.kind)).toEqual(['elements-differ']);
+        expect(listing(ns)).toBe(before);
+      }
+    });
+  });
+});
+
