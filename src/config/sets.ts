@@ -18,6 +18,7 @@ import {
   padPart, splitKey, swapBytes, type Datatype, type KeyType,
 } from '../rules/datatypes.js';
 import { F, type Field } from '../rules/fields.js';
+import { L4_NUM, headerField, headerFieldNames, type Proto } from '../rules/headers.js';
 import {
   elementComment, elementUserdata, namedSetUserdata, parseNamedSetUserdata, parseTlvs, type KeyTypeof, type SetTypeof,
 } from '../rules/udata.js';
@@ -107,7 +108,18 @@ export function formatNftTime(ms: number): string {
 /** Fields a `typeof` may name, by nft's spelling (and `mark` for `meta mark` and friends). */
 function typeofField(name: string): Field | undefined {
   const all = Object.values(F) as Field[];
-  return all.find((f) => f.name === name && f.set) ?? all.find((f) => f.set && f.name === `meta ${name}`);
+  const f = all.find((x) => x.name === name && x.set) ?? all.find((x) => x.set && x.name === `meta ${name}`);
+  if (f) return f;
+  // a header field (tcp flags, ...) whose values a datatype here holds
+  const [proto, ...rest] = name.split(' ');
+  const h = proto && proto in L4_NUM || proto === 'ip' || proto === 'ip6' ? headerField(proto as Proto, rest.join(' ')) : undefined;
+  return h?.set && datatypeById(h.set.keyType) && !h.special ? h : undefined;
+}
+
+/** Every field a typeof may name, for the way back from a set's userdata (export). */
+function typeofFields(): Field[] {
+  const headers = (['ip', 'ip6', ...Object.keys(L4_NUM)] as Proto[]).flatMap((p) => headerFieldNames(p).map((n) => typeofField(`${p} ${n}`)));
+  return [...(Object.values(F) as Field[]).filter((f) => f.set), ...headers.filter((f): f is Field => f !== undefined)];
 }
 
 function parseTypeName(text: string, col: number): Datatype {
@@ -262,8 +274,10 @@ function parseElement(text: string, key: KeyType, data: DataType | undefined, in
         }
         i++;
       }
-      const t = ts[i++];
+      let t = ts[i++];
       if (!t) throw new ElementError(text.length + 1, `expected ${type.parts[p]!.expected}`);
+      // `syn | ack`: one value of a bit mask, over several words
+      while (type.parts[p]!.bitmask && ts[i] && (t.w.endsWith('|') || ts[i]!.w.startsWith('|'))) t = { ...t, w: t.w + ts[i++]!.w };
       parts.push(parsePart(type.parts[p]!, t, allowInterval));
     }
     return parts;
@@ -757,7 +771,7 @@ export function kernelSetDecl(set: NftSet, elements: readonly SetElement[]): { d
   const side = (t: KeyType, tf: SetTypeof): { type?: string; typeof?: string } | undefined => {
     if (tf.expr === 'none' || (tf.expr === 'concat' && tf.parts.length === 0)) return { type: keyTypeName(t) };
     const descs = tf.expr === 'one' ? [tf.key] : tf.expr === 'concat' ? tf.parts : [];
-    const names = descs.map((k) => (Object.values(F) as Field[]).find((f) => f.set && JSON.stringify(f.set.key) === JSON.stringify(k))?.name);
+    const names = descs.map((k) => typeofFields().find((f) => f.set && JSON.stringify(f.set.key) === JSON.stringify(k))?.name);
     if (names.some((n) => n === undefined)) return undefined;
     return { typeof: names.join(' . ') };
   };

@@ -58,6 +58,31 @@ const CASES: [string, string][] = [
   }
 }
 `],
+  ['tcp_flag keys', `table ip t {
+  set sf {
+    type tcp_flag
+    elements = { syn, ack, syn | ack, 0x3, fin|psh }
+  }
+  set st {
+    typeof tcp flags
+    elements = { syn }
+  }
+  map mf {
+    type tcp_flag : verdict
+    elements = { fin : drop, * : accept }
+  }
+  map mt {
+    typeof tcp flags . tcp dport : mark
+    elements = { syn . 22 : 1 }
+  }
+  chain c {
+    tcp flags @sf accept
+    tcp flags @st accept
+    tcp flags vmap @mf
+    meta mark set tcp flags . tcp dport map @mt
+  }
+}
+`],
 ];
 if (process.env.NFK_PROBE) CASES.splice(0, CASES.length, ['probe', process.env.NFK_PROBE]);
 
