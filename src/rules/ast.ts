@@ -168,6 +168,8 @@ export interface DynsetStmt extends At {
   /** Milliseconds. */
   timeout?: number;
   timeoutAt?: At;
+  /** `: DATA` (a map): expressions (`ip daddr`, `ip saddr . tcp dport`), or one constant of the map's data type. */
+  data?: KeyPart[] | { constant: string } & At;
 }
 
 /** `meta/ct mark set numgen …|jhash …|symhash …` or `… set KEY map { k : mark, … } | map @m`. */

@@ -428,7 +428,7 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
         }
       }
       const c: KeyCtx = { l3, l4, ll: llKnown, ...(ethType !== undefined ? { eth: ethType } : {}) };
-      keyDeps(st.key, family, c, out, fail);
+      keyDeps(st.t === 'dynset' && Array.isArray(st.data) ? [...st.key, ...st.data] : st.key, family, c, out, fail);
       l3 = c.l3;
       l4 = c.l4;
       llKnown = c.ll === true;

@@ -25,6 +25,7 @@ import {
 } from './sets.js';
 import { parseDupDevice } from './statements.js';
 import { EXPR_TYPE, tlv } from './udata.js';
+import { keyTypeFromKernel } from './datatypes.js';
 import { formatIPv4, formatIPv6, parseIPv4, parseIPv6, parseInteger } from './values.js';
 
 // ---- parsing ---------------------------------------------------------------------------
@@ -460,9 +461,21 @@ export function parseDynset(p: KeyedParser): DynsetStmt {
     st.timeout = ms;
     st.timeoutAt = at(v);
   }
+  if (p.isWord(p.peek(), ':')) {
+    // `: DATA`: what the packet path maps the key to (a map with flags dynamic)
+    p.next();
+    const d = p.peek();
+    if (d.kind === 'word' && (NAT_KEY_START.has(d.text) || p.isWord(d, 'iif', 'oif'))) {
+      st.data = parseConcat(p, parsePart(p, false), false);
+    } else if (d.kind === 'word' || d.kind === 'string') {
+      p.next();
+      st.data = { constant: d.text, ...at(d) };
+    } else {
+      p.fail(d, 'the data: an expression such as ip daddr, or a value');
+    }
+  }
   const c = p.peek();
-  if (p.isWord(c, ':')) p.fail(c, "'}'", 'adding to a map from a rule is not supported');
-  if (!(c.kind === 'punct' && c.text === '}')) p.fail(c, "'}'" + (st.timeout === undefined ? " or 'timeout' and a time" : ''));
+  if (!(c.kind === 'punct' && c.text === '}')) p.fail(c, "'}'" + (st.timeout === undefined && st.data === undefined ? ", ': DATA' or 'timeout' and a time" : ''));
   p.next();
   return st;
 }
@@ -810,7 +823,11 @@ export function linearizeDynset(st: DynsetStmt, out: Expr[], kc: KeyedContext): 
   const s = namedSet(st.set, kc);
   checkKey(s, key, st.set, kc);
   if (s.flags & (SET_F.ANONYMOUS | SET_F.CONSTANT)) kc.fail(st.set, 'a set that is not constant', `set '${s.name}' is constant`);
-  if (s.flags & SET_F.MAP) kc.fail(st.set, 'a set', `'${s.name}' is a map (adding to maps from a rule is not supported)`);
+  if (s.flags & SET_F.OBJECT) kc.fail(st.set, 'a set or a map to values', `'${s.name}' is an object map`);
+  const map = (s.flags & SET_F.MAP) !== 0;
+  if (map && s.dataType === DATA_VERDICT) kc.fail(st.set, 'a map to values', `'${s.name}' is a verdict map (a rule adds no verdicts)`);
+  if (map && st.data === undefined) kc.fail(st.set, `a set, or ': DATA' for map '${s.name}'`, `'${s.name}' is a map: give the data, ${st.op} @${s.name} { KEY : DATA }`);
+  if (!map && st.data !== undefined) kc.fail(Array.isArray(st.data) ? st.data[0]! : st.data, "'}': a set's element has no data", `'${s.name}' is a set, not a map`);
   if (s.flags & SET_F.INTERVAL) kc.fail(st.set, 'a set without the interval flag', `set '${s.name}' has the interval flag`);
   if (st.timeout !== undefined && !(s.flags & SET_F.TIMEOUT)) {
     kc.fail(st.timeoutAt!, 'no timeout, or a set with the timeout flag', `set '${s.name}' has no timeout flag`);
@@ -818,6 +835,23 @@ export function linearizeDynset(st: DynsetStmt, out: Expr[], kc: KeyedContext): 
   emitKey(st.key, 0, out, kc);
   const e: Expr = { kind: 'dynset', sregKey: 1, op: st.op === 'add' ? 0 : 1, set: s.name };
   if (st.timeout !== undefined) e.timeout = st.timeout;
+  if (st.data !== undefined) {
+    // the data goes into the 16-byte register after the key's, as nft allocates them
+    const w = Math.ceil(key.keyLen / 16) * 4;
+    const wrong = (at: At, what: string) => kc.fail(at, `data of ${typeName(s.dataType ?? 0)} (${s.dataLen} bytes)`, `datatype mismatch: map '${s.name}' maps to ${typeName(s.dataType ?? 0)}, not ${what}`);
+    if (Array.isArray(st.data)) {
+      const d = keyOf(st.data, kc.fail);
+      if (d.keyType !== s.dataType || d.keyLen !== s.dataLen) wrong(st.data[0]!, `${typeName(d.keyType, d.concat ? 1 : 0)} (${d.keyLen} bytes)`);
+      emitKey(st.data, w, out, kc);
+    } else {
+      const dt = keyTypeFromKernel(s.dataType ?? 0, s.dataLen ?? 0);
+      if (!dt || dt.parts.length !== 1) return kc.fail(st.data, 'an expression', `a constant of map '${s.name}''s data type ${typeName(s.dataType ?? 0)} is not supported`);
+      const hex = dt.parts[0]!.parse(st.data.constant);
+      if (hex === undefined) return kc.fail(st.data, dt.parts[0]!.expected, `'${st.data.constant}' is not ${dt.parts[0]!.expected}`);
+      out.push({ kind: 'immediate', dreg: regOf(w), data: hex });
+    }
+    e.sregData = regOf(w);
+  }
   out.push(e);
 }
 
@@ -1036,6 +1070,8 @@ export interface KeyedGroup {
   cmp?: Extract<Expr, { kind: 'cmp' }>;
   nat?: NatExpr;
   dynset?: Extract<Expr, { kind: 'dynset' }>;
+  /** The dynset's map data: the loads, or the value, in the register after the key. */
+  dynData?: { loads: LoadExprT[] } | { imm: Hex };
   /** `meta/ct mark set` from the generator or the map's result. */
   markset?: 'meta' | 'ct' | 'zone';
   /** `redirect to :KEY map …`. */
@@ -1133,10 +1169,27 @@ export function groupKeyed(exprs: readonly Expr[], i: number): { g: KeyedGroup; 
     g0.hton = true;
     j++;
   }
-  const c = exprs[j];
-  if (c?.kind === 'dynset' && c.sregKey === 1 && parts.every((x) => x.k === 'load')) {
-    return { g: { parts, dynset: c }, n: j - i + 1 };
+  // a map's data after the key (add/update @m { KEY : DATA }): loads or one immediate, from the next 16-byte register
+  let dynData: KeyedGroup['dynData'];
+  const keyWords = parts.reduce((n, x) => n + (x.k === 'load' ? loadWords(x.load) : 1), 0);
+  const dataW = Math.ceil(keyWords / 4) * 4;
+  const d0 = exprs[j];
+  if (d0?.kind === 'immediate' && d0.data !== undefined && d0.dreg === regOf(dataW) && exprs[j + 1]?.kind === 'dynset') {
+    dynData = { imm: d0.data };
+    j++;
+  } else if (isLoadExpr(d0) && wordOf(d0.dreg) === dataW && dataW > 0) {
+    const run = loadRun(exprs, j, dataW);
+    if (exprs[j + run.length]?.kind === 'dynset') {
+      dynData = { loads: run.map((x) => x.load) };
+      j += run.length;
+    }
   }
+  const c = exprs[j];
+  if (c?.kind === 'dynset' && c.sregKey === 1 && parts.every((x) => x.k === 'load')
+    && (dynData === undefined ? c.sregData === undefined : c.sregData === regOf(dataW))) {
+    return { g: { parts, dynset: c, ...(dynData ? { dynData } : {}) }, n: j - i + 1 };
+  }
+  if (dynData) return undefined;
   if (c?.kind === 'objref' && c.sreg === 1 && c.set !== undefined && c.name === undefined && parts.every((x) => x.k === 'load')) {
     return { g: { parts, lookup: { kind: 'lookup', sreg: 1, set: c.set, ...(c.setId !== undefined ? { setId: c.setId } : {}) }, objmap: true }, n: j - i + 1 };
   }
@@ -1534,8 +1587,19 @@ export function renderKeyed(g: KeyedGroup, env: KeyedRenderEnv): string | undefi
   const key = parts.map((p) => p.text).join(' . ');
   if (g.dynset) {
     const d = g.dynset;
-    if (d.sregData !== undefined || (d.flags ?? 0) !== 0 || (d.op !== 0 && d.op !== 1)) return undefined;
-    return `${d.op === 0 ? 'add' : 'update'} @${d.set} { ${key}${d.timeout ? ` timeout ${formatNftTime(d.timeout)}` : ''} }`;
+    if ((d.sregData !== undefined) !== (g.dynData !== undefined) || (d.flags ?? 0) !== 0 || (d.op !== 0 && d.op !== 1)) return undefined;
+    let data = '';
+    if (g.dynData && 'imm' in g.dynData) {
+      const s = env.sets?.(d.set, d.setId)?.set;
+      const dt = s ? keyTypeFromKernel(s.dataType ?? 0, s.dataLen ?? 0) : undefined;
+      if (!dt || dt.parts.length !== 1) return undefined;
+      data = ` : ${dt.parts[0]!.format(g.dynData.imm)}`;
+    } else if (g.dynData) {
+      const ft = fieldsText(g.dynData.loads, env);
+      if (!ft) return undefined;
+      data = ` : ${ft.text}`;
+    }
+    return `${d.op === 0 ? 'add' : 'update'} @${d.set} { ${key}${d.timeout ? ` timeout ${formatNftTime(d.timeout)}` : ''}${data} }`;
   }
   if (g.markset && !g.lookup) return `${g.markset} mark set ${key}`;
   if (g.cmp) {

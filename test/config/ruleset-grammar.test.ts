@@ -83,6 +83,33 @@ const CASES: [string, string][] = [
   }
 }
 `],
+  ['add and update @map { KEY : DATA }', `table ip t {
+  map m {
+    type ipv4_addr : mark
+    flags dynamic,timeout
+  }
+  map m2 {
+    type ipv4_addr : ipv4_addr
+    flags dynamic
+  }
+  map m3 {
+    typeof ip saddr . tcp dport : meta mark
+    flags dynamic
+  }
+  map m4 {
+    type ipv4_addr : inet_service
+    flags dynamic
+  }
+  chain c {
+    update @m { ip saddr : 0x1 }
+    update @m { ip saddr timeout 10s : 0x2 }
+    add @m2 { ip saddr : ip daddr }
+    update @m3 { ip saddr . tcp dport : meta mark }
+    add @m4 { ip saddr : tcp dport }
+    add @m4 { ip saddr : 22 }
+  }
+}
+`],
 ];
 if (process.env.NFK_PROBE) CASES.splice(0, CASES.length, ['probe', process.env.NFK_PROBE]);
 
@@ -91,6 +118,14 @@ const REFUSED: [string, number, number, RegExp][] = [
   ['table ip t {\n  map m { type ipv4_addr : verdict; elements = { * : drop, * : accept } }\n}\n', 2, 60, /a second catch-all element/],
   ['table ip t {\n  map m { type ipv4_addr : verdict; elements = { * } }\n}\n', 2, 51, /needs ': verdict'/],
   ['table ip t {\n  set s { type ipv4_addr; elements = { * . 22 } }\n}\n', 2, 42, /too many parts/],
+  // nft 1.0.6 refuses a constant in a concatenation it matches ("Can't parse symbolic invalid expressions")
+  ['table ip t {\n  chain c {\n    ip saddr . 22 { 1.2.3.4 . 22 } accept\n  }\n}\n', 3, 16, /unknown or unsupported keyword/],
+  ['table ip t {\n  set s { type tcp_flag; elements = { syn | bogus } }\n}\n', 2, 39, /'syn\|bogus' is not TCP flags/],
+  ['table ip t {\n  map m { type ipv4_addr : mark; flags dynamic; }\n  set s { type ipv4_addr; flags dynamic; }\n  map v { type ipv4_addr : verdict; flags dynamic; }\n  chain c {\n    add @m { ip saddr }\n  }\n}\n', 6, 9, /'m' is a map: give the data/],
+  ['table ip t {\n  map m { type ipv4_addr : mark; flags dynamic; }\n  set s { type ipv4_addr; flags dynamic; }\n  map v { type ipv4_addr : verdict; flags dynamic; }\n  chain c {\n    add @s { ip saddr : 1 }\n  }\n}\n', 6, 25, /'s' is a set, not a map/],
+  ['table ip t {\n  map m { type ipv4_addr : mark; flags dynamic; }\n  set s { type ipv4_addr; flags dynamic; }\n  map v { type ipv4_addr : verdict; flags dynamic; }\n  chain c {\n    add @v { ip saddr : 1 }\n  }\n}\n', 6, 9, /verdict map/],
+  ['table ip t {\n  map m { type ipv4_addr : mark; flags dynamic; }\n  set s { type ipv4_addr; flags dynamic; }\n  map v { type ipv4_addr : verdict; flags dynamic; }\n  chain c {\n    add @m { ip saddr : ip daddr }\n  }\n}\n', 6, 25, /datatype mismatch: map 'm' maps to mark, not ipv4_addr/],
+  ['table ip t {\n  map m { type ipv4_addr : mark; flags dynamic; }\n  set s { type ipv4_addr; flags dynamic; }\n  map v { type ipv4_addr : verdict; flags dynamic; }\n  chain c {\n    add @m { ip saddr : bogus }\n  }\n}\n', 6, 25, /'bogus' is not a 32-bit mark/],
 ];
 
 /** `nft list table ip t`, less the time an element with a timeout has left (the kernel counts it down). */
