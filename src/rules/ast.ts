@@ -168,9 +168,14 @@ export interface DynsetStmt extends At {
   /** Milliseconds. */
   timeout?: number;
   timeoutAt?: At;
+  /** The key as written when it holds constants (`ip saddr . 22`): `key` then holds its fields only. */
+  keyItems?: (KeyPart | DynsetConst)[];
   /** `: DATA` (a map): expressions (`ip daddr`, `ip saddr . tcp dport`), or one constant of the map's data type. */
-  data?: KeyPart[] | { constant: string } & At;
+  data?: KeyPart[] | DynsetConst;
 }
+
+/** A value in a dynset's key or data, of the type of the set's part at its place. */
+export type DynsetConst = { constant: string } & At;
 
 /** `meta/ct mark set numgen …|jhash …|symhash …` or `… set KEY map { k : mark, … } | map @m`. */
 export interface MarkMapStmt extends At {

@@ -13,7 +13,7 @@ import { NAT_RANGE } from '../netlink/expr.js';
 import { OBJ_TYPE, SET_ELEM_F, SET_F, type NftSet, type ObjType, type SetElement } from '../netlink/objects.js';
 import { objrefUse, objTypeName } from './objref.js';
 import type {
-  At, DupMapStmt, DynsetStmt, Elem, Gen, KeyedStmt, MarkMapStmt, KeyElem, KeyPart, MapData, MapVerdict, MatchOp, NatMap, NatStmt, SetRhs,
+  At, DupMapStmt, DynsetConst, DynsetStmt, Elem, Gen, KeyedStmt, MarkMapStmt, KeyElem, KeyPart, MapData, MapVerdict, MatchOp, NatMap, NatStmt, SetRhs,
 } from './ast.js';
 import { HOST_LE, andHex, hostValue, hexToBig, bigToHex, prefixMask, u16Be, u32Host, readU32Host } from './bytes.js';
 import type { Field } from './fields.js';
@@ -450,8 +450,24 @@ export function parseDynset(p: KeyedParser): DynsetStmt {
   const o = p.peek();
   if (!(o.kind === 'punct' && o.text === '{')) p.fail(o, "'{' and the key to add, e.g. { ip saddr }");
   p.next();
-  const key = parseConcat(p, parsePart(p, false), false);
+  // the key's parts: fields, or constants of the set's type at their place (`ip saddr . 22`)
+  const items: (KeyPart | DynsetConst)[] = [];
+  do {
+    if (items.length) p.next();
+    const v = p.peek();
+    // (a number or an address: a word could be a field)
+    if ((v.kind === 'word' && /^[0-9]|:/.test(v.text)) || v.kind === 'string') {
+      p.next();
+      items.push({ constant: v.text, ...at(v) });
+    } else {
+      items.push(parsePart(p, false));
+    }
+  } while (isDot(p, p.peek()));
+  const key = items.filter((x): x is KeyPart => !('constant' in x));
+  const gen = key.find((x) => x.p === 'gen');
+  if (gen && items.length > 1) p.fail(gen, 'a key of fields only', `${gen.raw} cannot be part of a concatenation`);
   const st: DynsetStmt = { t: 'dynset', op: t.text as 'add' | 'update', set, key, ...at(t) };
+  if (key.length !== items.length) st.keyItems = items;
   if (p.isWord(p.peek(), 'timeout')) {
     p.next();
     const v = p.peek();
@@ -819,8 +835,19 @@ function orderLookup(l: LookupExpr): LookupExpr {
 
 /** `add/update @set { KEY [timeout T] }`: the key into register 1, then the dynset. */
 export function linearizeDynset(st: DynsetStmt, out: Expr[], kc: KeyedContext): void {
-  const key = keyOf(st.key, kc.fail);
   const s = namedSet(st.set, kc);
+  // a constant is a value of the set's key part at its place
+  const setKey = st.keyItems ? keyTypeFromKernel(s.keyType, s.keyLen) : undefined;
+  const constPart = (c: DynsetConst, i: number) => {
+    const dt = setKey?.parts.length === st.keyItems!.length ? setKey.parts[i] : undefined;
+    if (!dt) return kc.fail(c, 'a field such as ip daddr', `a constant in the key of set '${s.name}' (keyed by ${typeName(s.keyType)}) is not supported`);
+    const hex = dt.parse(c.constant);
+    if (hex === undefined) return kc.fail(c, dt.expected, `'${c.constant}' is not ${dt.expected}`);
+    return { dt, hex };
+  };
+  const key = st.keyItems
+    ? keyDesc(st.keyItems.map((x, i) => ('constant' in x ? (({ dt }) => ({ keyType: dt.id, len: dt.len, byteorder: dt.byteorder }))(constPart(x, i)) : partDesc(x, kc.fail))))
+    : keyOf(st.key, kc.fail);
   checkKey(s, key, st.set, kc);
   if (s.flags & (SET_F.ANONYMOUS | SET_F.CONSTANT)) kc.fail(st.set, 'a set that is not constant', `set '${s.name}' is constant`);
   if (s.flags & SET_F.OBJECT) kc.fail(st.set, 'a set or a map to values', `'${s.name}' is an object map`);
@@ -832,7 +859,16 @@ export function linearizeDynset(st: DynsetStmt, out: Expr[], kc: KeyedContext): 
   if (st.timeout !== undefined && !(s.flags & SET_F.TIMEOUT)) {
     kc.fail(st.timeoutAt!, 'no timeout, or a set with the timeout flag', `set '${s.name}' has no timeout flag`);
   }
-  emitKey(st.key, 0, out, kc);
+  if (st.keyItems) {
+    let w = 0;
+    st.keyItems.forEach((x, i) => {
+      if ('constant' in x) out.push({ kind: 'immediate', dreg: regOf(w), data: constPart(x, i).hex });
+      else emitKey([x], w, out, kc);
+      w += Math.ceil(key.parts[i]!.len / 4);
+    });
+  } else {
+    emitKey(st.key, 0, out, kc);
+  }
   const e: Expr = { kind: 'dynset', sregKey: 1, op: st.op === 'add' ? 0 : 1, set: s.name };
   if (st.timeout !== undefined) e.timeout = st.timeout;
   if (st.data !== undefined) {
@@ -1065,6 +1101,8 @@ type LoadExprT = Extract<Expr, { kind: 'payload' | 'meta' | 'ct' | 'fib' | 'osf'
 export interface KeyedGroup {
   /** Per key part: a load, or a generator (a jhash with its input loads). */
   parts: ({ k: 'load'; load: LoadExprT; hton?: boolean; bits?: Hex }
+    /** A constant in a dynset's key (`ip saddr . 22`). */
+    | { k: 'imm'; data: Hex }
     | { k: 'gen'; e: Extract<Expr, { kind: 'numgen' | 'hash' }>; of: LoadExprT[]; hton?: boolean })[];
   lookup?: LookupExpr;
   cmp?: Extract<Expr, { kind: 'cmp' }>;
@@ -1118,6 +1156,45 @@ function runLength(run: readonly { hton: boolean }[]): number {
 }
 
 /**
+ * A dynset whose key holds constants (`add @m { ip saddr . 22 : 1 }`): loads and immediates into
+ * consecutive words from register 1, then the data and the dynset. Undefined when there is no
+ * immediate in the key (groupKeyed's general case).
+ */
+function dynsetWithConstants(exprs: readonly Expr[], i: number): { g: KeyedGroup; n: number } | undefined {
+  const parts: KeyedGroup['parts'] = [];
+  let w = 0;
+  let j = i;
+  for (;; j++) {
+    const x = exprs[j];
+    if (isLoadExpr(x) && wordOf(x.dreg) === w) {
+      parts.push({ k: 'load', load: x });
+      w += loadWords(x);
+    } else if (x?.kind === 'immediate' && x.data !== undefined && wordOf(x.dreg) === w && x.data.length <= 32) {
+      parts.push({ k: 'imm', data: x.data });
+      w += Math.ceil(x.data.length / 8);
+    } else {
+      break;
+    }
+  }
+  if (!parts.some((x) => x.k === 'imm')) return undefined;
+  const dataW = Math.ceil(w / 4) * 4;
+  let dynData: KeyedGroup['dynData'];
+  const d0 = exprs[j];
+  if (d0?.kind === 'immediate' && d0.data !== undefined && d0.dreg === regOf(dataW) && exprs[j + 1]?.kind === 'dynset') {
+    dynData = { imm: d0.data };
+    j++;
+  } else if (isLoadExpr(d0) && wordOf(d0.dreg) === dataW) {
+    const run = loadRun(exprs, j, dataW);
+    dynData = { loads: run.map((x) => x.load) };
+    j += run.length;
+  }
+  const c = exprs[j];
+  if (c?.kind !== 'dynset' || c.sregKey !== 1 || (dynData === undefined ? c.sregData !== undefined : c.sregData !== regOf(dataW))) return undefined;
+  // the last immediate of a key that is all constants would read as the data
+  return { g: { parts, dynset: c, ...(dynData ? { dynData } : {}) }, n: j - i + 1 };
+}
+
+/**
  * Recognises, at exprs[i], a keyed group the compiler would emit: a concatenation looked up in a
  * set, a load looked up with a result (vmap or NAT map), or a generator (numgen/hash) compared or
  * looked up. Returns the group and how many expressions it spans.
@@ -1134,6 +1211,8 @@ export function groupKeyed(exprs: readonly Expr[], i: number): { g: KeyedGroup; 
     }
     if (k >= exprs.length) return undefined;
   }
+  const withConst = dynsetWithConstants(exprs, i);
+  if (withConst) return withConst;
   const parts: KeyedGroup['parts'] = [];
   let j = i;
   if (e?.kind === 'numgen' && e.dreg === 1) {
@@ -1378,6 +1457,12 @@ function keyParts(g: KeyedGroup, env: KeyedRenderEnv): PartR[] | undefined {
       // a converted part's element bytes are in network order
       const conv = p.hton === true;
       out.push({ text: f.name, len: f.len, field: f, value: (h) => env.valueText(f, conv ? hostToNet(h) : h) });
+    } else if (p.k === 'imm') {
+      // a constant of a dynset's key: printed by the set's type at its place
+      const s = g.dynset ? env.sets?.(g.dynset.set, g.dynset.setId)?.set : undefined;
+      const dt = s ? keyTypeFromKernel(s.keyType, s.keyLen)?.parts[out.length] : undefined;
+      if (!dt || dt.len * 2 !== p.data.length || g.parts.length !== keyTypeFromKernel(s!.keyType, s!.keyLen)!.parts.length) return undefined;
+      out.push({ text: dt.format(p.data), len: dt.len, value: () => undefined });
     } else {
       let of: string | undefined;
       if (p.of.length) {
@@ -1399,7 +1484,7 @@ export function groupLoads(g: KeyedGroup): LoadExprT[] {
   const out: LoadExprT[] = [];
   for (const p of g.parts) {
     if (p.k === 'load') out.push(p.load);
-    else out.push(...p.of);
+    else if (p.k === 'gen') out.push(...p.of);
   }
   return out;
 }

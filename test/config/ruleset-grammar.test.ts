@@ -83,7 +83,7 @@ const CASES: [string, string][] = [
   }
 }
 `],
-  ['add and update @map { KEY : DATA }', `table ip t {
+  ['add and update @map { KEY : DATA }, constants in the key', `table ip t {
   map m {
     type ipv4_addr : mark
     flags dynamic,timeout
@@ -107,6 +107,7 @@ const CASES: [string, string][] = [
     update @m3 { ip saddr . tcp dport : meta mark }
     add @m4 { ip saddr : tcp dport }
     add @m4 { ip saddr : 22 }
+    add @m3 { ip saddr . 22 : 3 }
   }
 }
 `],
@@ -126,6 +127,8 @@ const REFUSED: [string, number, number, RegExp][] = [
   ['table ip t {\n  map m { type ipv4_addr : mark; flags dynamic; }\n  set s { type ipv4_addr; flags dynamic; }\n  map v { type ipv4_addr : verdict; flags dynamic; }\n  chain c {\n    add @v { ip saddr : 1 }\n  }\n}\n', 6, 9, /verdict map/],
   ['table ip t {\n  map m { type ipv4_addr : mark; flags dynamic; }\n  set s { type ipv4_addr; flags dynamic; }\n  map v { type ipv4_addr : verdict; flags dynamic; }\n  chain c {\n    add @m { ip saddr : ip daddr }\n  }\n}\n', 6, 25, /datatype mismatch: map 'm' maps to mark, not ipv4_addr/],
   ['table ip t {\n  map m { type ipv4_addr : mark; flags dynamic; }\n  set s { type ipv4_addr; flags dynamic; }\n  map v { type ipv4_addr : verdict; flags dynamic; }\n  chain c {\n    add @m { ip saddr : bogus }\n  }\n}\n', 6, 25, /'bogus' is not a 32-bit mark/],
+  ['table ip t {\n  map m { type ipv4_addr . inet_service : mark; flags dynamic; }\n  chain c {\n    add @m { ip saddr . 99999 : 1 }\n  }\n}\n', 4, 25, /'99999' is not a port number/],
+  ['table ip t {\n  map m { type ipv4_addr . inet_service : mark; flags dynamic; }\n  chain c {\n    add @m { 1.2.3.4 . 22 . 1 : 1 }\n  }\n}\n', 4, 14, /constant in the key of set 'm'/],
 ];
 
 /** `nft list table ip t`, less the time an element with a timeout has left (the kernel counts it down). */
