@@ -122,7 +122,9 @@ export type MapVerdict = 'accept' | 'drop' | 'return' | 'continue' | 'jump' | 'g
 /** What a map element maps to: a verdict (vmap) or NAT target values (address [. port]). */
 export type MapData =
   | ({ d: 'verdict'; verdict: MapVerdict; chain?: string } & At)
-  | ({ d: 'value'; parts: Elem[] } & At);
+  | ({ d: 'value'; parts: Elem[] } & At)
+  /** An object map's element: the name of the table's object (`80 : "c80"`). */
+  | ({ d: 'obj'; name: string } & At);
 
 /** One element of an anonymous set or map: a value per key part, and the data of a map. */
 export interface KeyElem extends At {

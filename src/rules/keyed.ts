@@ -143,10 +143,17 @@ function parsePartValue(p: KeyedParser, part: KeyPart, key: KeyPart[]): Elem {
   return { k: 'value', hex: u32Host(v!), ...at(t) };
 }
 
-type DataKind = 'verdict' | 'nat' | 'mark' | 'zone' | 'port' | 'ip' | 'ip6' | undefined;
+type DataKind = 'verdict' | 'nat' | 'mark' | 'zone' | 'port' | 'ip' | 'ip6' | 'obj' | undefined;
 
 function parseData(p: KeyedParser, kind: Exclude<DataKind, undefined>): MapData {
   const t = p.peek();
+  if (kind === 'obj') {
+    // an object of the table, by name ("c80" or c80)
+    const name = t.kind === 'string' ? t.text : t.kind === 'word' ? t.text : '';
+    if (!/^[A-Za-z_.][A-Za-z0-9_./-]*$/.test(name) || name.length > 255) p.fail(t, 'the name of an object of the table ("c80")');
+    p.next();
+    return { d: 'obj', name, ...at(t) };
+  }
   if (kind === 'ip' || kind === 'ip6') {
     // one address of the table's family (dup's destination)
     const v = t.kind === 'word' ? (kind === 'ip' ? parseIPv4(t.text) : parseIPv6(t.text)) : undefined;
@@ -580,9 +587,8 @@ export function parseObjMap(p: KeyedParser, obj: ObjType, start: At): MarkMapStm
   p.expectWord("'map' and @name of an object map (or ' . ' and another key part)", 'map');
   const r = p.peek();
   if (r.kind === 'word' && r.text.startsWith('@')) return { t: 'markmap', target: 'meta', obj, key, rhs: parseNamed(p), ...start };
-  return p.fail(r, `@name of a named map of ${obj} objects`, obj.startsWith('ct ')
-    ? `an anonymous map of ${obj} objects is not supported yet (nft 1.0.6 declares no named one to use instead)`
-    : `an anonymous object map is not supported yet: declare the map in the table (type … : ${obj}) and use map @NAME`);
+  if (r.kind === 'punct' && r.text === '{') return { t: 'markmap', target: 'meta', obj, key, rhs: parseAnon(p, key, 'obj'), ...start };
+  return p.fail(r, `@name of a map of ${obj} objects, or { key : "name", … }`);
 }
 
 // ---- types -----------------------------------------------------------------------------
@@ -896,6 +902,13 @@ const TYPE_MARK = 19;
 /** `meta/ct mark set GEN` or `… set KEY map …`: the value (or the map's result) into register 1, then the set. */
 export function linearizeMarkMap(st: MarkMapStmt, out: Expr[], kc: KeyedContext): void {
   const key = keyOf(st.key, kc.fail);
+  if (st.obj !== undefined && st.rhs?.k === 'anon') {
+    // an anonymous object map, as nft builds it (__objmap%d)
+    const elems = keyedElems(st.rhs.elems, (e) => (e.data?.d === 'obj' ? { objref: e.data.name } : undefined));
+    const ref = anonSetKey(st.key, key, st.rhs, elems, { kind: 'object', objType: OBJ_TYPE[st.obj] }, out, kc);
+    out.push({ kind: 'objref', sreg: 1, set: ref.name, setId: ref.setId });
+    return;
+  }
   if (st.obj !== undefined) {
     const rhs = st.rhs as Extract<SetRhs, { k: 'named' }>;
     const s = namedSet(rhs, kc);
@@ -1543,6 +1556,7 @@ function spanText(p: PartR, lo: Hex, hi: Hex): string | undefined {
 }
 
 function dataText(e: SetElement, set: NftSet, env: KeyedRenderEnv, fam: 'ip' | 'ip6' | undefined): string | undefined {
+  if (set.flags & SET_F.OBJECT) return e.objref !== undefined ? `"${e.objref}"` : undefined;
   if (set.dataType === DATA_VERDICT) return e.verdict !== undefined ? env.verdictText(e.verdict, e.chain) : undefined;
   if (set.dataType === TYPE_SERVICE && set.dataLen === 2 && e.data?.length === 4) return String(parseInt(e.data, 16));
   if (set.dataType === TYPE_INTEGER && set.dataLen === 2 && e.data?.length === 4) {
@@ -1600,7 +1614,7 @@ function spanPrefix(lo: Hex, hi: Hex): number | undefined {
 /** Elements of an anonymous set or map as `{ … }` text, or undefined when they are not nft-shaped. */
 function elementsText(parts: readonly PartR[], set: NftSet, elements: readonly SetElement[], env: KeyedRenderEnv,
   natFam: 'ip' | 'ip6' | undefined, hostOrder: boolean): string | undefined {
-  const isMap = (set.flags & SET_F.MAP) !== 0;
+  const isMap = (set.flags & (SET_F.MAP | SET_F.OBJECT)) !== 0;
   const rows: { key: Hex; text: string }[] = [];
   let catchall: string | undefined;
   const push = (key: Hex, keyText: string | undefined, e: SetElement): boolean => {
@@ -1724,9 +1738,13 @@ export function renderKeyed(g: KeyedGroup, env: KeyedRenderEnv): string | undefi
   let rhs: string;
   const found = env.sets?.(l.set, l.setId);
   if (g.objmap) {
-    // a named object map only (nfkeeper builds no anonymous one); the statement from the map's object type
-    const type = found && found.set.flags & SET_F.OBJECT && !(found.set.flags & SET_F.ANONYMOUS) ? objTypeName(found.set.objType ?? 0) : undefined;
-    return type ? `${objrefUse(type)} ${key} map @${l.set}` : undefined;
+    // the statement from the map's object type; a named map by name, an anonymous one by its elements
+    const type = found && found.set.flags & SET_F.OBJECT ? objTypeName(found.set.objType ?? 0) : undefined;
+    if (!type) return undefined;
+    if (!(found!.set.flags & SET_F.ANONYMOUS)) return `${objrefUse(type)} ${key} map @${l.set}`;
+    const hostOrder = parts.length === 1 && parts[0]!.field?.set?.byteorder === 1;
+    const body = elementsText(parts, found!.set, found!.elements, env, undefined, hostOrder);
+    return body === undefined ? undefined : `${objrefUse(type)} ${key} map ${body}`;
   }
   if (!found || !(found.set.flags & SET_F.ANONYMOUS)) {
     if (l.set.startsWith('__') || natSpan) return undefined;
