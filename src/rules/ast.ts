@@ -187,6 +187,8 @@ export interface MarkMapStmt extends At {
   zone?: true;
   /** `counter name KEY map @m` and friends: the named object of this type the key maps to, instead of a mark. */
   obj?: ObjType;
+  /** `ip daddr set KEY map { … }`: the header field the map's result is stored into, instead of a mark. */
+  store?: Field;
   key: KeyPart[];
   /** Absent: the generator's value itself. */
   rhs?: Extract<SetRhs, { k: 'named' | 'anon' }>;

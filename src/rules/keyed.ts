@@ -17,7 +17,8 @@ import type {
 } from './ast.js';
 import { HOST_LE, andHex, hostValue, hexToBig, bigToHex, prefixMask, u16Be, u32Host, readU32Host } from './bytes.js';
 import type { Field } from './fields.js';
-import { fieldMask } from './headers.js';
+import { fieldMask, type Proto } from './headers.js';
+import { matchPayloadSet, payloadSetExprs } from './payloadset.js';
 import type { Token } from './lexer.js';
 import {
   DATA_VERDICT, buildKeyedSet, concatHex, hostToNet, keyDesc, type Fail, type KeyDesc, type KeyPartDesc, type KeyedElem,
@@ -560,18 +561,20 @@ export function startsMarkMap(p: KeyedParser): boolean {
   return after !== undefined && p.isWord(after, 'map', '.');
 }
 
-export function parseMarkMap(p: KeyedParser, target: 'meta' | 'ct', start: At, zone = false): MarkMapStmt {
+export function parseMarkMap(p: KeyedParser, target: 'meta' | 'ct', start: At, zone = false, store?: Field): MarkMapStmt {
   const key = parseConcat(p, parsePart(p, false, !zone), false);
   const masked = key.find((k) => k.p === 'field' && k.mask !== undefined);
   if (masked && key.length > 1) p.fail(masked, 'a key of one masked address, or parts without a mask', 'a masked part in a concatenation is not supported');
   const st: MarkMapStmt = { t: 'markmap', target, key, ...start };
   if (zone) st.zone = true;
-  const what = zone ? 'ct zone' : `${target} mark`;
+  if (store) st.store = store;
+  const what = zone ? 'ct zone' : store ? store.name : `${target} mark`;
   const gen = key.length === 1 && key[0]!.p === 'gen';
-  if (gen && !zone && !p.isWord(p.peek(), 'map')) return st;
-  p.expectWord(`'map' and ${zone ? '{ key : zone, … }' : '@name or { key : mark, … }'}` + (gen ? '' : ` (a field alone cannot set the ${what})`), 'map');
+  if (gen && !zone && !store && !p.isWord(p.peek(), 'map')) return st;
+  p.expectWord(`'map' and ${zone ? '{ key : zone, … }' : store ? `@name or { key : value, … }` : '@name or { key : mark, … }'}` + (gen ? '' : ` (a field alone cannot set the ${what})`), 'map');
   const r = p.peek();
-  if (r.kind === 'punct' && r.text === '{') st.rhs = parseAnon(p, key, zone ? 'zone' : 'mark');
+  const storeData = store?.type === 'ipv4' ? 'ip' : store?.type === 'ipv6' ? 'ip6' : 'port';
+  if (r.kind === 'punct' && r.text === '{') st.rhs = parseAnon(p, key, zone ? 'zone' : store ? storeData : 'mark');
   else if (r.kind === 'word' && r.text.startsWith('@') && !zone) st.rhs = parseNamed(p);
   else p.fail(r, zone ? "'{' starting the map's elements" : "'{' starting the map's elements, or @name of a map");
   return st;
@@ -920,6 +923,28 @@ export function linearizeMarkMap(st: MarkMapStmt, out: Expr[], kc: KeyedContext)
     out.push({ kind: 'objref', sreg: 1, set: s.name });
     return;
   }
+  if (st.store) {
+    // `ip daddr set KEY map …`: the map's value of the field's type, then the store nft writes for the field
+    const f = st.store;
+    const desc: MapDataDesc = { kind: 'value', dataType: f.set!.keyType, dataLen: f.len, concat: false, byteorder: f.set!.byteorder };
+    let lookup: Expr;
+    if (st.rhs!.k === 'named') {
+      const s = namedSet(st.rhs!, kc);
+      checkKey(s, key, st.rhs!, kc);
+      if (!(s.flags & SET_F.MAP) || s.dataType !== desc.dataType || s.dataLen !== desc.dataLen) {
+        kc.fail(st.rhs!, `a map to ${typeName(desc.dataType)}`, s.flags & SET_F.MAP
+          ? `map '${s.name}' maps to ${typeName(s.dataType ?? 0, 1)}, not ${typeName(desc.dataType)}` : `'${s.name}' is a set, not a map`);
+      }
+      emitKey(st.key, 0, out, kc, toNet(s, key, st.rhs!, kc));
+      lookup = { kind: 'lookup', sreg: 1, dreg: 1, set: s.name, flags: 0 };
+    } else {
+      const elems = keyedElems(st.rhs!.elems, valueData);
+      const ref = anonSetKey(st.key, key, st.rhs!, elems, desc, out, kc);
+      lookup = { kind: 'lookup', sreg: 1, dreg: 1, set: ref.name, setId: ref.setId, flags: 0 };
+    }
+    out.push(lookup, payloadSetExprs(f, '00'.repeat(f.len))!.at(-1)!);
+    return;
+  }
   if (st.zone) {
     // `ct zone set KEY map { k : N }`: a map to 16-bit integers in host order
     const rhs = st.rhs as Extract<SetRhs, { k: 'anon' }>;
@@ -1110,6 +1135,15 @@ export function linearizeNatMap(st: NatStmt, fam: 'ip' | 'ip6', out: Expr[], kc:
 
 type LoadExprT = Extract<Expr, { kind: 'payload' | 'meta' | 'ct' | 'fib' | 'osf' | 'xfrm' | 'rt' }>;
 
+/** The address or port field a whole-field store (`payload write reg 1`) writes, as nft writes it for `FIELD set …`. */
+function storedField(st: Extract<Expr, { kind: 'payload' }>): Field | undefined {
+  for (const proto of ['ip', 'ip6', 'tcp', 'udp', 'udplite', 'sctp', 'dccp'] as Proto[]) {
+    const m = matchPayloadSet(proto, st, '00'.repeat(st.len), undefined);
+    if (m && (m.field.type === 'ipv4' || m.field.type === 'ipv6' || m.field.type === 'port')) return m.field;
+  }
+  return undefined;
+}
+
 /** A key as the kernel holds it: loads (or a generator) then a lookup, a compare, or a NAT map. */
 export interface KeyedGroup {
   /** Per key part: a load, or a generator (a jhash with its input loads). */
@@ -1125,6 +1159,8 @@ export interface KeyedGroup {
   dynData?: { loads: LoadExprT[] } | { imm: Hex };
   /** `meta/ct mark set` from the generator or the map's result. */
   markset?: 'meta' | 'ct' | 'zone';
+  /** `ip daddr set KEY map …`: the field the map's result is stored into. */
+  store?: Field;
   /** `redirect to :KEY map …`. */
   redir?: Extract<Expr, { kind: 'redir' }>;
   /** `dup to KEY map … [device …]`: the device's index (register bytes). */
@@ -1307,6 +1343,10 @@ export function groupKeyed(exprs: readonly Expr[], i: number): { g: KeyedGroup; 
     return { g: { parts, lookup: c, dup: { dev: rd.data } }, n: j - i + 3 };
   }
   const z = exprs[j + 1];
+  if (c?.kind === 'lookup' && c.sreg === 1 && c.dreg === 1 && z?.kind === 'payload' && z.sreg === 1 && z.dreg === undefined) {
+    const store = storedField(z);
+    if (store) return { g: { parts, lookup: c, store }, n: j - i + 2 };
+  }
   if (c?.kind === 'lookup' && c.sreg === 1 && c.dreg === 1 && z?.kind === 'ct' && z.key === 'zone' && z.sreg === 1
     && z.dreg === undefined && z.dir === undefined) {
     return { g: { parts, lookup: c, markset: 'zone' }, n: j - i + 2 };
@@ -1730,6 +1770,9 @@ export function renderKeyed(g: KeyedGroup, env: KeyedRenderEnv): string | undefi
     if (env.family !== 'ip' && env.family !== 'ip6') return undefined;
     natFam = env.family;
     rhsWord = 'map';
+  } else if (g.store) {
+    natFam = g.store.type === 'ipv4' ? 'ip' : g.store.type === 'ipv6' ? 'ip6' : undefined;
+    rhsWord = 'map';
   } else if (l.dreg === 0) {
     rhsWord = 'vmap';
   } else if (g.markset) {
@@ -1777,6 +1820,7 @@ export function renderKeyed(g: KeyedGroup, env: KeyedRenderEnv): string | undefi
     return `dup to ${key} map ${rhs}${dev}`;
   }
   if (g.markset === 'zone') return `ct zone set ${key} map ${rhs}`;
+  if (g.store) return `${g.store.name} set ${key} map ${rhs}`;
   if (g.redir) {
     const fl = (g.redir.flags ?? 0) & ~NAT_RANGE.PROTO_SPECIFIED;
     const names: [number, string][] = [[NAT_RANGE.PROTO_RANDOM, 'random'], [NAT_RANGE.PROTO_RANDOM_FULLY, 'fully-random'], [NAT_RANGE.PERSISTENT, 'persistent']];

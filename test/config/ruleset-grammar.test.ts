@@ -135,6 +135,22 @@ const CASES: [string, string][] = [
   }
 }
 `],
+  ['NAT and header stores from a map on any key', `table ip t {
+  map pm {
+    type ifname : inet_service
+    elements = { "lo" : 8080 }
+  }
+  chain c {
+    type nat hook prerouting priority dstnat; policy accept;
+    dnat to iifname map { "eth0" : 1.2.3.4 }
+    dnat to numgen inc mod 2 map { 0 : 1.2.3.4, 1 : 1.2.3.5 }
+    ip daddr set iifname map { "eth0" : 1.2.3.4 }
+    ip saddr set numgen inc mod 2 map { 0 : 10.0.0.1, 1 : 10.0.0.2 }
+    tcp dport set iifname map { "eth0" : 8080 }
+    udp sport set iifname map @pm
+  }
+}
+`],
 ];
 if (process.env.NFK_PROBE) CASES.splice(0, CASES.length, ['probe', process.env.NFK_PROBE]);
 
@@ -153,6 +169,7 @@ const REFUSED: [string, number, number, RegExp][] = [
   ['table ip t {\n  map m { type ipv4_addr : mark; flags dynamic; }\n  set s { type ipv4_addr; flags dynamic; }\n  map v { type ipv4_addr : verdict; flags dynamic; }\n  chain c {\n    add @m { ip saddr : bogus }\n  }\n}\n', 6, 25, /'bogus' is not a 32-bit mark/],
   ['table ip t {\n  map m { type ipv4_addr . inet_service : mark; flags dynamic; }\n  chain c {\n    add @m { ip saddr . 99999 : 1 }\n  }\n}\n', 4, 25, /'99999' is not a port number/],
   ['table ip t {\n  map m { type ipv4_addr . inet_service : mark; flags dynamic; }\n  chain c {\n    add @m { 1.2.3.4 . 22 . 1 : 1 }\n  }\n}\n', 4, 14, /constant in the key of set 'm'/],
+  ['table ip t {\n  map pm { type ifname : inet_service; }\n  chain c {\n    ip daddr set iifname map @pm\n  }\n}\n', 4, 30, /map 'pm' maps to inet_service, not ipv4_addr/],
 ];
 
 /** `nft list table ip t`, less the time an element with a timeout has left (the kernel counts it down). */
