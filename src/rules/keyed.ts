@@ -600,7 +600,7 @@ export function parseObjMap(p: KeyedParser, obj: ObjType, start: At): MarkMapStm
 const TYPE_INTEGER = 4, TYPE_IPV4 = 7, TYPE_IPV6 = 8, TYPE_SERVICE = 13;
 const TYPE_NAMES: Record<number, string> = {
   4: 'integer', 7: 'ipv4_addr', 8: 'ipv6_addr', 12: 'inet_proto', 13: 'inet_service', 19: 'mark', 41: 'ifname',
-  [DATA_VERDICT]: 'verdict', 1: 'verdict', 5: 'ether_addr', 6: 'ether_type', 15: 'nf_proto', 20: 'iface_index',
+  [DATA_VERDICT]: 'verdict', 1: 'verdict', 2: 'nf_proto', 5: 'string', 6: 'lladdr', 9: 'ether_addr', 10: 'ether_type', 15: 'tcp_flag', 20: 'iface_index',
 };
 
 /** A datatype id (possibly a concatenation) as nft names it. */

@@ -171,6 +171,7 @@ const REFUSED: [string, number, number, RegExp][] = [
   ['table ip t {\n  map m { type ipv4_addr . inet_service : mark; flags dynamic; }\n  chain c {\n    add @m { ip saddr . 99999 : 1 }\n  }\n}\n', 4, 25, /'99999' is not a port number/],
   ['table ip t {\n  map m { type ipv4_addr . inet_service : mark; flags dynamic; }\n  chain c {\n    add @m { 1.2.3.4 . 22 . 1 : 1 }\n  }\n}\n', 4, 14, /constant in the key of set 'm'/],
   ['table ip t {\n  map pm { type ifname : inet_service; }\n  chain c {\n    ip daddr set iifname map @pm\n  }\n}\n', 4, 30, /map 'pm' maps to inet_service, not ipv4_addr/],
+  ['table ip t {\n  set sf { type tcp_flag; }\n  chain c {\n    ip protocol @sf\n  }\n}\n', 4, 17, /set 'sf' is keyed by tcp_flag/],
 ];
 
 /** `nft list table ip t`, less the time an element with a timeout has left (the kernel counts it down). */
