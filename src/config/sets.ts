@@ -113,7 +113,7 @@ function typeofField(name: string): Field | undefined {
   // a header field (tcp flags, ...) whose values a datatype here holds
   const [proto, ...rest] = name.split(' ');
   const h = proto && proto in L4_NUM || proto === 'ip' || proto === 'ip6' ? headerField(proto as Proto, rest.join(' ')) : undefined;
-  return h?.set && datatypeById(h.set.keyType) && !h.special ? h : undefined;
+  return h?.set && datatypeById(h.set.keyType, h.len) && !h.special ? h : undefined;
 }
 
 /** Every field a typeof may name, for the way back from a set's userdata (export). */
@@ -169,7 +169,7 @@ function typeofSide(ws: { w: string; col: number }[]): Side {
     if (g.length === 0) throw new ElementError(ws[ws.length - 1]?.col ?? 1, "an expression is missing around '.'");
     const name = g.map((x) => x.w).join(' ');
     const f = typeofField(name);
-    const dt = f?.set ? datatypeById(f.set.keyType) : undefined;
+    const dt = f?.set ? datatypeById(f.set.keyType, f.len) : undefined;
     if (!f || !dt || dt.len !== f.len || !f.set?.key) {
       throw new ElementError(g[0]!.col, `typeof ${name}: not an expression nfkeeper can key a set by (use type, or one of ${(Object.values(F) as Field[]).filter((x) => x.set).map((x) => x.name).join(', ')})`);
     }

@@ -155,7 +155,32 @@ const TYPES: Datatype[] = [
 export const DATATYPES: ReadonlyMap<string, Datatype> = new Map(TYPES.map((t) => [t.name, t]));
 const BY_ID = new Map(TYPES.map((t) => [t.id, t]));
 
-export function datatypeById(id: number): Datatype | undefined {
+/** nft's TYPE_INTEGER: its length is the expression's (a typeof key such as udp length). */
+const TYPE_INTEGER = 4;
+const integers = new Map<number, Datatype>();
+
+/** A big-endian integer of `len` bytes (1, 2 or 4), written and printed in decimal. */
+function integerType(len: number): Datatype | undefined {
+  if (len !== 1 && len !== 2 && len !== 4) return undefined;
+  let t = integers.get(len);
+  if (!t) {
+    const max = 2 ** (len * 8) - 1;
+    t = {
+      name: 'integer', id: TYPE_INTEGER, len, byteorder: BYTEORDER_BIG, prefix: false, ranges: true, expected: `an integer 0-${max}`,
+      parse: (s) => {
+        const v = parseInteger(s, max);
+        return v === undefined ? undefined : v.toString(16).padStart(len * 2, '0');
+      },
+      format: (h) => String(parseInt(h, 16)),
+    };
+    integers.set(len, t);
+  }
+  return t;
+}
+
+/** The datatype of an id; an integer's needs its length (`len`, the expression's). */
+export function datatypeById(id: number, len?: number): Datatype | undefined {
+  if (id === TYPE_INTEGER) return len !== undefined ? integerType(len) : undefined;
   return BY_ID.get(id);
 }
 
@@ -186,7 +211,7 @@ export function keyTypeOf(parts: Datatype[]): KeyType {
  * whose 6-bit groups are known types whose lengths add up to `len`.
  */
 export function keyTypeFromKernel(id: number, len: number): KeyType | undefined {
-  const single = BY_ID.get(id);
+  const single = datatypeById(id, len);
   if (single && single.len === len) return keyTypeOf([single]);
   const parts: Datatype[] = [];
   for (let v = id; v > 0; v = Math.floor(v / 64)) {

@@ -137,6 +137,27 @@ const CASES: [string, string][] = [
   }
 }
 `],
+  ['typeof integer header fields', `table ip t {
+  set ul {
+    typeof udp length
+    elements = { 10, 20 }
+  }
+  set ttl {
+    typeof ip ttl
+    flags interval
+    elements = { 1-10, 64 }
+  }
+  map tm {
+    typeof tcp window : meta mark
+    elements = { 1024 : 1 }
+  }
+  chain c {
+    udp length @ul accept
+    ip ttl @ttl drop
+    meta mark set tcp window map @tm
+  }
+}
+`],
   ['NAT and header stores from a map on any key', `table ip t {
   map pm {
     type ifname : inet_service
