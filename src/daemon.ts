@@ -386,7 +386,8 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
     }
     gcLoop?.setConfig(next.gc);
     configLoaded(next);
-    keeper.setConfig(next).then(() => {
+    // With owners, in the registry's turn: one the new config makes the kernel refuse is left out, not the reload.
+    (registry ? registry.reconfigure(next, (c, owners) => keeper.setConfig(c, owners)) : keeper.setConfig(next)).then(() => {
       log.info({ why }, 'config reloaded');
       report(true, why);
     }, (e) => report(false, why, `the kernel refused the new config; the old one stays in force: ${(e as Error).message}`));

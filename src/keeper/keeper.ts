@@ -299,24 +299,24 @@ export class Keeper extends EventEmitter {
   }
 
   /**
-   * Replaces the desired state and enforces it at once. If the kernel refuses
-   * the new state, the old one is restored and enforced, and the refusal is
-   * thrown: a reload is accepted or rejected as a whole.
+   * Replaces the desired state (the config, and the owners with it when given) and enforces it at
+   * once. If the kernel refuses the new state, the old one (config and owners) is restored and
+   * enforced, and the refusal is thrown: a reload is accepted or rejected as a whole.
    */
-  async setConfig(config: Config): Promise<void> {
-    const previous = { config: this.config, retired: [...this.retired] };
+  async setConfig(config: Config, owners: readonly Owner[] = this.owners): Promise<void> {
+    const previous = { config: this.config, owners: this.owners, retired: [...this.retired] };
     const kept = new Set(config.tables.map((t) => `${t.family} ${t.name}`));
     for (const t of this.config.tables) {
       if (!kept.has(`${t.family} ${t.name}`)) this.retired.push({ family: t.family, name: t.name });
     }
-    this.install(config, this.owners);
+    this.install(config, owners);
     await this.idle();
     try {
       await this.request('reload', performance.now());
     } catch (refused) {
       await this.idle();
       this.retired = previous.retired;
-      this.install(previous.config, this.owners);
+      this.install(previous.config, previous.owners);
       this.metrics.reloadFailed.set(1);
       this.log.error({ err: (refused as Error).message }, 'the kernel refused the new config; the old one stays in force');
       await this.request('reload', performance.now()).catch((e) => this.fail(e));

@@ -16,6 +16,7 @@
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import { prng } from '../../bench/soak.js';
 import { parseConfig } from '../../src/config/config.js';
@@ -300,6 +301,60 @@ describe('one bad owner never takes the node down', () => {
       }
     }, 'durable-poison');
   }, 120_000);
+
+  it('a reload that makes the kernel refuse one owner: the new config and the others installed, that one reported, and back when the config is', async () => {
+    await withNetns(async (ns) => {
+      const dir = tempDir('durable-reload');
+      const config = writeConfig(dir);
+      const sock = join(dir, 'nfkeeper.sock');
+      // An owner whose chains nest 12 deep below the dispatch chain: fine while postrouting is a base
+      // chain, past the kernel's 16 levels once the new config reaches it through 4 more chains.
+      const deep = { chains: Array.from({ length: 12 }, (_, i) => ({ name: `c${i}`, rules: [i < 11 ? `jump c${i + 1}` : 'return'] })),
+        jumps: { postrouting: ['ip saddr 10.9.9.9 jump c0'] } };
+      const ladder = ownersYaml(dir)
+        .replace(/      - name: postrouting\n        type: nat\n        hook: postrouting\n        priority: srcnat\n/,
+          '      - name: srcnat\n        type: nat\n        hook: postrouting\n        priority: srcnat\n        rules: ["jump l1"]\n' +
+          [1, 2, 3, 4].map((i) => `      - name: l${i}\n        rules: ["${i < 4 ? `jump l${i + 1}` : 'jump postrouting'}"]\n`).join('') +
+          '      - name: postrouting\n');
+      expect(ladder).toContain('name: l4');
+      const d = daemon(config, ns);
+      const refusedIds = async () => ((await call(sock, 'GET', '/v1/status')).body as { owners: { refused: { id: string }[] } }).owners.refused.map((r) => r.id);
+      const until = async (what: string, f: () => Promise<boolean>) => {
+        for (const end = Date.now() + 20_000; Date.now() < end; await sleep(100)) if (await f()) return;
+        throw new Error(`${what} within 20 s: ${d.logs.join('').slice(-3000)}`);
+      };
+      const deepInstalled = () => ns.exec('nft', ['list', 'chains', 'ip']).includes('o/deep/c11');
+      try {
+        await ready(sock, d);
+        const good = Array.from({ length: 6 }, (_, i) => `ok-${i}`);
+        for (const [i, id] of good.entries()) expect((await call(sock, 'PUT', `/v1/owners/${id}`, ownerSpec(i))).status).toBe(201);
+        expect((await call(sock, 'PUT', '/v1/owners/deep', deep)).status).toBe(201);
+        expect(deepInstalled()).toBe(true);
+        writeFileSync(config, ladder);
+        d.child.kill('SIGHUP');
+        await until('the reload did not leave deep out', async () => (await refusedIds()).includes('deep'));
+        // The new config is in force, with every other owner; deep is registered, reported, not installed.
+        expect(ns.exec('nft', ['list', 'chain', 'ip', 'nfkeeper', 'l4'])).toContain('jump postrouting');
+        expect(sorted(await kernelOwners(ns))).toEqual(good);
+        expect(deepInstalled()).toBe(false);
+        expect(await ownersOf(sock)).toEqual([...good, 'deep'].sort());
+        expect(stateIds(dir)).toContain('deep');
+        const logs = d.logs.join('');
+        expect(logs).toMatch(/"owner":"deep".*the kernel refuses a registered owner; it is left out, the rest is installed/);
+        expect(logs).toMatch(/config reloaded/);
+        noStack(logs);
+        // A registration meanwhile is served; the config back: deep is installed again at once.
+        expect((await call(sock, 'PUT', '/v1/owners/ok-new', ownerSpec(50))).status).toBe(201);
+        writeConfig(dir);
+        d.child.kill('SIGHUP');
+        await until('deep was not installed again', async () => (await refusedIds()).length === 0 && deepInstalled());
+        expect(ns.exec('nft', ['list', 'chains', 'ip'])).not.toContain('chain l4');
+        expect(await ownersOf(sock)).toEqual([...good, 'deep', 'ok-new'].sort());
+      } finally {
+        await stop(d);
+      }
+    }, 'durable-reload');
+  }, 60_000);
 
   it('a config the kernel refuses: run exits 2 with one line and no stack, the kernel untouched', async () => {
     const poison = await poisonRule();
