@@ -199,13 +199,22 @@ export class OwnerRegistry {
   }
 
   /**
-   * The start-up pass was refused: which owner does the kernel refuse? The config alone first (its
-   * refusal is thrown: nothing of owners can fix it), so the node's own rules are in at once; then
-   * the owners in halves (bisect). Runs before the control socket serves requests.
+   * The start-up pass was refused: which owner does the kernel refuse? First the config with the
+   * owners the kernel holds already (`held`, by id: a restart), so none of them is taken out to be
+   * added back; refused, the config alone (its refusal is thrown: nothing of owners can fix it), so
+   * the node's own rules are in at once. Then the other owners in halves (bisect). Runs before the
+   * control socket serves requests.
    */
-  async isolate(): Promise<void> {
-    await this.apply([]);
-    await this.bisect();
+  async isolate(held: ReadonlySet<string> = new Set()): Promise<void> {
+    let accepted = this.sorted.filter((o) => held.has(o.id));
+    try {
+      await this.apply(accepted);
+    } catch (e) {
+      if (accepted.length === 0) throw e;
+      accepted = [];
+      await this.apply(accepted);
+    }
+    await this.bisect(accepted);
   }
 
   /**
@@ -213,9 +222,9 @@ export class OwnerRegistry {
    * split again, down to the owners refused alone, which stay registered but are left out and
    * retried with back-off. Every step is one guarded batch; the set installed only grows.
    */
-  private async bisect(): Promise<void> {
-    let accepted: Owner[] = [];
-    const all = this.sorted;
+  private async bisect(accepted: Owner[] = []): Promise<void> {
+    const taken = new Set(accepted.map((o) => o.id));
+    const all = taken.size === 0 ? this.sorted : this.sorted.filter((o) => !taken.has(o.id));
     const chunks: Owner[][] = all.length > 1 ? [all.slice(0, all.length >> 1), all.slice(all.length >> 1)] : [all.slice()];
     while (chunks.length > 0) {
       const chunk = chunks.shift()!;

@@ -302,6 +302,42 @@ describe('one bad owner never takes the node down', () => {
     }, 'durable-poison');
   }, 120_000);
 
+  it('a restart with a poison owner beside installed ones: those stay in place (their handles unchanged), the poison is left out', async () => {
+    const poison = await poisonRule();
+    await withNetns(async (ns) => {
+      const dir = tempDir('durable-restart');
+      const config = writeConfig(dir);
+      const c = parseConfig(ownersYaml(dir), config);
+      const sock = join(dir, 'nfkeeper.sock');
+      const good = Array.from({ length: 20 }, (_, i) => `ok-${i}`);
+      let d = daemon(config, ns);
+      try {
+        await ready(sock, d);
+        for (const [i, id] of good.entries()) expect((await call(sock, 'PUT', `/v1/owners/${id}`, ownerSpec(i))).status).toBe(201);
+      } finally {
+        await stop(d);
+      }
+      // The state gains an owner the kernel refuses while the daemon is down (as a kernel or config change would make one).
+      saveOwners(c.owners!.state, [...loadOwners(c), compileOwner('bad-1', poisonSpec(poison), c.owners!, c.tables[0]!)]);
+      // Every owner chain and jump with its handle: an owner taken out and added back gets new ones.
+      const handles = () => ns.exec('nft', ['-a', 'list', 'table', 'ip', 'nfkeeper']).split('\n').filter((l) => /o\/ok-|nfkeeper-owner=ok-/.test(l)).map((l) => l.trim()).sort();
+      const before = handles();
+      expect(before.length).toBe(20 * 4);  // per owner: its chain, 2 rules, its jump
+      d = daemon(config, ns);
+      try {
+        await ready(sock, d, 60_000);
+        const st = (await call(sock, 'GET', '/v1/status')).body as { ready: boolean; owners: { refused: { id: string }[] } };
+        expect(st.ready).toBe(true);
+        expect(st.owners.refused.map((r) => r.id)).toEqual(['bad-1']);
+        expect(sorted(await kernelOwners(ns))).toEqual(good.slice().sort());
+        expect(handles()).toEqual(before);
+        noStack(d.logs.join(''));
+      } finally {
+        await stop(d);
+      }
+    }, 'durable-restart');
+  }, 60_000);
+
   it('a reload that makes the kernel refuse one owner: the new config and the others installed, that one reported, and back when the config is', async () => {
     await withNetns(async (ns) => {
       const dir = tempDir('durable-reload');
