@@ -542,4 +542,46 @@ describe('past the open-file limit', () => {
       }
     }, 'durable-fds');
   }, 60_000);
+
+  it('the limit lowered under a running daemon (to 3, to the descriptors it holds): a PUT is 201 and durable or 503 EMFILE and nothing changed, never a hang or a crash', async () => {
+    await withNetns(async (ns) => {
+      const dir = tempDir('durable-emfile');
+      const config = writeConfig(dir);
+      const sock = join(dir, 'nfkeeper.sock');
+      const d = daemon(config, ns);
+      const pid = d.child.pid!;
+      try {
+        await ready(sock, d);
+        expect((await call(sock, 'PUT', '/v1/owners/a', ownerSpec(1))).status).toBe(201);
+        // A descriptor's number must be under the limit: 3 leaves none to open (not for a client, a temp
+        // file, a netlink socket); the count of open ones leaves only the holes among them.
+        const fds = Number(execFileSync('sh', ['-c', `ls /proc/${pid}/fd | wc -l`]).toString());
+        const ids = ['a'];
+        // The soft limit only: raising a hard limit back takes CAP_SYS_RESOURCE, which a container may lack.
+        const soft = /^Max open files\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/limits`, 'utf8'))![1]!;
+        for (const [k, limit] of [3, fds, fds + 1, 3].entries()) {
+          execFileSync('prlimit', ['--pid', String(pid), `--nofile=${limit}:`]);
+          const id = `b${k}`;
+          const r = await call(sock, 'PUT', `/v1/owners/${id}`, ownerSpec(2 + k), 10_000).then((x) => x, (e: Error) => e);
+          const said = r instanceof Error ? `error ${r.message}` : `${r.status} ${JSON.stringify(r.body)}`;
+          console.log(`[owners-durability] RLIMIT_NOFILE ${limit} (${fds} open): ${said.slice(0, 300)}`);
+          // Answered 201 (then durable), 503 (then nothing changed), or refused at accept (a reset, nothing
+          // changed); never a hang (the call's 10 s) nor a crash.
+          expect(said, 'no hang').not.toMatch(/timed? ?out/i);
+          expect(d.child.exitCode, d.logs.join('').slice(-2000)).toBeNull();
+          if (!(r instanceof Error)) expect([201, 503], said).toContain(r.status);
+          if (!(r instanceof Error) && r.status === 503) expect((r.body as { error: string }).error).toMatch(/EMFILE|connections are open/);
+          if (!(r instanceof Error) && r.status === 201) ids.push(id);
+          execFileSync('prlimit', ['--pid', String(pid), `--nofile=${soft}:`]);
+          expect(stateIds(dir), said).toEqual(ids.slice().sort());
+          expect(sorted(await kernelOwners(ns)), said).toEqual(ids.slice().sort());
+          expect(await ownersOf(sock)).toEqual(ids.slice().sort());
+        }
+        expect((await call(sock, 'PUT', '/v1/owners/c', ownerSpec(9))).status).toBe(201);
+        expect(await ownersOf(sock)).toEqual([...ids, 'c'].sort());
+      } finally {
+        await stop(d);
+      }
+    }, 'durable-emfile');
+  }, 60_000);
 });
