@@ -267,6 +267,7 @@ export class OwnerRegistry {
       return;
     } catch (e) {
       if (this.installable(this.sorted).length === 0) throw e;
+      this.log?.warn({ err: (e as Error).message }, 'the kernel refuses the new config with the owners; trying it alone, then the owners in halves');
     }
     try {
       await setConfig(next, []);
