@@ -18,7 +18,8 @@ import { OwnerRegistry } from '../../src/owners/registry.js';
 import { OwnersState, journalPathOf } from '../../src/owners/state.js';
 import { compileOwner, specKey, type OwnerSpec } from '../../src/owners/spec.js';
 import { tempDir } from '../helpers/tmp.js';
-import { ownerSpec, ownersYaml } from './fixtures.js';
+import { ownerSpec, ownersYaml, paddedSpec } from './fixtures.js';
+import { tearJournalEverywhere } from './journal-sweep.js';
 
 function setup() {
   const dir = tempDir('durable');
@@ -29,12 +30,6 @@ function setup() {
 }
 
 const ids = (c: Parameters<typeof loadOwners>[0]) => loadOwners(c).map((o) => o.id).sort();
-
-/** An owner of about 20 KiB whose rules are padded with blanks: big on disk, quick to compile. */
-function paddedSpec(i: number) {
-  return { chains: [{ name: 'masq', rules: Array.from({ length: 5 }, (_, k) => `ip daddr 10.${i}.${k}.0/24${' '.repeat(4000)}return`) }],
-    jumps: { postrouting: [`ip saddr 10.100.0.${i} jump masq`] } };
-}
 
 /** Throws an OwnersStateError whose message is one printable line. */
 function refusedCleanly(f: () => unknown): string {
@@ -77,25 +72,8 @@ describe('a damaged owners state stops start-up; a torn last record was never ac
     const full = readFileSync(journal);
     registry.close();  // folds the journal in: put the daemon's file and journal back
     writeFileSync(file, base);
-    const lines = full.toString('utf8').split('\n');
-    expect(lines).toHaveLength(groups.length + 2);  // the header, a line a group, nothing after the last newline
-    const headerEnd = Buffer.byteLength(lines[0]!) + 1;
-    let newlines = 0;
-    let refused = 0;
-    for (let at = 0; at <= full.length; at++) {
-      if (at > 0 && full[at - 1] === 0x0a) newlines++;
-      writeFileSync(journal, full.subarray(0, at));
-      if (at < headerEnd) {
-        // Written whole (an atomic replace), so no crash leaves it cut: damage, which stops start-up.
-        expect(refusedCleanly(() => loadOwners(c))).toMatch(new RegExp(`owners\\.json\\.journal: corrupt: (its header line is incomplete \\(${at} bytes|line 1 \\(byte 0\\) is not)`));
-        refused++;
-        continue;
-      }
-      // A line without its newline was torn before its sync, so never acknowledged: never a part of it.
-      const got = new Map(loadOwners(c).map((o) => [o.id, specKey(o.spec)]));
-      expect(got, `cut at byte ${at} of ${full.length}`).toEqual(acked[newlines - 1]);
-    }
-    expect(refused).toBe(headerEnd);
+    expect(full.toString('utf8').split('\n')).toHaveLength(groups.length + 2);  // the header, a line a group, nothing after the last newline
+    tearJournalEverywhere(c, full, acked);
   });
 
   it('a header with a wrong digest, of NULs, of 0xff bytes, or of another file stops the load; a folded journal is ignored', async () => {

@@ -24,7 +24,10 @@ import { call, compileOwner, loadOwners, saveOwners } from '../../src/owners/ind
 import { cli } from '../helpers/cli.js';
 import { withNetns } from '../helpers/netns.js';
 import { tempDir } from '../helpers/tmp.js';
-import { BASE_RULE, listTable, ownerSpec, ownersYaml, writeConfig } from '../owners/fixtures.js';
+import { BASE_RULE, listTable, ownerSpec, ownersYaml, paddedSpec, writeConfig } from '../owners/fixtures.js';
+import { tearJournalEverywhere } from '../owners/journal-sweep.js';
+import { specKey } from '../../src/owners/spec.js';
+import { journalPathOf } from '../../src/owners/state.js';
 import { daemon, kernelOwners, kill9, ready, stop, type Child } from './owners-child.js';
 
 const SEED = Number(process.env.NFK_DURABLE_SEED ?? 24);
@@ -501,6 +504,44 @@ describe('a journal damaged on disk stops start-up and collects nothing', () => 
       }
     }, 'durable-journal');
   }, 120_000);
+
+  it('the journal `nfkeeper run` wrote, killed with kill -9, torn at every byte offset and loaded in process: the acknowledged owners up to its last whole line', async () => {
+    await withNetns(async (ns) => {
+      const dir = tempDir('durable-tear');
+      const config = writeConfig(dir);
+      const c = parseConfig(ownersYaml(dir), config);
+      const sock = join(dir, 'nfkeeper.sock');
+      const d = daemon(config, ns);
+      // The owners acknowledged after each request (id -> spec), sent one by one: a journal line each once journalled.
+      const acked: Map<string, string>[] = [];
+      const now = new Map<string, string>();
+      const send = async (method: 'PUT' | 'DELETE', id: string, body?: unknown) => {
+        const r = await call(sock, method, `/v1/owners/${id}`, body);
+        expect(r.status, JSON.stringify(r.body)).toBeLessThan(300);
+        if (method === 'PUT') now.set(id, specKey(compileOwner(id, body, c.owners!, c.tables[0]!).spec));
+        else now.delete(id);
+        acked.push(new Map([...now].sort()));
+      };
+      try {
+        await ready(sock, d);
+        // Past the journal's threshold with owners that load in a millisecond (padded rules), then a stream of changes.
+        for (let i = 0; i < 4; i++) await send('PUT', `p${i}`, paddedSpec(i));
+        await send('PUT', 'a1', ownerSpec(1));
+        await send('PUT', 'a2', ownerSpec(2, 5));
+        await send('DELETE', 'p1');
+        await send('PUT', 'a1', ownerSpec(11, 4));
+        await send('DELETE', 'a2');
+        await send('PUT', 'a3', ownerSpec(3));
+      } finally {
+        await kill9(d);  // a clean stop would fold the journal in
+      }
+      const full = readFileSync(journalPathOf(c.owners!.state));
+      const records = full.toString('utf8').split('\n').length - 2;
+      expect(records).toBeGreaterThanOrEqual(6);
+      // acked[k] of the sweep: the owners after k of the journal's lines, the file holding those before them.
+      tearJournalEverywhere(c, full, acked.slice(acked.length - records - 1));
+    }, 'durable-tear');
+  }, 60_000);
 });
 
 
