@@ -172,7 +172,7 @@ export class EventRepair extends MirrorCommit implements RepairPath<Outcome | un
   }
 
   /**
-   * mirrorPass's first attempt (guarded by the monitor's last generation, no read), without the
+   * The mirror pass's first attempt (guarded by the monitor's last generation, no read), without the
    * request queue's promises and microtask hops, when nothing stands in its way: no pass running
    * or queued, the mirror exact at that generation, a small plan, no fight delay, and a connection
    * that commits inline.

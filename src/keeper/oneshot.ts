@@ -7,7 +7,7 @@ import type { Config, TableConfig } from '../config/config.js';
 import { Batch } from '../netlink/batch.js';
 import type { NftConn } from '../netlink/conn.js';
 import { mergeOwners, type Owner } from '../owners/index.js';
-import { TableOwnedError, protectionOf, type Drift } from './reconcile.js';
+import { TableOwnedError, protectionOf, type Drift, type TableDiff } from './reconcile.js';
 import { Reconciler } from './reconciler.js';
 
 /** Removes every table the config owns, in one batch. Returns what was removed. */
@@ -29,8 +29,8 @@ export async function cleanup(sock: NftConn, config: Config): Promise<string[]> 
 }
 
 export interface CheckResult {
-  /** What the first look found, per desired table (owners merged in). */
-  drift: { table: TableConfig; drift: Drift[] }[];
+  /** What the first look found, per desired table (owners merged in), with what repairs it (renderDrift's input). */
+  drift: { table: TableConfig; drift: Drift[]; diff: TableDiff }[];
   /** Operations applied (0 for check). */
   ops: number;
   /** The kernel refused the protect flags: the tables were applied in repair mode. */
@@ -51,7 +51,7 @@ export async function checkOnce(sock: NftConn, config: Config, apply: boolean, o
   if (apply) reconciler.retired = [...(options.retired ?? [])];
   const r = await reconciler.once({ tables, readOnly: !apply, allowForeignOwner: !apply });
   return {
-    drift: tables.map((t, i) => ({ table: t, drift: r.first.drift[i]! })),
+    drift: tables.map((t, i) => ({ table: t, drift: r.first.drift[i]!, diff: r.first.diffs[i]! })),
     ops: r.ops,
     protectUnsupported: !reconciler.protectSupported,
   };
