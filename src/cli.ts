@@ -16,8 +16,9 @@ import { parseBoundedDuration } from './duration.js';
 // (and load the native addon), so that validate, version, --help and the owner client commands
 // run where the addon is missing or cannot load; and the config's parser and schema, the HTTP
 // client and the logger, so that a command pays only for what it uses (version reads
-// package.json and nothing else; the bundle keeps each of these in a chunk of its own).
-const kernel = () => import('./keeper/keeper.js');
+// package.json and nothing else; the bundle keeps each of these in a chunk of its own). The
+// one-shot commands take their pass from keeper/oneshot.js, not the daemon's keeper.
+const oneshot = () => import('./keeper/oneshot.js');
 const netlink = () => import('./netlink/socket.js');
 const configs = () => import('./config/config.js');
 const client = () => import('./owners/client.js');
@@ -175,7 +176,7 @@ export async function main(argv: string[], io: Out = {
     .action(async (o: { config: string; includePath?: string[]; netns?: string; json?: boolean }) => {
       const { loadConfig, namespaceInterfaces } = await configs();
       const config = loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns), includePath: o.includePath });
-      const { cleanup } = await kernel();
+      const { cleanup } = await oneshot();
       // Not while a daemon keeps these tables (it would put them back at once).
       const lock = (await import('./lock.js')).lockKeeper({ netns: o.netns, tables: config.tables });
       const sock = new (await netlink()).NftSocket({ netns: o.netns });
@@ -426,7 +427,7 @@ async function oneShotLocked(o: OneShotOptions, config: import('./config/config.
   const owners = config.owners ? (await import('./owners/state.js')).loadOwners(config) : [];
   const { countRules } = await configs();
   progress.step(() => `${o.config}: ${plural(config.tables.length, 'table')}, ${plural(countRules(config.tables), 'rule')} compiled`);
-  const { checkOnce, renderDrift } = { ...await import('./keeper/once.js'), ...await import('./keeper/reconcile.js') };
+  const { checkOnce, renderDrift } = { ...await oneshot(), ...await import('./keeper/reconcile.js') };
   const sock = new (await netlink()).NftSocket({ netns: o.netns });
   try {
     const { drift, ops, protectUnsupported } = await checkOnce(sock, config, apply, owners);
@@ -439,7 +440,7 @@ async function oneShotLocked(o: OneShotOptions, config: import('./config/config.
     } else if (found.length === 0) {
       io.out('in sync');
     } else {
-      const lines = found.flatMap((d) => renderDrift(d.table, d.drift));
+      const lines = found.flatMap((d) => renderDrift(d.table, d.diff));
       // A pipe or a file gets every line, as always; a terminal gets a summary of a long plan.
       if (io.outTty && !o.full && lines.length > SUMMARY_OVER_LINES) for (const line of summarisePlan(lines)) io.out(line);
       else for (const line of lines) io.out(line);

@@ -1,19 +1,38 @@
 /**
- * The one-shot pass of `nfkeeper check` and `apply`, in a module of its own: it needs the
- * reconciler and the owners' merge, not the daemon's keeper (its logger, metrics and control API),
- * so that the one-shot commands do not load those.
+ * The one-shot commands, without a loop: `nfkeeper cleanup` (remove the owned tables) and
+ * `nfkeeper check`/`apply` (one pass through the same Reconciler as the daemon's).
  */
 import type { Logger } from 'pino';
 import type { Config, TableConfig } from '../config/config.js';
+import { Batch } from '../netlink/batch.js';
 import type { NftConn } from '../netlink/conn.js';
+// From their modules, not the owners' index: that brings the control API's HTTP server and client.
 import { mergeOwners } from '../owners/merge.js';
 import type { Owner } from '../owners/spec.js';
-import type { Drift } from './reconcile.js';
+import { TableOwnedError, protectionOf, type Drift, type TableDiff } from './reconcile.js';
 import { Reconciler } from './reconciler.js';
 
+/** Removes every table the config owns, in one batch. Returns what was removed. */
+export async function cleanup(sock: NftConn, config: Config): Promise<string[]> {
+  const batch = new Batch();
+  const removed: string[] = [];
+  for (const t of config.tables) {
+    const table = await sock.getTable(t.family, t.name);
+    if (table && protectionOf(table, sock.portId) === 'foreign-owner') {
+      throw new TableOwnedError(t.family, t.name, table.owner ?? 0);
+    }
+    if (table) {
+      batch.delete('table', { family: t.family, name: t.name });
+      removed.push(`${t.family} ${t.name}`);
+    }
+  }
+  await sock.commit(batch);
+  return removed;
+}
+
 export interface CheckResult {
-  /** What the first look found, per desired table (owners merged in). */
-  drift: { table: TableConfig; drift: Drift[] }[];
+  /** What the first look found, per desired table (owners merged in), with what repairs it (renderDrift's input). */
+  drift: { table: TableConfig; drift: Drift[]; diff: TableDiff }[];
   /** Operations applied (0 for check). */
   ops: number;
   /** The kernel refused the protect flags: the tables were applied in repair mode. */
@@ -34,7 +53,7 @@ export async function checkOnce(sock: NftConn, config: Config, apply: boolean, o
   if (apply) reconciler.retired = [...(options.retired ?? [])];
   const r = await reconciler.once({ tables, readOnly: !apply, allowForeignOwner: !apply });
   return {
-    drift: tables.map((t, i) => ({ table: t, drift: r.first.drift[i]! })),
+    drift: tables.map((t, i) => ({ table: t, drift: r.first.drift[i]!, diff: r.first.diffs[i]! })),
     ops: r.ops,
     protectUnsupported: !reconciler.protectSupported,
   };
