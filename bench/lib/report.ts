@@ -150,7 +150,7 @@ function s4Targets(s4: S4Row[]): string[] {
     `- S4 idle ≤ 0.05 % of a core: worst ${idle.toFixed(3)} % (every thread's CPU time in ns over the phase) — ` +
       `${met(idle <= 0.05, `by ${(idle - 0.05).toFixed(3)} points; at 1 Hz the daemon wakes about twice a second (the tick's generation ` +
         'read, the event-loop-lag sampler), ~0.03 % of a core, and V8\'s memory reducer runs one full collection (30-40 ms) some time after ' +
-        'start-up, which a phase of tens of seconds may or may not hold (docs/latency-and-memory.md, "Idle CPU, measured per thread")')}.`,
+        'start-up, which a phase of tens of seconds may or may not hold (docs/notes/2026-12-04-latency-and-memory.md, "Idle CPU, measured per thread")')}.`,
     `- S4 RSS ≤ 64 MB (${MB64_MIB.toFixed(1)} MiB): worst peak ${rss.toFixed(1)} MiB — ${met(rss <= MB64_MIB, `by ${(rss - MB64_MIB).toFixed(1)} MiB; ` +
       `a bare Node 20 process peaks at ${s4[0]!.nodeBaselineMiB.toFixed(1)} MiB here (measured in this run); the rest is the loaded modules ` +
       '(pino, prom-client, zod, yaml, commander), the addon and the heap; ' +
