@@ -40,8 +40,8 @@ struct DumpState : DumpRequest {
   std::string message;
   std::vector<uint8_t> messages;
   // ruleMode 2: the answer as it is built, message by message as they come (on the worker thread
-  // for a big dump), instead of a copy of every message decoded at the end: 100,000 rules'
-  // messages were ~40 MB held until then (the start-up's adoption and read-back; issue 14).
+  // for a big dump), instead of a copy of every message decoded at the end: a big chain's
+  // messages were held until then (the start-up's adoption and read-back).
   std::string digests = "[";
   std::string digestChain;
   bool digestOpen = false;

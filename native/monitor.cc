@@ -181,7 +181,7 @@ Napi::Value NftMonitor::SkipOwn(const Napi::CallbackInfo& info) {
 
 // The batch goes to JavaScript as one flat array of primitives (layout: src/netlink/monitor.ts,
 // fromFlat), or a batch of one plain event as the call's arguments (fromArgs), and the objects are built there: setting named properties from C++ internalizes each key
-// on every call, and cost more than the rest of the read (a small repair's events, ~80 µs).
+// on every call, and cost more than the rest of the read.
 void NftMonitor::Deliver(Napi::Env env, Napi::Function cb, MonitorBatch* batch) {
   std::unique_ptr<MonitorBatch> b(batch);
   // The common batch, one event without elements (a rule deleted or added: what a repair answers),

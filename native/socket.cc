@@ -232,7 +232,7 @@ bool NftSocket::EnsureBuffers(size_t bytes, size_t messages) {
 
 void NftSocket::ReturnEncodeBuffer(std::vector<uint8_t>&& b) {
   // Keep the bigger one, up to a bound: a big batch (an install, a rewrite) should not pin its
-  // memory for the life of the daemon (a 10,000-rule batch is ~3 MB); small ones reuse it.
+  // memory for the life of the daemon; small ones reuse it.
   constexpr size_t kKeepUpTo = 256 << 10;
   if (b.capacity() > kKeepUpTo) {
     const size_t bytes = b.capacity();

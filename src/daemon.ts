@@ -343,7 +343,7 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
 
   // Memory back to the system once V8 has shrunk its heap after a burst (the start-up read-back
   // of a big config, a registration storm): its collector's worker threads leave what they used
-  // in glibc arenas of their own, ~6 MiB at 100,000 rules, that nothing else gives back (issue 14).
+  // in glibc arenas of their own, which nothing else gives back.
   // One heap-statistics read a tick; the trim runs only after a shrink.
   const trimMemory = loadAddon().trimMemory;
   if (trimMemory) {

@@ -80,8 +80,8 @@ export async function observeTable(sock: NftConn, family: Family, name: string,
   const objs = sock.listObjs?.({ family, table: name });
   if (out.table.use !== undefined && out.table.use > 2 * expectedChains.length + 64) {
     // Mostly chains we do not want (owners removed while we were down, say): those go whole, with
-    // their rules, so read only the wanted chains' rules. Dumping 10,000 rules of 1,000 dead owner
-    // chains cost ten times what deleting them does.
+    // their rules, so read only the wanted chains' rules. Dumping the rules of many dead owner
+    // chains costs far more than deleting them.
     [chains, sets] = await Promise.all([sock.listChains({ family, table: name }), sock.listSets({ family, table: name })]);
     const wanted = new Set(expectedChains);
     const present = chains.filter((c) => wanted.has(c.name));
@@ -168,9 +168,9 @@ async function adoptRules(sock: NftConn, t: TableConfig, only?: readonly string[
 /**
  * The kernel's chains (`dumps`) whose digests are, rule by rule, those of their desired rules
  * (`rulesOf`, as many). The desired digests are made DIGESTS_PER_CALL rules at a time (a few
- * chains in one call, a big chain in slices) and compared at once: at 100,000 rules, 100,000
- * strings and the expression index that made them (11 MiB) were all alive together, promoted to
- * the old generation in the middle of a restart's adoption, where its peak was (issue 14).
+ * chains in one call, a big chain in slices) and compared at once: made in one call, every rule's
+ * digest string and the expression index that made them were alive together, promoted to the old
+ * generation in the middle of a restart's adoption, where its peak was.
  */
 function sameDigests(dumps: readonly ChainDigests[], rulesOf: (d: ChainDigests) => ChainConfig['rules'],
   ruleDigests: NonNullable<ReturnType<typeof loadAddon>['ruleDigests']>): Set<ChainDigests> {
@@ -258,8 +258,8 @@ export function compactRule(t: TableConfig, c: ChainConfig, r: ChainConfig['rule
 /**
  * The key rules are compared by: a SHA-256 of the rule's canonical form (ruleKey), 44 characters
  * instead of the canonical JSON's hundreds. Desired rules keep theirs for as long as the config
- * lives (and the known state shares it), so at 100,000 owned rules the JSON was 30 MiB of the
- * daemon's heap (issue 14's memory target); a collision would take a SHA-256 collision.
+ * lives (and the known state shares it), so the JSON would be a large part of a big config's heap;
+ * a collision would take a SHA-256 collision.
  */
 const sha256 = (s: string): string => (hashOnce ? hashOnce('sha256', s, 'base64') : createHash('sha256').update(s).digest('base64'));
 // crypto.hash (Node 20.12+): one call, no Hash object.
@@ -449,7 +449,7 @@ export function diffTable(want: TableConfig, have: ObservedTable, options: DiffO
     const rules = have.rules.get(c.name) ?? [];
     // Every kernel rule known to be the desired rule at its place (the start-up's adoption by
     // digests): equal, without a key. Comparing keys would hash every desired rule's canonical form
-    // and keep the key on it for the daemon's life (100,000 rules: 1.4 s and 11 MiB of a restart).
+    // and keep the key on it for the daemon's life: seconds and megabytes of a big restart.
     if (holdsDesired(rules, c.rules)) continue;
     const keys = kernelKeys(rules, resolve);
     const setsOf = (j: number) => c.rules[j]!.compiled.sets.length;
@@ -821,8 +821,8 @@ export function planTable(batch: Batch, want: TableConfig, have: ObservedTable, 
     for (const r of c.rules) {
       for (const s of r.compiled.sets) batch.add('set', { ...s, family, table });
       // One literal, not batch.add's spread: once optimized, V8 gave every spread copy a hidden
-      // class of its own (a map, descriptors and a property array: 270 bytes an op, 26 MB of an
-      // install of 100,000 rules). userdata undefined is the same as absent to the encoder.
+      // class of its own (a map, descriptors and a property array per op, live from the plan to
+      // the read-back). userdata undefined is the same as absent to the encoder.
       batch.push({ verb: 'add', object: 'rule', family, table, chain: c.name, exprs: r.compiled.exprs, userdata: r.compiled.userdata });
     }
   }
