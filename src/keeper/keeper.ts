@@ -1,12 +1,15 @@
 /**
- * The keeper loop. Every interval it reads the generation id (a few µs); if
- * that equals the generation it last verified, the tick is over. Otherwise,
- * and whenever the monitor reports a foreign commit touching an owned table,
- * it runs a reconcile pass (Reconciler.once: dump the owned tables, compare,
- * and if anything differs commit one batch guarded by the generation it read,
- * retrying from a fresh read if the kernel says the ruleset moved on). The
- * keeper adds what a loop needs: fight back-off, metrics, events, reloads.
- * Requests coalesce: at most one pass runs, and at most one more is queued.
+ * The keeper loop. Every interval it reads the generation id; if that equals the generation it
+ * last verified, the tick is over. Otherwise it runs a pass: from the event mirror when the
+ * monitor proves the mirror is the kernel's state (mirrorPass), else Reconciler.once (observe the
+ * owned tables, from the known state and digests where it can, compare, and if anything differs
+ * commit one batch guarded by the generation it read, retrying from a fresh read if the kernel
+ * says the ruleset moved on). A foreign commit touching an owned table that the monitor hands over
+ * is repaired in the event's callback from the mirror when nothing holds it back (repairNow), and
+ * with a small ruleset a single deleted rule is put back by the addon before any JavaScript runs
+ * (armRepairs; repairedByMonitor checks it); anything else requests a pass. The keeper adds what a
+ * loop needs: fight back-off, metrics, events, reloads. Requests coalesce: at most one pass runs,
+ * and at most one more is queued.
  */
 import { EventEmitter } from 'node:events';
 import { performance } from 'node:perf_hooks';

@@ -1,10 +1,12 @@
 /**
- * One reconcile pass over the tables nfkeeper owns: observe them (one
- * kernel-filtered rule dump per table, plus its chains and anonymous sets),
- * compare with the desired state structurally, and plan one batch that
- * recreates what is missing and flushes and rewrites each chain that
- * differs, in order. Pure functions apart from observe(); Reconciler.once()
- * (reconciler.ts) drives them under the generation guard.
+ * The steps of a full pass over the tables nfkeeper owns: observe them (observeTable: kernel-
+ * filtered dumps of a table's chains, rules, sets and objects; adoptRules: the rules an earlier
+ * keeper wrote, recognised by their digests), compare with the desired state structurally
+ * (diffTable), and plan one batch (planTable) that recreates what is missing and edits each chain
+ * that differs in place, in order (plan.ts: the fewest ops, or a flush and rewrite when that is
+ * fewer). observeTable and adoptRules read the kernel; diffTable hands planTable each drift's chain
+ * edit and element diff through WeakMaps keyed by the drift, and rule keys are cached on the rule
+ * objects. Reconciler.once() (reconciler.ts) drives them under the generation guard.
  */
 import * as cryptoModule from 'node:crypto';
 import { createHash } from 'node:crypto';
