@@ -64,7 +64,8 @@ class NftMonitor : public Napi::ObjectWrap<NftMonitor>, public Closeable {
   bool failed_ = false;  // the socket failed (not EAGAIN, EINTR or ENOBUFS): reading stopped
 
   // Guards the filter, and the batcher's run and the delivered count, which
-  // progress() reads together.
+  // progress() reads together. Everything that takes it runs on the JS thread
+  // since the reader thread went, so it is never contended.
   std::mutex filterMutex_;
   EventFilter filter_;
   EventBatcher batcher_;
