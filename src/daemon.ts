@@ -312,7 +312,7 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
     };
     if (every === o.intervalMs) {
       // On the keeper's own tick: a timer of its own woke the idle daemon a second time each
-      // second, some milliseconds after the tick (bench/idle.ts: three wake-ups a second, now two).
+      // second, some milliseconds after the tick (bench/idle.ts counts the wake-ups).
       const k = keeper;
       k.on('tick', check);
       cleanups.push(() => k.off('tick', check));
