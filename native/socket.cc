@@ -204,8 +204,8 @@ bool NftSocket::EnsureBuffers(size_t bytes, size_t messages) {
     }
     sndbuf_ = wantSnd;
   }
-  // Every message is acknowledged with its own skb: about 830 bytes of
-  // truesize measured on 6.18 with NETLINK_CAP_ACK, more with an error text.
+  // Every message is acknowledged with its own skb, whose truesize (with
+  // NETLINK_CAP_ACK; more with an error text) fits in 1536 bytes a message.
   size_t wantRcv = messages * 1536 + 256 * 1024;
   if (rcvbufLimit_ != 0) wantRcv = std::min(wantRcv, rcvbufLimit_);
   bool rcvbufChanged = false;

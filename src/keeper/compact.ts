@@ -40,7 +40,7 @@ export class ExprPool {
       return c;
     }
     if (this.candidates.size >= CANDIDATES) this.candidates = new Map();
-    // Frozen as they are: a frozen copy made by spreading gets a hidden class of its own (~250 bytes).
+    // Frozen as they are: a frozen copy made by spreading gets a hidden class of its own.
     this.candidates.set(key, Object.freeze(e));
     return e;
   }
@@ -77,7 +77,7 @@ export function compactAsCompiled(): (compiled: ChainConfig['rules'][number]['co
  */
 export function compactRule(compiled: ChainConfig['rules'][number]['compiled'], shared: ExprPool): void {
   // Compacted already (a rule kept from the previous config, an owner's rule, a config's rule): its
-  // list is frozen. Not a WeakSet of the done ones: that was ~60 bytes a rule for the daemon's life.
+  // list is frozen. Not a WeakSet of the done ones: an entry a rule for the daemon's life.
   if (Object.isFrozen(compiled.exprs)) return;
   const exprs = new Array<Expr>(compiled.exprs.length);
   for (let i = 0; i < exprs.length; i++) exprs[i] = shared.intern(compiled.exprs[i]!);
