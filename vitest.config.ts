@@ -27,6 +27,7 @@ const UNIT = [
   'test/keeper/fake.test.ts',
   'test/keeper/mirror.test.ts',
   'test/keeper/plan.test.ts',
+  'test/keeper/scheduler.test.ts',
   'test/keeper/touches.test.ts',
   'test/owners/config.test.ts',
   'test/owners/durability.test.ts',
