@@ -15,10 +15,13 @@ import { fileURLToPath } from 'node:url';
 import { dirname, join } from 'node:path';
 import { AddonLoadError, NetlinkError } from './errors.js';
 import type { NativeMonitor, NativeSocket } from './netlink/native.js';
+import type { MonitorBatch } from './netlink/monitor.js';
 
 export interface Addon {
   NftSocket: new (netns?: string, options?: { receiveBufferLimit?: number }) => NativeSocket;
-  NftMonitor: new (netns: string | undefined, onBatch: (batch: unknown) => void,
+  /** onBatch: each batch as one record, with progress() as it stands while onBatch runs. */
+  NftMonitor: new (netns: string | undefined,
+    onBatch: (batch: MonitorBatch, lastGeneration: number, runStart: number, delivered: number) => void,
     tables: [string, string][] | null, ignorePorts: number[], ownCommits?: boolean,
     receiveBuffer?: number) => NativeMonitor;
   init(errorClass: typeof NetlinkError): void;
