@@ -7,11 +7,10 @@
  */
 import type { Family } from './expr.js';
 import type { SetElement } from './objects.js';
-import type { NativeMonitor } from './native.js';
 import type { Op } from './batch.js';
 import type { NftConn } from './conn.js';
 import { NftSocket, preencoded } from './socket.js';
-import { loadAddon } from '../native.js';
+import { loadAddon, type NativeMonitor } from './addon.js';
 
 export interface MonitorEvent {
   type: 'newtable' | 'deltable' | 'newchain' | 'delchain' | 'newrule' | 'delrule' | 'newset'
@@ -105,7 +104,7 @@ export class Monitor {
 
   constructor(options: MonitorOptions) {
     const { NftMonitor } = loadAddon();
-    this.native = new NftMonitor(options.netns, (b, lastGeneration, runStart, delivered) => {
+    this.native = new NftMonitor<MonitorBatch>(options.netns, (b, lastGeneration, runStart, delivered) => {
       if (this.closedFlag) return;
       // While onBatch runs, progress() is what the addon handed over with the batch: nothing is read meanwhile.
       this.during = { lastGeneration, runStart, delivered };

@@ -186,7 +186,7 @@ describe('rule decoding', () => {
       const s = open({ netns: ns.path });
       try {
         await s.commit(ownedSetup());
-        const native = (s as unknown as { native: import('../../src/netlink/native.js').NativeSocket }).native;
+        const native = (s as unknown as { native: import('../../src/netlink/addon.js').NativeSocket }).native;
         let total = 0;
         for (const [family, table] of [['ip', 'kube'], ['ip', 'nat'], ['inet', 'odd'], [F, T]] as const) {
           const viaJson = await native.dump('rule', family, table, undefined, false);

@@ -1,0 +1,172 @@
+/**
+ * The native addon: the shapes of what it exports, and its loader. Only src/netlink/ loads it
+ * (other folders use the typed calls in this folder: unix.ts, link.ts, socket.ts).
+ *
+ * Finds and loads the native addon, once, and hands it the error class it
+ * builds kernel failures from. Where it looks, first hit wins:
+ *   1. $NFKEEPER_ADDON (another build, e.g. scripts/sanitize.sh's AddressSanitizer one);
+ *   2. build/Release/nfkeeper.node, a build from source (a checkout, or an
+ *      install for which no prebuilt addon fitted);
+ *   3. prebuilds/<platform>-<arch>/nfkeeper.<libc>.node, shipped in the npm
+ *      package with libnftnl and libmnl beside it (scripts/prebuild.mjs).
+ * A failure is one AddonLoadError line naming the missing library and the
+ * package that has it, never the dynamic loader's stack.
+ */
+import { createRequire } from 'node:module';
+import { existsSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { basename, dirname, join } from 'node:path';
+import { AddonLoadError, NetlinkError } from '../errors.js';
+
+export interface NativeSocket {
+  readonly portId: number;
+  readonly closed: boolean;
+  close(): void;
+  generation(): number;
+  dump(kind: 'table' | 'chain' | 'rule' | 'set' | 'element' | 'obj', family?: string, table?: string,
+    name?: string, single?: boolean, objects?: boolean, ruleMode?: 0 | 1 | 2): Promise<unknown[]>;
+  /** exprBytes: per op index, that rule's expressions as encodeExprs() gave them, or undefined (encoded now). */
+  commit(ops: readonly unknown[], generation?: number, echo?: boolean,
+    exprBytes?: readonly (Buffer | undefined)[]): Promise<void | { handles: [number, number][] }>;
+  /** commit() of a small batch on this thread, or false (not small, or the socket busy): nothing sent. Absent from an older addon. */
+  commitNow?(ops: readonly unknown[], generation?: number, echo?: boolean,
+    exprBytes?: readonly (Buffer | undefined)[]): void | { handles: [number, number][] } | false;
+}
+
+export interface NativeMonitor {
+  close(): void;
+  setFilter(tables: [string, string][] | null, ignorePorts: number[]): void;
+  progress(): [number, number, number];
+  anchor(generation: number, overflowsSeen: number): void;
+  /** Absent from an addon built before it. */
+  skipOwn?(generation: number): void;
+  /** Absent from an addon built before it (Monitor.arm). */
+  arm?(socket: NativeSocket, generation: number, ops: readonly unknown[], handles: readonly number[],
+    exprBytes?: readonly (Buffer | undefined)[]): boolean;
+  disarm?(): void;
+  pause?(): void;
+  resume?(): boolean;
+  ref(): void;
+  unref(): void;
+}
+
+export interface Addon {
+  NftSocket: new (netns?: string, options?: { receiveBufferLimit?: number }) => NativeSocket;
+  /**
+   * onBatch: each batch as one record, with progress() as it stands while onBatch runs. `Batch` is
+   * MonitorBatch (monitor.ts), named there so that this file imports nothing of netlink/.
+   */
+  NftMonitor: new <Batch>(netns: string | undefined,
+    onBatch: (batch: Batch, lastGeneration: number, runStart: number, delivered: number) => void,
+    tables: [string, string][] | null, ignorePorts: number[], ownCommits?: boolean,
+    receiveBuffer?: number) => NativeMonitor;
+  init(errorClass: typeof NetlinkError): void;
+  sdNotify(socketPath: string, message: string): number;
+  /** SO_PEERCRED of a connected Unix socket; a number is the errno. */
+  peerCred(fd: number): { pid: number; uid: number; gid: number } | number;
+  /** The namespace's network interfaces (RTM_GETLINK); a number is the errno. */
+  links(netns?: string): { index: number; name: string }[] | number;
+  /** A rule's NFTA_RULE_EXPRESSIONS attribute as a commit encodes it (src/netlink/socket.ts caches it). */
+  encodeExprs(exprs: readonly unknown[]): Buffer;
+  /**
+   * Each rule's digest (objects.ts Rule.digest) from the bytes a commit would write for it, '' where
+   * there is none. `exprs`: the distinct expressions (each encoded once); `rules`: per rule, its
+   * expression count, then their indexes into `exprs`; `userdata`: per rule. Absent from an addon
+   * built before it.
+   */
+  ruleDigests?(exprs: readonly unknown[], rules: Uint32Array, userdata: readonly (string | undefined)[]): string[];
+  /**
+   * A listening Unix socket bound to the abstract `name` in the namespace (src/lock.ts): its fd, or
+   * -errno. Absent from an addon built before it, as are the two below.
+   */
+  bindAbstract?(netns: string | undefined, name: string): number;
+  /** The pid of the process listening on the abstract `name` in the namespace, or -errno. */
+  abstractPeerPid?(netns: string | undefined, name: string): number;
+  /** flock(fd, LOCK_EX | LOCK_NB): 0, or the errno. */
+  flockExclusive?(fd: number): number;
+  /** malloc_trim(0): true if memory went back to the system. Absent from an addon built before it. */
+  trimMemory?(): boolean;
+}
+
+const HERE = dirname(fileURLToPath(import.meta.url));
+/** The project (or installed package) root: this file sits in src/netlink/ or dist/netlink/, or is bundled into dist/nfkeeper.mjs. */
+export const PROJECT_ROOT = basename(HERE) === 'netlink' ? join(HERE, '..', '..') : join(HERE, '..');
+
+/** "glibc" or "musl": the C library this Node runs on (musl Nodes report no glibc version). */
+export function libc(): 'glibc' | 'musl' {
+  const header = (process.report?.getReport() as { header?: { glibcVersionRuntime?: string } } | undefined)?.header;
+  return header?.glibcVersionRuntime ? 'glibc' : 'musl';
+}
+
+/** The prebuilt addon for this platform, architecture and C library (it may not exist). */
+export function prebuildPath(root = PROJECT_ROOT): string {
+  return join(root, 'prebuilds', `${process.platform}-${process.arch}`, `nfkeeper.${libc()}.node`);
+}
+
+/** The addon file loadAddon() would load, or undefined when there is none. */
+export function addonPath(env: NodeJS.ProcessEnv = process.env, root = PROJECT_ROOT): string | undefined {
+  if (env.NFKEEPER_ADDON) return env.NFKEEPER_ADDON;
+  return [join(root, 'build', 'Release', 'nfkeeper.node'), prebuildPath(root)].find((p) => existsSync(p));
+}
+
+// The shared libraries the addon needs at run time, and the package that
+// ships each. The so-version of libnftnl is part of Debian's package name.
+const LIBRARY_PACKAGES: [RegExp, (m: RegExpMatchArray) => string][] = [
+  [/^libnftnl\.so\.(\d+)$/, (m) => `apt-get install libnftnl${m[1]} (Fedora: dnf install libnftnl; Alpine: apk add libnftnl)`],
+  [/^libmnl\.so\.(\d+)$/, (m) => `apt-get install libmnl${m[1]} (Fedora: dnf install libmnl; Alpine: apk add libmnl)`],
+  [/^libstdc\+\+\.so\.(\d+)$/, (m) => `apt-get install libstdc++${m[1]} (Fedora: dnf install libstdc++; Alpine: apk add libstdc++)`],
+  [/^libgcc_s\.so\.(\d+)$/, (m) => `apt-get install libgcc-s${m[1]} (Fedora: dnf install libgcc; Alpine: apk add libgcc)`],
+];
+
+/** Turns the dynamic loader's message into one line a node's operator can act on. */
+export function explainLoadFailure(path: string, message: string): AddonLoadError {
+  const first = message.split('\n')[0]!;
+  const missing = /([^\s:/]+\.so(?:\.[\d.]+)?): cannot open shared object file/.exec(first)?.[1];
+  if (missing) {
+    const hint = LIBRARY_PACKAGES.map(([re, f]) => [re.exec(missing), f] as const).find(([m]) => m);
+    return new AddonLoadError(`${missing} not found: ${hint ? hint[1](hint[0]!) : 'install the package that provides it'}` +
+      ` (needed by ${path})`, path, missing);
+  }
+  const version = /version [`']([^`']+)' not found/.exec(first)?.[1];
+  if (version) {
+    return new AddonLoadError(`${path} needs ${version}, newer than this system's; ` +
+      "reinstall with 'npm rebuild nfkeeper --build-from-source' (needs libnftnl-dev, libmnl-dev, pkg-config, g++)", path);
+  }
+  const symbol = /undefined symbol: (\S+)/.exec(first)?.[1];
+  if (symbol) {
+    return new AddonLoadError(`${path} does not match the libnftnl/libmnl installed (undefined symbol ${symbol}); ` +
+      "reinstall nfkeeper, or rebuild it with 'npm rebuild nfkeeper --build-from-source'", path);
+  }
+  const detail = first.startsWith(path) ? first.slice(path.length).replace(/^:\s*/, '') : first;
+  return new AddonLoadError(`the native addon ${path} cannot be loaded (${detail}); reinstall nfkeeper, ` +
+    "or rebuild it with 'npm rebuild nfkeeper --build-from-source'", path);
+}
+
+let addon: Addon | undefined;
+
+export function loadAddon(): Addon {
+  if (addon) return addon;
+  const path = addonPath();
+  if (!path) {
+    throw new AddonLoadError(`no native addon for ${process.platform}-${process.arch} (${libc()}): neither a prebuilt one ` +
+      `(${prebuildPath()}) nor a build from source; run 'npm rebuild nfkeeper --build-from-source' ` +
+      '(needs libnftnl-dev, libmnl-dev, pkg-config and g++), or in a checkout \'npm run build:native\'', prebuildPath());
+  }
+  if (!existsSync(path)) {
+    throw new AddonLoadError(`the native addon ${path} does not exist` +
+      (process.env.NFKEEPER_ADDON ? ' (from NFKEEPER_ADDON)' : ''), path);
+  }
+  const require = createRequire(import.meta.url);
+  let loaded: Addon;
+  try {
+    loaded = require(path) as Addon;
+  } catch (e) {
+    throw explainLoadFailure(path, (e as Error).message);
+  }
+  if (typeof loaded?.init !== 'function' || typeof loaded.NftSocket !== 'function') {
+    throw new AddonLoadError(`${path} is not nfkeeper's native addon (it exports no NftSocket)`, path);
+  }
+  loaded.init(NetlinkError);
+  addon = loaded;
+  return addon;
+}
