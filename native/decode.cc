@@ -1,4 +1,5 @@
 #include "decode.h"
+#include "element.h"
 
 #include <cerrno>
 #include <cstdio>
@@ -108,9 +109,6 @@ struct ChainDeleter {
 };
 struct SetDeleter {
   void operator()(nftnl_set* s) const { nftnl_set_free(s); }
-};
-struct ElemsIterDeleter {
-  void operator()(nftnl_set_elems_iter* it) const { nftnl_set_elems_iter_destroy(it); }
 };
 
 }  // namespace
@@ -267,55 +265,23 @@ Napi::Object DecodeSet(Napi::Env env, const nlmsghdr* nlh) {
 void DecodeSetElems(Napi::Env env, const nlmsghdr* nlh, Napi::Array out) {
   RequireNfgenmsg(env, nlh, "set element");
   RefuseMalformed(env, SetElemsOkForLibnftnl(nlh), "set element");
-  std::unique_ptr<nftnl_set, SetDeleter> owned(nftnl_set_alloc());
-  nftnl_set* s = owned.get();
-  if (s == nullptr) throw Napi::Error::New(env, "out of memory");
-  if (nftnl_set_elems_nlmsg_parse(nlh, s) < 0) {
-    throw MakeNetlinkError(env, "cannot parse set element message", errno, "decode set elements");
+  std::vector<SetElem> elems;
+  if (!ParseSetElems(nlh, &elems)) {
+    throw MakeNetlinkError(env, "cannot parse set element message", EBADMSG, "decode set elements");
   }
-  std::unique_ptr<nftnl_set_elems_iter, ElemsIterDeleter> ownedIt(nftnl_set_elems_iter_create(s));
-  nftnl_set_elems_iter* it = ownedIt.get();
-  if (it == nullptr) throw Napi::Error::New(env, "out of memory");
   uint32_t n = out.Length();
-  for (nftnl_set_elem* e = nftnl_set_elems_iter_next(it); e != nullptr;
-       e = nftnl_set_elems_iter_next(it)) {
+  for (const SetElem& x : elems) {
     Napi::Object o = Napi::Object::New(env);
-    uint32_t len = 0;
-    const void* d;
-    if (nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_KEY)) {
-      d = nftnl_set_elem_get(e, NFTNL_SET_ELEM_KEY, &len);
-      o.Set("key", ToHex(d, len));
-    }
-    if (nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_KEY_END)) {
-      d = nftnl_set_elem_get(e, NFTNL_SET_ELEM_KEY_END, &len);
-      o.Set("keyEnd", ToHex(d, len));
-    }
-    o.Set("flags", nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_FLAGS)
-                       ? nftnl_set_elem_get_u32(e, NFTNL_SET_ELEM_FLAGS) : 0);
-    if (nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_DATA)) {
-      d = nftnl_set_elem_get(e, NFTNL_SET_ELEM_DATA, &len);
-      o.Set("data", ToHex(d, len));
-    }
-    if (nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_VERDICT)) {
-      int32_t v = static_cast<int32_t>(nftnl_set_elem_get_u32(e, NFTNL_SET_ELEM_VERDICT));
-      o.Set("verdict", EnumValue(env, kVerdictMap, v));
-    }
-    if (nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_CHAIN)) {
-      o.Set("chain", nftnl_set_elem_get_str(e, NFTNL_SET_ELEM_CHAIN));
-    }
-    if (nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_OBJREF)) {
-      o.Set("objref", nftnl_set_elem_get_str(e, NFTNL_SET_ELEM_OBJREF));
-    }
-    if (nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_TIMEOUT)) {
-      o.Set("timeout", static_cast<double>(nftnl_set_elem_get_u64(e, NFTNL_SET_ELEM_TIMEOUT)));
-    }
-    if (nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_EXPIRATION)) {
-      o.Set("expiration", static_cast<double>(nftnl_set_elem_get_u64(e, NFTNL_SET_ELEM_EXPIRATION)));
-    }
-    if (nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_USERDATA)) {
-      d = nftnl_set_elem_get(e, NFTNL_SET_ELEM_USERDATA, &len);
-      o.Set("userdata", ToHex(d, len));
-    }
+    if (!x.key.empty()) o.Set("key", x.key);
+    if (!x.keyEnd.empty()) o.Set("keyEnd", x.keyEnd);
+    o.Set("flags", x.flags);
+    if (!x.data.empty()) o.Set("data", x.data);
+    if (x.hasVerdict) o.Set("verdict", EnumValue(env, kVerdictMap, x.verdict));
+    if (!x.chain.empty()) o.Set("chain", x.chain);
+    if (!x.objref.empty()) o.Set("objref", x.objref);
+    if (x.hasTimeout) o.Set("timeout", static_cast<double>(x.timeout));
+    if (x.hasExpiration) o.Set("expiration", static_cast<double>(x.expiration));
+    if (!x.userdata.empty()) o.Set("userdata", x.userdata);
     out.Set(n++, o);
   }
 }

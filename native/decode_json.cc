@@ -1,4 +1,5 @@
 #include "decode_json.h"
+#include "element.h"
 
 #include <arpa/inet.h>
 #include <endian.h>
@@ -44,6 +45,13 @@ void PutStr(std::string* out, const char* s) {
 void PutHex(std::string* out, const void* data, size_t len) {
   out->push_back('"');
   out->append(ToHex(data, len));
+  out->push_back('"');
+}
+
+// A string that needs no escaping (hex).
+void PutQuoted(std::string* out, const std::string& s) {
+  out->push_back('"');
+  out->append(s);
   out->push_back('"');
 }
 
@@ -309,64 +317,24 @@ bool AppendRuleJson(const nlmsghdr* nlh, std::string* out, bool withDigest) {
 }
 
 bool AppendSetElemsJson(const nlmsghdr* nlh, std::string* out, bool* first) {
-  struct SetFree {
-    void operator()(nftnl_set* s) const { nftnl_set_free(s); }
-  };
-  struct IterFree {
-    void operator()(nftnl_set_elems_iter* it) const { nftnl_set_elems_iter_destroy(it); }
-  };
-  std::unique_ptr<nftnl_set, SetFree> s(nftnl_set_alloc());
-  if (!s || nftnl_set_elems_nlmsg_parse(nlh, s.get()) < 0) return false;
-  std::unique_ptr<nftnl_set_elems_iter, IterFree> it(nftnl_set_elems_iter_create(s.get()));
-  if (!it) return false;
-  for (nftnl_set_elem* e = nftnl_set_elems_iter_next(it.get()); e != nullptr; e = nftnl_set_elems_iter_next(it.get())) {
+  std::vector<SetElem> elems;
+  if (!ParseSetElems(nlh, &elems)) return false;
+  for (const SetElem& x : elems) {
     if (!*first) out->push_back(',');
     *first = false;
     bool f = true;
-    uint32_t len = 0;
     out->push_back('{');
-    if (nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_KEY)) {
-      const void* d = nftnl_set_elem_get(e, NFTNL_SET_ELEM_KEY, &len);
-      PutKey(out, "key", &f);
-      PutHex(out, d, len);
-    }
-    if (nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_KEY_END)) {
-      const void* d = nftnl_set_elem_get(e, NFTNL_SET_ELEM_KEY_END, &len);
-      PutKey(out, "keyEnd", &f);
-      PutHex(out, d, len);
-    }
+    if (!x.key.empty()) PutKey(out, "key", &f), PutQuoted(out, x.key);
+    if (!x.keyEnd.empty()) PutKey(out, "keyEnd", &f), PutQuoted(out, x.keyEnd);
     PutKey(out, "flags", &f);
-    PutInt(out, nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_FLAGS) ? nftnl_set_elem_get_u32(e, NFTNL_SET_ELEM_FLAGS) : 0u);
-    if (nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_DATA)) {
-      const void* d = nftnl_set_elem_get(e, NFTNL_SET_ELEM_DATA, &len);
-      PutKey(out, "data", &f);
-      PutHex(out, d, len);
-    }
-    if (nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_VERDICT)) {
-      PutKey(out, "verdict", &f);
-      PutEnum(out, kVerdictMap, static_cast<int32_t>(nftnl_set_elem_get_u32(e, NFTNL_SET_ELEM_VERDICT)));
-    }
-    if (nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_CHAIN)) {
-      PutKey(out, "chain", &f);
-      PutStr(out, nftnl_set_elem_get_str(e, NFTNL_SET_ELEM_CHAIN));
-    }
-    if (nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_OBJREF)) {
-      PutKey(out, "objref", &f);
-      PutStr(out, nftnl_set_elem_get_str(e, NFTNL_SET_ELEM_OBJREF));
-    }
-    if (nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_TIMEOUT)) {
-      PutKey(out, "timeout", &f);
-      PutInt(out, nftnl_set_elem_get_u64(e, NFTNL_SET_ELEM_TIMEOUT));
-    }
-    if (nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_EXPIRATION)) {
-      PutKey(out, "expiration", &f);
-      PutInt(out, nftnl_set_elem_get_u64(e, NFTNL_SET_ELEM_EXPIRATION));
-    }
-    if (nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_USERDATA)) {
-      const void* d = nftnl_set_elem_get(e, NFTNL_SET_ELEM_USERDATA, &len);
-      PutKey(out, "userdata", &f);
-      PutHex(out, d, len);
-    }
+    PutInt(out, x.flags);
+    if (!x.data.empty()) PutKey(out, "data", &f), PutQuoted(out, x.data);
+    if (x.hasVerdict) PutKey(out, "verdict", &f), PutEnum(out, kVerdictMap, x.verdict);
+    if (!x.chain.empty()) PutKey(out, "chain", &f), PutStr(out, x.chain.c_str());
+    if (!x.objref.empty()) PutKey(out, "objref", &f), PutStr(out, x.objref.c_str());
+    if (x.hasTimeout) PutKey(out, "timeout", &f), PutInt(out, x.timeout);
+    if (x.hasExpiration) PutKey(out, "expiration", &f), PutInt(out, x.expiration);
+    if (!x.userdata.empty()) PutKey(out, "userdata", &f), PutQuoted(out, x.userdata);
     out->push_back('}');
   }
   return true;

@@ -15,24 +15,9 @@
 #include <utility>
 #include <vector>
 
-namespace nfk {
+#include "element.h"
 
-// One set element of a NEWSETELEM / DELSETELEM event, as the kernel sent it
-// (key, key end, data and userdata as hex; the verdict as its code).
-struct EventElement {
-  std::string key;
-  std::string keyEnd;
-  std::string data;
-  std::string userdata;
-  std::string chain;  // a verdict's jump/goto chain
-  bool hasVerdict = false;
-  int32_t verdict = 0;
-  uint32_t flags = 0;
-  bool hasTimeout = false;
-  uint64_t timeout = 0;  // ms
-  bool hasExpiration = false;
-  uint64_t expiration = 0;  // ms
-};
+namespace nfk {
 
 struct MonitorEvent {
   std::string type;   // "newrule", "delchain", ...
@@ -43,7 +28,7 @@ struct MonitorEvent {
   uint32_t portId = 0;  // nlmsg_pid: the sender's netlink port id
   uint16_t flags = 0;   // nlmsg_flags: a rule event carries NLM_F_REPLACE / NLM_F_APPEND of its request
   uint64_t position = 0;  // rule events: NFTA_RULE_POSITION, the handle of the rule before it
-  std::vector<EventElement> elements;  // element events: what was added or deleted
+  std::vector<SetElem> elements;  // element events: what was added or deleted
   bool elementsMalformed = false;      // an element event whose list could not be read
 };
 

@@ -31,14 +31,14 @@ enum Key : uint32_t {
   kOverflow, kGeneration, kTruncated, kForeign, kSince, kReceivedNs, kEvents, kBy, kRepaired,
   kPid, kComm, kHandle, kErrno, kPosition, kCommittedNs,
   kType, kFamily, kTable, kName, kPortId, kFlags, kElementsMalformed, kElements,
-  kKey, kKeyEnd, kData, kVerdict, kChain, kTimeout, kExpiration, kUserdata,
+  kKey, kKeyEnd, kData, kVerdict, kChain, kObjref, kTimeout, kExpiration, kUserdata,
   kKeyCount,
 };
 const char* const kKeyNames[kKeyCount] = {
   "overflow", "generation", "truncated", "foreign", "since", "receivedNs", "events", "by", "repaired",
   "pid", "comm", "handle", "errno", "position", "committedNs",
   "type", "family", "table", "name", "portId", "flags", "elementsMalformed", "elements",
-  "key", "keyEnd", "data", "verdict", "chain", "timeout", "expiration", "userdata",
+  "key", "keyEnd", "data", "verdict", "chain", "objref", "timeout", "expiration", "userdata",
 };
 }  // namespace
 
@@ -260,13 +260,13 @@ void NftMonitor::Deliver(Napi::Env env, Napi::Function cb, napi_value* keys, Mon
     if (!e.elements.empty()) {
       napi_create_array_with_length(env, e.elements.size(), &elements);
       for (uint32_t j = 0; j < e.elements.size(); j++) {
-        const EventElement& x = e.elements[j];
+        const SetElem& x = e.elements[j];
         r.Str(kKey, x.key).Str(kKeyEnd, x.keyEnd).Num(kFlags, x.flags).Str(kData, x.data);
         if (x.hasVerdict) {
           const char* name = EnumToName(kVerdictMap, x.verdict);
           if (name != nullptr) r.Put(kVerdict, Napi::String::New(env, name)); else r.Num(kVerdict, x.verdict);
         }
-        r.Str(kChain, x.chain);
+        r.Str(kChain, x.chain).Str(kObjref, x.objref);
         if (x.hasTimeout) r.Num(kTimeout, static_cast<double>(x.timeout));
         if (x.hasExpiration) r.Num(kExpiration, static_cast<double>(x.expiration));
         r.Str(kUserdata, x.userdata);
