@@ -17,6 +17,7 @@
         "native/monitor.cc",
         "native/event.cc",
         "native/element.cc",
+        "native/digest.cc",
         "native/notify.cc",
         "native/peercred.cc",
         "native/link.cc",

@@ -16,6 +16,7 @@
 #include "attr.h"
 #include "object.h"
 #include "decode_json.h"
+#include "digest.h"
 #include "encode.h"
 
 namespace nfk {
