@@ -1,7 +1,7 @@
 // Monitor events, apart from the socket and JavaScript: one multicast message
 // to a MonitorEvent, the table filter, and the grouping of a commit's events
-// up to its NEWGEN. The monitor thread (monitor.cc) runs this on every
-// message it receives; the fuzz harness (native/fuzz/) runs the same code on
+// up to its NEWGEN. The monitor (monitor.cc) runs this on the JS thread on every
+// message it reads; the fuzz harness (native/fuzz/) runs the same code on
 // hostile bytes.
 #pragma once
 
@@ -45,8 +45,8 @@ struct MonitorBatch {
   // completely (every NEWGEN from it up to this batch's, no overflow), or 0:
   // a commit in that run that the filter dropped touched no watched table.
   uint32_t since = 0;
-  // CLOCK_MONOTONIC (ns) when the monitor thread received the datagram that closed the batch:
-  // with process.hrtime() in JavaScript, how long the hop to the JS thread took.
+  // CLOCK_MONOTONIC (ns) when the monitor read the datagram that closed the batch: with
+  // process.hrtime() in JavaScript, how long the batch took to reach its JavaScript.
   double receivedNs = 0;
   // The generation of the last commit before this one that had events for the watched tables
   // (handed over or not: our own skipped ones count), or 0: the commits in between touched none.

@@ -157,7 +157,6 @@ void NftMonitor::ParseFilter(Napi::Env env, const Napi::Value& tables, const Nap
     Napi::Array arr = ignorePorts.As<Napi::Array>();
     for (uint32_t i = 0; i < arr.Length(); i++) ports.insert(arr.Get(i).As<Napi::Number>().Uint32Value());
   }
-  std::lock_guard<std::mutex> lock(filterMutex_);
   filter_.tables = std::move(t);
   filter_.allTables = all;
   filter_.ignorePorts = std::move(ports);
@@ -174,7 +173,6 @@ Napi::Value NftMonitor::SetFilter(const Napi::CallbackInfo& info) {
 Napi::Value NftMonitor::Progress(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Napi::Array out = Napi::Array::New(env, 3);
-  std::lock_guard<std::mutex> lock(filterMutex_);
   out.Set(0u, batcher_.lastGeneration());
   out.Set(1u, batcher_.runStart());
   out.Set(2u, delivered_);
@@ -185,7 +183,6 @@ Napi::Value NftMonitor::Progress(const Napi::CallbackInfo& info) {
 // the caller handled that many overflow reports.
 Napi::Value NftMonitor::Anchor(const Napi::CallbackInfo& info) {
   if (info[0].IsNumber() && info[1].IsNumber()) {
-    std::lock_guard<std::mutex> lock(filterMutex_);
     batcher_.Anchor(info[0].As<Napi::Number>().Uint32Value(), static_cast<uint64_t>(info[1].As<Napi::Number>().Int64Value()));
   }
   return info.Env().Undefined();
@@ -195,7 +192,6 @@ Napi::Value NftMonitor::Anchor(const Napi::CallbackInfo& info) {
 // EventBatcher::SkipOwn): its events wake no JavaScript.
 Napi::Value NftMonitor::SkipOwn(const Napi::CallbackInfo& info) {
   if (info[0].IsNumber()) {
-    std::lock_guard<std::mutex> lock(filterMutex_);
     batcher_.SkipOwn(info[0].As<Napi::Number>().Uint32Value());
   }
   return info.Env().Undefined();
@@ -295,15 +291,9 @@ void NftMonitor::Deliver(Napi::Env env, Napi::Function cb, napi_value* keys, Mon
   r.Num(kSince, b->since).Num(kReceivedNs, b->receivedNs).Put(kEvents, events);
   if (by != nullptr) r.Put(kBy, by);
   if (repaired != nullptr) r.Put(kRepaired, repaired);
-  double lastGeneration, runStart, delivered;
-  {
-    std::lock_guard<std::mutex> lock(filterMutex_);
-    lastGeneration = batcher_.lastGeneration();
-    runStart = batcher_.runStart();
-    delivered = delivered_;
-  }
   napi_value args[] = {
-      r.Make(), Napi::Number::New(env, lastGeneration), Napi::Number::New(env, runStart), Napi::Number::New(env, delivered),
+      r.Make(), Napi::Number::New(env, batcher_.lastGeneration()), Napi::Number::New(env, batcher_.runStart()),
+      Napi::Number::New(env, delivered_),
   };
   b.reset();
   cb.Call(sizeof(args) / sizeof(args[0]), args);
@@ -334,11 +324,8 @@ void NftMonitor::ReadAvailable() {
       if (errno == ENOBUFS) {
         auto b = std::make_unique<MonitorBatch>();
         b->overflow = true;
-        {
-          std::lock_guard<std::mutex> lock(filterMutex_);
-          batcher_.Overflow();
-          delivered_++;
-        }
+        batcher_.Overflow();
+        delivered_++;
         DisarmNow();
         done.push_back(std::move(b));
         continue;
@@ -355,19 +342,15 @@ void NftMonitor::ReadAvailable() {
     const nlmsghdr* nlh = reinterpret_cast<const nlmsghdr*>(buf_.data());
     int len = static_cast<int>(n);
     for (; MessageOk(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
-      std::unique_ptr<MonitorBatch> b;
-      {
-        std::lock_guard<std::mutex> lock(filterMutex_);
-        b = batcher_.Feed(nlh, filter_);
-        if (b) delivered_++;
-      }
+      std::unique_ptr<MonitorBatch> b = batcher_.Feed(nlh, filter_);
+      if (b) delivered_++;
       if (b) {
         b->receivedNs = receivedNs;
         done.push_back(std::move(b));
       }
     }
   }
-  // A socket error other than the above ends the monitor's reading (as it ended the reader thread it replaced).
+  // A socket error other than the above ends the monitor's reading.
   if (failed_ && poll_ != nullptr) uv_poll_stop(poll_);
   if (done.empty()) return;
   Napi::Env env = Env();
@@ -497,7 +480,6 @@ Napi::Value NftMonitor::Pause(const Napi::CallbackInfo& info) {
 Napi::Value NftMonitor::Resume(const Napi::CallbackInfo& info) {
   bool ok = false;
   if (!closed_ && !armedRules_.empty() && armSock_ != nullptr && !armSock_->closed()) {
-    std::lock_guard<std::mutex> lock(filterMutex_);
     ok = batcher_.lastTouched() <= armedGen_ && batcher_.runStart() != 0 && batcher_.runStart() <= armedGen_ + 1;
   }
   armed_ = ok;
@@ -564,10 +546,7 @@ bool NftMonitor::TryRepair(MonitorBatch* b) {
   }
   armedRules_.emplace(handle, std::move(moved));
   armedGen_ = b->generation + 1;
-  {
-    std::lock_guard<std::mutex> lock(filterMutex_);
-    batcher_.SkipOwn(armedGen_);
-  }
+  batcher_.SkipOwn(armedGen_);
   armed_ = true;
   return true;
 }

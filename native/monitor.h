@@ -12,7 +12,6 @@
 #include <uv.h>
 
 #include <cstdint>
-#include <mutex>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -65,9 +64,8 @@ class NftMonitor : public Napi::ObjectWrap<NftMonitor>, public Closeable {
   bool closed_ = false;
   bool failed_ = false;  // the socket failed (not EAGAIN, EINTR or ENOBUFS): reading stopped
 
-  // Guards the filter, and the batcher's run and the delivered count, which
-  // progress() reads together.
-  std::mutex filterMutex_;
+  // Read and written on the JS thread only (its methods and the poll callback); no pool worker
+  // (dump.cc, batch.cc) reaches the monitor.
   EventFilter filter_;
   EventBatcher batcher_;
   double delivered_ = 0;  // batches handed to JavaScript, overflow reports included
