@@ -46,64 +46,6 @@ void RefuseMalformed(Napi::Env env, bool ok, const char* what) {
   }
 }
 
-Napi::Object UnknownExpr(Napi::Env env, const RawExpr& raw) {
-  Napi::Object o = Napi::Object::New(env);
-  o.Set("kind", "unknown");
-  o.Set("name", raw.name);
-  o.Set("data", raw.data != nullptr
-                    ? ToHex(mnl_attr_get_payload(raw.data), mnl_attr_get_payload_len(raw.data))
-                    : std::string());
-  return o;
-}
-
-Napi::Object TypedExpr(Napi::Env env, const ExprKind& kind, const nftnl_expr* e) {
-  Napi::Object o = Napi::Object::New(env);
-  o.Set("kind", kind.name);
-  for (size_t i = 0; i < kind.count; i++) {
-    const Field& f = kind.fields[i];
-    if (!nftnl_expr_is_set(e, f.attr)) continue;
-    switch (f.type) {
-      case FieldType::U8:
-        o.Set(f.js, nftnl_expr_get_u8(e, f.attr));
-        break;
-      case FieldType::U16:
-        o.Set(f.js, nftnl_expr_get_u16(e, f.attr));
-        break;
-      case FieldType::U32:
-        o.Set(f.js, nftnl_expr_get_u32(e, f.attr));
-        break;
-      case FieldType::I32:
-        o.Set(f.js, static_cast<int32_t>(nftnl_expr_get_u32(e, f.attr)));
-        break;
-      case FieldType::U64:
-        o.Set(f.js, static_cast<double>(nftnl_expr_get_u64(e, f.attr)));
-        break;
-      case FieldType::Str:
-        o.Set(f.js, nftnl_expr_get_str(e, f.attr));
-        break;
-      case FieldType::Data:
-      case FieldType::Blob: {
-        uint32_t len = 0;
-        const void* d = nftnl_expr_get(e, f.attr, &len);
-        o.Set(f.js, ToHex(d, len));
-        break;
-      }
-      case FieldType::Enum: {
-        // Enums are u32 on the wire; verdict codes are negative numbers.
-        int32_t v = static_cast<int32_t>(nftnl_expr_get_u32(e, f.attr));
-        o.Set(f.js, EnumValue(env, *f.map, v));
-        break;
-      }
-    }
-  }
-  return o;
-}
-
-// Owners for libnftnl objects: a Napi call that throws (a null string from a
-// message missing an attribute) must not leak them (found by native/fuzz).
-struct RuleDeleter {
-  void operator()(nftnl_rule* r) const { nftnl_rule_free(r); }
-};
 struct ChainDeleter {
   void operator()(nftnl_chain* c) const { nftnl_chain_free(c); }
 };
@@ -169,53 +111,6 @@ Napi::Object DecodeChain(Napi::Env env, const nlmsghdr* nlh) {
     const void* d = nftnl_chain_get_data(c, NFTNL_CHAIN_USERDATA, &len);
     o.Set("userdata", ToHex(d, len));
   }
-  return o;
-}
-
-// Top-level attributes are read straight off the message so that a rule
-// whose expressions libnftnl cannot parse (a kind newer than libnftnl) still
-// decodes, with every expression kept raw.
-Napi::Object DecodeRule(Napi::Env env, const nlmsghdr* nlh) {
-  RequireNfgenmsg(env, nlh, "rule");
-  AttrTable t(NFTA_RULE_MAX);
-  mnl_attr_parse(nlh, sizeof(nfgenmsg), CollectAttr, &t);
-  Napi::Object o = Napi::Object::New(env);
-  o.Set("family", FamilyValue(env, MsgFamily(nlh)));
-  if (const char* table = AttrStr(t.at[NFTA_RULE_TABLE])) o.Set("table", table);
-  if (const char* chain = AttrStr(t.at[NFTA_RULE_CHAIN])) o.Set("chain", chain);
-  uint64_t u64 = 0;
-  if (AttrU64(t.at[NFTA_RULE_HANDLE], &u64)) o.Set("handle", static_cast<double>(u64));
-  if (AttrU64(t.at[NFTA_RULE_POSITION], &u64)) o.Set("position", static_cast<double>(u64));
-  if (t.at[NFTA_RULE_USERDATA]) {
-    o.Set("userdata", ToHex(mnl_attr_get_payload(t.at[NFTA_RULE_USERDATA]),
-                            mnl_attr_get_payload_len(t.at[NFTA_RULE_USERDATA])));
-  }
-
-  std::vector<RawExpr> raw;
-  if (t.at[NFTA_RULE_EXPRESSIONS]) raw = WalkExpressions(t.at[NFTA_RULE_EXPRESSIONS]);
-
-  std::unique_ptr<nftnl_rule, RuleDeleter> rule(nftnl_rule_alloc());
-  bool parsed = rule && RuleOkForLibnftnl(nlh) && nftnl_rule_nlmsg_parse(nlh, rule.get()) >= 0;
-  std::vector<nftnl_expr*> typed;
-  if (parsed) {
-    nftnl_expr_iter* it = nftnl_expr_iter_create(rule.get());
-    for (nftnl_expr* e = nftnl_expr_iter_next(it); e != nullptr; e = nftnl_expr_iter_next(it)) {
-      typed.push_back(e);
-    }
-    nftnl_expr_iter_destroy(it);
-    if (typed.size() != raw.size()) typed.clear(), parsed = false;
-  }
-
-  Napi::Array exprs = Napi::Array::New(env, raw.size());
-  for (size_t i = 0; i < raw.size(); i++) {
-    const ExprKind* kind = FindExprKind(raw[i].name.c_str());
-    if (parsed && kind != nullptr && ModelsRawExpr(*kind, raw[i])) {
-      exprs.Set(i, TypedExpr(env, *kind, typed[i]));
-    } else {
-      exprs.Set(i, UnknownExpr(env, raw[i]));
-    }
-  }
-  o.Set("exprs", exprs);
   return o;
 }
 

@@ -126,9 +126,7 @@ struct RuleDeleter {
 
 void AppendJsonString(std::string* out, const char* s) { PutStr(out, s); }
 
-// The same object, field for field and in the same order, as DecodeRule;
-// false (and nothing appended) for a message too short to be a rule, which
-// DecodeRule refuses too.
+// False (and nothing appended) for a message too short to be a rule.
 bool AppendRuleJson(const nlmsghdr* nlh, std::string* out, bool withDigest) {
   if (!HasNfgenmsg(nlh)) return false;
   AttrTable t(NFTA_RULE_MAX);

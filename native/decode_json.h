@@ -1,7 +1,7 @@
-// Rule messages to JSON text of the same IR objects DecodeRule builds, for
-// dumps: one JSON.parse of a whole dump costs a fraction of building the
-// objects property by property through napi (measured: most of a 4-rule
-// dump's time was napi_set_named_property), and needs no JS environment.
+// Rule messages (the one rule decoder) and element lists to JSON text of the IR
+// objects (src/netlink/objects.ts), for dumps: one JSON.parse of a whole dump
+// costs a fraction of building the objects property by property through napi,
+// and needs no JS environment.
 #pragma once
 
 #include <linux/netlink.h>
@@ -13,7 +13,7 @@
 namespace nfk {
 
 // Appends one rule object (family, table, chain, handle, position, userdata,
-// exprs; the same fields, values and order as DecodeRule) to `out`. False,
+// exprs, and with `withDigest` its digest) to `out`. False,
 // with nothing appended, for a message too short to hold a rule.
 bool AppendRuleJson(const nlmsghdr* nlh, std::string* out, bool withDigest = false);
 
