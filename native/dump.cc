@@ -16,6 +16,7 @@
 #include "attr.h"
 #include "object.h"
 #include "decode_json.h"
+#include "digest.h"
 #include "encode.h"
 
 namespace nfk {
@@ -238,7 +239,7 @@ struct DumpState : DumpRequest {
         deferred.Resolve(JSON.Get("parse").As<Napi::Function>().Call(JSON, {Napi::String::New(env, digests)}));
         return;
       }
-      if (kind == DumpKind::Rule && !objects) {
+      if (kind == DumpKind::Rule) {
         // Rules as JSON text, parsed once by V8 (see decode_json.h).
         std::string json = "[";
         const nlmsghdr* nlh = reinterpret_cast<const nlmsghdr*>(messages.data());
@@ -284,7 +285,7 @@ struct DumpState : DumpRequest {
         switch (kind) {
           case DumpKind::Table: out.Set(i++, DecodeTable(env, nlh)); break;
           case DumpKind::Chain: out.Set(i++, DecodeChain(env, nlh)); break;
-          case DumpKind::Rule: out.Set(i++, DecodeRule(env, nlh)); break;
+          case DumpKind::Rule: break;  // decoded above
           case DumpKind::Set: out.Set(i++, DecodeSet(env, nlh)); break;
           case DumpKind::Element: DecodeSetElems(env, nlh, out); break;
           case DumpKind::Object: out.Set(i++, DecodeObject(env, nlh)); break;

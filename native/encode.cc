@@ -22,7 +22,7 @@
 #include <string>
 
 #include "common.h"
-#include "decode_json.h"
+#include "digest.h"
 #include "expr_table.h"
 #include "object.h"
 
@@ -610,7 +610,7 @@ void AsTheKernelDumps(uint8_t* p, size_t len) {
   }
 }
 
-// ruleDigests(exprs, rules, userdata) -> string[]: each rule's RuleDigest (decode_json.h) of the
+// ruleDigests(exprs, rules, userdata) -> string[]: each rule's RuleDigest (digest.h) of the
 // bytes a commit would write for it (its userdata and NFTA_RULE_EXPRESSIONS). Where the kernel
 // dumps the same bytes, the digest its dump gives is equal, so a keeper adopting a ruleset it wrote
 // before recognises its rules without decoding them. `exprs` are the distinct expressions (the

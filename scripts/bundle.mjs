@@ -26,7 +26,7 @@ await build({
   minifyWhitespace: true,
   minifySyntax: true,
   legalComments: 'none',
-  // The addon is loaded at run time from build/ or prebuilds/ (src/native.ts).
+  // The addon is loaded at run time from build/ or prebuilds/ (src/netlink/addon.ts).
   external: ['*.node'],
   // The CommonJS packages (commander, yaml, pino, prom-client) call require() for Node's own
   // modules; an ES module has no require of its own.

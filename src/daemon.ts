@@ -32,7 +32,7 @@ import { parseOwnerChain, type Owner } from './owners/spec.js';
 import type { Logger } from 'pino';
 import { createDaemonLogger, type LogLevel } from './log.js';
 import { ReloadStatusWriter } from './reload-status.js';
-import { loadAddon } from './native.js';
+import { memoryTrimmer } from './netlink/unix.js';
 import { lockKeeper } from './lock.js';
 
 /** V8's heap shrinking by this much between two ticks (its memory reducer at work) trims the C heap. */
@@ -361,7 +361,7 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
   // of a big config, a registration storm): its collector's worker threads leave what they used
   // in glibc arenas of their own, which nothing else gives back.
   // One heap-statistics read a tick; the trim runs only after a shrink.
-  const trimMemory = loadAddon().trimMemory;
+  const trimMemory = memoryTrimmer();
   if (trimMemory) {
     let lastHeap = getHeapStatistics().total_heap_size;
     keeper.on('tick', () => {

@@ -19,7 +19,7 @@ import { objTypeName } from '../rules/objref.js';
 import { SET_F, TABLE_F, indexByChain } from '../netlink/objects.js';
 import { NfkeeperError } from '../errors.js';
 import type { NftConn } from '../netlink/conn.js';
-import { loadAddon } from '../native.js';
+import { ruleDigester, type RuleDigester } from '../netlink/socket.js';
 import type { ChainConfig, TableConfig } from '../config/config.js';
 import { commentOf, renderRule, ruleKey, type SetResolver } from '../rules/index.js';
 import { planChain, planHunks, type ChainEdit } from './plan.js';
@@ -92,7 +92,7 @@ export async function observeTable(sock: NftConn, family: Family, name: string,
   const out: ObservedTable = { family, name, chains: new Map(), rules: new Map(), sets: new Map() };
   out.table = await sock.getTable(family, name);
   if (!out.table) return out;
-  const byDigest = adopt !== undefined && sock.listRuleDigests !== undefined && loadAddon().ruleDigests !== undefined;
+  const byDigest = adopt !== undefined && sock.listRuleDigests !== undefined && ruleDigester() !== undefined;
   let chains: Chain[];
   let rules: Rule[];
   let sets: NftSet[];
@@ -153,7 +153,7 @@ export async function observeTable(sock: NftConn, family: Family, name: string,
  * would have shown it.
  */
 async function adoptRules(sock: NftConn, t: TableConfig, only?: readonly string[]): Promise<Rule[]> {
-  const ruleDigests = loadAddon().ruleDigests!;
+  const ruleDigests = ruleDigester()!;
   const family = t.family;
   const dumps = only === undefined ? await sock.listRuleDigests!({ family, table: t.name })
     : only.length <= CHAIN_DUMPS_UP_TO ? (await Promise.all(only.map((chain) => sock.listRuleDigests!({ family, table: t.name, chain })))).flat()
@@ -193,7 +193,7 @@ async function adoptRules(sock: NftConn, t: TableConfig, only?: readonly string[
  * generation in the middle of a restart's adoption, where its peak was.
  */
 function sameDigests(dumps: readonly ChainDigests[], rulesOf: (d: ChainDigests) => ChainConfig['rules'],
-  ruleDigests: NonNullable<ReturnType<typeof loadAddon>['ruleDigests']>): Set<ChainDigests> {
+  ruleDigests: RuleDigester): Set<ChainDigests> {
   const differ = new Set<ChainDigests>();
   let group: { d: ChainDigests; from: number; rules: ChainConfig['rules'] }[] = [];
   let size = 0;
@@ -232,7 +232,7 @@ const DIGESTS_PER_CALL = 4096;
  * expression object encoded once (the keeper's desired rules share identical expressions,
  * compact.ts: at 100,000 rules of five expressions, about 100,000 to encode instead of 500,000).
  */
-function desiredDigests(chains: readonly ChainConfig['rules'][], ruleDigests: NonNullable<ReturnType<typeof loadAddon>['ruleDigests']>): string[][] {
+function desiredDigests(chains: readonly ChainConfig['rules'][], ruleDigests: RuleDigester): string[][] {
   const index = new Map<Expr, number>();
   const exprs: Expr[] = [];
   let size = 0;
