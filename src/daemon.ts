@@ -18,7 +18,7 @@ import { MAX_CONFIG_BYTES, loadConfig, namespaceInterfaces, type Config } from '
 import { ConfigError, NfkeeperError } from './errors.js';
 import { EnvFileMissingError } from './config/env.js';
 import { formatDuration } from './duration.js';
-import { compactAsCompiled } from './keeper/compact.js';
+import { compactAsCompiled } from './model/compact.js';
 import { Keeper } from './keeper/keeper.js';
 import { KeeperMetrics } from './metrics.js';
 import { serveMetrics } from './keeper/http.js';

@@ -161,7 +161,7 @@ export interface LoadOptions {
   environment?: Readonly<Record<string, string | undefined>>;
   /**
    * Called with each rule as soon as it is compiled. The daemon compacts it there
-   * (keeper/compact.ts: the compile's expressions then die young, not 27 MB of them promoted at
+   * (model/compact.ts: the compile's expressions then die young, not 27 MB of them promoted at
    * 100,000 rules); `validate` and `check` skip that work.
    */
   compiled?: (rule: CompiledRule) => void;

@@ -9,9 +9,9 @@
  */
 import type { ChainConfig, TableConfig } from '../config/config.js';
 import type { ObservedTable, Rule } from '../netlink/objects.js';
-import type { Drift } from '../keeper/reconcile.js';
+import type { Drift } from '../model/drift.js';
 import type { OwnersConfig } from '../config/owners.js';
-import { derive, type Hunk } from '../keeper/derived.js';
+import { derive, type Hunk } from '../model/derivation.js';
 import { ownerOfRule, parseOwnerChain, type Owner } from './spec.js';
 
 export function mergeOwners(tables: readonly TableConfig[], oc: OwnersConfig | undefined, owners: readonly Owner[]): TableConfig[] {
@@ -23,7 +23,7 @@ export function mergeOwners(tables: readonly TableConfig[], oc: OwnersConfig | u
   return tables.map((t) => {
     if (t.family !== oc.family || t.name !== oc.table) return t;
     // The previous merge's table, when this one copied its runs: the new table is derived from it
-    // (src/keeper/derived.ts), so a pass compares and follows only the chains that changed.
+    // (src/model/derivation.ts), so a pass compares and follows only the chains that changed.
     const from = again && prev!.out?.chains.length === prev!.chains.length + t.chains.length ? prev!.out : undefined;
     const changed: ChainConfig[] = [];
     const edited = new Map<string, { from: ChainConfig; hunks: Hunk[] }>();

@@ -6,7 +6,7 @@
  * every rule its own copy of expressions most rules have in common: at 100,000 owned rules that
  * was 30 MB of the daemon's heap.
  *
- * Frozen is also what lets the batch validation check a rule's expressions once (validate.ts),
+ * Frozen is also what lets the batch validation check a rule's expressions once (src/netlink/validate.ts),
  * and the event mirror re-add them as they are.
  */
 import type { ChainConfig, TableConfig } from '../config/config.js';
