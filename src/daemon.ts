@@ -21,7 +21,7 @@ import { formatDuration } from './duration.js';
 import { compactAsCompiled } from './model/compact.js';
 import { Keeper } from './keeper/keeper.js';
 import { KeeperMetrics } from './metrics.js';
-import { serveMetrics } from './keeper/http.js';
+import { sendEvents, serveMetrics } from './keeper/http.js';
 import { NftSocket } from './netlink/socket.js';
 import { Notifier } from './systemd.js';
 import { GcLoop } from './gc/daemon.js';
@@ -231,7 +231,7 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
     const socketPath = o.socket ?? config.owners?.socket;
     if (socketPath) {
       control = await bound(`control socket ${socketPath}`, () => serveControl({
-        path: socketPath, registry: reg, logger: log, mode: o.socketMode, ready, maxConnections: o.maxConnections, events: k.attribution,
+        path: socketPath, registry: reg, logger: log, mode: o.socketMode, ready, maxConnections: o.maxConnections, events: (req, res) => sendEvents(k.attribution, req, res),
         status: async () => ({
           ...k.status(),
           ...(cfg.owners && reg ? {

@@ -22,7 +22,8 @@
  * so the decoded dump is not kept between passes (issue 14's memory target).
  */
 import type { ChainConfig, TableConfig } from '../config/config.js';
-import { diffElements, setDefinitionKey, type SetConfig } from '../config/sets.js';
+import type { SetConfig } from '../config/sets.js';
+import { diffElements, setDefinitionKey } from '../model/elements.js';
 import type { Batch } from '../netlink/batch.js';
 import type { CommitResult } from '../netlink/conn.js';
 import type { NftConn } from '../netlink/conn.js';

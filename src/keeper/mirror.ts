@@ -48,7 +48,8 @@
  * writer is refused by the kernel and also ends in a full observe.
  */
 import type { TableConfig } from '../config/config.js';
-import { deletable, elementId, sameContent, sameElementFields, setDefinitionKey, type SetConfig } from '../config/sets.js';
+import type { SetConfig } from '../config/sets.js';
+import { deletable, elementId, sameContent, sameElementFields, setDefinitionKey } from '../model/elements.js';
 import { Batch, type Op } from '../netlink/batch.js';
 import type { MonitorBatch, MonitorEvent, MonitorProgress } from '../netlink/monitor.js';
 import type { Expr } from '../netlink/expr.js';

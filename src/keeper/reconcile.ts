@@ -22,9 +22,8 @@ import { commentOf, renderRule, ruleKey, type SetResolver } from '../rules/index
 import { planChain, planHunks, type ChainEdit } from './plan.js';
 import type { Derivation } from '../model/derivation.js';
 import type { Drift, DriftKind } from '../model/drift.js';
-import {
-  declarationText, deletable, diffElements, elementId, elementTexts, sameElementFields, setDefinitionKey, typesOf, type ElementDiff, type SetConfig,
-} from '../config/sets.js';
+import { declarationText, elementTexts, typesOf, type SetConfig } from '../config/sets.js';
+import { deletable, diffElements, elementId, sameElementFields, setDefinitionKey, type ElementDiff } from '../model/elements.js';
 
 /** Up to this many desired chains are fetched one GETCHAIN each (µs, inline); more take one chain list. */
 const CHAIN_GETS_UP_TO = 8;
