@@ -14,7 +14,7 @@ import { loadavg } from 'node:os';
 import { parseArgs } from 'node:util';
 import { Attribution, resolveCommitter } from '../src/keeper/attribution.js';
 import { KeeperMetrics } from '../src/metrics.js';
-import type { MonitorBatch } from '../src/netlink/monitor.js';
+import type { MonitorBatch } from '../src/netlink/events.js';
 
 const { values } = parseArgs({ options: { changes: { type: 'string', default: '100000' }, history: { type: 'string', default: '256' } } });
 const changes = Number(values.changes);

@@ -28,7 +28,7 @@ import { Batch } from '../../src/netlink/batch.js';
 import { Monitor } from '../../src/netlink/monitor.js';
 import { PROJECT_ROOT } from '../../src/native.js';
 import { NftSocket, open } from '../../src/netlink/socket.js';
-import type { Op } from '../../src/netlink/batch.js';
+import type { Op } from '../../src/netlink/ops.js';
 import { OwnerRegistry, call } from '../../src/owners/index.js';
 import { compileOwner } from '../../src/owners/spec.js';
 import { ownersTable } from '../../src/owners/state.js';

@@ -28,12 +28,12 @@ import type { Batch } from '../netlink/batch.js';
 import type { CommitResult } from '../netlink/conn.js';
 import type { NftConn } from '../netlink/conn.js';
 import type { Family } from '../netlink/expr.js';
-import type { MonitorBatch, MonitorProgress } from '../netlink/monitor.js';
+import type { MonitorBatch, MonitorProgress } from '../netlink/events.js';
 import { NetlinkError } from '../errors.js';
 import { SET_F, TABLE_F, type Chain, type ChainDigests, type NftSet, type ObservedTable, type Rule, type Table } from '../netlink/objects.js';
 import { compactRule, hasKey, sameKey } from './reconcile.js';
 import { derivationOf, type Derivation, type Hunk } from '../model/derivation.js';
-import type { Op } from '../netlink/batch.js';
+import type { Op } from '../netlink/ops.js';
 
 const tableKey = (t: { family: string; name: string }) => `${t.family} ${t.name}`;
 

@@ -50,8 +50,9 @@
 import type { TableConfig } from '../config/config.js';
 import type { SetConfig } from '../config/sets.js';
 import { deletable, elementId, sameContent, sameElementFields, setDefinitionKey } from '../model/elements.js';
-import { Batch, type Op } from '../netlink/batch.js';
-import type { MonitorBatch, MonitorEvent, MonitorProgress } from '../netlink/monitor.js';
+import { Batch } from '../netlink/batch.js';
+import type { Op } from '../netlink/ops.js';
+import type { MonitorBatch, MonitorEvent, MonitorProgress } from '../netlink/events.js';
 import type { Expr } from '../netlink/expr.js';
 import { SET_F, type ObservedTable, type SetElement } from '../netlink/objects.js';
 import { desiredKey } from './reconcile.js';

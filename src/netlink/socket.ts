@@ -7,7 +7,8 @@
  */
 import { COLLECT_BEFORE_OPS, collectGarbage } from '../heap.js';
 import { DumpInterruptedError, GenerationMismatchError, NetlinkError, PrivilegeError, SocketClosedError } from '../errors.js';
-import { Batch, describeOp, type Op } from './batch.js';
+import { Batch } from './batch.js';
+import { describeOp, type Op } from './ops.js';
 import { validateOp } from './validate.js';
 import type { Expr, Family } from './expr.js';
 import type { NativeSocket } from './native.js';

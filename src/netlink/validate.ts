@@ -7,7 +7,7 @@
  * rule; here it is refused instead.
  */
 import { InvalidOperationError } from '../errors.js';
-import type { Op } from './batch.js';
+import type { Op } from './ops.js';
 import { EXPR_SCHEMA, FAMILY, MAX_BLOB, MAX_DATA, type Expr, type FieldSpec, type KindSpec } from './expr.js';
 import { OBJ_TYPE, type SetElement } from './objects.js';
 
