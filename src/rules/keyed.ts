@@ -11,7 +11,7 @@ import { internWord } from './intern.js';
 import type { Expr, Family, Hex, LookupExpr, NatExpr } from '../netlink/expr.js';
 import { NAT_RANGE } from '../netlink/expr.js';
 import { OBJ_TYPE, SET_ELEM_F, SET_F, type NftSet, type ObjType, type SetElement } from '../netlink/objects.js';
-import { objrefUse, objTypeName } from './objref.js';
+import { objrefUse, objTypeName } from './objnames.js';
 import type {
   At, DupMapStmt, DynsetStmt, Elem, Gen, KeyedStmt, MarkMapStmt, KeyElem, KeyPart, MapData, MapVerdict, MatchOp, NatMap, NatStmt, SetRhs,
 } from './ast.js';
