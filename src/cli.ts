@@ -203,7 +203,7 @@ export async function main(argv: string[], io: Out = {
     .action(async (o: RunOptions) => {
       // Every flag is checked before anything is opened, bound or read.
       const d = runOptions(o);
-      const { runDaemon } = await import('./daemon.js');
+      const { runDaemon } = await import('./run.js');
       code = await runDaemon(d);
     });
 
@@ -420,7 +420,7 @@ async function oneShotLocked(o: OneShotOptions, config: import('./config/config.
   // Registered owners are desired state too; a corrupt state file stops here, before the kernel.
   const owners = config.owners ? (await import('./owners/state.js')).loadOwners(config) : [];
   progress.step(() => `${o.config}: ${plural(config.tables.length, 'table')}, ${plural(countRules(config.tables), 'rule')} compiled`);
-  const { checkOnce, renderDrift } = { ...await kernel(), ...await import('./keeper/reconcile.js') };
+  const { checkOnce, renderDrift } = { ...await kernel(), ...await import('./keeper/table.js') };
   const sock = new (await netlink()).NftSocket({ netns: o.netns });
   try {
     const { drift, ops, protectUnsupported } = await checkOnce(sock, config, apply, owners);
@@ -505,7 +505,7 @@ interface RunOptions {
 }
 
 /** The run flags, checked and converted; each refusal names the flag and what it takes. */
-function runOptions(o: RunOptions): import('./daemon.js').DaemonOptions {
+function runOptions(o: RunOptions): import('./run.js').DaemonOptions {
   const intervalMs = parseBoundedDuration('--interval', o.interval, INTERVAL_MIN_MS, INTERVAL_MAX_MS);
   const logLevel = parseLogLevel(o.logLevel);
   if (o.metrics !== false) parseListen(o.metrics);

@@ -56,7 +56,7 @@ export function readEnvFile(path: string, listedAt: { file: string; line: number
 
 /**
  * An env file the config lists does not exist (yet): flannel writes its subnet.env once it has a
- * lease, after the node's pods start. `run` waits for it at start-up (src/daemon.ts).
+ * lease, after the node's pods start. `run` waits for it at start-up (src/run.ts).
  */
 export class EnvFileMissingError extends ConfigError {
   override name = 'EnvFileMissingError';

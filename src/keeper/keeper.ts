@@ -23,7 +23,7 @@ import { DEFAULT_FIGHT, Fight, type FightOptions } from './fight.js';
 import { compactRules } from '../model/compact.js';
 import { COLLECT_BEFORE_OPS, collectGarbage } from '../heap.js';
 import { MIRROR_MAX_ELEMENTS, MIRROR_MAX_OPS, Mirror, type MirrorPlan } from './mirror.js';
-import { TableOwnedError, protectionOf, type Protection } from './reconcile.js';
+import { TableOwnedError, protectionOf, type Protection } from './table.js';
 import { DRIFT_KINDS, type Drift } from '../model/drift.js';
 import { Reconciler, type Look } from './reconciler.js';
 import { OwnedTouches } from './known.js';

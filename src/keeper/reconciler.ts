@@ -17,7 +17,7 @@ import type { Family } from '../netlink/expr.js';
 import { commitGuarded } from '../netlink/guard.js';
 import type { ObservedTable } from '../netlink/objects.js';
 import { ownedGarbage, type OwnedGarbage } from '../owners/index.js';
-import { PROTECT_FLAGS, armCommitted, armTimed, diffTable, observeTable, planTable, rulesRemovedBy, type ArmedTimed } from './reconcile.js';
+import { PROTECT_FLAGS, armCommitted, armTimed, diffTable, observeTable, planTable, rulesRemovedBy, type ArmedTimed } from './table.js';
 import type { Drift } from '../model/drift.js';
 import { KnownState, readAddedChains, volatileSet } from './known.js';
 import type { CommitResult } from '../netlink/conn.js';

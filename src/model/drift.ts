@@ -1,6 +1,6 @@
 /**
  * Drift: one way an owned table in the kernel differs from its desired state, as the keeper's
- * diff finds it (src/keeper/reconcile.ts) and as owners' garbage, the metrics and the logs read it.
+ * diff finds it (src/keeper/table.ts) and as owners' garbage, the metrics and the logs read it.
  */
 import type { Family } from '../netlink/expr.js';
 import type { NftObj } from '../netlink/objects.js';

@@ -243,7 +243,7 @@ export interface OwnedGarbage {
  * diffTable), only the rules of chains that differ are read: a chain that
  * matches its desired rules holds no garbage, and reading every owner's tags
  * on every registration made it O(owners). With `removedBy` (the rules a drift's
- * in-place edit takes out, reconcile.ts rulesRemovedBy), only those are read.
+ * in-place edit takes out, table.ts rulesRemovedBy), only those are read.
  */
 export function ownedGarbage(desired: readonly TableConfig[], observed: readonly ObservedTable[],
   registered: Pick<ReadonlySet<string>, 'has'>, drift?: readonly (readonly Drift[])[],

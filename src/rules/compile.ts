@@ -18,7 +18,7 @@ import { fieldMask, headerField, metaField } from './headers.js';
 import { encodeInt, toBigEndian } from './intvalues.js';
 import { parseRule } from './parser.js';
 import { renderRule, type InterfaceResolver } from './render.js';
-import { buildAnonymousSet } from './sets.js';
+import { buildAnonymousSet } from './anonymous-sets.js';
 import { BYTEORDER_BIG, BYTEORDER_HOST, commentUserdata } from './udata.js';
 import { compiledSetResolver } from './compare.js';
 import { TRANSPORT_PROTOCOLS } from './values.js';

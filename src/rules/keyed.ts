@@ -22,7 +22,7 @@ import type { Token } from './lexer.js';
 import {
   DATA_VERDICT, buildKeyedSet, concatHex, hostToNet, keyDesc, type Fail, type KeyDesc, type KeyPartDesc, type KeyedElem,
   type MapDataDesc,
-} from './sets.js';
+} from './anonymous-sets.js';
 import { parseDupDevice } from './statements.js';
 import { EXPR_TYPE, tlv } from './udata.js';
 import { formatIPv4, formatIPv6, parseIPv4, parseIPv6, parseInteger } from './values.js';

@@ -3,7 +3,7 @@
  * `quota name "q"`, `limit name "l"`, `synproxy name "s"`, `ct helper set "ftp"`,
  * `ct timeout set "t"`, `ct expectation set "e"` and `meta secmark set "s"`. Each is one objref
  * expression naming the object and its type (NFT_OBJECT_*), as nft 1.0.6 sends it; the object
- * itself is declared in the table (src/config/objects.ts).
+ * itself is declared in the table (src/config/stateful-objects.ts).
  */
 import type { ObjrefExpr } from '../netlink/expr.js';
 import { OBJ_TYPE, type ObjType } from '../netlink/objects.js';

@@ -14,7 +14,7 @@ import { ConfigError } from '../../src/errors.js';
 import { Batch } from '../../src/netlink/batch.js';
 import type { Family } from '../../src/netlink/expr.js';
 import { open, type NftSocket } from '../../src/netlink/socket.js';
-import { diffTable, observeTable, planTable, renderDrift } from '../../src/keeper/reconcile.js';
+import { diffTable, observeTable, planTable, renderDrift } from '../../src/keeper/table.js';
 import { cli } from '../helpers/cli.js';
 import { withNetns, type Netns } from '../helpers/netns.js';
 import { tempDir } from '../helpers/tmp.js';

@@ -11,7 +11,7 @@ import { createHash } from 'node:crypto';
 import type { Expr, Family, Hex } from '../netlink/expr.js';
 import { Batch } from '../netlink/batch.js';
 import type { Chain, ChainDigests, NftObj, NftSet, ObservedTable, Rule, SetElement, Table } from '../netlink/objects.js';
-import { objectBlock, objectDefinitionKey } from '../config/objects.js';
+import { objectBlock, objectDefinitionKey } from '../config/stateful-objects.js';
 import { objTypeName } from '../rules/objnames.js';
 import { SET_F, TABLE_F, indexByChain } from '../netlink/objects.js';
 import { NfkeeperError } from '../errors.js';
