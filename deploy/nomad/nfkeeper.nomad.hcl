@@ -109,9 +109,14 @@ gc:
 EOT
       }
 
+      # Sized from the measured start-up peaks (docs/install.md, "Memory"): the reservation above the
+      # largest (100,000 rules), the ceiling the systemd unit's MemoryMax and the DaemonSet's limit,
+      # with room for a reload holding two configs. memory_max applies where the cluster enables
+      # memory oversubscription; without it `memory` is the hard limit.
       resources {
-        cpu    = 50
-        memory = 128
+        cpu        = 50
+        memory     = 192
+        memory_max = 448
       }
 
       # Rules stay in place when the task stops; kill_timeout only bounds the exit.

@@ -1,4 +1,8 @@
-/** /metrics, /healthz, /readyz, /events and /status on a loopback TCP port (127.0.0.1 by default), to GET and HEAD. */
+/**
+ * /metrics, /healthz, /readyz, /events and /status on a TCP port (127.0.0.1 by default), to GET and
+ * HEAD. The port may be the node's address (the DaemonSet's): what it serves leaves out committers'
+ * command lines, which can carry secrets; the control socket (root only) gives them whole.
+ */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Keeper } from './keeper.js';
 import type { Attribution } from './attribution.js';
@@ -9,10 +13,12 @@ import { NfkeeperError } from '../errors.js';
  * one JSON object a line (each with the repair that answered it); with ?follow=1 the response then
  * stays open and carries each foreign change and each repair as they happen (`nfkeeper events`).
  */
-export function sendEvents(attribution: Pick<Attribution, 'recent' | 'capacity' | 'follow'>, req: IncomingMessage, res: ServerResponse): void {
+export function sendEvents(attribution: Pick<Attribution, 'recent' | 'capacity' | 'follow'>, req: IncomingMessage, res: ServerResponse,
+  o: { redact?: boolean } = {}): void {
   const follow = /[?&]follow=(1|true)(&|$)/.test(req.url ?? '');
+  const json = (v: unknown) => JSON.stringify(v, o.redact ? withoutCmdline : undefined);
   res.writeHead(200, { 'content-type': 'application/x-ndjson' });
-  const backlog = attribution.recent(attribution.capacity).reverse().map((c) => JSON.stringify({ type: 'change', ...c }) + '\n');
+  const backlog = attribution.recent(attribution.capacity).reverse().map((c) => json({ type: 'change', ...c }) + '\n');
   if (!follow) {
     res.end(backlog.join(''));
     return;
@@ -22,9 +28,14 @@ export function sendEvents(attribution: Pick<Attribution, 'recent' | 'capacity' 
   req.socket.setTimeout(0);
   const stop = attribution.follow((e) => {
     if (res.writableLength > 1 << 20) res.destroy();
-    else res.write(JSON.stringify(e) + '\n');
+    else res.write(json(e) + '\n');
   });
   res.once('close', stop);
+}
+
+/** A JSON.stringify replacer that drops every `cmdline`. */
+function withoutCmdline(key: string, value: unknown): unknown {
+  return key === 'cmdline' ? undefined : value;
 }
 
 export function parseListen(spec: string): { host: string; port: number } {
@@ -55,9 +66,9 @@ export async function serveMetrics(keeper: Keeper, spec: string): Promise<Server
       const why = keeper.notReadyReason();
       res.writeHead(why === undefined ? 200 : 503, { 'content-type': 'text/plain' }).end(why === undefined ? 'ready\n' : `not ready: ${why}\n`);
     } else if (url === '/events') {
-      sendEvents(keeper.attribution, req, res);
+      sendEvents(keeper.attribution, req, res, { redact: true });
     } else if (url === '/status') {
-      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(keeper.status()));
+      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(keeper.status(), withoutCmdline));
     } else {
       res.writeHead(404).end();
     }

@@ -30,6 +30,13 @@ describe('the Nomad job file', () => {
     // What the docker driver must allow for the above, said where an operator reads the job.
     expect(JOB).toMatch(/allow_caps = \[[^\]]*"net_admin"\]/);
     expect(JOB).toMatch(/volumes \{ enabled = true \}/);
+    // Memory as the systemd unit and the DaemonSet size it: the reservation above the largest
+    // measured start-up peak (147 MiB at 100,000 rules), the ceiling their limit.
+    const unitMax = Number(/MemoryMax=(\d+)M/.exec(readFileSync('deploy/systemd/nfkeeper.service', 'utf8'))![1]);
+    const podMax = Number(/limits: \{ memory: (\d+)Mi \}/.exec(readFileSync('deploy/kubernetes/daemonset.yaml', 'utf8'))![1]);
+    expect(Number(/\bmemory\s*=\s*(\d+)/.exec(JOB)![1])).toBeGreaterThan(147);
+    expect(Number(/memory_max\s*=\s*(\d+)/.exec(JOB)![1])).toBe(unitMax);
+    expect(podMax).toBe(unitMax);
     // The workload identity's token reaches the task as NOMAD_TOKEN, which gc.live.nomad sends.
     expect(JOB).toMatch(/identity \{\s*env\s*=\s*true\s*\}/);
   });

@@ -91,6 +91,20 @@ describe('attribution', () => {
         });
         expect(change!.by.unresolved).toBeUndefined();
         expect(await foreignChanges(keeper)).toEqual({ 'ip nfkeeper/other': 0, [`ip nfkeeper/${comm}`]: 1 });
+        // The TCP port (the node's address in the DaemonSet) leaves the command line out; the rest stays.
+        const http = await serveMetrics(keeper, '127.0.0.1:0');
+        try {
+          const base = `http://127.0.0.1:${(http.address() as AddressInfo).port}`;
+          const events = await (await fetch(`${base}/events`)).text();
+          const status = await (await fetch(`${base}/status`)).text();
+          for (const body of [events, status]) {
+            expect(body).toContain(`"exe":${JSON.stringify(process.execPath)}`);
+            expect(body).not.toContain('cmdline');
+            expect(body).not.toContain(COMMITTER);
+          }
+        } finally {
+          await new Promise((r) => http.close(r));
+        }
       } finally {
         child.stdin.end();
         child.kill();

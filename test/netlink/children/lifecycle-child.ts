@@ -6,7 +6,7 @@
 import { readdirSync, readlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { Worker } from 'node:worker_threads';
-import { Monitor, open, type NftSocket } from '../../../src/index.js';
+import { Monitor, open, type NftSocket, type Op } from '../../../src/index.js';
 import { PROJECT_ROOT } from '../../../src/native.js';
 import { sleep } from '../../helpers/wait.js';
 
@@ -46,7 +46,7 @@ async function main(mode: string, netns: string): Promise<void> {
       const s = open({ netns });
       const fam = 'ip' as const;
       const table = 'crowd';
-      const ops: Parameters<typeof s.commit>[0] = [{ verb: 'add', object: 'table', family: fam, name: table },
+      const ops: Op[] = [{ verb: 'add', object: 'table', family: fam, name: table },
         { verb: 'add', object: 'chain', family: fam, table, name: 'c' }];
       for (let i = 0; i < 3000; i++) {
         ops.push({ verb: 'add', object: 'rule', family: fam, table, chain: 'c', exprs: [{ kind: 'counter' }, { kind: 'immediate', dreg: 0, verdict: 'accept' }] });
