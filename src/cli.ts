@@ -7,11 +7,11 @@ import { Argument, Command, CommanderError, Option } from 'commander';
 import { SHELLS, completionScript, type Shell } from './completion.js';
 import { anyInterface, countRules, loadConfig, namespaceInterfaces } from './config/config.js';
 import type { ExportFormat } from './config/export.js';
-import { ConfigError, NfkeeperError } from './errors.js';
+import { ConfigError, NfkeeperError } from './base/errors.js';
 import { parseListen } from './keeper/http.js';
 import type { KeeperStatus } from './keeper/keeper.js';
 import type { Family } from './netlink/expr.js';
-import { parseBoundedDuration } from './duration.js';
+import { parseBoundedDuration } from './base/duration.js';
 import { parseLogLevel } from './log.js';
 import { DEFAULT_SOCKET } from './config/owners.js';
 import { NoDaemonError, call } from './owners/client.js';
@@ -307,7 +307,7 @@ export async function main(argv: string[], io: Out = {
     .action(async (id: string, o: { file: string; socket: string; json?: boolean }) => {
       let text: string;
       try {
-        text = (await import('./regular-file.js')).readRegularFile(o.file, (await import('./owners/api.js')).MAX_BODY).toString('utf8');
+        text = (await import('./base/regular-file.js')).readRegularFile(o.file, (await import('./owners/api.js')).MAX_BODY).toString('utf8');
       } catch (e) {
         throw new NfkeeperError(`${o.file}: cannot read: ${(e as Error).message}`);
       }

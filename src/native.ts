@@ -13,7 +13,7 @@ import { createRequire } from 'node:module';
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { dirname, join } from 'node:path';
-import { AddonLoadError, NetlinkError } from './errors.js';
+import { AddonLoadError, NetlinkError } from './base/errors.js';
 import type { NativeMonitor, NativeSocket } from './netlink/native.js';
 
 export interface Addon {

@@ -9,18 +9,18 @@
  * process always either runs or exits.
  */
 import { existsSync, statSync, watch } from 'node:fs';
-import { readRegularFile } from './regular-file.js';
+import { readRegularFile } from './base/regular-file.js';
 import { basename, dirname } from 'node:path';
 import type { Server } from 'node:http';
 import { getHeapStatistics } from 'node:v8';
-import { enableCollections } from './heap.js';
+import { enableCollections } from './base/heap.js';
 import { MAX_CONFIG_BYTES, loadConfig, namespaceInterfaces, type Config } from './config/config.js';
-import { ConfigError, NfkeeperError } from './errors.js';
+import { ConfigError, NfkeeperError } from './base/errors.js';
 import { EnvFileMissingError } from './config/env.js';
-import { formatDuration } from './duration.js';
+import { formatDuration } from './base/duration.js';
 import { compactAsCompiled } from './model/compact.js';
 import { Keeper } from './keeper/keeper.js';
-import { KeeperMetrics } from './metrics.js';
+import { KeeperMetrics } from './base/metrics.js';
 import { sendEvents, serveMetrics } from './keeper/http.js';
 import { NftSocket } from './netlink/socket.js';
 import { Notifier } from './systemd.js';
@@ -163,7 +163,7 @@ async function bound<T>(what: string, f: () => Promise<T>): Promise<T> {
 }
 
 export async function runDaemon(o: DaemonOptions): Promise<number> {
-  // Big commits collect the JS garbage before encoding (src/heap.ts).
+  // Big commits collect the JS garbage before encoding (src/base/heap.ts).
   enableCollections();
   const { logger: log, close: closeLog } = createDaemonLogger({ level: o.logLevel });
   const cleanups: (() => unknown)[] = [closeLog];

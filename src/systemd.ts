@@ -5,7 +5,7 @@
  * $NOTIFY_SOCKET every call is a no-op.
  */
 import { loadAddon } from './native.js';
-import { errnoName } from './errors.js';
+import { errnoName } from './base/errors.js';
 
 export class Notifier {
   readonly socket: string | undefined;

@@ -5,10 +5,10 @@
  * will accept (modulo the kernel's own refusals, which leave it unchanged).
  */
 import { isAscii } from 'node:buffer';
-import { NotRegularFileError, readRegularFile } from '../regular-file.js';
+import { NotRegularFileError, readRegularFile } from '../base/regular-file.js';
 import { CST, Lexer, LineCounter, parseDocument, isNode, isScalar, visit, type Document, type Scalar } from 'yaml';
 import * as z from 'zod';
-import { ConfigError, NfkeeperError } from '../errors.js';
+import { ConfigError, NfkeeperError } from '../base/errors.js';
 import type { Family, Hex } from '../netlink/expr.js';
 import type { ChainType, Hook } from '../netlink/objects.js';
 import { JumpGraph, commentUserdata, compileRule, interfaceTable, RuleSyntaxError, type CompiledRule,

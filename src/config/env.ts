@@ -8,8 +8,8 @@
  * An unset or empty variable is an error, never an empty string: a rule
  * with a hole in it (`ip daddr  return`) could match far more than meant.
  */
-import { readRegularFile } from '../regular-file.js';
-import { ConfigError } from '../errors.js';
+import { readRegularFile } from '../base/regular-file.js';
+import { ConfigError } from '../base/errors.js';
 
 /** Variable names: what a shell accepts. */
 export const VAR_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;

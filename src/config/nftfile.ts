@@ -17,7 +17,7 @@
  * position, never dropped: nfkeeper would otherwise keep a table that is not
  * the one the file describes.
  */
-import { ConfigError } from '../errors.js';
+import { ConfigError } from '../base/errors.js';
 import { expandNft, type Expanded } from './nftexpand.js';
 import type { RawSet } from './sets.js';
 import type { RawObj } from './stateful-objects.js';

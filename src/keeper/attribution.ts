@@ -12,7 +12,7 @@
  */
 import { closeSync, openSync, readSync, readlinkSync } from 'node:fs';
 import type { MonitorBatch, MonitorEvent } from '../netlink/events.js';
-import type { KeeperMetrics } from '../metrics.js';
+import type { KeeperMetrics } from '../base/metrics.js';
 
 /** The process that committed a foreign change, as far as it could be found out. */
 export interface Committer {

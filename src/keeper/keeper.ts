@@ -12,16 +12,16 @@ import { EventEmitter } from 'node:events';
 import { performance } from 'node:perf_hooks';
 import pino, { type Logger } from 'pino';
 import { countRules, type Config, type TableConfig } from '../config/config.js';
-import { KeeperMetrics } from '../metrics.js';
+import { KeeperMetrics } from '../base/metrics.js';
 import { Batch } from '../netlink/batch.js';
 import { describeOp } from '../netlink/ops.js';
 import type { CommitResult, NftConn, NftHost, NftWatch } from '../netlink/conn.js';
 import { kernelHost } from '../netlink/host.js';
 import type { MonitorBatch } from '../netlink/events.js';
-import { GenerationMismatchError } from '../errors.js';
+import { GenerationMismatchError } from '../base/errors.js';
 import { DEFAULT_FIGHT, Fight, type FightOptions } from './fight.js';
 import { compactRules } from '../model/compact.js';
-import { COLLECT_BEFORE_OPS, collectGarbage } from '../heap.js';
+import { COLLECT_BEFORE_OPS, collectGarbage } from '../base/heap.js';
 import { MIRROR_MAX_ELEMENTS, MIRROR_MAX_OPS, Mirror, type MirrorPlan } from './mirror.js';
 import { TableOwnedError, protectionOf, type Protection } from './table.js';
 import { DRIFT_KINDS, type Drift } from '../model/drift.js';
@@ -706,7 +706,7 @@ export class Keeper extends EventEmitter {
       if (this.sock!.generation() !== look.generation) return;
       const before = mirror.valid && mirror.generation === look.generation
         ? mirrorView(mirror, this.desired) : undefined;
-      // The look's garbage goes before the mirror takes its per-rule index (src/heap.ts).
+      // The look's garbage goes before the mirror takes its per-rule index (src/base/heap.ts).
       if (countRules(this.desired) >= COLLECT_BEFORE_OPS) collectGarbage();
       if (!mirror.seed(this.desired, look.observed, look.generation)) return;
       // After an overflow the monitor's run of whole commits restarts from here.

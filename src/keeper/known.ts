@@ -29,7 +29,7 @@ import type { CommitResult } from '../netlink/conn.js';
 import type { NftConn } from '../netlink/conn.js';
 import type { Family } from '../netlink/expr.js';
 import type { MonitorBatch, MonitorProgress } from '../netlink/events.js';
-import { NetlinkError } from '../errors.js';
+import { NetlinkError } from '../base/errors.js';
 import { SET_F, TABLE_F, type Chain, type ChainDigests, type NftSet, type ObservedTable, type Rule, type Table } from '../netlink/objects.js';
 import { compactRule, hasKey, sameKey } from './table.js';
 import { derivationOf, type Derivation, type Hunk } from '../model/derivation.js';

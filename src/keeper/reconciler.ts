@@ -9,8 +9,8 @@
  */
 import type { Logger } from 'pino';
 import type { TableConfig } from '../config/config.js';
-import { NetlinkError } from '../errors.js';
-import type { KeeperMetrics } from '../metrics.js';
+import { NetlinkError } from '../base/errors.js';
+import type { KeeperMetrics } from '../base/metrics.js';
 import { Batch } from '../netlink/batch.js';
 import type { NftConn } from '../netlink/conn.js';
 import type { Family } from '../netlink/expr.js';

@@ -14,7 +14,7 @@ import type { Chain, ChainDigests, NftObj, NftSet, ObservedTable, Rule, SetEleme
 import { objectBlock, objectDefinitionKey } from '../config/stateful-objects.js';
 import { objTypeName } from '../rules/objnames.js';
 import { SET_F, TABLE_F, indexByChain } from '../netlink/objects.js';
-import { NfkeeperError } from '../errors.js';
+import { NfkeeperError } from '../base/errors.js';
 import type { NftConn } from '../netlink/conn.js';
 import { loadAddon } from '../native.js';
 import type { ChainConfig, TableConfig } from '../config/config.js';

@@ -5,8 +5,8 @@
  * the generation they were computed from. Dumps and commits run off the JS
  * thread; generation() is a synchronous round trip of a few microseconds.
  */
-import { COLLECT_BEFORE_OPS, collectGarbage } from '../heap.js';
-import { DumpInterruptedError, GenerationMismatchError, NetlinkError, PrivilegeError, SocketClosedError } from '../errors.js';
+import { COLLECT_BEFORE_OPS, collectGarbage } from '../base/heap.js';
+import { DumpInterruptedError, GenerationMismatchError, NetlinkError, PrivilegeError, SocketClosedError } from '../base/errors.js';
 import { Batch } from './batch.js';
 import { describeOp, type Op } from './ops.js';
 import { validateOp } from './validate.js';
@@ -172,7 +172,7 @@ export class NftSocket implements NftConn {
     this.check('commit');
     const { ops, gen } = commitArgs(batch, options);
     if (ops.length === 0) return;
-    // The encoder's buffer and the JS garbage must not add up (src/heap.ts): the daemon collects first.
+    // The encoder's buffer and the JS garbage must not add up (src/base/heap.ts): the daemon collects first.
     if (ops.length >= COLLECT_BEFORE_OPS) collectGarbage();
     let r;
     try {

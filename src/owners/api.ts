@@ -19,7 +19,7 @@ import { createConnection, type Socket } from 'node:net';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { dirname } from 'node:path';
 import type { Logger } from 'pino';
-import { NfkeeperError } from '../errors.js';
+import { NfkeeperError } from '../base/errors.js';
 import { loadAddon } from '../native.js';
 import { OwnerApplyError, OwnerLimitError, OwnerStateWriteError, type OwnerRegistry } from './registry.js';
 import { OwnerSpecError, validateOwnerId } from './spec.js';

@@ -17,7 +17,7 @@ import { mkdirSync } from 'node:fs';
 import type { Logger } from 'pino';
 import { dirname } from 'node:path';
 import type { Config } from '../config/config.js';
-import { NfkeeperError } from '../errors.js';
+import { NfkeeperError } from '../base/errors.js';
 import { OwnersState, StateUncertainError, ownersTable, type JournalChange } from './state.js';
 import { compileOwner, specKey, validateOwnerId, type Owner } from './spec.js';
 

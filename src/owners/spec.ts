@@ -9,7 +9,7 @@
  */
 import * as z from 'zod';
 import type { ChainConfig, TableConfig } from '../config/config.js';
-import { NfkeeperError, RuleSyntaxError } from '../errors.js';
+import { NfkeeperError, RuleSyntaxError } from '../base/errors.js';
 import type { ChainType, Hook } from '../netlink/objects.js';
 import { checkRulePlacement, commentOf, tagMatcher, commentUserdata, compileRule, compiledRule, type CompiledRule } from '../rules/index.js';
 import { forEachJump, renameJumps } from '../rules/placement.js';

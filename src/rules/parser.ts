@@ -4,7 +4,7 @@
  * dependencies and family rules are the compiler's job.
  */
 import { parseObjrefStatement } from './objref.js';
-import { RuleSyntaxError } from '../errors.js';
+import { RuleSyntaxError } from '../base/errors.js';
 import type {
   At, CounterStmt, Elem, MarkMapStmt, MarkSetStmt, MasqStmt, MatchOp, MatchStmt, NatAddr, NatStmt, PortRange,
   Rhs, RuleAst, Stmt, VerdictStmt,

@@ -10,7 +10,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parseConfig, parseNftConfig, type Config } from '../../src/config/config.js';
-import { ConfigError } from '../../src/errors.js';
+import { ConfigError } from '../../src/base/errors.js';
 import { Batch } from '../../src/netlink/batch.js';
 import type { Family } from '../../src/netlink/expr.js';
 import { open, type NftSocket } from '../../src/netlink/socket.js';

@@ -36,7 +36,7 @@ import type { CommitOptions, NftConn, NftHost, NftWatch } from '../../src/netlin
 import type { Expr, Family } from '../../src/netlink/expr.js';
 import type { MonitorBatch, MonitorEvent, MonitorOptions } from '../../src/netlink/events.js';
 import { SET_F, TABLE_F, type Chain, type NftSet, type Rule, type SetElement, type Table } from '../../src/netlink/objects.js';
-import { GenerationMismatchError, NetlinkError, SocketClosedError } from '../../src/errors.js';
+import { GenerationMismatchError, NetlinkError, SocketClosedError } from '../../src/base/errors.js';
 
 const ERRNO = { EPERM: 1, ENOENT: 2, EBUSY: 16, EEXIST: 17, EINVAL: 22, ENFILE: 23, ERESTART: 85, EOPNOTSUPP: 95, ENOBUFS: 105 } as const;
 export type ErrnoName = keyof typeof ERRNO;

@@ -7,7 +7,7 @@
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config/config.js';
-import { GenerationRetriesExhaustedError, NetlinkError } from '../../src/errors.js';
+import { GenerationRetriesExhaustedError, NetlinkError } from '../../src/base/errors.js';
 import pino from 'pino';
 import { GraceTracker, collect } from '../../src/gc/collect.js';
 import { GC_SCHEMA } from '../../src/config/gc.js';
