@@ -73,6 +73,9 @@ describe('architecture', () => {
     // A regex that stopped matching would pass every check below.
     expect(pairs.length).toBeGreaterThan(300);
     expect(pairs.some(([a, b]) => a.startsWith('rules/') && b.startsWith('netlink/'))).toBe(true);
+    // And a cycle finder that found none would too.
+    expect(cycles(graph([['a', 'b'], ['b', 'c'], ['c', 'a'], ['c', 'd']]))).toEqual([['a', 'b', 'c', 'a']]);
+    expect(cycles(graph([['a', 'b'], ['a', 'c'], ['b', 'c']]))).toEqual([]);
   });
 
   it('no two src/ folders import each other, directly or round a circle', () => {
