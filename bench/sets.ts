@@ -217,7 +217,7 @@ async function main(): Promise<void> {
         const t0 = performance.now();
         const have = await observeTable(sock, t.family, t.name, t.chains.map((c) => c.name));
         const t1 = performance.now();
-        const drifts = diffTable(t, have);
+        const drifts = diffTable(t, have).drift;
         diffs.push(ms(t1));
         checks.push(ms(t0));
         if (drifts.length) throw new Error(`not in sync: ${drifts.map((d) => d.detail).join('; ')}`);

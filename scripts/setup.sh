@@ -35,9 +35,10 @@ if $with_test; then
   # the completion scripts (test/cli/usability.test.ts; bash is there already); the linux-arm64
   # prebuild (scripts/prebuild.mjs --arch arm64, run by npm pack) and its smoke under qemu-user
   # (test/arm64.test.ts) need the cross compiler (the arm64 libnftnl/libmnl come from
-  # scripts/sysroot.sh).
+  # scripts/sysroot.sh); qemu-system-arm and cpio boot Debian's arm64 kernel for apply, check and a
+  # repair on arm64 (scripts/arm64-vm.sh).
   packages+=(iptables clang-14 libclang-rt-14-dev podman runc debootstrap systemd-container
-    containernetworking-plugins qemu-user zsh fish g++-aarch64-linux-gnu)
+    containernetworking-plugins qemu-user qemu-system-arm cpio zsh fish g++-aarch64-linux-gnu)
 fi
 missing=()
 for p in "${packages[@]}"; do

@@ -433,7 +433,7 @@ async function oneShotLocked(o: OneShotOptions, config: import('./config/config.
     } else if (found.length === 0) {
       io.out('in sync');
     } else {
-      const lines = found.flatMap((d) => renderDrift(d.table, d.drift));
+      const lines = found.flatMap((d) => renderDrift(d.table, d.diff));
       // A pipe or a file gets every line, as always; a terminal gets a summary of a long plan.
       if (io.outTty && !o.full && lines.length > SUMMARY_OVER_LINES) for (const line of summarisePlan(lines)) io.out(line);
       else for (const line of lines) io.out(line);

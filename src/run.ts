@@ -28,7 +28,7 @@ import { GcLoop } from './gc/daemon.js';
 import { loadOwners } from './owners/state.js';
 import { OwnerRegistry } from './owners/registry.js';
 import { serveControl, type ControlServer } from './owners/api.js';
-import type { Owner } from './owners/spec.js';
+import { parseOwnerChain, type Owner } from './owners/spec.js';
 import type { Logger } from 'pino';
 import { createDaemonLogger, type LogLevel } from './log.js';
 import { ReloadStatusWriter } from './reload-status.js';
@@ -115,6 +115,22 @@ interface NamespaceId { dev: number; ino: number }
 function namespaceId(path: string): NamespaceId {
   const st = statSync(path);
   return { dev: st.dev, ino: st.ino };
+}
+
+/**
+ * The ids of the owners whose chains the owners table holds now (a restart: the kernel kept them),
+ * for the start-up isolation to keep in place; none when it cannot be read.
+ */
+async function heldOwners(keeper: Keeper, config: Config): Promise<Set<string>> {
+  const ids = new Set<string>();
+  if (!config.owners || !keeper.socket) return ids;
+  try {
+    for (const c of await keeper.socket.listChains({ family: config.owners.family, table: config.owners.table })) {
+      const p = parseOwnerChain(c.name);
+      if (p) ids.add(p.id);
+    }
+  } catch { /* no table yet, or unreadable: add every owner in halves */ }
+  return ids;
 }
 
 /**
@@ -259,7 +275,7 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
       const why = () => keeper.status().lastError ?? 'the start-up pass failed';
       if (!registry || registry.size === 0) throw new NfkeeperError(`the kernel refused the config: ${why()}; nothing was changed in the kernel`);
       try {
-        await registry.isolate();
+        await registry.isolate(await heldOwners(keeper, config));
       } catch (e) {
         throw new NfkeeperError(`the kernel refused the config, even without any owner: ${(e as Error).message}`);
       }
@@ -386,7 +402,8 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
     }
     gcLoop?.setConfig(next.gc);
     configLoaded(next);
-    keeper.setConfig(next).then(() => {
+    // With owners, in the registry's turn: one the new config makes the kernel refuse is left out, not the reload.
+    (registry ? registry.reconfigure(next, (c, owners) => keeper.setConfig(c, owners)) : keeper.setConfig(next)).then(() => {
       log.info({ why }, 'config reloaded');
       report(true, why);
     }, (e) => report(false, why, `the kernel refused the new config; the old one stays in force: ${(e as Error).message}`));

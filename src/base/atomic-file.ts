@@ -4,8 +4,15 @@
  * leaves either the old content or the new one under the name, never a mix;
  * at worst a stray temp file remains, which readers never look at.
  */
-import { closeSync, fsyncSync, openSync, renameSync, unlinkSync, writeSync } from 'node:fs';
+import { closeSync, fdatasync, fdatasyncSync, fsyncSync, ftruncateSync, openSync, renameSync, unlinkSync, writeSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
+
+/**
+ * The calls that change or sync a durable file, here and in src/owners/state.ts, made through this
+ * object so that a test can make any one of them fail (test/owners/durability.test.ts fails the
+ * Nth for every N); nothing else replaces them.
+ */
+export const io = { openSync, writeSync, fsyncSync, fdatasync, fdatasyncSync, ftruncateSync, renameSync, unlinkSync, closeSync };
 
 /** The temp file a write of `file` goes through (one per process, so two writers never share one). */
 export function tempPathOf(file: string): string {
@@ -19,26 +26,26 @@ export function tempPathOf(file: string): string {
  */
 export function writeFileAtomic(file: string, text: string, mode = 0o600): void {
   const tmp = tempPathOf(file);
-  const fd = openSync(tmp, 'w', mode);
+  const fd = io.openSync(tmp, 'w', mode);
   try {
     const buf = Buffer.from(text, 'utf8');
-    for (let off = 0; off < buf.length;) off += writeSync(fd, buf, off, buf.length - off);
-    fsyncSync(fd);
-    closeSync(fd);
+    for (let off = 0; off < buf.length;) off += io.writeSync(fd, buf, off, buf.length - off);
+    io.fsyncSync(fd);
+    io.closeSync(fd);
   } catch (e) {
-    try { closeSync(fd); } catch { /* closed above, or the close failed: either way gone */ }
-    try { unlinkSync(tmp); } catch { /* already gone */ }
+    try { io.closeSync(fd); } catch { /* closed above, or the close failed: either way gone */ }
+    try { io.unlinkSync(tmp); } catch { /* already gone */ }
     throw e;
   }
   try {
-    renameSync(tmp, file);
+    io.renameSync(tmp, file);
   } catch (e) {
-    try { unlinkSync(tmp); } catch { /* already gone */ }
+    try { io.unlinkSync(tmp); } catch { /* already gone */ }
     throw e;
   }
   try {
-    const dfd = openSync(dirname(file), 'r');
-    try { fsyncSync(dfd); } finally { closeSync(dfd); }
+    const dfd = io.openSync(dirname(file), 'r');
+    try { io.fsyncSync(dfd); } finally { io.closeSync(dfd); }
   } catch (e) {
     throw Object.assign(e as Error, { replaced: true });
   }

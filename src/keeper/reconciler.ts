@@ -17,7 +17,7 @@ import type { Family } from '../netlink/expr.js';
 import { commitGuarded } from '../netlink/guard.js';
 import type { ObservedTable } from '../netlink/objects.js';
 import { ownedGarbage, type OwnedGarbage } from '../owners/index.js';
-import { PROTECT_FLAGS, armCommitted, armTimed, diffTable, observeTable, planTable, rulesRemovedBy, type ArmedTimed } from './table.js';
+import { PROTECT_FLAGS, armCommitted, armTimed, diffTable, observeTable, planTable, rulesRemovedBy, type ArmedTimed, type TableDiff } from './table.js';
 import type { Drift } from '../model/drift.js';
 import { KnownState, readAddedChains, volatileSet } from './known.js';
 import type { CommitResult } from '../netlink/conn.js';
@@ -31,14 +31,20 @@ export interface TableRef {
 export interface Look {
   generation: number;
   observed: ObservedTable[];
-  /** Per desired table, in the input's order. */
+  /** Per desired table, in the input's order: the drift (diffs[i].drift). */
   drift: Drift[][];
+  /** Per desired table, in the input's order: the drift and what repairs it (planTable's input). */
+  diffs: TableDiff[];
   /** Retired tables still in the kernel: deleted in the same batch as the rest. */
   retired: TableRef[];
   /** Every difference, the retired tables' included. */
   flat: Drift[];
   /** Unclaimed owner chains and tagged rules, when the input names the registered owner ids. */
   garbage?: OwnedGarbage;
+  /** The known state this look was taken from (read or not), when it was. */
+  known?: KnownState;
+  /** This look is the known state, not read (no dump, no digests): it proves no more than what that state came from. */
+  unread?: boolean;
 }
 
 export interface PassInput {
@@ -132,11 +138,6 @@ export interface ReconcilerOptions {
   armTimed?: boolean;
 }
 
-/** Looks (by their observed list) that came from the known state rather than a dump. */
-const knownLooks = new WeakSet<object>();
-/** The known state each look from one (by its observed list) came from, read or not. */
-const lookedFrom = new WeakMap<object, KnownState>();
-
 export class Reconciler {
   /** Tables a reload dropped from the config: deleted by the next pass that finds them. */
   retired: TableRef[] = [];
@@ -178,7 +179,7 @@ export class Reconciler {
       const batch = new Batch();
       // A reload's removals travel in the same transaction as the rest.
       for (const t of look.retired) batch.delete('table', t);
-      input.tables.forEach((t, i) => planTable(batch, t, look.observed[i]!, look.drift[i]!,
+      input.tables.forEach((t, i) => planTable(batch, t, look.observed[i]!, look.diffs[i]!,
         this.protects(t) ? { tableFlags: PROTECT_FLAGS } : {}));
       return {
         value: { status: 'repaired', look }, batch,
@@ -209,7 +210,7 @@ export class Reconciler {
       // not every owner's; with deferUnechoedRead by the next look that finds the kernel still at
       // this generation, not this pass.
       const unechoed = { generation: r.generation, tables: input.tables, observed: last.look.observed, batch: last.batch,
-        previous: lookedFrom.get(last.look.observed) };
+        previous: last.look.known };
       this.known = undefined;
       if (last.echoed) {
         this.known = KnownState.afterSoleCommit(r.generation, input.tables, last.look.observed, last.batch, last.echoed,
@@ -221,7 +222,7 @@ export class Reconciler {
     }
     const v = r.value;
     return { status: v.status, first: first!, found, waitMs: v.waitMs, ops: r.ops, attempts: r.attempts, generation: r.generation,
-      ...(r.trusted ? { trusted: true } : {}), ...(knownLooks.has(v.look.observed) ? { fromKnown: true } : {}) };
+      ...(r.trusted ? { trusted: true } : {}), ...(v.look.unread ? { fromKnown: true } : {}) };
   }
 
   private async look(input: PassInput, generation: number): Promise<Look> {
@@ -259,7 +260,6 @@ export class Reconciler {
     let observed: ObservedTable[];
     if (known) {
       observed = input.tables.map((t) => known.table(t)!.observed);
-      lookedFrom.set(observed, known);
       // Sets the kernel changes without a commit (timeouts, the data path's adds): their elements, read now.
       await Promise.all(input.tables.flatMap((t, i) => (t.sets ?? []).filter((x) => volatileSet(x.set)).map(async (x) => {
         const o = observed[i]!;
@@ -276,15 +276,16 @@ export class Reconciler {
     input.onObserved?.(observed);
     // Only timed sets count here, and those are read at every look (known or not).
     if (this.armed) armTimed(this.armed, input.tables, observed);
-    const drift = input.tables.map((t, i) => diffTable(t, observed[i]!,
+    const diffs = input.tables.map((t, i) => diffTable(t, observed[i]!,
       { protect: this.protects(t), portId: conn.portId, allowForeignOwner: input.allowForeignOwner, verified: known?.table(t)!.verified,
         verifiedSets: known?.table(t)!.verifiedSets, armed: this.armed, since: known?.since(t) }));
+    const drift = diffs.map((x) => x.drift);
     const retired = await this.retiredPresent();
-    if (known && !read) knownLooks.add(observed);
     const flat = [...drift.flat(), ...retired.map((t): Drift => ({
       kind: 'table-retired', family: t.family, table: t.name, detail: `table ${t.family} ${t.name} is no longer in the config`,
     }))];
-    const garbage = flat.length > 0 && input.ownerIds ? ownedGarbage(input.tables, observed, input.ownerIds, drift, rulesRemovedBy) : undefined;
+    const garbage = flat.length > 0 && input.ownerIds ? ownedGarbage(input.tables, observed, input.ownerIds, drift,
+      (d) => rulesRemovedBy(diffs[input.tables.findIndex((t) => t.family === d.family && t.name === d.table)]!, d)) : undefined;
     if (flat.length === 0 && (input.learn ?? input.useKnown)) {
       // A look from the known state found it clean: only the chains compared again (their desired
       // definition changed) are learnt anew, not every owner's rules.
@@ -292,7 +293,7 @@ export class Reconciler {
         if (!known.confirm(input.tables)) this.known = undefined;
       } else this.known = KnownState.fromCleanLook(generation, input.tables, observed);
     }
-    return { generation, observed, drift, retired, flat, garbage };
+    return { generation, observed, drift, diffs, retired, flat, garbage, ...(known ? { known, unread: !read } : {}) };
   }
 
   /** The known state after a sole commit too big to echo, from a read of the chains it added rules to (at `generation`). */

@@ -25,6 +25,23 @@ import type { Drift, DriftKind } from '../model/drift.js';
 import { declarationText, elementTexts, typesOf, type SetConfig } from '../config/sets.js';
 import { deletable, diffElements, elementId, sameElementFields, setDefinitionKey, type ElementDiff } from '../model/elements.js';
 
+/** A chain a chain-missing or rules-differ drift names, as diffTable found it. */
+export interface ChainDiff {
+  /** The desired chain. */
+  chain: ChainConfig;
+  /** For rules-differ: the edit planned over the kernel rules it indexes. */
+  edit?: { edit: ChainEdit; rules: Rule[] };
+}
+
+/** What diffTable found in one table: the drift, and what planTable needs to repair it. */
+export interface TableDiff {
+  drift: Drift[];
+  /** By chain name: each chain a chain-missing or rules-differ drift names. */
+  chains: Map<string, ChainDiff>;
+  /** By set name: the element operations of each elements-differ drift. */
+  elements: Map<string, ElementDiff>;
+}
+
 /** Up to this many desired chains are fetched one GETCHAIN each (µs, inline); more take one chain list. */
 const CHAIN_GETS_UP_TO = 8;
 /** Up to this many wanted chains in a table of mostly unwanted ones are dumped chain by chain. */
@@ -369,35 +386,39 @@ export function protectionOf(table: Table | undefined, portId?: number): Protect
   return table.flags & TABLE_F.PERSIST ? 'orphaned' : 'unprotected';
 }
 
-/** Every difference between what a table should hold and what it holds. */
-export function diffTable(want: TableConfig, have: ObservedTable, options: DiffOptions = {}): Drift[] {
+/** Every difference between what a table should hold and what it holds, with what repairs it. */
+export function diffTable(want: TableConfig, have: ObservedTable, options: DiffOptions = {}): TableDiff {
   const d = (kind: DriftKind, detail: string, chain?: string, actual?: string[]): Drift =>
     ({ kind, family: want.family, table: want.name, chain, detail, actual });
-  if (!have.table) return [d('table-missing', `table ${want.family} ${want.name} is missing`)];
   const drifts: Drift[] = [];
+  const out: TableDiff = { drift: drifts, chains: new Map(), elements: new Map() };
+  if (!have.table) {
+    drifts.push(d('table-missing', `table ${want.family} ${want.name} is missing`));
+    return out;
+  }
   const protection = protectionOf(have.table, options.portId);
   if (protection === 'foreign-owner' && !options.allowForeignOwner) throw new TableOwnedError(want.family, want.name, have.table.owner ?? 0);
   if (options.protect && protection === 'orphaned') {
     drifts.push(d('table-orphaned', `table ${want.family} ${want.name} is an orphan; claiming it`));
   } else if (options.protect && protection === 'unprotected') {
     // The owner flag cannot be set on an existing table (EOPNOTSUPP): recreate it, atomically.
-    return [d('table-unprotected', `table ${want.family} ${want.name} is not protected; recreating it owned`)];
+    return { ...out, drift: [d('table-unprotected', `table ${want.family} ${want.name} is not protected; recreating it owned`)] };
   }
   if ((have.table.userdata ?? '') !== (want.userdata ?? '')) {
     // NEWTABLE does not update a table's userdata (the kernel takes only its flags): recreate it, atomically.
-    return [d('table-changed', `table ${want.family} ${want.name} has comment ${quoteComment(have.table.userdata)}, want ` +
-      `${quoteComment(want.userdata)}; recreating it`)];
+    return { ...out, drift: [d('table-changed', `table ${want.family} ${want.name} has comment ${quoteComment(have.table.userdata)}, want ` +
+      `${quoteComment(want.userdata)}; recreating it`)] };
   }
   if (((have.table.flags & TABLE_F.DORMANT) !== 0) !== (want.dormant === true)) {
     const what = `table ${want.family} ${want.name} is ${want.dormant ? 'active, want dormant' : 'dormant, want active'}`;
     // The kernel changes no flag of a table its owner holds (EOPNOTSUPP): recreate it, atomically.
-    if (protection === 'protected') return [d('table-changed', `${what}; recreating it (an owned table's flags cannot change)`)];
+    if (protection === 'protected') return { ...out, drift: [d('table-changed', `${what}; recreating it (an owned table's flags cannot change)`)] };
     // Otherwise NEWTABLE toggles dormant in place (the kernel unhooks or hooks the chains).
     drifts.push(d('table-flags', what));
   }
   const resolve: SetResolver = (n) => have.sets.get(n);
   drifts.push(...diffObjects(want, have));
-  drifts.push(...diffSets(want, have, options.armed, options.verifiedSets));
+  drifts.push(...diffSets(want, have, out.elements, options.armed, options.verifiedSets));
   let present = 0;  // desired chains the kernel holds: when that is all it holds, there is no extra chain
   const since = options.since;
   for (const c of since ? since.changed : want.chains) {
@@ -408,9 +429,8 @@ export function diffTable(want: TableConfig, have: ObservedTable, options: DiffO
     const chain = have.chains.get(c.name);
     if (chain) present++;
     if (!chain) {
-      const missing = d('chain-missing', `chain ${c.name} is missing`, c.name);
-      driftChains.set(missing, c);
-      drifts.push(missing);
+      out.chains.set(c.name, { chain: c });
+      drifts.push(d('chain-missing', `chain ${c.name} is missing`, c.name));
       continue;
     }
     if (!baseMatches(c.base, chain)) {
@@ -451,8 +471,7 @@ export function diffTable(want: TableConfig, have: ObservedTable, options: DiffO
         get: () => actual ??= rules.map((r) => safeRender(r, want.family, resolve)),
         set: (v: string[]) => { actual = v; },
       });
-      chainEdits.set(drift, { edit, rules });
-      driftChains.set(drift, c);
+      out.chains.set(c.name, { chain: c, edit: { edit, rules } });
       drifts.push(drift);
     }
   }
@@ -471,7 +490,7 @@ export function diffTable(want: TableConfig, have: ObservedTable, options: DiffO
       drifts.push({ ...d('set-extra', `${set.flags & SET_F.MAP ? 'map' : 'set'} ${name} is not in the config`), set: name });
     }
   }
-  return drifts;
+  return out;
 }
 
 /** Objects are named per type: a counter and a quota may both be called c. */
@@ -515,9 +534,6 @@ function usesObject(exprs: readonly Expr[], keys: ReadonlySet<string>): boolean 
 }
 
 
-/** The element operations planned for an elements-differ drift. */
-const elementDiffs = new WeakMap<Drift, ElementDiff>();
-
 /**
  * Sets and maps: missing ones are created with their elements; one whose
  * definition differs is created again (rules that use it are rewritten in
@@ -525,7 +541,8 @@ const elementDiffs = new WeakMap<Drift, ElementDiff>();
  * elements differ gets element adds and deletes only. A constant set cannot
  * take element changes, so it is created again.
  */
-function diffSets(want: TableConfig, have: ObservedTable, armed?: ArmedTimed, verifiedSets?: ReadonlyMap<string, SetConfig>): Drift[] {
+function diffSets(want: TableConfig, have: ObservedTable, elements: Map<string, ElementDiff>, armed?: ArmedTimed,
+  verifiedSets?: ReadonlyMap<string, SetConfig>): Drift[] {
   const out: Drift[] = [];
   for (const s of want.sets ?? []) {
     const what = s.map ? 'map' : 'set';
@@ -551,7 +568,7 @@ function diffSets(want: TableConfig, have: ObservedTable, armed?: ArmedTimed, ve
       continue;
     }
     const drift = d('elements-differ', `${what} ${s.name}: ${diff.add.length} kernel elements to add, ${diff.delete.length} to delete${diff.expired ? ` (${diff.expired} with a timeout are gone: expired, left to the kernel)` : ''}`);
-    elementDiffs.set(drift, diff);
+    elements.set(s.name, diff);
     out.push(drift);
   }
   return out;
@@ -579,18 +596,12 @@ function usesSet(exprs: readonly Expr[], names: ReadonlySet<string>): boolean {
   return false;
 }
 
-/** The desired chain a chain-missing or rules-differ drift is about (planTable visits only those). */
-const driftChains = new WeakMap<Drift, ChainConfig>();
-
-/** The edit planned for a rules-differ drift, with the kernel rules it indexes. */
-const chainEdits = new WeakMap<Drift, { edit: ChainEdit; rules: Rule[] }>();
-
 /**
- * For a rules-differ drift patched in place: the kernel rules its edit takes out (deleted or
- * replaced); the rest stay, as desired rules. Undefined when the chain is rewritten whole.
+ * For a rules-differ drift of `diff` patched in place: the kernel rules its edit takes out
+ * (deleted or replaced); the rest stay, as desired rules. Undefined when the chain is rewritten whole.
  */
-export function rulesRemovedBy(drift: Drift): Rule[] | undefined {
-  const e = chainEdits.get(drift);
+export function rulesRemovedBy(diff: TableDiff, drift: Drift): Rule[] | undefined {
+  const e = drift.kind === 'rules-differ' ? diff.chains.get(drift.chain!)?.edit : undefined;
   if (!e || e.edit.rewrite) return undefined;
   const out: Rule[] = [];
   for (const x of e.edit.steps) if (x.op !== 'insert') out.push(e.rules[x.have]!);
@@ -669,8 +680,9 @@ export interface PlanOptions {
  * the kernel accepts within one transaction: table, missing chains, flushes,
  * deletions of chains that must go, then every rewritten chain's rules.
  */
-export function planTable(batch: Batch, want: TableConfig, have: ObservedTable, drifts: Drift[],
+export function planTable(batch: Batch, want: TableConfig, have: ObservedTable, diff: TableDiff,
   options: PlanOptions = {}): void {
+  const drifts = diff.drift;
   if (drifts.length === 0) return;
   const { family, name: table } = want;
   const rewrite = new Set<string>();
@@ -711,10 +723,10 @@ export function planTable(batch: Batch, want: TableConfig, have: ObservedTable, 
   let chains: readonly ChainConfig[] = want.chains;
   if (have.table && recreate.size === 0 && setsAgain.size === 0 && objsAgain.size === 0) {
     const named: ChainConfig[] = [];
-    let all = true;  // every such drift came from diffTable, with its chain
+    let all = true;  // every such drift came with its chain
     for (const x of drifts) {
       if (x.kind !== 'chain-missing' && x.kind !== 'rules-differ') continue;
-      const c = driftChains.get(x);
+      const c = diff.chains.get(x.chain!)?.chain;
       if (c) named.push(c);
       else all = false;
     }
@@ -724,7 +736,7 @@ export function planTable(batch: Batch, want: TableConfig, have: ObservedTable, 
   const edited = new Map<string, { edit: ChainEdit; rules: Rule[] }>();
   for (const x of drifts) {
     if (x.kind !== 'chain-missing' && x.kind !== 'rules-differ') continue;
-    const e = x.kind === 'rules-differ' && have.table ? chainEdits.get(x) : undefined;
+    const e = x.kind === 'rules-differ' && have.table ? diff.chains.get(x.chain!)?.edit : undefined;
     if (e && !e.edit.rewrite && have.chains.has(x.chain!) && !rewrite.has(x.chain!)) edited.set(x.chain!, e);
     else rewrite.add(x.chain!);
   }
@@ -754,8 +766,8 @@ export function planTable(batch: Batch, want: TableConfig, have: ObservedTable, 
   for (const name of extra) batch.flush('chain', { family, table, name });
   // Element deletes and set deletes before chain deletes: a map's element may jump to a chain that goes.
   for (const x of drifts) {
-    const diff = x.kind === 'elements-differ' ? elementDiffs.get(x) : undefined;
-    if (diff && diff.delete.length > 0) batch.delete('element', { family, table, set: x.set!, elements: diff.delete.map(deletable) });
+    const ops = x.kind === 'elements-differ' ? diff.elements.get(x.set!) : undefined;
+    if (ops && ops.delete.length > 0) batch.delete('element', { family, table, set: x.set!, elements: ops.delete.map(deletable) });
   }
   for (const x of drifts) {
     if (x.kind === 'set-extra' || (x.kind === 'set-changed' && have.table)) batch.delete('set', { family, table, name: x.set! });
@@ -786,8 +798,8 @@ export function planTable(batch: Batch, want: TableConfig, have: ObservedTable, 
     : (want.sets ?? []).filter((s) => drifts.some((x) => (x.kind === 'set-missing' || x.kind === 'set-changed') && x.set === s.name));
   for (const s of addSets) batch.add('set', { ...s.set, family, table, elements: s.elements });
   for (const x of drifts) {
-    const diff = x.kind === 'elements-differ' ? elementDiffs.get(x) : undefined;
-    if (diff && diff.add.length > 0) batch.add('element', { family, table, set: x.set!, elements: diff.add });
+    const ops = x.kind === 'elements-differ' ? diff.elements.get(x.set!) : undefined;
+    if (ops && ops.add.length > 0) batch.add('element', { family, table, set: x.set!, elements: ops.add });
   }
   for (const c of chains) {
     const e = edited.get(c.name);
@@ -849,9 +861,9 @@ function emitEdit(batch: Batch, family: Family, table: string, c: ChainConfig, r
 }
 
 /** Drift as nft text, for `nfkeeper check`. */
-export function renderDrift(want: TableConfig, drifts: Drift[]): string[] {
+export function renderDrift(want: TableConfig, diff: TableDiff): string[] {
   const out: string[] = [];
-  for (const x of drifts) {
+  for (const x of diff.drift) {
     out.push(`# ${x.family} ${x.table}: ${x.detail}`);
     if (x.kind === 'table-missing' || x.kind === 'table-unprotected' || x.kind === 'table-changed') {
       if (x.kind === 'table-changed') out.push(`- delete table ${want.family} ${want.name}`);
@@ -866,16 +878,16 @@ export function renderDrift(want: TableConfig, drifts: Drift[]): string[] {
       out.push(...setText(want, s));
     } else if (x.kind === 'elements-differ') {
       const s = want.sets!.find((y) => y.name === x.set)!;
-      const diff = elementDiffs.get(x);
-      if (diff && diff.delete.length) out.push(`- delete element ${want.family} ${want.name} ${s.name} { ${elementsText(s.set, diff.delete)} }`);
-      if (diff && diff.add.length) out.push(`+ add element ${want.family} ${want.name} ${s.name} { ${elementsText(s.set, diff.add)} }`);
+      const ops = diff.elements.get(s.name);
+      if (ops && ops.delete.length) out.push(`- delete element ${want.family} ${want.name} ${s.name} { ${elementsText(s.set, ops.delete)} }`);
+      if (ops && ops.add.length) out.push(`+ add element ${want.family} ${want.name} ${s.name} { ${elementsText(s.set, ops.add)} }`);
     } else if (x.kind === 'set-extra') {
       out.push(`- delete ${x.detail.startsWith('map ') ? 'map' : 'set'} ${want.family} ${want.name} ${x.set}`);
     } else if (x.kind === 'chain-missing' || x.kind === 'chain-changed') {
       out.push(...chainText(want, want.chains.find((c) => c.name === x.chain)!));
     } else if (x.kind === 'rules-differ') {
       const c = want.chains.find((ch) => ch.name === x.chain)!;
-      const e = chainEdits.get(x);
+      const e = diff.chains.get(c.name)?.edit;
       if (e && !e.edit.rewrite) {
         out.push(...editText(want, c, x.actual ?? [], e.rules, e.edit));
         continue;

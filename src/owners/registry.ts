@@ -130,6 +130,8 @@ export class OwnerRegistry {
   private refused = new Map<string, RefusedOwner & { delayMs: number; timer?: NodeJS.Timeout }>();
   /** Refused owners whose retry is due. */
   private retries: string[] = [];
+  /** Reloaded configs to enforce (reconfigure), before the next group. */
+  private reconfigs: { next: Config; setConfig: (config: Config, owners: readonly Owner[]) => Promise<void>; resolve: () => void; reject: (e: unknown) => void }[] = [];
   /** A drain loop is alive and will look at the queue again before it ends. */
   private working = false;
   private config: Config;
@@ -197,17 +199,32 @@ export class OwnerRegistry {
   }
 
   /**
-   * The start-up pass was refused: which owner does the kernel refuse? The config alone first (its
-   * refusal is thrown: nothing of owners can fix it), so the node's own rules are in at once; then
-   * the owners in halves, each half that takes kept, each refused one split again, down to the
-   * owners refused alone, which stay registered but are left out and retried with back-off. Every
-   * step is one guarded batch; the set installed only grows after the first. Runs before the
+   * The start-up pass was refused: which owner does the kernel refuse? First the config with the
+   * owners the kernel holds already (`held`, by id: a restart), so none of them is taken out to be
+   * added back; refused, the config alone (its refusal is thrown: nothing of owners can fix it), so
+   * the node's own rules are in at once. Then the other owners in halves (bisect). Runs before the
    * control socket serves requests.
    */
-  async isolate(): Promise<void> {
-    await this.apply([]);
-    let accepted: Owner[] = [];
-    const all = this.sorted;
+  async isolate(held: ReadonlySet<string> = new Set()): Promise<void> {
+    let accepted = this.sorted.filter((o) => held.has(o.id));
+    try {
+      await this.apply(accepted);
+    } catch (e) {
+      if (accepted.length === 0) throw e;
+      accepted = [];
+      await this.apply(accepted);
+    }
+    await this.bisect(accepted);
+  }
+
+  /**
+   * The owners added to what the kernel holds in halves, each half that takes kept, each refused one
+   * split again, down to the owners refused alone, which stay registered but are left out and
+   * retried with back-off. Every step is one guarded batch; the set installed only grows.
+   */
+  private async bisect(accepted: Owner[] = []): Promise<void> {
+    const taken = new Set(accepted.map((o) => o.id));
+    const all = taken.size === 0 ? this.sorted : this.sorted.filter((o) => !taken.has(o.id));
     const chunks: Owner[][] = all.length > 1 ? [all.slice(0, all.length >> 1), all.slice(all.length >> 1)] : [all.slice()];
     while (chunks.length > 0) {
       const chunk = chunks.shift()!;
@@ -216,11 +233,49 @@ export class OwnerRegistry {
       try {
         await this.apply(next);
         accepted = next;
+        for (const o of chunk) this.unrefuse(o.id);
       } catch (e) {
         if (chunk.length === 1) this.refuse(chunk[0]!.id, e);
         else chunks.unshift(chunk.slice(0, chunk.length >> 1), chunk.slice(chunk.length >> 1));
       }
     }
+  }
+
+  /**
+   * A reloaded config (checked by checkConfig) to enforce with the owners, in the queue's turn so no
+   * group is applied meanwhile. `setConfig` installs a config with a list of owners, or restores the
+   * previous config and owners and throws. Refused with the owners: the config alone (refused: the
+   * reload is rejected, the old config and owners stay), then the owners in halves as at start-up,
+   * so an owner the new config makes the kernel refuse is left out and reported, not the others.
+   */
+  reconfigure(next: Config, setConfig: (config: Config, owners: readonly Owner[]) => Promise<void>): Promise<void> {
+    return new Promise((resolve, reject) => {
+      this.reconfigs.push({ next, setConfig, resolve, reject });
+      if (!this.working) {
+        this.working = true;
+        void this.drain();
+      }
+    });
+  }
+
+  private async reconfigureNow(next: Config, setConfig: (config: Config, owners: readonly Owner[]) => Promise<void>): Promise<void> {
+    try {
+      await setConfig(next, this.installable(this.sorted));
+      this.config = next;
+      // A new config may be what the refused owners needed: each is tried again now, not at its back-off.
+      for (const id of this.refused.keys()) this.retries.push(id);
+      return;
+    } catch (e) {
+      if (this.installable(this.sorted).length === 0) throw e;
+      this.log?.warn({ err: (e as Error).message }, 'the kernel refuses the new config with the owners; trying it alone, then the owners in halves');
+    }
+    try {
+      await setConfig(next, []);
+    } catch (e) {
+      throw new NfkeeperError(`the kernel refuses the new config, even without any owner: ${(e as Error).message}`);
+    }
+    this.config = next;
+    await this.bisect();
   }
 
   /** Leaves `id` out of what the kernel is given, and tries it again later. */
@@ -283,7 +338,8 @@ export class OwnerRegistry {
 
   /**
    * A reloaded config: the owners section must be unchanged (moving owners to another table or
-   * socket takes a restart), and every owner must still compile against it. Throws otherwise.
+   * socket takes a restart), and every owner must still compile against it. Throws otherwise;
+   * reconfigure() then enforces it.
    */
   checkConfig(next: Config): void {
     if (JSON.stringify(next.owners) !== JSON.stringify(this.config.owners)) {
@@ -297,7 +353,6 @@ export class OwnerRegistry {
         throw new NfkeeperError(`owner ${o.id} does not fit the new config: ${(e as Error).message} (the reload was rejected)`);
       }
     }
-    this.config = next;
   }
 
   private enqueue(change: Change): Promise<{ existed: boolean; changed: boolean }> {
@@ -316,7 +371,12 @@ export class OwnerRegistry {
       // dump (src/keeper/known.ts), so concurrent clients' requests, read over a few turns of the
       // loop, would otherwise each make a group (a kernel commit) of their own.
       for (let i = 0; i < 3; i++) await new Promise((r) => setImmediate(r));
-      while (this.queue.length > 0 || this.alone.length > 0 || this.retries.length > 0) {
+      while (this.queue.length > 0 || this.alone.length > 0 || this.retries.length > 0 || this.reconfigs.length > 0) {
+        if (this.alone.length === 0 && this.reconfigs.length > 0) {
+          const r = this.reconfigs.shift()!;
+          await this.reconfigureNow(r.next, r.setConfig).then(r.resolve, r.reject);
+          continue;
+        }
         if (this.alone.length === 0 && this.retries.length > 0) {
           const id = this.retries.shift()!;
           if (!this.refused.has(id) || !this.owners.has(id)) continue;

@@ -1,7 +1,7 @@
 /**
  * The owners state file: every registered owner's spec, as JSON
  * `{ "version": 1, "folded"?: "<sha256>", "owners": { "<id>": { chains, jumps } } }`, replaced
- * atomically (src/base/atomic-file.ts), plus a journal beside it (`<file>.journal`): one line per group
+ * atomically (src/atomic-file.ts), plus a journal beside it (`<file>.journal`): one line per group
  * of changes, appended and fdatasync'ed, so a registration costs one small durable append instead
  * of rewriting every owner. The journal is folded into the file (compacted) when it outgrows it.
  *
@@ -11,9 +11,9 @@
  * touched, because starting with fewer owners than were registered would collect their rules.
  */
 import { createHash } from 'node:crypto';
-import { closeSync, fdatasync, fdatasyncSync, fsyncSync, ftruncateSync, openSync, readSync, statSync, unlinkSync, writeSync } from 'node:fs';
+import { closeSync, openSync, readSync, statSync } from 'node:fs';
 import { dirname } from 'node:path';
-import { writeFileAtomic } from '../base/atomic-file.js';
+import { io, writeFileAtomic } from '../base/atomic-file.js';
 import { NotRegularFileError, readRegularFile } from '../base/regular-file.js';
 import type { Config, TableConfig } from '../config/config.js';
 import { NfkeeperError } from '../base/errors.js';
@@ -102,7 +102,7 @@ export function saveOwners(file: string, owners: Iterable<Owner>): number {
   writeFileAtomic(file, text);
   // The journal is stale now (the file names it as folded): removing it only tidies up.
   try {
-    unlinkSync(journalPathOf(file));
+    io.unlinkSync(journalPathOf(file));
     fsyncDir(dirname(file));
   } catch { /* no journal, or left behind stale */ }
   return Buffer.byteLength(text);
@@ -130,8 +130,8 @@ function journalBase(file: string): string | undefined {
 }
 
 function fsyncDir(dir: string): void {
-  const d = openSync(dir, 'r');
-  try { fsyncSync(d); } finally { closeSync(d); }
+  const d = io.openSync(dir, 'r');
+  try { io.fsyncSync(d); } finally { io.closeSync(d); }
 }
 
 function ownersText(owners: Iterable<Owner>, folded: string | undefined): string {
@@ -170,34 +170,38 @@ function replayJournal(file: string, fileText: string, folded: string | undefine
   if (text === undefined) return;
   const lines = text.split('\n');
   lines.pop();  // after the last newline: empty, or a torn append
-  if (lines.length === 0) throw new OwnersStateError(journal, `corrupt: its header line is incomplete (${text.length} bytes, no newline)`);
+  if (lines.length === 0) throw new OwnersStateError(journal, `corrupt: its header line is incomplete (${Buffer.byteLength(text)} bytes, no newline)`);
   let base: unknown;
   try {
     base = (JSON.parse(lines[0]!) as { base?: unknown }).base;
   } catch { /* checked below */ }
   if (typeof base !== 'string' || !/^[0-9a-f]{64}$/.test(base)) {
-    throw new OwnersStateError(journal, 'corrupt: line 1 is not {"base": "<sha256 of the state file>"}');
+    throw new OwnersStateError(journal, 'corrupt: line 1 (byte 0) is not {"base": "<sha256 of the state file>"}');
   }
   if (base !== digest(fileText)) {
     if (base === folded) return;  // folded into the file already
     throw new OwnersStateError(journal, 'it does not extend the state file beside it (its base is neither the file\'s digest nor the journal the file ' +
       'folded in): the journal is damaged, or the file was replaced while changes were pending in it. Remove the journal to keep the file as it is');
   }
-  lines.forEach((line, i) => {
-    if (i === 0) return;
+  // Where each line starts, in bytes, for the errors: a user cuts a journal at a byte, not a line.
+  let at = Buffer.byteLength(lines[0]!) + 1;
+  for (let i = 1; i < lines.length; i++) {
+    const line = lines[i]!;
+    const where = `line ${i + 1} (byte ${at})`;
+    at += Buffer.byteLength(line) + 1;
     let changes: unknown;
     try {
       changes = JSON.parse(line);
     } catch (e) {
-      throw new OwnersStateError(journal, `corrupt: line ${i + 1} is not JSON (${(e as Error).message})`);
+      throw new OwnersStateError(journal, `corrupt: ${where} is not JSON (${(e as Error).message})`);
     }
-    if (!Array.isArray(changes)) throw new OwnersStateError(journal, `corrupt: line ${i + 1} is not a list of changes`);
+    if (!Array.isArray(changes)) throw new OwnersStateError(journal, `corrupt: ${where} is not a list of changes`);
     for (const c of changes) {
       if (Array.isArray(c) && c[0] === 'put' && typeof c[1] === 'string' && c.length === 3) specs.set(c[1], c[2]);
       else if (Array.isArray(c) && c[0] === 'delete' && typeof c[1] === 'string' && c.length === 2) specs.delete(c[1]);
-      else throw new OwnersStateError(journal, `corrupt: line ${i + 1} holds a change that is neither ["put", id, spec] nor ["delete", id]`);
+      else throw new OwnersStateError(journal, `corrupt: ${where} holds a change that is neither ["put", id, spec] nor ["delete", id]`);
     }
-  });
+  }
 }
 
 /**
@@ -241,15 +245,15 @@ export class OwnersState {
     const fd = this.fd ?? this.start(before);
     const buf = Buffer.from(JSON.stringify(changes) + '\n', 'utf8');
     try {
-      for (let off = 0; off < buf.length;) off += writeSync(fd, buf, off, buf.length - off);
+      for (let off = 0; off < buf.length;) off += io.writeSync(fd, buf, off, buf.length - off);
       // Off the loop: a slow disk holds this group's answer, not the daemon's loop.
-      await new Promise<void>((resolve, reject) => fdatasync(fd, (e) => (e ? reject(e) : resolve())));
+      await new Promise<void>((resolve, reject) => io.fdatasync(fd, (e) => (e ? reject(e) : resolve())));
     } catch (e) {
       // Part of the line (or all of it, unsynced) may be in the file: cut it off, so that neither a
       // restart nor the next append (which would follow a torn line) ever reads it.
       try {
-        ftruncateSync(fd, this.bytes);
-        fdatasyncSync(fd);
+        io.ftruncateSync(fd, this.bytes);
+        io.fdatasyncSync(fd);
       } catch (undo) {
         this.close();
         throw new StateUncertainError(`the journal ${journalPathOf(this.file)} could not be appended to ` +
@@ -299,8 +303,10 @@ export class OwnersState {
 
   /** Closes the journal (the daemon stopping: compact first to leave one whole file). */
   close(): void {
-    if (this.fd !== undefined) closeSync(this.fd);
+    const fd = this.fd;
     this.fd = undefined;
+    // The descriptor is released even when close reports an error, and every line in it was synced already.
+    if (fd !== undefined) try { io.closeSync(fd); } catch { /* released */ }
   }
 
   /** A new journal on top of a freshly written file holding `owners`. */
@@ -312,7 +318,7 @@ export class OwnersState {
     const header = Buffer.from(JSON.stringify({ base: digest(text) }) + '\n');
     // Written whole under a temp name and renamed: a journal is never without its header.
     writeFileAtomic(path, header.toString());
-    const fd = openSync(path, 'a', 0o600);
+    const fd = io.openSync(path, 'a', 0o600);
     this.bytes = header.length;
     return this.fd = fd;
   }

@@ -347,10 +347,10 @@ function randomSet(rand: () => number, name: string): string {
 async function plan(sock: NftSocket, config: Config): Promise<{ batch: Batch; check: string[] }> {
   const t = config.tables[0]!;
   const have = await observeTable(sock, t.family, t.name, t.chains.map((c) => c.name));
-  const drifts = diffTable(t, have);
+  const diff = diffTable(t, have);
   const batch = new Batch();
-  planTable(batch, t, have, drifts);
-  return { batch, check: renderDrift(t, drifts) };
+  planTable(batch, t, have, diff);
+  return { batch, check: renderDrift(t, diff) };
 }
 
 describe('named sets and maps: random declarations', () => {

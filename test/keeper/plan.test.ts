@@ -91,11 +91,11 @@ function repair(have: number[], want: number[]) {
   const chain = new FakeChain(have);
   const before = new Map(chain.rules.map((r) => [r.handle, r.key]));
   const obs = observed(cfg, chain);
-  const drifts = diffTable(cfg, obs);
+  const diff = diffTable(cfg, obs);
   const batch = new Batch();
-  planTable(batch, cfg, obs, drifts);
+  planTable(batch, cfg, obs, diff);
   chain.apply(batch.ops, keyOfOp);
-  return { chain, batch, drifts, before, cfg, obs };
+  return { chain, batch, drifts: diff.drift, diff, before, cfg, obs };
 }
 
 describe('minimal chain edits (model of the kernel rule list)', () => {
@@ -138,7 +138,7 @@ describe('minimal chain edits (model of the kernel rule list)', () => {
 
   it('check output names the edit: deletes and replaces by handle, adds by position', () => {
     const r = repair([1, 99, 3, 77], [1, 2, 3]);
-    const text = renderDrift(r.cfg, r.drifts);
+    const text = renderDrift(r.cfg, r.diff);
     expect(text).toEqual([
       expect.stringMatching(/^# ip t: rule 2 differs: .*; repair: 2 of 4 kernel rules stay, 1 deleted, 0 inserted, 1 replaced \(2 ops\)$/),
       '~ replace rule ip t c handle 3 ip saddr 10.0.0.2 accept  # was ip saddr 10.0.0.99 accept',

@@ -98,15 +98,15 @@ describe('diffTable over compact rules (the start-up adoption by digests)', () =
   it('finds a chain of its own desired rules equal, and still finds one out of order, short, or of another config\'s rules', () => {
     const t = parseConfig(yaml(rules)).tables[0]!;
     compactRules([t]);
-    expect(diffTable(t, observed(t, [0, 1, 2]))).toEqual([]);
-    const swapped = diffTable(t, observed(t, [0, 2, 1]));
+    expect(diffTable(t, observed(t, [0, 1, 2])).drift).toEqual([]);
+    const swapped = diffTable(t, observed(t, [0, 2, 1])).drift;
     expect(swapped.map((d) => d.kind)).toEqual(['rules-differ']);
     expect(swapped[0]!.detail).toMatch(/^rule order differs at 2/);
-    expect(diffTable(t, observed(t, [0, 1])).map((d) => d.kind)).toEqual(['rules-differ']);
+    expect(diffTable(t, observed(t, [0, 1])).drift.map((d) => d.kind)).toEqual(['rules-differ']);
     // The same text compiled again (a reload): other objects with the same keys, equal by key.
     const again = parseConfig(yaml(rules)).tables[0]!;
-    expect(diffTable(again, observed(t, [0, 1, 2]))).toEqual([]);
+    expect(diffTable(again, observed(t, [0, 1, 2])).drift).toEqual([]);
     const other = parseConfig(yaml([rules[0]!, rules[1]!, 'ip saddr 10.0.0.9 ip daddr 192.0.2.1 return'])).tables[0]!;
-    expect(diffTable(other, observed(t, [0, 1, 2]))[0]!.detail).toMatch(/^rule 3 differs/);
+    expect(diffTable(other, observed(t, [0, 1, 2])).drift[0]!.detail).toMatch(/^rule 3 differs/);
   });
 });

@@ -7,15 +7,19 @@
  * write point, are swept on a real small tmpfs in test/reliability/owners-durability.test.ts.)
  */
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { io } from '../../src/base/atomic-file.js';
 import { parseConfig } from '../../src/config/config.js';
+import { route } from '../../src/owners/api.js';
 import { OwnersStateError, loadOwners, saveOwners } from '../../src/owners/index.js';
+import { OwnerRegistry } from '../../src/owners/registry.js';
 import { OwnersState, journalPathOf } from '../../src/owners/state.js';
-import { compileOwner } from '../../src/owners/spec.js';
+import { compileOwner, specKey, type OwnerSpec } from '../../src/owners/spec.js';
 import { tempDir } from '../helpers/tmp.js';
-import { ownerSpec, ownersYaml } from './fixtures.js';
+import { ownerSpec, ownersYaml, paddedSpec } from './fixtures.js';
+import { tearJournalEverywhere } from './journal-sweep.js';
 
 function setup() {
   const dir = tempDir('durable');
@@ -43,48 +47,33 @@ function refusedCleanly(f: () => unknown): string {
 }
 
 describe('a damaged owners state stops start-up; a torn last record was never acknowledged', () => {
-  it('a journal torn at every byte offset of its header, and of its last record (boundaries whole, every 8th byte between)', async () => {
-    const { c, journal, owner } = setup();
-    const base = Array.from({ length: 60 }, (_, i) => owner(i));
-    saveOwners(c.owners!.state, base);
-    const state = new OwnersState(c.owners!.state);
-    // Three acknowledged groups: o100 added, o3 removed, then o101 added (the last record).
-    const a = owner(100, 3);
-    await state.write([['put', a.id, a.spec]], base, []);
-    await state.write([['delete', 'o3']], [], []);
-    const b = owner(101, 3);
-    await state.write([['put', b.id, b.spec]], [], []);
-    state.close();
+  it('a journal the registry wrote, torn at every byte offset: the acknowledged owners up to its last whole line, or refused naming the file and the byte', async () => {
+    const { c, file, journal } = setup();
+    // A base past the journal's threshold that compiles in a millisecond: a few owners whose rules are
+    // padded with blanks (the rule language skips them), so every one of the offsets can load it.
+    saveOwners(file, Array.from({ length: 4 }, (_, i) => compileOwner(`p${i}`, paddedSpec(i), c.owners!, c.tables[0]!)));
+    const registry = new OwnerRegistry(c, loadOwners(c), async () => {});
+    const snapshot = () => new Map(registry.list().map((o) => [o.id, specKey(o.spec)]));
+    // Groups of changes as the daemon makes them (requests arriving together are one line):
+    // puts, a group of three, a replace, deletes of a base owner and of a journalled one.
+    const acked = [snapshot()];  // acked[k]: the owners after k lines
+    const groups: (() => Promise<unknown>[])[] = [
+      () => [registry.put('a1', ownerSpec(1))],
+      () => [registry.put('a2', ownerSpec(2)), registry.put('a3', ownerSpec(3, 5)), registry.remove('p1')],
+      () => [registry.put('a1', ownerSpec(11, 4))],
+      () => [registry.remove('a2')],
+      () => [registry.put('a4', ownerSpec(4)), registry.remove('p0')],
+    ];
+    for (const g of groups) {
+      await Promise.all(g());
+      acked.push(snapshot());
+    }
+    const base = readFileSync(file);
     const full = readFileSync(journal);
-    const lines = full.toString('utf8').split('\n');
-    const headerEnd = Buffer.byteLength(lines[0]!) + 1;
-    const lastStart = full.length - Buffer.byteLength(lines[3]!) - 1;
-    const all = ids(c);
-    expect(all).toContain('o101');
-    expect(all).not.toContain('o3');
-    const withoutLast = all.filter((x) => x !== 'o101');
-    let refused = 0;
-    // Every offset of the header: short of its newline, the journal is damaged (it is written whole,
-    // atomically, so no crash leaves it cut); at its newline, no record was synced.
-    for (let at = 0; at <= headerEnd; at++) {
-      writeFileSync(journal, full.subarray(0, at));
-      if (at < headerEnd) {
-        expect(refusedCleanly(() => loadOwners(c))).toMatch(/owners\.json\.journal: (corrupt: its header line is incomplete|corrupt: line 1 is not)/);
-        refused++;
-      } else {
-        expect(ids(c)).toEqual(base.map((o) => o.id).sort());
-      }
-    }
-    // Offsets of the last record: a record without its newline was torn before its sync. Every byte
-    // of its first and last 16 (the record boundaries: the previous newline, its own), every 8th
-    // between (each successful load compiles 60 owners: all ~300 took half a minute).
-    const cuts = [];
-    for (let at = lastStart; at <= full.length; at++) if (at - lastStart <= 16 || full.length - at <= 16 || (at - lastStart) % 8 === 0) cuts.push(at);
-    for (const at of cuts) {
-      writeFileSync(journal, full.subarray(0, at));
-      expect(ids(c)).toEqual(at === full.length ? all : withoutLast);
-    }
-    expect(refused).toBe(headerEnd);
+    registry.close();  // folds the journal in: put the daemon's file and journal back
+    writeFileSync(file, base);
+    expect(full.toString('utf8').split('\n')).toHaveLength(groups.length + 2);  // the header, a line a group, nothing after the last newline
+    tearJournalEverywhere(c, full, acked);
   });
 
   it('a header with a wrong digest, of NULs, of 0xff bytes, or of another file stops the load; a folded journal is ignored', async () => {
@@ -100,7 +89,7 @@ describe('a damaged owners state stops start-up; a torn last record was never ac
     for (const [text, why] of [
       [`${wrong}\n${rest.join('\n')}`, /does not extend the state file beside it/],
       ['\0'.repeat(good.length), /header line is incomplete/],
-      [`${'\0'.repeat(80)}\n${rest.join('\n')}`, /line 1 is not/],
+      [`${'\0'.repeat(80)}\n${rest.join('\n')}`, /line 1 \(byte 0\) is not/],
       [Buffer.alloc(good.length, 0xff), /header line is incomplete/],
       ['', /header line is incomplete \(0 bytes/],
       [`{"base":"${'a'.repeat(64)}"}\n`, /does not extend the state file/],
@@ -110,7 +99,7 @@ describe('a damaged owners state stops start-up; a torn last record was never ac
     }
     // A record in the middle cut short (only a damaged disk does that: a failed append is cut back).
     writeFileSync(journal, `${header}\n[["delete","o2"\n[["delete","o4"]]\n`);
-    expect(refusedCleanly(() => loadOwners(c))).toMatch(/line 2 is not JSON/);
+    expect(refusedCleanly(() => loadOwners(c))).toMatch(/line 2 \(byte \d+\) is not JSON/);
     // Folded into a new file and left behind by a crash before its removal: stale, ignored.
     writeFileSync(journal, good);
     saveOwners(file, loadOwners(c));
@@ -157,4 +146,121 @@ describe('a damaged owners state stops start-up; a torn last record was never ac
     execFileSync('mkfifo', [file]);
     expect(refusedCleanly(() => loadOwners(c))).toMatch(/cannot read: it is a FIFO, not a regular file/);
   });
+});
+
+type Io = typeof io;
+/**
+ * Makes the `n`th call through the durable-write seam (src/atomic-file.ts `io`: open, write, fsync,
+ * fdatasync, ftruncate, rename, unlink, close) fail as a full or failing disk does; with `after`,
+ * every later call too (a disk that stays full). Returns the calls made, and undoes itself.
+ */
+function injectFaults(n: number, after: boolean): { calls: () => number; restore: () => void } {
+  const real = { ...io };
+  let calls = 0;
+  const fails = () => ++calls === n || (after && calls > n);
+  const fault = (call: string) => Object.assign(new Error(`${call === 'writeSync' || call === 'openSync' ? 'ENOSPC: no space left on device' : 'EIO: i/o error'}, ${call} (injected at call ${calls})`),
+    { code: call === 'writeSync' || call === 'openSync' ? 'ENOSPC' : 'EIO' });
+  for (const k of Object.keys(real) as (keyof Io)[]) {
+    (io as Record<string, unknown>)[k] = (...args: unknown[]) => {
+      if (!fails()) return (real[k] as (...a: unknown[]) => unknown)(...args);
+      if (k === 'closeSync') (real.closeSync as (fd: number) => void)(args[0] as number);  // Linux releases it even then
+      if (k === 'fdatasync') {
+        setImmediate(() => (args[1] as (e: Error) => void)(fault(k)));
+        return undefined;
+      }
+      throw fault(k);
+    };
+  }
+  return { calls: () => calls, restore: () => Object.assign(io, real) };
+}
+
+describe('a failing disk at every write point: acknowledged = durable, refused = never', () => {
+  // Each scenario is a registry over a state file (whole-file: a few small owners; journalled: a base
+  // past the journal's threshold, so the first change starts a journal and the rest append), fed a
+  // fixed stream of changes and then stopped (the fold of the journal). The Nth call of the seam
+  // fails, for every N up to the calls the stream makes without a fault; then (a disk that stays
+  // full) every call from the Nth on.
+  const steps: [string, string, unknown][] = [
+    ['PUT', 'n1', ownerSpec(1)],
+    ['PUT', 'n2', ownerSpec(2, 5)],
+    ['DELETE', 'b0', undefined],
+    ['PUT', 'n1', ownerSpec(21, 4)],
+    ['DELETE', 'n2', undefined],
+    ['PUT', 'n3', ownerSpec(3)],
+  ];
+
+  async function run(journalled: boolean, n: number, after: boolean) {
+    const { c, file } = setup();
+    const spec = (i: number) => (journalled ? paddedSpec(i) : ownerSpec(100 + i));
+    saveOwners(file, Array.from({ length: 4 }, (_, i) => compileOwner(`b${i}`, spec(i), c.owners!, c.tables[0]!)));
+    let kernel: string[] = [];
+    const registry = new OwnerRegistry(c, loadOwners(c), async (owners) => { kernel = owners.map((o) => o.id); });
+    // The owners a user was told are registered: each 2xx applied, each refusal not.
+    const model = new Map(registry.list().map((o) => [o.id, specKey(o.spec)]));
+    const fault = injectFaults(n, after);
+    let uncertain: [string, string, unknown] | undefined;
+    let journalling = false;
+    const answers: number[] = [];
+    try {
+      for (const step of steps) {
+        const [method, id, body] = step;
+        const r = await route({ registry, status: () => ({}) }, method, `/v1/owners/${id}`, body === undefined ? undefined : JSON.stringify(body));
+        answers.push(r.status);
+        if (r.status === 404 && method === 'DELETE' && !model.has(id)) {
+          // (its PUT was refused: never registered)
+        } else if (r.status < 300) {
+          expect(uncertain, 'no change is taken once the disk is uncertain').toBeUndefined();
+          if (method === 'PUT') model.set(id, specKey(body as OwnerSpec));
+          else model.delete(id);
+        } else {
+          expect(r.status, JSON.stringify(r.body)).toBe(503);
+          expect((r.body as { error: string }).error).toMatch(/owners state|uncertain/);
+          if (/uncertain/.test((r.body as { error: string }).error)) uncertain ??= step;
+        }
+        // The kernel holds what the disk holds, at once: a change the disk refused was taken back out.
+        expect(kernel, `after ${method} ${id}`).toEqual([...model.keys()].sort());
+      }
+      journalling ||= existsSync(journalPathOf(file));
+      try {
+        registry.close();
+      } catch { /* the fold failed: the file and journal as they were, or the file whole (checked below) */ }
+    } finally {
+      fault.restore();
+    }
+    // What a restart loads: exactly the acknowledged owners; never a refused one. Only a failed write
+    // whose undo failed too (StateUncertainError, every call from the Nth on) may leave its change.
+    const loaded = new Map(loadOwners(c).map((o) => [o.id, specKey(o.spec)]));
+    const cameBack = uncertain !== undefined && JSON.stringify([...loaded].sort()) !== JSON.stringify([...model].sort());
+    if (cameBack) {
+      const [method, id, body] = uncertain!;
+      if (method === 'PUT') model.set(id, specKey(body as OwnerSpec));
+      else model.delete(id);
+    }
+    expect(new Map([...loaded].sort()), `fault at call ${n}${after ? ' and after' : ''}: ${answers.join(' ')}`).toEqual(new Map([...model].sort()));
+    return { calls: fault.calls(), answers, uncertain: uncertain !== undefined, cameBack, journalling };
+  }
+
+  for (const journalled of [false, true]) {
+    it(`${journalled ? 'a journalled state' : 'a whole-file state'}: the Nth write, sync, rename, truncate or close fails, for every N`, async () => {
+      const clean = await run(journalled, 0, false);
+      expect(clean.answers.every((s) => s < 300)).toBe(true);
+      expect(clean.journalling).toBe(journalled);
+      let refusals = 0;
+      let uncertainRuns = 0;
+      let cameBack = 0;
+      for (const after of [false, true]) {
+        for (let n = 1; n <= clean.calls; n++) {
+          const r = await run(journalled, n, after);
+          refusals += r.answers.filter((s) => s === 503).length;
+          if (r.cameBack) cameBack++;
+          if (r.uncertain) {
+            uncertainRuns++;
+            expect(after, `a single fault at call ${n} left the disk uncertain`).toBe(true);
+          }
+        }
+      }
+      expect(refusals).toBeGreaterThan(clean.calls);
+      console.log(`${journalled ? 'journalled' : 'whole-file'}: ${clean.calls} calls swept twice, ${refusals} refusals (503), ${uncertainRuns} runs left the disk uncertain, in ${cameBack} of them holding the change refused`);
+    }, 120_000);
+  }
 });

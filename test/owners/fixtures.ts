@@ -141,3 +141,9 @@ export function withDaemon<T>(tag: string, fn: (f: DaemonFixture) => Promise<T> 
     }
   }, tag);
 }
+
+/** An owner of about 20 KiB whose rules are padded with blanks (the rule language skips them): big on disk, quick to compile. */
+export function paddedSpec(i: number): { chains: { name: string; rules: string[] }[]; jumps: Record<string, string[]> } {
+  return { chains: [{ name: 'masq', rules: Array.from({ length: 5 }, (_, k) => `ip daddr 10.${i}.${k}.0/24${' '.repeat(4000)}return`) }],
+    jumps: { postrouting: [`ip saddr 10.100.0.${i} jump masq`] } };
+}

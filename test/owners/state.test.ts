@@ -287,7 +287,7 @@ describe('the state journal (a state over 64 KiB)', () => {
     saveOwners(file, big);
     const base = journal.split('\n')[0]!.replace(/"base":"[0-9a-f]+"/, `"base":"${createHash('sha256').update(readFileSync(file, 'utf8')).digest('hex')}"`);
     writeFileSync(journalPathOf(file), `${base}\n{"not":"a list"}\n`);
-    expect(() => loadOwners(c)).toThrow(/owners\.json\.journal: corrupt: line 2 is not a list of changes/);
+    expect(() => loadOwners(c)).toThrow(/owners\.json\.journal: corrupt: line 2 \(byte \d+\) is not a list of changes/);
   });
 });
 

@@ -16,6 +16,7 @@
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import { prng } from '../../bench/soak.js';
 import { parseConfig } from '../../src/config/config.js';
@@ -23,7 +24,10 @@ import { call, compileOwner, loadOwners, saveOwners } from '../../src/owners/ind
 import { cli } from '../helpers/cli.js';
 import { withNetns } from '../helpers/netns.js';
 import { tempDir } from '../helpers/tmp.js';
-import { BASE_RULE, listTable, ownerSpec, ownersYaml, writeConfig } from '../owners/fixtures.js';
+import { BASE_RULE, listTable, ownerSpec, ownersYaml, paddedSpec, writeConfig } from '../owners/fixtures.js';
+import { tearJournalEverywhere } from '../owners/journal-sweep.js';
+import { specKey } from '../../src/owners/spec.js';
+import { journalPathOf } from '../../src/owners/state.js';
 import { daemon, kernelOwners, kill9, ready, stop, type Child } from './owners-child.js';
 
 const SEED = Number(process.env.NFK_DURABLE_SEED ?? 24);
@@ -301,6 +305,96 @@ describe('one bad owner never takes the node down', () => {
     }, 'durable-poison');
   }, 120_000);
 
+  it('a restart with a poison owner beside installed ones: those stay in place (their handles unchanged), the poison is left out', async () => {
+    const poison = await poisonRule();
+    await withNetns(async (ns) => {
+      const dir = tempDir('durable-restart');
+      const config = writeConfig(dir);
+      const c = parseConfig(ownersYaml(dir), config);
+      const sock = join(dir, 'nfkeeper.sock');
+      const good = Array.from({ length: 20 }, (_, i) => `ok-${i}`);
+      let d = daemon(config, ns);
+      try {
+        await ready(sock, d);
+        for (const [i, id] of good.entries()) expect((await call(sock, 'PUT', `/v1/owners/${id}`, ownerSpec(i))).status).toBe(201);
+      } finally {
+        await stop(d);
+      }
+      // The state gains an owner the kernel refuses while the daemon is down (as a kernel or config change would make one).
+      saveOwners(c.owners!.state, [...loadOwners(c), compileOwner('bad-1', poisonSpec(poison), c.owners!, c.tables[0]!)]);
+      // Every owner chain and jump with its handle: an owner taken out and added back gets new ones.
+      const handles = () => ns.exec('nft', ['-a', 'list', 'table', 'ip', 'nfkeeper']).split('\n').filter((l) => /o\/ok-|nfkeeper-owner=ok-/.test(l)).map((l) => l.trim()).sort();
+      const before = handles();
+      expect(before.length).toBe(20 * 4);  // per owner: its chain, 2 rules, its jump
+      d = daemon(config, ns);
+      try {
+        await ready(sock, d, 60_000);
+        const st = (await call(sock, 'GET', '/v1/status')).body as { ready: boolean; owners: { refused: { id: string }[] } };
+        expect(st.ready).toBe(true);
+        expect(st.owners.refused.map((r) => r.id)).toEqual(['bad-1']);
+        expect(sorted(await kernelOwners(ns))).toEqual(good.slice().sort());
+        expect(handles()).toEqual(before);
+        noStack(d.logs.join(''));
+      } finally {
+        await stop(d);
+      }
+    }, 'durable-restart');
+  }, 60_000);
+
+  it('a reload that makes the kernel refuse one owner: the new config and the others installed, that one reported, and back when the config is', async () => {
+    await withNetns(async (ns) => {
+      const dir = tempDir('durable-reload');
+      const config = writeConfig(dir);
+      const sock = join(dir, 'nfkeeper.sock');
+      // An owner whose chains nest 12 deep below the dispatch chain: fine while postrouting is a base
+      // chain, past the kernel's 16 levels once the new config reaches it through 4 more chains.
+      const deep = { chains: Array.from({ length: 12 }, (_, i) => ({ name: `c${i}`, rules: [i < 11 ? `jump c${i + 1}` : 'return'] })),
+        jumps: { postrouting: ['ip saddr 10.9.9.9 jump c0'] } };
+      const ladder = ownersYaml(dir)
+        .replace(/      - name: postrouting\n        type: nat\n        hook: postrouting\n        priority: srcnat\n/,
+          '      - name: srcnat\n        type: nat\n        hook: postrouting\n        priority: srcnat\n        rules: ["jump l1"]\n' +
+          [1, 2, 3, 4].map((i) => `      - name: l${i}\n        rules: ["${i < 4 ? `jump l${i + 1}` : 'jump postrouting'}"]\n`).join('') +
+          '      - name: postrouting\n');
+      expect(ladder).toContain('name: l4');
+      const d = daemon(config, ns);
+      const refusedIds = async () => ((await call(sock, 'GET', '/v1/status')).body as { owners: { refused: { id: string }[] } }).owners.refused.map((r) => r.id);
+      const until = async (what: string, f: () => Promise<boolean>) => {
+        for (const end = Date.now() + 20_000; Date.now() < end; await sleep(100)) if (await f()) return;
+        throw new Error(`${what} within 20 s: ${d.logs.join('').slice(-3000)}`);
+      };
+      const deepInstalled = () => ns.exec('nft', ['list', 'chains', 'ip']).includes('o/deep/c11');
+      try {
+        await ready(sock, d);
+        const good = Array.from({ length: 6 }, (_, i) => `ok-${i}`);
+        for (const [i, id] of good.entries()) expect((await call(sock, 'PUT', `/v1/owners/${id}`, ownerSpec(i))).status).toBe(201);
+        expect((await call(sock, 'PUT', '/v1/owners/deep', deep)).status).toBe(201);
+        expect(deepInstalled()).toBe(true);
+        writeFileSync(config, ladder);
+        d.child.kill('SIGHUP');
+        await until('the reload did not leave deep out', async () => (await refusedIds()).includes('deep'));
+        // The new config is in force, with every other owner; deep is registered, reported, not installed.
+        expect(ns.exec('nft', ['list', 'chain', 'ip', 'nfkeeper', 'l4'])).toContain('jump postrouting');
+        expect(sorted(await kernelOwners(ns))).toEqual(good);
+        expect(deepInstalled()).toBe(false);
+        expect(await ownersOf(sock)).toEqual([...good, 'deep'].sort());
+        expect(stateIds(dir)).toContain('deep');
+        const logs = d.logs.join('');
+        expect(logs).toMatch(/"owner":"deep".*the kernel refuses a registered owner; it is left out, the rest is installed/);
+        expect(logs).toMatch(/config reloaded/);
+        noStack(logs);
+        // A registration meanwhile is served; the config back: deep is installed again at once.
+        expect((await call(sock, 'PUT', '/v1/owners/ok-new', ownerSpec(50))).status).toBe(201);
+        writeConfig(dir);
+        d.child.kill('SIGHUP');
+        await until('deep was not installed again', async () => (await refusedIds()).length === 0 && deepInstalled());
+        expect(ns.exec('nft', ['list', 'chains', 'ip'])).not.toContain('chain l4');
+        expect(await ownersOf(sock)).toEqual([...good, 'deep', 'ok-new'].sort());
+      } finally {
+        await stop(d);
+      }
+    }, 'durable-reload');
+  }, 60_000);
+
   it('a config the kernel refuses: run exits 2 with one line and no stack, the kernel untouched', async () => {
     const poison = await poisonRule();
     await withNetns(async (ns) => {
@@ -410,6 +504,44 @@ describe('a journal damaged on disk stops start-up and collects nothing', () => 
       }
     }, 'durable-journal');
   }, 120_000);
+
+  it('the journal `nfkeeper run` wrote, killed with kill -9, torn at every byte offset and loaded in process: the acknowledged owners up to its last whole line', async () => {
+    await withNetns(async (ns) => {
+      const dir = tempDir('durable-tear');
+      const config = writeConfig(dir);
+      const c = parseConfig(ownersYaml(dir), config);
+      const sock = join(dir, 'nfkeeper.sock');
+      const d = daemon(config, ns);
+      // The owners acknowledged after each request (id -> spec), sent one by one: a journal line each once journalled.
+      const acked: Map<string, string>[] = [];
+      const now = new Map<string, string>();
+      const send = async (method: 'PUT' | 'DELETE', id: string, body?: unknown) => {
+        const r = await call(sock, method, `/v1/owners/${id}`, body);
+        expect(r.status, JSON.stringify(r.body)).toBeLessThan(300);
+        if (method === 'PUT') now.set(id, specKey(compileOwner(id, body, c.owners!, c.tables[0]!).spec));
+        else now.delete(id);
+        acked.push(new Map([...now].sort()));
+      };
+      try {
+        await ready(sock, d);
+        // Past the journal's threshold with owners that load in a millisecond (padded rules), then a stream of changes.
+        for (let i = 0; i < 4; i++) await send('PUT', `p${i}`, paddedSpec(i));
+        await send('PUT', 'a1', ownerSpec(1));
+        await send('PUT', 'a2', ownerSpec(2, 5));
+        await send('DELETE', 'p1');
+        await send('PUT', 'a1', ownerSpec(11, 4));
+        await send('DELETE', 'a2');
+        await send('PUT', 'a3', ownerSpec(3));
+      } finally {
+        await kill9(d);  // a clean stop would fold the journal in
+      }
+      const full = readFileSync(journalPathOf(c.owners!.state));
+      const records = full.toString('utf8').split('\n').length - 2;
+      expect(records).toBeGreaterThanOrEqual(6);
+      // acked[k] of the sweep: the owners after k of the journal's lines, the file holding those before them.
+      tearJournalEverywhere(c, full, acked.slice(acked.length - records - 1));
+    }, 'durable-tear');
+  }, 60_000);
 });
 
 
@@ -450,5 +582,47 @@ describe('past the open-file limit', () => {
         await stop(d);
       }
     }, 'durable-fds');
+  }, 60_000);
+
+  it('the limit lowered under a running daemon (to 3, to the descriptors it holds): a PUT is 201 and durable or 503 EMFILE and nothing changed, never a hang or a crash', async () => {
+    await withNetns(async (ns) => {
+      const dir = tempDir('durable-emfile');
+      const config = writeConfig(dir);
+      const sock = join(dir, 'nfkeeper.sock');
+      const d = daemon(config, ns);
+      const pid = d.child.pid!;
+      try {
+        await ready(sock, d);
+        expect((await call(sock, 'PUT', '/v1/owners/a', ownerSpec(1))).status).toBe(201);
+        // A descriptor's number must be under the limit: 3 leaves none to open (not for a client, a temp
+        // file, a netlink socket); the count of open ones leaves only the holes among them.
+        const fds = Number(execFileSync('sh', ['-c', `ls /proc/${pid}/fd | wc -l`]).toString());
+        const ids = ['a'];
+        // The soft limit only: raising a hard limit back takes CAP_SYS_RESOURCE, which a container may lack.
+        const soft = /^Max open files\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/limits`, 'utf8'))![1]!;
+        for (const [k, limit] of [3, fds, fds + 1, 3].entries()) {
+          execFileSync('prlimit', ['--pid', String(pid), `--nofile=${limit}:`]);
+          const id = `b${k}`;
+          const r = await call(sock, 'PUT', `/v1/owners/${id}`, ownerSpec(2 + k), 10_000).then((x) => x, (e: Error) => e);
+          const said = r instanceof Error ? `error ${r.message}` : `${r.status} ${JSON.stringify(r.body)}`;
+          console.log(`[owners-durability] RLIMIT_NOFILE ${limit} (${fds} open): ${said.slice(0, 300)}`);
+          // Answered 201 (then durable), 503 (then nothing changed), or refused at accept (a reset, nothing
+          // changed); never a hang (the call's 10 s) nor a crash.
+          expect(said, 'no hang').not.toMatch(/timed? ?out/i);
+          expect(d.child.exitCode, d.logs.join('').slice(-2000)).toBeNull();
+          if (!(r instanceof Error)) expect([201, 503], said).toContain(r.status);
+          if (!(r instanceof Error) && r.status === 503) expect((r.body as { error: string }).error).toMatch(/EMFILE|connections are open/);
+          if (!(r instanceof Error) && r.status === 201) ids.push(id);
+          execFileSync('prlimit', ['--pid', String(pid), `--nofile=${soft}:`]);
+          expect(stateIds(dir), said).toEqual(ids.slice().sort());
+          expect(sorted(await kernelOwners(ns)), said).toEqual(ids.slice().sort());
+          expect(await ownersOf(sock)).toEqual(ids.slice().sort());
+        }
+        expect((await call(sock, 'PUT', '/v1/owners/c', ownerSpec(9))).status).toBe(201);
+        expect(await ownersOf(sock)).toEqual([...ids, 'c'].sort());
+      } finally {
+        await stop(d);
+      }
+    }, 'durable-emfile');
   }, 60_000);
 });

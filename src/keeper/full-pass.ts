@@ -1,0 +1,186 @@
+/**
+ * The full pass: Reconciler.once over the owned tables (from the known state, by digests, or a
+ * dump), the path every cause can take and the only one for start-up, reloads that change rules
+ * and retired tables. A look that found everything as desired seeds the event mirror.
+ */
+import { performance } from 'node:perf_hooks';
+import { countRules, type TableConfig } from '../config/config.js';
+import { describeOp } from '../netlink/ops.js';
+import { COLLECT_BEFORE_OPS, collectGarbage } from '../base/heap.js';
+import { ownerIdsOf } from '../owners/index.js';
+import type { Mirror } from './mirror.js';
+import { TableOwnedError, protectionOf, type Protection } from './table.js';
+import type { Look } from './reconciler.js';
+import type { Reporter } from './report.js';
+import type { Scheduler } from './scheduler.js';
+import type { KeeperState } from './state.js';
+import { MIRROR_WAIT_MS } from './mirror-repair.js';
+import { deliberate, type Outcome, type RepairPath, type RepairRequest } from './outcome.js';
+
+export class FullPass implements RepairPath<Promise<Outcome>> {
+  constructor(private readonly k: KeeperState, private readonly reporter: Reporter, private readonly scheduler: Scheduler) {}
+
+  async attempt({ cause, detectedAt, background = false }: RepairRequest): Promise<Outcome> {
+    const k = this.k;
+    const reporter = this.reporter;
+    const sock = k.sock!;
+    // A deliberate change (new config, owners) is not something undone by a neighbour: no fight.
+    const isDeliberate = deliberate(cause);
+    let lastLook: Look | undefined;
+    /** What the pass committed, in nft words, for the foreign changes it answered (a few suffice). */
+    let opsText: string[] | undefined;
+    let r;
+    // The desired state this pass enforces: a reload meanwhile must not seed the mirror from this look.
+    const desired = k.desired;
+    // The safety net's read-back reads the kernel, but by digests from the known state, decoding nothing (Reconciler.look).
+    const readBack = k.readBackDue;
+    k.readBackDue = false;
+    const mirror = k.mirror;
+    const monitor = k.monitor;
+    try {
+      r = await k.reconciler!.once({
+        useKnown: true,
+        readBack,
+        deferUnechoedRead: cause === 'startup',
+        // Restarted onto what an earlier keeper wrote: its rules are recognised by digest, not decoded.
+        adopt: cause === 'startup',
+        untouchedSince: mirror ? (from, to) => this.untouchedSince(from, to) : undefined,
+        // The event mirror follows plain sets per element: exact now and clean for a set, it vouches for its elements.
+        elementsHeld: mirror && monitor?.progress
+          ? (family, table, set, generation) => mirror.exactAt(generation, monitor.progress!()) && mirror.elementsDiffering(family, table, set) === 0
+          : undefined,
+        learn: true,
+        tables: desired,
+        ownerIds: k.config.owners ? ownerIdsOf(k.owners) : undefined,
+        onObserved: (observed) => {
+          for (const o of observed) reporter.tableProtection(`${o.family} ${o.name}`, protectionOf(o.table, sock.portId));
+        },
+        onLook: (look) => {
+          lastLook = look;
+          reporter.drifting = new Set(look.flat.map((d) => `${d.family} ${d.table}`));
+        },
+        holdBack: (look) => {
+          if (look.garbage) {
+            k.metrics.ownedGcFound.inc({ kind: 'chain' }, look.garbage.chains.length);
+            k.metrics.ownedGcFound.inc({ kind: 'rule' }, look.garbage.rules.length);
+          }
+          if (isDeliberate) return 0;
+          for (const d of look.flat) k.metrics.drift.inc({ kind: d.kind });
+          return k.fight.waitFrom(performance.now());
+        },
+        onCommitted: (look, ops, batch) => {
+          if (!isDeliberate) opsText = [...(opsText ?? []), ...batch.ops.slice(0, 20).map(describeOp)];
+          // The mirror cannot follow this commit's events (it did not plan them): a read reseeds it.
+          k.mirror?.invalidate('a full pass committed');
+          reporter.committed(cause, detectedAt, look, ops);
+        },
+        trustSoleCommit: true,
+        // The mirror's seeding read only looks: drift it finds is repaired by a pass of its own, under
+        // the cause that brought it (the event that is on its way, or the tick).
+        readOnly: background,
+      });
+    } catch (e) {
+      if (e instanceof TableOwnedError) reporter.lastError = e.message;
+      throw e;
+    }
+    if (r.status === 'drift') {
+      // Not verified: the event that change raised (or, were it lost, the overflow or the tick
+      // finding the generation moved) brings a repairing pass under its own cause. A mirror that
+      // said clean over a kernel that was not (the read saw the same generation throughout) is off.
+      if (k.mirror?.valid && sock.generation() === r.generation) {
+        k.mirror.invalidate('a read found a difference the mirror did not hold');
+        reporter.mirrorChanged();
+      }
+      k.lastVerified = undefined;
+      reporter.unverified();
+      return { status: 'deferred', drift: r.found.length ? r.found : r.first.flat, ops: 0, attempts: r.attempts };
+    }
+    if (r.status === 'deferred') {
+      reporter.unverified();
+      this.scheduler.after(r.waitMs!, cause, detectedAt);
+      return { status: 'deferred', drift: r.found, ops: 0, attempts: r.attempts };
+    }
+    if (r.trusted) {
+      // Verified by our own commit, not by a read (see Reconciler.once): tables the batch created or
+      // claimed carry the flags it gave them; the tick reads everything back trustOwnCommitMs later.
+      reporter.drifting = new Set();
+      for (const [i, t] of k.desired.entries()) {
+        if (!r.first.drift[i]?.some((d) => d.kind === 'table-missing' || d.kind === 'table-orphaned' || d.kind === 'table-unprotected' || d.kind === 'table-changed')) continue;
+        const p: Protection = k.reconciler!.protects(t) ? 'protected' : 'unprotected';
+        reporter.tableProtection(`${t.family} ${t.name}`, p);
+      }
+    }
+    // A pass planned from the known state read nothing: it leaves the pending read-back of a trusted commit pending.
+    if (r.fromKnown && !r.trusted) reporter.verified(r.generation, 'keep');
+    else reporter.verified(r.generation, r.trusted ? 'commit' : false);
+    if (r.ops > 0) {
+      reporter.reportRepair({ cause, drift: r.found, ops: r.ops, latencyMs: performance.now() - detectedAt, generation: r.generation,
+        attempts: r.attempts, opsText });
+    }
+    // Owners changes come in runs (a registration each): the safety net seeds the mirror after them.
+    // A reload is one: its known state seeds it at once, without a read where it covers the tables.
+    this.seedMirror(r.trusted || desired !== k.desired ? undefined : lastLook, cause === 'owners');
+    return { status: r.ops > 0 ? 'repaired' : 'in-sync', drift: r.found, ops: r.ops, attempts: r.attempts, generation: r.generation };
+  }
+
+  /**
+   * After a full pass: a look that found everything as desired seeds the mirror (when the generation
+   * has not moved since, the dumps saw exactly that generation). A pass that ended on its own commit
+   * without a read leaves the mirror unseeded (the commit's own events are not planned by it), so
+   * the kernel is looked at once more right away, off the repair path, to seed it (from the known
+   * state, which follows our own commits, so without a read where it covers the tables); after an
+   * owners change (they come in runs) the safety net's read-back seeds it instead.
+   */
+  private seedMirror(look: Look | undefined, inARun: boolean): void {
+    const k = this.k;
+    const mirror = k.mirror;
+    if (!mirror || k.stopped) return;
+    if (look && look.flat.length === 0 && look.retired.length === 0) {
+      if (k.sock!.generation() !== look.generation) return;
+      const before = mirror.valid && mirror.generation === look.generation
+        ? mirrorView(mirror, k.desired) : undefined;
+      // The look's garbage goes before the mirror takes its per-rule index (src/heap.ts).
+      if (countRules(k.desired) >= COLLECT_BEFORE_OPS) collectGarbage();
+      if (!mirror.seed(k.desired, look.observed, look.generation)) return;
+      // After an overflow the monitor's run of whole commits restarts from here.
+      k.monitor?.anchor?.(look.generation, mirror.overflows);
+      this.reporter.mirrorChanged();
+      // The safety net's read-back: the mirror it replaces should have said the same.
+      const now = before && mirrorView(mirror, k.desired);
+      if (before && JSON.stringify(before) !== JSON.stringify(now)) {
+        k.log.warn({ generation: look.generation }, 'the event mirror differed from the kernel read back; reseeded from the read');
+        k.events.emit('mirror-diverged');
+      }
+      return;
+    }
+    if (!mirror.valid && !inARun) {
+      // After this pass has settled (start() and the repair's caller do not wait for it).
+      setImmediate(() => {
+        if (k.stopped || mirror.valid) return;
+        this.scheduler.request('tick', performance.now(), true).catch(() => undefined);
+      });
+    }
+  }
+
+  /**
+   * Whether the events prove that no commit after generation `from` up to `to` touched an owned
+   * table. Needs the monitor's anchored run (started with the mirror), and waits for its thread as
+   * the mirror pass does.
+   */
+  private async untouchedSince(from: number, to: number): Promise<boolean> {
+    const k = this.k;
+    const monitor = k.monitor;
+    if (!monitor?.progress) return false;
+    const waitUntil = performance.now() + MIRROR_WAIT_MS;
+    while (k.touches.lagging(to, monitor.progress()) && performance.now() < waitUntil && !k.stopped) {
+      await new Promise((r) => setImmediate(r));
+    }
+    return k.touches.untouched(from, to, monitor.progress());
+  }
+}
+
+/** What the mirror holds, to compare before and after a read-back: handles per chain, differing elements per set. */
+function mirrorView(mirror: Mirror, desired: readonly TableConfig[]): unknown[] {
+  return desired.flatMap((t) => [...t.chains.map((c) => mirror.handlesOf(t.family, t.name, c.name)),
+    ...(t.sets ?? []).map((x) => mirror.elementsDiffering(t.family, t.name, x.name))]);
+}

@@ -1,0 +1,271 @@
+/**
+ * The two repair paths planned from the event mirror (mirror.ts), without a dump: the event
+ * repair, run synchronously inside the monitor's callback (or taken over from the monitor's armed
+ * repair, which committed before any JavaScript ran), and the mirror pass, the scheduler's first
+ * try. Both prove the mirror is the kernel's state by the generation guard of their commit.
+ */
+import { performance } from 'node:perf_hooks';
+import type { CommitResult } from '../netlink/conn.js';
+import type { MonitorBatch } from '../netlink/events.js';
+import { GenerationMismatchError } from '../base/errors.js';
+import { MIRROR_MAX_ELEMENTS, MIRROR_MAX_OPS, type MirrorPlan } from './mirror.js';
+import type { Arming } from './arming.js';
+import type { Reporter } from './report.js';
+import type { Scheduler } from './scheduler.js';
+import type { KeeperState } from './state.js';
+import { deliberate, type Cause, type DoneRepair, type Outcome, type RepairPath, type RepairRequest } from './outcome.js';
+
+const ERESTART = 85;
+
+/**
+ * How long a pass waits for the monitor to catch up with the kernel (it reads its socket when the
+ * event loop polls) before it reads the kernel instead. A turn of the loop on a quiet machine; a
+ * loaded one deschedules the process for milliseconds, and a full read costs far more than waiting.
+ */
+export const MIRROR_WAIT_MS = 100;
+
+/** What both mirror paths do around their commit. */
+class MirrorCommit {
+  constructor(protected readonly k: KeeperState, protected readonly reporter: Reporter, protected readonly arming: Arming,
+    protected readonly scheduler: Scheduler) {}
+
+  /**
+   * A repair planned from the mirror was refused: true when by the guard (a commit the monitor had
+   * not delivered yet came first; the next attempt reads the generation), else the mirror is off.
+   */
+  protected refused(e: unknown, generation: number): boolean {
+    const k = this.k;
+    k.mirror!.forget(generation + 1);
+    if (e instanceof GenerationMismatchError) {
+      k.metrics.generationRetries.inc();
+      k.refusedAt = generation;
+      return true;
+    }
+    k.mirror!.invalidate(`the kernel refused a repair planned from the mirror: ${(e as Error).message}`);
+    k.log.warn({ err: (e as Error).message }, 'a repair planned from the events was refused; reading the kernel instead');
+    return false;
+  }
+
+  /** The mirror could not plan this pass: the full pass will (said once per pass, for logs and the bench). */
+  protected fallback(reason: string | undefined): undefined {
+    this.k.log.debug({ reason }, 'repairing from a full read instead of the event mirror');
+    this.k.events.emit('mirror-fallback', reason);
+    return undefined;
+  }
+
+  /** After the commit of a repair planned from the mirror, guarded at `generation`. */
+  protected committed(plan: MirrorPlan, generation: number, echoed: void | CommitResult, cause: Cause,
+    detectedAt: number, committedNs?: number): Outcome {
+    const k = this.k;
+    k.options.trace?.('committed', committedNs);
+    const isDeliberate = deliberate(cause);
+    const ops = plan.batch.length;
+    const committedAt = performance.now();
+    // The guard held at `generation`, where the mirror was the kernel: our commit made generation + 1,
+    // the desired state. The handles of the rules it added came back with its acknowledgements:
+    // the mirror takes them now, and the commit's own events need not wake this thread again
+    // (else, as from a kernel that does not echo, they bring the handles).
+    if (echoed && k.mirror!.learnCommit(generation + 1, echoed.handles)) {
+      k.touches.touched(generation + 1);
+      k.monitor!.skipOwn?.(generation + 1);
+    }
+    // What the next pass decides by is set now: the fight's clock and the verified generation.
+    if (!isDeliberate && k.fight.repaired(committedAt)) this.reporter.fightRaised(plan.drift);
+    this.reporter.drifting = new Set();
+    this.reporter.verified(generation + 1, 'commit', false);
+    // What only reports the repair (metrics, the log line, the 'repaired' event) waits until the
+    // keeper has given the CPU up once: on a busy node the process that the broken rule held up
+    // runs first (see Reporter.later). A deliberate change's caller reads them as soon as it returns.
+    const done: DoneRepair = { drift: plan.drift, ops, generation: generation + 1, cause, detectedAt, committedAt, event: false, batch: plan.batch };
+    if (isDeliberate) this.reporter.reportMirrorRepair(done);
+    else this.reporter.later(done);
+    return { status: 'repaired', drift: plan.drift, ops, attempts: 1, generation: generation + 1 };
+  }
+}
+
+/**
+ * A pass from the mirror, without a dump: when the events prove the mirror is the kernel's state
+ * now, its difference from the desired state is repaired in one batch guarded by that generation.
+ * Undefined: no proof (or a refusal, a race), the full pass decides.
+ */
+export class MirrorPass extends MirrorCommit implements RepairPath<Promise<Outcome | undefined>> {
+  async attempt({ cause, detectedAt }: RepairRequest): Promise<Outcome | undefined> {
+    const k = this.k;
+    const mirror = k.mirror;
+    const monitor = k.monitor;
+    // A deliberate change reaches here with the mirror valid only when it changed elements alone (Keeper.install: retarget).
+    if (!mirror?.valid || !monitor?.progress || cause === 'startup' || k.retired.length > 0) return undefined;
+    const isDeliberate = deliberate(cause);
+    const sock = k.sock!;
+    const trace = k.options.trace;
+    trace?.('pass');
+    // First without reading the kernel: the generation the monitor saw last is the one to guard the
+    // repair with, and the kernel refuses the commit unless that is still its generation, which
+    // proves what a read would. Only if the monitor trails (a batch not delivered yet, or the guard
+    // refused because a commit it has not seen came in between) is the generation read, and the
+    // monitor waited for, as long as that is cheaper than a full read.
+    for (let careful = false; ; careful = true) {
+      let generation: number;
+      if (!careful) {
+        const p = monitor.progress();
+        generation = p.lastGeneration;
+        // The guard refused a repair at this generation already (the event repair): the monitor trails.
+        if (generation === k.refusedAt || !mirror.exactAt(generation, p)) continue;
+      } else {
+        // The monitor reads its socket when this thread's event loop polls: it trails the kernel by a turn of the loop.
+        generation = sock.generation();
+        const waitUntil = performance.now() + MIRROR_WAIT_MS;
+        while (mirror.lagging(generation, monitor.progress()) && performance.now() < waitUntil) {
+          await new Promise((r) => setImmediate(r));
+          if (k.stopped) return undefined;
+          generation = sock.generation();
+        }
+        if (!mirror.exactAt(generation, monitor.progress())) return this.fallback(mirror.valid ? 'no proof that the mirror is the kernel\'s state now' : mirror.invalidReason);
+      }
+      trace?.('proved');
+      const plan = mirror.plan();
+      trace?.('planned');
+      if (plan === undefined) return this.fallback(`more than ${MIRROR_MAX_OPS} rule ops or ${MIRROR_MAX_ELEMENTS} elements`);
+      if (plan === 'clean') {
+        // Nothing to commit, so no guard to prove the generation: say in sync at one read from the kernel.
+        if (!careful) continue;
+        this.reporter.drifting = new Set();
+        this.reporter.verified(generation, 'mirror');
+        return { status: 'in-sync', drift: [], ops: 0, attempts: 1, generation };
+      }
+      const waitMs = isDeliberate ? 0 : k.fight.waitFrom(performance.now());
+      if (waitMs > 0) {
+        this.reporter.drifting = new Set(plan.drift.map((d) => `${d.family} ${d.table}`));
+        for (const d of plan.drift) k.metrics.drift.inc({ kind: d.kind });
+        this.reporter.unverified();
+        this.scheduler.after(waitMs, cause, detectedAt);
+        return { status: 'deferred', drift: plan.drift, ops: 0, attempts: 1 };
+      }
+      mirror.expect(generation + 1, plan.expected);
+      let echoed;
+      try {
+        echoed = await sock.commit(plan.batch, { expectGeneration: generation, echo: true });
+      } catch (e) {
+        if (this.refused(e, generation) && !careful) continue;
+        return this.fallback(e instanceof GenerationMismatchError ? 'another commit came first (the guard refused the repair)' : mirror.invalidReason);
+      }
+      return this.committed(plan, generation, echoed, cause, detectedAt);
+    }
+  }
+}
+
+/** The foreign commit the monitor has just handed over (Keeper.onEvents). */
+export interface EventRequest extends RepairRequest {
+  batch: MonitorBatch;
+}
+
+/**
+ * The repair of the foreign commit the monitor has just handed over, at once, inside the event's
+ * callback: taken over from the monitor's armed repair when it answered the batch, else the mirror
+ * pass's first attempt run synchronously. Undefined: nothing was committed (or the guard refused
+ * it), and the caller requests a pass, which decides as before.
+ */
+export class EventRepair extends MirrorCommit implements RepairPath<Outcome | undefined, EventRequest> {
+  attempt(req: EventRequest): Outcome | undefined {
+    const native = req.batch.repaired;
+    return native !== undefined ? this.takeOver(req.batch, native, req.detectedAt) : this.repairNow(req.detectedAt);
+  }
+
+  /**
+   * The mirror pass's first attempt (guarded by the monitor's last generation, no read), without the
+   * request queue's promises and microtask hops, when nothing stands in its way: no pass running
+   * or queued, the mirror exact at that generation, a small plan, no fight delay, and a connection
+   * that commits inline.
+   */
+  private repairNow(detectedAt: number): Outcome | undefined {
+    const k = this.k;
+    const mirror = k.mirror;
+    const monitor = k.monitor;
+    const sock = k.sock!;
+    if (this.scheduler.busy() || !mirror?.valid || !monitor?.progress || k.retired.length > 0 || sock.commitNow === undefined) return undefined;
+    const p = monitor.progress();
+    const generation = p.lastGeneration;
+    if (generation === k.refusedAt || !mirror.exactAt(generation, p)) return undefined;
+    const trace = k.options.trace;
+    trace?.('pass');
+    trace?.('proved');
+    let plan;
+    try {
+      plan = mirror.plan();
+    } catch {
+      // Thrown inside the monitor's callback it would end the process: the pass requested instead
+      // plans again, and reports what fails (Reporter.fail).
+      return undefined;
+    }
+    trace?.('planned');
+    if (plan === undefined || plan === 'clean' || k.fight.waitFrom(performance.now()) > 0) return undefined;
+    mirror.expect(generation + 1, plan.expected);
+    let echoed;
+    try {
+      echoed = sock.commitNow(plan.batch, { expectGeneration: generation, echo: true });
+    } catch (e) {
+      // A pass follows (the caller's request): after a refusal by the guard it reads the generation first.
+      if (!this.refused(e, generation)) this.fallback(mirror.invalidReason);
+      return undefined;
+    }
+    if (echoed === false) {
+      mirror.forget(generation + 1);
+      return undefined;
+    }
+    const outcome = this.committed(plan, generation, echoed, 'event', detectedAt);
+    // The event is counted with the repair's report, after the wait.
+    this.reporter.lastAnsweredEvent();
+    return outcome;
+  }
+
+  /**
+   * The monitor's armed repair (Arming) answered batch `b`, a foreign deletion of one owned
+   * rule, before this thread ran: it committed the op the mirror would plan now, guarded by the
+   * batch's generation (the mirror, armed exact and clean, has just applied `b`: that rule is the
+   * only difference), or the kernel refused it. The bookkeeping is repairNow's, after the commit.
+   * Undefined (the caller requests a pass): refused, or the plan made now is not what was
+   * committed (the mirror is then off: the pass reads the kernel).
+   */
+  private takeOver(b: MonitorBatch, native: NonNullable<MonitorBatch['repaired']>, detectedAt: number): Outcome | undefined {
+    const k = this.k;
+    const mirror = k.mirror;
+    const generation = b.generation;
+    if ('errno' in native) {
+      this.arming.armed = false;
+      const refused = native.errno === ERESTART ? new GenerationMismatchError(generation)
+        : new Error(`the kernel refused the armed repair (errno ${native.errno})`);
+      if (mirror && !this.refused(refused, generation)) this.fallback(mirror.invalidReason);
+      return undefined;
+    }
+    let plan;
+    try {
+      plan = mirror?.valid ? mirror.plan() : undefined;
+    } catch {
+      plan = undefined;
+    }
+    const op = plan !== undefined && plan !== 'clean' && plan.batch.length === 1 ? plan.batch.ops[0] : undefined;
+    const e = b.events[0]!;
+    if (!mirror || !plan || plan === 'clean' || !op || op.object !== 'rule' || op.chain !== e.name || op.table !== e.table || op.family !== e.family
+      || (op.verb === 'insert' ? native.position !== 0 : op.verb !== 'add' || op.position !== native.position)) {
+      // Committed, but not what the mirror plans now: it no longer knows the kernel's state.
+      this.arming.disarm();
+      mirror?.invalidate('the monitor\'s armed repair differs from the plan');
+      this.fallback(mirror?.invalidReason);
+      return undefined;
+    }
+    mirror.expect(generation + 1, plan.expected);
+    // The monitor skipped our commit's events itself when the echo gave the handle; else they bring it.
+    const outcome = this.committed(plan, generation, native.handle > 0 ? { handles: new Map([[0, native.handle]]) } : undefined, 'event', detectedAt,
+      native.committedNs);
+    this.reporter.lastAnsweredEvent();
+    // The monitor skips the events of a commit whose handle it had: the mirror must have taken it.
+    if (native.handle > 0 && mirror.valid && mirror.generation !== generation + 1) {
+      mirror.invalidate(`the mirror could not take the handle of the monitor's repair (generation ${generation + 1})`);
+      this.arming.disarm();
+      this.scheduler.poke('event', detectedAt);
+    }
+    if (k.fight.delay() > 0) this.arming.disarm();
+    else this.arming.armedAt = generation + 1;  // the monitor moved its arm to the repair's generation
+    return outcome;
+  }
+}

@@ -1,0 +1,59 @@
+/**
+ * The one-shot commands, without a loop: `nfkeeper cleanup` (remove the owned tables) and
+ * `nfkeeper check`/`apply` (one pass through the same Reconciler as the daemon's).
+ */
+import type { Logger } from 'pino';
+import type { Config, TableConfig } from '../config/config.js';
+import { Batch } from '../netlink/batch.js';
+import type { NftConn } from '../netlink/conn.js';
+import { mergeOwners, type Owner } from '../owners/index.js';
+import { TableOwnedError, protectionOf, type TableDiff } from './table.js';
+import type { Drift } from '../model/drift.js';
+import { Reconciler } from './reconciler.js';
+
+/** Removes every table the config owns, in one batch. Returns what was removed. */
+export async function cleanup(sock: NftConn, config: Config): Promise<string[]> {
+  const batch = new Batch();
+  const removed: string[] = [];
+  for (const t of config.tables) {
+    const table = await sock.getTable(t.family, t.name);
+    if (table && protectionOf(table, sock.portId) === 'foreign-owner') {
+      throw new TableOwnedError(t.family, t.name, table.owner ?? 0);
+    }
+    if (table) {
+      batch.delete('table', { family: t.family, name: t.name });
+      removed.push(`${t.family} ${t.name}`);
+    }
+  }
+  await sock.commit(batch);
+  return removed;
+}
+
+export interface CheckResult {
+  /** What the first look found, per desired table (owners merged in), with what repairs it (renderDrift's input). */
+  drift: { table: TableConfig; drift: Drift[]; diff: TableDiff }[];
+  /** Operations applied (0 for check). */
+  ops: number;
+  /** The kernel refused the protect flags: the tables were applied in repair mode. */
+  protectUnsupported: boolean;
+}
+
+/**
+ * One pass without a loop: the drift, and (with apply) the repair, through the
+ * same Reconciler as the daemon's passes (guard, retired tables, protect
+ * fallback). A one-shot apply creates a protected table owned by its
+ * short-lived socket, which leaves it an orphan for the next `run` to claim.
+ */
+export async function checkOnce(sock: NftConn, config: Config, apply: boolean, owners: readonly Owner[] = [],
+  options: { retired?: { family: TableConfig['family']; name: string }[]; logger?: Logger } = {}): Promise<CheckResult> {
+  // Registered owners are part of the desired state here too, or apply would collect them.
+  const tables = mergeOwners(config.tables, config.owners, owners);
+  const reconciler = new Reconciler(sock, { attempts: 20, log: options.logger });
+  if (apply) reconciler.retired = [...(options.retired ?? [])];
+  const r = await reconciler.once({ tables, readOnly: !apply, allowForeignOwner: !apply });
+  return {
+    drift: tables.map((t, i) => ({ table: t, drift: r.first.drift[i]!, diff: r.first.diffs[i]! })),
+    ops: r.ops,
+    protectUnsupported: !reconciler.protectSupported,
+  };
+}

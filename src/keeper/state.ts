@@ -1,0 +1,106 @@
+/**
+ * What the keeper's parts share: the options, the sockets, the desired state, what the events say
+ * the kernel holds (mirror, touches) and the generation last verified. The scheduler, the repair
+ * paths and the reporter each hold this one object; the Keeper makes it and wires them up.
+ */
+import type { EventEmitter } from 'node:events';
+import type { Logger } from 'pino';
+import type { Config, TableConfig } from '../config/config.js';
+import type { KeeperMetrics } from '../base/metrics.js';
+import type { NftConn, NftHost, NftWatch } from '../netlink/conn.js';
+import type { Owner } from '../owners/index.js';
+import type { Attribution } from './attribution.js';
+import type { Fight, FightOptions } from './fight.js';
+import { OwnedTouches } from './known.js';
+import type { Mirror } from './mirror.js';
+import type { Reconciler } from './reconciler.js';
+import type { TraceMark } from './outcome.js';
+
+export interface KeeperOptions {
+  config: Config;
+  netns?: string;
+  /** Generation check period; default 1000 ms. */
+  intervalMs?: number;
+  /** Subscribe to change notifications; default true. */
+  events?: boolean;
+  logger?: Logger;
+  metrics?: KeeperMetrics;
+  fight?: Partial<FightOptions>;
+  /** Attempts per pass when commits keep meeting a moved-on generation. */
+  maxGenerationRetries?: number;
+  /**
+   * After a repair whose commit was provably the only one (the generation moved by exactly one),
+   * the kernel is not read back at once; the tick reads it back this long after. Default 10 s.
+   */
+  trustOwnCommitMs?: number;
+  /** Registered owners (config.owners says where they go); enforced from the start-up pass on. */
+  owners?: readonly Owner[];
+  /** Where to connect and watch; default the kernel of `netns`. */
+  host?: NftHost;
+  /**
+   * Keep a mirror of the owned chains from the events and repair a foreign change from it, without
+   * a dump (src/keeper/mirror.ts). Default true; needs events and a watcher that reports progress.
+   */
+  mirror?: boolean;
+  /**
+   * Bench-only: called at each step of the event→repair path (bench/repair-trace.ts times them from
+   * outside); undefined in the daemon, where it costs one test per step.
+   */
+  trace?: (mark: TraceMark, atNs?: number) => void;
+  /** Foreign changes remembered with who made them and the repair that answered them; default 256. */
+  history?: number;
+}
+
+type TableRef = { family: TableConfig['family']; name: string };
+
+export class KeeperState {
+  sock?: NftConn;
+  monitor?: NftWatch;
+  reconciler?: Reconciler;
+  /** The owned chains as the events say the kernel holds them (undefined: events or the option off). */
+  mirror?: Mirror;
+  config: Config;
+  owners: readonly Owner[] = [];
+  /** The config's tables with the owners merged in: what the passes enforce. */
+  desired: TableConfig[] = [];
+  /** Which commits touched the owned tables: lets a pass keep the known state when only the generation moved. */
+  readonly touches = new OwnedTouches();
+  /** The owned tables as "family name", for the attribution. */
+  ownedKeys: ReadonlySet<string> = new Set();
+  lastVerified?: number;
+  /** Set while lastVerified is our own commit's generation rather than a read-back (see FullPass). */
+  trustedSince?: number;
+  /** The next pass reads the tables even if the generation says nothing moved: the trusted commit's read-back. */
+  readBackDue = false;
+  /** The generation at which the guard last refused a repair planned from the mirror: the monitor trails it. */
+  refusedAt = -1;
+  stopped = false;
+  /** Retired tables noted before start() opened the reconciler. */
+  private retiredEarly: TableRef[] = [];
+
+  constructor(readonly options: KeeperOptions, readonly log: Logger, readonly metrics: KeeperMetrics, readonly fight: Fight,
+    readonly attribution: Attribution, readonly events: EventEmitter) {
+    this.config = options.config;
+  }
+
+  /** Tables a reload dropped from the config, until a pass finds them gone. */
+  get retired(): TableRef[] {
+    return this.reconciler?.retired ?? this.retiredEarly;
+  }
+
+  set retired(v: TableRef[]) {
+    if (this.reconciler) this.reconciler.retired = v;
+    else this.retiredEarly = v;
+  }
+
+  ownedTables(): TableRef[] {
+    return this.config.tables.map((t) => ({ family: t.family, name: t.name }));
+  }
+
+  /** The config's tables are the owned ones: for the touches and the attribution alike. */
+  noteOwned(): void {
+    const owned = this.ownedTables();
+    this.touches.setOwned(owned);
+    this.ownedKeys = new Set(owned.map((t) => `${t.family} ${t.name}`));
+  }
+}
