@@ -418,7 +418,7 @@ async function oneShot(o: OneShotOptions, apply: boolean, io: Out): Promise<numb
 async function oneShotLocked(o: OneShotOptions, config: import('./config/config.js').Config, apply: boolean, io: Out,
   progress: Progress): Promise<number> {
   // Registered owners are desired state too; a corrupt state file stops here, before the kernel.
-  const owners = config.owners ? (await import('./owners/state.js')).loadOwners(config) : [];
+  const owners = config.owners ? (await import('./owners/state-file.js')).loadOwners(config) : [];
   progress.step(() => `${o.config}: ${plural(config.tables.length, 'table')}, ${plural(countRules(config.tables), 'rule')} compiled`);
   const { checkOnce, renderDrift } = { ...await kernel(), ...await import('./keeper/table.js') };
   const sock = new (await netlink()).NftSocket({ netns: o.netns });

@@ -25,7 +25,7 @@ import { sendEvents, serveMetrics } from './keeper/http.js';
 import { NftSocket } from './netlink/socket.js';
 import { Notifier } from './systemd.js';
 import { GcLoop } from './gc/daemon.js';
-import { loadOwners } from './owners/state.js';
+import { loadOwners } from './owners/state-file.js';
 import { OwnerRegistry } from './owners/registry.js';
 import { serveControl, type ControlServer } from './owners/api.js';
 import { parseOwnerChain, type Owner } from './owners/spec.js';

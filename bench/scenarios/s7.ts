@@ -31,7 +31,7 @@ import { NftSocket, open } from '../../src/netlink/socket.js';
 import type { Op } from '../../src/netlink/ops.js';
 import { OwnerRegistry, call } from '../../src/owners/index.js';
 import { compileOwner } from '../../src/owners/spec.js';
-import { ownersTable } from '../../src/owners/state.js';
+import { ownersTable } from '../../src/owners/state-file.js';
 import { ownerSpec, ownersYaml } from '../../test/owners/fixtures.js';
 import { withBenchNetns } from '../lib/netns.js';
 import { summarize, type Summary } from '../lib/stats.js';

@@ -15,7 +15,7 @@ import { parseConfig } from '../../src/config/config.js';
 import { route } from '../../src/owners/api.js';
 import { OwnersStateError, loadOwners, saveOwners } from '../../src/owners/index.js';
 import { OwnerRegistry } from '../../src/owners/registry.js';
-import { OwnersState, journalPathOf } from '../../src/owners/state.js';
+import { OwnersState, journalPathOf } from '../../src/owners/state-file.js';
 import { compileOwner, specKey, type OwnerSpec } from '../../src/owners/spec.js';
 import { tempDir } from '../helpers/tmp.js';
 import { ownerSpec, ownersYaml, paddedSpec } from './fixtures.js';

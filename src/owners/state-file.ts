@@ -1,7 +1,7 @@
 /**
  * The owners state file: every registered owner's spec, as JSON
  * `{ "version": 1, "folded"?: "<sha256>", "owners": { "<id>": { chains, jumps } } }`, replaced
- * atomically (src/atomic-file.ts), plus a journal beside it (`<file>.journal`): one line per group
+ * atomically (src/base/atomic-file.ts), plus a journal beside it (`<file>.journal`): one line per group
  * of changes, appended and fdatasync'ed, so a registration costs one small durable append instead
  * of rewriting every owner. The journal is folded into the file (compacted) when it outgrows it.
  *
