@@ -18,6 +18,7 @@ import {
   padPart, splitKey, swapBytes, type Datatype, type KeyType,
 } from '../rules/datatypes.js';
 import { F, type Field } from '../rules/fields.js';
+import { L4_NUM, headerField, headerFieldNames, type Proto } from '../rules/headers.js';
 import {
   elementComment, elementUserdata, namedSetUserdata, parseNamedSetUserdata, parseTlvs, type KeyTypeof, type SetTypeof,
 } from '../rules/udata.js';
@@ -107,7 +108,18 @@ export function formatNftTime(ms: number): string {
 /** Fields a `typeof` may name, by nft's spelling (and `mark` for `meta mark` and friends). */
 function typeofField(name: string): Field | undefined {
   const all = Object.values(F) as Field[];
-  return all.find((f) => f.name === name && f.set) ?? all.find((f) => f.set && f.name === `meta ${name}`);
+  const f = all.find((x) => x.name === name && x.set) ?? all.find((x) => x.set && x.name === `meta ${name}`);
+  if (f) return f;
+  // a header field (tcp flags, ...) whose values a datatype here holds
+  const [proto, ...rest] = name.split(' ');
+  const h = proto && proto in L4_NUM || proto === 'ip' || proto === 'ip6' ? headerField(proto as Proto, rest.join(' ')) : undefined;
+  return h?.set && datatypeById(h.set.keyType, h.len) && !h.special ? h : undefined;
+}
+
+/** Every field a typeof may name, for the way back from a set's userdata (export). */
+function typeofFields(): Field[] {
+  const headers = (['ip', 'ip6', ...Object.keys(L4_NUM)] as Proto[]).flatMap((p) => headerFieldNames(p).map((n) => typeofField(`${p} ${n}`)));
+  return [...(Object.values(F) as Field[]).filter((f) => f.set), ...headers.filter((f): f is Field => f !== undefined)];
 }
 
 function parseTypeName(text: string, col: number): Datatype {
@@ -157,7 +169,7 @@ function typeofSide(ws: { w: string; col: number }[]): Side {
     if (g.length === 0) throw new ElementError(ws[ws.length - 1]?.col ?? 1, "an expression is missing around '.'");
     const name = g.map((x) => x.w).join(' ');
     const f = typeofField(name);
-    const dt = f?.set ? datatypeById(f.set.keyType) : undefined;
+    const dt = f?.set ? datatypeById(f.set.keyType, f.len) : undefined;
     if (!f || !dt || dt.len !== f.len || !f.set?.key) {
       throw new ElementError(g[0]!.col, `typeof ${name}: not an expression nfkeeper can key a set by (use type, or one of ${(Object.values(F) as Field[]).filter((x) => x.set).map((x) => x.name).join(', ')})`);
     }
@@ -174,6 +186,8 @@ interface Part { lo: Hex; hi: Hex; single: boolean }
 
 interface ParsedElement {
   parts: Part[];
+  /** `*`: the catch-all element (NFT_SET_ELEM_CATCHALL), no key: what no other key matches. */
+  catchall?: true;
   data?: { hex?: Hex; verdict?: Verdict; chain?: string; objref?: string };
   comment?: string;
   timeout?: number;
@@ -260,13 +274,20 @@ function parseElement(text: string, key: KeyType, data: DataType | undefined, in
         }
         i++;
       }
-      const t = ts[i++];
+      let t = ts[i++];
       if (!t) throw new ElementError(text.length + 1, `expected ${type.parts[p]!.expected}`);
+      // `syn | ack`: one value of a bit mask, over several words
+      while (type.parts[p]!.bitmask && ts[i] && (t.w.endsWith('|') || ts[i]!.w.startsWith('|'))) t = { ...t, w: t.w + ts[i++]!.w };
       parts.push(parsePart(type.parts[p]!, t, allowInterval));
     }
     return parts;
   };
-  out.parts = readValues(key, interval);
+  if (ts[0]?.w === '*' && !ts[0].quoted) {
+    out.catchall = true;
+    i = 1;
+  } else {
+    out.parts = readValues(key, interval);
+  }
   // Options before the data, in the order nft lists them.
   for (;;) {
     const t = ts[i];
@@ -400,10 +421,14 @@ export function buildSet(raw: RawSet, map: boolean, ctx: { family: Family; table
       err(['elements', index], `${what} ${raw.name}, element ${index + 1}: ${e.message}`, e.column);
     }
   });
+  const stars = parsed.filter(({ p }) => p.catchall);
+  if (stars.length > 1) err(['elements', stars[1]!.index], `${what} ${raw.name}, element ${stars[1]!.index + 1}: a second catch-all element ('*'); a ${what} has one`, 1);
   if (!ok) return undefined;
-  const elements = layout(parsed, key.type, interval, concat, !!raw['auto-merge'], (index, reason) =>
+  const keyed = layout(parsed.filter(({ p }) => !p.catchall), key.type, interval, concat, !!raw['auto-merge'], (index, reason) =>
     err(['elements', index], `${what} ${raw.name}, element ${index + 1}: ${reason}`, 1));
-  if (!ok || !elements) return undefined;
+  if (!ok || !keyed) return undefined;
+  // the catch-all element is kept beside the set's backend, whatever its layout
+  const elements = stars.length ? [...keyed, element(undefined, SET_ELEM_F.CATCHALL, stars[0]!.p)] : keyed;
 
   const set: NftSet = {
     family: ctx.family, table: ctx.table, name: raw.name, flags, keyType: key.type.id, keyLen: key.type.len,
@@ -429,8 +454,8 @@ export function buildSet(raw: RawSet, map: boolean, ctx: { family: Family; table
   return { name: raw.name, map, set, elements, key: key.type, data, decl };
 }
 
-function element(key: Hex, flags: number, p: ParsedElement, open = false): SetElement {
-  const e: SetElement = { key, flags };
+function element(key: Hex | undefined, flags: number, p: ParsedElement, open = false): SetElement {
+  const e: SetElement = key !== undefined ? { key, flags } : { flags };
   if (p.data?.hex !== undefined) e.data = p.data.hex;
   if (p.data?.verdict !== undefined) e.verdict = p.data.verdict;
   if (p.data?.chain !== undefined) e.chain = p.data.chain;
@@ -554,6 +579,16 @@ function formatData(e: SetElement, data: DataType | undefined): string {
  */
 export function elementTexts(key: KeyType, data: DataType | undefined, interval: boolean,
   elements: readonly SetElement[], withExpires = false): string[] | undefined {
+  // The catch-all element, listed last as nft lists it.
+  const stars = elements.filter((e) => (e.flags ?? 0) & SET_ELEM_F.CATCHALL);
+  if (stars.length === 0) return keyedTexts(key, data, interval, elements, withExpires);
+  if (stars.length > 1 || stars[0]!.key !== undefined) return undefined;
+  const texts = keyedTexts(key, data, interval, elements.filter((e) => !((e.flags ?? 0) & SET_ELEM_F.CATCHALL)), withExpires);
+  return texts && [...texts, '*' + formatOptions(stars[0]!, withExpires) + formatData(stars[0]!, data)];
+}
+
+function keyedTexts(key: KeyType, data: DataType | undefined, interval: boolean,
+  elements: readonly SetElement[], withExpires: boolean): string[] | undefined {
   const concat = key.parts.length > 1;
   if (!interval || concat) {
     // In key order, as nft lists a set of single values (integers by value, so a host-order mark too).
@@ -650,7 +685,7 @@ export function kernelSetDecl(set: NftSet, elements: readonly SetElement[]): { d
   const side = (t: KeyType, tf: SetTypeof): { type?: string; typeof?: string } | undefined => {
     if (tf.expr === 'none' || (tf.expr === 'concat' && tf.parts.length === 0)) return { type: keyTypeName(t) };
     const descs = tf.expr === 'one' ? [tf.key] : tf.expr === 'concat' ? tf.parts : [];
-    const names = descs.map((k) => (Object.values(F) as Field[]).find((f) => f.set && JSON.stringify(f.set.key) === JSON.stringify(k))?.name);
+    const names = descs.map((k) => typeofFields().find((f) => f.set && JSON.stringify(f.set.key) === JSON.stringify(k))?.name);
     if (names.some((n) => n === undefined)) return undefined;
     return { typeof: names.join(' . ') };
   };

@@ -104,7 +104,7 @@ export async function observeTable(sock: NftConn, family: Family, name: string,
   if (objs) out.objs = new Map((await objs).map((o) => [objectKey(o.type, o.name), o]));
   indexByChain(chains, rules, out);
   const referenced = new Set<string>();
-  for (const r of rules) for (const e of r.exprs) if (e.kind === 'lookup') referenced.add(e.set);
+  for (const r of rules) for (const e of r.exprs) if (e.kind === 'lookup' || (e.kind === 'objref' && e.set !== undefined)) referenced.add(e.set!);
   await Promise.all(sets.map(async (x) => {
     // Elements matter for comparing the anonymous sets rules use, and a named set's are desired state.
     const named = !(x.flags & SET_F.ANONYMOUS);

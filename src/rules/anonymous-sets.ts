@@ -166,6 +166,8 @@ const EXPR_CONCAT = 13, EXPR_VERDICT = 1;
 /** What an anonymous map maps to. */
 export type MapDataDesc =
   | { kind: 'verdict' }
+  /** An object map (NFT_SET_OBJECT): the elements name objects of this NFT_OBJECT_* type. */
+  | { kind: 'object'; objType: number }
   | { kind: 'value'; dataType: number; dataLen: number; concat: boolean; byteorder: number;
     /** The data are ranges, low then high (nft's interval data: `… : 10.0.0.1-10.0.0.9`). */
     interval?: boolean };
@@ -175,7 +177,7 @@ export interface KeyedElem {
   /** One element per key part. */
   parts: Elem[];
   /** The element's data (maps only): a verdict, or data bytes. */
-  data?: { verdict?: SetElement['verdict']; chain?: string; data?: Hex };
+  data?: { verdict?: SetElement['verdict']; chain?: string; data?: Hex; objref?: string };
   /** The catch-all element (`*`): no key. */
   catchall?: true;
 }
@@ -224,21 +226,24 @@ function keyedUserdata(key: KeyDesc, map: MapDataDesc | undefined, interval: boo
     return tlv(0, u32Host(keyOrder)) + (interval ? tlv(2, u32Host(1)) : '')
       + (typeofKey !== undefined ? tlv(3, typeofKey) : '');
   }
-  const dataOrder = map.kind === 'verdict' || map.concat ? 0 : map.byteorder;
-  return tlv(0, u32Host(keyOrder)) + tlv(1, u32Host(dataOrder))
-    + (key.concat && typeofKey !== undefined ? tlv(3, typeofKey) : '')
+  // an object map has no data byte order
+  const dataOrder = map.kind === 'object' ? undefined : map.kind === 'verdict' || map.concat ? 0 : map.byteorder;
+  return tlv(0, u32Host(keyOrder)) + (dataOrder !== undefined ? tlv(1, u32Host(dataOrder)) : '')
+    // (nft describes no key of an object map)
+    + (key.concat && typeofKey !== undefined && map.kind !== 'object' ? tlv(3, typeofKey) : '')
     + (map.kind === 'verdict' ? tlv(4, tlv(0, u32Host(EXPR_VERDICT)) + tlv(1, '')) : '')
     + tlv(6, u32Host(map.kind === 'value' && map.interval ? 1 : 0));
 }
 
 function sameData(a: KeyedElem['data'], b: KeyedElem['data']): boolean {
-  return a?.verdict === b?.verdict && a?.chain === b?.chain && a?.data === b?.data;
+  return a?.verdict === b?.verdict && a?.chain === b?.chain && a?.data === b?.data && a?.objref === b?.objref;
 }
 
 function withData(e: SetElement, d: KeyedElem['data']): SetElement {
   if (d?.verdict !== undefined) e.verdict = d.verdict;
   if (d?.chain !== undefined) e.chain = d.chain;
   if (d?.data !== undefined) e.data = d.data;
+  if (d?.objref !== undefined) e.objref = d.objref;
   return e;
 }
 
@@ -256,12 +261,15 @@ export function buildKeyedSet(key: KeyDesc, elems: readonly KeyedElem[], map: Ma
   const interval = elems.some((e) => e.parts.some((p) => p.k !== 'value'));
   const star = elems.find((e) => e.catchall);
   if (star && interval) fail(star.at, 'single keys with a catch-all element', "a catch-all element ('*') in an interval map is not supported");
+  const objmap = map?.kind === 'object';
   const base: NftSet = {
-    family: ctx.family, table: ctx.table, name: map ? '__map%d' : '__set%d', id,
-    flags: SET_F.ANONYMOUS | SET_F.CONSTANT | (map ? SET_F.MAP : 0), keyType: key.keyType, keyLen: key.keyLen,
+    family: ctx.family, table: ctx.table, name: objmap ? '__objmap%d' : map ? '__map%d' : '__set%d', id,
+    flags: SET_F.ANONYMOUS | SET_F.CONSTANT | (objmap ? SET_F.OBJECT : map ? SET_F.MAP : 0), keyType: key.keyType, keyLen: key.keyLen,
     size: elems.length, userdata: internHex(keyedUserdata(key, map, interval)),
   };
-  if (map) {
+  if (map?.kind === 'object') {
+    base.objType = map.objType;
+  } else if (map) {
     base.dataType = map.kind === 'verdict' ? DATA_VERDICT : map.dataType;
     base.dataLen = map.kind === 'verdict' ? 16 : map.dataLen;
   }

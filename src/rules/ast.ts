@@ -141,7 +141,9 @@ export type MapVerdict = 'accept' | 'drop' | 'return' | 'continue' | 'jump' | 'g
 /** What a map element maps to: a verdict (vmap) or NAT target values (address [. port]). */
 export type MapData =
   | ({ d: 'verdict'; verdict: MapVerdict; chain?: string } & At)
-  | ({ d: 'value'; parts: Elem[] } & At);
+  | ({ d: 'value'; parts: Elem[] } & At)
+  /** An object map's element: the name of the table's object (`80 : "c80"`). */
+  | ({ d: 'obj'; name: string } & At);
 
 /** One element of an anonymous set or map: a value per key part, and the data of a map. */
 export interface KeyElem extends At {
@@ -187,7 +189,14 @@ export interface DynsetStmt extends At {
   /** Milliseconds. */
   timeout?: number;
   timeoutAt?: At;
+  /** The key as written when it holds constants (`ip saddr . 22`): `key` then holds its fields only. */
+  keyItems?: (KeyPart | DynsetConst)[];
+  /** `: DATA` (a map): expressions (`ip daddr`, `ip saddr . tcp dport`), or one constant of the map's data type. */
+  data?: KeyPart[] | DynsetConst;
 }
+
+/** A value in a dynset's key or data, of the type of the set's part at its place. */
+export type DynsetConst = { constant: string } & At;
 
 /** `meta/ct mark set numgen …|jhash …|symhash …` or `… set KEY map { k : mark, … } | map @m`. */
 export interface MarkMapStmt extends At {
@@ -197,6 +206,8 @@ export interface MarkMapStmt extends At {
   zone?: true;
   /** `counter name KEY map @m` and friends: the named object of this type the key maps to, instead of a mark. */
   obj?: ObjType;
+  /** `ip daddr set KEY map { … }`: the header field the map's result is stored into, instead of a mark. */
+  store?: Field;
   key: KeyPart[];
   /** Absent: the generator's value itself. */
   rhs?: Extract<SetRhs, { k: 'named' | 'anon' }>;

@@ -24,10 +24,10 @@ function canonical(v: unknown): string {
 /** The contents of a set as the comparison sees them. */
 export function setContentKey(set: NftSet, elements: readonly SetElement[]): string {
   const els = elements.map((e) => canonical({
-    key: e.key, keyEnd: e.keyEnd, flags: e.flags ?? 0, data: e.data, verdict: e.verdict, chain: e.chain,
+    key: e.key, keyEnd: e.keyEnd, flags: e.flags ?? 0, data: e.data, verdict: e.verdict, chain: e.chain, objref: e.objref,
   })).sort();
   return canonical({
-    flags: set.flags, keyType: set.keyType, keyLen: set.keyLen, dataType: set.dataType, dataLen: set.dataLen,
+    flags: set.flags, keyType: set.keyType, keyLen: set.keyLen, dataType: set.dataType, dataLen: set.dataLen, objType: set.objType,
     elements: els,
   });
 }
@@ -70,6 +70,13 @@ function normalize(e: Expr, sets: SetResolver | undefined): unknown {
       let flags = e.flags ?? 0;
       if (e.regProtoMin !== undefined) flags |= NAT_RANGE.PROTO_SPECIFIED;
       return { ...e, flags: flags || undefined, regProtoMax: e.regProtoMax ?? e.regProtoMin };
+    }
+    case 'objref': {
+      // an anonymous object map, by its contents (its name is the kernel's)
+      if (e.set === undefined) return e;
+      const found = sets?.(e.set, e.setId);
+      if (found && found.set.flags & SET_F.ANONYMOUS) return { kind: 'objref', sreg: e.sreg, set: 'anon:' + setContentKey(found.set, found.elements) };
+      return { ...e, setId: undefined };
     }
     // the kernel dumps a dynset's timeout and flags as 0 when none were sent
     case 'dynset': return { ...e, timeout: e.timeout || undefined, flags: e.flags || undefined, setId: undefined };

@@ -428,7 +428,10 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
         }
       }
       const c: KeyCtx = { l3, l4, ll: llKnown, ...(ethType !== undefined ? { eth: ethType } : {}) };
-      keyDeps(st.key, family, c, out, fail);
+      // (the data a dynset loads and the field a map's value is stored into have their protocols too)
+      const deps = st.t === 'dynset' && Array.isArray(st.data) ? [...st.key, ...st.data]
+        : st.t === 'markmap' && st.store ? [...st.key, { p: 'field' as const, field: st.store, col: st.col, raw: st.raw }] : st.key;
+      keyDeps(deps, family, c, out, fail);
       l3 = c.l3;
       l4 = c.l4;
       llKnown = c.ll === true;

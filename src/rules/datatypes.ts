@@ -10,6 +10,8 @@ import { readFileSync } from 'node:fs';
 import type { Hex } from '../netlink/expr.js';
 import { BYTEORDER_BIG, BYTEORDER_HOST } from './udata.js';
 import { readU32Host, toHex, u16Be, u32Host } from './bytes.js';
+import { TCP_FLAGS, type Syms } from './headers.js';
+import { formatInt } from './intvalues.js';
 import {
   formatIPv4, formatIPv6, formatProtocol, ifnameBytes, IFNAMSIZ, parseInteger, parseIPv4, parseIPv6, parseProtocol,
 } from './values.js';
@@ -39,6 +41,8 @@ export interface Datatype {
   hostInt?: boolean;
   /** Ranges (`a-b`) make sense. */
   ranges: boolean;
+  /** Values or'ed with '|' (bit masks): an element's words around a '|' are one value. */
+  bitmask?: true;
   /** One value, as hex in the kernel's byte order; undefined if `s` is not one. */
   parse(s: string): Hex | undefined;
   /** A value as nft lists it. */
@@ -72,6 +76,27 @@ function unquote(s: string): string | undefined {
   const t = s.startsWith('"') ? (s.endsWith('"') && s.length >= 2 ? s.slice(1, -1) : undefined) : s;
   if (t === undefined || t.includes('"') || Buffer.byteLength(t) >= IFNAMSIZ) return undefined;
   return t;
+}
+
+/**
+ * A one-byte bit mask with flag names (tcp_flag): `syn`, `0x12`, or flags or'ed (`syn | ack`,
+ * the element's words joined), printed as nft prints it (`fin | syn`).
+ */
+function flagsType(name: string, id: number, syms: Syms, expected: string): Datatype {
+  const field = { name, type: 'flags', len: 1, load: { kind: 'meta', key: 'mark' }, syms } as const;
+  return {
+    name, id, len: 1, byteorder: BYTEORDER_BIG, prefix: false, ranges: false, bitmask: true, expected,
+    parse: (s) => {
+      let v = 0;
+      for (const w of s.split('|')) {
+        const n = syms.table.find(([k]) => k === w.trim())?.[1] ?? parseInteger(w.trim(), 0xff);
+        if (n === undefined) return undefined;
+        v |= n;
+      }
+      return toHex([v]);
+    },
+    format: (h) => formatInt(field, BigInt('0x' + h), ' | '),
+  };
 }
 
 const TYPES: Datatype[] = [
@@ -124,12 +149,38 @@ const TYPES: Datatype[] = [
       return `"${b.subarray(0, nul < 0 ? b.length : nul).toString('utf8')}"`;
     },
   },
+  flagsType('tcp_flag', 15, TCP_FLAGS, 'TCP flags (syn, syn | ack, 0x12)'),
 ];
 
 export const DATATYPES: ReadonlyMap<string, Datatype> = new Map(TYPES.map((t) => [t.name, t]));
 const BY_ID = new Map(TYPES.map((t) => [t.id, t]));
 
-export function datatypeById(id: number): Datatype | undefined {
+/** nft's TYPE_INTEGER: its length is the expression's (a typeof key such as udp length). */
+const TYPE_INTEGER = 4;
+const integers = new Map<number, Datatype>();
+
+/** A big-endian integer of `len` bytes (1, 2 or 4), written and printed in decimal. */
+function integerType(len: number): Datatype | undefined {
+  if (len !== 1 && len !== 2 && len !== 4) return undefined;
+  let t = integers.get(len);
+  if (!t) {
+    const max = 2 ** (len * 8) - 1;
+    t = {
+      name: 'integer', id: TYPE_INTEGER, len, byteorder: BYTEORDER_BIG, prefix: false, ranges: true, expected: `an integer 0-${max}`,
+      parse: (s) => {
+        const v = parseInteger(s, max);
+        return v === undefined ? undefined : v.toString(16).padStart(len * 2, '0');
+      },
+      format: (h) => String(parseInt(h, 16)),
+    };
+    integers.set(len, t);
+  }
+  return t;
+}
+
+/** The datatype of an id; an integer's needs its length (`len`, the expression's). */
+export function datatypeById(id: number, len?: number): Datatype | undefined {
+  if (id === TYPE_INTEGER) return len !== undefined ? integerType(len) : undefined;
   return BY_ID.get(id);
 }
 
@@ -160,7 +211,7 @@ export function keyTypeOf(parts: Datatype[]): KeyType {
  * whose 6-bit groups are known types whose lengths add up to `len`.
  */
 export function keyTypeFromKernel(id: number, len: number): KeyType | undefined {
-  const single = BY_ID.get(id);
+  const single = datatypeById(id, len);
   if (single && single.len === len) return keyTypeOf([single]);
   const parts: Datatype[] = [];
   for (let v = id; v > 0; v = Math.floor(v / 64)) {

@@ -13,11 +13,12 @@ import { NAT_RANGE } from '../netlink/expr.js';
 import { OBJ_TYPE, SET_ELEM_F, SET_F, type NftSet, type ObjType, type SetElement } from '../netlink/objects.js';
 import { objrefUse, objTypeName } from './objnames.js';
 import type {
-  At, DupMapStmt, DynsetStmt, Elem, Gen, KeyedStmt, MarkMapStmt, KeyElem, KeyPart, MapData, MapVerdict, MatchOp, NatMap, NatStmt, SetRhs,
+  At, DupMapStmt, DynsetConst, DynsetStmt, Elem, Gen, KeyedStmt, MarkMapStmt, KeyElem, KeyPart, MapData, MapVerdict, MatchOp, NatMap, NatStmt, SetRhs,
 } from './ast.js';
 import { HOST_LE, andHex, hostValue, hexToBig, bigToHex, prefixMask, u16Be, u32Host, readU32Host } from './bytes.js';
 import type { Field } from './fields.js';
-import { fieldMask } from './headers.js';
+import { fieldMask, type Proto } from './headers.js';
+import { matchPayloadSet, payloadSetExprs } from './payloadset.js';
 import type { Token } from './lexer.js';
 import {
   DATA_VERDICT, buildKeyedSet, concatHex, hostToNet, keyDesc, type Fail, type KeyDesc, type KeyPartDesc, type KeyedElem,
@@ -25,6 +26,7 @@ import {
 } from './anonymous-sets.js';
 import { parseDupDevice } from './statements.js';
 import { EXPR_TYPE, tlv } from './udata.js';
+import { keyTypeFromKernel } from './datatypes.js';
 import { formatIPv4, formatIPv6, parseIPv4, parseIPv6, parseInteger } from './values.js';
 
 // ---- parsing ---------------------------------------------------------------------------
@@ -142,10 +144,17 @@ function parsePartValue(p: KeyedParser, part: KeyPart, key: KeyPart[]): Elem {
   return { k: 'value', hex: u32Host(v!), ...at(t) };
 }
 
-type DataKind = 'verdict' | 'nat' | 'mark' | 'zone' | 'port' | 'ip' | 'ip6' | undefined;
+type DataKind = 'verdict' | 'nat' | 'mark' | 'zone' | 'port' | 'ip' | 'ip6' | 'obj' | undefined;
 
 function parseData(p: KeyedParser, kind: Exclude<DataKind, undefined>): MapData {
   const t = p.peek();
+  if (kind === 'obj') {
+    // an object of the table, by name ("c80" or c80)
+    const name = t.kind === 'string' ? t.text : t.kind === 'word' ? t.text : '';
+    if (!/^[A-Za-z_.][A-Za-z0-9_./-]*$/.test(name) || name.length > 255) p.fail(t, 'the name of an object of the table ("c80")');
+    p.next();
+    return { d: 'obj', name, ...at(t) };
+  }
   if (kind === 'ip' || kind === 'ip6') {
     // one address of the table's family (dup's destination)
     const v = t.kind === 'word' ? (kind === 'ip' ? parseIPv4(t.text) : parseIPv6(t.text)) : undefined;
@@ -449,8 +458,24 @@ export function parseDynset(p: KeyedParser): DynsetStmt {
   const o = p.peek();
   if (!(o.kind === 'punct' && o.text === '{')) p.fail(o, "'{' and the key to add, e.g. { ip saddr }");
   p.next();
-  const key = parseConcat(p, parsePart(p, false), false);
+  // the key's parts: fields, or constants of the set's type at their place (`ip saddr . 22`)
+  const items: (KeyPart | DynsetConst)[] = [];
+  do {
+    if (items.length) p.next();
+    const v = p.peek();
+    // (a number or an address: a word could be a field)
+    if ((v.kind === 'word' && /^[0-9]|:/.test(v.text)) || v.kind === 'string') {
+      p.next();
+      items.push({ constant: v.text, ...at(v) });
+    } else {
+      items.push(parsePart(p, false));
+    }
+  } while (isDot(p, p.peek()));
+  const key = items.filter((x): x is KeyPart => !('constant' in x));
+  const gen = key.find((x) => x.p === 'gen');
+  if (gen && items.length > 1) p.fail(gen, 'a key of fields only', `${gen.raw} cannot be part of a concatenation`);
   const st: DynsetStmt = { t: 'dynset', op: t.text as 'add' | 'update', set, key, ...at(t) };
+  if (key.length !== items.length) st.keyItems = items;
   if (p.isWord(p.peek(), 'timeout')) {
     p.next();
     const v = p.peek();
@@ -460,9 +485,21 @@ export function parseDynset(p: KeyedParser): DynsetStmt {
     st.timeout = ms;
     st.timeoutAt = at(v);
   }
+  if (p.isWord(p.peek(), ':')) {
+    // `: DATA`: what the packet path maps the key to (a map with flags dynamic)
+    p.next();
+    const d = p.peek();
+    if (d.kind === 'word' && (NAT_KEY_START.has(d.text) || p.isWord(d, 'iif', 'oif'))) {
+      st.data = parseConcat(p, parsePart(p, false), false);
+    } else if (d.kind === 'word' || d.kind === 'string') {
+      p.next();
+      st.data = { constant: d.text, ...at(d) };
+    } else {
+      p.fail(d, 'the data: an expression such as ip daddr, or a value');
+    }
+  }
   const c = p.peek();
-  if (p.isWord(c, ':')) p.fail(c, "'}'", 'adding to a map from a rule is not supported');
-  if (!(c.kind === 'punct' && c.text === '}')) p.fail(c, "'}'" + (st.timeout === undefined ? " or 'timeout' and a time" : ''));
+  if (!(c.kind === 'punct' && c.text === '}')) p.fail(c, "'}'" + (st.timeout === undefined && st.data === undefined ? ", ': DATA' or 'timeout' and a time" : ''));
   p.next();
   return st;
 }
@@ -524,18 +561,20 @@ export function startsMarkMap(p: KeyedParser): boolean {
   return after !== undefined && p.isWord(after, 'map', '.');
 }
 
-export function parseMarkMap(p: KeyedParser, target: 'meta' | 'ct', start: At, zone = false): MarkMapStmt {
+export function parseMarkMap(p: KeyedParser, target: 'meta' | 'ct', start: At, zone = false, store?: Field): MarkMapStmt {
   const key = parseConcat(p, parsePart(p, false, !zone), false);
   const masked = key.find((k) => k.p === 'field' && k.mask !== undefined);
   if (masked && key.length > 1) p.fail(masked, 'a key of one masked address, or parts without a mask', 'a masked part in a concatenation is not supported');
   const st: MarkMapStmt = { t: 'markmap', target, key, ...start };
   if (zone) st.zone = true;
-  const what = zone ? 'ct zone' : `${target} mark`;
+  if (store) st.store = store;
+  const what = zone ? 'ct zone' : store ? store.name : `${target} mark`;
   const gen = key.length === 1 && key[0]!.p === 'gen';
-  if (gen && !zone && !p.isWord(p.peek(), 'map')) return st;
-  p.expectWord(`'map' and ${zone ? '{ key : zone, … }' : '@name or { key : mark, … }'}` + (gen ? '' : ` (a field alone cannot set the ${what})`), 'map');
+  if (gen && !zone && !store && !p.isWord(p.peek(), 'map')) return st;
+  p.expectWord(`'map' and ${zone ? '{ key : zone, … }' : store ? `@name or { key : value, … }` : '@name or { key : mark, … }'}` + (gen ? '' : ` (a field alone cannot set the ${what})`), 'map');
   const r = p.peek();
-  if (r.kind === 'punct' && r.text === '{') st.rhs = parseAnon(p, key, zone ? 'zone' : 'mark');
+  const storeData = store?.type === 'ipv4' ? 'ip' : store?.type === 'ipv6' ? 'ip6' : 'port';
+  if (r.kind === 'punct' && r.text === '{') st.rhs = parseAnon(p, key, zone ? 'zone' : store ? storeData : 'mark');
   else if (r.kind === 'word' && r.text.startsWith('@') && !zone) st.rhs = parseNamed(p);
   else p.fail(r, zone ? "'{' starting the map's elements" : "'{' starting the map's elements, or @name of a map");
   return st;
@@ -551,9 +590,8 @@ export function parseObjMap(p: KeyedParser, obj: ObjType, start: At): MarkMapStm
   p.expectWord("'map' and @name of an object map (or ' . ' and another key part)", 'map');
   const r = p.peek();
   if (r.kind === 'word' && r.text.startsWith('@')) return { t: 'markmap', target: 'meta', obj, key, rhs: parseNamed(p), ...start };
-  return p.fail(r, `@name of a named map of ${obj} objects`, obj.startsWith('ct ')
-    ? `an anonymous map of ${obj} objects is not supported yet (nft 1.0.6 declares no named one to use instead)`
-    : `an anonymous object map is not supported yet: declare the map in the table (type … : ${obj}) and use map @NAME`);
+  if (r.kind === 'punct' && r.text === '{') return { t: 'markmap', target: 'meta', obj, key, rhs: parseAnon(p, key, 'obj'), ...start };
+  return p.fail(r, `@name of a map of ${obj} objects, or { key : "name", … }`);
 }
 
 // ---- types -----------------------------------------------------------------------------
@@ -562,7 +600,7 @@ export function parseObjMap(p: KeyedParser, obj: ObjType, start: At): MarkMapStm
 const TYPE_INTEGER = 4, TYPE_IPV4 = 7, TYPE_IPV6 = 8, TYPE_SERVICE = 13;
 const TYPE_NAMES: Record<number, string> = {
   4: 'integer', 7: 'ipv4_addr', 8: 'ipv6_addr', 12: 'inet_proto', 13: 'inet_service', 19: 'mark', 41: 'ifname',
-  [DATA_VERDICT]: 'verdict', 1: 'verdict', 5: 'ether_addr', 6: 'ether_type', 15: 'nf_proto', 20: 'iface_index',
+  [DATA_VERDICT]: 'verdict', 1: 'verdict', 2: 'nf_proto', 5: 'string', 6: 'lladdr', 9: 'ether_addr', 10: 'ether_type', 15: 'tcp_flag', 20: 'iface_index',
 };
 
 /** A datatype id (possibly a concatenation) as nft names it. */
@@ -806,18 +844,59 @@ function orderLookup(l: LookupExpr): LookupExpr {
 
 /** `add/update @set { KEY [timeout T] }`: the key into register 1, then the dynset. */
 export function linearizeDynset(st: DynsetStmt, out: Expr[], kc: KeyedContext): void {
-  const key = keyOf(st.key, kc.fail);
   const s = namedSet(st.set, kc);
+  // a constant is a value of the set's key part at its place
+  const setKey = st.keyItems ? keyTypeFromKernel(s.keyType, s.keyLen) : undefined;
+  const constPart = (c: DynsetConst, i: number) => {
+    const dt = setKey?.parts.length === st.keyItems!.length ? setKey.parts[i] : undefined;
+    if (!dt) return kc.fail(c, 'a field such as ip daddr', `a constant in the key of set '${s.name}' (keyed by ${typeName(s.keyType)}) is not supported`);
+    const hex = dt.parse(c.constant);
+    if (hex === undefined) return kc.fail(c, dt.expected, `'${c.constant}' is not ${dt.expected}`);
+    return { dt, hex };
+  };
+  const key = st.keyItems
+    ? keyDesc(st.keyItems.map((x, i) => ('constant' in x ? (({ dt }) => ({ keyType: dt.id, len: dt.len, byteorder: dt.byteorder }))(constPart(x, i)) : partDesc(x, kc.fail))))
+    : keyOf(st.key, kc.fail);
   checkKey(s, key, st.set, kc);
   if (s.flags & (SET_F.ANONYMOUS | SET_F.CONSTANT)) kc.fail(st.set, 'a set that is not constant', `set '${s.name}' is constant`);
-  if (s.flags & SET_F.MAP) kc.fail(st.set, 'a set', `'${s.name}' is a map (adding to maps from a rule is not supported)`);
+  if (s.flags & SET_F.OBJECT) kc.fail(st.set, 'a set or a map to values', `'${s.name}' is an object map`);
+  const map = (s.flags & SET_F.MAP) !== 0;
+  if (map && s.dataType === DATA_VERDICT) kc.fail(st.set, 'a map to values', `'${s.name}' is a verdict map (a rule adds no verdicts)`);
+  if (map && st.data === undefined) kc.fail(st.set, `a set, or ': DATA' for map '${s.name}'`, `'${s.name}' is a map: give the data, ${st.op} @${s.name} { KEY : DATA }`);
+  if (!map && st.data !== undefined) kc.fail(Array.isArray(st.data) ? st.data[0]! : st.data, "'}': a set's element has no data", `'${s.name}' is a set, not a map`);
   if (s.flags & SET_F.INTERVAL) kc.fail(st.set, 'a set without the interval flag', `set '${s.name}' has the interval flag`);
   if (st.timeout !== undefined && !(s.flags & SET_F.TIMEOUT)) {
     kc.fail(st.timeoutAt!, 'no timeout, or a set with the timeout flag', `set '${s.name}' has no timeout flag`);
   }
-  emitKey(st.key, 0, out, kc);
+  if (st.keyItems) {
+    let w = 0;
+    st.keyItems.forEach((x, i) => {
+      if ('constant' in x) out.push({ kind: 'immediate', dreg: regOf(w), data: constPart(x, i).hex });
+      else emitKey([x], w, out, kc);
+      w += Math.ceil(key.parts[i]!.len / 4);
+    });
+  } else {
+    emitKey(st.key, 0, out, kc);
+  }
   const e: Expr = { kind: 'dynset', sregKey: 1, op: st.op === 'add' ? 0 : 1, set: s.name };
   if (st.timeout !== undefined) e.timeout = st.timeout;
+  if (st.data !== undefined) {
+    // the data goes into the 16-byte register after the key's, as nft allocates them
+    const w = Math.ceil(key.keyLen / 16) * 4;
+    const wrong = (at: At, what: string) => kc.fail(at, `data of ${typeName(s.dataType ?? 0)} (${s.dataLen} bytes)`, `datatype mismatch: map '${s.name}' maps to ${typeName(s.dataType ?? 0)}, not ${what}`);
+    if (Array.isArray(st.data)) {
+      const d = keyOf(st.data, kc.fail);
+      if (d.keyType !== s.dataType || d.keyLen !== s.dataLen) wrong(st.data[0]!, `${typeName(d.keyType, d.concat ? 1 : 0)} (${d.keyLen} bytes)`);
+      emitKey(st.data, w, out, kc);
+    } else {
+      const dt = keyTypeFromKernel(s.dataType ?? 0, s.dataLen ?? 0);
+      if (!dt || dt.parts.length !== 1) return kc.fail(st.data, 'an expression', `a constant of map '${s.name}''s data type ${typeName(s.dataType ?? 0)} is not supported`);
+      const hex = dt.parts[0]!.parse(st.data.constant);
+      if (hex === undefined) return kc.fail(st.data, dt.parts[0]!.expected, `'${st.data.constant}' is not ${dt.parts[0]!.expected}`);
+      out.push({ kind: 'immediate', dreg: regOf(w), data: hex });
+    }
+    e.sregData = regOf(w);
+  }
   out.push(e);
 }
 
@@ -826,6 +905,13 @@ const TYPE_MARK = 19;
 /** `meta/ct mark set GEN` or `… set KEY map …`: the value (or the map's result) into register 1, then the set. */
 export function linearizeMarkMap(st: MarkMapStmt, out: Expr[], kc: KeyedContext): void {
   const key = keyOf(st.key, kc.fail);
+  if (st.obj !== undefined && st.rhs?.k === 'anon') {
+    // an anonymous object map, as nft builds it (__objmap%d)
+    const elems = keyedElems(st.rhs.elems, (e) => (e.data?.d === 'obj' ? { objref: e.data.name } : undefined));
+    const ref = anonSetKey(st.key, key, st.rhs, elems, { kind: 'object', objType: OBJ_TYPE[st.obj] }, out, kc);
+    out.push({ kind: 'objref', sreg: 1, set: ref.name, setId: ref.setId });
+    return;
+  }
   if (st.obj !== undefined) {
     const rhs = st.rhs as Extract<SetRhs, { k: 'named' }>;
     const s = namedSet(rhs, kc);
@@ -835,6 +921,28 @@ export function linearizeMarkMap(st: MarkMapStmt, out: Expr[], kc: KeyedContext)
     }
     emitKey(st.key, 0, out, kc, toNet(s, key, rhs, kc));
     out.push({ kind: 'objref', sreg: 1, set: s.name });
+    return;
+  }
+  if (st.store) {
+    // `ip daddr set KEY map …`: the map's value of the field's type, then the store nft writes for the field
+    const f = st.store;
+    const desc: MapDataDesc = { kind: 'value', dataType: f.set!.keyType, dataLen: f.len, concat: false, byteorder: f.set!.byteorder };
+    let lookup: Expr;
+    if (st.rhs!.k === 'named') {
+      const s = namedSet(st.rhs!, kc);
+      checkKey(s, key, st.rhs!, kc);
+      if (!(s.flags & SET_F.MAP) || s.dataType !== desc.dataType || s.dataLen !== desc.dataLen) {
+        kc.fail(st.rhs!, `a map to ${typeName(desc.dataType)}`, s.flags & SET_F.MAP
+          ? `map '${s.name}' maps to ${typeName(s.dataType ?? 0, 1)}, not ${typeName(desc.dataType)}` : `'${s.name}' is a set, not a map`);
+      }
+      emitKey(st.key, 0, out, kc, toNet(s, key, st.rhs!, kc));
+      lookup = { kind: 'lookup', sreg: 1, dreg: 1, set: s.name, flags: 0 };
+    } else {
+      const elems = keyedElems(st.rhs!.elems, valueData);
+      const ref = anonSetKey(st.key, key, st.rhs!, elems, desc, out, kc);
+      lookup = { kind: 'lookup', sreg: 1, dreg: 1, set: ref.name, setId: ref.setId, flags: 0 };
+    }
+    out.push(lookup, payloadSetExprs(f, '00'.repeat(f.len))!.at(-1)!);
     return;
   }
   if (st.zone) {
@@ -1027,17 +1135,32 @@ export function linearizeNatMap(st: NatStmt, fam: 'ip' | 'ip6', out: Expr[], kc:
 
 type LoadExprT = Extract<Expr, { kind: 'payload' | 'meta' | 'ct' | 'fib' | 'osf' | 'xfrm' | 'rt' }>;
 
+/** The address or port field a whole-field store (`payload write reg 1`) writes, as nft writes it for `FIELD set …`. */
+function storedField(st: Extract<Expr, { kind: 'payload' }>): Field | undefined {
+  for (const proto of ['ip', 'ip6', 'tcp', 'udp', 'udplite', 'sctp', 'dccp'] as Proto[]) {
+    const m = matchPayloadSet(proto, st, '00'.repeat(st.len), undefined);
+    if (m && (m.field.type === 'ipv4' || m.field.type === 'ipv6' || m.field.type === 'port')) return m.field;
+  }
+  return undefined;
+}
+
 /** A key as the kernel holds it: loads (or a generator) then a lookup, a compare, or a NAT map. */
 export interface KeyedGroup {
   /** Per key part: a load, or a generator (a jhash with its input loads). */
   parts: ({ k: 'load'; load: LoadExprT; hton?: boolean; bits?: Hex }
+    /** A constant in a dynset's key (`ip saddr . 22`). */
+    | { k: 'imm'; data: Hex }
     | { k: 'gen'; e: Extract<Expr, { kind: 'numgen' | 'hash' }>; of: LoadExprT[]; hton?: boolean })[];
   lookup?: LookupExpr;
   cmp?: Extract<Expr, { kind: 'cmp' }>;
   nat?: NatExpr;
   dynset?: Extract<Expr, { kind: 'dynset' }>;
+  /** The dynset's map data: the loads, or the value, in the register after the key. */
+  dynData?: { loads: LoadExprT[] } | { imm: Hex };
   /** `meta/ct mark set` from the generator or the map's result. */
   markset?: 'meta' | 'ct' | 'zone';
+  /** `ip daddr set KEY map …`: the field the map's result is stored into. */
+  store?: Field;
   /** `redirect to :KEY map …`. */
   redir?: Extract<Expr, { kind: 'redir' }>;
   /** `dup to KEY map … [device …]`: the device's index (register bytes). */
@@ -1082,6 +1205,45 @@ function runLength(run: readonly { hton: boolean }[]): number {
 }
 
 /**
+ * A dynset whose key holds constants (`add @m { ip saddr . 22 : 1 }`): loads and immediates into
+ * consecutive words from register 1, then the data and the dynset. Undefined when there is no
+ * immediate in the key (groupKeyed's general case).
+ */
+function dynsetWithConstants(exprs: readonly Expr[], i: number): { g: KeyedGroup; n: number } | undefined {
+  const parts: KeyedGroup['parts'] = [];
+  let w = 0;
+  let j = i;
+  for (;; j++) {
+    const x = exprs[j];
+    if (isLoadExpr(x) && wordOf(x.dreg) === w) {
+      parts.push({ k: 'load', load: x });
+      w += loadWords(x);
+    } else if (x?.kind === 'immediate' && x.data !== undefined && wordOf(x.dreg) === w && x.data.length <= 32) {
+      parts.push({ k: 'imm', data: x.data });
+      w += Math.ceil(x.data.length / 8);
+    } else {
+      break;
+    }
+  }
+  if (!parts.some((x) => x.k === 'imm')) return undefined;
+  const dataW = Math.ceil(w / 4) * 4;
+  let dynData: KeyedGroup['dynData'];
+  const d0 = exprs[j];
+  if (d0?.kind === 'immediate' && d0.data !== undefined && d0.dreg === regOf(dataW) && exprs[j + 1]?.kind === 'dynset') {
+    dynData = { imm: d0.data };
+    j++;
+  } else if (isLoadExpr(d0) && wordOf(d0.dreg) === dataW) {
+    const run = loadRun(exprs, j, dataW);
+    dynData = { loads: run.map((x) => x.load) };
+    j += run.length;
+  }
+  const c = exprs[j];
+  if (c?.kind !== 'dynset' || c.sregKey !== 1 || (dynData === undefined ? c.sregData !== undefined : c.sregData !== regOf(dataW))) return undefined;
+  // the last immediate of a key that is all constants would read as the data
+  return { g: { parts, dynset: c, ...(dynData ? { dynData } : {}) }, n: j - i + 1 };
+}
+
+/**
  * Recognises, at exprs[i], a keyed group the compiler would emit: a concatenation looked up in a
  * set, a load looked up with a result (vmap or NAT map), or a generator (numgen/hash) compared or
  * looked up. Returns the group and how many expressions it spans.
@@ -1098,6 +1260,8 @@ export function groupKeyed(exprs: readonly Expr[], i: number): { g: KeyedGroup; 
     }
     if (k >= exprs.length) return undefined;
   }
+  const withConst = dynsetWithConstants(exprs, i);
+  if (withConst) return withConst;
   const parts: KeyedGroup['parts'] = [];
   let j = i;
   if (e?.kind === 'numgen' && e.dreg === 1) {
@@ -1133,10 +1297,27 @@ export function groupKeyed(exprs: readonly Expr[], i: number): { g: KeyedGroup; 
     g0.hton = true;
     j++;
   }
-  const c = exprs[j];
-  if (c?.kind === 'dynset' && c.sregKey === 1 && parts.every((x) => x.k === 'load')) {
-    return { g: { parts, dynset: c }, n: j - i + 1 };
+  // a map's data after the key (add/update @m { KEY : DATA }): loads or one immediate, from the next 16-byte register
+  let dynData: KeyedGroup['dynData'];
+  const keyWords = parts.reduce((n, x) => n + (x.k === 'load' ? loadWords(x.load) : 1), 0);
+  const dataW = Math.ceil(keyWords / 4) * 4;
+  const d0 = exprs[j];
+  if (d0?.kind === 'immediate' && d0.data !== undefined && d0.dreg === regOf(dataW) && exprs[j + 1]?.kind === 'dynset') {
+    dynData = { imm: d0.data };
+    j++;
+  } else if (isLoadExpr(d0) && wordOf(d0.dreg) === dataW && dataW > 0) {
+    const run = loadRun(exprs, j, dataW);
+    if (exprs[j + run.length]?.kind === 'dynset') {
+      dynData = { loads: run.map((x) => x.load) };
+      j += run.length;
+    }
   }
+  const c = exprs[j];
+  if (c?.kind === 'dynset' && c.sregKey === 1 && parts.every((x) => x.k === 'load')
+    && (dynData === undefined ? c.sregData === undefined : c.sregData === regOf(dataW))) {
+    return { g: { parts, dynset: c, ...(dynData ? { dynData } : {}) }, n: j - i + 1 };
+  }
+  if (dynData) return undefined;
   if (c?.kind === 'objref' && c.sreg === 1 && c.set !== undefined && c.name === undefined && parts.every((x) => x.k === 'load')) {
     return { g: { parts, lookup: { kind: 'lookup', sreg: 1, set: c.set, ...(c.setId !== undefined ? { setId: c.setId } : {}) }, objmap: true }, n: j - i + 1 };
   }
@@ -1162,6 +1343,10 @@ export function groupKeyed(exprs: readonly Expr[], i: number): { g: KeyedGroup; 
     return { g: { parts, lookup: c, dup: { dev: rd.data } }, n: j - i + 3 };
   }
   const z = exprs[j + 1];
+  if (c?.kind === 'lookup' && c.sreg === 1 && c.dreg === 1 && z?.kind === 'payload' && z.sreg === 1 && z.dreg === undefined) {
+    const store = storedField(z);
+    if (store) return { g: { parts, lookup: c, store }, n: j - i + 2 };
+  }
   if (c?.kind === 'lookup' && c.sreg === 1 && c.dreg === 1 && z?.kind === 'ct' && z.key === 'zone' && z.sreg === 1
     && z.dreg === undefined && z.dir === undefined) {
     return { g: { parts, lookup: c, markset: 'zone' }, n: j - i + 2 };
@@ -1325,6 +1510,12 @@ function keyParts(g: KeyedGroup, env: KeyedRenderEnv): PartR[] | undefined {
       // a converted part's element bytes are in network order
       const conv = p.hton === true;
       out.push({ text: f.name, len: f.len, field: f, value: (h) => env.valueText(f, conv ? hostToNet(h) : h) });
+    } else if (p.k === 'imm') {
+      // a constant of a dynset's key: printed by the set's type at its place
+      const s = g.dynset ? env.sets?.(g.dynset.set, g.dynset.setId)?.set : undefined;
+      const dt = s ? keyTypeFromKernel(s.keyType, s.keyLen)?.parts[out.length] : undefined;
+      if (!dt || dt.len * 2 !== p.data.length || g.parts.length !== keyTypeFromKernel(s!.keyType, s!.keyLen)!.parts.length) return undefined;
+      out.push({ text: dt.format(p.data), len: dt.len, value: () => undefined });
     } else {
       let of: string | undefined;
       if (p.of.length) {
@@ -1346,7 +1537,7 @@ export function groupLoads(g: KeyedGroup): LoadExprT[] {
   const out: LoadExprT[] = [];
   for (const p of g.parts) {
     if (p.k === 'load') out.push(p.load);
-    else out.push(...p.of);
+    else if (p.k === 'gen') out.push(...p.of);
   }
   return out;
 }
@@ -1405,6 +1596,7 @@ function spanText(p: PartR, lo: Hex, hi: Hex): string | undefined {
 }
 
 function dataText(e: SetElement, set: NftSet, env: KeyedRenderEnv, fam: 'ip' | 'ip6' | undefined): string | undefined {
+  if (set.flags & SET_F.OBJECT) return e.objref !== undefined ? `"${e.objref}"` : undefined;
   if (set.dataType === DATA_VERDICT) return e.verdict !== undefined ? env.verdictText(e.verdict, e.chain) : undefined;
   if (set.dataType === TYPE_SERVICE && set.dataLen === 2 && e.data?.length === 4) return String(parseInt(e.data, 16));
   if (set.dataType === TYPE_INTEGER && set.dataLen === 2 && e.data?.length === 4) {
@@ -1462,7 +1654,7 @@ function spanPrefix(lo: Hex, hi: Hex): number | undefined {
 /** Elements of an anonymous set or map as `{ … }` text, or undefined when they are not nft-shaped. */
 function elementsText(parts: readonly PartR[], set: NftSet, elements: readonly SetElement[], env: KeyedRenderEnv,
   natFam: 'ip' | 'ip6' | undefined, hostOrder: boolean): string | undefined {
-  const isMap = (set.flags & SET_F.MAP) !== 0;
+  const isMap = (set.flags & (SET_F.MAP | SET_F.OBJECT)) !== 0;
   const rows: { key: Hex; text: string }[] = [];
   let catchall: string | undefined;
   const push = (key: Hex, keyText: string | undefined, e: SetElement): boolean => {
@@ -1534,8 +1726,19 @@ export function renderKeyed(g: KeyedGroup, env: KeyedRenderEnv): string | undefi
   const key = parts.map((p) => p.text).join(' . ');
   if (g.dynset) {
     const d = g.dynset;
-    if (d.sregData !== undefined || (d.flags ?? 0) !== 0 || (d.op !== 0 && d.op !== 1)) return undefined;
-    return `${d.op === 0 ? 'add' : 'update'} @${d.set} { ${key}${d.timeout ? ` timeout ${formatNftTime(d.timeout)}` : ''} }`;
+    if ((d.sregData !== undefined) !== (g.dynData !== undefined) || (d.flags ?? 0) !== 0 || (d.op !== 0 && d.op !== 1)) return undefined;
+    let data = '';
+    if (g.dynData && 'imm' in g.dynData) {
+      const s = env.sets?.(d.set, d.setId)?.set;
+      const dt = s ? keyTypeFromKernel(s.dataType ?? 0, s.dataLen ?? 0) : undefined;
+      if (!dt || dt.parts.length !== 1) return undefined;
+      data = ` : ${dt.parts[0]!.format(g.dynData.imm)}`;
+    } else if (g.dynData) {
+      const ft = fieldsText(g.dynData.loads, env);
+      if (!ft) return undefined;
+      data = ` : ${ft.text}`;
+    }
+    return `${d.op === 0 ? 'add' : 'update'} @${d.set} { ${key}${d.timeout ? ` timeout ${formatNftTime(d.timeout)}` : ''}${data} }`;
   }
   if (g.markset && !g.lookup) return `${g.markset} mark set ${key}`;
   if (g.cmp) {
@@ -1567,6 +1770,9 @@ export function renderKeyed(g: KeyedGroup, env: KeyedRenderEnv): string | undefi
     if (env.family !== 'ip' && env.family !== 'ip6') return undefined;
     natFam = env.family;
     rhsWord = 'map';
+  } else if (g.store) {
+    natFam = g.store.type === 'ipv4' ? 'ip' : g.store.type === 'ipv6' ? 'ip6' : undefined;
+    rhsWord = 'map';
   } else if (l.dreg === 0) {
     rhsWord = 'vmap';
   } else if (g.markset) {
@@ -1575,9 +1781,13 @@ export function renderKeyed(g: KeyedGroup, env: KeyedRenderEnv): string | undefi
   let rhs: string;
   const found = env.sets?.(l.set, l.setId);
   if (g.objmap) {
-    // a named object map only (nfkeeper builds no anonymous one); the statement from the map's object type
-    const type = found && found.set.flags & SET_F.OBJECT && !(found.set.flags & SET_F.ANONYMOUS) ? objTypeName(found.set.objType ?? 0) : undefined;
-    return type ? `${objrefUse(type)} ${key} map @${l.set}` : undefined;
+    // the statement from the map's object type; a named map by name, an anonymous one by its elements
+    const type = found && found.set.flags & SET_F.OBJECT ? objTypeName(found.set.objType ?? 0) : undefined;
+    if (!type) return undefined;
+    if (!(found!.set.flags & SET_F.ANONYMOUS)) return `${objrefUse(type)} ${key} map @${l.set}`;
+    const hostOrder = parts.length === 1 && parts[0]!.field?.set?.byteorder === 1;
+    const body = elementsText(parts, found!.set, found!.elements, env, undefined, hostOrder);
+    return body === undefined ? undefined : `${objrefUse(type)} ${key} map ${body}`;
   }
   if (!found || !(found.set.flags & SET_F.ANONYMOUS)) {
     if (l.set.startsWith('__') || natSpan) return undefined;
@@ -1610,6 +1820,7 @@ export function renderKeyed(g: KeyedGroup, env: KeyedRenderEnv): string | undefi
     return `dup to ${key} map ${rhs}${dev}`;
   }
   if (g.markset === 'zone') return `ct zone set ${key} map ${rhs}`;
+  if (g.store) return `${g.store.name} set ${key} map ${rhs}`;
   if (g.redir) {
     const fl = (g.redir.flags ?? 0) & ~NAT_RANGE.PROTO_SPECIFIED;
     const names: [number, string][] = [[NAT_RANGE.PROTO_RANDOM, 'random'], [NAT_RANGE.PROTO_RANDOM_FULLY, 'fully-random'], [NAT_RANGE.PERSISTENT, 'persistent']];

@@ -591,6 +591,11 @@ class Parser {
   /** `FIELD set VALUE` on a packet header field (payloadset.ts). */
   parsePayloadSet(field: Field, at: At): ExprStmt {
     const s = this.next(); // set
+    if ((field.type === 'ipv4' || field.type === 'ipv6' || field.type === 'port') && field.set && startsMarkMap(this)) {
+      // the value from a map on any key (`ip daddr set iifname map { "eth0" : 10.0.0.1 }`)
+      const st = parseMarkMap(this, 'meta', at, false, field);
+      return st as never;
+    }
     const v = this.parseElem(field, true, `a value for ${field.name}`) as { hex: string };
     const exprs = payloadSetExprs(field, v.hex);
     if (!exprs) this.fail(s, `a value to match`, `'${field.name} set' is not supported`);

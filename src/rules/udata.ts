@@ -206,7 +206,12 @@ function readTypeof(value: Hex): SetTypeof | undefined {
     if (et2 === EXPR_TYPE.ct) return { expr: 'ct', key: v };
     const b = f?.find((x) => x.type === 1);
     const w = b && readU32Host(b.value);
-    if (et2 === EXPR_TYPE.payload && w !== undefined) return { expr: 'payload', desc: v, tmpl: w };
+    if (et2 === EXPR_TYPE.payload && w !== undefined) {
+      // an integer-typed field's width (udp length, ip ttl)
+      const l = f?.find((x) => x.type === 4);
+      const bits = l && readU32Host(l.value);
+      return bits !== undefined ? { expr: 'payload', desc: v, tmpl: w, len: bits } : { expr: 'payload', desc: v, tmpl: w };
+    }
     return undefined;
   };
   if (et === EXPR_VERDICT) return { expr: 'verdict' };

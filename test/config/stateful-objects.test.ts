@@ -150,7 +150,7 @@ describe('stateful objects in the config', () => {
     expect(refusal('tables:\n  - family: ip\n    name: t\n    objects:\n      - { name: q, type: meter }\n', true).message).toMatch(/type/);
   });
 
-  it('named object maps: declared, used by a rule, refused anonymous or of another type', () => {
+  it('named object maps: declared, used by a rule, anonymous, refused of another type', () => {
     const c = parseNftConfig('table ip t {\n counter c { }\n quota q { 1 mbytes }\n map m { type inet_service : counter; elements = { 80 : "c" } }\n' +
       ' chain x {\n  counter name tcp dport map @m\n }\n}\n');
     const m = c.tables[0]!.sets![0]!;
@@ -160,9 +160,12 @@ describe('stateful objects in the config', () => {
     const r = c.tables[0]!.chains[0]!.rules[0]!.compiled;
     expect(r.exprs.at(-1)).toEqual({ kind: 'objref', sreg: 1, set: 'm' });
     expect(r.text).toBe('counter name tcp dport map @m');
-    const anon = refusal('table ip t {\n counter c { }\n chain x {\n  counter name tcp dport map { 80 : "c" }\n }\n}\n');
-    expect(anon.message).toMatch(/anonymous object map is not supported yet: declare the map/);
-    expect([anon.line, anon.column]).toEqual([4, 30]);
+    // an anonymous one is the rule's own set, as nft builds it
+    const anon = parseNftConfig('table ip t {\n counter c { }\n chain x {\n  counter name tcp dport map { 80 : "c" }\n }\n}\n').tables[0]!.chains[0]!.rules[0]!.compiled;
+    expect(anon.sets![0]).toMatchObject({ name: '__objmap%d', flags: 0x43, objType: 1, keyType: 13, keyLen: 2, elements: [{ key: '0050', flags: 0, objref: 'c' }] });
+    expect(anon.exprs.at(-1)).toEqual({ kind: 'objref', sreg: 1, set: '__objmap%d', setId: anon.sets![0]!.id });
+    const bad = refusal('table ip t {\n counter c { }\n chain x {\n  counter name tcp dport map { 80 : 7c }\n }\n}\n');
+    expect(bad.message).toMatch(/the name of an object/);
     const other = refusal('table ip t {\n counter c { }\n map m { type inet_service : counter; }\n chain x {\n  quota name tcp dport map @m\n }\n}\n');
     expect(other.message).toMatch(/'m' is not a map of quota objects/);
   });
