@@ -16,6 +16,8 @@
         "native/attr.cc",
         "native/monitor.cc",
         "native/event.cc",
+        "native/element.cc",
+        "native/digest.cc",
         "native/notify.cc",
         "native/peercred.cc",
         "native/link.cc",

@@ -1,13 +1,61 @@
 import { defineConfig } from 'vitest/config';
 
+// Two tiers. `unit`: logic only, against the fake kernel or none; no root, no network namespace,
+// no container, nothing built: any user runs it in seconds (`npm run test:unit`), and
+// scripts/test.sh runs it as nobody to keep it so. `kernel`: everything else, on the real kernel
+// in throwaway namespaces, as root. A file belongs to `unit` only when listed here; a new or
+// renamed file falls into `kernel`, which is always safe.
+const UNIT = [
+  'test/architecture.test.ts',
+  'test/base/duration.test.ts',
+  'test/log.test.ts',
+  'test/deploy.test.ts',
+  'test/deploy/kubernetes.test.ts',
+  'test/docs/config.test.ts',
+  'test/config/config.test.ts',
+  'test/config/elide.test.ts',
+  'test/config/env.test.ts',
+  'test/config/stateful-objects.test.ts',
+  'test/config/plain-tables.test.ts',
+  'test/model/elements.test.ts',
+  'test/rules/compile.test.ts',
+  'test/rules/keyed-fuzz.test.ts',
+  'test/rules/property.test.ts',
+  'test/netlink/schema.test.ts',
+  'test/keeper/attribution-logic.test.ts',
+  'test/keeper/behaviour-fake.test.ts',
+  'test/model/compact.test.ts',
+  'test/keeper/fake.test.ts',
+  'test/keeper/mirror.test.ts',
+  'test/keeper/plan.test.ts',
+  'test/keeper/scheduler.test.ts',
+  'test/keeper/touches.test.ts',
+  'test/owners/config.test.ts',
+  'test/owners/durability.test.ts',
+  'test/owners/merge.test.ts',
+  'test/owners/registry.test.ts',
+  'test/owners/spec-parse.test.ts',
+];
+
 export default defineConfig({
   test: {
-    include: ['test/**/*.test.ts'],
-    globalSetup: ['test/global-setup.ts'],
     // Native sockets and namespaces: separate processes, two at a time on these 2-core machines.
     pool: 'forks',
     maxWorkers: 2,
     testTimeout: 60_000,
     hookTimeout: 60_000,
+    projects: [
+      { extends: true, test: { name: 'unit', include: UNIT } },
+      {
+        extends: true,
+        test: {
+          name: 'kernel',
+          include: ['test/**/*.test.ts'],
+          exclude: UNIT,
+          // Guards the root namespace's ruleset and removes this run's leftover namespaces.
+          globalSetup: ['test/global-setup.ts'],
+        },
+      },
+    ],
   },
 });

@@ -16,7 +16,7 @@ import { cpus, release } from 'node:os';
 import { dirname, join } from 'node:path';
 import { spawnSync } from 'node:child_process';
 import { open } from '../src/index.js';
-import { PROJECT_ROOT } from '../src/native.js';
+import { PROJECT_ROOT } from '../src/netlink/addon.js';
 import { flushAndReplace, kubeProxyRestore, kubeProxyRuleCount, OWNED, ownedSetup } from '../test/netlink/fixtures.js';
 import { withBenchNetns } from './lib/netns.js';
 import { formatUs, summarize, timeCalls, timeSyncCalls, type Summary } from './lib/stats.js';

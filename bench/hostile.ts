@@ -15,7 +15,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { DEFAULT_FIGHT } from '../src/keeper/fight.js';
-import { PROJECT_ROOT } from '../src/native.js';
+import { PROJECT_ROOT } from '../src/netlink/addon.js';
 import { Batch, open } from '../src/index.js';
 import { sleep } from '../test/helpers/wait.js';
 import { withBenchNetns } from './lib/netns.js';

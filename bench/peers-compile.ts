@@ -31,7 +31,7 @@ import { parseArgs } from 'node:util';
 import { anyInterface, parseNftConfig } from '../src/config/config.js';
 import { readNftFile } from '../src/config/nftfile.js';
 import { ConfigError } from '../src/base/errors.js';
-import { PROJECT_ROOT } from '../src/native.js';
+import { PROJECT_ROOT } from '../src/netlink/addon.js';
 import { compileRule } from '../src/rules/index.js';
 import { kubeProxy } from '../test/helpers/peers/kube-proxy.js';
 import { reduce } from '../test/helpers/peers/reduce.js';

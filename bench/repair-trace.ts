@@ -21,7 +21,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'n
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
-import { PROJECT_ROOT } from '../src/native.js';
+import { PROJECT_ROOT } from '../src/netlink/addon.js';
 import { Batch } from '../src/netlink/batch.js';
 import { Monitor } from '../src/netlink/monitor.js';
 import type { MonitorBatch } from '../src/netlink/events.js';

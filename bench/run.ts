@@ -16,7 +16,7 @@ import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus, release, totalmem, arch, version as osVersion } from 'node:os';
 import { join } from 'node:path';
 import { spawnSync } from 'node:child_process';
-import { PROJECT_ROOT } from '../src/native.js';
+import { PROJECT_ROOT } from '../src/netlink/addon.js';
 import { runS1Case, type S1Case, type S1Options } from './scenarios/s1.js';
 import { runS2, type S2Options } from './scenarios/s2.js';
 import { runS3 } from './scenarios/s3.js';

@@ -10,7 +10,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { PROJECT_ROOT } from '../src/native.js';
+import { PROJECT_ROOT } from '../src/netlink/addon.js';
 import { registerOwners } from './scenarios/s7.js';
 
 const arg = (name: string) => {

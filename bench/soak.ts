@@ -15,7 +15,7 @@ import { performance } from 'node:perf_hooks';
 import { parseConfig } from '../src/config/config.js';
 import { Keeper, checkOnce } from '../src/keeper/keeper.js';
 import type { FightOptions } from '../src/keeper/fight.js';
-import { PROJECT_ROOT } from '../src/native.js';
+import { PROJECT_ROOT } from '../src/netlink/addon.js';
 import { Batch } from '../src/netlink/batch.js';
 import type { Expr } from '../src/netlink/expr.js';
 import { open, type NftSocket } from '../src/netlink/socket.js';

@@ -2,10 +2,10 @@
 // No Node flags on this line: the commands choose their young generation below (V8 takes heap
 // sizes only from the command line, but reads the growth factor each time the young generation
 // would grow). `run` keeps 1 MiB semi-spaces instead of growing them up to 16 MiB: the daemon
-// allocates little between passes, and at start-up the default grew to 32 MiB it kept for ever
-// (5 MiB of an idle flannel daemon's RSS, 30 MiB at 10,000 rules; issue 14, bench/rss.ts). The
-// one-shot commands (validate, check, apply) keep V8's default: with 1 MiB a big file's compile
-// scavenged every few hundred rules, copying what it had compiled so far (issue 13).
+// allocates little between passes, and at start-up the default grew a young generation it kept
+// for ever (bench/rss.ts shows it). The one-shot commands (validate, check, apply) keep V8's
+// default: with 1 MiB a big file's compile scavenged every few hundred rules, copying what it had
+// compiled so far.
 // No static imports and no top-level await: an old Node must get as far as
 // the version check below and say what is wrong in one line.
 const [major] = process.versions.node.split('.').map(Number);
@@ -21,15 +21,15 @@ if (major < 22) {
     v8.setFlagsFromString('--semi-space-growth-factor=1');
     // The old generation grows by 20 % over what a full collection left, not V8's up to 4x: the
     // start-up's garbage (the config's parse and compile, the install batch, the first reads) is
-    // collected as it goes instead of piling up to twice or three times the live heap. 100,000
-    // owned rules: peak RSS 228 -> 173 MiB, CPU to ready unchanged (issue 14, bench/rss.ts).
+    // collected as it goes instead of piling up to several times the live heap, at no cost in CPU
+    // to ready (bench/rss.ts shows both).
     v8.setFlagsFromString('--heap-growing-percent=20');
   }
   const { statSync } = await import('node:fs');
   const { fileURLToPath } = await import('node:url');
   const mtime = (u) => statSync(fileURLToPath(u), { throwIfNoEntry: false })?.mtimeMs;
   const cli = new URL('../dist/cli.js', import.meta.url);
-  // The build's one-file bundle of dist/ (scripts/bundle.mjs; about 5 MiB less RSS), unless it is
+  // The build's one-file bundle of dist/ (scripts/bundle.mjs: a smaller RSS), unless it is
   // missing or older than dist/cli.js (tsc run alone after a change).
   const bundle = new URL('../dist/nfkeeper.mjs', import.meta.url);
   const built = mtime(cli);

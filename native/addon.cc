@@ -43,7 +43,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   // Blocks of 128 KiB and more straight from mmap, given back when freed. glibc's default raises
   // that threshold to the size of each mmapped block freed (up to 32 MiB), after which a big
   // dump's or batch's buffers, and V8's, come from the arenas and stay there, freed, until a
-  // malloc_trim: at a start-up onto 100,000 rules 40-70 MiB of the peak (issue 14, bench/rss.ts).
+  // malloc_trim: much of a big start-up's peak (bench/rss.ts shows it).
   mallopt(M_MMAP_THRESHOLD, 128 * 1024);
 #endif
   auto* data = new AddonData();

@@ -62,7 +62,7 @@ void CommitRun::Run() {
   }
   size_t count = batch_->messageOp.size() + 2;
   base_ = sock_->NextSeq(static_cast<uint32_t>(count));
-  // Each acknowledgement is one skb (about 830 bytes of truesize here); the
+  // Each acknowledgement is one skb (its truesize counts, not its length); the
   // kernel drops what does not fit in the receive buffer (ENOBUFS) while the
   // batch itself still commits. Grow the buffer; if it cannot hold them all,
   // ask only for errors, which are enough to decide the outcome. Big batches

@@ -23,9 +23,9 @@ constexpr size_t kAckEveryMessageUpTo = 64;
 constexpr size_t kEchoUpTo = 1024;
 
 // Batches up to this size commit inline on the JS thread when the socket is
-// free: the kernel runs the whole transaction inside sendmsg(), tens of µs
-// for a few rules, less than the worker thread's hop there and back. Bigger
-// ones (a 10,000-rule install takes ~150 ms in the kernel) stay off the loop.
+// free: the kernel runs the whole transaction inside sendmsg(), for a few
+// rules less than the worker thread's hop there and back. Bigger ones (an
+// install of thousands of rules is long work in the kernel) stay off the loop.
 constexpr size_t kInlineCommitUpTo = 64;
 constexpr size_t kInlineCommitBytes = 64 * 1024;
 

@@ -1,4 +1,5 @@
 #include "decode.h"
+#include "element.h"
 
 #include <cerrno>
 #include <cstdio>
@@ -45,72 +46,11 @@ void RefuseMalformed(Napi::Env env, bool ok, const char* what) {
   }
 }
 
-Napi::Object UnknownExpr(Napi::Env env, const RawExpr& raw) {
-  Napi::Object o = Napi::Object::New(env);
-  o.Set("kind", "unknown");
-  o.Set("name", raw.name);
-  o.Set("data", raw.data != nullptr
-                    ? ToHex(mnl_attr_get_payload(raw.data), mnl_attr_get_payload_len(raw.data))
-                    : std::string());
-  return o;
-}
-
-Napi::Object TypedExpr(Napi::Env env, const ExprKind& kind, const nftnl_expr* e) {
-  Napi::Object o = Napi::Object::New(env);
-  o.Set("kind", kind.name);
-  for (size_t i = 0; i < kind.count; i++) {
-    const Field& f = kind.fields[i];
-    if (!nftnl_expr_is_set(e, f.attr)) continue;
-    switch (f.type) {
-      case FieldType::U8:
-        o.Set(f.js, nftnl_expr_get_u8(e, f.attr));
-        break;
-      case FieldType::U16:
-        o.Set(f.js, nftnl_expr_get_u16(e, f.attr));
-        break;
-      case FieldType::U32:
-        o.Set(f.js, nftnl_expr_get_u32(e, f.attr));
-        break;
-      case FieldType::I32:
-        o.Set(f.js, static_cast<int32_t>(nftnl_expr_get_u32(e, f.attr)));
-        break;
-      case FieldType::U64:
-        o.Set(f.js, static_cast<double>(nftnl_expr_get_u64(e, f.attr)));
-        break;
-      case FieldType::Str:
-        o.Set(f.js, nftnl_expr_get_str(e, f.attr));
-        break;
-      case FieldType::Data:
-      case FieldType::Blob: {
-        uint32_t len = 0;
-        const void* d = nftnl_expr_get(e, f.attr, &len);
-        o.Set(f.js, ToHex(d, len));
-        break;
-      }
-      case FieldType::Enum: {
-        // Enums are u32 on the wire; verdict codes are negative numbers.
-        int32_t v = static_cast<int32_t>(nftnl_expr_get_u32(e, f.attr));
-        o.Set(f.js, EnumValue(env, *f.map, v));
-        break;
-      }
-    }
-  }
-  return o;
-}
-
-// Owners for libnftnl objects: a Napi call that throws (a null string from a
-// message missing an attribute) must not leak them (found by native/fuzz).
-struct RuleDeleter {
-  void operator()(nftnl_rule* r) const { nftnl_rule_free(r); }
-};
 struct ChainDeleter {
   void operator()(nftnl_chain* c) const { nftnl_chain_free(c); }
 };
 struct SetDeleter {
   void operator()(nftnl_set* s) const { nftnl_set_free(s); }
-};
-struct ElemsIterDeleter {
-  void operator()(nftnl_set_elems_iter* it) const { nftnl_set_elems_iter_destroy(it); }
 };
 
 }  // namespace
@@ -174,53 +114,6 @@ Napi::Object DecodeChain(Napi::Env env, const nlmsghdr* nlh) {
   return o;
 }
 
-// Top-level attributes are read straight off the message so that a rule
-// whose expressions libnftnl cannot parse (a kind newer than libnftnl) still
-// decodes, with every expression kept raw.
-Napi::Object DecodeRule(Napi::Env env, const nlmsghdr* nlh) {
-  RequireNfgenmsg(env, nlh, "rule");
-  AttrTable t(NFTA_RULE_MAX);
-  mnl_attr_parse(nlh, sizeof(nfgenmsg), CollectAttr, &t);
-  Napi::Object o = Napi::Object::New(env);
-  o.Set("family", FamilyValue(env, MsgFamily(nlh)));
-  if (const char* table = AttrStr(t.at[NFTA_RULE_TABLE])) o.Set("table", table);
-  if (const char* chain = AttrStr(t.at[NFTA_RULE_CHAIN])) o.Set("chain", chain);
-  uint64_t u64 = 0;
-  if (AttrU64(t.at[NFTA_RULE_HANDLE], &u64)) o.Set("handle", static_cast<double>(u64));
-  if (AttrU64(t.at[NFTA_RULE_POSITION], &u64)) o.Set("position", static_cast<double>(u64));
-  if (t.at[NFTA_RULE_USERDATA]) {
-    o.Set("userdata", ToHex(mnl_attr_get_payload(t.at[NFTA_RULE_USERDATA]),
-                            mnl_attr_get_payload_len(t.at[NFTA_RULE_USERDATA])));
-  }
-
-  std::vector<RawExpr> raw;
-  if (t.at[NFTA_RULE_EXPRESSIONS]) raw = WalkExpressions(t.at[NFTA_RULE_EXPRESSIONS]);
-
-  std::unique_ptr<nftnl_rule, RuleDeleter> rule(nftnl_rule_alloc());
-  bool parsed = rule && RuleOkForLibnftnl(nlh) && nftnl_rule_nlmsg_parse(nlh, rule.get()) >= 0;
-  std::vector<nftnl_expr*> typed;
-  if (parsed) {
-    nftnl_expr_iter* it = nftnl_expr_iter_create(rule.get());
-    for (nftnl_expr* e = nftnl_expr_iter_next(it); e != nullptr; e = nftnl_expr_iter_next(it)) {
-      typed.push_back(e);
-    }
-    nftnl_expr_iter_destroy(it);
-    if (typed.size() != raw.size()) typed.clear(), parsed = false;
-  }
-
-  Napi::Array exprs = Napi::Array::New(env, raw.size());
-  for (size_t i = 0; i < raw.size(); i++) {
-    const ExprKind* kind = FindExprKind(raw[i].name.c_str());
-    if (parsed && kind != nullptr && ModelsRawExpr(*kind, raw[i])) {
-      exprs.Set(i, TypedExpr(env, *kind, typed[i]));
-    } else {
-      exprs.Set(i, UnknownExpr(env, raw[i]));
-    }
-  }
-  o.Set("exprs", exprs);
-  return o;
-}
-
 Napi::Object DecodeSet(Napi::Env env, const nlmsghdr* nlh) {
   RequireNfgenmsg(env, nlh, "set");
   RefuseMalformed(env, SetOkForLibnftnl(nlh), "set");
@@ -267,55 +160,23 @@ Napi::Object DecodeSet(Napi::Env env, const nlmsghdr* nlh) {
 void DecodeSetElems(Napi::Env env, const nlmsghdr* nlh, Napi::Array out) {
   RequireNfgenmsg(env, nlh, "set element");
   RefuseMalformed(env, SetElemsOkForLibnftnl(nlh), "set element");
-  std::unique_ptr<nftnl_set, SetDeleter> owned(nftnl_set_alloc());
-  nftnl_set* s = owned.get();
-  if (s == nullptr) throw Napi::Error::New(env, "out of memory");
-  if (nftnl_set_elems_nlmsg_parse(nlh, s) < 0) {
-    throw MakeNetlinkError(env, "cannot parse set element message", errno, "decode set elements");
+  std::vector<SetElem> elems;
+  if (!ParseSetElems(nlh, &elems)) {
+    throw MakeNetlinkError(env, "cannot parse set element message", EBADMSG, "decode set elements");
   }
-  std::unique_ptr<nftnl_set_elems_iter, ElemsIterDeleter> ownedIt(nftnl_set_elems_iter_create(s));
-  nftnl_set_elems_iter* it = ownedIt.get();
-  if (it == nullptr) throw Napi::Error::New(env, "out of memory");
   uint32_t n = out.Length();
-  for (nftnl_set_elem* e = nftnl_set_elems_iter_next(it); e != nullptr;
-       e = nftnl_set_elems_iter_next(it)) {
+  for (const SetElem& x : elems) {
     Napi::Object o = Napi::Object::New(env);
-    uint32_t len = 0;
-    const void* d;
-    if (nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_KEY)) {
-      d = nftnl_set_elem_get(e, NFTNL_SET_ELEM_KEY, &len);
-      o.Set("key", ToHex(d, len));
-    }
-    if (nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_KEY_END)) {
-      d = nftnl_set_elem_get(e, NFTNL_SET_ELEM_KEY_END, &len);
-      o.Set("keyEnd", ToHex(d, len));
-    }
-    o.Set("flags", nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_FLAGS)
-                       ? nftnl_set_elem_get_u32(e, NFTNL_SET_ELEM_FLAGS) : 0);
-    if (nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_DATA)) {
-      d = nftnl_set_elem_get(e, NFTNL_SET_ELEM_DATA, &len);
-      o.Set("data", ToHex(d, len));
-    }
-    if (nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_VERDICT)) {
-      int32_t v = static_cast<int32_t>(nftnl_set_elem_get_u32(e, NFTNL_SET_ELEM_VERDICT));
-      o.Set("verdict", EnumValue(env, kVerdictMap, v));
-    }
-    if (nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_CHAIN)) {
-      o.Set("chain", nftnl_set_elem_get_str(e, NFTNL_SET_ELEM_CHAIN));
-    }
-    if (nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_OBJREF)) {
-      o.Set("objref", nftnl_set_elem_get_str(e, NFTNL_SET_ELEM_OBJREF));
-    }
-    if (nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_TIMEOUT)) {
-      o.Set("timeout", static_cast<double>(nftnl_set_elem_get_u64(e, NFTNL_SET_ELEM_TIMEOUT)));
-    }
-    if (nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_EXPIRATION)) {
-      o.Set("expiration", static_cast<double>(nftnl_set_elem_get_u64(e, NFTNL_SET_ELEM_EXPIRATION)));
-    }
-    if (nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_USERDATA)) {
-      d = nftnl_set_elem_get(e, NFTNL_SET_ELEM_USERDATA, &len);
-      o.Set("userdata", ToHex(d, len));
-    }
+    if (!x.key.empty()) o.Set("key", x.key);
+    if (!x.keyEnd.empty()) o.Set("keyEnd", x.keyEnd);
+    o.Set("flags", x.flags);
+    if (!x.data.empty()) o.Set("data", x.data);
+    if (x.hasVerdict) o.Set("verdict", EnumValue(env, kVerdictMap, x.verdict));
+    if (!x.chain.empty()) o.Set("chain", x.chain);
+    if (!x.objref.empty()) o.Set("objref", x.objref);
+    if (x.hasTimeout) o.Set("timeout", static_cast<double>(x.timeout));
+    if (x.hasExpiration) o.Set("expiration", static_cast<double>(x.expiration));
+    if (!x.userdata.empty()) o.Set("userdata", x.userdata);
     out.Set(n++, o);
   }
 }

@@ -14,7 +14,7 @@ Napi::Value FamilyValue(Napi::Env env, uint32_t family);
 
 Napi::Object DecodeTable(Napi::Env env, const nlmsghdr* nlh);
 Napi::Object DecodeChain(Napi::Env env, const nlmsghdr* nlh);
-Napi::Object DecodeRule(Napi::Env env, const nlmsghdr* nlh);
+// Rules are decoded to JSON text only (decode_json.h AppendRuleJson).
 Napi::Object DecodeSet(Napi::Env env, const nlmsghdr* nlh);
 // Appends the elements of one NEWSETELEM message to `out`.
 void DecodeSetElems(Napi::Env env, const nlmsghdr* nlh, Napi::Array out);

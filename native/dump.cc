@@ -16,6 +16,7 @@
 #include "attr.h"
 #include "object.h"
 #include "decode_json.h"
+#include "digest.h"
 #include "encode.h"
 
 namespace nfk {
@@ -40,8 +41,8 @@ struct DumpState : DumpRequest {
   std::string message;
   std::vector<uint8_t> messages;
   // ruleMode 2: the answer as it is built, message by message as they come (on the worker thread
-  // for a big dump), instead of a copy of every message decoded at the end: 100,000 rules'
-  // messages were ~40 MB held until then (the start-up's adoption and read-back; issue 14).
+  // for a big dump), instead of a copy of every message decoded at the end: a big chain's
+  // messages were held until then (the start-up's adoption and read-back).
   std::string digests = "[";
   std::string digestChain;
   bool digestOpen = false;
@@ -238,7 +239,7 @@ struct DumpState : DumpRequest {
         deferred.Resolve(JSON.Get("parse").As<Napi::Function>().Call(JSON, {Napi::String::New(env, digests)}));
         return;
       }
-      if (kind == DumpKind::Rule && !objects) {
+      if (kind == DumpKind::Rule) {
         // Rules as JSON text, parsed once by V8 (see decode_json.h).
         std::string json = "[";
         const nlmsghdr* nlh = reinterpret_cast<const nlmsghdr*>(messages.data());
@@ -284,7 +285,7 @@ struct DumpState : DumpRequest {
         switch (kind) {
           case DumpKind::Table: out.Set(i++, DecodeTable(env, nlh)); break;
           case DumpKind::Chain: out.Set(i++, DecodeChain(env, nlh)); break;
-          case DumpKind::Rule: out.Set(i++, DecodeRule(env, nlh)); break;
+          case DumpKind::Rule: break;  // decoded above
           case DumpKind::Set: out.Set(i++, DecodeSet(env, nlh)); break;
           case DumpKind::Element: DecodeSetElems(env, nlh, out); break;
           case DumpKind::Object: out.Set(i++, DecodeObject(env, nlh)); break;

@@ -24,7 +24,7 @@ struct DumpRequest {
   std::string table, name;
   // A single GET (NLM_F_ACK) of the object `name`, instead of a dump.
   bool single = false;
-  // Rules and elements through the napi decoders instead of JSON (tests compare the two).
+  // Elements through the napi decoder instead of JSON (tests compare the two); rules have one decoder, JSON.
   bool objects = false;
   // Rules: 0 decoded; 1 decoded, each with its "digest" (see RuleDigest); 2 digests only,
   // as [[chain, [handle, digest, handle, digest, ...]], ...] in dump order.

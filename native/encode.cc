@@ -22,7 +22,7 @@
 #include <string>
 
 #include "common.h"
-#include "decode_json.h"
+#include "digest.h"
 #include "expr_table.h"
 #include "object.h"
 
@@ -44,8 +44,8 @@ uint32_t U32(const Napi::Object& o, const char* key) { return U32Of(Prop(o, key)
 // Largest single message we build. Set elements are split to stay below it.
 constexpr size_t kMaxMessage = 4 << 20;
 
-// Messages are built in a scratch buffer and then appended, so a batch of
-// 10,000 rules costs one copy per message, not a 1 MiB clear per message.
+// Messages are built in a scratch buffer and then appended, so a big batch
+// costs one copy per message, not a clear of the whole buffer per message.
 char* Reserve(std::vector<uint8_t>* /*out*/) {
   static thread_local std::unique_ptr<char[]> scratch(new char[kMaxMessage]);
   return scratch.get();
@@ -610,7 +610,7 @@ void AsTheKernelDumps(uint8_t* p, size_t len) {
   }
 }
 
-// ruleDigests(exprs, rules, userdata) -> string[]: each rule's RuleDigest (decode_json.h) of the
+// ruleDigests(exprs, rules, userdata) -> string[]: each rule's RuleDigest (digest.h) of the
 // bytes a commit would write for it (its userdata and NFTA_RULE_EXPRESSIONS). Where the kernel
 // dumps the same bytes, the digest its dump gives is equal, so a keeper adopting a ruleset it wrote
 // before recognises its rules without decoding them. `exprs` are the distinct expressions (the
@@ -692,8 +692,8 @@ void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneratio
   PutBatchMarker(&out->bytes, NFNL_MSG_BATCH_BEGIN, seq, hasGeneration, generation);
   uint32_t next = seq + 1;
   // The handles an op's fields and expressions take are let go every kOpsPerScope ops (the
-  // cached keys with them): held to the end of the call, 100,000 rules' were ~35 MB of handle
-  // blocks at an install's peak (issue 14).
+  // cached keys with them): held to the end of the call, a big install's handle blocks were a
+  // large part of its peak.
   constexpr uint32_t kOpsPerScope = 256;
   std::optional<Napi::HandleScope> scope;
   std::optional<Keys> keys;

@@ -1,6 +1,5 @@
 #include "event.h"
 
-#include <arpa/inet.h>
 #include <endian.h>
 #include <libmnl/libmnl.h>
 #include <linux/netfilter/nf_tables.h>
@@ -31,70 +30,6 @@ const char* EventName(uint16_t type) {
     case NFT_MSG_DELFLOWTABLE: return "delflowtable";
     default: return nullptr;
   }
-}
-
-// The value of an NFTA_DATA_* nest (a key, key end or data): the bytes of NFTA_DATA_VALUE as hex,
-// or a verdict. False when malformed.
-bool ParseData(const nlattr* nest, std::string* hex, EventElement* verdictOf) {
-  const nlattr* a;
-  NFK_NESTED_FOR_EACH(a, nest) {
-    uint16_t t = mnl_attr_get_type(a);
-    if (t == NFTA_DATA_VALUE) {
-      *hex = ToHex(mnl_attr_get_payload(a), mnl_attr_get_payload_len(a));
-    } else if (t == NFTA_DATA_VERDICT && verdictOf != nullptr) {
-      const nlattr* v;
-      NFK_NESTED_FOR_EACH(v, a) {
-        uint16_t vt = mnl_attr_get_type(v);
-        if (vt == NFTA_VERDICT_CODE) {
-          if (mnl_attr_get_payload_len(v) != 4) return false;
-          verdictOf->hasVerdict = true;
-          verdictOf->verdict = static_cast<int32_t>(ntohl(mnl_attr_get_u32(v)));
-        } else if (vt == NFTA_VERDICT_CHAIN) {
-          if (mnl_attr_validate(v, MNL_TYPE_NUL_STRING) < 0) return false;
-          verdictOf->chain = mnl_attr_get_str(v);
-        }
-      }
-    }
-  }
-  return true;
-}
-
-// NFTA_SET_ELEM_LIST_ELEMENTS: the elements of an element event (the kernel
-// notifies one per message; a list is taken as it comes).
-bool ParseElements(const nlattr* list, std::vector<EventElement>* out) {
-  const nlattr* item;
-  NFK_NESTED_FOR_EACH(item, list) {
-    if (mnl_attr_get_type(item) != NFTA_LIST_ELEM) continue;
-    EventElement el;
-    const nlattr* a;
-    NFK_NESTED_FOR_EACH(a, item) {
-      uint16_t t = mnl_attr_get_type(a);
-      size_t len = mnl_attr_get_payload_len(a);
-      switch (t) {
-        case NFTA_SET_ELEM_KEY: if (!ParseData(a, &el.key, nullptr)) return false; break;
-        case NFTA_SET_ELEM_KEY_END: if (!ParseData(a, &el.keyEnd, nullptr)) return false; break;
-        case NFTA_SET_ELEM_DATA: if (!ParseData(a, &el.data, &el)) return false; break;
-        case NFTA_SET_ELEM_FLAGS:
-          if (len != 4) return false;
-          el.flags = ntohl(mnl_attr_get_u32(a));
-          break;
-        case NFTA_SET_ELEM_TIMEOUT:
-          if (len != 8) return false;
-          el.hasTimeout = true;
-          el.timeout = be64toh(mnl_attr_get_u64(a));
-          break;
-        case NFTA_SET_ELEM_EXPIRATION:
-          if (len != 8) return false;
-          el.hasExpiration = true;
-          el.expiration = be64toh(mnl_attr_get_u64(a));
-          break;
-        case NFTA_SET_ELEM_USERDATA: el.userdata = ToHex(mnl_attr_get_payload(a), len); break;
-        default: break;
-      }
-    }
-    out->push_back(std::move(el));
-  }
-  return true;
 }
 
 }  // namespace
@@ -139,7 +74,7 @@ bool ParseEvent(const nlmsghdr* nlh, MonitorEvent* ev, bool withElements) {
       ev->position = be64toh(mnl_attr_get_u64(attr));
     else if (withElements && nameAttr == NFTA_SET_ELEM_LIST_SET && t == NFTA_SET_ELEM_LIST_ELEMENTS) {
       // A malformed list leaves the event without elements: the mirror cannot follow it, and says so.
-      if (!ParseElements(attr, &ev->elements)) ev->elements.clear(), ev->elementsMalformed = true;
+      if (!ParseSetElemList(attr, &ev->elements)) ev->elements.clear(), ev->elementsMalformed = true;
     }
   }
   return true;

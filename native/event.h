@@ -1,7 +1,7 @@
 // Monitor events, apart from the socket and JavaScript: one multicast message
 // to a MonitorEvent, the table filter, and the grouping of a commit's events
-// up to its NEWGEN. The monitor thread (monitor.cc) runs this on every
-// message it receives; the fuzz harness (native/fuzz/) runs the same code on
+// up to its NEWGEN. The monitor (monitor.cc) runs this on the JS thread on every
+// message it reads; the fuzz harness (native/fuzz/) runs the same code on
 // hostile bytes.
 #pragma once
 
@@ -15,24 +15,9 @@
 #include <utility>
 #include <vector>
 
-namespace nfk {
+#include "element.h"
 
-// One set element of a NEWSETELEM / DELSETELEM event, as the kernel sent it
-// (key, key end, data and userdata as hex; the verdict as its code).
-struct EventElement {
-  std::string key;
-  std::string keyEnd;
-  std::string data;
-  std::string userdata;
-  std::string chain;  // a verdict's jump/goto chain
-  bool hasVerdict = false;
-  int32_t verdict = 0;
-  uint32_t flags = 0;
-  bool hasTimeout = false;
-  uint64_t timeout = 0;  // ms
-  bool hasExpiration = false;
-  uint64_t expiration = 0;  // ms
-};
+namespace nfk {
 
 struct MonitorEvent {
   std::string type;   // "newrule", "delchain", ...
@@ -43,7 +28,7 @@ struct MonitorEvent {
   uint32_t portId = 0;  // nlmsg_pid: the sender's netlink port id
   uint16_t flags = 0;   // nlmsg_flags: a rule event carries NLM_F_REPLACE / NLM_F_APPEND of its request
   uint64_t position = 0;  // rule events: NFTA_RULE_POSITION, the handle of the rule before it
-  std::vector<EventElement> elements;  // element events: what was added or deleted
+  std::vector<SetElem> elements;  // element events: what was added or deleted
   bool elementsMalformed = false;      // an element event whose list could not be read
 };
 
@@ -60,8 +45,8 @@ struct MonitorBatch {
   // completely (every NEWGEN from it up to this batch's, no overflow), or 0:
   // a commit in that run that the filter dropped touched no watched table.
   uint32_t since = 0;
-  // CLOCK_MONOTONIC (ns) when the monitor thread received the datagram that closed the batch:
-  // with process.hrtime() in JavaScript, how long the hop to the JS thread took.
+  // CLOCK_MONOTONIC (ns) when the monitor read the datagram that closed the batch: with
+  // process.hrtime() in JavaScript, how long the batch took to reach its JavaScript.
   double receivedNs = 0;
   // The generation of the last commit before this one that had events for the watched tables
   // (handed over or not: our own skipped ones count), or 0: the commits in between touched none.

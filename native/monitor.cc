@@ -23,6 +23,25 @@
 
 namespace nfk {
 
+// The records' property keys, in the order each record sets them (src/netlink/monitor.ts
+// MonitorBatch, MonitorEvent, SetElement). Made once per monitor (keys_) and internalized by V8 on
+// first use: a key made afresh per record was looked up in V8's string table on every set.
+namespace {
+enum Key : uint32_t {
+  kOverflow, kGeneration, kTruncated, kForeign, kSince, kReceivedNs, kEvents, kBy, kRepaired,
+  kPid, kComm, kHandle, kErrno, kPosition, kCommittedNs,
+  kType, kFamily, kTable, kName, kPortId, kFlags, kElementsMalformed, kElements,
+  kKey, kKeyEnd, kData, kVerdict, kChain, kObjref, kTimeout, kExpiration, kUserdata,
+  kKeyCount,
+};
+const char* const kKeyNames[kKeyCount] = {
+  "overflow", "generation", "truncated", "foreign", "since", "receivedNs", "events", "by", "repaired",
+  "pid", "comm", "handle", "errno", "position", "committedNs",
+  "type", "family", "table", "name", "portId", "flags", "elementsMalformed", "elements",
+  "key", "keyEnd", "data", "verdict", "chain", "objref", "timeout", "expiration", "userdata",
+};
+}  // namespace
+
 Napi::Function NftMonitor::Init(Napi::Env env) {
   return DefineClass(env, "NftMonitor",
                      {
@@ -68,6 +87,9 @@ NftMonitor::NftMonitor(const Napi::CallbackInfo& info)
   }
   buf_.resize(256 * 1024);
   callback_ = Napi::Persistent(info[1].As<Napi::Function>());
+  Napi::Array keys = Napi::Array::New(env, kKeyCount);
+  for (uint32_t k = 0; k < kKeyCount; k++) keys.Set(k, Napi::String::New(env, kKeyNames[k]));
+  keys_ = Napi::Persistent(keys);
   uv_loop_t* loop = nullptr;
   napi_get_uv_event_loop(env, &loop);
   poll_ = new uv_poll_t;
@@ -135,7 +157,6 @@ void NftMonitor::ParseFilter(Napi::Env env, const Napi::Value& tables, const Nap
     Napi::Array arr = ignorePorts.As<Napi::Array>();
     for (uint32_t i = 0; i < arr.Length(); i++) ports.insert(arr.Get(i).As<Napi::Number>().Uint32Value());
   }
-  std::lock_guard<std::mutex> lock(filterMutex_);
   filter_.tables = std::move(t);
   filter_.allTables = all;
   filter_.ignorePorts = std::move(ports);
@@ -152,7 +173,6 @@ Napi::Value NftMonitor::SetFilter(const Napi::CallbackInfo& info) {
 Napi::Value NftMonitor::Progress(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Napi::Array out = Napi::Array::New(env, 3);
-  std::lock_guard<std::mutex> lock(filterMutex_);
   out.Set(0u, batcher_.lastGeneration());
   out.Set(1u, batcher_.runStart());
   out.Set(2u, delivered_);
@@ -163,7 +183,6 @@ Napi::Value NftMonitor::Progress(const Napi::CallbackInfo& info) {
 // the caller handled that many overflow reports.
 Napi::Value NftMonitor::Anchor(const Napi::CallbackInfo& info) {
   if (info[0].IsNumber() && info[1].IsNumber()) {
-    std::lock_guard<std::mutex> lock(filterMutex_);
     batcher_.Anchor(info[0].As<Napi::Number>().Uint32Value(), static_cast<uint64_t>(info[1].As<Napi::Number>().Int64Value()));
   }
   return info.Env().Undefined();
@@ -173,99 +192,111 @@ Napi::Value NftMonitor::Anchor(const Napi::CallbackInfo& info) {
 // EventBatcher::SkipOwn): its events wake no JavaScript.
 Napi::Value NftMonitor::SkipOwn(const Napi::CallbackInfo& info) {
   if (info[0].IsNumber()) {
-    std::lock_guard<std::mutex> lock(filterMutex_);
     batcher_.SkipOwn(info[0].As<Napi::Number>().Uint32Value());
   }
   return info.Env().Undefined();
 }
 
-// The batch goes to JavaScript as one flat array of primitives (layout: src/netlink/monitor.ts,
-// fromFlat), or a batch of one plain event as the call's arguments (fromArgs), and the objects are built there: setting named properties from C++ internalizes each key
-// on every call, and cost more than the rest of the read (a small repair's events, ~80 µs).
-void NftMonitor::Deliver(Napi::Env env, Napi::Function cb, MonitorBatch* batch) {
+namespace {
+// One plain object, its data properties defined in one napi call.
+class Record {
+ public:
+  Record(napi_env env, napi_value* keys, napi_value keyArray) : env_(env), keys_(keys), keyArray_(keyArray) {}
+  Record& Put(Key k, napi_value v) {
+    if (keys_[k] == nullptr) napi_get_element(env_, keyArray_, k, &keys_[k]);
+    props_[n_++] = {nullptr, keys_[k], nullptr, nullptr, nullptr, v, napi_default_jsproperty, nullptr};
+    return *this;
+  }
+  Record& Num(Key k, double v) {
+    napi_value x;
+    napi_create_double(env_, v, &x);
+    return Put(k, x);
+  }
+  Record& Bool(Key k, bool v) {
+    napi_value x;
+    napi_get_boolean(env_, v, &x);
+    return Put(k, x);
+  }
+  // Absent when empty.
+  Record& Str(Key k, const std::string& v) {
+    if (v.empty()) return *this;
+    napi_value x;
+    napi_create_string_utf8(env_, v.data(), v.size(), &x);
+    return Put(k, x);
+  }
+  napi_value Make() {
+    napi_value o;
+    napi_create_object(env_, &o);
+    napi_define_properties(env_, o, n_, props_);
+    n_ = 0;
+    return o;
+  }
+
+ private:
+  napi_env env_;
+  napi_value* keys_;  // per wake-up: fetched from keyArray_ at first use
+  napi_value keyArray_;
+  napi_property_descriptor props_[12];
+  size_t n_ = 0;
+};
+}  // namespace
+
+// The batch goes to JavaScript as one record (MonitorBatch in src/netlink/monitor.ts), with
+// progress() as it stands during the call (every datagram of this wake-up is read already):
+// onBatch(batch, lastGeneration, runStart, delivered).
+void NftMonitor::Deliver(Napi::Env env, Napi::Function cb, napi_value* keys, MonitorBatch* batch) {
   std::unique_ptr<MonitorBatch> b(batch);
-  // The common batch, one event without elements (a rule deleted or added: what a repair answers),
-  // goes as the call's arguments: no array to fill element by element (a napi call each).
-  if (b->events.size() == 1 && b->events[0].elements.empty() && !b->events[0].elementsMalformed && !b->overflow) {
-    const MonitorEvent& e = b->events[0];
-    napi_value undef = env.Undefined();
-    double lastGeneration, runStart, delivered;
-    {
-      std::lock_guard<std::mutex> lock(filterMutex_);
-      lastGeneration = batcher_.lastGeneration();
-      runStart = batcher_.runStart();
-      delivered = delivered_;
-    }
-    napi_value args[] = {
-        Napi::Boolean::New(env, b->truncated), Napi::Number::New(env, b->generation),
-        Napi::Boolean::New(env, b->foreign), Napi::Number::New(env, b->since), Napi::Number::New(env, b->receivedNs),
-        Napi::String::New(env, e.type), FamilyValue(env, e.family), Napi::String::New(env, e.table),
-        e.name.empty() ? undef : static_cast<napi_value>(Napi::String::New(env, e.name)),
-        e.handle != 0 ? static_cast<napi_value>(Napi::Number::New(env, static_cast<double>(e.handle))) : undef,
-        Napi::Number::New(env, e.portId), Napi::Number::New(env, e.flags),
-        e.position != 0 ? static_cast<napi_value>(Napi::Number::New(env, static_cast<double>(e.position))) : undef,
-        // progress() as it stands during this call (every datagram of this wake-up is read already).
-        Napi::Number::New(env, lastGeneration), Napi::Number::New(env, runStart), Napi::Number::New(env, delivered),
-        // The armed repair's answer (TryRepair): the re-added rule's handle (0: not echoed) or -errno, and its position.
-        b->repaired ? static_cast<napi_value>(Napi::Number::New(env, b->repairErrno != 0 ? -static_cast<double>(b->repairErrno)
-                                                                                     : static_cast<double>(b->repairHandle)))
-                    : undef,
-        Napi::Number::New(env, static_cast<double>(b->repairPosition)), Napi::Number::New(env, b->repairedNs),
-        // Who committed it (the NEWGEN's task): pid 0 and no name when the kernel did not say.
-        Napi::Number::New(env, b->pid), b->comm.empty() ? undef : static_cast<napi_value>(Napi::String::New(env, b->comm)),
-    };
-    b.reset();
-    cb.Call(sizeof(args) / sizeof(args[0]), args);
-    return;
-  }
-  size_t slots = 9;  // 7 before the events, pid and comm after them (an older reader stops before those)
-  for (const MonitorEvent& e : b->events) slots += 10 + 9 * e.elements.size();
-  Napi::Array v = Napi::Array::New(env, slots);
-  napi_value undef = env.Undefined();
-  uint32_t k = 0;
-  auto put = [&](napi_value x) { napi_set_element(env, v, k++, x); };
-  auto str = [&](const std::string& x) { put(x.empty() ? undef : static_cast<napi_value>(Napi::String::New(env, x))); };
-  auto num = [&](double x) { put(Napi::Number::New(env, x)); };
-  auto boolean = [&](bool x) { put(Napi::Boolean::New(env, x)); };
-  boolean(b->overflow);
-  num(b->generation);
-  boolean(b->truncated);
-  boolean(b->foreign);
-  num(b->since);
-  num(b->receivedNs);
-  num(static_cast<double>(b->events.size()));
-  for (const MonitorEvent& e : b->events) {
-    put(Napi::String::New(env, e.type));
-    put(FamilyValue(env, e.family));
-    put(Napi::String::New(env, e.table));
-    str(e.name);
-    if (e.handle != 0) num(static_cast<double>(e.handle)); else put(undef);
-    num(e.portId);
-    num(e.flags);
-    if (e.position != 0) num(static_cast<double>(e.position)); else put(undef);
-    boolean(e.elementsMalformed);
-    num(static_cast<double>(e.elements.size()));
-    for (const EventElement& x : e.elements) {
-      str(x.key);
-      str(x.keyEnd);
-      num(x.flags);
-      str(x.data);
-      if (x.hasVerdict) {
-        const char* name = EnumToName(kVerdictMap, x.verdict);
-        if (name != nullptr) put(Napi::String::New(env, name)); else num(x.verdict);
-      } else {
-        put(undef);
+  napi_value keyArray = keys_.Value();
+  Record r(env, keys, keyArray);
+  napi_value events;
+  napi_create_array_with_length(env, b->events.size(), &events);
+  for (uint32_t i = 0; i < b->events.size(); i++) {
+    const MonitorEvent& e = b->events[i];
+    napi_value elements = nullptr;
+    if (!e.elements.empty()) {
+      napi_create_array_with_length(env, e.elements.size(), &elements);
+      for (uint32_t j = 0; j < e.elements.size(); j++) {
+        const SetElem& x = e.elements[j];
+        r.Str(kKey, x.key).Str(kKeyEnd, x.keyEnd).Num(kFlags, x.flags).Str(kData, x.data);
+        if (x.hasVerdict) {
+          const char* name = EnumToName(kVerdictMap, x.verdict);
+          if (name != nullptr) r.Put(kVerdict, Napi::String::New(env, name)); else r.Num(kVerdict, x.verdict);
+        }
+        r.Str(kChain, x.chain).Str(kObjref, x.objref);
+        if (x.hasTimeout) r.Num(kTimeout, static_cast<double>(x.timeout));
+        if (x.hasExpiration) r.Num(kExpiration, static_cast<double>(x.expiration));
+        r.Str(kUserdata, x.userdata);
+        napi_set_element(env, elements, j, r.Make());
       }
-      str(x.chain);
-      if (x.hasTimeout) num(static_cast<double>(x.timeout)); else put(undef);
-      if (x.hasExpiration) num(static_cast<double>(x.expiration)); else put(undef);
-      str(x.userdata);
     }
+    r.Put(kType, Napi::String::New(env, e.type)).Put(kFamily, FamilyValue(env, e.family)).Put(kTable, Napi::String::New(env, e.table));
+    r.Str(kName, e.name);
+    if (e.handle != 0) r.Num(kHandle, static_cast<double>(e.handle));
+    r.Num(kPortId, e.portId).Num(kFlags, e.flags);
+    if (e.position != 0) r.Num(kPosition, static_cast<double>(e.position));
+    if (e.elementsMalformed) r.Bool(kElementsMalformed, true);
+    if (elements != nullptr) r.Put(kElements, elements);
+    napi_set_element(env, events, i, r.Make());
   }
-  num(b->pid);
-  str(b->comm);
+  // Who committed it (the NEWGEN's task): absent when the kernel did not say.
+  napi_value by = nullptr;
+  if (b->pid > 0 || !b->comm.empty()) by = r.Num(kPid, b->pid).Str(kComm, b->comm).Make();
+  // The armed repair's answer (TryRepair).
+  napi_value repaired = nullptr;
+  if (b->repaired) {
+    if (b->repairErrno != 0) r.Num(kErrno, b->repairErrno); else r.Num(kHandle, static_cast<double>(b->repairHandle));
+    repaired = r.Num(kPosition, static_cast<double>(b->repairPosition)).Num(kCommittedNs, b->repairedNs).Make();
+  }
+  r.Bool(kOverflow, b->overflow).Num(kGeneration, b->generation).Bool(kTruncated, b->truncated).Bool(kForeign, b->foreign);
+  r.Num(kSince, b->since).Num(kReceivedNs, b->receivedNs).Put(kEvents, events);
+  if (by != nullptr) r.Put(kBy, by);
+  if (repaired != nullptr) r.Put(kRepaired, repaired);
+  napi_value args[] = {
+      r.Make(), Napi::Number::New(env, batcher_.lastGeneration()), Napi::Number::New(env, batcher_.runStart()),
+      Napi::Number::New(env, delivered_),
+  };
   b.reset();
-  cb.Call({v});
+  cb.Call(sizeof(args) / sizeof(args[0]), args);
 }
 
 void NftMonitor::OnReadable(uv_poll_t* handle, int status, int events) {
@@ -293,11 +324,8 @@ void NftMonitor::ReadAvailable() {
       if (errno == ENOBUFS) {
         auto b = std::make_unique<MonitorBatch>();
         b->overflow = true;
-        {
-          std::lock_guard<std::mutex> lock(filterMutex_);
-          batcher_.Overflow();
-          delivered_++;
-        }
+        batcher_.Overflow();
+        delivered_++;
         DisarmNow();
         done.push_back(std::move(b));
         continue;
@@ -314,19 +342,15 @@ void NftMonitor::ReadAvailable() {
     const nlmsghdr* nlh = reinterpret_cast<const nlmsghdr*>(buf_.data());
     int len = static_cast<int>(n);
     for (; MessageOk(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
-      std::unique_ptr<MonitorBatch> b;
-      {
-        std::lock_guard<std::mutex> lock(filterMutex_);
-        b = batcher_.Feed(nlh, filter_);
-        if (b) delivered_++;
-      }
+      std::unique_ptr<MonitorBatch> b = batcher_.Feed(nlh, filter_);
+      if (b) delivered_++;
       if (b) {
         b->receivedNs = receivedNs;
         done.push_back(std::move(b));
       }
     }
   }
-  // A socket error other than the above ends the monitor's reading (as it ended the reader thread it replaced).
+  // A socket error other than the above ends the monitor's reading.
   if (failed_ && poll_ != nullptr) uv_poll_stop(poll_);
   if (done.empty()) return;
   Napi::Env env = Env();
@@ -335,6 +359,7 @@ void NftMonitor::ReadAvailable() {
   Napi::Object self = Value();
   if (self.IsEmpty()) return;
   Napi::Function cb = callback_.Value();
+  napi_value keys[kKeyCount] = {};
   // One callback scope for the batches of this wake-up: promise jobs run after the last of them, so
   // the keeper's pass sees every batch read so far applied.
   Napi::CallbackScope callbackScope(env, asyncContext_);
@@ -346,7 +371,7 @@ void NftMonitor::ReadAvailable() {
     // up, which is the latency from outside. Nothing else runnable: it costs a system call.
     if (armed_ && TryRepair(b.get()) && b->repairErrno == 0) sched_yield();
     try {
-      Deliver(env, cb, b.release());
+      Deliver(env, cb, keys, b.release());
     } catch (const Napi::Error& e) {
       napi_fatal_exception(env, e.Value());
     }
@@ -455,7 +480,6 @@ Napi::Value NftMonitor::Pause(const Napi::CallbackInfo& info) {
 Napi::Value NftMonitor::Resume(const Napi::CallbackInfo& info) {
   bool ok = false;
   if (!closed_ && !armedRules_.empty() && armSock_ != nullptr && !armSock_->closed()) {
-    std::lock_guard<std::mutex> lock(filterMutex_);
     ok = batcher_.lastTouched() <= armedGen_ && batcher_.runStart() != 0 && batcher_.runStart() <= armedGen_ + 1;
   }
   armed_ = ok;
@@ -522,10 +546,7 @@ bool NftMonitor::TryRepair(MonitorBatch* b) {
   }
   armedRules_.emplace(handle, std::move(moved));
   armedGen_ = b->generation + 1;
-  {
-    std::lock_guard<std::mutex> lock(filterMutex_);
-    batcher_.SkipOwn(armedGen_);
-  }
+  batcher_.SkipOwn(armedGen_);
   armed_ = true;
   return true;
 }

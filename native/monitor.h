@@ -12,7 +12,6 @@
 #include <uv.h>
 
 #include <cstdint>
-#include <mutex>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -52,20 +51,21 @@ class NftMonitor : public Napi::ObjectWrap<NftMonitor>, public Closeable {
   static void OnReadable(uv_poll_t* handle, int status, int events);
   // Reads what the socket holds (up to a bound per wake-up) and calls back once per finished batch.
   void ReadAvailable();
-  void Deliver(Napi::Env env, Napi::Function cb, MonitorBatch* batch);
+  // `keys`: the record keys fetched so far in this wake-up (kKeyCount slots, see monitor.cc).
+  void Deliver(Napi::Env env, Napi::Function cb, napi_value* keys, MonitorBatch* batch);
 
   mnl_socket* nl_ = nullptr;
   // Heap-allocated: libuv frees it in uv_close's callback, which may run after this object is gone.
   uv_poll_t* poll_ = nullptr;
   Napi::FunctionReference callback_;
+  Napi::Reference<Napi::Array> keys_;  // the records' property keys (monitor.cc, Key)
   Napi::AsyncContext asyncContext_;
   std::vector<uint8_t> buf_;
   bool closed_ = false;
   bool failed_ = false;  // the socket failed (not EAGAIN, EINTR or ENOBUFS): reading stopped
 
-  // Guards the filter, and the batcher's run and the delivered count, which
-  // progress() reads together.
-  std::mutex filterMutex_;
+  // Read and written on the JS thread only (its methods and the poll callback); no pool worker
+  // (dump.cc, batch.cc) reaches the monitor.
   EventFilter filter_;
   EventBatcher batcher_;
   double delivered_ = 0;  // batches handed to JavaScript, overflow reports included

@@ -204,8 +204,8 @@ bool NftSocket::EnsureBuffers(size_t bytes, size_t messages) {
     }
     sndbuf_ = wantSnd;
   }
-  // Every message is acknowledged with its own skb: about 830 bytes of
-  // truesize measured on 6.18 with NETLINK_CAP_ACK, more with an error text.
+  // Every message is acknowledged with its own skb, whose truesize (with
+  // NETLINK_CAP_ACK; more with an error text) fits in 1536 bytes a message.
   size_t wantRcv = messages * 1536 + 256 * 1024;
   if (rcvbufLimit_ != 0) wantRcv = std::min(wantRcv, rcvbufLimit_);
   bool rcvbufChanged = false;
@@ -232,7 +232,7 @@ bool NftSocket::EnsureBuffers(size_t bytes, size_t messages) {
 
 void NftSocket::ReturnEncodeBuffer(std::vector<uint8_t>&& b) {
   // Keep the bigger one, up to a bound: a big batch (an install, a rewrite) should not pin its
-  // memory for the life of the daemon (a 10,000-rule batch is ~3 MB); small ones reuse it.
+  // memory for the life of the daemon; small ones reuse it.
   constexpr size_t kKeepUpTo = 256 << 10;
   if (b.capacity() > kKeepUpTo) {
     const size_t bytes = b.capacity();

@@ -85,7 +85,7 @@ class NftSocket : public Napi::ObjectWrap<NftSocket>, public Closeable {
   bool EnsureBuffers(size_t bytes, size_t messages);
   // The memory a batch is encoded into, kept between commits (JS thread
   // only) up to 256 KiB: small commits (repairs) reuse it; a big batch's
-  // (~3 MB for 10,000 rules) is given back, not kept for the daemon's life.
+  // (an install's) is given back, not kept for the daemon's life.
   std::vector<uint8_t> TakeEncodeBuffer() { return std::move(encodeBuf_); }
   void ReturnEncodeBuffer(std::vector<uint8_t>&& b);
 

@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { parseConfig } from './config/config.js';
 import { Keeper, type RepairReport } from './keeper/keeper.js';
-import { PROJECT_ROOT } from './native.js';
+import { PROJECT_ROOT } from './netlink/addon.js';
 
 interface Step {
   name: string;

@@ -14,7 +14,7 @@ import { closeSync, ftruncateSync, mkdirSync, openSync, readFileSync, writeSync 
 import { createServer, type Server } from 'node:net';
 import { dirname } from 'node:path';
 import { NfkeeperError } from './base/errors.js';
-import { loadAddon } from './native.js';
+import { lockCalls } from './netlink/unix.js';
 
 export class KeeperLockedError extends NfkeeperError {
   override name = 'KeeperLockedError';
@@ -43,7 +43,7 @@ export function stateLockPathOf(stateFile: string): string {
  * Throws KeeperLockedError when another process holds one; releases what it took before throwing.
  */
 export function lockKeeper(o: { netns?: string; tables: readonly { family: string; name: string }[]; stateFile?: string }): KeeperLock {
-  const addon = loadAddon();
+  const addon = lockCalls();
   const servers: Server[] = [];
   const fds: number[] = [];
   const release = () => {

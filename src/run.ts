@@ -32,7 +32,7 @@ import { parseOwnerChain, type Owner } from './owners/spec.js';
 import type { Logger } from 'pino';
 import { createDaemonLogger, type LogLevel } from './log.js';
 import { ReloadStatusWriter } from './reload-status.js';
-import { loadAddon } from './native.js';
+import { memoryTrimmer } from './netlink/unix.js';
 import { lockKeeper } from './lock.js';
 
 /** V8's heap shrinking by this much between two ticks (its memory reducer at work) trims the C heap. */
@@ -328,7 +328,7 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
     };
     if (every === o.intervalMs) {
       // On the keeper's own tick: a timer of its own woke the idle daemon a second time each
-      // second, some milliseconds after the tick (bench/idle.ts: three wake-ups a second, now two).
+      // second, some milliseconds after the tick (bench/idle.ts counts the wake-ups).
       const k = keeper;
       k.on('tick', check);
       cleanups.push(() => k.off('tick', check));
@@ -359,9 +359,9 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
 
   // Memory back to the system once V8 has shrunk its heap after a burst (the start-up read-back
   // of a big config, a registration storm): its collector's worker threads leave what they used
-  // in glibc arenas of their own, ~6 MiB at 100,000 rules, that nothing else gives back (issue 14).
+  // in glibc arenas of their own, which nothing else gives back.
   // One heap-statistics read a tick; the trim runs only after a shrink.
-  const trimMemory = loadAddon().trimMemory;
+  const trimMemory = memoryTrimmer();
   if (trimMemory) {
     let lastHeap = getHeapStatistics().total_heap_size;
     keeper.on('tick', () => {

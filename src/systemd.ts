@@ -4,7 +4,7 @@
  * out; while starting, STATUS= and EXTEND_TIMEOUT_USEC= (src/run.ts). Without
  * $NOTIFY_SOCKET every call is a no-op.
  */
-import { loadAddon } from './native.js';
+import { sdNotify } from './netlink/unix.js';
 import { errnoName } from './base/errors.js';
 
 export class Notifier {
@@ -22,7 +22,7 @@ export class Notifier {
   /** Sends one notification; throws with the errno name if the socket refuses it. */
   notify(message: string): void {
     if (!this.socket) return;
-    const err = loadAddon().sdNotify(this.socket, message);
+    const err = sdNotify(this.socket, message);
     if (err !== 0) throw new Error(`sd_notify to ${this.socket}: ${errnoName(err)}`);
   }
 }

@@ -10,7 +10,7 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync,
 import { tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { explainLoadFailure } from '../src/native.js';
+import { explainLoadFailure } from '../src/netlink/addon.js';
 
 const VERSION = (JSON.parse(readFileSync('package.json', 'utf8')) as { version: string }).version;
 
@@ -55,7 +55,7 @@ describe('the npm package, installed on a node without a compiler or -dev packag
 
   it('the package holds dist/, the prebuilt addon with its two libraries, docs/ and its metadata', () => {
     const list = spawnSync('tar', ['-tzf', tarball], { encoding: 'utf8' }).stdout.split('\n');
-    for (const f of ['dist/cli.js', 'dist/nfkeeper.mjs', 'dist/native.js', 'bin/nfkeeper.js', 'prebuilds/linux-x64/nfkeeper.glibc.node',
+    for (const f of ['dist/cli.js', 'dist/nfkeeper.mjs', 'dist/netlink/addon.js', 'bin/nfkeeper.js', 'prebuilds/linux-x64/nfkeeper.glibc.node',
       'prebuilds/linux-x64/glibc/libnftnl.so.11', 'prebuilds/linux-x64/glibc/libmnl.so.0',
       'prebuilds/linux-x64/glibc/libnftnl.so.11.copyright', 'prebuilds/linux-arm64/nfkeeper.glibc.node',
       'prebuilds/linux-arm64/glibc/libnftnl.so.11', 'prebuilds/linux-arm64/glibc/libmnl.so.0',

@@ -150,7 +150,7 @@ function s4Targets(s4: S4Row[]): string[] {
     `- S4 idle ≤ 0.05 % of a core: worst ${idle.toFixed(3)} % (every thread's CPU time in ns over the phase) — ` +
       `${met(idle <= 0.05, `by ${(idle - 0.05).toFixed(3)} points; at 1 Hz the daemon wakes about twice a second (the tick's generation ` +
         'read, the event-loop-lag sampler), ~0.03 % of a core, and V8\'s memory reducer runs one full collection (30-40 ms) some time after ' +
-        'start-up, which a phase of tens of seconds may or may not hold (docs/latency-and-memory.md, "Idle CPU, measured per thread")')}.`,
+        'start-up, which a phase of tens of seconds may or may not hold (docs/notes/2026-12-04-latency-and-memory.md, "Idle CPU, measured per thread")')}.`,
     `- S4 RSS ≤ 64 MB (${MB64_MIB.toFixed(1)} MiB): worst peak ${rss.toFixed(1)} MiB — ${met(rss <= MB64_MIB, `by ${(rss - MB64_MIB).toFixed(1)} MiB; ` +
       `a bare Node 20 process peaks at ${s4[0]!.nodeBaselineMiB.toFixed(1)} MiB here (measured in this run); the rest is the loaded modules ` +
       '(pino, prom-client, zod, yaml, commander), the addon and the heap; ' +
@@ -404,6 +404,55 @@ function s7Targets(x: S7Results): string[] {
   return out;
 }
 
+/**
+ * The headline: what a user sees, each nfkeeper figure beside what nft takes for the same work in
+ * the same run. A whole process timed from outside where the run has one; a figure taken inside
+ * the benchmark's own process says so, with the whole-process figure beside it when there is one.
+ */
+function headline(r: RunResults): string[] {
+  const rows: string[] = [];
+  const row = (work: string, ours: string, nft: string, how: string) => rows.push(`| ${work} | ${ours} | ${nft} | ${how} |`);
+  for (const x of r.s8?.rows ?? []) {
+    if (x.peer) row(x.work, formatUs(x.nfkeeper.wall.median), `\`${x.peer.tool}\` ${formatUs(x.peer.s.wall.median)}`, 'whole processes, wall p50 (S8)');
+  }
+  const s1 = r.s1?.find((c) => c.layout === 'a' && c.n === 10_000)?.rows;
+  const tick = s1?.find((x) => x.driver === 'native tick');
+  const nftCheck = s1?.find((x) => x.driver === 'nft-exec');
+  const idle = r.s4?.find((x) => x.foreignRules >= 10_000) ?? r.s4?.[0];
+  if (tick && nftCheck) {
+    row('check that nothing changed, 10,000 foreign rules beside the owned chain',
+      `${formatUs(tick.m.median)} a tick, in-process${idle ? `; the whole daemon idle: ${idle.idle.cpuPercent.toFixed(3)} % of a core at ${n10k(idle.foreignRules)} foreign rules (S4)` : ''}`,
+      `\`nft --json list table\` exec ${formatUs(nftCheck.m.median)} a check`, 'median (S1)');
+  }
+  for (const n of [4, 10_000, 100_000]) {
+    const x = r.s6?.find((y) => y.n === n);
+    if (!x) continue;
+    row(`one owned rule deleted by someone else, put back in place, chain of ${n10k(n)} rules`,
+      `${ms(x.repair.median)} / ${ms(x.repair.p99)} p99`,
+      `\`nft add rule … position\` ${ms(x.nftPosition.median)}; \`nft -f\` rewrite ${ms(x.nftRewrite.median)}`,
+      `p50 from outside, the keeper in its own process; kernel floor ${x.kernelFloor ? ms(x.kernelFloor.median) : '—'} (S6)`);
+  }
+  const el = r.s6?.filter((y) => y.elements).at(-1)?.elements;
+  if (el) {
+    row(`one element deleted from a ${n10k(el.elements)}-element verdict map, put back`, `${ms(el.repair.median)} / ${ms(el.repair.p99)} p99`,
+      `\`nft add element\` ${ms(el.nftAddElement.median)}`, `p50 from outside, the keeper in its own process; kernel floor ${ms(el.kernelFloor.median)} (S6)`);
+  }
+  for (const mode of ['from empty', 'full replace'] as const) {
+    const ours = r.s3?.find((x) => x.mode === mode && x.tool.startsWith('native'));
+    const nft = r.s3?.find((x) => x.mode === mode && x.tool === 'nft -f');
+    if (ours && nft) row(`10,000 rules in 1,000 chains written atomically, ${mode}`, `${ms(ours.m.median)} in-process (one batch)`, `\`nft -f\` ${ms(nft.m.median)}`, 'median (S3)');
+  }
+  for (const x of r.s7?.rss ?? []) row(`\`nfkeeper run\` memory, ${x.config}`, `${x.rssMiB.toFixed(1)} MiB at rest, ${x.hwmMiB.toFixed(1)} MiB peak`, '—', 'RSS and VmHWM of the daemon (S7)');
+  if (r.s7) {
+    row(`owners registered one by one over the control socket (${n10k(r.s7.owners)})`, `${r.s7.register.perSecond.toFixed(0)}/s`, '—',
+      `\`nfkeeper run\`, each PUT answered when on disk and in the kernel (S7)`);
+  }
+  if (rows.length === 0) return [];
+  return ['## Headline', '',
+    'What a user sees, from the sections below. `nft` did the same work in the same run, in the same kind of namespace.', '',
+    '| work | nfkeeper | nft | measured as |', '|---|---|---|---|', ...rows, ''];
+}
+
 export function renderMarkdown(r: RunResults): string {
   const m = r.meta;
   const lines: string[] = [
@@ -413,7 +462,8 @@ export function renderMarkdown(r: RunResults): string {
       'Do not edit by hand: rerun. How to run and what each driver mirrors: [bench/README.md](bench/README.md).',
     '',
     ...(m.incomplete ? [`**Incomplete run: written after each scenario; ${m.incomplete} had not run (yet) when this was written.**`, ''] : []),
-    ...(m.merged ?? []).map((x) => `**${x}**`), ...(m.merged?.length ? [''] : []),
+    ...headline(r),
+    ...(m.merged?.length ? ['Some scenarios come from separate runs, listed under "Runs" at the end.', ''] : []),
     `- Machine: ${m.machine}`,
     `- Software: ${m.versions}`,
     `- Load average (1, 5, 15 min) at start / end: ${m.loadavgStart} / ${m.loadavgEnd} (the machine is shared with other engineers' test suites)`,
@@ -465,6 +515,7 @@ export function renderMarkdown(r: RunResults): string {
     ...(r.s1 ? s1Targets(r.s1) : []), ...(r.s2 ? s2Targets(r.s2) : []), ...(r.s3 ? s3Targets(r.s3) : []),
     ...(r.s4 ? s4Targets(r.s4) : []), ...(r.s5 ? s5Targets(r.s5) : []), '',
     'What the misses mean and what it would take is discussed in [bench/README.md](bench/README.md#findings).', '');
+  if (m.merged?.length) lines.push('## Runs', '', 'Scenarios merged in from separate runs, each with its own date, load and commit:', '', ...m.merged.map((x) => `- ${x}`), '');
   return lines.join('\n');
 }
 

@@ -24,7 +24,7 @@ import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep, setImmediate as yieldToLoop } from 'node:timers/promises';
 import { parseConfig } from '../../src/config/config.js';
 import { Keeper, type RepairReport } from '../../src/keeper/keeper.js';
-import { PROJECT_ROOT } from '../../src/native.js';
+import { PROJECT_ROOT } from '../../src/netlink/addon.js';
 import { Batch, open, type NftSocket } from '../../src/index.js';
 import { withBenchNetns, type BenchNetns } from '../lib/netns.js';
 import { runOk } from '../lib/exec.js';

@@ -15,7 +15,7 @@ import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'n
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { PROJECT_ROOT } from '../../src/native.js';
+import { PROJECT_ROOT } from '../../src/netlink/addon.js';
 import { Batch, open } from '../../src/index.js';
 import { withBenchNetns } from '../lib/netns.js';
 import { runOk } from '../lib/exec.js';

@@ -25,7 +25,7 @@ import { performance } from 'node:perf_hooks';
 import { createInterface } from 'node:readline';
 import { Batch } from '../../src/netlink/batch.js';
 import { Monitor } from '../../src/netlink/monitor.js';
-import { PROJECT_ROOT } from '../../src/netlink/native.js';
+import { PROJECT_ROOT } from '../../src/netlink/addon.js';
 import { open } from '../../src/netlink/socket.js';
 import { summarize, type Summary } from '../lib/stats.js';
 import { probeElementRepairs } from '../probe.js';

@@ -32,7 +32,7 @@ import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseConfig, type Config } from '../../src/config/config.js';
 import { Keeper, type RepairReport } from '../../src/keeper/keeper.js';
-import { PROJECT_ROOT } from '../../src/netlink/native.js';
+import { PROJECT_ROOT } from '../../src/netlink/addon.js';
 import { Batch } from '../../src/netlink/batch.js';
 import { open, type NftSocket } from '../../src/netlink/socket.js';
 import { withBenchNetns, type BenchNetns } from '../lib/netns.js';

@@ -26,7 +26,7 @@ import { parseConfig } from '../../src/config/config.js';
 import { Keeper, type RepairReport } from '../../src/keeper/keeper.js';
 import { Batch } from '../../src/netlink/batch.js';
 import { Monitor } from '../../src/netlink/monitor.js';
-import { PROJECT_ROOT } from '../../src/native.js';
+import { PROJECT_ROOT } from '../../src/netlink/addon.js';
 import { NftSocket, open } from '../../src/netlink/socket.js';
 import type { Op } from '../../src/netlink/ops.js';
 import { OwnerRegistry, call } from '../../src/owners/index.js';

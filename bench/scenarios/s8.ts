@@ -21,7 +21,7 @@ import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Batch, open } from '../../src/index.js';
-import { PROJECT_ROOT } from '../../src/native.js';
+import { PROJECT_ROOT } from '../../src/netlink/addon.js';
 import { kubeProxy } from '../../test/helpers/peers/kube-proxy.js';
 import { daemonNodeFlags } from '../lib/node-flags.js';
 import { withBenchNetns, type BenchNetns } from '../lib/netns.js';

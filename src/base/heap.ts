@@ -1,12 +1,11 @@
 /**
  * A full garbage collection on request, for the daemon only (`run` turns it on): before the C
  * heap takes a big block for as long as a call lasts (a commit of thousands of rules encodes its
- * whole batch first: 29 MiB at 100,000 rules), the JS garbage is collected, so that the two do not
- * add up. At start-up V8's incremental marking of the config's and the plan's garbage (35 MiB at
- * 100,000 rules) had often begun and could not end while the encoder held the thread: the install
- * then peaked at 179-180 MiB instead of 157-158 (issue 14, bench/rss.ts and rss-trace.ts). One collection costs
- * what the next one V8 would have run costs (about 40 ms at that size); one-shot commands never
- * collect here.
+ * whole batch first), the JS garbage is collected, so that the two do not add up. At start-up V8's
+ * incremental marking of the config's and the plan's garbage had often begun and could not end
+ * while the encoder held the thread, and the install's peak held both (bench/rss.ts and
+ * rss-trace.ts show it). One collection costs what the next one V8 would have run costs;
+ * one-shot commands never collect here.
  */
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
@@ -26,5 +25,5 @@ export function collectGarbage(): void {
   collect?.();
 }
 
-/** Commits of at least this many ops collect first (see above); 10,000 rules' batch is 2.9 MiB encoded. */
+/** Commits of at least this many ops collect first (see above): below it the encoded batch is small. */
 export const COLLECT_BEFORE_OPS = 4096;

@@ -8,15 +8,15 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
 
 /**
  * The event-loop lag is sampled by a libuv timer due every LAG_SAMPLE_MS: how late it fires is
- * the lag. At prom-client's default 10 ms that timer alone woke an idle daemon 100 times a second
- * (1.3 % of a core); once a second is plenty for a 1 Hz loop.
+ * the lag. At prom-client's default 10 ms that timer alone woke an idle daemon 100 times a second,
+ * most of its idle CPU; once a second is plenty for a 1 Hz loop.
  */
 export const LAG_SAMPLE_MS = 1000;
 
 /**
  * prom-client's default metrics this module replaces or leaves out. Its event-loop-lag statistics
  * are Node's histogram of the time between the sampling timer's firings, so they read the sampling
- * period itself plus the lag (an idle daemon's p99 read 1.0 s): replaced by the same names from
+ * period itself plus the lag (an idle daemon's p99 read the period): replaced by the same names from
  * a sampler of our own that subtracts the period. Its `*_active_*_total` are gauges with a
  * counter's suffix, which `promtool check metrics` refuses; the unsuffixed `*_active_*` gauges
  * carry the same counts by type.

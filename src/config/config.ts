@@ -161,8 +161,8 @@ export interface LoadOptions {
   environment?: Readonly<Record<string, string | undefined>>;
   /**
    * Called with each rule as soon as it is compiled. The daemon compacts it there
-   * (model/compact.ts: the compile's expressions then die young, not 27 MB of them promoted at
-   * 100,000 rules); `validate` and `check` skip that work.
+   * (model/compact.ts: the compile's expressions then die young, not promoted with the whole
+   * file's); `validate` and `check` skip that work.
    */
   compiled?: (rule: CompiledRule) => void;
   /** A .nft config's `include "NAME"` searches these directories before nft's default, /etc (nft's `-I`). */
@@ -190,7 +190,7 @@ export function loadConfig(file: string, options: LoadOptions = {}): Config {
   try {
     // A regular file only (a FIFO would block the daemon's loop in open, /dev/zero never end).
     // An ASCII file (nft files nearly always are) is copied into a one-byte string as it is,
-    // without decoding UTF-8: a third of the time of reading kube-proxy's 13.6 MB file. Same text.
+    // without decoding UTF-8, a large part of a big file's read. Same text.
     const bytes = readRegularFile(file, MAX_CONFIG_BYTES);
     text = isAscii(bytes) ? bytes.toString('latin1') : bytes.toString('utf8');
   } catch (e) {
@@ -243,8 +243,8 @@ const NO_SUBSTITUTIONS: Substitutions = { files: [], used: new Set(), originalAt
 /**
  * Validates YAML config text; `file` names it in errors. Throws ConfigError.
  *
- * The YAML document (and its parse tree) is dropped before the rules are compiled: at 100,000
- * rules the tree was 70 MiB and the document 18 MiB of the start-up's peak (issue 14). Positions
+ * The YAML document (and its parse tree) is dropped before the rules are compiled: with a big file
+ * both were much of the start-up's peak. Positions
  * and the texts before substitution are needed for an error only: the first error parses the text
  * again (the same parse, the same variables) and reads them there, as exact as before.
  */
@@ -499,7 +499,7 @@ const isComment = (x: unknown) => x === undefined || (typeof x === 'string' && x
 /**
  * CONFIG_SCHEMA's result for a document of tables whose chains and rules pass the same checks
  * without zod, as the nft reader's documents do; undefined for any other document, which zod
- * checks (and words the errors of). zod took 30-80 ms of a warm load of kube-proxy's
+ * checks (and words the errors of). zod was a large part of a warm load of kube-proxy's
  * 10,000-service file (31,000 chains, 64,000 rules), more cold: the chains here are the reader's
  * own objects, checked in place. Every check below is one of the schema's (TABLE, CHAIN): a
  * document passes here only if it passes there, and the sets still go through zod (SET_SCHEMA).
@@ -728,7 +728,7 @@ function positionOf(doc: Document, lines: LineCounter, path: (string | number)[]
 
 /**
  * Long runs of list items are left out of a big file's YAML parse: the parse tree (yaml's CST) of
- * 100,000 rules was 70 MiB on top of the 18 MiB document, the start-up's peak (issue 14). Only
+ * a big rule list, on top of the document, was the start-up's peak. Only
  * files this long, and runs this long, are elided; everything else is parsed as written.
  */
 const ELIDE_MIN_CHARS = 64 << 10;

@@ -1,4 +1,4 @@
-/** Foreign garbage collection (issue 5, the Nomad case). */
+/** Foreign garbage collection (the Nomad case). */
 export { GC_SCHEMA, DEFAULT_TAG, ID_RE, tagMatcher, type ForeignTable, type GcConfig, type TagMatcher } from '../config/gc.js';
 export { LiveSetError, parseLiveSet, readLiveSet, type LiveSource } from './live.js';
 export {

@@ -1,5 +1,5 @@
 /**
- * The keeper loop. Every interval it reads the generation id (a few µs); if that equals the
+ * The keeper loop. Every interval it reads the generation id; if that equals the
  * generation it last verified, the tick is over. Otherwise, and whenever the monitor reports a
  * foreign commit touching an owned table, it repairs: the event repair (mirror-repair.ts) answers
  * a foreign commit at once inside the monitor's callback when the event mirror proves what the

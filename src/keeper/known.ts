@@ -19,7 +19,7 @@
  *
  * The rules it holds are compact: handle plus the desired rule's own
  * expressions, userdata and key (shared with the desired state, not copies),
- * so the decoded dump is not kept between passes (issue 14's memory target).
+ * so the decoded dump is not kept between passes.
  */
 import type { ChainConfig, TableConfig } from '../config/config.js';
 import type { SetConfig } from '../config/sets.js';
@@ -123,9 +123,9 @@ export class KnownState {
       const known = kt?.observed.table;
       if (!kt || !known) return false;
       const hasSets = kt.observed.sets.size > 0;
-      // One digest dump per table (filtered by the kernel to it), never a round trip per chain: at
-      // 1,000 owner chains the table's dump costs what the 1,000 chain dumps together cost (about
-      // 5 µs a rule either way here), without a thousand requests and promises.
+      // One digest dump per table (filtered by the kernel to it), never a round trip per chain: with
+      // many owner chains the table's dump costs what the chain dumps together cost, without a
+      // request and a promise per chain.
       const [table, dump, sets] = await Promise.all([conn.getTable(t.family, t.name), conn.listRuleDigests!({ family: t.family, table: t.name }),
         hasSets ? conn.listSets({ family: t.family, table: t.name }) : []]);
       // The table's use counts its chains, sets and stateful objects: only the known chains and sets may be there.
@@ -720,7 +720,7 @@ const CHAIN_GETS_UP_TO = 8;
 
 /**
  * Which commits touched the owned tables, from the monitor's batches: the proof that lets a pass
- * keep what is known when only the generation moved (a commit in another table, issue 14), with
+ * keep what is known when only the generation moved (a commit in another table), with
  * no read at all. The monitor delivers every commit that touched a watched table (and every table
  * deletion); with its progress (the run of commits it saw whole, and how many batches it handed
  * over) a pass can tell that no commit since the known generation touched an owned table.

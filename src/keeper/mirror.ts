@@ -1,7 +1,7 @@
 /**
  * A mirror of what the kernel holds in the owned chains, kept from the
  * monitor's events, so that a foreign change costs what it changed instead
- * of a dump of every owned rule (issue 14).
+ * of a dump of every owned rule.
  *
  * The mirror is seeded from a look that found the owned tables exactly as
  * desired: per desired chain, the kernel handle of each desired rule, in

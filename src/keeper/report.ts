@@ -139,7 +139,7 @@ export class Reporter {
    * When the keeper and the process whose change it undid share a CPU (they do on a busy node: the
    * kernel's notification wakes the keeper on the CPU that committed), everything the keeper runs
    * before it waits again delays that process. One timer, made once and re-armed (a new one per
-   * repair cost tens of µs before the wait); idle() and stop() report what is pending.
+   * repair cost time before the wait); idle() and stop() report what is pending.
    */
   later(done: DoneRepair): void {
     this.reports.push(done);

@@ -1,10 +1,13 @@
 /**
- * One reconcile pass over the tables nfkeeper owns: observe them (one
- * kernel-filtered rule dump per table, plus its chains and anonymous sets),
- * compare with the desired state structurally, and plan one batch that
- * recreates what is missing and flushes and rewrites each chain that
- * differs, in order. Pure functions apart from observe(); Reconciler.once()
- * (reconciler.ts) drives them under the generation guard.
+ * The steps of a full pass over the tables nfkeeper owns: observe them (observeTable: kernel-
+ * filtered dumps of a table's chains, rules, sets and objects; adoptRules: the rules an earlier
+ * keeper wrote, recognised by their digests), compare with the desired state structurally
+ * (diffTable), and plan one batch (planTable) that recreates what is missing and edits each chain
+ * that differs in place, in order (plan.ts: the fewest ops, or a flush and rewrite when that is
+ * fewer). observeTable and adoptRules read the kernel; diffTable returns what planTable needs as
+ * a value (TableDiff: each differing chain with its edit, each set's element ops), and rule keys
+ * are cached on the rule objects. Reconciler.once() (reconciler.ts) drives them under the
+ * generation guard.
  */
 import * as cryptoModule from 'node:crypto';
 import { createHash } from 'node:crypto';
@@ -16,7 +19,7 @@ import { objTypeName } from '../rules/objnames.js';
 import { SET_F, TABLE_F, indexByChain } from '../netlink/objects.js';
 import { NfkeeperError } from '../base/errors.js';
 import type { NftConn } from '../netlink/conn.js';
-import { loadAddon } from '../native.js';
+import { ruleDigester, type RuleDigester } from '../netlink/socket.js';
 import type { ChainConfig, TableConfig } from '../config/config.js';
 import { commentOf, renderRule, ruleKey, type SetResolver } from '../rules/index.js';
 import { planChain, planHunks, type ChainEdit } from './plan.js';
@@ -64,7 +67,7 @@ export async function observeTable(sock: NftConn, family: Family, name: string,
   const out: ObservedTable = { family, name, chains: new Map(), rules: new Map(), sets: new Map() };
   out.table = await sock.getTable(family, name);
   if (!out.table) return out;
-  const byDigest = adopt !== undefined && sock.listRuleDigests !== undefined && loadAddon().ruleDigests !== undefined;
+  const byDigest = adopt !== undefined && sock.listRuleDigests !== undefined && ruleDigester() !== undefined;
   let chains: Chain[];
   let rules: Rule[];
   let sets: NftSet[];
@@ -72,8 +75,8 @@ export async function observeTable(sock: NftConn, family: Family, name: string,
   const objs = sock.listObjs?.({ family, table: name });
   if (out.table.use !== undefined && out.table.use > 2 * expectedChains.length + 64) {
     // Mostly chains we do not want (owners removed while we were down, say): those go whole, with
-    // their rules, so read only the wanted chains' rules. Dumping 10,000 rules of 1,000 dead owner
-    // chains cost ten times what deleting them does.
+    // their rules, so read only the wanted chains' rules. Dumping the rules of many dead owner
+    // chains costs far more than deleting them.
     [chains, sets] = await Promise.all([sock.listChains({ family, table: name }), sock.listSets({ family, table: name })]);
     const wanted = new Set(expectedChains);
     const present = chains.filter((c) => wanted.has(c.name));
@@ -125,7 +128,7 @@ export async function observeTable(sock: NftConn, family: Family, name: string,
  * would have shown it.
  */
 async function adoptRules(sock: NftConn, t: TableConfig, only?: readonly string[]): Promise<Rule[]> {
-  const ruleDigests = loadAddon().ruleDigests!;
+  const ruleDigests = ruleDigester()!;
   const family = t.family;
   const dumps = only === undefined ? await sock.listRuleDigests!({ family, table: t.name })
     : only.length <= CHAIN_DUMPS_UP_TO ? (await Promise.all(only.map((chain) => sock.listRuleDigests!({ family, table: t.name, chain })))).flat()
@@ -160,12 +163,12 @@ async function adoptRules(sock: NftConn, t: TableConfig, only?: readonly string[
 /**
  * The kernel's chains (`dumps`) whose digests are, rule by rule, those of their desired rules
  * (`rulesOf`, as many). The desired digests are made DIGESTS_PER_CALL rules at a time (a few
- * chains in one call, a big chain in slices) and compared at once: at 100,000 rules, 100,000
- * strings and the expression index that made them (11 MiB) were all alive together, promoted to
- * the old generation in the middle of a restart's adoption, where its peak was (issue 14).
+ * chains in one call, a big chain in slices) and compared at once: made in one call, every rule's
+ * digest string and the expression index that made them were alive together, promoted to the old
+ * generation in the middle of a restart's adoption, where its peak was.
  */
 function sameDigests(dumps: readonly ChainDigests[], rulesOf: (d: ChainDigests) => ChainConfig['rules'],
-  ruleDigests: NonNullable<ReturnType<typeof loadAddon>['ruleDigests']>): Set<ChainDigests> {
+  ruleDigests: RuleDigester): Set<ChainDigests> {
   const differ = new Set<ChainDigests>();
   let group: { d: ChainDigests; from: number; rules: ChainConfig['rules'] }[] = [];
   let size = 0;
@@ -204,7 +207,7 @@ const DIGESTS_PER_CALL = 4096;
  * expression object encoded once (the keeper's desired rules share identical expressions,
  * src/model/compact.ts: at 100,000 rules of five expressions, about 100,000 to encode instead of 500,000).
  */
-function desiredDigests(chains: readonly ChainConfig['rules'][], ruleDigests: NonNullable<ReturnType<typeof loadAddon>['ruleDigests']>): string[][] {
+function desiredDigests(chains: readonly ChainConfig['rules'][], ruleDigests: RuleDigester): string[][] {
   const index = new Map<Expr, number>();
   const exprs: Expr[] = [];
   let size = 0;
@@ -250,8 +253,8 @@ export function compactRule(t: TableConfig, c: ChainConfig, r: ChainConfig['rule
 /**
  * The key rules are compared by: a SHA-256 of the rule's canonical form (ruleKey), 44 characters
  * instead of the canonical JSON's hundreds. Desired rules keep theirs for as long as the config
- * lives (and the known state shares it), so at 100,000 owned rules the JSON was 30 MiB of the
- * daemon's heap (issue 14's memory target); a collision would take a SHA-256 collision.
+ * lives (and the known state shares it), so the JSON would be a large part of a big config's heap;
+ * a collision would take a SHA-256 collision.
  */
 const sha256 = (s: string): string => (hashOnce ? hashOnce('sha256', s, 'base64') : createHash('sha256').update(s).digest('base64'));
 // crypto.hash (Node 20.12+): one call, no Hash object.
@@ -444,7 +447,7 @@ export function diffTable(want: TableConfig, have: ObservedTable, options: DiffO
     const rules = have.rules.get(c.name) ?? [];
     // Every kernel rule known to be the desired rule at its place (the start-up's adoption by
     // digests): equal, without a key. Comparing keys would hash every desired rule's canonical form
-    // and keep the key on it for the daemon's life (100,000 rules: 1.4 s and 11 MiB of a restart).
+    // and keep the key on it for the daemon's life: seconds and megabytes of a big restart.
     if (holdsDesired(rules, c.rules)) continue;
     const keys = kernelKeys(rules, resolve);
     const setsOf = (j: number) => c.rules[j]!.compiled.sets.length;
@@ -808,8 +811,8 @@ export function planTable(batch: Batch, want: TableConfig, have: ObservedTable, 
     for (const r of c.rules) {
       for (const s of r.compiled.sets) batch.add('set', { ...s, family, table });
       // One literal, not batch.add's spread: once optimized, V8 gave every spread copy a hidden
-      // class of its own (a map, descriptors and a property array: 270 bytes an op, 26 MB of an
-      // install of 100,000 rules). userdata undefined is the same as absent to the encoder.
+      // class of its own (a map, descriptors and a property array per op, live from the plan to
+      // the read-back). userdata undefined is the same as absent to the encoder.
       batch.push({ verb: 'add', object: 'rule', family, table, chain: c.name, exprs: r.compiled.exprs, userdata: r.compiled.userdata });
     }
   }

@@ -1,10 +1,9 @@
 /**
- * The desired rules in the form the keeper keeps them for its whole life (issue 14's memory
- * target): each rule's expression list an exact-size frozen array, and identical expressions
- * shared between rules (one frozen object for every rule's `ip daddr 192.0.2.1` load and compare,
- * its `return`). A compiled rule built with push() carries a list with room for 17 entries, and
- * every rule its own copy of expressions most rules have in common: at 100,000 owned rules that
- * was 30 MB of the daemon's heap.
+ * The desired rules in the form the keeper keeps them for its whole life: each rule's expression
+ * list an exact-size frozen array, and identical expressions shared between rules (one frozen
+ * object for every rule's `ip daddr 192.0.2.1` load and compare, its `return`). A compiled rule
+ * built with push() carries a list with spare room, and every rule its own copy of expressions
+ * most rules have in common: with many owned rules that was much of the daemon's heap.
  *
  * Frozen is also what lets the batch validation check a rule's expressions once (src/netlink/validate.ts),
  * and the event mirror re-add them as they are.
@@ -20,11 +19,11 @@ const CANDIDATES = 4096;
 
 /**
  * Identical expressions as one frozen object. An expression is a candidate when first seen and
- * shared from its second sighting on; candidates are forgotten CANDIDATES at a time. Every
- * expression's JSON kept until the end of a load was 13 MiB of the heap at 100,000 rules that each
- * match their own address (100,000 keys of expressions no other rule has), live through the
- * compile and garbage at the install's commit, the start-up's peak (issue 14). What that costs: an
- * expression met again only after CANDIDATES others is one more object, shared from then on.
+ * shared from its second sighting on; candidates are forgotten CANDIDATES at a time. Keeping every
+ * expression's JSON until the end of a load kept a key for each expression no other rule has (a
+ * rule per address: one each), live through the compile and garbage at the install's commit, the
+ * start-up's peak. What that costs: an expression met again only after CANDIDATES others is one
+ * more object, shared from then on.
  */
 export class ExprPool {
   private readonly shared = new Map<string, Expr>();
@@ -41,7 +40,7 @@ export class ExprPool {
       return c;
     }
     if (this.candidates.size >= CANDIDATES) this.candidates = new Map();
-    // Frozen as they are: a frozen copy made by spreading gets a hidden class of its own (~250 bytes).
+    // Frozen as they are: a frozen copy made by spreading gets a hidden class of its own.
     this.candidates.set(key, Object.freeze(e));
     return e;
   }
@@ -57,7 +56,7 @@ export function compactRules(tables: readonly TableConfig[]): void {
 /**
  * Compacts the rules of `chains` in place, sharing expressions through `shared`. An owner's rules
  * are compacted once, when compiled (src/owners/spec.ts): a registration then need not walk every
- * other owner's rules to find them compacted already (1.7 ms a PUT at 1,000 owners).
+ * other owner's rules to find them compacted already (a cost that grew with the owners).
  */
 export function compactChains(chains: Iterable<Pick<ChainConfig, 'rules'>>, shared = new ExprPool()): void {
   for (const c of chains) {
@@ -72,13 +71,13 @@ export function compactAsCompiled(): (compiled: ChainConfig['rules'][number]['co
 }
 
 /**
- * Compacts one compiled rule in place. The config compacts each rule as it compiles it (issue 14):
- * the expressions a rule was compiled with then die young, instead of 100,000 rules' worth (27 MB
- * at 100,000 rules) being promoted to the old generation and dropped only after the whole file.
+ * Compacts one compiled rule in place. The config compacts each rule as it compiles it: the
+ * expressions a rule was compiled with then die young, instead of the whole file's worth being
+ * promoted to the old generation and dropped only after the whole file.
  */
 export function compactRule(compiled: ChainConfig['rules'][number]['compiled'], shared: ExprPool): void {
   // Compacted already (a rule kept from the previous config, an owner's rule, a config's rule): its
-  // list is frozen. Not a WeakSet of the done ones: that was ~60 bytes a rule for the daemon's life.
+  // list is frozen. Not a WeakSet of the done ones: an entry a rule for the daemon's life.
   if (Object.isFrozen(compiled.exprs)) return;
   const exprs = new Array<Expr>(compiled.exprs.length);
   for (let i = 0; i < exprs.length; i++) exprs[i] = shared.intern(compiled.exprs[i]!);

@@ -3,7 +3,7 @@
  * removed: its chains, and its jumps in the dispatch chains; src/owners/merge.ts), and exactly
  * which. A pass whose known state (src/keeper/known.ts) holds the earlier table verified whole then compares,
  * plans and follows only those chains, and in a dispatch chain only the rules that changed: a
- * registration costs its owner, not a walk of every owner's chains and jumps (issue 14).
+ * registration costs its owner, not a walk of every owner's chains and jumps.
  *
  * What a derivation says is a fact about two config objects, not about the kernel: every chain of
  * `table` not in `changed` is the same object, at the same place among the others, as in `from`;

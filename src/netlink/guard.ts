@@ -44,7 +44,7 @@ export interface GuardOptions {
    * without planning again. The guard proved the kernel was at the planned-from generation when
    * the batch applied atomically, and one step means ours was the only commit since, so the
    * kernel holds what the plan saw plus the batch; the read-back would cost as much as the look
-   * (every owned rule) for nothing (issue 14). A caller must read back later as a safety net.
+   * (every owned rule) for nothing. A caller must read back later as a safety net.
    */
   trustSoleCommit?: boolean;
   /** Called for each commit refused as stale, before the next attempt. */

@@ -4,7 +4,7 @@
  * only the namespace the rules go into can say which index a name has.
  */
 import { NetlinkError, errnoName } from '../base/errors.js';
-import { loadAddon } from '../native.js';
+import { loadAddon } from './addon.js';
 
 export interface Link {
   index: number;

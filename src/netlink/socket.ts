@@ -11,8 +11,7 @@ import { Batch } from './batch.js';
 import { describeOp, type Op } from './ops.js';
 import { validateOp } from './validate.js';
 import type { Expr, Family } from './expr.js';
-import type { NativeSocket } from './native.js';
-import { loadAddon } from '../native.js';
+import { loadAddon, type Addon, type NativeSocket } from './addon.js';
 import type { Chain, ChainDigests, NftObj, NftSet, Rule, SetElement, Table } from './objects.js';
 import type { CommitOptions, CommitResult, NftConn } from './conn.js';
 
@@ -263,6 +262,17 @@ export function preencoded(ops: readonly Op[]): (Buffer | undefined)[] | undefin
     (out ??= new Array<Buffer | undefined>(ops.length))[i] = b;
   }
   return out;
+}
+
+/**
+ * Each rule's digest (Rule.digest) from the bytes a commit would write for it, '' where there is
+ * none: the addon's ruleDigests (its arguments are described there).
+ */
+export type RuleDigester = NonNullable<Addon['ruleDigests']>;
+
+/** The addon's rule digests, or undefined from an addon built before them. */
+export function ruleDigester(): RuleDigester | undefined {
+  return loadAddon().ruleDigests;
 }
 
 function repeatsAnElement(els: readonly SetElement[]): boolean {

@@ -20,7 +20,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { dirname } from 'node:path';
 import type { Logger } from 'pino';
 import { NfkeeperError } from '../base/errors.js';
-import { loadAddon } from '../native.js';
+import { peerCred } from '../netlink/unix.js';
 import { OwnerApplyError, OwnerLimitError, OwnerStateWriteError, type OwnerRegistry } from './registry.js';
 import { OwnerSpecError, validateOwnerId } from './spec.js';
 
@@ -138,7 +138,6 @@ export interface ControlServer {
 
 /** Listens on the Unix socket `o.path`, replacing a stale socket file but never a live daemon's. */
 export async function serveControl(o: ControlOptions): Promise<ControlServer> {
-  const addon = loadAddon();
   const allowed = new Set([0, ...(o.allowUids ?? [process.geteuid?.() ?? 0])]);
   const refused = new WeakMap<Socket, { status: number; why: string }>();
   const maxConnections = Math.max(1, Math.min(o.maxConnections ?? MAX_CONNECTIONS, connectionsWithinFdLimit()));
@@ -159,7 +158,7 @@ export async function serveControl(o: ControlOptions): Promise<ControlServer> {
       return;
     }
     const fd = (sock as unknown as { _handle?: { fd?: number } })._handle?.fd;
-    const cred = typeof fd === 'number' && fd >= 0 ? addon.peerCred(fd) : -1;
+    const cred = typeof fd === 'number' && fd >= 0 ? peerCred(fd) : -1;
     if (typeof cred === 'number') refused.set(sock, { status: 403, why: 'the peer\'s credentials could not be read' });
     else if (!allowed.has(cred.uid)) refused.set(sock, { status: 403, why: `uid ${cred.uid} (pid ${cred.pid}) may not use the control socket; it is root's` });
   });

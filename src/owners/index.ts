@@ -1,4 +1,4 @@
-/** Owners (issue 5): the control API, the state file, owners merged into the desired state, owned GC. */
+/** Owners: the control API, the state file, owners merged into the desired state, owned GC. */
 export { OWNERS_SCHEMA, DEFAULT_LIMITS, DEFAULT_SOCKET, DEFAULT_STATE, type OwnersConfig } from '../config/owners.js';
 export {
   OWNER_ID_RE, OWNER_SPEC, OwnerSpecError, compileOwner, ownerChainName, ownerOfRule, ownerTag, parseOwnerChain,

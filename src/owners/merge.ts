@@ -70,8 +70,8 @@ type Rules = ChainConfig['rules'];
  * The owners' part of a merge, for one config's tables: the owners' chains in id order, and each
  * dispatch chain's (oc.dispatch order) jump rules, with where each owner's start (`at[i]`; at[n]
  * is the end). A registration changes one owner: the next merge copies the others' runs from here
- * instead of asking every owner for its chains and jumps again (0.5 ms a registration at 1,000
- * owners, about six times what the copying costs).
+ * instead of asking every owner for its chains and jumps again, which costs several times the
+ * copying.
  */
 interface Merged {
   oc: OwnersConfig;

@@ -22,7 +22,7 @@ import { OwnerSpecError, compileOwner, type Owner, type OwnerSpec } from './spec
 
 export const STATE_VERSION = 1;
 
-/** A state file or journal bigger than this is refused (10,000 owners of 100 rules take about 60 MiB). */
+/** A state file or journal bigger than this is refused: well above what the owner limit (MAX_OWNERS) of big owners takes. */
 export const MAX_STATE_BYTES = 256 << 20;
 
 export class OwnersStateError extends NfkeeperError {

@@ -132,7 +132,7 @@ export function setIntervals(keyLen: number, elements: readonly SetElement[]): {
   return out;
 }
 
-// ---- concatenated keys and maps (the rule side of issue 13) -----------------------------
+// ---- concatenated keys and maps, as rules use them -----------------------------------
 
 /** One part of a set key: its datatype id, length, byte order and nft's typeof description. */
 export interface KeyPartDesc {

@@ -242,7 +242,7 @@ describe('named sets and maps: nft is the oracle', () => {
         // Elements decoded through JSON (the dump's fast path) are the objects DecodeSetElems builds.
         const sock = open({ netns: b.path });
         try {
-          const native = (sock as unknown as { native: import('../../src/netlink/native.js').NativeSocket }).native;
+          const native = (sock as unknown as { native: import('../../src/netlink/addon.js').NativeSocket }).native;
           let n = 0;
           for (const set of await sock.listSets({ family: 'inet', table: 'keep' })) {
             const viaJson = await native.dump('element', 'inet', 'keep', set.name, false);

@@ -17,7 +17,7 @@ import { createNetns, type Netns } from '../helpers/netns.js';
 import { chainLines, handles, startKeeper } from './helpers.js';
 import { Batch } from '../../src/netlink/batch.js';
 import { compileRule, queueRule } from '../../src/rules/index.js';
-import { loadAddon } from '../../src/native.js';
+import { ruleDigester } from '../../src/netlink/socket.js';
 import { CORPUS } from '../rules/corpus.js';
 import { BASE_CHAINS, CHAIN_NAME, INTERFACES, TABLE } from '../rules/oracle.js';
 
@@ -227,7 +227,7 @@ ${[0, 1, 2].map((i) => `          - ip saddr 10.1.${c}.${i} ip daddr 192.0.2.${i
 
 describe('the digest of what a commit writes is the dump\'s digest of what the kernel holds', () => {
   it('for every rule of the corpus that has one (anonymous sets have none, on both sides)', async () => {
-    const ruleDigests = loadAddon().ruleDigests!;
+    const ruleDigests = ruleDigester()!;
     let compared = 0;
     for (const family of ['ip', 'ip6', 'inet'] as const) {
       const rules = CORPUS.filter((c) => c.family === family);

@@ -16,7 +16,7 @@ import { main } from '../../src/cli.js';
 import type { AttributionEvent, ForeignChange } from '../../src/keeper/attribution.js';
 import { sendEvents, serveMetrics } from '../../src/keeper/http.js';
 import type { Keeper } from '../../src/keeper/keeper.js';
-import { PROJECT_ROOT } from '../../src/native.js';
+import { PROJECT_ROOT } from '../../src/netlink/addon.js';
 import { serveControl } from '../../src/owners/api.js';
 import { withKeeper } from '../helpers/keeper.js';
 import { tempDir } from '../helpers/tmp.js';

@@ -7,7 +7,7 @@ import { describe, expect, it } from 'vitest';
 import {
   Batch, GenerationMismatchError, InvalidOperationError, NetlinkError, open, type Expr, type Op,
 } from '../../src/index.js';
-import type { NativeSocket } from '../../src/netlink/native.js';
+import type { NativeSocket } from '../../src/netlink/addon.js';
 import { withNetns } from '../helpers/netns.js';
 import { ip4, listRuleset, loadIptablesForeign, matchAddr, OWNED, ownedSetup, scaled, withSocket } from './fixtures.js';
 

@@ -11,7 +11,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { DumpInterruptedError, NetlinkError, open, type Op, type Rule } from '../../src/index.js';
-import { loadAddon } from '../../src/native.js';
+import { loadAddon } from '../../src/netlink/addon.js';
 import { ip4, withSocket } from './fixtures.js';
 import { sleep } from '../helpers/wait.js';
 

@@ -162,7 +162,7 @@ describe('namespace isolation', () => {
 });
 
 describe('rule decoding', () => {
-  it('rules decoded through JSON are the objects DecodeRule builds, field for field and in order', async () => {
+  it('rules of nft, iptables-nft and ours decode, the unmodelled kept as unknown; a chain\'s dump is the table dump\'s rules of that chain', async () => {
     await withNetns(async (ns) => {
       // A spread of what the kernel sends back: nft's own rules (sets, maps,
       // unknown expressions, comments as userdata, verdict maps, nat), an
@@ -186,21 +186,21 @@ describe('rule decoding', () => {
       const s = open({ netns: ns.path });
       try {
         await s.commit(ownedSetup());
-        const native = (s as unknown as { native: import('../../src/netlink/native.js').NativeSocket }).native;
+        const native = (s as unknown as { native: import('../../src/netlink/addon.js').NativeSocket }).native;
         let total = 0;
+        let odd: unknown[] = [];
         for (const [family, table] of [['ip', 'kube'], ['ip', 'nat'], ['inet', 'odd'], [F, T]] as const) {
-          const viaJson = await native.dump('rule', family, table, undefined, false);
-          const viaObjects = await native.dump('rule', family, table, undefined, false, true);
-          expect(viaJson.length).toBeGreaterThan(0);
-          expect(viaJson).toStrictEqual(viaObjects);
-          // Same key order too: what JSON.stringify (and so canonical keys) sees.
-          expect(JSON.stringify(viaJson)).toBe(JSON.stringify(viaObjects));
-          total += viaJson.length;
+          const rules = await native.dump('rule', family, table, undefined, false) as { family: string; table: string }[];
+          expect(rules.length).toBeGreaterThan(0);
+          expect(rules.every((r) => r.family === family && r.table === table)).toBe(true);
+          if (table === 'odd') odd = rules;
+          total += rules.length;
         }
         expect(total).toBeGreaterThan(400);
-        // A chain-filtered dump of the same table agrees with the table dump.
+        // A chain-filtered dump of the same table agrees with the table dump, key order included.
         const chainOnly = await native.dump('rule', 'inet', 'odd', 'c', false);
         expect(chainOnly).toHaveLength(7);
+        expect(JSON.stringify(chainOnly)).toBe(JSON.stringify((odd as { chain: string }[]).filter((r) => r.chain === 'c')));
         expect((chainOnly as { exprs: { kind: string }[] }[]).some((r) => r.exprs.some((e) => e.kind === 'unknown'))).toBe(true);
       } finally {
         s.close();

@@ -8,7 +8,7 @@ import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { open, SocketClosedError, type Op } from '../../src/index.js';
-import { PROJECT_ROOT } from '../../src/native.js';
+import { PROJECT_ROOT } from '../../src/netlink/addon.js';
 import { withNetns } from '../helpers/netns.js';
 import { fdCount, loadIptablesForeign, matchAddr, OWNED, ownedSetup, withSocket } from './fixtures.js';
 

@@ -6,7 +6,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { Batch, open } from '../../src/index.js';
-import { loadAddon } from '../../src/native.js';
+import { loadAddon } from '../../src/netlink/addon.js';
 import type { Expr } from '../../src/netlink/expr.js';
 import { compileRule, ruleKey } from '../../src/rules/index.js';
 import { withNetns } from '../helpers/netns.js';

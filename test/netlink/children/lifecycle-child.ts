@@ -7,7 +7,7 @@ import { readdirSync, readlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { Worker } from 'node:worker_threads';
 import { Monitor, open, type NftSocket, type Op } from '../../../src/index.js';
-import { PROJECT_ROOT } from '../../../src/native.js';
+import { PROJECT_ROOT } from '../../../src/netlink/addon.js';
 import { sleep } from '../../helpers/wait.js';
 
 // Each open fd as "fd -> what it is": tsx's loader on Node 22 and 24 closes sockets of its own

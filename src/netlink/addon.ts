@@ -1,4 +1,7 @@
 /**
+ * The native addon: the shapes of what it exports, and its loader. Only src/netlink/ loads it
+ * (other folders use the typed calls in this folder: unix.ts, link.ts, socket.ts).
+ *
  * Finds and loads the native addon, once, and hands it the error class it
  * builds kernel failures from. Where it looks, first hit wins:
  *   1. $NFKEEPER_ADDON (another build, e.g. scripts/sanitize.sh's AddressSanitizer one);
@@ -12,13 +15,49 @@
 import { createRequire } from 'node:module';
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { dirname, join } from 'node:path';
-import { AddonLoadError, NetlinkError } from './base/errors.js';
-import type { NativeMonitor, NativeSocket } from './netlink/native.js';
+import { basename, dirname, join } from 'node:path';
+import { AddonLoadError, NetlinkError } from '../base/errors.js';
+
+export interface NativeSocket {
+  readonly portId: number;
+  readonly closed: boolean;
+  close(): void;
+  generation(): number;
+  dump(kind: 'table' | 'chain' | 'rule' | 'set' | 'element' | 'obj', family?: string, table?: string,
+    name?: string, single?: boolean, objects?: boolean, ruleMode?: 0 | 1 | 2): Promise<unknown[]>;
+  /** exprBytes: per op index, that rule's expressions as encodeExprs() gave them, or undefined (encoded now). */
+  commit(ops: readonly unknown[], generation?: number, echo?: boolean,
+    exprBytes?: readonly (Buffer | undefined)[]): Promise<void | { handles: [number, number][] }>;
+  /** commit() of a small batch on this thread, or false (not small, or the socket busy): nothing sent. Absent from an older addon. */
+  commitNow?(ops: readonly unknown[], generation?: number, echo?: boolean,
+    exprBytes?: readonly (Buffer | undefined)[]): void | { handles: [number, number][] } | false;
+}
+
+export interface NativeMonitor {
+  close(): void;
+  setFilter(tables: [string, string][] | null, ignorePorts: number[]): void;
+  progress(): [number, number, number];
+  anchor(generation: number, overflowsSeen: number): void;
+  /** Absent from an addon built before it. */
+  skipOwn?(generation: number): void;
+  /** Absent from an addon built before it (Monitor.arm). */
+  arm?(socket: NativeSocket, generation: number, ops: readonly unknown[], handles: readonly number[],
+    exprBytes?: readonly (Buffer | undefined)[]): boolean;
+  disarm?(): void;
+  pause?(): void;
+  resume?(): boolean;
+  ref(): void;
+  unref(): void;
+}
 
 export interface Addon {
   NftSocket: new (netns?: string, options?: { receiveBufferLimit?: number }) => NativeSocket;
-  NftMonitor: new (netns: string | undefined, onBatch: (batch: unknown) => void,
+  /**
+   * onBatch: each batch as one record, with progress() as it stands while onBatch runs. `Batch` is
+   * MonitorBatch (monitor.ts), named there so that this file imports nothing of netlink/.
+   */
+  NftMonitor: new <Batch>(netns: string | undefined,
+    onBatch: (batch: Batch, lastGeneration: number, runStart: number, delivered: number) => void,
     tables: [string, string][] | null, ignorePorts: number[], ownCommits?: boolean,
     receiveBuffer?: number) => NativeMonitor;
   init(errorClass: typeof NetlinkError): void;
@@ -49,8 +88,9 @@ export interface Addon {
   trimMemory?(): boolean;
 }
 
-/** The project (or installed package) root: this file sits in src/ or dist/. */
-export const PROJECT_ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
+const HERE = dirname(fileURLToPath(import.meta.url));
+/** The project (or installed package) root: this file sits in src/netlink/ or dist/netlink/, or is bundled into dist/nfkeeper.mjs. */
+export const PROJECT_ROOT = basename(HERE) === 'netlink' ? join(HERE, '..', '..') : join(HERE, '..');
 
 /** "glibc" or "musl": the C library this Node runs on (musl Nodes report no glibc version). */
 export function libc(): 'glibc' | 'musl' {

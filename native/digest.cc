@@ -1,0 +1,146 @@
+#include "digest.h"
+
+#include <libmnl/libmnl.h>
+#include <linux/netfilter/nf_tables.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "common.h"
+
+namespace nfk {
+
+namespace {
+
+// MurmurHash3 x64 128 (Austin Appleby, public domain), over one buffer.
+inline uint64_t Rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+inline uint64_t Fmix(uint64_t k) {
+  k ^= k >> 33;
+  k *= 0xff51afd7ed558ccdULL;
+  k ^= k >> 33;
+  k *= 0xc4ceb9fe1a85ec53ULL;
+  k ^= k >> 33;
+  return k;
+}
+void Murmur3x64_128(const uint8_t* data, size_t len, uint64_t out[2]) {
+  const uint64_t c1 = 0x87c37b91114253d5ULL, c2 = 0x4cf5ad432745937fULL;
+  uint64_t h1 = 0x9e3779b97f4a7c15ULL, h2 = 0x6a09e667f3bcc908ULL;
+  size_t nblocks = len / 16;
+  for (size_t i = 0; i < nblocks; i++) {
+    uint64_t k1, k2;
+    std::memcpy(&k1, data + i * 16, 8);
+    std::memcpy(&k2, data + i * 16 + 8, 8);
+    k1 *= c1; k1 = Rotl(k1, 31); k1 *= c2; h1 ^= k1;
+    h1 = Rotl(h1, 27); h1 += h2; h1 = h1 * 5 + 0x52dce729;
+    k2 *= c2; k2 = Rotl(k2, 33); k2 *= c1; h2 ^= k2;
+    h2 = Rotl(h2, 31); h2 += h1; h2 = h2 * 5 + 0x38495ab5;
+  }
+  const uint8_t* tail = data + nblocks * 16;
+  uint64_t k1 = 0, k2 = 0;
+  switch (len & 15) {
+    case 15: k2 ^= uint64_t(tail[14]) << 48; [[fallthrough]];
+    case 14: k2 ^= uint64_t(tail[13]) << 40; [[fallthrough]];
+    case 13: k2 ^= uint64_t(tail[12]) << 32; [[fallthrough]];
+    case 12: k2 ^= uint64_t(tail[11]) << 24; [[fallthrough]];
+    case 11: k2 ^= uint64_t(tail[10]) << 16; [[fallthrough]];
+    case 10: k2 ^= uint64_t(tail[9]) << 8; [[fallthrough]];
+    case 9: k2 ^= uint64_t(tail[8]); k2 *= c2; k2 = Rotl(k2, 33); k2 *= c1; h2 ^= k2; [[fallthrough]];
+    case 8: k1 ^= uint64_t(tail[7]) << 56; [[fallthrough]];
+    case 7: k1 ^= uint64_t(tail[6]) << 48; [[fallthrough]];
+    case 6: k1 ^= uint64_t(tail[5]) << 40; [[fallthrough]];
+    case 5: k1 ^= uint64_t(tail[4]) << 32; [[fallthrough]];
+    case 4: k1 ^= uint64_t(tail[3]) << 24; [[fallthrough]];
+    case 3: k1 ^= uint64_t(tail[2]) << 16; [[fallthrough]];
+    case 2: k1 ^= uint64_t(tail[1]) << 8; [[fallthrough]];
+    case 1: k1 ^= uint64_t(tail[0]); k1 *= c1; k1 = Rotl(k1, 31); k1 *= c2; h1 ^= k1;
+  }
+  h1 ^= len; h2 ^= len;
+  h1 += h2; h2 += h1;
+  h1 = Fmix(h1); h2 = Fmix(h2);
+  h1 += h2; h2 += h1;
+  out[0] = h1;
+  out[1] = h2;
+}
+
+void PutSegment(std::string* buf, const void* data, size_t len) {
+  uint32_t n = static_cast<uint32_t>(len);
+  buf->append(reinterpret_cast<const char*>(&n), sizeof(n));
+  buf->append(static_cast<const char*>(data), len);
+}
+
+// A lookup (or dynset) of an anonymous set: the rule's key depends on the set's elements.
+bool LooksUpAnonymousSet(const RawExpr& e) {
+  if (e.data == nullptr || (e.name != "lookup" && e.name != "dynset")) return false;
+  const nlattr* attr;
+  NFK_NESTED_FOR_EACH(attr, e.data) {
+    uint16_t type = mnl_attr_get_type(attr);
+    bool isSetName = (e.name == "lookup" && type == NFTA_LOOKUP_SET) || (e.name == "dynset" && type == NFTA_DYNSET_SET_NAME);
+    if (!isSetName) continue;
+    const char* name = static_cast<const char*>(mnl_attr_get_payload(attr));
+    size_t len = strnlen(name, mnl_attr_get_payload_len(attr));
+    return len >= 2 && name[0] == '_' && name[1] == '_';
+  }
+  return false;
+}
+
+}  // namespace
+
+// More attributes than any expression has (nat has 7, payload 8): a rule with more gets no digest.
+constexpr size_t kDigestAttrs = 32;
+
+bool AppendExprDigestSegment(std::string* buf, const RawExpr& e) {
+  if (LooksUpAnonymousSet(e)) return false;
+  PutSegment(buf, e.name.data(), e.name.size());
+  if (e.data == nullptr || e.name == "counter") {
+    PutSegment(buf, "", 0);
+    return true;
+  }
+  // The expression's attributes by type, not in the order they came: the kernel dumps some
+  // expressions' attributes in another order than libnftnl writes them (bitwise, fib, ct), and
+  // the order means nothing to it. So the digest of what a commit would write (ruleDigests)
+  // equals the dump's for the same expressions. Nested attributes are the kernel's own order.
+  const nlattr* attrs[kDigestAttrs];
+  size_t n = 0;
+  const nlattr* attr;
+  NFK_NESTED_FOR_EACH(attr, e.data) {
+    // No expression has that many; no digest rather than a partial one.
+    if (n == kDigestAttrs) return false;
+    size_t i = n++;
+    uint16_t type = mnl_attr_get_type(attr);
+    for (; i > 0 && mnl_attr_get_type(attrs[i - 1]) > type; i--) attrs[i] = attrs[i - 1];
+    attrs[i] = attr;
+  }
+  uint32_t count = static_cast<uint32_t>(n);
+  buf->append(reinterpret_cast<const char*>(&count), sizeof(count));
+  for (size_t i = 0; i < n; i++) {
+    uint16_t type = mnl_attr_get_type(attrs[i]);
+    buf->append(reinterpret_cast<const char*>(&type), sizeof(type));
+    PutSegment(buf, mnl_attr_get_payload(attrs[i]), mnl_attr_get_payload_len(attrs[i]));
+  }
+  return true;
+}
+
+void AppendUserdataDigestSegment(std::string* buf, const void* userdata, size_t len) {
+  PutSegment(buf, len > 0 ? userdata : "", len);
+}
+
+std::string DigestOf(const std::string& buf) {
+  uint64_t h[2];
+  Murmur3x64_128(reinterpret_cast<const uint8_t*>(buf.data()), buf.size(), h);
+  return ToHex(h, sizeof(h));
+}
+
+std::string RuleDigest(const nlattr* userdata, const nlattr* expressions) {
+  std::string buf;
+  if (userdata != nullptr) AppendUserdataDigestSegment(&buf, mnl_attr_get_payload(userdata), mnl_attr_get_payload_len(userdata));
+  else AppendUserdataDigestSegment(&buf, nullptr, 0);
+  std::vector<RawExpr> raw;
+  if (expressions != nullptr) raw = WalkExpressions(expressions);
+  for (const RawExpr& e : raw) {
+    if (!AppendExprDigestSegment(&buf, e)) return "";
+  }
+  return DigestOf(buf);
+}
+
+}  // namespace nfk
