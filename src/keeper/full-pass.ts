@@ -139,7 +139,7 @@ export class FullPass implements RepairPath<Promise<Outcome>> {
       if (k.sock!.generation() !== look.generation) return;
       const before = mirror.valid && mirror.generation === look.generation
         ? mirrorView(mirror, k.desired) : undefined;
-      // The look's garbage goes before the mirror takes its per-rule index (src/heap.ts).
+      // The look's garbage goes before the mirror takes its per-rule index (src/base/heap.ts).
       if (countRules(k.desired) >= COLLECT_BEFORE_OPS) collectGarbage();
       if (!mirror.seed(k.desired, look.observed, look.generation)) return;
       // After an overflow the monitor's run of whole commits restarts from here.
