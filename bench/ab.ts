@@ -7,7 +7,7 @@
  *   npx tsx bench/ab.ts A.node B.node [--blocks 10]
  */
 import { createRequire } from 'node:module';
-import { NetlinkError } from '../src/errors.js';
+import { NetlinkError } from '../src/base/errors.js';
 import { ownedSetup, OWNED } from '../test/netlink/fixtures.js';
 import { withBenchNetns } from './lib/netns.js';
 

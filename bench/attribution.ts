@@ -13,8 +13,8 @@ import { performance } from 'node:perf_hooks';
 import { loadavg } from 'node:os';
 import { parseArgs } from 'node:util';
 import { Attribution, resolveCommitter } from '../src/keeper/attribution.js';
-import { KeeperMetrics } from '../src/metrics.js';
-import type { MonitorBatch } from '../src/netlink/monitor.js';
+import { KeeperMetrics } from '../src/base/metrics.js';
+import type { MonitorBatch } from '../src/netlink/events.js';
 
 const { values } = parseArgs({ options: { changes: { type: 'string', default: '100000' }, history: { type: 'string', default: '256' } } });
 const changes = Number(values.changes);

@@ -30,7 +30,7 @@ import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import { anyInterface, parseNftConfig } from '../src/config/config.js';
 import { readNftFile } from '../src/config/nftfile.js';
-import { ConfigError } from '../src/errors.js';
+import { ConfigError } from '../src/base/errors.js';
 import { PROJECT_ROOT } from '../src/netlink/addon.js';
 import { compileRule } from '../src/rules/index.js';
 import { kubeProxy } from '../test/helpers/peers/kube-proxy.js';

@@ -19,7 +19,8 @@
 import { performance } from 'node:perf_hooks';
 import { Batch } from '../src/netlink/batch.js';
 import type { Family } from '../src/netlink/expr.js';
-import { Monitor, type MonitorBatch } from '../src/netlink/monitor.js';
+import { Monitor } from '../src/netlink/monitor.js';
+import type { MonitorBatch } from '../src/netlink/events.js';
 import type { SetElement } from '../src/netlink/objects.js';
 import { open, type NftSocket } from '../src/netlink/socket.js';
 import { ruleKey } from '../src/rules/index.js';

@@ -37,7 +37,7 @@ import { parseNftConfig, type Config } from '../src/config/config.js';
 import { Keeper } from '../src/keeper/keeper.js';
 import type { NftConn, NftHost } from '../src/netlink/conn.js';
 import { Monitor } from '../src/netlink/monitor.js';
-import { diffTable, observeTable, planTable } from '../src/keeper/reconcile.js';
+import { diffTable, observeTable, planTable } from '../src/keeper/table.js';
 import { Batch } from '../src/netlink/batch.js';
 import { open } from '../src/netlink/socket.js';
 import { kpNft, runS6Elements } from './scenarios/s6-elements.js';

@@ -1,5 +1,5 @@
 // Shared plumbing for the addon: per-environment state, hex conversion and
-// errors. Errors are created from the JS class that src/errors.ts hands to
+// errors. Errors are created from the JS class that src/base/errors.ts hands to
 // the addon at init (better-sqlite3's pattern), so C++ never invents its own
 // error shapes.
 #pragma once
@@ -90,7 +90,7 @@ class Keys {
 // in its arenas for the life of the daemon.
 void ReleaseFreedMemory(size_t bytes);
 
-// trimMemory(): the same for the JS side, after V8 shrank its heap (src/daemon.ts): the garbage
+// trimMemory(): the same for the JS side, after V8 shrank its heap (src/run.ts): the garbage
 // collector's worker threads leave freed worklists in their own arenas.
 Napi::Value TrimMemory(const Napi::CallbackInfo& info);
 

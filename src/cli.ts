@@ -7,10 +7,10 @@ import { Argument, Command, CommanderError, Option } from 'commander';
 import { SHELLS, completionScript, type Shell } from './completion.js';
 import type { ExportFormat } from './config/export.js';
 import { DEFAULT_SOCKET } from './config/paths.js';
-import { ConfigError, NfkeeperError } from './errors.js';
+import { ConfigError, NfkeeperError } from './base/errors.js';
 import type { KeeperStatus } from './keeper/keeper.js';
 import type { Family } from './netlink/expr.js';
-import { parseBoundedDuration } from './duration.js';
+import { parseBoundedDuration } from './base/duration.js';
 
 // What a command needs is imported when it runs, not here: the modules that reach the kernel
 // (and load the native addon), so that validate, version, --help and the owner client commands
@@ -207,7 +207,7 @@ export async function main(argv: string[], io: Out = {
     .action(async (o: RunOptions) => {
       // Every flag is checked before anything is opened, bound or read.
       const d = await runOptions(o);
-      const { runDaemon } = await import('./daemon.js');
+      const { runDaemon } = await import('./run.js');
       code = await runDaemon(d);
     });
 
@@ -311,7 +311,7 @@ export async function main(argv: string[], io: Out = {
     .action(async (id: string, o: { file: string; socket: string; json?: boolean }) => {
       let text: string;
       try {
-        text = (await import('./regular-file.js')).readRegularFile(o.file, (await import('./owners/api.js')).MAX_BODY).toString('utf8');
+        text = (await import('./base/regular-file.js')).readRegularFile(o.file, (await import('./owners/api.js')).MAX_BODY).toString('utf8');
       } catch (e) {
         throw new NfkeeperError(`${o.file}: cannot read: ${(e as Error).message}`);
       }
@@ -424,10 +424,10 @@ async function oneShot(o: OneShotOptions, apply: boolean, io: Out): Promise<numb
 async function oneShotLocked(o: OneShotOptions, config: import('./config/config.js').Config, apply: boolean, io: Out,
   progress: Progress): Promise<number> {
   // Registered owners are desired state too; a corrupt state file stops here, before the kernel.
-  const owners = config.owners ? (await import('./owners/state.js')).loadOwners(config) : [];
+  const owners = config.owners ? (await import('./owners/state-file.js')).loadOwners(config) : [];
   const { countRules } = await configs();
   progress.step(() => `${o.config}: ${plural(config.tables.length, 'table')}, ${plural(countRules(config.tables), 'rule')} compiled`);
-  const { checkOnce, renderDrift } = { ...await oneshot(), ...await import('./keeper/reconcile.js') };
+  const { checkOnce, renderDrift } = { ...await oneshot(), ...await import('./keeper/table.js') };
   const sock = new (await netlink()).NftSocket({ netns: o.netns });
   try {
     const { drift, ops, protectUnsupported } = await checkOnce(sock, config, apply, owners);
@@ -512,7 +512,7 @@ interface RunOptions {
 }
 
 /** The run flags, checked and converted; each refusal names the flag and what it takes. */
-async function runOptions(o: RunOptions): Promise<import('./daemon.js').DaemonOptions> {
+async function runOptions(o: RunOptions): Promise<import('./run.js').DaemonOptions> {
   const intervalMs = parseBoundedDuration('--interval', o.interval, INTERVAL_MIN_MS, INTERVAL_MAX_MS);
   const logLevel = (await import('./log.js')).parseLogLevel(o.logLevel);
   if (o.metrics !== false) await listen(o.metrics);

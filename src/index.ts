@@ -1,5 +1,5 @@
 /** The library: each folder's public API (its index.ts), plus errors, metrics and durations. */
-export * from './errors.js';
+export * from './base/errors.js';
 export * from './netlink/index.js';
 export { compileRule, renderRule, ruleKey, rulesEqual, commentOf, commentUserdata, decodeXtComment, xtComments,
   type CompiledRule, type CompileContext, type SetResolver } from './rules/index.js';
@@ -8,7 +8,7 @@ export {
   Keeper, cleanup, checkOnce, Reconciler, TableOwnedError, type CheckResult, type KeeperOptions, type Look, type PassInput,
   type PassOutcome, type PassResult, type RepairReport, type KeeperStatus,
 } from './keeper/index.js';
-export { KeeperMetrics } from './metrics.js';
+export { KeeperMetrics } from './base/metrics.js';
 export * from './owners/index.js';
 export * from './gc/index.js';
-export { parseDuration, DurationError } from './duration.js';
+export { parseDuration, DurationError } from './base/duration.js';

@@ -13,7 +13,7 @@ import { createHash } from 'node:crypto';
 import { closeSync, ftruncateSync, mkdirSync, openSync, readFileSync, writeSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { dirname } from 'node:path';
-import { NfkeeperError } from './errors.js';
+import { NfkeeperError } from './base/errors.js';
 import { lockCalls } from './netlink/unix.js';
 
 export class KeeperLockedError extends NfkeeperError {

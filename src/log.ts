@@ -11,7 +11,7 @@
  *    renamed `levelField` here instead.
  */
 import pino, { type Logger, type DestinationStream } from 'pino';
-import { NfkeeperError } from './errors.js';
+import { NfkeeperError } from './base/errors.js';
 
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
 export type LogLevel = typeof LOG_LEVELS[number];

@@ -5,8 +5,8 @@
  * file's sequence number, signals the daemon, and waits for a newer one.
  */
 import { readFileSync } from 'node:fs';
-import { writeFileAtomic } from './atomic-file.js';
-import { NfkeeperError } from './errors.js';
+import { writeFileAtomic } from './base/atomic-file.js';
+import { NfkeeperError } from './base/errors.js';
 
 export interface ReloadStatus {
   /** Moves by one on every reload the daemon finishes, accepted or rejected. */

@@ -1,11 +1,11 @@
 /**
  * systemd's notify protocol (Type=notify): READY=1 once the desired ruleset
  * is verified in the kernel, WATCHDOG=1 from the loop, STOPPING=1 on the way
- * out; while starting, STATUS= and EXTEND_TIMEOUT_USEC= (src/daemon.ts). Without
+ * out; while starting, STATUS= and EXTEND_TIMEOUT_USEC= (src/run.ts). Without
  * $NOTIFY_SOCKET every call is a no-op.
  */
 import { sdNotify } from './netlink/unix.js';
-import { errnoName } from './errors.js';
+import { errnoName } from './base/errors.js';
 
 export class Notifier {
   readonly socket: string | undefined;

@@ -5,10 +5,10 @@
  * will accept (modulo the kernel's own refusals, which leave it unchanged).
  */
 import { isAscii } from 'node:buffer';
-import { NotRegularFileError, readRegularFile } from '../regular-file.js';
+import { NotRegularFileError, readRegularFile } from '../base/regular-file.js';
 import { CST, Lexer, LineCounter, parseDocument, isNode, isScalar, visit, type Document, type Scalar } from 'yaml';
 import * as z from 'zod';
-import { ConfigError, NfkeeperError } from '../errors.js';
+import { ConfigError, NfkeeperError } from '../base/errors.js';
 import type { Family, Hex } from '../netlink/expr.js';
 import type { ChainType, Hook } from '../netlink/objects.js';
 import { JumpGraph, commentUserdata, compileRule, interfaceTable, RuleSyntaxError, type CompiledRule,
@@ -18,7 +18,7 @@ import { GC_SCHEMA, type GcConfig } from './gc.js';
 import { OWNERS_SCHEMA, type OwnersConfig } from './owners.js';
 import { readNftFile } from './nftfile.js';
 import { buildSet, SET_SCHEMA, type SetConfig } from './sets.js';
-import { buildObject, OBJ_SCHEMA, type ObjConfig } from './objects.js';
+import { buildObject, OBJ_SCHEMA, type ObjConfig } from './stateful-objects.js';
 import { objectsUsed } from '../rules/objref.js';
 import { SET_F, type NftSet } from '../netlink/objects.js';
 
@@ -86,7 +86,7 @@ const TABLE = z.strictObject({
   // Named sets and maps (src/config/sets.ts), in nft's own words.
   sets: z.array(SET_SCHEMA).default([]),
   maps: z.array(SET_SCHEMA).default([]),
-  // Named stateful objects (src/config/objects.ts), their bodies in nft's own words.
+  // Named stateful objects (src/config/stateful-objects.ts), their bodies in nft's own words.
   objects: z.array(OBJ_SCHEMA).default([]),
   chains: z.array(CHAIN).default([]),
 });
@@ -161,7 +161,7 @@ export interface LoadOptions {
   environment?: Readonly<Record<string, string | undefined>>;
   /**
    * Called with each rule as soon as it is compiled. The daemon compacts it there
-   * (keeper/compact.ts: the compile's expressions then die young, not promoted with the whole
+   * (model/compact.ts: the compile's expressions then die young, not promoted with the whole
    * file's); `validate` and `check` skip that work.
    */
   compiled?: (rule: CompiledRule) => void;
@@ -548,7 +548,7 @@ function rulePath(chain: (string | number)[], ri: number): (string | number)[] {
 
 type RawTableParsed = z.infer<typeof TABLE>;
 
-/** A table's stateful objects, built (src/config/objects.ts), in the order they were written. */
+/** A table's stateful objects, built (src/config/stateful-objects.ts), in the order they were written. */
 function buildObjects(t: RawTableParsed, ti: number, { pos }: Positions,
   fail: (p: { line: number; col: number }, reason: string) => void): ObjConfig[] {
   const out: ObjConfig[] = [];

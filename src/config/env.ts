@@ -8,8 +8,8 @@
  * An unset or empty variable is an error, never an empty string: a rule
  * with a hole in it (`ip daddr  return`) could match far more than meant.
  */
-import { readRegularFile } from '../regular-file.js';
-import { ConfigError } from '../errors.js';
+import { readRegularFile } from '../base/regular-file.js';
+import { ConfigError } from '../base/errors.js';
 
 /** Variable names: what a shell accepts. */
 export const VAR_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
@@ -56,7 +56,7 @@ export function readEnvFile(path: string, listedAt: { file: string; line: number
 
 /**
  * An env file the config lists does not exist (yet): flannel writes its subnet.env once it has a
- * lease, after the node's pods start. `run` waits for it at start-up (src/daemon.ts).
+ * lease, after the node's pods start. `run` waits for it at start-up (src/run.ts).
  */
 export class EnvFileMissingError extends ConfigError {
   override name = 'EnvFileMissingError';

@@ -13,7 +13,7 @@ import { SET_F, TABLE_F, type Table } from '../netlink/objects.js';
 import type { NftSocket } from '../netlink/socket.js';
 import { commentOf, renderRule, setResolver, type InterfaceResolver } from '../rules/index.js';
 import { kernelSetDecl, type RawSet } from './sets.js';
-import { rawObjectOf, type RawObj } from './objects.js';
+import { rawObjectOf, type RawObj } from './stateful-objects.js';
 
 export type ExportFormat = 'nft' | 'yaml';
 

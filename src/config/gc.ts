@@ -5,7 +5,7 @@
  * with zod inside config.ts's schema, so errors carry file:line:column.
  */
 import * as z from 'zod';
-import { parseDuration } from '../duration.js';
+import { parseDuration } from '../base/duration.js';
 import { ID_PATTERN } from '../rules/index.js';
 
 export { DEFAULT_TAG, tagMatcher, type TagMatcher } from '../rules/index.js';

@@ -24,8 +24,8 @@
  * on (inside a define's value: where the value was written).
  */
 import { readdirSync, statSync } from 'node:fs';
-import { ConfigError } from '../errors.js';
-import { NotRegularFileError, readRegularFile } from '../regular-file.js';
+import { ConfigError } from '../base/errors.js';
+import { NotRegularFileError, readRegularFile } from '../base/regular-file.js';
 
 /** nft's DEFAULT_INCLUDE_PATH as Debian builds it. */
 export const DEFAULT_INCLUDE_PATH = '/etc';

@@ -17,10 +17,10 @@
  * position, never dropped: nfkeeper would otherwise keep a table that is not
  * the one the file describes.
  */
-import { ConfigError } from '../errors.js';
+import { ConfigError } from '../base/errors.js';
 import { expandNft, type Expanded } from './nftexpand.js';
 import type { RawSet } from './sets.js';
-import type { RawObj } from './objects.js';
+import type { RawObj } from './stateful-objects.js';
 
 /** The YAML schema's input shape (src/config/config.ts checks it). */
 export interface RawChain {
@@ -40,7 +40,7 @@ export interface RawTable {
   flags?: string[];
   sets: RawSet[];
   maps: RawSet[];
-  /** Named stateful objects (src/config/objects.ts); absent when the file declares none. */
+  /** Named stateful objects (src/config/stateful-objects.ts); absent when the file declares none. */
   objects?: RawObj[];
   chains: RawChain[];
 }
@@ -635,7 +635,7 @@ class Reader {
   /**
    * A stateful object: `counter|quota|limit|synproxy|secmark NAME { BODY }` or `ct helper|timeout|expectation
    * NAME { BODY }` in a table, and as a command also without braces (`add counter ip t c`, `add quota ip t
-   * q over 1 mbytes`). The body is kept as written (src/config/objects.ts parses it), its `comment "…"` apart.
+   * q over 1 mbytes`). The body is kept as written (src/config/stateful-stateful-objects.ts parses it), its `comment "…"` apart.
    */
   private objectDecl(ti: number, kw: Tok, type: string, command: boolean): void {
     const name = this.word(`a ${type} name`);
@@ -679,7 +679,7 @@ class Reader {
     } else {
       this.fail(this.peek().start, `expected '{' after ${type} ${name.text}, found ${describe(this.peek())}`);
     }
-    // (newlines and `;` separate the body's statements; objects.ts reads both, columns kept)
+    // (newlines and `;` separate the body's statements; stateful-objects.ts reads both, columns kept)
     spec = spec.replace(/#[^\n]*/g, (m) => ' '.repeat(m.length)).trim() === '' ? '' : spec.replace(/#[^\n]*/g, (m) => ' '.repeat(m.length));
     if (spec !== '') {
       raw.spec = spec;

@@ -14,8 +14,8 @@
  * - a stale view never commits: the batch carries expectGeneration.
  */
 import { readFileSync } from 'node:fs';
-import { writeFileAtomic } from '../atomic-file.js';
-import { NfkeeperError } from '../errors.js';
+import { writeFileAtomic } from '../base/atomic-file.js';
+import { NfkeeperError } from '../base/errors.js';
 import { Batch } from '../netlink/batch.js';
 import type { Family } from '../netlink/expr.js';
 import { indexByChain, type Chain, type Rule } from '../netlink/objects.js';

@@ -7,8 +7,8 @@
  * collects every non-live id at once.
  */
 import type { Config } from '../config/config.js';
-import { NfkeeperError } from '../errors.js';
-import { parseDuration } from '../duration.js';
+import { NfkeeperError } from '../base/errors.js';
+import { parseDuration } from '../base/duration.js';
 import { NftSocket } from '../netlink/socket.js';
 import { GraceTracker, collect, renderGarbage, type CollectResult } from './collect.js';
 import { readLiveSet, type LiveSource } from './live.js';

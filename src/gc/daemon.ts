@@ -11,7 +11,7 @@ import { kernelHost } from '../netlink/host.js';
 import { GraceTracker, collect, renderGarbage } from './collect.js';
 import { collectLegacy, renderLegacyGarbage } from './legacy.js';
 import { readLiveSet } from './live.js';
-import type { KeeperMetrics } from '../metrics.js';
+import type { KeeperMetrics } from '../base/metrics.js';
 
 export interface GcLoopOptions {
   gc: GcConfig;

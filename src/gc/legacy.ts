@@ -16,7 +16,7 @@
  * nfkeeper's own tables stay on nf_tables: this driver only deletes.
  */
 import { spawn } from 'node:child_process';
-import { NfkeeperError } from '../errors.js';
+import { NfkeeperError } from '../base/errors.js';
 import type { Family } from '../netlink/expr.js';
 import type { ForeignTable } from '../config/gc.js';
 import { findGarbage, type GcRuleModel, type GcTableView, type ScanOptions, type ScanResult } from './collect.js';

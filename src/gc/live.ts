@@ -8,7 +8,7 @@
 import { execFile } from 'node:child_process';
 import { readdir, readFile, statfs } from 'node:fs/promises';
 import { join } from 'node:path';
-import { NfkeeperError } from '../errors.js';
+import { NfkeeperError } from '../base/errors.js';
 import { ID_RE, ID_RULE } from '../config/gc.js';
 
 export class LiveSetError extends NfkeeperError {

@@ -11,8 +11,8 @@
  * whose /proc entry now names another program is said to be reused, never taken for the committer.
  */
 import { closeSync, openSync, readSync, readlinkSync } from 'node:fs';
-import type { MonitorBatch, MonitorEvent } from '../netlink/monitor.js';
-import type { KeeperMetrics } from '../metrics.js';
+import type { MonitorBatch, MonitorEvent } from '../netlink/events.js';
+import type { KeeperMetrics } from '../base/metrics.js';
 
 /** The process that committed a foreign change, as far as it could be found out. */
 export interface Committer {

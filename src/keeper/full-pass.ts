@@ -5,11 +5,11 @@
  */
 import { performance } from 'node:perf_hooks';
 import { countRules, type TableConfig } from '../config/config.js';
-import { describeOp } from '../netlink/batch.js';
-import { COLLECT_BEFORE_OPS, collectGarbage } from '../heap.js';
+import { describeOp } from '../netlink/ops.js';
+import { COLLECT_BEFORE_OPS, collectGarbage } from '../base/heap.js';
 import { ownerIdsOf } from '../owners/index.js';
 import type { Mirror } from './mirror.js';
-import { TableOwnedError, protectionOf, type Protection } from './reconcile.js';
+import { TableOwnedError, protectionOf, type Protection } from './table.js';
 import type { Look } from './reconciler.js';
 import type { Reporter } from './report.js';
 import type { Scheduler } from './scheduler.js';
@@ -139,7 +139,7 @@ export class FullPass implements RepairPath<Promise<Outcome>> {
       if (k.sock!.generation() !== look.generation) return;
       const before = mirror.valid && mirror.generation === look.generation
         ? mirrorView(mirror, k.desired) : undefined;
-      // The look's garbage goes before the mirror takes its per-rule index (src/heap.ts).
+      // The look's garbage goes before the mirror takes its per-rule index (src/base/heap.ts).
       if (countRules(k.desired) >= COLLECT_BEFORE_OPS) collectGarbage();
       if (!mirror.seed(k.desired, look.observed, look.generation)) return;
       // After an overflow the monitor's run of whole commits restarts from here.

@@ -6,7 +6,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Keeper } from './keeper.js';
 import type { Attribution } from './attribution.js';
-import { NfkeeperError } from '../errors.js';
+import { NfkeeperError } from '../base/errors.js';
 
 /**
  * GET /events (HTTP) and /v1/events (control socket): the remembered foreign changes, oldest first,

@@ -22,17 +22,18 @@
  * so the decoded dump is not kept between passes.
  */
 import type { ChainConfig, TableConfig } from '../config/config.js';
-import { diffElements, setDefinitionKey, type SetConfig } from '../config/sets.js';
+import type { SetConfig } from '../config/sets.js';
+import { diffElements, setDefinitionKey } from '../model/elements.js';
 import type { Batch } from '../netlink/batch.js';
 import type { CommitResult } from '../netlink/conn.js';
 import type { NftConn } from '../netlink/conn.js';
 import type { Family } from '../netlink/expr.js';
-import type { MonitorBatch, MonitorProgress } from '../netlink/monitor.js';
-import { NetlinkError } from '../errors.js';
+import type { MonitorBatch, MonitorProgress } from '../netlink/events.js';
+import { NetlinkError } from '../base/errors.js';
 import { SET_F, TABLE_F, type Chain, type ChainDigests, type NftSet, type ObservedTable, type Rule, type Table } from '../netlink/objects.js';
-import { compactRule, hasKey, sameKey } from './reconcile.js';
-import { derivationOf, type Derivation, type Hunk } from './derived.js';
-import type { Op } from '../netlink/batch.js';
+import { compactRule, hasKey, sameKey } from './table.js';
+import { derivationOf, type Derivation, type Hunk } from '../model/derivation.js';
+import type { Op } from '../netlink/ops.js';
 
 const tableKey = (t: { family: string; name: string }) => `${t.family} ${t.name}`;
 
@@ -48,7 +49,7 @@ interface KnownTable {
   verifiedSets: Map<string, SetConfig>;
   /**
    * The desired table (by identity) every chain of which is in `verified` as that table's own
-   * object, the kernel holding no other chain: a pass for a table derived from it (derived.ts)
+   * object, the kernel holding no other chain: a pass for a table derived from it (src/model/derivation.ts)
    * compares only the chains the derivation changed. Undefined when not known so.
    */
   whole?: TableConfig;
@@ -281,7 +282,7 @@ export class KnownState {
     const tablesNow = new Map<string, Table>();
     // Named sets the batch (re)created, with their definition; deleted ones map to null.
     const setsNow = new Map<string, NftSet | null>();
-    // Chains whose rules changed only in the runs the merge reported (derived.ts), over a known state
+    // Chains whose rules changed only in the runs the merge reported (src/model/derivation.ts), over a known state
     // that holds the earlier chain: their ops are replayed over those runs' handles (followHunks),
     // not over a list of every rule's handle (the dispatch chain holds one rule per owner).
     const hunked = new Map<string, Hunked>();
@@ -560,7 +561,7 @@ export class KnownState {
   }
 
   /**
-   * How `t` was made from the table this state holds whole (derived.ts), for diffTable's `since`:
+   * How `t` was made from the table this state holds whole (src/model/derivation.ts), for diffTable's `since`:
    * undefined unless it was made from exactly that table.
    */
   since(t: TableConfig): Derivation | undefined {
@@ -651,7 +652,7 @@ function replayHunks(h: Hunked, byId: ReadonlyMap<number, number>): number[][] |
 }
 
 /**
- * A chain's known rules after a batch that changed only `hunks` of it (derived.ts): `prev` holds
+ * A chain's known rules after a batch that changed only `hunks` of it (src/model/derivation.ts): `prev` holds
  * the earlier chain's rules, `regions[k]` the handles of hunk k's rules now. Outside the hunks the
  * rules are the same desired objects at the same handles, copied; inside, as afterSoleCommit's walk
  * does. Undefined when what the batch deleted does not line up so.

@@ -6,8 +6,8 @@
  */
 import { performance } from 'node:perf_hooks';
 import type { CommitResult } from '../netlink/conn.js';
-import type { MonitorBatch } from '../netlink/monitor.js';
-import { GenerationMismatchError } from '../errors.js';
+import type { MonitorBatch } from '../netlink/events.js';
+import { GenerationMismatchError } from '../base/errors.js';
 import { MIRROR_MAX_ELEMENTS, MIRROR_MAX_OPS, type MirrorPlan } from './mirror.js';
 import type { Arming } from './arming.js';
 import type { Reporter } from './report.js';

@@ -48,12 +48,15 @@
  * writer is refused by the kernel and also ends in a full observe.
  */
 import type { TableConfig } from '../config/config.js';
-import { deletable, elementId, sameContent, sameElementFields, setDefinitionKey, type SetConfig } from '../config/sets.js';
-import { Batch, type Op } from '../netlink/batch.js';
-import type { MonitorBatch, MonitorEvent, MonitorProgress } from '../netlink/monitor.js';
+import type { SetConfig } from '../config/sets.js';
+import { deletable, elementId, sameContent, sameElementFields, setDefinitionKey } from '../model/elements.js';
+import { Batch } from '../netlink/batch.js';
+import type { Op } from '../netlink/ops.js';
+import type { MonitorBatch, MonitorEvent, MonitorProgress } from '../netlink/events.js';
 import type { Expr } from '../netlink/expr.js';
 import { SET_F, type ObservedTable, type SetElement } from '../netlink/objects.js';
-import { desiredKey, type Drift } from './reconcile.js';
+import { desiredKey } from './table.js';
+import type { Drift } from '../model/drift.js';
 
 /** Repairs with more ops than this are left to the full pass (which weighs a rewrite, and runs big batches off-thread). */
 export const MIRROR_MAX_OPS = 64;
@@ -540,9 +543,9 @@ export class Mirror {
   private frozenExprs(c: MirrorChain, j: number, exprs: readonly Expr[]): Expr[] {
     let f = c.frozen?.get(j);
     if (!f) {
-      // The keeper's desired rules are frozen already (compact.ts); others get a frozen copy.
+      // The keeper's desired rules are frozen already (src/model/compact.ts); others get a frozen copy.
       f = Object.isFrozen(exprs) && exprs.every((e) => Object.isFrozen(e)) ? exprs as Expr[]
-        : Object.freeze(exprs.map((e) => Object.freeze(Object.assign({}, e)))) as Expr[];  // not a spread: see compact.ts
+        : Object.freeze(exprs.map((e) => Object.freeze(Object.assign({}, e)))) as Expr[];  // not a spread: see src/model/compact.ts
       (c.frozen ??= new Map()).set(j, f);
     }
     return f;

@@ -9,7 +9,8 @@ import type { NftConn } from '../netlink/conn.js';
 // From their modules, not the owners' index: that brings the control API's HTTP server and client.
 import { mergeOwners } from '../owners/merge.js';
 import type { Owner } from '../owners/spec.js';
-import { TableOwnedError, protectionOf, type Drift, type TableDiff } from './reconcile.js';
+import { TableOwnedError, protectionOf, type TableDiff } from './table.js';
+import type { Drift } from '../model/drift.js';
 import { Reconciler } from './reconciler.js';
 
 /** Removes every table the config owns, in one batch. Returns what was removed. */

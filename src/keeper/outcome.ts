@@ -4,7 +4,8 @@
  * repair path implements (RepairPath).
  */
 import type { Batch } from '../netlink/batch.js';
-import type { Drift, Protection } from './reconcile.js';
+import type { Protection } from './table.js';
+import type { Drift } from '../model/drift.js';
 import type { ForeignChange } from './attribution.js';
 
 export type Cause = 'startup' | 'event' | 'tick' | 'overflow' | 'reload' | 'owners' | 'manual';

@@ -54,7 +54,7 @@ export function planChain(haveKey: (i: number) => string, haveCount: number, wan
 }
 
 /**
- * A chain whose desired rules are known to differ from the kernel's only in `hunks` (src/keeper/derived.ts;
+ * A chain whose desired rules are known to differ from the kernel's only in `hunks` (src/model/derivation.ts;
  * outside them desired rule j is kernel rule j + the offset the hunks before it leave), planned by
  * matching the hunks' rules alone: a registration among 1,000 owners looks at its own jump, not at
  * every owner's. The same plan planChain makes when its matching keeps the rules outside the hunks.

@@ -9,17 +9,16 @@
  */
 import type { Logger } from 'pino';
 import type { TableConfig } from '../config/config.js';
-import { NetlinkError } from '../errors.js';
-import type { KeeperMetrics } from '../metrics.js';
+import { NetlinkError } from '../base/errors.js';
+import type { KeeperMetrics } from '../base/metrics.js';
 import { Batch } from '../netlink/batch.js';
 import type { NftConn } from '../netlink/conn.js';
 import type { Family } from '../netlink/expr.js';
 import { commitGuarded } from '../netlink/guard.js';
 import type { ObservedTable } from '../netlink/objects.js';
 import { ownedGarbage, type OwnedGarbage } from '../owners/merge.js';
-import {
-  PROTECT_FLAGS, armCommitted, armTimed, diffTable, observeTable, planTable, rulesRemovedBy, type ArmedTimed, type Drift, type TableDiff,
-} from './reconcile.js';
+import { PROTECT_FLAGS, armCommitted, armTimed, diffTable, observeTable, planTable, rulesRemovedBy, type ArmedTimed, type TableDiff } from './table.js';
+import type { Drift } from '../model/drift.js';
 import { KnownState, readAddedChains, volatileSet } from './known.js';
 import type { CommitResult } from '../netlink/conn.js';
 

@@ -4,10 +4,11 @@
  * depends on, apart from when the mirror's repairs are reported: after the keeper has waited once.
  */
 import { performance } from 'node:perf_hooks';
-import { describeOp } from '../netlink/batch.js';
+import { describeOp } from '../netlink/ops.js';
 import { who, type ForeignChange } from './attribution.js';
 import type { Look } from './reconciler.js';
-import type { Drift, Protection } from './reconcile.js';
+import type { Protection } from './table.js';
+import type { Drift } from '../model/drift.js';
 import { deliberate, type Cause, type DoneRepair, type KeeperStatus, type RepairReport } from './outcome.js';
 import type { KeeperState } from './state.js';
 

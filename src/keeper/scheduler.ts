@@ -3,7 +3,7 @@
  * while one waits joins it), a pass the fight back-off holds back is run later, and the tick's
  * timer. What a pass does is the runner's (Keeper: the mirror pass, else the full pass).
  */
-import { TableOwnedError } from './reconcile.js';
+import { TableOwnedError } from './table.js';
 import { deliberate, type Cause, type Outcome, type PassOutcome, type RepairRequest } from './outcome.js';
 
 interface Pending extends RepairRequest {

@@ -6,7 +6,7 @@
 import type { EventEmitter } from 'node:events';
 import type { Logger } from 'pino';
 import type { Config, TableConfig } from '../config/config.js';
-import type { KeeperMetrics } from '../metrics.js';
+import type { KeeperMetrics } from '../base/metrics.js';
 import type { NftConn, NftHost, NftWatch } from '../netlink/conn.js';
 import type { Owner } from '../owners/index.js';
 import type { Attribution } from './attribution.js';

@@ -16,7 +16,7 @@ import { createRequire } from 'node:module';
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { basename, dirname, join } from 'node:path';
-import { AddonLoadError, NetlinkError } from '../errors.js';
+import { AddonLoadError, NetlinkError } from '../base/errors.js';
 
 export interface NativeSocket {
   readonly portId: number;

@@ -5,9 +5,10 @@
  * namespace. The real kernel is kernelHost() (host.ts); tests can hand the same
  * modules an in-memory kernel (test/helpers/fake-kernel.ts).
  */
-import type { Batch, Op } from './batch.js';
+import type { Batch } from './batch.js';
+import type { Op } from './ops.js';
 import type { Family } from './expr.js';
-import type { MonitorOptions, MonitorProgress } from './monitor.js';
+import type { MonitorOptions, MonitorProgress } from './events.js';
 import type { Chain, ChainDigests, NftObj, NftSet, Rule, SetElement, Table } from './objects.js';
 
 export interface CommitOptions {

@@ -5,7 +5,7 @@
  * from a fresh read, a bounded number of times. A plan is therefore never
  * committed over a ruleset it did not see.
  */
-import { GenerationMismatchError, GenerationRetriesExhaustedError } from '../errors.js';
+import { GenerationMismatchError, GenerationRetriesExhaustedError } from '../base/errors.js';
 import type { Batch } from './batch.js';
 import type { CommitResult, NftConn } from './conn.js';
 

@@ -3,7 +3,7 @@
  * `iif`/`oif` rules name an interface, the kernel matches its index, and
  * only the namespace the rules go into can say which index a name has.
  */
-import { NetlinkError, errnoName } from '../errors.js';
+import { NetlinkError, errnoName } from '../base/errors.js';
 import { loadAddon } from './addon.js';
 
 export interface Link {

@@ -5,9 +5,10 @@
  * the generation they were computed from. Dumps and commits run off the JS
  * thread; generation() is a synchronous round trip of a few microseconds.
  */
-import { COLLECT_BEFORE_OPS, collectGarbage } from '../heap.js';
-import { DumpInterruptedError, GenerationMismatchError, NetlinkError, PrivilegeError, SocketClosedError } from '../errors.js';
-import { Batch, describeOp, type Op } from './batch.js';
+import { COLLECT_BEFORE_OPS, collectGarbage } from '../base/heap.js';
+import { DumpInterruptedError, GenerationMismatchError, NetlinkError, PrivilegeError, SocketClosedError } from '../base/errors.js';
+import { Batch } from './batch.js';
+import { describeOp, type Op } from './ops.js';
 import { validateOp } from './validate.js';
 import type { Expr, Family } from './expr.js';
 import { loadAddon, type Addon, type NativeSocket } from './addon.js';
@@ -170,7 +171,7 @@ export class NftSocket implements NftConn {
     this.check('commit');
     const { ops, gen } = commitArgs(batch, options);
     if (ops.length === 0) return;
-    // The encoder's buffer and the JS garbage must not add up (src/heap.ts): the daemon collects first.
+    // The encoder's buffer and the JS garbage must not add up (src/base/heap.ts): the daemon collects first.
     if (ops.length >= COLLECT_BEFORE_OPS) collectGarbage();
     let r;
     try {
@@ -233,7 +234,7 @@ export class NftSocket implements NftConn {
 
 /**
  * Small batches (repairs) take the expressions of a rule that cannot change, a frozen array of
- * frozen expressions (the keeper's desired rules, compact.ts), encoded once: the event mirror
+ * frozen expressions (the keeper's desired rules, src/model/compact.ts), encoded once: the event mirror
  * re-adds the same rules on every repair, and encoding them field by field through N-API was the
  * larger part of a small commit's own time. A bounded cache (oldest out first): big batches
  * (installs, rewrites) never enter it, and after a reload the old rules age out.

@@ -6,8 +6,8 @@
  * fields it does not know, so a misspelt field would silently vanish from the
  * rule; here it is refused instead.
  */
-import { InvalidOperationError } from '../errors.js';
-import type { Op } from './batch.js';
+import { InvalidOperationError } from '../base/errors.js';
+import type { Op } from './ops.js';
 import { EXPR_SCHEMA, FAMILY, MAX_BLOB, MAX_DATA, type Expr, type FieldSpec, type KindSpec } from './expr.js';
 import { OBJ_TYPE, type SetElement } from './objects.js';
 

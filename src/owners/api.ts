@@ -19,9 +19,8 @@ import { createConnection, type Socket } from 'node:net';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { dirname } from 'node:path';
 import type { Logger } from 'pino';
-import { NfkeeperError } from '../errors.js';
+import { NfkeeperError } from '../base/errors.js';
 import { peerCred } from '../netlink/unix.js';
-import { sendEvents } from '../keeper/http.js';
 import { OwnerApplyError, OwnerLimitError, OwnerStateWriteError, type OwnerRegistry } from './registry.js';
 import { OwnerSpecError, validateOwnerId } from './spec.js';
 
@@ -49,8 +48,11 @@ export interface ControlOptions {
   /** Undefined when the config has no owners section: the owner routes answer 404. */
   registry?: OwnerRegistry;
   status: () => unknown | Promise<unknown>;
-  /** GET /v1/events: the foreign changes, and with ?follow=1 each one and each repair as they happen. */
-  events?: Parameters<typeof sendEvents>[0];
+  /**
+   * GET /v1/events: the foreign changes, and with ?follow=1 each one and each repair as they happen
+   * (the keeper's sendEvents, given by whoever runs both: owners sit below the keeper).
+   */
+  events?: (req: IncomingMessage, res: ServerResponse) => void;
   logger?: Logger;
   /** Test-only: a socket mode other than 0600, to reach the credential check. */
   mode?: number;
@@ -192,7 +194,7 @@ export async function serveControl(o: ControlOptions): Promise<ControlServer> {
     }
     const body = read.body;
     if (o.events && (req.url ?? '').split('?')[0] === '/v1/events' && req.method === 'GET') {
-      sendEvents(o.events, req, res);
+      o.events(req, res);
       return;
     }
     try {

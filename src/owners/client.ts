@@ -1,6 +1,6 @@
 /** The CLI's side of the control API: one HTTP request over the Unix socket. */
 import { request, type Agent } from 'node:http';
-import { NfkeeperError } from '../errors.js';
+import { NfkeeperError } from '../base/errors.js';
 
 export interface Response {
   status: number;

@@ -5,7 +5,7 @@ export {
   validateOwnerId, type Owner, type OwnerSpec,
 } from './spec.js';
 export { mergeOwners, ownedGarbage, ownerIdsOf, type OwnedGarbage } from './merge.js';
-export { OwnersStateError, loadOwners, saveOwners } from './state.js';
+export { OwnersStateError, loadOwners, saveOwners } from './state-file.js';
 export { MAX_OWNERS, OwnerApplyError, OwnerLimitError, OwnerRegistry, OwnerStateWriteError } from './registry.js';
 export {
   HEADERS_TIMEOUT_MS, IDLE_TIMEOUT_MS, MAX_BODY, MAX_CONNECTIONS, REQUEST_TIMEOUT_MS, route, serveControl,

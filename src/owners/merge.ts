@@ -9,9 +9,9 @@
  */
 import type { ChainConfig, TableConfig } from '../config/config.js';
 import type { ObservedTable, Rule } from '../netlink/objects.js';
-import type { Drift } from '../keeper/reconcile.js';
+import type { Drift } from '../model/drift.js';
 import type { OwnersConfig } from '../config/owners.js';
-import { derive, type Hunk } from '../keeper/derived.js';
+import { derive, type Hunk } from '../model/derivation.js';
 import { ownerOfRule, parseOwnerChain, type Owner } from './spec.js';
 
 export function mergeOwners(tables: readonly TableConfig[], oc: OwnersConfig | undefined, owners: readonly Owner[]): TableConfig[] {
@@ -23,7 +23,7 @@ export function mergeOwners(tables: readonly TableConfig[], oc: OwnersConfig | u
   return tables.map((t) => {
     if (t.family !== oc.family || t.name !== oc.table) return t;
     // The previous merge's table, when this one copied its runs: the new table is derived from it
-    // (src/keeper/derived.ts), so a pass compares and follows only the chains that changed.
+    // (src/model/derivation.ts), so a pass compares and follows only the chains that changed.
     const from = again && prev!.out?.chains.length === prev!.chains.length + t.chains.length ? prev!.out : undefined;
     const changed: ChainConfig[] = [];
     const edited = new Map<string, { from: ChainConfig; hunks: Hunk[] }>();
@@ -243,7 +243,7 @@ export interface OwnedGarbage {
  * diffTable), only the rules of chains that differ are read: a chain that
  * matches its desired rules holds no garbage, and reading every owner's tags
  * on every registration made it O(owners). With `removedBy` (the rules a drift's
- * in-place edit takes out, reconcile.ts rulesRemovedBy), only those are read.
+ * in-place edit takes out, table.ts rulesRemovedBy), only those are read.
  */
 export function ownedGarbage(desired: readonly TableConfig[], observed: readonly ObservedTable[],
   registered: Pick<ReadonlySet<string>, 'has'>, drift?: readonly (readonly Drift[])[],

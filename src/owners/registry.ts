@@ -17,8 +17,8 @@ import { mkdirSync } from 'node:fs';
 import type { Logger } from 'pino';
 import { dirname } from 'node:path';
 import type { Config } from '../config/config.js';
-import { NfkeeperError } from '../errors.js';
-import { OwnersState, StateUncertainError, ownersTable, type JournalChange } from './state.js';
+import { NfkeeperError } from '../base/errors.js';
+import { OwnersState, StateUncertainError, ownersTable, type JournalChange } from './state-file.js';
 import { compileOwner, specKey, validateOwnerId, type Owner } from './spec.js';
 
 /** A refused owner is tried again after this, doubling up to REFUSED_RETRY_MAX_MS. */

@@ -9,11 +9,11 @@
  */
 import * as z from 'zod';
 import type { ChainConfig, TableConfig } from '../config/config.js';
-import { NfkeeperError, RuleSyntaxError } from '../errors.js';
+import { NfkeeperError, RuleSyntaxError } from '../base/errors.js';
 import type { ChainType, Hook } from '../netlink/objects.js';
 import { checkRulePlacement, commentOf, tagMatcher, commentUserdata, compileRule, compiledRule, type CompiledRule } from '../rules/index.js';
 import { forEachJump, renameJumps } from '../rules/placement.js';
-import { compactChains } from '../keeper/compact.js';
+import { compactChains } from '../model/compact.js';
 import type { OwnersConfig } from '../config/owners.js';
 
 /**

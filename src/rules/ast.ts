@@ -1,4 +1,5 @@
 /** The parsed form of a rule text, before dependencies, merging and linearization. */
+import type { Expr } from '../netlink/expr.js';
 import type { ObjType } from '../netlink/objects.js';
 import type { Field } from './fields.js';
 
@@ -98,7 +99,25 @@ export interface MarkSetStmt extends At {
 
 export type Stmt = MatchStmt | CounterStmt | VerdictStmt | NatStmt | MasqStmt | MarkSetStmt | KeyedStmt | DynsetStmt
   | MarkMapStmt | DupMapStmt
-  | import('./statements.js').ExprStmt;
+  | ExprStmt;
+
+/** A statement given as the expressions nft emits for it. */
+export interface ExprStmt extends At {
+  t: 'expr';
+  exprs: Expr[];
+  /** The network protocol it needs (in inet nft adds `meta nfproto` for it). */
+  l3?: 'ip' | 'ip6';
+  /** The transport protocol it needs (nft adds `meta l4proto` for it). */
+  l4?: number;
+  /** Nothing may follow it. */
+  terminal?: boolean;
+  /** A plain `reject`: in inet after an ip/ip6 match nft uses that protocol's port-unreachable. */
+  defaultReject?: boolean;
+  /** Its dependencies go right before it, not at the head of the rule (payload statements). */
+  depHere?: boolean;
+  /** Needs a transport protocol match before it (tproxy). */
+  needsL4?: boolean;
+}
 
 export interface RuleAst {
   stmts: Stmt[];

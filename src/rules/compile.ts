@@ -7,7 +7,7 @@
  * payload_try_merge does, and linearization emits the expressions in the
  * form the kernel reports them back (so compiled and dumped IR compare equal).
  */
-import { RuleSyntaxError } from '../errors.js';
+import { RuleSyntaxError } from '../base/errors.js';
 import type { Batch } from '../netlink/batch.js';
 import { FIB_F, NAT_RANGE, type Expr, type Family, type Hex, type MasqExpr, type RedirExpr } from '../netlink/expr.js';
 import type { NftSet } from '../netlink/objects.js';
@@ -18,7 +18,7 @@ import { fieldMask, headerField, metaField } from './headers.js';
 import { encodeInt, toBigEndian } from './intvalues.js';
 import { parseRule } from './parser.js';
 import { renderRule, type InterfaceResolver } from './render.js';
-import { buildAnonymousSet } from './sets.js';
+import { buildAnonymousSet } from './anonymous-sets.js';
 import { BYTEORDER_BIG, BYTEORDER_HOST, commentUserdata } from './udata.js';
 import { compiledSetResolver } from './compare.js';
 import { TRANSPORT_PROTOCOLS } from './values.js';

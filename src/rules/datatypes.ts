@@ -10,7 +10,8 @@ import { readFileSync } from 'node:fs';
 import type { Hex } from '../netlink/expr.js';
 import { BYTEORDER_BIG, BYTEORDER_HOST } from './udata.js';
 import { readU32Host, toHex, u16Be, u32Host } from './bytes.js';
-import { TCP_FLAGS, type Syms } from './headers.js';
+import { TCP_FLAGS } from './headers.js';
+import type { Syms } from './fields.js';
 import { formatInt } from './intvalues.js';
 import {
   formatIPv4, formatIPv6, formatProtocol, ifnameBytes, IFNAMSIZ, parseInteger, parseIPv4, parseIPv6, parseProtocol,

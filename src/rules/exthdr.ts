@@ -8,7 +8,7 @@
  * chunk type).
  */
 import type { Field } from './fields.js';
-import type { Syms } from './headers.js';
+import type { Syms } from './fields.js';
 import { BYTEORDER_BIG } from './udata.js';
 
 const BOOLEAN: Syms = { fmt: { base: 'dec' }, table: [['exists', 1], ['missing', 0]] };

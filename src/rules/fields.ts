@@ -6,6 +6,13 @@
 import type { CtKey, MetaKey } from '../netlink/expr.js';
 import { BYTEORDER_BIG, BYTEORDER_HOST, type KeyTypeof } from './udata.js';
 
+/** A symbol table and how values without a name print (nft's symbol_table base / basefmt). */
+export interface Syms {
+  table: readonly (readonly [string, number])[];
+  /** How a value without a name prints: decimal, or hex with at least `digits` digits. */
+  fmt: { base: 'dec' } | { base: 'hex'; digits: number };
+}
+
 export type TypeId =
   | 'ipv4' | 'ipv6' | 'port' | 'proto' | 'ifname' | 'ifindex' | 'mark' | 'ctstate' | 'ctstatus'
   | 'nfproto' | 'fibtype' | 'ports'
@@ -61,7 +68,7 @@ export interface Field {
   /** The value sits in the register in host byte order (meta and ct integers). */
   host?: boolean;
   /** Symbolic value names (icmp type, dscp, tcp flags, ...). */
-  syms?: import('./headers.js').Syms;
+  syms?: Syms;
   /** In an inet table, the network protocol nft makes the rule depend on first (icmp: ip, icmpv6: ip6). */
   l3dep?: 'ip' | 'ip6';
   /** An icmp field nft guards with an icmp type match (headers.ts ICMP_DEPS). */
@@ -277,7 +284,7 @@ export function socketField(key: 'transparent' | 'mark' | 'wildcard'): Field {
  * `rt classid|ip nexthop|ip6 nexthop|mtu|ipsec` (nft's rt expression; no dependency, not even in
  * inet). `syms` are the realm names for classid, exists/missing for ipsec.
  */
-export function rtField(key: 'classid' | 'nexthop4' | 'nexthop6' | 'mtu' | 'ipsec', syms?: import('./headers.js').Syms): Field {
+export function rtField(key: 'classid' | 'nexthop4' | 'nexthop6' | 'mtu' | 'ipsec', syms?: Syms): Field {
   const num = { classid: 0, nexthop4: 1, nexthop6: 2, mtu: 3, ipsec: 4 }[key];
   const load = { kind: 'rt' as const, key };
   const typeofKey = { expr: 'rt' as const, key: num };

@@ -11,15 +11,8 @@
  */
 import { readFileSync } from 'node:fs';
 import type { CtKey, MetaKey } from '../netlink/expr.js';
-import type { Field, TypeId } from './fields.js';
+import type { Field, Syms, TypeId } from './fields.js';
 import { BYTEORDER_BIG, BYTEORDER_HOST } from './udata.js';
-
-/** A symbol table and how values without a name print (nft's symbol_table base / basefmt). */
-export interface Syms {
-  table: readonly (readonly [string, number])[];
-  /** How a value without a name prints: decimal, or hex with at least `digits` digits. */
-  fmt: { base: 'dec' } | { base: 'hex'; digits: number };
-}
 
 const dec = { base: 'dec' } as const;
 const hex = (digits = 1) => ({ base: 'hex', digits }) as const;

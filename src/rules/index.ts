@@ -1,5 +1,5 @@
 /** The rule language: nft rule text to the expression IR and back, and rule comparison. */
-export { RuleSyntaxError } from '../errors.js';
+export { RuleSyntaxError } from '../base/errors.js';
 export { compileRule, compiledRule, compiledSetResolver, queueRule, type CompileContext, type CompiledRule } from './compile.js';
 export { renderRule, interfaceTable, type InterfaceResolver, type RenderOptions, type SetResolver } from './render.js';
 export { ruleKey, rulesEqual, setContentKey, setResolver } from './compare.js';

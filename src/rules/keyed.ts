@@ -11,7 +11,7 @@ import { internWord } from './intern.js';
 import type { Expr, Family, Hex, LookupExpr, NatExpr } from '../netlink/expr.js';
 import { NAT_RANGE } from '../netlink/expr.js';
 import { OBJ_TYPE, SET_ELEM_F, SET_F, type NftSet, type ObjType, type SetElement } from '../netlink/objects.js';
-import { objrefUse, objTypeName } from './objref.js';
+import { objrefUse, objTypeName } from './objnames.js';
 import type {
   At, DupMapStmt, DynsetConst, DynsetStmt, Elem, Gen, KeyedStmt, MarkMapStmt, KeyElem, KeyPart, MapData, MapVerdict, MatchOp, NatMap, NatStmt, SetRhs,
 } from './ast.js';
@@ -23,7 +23,7 @@ import type { Token } from './lexer.js';
 import {
   DATA_VERDICT, buildKeyedSet, concatHex, hostToNet, keyDesc, type Fail, type KeyDesc, type KeyPartDesc, type KeyedElem,
   type MapDataDesc,
-} from './sets.js';
+} from './anonymous-sets.js';
 import { parseDupDevice } from './statements.js';
 import { EXPR_TYPE, tlv } from './udata.js';
 import { keyTypeFromKernel } from './datatypes.js';

@@ -3,7 +3,7 @@
  * identifiers, addresses, prefixes, ranges and port mappings; their meaning
  * depends on where the parser meets them.
  */
-import { RuleSyntaxError } from '../errors.js';
+import { RuleSyntaxError } from '../base/errors.js';
 
 export type TokenKind = 'word' | 'string' | 'punct' | 'end';
 

@@ -3,20 +3,14 @@
  * `quota name "q"`, `limit name "l"`, `synproxy name "s"`, `ct helper set "ftp"`,
  * `ct timeout set "t"`, `ct expectation set "e"` and `meta secmark set "s"`. Each is one objref
  * expression naming the object and its type (NFT_OBJECT_*), as nft 1.0.6 sends it; the object
- * itself is declared in the table (src/config/objects.ts).
+ * itself is declared in the table (src/config/stateful-objects.ts).
  */
 import type { ObjrefExpr } from '../netlink/expr.js';
 import { OBJ_TYPE, type ObjType } from '../netlink/objects.js';
-import type { At, MarkMapStmt } from './ast.js';
+import type { At, ExprStmt, MarkMapStmt } from './ast.js';
 import { parseObjMap, type KeyedParser } from './keyed.js';
-import type { Cursor, ExprStmt } from './statements.js';
-
-/** How each object type is used in a rule: the words before the object's name. */
-const USE: Record<ObjType, string> = {
-  counter: 'counter name', quota: 'quota name', limit: 'limit name', synproxy: 'synproxy name',
-  'ct helper': 'ct helper set', 'ct timeout': 'ct timeout set', 'ct expectation': 'ct expectation set',
-  secmark: 'meta secmark set',
-};
+import { objTypeName, objrefUse } from './objnames.js';
+import type { Cursor } from './statements.js';
 
 const OBJ_NAME = /^[A-Za-z_.][A-Za-z0-9_./-]*$/;
 
@@ -84,24 +78,12 @@ export function parseObjrefStatement(c: Cursor & KeyedParser, word: string, at: 
   return { t: 'expr', exprs: [e], ...at };
 }
 
-const TYPE_BY_NUMBER = new Map<number, ObjType>(Object.entries(OBJ_TYPE).map(([k, v]) => [v, k as ObjType]));
-
-/** The words before an object's name in a rule that uses one of `type`: `counter name`, `ct helper set`. */
-export function objrefUse(type: ObjType): string {
-  return USE[type];
-}
-
-/** The IR's name of an NFT_OBJECT_* type, if it models it. */
-export function objTypeName(type: number): ObjType | undefined {
-  return TYPE_BY_NUMBER.get(type);
-}
-
 /** The text nft lists for an objref of a named object, or undefined (an object map, or an unknown type). */
 export function renderObjref(e: ObjrefExpr): string | undefined {
   if (e.name === undefined || e.type === undefined || e.set !== undefined) return undefined;
-  const type = TYPE_BY_NUMBER.get(e.type);
+  const type = objTypeName(e.type);
   if (!type || e.name.includes('"')) return undefined;
-  return `${USE[type]} "${e.name}"`;
+  return `${objrefUse(type)} "${e.name}"`;
 }
 
 /** The objects (type and name) a rule's expressions use by name: the config checks that the table declares them. */
@@ -110,7 +92,7 @@ export function objectsUsed(exprs: readonly { kind: string }[]): { type: ObjType
   for (const e of exprs) {
     if (e.kind !== 'objref') continue;
     const o = e as ObjrefExpr;
-    const type = o.type !== undefined ? TYPE_BY_NUMBER.get(o.type) : undefined;
+    const type = o.type !== undefined ? objTypeName(o.type) : undefined;
     if (type && o.name !== undefined) out.push({ type, name: o.name });
   }
   return out;

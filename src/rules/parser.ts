@@ -4,7 +4,7 @@
  * dependencies and family rules are the compiler's job.
  */
 import { parseObjrefStatement } from './objref.js';
-import { RuleSyntaxError } from '../errors.js';
+import { RuleSyntaxError } from '../base/errors.js';
 import type {
   At, CounterStmt, Elem, MarkMapStmt, MarkSetStmt, MasqStmt, MatchOp, MatchStmt, NatAddr, NatStmt, PortRange,
   Rhs, RuleAst, Stmt, VerdictStmt,
@@ -25,7 +25,8 @@ import {
   parseProtocol, symbolValue,
 } from './values.js';
 import { COMMENT_MAX } from './udata.js';
-import { parseExprStatement, type ExprStmt } from './statements.js';
+import { parseExprStatement } from './statements.js';
+import type { ExprStmt } from './ast.js';
 import { IPV6_EXTHDRS, SCTP_CHUNKS, TCP_OPTIONS, ipv6ExthdrField, sctpChunkField, srhSidField, tcpOptionField, tcpOptionRaw } from './exthdr.js';
 import { payloadSetExprs } from './payloadset.js';
 import { fieldMask as fieldMaskOf } from './headers.js';

@@ -20,7 +20,7 @@ import { decodeInt, encodeInt, formatInt } from './intvalues.js';
 import { renderExprStatement, renderRegStatement } from './statements.js';
 import { exthdrFieldAt, tcpOptionField } from './exthdr.js';
 import { matchPayloadSet } from './payloadset.js';
-import { setIntervals } from './sets.js';
+import { setIntervals } from './anonymous-sets.js';
 import { BYTEORDER_BIG, BYTEORDER_HOST, commentOf, decodeXtComment, setUserdata } from './udata.js';
 import {
   CT_STATE, CT_STATUS, FIB_TYPES, IFNAMSIZ, NFPROTO, formatFlags, formatIPv4, formatIPv6,

@@ -7,9 +7,10 @@
 import type { Expr, Family, LimitExpr, LogExpr, QuotaExpr, RejectExpr, SynproxyExpr, TproxyExpr } from '../netlink/expr.js';
 import { u16Be, u32Host } from './bytes.js';
 import { formatIPv4, formatIPv6, parseIPv4, parseIPv6 } from './values.js';
-import type { At } from './ast.js';
+import type { At, ExprStmt } from './ast.js';
 import type { Token } from './lexer.js';
-import { ICMPV6_CODE, ICMPX_CODE, ICMP_CODE, type Syms } from './headers.js';
+import { ICMPV6_CODE, ICMPX_CODE, ICMP_CODE } from './headers.js';
+import type { Syms } from './fields.js';
 
 /** The parser's cursor, as the statements here need it. */
 export interface Cursor {
@@ -17,24 +18,6 @@ export interface Cursor {
   next(): Token;
   fail(at: { col: number; raw: string }, expected: string, reason?: string): never;
   isWord(t: Token, ...words: string[]): boolean;
-}
-
-/** A statement given as the expressions nft emits for it. */
-export interface ExprStmt extends At {
-  t: 'expr';
-  exprs: Expr[];
-  /** The network protocol it needs (in inet nft adds `meta nfproto` for it). */
-  l3?: 'ip' | 'ip6';
-  /** The transport protocol it needs (nft adds `meta l4proto` for it). */
-  l4?: number;
-  /** Nothing may follow it. */
-  terminal?: boolean;
-  /** A plain `reject`: in inet after an ip/ip6 match nft uses that protocol's port-unreachable. */
-  defaultReject?: boolean;
-  /** Its dependencies go right before it, not at the head of the rule (payload statements). */
-  depHere?: boolean;
-  /** Needs a transport protocol match before it (tproxy). */
-  needsL4?: boolean;
 }
 
 const REJECT_ICMP_UNREACH = 0, REJECT_TCP_RST = 1, REJECT_ICMPX = 2;

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { parseConfig, parseNftConfig, parsePriority } from '../../src/config/config.js';
-import { ConfigError } from '../../src/errors.js';
+import { ConfigError } from '../../src/base/errors.js';
 import { FLANNEL_YAML } from '../keeper/helpers.js';
 
 function configError(text: string): ConfigError {

@@ -11,7 +11,7 @@ import { parse } from 'yaml';
 import { loadCorpus } from '../rules/fidelity/run.js';
 import { ruleArb } from '../rules/generate.js';
 import { elideRuns, parseConfig, restoreRuns } from '../../src/config/config.js';
-import { ConfigError } from '../../src/errors.js';
+import { ConfigError } from '../../src/base/errors.js';
 
 const addr = (i: number) => `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`;
 const rule = (i: number) => `ip saddr ${addr(i)} ip daddr 192.0.2.1 return`;

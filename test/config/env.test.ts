@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { loadConfig, parseConfig } from '../../src/config/config.js';
 import { parseEnvFile, substitute } from '../../src/config/env.js';
-import { ConfigError } from '../../src/errors.js';
+import { ConfigError } from '../../src/base/errors.js';
 import { tempDir } from '../helpers/tmp.js';
 
 const dir = tempDir('env');

@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { loadConfig, namespaceInterfaces } from '../../src/config/config.js';
 import { readNftFile } from '../../src/config/nftfile.js';
-import { ConfigError } from '../../src/errors.js';
+import { ConfigError } from '../../src/base/errors.js';
 import { cli } from '../helpers/cli.js';
 import { startKeeper } from '../helpers/keeper.js';
 import { withNetns, type Netns } from '../helpers/netns.js';

@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { parseNftConfig, type Config } from '../../src/config/config.js';
-import { ConfigError } from '../../src/errors.js';
+import { ConfigError } from '../../src/base/errors.js';
 import { cli } from '../helpers/cli.js';
 import { withNetns } from '../helpers/netns.js';
 import { netlinkDump } from '../helpers/peers/dump.js';

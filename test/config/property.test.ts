@@ -11,7 +11,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
 import { parseConfig, type Config } from '../../src/config/config.js';
-import { ConfigError } from '../../src/errors.js';
+import { ConfigError } from '../../src/base/errors.js';
 import { open } from '../../src/netlink/socket.js';
 import { cli } from '../helpers/cli.js';
 import { withNetns } from '../helpers/netns.js';

@@ -10,7 +10,7 @@ import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { call } from '../../src/owners/index.js';
-import { readRegularFile } from '../../src/regular-file.js';
+import { readRegularFile } from '../../src/base/regular-file.js';
 import { withNetns } from '../helpers/netns.js';
 import { tempDir } from '../helpers/tmp.js';
 import { sleep } from '../helpers/wait.js';

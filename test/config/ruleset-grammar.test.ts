@@ -10,7 +10,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parseConfig, parseNftConfig } from '../../src/config/config.js';
-import { ConfigError } from '../../src/errors.js';
+import { ConfigError } from '../../src/base/errors.js';
 import { SET_ELEM_F } from '../../src/netlink/objects.js';
 import { open } from '../../src/netlink/socket.js';
 import { cli } from '../helpers/cli.js';

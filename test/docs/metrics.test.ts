@@ -11,7 +11,7 @@ import { createServer, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
-import { KeeperMetrics } from '../../src/metrics.js';
+import { KeeperMetrics } from '../../src/base/metrics.js';
 import { parseConfig } from '../../src/config/config.js';
 import { Keeper } from '../../src/keeper/keeper.js';
 import { createNetns } from '../helpers/netns.js';

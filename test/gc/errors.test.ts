@@ -1,7 +1,7 @@
 /** Bad gc config, bad live sets: a clear error, exit 2, and no kernel change. */
 import { describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config/config.js';
-import { ConfigError } from '../../src/errors.js';
+import { ConfigError } from '../../src/base/errors.js';
 import { open } from '../../src/netlink/socket.js';
 import { cli } from '../helpers/cli.js';
 import { netnsPerSuite } from '../helpers/netns-hooks.js';

@@ -3,7 +3,7 @@ import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { open } from '../../src/netlink/socket.js';
-import { tempPathOf } from '../../src/atomic-file.js';
+import { tempPathOf } from '../../src/base/atomic-file.js';
 import { cli } from '../helpers/cli.js';
 import { netnsPerTest } from '../helpers/netns-hooks.js';
 import { DEAD, DEAD_CHAIN, LIVE, dir, file, gcYaml, restoreNomad, save } from './fixtures.js';

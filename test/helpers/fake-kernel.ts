@@ -29,13 +29,14 @@
  * - more elements than a set's size is ENFILE.
  * Not modelled: objects, flowtables, set timeouts, xt compat, loops (ELOOP/EMLINK).
  */
-import { Batch, describeOp, type Op } from '../../src/netlink/batch.js';
+import { Batch } from '../../src/netlink/batch.js';
+import { describeOp, type Op } from '../../src/netlink/ops.js';
 import { commitArgs } from '../../src/netlink/socket.js';
 import type { CommitOptions, NftConn, NftHost, NftWatch } from '../../src/netlink/conn.js';
 import type { Expr, Family } from '../../src/netlink/expr.js';
-import type { MonitorBatch, MonitorEvent, MonitorOptions } from '../../src/netlink/monitor.js';
+import type { MonitorBatch, MonitorEvent, MonitorOptions } from '../../src/netlink/events.js';
 import { SET_F, TABLE_F, type Chain, type NftSet, type Rule, type SetElement, type Table } from '../../src/netlink/objects.js';
-import { GenerationMismatchError, NetlinkError, SocketClosedError } from '../../src/errors.js';
+import { GenerationMismatchError, NetlinkError, SocketClosedError } from '../../src/base/errors.js';
 
 const ERRNO = { EPERM: 1, ENOENT: 2, EBUSY: 16, EEXIST: 17, EINVAL: 22, ENFILE: 23, ERESTART: 85, EOPNOTSUPP: 95, ENOBUFS: 105 } as const;
 export type ErrnoName = keyof typeof ERRNO;

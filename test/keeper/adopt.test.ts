@@ -1,7 +1,7 @@
 /**
  * A keeper restarted onto the ruleset an earlier keeper left in place (an upgrade: the rules stay
  * when it stops) recognises its rules by digest instead of decoding them (observeTable's adopt,
- * src/keeper/reconcile.ts), and finds exactly what a full read finds: the same drift, the same
+ * src/keeper/table.ts), and finds exactly what a full read finds: the same drift, the same
  * repair. On the real kernel: the identical ruleset (no commit, the generation unchanged, no rule
  * decoded), one rule changed by nft in the middle (that chain decoded, exactly that rule
  * repaired), a rule with the same expressions and another comment, a set with other elements.
@@ -270,7 +270,7 @@ describe('the digest of what a commit writes is the dump\'s digest of what the k
   });
 });
 
-describe('adoption of a chain longer than one call of desired digests (reconcile.ts sameDigests, 4096 a call)', () => {
+describe('adoption of a chain longer than one call of desired digests (table.ts sameDigests, 4096 a call)', () => {
   const M = 4096 + 300;
   const YAML_BIG = 'tables:\n  - family: ip\n    name: big\n    protect: false\n    chains:\n      - name: post\n        type: nat\n        hook: postrouting\n' +
     '        priority: srcnat\n        rules:\n' + Array.from({ length: M }, (_, i) => `          - ip saddr ${ip(i)} ip daddr 192.0.2.1 return`).join('\n') + '\n';

@@ -10,8 +10,10 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Keeper, RepairReport } from '../../src/keeper/keeper.js';
-import { Batch, type Op } from '../../src/netlink/batch.js';
-import { Monitor, type MonitorBatch } from '../../src/netlink/monitor.js';
+import { Batch } from '../../src/netlink/batch.js';
+import type { Op } from '../../src/netlink/ops.js';
+import { Monitor } from '../../src/netlink/monitor.js';
+import type { MonitorBatch } from '../../src/netlink/events.js';
 import { open, type NftSocket } from '../../src/netlink/socket.js';
 import { createNetns, type Netns } from '../helpers/netns.js';
 import { sleep, until } from '../helpers/wait.js';

@@ -8,7 +8,7 @@ import { mkdirSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { Attribution, CommLabels, cgroupOwner, cgroupPath, resolveCommitter } from '../../src/keeper/attribution.js';
-import type { MonitorBatch } from '../../src/netlink/monitor.js';
+import type { MonitorBatch } from '../../src/netlink/events.js';
 import { tempDir } from '../helpers/tmp.js';
 
 const ID = 'f3a9c1e2d4b5a6978877665544332211ffeeddccbbaa00998877665544332211';

@@ -14,7 +14,7 @@ import { describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config/config.js';
 import { main } from '../../src/cli.js';
 import type { AttributionEvent, ForeignChange } from '../../src/keeper/attribution.js';
-import { serveMetrics } from '../../src/keeper/http.js';
+import { sendEvents, serveMetrics } from '../../src/keeper/http.js';
 import type { Keeper } from '../../src/keeper/keeper.js';
 import { PROJECT_ROOT } from '../../src/netlink/addon.js';
 import { serveControl } from '../../src/owners/api.js';
@@ -208,7 +208,7 @@ tables:
   it('served: /events and /v1/events (then live with ?follow=1), `nfkeeper events`, and the last few in `nfkeeper status`', async () => {
     await withKeeper({ config: flannelConfig(), history: 3, tag: 'attr-srv' }, async ({ ns, keeper }) => {
       const dir = tempDir('attr');
-      const control = await serveControl({ path: join(dir, 'control.sock'), status: () => keeper.status(), events: keeper.attribution });
+      const control = await serveControl({ path: join(dir, 'control.sock'), status: () => keeper.status(), events: (req, res) => sendEvents(keeper.attribution, req, res) });
       const http = await serveMetrics(keeper, '127.0.0.1:0');
       try {
         // Five foreign changes through a ring of three: the last three are kept.

@@ -7,7 +7,7 @@
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config/config.js';
-import { GenerationMismatchError, NetlinkError } from '../../src/errors.js';
+import { GenerationMismatchError, NetlinkError } from '../../src/base/errors.js';
 import { GraceTracker, collect } from '../../src/gc/collect.js';
 import { Keeper, checkOnce, type KeeperOptions } from '../../src/keeper/keeper.js';
 import { Batch } from '../../src/netlink/batch.js';
@@ -220,7 +220,7 @@ export function behaviourSuite(kind: string, makeWorld: () => World): void {
       const again = await keeper();
       expect(conn.generation()).toBe(gen);
       expect(await handles(conn)).toEqual(h);
-      // Every cause is exported at 0 from the start (src/metrics.ts); adopting adds to none of them.
+      // Every cause is exported at 0 from the start (src/base/metrics.ts); adopting adds to none of them.
       expect((await again.metrics.repairs.get()).values.filter((v) => v.value !== 0)).toEqual([]);
     });
 

@@ -7,13 +7,14 @@
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config/config.js';
-import { GenerationRetriesExhaustedError, NetlinkError } from '../../src/errors.js';
+import { GenerationRetriesExhaustedError, NetlinkError } from '../../src/base/errors.js';
 import pino from 'pino';
 import { GraceTracker, collect } from '../../src/gc/collect.js';
 import { GC_SCHEMA } from '../../src/config/gc.js';
 import { GcLoop } from '../../src/gc/daemon.js';
 import { Keeper, checkOnce, type KeeperOptions, type PassOutcome } from '../../src/keeper/keeper.js';
-import { Batch, type Op } from '../../src/netlink/batch.js';
+import { Batch } from '../../src/netlink/batch.js';
+import type { Op } from '../../src/netlink/ops.js';
 import type { NftConn } from '../../src/netlink/conn.js';
 import type { Family } from '../../src/netlink/expr.js';
 import { commitGuarded } from '../../src/netlink/guard.js';

@@ -10,7 +10,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseNftConfig, type Config } from '../../src/config/config.js';
 import type { Keeper, RepairReport } from '../../src/keeper/keeper.js';
-import { Batch, type Op } from '../../src/netlink/batch.js';
+import { Batch } from '../../src/netlink/batch.js';
+import type { Op } from '../../src/netlink/ops.js';
 import type { CommitOptions, NftConn, NftHost } from '../../src/netlink/conn.js';
 import { Monitor } from '../../src/netlink/monitor.js';
 import type { SetElement } from '../../src/netlink/objects.js';

@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { Mirror } from '../../src/keeper/mirror.js';
-import type { MonitorBatch, MonitorEvent } from '../../src/netlink/monitor.js';
+import type { MonitorBatch, MonitorEvent } from '../../src/netlink/events.js';
 import type { ObservedTable, Rule, SetElement } from '../../src/netlink/objects.js';
 import { parseNftConfig, type TableConfig } from '../../src/config/config.js';
 import { planConfig } from './plan-fixtures.js';

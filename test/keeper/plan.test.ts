@@ -5,9 +5,10 @@
  */
 import { describe, expect, it } from 'vitest';
 import type { TableConfig } from '../../src/config/config.js';
-import { Batch, type Op } from '../../src/netlink/batch.js';
+import { Batch } from '../../src/netlink/batch.js';
+import type { Op } from '../../src/netlink/ops.js';
 import type { Rule } from '../../src/netlink/objects.js';
-import { diffTable, planTable, renderDrift } from '../../src/keeper/reconcile.js';
+import { diffTable, planTable, renderDrift } from '../../src/keeper/table.js';
 import type { ObservedTable } from '../../src/netlink/objects.js';
 import { matchKeys, planChain, planHunks } from '../../src/keeper/plan.js';
 import { chainConfig, rng } from './plan-fixtures.js';

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config/config.js';
 import { Keeper, cleanup } from '../../src/keeper/keeper.js';
-import { TableOwnedError } from '../../src/keeper/reconcile.js';
+import { TableOwnedError } from '../../src/keeper/table.js';
 import { open, type NftSocket } from '../../src/netlink/socket.js';
 import { startKeeper } from '../helpers/keeper.js';
 import { createNetns, type Netns } from '../helpers/netns.js';

@@ -5,7 +5,7 @@
 import { describe, expect, it } from 'vitest';
 import { Scheduler } from '../../src/keeper/scheduler.js';
 import type { Outcome, RepairRequest } from '../../src/keeper/outcome.js';
-import { TableOwnedError } from '../../src/keeper/reconcile.js';
+import { TableOwnedError } from '../../src/keeper/table.js';
 
 /** A scheduler whose passes wait until released, recording what each was asked. */
 function gated() {

@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { OwnedTouches } from '../../src/keeper/known.js';
-import type { MonitorBatch, MonitorEvent } from '../../src/netlink/monitor.js';
+import type { MonitorBatch, MonitorEvent } from '../../src/netlink/events.js';
 
 const ev = (table: string, type: MonitorEvent['type'] = 'newrule'): MonitorEvent => ({ type, family: 'ip', table, portId: 7 });
 const batch = (generation: number, events: MonitorEvent[], extra: Partial<MonitorBatch> = {}): MonitorBatch =>

@@ -1,7 +1,7 @@
 /** The owners section of the config: checked with positions like the rest. */
 import { describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config/config.js';
-import { ConfigError } from '../../src/errors.js';
+import { ConfigError } from '../../src/base/errors.js';
 import { ownersYaml } from './fixtures.js';
 
 describe('owners config section', () => {

@@ -7,7 +7,7 @@ import { expect } from 'vitest';
 import type { Config } from '../../src/config/config.js';
 import { OwnersStateError, loadOwners } from '../../src/owners/index.js';
 import { specKey } from '../../src/owners/spec.js';
-import { journalPathOf } from '../../src/owners/state.js';
+import { journalPathOf } from '../../src/owners/state-file.js';
 
 /**
  * The owners journal `full` (beside the state file of `c`, which it extends) cut at every byte offset

@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parseConfig, type TableConfig } from '../../src/config/config.js';
 import { compileOwner, mergeOwners, type Owner } from '../../src/owners/index.js';
-import { derivationOf } from '../../src/keeper/derived.js';
+import { derivationOf } from '../../src/model/derivation.js';
 import { tempDir } from '../helpers/tmp.js';
 import { ownersYaml } from './fixtures.js';
 
@@ -61,7 +61,7 @@ describe('mergeOwners after a change', () => {
           if (!oc.dispatch.includes(c.name)) expect(c).toBe(want[t]!.chains[k]);
         });
       }
-      // How the owners table was made from the previous one (src/keeper/derived.ts), when it says:
+      // How the owners table was made from the previous one (src/model/derivation.ts), when it says:
       // exactly the chains that are other objects, the names that went, and a dispatch chain's
       // rules as its previous rules with the hunks' runs replaced.
       const now = got[0]!;

@@ -5,7 +5,7 @@
  * decoding a rule; tampering is still found and repaired. Op counts and calls, never timings.
  */
 import { describe, expect, it } from 'vitest';
-import type { Op } from '../../src/netlink/batch.js';
+import type { Op } from '../../src/netlink/ops.js';
 import type { NftConn } from '../../src/netlink/conn.js';
 import { Batch } from '../../src/netlink/batch.js';
 import { loadOwners } from '../../src/owners/index.js';

@@ -26,7 +26,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parseNftConfig } from '../../src/config/config.js';
-import { ConfigError } from '../../src/errors.js';
+import { ConfigError } from '../../src/base/errors.js';
 import { nfk, waitFor } from '../cli/spawn.js';
 import { cli } from '../helpers/cli.js';
 import { createNetns, withNetns, type Netns } from '../helpers/netns.js';

@@ -27,7 +27,7 @@ import { tempDir } from '../helpers/tmp.js';
 import { BASE_RULE, listTable, ownerSpec, ownersYaml, paddedSpec, writeConfig } from '../owners/fixtures.js';
 import { tearJournalEverywhere } from '../owners/journal-sweep.js';
 import { specKey } from '../../src/owners/spec.js';
-import { journalPathOf } from '../../src/owners/state.js';
+import { journalPathOf } from '../../src/owners/state-file.js';
 import { daemon, kernelOwners, kill9, ready, stop, type Child } from './owners-child.js';
 
 const SEED = Number(process.env.NFK_DURABLE_SEED ?? 24);

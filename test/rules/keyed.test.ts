@@ -7,7 +7,7 @@
  * identical, and our rendering of the kernel's rule must compile back to the same rule.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { RuleSyntaxError } from '../../src/errors.js';
+import { RuleSyntaxError } from '../../src/base/errors.js';
 import type { NftSet } from '../../src/index.js';
 import { compileRule, compiledSetResolver, renderRule, ruleKey } from '../../src/rules/index.js';
 import { CHAIN_NAME, INTERFACES, comparable, runOracle, setShape, type OracleResult } from './oracle.js';

@@ -8,7 +8,7 @@
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config/config.js';
-import { ConfigError } from '../../src/errors.js';
+import { ConfigError } from '../../src/base/errors.js';
 import { NFT_JUMP_STACK_SIZE } from '../../src/rules/index.js';
 import { createNetns, type Netns } from '../helpers/netns.js';
 

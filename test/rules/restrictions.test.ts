@@ -10,10 +10,10 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { baseChainProblem, parseNftConfig } from '../../src/config/config.js';
-import { ConfigError, NetlinkError, RuleSyntaxError } from '../../src/errors.js';
+import { ConfigError, NetlinkError, RuleSyntaxError } from '../../src/base/errors.js';
 import type { Family } from '../../src/netlink/expr.js';
 import type { ChainType, Hook } from '../../src/netlink/objects.js';
-import type { Op } from '../../src/netlink/batch.js';
+import type { Op } from '../../src/netlink/ops.js';
 import { open, type NftSocket } from '../../src/netlink/socket.js';
 import { compileRule, type CompiledRule } from '../../src/rules/index.js';
 import { createNetns, type Netns } from '../helpers/netns.js';

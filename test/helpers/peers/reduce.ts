@@ -8,7 +8,7 @@
  * being what the whole file hits first.
  */
 import { parseNftConfig } from '../../../src/config/config.js';
-import { ConfigError } from '../../../src/errors.js';
+import { ConfigError } from '../../../src/base/errors.js';
 
 export interface Refusal {
   /** 1-based line in the original file. */

@@ -5,7 +5,7 @@
  * built with push() carries a list with spare room, and every rule its own copy of expressions
  * most rules have in common: with many owned rules that was much of the daemon's heap.
  *
- * Frozen is also what lets the batch validation check a rule's expressions once (validate.ts),
+ * Frozen is also what lets the batch validation check a rule's expressions once (src/netlink/validate.ts),
  * and the event mirror re-add them as they are.
  */
 import type { ChainConfig, TableConfig } from '../config/config.js';

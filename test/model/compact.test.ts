@@ -1,12 +1,12 @@
 /**
- * The desired rules as the daemon keeps them (src/keeper/compact.ts, and the compiled rule's lazy
+ * The desired rules as the daemon keeps them (src/model/compact.ts, and the compiled rule's lazy
  * text in src/rules/compile.ts): shared frozen expressions, and a text that still renders when
  * first read, reads as an ordinary property, and can be assigned.
  */
 import { describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config/config.js';
-import { compactAsCompiled, compactRules, ExprPool } from '../../src/keeper/compact.js';
-import { compactRule, diffTable } from '../../src/keeper/reconcile.js';
+import { compactAsCompiled, compactRules, ExprPool } from '../../src/model/compact.js';
+import { compactRule, diffTable } from '../../src/keeper/table.js';
 import type { TableConfig } from '../../src/config/config.js';
 import type { ObservedTable } from '../../src/netlink/objects.js';
 import { compileRule } from '../../src/rules/index.js';

@@ -7,8 +7,8 @@
  */
 import { describe, expect, it } from 'vitest';
 import { parseConfig, parseNftConfig } from '../../src/config/config.js';
-import { objectDefinitionKey, objectBlock, rawObjectOf } from '../../src/config/objects.js';
-import { ConfigError } from '../../src/errors.js';
+import { objectDefinitionKey, objectBlock, rawObjectOf } from '../../src/config/stateful-objects.js';
+import { ConfigError } from '../../src/base/errors.js';
 import { compileRule, renderRule } from '../../src/rules/index.js';
 
 function refusal(text: string, yaml = false): ConfigError {

@@ -8,7 +8,7 @@ import { closeSync, fdatasync, fdatasyncSync, fsyncSync, ftruncateSync, openSync
 import { basename, dirname, join } from 'node:path';
 
 /**
- * The calls that change or sync a durable file, here and in src/owners/state.ts, made through this
+ * The calls that change or sync a durable file, here and in src/owners/state-file.ts, made through this
  * object so that a test can make any one of them fail (test/owners/durability.test.ts fails the
  * Nth for every N); nothing else replaces them.
  */

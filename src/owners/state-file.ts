@@ -1,7 +1,7 @@
 /**
  * The owners state file: every registered owner's spec, as JSON
  * `{ "version": 1, "folded"?: "<sha256>", "owners": { "<id>": { chains, jumps } } }`, replaced
- * atomically (src/atomic-file.ts), plus a journal beside it (`<file>.journal`): one line per group
+ * atomically (src/base/atomic-file.ts), plus a journal beside it (`<file>.journal`): one line per group
  * of changes, appended and fdatasync'ed, so a registration costs one small durable append instead
  * of rewriting every owner. The journal is folded into the file (compacted) when it outgrows it.
  *
@@ -13,10 +13,10 @@
 import { createHash } from 'node:crypto';
 import { closeSync, openSync, readSync, statSync } from 'node:fs';
 import { dirname } from 'node:path';
-import { io, writeFileAtomic } from '../atomic-file.js';
-import { NotRegularFileError, readRegularFile } from '../regular-file.js';
+import { io, writeFileAtomic } from '../base/atomic-file.js';
+import { NotRegularFileError, readRegularFile } from '../base/regular-file.js';
 import type { Config, TableConfig } from '../config/config.js';
-import { NfkeeperError } from '../errors.js';
+import { NfkeeperError } from '../base/errors.js';
 import type { OwnersConfig } from '../config/owners.js';
 import { OwnerSpecError, compileOwner, type Owner, type OwnerSpec } from './spec.js';
 

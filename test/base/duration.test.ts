@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { DurationError, parseBoundedDuration, parseDuration } from '../src/duration.js';
+import { DurationError, parseBoundedDuration, parseDuration } from '../../src/base/duration.js';
 
 describe('parseDuration', () => {
   it('takes Go-style compound durations and bare milliseconds', () => {

@@ -13,7 +13,7 @@ import type { LimitExpr, QuotaExpr } from '../netlink/expr.js';
 import { tokenize, type Token } from '../rules/lexer.js';
 import { parseExprStatement, renderExprStatement, type Cursor } from '../rules/statements.js';
 import { commentOf, commentUserdata } from '../rules/udata.js';
-import { RuleSyntaxError } from '../errors.js';
+import { RuleSyntaxError } from '../base/errors.js';
 import { formatNftTime, parseNftTime } from './sets.js';
 
 const NAME = z.string().min(1).max(255).regex(/^[A-Za-z_.][A-Za-z0-9_.\-/]*$/, 'a letter, _ or . followed by letters, digits, _ . - and / only');

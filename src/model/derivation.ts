@@ -1,7 +1,7 @@
 /**
  * A desired table made from an earlier one by changing a few of its chains (an owner registered or
  * removed: its chains, and its jumps in the dispatch chains; src/owners/merge.ts), and exactly
- * which. A pass whose known state (known.ts) holds the earlier table verified whole then compares,
+ * which. A pass whose known state (src/keeper/known.ts) holds the earlier table verified whole then compares,
  * plans and follows only those chains, and in a dispatch chain only the rules that changed: a
  * registration costs its owner, not a walk of every owner's chains and jumps.
  *

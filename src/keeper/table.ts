@@ -14,44 +14,19 @@ import { createHash } from 'node:crypto';
 import type { Expr, Family, Hex } from '../netlink/expr.js';
 import { Batch } from '../netlink/batch.js';
 import type { Chain, ChainDigests, NftObj, NftSet, ObservedTable, Rule, SetElement, Table } from '../netlink/objects.js';
-import { objectBlock, objectDefinitionKey } from '../config/objects.js';
-import { objTypeName } from '../rules/objref.js';
+import { objectBlock, objectDefinitionKey } from '../config/stateful-objects.js';
+import { objTypeName } from '../rules/objnames.js';
 import { SET_F, TABLE_F, indexByChain } from '../netlink/objects.js';
-import { NfkeeperError } from '../errors.js';
+import { NfkeeperError } from '../base/errors.js';
 import type { NftConn } from '../netlink/conn.js';
 import { ruleDigester, type RuleDigester } from '../netlink/socket.js';
 import type { ChainConfig, TableConfig } from '../config/config.js';
 import { commentOf, renderRule, ruleKey, type SetResolver } from '../rules/index.js';
 import { planChain, planHunks, type ChainEdit } from './plan.js';
-import type { Derivation } from './derived.js';
-import {
-  declarationText, deletable, diffElements, elementId, elementTexts, sameElementFields, setDefinitionKey, typesOf, type ElementDiff, type SetConfig,
-} from '../config/sets.js';
-
-export type DriftKind =
-  | 'table-missing' | 'table-retired' | 'table-orphaned' | 'table-unprotected' | 'table-changed' | 'table-flags' | 'chain-missing' | 'chain-changed' | 'rules-differ' | 'chain-extra'
-  | 'set-extra' | 'set-missing' | 'set-changed' | 'elements-differ' | 'object-missing' | 'object-changed' | 'object-extra';
-/** Every drift kind, for the metrics' zero series; a Record so a new kind not listed fails the typecheck. */
-export const DRIFT_KINDS: Record<DriftKind, true> = {
-  'table-missing': true, 'table-retired': true, 'table-orphaned': true, 'table-unprotected': true, 'table-changed': true, 'table-flags': true, 'chain-missing': true,
-  'chain-changed': true, 'rules-differ': true, 'chain-extra': true, 'set-extra': true,
-  'set-missing': true, 'set-changed': true, 'elements-differ': true, 'object-missing': true, 'object-changed': true, 'object-extra': true,
-};
-
-export interface Drift {
-  kind: DriftKind;
-  family: Family;
-  table: string;
-  chain?: string;
-  /** For set-extra, set-missing, set-changed and elements-differ: the set's (or map's) name. */
-  set?: string;
-  /** For object-missing, object-changed and object-extra: the object's type and name (`counter c`). */
-  object?: { type: NftObj['type']; name: string };
-  /** What differs, in words: "rule 2 missing", "foreign rule at 1: ...". */
-  detail: string;
-  /** For rules-differ: the chain's rules as the kernel holds them, rendered. */
-  actual?: string[];
-}
+import type { Derivation } from '../model/derivation.js';
+import type { Drift, DriftKind } from '../model/drift.js';
+import { declarationText, elementTexts, typesOf, type SetConfig } from '../config/sets.js';
+import { deletable, diffElements, elementId, sameElementFields, setDefinitionKey, type ElementDiff } from '../model/elements.js';
 
 /** A chain a chain-missing or rules-differ drift names, as diffTable found it. */
 export interface ChainDiff {
@@ -230,7 +205,7 @@ const DIGESTS_PER_CALL = 4096;
 /**
  * The digests of desired rules (per chain) as a dump of them would give them: each distinct
  * expression object encoded once (the keeper's desired rules share identical expressions,
- * compact.ts: at 100,000 rules of five expressions, about 100,000 to encode instead of 500,000).
+ * src/model/compact.ts: at 100,000 rules of five expressions, about 100,000 to encode instead of 500,000).
  */
 function desiredDigests(chains: readonly ChainConfig['rules'][], ruleDigests: RuleDigester): string[][] {
   const index = new Map<Expr, number>();
@@ -394,7 +369,7 @@ export interface DiffOptions {
    */
   armed?: ArmedTimed;
   /**
-   * The desired table was made from `since.from` (derived.ts), and the kernel is known to hold
+   * The desired table was made from `since.from` (src/model/derivation.ts), and the kernel is known to hold
    * exactly that table (every chain verified, no other chain: the caller checks): only the chains
    * the derivation changed are compared, and a dispatch chain only in its changed runs of rules.
    */

@@ -9,23 +9,23 @@
  * process always either runs or exits.
  */
 import { existsSync, statSync, watch } from 'node:fs';
-import { readRegularFile } from './regular-file.js';
+import { readRegularFile } from './base/regular-file.js';
 import { basename, dirname } from 'node:path';
 import type { Server } from 'node:http';
 import { getHeapStatistics } from 'node:v8';
-import { enableCollections } from './heap.js';
+import { enableCollections } from './base/heap.js';
 import { MAX_CONFIG_BYTES, loadConfig, namespaceInterfaces, type Config } from './config/config.js';
-import { ConfigError, NfkeeperError } from './errors.js';
+import { ConfigError, NfkeeperError } from './base/errors.js';
 import { EnvFileMissingError } from './config/env.js';
-import { formatDuration } from './duration.js';
-import { compactAsCompiled } from './keeper/compact.js';
+import { formatDuration } from './base/duration.js';
+import { compactAsCompiled } from './model/compact.js';
 import { Keeper } from './keeper/keeper.js';
-import { KeeperMetrics } from './metrics.js';
-import { serveMetrics } from './keeper/http.js';
+import { KeeperMetrics } from './base/metrics.js';
+import { sendEvents, serveMetrics } from './keeper/http.js';
 import { NftSocket } from './netlink/socket.js';
 import { Notifier } from './systemd.js';
 import { GcLoop } from './gc/daemon.js';
-import { loadOwners } from './owners/state.js';
+import { loadOwners } from './owners/state-file.js';
 import { OwnerRegistry } from './owners/registry.js';
 import { serveControl, type ControlServer } from './owners/api.js';
 import { parseOwnerChain, type Owner } from './owners/spec.js';
@@ -179,7 +179,7 @@ async function bound<T>(what: string, f: () => Promise<T>): Promise<T> {
 }
 
 export async function runDaemon(o: DaemonOptions): Promise<number> {
-  // Big commits collect the JS garbage before encoding (src/heap.ts).
+  // Big commits collect the JS garbage before encoding (src/base/heap.ts).
   enableCollections();
   const { logger: log, close: closeLog } = createDaemonLogger({ level: o.logLevel });
   const cleanups: (() => unknown)[] = [closeLog];
@@ -247,7 +247,7 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
     const socketPath = o.socket ?? config.owners?.socket;
     if (socketPath) {
       control = await bound(`control socket ${socketPath}`, () => serveControl({
-        path: socketPath, registry: reg, logger: log, mode: o.socketMode, ready, maxConnections: o.maxConnections, events: k.attribution,
+        path: socketPath, registry: reg, logger: log, mode: o.socketMode, ready, maxConnections: o.maxConnections, events: (req, res) => sendEvents(k.attribution, req, res),
         status: async () => ({
           ...k.status(),
           ...(cfg.owners && reg ? {

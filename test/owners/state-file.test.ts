@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { beforeEach, describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config/config.js';
 import { loadOwners, saveOwners } from '../../src/owners/index.js';
-import { JOURNAL_FROM_BYTES, OwnersState, journalPathOf } from '../../src/owners/state.js';
+import { JOURNAL_FROM_BYTES, OwnersState, journalPathOf } from '../../src/owners/state-file.js';
 import { compileOwner } from '../../src/owners/spec.js';
 import { open } from '../../src/netlink/socket.js';
 import { cli } from '../helpers/cli.js';
@@ -194,10 +194,10 @@ describe('the state file write', () => {
     const file = c.owners!.state;
     // A writer that keeps replacing the file with 1..N owners of ~100 rules each (big enough to be torn).
     const script = `
-      import { parseConfig } from './src/config/config.ts';
-      import { saveOwners } from './src/owners/state.ts';
-      import { compileOwner } from './src/owners/spec.ts';
-      import { ownersYaml, ownerSpec } from './test/owners/fixtures.ts';
+      import { parseConfig } from './src/config/config.js';
+      import { saveOwners } from './src/owners/state-file.js';
+      import { compileOwner } from './src/owners/spec.js';
+      import { ownersYaml, ownerSpec } from './test/owners/fixtures.js';
       const c = parseConfig(ownersYaml(${JSON.stringify(dir)}));
       const owners = [];
       for (let i = 0; ; i++) {

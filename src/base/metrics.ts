@@ -1,6 +1,6 @@
 /**
  * Prometheus metrics of one nfkeeper process, in a registry of its own: the
- * keeper loop's, owned GC's and foreign GC's counters. Top level because the
+ * keeper loop's, owned GC's and foreign GC's counters. Below both because the
  * keeper and foreign GC both count into it and neither may import the other.
  */
 import { monitorEventLoopDelay } from 'node:perf_hooks';

@@ -1,0 +1,90 @@
+/**
+ * What a change notification holds, as the monitor (monitor.ts) delivers it: the events of one
+ * kernel commit, and how far the monitor has read. NftWatch (conn.ts) speaks these too.
+ */
+import type { Family } from './expr.js';
+import type { SetElement } from './objects.js';
+
+export interface MonitorEvent {
+  type: 'newtable' | 'deltable' | 'newchain' | 'delchain' | 'newrule' | 'delrule' | 'newset'
+    | 'delset' | 'newsetelem' | 'delsetelem' | 'newobj' | 'delobj' | 'newflowtable' | 'delflowtable';
+  family: Family;
+  table: string;
+  /** The chain of a rule event; the name of a chain or set. */
+  name?: string;
+  handle?: number;
+  /** nlmsg_pid of the committing socket. */
+  portId: number;
+  /** nlmsg_flags: a rule event carries its request's NLM_F_REPLACE (0x100) / NLM_F_APPEND (0x800). */
+  flags?: number;
+  /** Rule events: NFTA_RULE_POSITION, the handle of the rule before it (add and replace only). */
+  position?: number;
+  /**
+   * Element events (newsetelem, delsetelem): the elements added or deleted, as a dump gives them
+   * (key, key end, flags, data or verdict and chain, timeout, expiration, userdata). The kernel
+   * notifies one element per event.
+   */
+  elements?: SetElement[];
+  /** An element event whose element list could not be read (its elements are unknown). */
+  elementsMalformed?: boolean;
+}
+
+/** nlmsg_flags bits of rule events. */
+export const NLM_F = { REPLACE: 0x100, APPEND: 0x800 } as const;
+
+export interface MonitorBatch {
+  /** Events were lost (ENOBUFS): the receiver must resync from a dump. */
+  overflow: boolean;
+  /** The generation the commit produced (NFT_MSG_NEWGEN). */
+  generation: number;
+  /** More than 256 events in one commit; the rest were dropped. */
+  truncated: boolean;
+  /** Holds an event from a port not in ignorePorts (always, unless ownCommits). */
+  foreign?: boolean;
+  /**
+   * The first generation of the unbroken run of commits the monitor has seen whole up to this
+   * one (every NEWGEN, no overflow), or 0: a commit in [since, generation] that was not delivered
+   * touched no watched table.
+   */
+  since?: number;
+  events: MonitorEvent[];
+  /**
+   * The task that committed it, from the commit's NFT_MSG_NEWGEN: NFTA_GEN_PROC_PID (its pid in the
+   * kernel's initial pid namespace, the thread's) and NFTA_GEN_PROC_NAME (its comm, at most 15
+   * bytes). Absent when the kernel did not say.
+   */
+  by?: { pid: number; comm?: string };
+  /** process.hrtime.bigint()'s clock (ns, as a number) when the monitor read the commit's last datagram. */
+  receivedNs?: number;
+  /**
+   * The monitor's armed repair (Monitor.arm) answered this batch before it was handed over: it
+   * committed the re-add of the deleted rule after `position` (0: at the head), guarded by this
+   * batch's generation, and the kernel gave the rule `handle` (0: not echoed); or the kernel
+   * refused it with `errno` (nothing changed). `committedNs`: receivedNs's clock when its
+   * acknowledgements were read.
+   */
+  repaired?: ({ handle: number } | { errno: number }) & { position: number; committedNs: number };
+}
+
+/** What the monitor has read, at once (Monitor.progress). */
+export interface MonitorProgress {
+  /** The last NEWGEN seen. */
+  lastGeneration: number;
+  /** The start of the run of commits seen whole up to lastGeneration, or 0. */
+  runStart: number;
+  /** Batches handed to onBatch so far (overflow reports included), up to lastGeneration. */
+  delivered: number;
+}
+
+export interface MonitorOptions {
+  netns?: string;
+  /** Tables to watch; undefined watches everything. */
+  tables?: { family: Family; name: string }[];
+  /** Port ids whose commits are not worth a wake-up (our own socket's). */
+  ignorePorts?: number[];
+  /** Deliver commits of ignorePorts too (foreign: false): a mirror learns its own handles from them. */
+  ownCommits?: boolean;
+  /** The socket's receive buffer in bytes; default 8 MiB (tests make it small to see ENOBUFS). */
+  receiveBuffer?: number;
+  onBatch: (batch: MonitorBatch) => void;
+}

@@ -1,0 +1,52 @@
+/**
+ * The operations of a batch, one per kernel message (add, create, insert, replace, delete and
+ * flush of tables, chains, rules, sets, elements and objects), and how an error names one.
+ */
+import type { Family } from './expr.js';
+import type { Chain, NftObj, NftSet, Rule, SetElement, Table } from './objects.js';
+
+export type TableOp = { verb: 'add' | 'create' | 'delete' | 'flush'; object: 'table' }
+  & Pick<Table, 'family' | 'name'> & Partial<Pick<Table, 'flags' | 'handle' | 'userdata'>>;
+export type ChainOp = { verb: 'add' | 'create' | 'delete' | 'flush'; object: 'chain' }
+  & Pick<Chain, 'family' | 'table' | 'name'> & Partial<Omit<Chain, 'family' | 'table' | 'name' | 'use'>>;
+export type RuleOp = { verb: 'add' | 'insert' | 'replace' | 'delete'; object: 'rule' }
+  & Pick<Rule, 'family' | 'table' | 'chain'> & Partial<Omit<Rule, 'family' | 'table' | 'chain'>>;
+export type SetOp = { verb: 'add' | 'create' | 'delete' | 'flush'; object: 'set' }
+  & Pick<NftSet, 'family' | 'table' | 'name'> & Partial<Omit<NftSet, 'family' | 'table' | 'name'>>;
+export type ElementOp = {
+  verb: 'add' | 'delete'; object: 'element'; family: Family; table: string; set: string;
+  setId?: number; elements: SetElement[];
+};
+
+/** A named stateful object: add (or create) with its data, delete by name (or handle). */
+export type ObjOp = { verb: 'add' | 'create' | 'delete'; object: 'obj' }
+  & Pick<NftObj, 'family' | 'table' | 'name'> & { type: NftObj['type'] & string; handle?: number; userdata?: string; data?: NftObj['data'] };
+
+export type Op = TableOp | ChainOp | RuleOp | SetOp | ElementOp | ObjOp;
+export type Verb = Op['verb'];
+
+/** A short nft-style description of an op, for error messages and logs. */
+export function describeOp(op: Op): string {
+  switch (op.object) {
+    case 'table': return `${op.verb} table ${op.family} ${op.name}`;
+    case 'chain': return `${op.verb} chain ${op.family} ${op.table} ${op.name}`;
+    case 'rule': {
+      const at = op.handle !== undefined ? ` handle ${op.handle}`
+        : op.position !== undefined ? ` position ${op.position}`
+        : op.positionId !== undefined ? ` position id ${op.positionId}` : '';
+      return `${op.verb} rule ${op.family} ${op.table} ${op.chain}${at}`;
+    }
+    case 'set': return `${op.verb} set ${op.family} ${op.table} ${setName(op.name, op.id)}`;
+    case 'element': return `${op.verb} element ${op.family} ${op.table} ${setName(op.set, op.setId)}`;
+    case 'obj': return `${op.verb} ${op.type} ${op.family} ${op.table} ${op.name}`;
+  }
+}
+
+/**
+ * An anonymous set's name is a template the kernel fills in ('__set%d', '__map%d'); the real name
+ * is known only once the commit is through, so a message says which kind and its batch id instead.
+ */
+function setName(name: string, id: number | undefined): string {
+  if (!name.includes('%')) return name;
+  return `(anonymous ${name.startsWith('__map') ? 'map' : 'set'}${id !== undefined ? `, set id ${id}` : ''})`;
+}
