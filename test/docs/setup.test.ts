@@ -12,7 +12,7 @@ import { describe, expect, it } from 'vitest';
 import { tempDir } from '../owners/fixtures.js';
 
 const TEST_ONLY = ['clang-14', 'libclang-rt-14-dev', 'podman', 'runc', 'debootstrap', 'systemd-container',
-  'containernetworking-plugins', 'qemu-user', 'iptables', 'zsh', 'fish', 'g++-aarch64-linux-gnu'];
+  'containernetworking-plugins', 'qemu-user', 'qemu-system-arm', 'cpio', 'iptables', 'zsh', 'fish', 'g++-aarch64-linux-gnu'];
 const BASE = ['libnftnl-dev', 'libmnl-dev', 'pkg-config', 'nftables', 'iproute2', 'make', 'g++', 'python3'];
 
 function installs(args: string[]): { code: number | null; packages: string[]; out: string } {
