@@ -5,6 +5,10 @@
 #   debian-tree.sh minbase   debootstrap --variant=minbase (the container image's base)
 #   debian-tree.sh systemd   minbase + systemd, systemd-sysv, dbus, nftables and Debian's nodejs (18;
 #                            booted with systemd-nspawn)
+#   debian-tree.sh minbase-arm64   minbase for arm64, unpacked only (debootstrap --foreign: no
+#                            maintainer script ran, which would need an arm64 CPU or binfmt_misc):
+#                            the libraries are there, which is all an image that runs no command
+#                            at build time (deploy/container/Dockerfile) takes from its base
 # The cache (NFKEEPER_CACHE, default /var/cache/nfkeeper-test) is outside the
 # repository and keyed by what goes into the tree, so a second run costs nothing.
 # Needs root (debootstrap, chroot).
@@ -19,9 +23,9 @@ mirror=${NFKEEPER_MIRROR:-$(grep -hoE '^(URIs:|deb) +https?://[^ ]*/debian/?( |$
 mirror=${mirror:-http://deb.debian.org/debian}
 
 case $kind in
-  minbase) extra= ;;
+  minbase|minbase-arm64) extra= ;;
   systemd) extra="systemd systemd-sysv dbus nftables nodejs" ;;
-  *) echo "debian-tree.sh: unknown tree '$kind' (minbase or systemd)" >&2; exit 2 ;;
+  *) echo "debian-tree.sh: unknown tree '$kind' (minbase, minbase-arm64 or systemd)" >&2; exit 2 ;;
 esac
 key=$(printf '%s\n' 2 "$suite" "$mirror" "$extra" | sha256sum | cut -c1-12)
 out=$cache/$suite-$kind-$key.tar
@@ -41,6 +45,11 @@ if [ "$kind" = minbase ]; then
   echo "debian-tree.sh: debootstrap --variant=minbase $suite from $mirror (about a minute)" >&2
   debootstrap --variant=minbase "$suite" "$tree" "$mirror" >"$work/log" 2>&1 \
     || { tail -20 "$work/log" >&2; echo "debian-tree.sh: debootstrap failed" >&2; exit 3; }
+elif [ "$kind" = minbase-arm64 ]; then
+  echo "debian-tree.sh: debootstrap --foreign --arch arm64 --variant=minbase $suite from $mirror (about a minute)" >&2
+  debootstrap --foreign --arch arm64 --variant=minbase "$suite" "$tree" "$mirror" >"$work/log" 2>&1 \
+    || { tail -20 "$work/log" >&2; echo "debian-tree.sh: debootstrap failed" >&2; exit 3; }
+  rm -rf "$tree/debootstrap"
 else
   tar -C "$tree" -xf "$base"
   echo "debian-tree.sh: installing $extra into the tree" >&2

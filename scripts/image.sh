@@ -10,6 +10,9 @@
 #   3. podman build -f deploy/container/Dockerfile on that base.
 # Prints the image name. Rebuilds only when the package or the base changed
 # (the image carries the package's sha256 as a label).
+#   --arch arm64    the linux/arm64 image, localhost/nfkeeper:<version>-arm64: the arm64 Node 24
+#                   on an arm64 base unpacked by debootstrap --foreign (scripts/debian-tree.sh
+#                   minbase-arm64); the Dockerfile runs nothing, so no arm64 CPU is needed to build it
 #   --context DIR   only prepare the build context (for docker build elsewhere)
 # Needs root, podman, runc and debootstrap (scripts/setup.sh --test installs them).
 set -euo pipefail
@@ -27,15 +30,26 @@ fi
 pm() { podman --runtime runc --cgroup-manager=cgroupfs "$@"; }
 
 context_only=
-if [ "${1:-}" = --context ]; then context_only=${2:?--context DIR}; fi
+arch=amd64
+case "${1:-}" in
+  --context) context_only=${2:?--context DIR} ;;
+  --arch) arch=${2:?--arch amd64|arm64} ;;
+  '') ;;
+  *) echo "image.sh: unknown option '$1' (--arch arm64, --context DIR)" >&2; exit 2 ;;
+esac
+case "$arch" in
+  amd64) node_arch=x64; tree_kind=minbase; tag_suffix= ;;
+  arm64) node_arch=arm64; tree_kind=minbase-arm64; tag_suffix=-arm64 ;;
+  *) echo "image.sh: --arch amd64 or arm64, not '$arch'" >&2; exit 2 ;;
+esac
 
 tarball=$(node scripts/pack.mjs)
 version=$(node -p "require('./package.json').version")
-image=localhost/nfkeeper:$version
+image=localhost/nfkeeper:$version$tag_suffix
 pkg_sum=$(sha256sum "$tarball" | cut -c1-16)
 
-node_bin=$(bash scripts/node.sh 24 x64)/bin/node
-node_version=$("$node_bin" -p 'process.versions.node')
+node_bin=$(bash scripts/node.sh 24 "$node_arch")/bin/node
+node_version=$(bash scripts/node.sh 24 "$node_arch" | sed -n 's|.*/\([0-9.]*\)-linux-[a-z0-9]*$|\1|p')
 
 prepare_context() {
   local ctx=$1
@@ -60,9 +74,9 @@ if [ -n "$context_only" ]; then
 fi
 
 command -v podman >/dev/null || { echo "image.sh: podman is not installed (apt-get install podman runc)" >&2; exit 3; }
-minbase=$(bash scripts/debian-tree.sh minbase)
+minbase=$(bash scripts/debian-tree.sh "$tree_kind")
 base_key=$( (basename "$minbase"; sha256sum "$node_bin") | sha256sum | cut -c1-12)
-base=localhost/nfkeeper-base:bookworm-node$node_version-$base_key
+base=localhost/nfkeeper-base:bookworm-node$node_version-$arch-$base_key
 if ! pm image exists "$base"; then
   echo "image.sh: importing the base $base" >&2
   tree=$(mktemp -d "$cache/base.XXXXXX")
@@ -70,8 +84,8 @@ if ! pm image exists "$base"; then
   tar -C "$tree" -xf "$minbase"
   # What a daemon never reads: documentation, manuals, locales, apt's caches.
   rm -rf "$tree"/usr/share/{doc,man,info,locale,lintian} "$tree"/var/cache/apt/* "$tree"/var/lib/apt/lists/* "$tree"/var/log/*
-  install -m 0755 "$node_bin" "$tree/usr/local/bin/node"
-  tar -C "$tree" --numeric-owner -c . | pm import - "$base" >/dev/null
+  install -D -m 0755 "$node_bin" "$tree/usr/local/bin/node"
+  tar -C "$tree" --numeric-owner -c . | pm import --arch "$arch" - "$base" >/dev/null
 fi
 
 if [ "$(pm image inspect --format '{{index .Labels "nfkeeper.package"}}' "$image" 2>/dev/null)" = "$pkg_sum $base" ]; then
@@ -80,7 +94,7 @@ else
   prepare_context "$cache/image-context"
   # --network none: nothing in the build needs one, and podman's default
   # network would add firewall rules to this machine's own namespace.
-  pm build --quiet --network none --build-arg BASE="$base" --label "nfkeeper.package=$pkg_sum $base" \
+  pm build --quiet --network none --arch "$arch" --build-arg BASE="$base" --label "nfkeeper.package=$pkg_sum $base" \
     -f deploy/container/Dockerfile -t "$image" "$cache/image-context" >/dev/null
   # The builds this one replaced (dangling, and ours by their label).
   pm image prune -f --filter label=nfkeeper.package >/dev/null || true

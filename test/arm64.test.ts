@@ -8,7 +8,9 @@
  * exactly that error, and to run in full if a qemu ever lets the socket through.
  * On Debian's arm64 kernel under qemu-system-aarch64 (scripts/arm64-vm.sh: emulated, no KVM), the
  * same package applies, checks, exports and, as `nfkeeper run`, repairs a deleted rule; its export
- * is compared with what the x64 build exports for the same config here.
+ * is compared with what the x64 build exports for the same config here. The linux/arm64 image
+ * (scripts/image.sh --arch arm64) is built, and its root tree, exported, runs there too (chroot
+ * into it: its own Node, C library and npm-installed package).
  */
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -21,6 +23,11 @@ import { FLANNEL_RULES, FLANNEL_YAML } from './keeper/helpers.js';
 const VERSION = (JSON.parse(readFileSync('package.json', 'utf8')) as { version: string }).version;
 const hasQemu = spawnSync('qemu-aarch64', ['--version']).status === 0;
 const hasQemuSystem = spawnSync('qemu-system-aarch64', ['--version']).status === 0 && spawnSync('cpio', ['--version']).status === 0;
+const hasPodman = spawnSync('podman', ['--version']).status === 0;
+const CACHE = process.env.NFKEEPER_CACHE ?? '/var/cache/nfkeeper-test';
+// See scripts/image.sh: crun and podman's default ulimits fail on machines like this one.
+const podman = (args: string[]) => spawnSync('podman', ['--runtime', 'runc', '--cgroup-manager=cgroupfs', ...args],
+  { encoding: 'utf8', timeout: 300_000, maxBuffer: 64 << 20, env: { ...process.env, CONTAINERS_CONF: join(CACHE, 'containers.conf') } });
 const QEMU_ROOT = '/usr/aarch64-linux-gnu';
 const QEMU_REFUSES = 'socket(NETLINK_NETFILTER): Protocol not supported';
 
@@ -135,6 +142,44 @@ describe.skipIf(!hasQemu)(`linux-arm64 under qemu-user${hasQemu ? '' : ' (SKIPPE
     expect(at('stop').rc).toBe(0);
     expect(console).toMatch(/^=== exit 0$/m);
   }, 1_800_000);
+  it.skipIf(!hasQemuSystem || !hasPodman)(`the linux/arm64 image: built without an arm64 CPU, its tree applies and checks on the arm64 kernel${hasQemuSystem && hasPodman ? '' : ' (SKIPPED: needs podman, qemu-system-arm and cpio: bash scripts/setup.sh --test)'}`, () => {
+    const built = spawnSync('bash', ['scripts/image.sh', '--arch', 'arm64'], { encoding: 'utf8', timeout: 900_000 });
+    expect(built.status, built.stderr).toBe(0);
+    const image = built.stdout.trim().split('\n').at(-1)!;
+    expect(image).toBe(`localhost/nfkeeper:${VERSION}-arm64`);
+    const inspect = podman(['image', 'inspect', '--format', '{{.Architecture}} {{.Os}} {{json .Config.Entrypoint}} {{.Config.User}}', image]);
+    expect(inspect.stdout.trim()).toBe('arm64 linux ["nfkeeper"] 65534:65534');
+    // Its root tree, as a runtime would see it.
+    const work = join(dir, 'vm-image');
+    mkdirSync(join(work, 'image'), { recursive: true });
+    const created = podman(['create', '--arch', 'arm64', image]);
+    expect(created.status, created.stderr).toBe(0);
+    const id = created.stdout.trim();
+    try {
+      const exported = spawnSync('sh', ['-c', `podman --runtime runc --cgroup-manager=cgroupfs export ${id} | tar -C '${join(work, 'image')}' -xf -`],
+        { encoding: 'utf8', env: { ...process.env, CONTAINERS_CONF: join(CACHE, 'containers.conf') } });
+      expect(exported.status, exported.stderr).toBe(0);
+    } finally {
+      podman(['rm', id]);
+    }
+    expect(spawnSync('readelf', ['-h', join(work, 'image', 'usr', 'local', 'bin', 'node')], { encoding: 'utf8' }).stdout).toMatch(/Machine:\s+AArch64/);
+    writeFileSync(join(work, 'config.yaml'), FLANNEL_YAML);
+    writeFileSync(join(work, 'run.sh'), VM_RUN_IMAGE);
+    const vm = spawnSync('bash', ['scripts/arm64-vm.sh', pkg, work], { encoding: 'utf8', timeout: 1_500_000, maxBuffer: 64 << 20 });
+    const console = vm.stdout.replace(/\r/g, '');
+    expect(vm.status, `${vm.stderr}\n${console}`).toBe(0);
+    const steps = vmSteps(console);
+    const at = (name: string) => {
+      const step = steps.get(name);
+      expect(step, `step ${name} in:\n${console}`).toBeDefined();
+      return step!;
+    };
+    expect(at('node')).toMatchObject({ rc: 0, out: expect.stringMatching(/^arm64 v24\./) });
+    expect(at('version')).toEqual({ out: VERSION, rc: 0 });
+    expect(at('apply').rc, at('apply').out).toBe(0);
+    expect(at('check')).toMatchObject({ rc: 0, out: expect.stringMatching(/in sync$/) });
+    expect(console).toMatch(/^=== exit 0$/m);
+  }, 1_800_000);
 });
 
 /** "=== NAME" ... "=== rc=N" sections of the VM's console: each step's output (stdout and stderr, trimmed) and status. */
@@ -180,4 +225,19 @@ kill $daemon
 step stop wait $daemon
 echo "=== daemon log"
 cat daemon.log
+`;
+
+/** The image's root tree in the VM: entered with chroot, run with its own Node and libraries, as root. */
+const VM_RUN_IMAGE = `step() { name=$1; shift; echo "=== $name"; "$@" 2>&1; echo "=== rc=$?"; }
+for d in proc dev tmp run; do mkdir -p image/$d; done
+mount -t proc proc image/proc
+mount -o bind /dev image/dev
+mount -t tmpfs tmp image/tmp
+mount -t tmpfs run image/run
+cp config.yaml image/tmp/config.yaml
+img() { chroot image /usr/bin/env PATH=/opt/nfkeeper/bin:/usr/local/bin:/usr/bin:/bin HOME=/tmp "$@"; }
+step node img node -p 'process.arch + " " + process.version'
+step version img nfkeeper version
+step apply img nfkeeper apply --config /tmp/config.yaml --no-progress
+step check img nfkeeper check --config /tmp/config.yaml --no-progress
 `;

@@ -39,8 +39,9 @@ job "nfkeeper" {
     value     = "linux"
   }
 
-  # The architectures the image exists for (scripts/image.sh: amd64). With an image built for
-  # arm64 too (docs/install.md, Architectures): operator = "regexp", value = "^(amd64|arm64)$".
+  # The architectures the image exists for (scripts/image.sh: amd64; --arch arm64 under a tag of
+  # its own). With both pushed as one manifest list (docs/install.md, Architectures):
+  # operator = "regexp", value = "^(amd64|arm64)$".
   constraint {
     attribute = "${attr.cpu.arch}"
     value     = "amd64"
