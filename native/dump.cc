@@ -359,7 +359,7 @@ Napi::Promise StartDump(Napi::Env env, NftSocket* sock, Napi::Object self, const
   // finished by a worker after kInlineDatagrams.
   bool small = st->single || ((st->kind == DumpKind::Rule || st->kind == DumpKind::Set) && !st->table.empty());
   bool inlineStarted = false;
-  if (small && !sock->HasWaiting() && sock->gate().try_lock()) {
+  if (small && sock->TryTakeGate()) {
     inlineStarted = true;
     if (st->Send(sock)) {
       for (int i = 0; i < kInlineDatagrams && !st->done; i++) {
@@ -372,8 +372,7 @@ Napi::Promise StartDump(Napi::Env env, NftSocket* sock, Napi::Object self, const
       }
     }
     if (st->done) {
-      sock->gate().unlock();
-      sock->StartWaiting();
+      sock->ReleaseGate();
       st->Settle(env, deferred);
       return deferred.Promise();
     }

@@ -504,7 +504,7 @@ bool NftMonitor::TryRepair(MonitorBatch* b) {
     return false;
   }
   NftSocket* sock = armSock_;
-  if (sock == nullptr || sock->closed() || sock->HasWaiting() || !sock->gate().try_lock()) return false;
+  if (sock == nullptr || sock->closed() || !sock->TryTakeGate()) return false;
   armed_ = false;  // until the outcome says the entries still hold
   ArmedRule& r = it->second;
   auto batch = std::make_unique<EncodedBatch>();
@@ -518,8 +518,7 @@ bool NftMonitor::TryRepair(MonitorBatch* b) {
   batch->messageOp.assign(1, 0);
   CommitRun run(sock, std::move(batch), true);
   run.Run();
-  sock->gate().unlock();
-  sock->StartWaiting();
+  sock->ReleaseGate();
   uint64_t handle = 0;
   int err = run.Settle(&handle);
   run.Release();

@@ -123,19 +123,16 @@ NftSocket::~NftSocket() {
 }
 
 void NftSocket::CloseNow() {
-  {
-    std::lock_guard<Gate> lock(gate_);
-    if (nl_ != nullptr) {
-      mnl_socket_close(nl_);
-      nl_ = nullptr;
-    }
+  // Work still waiting runs after it and finds the socket closed (EBADF).
+  JsGateHold hold(this);
+  if (nl_ != nullptr) {
+    mnl_socket_close(nl_);
+    nl_ = nullptr;
   }
-  // Work still waiting runs and finds the socket closed (EBADF).
-  StartWaiting();
 }
 
 void NftSocket::QueueGated(Napi::AsyncWorker* w) {
-  if (waiting_.empty() && gate_.try_lock()) {
+  if (TryTakeGate()) {
     w->Queue();
     return;
   }
@@ -328,11 +325,10 @@ std::unique_ptr<CommitRun> NftSocket::PrepareCommit(const Napi::CallbackInfo& in
 Napi::Value NftSocket::Commit(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   std::unique_ptr<CommitRun> run = PrepareCommit(info);
-  if (run->Small() && !HasWaiting() && gate_.try_lock()) {
+  if (run->Small() && TryTakeGate()) {
     // A small batch commits here and now, settling the promise before it is returned.
     run->Run();
-    gate_.unlock();
-    StartWaiting();
+    ReleaseGate();
     auto deferred = Napi::Promise::Deferred::New(env);
     Napi::Value v;
     if (run->Outcome(env, &v)) deferred.Resolve(v);
@@ -352,13 +348,12 @@ Napi::Value NftSocket::Commit(const Napi::CallbackInfo& info) {
 Napi::Value NftSocket::CommitNow(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   std::unique_ptr<CommitRun> run = PrepareCommit(info);
-  if (!run->Small() || HasWaiting() || !gate_.try_lock()) {
+  if (!run->Small() || !TryTakeGate()) {
     run->Release();
     return Napi::Boolean::New(env, false);
   }
   run->Run();
-  gate_.unlock();
-  StartWaiting();
+  ReleaseGate();
   Napi::Value v;
   if (!run->Outcome(env, &v)) throw Napi::Error(env, v);
   return v;

@@ -73,9 +73,15 @@ class NftSocket : public Napi::ObjectWrap<NftSocket>, public Closeable {
   // order. A pool thread never waits for the gate: the holder may be queued behind it, and with the
   // pool's four threads all waiting the process stops (fs calls share the pool). JS thread only.
   void QueueGated(Napi::AsyncWorker* w);
-  // Hands a released gate to the next waiting work; called on the JS thread after a release.
+  // Hands a released gate to the next waiting work; called on the JS thread after a worker's release.
   void StartWaiting();
-  bool HasWaiting() const { return !waiting_.empty(); }
+  // On the JS thread: the gate, if it is free and no work waits for it (work queued first goes first).
+  bool TryTakeGate() { return waiting_.empty() && gate_.try_lock(); }
+  // On the JS thread: gives back a gate taken there, to the next waiting work if any.
+  void ReleaseGate() {
+    gate_.unlock();
+    StartWaiting();
+  }
   uint32_t NextSeq(uint32_t count) {
     return seq_.fetch_add(count);
   }
@@ -119,10 +125,7 @@ class NftSocket : public Napi::ObjectWrap<NftSocket>, public Closeable {
 class JsGateHold {
  public:
   explicit JsGateHold(NftSocket* s) : s_(s) { s_->gate().lock(); }
-  ~JsGateHold() {
-    s_->gate().unlock();
-    s_->StartWaiting();
-  }
+  ~JsGateHold() { s_->ReleaseGate(); }
   JsGateHold(const JsGateHold&) = delete;
   JsGateHold& operator=(const JsGateHold&) = delete;
 
