@@ -18,6 +18,8 @@ debs=$(bash scripts/sysroot.sh arm64 vm)
 node_dir=$(bash scripts/node.sh 24 arm64)
 kernel=$(ls "$debs"/boot/vmlinuz-* | head -1)
 version=${kernel##*/vmlinuz-}
+# A newc archive (what the kernel unpacks as an initramfs) of the tree at $1, gzipped, on stdout.
+archive() { (cd "$1" && find . | cpio -o -H newc --quiet | gzip -1); }
 
 # The part every boot shares, built once: busybox, the C library, Node, the netfilter modules.
 base=$PWD/.cache/sysroot/arm64-vm-base-$version-$(basename "$node_dir").cpio.gz
@@ -54,7 +56,7 @@ echo "=== exit $?"
 poweroff -f
 EOF
   chmod +x "$root/init"
-  (cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) > "$base.tmp"
+  archive "$root" > "$base.tmp"
   mv "$base.tmp" "$base"
   rm -rf "$root"
   trap - EXIT
@@ -68,7 +70,7 @@ mkdir -p "$stage/opt"
 cp -a "$pkg" "$stage/opt/package"
 cp -a "$work" "$stage/opt/work"
 cat "$base" > "$initrd"
-(cd "$stage" && find . | cpio -o -H newc --quiet | gzip -1) >> "$initrd"
+archive "$stage" >> "$initrd"
 
 timeout 1200 qemu-system-aarch64 -M virt -cpu cortex-a57 -smp 2 -m 2048 -nographic -no-reboot -nic none \
   -kernel "$kernel" -initrd "$initrd" -append "console=ttyAMA0 rdinit=/init quiet panic=-1"

@@ -48,8 +48,11 @@ version=$(node -p "require('./package.json').version")
 image=localhost/nfkeeper:$version$tag_suffix
 pkg_sum=$(sha256sum "$tarball" | cut -c1-16)
 
-node_bin=$(bash scripts/node.sh 24 "$node_arch")/bin/node
-node_version=$(bash scripts/node.sh 24 "$node_arch" | sed -n 's|.*/\([0-9.]*\)-linux-[a-z0-9]*$|\1|p')
+node_dir=$(bash scripts/node.sh 24 "$node_arch")
+node_bin=$node_dir/bin/node
+# From the folder's name (.cache/node/<version>-linux-<arch>): an arm64 Node does not run here.
+node_version=${node_dir##*/}
+node_version=${node_version%-linux-*}
 
 prepare_context() {
   local ctx=$1

@@ -114,16 +114,7 @@ describe.skipIf(!hasQemu)(`linux-arm64 under qemu-user${hasQemu ? '' : ' (SKIPPE
     writeFileSync(join(work, 'config.yaml'), FLANNEL_YAML);
     writeFileSync(join(work, 'delete.mjs'), VM_DELETE_FIRST_RULE);
     writeFileSync(join(work, 'run.sh'), VM_RUN);
-    const vm = spawnSync('bash', ['scripts/arm64-vm.sh', pkg, work], { encoding: 'utf8', timeout: 1_500_000, maxBuffer: 64 << 20 });
-    const console = vm.stdout.replace(/\r/g, '');
-    expect(vm.status, `${vm.stderr}\n${console}`).toBe(0);
-    expect(console).toMatch(/^=== arch aarch64 \S+ node arm64 v24\./m);
-    const steps = vmSteps(console);
-    const at = (name: string) => {
-      const step = steps.get(name);
-      expect(step, `step ${name} in:\n${console}`).toBeDefined();
-      return step!;
-    };
+    const { console, at } = bootVm(pkg, work);
     expect(at('version')).toEqual({ out: VERSION, rc: 0 });
     expect(at('apply').rc, at('apply').out).toBe(0);
     expect(at('check')).toMatchObject({ rc: 0, out: expect.stringMatching(/in sync$/) });
@@ -165,15 +156,7 @@ describe.skipIf(!hasQemu)(`linux-arm64 under qemu-user${hasQemu ? '' : ' (SKIPPE
     expect(spawnSync('readelf', ['-h', join(work, 'image', 'usr', 'local', 'bin', 'node')], { encoding: 'utf8' }).stdout).toMatch(/Machine:\s+AArch64/);
     writeFileSync(join(work, 'config.yaml'), FLANNEL_YAML);
     writeFileSync(join(work, 'run.sh'), VM_RUN_IMAGE);
-    const vm = spawnSync('bash', ['scripts/arm64-vm.sh', pkg, work], { encoding: 'utf8', timeout: 1_500_000, maxBuffer: 64 << 20 });
-    const console = vm.stdout.replace(/\r/g, '');
-    expect(vm.status, `${vm.stderr}\n${console}`).toBe(0);
-    const steps = vmSteps(console);
-    const at = (name: string) => {
-      const step = steps.get(name);
-      expect(step, `step ${name} in:\n${console}`).toBeDefined();
-      return step!;
-    };
+    const { console, at } = bootVm(pkg, work);
     expect(at('node')).toMatchObject({ rc: 0, out: expect.stringMatching(/^arm64 v24\./) });
     expect(at('version')).toEqual({ out: VERSION, rc: 0 });
     expect(at('apply').rc, at('apply').out).toBe(0);
@@ -181,6 +164,26 @@ describe.skipIf(!hasQemu)(`linux-arm64 under qemu-user${hasQemu ? '' : ' (SKIPPE
     expect(console).toMatch(/^=== exit 0$/m);
   }, 1_800_000);
 });
+
+/**
+ * scripts/arm64-vm.sh on `pkg` and `work` (its run.sh): the console, having booted the arm64 kernel
+ * and Node 24 and exited 0, and `at(name)`, the step of that name (which must be there).
+ */
+function bootVm(pkg: string, work: string): { console: string; at(name: string): { out: string; rc: number } } {
+  const vm = spawnSync('bash', ['scripts/arm64-vm.sh', pkg, work], { encoding: 'utf8', timeout: 1_500_000, maxBuffer: 64 << 20 });
+  const console = vm.stdout.replace(/\r/g, '');
+  expect(vm.status, `${vm.stderr}\n${console}`).toBe(0);
+  expect(console).toMatch(/^=== arch aarch64 \S+ node arm64 v24\./m);
+  const steps = vmSteps(console);
+  return {
+    console,
+    at(name) {
+      const step = steps.get(name);
+      expect(step, `step ${name} in:\n${console}`).toBeDefined();
+      return step!;
+    },
+  };
+}
 
 /** "=== NAME" ... "=== rc=N" sections of the VM's console: each step's output (stdout and stderr, trimmed) and status. */
 function vmSteps(console: string): Map<string, { out: string; rc: number }> {
@@ -205,9 +208,12 @@ console.log('deleted handle ' + r.handle);
 s.close();
 `;
 
+/** Each step of a VM script: "=== NAME", its output, "=== rc=N". */
+const VM_STEP = `step() { name=$1; shift; echo "=== $name"; "$@" 2>&1; echo "=== rc=$?"; }
+`;
+
 /** What runs in the VM (busybox sh, as root, in /opt/work): each step between "=== name" and "=== rc=N". */
-const VM_RUN = `nfk() { node /opt/package/bin/nfkeeper.js "$@"; }
-step() { name=$1; shift; echo "=== $name"; "$@" 2>&1; echo "=== rc=$?"; }
+const VM_RUN = `${VM_STEP}nfk() { node /opt/package/bin/nfkeeper.js "$@"; }
 # Waits up to 300 s (emulated: slow) for a line matching $1 in daemon.log.
 logged() { i=0; until grep -q "$1" daemon.log 2>/dev/null; do i=$((i + 1)); [ $i -gt 1500 ] && return 1; sleep 0.2; done; }
 step version nfk version
@@ -228,8 +234,7 @@ cat daemon.log
 `;
 
 /** The image's root tree in the VM: entered with chroot, run with its own Node and libraries, as root. */
-const VM_RUN_IMAGE = `step() { name=$1; shift; echo "=== $name"; "$@" 2>&1; echo "=== rc=$?"; }
-for d in proc dev tmp run; do mkdir -p image/$d; done
+const VM_RUN_IMAGE = `${VM_STEP}for d in proc dev tmp run; do mkdir -p image/$d; done
 mount -t proc proc image/proc
 mount -o bind /dev image/dev
 mount -t tmpfs tmp image/tmp
