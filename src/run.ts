@@ -200,6 +200,21 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
   let server: Server | undefined;
   let config: Config;
   let nsId: NamespaceId | undefined;
+  /** The config file and the files its last load included. */
+  let files: string[] = [];
+  // Regular files only, read without blocking (a FIFO swapped in must not stall the loop in open()).
+  const textOf = (): string | undefined => {
+    try {
+      return files.map((f) => readRegularFile(f, MAX_CONFIG_BYTES).toString('utf8')).join('\0');
+    } catch (e) {
+      // Mid-swap (the next event will tell), or not a regular file any more: said, the old config stays.
+      if ((e as NodeJS.ErrnoException).code !== 'ENOENT') {
+        log.error({ err: (e as Error).message, file: o.config }, 'config reload rejected; keeping the old one');
+      }
+      return undefined;
+    }
+  };
+  let loadedText: string | undefined;
   const metrics = new KeeperMetrics(true, { version: o.version });
   const systemd = new Notifier();
   // What start-up says to systemd is advice: a refusal is logged, and start-up carries on.
@@ -222,6 +237,8 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
     // The namespace first: iif/oif names in the config resolve there.
     nsId = probeNamespace(o.netns);
     config = await loadWaitingForEnv(o, log, tell);
+    files = [o.config, ...(config.includes ?? [])];
+    loadedText = textOf();
     extend();
     // One keeper per table and per state file, held until exit (released last: cleanups run in reverse).
     const lock = lockKeeper({ netns: o.netns, tables: config.tables, stateFile: config.owners?.state });
@@ -384,6 +401,9 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
   const reload = (why: string) => {
     let next: Config;
     try {
+      // An empty file is a write caught half-way (truncated, not yet written), far more often than
+      // a wish to drop every table: that takes a file with a comment in it.
+      if (statSync(o.config).size === 0) throw new ConfigError(`${o.config}: the file is empty (being written?); a config with no tables needs at least a comment`);
       next = loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns), compiled: compactAsCompiled(), includePath: o.includePath });
     } catch (e) {
       metrics.reloadFailed.set(1);
@@ -414,40 +434,33 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
   // Watch the directories, not the files: editors replace files and a Kubernetes ConfigMap swaps a
   // symlink, and both would orphan a watch on the file itself. A .nft config's included files are
   // watched with it (the ones its last load read).
-  let files = [o.config, ...(config.includes ?? [])];
-  // Regular files only, read without blocking (a FIFO swapped in must not stall the loop in open()).
-  const textOf = (): string | undefined => {
-    try {
-      return files.map((f) => readRegularFile(f, MAX_CONFIG_BYTES).toString('utf8')).join('\0');
-    } catch (e) {
-      // Mid-swap (the next event will tell), or not a regular file any more: said, the old config stays.
-      if ((e as NodeJS.ErrnoException).code !== 'ENOENT') {
-        log.error({ err: (e as Error).message, file: o.config }, 'config reload rejected; keeping the old one');
-      }
-      return undefined;
-    }
-  };
-  let lastText = textOf();
+  // The text as loaded, not as found once the watches are set: a file written while the first
+  // pass ran would otherwise be taken as already read and never reloaded.
+  let lastText = loadedText;
   let debounce: NodeJS.Timeout | undefined;
+  const changed = () => {
+    clearTimeout(debounce);
+    debounce = setTimeout(() => {
+      const text = textOf();
+      if (text === undefined || text === lastText) return;
+      lastText = text;
+      reload('file changed');
+    }, 200);
+  };
   const watchers = new Map<string, ReturnType<typeof watch>>();
   const rewatch = () => {
     for (const dir of new Set(files.map((f) => dirname(f)))) {
       if (watchers.has(dir)) continue;
       const watcher = watch(dir, (_event, name) => {
         if (name && !String(name).startsWith('..') && !files.some((f) => dirname(f) === dir && basename(f) === String(name))) return;
-        clearTimeout(debounce);
-        debounce = setTimeout(() => {
-          const text = textOf();
-          if (text === undefined || text === lastText) return;
-          lastText = text;
-          reload('file changed');
-        }, 200);
+        changed();
       });
       watcher.on('error', (e) => log.warn({ err: e.message, dir }, 'config watch failed; SIGHUP still reloads'));
       watchers.set(dir, watcher);
     }
   };
   rewatch();
+  changed();  // anything written between the load and the watches
   configLoaded = (next) => {
     files = [o.config, ...(next.includes ?? [])];
     rewatch();
