@@ -210,6 +210,29 @@ export function eventCases(f: Fixture): void {
     });
   }
 
+  it('keeper: a deletion and a commit elsewhere read together: the repair, guarded by the later generation, is one commit without a read', async () => {
+    const conn = f.conn();
+    const other = f.other();
+    await other.commit(new Batch().add('table', { ...IP, name: 'u' }));
+    const k = await f.keeper();
+    await mirrorExact(k);
+    await k.idle();
+    const reads = await dumps(k);
+    const h = (await conn.listRules(OWNED)).map((r) => r.handle!);
+    const repaired = nextRepair(k);
+    // Both in the kernel before the keeper's monitor reads either (on the kernel, the monitor's
+    // armed repair of the first is refused by its guard; JavaScript then repairs at the second).
+    other.commitNow!(new Batch().delete('rule', { ...OWNED, handle: h[2]! }));
+    other.commitNow!(new Batch().add('chain', { ...IP, table: 'u', name: 'c' }));
+    const g = conn.generation();
+    const r = await repaired;
+    await k.idle();
+    expect([r.cause, r.ops, r.generation]).toEqual(['event', 1, g + 1]);
+    expect(conn.generation()).toBe(g + 1);
+    expect(await f.lines(conn)).toEqual(FLANNEL_RULES);
+    expect(await dumps(k)).toBe(reads);
+  });
+
   it('keeper: foreign churn in a table it does not own costs no repair, no commit and no read', async () => {
     const conn = f.conn();
     const other = f.other();
