@@ -32,6 +32,8 @@
  *   so is `fib … oif`/`oifname` after routing (output, postrouting);
  *   jumps to a missing chain ENOENT, to a base chain EOPNOTSUPP;
  * - deleting a chain with rules or references is EBUSY, anything missing ENOENT;
+ * - a rule op's positionId names a rule added earlier in the batch, in the same
+ *   chain (add after it, insert before it), as NFTA_RULE_POSITION_ID does;
  * - more elements than a set's size is ENFILE; adding an element the set holds
  *   changes nothing (no event, no generation move);
  * - events, in op order: new objects carry NLM_F_CREATE, an added rule also
