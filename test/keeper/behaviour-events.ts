@@ -2,8 +2,9 @@
  * The shared behaviour suite's event-stream cases (behaviour.ts runs them against the kernel and
  * the fake): what a watcher is handed per committed batch, what a commit echoes, the digests a
  * dump gives, and the keeper's repairs driven by them: a foreign change to an owned table repaired
- * from the event mirror (no dump, one commit), a deleted table by a full pass, churn in a table it
- * does not own costing nothing, and the fight's back-off. Nothing here waits on a timer: the
+ * from the event mirror (no dump, one commit, its own commit waking nothing), also when a commit
+ * elsewhere comes between the change and its repair, a deleted table by a full pass, churn in a
+ * table it does not own costing nothing, and the fight's back-off. Nothing here waits on a timer: the
  * waits are for the keeper's events, its idle(), or turns of the event loop (the kernel's
  * notifications arrive on its poll phase, the fake's on immediates).
  */

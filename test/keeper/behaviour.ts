@@ -2,8 +2,9 @@
  * One behaviour suite, run against the real kernel in a fresh namespace
  * (behaviour-kernel.test.ts) and against the fake kernel
  * (behaviour-fake.test.ts): what nfkeeper relies on from nf_tables, and the
- * keeper and GC on top of it. A difference between the two runs is a bug in
- * the fake (test/helpers/fake-kernel.ts).
+ * keeper and GC on top of it; the event-stream cases are in behaviour-events.ts.
+ * A difference between the two runs is a bug in the fake
+ * (test/helpers/fake-kernel.ts).
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config/config.js';
