@@ -3,7 +3,8 @@
  * the fake): what a watcher is handed per committed batch, what a commit echoes, the digests a
  * dump gives, and the keeper's repairs driven by them: a foreign change to an owned table repaired
  * from the event mirror (no dump, one commit, its own commit waking nothing), also when a commit
- * elsewhere comes between the change and its repair, a deleted table by a full pass, churn in a
+ * elsewhere comes between the change and its repair; an owned set's elements, repaired and
+ * reloaded per element from the events; a deleted table by a full pass, churn in a
  * table it does not own costing nothing, and the fight's back-off. Nothing here waits on a timer: the
  * waits are for the keeper's events, its idle(), or turns of the event loop (the kernel's
  * notifications arrive on its poll phase, the fake's on immediates).
@@ -17,6 +18,7 @@ import type { Family } from '../../src/netlink/expr.js';
 import type { NftSet } from '../../src/netlink/objects.js';
 import { ruleDigester } from '../../src/netlink/socket.js';
 import { compileRule } from '../../src/rules/index.js';
+import { parseNftConfig } from '../../src/config/config.js';
 import { FLANNEL_RULES, flannelConfig, nextRepair } from './helpers.js';
 import type { World } from './behaviour.js';
 
@@ -242,6 +244,32 @@ export function eventCases(f: Fixture): void {
     expect(conn.generation()).toBe(g + 1);
     expect(await f.lines(conn)).toEqual(FLANNEL_RULES);
     expect(await dumps(k)).toBe(reads);
+  });
+
+  it('keeper: an owned set\'s elements follow the events: a foreign deletion and a reload of elements only, one commit each, no read', async () => {
+    const conn = f.conn();
+    const config = (els: string[]) => parseNftConfig(`table ip nfkeeper {\n\tset allow {\n\t\ttype ipv4_addr\n\t\telements = { ${els.join(', ')} }\n\t}\n` +
+      '\tchain out {\n\t\ttype filter hook output priority 0; policy accept;\n\t\tip daddr @allow accept\n\t}\n}\n', 'allow.nft');
+    const k = await f.keeper({ config: config(['10.0.0.1', '10.0.0.2', '10.0.0.3']) });
+    await mirrorExact(k);
+    await k.idle();
+    const reads = await dumps(k);
+    const keys = async () => (await conn.listElements({ ...IP, table: 'nfkeeper', set: 'allow' })).map((e) => e.key).sort();
+    const repaired = nextRepair(k);
+    await f.other().commit(new Batch().delete('element', { ...IP, table: 'nfkeeper', set: 'allow', elements: [{ key: '0a000002' }] }));
+    const tampered = conn.generation();
+    const r = await repaired;
+    await k.idle();
+    expect([r.cause, r.ops, r.generation, r.drift.map((d) => d.kind)]).toEqual(['event', 1, tampered + 1, ['elements-differ']]);
+    expect(await keys()).toEqual(['0a000001', '0a000002', '0a000003']);
+    await seen(k, tampered + 1);
+    await k.setConfig(config(['10.0.0.2', '10.0.0.3', '10.0.0.4']));
+    expect(conn.generation()).toBe(tampered + 2);
+    expect(await keys()).toEqual(['0a000002', '0a000003', '0a000004']);
+    expect(await dumps(k)).toBe(reads);
+    // An element commit's echo has no handles: its events tell the mirror, once the monitor reads them.
+    await seen(k, tampered + 2);
+    expect(k.mirrorState()).toMatchObject({ exact: true, generation: tampered + 2 });
   });
 
   it('keeper: foreign churn in a table it does not own costs no repair, no commit and no read', async () => {
