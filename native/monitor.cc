@@ -27,14 +27,14 @@ namespace nfk {
 // first use: a key made afresh per record was looked up in V8's string table on every set.
 namespace {
 enum Key : uint32_t {
-  kOverflow, kGeneration, kTruncated, kForeign, kSince, kReceivedNs, kEvents, kBy, kRepaired,
+  kOverflow, kGeneration, kTruncated, kForeign, kSince, kReceivedNs, kEvents, kBy, kReacted,
   kPid, kComm, kHandle, kErrno, kPosition, kCommittedNs,
   kType, kFamily, kTable, kName, kPortId, kFlags, kElementsMalformed, kElements,
   kKey, kKeyEnd, kData, kVerdict, kChain, kObjref, kTimeout, kExpiration, kUserdata,
   kReaction, kHandles, kKeyCount,
 };
 const char* const kKeyNames[kKeyCount] = {
-  "overflow", "generation", "truncated", "foreign", "since", "receivedNs", "events", "by", "repaired",
+  "overflow", "generation", "truncated", "foreign", "since", "receivedNs", "events", "by", "reacted",
   "pid", "comm", "handle", "errno", "position", "committedNs",
   "type", "family", "table", "name", "portId", "flags", "elementsMalformed", "elements",
   "key", "keyEnd", "data", "verdict", "chain", "objref", "timeout", "expiration", "userdata",
@@ -314,7 +314,7 @@ void NftMonitor::Deliver(Napi::Env env, Napi::Function cb, napi_value* keys, Mon
   r.Bool(kOverflow, b->overflow).Num(kGeneration, b->generation).Bool(kTruncated, b->truncated).Bool(kForeign, b->foreign);
   r.Num(kSince, b->since).Num(kReceivedNs, b->receivedNs).Put(kEvents, events);
   if (by != nullptr) r.Put(kBy, by);
-  if (reacted != nullptr) r.Put(kRepaired, reacted);
+  if (reacted != nullptr) r.Put(kReacted, reacted);
   napi_value args[] = {
       r.Make(), Napi::Number::New(env, batcher_.lastGeneration()), Napi::Number::New(env, batcher_.runStart()),
       Napi::Number::New(env, delivered_),
