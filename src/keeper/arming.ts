@@ -129,7 +129,7 @@ export class Arming {
    * planner commits after it: the mirror follows that commit (Mirror.apply), plans (Mirror.plan),
    * and is put back by taking the plan as committed with the rule's old handle (Mirror.learnCommit),
    * its generation and count of applied batches restored. The mirror is clean here, so the plan
-   * re-adds that rule where it stood (and the anonymous sets it brings).
+   * re-adds that rule where it stood.
    */
   private plan(): Reaction[] {
     const { mirror, sock, desired } = this.k;
@@ -142,7 +142,9 @@ export class Arming {
         for (const handle of handles) {
           const on: EventKey = { type: 'delrule', family: t.family, table: t.name, name: c.name, handle };
           const plan = planAfter(m, on, sock!.portId);
-          reactions.push({ on: [on], ops: plan.batch.ops });
+          // A rule that brings anonymous sets takes them with it: its deletion's commit also shows
+          // the sets' deletions, by names the mirror does not keep, so no reaction could match it.
+          if (plan.batch.length === 1) reactions.push({ on: [on], ops: plan.batch.ops });
         }
       }
     }
