@@ -95,7 +95,8 @@ describe('the keeper arms the monitor with the repair of each owned rule', () =>
     const monitor = keeper['monitor'] as Monitor;
     const arm = monitor.arm.bind(monitor);
     let arms = 0;
-    monitor.arm = (...a) => { arms++; return arm(...a); };
+    const armed: Parameters<Monitor['arm']>[] = [];
+    monitor.arm = (...a) => { arms++; armed.push(a); return arm(...a); };
     try {
       const done = keeper.request('manual', performance.now());
       expect(keeper['armed']).toBe(false);
@@ -103,8 +104,14 @@ describe('the keeper arms the monitor with the repair of each owned rule', () =>
       expect(outcome.ops).toBe(0);
       await until('the monitor to be armed again', () => keeper['armed'] === true, 10_000);
       expect(arms).toBe(0);
-      await deleteAndWait(1);
+      const { after } = await deleteAndWait(1);
       expect(arms).toBe(1);  // the monitor's reaction ended its arm; the keeper planned the next one
+      // What the keeper armed: per owned rule, its deletion alone and the planner's re-add of it
+      // where it stands, planned on the mirror without moving it (its generation is the repair's).
+      const [, generation, reactions] = armed[0]!;
+      expect(generation).toBe(keeper['mirror']!.generation);
+      expect(reactions.map((r) => r.on)).toEqual(after.map((handle) => [{ type: 'delrule', family: 'ip', table: 't', name: 'c', handle }]));
+      expect(reactions.map((r) => r.ops.map((o) => [o.verb, (o as { position?: number }).position]))).toEqual(after.map((_, j) => [[j === 0 ? 'insert' : 'add', j === 0 ? undefined : after[j - 1]]]));
     } finally {
       monitor.arm = arm;
     }
