@@ -58,10 +58,10 @@ describe('requests', () => {
     kernel = new FakeKernel();
     const k = await start();
     // Passes, counted at the reconciler (the second plans from the known state, without a dump).
-    const reconciler = (k as unknown as { reconciler: { once: (...a: unknown[]) => Promise<unknown> } }).reconciler;
+    const reconciler = k.state.reconciler!;
     const once = reconciler.once.bind(reconciler);
     let passes = 0;
-    reconciler.once = (...a: unknown[]) => { passes++; return once(...a); };
+    reconciler.once = (input) => { passes++; return once(input); };
     const outcomes = await Promise.all(Array.from({ length: 10 }, () => k.request('manual', performance.now())));
     expect(passes).toBe(2);
     expect(outcomes.every((o) => o.status === 'in-sync' && o.cause === 'manual')).toBe(true);
