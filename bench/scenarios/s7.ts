@@ -1,5 +1,5 @@
 /**
- * S7 owners at scale (issue 14).
+ * S7 owners at scale.
  *
  * - registration: `nfkeeper run` as its own process (owners configured, state file in a temp
  *   dir), and this process registers N owners of 10 rules ONE BY ONE over the control socket

@@ -1,5 +1,5 @@
 /**
- * Registering or removing one owner costs that owner, not every owner (issue 14): one batch of the
+ * Registering or removing one owner costs that owner, not every owner: one batch of the
  * owner's own ops, touching its chain and its jump in the dispatch chain only, planned without
  * reading the kernel (src/keeper/known.ts); a commit elsewhere is confirmed by rule digests without
  * decoding a rule; tampering is still found and repaired. Op counts and calls, never timings.
