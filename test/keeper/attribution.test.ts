@@ -3,7 +3,8 @@
  * attributed to the process that made it (the NEWGEN's pid and name, then /proc) in the repair's
  * log line, nfkeeper_foreign_changes_total, status() and the events stream, with the repair that
  * answered it. Committers: nft (exited before the keeper looks: pid and name only), iptables-nft,
- * and a long-lived process of the test's own (looked up: exe, command line, parent).
+ * a long-lived process of the test's own (looked up: exe, command line, parent) and a podman
+ * container (its id); a process in a transient systemd unit is in test/systemd-boot.test.ts.
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { request } from 'node:http';
@@ -169,6 +170,8 @@ tables:
 `, 'nat.yaml');
     const log = captureLog();
     await withKeeper({ config, logger: log.logger, tag: 'attr-ipt' }, async ({ ns, keeper }) => {
+      const heard: AttributionEvent[] = [];
+      keeper.attribution.follow((e) => heard.push(e));
       const repaired = nextRepair(keeper);
       ns.exec('iptables-nft', ['-t', 'nat', '-A', 'POSTROUTING', '-s', '192.168.0.0/16', '-j', 'MASQUERADE']);
       await repaired;
@@ -179,6 +182,8 @@ tables:
       expect(change!.by.comm).toBe('iptables-nft');
       expect(change!.repair!.ops).toEqual([expect.stringMatching(/^delete rule ip nat POSTROUTING handle \d+$/)]);
       expect(await foreignChanges(keeper)).toEqual({ 'ip nat/other': 0, 'ip nat/iptables-nft': 1 });
+      expect(heard.map((e) => e.type)).toEqual(['change', 'repair']);
+      expect(heard[0]).toMatchObject({ type: 'change', by: { comm: 'iptables-nft' }, generation: change!.generation });
     });
   });
 
