@@ -12,7 +12,7 @@ import type { AddressInfo } from 'node:net';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { parseConfig } from '../../src/config/config.js';
+import { parseConfig, parseNftConfig } from '../../src/config/config.js';
 import { main } from '../../src/cli.js';
 import type { AttributionEvent, ForeignChange } from '../../src/keeper/attribution.js';
 import { sendEvents, serveMetrics } from '../../src/keeper/http.js';
@@ -184,6 +184,44 @@ tables:
       expect(await foreignChanges(keeper)).toEqual({ 'ip nat/other': 0, 'ip nat/iptables-nft': 1 });
       expect(heard.map((e) => e.type)).toEqual(['change', 'repair']);
       expect(heard[0]).toMatchObject({ type: 'change', by: { comm: 'iptables-nft' }, generation: change!.generation });
+    });
+  });
+
+  it('a set element, a chain and the table itself: each foreign change attributed, in nft\'s words', async () => {
+    const config = parseNftConfig(`table ip nfkeeper {
+  set blocked {
+    type ipv4_addr
+    elements = { 10.0.0.1, 10.0.0.2 }
+  }
+  chain postrouting {
+    type nat hook postrouting priority srcnat;
+    ip saddr @blocked return
+  }
+  chain spare {
+    return
+  }
+}
+`, 'objects.nft');
+    await withKeeper({ config, tag: 'attr-obj' }, async ({ ns, keeper }) => {
+      const heard: AttributionEvent[] = [];
+      keeper.attribution.follow((e) => heard.push(e));
+      const cases: [string, RegExp][] = [
+        ['delete element ip nfkeeper blocked { 10.0.0.2 }', /^delete element ip nfkeeper blocked \{ 0x0a000002 \}$/],
+        ['delete chain ip nfkeeper spare', /^delete chain ip nfkeeper spare$/],
+        ['delete table ip nfkeeper', /^delete table ip nfkeeper$/],
+      ];
+      for (const [command, what] of cases) {
+        const repaired = nextRepair(keeper);
+        const r = spawnSync('ip', ['netns', 'exec', ns.name, 'nft', command]);
+        expect(r.status, command).toBe(0);
+        await repaired;
+        const [change] = keeper.status().foreignChanges!;
+        expect(change!.by, command).toMatchObject({ pid: r.pid, comm: 'nft' });
+        expect(change!.what, command).toContainEqual(expect.stringMatching(what));
+        expect(change!.repair, command).toBeDefined();
+        expect(heard.filter((e) => e.type === 'change').at(-1), command).toMatchObject({ generation: change!.generation });
+      }
+      expect(await foreignChanges(keeper)).toEqual({ 'ip nfkeeper/other': 0, 'ip nfkeeper/nft': 3 });
     });
   });
 
