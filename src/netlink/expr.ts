@@ -399,7 +399,7 @@ export type ExprOf<K extends ExprKind> = Simplify<
 
 /** The expressions a set, a set element or a dynset carries (NFT_SET_EXPR_MAX: at most 2). */
 export const STATEFUL_KINDS = ['counter', 'limit', 'quota', 'connlimit'] as const;
-export type StatefulExpr = ExprOf<(typeof STATEFUL_KINDS)[number]>;
+export type StatefulExpr = { [K in (typeof STATEFUL_KINDS)[number]]: ExprOf<K> }[(typeof STATEFUL_KINDS)[number]];
 export const MAX_STATEFUL_EXPRS = 2;
 
 export type Expr = { [K in ExprKind]: K extends 'dynset' ? ExprOf<K> & { exprs?: StatefulExpr[] } : ExprOf<K> }[ExprKind];

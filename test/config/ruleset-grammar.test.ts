@@ -174,6 +174,52 @@ const CASES: [string, string][] = [
   }
 }
 `],
+  ['statements on sets, maps and elements', `table ip t {
+  set s {
+    type ipv4_addr
+    counter
+    elements = { 10.0.0.1 counter packets 5 bytes 100, 10.0.0.2 }
+  }
+  set q {
+    type ipv4_addr
+    flags dynamic,timeout
+    counter quota 100 mbytes
+    timeout 1m
+  }
+  set l {
+    type ipv4_addr
+    flags dynamic
+    limit rate 10/second
+  }
+  set lo {
+    typeof ip saddr
+    size 1024
+    flags dynamic
+    limit rate over 5/minute burst 3 packets
+    elements = { 1.2.3.4 limit rate over 5/minute burst 3 packets comment "x" }
+  }
+  set cc {
+    type ipv4_addr
+    flags dynamic
+    ct count over 4
+  }
+  map m {
+    type ipv4_addr : verdict
+    counter
+    elements = { 10.0.0.3 counter : accept, 10.0.0.4 counter packets 1 bytes 2 : drop }
+  }
+  map qm {
+    type ipv4_addr : mark
+    flags interval
+    quota over 10 mbytes
+    elements = { 10.0.0.0/24 : 1 }
+  }
+  chain c {
+    ip saddr @s accept
+    ip saddr vmap @m
+  }
+}
+`],
 ];
 
 /** Refused at [line, column] with a reason. */
