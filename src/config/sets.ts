@@ -206,7 +206,8 @@ function statementsAt(text: string, col: number, family: Family): StatefulExpr[]
     return statefulExprs(text, family);
   } catch (e) {
     if (!(e instanceof RuleSyntaxError)) throw e;
-    throw new ElementError(col + e.column - 1, e.message.split('\n')[0]!);
+    // (the column is the file's: the rule text's own is left out)
+    throw new ElementError(col + e.column - 1, e.message.split('\n')[0]!.replace(/ at column \d+, '[^']*'| at the end of the rule/, ''));
   }
 }
 

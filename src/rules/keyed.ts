@@ -8,8 +8,9 @@
  * compiler is given the table's sets (CompileContext.sets) and checks that key and data fit.
  */
 import { internWord } from './intern.js';
-import type { Expr, Family, Hex, LookupExpr, NatExpr } from '../netlink/expr.js';
-import { NAT_RANGE } from '../netlink/expr.js';
+import type { DynsetExpr, Expr, StatefulExpr, Family, Hex, LookupExpr, NatExpr } from '../netlink/expr.js';
+import { MAX_STATEFUL_EXPRS, NAT_RANGE } from '../netlink/expr.js';
+import { statefulKey, statefulText } from './stateful.js';
 import { OBJ_TYPE, SET_ELEM_F, SET_F, type NftSet, type ObjType, type SetElement } from '../netlink/objects.js';
 import { objrefUse, objTypeName } from './objnames.js';
 import type {
@@ -41,6 +42,8 @@ export interface KeyedParser {
   parseElem(field: Field, scalar: boolean, what?: string): Elem;
   /** Parses one field (`ip daddr`, `meta mark`, …) through the statement grammar. */
   parseKeyField(expected: string): { field: Field } & At;
+  /** A statement an element gets (`counter`, `limit rate …`, `quota …`, `ct count …`), or undefined where none starts. */
+  parseStateful(): StatefulExpr[] | undefined;
   /** Splits the current word after `n` characters into two words. */
   splitWord(n: number): void;
 }
@@ -485,6 +488,11 @@ export function parseDynset(p: KeyedParser): DynsetStmt {
     st.timeout = ms;
     st.timeoutAt = at(v);
   }
+  // the statements the element it adds gets (`add @s { ip saddr limit rate 10/second }`)
+  for (let v = p.peek(), x = p.parseStateful(); x; v = p.peek(), x = p.parseStateful()) {
+    st.stmtsAt ??= at(v);
+    st.stmts = [...(st.stmts ?? []), ...x];
+  }
   if (p.isWord(p.peek(), ':')) {
     // `: DATA`: what the packet path maps the key to (a map with flags dynamic)
     p.next();
@@ -878,8 +886,24 @@ export function linearizeDynset(st: DynsetStmt, out: Expr[], kc: KeyedContext): 
   } else {
     emitKey(st.key, 0, out, kc);
   }
-  const e: Expr = { kind: 'dynset', sregKey: 1, op: st.op === 'add' ? 0 : 1, set: s.name };
+  const e: DynsetExpr = { kind: 'dynset', sregKey: 1, op: st.op === 'add' ? 0 : 1, set: s.name };
   if (st.timeout !== undefined) e.timeout = st.timeout;
+  if (st.stmts) {
+    if (st.stmts.length > MAX_STATEFUL_EXPRS) kc.fail(st.stmtsAt!, `at most ${MAX_STATEFUL_EXPRS} statements`, `${st.stmts.length} statements (the kernel keeps at most ${MAX_STATEFUL_EXPRS} per element)`);
+    const own = s.exprs;
+    if (own?.length) {
+      // The kernel then gives each new element the set's statements and dumps the dynset without its own: nft
+      // sends them, but nfkeeper could never see them again, so they must be the set's.
+      if (statefulKey(own) !== statefulKey(st.stmts)) {
+        kc.fail(st.stmtsAt!, `the statements of set '${s.name}' (${statefulText(own, kc.family)}), or none`,
+          `set '${s.name}' has statements of its own: the kernel keeps no others for a rule's ${st.op}`);
+      }
+    } else {
+      e.exprs = st.stmts;
+      // NFT_DYNSET_F_EXPR: nft flags a list of more than one
+      if (st.stmts.length > 1) e.flags = 2;
+    }
+  }
   if (st.data !== undefined) {
     // the data goes into the 16-byte register after the key's, as nft allocates them
     const w = Math.ceil(key.keyLen / 16) * 4;
@@ -1726,7 +1750,8 @@ export function renderKeyed(g: KeyedGroup, env: KeyedRenderEnv): string | undefi
   const key = parts.map((p) => p.text).join(' . ');
   if (g.dynset) {
     const d = g.dynset;
-    if ((d.sregData !== undefined) !== (g.dynData !== undefined) || (d.flags ?? 0) !== 0 || (d.op !== 0 && d.op !== 1)) return undefined;
+    // (flags 2, NFT_DYNSET_F_EXPR, only says how its statements are sent)
+    if ((d.sregData !== undefined) !== (g.dynData !== undefined) || ((d.flags ?? 0) & ~2) !== 0 || (d.op !== 0 && d.op !== 1)) return undefined;
     let data = '';
     if (g.dynData && 'imm' in g.dynData) {
       const s = env.sets?.(d.set, d.setId)?.set;
@@ -1738,7 +1763,8 @@ export function renderKeyed(g: KeyedGroup, env: KeyedRenderEnv): string | undefi
       if (!ft) return undefined;
       data = ` : ${ft.text}`;
     }
-    return `${d.op === 0 ? 'add' : 'update'} @${d.set} { ${key}${d.timeout ? ` timeout ${formatNftTime(d.timeout)}` : ''}${data} }`;
+    const stmts = d.exprs?.length ? ` ${statefulText(d.exprs, env.family)}` : '';
+    return `${d.op === 0 ? 'add' : 'update'} @${d.set} { ${key}${d.timeout ? ` timeout ${formatNftTime(d.timeout)}` : ''}${stmts}${data} }`;
   }
   if (g.markset && !g.lookup) return `${g.markset} mark set ${key}`;
   if (g.cmp) {

@@ -13,7 +13,7 @@ import { andHex, bigToHex, hexToBig, prefixMask, readU32Host, u16Be, u32Host, u8
 import { ETHER, F, VLAN, ctAddrField, fibField, osfField, portField, rawPayloadField, rtField, socketField, xfrmField, type Field } from './fields.js';
 import { BOOLEAN_SYMS, REALMS, ctDirection, ctField, headerField, headerFieldNames, metaField, metaKeyOf, UNQUALIFIED_META, type Proto } from './headers.js';
 import { encodeInt, parseIntValue, serviceport } from './intvalues.js';
-import type { CtKey } from '../netlink/expr.js';
+import type { CtKey, StatefulExpr } from '../netlink/expr.js';
 import { tokenize, type Token } from './lexer.js';
 import { internWord } from './intern.js';
 import {
@@ -76,6 +76,23 @@ class Parser {
     const a: Token = { kind: 'word', text: t.text.slice(0, n), col: t.col, raw: t.raw.slice(0, n) };
     const b: Token = { kind: 'word', text: t.text.slice(n), col: t.col + n, raw: t.raw.slice(n) };
     this.toks.splice(this.pos, 1, a, b);
+  }
+
+  /** A statement an element gets (`counter`, `limit rate 10/second`, `quota 10 mbytes`, `ct count 5`), or undefined where none starts. */
+  parseStateful(): StatefulExpr[] | undefined {
+    const t = this.peek();
+    if (t.kind !== 'word') return undefined;
+    const at: At = { col: t.col, raw: t.raw };
+    if (t.text === 'counter') {
+      const c = this.parseCounter(at);
+      return [c.packets !== undefined ? { kind: 'counter', packets: c.packets, bytes: c.bytes! } : { kind: 'counter' }];
+    }
+    if (t.text === 'ct' && this.isWord(this.peek(1), 'count')) {
+      this.next();
+      return (this.parseCtCount(at) as ExprStmt).exprs as StatefulExpr[];
+    }
+    if (t.text !== 'limit' && t.text !== 'quota') return undefined;
+    return parseExprStatement(this, t.text, at, this.opts.family ?? 'inet')!.exprs as StatefulExpr[];
   }
 
   /** One field of a key (`ip daddr`, `meta l4proto`, `th dport`), parsed by the statement grammar. */

@@ -220,6 +220,42 @@ const CASES: [string, string][] = [
   }
 }
 `],
+  ['statements in add and update @set', `table ip t {
+  set n {
+    type ipv4_addr
+    flags dynamic
+  }
+  set n2 {
+    type ipv4_addr . inet_service
+    flags dynamic,timeout
+    timeout 1h
+  }
+  map nm {
+    type ipv4_addr : mark
+    flags dynamic
+  }
+  set l {
+    type ipv4_addr
+    flags dynamic
+    limit rate 10/second
+  }
+  set q {
+    type ipv4_addr
+    flags dynamic
+    counter quota 100 mbytes
+  }
+  chain c {
+    add @n { ip saddr limit rate 10/second }
+    update @n { ip daddr counter }
+    add @n { ip saddr ct count over 4 }
+    update @n2 { ip saddr . tcp dport timeout 1m counter quota over 5 mbytes }
+    update @nm { ip saddr counter : 0x1 }
+    add @l { ip saddr limit rate 10/second }
+    add @l { ip daddr }
+    update @q { ip saddr counter quota 100 mbytes }
+  }
+}
+`],
 ];
 
 /** Refused at [line, column] with a reason. */
@@ -239,6 +275,13 @@ const REFUSED: [string, number, number, RegExp][] = [
   ['table ip t {\n  map m { type ipv4_addr . inet_service : mark; flags dynamic; }\n  chain c {\n    add @m { 1.2.3.4 . 22 . 1 : 1 }\n  }\n}\n', 4, 14, /constant in the key of set 'm'/],
   ['table ip t {\n  map pm { type ifname : inet_service; }\n  chain c {\n    ip daddr set iifname map @pm\n  }\n}\n', 4, 30, /map 'pm' maps to inet_service, not ipv4_addr/],
   ['table ip t {\n  set sf { type tcp_flag; }\n  chain c {\n    ip protocol @sf\n  }\n}\n', 4, 17, /set 'sf' is keyed by tcp_flag/],
+  // the kernel dumps no statements of a dynset whose set has its own: only the set's are taken
+  ['table ip t {\n  set l { type ipv4_addr; flags dynamic; limit rate 10/second; }\n  chain c {\n    add @l { ip saddr limit rate 5/second }\n  }\n}\n', 4, 23, /set 'l' has statements of its own/],
+  ['table ip t {\n  set n { type ipv4_addr; flags dynamic; }\n  chain c {\n    add @n { ip saddr counter counter counter }\n  }\n}\n', 4, 23, /at most 2 per element/],
+  ['table ip t {\n  set s { type ipv4_addr; counter; elements = { 1.2.3.4 limit rate 1/second } }\n}\n', 2, 49, /not those of set s/],
+  ['table ip t {\n  set s { type ipv4_addr; counter; elements = { 1.2.3.4 counter packets x } }\n}\n', 2, 73, /packet count/],
+  ['table ip t {\n  set s { type ipv4_addr; accept; }\n}\n', 2, 27, /not a property of a set/],
+  ['table ip t {\n  set s { type ipv4_addr; last; }\n}\n', 2, 27, /'last' statement on a set is not supported/],
 ];
 
 /** `nft list table ip t`, less the time an element with a timeout has left (the kernel counts it down). */
