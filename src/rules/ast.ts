@@ -196,6 +196,8 @@ export interface DynsetStmt extends At {
   /** The statements the element added gets (`limit rate 10/second`, `counter`). */
   stmts?: StatefulExpr[];
   stmtsAt?: At;
+  /** `meter NAME [size N] { … }`: `set` names the set the rule makes for itself. */
+  meter?: { size?: number };
 }
 
 /** A value in a dynset's key or data, of the type of the set's part at its place. */

@@ -22,7 +22,7 @@ import { fieldMask, type Proto } from './headers.js';
 import { matchPayloadSet, payloadSetExprs } from './payloadset.js';
 import type { Token } from './lexer.js';
 import {
-  DATA_VERDICT, buildKeyedSet, concatHex, hostToNet, keyDesc, type Fail, type KeyDesc, type KeyPartDesc, type KeyedElem,
+  DATA_VERDICT, buildKeyedSet, concatHex, hostToNet, keyDesc, meterUserdata, type Fail, type KeyDesc, type KeyPartDesc, type KeyedElem,
   type MapDataDesc,
 } from './anonymous-sets.js';
 import { parseDupDevice } from './statements.js';
@@ -456,8 +456,26 @@ export function formatNftTime(ms: number): string {
 export function parseDynset(p: KeyedParser): DynsetStmt {
   const t = p.next();
   const s = p.peek();
-  if (!(s.kind === 'word' && s.text.startsWith('@'))) p.fail(s, `@name of the set to ${t.text} to`);
-  const set = parseNamed(p);
+  let set: DynsetStmt['set'];
+  let meter: DynsetStmt['meter'];
+  if (t.text === 'meter') {
+    // `meter NAME [size N] { KEY STATEMENTS }`: nft 1.0.6 makes NAME a set of the rule's own (anonymous, dynamic)
+    if (!(s.kind === 'word' && SET_NAME.test('@' + s.text) && s.text.length <= 255)) p.fail(s, 'the meter\'s name');
+    p.next();
+    set = { k: 'named', name: s.text, ...at(s) };
+    meter = {};
+    if (p.isWord(p.peek(), 'size')) {
+      p.next();
+      const n = p.peek();
+      const v = n.kind === 'word' ? parseInteger(n.text, 0xffffffff, false) : undefined;
+      if (v === undefined || v === 0) p.fail(n, 'a size (a number of elements)');
+      p.next();
+      meter.size = v;
+    }
+  } else {
+    if (!(s.kind === 'word' && s.text.startsWith('@'))) p.fail(s, `@name of the set to ${t.text} to`);
+    set = parseNamed(p);
+  }
   const o = p.peek();
   if (!(o.kind === 'punct' && o.text === '{')) p.fail(o, "'{' and the key to add, e.g. { ip saddr }");
   p.next();
@@ -477,9 +495,11 @@ export function parseDynset(p: KeyedParser): DynsetStmt {
   const key = items.filter((x): x is KeyPart => !('constant' in x));
   const gen = key.find((x) => x.p === 'gen');
   if (gen && items.length > 1) p.fail(gen, 'a key of fields only', `${gen.raw} cannot be part of a concatenation`);
-  const st: DynsetStmt = { t: 'dynset', op: t.text as 'add' | 'update', set, key, ...at(t) };
+  const st: DynsetStmt = { t: 'dynset', op: t.text === 'update' ? 'update' : 'add', set, key, ...at(t) };
+  if (meter) st.meter = meter;
   if (key.length !== items.length) st.keyItems = items;
-  if (p.isWord(p.peek(), 'timeout')) {
+  if (meter && key.length !== items.length) p.fail(items.find((x) => 'constant' in x)!, 'a key of fields', 'a constant in a meter\'s key is not supported');
+  if (!meter && p.isWord(p.peek(), 'timeout')) {
     p.next();
     const v = p.peek();
     const ms = v.kind === 'word' ? parseNftTime(v.text) : undefined;
@@ -493,7 +513,8 @@ export function parseDynset(p: KeyedParser): DynsetStmt {
     st.stmtsAt ??= at(v);
     st.stmts = [...(st.stmts ?? []), ...x];
   }
-  if (p.isWord(p.peek(), ':')) {
+  if (meter && !st.stmts) p.fail(p.peek(), 'a statement for each key: counter, limit, quota or ct count');
+  if (!meter && p.isWord(p.peek(), ':')) {
     // `: DATA`: what the packet path maps the key to (a map with flags dynamic)
     p.next();
     const d = p.peek();
@@ -852,6 +873,7 @@ function orderLookup(l: LookupExpr): LookupExpr {
 
 /** `add/update @set { KEY [timeout T] }`: the key into register 1, then the dynset. */
 export function linearizeDynset(st: DynsetStmt, out: Expr[], kc: KeyedContext): void {
+  if (st.meter) return linearizeMeter(st, out, kc);
   const s = namedSet(st.set, kc);
   // a constant is a value of the set's key part at its place
   const setKey = st.keyItems ? keyTypeFromKernel(s.keyType, s.keyLen) : undefined;
@@ -1743,6 +1765,30 @@ function elementsText(parts: readonly PartR[], set: NftSet, elements: readonly S
   return `{ ${[...rows.map((r) => r.text), ...(catchall !== undefined ? [catchall] : [])].join(', ')} }`;
 }
 
+/**
+ * `meter NAME [size N] { KEY STATEMENTS }` as nft 1.0.6 builds it: a set of the rule's own named
+ * NAME (anonymous and dynamic: it goes with the rule), keyed by KEY, with the key's byte order as
+ * its userdata, and an add of the key with the statements.
+ */
+function linearizeMeter(st: DynsetStmt, out: Expr[], kc: KeyedContext): void {
+  const key = keyOf(st.key, kc.fail);
+  if (kc.sets?.has(st.set.name)) kc.fail(st.set, 'a name no set of the table has', `the table has a set '${st.set.name}' already`);
+  // (as nft 1.0.6's grammar: one)
+  if (st.stmts!.length > 1) kc.fail(st.stmtsAt!, 'one statement', 'a meter takes one statement');
+  const ref = kc.addSet((id) => {
+    const set: NftSet = {
+      family: kc.family, table: kc.table, name: st.set.name, id, flags: SET_F.ANONYMOUS | SET_F.EVAL,
+      keyType: key.keyType, keyLen: key.keyLen, userdata: meterUserdata(key), elements: [],
+    };
+    if (st.meter!.size !== undefined) set.size = st.meter!.size;
+    return set;
+  });
+  emitKey(st.key, 0, out, kc);
+  const e: DynsetExpr = { kind: 'dynset', sregKey: 1, op: 0, set: ref.name, setId: ref.setId, exprs: st.stmts! };
+  if (st.stmts!.length > 1) e.flags = 2;
+  out.push(e);
+}
+
 /** The text of a keyed group, or undefined when it is not in the rule language. */
 export function renderKeyed(g: KeyedGroup, env: KeyedRenderEnv): string | undefined {
   const parts = keyParts(g, env);
@@ -1764,6 +1810,12 @@ export function renderKeyed(g: KeyedGroup, env: KeyedRenderEnv): string | undefi
       data = ` : ${ft.text}`;
     }
     const stmts = d.exprs?.length ? ` ${statefulText(d.exprs, env.family)}` : '';
+    const own = env.sets?.(d.set, d.setId)?.set;
+    if (own && own.flags & SET_F.ANONYMOUS) {
+      // a meter: its set is the rule's (nft lists the size the kernel gives it, 65535 by default)
+      if (d.op !== 0 || d.timeout || g.dynData || !stmts || own.flags !== (SET_F.ANONYMOUS | SET_F.EVAL)) return undefined;
+      return `meter ${d.set} size ${own.size ?? 65535} { ${key}${stmts} }`;
+    }
     return `${d.op === 0 ? 'add' : 'update'} @${d.set} { ${key}${d.timeout ? ` timeout ${formatNftTime(d.timeout)}` : ''}${stmts}${data} }`;
   }
   if (g.markset && !g.lookup) return `${g.markset} mark set ${key}`;

@@ -323,7 +323,7 @@ class Parser {
       }
       case 'numgen': case 'jhash': case 'symhash':
         return parseGenStatement(this);
-      case 'add': case 'update':
+      case 'add': case 'update': case 'meter':
         return parseDynset(this);
 
       case 'reset': return this.parseReset(at);
@@ -345,11 +345,6 @@ class Parser {
         if (st) return st;
         if (/^@(?:ll|nh|th|ih)$/.test(t.text) && this.peek(1).kind === 'punct' && this.peek(1).text === ',') return this.parseRawPayload(at);
         if (t.text.startsWith('@')) this.fail(t, expected, 'named sets are not supported');
-        if (t.text === 'meter') {
-          // nft 1.0.6 turns a meter into a set the rule owns (flags dynamic, timeout) and an update with
-          // a stateful expression; nfkeeper does not create sets from rules
-          this.fail(t, "a set of the table and 'update @SET { KEY }' (or 'add @SET { KEY }')", 'meter is not supported');
-        }
         return this.fail(t, expected, 'unknown or unsupported keyword');
       }
     }

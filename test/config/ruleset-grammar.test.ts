@@ -256,6 +256,15 @@ const CASES: [string, string][] = [
   }
 }
 `],
+  ['meters', `table ip t {
+  chain c {
+    type filter hook input priority filter; policy accept;
+    meter foo { ip saddr limit rate over 5/minute burst 3 packets } drop
+    meter bar size 100 { ip saddr . tcp dport counter }
+    meter baz { ip daddr quota over 10 mbytes }
+  }
+}
+`],
 ];
 
 /** Refused at [line, column] with a reason. */
@@ -281,6 +290,9 @@ const REFUSED: [string, number, number, RegExp][] = [
   ['table ip t {\n  set s { type ipv4_addr; counter; elements = { 1.2.3.4 limit rate 1/second } }\n}\n', 2, 49, /not those of set s/],
   ['table ip t {\n  set s { type ipv4_addr; counter; elements = { 1.2.3.4 counter packets x } }\n}\n', 2, 73, /packet count/],
   ['table ip t {\n  set s { type ipv4_addr; accept; }\n}\n', 2, 27, /not a property of a set/],
+  ['table ip t {\n  chain c {\n    meter m { ip saddr } drop\n  }\n}\n', 3, 24, /a statement for each key/],
+  ['table ip t {\n  chain c {\n    meter m { ip saddr counter quota 1 mbytes }\n  }\n}\n', 3, 24, /a meter takes one statement/],
+  ['table ip t {\n  set m { type ipv4_addr; }\n  chain c {\n    meter m { ip saddr counter }\n  }\n}\n', 4, 11, /has a set 'm' already/],
   ['table ip t {\n  set s { type ipv4_addr; last; }\n}\n', 2, 27, /'last' statement on a set is not supported/],
 ];
 
