@@ -19,6 +19,7 @@ import { withNetns, type Netns } from '../helpers/netns.js';
 import { netlinkDump } from '../helpers/peers/dump.js';
 import { tempDir } from '../helpers/tmp.js';
 import { nextRepair } from '../keeper/helpers.js';
+import { until } from '../helpers/wait.js';
 
 const dir = tempDir('grammar');
 
@@ -396,3 +397,67 @@ describe('whole-table grammar: repaired by a running keeper', () => {
   });
 });
 
+
+describe('statements on sets: repaired by a running keeper without resetting what they count', () => {
+  const TABLE = `table ip t {
+  set s {
+    type ipv4_addr
+    counter
+    elements = { 127.0.0.1, 10.9.9.9 counter }
+  }
+  set n {
+    type ipv4_addr
+    flags dynamic
+  }
+  chain out {
+    type filter hook output priority filter; policy accept;
+    ip daddr @s
+    update @n { ip daddr counter }
+    meter m { ip daddr counter }
+  }
+}
+`;
+
+  it('an element, a rule, a dynset rule and a meter put back; the counters of elements that stayed keep counting', async () => {
+    const file = join(dir, 'stateful-keeper.nft');
+    writeFileSync(file, TABLE);
+    const config = parseNftConfig(TABLE, file);
+    await withKeeper({ config, tag: 'gram-st' }, async ({ ns, keeper, sock }) => {
+      ns.exec('ip', ['link', 'set', 'lo', 'up']);
+      const send = (n: number) => ns.exec('bash', ['-c', `for i in $(seq ${n}); do echo x > /dev/udp/127.0.0.1/9; done`]);
+      const packets = async (set: string) => {
+        const e = (await sock.listElements({ family: 'ip', table: 't', set })).find((x) => x.key === '7f000001');
+        const c = e?.exprs?.[0];
+        return c?.kind === 'counter' ? c.packets ?? 0 : -1;
+      };
+      const inSync = async () => {
+        await keeper.idle();
+        return (await cli('check', '--config', file, '--netns', ns.path)).out === 'in sync';
+      };
+      const handle = (i: number) => {
+        const lines = ns.exec('nft', ['-a', 'list', 'chain', 'ip', 't', 'out']).split('\n').filter((l) => /# handle \d+$/.test(l) && !/^\s*chain /.test(l));
+        return Number(/# handle (\d+)$/.exec(lines[i]!)![1]);
+      };
+      send(4);
+      expect(await packets('s')).toBeGreaterThanOrEqual(4);
+      expect(await packets('n')).toBeGreaterThanOrEqual(4);
+      const tampers: [string, () => void][] = [
+        ['a deleted element', () => ns.nft('delete element ip t s { 10.9.9.9 }\n')],
+        ['a deleted lookup rule', () => ns.nft(`delete rule ip t out handle ${handle(0)}\n`)],
+        ['a deleted dynset rule', () => ns.nft(`delete rule ip t out handle ${handle(1)}\n`)],
+        ['a deleted meter rule', () => ns.nft(`delete rule ip t out handle ${handle(2)}\n`)],
+      ];
+      for (const [what, tamper] of tampers) {
+        send(2);
+        const before = [await packets('s'), await packets('n')];
+        tamper();
+        await until(`${what} to be repaired`, inSync, 20_000);
+        send(2);
+        // the set and its element were not created again: their counters go on from where they were
+        expect(await packets('s'), what).toBeGreaterThanOrEqual(before[0]! + 2);
+        expect(await packets('n'), what).toBeGreaterThanOrEqual(before[1]! + 2);
+      }
+      expect((await sock.listElements({ family: 'ip', table: 't', set: 's' })).map((e) => e.key).sort()).toEqual(['0a090909', '7f000001']);
+    });
+  });
+});
