@@ -12,7 +12,7 @@ import { internWord } from '../rules/intern.js';
 import * as z from 'zod';
 import type { Family, Hex, StatefulExpr, Verdict } from '../netlink/expr.js';
 import { RuleSyntaxError } from '../base/errors.js';
-import { statefulExprs, statefulText } from '../rules/stateful.js';
+import { statefulExprs, statefulKey, statefulText } from '../rules/stateful.js';
 import { OBJ_TYPE, SET_ELEM_F, SET_F, type NftSet, type ObjType, type SetElement } from '../netlink/objects.js';
 import { bigToHex, hexToBig, prefixMask } from '../rules/bytes.js';
 import {
@@ -331,6 +331,8 @@ function parseElement(text: string, key: KeyType, data: DataType | undefined, in
       const stmt = text.slice(t.col - 1, end.col - 1 + end.w.length);
       if (out.exprs) throw new ElementError(t.col, 'the element\'s statements are given in two places');
       out.exprs = statementsAt(stmt, t.col, family);
+      // (nft 1.0.6's element grammar takes one; a set's two reach each element without one)
+      if (out.exprs.length > 1) throw new ElementError(t.col, 'an element takes one statement (as nft 1.0.6 writes it)');
       i = j;
     } else if (t.w === '.') {
       throw new ElementError(t.col, `the key is ${keyTypeName(key)}: too many parts`);
@@ -756,7 +758,15 @@ export function kernelSetDecl(set: NftSet, elements: readonly SetElement[]): { d
   if (set.flags & SET_F.INTERVAL) flags.push('interval');
   // nft lists no timeout flag that a default timeout implies, unless other flags are listed.
   if (set.flags & SET_F.TIMEOUT && (set.timeout === undefined || flags.length > 0)) flags.push('timeout');
-  const texts = elementTexts(key, data, (set.flags & SET_F.INTERVAL) !== 0, elements, false, set.family);
+  // an element holding what its set gives every element is written without it (it gets it again)
+  const own = set.exprs?.length ? statefulKey(set.exprs) : undefined;
+  const written = own === undefined ? elements : elements.map((e) => {
+    if (!e.exprs || statefulKey(e.exprs) !== own) return e;
+    const { exprs: _x, ...rest } = e;
+    return rest;
+  });
+  if (written.some((e) => (e.exprs?.length ?? 0) > 1)) return { unsupported: `${what} ${set.name}: an element holds two statements that are not its set's` };
+  const texts = elementTexts(key, data, (set.flags & SET_F.INTERVAL) !== 0, written, false, set.family);
   if (!texts) return { unsupported: `${what} ${set.name}: its elements are not shaped as nft makes them` };
   const decl: RawSet = { name: set.name, ...(k.type !== undefined ? { type: typeText } : { typeof: typeText }) };
   if (flags.length) decl.flags = flags;

@@ -294,6 +294,7 @@ const REFUSED: [string, number, number, RegExp][] = [
   ['table ip t {\n  chain c {\n    meter m { ip saddr } drop\n  }\n}\n', 3, 24, /a statement for each key/],
   ['table ip t {\n  chain c {\n    meter m { ip saddr counter quota 1 mbytes }\n  }\n}\n', 3, 24, /a meter takes one statement/],
   ['table ip t {\n  set m { type ipv4_addr; }\n  chain c {\n    meter m { ip saddr counter }\n  }\n}\n', 4, 11, /has a set 'm' already/],
+  ['table ip t {\n  set s { type ipv4_addr; counter quota 1 mbytes; elements = { 1.2.3.4 counter quota 1 mbytes } }\n}\n', 2, 72, /an element takes one statement/],
   ['table ip t {\n  set s { type ipv4_addr; last; }\n}\n', 2, 27, /'last' statement on a set is not supported/],
 ];
 
