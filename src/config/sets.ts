@@ -760,7 +760,7 @@ export function kernelSetDecl(set: NftSet, elements: readonly SetElement[]): { d
   if (set.flags & SET_F.TIMEOUT && (set.timeout === undefined || flags.length > 0)) flags.push('timeout');
   // an element holding what its set gives every element is written without it (it gets it again)
   const own = set.exprs?.length ? statefulKey(set.exprs) : undefined;
-  const written = own === undefined ? elements : elements.map((e) => {
+  const written: readonly SetElement[] = own === undefined ? elements : elements.map((e): SetElement => {
     if (!e.exprs || statefulKey(e.exprs) !== own) return e;
     const { exprs: _x, ...rest } = e;
     return rest;

@@ -499,7 +499,7 @@ export function parseDynset(p: KeyedParser): DynsetStmt {
   if (meter) st.meter = meter;
   if (key.length !== items.length) st.keyItems = items;
   if (meter && key.length !== items.length) p.fail(items.find((x) => 'constant' in x)!, 'a key of fields', 'a constant in a meter\'s key is not supported');
-  if (!meter && p.isWord(p.peek(), 'timeout')) {
+  if (p.isWord(p.peek(), 'timeout')) {
     p.next();
     const v = p.peek();
     const ms = v.kind === 'word' ? parseNftTime(v.text) : undefined;
@@ -1780,11 +1780,14 @@ function linearizeMeter(st: DynsetStmt, out: Expr[], kc: KeyedContext): void {
       family: kc.family, table: kc.table, name: st.set.name, id, flags: SET_F.ANONYMOUS | SET_F.EVAL,
       keyType: key.keyType, keyLen: key.keyLen, userdata: meterUserdata(key), elements: [],
     };
+    // (a meter with a timeout: a set with timeouts, its elements updated with the timeout)
+    if (st.timeout !== undefined) set.flags |= SET_F.TIMEOUT;
     if (st.meter!.size !== undefined) set.size = st.meter!.size;
     return set;
   });
   emitKey(st.key, 0, out, kc);
-  const e: DynsetExpr = { kind: 'dynset', sregKey: 1, op: 0, set: ref.name, setId: ref.setId, exprs: st.stmts! };
+  const e: DynsetExpr = { kind: 'dynset', sregKey: 1, op: st.timeout !== undefined ? 1 : 0, set: ref.name, setId: ref.setId, exprs: st.stmts! };
+  if (st.timeout !== undefined) e.timeout = st.timeout;
   if (st.stmts!.length > 1) e.flags = 2;
   out.push(e);
 }
@@ -1813,8 +1816,10 @@ export function renderKeyed(g: KeyedGroup, env: KeyedRenderEnv): string | undefi
     const own = env.sets?.(d.set, d.setId)?.set;
     if (own && own.flags & SET_F.ANONYMOUS) {
       // a meter: its set is the rule's (nft lists the size the kernel gives it, 65535 by default)
-      if (d.op !== 0 || d.timeout || g.dynData || !stmts || own.flags !== (SET_F.ANONYMOUS | SET_F.EVAL)) return undefined;
-      return `meter ${d.set} size ${own.size ?? 65535} { ${key}${stmts} }`;
+      const timed = d.op === 1 && !!d.timeout;
+      if ((d.op !== 0 && !timed) || (d.op === 0 && d.timeout) || g.dynData || !stmts
+        || own.flags !== (SET_F.ANONYMOUS | SET_F.EVAL | (timed ? SET_F.TIMEOUT : 0))) return undefined;
+      return `meter ${d.set} size ${own.size ?? 65535} { ${key}${timed ? ` timeout ${formatNftTime(d.timeout!)}` : ''}${stmts} }`;
     }
     return `${d.op === 0 ? 'add' : 'update'} @${d.set} { ${key}${d.timeout ? ` timeout ${formatNftTime(d.timeout)}` : ''}${stmts}${data} }`;
   }

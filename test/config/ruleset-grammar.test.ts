@@ -263,6 +263,7 @@ const CASES: [string, string][] = [
     meter foo { ip saddr limit rate over 5/minute burst 3 packets } drop
     meter bar size 100 { ip saddr . tcp dport counter }
     meter baz { ip daddr quota over 10 mbytes }
+    meter tm size 8192 { ip saddr timeout 30s counter }
   }
 }
 `],
