@@ -32,13 +32,15 @@ export function sameElementFields(o: SetElement, n: SetElement): boolean {
  * What an element holds besides its identity. A timeout counts only when the
  * config gives one, and the expiration never does: the kernel counts it down.
  * Its statements count only when the config gives them (the kernel gives every
- * element of a set with statements the set's), and without their state.
+ * element of a set with statements the set's) and the kernel's element says what
+ * they are, and without their state.
  */
 export function sameContent(want: SetElement, have: SetElement): boolean {
   return (want.data ?? '') === (have.data ?? '') && (want.verdict ?? '') === (have.verdict ?? '')
     && (want.chain ?? '') === (have.chain ?? '') && (want.objref ?? '') === (have.objref ?? '') && (want.userdata ?? '') === (have.userdata ?? '')
     && (want.timeout === undefined || want.timeout === have.timeout)
-    && (want.exprs === undefined || statefulKey(want.exprs) === statefulKey(have.exprs));
+    // (an element from a notification carries none: the monitor does not decode them)
+    && (want.exprs === undefined || have.exprs === undefined || statefulKey(want.exprs) === statefulKey(have.exprs));
 }
 
 export interface ElementDiff {

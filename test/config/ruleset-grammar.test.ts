@@ -460,6 +460,9 @@ describe('statements on sets: repaired by a running keeper without resetting wha
         expect(await packets('n'), what).toBeGreaterThanOrEqual(before[1]! + 2);
       }
       expect((await sock.listElements({ family: 'ip', table: 't', set: 's' })).map((e) => e.key).sort()).toEqual(['0a090909', '7f000001']);
+      // and it rests: no repair follows its own
+      const more = await Promise.race([nextRepair(keeper).then(() => true), new Promise<false>((r) => setTimeout(() => r(false), 3000))]);
+      expect(more).toBe(false);
     });
   });
 });
