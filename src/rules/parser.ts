@@ -309,6 +309,7 @@ class Parser {
       case 'jump': case 'goto': {
         this.next();
         const c = this.peek();
+        if (c.kind === 'punct' && c.text === '{') this.fail(c, `a chain name, ${t.text} CHAIN`, `chain bindings (${t.text} { … }, an anonymous chain) are not supported`);
         if (c.kind !== 'word' || !CHAIN_NAME.test(c.text) || c.text.length > 255) {
           this.fail(c, 'a chain name (a letter, _ or . followed by letters, digits, / - _ .)');
         }
