@@ -12,7 +12,9 @@ import { internWord } from '../rules/intern.js';
 import * as z from 'zod';
 import type { Family, Hex, StatefulExpr, Verdict } from '../netlink/expr.js';
 import { RuleSyntaxError } from '../base/errors.js';
-import { statefulExprs, statefulKey, statefulText } from '../rules/stateful.js';
+import { statefulKey } from '../rules/stateful.js';
+import { compileStatements } from '../rules/compile.js';
+import { renderStatements } from '../rules/render.js';
 import { OBJ_TYPE, SET_ELEM_F, SET_F, type NftSet, type ObjType, type SetElement } from '../netlink/objects.js';
 import { bigToHex, hexToBig, prefixMask } from '../rules/bytes.js';
 import {
@@ -203,7 +205,7 @@ interface ParsedElement {
 /** Statements as expressions, a refusal's column moved to `col` (where they start in the element or declaration). */
 function statementsAt(text: string, col: number, family: Family): StatefulExpr[] {
   try {
-    return statefulExprs(text, family);
+    return compileStatements(text, family);
   } catch (e) {
     if (!(e instanceof RuleSyntaxError)) throw e;
     // (the column is the file's: the rule text's own is left out)
@@ -608,7 +610,7 @@ function formatOptions(e: SetElement, withExpires: boolean, family: Family): str
   if (e.timeout !== undefined) s += ` timeout ${formatNftTime(e.timeout)}`;
   if (withExpires && e.expiration !== undefined) s += ` expires ${formatNftTime(e.expiration)}`;
   // (the statements' state, counts and quota used, is the kernel's: not written back)
-  if (e.exprs?.length) s += ` ${statefulText(e.exprs, family)}`;
+  if (e.exprs?.length) s += ` ${renderStatements(e.exprs, family)}`;
   const c = elementComment(e.userdata);
   if (c !== undefined) s += ` comment "${c}"`;
   return s;
@@ -776,7 +778,7 @@ export function kernelSetDecl(set: NftSet, elements: readonly SetElement[]): { d
   if (set.gcInterval !== undefined) decl['gc-interval'] = formatNftTime(set.gcInterval);
   if (u.merge) decl['auto-merge'] = true;
   if (u.comment !== undefined) decl.comment = u.comment;
-  if (set.exprs?.length) decl.statements = statefulText(set.exprs, set.family);
+  if (set.exprs?.length) decl.statements = renderStatements(set.exprs, set.family);
   if (texts.length) decl.elements = texts;
   return { decl, map };
 }

@@ -9,7 +9,7 @@
  */
 import { RuleSyntaxError } from '../base/errors.js';
 import type { Batch } from '../netlink/batch.js';
-import { FIB_F, NAT_RANGE, type Expr, type Family, type Hex, type MasqExpr, type RedirExpr } from '../netlink/expr.js';
+import { FIB_F, MAX_STATEFUL_EXPRS, NAT_RANGE, type Expr, type Family, type Hex, type MasqExpr, type RedirExpr, type StatefulExpr } from '../netlink/expr.js';
 import type { NftSet } from '../netlink/objects.js';
 import type { At, Elem, MatchOp, MatchStmt, RuleAst, Rhs, Stmt } from './ast.js';
 import { bigToHex, prefixMask, u16Be, u32Host, u8 } from './bytes.js';
@@ -17,7 +17,8 @@ import { ETHER, F, VLAN, NFPROTO_IPV4, NFPROTO_IPV6, mergedPorts, type Field } f
 import { fieldMask, headerField, metaField } from './headers.js';
 import { encodeInt, toBigEndian } from './intvalues.js';
 import { parseRule } from './parser.js';
-import { renderRule, type InterfaceResolver } from './render.js';
+import { renderRule, renderStatements, type InterfaceResolver } from './render.js';
+import { isStateful } from './stateful.js';
 import { buildAnonymousSet } from './anonymous-sets.js';
 import { BYTEORDER_BIG, BYTEORDER_HOST, commentUserdata } from './udata.js';
 import { compiledSetResolver } from './compare.js';
@@ -93,6 +94,7 @@ function failIn(text: string, at: { col: number; raw: string }, expected: string
 function keyedContext(ctx: CompileContext, fail: (at: At, e: string, r: string) => never, sets: NftSet[], base: number): KeyedContext {
   return {
     family: ctx.family, table: ctx.table, fail, load: (f) => loadExpr(f, f.len),
+    statementsText: (x) => renderStatements(x, ctx.family),
     addSet: (build) => {
       const id = base + sets.length;
       const set = build(id);
@@ -937,4 +939,18 @@ export function queueRule(batch: Batch, rule: CompiledRule, where: { family: Fam
     ...(rule.userdata !== undefined ? { userdata: rule.userdata } : {}) };
   if (verb === 'insert') batch.insert('rule', r);
   else batch.add('rule', r);
+}
+
+/** `counter quota 100 mbytes` into its expressions; a RuleSyntaxError (with the column in `text`) if it is not such statements. */
+export function compileStatements(text: string, family: Family): StatefulExpr[] {
+  const exprs = compileRule(text, { family, table: 'set', chain: 'set' }).exprs;
+  const bad = exprs.find((e) => !isStateful(e));
+  if (bad || exprs.length === 0) {
+    throw new RuleSyntaxError(text, 1, text.split(/\s/)[0] ?? '', 'counter, limit, quota or ct count',
+      'a set holds only stateful statements');
+  }
+  if (exprs.length > MAX_STATEFUL_EXPRS) {
+    throw new RuleSyntaxError(text, 1, text, `at most ${MAX_STATEFUL_EXPRS} statements`, `${exprs.length} statements (the kernel keeps at most ${MAX_STATEFUL_EXPRS} per element)`);
+  }
+  return exprs as StatefulExpr[];
 }

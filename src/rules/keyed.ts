@@ -10,7 +10,7 @@
 import { internWord } from './intern.js';
 import type { DynsetExpr, Expr, StatefulExpr, Family, Hex, LookupExpr, NatExpr } from '../netlink/expr.js';
 import { MAX_STATEFUL_EXPRS, NAT_RANGE } from '../netlink/expr.js';
-import { statefulKey, statefulText } from './stateful.js';
+import { statefulKey } from './stateful.js';
 import { OBJ_TYPE, SET_ELEM_F, SET_F, type NftSet, type ObjType, type SetElement } from '../netlink/objects.js';
 import { objrefUse, objTypeName } from './objnames.js';
 import type {
@@ -723,6 +723,8 @@ export interface KeyedContext {
   load: (field: Field) => Expr;
   /** Adds an anonymous set or map built with the id given; returns its lookup name and id. */
   addSet: (build: (id: number) => NftSet) => { name: string; setId: number };
+  /** Statements as nft lists them, for a refusal's message (render.ts's renderStatements). */
+  statementsText: (exprs: readonly StatefulExpr[]) => string;
 }
 
 /**
@@ -917,7 +919,7 @@ export function linearizeDynset(st: DynsetStmt, out: Expr[], kc: KeyedContext): 
       // The kernel then gives each new element the set's statements and dumps the dynset without its own: nft
       // sends them, but nfkeeper could never see them again, so they must be the set's.
       if (statefulKey(own) !== statefulKey(st.stmts)) {
-        kc.fail(st.stmtsAt!, `the statements of set '${s.name}' (${statefulText(own, kc.family)}), or none`,
+        kc.fail(st.stmtsAt!, `the statements of set '${s.name}' (${kc.statementsText(own)}), or none`,
           `set '${s.name}' has statements of its own: the kernel keeps no others for a rule's ${st.op}`);
       }
     } else {
@@ -1506,6 +1508,8 @@ export interface KeyedRenderEnv {
   verdictText: (v: unknown, chain?: string) => string;
   /** An interface's name by index (dup's device). */
   ifname?: (index: number) => string | undefined;
+  /** Statements as nft lists them (render.ts's renderStatements). */
+  statementsText: (exprs: readonly StatefulExpr[]) => string;
 }
 
 interface PartR { text: string; len: number; value: (hex: Hex) => string | undefined; field?: Field }
@@ -1812,7 +1816,7 @@ export function renderKeyed(g: KeyedGroup, env: KeyedRenderEnv): string | undefi
       if (!ft) return undefined;
       data = ` : ${ft.text}`;
     }
-    const stmts = d.exprs?.length ? ` ${statefulText(d.exprs, env.family)}` : '';
+    const stmts = d.exprs?.length ? ` ${env.statementsText(d.exprs)}` : '';
     const own = env.sets?.(d.set, d.setId)?.set;
     if (own && own.flags & SET_F.ANONYMOUS) {
       // a meter: its set is the rule's (nft lists the size the kernel gives it, 65535 by default)

@@ -11,7 +11,7 @@ import { renderObjref } from './objref.js';
 import type {
   BitwiseExpr, Expr, Family, Hex, LookupExpr, MasqExpr, NatExpr, RedirExpr,
 } from '../netlink/expr.js';
-import { FIB_F, NAT_RANGE } from '../netlink/expr.js';
+import { FIB_F, NAT_RANGE, type StatefulExpr } from '../netlink/expr.js';
 import { SET_F, type NftSet, type SetElement } from '../netlink/objects.js';
 import { HOST_LE, bigToHex, fromHex, hexToBig, hostValue, prefixLenOfMask, readU32Host } from './bytes.js';
 import { ETHER, F, VLAN, NFPROTO_IPV4, NFPROTO_IPV6, ctAddrField, fibField, osfField, portField, rawPayloadAt, rtField, socketField, xfrmField, type Field } from './fields.js';
@@ -21,6 +21,7 @@ import { renderExprStatement, renderRegStatement } from './statements.js';
 import { exthdrFieldAt, tcpOptionField } from './exthdr.js';
 import { matchPayloadSet } from './payloadset.js';
 import { setIntervals } from './anonymous-sets.js';
+import { withoutState } from './stateful.js';
 import { BYTEORDER_BIG, BYTEORDER_HOST, commentOf, decodeXtComment, setUserdata } from './udata.js';
 import {
   CT_STATE, CT_STATUS, FIB_TYPES, IFNAMSIZ, NFPROTO, formatFlags, formatIPv4, formatIPv6,
@@ -783,6 +784,7 @@ export function renderRule(rule: { exprs: readonly Expr[]; userdata?: Hex }, fam
         return (m === undefined && bits === undefined) || (bits !== undefined && m === hexToBig(bits)) ? f : undefined;
       },
       valueText: (f, h) => valueText(f, h, options),
+      statementsText: (x) => renderStatements(x, family),
       ...(options.interfaces ? { ifname: (n: number) => options.interfaces!.nameOf(n) } : {}),
     });
     if (it.k === 'keyed') {
@@ -1350,4 +1352,9 @@ function prefixCover(lo: Hex, hi: Hex): { lo: Hex; hi: Hex }[] {
     a += size;
   }
   return out;
+}
+
+/** The statements as nft lists them on a set (`counter quota 100 mbytes`), their state left out. */
+export function renderStatements(exprs: readonly StatefulExpr[], family: Family): string {
+  return renderRule({ exprs: exprs.map(withoutState) }, family);
 }
