@@ -55,7 +55,7 @@ import type { Op } from '../netlink/ops.js';
 import type { MonitorBatch, MonitorEvent, MonitorProgress } from '../netlink/events.js';
 import type { Expr } from '../netlink/expr.js';
 import { SET_F, type ObservedTable, type SetElement } from '../netlink/objects.js';
-import { desiredKey } from './table.js';
+import { desiredKey } from './rule-key.js';
 import type { Drift } from '../model/drift.js';
 
 /** Repairs with more ops than this are left to the full pass (which weighs a rewrite, and runs big batches off-thread). */
