@@ -18,10 +18,12 @@
  *   where they do not, its events give them, in the order of its ops (planned
  *   here, see expect()).
  *
- * The repair of a mirror that differs is then exactly the difference: delete
- * each extra rule by handle, re-add each missing rule after the rule before
- * it (NFTA_RULE_POSITION, or NFTA_RULE_POSITION_ID when that one is re-added
- * in the same batch), or replace an extra that sits in a missing rule's place.
+ * The repair of a mirror that differs is then exactly the difference, planned
+ * by the one planner (planTable) over the mirror's view (mirror-plan.ts):
+ * delete each extra rule by handle, re-add each missing rule after the rule
+ * before it (NFTA_RULE_POSITION, or NFTA_RULE_POSITION_ID when that one is
+ * re-added in the same batch), or replace an extra that sits in a missing
+ * rule's place.
  *
  * Named sets and maps whose elements only commits change (not interval,
  * timeout, dynamic or constant ones: the kernel expires and the data path adds
@@ -49,20 +51,14 @@
  */
 import type { TableConfig } from '../config/config.js';
 import type { SetConfig } from '../config/sets.js';
-import { elementId, sameContent, sameElementFields, setDefinitionKey } from '../model/elements.js';
+import { elementId, sameContent, setDefinitionKey } from '../model/elements.js';
 import { Batch } from '../netlink/batch.js';
 import type { Op } from '../netlink/ops.js';
 import type { MonitorBatch, MonitorEvent, MonitorProgress } from '../netlink/events.js';
 import type { Expr } from '../netlink/expr.js';
-import { SET_F, type ObservedTable, type SetElement } from '../netlink/objects.js';
-import { desiredKey } from './rule-key.js';
-import { NO_RULES, planMirror, type Expected, type MirrorChain, type MirrorPlan, type MirrorSet, type MirrorTable } from './mirror-plan.js';
-
-/**
- * Sets whose elements change without a commit, or come in pieces, and object maps (whose element
- * events the monitor does not decode the object of): their element events turn the mirror off.
- */
-const UNFOLLOWED_SET_FLAGS = SET_F.INTERVAL | SET_F.TIMEOUT | SET_F.EVAL | SET_F.CONSTANT | SET_F.OBJECT;
+import type { ObservedTable, SetElement } from '../netlink/objects.js';
+import { follows, retargetChanged, retargetSet, sameChain, sameUnfollowed, seedView, alignedChanges, wantOf, tableKey as key } from './mirror-seed.js';
+import { planMirror, type Expected, type MirrorChain, type MirrorPlan, type MirrorSet, type MirrorTable } from './mirror-plan.js';
 
 export type MirrorOutcome =
   /** Not in force (never seeded, or invalidated): the caller falls back. */
@@ -74,7 +70,6 @@ export type MirrorOutcome =
   /** A foreign commit, followed. */
   | 'changed';
 
-const key = (family: string, table: string) => `${family} ${table}`;
 export class Mirror {
   /** The kernel generation the mirror is exact at (with the proof, see exactAt). */
   generation = 0;
@@ -108,39 +103,9 @@ export class Mirror {
    * the look, and again after it, unchanged). Returns false when the look does not fit.
    */
   seed(desired: readonly TableConfig[], observed: readonly ObservedTable[], generation: number): boolean {
-    const tables = new Map<string, MirrorTable>();
-    const sets = new Map<string, Map<string, MirrorSet | null>>();
-    for (const [i, t] of desired.entries()) {
-      const have = observed[i];
-      if (!have?.table || have.family !== t.family || have.name !== t.name) return false;
-      if (have.chains.size !== t.chains.length) return false;
-      const chains = new Map<string, MirrorChain>();
-      for (const c of t.chains) {
-        const rules = have.rules.get(c.name);
-        if (!have.chains.has(c.name) || !rules || rules.length !== c.rules.length) return false;
-        const handles = new Float64Array(rules.length);
-        const byHandle = new Map<number, number>();
-        for (let j = 0; j < rules.length; j++) {
-          const h = rules[j]!.handle;
-          if (!h) return false;
-          handles[j] = h;
-          byHandle.set(h, j);
-        }
-        chains.set(c.name, { family: t.family, table: t.name, name: c.name, key: `${key(t.family, t.name)} ${c.name}`, handles, byHandle, missing: new Set(), extras: new Map() });
-      }
-      tables.set(key(t.family, t.name), { table: have.table, chains, rules: NO_RULES });
-      const named = new Map<string, MirrorSet | null>();
-      for (const sc of t.sets ?? []) {
-        const h = have.sets.get(sc.name);
-        if (!h) return false;
-        // The look was clean, so a followed set holds exactly its desired elements (none can have
-        // expired: such a set takes no timeouts, and nothing but commits adds to it).
-        const want = Mirror.follows(sc) ? wantOf(sc) : undefined;
-        named.set(sc.name, want && want.size === h.elements.length
-          ? { family: t.family, table: t.name, name: sc.name, config: sc, want, differs: new Map() } : null);
-      }
-      sets.set(key(t.family, t.name), named);
-    }
+    const view = seedView(desired, observed);
+    if (!view) return false;
+    const { tables, sets } = view;
     this.tables = tables;
     this.sets = sets;
     this.desiredTables = new Map(desired.map((t) => [key(t.family, t.name), t]));
@@ -196,36 +161,8 @@ export class Mirror {
     }
     for (const [ck, c] of chains) this.desired.set(ck, c);
     for (const t of desired) this.desiredTables.set(key(t.family, t.name), t);
-    for (const [ms, sc, changed] of edits) {
-      // The same elements in the same order but a few (a generator's next output): only those are looked at.
-      for (const i of changed) {
-        const w = sc.elements[i]!;
-        const id = elementId(w);
-        const k = ms.differs.has(id) ? ms.differs.get(id)! : ms.want.get(id) ?? null;
-        ms.want.set(id, w);
-        if (k !== null && sameContent(w, k)) ms.differs.delete(id);
-        else ms.differs.set(id, k);
-      }
-      ms.config = sc;
-    }
-    for (const [ms, sc, want] of sets) {
-      // What the kernel holds: the old desired elements where they did not differ.
-      const kernel = (id: string) => ms.differs.has(id) ? ms.differs.get(id)! : ms.want.get(id) ?? null;
-      const differs = new Map<string, SetElement | null>();
-      for (const [id, w] of want) {
-        const k = kernel(id);
-        if (k === null || !sameContent(w, k)) differs.set(id, k);
-      }
-      for (const id of ms.want.keys()) {
-        if (want.has(id)) continue;
-        const k = kernel(id);
-        if (k !== null) differs.set(id, k);
-      }
-      for (const [id, k] of ms.differs) if (k !== null && !want.has(id) && !ms.want.has(id)) differs.set(id, k);
-      ms.config = sc;
-      ms.want = want;
-      ms.differs = differs;
-    }
+    for (const [ms, sc, changed] of edits) retargetChanged(ms, sc, changed);
+    for (const [ms, sc, want] of sets) retargetSet(ms, sc, want);
     this.unfollowed.clear();
     for (const t of desired) for (const sc of t.sets ?? []) if (this.sets.get(key(t.family, t.name))?.get(sc.name) === null) this.unfollowed.set(`${key(t.family, t.name)} ${sc.name}`, sc);
     return true;
@@ -239,15 +176,12 @@ export class Mirror {
   private unfollowedSame(tableKey: string, sc: SetConfig): boolean {
     const old = this.unfollowed.get(`${tableKey} ${sc.name}`);
     if (!old) return false;
-    if (old === sc) return true;
-    if (setDefinitionKey(old.set) !== setDefinitionKey(sc.set) || old.elements.length !== sc.elements.length) return false;
-    return old.elements.every((e, i) => elementId(e) === elementId(sc.elements[i]!) && sameContent(e, sc.elements[i]!)
-      && e.timeout === sc.elements[i]!.timeout && e.expiration === sc.elements[i]!.expiration);
+    return sameUnfollowed(old, sc);
   }
 
   /** Whether the mirror follows this set's elements from the events (see UNFOLLOWED_SET_FLAGS). */
   static follows(sc: SetConfig): boolean {
-    return (sc.set.flags & UNFOLLOWED_SET_FLAGS) === 0;
+    return follows(sc);
   }
 
   /** How many elements of a followed set the kernel holds otherwise than desired (tests, bench). */
@@ -551,46 +485,4 @@ export class Mirror {
     if (elementsPlanned !== 0) return `our commit ${b.generation} did not show its planned element events`;
     return undefined;
   }
-}
-
-/**
- * When `now` is `before` with some elements changed in place and some appended (none removed, no
- * identity moved), the indexes in `now` of those changed or appended; else undefined. O(elements)
- * comparisons, no map built: a reload from the same generator with one element changed.
- */
-function alignedChanges(before: readonly SetElement[], now: readonly SetElement[], want: ReadonlyMap<string, SetElement>): number[] | undefined {
-  if (now.length < before.length) return undefined;
-  const changed: number[] = [];
-  for (let i = 0; i < before.length; i++) {
-    const o = before[i]!;
-    const n = now[i]!;
-    // The same fields: the common case, 100,000 times per reload (no id string built for it).
-    if (sameElementFields(o, n)) continue;
-    if (elementId(o) !== elementId(n)) return undefined;
-    if (!sameContent(o, n) || (o.userdata ?? '') !== (n.userdata ?? '')) changed.push(i);
-  }
-  const added = new Set<string>();
-  for (let i = before.length; i < now.length; i++) {
-    const id = elementId(now[i]!);
-    if (want.has(id) || added.has(id)) return undefined;  // a duplicate: the general path dedupes it
-    added.add(id);
-    changed.push(i);
-  }
-  return changed;
-}
-
-/** A set's desired elements by identity (the config's objects). */
-function wantOf(sc: SetConfig): Map<string, SetElement> {
-  const m = new Map<string, SetElement>();
-  for (const e of sc.elements) m.set(elementId(e), e);
-  return m;
-}
-
-/** The same chain apart from the objects: definition, comment and every rule's key, in order. */
-function sameChain(a: TableConfig['chains'][number], b: TableConfig['chains'][number]): boolean {
-  if (a === b) return true;
-  if (a.name !== b.name || JSON.stringify(a.base ?? null) !== JSON.stringify(b.base ?? null) || (a.userdata ?? '') !== (b.userdata ?? '')) return false;
-  if (a.rules.length !== b.rules.length) return false;
-  for (let j = 0; j < a.rules.length; j++) if (a.rules[j] !== b.rules[j] && desiredKey(a.rules[j]!) !== desiredKey(b.rules[j]!)) return false;
-  return true;
 }
