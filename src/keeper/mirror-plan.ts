@@ -83,6 +83,9 @@ export const NO_RULES: ReadonlyMap<string, readonly Rule[]> = new Map();
 /** A foreign rule's expressions: the mirror keeps its handle only (the planner splits no replace of it, as no chain goes). */
 const UNKNOWN_EXPRS: Rule['exprs'] = [];
 
+/** heldEdit's map of foreign rules in a missing rule's place when the chain has none: never written. */
+const NO_PLACES: ReadonlyMap<number, number> = new Map();
+
 /** A chain's missing desired rules in order (one, the common case, without a spread and a sort). */
 export const missingInOrder = (c: MirrorChain): number[] =>
   c.missing.size === 0 ? [] : c.missing.size === 1 ? [c.missing.values().next().value!] : [...c.missing].sort(byNumber);
@@ -171,22 +174,26 @@ function diffOf(held: MirrorTable, sets: ReadonlyMap<string, MirrorSet | null> |
  */
 function heldEdit(c: MirrorChain, missing: readonly number[]): { edit: RuleEdit; rules: Rule[] } {
   const rules: Rule[] = [];
-  const held = (handle: number) => rules.push({ family: c.family, table: c.table, chain: c.name, handle, exprs: UNKNOWN_EXPRS }) - 1;
   const steps: EditStep[] = [];
-  // desired j → the foreign rule's handle sitting in its place
-  const inPlace = new Map<number, number>();
+  // desired j → the foreign rule's handle sitting in its place (none without foreign rules: the common deletion)
+  const inPlace = c.extras.size === 0 ? NO_PLACES : new Map<number, number>();
   for (const [h, j] of c.extras) {
-    if (j >= 0 && c.missing.has(j) && !inPlace.has(j)) inPlace.set(j, h);
-    else steps.push({ op: 'delete', have: held(h) });
+    if (j >= 0 && c.missing.has(j) && !inPlace.has(j)) (inPlace as Map<number, number>).set(j, h);
+    else steps.push({ op: 'delete', have: held(c, rules, h) });
   }
   for (const j of missing) {
     const before = j === 0 ? 0 : c.handles[j - 1]!;
-    const after: Anchor | undefined = j === 0 ? undefined : before > 0 ? { kind: 'kept', have: held(before) } : { kind: 'new', want: j - 1 };
+    const after: Anchor | undefined = j === 0 ? undefined : before > 0 ? { kind: 'kept', have: held(c, rules, before) } : { kind: 'new', want: j - 1 };
     const h = inPlace.get(j);
-    if (h !== undefined) steps.push({ op: 'replace', have: held(h), want: j, ...(after ? { after } : {}) });
-    else steps.push({ op: 'insert', want: j, ...(after ? { after } : {}) });
+    if (h !== undefined) steps.push(after ? { op: 'replace', have: held(c, rules, h), want: j, after } : { op: 'replace', have: held(c, rules, h), want: j });
+    else steps.push(after ? { op: 'insert', want: j, after } : { op: 'insert', want: j });
   }
   return { edit: { steps, rewrite: false }, rules };
+}
+
+/** The index in `rules` of a stand-in for the kernel rule at `handle` of chain `c` (its handle is all the edit uses). */
+function held(c: MirrorChain, rules: Rule[], handle: number): number {
+  return rules.push({ family: c.family, table: c.table, chain: c.name, handle, exprs: UNKNOWN_EXPRS }) - 1;
 }
 
 /**

@@ -52,31 +52,47 @@ export function planTable(batch: Batch, want: TableConfig, have: HeldTable, diff
   const { family, name: table } = want;
   const rewrite = new Set<string>();
   const tableFlags = (options.tableFlags ?? 0) | (want.dormant ? TABLE_F.DORMANT : 0);
-  const flags = tableFlags ? { flags: tableFlags } : {};
-  if (drifts.some((x) => x.kind === 'table-unprotected' || x.kind === 'table-changed')) {
+  // One walk of the drift sorts it by what it asks of the batch (an event repair's is one or two).
+  let tableAgain = false;
+  let tableFlagsOnly = false;
+  let objectsToAdd = false;
+  let setsToAdd = false;
+  const recreate = new Set<string>();
+  const extra: string[] = [];
+  const setsAgain = new Set<string>();
+  const objsAgain = new Set<string>();
+  for (const x of drifts) {
+    switch (x.kind) {
+      case 'table-unprotected': case 'table-changed': tableAgain = true; break;
+      case 'table-orphaned': case 'table-flags': tableFlagsOnly = true; break;
+      case 'chain-changed': recreate.add(x.chain!); break;
+      case 'chain-extra': extra.push(x.chain!); break;
+      case 'set-changed': setsAgain.add(x.set!); setsToAdd = true; break;
+      case 'set-missing': setsToAdd = true; break;
+      case 'object-changed': objsAgain.add(objectKey(x.object!.type, x.object!.name)); objectsToAdd = true; break;
+      case 'object-missing': objectsToAdd = true; break;
+      default: break;
+    }
+  }
+  if (tableAgain) {
     batch.delete('table', { family, name: table });
     have = { table: undefined, chains: new Map(), rules: new Map() };
   }
-  const tableUserdata = want.userdata ? { userdata: want.userdata } : {};
   if (!have.table) {
-    batch.add('table', { family, name: table, ...flags, ...tableUserdata });
+    batch.add('table', { family, name: table, ...(tableFlags ? { flags: tableFlags } : {}), ...(want.userdata ? { userdata: want.userdata } : {}) });
     for (const c of want.chains) rewrite.add(c.name);
-  } else if (drifts.some((x) => x.kind === 'table-orphaned' || x.kind === 'table-flags')) {
+  } else if (tableFlagsOnly) {
     // Claiming an orphan: NEWTABLE with owner|persist on the existing table; its rules stay as they
     // are. Dormant toggled: NEWTABLE with every flag the table keeps (0 wakes an unowned one).
     batch.add('table', { family, name: table, flags: tableFlags });
   }
-  const recreate = new Set(drifts.filter((x) => x.kind === 'chain-changed').map((x) => x.chain!));
-  const extra = drifts.filter((x) => x.kind === 'chain-extra').map((x) => x.chain!);
   // Sets created again: the kernel deletes no set a rule uses, so the chains whose rules use one are rewritten.
-  const setsAgain = new Set(drifts.filter((x) => x.kind === 'set-changed').map((x) => x.set!));
   if (setsAgain.size > 0 && have.table) {
     for (const c of want.chains) {
       if ((have.rules.get(c.name) ?? []).some((r) => usesSet(r.exprs, setsAgain))) rewrite.add(c.name);
     }
   }
   // Objects created again: likewise, the chains whose rules use one are rewritten first.
-  const objsAgain = new Set(drifts.filter((x) => x.kind === 'object-changed').map((x) => objectKey(x.object!.type, x.object!.name)));
   if (objsAgain.size > 0 && have.table) {
     for (const c of want.chains) {
       if ((have.rules.get(c.name) ?? []).some((r) => usesObject(r.exprs, objsAgain))) rewrite.add(c.name);
@@ -145,7 +161,7 @@ export function planTable(batch: Batch, want: TableConfig, have: HeldTable, diff
   for (const name of recreate) batch.delete('chain', { family, table, name });
   for (const name of extra) batch.delete('chain', { family, table, name });
   // Objects before the rules (and map elements) that use them.
-  const addObjs = !have.table ? want.objects ?? []
+  const addObjs = !have.table ? want.objects ?? [] : !objectsToAdd ? []
     : (want.objects ?? []).filter((o) => drifts.some((x) => (x.kind === 'object-missing' || x.kind === 'object-changed')
       && x.object!.type === o.type && x.object!.name === o.name));
   for (const o of addObjs) {
@@ -159,7 +175,7 @@ export function planTable(batch: Batch, want: TableConfig, have: HeldTable, diff
     }
   }
   // Sets after the chains their verdict elements jump to, before the rules that use them.
-  const addSets = !have.table ? want.sets ?? []
+  const addSets = !have.table ? want.sets ?? [] : !setsToAdd ? []
     : (want.sets ?? []).filter((s) => drifts.some((x) => (x.kind === 'set-missing' || x.kind === 'set-changed') && x.set === s.name));
   for (const s of addSets) batch.add('set', { ...s.set, family, table, elements: s.elements });
   for (const x of drifts) {
@@ -182,9 +198,6 @@ export function planTable(batch: Batch, want: TableConfig, have: HeldTable, diff
   }
 }
 
-// NFTA_RULE_ID must be unique among a batch's rules (kernels before 6.0 do not match the chain).
-const nextRuleId = new WeakMap<Batch, number>();
-
 /**
  * Appends a chain's edit in two phases. 'remove' (before chains are deleted):
  * deletes by handle, and the rules a replace would drop that jump somewhere,
@@ -195,18 +208,17 @@ const nextRuleId = new WeakMap<Batch, number>();
 function emitEdit(batch: Batch, family: Family, table: string, c: ChainConfig, rules: readonly Rule[], edit: RuleEdit,
   phase: 'remove' | 'add', onRuleOp?: PlanOptions['onRuleOp']): void {
   const chain = c.name;
-  const jumps = (i: number) => rules[i]!.exprs.some((e) => e.kind === 'immediate' && (e.verdict === 'jump' || e.verdict === 'goto'));
   if (phase === 'remove') {
     for (const x of edit.steps) {
-      if (x.op !== 'delete' && !(x.op === 'replace' && jumps(x.have))) continue;
+      if (x.op !== 'delete' && !(x.op === 'replace' && jumps(rules[x.have]!))) continue;
       batch.delete('rule', { family, table, chain, handle: rules[x.have]!.handle! });
       onRuleOp?.(chain, batch.length - 1, undefined);
     }
     return;
   }
   // The add phase runs once per edit and batch: the chain's rules take ids base + their index.
-  const base = nextRuleId.get(batch) ?? 1;
-  nextRuleId.set(batch, base + c.rules.length);
+  const base = batch.nextRuleId;
+  batch.nextRuleId += c.rules.length;
   for (const x of edit.steps) {
     if (x.op === 'delete') continue;
     const r = c.rules[x.want]!.compiled;
@@ -214,7 +226,7 @@ function emitEdit(batch: Batch, family: Family, table: string, c: ChainConfig, r
     // Literals of one shape, not spread copies (see planTable's adds).
     const id = base + x.want;
     const userdata = r.userdata;
-    if (x.op === 'replace' && !jumps(x.have)) {
+    if (x.op === 'replace' && !jumps(rules[x.have]!)) {
       batch.push({ verb: 'replace', object: 'rule', family, table, chain, exprs: r.exprs, userdata, id, handle: rules[x.have]!.handle! });
     } else if (!x.after) {
       batch.push({ verb: 'insert', object: 'rule', family, table, chain, exprs: r.exprs, userdata, id });  // at the head of the chain
@@ -223,6 +235,12 @@ function emitEdit(batch: Batch, family: Family, table: string, c: ChainConfig, r
     } else batch.push({ verb: 'add', object: 'rule', family, table, chain, exprs: r.exprs, userdata, id, positionId: base + x.after.want });
     onRuleOp?.(chain, batch.length - 1, x.want);
   }
+}
+
+/** Whether a rule jumps or goes to a chain. */
+function jumps(rule: Rule): boolean {
+  for (const e of rule.exprs) if (e.kind === 'immediate' && (e.verdict === 'jump' || e.verdict === 'goto')) return true;
+  return false;
 }
 
 /** Whether a rule uses the named set (a lookup, a map, a dynset: any expression naming it). */
