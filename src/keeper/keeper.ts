@@ -318,10 +318,9 @@ export class Keeper extends EventEmitter {
   private onEvents(b: MonitorBatch): void {
     const k = this.k;
     if (k.stopped) return;
-    // A batch after the arm's generation that the armed repair did not answer with a success leaves
-    // it stale (the monitor will not answer the next one): armed again once the mirror is clean.
-    const native = b.repaired;
-    if (this.arming.armed && (b.overflow || (b.generation > this.arming.armedAt && !(native !== undefined && 'handle' in native && native.handle > 0)))) {
+    // A batch after the arm's generation ends the monitor's arm, answered or not: armed again once
+    // the mirror is clean (at once, by the event repair, after a reaction that committed).
+    if (this.arming.armed && (b.overflow || b.generation > this.arming.armedAt)) {
       this.arming.armed = false;
       this.armSoon();
     }

@@ -8,7 +8,6 @@
 import type { TableConfig } from '../config/config.js';
 import type { SetConfig } from '../config/sets.js';
 import type { Batch } from '../netlink/batch.js';
-import type { Expr } from '../netlink/expr.js';
 import type { Rule, SetElement, Table } from '../netlink/objects.js';
 import type { Drift } from '../model/drift.js';
 import type { ElementDiff } from '../model/elements.js';
@@ -48,8 +47,6 @@ export interface MirrorChain {
   missing: Set<number>;
   /** Foreign rules in the chain: handle → the desired rule whose place it took (a replace), or -1. */
   extras: Map<number, number>;
-  /** Frozen copies of the expressions of the desired rules armed so far (Mirror.armable). */
-  frozen?: Map<number, Expr[]>;
 }
 
 /** One owned table as the mirror holds it: the table as the seed's look read it, and its desired chains. */
