@@ -90,7 +90,7 @@ function setText(t: TableConfig, s: SetConfig): string[] {
 /** Elements as nft texts; an rbtree piece that is no whole interval is shown as its raw keys. */
 function elementsText(set: NftSet, elements: readonly SetElement[]): string {
   const types = typesOf(set);
-  const texts = types ? elementTexts(types.key, types.data, (set.flags & SET_F.INTERVAL) !== 0, elements) : undefined;
+  const texts = types ? elementTexts(types.key, types.data, (set.flags & SET_F.INTERVAL) !== 0, elements, false, set.family) : undefined;
   if (texts) return texts.join(', ');
   return elements.map((e) => `# key ${e.key}${e.keyEnd ? ` key-end ${e.keyEnd}` : ''}${(e.flags ?? 0) & 1 ? ' (interval end)' : ''}`).join(', ');
 }

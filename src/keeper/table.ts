@@ -279,7 +279,7 @@ function sameElementList(a: readonly SetElement[], b: readonly SetElement[]): bo
 }
 
 function describeSetDiff(have: NftSet, want: NftSet): string {
-  const fields = ['flags', 'keyType', 'keyLen', 'dataType', 'dataLen', 'policy', 'size', 'timeout', 'gcInterval', 'fieldLen', 'userdata'] as const;
+  const fields = ['flags', 'keyType', 'keyLen', 'dataType', 'dataLen', 'policy', 'size', 'timeout', 'gcInterval', 'fieldLen', 'userdata', 'exprs'] as const;
   const diff = fields.filter((f) => JSON.stringify(have[f] ?? null) !== JSON.stringify(want[f] ?? null));
   return diff.map((f) => `${f} ${JSON.stringify(have[f] ?? null)}, want ${JSON.stringify(want[f] ?? null)}`).join('; ');
 }

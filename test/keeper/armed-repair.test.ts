@@ -55,7 +55,7 @@ describe('the keeper arms the monitor with the repair of each owned rule', () =>
   const dumps = async () => (await keeper.metrics.dumps.get()).values[0]?.value ?? 0;
 
   async function deleteAndWait(index: number): Promise<{ r: RepairReport; before: number[]; after: number[] }> {
-    await until('the monitor to be armed', () => keeper['armed'] === true, 10_000);
+    await until('the monitor to be armed', () => keeper.armed === true, 10_000);
     const before = (await chain(sock)).handles;
     const d0 = await dumps();
     const j0 = jsCommits;
@@ -69,7 +69,7 @@ describe('the keeper arms the monitor with the repair of each owned rule', () =>
     expect(await dumps()).toBe(d0);  // nothing read
     expect(r.ops).toBe(1);
     expect(keeper.mirrorState()?.exact).toBe(true);
-    expect(keeper['mirror']!.handlesOf('ip', 't', 'c')).toEqual(after.handles);
+    expect(keeper.state.mirror!.handlesOf('ip', 't', 'c')).toEqual(after.handles);
     return { r, before, after: after.handles };
   }
 
@@ -89,27 +89,27 @@ describe('the keeper arms the monitor with the repair of each owned rule', () =>
   });
 
   it('is armed again from the planner after each repair, and gives way to a pass', async () => {
-    await until('the monitor to be armed', () => keeper['armed'] === true, 10_000);
+    await until('the monitor to be armed', () => keeper.armed === true, 10_000);
     // A pass (the tick's read-back, a reload) pauses it; it is armed again once the mirror is clean,
     // and a pass that committed nothing takes up the same arm (resume) instead of arming anew.
-    const monitor = keeper['monitor'] as Monitor;
+    const monitor = keeper.state.monitor as Monitor;
     const arm = monitor.arm.bind(monitor);
     let arms = 0;
     const armed: Parameters<Monitor['arm']>[] = [];
     monitor.arm = (...a) => { arms++; armed.push(a); return arm(...a); };
     try {
       const done = keeper.request('manual', performance.now());
-      expect(keeper['armed']).toBe(false);
+      expect(keeper.armed).toBe(false);
       const outcome = await done;
       expect(outcome.ops).toBe(0);
-      await until('the monitor to be armed again', () => keeper['armed'] === true, 10_000);
+      await until('the monitor to be armed again', () => keeper.armed === true, 10_000);
       expect(arms).toBe(0);
       const { after } = await deleteAndWait(1);
       expect(arms).toBe(1);  // the monitor's reaction ended its arm; the keeper planned the next one
       // What the keeper armed: per owned rule, its deletion alone and the planner's re-add of it
       // where it stands, planned on the mirror without moving it (its generation is the repair's).
       const [, generation, reactions] = armed[0]!;
-      expect(generation).toBe(keeper['mirror']!.generation);
+      expect(generation).toBe(keeper.state.mirror!.generation);
       expect(reactions.map((r) => r.on)).toEqual(after.map((handle) => [{ type: 'delrule', family: 'ip', table: 't', name: 'c', handle }]));
       expect(reactions.map((r) => r.ops.map((o) => [o.verb, (o as { position?: number }).position]))).toEqual(after.map((_, j) => [[j === 0 ? 'insert' : 'add', j === 0 ? undefined : after[j - 1]]]));
     } finally {
@@ -118,11 +118,11 @@ describe('the keeper arms the monitor with the repair of each owned rule', () =>
   });
 
   it('the guard refuses the monitor\'s repair when a commit came after the deletion; the pass that follows repairs it', async () => {
-    await until('the monitor to be armed', () => keeper['armed'] === true, 10_000);
+    await until('the monitor to be armed', () => keeper.armed === true, 10_000);
     sock.commitNow!(new Batch().add('table', { family: 'ip', name: 'elsewhere' }));
     await until('the monitor to be armed at the new generation', async () => {
       await sleep(5);
-      return keeper['armed'] === true && keeper['monitor']!.progress!().lastGeneration === sock.generation();
+      return keeper.armed === true && keeper.state.monitor!.progress!().lastGeneration === sock.generation();
     }, 10_000);
     const before = (await chain(sock)).handles;
     const r0 = (await keeper.metrics.generationRetries.get()).values[0]?.value ?? 0;
@@ -137,7 +137,7 @@ describe('the keeper arms the monitor with the repair of each owned rule', () =>
   });
 
   it('a foreign commit that touches the owned table leaves the next deletion to JavaScript, which repairs both', async () => {
-    await until('the monitor to be armed', () => keeper['armed'] === true, 10_000);
+    await until('the monitor to be armed', () => keeper.armed === true, 10_000);
     const before = (await chain(sock)).handles;
     const j0 = jsCommits;
     // One turn of this thread: both commits are in before the keeper's monitor reads either.
