@@ -427,7 +427,7 @@ async function oneShotLocked(o: OneShotOptions, config: import('./config/config.
   const owners = config.owners ? (await import('./owners/state-file.js')).loadOwners(config) : [];
   const { countRules } = await configs();
   progress.step(() => `${o.config}: ${plural(config.tables.length, 'table')}, ${plural(countRules(config.tables), 'rule')} compiled`);
-  const { checkOnce, renderDrift } = { ...await oneshot(), ...await import('./keeper/table.js') };
+  const { checkOnce, renderDrift } = { ...await oneshot(), ...await import('./keeper/render-drift.js') };
   const sock = new (await netlink()).NftSocket({ netns: o.netns });
   try {
     const { drift, ops, protectUnsupported } = await checkOnce(sock, config, apply, owners);

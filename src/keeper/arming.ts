@@ -8,7 +8,8 @@
  */
 import type { EventKey, MonitorBatch, Reaction } from '../netlink/events.js';
 import type { Op } from '../netlink/ops.js';
-import type { Mirror, MirrorPlan } from './mirror.js';
+import type { Mirror } from './mirror.js';
+import type { MirrorPlan } from './mirror-plan.js';
 import type { KeeperState } from './state.js';
 
 /** Owned rules up to which the monitor is armed with their repairs. */

@@ -31,7 +31,7 @@ import type { Family } from '../netlink/expr.js';
 import type { MonitorBatch, MonitorProgress } from '../netlink/events.js';
 import { NetlinkError } from '../base/errors.js';
 import { SET_F, TABLE_F, type Chain, type ChainDigests, type NftSet, type ObservedTable, type Rule, type Table } from '../netlink/objects.js';
-import { compactRule, hasKey, sameKey } from './table.js';
+import { compactRule, hasKey, sameKey } from './rule-key.js';
 import { derivationOf, type Derivation, type Hunk } from '../model/derivation.js';
 import type { Op } from '../netlink/ops.js';
 

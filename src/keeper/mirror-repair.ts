@@ -8,7 +8,7 @@ import { performance } from 'node:perf_hooks';
 import type { CommitResult } from '../netlink/conn.js';
 import type { MonitorBatch } from '../netlink/events.js';
 import { GenerationMismatchError } from '../base/errors.js';
-import { MIRROR_MAX_ELEMENTS, MIRROR_MAX_OPS, type MirrorPlan } from './mirror.js';
+import { MIRROR_MAX_ELEMENTS, MIRROR_MAX_OPS, type MirrorPlan } from './mirror-plan.js';
 import { sameOps, type Arming } from './arming.js';
 import type { Reporter } from './report.js';
 import type { Scheduler } from './scheduler.js';

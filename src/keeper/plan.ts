@@ -1,294 +1,263 @@
 /**
- * Minimal edit plans for one chain: which kernel rules stay (with their
- * handles and counters), which go (delete by handle), which change in place
- * (replace by handle) and where new ones go (add after a kept rule's handle,
- * or after a rule added earlier in the same batch by NFTA_RULE_POSITION_ID).
- * A flush-and-rewrite is chosen only when it takes fewer operations.
- *
- * The matching is a keyed diff that keeps order: common prefix and suffix,
- * then patience anchors (keys that occur once on each side, longest
- * increasing run of their positions) for big gaps, an exact LCS table for
- * small ones. Every step is linear or n·log n in the rules it looks at,
- * and total work has a budget, so a chain of 100,000 rules plans in
- * milliseconds; past the budget a gap is treated as all new, which is still
- * correct, only less minimal.
+ * The one planner: per table, what is desired and what the kernel holds (a HeldTable) with their
+ * difference (a TableDiff) become the ops of one batch, in an order the kernel accepts within one
+ * transaction. The full pass hands it a table it read and compared (observe.ts, table.ts); the
+ * event repair hands it the event mirror's chains and the difference the mirror followed from the
+ * events (mirror-plan.ts). Chains are edited in place (chain-edit.ts: the fewest ops, or a flush
+ * and rewrite when that is fewer).
  */
+import type { Family } from '../netlink/expr.js';
+import type { Batch } from '../netlink/batch.js';
+import type { Expr } from '../netlink/expr.js';
+import type { Rule } from '../netlink/objects.js';
+import { TABLE_F } from '../netlink/objects.js';
+import type { ChainConfig, TableConfig } from '../config/config.js';
+import { objTypeName } from '../rules/objnames.js';
+import { deletable } from '../model/elements.js';
+import type { RuleEdit } from './chain-edit.js';
+import { objectKey, type TableDiff } from './table.js';
 
-/** What to do with one chain's rules. Indices refer to the kernel list (`have`) and the desired list (`want`). */
-export interface ChainEdit {
-  /** For each desired rule, the index of the kernel rule it keeps, or -1. */
-  keep: Int32Array;
-  /** The steps in chain order; `after` of an insert names the rule it follows (none: head of chain). */
-  steps: EditStep[];
-  /** Operations of the edit (rules, plus anonymous sets of the rules it adds). */
-  editOps: number;
+/**
+ * What the planner reads of what the kernel holds in one table: the table (absent when it is
+ * missing), its chains by name, and their rules, which it looks into only where a chain, set or
+ * object is created again (for the rules that use it). A full pass gives the ObservedTable it
+ * read; the event mirror its own chains and no rules (it follows no such change).
+ */
+export interface HeldTable {
+  table?: object;
+  chains: ReadonlyMap<string, unknown>;
+  rules: ReadonlyMap<string, readonly Rule[]>;
+}
+
+export interface PlanOptions {
+  /** Table flags to create it with (protect mode). */
+  tableFlags?: number;
   /**
-   * Operations of a flush-and-rewrite: one flush plus every desired rule and its sets (when the
-   * edit costs no more than 1 + the desired rules, that lower bound: the rewrite is not chosen).
+   * Told of each rule op the plan writes into a chain (delete, replace, insert, add): its index in
+   * the batch and the desired rule it puts there (none for a delete). The event mirror learns from
+   * it which events its own commit must show.
    */
-  rewriteOps: number;
-  /** True when the flush-and-rewrite is cheaper: then `steps` is not used. */
-  rewrite: boolean;
-}
-
-export type Anchor = { kind: 'kept'; have: number } | { kind: 'new'; want: number };
-
-export type EditStep =
-  | { op: 'delete'; have: number }
-  | { op: 'replace'; have: number; want: number; after?: Anchor }
-  | { op: 'insert'; want: number; after?: Anchor };
-
-/** Gaps larger than this (kernel × desired rules) without anchors are not matched exactly. */
-const LCS_CELLS = 250_000;
-
-/**
- * Plans `have` (kernel keys, fetched lazily by index) into `want` (desired keys).
- * `setsOf(j)` is the number of anonymous sets desired rule j adds with itself.
- */
-export function planChain(haveKey: (i: number) => string, haveCount: number, want: readonly string[],
-  setsOf: (j: number) => number = () => 0): ChainEdit {
-  const keep = matchKeys(haveKey, haveCount, want);
-  const steps: EditStep[] = [];
-  const editOps = stepsIn(keep, 0, haveCount, 0, want.length, undefined, steps, setsOf);
-  return withRewrite(keep, steps, editOps, want.length, setsOf);
+  onRuleOp?: (chain: string, op: number, want: number | undefined) => void;
 }
 
 /**
- * A chain whose desired rules are known to differ from the kernel's only in `hunks` (src/model/derivation.ts;
- * outside them desired rule j is kernel rule j + the offset the hunks before it leave), planned by
- * matching the hunks' rules alone: a registration among 1,000 owners looks at its own jump, not at
- * every owner's. The same plan planChain makes when its matching keeps the rules outside the hunks.
- * Undefined when the hunks are not runs of these two lists (the caller then plans the whole chain).
+ * Appends to `batch` the operations that turn `have` into `want`, in an order
+ * the kernel accepts within one transaction: table, missing chains, flushes,
+ * deletions of chains that must go, then every rewritten chain's rules.
  */
-export function planHunks(haveKey: (i: number) => string, haveCount: number, wantKey: (j: number) => string, wantCount: number,
-  hunks: readonly { fromStart: number; fromEnd: number; start: number; end: number }[], setsOf: (j: number) => number = () => 0): ChainEdit | undefined {
-  const keep = new Int32Array(wantCount);
-  const steps: EditStep[] = [];
-  let editOps = 0;
-  let i = 0;
-  let j = 0;
-  for (const h of hunks) {
-    for (; j < h.start; j++) keep[j] = i++;
-    if (i !== h.fromStart || h.fromEnd > haveCount || h.end > wantCount) return undefined;  // not runs of these lists: planChain
-    // Keys only where both sides have rules to match (an owner added or removed has none to compare).
-    if (h.fromStart < h.fromEnd && h.start < h.end) {
-      const a: string[] = [];
-      for (let x = h.fromStart; x < h.fromEnd; x++) a.push(haveKey(x));
-      const b: string[] = [];
-      for (let y = h.start; y < h.end; y++) b.push(wantKey(y));
-      const local = matchKeys((x) => a[x]!, a.length, b);
-      for (let y = 0; y < b.length; y++) keep[h.start + y] = local[y]! >= 0 ? h.fromStart + local[y]! : -1;
-    } else {
-      for (let y = h.start; y < h.end; y++) keep[y] = -1;
+export function planTable(batch: Batch, want: TableConfig, have: HeldTable, diff: TableDiff,
+  options: PlanOptions = {}): void {
+  const drifts = diff.drift;
+  if (drifts.length === 0) return;
+  const { family, name: table } = want;
+  const rewrite = new Set<string>();
+  const tableFlags = (options.tableFlags ?? 0) | (want.dormant ? TABLE_F.DORMANT : 0);
+  // One walk of the drift sorts it by what it asks of the batch (an event repair's is one or two).
+  let tableAgain = false;
+  let tableFlagsOnly = false;
+  let objectsToAdd = false;
+  let setsToAdd = false;
+  const recreate = new Set<string>();
+  const extra: string[] = [];
+  const setsAgain = new Set<string>();
+  const objsAgain = new Set<string>();
+  for (const x of drifts) {
+    switch (x.kind) {
+      case 'table-unprotected': case 'table-changed': tableAgain = true; break;
+      case 'table-orphaned': case 'table-flags': tableFlagsOnly = true; break;
+      case 'chain-changed': recreate.add(x.chain!); break;
+      case 'chain-extra': extra.push(x.chain!); break;
+      case 'set-changed': setsAgain.add(x.set!); setsToAdd = true; break;
+      case 'set-missing': setsToAdd = true; break;
+      case 'object-changed': objsAgain.add(objectKey(x.object!.type, x.object!.name)); objectsToAdd = true; break;
+      case 'object-missing': objectsToAdd = true; break;
+      default: break;
     }
-    // The rule before the hunk is kept (hunks never touch): new rules go after its handle.
-    editOps += stepsIn(keep, h.fromStart, h.fromEnd, h.start, h.end, h.start > 0 ? { kind: 'kept', have: h.fromStart - 1 } : undefined, steps, setsOf);
-    i = h.fromEnd;
-    j = h.end;
   }
-  for (; j < wantCount; j++) keep[j] = i++;
-  if (i !== haveCount) return undefined;
-  return withRewrite(keep, steps, editOps, wantCount, setsOf);
-}
-
-/**
- * A flush-and-rewrite costs one flush plus every desired rule and its sets: at least 1 + wantCount,
- * counted exactly only when the edit costs more than that (a walk of every desired rule otherwise).
- */
-function withRewrite(keep: Int32Array, steps: EditStep[], editOps: number, wantCount: number, setsOf: (j: number) => number): ChainEdit {
-  let rewriteOps = 1 + wantCount;
-  if (editOps > rewriteOps) {
-    rewriteOps = 1;
-    for (let j = 0; j < wantCount; j++) rewriteOps += 1 + setsOf(j);
+  if (tableAgain) {
+    batch.delete('table', { family, name: table });
+    have = { table: undefined, chains: new Map(), rules: new Map() };
   }
-  return { keep, steps, editOps, rewriteOps, rewrite: rewriteOps < editOps };
-}
-
-/**
- * The steps for desired rules [wLo, wHi) over kernel rules [hLo, hHi), `keep` mapping the one to
- * the other, appended to `steps`; `anchor` is the rule the first new one goes after. Returns their ops.
- */
-function stepsIn(keep: Int32Array, hLo: number, hHi: number, wLo: number, wHi: number, anchor: Anchor | undefined,
-  steps: EditStep[], setsOf: (j: number) => number): number {
-  // Walk the desired list; between two kept rules lies a gap of kernel rules that go and desired
-  // rules that come. Pair them up as replaces (one op, and the handle stays), the rest are deletes
-  // or inserts.
-  let editOps = 0;
-  let hi = hLo;
-  let prev = anchor;
-  let prevKept = -1;  // a kept rule's anchor, made only when a new rule follows it
-  let pending = 0;
-  const pendingAt: number[] = [];
-  const closeGap = (haveEnd: number) => {
-    if (hi === haveEnd && pending === 0) return;
-    if (prevKept >= 0) prev = { kind: 'kept', have: prevKept };
-    prevKept = -1;
-    const gone = haveEnd - hi;
-    const paired = Math.min(gone, pending);
-    for (let t = 0; t < paired; t++) {
-      steps.push({ op: 'replace', have: hi + t, want: pendingAt[t]!, ...(prev ? { after: prev } : {}) });
-      editOps += 1 + setsOf(pendingAt[t]!);
-      prev = { kind: 'new', want: pendingAt[t]! };
-    }
-    for (let t = paired; t < gone; t++) {
-      steps.push({ op: 'delete', have: hi + t });
-      editOps++;
-    }
-    for (let t = paired; t < pending; t++) {
-      steps.push({ op: 'insert', want: pendingAt[t]!, ...(prev ? { after: prev } : {}) });
-      editOps += 1 + setsOf(pendingAt[t]!);
-      prev = { kind: 'new', want: pendingAt[t]! };
-    }
-    hi = haveEnd;
-    pending = 0;
-    pendingAt.length = 0;
-  };
-  for (let j = wLo; j < wHi; j++) {
-    const k = keep[j]!;
-    if (k < 0) {
-      pendingAt.push(j);
-      pending++;
-      continue;
-    }
-    closeGap(k);
-    hi = k + 1;
-    prevKept = k;
+  if (!have.table) {
+    batch.add('table', { family, name: table, ...(tableFlags ? { flags: tableFlags } : {}), ...(want.userdata ? { userdata: want.userdata } : {}) });
+    for (const c of want.chains) rewrite.add(c.name);
+  } else if (tableFlagsOnly) {
+    // Claiming an orphan: NEWTABLE with owner|persist on the existing table; its rules stay as they
+    // are. Dormant toggled: NEWTABLE with every flag the table keeps (0 wakes an unowned one).
+    batch.add('table', { family, name: table, flags: tableFlags });
   }
-  closeGap(hHi);
-  return editOps;
-}
-
-/**
- * An order-keeping matching of desired keys to kernel keys: keep[j] = i means
- * desired rule j is kernel rule i, and kept pairs increase in both indices.
- */
-export function matchKeys(haveKey: (i: number) => string, n: number, want: readonly string[]): Int32Array {
-  const m = want.length;
-  const keep = new Int32Array(m).fill(-1);
-  // Common prefix and suffix first: the usual drift (one rule gone, one added) leaves the middle tiny,
-  // and kernel keys past the first difference are computed from the end.
-  let p = 0;
-  while (p < n && p < m && haveKey(p) === want[p]) keep[p] = p++;
-  let s = 0;
-  while (s < n - p && s < m - p && haveKey(n - 1 - s) === want[m - 1 - s]) {
-    keep[m - 1 - s] = n - 1 - s;
-    s++;
-  }
-  const aLen = n - p - s;
-  const bLen = m - p - s;
-  if (aLen === 0 || bLen === 0) return keep;
-  const a: string[] = new Array(aLen);
-  for (let i = 0; i < aLen; i++) a[i] = haveKey(p + i);
-  const b = want.slice(p, m - s);
-  const local = new Int32Array(bLen).fill(-1);
-  matchRange(a, b, local);
-  for (let j = 0; j < bLen; j++) if (local[j]! >= 0) keep[p + j] = p + local[j]!;
-  return keep;
-}
-
-/** Patience anchors and LCS tables over a and b, into keep (b index → a index). */
-function matchRange(a: readonly string[], b: readonly string[], keep: Int32Array): void {
-  let budget = 32 * (a.length + b.length) + 100_000;
-  const stack: [number, number, number, number][] = [[0, a.length, 0, b.length]];
-  while (stack.length > 0) {
-    let [aLo, aHi, bLo, bHi] = stack.pop()!;
-    while (aLo < aHi && bLo < bHi && a[aLo] === b[bLo]) keep[bLo++] = aLo++;
-    while (aLo < aHi && bLo < bHi && a[aHi - 1] === b[bHi - 1]) keep[--bHi] = --aHi;
-    if (aLo === aHi || bLo === bHi) continue;
-    const cells = (aHi - aLo) * (bHi - bLo);
-    if (cells <= LCS_CELLS && budget >= cells) {
-      // Small enough for the exact answer.
-      budget -= cells;
-      lcsTable(a, aLo, aHi, b, bLo, bHi, keep);
-      continue;
+  // Sets created again: the kernel deletes no set a rule uses, so the chains whose rules use one are rewritten.
+  if (setsAgain.size > 0 && have.table) {
+    for (const c of want.chains) {
+      if ((have.rules.get(c.name) ?? []).some((r) => usesSet(r.exprs, setsAgain))) rewrite.add(c.name);
     }
-    const cost = aHi - aLo + bHi - bLo;
-    if (budget < cost) continue;  // out of budget: this gap is all new (correct, not minimal)
-    budget -= cost;
-    const anchors = uniqueAnchors(a, aLo, aHi, b, bLo, bHi);
-    if (anchors.length > 0) {
-      let ai = aLo;
-      let bi = bLo;
-      for (const [x, y] of anchors) {
-        keep[y] = x;
-        stack.push([ai, x, bi, y]);
-        ai = x + 1;
-        bi = y + 1;
+  }
+  // Objects created again: likewise, the chains whose rules use one are rewritten first.
+  if (objsAgain.size > 0 && have.table) {
+    for (const c of want.chains) {
+      if ((have.rules.get(c.name) ?? []).some((r) => usesObject(r.exprs, objsAgain))) rewrite.add(c.name);
+    }
+  }
+  // The desired chains to visit below: every one, or, when the table stays and no chain or set is
+  // created again, only those a drift names (in table order, as diffTable found them): a
+  // registration among 1,000 owners plans its own chain and the dispatch chain, not 1,002.
+  let chains: readonly ChainConfig[] = want.chains;
+  if (have.table && recreate.size === 0 && setsAgain.size === 0 && objsAgain.size === 0) {
+    const named: ChainConfig[] = [];
+    let all = true;  // every such drift came with its chain
+    for (const x of drifts) {
+      if (x.kind !== 'chain-missing' && x.kind !== 'rules-differ') continue;
+      const c = diff.chains.get(x.chain!)?.chain;
+      if (c) named.push(c);
+      else all = false;
+    }
+    if (all) chains = named;
+  }
+  // Chains patched in place: their kept rules keep handles and counters.
+  const edited = new Map<string, { edit: RuleEdit; rules: readonly Rule[] }>();
+  for (const x of drifts) {
+    if (x.kind !== 'chain-missing' && x.kind !== 'rules-differ') continue;
+    const e = x.kind === 'rules-differ' && have.table ? diff.chains.get(x.chain!)?.edit : undefined;
+    if (e && !e.edit.rewrite && have.chains.has(x.chain!) && !rewrite.has(x.chain!)) edited.set(x.chain!, e);
+    else rewrite.add(x.chain!);
+  }
+
+  // A chain recreated in place cannot be deleted while a rule jumps to it (EBUSY): the desired
+  // chains holding such rules are rewritten in the same batch (foreign ones go as extras).
+  if (recreate.size > 0 && have.table) {
+    const wantedChains = new Set(want.chains.map((c) => c.name));
+    for (const [name, rules] of have.rules) {
+      if (!wantedChains.has(name) || rewrite.has(name)) continue;
+      if (rules.some((r) => r.exprs.some((e) => e.kind === 'immediate' && (e.verdict === 'jump' || e.verdict === 'goto')
+        && e.chain !== undefined && recreate.has(e.chain)))) {
+        rewrite.add(name);
+        edited.delete(name);
       }
-      stack.push([ai, aHi, bi, bHi]);
     }
-    // No anchors in a big gap (every key repeats): left unmatched.
+  }
+
+  // Flush and delete rules first, so no rule still jumps to a chain we delete or recreate.
+  for (const c of chains) {
+    if (have.table && (rewrite.has(c.name) || recreate.has(c.name)) && have.chains.has(c.name)) {
+      batch.flush('chain', { family, table, name: c.name });
+    }
+    const e = edited.get(c.name);
+    if (e) emitEdit(batch, family, table, c, e.rules, e.edit, 'remove', options.onRuleOp);
+  }
+  for (const name of extra) batch.flush('chain', { family, table, name });
+  // Element deletes and set deletes before chain deletes: a map's element may jump to a chain that goes.
+  for (const x of drifts) {
+    const ops = x.kind === 'elements-differ' ? diff.elements.get(x.set!) : undefined;
+    if (ops && ops.delete.length > 0) batch.delete('element', { family, table, set: x.set!, elements: ops.delete.map(deletable) });
+  }
+  for (const x of drifts) {
+    if (x.kind === 'set-extra' || (x.kind === 'set-changed' && have.table)) batch.delete('set', { family, table, name: x.set! });
+  }
+  for (const x of drifts) {
+    if (x.kind === 'object-extra' || (x.kind === 'object-changed' && have.table)) {
+      if (typeof x.object!.type === 'string') batch.delete('obj', { family, table, type: x.object!.type, name: x.object!.name });
+    }
+  }
+  for (const name of recreate) batch.delete('chain', { family, table, name });
+  for (const name of extra) batch.delete('chain', { family, table, name });
+  // Objects before the rules (and map elements) that use them.
+  const addObjs = !have.table ? want.objects ?? [] : !objectsToAdd ? []
+    : (want.objects ?? []).filter((o) => drifts.some((x) => (x.kind === 'object-missing' || x.kind === 'object-changed')
+      && x.object!.type === o.type && x.object!.name === o.name));
+  for (const o of addObjs) {
+    batch.add('obj', { family, table, name: o.name, type: o.type, data: o.obj.data, ...(o.obj.userdata !== undefined ? { userdata: o.obj.userdata } : {}) });
+  }
+  // Chains exist before any rule jumps to them.
+  for (const c of chains) {
+    if (!have.table || !have.chains.has(c.name) || recreate.has(c.name)) {
+      batch.add('chain', { family, table, name: c.name, ...(c.base ?? {}), ...(c.userdata ? { userdata: c.userdata } : {}) });
+      rewrite.add(c.name);
+    }
+  }
+  // Sets after the chains their verdict elements jump to, before the rules that use them.
+  const addSets = !have.table ? want.sets ?? [] : !setsToAdd ? []
+    : (want.sets ?? []).filter((s) => drifts.some((x) => (x.kind === 'set-missing' || x.kind === 'set-changed') && x.set === s.name));
+  for (const s of addSets) batch.add('set', { ...s.set, family, table, elements: s.elements });
+  for (const x of drifts) {
+    const ops = x.kind === 'elements-differ' ? diff.elements.get(x.set!) : undefined;
+    if (ops && ops.add.length > 0) batch.add('element', { family, table, set: x.set!, elements: ops.add });
+  }
+  for (const c of chains) {
+    const e = edited.get(c.name);
+    if (e && !rewrite.has(c.name) && !recreate.has(c.name)) emitEdit(batch, family, table, c, e.rules, e.edit, 'add', options.onRuleOp);
+    if (!rewrite.has(c.name) && !recreate.has(c.name)) continue;
+    for (let j = 0; j < c.rules.length; j++) {
+      const r = c.rules[j]!;
+      for (const s of r.compiled.sets) batch.add('set', { ...s, family, table });
+      // One literal, not batch.add's spread: once optimized, V8 gave every spread copy a hidden
+      // class of its own (a map, descriptors and a property array per op, live from the plan to
+      // the read-back). userdata undefined is the same as absent to the encoder.
+      batch.push({ verb: 'add', object: 'rule', family, table, chain: c.name, exprs: r.compiled.exprs, userdata: r.compiled.userdata });
+      options.onRuleOp?.(c.name, batch.length - 1, j);
+    }
   }
 }
 
-/** Pairs (a index, b index) of keys that occur exactly once in each range, longest increasing in both. */
-function uniqueAnchors(a: readonly string[], aLo: number, aHi: number,
-  b: readonly string[], bLo: number, bHi: number): [number, number][] {
-  // Per key: occurrences in a and b, and the position of the last one in each.
-  const seen = new Map<string, { ca: number; cb: number; ia: number; ib: number }>();
-  for (let i = aLo; i < aHi; i++) {
-    const e = seen.get(a[i]!);
-    if (e) e.ca++;
-    else seen.set(a[i]!, { ca: 1, cb: 0, ia: i, ib: -1 });
-  }
-  for (let j = bLo; j < bHi; j++) {
-    const e = seen.get(b[j]!);
-    if (e) {
-      e.cb++;
-      e.ib = j;
+/**
+ * Appends a chain's edit in two phases. 'remove' (before chains are deleted):
+ * deletes by handle, and the rules a replace would drop that jump somewhere,
+ * since the chain they jump to may go in this batch. 'add' (after chains are
+ * added, since a new rule may jump to one): replaces by handle, and adds placed
+ * after a kept rule's handle or after a rule added earlier by its batch id.
+ */
+function emitEdit(batch: Batch, family: Family, table: string, c: ChainConfig, rules: readonly Rule[], edit: RuleEdit,
+  phase: 'remove' | 'add', onRuleOp?: PlanOptions['onRuleOp']): void {
+  const chain = c.name;
+  if (phase === 'remove') {
+    for (const x of edit.steps) {
+      if (x.op !== 'delete' && !(x.op === 'replace' && jumps(rules[x.have]!))) continue;
+      batch.delete('rule', { family, table, chain, handle: rules[x.have]!.handle! });
+      onRuleOp?.(chain, batch.length - 1, undefined);
     }
+    return;
   }
-  const pairs: [number, number][] = [];
-  for (let i = aLo; i < aHi; i++) {
-    const e = seen.get(a[i]!)!;
-    if (e.ca === 1 && e.cb === 1) pairs.push([i, e.ib]);
+  // The add phase runs once per edit and batch: the chain's rules take ids base + their index.
+  const base = batch.nextRuleId;
+  batch.nextRuleId += c.rules.length;
+  for (const x of edit.steps) {
+    if (x.op === 'delete') continue;
+    const r = c.rules[x.want]!.compiled;
+    for (const s of r.sets) batch.add('set', { ...s, family, table });
+    // Literals of one shape, not spread copies (see planTable's adds).
+    const id = base + x.want;
+    const userdata = r.userdata;
+    if (x.op === 'replace' && !jumps(rules[x.have]!)) {
+      batch.push({ verb: 'replace', object: 'rule', family, table, chain, exprs: r.exprs, userdata, id, handle: rules[x.have]!.handle! });
+    } else if (!x.after) {
+      batch.push({ verb: 'insert', object: 'rule', family, table, chain, exprs: r.exprs, userdata, id });  // at the head of the chain
+    } else if (x.after.kind === 'kept') {
+      batch.push({ verb: 'add', object: 'rule', family, table, chain, exprs: r.exprs, userdata, id, position: rules[x.after.have]!.handle! });
+    } else batch.push({ verb: 'add', object: 'rule', family, table, chain, exprs: r.exprs, userdata, id, positionId: base + x.after.want });
+    onRuleOp?.(chain, batch.length - 1, x.want);
   }
-  if (pairs.length <= 1) return pairs;
-  // Longest increasing subsequence of the b positions (patience sorting), pairs already by a.
-  const tails: number[] = [];
-  const back = new Int32Array(pairs.length).fill(-1);
-  for (let k = 0; k < pairs.length; k++) {
-    const y = pairs[k]![1];
-    let lo = 0;
-    let hi = tails.length;
-    while (lo < hi) {
-      const mid = (lo + hi) >> 1;
-      if (pairs[tails[mid]!]![1] < y) lo = mid + 1;
-      else hi = mid;
-    }
-    if (lo > 0) back[k] = tails[lo - 1]!;
-    tails[lo] = k;
-  }
-  const out: [number, number][] = new Array(tails.length);
-  for (let k = tails[tails.length - 1]!, t = tails.length - 1; k >= 0; k = back[k]!, t--) out[t] = pairs[k]!;
-  return out;
 }
 
-/** Exact longest common subsequence of two small ranges. */
-function lcsTable(a: readonly string[], aLo: number, aHi: number,
-  b: readonly string[], bLo: number, bHi: number, keep: Int32Array): void {
-  const n = aHi - aLo;
-  const m = bHi - bLo;
-  const w = m + 1;
-  // len[i][j] = LCS of a[aLo+i..] and b[bLo+j..]
-  const len = new Uint32Array((n + 1) * w);
-  for (let i = n - 1; i >= 0; i--) {
-    for (let j = m - 1; j >= 0; j--) {
-      len[i * w + j] = a[aLo + i] === b[bLo + j] ? len[(i + 1) * w + j + 1]! + 1
-        : Math.max(len[(i + 1) * w + j]!, len[i * w + j + 1]!);
-    }
+/** Whether a rule jumps or goes to a chain. */
+function jumps(rule: Rule): boolean {
+  for (const e of rule.exprs) if (e.kind === 'immediate' && (e.verdict === 'jump' || e.verdict === 'goto')) return true;
+  return false;
+}
+
+/** Whether a rule uses the named set (a lookup, a map, a dynset: any expression naming it). */
+function usesSet(exprs: readonly Expr[], names: ReadonlySet<string>): boolean {
+  for (const e of exprs) {
+    const set = (e as { set?: unknown }).set;
+    if (typeof set === 'string' && names.has(set)) return true;
   }
-  let i = 0;
-  let j = 0;
-  while (i < n && j < m) {
-    if (a[aLo + i] === b[bLo + j]) {
-      keep[bLo + j] = aLo + i;
-      i++;
-      j++;
-    } else if (len[(i + 1) * w + j]! >= len[i * w + j + 1]!) {
-      i++;
-    } else {
-      j++;
-    }
+  return false;
+}
+
+/** Whether a rule uses one of the objects (by objectKey): an objref by name, or an object map. */
+function usesObject(exprs: readonly Expr[], keys: ReadonlySet<string>): boolean {
+  for (const e of exprs) {
+    if (e.kind !== 'objref' || e.name === undefined || e.type === undefined) continue;
+    const type = objTypeName(e.type);
+    if (type && keys.has(objectKey(type, e.name))) return true;
   }
+  return false;
 }

@@ -13,6 +13,8 @@ import { validateOp } from './validate.js';
 /** Queues operations for one atomic commit. */
 export class Batch {
   readonly ops: Op[] = [];
+  /** The next NFTA_RULE_ID a planner gives a rule of this batch: unique among its rules (kernels before 6.0 do not match the chain). */
+  nextRuleId = 1;
 
   /** Queues `op` after validating it; returns this for chaining. */
   push(op: Op): this {

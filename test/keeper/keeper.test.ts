@@ -263,7 +263,7 @@ tables:
 
 describe('observing owned tables', () => {
   it('never lists the family\'s chains while the table holds only what the config names', async () => {
-    const { observeTable } = await import('../../src/keeper/table.js');
+    const { observeTable } = await import('../../src/keeper/observe.js');
     await withSocket(async (sock, ns) => {
       ns.nft(Array.from({ length: 2000 }, (_, i) => `add chain ip foreign c${i}`).join('\n').replace(/^/, 'add table ip foreign\n'));
       await (await import('../../src/keeper/keeper.js')).checkOnce(sock, flannelConfig(), true);

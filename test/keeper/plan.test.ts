@@ -8,9 +8,11 @@ import type { TableConfig } from '../../src/config/config.js';
 import { Batch } from '../../src/netlink/batch.js';
 import type { Op } from '../../src/netlink/ops.js';
 import type { Rule } from '../../src/netlink/objects.js';
-import { diffTable, planTable, renderDrift } from '../../src/keeper/table.js';
+import { diffTable } from '../../src/keeper/table.js';
+import { planTable } from '../../src/keeper/plan.js';
+import { renderDrift } from '../../src/keeper/render-drift.js';
 import type { ObservedTable } from '../../src/netlink/objects.js';
-import { matchKeys, planChain, planHunks } from '../../src/keeper/plan.js';
+import { matchKeys, planChain, planHunks } from '../../src/keeper/chain-edit.js';
 import { chainConfig, rng } from './plan-fixtures.js';
 
 interface FakeRule { handle: number; key: number; id?: number; dead: boolean; fresh: boolean }

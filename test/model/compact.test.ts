@@ -6,7 +6,8 @@
 import { describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config/config.js';
 import { compactAsCompiled, compactRules, ExprPool } from '../../src/model/compact.js';
-import { compactRule, diffTable } from '../../src/keeper/table.js';
+import { diffTable } from '../../src/keeper/table.js';
+import { compactRule } from '../../src/keeper/rule-key.js';
 import type { TableConfig } from '../../src/config/config.js';
 import type { ObservedTable } from '../../src/netlink/objects.js';
 import { compileRule } from '../../src/rules/index.js';

@@ -6,7 +6,7 @@
 import { describe, expect, it } from 'vitest';
 import { parseNftConfig } from '../../src/config/config.js';
 import { diffElements } from '../../src/model/elements.js';
-import { armCommitted, armTimed, type ArmedTimed } from '../../src/keeper/table.js';
+import { armCommitted, armTimed, type ArmedTimed } from '../../src/keeper/timed-elements.js';
 import { Batch } from '../../src/netlink/batch.js';
 import type { ObservedTable } from '../../src/netlink/objects.js';
 

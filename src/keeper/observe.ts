@@ -1,0 +1,201 @@
+/**
+ * Reading one owned table from the kernel for a full pass: kernel-filtered dumps of its chains,
+ * rules, sets and objects (observeTable), and, at start-up, the rules an earlier keeper wrote,
+ * recognised by their digests without decoding them (adoptRules). The result is the held state
+ * diffTable (table.ts) compares with the desired one.
+ */
+import type { Expr, Family } from '../netlink/expr.js';
+import type { Chain, ChainDigests, NftSet, ObservedTable, Rule } from '../netlink/objects.js';
+import { SET_F, indexByChain } from '../netlink/objects.js';
+import type { NftConn } from '../netlink/conn.js';
+import { ruleDigester, type RuleDigester } from '../netlink/socket.js';
+import type { ChainConfig, TableConfig } from '../config/config.js';
+import { compactRule } from './rule-key.js';
+import { objectKey } from './table.js';
+
+/** Up to this many desired chains are fetched one GETCHAIN each (µs, inline); more take one chain list. */
+const CHAIN_GETS_UP_TO = 8;
+/** Up to this many wanted chains in a table of mostly unwanted ones are dumped chain by chain. */
+const CHAIN_DUMPS_UP_TO = 64;
+
+/**
+ * Dumps what nfkeeper needs to see of one owned table: one rule dump and one
+ * set dump per table (the kernel filters both by table) and the chains. Chain
+ * dumps are not filtered by the kernel (they walk every chain of the family,
+ * which grows with the node), so a table with a few desired chains fetches
+ * those one by one, and the table's use count (chains plus named sets) tells
+ * whether there is anything else; only then is the family's chain list read.
+ * A table with many desired chains (owners) reads the chain list once instead
+ * of a round trip per chain. A table that holds far more chains than desired
+ * is read the other way round: its chain list, then only the desired chains'
+ * rules.
+ */
+export async function observeTable(sock: NftConn, family: Family, name: string,
+  expectedChains: readonly string[] = [], adopt?: TableConfig): Promise<ObservedTable> {
+  const out: ObservedTable = { family, name, chains: new Map(), rules: new Map(), sets: new Map() };
+  out.table = await sock.getTable(family, name);
+  if (!out.table) return out;
+  const byDigest = adopt !== undefined && sock.listRuleDigests !== undefined && ruleDigester() !== undefined;
+  let chains: Chain[];
+  let rules: Rule[];
+  let sets: NftSet[];
+  // Stateful objects: one dump of the table's (filtered by the kernel), beside the others.
+  const objs = sock.listObjs?.({ family, table: name });
+  if (out.table.use !== undefined && out.table.use > 2 * expectedChains.length + 64) {
+    // Mostly chains we do not want (owners removed while we were down, say): those go whole, with
+    // their rules, so read only the wanted chains' rules. Dumping the rules of many dead owner
+    // chains costs far more than deleting them.
+    [chains, sets] = await Promise.all([sock.listChains({ family, table: name }), sock.listSets({ family, table: name })]);
+    const wanted = new Set(expectedChains);
+    const present = chains.filter((c) => wanted.has(c.name));
+    rules = byDigest ? await adoptRules(sock, adopt!, present.map((c) => c.name))
+      : present.length <= CHAIN_DUMPS_UP_TO
+        ? (await Promise.all(present.map((c) => sock.listRules({ family, table: name, chain: c.name, digests: true })))).flat()
+        : await sock.listRules({ family, table: name, digests: true });
+  } else if (expectedChains.length > CHAIN_GETS_UP_TO) {
+    [chains, rules, sets] = await Promise.all([
+      sock.listChains({ family, table: name }),
+      byDigest ? adoptRules(sock, adopt!) : sock.listRules({ family, table: name, digests: true }),
+      sock.listSets({ family, table: name }),
+    ]);
+  } else {
+    let found: (Chain | undefined)[];
+    [found, rules, sets] = await Promise.all([
+      Promise.all(expectedChains.map((c) => sock.getChain(family, name, c))),
+      byDigest ? adoptRules(sock, adopt!) : sock.listRules({ family, table: name, digests: true }),
+      sock.listSets({ family, table: name }),
+    ]);
+    chains = found.filter((c): c is Chain => c !== undefined);
+    const named = sets.filter((x) => !(x.flags & SET_F.ANONYMOUS)).length;
+    const objects = objs ? (await objs).length : 0;
+    if (out.table.use === undefined || out.table.use !== chains.length + named + objects) {
+      chains = await sock.listChains({ family, table: name });  // something we did not ask for is there
+    }
+  }
+  if (objs) out.objs = new Map((await objs).map((o) => [objectKey(o.type, o.name), o]));
+  indexByChain(chains, rules, out);
+  const referenced = new Set<string>();
+  for (const r of rules) for (const e of r.exprs) if (e.kind === 'lookup' || (e.kind === 'objref' && e.set !== undefined)) referenced.add(e.set!);
+  await Promise.all(sets.map(async (x) => {
+    // Elements matter for comparing the anonymous sets rules use, and a named set's are desired state.
+    const named = !(x.flags & SET_F.ANONYMOUS);
+    const elements = named || referenced.has(x.name) ? await sock.listElements({ family, table: name, set: x.name }) : [];
+    out.sets.set(x.name, { set: x, elements });
+  }));
+  return out;
+}
+
+/**
+ * The rules of `t`'s table (or of `only` its chains) for a look that adopts what an earlier keeper
+ * wrote (the start-up pass): one digest dump, nothing decoded, and each desired chain whose rules'
+ * digests (RuleDigest, of the bytes a commit would write for them: addon ruleDigests) are the
+ * kernel's, in order, is taken as holding exactly its desired rules (compact rules with their
+ * handles, as the known state keeps them). Only the other chains are decoded, one dump each or
+ * one of the table: those that differ (a rule changed, added or deleted, other userdata), rules
+ * without a digest (anonymous sets), and chains not desired. The diff then sees what a full read
+ * would have shown it.
+ */
+async function adoptRules(sock: NftConn, t: TableConfig, only?: readonly string[]): Promise<Rule[]> {
+  const ruleDigests = ruleDigester()!;
+  const family = t.family;
+  const dumps = only === undefined ? await sock.listRuleDigests!({ family, table: t.name })
+    : only.length <= CHAIN_DUMPS_UP_TO ? (await Promise.all(only.map((chain) => sock.listRuleDigests!({ family, table: t.name, chain })))).flat()
+      : await sock.listRuleDigests!({ family, table: t.name }).then((ds) => {
+        const wanted = new Set(only);
+        return ds.filter((d) => wanted.has(d.chain));
+      });
+  const desired = new Map(t.chains.map((c) => [c.name, c]));
+  const out: Rule[] = [];
+  const decode: string[] = [];
+  // The desired chains the kernel holds as many rules of: their digests, compared with the kernel's.
+  const check = dumps.filter((d) => desired.get(d.chain)?.rules.length === d.handles.length);
+  const same = sameDigests(check, (d) => desired.get(d.chain)!.rules, ruleDigests);
+  for (const d of dumps) {
+    const c = desired.get(d.chain);
+    if (!same.has(d)) {
+      decode.push(d.chain);
+      continue;
+    }
+    for (let i = 0; i < d.handles.length; i++) out.push(compactRule(t, c!, c!.rules[i]!, d.handles[i]!, d.digests[i]));
+  }
+  if (decode.length === 0) return out;
+  const decoded = decode.length <= CHAIN_DUMPS_UP_TO
+    ? (await Promise.all(decode.map((chain) => sock.listRules({ family, table: t.name, chain, digests: true })))).flat()
+    : await sock.listRules({ family, table: t.name, digests: true }).then((rs) => {
+      const want = new Set(decode);
+      return rs.filter((r) => want.has(r.chain));
+    });
+  return out.concat(decoded);
+}
+
+/**
+ * The kernel's chains (`dumps`) whose digests are, rule by rule, those of their desired rules
+ * (`rulesOf`, as many). The desired digests are made DIGESTS_PER_CALL rules at a time (a few
+ * chains in one call, a big chain in slices) and compared at once: made in one call, every rule's
+ * digest string and the expression index that made them were alive together, promoted to the old
+ * generation in the middle of a restart's adoption, where its peak was.
+ */
+function sameDigests(dumps: readonly ChainDigests[], rulesOf: (d: ChainDigests) => ChainConfig['rules'],
+  ruleDigests: RuleDigester): Set<ChainDigests> {
+  const differ = new Set<ChainDigests>();
+  let group: { d: ChainDigests; from: number; rules: ChainConfig['rules'] }[] = [];
+  let size = 0;
+  const flush = () => {
+    const mine = desiredDigests(group.map((g) => g.rules), ruleDigests);
+    for (const [k, { d, from }] of group.entries()) {
+      const want = mine[k]!;
+      for (let i = 0; i < want.length; i++) {
+        if (want[i] === '' || want[i] !== d.digests[from + i]) {
+          differ.add(d);
+          break;
+        }
+      }
+    }
+    group = [];
+    size = 0;
+  };
+  for (const d of dumps) {
+    const rules = rulesOf(d);
+    for (let from = 0; from < rules.length; from += DIGESTS_PER_CALL) {
+      const slice = from === 0 && rules.length <= DIGESTS_PER_CALL ? rules : rules.slice(from, from + DIGESTS_PER_CALL);
+      if (size + slice.length > DIGESTS_PER_CALL) flush();
+      group.push({ d, from, rules: slice });
+      size += slice.length;
+    }
+  }
+  if (group.length > 0) flush();
+  return new Set(dumps.filter((d) => !differ.has(d)));
+}
+
+/** Desired rules digested per ruleDigests call by sameDigests. */
+const DIGESTS_PER_CALL = 4096;
+
+/**
+ * The digests of desired rules (per chain) as a dump of them would give them: each distinct
+ * expression object encoded once (the keeper's desired rules share identical expressions,
+ * src/model/compact.ts: at 100,000 rules of five expressions, about 100,000 to encode instead of 500,000).
+ */
+function desiredDigests(chains: readonly ChainConfig['rules'][], ruleDigests: RuleDigester): string[][] {
+  const index = new Map<Expr, number>();
+  const exprs: Expr[] = [];
+  let size = 0;
+  for (const rules of chains) for (const r of rules) size += 1 + r.compiled.exprs.length;
+  const flat = new Uint32Array(size);
+  const userdata: (string | undefined)[] = [];
+  let at = 0;
+  for (const rules of chains) {
+    for (const r of rules) {
+      const list = r.compiled.exprs;
+      flat[at++] = list.length;
+      for (const e of list) {
+        let i = index.get(e);
+        if (i === undefined) index.set(e, i = exprs.push(e) - 1);
+        flat[at++] = i;
+      }
+      userdata.push(r.compiled.userdata);
+    }
+  }
+  const all = userdata.length > 0 ? ruleDigests(exprs, flat, userdata) : [];
+  let from = 0;
+  return chains.map((rules) => all.slice(from, from += rules.length));
+}

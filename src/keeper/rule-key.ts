@@ -1,0 +1,113 @@
+/**
+ * The one identity the keeper compares rules by: a SHA-256 of a rule's canonical form (ruleKey),
+ * kept on the rule object once computed. A kernel rule known without decoding it (a compact rule:
+ * adopted by digest, or remembered by the known state) carries its desired rule's key, so comparing
+ * it is a pointer compare.
+ */
+import * as cryptoModule from 'node:crypto';
+import { createHash } from 'node:crypto';
+import type { Expr, Hex } from '../netlink/expr.js';
+import type { Rule } from '../netlink/objects.js';
+import type { ChainConfig, TableConfig } from '../config/config.js';
+import { ruleKey, type SetResolver } from '../rules/index.js';
+
+/**
+ * A rule known to be `r` of desired chain `c` at `handle`, without a decoded copy: the desired
+ * rule's own expressions and userdata (shared with the desired state), and the desired rule itself
+ * for its key, computed when a diff first asks (a registration's new rules are compared with
+ * nothing, and hashing their canonical form was a third of what a registration allocated). The
+ * known state and the start-up's adoption by digests keep their rules so.
+ */
+export function compactRule(t: TableConfig, c: ChainConfig, r: ChainConfig['rules'][number], handle: number, digest?: string): Rule {
+  const compiled = r.compiled;
+  const rule: Rule = {
+    family: t.family, table: t.name, chain: c.name, handle, exprs: compiled.exprs,
+    ...(compiled.userdata !== undefined ? { userdata: compiled.userdata } : {}),
+    ...(digest !== undefined ? { digest } : {}),
+  };
+  Object.defineProperty(rule, DESIRED, { value: r, configurable: true, writable: true });
+  return rule;
+}
+
+/**
+ * The key rules are compared by: a SHA-256 of the rule's canonical form (ruleKey), 44 characters
+ * instead of the canonical JSON's hundreds. Desired rules keep theirs for as long as the config
+ * lives (and the known state shares it), so the JSON would be a large part of a big config's heap;
+ * a collision would take a SHA-256 collision.
+ */
+const sha256 = (s: string): string => (hashOnce ? hashOnce('sha256', s, 'base64') : createHash('sha256').update(s).digest('base64'));
+// crypto.hash (Node 20.12+): one call, no Hash object.
+const hashOnce = (cryptoModule as { hash?: (alg: string, data: string, enc: 'base64') => string }).hash;
+
+export function compactKey(rule: { exprs: readonly Expr[]; userdata?: Hex }, resolve?: SetResolver): string {
+  return sha256(ruleKey(rule, resolve));
+}
+
+// ruleKey resolves a compiled rule's anonymous sets by their batch-local ids itself. The key is kept
+// on the rule object (a hidden, non-enumerable property): a registration looks up every owner's
+// jump in the dispatch chain, and a property read costs a fraction of a WeakMap lookup.
+const KEY = Symbol('nfkeeper.ruleKey');
+// A compact rule's desired rule (compactRule): its key is that rule's.
+const DESIRED = Symbol('nfkeeper.desiredRule');
+type Keyed = { [KEY]?: string; [DESIRED]?: ChainConfig['rules'][number] };
+function keep(o: object, key: string): string {
+  Object.defineProperty(o, KEY, { value: key, configurable: true, writable: true });
+  return key;
+}
+function cachedDesiredKey(rule: ChainConfig['rules'][number]): string {
+  return (rule as Keyed)[KEY] ?? keep(rule, compactKey(rule.compiled));
+}
+
+/** A desired rule's structural key (computed once per compiled rule). */
+export const desiredKey = cachedDesiredKey;
+
+// Keys of kernel rules known without decoding them (src/keeper/known.ts): the same string as the
+// desired rule's, so comparing them is a pointer compare.
+
+/** The key of a rule known without decoding it (compactRule, withKey); undefined for a decoded one. */
+export function knownKey(rule: Rule): string | undefined {
+  const k = (rule as Keyed)[KEY];
+  if (k !== undefined) return k;
+  const d = (rule as Keyed)[DESIRED];
+  return d === undefined ? undefined : cachedDesiredKey(d);
+}
+
+/** `rule` with its structural key recorded; diffTable then never computes it. */
+export function withKey(rule: Rule, key: string): Rule {
+  keep(rule, key);
+  return rule;
+}
+
+/**
+ * Whether `rules` are compact rules (compactRule) of exactly `want`'s rules, in order: what
+ * comparing their keys would find equal (a compact rule's key is its desired rule's), without
+ * computing one. A rule given a key of its own (withKey) is not taken so.
+ */
+export function holdsDesired(rules: readonly Rule[], want: ChainConfig['rules']): boolean {
+  if (rules.length !== want.length) return false;
+  for (let j = 0; j < rules.length; j++) {
+    const r = rules[j] as Keyed;
+    if (r[DESIRED] !== want[j] || r[KEY] !== undefined) return false;
+  }
+  return true;
+}
+
+/** Whether `rule` is known without decoding (compactRule, withKey): its key needs no canonical form of its own. */
+export function hasKey(rule: Rule): boolean {
+  return (rule as Keyed)[DESIRED] !== undefined || (rule as Keyed)[KEY] !== undefined;
+}
+
+/**
+ * Whether a decoded kernel rule is the known rule `known` (which carries its key, see withKey).
+ * For rules without anonymous sets (the known state's tables have none).
+ */
+export function sameKey(known: Rule, decoded: Rule): boolean {
+  const k = knownKey(known);
+  return k !== undefined && k === compactKey({ exprs: decoded.exprs, userdata: decoded.userdata });
+}
+
+/** Kernel rule keys by index, each computed once and only when asked for. */
+export function kernelKeys(rules: readonly Rule[], resolve: SetResolver): (i: number) => string {
+  const keys: (string | undefined)[] = new Array(rules.length);
+  return (i) => keys[i] ??= knownKey(rules[i]!) ?? compactKey({ exprs: rules[i]!.exprs, userdata: rules[i]!.userdata }, resolve);
+}

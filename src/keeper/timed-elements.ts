@@ -1,0 +1,58 @@
+/**
+ * The timed set elements (a timeout or expires in the config) this process has seen installed: one
+ * of those missing later has expired and is left to the kernel, one never seen is installed.
+ */
+import type { Batch } from '../netlink/batch.js';
+import type { ObservedTable, SetElement } from '../netlink/objects.js';
+import { SET_F } from '../netlink/objects.js';
+import type { TableConfig } from '../config/config.js';
+import { elementId } from '../model/elements.js';
+
+/** See DiffOptions.armed: element ids by `family table set`. */
+export type ArmedTimed = Map<string, Set<string>>;
+
+/**
+ * Keeps `armed` (DiffOptions.armed) for `tables` after a look: the desired timed elements found in
+ * the kernel are armed, and those no longer desired are forgotten (desired again later, they are
+ * installed again).
+ */
+export function armTimed(armed: ArmedTimed, tables: readonly TableConfig[], observed: readonly ObservedTable[]): void {
+  const keep = new Set<string>();
+  for (const [i, t] of tables.entries()) {
+    for (const s of t.sets ?? []) {
+      if (!(s.set.flags & SET_F.TIMEOUT)) continue;
+      const k = `${t.family} ${t.name} ${s.name}`;
+      const timed = s.elements.filter((e) => e.timeout !== undefined || e.expiration !== undefined);
+      if (timed.length === 0) continue;
+      keep.add(k);
+      const old = armed.get(k);
+      const present = new Set((observed[i]?.sets.get(s.name)?.elements ?? []).map(elementId));
+      const now = new Set<string>();
+      for (const e of timed) {
+        const id = elementId(e);
+        if (old?.has(id) || present.has(id)) now.add(id);
+      }
+      armed.set(k, now);
+    }
+  }
+  for (const k of armed.keys()) if (!keep.has(k)) armed.delete(k);
+}
+
+/** After a commit of `batch`: the timed elements it added (with their set, or to it) are armed. */
+export function armCommitted(armed: ArmedTimed, batch: Batch): void {
+  for (const op of batch.ops) {
+    if (op.verb !== 'add' && op.verb !== 'create') continue;
+    let k: string;
+    let els: readonly SetElement[] | undefined;
+    if (op.object === 'element') [k, els] = [`${op.family} ${op.table} ${op.set}`, op.elements];
+    else if (op.object === 'set') [k, els] = [`${op.family} ${op.table} ${op.name}`, op.elements];
+    else continue;
+    if (!els) continue;
+    for (const e of els) {
+      if (e.timeout === undefined && e.expiration === undefined) continue;
+      let a = armed.get(k);
+      if (!a) armed.set(k, a = new Set());
+      a.add(elementId(e));
+    }
+  }
+}
