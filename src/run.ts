@@ -403,7 +403,7 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
     try {
       // An empty file is a write caught half-way (truncated, not yet written), far more often than
       // a wish to drop every table: that takes a file with a comment in it.
-      if (statSync(o.config).size === 0) throw new ConfigError(`${o.config}: the file is empty (being written?); a config with no tables needs at least a comment`);
+      if (statSync(o.config).size === 0) throw new ConfigError(o.config, 1, 1, 'the file is empty (being written?); a config with no tables needs at least a comment');
       next = loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns), compiled: compactAsCompiled(), includePath: o.includePath });
     } catch (e) {
       metrics.reloadFailed.set(1);
