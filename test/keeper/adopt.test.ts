@@ -8,7 +8,7 @@
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { parseConfig, type Config } from '../../src/config/config.js';
-import { Keeper, type RepairReport } from '../../src/keeper/keeper.js';
+import { Keeper, checkOnce, type RepairReport } from '../../src/keeper/keeper.js';
 import { Reconciler } from '../../src/keeper/reconciler.js';
 import type { NftHost } from '../../src/netlink/conn.js';
 import { open, type NftSocket } from '../../src/netlink/socket.js';
@@ -221,6 +221,56 @@ ${[0, 1, 2].map((i) => `          - ip saddr 10.1.${c}.${i} ip daddr 192.0.2.${i
       await k?.stop();
       sock.close();
       ns.remove();
+    }
+  });
+});
+
+describe('the one-shot check and apply read by digest', () => {
+  let ns: Netns;
+  let sock: NftSocket;
+  beforeEach(() => {
+    ns = createNetns('oneshot');
+    sock = open({ netns: ns.path });
+  });
+  afterEach(() => {
+    sock.close();
+    ns.remove();
+  });
+
+  it('apply into an empty namespace: its read-back after the commit decodes only the anonymous set\'s chain', async () => {
+    const host = recordingHost(ns);
+    const conn = host.connect();
+    try {
+      const r = await checkOnce(conn, config(), true);
+      expect(r.ops).toBeGreaterThan(N);
+      expect(r.drift.map((d) => d.drift.map((x) => x.kind))).toEqual([['table-missing']]);
+      // One look before the commit (the table missing: nothing to dump), one after it, by digest.
+      expect(host.digestDumps).toBe(1);
+      expect(host.decoded).toEqual(['side']);
+    } finally {
+      conn.close();
+    }
+    expect(chainLines(ns, 'ip', 'adopt', 'post')).toHaveLength(RULES.length);
+    const again = await checkOnce(sock, config(), false);
+    expect(again.drift.flatMap((d) => d.drift)).toEqual([]);
+  });
+
+  it('check of a rule changed by nft: the same drift and the same kernel rules shown as a decoding read', async () => {
+    await checkOnce(sock, config(), true);
+    const h = handles(ns, 'ip', 'adopt', 'post');
+    ns.nft(`replace rule ip adopt post handle ${h[7]} ip saddr 10.99.0.7 ip daddr 192.0.2.1 return\n`);
+    const full = await new Reconciler(sock, { attempts: 1 }).once({ tables: config().tables, readOnly: true });
+    const host = recordingHost(ns);
+    const conn = host.connect();
+    try {
+      const r = await checkOnce(conn, config(), false);
+      const drift = r.drift.flatMap((d) => d.drift);
+      expect(drift.map((d) => d.detail)).toEqual(full.first.flat.map((d) => d.detail));
+      expect(drift[0]!.detail).toMatch(/^rule 8 differs: have 'ip saddr 10\.99\.0\.7 /);
+      expect(drift[0]!.actual).toEqual(full.first.flat[0]!.actual);
+      expect(host.decoded.sort()).toEqual(['post', 'side']);
+    } finally {
+      conn.close();
     }
   });
 });
