@@ -1,7 +1,8 @@
 import { defineConfig } from 'vitest/config';
 
 // Two tiers. `unit`: logic only, against the fake kernel or none; no root, no network namespace,
-// no container, nothing built: any user runs it in seconds (`npm run test:unit`), and
+// no container (the fake kernel loads the built addon for its rule digests only, opening no
+// socket): any user runs it in seconds (`npm run test:unit`), and
 // scripts/test.sh runs it as nobody to keep it so. `kernel`: everything else, on the real kernel
 // in throwaway namespaces, as root. A file belongs to `unit` only when listed here; a new or
 // renamed file falls into `kernel`, which is always safe.

@@ -1,8 +1,14 @@
 /**
  * An in-memory nf_tables for fast tests of the logic above the socket: a
  * ruleset with handles, a generation counter, atomic batches, events, and
- * refusals on demand. It implements NftHost/NftConn, so a Keeper, a
- * Reconciler or foreign GC run against it unchanged.
+ * refusals on demand. It implements NftHost, NftConn and NftWatch, so a
+ * Keeper, a Reconciler or foreign GC run against it unchanged, the event
+ * mirror's repairs included: a watcher gets one record per committed batch
+ * with its generation and progress (the run of whole commits, anchor,
+ * skipOwn) as the addon's monitor hands them over; a commit can echo the
+ * handles of its new rules and run inline (commitNow); digest dumps give the
+ * addon's own rule digests (src/netlink/socket.ts ruleDigester, so the addon
+ * is loaded for them, though no socket is opened).
  *
  * It copies what the kernel does for what nfkeeper uses, as measured on the
  * 6.18 kernel here (test/keeper/behaviour.ts runs the same suite against it
@@ -26,16 +32,30 @@
  *   so is `fib … oif`/`oifname` after routing (output, postrouting);
  *   jumps to a missing chain ENOENT, to a base chain EOPNOTSUPP;
  * - deleting a chain with rules or references is EBUSY, anything missing ENOENT;
- * - more elements than a set's size is ENFILE.
- * Not modelled: objects, flowtables, set timeouts, xt compat, loops (ELOOP/EMLINK).
+ * - a rule op's positionId names a rule added earlier in the batch, in the same
+ *   chain (add after it, insert before it), as NFTA_RULE_POSITION_ID does;
+ * - more elements than a set's size is ENFILE; adding an element the set holds
+ *   changes nothing (no event, no generation move);
+ * - events, in op order: new objects carry NLM_F_CREATE, an added rule also
+ *   NLM_F_APPEND, a replace is a DELRULE and a NEWRULE of the same handle
+ *   (both NLM_F_APPEND); a new rule neither first nor last in its chain names
+ *   the rule before it (position, from the chain as the batch left it); one
+ *   element event per element, carrying it; an anonymous set's DELSET follows
+ *   the DELRULE of its rule; a table's deletion is its rules', then its named
+ *   sets', then its chains' and its own;
+ * - a watcher reads the commits after the committing turn of the event loop,
+ *   as the monitor does when its socket is polled.
+ * Not modelled: objects, flowtables, set timeouts, xt compat, loops
+ * (ELOOP/EMLINK), the committer's pid and comm (MonitorBatch.by), and the
+ * monitor's armed repair (NftWatch.arm: the addon decides and commits it).
  */
 import { Batch } from '../../src/netlink/batch.js';
 import { describeOp, type Op } from '../../src/netlink/ops.js';
-import { commitArgs } from '../../src/netlink/socket.js';
-import type { CommitOptions, NftConn, NftHost, NftWatch } from '../../src/netlink/conn.js';
+import { commitArgs, ruleDigester } from '../../src/netlink/socket.js';
+import type { CommitOptions, CommitResult, NftConn, NftHost, NftWatch } from '../../src/netlink/conn.js';
 import type { Expr, Family } from '../../src/netlink/expr.js';
-import type { MonitorBatch, MonitorEvent, MonitorOptions } from '../../src/netlink/events.js';
-import { SET_F, TABLE_F, type Chain, type NftSet, type Rule, type SetElement, type Table } from '../../src/netlink/objects.js';
+import type { MonitorBatch, MonitorEvent, MonitorOptions, MonitorProgress } from '../../src/netlink/events.js';
+import { SET_F, TABLE_F, type Chain, type ChainDigests, type NftSet, type Rule, type SetElement, type Table } from '../../src/netlink/objects.js';
 import { GenerationMismatchError, NetlinkError, SocketClosedError } from '../../src/base/errors.js';
 
 const ERRNO = { EPERM: 1, ENOENT: 2, EBUSY: 16, EEXIST: 17, EINVAL: 22, ENFILE: 23, ERESTART: 85, EOPNOTSUPP: 95, ENOBUFS: 105 } as const;
@@ -52,7 +72,19 @@ interface FRule {
   userdata?: string;
   /** Anonymous sets this rule created and owns. */
   anon: string[];
+  /** Its digest as a digest dump gives it ('' for none), made at the first such dump. */
+  digest?: string;
 }
+
+/** nlmsg_flags of events: NLM_F_CREATE, NLM_F_APPEND. */
+const F_CREATE = 0x400;
+const F_APPEND = 0x800;
+/** A commit echoes its new rules' handles up to this many ops (the addon's kEchoUpTo messages). */
+const ECHO_UP_TO = 1024;
+/** commitNow runs batches up to this many ops (the addon's kInlineCommitUpTo messages). */
+const INLINE_UP_TO = 64;
+/** Events a monitor batch keeps (the addon's kMaxEventsPerBatch). */
+const EVENTS_PER_BATCH = 256;
 
 interface FChain {
   name: string;
@@ -135,12 +167,15 @@ export class FakeKernel implements NftHost {
     this.faults.push({ times: 1, ...fault });
   }
 
-  /** The event socket overflows (ENOBUFS): every watcher is told to resync. */
+  /** The event sockets overflow (ENOBUFS): what the watchers had not read yet is lost, and they are told so. */
   overflow(): void {
-    for (const w of this.watchers) w.deliver({ overflow: true, generation: 0, truncated: false, events: [] });
+    for (const w of this.watchers) w.overflow();
   }
 
-  /** A neighbour's commit, applied at once (like `nft -f` from another process). Throws the refusal. */
+  /**
+   * A neighbour's commit, applied at once (like `nft -f` from another process), with its events
+   * from `portId`. Throws the refusal.
+   */
   tamper(ops: Batch | readonly Op[], portId = 1): void {
     this.apply(portId, ops instanceof Batch ? ops.ops : ops, undefined);
   }
@@ -192,26 +227,46 @@ export class FakeKernel implements NftHost {
     return out;
   }
 
-  dumpRules(family: Family, table: string, chain?: string): Rule[] {
+  dumpRules(family: Family, table: string, chain?: string, digests = false): Rule[] {
     const t = this.tables.get(key(family, table));
     if (!t) return [];
     const out: Rule[] = [];
     for (const c of t.chains.values()) {
       if (chain !== undefined && c.name !== chain) continue;
       for (const r of c.rules) {
+        const digest = digests ? this.digestOf(r) : '';
         out.push({
           family, table, chain: c.name, handle: r.handle,
           ...(r.userdata ? { userdata: r.userdata } : {}),
-          // The kernel reports lookups by the set's name, never by batch id.
-          exprs: r.exprs.map((e) => {
-            if (e.kind !== 'lookup') return clone(e);
-            const { setId: _id, ...rest } = e;
-            return clone(rest);
-          }),
+          exprs: dumped(r.exprs),
+          ...(digest ? { digest } : {}),
         });
       }
     }
     return out;
+  }
+
+  /** Handles and digests per chain, in chain order (chains without rules left out). */
+  dumpDigests(family: Family, table: string, chain?: string): ChainDigests[] {
+    const t = this.tables.get(key(family, table));
+    if (!t) return [];
+    const out: ChainDigests[] = [];
+    for (const c of t.chains.values()) {
+      if ((chain !== undefined && c.name !== chain) || c.rules.length === 0) continue;
+      out.push({ chain: c.name, handles: c.rules.map((r) => r.handle), digests: c.rules.map((r) => this.digestOf(r)) });
+    }
+    return out;
+  }
+
+  /** The addon's digest of the rule as a dump gives it: the one the kernel connection computes. */
+  private digestOf(r: FRule): string {
+    if (r.digest === undefined) {
+      const digester = ruleDigester();
+      if (!digester) throw new Error('the native addon has no ruleDigests: rebuild it (npm run build:native)');
+      const exprs = dumped(r.exprs);
+      r.digest = digester(exprs, Uint32Array.from([exprs.length, ...exprs.keys()]), [r.userdata])[0]!;
+    }
+    return r.digest;
   }
 
   dumpSets(family: Family, table: string): NftSet[] {
@@ -224,8 +279,8 @@ export class FakeKernel implements NftHost {
     return s ? clone(s.elements) : [];
   }
 
-  /** Processes one batch: all ops or none. */
-  apply(portId: number, ops: readonly Op[], expectGeneration: number | undefined): void {
+  /** Processes one batch: all ops or none. Returns the handle of each rule it added, inserted or replaced, by op index. */
+  apply(portId: number, ops: readonly Op[], expectGeneration: number | undefined): Map<number, number> {
     this.beforeCommit?.(portId, ops);
     const fault = this.takeFault(portId, ops);
     if (fault?.errno === 'ERESTART' && fault.op === undefined) {
@@ -243,7 +298,7 @@ export class FakeKernel implements NftHost {
     ops.forEach((op, i) => {
       try {
         if (fault && faultIndex(fault, ops) === i) throw new Refused(ERRNO[fault.errno]);
-        tx.op(op);
+        tx.op(op, i);
       } catch (e) {
         if (!(e instanceof Refused)) throw e;
         refusals.push({ opIndex: i, errno: e.errno });
@@ -263,12 +318,13 @@ export class FakeKernel implements NftHost {
       }));
       throw err;
     }
-    if (!tx.changed) return;
+    if (!tx.changed) return tx.handles;
     this.tables = work;
     this.generation++;
     const generation = this.generation;
-    const events = tx.events;
-    for (const w of this.watchers) w.offer(events, generation);
+    const events = tx.finish();
+    for (const w of this.watchers) w.receive(generation, events);
+    return tx.handles;
   }
 
   allocTableHandle(): number {
@@ -334,13 +390,21 @@ function jumpTarget(e: Expr): string | undefined {
 /** One transaction's working copy. */
 class Tx {
   changed = false;
-  readonly events: MonitorEvent[] = [];
+  /** The handle of each rule added, inserted or replaced, by op index (the commit's echo). */
+  readonly handles = new Map<number, number>();
+  private readonly events: MonitorEvent[] = [];
+  /** NEWRULE events and their chains: their positions are known once the batch is through (finish). */
+  private readonly newRules: { event: MonitorEvent; chain: FChain }[] = [];
   /** Sets created in this batch by NFTA_SET_ID. */
   private readonly ids = new Map<string, string>();
+  /** Rules added in this batch by NFTA_RULE_ID, per chain. */
+  private readonly ruleIds = new Map<FChain, Map<number, FRule>>();
+  private index = 0;
 
   constructor(private readonly k: FakeKernel, private readonly tables: Map<string, FTable>, private readonly port: number) {}
 
-  op(op: Op): void {
+  op(op: Op, index: number): void {
+    this.index = index;
     switch (op.object) {
       case 'table': return this.table(op);
       case 'chain': return this.chain(op);
@@ -350,9 +414,24 @@ class Tx {
     }
   }
 
-  private ev(type: MonitorEvent['type'], family: Family, table: string, name?: string, handle?: number): void {
+  /** The batch's events, each new rule's position filled in from where the batch left it. */
+  finish(): MonitorEvent[] {
+    for (const { event, chain } of this.newRules) {
+      const i = chain.rules.findIndex((r) => r.handle === event.handle);
+      if (i > 0 && i < chain.rules.length - 1) event.position = chain.rules[i - 1]!.handle;
+    }
+    return this.events;
+  }
+
+  private ev(type: MonitorEvent['type'], family: Family, table: string, name?: string, handle?: number,
+    flags = type.startsWith('new') ? F_CREATE : 0, elements?: SetElement[]): MonitorEvent {
     this.changed = true;
-    this.events.push({ type, family, table, ...(name !== undefined ? { name } : {}), ...(handle !== undefined ? { handle } : {}), portId: this.port });
+    const e: MonitorEvent = {
+      type, family, table, ...(name !== undefined ? { name } : {}), ...(handle !== undefined ? { handle } : {}), portId: this.port, flags,
+      ...(elements ? { elements } : {}),
+    };
+    this.events.push(e);
+    return e;
   }
 
   private find(family: Family, name: string, write: boolean): FTable {
@@ -399,10 +478,10 @@ class Tx {
       for (const c of ft.chains.values()) this.flushChain(ft, c);
       return;
     }
-    // Deleting a table takes everything in it along.
+    // Deleting a table takes everything in it along: rules, named sets, chains (measured order).
     for (const c of ft.chains.values()) this.flushChain(ft, c);
-    for (const c of ft.chains.values()) this.ev('delchain', ft.family, ft.name, c.name, c.handle);
     for (const s of ft.sets.values()) this.ev('delset', ft.family, ft.name, s.set.name);
+    for (const c of ft.chains.values()) this.ev('delchain', ft.family, ft.name, c.name, c.handle);
     this.tables.delete(k);
     this.ev('deltable', op.family, op.name);
   }
@@ -445,9 +524,12 @@ class Tx {
     c.rules = [];
   }
 
-  private dropRule(t: FTable, c: FChain, r: FRule): void {
-    for (const s of r.anon) t.sets.delete(s);
-    this.ev('delrule', t.family, t.name, c.name, r.handle);
+  private dropRule(t: FTable, c: FChain, r: FRule, flags = 0): void {
+    this.ev('delrule', t.family, t.name, c.name, r.handle, flags);
+    for (const s of r.anon) {
+      t.sets.delete(s);
+      this.ev('delset', t.family, t.name, s);
+    }
   }
 
   private rule(op: Extract<Op, { object: 'rule' }>): void {
@@ -456,6 +538,13 @@ class Tx {
     if (!c) throw new Refused(ERRNO.ENOENT);
     const at = (h: number) => {
       const i = c.rules.findIndex((r) => r.handle === h);
+      if (i < 0) throw new Refused(ERRNO.ENOENT);
+      return i;
+    };
+    // NFTA_RULE_POSITION_ID: a rule added earlier in this batch, in this chain.
+    const atId = (id: number) => {
+      const r = this.ruleIds.get(c)?.get(id);
+      const i = r ? c.rules.indexOf(r) : -1;
       if (i < 0) throw new Refused(ERRNO.ENOENT);
       return i;
     };
@@ -476,19 +565,31 @@ class Tx {
     const anon = exprs.flatMap((e) => (e.kind === 'lookup' && t.sets.get(e.set)!.set.flags & SET_F.ANONYMOUS ? [e.set] : []))
       .filter((s) => ![...t.chains.values()].some((ch) => ch.rules.some((r) => r.anon.includes(s))));
     const rule: FRule = { handle: 0, exprs, anon, ...(op.userdata ? { userdata: op.userdata } : {}) };
+    let flags = F_CREATE;
     if (op.verb === 'replace') {
       const i = at(op.handle!);
       const old = c.rules[i]!;
-      for (const s of old.anon) if (!anon.includes(s)) t.sets.delete(s);
-      rule.handle = old.handle;  // measured: replace keeps the rule's handle
+      // measured: a DELRULE and a NEWRULE of the same handle (replace keeps it), both NLM_F_APPEND
+      flags = F_APPEND;
+      this.dropRule(t, c, { ...old, anon: old.anon.filter((s) => !anon.includes(s)) }, flags);
+      rule.handle = old.handle;
       c.rules[i] = rule;
     } else {
       rule.handle = ++t.hgen;
-      if (op.verb === 'add') c.rules.splice(op.position !== undefined ? at(op.position) + 1 : c.rules.length, 0, rule);
-      else c.rules.splice(op.position !== undefined ? at(op.position) : 0, 0, rule);
+      const anchor = op.position !== undefined ? at(op.position) : op.positionId !== undefined ? atId(op.positionId) : undefined;
+      if (op.verb === 'add') {
+        flags |= F_APPEND;
+        c.rules.splice(anchor !== undefined ? anchor + 1 : c.rules.length, 0, rule);
+      } else c.rules.splice(anchor ?? 0, 0, rule);
+    }
+    if (op.id !== undefined) {
+      let ids = this.ruleIds.get(c);
+      if (!ids) this.ruleIds.set(c, ids = new Map());
+      ids.set(op.id, rule);
     }
     this.validate(t);
-    this.ev('newrule', t.family, t.name, c.name, rule.handle);
+    this.handles.set(this.index, rule.handle);
+    this.newRules.push({ event: this.ev('newrule', t.family, t.name, c.name, rule.handle, flags), chain: c });
   }
 
   /** A lookup names its set, or an anonymous one of this batch by id. */
@@ -543,16 +644,17 @@ class Tx {
       const { elements, id, verb: _v, object: _o, ...rest } = op;
       const set: NftSet = { ...clone(rest), name, handle: ++t.hgen, flags: op.flags ?? 0, keyType: op.keyType ?? 0, keyLen: op.keyLen ?? 0 };
       if (set.size && (elements?.length ?? 0) > set.size) throw new Refused(ERRNO.ENFILE);
-      t.sets.set(name, { set, elements: clone(elements ?? []) });
+      const fs: FSet = { set, elements: [] };
+      t.sets.set(name, fs);
       if (id !== undefined) this.ids.set(`${key(t.family, t.name)} ${id}`, name);
       this.ev('newset', t.family, t.name, name);
-      if (elements?.length) this.ev('newsetelem', t.family, t.name, name);
+      this.addElements(t, fs, elements ?? []);
       return;
     }
     const s = t.sets.get(op.name);
     if (!s) throw new Refused(ERRNO.ENOENT);
     if (op.verb === 'flush') {
-      if (s.elements.length) this.ev('delsetelem', t.family, t.name, op.name);
+      for (const el of s.elements) this.ev('delsetelem', t.family, t.name, op.name, undefined, 0, [clone(el)]);
       s.elements = [];
       return;
     }
@@ -567,20 +669,37 @@ class Tx {
     const name = (op.setId !== undefined ? this.ids.get(`${key(t.family, t.name)} ${op.setId}`) : undefined) ?? op.set;
     const s = t.sets.get(name);
     if (!s) throw new Refused(ERRNO.ENOENT);
-    const same = (a: SetElement, b: SetElement) => a.key === b.key && a.keyEnd === b.keyEnd && ((a.flags ?? 0) & 2) === ((b.flags ?? 0) & 2);
+    if (op.verb === 'add') return this.addElements(t, s, op.elements);
     for (const el of op.elements) {
-      const i = s.elements.findIndex((x) => same(x, el));
-      if (op.verb === 'add') {
-        if (i >= 0) continue;
-        if (s.set.size && s.elements.length >= s.set.size) throw new Refused(ERRNO.ENFILE);
-        s.elements.push({ flags: 0, ...clone(el) });
-      } else {
-        if (i < 0) throw new Refused(ERRNO.ENOENT);
-        s.elements.splice(i, 1);
-      }
+      const i = s.elements.findIndex((x) => sameElement(x, el));
+      if (i < 0) throw new Refused(ERRNO.ENOENT);
+      const [gone] = s.elements.splice(i, 1);
+      this.ev('delsetelem', t.family, t.name, name, undefined, 0, [clone(gone!)]);
     }
-    this.ev(op.verb === 'add' ? 'newsetelem' : 'delsetelem', t.family, t.name, name);
   }
+
+  /** One event per element added; one the set holds already changes nothing. */
+  private addElements(t: FTable, s: FSet, elements: readonly SetElement[]): void {
+    for (const el of elements) {
+      if (s.elements.some((x) => sameElement(x, el))) continue;
+      if (s.set.size && s.elements.length >= s.set.size) throw new Refused(ERRNO.ENFILE);
+      const added = { flags: 0, ...clone(el) };
+      s.elements.push(added);
+      this.ev('newsetelem', t.family, t.name, s.set.name, undefined, F_CREATE, [clone(added)]);
+    }
+  }
+}
+
+/** The same element of a set: key, key end and the interval-end flag. */
+const sameElement = (a: SetElement, b: SetElement) => a.key === b.key && a.keyEnd === b.keyEnd && ((a.flags ?? 0) & 2) === ((b.flags ?? 0) & 2);
+
+/** A rule's expressions as a dump gives them: lookups by the set's name, never by batch id. */
+function dumped(exprs: readonly Expr[]): Expr[] {
+  return exprs.map((e) => {
+    if (e.kind !== 'lookup') return clone(e);
+    const { setId: _id, ...rest } = e;
+    return clone(rest);
+  });
 }
 
 /** Each call yields to the event loop first, as the real socket's off-thread work does. */
@@ -588,6 +707,8 @@ const later = () => new Promise<void>((r) => setImmediate(r));
 
 export class FakeConn implements NftConn {
   private isClosed = false;
+  /** Dumps and commits waiting for their turn (the real socket's gate, held off-thread): commitNow gives way. */
+  private busy = 0;
 
   constructor(readonly kernel: FakeKernel, readonly portId: number) {}
 
@@ -626,9 +747,14 @@ export class FakeConn implements NftConn {
     return this.kernel.dumpChains(family, table, name)[0];
   }
 
-  async listRules(filter: { family: Family; table: string; chain?: string }): Promise<Rule[]> {
+  async listRules(filter: { family: Family; table: string; chain?: string; digests?: boolean }): Promise<Rule[]> {
     await this.ready('list rules');
-    return this.kernel.dumpRules(filter.family, filter.table, filter.chain);
+    return this.kernel.dumpRules(filter.family, filter.table, filter.chain, filter.digests);
+  }
+
+  async listRuleDigests(filter: { family: Family; table: string; chain?: string }): Promise<ChainDigests[]> {
+    await this.ready('list rules');
+    return this.kernel.dumpDigests(filter.family, filter.table, filter.chain);
   }
 
   async listSets(filter: { family: Family; table: string }): Promise<NftSet[]> {
@@ -641,12 +767,22 @@ export class FakeConn implements NftConn {
     return this.kernel.dumpElements(filter.family, filter.table, filter.set);
   }
 
-  async commit(batch: Batch | readonly Op[], options: CommitOptions = {}): Promise<void> {
+  async commit(batch: Batch | readonly Op[], options: CommitOptions = {}): Promise<void | CommitResult> {
     this.check('commit');
     const { ops, gen } = commitArgs(batch, options);  // the socket's own checks
     if (ops.length === 0) return;
     await this.ready('commit');
-    this.kernel.apply(this.portId, [...ops], gen);
+    const handles = this.kernel.apply(this.portId, [...ops], gen);
+    return options.echo && ops.length <= ECHO_UP_TO ? { handles } : undefined;
+  }
+
+  commitNow(batch: Batch | readonly Op[], options: CommitOptions = {}): void | CommitResult | false {
+    this.check('commit');
+    const { ops, gen } = commitArgs(batch, options);
+    if (ops.length === 0) return;
+    if (ops.length > INLINE_UP_TO || this.busy > 0) return false;
+    const handles = this.kernel.apply(this.portId, [...ops], gen);
+    return options.echo ? { handles } : undefined;
   }
 
   private check(operation: string): void {
@@ -655,15 +791,35 @@ export class FakeConn implements NftConn {
 
   private async ready(operation: string): Promise<void> {
     this.check(operation);
-    await later();
+    this.busy++;
+    try {
+      await later();
+    } finally {
+      this.busy--;
+    }
     this.check(operation);
   }
 }
 
+/**
+ * A watcher as the addon's monitor is one (native/event.cc, EventBatcher): it reads each commit
+ * after the turn of the event loop that made it, keeps the events of watched tables (and every
+ * table deletion), and hands over one record per commit that holds a foreign event (or, with
+ * ownCommits, any watched event not skipped), with the run of whole commits it has seen (since,
+ * progress) and how many records it handed over.
+ */
 export class FakeWatch implements NftWatch {
   private tables: Set<string> | undefined;
   private ignore: Set<number>;
   private closed = false;
+  /** Commits made but not read yet, in order; an overflow marker drops them. */
+  private unread: ({ generation: number; events: MonitorEvent[] } | 'overflow')[] = [];
+  private reading = false;
+  private lastGeneration = 0;
+  private runStart = 0;
+  private delivered = 0;
+  private overflows = 0;
+  private skip: number[] = [];
 
   constructor(private readonly kernel: FakeKernel, private readonly options: Omit<MonitorOptions, 'netns'>) {
     this.tables = options.tables && new Set(options.tables.map((t) => key(t.family, t.name)));
@@ -677,20 +833,83 @@ export class FakeWatch implements NftWatch {
 
   close(): void {
     this.closed = true;
+    this.unread = [];
     this.kernel.unwatch(this);
   }
 
-  /** What the addon's batcher does: keep watched events; wake only for a commit with a foreign one. */
-  offer(events: MonitorEvent[], generation: number): void {
-    const wanted = events.filter((e) => e.type === 'deltable' || !this.tables || this.tables.has(key(e.family, e.table)));
-    if (wanted.length === 0 || wanted.every((e) => this.ignore.has(e.portId))) return;
-    this.deliver({ overflow: false, generation, truncated: wanted.length > 256, events: wanted.slice(0, 256) });
+  progress(): MonitorProgress {
+    return { lastGeneration: this.lastGeneration, runStart: this.runStart, delivered: this.delivered };
   }
 
-  deliver(b: MonitorBatch): void {
-    // The monitor hands batches to JavaScript on a later turn of the event loop.
-    setImmediate(() => {
-      if (!this.closed) this.options.onBatch(b);
-    });
+  anchor(generation: number, overflowsSeen: number): void {
+    if (generation === 0 || overflowsSeen !== this.overflows) return;
+    if (this.runStart === 0 || this.runStart > generation + 1) this.runStart = generation + 1;
+    if (generation > this.lastGeneration) this.lastGeneration = generation;
+  }
+
+  skipOwn(generation: number): void {
+    // Only a commit still to come: one already read was handed over.
+    if (generation > this.lastGeneration && this.skip.length < 64) this.skip.push(generation);
+  }
+
+  /** A commit that moved the generation, with all its events: read on a later turn of the loop. */
+  receive(generation: number, events: MonitorEvent[]): void {
+    this.unread.push({ generation, events });
+    this.wake();
+  }
+
+  /** ENOBUFS: what was not read is lost; an overflow record is handed over instead. */
+  overflow(): void {
+    this.unread = ['overflow'];
+    this.wake();
+  }
+
+  private wake(): void {
+    if (this.reading || this.closed) return;
+    this.reading = true;
+    setImmediate(() => this.read());
+  }
+
+  /** Reads everything there is, then hands the records over, progress() as it stands after the read. */
+  private read(): void {
+    this.reading = false;
+    if (this.closed) return;
+    const done: MonitorBatch[] = [];
+    for (const c of this.unread.splice(0)) {
+      if (c === 'overflow') {
+        this.runStart = 0;
+        this.overflows++;
+        this.delivered++;
+        done.push({ overflow: true, generation: 0, truncated: false, foreign: false, since: 0, events: [] });
+        continue;
+      }
+      const b = this.feed(c.generation, c.events);
+      if (b) done.push(b);
+    }
+    for (const b of done) {
+      if (this.closed) return;
+      this.options.onBatch(b);
+    }
+  }
+
+  /** One commit up to its NEWGEN: the record to hand over, if any. */
+  private feed(generation: number, all: readonly MonitorEvent[]): MonitorBatch | undefined {
+    // The run of whole commits goes on only from the generation just before.
+    if (generation > this.lastGeneration) {
+      if (this.runStart === 0 || this.lastGeneration === 0 || generation !== this.lastGeneration + 1) this.runStart = generation + 1;
+      this.lastGeneration = generation;
+    }
+    const skipped = this.skip.includes(generation);
+    this.skip = this.skip.filter((g) => g > generation);
+    const wanted = all.filter((e) => e.type === 'deltable' || !this.tables || this.tables.has(key(e.family, e.table)));
+    if (wanted.length === 0) return undefined;
+    const foreign = wanted.some((e) => !this.ignore.has(e.portId));
+    if (!foreign && (!this.options.ownCommits || skipped)) return undefined;
+    this.delivered++;
+    return {
+      overflow: false, generation, truncated: wanted.length > EVENTS_PER_BATCH, foreign,
+      since: this.runStart <= generation ? this.runStart : 0, receivedNs: Number(process.hrtime.bigint()),
+      events: wanted.slice(0, EVENTS_PER_BATCH).map((e) => clone(e)),
+    };
   }
 }

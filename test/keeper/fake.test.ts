@@ -57,11 +57,11 @@ describe('requests', () => {
   it('coalesce: one pass runs, one more waits, and every request made meanwhile shares that one', async () => {
     kernel = new FakeKernel();
     const k = await start();
-    // Passes, counted at the reconciler (the second plans from the known state, without a dump).
-    const reconciler = (k as unknown as { reconciler: { once: (...a: unknown[]) => Promise<unknown> } }).reconciler;
-    const once = reconciler.once.bind(reconciler);
+    // Passes, counted where the scheduler runs one (from the event mirror or a full pass, whichever can).
+    const hooks = (k as unknown as { scheduler: { hooks: { run: (...a: unknown[]) => Promise<unknown> } } }).scheduler.hooks;
+    const run = hooks.run.bind(hooks);
     let passes = 0;
-    reconciler.once = (...a: unknown[]) => { passes++; return once(...a); };
+    hooks.run = (...a: unknown[]) => { passes++; return run(...a); };
     const outcomes = await Promise.all(Array.from({ length: 10 }, () => k.request('manual', performance.now())));
     expect(passes).toBe(2);
     expect(outcomes.every((o) => o.status === 'in-sync' && o.cause === 'manual')).toBe(true);

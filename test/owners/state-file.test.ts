@@ -220,7 +220,7 @@ describe('the state file write', () => {
     // The kills did land mid-write at least sometimes (a temp file was left), and every load was whole.
     console.log(`state writes interrupted by kill -9: ${torn} of 6 left a temp file; largest state loaded: ${seen} owners`);
     expect(seen).toBeGreaterThan(1);
-  });
+  }, 240_000);  // six tsx starts: seconds each on a loaded machine
 });
 
 describe('the state journal (a state over 64 KiB)', () => {
