@@ -1,5 +1,5 @@
 /**
- * A hostile neighbour (issue 9): while `nfkeeper run` keeps examples/flannel.yaml
+ * A hostile neighbour: while `nfkeeper run` keeps examples/flannel.yaml
  * with its default back-off, another process tries every 10 ms for 20 s to
  * delete nfkeeper's masquerade rule (one filtered dump and, if the rule is
  * there, one delete). Measures the daemon's CPU from /proc, the back-off

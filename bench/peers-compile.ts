@@ -1,5 +1,5 @@
 /**
- * Compile time of a kube-proxy nftables-mode file at scale (issue 13: a
+ * Compile time of a kube-proxy nftables-mode file at scale (the target: a
  * 10,000-service file, about 50,000 rules and elements, in under a second)
  * through nfkeeper's .nft loader, with the breakdown: reading the file
  * (tokens and structure, src/config/nftfile.ts), then the schema and the

@@ -1,5 +1,5 @@
 /**
- * Issue 13's whole-table proof for kube-proxy's nftables mode at a size the
+ * The whole-table proof for kube-proxy's nftables mode at a size the
  * test suite does not run (test/peers runs 10 and 1,000 services; this is
  * for 10,000), with timings. In throwaway namespaces:
  *

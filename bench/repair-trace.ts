@@ -1,5 +1,5 @@
 /**
- * Where the time of a small repair goes (issue 14's 4-rule repair): the keeper runs as its own
+ * Where the time of a small repair goes (S6's 4-rule repair): the keeper runs as its own
  * process (bench/s6-keeper.ts --trace) over one chain of N rules, and a probe like bench/probe.ts
  * deletes the middle rule and waits on the nftables multicast group for the repair. Both sides
  * stamp the same monotonic clock (process.hrtime), so each sample splits into:

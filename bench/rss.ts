@@ -1,5 +1,5 @@
 /**
- * The daemon's memory (issue 14's RSS targets), apart from S7's full run: `nfkeeper run` (this
+ * The daemon's memory (the RSS targets: BENCHMARKS.md), apart from S7's full run: `nfkeeper run` (this
  * checkout's bin/, so dist/: run `npm run build` first; with the Node flags its first line gives) with examples/flannel.yaml or one owned
  * chain of N rules, 15 s after it is ready (start-up settled, the read-back of its own commit done,
  * some ticks). Prints VmRSS and VmHWM, the anonymous and file-backed parts of the RSS, and the

@@ -1,5 +1,5 @@
 /**
- * nfkeeper against the exec-based drivers (issue 7), every scenario in one
+ * nfkeeper against the exec-based drivers, every scenario in one
  * run, in throwaway namespaces:
  *   S1 steady-state check, S2 detection to repair, S3 atomic rewrite,
  *   S4 the daemon itself, S5 GC of 1,000 orphaned owners, S6 owned-rule scaling.
@@ -78,7 +78,7 @@ const B: Budgets = full
       realPeriods: 6, realAtN: 10_000 },
     s3Reps: 7,
     // The daemon never reads foreign rules (its dumps are filtered to its own table), so 100,000 adds loading time, not information.
-    // Idle: long enough that one collection by V8's memory reducer (30-40 ms, once, some time after start-up) weighs little.
+    // Idle: long enough that one collection by V8's memory reducer (once, some time after start-up) weighs little.
     s4: { sizes: sizes([0, 10_000]), idleSeconds: () => 120, stormSeconds: 10, settleSeconds: 20 },
     s5: { sizes: sizes([0, 10_000]), reps: () => 5, owned: true },
     s6: { sizes: sizes([4, 100, 10_000, 100_000]), reps: (n) => (n >= 100_000

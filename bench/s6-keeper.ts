@@ -34,8 +34,8 @@ const configs = [load(file)];
 const alt = arg('--alt-config');
 if (alt) configs.push(load(alt));
 let marks: Partial<Record<TraceMark, number>> = {};
-// Trace lines are written in bunches, off the repair path: a write to the pipe per repair cost the
-// keeper ~50 µs of CPU right after its commit, which the probe (waiting for a CPU under load) paid.
+// Trace lines are written in bunches, off the repair path: a write to the pipe per repair costs the
+// keeper CPU right after its commit, which the probe (waiting for a CPU under load) would pay.
 let traceLines: string[] = [];
 const flushTrace = () => {
   if (traceLines.length === 0) return;

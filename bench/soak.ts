@@ -1,5 +1,5 @@
 /**
- * Chaos soak (issue 9): while a keeper runs, a tamperer applies random
+ * Chaos soak: while a keeper runs, a tamperer applies random
  * operations at random intervals, and after each one an independent check
  * (its own socket, its own dump and comparison) measures how long the kernel
  * took to hold the desired ruleset again.

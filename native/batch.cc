@@ -144,8 +144,8 @@ void CommitRun::Release() {
   sock_->ReturnEncodeBuffer(std::move(batch_->bytes));
 }
 
-int CommitRun::Settle(uint64_t* handle) const {
-  *handle = 0;
+int CommitRun::Settle(std::vector<std::pair<int32_t, uint64_t>>* handles) const {
+  handles->clear();
   if (ioErrno_ != 0) return ioErrno_;
   size_t oks = 0;
   for (const Ack& a : acks_) {
@@ -154,7 +154,10 @@ int CommitRun::Settle(uint64_t* handle) const {
   }
   size_t expected = ackAll_ ? batch_->messageOp.size() : (batch_->messageOp.empty() ? 0 : 1);
   if (lostAcks_ || oks < expected) return EPROTO;
-  if (!echoed_.empty()) *handle = echoed_.front().second;
+  for (const auto& [seq, handle] : echoed_) {
+    int op = OpIndexOf(seq);
+    if (op >= 0) handles->push_back({op, handle});
+  }
   return 0;
 }
 

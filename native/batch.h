@@ -4,7 +4,10 @@
 
 #include <napi.h>
 
+#include <cstdint>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "encode.h"
 #include "socket.h"
@@ -50,10 +53,10 @@ class CommitRun {
   bool Outcome(Napi::Env env, Napi::Value* out);
   // The encode buffer back to the socket without an outcome (a worker that failed).
   void Release();
-  // Outcome() without N-API, for the monitor's armed repair (one NEWRULE): 0 and the first echoed
-  // handle (0: none echoed) when every acknowledgement said yes, else the errno of the first
-  // refusal, of the I/O, or EPROTO when acknowledgements are missing (the outcome is unknown).
-  int Settle(uint64_t* handle) const;
+  // Outcome() without N-API, for the monitor's armed reaction: 0 and the echoed handles as (op
+  // index, handle) when every acknowledgement said yes, else the errno of the first refusal, of
+  // the I/O, or EPROTO when acknowledgements are missing (the outcome is unknown).
+  int Settle(std::vector<std::pair<int32_t, uint64_t>>* handles) const;
 
  private:
   struct Ack {

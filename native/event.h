@@ -51,13 +51,14 @@ struct MonitorBatch {
   // The generation of the last commit before this one that had events for the watched tables
   // (handed over or not: our own skipped ones count), or 0: the commits in between touched none.
   uint32_t prevTouched = 0;
-  // The monitor's armed repair (NftMonitor::TryRepair) answered this batch before handing it
-  // over: repairErrno 0 and the re-added rule's handle (0: not echoed), or the errno of the refusal.
-  bool repaired = false;
-  int repairErrno = 0;
-  uint64_t repairHandle = 0;
-  uint64_t repairPosition = 0;  // the NFTA_RULE_POSITION it used (0: inserted at the head)
-  double repairedNs = 0;        // CLOCK_MONOTONIC (ns) when its acknowledgements were read
+  // The monitor's armed reaction (NftMonitor::React) answered this batch before handing it over:
+  // reaction is its index in arm()'s list; reactionErrno 0 and the echoed handles as (op index,
+  // handle), or the errno of the refusal.
+  bool reacted = false;
+  uint32_t reaction = 0;
+  int reactionErrno = 0;
+  std::vector<std::pair<int32_t, uint64_t>> reactionHandles;
+  double reactedNs = 0;  // CLOCK_MONOTONIC (ns) when its acknowledgements were read
   std::vector<MonitorEvent> events;
 };
 

@@ -19,7 +19,6 @@
 #include "expr_table.h"
 #include "socket.h"
 
-#include <endian.h>
 
 namespace nfk {
 
@@ -28,18 +27,28 @@ namespace nfk {
 // first use: a key made afresh per record was looked up in V8's string table on every set.
 namespace {
 enum Key : uint32_t {
-  kOverflow, kGeneration, kTruncated, kForeign, kSince, kReceivedNs, kEvents, kBy, kRepaired,
+  kOverflow, kGeneration, kTruncated, kForeign, kSince, kReceivedNs, kEvents, kBy, kReacted,
   kPid, kComm, kHandle, kErrno, kPosition, kCommittedNs,
   kType, kFamily, kTable, kName, kPortId, kFlags, kElementsMalformed, kElements,
   kKey, kKeyEnd, kData, kVerdict, kChain, kObjref, kTimeout, kExpiration, kUserdata,
-  kKeyCount,
+  kReaction, kHandles, kKeyCount,
 };
 const char* const kKeyNames[kKeyCount] = {
-  "overflow", "generation", "truncated", "foreign", "since", "receivedNs", "events", "by", "repaired",
+  "overflow", "generation", "truncated", "foreign", "since", "receivedNs", "events", "by", "reacted",
   "pid", "comm", "handle", "errno", "position", "committedNs",
   "type", "family", "table", "name", "portId", "flags", "elementsMalformed", "elements",
   "key", "keyEnd", "data", "verdict", "chain", "objref", "timeout", "expiration", "userdata",
+  "reaction", "handles",
 };
+
+// One event of a trigger, as Arm is given it and as React reads it from a batch: every field ends
+// in a NUL, which no name holds, so equal strings are equal event lists.
+void AppendTrigger(std::string* out, const std::string& type, uint32_t family, const std::string& table,
+                   const std::string& name, uint64_t handle) {
+  for (const std::string* f : {&type, &table, &name}) out->append(*f).push_back('\0');
+  out->append(std::to_string(family)).push_back('\0');
+  out->append(std::to_string(handle)).push_back('\0');
+}
 }  // namespace
 
 Napi::Function NftMonitor::Init(Napi::Env env) {
@@ -281,16 +290,31 @@ void NftMonitor::Deliver(Napi::Env env, Napi::Function cb, napi_value* keys, Mon
   // Who committed it (the NEWGEN's task): absent when the kernel did not say.
   napi_value by = nullptr;
   if (b->pid > 0 || !b->comm.empty()) by = r.Num(kPid, b->pid).Str(kComm, b->comm).Make();
-  // The armed repair's answer (TryRepair).
-  napi_value repaired = nullptr;
-  if (b->repaired) {
-    if (b->repairErrno != 0) r.Num(kErrno, b->repairErrno); else r.Num(kHandle, static_cast<double>(b->repairHandle));
-    repaired = r.Num(kPosition, static_cast<double>(b->repairPosition)).Num(kCommittedNs, b->repairedNs).Make();
+  // The armed reaction's outcome (React).
+  napi_value reacted = nullptr;
+  if (b->reacted) {
+    if (b->reactionErrno != 0) {
+      r.Num(kErrno, b->reactionErrno);
+    } else {
+      napi_value handles;
+      napi_create_array_with_length(env, b->reactionHandles.size(), &handles);
+      for (uint32_t i = 0; i < b->reactionHandles.size(); i++) {
+        napi_value pair, op, handle;
+        napi_create_array_with_length(env, 2, &pair);
+        napi_create_int32(env, b->reactionHandles[i].first, &op);
+        napi_create_double(env, static_cast<double>(b->reactionHandles[i].second), &handle);
+        napi_set_element(env, pair, 0, op);
+        napi_set_element(env, pair, 1, handle);
+        napi_set_element(env, handles, i, pair);
+      }
+      r.Put(kHandles, handles);
+    }
+    reacted = r.Num(kReaction, b->reaction).Num(kCommittedNs, b->reactedNs).Make();
   }
   r.Bool(kOverflow, b->overflow).Num(kGeneration, b->generation).Bool(kTruncated, b->truncated).Bool(kForeign, b->foreign);
   r.Num(kSince, b->since).Num(kReceivedNs, b->receivedNs).Put(kEvents, events);
   if (by != nullptr) r.Put(kBy, by);
-  if (repaired != nullptr) r.Put(kRepaired, repaired);
+  if (reacted != nullptr) r.Put(kReacted, reacted);
   napi_value args[] = {
       r.Make(), Napi::Number::New(env, batcher_.lastGeneration()), Napi::Number::New(env, batcher_.runStart()),
       Napi::Number::New(env, delivered_),
@@ -365,11 +389,11 @@ void NftMonitor::ReadAvailable() {
   Napi::CallbackScope callbackScope(env, asyncContext_);
   for (auto& b : done) {
     if (closed_) break;  // closed by a callback: the rest is dropped, as close() promises
-    // After the armed repair's commit, the CPU is given up once before the batch's JavaScript runs:
-    // the kernel's notification woke this thread on the CPU of the process whose commit deleted the
-    // rule (it is then still inside that commit), and the bookkeeping below would hold that process
-    // up, which is the latency from outside. Nothing else runnable: it costs a system call.
-    if (armed_ && TryRepair(b.get()) && b->repairErrno == 0) sched_yield();
+    // After the armed reaction's commit, the CPU is given up once before the batch's JavaScript
+    // runs: the kernel's notification woke this thread on the CPU of the process whose commit it
+    // answers (that process is then still inside its commit), and the bookkeeping below would hold
+    // that process up. Nothing else runnable: it costs a system call.
+    if (armed_ && React(b.get()) && b->reactionErrno == 0) sched_yield();
     try {
       Deliver(env, cb, keys, b.release());
     } catch (const Napi::Error& e) {
@@ -378,84 +402,75 @@ void NftMonitor::ReadAvailable() {
   }
 }
 
-// arm(socket, generation, ops, handles, exprBytes?): the repair of a foreign deletion of one owned
-// rule, decided by the caller (the keeper's event mirror) before it happens. `ops[i]` re-adds the
-// rule whose kernel handle is `handles[i]` where it stands (insert at the head, or add after the
-// rule before it), as the mirror would plan it, all valid while the watched tables are as at
-// `generation`. A later batch that is exactly one foreign DELRULE of one of those handles, with
-// every commit since `generation` seen whole and none of them touching a watched table, is
-// answered here before JavaScript runs: the op is committed on `socket`, guarded by the batch's
-// generation, with its echo; the batch is then handed over with the outcome. Anything else is
-// handed over as before and leaves the arm stale (the next such batch is not answered). A success
-// keeps it armed at the repair's generation: the re-added rule's entry moves to its new handle and
-// the rule after it is re-added after that handle. Disarmed by disarm(), close, an overflow, a
-// refusal, or the next arm().
+// arm(socket, generation, reactions): reactions prepared by the caller, each
+// { on: events[], ops: Op[], exprs?: exprBytes }, where events are { type, family, table, name?,
+// handle? } as a batch's events carry them. The tables' state they answer is the caller's: they
+// hold while the watched tables are as they were at `generation`. The first batch after
+// `generation` that touches a watched table (with every commit since `generation` seen whole) is
+// answered here, before JavaScript runs, when it is another writer's (not only ignored ports') and
+// its events, in order, are exactly one reaction's `on` (type, family, table, name and handle
+// compared): that reaction's ops are committed on `socket` as one batch guarded by the batch's
+// generation, echoed, and the batch is handed over with the outcome (`repaired`). Any such batch,
+// answered or not, ends the arm: arm() again for the next one. Also disarmed by disarm(), close
+// and an overflow. Returns whether it armed (false: closed, or no reactions).
 Napi::Value NftMonitor::Arm(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   DisarmNow();
-  if (info.Length() < 4 || !info[0].IsObject() || !info[1].IsNumber() || !info[2].IsArray() || !info[3].IsArray()) {
-    throw Napi::TypeError::New(env, "arm(socket, generation, ops, handles, exprBytes?)");
+  if (info.Length() < 3 || !info[0].IsObject() || !info[1].IsNumber() || !info[2].IsArray()) {
+    throw Napi::TypeError::New(env, "arm(socket, generation, reactions)");
   }
   Napi::Object so = info[0].As<Napi::Object>();
   AddonData* data = GetAddonData(env);
   if (data->socketCtor.IsEmpty() || !so.InstanceOf(data->socketCtor.Value())) {
     throw Napi::TypeError::New(env, "arm: the socket must be an NftSocket");
   }
-  Napi::Array ops = info[2].As<Napi::Array>();
-  Napi::Array handles = info[3].As<Napi::Array>();
-  if (handles.Length() != ops.Length()) throw Napi::TypeError::New(env, "arm: one handle per op");
-  if (closed_ || ops.Length() == 0) return Napi::Boolean::New(env, false);
-  EncodedBatch enc;
-  EncodeBatch(env, ops, 0, true, 0, &enc, info.Length() > 4 ? info[4] : Napi::Value());
-  if (enc.messageOp.size() != ops.Length()) throw Napi::TypeError::New(env, "arm: each op must be one rule message");
-  std::unordered_map<uint64_t, ArmedRule> rules;
-  std::vector<uint8_t> begin, end;
-  size_t genAt = 0;
-  const nlmsghdr* nlh = reinterpret_cast<const nlmsghdr*>(enc.bytes.data());
-  int len = static_cast<int>(enc.bytes.size());
-  for (uint32_t k = 0; MessageOk(nlh, len); nlh = mnl_nlmsg_next(nlh, &len), k++) {
-    const uint8_t* at = reinterpret_cast<const uint8_t*>(nlh);
-    std::vector<uint8_t> msg(at, at + nlh->nlmsg_len);
-    if (k == 0) {
-      nlattr* a;
-      NFK_ATTR_FOR_EACH(a, nlh, sizeof(nfgenmsg)) {
-        if (mnl_attr_get_type(a) == NFNL_BATCH_GENID) genAt = reinterpret_cast<const uint8_t*>(mnl_attr_get_payload(a)) - at;
+  Napi::Array list = info[2].As<Napi::Array>();
+  if (closed_ || list.Length() == 0) return Napi::Boolean::New(env, false);
+  std::vector<Reaction> reactions(list.Length());
+  std::unordered_map<std::string, uint32_t> triggers;
+  size_t most = 0;
+  for (uint32_t i = 0; i < list.Length(); i++) {
+    const std::string at = "arm: reaction " + std::to_string(i);
+    Napi::Value v = list.Get(i);
+    if (!v.IsObject()) throw Napi::TypeError::New(env, at + " is not an object");
+    Napi::Object x = v.As<Napi::Object>();
+    Napi::Value on = x.Get("on"), ops = x.Get("ops");
+    if (!on.IsArray() || on.As<Napi::Array>().Length() == 0 || !ops.IsArray() || ops.As<Napi::Array>().Length() == 0) {
+      throw Napi::TypeError::New(env, at + ": needs events (on) and ops");
+    }
+    Napi::Array events = on.As<Napi::Array>();
+    std::string key;
+    for (uint32_t k = 0; k < events.Length(); k++) {
+      Napi::Value ev = events.Get(k);
+      if (!ev.IsObject()) throw Napi::TypeError::New(env, at + ": event " + std::to_string(k) + " is not an object");
+      Napi::Object e = ev.As<Napi::Object>();
+      Napi::Value type = e.Get("type"), fam = e.Get("family"), table = e.Get("table"), name = e.Get("name"), handle = e.Get("handle");
+      int64_t f = 0;
+      if (!type.IsString() || !table.IsString() || !fam.IsString() || !EnumFromName(kFamilyMap, fam.As<Napi::String>().Utf8Value().c_str(), &f)) {
+        throw Napi::TypeError::New(env, at + ": event " + std::to_string(k) + " needs a type, a family and a table");
       }
-      begin = std::move(msg);
-      continue;
+      double h = handle.IsNumber() ? handle.As<Napi::Number>().DoubleValue() : 0;
+      if (!(h >= 0) || h > 9007199254740991.0) throw Napi::TypeError::New(env, at + ": event " + std::to_string(k) + " has a bad handle");
+      AppendTrigger(&key, type.As<Napi::String>().Utf8Value(), static_cast<uint32_t>(f), table.As<Napi::String>().Utf8Value(),
+                    name.IsString() ? name.As<Napi::String>().Utf8Value() : std::string(), static_cast<uint64_t>(h));
     }
-    if (k == ops.Length() + 1) {
-      end = std::move(msg);
-      continue;
-    }
-    if (NFNL_MSG_TYPE(nlh->nlmsg_type) != NFT_MSG_NEWRULE || enc.messageOp[k - 1] != static_cast<int32_t>(k - 1)) {
-      throw Napi::TypeError::New(env, "arm: op " + std::to_string(k - 1) + " is not one rule added");
-    }
-    ArmedRule r;
-    r.family = static_cast<const nfgenmsg*>(mnl_nlmsg_get_payload(nlh))->nfgen_family;
+    if (!triggers.emplace(std::move(key), i).second) throw Napi::TypeError::New(env, at + ": the same events as an earlier one");
+    if (events.Length() > most) most = events.Length();
+    EncodedBatch enc;
+    EncodeBatch(env, ops.As<Napi::Array>(), 0, true, 0, &enc, x.Get("exprs"));
+    Reaction& r = reactions[i];
+    const nlmsghdr* begin = reinterpret_cast<const nlmsghdr*>(enc.bytes.data());
     nlattr* a;
-    NFK_ATTR_FOR_EACH(a, nlh, sizeof(nfgenmsg)) {
-      uint16_t t = mnl_attr_get_type(a);
-      if (t == NFTA_RULE_TABLE) r.table = mnl_attr_get_str(a);
-      else if (t == NFTA_RULE_CHAIN) r.chain = mnl_attr_get_str(a);
-      else if (t == NFTA_RULE_POSITION && mnl_attr_get_payload_len(a) == 8) {
-        r.positionAt = reinterpret_cast<const uint8_t*>(mnl_attr_get_payload(a)) - at;
-        r.position = be64toh(mnl_attr_get_u64(a));
-      }
+    NFK_ATTR_FOR_EACH(a, begin, sizeof(nfgenmsg)) {
+      if (mnl_attr_get_type(a) == NFNL_BATCH_GENID) r.genAt = reinterpret_cast<const uint8_t*>(mnl_attr_get_payload(a)) - enc.bytes.data();
     }
-    r.message = std::move(msg);
-    // Relative sequence numbers of a one-op batch: BATCH_BEGIN 0, the rule 1, BATCH_END 2 (CommitRun adds its base).
-    reinterpret_cast<nlmsghdr*>(r.message.data())->nlmsg_seq = 1;
-    double h = handles.Get(k - 1).As<Napi::Number>().DoubleValue();
-    if (!(h >= 1) || h > 9007199254740991.0) throw Napi::TypeError::New(env, "arm: handles must be positive integers");
-    rules[static_cast<uint64_t>(h)] = std::move(r);
+    if (r.genAt == 0) throw Napi::TypeError::New(env, at + ": the batch did not encode as expected");
+    r.bytes = std::move(enc.bytes);
+    r.messageOp = std::move(enc.messageOp);
   }
-  if (genAt == 0 || begin.empty() || end.empty()) throw Napi::TypeError::New(env, "arm: the batch did not encode as expected");
-  reinterpret_cast<nlmsghdr*>(end.data())->nlmsg_seq = 2;
-  armedRules_ = std::move(rules);
-  armBegin_ = std::move(begin);
-  armEnd_ = std::move(end);
-  armGenAt_ = genAt;
+  reactions_ = std::move(reactions);
+  triggers_ = std::move(triggers);
+  triggerEvents_ = most;
   armSock_ = NftSocket::Unwrap(so);
   armSockRef_ = Napi::Persistent(so);
   armedGen_ = info[1].As<Napi::Number>().Uint32Value();
@@ -479,7 +494,7 @@ Napi::Value NftMonitor::Pause(const Napi::CallbackInfo& info) {
 // False: arm() again.
 Napi::Value NftMonitor::Resume(const Napi::CallbackInfo& info) {
   bool ok = false;
-  if (!closed_ && !armedRules_.empty() && armSock_ != nullptr && !armSock_->closed()) {
+  if (!closed_ && !reactions_.empty() && armSock_ != nullptr && !armSock_->closed()) {
     ok = batcher_.lastTouched() <= armedGen_ && batcher_.runStart() != 0 && batcher_.runStart() <= armedGen_ + 1;
   }
   armed_ = ok;
@@ -488,65 +503,42 @@ Napi::Value NftMonitor::Resume(const Napi::CallbackInfo& info) {
 
 void NftMonitor::DisarmNow() {
   armed_ = false;
-  armedRules_.clear();
+  reactions_.clear();
+  triggers_.clear();
+  triggerEvents_ = 0;
 }
 
-bool NftMonitor::TryRepair(MonitorBatch* b) {
-  if (!armed_ || b->overflow || b->truncated || !b->foreign || b->events.size() != 1) return false;
-  const MonitorEvent& e = b->events[0];
-  // Every commit after armedGen_ up to this one seen whole, none of them touching a watched table.
-  if (e.type != "delrule" || b->since == 0 || b->since > armedGen_ + 1 || b->prevTouched > armedGen_ ||
-      b->generation <= armedGen_) {
-    return false;
-  }
-  auto it = armedRules_.find(e.handle);
-  if (it == armedRules_.end() || it->second.family != e.family || it->second.table != e.table || it->second.chain != e.name) {
-    return false;
-  }
+bool NftMonitor::React(MonitorBatch* b) {
+  if (!armed_ || b->overflow || b->truncated || !b->foreign || b->events.size() > triggerEvents_) return false;
+  // The first commit after armedGen_ that touches a watched table, every commit since seen whole.
+  if (b->since == 0 || b->since > armedGen_ + 1 || b->prevTouched > armedGen_ || b->generation <= armedGen_) return false;
+  armed_ = false;  // this batch ends the arm, answered or not
+  std::string key;
+  for (const MonitorEvent& e : b->events) AppendTrigger(&key, e.type, e.family, e.table, e.name, e.handle);
+  auto it = triggers_.find(key);
   NftSocket* sock = armSock_;
-  if (sock == nullptr || sock->closed() || !sock->TryTakeGate()) return false;
-  armed_ = false;  // until the outcome says the entries still hold
-  ArmedRule& r = it->second;
+  if (it == triggers_.end() || sock == nullptr || sock->closed() || !sock->TryTakeGate()) {
+    DisarmNow();
+    return false;
+  }
+  const Reaction& r = reactions_[it->second];
   auto batch = std::make_unique<EncodedBatch>();
   batch->bytes = sock->TakeEncodeBuffer();
-  batch->bytes.clear();
-  batch->bytes.insert(batch->bytes.end(), armBegin_.begin(), armBegin_.end());
+  batch->bytes.assign(r.bytes.begin(), r.bytes.end());
   uint32_t gen = htonl(b->generation);
-  std::memcpy(batch->bytes.data() + armGenAt_, &gen, sizeof(gen));
-  batch->bytes.insert(batch->bytes.end(), r.message.begin(), r.message.end());
-  batch->bytes.insert(batch->bytes.end(), armEnd_.begin(), armEnd_.end());
-  batch->messageOp.assign(1, 0);
+  std::memcpy(batch->bytes.data() + r.genAt, &gen, sizeof(gen));
+  batch->messageOp = r.messageOp;
   CommitRun run(sock, std::move(batch), true);
   run.Run();
   sock->ReleaseGate();
-  uint64_t handle = 0;
-  int err = run.Settle(&handle);
+  b->reactionErrno = run.Settle(&b->reactionHandles);
   run.Release();
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  b->repairedNs = static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
-  b->repaired = true;
-  b->repairErrno = err;
-  b->repairHandle = handle;
-  b->repairPosition = r.position;
-  if (err != 0 || handle == 0) {
-    DisarmNow();
-    return true;
-  }
-  // The rule is back as `handle`, after the same rule as before; the one after it now follows `handle`.
-  const uint64_t old = e.handle;
-  ArmedRule moved = std::move(r);
-  armedRules_.erase(it);
-  for (auto& [h, x] : armedRules_) {
-    if (x.positionAt == 0 || x.position != old || x.family != moved.family || x.table != moved.table || x.chain != moved.chain) continue;
-    x.position = handle;
-    uint64_t be = htobe64(handle);
-    std::memcpy(x.message.data() + x.positionAt, &be, sizeof(be));
-  }
-  armedRules_.emplace(handle, std::move(moved));
-  armedGen_ = b->generation + 1;
-  batcher_.SkipOwn(armedGen_);
-  armed_ = true;
+  b->reactedNs = static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
+  b->reacted = true;
+  b->reaction = it->second;
+  DisarmNow();
   return true;
 }
 

@@ -43,9 +43,9 @@ class NftMonitor : public Napi::ObjectWrap<NftMonitor>, public Closeable {
   Napi::Value Disarm(const Napi::CallbackInfo& info);
   Napi::Value Pause(const Napi::CallbackInfo& info);
   Napi::Value Resume(const Napi::CallbackInfo& info);
-  // The armed repair of `b` (see Arm): true when it committed or was refused (b's repair fields say
-  // which), false when `b` is not one it answers (JavaScript decides, as without it).
-  bool TryRepair(MonitorBatch* b);
+  // The armed reaction to `b` (see Arm): true when `b` matched one and it committed (b's reaction
+  // fields say what came of it, refused or not), false when nothing was sent.
+  bool React(MonitorBatch* b);
   void DisarmNow();
   void ParseFilter(Napi::Env env, const Napi::Value& tables, const Napi::Value& ignorePorts);
   static void OnReadable(uv_poll_t* handle, int status, int events);
@@ -72,21 +72,18 @@ class NftMonitor : public Napi::ObjectWrap<NftMonitor>, public Closeable {
 
   AddonData* data_ = nullptr;
 
-  // The armed repair (Arm): per owned rule, by its kernel handle, the NEWRULE message that re-adds
-  // it where it stands, valid while the watched tables are as they were at armedGen_.
-  struct ArmedRule {
-    uint32_t family = 0;
-    std::string table;
-    std::string chain;
-    std::vector<uint8_t> message;   // seq 1 (relative), as EncodeBatch wrote it
-    size_t positionAt = 0;          // offset of NFTA_RULE_POSITION's u64 in message, 0: none (insert at the head)
-    uint64_t position = 0;
+  // The armed reactions (Arm): per trigger (TriggerKey of a commit's events), the prepared batch
+  // that answers it, valid while the watched tables are as they were at armedGen_.
+  struct Reaction {
+    std::vector<uint8_t> bytes;      // BATCH_BEGIN .. BATCH_END, sequence numbers from 0, as EncodeBatch wrote them
+    std::vector<int32_t> messageOp;  // see EncodedBatch
+    size_t genAt = 0;                // offset of NFNL_BATCH_GENID's u32 in bytes
   };
   bool armed_ = false;
   uint32_t armedGen_ = 0;
-  std::unordered_map<uint64_t, ArmedRule> armedRules_;
-  std::vector<uint8_t> armBegin_, armEnd_;  // BATCH_BEGIN (NFNL_BATCH_GENID at armGenAt_) and BATCH_END
-  size_t armGenAt_ = 0;
+  std::vector<Reaction> reactions_;
+  std::unordered_map<std::string, uint32_t> triggers_;  // trigger → index in reactions_
+  size_t triggerEvents_ = 0;  // the most events any trigger holds: longer batches match none
   NftSocket* armSock_ = nullptr;
   Napi::ObjectReference armSockRef_;
 };

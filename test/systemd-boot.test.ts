@@ -13,6 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { open as fsOpen } from 'node:fs/promises';
 import { parseConfig } from '../src/config/config.js';
 import { Keeper } from '../src/keeper/keeper.js';
+import type { AttributionEvent } from '../src/keeper/attribution.js';
 import { FLANNEL_RULES, FLANNEL_YAML, captureLog, sleep } from './keeper/helpers.js';
 
 const tools = ['debootstrap', 'systemd-nspawn', 'nsenter'].filter((t) => spawnSync('sh', ['-c', `command -v ${t}`]).status !== 0);
@@ -176,6 +177,8 @@ describe.skipIf(tools.length > 0)(`the systemd unit under a booted Debian 12${sk
       const run = inside(['systemd-run', '--unit=nfk-attr', '--service-type=exec', 'sh', '-c', 'exec nft -i < /var/tmp/nfk-attr.fifo']);
       expect(run.status, run.stderr).toBe(0);
       const writer = await fsOpen(fifo, 'w');
+      const heard: AttributionEvent[] = [];
+      keeper.attribution.follow((e) => heard.push(e));
       try {
         const repaired = new Promise((r) => keeper.once('repaired', r));
         await writer.write('delete rule ip nfkattr postrouting handle 2\n');
@@ -186,6 +189,7 @@ describe.skipIf(tools.length > 0)(`the systemd unit under a booted Debian 12${sk
         const line = logger.lines.filter((l) => l.msg === 'repaired').at(-1)!;
         expect(line.by).toMatchObject({ comm: 'nft', unit: 'nfk-attr.service' });
         expect((await keeper.metrics.foreignChanges.get()).values.find((v) => v.labels.comm === 'nft')?.value).toBe(1);
+        expect(heard.find((e) => e.type === 'change')).toMatchObject({ by: { comm: 'nft', unit: 'nfk-attr.service' }, generation: change!.generation });
       } finally {
         await writer.close();
       }

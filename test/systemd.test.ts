@@ -7,6 +7,7 @@ import { withNetns } from './helpers/netns.js';
 import { tempDir } from './helpers/tmp.js';
 import { sleep } from './helpers/wait.js';
 import { FLANNEL_YAML } from './keeper/helpers.js';
+import { startupPeakMiB } from './helpers/benchmarks.js';
 
 const UNIT = 'deploy/systemd/nfkeeper.service';
 
@@ -44,10 +45,7 @@ describe('systemd', () => {
 
   it('memory limits are sized from the measured start-up peaks, the same in the unit and the DaemonSet', () => {
     const unit = readFileSync(UNIT, 'utf8');
-    // BENCHMARKS.md's start-up peak (VmHWM) of the daemon at 100,000 rules, the largest measured.
-    const peak = /^\| one chain of 100,000 rules \| [\d.]+ MiB \| ([\d.]+) MiB \|$/m.exec(readFileSync('BENCHMARKS.md', 'utf8'));
-    expect(peak, 'BENCHMARKS.md has the 100,000-rule start-up peak').not.toBeNull();
-    const peakMiB = Number(peak![1]);
+    const peakMiB = startupPeakMiB();
     const mib = (v: string) => Number(/^(\d+)M$/.exec(v)![1]);
     const high = mib(/^MemoryHigh=(\S+)$/m.exec(unit)![1]!);
     const max = mib(/^MemoryMax=(\S+)$/m.exec(unit)![1]!);

@@ -395,7 +395,7 @@ function s7Targets(x: S7Results): string[] {
   const mb = (v: number) => v * 1.048576;
   for (const [match, limit] of [['flannel', 64], ['10,000', 96], ['100,000', 160]] as const) {
     const r = x.rss.find((y) => y.config.includes(match));
-    // The issue's limit is on the daemon's RSS at rest (15 s after ready); the start-up peak is held
+    // The target's limit is on the daemon's RSS at rest (15 s after ready); the start-up peak is held
     // against the same limit beside it, since a container's memory limit set there would meet it.
     if (r) {
       out.push(`- RSS ≤ ${limit} MB with ${r.config}: ${mb(r.rssMiB).toFixed(1)} MB at rest (${verdict(mb(r.rssMiB) <= limit, `${(mb(r.rssMiB) - limit).toFixed(1)} MB over`)}); ` +

@@ -1,5 +1,5 @@
 /**
- * S6's element columns (issue 14), also run by bench/sets.ts: a kube-proxy-like
+ * S6's element columns, also run by bench/sets.ts: a kube-proxy-like
  * verdict map of N elements (`ipv4_addr . inet_proto . inet_service : goto
  * svc-K`) kept by the keeper as its own process (bench/s6-keeper.ts, the
  * table as an .nft config), in a namespace the caller made.

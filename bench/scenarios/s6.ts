@@ -1,5 +1,5 @@
 /**
- * S6 owned-rule scaling (issue 14): one owned chain of N rules.
+ * S6 owned-rule scaling: one owned chain of N rules.
  *
  * - install: an in-process Keeper's start() into an empty namespace (observe,
  *   plan, one commit, the verify pass), N rules compiled beforehand;

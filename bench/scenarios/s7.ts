@@ -1,5 +1,5 @@
 /**
- * S7 owners at scale (issue 14).
+ * S7 owners at scale.
  *
  * - registration: `nfkeeper run` as its own process (owners configured, state file in a temp
  *   dir), and this process registers N owners of 10 rules ONE BY ONE over the control socket
@@ -324,8 +324,7 @@ export async function runS7(o: S7Options): Promise<S7Results> {
       try {
         const dumps = async () => (await keeper.metrics.dumps.get()).values[0]?.value ?? 0;
         // One decoding read (as the daemon's read-back does): the keeper learns every rule's digest.
-        (keeper as unknown as { readBackDue: boolean }).readBackDue = true;
-        await keeper.request('tick', performance.now());
+        await keeper.readBack('tick', performance.now());
         const registry = new OwnerRegistry(config, owners, (next) => keeper.setOwners(next));
         let ops = 0;
         keeper.on('repaired', (r: RepairReport) => { ops = r.ops; });
@@ -337,8 +336,7 @@ export async function runS7(o: S7Options): Promise<S7Results> {
         one.removeOps = ops;
         one.removeReads = await dumps() - before;
         out.one = one;
-        (keeper as unknown as { readBackDue: boolean }).readBackDue = true;
-        await keeper.request('tick', performance.now());
+        await keeper.readBack('tick', performance.now());
         const timePasses = async (before: () => Promise<void>): Promise<{ s: Summary; reads: number }> => {
           const passes: number[] = [];
           let reads = 0;

@@ -1,8 +1,14 @@
 /**
- * The monitor's armed repair (NftWatch.arm): the repair of a foreign deletion of each owned rule,
- * handed to the addon ahead of time so that it commits it on the event's wake-up, before any
- * JavaScript runs. This keeps track of whether the monitor holds a current one.
+ * The monitor's armed reactions (NftWatch.arm): the keeper decides ahead of time how it would answer
+ * another writer's deletion of each owned rule, and hands the monitor the batch its planner
+ * (Mirror.plan) would commit, keyed by the event that deletion shows; the monitor commits it on the
+ * event's wake-up, before any JavaScript runs. The monitor only matches events and sends bytes:
+ * which commits get a reaction, what it commits and when the arm ends are decided here. This keeps
+ * track of whether the monitor holds a current arm.
  */
+import type { EventKey, MonitorBatch, Reaction } from '../netlink/events.js';
+import type { Op } from '../netlink/ops.js';
+import type { Mirror, MirrorPlan } from './mirror.js';
 import type { KeeperState } from './state.js';
 
 /** Owned rules up to which the monitor is armed with their repairs. */
@@ -11,10 +17,12 @@ const ARM_MAX_RULES = 256;
 export class Arming {
   /** The monitor holds an armed repair that is still current, as far as this thread knows. */
   armed = false;
-  /** The generation the monitor's arm holds the owned tables at (arm(), and each armed repair's). */
+  /** The generation the monitor's arm holds the owned tables at. */
   armedAt = -1;
   /** The generation at which arming last failed. */
   private failedAt = -1;
+  /** The reactions the monitor holds, by their index (MonitorBatch.reacted.reaction). */
+  private reactions: readonly Reaction[] = [];
 
   /** `busy`: a pass is running or queued (the scheduler's), which plans and commits on its own. */
   constructor(private readonly k: KeeperState, private readonly busy: () => boolean) {}
@@ -26,28 +34,36 @@ export class Arming {
    * event's wake-up and the commit, no JavaScript before it. Small rulesets only (ARM_MAX_RULES).
    */
   arm(): void {
-    const { mirror, monitor, sock } = this.k;
-    if (this.k.stopped || this.busy() || !mirror?.valid || !monitor?.arm || !monitor.progress || !sock || this.k.retired.length > 0
-      || this.k.fight.delay() > 0) return;
+    const { mirror, monitor } = this.k;
+    if (!this.allowed() || !monitor?.progress) return;
     const p = monitor.progress();
-    if (p.lastGeneration === this.k.refusedAt || !mirror.exactAt(p.lastGeneration, p)) return;
+    if (p.lastGeneration === this.k.refusedAt || !mirror!.exactAt(p.lastGeneration, p)) return;
     // Not again at a generation where it could not (an addon without it, a socket it cannot use): the tick asks each second.
-    if (p.lastGeneration === this.failedAt || !mirror.clean(ARM_MAX_RULES)) return;
+    if (p.lastGeneration === this.failedAt || !mirror!.clean(ARM_MAX_RULES)) return;
     // Nothing touched the owned tables since the last arm (the pass in between committed nothing there): take it up.
     if (monitor.resume?.()) {
       this.armed = true;  // at the armedAt it had
       return;
     }
-    const a = mirror.armable(ARM_MAX_RULES);
-    if (!a) return;
-    try {
-      this.armed = monitor.arm(sock, p.lastGeneration, a.ops, a.handles);
-      this.armedAt = p.lastGeneration;
-    } catch (e) {
-      this.armed = false;
-      this.k.log.debug({ err: (e as Error).message }, 'the monitor could not be armed');
+    this.armAt(p.lastGeneration);
+  }
+
+  /**
+   * Arms the monitor again after a repair of ours that made `generation`, the mirror's own (it took
+   * the commit's echoed handles): the monitor has not read that commit yet, and skips it.
+   */
+  rearm(generation: number): void {
+    const mirror = this.k.mirror;
+    if (!this.allowed() || mirror!.generation !== generation || !mirror!.clean(ARM_MAX_RULES)) {
+      this.disarm();
+      return;
     }
-    if (!this.armed) this.failedAt = p.lastGeneration;
+    this.armAt(generation);
+  }
+
+  /** The reaction the monitor committed (MonitorBatch.reacted.reaction). */
+  reaction(index: number): Reaction | undefined {
+    return this.reactions[index];
   }
 
   /** Arms the monitor unless it is armed. */
@@ -80,4 +96,94 @@ export class Arming {
   possible(): boolean {
     return !this.armed && !this.k.stopped && !!this.k.monitor?.arm;
   }
+
+  /** What arming needs whatever the generation: the event repair would repair at once. */
+  private allowed(): boolean {
+    const k = this.k;
+    return !k.stopped && !this.busy() && !!k.mirror?.valid && !!k.monitor?.arm && !!k.sock && k.retired.length === 0 && k.fight.delay() === 0;
+  }
+
+  /** Arms at `generation`, where the mirror is the kernel's state and clean. */
+  private armAt(generation: number): void {
+    const { monitor, sock } = this.k;
+    this.armed = false;
+    let reactions: Reaction[] | undefined;
+    try {
+      reactions = this.plan();
+      if (reactions.length > 0) this.armed = monitor!.arm!(sock!, generation, reactions);
+    } catch (e) {
+      this.armed = false;
+      this.k.log.debug({ err: (e as Error).message }, 'the monitor could not be armed');
+    }
+    if (this.armed) {
+      this.armedAt = generation;
+      this.reactions = reactions!;
+    } else {
+      this.failedAt = generation;
+      this.reactions = [];
+    }
+  }
+
+  /**
+   * Per owned rule, the deletion of that rule alone by another writer and what the keeper's
+   * planner commits after it: the mirror follows that commit (Mirror.apply), plans (Mirror.plan),
+   * and is put back by taking the plan as committed with the rule's old handle (Mirror.learnCommit),
+   * its generation and count of applied batches restored. The mirror is clean here, so the plan
+   * re-adds that rule where it stood.
+   */
+  private plan(): Reaction[] {
+    const { mirror, sock, desired } = this.k;
+    const m = mirror!;
+    const reactions: Reaction[] = [];
+    for (const t of desired) {
+      for (const c of t.chains) {
+        const handles = m.handlesOf(t.family, t.name, c.name);
+        if (!handles) throw new Error(`the mirror does not hold chain ${t.family} ${t.name} ${c.name}`);
+        for (const handle of handles) {
+          const on: EventKey = { type: 'delrule', family: t.family, table: t.name, name: c.name, handle };
+          const plan = planAfter(m, on, sock!.portId);
+          // A rule that brings anonymous sets takes them with it: its deletion's commit also shows
+          // the sets' deletions, by names the mirror does not keep, so no reaction could match it.
+          if (plan.batch.length === 1) reactions.push({ on: [on], ops: plan.batch.ops });
+        }
+      }
+    }
+    return reactions;
+  }
+}
+
+/** See Arming.plan. Throws, with the mirror invalidated, if the mirror does not follow as it must. */
+function planAfter(m: Mirror, on: EventKey, ownPort: number): MirrorPlan {
+  const { generation, applied } = m;
+  const deleted: MonitorBatch = {
+    overflow: false, truncated: false, foreign: true, generation: generation + 1, since: generation + 1,
+    events: [{ ...on, portId: 0 }],
+  };
+  try {
+    const plan = m.apply(deleted, ownPort) === 'changed' ? m.plan() : undefined;
+    const add = typeof plan === 'object' && plan.expected.length === 1 ? plan.expected[0]! : undefined;
+    if (typeof plan !== 'object' || !add || !('add' in add)) throw new Error('the plan is not one rule re-added');
+    m.expect(generation + 2, plan.expected);
+    if (!m.learnCommit(generation + 2, new Map([[add.op, on.handle!]]))) throw new Error('the mirror could not take the handle back');
+    return plan;
+  } catch (e) {
+    m.invalidate(`arming the monitor: after a deletion of rule handle ${on.handle} in ${on.table} ${on.name}, ${(e as Error).message}`);
+    throw e;
+  } finally {
+    m.generation = generation;
+    m.applied = applied;
+  }
+}
+
+/** Whether `a` and `b` are the same ops, as the planner makes them (the same frozen expressions). */
+export function sameOps(a: readonly Op[], b: readonly Op[]): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) {
+    const x = a[i] as unknown as Record<string, unknown>;
+    const y = b[i] as unknown as Record<string, unknown>;
+    const keys = Object.keys(x);
+    if (keys.length !== Object.keys(y).length) return false;
+    for (const k of keys) if (x[k] !== y[k] && JSON.stringify(x[k]) !== JSON.stringify(y[k])) return false;
+  }
+  return true;
 }

@@ -99,14 +99,18 @@ export class Keeper extends EventEmitter {
     return this.k.sock;
   }
 
-  // What the tests look into (keeper['mirror'] and the like).
-  private get monitor() { return this.k.monitor; }
-  private get mirror() { return this.k.mirror; }
-  private get reconciler() { return this.k.reconciler; }
-  private get desired() { return this.k.desired; }
-  private get armed() { return this.arming.armed; }
-  private get readBackDue() { return this.k.readBackDue; }
-  private set readBackDue(v: boolean) { this.k.readBackDue = v; }
+  /**
+   * What the keeper's parts share (src/keeper/state.ts): the monitor, the mirror, the reconciler with
+   * its known state, the desired tables. Tests and benches look in here; only the parts change it.
+   */
+  get state(): Readonly<KeeperState> {
+    return this.k;
+  }
+
+  /** The monitor holds the repair of a foreign deletion, committed before any JavaScript runs (arming.ts). */
+  get armed(): boolean {
+    return this.arming.armed;
+  }
 
   /** Opens the sockets, runs the start-up pass (adopting a correct ruleset without writing) and starts the loop. */
   async start(): Promise<void> {
@@ -280,6 +284,15 @@ export class Keeper extends EventEmitter {
     return this.scheduler.request(cause, detectedAt, background);
   }
 
+  /**
+   * A pass that reads the owned tables even when the generation says nothing moved (the read-back
+   * the tick makes after a trusted commit, now), instead of planning from the known state.
+   */
+  readBack(cause: Cause, detectedAt: number, background = false): Promise<PassOutcome> {
+    this.k.readBackDue = true;
+    return this.request(cause, detectedAt, background);
+  }
+
   private tick(): void {
     const k = this.k;
     if (k.stopped || !k.sock) return;
@@ -318,10 +331,9 @@ export class Keeper extends EventEmitter {
   private onEvents(b: MonitorBatch): void {
     const k = this.k;
     if (k.stopped) return;
-    // A batch after the arm's generation that the armed repair did not answer with a success leaves
-    // it stale (the monitor will not answer the next one): armed again once the mirror is clean.
-    const native = b.repaired;
-    if (this.arming.armed && (b.overflow || (b.generation > this.arming.armedAt && !(native !== undefined && 'handle' in native && native.handle > 0)))) {
+    // A batch after the arm's generation ends the monitor's arm, answered or not: armed again once
+    // the mirror is clean (at once, by the event repair, after a reaction that committed).
+    if (this.arming.armed && (b.overflow || b.generation > this.arming.armedAt)) {
       this.arming.armed = false;
       this.armSoon();
     }

@@ -9,7 +9,7 @@ import type { CommitResult } from '../netlink/conn.js';
 import type { MonitorBatch } from '../netlink/events.js';
 import { GenerationMismatchError } from '../base/errors.js';
 import { MIRROR_MAX_ELEMENTS, MIRROR_MAX_OPS, type MirrorPlan } from './mirror.js';
-import type { Arming } from './arming.js';
+import { sameOps, type Arming } from './arming.js';
 import type { Reporter } from './report.js';
 import type { Scheduler } from './scheduler.js';
 import type { KeeperState } from './state.js';
@@ -167,7 +167,7 @@ export interface EventRequest extends RepairRequest {
  */
 export class EventRepair extends MirrorCommit implements RepairPath<Outcome | undefined, EventRequest> {
   attempt(req: EventRequest): Outcome | undefined {
-    const native = req.batch.repaired;
+    const native = req.batch.reacted;
     return native !== undefined ? this.takeOver(req.batch, native, req.detectedAt) : this.repairNow(req.detectedAt);
   }
 
@@ -219,19 +219,19 @@ export class EventRepair extends MirrorCommit implements RepairPath<Outcome | un
   }
 
   /**
-   * The monitor's armed repair (Arming) answered batch `b`, a foreign deletion of one owned
-   * rule, before this thread ran: it committed the op the mirror would plan now, guarded by the
-   * batch's generation (the mirror, armed exact and clean, has just applied `b`: that rule is the
-   * only difference), or the kernel refused it. The bookkeeping is repairNow's, after the commit.
-   * Undefined (the caller requests a pass): refused, or the plan made now is not what was
-   * committed (the mirror is then off: the pass reads the kernel).
+   * The monitor's armed reaction (Arming) answered batch `b`, a foreign deletion of one owned rule,
+   * before this thread ran: it committed the batch the planner made for that deletion when arming,
+   * guarded by the batch's generation, or the kernel refused it. The mirror has just applied `b`;
+   * the plan it makes now must be what was committed (else it no longer knows the kernel's state).
+   * The bookkeeping is repairNow's, after the commit; then the monitor is armed again for the next
+   * deletion. Undefined (the caller requests a pass): refused, or not what the mirror plans now.
    */
-  private takeOver(b: MonitorBatch, native: NonNullable<MonitorBatch['repaired']>, detectedAt: number): Outcome | undefined {
+  private takeOver(b: MonitorBatch, native: NonNullable<MonitorBatch['reacted']>, detectedAt: number): Outcome | undefined {
     const k = this.k;
     const mirror = k.mirror;
     const generation = b.generation;
+    this.arming.armed = false;  // the batch ended the monitor's arm
     if ('errno' in native) {
-      this.arming.armed = false;
       const refused = native.errno === ERESTART ? new GenerationMismatchError(generation)
         : new Error(`the kernel refused the armed repair (errno ${native.errno})`);
       if (mirror && !this.refused(refused, generation)) this.fallback(mirror.invalidReason);
@@ -239,14 +239,12 @@ export class EventRepair extends MirrorCommit implements RepairPath<Outcome | un
     }
     let plan;
     try {
-      plan = mirror?.valid ? mirror.plan() : undefined;
+      plan = mirror?.valid && mirror.generation === generation ? mirror.plan() : undefined;
     } catch {
       plan = undefined;
     }
-    const op = plan !== undefined && plan !== 'clean' && plan.batch.length === 1 ? plan.batch.ops[0] : undefined;
-    const e = b.events[0]!;
-    if (!mirror || !plan || plan === 'clean' || !op || op.object !== 'rule' || op.chain !== e.name || op.table !== e.table || op.family !== e.family
-      || (op.verb === 'insert' ? native.position !== 0 : op.verb !== 'add' || op.position !== native.position)) {
+    const reaction = this.arming.reaction(native.reaction);
+    if (!mirror || !plan || plan === 'clean' || !reaction || !sameOps(plan.batch.ops, reaction.ops)) {
       // Committed, but not what the mirror plans now: it no longer knows the kernel's state.
       this.arming.disarm();
       mirror?.invalidate('the monitor\'s armed repair differs from the plan');
@@ -254,18 +252,12 @@ export class EventRepair extends MirrorCommit implements RepairPath<Outcome | un
       return undefined;
     }
     mirror.expect(generation + 1, plan.expected);
-    // The monitor skipped our commit's events itself when the echo gave the handle; else they bring it.
-    const outcome = this.committed(plan, generation, native.handle > 0 ? { handles: new Map([[0, native.handle]]) } : undefined, 'event', detectedAt,
-      native.committedNs);
+    const echoed = native.handles.length > 0 ? { handles: new Map(native.handles) } : undefined;
+    const outcome = this.committed(plan, generation, echoed, 'event', detectedAt, native.committedNs);
     this.reporter.lastAnsweredEvent();
-    // The monitor skips the events of a commit whose handle it had: the mirror must have taken it.
-    if (native.handle > 0 && mirror.valid && mirror.generation !== generation + 1) {
-      mirror.invalidate(`the mirror could not take the handle of the monitor's repair (generation ${generation + 1})`);
-      this.arming.disarm();
-      this.scheduler.poke('event', detectedAt);
-    }
-    if (k.fight.delay() > 0) this.arming.disarm();
-    else this.arming.armedAt = generation + 1;  // the monitor moved its arm to the repair's generation
+    // With the handles echoed the mirror is exact at the repair's generation: the next deletion's
+    // reactions are planned from it now. Else the commit's events bring them, and the tick arms.
+    this.arming.rearm(generation + 1);
     return outcome;
   }
 }

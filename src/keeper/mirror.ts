@@ -51,7 +51,6 @@ import type { TableConfig } from '../config/config.js';
 import type { SetConfig } from '../config/sets.js';
 import { deletable, elementId, sameContent, sameElementFields, setDefinitionKey } from '../model/elements.js';
 import { Batch } from '../netlink/batch.js';
-import type { Op } from '../netlink/ops.js';
 import type { MonitorBatch, MonitorEvent, MonitorProgress } from '../netlink/events.js';
 import type { Expr } from '../netlink/expr.js';
 import { SET_F, type ObservedTable, type SetElement } from '../netlink/objects.js';
@@ -507,33 +506,6 @@ export class Mirror {
     }
     for (const named of this.sets.values()) for (const ms of named.values()) if (ms && ms.differs.size > 0) return false;
     return true;
-  }
-
-  /**
-   * For Monitor.arm, while the mirror is clean (the kernel holds every desired rule and nothing
-   * else, each followed set as desired): per desired rule, the op plan() would commit if a foreign
-   * commit deleted just that rule (the same literal: insert at the head, or add after the rule
-   * before it, batch id 1), and the rule's handle. Rules that bring anonymous sets are left out (their
-   * re-add needs the set too: plan() does it). Undefined when not clean, nothing to arm, or more than
-   * `max` rules (a big chain's repair is its kernel commit's: arming it would cost more than it saves).
-   */
-  armable(max: number): { ops: Op[]; handles: number[] } | undefined {
-    if (!this.clean(max)) return undefined;
-    const batch = new Batch();
-    const handles: number[] = [];
-    for (const chains of this.tables.values()) {
-      for (const c of chains.values()) {
-        for (let j = 0; j < c.handles.length; j++) {
-          const r = this.rule(c, j);
-          if (r.sets.length > 0) continue;
-          const exprs = this.frozenExprs(c, j, r.exprs);
-          if (j === 0) batch.push({ verb: 'insert', object: 'rule', family: c.family, table: c.table, chain: c.name, exprs, userdata: r.userdata, id: 1 });
-          else batch.push({ verb: 'add', object: 'rule', family: c.family, table: c.table, chain: c.name, exprs, userdata: r.userdata, id: 1, position: c.handles[j - 1]! });
-          handles.push(c.handles[j]!);
-        }
-      }
-    }
-    return handles.length > 0 ? { ops: batch.ops, handles } : undefined;
   }
 
   /**

@@ -155,6 +155,11 @@ export class Reconciler {
     if (options.armTimed) this.armed = new Map();
   }
 
+  /** The known state the next pass may plan from (a test holds it against a dump of the kernel). */
+  get lastKnown(): KnownState | undefined {
+    return this.known;
+  }
+
   /** Enforce protect mode for this table: configured, and the kernel takes the flags. */
   protects(t: TableConfig): boolean {
     return t.protect && this.protectSupported;

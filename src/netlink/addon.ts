@@ -44,9 +44,9 @@ export interface NativeMonitor {
   anchor(generation: number, overflowsSeen: number): void;
   /** Absent from an addon built before it. */
   skipOwn?(generation: number): void;
-  /** Absent from an addon built before it (Monitor.arm). */
-  arm?(socket: NativeSocket, generation: number, ops: readonly unknown[], handles: readonly number[],
-    exprBytes?: readonly (Buffer | undefined)[]): boolean;
+  /** Absent from an addon built before it (Monitor.arm). exprs: as commit's exprBytes, per reaction. */
+  arm?(socket: NativeSocket, generation: number,
+    reactions: readonly { on: readonly unknown[]; ops: readonly unknown[]; exprs?: readonly (Buffer | undefined)[] }[]): boolean;
   disarm?(): void;
   pause?(): void;
   resume?(): boolean;

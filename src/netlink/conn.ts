@@ -8,7 +8,7 @@
 import type { Batch } from './batch.js';
 import type { Op } from './ops.js';
 import type { Family } from './expr.js';
-import type { MonitorOptions, MonitorProgress } from './events.js';
+import type { MonitorOptions, MonitorProgress, Reaction } from './events.js';
 import type { Chain, ChainDigests, NftObj, NftSet, Rule, SetElement, Table } from './objects.js';
 
 export interface CommitOptions {
@@ -85,11 +85,11 @@ export interface NftWatch {
   /** Our own commit that made `generation` is known already: its batch need not be delivered (Monitor.skipOwn). */
   skipOwn?(generation: number): void;
   /**
-   * The repair of a foreign deletion of one of these rules, decided now and committed by the
-   * watcher itself on `conn` when it comes (Monitor.arm). Optional: false, nothing armed, where the
-   * watcher or the connection cannot (an in-memory kernel, an older addon).
+   * Reactions to another writer's next commit, committed by the watcher itself on `conn` when that
+   * commit's events are exactly one reaction's (Monitor.arm). Optional: false, nothing armed, where
+   * the watcher or the connection cannot (an in-memory kernel, an older addon).
    */
-  arm?(conn: NftConn, generation: number, ops: readonly Op[], handles: readonly number[]): boolean;
+  arm?(conn: NftConn, generation: number, reactions: readonly Reaction[]): boolean;
   disarm?(): void;
   /** Answers nothing until resume() (Monitor.pause). */
   pause?(): void;

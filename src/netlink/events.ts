@@ -4,6 +4,7 @@
  */
 import type { Family } from './expr.js';
 import type { SetElement } from './objects.js';
+import type { Op } from './ops.js';
 
 export interface MonitorEvent {
   type: 'newtable' | 'deltable' | 'newchain' | 'delchain' | 'newrule' | 'delrule' | 'newset'
@@ -57,13 +58,26 @@ export interface MonitorBatch {
   /** process.hrtime.bigint()'s clock (ns, as a number) when the monitor read the commit's last datagram. */
   receivedNs?: number;
   /**
-   * The monitor's armed repair (Monitor.arm) answered this batch before it was handed over: it
-   * committed the re-add of the deleted rule after `position` (0: at the head), guarded by this
-   * batch's generation, and the kernel gave the rule `handle` (0: not echoed); or the kernel
-   * refused it with `errno` (nothing changed). `committedNs`: receivedNs's clock when its
+   * The monitor's armed reaction (Monitor.arm) answered this batch before it was handed over:
+   * reaction `reaction` (its index in arm()'s list) was committed, guarded by this batch's
+   * generation, and the kernel echoed `handles` ([op index, handle] of each rule it added); or the
+   * kernel refused it with `errno` (nothing changed). `committedNs`: receivedNs's clock when its
    * acknowledgements were read.
    */
-  repaired?: ({ handle: number } | { errno: number }) & { position: number; committedNs: number };
+  reacted?: ({ handles: [number, number][] } | { errno: number }) & { reaction: number; committedNs: number };
+}
+
+/** An event as a reaction names it (Monitor.arm): what tells it apart in a batch. */
+export type EventKey = Pick<MonitorEvent, 'type' | 'family' | 'table' | 'name' | 'handle'>;
+
+/**
+ * What the monitor commits, without waking JavaScript first, when another writer's commit shows
+ * exactly the events `on` (in order, compared by type, family, table, name and handle): `ops`, as
+ * one batch guarded by that commit's generation (Monitor.arm).
+ */
+export interface Reaction {
+  on: readonly EventKey[];
+  ops: readonly Op[];
 }
 
 /** What the monitor has read, at once (Monitor.progress). */

@@ -7,8 +7,7 @@
  */
 import type { Family } from './expr.js';
 import type { SetElement } from './objects.js';
-import type { MonitorBatch, MonitorEvent, MonitorOptions, MonitorProgress } from './events.js';
-import type { Op } from './ops.js';
+import type { MonitorBatch, MonitorEvent, MonitorOptions, MonitorProgress, Reaction } from './events.js';
 import type { NftConn } from './conn.js';
 import { NftSocket, preencoded } from './socket.js';
 import { loadAddon, type NativeMonitor } from './addon.js';
@@ -62,21 +61,21 @@ export class Monitor {
   }
 
   /**
-   * Decides the repair of one foreign rule deletion before it happens (native/monitor.cc, Arm); a socket other than an NftSocket arms nothing:
-   * `ops[i]` re-adds the rule whose handle is `handles[i]` where it stands, valid while the watched
-   * tables are as they were at `generation`. A batch that is exactly one foreign DELRULE of one of
-   * those handles, with nothing else touching a watched table since `generation`, is answered by
-   * committing that op on `socket` (guarded by the batch's generation, echoed) before the batch is
-   * handed over with `repaired`; after a success the monitor stays armed at the repair's generation
-   * (its own commit's events are skipped, see skipOwn). Any other batch leaves the arm stale. False
-   * (nothing armed) with an addon built before it.
+   * Hands the monitor reactions prepared by the caller (native/monitor.cc, Arm), valid while the
+   * watched tables are as they were at `generation`. The first batch after `generation` that
+   * touches a watched table (every commit since seen whole) ends the arm; when it is another
+   * writer's and its events are exactly one reaction's `on`, that reaction's ops are committed on
+   * `socket` (guarded by the batch's generation, echoed) before the batch is handed over with
+   * `reacted`. The monitor knows nothing of what the ops mean: which commits to answer, and how,
+   * is the caller's. False (nothing armed) with no reactions, a socket other than an NftSocket, or
+   * an addon built before it.
    */
-  arm(socket: NftConn, generation: number, ops: readonly Op[], handles: readonly number[]): boolean {
+  arm(socket: NftConn, generation: number, reactions: readonly Reaction[]): boolean {
     if (this.native.arm === undefined || this.closedFlag || !(socket instanceof NftSocket) || socket.closed) return false;
-    return this.native.arm(socket.nativeSocket, generation, ops, handles, preencoded(ops));
+    return this.native.arm(socket.nativeSocket, generation, reactions.map((r) => ({ on: r.on, ops: r.ops, exprs: preencoded(r.ops) })));
   }
 
-  /** Forgets the armed repair (arm): every batch is JavaScript's to answer again. */
+  /** Forgets the armed reactions (arm): every batch is JavaScript's to answer again. */
   disarm(): void {
     this.native.disarm?.();
   }

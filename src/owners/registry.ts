@@ -251,10 +251,7 @@ export class OwnerRegistry {
   reconfigure(next: Config, setConfig: (config: Config, owners: readonly Owner[]) => Promise<void>): Promise<void> {
     return new Promise((resolve, reject) => {
       this.reconfigs.push({ next, setConfig, resolve, reject });
-      if (!this.working) {
-        this.working = true;
-        void this.drain();
-      }
+      this.kick();
     });
   }
 
@@ -301,10 +298,7 @@ export class OwnerRegistry {
 
   private retrySoon(id: string): void {
     this.retries.push(id);
-    if (!this.working) {
-      this.working = true;
-      void this.drain();
-    }
+    this.kick();
   }
 
   /** What the kernel is given: `list` less the refused owners (but those in `trying`). */
@@ -358,11 +352,15 @@ export class OwnerRegistry {
   private enqueue(change: Change): Promise<{ existed: boolean; changed: boolean }> {
     return new Promise((resolve, reject) => {
       this.queue.push({ change, resolve, reject });
-      if (!this.working) {
-        this.working = true;
-        void this.drain();
-      }
+      this.kick();
     });
+  }
+
+  /** Starts a drain loop unless one is alive: it looks at every queue again before it ends. */
+  private kick(): void {
+    if (this.working) return;
+    this.working = true;
+    void this.drain();
   }
 
   private async drain(): Promise<void> {

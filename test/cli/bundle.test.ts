@@ -1,6 +1,6 @@
 /**
  * bin/nfkeeper.js runs the build's bundle, dist/nfkeeper.mjs and its chunks (scripts/bundle.mjs; a
- * few dozen files instead of ~300 modules, issue 14), and falls back to dist/cli.js when the
+ * few dozen files instead of every module: less of the daemon's memory), and falls back to dist/cli.js when the
  * bundle is missing or older. The daemon from the bundle reads and reloads an nft-syntax config
  * (the reader the YAML path does not use is in the bundle too). A one-shot command loads only
  * what it uses: version and validate load none of the HTTP, compression, cluster or crypto

@@ -1,5 +1,5 @@
 /**
- * Issue 16, "failing well", through the real CLI in child processes: start-up
+ * Failing well, through the real CLI in child processes: start-up
  * is all or nothing (each failure exits 2 with one line and the namespace's
  * generation unchanged), flags are validated, permission problems name the
  * privilege, validate's output is editor-parseable, a daemon whose namespace

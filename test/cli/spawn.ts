@@ -44,7 +44,7 @@ export function nfk(args: string[], o: { asNobody?: boolean; env?: NodeJS.Proces
 /** Runs to the end; kills it (and fails the caller's expectation) after `timeoutMs`. */
 export async function nfkDone(args: string[], o: { asNobody?: boolean; timeoutMs?: number } = {}) {
   const r = nfk(args, o);
-  // Generous: a tsx start took up to 20 s at load average 25 on this 2-core machine.
+  // Generous: a tsx start is slow on a loaded shared machine (docs/notes/2026-12-04-code-comment-figures.md).
   const timer = setTimeout(() => r.child.kill('SIGKILL'), o.timeoutMs ?? 90_000);
   const { code, ms } = await r.exited;
   clearTimeout(timer);

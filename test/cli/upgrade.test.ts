@@ -5,7 +5,7 @@
  * without a write: same generation, same handles, same state file.
  *
  * The previous release is PREVIOUS (there are no tags yet): main as it was
- * before issue 16, the version deployed today. It is unpacked with `git
+ * before start-up became all or nothing, the version deployed today. It is unpacked with `git
  * archive` into a cached directory and run through tsx with this checkout's
  * node_modules; its addon is this checkout's build/ when native/ and
  * binding.gyp are unchanged since, and is built there once otherwise (the
@@ -28,7 +28,7 @@ const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 /**
  * The previous release's tree, unpacked once per machine, with an addon that
  * matches its native/ sources: this checkout's build/ while they are the same,
- * else its own build (once; about 30 s of CPU), kept beside it.
+ * else its own build (once), kept beside it.
  */
 function previousTree(): string {
   const dir = join(tmpdir(), `nfkeeper-prev-${PREVIOUS.slice(0, 12)}`);
@@ -59,7 +59,7 @@ function previousTree(): string {
 }
 
 describe('adoption across versions', () => {
-  // The first run on a machine may build the previous addon: minutes at load 15.
+  // The first run on a machine may build the previous addon: minutes on a loaded machine.
   it('rules, owner tags and state written by the previous release are adopted without a write', { timeout: 600_000 }, async () => {
     const t0 = performance.now();
     const prev = previousTree();

@@ -1,6 +1,6 @@
 /**
  * A big YAML config is parsed with its long runs of rules left out of yaml's parse tree and put
- * back afterwards (elideRuns, restoreRuns: issue 14's start-up peak), and its document is dropped
+ * back afterwards (elideRuns, restoreRuns: they lower the start-up's peak), and its document is dropped
  * before the rules are compiled: an error's position is found by parsing the text again. These
  * check that the elided read gives the same tree as yaml's own parse, and that errors late in a big
  * file keep their exact line and column, inside a rule's text and after a substitution.

@@ -1,5 +1,5 @@
 /**
- * Property tests for the config loader (issue 9, hostile input): random text,
+ * Property tests for the config loader (hostile input): random text,
  * random YAML documents and mutations of real configs either load into a
  * consistent Config or are refused with a ConfigError whose position lies
  * inside the text. Never another exception. And a refused config, handed to

@@ -12,6 +12,7 @@ import { readLiveSet } from '../../src/gc/live.js';
 import { createNetns, type Netns } from '../helpers/netns.js';
 import { DEAD, DEAD_CHAIN, LIVE, LIVE_CHAIN, NOMAD_RESTORE, file, save } from '../gc/fixtures.js';
 import { cli } from '../helpers/cli.js';
+import { startupPeakMiB } from '../helpers/benchmarks.js';
 
 const JOB = readFileSync('deploy/nomad/nfkeeper.nomad.hcl', 'utf8');
 const template = () => /data = <<EOT\n([\s\S]*?)EOT/.exec(JOB)![1]!;
@@ -31,10 +32,10 @@ describe('the Nomad job file', () => {
     expect(JOB).toMatch(/allow_caps = \[[^\]]*"net_admin"\]/);
     expect(JOB).toMatch(/volumes \{ enabled = true \}/);
     // Memory as the systemd unit and the DaemonSet size it: the reservation above the largest
-    // measured start-up peak (147 MiB at 100,000 rules), the ceiling their limit.
+    // measured start-up peak (BENCHMARKS.md), the ceiling their limit.
     const unitMax = Number(/MemoryMax=(\d+)M/.exec(readFileSync('deploy/systemd/nfkeeper.service', 'utf8'))![1]);
     const podMax = Number(/limits: \{ memory: (\d+)Mi \}/.exec(readFileSync('deploy/kubernetes/daemonset.yaml', 'utf8'))![1]);
-    expect(Number(/\bmemory\s*=\s*(\d+)/.exec(JOB)![1])).toBeGreaterThan(147);
+    expect(Number(/\bmemory\s*=\s*(\d+)/.exec(JOB)![1])).toBeGreaterThan(startupPeakMiB());
     expect(Number(/memory_max\s*=\s*(\d+)/.exec(JOB)![1])).toBe(unitMax);
     expect(podMax).toBe(unitMax);
     // The workload identity's token reaches the task as NOMAD_TOKEN, which gc.live.nomad sends.

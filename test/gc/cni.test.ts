@@ -6,7 +6,7 @@
  * node's iptables-save is byte for byte what it was before the forgotten
  * allocation's ADD; the live ones still answer on their host ports, their
  * DEL still succeeds and leaves nothing of them; a new allocation on the
- * freed host port receives the traffic.
+ * freed host port receives the traffic (after the one-shot and after the daemon).
  */
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -30,7 +30,7 @@ function shippedGc(runtime: 'nomad' | 'podman', backend: IptablesBackend, cacheD
 }
 
 const NOMAD_IDS = ['0f4b9a52-7c1e-4d3a-9f0e-2b6c8d1a4e01', '3e803d29-4f9d-ad8b-adb6-31456a39db69', 'a7d2c0e4-5b8f-4c61-8e2d-9f3a6b1c7d02',
-  'c1e5f7a9-2d4b-4e6f-8a0c-1b3d5f7a9c03', 'd4f6a8c0-3e5b-4f7a-9b1d-2c4e6f8a0b04'];
+  'c1e5f7a9-2d4b-4e6f-8a0c-1b3d5f7a9c03', 'd4f6a8c0-3e5b-4f7a-9b1d-2c4e6f8a0b04', 'e5a7b9d1-4f6c-4a8b-8c2e-3d5f7a9b1c05'];
 const PODMAN_IDS = NOMAD_IDS.map((id) => id.replace(/-/g, '').repeat(2));
 const ports = (hostPort: number) => [{ hostPort, containerPort: 80, protocol: 'tcp' as const }];
 
@@ -102,12 +102,15 @@ describe.each([
     } finally {
       await loop.stop();
     }
+    // The port the daemon freed serves a new allocation too.
+    const fresh2 = await n.add(ids[5]!, ports(8084));
+    expect(n.request(8084)).toBe(fresh2.id);
 
     // The live ones still answer; their own DEL succeeds and leaves nothing of any allocation.
-    for (const [a, port] of [[live[0]!, 8081], [live[1]!, 8083], [fresh, 8082]] as const) expect(n.request(port)).toBe(a.id);
-    for (const a of [...live, fresh]) n.del(a);
+    for (const [a, port] of [[live[0]!, 8081], [live[1]!, 8083], [fresh, 8082], [fresh2, 8084]] as const) expect(n.request(port)).toBe(a.id);
+    for (const a of [...live, fresh, fresh2]) n.del(a);
     const empty = n.save();
-    for (const a of [...live, fresh, dead, dead2]) {
+    for (const a of [...live, fresh, fresh2, dead, dead2]) {
       expect(empty).not.toContain(a.id);
       expect(empty).not.toContain(`${a.address}/32`);
     }

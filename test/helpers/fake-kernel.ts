@@ -47,7 +47,7 @@
  *   as the monitor does when its socket is polled.
  * Not modelled: objects, flowtables, set timeouts, xt compat, loops
  * (ELOOP/EMLINK), the committer's pid and comm (MonitorBatch.by), and the
- * monitor's armed repair (NftWatch.arm: the addon decides and commits it).
+ * monitor's armed reactions (NftWatch.arm: the keeper prepares them, the addon matches and commits them).
  */
 import { Batch } from '../../src/netlink/batch.js';
 import { describeOp, type Op } from '../../src/netlink/ops.js';

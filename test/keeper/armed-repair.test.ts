@@ -1,19 +1,22 @@
 /**
- * The monitor's armed repair (Monitor.arm, native/monitor.cc TryRepair; Keeper.armRepairs) on the
- * real kernel: the keeper decides the repair of a foreign deletion of each owned rule while its
- * mirror is clean, and the monitor commits it before any JavaScript runs. A deleted rule comes back
- * in its place (also when the neighbour it is re-added after was itself re-added by the monitor
- * before), nothing is read, the keeper's own commit path is not used, and the mirror holds the
- * kernel's handles. The generation guard holds: a commit that lands between the deletion and the
- * monitor's repair makes the kernel refuse it (nothing changed), and a commit that touched the
- * owned table since the monitor was armed leaves the next deletion to JavaScript.
+ * The monitor's armed reactions (Monitor.arm, native/monitor.cc React; Arming in the keeper) on the
+ * real kernel: the keeper plans the repair of a foreign deletion of each owned rule while its mirror
+ * is clean (Mirror.plan, the same planner as every event repair) and hands the monitor each batch
+ * keyed by the event that deletion shows; the monitor commits it before any JavaScript runs. A
+ * deleted rule comes back in its place (also when the neighbour it is re-added after was itself
+ * re-added by the monitor before), nothing is read, the keeper's own commit path is not used, and
+ * the mirror holds the kernel's handles. The generation guard holds: a commit that lands between
+ * the deletion and the monitor's repair makes the kernel refuse it (nothing changed), and a commit
+ * that touched the owned table since the monitor was armed leaves the next deletion to JavaScript.
+ * On its own, the monitor answers exactly what it was armed with and nothing else: several events,
+ * any ops, or no answer where no reaction names the events.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Keeper, RepairReport } from '../../src/keeper/keeper.js';
 import { Batch } from '../../src/netlink/batch.js';
 import type { Op } from '../../src/netlink/ops.js';
 import { Monitor } from '../../src/netlink/monitor.js';
-import type { MonitorBatch } from '../../src/netlink/events.js';
+import type { EventKey, MonitorBatch, Reaction } from '../../src/netlink/events.js';
 import { open, type NftSocket } from '../../src/netlink/socket.js';
 import { createNetns, type Netns } from '../helpers/netns.js';
 import { sleep, until } from '../helpers/wait.js';
@@ -52,7 +55,7 @@ describe('the keeper arms the monitor with the repair of each owned rule', () =>
   const dumps = async () => (await keeper.metrics.dumps.get()).values[0]?.value ?? 0;
 
   async function deleteAndWait(index: number): Promise<{ r: RepairReport; before: number[]; after: number[] }> {
-    await until('the monitor to be armed', () => keeper['armed'] === true, 10_000);
+    await until('the monitor to be armed', () => keeper.armed === true, 10_000);
     const before = (await chain(sock)).handles;
     const d0 = await dumps();
     const j0 = jsCommits;
@@ -66,7 +69,7 @@ describe('the keeper arms the monitor with the repair of each owned rule', () =>
     expect(await dumps()).toBe(d0);  // nothing read
     expect(r.ops).toBe(1);
     expect(keeper.mirrorState()?.exact).toBe(true);
-    expect(keeper['mirror']!.handlesOf('ip', 't', 'c')).toEqual(after.handles);
+    expect(keeper.state.mirror!.handlesOf('ip', 't', 'c')).toEqual(after.handles);
     return { r, before, after: after.handles };
   }
 
@@ -78,40 +81,48 @@ describe('the keeper arms the monitor with the repair of each owned rule', () =>
     expect(after[2]).not.toBe(before[2]);
   });
 
-  it('the rule after a re-added one is re-added after the new handle (the monitor moved its position itself)', async () => {
+  it('the rule after a re-added one is re-added after the new handle (armed again from the plan after each repair)', async () => {
     for (const i of [3, 2, 3, 4, 0, 1, 0]) {
       const { before, after } = await deleteAndWait(i);
       expect(after.filter((_, k) => k !== i)).toEqual(before.filter((_, k) => k !== i));
     }
   });
 
-  it('stays armed across repairs without JavaScript arming it again, and gives way to a pass', async () => {
-    await until('the monitor to be armed', () => keeper['armed'] === true, 10_000);
+  it('is armed again from the planner after each repair, and gives way to a pass', async () => {
+    await until('the monitor to be armed', () => keeper.armed === true, 10_000);
     // A pass (the tick's read-back, a reload) pauses it; it is armed again once the mirror is clean,
     // and a pass that committed nothing takes up the same arm (resume) instead of arming anew.
-    const monitor = keeper['monitor'] as Monitor;
+    const monitor = keeper.state.monitor as Monitor;
     const arm = monitor.arm.bind(monitor);
     let arms = 0;
-    monitor.arm = (...a) => { arms++; return arm(...a); };
+    const armed: Parameters<Monitor['arm']>[] = [];
+    monitor.arm = (...a) => { arms++; armed.push(a); return arm(...a); };
     try {
       const done = keeper.request('manual', performance.now());
-      expect(keeper['armed']).toBe(false);
+      expect(keeper.armed).toBe(false);
       const outcome = await done;
       expect(outcome.ops).toBe(0);
-      await until('the monitor to be armed again', () => keeper['armed'] === true, 10_000);
+      await until('the monitor to be armed again', () => keeper.armed === true, 10_000);
       expect(arms).toBe(0);
-      await deleteAndWait(1);
+      const { after } = await deleteAndWait(1);
+      expect(arms).toBe(1);  // the monitor's reaction ended its arm; the keeper planned the next one
+      // What the keeper armed: per owned rule, its deletion alone and the planner's re-add of it
+      // where it stands, planned on the mirror without moving it (its generation is the repair's).
+      const [, generation, reactions] = armed[0]!;
+      expect(generation).toBe(keeper.state.mirror!.generation);
+      expect(reactions.map((r) => r.on)).toEqual(after.map((handle) => [{ type: 'delrule', family: 'ip', table: 't', name: 'c', handle }]));
+      expect(reactions.map((r) => r.ops.map((o) => [o.verb, (o as { position?: number }).position]))).toEqual(after.map((_, j) => [[j === 0 ? 'insert' : 'add', j === 0 ? undefined : after[j - 1]]]));
     } finally {
       monitor.arm = arm;
     }
   });
 
   it('the guard refuses the monitor\'s repair when a commit came after the deletion; the pass that follows repairs it', async () => {
-    await until('the monitor to be armed', () => keeper['armed'] === true, 10_000);
+    await until('the monitor to be armed', () => keeper.armed === true, 10_000);
     sock.commitNow!(new Batch().add('table', { family: 'ip', name: 'elsewhere' }));
     await until('the monitor to be armed at the new generation', async () => {
       await sleep(5);
-      return keeper['armed'] === true && keeper['monitor']!.progress!().lastGeneration === sock.generation();
+      return keeper.armed === true && keeper.state.monitor!.progress!().lastGeneration === sock.generation();
     }, 10_000);
     const before = (await chain(sock)).handles;
     const r0 = (await keeper.metrics.generationRetries.get()).values[0]?.value ?? 0;
@@ -126,7 +137,7 @@ describe('the keeper arms the monitor with the repair of each owned rule', () =>
   });
 
   it('a foreign commit that touches the owned table leaves the next deletion to JavaScript, which repairs both', async () => {
-    await until('the monitor to be armed', () => keeper['armed'] === true, 10_000);
+    await until('the monitor to be armed', () => keeper.armed === true, 10_000);
     const before = (await chain(sock)).handles;
     const j0 = jsCommits;
     // One turn of this thread: both commits are in before the keeper's monitor reads either.
@@ -148,12 +159,13 @@ describe('the keeper arms the monitor with the repair of each owned rule', () =>
   });
 });
 
-describe('Monitor.arm on its own', () => {
+describe('Monitor.arm on its own: the monitor matches events and sends what it was given, deciding nothing', () => {
   let ns: Netns;
   let sock: NftSocket;
   let foreign: NftSocket;
   let monitor: Monitor;
   const batches: MonitorBatch[] = [];
+  const other = { family: 'ip', table: 'other', chain: 'c' } as const;
   beforeAll(async () => {
     ns = createNetns('arm');
     sock = open({ netns: ns.path });
@@ -163,7 +175,11 @@ describe('Monitor.arm on its own', () => {
     for (const r of wantRules) b.add('rule', { ...where, exprs: r.compiled.exprs });
     await foreign.commit(b);
     monitor = new Monitor({ netns: ns.path, tables: [{ family: 'ip', name: 't' }], ignorePorts: [sock.portId], ownCommits: true,
-      onBatch: (x) => batches.push(x) });
+      onBatch: (x) => {
+        batches.push(x);
+        // As the keeper does: the reaction's commit, whose handles came back, need not be handed over.
+        if (x.reacted && 'handles' in x.reacted && x.reacted.handles.length > 0) monitor.skipOwn(x.generation + 1);
+      } });
     monitor.anchor(sock.generation(), 0);  // read after the subscription: every later commit is seen whole
   });
   afterAll(() => {
@@ -173,89 +189,148 @@ describe('Monitor.arm on its own', () => {
     ns?.remove();
   });
 
-  /** The keeper's arm of the chain as it stands: re-add rule j after rule j - 1 (at the head for j = 0). */
-  async function arm(): Promise<{ handles: number[]; generation: number }> {
+  const deleted = (handle: number): EventKey => ({ type: 'delrule', family: 'ip', table: 't', name: 'c', handle });
+  /** The keeper's re-add of rule j of the chain as it stands: at the head for j = 0, else after rule j - 1. */
+  const reAdd = (handles: readonly number[], j: number): Op => (j === 0
+    ? { verb: 'insert', object: 'rule', ...where, exprs: wantRules[j]!.compiled.exprs, id: 1 }
+    : { verb: 'add', object: 'rule', ...where, exprs: wantRules[j]!.compiled.exprs, id: 1, position: handles[j - 1]! }) as Op;
+
+  /** Arms `reactions(handles)` at the generation the monitor has read up to. */
+  async function arm(reactions: (handles: number[]) => Reaction[] = (h) => h.map((x, j) => ({ on: [deleted(x)], ops: [reAdd(h, j)] }))) {
     const handles = (await chain(sock)).handles;
-    const ops: Op[] = wantRules.map((r, j) => (j === 0
-      ? { verb: 'insert', object: 'rule', ...where, exprs: r.compiled.exprs, id: 1 }
-      : { verb: 'add', object: 'rule', ...where, exprs: r.compiled.exprs, id: 1, position: handles[j - 1]! }) as Op);
     const generation = sock.generation();
     await until('the monitor to have read every commit', () => monitor.progress().lastGeneration === generation);
-    expect(monitor.arm(sock, generation, ops, handles)).toBe(true);
+    expect(monitor.arm(sock, generation, reactions(handles))).toBe(true);
     return { handles, generation };
   }
 
-  it('answers a foreign deletion after commits elsewhere, guarded by its generation', async () => {
-    const { handles, generation } = await arm();
-    await foreign.commit(new Batch().add('rule', { family: 'ip', table: 'other', chain: 'c', exprs: wantRules[0]!.compiled.exprs }));
+  async function nextBatch(commit: () => Promise<unknown> | unknown): Promise<MonitorBatch> {
     batches.length = 0;
-    await foreign.commit(new Batch().delete('rule', { ...where, handle: handles[2]! }));
-    await until('the deletion to be handed over', () => batches.length > 0);
-    const b = batches[0]!;
+    await commit();
+    await until('the commit to be handed over', () => batches.length > 0);
+    return batches[0]!;
+  }
+
+  /** The chain as the tests start from: the desired rules, nothing in table other. */
+  async function restore(): Promise<void> {
+    const b = new Batch().flush('chain', { family: 'ip', table: 't', name: 'c' }).flush('chain', { family: 'ip', table: 'other', name: 'c' });
+    for (const r of wantRules) b.add('rule', { ...where, exprs: r.compiled.exprs });
+    await foreign.commit(b);
+  }
+
+  it('answers a foreign deletion after commits elsewhere, guarded by its generation, and the arm ends with it', async () => {
+    const { handles, generation } = await arm();
+    await foreign.commit(new Batch().add('rule', { ...other, exprs: wantRules[0]!.compiled.exprs }));
+    const b = await nextBatch(() => foreign.commit(new Batch().delete('rule', { ...where, handle: handles[2]! })));
     expect(b.generation).toBe(generation + 2);
-    expect(b.repaired).toMatchObject({ position: handles[1] });
-    const h = (b.repaired as { handle: number }).handle;
-    expect(h).toBeGreaterThan(0);
+    expect(b.reacted).toMatchObject({ reaction: 2 });
+    const echoed = (b.reacted as { handles: [number, number][] }).handles;
+    expect(echoed).toHaveLength(1);
+    const [op, h] = echoed[0]!;
+    expect(op).toBe(0);
     const after = await chain(sock);
     expect(after.ok).toBe(true);
     expect(after.handles).toEqual([handles[0], handles[1], h, handles[3], handles[4]]);
-    // Its own commit was skipped, not handed over.
+    // Its own commit was skipped (the caller said so), not handed over.
     await until('the repair to be read', () => monitor.progress().lastGeneration === generation + 3);
     await sleep(20);
     expect(batches).toHaveLength(1);
+    // One batch, one answer: the next deletion is the caller's, even of a rule it had a reaction for.
+    const next = await nextBatch(() => foreign.commit(new Batch().delete('rule', { ...where, handle: handles[4]! })));
+    expect(next.reacted).toBeUndefined();
+    await restore();
   });
 
   it('the kernel refuses it when another commit came first (nothing changed), and the arm is then off', async () => {
     const { handles } = await arm();
-    batches.length = 0;
     // Both commits in one turn: the monitor reads the deletion after the second is in.
-    foreign.commitNow!(new Batch().delete('rule', { ...where, handle: handles[3]! }));
-    foreign.commitNow!(new Batch().add('rule', { family: 'ip', table: 'other', chain: 'c', exprs: wantRules[1]!.compiled.exprs }));
-    await until('the deletion to be handed over', () => batches.length > 0);
-    expect(batches[0]!.repaired).toMatchObject({ errno: 85, position: handles[2] });  // ERESTART: the guard
+    const b = await nextBatch(() => {
+      foreign.commitNow!(new Batch().delete('rule', { ...where, handle: handles[3]! }));
+      foreign.commitNow!(new Batch().add('rule', { ...other, exprs: wantRules[1]!.compiled.exprs }));
+    });
+    expect(b.reacted).toMatchObject({ errno: 85, reaction: 3 });  // ERESTART: the guard
     const rules = await sock.listRules(where);
     expect(rules.map((r) => r.handle)).toEqual([handles[0], handles[1], handles[2], handles[4]]);
-    // Disarmed: the next deletion is not answered.
-    batches.length = 0;
-    await foreign.commit(new Batch().delete('rule', { ...where, handle: handles[0]! }));
-    await until('the deletion to be handed over', () => batches.length > 0);
-    expect(batches[0]!.repaired).toBeUndefined();
-    // Put the chain back as it was for the next case.
-    await foreign.commit(new Batch().flush('chain', { family: 'ip', table: 't', name: 'c' }));
-    const b = new Batch();
-    for (const r of wantRules) b.add('rule', { ...where, exprs: r.compiled.exprs });
-    await foreign.commit(b);
+    const next = await nextBatch(() => foreign.commit(new Batch().delete('rule', { ...where, handle: handles[0]! })));
+    expect(next.reacted).toBeUndefined();
+    await restore();
   });
 
   it('a commit that touched the watched table since it was armed leaves the next deletion unanswered', async () => {
     const { handles } = await arm();
     await foreign.commit(new Batch().add('rule', { ...where, exprs: wantRules[0]!.compiled.exprs }));  // an extra at the end
-    batches.length = 0;
-    await foreign.commit(new Batch().delete('rule', { ...where, handle: handles[1]! }));
-    await until('the deletion to be handed over', () => batches.length > 0);
-    expect(batches[0]!.repaired).toBeUndefined();
+    const b = await nextBatch(() => foreign.commit(new Batch().delete('rule', { ...where, handle: handles[1]! })));
+    expect(b.reacted).toBeUndefined();
     expect((await sock.listRules(where)).length).toBe(wantRules.length);  // 5 - 1 + the extra: nothing re-added
+    await restore();
   });
 
   it('paused, it answers nothing; resume takes the arm up after commits elsewhere, not after one that touched the table', async () => {
     const { handles } = await arm();
     monitor.pause();
-    await foreign.commit(new Batch().add('rule', { family: 'ip', table: 'other', chain: 'c', exprs: wantRules[2]!.compiled.exprs }));
+    await foreign.commit(new Batch().add('rule', { ...other, exprs: wantRules[2]!.compiled.exprs }));
     await until('the monitor to read it', () => monitor.progress().lastGeneration === sock.generation());
     expect(monitor.resume()).toBe(true);
     monitor.pause();
-    batches.length = 0;
-    await foreign.commit(new Batch().delete('rule', { ...where, handle: handles[4]! }));
-    await until('the deletion to be handed over', () => batches.length > 0);
-    expect(batches[0]!.repaired).toBeUndefined();  // paused
+    const b = await nextBatch(() => foreign.commit(new Batch().delete('rule', { ...where, handle: handles[4]! })));
+    expect(b.reacted).toBeUndefined();  // paused
     expect(monitor.resume()).toBe(false);  // that deletion touched the table
-    await foreign.commit(new Batch().add('rule', { ...where, exprs: wantRules[4]!.compiled.exprs }));
+    await restore();
   });
 
-  it('refuses anything but a rule op per handle, and a socket that is not the addon\'s', async () => {
+  // What the monitor did on its own before, and no longer decides: it answered one deletion of one
+  // owned rule with that rule's re-add, and nothing else.
+  it('answers a commit of several events when one reaction names exactly those, in order', async () => {
+    const { handles } = await arm((h) => [
+      { on: [deleted(h[1]!), deleted(h[3]!)], ops: [reAdd(h, 1), reAdd(h, 3)] },
+      { on: [deleted(h[1]!)], ops: [reAdd(h, 1)] },
+    ]);
+    const b = await nextBatch(() => foreign.commit(new Batch().delete('rule', { ...where, handle: handles[1]! }).delete('rule', { ...where, handle: handles[3]! })));
+    expect(b.events).toHaveLength(2);
+    expect(b.reacted).toMatchObject({ reaction: 0 });
+    expect((b.reacted as { handles: [number, number][] }).handles.map(([op]) => op)).toEqual([0, 1]);
+    const after = await chain(sock);
+    expect(after.ok).toBe(true);
+    await restore();
+  });
+
+  it('commits whatever the reaction holds, not the deleted rule\'s re-add', async () => {
+    const { handles } = await arm((h) => [{ on: [deleted(h[0]!)], ops: [{ verb: 'add', object: 'rule', ...other, exprs: wantRules[4]!.compiled.exprs }] }]);
+    const b = await nextBatch(() => foreign.commit(new Batch().delete('rule', { ...where, handle: handles[0]! })));
+    expect(b.reacted).toMatchObject({ reaction: 0 });
+    expect((await sock.listRules(where)).map((r) => r.handle)).toEqual(handles.slice(1));  // not re-added
+    expect(await sock.listRules(other)).toHaveLength(1);
+    await restore();
+  });
+
+  it('leaves a deletion of an owned rule alone when no reaction names it (the caller chose not to answer)', async () => {
+    const { handles } = await arm((h) => [{ on: [deleted(h[1]!)], ops: [reAdd(h, 1)] }]);
+    const b = await nextBatch(() => foreign.commit(new Batch().delete('rule', { ...where, handle: handles[2]! })));
+    expect(b.reacted).toBeUndefined();
+    expect((await sock.listRules(where)).map((r) => r.handle)).toEqual(handles.filter((_, j) => j !== 2));
+    await restore();
+  });
+
+  it('leaves a reaction\'s events alone when they come in another order or with more beside them', async () => {
+    const { handles } = await arm((h) => [{ on: [deleted(h[3]!), deleted(h[1]!)], ops: [reAdd(h, 1)] }]);
+    const b = await nextBatch(() => foreign.commit(new Batch().delete('rule', { ...where, handle: handles[1]! }).delete('rule', { ...where, handle: handles[3]! })));
+    expect(b.reacted).toBeUndefined();
+    await restore();
+    const again = await arm((h) => [{ on: [deleted(h[1]!)], ops: [reAdd(h, 1)] }]);
+    const c = await nextBatch(() => foreign.commit(new Batch().delete('rule', { ...where, handle: again.handles[1]! }).delete('rule', { ...where, handle: again.handles[2]! })));
+    expect(c.reacted).toBeUndefined();
+    await restore();
+  });
+
+  it('refuses reactions it cannot read, and a socket that is not the addon\'s', async () => {
     const { handles, generation } = await arm();
-    expect(() => monitor.arm(sock, generation, [{ verb: 'delete', object: 'rule', ...where, handle: handles[0]! }], [handles[0]!])).toThrow(/not one rule added/);
-    expect(() => monitor.arm(sock, generation, [], [1])).toThrow(/one handle per op/);
-    expect(monitor.arm({} as NftSocket, generation, [], [])).toBe(false);
+    const one = { on: [deleted(handles[0]!)], ops: [reAdd(handles, 0)] };
+    expect(() => monitor.arm(sock, generation, [{ on: [], ops: one.ops }])).toThrow(/needs events \(on\) and ops/);
+    expect(() => monitor.arm(sock, generation, [{ on: one.on, ops: [] }])).toThrow(/needs events \(on\) and ops/);
+    expect(() => monitor.arm(sock, generation, [{ on: [{ ...one.on[0]!, family: 'nope' as 'ip' }], ops: one.ops }])).toThrow(/reaction 0: event 0 needs a type, a family and a table/);
+    expect(() => monitor.arm(sock, generation, [one, one])).toThrow(/reaction 1: the same events as an earlier one/);
+    expect(() => monitor.arm(sock, generation, [one, { on: [deleted(handles[1]!)], ops: [{ verb: 'add', object: 'rule' } as Op] }])).toThrow();
+    expect(monitor.arm(sock, generation, [])).toBe(false);
+    expect(monitor.arm({} as NftSocket, generation, [one])).toBe(false);
   });
 });

@@ -3,7 +3,8 @@
  * attributed to the process that made it (the NEWGEN's pid and name, then /proc) in the repair's
  * log line, nfkeeper_foreign_changes_total, status() and the events stream, with the repair that
  * answered it. Committers: nft (exited before the keeper looks: pid and name only), iptables-nft,
- * and a long-lived process of the test's own (looked up: exe, command line, parent).
+ * a long-lived process of the test's own (looked up: exe, command line, parent) and a podman
+ * container (its id); a process in a transient systemd unit is in test/systemd-boot.test.ts.
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { request } from 'node:http';
@@ -11,7 +12,7 @@ import type { AddressInfo } from 'node:net';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { parseConfig } from '../../src/config/config.js';
+import { parseConfig, parseNftConfig } from '../../src/config/config.js';
 import { main } from '../../src/cli.js';
 import type { AttributionEvent, ForeignChange } from '../../src/keeper/attribution.js';
 import { sendEvents, serveMetrics } from '../../src/keeper/http.js';
@@ -169,6 +170,8 @@ tables:
 `, 'nat.yaml');
     const log = captureLog();
     await withKeeper({ config, logger: log.logger, tag: 'attr-ipt' }, async ({ ns, keeper }) => {
+      const heard: AttributionEvent[] = [];
+      keeper.attribution.follow((e) => heard.push(e));
       const repaired = nextRepair(keeper);
       ns.exec('iptables-nft', ['-t', 'nat', '-A', 'POSTROUTING', '-s', '192.168.0.0/16', '-j', 'MASQUERADE']);
       await repaired;
@@ -179,6 +182,46 @@ tables:
       expect(change!.by.comm).toBe('iptables-nft');
       expect(change!.repair!.ops).toEqual([expect.stringMatching(/^delete rule ip nat POSTROUTING handle \d+$/)]);
       expect(await foreignChanges(keeper)).toEqual({ 'ip nat/other': 0, 'ip nat/iptables-nft': 1 });
+      expect(heard.map((e) => e.type)).toEqual(['change', 'repair']);
+      expect(heard[0]).toMatchObject({ type: 'change', by: { comm: 'iptables-nft' }, generation: change!.generation });
+    });
+  });
+
+  it('a set element, a chain and the table itself: each foreign change attributed, in nft\'s words', async () => {
+    const config = parseNftConfig(`table ip nfkeeper {
+  set blocked {
+    type ipv4_addr
+    elements = { 10.0.0.1, 10.0.0.2 }
+  }
+  chain postrouting {
+    type nat hook postrouting priority srcnat;
+    ip saddr @blocked return
+  }
+  chain spare {
+    return
+  }
+}
+`, 'objects.nft');
+    await withKeeper({ config, tag: 'attr-obj' }, async ({ ns, keeper }) => {
+      const heard: AttributionEvent[] = [];
+      keeper.attribution.follow((e) => heard.push(e));
+      const cases: [string, RegExp][] = [
+        ['delete element ip nfkeeper blocked { 10.0.0.2 }', /^delete element ip nfkeeper blocked \{ 0x0a000002 \}$/],
+        ['delete chain ip nfkeeper spare', /^delete chain ip nfkeeper spare$/],
+        ['delete table ip nfkeeper', /^delete table ip nfkeeper$/],
+      ];
+      for (const [command, what] of cases) {
+        const repaired = nextRepair(keeper);
+        const r = spawnSync('ip', ['netns', 'exec', ns.name, 'nft', command]);
+        expect(r.status, command).toBe(0);
+        await repaired;
+        const [change] = keeper.status().foreignChanges!;
+        expect(change!.by, command).toMatchObject({ pid: r.pid, comm: 'nft' });
+        expect(change!.what, command).toContainEqual(expect.stringMatching(what));
+        expect(change!.repair, command).toBeDefined();
+        expect(heard.filter((e) => e.type === 'change').at(-1), command).toMatchObject({ generation: change!.generation });
+      }
+      expect(await foreignChanges(keeper)).toEqual({ 'ip nfkeeper/other': 0, 'ip nfkeeper/nft': 3 });
     });
   });
 

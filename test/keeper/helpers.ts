@@ -18,21 +18,12 @@ export const FLANNEL_RULES = [
   'ip saddr != 10.244.0.0/16 ip daddr 10.244.0.0/16 masquerade fully-random',
 ];
 
-export const FLANNEL_YAML = `
-tables:
-  - family: ip
-    name: nfkeeper
-    chains:
-      - name: postrouting
-        type: nat
-        hook: postrouting
-        priority: srcnat
-        rules:
-${FLANNEL_RULES.map((r) => `          - ${r}`).join('\n')}
-`;
-
-/** A config of one table `name` with one postrouting NAT chain `chain` holding `rules` (a generated big ruleset, say). */
-export function postroutingYaml(name: string, rules: readonly string[], chain = 'post'): string {
+/**
+ * A config of one table `name` with one postrouting NAT chain `chain` holding `rules` (a generated
+ * big ruleset, say), and regular chains `regular` (name: rules) after it, for its rules to jump to.
+ */
+export function postroutingYaml(name: string, rules: readonly string[], chain = 'post', regular: Record<string, readonly string[]> = {}): string {
+  const list = (rs: readonly string[]) => rs.map((r) => `          - ${r}\n`).join('');
   return `tables:
   - family: ip
     name: ${name}
@@ -42,9 +33,10 @@ export function postroutingYaml(name: string, rules: readonly string[], chain = 
         hook: postrouting
         priority: srcnat
         rules:
-${rules.map((r) => `          - ${r}`).join('\n')}
-`;
+${list(rules)}${Object.entries(regular).map(([n, rs]) => `      - name: ${n}\n        rules:\n${list(rs)}`).join('')}`;
 }
+
+export const FLANNEL_YAML = `\n${postroutingYaml('nfkeeper', FLANNEL_RULES, 'postrouting')}`;
 
 export function flannelConfig(): Config {
   return parseConfig(FLANNEL_YAML, 'flannel.yaml');

@@ -161,8 +161,8 @@ ${FLANNEL_RULES.map((r) => `add rule ip nfkeeper postrouting ${r}`).join('\n')}
     let tampers = 0;
     const until = Date.now() + 2500;
     while (Date.now() < until) {
-      // Through a socket, not a forked nft: at a load average of 10 an nft
-      // exec takes ~250 ms, slower than the back-off, and the test measured load.
+      // Through a socket, not a forked nft: under load an nft exec is slower
+      // than the back-off, and the test would measure the load.
       await sock.commit(new Batch().flush('chain', { family: 'ip', table: 'nfkeeper', name: 'postrouting' }))
         .then(() => tampers++, () => undefined /* chain momentarily gone */);
       await sleep(10);

@@ -88,7 +88,7 @@ describe('the known state of a table with named sets and maps', () => {
     if (k.mirrorState()?.exact) {
       await until('the mirror to be seeded again', () => k.mirrorState()?.exact === true && k.mirrorState()!.generation === sock.generation());
       await k.idle();
-      k['mirror']!.invalidate('the test turns it off');
+      k.state.mirror!.invalidate('the test turns it off');
     }
   }
 
@@ -97,7 +97,7 @@ describe('the known state of a table with named sets and maps', () => {
     // The start-up looked at an empty namespace (no table: nothing to dump) and installed; the mirror
     // was seeded from that commit, not from a read of the 2,000 elements or the rules.
     expect(host.reads).toEqual({ listRules: 0, listRuleDigests: 0, listElements: 0 });
-    expect(k['mirror']!.elementsDiffering('ip', 'kp', 'service-ips')).toBe(0);
+    expect(k.state.mirror!.elementsDiffering('ip', 'kp', 'service-ips')).toBe(0);
     expect((await sock.listElements(map)).length).toBe(N);
     // A reload that changes a rule turns the mirror off; its pass plans from the known state.
     const d0 = await dumps(k);
@@ -240,8 +240,7 @@ describe('the known state of a table with named sets and maps', () => {
     await k.idle();
     expect(host.total()).toBe(reads0);  // planned from the known state: nothing to do, nothing read
     // The safety net's read (digests, set definitions, elements) finds it as known.
-    (k as unknown as { readBackDue: boolean }).readBackDue = true;
-    expect(await k.request('manual', performance.now())).toMatchObject({ status: 'in-sync', ops: 0 });
+    expect(await k.readBack('manual', performance.now())).toMatchObject({ status: 'in-sync', ops: 0 });
     expect(host.total()).toBeGreaterThan(reads0);
     expect((await sock.listElements({ ...map, set: 'blocked' })).length).toBe(2);
   });

@@ -4,7 +4,7 @@
  * exactly that element's ops, planned from the elements the events carry, with no element read
  * and no dump; a reload that changes one element commits just its ops, again without a read; when
  * the proof is missing (a commit with more events than a batch keeps, ENOBUFS on the event socket)
- * the keeper reads the kernel instead. And the timed-element bug of issue 14: a timed element a
+ * the keeper reads the kernel instead. And a timed-element bug found on the way: a timed element a
  * reload adds is installed, and one that expired is not put back.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -129,7 +129,7 @@ describe('element repairs from the event mirror, a 10,000-element verdict map', 
     expect(host.elementReads).toBe(reads0);  // no element dump to plan or verify it
     expect(host.batches.length).toBe(batches0 + 1);
     await until('the mirror to learn its own commit', () => keeper.mirrorState()?.exact === true && keeper.mirrorState()!.generation === r.generation);
-    expect(keeper['mirror']!.elementsDiffering('ip', 'kp', 'service-ips')).toBe(0);
+    expect(keeper.state.mirror!.elementsDiffering('ip', 'kp', 'service-ips')).toBe(0);
     return { r, ops: host.batches.at(-1)!.map(opText) };
   }
 
@@ -237,7 +237,7 @@ describe('the element mirror gives way on a gap in the events', () => {
   }, 120_000);
 });
 
-describe('timed elements (issue 14 bug)', () => {
+describe('timed elements', () => {
   const timed = (els: string[]) => parseNftConfig(`table ip tm {
 \tset ts {
 \t\ttype ipv4_addr

@@ -196,7 +196,7 @@ describe('big batches and the acknowledgement buffer', () => {
   });
 
   it('with a receive buffer too small for the acks, a batch still reports its true outcome', async () => {
-    // About 830 bytes of skb per ack: 10,000 acks do not fit in 128 KiB. The
+    // Each ack's skb is far bigger than its message: 10,000 acks do not fit in 128 KiB. The
     // kernel would drop most of them (ENOBUFS) while the batch commits, so the
     // socket asks for errors only and decides from those.
     await withNetns(async (ns) => {

@@ -1,5 +1,5 @@
 /**
- * What the keeper learns without decoding (issue 14): rule digests, equal exactly when the rules'
+ * What the keeper learns without decoding (so a change costs what it changes): rule digests, equal exactly when the rules'
  * structural keys are (counter values left out; none for a lookup of an anonymous set), in full
  * and digest-only dumps alike; and a commit with `echo` that hands back the handles the kernel
  * gave the batch's new rules, as a dump then shows them.

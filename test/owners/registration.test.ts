@@ -1,5 +1,5 @@
 /**
- * Registering or removing one owner costs that owner, not every owner (issue 14): one batch of the
+ * Registering or removing one owner costs that owner, not every owner: one batch of the
  * owner's own ops, touching its chain and its jump in the dispatch chain only, planned without
  * reading the kernel (src/keeper/known.ts); a commit elsewhere is confirmed by rule digests without
  * decoding a rule; tampering is still found and repaired. Op counts and calls, never timings.
@@ -41,8 +41,7 @@ describe('owners one at a time', () => {
         await Promise.all(Array.from({ length: 20 }, (_, k) => d.api('PUT', `/v1/owners/${id(i + k)}`, ownerSpec(i + k, 10))));
       }
       // Batches of 20 owners are too big to echo their handles: one read makes them known.
-      (d.keeper as unknown as { readBackDue: boolean }).readBackDue = true;
-      await d.keeper.request('manual', 0);
+      await d.keeper.readBack('manual', 0);
       const seen = spy(d.keeper.socket!);
       const dumps = async () => (await d.keeper.metrics.dumps.get()).values[0]?.value ?? 0;
       const before = await dumps();
@@ -78,8 +77,7 @@ describe('owners one at a time', () => {
       expect(seen.listRules + seen.listRuleDigests).toBe(0);
 
       // What the keeper planned from is what the kernel holds: a full read finds nothing to do.
-      (d.keeper as unknown as { readBackDue: boolean }).readBackDue = true;
-      const check = await d.keeper.request('manual', 0);
+      const check = await d.keeper.readBack('manual', 0);
       expect(check).toMatchObject({ status: 'in-sync', ops: 0 });
       expect(seen.listRules).toBeGreaterThan(0);
       const chains = (await sock.listChains({ family: 'ip', table: 'nfkeeper' })).map((c) => c.name);
@@ -117,8 +115,7 @@ describe('owners one at a time', () => {
       expect(seen.listRules).toBe(0);
       expect(seen.listRuleDigests).toBe(digests);
       // What the keeper knows is what the kernel holds: a full read finds nothing to do.
-      (d.keeper as unknown as { readBackDue: boolean }).readBackDue = true;
-      expect(await d.keeper.request('manual', 0)).toMatchObject({ status: 'in-sync', ops: 0 });
+      expect(await d.keeper.readBack('manual', 0)).toMatchObject({ status: 'in-sync', ops: 0 });
       expect((await sock.listChains({ family: 'ip', table: 'nfkeeper' })).length).toBe(2 + 40 + 20 + 20 + 1);
     });
   }, 120_000);
@@ -126,8 +123,7 @@ describe('owners one at a time', () => {
   it('right after a registration (the event mirror not seeded yet), a commit elsewhere costs no read at all; one in the owned table is still read and repaired', async () => {
     await withDaemon('own-proof', async ({ d, sock, ns }) => {
       await Promise.all(Array.from({ length: 70 }, (_, i) => d.api('PUT', `/v1/owners/${id(i)}`, ownerSpec(i, 4))));
-      (d.keeper as unknown as { readBackDue: boolean }).readBackDue = true;
-      expect(await d.keeper.request('manual', 0)).toMatchObject({ status: 'in-sync' });
+      expect(await d.keeper.readBack('manual', 0)).toMatchObject({ status: 'in-sync' });
       const seen = spy(d.keeper.socket!);
       const reads = () => seen.listRules + seen.listRuleDigests + seen.chains;
       for (let k = 0; k < 3; k++) {
@@ -158,8 +154,7 @@ describe('owners one at a time', () => {
     await withDaemon('own-digest', async ({ d, sock, ns }) => {
       await Promise.all(Array.from({ length: 70 }, (_, i) => d.api('PUT', `/v1/owners/${id(i)}`, ownerSpec(i, 4))));
       // A decoding read teaches the keeper every rule's digest.
-      (d.keeper as unknown as { readBackDue: boolean }).readBackDue = true;
-      expect(await d.keeper.request('manual', 0)).toMatchObject({ status: 'in-sync' });
+      expect(await d.keeper.readBack('manual', 0)).toMatchObject({ status: 'in-sync' });
       const seen = spy(d.keeper.socket!);
 
       ns.nft('add table ip elsewhere');
@@ -249,9 +244,9 @@ describe('owners registered in flight, planned from the chains that changed', ()
       expect(seen.listRules).toBe(0);
 
       // The known state is the kernel's: every chain's handles in order, and each rule the desired one.
-      const known = (d.keeper as unknown as { reconciler: { known?: { table(t: unknown): { observed: { rules: Map<string, { handle?: number; exprs: unknown }[]> } } | undefined } } }).reconciler.known;
+      const known = d.keeper.state.reconciler!.lastKnown;
       expect(known).toBeDefined();
-      const desired = (d.keeper as unknown as { desired: { family: string; name: string; chains: { name: string; rules: { compiled: { exprs: unknown } }[] }[] }[] }).desired;
+      const desired = d.keeper.state.desired;
       const owned = desired.find((t) => t.name === 'nfkeeper')!;
       const kt = known!.table(owned)!;
       const kernel = await d.keeper.socket!.listRules({ family: 'ip', table: 'nfkeeper' });
@@ -264,8 +259,7 @@ describe('owners registered in flight, planned from the chains that changed', ()
         rules.forEach((r, j) => expect(r.exprs, `${c.name} rule ${j}`).toBe(c.rules[j]!.compiled.exprs));
       }
       // And a full read (digests, then a decoding read where they fail) finds nothing to do.
-      (d.keeper as unknown as { readBackDue: boolean }).readBackDue = true;
-      expect(await d.keeper.request('manual', 0)).toMatchObject({ status: 'in-sync', ops: 0 });
+      expect(await d.keeper.readBack('manual', 0)).toMatchObject({ status: 'in-sync', ops: 0 });
 
       // A fresh daemon in another namespace, from the state file alone, installs the same ruleset.
       const registered = listTable(ns);

@@ -1,5 +1,5 @@
 /**
- * Real peer rulesets as whole tables (issue 13's proof), generated the way
+ * Real peer rulesets as whole tables (the whole-table proof), generated the way
  * each program writes them (test/helpers/peers): kube-proxy's nftables mode,
  * Calico's NAT table, the CNI portmap table, flannel's tables and Docker's
  * NAT rules translated from iptables-nft.

@@ -1,5 +1,5 @@
 /**
- * Random tables (issue 13, proof): generated tables of base and regular
+ * Random tables (the whole-table proof): generated tables of base and regular
  * chains, jumps between them and rules from the generated rule vocabulary
  * (test/rules/generate.ts) go through compile → kernel → decode → render →
  * compile, and that is a fixed point:

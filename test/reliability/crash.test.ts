@@ -1,5 +1,5 @@
 /**
- * kill -9 at random points (issue 9, "Crashes and restarts"). A daemon
+ * kill -9 at random points (docs/reliability.md, crashes and restarts). A daemon
  * (bin/nfkeeper.js run, a real child process) installs a large config, in one
  * batch, into an empty namespace, or swaps a large config for another large
  * one on reload, and is killed with SIGKILL after a seeded random delay that

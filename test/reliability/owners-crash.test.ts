@@ -1,6 +1,6 @@
 /**
  * kill -9 of the daemon (bin/nfkeeper.js run, a real child process) with
- * owners in flight (issue 16):
+ * owners in flight:
  *  - while 1,000 owners are being registered over the control socket by 100
  *    clients at once: killed once a seeded random number of them has been
  *    acknowledged, with requests still in flight;

@@ -24,6 +24,7 @@ import { call, compileOwner, loadOwners, saveOwners } from '../../src/owners/ind
 import { cli } from '../helpers/cli.js';
 import { withNetns } from '../helpers/netns.js';
 import { tempDir } from '../helpers/tmp.js';
+import { postroutingYaml } from '../keeper/helpers.js';
 import { BASE_RULE, listTable, ownerSpec, ownersYaml, paddedSpec, writeConfig } from '../owners/fixtures.js';
 import { tearJournalEverywhere } from '../owners/journal-sweep.js';
 import { specKey } from '../../src/owners/spec.js';
@@ -46,6 +47,8 @@ const POISON_CANDIDATES = [
   'osf name "Linux" return',
 ];
 
+const POISON_JUMP = 'ip saddr 10.9.9.9 jump masq';
+
 let poisonFound: string | undefined;
 async function poisonRule(): Promise<string> {
   if (poisonFound) return poisonFound;
@@ -67,22 +70,11 @@ async function poisonRule(): Promise<string> {
 
 /** A config whose own chain holds `rule`, jumped to from nat postrouting, as an owner's chain is. */
 function poisonConfig(rule: string): string {
-  return `tables:
-  - family: ip
-    name: nfkeeper
-    chains:
-      - name: postrouting
-        type: nat
-        hook: postrouting
-        priority: srcnat
-        rules: ["ip saddr 10.9.9.9 jump masq"]
-      - name: masq
-        rules: [${JSON.stringify(rule)}]
-`;
+  return postroutingYaml('nfkeeper', [POISON_JUMP], 'postrouting', { masq: [rule] });
 }
 
 function poisonSpec(rule: string) {
-  return { chains: [{ name: 'masq', rules: [rule] }], jumps: { postrouting: ['ip saddr 10.9.9.9 jump masq'] } };
+  return { chains: [{ name: 'masq', rules: [rule] }], jumps: { postrouting: [POISON_JUMP] } };
 }
 
 const ownersOf = async (sock: string) => ((await call(sock, 'GET', '/v1/owners')).body as { owners: { id: string }[] }).owners.map((o) => o.id).sort();

@@ -215,7 +215,7 @@ export const KEYED: KeyedRule[] = [
   k('inet', 'pre', 'dnat ip6 to ip6 daddr . tcp dport map @dm6p'),
   k('inet', 'pre', 'dnat ip to ip daddr . tcp dport map { 10.0.0.1 . 80 : 10.1.0.1 . 8080 }'),
   k('inet', 'fwd', 'update @dyn6 { ip6 saddr timeout 1h }'),
-  // issue 13: named maps behind dup and a masked mark map key, ether and fib keys in named sets' company
+  // Named maps behind dup and a masked mark map key, ether and fib keys in named sets' company
   k('ip', 'fwd', 'dup to ip saddr map @dm'),
   k('ip6', 'fwd', 'dup to ip6 saddr map @dm6'),
   k('ip', 'fwd', 'meta mark set ip saddr & 255.255.0.0 map @markmap'),

@@ -1,5 +1,5 @@
 /**
- * The peer rulesets as whole tables (issue 13's proof): each entry gives the
+ * The peer rulesets as whole tables (the proof that large real rulesets load): each entry gives the
  * file a peer program writes and the tables in it. Files that need a tool in
  * a namespace (iptables-restore-translate for Docker) take one.
  *
