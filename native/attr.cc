@@ -101,6 +101,16 @@ std::vector<RawExpr> WalkExpressions(const nlattr* list) {
   return out;
 }
 
+std::vector<const nlattr*> ExprNests(const nlattr* single, const nlattr* list) {
+  std::vector<const nlattr*> out;
+  if (single != nullptr) out.push_back(single);
+  if (list != nullptr) {
+    const nlattr* a;
+    NFK_NESTED_FOR_EACH(a, list) if (mnl_attr_get_type(a) == NFTA_LIST_ELEM) out.push_back(a);
+  }
+  return out;
+}
+
 bool RuleOkForLibnftnl(const nlmsghdr* nlh) {
   if (!HasNfgenmsg(nlh)) return false;
   AttrTable t(NFTA_RULE_MAX);

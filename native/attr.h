@@ -34,6 +34,10 @@ struct RawExpr {
 // The expressions of an NFTA_RULE_EXPRESSIONS list, in order.
 std::vector<RawExpr> WalkExpressions(const nlattr* list);
 
+// The expression nests of an NFTA_*_EXPR attribute (`single`) and of an NFTA_*_EXPRESSIONS list
+// (a set's, an element's, a dynset's); either may be null.
+std::vector<const nlattr*> ExprNests(const nlattr* single, const nlattr* list);
+
 // The message is long enough for its nfgenmsg.
 bool HasNfgenmsg(const nlmsghdr* nlh);
 // nfgen_family; only after HasNfgenmsg.

@@ -1,4 +1,5 @@
 #include "decode.h"
+#include "decode_json.h"
 #include "element.h"
 
 #include <cerrno>
@@ -52,6 +53,14 @@ struct ChainDeleter {
 struct SetDeleter {
   void operator()(nftnl_set* s) const { nftnl_set_free(s); }
 };
+
+// Expression nests as IR expressions, through the one JSON decoder of expressions.
+Napi::Value ExprsValue(Napi::Env env, const std::vector<const nlattr*>& nests) {
+  std::string json;
+  AppendNestedExprsJson(nests, &json);
+  Napi::Object JSON = env.Global().Get("JSON").As<Napi::Object>();
+  return JSON.Get("parse").As<Napi::Function>().Call(JSON, {Napi::String::New(env, json)});
+}
 
 }  // namespace
 
@@ -154,6 +163,11 @@ Napi::Object DecodeSet(Napi::Env env, const nlmsghdr* nlh) {
     const void* d = nftnl_set_get_data(s, NFTNL_SET_USERDATA, &len);
     o.Set("userdata", ToHex(d, len));
   }
+  // NFTA_SET_EXPR(ESSIONS): the expressions each element gets
+  AttrTable t(NFTA_SET_MAX);
+  mnl_attr_parse(nlh, sizeof(nfgenmsg), CollectAttr, &t);
+  std::vector<const nlattr*> nests = ExprNests(t.at[NFTA_SET_EXPR], t.at[NFTA_SET_EXPRESSIONS]);
+  if (!nests.empty()) o.Set("exprs", ExprsValue(env, nests));
   return o;
 }
 
@@ -177,6 +191,7 @@ void DecodeSetElems(Napi::Env env, const nlmsghdr* nlh, Napi::Array out) {
     if (x.hasTimeout) o.Set("timeout", static_cast<double>(x.timeout));
     if (x.hasExpiration) o.Set("expiration", static_cast<double>(x.expiration));
     if (!x.userdata.empty()) o.Set("userdata", x.userdata);
+    if (!x.exprs.empty()) o.Set("exprs", ExprsValue(env, x.exprs));
     out.Set(n++, o);
   }
 }

@@ -122,7 +122,61 @@ struct RuleDeleter {
   void operator()(nftnl_rule* r) const { nftnl_rule_free(r); }
 };
 
+// The expressions of a rule message (`list`: its NFTA_RULE_EXPRESSIONS) as a JSON array: each
+// typed through the expression table where libnftnl parses it and the IR models it, else raw.
+void AppendExprsJson(const nlmsghdr* nlh, const nlattr* list, std::string* out) {
+  std::vector<RawExpr> raw;
+  if (list != nullptr) raw = WalkExpressions(list);
+  std::unique_ptr<nftnl_rule, RuleDeleter> rule(nftnl_rule_alloc());
+  bool parsed = rule && RuleOkForLibnftnl(nlh) && nftnl_rule_nlmsg_parse(nlh, rule.get()) >= 0;
+  std::vector<nftnl_expr*> typed;
+  if (parsed) {
+    nftnl_expr_iter* it = nftnl_expr_iter_create(rule.get());
+    for (nftnl_expr* e = nftnl_expr_iter_next(it); e != nullptr; e = nftnl_expr_iter_next(it)) typed.push_back(e);
+    nftnl_expr_iter_destroy(it);
+    if (typed.size() != raw.size()) typed.clear(), parsed = false;
+  }
+  out->push_back('[');
+  for (size_t i = 0; i < raw.size(); i++) {
+    if (i > 0) out->push_back(',');
+    const ExprKind* kind = FindExprKind(raw[i].name.c_str());
+    if (!parsed || kind == nullptr || !ModelsRawExpr(*kind, raw[i])) {
+      UnknownExpr(out, raw[i]);
+      continue;
+    }
+    TypedExpr(out, *kind, typed[i]);
+    // a dynset's own statements, from the raw attributes (libnftnl keeps no order for us to trust)
+    std::vector<const nlattr*> nested = DynsetExprNests(raw[i]);
+    if (!nested.empty()) {
+      out->pop_back();
+      out->append(",\"exprs\":");
+      AppendNestedExprsJson(nested, out);
+      out->push_back('}');
+    }
+  }
+  out->push_back(']');
+}
+
 }  // namespace
+
+void AppendNestedExprsJson(const std::vector<const nlattr*>& nests, std::string* out) {
+  // As the expressions of a rule message of their own, so that they decode as a rule's do.
+  std::vector<char> buf(MNL_NLMSG_HDRLEN + MNL_ALIGN(sizeof(nfgenmsg)) + 64);
+  size_t need = buf.size();
+  for (const nlattr* n : nests) need += MNL_ALIGN(n->nla_len) + 8;
+  buf.resize(need);
+  nlmsghdr* nlh = mnl_nlmsg_put_header(buf.data());
+  nlh->nlmsg_type = (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWRULE;
+  mnl_nlmsg_put_extra_header(nlh, sizeof(nfgenmsg));
+  mnl_attr_put_strz(nlh, NFTA_RULE_TABLE, "");
+  mnl_attr_put_strz(nlh, NFTA_RULE_CHAIN, "");
+  nlattr* list = mnl_attr_nest_start(nlh, NFTA_RULE_EXPRESSIONS);
+  for (const nlattr* n : nests) mnl_attr_put(nlh, NFTA_LIST_ELEM | NLA_F_NESTED, mnl_attr_get_payload_len(n), mnl_attr_get_payload(n));
+  mnl_attr_nest_end(nlh, list);
+  // no dynset inside these: the kernel takes stateful expressions only
+  AppendExprsJson(nlh, list, out);
+}
+
 
 void AppendJsonString(std::string* out, const char* s) { PutStr(out, s); }
 
@@ -165,25 +219,9 @@ bool AppendRuleJson(const nlmsghdr* nlh, std::string* out, bool withDigest) {
     }
   }
 
-  std::vector<RawExpr> raw;
-  if (at[NFTA_RULE_EXPRESSIONS]) raw = WalkExpressions(at[NFTA_RULE_EXPRESSIONS]);
-  std::unique_ptr<nftnl_rule, RuleDeleter> rule(nftnl_rule_alloc());
-  bool parsed = rule && RuleOkForLibnftnl(nlh) && nftnl_rule_nlmsg_parse(nlh, rule.get()) >= 0;
-  std::vector<nftnl_expr*> typed;
-  if (parsed) {
-    nftnl_expr_iter* it = nftnl_expr_iter_create(rule.get());
-    for (nftnl_expr* e = nftnl_expr_iter_next(it); e != nullptr; e = nftnl_expr_iter_next(it)) typed.push_back(e);
-    nftnl_expr_iter_destroy(it);
-    if (typed.size() != raw.size()) typed.clear(), parsed = false;
-  }
-  out->append(",\"exprs\":[");
-  for (size_t i = 0; i < raw.size(); i++) {
-    if (i > 0) out->push_back(',');
-    const ExprKind* kind = FindExprKind(raw[i].name.c_str());
-    if (parsed && kind != nullptr && ModelsRawExpr(*kind, raw[i])) TypedExpr(out, *kind, typed[i]);
-    else UnknownExpr(out, raw[i]);
-  }
-  out->append("]}");
+  out->append(",\"exprs\":");
+  AppendExprsJson(nlh, at[NFTA_RULE_EXPRESSIONS], out);
+  out->push_back('}');
   return true;
 }
 
@@ -206,6 +244,7 @@ bool AppendSetElemsJson(const nlmsghdr* nlh, std::string* out, bool* first) {
     if (x.hasTimeout) PutKey(out, "timeout", &f), PutInt(out, x.timeout);
     if (x.hasExpiration) PutKey(out, "expiration", &f), PutInt(out, x.expiration);
     if (!x.userdata.empty()) PutKey(out, "userdata", &f), PutQuoted(out, x.userdata);
+    if (!x.exprs.empty()) PutKey(out, "exprs", &f), AppendNestedExprsJson(x.exprs, out);
     out->push_back('}');
   }
   return true;

@@ -9,6 +9,7 @@
 #include "attr.h"
 
 #include <string>
+#include <vector>
 
 namespace nfk {
 
@@ -16,6 +17,11 @@ namespace nfk {
 // exprs, and with `withDigest` its digest) to `out`. False,
 // with nothing appended, for a message too short to hold a rule.
 bool AppendRuleJson(const nlmsghdr* nlh, std::string* out, bool withDigest = false);
+
+// Expression nests (each NFTA_EXPR_NAME and NFTA_EXPR_DATA: a set's, an element's or a dynset's
+// NFTA_*_EXPR, or the items of its NFTA_*_EXPRESSIONS) as a JSON array of IR expressions,
+// decoded as a rule's expressions are.
+void AppendNestedExprsJson(const std::vector<const nlattr*>& nests, std::string* out);
 
 // A NUL-terminated string as a JSON string literal, appended to `out`.
 void AppendJsonString(std::string* out, const char* s);

@@ -69,6 +69,8 @@ bool ParseSetElemList(const nlattr* list, std::vector<SetElem>* out) {
           el.expiration = be64toh(mnl_attr_get_u64(a));
           break;
         case NFTA_SET_ELEM_USERDATA: el.userdata = ToHex(mnl_attr_get_payload(a), len); break;
+        case NFTA_SET_ELEM_EXPR: el.exprs = ExprNests(a, nullptr); break;
+        case NFTA_SET_ELEM_EXPRESSIONS: el.exprs = ExprNests(nullptr, a); break;
         case NFTA_SET_ELEM_OBJREF:
           if (mnl_attr_validate(a, MNL_TYPE_NUL_STRING) < 0) return false;
           el.objref = mnl_attr_get_str(a);

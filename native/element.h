@@ -26,6 +26,8 @@ struct SetElem {
   uint64_t timeout = 0;  // ms
   bool hasExpiration = false;
   uint64_t expiration = 0;  // ms
+  // NFTA_SET_ELEM_EXPR or the items of NFTA_SET_ELEM_EXPRESSIONS, pointing into the message
+  std::vector<const nlattr*> exprs;
 };
 
 // Appends the elements of a NFTA_SET_ELEM_LIST_ELEMENTS nest to `out`; false when one is malformed

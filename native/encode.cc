@@ -182,6 +182,28 @@ nftnl_expr* BuildTypedExpr(const ExprKind& kind, const Napi::Object& e) {
   return x;
 }
 
+// NFT_SET_EXPR_MAX: the most expressions a set, an element or a dynset carries.
+constexpr uint32_t kMaxStatefulExprs = 2;
+
+// Builds each of `o.exprs` (a set's, an element's or a dynset's expressions: counter, limit,
+// quota, ...; validated in TypeScript) and hands it to `add`, which takes ownership.
+template <typename Add>
+void ForEachStatefulExpr(const Napi::Object& o, Add add) {
+  Napi::Value v = Prop(o, "exprs");
+  if (!Present(v)) return;
+  if (!v.IsArray()) throw Napi::TypeError::New(o.Env(), "'exprs' must be an array");
+  Napi::Array a = v.As<Napi::Array>();
+  if (a.Length() > kMaxStatefulExprs) throw Napi::RangeError::New(o.Env(), "'exprs' holds at most 2 expressions");
+  for (uint32_t i = 0; i < a.Length(); i++) {
+    Napi::Value ev = a.Get(i);
+    if (!ev.IsObject()) throw Napi::TypeError::New(o.Env(), "exprs[" + std::to_string(i) + "] must be an object");
+    std::string k = Str(ev.As<Napi::Object>(), "kind");
+    const ExprKind* kind = FindExprKind(k.c_str());
+    if (kind == nullptr || k == "dynset") throw Napi::TypeError::New(o.Env(), "exprs[" + std::to_string(i) + "]: '" + k + "' is not a stateful expression");
+    add(BuildTypedExpr(*kind, ev.As<Napi::Object>()));
+  }
+}
+
 // One NFTA_LIST_ELEM of a rule's expression list; `i` names it in errors.
 void PutExpression(nlmsghdr* nlh, const Napi::Value& v, uint32_t i) {
   Napi::Env env = v.Env();
@@ -202,6 +224,13 @@ void PutExpression(nlmsghdr* nlh, const Napi::Value& v, uint32_t i) {
       throw Napi::TypeError::New(env, "exprs[" + std::to_string(i) + "]: unknown kind '" + kindName + "'");
     }
     nftnl_expr* x = BuildTypedExpr(*kind, e);
+    try {
+      // a dynset's statements (NFTA_DYNSET_EXPR, or EXPRESSIONS for more than one): libnftnl owns them
+      if (kindName == "dynset") ForEachStatefulExpr(e, [x](nftnl_expr* s) { nftnl_expr_add_expr(x, NFTNL_EXPR_DYNSET_EXPRESSIONS, s); });
+    } catch (...) {
+      nftnl_expr_free(x);
+      throw;
+    }
     nftnl_expr_build_payload(nlh, x);
     nftnl_expr_free(x);
   }
@@ -408,6 +437,8 @@ nftnl_set* BuildSet(const Napi::Object& op, uint16_t family, uint32_t setId) {
       std::vector<uint8_t> d = HexOf(op, "userdata", kMaxUserdata);
       nftnl_set_set_data(s, NFTNL_SET_USERDATA, d.data(), d.size());
     }
+    // NFTA_SET_EXPR, or NFTA_SET_EXPRESSIONS for more than one: what each element gets
+    ForEachStatefulExpr(op, [s](nftnl_expr* x) { nftnl_set_add_expr(s, x); });
   } catch (...) {
     nftnl_set_free(s);
     throw;
@@ -426,6 +457,9 @@ struct ElemIn {
   uint64_t timeout = 0, expiration = 0;
   int32_t verdict = 0;
   std::string chain;
+  // NFTA_SET_ELEM_EXPR(ESSIONS): the element's own counter, limit, quota, ... (built when encoded)
+  std::optional<Napi::Object> exprsOf;
+  uint32_t exprCount = 0;
 
   size_t WireSize() const {
     auto attr = [](size_t n) { return 4 + MNL_ALIGN(n); };
@@ -439,6 +473,8 @@ struct ElemIn {
     if (hasTimeout) n += attr(8);
     if (hasExpiration) n += attr(8);
     if (hasVerdict || hasChain) n += 4 + 4 + attr(4) + attr(chain.size() + 1);
+    // more than any stateful expression's attributes (a limit is 64 bytes with its name)
+    n += 8 + exprCount * 128;
     return n;
   }
 };
@@ -463,6 +499,12 @@ ElemIn ReadElement(const Napi::Value& v, uint32_t i) {
   }
   if ((e.hasTimeout = HasKey(eo, "timeout"))) e.timeout = static_cast<uint64_t>(I64(eo, "timeout"));
   if ((e.hasExpiration = HasKey(eo, "expiration"))) e.expiration = static_cast<uint64_t>(I64(eo, "expiration"));
+  Napi::Value x = Prop(eo, "exprs");
+  if (Present(x)) {
+    if (!x.IsArray()) throw Napi::TypeError::New(env, "elements[" + std::to_string(i) + "].exprs must be an array");
+    e.exprsOf = eo;
+    e.exprCount = x.As<Napi::Array>().Length();
+  }
   return e;
 }
 
@@ -478,6 +520,7 @@ size_t EncodeElements(std::vector<uint8_t>* out, uint16_t type, uint16_t family,
   size_t i = 0;
   do {
     nftnl_set* s = nftnl_set_alloc();
+    std::unique_ptr<nftnl_set, void (*)(const nftnl_set*)> owned(s, nftnl_set_free);
     nftnl_set_set_str(s, NFTNL_SET_TABLE, table.c_str());
     nftnl_set_set_str(s, NFTNL_SET_NAME, set.c_str());
     if (setId != 0) nftnl_set_set_u32(s, NFTNL_SET_ID, setId);
@@ -499,12 +542,13 @@ size_t EncodeElements(std::vector<uint8_t>* out, uint16_t type, uint16_t family,
       if (in.hasTimeout) nftnl_set_elem_set_u64(e, NFTNL_SET_ELEM_TIMEOUT, in.timeout);
       if (in.hasExpiration) nftnl_set_elem_set_u64(e, NFTNL_SET_ELEM_EXPIRATION, in.expiration);
       if (in.hasUserdata) nftnl_set_elem_set(e, NFTNL_SET_ELEM_USERDATA, in.userdata.data(), in.userdata.size());
+      if (in.exprsOf) ForEachStatefulExpr(*in.exprsOf, [e](nftnl_expr* x) { nftnl_set_elem_add_expr(e, x); });
     }
     char* buf = Reserve(out);
     uint16_t flags = NLM_F_ACK | (type == NFT_MSG_NEWSETELEM ? NLM_F_CREATE : 0);
     nlmsghdr* nlh = nftnl_nlmsg_build_hdr(buf, type, family, flags, seq + messages);
     nftnl_set_elems_nlmsg_build_payload(nlh, s);
-    nftnl_set_free(s);
+    owned.reset();
     Commit(out, buf);
     messages++;
   } while (i < elems.size());

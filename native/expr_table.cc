@@ -13,12 +13,25 @@ namespace nfk {
 
 #include "expr_schema.gen.h"
 
+std::vector<const nlattr*> DynsetExprNests(const RawExpr& raw) {
+  if (raw.name != "dynset" || raw.data == nullptr) return {};
+  AttrTable t(NFTA_DYNSET_MAX);
+  if (mnl_attr_parse_nested(raw.data, CollectAttr, &t) < 0) return {};
+  return ExprNests(t.at[NFTA_DYNSET_EXPR], t.at[NFTA_DYNSET_EXPRESSIONS]);
+}
+
 bool ModelsRawExpr(const ExprKind& kind, const RawExpr& raw) {
-  // a dynset's own stateful expressions are not in the IR: keep such a dynset raw
+  // a dynset's own expressions are in the IR when each is a kind it models (and no dynset)
   if (std::strcmp(kind.name, "dynset") != 0 || raw.data == nullptr) return true;
   AttrTable t(NFTA_DYNSET_MAX);
   if (mnl_attr_parse_nested(raw.data, CollectAttr, &t) < 0) return false;
-  return t.at[NFTA_DYNSET_EXPR] == nullptr && t.at[NFTA_DYNSET_EXPRESSIONS] == nullptr;
+  for (const nlattr* n : ExprNests(t.at[NFTA_DYNSET_EXPR], t.at[NFTA_DYNSET_EXPRESSIONS])) {
+    AttrTable e(NFTA_EXPR_MAX);
+    if (mnl_attr_parse_nested(n, CollectAttr, &e) < 0) return false;
+    const char* name = AttrStr(e.at[NFTA_EXPR_NAME]);
+    if (name == nullptr || std::strcmp(name, "dynset") == 0 || FindExprKind(name) == nullptr) return false;
+  }
+  return true;
 }
 
 const ExprKind* FindExprKind(const char* name) {

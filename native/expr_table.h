@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <cstddef>
+#include <vector>
 
 #include "attr.h"
 
@@ -65,6 +66,9 @@ struct ExprKind {
 const ExprKind* FindExprKind(const char* name);
 // False when the raw expression has attributes the IR does not model (then it decodes as unknown).
 bool ModelsRawExpr(const ExprKind& kind, const RawExpr& raw);
+
+// A dynset's own expressions (NFTA_DYNSET_EXPR or the items of NFTA_DYNSET_EXPRESSIONS); none for other kinds.
+std::vector<const nlattr*> DynsetExprNests(const RawExpr& raw);
 
 // Enum helpers shared by decode and encode.
 const char* EnumToName(const EnumMap& map, int64_t value);

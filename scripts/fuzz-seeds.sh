@@ -40,7 +40,12 @@ table ip nfkeeper {
     tcp dport 22 accept
     ip saddr 10.0.0.0/8 tcp flags & (syn|ack) == syn log prefix "syn " drop
     meta l4proto udp numgen random mod 2 vmap { 0 : return, 1 : accept }
+    add @seen { ip saddr limit rate 10/second }
+    update @counted { ip saddr counter quota over 5 mbytes }
   }
+  set seen { type ipv4_addr; flags dynamic; }
+  set counted { type ipv4_addr; flags dynamic; counter quota over 5 mbytes; }
+  set stats { type ipv4_addr; counter; elements = { 10.0.0.1 counter packets 5 bytes 100, 10.0.0.2 } }
 }
 table inet filter6 {
   chain input { type filter hook input priority 0; ip6 saddr fe80::/10 icmpv6 type { nd-neighbor-solicit, nd-router-advert } accept; ct state established,related accept; }

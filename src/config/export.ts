@@ -176,6 +176,7 @@ export function setLines(d: RawSet, map: boolean, wrap = false): string[] {
   if (d.policy !== undefined) p(`policy ${d.policy}`);
   if (d.size !== undefined) p(`size ${d.size}`);
   if (d.flags?.length) p(`flags ${d.flags.join(',')}`);
+  if (d.statements !== undefined) p(d.statements);
   if (d.timeout !== undefined) p(`timeout ${d.timeout}`);
   if (d['gc-interval'] !== undefined) p(`gc-interval ${d['gc-interval']}`);
   if (d['auto-merge']) p('auto-merge');

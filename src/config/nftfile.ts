@@ -606,8 +606,17 @@ class Reader {
           this.endProperty();
           break;
         }
-        case 'counter': case 'quota': case 'limit': case 'last':
-          this.fail(w.start, `${what} ${name.text}: set expressions ('${w.text}') are not supported`);
+        case 'counter': case 'quota': case 'limit': case 'ct': {
+          // a statement each element gets; nft lists several on one line (`counter quota 100 mbytes`)
+          this.i--;
+          const at = this.peek().start;
+          const text = this.restOfStatement(`a ${w.text} statement`);
+          if (given.statements === undefined) this.mark([...path, 'statements'], at);
+          given.statements = given.statements === undefined ? text : `${given.statements} ${text}`;
+          break;
+        }
+        case 'last':
+          this.fail(w.start, `${what} ${name.text}: the 'last' statement on a set is not supported`);
         default: this.fail(w.start, `'${w.text}' is not a property of a ${what}`);
       }
     }

@@ -10,7 +10,9 @@
  */
 import { internWord } from '../rules/intern.js';
 import * as z from 'zod';
-import type { Family, Hex, Verdict } from '../netlink/expr.js';
+import type { Family, Hex, StatefulExpr, Verdict } from '../netlink/expr.js';
+import { RuleSyntaxError } from '../base/errors.js';
+import { statefulExprs, statefulKey, statefulText } from '../rules/stateful.js';
 import { OBJ_TYPE, SET_ELEM_F, SET_F, type NftSet, type ObjType, type SetElement } from '../netlink/objects.js';
 import { bigToHex, hexToBig, prefixMask } from '../rules/bytes.js';
 import {
@@ -38,6 +40,8 @@ export const SET_SCHEMA = z.strictObject({
   policy: z.enum(['performance', 'memory']).optional(),
   'auto-merge': z.boolean().optional(),
   comment: z.string().max(128).optional(),
+  /** What every element gets, as nft lists it: `counter`, `limit rate 10/second`, `counter quota 100 mbytes`. */
+  statements: z.string().min(1).max(512).optional(),
   elements: z.array(z.string().min(1).max(4096)).optional(),
 });
 export type RawSet = z.infer<typeof SET_SCHEMA>;
@@ -192,7 +196,23 @@ interface ParsedElement {
   comment?: string;
   timeout?: number;
   expires?: number;
+  /** `counter packets 0 bytes 0`, `limit rate 10/second`: the element's own statements. */
+  exprs?: StatefulExpr[];
 }
+
+/** Statements as expressions, a refusal's column moved to `col` (where they start in the element or declaration). */
+function statementsAt(text: string, col: number, family: Family): StatefulExpr[] {
+  try {
+    return statefulExprs(text, family);
+  } catch (e) {
+    if (!(e instanceof RuleSyntaxError)) throw e;
+    // (the column is the file's: the rule text's own is left out)
+    throw new ElementError(col + e.column - 1, e.message.split('\n')[0]!.replace(/ at column \d+, '[^']*'| at the end of the rule/, ''));
+  }
+}
+
+const STATEMENT_WORDS = new Set(['counter', 'limit', 'quota', 'ct']);
+const OPTION_WORDS = new Set(['comment', 'timeout', 'expires', ':']);
 
 function tokens(text: string): { w: string; col: number; quoted: boolean }[] {
   const out: { w: string; col: number; quoted: boolean }[] = [];
@@ -260,7 +280,7 @@ function hostBig(h: Hex): bigint {
 
 const VERDICTS = new Set(['accept', 'drop', 'continue', 'return', 'jump', 'goto']);
 
-function parseElement(text: string, key: KeyType, data: DataType | undefined, interval: boolean): ParsedElement {
+function parseElement(text: string, key: KeyType, data: DataType | undefined, interval: boolean, family: Family): ParsedElement {
   const ts = tokens(text);
   let i = 0;
   const out: ParsedElement = { parts: [] };
@@ -303,10 +323,21 @@ function parseElement(text: string, key: KeyType, data: DataType | undefined, in
       const ms = v ? parseNftTime(v.w) : undefined;
       if (ms === undefined) throw new ElementError(v?.col ?? text.length + 1, `${t.w} takes a time (1h, 30s, 1d2h)`);
       if (t.w === 'timeout') out.timeout = ms; else out.expires = ms;
+    } else if (STATEMENT_WORDS.has(t.w) && !t.quoted) {
+      // up to the next option or the data
+      let j = i;
+      while (ts[j] && !(OPTION_WORDS.has(ts[j]!.w) && !ts[j]!.quoted)) j++;
+      const end = ts[j - 1]!;
+      const stmt = text.slice(t.col - 1, end.col - 1 + end.w.length);
+      if (out.exprs) throw new ElementError(t.col, 'the element\'s statements are given in two places');
+      out.exprs = statementsAt(stmt, t.col, family);
+      // (nft 1.0.6's element grammar takes one; a set's two reach each element without one)
+      if (out.exprs.length > 1) throw new ElementError(t.col, 'an element takes one statement (as nft 1.0.6 writes it)');
+      i = j;
     } else if (t.w === '.') {
       throw new ElementError(t.col, `the key is ${keyTypeName(key)}: too many parts`);
     } else {
-      throw new ElementError(t.col, `unexpected '${t.w}' after the element's key (expected comment, timeout, expires${data ? " or ': DATA'" : ''})`);
+      throw new ElementError(t.col, `unexpected '${t.w}' after the element's key (expected comment, timeout, expires, counter, limit, quota${data ? " or ': DATA'" : ''})`);
     }
   }
   const colon = ts[i];
@@ -406,14 +437,29 @@ export function buildSet(raw: RawSet, map: boolean, ctx: { family: Family; table
   if (raw['gc-interval'] !== undefined && gc === undefined) err(['gc-interval'], `${what} ${raw.name}: gc-interval '${raw['gc-interval']}' is not a time`);
   if (timeout !== undefined || gc !== undefined) flags |= SET_F.TIMEOUT;
   if (flags & SET_F.CONSTANT && flags & SET_F.TIMEOUT) err(['flags'], `${what} ${raw.name}: a constant set cannot have timeouts`);
+  let exprs: StatefulExpr[] | undefined;
+  if (raw.statements !== undefined) {
+    try {
+      exprs = statementsAt(raw.statements, 1, ctx.family);
+    } catch (e) {
+      if (!(e instanceof ElementError)) throw e;
+      err(['statements'], `${what} ${raw.name}: ${e.message}`, e.column);
+    }
+  }
+  // with more than one, nft flags the set (NFT_SET_EXPR) and sends NFTA_SET_EXPRESSIONS
+  if (exprs && exprs.length > 1) flags |= SET_F.EXPR;
 
   // Elements: parsed, then laid out as the kernel keeps them.
   const parsed: { p: ParsedElement; index: number }[] = [];
   (raw.elements ?? []).forEach((text, index) => {
     try {
-      const p = parseElement(text, key.type, data, interval);
+      const p = parseElement(text, key.type, data, interval, ctx.family);
       if ((p.timeout !== undefined || p.expires !== undefined) && !(flags & SET_F.TIMEOUT)) {
         throw new ElementError(1, `element timeouts need flags timeout on ${what} ${raw.name}`);
+      }
+      // the kernel takes an element's own statements only of the kinds, in the order, the set's are
+      if (p.exprs && exprs && p.exprs.map((x) => x.kind).join() !== exprs.map((x) => x.kind).join()) {
+        throw new ElementError(1, `the element's statements (${p.exprs.map((x) => x.kind).join(', ')}) are not those of ${what} ${raw.name} (${exprs.map((x) => x.kind).join(', ')})`);
       }
       parsed.push({ p, index });
     } catch (e) {
@@ -450,6 +496,7 @@ export function buildSet(raw: RawSet, map: boolean, ctx: { family: Family; table
   if (timeout !== undefined) set.timeout = timeout;
   if (gc !== undefined) set.gcInterval = gc;
   if (interval && concat) set.fieldLen = key.type.parts.map((p) => p.len);
+  if (exprs) set.exprs = exprs;
   const decl: RawSet = { ...raw, [declField]: declText.replace(/\s+/g, ' ').trim() };
   return { name: raw.name, map, set, elements, key: key.type, data, decl };
 }
@@ -462,6 +509,7 @@ function element(key: Hex | undefined, flags: number, p: ParsedElement, open = f
   if (p.data?.objref !== undefined) e.objref = p.data.objref;
   if (p.timeout !== undefined) e.timeout = p.timeout;
   if (p.expires !== undefined) e.expiration = p.expires;
+  if (p.exprs) e.exprs = p.exprs;
   const u = elementUserdata(p.comment, open);
   if (u !== undefined) e.userdata = u;
   return e;
@@ -555,10 +603,12 @@ function formatSpan(dt: Datatype, lo: Hex, hi: Hex): string {
   return `${dt.format(lo)}-${dt.format(hi)}`;
 }
 
-function formatOptions(e: SetElement, withExpires: boolean): string {
+function formatOptions(e: SetElement, withExpires: boolean, family: Family): string {
   let s = '';
   if (e.timeout !== undefined) s += ` timeout ${formatNftTime(e.timeout)}`;
   if (withExpires && e.expiration !== undefined) s += ` expires ${formatNftTime(e.expiration)}`;
+  // (the statements' state, counts and quota used, is the kernel's: not written back)
+  if (e.exprs?.length) s += ` ${statefulText(e.exprs, family)}`;
   const c = elementComment(e.userdata);
   if (c !== undefined) s += ` comment "${c}"`;
   return s;
@@ -578,17 +628,17 @@ function formatData(e: SetElement, data: DataType | undefined): string {
  * is no element of its own). Undefined if they are not shaped as nft makes them.
  */
 export function elementTexts(key: KeyType, data: DataType | undefined, interval: boolean,
-  elements: readonly SetElement[], withExpires = false): string[] | undefined {
+  elements: readonly SetElement[], withExpires = false, family: Family = 'inet'): string[] | undefined {
   // The catch-all element, listed last as nft lists it.
   const stars = elements.filter((e) => (e.flags ?? 0) & SET_ELEM_F.CATCHALL);
-  if (stars.length === 0) return keyedTexts(key, data, interval, elements, withExpires);
+  if (stars.length === 0) return keyedTexts(key, data, interval, elements, withExpires, family);
   if (stars.length > 1 || stars[0]!.key !== undefined) return undefined;
-  const texts = keyedTexts(key, data, interval, elements.filter((e) => !((e.flags ?? 0) & SET_ELEM_F.CATCHALL)), withExpires);
-  return texts && [...texts, '*' + formatOptions(stars[0]!, withExpires) + formatData(stars[0]!, data)];
+  const texts = keyedTexts(key, data, interval, elements.filter((e) => !((e.flags ?? 0) & SET_ELEM_F.CATCHALL)), withExpires, family);
+  return texts && [...texts, '*' + formatOptions(stars[0]!, withExpires, family) + formatData(stars[0]!, data)];
 }
 
 function keyedTexts(key: KeyType, data: DataType | undefined, interval: boolean,
-  elements: readonly SetElement[], withExpires: boolean): string[] | undefined {
+  elements: readonly SetElement[], withExpires: boolean, family: Family): string[] | undefined {
   const concat = key.parts.length > 1;
   if (!interval || concat) {
     // In key order, as nft lists a set of single values (integers by value, so a host-order mark too).
@@ -596,7 +646,7 @@ function keyedTexts(key: KeyType, data: DataType | undefined, interval: boolean,
     return [...elements].sort((a, b) => compareText(order(a), order(b))).map((e) => {
       const lo = splitKey(key, e.key ?? '');
       const hi = e.keyEnd !== undefined ? splitKey(key, e.keyEnd) : lo;
-      return lo.map((l, n) => formatSpan(key.parts[n]!, l, hi[n]!)).join(' . ') + formatOptions(e, withExpires) + formatData(e, data);
+      return lo.map((l, n) => formatSpan(key.parts[n]!, l, hi[n]!)).join(' . ') + formatOptions(e, withExpires, family) + formatData(e, data);
     });
   }
   const kdt = key.parts[0]!;
@@ -620,7 +670,7 @@ function keyedTexts(key: KeyType, data: DataType | undefined, interval: boolean,
         if (out.length === 0 && num(e.key ?? '') === 0n) continue;
         return undefined;
       }
-      out.push(formatSpan(dt, start.key!, hex(num(e.key!) - 1n)) + formatOptions(start, withExpires) + formatData(start, data));
+      out.push(formatSpan(dt, start.key!, hex(num(e.key!) - 1n)) + formatOptions(start, withExpires, family) + formatData(start, data));
       start = undefined;
     } else {
       if (start) return undefined;  // only the last interval may run to the end
@@ -628,7 +678,7 @@ function keyedTexts(key: KeyType, data: DataType | undefined, interval: boolean,
     }
   }
   if (start && !isOpen(start)) return undefined;
-  if (start) out.push(formatSpan(dt, start.key!, 'ff'.repeat(key.len)) + formatOptions(start, withExpires) + formatData(start, data));
+  if (start) out.push(formatSpan(dt, start.key!, 'ff'.repeat(key.len)) + formatOptions(start, withExpires, family) + formatData(start, data));
   return out;
 }
 
@@ -648,6 +698,7 @@ export function declarationText(d: RawSet, elements?: readonly string[]): string
   if (d.policy !== undefined) parts.push(`policy ${d.policy}`);
   if (d.size !== undefined) parts.push(`size ${d.size}`);
   if (d.flags?.length) parts.push(`flags ${d.flags.join(',')}`);
+  if (d.statements !== undefined) parts.push(d.statements);
   if (d.timeout !== undefined) parts.push(`timeout ${d.timeout}`);
   if (d['gc-interval'] !== undefined) parts.push(`gc-interval ${d['gc-interval']}`);
   if (d['auto-merge']) parts.push('auto-merge');
@@ -664,7 +715,8 @@ export function kernelSetDecl(set: NftSet, elements: readonly SetElement[]): { d
   const objMap = (set.flags & SET_F.OBJECT) !== 0;
   const map = (set.flags & SET_F.MAP) !== 0 || objMap;
   const what = map ? 'map' : 'set';
-  if (set.flags & (SET_F.EXPR | SET_F.ANONYMOUS)) return { unsupported: `${what} ${set.name}: set expressions are not supported` };
+  if (set.flags & SET_F.ANONYMOUS) return { unsupported: `${what} ${set.name}: an anonymous set (a meter's) is not a declaration` };
+  if ((set.flags & SET_F.EXPR) !== 0 && (set.exprs?.length ?? 0) < 2) return { unsupported: `${what} ${set.name}: flags expr without two expressions` };
   const key = keyTypeFromKernel(set.keyType, set.keyLen);
   if (!key) return { unsupported: `${what} ${set.name}: key type ${set.keyType} (length ${set.keyLen}) is not a datatype nfkeeper knows` };
   let data: DataType | undefined;
@@ -706,7 +758,15 @@ export function kernelSetDecl(set: NftSet, elements: readonly SetElement[]): { d
   if (set.flags & SET_F.INTERVAL) flags.push('interval');
   // nft lists no timeout flag that a default timeout implies, unless other flags are listed.
   if (set.flags & SET_F.TIMEOUT && (set.timeout === undefined || flags.length > 0)) flags.push('timeout');
-  const texts = elementTexts(key, data, (set.flags & SET_F.INTERVAL) !== 0, elements);
+  // an element holding what its set gives every element is written without it (it gets it again)
+  const own = set.exprs?.length ? statefulKey(set.exprs) : undefined;
+  const written: readonly SetElement[] = own === undefined ? elements : elements.map((e): SetElement => {
+    if (!e.exprs || statefulKey(e.exprs) !== own) return e;
+    const { exprs: _x, ...rest } = e;
+    return rest;
+  });
+  if (written.some((e) => (e.exprs?.length ?? 0) > 1)) return { unsupported: `${what} ${set.name}: an element holds two statements that are not its set's` };
+  const texts = elementTexts(key, data, (set.flags & SET_F.INTERVAL) !== 0, written, false, set.family);
   if (!texts) return { unsupported: `${what} ${set.name}: its elements are not shaped as nft makes them` };
   const decl: RawSet = { name: set.name, ...(k.type !== undefined ? { type: typeText } : { typeof: typeText }) };
   if (flags.length) decl.flags = flags;
@@ -716,6 +776,7 @@ export function kernelSetDecl(set: NftSet, elements: readonly SetElement[]): { d
   if (set.gcInterval !== undefined) decl['gc-interval'] = formatNftTime(set.gcInterval);
   if (u.merge) decl['auto-merge'] = true;
   if (u.comment !== undefined) decl.comment = u.comment;
+  if (set.exprs?.length) decl.statements = statefulText(set.exprs, set.family);
   if (texts.length) decl.elements = texts;
   return { decl, map };
 }

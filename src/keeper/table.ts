@@ -623,7 +623,7 @@ function sameElementList(a: readonly SetElement[], b: readonly SetElement[]): bo
 }
 
 function describeSetDiff(have: NftSet, want: NftSet): string {
-  const fields = ['flags', 'keyType', 'keyLen', 'dataType', 'dataLen', 'policy', 'size', 'timeout', 'gcInterval', 'fieldLen', 'userdata'] as const;
+  const fields = ['flags', 'keyType', 'keyLen', 'dataType', 'dataLen', 'policy', 'size', 'timeout', 'gcInterval', 'fieldLen', 'userdata', 'exprs'] as const;
   const diff = fields.filter((f) => JSON.stringify(have[f] ?? null) !== JSON.stringify(want[f] ?? null));
   return diff.map((f) => `${f} ${JSON.stringify(have[f] ?? null)}, want ${JSON.stringify(want[f] ?? null)}`).join('; ');
 }
@@ -980,7 +980,7 @@ function setText(t: TableConfig, s: SetConfig): string[] {
 /** Elements as nft texts; an rbtree piece that is no whole interval is shown as its raw keys. */
 function elementsText(set: NftSet, elements: readonly SetElement[]): string {
   const types = typesOf(set);
-  const texts = types ? elementTexts(types.key, types.data, (set.flags & SET_F.INTERVAL) !== 0, elements) : undefined;
+  const texts = types ? elementTexts(types.key, types.data, (set.flags & SET_F.INTERVAL) !== 0, elements, false, set.family) : undefined;
   if (texts) return texts.join(', ');
   return elements.map((e) => `# key ${e.key}${e.keyEnd ? ` key-end ${e.keyEnd}` : ''}${(e.flags ?? 0) & 1 ? ' (interval end)' : ''}`).join(', ');
 }

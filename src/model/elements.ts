@@ -3,13 +3,14 @@
  * holds into what is desired; what makes two set definitions the same set.
  */
 import { SET_ELEM_F, SET_F, type NftSet, type SetElement } from '../netlink/objects.js';
+import { statefulKey } from '../rules/stateful.js';
 
 /** What makes two definitions the same set: everything but handle, name and elements. */
 export function setDefinitionKey(s: NftSet): string {
   // the kernel gives a set without a size 65535 (0xffff) once a rule's dynset (add/update @set) binds it
   const size = (s.flags & SET_F.EVAL) && s.size === 0xffff ? 0 : s.size ?? 0;
   return JSON.stringify([s.flags & ~SET_F.ANONYMOUS, s.keyType, s.keyLen, s.dataType ?? 0, s.dataLen ?? 0, s.policy ?? 0,
-    size, s.timeout ?? 0, s.gcInterval ?? 0, s.fieldLen ?? [], s.userdata ?? '', s.objType ?? 0]);
+    size, s.timeout ?? 0, s.gcInterval ?? 0, s.fieldLen ?? [], s.userdata ?? '', s.objType ?? 0, statefulKey(s.exprs)]);
 }
 
 /** An element's identity in its set: key, key end and whether it ends an interval. */
@@ -23,17 +24,23 @@ export function elementId(e: SetElement): string {
 /** Two elements with every field equal (the same element object, or a reload's new copy of it). */
 export function sameElementFields(o: SetElement, n: SetElement): boolean {
   return o === n || (o.key === n.key && o.data === n.data && o.verdict === n.verdict && o.chain === n.chain && o.objref === n.objref && o.flags === n.flags
-    && o.keyEnd === n.keyEnd && o.userdata === n.userdata && o.timeout === n.timeout && o.expiration === n.expiration);
+    && o.keyEnd === n.keyEnd && o.userdata === n.userdata && o.timeout === n.timeout && o.expiration === n.expiration
+    && (o.exprs === n.exprs || statefulKey(o.exprs) === statefulKey(n.exprs)));
 }
 
 /**
  * What an element holds besides its identity. A timeout counts only when the
  * config gives one, and the expiration never does: the kernel counts it down.
+ * Its statements count only when the config gives them (the kernel gives every
+ * element of a set with statements the set's) and the kernel's element says what
+ * they are, and without their state.
  */
 export function sameContent(want: SetElement, have: SetElement): boolean {
   return (want.data ?? '') === (have.data ?? '') && (want.verdict ?? '') === (have.verdict ?? '')
     && (want.chain ?? '') === (have.chain ?? '') && (want.objref ?? '') === (have.objref ?? '') && (want.userdata ?? '') === (have.userdata ?? '')
-    && (want.timeout === undefined || want.timeout === have.timeout);
+    && (want.timeout === undefined || want.timeout === have.timeout)
+    // (an element from a notification carries none: the monitor does not decode them)
+    && (want.exprs === undefined || have.exprs === undefined || statefulKey(want.exprs) === statefulKey(have.exprs));
 }
 
 export interface ElementDiff {

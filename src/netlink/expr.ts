@@ -316,8 +316,9 @@ export const EXPR_SCHEMA = {
   /**
    * NFTA_DYNSET_*: add (op 0) or update (op 1) the key in `sregKey` (and the data in `sregData`) to
    * the named set, with `timeout` ms. The kernel dumps timeout 0 and flags 0 when none were given.
-   * A dynset carrying its own expressions (NFTA_DYNSET_EXPR/EXPRESSIONS) is not modelled and
-   * decodes as 'unknown'.
+   * Its own statements for the element it adds (NFTA_DYNSET_EXPR, or NFTA_DYNSET_EXPRESSIONS with
+   * flags 2, NFT_DYNSET_F_EXPR, for more than one) are `exprs` (see DynsetExpr); the kernel dumps
+   * them only when the set has no expressions of its own.
    */
   dynset: {
     nftnl: 'DYNSET',
@@ -396,7 +397,12 @@ export type ExprOf<K extends ExprKind> = Simplify<
   & { -readonly [F in keyof FieldsOf<K> as FieldsOf<K>[F] extends { optional: true } ? F : never]?: ValueOf<FieldsOf<K>[F]> }
 >;
 
-export type Expr = { [K in ExprKind]: ExprOf<K> }[ExprKind];
+/** The expressions a set, a set element or a dynset carries (NFT_SET_EXPR_MAX: at most 2). */
+export const STATEFUL_KINDS = ['counter', 'limit', 'quota', 'connlimit'] as const;
+export type StatefulExpr = { [K in (typeof STATEFUL_KINDS)[number]]: ExprOf<K> }[(typeof STATEFUL_KINDS)[number]];
+export const MAX_STATEFUL_EXPRS = 2;
+
+export type Expr = { [K in ExprKind]: K extends 'dynset' ? ExprOf<K> & { exprs?: StatefulExpr[] } : ExprOf<K> }[ExprKind];
 
 export const EXPR_KINDS = Object.keys(EXPR_SCHEMA) as readonly ExprKind[];
 
@@ -429,7 +435,7 @@ export type QuotaExpr = ExprOf<'quota'>;
 export type RtExpr = ExprOf<'rt'>;
 export type NumgenExpr = ExprOf<'numgen'>;
 export type HashExpr = ExprOf<'hash'>;
-export type DynsetExpr = ExprOf<'dynset'>;
+export type DynsetExpr = Extract<Expr, { kind: 'dynset' }>;
 export type NotrackExpr = ExprOf<'notrack'>;
 export type ObjrefExpr = ExprOf<'objref'>;
 export type ExthdrExpr = ExprOf<'exthdr'>;

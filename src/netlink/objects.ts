@@ -2,7 +2,7 @@
  * Kernel objects as dumps return them and as operations carry them. Field
  * names follow the NFTA_* attributes they come from.
  */
-import type { Expr, Family, Hex, Verdict } from './expr.js';
+import type { Expr, Family, Hex, StatefulExpr, Verdict } from './expr.js';
 
 export type Hook = 'prerouting' | 'input' | 'forward' | 'output' | 'postrouting' | 'ingress' | 'egress';
 export type ChainType = 'filter' | 'nat' | 'route';
@@ -100,6 +100,8 @@ export interface SetElement {
   expiration?: number;
   /** NFTA_SET_ELEM_OBJREF: in an object map, the name of the object the key maps to. */
   objref?: string;
+  /** NFTA_SET_ELEM_EXPR(ESSIONS): the element's counter, limit, quota (a set's expressions: every element has them). */
+  exprs?: StatefulExpr[];
 }
 
 export interface NftSet {
@@ -128,6 +130,8 @@ export interface NftSet {
   /** NFTA_SET_OBJ_TYPE: an object map's (flags OBJECT) NFT_OBJECT_* type. */
   objType?: number;
   userdata?: Hex;
+  /** NFTA_SET_EXPR(ESSIONS): what each element gets (`set s { …; counter; }`); with two, flags has EXPR. */
+  exprs?: StatefulExpr[];
   /** On add only: elements created with the set. */
   elements?: SetElement[];
 }

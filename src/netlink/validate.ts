@@ -8,7 +8,7 @@
  */
 import { InvalidOperationError } from '../base/errors.js';
 import type { Op } from './ops.js';
-import { EXPR_SCHEMA, FAMILY, MAX_BLOB, MAX_DATA, type Expr, type FieldSpec, type KindSpec } from './expr.js';
+import { EXPR_SCHEMA, FAMILY, MAX_BLOB, MAX_DATA, MAX_STATEFUL_EXPRS, STATEFUL_KINDS, type Expr, type FieldSpec, type KindSpec } from './expr.js';
 import { OBJ_TYPE, type SetElement } from './objects.js';
 
 const FAMILIES = new Set<string>(Object.keys(FAMILY.values));
@@ -135,6 +135,7 @@ export function validateOp(op: Op, index: number): void {
         checkU32(index, 'keyLen', op.keyLen);
         if (op.keyLen === undefined) throw new InvalidOperationError(index, 'keyLen', 'a new set needs a key length');
       }
+      validateStatefulExprs(op.exprs, index, 'exprs');
       if (op.elements !== undefined) {
         if (!Array.isArray(op.elements)) throw new InvalidOperationError(index, 'elements', 'must be an array');
         for (let i = 0; i < op.elements.length; i++) validateElement(op.elements[i]!, index, `elements[${i}]`);
@@ -194,6 +195,7 @@ function validateElement(e: SetElement, index: number, at: string): void {
     if (v !== undefined) checkHex(index, `${at}.${k}`, v, k === 'userdata' ? MAX_USERDATA : MAX_DATA);
   }
   if (e.objref !== undefined) checkName(index, `${at}.objref`, e.objref, true);
+  validateStatefulExprs(e.exprs, index, `${at}.exprs`);
   for (const k of ['timeout', 'expiration'] as const) {
     const v = e[k];
     if (v !== undefined && !(Number.isSafeInteger(v) && v >= 0)) {
@@ -275,37 +277,56 @@ function validateExprs(exprs: readonly Expr[], index: number): void {
   if (index < REMEMBER_UP_TO_OP && Object.isFrozen(exprs) && exprs.every((e) => Object.isFrozen(e))) checkedFrozen.add(exprs);
 }
 
-function validateExprsOnce(exprs: readonly Expr[], index: number): void {
+const STATEFUL = new Set<string>(STATEFUL_KINDS);
+
+/** A set's, an element's or a dynset's own expressions: 1 or 2 stateful ones (counter, limit, quota, connlimit). */
+function validateStatefulExprs(exprs: unknown, index: number, at: string): void {
+  if (exprs === undefined) return;
+  if (!Array.isArray(exprs) || exprs.length < 1 || exprs.length > MAX_STATEFUL_EXPRS) {
+    throw new InvalidOperationError(index, at, `must be 1 to ${MAX_STATEFUL_EXPRS} expressions`);
+  }
+  for (let i = 0; i < exprs.length; i++) {
+    const k = (exprs[i] as { kind?: unknown } | null)?.kind;
+    if (typeof k !== 'string' || !STATEFUL.has(k)) {
+      throw new InvalidOperationError(index, `${at}[${i}].kind`, `must be one of ${STATEFUL_KINDS.join(', ')}`);
+    }
+  }
+  validateExprsOnce(exprs as Expr[], index, at);
+}
+
+function validateExprsOnce(exprs: readonly Expr[], index: number, at = 'exprs'): void {
   if (exprs.length > MAX_EXPRS) throw new InvalidOperationError(index, 'exprs', `a rule holds at most ${MAX_EXPRS} expressions`);
   for (let i = 0; i < exprs.length; i++) {
     const e = exprs[i];
     const spec = typeof e === 'object' && e !== null && typeof e.kind === 'string' ? KINDS.get(e.kind) : undefined;
     if (spec === undefined) {
-      throw new InvalidOperationError(index, `exprs[${i}].kind`,
+      throw new InvalidOperationError(index, `${at}[${i}].kind`,
         `unknown expression kind '${String((e as { kind?: unknown } | null)?.kind)}'`);
     }
     const kind = e!.kind;
     const rec = e as unknown as Record<string, unknown>;
     for (const [k, f] of spec.required) {
       const v = rec[k];
-      if (v === undefined) throw new InvalidOperationError(index, `exprs[${i}].${k}`, `a ${kind} expression needs '${k}'`);
+      if (v === undefined) throw new InvalidOperationError(index, `${at}[${i}].${k}`, `a ${kind} expression needs '${k}'`);
       const why = checkField(f, v);
-      if (why) throw new InvalidOperationError(index, `exprs[${i}].${k}`, why);
+      if (why) throw new InvalidOperationError(index, `${at}[${i}].${k}`, why);
     }
     for (const k in rec) {
       const v = rec[k];
       if (k === 'kind' || v === undefined || spec.requiredKeys.has(k)) continue;
+      // a dynset's own statements
+      if (k === 'exprs' && kind === 'dynset') { validateStatefulExprs(v, index, `${at}[${i}].exprs`); continue; }
       const f = spec.fields.get(k);
-      if (f === undefined) throw new InvalidOperationError(index, `exprs[${i}].${k}`, `not a field of a ${kind} expression`);
+      if (f === undefined) throw new InvalidOperationError(index, `${at}[${i}].${k}`, `not a field of a ${kind} expression`);
       const why = checkField(f, v);
-      if (why) throw new InvalidOperationError(index, `exprs[${i}].${k}`, why);
+      if (why) throw new InvalidOperationError(index, `${at}[${i}].${k}`, why);
     }
     for (const [a, b] of spec.exactlyOne) {
       if ((rec[a] === undefined) === (rec[b] === undefined)) {
-        throw new InvalidOperationError(index, `exprs[${i}]`, `${kind}: needs exactly one of '${a}' and '${b}'`);
+        throw new InvalidOperationError(index, `${at}[${i}]`, `${kind}: needs exactly one of '${a}' and '${b}'`);
       }
     }
     const why = spec.check?.(rec);
-    if (why) throw new InvalidOperationError(index, `exprs[${i}]`, `${kind}: ${why}`);
+    if (why) throw new InvalidOperationError(index, `${at}[${i}]`, `${kind}: ${why}`);
   }
 }

@@ -213,6 +213,11 @@ function keyTypeofTlv(key: KeyDesc, converted = false): Hex | undefined {
   return tlv(0, u32Host(EXPR_CONCAT)) + tlv(1, parts.map((p, i) => tlv(i, p.typeofTlvs!)).join(''));
 }
 
+/** The userdata nft 1.0.6 writes on a meter's set: the key byte order only (0 for a concatenation). */
+export function meterUserdata(key: KeyDesc): Hex {
+  return tlv(0, u32Host(key.concat ? 0 : key.parts[0]!.byteorder));
+}
+
 /**
  * The userdata nft 1.0.6 writes on an anonymous set or map: key byte order (0 for a
  * concatenation), for maps the data byte order, the merge flag on interval sets (not maps),

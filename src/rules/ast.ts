@@ -1,5 +1,5 @@
 /** The parsed form of a rule text, before dependencies, merging and linearization. */
-import type { Expr } from '../netlink/expr.js';
+import type { Expr, StatefulExpr } from '../netlink/expr.js';
 import type { ObjType } from '../netlink/objects.js';
 import type { Field } from './fields.js';
 
@@ -193,6 +193,11 @@ export interface DynsetStmt extends At {
   keyItems?: (KeyPart | DynsetConst)[];
   /** `: DATA` (a map): expressions (`ip daddr`, `ip saddr . tcp dport`), or one constant of the map's data type. */
   data?: KeyPart[] | DynsetConst;
+  /** The statements the element added gets (`limit rate 10/second`, `counter`). */
+  stmts?: StatefulExpr[];
+  stmtsAt?: At;
+  /** `meter NAME [size N] { … }`: `set` names the set the rule makes for itself. */
+  meter?: { size?: number };
 }
 
 /** A value in a dynset's key or data, of the type of the set's part at its place. */

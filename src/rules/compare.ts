@@ -10,6 +10,7 @@
 import { NAT_RANGE, type Expr, type Hex } from '../netlink/expr.js';
 import { SET_F, type NftSet, type SetElement } from '../netlink/objects.js';
 import type { SetResolver } from './render.js';
+import { withoutState } from './stateful.js';
 
 type RuleLike = { exprs: readonly Expr[]; userdata?: Hex; sets?: readonly NftSet[] };
 
@@ -79,7 +80,11 @@ function normalize(e: Expr, sets: SetResolver | undefined): unknown {
       return { ...e, setId: undefined };
     }
     // the kernel dumps a dynset's timeout and flags as 0 when none were sent
-    case 'dynset': return { ...e, timeout: e.timeout || undefined, flags: e.flags || undefined, setId: undefined };
+    // (and the flag that it sent its statements as a list, NFT_DYNSET_F_EXPR, never); the statements' state is the kernel's
+    case 'dynset': return {
+      ...e, timeout: e.timeout || undefined, flags: (e.flags ?? 0) & ~2 || undefined, setId: undefined,
+      exprs: e.exprs?.length ? e.exprs.map(withoutState) : undefined,
+    };
     case 'bitwise': return { ...e, op: e.op ?? 'bool' };
     // a store may not carry NFTA_EXTHDR_FLAGS (EINVAL), yet the kernel dumps it as 0; nor a strip
     // (`reset tcp option`, neither register) its offset and len

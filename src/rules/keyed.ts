@@ -8,8 +8,9 @@
  * compiler is given the table's sets (CompileContext.sets) and checks that key and data fit.
  */
 import { internWord } from './intern.js';
-import type { Expr, Family, Hex, LookupExpr, NatExpr } from '../netlink/expr.js';
-import { NAT_RANGE } from '../netlink/expr.js';
+import type { DynsetExpr, Expr, StatefulExpr, Family, Hex, LookupExpr, NatExpr } from '../netlink/expr.js';
+import { MAX_STATEFUL_EXPRS, NAT_RANGE } from '../netlink/expr.js';
+import { statefulKey, statefulText } from './stateful.js';
 import { OBJ_TYPE, SET_ELEM_F, SET_F, type NftSet, type ObjType, type SetElement } from '../netlink/objects.js';
 import { objrefUse, objTypeName } from './objnames.js';
 import type {
@@ -21,7 +22,7 @@ import { fieldMask, type Proto } from './headers.js';
 import { matchPayloadSet, payloadSetExprs } from './payloadset.js';
 import type { Token } from './lexer.js';
 import {
-  DATA_VERDICT, buildKeyedSet, concatHex, hostToNet, keyDesc, type Fail, type KeyDesc, type KeyPartDesc, type KeyedElem,
+  DATA_VERDICT, buildKeyedSet, concatHex, hostToNet, keyDesc, meterUserdata, type Fail, type KeyDesc, type KeyPartDesc, type KeyedElem,
   type MapDataDesc,
 } from './anonymous-sets.js';
 import { parseDupDevice } from './statements.js';
@@ -41,6 +42,8 @@ export interface KeyedParser {
   parseElem(field: Field, scalar: boolean, what?: string): Elem;
   /** Parses one field (`ip daddr`, `meta mark`, …) through the statement grammar. */
   parseKeyField(expected: string): { field: Field } & At;
+  /** A statement an element gets (`counter`, `limit rate …`, `quota …`, `ct count …`), or undefined where none starts. */
+  parseStateful(): StatefulExpr[] | undefined;
   /** Splits the current word after `n` characters into two words. */
   splitWord(n: number): void;
 }
@@ -453,8 +456,26 @@ export function formatNftTime(ms: number): string {
 export function parseDynset(p: KeyedParser): DynsetStmt {
   const t = p.next();
   const s = p.peek();
-  if (!(s.kind === 'word' && s.text.startsWith('@'))) p.fail(s, `@name of the set to ${t.text} to`);
-  const set = parseNamed(p);
+  let set: DynsetStmt['set'];
+  let meter: DynsetStmt['meter'];
+  if (t.text === 'meter') {
+    // `meter NAME [size N] { KEY STATEMENTS }`: nft 1.0.6 makes NAME a set of the rule's own (anonymous, dynamic)
+    if (!(s.kind === 'word' && SET_NAME.test('@' + s.text) && s.text.length <= 255)) p.fail(s, 'the meter\'s name');
+    p.next();
+    set = { k: 'named', name: s.text, ...at(s) };
+    meter = {};
+    if (p.isWord(p.peek(), 'size')) {
+      p.next();
+      const n = p.peek();
+      const v = n.kind === 'word' ? parseInteger(n.text, 0xffffffff, false) : undefined;
+      if (v === undefined || v === 0) p.fail(n, 'a size (a number of elements)');
+      p.next();
+      meter.size = v;
+    }
+  } else {
+    if (!(s.kind === 'word' && s.text.startsWith('@'))) p.fail(s, `@name of the set to ${t.text} to`);
+    set = parseNamed(p);
+  }
   const o = p.peek();
   if (!(o.kind === 'punct' && o.text === '{')) p.fail(o, "'{' and the key to add, e.g. { ip saddr }");
   p.next();
@@ -474,8 +495,10 @@ export function parseDynset(p: KeyedParser): DynsetStmt {
   const key = items.filter((x): x is KeyPart => !('constant' in x));
   const gen = key.find((x) => x.p === 'gen');
   if (gen && items.length > 1) p.fail(gen, 'a key of fields only', `${gen.raw} cannot be part of a concatenation`);
-  const st: DynsetStmt = { t: 'dynset', op: t.text as 'add' | 'update', set, key, ...at(t) };
+  const st: DynsetStmt = { t: 'dynset', op: t.text === 'update' ? 'update' : 'add', set, key, ...at(t) };
+  if (meter) st.meter = meter;
   if (key.length !== items.length) st.keyItems = items;
+  if (meter && key.length !== items.length) p.fail(items.find((x) => 'constant' in x)!, 'a key of fields', 'a constant in a meter\'s key is not supported');
   if (p.isWord(p.peek(), 'timeout')) {
     p.next();
     const v = p.peek();
@@ -485,7 +508,13 @@ export function parseDynset(p: KeyedParser): DynsetStmt {
     st.timeout = ms;
     st.timeoutAt = at(v);
   }
-  if (p.isWord(p.peek(), ':')) {
+  // the statements the element it adds gets (`add @s { ip saddr limit rate 10/second }`)
+  for (let v = p.peek(), x = p.parseStateful(); x; v = p.peek(), x = p.parseStateful()) {
+    st.stmtsAt ??= at(v);
+    st.stmts = [...(st.stmts ?? []), ...x];
+  }
+  if (meter && !st.stmts) p.fail(p.peek(), 'a statement for each key: counter, limit, quota or ct count');
+  if (!meter && p.isWord(p.peek(), ':')) {
     // `: DATA`: what the packet path maps the key to (a map with flags dynamic)
     p.next();
     const d = p.peek();
@@ -844,6 +873,7 @@ function orderLookup(l: LookupExpr): LookupExpr {
 
 /** `add/update @set { KEY [timeout T] }`: the key into register 1, then the dynset. */
 export function linearizeDynset(st: DynsetStmt, out: Expr[], kc: KeyedContext): void {
+  if (st.meter) return linearizeMeter(st, out, kc);
   const s = namedSet(st.set, kc);
   // a constant is a value of the set's key part at its place
   const setKey = st.keyItems ? keyTypeFromKernel(s.keyType, s.keyLen) : undefined;
@@ -878,8 +908,24 @@ export function linearizeDynset(st: DynsetStmt, out: Expr[], kc: KeyedContext): 
   } else {
     emitKey(st.key, 0, out, kc);
   }
-  const e: Expr = { kind: 'dynset', sregKey: 1, op: st.op === 'add' ? 0 : 1, set: s.name };
+  const e: DynsetExpr = { kind: 'dynset', sregKey: 1, op: st.op === 'add' ? 0 : 1, set: s.name };
   if (st.timeout !== undefined) e.timeout = st.timeout;
+  if (st.stmts) {
+    if (st.stmts.length > MAX_STATEFUL_EXPRS) kc.fail(st.stmtsAt!, `at most ${MAX_STATEFUL_EXPRS} statements`, `${st.stmts.length} statements (the kernel keeps at most ${MAX_STATEFUL_EXPRS} per element)`);
+    const own = s.exprs;
+    if (own?.length) {
+      // The kernel then gives each new element the set's statements and dumps the dynset without its own: nft
+      // sends them, but nfkeeper could never see them again, so they must be the set's.
+      if (statefulKey(own) !== statefulKey(st.stmts)) {
+        kc.fail(st.stmtsAt!, `the statements of set '${s.name}' (${statefulText(own, kc.family)}), or none`,
+          `set '${s.name}' has statements of its own: the kernel keeps no others for a rule's ${st.op}`);
+      }
+    } else {
+      e.exprs = st.stmts;
+      // NFT_DYNSET_F_EXPR: nft flags a list of more than one
+      if (st.stmts.length > 1) e.flags = 2;
+    }
+  }
   if (st.data !== undefined) {
     // the data goes into the 16-byte register after the key's, as nft allocates them
     const w = Math.ceil(key.keyLen / 16) * 4;
@@ -1719,6 +1765,33 @@ function elementsText(parts: readonly PartR[], set: NftSet, elements: readonly S
   return `{ ${[...rows.map((r) => r.text), ...(catchall !== undefined ? [catchall] : [])].join(', ')} }`;
 }
 
+/**
+ * `meter NAME [size N] { KEY STATEMENTS }` as nft 1.0.6 builds it: a set of the rule's own named
+ * NAME (anonymous and dynamic: it goes with the rule), keyed by KEY, with the key's byte order as
+ * its userdata, and an add of the key with the statements.
+ */
+function linearizeMeter(st: DynsetStmt, out: Expr[], kc: KeyedContext): void {
+  const key = keyOf(st.key, kc.fail);
+  if (kc.sets?.has(st.set.name)) kc.fail(st.set, 'a name no set of the table has', `the table has a set '${st.set.name}' already`);
+  // (as nft 1.0.6's grammar: one)
+  if (st.stmts!.length > 1) kc.fail(st.stmtsAt!, 'one statement', 'a meter takes one statement');
+  const ref = kc.addSet((id) => {
+    const set: NftSet = {
+      family: kc.family, table: kc.table, name: st.set.name, id, flags: SET_F.ANONYMOUS | SET_F.EVAL,
+      keyType: key.keyType, keyLen: key.keyLen, userdata: meterUserdata(key), elements: [],
+    };
+    // (a meter with a timeout: a set with timeouts, its elements updated with the timeout)
+    if (st.timeout !== undefined) set.flags |= SET_F.TIMEOUT;
+    if (st.meter!.size !== undefined) set.size = st.meter!.size;
+    return set;
+  });
+  emitKey(st.key, 0, out, kc);
+  const e: DynsetExpr = { kind: 'dynset', sregKey: 1, op: st.timeout !== undefined ? 1 : 0, set: ref.name, setId: ref.setId, exprs: st.stmts! };
+  if (st.timeout !== undefined) e.timeout = st.timeout;
+  if (st.stmts!.length > 1) e.flags = 2;
+  out.push(e);
+}
+
 /** The text of a keyed group, or undefined when it is not in the rule language. */
 export function renderKeyed(g: KeyedGroup, env: KeyedRenderEnv): string | undefined {
   const parts = keyParts(g, env);
@@ -1726,7 +1799,8 @@ export function renderKeyed(g: KeyedGroup, env: KeyedRenderEnv): string | undefi
   const key = parts.map((p) => p.text).join(' . ');
   if (g.dynset) {
     const d = g.dynset;
-    if ((d.sregData !== undefined) !== (g.dynData !== undefined) || (d.flags ?? 0) !== 0 || (d.op !== 0 && d.op !== 1)) return undefined;
+    // (flags 2, NFT_DYNSET_F_EXPR, only says how its statements are sent)
+    if ((d.sregData !== undefined) !== (g.dynData !== undefined) || ((d.flags ?? 0) & ~2) !== 0 || (d.op !== 0 && d.op !== 1)) return undefined;
     let data = '';
     if (g.dynData && 'imm' in g.dynData) {
       const s = env.sets?.(d.set, d.setId)?.set;
@@ -1738,7 +1812,16 @@ export function renderKeyed(g: KeyedGroup, env: KeyedRenderEnv): string | undefi
       if (!ft) return undefined;
       data = ` : ${ft.text}`;
     }
-    return `${d.op === 0 ? 'add' : 'update'} @${d.set} { ${key}${d.timeout ? ` timeout ${formatNftTime(d.timeout)}` : ''}${data} }`;
+    const stmts = d.exprs?.length ? ` ${statefulText(d.exprs, env.family)}` : '';
+    const own = env.sets?.(d.set, d.setId)?.set;
+    if (own && own.flags & SET_F.ANONYMOUS) {
+      // a meter: its set is the rule's (nft lists the size the kernel gives it, 65535 by default)
+      const timed = d.op === 1 && !!d.timeout;
+      if ((d.op !== 0 && !timed) || (d.op === 0 && d.timeout) || g.dynData || !stmts
+        || own.flags !== (SET_F.ANONYMOUS | SET_F.EVAL | (timed ? SET_F.TIMEOUT : 0))) return undefined;
+      return `meter ${d.set} size ${own.size ?? 65535} { ${key}${timed ? ` timeout ${formatNftTime(d.timeout!)}` : ''}${stmts} }`;
+    }
+    return `${d.op === 0 ? 'add' : 'update'} @${d.set} { ${key}${d.timeout ? ` timeout ${formatNftTime(d.timeout)}` : ''}${stmts}${data} }`;
   }
   if (g.markset && !g.lookup) return `${g.markset} mark set ${key}`;
   if (g.cmp) {

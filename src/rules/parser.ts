@@ -13,7 +13,7 @@ import { andHex, bigToHex, hexToBig, prefixMask, readU32Host, u16Be, u32Host, u8
 import { ETHER, F, VLAN, ctAddrField, fibField, osfField, portField, rawPayloadField, rtField, socketField, xfrmField, type Field } from './fields.js';
 import { BOOLEAN_SYMS, REALMS, ctDirection, ctField, headerField, headerFieldNames, metaField, metaKeyOf, UNQUALIFIED_META, type Proto } from './headers.js';
 import { encodeInt, parseIntValue, serviceport } from './intvalues.js';
-import type { CtKey } from '../netlink/expr.js';
+import type { CtKey, StatefulExpr } from '../netlink/expr.js';
 import { tokenize, type Token } from './lexer.js';
 import { internWord } from './intern.js';
 import {
@@ -76,6 +76,23 @@ class Parser {
     const a: Token = { kind: 'word', text: t.text.slice(0, n), col: t.col, raw: t.raw.slice(0, n) };
     const b: Token = { kind: 'word', text: t.text.slice(n), col: t.col + n, raw: t.raw.slice(n) };
     this.toks.splice(this.pos, 1, a, b);
+  }
+
+  /** A statement an element gets (`counter`, `limit rate 10/second`, `quota 10 mbytes`, `ct count 5`), or undefined where none starts. */
+  parseStateful(): StatefulExpr[] | undefined {
+    const t = this.peek();
+    if (t.kind !== 'word') return undefined;
+    const at: At = { col: t.col, raw: t.raw };
+    if (t.text === 'counter') {
+      const c = this.parseCounter(at);
+      return [c.packets !== undefined ? { kind: 'counter', packets: c.packets, bytes: c.bytes! } : { kind: 'counter' }];
+    }
+    if (t.text === 'ct' && this.isWord(this.peek(1), 'count')) {
+      this.next();
+      return (this.parseCtCount(at) as ExprStmt).exprs as StatefulExpr[];
+    }
+    if (t.text !== 'limit' && t.text !== 'quota') return undefined;
+    return parseExprStatement(this, t.text, at, this.opts.family ?? 'inet')!.exprs as StatefulExpr[];
   }
 
   /** One field of a key (`ip daddr`, `meta l4proto`, `th dport`), parsed by the statement grammar. */
@@ -292,6 +309,7 @@ class Parser {
       case 'jump': case 'goto': {
         this.next();
         const c = this.peek();
+        if (c.kind === 'punct' && c.text === '{') this.fail(c, `a chain name, ${t.text} CHAIN`, `chain bindings (${t.text} { … }, an anonymous chain) are not supported`);
         if (c.kind !== 'word' || !CHAIN_NAME.test(c.text) || c.text.length > 255) {
           this.fail(c, 'a chain name (a letter, _ or . followed by letters, digits, / - _ .)');
         }
@@ -306,7 +324,7 @@ class Parser {
       }
       case 'numgen': case 'jhash': case 'symhash':
         return parseGenStatement(this);
-      case 'add': case 'update':
+      case 'add': case 'update': case 'meter':
         return parseDynset(this);
 
       case 'reset': return this.parseReset(at);
@@ -328,11 +346,6 @@ class Parser {
         if (st) return st;
         if (/^@(?:ll|nh|th|ih)$/.test(t.text) && this.peek(1).kind === 'punct' && this.peek(1).text === ',') return this.parseRawPayload(at);
         if (t.text.startsWith('@')) this.fail(t, expected, 'named sets are not supported');
-        if (t.text === 'meter') {
-          // nft 1.0.6 turns a meter into a set the rule owns (flags dynamic, timeout) and an update with
-          // a stateful expression; nfkeeper does not create sets from rules
-          this.fail(t, "a set of the table and 'update @SET { KEY }' (or 'add @SET { KEY }')", 'meter is not supported');
-        }
         return this.fail(t, expected, 'unknown or unsupported keyword');
       }
     }

@@ -19,6 +19,7 @@ import { withNetns, type Netns } from '../helpers/netns.js';
 import { netlinkDump } from '../helpers/peers/dump.js';
 import { tempDir } from '../helpers/tmp.js';
 import { nextRepair } from '../keeper/helpers.js';
+import { until } from '../helpers/wait.js';
 
 const dir = tempDir('grammar');
 
@@ -174,6 +175,98 @@ const CASES: [string, string][] = [
   }
 }
 `],
+  ['statements on sets, maps and elements', `table ip t {
+  set s {
+    type ipv4_addr
+    counter
+    elements = { 10.0.0.1 counter packets 5 bytes 100, 10.0.0.2 }
+  }
+  set q {
+    type ipv4_addr
+    flags dynamic,timeout
+    counter quota 100 mbytes
+    timeout 1m
+  }
+  set l {
+    type ipv4_addr
+    flags dynamic
+    limit rate 10/second
+  }
+  set lo {
+    typeof ip saddr
+    size 1024
+    flags dynamic
+    limit rate over 5/minute burst 3 packets
+    elements = { 1.2.3.4 limit rate over 5/minute burst 3 packets comment "x" }
+  }
+  set cc {
+    type ipv4_addr
+    flags dynamic
+    ct count over 4
+  }
+  map m {
+    type ipv4_addr : verdict
+    counter
+    elements = { 10.0.0.3 counter : accept, 10.0.0.4 counter packets 1 bytes 2 : drop }
+  }
+  map qm {
+    type ipv4_addr : mark
+    flags interval
+    quota over 10 mbytes
+    elements = { 10.0.0.0/24 : 1 }
+  }
+  chain c {
+    ip saddr @s accept
+    ip saddr vmap @m
+  }
+}
+`],
+  ['statements in add and update @set', `table ip t {
+  set n {
+    type ipv4_addr
+    flags dynamic
+  }
+  set n2 {
+    type ipv4_addr . inet_service
+    flags dynamic,timeout
+    timeout 1h
+  }
+  map nm {
+    type ipv4_addr : mark
+    flags dynamic
+  }
+  set l {
+    type ipv4_addr
+    flags dynamic
+    limit rate 10/second
+  }
+  set q {
+    type ipv4_addr
+    flags dynamic
+    counter quota 100 mbytes
+  }
+  chain c {
+    add @n { ip saddr limit rate 10/second }
+    update @n { ip daddr counter }
+    add @n { ip saddr ct count over 4 }
+    update @n2 { ip saddr . tcp dport timeout 1m counter quota over 5 mbytes }
+    update @nm { ip saddr counter : 0x1 }
+    add @l { ip saddr limit rate 10/second }
+    add @l { ip daddr }
+    update @q { ip saddr counter quota 100 mbytes }
+  }
+}
+`],
+  ['meters', `table ip t {
+  chain c {
+    type filter hook input priority filter; policy accept;
+    meter foo { ip saddr limit rate over 5/minute burst 3 packets } drop
+    meter bar size 100 { ip saddr . tcp dport counter }
+    meter baz { ip daddr quota over 10 mbytes }
+    meter tm size 8192 { ip saddr timeout 30s counter }
+  }
+}
+`],
 ];
 
 /** Refused at [line, column] with a reason. */
@@ -193,6 +286,19 @@ const REFUSED: [string, number, number, RegExp][] = [
   ['table ip t {\n  map m { type ipv4_addr . inet_service : mark; flags dynamic; }\n  chain c {\n    add @m { 1.2.3.4 . 22 . 1 : 1 }\n  }\n}\n', 4, 14, /constant in the key of set 'm'/],
   ['table ip t {\n  map pm { type ifname : inet_service; }\n  chain c {\n    ip daddr set iifname map @pm\n  }\n}\n', 4, 30, /map 'pm' maps to inet_service, not ipv4_addr/],
   ['table ip t {\n  set sf { type tcp_flag; }\n  chain c {\n    ip protocol @sf\n  }\n}\n', 4, 17, /set 'sf' is keyed by tcp_flag/],
+  // the kernel dumps no statements of a dynset whose set has its own: only the set's are taken
+  ['table ip t {\n  set l { type ipv4_addr; flags dynamic; limit rate 10/second; }\n  chain c {\n    add @l { ip saddr limit rate 5/second }\n  }\n}\n', 4, 23, /set 'l' has statements of its own/],
+  ['table ip t {\n  set n { type ipv4_addr; flags dynamic; }\n  chain c {\n    add @n { ip saddr counter counter counter }\n  }\n}\n', 4, 23, /at most 2 per element/],
+  ['table ip t {\n  set s { type ipv4_addr; counter; elements = { 1.2.3.4 limit rate 1/second } }\n}\n', 2, 49, /not those of set s/],
+  ['table ip t {\n  set s { type ipv4_addr; counter; elements = { 1.2.3.4 counter packets x } }\n}\n', 2, 73, /packet count/],
+  ['table ip t {\n  set s { type ipv4_addr; accept; }\n}\n', 2, 27, /not a property of a set/],
+  ['table ip t {\n  chain c {\n    meter m { ip saddr } drop\n  }\n}\n', 3, 24, /a statement for each key/],
+  ['table ip t {\n  chain c {\n    meter m { ip saddr counter quota 1 mbytes }\n  }\n}\n', 3, 24, /a meter takes one statement/],
+  ['table ip t {\n  set m { type ipv4_addr; }\n  chain c {\n    meter m { ip saddr counter }\n  }\n}\n', 4, 11, /has a set 'm' already/],
+  ['table ip t {\n  set s { type ipv4_addr; counter quota 1 mbytes; elements = { 1.2.3.4 counter quota 1 mbytes } }\n}\n', 2, 72, /an element takes one statement/],
+  ['table ip t {\n  chain c {\n    jump { accept }\n  }\n}\n', 3, 10, /chain bindings \(jump \{ … \}, an anonymous chain\) are not supported/],
+  ['table ip t {\n  set s { typeof ct zone; }\n}\n', 2, 18, /typeof ct zone: not an expression nfkeeper can key a set by/],
+  ['table ip t {\n  set s { type ipv4_addr; last; }\n}\n', 2, 27, /'last' statement on a set is not supported/],
 ];
 
 /** `nft list table ip t`, less the time an element with a timeout has left (the kernel counts it down). */
@@ -295,3 +401,70 @@ describe('whole-table grammar: repaired by a running keeper', () => {
   });
 });
 
+
+describe('statements on sets: repaired by a running keeper without resetting what they count', () => {
+  const TABLE = `table ip t {
+  set s {
+    type ipv4_addr
+    counter
+    elements = { 127.0.0.1, 10.9.9.9 counter }
+  }
+  set n {
+    type ipv4_addr
+    flags dynamic
+  }
+  chain out {
+    type filter hook output priority filter; policy accept;
+    ip daddr @s
+    update @n { ip daddr counter }
+    meter m { ip daddr counter }
+  }
+}
+`;
+
+  it('an element, a rule, a dynset rule and a meter put back; the counters of elements that stayed keep counting', async () => {
+    const file = join(dir, 'stateful-keeper.nft');
+    writeFileSync(file, TABLE);
+    const config = parseNftConfig(TABLE, file);
+    await withKeeper({ config, tag: 'gram-st' }, async ({ ns, keeper, sock }) => {
+      ns.exec('ip', ['link', 'set', 'lo', 'up']);
+      const send = (n: number) => ns.exec('bash', ['-c', `for i in $(seq ${n}); do echo x > /dev/udp/127.0.0.1/9; done`]);
+      const packets = async (set: string) => {
+        const e = (await sock.listElements({ family: 'ip', table: 't', set })).find((x) => x.key === '7f000001');
+        const c = e?.exprs?.[0];
+        return c?.kind === 'counter' ? c.packets ?? 0 : -1;
+      };
+      const inSync = async () => {
+        await keeper.idle();
+        return (await cli('check', '--config', file, '--netns', ns.path)).out === 'in sync';
+      };
+      const handle = (i: number) => {
+        const lines = ns.exec('nft', ['-a', 'list', 'chain', 'ip', 't', 'out']).split('\n').filter((l) => /# handle \d+$/.test(l) && !/^\s*chain /.test(l));
+        return Number(/# handle (\d+)$/.exec(lines[i]!)![1]);
+      };
+      send(4);
+      expect(await packets('s')).toBeGreaterThanOrEqual(4);
+      expect(await packets('n')).toBeGreaterThanOrEqual(4);
+      const tampers: [string, () => void][] = [
+        ['a deleted element', () => ns.nft('delete element ip t s { 10.9.9.9 }\n')],
+        ['a deleted lookup rule', () => ns.nft(`delete rule ip t out handle ${handle(0)}\n`)],
+        ['a deleted dynset rule', () => ns.nft(`delete rule ip t out handle ${handle(1)}\n`)],
+        ['a deleted meter rule', () => ns.nft(`delete rule ip t out handle ${handle(2)}\n`)],
+      ];
+      for (const [what, tamper] of tampers) {
+        send(2);
+        const before = [await packets('s'), await packets('n')];
+        tamper();
+        await until(`${what} to be repaired`, inSync, 20_000);
+        send(2);
+        // the set and its element were not created again: their counters go on from where they were
+        expect(await packets('s'), what).toBeGreaterThanOrEqual(before[0]! + 2);
+        expect(await packets('n'), what).toBeGreaterThanOrEqual(before[1]! + 2);
+      }
+      expect((await sock.listElements({ family: 'ip', table: 't', set: 's' })).map((e) => e.key).sort()).toEqual(['0a090909', '7f000001']);
+      // and it rests: no repair follows its own
+      const more = await Promise.race([nextRepair(keeper).then(() => true), new Promise<false>((r) => setTimeout(() => r(false), 3000))]);
+      expect(more).toBe(false);
+    });
+  });
+});

@@ -209,7 +209,7 @@ describe('named sets and maps in the config', () => {
       ['table ip t {\n  set s { type ipv4_addr; elements = { 10.0.0.1 : accept } }\n}\n', 2, 49, /set is not a map/],
       ['table ip t {\n  set s { type ipv4_addr; flags interval, bogus; }\n}\n', 2, 43, /'bogus' is not a set flag/],
       ['table ip t {\n  set s { typeof ip dadr; }\n}\n', 2, 18, /typeof ip dadr/],
-      ['table ip t {\n  set s { type ipv4_addr; counter; }\n}\n', 2, 27, /set expressions/],
+      ['table ip t {\n  set s { type ipv4_addr; last; }\n}\n', 2, 27, /'last' statement on a set is not supported/],
       ['add table ip t\nadd element ip t s { 1.1.1.1 }\n', 2, 18, /set s is not declared/],
       ['table ip t {\n  set s { type ipv4_addr . inet_service; elements = { 1.1.1.1 . 80 . 3 } }\n}\n', 2, 68, /too many parts/],
       ['table ip t {\n  map m { type ipv4_addr : verdict; elements = { 1.1.1.1 : goto nowhere } }\n}\n', 2, 50, /chain nowhere/],

@@ -53,7 +53,7 @@ async function turns(what: string, ok: () => boolean, ms = 20_000): Promise<void
   }
 }
 
-const monitorOf = (k: Keeper) => (k as unknown as { monitor: NftWatch }).monitor;
+const monitorOf = (k: Keeper) => k.state.monitor!;
 const dumps = async (k: Keeper) => (await k.metrics.dumps.get()).values[0]?.value ?? 0;
 
 /** The keeper's monitor has read the commit that made `generation`, and what it started is done. */

@@ -162,10 +162,10 @@ describe('namespace isolation', () => {
 });
 
 describe('rule decoding', () => {
-  it('rules of nft, iptables-nft and ours decode, the unmodelled kept as unknown; a chain\'s dump is the table dump\'s rules of that chain', async () => {
+  it('rules of nft, iptables-nft and ours decode; a chain\'s dump is the table dump\'s rules of that chain', async () => {
     await withNetns(async (ns) => {
       // A spread of what the kernel sends back: nft's own rules (sets, maps,
-      // unknown expressions, comments as userdata, verdict maps, nat), an
+      // a dynset with its statement, comments as userdata, verdict maps, nat), an
       // iptables-nft table (xt matches and targets with binary info), and ours.
       loadNftForeign(ns, 200, 'kube');
       loadIptablesForeign(ns, 200);
@@ -179,7 +179,7 @@ describe('rule decoding', () => {
         'add rule inet odd c ip6 saddr ::1 tcp dport { 22, 80 } ct state established,related accept',
         'add rule inet odd c iifname "eth*" meta l4proto udp udp dport 53 limit rate 10/second log prefix "dns: " drop',
         'add rule inet odd c ip daddr 10.0.0.0/8 ip dscp cs1 reject with icmp type host-unreachable',
-        // A set update carrying its own statement: not modelled, so decoded as an unknown expression.
+        // A set update carrying its own statement, decoded with it.
         'add set inet odd seen { type ipv4_addr; flags dynamic,timeout; timeout 1m; }',
         'add rule inet odd c update @seen { ip saddr limit rate 10/second } accept',
       ].join('\n'));
@@ -201,10 +201,49 @@ describe('rule decoding', () => {
         const chainOnly = await native.dump('rule', 'inet', 'odd', 'c', false);
         expect(chainOnly).toHaveLength(7);
         expect(JSON.stringify(chainOnly)).toBe(JSON.stringify((odd as { chain: string }[]).filter((r) => r.chain === 'c')));
-        expect((chainOnly as { exprs: { kind: string }[] }[]).some((r) => r.exprs.some((e) => e.kind === 'unknown'))).toBe(true);
+        expect((chainOnly as { exprs: Expr[] }[]).flatMap((r) => r.exprs).filter((e) => e.kind === 'dynset').map((e) => e.kind === 'dynset' && e.exprs))
+          .toEqual([[{ kind: 'limit', rate: 10, unit: 1, burst: 5, type: 0, flags: 0 }]]);
       } finally {
         s.close();
       }
     }, 'decode');
   });
 });
+
+describe('set expressions', () => {
+  it("a set's, its elements' and a two-expression set's statements decode as the kernel holds them, counts included", async () => {
+    await withSocket(async (s) => {
+      await s.commit([
+        ...ownedSetup(),
+        { verb: 'add', object: 'set', family: F, table: T, name: 'c', flags: 0, keyType: 7, keyLen: 4, exprs: [{ kind: 'counter' }],
+          elements: [{ key: '0a000001', exprs: [{ kind: 'counter', packets: 5, bytes: 100 }] }, { key: '0a000002' }] },
+        { verb: 'add', object: 'set', family: F, table: T, name: 'q', flags: 0x120, keyType: 7, keyLen: 4,
+          exprs: [{ kind: 'counter' }, { kind: 'quota', bytes: 1 << 20, flags: 1, consumed: 0 }],
+          elements: [{ key: '0a000003' }] },
+        { verb: 'add', object: 'set', family: F, table: T, name: 'l', flags: 0x20, keyType: 7, keyLen: 4,
+          exprs: [{ kind: 'limit', rate: 10, unit: 1, burst: 5, type: 0, flags: 0 }] },
+      ]);
+      const sets = new Map((await s.listSets({ family: F, table: T })).map((x) => [x.name, x]));
+      expect(sets.get('c')!.exprs).toEqual([{ kind: 'counter', packets: 0, bytes: 0 }]);
+      expect(sets.get('q')!.exprs).toEqual([{ kind: 'counter', packets: 0, bytes: 0 }, { kind: 'quota', bytes: 1 << 20, flags: 1, consumed: 0 }]);
+      expect(sets.get('l')!.exprs).toEqual([{ kind: 'limit', rate: 10, unit: 1, burst: 5, type: 0, flags: 0 }]);
+      const byKey = async (set: string) => new Map((await s.listElements({ family: F, table: T, set })).map((e) => [e.key, e.exprs]));
+      const c = await byKey('c');
+      // the element given none gets the set's
+      expect(c.get('0a000001')).toEqual([{ kind: 'counter', packets: 5, bytes: 100 }]);
+      expect(c.get('0a000002')).toEqual([{ kind: 'counter', packets: 0, bytes: 0 }]);
+      expect((await byKey('q')).get('0a000003')).toEqual([{ kind: 'counter', packets: 0, bytes: 0 }, { kind: 'quota', bytes: 1 << 20, flags: 1, consumed: 0 }]);
+    });
+  });
+
+  it('refuses a set statement that is no stateful expression, or more than two, before anything is sent', async () => {
+    await withSocket(async (s) => {
+      const set = (exprs: unknown) => ({ verb: 'add', object: 'set', family: F, table: T, name: 'x', flags: 0, keyType: 7, keyLen: 4, exprs } as Op);
+      await expect(s.commit([...ownedSetup(), set([{ kind: 'immediate', dreg: 0, verdict: 'accept' }])])).rejects.toThrow(/exprs\[0\]\.kind/);
+      await expect(s.commit([...ownedSetup(), set([{ kind: 'counter' }, { kind: 'counter' }, { kind: 'counter' }])])).rejects.toThrow(/1 to 2 expressions/);
+      await expect(s.commit([...ownedSetup(), set([{ kind: 'limit', rate: 'x' }])])).rejects.toThrow(/exprs\[0\]/);
+      expect(await s.listTables()).toEqual([]);
+    });
+  });
+});
+

@@ -393,6 +393,23 @@ const CASES: Case[] = [
     replay: false,
   },
   {
+    name: 'dynset: with a limit of its own (NFTA_DYNSET_EXPR)',
+    chain: 'plain',
+    before: [{ verb: 'add', object: 'set', family: F, table: T, name: 'seen', id: 9, flags: 0x20, keyType: 7, keyLen: 4 }],
+    exprs: [saddr, { kind: 'dynset', sregKey: 1, op: 0, set: 'seen', exprs: [{ kind: 'limit', rate: 10, unit: 1, burst: 5, type: 0, flags: 0 }] }],
+    expected: [saddr, { kind: 'dynset', sregKey: 1, op: 0, timeout: 0, set: 'seen', flags: 0, exprs: [{ kind: 'limit', rate: 10, unit: 1, burst: 5, type: 0, flags: 0 }] }],
+    replay: false,
+  },
+  {
+    name: 'dynset: a counter and a quota (NFTA_DYNSET_EXPRESSIONS, flags NFT_DYNSET_F_EXPR; the kernel dumps flags 0)',
+    chain: 'plain',
+    before: [{ verb: 'add', object: 'set', family: F, table: T, name: 'seen', id: 9, flags: 0x20, keyType: 7, keyLen: 4 }],
+    exprs: [saddr, { kind: 'dynset', sregKey: 1, op: 1, set: 'seen', flags: 2, exprs: [{ kind: 'counter' }, { kind: 'quota', bytes: 5000, flags: 1, consumed: 0 }] }],
+    expected: [saddr, { kind: 'dynset', sregKey: 1, op: 1, timeout: 0, set: 'seen', flags: 0,
+      exprs: [{ kind: 'counter', packets: 0, bytes: 0 }, { kind: 'quota', bytes: 5000, flags: 1, consumed: 0 }] }],
+    replay: false,
+  },
+  {
     name: 'objref: a named counter and a quota, created in the same batch',
     chain: 'plain',
     before: [
@@ -442,7 +459,7 @@ describe('IR round trip: encode, commit, dump, decode', () => {
     }, 'rt');
   });
 
-  it('replays unknown expressions written by nft byte for byte in a fresh namespace', async () => {
+  it("replays nft's rules (jhash, symhash, a dynset with its own statement) through the IR into a fresh namespace", async () => {
     let source: Rule[] = [];
     let sourceText = '';
     await withNetns(async (ns) => {
@@ -464,11 +481,11 @@ describe('IR round trip: encode, commit, dump, decode', () => {
       sourceText = ns.exec('nft', ['list', 'chain', 'ip', 'u', 'c']);
     }, 'rt-src');
     expect(source).toHaveLength(3);
-    const unknown = source.flatMap((r) => r.exprs).filter((e) => e.kind === 'unknown');
-    // a dynset carrying its own statement (the IR models dynsets without one)
-    expect(unknown.map((e) => e.kind === 'unknown' && e.name)).toEqual(['dynset']);
+    expect(source.flatMap((r) => r.exprs).filter((e) => e.kind === 'unknown')).toEqual([]);
+    // a dynset carrying its own statement, typed with it
+    expect(source.flatMap((r) => r.exprs).filter((e) => e.kind === 'dynset').map((e) => e.kind === 'dynset' && e.exprs))
+      .toEqual([[{ kind: 'limit', rate: 10, unit: 1, burst: 5, type: 0, flags: 0 }]]);
     expect(source.flatMap((r) => r.exprs).filter((e) => e.kind === 'hash')).toHaveLength(2);
-    for (const e of unknown) expect(e.kind === 'unknown' && e.data.length).toBeGreaterThan(0);
 
     await withNetns(async (ns) => {
       // the set the dynset adds to

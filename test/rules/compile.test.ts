@@ -107,7 +107,7 @@ describe('refusals carry column, token and what was expected', () => {
   const cases: [string, 'ip' | 'ip6' | 'inet', number, string, RegExp][] = [
     ['', 'ip', 1, '', /a match .* or a statement/],
     // What nft 1.0.6 refuses, or nfkeeper leaves out, with its position
-    ['meter m size 8 { ip saddr counter }', 'ip', 1, 'meter', /update @SET/],
+    ['meter m { ip saddr }', 'ip', 20, '}', /a statement for each key/],
     ['redirect to :tcp dport map { 22 : 8000 }', 'ip', 14, 'tcp', /transport protocol match before it/],
     ['rt nexthop 10.0.0.1', 'inet', 1, 'rt', /an IPv4 table, or a match on ip before it/],
     ['meta nfproto ipv6 rt nexthop 10.0.0.1', 'inet', 19, 'rt', /an IPv4 table, or a match on ip before it/],

@@ -8,6 +8,7 @@ import {
   compileRule, interfaceTable, queueRule, setContentKey, type CompiledRule, type SetResolver,
 } from '../../src/rules/index.js';
 import { createNetns, type Netns } from '../helpers/netns.js';
+import { SET_F } from '../../src/netlink/objects.js';
 
 export const TABLE = 'nfk';
 /** Base chains by the corpus' chain labels' full names (short names like fwd are nft keywords). */
@@ -178,8 +179,17 @@ export async function runOracle(family: Family, inputs: OracleInput[], opts: Ora
 export function comparable(exprs: readonly Expr[], sets: SetResolver): unknown[] {
   return exprs.map((e) => {
     if (e.kind === 'counter') return { kind: 'counter' };
-    // the kernel dumps a dynset's timeout and flags as 0 when none were sent
-    if (e.kind === 'dynset') return { ...e, timeout: e.timeout || undefined, flags: e.flags || undefined };
+    // the kernel dumps a dynset's timeout and flags as 0 when none were sent, its statements' counts as 0;
+    // a meter's set (the rule's own) by its shape
+    if (e.kind === 'dynset') {
+      const { setId: _id, exprs, ...rest } = e;
+      const s = sets(e.set, e.setId);
+      return {
+        ...rest, timeout: e.timeout || undefined, flags: e.flags || undefined,
+        exprs: exprs?.map((x) => (x.kind === 'counter' ? { kind: 'counter' } : x)),
+        meter: s && s.set.flags & SET_F.ANONYMOUS ? setShape(s) : undefined,
+      };
+    }
     if (e.kind === 'lookup') {
       const s = sets(e.set, e.setId);
       const { setId: _id, ...rest } = e;
