@@ -210,23 +210,30 @@ bool CommitRun::Outcome(Napi::Env env, Napi::Value* out) {
       *out = MakeNetlinkError(env, msg, lostAcks_ ? ENOBUFS : EPROTO, "commit").Value();
       return false;
     }
-    if (!echo_) {
+    if (!echo_ && !batch_->wantDigests) {
       *out = env.Undefined();
       return true;
     }
-    // { handles: [[opIndex, handle], ...] } for every rule the kernel echoed (all, unless acks were lost).
-    Napi::Array handles = Napi::Array::New(env);
-    uint32_t k = 0;
-    for (const auto& [seq, handle] : echoed_) {
-      int op = OpIndexOf(seq);
-      if (op < 0) continue;
-      Napi::Array pair = Napi::Array::New(env, 2);
-      pair.Set(0u, op);
-      pair.Set(1u, static_cast<double>(handle));
-      handles.Set(k++, pair);
-    }
     Napi::Object result = Napi::Object::New(env);
-    result.Set("handles", handles);
+    if (echo_) {
+      // { handles: [[opIndex, handle], ...] } for every rule the kernel echoed (all, unless acks were lost).
+      Napi::Array handles = Napi::Array::New(env);
+      uint32_t k = 0;
+      for (const auto& [seq, handle] : echoed_) {
+        int op = OpIndexOf(seq);
+        if (op < 0) continue;
+        Napi::Array pair = Napi::Array::New(env, 2);
+        pair.Set(0u, op);
+        pair.Set(1u, static_cast<double>(handle));
+        handles.Set(k++, pair);
+      }
+      result.Set("handles", handles);
+    }
+    if (batch_->wantDigests) {
+      Napi::Array digests = Napi::Array::New(env, batch_->digests.size());
+      for (uint32_t i = 0; i < batch_->digests.size(); i++) digests.Set(i, Napi::String::New(env, batch_->digests[i]));
+      result.Set("digests", digests);
+    }
     *out = result;
     return true;
   }

@@ -726,10 +726,36 @@ Napi::Value DigestRules(const Napi::CallbackInfo& info) {
   return out;
 }
 
+namespace {
+
+// The RuleDigest of the NEWRULE message at `msg`, just encoded: of its userdata and of its
+// expressions as the kernel will dump them (AsTheKernelDumps, on a copy: the message goes out as it is).
+std::string DigestOfRuleMessage(const uint8_t* msg) {
+  const nlmsghdr* nlh = reinterpret_cast<const nlmsghdr*>(msg);
+  const nlattr* userdata = nullptr;
+  const nlattr* exprs = nullptr;
+  const nlattr* attr;
+  NFK_ATTR_FOR_EACH(attr, nlh, sizeof(nfgenmsg)) {
+    uint16_t type = mnl_attr_get_type(attr);
+    if (type == NFTA_RULE_USERDATA) userdata = attr;
+    else if (type == NFTA_RULE_EXPRESSIONS) exprs = attr;
+  }
+  if (exprs == nullptr) return RuleDigest(userdata, nullptr);
+  const uint8_t* from = reinterpret_cast<const uint8_t*>(exprs);
+  std::vector<uint8_t> copy(from, from + MNL_ALIGN(exprs->nla_len));
+  AsTheKernelDumps(copy.data(), copy.size());
+  return RuleDigest(userdata, reinterpret_cast<const nlattr*>(copy.data()));
+}
+
+}  // namespace
+
 void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneration,
-                 uint32_t generation, EncodedBatch* out, Napi::Value exprBytes) {
+                 uint32_t generation, EncodedBatch* out, Napi::Value exprBytes, bool digests) {
   out->bytes.clear();
   out->messageOp.clear();
+  out->wantDigests = digests;
+  out->digests.clear();
+  if (digests) out->digests.resize(ops.Length());
   out->beginSeq = seq;
   // A rule of a few expressions is 200-400 bytes.
   out->bytes.reserve(4096 + ops.Length() * 384);
@@ -759,7 +785,9 @@ void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneratio
       else if (object == "chain") EncodeChain(&out->bytes, verb, op, next);
       else if (object == "rule") {
         Napi::Value pre = exprBytes.IsArray() ? exprBytes.As<Napi::Array>().Get(i) : Napi::Value();
+        size_t at = out->bytes.size();
         EncodeRule(&out->bytes, verb, op, next, pre);
+        if (digests && verb != "delete") out->digests[i] = DigestOfRuleMessage(out->bytes.data() + at);
       }
       else if (object == "set") messages = EncodeSet(&out->bytes, verb, op, next);
       else if (object == "element") messages = EncodeElementOp(&out->bytes, verb, op, next);

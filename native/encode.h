@@ -5,6 +5,7 @@
 #include <napi.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace nfk {
@@ -14,6 +15,10 @@ struct EncodedBatch {
   uint32_t beginSeq = 0;
   // opIndex of each message after BATCH_BEGIN, by (seq - beginSeq - 1).
   std::vector<int32_t> messageOp;
+  // Asked for (EncodeBatch's `digests`): per op index, the RuleDigest of the rule it adds, inserts
+  // or replaces, from the bytes it is sent as; '' for other ops and rules without one.
+  bool wantDigests = false;
+  std::vector<std::string> digests;
 };
 
 // Encodes `ops` (the Op type in src/netlink/batch.ts, checked by
@@ -21,9 +26,11 @@ struct EncodedBatch {
 // NFNL_BATCH_GENID so the kernel refuses the batch if the ruleset moved on.
 // Throws a NetlinkError (EINVAL) naming the op index on malformed input.
 // `exprBytes`, when an array, holds per op index either a Buffer from EncodeExpressions (that
-// op's exprs, encoded before) or nothing (encode them now).
+// op's exprs, encoded before) or nothing (encode them now). With `digests`, out->digests gets each
+// rule's digest of the bytes encoded for it (see EncodedBatch).
 void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneration,
-                 uint32_t generation, EncodedBatch* out, Napi::Value exprBytes = Napi::Value());
+                 uint32_t generation, EncodedBatch* out, Napi::Value exprBytes = Napi::Value(),
+                 bool digests = false);
 
 // encodeExprs(exprs) -> Buffer: a rule's NFTA_RULE_EXPRESSIONS attribute, byte for byte what a
 // commit would put in the rule's message; a commit can be handed it instead of the expressions.

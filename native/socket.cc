@@ -304,7 +304,7 @@ Napi::Value NftSocket::Dump(const Napi::CallbackInfo& info) {
   return StartDump(env, this, info.This().As<Napi::Object>(), req);
 }
 
-// The commit of `info`'s batch (ops, generation?, echo?, exprBytes?), encoded.
+// The commit of `info`'s batch (ops, generation?, echo?, exprBytes?, digests?), encoded.
 std::unique_ptr<CommitRun> NftSocket::PrepareCommit(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   ThrowIfClosed(env, "commit");
@@ -316,12 +316,14 @@ std::unique_ptr<CommitRun> NftSocket::PrepareCommit(const Napi::CallbackInfo& in
   batch->bytes = TakeEncodeBuffer();
   // Sequence numbers are taken under the lock in Run(); encode with a
   // placeholder base and renumber there.
-  EncodeBatch(env, ops, 0, hasGen, gen, batch.get(), info.Length() > 3 ? info[3] : Napi::Value());
+  bool digests = info.Length() > 4 && info[4].ToBoolean().Value();
+  EncodeBatch(env, ops, 0, hasGen, gen, batch.get(), info.Length() > 3 ? info[3] : Napi::Value(), digests);
   bool echo = info.Length() > 2 && info[2].ToBoolean().Value();
   return std::make_unique<CommitRun>(this, std::move(batch), echo);
 }
 
-// commit(ops, generation?, echo?, exprBytes?) -> Promise<void | { handles: [opIndex, handle][] }>
+// commit(ops, generation?, echo?, exprBytes?, digests?) -> Promise<void | { handles?: [opIndex, handle][], digests?: string[] }>:
+// handles with echo (a small batch), digests when asked (per op index, EncodedBatch::digests).
 Napi::Value NftSocket::Commit(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   std::unique_ptr<CommitRun> run = PrepareCommit(info);
@@ -341,7 +343,7 @@ Napi::Value NftSocket::Commit(const Napi::CallbackInfo& info) {
   return p;
 }
 
-// commitNow(ops, generation?, echo?, exprBytes?) -> void | { handles } | false: commit()'s work for
+// commitNow(ops, generation?, echo?, exprBytes?, digests?) -> void | { handles?, digests? } | false: commit()'s work for
 // a small batch on this thread, its outcome returned or thrown, without a promise (the keeper's
 // repair of a foreign change). False, with nothing sent, when the batch is not small or the socket
 // is busy (a dump or commit on a worker): commit() then.

@@ -442,8 +442,8 @@ async function oneShotLocked(o: OneShotOptions, config: import('./config/config.
     } else {
       const lines = found.flatMap((d) => renderDrift(d.table, d.diff));
       // A pipe or a file gets every line, as always; a terminal gets a summary of a long plan.
-      if (io.outTty && !o.full && lines.length > SUMMARY_OVER_LINES) for (const line of summarisePlan(lines)) io.out(line);
-      else for (const line of lines) io.out(line);
+      // One write: a line at a time was a system call per rule of a big install.
+      io.out((io.outTty && !o.full && lines.length > SUMMARY_OVER_LINES ? summarisePlan(lines) : lines).join('\n'));
       if (apply) io.out(`applied ${ops} operations in one batch`);
     }
     if (apply) return EXIT.OK;

@@ -362,7 +362,7 @@ export class KnownState {
           h.ops.push({ op });
           continue;
         }
-        const handle = echoed?.handles.get(index);
+        const handle = echoed?.handles?.get(index);
         if (handle === undefined) return undefined;
         if (op.id !== undefined) byId.set(op.id, handle);
         h.ops.push({ op, handle });
@@ -377,7 +377,7 @@ export class KnownState {
         gone.add(op.handle!);
         continue;
       }
-      const handle = echoed?.handles.get(index);
+      const handle = echoed?.handles?.get(index);
       if (handle === undefined) return undefined;
       if (op.id !== undefined) byId.set(op.id, handle);
       if (op.verb === 'replace') {

@@ -65,7 +65,7 @@ class MirrorCommit {
     // the desired state. The handles of the rules it added came back with its acknowledgements:
     // the mirror takes them now, and the commit's own events need not wake this thread again
     // (else, as from a kernel that does not echo, they bring the handles).
-    if (echoed && k.mirror!.learnCommit(generation + 1, echoed.handles)) {
+    if (echoed?.handles && k.mirror!.learnCommit(generation + 1, echoed.handles)) {
       k.touches.touched(generation + 1);
       k.monitor!.skipOwn?.(generation + 1);
     }

@@ -4,7 +4,8 @@
  * recognised by their digests without decoding them (adoptRules). The result is the held state
  * diffTable (table.ts) compares with the desired one.
  */
-import type { Expr, Family } from '../netlink/expr.js';
+import type { Expr, Family, Hex } from '../netlink/expr.js';
+import type { Batch } from '../netlink/batch.js';
 import type { Chain, ChainDigests, NftSet, ObservedTable, Rule } from '../netlink/objects.js';
 import { SET_F, indexByChain } from '../netlink/objects.js';
 import type { NftConn } from '../netlink/conn.js';
@@ -31,7 +32,7 @@ const CHAIN_DUMPS_UP_TO = 64;
  * rules.
  */
 export async function observeTable(sock: NftConn, family: Family, name: string,
-  expectedChains: readonly string[] = [], adopt?: TableConfig): Promise<ObservedTable> {
+  expectedChains: readonly string[] = [], adopt?: TableConfig, written?: WrittenDigests): Promise<ObservedTable> {
   const out: ObservedTable = { family, name, chains: new Map(), rules: new Map(), sets: new Map() };
   out.table = await sock.getTable(family, name);
   if (!out.table) return out;
@@ -48,21 +49,21 @@ export async function observeTable(sock: NftConn, family: Family, name: string,
     [chains, sets] = await Promise.all([sock.listChains({ family, table: name }), sock.listSets({ family, table: name })]);
     const wanted = new Set(expectedChains);
     const present = chains.filter((c) => wanted.has(c.name));
-    rules = byDigest ? await adoptRules(sock, adopt!, present.map((c) => c.name))
+    rules = byDigest ? await adoptRules(sock, adopt!, present.map((c) => c.name), written)
       : present.length <= CHAIN_DUMPS_UP_TO
         ? (await Promise.all(present.map((c) => sock.listRules({ family, table: name, chain: c.name, digests: true })))).flat()
         : await sock.listRules({ family, table: name, digests: true });
   } else if (expectedChains.length > CHAIN_GETS_UP_TO) {
     [chains, rules, sets] = await Promise.all([
       sock.listChains({ family, table: name }),
-      byDigest ? adoptRules(sock, adopt!) : sock.listRules({ family, table: name, digests: true }),
+      byDigest ? adoptRules(sock, adopt!, undefined, written) : sock.listRules({ family, table: name, digests: true }),
       sock.listSets({ family, table: name }),
     ]);
   } else {
     let found: (Chain | undefined)[];
     [found, rules, sets] = await Promise.all([
       Promise.all(expectedChains.map((c) => sock.getChain(family, name, c))),
-      byDigest ? adoptRules(sock, adopt!) : sock.listRules({ family, table: name, digests: true }),
+      byDigest ? adoptRules(sock, adopt!, undefined, written) : sock.listRules({ family, table: name, digests: true }),
       sock.listSets({ family, table: name }),
     ]);
     chains = found.filter((c): c is Chain => c !== undefined);
@@ -95,7 +96,7 @@ export async function observeTable(sock: NftConn, family: Family, name: string,
  * without a digest (anonymous sets), and chains not desired. The diff then sees what a full read
  * would have shown it.
  */
-async function adoptRules(sock: NftConn, t: TableConfig, only?: readonly string[]): Promise<Rule[]> {
+async function adoptRules(sock: NftConn, t: TableConfig, only?: readonly string[], written?: WrittenDigests): Promise<Rule[]> {
   const ruleDigests = ruleDigester()!;
   const family = t.family;
   const dumps = only === undefined ? await sock.listRuleDigests!({ family, table: t.name })
@@ -109,7 +110,7 @@ async function adoptRules(sock: NftConn, t: TableConfig, only?: readonly string[
   const decode: string[] = [];
   // The desired chains the kernel holds as many rules of: their digests, compared with the kernel's.
   const check = dumps.filter((d) => desired.get(d.chain)?.rules.length === d.handles.length);
-  const same = sameDigests(check, (d) => desired.get(d.chain)!.rules, ruleDigests);
+  const same = sameDigests(check, (d) => desired.get(d.chain)!.rules, ruleDigests, written);
   for (const d of dumps) {
     const c = desired.get(d.chain);
     if (!same.has(d)) {
@@ -136,12 +137,12 @@ async function adoptRules(sock: NftConn, t: TableConfig, only?: readonly string[
  * generation in the middle of a restart's adoption, where its peak was.
  */
 function sameDigests(dumps: readonly ChainDigests[], rulesOf: (d: ChainDigests) => ChainConfig['rules'],
-  ruleDigests: RuleDigester): Set<ChainDigests> {
+  ruleDigests: RuleDigester, written?: WrittenDigests): Set<ChainDigests> {
   const differ = new Set<ChainDigests>();
   let group: { d: ChainDigests; from: number; rules: ChainConfig['rules'] }[] = [];
   let size = 0;
   const flush = () => {
-    const mine = desiredDigests(group.map((g) => g.rules), ruleDigests);
+    const mine = desiredDigests(group.map((g) => g.rules), ruleDigests, written);
     for (const [k, { d, from }] of group.entries()) {
       const want = mine[k]!;
       for (let i = 0; i < want.length; i++) {
@@ -171,20 +172,57 @@ function sameDigests(dumps: readonly ChainDigests[], rulesOf: (d: ChainDigests) 
 const DIGESTS_PER_CALL = 4096;
 
 /**
- * The digests of desired rules (per chain) as a dump of them would give them: each distinct
- * expression object encoded once (the keeper's desired rules share identical expressions,
- * src/model/compact.ts: at 100,000 rules of five expressions, about 100,000 to encode instead of 500,000).
+ * The digests a commit computed from the bytes it sent for the rules it wrote (CommitOptions.digests),
+ * by the expression list it was given: a look after that commit, in the same pass, takes a desired
+ * rule's digest from there when the rule's expressions are that very list (and its userdata the
+ * same) instead of encoding the rule again.
  */
-function desiredDigests(chains: readonly ChainConfig['rules'][], ruleDigests: RuleDigester): string[][] {
-  const index = new Map<Expr, number>();
-  const exprs: Expr[] = [];
-  let size = 0;
-  for (const rules of chains) for (const r of rules) size += 1 + r.compiled.exprs.length;
-  const flat = new Uint32Array(size);
-  const userdata: (string | undefined)[] = [];
-  let at = 0;
+export type WrittenDigests = ReadonlyMap<readonly Expr[], { userdata?: Hex; digest: string }>;
+
+/** The digests of `batch`'s rules as its commit gave them (`digests`, per op index). */
+export function writtenDigests(batch: Batch, digests: readonly string[]): WrittenDigests {
+  const out = new Map<readonly Expr[], { userdata?: Hex; digest: string }>();
+  batch.ops.forEach((op, i) => {
+    // '' too: a rule without a digest (an anonymous set) has none however often it is encoded.
+    if (op.object === 'rule' && op.exprs && digests[i] !== undefined) out.set(op.exprs, { userdata: op.userdata, digest: digests[i]! });
+  });
+  return out;
+}
+
+/**
+ * The digests of desired rules (per chain) as a dump of them would give them: those a commit of
+ * this pass wrote from `written`, the others encoded here, each distinct expression object once
+ * (the keeper's desired rules share identical expressions, src/model/compact.ts: at 100,000 rules
+ * of five expressions, about 100,000 to encode instead of 500,000).
+ */
+function desiredDigests(chains: readonly ChainConfig['rules'][], ruleDigests: RuleDigester, written?: WrittenDigests): string[][] {
+  let total = 0;
+  for (const rules of chains) total += rules.length;
+  const all = new Array<string>(total);
+  // The rules to encode here, and where their digests go in `all`.
+  const encode: ChainConfig['rules'][number][] = [];
+  const slots: number[] = [];
+  let p = 0;
   for (const rules of chains) {
     for (const r of rules) {
+      const w = written?.get(r.compiled.exprs);
+      if (w !== undefined && w.userdata === r.compiled.userdata) all[p] = w.digest;
+      else {
+        encode.push(r);
+        slots.push(p);
+      }
+      p++;
+    }
+  }
+  if (encode.length > 0) {
+    const index = new Map<Expr, number>();
+    const exprs: Expr[] = [];
+    let size = 0;
+    for (const r of encode) size += 1 + r.compiled.exprs.length;
+    const flat = new Uint32Array(size);
+    const userdata: (string | undefined)[] = [];
+    let at = 0;
+    for (const r of encode) {
       const list = r.compiled.exprs;
       flat[at++] = list.length;
       for (const e of list) {
@@ -194,8 +232,9 @@ function desiredDigests(chains: readonly ChainConfig['rules'][], ruleDigests: Ru
       }
       userdata.push(r.compiled.userdata);
     }
+    const got = ruleDigests(exprs, flat, userdata);
+    for (let k = 0; k < slots.length; k++) all[slots[k]!] = got[k]!;
   }
-  const all = userdata.length > 0 ? ruleDigests(exprs, flat, userdata) : [];
   let from = 0;
   return chains.map((rules) => all.slice(from, from += rules.length));
 }

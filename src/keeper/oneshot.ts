@@ -51,8 +51,11 @@ export async function checkOnce(sock: NftConn, config: Config, apply: boolean, o
   // Registered owners are part of the desired state here too, or apply would collect them.
   const tables = mergeOwners(config.tables, config.owners, owners);
   const reconciler = new Reconciler(sock, { attempts: 20, log: options.logger });
+  // Every look reads by digest (observeTable's adopt), the read-back after apply's commit too: a
+  // chain whose rules' digests are its desired rules' is not decoded and keyed rule by rule, only
+  // one that differs (what check prints for it is the same).
   if (apply) reconciler.retired = [...(options.retired ?? [])];
-  const r = await reconciler.once({ tables, readOnly: !apply, allowForeignOwner: !apply });
+  const r = await reconciler.once({ tables, readOnly: !apply, allowForeignOwner: !apply, adopt: true });
   return {
     drift: tables.map((t, i) => ({ table: t, drift: r.first.drift[i]!, diff: r.first.diffs[i]! })),
     ops: r.ops,

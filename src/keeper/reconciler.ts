@@ -18,7 +18,7 @@ import { commitGuarded } from '../netlink/guard.js';
 import type { ObservedTable } from '../netlink/objects.js';
 import { ownedGarbage, type OwnedGarbage } from '../owners/merge.js';
 import { PROTECT_FLAGS, diffTable, rulesRemovedBy, type TableDiff } from './table.js';
-import { observeTable } from './observe.js';
+import { observeTable, writtenDigests, type WrittenDigests } from './observe.js';
 import { planTable } from './plan.js';
 import { armCommitted, armTimed, type ArmedTimed } from './timed-elements.js';
 import type { Drift } from '../model/drift.js';
@@ -172,9 +172,11 @@ export class Reconciler {
     const found: Drift[] = [];
     let committed = 0;
     let last: { look: Look; batch: Batch; echoed?: CommitResult } | undefined;
+    // A look by digest after our commit takes the digests of the rules it wrote from the commit.
+    let written: WrittenDigests | undefined;
     type Step = { status: PassResult['status']; look: Look; waitMs?: number };
     const r = await commitGuarded<Step>(this.conn, async (generation) => {
-      const look = await this.look(input, generation);
+      const look = await this.look(input, generation, written);
       first ??= look;
       input.onLook?.(look);
       if (look.flat.length === 0) return { value: { status: committed > 0 ? 'repaired' : 'in-sync', look } };
@@ -195,6 +197,7 @@ export class Reconciler {
           if (this.armed) armCommitted(this.armed, batch);
           committed += batch.length;
           last = { look, batch, echoed };
+          written = echoed?.digests ? writtenDigests(batch, echoed.digests) : undefined;
           this.known = undefined;
           input.onCommitted?.(look, batch.length, batch);
         },
@@ -206,6 +209,9 @@ export class Reconciler {
       onMismatch: () => this.options.metrics?.generationRetries.inc(),
       replan: (e, batch) => this.protectRefused(e, batch),
       echo: input.learn ?? input.useKnown,
+      // Only where a read-back by digest follows: not for a caller that trusts a sole commit (the
+      // daemon, whose start-up install would hold 100,000 digests for nothing at its peak).
+      digests: input.adopt && !input.readOnly && !input.trustSoleCommit,
     }).catch((e: unknown) => {
       this.known = undefined;
       throw e;
@@ -220,7 +226,7 @@ export class Reconciler {
       const unechoed = { generation: r.generation, tables: input.tables, observed: last.look.observed, batch: last.batch,
         previous: last.look.known };
       this.known = undefined;
-      if (last.echoed) {
+      if (last.echoed?.handles) {
         this.known = KnownState.afterSoleCommit(r.generation, input.tables, last.look.observed, last.batch, last.echoed,
           unechoed.previous, undefined, this.conn.portId);
       } else if (KnownState.canFollow(last.batch, last.look.observed)) {
@@ -233,7 +239,7 @@ export class Reconciler {
       ...(r.trusted ? { trusted: true } : {}), ...(v.look.unread ? { fromKnown: true } : {}) };
   }
 
-  private async look(input: PassInput, generation: number): Promise<Look> {
+  private async look(input: PassInput, generation: number, written?: WrittenDigests): Promise<Look> {
     const conn = this.conn;
     // Our last commit was too big to echo and nothing committed since: the chains it added rules to
     // are read (handles and digests), and with the known state that follows this look is a read of
@@ -278,7 +284,7 @@ export class Reconciler {
     } else {
       this.known = undefined;  // stale: let its rules go before the dump decodes new ones
       observed = await Promise.all(input.tables.map((t) => observeTable(conn, t.family, t.name, t.chains.map((c) => c.name),
-        input.adopt ? t : undefined)));
+        input.adopt ? t : undefined, written)));
       this.options.metrics?.dumps.inc();
     }
     input.onObserved?.(observed);

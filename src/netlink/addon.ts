@@ -25,12 +25,16 @@ export interface NativeSocket {
   generation(): number;
   dump(kind: 'table' | 'chain' | 'rule' | 'set' | 'element' | 'obj', family?: string, table?: string,
     name?: string, single?: boolean, objects?: boolean, ruleMode?: 0 | 1 | 2): Promise<unknown[]>;
-  /** exprBytes: per op index, that rule's expressions as encodeExprs() gave them, or undefined (encoded now). */
+  /**
+   * exprBytes: per op index, that rule's expressions as encodeExprs() gave them, or undefined
+   * (encoded now). digests: the result holds, per op index, the digest of the rule the op writes,
+   * from the bytes sent ('' for other ops). An addon built before that ignores it.
+   */
   commit(ops: readonly unknown[], generation?: number, echo?: boolean,
-    exprBytes?: readonly (Buffer | undefined)[]): Promise<void | { handles: [number, number][] }>;
+    exprBytes?: readonly (Buffer | undefined)[], digests?: boolean): Promise<void | { handles?: [number, number][]; digests?: string[] }>;
   /** commit() of a small batch on this thread, or false (not small, or the socket busy): nothing sent. Absent from an older addon. */
   commitNow?(ops: readonly unknown[], generation?: number, echo?: boolean,
-    exprBytes?: readonly (Buffer | undefined)[]): void | { handles: [number, number][] } | false;
+    exprBytes?: readonly (Buffer | undefined)[], digests?: boolean): void | { handles?: [number, number][]; digests?: string[] } | false;
 }
 
 export interface NativeMonitor {

@@ -21,11 +21,20 @@ export interface CommitOptions {
    * in-memory kernel that does not echo.
    */
   echo?: boolean;
+  /**
+   * Resolve with each rule's digest (objects.ts Rule.digest) of the bytes the commit sent for it:
+   * what a digest dump of that rule gives when the kernel holds it as sent. An in-memory kernel may
+   * not compute them.
+   */
+  digests?: boolean;
 }
 
-/** What a commit with `echo` learnt: the kernel handle of each added, inserted or replaced rule, by op index. */
+/** What a commit with `echo` or `digests` learnt, by op index. */
 export interface CommitResult {
-  handles: Map<number, number>;
+  /** With echo, the kernel handle of each added, inserted or replaced rule (none: the batch was too big to echo). */
+  handles?: Map<number, number>;
+  /** With digests, each rule op's digest ('' for other ops and for rules without one). */
+  digests?: string[];
 }
 
 export interface NftConn {

@@ -14,7 +14,7 @@ export interface GuardedStep<T> {
   batch?: Batch;
   /** Handed back in the outcome (the last step's). */
   value: T;
-  /** Runs once this step's batch is in the kernel; with GuardOptions.echo, with the echoed handles when there are any. */
+  /** Runs once this step's batch is in the kernel; with GuardOptions.echo or digests, with what the commit gave back. */
   committed?: (echoed?: CommitResult) => void;
 }
 
@@ -56,6 +56,8 @@ export interface GuardOptions {
   replan?: (e: unknown, batch: Batch) => boolean;
   /** Commit with `echo` (small batches learn their new rules' handles, given to the step's `committed`). */
   echo?: boolean;
+  /** Commit with `digests` (each rule's digest of the bytes sent, given to the step's `committed`). */
+  digests?: boolean;
 }
 
 export async function commitGuarded<T>(conn: NftConn, plan: (generation: number, attempt: number) => Promise<GuardedStep<T>>,
@@ -68,7 +70,8 @@ export async function commitGuarded<T>(conn: NftConn, plan: (generation: number,
     if (!step.batch || step.batch.length === 0) return { value: step.value, attempts: attempt, ops, generation };
     let echoed: CommitResult | undefined;
     try {
-      echoed = (await conn.commit(step.batch, { expectGeneration: generation, ...(options.echo ? { echo: true } : {}) })) || undefined;
+      echoed = (await conn.commit(step.batch, { expectGeneration: generation, ...(options.echo ? { echo: true } : {}),
+        ...(options.digests ? { digests: true } : {}) })) || undefined;
     } catch (e) {
       if (e instanceof GenerationMismatchError) {
         last = e;

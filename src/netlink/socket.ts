@@ -175,12 +175,13 @@ export class NftSocket implements NftConn {
     if (ops.length >= COLLECT_BEFORE_OPS) collectGarbage();
     let r;
     try {
-      r = await this.native.commit(ops, gen, options.echo === true, ops.length <= PREENCODE_UP_TO ? preencoded(ops) : undefined);
+      r = await this.native.commit(ops, gen, options.echo === true, ops.length <= PREENCODE_UP_TO ? preencoded(ops) : undefined,
+        options.digests === true);
     } catch (e) {
       throw refine(e, ops, gen);
     }
     // The addon echoes small batches only; a big one resolves without handles.
-    if (r) return { handles: new Map(r.handles) };
+    return commitResult(r);
   }
 
   commitNow(batch: Batch | readonly Op[], options: CommitOptions = {}): void | CommitResult | false {
@@ -191,12 +192,13 @@ export class NftSocket implements NftConn {
     if (native.commitNow === undefined) return false;
     let r;
     try {
-      r = native.commitNow(ops, gen, options.echo === true, ops.length <= PREENCODE_UP_TO ? preencoded(ops) : undefined);
+      r = native.commitNow(ops, gen, options.echo === true, ops.length <= PREENCODE_UP_TO ? preencoded(ops) : undefined,
+        options.digests === true);
     } catch (e) {
       throw refine(e, ops, gen);
     }
     if (r === false) return false;
-    if (r) return { handles: new Map(r.handles) };
+    return commitResult(r);
   }
 
   /** The addon's socket, for Monitor.arm (which commits on it). */
@@ -283,6 +285,11 @@ function repeatsAnElement(els: readonly SetElement[]): boolean {
     seen.add(id);
   }
   return false;
+}
+
+function commitResult(r: void | { handles?: [number, number][]; digests?: string[] }): CommitResult | undefined {
+  if (!r || (!r.handles && !r.digests)) return undefined;
+  return { ...(r.handles ? { handles: new Map(r.handles) } : {}), ...(r.digests ? { digests: r.digests } : {}) };
 }
 
 /** A commit's checked arguments: ops validated unless a Batch did it when they were queued, the generation a u32. */

@@ -30,7 +30,8 @@ writeFileSync(big, config(300));
 async function atTerminal(tty: boolean, ...args: string[]) {
   const out: string[] = [];
   const err: string[] = [];
-  const code = await main(['node', 'nfkeeper', ...args], { out: (s) => out.push(s), err: (s) => err.push(s), outTty: tty, errTty: tty });
+  // Lines, as a user sees them: one write may hold many (a plan is written at once).
+  const code = await main(['node', 'nfkeeper', ...args], { out: (s) => out.push(...s.split('\n')), err: (s) => err.push(s), outTty: tty, errTty: tty });
   return { code, out, err };
 }
 

@@ -6,9 +6,9 @@
  * decoded), one rule changed by nft in the middle (that chain decoded, exactly that rule
  * repaired), a rule with the same expressions and another comment, a set with other elements.
  */
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { parseConfig, type Config } from '../../src/config/config.js';
-import { Keeper, type RepairReport } from '../../src/keeper/keeper.js';
+import { Keeper, checkOnce, type RepairReport } from '../../src/keeper/keeper.js';
 import { Reconciler } from '../../src/keeper/reconciler.js';
 import type { NftHost } from '../../src/netlink/conn.js';
 import { open, type NftSocket } from '../../src/netlink/socket.js';
@@ -18,6 +18,7 @@ import { chainLines, handles, startKeeper } from './helpers.js';
 import { Batch } from '../../src/netlink/batch.js';
 import { compileRule, queueRule } from '../../src/rules/index.js';
 import { ruleDigester } from '../../src/netlink/socket.js';
+import { loadAddon, type Addon } from '../../src/netlink/addon.js';
 import { CORPUS } from '../rules/corpus.js';
 import { BASE_CHAINS, CHAIN_NAME, INTERFACES, TABLE } from '../rules/oracle.js';
 
@@ -225,8 +226,62 @@ ${[0, 1, 2].map((i) => `          - ip saddr 10.1.${c}.${i} ip daddr 192.0.2.${i
   });
 });
 
+describe('the one-shot check and apply read by digest', () => {
+  let ns: Netns;
+  let sock: NftSocket;
+  beforeEach(() => {
+    ns = createNetns('oneshot');
+    sock = open({ netns: ns.path });
+  });
+  afterEach(() => {
+    sock.close();
+    ns.remove();
+  });
+
+  it('apply into an empty namespace: its read-back decodes only the anonymous set\'s chain, and takes the digests of the rules it wrote from the commit', async () => {
+    const host = recordingHost(ns);
+    const conn = host.connect();
+    const encoded = vi.spyOn(loadAddon() as Required<Addon>, 'ruleDigests');
+    try {
+      const r = await checkOnce(conn, config(), true);
+      // No desired rule encoded again for its digest: the commit gave every one.
+      expect(encoded).not.toHaveBeenCalled();
+      expect(r.ops).toBeGreaterThan(N);
+      expect(r.drift.map((d) => d.drift.map((x) => x.kind))).toEqual([['table-missing']]);
+      // One look before the commit (the table missing: nothing to dump), one after it, by digest.
+      expect(host.digestDumps).toBe(1);
+      expect(host.decoded).toEqual(['side']);
+    } finally {
+      encoded.mockRestore();
+      conn.close();
+    }
+    expect(chainLines(ns, 'ip', 'adopt', 'post')).toHaveLength(RULES.length);
+    const again = await checkOnce(sock, config(), false);
+    expect(again.drift.flatMap((d) => d.drift)).toEqual([]);
+  });
+
+  it('check of a rule changed by nft: the same drift and the same kernel rules shown as a decoding read', async () => {
+    await checkOnce(sock, config(), true);
+    const h = handles(ns, 'ip', 'adopt', 'post');
+    ns.nft(`replace rule ip adopt post handle ${h[7]} ip saddr 10.99.0.7 ip daddr 192.0.2.1 return\n`);
+    const full = await new Reconciler(sock, { attempts: 1 }).once({ tables: config().tables, readOnly: true });
+    const host = recordingHost(ns);
+    const conn = host.connect();
+    try {
+      const r = await checkOnce(conn, config(), false);
+      const drift = r.drift.flatMap((d) => d.drift);
+      expect(drift.map((d) => d.detail)).toEqual(full.first.flat.map((d) => d.detail));
+      expect(drift[0]!.detail).toMatch(/^rule 8 differs: have 'ip saddr 10\.99\.0\.7 /);
+      expect(drift[0]!.actual).toEqual(full.first.flat[0]!.actual);
+      expect(host.decoded.sort()).toEqual(['post', 'side']);
+    } finally {
+      conn.close();
+    }
+  });
+});
+
 describe('the digest of what a commit writes is the dump\'s digest of what the kernel holds', () => {
-  it('for every rule of the corpus that has one (anonymous sets have none, on both sides)', async () => {
+  it('for every rule of the corpus that has one (anonymous sets have none, on all three sides: encoded, committed, dumped)', async () => {
     const ruleDigests = ruleDigester()!;
     let compared = 0;
     for (const family of ['ip', 'ip6', 'inet'] as const) {
@@ -244,8 +299,12 @@ describe('the digest of what a commit writes is the dump\'s digest of what the k
         for (const [name, c] of Object.entries(BASE_CHAINS)) batch.add('chain', { family, table: TABLE, name, ...c });
         const targets = new Set(compiled.flatMap((c) => c.exprs.flatMap((e) => (e.kind === 'immediate' && e.chain ? [e.chain] : []))));
         for (const t of targets) batch.add('chain', { family, table: TABLE, name: t });
-        rules.forEach((r, k) => queueRule(batch, compiled[k]!, { family, table: TABLE, chain: CHAIN_NAME[r.chain]! }));
-        await sock.commit(batch);
+        // Each rule's op in the batch (its anonymous sets' ops come before it).
+        const ruleOp = rules.map((r, k) => {
+          queueRule(batch, compiled[k]!, { family, table: TABLE, chain: CHAIN_NAME[r.chain]! });
+          return batch.ops.findLastIndex((op) => op.object === 'rule');
+        });
+        const committed = await sock.commit(batch, { digests: true });
         const dumped = new Map((await sock.listRuleDigests({ family, table: TABLE })).map((d) => [d.chain, d.digests]));
         // Each rule's expressions as its own (the keeper shares identical ones; sharing is the index).
         const exprs = compiled.flatMap((c) => c.exprs);
@@ -259,6 +318,8 @@ describe('the digest of what a commit writes is the dump\'s digest of what the k
           const at = seen.get(chain) ?? 0;
           seen.set(chain, at + 1);
           expect({ rule: r.text, digest: mine[k] }).toEqual({ rule: r.text, digest: dumped.get(chain)![at] });
+          // The commit's own digest of the bytes it sent for the rule: the same.
+          expect({ rule: r.text, digest: committed?.digests?.[ruleOp[k]!] }).toEqual({ rule: r.text, digest: mine[k] });
           if (mine[k]) compared++;
         });
       } finally {

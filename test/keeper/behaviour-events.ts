@@ -335,7 +335,7 @@ export function eventCases(f: Fixture): void {
 
 /** `handles` of a commit's echo as "op:handle ...", or undefined without one. */
 function echoed(r: void | CommitResult | false): string | undefined {
-  return r ? [...r.handles].map(([op, h]) => `${op}:${h}`).join(' ') : undefined;
+  return r && r.handles ? [...r.handles].map(([op, h]) => `${op}:${h}`).join(' ') : undefined;
 }
 
 function describe(e: MonitorEvent, own: number, other: number): string {

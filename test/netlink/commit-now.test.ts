@@ -21,7 +21,7 @@ describe('commitNow', () => {
       expect(s.generation()).toBe(g + 1);
       // Appended at the end of the chain, after the setup's rules.
       const held = (await s.listRules(where)).map((x) => x.handle);
-      expect(r && [...r.handles.entries()]).toEqual([[0, held.at(-2)], [1, held.at(-1)]]);
+      expect(r && [...r.handles!.entries()]).toEqual([[0, held.at(-2)], [1, held.at(-1)]]);
       expect(s.commitNow([rule('10.1.0.3')])).toBeUndefined();  // no echo asked
       expect((await s.listRules(where)).length).toBe(held.length + 1);
     }, 'cnow');

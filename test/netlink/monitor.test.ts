@@ -134,7 +134,7 @@ describe('monitor', () => {
         // Skipped: its generation neither calls back nor counts; the monitor still reads its NEWGEN.
         const g = s.generation();
         const echoed = await s.commit([rule], { expectGeneration: g, echo: true });
-        expect(echoed && [...echoed.handles.keys()]).toEqual([0]);
+        expect(echoed && [...echoed.handles!.keys()]).toEqual([0]);
         m.skipOwn(g + 1);
         // A foreign commit after it is the next batch, with the run unbroken.
         await other.commit([rule]);
