@@ -15,6 +15,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config/config.js';
 import { GcLoop } from '../../src/gc/index.js';
 import { readCniCache } from '../../src/gc/live.js';
+import { open } from '../../src/netlink/socket.js';
 import { cli } from '../helpers/cli.js';
 import { createCniNode, nomadConflist, podmanConflist, type Allocation, type CniNode, type IptablesBackend } from '../helpers/cni.js';
 import { createNetns } from '../helpers/netns.js';
@@ -76,9 +77,20 @@ describe.each([
     expect(dry.out).toMatch(/reached only from garbage \(CNI-HOSTPORT-DNAT\)/);
     expect(dry.out).toMatch(/reached only from garbage \(POSTROUTING\)/);
     expect(dry.out).toContain(`CNI firewall rule for ${dead.address}, the source address of ${dead.id}'s tagged rule in ip nat POSTROUTING`);
+    const generation = () => {
+      const sock = open({ netns: n.ns.path });
+      try {
+        return sock.generation();
+      } finally {
+        sock.close();
+      }
+    };
+    const g0 = generation();
     const r = await cli('gc', '--config', config, '--netns', n.ns.path, '--grace', '0s', '--json', ...backendArgs);
     expect(r.err).toBe('');
     expect(r.code).toBe(0);
+    // On nftables the jumps, the chains behind them and the firewall's rules go in one batch.
+    if (backend === 'nft') expect(generation()).toBe(g0 + 1);
     expect(JSON.parse(r.out).garbage.map((g: { id: string }) => g.id)).toEqual([dead.id]);
     expect(n.save()).toBe(before);
     // The freed host port serves a new allocation.
