@@ -17,7 +17,7 @@
  * exactly (a table deleted or recreated, anonymous sets) drops it, and the
  * next pass reads the kernel as before.
  *
- * The rules it holds are compact: handle plus the desired rule's own
+ * The rules it holds are known rules (knownRule): handle plus the desired rule's own
  * expressions, userdata and key (shared with the desired state, not copies),
  * so the decoded dump is not kept between passes.
  */
@@ -31,7 +31,7 @@ import type { Family } from '../netlink/expr.js';
 import type { MonitorBatch, MonitorProgress } from '../netlink/events.js';
 import { NetlinkError } from '../base/errors.js';
 import { SET_F, TABLE_F, type Chain, type ChainDigests, type NftSet, type ObservedTable, type Rule, type Table } from '../netlink/objects.js';
-import { compactRule, hasKey, sameKey } from './rule-key.js';
+import { knownRule, hasKey, sameKey } from './rule-key.js';
 import { derivationOf, type Derivation, type Hunk } from '../model/derivation.js';
 import type { Op } from '../netlink/ops.js';
 
@@ -212,7 +212,7 @@ export class KnownState {
 
   /**
    * From a look that found no drift in `tables`: every chain holds exactly its desired rules, so
-   * the decoded rules are replaced by compact ones (handle + the desired rule), and every named set
+   * the decoded rules are replaced by known ones (handle + the desired rule), and every named set
    * its desired elements (the config's own list stands for them). Tables with anonymous sets are
    * not followed (their set names are the kernel's); undefined then.
    */
@@ -228,10 +228,10 @@ export class KnownState {
       for (const c of t.chains) {
         const have = o.rules.get(c.name) ?? [];
         if (have.length !== c.rules.length || have.some((r) => r.handle === undefined)) return undefined;
-        // A rule the look took by digest is compact already (the start-up's adoption): kept as it is.
+        // A rule the look took by digest is a known rule already (the start-up's adoption): kept as it is.
         kt.observed.rules.set(c.name, c.rules.map((r, j) => {
           const h = have[j]!;
-          return h.exprs === r.compiled.exprs && hasKey(h) ? h : compactRule(t, c, r, h.handle!, h.digest);
+          return h.exprs === r.compiled.exprs && hasKey(h) ? h : knownRule(t, c, r, h.handle!, h.digest);
         }));
         kt.verified.set(c.name, c);
       }
@@ -459,9 +459,9 @@ export class KnownState {
           const have = o.rules.get(c.name);
           if (!have || have.length !== c.rules.length) return undefined;
           if (have.some((r) => r.handle === undefined)) return undefined;
-          // Decoded rules (the plan read this chain), or compact ones of an earlier definition, give way to c's.
+          // Decoded rules (the plan read this chain), or known ones of an earlier definition, give way to c's.
           if (have.length > 0 && (!hasKey(have[0]!) || have.some((r, j) => r.exprs !== c.rules[j]!.compiled.exprs))) {
-            o.rules.set(c.name, c.rules.map((r, j) => compactRule(t, c, r, have[j]!.handle!, have[j]!.digest)));
+            o.rules.set(c.name, c.rules.map((r, j) => knownRule(t, c, r, have[j]!.handle!, have[j]!.digest)));
           }
           continue;
         }
@@ -474,7 +474,7 @@ export class KnownState {
         }
         if (l === undefined || l === DELETED || l.length !== c.rules.length) return undefined;
         o.chains.set(c.name, { family: t.family, table: t.name, name: c.name, ...(c.base ?? {}), ...(c.userdata ? { userdata: c.userdata } : {}) });
-        // Rules that stayed keep their compact objects (the dispatch chain holds one per owner) and
+        // Rules that stayed keep their known-rule objects (the dispatch chain holds one per owner) and
         // their order: one walk along the rules before, skipping the ones the batch deleted.
         const prev = o.rules.get(c.name) ?? [];
         const digests = readHere?.get(c.name)?.digests;
@@ -483,7 +483,7 @@ export class KnownState {
         o.rules.set(c.name, c.rules.map((r, j) => {
           while (p < prev.length && gone.has(prev[p]!.handle!)) p++;
           const kept = p < prev.length && prev[p]!.handle === handles[j] ? prev[p++] : undefined;
-          return kept && hasKey(kept) && kept.exprs === r.compiled.exprs ? kept : compactRule(t, c, r, handles[j]!, digests?.[j]);
+          return kept && hasKey(kept) && kept.exprs === r.compiled.exprs ? kept : knownRule(t, c, r, handles[j]!, digests?.[j]);
         }));
       }
       // What the batch deleted (and anything else not desired, which the plan deleted) goes. A
@@ -517,7 +517,7 @@ export class KnownState {
         if (kt.verified.get(c.name) === c) continue;
         const have = kt.observed.rules.get(c.name) ?? [];
         if (have.length !== c.rules.length || have.some((r) => r.handle === undefined)) return false;
-        kt.observed.rules.set(c.name, c.rules.map((r, j) => compactRule(t, c, r, have[j]!.handle!, have[j]!.digest)));
+        kt.observed.rules.set(c.name, c.rules.map((r, j) => knownRule(t, c, r, have[j]!.handle!, have[j]!.digest)));
         kt.verified.set(c.name, c);
       }
       if (from) for (const name of from.removed) kt.verified.delete(name);
@@ -671,7 +671,7 @@ function followHunks(t: TableConfig, c: ChainConfig, prev: readonly Rule[], regi
       while (p < h.fromEnd && gone.has(prev[p]!.handle!)) p++;
       const kept = p < h.fromEnd && prev[p]!.handle === handle ? prev[p++] : undefined;
       const r = c.rules[j]!;
-      out[j] = kept && hasKey(kept) && kept.exprs === r.compiled.exprs ? kept : compactRule(t, c, r, handle, digests?.[j]);
+      out[j] = kept && hasKey(kept) && kept.exprs === r.compiled.exprs ? kept : knownRule(t, c, r, handle, digests?.[j]);
     }
     // What the hunk took out of the chain: every rule the batch did not keep was deleted by it.
     for (; p < h.fromEnd; p++) if (!gone.has(prev[p]!.handle!)) return undefined;

@@ -11,7 +11,7 @@ import { SET_F, indexByChain } from '../netlink/objects.js';
 import type { NftConn } from '../netlink/conn.js';
 import { ruleDigester, type RuleDigester } from '../netlink/socket.js';
 import type { ChainConfig, TableConfig } from '../config/config.js';
-import { compactRule } from './rule-key.js';
+import { knownRule } from './rule-key.js';
 import { objectKey } from './table.js';
 
 /** Up to this many desired chains are fetched one GETCHAIN each (µs, inline); more take one chain list. */
@@ -90,7 +90,7 @@ export async function observeTable(sock: NftConn, family: Family, name: string,
  * The rules of `t`'s table (or of `only` its chains) for a look that adopts what an earlier keeper
  * wrote (the start-up pass): one digest dump, nothing decoded, and each desired chain whose rules'
  * digests (RuleDigest, of the bytes a commit would write for them: addon ruleDigests) are the
- * kernel's, in order, is taken as holding exactly its desired rules (compact rules with their
+ * kernel's, in order, is taken as holding exactly its desired rules (known rules with their
  * handles, as the known state keeps them). Only the other chains are decoded, one dump each or
  * one of the table: those that differ (a rule changed, added or deleted, other userdata), rules
  * without a digest (anonymous sets), and chains not desired. The diff then sees what a full read
@@ -117,7 +117,7 @@ async function adoptRules(sock: NftConn, t: TableConfig, only?: readonly string[
       decode.push(d.chain);
       continue;
     }
-    for (let i = 0; i < d.handles.length; i++) out.push(compactRule(t, c!, c!.rules[i]!, d.handles[i]!, d.digests[i]));
+    for (let i = 0; i < d.handles.length; i++) out.push(knownRule(t, c!, c!.rules[i]!, d.handles[i]!, d.digests[i]));
   }
   if (decode.length === 0) return out;
   const decoded = decode.length <= CHAIN_DUMPS_UP_TO

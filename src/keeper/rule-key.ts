@@ -1,6 +1,6 @@
 /**
  * The one identity the keeper compares rules by: a SHA-256 of a rule's canonical form (ruleKey),
- * kept on the rule object once computed. A kernel rule known without decoding it (a compact rule:
+ * kept on the rule object once computed. A kernel rule known without decoding it (a known rule:
  * adopted by digest, or remembered by the known state) carries its desired rule's key, so comparing
  * it is a pointer compare.
  */
@@ -18,7 +18,7 @@ import { ruleKey, type SetResolver } from '../rules/index.js';
  * nothing, and hashing their canonical form was a third of what a registration allocated). The
  * known state and the start-up's adoption by digests keep their rules so.
  */
-export function compactRule(t: TableConfig, c: ChainConfig, r: ChainConfig['rules'][number], handle: number, digest?: string): Rule {
+export function knownRule(t: TableConfig, c: ChainConfig, r: ChainConfig['rules'][number], handle: number, digest?: string): Rule {
   const compiled = r.compiled;
   const rule: Rule = {
     family: t.family, table: t.name, chain: c.name, handle, exprs: compiled.exprs,
@@ -39,7 +39,7 @@ const sha256 = (s: string): string => (hashOnce ? hashOnce('sha256', s, 'base64'
 // crypto.hash (Node 20.12+): one call, no Hash object.
 const hashOnce = (cryptoModule as { hash?: (alg: string, data: string, enc: 'base64') => string }).hash;
 
-export function compactKey(rule: { exprs: readonly Expr[]; userdata?: Hex }, resolve?: SetResolver): string {
+export function hashedKey(rule: { exprs: readonly Expr[]; userdata?: Hex }, resolve?: SetResolver): string {
   return sha256(ruleKey(rule, resolve));
 }
 
@@ -47,7 +47,7 @@ export function compactKey(rule: { exprs: readonly Expr[]; userdata?: Hex }, res
 // on the rule object (a hidden, non-enumerable property): a registration looks up every owner's
 // jump in the dispatch chain, and a property read costs a fraction of a WeakMap lookup.
 const KEY = Symbol('nfkeeper.ruleKey');
-// A compact rule's desired rule (compactRule): its key is that rule's.
+// A known rule's desired rule (knownRule): its key is that rule's.
 const DESIRED = Symbol('nfkeeper.desiredRule');
 type Keyed = { [KEY]?: string; [DESIRED]?: ChainConfig['rules'][number] };
 function keep(o: object, key: string): string {
@@ -55,7 +55,7 @@ function keep(o: object, key: string): string {
   return key;
 }
 function cachedDesiredKey(rule: ChainConfig['rules'][number]): string {
-  return (rule as Keyed)[KEY] ?? keep(rule, compactKey(rule.compiled));
+  return (rule as Keyed)[KEY] ?? keep(rule, hashedKey(rule.compiled));
 }
 
 /** A desired rule's structural key (computed once per compiled rule). */
@@ -64,7 +64,7 @@ export const desiredKey = cachedDesiredKey;
 // Keys of kernel rules known without decoding them (src/keeper/known.ts): the same string as the
 // desired rule's, so comparing them is a pointer compare.
 
-/** The key of a rule known without decoding it (compactRule, withKey); undefined for a decoded one. */
+/** The key of a rule known without decoding it (knownRule, withKey); undefined for a decoded one. */
 export function knownKey(rule: Rule): string | undefined {
   const k = (rule as Keyed)[KEY];
   if (k !== undefined) return k;
@@ -79,8 +79,8 @@ export function withKey(rule: Rule, key: string): Rule {
 }
 
 /**
- * Whether `rules` are compact rules (compactRule) of exactly `want`'s rules, in order: what
- * comparing their keys would find equal (a compact rule's key is its desired rule's), without
+ * Whether `rules` are known rules (knownRule) of exactly `want`'s rules, in order: what
+ * comparing their keys would find equal (a known rule's key is its desired rule's), without
  * computing one. A rule given a key of its own (withKey) is not taken so.
  */
 export function holdsDesired(rules: readonly Rule[], want: ChainConfig['rules']): boolean {
@@ -92,7 +92,7 @@ export function holdsDesired(rules: readonly Rule[], want: ChainConfig['rules'])
   return true;
 }
 
-/** Whether `rule` is known without decoding (compactRule, withKey): its key needs no canonical form of its own. */
+/** Whether `rule` is known without decoding (knownRule, withKey): its key needs no canonical form of its own. */
 export function hasKey(rule: Rule): boolean {
   return (rule as Keyed)[DESIRED] !== undefined || (rule as Keyed)[KEY] !== undefined;
 }
@@ -103,11 +103,11 @@ export function hasKey(rule: Rule): boolean {
  */
 export function sameKey(known: Rule, decoded: Rule): boolean {
   const k = knownKey(known);
-  return k !== undefined && k === compactKey({ exprs: decoded.exprs, userdata: decoded.userdata });
+  return k !== undefined && k === hashedKey({ exprs: decoded.exprs, userdata: decoded.userdata });
 }
 
 /** Kernel rule keys by index, each computed once and only when asked for. */
 export function kernelKeys(rules: readonly Rule[], resolve: SetResolver): (i: number) => string {
   const keys: (string | undefined)[] = new Array(rules.length);
-  return (i) => keys[i] ??= knownKey(rules[i]!) ?? compactKey({ exprs: rules[i]!.exprs, userdata: rules[i]!.userdata }, resolve);
+  return (i) => keys[i] ??= knownKey(rules[i]!) ?? hashedKey({ exprs: rules[i]!.exprs, userdata: rules[i]!.userdata }, resolve);
 }

@@ -60,14 +60,14 @@ export function compactRules(tables: readonly TableConfig[]): void {
  */
 export function compactChains(chains: Iterable<Pick<ChainConfig, 'rules'>>, shared = new ExprPool()): void {
   for (const c of chains) {
-    for (const r of c.rules) compactRule(r.compiled, shared);
+    for (const r of c.rules) knownRule(r.compiled, shared);
   }
 }
 
 /** A loader's `compiled` hook that compacts each rule as it is compiled, sharing expressions across the config. */
 export function compactAsCompiled(): (compiled: ChainConfig['rules'][number]['compiled']) => void {
   const shared = new ExprPool();
-  return (compiled) => compactRule(compiled, shared);
+  return (compiled) => knownRule(compiled, shared);
 }
 
 /**
@@ -75,7 +75,7 @@ export function compactAsCompiled(): (compiled: ChainConfig['rules'][number]['co
  * expressions a rule was compiled with then die young, instead of the whole file's worth being
  * promoted to the old generation and dropped only after the whole file.
  */
-export function compactRule(compiled: ChainConfig['rules'][number]['compiled'], shared: ExprPool): void {
+export function knownRule(compiled: ChainConfig['rules'][number]['compiled'], shared: ExprPool): void {
   // Compacted already (a rule kept from the previous config, an owner's rule, a config's rule): its
   // list is frozen. Not a WeakSet of the done ones: an entry a rule for the daemon's life.
   if (Object.isFrozen(compiled.exprs)) return;

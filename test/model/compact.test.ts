@@ -7,7 +7,7 @@ import { describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config/config.js';
 import { compactAsCompiled, compactRules, ExprPool } from '../../src/model/compact.js';
 import { diffTable } from '../../src/keeper/table.js';
-import { compactRule } from '../../src/keeper/rule-key.js';
+import { knownRule } from '../../src/keeper/rule-key.js';
 import type { TableConfig } from '../../src/config/config.js';
 import type { ObservedTable } from '../../src/netlink/objects.js';
 import { compileRule } from '../../src/rules/index.js';
@@ -91,7 +91,7 @@ describe('diffTable over compact rules (the start-up adoption by digests)', () =
     return {
       family: t.family, name: t.name, table: { family: t.family, name: t.name, flags: 0, use: 1 },
       chains: new Map([[c.name, { family: t.family, table: t.name, name: c.name, ...c.base! }]]),
-      rules: new Map([[c.name, order.map((j, i) => compactRule(t, c, c.rules[j]!, handles[i]!))]]),
+      rules: new Map([[c.name, order.map((j, i) => knownRule(t, c, c.rules[j]!, handles[i]!))]]),
       sets: new Map(),
     };
   };
