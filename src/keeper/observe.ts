@@ -11,7 +11,7 @@ import { SET_F, indexByChain } from '../netlink/objects.js';
 import type { NftConn } from '../netlink/conn.js';
 import { ruleDigester, type RuleDigester } from '../netlink/socket.js';
 import type { ChainConfig, TableConfig } from '../config/config.js';
-import { knownRule } from './rule-key.js';
+import { knownRule, provedAs } from './rule-key.js';
 import { objectKey } from './table.js';
 
 /** Up to this many desired chains are fetched one GETCHAIN each (µs, inline); more take one chain list. */
@@ -110,7 +110,7 @@ async function adoptRules(sock: NftConn, t: TableConfig, only?: readonly string[
   const decode: string[] = [];
   // The desired chains the kernel holds as many rules of: their digests, compared with the kernel's.
   const check = dumps.filter((d) => desired.get(d.chain)?.rules.length === d.handles.length);
-  const same = sameDigests(check, (d) => desired.get(d.chain)!.rules, ruleDigests, written);
+  const { same, differ } = sameDigests(check, (d) => desired.get(d.chain)!.rules, ruleDigests, written);
   for (const d of dumps) {
     const c = desired.get(d.chain);
     if (!same.has(d)) {
@@ -126,28 +126,54 @@ async function adoptRules(sock: NftConn, t: TableConfig, only?: readonly string[
       const want = new Set(decode);
       return rs.filter((r) => want.has(r.chain));
     });
+  // A decoded rule whose digest is its desired rule's is that rule (rule-key.ts): the diff
+  // computes keys only for the others (anonymous sets, rules that differ). By the decoded rule's
+  // own digest, so a change between the two dumps is seen.
+  let chain: string | undefined;
+  let want: readonly string[] | undefined;
+  let i = 0;
+  for (const r of decoded) {
+    if (r.chain !== chain) {
+      chain = r.chain;
+      want = differ.get(chain);
+      i = 0;
+    }
+    const w = want?.[i];
+    if (w && r.digest === w) provedAs(r, desired.get(chain)!.rules[i]!);
+    i++;
+  }
   return out.concat(decoded);
 }
 
 /**
  * The kernel's chains (`dumps`) whose digests are, rule by rule, those of their desired rules
- * (`rulesOf`, as many). The desired digests are made DIGESTS_PER_CALL rules at a time (a few
- * chains in one call, a big chain in slices) and compared at once: made in one call, every rule's
- * digest string and the expression index that made them were alive together, promoted to the old
- * generation in the middle of a restart's adoption, where its peak was.
+ * (`rulesOf`, as many), and by chain name the desired rules' digests of the others (adoptRules
+ * proves their decoded rules by them). The desired digests are made DIGESTS_PER_CALL rules at a
+ * time (a few chains in one call, a big chain in slices) and compared at once: made in one call,
+ * every rule's digest string and the expression index that made them were alive together,
+ * promoted to the old generation in the middle of a restart's adoption, where its peak was. So
+ * only a differing chain's are kept (and a big chain's while its slices are compared).
  */
 function sameDigests(dumps: readonly ChainDigests[], rulesOf: (d: ChainDigests) => ChainConfig['rules'],
-  ruleDigests: RuleDigester, written?: WrittenDigests): Set<ChainDigests> {
-  const differ = new Set<ChainDigests>();
+  ruleDigests: RuleDigester, written?: WrittenDigests): { same: Set<ChainDigests>; differ: Map<string, string[]> } {
+  const differ = new Map<string, string[]>();
+  // A chain of several slices: its desired digests so far.
+  const partial = new Map<ChainDigests, string[]>();
   let group: { d: ChainDigests; from: number; rules: ChainConfig['rules'] }[] = [];
   let size = 0;
   const flush = () => {
     const mine = desiredDigests(group.map((g) => g.rules), ruleDigests, written);
     for (const [k, { d, from }] of group.entries()) {
       const want = mine[k]!;
+      const n = d.digests.length;
+      let all = want.length === n ? want : partial.get(d);
+      if (all === undefined) partial.set(d, all = new Array<string>(n));
+      if (all !== want) for (let i = 0; i < want.length; i++) all[from + i] = want[i]!;
+      if (from + want.length === n) partial.delete(d);
+      if (differ.has(d.chain)) continue;
       for (let i = 0; i < want.length; i++) {
         if (want[i] === '' || want[i] !== d.digests[from + i]) {
-          differ.add(d);
+          differ.set(d.chain, all);
           break;
         }
       }
@@ -165,7 +191,7 @@ function sameDigests(dumps: readonly ChainDigests[], rulesOf: (d: ChainDigests) 
     }
   }
   if (group.length > 0) flush();
-  return new Set(dumps.filter((d) => !differ.has(d)));
+  return { same: new Set(dumps.filter((d) => !differ.has(d.chain))), differ };
 }
 
 /** Desired rules digested per ruleDigests call by sameDigests. */

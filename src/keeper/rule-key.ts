@@ -1,8 +1,13 @@
 /**
  * The one identity the keeper compares rules by: a SHA-256 of a rule's canonical form (ruleKey),
- * kept on the rule object once computed. A kernel rule known without decoding it (a known rule:
- * adopted by digest, or remembered by the known state) carries its desired rule's key, so comparing
- * it is a pointer compare.
+ * kept on the rule object once computed. The key is the definition; a rule digest (Rule.digest,
+ * native/digest.cc: userdata and every expression's name and attributes, counters' data left out)
+ * is a proof of equality where a kernel rule and its desired rule both have one: equal digests
+ * mean equal keys, so the key need not be computed. Different digests prove nothing (the key
+ * normalises what the kernel fills in on its own), nor does a missing one (an anonymous set's
+ * rule): those are compared by key. A kernel rule known to be its desired rule (a known rule:
+ * adopted by digest, remembered by the known state, or decoded and proved by its digest) carries
+ * that rule's key, so comparing it is a pointer compare.
  */
 import * as cryptoModule from 'node:crypto';
 import { createHash } from 'node:crypto';
@@ -79,15 +84,25 @@ export function withKey(rule: Rule, key: string): Rule {
 }
 
 /**
- * Whether `rules` are known rules (knownRule) of exactly `want`'s rules, in order: what
- * comparing their keys would find equal (a known rule's key is its desired rule's), without
- * computing one. A rule given a key of its own (withKey) is not taken so.
+ * `rule`, a decoded kernel rule whose digest is desired rule `r`'s (both non-empty, see the
+ * header), recorded as that rule: its key is `r`'s, and diffTable takes it as equal without one.
  */
-export function holdsDesired(rules: readonly Rule[], want: ChainConfig['rules']): boolean {
+export function provedAs(rule: Rule, r: ChainConfig['rules'][number]): Rule {
+  Object.defineProperty(rule, DESIRED, { value: r, configurable: true, writable: true });
+  return rule;
+}
+
+/**
+ * Whether the kernel's `rules` are `want`'s rules, place by place: a rule known to be its desired
+ * rule (knownRule, provedAs) without a key, any other by its key (`keys`, kernelKeys) against the
+ * desired rule's. A rule given a key of its own (withKey) is compared by that key.
+ */
+export function sameRules(rules: readonly Rule[], want: ChainConfig['rules'], keys: (i: number) => string): boolean {
   if (rules.length !== want.length) return false;
   for (let j = 0; j < rules.length; j++) {
     const r = rules[j] as Keyed;
-    if (r[DESIRED] !== want[j] || r[KEY] !== undefined) return false;
+    if (r[DESIRED] === want[j] && r[KEY] === undefined) continue;
+    if (keys(j) !== cachedDesiredKey(want[j]!)) return false;
   }
   return true;
 }

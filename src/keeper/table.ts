@@ -16,7 +16,7 @@ import { planChain, planHunks, type ChainEdit, type RuleEdit } from './chain-edi
 import type { Derivation } from '../model/derivation.js';
 import type { Drift, DriftKind } from '../model/drift.js';
 import { diffElements, sameElementFields, setDefinitionKey, type ElementDiff } from '../model/elements.js';
-import { desiredKey, holdsDesired, kernelKeys } from './rule-key.js';
+import { desiredKey, kernelKeys, sameRules } from './rule-key.js';
 import type { ArmedTimed } from './timed-elements.js';
 /** A chain a chain-missing or rules-differ drift names, as diffTable found it. */
 export interface ChainDiff {
@@ -151,11 +151,12 @@ export function diffTable(want: TableConfig, have: ObservedTable, options: DiffO
       continue;
     }
     const rules = have.rules.get(c.name) ?? [];
-    // Every kernel rule known to be the desired rule at its place (the start-up's adoption by
-    // digests): equal, without a key. Comparing keys would hash every desired rule's canonical form
-    // and keep the key on it for the daemon's life: seconds and megabytes of a big restart.
-    if (holdsDesired(rules, c.rules)) continue;
     const keys = kernelKeys(rules, resolve);
+    // Every kernel rule the desired rule at its place: those known to be (adopted by digest, or
+    // decoded and proved by their digests) without a key, only the others by key. Comparing keys
+    // would hash every desired rule's canonical form and keep the key on it for the daemon's life:
+    // seconds and megabytes of a big restart.
+    if (sameRules(rules, c.rules, keys)) continue;
     const setsOf = (j: number) => c.rules[j]!.compiled.sets.length;
     const hunks = since?.edited.get(c.name);
     let detail: string | undefined;
