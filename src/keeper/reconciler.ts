@@ -22,7 +22,9 @@ import { observeTable, writtenDigests, type WrittenDigests } from './observe.js'
 import { planTable } from './plan.js';
 import { armCommitted, armTimed, type ArmedTimed } from './timed-elements.js';
 import type { Drift } from '../model/drift.js';
-import { KnownState, readAddedChains, volatileSet } from './known.js';
+import { KnownState } from './known.js';
+import { readAddedChains } from './follow-commit.js';
+import { volatileSet } from './known-table.js';
 import type { CommitResult } from '../netlink/conn.js';
 
 export interface TableRef {

@@ -11,7 +11,7 @@ import type { NftConn, NftHost, NftWatch } from '../netlink/conn.js';
 import type { Owner } from '../owners/index.js';
 import type { Attribution } from './attribution.js';
 import type { Fight, FightOptions } from './fight.js';
-import { OwnedTouches } from './known.js';
+import { OwnedTouches } from './touches.js';
 import type { Mirror } from './mirror.js';
 import type { Reconciler } from './reconciler.js';
 import type { TraceMark } from './outcome.js';

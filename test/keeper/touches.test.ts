@@ -1,10 +1,10 @@
 /**
- * OwnedTouches (src/keeper/known.ts): the events' proof that no commit since a generation touched
+ * OwnedTouches (src/keeper/touches.ts): the events' proof that no commit since a generation touched
  * an owned table. Pure logic; the kernel test beside it is test/owners/registration.test.ts (a
  * commit elsewhere costs no read, one in the owned table is read and repaired).
  */
 import { describe, expect, it } from 'vitest';
-import { OwnedTouches } from '../../src/keeper/known.js';
+import { OwnedTouches } from '../../src/keeper/touches.js';
 import type { MonitorBatch, MonitorEvent } from '../../src/netlink/events.js';
 
 const ev = (table: string, type: MonitorEvent['type'] = 'newrule'): MonitorEvent => ({ type, family: 'ip', table, portId: 7 });

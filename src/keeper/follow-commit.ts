@@ -1,0 +1,406 @@
+/**
+ * Following our own commit (KnownState.afterSoleCommit): what the known tables hold after a batch
+ * that was provably the only commit since its plan's look, from the batch's ops replayed over the
+ * handles the look saw, with the handles the kernel echoed for its new rules, or, for a batch too
+ * big to echo, the handles and digests read of the chains it added rules to (readAddedChains).
+ */
+import type { ChainConfig, TableConfig } from '../config/config.js';
+import type { SetConfig } from '../config/sets.js';
+import type { Batch } from '../netlink/batch.js';
+import type { CommitResult, NftConn } from '../netlink/conn.js';
+import type { Family } from '../netlink/expr.js';
+import { SET_F, TABLE_F, type ChainDigests, type NftSet, type ObservedTable, type Rule, type Table } from '../netlink/objects.js';
+import type { Op } from '../netlink/ops.js';
+import { derivationOf, type Hunk } from '../model/derivation.js';
+import { knownRule, hasKey } from './rule-key.js';
+import { knownSets, objectsUnknown, tableKey, type KnownTable } from './known-table.js';
+
+/**
+ * The known tables after `batch`, planned from `observed` for `tables`, was committed as the only
+ * commit since; undefined where it cannot be followed exactly (see KnownState.afterSoleCommit for
+ * `echoed`, `previous`, `read` and `portId`).
+ */
+export function followCommit(tables: readonly TableConfig[], observed: readonly ObservedTable[],
+  batch: Batch, echoed: CommitResult | undefined, previous: { table(t: TableConfig): KnownTable | undefined } | undefined,
+  read: ReadonlyMap<string, ReadonlyMap<string, ChainDigests>> | undefined, portId: number | undefined): Map<string, KnownTable> | undefined {
+  if (!echoed && !read) return undefined;
+  for (const [i, t] of tables.entries()) if (observed[i] && objectsUnknown(t, observed[i]!)) return undefined;
+  const desiredTables = new Set(tables.map(tableKey));
+  // Handles by chain, starting from what the plan saw.
+  const handles = new Map<string, Map<string, number[]>>();
+  const chainsOf = (family: string, table: string) => {
+    let m = handles.get(`${family} ${table}`);
+    if (!m) handles.set(`${family} ${table}`, m = new Map());
+    return m;
+  };
+  const seen = new Map<string, ObservedTable>(observed.map((o) => [tableKey(o), o]));
+  const list = (family: string, table: string, chain: string): number[] | undefined => {
+    const m = chainsOf(family, table);
+    let l = m.get(chain);
+    if (!l) {
+      const o = seen.get(`${family} ${table}`);
+      const rules = o?.rules.get(chain);
+      if (!rules) return undefined;
+      if (rules.some((r) => r.handle === undefined)) return undefined;
+      m.set(chain, l = rules.map((r) => r.handle!));
+    }
+    return l;
+  };
+  const byId = new Map<number, number>();
+  const gone = new Set<number>();  // rule handles the batch deleted
+  // Tables the batch created or claimed: the table as the kernel now holds it.
+  const tablesNow = new Map<string, Table>();
+  // Named sets the batch (re)created, with their definition; deleted ones map to null.
+  const setsNow = new Map<string, NftSet | null>();
+  // Chains whose rules changed only in the runs the merge reported (src/model/derivation.ts), over a known state
+  // that holds the earlier chain: their ops are replayed over those runs' handles (followHunks),
+  // not over a list of every rule's handle (the dispatch chain holds one rule per owner).
+  const hunked = new Map<string, Hunked>();
+  for (const [i, t] of tables.entries()) {
+    const kt = previous?.table(t);
+    const d = kt?.whole !== undefined && kt.observed === observed[i] ? derivationOf(t) : undefined;
+    if (!d || d.from !== kt!.whole) continue;
+    for (const [name, e] of d.edited) {
+      const prev = kt!.observed.rules.get(name);
+      if (kt!.verified.get(name) !== e.from || !prev || prev.length !== e.from.rules.length || read?.get(tableKey(t))?.has(name)) continue;
+      hunked.set(`${tableKey(t)} ${name}`, { prev, hunks: e.hunks, ops: [] });
+    }
+  }
+  for (const [index, op] of batch.ops.entries()) {
+    if (op.object === 'table') {
+      const k = tableKey(op);
+      // A retired table deleted in the same batch is none of what is known.
+      if (!desiredTables.has(k)) {
+        if (op.verb === 'delete') continue;
+        return undefined;
+      }
+      if (op.verb !== 'add' && op.verb !== 'create') return undefined;  // a table recreated: read it
+      const o = seen.get(k);
+      if (!o) return undefined;
+      const was = tablesNow.get(k) ?? o.table;
+      const flags = op.flags ?? was?.flags ?? 0;
+      if (flags & TABLE_F.OWNER && portId === undefined) return undefined;  // its owner is our socket: which one?
+      tablesNow.set(k, {
+        family: op.family, name: op.name, flags,
+        ...(flags & TABLE_F.OWNER ? { owner: portId } : {}),
+        ...(was?.userdata !== undefined ? { userdata: was.userdata } : op.userdata !== undefined ? { userdata: op.userdata } : {}),
+      });
+      continue;
+    }
+    if (op.object === 'set') {
+      const k = `${op.family} ${op.table} ${op.name}`;
+      if (op.verb === 'delete') {
+        setsNow.set(k, null);
+        continue;
+      }
+      // Anonymous sets are named by the kernel: a table that has them is not followed.
+      if (op.flags === undefined || op.flags & SET_F.ANONYMOUS) return undefined;
+      if (op.verb === 'add' || op.verb === 'create') setsNow.set(k, op as NftSet);
+      else return undefined;
+      continue;
+    }
+    // Stateful objects are not known: a table that has them is read at each look (objectsUnknown).
+    if (op.object === 'obj') return undefined;
+    if (op.object === 'element') continue;  // every named set holds its desired elements after the commit (below)
+    if (op.object === 'chain') {
+      const hk = `${op.family} ${op.table} ${op.name}`;
+      if (hunked.has(hk)) {
+        if (hunked.get(hk)!.ops.length > 0) return undefined;
+        hunked.delete(hk);
+      }
+      const m = chainsOf(op.family, op.table);
+      const cur = m.get(op.name);
+      const existed = cur === undefined ? seen.get(`${op.family} ${op.table}`)?.rules.has(op.name) === true : cur !== DELETED;
+      if (op.verb === 'add' || op.verb === 'create') {
+        if (!existed) m.set(op.name, []);  // adding an existing chain changes none of its rules
+      } else if (op.verb === 'flush') {
+        if (!existed) return undefined;
+        m.set(op.name, []);
+      } else {
+        m.set(op.name, DELETED);
+      }
+      continue;
+    }
+    if (read?.get(`${op.family} ${op.table}`)?.has(op.chain)) {
+      if (op.verb === 'delete') gone.add(op.handle!);
+      continue;  // its rules as read after the commit, below
+    }
+    const h = hunked.size > 0 ? hunked.get(`${op.family} ${op.table} ${op.chain}`) : undefined;
+    if (h) {
+      if (op.verb === 'delete') {
+        gone.add(op.handle!);
+        h.ops.push({ op });
+        continue;
+      }
+      const handle = echoed?.handles?.get(index);
+      if (handle === undefined) return undefined;
+      if (op.id !== undefined) byId.set(op.id, handle);
+      h.ops.push({ op, handle });
+      continue;
+    }
+    const l = list(op.family, op.table, op.chain);
+    if (!l || l === DELETED) return undefined;
+    if (op.verb === 'delete') {
+      const at = l.indexOf(op.handle!);
+      if (at < 0) return undefined;
+      l.splice(at, 1);
+      gone.add(op.handle!);
+      continue;
+    }
+    const handle = echoed?.handles?.get(index);
+    if (handle === undefined) return undefined;
+    if (op.id !== undefined) byId.set(op.id, handle);
+    if (op.verb === 'replace') {
+      const at = l.indexOf(op.handle!);
+      if (at < 0 || handle !== op.handle) return undefined;
+      continue;
+    }
+    const anchor = op.position ?? (op.positionId !== undefined ? byId.get(op.positionId) : undefined);
+    if (anchor === undefined && (op.position !== undefined || op.positionId !== undefined)) return undefined;
+    if (anchor === undefined) {
+      if (op.verb === 'add') l.push(handle);
+      else l.unshift(handle);
+      continue;
+    }
+    const at = l.indexOf(anchor);
+    if (at < 0) return undefined;
+    l.splice(op.verb === 'add' ? at + 1 : at, 0, handle);
+  }
+  for (const [tk, chains] of read ?? []) {
+    const [family, table] = [tk.slice(0, tk.indexOf(' ')), tk.slice(tk.indexOf(' ') + 1)];
+    for (const [chain, d] of chains) chainsOf(family, table).set(chain, d.handles.slice());
+  }
+  const out = new Map<string, KnownTable>();
+  for (const [i, t] of tables.entries()) {
+    const o = observed[i];
+    if (!o) return undefined;
+    const tk = tableKey(t);
+    if (tablesNow.has(tk)) o.table = tablesNow.get(tk);
+    if (!o.table) return undefined;
+    // Anonymous sets are named by the kernel and come with the rules that use them: not followed.
+    for (const x of o.sets.values()) if (x.set.flags & SET_F.ANONYMOUS) return undefined;
+    // The plan made every named set the desired one: created with its elements, its element
+    // differences added and deleted, any other named set deleted. What the look saw stays only for
+    // a set the batch left alone (its definition; it had no element difference, or it would be in the batch).
+    for (const name of o.sets.keys()) {
+      const now = setsNow.get(`${tk} ${name}`);
+      if (now === null || (now === undefined && !(t.sets ?? []).some((x) => x.name === name))) o.sets.delete(name);
+    }
+    if (o.sets.size > (t.sets?.length ?? 0)) return undefined;
+    const kt = previous?.table(t);
+    const reuse = kt?.observed === o;
+    const verifiedSets = reuse ? kt!.verifiedSets : new Map<string, SetConfig>();
+    const sets = knownSets(t, (n) => {
+      const now = setsNow.get(`${tk} ${n}`);
+      return now ?? (now === null ? undefined : o.sets.get(n)?.set);
+    }, verifiedSets);
+    if (!sets) return undefined;
+    o.sets = sets;
+    const m = chainsOf(t.family, t.name);
+    const readHere = read?.get(tk);
+    // The look's maps are this pass's own (a dump, or the known state the commit just retired):
+    // changed in place, so a registration touches its own chains, not every owner's.
+    const verified = reuse ? kt!.verified : new Map<string, ChainConfig>();
+    // Derived from the table known whole (a registration): only the chains the derivation
+    // changed need looking at, when the batch touched no other desired chain.
+    const d = reuse && kt!.whole !== undefined ? derivationOf(t) : undefined;
+    let visit: readonly ChainConfig[] = t.chains;
+    if (d && d.from === kt!.whole) {
+      const names = new Set(d.changed.map((c) => c.name));
+      let inside = true;
+      for (const [name, l] of m) if (l !== DELETED && !names.has(name)) inside = false;
+      if (inside) visit = d.changed;
+    }
+    for (const c of visit) {
+      let l = m.get(c.name);
+      const h = hunked.get(`${tk} ${c.name}`);
+      let regions: number[][] | undefined;
+      if (h && l === undefined && h.ops.length > 0) {
+        // Replayed over the runs' handles; where that cannot place an op, over the whole list as before.
+        regions = replayHunks(h, byId);
+        if (!regions) {
+          l = h.prev.map((r) => r.handle!);
+          for (const { op, handle } of h.ops) if (!applyRuleOp(l, op, handle, byId)) return undefined;
+        }
+      }
+      if (l === undefined && regions === undefined) {
+        if (reuse && verified.get(c.name) === c) continue;  // untouched, and known to hold c
+        verified.set(c.name, c);
+        const have = o.rules.get(c.name);
+        if (!have || have.length !== c.rules.length) return undefined;
+        if (have.some((r) => r.handle === undefined)) return undefined;
+        // Decoded rules (the plan read this chain), or known ones of an earlier definition, give way to c's.
+        if (have.length > 0 && (!hasKey(have[0]!) || have.some((r, j) => r.exprs !== c.rules[j]!.compiled.exprs))) {
+          o.rules.set(c.name, c.rules.map((r, j) => knownRule(t, c, r, have[j]!.handle!, have[j]!.digest)));
+        }
+        continue;
+      }
+      verified.set(c.name, c);
+      if (regions) {
+        const copied = followHunks(t, c, h!.prev, regions, h!.hunks, gone, undefined);
+        if (!copied) return undefined;
+        o.rules.set(c.name, copied);
+        continue;
+      }
+      if (l === undefined || l === DELETED || l.length !== c.rules.length) return undefined;
+      o.chains.set(c.name, { family: t.family, table: t.name, name: c.name, ...(c.base ?? {}), ...(c.userdata ? { userdata: c.userdata } : {}) });
+      // Rules that stayed keep their known-rule objects (the dispatch chain holds one per owner) and
+      // their order: one walk along the rules before, skipping the ones the batch deleted.
+      const prev = o.rules.get(c.name) ?? [];
+      const digests = readHere?.get(c.name)?.digests;
+      let p = 0;
+      const handles = l;
+      o.rules.set(c.name, c.rules.map((r, j) => {
+        while (p < prev.length && gone.has(prev[p]!.handle!)) p++;
+        const kept = p < prev.length && prev[p]!.handle === handles[j] ? prev[p++] : undefined;
+        return kept && hasKey(kept) && kept.exprs === r.compiled.exprs ? kept : knownRule(t, c, r, handles[j]!, digests?.[j]);
+      }));
+    }
+    // What the batch deleted (and anything else not desired, which the plan deleted) goes. A
+    // desired chain deleted and added again is no longer DELETED here.
+    for (const [name, l] of m) {
+      if (l === DELETED) {
+        o.chains.delete(name);
+        o.rules.delete(name);
+        verified.delete(name);
+      }
+    }
+    // Every desired chain is in o.chains now: as many as desired means nothing else is.
+    if (o.chains.size !== t.chains.length) return undefined;
+    out.set(tk, { observed: o, verified, verifiedSets, whole: t });
+  }
+  return out;
+}
+
+/** A chain the batch deleted, in followCommit's handles by chain. */
+const DELETED: number[] = [];
+
+/** A chain followCommit follows by its hunks: its known rules before the batch, the hunks, the batch's ops on it. */
+interface Hunked {
+  prev: readonly Rule[];
+  hunks: readonly Hunk[];
+  ops: { op: Extract<Op, { object: 'rule' }>; handle?: number }[];
+}
+
+/** One rule op applied to a chain's handle list (followCommit's replay); false when it does not fit the list. */
+function applyRuleOp(l: number[], op: Extract<Op, { object: 'rule' }>, handle: number | undefined, byId: ReadonlyMap<number, number>): boolean {
+  if (op.verb === 'delete') {
+    const at = l.indexOf(op.handle!);
+    if (at < 0) return false;
+    l.splice(at, 1);
+    return true;
+  }
+  if (handle === undefined) return false;
+  if (op.verb === 'replace') return l.includes(op.handle!) && handle === op.handle;
+  const anchor = op.position ?? (op.positionId !== undefined ? byId.get(op.positionId) : undefined);
+  if (anchor === undefined && (op.position !== undefined || op.positionId !== undefined)) return false;
+  if (anchor === undefined) {
+    if (op.verb === 'add') l.push(handle);
+    else l.unshift(handle);
+    return true;
+  }
+  const at = l.indexOf(anchor);
+  if (at < 0) return false;
+  l.splice(op.verb === 'add' ? at + 1 : at, 0, handle);
+  return true;
+}
+
+/**
+ * The handles of each hunk's new rules, from replaying the batch's ops over each hunk's own handles
+ * (with the kept rule before it, which a new rule may be placed after): undefined when an op names
+ * a rule outside every hunk, or goes to a chain end no hunk is at (the caller replays the whole list).
+ */
+function replayHunks(h: Hunked, byId: ReadonlyMap<number, number>): number[][] | undefined {
+  const { prev, hunks } = h;
+  const locals = hunks.map((x) => {
+    const l: number[] = [];
+    for (let i = Math.max(0, x.fromStart - 1); i < x.fromEnd; i++) l.push(prev[i]!.handle!);
+    return l;
+  });
+  const before = hunks.map((x) => (x.fromStart > 0 ? prev[x.fromStart - 1]!.handle! : undefined));
+  for (const { op, handle } of h.ops) {
+    const named = op.verb === 'delete' || op.verb === 'replace' ? op.handle
+      : op.position ?? (op.positionId !== undefined ? byId.get(op.positionId) : undefined);
+    let k: number;
+    if (named !== undefined) {
+      k = locals.findIndex((l) => l.includes(named!));
+    } else if (op.positionId !== undefined) {
+      return undefined;
+    } else {
+      // At the chain's end (add) or head (insert): a hunk must be there.
+      k = op.verb === 'add' ? (hunks[hunks.length - 1]?.fromEnd === prev.length ? hunks.length - 1 : -1) : (hunks[0]?.fromStart === 0 ? 0 : -1);
+    }
+    if (k < 0 || !applyRuleOp(locals[k]!, op, handle, byId)) return undefined;
+  }
+  const out: number[][] = [];
+  for (const [k, x] of hunks.entries()) {
+    const l = locals[k]!;
+    // The kept rule before the hunk stays first; what follows it is the hunk's new run.
+    if (before[k] !== undefined && l[0] !== before[k]) return undefined;
+    const run = before[k] !== undefined ? l.slice(1) : l;
+    if (run.length !== x.end - x.start) return undefined;
+    out.push(run);
+  }
+  return out;
+}
+
+/**
+ * A chain's known rules after a batch that changed only `hunks` of it (src/model/derivation.ts): `prev` holds
+ * the earlier chain's rules, `regions[k]` the handles of hunk k's rules now. Outside the hunks the
+ * rules are the same desired objects at the same handles, copied; inside, as followCommit's walk
+ * does. Undefined when what the batch deleted does not line up so.
+ */
+function followHunks(t: TableConfig, c: ChainConfig, prev: readonly Rule[], regions: readonly (readonly number[])[], hunks: readonly Hunk[],
+  gone: ReadonlySet<number>, digests: readonly string[] | undefined): Rule[] | undefined {
+  const out: Rule[] = new Array(c.rules.length);
+  let p = 0;
+  let j = 0;
+  for (const [k, h] of hunks.entries()) {
+    if (h.start - j !== h.fromStart - p) return undefined;
+    for (; j < h.start; j++) out[j] = prev[p++]!;
+    const l = regions[k]!;
+    for (; j < h.end; j++) {
+      const handle = l[j - h.start]!;
+      while (p < h.fromEnd && gone.has(prev[p]!.handle!)) p++;
+      const kept = p < h.fromEnd && prev[p]!.handle === handle ? prev[p++] : undefined;
+      const r = c.rules[j]!;
+      out[j] = kept && hasKey(kept) && kept.exprs === r.compiled.exprs ? kept : knownRule(t, c, r, handle, digests?.[j]);
+    }
+    // What the hunk took out of the chain: every rule the batch did not keep was deleted by it.
+    for (; p < h.fromEnd; p++) if (!gone.has(prev[p]!.handle!)) return undefined;
+  }
+  if (c.rules.length - j !== prev.length - p) return undefined;
+  for (; j < c.rules.length; j++) out[j] = prev[p++]!;
+  return out;
+}
+
+/**
+ * After a sole commit too big to echo its new rules' handles: the chains it added rules to, read
+ * at `generation` (handles and digests, nothing decoded), for KnownState.afterSoleCommit. A few chains are
+ * dumped one by one, many with one dump of their table. Undefined when the kernel moved meanwhile.
+ */
+export async function readAddedChains(conn: NftConn, batch: Batch, generation: number):
+  Promise<Map<string, Map<string, ChainDigests>> | undefined> {
+  if (!conn.listRuleDigests) return undefined;
+  const want = new Map<string, { family: Family; table: string; chains: Set<string> }>();
+  for (const op of batch.ops) {
+    if (op.object !== 'rule' || op.verb === 'delete') continue;
+    const k = `${op.family} ${op.table}`;
+    let w = want.get(k);
+    if (!w) want.set(k, w = { family: op.family, table: op.table, chains: new Set() });
+    w.chains.add(op.chain);
+  }
+  const out = new Map<string, Map<string, ChainDigests>>();
+  for (const [k, w] of want) {
+    const dumps = w.chains.size <= CHAIN_DUMPS_UP_TO
+      ? (await Promise.all([...w.chains].map((chain) => conn.listRuleDigests!({ family: w.family, table: w.table, chain })))).flat()
+      : (await conn.listRuleDigests({ family: w.family, table: w.table })).filter((d) => w.chains.has(d.chain));
+    const m = new Map<string, ChainDigests>(dumps.map((d) => [d.chain, d]));
+    for (const chain of w.chains) if (!m.has(chain)) m.set(chain, { chain, handles: [], digests: [] });
+    out.set(k, m);
+  }
+  return conn.generation() === generation ? out : undefined;
+}
+
+/** Up to this many chains' rules are read one dump each after an unechoed commit; more, their table's dump. */
+const CHAIN_DUMPS_UP_TO = 32;
