@@ -202,6 +202,7 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
   let nsId: NamespaceId | undefined;
   /** The config file and the files its last load included. */
   let files: string[] = [];
+  const filesOf = (c: Config): string[] => [o.config, ...(c.includes ?? [])];
   // Regular files only, read without blocking (a FIFO swapped in must not stall the loop in open()).
   const textOf = (): string | undefined => {
     try {
@@ -237,7 +238,7 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
     // The namespace first: iif/oif names in the config resolve there.
     nsId = probeNamespace(o.netns);
     config = await loadWaitingForEnv(o, log, tell);
-    files = [o.config, ...(config.includes ?? [])];
+    files = filesOf(config);
     loadedText = textOf();
     extend();
     // One keeper per table and per state file, held until exit (released last: cleanups run in reverse).
@@ -462,7 +463,7 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
   rewatch();
   changed();  // anything written between the load and the watches
   configLoaded = (next) => {
-    files = [o.config, ...(next.includes ?? [])];
+    files = filesOf(next);
     rewatch();
     lastText = textOf();
   };
