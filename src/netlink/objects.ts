@@ -45,8 +45,25 @@ export interface Chain {
   priority?: number;
   policy?: 'accept' | 'drop';
   device?: string;
+  /** NFT_CHAIN_* flags: BINDING (0x4) for a chain bound to the rule that jumps to it. */
   flags?: number;
+  /** NFTA_CHAIN_ID: on add, a batch-local id by which rules and jumps of the same batch name it. */
+  id?: number;
   userdata?: Hex;
+}
+
+/** NFT_CHAIN_* flags. */
+export const CHAIN_F = { BASE: 0x1, HW_OFFLOAD: 0x2, BINDING: 0x4 } as const;
+
+/**
+ * An anonymous chain bound to a rule (`jump { … }`, NFT_CHAIN_BINDING): it lives and dies with the
+ * rule and the kernel refuses any change to it. A compiled rule's carries the batch id its jump
+ * names (`chainId`); a dumped rule's the name the kernel gave it (`__chain%d`).
+ */
+export interface BoundChain<R> {
+  id?: number;
+  name?: string;
+  rules: R[];
 }
 
 export interface Rule {
@@ -61,6 +78,10 @@ export interface Rule {
   id?: number;
   /** NFTA_RULE_POSITION_ID: on add, the id of a rule added earlier in the batch to add after; on insert, before. */
   positionId?: number;
+  /** NFTA_RULE_CHAIN_ID: on add, the batch id of the chain (a bound one) instead of `chain`. */
+  chainId?: number;
+  /** The chains its jumps are bound to (`jump { … }`), with their rules: read from a dump by the keeper. */
+  bound?: BoundChain<Rule>[];
   /** NFTA_RULE_USERDATA: TLVs; nft keeps its `comment` here (NFTNL_UDATA_RULE_COMMENT). */
   userdata?: Hex;
   exprs: Expr[];
