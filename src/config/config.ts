@@ -385,6 +385,8 @@ function buildConfig(raw: unknown, file: string, where: Positions, options: Load
   const fail = (p: { line: number; col: number; file?: string }, reason: string) => errors.push(new ConfigError(p.file ?? file, p.line, p.col, reason));
   const seenTables = new Set<string>();
   let setId = 1;
+  // bound chains' batch ids (`jump { … }`), likewise unique in the config
+  let chainId = 1;
   const tables: TableConfig[] = parsed.data.tables.map((t, ti) => {
     const tkey = `${t.family} ${t.name}`;
     // (positions only for an error: a YAML config's are read by parsing it again)
@@ -415,7 +417,7 @@ function buildConfig(raw: unknown, file: string, where: Positions, options: Load
         let compiled: CompiledRule;
         try {
           compiled = compileRule(ruleText, {
-            family: t.family, table: t.name, chain: c.name, setIdBase: setId, interfaces: options.interfaces, sets: namedSets,
+            family: t.family, table: t.name, chain: c.name, setIdBase: setId, chainIdBase: chainId, interfaces: options.interfaces, sets: namedSets,
           });
         } catch (e) {
           if (e instanceof RuleSyntaxError) {
@@ -429,6 +431,7 @@ function buildConfig(raw: unknown, file: string, where: Positions, options: Load
           throw e;
         }
         setId += compiled.sets.length;
+        if (compiled.bound) chainId += compiled.bound.length;
         const missing = objectRefProblem(compiled.exprs, objects, t.family, t.name);
         if (missing) fail(pos(rulePath(path, ri)), `rule ${ri + 1} of chain ${c.name}: ${missing}`);
         options.compiled?.(compiled);

@@ -9,7 +9,7 @@
 import { stringify } from 'yaml';
 import type { Family } from '../netlink/expr.js';
 import type { NftSet, SetElement } from '../netlink/objects.js';
-import { SET_F, TABLE_F, type Table } from '../netlink/objects.js';
+import { SET_F, TABLE_F, indexByChain, type Chain, type Rule, type Table } from '../netlink/objects.js';
 import type { NftSocket } from '../netlink/socket.js';
 import { commentOf, renderRule, setResolver, type InterfaceResolver } from '../rules/index.js';
 import { kernelSetDecl, type RawSet } from './sets.js';
@@ -75,14 +75,18 @@ export async function readTable(sock: Reader, family: Family, name: string,
     // nft lists one element a line when the key is longer than 32 bits (addresses, names, concatenations).
     else out.sets.push({ ...d, wrap: set.keyLen > 4 });
   }
+  // (bound chains, `jump { … }`, go with the rules that jump to them: written inline, as nft lists them)
+  const view = { chains: new Map<string, Chain>(), rules: new Map<string, Rule[]>() };
+  indexByChain(chains, rules, view);
   const byChain = new Map<string, string[]>();
-  for (const r of rules) {
-    const text = renderRule(r, family, resolve, options);
-    if (text.includes('<unsupported')) unsupported.push(`chain ${r.chain}, rule handle ${r.handle}: ${text}`);
-    if (!byChain.has(r.chain)) byChain.set(r.chain, []);
-    byChain.get(r.chain)!.push(text);
+  for (const [chain, list] of view.rules) {
+    byChain.set(chain, list.map((r) => {
+      const text = renderRule(r, family, resolve, options);
+      if (text.includes('<unsupported')) unsupported.push(`chain ${r.chain}, rule handle ${r.handle}: ${text}`);
+      return text;
+    }));
   }
-  for (const c of chains) {
+  for (const c of view.chains.values()) {
     if (c.hook !== undefined && !['prerouting', 'input', 'forward', 'output', 'postrouting'].includes(c.hook)) {
       unsupported.push(`chain ${c.name}: hook ${c.hook} is not supported`);
     }

@@ -206,13 +206,51 @@ export interface ObservedTable {
  */
 export function indexByChain(chains: readonly Chain[], rules: readonly Rule[],
   into: { chains: Map<string, Chain>; rules: Map<string, Rule[]> }): void {
+  let bound: Map<string, Rule[]> | undefined;
   for (const c of chains) {
+    if (c.flags !== undefined && c.flags & CHAIN_F.BINDING) {
+      (bound ??= new Map()).set(c.name, []);
+      continue;
+    }
     into.chains.set(c.name, c);
     into.rules.set(c.name, []);
   }
   for (const r of rules) {
-    let list = into.rules.get(r.chain);
+    let list = bound?.get(r.chain) ?? into.rules.get(r.chain);
     if (!list) into.rules.set(r.chain, list = []);
     list.push(r);
   }
+  if (bound) bindChains(into.rules, bound);
+}
+
+/**
+ * A bound chain (flags BINDING) is part of the rule that jumps to it, not a chain of the table:
+ * each rule of `rules` that jumps to one of `bound` gets it, with its rules, in Rule.bound.
+ */
+export function bindChains(rules: ReadonlyMap<string, readonly Rule[]>, bound: ReadonlyMap<string, Rule[]>): void {
+  for (const list of rules.values()) {
+    for (const r of list) {
+      for (const e of r.exprs) {
+        if (e.kind !== 'immediate' || e.chain === undefined) continue;
+        const b = bound.get(e.chain);
+        if (b) (r.bound ??= []).push({ name: e.chain, rules: b });
+      }
+    }
+  }
+}
+
+/**
+ * The chains `rules` jump to that `known` does not hold: where a bound chain (`jump { … }`) may be
+ * when the chains were read one by one.
+ */
+export function jumpTargetsOutside(rules: ReadonlyMap<string, readonly Rule[]>, known: ReadonlyMap<string, unknown>): string[] {
+  const out = new Set<string>();
+  for (const list of rules.values()) {
+    for (const r of list) {
+      for (const e of r.exprs) {
+        if (e.kind === 'immediate' && e.chain !== undefined && !known.has(e.chain) && !r.bound?.some((b) => b.name === e.chain)) out.add(e.chain);
+      }
+    }
+  }
+  return [...out];
 }

@@ -29,6 +29,14 @@ export function forEachJump(rule: CompiledRule, jump: (verdict: 'jump' | 'goto',
       } else named?.(e.set);
     }
   }
+  // a bound chain's rules (`jump { … }`) jump from where the rule is
+  if (rule.bound) for (const b of rule.bound) for (const r of b.rules) forEachJump(r, jump, named);
+}
+
+/** The rule's expressions and its bound chains' rules' (`jump { … }`, which run where the rule does). */
+function exprsOf(rule: CompiledRule): readonly Expr[] {
+  if (!rule.bound) return rule.exprs;
+  return [...rule.exprs, ...rule.bound.flatMap((b) => b.rules.flatMap((r) => r.exprs))];
 }
 
 /**
@@ -147,7 +155,7 @@ function hookList(h: ReadonlySet<Hook>): string {
 
 /** Why the kernel refuses `rule` in a `type` chain on `hook`, or undefined when it takes it. */
 function hookPlacement(rule: CompiledRule, hook: Hook, type: ChainType | undefined, family: Family | undefined): string | undefined {
-  for (const e of rule.exprs) {
+  for (const e of exprsOf(rule)) {
     const r = restrictionOf(e);
     if (r === undefined) continue;
     if (r.families && family !== undefined && !r.families.has(family)) return `${r.what} is not valid in an ${family} table (only in ${[...r.families].join(' and ')})`;
@@ -215,7 +223,7 @@ export class JumpGraph {
     this.problem = undefined;
     forEachJump(rule, this.onJump, this.onNamedMap);
     if (this.problem !== undefined) return this.problem;
-    if (!rule.exprs.some((e) => restrictionOf(e) !== undefined)) return undefined;
+    if (!exprsOf(rule).some((e) => restrictionOf(e) !== undefined)) return undefined;
     this.limitedChain.push(chain);
     this.limitedIndex.push(ruleIndex);
     this.limitedRule.push(rule);
