@@ -13,6 +13,7 @@ import { describe, expect, it } from 'vitest';
 import { parseNftConfig } from '../../src/config/config.js';
 import { Batch } from '../../src/netlink/batch.js';
 import { CHAIN_F } from '../../src/netlink/objects.js';
+import { open } from '../../src/netlink/socket.js';
 import { RuleSyntaxError, compileRule, queueRule, renderRule, ruleKey } from '../../src/rules/index.js';
 import { cli } from '../helpers/cli.js';
 import { withNetns, type Netns } from '../helpers/netns.js';
@@ -50,7 +51,7 @@ describe('chain bindings without the kernel', () => {
     const r = compileRule('jump { ip saddr { 10.0.0.1, 10.0.0.2 } accept; drop; }', { ...ctx, chainIdBase: 3 });
     const b = new Batch();
     queueRule(b, r, { family: 'inet', table: 't', chain: 'c' });
-    expect(b.ops.map((o) => [o.object, o.object === 'chain' ? o.name : o.object === 'rule' ? o.chain : o.name])).toEqual([
+    expect(b.ops.map((o) => [o.object, o.object === 'chain' ? o.name : o.object === 'rule' ? o.chain : (o as { name?: string }).name])).toEqual([
       ['set', '__set%d'], ['chain', undefined], ['rule', undefined], ['rule', undefined], ['rule', 'c'],
     ]);
     expect(b.ops[1]).toMatchObject({ verb: 'add', id: 3, flags: CHAIN_F.BINDING });
@@ -74,6 +75,17 @@ describe('chain bindings without the kernel', () => {
     const { bound: _b, ...alone } = dumped('accept');
     expect(renderRule(alone, 'inet')).toBe('jump __chain9');
     expect(ruleKey(alone)).not.toBe(ruleKey(compiled));
+  });
+
+  it('a batch takes a bound chain by id with the binding flag and its rules by that id, nothing in between', () => {
+    const b = new Batch();
+    b.push({ verb: 'add', object: 'chain', family: 'inet', table: 't', id: 1, flags: CHAIN_F.BINDING });
+    b.push({ verb: 'add', object: 'rule', family: 'inet', table: 't', chainId: 1, exprs: [] });
+    // a chain without a name that is not a binding, a rule with its chain twice or not at all
+    expect(() => b.push({ verb: 'add', object: 'chain', family: 'inet', table: 't', id: 2, flags: 0 } as never)).toThrow(/name/);
+    expect(() => b.push({ verb: 'add', object: 'rule', family: 'inet', table: 't', chain: 'c', chainId: 1, exprs: [] })).toThrow(/either 'chain' or 'chainId'/);
+    expect(() => b.push({ verb: 'add', object: 'rule', family: 'inet', table: 't', exprs: [] } as never)).toThrow(/chain/);
+    expect(b.ops).toHaveLength(2);
   });
 
   it('refuses, with positions, what nft 1.0.6 refuses', () => {
@@ -186,6 +198,17 @@ describe('chain bindings on the kernel, nft 1.0.6 the oracle', () => {
         expect(unnamed(netlinkDump(ours, family, 't'))).toBe(unnamed(netlinkDump(nft, family, 't')));
         // the dump holds bound chains, which no one can change
         expect(netlinkDump(nft, family, 't')).toMatch(/__chain\d+/);
+        // a rule jumping to one has no digest (its key depends on the bound rules); those rules have theirs
+        const sock = open({ netns: ours.path });
+        try {
+          const rules = await sock.listRules({ family, table: 't', digests: true });
+          const jumps = rules.filter((r) => r.exprs.some((e) => e.kind === 'immediate' && e.chain?.startsWith('__chain')));
+          expect(jumps.length).toBeGreaterThan(0);
+          for (const r of jumps) expect(r.digest ?? '').toBe('');
+          for (const r of rules.filter((x) => x.chain.startsWith('__chain') && !x.exprs.some((e) => e.kind === 'lookup'))) expect(r.digest).toMatch(/^[0-9a-f]{32}$/);
+        } finally {
+          sock.close();
+        }
         const check = await cli('check', '--config', file, '--netns', nft.path);
         expect([check.code, check.out]).toEqual([0, 'in sync']);
         // export of either install → config → the same rules (keys) as the file, and in sync on the other
