@@ -49,6 +49,11 @@ export interface RenderOptions {
   interfaces?: InterfaceResolver;
   /** Print counter values (`counter packets N bytes M`); default: plain `counter`. */
   counters?: boolean;
+  /**
+   * Print a chain binding over lines as `nft list` does (a line a rule, indented one tab more
+   * than the rule, which is indented by this); default: on the rule's line, each rule ended by ';'.
+   */
+  bindingIndent?: string;
 }
 
 type Load = Extract<Expr, { kind: 'payload' | 'meta' | 'ct' | 'fib' | 'exthdr' | 'socket' | 'osf' | 'xfrm' | 'rt' }>;
@@ -778,7 +783,10 @@ export function renderRule(rule: RenderableRule, family: Family, sets?: SetResol
   const binding = rule.bound && rule.bound.length > 0 ? (e: ImmediateExpr) => {
     const b = boundChainOf(rule.bound, e);
     if (!b) return undefined;
-    return `${String(e.verdict)} {${b.rules.map((r) => ' ' + renderRule(r, family, sets, options) + ';').join('')} }`;
+    const ind = options.bindingIndent;
+    if (ind === undefined) return `${String(e.verdict)} {${b.rules.map((r) => ' ' + renderRule(r, family, sets, options) + ';').join('')} }`;
+    const inner = { ...options, bindingIndent: undefined };
+    return `${String(e.verdict)} {\n${b.rules.map((r) => `${ind}\t${renderRule(r, family, sets, inner)}\n`).join('')}${ind}}`;
   } : undefined;
   const items = group(rule.exprs, options, family, binding);
   const parts: string[] = [];
