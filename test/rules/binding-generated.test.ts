@@ -101,6 +101,9 @@ describe(`random tables with chain bindings against nft 1.0.6 (seed ${SEED})`, (
       expect(mine.length).toBe(TABLES_PER_FAMILY);
       expect(mine.some((t) => /(?:jump|goto) \{/.test(t.text))).toBe(true);
     }
+    const bindings = tables.reduce((n, t) => n + (t.text.match(/(?:jump|goto) \{/g)?.length ?? 0), 0);
+    const rules = tables.reduce((n, t) => n + t.text.split('\n').filter((l) => /^\t\t\t?[^\t}]/.test(l) && !/^\t\ttype /.test(l)).length, 0);
+    expect(bindings).toBeGreaterThanOrEqual(2 * tables.length);
   });
 
   it.each(tables.map((t, i) => [`${t.family} table ${i}`, t] as const))('%s: nft and apply agree; export is a fixed point', async (_n, t) => {
