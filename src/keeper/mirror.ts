@@ -53,7 +53,7 @@ import type { TableConfig } from '../config/config.js';
 import type { SetConfig } from '../config/sets.js';
 import { elementId, sameContent, setDefinitionKey } from '../model/elements.js';
 import { Batch } from '../netlink/batch.js';
-import type { MonitorBatch, MonitorEvent, MonitorProgress } from '../netlink/events.js';
+import type { EventKey, MonitorBatch, MonitorEvent, MonitorProgress } from '../netlink/events.js';
 import type { ObservedTable, SetElement } from '../netlink/objects.js';
 import { follows, retargetChanged, retargetSet, sameChain, sameUnfollowed, seedView, alignedChanges, wantOf, tableKey as key } from './mirror-seed.js';
 import { planMirror, type Expected, type MirrorChain, type MirrorPlan, type MirrorSet, type MirrorTable } from './mirror-plan.js';
@@ -281,6 +281,35 @@ export class Mirror {
   /** The commit expected at `generation` did not happen. */
   forget(generation: number): void {
     this.expected.delete(generation);
+  }
+
+  /**
+   * Per owned rule, for the monitor's armed reactions (arming.ts): the deletion of the rule `on`
+   * names alone by another writer is applied, planned (the mirror is clean, so the plan re-adds that
+   * rule where it stood), and the mirror put back by taking the plan as committed with the rule's
+   * old handle, its generation and count of applied batches restored. Throws, invalidated, if it
+   * does not follow as it must.
+   */
+  planAfter(on: EventKey, ownPort: number): MirrorPlan {
+    const { generation, applied } = this;
+    const deleted: MonitorBatch = {
+      overflow: false, truncated: false, foreign: true, generation: generation + 1, since: generation + 1,
+      events: [{ ...on, portId: 0 }],
+    };
+    try {
+      const plan = this.apply(deleted, ownPort) === 'changed' ? this.plan() : undefined;
+      const add = typeof plan === 'object' && plan.expected.length === 1 ? plan.expected[0]! : undefined;
+      if (typeof plan !== 'object' || !add || !('add' in add)) throw new Error('the plan is not one rule re-added');
+      this.expect(generation + 2, plan.expected);
+      if (!this.learnCommit(generation + 2, new Map([[add.op, on.handle!]]))) throw new Error('the mirror could not take the handle back');
+      return plan;
+    } catch (e) {
+      this.invalidate(`arming the monitor: after a deletion of rule handle ${on.handle} in ${on.table} ${on.name}, ${(e as Error).message}`);
+      throw e;
+    } finally {
+      this.generation = generation;
+      this.applied = applied;
+    }
   }
 
   /**
