@@ -126,12 +126,13 @@ export class KernelView {
    * batch followed, none of our own commits still expected.
    */
   exactAt(generation: number, p = this.progressOf?.()): boolean {
-    return !!p && !!this.followed?.exactAt(generation, p);
+    return !!p && !!this.followed && followedExactAt(this.followed, generation, p);
   }
 
   /** The monitor trails the kernel (or our commit's events are still on their way): worth waiting for. */
   lagging(generation: number, p = this.progressOf!()): boolean {
-    return !!this.followed?.lagging(generation, p);
+    const m = this.followed;
+    return !!m?.valid && (this.eventsLag(generation, p) || m.pending);
   }
 
   /** The monitor's progress, where the view follows events. */
@@ -145,21 +146,21 @@ export class KernelView {
    * of them after `from` touched an owned table.
    */
   untouched(from: number, to: number, p: MonitorProgress): boolean {
-    return p.delivered === this.followed!.applied && p.runStart !== 0 && p.runStart <= from + 1 && p.lastGeneration >= to
-      && this.lastTouch <= from && from <= to;
+    return runCovers(from, to, this.followed!.applied, p) && this.lastTouch <= from;
   }
 
   /** untouched(), after waiting for the monitor to catch up with `to` as a repair does (EVENTS_WAIT_MS). */
   private async untouchedSince(from: number, to: number): Promise<boolean> {
     const progress = this.progressOf!;
     const waitUntil = performance.now() + EVENTS_WAIT_MS;
-    while (this.touchesLag(to, progress()) && performance.now() < waitUntil && !this.stopped()) {
+    while (this.eventsLag(to, progress()) && performance.now() < waitUntil && !this.stopped()) {
       await new Promise((r) => setImmediate(r));
     }
     return this.untouched(from, to, progress());
   }
 
-  private touchesLag(to: number, p: MonitorProgress): boolean {
+  /** The monitor has not seen `to` yet, or has batches on their way to follow(). */
+  private eventsLag(to: number, p: MonitorProgress): boolean {
     return p.lastGeneration < to || p.delivered > this.followed!.applied;
   }
 
@@ -362,6 +363,24 @@ export class KernelView {
   get rules(): KnownState | undefined {
     return this.known;
   }
+}
+
+/**
+ * The events' proof, the one both kinds of content are held current by: the monitor saw every
+ * commit whole from `from + 1` on, up to `to` at least, and every batch it delivered was followed
+ * (`applied` of them).
+ */
+export function runCovers(from: number, to: number, applied: number, p: MonitorProgress): boolean {
+  return p.delivered === applied && p.runStart !== 0 && p.runStart <= from + 1 && p.lastGeneration >= to && from <= to;
+}
+
+/**
+ * The followed content is the kernel's state at `generation`: in force, none of our commits
+ * awaited, and the monitor's run covers every commit from the one after the content was exact up
+ * to `generation`, which is the last it saw.
+ */
+export function followedExactAt(m: Mirror, generation: number, p: MonitorProgress): boolean {
+  return m.valid && !m.pending && p.lastGeneration === generation && runCovers(m.generation, generation, m.applied, p);
 }
 
 /** What the followed content holds, to compare before and after a read-back: handles per chain, differing elements per set. */
