@@ -135,11 +135,6 @@ export class KernelView {
     return !!m?.valid && (this.eventsLag(generation, p) || m.pending);
   }
 
-  /** The monitor's progress, where the view follows events. */
-  progress(): MonitorProgress | undefined {
-    return this.progressOf?.();
-  }
-
   /**
    * True when no commit after `from` up to `to` touched an owned table: the monitor saw every commit
    * whole from `from + 1` on, up to `to` at least, every batch it delivered was followed, and none
