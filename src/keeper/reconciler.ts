@@ -22,9 +22,8 @@ import { observeTable, writtenDigests, type WrittenDigests } from './observe.js'
 import { planTable } from './plan.js';
 import { armCommitted, armTimed, type ArmedTimed } from './timed-elements.js';
 import type { Drift } from '../model/drift.js';
-import type { KnownState } from './known.js';
 import { volatileSet } from './known-table.js';
-import { KernelView } from './view.js';
+import { KernelView, type KnownState } from './view.js';
 import type { CommitResult } from '../netlink/conn.js';
 
 export interface TableRef {

@@ -32,6 +32,9 @@ import { readAddedChains } from './follow-commit.js';
 import { Mirror, type MirrorOutcome } from './mirror.js';
 import type { Expected, MirrorPlan } from './mirror-plan.js';
 
+/** The rules the view holds, as a look that plans from them sees them. */
+export type { KnownState };
+
 /**
  * How long a proof waits for the monitor to catch up with the kernel (it reads its socket when the
  * event loop polls) before the caller reads the kernel instead. A turn of the loop on a quiet
