@@ -104,6 +104,25 @@ describe('the kernel view', () => {
     expect(w.view.exactAt(g + 1)).toBe(true);
   });
 
+  it('our commit too big to echo: the chains it added rules to are read, at once or by the next look at its generation', async () => {
+    const tables = planConfig(Array.from({ length: 1100 }, (_, i) => i)).tables;
+    const rulesOf = (k: KernelView) => k.rules!.table(tables[0]!)!.observed.rules.get('c')!.map((x) => x.handle);
+    for (const defer of [true, false]) {
+      const w = world();
+      const r = await w.reconciler.once({ tables, useKnown: true, learn: true, trustSoleCommit: true, deferUnechoedRead: defer });
+      expect(r).toMatchObject({ status: 'repaired', trusted: true, generation: w.kernel.generation });
+      const reads = w.reads.n;
+      if (defer) {
+        expect(w.view.rules).toBeUndefined();
+        const held = await w.view.heldAt(w.conn, r.generation, tables, false, () => w.reads.n++);
+        expect(held).toMatchObject({ read: true });
+        expect(w.reads.n).toBe(reads + 1);
+      }
+      expect(w.view.rules?.generation).toBe(r.generation);
+      expect(rulesOf(w.view)).toEqual(await handles(w));
+    }
+  });
+
   it('a foreign deletion in an owned table is followed (exact at its generation); our repair\'s echo makes it exact at the next', async () => {
     const w = world();
     const g = await installed(w);
