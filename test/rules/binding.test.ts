@@ -233,6 +233,37 @@ describe('chain bindings on the kernel, nft 1.0.6 the oracle', () => {
     });
   }
 
+  it("a bound chain is a level of the kernel's jump stack: the config refuses what the kernel refuses", async () => {
+    const deep = (first: string, chains: number) => ['table ip d {', `\tchain base {\n\t\ttype filter hook input priority 0;\n\t\t${first}\n\t}`,
+      ...Array.from({ length: chains }, (_, i) => `\tchain c${i + 1} {\n\t\t${i + 1 < chains ? `jump c${i + 2}` : 'accept'}\n\t}`), '}', ''].join('\n');
+    const cases: [string, number][] = [['jump c1', 15], ['jump c1', 16], ['jump { jump c1; }', 14], ['jump { jump c1; }', 15],
+      ['jump { accept; }\n\t\tjump c1', 15], ['jump c1', 14]];
+    const seen: boolean[] = [];
+    await withNetns(async (ns) => {
+      for (const [first, chains] of cases) {
+        const text = deep(first, chains);
+        let kernel = true;
+        try {
+          ns.nft(text);
+          ns.nft('flush ruleset\n');
+        } catch {
+          kernel = false;
+        }
+        let config = true;
+        try {
+          parseNftConfig(text, 'deep.nft');
+        } catch (e) {
+          config = false;
+          expect(String(e), text).toMatch(/nest \d+ chains deep/);
+        }
+        expect(config, `${first} over ${chains} chains`).toBe(kernel);
+        seen.push(kernel);
+      }
+    }, 'bind-deep');
+    // the kernel took some and refused others (jumping from a binding: 14 chains below it, not 15)
+    expect(seen).toEqual([true, false, true, false, true, true]);
+  });
+
   it('the kernel refuses any change to a bound chain; check sees a rule replaced with another binding', async () => {
     await installBoth('ip', async (nft, _ours, file) => {
       const name = /jump -> (__chain\d+)/.exec(nft.exec('nft', ['--debug=netlink', 'list', 'chain', 'ip', 't', 'filter_fwd']))![1]!;
