@@ -305,8 +305,8 @@ export function eventCases(f: Fixture): void {
   it('keeper: a neighbour that keeps undoing the rules is answered later (the fight), a deliberate change at once', async () => {
     const conn = f.conn();
     const other = f.other();
-    // The third repair within the window (the start-up's install is the first) raises the level: the next one waits a minute.
-    const k = await f.keeper({ fight: { threshold: 3, windowMs: 3_600_000, baseMs: 60_000, capMs: 60_000, quietMs: 3_600_000 } });
+    // The second repair of what the neighbour undid raises the level (start-up's install is none): the next one waits a minute.
+    const k = await f.keeper({ fight: { threshold: 2, windowMs: 3_600_000, baseMs: 60_000, capMs: 60_000, quietMs: 3_600_000 } });
     const levels: number[] = [];
     k.on('fight', (l: number) => levels.push(l));
     const deleteOne = async (): Promise<number> => {

@@ -143,6 +143,22 @@ describe('fights', () => {
     conn.close();
   });
 
+  it('start-up\'s install is no repair toward the fight: the first repair of what a neighbour undid is', async () => {
+    kernel = new FakeKernel();
+    // Every counted repair raises the level.
+    const k = await start({ fight: { threshold: 1, windowMs: 3_600_000, baseMs: 60_000, capMs: 60_000, quietMs: 3_600_000 } });
+    expect(kernel.log.filter((l) => l.portId === k.socket!.portId)).toHaveLength(1);  // the install
+    expect(k.status().fightLevel).toBe(0);
+    expect((await k.metrics.repairs.get()).values.find((v) => v.labels.cause === 'startup')?.value).toBe(1);
+    const levels: number[] = [];
+    k.on('fight', (l: number) => levels.push(l));
+    const repaired = nextRepair(k);
+    kernel.tamper(FLUSH);
+    expect((await repaired).cause).toBe('event');
+    expect(levels).toEqual([1]);
+    expect(await ruleCount(kernel.connect())).toBe(4);
+  });
+
   it('a deliberate change is not held back by the fight', async () => {
     kernel = new FakeKernel();
     const k = await start({ fight: { threshold: 2, windowMs: 60_000, baseMs: 10_000, capMs: 10_000, quietMs: 60_000 } });
