@@ -92,6 +92,12 @@ describe('architecture', () => {
     }
   });
 
+  it('the keeper reads the time from the global performance, which a test\'s fake timers replace', () => {
+    const keeper = files(join(src, 'keeper')).filter((f) => f.endsWith('.ts'));
+    expect(keeper.length).toBeGreaterThan(10);
+    expect(keeper.filter((f) => /\bperformance\b[^;]*from\s+['"](node:)?perf_hooks['"]/.test(readFileSync(f, 'utf8'))).map((f) => relative(src, f))).toEqual([]);
+  });
+
   it('no two files under src/, nor under native/, share a name', () => {
     for (const tree of ['src', 'native']) {
       const seen = new Map<string, string[]>();

@@ -3,7 +3,6 @@
  * the Keeper's events), as an observer of what the repair paths did. It decides nothing a repair
  * depends on, apart from when the mirror's repairs are reported: after the keeper has waited once.
  */
-import { performance } from 'node:perf_hooks';
 import { describeOp } from '../netlink/ops.js';
 import { who, type ForeignChange } from './attribution.js';
 import type { Look } from './reconciler.js';
