@@ -3,7 +3,7 @@
  * dump), the path every cause can take and the only one for start-up, reloads that change rules
  * and retired tables. A look that found everything as desired seeds the event mirror.
  */
-import { countRules, type TableConfig } from '../config/config.js';
+import { countRules, type TableConfig } from '../model/desired.js';
 import { describeOp } from '../netlink/ops.js';
 import { COLLECT_BEFORE_OPS, collectGarbage } from '../base/heap.js';
 import { ownerIdsOf } from '../owners/index.js';
