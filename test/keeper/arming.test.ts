@@ -8,7 +8,9 @@
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config/config.js';
+import type { Arming } from '../../src/keeper/arming.js';
 import { Keeper, type KeeperOptions } from '../../src/keeper/keeper.js';
+import type { KeeperState } from '../../src/keeper/state.js';
 import { Batch } from '../../src/netlink/batch.js';
 import type { NftWatch } from '../../src/netlink/conn.js';
 import type { MonitorBatch, Reaction } from '../../src/netlink/events.js';
@@ -336,5 +338,84 @@ describe('when the keeper arms, and when not', () => {
     await w.k.stop();
     expect(disarms).toBeGreaterThan(1);
     expect(w.k.armed).toBe(false);
+  });
+});
+
+describe('each condition of Arming.arm, one at a time (the keeper\'s Arming, asked directly)', () => {
+  /** A keeper armed once, then disarmed: the next arm() decides by the one condition a case changes. */
+  async function disarmed() {
+    const w = await start();
+    await armed(w);
+    const arming = (w.k as unknown as { arming: Arming }).arming;
+    arming.disarm();
+    const state = w.k.state as KeeperState;
+    const arms = w.arms.length;
+    /** Arms if it may; whether it asked the watcher. */
+    const tried = () => {
+      const before = w.arms.length + w.resumes.length;
+      arming.arm();
+      return w.arms.length + w.resumes.length > before;
+    };
+    return { w, arming, state, arms, tried };
+  }
+
+  it('as it is: asks the watcher and is armed', async () => {
+    const { w, tried } = await disarmed();
+    expect(tried()).toBe(true);
+    expect(w.k.armed).toBe(true);
+  });
+
+  it('not with a table being retired (the armed repairs know only the desired tables)', async () => {
+    const { w, state, tried } = await disarmed();
+    state.retired.push({ family: 'ip', name: 'old' });
+    expect(tried()).toBe(false);
+    state.retired.length = 0;
+    expect(tried()).toBe(true);
+    expect(w.k.armed).toBe(true);
+  });
+
+  it('not at the generation where the guard refused a repair (the watcher trails the kernel)', async () => {
+    const { w, state, tried } = await disarmed();
+    state.refusedAt = w.kernel.generation;
+    expect(tried()).toBe(false);
+    state.refusedAt = -1;
+    expect(tried()).toBe(true);
+  });
+
+  it('not with the mirror off', async () => {
+    const { w, state, tried } = await disarmed();
+    state.mirror!.invalidate('a test');
+    expect(tried()).toBe(false);
+    expect(w.k.armed).toBe(false);
+  });
+
+  it('not when the mirror is not exact at the watcher\'s last generation (a record handed over it has not applied)', async () => {
+    const { w, state, tried } = await disarmed();
+    const monitor = state.monitor!;
+    const progress = monitor.progress!.bind(monitor);
+    monitor.progress = () => ({ ...progress(), delivered: progress().delivered + 1 });
+    expect(tried()).toBe(false);
+    monitor.progress = progress;
+    expect(tried()).toBe(true);
+    expect(w.k.armed).toBe(true);
+  });
+
+  it('not once stopped', async () => {
+    const { w, state, tried } = await disarmed();
+    state.stopped = true;
+    expect(tried()).toBe(false);
+    state.stopped = false;
+    expect(tried()).toBe(true);
+    expect(w.k.armed).toBe(true);
+  });
+
+  it('a plan the mirror cannot follow (not one rule re-added) turns the mirror off and arms nothing', async () => {
+    const { w, state, arms, arming } = await disarmed();
+    const mirror = state.mirror!;
+    mirror.plan = () => 'clean';
+    arming.arm();
+    expect(w.arms).toHaveLength(arms);
+    expect(w.k.armed).toBe(false);
+    expect(w.k.mirrorState()).toMatchObject({ exact: false, reason: expect.stringMatching(/^arming the monitor: after a deletion of rule handle \d+ in nfkeeper postrouting, the plan is not one rule re-added/) });
   });
 });
