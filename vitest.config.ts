@@ -32,7 +32,7 @@ const UNIT = [
   'test/keeper/mirror.test.ts',
   'test/keeper/plan.test.ts',
   'test/keeper/scheduler.test.ts',
-  'test/keeper/touches.test.ts',
+  'test/keeper/view.test.ts',
   'test/owners/config.test.ts',
   'test/owners/durability.test.ts',
   'test/owners/merge.test.ts',

@@ -133,7 +133,7 @@ describe('what the keeper arms its watcher with', () => {
     expect(w.arms).toHaveLength(1);
     const { generation, reactions } = w.arms[0]!;
     expect(generation).toBe(w.kernel.generation);
-    expect(generation).toBe(w.k.state.mirror!.generation);
+    expect(generation).toBe(w.k.state.view.generation);
     expect(reactions.map((r) => r.on)).toEqual(h.map((handle) => [{ type: 'delrule', ...{ family: 'ip', table: 'nfkeeper' }, name: 'postrouting', handle }]));
     expect(reactions.map((r) => r.ops.map((o) => [o.verb, (o as { position?: number }).position]))).toEqual(h.map((_, j) => [[j === 0 ? 'insert' : 'add', j === 0 ? undefined : h[j - 1]]]));
     // Planned on the mirror without moving it.
@@ -177,7 +177,7 @@ describe('an answered deletion', () => {
     expect(await w.dumps()).toBe(reads);
     const after = await w.handles();
     expect(after.filter((_, j) => j !== 2)).toEqual(before.filter((_, j) => j !== 2));
-    expect(w.k.state.mirror!.handlesOf('ip', 'nfkeeper', 'postrouting')).toEqual(after);
+    expect(w.k.state.view.handlesOf('ip', 'nfkeeper', 'postrouting')).toEqual(after);
     // Armed again from the mirror at the repair's generation (rearm), without waiting for the watcher to read it.
     expect(w.arms.at(-1)).toMatchObject({ generation: deletedAt + 1, armed: true });
     expect(w.arms.at(-1)!.reactions.map((x) => x.on[0]!.handle)).toEqual(after);
@@ -382,9 +382,9 @@ describe('each condition of Arming.arm, one at a time (the keeper\'s Arming, ask
     expect(tried()).toBe(true);
   });
 
-  it('not with the mirror off', async () => {
+  it('not with the view\'s events off (it holds no proof of what the kernel holds)', async () => {
     const { w, state, tried } = await disarmed();
-    state.mirror!.invalidate('a test');
+    state.view.invalidate('a test');
     expect(tried()).toBe(false);
     expect(w.k.armed).toBe(false);
   });
@@ -409,10 +409,11 @@ describe('each condition of Arming.arm, one at a time (the keeper\'s Arming, ask
     expect(w.k.armed).toBe(true);
   });
 
-  it('a plan the mirror cannot follow (not one rule re-added) turns the mirror off and arms nothing', async () => {
+  it('a plan the view cannot follow (not one rule re-added) turns its events off and arms nothing', async () => {
     const { w, state, arms, arming } = await disarmed();
-    const mirror = state.mirror!;
-    mirror.plan = () => 'clean';
+    // The followed content (view.ts) plans the repair after each deletion.
+    const followed = (state.view as unknown as { followed: { plan(): unknown } }).followed;
+    followed.plan = () => 'clean';
     arming.arm();
     expect(w.arms).toHaveLength(arms);
     expect(w.k.armed).toBe(false);
