@@ -10,7 +10,6 @@
  * are in oneshot.ts.
  */
 import { EventEmitter } from 'node:events';
-import { performance } from 'node:perf_hooks';
 import pino, { type Logger } from 'pino';
 import type { Config } from '../config/config.js';
 import { KeeperMetrics } from '../base/metrics.js';
