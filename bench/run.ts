@@ -159,10 +159,18 @@ function budgetLines(): string[] {
   if (only.has('s5')) out.push(`S5 repetitions: ${B.s5.sizes.map((x) => `${B.s5.reps(x)} runs per tool at ${n(x)}`).join(', ')}`);
   if (only.has('s7')) out.push(`S7: ${B.s7.owners.toLocaleString('en-US')} owners registered one by one and ${(B.s7.inFlight ?? []).join(', ')} in flight, ${B.s7.passes} passes, RSS at ${B.s7.rssSizes.join(', ')} owned rules${B.s7.root ? `; daemon from ${B.s7.root}` : ''}`);
   if (only.has('s8')) {
-    out.push(`S8: installs at ${B.s8.chainSizes.map(n).join(', ')} rules in one chain and kube-proxy at ${B.s8.services.map(n).join(', ')} services, ` +
-      `${B.s8.reps(0)} runs per command (${B.s8.reps(100_000)} at 50,000 rules or more), alternating with nft; daemon ready at ${B.s8.daemonSizes.map(n).join(', ')}; ` +
-      `${B.s8.repairs} repairs ${B.s8.repairGapMs} ms apart as deployed at ${B.s8.repairRules.map(n).join(', ')} rules and ${B.s8.repairElements.map(n).join(', ')} elements; ` +
-      `a neighbour for ${B.s8.neighbourSeconds} s`);
+    const parts = new Set<S8Part>(s8Parts() ?? S8_PARTS);
+    const said: string[] = [];
+    if (parts.has('commands')) {
+      said.push(`installs at ${B.s8.chainSizes.map(n).join(', ')} rules in one chain and kube-proxy at ${B.s8.services.map(n).join(', ')} services, ` +
+        `${B.s8.reps(0)} runs per command (${B.s8.reps(100_000)} at 50,000 rules or more), alternating with nft${rootArg() ? ` and with ${rootArg()}'s build` : ''}`);
+    }
+    if (parts.has('ready')) said.push(`daemon ready at ${B.s8.daemonSizes.map(n).join(', ')}`);
+    if (parts.has('repairs')) {
+      said.push(`${B.s8.repairs} repairs ${B.s8.repairGapMs} ms apart as deployed at ${B.s8.repairRules.map(n).join(', ')} rules and ${B.s8.repairElements.map(n).join(', ')} elements`);
+    }
+    if (parts.has('neighbour')) said.push(`a neighbour for ${B.s8.neighbourSeconds} s`);
+    out.push(`S8${parts.size < S8_PARTS.length ? ` (${[...parts].join(', ')} only; the rest from the earlier run)` : ''}: ${said.join('; ')}`);
   }
   if (only.has('s6')) {
     out.push(`S6 repetitions: ${B.s6.sizes.map((x) => {

@@ -635,7 +635,7 @@ function s8Section(s: S8Result): string[] {
         : '- | - | - | - | - |') + ` ${r.nfkeeper.wall.n} |`);
   }
   if (s.before) {
-    out.push('', `The same commands as the build at ${s.before.root} (commit ${s.before.commit}) runs them, in the same rounds ` +
+    out.push('', `The same commands as ${s.before.root} (commit ${s.before.commit}) runs them, in the same rounds ` +
       '(this build, that build, the peer): before and after.', '',
       '| work | before: wall p50 | CPU p50 | peak RSS | after: wall p50 | CPU p50 | peak RSS | CPU after / before | after CPU / peer CPU |',
       '|---|---:|---:|---:|---:|---:|---:|---:|---:|');

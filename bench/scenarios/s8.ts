@@ -15,7 +15,7 @@
  * Every process is timed by wait4 (bench/lib/whole.ts): wall, CPU and peak RSS of that process.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
@@ -161,7 +161,9 @@ export async function runS8(o: S8Options): Promise<S8Result> {
   const parts = new Set<S8Part>(o.parts ?? S8_PARTS);
   const beforeBin = o.root === undefined ? undefined : join(o.root, 'bin', 'nfkeeper.js');
   if (o.root !== undefined) {
-    const commit = spawnSync('git', ['-C', o.root, 'rev-parse', '--short', 'HEAD'], { encoding: 'utf8' }).stdout.trim();
+    // A checkout says its commit; an unpacked tree (git archive) may carry it in a file COMMIT.
+    const commit = spawnSync('git', ['-C', o.root, 'rev-parse', '--short', 'HEAD'], { encoding: 'utf8' }).stdout.trim() ||
+      (existsSync(join(o.root, 'COMMIT')) ? readFileSync(join(o.root, 'COMMIT'), 'utf8').trim() : '');
     result.before = { root: o.root, commit: commit || 'unknown' };
   }
   const nfkWith = (bin: string) => (ns: BenchNetns | undefined, args: string[], ok = [0]) => () => runWhole(NODE, [bin, ...args], { ns, ok });
