@@ -85,6 +85,20 @@ describe('architecture', () => {
     expect(found).toEqual([]);
   });
 
+  it('each folder imports only the layers below it', () => {
+    // Top to bottom; keeper and gc share a rank. The desired-state types live in model, below
+    // config (which builds them from files) and the keeper and owners (which consume them).
+    const rank: Record<string, number> = {
+      src: 0, keeper: 1, gc: 1, owners: 2, config: 3, model: 4, rules: 5, netlink: 6, base: 7,
+    };
+    const upward = pairs
+      .filter(([a, b]) => folder(a) !== folder(b))
+      .filter(([a, b]) => (rank[folder(a)] ?? -1) >= (rank[folder(b)] ?? -1))
+      .map(([a, b]) => `${a} -> ${b}`);
+    expect(Object.keys(rank).sort()).toEqual([...new Set(pairs.map(([a]) => folder(a)))].sort());
+    expect(upward).toEqual([]);
+  });
+
   it('no file cycles inside src/netlink and src/rules', () => {
     for (const dir of ['netlink', 'rules']) {
       const g = graph(pairs.filter(([a, b]) => folder(a) === dir && folder(b) === dir));

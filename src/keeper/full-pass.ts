@@ -4,7 +4,7 @@
  * and retired tables. A look that found everything as desired seeds the event mirror.
  */
 import { performance } from 'node:perf_hooks';
-import { countRules, type TableConfig } from '../config/config.js';
+import { countRules, type TableConfig } from '../model/desired.js';
 import { describeOp } from '../netlink/ops.js';
 import { COLLECT_BEFORE_OPS, collectGarbage } from '../base/heap.js';
 import { ownerIdsOf } from '../owners/index.js';

@@ -25,8 +25,8 @@
  * follow-commit.ts; the events' proof that a commit elsewhere left the tables alone is
  * OwnedTouches (touches.ts).
  */
-import type { TableConfig } from '../config/config.js';
-import type { SetConfig } from '../config/sets.js';
+import type { TableConfig } from '../model/desired.js';
+import type { SetConfig } from '../model/sets.js';
 import { diffElements, setDefinitionKey } from '../model/elements.js';
 import type { Batch } from '../netlink/batch.js';
 import type { CommitResult, NftConn } from '../netlink/conn.js';

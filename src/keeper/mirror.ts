@@ -49,8 +49,8 @@
  * guarded by the generation the proof was made at, so a race with another
  * writer is refused by the kernel and also ends in a full observe.
  */
-import type { TableConfig } from '../config/config.js';
-import type { SetConfig } from '../config/sets.js';
+import type { TableConfig } from '../model/desired.js';
+import type { SetConfig } from '../model/sets.js';
 import { elementId, sameContent, setDefinitionKey } from '../model/elements.js';
 import { Batch } from '../netlink/batch.js';
 import type { MonitorBatch, MonitorEvent, MonitorProgress } from '../netlink/events.js';

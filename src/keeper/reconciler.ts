@@ -8,7 +8,7 @@
  * the protect-mode table flags.
  */
 import type { Logger } from 'pino';
-import type { TableConfig } from '../config/config.js';
+import type { TableConfig } from '../model/desired.js';
 import { NetlinkError } from '../base/errors.js';
 import type { KeeperMetrics } from '../base/metrics.js';
 import { Batch } from '../netlink/batch.js';

@@ -5,7 +5,8 @@
  */
 import type { EventEmitter } from 'node:events';
 import type { Logger } from 'pino';
-import type { Config, TableConfig } from '../config/config.js';
+import type { Config } from '../config/config.js';
+import type { TableConfig } from '../model/desired.js';
 import type { KeeperMetrics } from '../base/metrics.js';
 import type { NftConn, NftHost, NftWatch } from '../netlink/conn.js';
 import type { Owner } from '../owners/index.js';

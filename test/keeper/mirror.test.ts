@@ -7,7 +7,8 @@ import { describe, expect, it } from 'vitest';
 import { Mirror } from '../../src/keeper/mirror.js';
 import type { MonitorBatch, MonitorEvent } from '../../src/netlink/events.js';
 import type { ObservedTable, Rule, SetElement } from '../../src/netlink/objects.js';
-import { parseNftConfig, type TableConfig } from '../../src/config/config.js';
+import { parseNftConfig } from '../../src/config/config.js';
+import { type TableConfig } from '../../src/model/desired.js';
 import { planConfig } from './plan-fixtures.js';
 
 const OWN = 77;
