@@ -41,7 +41,7 @@ if (major < 22) {
   // made (a read-only /var), the command runs without it. NODE_COMPILE_CACHE chooses another
   // directory, NODE_DISABLE_COMPILE_CACHE=1 turns it off (both Node's own).
   const { enableCompileCache } = require('node:module');
-  if (typeof enableCompileCache === 'function' && !process.env.NODE_COMPILE_CACHE) {
+  if (typeof enableCompileCache === 'function' && !process.env.NODE_COMPILE_CACHE && !process.env.NODE_DISABLE_COMPILE_CACHE) {
     const home = process.env.XDG_CACHE_HOME || (process.env.HOME && `${process.env.HOME}/.cache`);
     const dir = process.geteuid() === 0 ? '/var/cache/nfkeeper' : home && home.startsWith('/') ? `${home}/nfkeeper` : undefined;
     try {
