@@ -20,17 +20,19 @@ if (major < 22) {
   // reads every export, lazy ones included (node:fs's streams).
   const require = (await import('node:module')).createRequire(import.meta.url);
   const v8 = require('node:v8');
-  if (process.argv.slice(2).find((a) => !a.startsWith('-')) === 'run') {
+  const command = process.argv.slice(2).find((a) => !a.startsWith('-'));
+  if (command === 'run') {
     v8.setFlagsFromString('--semi-space-growth-factor=1');
     // The old generation grows by 20 % over what a full collection left, not V8's up to 4x: the
     // start-up's garbage (the config's parse and compile, the install batch, the first reads) is
     // collected as it goes instead of piling up to several times the live heap, at no cost in CPU
     // to ready (bench/rss.ts shows both).
     v8.setFlagsFromString('--heap-growing-percent=20');
-  } else {
+  } else if (command !== 'export') {
     // A command that exits within seconds does not live long enough for V8's optimising compiler
     // to pay for itself: it compiled the parser's and the compiler's hot functions on its own
-    // threads while the process was nearly done (Maglev's quicker code stays). The daemon keeps it.
+    // threads while the process was nearly done (Maglev's quicker code stays). The daemon keeps
+    // it, and so does export, whose rendering grows with the kernel's table, not with a config.
     v8.setFlagsFromString('--no-turbofan');
   }
   const { lstatSync, mkdirSync, statSync } = require('node:fs');
