@@ -151,6 +151,16 @@ const TYPES: Datatype[] = [
     },
   },
   flagsType('tcp_flag', 15, TCP_FLAGS, 'TCP flags (syn, syn | ack, 0x12)'),
+  {
+    // an interface by its index, as nft keeps it (names are resolved where a rule takes them: iif "eth0")
+    name: 'iface_index', id: 20, len: 4, byteorder: BYTEORDER_HOST, prefix: false, ranges: true, hostInt: true,
+    expected: 'an interface index (a number: a set of iface_index holds indexes; match names with ifname)',
+    parse: (s) => {
+      const v = parseInteger(s, 0xffffffff);
+      return v === undefined ? undefined : u32Host(v);
+    },
+    format: (h) => String(readU32Host(h)!),
+  },
 ];
 
 export const DATATYPES: ReadonlyMap<string, Datatype> = new Map(TYPES.map((t) => [t.name, t]));
