@@ -211,9 +211,7 @@ export class Reporter {
 
   /** Whether repairs are planned from the events (exact) or need a read, and why. */
   mirrorState(): { exact: boolean; generation: number; reason?: string } | undefined {
-    const m = this.k.mirror;
-    if (!m) return undefined;
-    return m.valid ? { exact: true, generation: m.generation } : { exact: false, generation: m.generation, reason: m.invalidReason };
+    return this.k.view.currency();
   }
 
   /** The mirror changed state (off, or seeded): said as the 'mirror' event. */

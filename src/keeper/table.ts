@@ -7,10 +7,10 @@
 import type { Expr, Family, Hex } from '../netlink/expr.js';
 import type { Chain, NftObj, NftSet, ObservedTable, Rule, SetElement, Table } from '../netlink/objects.js';
 import { SET_F, TABLE_F } from '../netlink/objects.js';
-import { objectBlock, objectDefinitionKey } from '../config/stateful-objects.js';
+import { objectBlock, objectDefinitionKey } from '../model/stateful-objects.js';
 import { NfkeeperError } from '../base/errors.js';
-import type { ChainConfig, TableConfig } from '../config/config.js';
-import type { SetConfig } from '../config/sets.js';
+import type { ChainConfig, TableConfig } from '../model/desired.js';
+import type { SetConfig } from '../model/sets.js';
 import { commentOf, renderRule, type SetResolver } from '../rules/index.js';
 import { planChain, planHunks, type ChainEdit, type RuleEdit } from './chain-edit.js';
 import type { Derivation } from '../model/derivation.js';

@@ -5,7 +5,7 @@
 import type { Batch } from '../netlink/batch.js';
 import type { ObservedTable, SetElement } from '../netlink/objects.js';
 import { SET_F } from '../netlink/objects.js';
-import type { TableConfig } from '../config/config.js';
+import type { TableConfig } from '../model/desired.js';
 import { elementId } from '../model/elements.js';
 
 /** See DiffOptions.armed: element ids by `family table set`. */

@@ -69,7 +69,7 @@ describe('the keeper arms the monitor with the repair of each owned rule', () =>
     expect(await dumps()).toBe(d0);  // nothing read
     expect(r.ops).toBe(1);
     expect(keeper.mirrorState()?.exact).toBe(true);
-    expect(keeper.state.mirror!.handlesOf('ip', 't', 'c')).toEqual(after.handles);
+    expect(keeper.state.view.handlesOf('ip', 't', 'c')).toEqual(after.handles);
     return { r, before, after: after.handles };
   }
 
@@ -109,7 +109,7 @@ describe('the keeper arms the monitor with the repair of each owned rule', () =>
       // What the keeper armed: per owned rule, its deletion alone and the planner's re-add of it
       // where it stands, planned on the mirror without moving it (its generation is the repair's).
       const [, generation, reactions] = armed[0]!;
-      expect(generation).toBe(keeper.state.mirror!.generation);
+      expect(generation).toBe(keeper.state.view.generation);
       expect(reactions.map((r) => r.on)).toEqual(after.map((handle) => [{ type: 'delrule', family: 'ip', table: 't', name: 'c', handle }]));
       expect(reactions.map((r) => r.ops.map((o) => [o.verb, (o as { position?: number }).position]))).toEqual(after.map((_, j) => [[j === 0 ? 'insert' : 'add', j === 0 ? undefined : after[j - 1]]]));
     } finally {

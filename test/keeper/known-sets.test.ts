@@ -88,7 +88,7 @@ describe('the known state of a table with named sets and maps', () => {
     if (k.mirrorState()?.exact) {
       await until('the mirror to be seeded again', () => k.mirrorState()?.exact === true && k.mirrorState()!.generation === sock.generation());
       await k.idle();
-      k.state.mirror!.invalidate('the test turns it off');
+      k.state.view.invalidate('the test turns it off');
     }
   }
 
@@ -97,7 +97,7 @@ describe('the known state of a table with named sets and maps', () => {
     // The start-up looked at an empty namespace (no table: nothing to dump) and installed; the mirror
     // was seeded from that commit, not from a read of the 2,000 elements or the rules.
     expect(host.reads).toEqual({ listRules: 0, listRuleDigests: 0, listElements: 0 });
-    expect(k.state.mirror!.elementsDiffering('ip', 'kp', 'service-ips')).toBe(0);
+    expect(k.state.view.elementsDiffering('ip', 'kp', 'service-ips')).toBe(0);
     expect((await sock.listElements(map)).length).toBe(N);
     // A reload that changes a rule turns the mirror off; its pass plans from the known state.
     const d0 = await dumps(k);

@@ -1,5 +1,6 @@
 /** Shared by the chain-edit tests: small-alphabet rules, configs of them, seeded random numbers. */
-import { parseConfig, type Config, type TableConfig } from '../../src/config/config.js';
+import { parseConfig, type Config } from '../../src/config/config.js';
+import { type TableConfig } from '../../src/model/desired.js';
 import type { NftSocket } from '../../src/netlink/socket.js';
 import { ruleKey } from '../../src/rules/index.js';
 
