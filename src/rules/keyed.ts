@@ -50,7 +50,10 @@ export interface KeyedParser {
 
 const GEN_WORDS = ['numgen', 'jhash', 'symhash'];
 /** Words that start a key in `snat/dnat to KEY map …` (none is an address). */
-const NAT_KEY_START = new Set(['ip', 'ip6', 'tcp', 'udp', 'th', 'meta', 'ct', 'iifname', 'oifname', 'mark', ...GEN_WORDS]);
+const NAT_KEY_START = new Set(['ip', 'ip6', 'tcp', 'udp', 'udplite', 'sctp', 'dccp', 'th', 'meta', 'ct', 'iifname', 'oifname', 'iif', 'oif',
+  'mark', 'osf', 'fib', 'rt', 'ipsec', 'socket', ...GEN_WORDS]);
+/** The base of a raw payload (`@ih,0,32`), which may start such a key too. */
+const RAW_BASE = /^@(?:ll|nh|th|ih)$/;
 const SET_NAME = /^@[A-Za-z_.][A-Za-z0-9_./-]*$/;
 const CHAIN_NAME = /^[A-Za-z_.][A-Za-z0-9_./-]*$/;
 const KEY_PART = 'a field such as ip daddr, meta l4proto or th dport';
@@ -422,7 +425,8 @@ export function linearizeRedirMap(st: { map?: NatMap; flags: number }, out: Expr
 /** After `snat/dnat [ip|ip6] to`: true when the target is `KEY map …`. */
 export function startsNatMap(p: KeyedParser): boolean {
   const t = p.peek();
-  return t.kind === 'word' && NAT_KEY_START.has(t.text);
+  const n = p.peek(1);
+  return t.kind === 'word' && (NAT_KEY_START.has(t.text) || (RAW_BASE.test(t.text) && n.kind === 'punct' && n.text === ','));
 }
 
 export function parseNatMap(p: KeyedParser): NatMap {
