@@ -24,6 +24,7 @@ const UNIT = [
   'test/rules/keyed-fuzz.test.ts',
   'test/rules/property.test.ts',
   'test/netlink/schema.test.ts',
+  'test/keeper/arming.test.ts',
   'test/keeper/attribution-logic.test.ts',
   'test/keeper/behaviour-fake.test.ts',
   'test/model/compact.test.ts',

@@ -106,6 +106,12 @@ describe('architecture', () => {
     }
   });
 
+  it('the keeper reads the time from the global performance, which a test\'s fake timers replace', () => {
+    const keeper = files(join(src, 'keeper')).filter((f) => f.endsWith('.ts'));
+    expect(keeper.length).toBeGreaterThan(10);
+    expect(keeper.filter((f) => /\bperformance\b[^;]*from\s+['"](node:)?perf_hooks['"]/.test(readFileSync(f, 'utf8'))).map((f) => relative(src, f))).toEqual([]);
+  });
+
   it('what the kernel holds is kept by the kernel view alone: only view.ts and its parts import them', () => {
     // The parts that hold kernel state (the rules, the followed handles and elements); known-table.ts
     // and mirror-plan.ts are their shared shapes, which the planner's callers may name.

@@ -3,7 +3,6 @@
  * dump), the path every cause can take and the only one for start-up, reloads that change rules
  * and retired tables. A look that found everything as desired seeds the view's events.
  */
-import { performance } from 'node:perf_hooks';
 import { countRules } from '../model/desired.js';
 import { describeOp } from '../netlink/ops.js';
 import { COLLECT_BEFORE_OPS, collectGarbage } from '../base/heap.js';

@@ -10,7 +10,6 @@
  * are in oneshot.ts.
  */
 import { EventEmitter } from 'node:events';
-import { performance } from 'node:perf_hooks';
 import pino, { type Logger } from 'pino';
 import type { Config } from '../config/config.js';
 import { KeeperMetrics } from '../base/metrics.js';
@@ -116,7 +115,7 @@ export class Keeper extends EventEmitter {
     const k = this.k;
     const sock = k.sock = this.host.connect();
     const retired = k.retired;
-    k.reconciler = new Reconciler(sock, { attempts: this.maxRetries, metrics: this.metrics, log: this.log, armTimed: true, view: k.view });
+    k.reconciler = new Reconciler(sock, { attempts: this.maxRetries, metrics: this.metrics, log: this.log, trackTimed: true, view: k.view });
     k.reconciler.retired = retired;
     if (this.useEvents) {
       k.noteOwned();

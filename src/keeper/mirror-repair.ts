@@ -4,7 +4,6 @@
  * repair, which committed before any JavaScript ran), and the mirror pass, the scheduler's first
  * try. Both prove the view is the kernel's state by the generation guard of their commit.
  */
-import { performance } from 'node:perf_hooks';
 import type { CommitResult } from '../netlink/conn.js';
 import type { MonitorBatch } from '../netlink/events.js';
 import { GenerationMismatchError } from '../base/errors.js';

@@ -20,7 +20,7 @@ import { ownedGarbage, type OwnedGarbage } from '../owners/merge.js';
 import { PROTECT_FLAGS, diffTable, rulesRemovedBy, type TableDiff } from './table.js';
 import { observeTable, writtenDigests, type WrittenDigests } from './observe.js';
 import { planTable } from './plan.js';
-import { armCommitted, armTimed, type ArmedTimed } from './timed-elements.js';
+import { noteTimedAdded, noteTimedSeen, type TimedSeen } from './timed-elements.js';
 import type { Drift } from '../model/drift.js';
 import { volatileSet } from './known-table.js';
 import { KernelView, type KnownState } from './view.js';
@@ -125,10 +125,10 @@ export interface ReconcilerOptions {
   metrics?: Pick<KeeperMetrics, 'dumps' | 'generationRetries'>;
   log?: Logger;
   /**
-   * Remember which timed elements were installed (DiffOptions.armed), so that one a reload adds is
+   * Remember which timed elements were installed (DiffOptions.timedSeen), so that one a reload adds is
    * installed and one that expired is not re-added: the daemon. One-shot callers remember nothing.
    */
-  armTimed?: boolean;
+  trackTimed?: boolean;
   /** What the kernel holds, kept between passes (the daemon's, which also follows the events); default a view of its own. */
   view?: KernelView;
 }
@@ -140,11 +140,11 @@ export class Reconciler {
   protectSupported = true;
   /** What the kernel holds, as the looks, our commits and the events left it (src/keeper/view.ts). */
   readonly view: KernelView;
-  /** The timed elements seen installed (options.armTimed). */
-  private readonly armed?: ArmedTimed;
+  /** The timed elements seen installed (options.trackTimed). */
+  private readonly timedSeen?: TimedSeen;
 
   constructor(readonly conn: NftConn, private readonly options: ReconcilerOptions) {
-    if (options.armTimed) this.armed = new Map();
+    if (options.trackTimed) this.timedSeen = new Map();
     this.view = options.view ?? new KernelView();
   }
 
@@ -180,7 +180,7 @@ export class Reconciler {
       return {
         value: { status: 'repaired', look }, batch,
         committed: (echoed?: CommitResult) => {
-          if (this.armed) armCommitted(this.armed, batch);
+          if (this.timedSeen) noteTimedAdded(this.timedSeen, batch);
           committed += batch.length;
           last = { look, batch, echoed };
           written = echoed?.digests ? writtenDigests(batch, echoed.digests) : undefined;
@@ -242,10 +242,10 @@ export class Reconciler {
     }
     input.onObserved?.(observed);
     // Only timed sets count here, and those are read at every look (known or not).
-    if (this.armed) armTimed(this.armed, input.tables, observed);
+    if (this.timedSeen) noteTimedSeen(this.timedSeen, input.tables, observed);
     const diffs = input.tables.map((t, i) => diffTable(t, observed[i]!,
       { protect: this.protects(t), portId: conn.portId, allowForeignOwner: input.allowForeignOwner, verified: known?.table(t)!.verified,
-        verifiedSets: known?.table(t)!.verifiedSets, armed: this.armed, since: known?.since(t) }));
+        verifiedSets: known?.table(t)!.verifiedSets, timedSeen: this.timedSeen, since: known?.since(t) }));
     const drift = diffs.map((x) => x.drift);
     const retired = await this.retiredPresent();
     const flat = [...drift.flat(), ...retired.map((t): Drift => ({

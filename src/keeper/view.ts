@@ -22,7 +22,6 @@
  * touched an owned table. The rules' content does not follow a foreign commit: a touch after it
  * leaves it to be confirmed by a digest dump (KnownState.revalidate) or read again.
  */
-import { performance } from 'node:perf_hooks';
 import type { TableConfig } from '../model/desired.js';
 import type { Batch } from '../netlink/batch.js';
 import type { CommitResult, NftConn } from '../netlink/conn.js';

@@ -11,9 +11,9 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { parseConfig, parseNftConfig, type Config } from '../../src/config/config.js';
 import type { Keeper } from '../../src/keeper/keeper.js';
 import type { NftHost } from '../../src/netlink/conn.js';
-import { open, type NftSocket } from '../../src/netlink/socket.js';
 import { observedHost } from '../helpers/keeper.js';
-import { createNetns, type Netns } from '../helpers/netns.js';
+import { type Netns } from '../helpers/netns.js';
+import { socketPerTest } from '../helpers/netns-hooks.js';
 import { sleep, until } from '../helpers/wait.js';
 import { startKeeper } from './helpers.js';
 
@@ -51,21 +51,16 @@ const dumps = async (k: Keeper) => (await k.metrics.dumps.get()).values[0]?.valu
 const map = { family: 'ip', table: 'kp', set: 'service-ips' } as const;
 
 describe('the known state of a table with named sets and maps', () => {
-  let ns: Netns;
-  let sock: NftSocket;
+  const { ns, sock } = socketPerTest('knownsets');
   let keeper: Keeper | undefined;
   let host: ReturnType<typeof countingHost>;
 
   beforeEach(() => {
-    ns = createNetns('knownsets');
-    sock = open({ netns: ns.path });
     host = countingHost(ns);
   });
   afterEach(async () => {
     await keeper?.stop();
     keeper = undefined;
-    sock.close();
-    ns.remove();
   });
 
   /** A keeper on kpConfig: no tick (an hour), no safety net unless asked, no fight. */
