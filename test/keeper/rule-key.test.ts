@@ -21,8 +21,9 @@ vi.mock('../../src/rules/index.js', async (importOriginal) => {
 
 import { parseConfig, type Config } from '../../src/config/config.js';
 import { checkOnce } from '../../src/keeper/keeper.js';
-import { ruleDigester } from '../../src/netlink/socket.js';
+import { open, ruleDigester } from '../../src/netlink/socket.js';
 import { compileRule } from '../../src/rules/index.js';
+import { createNetns } from '../helpers/netns.js';
 import { socketPerTest } from '../helpers/netns-hooks.js';
 import { chainLines, handles } from './helpers.js';
 
