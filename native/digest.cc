@@ -3,10 +3,13 @@
 #include <libmnl/libmnl.h>
 #include <linux/netfilter/nf_tables.h>
 
+#include <arpa/inet.h>
+
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
+#include "attr.h"
 #include "common.h"
 
 namespace nfk {
@@ -108,10 +111,55 @@ bool JumpsToBoundChain(const RawExpr& e) {
   return false;
 }
 
+// A dynset's attribute as the kernel dumps it, for its digest (a rule key holds the same
+// normal form, src/rules/compare.ts): the set's id is not dumped; a timeout and flags not sent are
+// dumped as 0, and NFT_DYNSET_F_EXPR (its statements sent as a list) is not dumped. Its own
+// statements (one NFTA_DYNSET_EXPR, or a NFTA_DYNSET_EXPRESSIONS list) are written apart.
+bool DynsetAttrDigested(const nlattr* attr, uint32_t* flags) {
+  uint16_t type = mnl_attr_get_type(attr);
+  if (type == NFTA_DYNSET_SET_ID || type == NFTA_DYNSET_EXPR || type == NFTA_DYNSET_EXPRESSIONS) return false;
+  if (type == NFTA_DYNSET_TIMEOUT) {
+    uint64_t v = 0;
+    return !AttrU64(attr, &v) || v != 0;
+  }
+  if (type == NFTA_DYNSET_FLAGS) {
+    uint32_t v = 0;
+    if (!AttrU32(attr, &v)) return true;
+    *flags = v & ~static_cast<uint32_t>(NFT_DYNSET_F_EXPR);
+    return *flags != 0;
+  }
+  return true;
+}
+
 }  // namespace
 
 // More attributes than any expression has (nat has 7, payload 8): a rule with more gets no digest.
 constexpr size_t kDigestAttrs = 32;
+
+// A dynset's own statements, each as a rule's expression is (a counter's numbers left out).
+static bool AppendDynsetExprs(std::string* buf, const RawExpr& e) {
+  const nlattr* single = nullptr;
+  const nlattr* list = nullptr;
+  const nlattr* attr;
+  NFK_NESTED_FOR_EACH(attr, e.data) {
+    if (mnl_attr_get_type(attr) == NFTA_DYNSET_EXPR) single = attr;
+    else if (mnl_attr_get_type(attr) == NFTA_DYNSET_EXPRESSIONS) list = attr;
+  }
+  std::vector<const nlattr*> nests = ExprNests(single, list);
+  uint32_t count = static_cast<uint32_t>(nests.size());
+  buf->append(reinterpret_cast<const char*>(&count), sizeof(count));
+  for (const nlattr* nest : nests) {
+    AttrTable t(NFTA_EXPR_MAX);
+    mnl_attr_parse_nested(nest, CollectAttr, &t);
+    RawExpr inner;
+    const char* name = AttrStr(t.at[NFTA_EXPR_NAME]);
+    if (name == nullptr || std::strcmp(name, "dynset") == 0) return false;
+    inner.name = name;
+    inner.data = t.at[NFTA_EXPR_DATA];
+    if (!AppendExprDigestSegment(buf, inner)) return false;
+  }
+  return true;
+}
 
 bool AppendExprDigestSegment(std::string* buf, const RawExpr& e) {
   if (LooksUpAnonymousSet(e) || JumpsToBoundChain(e)) return false;
@@ -127,7 +175,10 @@ bool AppendExprDigestSegment(std::string* buf, const RawExpr& e) {
   const nlattr* attrs[kDigestAttrs];
   size_t n = 0;
   const nlattr* attr;
+  const bool dynset = e.name == "dynset";
+  uint32_t dynsetFlags = 0;
   NFK_NESTED_FOR_EACH(attr, e.data) {
+    if (dynset && !DynsetAttrDigested(attr, &dynsetFlags)) continue;
     // No expression has that many; no digest rather than a partial one.
     if (n == kDigestAttrs) return false;
     size_t i = n++;
@@ -140,9 +191,14 @@ bool AppendExprDigestSegment(std::string* buf, const RawExpr& e) {
   for (size_t i = 0; i < n; i++) {
     uint16_t type = mnl_attr_get_type(attrs[i]);
     buf->append(reinterpret_cast<const char*>(&type), sizeof(type));
-    PutSegment(buf, mnl_attr_get_payload(attrs[i]), mnl_attr_get_payload_len(attrs[i]));
+    if (dynset && type == NFTA_DYNSET_FLAGS) {
+      uint32_t be = htonl(dynsetFlags);
+      PutSegment(buf, &be, sizeof(be));
+    } else {
+      PutSegment(buf, mnl_attr_get_payload(attrs[i]), mnl_attr_get_payload_len(attrs[i]));
+    }
   }
-  return true;
+  return dynset ? AppendDynsetExprs(buf, e) : true;
 }
 
 void AppendUserdataDigestSegment(std::string* buf, const void* userdata, size_t len) {

@@ -6,6 +6,8 @@
 #include <linux/netfilter/nf_tables.h>
 #include <linux/netfilter/nfnetlink.h>
 
+#include <netinet/in.h>
+
 #include <cstring>
 #include <memory>
 #include <string>
@@ -34,6 +36,18 @@ struct ObjType {
   size_t count;
 };
 
+// A ct timeout's policy (NFTA_CT_TIMEOUT_DATA) is an array of u32 timeouts in seconds, one per
+// state of its protocol, carried in the IR as data.policy (a number array). libnftnl 1.2.4 holds
+// NFTNL_CTTIMEOUT_ARRAY_MAX of them and puts on the wire as many as it knows states for the
+// protocol: TCP's and UDP's, none for the others.
+constexpr const char* kPolicy = "policy";
+
+uint32_t PolicyStates(uint8_t l4proto) {
+  if (l4proto == IPPROTO_TCP) return NFTNL_CTTIMEOUT_TCP_MAX;
+  if (l4proto == IPPROTO_UDP) return NFTNL_CTTIMEOUT_UDP_MAX;
+  return 0;
+}
+
 // The object types the IR models. Encode and decode both read this one table.
 const ObjType kObjTypes[] = {
     {"counter", NFT_OBJECT_COUNTER,
@@ -56,6 +70,10 @@ const ObjType kObjTypes[] = {
     {"synproxy", NFT_OBJECT_SYNPROXY,
      {{"mss", NFTNL_OBJ_SYNPROXY_MSS, FieldType::U16}, {"wscale", NFTNL_OBJ_SYNPROXY_WSCALE, FieldType::U8},
       {"flags", NFTNL_OBJ_SYNPROXY_FLAGS, FieldType::U32}}, 3},
+    // (and its policy: kPolicy)
+    {"ct timeout", NFT_OBJECT_CT_TIMEOUT,
+     {{"l3proto", NFTNL_OBJ_CT_TIMEOUT_L3PROTO, FieldType::U16}, {"l4proto", NFTNL_OBJ_CT_TIMEOUT_L4PROTO, FieldType::U8}},
+     2},
 };
 
 const ObjType* TypeByName(const std::string& name) {
@@ -112,6 +130,19 @@ void SetField(nftnl_obj* o, const ObjField& f, const Napi::Value& v) {
   }
 }
 
+void SetPolicy(nftnl_obj* o, const Napi::Value& v) {
+  Napi::Env env = v.Env();
+  if (!Present(v)) return;
+  if (!v.IsArray()) throw Napi::TypeError::New(env, "'policy' must be an array of u32 timeouts");
+  Napi::Array a = v.As<Napi::Array>();
+  if (a.Length() > NFTNL_CTTIMEOUT_ARRAY_MAX) {
+    throw Napi::RangeError::New(env, "'policy' holds at most " + std::to_string(NFTNL_CTTIMEOUT_ARRAY_MAX) + " timeouts");
+  }
+  uint32_t timeouts[NFTNL_CTTIMEOUT_ARRAY_MAX] = {};
+  for (uint32_t i = 0; i < a.Length(); i++) timeouts[i] = U32Of(a.Get(i), kPolicy);
+  nftnl_obj_set_data(o, NFTNL_OBJ_CT_TIMEOUT_ARRAY, timeouts, sizeof(timeouts));
+}
+
 }  // namespace
 
 void EncodeObject(std::vector<uint8_t>* out, char* buf, const std::string& verb, const Napi::Object& op,
@@ -146,6 +177,7 @@ void EncodeObject(std::vector<uint8_t>* out, char* buf, const std::string& verb,
       Napi::Value v = d.Get(t->fields[i].js);
       if (Present(v)) SetField(o, t->fields[i], v);
     }
+    if (t->type == NFT_OBJECT_CT_TIMEOUT) SetPolicy(o, d.Get(kPolicy));
   }
   nlmsghdr* nlh = nftnl_nlmsg_build_hdr(buf, type, family, flags, seq);
   nftnl_obj_nlmsg_build_payload(nlh, o);
@@ -178,7 +210,7 @@ Napi::Object DecodeObject(Napi::Env env, const nlmsghdr* nlh) {
   const ObjType* t = TypeByNumber(typeNum);
   Napi::Object data = Napi::Object::New(env);
   if (t == nullptr) {
-    // A type the IR does not model (tunnel, connlimit, ct timeout): by number, without its data.
+    // A type the IR does not model (tunnel, connlimit): by number, without its data.
     out.Set("type", typeNum);
   } else {
     out.Set("type", t->name);
@@ -193,6 +225,15 @@ Napi::Object DecodeObject(Napi::Env env, const nlmsghdr* nlh) {
         case FieldType::Str: data.Set(f.js, nftnl_obj_get_str(o, f.attr)); break;
         default: break;
       }
+    }
+    if (t->type == NFT_OBJECT_CT_TIMEOUT && nftnl_obj_is_set(o, NFTNL_OBJ_CT_TIMEOUT_ARRAY)) {
+      uint32_t len = 0;
+      const uint32_t* timeouts = static_cast<const uint32_t*>(nftnl_obj_get_data(o, NFTNL_OBJ_CT_TIMEOUT_ARRAY, &len));
+      uint32_t n = PolicyStates(nftnl_obj_get_u8(o, NFTNL_OBJ_CT_TIMEOUT_L4PROTO));
+      if (n * sizeof(uint32_t) > len) n = len / sizeof(uint32_t);
+      Napi::Array policy = Napi::Array::New(env, n);
+      for (uint32_t i = 0; i < n; i++) policy.Set(i, timeouts[i]);
+      data.Set(kPolicy, policy);
     }
   }
   out.Set("data", data);

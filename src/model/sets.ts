@@ -22,6 +22,8 @@ import {
   padPart, splitKey, swapBytes, type Datatype, type KeyType,
 } from '../rules/datatypes.js';
 import { F, type Field } from '../rules/fields.js';
+import { parseKeyPart } from '../rules/parser.js';
+import { typeofOfPart } from '../rules/keyed.js';
 import { L4_NUM, headerField, headerFieldNames, type Proto } from '../rules/headers.js';
 import {
   elementComment, elementUserdata, namedSetUserdata, parseNamedSetUserdata, parseTlvs, type KeyTypeof, type SetTypeof,
@@ -162,6 +164,48 @@ function typeSide(ws: { w: string; col: number }[]): Side {
   return { type, typeof: parts.length > 1 ? { expr: 'concat', parts: [] } : { expr: 'none' } };
 }
 
+/** A typeof part the rule language's key grammar reads (parseKeyPart), with its datatype; undefined if it is none. */
+function ruleTypeof(text: string, col: number): { type: Datatype; key: KeyTypeof } | undefined {
+  let part;
+  try {
+    part = parseKeyPart(text);
+  } catch (e) {
+    if (e instanceof RuleSyntaxError) return undefined;
+    throw e;
+  }
+  const t = typeofOfPart(part);
+  if (typeof t === 'string') throw new ElementError(col, `typeof ${text}: ${t}`);
+  const type = datatypeById(t.keyType, t.len, t.byteorder);
+  return type && type.len === t.len ? { type, key: t.key } : undefined;
+}
+
+/** The ct keys and directions, numgen and symhash a kernel set's typeof may name (export), to find its words by. */
+const CT_TYPEOF_KEYS = ['zone', 'packets', 'bytes', 'avgpkt', 'expiration', 'l3proto', 'protocol', 'proto-src', 'proto-dst', 'id', 'secmark', 'direction'];
+
+/** The words of a typeof part that `ruleTypeof` reads back to `k`, for the ones typeofFields does not name. */
+function typeofWords(k: KeyTypeof): string | undefined {
+  const candidates: string[] = [];
+  switch (k.expr) {
+    case 'ct': for (const w of CT_TYPEOF_KEYS) candidates.push(...['', 'original ', 'reply '].map((d) => `ct ${d}${w}`)); break;
+    case 'osf': candidates.push('osf name'); break;
+    case 'payload':
+      if ('base' in k) candidates.push(`@${['', 'll', 'nh', 'th', 'ih'][k.base] ?? '?'},${k.offset},${k.bits}`);
+      break;
+    case 'numgen': candidates.push(`numgen ${k.mode === 0 ? 'inc' : 'random'} mod ${k.mod}${k.offset ? ` offset ${k.offset}` : ''}`); break;
+    case 'hash': candidates.push(`symhash mod ${k.mod}${k.offset ? ` offset ${k.offset}` : ''}`); break;
+    default: break;
+  }
+  const want = JSON.stringify(k);
+  return candidates.find((c) => {
+    try {
+      const r = ruleTypeof(c, 1);
+      return r !== undefined && JSON.stringify(r.key) === want;
+    } catch {
+      return false;
+    }
+  });
+}
+
 /** `ip daddr . tcp dport`: the fields' types and nft's description of them. */
 function typeofSide(ws: { w: string; col: number }[]): Side {
   const groups: { w: string; col: number }[][] = [[]];
@@ -176,11 +220,18 @@ function typeofSide(ws: { w: string; col: number }[]): Side {
     const name = g.map((x) => x.w).join(' ');
     const f = typeofField(name);
     const dt = f?.set ? datatypeById(f.set.keyType, f.len) : undefined;
-    if (!f || !dt || dt.len !== f.len || !f.set?.key) {
-      throw new ElementError(g[0]!.col, `typeof ${name}: not an expression nfkeeper can key a set by (use type, or one of ${(Object.values(F) as Field[]).filter((x) => x.set).map((x) => x.name).join(', ')})`);
+    if (f && dt && dt.len === f.len && f.set?.key) {
+      parts.push(dt);
+      descs.push(f.set.key);
+      continue;
     }
-    parts.push(dt);
-    descs.push(f.set!.key);
+    // any other key the rule language describes as nft does (ct zone, osf name, @ih,0,32, numgen, symhash)
+    const other = ruleTypeof(name, g[0]!.col);
+    if (!other) {
+      throw new ElementError(g[0]!.col, `typeof ${name}: not an expression nfkeeper can key a set by (use type, or one of ${(Object.values(F) as Field[]).filter((x) => x.set).map((x) => x.name).join(', ')}, a ct key, osf name, a raw payload of 1, 2 or 4 bytes, numgen or symhash)`);
+    }
+    parts.push(other.type);
+    descs.push(other.key);
   }
   const type = keyTypeOf(parts);
   return { type, typeof: parts.length > 1 ? { expr: 'concat', parts: descs } : { expr: 'one', key: descs[0]! } };
@@ -719,8 +770,7 @@ export function kernelSetDecl(set: NftSet, elements: readonly SetElement[]): { d
   const what = map ? 'map' : 'set';
   if (set.flags & SET_F.ANONYMOUS) return { unsupported: `${what} ${set.name}: an anonymous set (a meter's) is not a declaration` };
   if ((set.flags & SET_F.EXPR) !== 0 && (set.exprs?.length ?? 0) < 2) return { unsupported: `${what} ${set.name}: flags expr without two expressions` };
-  const key = keyTypeFromKernel(set.keyType, set.keyLen);
-  if (!key) return { unsupported: `${what} ${set.name}: key type ${set.keyType} (length ${set.keyLen}) is not a datatype nfkeeper knows` };
+  let key = keyTypeFromKernel(set.keyType, set.keyLen);
   let data: DataType | undefined;
   if (objMap) {
     const t = objTypeOf(set.objType);
@@ -739,16 +789,29 @@ export function kernelSetDecl(set: NftSet, elements: readonly SetElement[]): { d
   const side = (t: KeyType, tf: SetTypeof): { type?: string; typeof?: string } | undefined => {
     if (tf.expr === 'none' || (tf.expr === 'concat' && tf.parts.length === 0)) return { type: keyTypeName(t) };
     const descs = tf.expr === 'one' ? [tf.key] : tf.expr === 'concat' ? tf.parts : [];
-    const names = descs.map((k) => typeofFields().find((f) => f.set && JSON.stringify(f.set.key) === JSON.stringify(k))?.name);
+    const names = descs.map((k) => typeofFields().find((f) => f.set && JSON.stringify(f.set.key) === JSON.stringify(k))?.name ?? typeofWords(k));
     if (names.some((n) => n === undefined)) return undefined;
     return { typeof: names.join(' . ') };
   };
-  const k = side(key, u.keyTypeof);
+  const k = side(key ?? keyTypeOf([]), u.keyTypeof);
   if (!k) return { unsupported: `${what} ${set.name}: typeof names an expression nfkeeper does not know` };
+  if (k.typeof !== undefined) {
+    // the key's datatypes as its typeof says (a host-order integer, a string): the kernel's id alone does not
+    const typed = typeofSide(words(k.typeof)).type;
+    if (typed.id !== set.keyType || typed.len !== set.keyLen) return { unsupported: `${what} ${set.name}: its typeof does not describe its key type` };
+    key = typed;
+  }
+  if (!key) return { unsupported: `${what} ${set.name}: key type ${set.keyType} (length ${set.keyLen}) is not a datatype nfkeeper knows` };
   let typeText = k.type ?? k.typeof!;
   if (data) {
     const ds = data.kind === 'verdict' ? { text: 'verdict' } : data.kind === 'object' ? { text: data.type } : (() => {
       const s = side(data.type, u.data?.typeof ?? { expr: 'none' });
+      if (s?.typeof !== undefined) {
+        // the data's datatypes as its typeof says, as for the key
+        const typed = typeofSide(words(s.typeof)).type;
+        if (typed.id !== set.dataType || typed.len !== set.dataLen) return undefined;
+        data = { kind: 'value', type: typed };
+      }
       return s ? { text: s.type ?? s.typeof! } : undefined;
     })();
     if (!ds) return { unsupported: `${what} ${set.name}: the data's typeof names an expression nfkeeper does not know` };

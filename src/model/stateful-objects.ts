@@ -1,6 +1,6 @@
 /**
- * Named stateful objects of an owned table: counter, quota, limit, ct helper, ct expectation,
- * synproxy and secmark, declared in nft's own words (an nft file's `counter c { … }` block or
+ * Named stateful objects of an owned table: counter, quota, limit, ct helper, ct timeout,
+ * ct expectation, synproxy and secmark, declared in nft's own words (an nft file's `counter c { … }` block or
  * `add counter …` command, or a YAML `objects:` entry whose `spec` is the block's body), built into
  * the kernel object nft 1.0.6 creates; the definition the reconciler compares (their state, the
  * packets and bytes a counter has counted and what a quota has used, is never compared nor reset);
@@ -47,6 +47,22 @@ const L3_NAME = new Map(Object.entries(L3).map(([k, v]) => [v, k]));
 const L4: Record<string, number> = { tcp: 6, udp: 17, dccp: 33, sctp: 132, udplite: 136, icmp: 1, icmpv6: 58, gre: 47 };
 const L4_NAME = new Map(Object.entries(L4).map(([k, v]) => [v, k]));
 const SYNPROXY_F = { mss: 1, wscale: 2, 'sack-perm': 4, timestamp: 8 } as const;
+
+/**
+ * A ct timeout's states by protocol, in the kernel's order (CTA_TIMEOUT_TCP_* / _UDP_*), with the
+ * timeout nft 1.0.6 sends for a state its policy does not name (its src/ct.c tables): nft sends
+ * every state's, so the object never depends on the kernel's defaults. nft takes tcp and udp only.
+ */
+const CT_TIMEOUT_STATES: Record<number, readonly (readonly [string, number])[]> = {
+  6: [['syn_sent', 120], ['syn_recv', 60], ['established', 432000], ['fin_wait', 120], ['close_wait', 60], ['last_ack', 30],
+    ['time_wait', 120], ['close', 10], ['syn_sent2', 120], ['retrans', 300], ['unack', 300]],
+  17: [['unreplied', 30], ['replied', 120]],
+};
+/**
+ * The kernel keeps a timeout as jiffies in 32 bits (seconds × HZ) and dumps it divided by HZ, so
+ * a larger value (which nft sends) comes back as another number: refused, at any HZ up to 1000.
+ */
+const CT_TIMEOUT_MAX = Math.floor(0xffffffff / 1000);
 
 class SpecError extends Error {
   constructor(readonly column: number, message: string) {
@@ -113,7 +129,7 @@ function asStatement(word: 'quota' | 'limit', spec: string, family: Family): Quo
 
 /** The NFTA_<TYPE>_* data nft 1.0.6 sends for the block body `spec` of a `type` object in a `family` table. */
 function parseSpec(type: ObjType, spec: string, family: Family): NftObj['data'] {
-  if (type === 'ct timeout') throw new SpecError(1, 'ct timeout objects are not supported by nfkeeper');
+  if (type === 'ct timeout') return parseCtTimeout(spec);
   const c = cursorOf(spec);
   const at = { col: 1, raw: '' };
   switch (type) {
@@ -208,6 +224,76 @@ function parseSpec(type: ObjType, spec: string, family: Family): NftObj['data'] 
   }
 }
 
+/**
+ * `protocol tcp|udp; [l3proto ip|ip6|inet;] [policy = { STATE: SECONDS, … };]`, in any order, as nft
+ * 1.0.6 takes it: the last protocol counts, policies add up, a state is checked against the
+ * protocol. No l3proto: none is sent (the kernel takes the table's family), as nft sends it.
+ */
+function parseCtTimeout(spec: string): NftObj['data'] {
+  // `=` and `:` are not rule tokens: blanked (`=`) and split off (`established:100`), columns kept
+  const c = cursorOf(spec.replace(/=/g, ' ').replace(/:/g, ' : '));
+  const col = (t: Token) => columnIn(spec, t.col);
+  let l4: number | undefined, l3: number | undefined, l4at: Token | undefined;
+  const states: { name: Token; value: number }[] = [];
+  const fail = (t: Token, expected: string, reason?: string): never => c.fail({ ...t, col: col(t) }, expected, reason);
+  while (!c.done()) {
+    const w = c.next();
+    if (c.isWord(w, 'protocol')) {
+      l4at = c.peek();
+      const v = l4at.kind === 'word' ? { tcp: 6, udp: 17 }[l4at.text] : undefined;
+      if (v === undefined) fail(l4at, "'tcp' or 'udp' (nft's ct timeout takes these)");
+      c.next();
+      l4 = v;
+    } else if (c.isWord(w, 'l3proto')) {
+      const t = c.peek();
+      const v = t.kind === 'word' ? L3[t.text] : undefined;
+      if (v === undefined) fail(t, `a network protocol: ${Object.keys(L3).join(', ')}`);
+      c.next();
+      l3 = v;
+    } else if (c.isWord(w, 'policy')) {
+      const open = c.next();
+      if (open.kind !== 'punct' || open.text !== '{') fail(open, "'= {' and the states' timeouts");
+      for (;;) {
+        const name = c.next();
+        if (name.kind !== 'word' || name.text === ':') fail(name, 'a state (established, close, …)');
+        const colon = c.next();
+        if (colon.text !== ':') fail(colon, `':' and a timeout in seconds after ${name.text}`);
+        const n = c.peek();
+        const v = n.kind === 'word' && /^(?:\d+|0x[0-9a-fA-F]+)$/.test(n.text) ? Number(n.text) : undefined;
+        if (v === undefined || v > CT_TIMEOUT_MAX) {
+          fail(n, `a timeout in seconds (0-${CT_TIMEOUT_MAX})`, v === undefined ? undefined
+            : 'the kernel holds a timeout in jiffies, 32 bits: a larger one would come back as another number');
+        }
+        c.next();
+        states.push({ name, value: v! });
+        const sep = c.next();
+        if (sep.kind === 'punct' && sep.text === '}') break;
+        if (sep.kind !== 'punct' || sep.text !== ',') fail(sep, "',' and another state, or '}'");
+      }
+    } else fail(w, "'protocol tcp|udp', 'l3proto ip|ip6|inet' or 'policy = { STATE: SECONDS, … }'");
+  }
+  if (l4 === undefined) fail({ kind: 'end', text: '', raw: '', col: 1 }, "'protocol tcp' or 'protocol udp'", 'a ct timeout needs its protocol');
+  const table = CT_TIMEOUT_STATES[l4!]!;
+  const policy = table.map(([, v]) => v);
+  for (const st of states) {
+    const i = table.findIndex(([n]) => n === st.name.text);
+    if (i < 0) fail(st.name, `a ${l4 === 6 ? 'tcp' : 'udp'} state: ${table.map(([n]) => n).join(', ')}`, 'invalid state for this protocol');
+    policy[i] = st.value;
+  }
+  return { ...(l3 !== undefined ? { l3proto: l3 } : {}), l4proto: l4!, policy };
+}
+
+/** The column in `spec` of column `col` of its copy with every `:` widened to ` : `. */
+function columnIn(spec: string, col: number): number {
+  let w = 0;
+  for (let i = 0; i < spec.length; i++) {
+    const width = spec[i] === ':' ? 3 : 1;
+    if (col - 1 < w + width) return i + 1;
+    w += width;
+  }
+  return spec.length + 1 + (col - 1 - w);
+}
+
 /** A table's object declaration built into the object nft creates, or undefined after fail(). */
 export function buildObject(raw: RawObj, where: { family: Family; table: string }, fail: ObjFail): ObjConfig | undefined {
   let data: NftObj['data'];
@@ -227,10 +313,14 @@ export function buildObject(raw: RawObj, where: { family: Family; table: string 
   return { name: raw.name, type: raw.type, obj };
 }
 
-/** What is compared of an object: its type, configuration and comment; never its state. */
+/**
+ * What is compared of an object: its type, configuration and comment; never its state. A ct
+ * timeout declared without l3proto has the table's family, as the kernel dumps it.
+ */
 export function objectDefinitionKey(o: NftObj): string {
   const state = typeof o.type === 'string' ? STATE[o.type] ?? [] : [];
-  const data = Object.keys(o.data).filter((k) => !state.includes(k)).sort().map((k) => `${k}=${o.data[k]}`);
+  const d = o.type === 'ct timeout' && o.data.l3proto === undefined ? { ...o.data, l3proto: L3[o.family]! } : o.data;
+  const data = Object.keys(d).filter((k) => !state.includes(k)).sort().map((k) => `${k}=${String(d[k])}`);
   return `${String(o.type)}|${o.userdata ?? ''}|${data.join(',')}`;
 }
 
@@ -276,6 +366,17 @@ export function objectSpec(o: NftObj, family: Family): string | undefined {
       return parts.join('; ');
     }
     case 'secmark': return typeof d.ctx === 'string' && !d.ctx.includes('"') ? `"${d.ctx}"` : undefined;
+    case 'ct timeout': {
+      // as nft lists it: the states whose timeout is not nft's default (none: no policy, since nft
+      // cannot read back its own `policy = {  }`)
+      const table = CT_TIMEOUT_STATES[Number(d.l4proto)];
+      const l3 = L3_NAME.get(Number(d.l3proto ?? L3[family]));
+      const policy = d.policy;
+      if (!table || !l3 || !Array.isArray(policy) || policy.length !== table.length) return undefined;
+      const changed = table.flatMap(([n, v], i) => (policy[i] !== v ? [`${n}: ${policy[i]}`] : []));
+      if (policy.some((v: number) => v > CT_TIMEOUT_MAX)) return undefined;
+      return `protocol ${d.l4proto === 6 ? 'tcp' : 'udp'}; l3proto ${l3}${changed.length ? `; policy = { ${changed.join(', ')} }` : ''}`;
+    }
     default: return undefined;
   }
 }

@@ -167,8 +167,9 @@ export type ObjType = keyof typeof OBJ_TYPE;
  * A named stateful object (NFTA_OBJ_*). `data` holds its NFTA_<TYPE>_* attributes by the names
  * native/object.cc gives them: counter packets, bytes; quota bytes, consumed, flags; limit rate,
  * unit, burst, type, flags; ct helper name, l3proto, l4proto; ct expectation l3proto, l4proto,
- * dport, timeout, size; synproxy mss, wscale, flags; secmark ctx. A dump of a type the IR does not
- * model gives its number as `type` and no data.
+ * dport, timeout, size; synproxy mss, wscale, flags; secmark ctx; ct timeout l3proto, l4proto and
+ * policy (NFTA_CT_TIMEOUT_DATA: the timeouts in seconds, one per state of the protocol, in the
+ * kernel's order). A dump of a type the IR does not model gives its number as `type` and no data.
  */
 export interface NftObj {
   family: Family;
@@ -179,7 +180,7 @@ export interface NftObj {
   /** NFTA_OBJ_USE: rules and set elements referring to it (dumps only). */
   use?: number;
   userdata?: Hex;
-  data: Record<string, number | string>;
+  data: Record<string, number | string | readonly number[]>;
 }
 
 /**

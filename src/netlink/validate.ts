@@ -164,12 +164,12 @@ export function validateOp(op: Op, index: number): void {
 }
 
 /** What the addon's object table (native/object.cc) takes per field: its width, or a string. */
-const OBJ_FIELDS: Record<string, Record<string, 8 | 16 | 32 | 64 | 'str'>> = {
+const OBJ_FIELDS: Record<string, Record<string, 8 | 16 | 32 | 64 | 'str' | 'u32[]'>> = {
   counter: { packets: 64, bytes: 64 },
   quota: { bytes: 64, consumed: 64, flags: 32 },
   'ct helper': { name: 'str', l3proto: 16, l4proto: 8 },
   limit: { rate: 64, unit: 64, burst: 32, type: 32, flags: 32 },
-  'ct timeout': {},
+  'ct timeout': { l3proto: 16, l4proto: 8, policy: 'u32[]' },
   secmark: { ctx: 'str' },
   'ct expectation': { l3proto: 16, l4proto: 8, dport: 16, timeout: 32, size: 8 },
   synproxy: { mss: 16, wscale: 8, flags: 32 },
@@ -178,12 +178,16 @@ const OBJ_FIELDS: Record<string, Record<string, 8 | 16 | 32 | 64 | 'str'>> = {
 function validateObjData(type: string, data: unknown, index: number): void {
   if (typeof data !== 'object' || data === null) throw new InvalidOperationError(index, 'data', 'must be an object');
   const fields = OBJ_FIELDS[type]!;
-  if (type === 'ct timeout') throw new InvalidOperationError(index, 'type', 'ct timeout objects are not encoded');
   for (const [k, v] of Object.entries(data)) {
     const w = fields[k];
     if (w === undefined) throw new InvalidOperationError(index, `data.${k}`, `is not a field of a ${type} (${Object.keys(fields).join(', ')})`);
     if (w === 'str') {
       if (typeof v !== 'string' || v.includes('\0')) throw new InvalidOperationError(index, `data.${k}`, 'must be a string without NUL');
+    } else if (w === 'u32[]') {
+      // (libnftnl holds at most 11 timeouts: TCP's states)
+      if (!Array.isArray(v) || v.length > 11 || v.some((x) => typeof x !== 'number' || !Number.isSafeInteger(x) || x < 0 || x >= 2 ** 32)) {
+        throw new InvalidOperationError(index, `data.${k}`, 'must be an array of at most 11 u32');
+      }
     } else if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0 || (w < 64 && v >= 2 ** w)) {
       throw new InvalidOperationError(index, `data.${k}`, `must be a u${w}`);
     }

@@ -151,6 +151,16 @@ const TYPES: Datatype[] = [
     },
   },
   flagsType('tcp_flag', 15, TCP_FLAGS, 'TCP flags (syn, syn | ack, 0x12)'),
+  {
+    // an interface by its index, as nft keeps it (names are resolved where a rule takes them: iif "eth0")
+    name: 'iface_index', id: 20, len: 4, byteorder: BYTEORDER_HOST, prefix: false, ranges: true, hostInt: true,
+    expected: 'an interface index (a number: a set of iface_index holds indexes; match names with ifname)',
+    parse: (s) => {
+      const v = parseInteger(s, 0xffffffff);
+      return v === undefined ? undefined : u32Host(v);
+    },
+    format: (h) => String(readU32Host(h)!),
+  },
 ];
 
 export const DATATYPES: ReadonlyMap<string, Datatype> = new Map(TYPES.map((t) => [t.name, t]));
@@ -179,9 +189,59 @@ function integerType(len: number): Datatype | undefined {
   return t;
 }
 
-/** The datatype of an id; an integer's needs its length (`len`, the expression's). */
-export function datatypeById(id: number, len?: number): Datatype | undefined {
-  if (id === TYPE_INTEGER) return len !== undefined ? integerType(len) : undefined;
+const hostIntegers = new Map<number, Datatype>();
+
+/**
+ * An integer of `len` bytes (2 or 4) in host byte order, as a typeof on a host-order key gives it
+ * (ct zone, numgen, symhash): written and printed in decimal.
+ */
+function hostIntegerType(len: number): Datatype | undefined {
+  if (len !== 2 && len !== 4) return undefined;
+  let t = hostIntegers.get(len);
+  if (!t) {
+    const max = 2 ** (len * 8) - 1;
+    t = {
+      name: 'integer', id: TYPE_INTEGER, len, byteorder: BYTEORDER_HOST, prefix: false, ranges: true, hostInt: true,
+      expected: `an integer 0-${max}`,
+      parse: (s) => {
+        const v = parseInteger(s, max);
+        return v === undefined ? undefined : len === 4 ? u32Host(v) : swapBytes(v.toString(16).padStart(4, '0'));
+      },
+      format: (h) => String(len === 4 ? readU32Host(h)! : parseInt(swapBytes(h), 16)),
+    };
+    hostIntegers.set(len, t);
+  }
+  return t;
+}
+
+/** nft's TYPE_STRING: a NUL-padded string of the expression's length (osf name). */
+const TYPE_STRING = 5;
+const strings = new Map<number, Datatype>();
+function stringType(len: number): Datatype {
+  let t = strings.get(len);
+  if (!t) {
+    t = {
+      name: 'string', id: TYPE_STRING, len, byteorder: BYTEORDER_HOST, prefix: false, ranges: false, expected: `a string of at most ${len - 1} bytes ("Linux")`,
+      parse: (s) => {
+        const n = unquote(s);
+        const b = n === undefined ? undefined : Buffer.from(n, 'utf8');
+        return b === undefined || b.length === 0 || b.length >= len || b.includes(0) ? undefined : toHex(Buffer.concat([b, Buffer.alloc(len - b.length)]));
+      },
+      format: (h) => {
+        const b = Buffer.from(h, 'hex');
+        const nul = b.indexOf(0);
+        return `"${b.subarray(0, nul < 0 ? b.length : nul).toString('utf8')}"`;
+      },
+    };
+    strings.set(len, t);
+  }
+  return t;
+}
+
+/** The datatype of an id; an integer's needs its length (`len`, the expression's), and a host-order one says so. */
+export function datatypeById(id: number, len?: number, byteorder?: number): Datatype | undefined {
+  if (id === TYPE_INTEGER) return len === undefined ? undefined : byteorder === BYTEORDER_HOST ? hostIntegerType(len) : integerType(len);
+  if (id === TYPE_STRING) return len !== undefined && len > 1 && len <= 64 ? stringType(len) : undefined;
   return BY_ID.get(id);
 }
 

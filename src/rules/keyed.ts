@@ -26,7 +26,7 @@ import {
   type MapDataDesc,
 } from './anonymous-sets.js';
 import { parseDupDevice } from './statements.js';
-import { EXPR_TYPE, tlv } from './udata.js';
+import { typeofTlvs, type KeyTypeof } from './udata.js';
 import { keyTypeFromKernel } from './datatypes.js';
 import { formatIPv4, formatIPv6, parseIPv4, parseIPv6, parseInteger } from './values.js';
 
@@ -50,7 +50,10 @@ export interface KeyedParser {
 
 const GEN_WORDS = ['numgen', 'jhash', 'symhash'];
 /** Words that start a key in `snat/dnat to KEY map …` (none is an address). */
-const NAT_KEY_START = new Set(['ip', 'ip6', 'tcp', 'udp', 'th', 'meta', 'ct', 'iifname', 'oifname', 'mark', ...GEN_WORDS]);
+const NAT_KEY_START = new Set(['ip', 'ip6', 'tcp', 'udp', 'udplite', 'sctp', 'dccp', 'th', 'meta', 'ct', 'iifname', 'oifname', 'iif', 'oif',
+  'mark', 'osf', 'fib', 'rt', 'ipsec', 'socket', ...GEN_WORDS]);
+/** The base of a raw payload (`@ih,0,32`), which may start such a key too. */
+const RAW_BASE = /^@(?:ll|nh|th|ih)$/;
 const SET_NAME = /^@[A-Za-z_.][A-Za-z0-9_./-]*$/;
 const CHAIN_NAME = /^[A-Za-z_.][A-Za-z0-9_./-]*$/;
 const KEY_PART = 'a field such as ip daddr, meta l4proto or th dport';
@@ -82,6 +85,13 @@ function parsePart(p: KeyedParser, inHash: boolean, allowMask = false): KeyPart 
     p.next();
     part.mask = (p.parseElem(f.field, true, 'a mask') as { hex: string }).hex;
   }
+  return part;
+}
+
+/** One key expression and nothing after it: a named set's typeof part (`ct zone`, `numgen inc mod 2`). */
+export function parseLonePart(p: KeyedParser): KeyPart {
+  const part = parsePart(p, false);
+  if (p.peek().kind !== 'end') p.fail(p.peek(), 'the end of the expression (one field, numgen or symhash)');
   return part;
 }
 
@@ -415,7 +425,8 @@ export function linearizeRedirMap(st: { map?: NatMap; flags: number }, out: Expr
 /** After `snat/dnat [ip|ip6] to`: true when the target is `KEY map …`. */
 export function startsNatMap(p: KeyedParser): boolean {
   const t = p.peek();
-  return t.kind === 'word' && NAT_KEY_START.has(t.text);
+  const n = p.peek(1);
+  return t.kind === 'word' && (NAT_KEY_START.has(t.text) || (RAW_BASE.test(t.text) && n.kind === 'punct' && n.text === ','));
 }
 
 export function parseNatMap(p: KeyedParser): NatMap {
@@ -643,45 +654,51 @@ export function typeName(type: number, _concat?: number): string {
 }
 
 function fieldTypeofTlvs(f: Field): Hex | undefined {
-  const k = f.set?.key;
-  if (!k) return undefined;
-  let data: Hex;
-  switch (k.expr) {
-    case 'payload': data = 'base' in k
-      ? tlv(0, u32Host(0)) + tlv(1, u32Host(0)) + tlv(2, u32Host(k.base)) + tlv(3, u32Host(k.offset)) + tlv(4, u32Host(k.bits))
-      : tlv(0, u32Host(k.desc)) + tlv(1, u32Host(k.tmpl)) + (k.len !== undefined ? tlv(4, u32Host(k.len)) : ''); break;
-    case 'meta': case 'rt': data = tlv(0, u32Host(k.key)); break;
-    case 'osf': data = ''; break;
-    case 'ct': data = tlv(0, u32Host(k.key)) + tlv(1, u32Host(k.dir ?? 0xffffffff)); break;
-    case 'fib': data = tlv(0, u32Host(k.result)) + tlv(1, u32Host(k.flags)); break;
-    case 'exthdr': data = tlv(1, u32Host(k.tmpl)) + (k.op ? tlv(2, u32Host(k.op)) : '') + tlv(0, u32Host(k.desc)); break;
-    case 'xfrm': data = tlv(0, u32Host(k.key)) + tlv(1, u32Host(k.spnum)) + tlv(2, u32Host(k.dir)); break;
-  }
-  return tlv(0, u32Host(EXPR_TYPE[k.expr])) + tlv(1, data);
+  return f.set?.key ? typeofTlvs(f.set.key) : undefined;
 }
-
-/** nft's EXPR_NUMGEN: a set keyed by numgen describes it (mode, modulus, offset). */
-const EXPR_NUMGEN = 23;
 
 function partDesc(part: KeyPart, fail: Fail): KeyPartDesc {
   if (part.p === 'gen') {
     const g = part.gen;
-    const typeofTlvs = g.g === 'numgen'
-      ? tlv(0, u32Host(EXPR_NUMGEN)) + tlv(1, tlv(0, u32Host(g.mode === 'inc' ? 0 : 1)) + tlv(1, u32Host(g.mod))
-        + tlv(2, u32Host(g.offset ?? 0)))
-      : undefined;
-    return { keyType: TYPE_INTEGER, len: 4, byteorder: 1, hostInt: true, hton: { len: 4, size: 4 }, ...(typeofTlvs ? { typeofTlvs } : {}) };
+    // a set keyed by numgen describes it (mode, modulus, offset)
+    const desc = typeofOfGen(g);
+    return {
+      keyType: TYPE_INTEGER, len: 4, byteorder: 1, hostInt: true, hton: { len: 4, size: 4 },
+      ...(desc?.expr === 'numgen' ? { typeofTlvs: typeofTlvs(desc) } : {}),
+    };
   }
   const f = part.field;
   if (!f.set) return fail(part, KEY_PART, `${f.name} cannot be a set or map key`);
-  const typeofTlvs = fieldTypeofTlvs(f);
-  const d: KeyPartDesc = { keyType: f.set.keyType, len: f.len, byteorder: f.set.byteorder, ...(typeofTlvs ? { typeofTlvs } : {}) };
+  const desc = fieldTypeofTlvs(f);
+  const d: KeyPartDesc = { keyType: f.set.keyType, len: f.len, byteorder: f.set.byteorder, ...(desc ? { typeofTlvs: desc } : {}) };
   // the conversions measured with nft 1.0.6: 32-bit values (mark, ct mark) and meta l4proto
   if (f.set.byteorder === 1 && f.type !== 'ifname') {
     d.hostInt = true;
     if (f.len === 4 || f.name === 'meta l4proto') d.hton = { len: f.len, size: f.len === 1 ? 2 : f.len };
   }
   return d;
+}
+
+/** How nft describes a generator a set is keyed by (numgen, symhash); undefined for jhash, whose description nft cannot read back. */
+function typeofOfGen(g: Gen): KeyTypeof | undefined {
+  if (g.g === 'numgen') return { expr: 'numgen', mode: g.mode === 'inc' ? 0 : 1, mod: g.mod, offset: g.offset ?? 0 };
+  if (g.g === 'symhash') return { expr: 'hash', type: 1, mod: g.mod, offset: g.offset ?? 0 };
+  return undefined;
+}
+
+/**
+ * What a named set's `typeof` part is (one key expression: a field, numgen or symhash): its key
+ * type, length and byte order, and nft's description of it; a reason where nft's is not one.
+ */
+export function typeofOfPart(part: KeyPart): { keyType: number; len: number; byteorder: number; key: KeyTypeof } | string {
+  if (part.p === 'gen') {
+    const key = typeofOfGen(part.gen);
+    // (nft 1.0.6 lists `typeof jhash ip saddr mod 2` as `typeof jhash `, which it cannot read)
+    return key ? { keyType: TYPE_INTEGER, len: 4, byteorder: 1, key } : 'nft 1.0.6 cannot read back the typeof it writes for jhash';
+  }
+  const f = part.field;
+  if (!f.set?.key) return `${f.name} cannot be a set key described by typeof`;
+  return { keyType: f.set.keyType, len: f.len, byteorder: f.set.byteorder, key: f.set.key };
 }
 
 export function keyOf(parts: KeyPart[], fail: Fail): KeyDesc {

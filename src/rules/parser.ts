@@ -6,7 +6,7 @@
 import { parseObjrefStatement } from './objref.js';
 import { RuleSyntaxError } from '../base/errors.js';
 import type {
-  At, CounterStmt, Elem, MarkMapStmt, MarkSetStmt, MasqStmt, MatchOp, MatchStmt, NatAddr, NatStmt, PortRange,
+  At, CounterStmt, Elem, KeyPart, MarkMapStmt, MarkSetStmt, MasqStmt, MatchOp, MatchStmt, NatAddr, NatStmt, PortRange,
   Rhs, RuleAst, Stmt, VerdictStmt,
 } from './ast.js';
 import { andHex, bigToHex, hexToBig, prefixMask, readU32Host, u16Be, u32Host, u8 } from './bytes.js';
@@ -17,7 +17,7 @@ import type { CtKey, StatefulExpr } from '../netlink/expr.js';
 import { tokenize, type Token } from './lexer.js';
 import { internWord } from './intern.js';
 import {
-  parseDupMap, parseDynset, parseGenStatement, startsDupMap, parseKeyedMatch, parseMarkMap, parseNatMap, parsePortMap, startsMarkMap, startsNatMap,
+  parseDupMap, parseDynset, parseLonePart, parseGenStatement, startsDupMap, parseKeyedMatch, parseMarkMap, parseNatMap, parsePortMap, startsMarkMap, startsNatMap,
 } from './keyed.js';
 import { NAT_RANGE } from '../netlink/expr.js';
 import {
@@ -1457,6 +1457,11 @@ function metaFieldOf(k: string): Field {
     case 'nfproto': return F.nfproto;
     default: return F.mark;
   }
+}
+
+/** One key expression alone (`ct zone`, `numgen inc mod 2`, `@ih,0,32`), as a named set's typeof names it. */
+export function parseKeyPart(text: string, opts: ParseOptions = {}): KeyPart {
+  return parseLonePart(new Parser(text, tokenize(text), opts));
 }
 
 export function parseRule(text: string, opts: ParseOptions = {}): RuleAst {

@@ -79,7 +79,7 @@ const SET_KEY_TYPEOF = 3;
 const TYPEOF_EXPR = 0;
 const TYPEOF_DATA = 1;
 /** nft's enum expr_types */
-export const EXPR_TYPE = { payload: 7, exthdr: 8, meta: 9, osf: 11, ct: 12, rt: 25, fib: 26, xfrm: 27 } as const;
+export const EXPR_TYPE = { payload: 7, exthdr: 8, meta: 9, osf: 11, ct: 12, numgen: 23, hash: 24, rt: 25, fib: 26, xfrm: 27 } as const;
 
 /** How nft describes the expression a set is keyed by. */
 export type KeyTypeof =
@@ -96,14 +96,18 @@ export type KeyTypeof =
   /** fib: result (NFT_FIB_RESULT_*) and flags (NFTA_FIB_F_*). */
   | { expr: 'fib'; result: number; flags: number }
   /** A raw payload (`@nh,8,8`): no header, its base, offset and length in bits. */
-  | { expr: 'payload'; desc: 0; tmpl: 0; base: number; offset: number; bits: number };
+  | { expr: 'payload'; desc: 0; tmpl: 0; base: number; offset: number; bits: number }
+  /** numgen: mode (0 inc, 1 random), modulus, offset. */
+  | { expr: 'numgen'; mode: number; mod: number; offset: number }
+  /** symhash (type 1; nft cannot read back its own jhash description): modulus, offset. */
+  | { expr: 'hash'; type: 1; mod: number; offset: number };
 
 /** Byte order values of nft's enum byteorder. */
 export const BYTEORDER_HOST = 1;
 export const BYTEORDER_BIG = 2;
 
 /** The TLVs nft writes for an expression a set is keyed (or a map's data is) by: its expr type, then its data. */
-function typeofTlvs(key: KeyTypeof): Hex {
+export function typeofTlvs(key: KeyTypeof): Hex {
   let data: Hex;
   switch (key.expr) {
     case 'payload':
@@ -118,6 +122,9 @@ function typeofTlvs(key: KeyTypeof): Hex {
     case 'xfrm': data = tlv(0, u32Host(key.key)) + tlv(1, u32Host(key.spnum)) + tlv(2, u32Host(key.dir)); break;
     case 'ct': data = tlv(0, u32Host(key.key)) + tlv(1, u32Host(key.dir ?? 0xffffffff)); break;
     case 'fib': data = tlv(0, u32Host(key.result)) + tlv(1, u32Host(key.flags)); break;
+    case 'numgen': data = tlv(0, u32Host(key.mode)) + tlv(1, u32Host(key.mod)) + tlv(2, u32Host(key.offset)); break;
+    // nft's hash_expr_build_udata: type, offset, modulus, seed, whether a seed was given
+    case 'hash': data = tlv(0, u32Host(key.type)) + tlv(1, u32Host(key.offset)) + tlv(2, u32Host(key.mod)) + tlv(3, u32Host(0)) + tlv(4, u32Host(0)); break;
   }
   return tlv(TYPEOF_EXPR, u32Host(EXPR_TYPE[key.expr])) + tlv(TYPEOF_DATA, data);
 }
@@ -199,17 +206,27 @@ function readTypeof(value: Hex): SetTypeof | undefined {
   const et = readU32Host(etype.value);
   const one = (et2: number | undefined, d: Hex): KeyTypeof | undefined => {
     const f = parseTlvs(d);
-    const a = f?.find((x) => x.type === 0);
-    const v = a && readU32Host(a.value);
+    const u = (type: number) => { const x = f?.find((y) => y.type === type); return x && readU32Host(x.value); };
+    if (et2 === EXPR_TYPE.osf) return f?.length === 0 ? { expr: 'osf' } : undefined;
+    const v = u(0);
     if (v === undefined) return undefined;
     if (et2 === EXPR_TYPE.meta) return { expr: 'meta', key: v };
-    if (et2 === EXPR_TYPE.ct) return { expr: 'ct', key: v };
-    const b = f?.find((x) => x.type === 1);
-    const w = b && readU32Host(b.value);
+    if (et2 === EXPR_TYPE.ct) {
+      const dir = u(1);
+      return dir === undefined || dir === 0xffffffff ? { expr: 'ct', key: v } : { expr: 'ct', key: v, dir };
+    }
+    const w = u(1);
+    if (et2 === EXPR_TYPE.numgen && w !== undefined && u(2) !== undefined) return { expr: 'numgen', mode: v, mod: w, offset: u(2)! };
+    if (et2 === EXPR_TYPE.hash && v === 1 && w !== undefined && u(2) !== undefined && u(3) === 0 && u(4) === 0) {
+      return { expr: 'hash', type: 1, mod: u(2)!, offset: w };
+    }
     if (et2 === EXPR_TYPE.payload && w !== undefined) {
+      // a raw payload: no header, its base, offset and bits
+      if (v === 0 && w === 0 && u(2) !== undefined && u(3) !== undefined && u(4) !== undefined) {
+        return { expr: 'payload', desc: 0, tmpl: 0, base: u(2)!, offset: u(3)!, bits: u(4)! };
+      }
       // an integer-typed field's width (udp length, ip ttl)
-      const l = f?.find((x) => x.type === 4);
-      const bits = l && readU32Host(l.value);
+      const bits = u(4);
       return bits !== undefined ? { expr: 'payload', desc: v, tmpl: w, len: bits } : { expr: 'payload', desc: v, tmpl: w };
     }
     return undefined;

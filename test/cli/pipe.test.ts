@@ -96,11 +96,11 @@ describe(`${RULES.toLocaleString('en')}-line outputs through a slow pipe equal a
 
   it('export: the installed table as nft text (exit 0), and with an object it cannot write (exit 1)', () => {
     same(both('export', ['export', '--table', 'ip', 'big', '--netns', applied.file.path]), 0, RULES);
-    applied.file.nft('add ct timeout ip big t { protocol tcp; l3proto ip; policy = { established: 100 }; }\n');
+    applied.file.nft('add ct timeout ip big t { protocol tcp; l3proto arp; policy = { established: 100 }; }\n');
     const r = both('export-obj', ['export', '--table', 'ip', 'big', '--netns', applied.file.path]);
     same(r, 1, RULES);
     const err = spawnSync('node', ['bin/nfkeeper.js', 'export', '--table', 'ip', 'big', '--netns', applied.file.path], { encoding: 'utf8', maxBuffer: 1 << 28 });
-    expect(err.stderr).toMatch(/^nfkeeper: not exported: ip big: object of type 7 t: nfkeeper cannot write it$/m);
+    expect(err.stderr).toMatch(/^nfkeeper: not exported: ip big: ct timeout t: nfkeeper cannot write it$/m);
   });
 
   it('validate --json on a config with an error in every rule (exit 2, one line)', () => {

@@ -103,7 +103,7 @@ describe('nft files: the two forms', () => {
 
   it('refuses what the config cannot hold, at its position, instead of dropping it', () => {
     const cases: [string, number, number, RegExp][] = [
-      ['table ip t {\n  ct timeout c { protocol tcp; }\n}\n', 2, 17, /ct timeout objects are not supported/],
+      ['table ip t {\n  ct timeout c { protocol sctp; }\n}\n', 2, 27, /expected 'tcp' or 'udp'/],
       ['add table ip t\nadd flowtable ip t f { }\n', 2, 5, /flowtable objects are not supported/],
       ['table ip t {\n  set s { type ipv4_addr; last; }\n}\n', 2, 27, /'last' statement on a set is not supported/],
       ['define X = 1\ntable ip t { chain c { tcp dport $Y accept; }\n}\n', 2, 35, /unknown identifier 'Y'/],

@@ -285,6 +285,50 @@ describe('named sets and maps: nft is the oracle', () => {
   });
 });
 
+/** Sets keyed by typeof on the other keys nft 1.0.6 takes: host-order integers, a string, raw payloads, generators. */
+const TYPEOF_FILE = `table ip t {
+	set s { typeof symhash mod 2 offset 5; }
+	set n { typeof numgen inc mod 2 offset 7; elements = { 1 }; }
+	set z { typeof ct zone; elements = { 10, 300 }; }
+	set zo { typeof ct original zone; flags interval; elements = { 10-20, 300 }; }
+	set r { typeof @nh,8,8 . @ih,0,16; elements = { 3 . 4 }; }
+	set o { typeof osf name; elements = { "Linux" }; }
+	set zc { typeof ct zone . ip saddr; elements = { 10 . 1.2.3.4 }; }
+	map m { typeof ct zone : ip saddr; elements = { 1 : 1.2.3.4 }; }
+	map m2 { typeof ip saddr : ct zone; elements = { 1.2.3.4 : 2 }; }
+	set thp { typeof @th,16,16; elements = { 22 }; }
+	set ulen { typeof udp length; elements = { 8 }; }
+	chain c {
+		ct zone @z accept
+		osf name @o
+		ct zone . ip saddr @zc
+	}
+}
+`;
+
+describe('typeof on every key nft takes: nft is the oracle', () => {
+  it('ct zone (with a direction, in a concatenation, as map data), osf name, raw payloads, numgen, symhash: the same sets, userdata and elements as nft\'s; check, export and its check in sync', async () => {
+    const file = save('typeof.nft', TYPEOF_FILE);
+    await withNetns(async (a) => {
+      a.nft(TYPEOF_FILE);
+      await withNetns(async (b) => {
+        const apply = await cli('apply', '--config', file, '--netns', b.path);
+        expect([apply.code, apply.err]).toEqual([0, '']);
+        expect(listing(b, 'ip', 't')).toBe(listing(a, 'ip', 't'));
+        expect(netlinkDump(b, 'ip', 't')).toBe(netlinkDump(a, 'ip', 't'));
+        expect(await setDump(b, 'ip', 't')).toEqual(await setDump(a, 'ip', 't'));
+      }, 'typeof-b');
+      expect((await cli('check', '--config', file, '--netns', a.path)).out).toBe('in sync');
+      for (const format of ['nft', 'yaml'] as const) {
+        const out = await cli('export', '--table', 'ip', 't', '--netns', a.path, '--format', format);
+        expect([out.code, out.err]).toEqual([0, '']);
+        const check = await cli('check', '--config', save(`typeof-export.${format}`, out.out), '--netns', a.path);
+        expect(check.out, out.out).toBe('in sync');
+      }
+    }, 'typeof-a');
+  });
+});
+
 /** A random set declaration of nft's words: types, intervals (overlapping under auto-merge), maps. */
 function randomSet(rand: () => number, name: string): string {
   const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rand() * xs.length)]!;

@@ -71,6 +71,18 @@ const ALL = `table ip t {
 		timestamp sack-perm
 	}
 
+	ct timeout ct1 {
+		protocol tcp
+		l3proto ip
+		policy = { established : 100, close : 5 }
+	}
+
+	ct timeout udp-spare {
+		protocol udp
+		l3proto ip
+		policy = { unreplied : 3, replied : 9 }
+	}
+
 	chain out {
 		type filter hook output priority filter; policy accept;
 		counter name "c"
@@ -84,6 +96,7 @@ const ALL = `table ip t {
 		tcp dport 21 ct helper set "ftp"
 		ct expectation set "e"
 		tcp dport 22 synproxy name "s"
+		ct timeout set "ct1"
 	}
 }
 `;
@@ -95,6 +108,17 @@ const INET = `table inet t {
 	}
 
 	counter c {
+	}
+
+	ct timeout t6 {
+		protocol tcp
+		l3proto ip6
+		policy = { syn_sent : 1, syn_recv : 2, established : 3, fin_wait : 4, close_wait : 5, last_ack : 6, time_wait : 7, close : 8, syn_sent2 : 9, retrans : 10, unack : 11 }
+	}
+
+	ct timeout u {
+		protocol udp
+		l3proto inet
 	}
 
 	chain c1 {
@@ -234,6 +258,9 @@ describe('stateful objects on the kernel', () => {
         ['a replaced rule', () => ns.nft(`replace rule ip t out handle ${handle('out', 0)} counter\n`)],
         ['a flushed chain', () => ns.nft('flush chain ip t out\n')],
         ['a deleted object', () => ns.nft('delete counter ip t spare\n')],
+        ['a deleted ct timeout', () => ns.nft('delete ct timeout ip t udp-spare\n')],
+        // (a ct timeout is not updated in place: the kernel ignores a NEWOBJ on one)
+        ['a ct timeout made again with another policy', () => ns.nft('delete ct timeout ip t udp-spare\nadd ct timeout ip t udp-spare { protocol udp; l3proto ip; policy = { replied: 10 }; }\n')],
         ['a deleted object map element', () => ns.nft('delete element ip t m { 10 }\n')],
         ['an object map element pointing elsewhere', () => ns.nft('delete element ip t m { 9 }\nadd element ip t m { 9 : "spare" }\n')],
         ['an object changed in place', () => ns.nft('add quota ip t q { over 200 mbytes }\n')],
@@ -258,6 +285,7 @@ describe('stateful objects on the kernel', () => {
       const objs = await sock.listObjs({ family: 'ip', table: 't' });
       expect(objs.find((o) => o.name === 'foreign')).toBeUndefined();
       expect(objs.find((o) => o.type === 'quota' && o.name === 'q')!.data.bytes).toBe(100 * 1024 * 1024);
+      expect(objs.find((o) => o.name === 'udp-spare')!.data).toEqual({ l3proto: 2, l4proto: 17, policy: [3, 9] });
     });
   });
 });

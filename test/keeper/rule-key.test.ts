@@ -21,8 +21,9 @@ vi.mock('../../src/rules/index.js', async (importOriginal) => {
 
 import { parseConfig, type Config } from '../../src/config/config.js';
 import { checkOnce } from '../../src/keeper/keeper.js';
-import { ruleDigester } from '../../src/netlink/socket.js';
+import { open, ruleDigester } from '../../src/netlink/socket.js';
 import { compileRule } from '../../src/rules/index.js';
+import { createNetns } from '../helpers/netns.js';
 import { socketPerTest } from '../helpers/netns-hooks.js';
 import { chainLines, handles } from './helpers.js';
 
@@ -112,5 +113,56 @@ describe('a rule digest', () => {
     expect(db).toMatch(/^[0-9a-f]{32}$/);
     expect(da).not.toBe(db);
     expect(dn).toBe('');
+  });
+});
+
+const DYNSET_YAML = `
+tables:
+  - family: ip
+    name: dyn
+    sets:
+      - { name: s, type: ipv4_addr, flags: [dynamic] }
+      - { name: st, type: ipv4_addr, flags: [dynamic, timeout], timeout: 1m }
+      - { name: sc, type: ipv4_addr, flags: [dynamic], statements: counter }
+    chains:
+      - name: c
+        rules:
+          - add @s { ip saddr }
+          - update @s { ip saddr } counter accept
+          - add @st { ip saddr timeout 10s }
+          - update @st { ip saddr }
+          - add @s { ip saddr counter }
+          - add @s { ip saddr limit rate 10/second counter }
+          - add @sc { ip saddr }
+`;
+
+describe('a dynset rule: the digest of what is sent is the digest of what the kernel dumps', () => {
+  it('(a timeout and flags the kernel fills in, the set id it drops, its statements as a list or one, their counters) so apply and check key none of them', async () => {
+    const ns = createNetns('rulekey-dyn');
+    const sock = open({ netns: ns.path });
+    try {
+      const cfg = parseConfig(DYNSET_YAML, 'dyn.yaml');
+      await checkOnce(sock, cfg, true);
+      const rules = cfg.tables[0]!.chains[0]!.rules;
+      const dumped = await sock.listRules({ family: 'ip', table: 'dyn', chain: 'c', digests: true });
+      const mine = rules.map((r) => ruleDigester()!(r.compiled.exprs, Uint32Array.from([r.compiled.exprs.length, ...r.compiled.exprs.keys()]), [r.compiled.userdata])[0]);
+      expect(mine.every((d) => /^[0-9a-f]{32}$/.test(d!))).toBe(true);
+      expect(dumped.map((r) => r.digest)).toEqual(mine);
+      // distinct rules, distinct digests (the normal form drops only what the kernel fills in)
+      expect(new Set(mine).size).toBe(mine.length);
+      // the kernel's copies are proved by their digests: check keys no rule
+      keyed.rules.length = 0;
+      const check = await checkOnce(sock, cfg, false);
+      expect(check.drift.flatMap((d) => d.drift)).toEqual([]);
+      expect(keyed.rules.filter((r) => r.exprs.some((e) => e.kind === 'dynset'))).toEqual([]);
+      // another timeout is another rule: found by its digest and key, and repaired
+      const h = handles(ns, 'ip', 'dyn', 'c');
+      ns.nft(`replace rule ip dyn c handle ${h[2]} add @st { ip saddr timeout 11s }\n`);
+      const drift = (await checkOnce(sock, cfg, false)).drift.flatMap((d) => d.drift);
+      expect(drift.map((d) => d.detail)).toEqual([expect.stringMatching(/^rule 3 differs/)]);
+    } finally {
+      sock.close();
+      ns.remove();
+    }
   });
 });

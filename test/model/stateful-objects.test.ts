@@ -35,12 +35,17 @@ const BLOCK = `table ip t {
   }
   synproxy s { mss 1460; wscale 7; timestamp sack-perm }
   secmark sm { "system_u:object_r:ssh_server_packet_t:s0" }
+  ct timeout ct1 {
+    protocol tcp
+    policy = { established: 100, close:5 }
+  }
   chain c1 {
     counter name "c" quota name "q" limit name "l" accept
     tcp dport 21 ct helper set "ftp"
     ct expectation set "e"
     synproxy name "s"
     meta secmark set "sm"
+    ct timeout set "ct1"
   }
 }
 `;
@@ -53,12 +58,14 @@ add ct helper ip t ftp { type "ftp" protocol tcp; }
 add ct expectation ip t e { protocol tcp; dport 21; timeout 10s; size 10; l3proto ip; }
 add synproxy ip t s { mss 1460; wscale 7; timestamp sack-perm; }
 add secmark ip t sm { "system_u:object_r:ssh_server_packet_t:s0" }
+add ct timeout ip t ct1 { protocol tcp; policy = { established: 100 }; policy = { close: 5 }; }
 add chain ip t c1
 add rule ip t c1 counter name "c" quota name "q" limit name "l" accept
 add rule ip t c1 tcp dport 21 ct helper set "ftp"
 add rule ip t c1 ct expectation set "e"
 add rule ip t c1 synproxy name "s"
 add rule ip t c1 meta secmark set "sm"
+add rule ip t c1 ct timeout set "ct1"
 `;
 
 const YAML = `tables:
@@ -72,6 +79,7 @@ const YAML = `tables:
       - { name: e, type: ct expectation, spec: "protocol tcp; dport 21; timeout 10s; size 10" }
       - { name: s, type: synproxy, spec: "mss 1460; wscale 7; timestamp sack-perm" }
       - { name: sm, type: secmark, spec: '"system_u:object_r:ssh_server_packet_t:s0"' }
+      - { name: ct1, type: ct timeout, spec: "policy = { close: 5, established: 100 }; protocol tcp" }
     chains:
       - name: c1
         rules:
@@ -80,6 +88,7 @@ const YAML = `tables:
           - ct expectation set "e"
           - synproxy name "s"
           - meta secmark set "sm"
+          - ct timeout set "ct1"
 `;
 
 describe('stateful objects in the config', () => {
@@ -100,6 +109,8 @@ describe('stateful objects in the config', () => {
       ['ct expectation', 'e', { l3proto: 2, l4proto: 6, dport: 21, timeout: 10000, size: 10 }],
       ['synproxy', 's', { mss: 1460, wscale: 7, flags: 15 }],
       ['secmark', 'sm', { ctx: 'system_u:object_r:ssh_server_packet_t:s0' }],
+      // every state's timeout, nft's own where the policy names none; no l3proto (the kernel takes the table's)
+      ['ct timeout', 'ct1', { l4proto: 6, policy: [120, 60, 100, 120, 60, 30, 120, 5, 120, 300, 300] }],
     ]);
     expect(b!.rules[0]).toEqual([
       { kind: 'objref', type: 1, name: 'c' }, { kind: 'objref', type: 2, name: 'q' }, { kind: 'objref', type: 4, name: 'l' },
@@ -137,7 +148,9 @@ describe('stateful objects in the config', () => {
       ['table ip t {\n  counter c { }\n  counter c { }\n}\n', 3, 11, /declares counter c twice/],
       ['table ip t {\n  counter c { }\n  chain x {\n    quota name "c"\n  }\n}\n', 4, 5, /quota c is not an object of table ip t/],
       ['table ip t {\n  chain x {\n    counter name "nope"\n  }\n}\n', 3, 5, /counter nope is not an object of table ip t/],
-      ['table ip t {\n  ct timeout t { protocol tcp; l3proto ip; policy = { established: 100 }; }\n}\n', 2, 17, /ct timeout objects are not supported/],
+      ['table ip t {\n  ct timeout t { protocol udp; l3proto ip; policy = { established: 100 }; }\n}\n', 2, 55, /invalid state for this protocol/],
+      ['table ip t {\n  ct timeout t { l3proto ip; }\n}\n', 2, 17, /a ct timeout needs its protocol/],
+      ['table ip t {\n  ct timeout t { protocol tcp; policy = { close: 4294968 }; }\n}\n', 2, 50, /jiffies/],
       ['table ip t {\n  counter c { comment "a"; comment "b" }\n}\n', 2, 28, /'comment' given twice/],
       ['table ip t {\n  counter c\n}\n', 2, 12, /expected '\{' after counter c/],
     ];

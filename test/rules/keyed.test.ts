@@ -167,6 +167,10 @@ export const KEYED: KeyedRule[] = [
   k('ip', 'pre', 'dnat ip to ip daddr . tcp dport map { 10.0.0.1 . 80 : 10.1.0.1 . 8080, 10.0.0.2 . 443 : 10.1.0.2 . 8443 }'),
   k('ip', 'pre', 'dnat to numgen inc mod 2 map { 0 : 10.0.0.1, 1 : 10.0.0.2 }'),
   k('ip', 'pre', 'dnat to jhash ip saddr mod 2 map { 0 : 10.0.0.1, 1 : 10.0.0.2 }'),
+  // NAT (and a store) from a map on other keys: osf name, ct zone
+  k('ip', 'pre', 'dnat to osf name map { "Linux" : 1.2.3.4 }'),
+  k('ip', 'pre', 'dnat to ct zone map { 1 : 1.2.3.4, 2 : 1.2.3.5 }'),
+  k('ip', 'pre', 'ip daddr set osf name map { "Linux" : 1.2.3.4 }'),
   k('ip', 'pre', 'dnat to ip daddr map @dm persistent'),
   k('ip', 'post', 'snat to ip saddr map { 10.0.0.1 : 192.168.0.1 }'),
   k('ip', 'post', 'meta l4proto { tcp, udp } snat ip to ip saddr . th dport map { 10.141.11.4 . 20 : 192.168.2.3 . 80 }'),

@@ -55,8 +55,10 @@ export function byChain(text: string): string {
       cur = undefined;
       continue;
     }
-    // listing: "\tchain NAME {" / "\tset NAME {" / "\tmap NAME {"; dump: "ip TABLE CHAIN" rule headers
-    const obj = /^\t(?:chain|set|map) (\S+) \{$/.exec(line) ?? /^(?:ip|ip6|inet) \S+ (\S+)$/.exec(line);
+    // listing: "\tchain NAME {" / "\tset NAME {" / "\tmap NAME {" / "\tct helper NAME {" (and the other
+    // stateful objects, which come back last too); dump: "ip TABLE CHAIN" rule headers
+    const obj = /^\t(?:chain|set|map|counter|quota|limit|synproxy|secmark|ct helper|ct timeout|ct expectation) (\S+) \{$/.exec(line)
+      ?? /^(?:ip|ip6|inet) \S+ (\S+)$/.exec(line);
     if (obj) {
       cur = { key: `${line.startsWith('\t') ? 'L' : 'D'} ${obj[1]}`, lines: [] };
       blocks.push(cur);
