@@ -41,6 +41,21 @@ const char* const kKeyNames[kKeyCount] = {
   "reaction", "handles",
 };
 
+// The socket is read by recvmmsg into kSlots slots of kSlotBytes (the kernel's notifications are
+// at most a page or two each: a longer one is reported as an overflow, see ReadAvailable), at most
+// kDatagramsPerWake datagrams per wake-up, so that a storm cannot hold the event loop; the poll is
+// level-triggered and comes straight back for the rest.
+constexpr int kSlots = 16;
+constexpr size_t kSlotBytes = 16 * 1024;
+constexpr int kDatagramsPerWake = 256;
+// A storm of commits to tables nobody watches (a neighbour's) woke the thread once or twice per
+// commit, most of its cost: after kQuietWakes wake-ups in a row, each within kGatherMs of the last,
+// that brought nothing for a watched table, the poll stops and the socket is read every kGatherMs
+// instead, until a read finds nothing or something watched. What a watched table's commit costs
+// then is at most kGatherMs more latency, and only during such a storm.
+constexpr uint64_t kGatherMs = 2;
+constexpr int kQuietWakes = 4;
+
 // One event of a trigger, as Arm is given it and as React reads it from a batch: every field ends
 // in a NUL, which no name holds, so equal strings are equal event lists.
 void AppendTrigger(std::string* out, const std::string& type, uint32_t family, const std::string& table,
@@ -94,7 +109,7 @@ NftMonitor::NftMonitor(const Napi::CallbackInfo& info)
   if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &size, sizeof(size)) < 0) {
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
   }
-  buf_.resize(256 * 1024);
+  buf_.resize(kSlots * kSlotBytes);
   callback_ = Napi::Persistent(info[1].As<Napi::Function>());
   Napi::Array keys = Napi::Array::New(env, kKeyCount);
   for (uint32_t k = 0; k < kKeyCount; k++) keys.Set(k, Napi::String::New(env, kKeyNames[k]));
@@ -110,6 +125,9 @@ NftMonitor::NftMonitor(const Napi::CallbackInfo& info)
     nl_ = nullptr;
     throw MakeNetlinkError(env, "monitor: cannot poll the event socket", EINVAL, "monitor");
   }
+  gather_ = new uv_timer_t;
+  gather_->data = this;
+  uv_timer_init(loop, gather_);
   data_ = GetAddonData(env);
   data_->live.insert(this);
 }
@@ -128,6 +146,11 @@ void NftMonitor::CloseNow() {
     uv_close(reinterpret_cast<uv_handle_t*>(poll_), [](uv_handle_t* h) { delete reinterpret_cast<uv_poll_t*>(h); });
     poll_ = nullptr;
   }
+  if (gather_ != nullptr) {
+    uv_timer_stop(gather_);
+    uv_close(reinterpret_cast<uv_handle_t*>(gather_), [](uv_handle_t* h) { delete reinterpret_cast<uv_timer_t*>(h); });
+    gather_ = nullptr;
+  }
   if (nl_ != nullptr) mnl_socket_close(nl_), nl_ = nullptr;
 }
 
@@ -138,11 +161,13 @@ Napi::Value NftMonitor::Close(const Napi::CallbackInfo& info) {
 
 Napi::Value NftMonitor::Ref(const Napi::CallbackInfo& info) {
   if (poll_ != nullptr) uv_ref(reinterpret_cast<uv_handle_t*>(poll_));
+  if (gather_ != nullptr) uv_ref(reinterpret_cast<uv_handle_t*>(gather_));
   return info.Env().Undefined();
 }
 
 Napi::Value NftMonitor::Unref(const Napi::CallbackInfo& info) {
   if (poll_ != nullptr) uv_unref(reinterpret_cast<uv_handle_t*>(poll_));
+  if (gather_ != nullptr) uv_unref(reinterpret_cast<uv_handle_t*>(gather_));
   return info.Env().Undefined();
 }
 
@@ -325,63 +350,124 @@ void NftMonitor::Deliver(Napi::Env env, Napi::Function cb, napi_value* keys, Mon
 
 void NftMonitor::OnReadable(uv_poll_t* handle, int status, int events) {
   auto* self = static_cast<NftMonitor*>(handle->data);
-  self->ReadAvailable();
+  int datagrams = 0;
+  bool bounded = false;
+  bool concerned = self->ReadAvailable(&datagrams, &bounded);
   // libuv stops a poll whose socket reports an error (POLLERR, here ENOBUFS after an overflow) and
   // says UV_EBADF; the read above took the error and reported the overflow: poll on.
   if (status < 0 && !self->closed_ && self->poll_ == handle && !self->failed_) uv_poll_start(handle, UV_READABLE, OnReadable);
+  self->Gather(concerned, datagrams, bounded);
 }
 
-void NftMonitor::ReadAvailable() {
-  if (closed_) return;
-  // At most this many datagrams per wake-up, so that a storm cannot hold the event loop; the poll
-  // is level-triggered and comes straight back for the rest.
-  constexpr int kDatagramsPerWake = 64;
+void NftMonitor::OnGathered(uv_timer_t* handle) {
+  auto* self = static_cast<NftMonitor*>(handle->data);
+  self->gathering_ = false;
+  int datagrams = 0;
+  bool bounded = false;
+  bool concerned = self->ReadAvailable(&datagrams, &bounded);
+  if (self->closed_ || self->failed_ || self->poll_ == nullptr) return;
+  // Still a storm of nothing watched: read again after the same wait.
+  if (!concerned && datagrams > 0 && !bounded) {
+    uv_timer_start(handle, OnGathered, kGatherMs, 0);
+    self->gathering_ = true;
+    return;
+  }
+  self->quietWakes_ = 0;
+  uv_poll_start(self->poll_, UV_READABLE, OnReadable);
+}
+
+void NftMonitor::Gather(bool concerned, int datagrams, bool bounded) {
+  if (closed_ || failed_ || poll_ == nullptr || gather_ == nullptr || gathering_) return;
+  const uint64_t now = uv_now(gather_->loop);
+  if (concerned || datagrams == 0 || bounded) {
+    quietWakes_ = 0;
+    lastWakeMs_ = now;
+    return;
+  }
+  quietWakes_ = now - lastWakeMs_ <= kGatherMs ? quietWakes_ + 1 : 1;
+  lastWakeMs_ = now;
+  if (quietWakes_ < kQuietWakes) return;
+  uv_poll_stop(poll_);
+  uv_timer_start(gather_, OnGathered, kGatherMs, 0);
+  gathering_ = true;
+}
+
+bool NftMonitor::ReadAvailable(int* datagrams, bool* bounded) {
+  *datagrams = 0;
+  *bounded = false;
+  if (closed_) return false;
   std::vector<std::unique_ptr<MonitorBatch>> done;
   int fd = mnl_socket_get_fd(nl_);
-  for (int i = 0; i < kDatagramsPerWake; i++) {
-    sockaddr_nl from = {};
-    socklen_t fromLen = sizeof(from);
-    ssize_t n = recvfrom(fd, buf_.data(), buf_.size(), MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&from), &fromLen);
+  auto overflow = [&] {
+    auto b = std::make_unique<MonitorBatch>();
+    b->overflow = true;
+    batcher_.Overflow();
+    delivered_++;
+    DisarmNow();
+    done.push_back(std::move(b));
+  };
+  mmsghdr msgs[kSlots];
+  iovec iov[kSlots];
+  sockaddr_nl from[kSlots];
+  int read = 0;
+  while (read < kDatagramsPerWake) {
+    for (int i = 0; i < kSlots; i++) {
+      iov[i] = {buf_.data() + i * kSlotBytes, kSlotBytes};
+      msgs[i] = {};
+      msgs[i].msg_hdr.msg_name = &from[i];
+      msgs[i].msg_hdr.msg_namelen = sizeof(from[i]);
+      msgs[i].msg_hdr.msg_iov = &iov[i];
+      msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+    int n = recvmmsg(fd, msgs, kSlots, MSG_DONTWAIT, nullptr);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;
       if (errno == ENOBUFS) {
-        auto b = std::make_unique<MonitorBatch>();
-        b->overflow = true;
-        batcher_.Overflow();
-        delivered_++;
-        DisarmNow();
-        done.push_back(std::move(b));
+        overflow();
         continue;
       }
       failed_ = true;
       break;
     }
-    // Only the kernel speaks for nf_tables; a process with CAP_NET_ADMIN can
-    // also send to the multicast group, and its datagrams are not events.
-    if (from.nl_pid != 0) continue;
+    read += n;
     timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     const double receivedNs = static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
-    const nlmsghdr* nlh = reinterpret_cast<const nlmsghdr*>(buf_.data());
-    int len = static_cast<int>(n);
-    for (; MessageOk(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
-      std::unique_ptr<MonitorBatch> b = batcher_.Feed(nlh, filter_);
-      if (b) delivered_++;
-      if (b) {
-        b->receivedNs = receivedNs;
-        done.push_back(std::move(b));
+    for (int i = 0; i < n; i++) {
+      // Only the kernel speaks for nf_tables; a process with CAP_NET_ADMIN can
+      // also send to the multicast group, and its datagrams are not events.
+      if (from[i].nl_pid != 0) continue;
+      // Longer than a slot: its end is lost, and with it perhaps events. As if the kernel had dropped it.
+      if (msgs[i].msg_hdr.msg_flags & MSG_TRUNC) {
+        overflow();
+        continue;
+      }
+      const nlmsghdr* nlh = reinterpret_cast<const nlmsghdr*>(iov[i].iov_base);
+      int len = static_cast<int>(msgs[i].msg_len);
+      for (; MessageOk(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
+        std::unique_ptr<MonitorBatch> b = batcher_.Feed(nlh, filter_);
+        if (b) delivered_++;
+        if (b) {
+          b->receivedNs = receivedNs;
+          done.push_back(std::move(b));
+        }
       }
     }
+    // Fewer than asked: the socket is empty, and what comes later wakes the poll again.
+    if (n < kSlots) break;
   }
+  *datagrams = read;
+  *bounded = read >= kDatagramsPerWake;
+  const bool concerned = !done.empty() || batcher_.pending();
   // A socket error other than the above ends the monitor's reading.
   if (failed_ && poll_ != nullptr) uv_poll_stop(poll_);
-  if (done.empty()) return;
+  if (done.empty()) return concerned;
   Napi::Env env = Env();
   Napi::HandleScope scope(env);
   // A local handle roots the wrapper: no collection can finalize this object while JavaScript runs.
   Napi::Object self = Value();
-  if (self.IsEmpty()) return;
+  if (self.IsEmpty()) return concerned;
   Napi::Function cb = callback_.Value();
   napi_value keys[kKeyCount] = {};
   // One callback scope for the batches of this wake-up: promise jobs run after the last of them, so
@@ -400,6 +486,7 @@ void NftMonitor::ReadAvailable() {
       napi_fatal_exception(env, e.Value());
     }
   }
+  return concerned;
 }
 
 // arm(socket, generation, reactions): reactions prepared by the caller, each
