@@ -7,6 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <linux/netfilter/nf_tables.h>
+#include <linux/filter.h>
 #include <linux/netfilter/nfnetlink.h>
 
 #include <cerrno>
@@ -100,6 +101,7 @@ NftMonitor::NftMonitor(const Napi::CallbackInfo& info)
     int e = errno;
     throw MakeNetlinkError(env, step + ": " + std::strerror(e), e, "monitor");
   }
+  AttachKernelFilter();
   int fd = mnl_socket_get_fd(nl_);
   // A foreign storm should not overflow us; if it still does we see ENOBUFS. A test can ask for a
   // small buffer (6th argument, bytes) to make the kernel overflow it. While JavaScript runs (a big
@@ -196,9 +198,103 @@ void NftMonitor::ParseFilter(Napi::Env env, const Napi::Value& tables, const Nap
   filter_.ignorePorts = std::move(ports);
 }
 
+namespace {
+// A classic BPF program (a socket filter) that drops a datagram holding exactly one notification,
+// of a table, chain, rule, set, element, object or flowtable, whose table (attribute 1, the first
+// the kernel writes in every one of those messages) is none of `tables`: what EventFilter would
+// drop after reading it. Anything else is kept: NEWGEN (the generation's progress), every table
+// deletion, other messages, a datagram of several messages, one whose first attribute is not the
+// table. The kernel runs it in the committer's context, so a neighbour's notifications are never
+// queued to this socket or read by it. A load past the datagram's end would drop it: every load is
+// after a length check.
+std::vector<sock_filter> KernelFilter(const std::set<std::pair<uint32_t, std::string>>& tables) {
+  constexpr uint32_t kKeep = 0xffffffff;
+  std::vector<sock_filter> p;
+  auto op = [&](uint16_t code, uint32_t k, uint8_t jt = 0, uint8_t jf = 0) { p.push_back({code, jt, jf, k}); };
+  // Keep unless A == k (then skip the keep).
+  auto keepUnless = [&](uint16_t jump, uint32_t k) {
+    op(BPF_JMP | jump | BPF_K, k, 1, 0);
+    op(BPF_RET | BPF_K, kKeep);
+  };
+  constexpr uint32_t kHead = sizeof(nlmsghdr) + sizeof(nfgenmsg);  // 20: the first attribute
+  op(BPF_LD | BPF_W | BPF_LEN, 0);
+  keepUnless(BPF_JGE, kHead + 4);
+  op(BPF_LD | BPF_B | BPF_ABS, 5);  // nlmsg_type's high byte (little-endian): the subsystem
+  keepUnless(BPF_JEQ, NFNL_SUBSYS_NFTABLES);
+  op(BPF_LD | BPF_B | BPF_ABS, 4);  // the message type
+  const uint8_t objects[] = {NFT_MSG_NEWTABLE, NFT_MSG_NEWCHAIN, NFT_MSG_DELCHAIN, NFT_MSG_NEWRULE, NFT_MSG_DELRULE,
+                             NFT_MSG_NEWSET, NFT_MSG_DELSET, NFT_MSG_NEWSETELEM, NFT_MSG_DELSETELEM, NFT_MSG_NEWOBJ,
+                             NFT_MSG_DELOBJ, NFT_MSG_NEWFLOWTABLE, NFT_MSG_DELFLOWTABLE};
+  const size_t n = sizeof(objects);
+  for (size_t i = 0; i < n; i++) op(BPF_JMP | BPF_JEQ | BPF_K, objects[i], static_cast<uint8_t>(n - i), 0);
+  op(BPF_RET | BPF_K, kKeep);
+  // One message: nlmsg_len (little-endian, under 64 KiB) is the datagram's length.
+  op(BPF_LD | BPF_H | BPF_ABS, 2);
+  keepUnless(BPF_JEQ, 0);
+  op(BPF_LD | BPF_B | BPF_ABS, 1);
+  op(BPF_ALU | BPF_LSH | BPF_K, 8);
+  op(BPF_MISC | BPF_TAX, 0);
+  op(BPF_LD | BPF_B | BPF_ABS, 0);
+  op(BPF_ALU | BPF_ADD | BPF_X, 0);
+  op(BPF_MISC | BPF_TAX, 0);
+  op(BPF_LD | BPF_W | BPF_LEN, 0);
+  op(BPF_JMP | BPF_JEQ | BPF_X, 0, 1, 0);
+  op(BPF_RET | BPF_K, kKeep);
+  // The first attribute is the table's name (type 1; loads are big-endian, the header little).
+  op(BPF_LD | BPF_H | BPF_ABS, kHead + 2);
+  keepUnless(BPF_JEQ, 0x0100);
+  for (const auto& [family, name] : tables) {
+    const uint32_t len = static_cast<uint32_t>(name.size()) + 1;  // with its NUL; the kernel zeroes the padding
+    const uint32_t words = (len + 3) / 4;
+    std::vector<sock_filter> b;
+    auto jumpOut = [&](uint16_t code, uint32_t k) { b.push_back({static_cast<uint16_t>(BPF_JMP | code | BPF_K), 0, 0, k}); };
+    b.push_back({BPF_LD | BPF_W | BPF_LEN, 0, 0, 0});
+    jumpOut(BPF_JGE, kHead + 4 + 4 * words);
+    b.push_back({BPF_LD | BPF_B | BPF_ABS, 0, 0, 16});  // nfgen_family
+    jumpOut(BPF_JEQ, family);
+    b.push_back({BPF_LD | BPF_H | BPF_ABS, 0, 0, kHead});  // nla_len, byte-swapped
+    const uint32_t nlaLen = 4 + len;
+    jumpOut(BPF_JEQ, ((nlaLen & 0xff) << 8) | (nlaLen >> 8));
+    for (uint32_t w = 0; w < words; w++) {
+      uint32_t word = 0;
+      for (uint32_t i = 0; i < 4; i++) {
+        const size_t at = 4 * w + i;
+        word = (word << 8) | (at < name.size() ? static_cast<uint8_t>(name[at]) : 0);
+      }
+      b.push_back({BPF_LD | BPF_W | BPF_ABS, 0, 0, kHead + 4 + 4 * w});
+      jumpOut(BPF_JEQ, word);
+    }
+    b.push_back({BPF_RET | BPF_K, 0, 0, kKeep});
+    // Every test jumps past the block when it fails (the block is at most 5 + 2 * 64 long).
+    for (size_t i = 0; i + 1 < b.size(); i++) {
+      if (BPF_CLASS(b[i].code) == BPF_JMP) b[i].jf = static_cast<uint8_t>(b.size() - i - 1);
+    }
+    p.insert(p.end(), b.begin(), b.end());
+  }
+  op(BPF_RET | BPF_K, 0);
+  return p;
+}
+}  // namespace
+
+void NftMonitor::AttachKernelFilter() {
+  if (nl_ == nullptr) return;
+  int fd = mnl_socket_get_fd(nl_);
+  if (filter_.allTables) {
+    setsockopt(fd, SOL_SOCKET, SO_DETACH_FILTER, nullptr, 0);
+    return;
+  }
+  std::vector<sock_filter> program = KernelFilter(filter_.tables);
+  sock_fprog prog = {static_cast<unsigned short>(program.size()), program.data()};
+  // Refused (a kernel without socket filters, too long a program): EventFilter drops them after reading.
+  if (program.size() > BPF_MAXINSNS || setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof(prog)) < 0) {
+    setsockopt(fd, SOL_SOCKET, SO_DETACH_FILTER, nullptr, 0);
+  }
+}
+
 // setFilter(tables: [family, name][] | null, ignorePorts: number[])
 Napi::Value NftMonitor::SetFilter(const Napi::CallbackInfo& info) {
   ParseFilter(info.Env(), info[0], info[1]);
+  AttachKernelFilter();
   return info.Env().Undefined();
 }
 

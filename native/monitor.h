@@ -48,6 +48,8 @@ class NftMonitor : public Napi::ObjectWrap<NftMonitor>, public Closeable {
   bool React(MonitorBatch* b);
   void DisarmNow();
   void ParseFilter(Napi::Env env, const Napi::Value& tables, const Napi::Value& ignorePorts);
+  // Has the kernel drop, before they are queued, the notifications the filter would drop (see monitor.cc).
+  void AttachKernelFilter();
   static void OnReadable(uv_poll_t* handle, int status, int events);
   static void OnGathered(uv_timer_t* handle);
   // Reads what the socket holds (up to a bound per wake-up) and calls back once per finished batch.
