@@ -185,6 +185,36 @@ describe('monitor', () => {
     });
   });
 
+  it('tells watched tables from others by family and whole name, whatever its length (the kernel drops the others)', async () => {
+    await withNetns(async (ns) => {
+      const s = open({ netns: ns.path });
+      const inbox = new Inbox();
+      const long = 'a-table-name-of-exactly-forty-bytes-xyz1';
+      const watched = [{ family: 'ip', name: 'abc' }, { family: 'inet', name: 'abcd' }, { family: 'ip6', name: long }] as const;
+      const others = [['ip', 'ab'], ['ip', 'abcd'], ['ip', 'abcde'], ['inet', 'abc'], ['ip6', long.slice(0, -1)], ['ip6', `${long}z`], ['ip', long]];
+      const m = new Monitor({ netns: ns.path, tables: [...watched], ignorePorts: [s.portId], onBatch: inbox.push });
+      try {
+        for (const [f, t] of [...watched.map((w) => [w.family, w.name]), ...others]) ns.nft(`add table ${f} ${t}; add chain ${f} ${t} c`);
+        // The tables' creation was watched for three of them: drain it.
+        await until('the set-up seen', () => inbox.all.length > 0);
+        await new Promise((r) => setTimeout(r, 100));
+        while (inbox.pending > 0) await inbox.next();
+        for (const w of watched) {
+          for (const [f, t] of others) ns.nft(`add rule ${f} ${t} c counter`);
+          ns.nft(`add rule ${w.family} ${w.name} c counter`);
+          const b = await inbox.next();
+          expect(b.events).toEqual([expect.objectContaining({ type: 'newrule', family: w.family, table: w.name, name: 'c' })]);
+        }
+        // A table deletion is always seen, watched or not.
+        ns.nft('delete table ip abcde');
+        expect((await inbox.next()).events).toEqual([expect.objectContaining({ type: 'deltable', table: 'abcde' })]);
+      } finally {
+        m.close();
+        s.close();
+      }
+    }, 'mon-names');
+  });
+
   it('a storm of commits to other tables, read in gathers, loses nothing: each watched commit comes whole, the run unbroken', async () => {
     await withNetns(async (ns) => {
       const s = open({ netns: ns.path });
