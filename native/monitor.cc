@@ -54,7 +54,7 @@ constexpr int kDatagramsPerWake = 256;
 // that brought nothing for a watched table, the poll stops and the socket is read every kGatherMs
 // instead, until a read finds nothing or something watched. What a watched table's commit costs
 // then is at most kGatherMs more latency, and only during such a storm.
-constexpr uint64_t kGatherMs = 2;
+constexpr uint64_t kGatherMs = 5;
 constexpr int kQuietWakes = 4;
 
 // One event of a trigger, as Arm is given it and as React reads it from a batch: every field ends
