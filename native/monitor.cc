@@ -299,9 +299,17 @@ Napi::Value NftMonitor::SetFilter(const Napi::CallbackInfo& info) {
 }
 
 // progress(): [last NEWGEN seen, start of the run of whole commits (0: none), batches delivered],
-// read together: every batch of a commit up to that generation is counted.
+// read together: every batch of a commit up to that generation is counted. A caller asking means
+// to wait for the monitor to catch up with the kernel (the tick's pass, the mirror's proof): a
+// gather (see Gather) ends, and the poll reads the socket on the next turn of the loop.
 Napi::Value NftMonitor::Progress(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
+  if (gathering_ && !closed_ && !failed_ && poll_ != nullptr && gather_ != nullptr) {
+    uv_timer_stop(gather_);
+    gathering_ = false;
+    quietWakes_ = 0;
+    uv_poll_start(poll_, UV_READABLE, OnReadable);
+  }
   Napi::Array out = Napi::Array::New(env, 3);
   out.Set(0u, batcher_.lastGeneration());
   out.Set(1u, batcher_.runStart());
