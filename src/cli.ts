@@ -106,7 +106,8 @@ export async function main(argv: string[], io: Out = {
     .action(async (o: { config: string; includePath?: string[]; json?: boolean; progress?: boolean }) => {
       let config;
       const progress = new Progress(io, o.progress);
-      const { anyInterface, countRules, loadConfig } = await configs();
+      const { anyInterface, loadConfig } = await configs();
+      const { countRules } = await import('./model/desired.js');
       try {
         config = loadConfig(o.config, { interfaces: anyInterface(), includePath: o.includePath });
         progress.step(() => `${o.config}: ${plural(countRules(config!.tables), 'rule')} compiled`);
@@ -425,7 +426,7 @@ async function oneShotLocked(o: OneShotOptions, config: import('./config/config.
   progress: Progress): Promise<number> {
   // Registered owners are desired state too; a corrupt state file stops here, before the kernel.
   const owners = config.owners ? (await import('./owners/state-file.js')).loadOwners(config) : [];
-  const { countRules } = await configs();
+  const { countRules } = await import('./model/desired.js');
   progress.step(() => `${o.config}: ${plural(config.tables.length, 'table')}, ${plural(countRules(config.tables), 'rule')} compiled`);
   const { checkOnce, renderDrift } = { ...await oneshot(), ...await import('./keeper/render-drift.js') };
   const sock = new (await netlink()).NftSocket({ netns: o.netns });

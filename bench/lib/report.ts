@@ -275,7 +275,7 @@ function s6Section(s6: S6Row[]): string[] {
       '`bench/probe.ts`, with its own socket, deletes the middle rule and waits on the nftables multicast group for the keeper\'s commit that adds it back ' +
       '(clock: just before the probe\'s own deletion commit → that notification received in the probe\'s JavaScript); the chain is read back after every sample and must hold the same rules in the same order. ' +
       '**one desired change**: an in-process keeper\'s `setConfig()` with the middle rule changed (two precompiled configs alternating). ' +
-      'Beside them, same namespace, own tables: `nft add rule … position H` (one exec putting the deleted middle rule back), ' +
+      'After them, same namespace, each on its own table and alone there (the table the keeper kept and those of the other drivers removed first): `nft add rule … position H` (one exec putting the deleted middle rule back), ' +
       '`nft -f` of a flush-and-rewrite (kube-proxy\'s full sync), `iptables-nft-restore --noflush` with one `-I S6 K` (each after a deletion of the middle rule). ' +
       '**kernel floor**: what the probe\'s sample cannot go below: one socket commits the deletion of the middle rule, then its re-add at its position, back to back ' +
       '(every commit that touches a chain rebuilds that chain\'s rule blob, so each costs time linear in the chain\'s rules, whoever sends it).', '',

@@ -11,10 +11,13 @@
  * - one desired change: an in-process Keeper's setConfig() with one rule in
  *   the middle changed (alternating two precompiled configs), including its
  *   verify pass;
- * - beside them, in the same run and namespace, on their own tables: one
- *   `nft add rule … position H` exec putting one deleted rule back, `nft -f`
- *   of a flush-and-rewrite of the chain (kube-proxy's full sync), and
- *   `iptables-nft-restore --noflush` with one `-I CHAIN K`;
+ * - after them, in the same run and namespace, each on its own table and alone
+ *   in the namespace (the keeper's table and every other driver's removed first:
+ *   nft reads what a namespace holds into its cache, so a table left beside it
+ *   would be timed too): one `nft add rule … position H` exec putting one
+ *   deleted rule back, `nft -f` of a flush-and-rewrite of the chain
+ *   (kube-proxy's full sync), and `iptables-nft-restore --noflush` with one
+ *   `-I CHAIN K`;
  * - the kernel's floor for the probe's sample: one socket deleting the middle
  *   rule and re-adding it at its position, two commits back to back (every
  *   commit that touches a chain rebuilds that chain's rule blob, so each costs
@@ -170,7 +173,8 @@ export async function runS6(o: S6Options): Promise<S6Row[]> {
           o.log(`    N = ${n.toLocaleString('en-US')}: one-rule repair from outside p50 ${(repair.median / 1000).toFixed(3)} ms, ` +
             `p99 ${(repair.p99 / 1000).toFixed(3)} ms (${repair.n} samples)`);
 
-          // exec drivers on their own tables
+          // exec drivers on their own tables, each alone in the namespace
+          await sock.commit(new Batch().delete('table', { family: 'ip', name: TABLE }));
           const nftText = Array.from({ length: n }, (_, i) => `add rule ip cmp c ${ruleText(i)}`).join('\n');
           ns.exec('nft', ['-f', '-'], `add table ip cmp\nadd chain ip cmp c { type nat hook postrouting priority srcnat; }\n${nftText}\n`);
           const floor: number[] = [];
@@ -207,6 +211,9 @@ export async function runS6(o: S6Options): Promise<S6Row[]> {
               `*nat\n-I S6 ${index + 1} -s ${addr(index)}/32 -d 192.0.2.1/32 -j RETURN\nCOMMIT\n`));
             if (await count(sock, 'nat', 'S6') !== n) throw new Error('S6: iptables-nft-restore did not restore the chain');
           }
+          await sock.commit(new Batch().delete('table', { family: 'ip', name: 'nat' }));
+          const left = await sock.listTables();
+          if (left.length > 0) throw new Error(`S6: tables left before the element columns: ${left.map((t) => t.name).join(', ')}`);
           const row: S6Row = {
             n, install: summarize(installs), installOps, repair, change: summarize(changes), changeOps,
             nftPosition: summarize(nftPosition), nftRewrite: summarize(nftRewrite), iptRestoreInsert: summarize(ipt),

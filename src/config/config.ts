@@ -17,8 +17,9 @@ import { listLinks } from '../netlink/link.js';
 import { GC_SCHEMA, type GcConfig } from './gc.js';
 import { OWNERS_SCHEMA, type OwnersConfig } from './owners.js';
 import { readNftFile } from './nftfile.js';
-import { buildSet, SET_SCHEMA, type SetConfig } from './sets.js';
-import { buildObject, OBJ_SCHEMA, type ObjConfig } from './stateful-objects.js';
+import { buildSet, SET_SCHEMA, type SetConfig } from '../model/sets.js';
+import { buildObject, OBJ_SCHEMA, type ObjConfig } from '../model/stateful-objects.js';
+import { countRules, type ChainConfig, type TableConfig } from '../model/desired.js';
 import { objectsUsed } from '../rules/objref.js';
 import { SET_F, type NftSet } from '../netlink/objects.js';
 
@@ -105,30 +106,6 @@ export const CONFIG_SCHEMA = z.strictObject({
   owners: OWNERS_SCHEMA.optional(),
 });
 
-export interface ChainConfig {
-  name: string;
-  /** Base chains have all of type, hook and priority. */
-  base?: { type: ChainType; hook: Hook; priority: number; policy: 'accept' | 'drop' };
-  rules: { text: string; compiled: CompiledRule }[];
-  /** NFTA_CHAIN_USERDATA: the chain's comment as nft encodes it. */
-  userdata?: Hex;
-}
-
-export interface TableConfig {
-  family: Family;
-  name: string;
-  protect: boolean;
-  /** `flags dormant`: the table holds its chains unhooked (NFT_TABLE_F_DORMANT). */
-  dormant?: boolean;
-  /** NFTA_TABLE_USERDATA: the table's comment as nft encodes it. */
-  userdata?: Hex;
-  /** Named sets and maps, in the order they were written (the order nft creates them in). None: the table has none. */
-  sets?: SetConfig[];
-  /** Named stateful objects, in the order they were written. None: the table has none. */
-  objects?: ObjConfig[];
-  chains: ChainConfig[];
-}
-
 export interface Config {
   file: string;
   /** The env files read for ${NAME} substitution, and the variables used. */
@@ -171,13 +148,6 @@ export interface LoadOptions {
 
 /** A config file larger than this is refused before it is parsed. */
 export const MAX_CONFIG_BYTES = 32 << 20;
-/** The rules of `tables`, counted chain by chain (a raw document's or a loaded config's). */
-export function countRules(tables: readonly { chains: readonly { rules: readonly unknown[] }[] }[]): number {
-  let n = 0;
-  for (const t of tables) for (const c of t.chains) n += c.rules.length;
-  return n;
-}
-
 /** Rules in one config at most (the bench's largest is 100,000). */
 export const MAX_CONFIG_RULES = 250_000;
 

@@ -12,8 +12,8 @@ import type { NftSet, SetElement } from '../netlink/objects.js';
 import { SET_F, TABLE_F, type Table } from '../netlink/objects.js';
 import type { NftSocket } from '../netlink/socket.js';
 import { commentOf, renderRule, setResolver, type InterfaceResolver } from '../rules/index.js';
-import { kernelSetDecl, type RawSet } from './sets.js';
-import { rawObjectOf, type RawObj } from './stateful-objects.js';
+import { kernelSetDecl, type RawSet } from '../model/sets.js';
+import { rawObjectOf, type RawObj } from '../model/stateful-objects.js';
 
 export type ExportFormat = 'nft' | 'yaml';
 

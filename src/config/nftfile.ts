@@ -19,8 +19,8 @@
  */
 import { ConfigError } from '../base/errors.js';
 import { expandNft, type Expanded } from './nftexpand.js';
-import type { RawSet } from './sets.js';
-import type { RawObj } from './stateful-objects.js';
+import type { RawSet } from '../model/sets.js';
+import type { RawObj } from '../model/stateful-objects.js';
 
 /** The YAML schema's input shape (src/config/config.ts checks it). */
 export interface RawChain {

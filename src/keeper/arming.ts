@@ -1,16 +1,13 @@
 /**
  * The monitor's armed reactions (NftWatch.arm): the keeper decides ahead of time how it would answer
  * another writer's deletion of each owned rule, and hands the monitor the batch its planner
- * (Mirror.plan) would commit, keyed by the event that deletion shows; the monitor commits it on the
+ * (KernelView.plan) would commit, keyed by the event that deletion shows; the monitor commits it on the
  * event's wake-up, before any JavaScript runs. The monitor only matches events and sends bytes:
  * which commits get a reaction, what it commits and when the arm ends are decided here. This keeps
  * track of whether the monitor holds a current arm.
  */
-import { performance } from 'node:perf_hooks';
-import type { EventKey, MonitorBatch, Reaction } from '../netlink/events.js';
+import type { EventKey, Reaction } from '../netlink/events.js';
 import type { Op } from '../netlink/ops.js';
-import type { Mirror } from './mirror.js';
-import type { MirrorPlan } from './mirror-plan.js';
 import type { KeeperState } from './state.js';
 
 /** Owned rules up to which the monitor is armed with their repairs. */
@@ -33,17 +30,17 @@ export class Arming {
 
   /**
    * Arms the monitor (Monitor.arm) with the repair of a foreign deletion of each owned rule, while
-   * the mirror is exact and clean at the monitor's last generation and the event repair would
+   * the view is exact and clean at the monitor's last generation and the event repair would
    * repair at once (no pass running, no fight delay, no retired table): the repair then costs the
    * event's wake-up and the commit, no JavaScript before it. Small rulesets only (ARM_MAX_RULES).
    */
   arm(): void {
-    const { mirror, monitor } = this.k;
+    const { view, monitor } = this.k;
     if (!this.allowed() || !monitor?.progress) return;
     const p = monitor.progress();
-    if (p.lastGeneration === this.k.refusedAt || !mirror!.exactAt(p.lastGeneration, p)) return;
+    if (p.lastGeneration === this.k.refusedAt || !view.exactAt(p.lastGeneration, p)) return;
     // Not again at a generation where it could not (an addon without it, a socket it cannot use): the tick asks each second.
-    if (p.lastGeneration === this.failedAt || !mirror!.clean(ARM_MAX_RULES)) return;
+    if (p.lastGeneration === this.failedAt || !view.clean(ARM_MAX_RULES)) return;
     // Nothing touched the owned tables since the last arm (the pass in between committed nothing there): take it up.
     if (monitor.resume?.()) {
       this.armed = true;  // at the armedAt it had
@@ -53,12 +50,12 @@ export class Arming {
   }
 
   /**
-   * Arms the monitor again after a repair of ours that made `generation`, the mirror's own (it took
+   * Arms the monitor again after a repair of ours that made `generation`, the view's own (it took
    * the commit's echoed handles): the monitor has not read that commit yet, and skips it.
    */
   rearm(generation: number): void {
-    const mirror = this.k.mirror;
-    if (!this.allowed() || mirror!.generation !== generation || !mirror!.clean(ARM_MAX_RULES)) {
+    const view = this.k.view;
+    if (!this.allowed() || view.generation !== generation || !view.clean(ARM_MAX_RULES)) {
       this.disarm();
       return;
     }
@@ -108,7 +105,7 @@ export class Arming {
    */
   private allowed(): boolean {
     const k = this.k;
-    if (k.stopped || this.busy() || !k.mirror?.valid || !k.monitor?.arm || !k.sock || k.retired.length > 0) return false;
+    if (k.stopped || this.busy() || !k.view.valid || !k.monitor?.arm || !k.sock || k.retired.length > 0) return false;
     const wait = k.fight.waitFrom(performance.now());
     if (wait > 0 && this.afterFight === undefined) {
       this.afterFight = setTimeout(() => {
@@ -119,7 +116,7 @@ export class Arming {
     return wait === 0;
   }
 
-  /** Arms at `generation`, where the mirror is the kernel's state and clean. */
+  /** Arms at `generation`, where the view is the kernel's state and clean. */
   private armAt(generation: number): void {
     const { monitor, sock } = this.k;
     this.armed = false;
@@ -142,52 +139,26 @@ export class Arming {
 
   /**
    * Per owned rule, the deletion of that rule alone by another writer and what the keeper's
-   * planner commits after it: the mirror follows that commit (Mirror.apply), plans (Mirror.plan),
-   * and is put back by taking the plan as committed with the rule's old handle (Mirror.learnCommit),
-   * its generation and count of applied batches restored. The mirror is clean here, so the plan
-   * re-adds that rule where it stood.
+   * planner commits after it (KernelView.planAfter: the view follows that commit, plans, and is put
+   * back as it was). The view is clean here, so the plan re-adds that rule where it stood.
    */
   private plan(): Reaction[] {
-    const { mirror, sock, desired } = this.k;
-    const m = mirror!;
+    const { view, sock, desired } = this.k;
     const reactions: Reaction[] = [];
     for (const t of desired) {
       for (const c of t.chains) {
-        const handles = m.handlesOf(t.family, t.name, c.name);
-        if (!handles) throw new Error(`the mirror does not hold chain ${t.family} ${t.name} ${c.name}`);
+        const handles = view.handlesOf(t.family, t.name, c.name);
+        if (!handles) throw new Error(`the view does not hold chain ${t.family} ${t.name} ${c.name}`);
         for (const handle of handles) {
           const on: EventKey = { type: 'delrule', family: t.family, table: t.name, name: c.name, handle };
-          const plan = planAfter(m, on, sock!.portId);
+          const plan = view.planAfter(on, sock!.portId);
           // A rule that brings anonymous sets takes them with it: its deletion's commit also shows
-          // the sets' deletions, by names the mirror does not keep, so no reaction could match it.
+          // the sets' deletions, by names the view does not keep, so no reaction could match it.
           if (plan.batch.length === 1) reactions.push({ on: [on], ops: plan.batch.ops });
         }
       }
     }
     return reactions;
-  }
-}
-
-/** See Arming.plan. Throws, with the mirror invalidated, if the mirror does not follow as it must. */
-function planAfter(m: Mirror, on: EventKey, ownPort: number): MirrorPlan {
-  const { generation, applied } = m;
-  const deleted: MonitorBatch = {
-    overflow: false, truncated: false, foreign: true, generation: generation + 1, since: generation + 1,
-    events: [{ ...on, portId: 0 }],
-  };
-  try {
-    const plan = m.apply(deleted, ownPort) === 'changed' ? m.plan() : undefined;
-    const add = typeof plan === 'object' && plan.expected.length === 1 ? plan.expected[0]! : undefined;
-    if (typeof plan !== 'object' || !add || !('add' in add)) throw new Error('the plan is not one rule re-added');
-    m.expect(generation + 2, plan.expected);
-    if (!m.learnCommit(generation + 2, new Map([[add.op, on.handle!]]))) throw new Error('the mirror could not take the handle back');
-    return plan;
-  } catch (e) {
-    m.invalidate(`arming the monitor: after a deletion of rule handle ${on.handle} in ${on.table} ${on.name}, ${(e as Error).message}`);
-    throw e;
-  } finally {
-    m.generation = generation;
-    m.applied = applied;
   }
 }
 

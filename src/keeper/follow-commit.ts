@@ -4,8 +4,8 @@
  * handles the look saw, with the handles the kernel echoed for its new rules, or, for a batch too
  * big to echo, the handles and digests read of the chains it added rules to (readAddedChains).
  */
-import type { ChainConfig, TableConfig } from '../config/config.js';
-import type { SetConfig } from '../config/sets.js';
+import type { ChainConfig, TableConfig } from '../model/desired.js';
+import type { SetConfig } from '../model/sets.js';
 import type { Batch } from '../netlink/batch.js';
 import type { CommitResult, NftConn } from '../netlink/conn.js';
 import type { Family } from '../netlink/expr.js';

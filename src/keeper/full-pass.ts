@@ -1,20 +1,17 @@
 /**
  * The full pass: Reconciler.once over the owned tables (from the known state, by digests, or a
  * dump), the path every cause can take and the only one for start-up, reloads that change rules
- * and retired tables. A look that found everything as desired seeds the event mirror.
+ * and retired tables. A look that found everything as desired seeds the view's events.
  */
-import { performance } from 'node:perf_hooks';
-import { countRules, type TableConfig } from '../config/config.js';
+import { countRules } from '../model/desired.js';
 import { describeOp } from '../netlink/ops.js';
 import { COLLECT_BEFORE_OPS, collectGarbage } from '../base/heap.js';
 import { ownerIdsOf } from '../owners/index.js';
-import type { Mirror } from './mirror.js';
 import { TableOwnedError, protectionOf, type Protection } from './table.js';
 import type { Look } from './reconciler.js';
 import type { Reporter } from './report.js';
 import type { Scheduler } from './scheduler.js';
 import type { KeeperState } from './state.js';
-import { MIRROR_WAIT_MS } from './mirror-repair.js';
 import { deliberate, type Outcome, type RepairPath, type RepairRequest } from './outcome.js';
 
 export class FullPass implements RepairPath<Promise<Outcome>> {
@@ -35,8 +32,6 @@ export class FullPass implements RepairPath<Promise<Outcome>> {
     // The safety net's read-back reads the kernel, but by digests from the known state, decoding nothing (Reconciler.look).
     const readBack = k.readBackDue;
     k.readBackDue = false;
-    const mirror = k.mirror;
-    const monitor = k.monitor;
     try {
       r = await k.reconciler!.once({
         useKnown: true,
@@ -44,11 +39,6 @@ export class FullPass implements RepairPath<Promise<Outcome>> {
         deferUnechoedRead: cause === 'startup',
         // Restarted onto what an earlier keeper wrote: its rules are recognised by digest, not decoded.
         adopt: cause === 'startup',
-        untouchedSince: mirror ? (from, to) => this.untouchedSince(from, to) : undefined,
-        // The event mirror follows plain sets per element: exact now and clean for a set, it vouches for its elements.
-        elementsHeld: mirror && monitor?.progress
-          ? (family, table, set, generation) => mirror.exactAt(generation, monitor.progress!()) && mirror.elementsDiffering(family, table, set) === 0
-          : undefined,
         learn: true,
         tables: desired,
         ownerIds: k.config.owners ? ownerIdsOf(k.owners) : undefined,
@@ -70,8 +60,7 @@ export class FullPass implements RepairPath<Promise<Outcome>> {
         },
         onCommitted: (look, ops, batch) => {
           if (!isDeliberate) opsText = [...(opsText ?? []), ...batch.ops.slice(0, 20).map(describeOp)];
-          // The mirror cannot follow this commit's events (it did not plan them): a read reseeds it.
-          k.mirror?.invalidate('a full pass committed');
+          // The view's events cannot follow this commit (it did not plan it; Reconciler: view.committed): a read reseeds them.
           reporter.committed(cause, detectedAt, look, ops);
         },
         trustSoleCommit: true,
@@ -87,8 +76,8 @@ export class FullPass implements RepairPath<Promise<Outcome>> {
       // Not verified: the event that change raised (or, were it lost, the overflow or the tick
       // finding the generation moved) brings a repairing pass under its own cause. A mirror that
       // said clean over a kernel that was not (the read saw the same generation throughout) is off.
-      if (k.mirror?.valid && sock.generation() === r.generation) {
-        k.mirror.invalidate('a read found a difference the mirror did not hold');
+      if (k.view.valid && sock.generation() === r.generation) {
+        k.view.invalidate('a read found a difference the mirror did not hold');
         reporter.mirrorChanged();
       }
       k.lastVerified = undefined;
@@ -133,54 +122,30 @@ export class FullPass implements RepairPath<Promise<Outcome>> {
    */
   private seedMirror(look: Look | undefined, inARun: boolean): void {
     const k = this.k;
-    const mirror = k.mirror;
-    if (!mirror || k.stopped) return;
+    const view = k.view;
+    if (!view.follows || k.stopped) return;
     if (look && look.flat.length === 0 && look.retired.length === 0) {
       if (k.sock!.generation() !== look.generation) return;
-      const before = mirror.valid && mirror.generation === look.generation
-        ? mirrorView(mirror, k.desired) : undefined;
-      // The look's garbage goes before the mirror takes its per-rule index (src/base/heap.ts).
+      // The look's garbage goes before the view takes its per-rule index (src/base/heap.ts).
       if (countRules(k.desired) >= COLLECT_BEFORE_OPS) collectGarbage();
-      if (!mirror.seed(k.desired, look.observed, look.generation)) return;
+      const seeded = view.seed(k.desired, look.observed, look.generation);
+      if (!seeded) return;
       // After an overflow the monitor's run of whole commits restarts from here.
-      k.monitor?.anchor?.(look.generation, mirror.overflows);
+      k.monitor?.anchor?.(look.generation, view.overflows);
       this.reporter.mirrorChanged();
-      // The safety net's read-back: the mirror it replaces should have said the same.
-      const now = before && mirrorView(mirror, k.desired);
-      if (before && JSON.stringify(before) !== JSON.stringify(now)) {
+      // The safety net's read-back: the events it replaces should have said the same.
+      if (seeded === 'diverged') {
         k.log.warn({ generation: look.generation }, 'the event mirror differed from the kernel read back; reseeded from the read');
         k.events.emit('mirror-diverged');
       }
       return;
     }
-    if (!mirror.valid && !inARun) {
+    if (!view.valid && !inARun) {
       // After this pass has settled (start() and the repair's caller do not wait for it).
       setImmediate(() => {
-        if (k.stopped || mirror.valid) return;
+        if (k.stopped || view.valid) return;
         this.scheduler.request('tick', performance.now(), true).catch(() => undefined);
       });
     }
   }
-
-  /**
-   * Whether the events prove that no commit after generation `from` up to `to` touched an owned
-   * table. Needs the monitor's anchored run (started with the mirror), and waits for its thread as
-   * the mirror pass does.
-   */
-  private async untouchedSince(from: number, to: number): Promise<boolean> {
-    const k = this.k;
-    const monitor = k.monitor;
-    if (!monitor?.progress) return false;
-    const waitUntil = performance.now() + MIRROR_WAIT_MS;
-    while (k.touches.lagging(to, monitor.progress()) && performance.now() < waitUntil && !k.stopped) {
-      await new Promise((r) => setImmediate(r));
-    }
-    return k.touches.untouched(from, to, monitor.progress());
-  }
-}
-
-/** What the mirror holds, to compare before and after a read-back: handles per chain, differing elements per set. */
-function mirrorView(mirror: Mirror, desired: readonly TableConfig[]): unknown[] {
-  return desired.flatMap((t) => [...t.chains.map((c) => mirror.handlesOf(t.family, t.name, c.name)),
-    ...(t.sets ?? []).map((x) => mirror.elementsDiffering(t.family, t.name, x.name))]);
 }

@@ -2,15 +2,14 @@
  * The keeper loop. Every interval it reads the generation id; if that equals the
  * generation it last verified, the tick is over. Otherwise, and whenever the monitor reports a
  * foreign commit touching an owned table, it repairs: the event repair (mirror-repair.ts) answers
- * a foreign commit at once inside the monitor's callback when the event mirror proves what the
- * kernel holds (or takes over the monitor's armed repair, arming.ts); otherwise a pass is
+ * a foreign commit at once inside the monitor's callback when the kernel view (view.ts) proves
+ * itself the kernel's state (or takes over the monitor's armed repair, arming.ts); otherwise a pass is
  * requested from the scheduler (scheduler.ts: at most one runs, at most one more is queued), which
  * tries the mirror pass and then the full pass (full-pass.ts: Reconciler.once, one batch guarded by
  * the generation it read). What the repairs did is reported by report.ts. The one-shot commands
  * are in oneshot.ts.
  */
 import { EventEmitter } from 'node:events';
-import { performance } from 'node:perf_hooks';
 import pino, { type Logger } from 'pino';
 import type { Config } from '../config/config.js';
 import { KeeperMetrics } from '../base/metrics.js';
@@ -19,7 +18,6 @@ import { kernelHost } from '../netlink/host.js';
 import type { MonitorBatch } from '../netlink/events.js';
 import { DEFAULT_FIGHT, Fight } from './fight.js';
 import { compactRules } from '../model/compact.js';
-import { Mirror } from './mirror.js';
 import { TableOwnedError } from './table.js';
 import { DRIFT_KINDS } from '../model/drift.js';
 import { Reconciler } from './reconciler.js';
@@ -100,8 +98,8 @@ export class Keeper extends EventEmitter {
   }
 
   /**
-   * What the keeper's parts share (src/keeper/state.ts): the monitor, the mirror, the reconciler with
-   * its known state, the desired tables. Tests and benches look in here; only the parts change it.
+   * What the keeper's parts share (src/keeper/state.ts): the monitor, the kernel view, the
+   * reconciler, the desired tables. Tests and benches look in here; only the parts change it.
    */
   get state(): Readonly<KeeperState> {
     return this.k;
@@ -117,7 +115,7 @@ export class Keeper extends EventEmitter {
     const k = this.k;
     const sock = k.sock = this.host.connect();
     const retired = k.retired;
-    k.reconciler = new Reconciler(sock, { attempts: this.maxRetries, metrics: this.metrics, log: this.log, armTimed: true });
+    k.reconciler = new Reconciler(sock, { attempts: this.maxRetries, metrics: this.metrics, log: this.log, trackTimed: true, view: k.view });
     k.reconciler.retired = retired;
     if (this.useEvents) {
       k.noteOwned();
@@ -128,10 +126,11 @@ export class Keeper extends EventEmitter {
         ownCommits: useMirror,
         onBatch: (b) => this.onEvents(b),
       });
-      if (useMirror && k.monitor.progress && k.monitor.anchor) {
-        k.mirror = new Mirror();
+      const monitor = k.monitor;
+      if (useMirror && monitor.progress && monitor.anchor) {
+        k.view.followEvents(() => monitor.progress!(), () => k.stopped);
         // Read after the subscription: every later commit reaches the monitor whole.
-        k.monitor.anchor(sock.generation(), 0);
+        monitor.anchor(sock.generation(), 0);
       }
     }
     try {
@@ -229,8 +228,8 @@ export class Keeper extends EventEmitter {
     this.metrics.owners.set(owners.length);
     k.monitor?.setFilter(k.ownedTables(), k.sock ? [k.sock.portId] : []);
     k.noteOwned();
-    // A change of set and map elements only keeps the mirror: the next pass commits just those element ops.
-    if (k.mirror && !k.mirror.retarget(k.desired)) k.mirror.invalidate('the desired state changed');
+    // A change of set and map elements only keeps the view's events: the next pass commits just those element ops.
+    k.view.desiredChanged(k.desired);
     k.lastVerified = undefined;
   }
 
@@ -313,7 +312,7 @@ export class Keeper extends EventEmitter {
       // mirror it is a read that only looks (and checks the mirror), so it never commits unplanned.
       k.trustedSince = undefined;
       k.readBackDue = true;  // a read, not the known state
-      if (k.mirror) this.request('tick', this.lastTickAt, true).catch(() => undefined);
+      if (k.view.follows) this.request('tick', this.lastTickAt, true).catch(() => undefined);
       else this.scheduler.poke('tick', this.lastTickAt);
       return;
     }
@@ -341,16 +340,13 @@ export class Keeper extends EventEmitter {
       this.options.trace('received', b.receivedNs);
       this.options.trace('event');
     }
-    k.touches.note(b);
-    if (k.mirror) {
-      const wasValid = k.mirror.valid;
-      k.mirror.apply(b, k.sock!.portId);
-      if (wasValid && !k.mirror.valid) {
-        this.log.info({ reason: k.mirror.invalidReason }, 'the event mirror cannot follow this; the next pass reads the kernel');
-        this.reporter.mirrorChanged();
-      }
+    const wasValid = k.view.valid;
+    k.view.follow(b, k.sock!.portId);
+    if (wasValid && !k.view.valid) {
+      this.log.info({ reason: k.view.reason }, 'the event mirror cannot follow this; the next pass reads the kernel');
+      this.reporter.mirrorChanged();
     }
-    if (b.foreign === false && !b.overflow) return;  // our own commit: only the mirror learns from it (its handles)
+    if (b.foreign === false && !b.overflow) return;  // our own commit: only the view learns from it (its handles)
     if (b.overflow) {
       this.metrics.overflows.inc();
       this.log.warn({ cause: 'overflow' }, 'event socket overflowed; resyncing');

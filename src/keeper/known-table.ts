@@ -3,8 +3,8 @@
  * keyed, which sets are read at each look and which are known by their desired elements, and why
  * stateful objects keep a table out of it.
  */
-import type { ChainConfig, TableConfig } from '../config/config.js';
-import type { SetConfig } from '../config/sets.js';
+import type { ChainConfig, TableConfig } from '../model/desired.js';
+import type { SetConfig } from '../model/sets.js';
 import { SET_F, type NftSet, type ObservedTable } from '../netlink/objects.js';
 export const tableKey = (t: { family: string; name: string }) => `${t.family} ${t.name}`;
 

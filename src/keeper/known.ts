@@ -21,12 +21,12 @@
  * expressions, userdata and key (shared with the desired state, not copies),
  * so the decoded dump is not kept between passes.
  *
- * One table as known is a KnownTable (known-table.ts); following our own commit is
- * follow-commit.ts; the events' proof that a commit elsewhere left the tables alone is
- * OwnedTouches (touches.ts).
+ * It is the kernel view's rules (view.ts, which alone holds and feeds it). One table as known is
+ * a KnownTable (known-table.ts); following our own commit is follow-commit.ts; the events' proof
+ * that a commit elsewhere left the tables alone is the view's (KernelView.untouched).
  */
-import type { TableConfig } from '../config/config.js';
-import type { SetConfig } from '../config/sets.js';
+import type { TableConfig } from '../model/desired.js';
+import type { SetConfig } from '../model/sets.js';
 import { diffElements, setDefinitionKey } from '../model/elements.js';
 import type { Batch } from '../netlink/batch.js';
 import type { CommitResult, NftConn } from '../netlink/conn.js';
@@ -239,7 +239,7 @@ export class KnownState {
 
   /**
    * The kernel moved to `generation` without touching the known tables (proven by the events, see
-   * OwnedTouches.untouched): what is known holds there too, and nothing needs reading.
+   * KernelView.untouched): what is known holds there too, and nothing needs reading.
    */
   advance(generation: number): void {
     this.generation = generation;

@@ -5,8 +5,8 @@
  * and handles: a HeldTable, nothing decoded), and planned by the one planner (plan.ts) as a full
  * pass plans what it read. What the mirror adds is which events its own commit must show.
  */
-import type { TableConfig } from '../config/config.js';
-import type { SetConfig } from '../config/sets.js';
+import type { TableConfig } from '../model/desired.js';
+import type { SetConfig } from '../model/sets.js';
 import type { Batch } from '../netlink/batch.js';
 import type { Rule, SetElement, Table } from '../netlink/objects.js';
 import type { Drift } from '../model/drift.js';

@@ -1,10 +1,9 @@
 /**
- * The two repair paths planned from the event mirror (mirror.ts), without a dump: the event
+ * The two repair paths planned from the kernel view's events (view.ts), without a dump: the event
  * repair, run synchronously inside the monitor's callback (or taken over from the monitor's armed
  * repair, which committed before any JavaScript ran), and the mirror pass, the scheduler's first
- * try. Both prove the mirror is the kernel's state by the generation guard of their commit.
+ * try. Both prove the view is the kernel's state by the generation guard of their commit.
  */
-import { performance } from 'node:perf_hooks';
 import type { CommitResult } from '../netlink/conn.js';
 import type { MonitorBatch } from '../netlink/events.js';
 import { GenerationMismatchError } from '../base/errors.js';
@@ -14,15 +13,9 @@ import type { Reporter } from './report.js';
 import type { Scheduler } from './scheduler.js';
 import type { KeeperState } from './state.js';
 import { deliberate, type Cause, type DoneRepair, type Outcome, type RepairPath, type RepairRequest } from './outcome.js';
+import { EVENTS_WAIT_MS } from './view.js';
 
 const ERESTART = 85;
-
-/**
- * How long a pass waits for the monitor to catch up with the kernel (it reads its socket when the
- * event loop polls) before it reads the kernel instead. A turn of the loop on a quiet machine; a
- * loaded one deschedules the process for milliseconds, and a full read costs far more than waiting.
- */
-export const MIRROR_WAIT_MS = 100;
 
 /** What both mirror paths do around their commit. */
 class MirrorCommit {
@@ -35,13 +28,13 @@ class MirrorCommit {
    */
   protected refused(e: unknown, generation: number): boolean {
     const k = this.k;
-    k.mirror!.forget(generation + 1);
+    k.view.forget(generation + 1);
     if (e instanceof GenerationMismatchError) {
       k.metrics.generationRetries.inc();
       k.refusedAt = generation;
       return true;
     }
-    k.mirror!.invalidate(`the kernel refused a repair planned from the mirror: ${(e as Error).message}`);
+    k.view.invalidate(`the kernel refused a repair planned from the mirror: ${(e as Error).message}`);
     k.log.warn({ err: (e as Error).message }, 'a repair planned from the events was refused; reading the kernel instead');
     return false;
   }
@@ -65,10 +58,7 @@ class MirrorCommit {
     // the desired state. The handles of the rules it added came back with its acknowledgements:
     // the mirror takes them now, and the commit's own events need not wake this thread again
     // (else, as from a kernel that does not echo, they bring the handles).
-    if (echoed?.handles && k.mirror!.learnCommit(generation + 1, echoed.handles)) {
-      k.touches.touched(generation + 1);
-      k.monitor!.skipOwn?.(generation + 1);
-    }
+    if (echoed?.handles && k.view.learnCommit(generation + 1, echoed.handles)) k.monitor!.skipOwn?.(generation + 1);
     // What the next pass decides by is set now: the fight's clock and the verified generation.
     if (!isDeliberate && k.fight.repaired(committedAt)) this.reporter.fightRaised(plan.drift);
     this.reporter.drifting = new Set();
@@ -91,10 +81,10 @@ class MirrorCommit {
 export class MirrorPass extends MirrorCommit implements RepairPath<Promise<Outcome | undefined>> {
   async attempt({ cause, detectedAt }: RepairRequest): Promise<Outcome | undefined> {
     const k = this.k;
-    const mirror = k.mirror;
+    const view = k.view;
     const monitor = k.monitor;
-    // A deliberate change reaches here with the mirror valid only when it changed elements alone (Keeper.install: retarget).
-    if (!mirror?.valid || !monitor?.progress || cause === 'startup' || k.retired.length > 0) return undefined;
+    // A deliberate change reaches here with the view's events valid only when it changed elements alone (Keeper.install: retarget).
+    if (!view.valid || !monitor?.progress || cause === 'startup' || k.retired.length > 0) return undefined;
     const isDeliberate = deliberate(cause);
     const sock = k.sock!;
     const trace = k.options.trace;
@@ -110,20 +100,20 @@ export class MirrorPass extends MirrorCommit implements RepairPath<Promise<Outco
         const p = monitor.progress();
         generation = p.lastGeneration;
         // The guard refused a repair at this generation already (the event repair): the monitor trails.
-        if (generation === k.refusedAt || !mirror.exactAt(generation, p)) continue;
+        if (generation === k.refusedAt || !view.exactAt(generation, p)) continue;
       } else {
         // The monitor reads its socket when this thread's event loop polls: it trails the kernel by a turn of the loop.
         generation = sock.generation();
-        const waitUntil = performance.now() + MIRROR_WAIT_MS;
-        while (mirror.lagging(generation, monitor.progress()) && performance.now() < waitUntil) {
+        const waitUntil = performance.now() + EVENTS_WAIT_MS;
+        while (view.lagging(generation, monitor.progress()) && performance.now() < waitUntil) {
           await new Promise((r) => setImmediate(r));
           if (k.stopped) return undefined;
           generation = sock.generation();
         }
-        if (!mirror.exactAt(generation, monitor.progress())) return this.fallback(mirror.valid ? 'no proof that the mirror is the kernel\'s state now' : mirror.invalidReason);
+        if (!view.exactAt(generation, monitor.progress())) return this.fallback(view.valid ? 'no proof that the mirror is the kernel\'s state now' : view.reason);
       }
       trace?.('proved');
-      const plan = mirror.plan();
+      const plan = view.plan();
       trace?.('planned');
       if (plan === undefined) return this.fallback(`more than ${MIRROR_MAX_OPS} rule ops or ${MIRROR_MAX_ELEMENTS} elements`);
       if (plan === 'clean') {
@@ -141,13 +131,13 @@ export class MirrorPass extends MirrorCommit implements RepairPath<Promise<Outco
         this.scheduler.after(waitMs, cause, detectedAt);
         return { status: 'deferred', drift: plan.drift, ops: 0, attempts: 1 };
       }
-      mirror.expect(generation + 1, plan.expected);
+      view.expect(generation + 1, plan.expected);
       let echoed;
       try {
         echoed = await sock.commit(plan.batch, { expectGeneration: generation, echo: true });
       } catch (e) {
         if (this.refused(e, generation) && !careful) continue;
-        return this.fallback(e instanceof GenerationMismatchError ? 'another commit came first (the guard refused the repair)' : mirror.invalidReason);
+        return this.fallback(e instanceof GenerationMismatchError ? 'another commit came first (the guard refused the repair)' : view.reason);
       }
       return this.committed(plan, generation, echoed, cause, detectedAt);
     }
@@ -179,19 +169,19 @@ export class EventRepair extends MirrorCommit implements RepairPath<Outcome | un
    */
   private repairNow(detectedAt: number): Outcome | undefined {
     const k = this.k;
-    const mirror = k.mirror;
+    const view = k.view;
     const monitor = k.monitor;
     const sock = k.sock!;
-    if (this.scheduler.busy() || !mirror?.valid || !monitor?.progress || k.retired.length > 0 || sock.commitNow === undefined) return undefined;
+    if (this.scheduler.busy() || !view.valid || !monitor?.progress || k.retired.length > 0 || sock.commitNow === undefined) return undefined;
     const p = monitor.progress();
     const generation = p.lastGeneration;
-    if (generation === k.refusedAt || !mirror.exactAt(generation, p)) return undefined;
+    if (generation === k.refusedAt || !view.exactAt(generation, p)) return undefined;
     const trace = k.options.trace;
     trace?.('pass');
     trace?.('proved');
     let plan;
     try {
-      plan = mirror.plan();
+      plan = view.plan();
     } catch {
       // Thrown inside the monitor's callback it would end the process: the pass requested instead
       // plans again, and reports what fails (Reporter.fail).
@@ -199,17 +189,17 @@ export class EventRepair extends MirrorCommit implements RepairPath<Outcome | un
     }
     trace?.('planned');
     if (plan === undefined || plan === 'clean' || k.fight.waitFrom(performance.now()) > 0) return undefined;
-    mirror.expect(generation + 1, plan.expected);
+    view.expect(generation + 1, plan.expected);
     let echoed;
     try {
       echoed = sock.commitNow(plan.batch, { expectGeneration: generation, echo: true });
     } catch (e) {
       // A pass follows (the caller's request): after a refusal by the guard it reads the generation first.
-      if (!this.refused(e, generation)) this.fallback(mirror.invalidReason);
+      if (!this.refused(e, generation)) this.fallback(view.reason);
       return undefined;
     }
     if (echoed === false) {
-      mirror.forget(generation + 1);
+      view.forget(generation + 1);
       return undefined;
     }
     const outcome = this.committed(plan, generation, echoed, 'event', detectedAt);
@@ -228,30 +218,30 @@ export class EventRepair extends MirrorCommit implements RepairPath<Outcome | un
    */
   private takeOver(b: MonitorBatch, native: NonNullable<MonitorBatch['reacted']>, detectedAt: number): Outcome | undefined {
     const k = this.k;
-    const mirror = k.mirror;
+    const view = k.view;
     const generation = b.generation;
     this.arming.armed = false;  // the batch ended the monitor's arm
     if ('errno' in native) {
       const refused = native.errno === ERESTART ? new GenerationMismatchError(generation)
         : new Error(`the kernel refused the armed repair (errno ${native.errno})`);
-      if (mirror && !this.refused(refused, generation)) this.fallback(mirror.invalidReason);
+      if (view.follows && !this.refused(refused, generation)) this.fallback(view.reason);
       return undefined;
     }
     let plan;
     try {
-      plan = mirror?.valid && mirror.generation === generation ? mirror.plan() : undefined;
+      plan = view.valid && view.generation === generation ? view.plan() : undefined;
     } catch {
       plan = undefined;
     }
     const reaction = this.arming.reaction(native.reaction);
-    if (!mirror || !plan || plan === 'clean' || !reaction || !sameOps(plan.batch.ops, reaction.ops)) {
+    if (!view.follows || !plan || plan === 'clean' || !reaction || !sameOps(plan.batch.ops, reaction.ops)) {
       // Committed, but not what the mirror plans now: it no longer knows the kernel's state.
       this.arming.disarm();
-      mirror?.invalidate('the monitor\'s armed repair differs from the plan');
-      this.fallback(mirror?.invalidReason);
+      view.invalidate('the monitor\'s armed repair differs from the plan');
+      this.fallback(view.reason);
       return undefined;
     }
-    mirror.expect(generation + 1, plan.expected);
+    view.expect(generation + 1, plan.expected);
     const echoed = native.handles.length > 0 ? { handles: new Map(native.handles) } : undefined;
     const outcome = this.committed(plan, generation, echoed, 'event', detectedAt, native.committedNs);
     this.reporter.lastAnsweredEvent();

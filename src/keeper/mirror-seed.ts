@@ -2,8 +2,8 @@
  * The event mirror's view of the desired state: made from a clean look (seedView), and moved to a
  * new desired state that changes only elements (the retarget helpers), without a read.
  */
-import type { TableConfig } from '../config/config.js';
-import type { SetConfig } from '../config/sets.js';
+import type { TableConfig } from '../model/desired.js';
+import type { SetConfig } from '../model/sets.js';
 import { elementId, sameContent, sameElementFields, setDefinitionKey } from '../model/elements.js';
 import { SET_F, type ObservedTable, type SetElement } from '../netlink/objects.js';
 import { desiredKey } from './rule-key.js';

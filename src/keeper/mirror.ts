@@ -37,11 +37,11 @@
  * that changes only elements (retarget) is planned the same way, neither
  * reading the set.
  *
- * The mirror is only trusted with a proof that it is the kernel's state: the
- * monitor saw every commit since the mirror was exact (its run of whole
- * commits, see MonitorBatch.since and Monitor.progress), each one that touched
- * an owned table was applied, and nothing happened that the mirror cannot
- * follow. Anything else invalidates it and the keeper falls back to a full
+ * The mirror is only trusted with a proof that it is the kernel's state (made
+ * by the kernel view, view.ts: followedExactAt): the monitor saw every commit
+ * since the mirror was exact (its run of whole commits, see MonitorBatch.since
+ * and Monitor.progress), each one that touched an owned table was applied, and
+ * nothing happened that the mirror cannot follow. Anything else invalidates it and the keeper falls back to a full
  * observe: an overflow (ENOBUFS), a gap in the generations, a truncated batch,
  * a table, chain or set event in an owned table, an element event of a set it
  * does not follow, an element it does not know, a handle it does not know, a
@@ -49,11 +49,11 @@
  * guarded by the generation the proof was made at, so a race with another
  * writer is refused by the kernel and also ends in a full observe.
  */
-import type { TableConfig } from '../config/config.js';
-import type { SetConfig } from '../config/sets.js';
+import type { TableConfig } from '../model/desired.js';
+import type { SetConfig } from '../model/sets.js';
 import { elementId, sameContent, setDefinitionKey } from '../model/elements.js';
 import { Batch } from '../netlink/batch.js';
-import type { MonitorBatch, MonitorEvent, MonitorProgress } from '../netlink/events.js';
+import type { EventKey, MonitorBatch, MonitorEvent } from '../netlink/events.js';
 import type { ObservedTable, SetElement } from '../netlink/objects.js';
 import { follows, retargetChanged, retargetSet, sameChain, sameUnfollowed, seedView, alignedChanges, wantOf, tableKey as key } from './mirror-seed.js';
 import { planMirror, type Expected, type MirrorChain, type MirrorPlan, type MirrorSet, type MirrorTable } from './mirror-plan.js';
@@ -197,22 +197,9 @@ export class Mirror {
     return c && c.missing.size === 0 && c.extras.size === 0 ? Array.from(c.handles) : undefined;
   }
 
-  /**
-   * True when the mirror is the kernel's state at `generation` (just read): the monitor has seen
-   * that generation, every commit since the mirror was exact was seen whole, and every batch it
-   * delivered was applied.
-   */
-  exactAt(generation: number, p: MonitorProgress): boolean {
-    return this.valid && p.lastGeneration === generation && p.delivered === this.applied
-      && p.runStart !== 0 && p.runStart <= this.generation + 1 && this.generation <= generation && this.expected.size === 0;
-  }
-
-  /**
-   * The monitor has not caught up with `generation` yet (its thread, or the delivery of a batch to
-   * this thread, trails the kernel): worth waiting for, unlike the other reasons exactAt fails.
-   */
-  lagging(generation: number, p: MonitorProgress): boolean {
-    return this.valid && (p.lastGeneration < generation || p.delivered > this.applied || this.expected.size > 0);
+  /** A commit of ours is expected (its events or echo not taken yet): the mirror is not exact until it is. */
+  get pending(): boolean {
+    return this.expected.size > 0;
   }
 
   /** Applies one delivered batch. `ownPort` is the keeper's commit socket. */
@@ -281,6 +268,35 @@ export class Mirror {
   /** The commit expected at `generation` did not happen. */
   forget(generation: number): void {
     this.expected.delete(generation);
+  }
+
+  /**
+   * Per owned rule, for the monitor's armed reactions (arming.ts): the deletion of the rule `on`
+   * names alone by another writer is applied, planned (the mirror is clean, so the plan re-adds that
+   * rule where it stood), and the mirror put back by taking the plan as committed with the rule's
+   * old handle, its generation and count of applied batches restored. Throws, invalidated, if it
+   * does not follow as it must.
+   */
+  planAfter(on: EventKey, ownPort: number): MirrorPlan {
+    const { generation, applied } = this;
+    const deleted: MonitorBatch = {
+      overflow: false, truncated: false, foreign: true, generation: generation + 1, since: generation + 1,
+      events: [{ ...on, portId: 0 }],
+    };
+    try {
+      const plan = this.apply(deleted, ownPort) === 'changed' ? this.plan() : undefined;
+      const add = typeof plan === 'object' && plan.expected.length === 1 ? plan.expected[0]! : undefined;
+      if (typeof plan !== 'object' || !add || !('add' in add)) throw new Error('the plan is not one rule re-added');
+      this.expect(generation + 2, plan.expected);
+      if (!this.learnCommit(generation + 2, new Map([[add.op, on.handle!]]))) throw new Error('the mirror could not take the handle back');
+      return plan;
+    } catch (e) {
+      this.invalidate(`arming the monitor: after a deletion of rule handle ${on.handle} in ${on.table} ${on.name}, ${(e as Error).message}`);
+      throw e;
+    } finally {
+      this.generation = generation;
+      this.applied = applied;
+    }
   }
 
   /**

@@ -10,7 +10,7 @@ import type { Chain, ChainDigests, NftSet, ObservedTable, Rule } from '../netlin
 import { SET_F, indexByChain } from '../netlink/objects.js';
 import type { NftConn } from '../netlink/conn.js';
 import { ruleDigester, type RuleDigester } from '../netlink/socket.js';
-import type { ChainConfig, TableConfig } from '../config/config.js';
+import type { ChainConfig, TableConfig } from '../model/desired.js';
 import { knownRule, provedAs } from './rule-key.js';
 import { objectKey } from './table.js';
 

@@ -3,7 +3,8 @@
  * `nfkeeper check`/`apply` (one pass through the same Reconciler as the daemon's).
  */
 import type { Logger } from 'pino';
-import type { Config, TableConfig } from '../config/config.js';
+import type { Config } from '../config/config.js';
+import type { TableConfig } from '../model/desired.js';
 import { Batch } from '../netlink/batch.js';
 import type { NftConn } from '../netlink/conn.js';
 // From their modules, not the owners' index: that brings the control API's HTTP server and client.

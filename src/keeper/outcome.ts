@@ -16,6 +16,12 @@ export const CAUSES: Record<Cause, true> = { startup: true, event: true, tick: t
 /** A new config or owners change: not something a neighbour undid, so no fight and no foreign change answered. */
 export const deliberate = (c: Cause): boolean => c === 'reload' || c === 'owners';
 
+/**
+ * A repair of what another writer undid: it counts toward the fight and answers the foreign changes
+ * it repaired. Neither a deliberate change nor start-up's install, which puts back nothing anyone undid, is one.
+ */
+export const undoneByOthers = (c: Cause): boolean => !deliberate(c) && c !== 'startup';
+
 /** The steps of the event→repair path, in order (KeeperOptions.trace). */
 export type TraceMark = 'received' | 'event' | 'pass' | 'proved' | 'planned' | 'committed' | 'reported';
 

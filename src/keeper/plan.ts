@@ -11,7 +11,7 @@ import type { Batch } from '../netlink/batch.js';
 import type { Expr } from '../netlink/expr.js';
 import type { Rule } from '../netlink/objects.js';
 import { TABLE_F } from '../netlink/objects.js';
-import type { ChainConfig, TableConfig } from '../config/config.js';
+import type { ChainConfig, TableConfig } from '../model/desired.js';
 import { objTypeName } from '../rules/objnames.js';
 import { deletable } from '../model/elements.js';
 import type { RuleEdit } from './chain-edit.js';

@@ -8,7 +8,7 @@
  * the protect-mode table flags.
  */
 import type { Logger } from 'pino';
-import type { TableConfig } from '../config/config.js';
+import type { TableConfig } from '../model/desired.js';
 import { NetlinkError } from '../base/errors.js';
 import type { KeeperMetrics } from '../base/metrics.js';
 import { Batch } from '../netlink/batch.js';
@@ -20,11 +20,10 @@ import { ownedGarbage, type OwnedGarbage } from '../owners/merge.js';
 import { PROTECT_FLAGS, diffTable, rulesRemovedBy, type TableDiff } from './table.js';
 import { observeTable, writtenDigests, type WrittenDigests } from './observe.js';
 import { planTable } from './plan.js';
-import { armCommitted, armTimed, type ArmedTimed } from './timed-elements.js';
+import { noteTimedAdded, noteTimedSeen, type TimedSeen } from './timed-elements.js';
 import type { Drift } from '../model/drift.js';
-import { KnownState } from './known.js';
-import { readAddedChains } from './follow-commit.js';
 import { volatileSet } from './known-table.js';
+import { KernelView, type KnownState } from './view.js';
 import type { CommitResult } from '../netlink/conn.js';
 
 export interface TableRef {
@@ -75,22 +74,16 @@ export interface PassInput {
   /** End without a read-back when the commit was provably the only one (commitGuarded's trustSoleCommit). */
   trustSoleCommit?: boolean;
   /**
-   * Plan from what the last pass left known (src/keeper/known.ts) when the generation has not
-   * moved since, instead of reading the tables: the daemon's passes. Off for one-shot callers and
-   * for the read-back that checks a trusted commit.
+   * Plan from the kernel view (src/keeper/view.ts) when it proves itself the kernel's state at the
+   * generation read, instead of reading the tables: the daemon's passes. Off for one-shot callers.
    */
   useKnown?: boolean;
-  /**
-   * With useKnown: whether no commit after generation `from` up to `to` touched an owned table (the
-   * events prove it, see OwnedTouches). Yes keeps the known state, with no read at all.
-   */
-  untouchedSince?: (from: number, to: number) => Promise<boolean>;
   /** Keep what a clean look or a sole commit shows as the known state for later passes (default: useKnown). */
   learn?: boolean;
   /**
-   * With useKnown: the safety net's read-back of a trusted commit. The known state is confirmed by
-   * reading the kernel (rule digests, chains, set definitions, elements unless elementsHeld vouches
-   * for them) even at the known generation, decoding nothing; a full read only if that fails.
+   * With useKnown: the safety net's read-back of a trusted commit. The view's rules are confirmed by
+   * reading the kernel (rule digests, chains, set definitions, elements unless the view's events
+   * vouch for them) even at their own generation, decoding nothing; a full read only if that fails.
    */
   readBack?: boolean;
   /**
@@ -99,11 +92,6 @@ export interface PassInput {
    * wait seconds for that read to say it is ready.
    */
   deferUnechoedRead?: boolean;
-  /**
-   * Whether the elements of a named set are known from elsewhere to be exactly its desired ones at
-   * `generation`: the event mirror, exact there, holding no difference for it. Spares reading them.
-   */
-  elementsHeld?: (family: Family, table: string, set: string, generation: number) => boolean;
   /**
    * A full read compares the kernel's rule digests with the desired rules' (observeTable's adopt)
    * and decodes only the chains that differ: the start-up onto a ruleset an earlier keeper wrote,
@@ -137,10 +125,12 @@ export interface ReconcilerOptions {
   metrics?: Pick<KeeperMetrics, 'dumps' | 'generationRetries'>;
   log?: Logger;
   /**
-   * Remember which timed elements were installed (DiffOptions.armed), so that one a reload adds is
+   * Remember which timed elements were installed (DiffOptions.timedSeen), so that one a reload adds is
    * installed and one that expired is not re-added: the daemon. One-shot callers remember nothing.
    */
-  armTimed?: boolean;
+  trackTimed?: boolean;
+  /** What the kernel holds, kept between passes (the daemon's, which also follows the events); default a view of its own. */
+  view?: KernelView;
 }
 
 export class Reconciler {
@@ -148,20 +138,14 @@ export class Reconciler {
   retired: TableRef[] = [];
   /** False once the kernel refused the protect flags: repair mode from then on. */
   protectSupported = true;
-  /** What the tables hold at one generation, without reading them (see known.ts); undefined when not known. */
-  private known?: KnownState;
-  /** Our last commit, sole but too big to echo: the next look at its generation reads what it wrote (see look). */
-  private unechoed?: { generation: number; tables: readonly TableConfig[]; observed: ObservedTable[]; batch: Batch; previous?: KnownState };
-  /** The timed elements seen installed (options.armTimed). */
-  private readonly armed?: ArmedTimed;
+  /** What the kernel holds, as the looks, our commits and the events left it (src/keeper/view.ts). */
+  readonly view: KernelView;
+  /** The timed elements seen installed (options.trackTimed). */
+  private readonly timedSeen?: TimedSeen;
 
   constructor(readonly conn: NftConn, private readonly options: ReconcilerOptions) {
-    if (options.armTimed) this.armed = new Map();
-  }
-
-  /** The known state the next pass may plan from (a test holds it against a dump of the kernel). */
-  get lastKnown(): KnownState | undefined {
-    return this.known;
+    if (options.trackTimed) this.timedSeen = new Map();
+    this.view = options.view ?? new KernelView();
   }
 
   /** Enforce protect mode for this table: configured, and the kernel takes the flags. */
@@ -196,11 +180,11 @@ export class Reconciler {
       return {
         value: { status: 'repaired', look }, batch,
         committed: (echoed?: CommitResult) => {
-          if (this.armed) armCommitted(this.armed, batch);
+          if (this.timedSeen) noteTimedAdded(this.timedSeen, batch);
           committed += batch.length;
           last = { look, batch, echoed };
           written = echoed?.digests ? writtenDigests(batch, echoed.digests) : undefined;
-          this.known = undefined;
+          this.view.committed();
           input.onCommitted?.(look, batch.length, batch);
         },
       };
@@ -215,26 +199,18 @@ export class Reconciler {
       // daemon, whose start-up install would hold 100,000 digests for nothing at its peak).
       digests: input.adopt && !input.readOnly && !input.trustSoleCommit,
     }).catch((e: unknown) => {
-      this.known = undefined;
+      this.view.forgetRules();
       throw e;
     });
-    this.unechoed = undefined;
+    this.view.passDone();
     if (r.trusted && (input.learn ?? input.useKnown) && last) {
-      // Our batch was the only commit since the look it was planned from: that look plus the batch.
-      // A batch too big to echo (a group of owners registered together, an install of 100,000
-      // rules): the chains it added rules to are read for their handles (digests, nothing decoded),
-      // not every owner's; with deferUnechoedRead by the next look that finds the kernel still at
-      // this generation, not this pass.
-      const unechoed = { generation: r.generation, tables: input.tables, observed: last.look.observed, batch: last.batch,
-        previous: last.look.known };
-      this.known = undefined;
-      if (last.echoed?.handles) {
-        this.known = KnownState.afterSoleCommit(r.generation, input.tables, last.look.observed, last.batch, last.echoed,
-          unechoed.previous, undefined, this.conn.portId);
-      } else if (KnownState.canFollow(last.batch, last.look.observed)) {
-        if (input.deferUnechoedRead) this.unechoed = unechoed;
-        else await this.readUnechoed(unechoed, r.generation);
-      }
+      // Our batch was the only commit since the look it was planned from: the view follows it. A
+      // batch too big to echo (a group of owners registered together, an install of 100,000 rules):
+      // the chains it added rules to are read for their handles (digests, nothing decoded), not
+      // every owner's; with deferUnechoedRead by the next look that finds the kernel still at this
+      // generation, not this pass.
+      await this.view.followCommit(this.conn, r.generation, input.tables, last.look.observed, last.batch, last.echoed,
+        last.look.known, input.deferUnechoedRead === true, this.countRead);
     }
     const v = r.value;
     return { status: v.status, first: first!, found, waitMs: v.waitMs, ops: r.ops, attempts: r.attempts, generation: r.generation,
@@ -243,36 +219,12 @@ export class Reconciler {
 
   private async look(input: PassInput, generation: number, written?: WrittenDigests): Promise<Look> {
     const conn = this.conn;
-    // Our last commit was too big to echo and nothing committed since: the chains it added rules to
-    // are read (handles and digests), and with the known state that follows this look is a read of
-    // what it wrote, so no later read-back is owed (at 100,000 rules that was a decoding dump).
-    const unechoed = this.unechoed;
-    this.unechoed = undefined;
-    let readBack = false;
-    if (unechoed && input.useKnown && (unechoed.generation === generation
-      || (input.untouchedSince && await input.untouchedSince(unechoed.generation, generation)))) {
-      readBack = await this.readUnechoed(unechoed, generation);
-    }
-    // The safety net's read-back does not take the known state's word: it reads (digests, below).
-    const trust = input.useKnown && (!input.readBack || readBack);
-    let known = trust && this.known?.generation === generation && this.known.covers(input.tables) ? this.known : undefined;
-    // The generation moved, but the events show no commit touched an owned table (another table's, say): nothing to read.
-    const before = this.known;
-    if (!known && trust && before?.covers(input.tables) && input.untouchedSince
-      && await input.untouchedSince(before.generation, generation) && this.known === before) {
-      before.advance(generation);
-      known = before;
-    }
-    // The generation moved (a commit elsewhere, say), or this is the read-back: confirm by digests,
-    // decoding nothing, that ours did not change.
-    let read = readBack && known !== undefined;
-    const held = input.elementsHeld;
-    if (!known && input.useKnown && this.known?.covers(input.tables)
-      && await this.known.revalidate(conn, generation, input.tables, held && ((t, set) => held(t.family, t.name, set, generation)))) {
-      known = this.known;
-      read = true;  // as good as a decoding read: every rule's digest was learnt from one
-      this.options.metrics?.dumps.inc();
-    }
+    // What the view holds, if it proves itself the kernel's state now (view.ts, heldAt): by the
+    // generation, by the events, or by a digest dump that decodes nothing. Else the tables are read.
+    let known: KnownState | undefined;
+    let read = false;
+    if (input.useKnown) ({ known, read } = await this.view.heldAt(conn, generation, input.tables, input.readBack === true, this.countRead));
+    else this.view.notHeld();
     let observed: ObservedTable[];
     if (known) {
       observed = input.tables.map((t) => known.table(t)!.observed);
@@ -284,17 +236,16 @@ export class Reconciler {
         o.sets.set(x.name, { set: have.set, elements: await conn.listElements({ family: t.family, table: t.name, set: x.name }) });
       })));
     } else {
-      this.known = undefined;  // stale: let its rules go before the dump decodes new ones
       observed = await Promise.all(input.tables.map((t) => observeTable(conn, t.family, t.name, t.chains.map((c) => c.name),
         input.adopt ? t : undefined, written)));
       this.options.metrics?.dumps.inc();
     }
     input.onObserved?.(observed);
     // Only timed sets count here, and those are read at every look (known or not).
-    if (this.armed) armTimed(this.armed, input.tables, observed);
+    if (this.timedSeen) noteTimedSeen(this.timedSeen, input.tables, observed);
     const diffs = input.tables.map((t, i) => diffTable(t, observed[i]!,
       { protect: this.protects(t), portId: conn.portId, allowForeignOwner: input.allowForeignOwner, verified: known?.table(t)!.verified,
-        verifiedSets: known?.table(t)!.verifiedSets, armed: this.armed, since: known?.since(t) }));
+        verifiedSets: known?.table(t)!.verifiedSets, timedSeen: this.timedSeen, since: known?.since(t) }));
     const drift = diffs.map((x) => x.drift);
     const retired = await this.retiredPresent();
     const flat = [...drift.flat(), ...retired.map((t): Drift => ({
@@ -302,23 +253,14 @@ export class Reconciler {
     }))];
     const garbage = flat.length > 0 && input.ownerIds ? ownedGarbage(input.tables, observed, input.ownerIds, drift,
       (d) => rulesRemovedBy(diffs[input.tables.findIndex((t) => t.family === d.family && t.name === d.table)]!, d)) : undefined;
-    if (flat.length === 0 && (input.learn ?? input.useKnown)) {
-      // A look from the known state found it clean: only the chains compared again (their desired
-      // definition changed) are learnt anew, not every owner's rules.
-      if (known && known === this.known) {
-        if (!known.confirm(input.tables)) this.known = undefined;
-      } else this.known = KnownState.fromCleanLook(generation, input.tables, observed);
-    }
+    // A look from the view found it clean: only the chains compared again (their desired
+    // definition changed) are learnt anew, not every owner's rules.
+    if (flat.length === 0 && (input.learn ?? input.useKnown)) this.view.fromLook(generation, input.tables, observed, known);
     return { generation, observed, drift, diffs, retired, flat, garbage, ...(known ? { known, unread: !read } : {}) };
   }
 
-  /** The known state after a sole commit too big to echo, from a read of the chains it added rules to (at `generation`). */
-  private async readUnechoed(u: NonNullable<Reconciler['unechoed']>, generation: number): Promise<boolean> {
-    const read = await readAddedChains(this.conn, u.batch, generation).catch(() => undefined);
-    this.options.metrics?.dumps.inc();
-    this.known = read && KnownState.afterSoleCommit(generation, u.tables, u.observed, u.batch, undefined, u.previous, read, this.conn.portId);
-    return this.known !== undefined;
-  }
+  /** A read the view made for a look (digests, or the chains a commit wrote). */
+  private readonly countRead = () => this.options.metrics?.dumps.inc();
 
   private async retiredPresent(): Promise<TableRef[]> {
     if (this.retired.length === 0) return [];

@@ -4,9 +4,9 @@
  */
 import type { NftObj, NftSet, Rule, SetElement } from '../netlink/objects.js';
 import { SET_F } from '../netlink/objects.js';
-import type { ChainConfig, TableConfig } from '../config/config.js';
-import { objectBlock } from '../config/stateful-objects.js';
-import { declarationText, elementTexts, typesOf, type SetConfig } from '../config/sets.js';
+import type { ChainConfig, TableConfig } from '../model/desired.js';
+import { objectBlock } from '../model/stateful-objects.js';
+import { declarationText, elementTexts, typesOf, type SetConfig } from '../model/sets.js';
 import { commentOf } from '../rules/index.js';
 import type { RuleEdit } from './chain-edit.js';
 import type { TableDiff } from './table.js';

@@ -3,13 +3,12 @@
  * the Keeper's events), as an observer of what the repair paths did. It decides nothing a repair
  * depends on, apart from when the mirror's repairs are reported: after the keeper has waited once.
  */
-import { performance } from 'node:perf_hooks';
 import { describeOp } from '../netlink/ops.js';
 import { who, type ForeignChange } from './attribution.js';
 import type { Look } from './reconciler.js';
 import type { Protection } from './table.js';
 import type { Drift } from '../model/drift.js';
-import { deliberate, type Cause, type DoneRepair, type KeeperStatus, type RepairReport } from './outcome.js';
+import { deliberate, undoneByOthers, type Cause, type DoneRepair, type KeeperStatus, type RepairReport } from './outcome.js';
 import type { KeeperState } from './state.js';
 
 /** What runs once the keeper has waited (the report timer): the monitor's arming. */
@@ -130,7 +129,7 @@ export class Reporter {
     }
     k.metrics.repairs.inc({ cause });
     k.metrics.latency.observe((performance.now() - detectedAt) / 1000);
-    if (!deliberate(cause) && k.fight.repaired(performance.now())) this.fightRaised(look.flat);
+    if (undoneByOthers(cause) && k.fight.repaired(performance.now())) this.fightRaised(look.flat);
   }
 
   /**
@@ -196,8 +195,8 @@ export class Reporter {
   reportRepair(r: RepairReport): void {
     const k = this.k;
     this.lastRepair = { at: new Date().toISOString(), cause: r.cause, drift: r.drift.map((d) => d.detail), latencyMs: r.latencyMs };
-    // The foreign changes this repair answered: who made them and what they did (a deliberate change answers none).
-    const answered = deliberate(r.cause) || r.cause === 'startup' ? [] : k.attribution.answered({
+    // The foreign changes this repair answered: who made them and what they did (a deliberate change or start-up answers none).
+    const answered = !undoneByOthers(r.cause) ? [] : k.attribution.answered({
       generation: r.generation, cause: r.cause, latencyMs: Number(r.latencyMs.toFixed(3)),
       ops: r.opsText ?? r.drift.map((d) => `${d.family} ${d.table}: ${d.detail}`),
     });
@@ -211,9 +210,7 @@ export class Reporter {
 
   /** Whether repairs are planned from the events (exact) or need a read, and why. */
   mirrorState(): { exact: boolean; generation: number; reason?: string } | undefined {
-    const m = this.k.mirror;
-    if (!m) return undefined;
-    return m.valid ? { exact: true, generation: m.generation } : { exact: false, generation: m.generation, reason: m.invalidReason };
+    return this.k.view.currency();
   }
 
   /** The mirror changed state (off, or seeded): said as the 'mirror' event. */

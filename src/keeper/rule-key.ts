@@ -13,7 +13,7 @@ import * as cryptoModule from 'node:crypto';
 import { createHash } from 'node:crypto';
 import type { Expr, Hex } from '../netlink/expr.js';
 import type { Rule } from '../netlink/objects.js';
-import type { ChainConfig, TableConfig } from '../config/config.js';
+import type { ChainConfig, TableConfig } from '../model/desired.js';
 import { ruleKey, type SetResolver } from '../rules/index.js';
 
 /**

@@ -1,18 +1,18 @@
 /**
- * What the keeper's parts share: the options, the sockets, the desired state, what the events say
- * the kernel holds (mirror, touches) and the generation last verified. The scheduler, the repair
+ * What the keeper's parts share: the options, the sockets, the desired state, what the kernel holds
+ * (the view) and the generation last verified. The scheduler, the repair
  * paths and the reporter each hold this one object; the Keeper makes it and wires them up.
  */
 import type { EventEmitter } from 'node:events';
 import type { Logger } from 'pino';
-import type { Config, TableConfig } from '../config/config.js';
+import type { Config } from '../config/config.js';
+import type { TableConfig } from '../model/desired.js';
 import type { KeeperMetrics } from '../base/metrics.js';
 import type { NftConn, NftHost, NftWatch } from '../netlink/conn.js';
 import type { Owner } from '../owners/index.js';
 import type { Attribution } from './attribution.js';
 import type { Fight, FightOptions } from './fight.js';
-import { OwnedTouches } from './touches.js';
-import type { Mirror } from './mirror.js';
+import { KernelView } from './view.js';
 import type { Reconciler } from './reconciler.js';
 import type { TraceMark } from './outcome.js';
 
@@ -57,14 +57,12 @@ export class KeeperState {
   sock?: NftConn;
   monitor?: NftWatch;
   reconciler?: Reconciler;
-  /** The owned chains as the events say the kernel holds them (undefined: events or the option off). */
-  mirror?: Mirror;
+  /** What the kernel holds in the owned tables, from the looks, our commits and the events (view.ts). */
+  readonly view = new KernelView();
   config: Config;
   owners: readonly Owner[] = [];
   /** The config's tables with the owners merged in: what the passes enforce. */
   desired: TableConfig[] = [];
-  /** Which commits touched the owned tables: lets a pass keep the known state when only the generation moved. */
-  readonly touches = new OwnedTouches();
   /** The owned tables as "family name", for the attribution. */
   ownedKeys: ReadonlySet<string> = new Set();
   lastVerified?: number;
@@ -72,7 +70,7 @@ export class KeeperState {
   trustedSince?: number;
   /** The next pass reads the tables even if the generation says nothing moved: the trusted commit's read-back. */
   readBackDue = false;
-  /** The generation at which the guard last refused a repair planned from the mirror: the monitor trails it. */
+  /** The generation at which the guard last refused a repair planned from the view's events: the monitor trails it. */
   refusedAt = -1;
   stopped = false;
   /** Retired tables noted before start() opened the reconciler. */
@@ -97,10 +95,10 @@ export class KeeperState {
     return this.config.tables.map((t) => ({ family: t.family, name: t.name }));
   }
 
-  /** The config's tables are the owned ones: for the touches and the attribution alike. */
+  /** The config's tables are the owned ones: for the view's events and the attribution alike. */
   noteOwned(): void {
     const owned = this.ownedTables();
-    this.touches.setOwned(owned);
+    this.view.setOwned(owned);
     this.ownedKeys = new Set(owned.map((t) => `${t.family} ${t.name}`));
   }
 }

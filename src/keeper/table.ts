@@ -7,17 +7,17 @@
 import type { Expr, Family, Hex } from '../netlink/expr.js';
 import type { Chain, NftObj, NftSet, ObservedTable, Rule, SetElement, Table } from '../netlink/objects.js';
 import { SET_F, TABLE_F } from '../netlink/objects.js';
-import { objectBlock, objectDefinitionKey } from '../config/stateful-objects.js';
+import { objectBlock, objectDefinitionKey } from '../model/stateful-objects.js';
 import { NfkeeperError } from '../base/errors.js';
-import type { ChainConfig, TableConfig } from '../config/config.js';
-import type { SetConfig } from '../config/sets.js';
+import type { ChainConfig, TableConfig } from '../model/desired.js';
+import type { SetConfig } from '../model/sets.js';
 import { commentOf, renderRule, type SetResolver } from '../rules/index.js';
 import { planChain, planHunks, type ChainEdit, type RuleEdit } from './chain-edit.js';
 import type { Derivation } from '../model/derivation.js';
 import type { Drift, DriftKind } from '../model/drift.js';
 import { diffElements, sameElementFields, setDefinitionKey, type ElementDiff } from '../model/elements.js';
 import { desiredKey, kernelKeys, sameRules } from './rule-key.js';
-import type { ArmedTimed } from './timed-elements.js';
+import type { TimedSeen } from './timed-elements.js';
 /** A chain a chain-missing or rules-differ drift names, as diffTable found it. */
 export interface ChainDiff {
   /** The desired chain. */
@@ -75,7 +75,7 @@ export interface DiffOptions {
    * missing that is not here is installed (a reload or the start-up added it). Without it (one-shot
    * check/apply, which remember nothing) every missing timed element counts as expired.
    */
-  armed?: ArmedTimed;
+  timedSeen?: TimedSeen;
   /**
    * The desired table was made from `since.from` (src/model/derivation.ts), and the kernel is known to hold
    * exactly that table (every chain verified, no other chain: the caller checks): only the chains
@@ -84,8 +84,8 @@ export interface DiffOptions {
   since?: Derivation;
 }
 
-/** See DiffOptions.armed: element ids by `family table set`. */
-const NONE_ARMED: ReadonlySet<string> = new Set();
+/** See DiffOptions.timedSeen: element ids by `family table set`. */
+const NONE_SEEN: ReadonlySet<string> = new Set();
 
 export type Protection = 'protected' | 'orphaned' | 'unprotected' | 'foreign-owner' | 'missing';
 
@@ -127,7 +127,7 @@ export function diffTable(want: TableConfig, have: ObservedTable, options: DiffO
   }
   const resolve: SetResolver = (n) => have.sets.get(n);
   drifts.push(...diffObjects(want, have));
-  drifts.push(...diffSets(want, have, out.elements, options.armed, options.verifiedSets));
+  drifts.push(...diffSets(want, have, out.elements, options.timedSeen, options.verifiedSets));
   let present = 0;  // desired chains the kernel holds: when that is all it holds, there is no extra chain
   const since = options.since;
   for (const c of since ? since.changed : want.chains) {
@@ -239,7 +239,7 @@ function diffObjects(want: TableConfig, have: ObservedTable): Drift[] {
  * elements differ gets element adds and deletes only. A constant set cannot
  * take element changes, so it is created again.
  */
-function diffSets(want: TableConfig, have: ObservedTable, elements: Map<string, ElementDiff>, armed?: ArmedTimed,
+function diffSets(want: TableConfig, have: ObservedTable, elements: Map<string, ElementDiff>, timedSeen?: TimedSeen,
   verifiedSets?: ReadonlyMap<string, SetConfig>): Drift[] {
   const out: Drift[] = [];
   for (const s of want.sets ?? []) {
@@ -259,7 +259,7 @@ function diffSets(want: TableConfig, have: ObservedTable, elements: Map<string, 
     // Known to hold another desired object's elements, the same ones (a reload that left this set alone).
     if (known && h.elements === known.elements && sameElementList(known.elements, s.elements)) continue;
     const diff = diffElements(s.elements, h.elements, s.set,
-      armed ? armed.get(`${want.family} ${want.name} ${s.name}`) ?? NONE_ARMED : undefined);
+      timedSeen ? timedSeen.get(`${want.family} ${want.name} ${s.name}`) ?? NONE_SEEN : undefined);
     if (diff.add.length === 0 && diff.delete.length === 0) continue;
     if (s.set.flags & SET_F.CONSTANT) {
       out.push(d('set-changed', `constant ${what} ${s.name} holds other elements; a constant set is created again`));

@@ -8,7 +8,7 @@
  * Frozen is also what lets the batch validation check a rule's expressions once (src/netlink/validate.ts),
  * and the event mirror re-add them as they are.
  */
-import type { ChainConfig, TableConfig } from '../config/config.js';
+import type { ChainConfig, TableConfig } from './desired.js';
 import type { Expr } from '../netlink/expr.js';
 
 

@@ -10,7 +10,7 @@
  * the chains of `from` that `table` lacks are `removed`; a dispatch chain in `changed` holds the
  * rules of its `from` chain, the same objects in the same order, outside its hunks.
  */
-import type { ChainConfig, TableConfig } from '../config/config.js';
+import type { ChainConfig, TableConfig } from './desired.js';
 
 /**
  * One run of a chain's rules that changed: rules [fromStart, fromEnd) of the earlier chain gave way

@@ -56,13 +56,13 @@ export interface ElementDiff {
  * are not wanted or hold other data go, wanted ones that are missing or
  * differ come (a changed element is a delete and an add). Elements with a
  * timeout in the config are the kernel's once added: one that is gone has
- * expired and is not added again. `armed` says which were added (the keeper
- * remembers; see DiffOptions.armed): a timed element that is not is added.
+ * expired and is not added again. `timedSeen` says which were added (the keeper
+ * remembers; see DiffOptions.timedSeen): a timed element that is not is added.
  * Without it every one that is gone counts as expired. A dynamic set's extra elements are the
  * data path's (`add @set`), so they stay.
  */
 export function diffElements(want: readonly SetElement[], have: readonly SetElement[], set: NftSet,
-  armed?: ReadonlySet<string>): ElementDiff {
+  timedSeen?: ReadonlySet<string>): ElementDiff {
   const haveById = new Map<string, SetElement>();
   for (const e of have) haveById.set(elementId(e), e);
   const out: ElementDiff = { add: [], delete: [], expired: 0 };
@@ -73,7 +73,7 @@ export function diffElements(want: readonly SetElement[], have: readonly SetElem
     const h = haveById.get(id);
     if (h === MATCHED) continue;  // a duplicate of a wanted element
     if (!h) {
-      if ((w.timeout !== undefined || w.expiration !== undefined) && (!armed || armed.has(id))) { out.expired++; continue; }
+      if ((w.timeout !== undefined || w.expiration !== undefined) && (!timedSeen || timedSeen.has(id))) { out.expired++; continue; }
       out.add.push(w);
       continue;
     }

@@ -7,7 +7,7 @@
  * it goes in the same guarded batch (owned GC). ownedGarbage() says which
  * part of such a batch was owner garbage, for logs and metrics.
  */
-import type { ChainConfig, TableConfig } from '../config/config.js';
+import type { ChainConfig, TableConfig } from '../model/desired.js';
 import type { ObservedTable, Rule } from '../netlink/objects.js';
 import type { Drift } from '../model/drift.js';
 import type { OwnersConfig } from '../config/owners.js';

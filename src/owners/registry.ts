@@ -312,7 +312,7 @@ export class OwnerRegistry {
     for (const r of this.refused.values()) clearTimeout(r.timer);
     if (!this.state) return;
     try {
-      if (this.state.journaling) this.state.compact(this.owners.values());
+      if (this.state.journaling) this.state.fold(this.owners.values());
     } finally {
       this.state.close();
       this.state = undefined;
@@ -473,9 +473,9 @@ export class OwnerRegistry {
         this.groups++;
         if (this.state.due) {
           try {
-            this.state.compact(list);
+            this.state.fold(list);
           } catch {
-            // The journal still holds every change (or the new file does); compaction is tried again after the next group.
+            // The journal still holds every change (or the new file does); the fold is tried again after the next group.
           }
         }
         group.forEach((q, i) => q.resolve(results[i]!));

@@ -8,7 +8,7 @@
  * Nothing here touches the kernel; every refusal says where and why.
  */
 import * as z from 'zod';
-import type { ChainConfig, TableConfig } from '../config/config.js';
+import type { ChainConfig, TableConfig } from '../model/desired.js';
 import { NfkeeperError, RuleSyntaxError } from '../base/errors.js';
 import type { ChainType, Hook } from '../netlink/objects.js';
 import { checkRulePlacement, commentOf, tagMatcher, commentUserdata, compileRule, compiledRule, type CompiledRule } from '../rules/index.js';

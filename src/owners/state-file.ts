@@ -3,7 +3,7 @@
  * `{ "version": 1, "folded"?: "<sha256>", "owners": { "<id>": { chains, jumps } } }`, replaced
  * atomically (src/base/atomic-file.ts), plus a journal beside it (`<file>.journal`): one line per group
  * of changes, appended and fdatasync'ed, so a registration costs one small durable append instead
- * of rewriting every owner. The journal is folded into the file (compacted) when it outgrows it.
+ * of rewriting every owner. The journal is folded into the file when it outgrows it.
  *
  * A missing file is an empty set. Anything else that is not a valid state (unreadable, not a
  * regular file, not JSON, a wrong shape, a journal that is damaged or does not extend the file, an
@@ -15,7 +15,8 @@ import { closeSync, openSync, readSync, statSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { io, writeFileAtomic } from '../base/atomic-file.js';
 import { NotRegularFileError, readRegularFile } from '../base/regular-file.js';
-import type { Config, TableConfig } from '../config/config.js';
+import type { Config } from '../config/config.js';
+import type { TableConfig } from '../model/desired.js';
 import { NfkeeperError } from '../base/errors.js';
 import type { OwnersConfig } from '../config/owners.js';
 import { OwnerSpecError, compileOwner, type Owner, type OwnerSpec } from './spec.js';
@@ -286,7 +287,7 @@ export class OwnersState {
     return this.fd !== undefined;
   }
 
-  /** The journal has outgrown the file: time to compact(). */
+  /** The journal has outgrown the file: time to fold() it in. */
   get due(): boolean {
     return this.fd !== undefined && this.bytes > Math.max(1 << 20, this.fileBytes);
   }
@@ -295,13 +296,13 @@ export class OwnersState {
    * Rewrites the file with `owners` (atomically: the durable owners, so a failure at any step leaves
    * either the file and journal as they were or the file holding them all); the journal is gone after it.
    */
-  compact(owners: Iterable<Owner>): void {
+  fold(owners: Iterable<Owner>): void {
     this.close();
     this.fileBytes = saveOwners(this.file, owners);
     this.bytes = 0;
   }
 
-  /** Closes the journal (the daemon stopping: compact first to leave one whole file). */
+  /** Closes the journal (the daemon stopping: fold first to leave one whole file). */
   close(): void {
     const fd = this.fd;
     this.fd = undefined;

@@ -3,27 +3,17 @@
  * chains still reached from a rule that stays (a jump or a verdict map),
  * and what it must follow: chains reached only from garbage, transitively.
  */
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { GraceTracker, collect, scan } from '../../src/gc/index.js';
 import { parseConfig } from '../../src/config/config.js';
-import { open, type NftSocket } from '../../src/netlink/socket.js';
-import { createNetns, type Netns } from '../helpers/netns.js';
+import { socketPerTest } from '../helpers/netns-hooks.js';
 import { DEAD, DEAD_CHAIN, LIVE, NOMAD_RESTORE, save, tag } from './fixtures.js';
 
 const foreign = parseConfig('tables: []\ngc:\n  foreign:\n    - { family: ip, table: nat, owner: nomad }\n').gc!.foreign;
 const OTHER = '11111111-2222-3333-4444-555555555555';
 
 describe('foreign GC safety', () => {
-  let ns: Netns;
-  let sock: NftSocket;
-  beforeEach(() => {
-    ns = createNetns('gcsafe');
-    sock = open({ netns: ns.path });
-  });
-  afterEach(() => {
-    sock.close();
-    ns.remove();
-  });
+  const { ns, sock } = socketPerTest('gcsafe');
   const ipt = (...args: string[]) => ns.exec('iptables-nft', ['-t', 'nat', ...args]);
 
   it('keeps untagged rules, live ids, other owners, and a chain a surviving rule still jumps to', async () => {

@@ -44,17 +44,24 @@
  *   the DELRULE of its rule; a table's deletion is its rules', then its named
  *   sets', then its chains' and its own;
  * - a watcher reads the commits after the committing turn of the event loop,
- *   as the monitor does when its socket is polled.
+ *   as the monitor does when its socket is polled;
+ * - a watcher's armed reactions (NftWatch.arm, native/monitor.cc React): the
+ *   first commit after the arm's generation that touches a watched table, with
+ *   every commit since seen whole, ends the arm; when it is another writer's
+ *   and its events are exactly one reaction's `on`, in order (type, family,
+ *   table, name and handle compared), that reaction's ops are committed on the
+ *   armed connection, guarded by the commit's generation, before the record
+ *   is handed over with `reacted`.
  * Not modelled: objects, flowtables, set timeouts, xt compat, loops
- * (ELOOP/EMLINK), the committer's pid and comm (MonitorBatch.by), and the
- * monitor's armed reactions (NftWatch.arm: the keeper prepares them, the addon matches and commits them).
+ * (ELOOP/EMLINK), and the committer's pid and comm (MonitorBatch.by).
  */
 import { Batch } from '../../src/netlink/batch.js';
 import { describeOp, type Op } from '../../src/netlink/ops.js';
 import { commitArgs, ruleDigester } from '../../src/netlink/socket.js';
 import type { CommitOptions, CommitResult, NftConn, NftHost, NftWatch } from '../../src/netlink/conn.js';
 import type { Expr, Family } from '../../src/netlink/expr.js';
-import type { MonitorBatch, MonitorEvent, MonitorOptions, MonitorProgress } from '../../src/netlink/events.js';
+import type { EventKey, MonitorBatch, MonitorEvent, MonitorOptions, MonitorProgress, Reaction } from '../../src/netlink/events.js';
+import { FAMILY } from '../../src/netlink/expr.js';
 import { SET_F, TABLE_F, type Chain, type ChainDigests, type NftSet, type Rule, type SetElement, type Table } from '../../src/netlink/objects.js';
 import { GenerationMismatchError, NetlinkError, SocketClosedError } from '../../src/base/errors.js';
 
@@ -785,6 +792,22 @@ export class FakeConn implements NftConn {
     return options.echo ? { handles } : undefined;
   }
 
+  /**
+   * A watcher's armed reaction (FakeWatch.arm): `ops` committed at once, guarded by `generation`,
+   * echoed; the errno of a refusal. Undefined, nothing sent, when the connection is closed or busy
+   * with a dump or commit (the addon's gate, taken without waiting).
+   */
+  react(ops: readonly Op[], generation: number): { handles: [number, number][] } | { errno: number } | undefined {
+    if (this.isClosed || this.busy > 0) return undefined;
+    try {
+      return { handles: [...this.kernel.apply(this.portId, ops, generation)] };
+    } catch (e) {
+      if (e instanceof GenerationMismatchError) return { errno: ERRNO.ERESTART };
+      if (e instanceof NetlinkError) return { errno: e.errno };
+      throw e;
+    }
+  }
+
   private check(operation: string): void {
     if (this.isClosed) throw new SocketClosedError(operation);
   }
@@ -801,12 +824,27 @@ export class FakeConn implements NftConn {
   }
 }
 
+/** One event of a reaction's `on` or of a commit, as the addon compares them (monitor.cc AppendTrigger). */
+const triggerKey = (events: readonly EventKey[]) => JSON.stringify(events.map((e) => [e.type, e.family, e.table, e.name ?? '', e.handle ?? 0]));
+
+/** What arm() made (the addon's reactions_, triggers_, armedGen_, armSock_). */
+interface Armed {
+  conn: FakeConn;
+  generation: number;
+  reactions: readonly Reaction[];
+  /** Reaction index by triggerKey of its `on`. */
+  triggers: Map<string, number>;
+  /** The most events any reaction names: a longer commit is no reaction's. */
+  most: number;
+}
+
 /**
- * A watcher as the addon's monitor is one (native/event.cc, EventBatcher): it reads each commit
- * after the turn of the event loop that made it, keeps the events of watched tables (and every
- * table deletion), and hands over one record per commit that holds a foreign event (or, with
- * ownCommits, any watched event not skipped), with the run of whole commits it has seen (since,
- * progress) and how many records it handed over.
+ * A watcher as the addon's monitor is one (native/event.cc, EventBatcher; native/monitor.cc): it
+ * reads each commit after the turn of the event loop that made it, keeps the events of watched
+ * tables (and every table deletion), and hands over one record per commit that holds a foreign
+ * event (or, with ownCommits, any watched event not skipped), with the run of whole commits it has
+ * seen (since, progress) and how many records it handed over; an armed reaction answers a record
+ * before it is handed over (arm).
  */
 export class FakeWatch implements NftWatch {
   private tables: Set<string> | undefined;
@@ -817,9 +855,14 @@ export class FakeWatch implements NftWatch {
   private reading = false;
   private lastGeneration = 0;
   private runStart = 0;
+  /** The generation of the last commit with events for the watched tables (0: none seen). */
+  private lastTouched = 0;
   private delivered = 0;
   private overflows = 0;
   private skip: number[] = [];
+  /** The reactions arm() made, kept while paused; `live`: they answer the next commit. */
+  private armedWith?: Armed;
+  private live = false;
 
   constructor(private readonly kernel: FakeKernel, private readonly options: Omit<MonitorOptions, 'netns'>) {
     this.tables = options.tables && new Set(options.tables.map((t) => key(t.family, t.name)));
@@ -833,6 +876,7 @@ export class FakeWatch implements NftWatch {
 
   close(): void {
     this.closed = true;
+    this.disarm();
     this.unread = [];
     this.kernel.unwatch(this);
   }
@@ -850,6 +894,52 @@ export class FakeWatch implements NftWatch {
   skipOwn(generation: number): void {
     // Only a commit still to come: one already read was handed over.
     if (generation > this.lastGeneration && this.skip.length < 64) this.skip.push(generation);
+  }
+
+  /**
+   * Reactions to the next commit after `generation` that touches a watched table (Monitor.arm):
+   * checked as the addon checks them (a TypeError for one it cannot read); false, nothing armed, when
+   * closed, with no reactions, or with a connection that is not this kernel's.
+   */
+  arm(conn: NftConn, generation: number, reactions: readonly Reaction[]): boolean {
+    this.disarm();
+    if (this.closed || !(conn instanceof FakeConn) || conn.kernel !== this.kernel || conn.closed || reactions.length === 0) return false;
+    const triggers = new Map<string, number>();
+    let most = 0;
+    reactions.forEach((r, i) => {
+      const at = `arm: reaction ${i}`;
+      if (r.on.length === 0 || r.ops.length === 0) throw new TypeError(`${at}: needs events (on) and ops`);
+      r.on.forEach((e, k) => {
+        if (typeof e.type !== 'string' || typeof e.table !== 'string' || !(e.family in FAMILY.values)) {
+          throw new TypeError(`${at}: event ${k} needs a type, a family and a table`);
+        }
+        if (e.handle !== undefined && !(Number.isSafeInteger(e.handle) && e.handle >= 0)) throw new TypeError(`${at}: event ${k} has a bad handle`);
+      });
+      const trigger = triggerKey(r.on);
+      if (triggers.has(trigger)) throw new TypeError(`${at}: the same events as an earlier one`);
+      triggers.set(trigger, i);
+      most = Math.max(most, r.on.length);
+      commitArgs(r.ops, {});  // what the addon could not encode
+    });
+    this.armedWith = { conn, generation, reactions, triggers, most };
+    this.live = true;
+    return true;
+  }
+
+  disarm(): void {
+    this.live = false;
+    this.armedWith = undefined;
+  }
+
+  pause(): void {
+    this.live = false;
+  }
+
+  /** Armed again with what arm() made when no commit since its generation touched a watched table, every one seen whole. */
+  resume(): boolean {
+    const a = this.armedWith;
+    this.live = !this.closed && !!a && !a.conn.closed && this.lastTouched <= a.generation && this.runStart !== 0 && this.runStart <= a.generation + 1;
+    return this.live;
   }
 
   /** A commit that moved the generation, with all its events: read on a later turn of the loop. */
@@ -870,30 +960,48 @@ export class FakeWatch implements NftWatch {
     setImmediate(() => this.read());
   }
 
-  /** Reads everything there is, then hands the records over, progress() as it stands after the read. */
+  /**
+   * Reads everything there is, then hands the records over, progress() as it stands after the
+   * read; an armed reaction answers its record just before it is handed over.
+   */
   private read(): void {
     this.reading = false;
     if (this.closed) return;
-    const done: MonitorBatch[] = [];
+    const done: { b: MonitorBatch; prevTouched: number }[] = [];
     for (const c of this.unread.splice(0)) {
       if (c === 'overflow') {
         this.runStart = 0;
         this.overflows++;
         this.delivered++;
-        done.push({ overflow: true, generation: 0, truncated: false, foreign: false, since: 0, events: [] });
+        this.disarm();
+        done.push({ b: { overflow: true, generation: 0, truncated: false, foreign: false, since: 0, events: [] }, prevTouched: 0 });
         continue;
       }
       const b = this.feed(c.generation, c.events);
       if (b) done.push(b);
     }
-    for (const b of done) {
+    for (const { b, prevTouched } of done) {
       if (this.closed) return;
+      if (this.live) this.react(b, prevTouched);
       this.options.onBatch(b);
     }
   }
 
-  /** One commit up to its NEWGEN: the record to hand over, if any. */
-  private feed(generation: number, all: readonly MonitorEvent[]): MonitorBatch | undefined {
+  /** The armed reaction's answer to `b` (monitor.cc React), into b.reacted. */
+  private react(b: MonitorBatch, prevTouched: number): void {
+    const a = this.armedWith!;
+    if (b.overflow || b.truncated || !b.foreign || b.events.length > a.most) return;
+    // The first commit after the arm's generation that touches a watched table, every commit since seen whole.
+    if (!b.since || b.since > a.generation + 1 || prevTouched > a.generation || b.generation <= a.generation) return;
+    this.disarm();  // this commit ends the arm, answered or not
+    const reaction = a.triggers.get(triggerKey(b.events));
+    if (reaction === undefined) return;
+    const outcome = a.conn.react(a.reactions[reaction]!.ops, b.generation);
+    if (outcome) b.reacted = { ...outcome, reaction, committedNs: Number(process.hrtime.bigint()) };
+  }
+
+  /** One commit up to its NEWGEN: the record to hand over, if any, and the last commit before it that touched a watched table. */
+  private feed(generation: number, all: readonly MonitorEvent[]): { b: MonitorBatch; prevTouched: number } | undefined {
     // The run of whole commits goes on only from the generation just before.
     if (generation > this.lastGeneration) {
       if (this.runStart === 0 || this.lastGeneration === 0 || generation !== this.lastGeneration + 1) this.runStart = generation + 1;
@@ -903,13 +1011,18 @@ export class FakeWatch implements NftWatch {
     this.skip = this.skip.filter((g) => g > generation);
     const wanted = all.filter((e) => e.type === 'deltable' || !this.tables || this.tables.has(key(e.family, e.table)));
     if (wanted.length === 0) return undefined;
+    const prevTouched = this.lastTouched;
+    if (generation > this.lastTouched) this.lastTouched = generation;
     const foreign = wanted.some((e) => !this.ignore.has(e.portId));
     if (!foreign && (!this.options.ownCommits || skipped)) return undefined;
     this.delivered++;
     return {
-      overflow: false, generation, truncated: wanted.length > EVENTS_PER_BATCH, foreign,
-      since: this.runStart <= generation ? this.runStart : 0, receivedNs: Number(process.hrtime.bigint()),
-      events: wanted.slice(0, EVENTS_PER_BATCH).map((e) => clone(e)),
+      b: {
+        overflow: false, generation, truncated: wanted.length > EVENTS_PER_BATCH, foreign,
+        since: this.runStart <= generation ? this.runStart : 0, receivedNs: Number(process.hrtime.bigint()),
+        events: wanted.slice(0, EVENTS_PER_BATCH).map((e) => clone(e)),
+      },
+      prevTouched,
     };
   }
 }

@@ -11,9 +11,10 @@ import { parseConfig, type Config } from '../../src/config/config.js';
 import { Keeper, checkOnce, type RepairReport } from '../../src/keeper/keeper.js';
 import { Reconciler } from '../../src/keeper/reconciler.js';
 import type { NftHost } from '../../src/netlink/conn.js';
-import { open, type NftSocket } from '../../src/netlink/socket.js';
+import { open } from '../../src/netlink/socket.js';
 import { observedHost } from '../helpers/keeper.js';
 import { createNetns, type Netns } from '../helpers/netns.js';
+import { socketPerTest } from '../helpers/netns-hooks.js';
 import { chainLines, handles, startKeeper } from './helpers.js';
 import { Batch } from '../../src/netlink/batch.js';
 import { compileRule, queueRule } from '../../src/rules/index.js';
@@ -61,13 +62,10 @@ function recordingHost(ns: Netns): NftHost & { decoded: (string | undefined)[]; 
 }
 
 describe('restart onto an existing owned ruleset, adopted by digest', () => {
-  let ns: Netns;
-  let sock: NftSocket;
+  const { ns, sock } = socketPerTest('adopt');
   let keeper: Keeper | undefined;
 
   beforeEach(async () => {
-    ns = createNetns('adopt');
-    sock = open({ netns: ns.path });
     // The earlier keeper: installs, stops, leaves its rules.
     const first = await startKeeper(ns, { config: config() });
     await first.stop();
@@ -75,8 +73,6 @@ describe('restart onto an existing owned ruleset, adopted by digest', () => {
   afterEach(async () => {
     await keeper?.stop();
     keeper = undefined;
-    sock.close();
-    ns.remove();
   });
 
   /** What a full, decoding read finds now, and what the adopting read finds: they must agree. */
@@ -227,16 +223,7 @@ ${[0, 1, 2].map((i) => `          - ip saddr 10.1.${c}.${i} ip daddr 192.0.2.${i
 });
 
 describe('the one-shot check and apply read by digest', () => {
-  let ns: Netns;
-  let sock: NftSocket;
-  beforeEach(() => {
-    ns = createNetns('oneshot');
-    sock = open({ netns: ns.path });
-  });
-  afterEach(() => {
-    sock.close();
-    ns.remove();
-  });
+  const { ns, sock } = socketPerTest('oneshot');
 
   it('apply into an empty namespace: its read-back decodes only the anonymous set\'s chain, and takes the digests of the rules it wrote from the commit', async () => {
     const host = recordingHost(ns);

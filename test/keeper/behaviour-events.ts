@@ -5,7 +5,9 @@
  * from the event mirror (no dump, one commit, its own commit waking nothing), also when a commit
  * elsewhere comes between the change and its repair; an owned set's elements, repaired and
  * reloaded per element from the events; a deleted table by a full pass, churn in a
- * table it does not own costing nothing, and the fight's back-off. Nothing here waits on a timer: the
+ * table it does not own costing nothing, and the fight's back-off. A watcher's armed reactions
+ * (NftWatch.arm; native/monitor.cc React) on their own: what they answer, with what, and when the
+ * arm ends (armCases). Nothing here waits on a timer: the
  * waits are for the keeper's events, its idle(), or turns of the event loop (the kernel's
  * notifications arrive on its poll phase, the fake's on immediates).
  */
@@ -13,7 +15,8 @@ import { expect, it } from 'vitest';
 import type { Keeper, KeeperOptions, RepairReport } from '../../src/keeper/keeper.js';
 import { Batch } from '../../src/netlink/batch.js';
 import type { CommitResult, NftConn, NftWatch } from '../../src/netlink/conn.js';
-import type { MonitorEvent } from '../../src/netlink/events.js';
+import type { EventKey, MonitorBatch, MonitorEvent, Reaction } from '../../src/netlink/events.js';
+import type { Op } from '../../src/netlink/ops.js';
 import type { Family } from '../../src/netlink/expr.js';
 import type { NftSet } from '../../src/netlink/objects.js';
 import { ruleDigester } from '../../src/netlink/socket.js';
@@ -21,6 +24,7 @@ import { compileRule } from '../../src/rules/index.js';
 import { parseNftConfig } from '../../src/config/config.js';
 import { FLANNEL_RULES, flannelConfig, nextRepair } from './helpers.js';
 import type { World } from './behaviour.js';
+import { planConfig, readPlanChain } from './plan-fixtures.js';
 
 const IP = { family: 'ip' as Family };
 const T = { family: 'ip' as Family, table: 't' };
@@ -301,8 +305,8 @@ export function eventCases(f: Fixture): void {
   it('keeper: a neighbour that keeps undoing the rules is answered later (the fight), a deliberate change at once', async () => {
     const conn = f.conn();
     const other = f.other();
-    // The third repair within the window (the start-up's install is the first) raises the level: the next one waits a minute.
-    const k = await f.keeper({ fight: { threshold: 3, windowMs: 3_600_000, baseMs: 60_000, capMs: 60_000, quietMs: 3_600_000 } });
+    // The second repair of what the neighbour undid raises the level (start-up's install is none): the next one waits a minute.
+    const k = await f.keeper({ fight: { threshold: 2, windowMs: 3_600_000, baseMs: 60_000, capMs: 60_000, quietMs: 3_600_000 } });
     const levels: number[] = [];
     k.on('fight', (l: number) => levels.push(l));
     const deleteOne = async (): Promise<number> => {
@@ -330,6 +334,202 @@ export function eventCases(f: Fixture): void {
     await k.setConfig(flannelConfig());
     expect(conn.generation()).toBe(held + 1);
     expect(await f.lines(conn)).toEqual(FLANNEL_RULES);
+  });
+}
+
+const WANT = [1, 2, 3, 4, 5];
+const C = { family: 'ip' as Family, table: 't', chain: 'c' };
+const OTHER = { family: 'ip' as Family, table: 'other', chain: 'c' };
+const wantRules = planConfig(WANT).tables[0]!.chains[0]!.rules;
+const deleted = (handle: number): EventKey => ({ type: 'delrule', family: 'ip', table: 't', name: 'c', handle });
+/** The keeper's re-add of rule j of chain t c as it stands: at the head for j = 0, else after rule j - 1. */
+const reAdd = (handles: readonly number[], j: number): Op => (j === 0
+  ? { verb: 'insert', object: 'rule', ...C, exprs: wantRules[j]!.compiled.exprs, id: 1 }
+  : { verb: 'add', object: 'rule', ...C, exprs: wantRules[j]!.compiled.exprs, id: 1, position: handles[j - 1]! }) as Op;
+/** Every rule's deletion answered by its re-add where it stood. */
+const everyRule = (h: number[]): Reaction[] => h.map((x, j) => ({ on: [deleted(x)], ops: [reAdd(h, j)] }));
+
+/**
+ * A watcher's armed reactions on their own (the keeper's use of them is in armed-repair.test.ts and
+ * arming.test.ts): it matches another writer's next commit on the watched tables against the
+ * reactions' events and sends what it was given, guarded by that commit's generation, deciding
+ * nothing. `conn` is the armed connection (its port ignored, as the keeper's), `other` the foreign writer.
+ */
+export function armCases(f: Fixture): void {
+  /** Tables t (chain t c with the five rules) and other, and a watcher of t as the keeper makes it. */
+  async function armed() {
+    const conn = f.conn();
+    const other = f.other();
+    const b = new Batch().add('table', { ...IP, name: 't' }).add('table', { ...IP, name: 'other' })
+      .add('chain', { ...IP, table: 't', name: 'c' }).add('chain', { ...IP, table: 'other', name: 'c' });
+    for (const r of wantRules) b.add('rule', { ...C, exprs: r.compiled.exprs });
+    await other.commit(b);
+    const batches: MonitorBatch[] = [];
+    const w: NftWatch = f.world().host.watch({ tables: [{ ...IP, name: 't' }], ignorePorts: [conn.portId], ownCommits: true, onBatch: (x) => {
+      batches.push(x);
+      // As the keeper does: the reaction's commit, whose handles came back, need not be handed over.
+      if (x.reacted && 'handles' in x.reacted && x.reacted.handles.length > 0) w.skipOwn!(x.generation + 1);
+    } });
+    w.anchor!(conn.generation(), 0);
+    const chain = () => readPlanChain(conn, WANT);
+    return {
+      conn, other, w, batches, chain,
+      /** Arms `reactions(handles)` at the generation the watcher has read up to. */
+      async arm(reactions: (handles: number[]) => Reaction[] = everyRule) {
+        const handles = (await chain()).handles;
+        const generation = conn.generation();
+        await turns('the watcher to read every commit', () => w.progress!().lastGeneration === generation);
+        expect(w.arm!(conn, generation, reactions(handles))).toBe(true);
+        return { handles, generation };
+      },
+      /** The first record handed over after `commit`. */
+      async next(commit: () => Promise<unknown> | unknown): Promise<MonitorBatch> {
+        batches.length = 0;
+        await commit();
+        await turns('the commit to be handed over', () => batches.length > 0);
+        return batches[0]!;
+      },
+    };
+  }
+
+  it('arm: another writer\'s deletion of a rule, after commits elsewhere, is answered with the reaction\'s ops, guarded and echoed; the arm ends with it', async () => {
+    const a = await armed();
+    try {
+      const { handles, generation } = await a.arm();
+      await a.other.commit(new Batch().add('rule', { ...OTHER, exprs: wantRules[0]!.compiled.exprs }));
+      const b = await a.next(() => a.other.commit(new Batch().delete('rule', { ...C, handle: handles[2]! })));
+      expect([b.generation, b.events.length]).toEqual([generation + 2, 1]);
+      expect(b.reacted).toMatchObject({ reaction: 2 });
+      expect(typeof b.reacted!.committedNs).toBe('number');
+      const echoed = (b.reacted as { handles: [number, number][] }).handles;
+      expect(echoed.map(([op]) => op)).toEqual([0]);
+      const after = await a.chain();
+      expect(after.ok).toBe(true);
+      expect(after.handles).toEqual([handles[0], handles[1], echoed[0]![1], handles[3], handles[4]]);
+      expect(a.conn.generation()).toBe(generation + 3);
+      // Its own commit was skipped (the watcher was told so), not handed over.
+      await turns('the reaction\'s commit to be read', () => a.w.progress!().lastGeneration === generation + 3);
+      expect(a.batches).toHaveLength(1);
+      // One commit, one answer: the next deletion is the caller's, even of a rule it had a reaction for.
+      const next = await a.next(() => a.other.commit(new Batch().delete('rule', { ...C, handle: handles[4]! })));
+      expect(next.reacted).toBeUndefined();
+      expect((await a.conn.listRules(C)).length).toBe(4);
+    } finally {
+      a.w.close();
+    }
+  });
+
+  it('arm: a commit of two deletions is answered when one reaction names exactly those, in order', async () => {
+    const a = await armed();
+    try {
+      const { handles } = await a.arm((h) => [
+        { on: [deleted(h[1]!), deleted(h[3]!)], ops: [reAdd(h, 1), reAdd(h, 3)] },
+        { on: [deleted(h[1]!)], ops: [reAdd(h, 1)] },
+      ]);
+      const b = await a.next(() => a.other.commit(new Batch().delete('rule', { ...C, handle: handles[1]! }).delete('rule', { ...C, handle: handles[3]! })));
+      expect(b.events).toHaveLength(2);
+      expect(b.reacted).toMatchObject({ reaction: 0 });
+      expect((b.reacted as { handles: [number, number][] }).handles.map(([op]) => op)).toEqual([0, 1]);
+      expect((await a.chain()).ok).toBe(true);
+    } finally {
+      a.w.close();
+    }
+  });
+
+  it('arm: events in another order, with more beside them, or that no reaction names are not answered, and end the arm', async () => {
+    const a = await armed();
+    try {
+      const unanswered: [string, (h: number[]) => Reaction[], (h: number[]) => Batch][] = [
+        ['another order', (h) => [{ on: [deleted(h[3]!), deleted(h[1]!)], ops: [reAdd(h, 1), reAdd(h, 3)] }],
+          (h) => new Batch().delete('rule', { ...C, handle: h[1]! }).delete('rule', { ...C, handle: h[3]! })],
+        ['more beside them', (h) => [{ on: [deleted(h[1]!)], ops: [reAdd(h, 1)] }],
+          (h) => new Batch().delete('rule', { ...C, handle: h[1]! }).delete('rule', { ...C, handle: h[2]! })],
+        ['a rule no reaction names', (h) => [{ on: [deleted(h[1]!)], ops: [reAdd(h, 1)] }], (h) => new Batch().delete('rule', { ...C, handle: h[2]! })],
+        ['an added rule', everyRule, () => new Batch().add('rule', { ...C, exprs: wantRules[0]!.compiled.exprs })],
+      ];
+      for (const [what, reactions, commit] of unanswered) {
+        const { handles } = await a.arm(reactions);
+        const rules = (await a.conn.listRules(C)).length;
+        const b = await a.next(() => a.other.commit(commit(handles)));
+        expect([what, b.reacted]).toEqual([what, undefined]);
+        // Nothing was committed for it, and the arm is over: a deletion a reaction names is not answered either.
+        const left = await a.conn.listRules(C);
+        expect(left.length).toBe(rules + (what === 'an added rule' ? 1 : -b.events.length));
+        const next = await a.next(() => a.other.commit(new Batch().delete('rule', { ...C, handle: left[0]!.handle! })));
+        expect([what, next.reacted]).toEqual([what, undefined]);
+        // Back to the five rules for the next round.
+        const restore = new Batch().flush('chain', { ...IP, table: 't', name: 'c' });
+        for (const r of wantRules) restore.add('rule', { ...C, exprs: r.compiled.exprs });
+        await a.next(() => a.other.commit(restore));
+      }
+    } finally {
+      a.w.close();
+    }
+  });
+
+  it('arm: the guard refuses the reaction when another commit came first (ERESTART, nothing changed), and the arm is then off', async () => {
+    const a = await armed();
+    try {
+      const { handles, generation } = await a.arm();
+      // Both commits in one turn: the watcher reads the deletion after the second is in.
+      const b = await a.next(() => {
+        a.other.commitNow!(new Batch().delete('rule', { ...C, handle: handles[3]! }));
+        a.other.commitNow!(new Batch().add('rule', { ...OTHER, exprs: wantRules[1]!.compiled.exprs }));
+      });
+      expect(b.generation).toBe(generation + 1);
+      expect(b.reacted).toMatchObject({ errno: 85, reaction: 3 });
+      expect(a.conn.generation()).toBe(generation + 2);
+      expect((await a.conn.listRules(C)).map((r) => r.handle)).toEqual(handles.filter((_, j) => j !== 3));
+      const next = await a.next(() => a.other.commit(new Batch().delete('rule', { ...C, handle: handles[0]! })));
+      expect(next.reacted).toBeUndefined();
+    } finally {
+      a.w.close();
+    }
+  });
+
+  it('arm: a commit that touched the watched table since the arm leaves the next one unanswered; paused, nothing is answered, and resume holds only while the table is untouched', async () => {
+    const a = await armed();
+    try {
+      const { handles } = await a.arm();
+      // Our own commit (an ignored port) is not answered, but it touched the table.
+      await a.next(() => a.conn.commit(new Batch().add('rule', { ...C, exprs: wantRules[0]!.compiled.exprs })));
+      const b = await a.next(() => a.other.commit(new Batch().delete('rule', { ...C, handle: handles[1]! })));
+      expect(b.reacted).toBeUndefined();
+      expect((await a.conn.listRules(C)).length).toBe(5);  // 5 - 1 + the extra: nothing re-added
+      const again = await a.arm((h) => [{ on: [deleted(h[0]!)], ops: [reAdd(h, 0)] }]);
+      a.w.pause!();
+      await a.other.commit(new Batch().add('rule', { ...OTHER, exprs: wantRules[2]!.compiled.exprs }));
+      await turns('the watcher to read it', () => a.w.progress!().lastGeneration === a.conn.generation());
+      expect(a.w.resume!()).toBe(true);  // a commit elsewhere: the arm still holds
+      a.w.pause!();
+      const paused = await a.next(() => a.other.commit(new Batch().delete('rule', { ...C, handle: again.handles[0]! })));
+      expect(paused.reacted).toBeUndefined();
+      expect(a.w.resume!()).toBe(false);  // that deletion touched the table
+    } finally {
+      a.w.close();
+    }
+  });
+
+  it('arm: commits whatever the reaction holds; refuses reactions it cannot read and a connection of another kind', async () => {
+    const a = await armed();
+    try {
+      const { handles, generation } = await a.arm((h) => [{ on: [deleted(h[0]!)], ops: [{ verb: 'add', object: 'rule', ...OTHER, exprs: wantRules[4]!.compiled.exprs }] }]);
+      const b = await a.next(() => a.other.commit(new Batch().delete('rule', { ...C, handle: handles[0]! })));
+      expect(b.reacted).toMatchObject({ reaction: 0 });
+      expect((await a.conn.listRules(C)).map((r) => r.handle)).toEqual(handles.slice(1));  // not re-added
+      expect(await a.conn.listRules(OTHER)).toHaveLength(1);
+      const one = { on: [deleted(handles[1]!)], ops: [reAdd(handles, 1)] };
+      expect(() => a.w.arm!(a.conn, generation, [{ on: [], ops: one.ops }])).toThrow(/needs events \(on\) and ops/);
+      expect(() => a.w.arm!(a.conn, generation, [{ on: one.on, ops: [] }])).toThrow(/needs events \(on\) and ops/);
+      expect(() => a.w.arm!(a.conn, generation, [{ on: [{ ...one.on[0]!, family: 'nope' as 'ip' }], ops: one.ops }]))
+        .toThrow(/reaction 0: event 0 needs a type, a family and a table/);
+      expect(() => a.w.arm!(a.conn, generation, [one, one])).toThrow(/reaction 1: the same events as an earlier one/);
+      expect(() => a.w.arm!(a.conn, generation, [one, { on: [deleted(handles[2]!)], ops: [{ verb: 'add', object: 'rule' } as Op] }])).toThrow();
+      expect(a.w.arm!(a.conn, generation, [])).toBe(false);
+      expect(a.w.arm!({} as NftConn, generation, [one])).toBe(false);
+    } finally {
+      a.w.close();
+    }
   });
 }
 

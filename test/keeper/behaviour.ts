@@ -17,7 +17,7 @@ import type { Family } from '../../src/netlink/expr.js';
 import { compileRule, renderRule, setResolver } from '../../src/rules/index.js';
 import { FLANNEL_RULES, FLANNEL_YAML, flannelConfig, nextRepair } from './helpers.js';
 import { sleep, until } from '../helpers/wait.js';
-import { eventCases } from './behaviour-events.js';
+import { armCases, eventCases } from './behaviour-events.js';
 
 export interface World {
   host: NftHost;
@@ -316,6 +316,7 @@ export function behaviourSuite(kind: string, makeWorld: () => World): void {
     });
 
     eventCases({ world: () => world, conn: () => conn, other: () => other, keeper, lines });
+    armCases({ world: () => world, conn: () => conn, other: () => other, keeper, lines });
 
     it('foreign GC: dead tags and the chains only they reach go in one batch, to a fixpoint; the rest stays', async () => {
       const tag = (id: string) => `comment "alloc=${id}"`;

@@ -5,7 +5,7 @@
  * fixpoint, and the guard's limits. The fake is held to the kernel by the
  * shared suite in behaviour.ts.
  */
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { parseConfig } from '../../src/config/config.js';
 import { GenerationRetriesExhaustedError, NetlinkError } from '../../src/base/errors.js';
 import pino from 'pino';
@@ -117,30 +117,57 @@ describe('requests', () => {
 
 describe('fights', () => {
   it('backs off when a neighbour keeps undoing the rules, and recovers once it stops', async () => {
+    // The keeper's clock and timers (performance, setTimeout, setInterval) are fake: the fight's
+    // seconds pass at once. The fake kernel's watcher and connections run on immediates, which stay real.
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'setInterval', 'clearInterval', 'performance', 'Date'] });
+    try {
+      kernel = new FakeKernel();
+      const k = await start({ fight: { threshold: 3, windowMs: 5000, baseMs: 50, capMs: 400, quietMs: 500 } });
+      const levels: number[] = [];
+      k.on('fight', (l: number) => levels.push(l));
+      /** `ms` of the keeper's time, and what the keeper started meanwhile done. */
+      const pass = async (ms: number) => {
+        await vi.advanceTimersByTimeAsync(ms);
+        for (let i = 0; i < 5; i++) await new Promise((r) => setImmediate(r));
+        await k.idle();
+      };
+      let tampers = 0;
+      for (let t = 0; t < 1500; t += 10) {
+        try {
+          kernel.tamper(FLUSH);
+          tampers++;
+        } catch { /* the chain is momentarily gone */ }
+        await pass(10);
+      }
+      const repairs = (await k.metrics.repairs.get()).values.reduce((a, v) => a + v.value, 0);
+      expect(Math.max(...levels)).toBeGreaterThanOrEqual(2);
+      expect(repairs).toBeLessThan(tampers);
+      const conn = kernel.connect();
+      await pass(600);  // one back-off step at most (cap 400 ms)
+      expect(await ruleCount(conn)).toBe(4);
+      await pass(600);  // the quiet spell
+      await k.request('manual', performance.now());
+      expect(levels.at(-1)).toBe(0);
+      conn.close();
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  it('start-up\'s install is no repair toward the fight: the first repair of what a neighbour undid is', async () => {
     kernel = new FakeKernel();
-    const k = await start({ fight: { threshold: 3, windowMs: 5000, baseMs: 50, capMs: 400, quietMs: 500 } });
+    // Every counted repair raises the level.
+    const k = await start({ fight: { threshold: 1, windowMs: 3_600_000, baseMs: 60_000, capMs: 60_000, quietMs: 3_600_000 } });
+    expect(kernel.log.filter((l) => l.portId === k.socket!.portId)).toHaveLength(1);  // the install
+    expect(k.status().fightLevel).toBe(0);
+    expect((await k.metrics.repairs.get()).values.find((v) => v.labels.cause === 'startup')?.value).toBe(1);
     const levels: number[] = [];
     k.on('fight', (l: number) => levels.push(l));
-    let tampers = 0;
-    const until = Date.now() + 1500;
-    while (Date.now() < until) {
-      try {
-        kernel.tamper(FLUSH);
-        tampers++;
-      } catch { /* the chain is momentarily gone */ }
-      await sleep(10);
-    }
-    const repairs = (await k.metrics.repairs.get()).values.reduce((a, v) => a + v.value, 0);
-    expect(Math.max(...levels)).toBeGreaterThanOrEqual(2);
-    expect(repairs).toBeLessThan(tampers);
-    const conn = kernel.connect();
-    await sleep(600);  // one back-off step at most (cap 400 ms)
-    await k.idle();
-    expect(await ruleCount(conn)).toBe(4);
-    await sleep(600);  // the quiet spell
-    await k.request('manual', performance.now());
-    expect(levels.at(-1)).toBe(0);
-    conn.close();
+    const repaired = nextRepair(k);
+    kernel.tamper(FLUSH);
+    expect((await repaired).cause).toBe('event');
+    expect(levels).toEqual([1]);
+    expect(await ruleCount(kernel.connect())).toBe(4);
   });
 
   it('a deliberate change is not held back by the fight', async () => {

@@ -1,9 +1,9 @@
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { Keeper, cleanup } from '../../src/keeper/keeper.js';
 import { Batch } from '../../src/netlink/batch.js';
-import { open, type NftSocket } from '../../src/netlink/socket.js';
+import { open } from '../../src/netlink/socket.js';
 import { withKeeper } from '../helpers/keeper.js';
-import { createNetns, type Netns } from '../helpers/netns.js';
+import { socketPerTest } from '../helpers/netns-hooks.js';
 import { sleep } from '../helpers/wait.js';
 import { withSocket } from '../netlink/fixtures.js';
 import { FLANNEL_RULES, FLANNEL_YAML, captureLog, chainLines, flannelConfig, handles, nextRepair, startKeeper } from './helpers.js';
@@ -11,20 +11,12 @@ import { FLANNEL_RULES, FLANNEL_YAML, captureLog, chainLines, flannelConfig, han
 const CHAIN = ['ip', 'nfkeeper', 'postrouting'] as const;
 
 describe('keeper on the real kernel', () => {
-  let ns: Netns;
+  const { ns, sock } = socketPerTest('keeper');
   let keeper: Keeper | undefined;
-  let sock: NftSocket;
-
-  beforeEach(() => {
-    ns = createNetns('keeper');
-    sock = open({ netns: ns.path });
-  });
 
   afterEach(async () => {
     await keeper?.stop();
     keeper = undefined;
-    sock.close();
-    ns.remove();
   });
 
   it('installs the desired rules in order at start-up', async () => {

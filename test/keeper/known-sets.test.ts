@@ -11,9 +11,9 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { parseConfig, parseNftConfig, type Config } from '../../src/config/config.js';
 import type { Keeper } from '../../src/keeper/keeper.js';
 import type { NftHost } from '../../src/netlink/conn.js';
-import { open, type NftSocket } from '../../src/netlink/socket.js';
 import { observedHost } from '../helpers/keeper.js';
-import { createNetns, type Netns } from '../helpers/netns.js';
+import { type Netns } from '../helpers/netns.js';
+import { socketPerTest } from '../helpers/netns-hooks.js';
 import { sleep, until } from '../helpers/wait.js';
 import { startKeeper } from './helpers.js';
 
@@ -51,21 +51,16 @@ const dumps = async (k: Keeper) => (await k.metrics.dumps.get()).values[0]?.valu
 const map = { family: 'ip', table: 'kp', set: 'service-ips' } as const;
 
 describe('the known state of a table with named sets and maps', () => {
-  let ns: Netns;
-  let sock: NftSocket;
+  const { ns, sock } = socketPerTest('knownsets');
   let keeper: Keeper | undefined;
   let host: ReturnType<typeof countingHost>;
 
   beforeEach(() => {
-    ns = createNetns('knownsets');
-    sock = open({ netns: ns.path });
     host = countingHost(ns);
   });
   afterEach(async () => {
     await keeper?.stop();
     keeper = undefined;
-    sock.close();
-    ns.remove();
   });
 
   /** A keeper on kpConfig: no tick (an hour), no safety net unless asked, no fight. */
@@ -88,7 +83,7 @@ describe('the known state of a table with named sets and maps', () => {
     if (k.mirrorState()?.exact) {
       await until('the mirror to be seeded again', () => k.mirrorState()?.exact === true && k.mirrorState()!.generation === sock.generation());
       await k.idle();
-      k.state.mirror!.invalidate('the test turns it off');
+      k.state.view.invalidate('the test turns it off');
     }
   }
 
@@ -97,7 +92,7 @@ describe('the known state of a table with named sets and maps', () => {
     // The start-up looked at an empty namespace (no table: nothing to dump) and installed; the mirror
     // was seeded from that commit, not from a read of the 2,000 elements or the rules.
     expect(host.reads).toEqual({ listRules: 0, listRuleDigests: 0, listElements: 0 });
-    expect(k.state.mirror!.elementsDiffering('ip', 'kp', 'service-ips')).toBe(0);
+    expect(k.state.view.elementsDiffering('ip', 'kp', 'service-ips')).toBe(0);
     expect((await sock.listElements(map)).length).toBe(N);
     // A reload that changes a rule turns the mirror off; its pass plans from the known state.
     const d0 = await dumps(k);

@@ -129,7 +129,7 @@ describe('element repairs from the event mirror, a 10,000-element verdict map', 
     expect(host.elementReads).toBe(reads0);  // no element dump to plan or verify it
     expect(host.batches.length).toBe(batches0 + 1);
     await until('the mirror to learn its own commit', () => keeper.mirrorState()?.exact === true && keeper.mirrorState()!.generation === r.generation);
-    expect(keeper.state.mirror!.elementsDiffering('ip', 'kp', 'service-ips')).toBe(0);
+    expect(keeper.state.view.elementsDiffering('ip', 'kp', 'service-ips')).toBe(0);
     return { r, ops: host.batches.at(-1)!.map(opText) };
   }
 

@@ -109,12 +109,12 @@ describe('repairs from the event mirror, 10,000 owned rules', () => {
     expect(monitor.progress!().delivered).toBe(delivered0 + 1);
     expect(monitor.progress!().lastGeneration).toBe(r.generation);
     // The handles the mirror holds are those a dump shows, the re-added rule's included.
-    expect(keeper.state.mirror!.handlesOf('ip', 't', 'c')).toEqual(after);
+    expect(keeper.state.view.handlesOf('ip', 't', 'c')).toEqual(after);
     // And the next repair of that rule, deleted by the handle the echo gave, is planned from it.
     const again = await repairOf(async () => { await sock.commit(new Batch().delete('rule', { ...where, handle: after[42]! })); });
     expect(again.r.ops).toBe(1);
     expect(again.after.filter((_, i) => i !== 42)).toEqual(after.filter((_, i) => i !== 42));
-    expect(keeper.state.mirror!.handlesOf('ip', 't', 'c')).toEqual(again.after);
+    expect(keeper.state.view.handlesOf('ip', 't', 'c')).toEqual(again.after);
   });
 
   it('a commit that touches only another table costs no read: the next tick finds the mirror clean', async () => {

@@ -5,9 +5,11 @@
  */
 import { describe, expect, it } from 'vitest';
 import { Mirror } from '../../src/keeper/mirror.js';
+import { followedExactAt } from '../../src/keeper/view.js';
 import type { MonitorBatch, MonitorEvent } from '../../src/netlink/events.js';
 import type { ObservedTable, Rule, SetElement } from '../../src/netlink/objects.js';
-import { parseNftConfig, type TableConfig } from '../../src/config/config.js';
+import { parseNftConfig } from '../../src/config/config.js';
+import { type TableConfig } from '../../src/model/desired.js';
 import { planConfig } from './plan-fixtures.js';
 
 const OWN = 77;
@@ -70,7 +72,7 @@ describe('the event mirror', () => {
     const plan = m.plan();
     if (plan === 'clean' || !plan) throw new Error('no plan');
     m.expect(7, plan.expected);
-    expect(m.exactAt(6, { lastGeneration: 6, runStart: 1, delivered: 1 })).toBe(false);  // our commit is pending
+    expect(followedExactAt(m, 6, { lastGeneration: 6, runStart: 1, delivered: 1 })).toBe(false);  // our commit is pending
     // The ops: delete 20, insert rule 0, add rule 1, replace 13: the kernel echoed three new rules.
     expect(m.learnCommit(7, new Map([[1, 21], [2, 22], [3, 13]]))).toBe(true);
     expect(m.generation).toBe(7);
@@ -78,7 +80,7 @@ describe('the event mirror', () => {
     expect(m.plan()).toBe('clean');
     // The commit's own batch, if it is delivered after all, is known already.
     expect(m.apply(batch(7, [ev('delrule', 20, OWN), ev('newrule', 21, OWN), ev('newrule', 22, OWN), ev('delrule', 13, OWN), ev('newrule', 13, OWN)]), OWN)).toBe('ignored');
-    expect(m.exactAt(7, { lastGeneration: 7, runStart: 1, delivered: 2 })).toBe(true);
+    expect(followedExactAt(m, 7, { lastGeneration: 7, runStart: 1, delivered: 2 })).toBe(true);
     // A foreign deletion of a rule whose handle came from the echo is followed.
     expect(m.apply(batch(8, [ev('delrule', 22)]), OWN)).toBe('changed');
     const again = m.plan();
@@ -132,17 +134,17 @@ describe('the event mirror', () => {
       expect(m.apply(b(m), OWN)).toBe('invalid');
       expect(m.valid).toBe(false);
       expect(m.plan()).toBe('clean');  // nothing held: a caller checks valid/exactAt first
-      expect(m.exactAt(6, { lastGeneration: 6, runStart: 1, delivered: m.applied })).toBe(false);
+      expect(followedExactAt(m, 6, { lastGeneration: 6, runStart: 1, delivered: m.applied })).toBe(false);
     });
   }
 
   it('is exact only when the monitor has seen the generation, every batch was applied and the run covers the seed', () => {
     const m = seeded();
-    expect(m.exactAt(5, { lastGeneration: 5, runStart: 3, delivered: 0 })).toBe(true);
-    expect(m.exactAt(6, { lastGeneration: 5, runStart: 3, delivered: 0 })).toBe(false);  // monitor behind the kernel
-    expect(m.exactAt(5, { lastGeneration: 5, runStart: 3, delivered: 1 })).toBe(false);  // a batch not applied yet
-    expect(m.exactAt(9, { lastGeneration: 9, runStart: 7, delivered: 0 })).toBe(false);  // commits 6 unseen
-    expect(m.exactAt(9, { lastGeneration: 9, runStart: 6, delivered: 0 })).toBe(true);  // 6..9 seen, none ours
+    expect(followedExactAt(m, 5, { lastGeneration: 5, runStart: 3, delivered: 0 })).toBe(true);
+    expect(followedExactAt(m, 6, { lastGeneration: 5, runStart: 3, delivered: 0 })).toBe(false);  // monitor behind the kernel
+    expect(followedExactAt(m, 5, { lastGeneration: 5, runStart: 3, delivered: 1 })).toBe(false);  // a batch not applied yet
+    expect(followedExactAt(m, 9, { lastGeneration: 9, runStart: 7, delivered: 0 })).toBe(false);  // commits 6 unseen
+    expect(followedExactAt(m, 9, { lastGeneration: 9, runStart: 6, delivered: 0 })).toBe(true);  // 6..9 seen, none ours
   });
 
   it('leaves a big repair to the full pass', () => {

@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { parseNftConfig, type Config } from '../../src/config/config.js';
-import { objectDefinitionKey } from '../../src/config/stateful-objects.js';
+import { objectDefinitionKey } from '../../src/model/stateful-objects.js';
 import { statefulKey } from '../../src/rules/stateful.js';
 import { cli } from '../helpers/cli.js';
 import { withNetns } from '../helpers/netns.js';

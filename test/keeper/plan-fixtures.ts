@@ -1,6 +1,7 @@
 /** Shared by the chain-edit tests: small-alphabet rules, configs of them, seeded random numbers. */
-import { parseConfig, type Config, type TableConfig } from '../../src/config/config.js';
-import type { NftSocket } from '../../src/netlink/socket.js';
+import { parseConfig, type Config } from '../../src/config/config.js';
+import { type TableConfig } from '../../src/model/desired.js';
+import type { NftConn } from '../../src/netlink/conn.js';
 import { ruleKey } from '../../src/rules/index.js';
 
 /** A rule of a small alphabet, so random chains share and repeat rules. */
@@ -27,7 +28,7 @@ export function chainConfig(ks: readonly number[]): TableConfig {
 }
 
 /** Chain ip t c as the kernel holds it, read with a socket of the test's own: its handles, and whether its rules are `ks`'s, in order. */
-export async function readPlanChain(sock: NftSocket, ks: readonly number[]): Promise<{ handles: number[]; ok: boolean }> {
+export async function readPlanChain(sock: Pick<NftConn, 'listRules'>, ks: readonly number[]): Promise<{ handles: number[]; ok: boolean }> {
   const rules = await sock.listRules({ family: 'ip', table: 't', chain: 'c' });
   const want = chainConfig(ks).chains[0]!.rules;
   const ok = rules.length === want.length && rules.every((r, i) => ruleKey({ exprs: r.exprs, userdata: r.userdata }) === ruleKey(want[i]!.compiled));

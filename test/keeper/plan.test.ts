@@ -4,7 +4,7 @@
  * rule list (the real-kernel version of this test is plan-kernel.test.ts).
  */
 import { describe, expect, it } from 'vitest';
-import type { TableConfig } from '../../src/config/config.js';
+import type { TableConfig } from '../../src/model/desired.js';
 import { Batch } from '../../src/netlink/batch.js';
 import type { Op } from '../../src/netlink/ops.js';
 import type { Rule } from '../../src/netlink/objects.js';

@@ -1,13 +1,13 @@
 import { spawn } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config/config.js';
 import { Keeper, cleanup } from '../../src/keeper/keeper.js';
 import { TableOwnedError } from '../../src/keeper/table.js';
-import { open, type NftSocket } from '../../src/netlink/socket.js';
 import { startKeeper } from '../helpers/keeper.js';
-import { createNetns, type Netns } from '../helpers/netns.js';
+import { type Netns } from '../helpers/netns.js';
+import { socketPerTest } from '../helpers/netns-hooks.js';
 import { tempDir } from '../helpers/tmp.js';
 import { sleep } from '../helpers/wait.js';
 import { FLANNEL_RULES, FLANNEL_YAML, chainLines, handles } from './helpers.js';
@@ -26,18 +26,11 @@ function tryNft(ns: Netns, script: string): { ok: boolean; err: string } {
 }
 
 describe('protect mode', () => {
-  let ns: Netns;
-  let sock: NftSocket;
+  const { ns, sock } = socketPerTest('protect');
   const keepers: Keeper[] = [];
 
-  beforeEach(() => {
-    ns = createNetns('protect');
-    sock = open({ netns: ns.path });
-  });
   afterEach(async () => {
     for (const k of keepers.splice(0)) await k.stop();
-    sock.close();
-    ns.remove();
   });
 
   async function start(): Promise<Keeper> {

@@ -5,7 +5,7 @@
  * taken as equal by their digests, without a canonical key (ruleKey, counted here), and a rule
  * that differs (another comment, another place, other expressions) is still found.
  */
-import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { beforeEach, describe, expect, it, vi } from 'vitest';
 
 const keyed = vi.hoisted(() => ({ rules: [] as { exprs: readonly { kind: string; set?: string }[] }[] }));
 vi.mock('../../src/rules/index.js', async (importOriginal) => {
@@ -21,9 +21,9 @@ vi.mock('../../src/rules/index.js', async (importOriginal) => {
 
 import { parseConfig, type Config } from '../../src/config/config.js';
 import { checkOnce } from '../../src/keeper/keeper.js';
-import { open, ruleDigester, type NftSocket } from '../../src/netlink/socket.js';
+import { ruleDigester } from '../../src/netlink/socket.js';
 import { compileRule } from '../../src/rules/index.js';
-import { createNetns, type Netns } from '../helpers/netns.js';
+import { socketPerTest } from '../helpers/netns-hooks.js';
 import { chainLines, handles } from './helpers.js';
 
 const PLAIN = Array.from({ length: 12 }, (_, i) => `ip daddr 198.51.100.${i + 1} tcp dport 80 counter return`);
@@ -42,17 +42,10 @@ const anonymous = (r: { exprs: readonly { kind: string; set?: string }[] }) =>
   r.exprs.some((e) => e.kind === 'lookup' && e.set!.startsWith('__set'));
 
 describe('a decoded chain: rules with equal digests taken as equal, the others by key', () => {
-  let ns: Netns;
-  let sock: NftSocket;
+  const { ns, sock } = socketPerTest('rulekey');
 
   beforeEach(() => {
-    ns = createNetns('rulekey');
-    sock = open({ netns: ns.path });
     keyed.rules.length = 0;
-  });
-  afterEach(() => {
-    sock.close();
-    ns.remove();
   });
 
   it('apply and check key only the rule with an anonymous set (its desired and its kernel copy)', async () => {

@@ -8,7 +8,7 @@ import { parseConfig } from '../../src/config/config.js';
 import { compactAsCompiled, compactRules, ExprPool } from '../../src/model/compact.js';
 import { diffTable } from '../../src/keeper/table.js';
 import { knownRule } from '../../src/keeper/rule-key.js';
-import type { TableConfig } from '../../src/config/config.js';
+import type { TableConfig } from '../../src/model/desired.js';
 import type { ObservedTable } from '../../src/netlink/objects.js';
 import { compileRule } from '../../src/rules/index.js';
 

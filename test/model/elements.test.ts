@@ -1,12 +1,12 @@
 /**
  * Timed elements in the element diff (pure logic; the same on the real kernel, through a reload, is
  * in test/keeper/mirror-elements.test.ts): a timed element that is gone counts as expired only when
- * it was seen installed (the daemon's armed record), or always without a record (one-shot callers).
+ * it was seen installed (the daemon's record of timed elements seen), or always without a record (one-shot callers).
  */
 import { describe, expect, it } from 'vitest';
 import { parseNftConfig } from '../../src/config/config.js';
 import { diffElements } from '../../src/model/elements.js';
-import { armCommitted, armTimed, type ArmedTimed } from '../../src/keeper/timed-elements.js';
+import { noteTimedAdded, noteTimedSeen, type TimedSeen } from '../../src/keeper/timed-elements.js';
 import { Batch } from '../../src/netlink/batch.js';
 import type { ObservedTable } from '../../src/netlink/objects.js';
 
@@ -30,18 +30,18 @@ describe('timed elements in the element diff', () => {
     expect(d.expired).toBe(1);
   });
 
-  it('armTimed arms what a look found and forgets what is no longer desired; armCommitted arms what a batch added', () => {
-    const armed: ArmedTimed = new Map();
+  it('noteTimedSeen notes what a look found and forgets what is no longer desired; noteTimedAdded notes what a batch added', () => {
+    const timedSeen: TimedSeen = new Map();
     const observed = (keys: string[]): ObservedTable[] => [{ family: 'ip', name: 't', chains: new Map(), rules: new Map(),
       sets: new Map([['ts', { set: s.set, elements: keys.map((key) => ({ key, flags: 0 })) }]]) }];
-    armTimed(armed, [t!], observed(['0a000001']));
-    expect([...armed.get('ip t ts')!]).toEqual(['0a000001']);
-    armCommitted(armed, new Batch().add('element', { family: 'ip', table: 't', set: 'ts', elements: [s.elements[1]!, s.elements[2]!] }));
-    expect([...armed.get('ip t ts')!].sort()).toEqual(['0a000001', '0a000002']);  // the untimed one is not armed
+    noteTimedSeen(timedSeen, [t!], observed(['0a000001']));
+    expect([...timedSeen.get('ip t ts')!]).toEqual(['0a000001']);
+    noteTimedAdded(timedSeen, new Batch().add('element', { family: 'ip', table: 't', set: 'ts', elements: [s.elements[1]!, s.elements[2]!] }));
+    expect([...timedSeen.get('ip t ts')!].sort()).toEqual(['0a000001', '0a000002']);  // the untimed one is not noted
     // 10.0.0.2 dropped from the config: forgotten, so given again it is installed again.
-    armTimed(armed, tables('10.0.0.1 timeout 1h'), observed([]));
-    expect([...armed.get('ip t ts')!]).toEqual(['0a000001']);
-    armTimed(armed, tables('10.0.0.3'), observed([]));
-    expect(armed.has('ip t ts')).toBe(false);
+    noteTimedSeen(timedSeen, tables('10.0.0.1 timeout 1h'), observed([]));
+    expect([...timedSeen.get('ip t ts')!]).toEqual(['0a000001']);
+    noteTimedSeen(timedSeen, tables('10.0.0.3'), observed([]));
+    expect(timedSeen.has('ip t ts')).toBe(false);
   });
 });

@@ -5,27 +5,22 @@ import { readFileSync } from 'node:fs';
 import { createConnection } from 'node:net';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { open, type NftSocket } from '../../src/netlink/socket.js';
-import { createNetns, type Netns } from '../helpers/netns.js';
+import { createNetns } from '../helpers/netns.js';
+import { socketPerTest } from '../helpers/netns-hooks.js';
 import { tempDir } from '../helpers/tmp.js';
 import { sleep } from '../helpers/wait.js';
 import { BASE_RULE, listTable, ownerSpec, rawCall, startDaemon, withDaemon, type Daemon } from './fixtures.js';
 
 describe('control API', () => {
-  let ns: Netns;
+  const { ns, sock } = socketPerTest('own-api');
   let dir: string;
   let d: Daemon;
-  let sock: NftSocket;
   beforeEach(async () => {
-    ns = createNetns('own-api');
     dir = tempDir('owners');
     d = await startDaemon(ns, dir);
-    sock = open({ netns: ns.path });
   });
   afterEach(async () => {
-    sock.close();
     await d.stop();
-    ns.remove();
   });
 
   it('PUT registers an owner: tagged chain and jump in one batch; a second identical PUT changes nothing', async () => {

@@ -7,7 +7,8 @@
  */
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { parseConfig, type TableConfig } from '../../src/config/config.js';
+import { parseConfig } from '../../src/config/config.js';
+import { type TableConfig } from '../../src/model/desired.js';
 import { compileOwner, mergeOwners, type Owner } from '../../src/owners/index.js';
 import { derivationOf } from '../../src/model/derivation.js';
 import { tempDir } from '../helpers/tmp.js';

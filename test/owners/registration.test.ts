@@ -244,7 +244,7 @@ describe('owners registered in flight, planned from the chains that changed', ()
       expect(seen.listRules).toBe(0);
 
       // The known state is the kernel's: every chain's handles in order, and each rule the desired one.
-      const known = d.keeper.state.reconciler!.lastKnown;
+      const known = d.keeper.state.view.rules;
       expect(known).toBeDefined();
       const desired = d.keeper.state.desired;
       const owned = desired.find((t) => t.name === 'nfkeeper')!;

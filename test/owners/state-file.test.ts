@@ -232,7 +232,7 @@ describe('the state journal (a state over 64 KiB)', () => {
     return { dir, c, file: c.owners!.state, owner };
   };
 
-  it('appends each change to the journal, which a load replays; a torn last line is ignored; compaction folds it in', async () => {
+  it('appends each change to the journal, which a load replays; a torn last line is ignored; fold() writes it into the file', async () => {
     const { c, file, owner } = setup();
     const big = Array.from({ length: 60 }, (_, i) => owner(i));
     saveOwners(file, big);
@@ -251,8 +251,8 @@ describe('the state journal (a state over 64 KiB)', () => {
     // A crash mid-append leaves a line without its newline: never acknowledged, ignored.
     writeFileSync(journalPathOf(file), readFileSync(journalPathOf(file), 'utf8') + '[["delete","o4"]');
     expect(loadOwners(c).map((o) => o.id)).toContain('o4');
-    // Compaction writes the file whole and drops the journal.
-    state.compact(loadOwners(c));
+    // The fold writes the file whole and drops the journal.
+    state.fold(loadOwners(c));
     expect(existsSync(journalPathOf(file))).toBe(false);
     expect(loadOwners(c).map((o) => o.id).sort()).toEqual([...ids].sort());
   });

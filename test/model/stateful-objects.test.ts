@@ -7,7 +7,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { parseConfig, parseNftConfig } from '../../src/config/config.js';
-import { objectDefinitionKey, objectBlock, rawObjectOf } from '../../src/config/stateful-objects.js';
+import { objectDefinitionKey, objectBlock, rawObjectOf } from '../../src/model/stateful-objects.js';
 import { ConfigError } from '../../src/base/errors.js';
 import { compileRule, renderRule } from '../../src/rules/index.js';
 

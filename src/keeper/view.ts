@@ -1,0 +1,388 @@
+/**
+ * What the keeper holds of the kernel in its owned tables, as one object: the KernelView. Every
+ * repair path asks it whether it is the kernel's state now, and plans from it; nothing else in the
+ * keeper keeps a copy of the kernel.
+ *
+ * It is fed by exactly three things:
+ * - a look (fromLook; seed): a dump, a digest confirmation or a look planned from the view itself
+ *   that found the tables as desired;
+ * - the echo of our own commit (followCommit for a full pass's batch, learnCommit for a repair
+ *   planned from the events), which the guard proves was the only commit since the look;
+ * - the monitor's events (follow): a foreign commit in an owned table is followed rule by rule and
+ *   element by element, or makes the view unknown (an overflow, a gap in the run of whole commits,
+ *   a truncated batch, an event it cannot follow).
+ *
+ * It holds two kinds of content, each with the generation it is exact at:
+ * - the rules of each owned table as a look or our commit left them (known.ts: per chain, each
+ *   rule's handle with the desired rule it is), which a full pass plans from without a dump;
+ * - per desired chain and followed set, the kernel handles and where the kernel differs (mirror.ts),
+ *   which the event repairs plan from.
+ * Their currency is one proof, made here: the generation the content was exact at, the monitor's
+ * run of whole commits since (MonitorProgress), every batch it delivered taken, and which of them
+ * touched an owned table. The rules' content does not follow a foreign commit: a touch after it
+ * leaves it to be confirmed by a digest dump (KnownState.revalidate) or read again.
+ */
+import type { TableConfig } from '../model/desired.js';
+import type { Batch } from '../netlink/batch.js';
+import type { CommitResult, NftConn } from '../netlink/conn.js';
+import type { EventKey, MonitorBatch, MonitorProgress } from '../netlink/events.js';
+import type { ObservedTable } from '../netlink/objects.js';
+import { KnownState } from './known.js';
+import { readAddedChains } from './follow-commit.js';
+import { Mirror, type MirrorOutcome } from './mirror.js';
+import type { Expected, MirrorPlan } from './mirror-plan.js';
+
+/** The rules the view holds, as a look that plans from them sees them. */
+export type { KnownState };
+
+/**
+ * How long a proof waits for the monitor to catch up with the kernel (it reads its socket when the
+ * event loop polls) before the caller reads the kernel instead. A turn of the loop on a quiet
+ * machine; a loaded one deschedules the process for milliseconds, and a full read costs far more.
+ */
+export const EVENTS_WAIT_MS = 100;
+
+/** The view's followed content: exact at a generation, or unknown and why. */
+export type Currency = { exact: true; generation: number } | { exact: false; generation: number; reason: string };
+
+/** Our last commit, sole but too big to echo: read at its generation by the next look (see heldAt). */
+interface Unechoed {
+  generation: number;
+  tables: readonly TableConfig[];
+  observed: ObservedTable[];
+  batch: Batch;
+  previous?: KnownState;
+}
+
+/** What a look may plan from: the view's rules (undefined: read the kernel), and whether they were read now. */
+export interface Held {
+  known?: KnownState;
+  /** Confirmed by a read (digests, or the chains an unechoed commit wrote), not only by the generation or the events. */
+  read: boolean;
+}
+
+export class KernelView {
+  /** The rules as a look or our own commit left them, exact at known.generation. */
+  private known?: KnownState;
+  private unechoed?: Unechoed;
+  /** The followed content; undefined while the view follows no events (events off, or a one-shot pass). */
+  private followed?: Mirror;
+  private progressOf?: () => MonitorProgress;
+  private stopped: () => boolean = () => false;
+  /** The last generation whose commit touched an owned table (ours included), from the events. */
+  private lastTouch = 0;
+  /** Owned table names by family (no key string built per event: follow() runs on the repair's path). */
+  private owned = new Map<string, Set<string>>();
+
+  /**
+   * From now on the view follows the monitor's batches (follow), whose progress proves it current.
+   * Start this before the monitor is anchored: every batch after that must reach follow().
+   */
+  followEvents(progress: () => MonitorProgress, stopped: () => boolean): void {
+    this.followed = new Mirror();
+    this.progressOf = progress;
+    this.stopped = stopped;
+  }
+
+  /** The view follows events (the mirror paths are possible at all). */
+  get follows(): boolean {
+    return this.followed !== undefined;
+  }
+
+  /** The owned tables (the monitor's filter): which batches touch them. */
+  setOwned(tables: readonly { family: string; name: string }[]): void {
+    this.owned = new Map();
+    for (const t of tables) {
+      let names = this.owned.get(t.family);
+      if (!names) this.owned.set(t.family, names = new Set());
+      names.add(t.name);
+    }
+  }
+
+  // ---- currency ----
+
+  /** The followed content's state; undefined without events. */
+  currency(): Currency | undefined {
+    const m = this.followed;
+    if (!m) return undefined;
+    return m.valid ? { exact: true, generation: m.generation } : { exact: false, generation: m.generation, reason: m.invalidReason! };
+  }
+
+  /** The followed content is in force (seeded and nothing unfollowable since); whether it is current is exactAt's. */
+  get valid(): boolean {
+    return this.followed?.valid === true;
+  }
+
+  /** Why the followed content is not in force (undefined while it is, or without events). */
+  get reason(): string | undefined {
+    return this.followed?.invalidReason;
+  }
+
+  /** The generation the followed content was last exact at. */
+  get generation(): number {
+    return this.followed?.generation ?? 0;
+  }
+
+  /**
+   * The followed content is the kernel's state at `generation` (just read, or the monitor's last):
+   * exact at or before it, and the monitor saw every commit since whole, up to `generation`, each
+   * batch followed, none of our own commits still expected.
+   */
+  exactAt(generation: number, p = this.progressOf?.()): boolean {
+    return !!p && !!this.followed && followedExactAt(this.followed, generation, p);
+  }
+
+  /** The monitor trails the kernel (or our commit's events are still on their way): worth waiting for. */
+  lagging(generation: number, p = this.progressOf!()): boolean {
+    const m = this.followed;
+    return !!m?.valid && (this.eventsLag(generation, p) || m.pending);
+  }
+
+  /**
+   * True when no commit after `from` up to `to` touched an owned table: the monitor saw every commit
+   * whole from `from + 1` on, up to `to` at least, every batch it delivered was followed, and none
+   * of them after `from` touched an owned table.
+   */
+  untouched(from: number, to: number, p: MonitorProgress): boolean {
+    return runCovers(from, to, this.followed!.applied, p) && this.lastTouch <= from;
+  }
+
+  /** untouched(), after waiting for the monitor to catch up with `to` as a repair does (EVENTS_WAIT_MS). */
+  private async untouchedSince(from: number, to: number): Promise<boolean> {
+    const progress = this.progressOf!;
+    const waitUntil = performance.now() + EVENTS_WAIT_MS;
+    while (this.eventsLag(to, progress()) && performance.now() < waitUntil && !this.stopped()) {
+      await new Promise((r) => setImmediate(r));
+    }
+    return this.untouched(from, to, progress());
+  }
+
+  /** The monitor has not seen `to` yet, or has batches on their way to follow(). */
+  private eventsLag(to: number, p: MonitorProgress): boolean {
+    return p.lastGeneration < to || p.delivered > this.followed!.applied;
+  }
+
+  /**
+   * The rules a look at `generation` may plan from instead of a dump, and how they were proved: the
+   * generation has not moved since they were exact; or the events prove no commit since touched an
+   * owned table (the content moves to `generation`); or a digest dump confirms them (a read). A sole
+   * commit of ours too big to echo is read first (the chains it added rules to), when nothing
+   * touched the tables since. `readBack`: the safety net's read, which does not take the
+   * generation's or the events' word. `read` is called for each read made.
+   */
+  async heldAt(conn: NftConn, generation: number, tables: readonly TableConfig[], readBack: boolean, read: () => void): Promise<Held> {
+    const unechoed = this.unechoed;
+    this.unechoed = undefined;
+    let readUnechoed = false;
+    if (unechoed && (unechoed.generation === generation
+      || (this.followed && await this.untouchedSince(unechoed.generation, generation)))) {
+      readUnechoed = await this.readUnechoed(conn, unechoed, generation, read);
+    }
+    const trust = !readBack || readUnechoed;
+    const before = this.known;
+    if (trust && before?.generation === generation && before.covers(tables)) return { known: before, read: readUnechoed };
+    if (trust && before?.covers(tables) && this.followed && await this.untouchedSince(before.generation, generation) && this.known === before) {
+      before.advance(generation);
+      return { known: before, read: readUnechoed };
+    }
+    const m = this.followed;
+    // A named set whose elements the followed content holds, exact now and clean for it, is not read.
+    const held = m && ((t: TableConfig, set: string) => this.exactAt(generation) && m.elementsDiffering(t.family, t.name, set) === 0);
+    if (this.known?.covers(tables) && await this.known.revalidate(conn, generation, tables, held)) {
+      read();
+      return { known: this.known, read: true };
+    }
+    this.known = undefined;  // stale: let its rules go before the dump decodes new ones
+    return { read: false };
+  }
+
+  // ---- feeders: a look ----
+
+  /**
+   * A look at `generation` found `tables` as desired (learn): from `known` (the view's own rules,
+   * planned from) only the chains it compared are learnt anew; from a read, the rules read.
+   */
+  fromLook(generation: number, tables: readonly TableConfig[], observed: readonly ObservedTable[], known: KnownState | undefined): void {
+    if (known && known === this.known) {
+      if (!known.confirm(tables)) this.known = undefined;
+    } else this.known = KnownState.fromCleanLook(generation, tables, observed);
+  }
+
+  /**
+   * The followed content from a look at `generation` that found every desired table as desired
+   * (and the kernel still there): per chain the handles of the desired rules, per followed set its
+   * elements. 'diverged': it was exact at that generation already and held otherwise (the safety
+   * net's read-back found the events misled it). False: the look does not fit.
+   */
+  seed(desired: readonly TableConfig[], observed: readonly ObservedTable[], generation: number): 'seeded' | 'diverged' | false {
+    const m = this.followed;
+    if (!m) return false;
+    const before = m.valid && m.generation === generation ? followedOf(m, desired) : undefined;
+    if (!m.seed(desired, observed, generation)) return false;
+    return before && JSON.stringify(before) !== JSON.stringify(followedOf(m, desired)) ? 'diverged' : 'seeded';
+  }
+
+  /** Overflow reports followed: the monitor's anchor wants them. */
+  get overflows(): number {
+    return this.followed?.overflows ?? 0;
+  }
+
+  // ---- feeders: our own commit ----
+
+  /**
+   * A full pass committed a batch: the rules the view held are not the kernel's any more (until
+   * followCommit), and the followed content cannot follow the batch's events (it did not plan them).
+   */
+  committed(): void {
+    this.known = undefined;
+    this.followed?.invalidate('a full pass committed');
+  }
+
+  /** A pass failed: what it planned from may not be the kernel's. */
+  forgetRules(): void {
+    this.known = undefined;
+  }
+
+  /** A look that does not plan from the view (a one-shot pass, or a caller that reads): it reads, and the view lets its rules go. */
+  notHeld(): void {
+    this.unechoed = undefined;
+    this.known = undefined;
+  }
+
+  /**
+   * `batch`, planned from `observed` for `tables`, was committed as the only commit since (the
+   * guard held and the generation moved by exactly one, to `generation`): the rules follow it, from
+   * the handles `echoed` gives; a batch too big to echo has the chains it added rules to read, now
+   * or (`defer`) by the next look at that generation.
+   */
+  async followCommit(conn: NftConn, generation: number, tables: readonly TableConfig[], observed: ObservedTable[], batch: Batch,
+    echoed: CommitResult | undefined, previous: KnownState | undefined, defer: boolean, read: () => void): Promise<void> {
+    this.known = undefined;
+    if (echoed?.handles) {
+      this.known = KnownState.afterSoleCommit(generation, tables, observed, batch, echoed, previous, undefined, conn.portId);
+    } else if (KnownState.canFollow(batch, observed)) {
+      const u = { generation, tables, observed, batch, previous };
+      if (defer) this.unechoed = u;
+      else await this.readUnechoed(conn, u, generation, read);
+    }
+  }
+
+  /** A pass begins: an unechoed commit is read by it or not at all. */
+  passDone(): void {
+    this.unechoed = undefined;
+  }
+
+  /** The rules after a sole commit too big to echo, from a read of the chains it added rules to (at `generation`). */
+  private async readUnechoed(conn: NftConn, u: Unechoed, generation: number, read: () => void): Promise<boolean> {
+    const chains = await readAddedChains(conn, u.batch, generation).catch(() => undefined);
+    read();
+    this.known = chains && KnownState.afterSoleCommit(generation, u.tables, u.observed, u.batch, undefined, u.previous, chains, conn.portId);
+    return this.known !== undefined;
+  }
+
+  /** Registers the events our repair producing `generation` must show (before committing it). */
+  expect(generation: number, expected: Expected[]): void {
+    this.followed!.expect(generation, expected);
+  }
+
+  /** The repair expected at `generation` was not committed. */
+  forget(generation: number): void {
+    this.followed?.forget(generation);
+  }
+
+  /**
+   * Our repair expected at `generation` is in the kernel, its new rules' handles echoed: the
+   * followed content is exact there, and that commit touched the owned tables. False: the echo does
+   * not cover the plan; its events say it then.
+   */
+  learnCommit(generation: number, handles: ReadonlyMap<number, number>): boolean {
+    if (!this.followed!.learnCommit(generation, handles)) return false;
+    this.lastTouch = Math.max(this.lastTouch, generation);
+    return true;
+  }
+
+  // ---- feeders: events ----
+
+  /** One batch the monitor delivered. `ownPort`: the keeper's commit socket. */
+  follow(b: MonitorBatch, ownPort: number): MirrorOutcome {
+    // An overflow lost commits: the monitor's run starts again (runStart), which the proofs check.
+    if (!b.overflow) {
+      let touched = b.truncated;
+      for (let i = 0; !touched && i < b.events.length; i++) touched = this.owned.get(b.events[i]!.family)?.has(b.events[i]!.table) === true;
+      if (touched) this.lastTouch = Math.max(this.lastTouch, b.generation);
+    }
+    return this.followed ? this.followed.apply(b, ownPort) : 'invalid';
+  }
+
+  /** The followed content is not the kernel's state any more. */
+  invalidate(reason: string): void {
+    this.followed?.invalidate(reason);
+  }
+
+  /**
+   * A new desired state: the followed content keeps what the kernel holds when only set and map
+   * elements changed (retarget), else it is unknown; the rules stay (a look compares them).
+   */
+  desiredChanged(desired: readonly TableConfig[]): void {
+    if (this.followed && !this.followed.retarget(desired)) this.followed.invalidate('the desired state changed');
+  }
+
+  // ---- planning from the followed content ----
+
+  /** The repair of every difference the followed content holds, 'clean', or undefined when not a small edit. */
+  plan(): MirrorPlan | 'clean' | undefined {
+    return this.followed!.plan();
+  }
+
+  /** In force, nothing planned, the kernel as desired, at most `max` owned rules. */
+  clean(max: number): boolean {
+    return !!this.followed?.clean(max);
+  }
+
+  /** The handles of a chain's desired rules as followed (undefined: not in force, or not clean). */
+  handlesOf(family: string, table: string, chain: string): readonly number[] | undefined {
+    return this.followed?.handlesOf(family, table, chain);
+  }
+
+  /** How many elements of a followed set the kernel holds otherwise than desired. */
+  elementsDiffering(family: string, table: string, set: string): number | undefined {
+    return this.followed?.elementsDiffering(family, table, set);
+  }
+
+  /**
+   * What the view would plan after another writer deleted the rule `on` names, alone, at the next
+   * generation: the view is put back as it was (the monitor's armed reactions, arming.ts).
+   */
+  planAfter(on: EventKey, ownPort: number): MirrorPlan {
+    return this.followed!.planAfter(on, ownPort);
+  }
+
+  /** The rules as last exact (tests: held against a dump of the kernel). */
+  get rules(): KnownState | undefined {
+    return this.known;
+  }
+}
+
+/**
+ * The events' proof, the one both kinds of content are held current by: the monitor saw every
+ * commit whole from `from + 1` on, up to `to` at least, and every batch it delivered was followed
+ * (`applied` of them).
+ */
+export function runCovers(from: number, to: number, applied: number, p: MonitorProgress): boolean {
+  return p.delivered === applied && p.runStart !== 0 && p.runStart <= from + 1 && p.lastGeneration >= to && from <= to;
+}
+
+/**
+ * The followed content is the kernel's state at `generation`: in force, none of our commits
+ * awaited, and the monitor's run covers every commit from the one after the content was exact up
+ * to `generation`, which is the last it saw.
+ */
+export function followedExactAt(m: Mirror, generation: number, p: MonitorProgress): boolean {
+  return m.valid && !m.pending && p.lastGeneration === generation && runCovers(m.generation, generation, m.applied, p);
+}
+
+/** What the followed content holds, to compare before and after a read-back: handles per chain, differing elements per set. */
+function followedOf(m: Mirror, desired: readonly TableConfig[]): unknown[] {
+  return desired.flatMap((t) => [...t.chains.map((c) => m.handlesOf(t.family, t.name, c.name)),
+    ...(t.sets ?? []).map((x) => m.elementsDiffering(t.family, t.name, x.name))]);
+}

@@ -1,0 +1,230 @@
+/**
+ * The kernel view's currency (src/keeper/view.ts) against the fake kernel: what makes it exact at a
+ * generation (a look, the echo of our own commit, a followed event, a commit elsewhere) and what
+ * makes it unknown (an overflow, a gap, a truncated batch, an event it cannot follow). The same
+ * paths on the kernel, through the keeper, are in mirror-kernel.test.ts and known-sets.test.ts.
+ */
+import { describe, expect, it } from 'vitest';
+import type { KeeperMetrics } from '../../src/base/metrics.js';
+import { Batch } from '../../src/netlink/batch.js';
+import type { MonitorBatch, MonitorEvent } from '../../src/netlink/events.js';
+import { Reconciler, type PassInput } from '../../src/keeper/reconciler.js';
+import { KernelView } from '../../src/keeper/view.js';
+import { FakeKernel, type FakeConn, type FakeWatch } from '../helpers/fake-kernel.js';
+import { planConfig } from './plan-fixtures.js';
+
+const OWNED = [{ family: 'ip' as const, name: 't' }];
+const C = { family: 'ip' as const, table: 't', chain: 'c' };
+
+/** Turns of the event loop until `ok` holds (the fake's watchers read on immediates). */
+async function turns(ok: () => boolean): Promise<void> {
+  for (let i = 0; !ok(); i++) {
+    if (i > 10_000) throw new Error('timed out');
+    await new Promise((r) => setImmediate(r));
+  }
+}
+
+interface World {
+  kernel: FakeKernel;
+  conn: FakeConn;
+  other: FakeConn;
+  watch: FakeWatch;
+  view: KernelView;
+  reconciler: Reconciler;
+  /** Reads the view's proofs and the looks made (the dumps metric). */
+  reads: { n: number };
+  /** The monitor has read up to the kernel's generation and handed everything over. */
+  settled(): Promise<void>;
+  pass(ks: readonly number[]): ReturnType<Reconciler['once']>;
+}
+
+/** A keeper's parts around one view: a connection, a watcher feeding the view, a reconciler planning from it. */
+function world(): World {
+  const kernel = new FakeKernel();
+  const conn = kernel.connect();
+  const other = kernel.connect();
+  const view = new KernelView();
+  const watch = kernel.watch({ tables: OWNED, ignorePorts: [conn.portId], ownCommits: true, onBatch: (b) => view.follow(b, conn.portId) });
+  view.setOwned(OWNED);
+  view.followEvents(() => watch.progress(), () => false);
+  watch.anchor(conn.generation(), 0);
+  const reads = { n: 0 };
+  const metrics = { dumps: { inc: () => reads.n++ }, generationRetries: { inc: () => undefined } } as unknown as KeeperMetrics;
+  const reconciler = new Reconciler(conn, { attempts: 5, metrics, view });
+  const input = (ks: readonly number[]): PassInput => ({ tables: planConfig(ks).tables, useKnown: true, learn: true, trustSoleCommit: true });
+  return {
+    kernel, conn, other, watch, view, reconciler, reads,
+    settled: () => turns(() => watch.progress().lastGeneration >= kernel.generation),
+    pass: (ks) => reconciler.once(input(ks)),
+  };
+}
+
+/** Installed by another writer, read by a pass, the followed part seeded from that look: exact at the returned generation. */
+async function installed(w: World, ks = [0, 1, 2]): Promise<number> {
+  await new Reconciler(w.other, { attempts: 5 }).once({ tables: planConfig(ks).tables });
+  await w.settled();
+  const r = await w.pass(ks);
+  expect(r).toMatchObject({ status: 'in-sync', ops: 0 });
+  expect(w.view.seed(planConfig(ks).tables, r.first.observed, r.generation)).toBe('seeded');
+  return r.generation;
+}
+
+const handles = async (w: World) => (await w.conn.listRules(C)).map((r) => r.handle!);
+
+describe('the kernel view', () => {
+  it('a look makes it exact at the generation it read: the rules and the followed handles alike', async () => {
+    const w = world();
+    const g = await installed(w);
+    expect(w.kernel.generation).toBe(g);
+    expect(w.view.rules?.generation).toBe(g);
+    expect(w.view.currency()).toEqual({ exact: true, generation: g });
+    expect(w.view.exactAt(g)).toBe(true);
+    expect(w.view.handlesOf('ip', 't', 'c')).toEqual(await handles(w));
+    // At that generation a look plans from it, reading nothing.
+    const before = w.reads.n;
+    expect(await w.view.heldAt(w.conn, g, planConfig([0, 1, 2]).tables, false, () => w.reads.n++)).toMatchObject({ read: false });
+    expect(w.reads.n).toBe(before);
+  });
+
+  it('the echo of our own commit makes the rules exact at the next generation; the followed part, which did not plan it, unknown until a look', async () => {
+    const w = world();
+    const g = await installed(w);
+    const r = await w.pass([0, 1, 2, 3]);
+    expect(r).toMatchObject({ status: 'repaired', trusted: true, generation: g + 1 });
+    expect(w.view.rules?.generation).toBe(g + 1);
+    expect(w.view.rules!.table(planConfig([0, 1, 2, 3]).tables[0]!)!.observed.rules.get('c')!.map((x) => x.handle)).toEqual(await handles(w));
+    expect(w.view.currency()).toEqual({ exact: false, generation: g, reason: 'a full pass committed' });
+    // The next look plans from the rules, no read, and seeds the followed part from them.
+    await w.settled();
+    const reads = w.reads.n;
+    const again = await w.pass([0, 1, 2, 3]);
+    expect(again).toMatchObject({ status: 'in-sync', fromKnown: true, generation: g + 1 });
+    expect(w.reads.n).toBe(reads);
+    expect(w.view.seed(planConfig([0, 1, 2, 3]).tables, again.first.observed, g + 1)).toBe('seeded');
+    expect(w.view.exactAt(g + 1)).toBe(true);
+  });
+
+  it('our commit too big to echo: the chains it added rules to are read, at once or by the next look at its generation', async () => {
+    const tables = planConfig(Array.from({ length: 1100 }, (_, i) => i)).tables;
+    const rulesOf = (k: KernelView) => k.rules!.table(tables[0]!)!.observed.rules.get('c')!.map((x) => x.handle);
+    for (const defer of [true, false]) {
+      const w = world();
+      const r = await w.reconciler.once({ tables, useKnown: true, learn: true, trustSoleCommit: true, deferUnechoedRead: defer });
+      expect(r).toMatchObject({ status: 'repaired', trusted: true, generation: w.kernel.generation });
+      const reads = w.reads.n;
+      if (defer) {
+        expect(w.view.rules).toBeUndefined();
+        const held = await w.view.heldAt(w.conn, r.generation, tables, false, () => w.reads.n++);
+        expect(held).toMatchObject({ read: true });
+        expect(w.reads.n).toBe(reads + 1);
+      }
+      expect(w.view.rules?.generation).toBe(r.generation);
+      expect(rulesOf(w.view)).toEqual(await handles(w));
+    }
+  });
+
+  it('a foreign deletion in an owned table is followed (exact at its generation); our repair\'s echo makes it exact at the next', async () => {
+    const w = world();
+    const g = await installed(w);
+    const [, second] = await handles(w);
+    await w.other.commit(new Batch().delete('rule', { ...C, handle: second }));
+    await w.settled();
+    expect(w.view.currency()).toEqual({ exact: true, generation: g + 1 });
+    expect(w.view.exactAt(g + 1)).toBe(true);
+    const plan = w.view.plan();
+    if (!plan || plan === 'clean') throw new Error('no plan');
+    expect(plan.batch.ops).toMatchObject([{ verb: 'add', object: 'rule', chain: 'c' }]);
+    w.view.expect(g + 2, plan.expected);
+    const echoed = await w.conn.commit(plan.batch, { expectGeneration: g + 1, echo: true });
+    expect(w.view.learnCommit(g + 2, echoed!.handles!)).toBe(true);
+    expect(w.view.currency()).toEqual({ exact: true, generation: g + 2 });
+    expect(w.view.plan()).toBe('clean');
+    expect(w.view.handlesOf('ip', 't', 'c')).toEqual(await handles(w));
+    // The commit's own events come after, and change nothing.
+    await w.settled();
+    expect(w.view.exactAt(g + 2)).toBe(true);
+    // The rules do not follow a foreign commit: it touched the table, so they are confirmed by
+    // digests, which find the re-added rule under a new handle: read again.
+    expect(w.view.untouched(g, g + 2, w.watch.progress())).toBe(false);
+    const held = await w.view.heldAt(w.conn, g + 2, planConfig([0, 1, 2]).tables, false, () => w.reads.n++);
+    expect(held).toEqual({ read: false });
+    expect(w.view.rules).toBeUndefined();
+  });
+
+  it('a commit elsewhere leaves it exact, with no read: the events prove the owned tables untouched', async () => {
+    const w = world();
+    const g = await installed(w);
+    await w.other.commit(new Batch().add('table', { family: 'ip', name: 'elsewhere' }));
+    await w.other.commit(new Batch().add('table', { family: 'inet', name: 'elsewhere' }));
+    await w.settled();
+    expect(w.kernel.generation).toBe(g + 2);
+    expect(w.view.exactAt(g + 2)).toBe(true);
+    expect(w.view.untouched(g, g + 2, w.watch.progress())).toBe(true);
+    const reads = w.reads.n;
+    const held = await w.view.heldAt(w.conn, g + 2, planConfig([0, 1, 2]).tables, false, () => w.reads.n++);
+    expect(held.known?.generation).toBe(g + 2);
+    expect(held.read).toBe(false);
+    expect(w.reads.n).toBe(reads);
+  });
+
+  it('the safety net\'s read-back does not take the generation\'s word: it confirms by digests', async () => {
+    const w = world();
+    const g = await installed(w);
+    const held = await w.view.heldAt(w.conn, g, planConfig([0, 1, 2]).tables, true, () => w.reads.n++);
+    expect(held).toMatchObject({ read: true });
+    expect(held.known?.generation).toBe(g);
+  });
+
+  describe('what makes it unknown', () => {
+    it('an overflow (ENOBUFS): commits were lost', async () => {
+      const w = world();
+      const g = await installed(w);
+      w.kernel.overflow();
+      await turns(() => !w.view.valid);
+      expect(w.view.currency()).toEqual({ exact: false, generation: g, reason: 'the event socket overflowed (ENOBUFS)' });
+      expect(w.view.exactAt(g)).toBe(false);
+      expect(w.view.untouched(g, g, w.watch.progress())).toBe(false);
+    });
+
+    it('a gap in the run of whole commits, or a commit with more events than a batch keeps', () => {
+      const w = world();
+      const fake = (extra: Partial<MonitorBatch>): MonitorBatch =>
+        ({ overflow: false, truncated: false, foreign: true, generation: 0, since: 1, events: [], ...extra });
+      return installed(w).then((g) => {
+        w.view.follow(fake({ generation: g + 3, since: g + 3 }), w.conn.portId);
+        expect(w.view.currency()).toMatchObject({ exact: false, reason: `the monitor did not see every commit between ${g} and ${g + 3}` });
+        const v = world();
+        return installed(v).then((h) => {
+          v.view.follow(fake({ generation: h + 1, truncated: true }), v.conn.portId);
+          expect(v.view.currency()).toMatchObject({ exact: false, reason: `commit ${h + 1} had more events than a batch keeps` });
+          // A truncated batch also counts as a touch: the rules need a read.
+          expect(v.view.untouched(h, h + 1, { lastGeneration: h + 1, runStart: 1, delivered: v.watch.progress().delivered + 1 })).toBe(false);
+        });
+      });
+    });
+
+    it('an event it cannot follow: a chain added to an owned table, or a handle it does not know', async () => {
+      const w = world();
+      const g = await installed(w);
+      await w.other.commit(new Batch().add('chain', { family: 'ip', table: 't', name: 'x' }));
+      await w.settled();
+      expect(w.view.currency()).toEqual({ exact: false, generation: g, reason: 'newchain ip t x (the full pass plans that)' });
+      const v = world();
+      await installed(v);
+      const ev: MonitorEvent = { type: 'delrule', family: 'ip', table: 't', name: 'c', handle: 9999, portId: 1 };
+      v.view.follow({ overflow: false, truncated: false, foreign: true, generation: v.kernel.generation + 1, since: 1, events: [ev] }, v.conn.portId);
+      expect(v.view.currency()).toMatchObject({ exact: false, reason: 'rule handle 9999 deleted from c is not one the mirror knows' });
+    });
+
+    it('a new desired state other than elements; a full pass\'s commit', async () => {
+      const w = world();
+      await installed(w);
+      w.view.desiredChanged(planConfig([0, 1]).tables);
+      expect(w.view.currency()).toMatchObject({ exact: false, reason: 'the desired state changed' });
+      // Rules stay: a look compares them with the new desired state.
+      expect(w.view.rules).toBeDefined();
+      w.view.committed();
+      expect(w.view.rules).toBeUndefined();
+    });
+  });
+});
