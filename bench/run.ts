@@ -24,7 +24,7 @@ import { runS4, type S4Options } from './scenarios/s4.js';
 import { runS5, type S5Options } from './scenarios/s5.js';
 import { runS6, type S6Options } from './scenarios/s6.js';
 import { runS7, type S7Options } from './scenarios/s7.js';
-import { runS8, type S8Options } from './scenarios/s8.js';
+import { runS8, S8_PARTS, type S8Options, type S8Part } from './scenarios/s8.js';
 import type { Layout } from './scenarios/foreign.js';
 import type { Budget } from './lib/measure.js';
 import { renderMarkdown, renderS1Svg, renderS2Svg, renderS4Svg, renderS5Svg, renderS6Svg, type RunResults } from './lib/report.js';
@@ -105,7 +105,20 @@ const B: Budgets = full
       repairs: 10, repairGapMs: 2600, neighbourSeconds: 5 },
   };
 
-/** --root DIR: S7's daemon is another build's bin/nfkeeper.js (main's, say), for a before/after. */
+/** --s8-parts commands,ready,…: only these parts of S8 (a before/after of the commands alone, say). */
+function s8Parts(): S8Part[] | undefined {
+  const i = process.argv.indexOf('--s8-parts');
+  if (i < 0) return undefined;
+  return (process.argv[i + 1] ?? '').split(',').map((p) => {
+    if (!(S8_PARTS as readonly string[]).includes(p)) throw new Error(`--s8-parts takes a list of ${S8_PARTS.join(', ')}; got "${p}"`);
+    return p as S8Part;
+  });
+}
+
+/**
+ * --root DIR: another build's bin/nfkeeper.js (main's, say), for a before/after: S7's daemon is
+ * that build's; S8 runs that build's command in turn with this one's and the peer.
+ */
 function rootArg(): string | undefined {
   const i = process.argv.indexOf('--root');
   return i >= 0 ? process.argv[i + 1] : undefined;
@@ -146,10 +159,18 @@ function budgetLines(): string[] {
   if (only.has('s5')) out.push(`S5 repetitions: ${B.s5.sizes.map((x) => `${B.s5.reps(x)} runs per tool at ${n(x)}`).join(', ')}`);
   if (only.has('s7')) out.push(`S7: ${B.s7.owners.toLocaleString('en-US')} owners registered one by one and ${(B.s7.inFlight ?? []).join(', ')} in flight, ${B.s7.passes} passes, RSS at ${B.s7.rssSizes.join(', ')} owned rules${B.s7.root ? `; daemon from ${B.s7.root}` : ''}`);
   if (only.has('s8')) {
-    out.push(`S8: installs at ${B.s8.chainSizes.map(n).join(', ')} rules in one chain and kube-proxy at ${B.s8.services.map(n).join(', ')} services, ` +
-      `${B.s8.reps(0)} runs per command (${B.s8.reps(100_000)} at 50,000 rules or more), alternating with nft; daemon ready at ${B.s8.daemonSizes.map(n).join(', ')}; ` +
-      `${B.s8.repairs} repairs ${B.s8.repairGapMs} ms apart as deployed at ${B.s8.repairRules.map(n).join(', ')} rules and ${B.s8.repairElements.map(n).join(', ')} elements; ` +
-      `a neighbour for ${B.s8.neighbourSeconds} s`);
+    const parts = new Set<S8Part>(s8Parts() ?? S8_PARTS);
+    const said: string[] = [];
+    if (parts.has('commands')) {
+      said.push(`installs at ${B.s8.chainSizes.map(n).join(', ')} rules in one chain and kube-proxy at ${B.s8.services.map(n).join(', ')} services, ` +
+        `${B.s8.reps(0)} runs per command (${B.s8.reps(100_000)} at 50,000 rules or more), alternating with nft${rootArg() ? ` and with ${rootArg()}'s build` : ''}`);
+    }
+    if (parts.has('ready')) said.push(`daemon ready at ${B.s8.daemonSizes.map(n).join(', ')}`);
+    if (parts.has('repairs')) {
+      said.push(`${B.s8.repairs} repairs ${B.s8.repairGapMs} ms apart as deployed at ${B.s8.repairRules.map(n).join(', ')} rules and ${B.s8.repairElements.map(n).join(', ')} elements`);
+    }
+    if (parts.has('neighbour')) said.push(`a neighbour for ${B.s8.neighbourSeconds} s`);
+    out.push(`S8${parts.size < S8_PARTS.length ? ` (${[...parts].join(', ')} only; the rest from the earlier run)` : ''}: ${said.join('; ')}`);
   }
   if (only.has('s6')) {
     out.push(`S6 repetitions: ${B.s6.sizes.map((x) => {
@@ -228,7 +249,7 @@ async function main(): Promise<void> {
   }
   if (only.has('s8')) {
     log(`S8 what users run, as whole processes (load average ${loadavg()})`);
-    out.s8 = await runS8({ ...B.s8, log });
+    out.s8 = await runS8({ ...B.s8, root: rootArg(), parts: s8Parts(), log });
   }
 
   write(out, loadavgStart, undefined);
@@ -266,6 +287,12 @@ function write(out: Omit<RunResults, 'meta'>, loadavgStart: string, pending: str
     const prev = JSON.parse(readFileSync(file, 'utf8')) as RunResults;
     // With --sizes, S6 rows of other sizes stay (and so does the note of the run they came from).
     const rows = pick && out.s6 && prev.s6 ? { s6: [...prev.s6.filter((x) => !pick.has(x.n)), ...out.s6].sort((x, y) => x.n - y.n) } : {};
+    // With --s8-parts, the parts of S8 this run left out stay from the earlier one.
+    const parts = s8Parts();
+    if (parts && out.s8 && prev.s8) {
+      out.s8 = { ...out.s8, ...(parts.includes('ready') ? {} : { ready: prev.s8.ready }), ...(parts.includes('repairs') ? {} : { repairs: prev.s8.repairs }),
+        ...(parts.includes('neighbour') ? {} : { neighbour: prev.s8.neighbour }) };
+    }
     const merged: RunResults = { ...prev, ...out, ...rows, meta: { ...prev.meta, merged: [...(prev.meta.merged ?? [])
       .filter((x) => pick || ![...only].some((o) => x.startsWith(o.toUpperCase() + ' '))),
       `${[...only].map((o) => o.toUpperCase()).join(', ')}${pick ? ` at N = ${[...pick].join(', ')}` : ''} from a separate ${results.meta.mode} run on ${results.meta.date} (${results.meta.durationS.toFixed(0)} s, ` +

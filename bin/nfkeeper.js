@@ -16,20 +16,44 @@ if (major < 22) {
 }
 
 (async () => {
-  if (process.argv.slice(2).find((a) => !a.startsWith('-')) === 'run') {
-    const v8 = await import('node:v8');
+  // Node's own modules through require(): an import makes each one's ES module facade, which
+  // reads every export, lazy ones included (node:fs's streams).
+  const require = (await import('node:module')).createRequire(import.meta.url);
+  const v8 = require('node:v8');
+  const command = process.argv.slice(2).find((a) => !a.startsWith('-'));
+  if (command === 'run') {
     v8.setFlagsFromString('--semi-space-growth-factor=1');
     // The old generation grows by 20 % over what a full collection left, not V8's up to 4x: the
     // start-up's garbage (the config's parse and compile, the install batch, the first reads) is
     // collected as it goes instead of piling up to several times the live heap, at no cost in CPU
     // to ready (bench/rss.ts shows both).
     v8.setFlagsFromString('--heap-growing-percent=20');
+  } else if (command !== 'export') {
+    // A command that exits within seconds does not live long enough for V8's optimising compiler
+    // to pay for itself: it compiled the parser's and the compiler's hot functions on its own
+    // threads while the process was nearly done (Maglev's quicker code stays). The daemon keeps
+    // it, and so does export, whose rendering grows with the kernel's table, not with a config.
+    v8.setFlagsFromString('--no-turbofan');
   }
-  // Node's own modules through require(): an import makes each one's ES module facade, which
-  // reads every export, lazy ones included (node:fs's streams).
-  const require = (await import('node:module')).createRequire(import.meta.url);
-  const { statSync } = require('node:fs');
+  const { lstatSync, mkdirSync, statSync } = require('node:fs');
   const { fileURLToPath } = require('node:url');
+  // Node's compile cache: V8's code for our modules, kept on disk, so that a command does not
+  // parse and compile the bundle again each time it starts. Only in a directory this user alone
+  // can write (code read from it runs with our privileges); anywhere else, or where it cannot be
+  // made (a read-only /var), the command runs without it. NODE_COMPILE_CACHE chooses another
+  // directory, NODE_DISABLE_COMPILE_CACHE=1 turns it off (both Node's own).
+  const { enableCompileCache } = require('node:module');
+  if (typeof enableCompileCache === 'function' && !process.env.NODE_COMPILE_CACHE && !process.env.NODE_DISABLE_COMPILE_CACHE) {
+    const home = process.env.XDG_CACHE_HOME || (process.env.HOME && `${process.env.HOME}/.cache`);
+    const dir = process.geteuid() === 0 ? '/var/cache/nfkeeper' : home && home.startsWith('/') ? `${home}/nfkeeper` : undefined;
+    try {
+      if (dir) mkdirSync(dir, { recursive: true, mode: 0o700 });
+      const st = dir && lstatSync(dir);
+      if (st && st.isDirectory() && st.uid === process.geteuid() && (st.mode & 0o022) === 0) enableCompileCache(dir);
+    } catch {
+      // no cache: only slower
+    }
+  }
   const mtime = (u) => statSync(fileURLToPath(u), { throwIfNoEntry: false })?.mtimeMs;
   const cli = new URL('../dist/cli.js', import.meta.url);
   // The build's one-file bundle of dist/ (scripts/bundle.mjs: a smaller RSS), unless it is

@@ -84,13 +84,37 @@ bool LooksUpAnonymousSet(const RawExpr& e) {
   return false;
 }
 
+// A jump to a bound chain (`jump { … }`): by the kernel's name for it ("__chain%d") in a dump, by
+// NFTA_VERDICT_CHAIN_ID in what a commit would write. The rule's key depends on the chain's rules.
+bool JumpsToBoundChain(const RawExpr& e) {
+  if (e.data == nullptr || e.name != "immediate") return false;
+  const nlattr* attr;
+  NFK_NESTED_FOR_EACH(attr, e.data) {
+    if (mnl_attr_get_type(attr) != NFTA_IMMEDIATE_DATA) continue;
+    const nlattr* d;
+    NFK_NESTED_FOR_EACH(d, attr) {
+      if (mnl_attr_get_type(d) != NFTA_DATA_VERDICT) continue;
+      const nlattr* v;
+      NFK_NESTED_FOR_EACH(v, d) {
+        uint16_t type = mnl_attr_get_type(v);
+        if (type == NFTA_VERDICT_CHAIN_ID) return true;
+        if (type != NFTA_VERDICT_CHAIN) continue;
+        const char* name = static_cast<const char*>(mnl_attr_get_payload(v));
+        size_t len = strnlen(name, mnl_attr_get_payload_len(v));
+        return len >= 2 && name[0] == '_' && name[1] == '_';
+      }
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 // More attributes than any expression has (nat has 7, payload 8): a rule with more gets no digest.
 constexpr size_t kDigestAttrs = 32;
 
 bool AppendExprDigestSegment(std::string* buf, const RawExpr& e) {
-  if (LooksUpAnonymousSet(e)) return false;
+  if (LooksUpAnonymousSet(e) || JumpsToBoundChain(e)) return false;
   PutSegment(buf, e.name.data(), e.name.size());
   if (e.data == nullptr || e.name == "counter") {
     PutSegment(buf, "", 0);

@@ -319,6 +319,8 @@ void EncodeChain(std::vector<uint8_t>* out, const std::string& verb, const Napi:
       nftnl_chain_set_u32(c, NFTNL_CHAIN_POLICY, static_cast<uint32_t>(EnumOf(op, "policy", kPolicyMap)));
     }
     if (HasKey(op, "flags")) nftnl_chain_set_u32(c, NFTNL_CHAIN_FLAGS, U32(op, "flags"));
+    // NFTA_CHAIN_ID: a chain of this batch that rules and jumps name by id (a bound chain has no name).
+    if (HasKey(op, "id")) nftnl_chain_set_u32(c, NFTNL_CHAIN_ID, U32(op, "id"));
     if (HasKey(op, "userdata")) {
       std::vector<uint8_t> d = HexOf(op, "userdata");
       nftnl_chain_set_data(c, NFTNL_CHAIN_USERDATA, d.data(), d.size());
@@ -352,7 +354,7 @@ void EncodeRule(std::vector<uint8_t>* out, const std::string& verb, const Napi::
   nlmsghdr* nlh;
   try {
     nftnl_rule_set_str(r, NFTNL_RULE_TABLE, Str(op, "table").c_str());
-    nftnl_rule_set_str(r, NFTNL_RULE_CHAIN, Str(op, "chain").c_str());
+    if (HasKey(op, "chain")) nftnl_rule_set_str(r, NFTNL_RULE_CHAIN, Str(op, "chain").c_str());
     if (HasKey(op, "handle")) nftnl_rule_set_u64(r, NFTNL_RULE_HANDLE, I64(op, "handle"));
     if (HasKey(op, "position")) nftnl_rule_set_u64(r, NFTNL_RULE_POSITION, I64(op, "position"));
     // NFTA_RULE_ID names a rule added in this batch; NFTA_RULE_POSITION_ID places a rule next to
@@ -372,6 +374,9 @@ void EncodeRule(std::vector<uint8_t>* out, const std::string& verb, const Napi::
     buf = Reserve(out);
     nlh = nftnl_nlmsg_build_hdr(buf, type, family, flags, seq);
     nftnl_rule_nlmsg_build_payload(nlh, r);
+    // NFTA_RULE_CHAIN_ID (libnftnl 1.2.4 has no setter for it): a rule of a chain added in this
+    // batch by id, as nft adds a bound chain's rules.
+    if (HasKey(op, "chainId")) mnl_attr_put_u32(nlh, NFTA_RULE_CHAIN_ID, htonl(U32(op, "chainId")));
     if (type == NFT_MSG_NEWRULE && exprBytes.IsBuffer()) {
       // Encoded before (encodeExprs) from the same, frozen, expressions: the attribute as it was.
       Napi::Buffer<uint8_t> b = exprBytes.As<Napi::Buffer<uint8_t>>();

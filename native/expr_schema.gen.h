@@ -237,6 +237,7 @@ static const Field kImmediateFields[] = {
     {"data", NFTNL_EXPR_IMM_DATA, FieldType::Data, nullptr, 64},
     {"verdict", NFTNL_EXPR_IMM_VERDICT, FieldType::Enum, &kVerdictMap, 0},
     {"chain", NFTNL_EXPR_IMM_CHAIN, FieldType::Str, nullptr, 0},
+    {"chainId", NFTNL_EXPR_IMM_CHAIN_ID, FieldType::U32, nullptr, 0},
 };
 
 static const Field kLookupFields[] = {
@@ -419,7 +420,7 @@ static const ExprKind kKinds[] = {
     {"byteorder", kByteorderFields, 5},
     {"meta", kMetaFields, 3},
     {"ct", kCtFields, 4},
-    {"immediate", kImmediateFields, 4},
+    {"immediate", kImmediateFields, 5},
     {"lookup", kLookupFields, 5},
     {"nat", kNatFields, 7},
     {"masq", kMasqFields, 3},

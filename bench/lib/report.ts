@@ -634,6 +634,18 @@ function s8Section(s: S8Result): string[] {
       (r.peer ? `\`${r.peer.tool}\` | ${formatUs(r.peer.s.wall.median)} | ${formatUs(r.peer.s.cpu.median)} | ${mib(r.peer.s.rssKiB)} | ${r.ratio!.toFixed(2)}× |`
         : '- | - | - | - | - |') + ` ${r.nfkeeper.wall.n} |`);
   }
+  if (s.before) {
+    out.push('', `The same commands as ${s.before.root} (commit ${s.before.commit}) runs them, in the same rounds ` +
+      '(this build, that build, the peer): before and after.', '',
+      '| work | before: wall p50 | CPU p50 | peak RSS | after: wall p50 | CPU p50 | peak RSS | CPU after / before | after CPU / peer CPU |',
+      '|---|---:|---:|---:|---:|---:|---:|---:|---:|');
+    for (const r of s.rows) {
+      if (!r.before) continue;
+      out.push(`| ${r.work} | ${formatUs(r.before.wall.median)} | ${formatUs(r.before.cpu.median)} | ${mib(r.before.rssKiB)} | ` +
+        `${formatUs(r.nfkeeper.wall.median)} | ${formatUs(r.nfkeeper.cpu.median)} | ${mib(r.nfkeeper.rssKiB)} | ${ratio(r.nfkeeper.cpu.median, r.before.cpu.median)} | ` +
+        `${r.peer ? ratio(r.nfkeeper.cpu.median, r.peer.s.cpu.median) : '-'} |`);
+    }
+  }
   if (s.ready.length) {
     out.push('', '### The daemon ready', '', '`nfkeeper run` with its defaults, from exec until `/readyz` answers 200; a restart onto the ruleset it installed ' +
       'compares the generation before and after (an adoption writes nothing).', '',

@@ -67,17 +67,24 @@ export function summarizeRuns(runs: ProcessRun[]): WholeSummary {
 
 /**
  * Two commands in turn, A B A B …, each run preceded by `reset` (untimed), so that a drift in the
- * machine's speed falls on both alike; the ratio is of the medians.
+ * machine's speed falls on both alike; the ratio is of the medians. With `before` (A as another
+ * build runs it, for a before/after), each round runs A, before, B.
  */
-export function alternate(reps: number, reset: () => void, a: () => ProcessRun, b: () => ProcessRun): { a: WholeSummary; b: WholeSummary; ratio: number } {
+export function alternate(reps: number, reset: () => void, a: () => ProcessRun, b: () => ProcessRun, before?: () => ProcessRun):
+  { a: WholeSummary; b: WholeSummary; ratio: number; before?: WholeSummary } {
   const ra: ProcessRun[] = [];
   const rb: ProcessRun[] = [];
+  const rbefore: ProcessRun[] = [];
   for (let i = 0; i < reps; i++) {
     reset();
     ra.push(a());
+    if (before) {
+      reset();
+      rbefore.push(before());
+    }
     reset();
     rb.push(b());
   }
   const sa = summarizeRuns(ra), sb = summarizeRuns(rb);
-  return { a: sa, b: sb, ratio: sa.wall.median / sb.wall.median };
+  return { a: sa, b: sb, ratio: sa.wall.median / sb.wall.median, ...(before ? { before: summarizeRuns(rbefore) } : {}) };
 }

@@ -15,7 +15,7 @@
  * Every process is timed by wait4 (bench/lib/whole.ts): wall, CPU and peak RSS of that process.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
@@ -26,7 +26,7 @@ import { kubeProxy } from '../../test/helpers/peers/kube-proxy.js';
 import { daemonNodeFlags } from '../lib/node-flags.js';
 import { withBenchNetns, type BenchNetns } from '../lib/netns.js';
 import { summarize, type Summary } from '../lib/stats.js';
-import { alternate, runWhole, summarizeRuns, type WholeSummary } from '../lib/whole.js';
+import { alternate, runWhole, summarizeRuns, type ProcessRun, type WholeSummary } from '../lib/whole.js';
 import { probeElementRepairs, probeRepairs } from '../probe.js';
 
 export interface S8Options {
@@ -44,8 +44,15 @@ export interface S8Options {
   repairs: number;
   repairGapMs: number;
   neighbourSeconds: number;
+  /** Another build's package root (main's, say): its `nfkeeper` runs in turn with this one's and the peer, for a before/after. */
+  root?: string;
+  /** Only these parts (default all): installs and one-shot commands, the daemon's ready, repairs as deployed, the neighbour. */
+  parts?: readonly S8Part[];
   log: (m: string) => void;
 }
+
+export const S8_PARTS = ['commands', 'ready', 'repairs', 'neighbour'] as const;
+export type S8Part = (typeof S8_PARTS)[number];
 
 export interface S8Row {
   group: 'install' | 'one-shot';
@@ -54,6 +61,8 @@ export interface S8Row {
   peer?: { tool: string; s: WholeSummary };
   /** nfkeeper's median wall time over the peer's. */
   ratio?: number;
+  /** The same command as the other build (S8Options.root) ran it, in the same rounds. */
+  before?: WholeSummary;
 }
 
 export interface S8Ready {
@@ -76,6 +85,8 @@ export interface S8Neighbour {
 
 export interface S8Result {
   node: string;
+  /** The other build's package root and commit, when there was one. */
+  before?: { root: string; commit: string };
   rows: S8Row[];
   ready: S8Ready[];
   repairs: S8Repair[];
@@ -147,15 +158,29 @@ export async function runS8(o: S8Options): Promise<S8Result> {
   const dir = mkdtempSync(join(tmpdir(), 'nfk-s8-'));
   const node = spawnSync(NODE, ['--version'], { encoding: 'utf8' }).stdout.trim();
   const result: S8Result = { node, rows: [], ready: [], repairs: [] };
-  const nfk = (ns: BenchNetns | undefined, args: string[], ok = [0]) => () => runWhole(NODE, [BIN, ...args], { ns, ok });
+  const parts = new Set<S8Part>(o.parts ?? S8_PARTS);
+  const beforeBin = o.root === undefined ? undefined : join(o.root, 'bin', 'nfkeeper.js');
+  if (o.root !== undefined) {
+    // A checkout says its commit; an unpacked tree (git archive) may carry it in a file COMMIT.
+    const commit = spawnSync('git', ['-C', o.root, 'rev-parse', '--short', 'HEAD'], { encoding: 'utf8' }).stdout.trim() ||
+      (existsSync(join(o.root, 'COMMIT')) ? readFileSync(join(o.root, 'COMMIT'), 'utf8').trim() : '');
+    result.before = { root: o.root, commit: commit || 'unknown' };
+  }
+  const nfkWith = (bin: string) => (ns: BenchNetns | undefined, args: string[], ok = [0]) => () => runWhole(NODE, [bin, ...args], { ns, ok });
+  const nfk = nfkWith(BIN);
+  const nfkBefore = beforeBin === undefined ? undefined : nfkWith(beforeBin);
   const nft = (ns: BenchNetns | undefined, args: string[]) => () => runWhole('nft', args, { ns });
+  // A command in turn with its peer, and with the other build's run of it when there is one.
+  const vs = (reps: number, reset: () => void, ns: BenchNetns | undefined, args: string[], peer: () => ProcessRun) =>
+    alternate(reps, reset, nfk(ns, args), peer, nfkBefore?.(ns, args));
   const row = (group: S8Row['group'], work: string, r: ReturnType<typeof alternate>, tool: string) => {
-    result.rows.push({ group, work, nfkeeper: r.a, peer: { tool, s: r.b }, ratio: r.ratio });
-    o.log(`    ${work}: nfkeeper ${(r.a.wall.median / 1000).toFixed(1)} ms (${(r.a.rssKiB / 1024).toFixed(1)} MiB), ` +
-      `${tool} ${(r.b.wall.median / 1000).toFixed(1)} ms: ${r.ratio.toFixed(2)}×`);
+    result.rows.push({ group, work, nfkeeper: r.a, peer: { tool, s: r.b }, ratio: r.ratio, ...(r.before ? { before: r.before } : {}) });
+    o.log(`    ${work}: nfkeeper ${(r.a.wall.median / 1000).toFixed(1)} ms, CPU ${(r.a.cpu.median / 1000).toFixed(1)} ms (${(r.a.rssKiB / 1024).toFixed(1)} MiB), ` +
+      (r.before ? `before ${(r.before.wall.median / 1000).toFixed(1)} ms, CPU ${(r.before.cpu.median / 1000).toFixed(1)} ms (${(r.before.rssKiB / 1024).toFixed(1)} MiB), ` : '') +
+      `${tool} ${(r.b.wall.median / 1000).toFixed(1)} ms, CPU ${(r.b.cpu.median / 1000).toFixed(1)} ms: ${r.ratio.toFixed(2)}×`);
   };
   try {
-    await withBenchNetns('s8', async (ns) => {
+    if (parts.has('commands')) await withBenchNetns('s8', async (ns) => {
       const flush = () => { ns.exec('nft', ['flush', 'ruleset']); };
       // Installs.
       for (const n of o.chainSizes) {
@@ -163,9 +188,9 @@ export async function runS8(o: S8Options): Promise<S8Result> {
         writeFileSync(nftFile, chainNft(n));
         writeFileSync(yamlFile, chainYaml(n));
         row('install', `${n.toLocaleString('en-US')} rules in one chain, YAML config`,
-          alternate(o.reps(n), flush, nfk(ns, ['apply', '--config', yamlFile]), nft(ns, ['-f', nftFile])), 'nft -f');
+          vs(o.reps(n), flush, ns, ['apply', '--config', yamlFile], nft(ns, ['-f', nftFile])), 'nft -f');
         row('install', `${n.toLocaleString('en-US')} rules in one chain, the same .nft file`,
-          alternate(o.reps(n), flush, nfk(ns, ['apply', '--config', nftFile]), nft(ns, ['-f', nftFile])), 'nft -f');
+          vs(o.reps(n), flush, ns, ['apply', '--config', nftFile], nft(ns, ['-f', nftFile])), 'nft -f');
       }
       for (const services of o.services) {
         const kp = kubeProxy({ services, seed: 8 });
@@ -173,14 +198,14 @@ export async function runS8(o: S8Options): Promise<S8Result> {
         writeFileSync(file, kp.text);
         row('install', `kube-proxy's table at ${services.toLocaleString('en-US')} services (${kp.counts.rules.toLocaleString('en-US')} rules, ` +
           `${kp.counts.elements.toLocaleString('en-US')} elements, ${(kp.text.length / 1048576).toFixed(1)} MiB)`,
-          alternate(o.reps(kp.counts.rules), flush, nfk(ns, ['apply', '--config', file]), nft(ns, ['-f', file])), 'nft -f');
+          vs(o.reps(kp.counts.rules), flush, ns, ['apply', '--config', file], nft(ns, ['-f', file])), 'nft -f');
       }
       // Export of the biggest chain, installed once.
       const big = Math.max(...o.chainSizes);
       flush();
       ns.exec('nft', ['-f', join(dir, `chain-${big}.nft`)]);
       row('one-shot', `export of a ${big.toLocaleString('en-US')}-rule table`,
-        alternate(o.reps(big), () => undefined, nfk(ns, ['export', '--table', 'ip', 'big']), nft(ns, ['list', 'table', 'ip', 'big'])), 'nft list table');
+        vs(o.reps(big), () => undefined, ns, ['export', '--table', 'ip', 'big'], nft(ns, ['list', 'table', 'ip', 'big'])), 'nft list table');
       // One-shots on flannel's config, installed.
       flush();
       const flannel = join(PROJECT_ROOT, 'examples', 'flannel.yaml');
@@ -188,17 +213,23 @@ export async function runS8(o: S8Options): Promise<S8Result> {
       const flannelNft = join(dir, 'flannel.nft');
       writeFileSync(flannelNft, ns.exec(NODE, [BIN, 'export', '--table', 'ip', 'nfkeeper']));
       const same = () => undefined;
-      row('one-shot', 'version', alternate(o.reps(0), same, nfk(undefined, ['version']), nft(undefined, ['--version'])), 'nft --version');
-      row('one-shot', 'validate, flannel\'s config', alternate(o.reps(0), same, nfk(undefined, ['validate', '--config', flannel]),
+      row('one-shot', 'version', vs(o.reps(0), same, undefined, ['version'], nft(undefined, ['--version'])), 'nft --version');
+      row('one-shot', 'validate, flannel\'s config', vs(o.reps(0), same, undefined, ['validate', '--config', flannel],
         nft(ns, ['-c', '-f', flannelNft])), 'nft -c -f');
-      row('one-shot', 'check, flannel\'s config (in sync)', alternate(o.reps(0), same, nfk(ns, ['check', '--config', flannel]),
+      row('one-shot', 'check, flannel\'s config (in sync)', vs(o.reps(0), same, ns, ['check', '--config', flannel],
         nft(ns, ['list', 'table', 'ip', 'nfkeeper'])), 'nft list table');
       const sock = join(dir, 'control.sock');
       const d = await startDaemon(ns, flannel, ['--socket', sock]);
       try {
-        const runs = Array.from({ length: o.reps(0) }, () => nfk(undefined, ['status', '--socket', sock])());
+        const runs: ProcessRun[] = [];
+        const beforeRuns: ProcessRun[] = [];
+        for (let i = 0; i < o.reps(0); i++) {
+          runs.push(nfk(undefined, ['status', '--socket', sock])());
+          if (nfkBefore) beforeRuns.push(nfkBefore(undefined, ['status', '--socket', sock])());
+        }
         const s = summarizeRuns(runs);
-        result.rows.push({ group: 'one-shot', work: 'status, daemon with flannel\'s config', nfkeeper: s });
+        result.rows.push({ group: 'one-shot', work: 'status, daemon with flannel\'s config', nfkeeper: s,
+          ...(nfkBefore ? { before: summarizeRuns(beforeRuns) } : {}) });
         o.log(`    status: ${(s.wall.median / 1000).toFixed(1)} ms (${(s.rssKiB / 1024).toFixed(1)} MiB)`);
       } finally {
         await d.stop();
@@ -206,7 +237,7 @@ export async function runS8(o: S8Options): Promise<S8Result> {
     });
 
     // The daemon: ready from empty, and after a restart onto what it installed.
-    for (const n of o.daemonSizes) {
+    for (const n of parts.has('ready') ? o.daemonSizes : []) {
       await withBenchNetns(`s8r${n}`, async (ns) => {
         const file = join(dir, `daemon-${n}.yaml`);
         writeFileSync(file, chainYaml(n));
@@ -238,7 +269,7 @@ export async function runS8(o: S8Options): Promise<S8Result> {
         cmp: setNft(n), probe: (ns: BenchNetns) => probeElementRepairs({ netns: ns.path, family: 'ip', table: 'big', set: 's' }, o.repairs, o.repairGapMs,
           { warmup: 1, timeoutMs: 60_000 }), floor: elementFloor })),
     ];
-    for (const c of cases) {
+    for (const c of parts.has('repairs') ? cases : []) {
       await withBenchNetns(`s8p${result.repairs.length}`, async (ns) => {
         const file = join(dir, c.file);
         writeFileSync(file, c.text);
@@ -257,7 +288,7 @@ export async function runS8(o: S8Options): Promise<S8Result> {
     }
 
     // A neighbour's commits to a table nfkeeper does not own.
-    if (o.neighbourSeconds > 0) {
+    if (parts.has('neighbour') && o.neighbourSeconds > 0) {
       await withBenchNetns('s8n', async (ns) => {
         ns.exec('nft', ['-f', '-'], 'table ip other {\n\tchain c {\n\t}\n}\n');
         const d = await startDaemon(ns, join(PROJECT_ROOT, 'examples', 'flannel.yaml'));

@@ -355,6 +355,8 @@ function buildConfig(raw: unknown, file: string, where: Positions, options: Load
   const fail = (p: { line: number; col: number; file?: string }, reason: string) => errors.push(new ConfigError(p.file ?? file, p.line, p.col, reason));
   const seenTables = new Set<string>();
   let setId = 1;
+  // bound chains' batch ids (`jump { … }`), likewise unique in the config
+  let chainId = 1;
   const tables: TableConfig[] = parsed.data.tables.map((t, ti) => {
     const tkey = `${t.family} ${t.name}`;
     // (positions only for an error: a YAML config's are read by parsing it again)
@@ -385,7 +387,7 @@ function buildConfig(raw: unknown, file: string, where: Positions, options: Load
         let compiled: CompiledRule;
         try {
           compiled = compileRule(ruleText, {
-            family: t.family, table: t.name, chain: c.name, setIdBase: setId, interfaces: options.interfaces, sets: namedSets,
+            family: t.family, table: t.name, chain: c.name, setIdBase: setId, chainIdBase: chainId, interfaces: options.interfaces, sets: namedSets,
           });
         } catch (e) {
           if (e instanceof RuleSyntaxError) {
@@ -399,6 +401,7 @@ function buildConfig(raw: unknown, file: string, where: Positions, options: Load
           throw e;
         }
         setId += compiled.sets.length;
+        if (compiled.bound) chainId += compiled.bound.length;
         const missing = objectRefProblem(compiled.exprs, objects, t.family, t.name);
         if (missing) fail(pos(rulePath(path, ri)), `rule ${ri + 1} of chain ${c.name}: ${missing}`);
         options.compiled?.(compiled);
@@ -716,37 +719,98 @@ const NOT_STRINGS: ReadonlySet<string> = new Set(['null', 'Null', 'NULL', 'true'
 /**
  * The text with each run of ELIDE_MIN_RUN or more consecutive lines `<indent>- <plain scalar>`,
  * at one indentation, replaced by one such line whose scalar is a placeholder; and the runs' values.
- * Lines are read with yaml's own lexer, so a line inside a block scalar, a quoted string or a flow
- * collection is what the parser takes it for. An elided value is a plain one-line scalar that the
- * parser takes as that same string: it starts with a letter, is not null or a boolean, has no `$`
- * (substitution stays the document's), and is followed by the newline (no comment, no trailing
- * space). A file with an alias, a tag or a directive is not elided (an alias or a tag could make
- * a list something else; a directive could change the schema).
+ * An elided value is a plain one-line scalar that the parser takes as that same string: it starts
+ * with a letter, is not null or a boolean, has no `$` (substitution stays the document's), no `: `
+ * or ` #` (a mapping, a comment) and ends at the newline (no trailing space, no `:`). A file with
+ * an alias, a tag or a directive is not elided (an alias or a tag could make a list something
+ * else; a directive could change the schema).
+ *
+ * The lines are found by a scan of the text, and then proved with yaml's own lexer on the elided
+ * text, which is short: a placeholder read as an item's plain scalar of its own was one in the
+ * original too (its lines are read in the same context, each after an item of the same indentation),
+ * so a line inside a block scalar, a quoted string or a flow collection is what the parser takes it
+ * for. A run whose placeholder is not such an item is put back as written (one whose last line
+ * continues on the next, more indented line, without that line), and the text lexed again.
  */
 export function elideRuns(text: string): { text: string; runs: string[][] } | undefined {
   if (text.length < ELIDE_MIN_CHARS || text.includes(ELIDED)) return undefined;
-  const runs: string[][] = [];
-  const parts: string[] = [];
-  let copied = 0;
-  let run: string[] = [];
-  let runStart = 0;
-  let runEnd = -1;
-  let runIndent = '';
-  const close = () => {
-    if (run.length >= ELIDE_MIN_RUN) {
-      parts.push(text.slice(copied, runStart), `${runIndent}- ${ELIDED}${runs.length}\n`);
-      runs.push(run);
-      copied = runEnd;
+  // Candidate runs: [start, end) offsets of their lines, their indentation and values.
+  let runs: { start: number; end: number; indent: string; values: string[] }[] = [];
+  let run: (typeof runs)[number] | undefined;
+  for (let lineStart = 0; lineStart < text.length;) {
+    const nl = text.indexOf('\n', lineStart);
+    if (nl < 0) break;
+    const value = itemValue(text, lineStart, nl);
+    if (value === undefined) {
+      if (run && run.values.length >= ELIDE_MIN_RUN) runs.push(run);
+      run = undefined;
+    } else {
+      const indent = text.slice(lineStart, value.at - 2);
+      if (!run || run.indent !== indent) {
+        if (run && run.values.length >= ELIDE_MIN_RUN) runs.push(run);
+        run = { start: lineStart, end: nl + 1, indent, values: [] };
+      }
+      run.values.push(value.text);
+      run.end = nl + 1;
     }
-    run = [];
-  };
+    lineStart = nl + 1;
+  }
+  if (run && run.values.length >= ELIDE_MIN_RUN) runs.push(run);
+  for (;;) {
+    if (runs.length === 0) return undefined;
+    const parts: string[] = [];
+    let copied = 0;
+    runs.forEach((r, i) => {
+      parts.push(text.slice(copied, r.start), `${r.indent}- ${ELIDED}${i}\n`);
+      copied = r.end;
+    });
+    parts.push(text.slice(copied));
+    const elided = parts.join('');
+    const items = plainItems(elided);
+    if (items === undefined) return undefined;
+    if (runs.every((_, i) => items.proved.has(`${ELIDED}${i}`))) return { text: elided, runs: runs.map((r) => r.values) };
+    const kept: typeof runs = [];
+    runs.forEach((r, i) => {
+      if (items.proved.has(`${ELIDED}${i}`)) kept.push(r);
+      else if (items.continued.has(`${ELIDED}${i}`) && r.values.length > ELIDE_MIN_RUN) {
+        // Its last line's scalar goes on: that line stays as written.
+        const last = text.lastIndexOf('\n', r.end - 2) + 1;
+        kept.push({ ...r, end: last, values: r.values.slice(0, -1) });
+      }
+    });
+    runs = kept;
+  }
+}
+
+/** The value of a line `<spaces>- <value>` from start to the newline at nl, if it is one that can be elided; `at` is its offset. */
+function itemValue(text: string, start: number, nl: number): { text: string; at: number } | undefined {
+  let i = start;
+  while (text.charCodeAt(i) === 32) i++;
+  if (text.charCodeAt(i) !== 45 || text.charCodeAt(i + 1) !== 32) return undefined;
+  const at = i + 2;
+  const c = text.charCodeAt(at);
+  if (!((c >= 65 && c <= 90) || (c >= 97 && c <= 122))) return undefined;
+  const last = text.charCodeAt(nl - 1);
+  // No trailing space or tab, no `:` at the end, no CR (a CRLF file is parsed as written).
+  if (last === 32 || last === 9 || last === 58 || last === 13) return undefined;
+  const value = text.slice(at, nl);
+  if (/[$\r]|:[ \t]|[ \t]#/.test(value) || NOT_STRINGS.has(value)) return undefined;
+  return { text: value, at };
+}
+
+/**
+ * yaml's lexer over `text`: the plain one-line scalars that are a block sequence item's whole line
+ * (`proved`), and those that are an item's but continue on the next line (`continued`); undefined
+ * for a text with an alias, a tag or a directive, or one the lexer does not read to its end.
+ */
+function plainItems(text: string): { proved: Set<string>; continued: Set<string> } | undefined {
+  const proved = new Set<string>();
+  const continued = new Set<string>();
   let offset = 0;
   let flow = 0;
   // The line so far: 0 at its start, 1 after the indentation, 2 after `-`, 3 after the space,
   // 4 after the scalar marker, 5 after the scalar; -1 for a line that is not an item to elide.
   let state = 0;
-  let lineStart = 0;
-  let indent = '';
   let value = '';
   for (const tok of new Lexer().lex(text)) {
     if (tok === DOCUMENT || tok === FLOW_END) continue;
@@ -757,18 +821,8 @@ export function elideRuns(text: string): { text: string; runs: string[][] } | un
     offset += tok.length;
     const type = CST.tokenType(tok);
     if (type === 'newline' && tok !== '') {
-      if (state === 5 && tok === '\n') {
-        if (run.length === 0 || indent !== runIndent || lineStart !== runEnd) {
-          close();
-          runStart = lineStart;
-          runIndent = indent;
-        }
-        run.push(value);
-        runEnd = offset;
-      } else close();
+      if (state === 5 && tok === '\n') proved.add(value);
       state = 0;
-      lineStart = offset;
-      indent = '';
       continue;
     }
     switch (type) {
@@ -778,21 +832,17 @@ export function elideRuns(text: string): { text: string; runs: string[][] } | un
       default: break;
     }
     if (state === 4) {
-      const c = tok.charCodeAt(0);
-      const letter = (c >= 65 && c <= 90) || (c >= 97 && c <= 122);
-      state = letter && !tok.includes('\n') && !tok.includes('$') && !NOT_STRINGS.has(tok) ? 5 : -1;
+      const nl = tok.indexOf('\n');
+      if (nl >= 0 && tok.startsWith(ELIDED)) continued.add(tok.slice(0, nl));
+      state = nl < 0 ? 5 : -1;
       value = tok;
     } else if (type === 'space' && /^ +$/.test(tok) && (state === 0 || state === 2)) {
-      if (state === 0) indent = tok;
       state++;
     } else if (type === 'seq-item-ind' && (state === 0 || state === 1)) {
       state = 2;
     } else state = -1;
   }
-  close();
-  if (offset !== text.length || runs.length === 0) return undefined;
-  parts.push(text.slice(copied));
-  return { text: parts.join(''), runs };
+  return offset === text.length ? { proved, continued } : undefined;
 }
 
 /**

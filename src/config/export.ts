@@ -9,7 +9,7 @@
 import { stringify } from 'yaml';
 import type { Family } from '../netlink/expr.js';
 import type { NftSet, SetElement } from '../netlink/objects.js';
-import { SET_F, TABLE_F, type Table } from '../netlink/objects.js';
+import { SET_F, TABLE_F, indexByChain, type Chain, type Rule, type Table } from '../netlink/objects.js';
 import type { NftSocket } from '../netlink/socket.js';
 import { commentOf, renderRule, setResolver, type InterfaceResolver } from '../rules/index.js';
 import { kernelSetDecl, type RawSet } from '../model/sets.js';
@@ -23,6 +23,8 @@ export interface ExportedChain {
   comment?: string;
   base?: { type: string; hook: string; priority: number; policy: 'accept' | 'drop' };
   rules: string[];
+  /** Where the nft form writes a rule otherwise than `rules` (a chain binding over lines, as nft lists it): by index. */
+  listed?: (string | undefined)[];
 }
 
 export interface ExportedTable {
@@ -75,14 +77,24 @@ export async function readTable(sock: Reader, family: Family, name: string,
     // nft lists one element a line when the key is longer than 32 bits (addresses, names, concatenations).
     else out.sets.push({ ...d, wrap: set.keyLen > 4 });
   }
+  // (bound chains, `jump { … }`, go with the rules that jump to them: written inline, as nft lists them)
+  const view = { chains: new Map<string, Chain>(), rules: new Map<string, Rule[]>() };
+  indexByChain(chains, rules, view);
   const byChain = new Map<string, string[]>();
-  for (const r of rules) {
-    const text = renderRule(r, family, resolve, options);
-    if (text.includes('<unsupported')) unsupported.push(`chain ${r.chain}, rule handle ${r.handle}: ${text}`);
-    if (!byChain.has(r.chain)) byChain.set(r.chain, []);
-    byChain.get(r.chain)!.push(text);
+  const listedBy = new Map<string, (string | undefined)[]>();
+  for (const [chain, list] of view.rules) {
+    byChain.set(chain, list.map((r, i) => {
+      const text = renderRule(r, family, resolve, options);
+      if (text.includes('<unsupported')) unsupported.push(`chain ${r.chain}, rule handle ${r.handle}: ${text}`);
+      if (r.bound) {
+        let l = listedBy.get(chain);
+        if (!l) listedBy.set(chain, l = []);
+        l[i] = renderRule(r, family, resolve, { ...options, bindingIndent: '\t\t' });
+      }
+      return text;
+    }));
   }
-  for (const c of chains) {
+  for (const c of view.chains.values()) {
     if (c.hook !== undefined && !['prerouting', 'input', 'forward', 'output', 'postrouting'].includes(c.hook)) {
       unsupported.push(`chain ${c.name}: hook ${c.hook} is not supported`);
     }
@@ -94,6 +106,7 @@ export async function readTable(sock: Reader, family: Family, name: string,
       base: c.hook !== undefined
         ? { type: c.type ?? 'filter', hook: c.hook, priority: c.priority ?? 0, policy: c.policy ?? 'accept' } : undefined,
       rules: byChain.get(c.name) ?? [],
+      ...(listedBy.has(c.name) ? { listed: listedBy.get(c.name)! } : {}),
     });
   }
   return out;
@@ -151,7 +164,7 @@ export function tableToNft(t: ExportedTable): string {
     if (c.base) {
       lines.push(`\t\ttype ${c.base.type} hook ${c.base.hook} priority ${priorityText(c.base.hook, c.base.priority)}; policy ${c.base.policy};`);
     }
-    for (const r of c.rules) lines.push(`\t\t${r.includes('<unsupported') ? `# ${r}` : r}`);
+    c.rules.forEach((r, i) => lines.push(`\t\t${r.includes('<unsupported') ? `# ${r}` : c.listed?.[i] ?? r}`));
     lines.push('\t}');
   });
   lines.push('}');

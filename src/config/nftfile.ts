@@ -994,7 +994,44 @@ const HAS_BLANKED = /[\r\n#\\]/;
 function blank(text: string): string {
   // (most rules have none of them: the regex would find nothing)
   if (!HAS_BLANKED.test(text)) return text.trimEnd();
+  if (HAS_BINDING.test(text)) return blankBinding(text);
   return text.replace(/"[^"\n]*"|#[^\n]*|\\\n|[\r\n]/g, (m) => (m[0] === '"' ? m : ' '.repeat(m.length))).trimEnd();
+}
+
+const HAS_BINDING = /\b(?:jump|goto)\s*\{/;
+
+/**
+ * blank() for a rule with a chain binding (`jump {` … `}` over lines, as nft lists it): a newline
+ * directly inside the binding's braces ends one of its rules, so it becomes `;` (the rule
+ * language's separator); elsewhere (an anonymous set over lines) a space, as blank() makes it.
+ */
+function blankBinding(text: string): string {
+  const out: string[] = [];
+  const braces: boolean[] = [];  // per open brace: whether it opens a binding
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i]!;
+    if (c === '"') {
+      const j = text.indexOf('"', i + 1);
+      const end = j < 0 || text.lastIndexOf('\n', j) > i ? i : j;
+      out.push(text.slice(i, end + 1));
+      i = end;
+    } else if (c === '#') {
+      let j = text.indexOf('\n', i);
+      if (j < 0) j = text.length;
+      out.push(' '.repeat(j - i));
+      i = j - 1;
+    } else if (c === '\\' && text[i + 1] === '\n') {
+      out.push('  ');
+      i++;
+    } else if (c === '\n' || c === '\r') {
+      out.push(braces[braces.length - 1] ? ';' : ' ');
+    } else {
+      if (c === '{') braces.push(/\b(?:jump|goto)\s*$/.test(text.slice(Math.max(0, i - 16), i)));
+      else if (c === '}') braces.pop();
+      out.push(c);
+    }
+  }
+  return out.join('').trimEnd();
 }
 
 function describe(t: Tok): string {

@@ -102,6 +102,9 @@ export function followCommit(tables: readonly TableConfig[], observed: readonly 
     // Stateful objects are not known: a table that has them is read at each look (objectsUnknown).
     if (op.object === 'obj') return undefined;
     if (op.object === 'element') continue;  // every named set holds its desired elements after the commit (below)
+    // Bound chains (`jump { … }`) are named by the kernel: a commit that adds one is not followed.
+    if (op.object === 'chain' && op.name === undefined) return undefined;
+    if (op.object === 'rule' && op.chain === undefined) return undefined;
     if (op.object === 'chain') {
       const hk = `${op.family} ${op.table} ${op.name}`;
       if (hunked.has(hk)) {
@@ -384,7 +387,8 @@ export async function readAddedChains(conn: NftConn, batch: Batch, generation: n
   if (!conn.listRuleDigests) return undefined;
   const want = new Map<string, { family: Family; table: string; chains: Set<string> }>();
   for (const op of batch.ops) {
-    if (op.object !== 'rule' || op.verb === 'delete') continue;
+    // (a bound chain's rules come with the rule that jumps to it, in a named chain)
+    if (op.object !== 'rule' || op.verb === 'delete' || op.chain === undefined) continue;
     const k = `${op.family} ${op.table}`;
     let w = want.get(k);
     if (!w) want.set(k, w = { family: op.family, table: op.table, chains: new Set() });

@@ -7,7 +7,7 @@
 import type { Expr, Family, Hex } from '../netlink/expr.js';
 import type { Batch } from '../netlink/batch.js';
 import type { Chain, ChainDigests, NftSet, ObservedTable, Rule } from '../netlink/objects.js';
-import { SET_F, indexByChain } from '../netlink/objects.js';
+import { CHAIN_F, SET_F, bindChains, indexByChain, jumpTargetsOutside } from '../netlink/objects.js';
 import type { NftConn } from '../netlink/conn.js';
 import { ruleDigester, type RuleDigester } from '../netlink/socket.js';
 import type { ChainConfig, TableConfig } from '../model/desired.js';
@@ -75,6 +75,21 @@ export async function observeTable(sock: NftConn, family: Family, name: string,
   }
   if (objs) out.objs = new Map((await objs).map((o) => [objectKey(o.type, o.name), o]));
   indexByChain(chains, rules, out);
+  // Bound chains (`jump { … }`) the reads above left out (chains got one by one, rules dumped by
+  // chain): read with the rules that jump to them. Only where a rule jumps to a chain not read.
+  const outside = jumpTargetsOutside(out.rules, out.chains);
+  if (outside.length > 0) {
+    const bound = new Map<string, Rule[]>();
+    await Promise.all(outside.map(async (chain) => {
+      const c = await sock.getChain(family, name, chain);
+      if (!c || c.flags === undefined || !(c.flags & CHAIN_F.BINDING)) return;
+      const known = out.rules.get(chain);
+      bound.set(chain, known ?? await sock.listRules({ family, table: name, chain, digests: true }));
+      out.rules.delete(chain);
+    }));
+    if (bound.size > 0) bindChains(out.rules, bound);
+    for (const list of bound.values()) rules = rules.concat(list);
+  }
   const referenced = new Set<string>();
   for (const r of rules) for (const e of r.exprs) if (e.kind === 'lookup' || (e.kind === 'objref' && e.set !== undefined)) referenced.add(e.set!);
   await Promise.all(sets.map(async (x) => {

@@ -13,6 +13,7 @@ import type { Rule } from '../netlink/objects.js';
 import { TABLE_F } from '../netlink/objects.js';
 import type { ChainConfig, TableConfig } from '../model/desired.js';
 import { objTypeName } from '../rules/objnames.js';
+import { queueBound } from '../rules/compile.js';
 import { deletable } from '../model/elements.js';
 import type { RuleEdit } from './chain-edit.js';
 import { objectKey, type TableDiff } from './table.js';
@@ -189,6 +190,7 @@ export function planTable(batch: Batch, want: TableConfig, have: HeldTable, diff
     for (let j = 0; j < c.rules.length; j++) {
       const r = c.rules[j]!;
       for (const s of r.compiled.sets) batch.add('set', { ...s, family, table });
+      if (r.compiled.bound) queueBound(batch, r.compiled, { family, table });
       // One literal, not batch.add's spread: once optimized, V8 gave every spread copy a hidden
       // class of its own (a map, descriptors and a property array per op, live from the plan to
       // the read-back). userdata undefined is the same as absent to the encoder.
@@ -223,6 +225,7 @@ function emitEdit(batch: Batch, family: Family, table: string, c: ChainConfig, r
     if (x.op === 'delete') continue;
     const r = c.rules[x.want]!.compiled;
     for (const s of r.sets) batch.add('set', { ...s, family, table });
+    if (r.bound) queueBound(batch, r, { family, table });
     // Literals of one shape, not spread copies (see planTable's adds).
     const id = base + x.want;
     const userdata = r.userdata;

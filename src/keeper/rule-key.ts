@@ -44,7 +44,7 @@ const sha256 = (s: string): string => (hashOnce ? hashOnce('sha256', s, 'base64'
 // crypto.hash (Node 20.12+): one call, no Hash object.
 const hashOnce = (cryptoModule as { hash?: (alg: string, data: string, enc: 'base64') => string }).hash;
 
-export function hashedKey(rule: { exprs: readonly Expr[]; userdata?: Hex }, resolve?: SetResolver): string {
+export function hashedKey(rule: Parameters<typeof ruleKey>[0], resolve?: SetResolver): string {
   return sha256(ruleKey(rule, resolve));
 }
 
@@ -118,11 +118,11 @@ export function hasKey(rule: Rule): boolean {
  */
 export function sameKey(known: Rule, decoded: Rule): boolean {
   const k = knownKey(known);
-  return k !== undefined && k === hashedKey({ exprs: decoded.exprs, userdata: decoded.userdata });
+  return k !== undefined && k === hashedKey({ exprs: decoded.exprs, userdata: decoded.userdata, bound: decoded.bound });
 }
 
 /** Kernel rule keys by index, each computed once and only when asked for. */
 export function kernelKeys(rules: readonly Rule[], resolve: SetResolver): (i: number) => string {
   const keys: (string | undefined)[] = new Array(rules.length);
-  return (i) => keys[i] ??= knownKey(rules[i]!) ?? hashedKey({ exprs: rules[i]!.exprs, userdata: rules[i]!.userdata }, resolve);
+  return (i) => keys[i] ??= knownKey(rules[i]!) ?? hashedKey({ exprs: rules[i]!.exprs, userdata: rules[i]!.userdata, bound: rules[i]!.bound }, resolve);
 }

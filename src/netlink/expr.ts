@@ -233,17 +233,22 @@ export const EXPR_SCHEMA = {
     fields: { key: enumOrNumber('KEY', CT_KEY), dreg: opt(reg('DREG')), sreg: opt(reg('SREG')), dir: opt(u8('DIR')) },
     exactlyOne: [['dreg', 'sreg']],
   },
-  /** NFTA_IMMEDIATE_*: a verdict (dreg 0) or data into a register. */
+  /**
+   * NFTA_IMMEDIATE_*: a verdict (dreg 0) or data into a register. A jump names its chain, or
+   * (`chainId`, NFTA_VERDICT_CHAIN_ID) a chain added in the same batch by its id, as nft names a
+   * bound chain (`jump { … }`); the kernel dumps the bound chain's name.
+   */
   immediate: {
     nftnl: 'IMM',
     fields: {
       dreg: reg('DREG'), data: opt(data('DATA')), verdict: opt(enumOrNumber('VERDICT', VERDICT)), chain: opt(str('CHAIN')),
+      chainId: opt(u32('CHAIN_ID')),
     },
     exactlyOne: [['data', 'verdict']],
     check: (e) => {
       const jumps = e.verdict === 'jump' || e.verdict === 'goto';
-      if (jumps && e.chain === undefined) return `a ${String(e.verdict)} needs a 'chain'`;
-      if (!jumps && e.chain !== undefined) return "'chain' only goes with a jump or goto verdict";
+      if (jumps && (e.chain === undefined) === (e.chainId === undefined)) return `a ${String(e.verdict)} needs a 'chain' or a 'chainId'`;
+      if (!jumps && (e.chain !== undefined || e.chainId !== undefined)) return "'chain' and 'chainId' only go with a jump or goto verdict";
       return undefined;
     },
   },

@@ -45,8 +45,25 @@ export interface Chain {
   priority?: number;
   policy?: 'accept' | 'drop';
   device?: string;
+  /** NFT_CHAIN_* flags: BINDING (0x4) for a chain bound to the rule that jumps to it. */
   flags?: number;
+  /** NFTA_CHAIN_ID: on add, a batch-local id by which rules and jumps of the same batch name it. */
+  id?: number;
   userdata?: Hex;
+}
+
+/** NFT_CHAIN_* flags. */
+export const CHAIN_F = { BASE: 0x1, HW_OFFLOAD: 0x2, BINDING: 0x4 } as const;
+
+/**
+ * An anonymous chain bound to a rule (`jump { … }`, NFT_CHAIN_BINDING): it lives and dies with the
+ * rule and the kernel refuses any change to it. A compiled rule's carries the batch id its jump
+ * names (`chainId`); a dumped rule's the name the kernel gave it (`__chain%d`).
+ */
+export interface BoundChain<R> {
+  id?: number;
+  name?: string;
+  rules: R[];
 }
 
 export interface Rule {
@@ -61,6 +78,10 @@ export interface Rule {
   id?: number;
   /** NFTA_RULE_POSITION_ID: on add, the id of a rule added earlier in the batch to add after; on insert, before. */
   positionId?: number;
+  /** NFTA_RULE_CHAIN_ID: on add, the batch id of the chain (a bound one) instead of `chain`. */
+  chainId?: number;
+  /** The chains its jumps are bound to (`jump { … }`), with their rules: read from a dump by the keeper. */
+  bound?: BoundChain<Rule>[];
   /** NFTA_RULE_USERDATA: TLVs; nft keeps its `comment` here (NFTNL_UDATA_RULE_COMMENT). */
   userdata?: Hex;
   exprs: Expr[];
@@ -185,13 +206,51 @@ export interface ObservedTable {
  */
 export function indexByChain(chains: readonly Chain[], rules: readonly Rule[],
   into: { chains: Map<string, Chain>; rules: Map<string, Rule[]> }): void {
+  let bound: Map<string, Rule[]> | undefined;
   for (const c of chains) {
+    if (c.flags !== undefined && c.flags & CHAIN_F.BINDING) {
+      (bound ??= new Map()).set(c.name, []);
+      continue;
+    }
     into.chains.set(c.name, c);
     into.rules.set(c.name, []);
   }
   for (const r of rules) {
-    let list = into.rules.get(r.chain);
+    let list = bound?.get(r.chain) ?? into.rules.get(r.chain);
     if (!list) into.rules.set(r.chain, list = []);
     list.push(r);
   }
+  if (bound) bindChains(into.rules, bound);
+}
+
+/**
+ * A bound chain (flags BINDING) is part of the rule that jumps to it, not a chain of the table:
+ * each rule of `rules` that jumps to one of `bound` gets it, with its rules, in Rule.bound.
+ */
+export function bindChains(rules: ReadonlyMap<string, readonly Rule[]>, bound: ReadonlyMap<string, Rule[]>): void {
+  for (const list of rules.values()) {
+    for (const r of list) {
+      for (const e of r.exprs) {
+        if (e.kind !== 'immediate' || e.chain === undefined) continue;
+        const b = bound.get(e.chain);
+        if (b) (r.bound ??= []).push({ name: e.chain, rules: b });
+      }
+    }
+  }
+}
+
+/**
+ * The chains `rules` jump to that `known` does not hold: where a bound chain (`jump { … }`) may be
+ * when the chains were read one by one.
+ */
+export function jumpTargetsOutside(rules: ReadonlyMap<string, readonly Rule[]>, known: ReadonlyMap<string, unknown>): string[] {
+  const out = new Set<string>();
+  for (const list of rules.values()) {
+    for (const r of list) {
+      for (const e of r.exprs) {
+        if (e.kind === 'immediate' && e.chain !== undefined && !known.has(e.chain) && !r.bound?.some((b) => b.name === e.chain)) out.add(e.chain);
+      }
+    }
+  }
+  return [...out];
 }

@@ -7,10 +7,13 @@ import type { Chain, NftObj, NftSet, Rule, SetElement, Table } from './objects.j
 
 export type TableOp = { verb: 'add' | 'create' | 'delete' | 'flush'; object: 'table' }
   & Pick<Table, 'family' | 'name'> & Partial<Pick<Table, 'flags' | 'handle' | 'userdata'>>;
+/** A bound chain is added by id alone (flags BINDING, no name), and its rules by that id (chainId). */
 export type ChainOp = { verb: 'add' | 'create' | 'delete' | 'flush'; object: 'chain' }
   & Pick<Chain, 'family' | 'table' | 'name'> & Partial<Omit<Chain, 'family' | 'table' | 'name' | 'use'>>;
+export type BoundChainOp = Omit<ChainOp, 'name'> & { name?: undefined; id: number; flags: number };
 export type RuleOp = { verb: 'add' | 'insert' | 'replace' | 'delete'; object: 'rule' }
-  & Pick<Rule, 'family' | 'table' | 'chain'> & Partial<Omit<Rule, 'family' | 'table' | 'chain'>>;
+  & Pick<Rule, 'family' | 'table' | 'chain'> & Partial<Omit<Rule, 'family' | 'table' | 'chain' | 'bound'>>;
+export type BoundRuleOp = Omit<RuleOp, 'chain'> & { chain?: undefined; chainId: number };
 export type SetOp = { verb: 'add' | 'create' | 'delete' | 'flush'; object: 'set' }
   & Pick<NftSet, 'family' | 'table' | 'name'> & Partial<Omit<NftSet, 'family' | 'table' | 'name'>>;
 export type ElementOp = {
@@ -22,19 +25,19 @@ export type ElementOp = {
 export type ObjOp = { verb: 'add' | 'create' | 'delete'; object: 'obj' }
   & Pick<NftObj, 'family' | 'table' | 'name'> & { type: NftObj['type'] & string; handle?: number; userdata?: string; data?: NftObj['data'] };
 
-export type Op = TableOp | ChainOp | RuleOp | SetOp | ElementOp | ObjOp;
+export type Op = TableOp | ChainOp | BoundChainOp | RuleOp | BoundRuleOp | SetOp | ElementOp | ObjOp;
 export type Verb = Op['verb'];
 
 /** A short nft-style description of an op, for error messages and logs. */
 export function describeOp(op: Op): string {
   switch (op.object) {
     case 'table': return `${op.verb} table ${op.family} ${op.name}`;
-    case 'chain': return `${op.verb} chain ${op.family} ${op.table} ${op.name}`;
+    case 'chain': return `${op.verb} chain ${op.family} ${op.table} ${op.name ?? `(bound chain, chain id ${op.id})`}`;
     case 'rule': {
       const at = op.handle !== undefined ? ` handle ${op.handle}`
         : op.position !== undefined ? ` position ${op.position}`
         : op.positionId !== undefined ? ` position id ${op.positionId}` : '';
-      return `${op.verb} rule ${op.family} ${op.table} ${op.chain}${at}`;
+      return `${op.verb} rule ${op.family} ${op.table} ${op.chain ?? `(bound chain, chain id ${op.chainId})`}${at}`;
     }
     case 'set': return `${op.verb} set ${op.family} ${op.table} ${setName(op.name, op.id)}`;
     case 'element': return `${op.verb} element ${op.family} ${op.table} ${setName(op.set, op.setId)}`;

@@ -9,7 +9,7 @@
 import { InvalidOperationError } from '../base/errors.js';
 import type { Op } from './ops.js';
 import { EXPR_SCHEMA, FAMILY, MAX_BLOB, MAX_DATA, MAX_STATEFUL_EXPRS, STATEFUL_KINDS, type Expr, type FieldSpec, type KindSpec } from './expr.js';
-import { OBJ_TYPE, type SetElement } from './objects.js';
+import { CHAIN_F, OBJ_TYPE, type SetElement } from './objects.js';
 
 const FAMILIES = new Set<string>(Object.keys(FAMILY.values));
 const VERBS: Record<Op['object'], readonly string[]> = {
@@ -79,7 +79,9 @@ export function validateOp(op: Op, index: number): void {
       break;
     case 'chain':
       checkName(index, 'table', op.table, true);
-      checkName(index, 'name', op.name, true);
+      // a bound chain is added by its id, the kernel names it
+      checkName(index, 'name', op.name, !(op.verb === 'add' && op.id !== undefined && op.flags !== undefined && (op.flags & CHAIN_F.BINDING) !== 0));
+      checkU32(index, 'id', op.id);
       checkHandle(index, 'handle', op.handle);
       if (op.hook !== undefined) {
         if (op.type === undefined) throw new InvalidOperationError(index, 'type', 'a base chain needs a type');
@@ -91,7 +93,9 @@ export function validateOp(op: Op, index: number): void {
       break;
     case 'rule':
       checkName(index, 'table', op.table, true);
-      checkName(index, 'chain', op.chain, true);
+      checkName(index, 'chain', op.chain, !(op.verb === 'add' && op.chainId !== undefined));
+      checkU32(index, 'chainId', op.chainId);
+      if (op.chain !== undefined && op.chainId !== undefined) throw new InvalidOperationError(index, 'chainId', "takes either 'chain' or 'chainId', not both");
       checkHandle(index, 'handle', op.handle);
       checkHandle(index, 'position', op.position);
       checkU32(index, 'id', op.id);

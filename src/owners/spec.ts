@@ -207,6 +207,8 @@ export function compileOwner(idIn: unknown, body: unknown, owners: OwnersConfig,
       throw e;
     }
     nextSetId += c.sets.length;
+    // (their jumps are renamed to the owner's kernel chains, and an owner's chains are its own)
+    if (c.bound) throw new OwnerSpecError(path, 'owner rules cannot hold a chain binding (jump { … }); give the owner a chain and jump to it');
     if (c.userdata !== undefined) {
       throw new OwnerSpecError(path, `owner rules cannot carry a comment: nfkeeper tags each with ${ownerTag(id)}`);
     }

@@ -44,6 +44,8 @@ export interface VerdictStmt extends At {
   t: 'verdict';
   verdict: 'accept' | 'drop' | 'return' | 'jump' | 'goto';
   chain?: string;
+  /** A chain binding (`jump { … }`): the rules of the anonymous chain, instead of `chain`. */
+  binding?: RuleAst[];
 }
 
 export interface PortRange extends At {

@@ -8,11 +8,11 @@
  * written by hand, compiled here, or dumped from the kernel compare alike.
  */
 import { NAT_RANGE, type Expr, type Hex } from '../netlink/expr.js';
-import { SET_F, type NftSet, type SetElement } from '../netlink/objects.js';
-import type { SetResolver } from './render.js';
+import { SET_F, type BoundChain, type NftSet, type SetElement } from '../netlink/objects.js';
+import { boundChainOf, type SetResolver } from './render.js';
 import { withoutState } from './stateful.js';
 
-type RuleLike = { exprs: readonly Expr[]; userdata?: Hex; sets?: readonly NftSet[] };
+type RuleLike = { exprs: readonly Expr[]; userdata?: Hex; sets?: readonly NftSet[]; bound?: readonly BoundChain<RuleLike>[] };
 
 function canonical(v: unknown): string {
   if (v === null || typeof v !== 'object') return JSON.stringify(v);
@@ -46,8 +46,14 @@ function resolverFor(rule: RuleLike, sets?: SetResolver): SetResolver | undefine
   return rule.sets ? compiledSetResolver({ sets: rule.sets }) : undefined;
 }
 
-function normalize(e: Expr, sets: SetResolver | undefined): unknown {
+function normalize(e: Expr, sets: SetResolver | undefined, bound: RuleLike['bound']): unknown {
   switch (e.kind) {
+    // a jump to a bound chain (`jump { … }`) is the chain's rules, by their keys (its name or batch id is no part of it)
+    case 'immediate': {
+      const b = e.dreg === 0 ? boundChainOf(bound, e) : undefined;
+      if (!b) return e.chainId !== undefined ? { ...e, chainId: undefined, chain: `unresolved-binding:${e.chainId}` } : e;
+      return { kind: 'immediate', dreg: 0, verdict: e.verdict, binding: b.rules.map((r) => ruleKey(r, sets)) };
+    }
     case 'counter': return { kind: 'counter' };
     case 'lookup': {
       const found = sets?.(e.set, e.setId);
@@ -103,7 +109,7 @@ function normalize(e: Expr, sets: SetResolver | undefined): unknown {
  */
 export function ruleKey(rule: RuleLike, sets?: SetResolver): string {
   const r = resolverFor(rule, sets);
-  return canonical({ exprs: rule.exprs.map((e) => normalize(e, r)), userdata: rule.userdata ?? '' });
+  return canonical({ exprs: rule.exprs.map((e) => normalize(e, r, rule.bound)), userdata: rule.userdata ?? '' });
 }
 
 export function rulesEqual(a: RuleLike, b: RuleLike, setsA?: SetResolver, setsB?: SetResolver): boolean {

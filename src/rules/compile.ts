@@ -10,7 +10,7 @@
 import { RuleSyntaxError } from '../base/errors.js';
 import type { Batch } from '../netlink/batch.js';
 import { FIB_F, MAX_STATEFUL_EXPRS, NAT_RANGE, type Expr, type Family, type Hex, type MasqExpr, type RedirExpr, type StatefulExpr } from '../netlink/expr.js';
-import type { NftSet } from '../netlink/objects.js';
+import { CHAIN_F, type BoundChain, type NftSet } from '../netlink/objects.js';
 import type { At, Elem, MatchOp, MatchStmt, RuleAst, Rhs, Stmt } from './ast.js';
 import { bigToHex, prefixMask, u16Be, u32Host, u8 } from './bytes.js';
 import { ETHER, F, VLAN, NFPROTO_IPV4, NFPROTO_IPV6, mergedPorts, type Field } from './fields.js';
@@ -34,6 +34,8 @@ export interface CompileContext {
   chain: string;
   /** First batch-local set id to use for this rule's anonymous sets; default 1. */
   setIdBase?: number;
+  /** First batch-local chain id to use for this rule's bound chains (`jump { … }`); default 1. */
+  chainIdBase?: number;
   /**
    * Resolves interface names for `iif "eth0"` / `oif "eth0"` (nft looks the index up when the
    * rule is added, so the interface must exist then). Numeric `iif 2` needs no resolver.
@@ -55,6 +57,11 @@ export interface CompiledRule {
   userdata?: Hex;
   /** The canonical rendering of the rule. */
   text: string;
+  /**
+   * Its chain bindings (`jump { … }`): chains to add in the same batch, by id, before the rule, whose
+   * rules' anonymous sets are in `sets` too. Absent when it has none.
+   */
+  bound?: BoundChain<CompiledRule>[];
 }
 
 type Rel = { t: 'rel'; field: Field; op: MatchOp; rhs: Rhs; mask?: string; xor?: string; at: At };
@@ -115,6 +122,7 @@ function compileAst(text: string, ast: RuleAst, ctx: CompileContext): CompiledRu
   const exprs: Expr[] = [];
   const sets: NftSet[] = [];
   const base = ctx.setIdBase ?? 1;
+  let bound: BoundChain<CompiledRule>[] | undefined;
   // Made for the first statement that needs it (most rules have none).
   let kc0: KeyedContext | undefined;
   let lookup0: ((f: Field, e: Elem[], neq: boolean) => Expr[]) | undefined;
@@ -134,6 +142,18 @@ function compileAst(text: string, ast: RuleAst, ctx: CompileContext): CompiledRu
       linearizeNatSplit(s.stmt, s.natFamily as 'ip' | 'ip6', exprs, kc0 ??= keyedContext(ctx, fail, sets, base));
     } else if (s.t === 'other' && s.stmt.t === 'nat' && s.stmt.map) {
       linearizeNatMap(s.stmt, s.natFamily as 'ip' | 'ip6', exprs, kc0 ??= keyedContext(ctx, fail, sets, base));
+    } else if (s.t === 'other' && s.stmt.t === 'verdict' && s.stmt.binding) {
+      // nft adds the anonymous chain (NFT_CHAIN_BINDING, named by the kernel) and its rules by a
+      // batch id; the jump names that id. Each rule of it is compiled as a rule of its own.
+      const id = (ctx.chainIdBase ?? 1) + (bound?.length ?? 0);
+      const rules: CompiledRule[] = [];
+      for (const r of s.stmt.binding) {
+        const c = compileAst(text, r, { ...ctx, setIdBase: base + sets.length, chainIdBase: id + 1 });
+        for (const x of c.sets) sets.push(x);
+        rules.push(c);
+      }
+      (bound ??= []).push({ id, rules });
+      exprs.push({ kind: 'immediate', dreg: 0, verdict: s.stmt.verdict, chainId: id });
     } else if (s.t === 'rel') {
       linearizeRel(s, exprs, lookup0 ??= (field, elems, neq) => {
         const id = base + sets.length;
@@ -160,6 +180,7 @@ function compileAst(text: string, ast: RuleAst, ctx: CompileContext): CompiledRu
   }
   // (an exact-size copy: the list grown by push() has room for 17, 150 bytes a rule that a config keeps)
   const out = withRenderedText(exprs.slice(), sets, family, ctx.interfaces);
+  if (bound) out.bound = bound;
   if (ast.comment !== undefined) out.userdata = commentUserdata(ast.comment);
   // An object map's statement (`counter name`, `ct helper set`) is told by the named map's object
   // type, which the rule's own sets do not hold: its text is rendered now, with the table's maps.
@@ -209,6 +230,7 @@ class LazyTextRule {
   exprs: Expr[];
   sets: NftSet[];
   declare userdata?: Hex;
+  declare bound?: BoundChain<CompiledRule>[];
   /** The rendering once made or assigned; before that, what to render it with. */
   #text: string | TextSource;
 
@@ -935,10 +957,27 @@ function linearizeStmt(st: Exclude<Stmt, MatchStmt>, natFamily: Family | undefin
 export function queueRule(batch: Batch, rule: CompiledRule, where: { family: Family; table: string; chain: string },
   verb: 'add' | 'insert' = 'add', extra: { position?: number } = {}): void {
   for (const s of rule.sets) batch.add('set', { ...s, family: where.family, table: where.table });
+  queueBound(batch, rule, where);
   const r = { family: where.family, table: where.table, chain: where.chain, exprs: rule.exprs, ...extra,
     ...(rule.userdata !== undefined ? { userdata: rule.userdata } : {}) };
   if (verb === 'insert') batch.insert('rule', r);
   else batch.add('rule', r);
+}
+
+/**
+ * Queues a compiled rule's bound chains and their rules (after its anonymous sets, before the rule),
+ * as nft adds them: the chain by id with flags BINDING and no name, each rule by the chain's id.
+ */
+export function queueBound(batch: Batch, rule: CompiledRule, where: { family: Family; table: string }): void {
+  if (!rule.bound) return;
+  const { family, table } = where;
+  for (const b of rule.bound) {
+    batch.push({ verb: 'add', object: 'chain', family, table, id: b.id!, flags: CHAIN_F.BINDING });
+    for (const r of b.rules) {
+      batch.push({ verb: 'add', object: 'rule', family, table, chainId: b.id!, exprs: r.exprs,
+        ...(r.userdata !== undefined ? { userdata: r.userdata } : {}) });
+    }
+  }
 }
 
 /** `counter quota 100 mbytes` into its expressions; a RuleSyntaxError (with the column in `text`) if it is not such statements. */

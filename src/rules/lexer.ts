@@ -64,9 +64,11 @@ export function tokenize(text: string): Token[] {
       i++;
       continue;
     }
+    // A rule separator: only a chain binding's rules (`jump { …; … }`) take one; the parser refuses it elsewhere.
     if (ch === ';' || ch === '\n' || ch === '\r') {
-      throw new RuleSyntaxError(text, col, ch === ';' ? ';' : '\\n', 'the rest of one rule (one rule per text)',
-        'a rule text holds exactly one rule');
+      out.push({ kind: 'punct', text: ';', col, raw: ch === ';' ? ';' : '\\n' });
+      i++;
+      continue;
     }
     const cp = text.codePointAt(i)!;
     const bad = String.fromCodePoint(cp);

@@ -67,6 +67,8 @@ class Parser {
   /** Set by parseKeyField: parseMatch records the field and returns FIELD_ONLY. */
   private fieldMode = false;
   private fieldOut: ({ field: Field } & At) | undefined;
+  /** Inside a chain binding's braces (nft takes no binding inside one). */
+  private inBinding = false;
   constructor(private readonly text: string, private readonly toks: Token[], private readonly opts: ParseOptions) {}
 
   /** Splits the current word after `n` characters into two words (`80:accept` in a map's elements). */
@@ -139,13 +141,22 @@ class Parser {
     return this.next();
   }
 
-  parseRule(): RuleAst {
+  /**
+   * One rule: the whole text, or (`bound`) one rule of a chain binding, which ends at a separator
+   * (`;`, a newline) or the binding's `}`, left for parseBinding.
+   */
+  parseRule(bound = false): RuleAst {
     const stmts: Stmt[] = [];
     let comment: string | undefined;
     for (;;) {
       const t = this.peek();
       if (t.kind === 'end') {
+        if (bound) this.fail(t, "a newline or ';' and the binding's '}'", "the chain binding's '{' is never closed");
         if (stmts.length === 0) this.fail(t, STATEMENT_START, 'empty rule');
+        break;
+      }
+      if (t.kind === 'punct' && (t.text === ';' || (bound && t.text === '}'))) {
+        if (!bound) this.fail(t, 'the rest of one rule (one rule per text)', 'a rule text holds exactly one rule');
         break;
       }
       if (this.isWord1(t, 'comment')) {
@@ -160,12 +171,39 @@ class Parser {
         if (s.text.length === 0) this.fail(s, 'a non-empty comment');
         comment = s.text;
         const e = this.peek();
-        if (e.kind !== 'end') this.fail(e, 'the end of the rule (the comment comes last)');
+        if (e.kind !== 'end' && !(bound && e.kind === 'punct' && (e.text === ';' || e.text === '}'))) {
+          this.fail(e, 'the end of the rule (the comment comes last)');
+        }
         break;
       }
       stmts.push(this.parseStatement(stmts.length === 0 ? STATEMENT_START : NEXT_AFTER_STMT));
     }
     return comment === undefined ? { stmts } : { stmts, comment };
+  }
+
+  /**
+   * A chain binding's `{ RULE; … }`, at its `{`: nft's grammar wants a separator after every rule,
+   * the last one too, takes empty rules (`;;`) and an empty chain, and refuses a binding inside one.
+   */
+  private parseBinding(): RuleAst[] {
+    const open = this.next();
+    if (this.inBinding) this.fail(open, 'a chain name', 'too many levels of nesting (a chain binding inside a chain binding; nft refuses it too)');
+    this.inBinding = true;
+    const rules: RuleAst[] = [];
+    try {
+      for (;;) {
+        const t = this.peek();
+        if (t.kind === 'punct' && t.text === ';') { this.next(); continue; }
+        if (t.kind === 'punct' && t.text === '}') { this.next(); return rules; }
+        rules.push(this.parseRule(true));
+        const sep = this.peek();
+        if (!(sep.kind === 'punct' && sep.text === ';')) {
+          this.fail(sep, "a newline or ';' after the rule", "nft wants a separator after a chain binding's last rule too");
+        }
+      }
+    } finally {
+      this.inBinding = false;
+    }
   }
 
   parseStatement(expected: string): Stmt {
@@ -309,7 +347,9 @@ class Parser {
       case 'jump': case 'goto': {
         this.next();
         const c = this.peek();
-        if (c.kind === 'punct' && c.text === '{') this.fail(c, `a chain name, ${t.text} CHAIN`, `chain bindings (${t.text} { … }, an anonymous chain) are not supported`);
+        if (c.kind === 'punct' && c.text === '{') {
+          return { t: 'verdict', verdict: internWord(t.text as 'jump' | 'goto'), binding: this.parseBinding(), ...at };
+        }
         if (c.kind !== 'word' || !CHAIN_NAME.test(c.text) || c.text.length > 255) {
           this.fail(c, 'a chain name (a letter, _ or . followed by letters, digits, / - _ .)');
         }

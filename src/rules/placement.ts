@@ -15,20 +15,28 @@ import type { CompiledRule } from './compile.js';
  * elements are the table's, not the rule's. The one walk of a rule's verdict positions: the
  * checks here, the jump graph and owners' confinement and renaming all go through it.
  */
-export function forEachJump(rule: CompiledRule, jump: (verdict: 'jump' | 'goto', chain: string) => void,
-  named?: (set: string) => void): void {
+export function forEachJump(rule: CompiledRule, jump: (verdict: 'jump' | 'goto', chain: string, levels: number) => void,
+  named?: (set: string) => void, levels = 1): void {
   for (const e of rule.exprs) {
     if (e.kind === 'immediate') {
-      if ((e.verdict === 'jump' || e.verdict === 'goto') && e.chain !== undefined) jump(e.verdict, e.chain);
+      if ((e.verdict === 'jump' || e.verdict === 'goto') && e.chain !== undefined) jump(e.verdict, e.chain, levels);
     } else if (e.kind === 'lookup' && e.dreg !== undefined) {
       const anon = rule.sets.length > 0 ? rule.sets.find((x) => x.name === e.set && x.id === e.setId) : undefined;
       if (anon) {
         for (const el of anon.elements ?? []) {
-          if ((el.verdict === 'jump' || el.verdict === 'goto') && el.chain !== undefined) jump(el.verdict, el.chain);
+          if ((el.verdict === 'jump' || el.verdict === 'goto') && el.chain !== undefined) jump(el.verdict, el.chain, levels);
         }
       } else named?.(e.set);
     }
   }
+  // a bound chain's rules (`jump { … }`) jump from where the rule is, one level of the jump stack deeper
+  if (rule.bound) for (const b of rule.bound) for (const r of b.rules) forEachJump(r, jump, named, levels + 1);
+}
+
+/** The rule's expressions and its bound chains' rules' (`jump { … }`, which run where the rule does). */
+function exprsOf(rule: CompiledRule): readonly Expr[] {
+  if (!rule.bound) return rule.exprs;
+  return [...rule.exprs, ...rule.bound.flatMap((b) => b.rules.flatMap((r) => r.exprs))];
 }
 
 /**
@@ -147,7 +155,7 @@ function hookList(h: ReadonlySet<Hook>): string {
 
 /** Why the kernel refuses `rule` in a `type` chain on `hook`, or undefined when it takes it. */
 function hookPlacement(rule: CompiledRule, hook: Hook, type: ChainType | undefined, family: Family | undefined): string | undefined {
-  for (const e of rule.exprs) {
+  for (const e of exprsOf(rule)) {
     const r = restrictionOf(e);
     if (r === undefined) continue;
     if (r.families && family !== undefined && !r.families.has(family)) return `${r.what} is not valid in an ${family} table (only in ${[...r.families].join(' and ')})`;
@@ -188,6 +196,10 @@ export class JumpGraph {
   private readonly edgeFrom: number[] = [];
   private readonly edgeTo: number[] = [];
   private readonly edgeRule: number[] = [];
+  /** Levels of the jump stack an edge takes: 1, or 2 from a bound chain's rule (`jump { … }`). */
+  private readonly edgeLevels: number[] = [];
+  /** Chains with a chain binding: entering it is a level of the stack, jumps or not. */
+  private readonly binds = new Set<number>();
   /** Named maps rules take verdicts from: chain, rule, map name. */
   private readonly mapFrom: number[] = [];
   private readonly mapRule: number[] = [];
@@ -213,9 +225,10 @@ export class JumpGraph {
     this.at = chain;
     this.atRule = ruleIndex;
     this.problem = undefined;
+    if (rule.bound) this.binds.add(chain);
     forEachJump(rule, this.onJump, this.onNamedMap);
     if (this.problem !== undefined) return this.problem;
-    if (!rule.exprs.some((e) => restrictionOf(e) !== undefined)) return undefined;
+    if (!exprsOf(rule).some((e) => restrictionOf(e) !== undefined)) return undefined;
     this.limitedChain.push(chain);
     this.limitedIndex.push(ruleIndex);
     this.limitedRule.push(rule);
@@ -227,11 +240,11 @@ export class JumpGraph {
   private at = 0;
   private atRule = 0;
   private problem: string | undefined;
-  private readonly onJump = (verdict: 'jump' | 'goto', to: string): void => {
+  private readonly onJump = (verdict: 'jump' | 'goto', to: string, levels: number): void => {
     if (this.problem !== undefined) return;
     const t = this.index.get(to);
     if (t === undefined) this.problem = undefinedChain(verdict, to, this.scope);
-    else this.edge(this.at, t, this.atRule);
+    else this.edge(this.at, t, this.atRule, levels);
   };
   private readonly onNamedMap = (set: string): void => {
     this.mapFrom.push(this.at);
@@ -239,12 +252,14 @@ export class JumpGraph {
     this.mapName.push(set);
   };
 
-  private edge(chain: number, t: number, ruleIndex: number): void {
-    if (this.stamp[t] === chain) return;
+  private edge(chain: number, t: number, ruleIndex: number, levels = 1): void {
+    // (a deeper edge from a binding is kept beside a plain one to the same chain: check() keeps the deeper)
+    if (this.stamp[t] === chain && levels === 1) return;
     this.stamp[t] = chain;
     this.edgeFrom.push(chain);
     this.edgeTo.push(t);
     this.edgeRule.push(ruleIndex);
+    this.edgeLevels.push(levels);
   }
 
   /** `chains`: the table's chains, indexed as in the constructor; `maps`: its named maps' elements. */
@@ -256,6 +271,7 @@ export class JumpGraph {
     const from = this.edgeFrom.slice();
     const to = this.edgeTo.slice();
     const via = this.edgeRule.slice();
+    const lv = this.edgeLevels.slice();
     const resolved = new Map<string, number[]>();
     for (let k = 0; k < this.mapName.length; k++) {
       const name = this.mapName[k]!;
@@ -272,6 +288,7 @@ export class JumpGraph {
         from.push(this.mapFrom[k]!);
         to.push(t);
         via.push(this.mapRule[k]!);
+        lv.push(1);
       }
     }
     // One adjacency array (CSR): chain c's targets are target[first[c] .. first[c + 1]), each once.
@@ -281,19 +298,27 @@ export class JumpGraph {
     const fill = first.slice(0, n);
     const target = new Int32Array(to.length);
     const targetRule = new Int32Array(to.length);
+    const targetLevels = new Uint8Array(to.length);
     for (let k = 0; k < to.length; k++) {
       const at = fill[from[k]!]!++;
       target[at] = to[k]!;
       targetRule[at] = via[k]!;
+      targetLevels[at] = lv[k]!;
     }
     const stamp = new Int32Array(n).fill(-1);
+    const kept = new Int32Array(n);
     const end = new Int32Array(n);
     for (let c = 0; c < n; c++) {
       let w = first[c]!;
       for (let k = first[c]!; k < first[c + 1]!; k++) {
-        if (stamp[target[k]!] === c) continue;
+        if (stamp[target[k]!] === c) {
+          if (targetLevels[k]! > targetLevels[kept[target[k]!]!]!) targetLevels[kept[target[k]!]!] = targetLevels[k]!;
+          continue;
+        }
         stamp[target[k]!] = c;
+        kept[target[k]!] = w;
         target[w] = target[k]!;
+        targetLevels[w] = targetLevels[k]!;
         targetRule[w++] = targetRule[k]!;
       }
       end[c] = w;
@@ -326,8 +351,8 @@ export class JumpGraph {
         const c = path[path.length - 1]!;
         const k = next[next.length - 1]!;
         if (k === end[c]) {
-          let h = 0;
-          for (let j = first[c]!; j < end[c]!; j++) if (height[target[j]!]! + 1 > h) h = height[target[j]!]! + 1;
+          let h = this.binds.has(c) ? 1 : 0;
+          for (let j = first[c]!; j < end[c]!; j++) if (height[target[j]!]! + targetLevels[j]! > h) h = height[target[j]!]! + targetLevels[j]!;
           height[c] = h;
           state[c] = 2;
           path.pop();

@@ -9,10 +9,10 @@
  */
 import { renderObjref } from './objref.js';
 import type {
-  BitwiseExpr, Expr, Family, Hex, LookupExpr, MasqExpr, NatExpr, RedirExpr,
+  BitwiseExpr, Expr, Family, Hex, ImmediateExpr, LookupExpr, MasqExpr, NatExpr, RedirExpr,
 } from '../netlink/expr.js';
 import { FIB_F, NAT_RANGE, type StatefulExpr } from '../netlink/expr.js';
-import { SET_F, type NftSet, type SetElement } from '../netlink/objects.js';
+import { SET_F, type BoundChain, type NftSet, type SetElement } from '../netlink/objects.js';
 import { HOST_LE, bigToHex, fromHex, hexToBig, hostValue, prefixLenOfMask, readU32Host } from './bytes.js';
 import { ETHER, F, VLAN, NFPROTO_IPV4, NFPROTO_IPV6, ctAddrField, fibField, osfField, portField, rawPayloadAt, rtField, socketField, xfrmField, type Field } from './fields.js';
 import { BOOLEAN_SYMS, L4_BY_NUM, REALMS, ctDirection, ctField, fieldMask, headerFieldAt, headerFieldsAt, metaField, type Proto } from './headers.js';
@@ -49,6 +49,11 @@ export interface RenderOptions {
   interfaces?: InterfaceResolver;
   /** Print counter values (`counter packets N bytes M`); default: plain `counter`. */
   counters?: boolean;
+  /**
+   * Print a chain binding over lines as `nft list` does (a line a rule, indented one tab more
+   * than the rule, which is indented by this); default: on the rule's line, each rule ended by ';'.
+   */
+  bindingIndent?: string;
 }
 
 type Load = Extract<Expr, { kind: 'payload' | 'meta' | 'ct' | 'fib' | 'exthdr' | 'socket' | 'osf' | 'xfrm' | 'rt' }>;
@@ -104,7 +109,7 @@ function describe(e: Expr): string {
 const NO_REGS = new Map<number, Hex>();
 
 /** Groups the expressions into matches (load + compare) and rendered statements. */
-function group(exprs: readonly Expr[], opts: RenderOptions, family: Family): Item[] {
+function group(exprs: readonly Expr[], opts: RenderOptions, family: Family, binding?: (e: ImmediateExpr) => string | undefined): Item[] {
   const items: Item[] = [];
   const n = exprs.length;
   // the registers immediates loaded for the statement that uses them (most rules load none)
@@ -218,7 +223,7 @@ function group(exprs: readonly Expr[], opts: RenderOptions, family: Family): Ite
     switch (e.kind) {
       case 'immediate':
         if (e.dreg === 0) {
-          items.push({ k: 'text', text: verdictText(e.verdict, e.chain) });
+          items.push({ k: 'text', text: (binding && binding(e)) ?? verdictText(e.verdict, e.chain) });
         } else if (e.data !== undefined) {
           if (regs === NO_REGS) regs = new Map();
           regs.set(e.dreg, e.data);
@@ -758,9 +763,32 @@ function keyedDeps(items: readonly Item[], i: number, family: Family, l3: 'ip' |
   return { n: deps.length, l3: c3, l4: c4, ll: sll };
 }
 
-export function renderRule(rule: { exprs: readonly Expr[]; userdata?: Hex }, family: Family, sets?: SetResolver,
+/** A rule as rendered: its expressions, comment, and the chains its jumps are bound to. */
+export interface RenderableRule {
+  exprs: readonly Expr[];
+  userdata?: Hex;
+  bound?: readonly BoundChain<RenderableRule>[];
+}
+
+/** The chain a jump is bound to (`jump { … }`): by the batch id a compiled rule's jump names, else by the kernel's name. */
+export function boundChainOf<R>(bound: readonly BoundChain<R>[] | undefined, e: ImmediateExpr): BoundChain<R> | undefined {
+  if (!bound) return undefined;
+  if (e.chainId !== undefined) return bound.find((b) => b.id === e.chainId);
+  return e.chain !== undefined ? bound.find((b) => b.name === e.chain) : undefined;
+}
+
+export function renderRule(rule: RenderableRule, family: Family, sets?: SetResolver,
   options: RenderOptions = {}): string {
-  const items = group(rule.exprs, options, family);
+  // a chain binding prints inline, its rules each ended by ';' (nft's grammar wants the last one too)
+  const binding = rule.bound && rule.bound.length > 0 ? (e: ImmediateExpr) => {
+    const b = boundChainOf(rule.bound, e);
+    if (!b) return undefined;
+    const ind = options.bindingIndent;
+    if (ind === undefined) return `${String(e.verdict)} {${b.rules.map((r) => ' ' + renderRule(r, family, sets, options) + ';').join('')} }`;
+    const inner = { ...options, bindingIndent: undefined };
+    return `${String(e.verdict)} {\n${b.rules.map((r) => `${ind}\t${renderRule(r, family, sets, inner)}\n`).join('')}${ind}}`;
+  } : undefined;
+  const items = group(rule.exprs, options, family, binding);
   const parts: string[] = [];
   let l3: 'ip' | 'ip6' | 'other' | undefined = family === 'ip' ? 'ip' : family === 'ip6' ? 'ip6' : undefined;
   let l4: number | 'set' | undefined;

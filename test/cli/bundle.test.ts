@@ -7,7 +7,7 @@
  * modules that the daemon's packages pull in.
  */
 import { spawn, spawnSync } from 'node:child_process';
-import { copyFileSync, existsSync, mkdirSync, statSync, utimesSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, copyFileSync, existsSync, mkdirSync, readdirSync, statSync, utimesSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { netnsPerTest } from '../helpers/netns-hooks.js';
@@ -45,6 +45,35 @@ describe('the bundled daemon', () => {
     // tsc run again without the bundle step: the modules are newer.
     utimesSync(cli, t, t + 2);
     expect(ran()).toBe('modules');
+  });
+
+  it("keeps Node's compile cache only in a directory the user alone can write", () => {
+    // As nobody, with the cache under XDG_CACHE_HOME: made 0700 and filled; one that others can
+    // write (its code would run as this user) is left as it is, and so is any with the cache off.
+    const asNobody = (cacheHome: string, env: NodeJS.ProcessEnv = {}) => {
+      const r = spawnSync('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', process.execPath, join(ROOT, 'bin', 'nfkeeper.js'), 'version'],
+        { encoding: 'utf8', env: { PATH: process.env.PATH, HOME: '/nonexistent', XDG_CACHE_HOME: cacheHome, ...env } });
+      expect(r.status, r.stderr).toBe(0);
+    };
+    const home = tempDir('cache-home', { mode: 0o755 });
+    chownSync(home, 65534, 65534);
+    asNobody(home);
+    const dir = join(home, 'nfkeeper');
+    expect(statSync(dir).mode & 0o777).toBe(0o700);
+    expect(statSync(dir).uid).toBe(65534);
+    expect(readdirSync(dir).some((e) => e.startsWith(`${process.version}-`))).toBe(true);
+
+    const open = tempDir('cache-open', { mode: 0o755 });
+    mkdirSync(join(open, 'nfkeeper'), { mode: 0o777 });
+    chmodSync(join(open, 'nfkeeper'), 0o777);
+    chownSync(join(open, 'nfkeeper'), 65534, 65534);
+    asNobody(open);
+    expect(readdirSync(join(open, 'nfkeeper'))).toEqual([]);
+
+    const off = tempDir('cache-off', { mode: 0o755 });
+    chownSync(off, 65534, 65534);
+    asNobody(off, { NODE_DISABLE_COMPILE_CACHE: '1' });
+    expect(readdirSync(off)).toEqual([]);
   });
 
   it('version and validate from the bundle load none of the modules only other commands use', () => {

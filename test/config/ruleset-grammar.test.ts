@@ -296,7 +296,9 @@ const REFUSED: [string, number, number, RegExp][] = [
   ['table ip t {\n  chain c {\n    meter m { ip saddr counter quota 1 mbytes }\n  }\n}\n', 3, 24, /a meter takes one statement/],
   ['table ip t {\n  set m { type ipv4_addr; }\n  chain c {\n    meter m { ip saddr counter }\n  }\n}\n', 4, 11, /has a set 'm' already/],
   ['table ip t {\n  set s { type ipv4_addr; counter quota 1 mbytes; elements = { 1.2.3.4 counter quota 1 mbytes } }\n}\n', 2, 72, /an element takes one statement/],
-  ['table ip t {\n  chain c {\n    jump { accept }\n  }\n}\n', 3, 10, /chain bindings \(jump \{ … \}, an anonymous chain\) are not supported/],
+  // chain bindings as nft 1.0.6 takes them: a separator after the last rule too, none inside another
+  ['table ip t {\n  chain c {\n    jump { accept }\n  }\n}\n', 3, 19, /separator after a chain binding's last rule/],
+  ['table ip t {\n  chain c {\n    jump {\n      goto { accept; }\n    }\n  }\n}\n', 4, 12, /too many levels of nesting/],
   ['table ip t {\n  set s { typeof ct zone; }\n}\n', 2, 18, /typeof ct zone: not an expression nfkeeper can key a set by/],
   ['table ip t {\n  set s { type ipv4_addr; last; }\n}\n', 2, 27, /'last' statement on a set is not supported/],
 ];

@@ -494,6 +494,8 @@ class Tx {
   }
 
   private chain(op: Extract<Op, { object: 'chain' }>): void {
+    // (bound chains, `jump { … }`, are not modelled: the real kernel holds them)
+    if (op.name === undefined) throw new Refused(ERRNO.EOPNOTSUPP);
     const t = this.find(op.family, op.table, true);
     const c = t.chains.get(op.name);
     if (op.verb === 'add' || op.verb === 'create') {
@@ -540,6 +542,7 @@ class Tx {
   }
 
   private rule(op: Extract<Op, { object: 'rule' }>): void {
+    if (op.chain === undefined) throw new Refused(ERRNO.EOPNOTSUPP);
     const t = this.find(op.family, op.table, true);
     const c = t.chains.get(op.chain);
     if (!c) throw new Refused(ERRNO.ENOENT);

@@ -23,7 +23,7 @@ const OWNED = { family: 'ip' as Family, table: 'nfkeeper', chain: 'postrouting' 
 const rule = (text: string) => ({ exprs: compileRule(text, { family: 'ip', table: 't', chain: 'c' }).exprs });
 
 /** Turns of the event loop until `ok` holds (no timer). */
-async function turns(what: string, ok: () => boolean, ms = 10_000): Promise<void> {
+async function turns(what: string, ok: () => boolean, ms = 30_000): Promise<void> {
   const end = Date.now() + ms;
   while (!ok()) {
     if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);

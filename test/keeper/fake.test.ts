@@ -226,7 +226,7 @@ describe('rollback', () => {
     const conn = kernel.connect();
     const chains = async () => (await conn.listChains({ ...IP, table: 'nfkeeper' })).map((c) => c.name).sort();
     expect(await chains()).toEqual(['o/a/masq', 'postrouting']);
-    kernel.refuse({ errno: 'EBUSY', op: (op) => op.object === 'chain' && parseOwnerChain(op.name)?.id === 'b' });
+    kernel.refuse({ errno: 'EBUSY', op: (op) => op.object === 'chain' && parseOwnerChain(op.name ?? '')?.id === 'b' });
     await expect(k.setOwners([b])).rejects.toThrow(/Device or resource busy/);
     expect(await chains()).toEqual(['o/a/masq', 'postrouting']);
     expect(await k.request('manual', performance.now())).toMatchObject({ status: 'in-sync' });

@@ -131,9 +131,12 @@ describe('expression schema', () => {
     expect(refusal({ kind: 'cmp', sreg: 1, op: 3, data: '00' })).toBeUndefined();
   });
 
-  it('immediate: jump and goto need a chain, other verdicts take none', () => {
-    expect(refusal({ kind: 'immediate', dreg: 0, verdict: 'jump' })?.message).toMatch(/needs a 'chain'/);
+  it('immediate: jump and goto need a chain (by name, or by batch id: a bound chain), other verdicts take none', () => {
+    expect(refusal({ kind: 'immediate', dreg: 0, verdict: 'jump' })?.message).toMatch(/needs a 'chain' or a 'chainId'/);
     expect(refusal({ kind: 'immediate', dreg: 0, verdict: 'goto', chain: 'x' })).toBeUndefined();
-    expect(refusal({ kind: 'immediate', dreg: 0, verdict: 'accept', chain: 'x' })?.message).toMatch(/only goes with/);
+    expect(refusal({ kind: 'immediate', dreg: 0, verdict: 'jump', chainId: 3 })).toBeUndefined();
+    expect(refusal({ kind: 'immediate', dreg: 0, verdict: 'jump', chain: 'x', chainId: 3 })?.message).toMatch(/needs a 'chain' or a 'chainId'/);
+    expect(refusal({ kind: 'immediate', dreg: 0, verdict: 'accept', chain: 'x' })?.message).toMatch(/only go with/);
+    expect(refusal({ kind: 'immediate', dreg: 0, verdict: 'drop', chainId: 1 })?.message).toMatch(/only go with/);
   });
 });

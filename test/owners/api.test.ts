@@ -109,6 +109,7 @@ describe('control API', () => {
       ['DELETE', '/v1/owners/..', undefined, 400, /not a valid owner id/],
       ['PUT', '/v1/owners/x', { chains: [{ name: 'c', rules: ['ip saddr 10.0.0.0/8 masquerad'] }] }, 400, /chains\[0\]\.rules\[0\]: .*column/],
       ['PUT', '/v1/owners/x', { chains: [{ name: 'c', rules: ['counter comment "mine"'] }] }, 400, /cannot carry a comment/],
+      ['PUT', '/v1/owners/x', { chains: [{ name: 'c', rules: ['jump { accept; }'] }] }, 400, /chains\[0\]\.rules\[0\]: owner rules cannot hold a chain binding/],
       ['PUT', '/v1/owners/x', { jumps: { postrouting: ['jump elsewhere'] } }, 400, /jumps\.postrouting\[0\]: jump to chain 'elsewhere', which this owner does not define/],
       ['PUT', '/v1/owners/x', { jumps: { output: ['counter'] } }, 400, /jumps\.output: "output" is not a dispatch chain/],
       ['PUT', '/v1/owners/x', { jumps: { postrouting: ['dnat to 10.0.0.1'] } }, 400, /dnat and redirect are only valid/],
