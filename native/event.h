@@ -100,6 +100,8 @@ class EventBatcher {
   uint32_t runStart() const { return runStart_; }
   // The generation of the last commit that had events for the watched tables (0: none seen).
   uint32_t lastTouched() const { return lastTouched_; }
+  // Whether events of an unfinished commit are held (its NEWGEN is still to come).
+  bool pending() const { return !pending_->events.empty(); }
 
  private:
   std::unique_ptr<MonitorBatch> pending_ = std::make_unique<MonitorBatch>();

@@ -7,6 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <linux/netfilter/nf_tables.h>
+#include <linux/filter.h>
 #include <linux/netfilter/nfnetlink.h>
 
 #include <cerrno>
@@ -40,6 +41,21 @@ const char* const kKeyNames[kKeyCount] = {
   "key", "keyEnd", "data", "verdict", "chain", "objref", "timeout", "expiration", "userdata",
   "reaction", "handles",
 };
+
+// The socket is read by recvmmsg into kSlots slots of kSlotBytes (the kernel's notifications are
+// at most a page or two each: a longer one is reported as an overflow, see ReadAvailable), at most
+// kDatagramsPerWake datagrams per wake-up, so that a storm cannot hold the event loop; the poll is
+// level-triggered and comes straight back for the rest.
+constexpr int kSlots = 16;
+constexpr size_t kSlotBytes = 16 * 1024;
+constexpr int kDatagramsPerWake = 256;
+// A storm of commits to tables nobody watches (a neighbour's) woke the thread once or twice per
+// commit, most of its cost: after kQuietWakes wake-ups in a row, each within kGatherMs of the last,
+// that brought nothing for a watched table, the poll stops and the socket is read every kGatherMs
+// instead, until a read finds nothing or something watched. What a watched table's commit costs
+// then is at most kGatherMs more latency, and only during such a storm.
+constexpr uint64_t kGatherMs = 5;
+constexpr int kQuietWakes = 4;
 
 // One event of a trigger, as Arm is given it and as React reads it from a batch: every field ends
 // in a NUL, which no name holds, so equal strings are equal event lists.
@@ -85,6 +101,7 @@ NftMonitor::NftMonitor(const Napi::CallbackInfo& info)
     int e = errno;
     throw MakeNetlinkError(env, step + ": " + std::strerror(e), e, "monitor");
   }
+  AttachKernelFilter();
   int fd = mnl_socket_get_fd(nl_);
   // A foreign storm should not overflow us; if it still does we see ENOBUFS. A test can ask for a
   // small buffer (6th argument, bytes) to make the kernel overflow it. While JavaScript runs (a big
@@ -94,7 +111,7 @@ NftMonitor::NftMonitor(const Napi::CallbackInfo& info)
   if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &size, sizeof(size)) < 0) {
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
   }
-  buf_.resize(256 * 1024);
+  buf_.resize(kSlots * kSlotBytes);
   callback_ = Napi::Persistent(info[1].As<Napi::Function>());
   Napi::Array keys = Napi::Array::New(env, kKeyCount);
   for (uint32_t k = 0; k < kKeyCount; k++) keys.Set(k, Napi::String::New(env, kKeyNames[k]));
@@ -110,6 +127,9 @@ NftMonitor::NftMonitor(const Napi::CallbackInfo& info)
     nl_ = nullptr;
     throw MakeNetlinkError(env, "monitor: cannot poll the event socket", EINVAL, "monitor");
   }
+  gather_ = new uv_timer_t;
+  gather_->data = this;
+  uv_timer_init(loop, gather_);
   data_ = GetAddonData(env);
   data_->live.insert(this);
 }
@@ -128,6 +148,11 @@ void NftMonitor::CloseNow() {
     uv_close(reinterpret_cast<uv_handle_t*>(poll_), [](uv_handle_t* h) { delete reinterpret_cast<uv_poll_t*>(h); });
     poll_ = nullptr;
   }
+  if (gather_ != nullptr) {
+    uv_timer_stop(gather_);
+    uv_close(reinterpret_cast<uv_handle_t*>(gather_), [](uv_handle_t* h) { delete reinterpret_cast<uv_timer_t*>(h); });
+    gather_ = nullptr;
+  }
   if (nl_ != nullptr) mnl_socket_close(nl_), nl_ = nullptr;
 }
 
@@ -138,11 +163,13 @@ Napi::Value NftMonitor::Close(const Napi::CallbackInfo& info) {
 
 Napi::Value NftMonitor::Ref(const Napi::CallbackInfo& info) {
   if (poll_ != nullptr) uv_ref(reinterpret_cast<uv_handle_t*>(poll_));
+  if (gather_ != nullptr) uv_ref(reinterpret_cast<uv_handle_t*>(gather_));
   return info.Env().Undefined();
 }
 
 Napi::Value NftMonitor::Unref(const Napi::CallbackInfo& info) {
   if (poll_ != nullptr) uv_unref(reinterpret_cast<uv_handle_t*>(poll_));
+  if (gather_ != nullptr) uv_unref(reinterpret_cast<uv_handle_t*>(gather_));
   return info.Env().Undefined();
 }
 
@@ -171,16 +198,118 @@ void NftMonitor::ParseFilter(Napi::Env env, const Napi::Value& tables, const Nap
   filter_.ignorePorts = std::move(ports);
 }
 
+namespace {
+// A classic BPF program (a socket filter) that drops a datagram holding exactly one notification,
+// of a table, chain, rule, set, element, object or flowtable, whose table (attribute 1, the first
+// the kernel writes in every one of those messages) is none of `tables`: what EventFilter would
+// drop after reading it. Anything else is kept: NEWGEN (the generation's progress), every table
+// deletion, other messages, a datagram of several messages, one whose first attribute is not the
+// table. The kernel runs it in the committer's context, so a neighbour's notifications are never
+// queued to this socket or read by it. A load past the datagram's end would drop it: every load is
+// after a length check.
+std::vector<sock_filter> KernelFilter(const std::set<std::pair<uint32_t, std::string>>& tables) {
+  constexpr uint32_t kKeep = 0xffffffff;
+  std::vector<sock_filter> p;
+  auto op = [&](uint16_t code, uint32_t k, uint8_t jt = 0, uint8_t jf = 0) { p.push_back({code, jt, jf, k}); };
+  // Keep unless A == k (then skip the keep).
+  auto keepUnless = [&](uint16_t jump, uint32_t k) {
+    op(BPF_JMP | jump | BPF_K, k, 1, 0);
+    op(BPF_RET | BPF_K, kKeep);
+  };
+  constexpr uint32_t kHead = sizeof(nlmsghdr) + sizeof(nfgenmsg);  // 20: the first attribute
+  op(BPF_LD | BPF_W | BPF_LEN, 0);
+  keepUnless(BPF_JGE, kHead + 4);
+  op(BPF_LD | BPF_B | BPF_ABS, 5);  // nlmsg_type's high byte (little-endian): the subsystem
+  keepUnless(BPF_JEQ, NFNL_SUBSYS_NFTABLES);
+  op(BPF_LD | BPF_B | BPF_ABS, 4);  // the message type
+  const uint8_t objects[] = {NFT_MSG_NEWTABLE, NFT_MSG_NEWCHAIN, NFT_MSG_DELCHAIN, NFT_MSG_NEWRULE, NFT_MSG_DELRULE,
+                             NFT_MSG_NEWSET, NFT_MSG_DELSET, NFT_MSG_NEWSETELEM, NFT_MSG_DELSETELEM, NFT_MSG_NEWOBJ,
+                             NFT_MSG_DELOBJ, NFT_MSG_NEWFLOWTABLE, NFT_MSG_DELFLOWTABLE};
+  const size_t n = sizeof(objects);
+  for (size_t i = 0; i < n; i++) op(BPF_JMP | BPF_JEQ | BPF_K, objects[i], static_cast<uint8_t>(n - i), 0);
+  op(BPF_RET | BPF_K, kKeep);
+  // One message: nlmsg_len (little-endian, under 64 KiB) is the datagram's length.
+  op(BPF_LD | BPF_H | BPF_ABS, 2);
+  keepUnless(BPF_JEQ, 0);
+  op(BPF_LD | BPF_B | BPF_ABS, 1);
+  op(BPF_ALU | BPF_LSH | BPF_K, 8);
+  op(BPF_MISC | BPF_TAX, 0);
+  op(BPF_LD | BPF_B | BPF_ABS, 0);
+  op(BPF_ALU | BPF_ADD | BPF_X, 0);
+  op(BPF_MISC | BPF_TAX, 0);
+  op(BPF_LD | BPF_W | BPF_LEN, 0);
+  op(BPF_JMP | BPF_JEQ | BPF_X, 0, 1, 0);
+  op(BPF_RET | BPF_K, kKeep);
+  // The first attribute is the table's name (type 1; loads are big-endian, the header little).
+  op(BPF_LD | BPF_H | BPF_ABS, kHead + 2);
+  keepUnless(BPF_JEQ, 0x0100);
+  for (const auto& [family, name] : tables) {
+    const uint32_t len = static_cast<uint32_t>(name.size()) + 1;  // with its NUL; the kernel zeroes the padding
+    const uint32_t words = (len + 3) / 4;
+    std::vector<sock_filter> b;
+    auto jumpOut = [&](uint16_t code, uint32_t k) { b.push_back({static_cast<uint16_t>(BPF_JMP | code | BPF_K), 0, 0, k}); };
+    b.push_back({BPF_LD | BPF_W | BPF_LEN, 0, 0, 0});
+    jumpOut(BPF_JGE, kHead + 4 + 4 * words);
+    b.push_back({BPF_LD | BPF_B | BPF_ABS, 0, 0, 16});  // nfgen_family
+    jumpOut(BPF_JEQ, family);
+    b.push_back({BPF_LD | BPF_H | BPF_ABS, 0, 0, kHead});  // nla_len, byte-swapped
+    const uint32_t nlaLen = 4 + len;
+    jumpOut(BPF_JEQ, ((nlaLen & 0xff) << 8) | (nlaLen >> 8));
+    for (uint32_t w = 0; w < words; w++) {
+      uint32_t word = 0;
+      for (uint32_t i = 0; i < 4; i++) {
+        const size_t at = 4 * w + i;
+        word = (word << 8) | (at < name.size() ? static_cast<uint8_t>(name[at]) : 0);
+      }
+      b.push_back({BPF_LD | BPF_W | BPF_ABS, 0, 0, kHead + 4 + 4 * w});
+      jumpOut(BPF_JEQ, word);
+    }
+    b.push_back({BPF_RET | BPF_K, 0, 0, kKeep});
+    // Every test jumps past the block when it fails (the block is at most 5 + 2 * 64 long).
+    for (size_t i = 0; i + 1 < b.size(); i++) {
+      if (BPF_CLASS(b[i].code) == BPF_JMP) b[i].jf = static_cast<uint8_t>(b.size() - i - 1);
+    }
+    p.insert(p.end(), b.begin(), b.end());
+  }
+  op(BPF_RET | BPF_K, 0);
+  return p;
+}
+}  // namespace
+
+void NftMonitor::AttachKernelFilter() {
+  if (nl_ == nullptr) return;
+  int fd = mnl_socket_get_fd(nl_);
+  if (filter_.allTables) {
+    setsockopt(fd, SOL_SOCKET, SO_DETACH_FILTER, nullptr, 0);
+    return;
+  }
+  std::vector<sock_filter> program = KernelFilter(filter_.tables);
+  sock_fprog prog = {static_cast<unsigned short>(program.size()), program.data()};
+  // Refused (a kernel without socket filters, too long a program): EventFilter drops them after reading.
+  if (program.size() > BPF_MAXINSNS || setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof(prog)) < 0) {
+    setsockopt(fd, SOL_SOCKET, SO_DETACH_FILTER, nullptr, 0);
+  }
+}
+
 // setFilter(tables: [family, name][] | null, ignorePorts: number[])
 Napi::Value NftMonitor::SetFilter(const Napi::CallbackInfo& info) {
   ParseFilter(info.Env(), info[0], info[1]);
+  AttachKernelFilter();
   return info.Env().Undefined();
 }
 
 // progress(): [last NEWGEN seen, start of the run of whole commits (0: none), batches delivered],
-// read together: every batch of a commit up to that generation is counted.
+// read together: every batch of a commit up to that generation is counted. A caller asking means
+// to wait for the monitor to catch up with the kernel (the tick's pass, the mirror's proof): a
+// gather (see Gather) ends, and the poll reads the socket on the next turn of the loop.
 Napi::Value NftMonitor::Progress(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
+  if (gathering_ && !closed_ && !failed_ && poll_ != nullptr && gather_ != nullptr) {
+    uv_timer_stop(gather_);
+    gathering_ = false;
+    quietWakes_ = 0;
+    uv_poll_start(poll_, UV_READABLE, OnReadable);
+  }
   Napi::Array out = Napi::Array::New(env, 3);
   out.Set(0u, batcher_.lastGeneration());
   out.Set(1u, batcher_.runStart());
@@ -325,63 +454,124 @@ void NftMonitor::Deliver(Napi::Env env, Napi::Function cb, napi_value* keys, Mon
 
 void NftMonitor::OnReadable(uv_poll_t* handle, int status, int events) {
   auto* self = static_cast<NftMonitor*>(handle->data);
-  self->ReadAvailable();
+  int datagrams = 0;
+  bool bounded = false;
+  bool concerned = self->ReadAvailable(&datagrams, &bounded);
   // libuv stops a poll whose socket reports an error (POLLERR, here ENOBUFS after an overflow) and
   // says UV_EBADF; the read above took the error and reported the overflow: poll on.
   if (status < 0 && !self->closed_ && self->poll_ == handle && !self->failed_) uv_poll_start(handle, UV_READABLE, OnReadable);
+  self->Gather(concerned, datagrams, bounded);
 }
 
-void NftMonitor::ReadAvailable() {
-  if (closed_) return;
-  // At most this many datagrams per wake-up, so that a storm cannot hold the event loop; the poll
-  // is level-triggered and comes straight back for the rest.
-  constexpr int kDatagramsPerWake = 64;
+void NftMonitor::OnGathered(uv_timer_t* handle) {
+  auto* self = static_cast<NftMonitor*>(handle->data);
+  self->gathering_ = false;
+  int datagrams = 0;
+  bool bounded = false;
+  bool concerned = self->ReadAvailable(&datagrams, &bounded);
+  if (self->closed_ || self->failed_ || self->poll_ == nullptr) return;
+  // Still a storm of nothing watched: read again after the same wait.
+  if (!concerned && datagrams > 0 && !bounded) {
+    uv_timer_start(handle, OnGathered, kGatherMs, 0);
+    self->gathering_ = true;
+    return;
+  }
+  self->quietWakes_ = 0;
+  uv_poll_start(self->poll_, UV_READABLE, OnReadable);
+}
+
+void NftMonitor::Gather(bool concerned, int datagrams, bool bounded) {
+  if (closed_ || failed_ || poll_ == nullptr || gather_ == nullptr || gathering_) return;
+  const uint64_t now = uv_now(gather_->loop);
+  if (concerned || datagrams == 0 || bounded) {
+    quietWakes_ = 0;
+    lastWakeMs_ = now;
+    return;
+  }
+  quietWakes_ = now - lastWakeMs_ <= kGatherMs ? quietWakes_ + 1 : 1;
+  lastWakeMs_ = now;
+  if (quietWakes_ < kQuietWakes) return;
+  uv_poll_stop(poll_);
+  uv_timer_start(gather_, OnGathered, kGatherMs, 0);
+  gathering_ = true;
+}
+
+bool NftMonitor::ReadAvailable(int* datagrams, bool* bounded) {
+  *datagrams = 0;
+  *bounded = false;
+  if (closed_) return false;
   std::vector<std::unique_ptr<MonitorBatch>> done;
   int fd = mnl_socket_get_fd(nl_);
-  for (int i = 0; i < kDatagramsPerWake; i++) {
-    sockaddr_nl from = {};
-    socklen_t fromLen = sizeof(from);
-    ssize_t n = recvfrom(fd, buf_.data(), buf_.size(), MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&from), &fromLen);
+  auto overflow = [&] {
+    auto b = std::make_unique<MonitorBatch>();
+    b->overflow = true;
+    batcher_.Overflow();
+    delivered_++;
+    DisarmNow();
+    done.push_back(std::move(b));
+  };
+  mmsghdr msgs[kSlots];
+  iovec iov[kSlots];
+  sockaddr_nl from[kSlots];
+  int read = 0;
+  while (read < kDatagramsPerWake) {
+    for (int i = 0; i < kSlots; i++) {
+      iov[i] = {buf_.data() + i * kSlotBytes, kSlotBytes};
+      msgs[i] = {};
+      msgs[i].msg_hdr.msg_name = &from[i];
+      msgs[i].msg_hdr.msg_namelen = sizeof(from[i]);
+      msgs[i].msg_hdr.msg_iov = &iov[i];
+      msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+    int n = recvmmsg(fd, msgs, kSlots, MSG_DONTWAIT, nullptr);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;
       if (errno == ENOBUFS) {
-        auto b = std::make_unique<MonitorBatch>();
-        b->overflow = true;
-        batcher_.Overflow();
-        delivered_++;
-        DisarmNow();
-        done.push_back(std::move(b));
+        overflow();
         continue;
       }
       failed_ = true;
       break;
     }
-    // Only the kernel speaks for nf_tables; a process with CAP_NET_ADMIN can
-    // also send to the multicast group, and its datagrams are not events.
-    if (from.nl_pid != 0) continue;
+    read += n;
     timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     const double receivedNs = static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
-    const nlmsghdr* nlh = reinterpret_cast<const nlmsghdr*>(buf_.data());
-    int len = static_cast<int>(n);
-    for (; MessageOk(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
-      std::unique_ptr<MonitorBatch> b = batcher_.Feed(nlh, filter_);
-      if (b) delivered_++;
-      if (b) {
-        b->receivedNs = receivedNs;
-        done.push_back(std::move(b));
+    for (int i = 0; i < n; i++) {
+      // Only the kernel speaks for nf_tables; a process with CAP_NET_ADMIN can
+      // also send to the multicast group, and its datagrams are not events.
+      if (from[i].nl_pid != 0) continue;
+      // Longer than a slot: its end is lost, and with it perhaps events. As if the kernel had dropped it.
+      if (msgs[i].msg_hdr.msg_flags & MSG_TRUNC) {
+        overflow();
+        continue;
+      }
+      const nlmsghdr* nlh = reinterpret_cast<const nlmsghdr*>(iov[i].iov_base);
+      int len = static_cast<int>(msgs[i].msg_len);
+      for (; MessageOk(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
+        std::unique_ptr<MonitorBatch> b = batcher_.Feed(nlh, filter_);
+        if (b) delivered_++;
+        if (b) {
+          b->receivedNs = receivedNs;
+          done.push_back(std::move(b));
+        }
       }
     }
+    // Fewer than asked: the socket is empty, and what comes later wakes the poll again.
+    if (n < kSlots) break;
   }
+  *datagrams = read;
+  *bounded = read >= kDatagramsPerWake;
+  const bool concerned = !done.empty() || batcher_.pending();
   // A socket error other than the above ends the monitor's reading.
   if (failed_ && poll_ != nullptr) uv_poll_stop(poll_);
-  if (done.empty()) return;
+  if (done.empty()) return concerned;
   Napi::Env env = Env();
   Napi::HandleScope scope(env);
   // A local handle roots the wrapper: no collection can finalize this object while JavaScript runs.
   Napi::Object self = Value();
-  if (self.IsEmpty()) return;
+  if (self.IsEmpty()) return concerned;
   Napi::Function cb = callback_.Value();
   napi_value keys[kKeyCount] = {};
   // One callback scope for the batches of this wake-up: promise jobs run after the last of them, so
@@ -400,6 +590,7 @@ void NftMonitor::ReadAvailable() {
       napi_fatal_exception(env, e.Value());
     }
   }
+  return concerned;
 }
 
 // arm(socket, generation, reactions): reactions prepared by the caller, each

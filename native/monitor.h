@@ -48,19 +48,30 @@ class NftMonitor : public Napi::ObjectWrap<NftMonitor>, public Closeable {
   bool React(MonitorBatch* b);
   void DisarmNow();
   void ParseFilter(Napi::Env env, const Napi::Value& tables, const Napi::Value& ignorePorts);
+  // Has the kernel drop, before they are queued, the notifications the filter would drop (see monitor.cc).
+  void AttachKernelFilter();
   static void OnReadable(uv_poll_t* handle, int status, int events);
+  static void OnGathered(uv_timer_t* handle);
   // Reads what the socket holds (up to a bound per wake-up) and calls back once per finished batch.
-  void ReadAvailable();
+  // Returns whether it read anything that concerns JavaScript (see Gather).
+  bool ReadAvailable(int* datagrams, bool* bounded);
+  // After a wake-up: whether to stop polling and read again only after kGatherMs (see monitor.cc).
+  void Gather(bool concerned, int datagrams, bool bounded);
   // `keys`: the record keys fetched so far in this wake-up (kKeyCount slots, see monitor.cc).
   void Deliver(Napi::Env env, Napi::Function cb, napi_value* keys, MonitorBatch* batch);
 
   mnl_socket* nl_ = nullptr;
   // Heap-allocated: libuv frees it in uv_close's callback, which may run after this object is gone.
   uv_poll_t* poll_ = nullptr;
+  // Reads a storm of other tables' commits in one go, kGatherMs apart, instead of one wake-up per commit (Gather).
+  uv_timer_t* gather_ = nullptr;
+  bool gathering_ = false;
+  int quietWakes_ = 0;        // wake-ups in a row, each within kGatherMs of the last, that concerned no watched table
+  uint64_t lastWakeMs_ = 0;   // the loop's time at the last wake-up
   Napi::FunctionReference callback_;
   Napi::Reference<Napi::Array> keys_;  // the records' property keys (monitor.cc, Key)
   Napi::AsyncContext asyncContext_;
-  std::vector<uint8_t> buf_;
+  std::vector<uint8_t> buf_;  // kSlots datagrams of kSlotBytes, read by one recvmmsg
   bool closed_ = false;
   bool failed_ = false;  // the socket failed (not EAGAIN, EINTR or ENOBUFS): reading stopped
 

@@ -22,6 +22,8 @@ export class Arming {
   private failedAt = -1;
   /** The reactions the monitor holds, by their index (MonitorBatch.reacted.reaction). */
   private reactions: readonly Reaction[] = [];
+  /** Arms once a fight's back-off is over (allowed). */
+  private afterFight?: NodeJS.Timeout;
 
   /** `busy`: a pass is running or queued (the scheduler's), which plans and commits on its own. */
   constructor(private readonly k: KeeperState, private readonly busy: () => boolean) {}
@@ -96,10 +98,22 @@ export class Arming {
     return !this.armed && !this.k.stopped && !!this.k.monitor?.arm;
   }
 
-  /** What arming needs whatever the generation: the event repair would repair at once. */
+  /**
+   * What arming needs whatever the generation: the event repair would repair at once. In a fight
+   * that is once the back-off since the last repair is over (Fight.waitFrom): armed then, by a
+   * timer, so that a deletion after it is answered as fast as one outside a fight.
+   */
   private allowed(): boolean {
     const k = this.k;
-    return !k.stopped && !this.busy() && k.view.valid && !!k.monitor?.arm && !!k.sock && k.retired.length === 0 && k.fight.delay() === 0;
+    if (k.stopped || this.busy() || !k.view.valid || !k.monitor?.arm || !k.sock || k.retired.length > 0) return false;
+    const wait = k.fight.waitFrom(performance.now());
+    if (wait > 0 && this.afterFight === undefined) {
+      this.afterFight = setTimeout(() => {
+        this.afterFight = undefined;
+        this.ensure();
+      }, Math.ceil(wait)).unref();
+    }
+    return wait === 0;
   }
 
   /** Arms at `generation`, where the view is the kernel's state and clean. */

@@ -156,3 +156,53 @@ describe('the keeper arms the monitor with the repair of each owned rule', () =>
     expect(jsCommits).toBeGreaterThan(j0);
   });
 });
+
+describe('in a fight, the keeper arms the monitor again once the back-off since its last repair is over', () => {
+  it('a deletion after the back-off is answered by the monitor, one during it by the keeper after the wait', async () => {
+    const ns = createNetns('armfight');
+    const sock = open({ netns: ns.path });
+    // Two repairs within a minute raise the level: from then on 300 ms between repairs, for the whole test.
+    const keeper = await startKeeper(ns, { config: planConfig(WANT), fight: { threshold: 2, windowMs: 60_000, baseMs: 300, quietMs: 60_000 } });
+    try {
+      await until('the mirror to be seeded', () => keeper.mirrorState()?.exact === true);
+      await keeper.idle();
+      let jsCommits = 0;
+      const conn = keeper.socket!;
+      const commitNow = conn.commitNow!.bind(conn);
+      const commit = conn.commit.bind(conn);
+      conn.commitNow = (...a) => { jsCommits++; return commitNow(...a); };
+      conn.commit = (...a) => { jsCommits++; return commit(...a); };
+      const deleteAt = async (i: number) => {
+        const before = (await chain(sock)).handles;
+        const repaired = nextRepair(keeper, 10_000);
+        await sock.commit(new Batch().delete('rule', { ...where, handle: before[i]! }));
+        const r = await repaired;
+        await keeper.idle();
+        expect((await chain(sock)).ok).toBe(true);
+        return r;
+      };
+      for (const i of [1, 2, 3]) {
+        await until('the monitor to be armed', () => keeper.armed === true, 10_000);
+        const j0 = jsCommits;
+        await deleteAt(i);
+        expect(jsCommits).toBe(j0);  // the monitor's commit
+      }
+      expect(keeper.status().fightLevel).toBeGreaterThan(0);
+      // Right after a repair the back-off holds: not armed, and a deletion now waits for the keeper.
+      expect(keeper.armed).toBe(false);
+      const j1 = jsCommits;
+      await deleteAt(0);
+      expect(jsCommits).toBe(j1 + 1);
+      // Once it is over, armed again: the monitor answers.
+      await until('the monitor to be armed after the back-off', () => keeper.armed === true, 10_000);
+      const j2 = jsCommits;
+      await deleteAt(4);
+      expect(jsCommits).toBe(j2);
+      expect(keeper.status().fightLevel).toBeGreaterThan(0);
+    } finally {
+      await keeper.stop();
+      sock.close();
+      ns.remove();
+    }
+  }, 60_000);
+});

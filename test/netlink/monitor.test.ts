@@ -185,6 +185,77 @@ describe('monitor', () => {
     });
   });
 
+  it('tells watched tables from others by family and whole name, whatever its length (the kernel drops the others)', async () => {
+    await withNetns(async (ns) => {
+      const s = open({ netns: ns.path });
+      const inbox = new Inbox();
+      const long = 'a-table-name-of-exactly-forty-bytes-xyz1';
+      const watched = [{ family: 'ip', name: 'abc' }, { family: 'inet', name: 'abcd' }, { family: 'ip6', name: long }] as const;
+      const others = [['ip', 'ab'], ['ip', 'abcd'], ['ip', 'abcde'], ['inet', 'abc'], ['ip6', long.slice(0, -1)], ['ip6', `${long}z`], ['ip', long]];
+      const m = new Monitor({ netns: ns.path, tables: [...watched], ignorePorts: [s.portId], onBatch: inbox.push });
+      try {
+        for (const [f, t] of [...watched.map((w) => [w.family, w.name]), ...others]) ns.nft(`add table ${f} ${t}; add chain ${f} ${t} c`);
+        // The tables' creation was watched for three of them: drain it.
+        await until('the set-up seen', () => inbox.all.length > 0);
+        await new Promise((r) => setTimeout(r, 100));
+        while (inbox.pending > 0) await inbox.next();
+        for (const w of watched) {
+          for (const [f, t] of others) ns.nft(`add rule ${f} ${t} c counter`);
+          ns.nft(`add rule ${w.family} ${w.name} c counter`);
+          const b = await inbox.next();
+          expect(b.events).toEqual([expect.objectContaining({ type: 'newrule', family: w.family, table: w.name, name: 'c' })]);
+        }
+        // A table deletion is always seen, watched or not.
+        ns.nft('delete table ip abcde');
+        expect((await inbox.next()).events).toEqual([expect.objectContaining({ type: 'deltable', table: 'abcde' })]);
+      } finally {
+        m.close();
+        s.close();
+      }
+    }, 'mon-names');
+  });
+
+  it('a storm of commits to other tables, read in gathers, loses nothing: each watched commit comes whole, the run unbroken', async () => {
+    await withNetns(async (ns) => {
+      const s = open({ netns: ns.path });
+      const other = open({ netns: ns.path });
+      const inbox = new Inbox();
+      const m = new Monitor({ netns: ns.path, tables: [{ family: F, name: T }], ignorePorts: [s.portId], onBatch: inbox.push });
+      try {
+        await s.commit(ownedSetup());
+        ns.nft('add table ip other; add chain ip other c');
+        m.anchor(s.generation(), 0);
+        const add = [{ verb: 'add', object: 'rule', family: 'ip', table: 'other', chain: 'c', exprs: [{ kind: 'counter' }] }] as Op[];
+        const flush = [{ verb: 'flush', object: 'chain', family: 'ip', table: 'other', name: 'c' }] as Op[];
+        // Thousands of unwatched commits back to back (the monitor stops waking per commit and
+        // reads them together), a watched one every 500: each of those arrives alone and whole.
+        for (let i = 1; i <= 3000; i++) {
+          await other.commit(i % 2 ? add : flush);
+          // A small commit settles inline: let the loop poll the monitor between them, as a neighbour's would.
+          await new Promise((r) => setImmediate(r));
+          if (i % 500 !== 0) continue;
+          await other.commit([{ verb: 'add', object: 'rule', family: F, table: T, chain: C, exprs: [{ kind: 'counter' }] }]);
+          const g = other.generation();
+          const b = await inbox.next();
+          expect(b).toMatchObject({ overflow: false, generation: g, foreign: true });
+          expect(b.events).toEqual([expect.objectContaining({ type: 'newrule', table: T, name: C })]);
+          expect(b.since).toBeGreaterThan(0);
+          expect(b.since).toBeLessThanOrEqual(g);
+        }
+        // The storm's last commits are counted too, without a watched one after them.
+        const last = other.generation();
+        await until('the monitor read the storm\'s end', () => m.progress().lastGeneration === last);
+        expect(m.progress().runStart).toBeGreaterThan(0);
+        expect(inbox.all.filter((b) => b.overflow)).toEqual([]);
+        expect(inbox.pending).toBe(0);
+      } finally {
+        m.close();
+        other.close();
+        s.close();
+      }
+    }, 'mon-storm');
+  });
+
   it('element events carry their elements as a dump gives them (vmap, data map, timeout set)', async () => {
     await withNetns(async (ns) => {
       const s = open({ netns: ns.path });
