@@ -205,6 +205,9 @@ export class EventRepair extends MirrorCommit implements RepairPath<Outcome | un
     const outcome = this.committed(plan, generation, echoed, 'event', detectedAt);
     // The event is counted with the repair's report, after the wait.
     this.reporter.lastAnsweredEvent();
+    // Armed again from the echo, as after a reaction: an arm left to the wait after the event
+    // would find the monitor not yet past our commit, and then wait for the tick.
+    if (echoed) this.arming.rearm(generation + 1);
     return outcome;
   }
 
