@@ -297,6 +297,7 @@ class Parser {
         const extra = k.kind === 'word' ? metaKeyOf(k.text) : undefined;
         if (extra !== undefined) {
           this.next();
+          if (extra === 'secmark' && this.isWord1(this.peek(), 'set')) return this.parseSecmarkCopy('meta', at);
           if (this.isWord1(this.peek(), 'set')) return this.parseKeySet(metaField(extra)!, at);
           return this.parseMatch(metaField(extra)!, at);
         }
@@ -635,6 +636,7 @@ class Parser {
     if (how === 'required' && dir === undefined) this.fail(k, `'original' or 'reply' before '${key}'`, 'a conntrack address needs a direction');
     if (how === 'none' && dir !== undefined) this.fail(d, `'ct ${key}' without a direction`, `ct ${key} has no direction`);
     if (this.isWord1(this.peek(), 'set')) {
+      if (key === 'secmark' && dir === undefined) return this.parseSecmarkCopy('ct', at);
       if (key !== 'zone' && key !== 'event' && key !== 'label') this.fail(this.peek(), 'a value to match', `'ct ${key} set' is not supported`);
       return this.parseKeySet(ctField(key as CtKey, dir)!, at);
     }
@@ -656,6 +658,18 @@ class Parser {
     if (field.l3) st.l3 = field.l3;
     if (field.l4 !== undefined) st.l4 = field.l4;
     return st;
+  }
+
+  /**
+   * `ct secmark set meta secmark` / `meta secmark set ct secmark`: a packet's security mark copied
+   * to its connection and back (a name, `meta secmark set "x"`, is an object reference: objref.ts).
+   */
+  parseSecmarkCopy(target: 'meta' | 'ct', at: At): ExprStmt {
+    this.next(); // set
+    const source = target === 'ct' ? 'meta' : 'ct';
+    this.expectWord(`'${source} secmark' (the mark copied from the ${source === 'meta' ? 'packet' : 'connection'})`, source);
+    this.expectWord(`'secmark' after '${source}'`, 'secmark');
+    return { t: 'expr', exprs: [{ kind: source, key: 'secmark', dreg: 1 }, { kind: target, key: 'secmark', sreg: 1 }], ...at };
   }
 
   /** `meta KEY set VALUE` / `ct [original|reply] KEY set VALUE` with a constant: immediate, then set. */

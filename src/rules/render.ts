@@ -216,6 +216,11 @@ function group(exprs: readonly Expr[], opts: RenderOptions, family: Family, bind
         items.push({ k: 'text', text: markSet(a.kind, markSource(ld), undefined) });
         i += 1;
         continue;
+      } else if ((a?.kind === 'meta' || a?.kind === 'ct') && a.sreg === r && a.key === 'secmark' && (a.kind === 'meta' || a.dir === undefined)
+        && (ld.kind === 'meta' || (ld.kind === 'ct' && ld.dir === undefined)) && ld.kind !== a.kind && ld.key === 'secmark') {
+        items.push({ k: 'text', text: `${a.kind} secmark set ${ld.kind} secmark` });
+        i += 1;
+        continue;
       }
       items.push({ k: 'text', text: unsupported(describe(e)) });
       continue;

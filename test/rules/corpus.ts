@@ -283,6 +283,9 @@ const STMT_IP: CorpusRule[] = [
   r('stmt', 'ip', 'fwd', 'meta mark set meta mark ^ 0x2000', { canonical: 'meta mark set meta mark ^ 0x00002000' }),
   r('stmt', 'ip', 'fwd', 'ct mark set mark', { canonical: 'ct mark set meta mark' }),
   r('stmt', 'ip', 'fwd', 'meta mark set ct mark'),
+  // the security mark copied between packet and connection (Debian's secmark.nft example)
+  r('stmt', 'inet', 'fwd', 'ct state new ct secmark set meta secmark'),
+  r('stmt', 'ip', 'fwd', 'ct state established,related meta secmark set ct secmark'),
   r('stmt', 'ip', 'fwd', 'ct mark set 0x5', { canonical: 'ct mark set 0x00000005' }),
   r('stmt', 'ip', 'fwd', 'ct mark set ct mark or 0x10', { canonical: 'ct mark set ct mark | 0x00000010' }),
   r('stmt', 'ip', 'fwd', 'ct mark 0x1 meta mark set 0x2 ct mark set 0x3 accept',
