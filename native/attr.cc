@@ -1,7 +1,10 @@
 #include "attr.h"
+#include <algorithm>
+#include <cstring>
 
 #include <arpa/inet.h>
 #include <endian.h>
+#include <libnftnl/expr.h>
 #include <linux/netfilter/nf_tables.h>
 #include <linux/netfilter/nfnetlink.h>
 
@@ -67,11 +70,39 @@ bool VerdictsOk(const nlattr* data) {
   return true;
 }
 
+// libnftnl 1.2.4 parses a dynset's name before its statements, and when a statement fails (an
+// attribute of the list that is no NFTA_LIST_ELEM, an expression libnftnl does not know) it frees
+// the dynset without its name: a leak for each such message. A statement libnftnl can parse is
+// one with a name it has an expression for (nftnl_expr_alloc), as the kernel always sends.
+static bool DynsetStatementOk(const nlattr* expr) {
+  if (!ExprOk(expr)) return false;
+  AttrTable t(NFTA_EXPR_MAX);
+  mnl_attr_parse_nested(expr, CollectAttr, &t);
+  nftnl_expr* known = nftnl_expr_alloc(mnl_attr_get_str(t.at[NFTA_EXPR_NAME]));
+  if (known == nullptr) return false;
+  nftnl_expr_free(known);
+  return true;
+}
+
+static bool DynsetStatementsOk(const nlattr* data) {
+  AttrTable d(NFTA_DYNSET_MAX);
+  if (mnl_attr_parse_nested(data, CollectAttr, &d) < 0) return false;
+  if (d.at[NFTA_DYNSET_EXPR] != nullptr) return DynsetStatementOk(d.at[NFTA_DYNSET_EXPR]);
+  if (d.at[NFTA_DYNSET_EXPRESSIONS] == nullptr) return true;
+  const nlattr* a;
+  NFK_NESTED_FOR_EACH(a, d.at[NFTA_DYNSET_EXPRESSIONS]) {
+    if (mnl_attr_get_type(a) != NFTA_LIST_ELEM || !DynsetStatementOk(a)) return false;
+  }
+  return true;
+}
+
 bool ExprOk(const nlattr* expr) {
   AttrTable t(NFTA_EXPR_MAX);
   if (mnl_attr_parse_nested(expr, CollectAttr, &t) < 0) return false;
   if (t.at[NFTA_EXPR_NAME] == nullptr || !NameOk(t.at[NFTA_EXPR_NAME])) return false;
-  return t.at[NFTA_EXPR_DATA] == nullptr || VerdictsOk(t.at[NFTA_EXPR_DATA]);
+  if (t.at[NFTA_EXPR_DATA] == nullptr) return true;
+  if (!VerdictsOk(t.at[NFTA_EXPR_DATA])) return false;
+  return std::strcmp(mnl_attr_get_str(t.at[NFTA_EXPR_NAME]), "dynset") != 0 || DynsetStatementsOk(t.at[NFTA_EXPR_DATA]);
 }
 
 bool ExprListOk(const nlattr* list) {
@@ -141,6 +172,28 @@ bool SetOkForLibnftnl(const nlmsghdr* nlh) {
   mnl_attr_parse(nlh, sizeof(nfgenmsg), CollectAttr, &t);
   return NameOk(t.at[NFTA_SET_TABLE]) && NameOk(t.at[NFTA_SET_NAME]) &&
          (t.at[NFTA_SET_EXPR] == nullptr || ExprOk(t.at[NFTA_SET_EXPR])) && ExprListOk(t.at[NFTA_SET_EXPRESSIONS]);
+}
+
+const nlmsghdr* SetForLibnftnl(const nlmsghdr* nlh, std::vector<uint8_t>* storage) {
+  AttrTable t(NFTA_SET_MAX);
+  mnl_attr_parse(nlh, sizeof(nfgenmsg), CollectAttr, &t);
+  if (t.at[NFTA_SET_EXPR] == nullptr && t.at[NFTA_SET_EXPRESSIONS] == nullptr) return nlh;
+  const uint8_t* base = reinterpret_cast<const uint8_t*>(nlh);
+  const uint8_t* end = base + nlh->nlmsg_len;
+  storage->assign(base, base + MNL_NLMSG_HDRLEN + MNL_ALIGN(sizeof(nfgenmsg)));
+  const char* tail = static_cast<const char*>(mnl_nlmsg_get_payload_tail(nlh));
+  for (const nlattr* a = static_cast<const nlattr*>(mnl_nlmsg_get_payload_offset(nlh, sizeof(nfgenmsg)));
+       mnl_attr_ok(a, static_cast<int>(tail - reinterpret_cast<const char*>(a))); a = mnl_attr_next(a)) {
+    uint16_t type = mnl_attr_get_type(a);
+    if (type == NFTA_SET_EXPR || type == NFTA_SET_EXPRESSIONS) continue;
+    const uint8_t* p = reinterpret_cast<const uint8_t*>(a);
+    // The last attribute's padding may lie past the message's end: copied as zeros.
+    size_t n = std::min<size_t>(a->nla_len, static_cast<size_t>(end - p));
+    storage->insert(storage->end(), p, p + n);
+    storage->resize(storage->size() + (MNL_ALIGN(n) - n), 0);
+  }
+  reinterpret_cast<nlmsghdr*>(storage->data())->nlmsg_len = static_cast<uint32_t>(storage->size());
+  return reinterpret_cast<const nlmsghdr*>(storage->data());
 }
 
 // The last element attribute libnftnl 1.2.4 has room for (its own copy of

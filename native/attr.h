@@ -62,5 +62,10 @@ bool RuleOkForLibnftnl(const nlmsghdr* nlh);
 bool ChainOkForLibnftnl(const nlmsghdr* nlh);
 bool SetOkForLibnftnl(const nlmsghdr* nlh);
 bool SetElemsOkForLibnftnl(const nlmsghdr* nlh);
+// The set message as libnftnl is given it: without NFTA_SET_EXPR(ESSIONS), which the decoder
+// reads itself (ExprNests). libnftnl 1.2.4 frees a set's parsed expressions when a later one of the
+// list fails but leaves them on the set, and nftnl_set_free() frees them again. `storage` holds
+// the copy when one is made.
+const nlmsghdr* SetForLibnftnl(const nlmsghdr* nlh, std::vector<uint8_t>* storage);
 
 }  // namespace nfk

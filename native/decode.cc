@@ -129,7 +129,8 @@ Napi::Object DecodeSet(Napi::Env env, const nlmsghdr* nlh) {
   std::unique_ptr<nftnl_set, SetDeleter> owned(nftnl_set_alloc());
   nftnl_set* s = owned.get();
   if (s == nullptr) throw Napi::Error::New(env, "out of memory");
-  if (nftnl_set_nlmsg_parse(nlh, s) < 0) {
+  std::vector<uint8_t> stripped;
+  if (nftnl_set_nlmsg_parse(SetForLibnftnl(nlh, &stripped), s) < 0) {
     throw MakeNetlinkError(env, "cannot parse set message", errno, "decode set");
   }
   Napi::Object o = Napi::Object::New(env);

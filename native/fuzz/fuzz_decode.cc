@@ -68,7 +68,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // those do not reach the decoders that call it (abi_exit.c).
     int kinds = (nfk::RuleOkForLibnftnl(nlh) ? kRule : 0) | (nfk::ChainOkForLibnftnl(nlh) ? kChain : 0) |
                 (nfk::SetOkForLibnftnl(nlh) ? kSet : 0) | (nfk::SetElemsOkForLibnftnl(nlh) ? kElems : 0);
-    int exits = nfk_fuzz_libnftnl_exits(nlh, kinds);
+    // (a set as DecodeSet hands it to libnftnl: without its expressions)
+    std::vector<uint8_t> setMsg;
+    const nlmsghdr* forSet = (kinds & kSet) ? nfk::SetForLibnftnl(nlh, &setMsg) : nlh;
+    int exits = nfk_fuzz_libnftnl_exits(nlh, kinds & ~kSet) | nfk_fuzz_libnftnl_exits(forSet, kinds & kSet);
     abiExits += __builtin_popcount(exits);
     Guarded([&] { nfk::DecodeTable(e, nlh); });
     if (!(exits & kChain)) Guarded([&] { nfk::DecodeChain(e, nlh); });
