@@ -356,9 +356,6 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
     }
   }
 
-  log.info({ tables: config.tables.map((t) => `${t.family} ${t.name}`), metrics: o.metrics ?? null, socket: control?.path ?? null,
-    owners: registry ? registry.size : null }, 'nfkeeper running');
-  systemd.notify(`READY=1\nSTATUS=verified ${config.tables.length} tables\nMAINPID=${process.pid}`);
   // The watchdog is fed from the loop itself, so a stalled loop stops feeding it.
   let lastFed = 0;
   if (systemd.watchdogMs !== undefined) {
@@ -476,6 +473,12 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
   process.once('SIGTERM', stop);
   process.once('SIGINT', stop);
   cleanups.push(() => { process.off('SIGTERM', stop); process.off('SIGINT', stop); });
+
+  // Ready only once the signal handlers are in: a SIGHUP sent on the word "running" (by a test, or by
+  // systemd's ExecReload) would otherwise meet the default action and end the daemon.
+  log.info({ tables: config.tables.map((t) => `${t.family} ${t.name}`), metrics: o.metrics ?? null, socket: control?.path ?? null,
+    owners: registry ? registry.size : null }, 'nfkeeper running');
+  systemd.notify(`READY=1\nSTATUS=verified ${config.tables.length} tables\nMAINPID=${process.pid}`);
 
   const error = await done;
   systemd.notify('STOPPING=1');

@@ -90,12 +90,16 @@ function startDaemon(ns: Netns, config: string): Daemon {
 }
 
 /** Polls the generation (a few µs per read) until it moves; returns ms since `t0`. */
-async function untilGenerationMoves(ns: Netns, t0: number, timeoutMs: number): Promise<number> {
+async function untilGenerationMoves(ns: Netns, d: Daemon, t0: number, timeoutMs: number): Promise<number> {
   const sock = open({ netns: ns.path });
   try {
     const g0 = sock.generation();
     while (performance.now() - t0 < timeoutMs) {
       if (sock.generation() !== g0) return performance.now() - t0;
+      // A daemon that died (a signal before its handler was in) never moves it: say so, not "never moved".
+      if (d.child.exitCode !== null || d.child.signalCode !== null) {
+        throw new Error(`the daemon ended (${d.child.exitCode ?? d.child.signalCode}) before it committed: ${d.stderr.join('')}`);
+      }
       await sleep(2);
     }
     throw new Error('the generation never moved');
@@ -162,7 +166,7 @@ describe('kill -9 at random points', () => {
       // Calibrate: when does an undisturbed daemon commit its first batch?
       const t0 = performance.now();
       let d = startDaemon(ns, config);
-      const commitAt = await untilGenerationMoves(ns, t0, 30_000);
+      const commitAt = await untilGenerationMoves(ns, d, t0, 30_000);
       await until('the daemon to be running', () => running(d));
       await kill9(d);
       expect(kernelHolds(ns)).toBe('A');
@@ -197,7 +201,7 @@ describe('kill -9 at random points', () => {
       writeConfig(config, NEW);
       let t0 = performance.now();
       d.child.kill('SIGHUP');
-      const commitAt = await untilGenerationMoves(ns, t0, 30_000);
+      const commitAt = await untilGenerationMoves(ns, d, t0, 30_000);
       await kill9(d);
       expect(kernelHolds(ns)).toBe('B');
       for (let i = 0; i < RUNS; i++) {
