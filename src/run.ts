@@ -183,6 +183,12 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
   enableCollections();
   const { logger: log, close: closeLog } = createDaemonLogger({ level: o.logLevel });
   const cleanups: (() => unknown)[] = [closeLog];
+  // A SIGHUP during start-up (systemd's ExecReload, a probe that saw /readyz) is a reload once
+  // running, not the default action that would end the daemon.
+  let hupDuringStart = false;
+  const earlyHup = () => { hupDuringStart = true; };
+  process.on('SIGHUP', earlyHup);
+  cleanups.push(() => process.off('SIGHUP', earlyHup));
   const cleanup = async () => {
     for (const c of cleanups.splice(0).reverse()) {
       try {
@@ -429,6 +435,8 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
   const onHup = () => reload('SIGHUP');
   process.on('SIGHUP', onHup);
   cleanups.push(() => process.off('SIGHUP', onHup));
+  process.off('SIGHUP', earlyHup);
+  if (hupDuringStart) reload('SIGHUP during start-up');
   // Watch the directories, not the files: editors replace files and a Kubernetes ConfigMap swaps a
   // symlink, and both would orphan a watch on the file itself. A .nft config's included files are
   // watched with it (the ones its last load read).
