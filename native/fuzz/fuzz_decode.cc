@@ -7,6 +7,7 @@
 // and batching (event.cc). This is the addon's own code, linked against
 // napi_shim.cc in place of Node.
 #include <libmnl/libmnl.h>
+#include <linux/netfilter/nf_tables.h>
 #include <napi.h>
 
 #include <cstdint>
