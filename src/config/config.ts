@@ -367,7 +367,7 @@ function buildConfig(raw: unknown, file: string, where: Positions, options: Load
     const chainNames = new Set(t.chains.map((c) => c.name));
     if (chainNames.size !== t.chains.length) fail(tpos(), `table ${tkey} lists a chain twice`);
     const chainName = new Map(t.chains.map((c) => [c.name, c.name]));
-    const sets = buildSets(t, ti, where, fail, chainName);
+    const sets = buildSets(t, ti, where, fail, chainName, options.interfaces);
     const objects = buildObjects(t, ti, where, fail);
     const namedSets = new Map<string, NftSet>(sets.map((x) => [x.name, x.set]));
     const graph = new JumpGraph(t.chains.map((c) => c.name), 'this table', t.family);
@@ -555,7 +555,8 @@ function objectRefProblem(exprs: CompiledRule['exprs'], objects: readonly ObjCon
  * in that order. Errors carry the position of what is wrong.
  */
 function buildSets(t: RawTableParsed, ti: number, { pos, order }: Positions,
-  fail: (p: { line: number; col: number }, reason: string) => void, chainName: ReadonlyMap<string, string>): SetConfig[] {
+  fail: (p: { line: number; col: number }, reason: string) => void, chainName: ReadonlyMap<string, string>,
+  interfaces: InterfaceResolver | undefined): SetConfig[] {
   const out: { at: number; set: SetConfig }[] = [];
   const seen = new Set<string>();
   for (const kind of ['sets', 'maps'] as const) {
@@ -566,7 +567,7 @@ function buildSets(t: RawTableParsed, ti: number, { pos, order }: Positions,
       // (nft could not read such a table back, nor name the set in a rule)
       if (NFT_KEYWORDS.has(raw.name)) fail(pos([...path, 'name']), `'${raw.name}' is a keyword of nft's language, which nft refuses as a set or map name`);
       seen.add(raw.name);
-      const built = buildSet(raw, kind === 'maps', { family: t.family, table: t.name },
+      const built = buildSet(raw, kind === 'maps', { family: t.family, table: t.name, interfaces },
         (where, reason, inner) => fail(pos([...path, ...where], inner), reason));
       if (!built) return;
       // A verdict map's jumps and gotos need their chain in the table (the kernel would refuse them).

@@ -14,7 +14,7 @@ import type { Family, Hex, StatefulExpr, Verdict } from '../netlink/expr.js';
 import { RuleSyntaxError } from '../base/errors.js';
 import { statefulKey } from '../rules/stateful.js';
 import { compileStatements } from '../rules/compile.js';
-import { renderStatements } from '../rules/render.js';
+import { renderStatements, type InterfaceResolver } from '../rules/render.js';
 import { OBJ_TYPE, SET_ELEM_F, SET_F, type NftSet, type ObjType, type SetElement } from '../netlink/objects.js';
 import { bigToHex, hexToBig, prefixMask } from '../rules/bytes.js';
 import {
@@ -278,7 +278,7 @@ function tokens(text: string): { w: string; col: number; quoted: boolean }[] {
   return out;
 }
 
-function parsePart(dt: Datatype, tok: { w: string; col: number; quoted: boolean }, interval: boolean): Part {
+function parsePart(dt: Datatype, tok: { w: string; col: number; quoted: boolean }, interval: boolean, interfaces: InterfaceResolver | undefined): Part {
   // The common case first: one plain value (no closures on this path: it runs once per element part).
   if (dt.name !== 'ifname') {
     const whole = dt.parse(tok.w);
@@ -324,6 +324,14 @@ function parsePart(dt: Datatype, tok: { w: string; col: number; quoted: boolean 
     if (lv > hv) throw new ElementError(tok.col, `range ${tok.w} has a start above its end`);
     return { lo, hi, single: false };
   }
+  if (dt.name === 'iface_index' && interfaces && /^"?[^\s"]+"?$/.test(tok.w)) {
+    // An interface by name, resolved in the target namespace as nft resolves it when it loads the element.
+    const name = tok.quoted ? tok.w.slice(1, -1) : tok.w;
+    const index = interfaces.indexOf(name);
+    if (index === undefined) throw new ElementError(tok.col, `interface '${name}' does not exist`);
+    const v = dt.parse(String(index))!;
+    return { lo: v, hi: v, single: true };
+  }
   throw bad();
 }
 
@@ -333,7 +341,8 @@ function hostBig(h: Hex): bigint {
 
 const VERDICTS = new Set(['accept', 'drop', 'continue', 'return', 'jump', 'goto']);
 
-function parseElement(text: string, key: KeyType, data: DataType | undefined, interval: boolean, family: Family): ParsedElement {
+function parseElement(text: string, key: KeyType, data: DataType | undefined, interval: boolean, family: Family,
+  interfaces: InterfaceResolver | undefined): ParsedElement {
   const ts = tokens(text);
   let i = 0;
   const out: ParsedElement = { parts: [] };
@@ -351,7 +360,7 @@ function parseElement(text: string, key: KeyType, data: DataType | undefined, in
       if (!t) throw new ElementError(text.length + 1, `expected ${type.parts[p]!.expected}`);
       // `syn | ack`: one value of a bit mask, over several words
       while (type.parts[p]!.bitmask && ts[i] && (t.w.endsWith('|') || ts[i]!.w.startsWith('|'))) t = { ...t, w: t.w + ts[i++]!.w };
-      parts.push(parsePart(type.parts[p]!, t, allowInterval));
+      parts.push(parsePart(type.parts[p]!, t, allowInterval, interfaces));
     }
     return parts;
   };
@@ -433,7 +442,7 @@ const FLAG_BITS: Record<string, number> = { constant: SET_F.CONSTANT, interval: 
  * Builds one declaration into the kernel objects nft creates for it.
  * Problems go to `fail` with where they are; returns undefined if any.
  */
-export function buildSet(raw: RawSet, map: boolean, ctx: { family: Family; table: string }, fail: SetFail): SetConfig | undefined {
+export function buildSet(raw: RawSet, map: boolean, ctx: { family: Family; table: string; interfaces?: InterfaceResolver }, fail: SetFail): SetConfig | undefined {
   let ok = true;
   const err: SetFail = (w, r, c) => { ok = false; fail(w, r, c); };
   const what = map ? 'map' : 'set';
@@ -506,7 +515,7 @@ export function buildSet(raw: RawSet, map: boolean, ctx: { family: Family; table
   const parsed: { p: ParsedElement; index: number }[] = [];
   (raw.elements ?? []).forEach((text, index) => {
     try {
-      const p = parseElement(text, key.type, data, interval, ctx.family);
+      const p = parseElement(text, key.type, data, interval, ctx.family, ctx.interfaces);
       if ((p.timeout !== undefined || p.expires !== undefined) && !(flags & SET_F.TIMEOUT)) {
         throw new ElementError(1, `element timeouts need flags timeout on ${what} ${raw.name}`);
       }

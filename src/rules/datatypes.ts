@@ -152,9 +152,9 @@ const TYPES: Datatype[] = [
   },
   flagsType('tcp_flag', 15, TCP_FLAGS, 'TCP flags (syn, syn | ack, 0x12)'),
   {
-    // an interface by its index, as nft keeps it (names are resolved where a rule takes them: iif "eth0")
+    // an interface by its index, as nft keeps it (a name is resolved in the target namespace: iif "eth0", an element "eth0")
     name: 'iface_index', id: 20, len: 4, byteorder: BYTEORDER_HOST, prefix: false, ranges: true, hostInt: true,
-    expected: 'an interface index (a number: a set of iface_index holds indexes; match names with ifname)',
+    expected: 'an interface index or the name of an interface of the target namespace',
     parse: (s) => {
       const v = parseInteger(s, 0xffffffff);
       return v === undefined ? undefined : u32Host(v);

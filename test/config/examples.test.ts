@@ -141,13 +141,13 @@ describe("Debian's nftables examples as --config", () => {
   }
 
   it("sets_and_maps.nft with elements in its named set and maps: nft's install and nfkeeper's alike, check in sync, a running keeper puts back a deleted element of each", async () => {
-    // No example fills a named set; this one is Debian's, included whole, then given elements (by
-    // interface index: nfkeeper takes iface_index elements as numbers, nft lists them by name).
+    // No example fills a named set; this one is Debian's, included whole, then given elements:
+    // interfaces by name (resolved in the namespace, by nft and nfkeeper alike) and by index.
     const file = join(tempDir('examples'), 'sets_and_maps-elements.nft');
     writeFileSync(file, `include "${DIR}/sets_and_maps.nft"\n\n` +
-      'add element filter local_ifs { 2, 4 }\n' +
-      'add element filter nat_map { 2 : 10.0.0.1, 5 : 192.168.0.1 }\n' +
-      'add element filter jump_map { 2 : jump input_1, 3 : goto input_2 }\n');
+      'add element filter local_ifs { eth1, "eth3" }\n' +
+      'add element filter nat_map { "eth1" : 10.0.0.1, 5 : 192.168.0.1 }\n' +
+      'add element filter jump_map { eth1 : jump input_1, eth2 : goto input_2 }\n');
     const validate = await cli('validate', '--config', file);
     expect([validate.code, validate.err]).toEqual([0, '']);
     await withExampleNetns('sets_and_maps', async (a) => {
@@ -168,7 +168,7 @@ describe("Debian's nftables examples as --config", () => {
       const keeper = await startKeeper(ns, { config: loadConfig(file, { interfaces: namespaceInterfaces(ns.path) }) });
       try {
         const before = ns.exec('nft', ['list', 'table', 'ip', 'filter']);
-        for (const [set, key] of [['local_ifs', '2'], ['nat_map', '5'], ['jump_map', '3']] as const) {
+        for (const [set, key] of [['local_ifs', 'eth3'], ['nat_map', '5'], ['jump_map', 'eth2']] as const) {
           ns.exec('nft', ['delete', 'element', 'ip', 'filter', set, `{ ${key} }`]);
           expect(ns.exec('nft', ['list', 'table', 'ip', 'filter'])).not.toBe(before);
           await until(`sets_and_maps: the deleted element of ${set} is back`, () => ns.exec('nft', ['list', 'table', 'ip', 'filter']) === before, 20_000, 50);

@@ -11,6 +11,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parseConfig, parseNftConfig, type Config } from '../../src/config/config.js';
+import { interfaceTable } from '../../src/rules/index.js';
 import { ConfigError } from '../../src/base/errors.js';
 import { NFT_KEYWORDS } from '../../src/rules/keywords.js';
 import { Batch } from '../../src/netlink/batch.js';
@@ -173,6 +174,16 @@ function refusal(text: string, file = 'f.nft'): ConfigError {
 const shape = (c: Config) => c.tables.map((t) => (t.sets ?? []).map((s) => ({ set: s.set, elements: s.elements })));
 
 describe('named sets and maps in the config', () => {
+  it('iface_index elements by name take the index of the interface in the target namespace; an unknown name is an error at its position', () => {
+    const interfaces = interfaceTable({ lo: 1, eth0: 7 });
+    const text = 'table ip t {\n\tset s { type iface_index; elements = { lo, "eth0", 3 } }\n\tmap m { type iface_index : verdict; elements = { eth0 : drop } }\n}\n';
+    const [s, m] = parseNftConfig(text, 'i.nft', { interfaces }).tables[0]!.sets;
+    const indexes = (set: typeof s) => set!.elements.map((e) => e.key!.match(/../g)!.reverse().join('')).map((h) => parseInt(h, 16));
+    expect(indexes(s)).toEqual([1, 7, 3]);
+    expect(indexes(m)).toEqual([7]);
+    expect(() => parseNftConfig(text.replace('"eth0"', 'eth9'), 'i.nft', { interfaces })).toThrow(/^i\.nft:2:45: .*interface 'eth9' does not exist/);
+  });
+
   it('YAML sets:/maps:, the block form and the command form give the same kernel objects', () => {
     const yaml = `tables:
   - family: inet
