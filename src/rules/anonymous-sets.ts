@@ -265,7 +265,9 @@ export function buildKeyedSet(key: KeyDesc, elems: readonly KeyedElem[], map: Ma
   ctx: { family: NftSet['family']; table: string }, id: number, fail: Fail): NftSet {
   const interval = elems.some((e) => e.parts.some((p) => p.k !== 'value'));
   const star = elems.find((e) => e.catchall);
-  if (star && interval) fail(star.at, 'single keys with a catch-all element', "a catch-all element ('*') in an interval map is not supported");
+  if (star && interval && elems.some((e) => !e.catchall && e.parts.length > 1)) {
+    fail(star.at, 'single keys, or one-part keys, with a catch-all element', "a catch-all element ('*') in a concatenated interval map is not supported");
+  }
   const objmap = map?.kind === 'object';
   const base: NftSet = {
     family: ctx.family, table: ctx.table, name: objmap ? '__objmap%d' : map ? '__map%d' : '__set%d', id,
@@ -350,7 +352,8 @@ export function buildKeyedSet(key: KeyDesc, elems: readonly KeyedElem[], map: Ma
     if (e.k === 'range') return { ...e, lo: hostToNet(e.lo), hi: hostToNet(e.hi) };
     return e;
   };
-  const order = elems.map((e, k) => ({ ...span(net(e.parts[0]!), len), k })).sort((x, y) => (x.lo < y.lo ? -1 : x.lo > y.lo ? 1 : 0));
+  const order = elems.flatMap((e, k) => (e.catchall ? [] : [{ ...span(net(e.parts[0]!), len), k }]))
+    .sort((x, y) => (x.lo < y.lo ? -1 : x.lo > y.lo ? 1 : 0));
   for (let i = 1; i < order.length; i++) {
     if (order[i]!.lo <= order[i - 1]!.hi) {
       fail(order[i]!.at, 'intervals that do not overlap', `conflicting intervals: '${order[i]!.at.raw}' and '${order[i - 1]!.at.raw}'`);
@@ -370,7 +373,9 @@ export function buildKeyedSet(key: KeyDesc, elems: readonly KeyedElem[], map: Ma
     const next = order[i + 1];
     if (!next || next.lo !== s.hi + 1n) elements.push({ key: bigToHex(s.hi + 1n, len), flags: SET_ELEM_F.INTERVAL_END });
   });
-  base.size = order.length * 2 + (order[0]!.lo !== 0n ? 1 : 0);
+  // the catch-all last, as nft sends it, and counted in the size
+  if (star) elements.push(withData({ flags: SET_ELEM_F.CATCHALL }, star.data));
+  base.size = order.length * 2 + (order[0]!.lo !== 0n ? 1 : 0) + (star ? 1 : 0);
   base.elements = elements;
   return base;
 }

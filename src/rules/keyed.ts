@@ -1783,7 +1783,14 @@ function elementsText(parts: readonly PartR[], set: NftSet, elements: readonly S
     if (parts.length !== 1) return undefined;
     const els = [...elements].filter((e) => e.key !== undefined && e.key.length === set.keyLen * 2)
       .sort((a, b) => (a.key! < b.key! ? -1 : a.key! > b.key! ? 1 : 0));
-    if (els.length !== elements.length) return undefined;
+    const stars = elements.filter((e) => e.key === undefined);
+    if (stars.length > 0) {
+      // the catch-all element of an interval map, printed last as nft does
+      const d = isMap && stars.length === 1 && stars[0]!.flags === SET_ELEM_F.CATCHALL ? dataText(stars[0]!, set, env, natFam) : undefined;
+      if (d === undefined) return undefined;
+      catchall = `* : ${d}`;
+    }
+    if (els.length + stars.length !== elements.length) return undefined;
     const max = 'ff'.repeat(set.keyLen);
     for (let i = 0; i < els.length; i++) {
       const e = els[i]!;

@@ -177,7 +177,7 @@ describe('named sets and maps in the config', () => {
   it('iface_index elements by name take the index of the interface in the target namespace; an unknown name is an error at its position', () => {
     const interfaces = interfaceTable({ lo: 1, eth0: 7 });
     const text = 'table ip t {\n\tset s { type iface_index; elements = { lo, "eth0", 3 } }\n\tmap m { type iface_index : verdict; elements = { eth0 : drop } }\n}\n';
-    const [s, m] = parseNftConfig(text, 'i.nft', { interfaces }).tables[0]!.sets;
+    const [s, m] = parseNftConfig(text, 'i.nft', { interfaces }).tables[0]!.sets!;
     const indexes = (set: typeof s) => set!.elements.map((e) => e.key!.match(/../g)!.reverse().join('')).map((h) => parseInt(h, 16));
     expect(indexes(s)).toEqual([1, 7, 3]);
     expect(indexes(m)).toEqual([7]);
