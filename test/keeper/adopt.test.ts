@@ -133,6 +133,25 @@ describe('restart onto an existing owned ruleset, adopted by digest', () => {
     expect(await sameLookBothWays()).toEqual([]);
   });
 
+  it('one rule deleted by nft in the middle: its chain decoded (fewer rules than desired), exactly that rule added back', async () => {
+    const h = handles(ns, 'ip', 'adopt', 'post');
+    const mid = N >> 1;
+    ns.nft(`delete rule ip adopt post handle ${h[mid]}\n`);
+    const drift = await sameLookBothWays();
+    expect(drift).toHaveLength(1);
+    expect(drift[0]).toMatch(/^rules-differ post: /);
+    const gen = sock.generation();
+    const { host, repairs: reported } = await restart();
+    expect(host.decoded.sort()).toEqual(['post', 'side']);
+    expect(reported).toHaveLength(1);
+    expect(reported[0]!.ops).toBe(1);
+    expect(sock.generation()).toBe(gen + 1);
+    const after = handles(ns, 'ip', 'adopt', 'post');
+    expect(after.filter((x, i) => i !== mid && x !== h[i])).toEqual([]);
+    expect(chainLines(ns, 'ip', 'adopt', 'post')[mid]).toBe(`ip saddr ${ip(mid)} ip daddr 192.0.2.1 return`);
+    expect(await sameLookBothWays()).toEqual([]);
+  });
+
   it('a rule with the same expressions and another comment: not taken by its expressions, repaired', async () => {
     const h = handles(ns, 'ip', 'adopt', 'post');
     ns.nft(`replace rule ip adopt post handle ${h[3]} ${RULES[3]} comment "not ours"\n`);
