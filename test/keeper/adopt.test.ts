@@ -337,7 +337,7 @@ describe('the digest of what a commit writes is the dump\'s digest of what the k
   });
 });
 
-describe('adoption of a chain longer than one call of desired digests (table.ts sameDigests, 4096 a call)', () => {
+describe('adoption of a chain longer than one call of desired digests (observe.ts desiredChainDigests, 4096 a call)', () => {
   const M = 4096 + 300;
   const YAML_BIG = 'tables:\n  - family: ip\n    name: big\n    protect: false\n    chains:\n      - name: post\n        type: nat\n        hook: postrouting\n' +
     '        priority: srcnat\n        rules:\n' + Array.from({ length: M }, (_, i) => `          - ip saddr ${ip(i)} ip daddr 192.0.2.1 return`).join('\n') + '\n';
