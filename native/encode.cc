@@ -245,18 +245,62 @@ void PutExpression(nlmsghdr* nlh, const Napi::Value& v, uint32_t i) {
   mnl_attr_nest_end(nlh, elem);
 }
 
-void PutExpressions(nlmsghdr* nlh, const Napi::Array& exprs) {
+// The expressions of the rule encoded last in a batch, with their bytes (each one NFTA_LIST_ELEM).
+// A rule whose expression at the same place is the very same object takes its bytes from here
+// instead of encoding it again: the keeper's desired rules share identical expressions (one
+// frozen object, src/model/compact.ts), and in a chain of similar rules most of a rule's
+// expressions are its predecessor's. Valid within one handle scope (the handles it holds).
+struct PreviousExprs {
+  std::vector<napi_value> objects;
+  std::vector<std::string> bytes;
+  void Clear() {
+    objects.clear();
+    bytes.clear();
+  }
+};
+
+void PutExpressions(nlmsghdr* nlh, const Napi::Array& exprs, PreviousExprs* previous = nullptr) {
   Napi::Env env = exprs.Env();
   // NFT_RULE_MAXEXPRS is 128; an attribute length is 16 bits.
-  if (exprs.Length() > 128) throw Napi::TypeError::New(env, "a rule holds at most 128 expressions");
+  uint32_t n = exprs.Length();
+  if (n > 128) throw Napi::TypeError::New(env, "a rule holds at most 128 expressions");
   nlattr* list = mnl_attr_nest_start(nlh, NFTA_RULE_EXPRESSIONS);
-  for (uint32_t i = 0; i < exprs.Length(); i++) {
-    PutExpression(nlh, exprs.Get(i), i);
-    if (reinterpret_cast<char*>(mnl_nlmsg_get_payload_tail(nlh)) - reinterpret_cast<char*>(list) > 0xffff) {
+  // This rule's, becoming `previous` once it is encoded whole.
+  std::vector<napi_value> objects;
+  std::vector<std::string> bytes;
+  if (previous != nullptr) {
+    objects.reserve(n);
+    bytes.reserve(n);
+  }
+  for (uint32_t i = 0; i < n; i++) {
+    Napi::Value v = exprs.Get(i);
+    char* at = static_cast<char*>(mnl_nlmsg_get_payload_tail(nlh));
+    bool same = false;
+    if (previous != nullptr && i < previous->objects.size()) {
+      bool eq = false;
+      same = napi_strict_equals(env, v, previous->objects[i], &eq) == napi_ok && eq;
+    }
+    if (same) {
+      const std::string& b = previous->bytes[i];
+      std::memcpy(at, b.data(), b.size());
+      nlh->nlmsg_len += b.size();
+    } else {
+      PutExpression(nlh, v, i);
+    }
+    char* end = static_cast<char*>(mnl_nlmsg_get_payload_tail(nlh));
+    if (end - reinterpret_cast<char*>(list) > 0xffff) {
       throw Napi::TypeError::New(env, "the rule's expressions exceed 64 KiB");
+    }
+    if (previous != nullptr) {
+      objects.push_back(v);
+      bytes.emplace_back(same ? std::move(previous->bytes[i]) : std::string(at, end));
     }
   }
   mnl_attr_nest_end(nlh, list);
+  if (previous != nullptr) {
+    previous->objects = std::move(objects);
+    previous->bytes = std::move(bytes);
+  }
 }
 
 // --- objects ----------------------------------------------------------------
@@ -345,7 +389,7 @@ void EncodeChain(std::vector<uint8_t>* out, const std::string& verb, const Napi:
 }
 
 void EncodeRule(std::vector<uint8_t>* out, const std::string& verb, const Napi::Object& op,
-                uint32_t seq, const Napi::Value& exprBytes) {
+                uint32_t seq, const Napi::Value& exprBytes, PreviousExprs* previous) {
   uint16_t family = FamilyOf(op);
   uint16_t type = NFT_MSG_NEWRULE, flags = NLM_F_ACK;
   if (verb == "add") flags |= NLM_F_CREATE | NLM_F_APPEND;  // after `position`, or at the end
@@ -393,7 +437,7 @@ void EncodeRule(std::vector<uint8_t>* out, const std::string& verb, const Napi::
       nlh->nlmsg_len += MNL_ALIGN(b.Length());
     } else if (type == NFT_MSG_NEWRULE) {
       if (!Prop(op, "exprs").IsArray()) throw Napi::TypeError::New(op.Env(), "'exprs' must be an array");
-      PutExpressions(nlh, Prop(op, "exprs").As<Napi::Array>());
+      PutExpressions(nlh, Prop(op, "exprs").As<Napi::Array>(), previous);
     }
   } catch (...) {
     nftnl_rule_free(r);
@@ -777,8 +821,10 @@ void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneratio
   constexpr uint32_t kOpsPerScope = 256;
   std::optional<Napi::HandleScope> scope;
   std::optional<Keys> keys;
+  PreviousExprs previous;
   for (uint32_t i = 0; i < ops.Length(); i++) {
     if (i % kOpsPerScope == 0) {
+      previous.Clear();  // its handles go with the scope
       keys.reset();
       scope.reset();
       scope.emplace(env);
@@ -796,7 +842,7 @@ void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneratio
       else if (object == "rule") {
         Napi::Value pre = exprBytes.IsArray() ? exprBytes.As<Napi::Array>().Get(i) : Napi::Value();
         size_t at = out->bytes.size();
-        EncodeRule(&out->bytes, verb, op, next, pre);
+        EncodeRule(&out->bytes, verb, op, next, pre, &previous);
         if (digests && verb != "delete") out->digests[i] = DigestOfRuleMessage(out->bytes.data() + at);
       }
       else if (object == "set") messages = EncodeSet(&out->bytes, verb, op, next);

@@ -114,102 +114,100 @@ export async function observeTable(sock: NftConn, family: Family, name: string,
 async function adoptRules(sock: NftConn, t: TableConfig, only?: readonly string[], written?: WrittenDigests): Promise<Rule[]> {
   const ruleDigests = ruleDigester()!;
   const family = t.family;
-  const dumps = only === undefined ? await sock.listRuleDigests!({ family, table: t.name })
-    : only.length <= CHAIN_DUMPS_UP_TO ? (await Promise.all(only.map((chain) => sock.listRuleDigests!({ family, table: t.name, chain })))).flat()
-      : await sock.listRuleDigests!({ family, table: t.name }).then((ds) => {
+  const dumping = only === undefined ? sock.listRuleDigests!({ family, table: t.name })
+    : only.length <= CHAIN_DUMPS_UP_TO ? Promise.all(only.map((chain) => sock.listRuleDigests!({ family, table: t.name, chain }))).then((ds) => ds.flat())
+      : sock.listRuleDigests!({ family, table: t.name }).then((ds) => {
         const wanted = new Set(only);
         return ds.filter((d) => wanted.has(d.chain));
       });
+  // The desired rules' digests are made while the kernel dumps (its walk of a long chain takes
+  // seconds, and runs off this thread), for every desired chain the dump may hold.
   const desired = new Map(t.chains.map((c) => [c.name, c]));
+  const wantedChains = only === undefined ? t.chains : only.map((c) => desired.get(c)).filter((c) => c !== undefined);
+  const want = desiredChainDigests(wantedChains, ruleDigests, written);
+  const dumps = await dumping;
   const out: Rule[] = [];
   const decode: string[] = [];
-  // The desired chains the kernel holds as many rules of: their digests, compared with the kernel's.
-  const check = dumps.filter((d) => desired.get(d.chain)?.rules.length === d.handles.length);
-  const { same, differ } = sameDigests(check, (d) => desired.get(d.chain)!.rules, ruleDigests, written);
+  // The desired chains the kernel holds as many rules of, their digests the kernel's in order, are
+  // taken as they are; the others are decoded, and their desired digests kept to prove what matches.
+  const differ = new Map<string, readonly string[]>();
   for (const d of dumps) {
     const c = desired.get(d.chain);
-    if (!same.has(d)) {
+    const w = want.get(d.chain);
+    if (c === undefined || w === undefined || !sameList(w, d.digests)) {
+      if (w !== undefined) differ.set(d.chain, w);
       decode.push(d.chain);
       continue;
     }
-    for (let i = 0; i < d.handles.length; i++) out.push(knownRule(t, c!, c!.rules[i]!, d.handles[i]!, d.digests[i]));
+    for (let i = 0; i < d.handles.length; i++) out.push(knownRule(t, c, c.rules[i]!, d.handles[i]!, d.digests[i]));
   }
   if (decode.length === 0) return out;
   const decoded = decode.length <= CHAIN_DUMPS_UP_TO
     ? (await Promise.all(decode.map((chain) => sock.listRules({ family, table: t.name, chain, digests: true })))).flat()
     : await sock.listRules({ family, table: t.name, digests: true }).then((rs) => {
-      const want = new Set(decode);
-      return rs.filter((r) => want.has(r.chain));
+      const wanted = new Set(decode);
+      return rs.filter((r) => wanted.has(r.chain));
     });
   // A decoded rule whose digest is its desired rule's is that rule (rule-key.ts): the diff
   // computes keys only for the others (anonymous sets, rules that differ). By the decoded rule's
   // own digest, so a change between the two dumps is seen.
   let chain: string | undefined;
-  let want: readonly string[] | undefined;
+  let wantOf: readonly string[] | undefined;
   let i = 0;
   for (const r of decoded) {
     if (r.chain !== chain) {
       chain = r.chain;
-      want = differ.get(chain);
+      wantOf = differ.get(chain);
       i = 0;
     }
-    const w = want?.[i];
+    const w = wantOf?.[i];
     if (w && r.digest === w) provedAs(r, desired.get(chain)!.rules[i]!);
     i++;
   }
   return out.concat(decoded);
 }
 
+/** The same digests in the same order, none of them '' (a rule without a digest is decoded). */
+function sameList(want: readonly string[], have: readonly string[]): boolean {
+  if (want.length !== have.length) return false;
+  for (let i = 0; i < want.length; i++) if (want[i] === '' || want[i] !== have[i]) return false;
+  return true;
+}
+
 /**
- * The kernel's chains (`dumps`) whose digests are, rule by rule, those of their desired rules
- * (`rulesOf`, as many), and by chain name the desired rules' digests of the others (adoptRules
- * proves their decoded rules by them). The desired digests are made DIGESTS_PER_CALL rules at a
- * time (a few chains in one call, a big chain in slices) and compared at once: made in one call,
- * every rule's digest string and the expression index that made them were alive together,
- * promoted to the old generation in the middle of a restart's adoption, where its peak was. So
- * only a differing chain's are kept (and a big chain's while its slices are compared).
+ * Each of `chains`' desired rules' digests, by chain name, made DIGESTS_PER_CALL rules at a time (a
+ * few chains in one call, a big chain in slices): the expression index a call builds lives for
+ * that call only; what stays is one digest string per rule.
  */
-function sameDigests(dumps: readonly ChainDigests[], rulesOf: (d: ChainDigests) => ChainConfig['rules'],
-  ruleDigests: RuleDigester, written?: WrittenDigests): { same: Set<ChainDigests>; differ: Map<string, string[]> } {
-  const differ = new Map<string, string[]>();
-  // A chain of several slices: its desired digests so far.
-  const partial = new Map<ChainDigests, string[]>();
-  let group: { d: ChainDigests; from: number; rules: ChainConfig['rules'] }[] = [];
+function desiredChainDigests(chains: readonly Pick<ChainConfig, 'name' | 'rules'>[], ruleDigests: RuleDigester,
+  written?: WrittenDigests): Map<string, string[]> {
+  const out = new Map<string, string[]>();
+  let group: { all: string[]; from: number; rules: ChainConfig['rules'] }[] = [];
   let size = 0;
   const flush = () => {
     const mine = desiredDigests(group.map((g) => g.rules), ruleDigests, written);
-    for (const [k, { d, from }] of group.entries()) {
-      const want = mine[k]!;
-      const n = d.digests.length;
-      let all = want.length === n ? want : partial.get(d);
-      if (all === undefined) partial.set(d, all = new Array<string>(n));
-      if (all !== want) for (let i = 0; i < want.length; i++) all[from + i] = want[i]!;
-      if (from + want.length === n) partial.delete(d);
-      if (differ.has(d.chain)) continue;
-      for (let i = 0; i < want.length; i++) {
-        if (want[i] === '' || want[i] !== d.digests[from + i]) {
-          differ.set(d.chain, all);
-          break;
-        }
-      }
+    for (const [k, { all, from }] of group.entries()) {
+      const got = mine[k]!;
+      for (let i = 0; i < got.length; i++) all[from + i] = got[i]!;
     }
     group = [];
     size = 0;
   };
-  for (const d of dumps) {
-    const rules = rulesOf(d);
-    for (let from = 0; from < rules.length; from += DIGESTS_PER_CALL) {
-      const slice = from === 0 && rules.length <= DIGESTS_PER_CALL ? rules : rules.slice(from, from + DIGESTS_PER_CALL);
+  for (const c of chains) {
+    const all = new Array<string>(c.rules.length);
+    out.set(c.name, all);
+    for (let from = 0; from < c.rules.length; from += DIGESTS_PER_CALL) {
+      const slice = from === 0 && c.rules.length <= DIGESTS_PER_CALL ? c.rules : c.rules.slice(from, from + DIGESTS_PER_CALL);
       if (size + slice.length > DIGESTS_PER_CALL) flush();
-      group.push({ d, from, rules: slice });
+      group.push({ all, from, rules: slice });
       size += slice.length;
     }
   }
   if (group.length > 0) flush();
-  return { same: new Set(dumps.filter((d) => !differ.has(d.chain))), differ };
+  return out;
 }
 
-/** Desired rules digested per ruleDigests call by sameDigests. */
+/** Desired rules digested per ruleDigests call by desiredChainDigests. */
 const DIGESTS_PER_CALL = 4096;
 
 /**

@@ -20,30 +20,104 @@ const CANDIDATES = 4096;
 /**
  * Identical expressions as one frozen object. An expression is a candidate when first seen and
  * shared from its second sighting on; candidates are forgotten CANDIDATES at a time. Keeping every
- * expression's JSON until the end of a load kept a key for each expression no other rule has (a
+ * expression's key until the end of a load kept one for each expression no other rule has (a
  * rule per address: one each), live through the compile and garbage at the install's commit, the
  * start-up's peak. What that costs: an expression met again only after CANDIDATES others is one
  * more object, shared from then on.
+ *
+ * Found by a structural hash and compared field by field (sameExpr), not by a JSON key: building
+ * and hashing a string per compiled expression was a large part of a big config's compile, and
+ * its garbage. Equal here means the same fields in the same order with the same values, which is
+ * what makes JSON.stringify equal: no two expressions a JSON key told apart are shared.
  */
 export class ExprPool {
-  private readonly shared = new Map<string, Expr>();
-  private candidates = new Map<string, Expr>();
+  /** By hash: the expression, or the few whose hashes collide. */
+  private readonly shared = new Map<number, Expr | Expr[]>();
+  private candidates = new Map<number, Expr | Expr[]>();
+
+  /** The structural hash the pool finds an expression by (tests look for a collision with it). */
+  static hashOf(e: Expr): number {
+    return hashOf(e, HASH_SEED);
+  }
 
   intern(e: Expr): Expr {
-    const key = JSON.stringify(e);
-    const s = this.shared.get(key);
+    const h = hashOf(e, HASH_SEED);
+    const s = find(this.shared.get(h), e);
     if (s !== undefined) return s;
-    const c = this.candidates.get(key);
+    const bucket = this.candidates.get(h);
+    const c = find(bucket, e);
     if (c !== undefined) {
-      this.candidates.delete(key);
-      this.shared.set(key, c);
+      if (bucket === c) this.candidates.delete(h);
+      else (bucket as Expr[]).splice((bucket as Expr[]).indexOf(c), 1);
+      put(this.shared, h, c);
       return c;
     }
     if (this.candidates.size >= CANDIDATES) this.candidates = new Map();
     // Frozen as they are: a frozen copy made by spreading gets a hidden class of its own.
-    this.candidates.set(key, Object.freeze(e));
+    put(this.candidates, h, Object.freeze(e));
     return e;
   }
+}
+
+function find(bucket: Expr | Expr[] | undefined, e: Expr): Expr | undefined {
+  if (bucket === undefined) return undefined;
+  if (!Array.isArray(bucket)) return sameExpr(bucket, e) ? bucket : undefined;
+  for (const x of bucket) if (sameExpr(x, e)) return x;
+  return undefined;
+}
+
+function put(m: Map<number, Expr | Expr[]>, h: number, e: Expr): void {
+  const b = m.get(h);
+  if (b === undefined) m.set(h, e);
+  else if (Array.isArray(b)) b.push(e);
+  else m.set(h, [b, e]);
+}
+
+const HASH_SEED = 0x811c9dc5;
+const FNV_PRIME = 0x01000193;
+
+/** FNV-1a-like over an expression's values in field order (the field names by length only: sameExpr compares them). */
+function hashOf(v: unknown, h: number): number {
+  switch (typeof v) {
+    case 'number':
+      return Math.imul(h ^ (v | 0) ^ ((v / 4294967296) | 0), FNV_PRIME);
+    case 'string':
+      for (let i = 0; i < v.length; i++) h = Math.imul(h ^ v.charCodeAt(i), FNV_PRIME);
+      return Math.imul(h ^ v.length, FNV_PRIME);
+    case 'boolean':
+      return Math.imul(h ^ (v ? 3 : 5), FNV_PRIME);
+    case 'object': {
+      if (v === null) return Math.imul(h ^ 7, FNV_PRIME);
+      let n = 0;
+      if (Array.isArray(v)) for (const x of v) h = hashOf(x, Math.imul(h ^ n++, FNV_PRIME));
+      else for (const k in v) h = hashOf((v as Record<string, unknown>)[k], Math.imul(h ^ k.length ^ (n++ << 8), FNV_PRIME));
+      return Math.imul(h ^ n, FNV_PRIME);
+    }
+    default:
+      return Math.imul(h ^ 11, FNV_PRIME);
+  }
+}
+
+/**
+ * The same fields in the same order, their values equal (strictly; objects and arrays by their
+ * contents): an expression's JSON is then the same.
+ */
+export function sameExpr(a: unknown, b: unknown): boolean {
+  if (a === b) return true;
+  if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null) return false;
+  if (Array.isArray(a) || Array.isArray(b)) {
+    if (!Array.isArray(a) || !Array.isArray(b) || a.length !== b.length) return false;
+    for (let i = 0; i < a.length; i++) if (!sameExpr(a[i], b[i])) return false;
+    return true;
+  }
+  const keys: string[] = [];
+  for (const k in a) keys.push(k);
+  let i = 0;
+  for (const k in b) {
+    if (k !== keys[i] || !sameExpr((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k])) return false;
+    i++;
+  }
+  return i === keys.length;
 }
 
 /** Compacts the compiled rules of `tables` in place (each compiled rule once: its frozen list says it was). */

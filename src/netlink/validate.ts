@@ -279,9 +279,17 @@ const KINDS = new Map<string, CompiledKind>(Object.entries(EXPR_SCHEMA).map(([ki
 const checkedFrozen = new WeakSet<readonly Expr[]>();
 const REMEMBER_UP_TO_OP = 64;
 
+/**
+ * The rule expressions checked last: an expression of the next rule that is the same frozen object
+ * at the same place was checked then, and is not again (a chain of compacted rules shares most of
+ * its expressions, src/model/compact.ts).
+ */
+let lastChecked: readonly Expr[] = [];
+
 function validateExprs(exprs: readonly Expr[], index: number): void {
   if (checkedFrozen.has(exprs)) return;
-  validateExprsOnce(exprs, index);
+  validateExprsOnce(exprs, index, 'exprs', lastChecked);
+  lastChecked = exprs;
   if (index < REMEMBER_UP_TO_OP && Object.isFrozen(exprs) && exprs.every((e) => Object.isFrozen(e))) checkedFrozen.add(exprs);
 }
 
@@ -302,10 +310,12 @@ function validateStatefulExprs(exprs: unknown, index: number, at: string): void 
   validateExprsOnce(exprs as Expr[], index, at);
 }
 
-function validateExprsOnce(exprs: readonly Expr[], index: number, at = 'exprs'): void {
+function validateExprsOnce(exprs: readonly Expr[], index: number, at = 'exprs', previous: readonly Expr[] = []): void {
   if (exprs.length > MAX_EXPRS) throw new InvalidOperationError(index, 'exprs', `a rule holds at most ${MAX_EXPRS} expressions`);
   for (let i = 0; i < exprs.length; i++) {
     const e = exprs[i];
+    // Checked as the previous rule's and unchangeable since (a dynset's own list is an array of its own).
+    if (e !== undefined && e === previous[i] && Object.isFrozen(e) && e.kind !== 'dynset') continue;
     const spec = typeof e === 'object' && e !== null && typeof e.kind === 'string' ? KINDS.get(e.kind) : undefined;
     if (spec === undefined) {
       throw new InvalidOperationError(index, `${at}[${i}].kind`,

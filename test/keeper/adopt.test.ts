@@ -112,10 +112,15 @@ describe('restart onto an existing owned ruleset, adopted by digest', () => {
     expect((await k.metrics.repairs.get()).values.filter((v) => v.value !== 0)).toEqual([]);
   });
 
-  it('one rule changed by nft in the middle: its chain decoded, exactly that rule repaired', async () => {
+  /**
+   * The middle rule of 'post' changed by `edit` (nft, given its handle): both reads find the chain
+   * differing, the restart decodes it and repairs exactly that rule in one op (not a rewrite of the
+   * chain); every other rule keeps its handle.
+   */
+  async function oneRuleRepaired(edit: (handle: number) => string): Promise<void> {
     const h = handles(ns, 'ip', 'adopt', 'post');
     const mid = N >> 1;
-    ns.nft(`replace rule ip adopt post handle ${h[mid]} ip saddr 10.99.0.1 ip daddr 192.0.2.1 return\n`);
+    ns.nft(edit(h[mid]!));
     const drift = await sameLookBothWays();
     expect(drift).toHaveLength(1);
     expect(drift[0]).toMatch(/^rules-differ post: /);
@@ -123,7 +128,6 @@ describe('restart onto an existing owned ruleset, adopted by digest', () => {
     const { host, repairs: reported } = await restart();
     expect(host.decoded.sort()).toEqual(['post', 'side']);
     expect(reported).toHaveLength(1);
-    // The changed rule is replaced in place: one op, not a rewrite of the chain; every other rule keeps its handle.
     expect(reported[0]!.ops).toBe(1);
     expect(sock.generation()).toBe(gen + 1);
     const after = handles(ns, 'ip', 'adopt', 'post');
@@ -131,6 +135,14 @@ describe('restart onto an existing owned ruleset, adopted by digest', () => {
     expect(after).toHaveLength(h.length);
     expect(chainLines(ns, 'ip', 'adopt', 'post')[mid]).toBe(`ip saddr ${ip(mid)} ip daddr 192.0.2.1 return`);
     expect(await sameLookBothWays()).toEqual([]);
+  }
+
+  it('one rule changed by nft in the middle: its chain decoded, exactly that rule replaced in place', async () => {
+    await oneRuleRepaired((handle) => `replace rule ip adopt post handle ${handle} ip saddr 10.99.0.1 ip daddr 192.0.2.1 return\n`);
+  });
+
+  it('one rule deleted by nft in the middle: its chain decoded (fewer rules than desired), exactly that rule added back', async () => {
+    await oneRuleRepaired((handle) => `delete rule ip adopt post handle ${handle}\n`);
   });
 
   it('a rule with the same expressions and another comment: not taken by its expressions, repaired', async () => {
@@ -318,7 +330,7 @@ describe('the digest of what a commit writes is the dump\'s digest of what the k
   });
 });
 
-describe('adoption of a chain longer than one call of desired digests (table.ts sameDigests, 4096 a call)', () => {
+describe('adoption of a chain longer than one call of desired digests (observe.ts desiredChainDigests, 4096 a call)', () => {
   const M = 4096 + 300;
   const YAML_BIG = 'tables:\n  - family: ip\n    name: big\n    protect: false\n    chains:\n      - name: post\n        type: nat\n        hook: postrouting\n' +
     '        priority: srcnat\n        rules:\n' + Array.from({ length: M }, (_, i) => `          - ip saddr ${ip(i)} ip daddr 192.0.2.1 return`).join('\n') + '\n';

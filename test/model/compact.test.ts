@@ -3,14 +3,20 @@
  * text in src/rules/compile.ts): shared frozen expressions, and a text that still renders when
  * first read, reads as an ordinary property, and can be assigned.
  */
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config/config.js';
-import { compactAsCompiled, compactRules, ExprPool } from '../../src/model/compact.js';
+import { compactAsCompiled, compactRules, ExprPool, sameExpr } from '../../src/model/compact.js';
 import { diffTable } from '../../src/keeper/table.js';
 import { knownRule } from '../../src/keeper/rule-key.js';
 import type { TableConfig } from '../../src/model/desired.js';
 import type { ObservedTable } from '../../src/netlink/objects.js';
-import { compileRule } from '../../src/rules/index.js';
+import type { Expr } from '../../src/netlink/expr.js';
+import { compileRule, interfaceTable } from '../../src/rules/index.js';
+import { CORPUS } from '../rules/corpus.js';
+import { ruleArb } from '../rules/generate.js';
+
+const INTERFACES = interfaceTable({ lo: 1 });
 
 const yaml = (rules: string[]) => `tables:\n  - family: ip\n    name: t\n    chains:\n      - name: c\n        type: nat\n        hook: postrouting\n` +
   `        priority: srcnat\n        rules:\n${rules.map((r) => `          - ${r}`).join('\n')}\n`;
@@ -52,6 +58,101 @@ describe('compactRules', () => {
     expect(third).toBe(second);
     expect(pool.intern(e())).toBe(second);
     expect(Object.isFrozen(first) && Object.isFrozen(second)).toBe(true);
+  });
+
+  it('shares two expressions exactly when their JSON is the same: every pair of the oracle corpus\'s expressions', () => {
+    // Each corpus rule compiled twice: the second compile's expressions are other objects with the same JSON.
+    const compile = () => CORPUS.flatMap((c) => {
+      try {
+        return compileRule(c.text, { family: c.family, table: 't', chain: 'c', interfaces: INTERFACES }).exprs;
+      } catch {
+        return [];  // a rule the oracle checks nft refuses too
+      }
+    });
+    const exprs = [...compile(), ...compile()];
+    const json = exprs.map((e) => JSON.stringify(e));
+    expect(new Set(json).size).toBeGreaterThan(200);
+    // Pairwise: structurally the same exactly when the JSON key (the pool's former key) is.
+    for (let i = 0; i < exprs.length; i++) {
+      for (let j = i + 1; j < exprs.length; j++) {
+        if (sameExpr(exprs[i], exprs[j]) !== (json[i] === json[j])) expect.fail(`${json[i]} and ${json[j]}`);
+      }
+    }
+    // Interned: one object per JSON key, each frozen, and each the expression it stands for.
+    const pool = new ExprPool();
+    const byKey = new Map<string, Expr>();
+    for (let pass = 0; pass < 3; pass++) {
+      exprs.forEach((e, i) => {
+        const got = pool.intern(e);
+        expect(JSON.stringify(got)).toBe(json[i]);
+        if (pass === 2) {
+          if (!byKey.has(json[i]!)) byKey.set(json[i]!, got);
+          expect(got).toBe(byKey.get(json[i]!));
+        }
+      });
+    }
+  });
+
+  it('shares generated rules\' expressions by their JSON, never two that differ', () => {
+    fc.assert(fc.property(fc.array(ruleArb(), { minLength: 2, maxLength: 8 }), (gens) => {
+      const pool = new ExprPool();
+      const seen = new Map<Expr, string>();
+      for (let pass = 0; pass < 2; pass++) {
+        for (const g of gens) {
+          let exprs: Expr[];
+          try {
+            exprs = compileRule(g.text, { family: g.family, table: 't', chain: 'c', interfaces: INTERFACES }).exprs;
+          } catch {
+            continue;
+          }
+          for (const e of exprs) {
+            const key = JSON.stringify(e);
+            const got = pool.intern(e);
+            const was = seen.get(got);
+            if (was !== undefined && was !== key) return false;
+            seen.set(got, key);
+          }
+        }
+      }
+      // The second pass found every expression of the first: one object per key.
+      return new Set(seen.values()).size === seen.size;
+    }), { numRuns: 200 });
+  });
+
+  it('tells apart expressions whose hashes collide, and shares each of them', () => {
+    // Two different expressions with the same structural hash, found by trying: the pool compares
+    // field by field within a hash.
+    const pool = new ExprPool();
+    const byHash = new Map<number, Expr>();
+    const mk = (i: number): Expr => ({ kind: 'cmp', sreg: 1, op: 'eq', data: i.toString(16).padStart(8, '0') });
+    let pair: [Expr, Expr] | undefined;
+    for (let i = 0; !pair && i < 1_000_000; i++) {
+      const e = mk(i);
+      const h = ExprPool.hashOf(e);
+      const other = byHash.get(h);
+      if (other) pair = [other, e];
+      else byHash.set(h, e);
+    }
+    expect(pair).toBeDefined();
+    const [a, b] = pair!.map((e) => JSON.parse(JSON.stringify(e)) as Expr);
+    const a1 = pool.intern(a!);
+    const b1 = pool.intern(b!);
+    expect(b1).not.toBe(a1);
+    // Second sightings (candidates become shared), then third (shared), each its own.
+    for (let k = 0; k < 2; k++) {
+      expect(pool.intern(JSON.parse(JSON.stringify(a)))).toBe(a1);
+      expect(pool.intern(JSON.parse(JSON.stringify(b)))).toBe(b1);
+    }
+  });
+
+  it('shares by field order and kind of value as JSON does: other order, a string for a number, undefined fields', () => {
+    expect(sameExpr({ kind: 'meta', key: 'mark', dreg: 1 }, { kind: 'meta', key: 'mark', dreg: 1 })).toBe(true);
+    expect(sameExpr({ kind: 'meta', key: 'mark', dreg: 1 }, { kind: 'meta', dreg: 1, key: 'mark' })).toBe(false);
+    expect(sameExpr({ kind: 'meta', key: 'mark', dreg: 1 }, { kind: 'meta', key: 'mark', dreg: '1' })).toBe(false);
+    expect(sameExpr({ kind: 'meta', key: 'mark' }, { kind: 'meta', key: 'mark', dreg: undefined })).toBe(false);
+    expect(sameExpr({ kind: 'dynset', exprs: [{ kind: 'counter' }] }, { kind: 'dynset', exprs: [{ kind: 'counter' }] })).toBe(true);
+    expect(sameExpr({ kind: 'dynset', exprs: [{ kind: 'counter' }] }, { kind: 'dynset', exprs: [{ kind: 'counter' }, { kind: 'counter' }] })).toBe(false);
+    expect(sameExpr({ kind: 'dynset', exprs: [] }, { kind: 'dynset', exprs: {} })).toBe(false);
   });
 
   it('keeps the text lazy, readable, enumerable and assignable, and spreads carry no hidden slots', () => {

@@ -287,6 +287,34 @@ describe('error paths', () => {
     expect(b.length).toBe(1);
   });
 
+  it('checks an expression again unless it is the previous rule\'s frozen object at the same place', () => {
+    const load = Object.freeze({ kind: 'payload', base: 'network', offset: 12, len: 4, dreg: 1 }) as Expr;
+    const verdict = Object.freeze({ kind: 'immediate', dreg: 0, verdict: 'accept' }) as Expr;
+    const cmp = (data: string) => Object.freeze({ kind: 'cmp', sreg: 1, op: 'eq', data }) as Expr;
+    const b = new Batch();
+    b.push(addRule([load, cmp('0a000001'), verdict]));
+    b.push(addRule([load, cmp('0a000002'), verdict]));
+    const refused = (exprs: Expr[]) => {
+      try {
+        b.push(addRule(exprs));
+      } catch (e) {
+        expect(e).toBeInstanceOf(InvalidOperationError);
+        return (e as InvalidOperationError).field;
+      }
+      return undefined;
+    };
+    // A bad expression where the previous rule had a good one, the good ones shared.
+    expect(refused([load, cmp('zz'), verdict])).toBe('exprs[1].data');
+    // Shared objects the previous rule had at other places are checked (and pass).
+    expect(refused([verdict, load])).toBeUndefined();
+    // The same object, not frozen, changed since it was checked: checked again.
+    const loose = { kind: 'cmp', sreg: 1, op: 'eq', data: '0a000003' } as Expr & { data: string };
+    expect(refused([load, loose])).toBeUndefined();
+    loose.data = 'zz';
+    expect(refused([load, loose])).toBe('exprs[1].data');
+    expect(b.length).toBe(4);
+  });
+
   it('a malformed op in an array never reaches the kernel', async () => {
     await withSocket(async (s) => {
       const g = s.generation();

@@ -1,4 +1,10 @@
 /**
+ * A big batch encodes an expression object the previous rule had at the same place once (native
+ * encode.cc, PreviousExprs): every rule the kernel then holds must be the one its expressions say,
+ * whether its expressions are its predecessor's objects, equal copies, or the same objects at
+ * other places, across the encoder's handle scopes, and an error still names the op and the
+ * expression.
+ *
  * A small commit takes a frozen rule's expressions encoded once (socket.ts, encodeExprs): the rule
  * the kernel then holds must be the one the expressions say, the first time (encoded and cached)
  * and every time after (from the cache), at any position; a rule whose expressions are not frozen
@@ -46,6 +52,44 @@ add rule ip t c ip saddr 10.0.0.3 return`);
         s.close();
       }
     }, 'preenc');
+  });
+
+  it('a big batch of rules sharing expression objects installs each rule as its expressions say', async () => {
+    await withNetns(async (ns) => {
+      ns.nft('add table ip t\nadd chain ip t c');
+      const s = open({ netns: ns.path });
+      try {
+        // Shared objects, as the keeper's compacted rules have them, in places that change from rule to rule.
+        const load = exprsOf('ip saddr 10.0.0.1 return')[0]!;
+        const counter = Object.freeze({ kind: 'counter' }) as Expr;
+        const verdicts = ['return', 'accept', 'drop'].map((v) => exprsOf(`ip saddr 10.0.0.1 ${v}`).at(-1)!);
+        const texts: string[] = [];
+        const lists: Expr[][] = [];
+        for (let i = 0; i < 700; i++) {
+          const addr = `10.1.${i >> 8}.${i & 255}`;
+          const text = i % 7 === 3 ? `ip saddr ${addr} ${['return', 'accept', 'drop'][i % 3]}`
+            : i % 11 === 5 ? `counter ip saddr ${addr} ${['return', 'accept', 'drop'][i % 3]}`
+              : `ip saddr ${addr} counter ${['return', 'accept', 'drop'][i % 3]}`;
+          texts.push(text);
+          // The compiled rule with its shared parts swapped for the shared objects (some rules keep their own copies).
+          lists.push(exprsOf(text).map((e) => (i % 13 === 0 ? e : e.kind === 'counter' ? counter
+            : JSON.stringify(e) === JSON.stringify(load) ? load
+              : verdicts.find((v) => JSON.stringify(v) === JSON.stringify(e)) ?? e)));
+        }
+        const batch = new Batch();
+        for (const exprs of lists) batch.add('rule', { ...at, exprs });
+        await s.commit(batch);
+        const got = (await s.listRules(at)).map((r) => ruleKey({ exprs: r.exprs }));
+        expect(got).toEqual(texts.map((t) => ruleKey({ exprs: exprsOf(t) })));
+        // The encoder's error for a bad expression where the previous rule had a good object still
+        // names it (straight to the addon: the batch's validation would refuse it first).
+        const bad = Array.from({ length: 300 }, (_, i) => ({ verb: 'add', object: 'rule', ...at, exprs: i === 299 ? [load, { kind: 'nosuch' }] : [load, counter] }));
+        await expect(Promise.resolve().then(() => s.nativeSocket.commit(bad as never, undefined, false, undefined, false))).rejects.toThrow(/operation 299: exprs\[1\]: unknown kind 'nosuch'/);
+        expect(await s.listRules(at)).toHaveLength(700);
+      } finally {
+        s.close();
+      }
+    }, 'shared');
   });
 
   it('encodeExprs gives the same bytes for equal expressions and refuses what the encoder refuses', () => {
