@@ -265,6 +265,11 @@ export class Mirror {
     return true;
   }
 
+  /** What our commit producing `generation` was planned to do (undefined: none expected). */
+  expectedAt(generation: number): readonly Expected[] | undefined {
+    return this.expected.get(generation);
+  }
+
   /** The commit expected at `generation` did not happen. */
   forget(generation: number): void {
     this.expected.delete(generation);

@@ -56,6 +56,7 @@ interface Unechoed {
 
 /** What a look may plan from: the view's rules (undefined: read the kernel), and whether they were read now. */
 export interface Held {
+  /** The rules of the tables held (known.table(t)); a table they do not hold, the look reads. */
   known?: KnownState;
   /** Confirmed by a read (digests, or the chains an unechoed commit wrote), not only by the generation or the events. */
   read: boolean;
@@ -71,8 +72,13 @@ export class KernelView {
   private stopped: () => boolean = () => false;
   /** The last generation whose commit touched an owned table (ours included), from the events. */
   private lastTouch = 0;
-  /** Owned table names by family (no key string built per event: follow() runs on the repair's path). */
-  private owned = new Map<string, Set<string>>();
+  /** The last generation whose commit touched every owned table at once (a truncated batch: which, unknown). */
+  private touchedAll = 0;
+  /**
+   * Per owned table by family and name (no key string built per event: follow() runs on the
+   * repair's path), the last generation whose commit touched it.
+   */
+  private owned = new Map<string, Map<string, { touched: number }>>();
 
   /**
    * From now on the view follows the monitor's batches (follow), whose progress proves it current.
@@ -91,12 +97,29 @@ export class KernelView {
 
   /** The owned tables (the monitor's filter): which batches touch them. */
   setOwned(tables: readonly { family: string; name: string }[]): void {
+    const before = this.owned;
     this.owned = new Map();
     for (const t of tables) {
       let names = this.owned.get(t.family);
-      if (!names) this.owned.set(t.family, names = new Set());
-      names.add(t.name);
+      if (!names) this.owned.set(t.family, names = new Map());
+      // A table owned before keeps its touches; a new one has none the view knows of, and none matter:
+      // its rules are held only from a look or our commit, after which the events' proof starts.
+      names.set(t.name, before.get(t.family)?.get(t.name) ?? { touched: 0 });
     }
+  }
+
+  /** The last generation whose commit touched `t` (an owned table), or every owned table. */
+  private touchedAt(t: { family: string; name: string }): number {
+    return Math.max(this.touchedAll, this.owned.get(t.family)?.get(t.name)?.touched ?? this.lastTouch);
+  }
+
+  /** A commit at `generation` touched `t`. */
+  private touch(family: string, table: string, generation: number): boolean {
+    const o = this.owned.get(family)?.get(table);
+    if (!o) return false;
+    if (o.touched < generation) o.touched = generation;
+    if (this.lastTouch < generation) this.lastTouch = generation;
+    return true;
   }
 
   // ---- currency ----
@@ -149,12 +172,7 @@ export class KernelView {
 
   /** untouched(), after waiting for the monitor to catch up with `to` as a repair does (EVENTS_WAIT_MS). */
   private async untouchedSince(from: number, to: number): Promise<boolean> {
-    const progress = this.progressOf!;
-    const waitUntil = performance.now() + EVENTS_WAIT_MS;
-    while (this.eventsLag(to, progress()) && performance.now() < waitUntil && !this.stopped()) {
-      await new Promise((r) => setImmediate(r));
-    }
-    return this.untouched(from, to, progress());
+    return await this.eventsCover(from, to) && this.lastTouch <= from;
   }
 
   /** The monitor has not seen `to` yet, or has batches on their way to follow(). */
@@ -163,12 +181,33 @@ export class KernelView {
   }
 
   /**
-   * The rules a look at `generation` may plan from instead of a dump, and how they were proved: the
-   * generation has not moved since they were exact; or the events prove no commit since touched an
-   * owned table (the content moves to `generation`); or a digest dump confirms them (a read). A sole
-   * commit of ours too big to echo is read first (the chains it added rules to), when nothing
-   * touched the tables since. `readBack`: the safety net's read, which does not take the
-   * generation's or the events' word. `read` is called for each read made.
+   * Per owned table of `tables`, whether the view holds it exact at `generation` (the kernel's now,
+   * or the monitor's last): its rules were exact at G and either G is `generation`, or the events
+   * cover every commit since and none of them touched this table. Else unknown, and why.
+   */
+  tableCurrency(t: TableConfig, generation: number, p = this.progressOf?.()): Currency {
+    const known = this.known;
+    if (!known?.table(t)) return { exact: false, generation: known?.generation ?? 0, reason: 'no rules held' };
+    const why = this.staleness(t, known.generation, generation, p);
+    return why ? { exact: false, generation: known.generation, reason: why } : { exact: true, generation };
+  }
+
+  /** Why rules of `t` exact at `from` are not the kernel's at `to` by the generation and the events (undefined: they are). */
+  private staleness(t: TableConfig, from: number, to: number, p: MonitorProgress | undefined): string | undefined {
+    if (from === to) return undefined;
+    if (!p || !this.followed || !runCovers(from, to, this.followed.applied, p)) return `the events do not cover the commits after ${from}`;
+    const at = this.touchedAt(t);
+    return at > from ? `commit ${at} touched it` : undefined;
+  }
+
+  /**
+   * The rules a look at `generation` may plan from instead of a dump, per table, and how they were
+   * proved: the generation has not moved since they were exact; or the events prove no commit since
+   * touched that table (the content moves to `generation`); or a digest dump of that table confirms
+   * them (a read). A table proved none of these ways is dropped from the rules: the look reads it,
+   * and only it. A sole commit of ours too big to echo is read first (the chains it added rules
+   * to), when nothing touched the tables since. `readBack`: the safety net's read, which does not
+   * take the generation's or the events' word. `read` is called for each read made.
    */
   async heldAt(conn: NftConn, generation: number, tables: readonly TableConfig[], readBack: boolean, read: () => void): Promise<Held> {
     const unechoed = this.unechoed;
@@ -179,32 +218,57 @@ export class KernelView {
       readUnechoed = await this.readUnechoed(conn, unechoed, generation, read);
     }
     const trust = !readBack || readUnechoed;
-    const before = this.known;
-    if (trust && before?.generation === generation && before.covers(tables)) return { known: before, read: readUnechoed };
-    if (trust && before?.covers(tables) && this.followed && await this.untouchedSince(before.generation, generation) && this.known === before) {
-      before.advance(generation);
-      return { known: before, read: readUnechoed };
+    const known = this.known;
+    const have = known?.held(tables) ?? [];
+    if (!known || have.length === 0) {
+      this.known = undefined;
+      return { read: false };
+    }
+    let stale = have;
+    if (trust && known.generation === generation) {
+      stale = [];
+    } else if (trust && this.followed && await this.eventsCover(known.generation, generation) && this.known === known) {
+      const p = this.progressOf!();
+      stale = have.filter((t) => this.staleness(t, known.generation, generation, p) !== undefined);
+    }
+    if (stale.length === 0) {
+      known.advance(generation);
+      return { known, read: readUnechoed };
     }
     const m = this.followed;
     // A named set whose elements the followed content holds, exact now and clean for it, is not read.
     const held = m && ((t: TableConfig, set: string) => this.exactAt(generation) && m.elementsDiffering(t.family, t.name, set) === 0);
-    if (this.known?.covers(tables) && await this.known.revalidate(conn, generation, tables, held)) {
-      read();
-      return { known: this.known, read: true };
+    const failed = await known.revalidate(conn, generation, stale, held);
+    // Counted as a read where it confirmed a table (else the look's dump is the read).
+    if (failed && failed.length < stale.length) read();
+    if (!failed || failed.length === have.length) {
+      this.known = undefined;  // stale: let its rules go before the dump decodes new ones
+      return { read: false };
     }
-    this.known = undefined;  // stale: let its rules go before the dump decodes new ones
-    return { read: false };
+    // Read now (digests), unless some tables are held only by the events; the others the look reads.
+    return { known, read: stale.length === have.length };
+  }
+
+  /** The events cover every commit after `from` up to `to`, after waiting for the monitor to catch up with `to` (EVENTS_WAIT_MS). */
+  private async eventsCover(from: number, to: number): Promise<boolean> {
+    const progress = this.progressOf!;
+    const waitUntil = performance.now() + EVENTS_WAIT_MS;
+    while (this.eventsLag(to, progress()) && performance.now() < waitUntil && !this.stopped()) {
+      await new Promise((r) => setImmediate(r));
+    }
+    return runCovers(from, to, this.followed!.applied, progress());
   }
 
   // ---- feeders: a look ----
 
   /**
    * A look at `generation` found `tables` as desired (learn): from `known` (the view's own rules,
-   * planned from) only the chains it compared are learnt anew; from a read, the rules read.
+   * planned from) only the chains it compared are learnt anew, and the tables it read besides are
+   * taken as read; from a read of every table, the rules read.
    */
   fromLook(generation: number, tables: readonly TableConfig[], observed: readonly ObservedTable[], known: KnownState | undefined): void {
     if (known && known === this.known) {
-      if (!known.confirm(tables)) this.known = undefined;
+      if (!known.confirm(tables, observed)) this.known = undefined;
     } else this.known = KnownState.fromCleanLook(generation, tables, observed);
   }
 
@@ -296,8 +360,12 @@ export class KernelView {
    * not cover the plan; its events say it then.
    */
   learnCommit(generation: number, handles: ReadonlyMap<number, number>): boolean {
-    if (!this.followed!.learnCommit(generation, handles)) return false;
-    this.lastTouch = Math.max(this.lastTouch, generation);
+    const planned = this.followed!.expectedAt(generation);
+    if (!planned || !this.followed!.learnCommit(generation, handles)) return false;
+    for (const x of planned) {
+      const on = 'element' in x ? x.element : x.chain;
+      this.touch(on.family, on.table, generation);
+    }
     return true;
   }
 
@@ -307,9 +375,12 @@ export class KernelView {
   follow(b: MonitorBatch, ownPort: number): MirrorOutcome {
     // An overflow lost commits: the monitor's run starts again (runStart), which the proofs check.
     if (!b.overflow) {
-      let touched = b.truncated;
-      for (let i = 0; !touched && i < b.events.length; i++) touched = this.owned.get(b.events[i]!.family)?.has(b.events[i]!.table) === true;
-      if (touched) this.lastTouch = Math.max(this.lastTouch, b.generation);
+      if (b.truncated) {
+        // Events were left out: any owned table may have been touched.
+        this.touchedAll = Math.max(this.touchedAll, b.generation);
+        this.lastTouch = Math.max(this.lastTouch, b.generation);
+      }
+      for (let i = 0; i < b.events.length; i++) this.touch(b.events[i]!.family, b.events[i]!.table, b.generation);
     }
     return this.followed ? this.followed.apply(b, ownPort) : 'invalid';
   }
