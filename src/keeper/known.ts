@@ -36,6 +36,7 @@ import { knownRule, hasKey, sameKey } from './rule-key.js';
 import { derivationOf, type Derivation } from '../model/derivation.js';
 import { knownSets, objectsUnknown, tableKey, volatileSet, type KnownTable } from './known-table.js';
 import { followCommit } from './follow-commit.js';
+import type { FollowedTable } from './mirror.js';
 
 export class KnownState {
   private constructor(public generation: number, private readonly tables: Map<string, KnownTable>) {}
@@ -232,6 +233,52 @@ export class KnownState {
       }
     }
     return true;
+  }
+
+  /**
+   * The events followed table `held.desired` to where the kernel holds it as desired (the mirror,
+   * exact at a later generation than this state): its known rules take the handles the events
+   * gave. Rules whose handle and desired rule stay are kept as they are, digest and all; a rule
+   * re-added under a new handle has no digest until a decoding read. False when the state does not
+   * hold the table with exactly those chains: the caller drops it.
+   */
+  takeFollowed(held: FollowedTable): boolean {
+    const t = held.desired;
+    const kt = this.table(t);
+    if (!kt || kt.observed.chains.size !== t.chains.length) return false;
+    for (const c of t.chains) {
+      const handles = held.handles(c.name);
+      const prev = kt.observed.rules.get(c.name);
+      if (!handles || !prev || !kt.observed.chains.has(c.name) || handles.length !== c.rules.length) return false;
+      if (kt.verified.get(c.name) === c && prev.length === handles.length && prev.every((r, j) => r.handle === handles[j])) continue;
+      const kept = new Map(prev.map((r) => [r.handle!, r]));
+      kt.observed.rules.set(c.name, c.rules.map((r, j) => {
+        const k = kept.get(handles[j]!);
+        if (k && hasKey(k) && k.exprs === r.compiled.exprs) return k;
+        return knownRule(t, c, r, handles[j]!, k?.exprs === r.compiled.exprs ? k.digest : undefined);
+      }));
+      kt.verified.set(c.name, c);
+    }
+    // A followed set holds its desired elements (it is clean); the events changed no other.
+    for (const s of t.sets ?? []) {
+      if (!held.followsSet(s.name) || kt.verifiedSets.get(s.name) === s) continue;
+      const have = kt.observed.sets.get(s.name);
+      if (!have) return false;
+      kt.observed.sets.set(s.name, { set: have.set, elements: s.elements });
+      kt.verifiedSets.set(s.name, s);
+    }
+    kt.whole = t;
+    return true;
+  }
+
+  /** Lets the rules of `t` go: the next look reads it. */
+  drop(t: { family: string; name: string }): void {
+    this.tables.delete(tableKey(t));
+  }
+
+  /** The tables held, by family and name. */
+  heldTables(): { family: string; name: string }[] {
+    return [...this.tables.values()].map((kt) => ({ family: kt.observed.family, name: kt.observed.name }));
   }
 
   /**

@@ -218,6 +218,7 @@ export class KernelView {
       readUnechoed = await this.readUnechoed(conn, unechoed, generation, read);
     }
     const trust = !readBack || readUnechoed;
+    this.takeFollowed();
     const known = this.known;
     const have = known?.held(tables) ?? [];
     if (!known || have.length === 0) {
@@ -247,6 +248,28 @@ export class KernelView {
     }
     // Read now (digests), unless some tables are held only by the events; the others the look reads.
     return { known, read: stale.length === have.length };
+  }
+
+  /**
+   * The rules take what the events followed since they were exact: when the followed content is in
+   * force at a later generation M and accounts for every commit from the rules' generation up to M
+   * (it was seeded at or before that generation, and has followed or learnt every commit since; or
+   * the monitor's run covers the commits in between), each table a commit touched meanwhile takes
+   * the handles the events gave, where the kernel holds it as desired (else it is let go, and read
+   * by the next look), and the rules are exact at M.
+   */
+  private takeFollowed(): void {
+    const known = this.known;
+    const m = this.followed;
+    if (!known || !m?.valid || known.generation >= m.generation) return;
+    const p = this.progressOf?.();
+    if (m.seededAt > known.generation && !(p && runCovers(known.generation, m.generation, m.applied, p))) return;
+    for (const t of known.heldTables()) {
+      if (this.touchedAt(t) <= known.generation) continue;
+      const held = m.asDesired(t.family, t.name);
+      if (!held || !known.takeFollowed(held)) known.drop(t);
+    }
+    known.advance(m.generation);
   }
 
   /** The events cover every commit after `from` up to `to`, after waiting for the monitor to catch up with `to` (EVENTS_WAIT_MS). */
@@ -395,7 +418,10 @@ export class KernelView {
    * elements changed (retarget), else it is unknown; the rules stay (a look compares them).
    */
   desiredChanged(desired: readonly TableConfig[]): void {
-    if (this.followed && !this.followed.retarget(desired)) this.followed.invalidate('the desired state changed');
+    if (this.followed && !this.followed.retarget(desired)) {
+      this.takeFollowed();  // before the followed content goes
+      this.followed.invalidate('the desired state changed');
+    }
   }
 
   // ---- planning from the followed content ----
