@@ -23,7 +23,8 @@
  *
  * It is the kernel view's rules (view.ts, which alone holds and feeds it). One table as known is
  * a KnownTable (known-table.ts); following our own commit is follow-commit.ts; the events' proof
- * that a commit elsewhere left the tables alone is the view's (KernelView.untouched).
+ * that no commit touched a table is the view's (KernelView.tableCurrency), and a table the events
+ * did touch takes the handles they followed (takeFollowed) or is confirmed or read on its own.
  */
 import type { TableConfig } from '../model/desired.js';
 import type { SetConfig } from '../model/sets.js';

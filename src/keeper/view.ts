@@ -9,18 +9,24 @@
  * - the echo of our own commit (followCommit for a full pass's batch, learnCommit for a repair
  *   planned from the events), which the guard proves was the only commit since the look;
  * - the monitor's events (follow): a foreign commit in an owned table is followed rule by rule and
- *   element by element, or makes the view unknown (an overflow, a gap in the run of whole commits,
- *   a truncated batch, an event it cannot follow).
+ *   element by element, or makes the followed content unknown (an overflow, a gap in the run of
+ *   whole commits, a truncated batch, an event it cannot follow).
  *
- * It holds two kinds of content, each with the generation it is exact at:
- * - the rules of each owned table as a look or our commit left them (known.ts: per chain, each
- *   rule's handle with the desired rule it is), which a full pass plans from without a dump;
+ * Its currency is per owned table (tableCurrency): exact at a generation, or unknown and why. The
+ * view notes, per owned table, the last commit that touched it (an event in it, our echoed repair
+ * of it; a truncated batch touches them all), and the monitor's run of whole commits
+ * (MonitorProgress) proves that no other commit did. A table untouched since its rules were exact
+ * is exact now; a touched one is confirmed by a digest dump of that table alone, or read; an
+ * overflow or a gap in the run, which cannot be told to a table, leaves every table to be confirmed.
+ *
+ * It holds the kernel in two shapes, both fed as above:
+ * - the rules of each owned table (known.ts: per chain, each rule's handle with the desired rule
+ *   it is), which a full pass plans from without a dump;
  * - per desired chain and followed set, the kernel handles and where the kernel differs (mirror.ts),
  *   which the event repairs plan from.
- * Their currency is one proof, made here: the generation the content was exact at, the monitor's
- * run of whole commits since (MonitorProgress), every batch it delivered taken, and which of them
- * touched an owned table. The rules' content does not follow a foreign commit: a touch after it
- * leaves it to be confirmed by a digest dump (KnownState.revalidate) or read again.
+ * The rules take what the events followed (takeFollowed): a table touched since the rules were
+ * exact takes the handles the followed content holds, where that holds it as desired, so a full
+ * pass after a foreign change the events followed (and its repair) reads nothing.
  */
 import type { TableConfig } from '../model/desired.js';
 import type { Batch } from '../netlink/batch.js';
@@ -42,7 +48,7 @@ export type { KnownState };
  */
 export const EVENTS_WAIT_MS = 100;
 
-/** The view's followed content: exact at a generation, or unknown and why. */
+/** A content's currency (the followed content's, or one table's): exact at a generation, or unknown and why. */
 export type Currency = { exact: true; generation: number } | { exact: false; generation: number; reason: string };
 
 /** Our last commit, sole but too big to echo: read at its generation by the next look (see heldAt). */
