@@ -1,6 +1,7 @@
 #include "encode.h"
 
 #include <cstdio>
+#include <cstring>
 #include <arpa/inet.h>
 #include <cerrno>
 #include <libmnl/libmnl.h>
@@ -46,9 +47,16 @@ constexpr size_t kMaxMessage = 4 << 20;
 
 // Messages are built in a scratch buffer and then appended, so a big batch
 // costs one copy per message, not a clear of the whole buffer per message.
+// libmnl 1.0.4 leaves an attribute's padding as the buffer had it, so what the
+// last message wrote is cleared first: the bytes sent pad with zeros, as nft's do.
 char* Reserve(std::vector<uint8_t>* /*out*/) {
-  static thread_local std::unique_ptr<char[]> scratch(new char[kMaxMessage]);
-  return scratch.get();
+  static thread_local std::unique_ptr<char[]> scratch(new char[kMaxMessage]());
+  char* buf = scratch.get();
+  // The last message's length, also when its build threw half-way: libmnl grows
+  // nlmsg_len with every attribute it puts.
+  const uint32_t used = reinterpret_cast<const nlmsghdr*>(buf)->nlmsg_len;
+  if (used > 0) memset(buf, 0, used <= kMaxMessage ? MNL_ALIGN(used) : kMaxMessage);
+  return buf;
 }
 
 // Appends the message just built in the scratch buffer to `out`.
@@ -640,10 +648,9 @@ Napi::Value EncodeExpressions(const Napi::CallbackInfo& info) {
   return Napi::Buffer<uint8_t>::Copy(env, start, static_cast<size_t>(end - start));
 }
 
-// libmnl marks every nest it opens NLA_F_NESTED and leaves the padding after an attribute as the
-// scratch buffer had it; nf_tables dumps nests without the flag and pads with zeros. Both are
+// libmnl marks every nest it opens NLA_F_NESTED; nf_tables dumps nests without the flag. It is
 // undone here, recursively (every nest of ours carries the flag), so that the bytes are the ones
-// the kernel's dump gives for the same expressions.
+// the kernel's dump gives for the same expressions (the padding is zero already: see Reserve).
 void AsTheKernelDumps(uint8_t* p, size_t len) {
   size_t off = 0;
   while (off + sizeof(nlattr) <= len) {
@@ -653,9 +660,7 @@ void AsTheKernelDumps(uint8_t* p, size_t len) {
       a->nla_type &= ~NLA_F_NESTED;
       AsTheKernelDumps(p + off + sizeof(nlattr), a->nla_len - sizeof(nlattr));
     }
-    size_t next = off + MNL_ALIGN(a->nla_len);
-    for (size_t i = off + a->nla_len; i < next && i < len; i++) p[i] = 0;
-    off = next;
+    off += MNL_ALIGN(a->nla_len);
   }
 }
 
