@@ -86,7 +86,7 @@ const B: Budgets = full
       : { install: 3, repair: n >= 10_000 ? 200 : 300, change: 20, exec: 10, gapMs: n >= 10_000 ? 60 : 20 }) },
     s7: { owners: 1000, passes: 30, rssSizes: [0, 10_000, 100_000], inFlight: [8, 32], root: rootArg() },
     s8: { chainSizes: [10_000, 100_000], services: [1000, 10_000], reps: (n) => (n >= 50_000 ? 3 : 7), daemonSizes: [10_000, 100_000],
-      repairRules: [4, 10_000], repairElements: [100_000], repairs: 30, repairGapMs: 2600, neighbourSeconds: 10 },
+      repairRules: [4, 10_000], repairElements: [100_000], repairs: 30, repairGapMs: 2600, neighbourSeconds: 10, neighbourRuns: 3 },
   }
   : {
     s1: {
@@ -101,8 +101,8 @@ const B: Budgets = full
     s5: { sizes: sizes([0, 10_000]), reps: () => 3, owned: true },
     s6: { sizes: sizes([4, 100, 10_000]), reps: (n) => ({ install: 3, repair: n >= 10_000 ? 50 : 200, change: n >= 10_000 ? 5 : 10, exec: 5, gapMs: n >= 10_000 ? 60 : 20 }) },
     s7: { owners: 1000, passes: 15, rssSizes: [0, 10_000, 100_000], inFlight: [8, 32], root: rootArg() },
-    s8: { chainSizes: [10_000], services: [1000], reps: () => 5, daemonSizes: [10_000], repairRules: [4, 10_000], repairElements: [10_000],
-      repairs: 10, repairGapMs: 2600, neighbourSeconds: 5 },
+    s8: { chainSizes: [10_000], services: [1000], reps: () => 5, daemonSizes: [10_000], repairRules: [4, 10_000], repairElements: [100_000],
+      repairs: 10, repairGapMs: 2600, neighbourSeconds: 5, neighbourRuns: 3 },
   };
 
 /** --s8-parts commands,ready,…: only these parts of S8 (a before/after of the commands alone, say). */
@@ -169,7 +169,7 @@ function budgetLines(): string[] {
     if (parts.has('repairs')) {
       said.push(`${B.s8.repairs} repairs ${B.s8.repairGapMs} ms apart as deployed at ${B.s8.repairRules.map(n).join(', ')} rules and ${B.s8.repairElements.map(n).join(', ')} elements`);
     }
-    if (parts.has('neighbour')) said.push(`a neighbour for ${B.s8.neighbourSeconds} s`);
+    if (parts.has('neighbour')) said.push(`a neighbour for ${B.s8.neighbourSeconds} s, ${B.s8.neighbourRuns ?? 1} runs${rootArg() ? ' of each build in turn' : ''}`);
     out.push(`S8${parts.size < S8_PARTS.length ? ` (${[...parts].join(', ')} only; the rest from the earlier run)` : ''}: ${said.join('; ')}`);
   }
   if (only.has('s6')) {

@@ -10,6 +10,7 @@
 #include <linux/filter.h>
 #include <linux/netfilter/nfnetlink.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <memory>
@@ -44,17 +45,22 @@ const char* const kKeyNames[kKeyCount] = {
 
 // The socket is read by recvmmsg into kSlots slots of kSlotBytes (the kernel's notifications are
 // at most a page or two each: a longer one is reported as an overflow, see ReadAvailable), at most
-// kDatagramsPerWake datagrams per wake-up, so that a storm cannot hold the event loop; the poll is
+// kDatagramsPerWake datagrams per wake-up, so that a storm cannot hold the event loop (a gather's
+// read, below, of kGatherMaxMs of a neighbour's commits must fit in it); the poll is
 // level-triggered and comes straight back for the rest.
 constexpr int kSlots = 16;
 constexpr size_t kSlotBytes = 16 * 1024;
-constexpr int kDatagramsPerWake = 256;
+constexpr int kDatagramsPerWake = 1024;
 // A storm of commits to tables nobody watches (a neighbour's) woke the thread once or twice per
 // commit, most of its cost: after kQuietWakes wake-ups in a row, each within kGatherMs of the last,
-// that brought nothing for a watched table, the poll stops and the socket is read every kGatherMs
-// instead, until a read finds nothing or something watched. What a watched table's commit costs
-// then is at most kGatherMs more latency, and only during such a storm.
+// that brought nothing for a watched table, the poll stops and the socket is read kGatherMs later
+// instead, and again after twice as long each time a read brings nothing watched, up to
+// kGatherMaxMs, until a read finds nothing or something watched. Each of those reads is a wake-up
+// of the thread, which costs more than the datagrams it reads (the kernel's filter lets through
+// only each commit's NEWGEN). What a watched table's commit costs then is at most kGatherMaxMs
+// more latency, and only during such a storm; whoever asks for progress() ends the wait at once.
 constexpr uint64_t kGatherMs = 5;
+constexpr uint64_t kGatherMaxMs = 20;
 constexpr int kQuietWakes = 4;
 
 // One event of a trigger, as Arm is given it and as React reads it from a batch: every field ends
@@ -470,9 +476,10 @@ void NftMonitor::OnGathered(uv_timer_t* handle) {
   bool bounded = false;
   bool concerned = self->ReadAvailable(&datagrams, &bounded);
   if (self->closed_ || self->failed_ || self->poll_ == nullptr) return;
-  // Still a storm of nothing watched: read again after the same wait.
+  // Still a storm of nothing watched: read again after a longer wait.
   if (!concerned && datagrams > 0 && !bounded) {
-    uv_timer_start(handle, OnGathered, kGatherMs, 0);
+    self->gatherMs_ = std::min(self->gatherMs_ * 2, kGatherMaxMs);
+    uv_timer_start(handle, OnGathered, self->gatherMs_, 0);
     self->gathering_ = true;
     return;
   }
@@ -492,7 +499,8 @@ void NftMonitor::Gather(bool concerned, int datagrams, bool bounded) {
   lastWakeMs_ = now;
   if (quietWakes_ < kQuietWakes) return;
   uv_poll_stop(poll_);
-  uv_timer_start(gather_, OnGathered, kGatherMs, 0);
+  gatherMs_ = kGatherMs;
+  uv_timer_start(gather_, OnGathered, gatherMs_, 0);
   gathering_ = true;
 }
 

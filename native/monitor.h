@@ -63,9 +63,10 @@ class NftMonitor : public Napi::ObjectWrap<NftMonitor>, public Closeable {
   mnl_socket* nl_ = nullptr;
   // Heap-allocated: libuv frees it in uv_close's callback, which may run after this object is gone.
   uv_poll_t* poll_ = nullptr;
-  // Reads a storm of other tables' commits in one go, kGatherMs apart, instead of one wake-up per commit (Gather).
+  // Reads a storm of other tables' commits in one go, kGatherMs to kGatherMaxMs apart, instead of one wake-up per commit (Gather).
   uv_timer_t* gather_ = nullptr;
   bool gathering_ = false;
+  uint64_t gatherMs_ = 0;     // the wait before the gather's next read (monitor.cc: kGatherMs up to kGatherMaxMs)
   int quietWakes_ = 0;        // wake-ups in a row, each within kGatherMs of the last, that concerned no watched table
   uint64_t lastWakeMs_ = 0;   // the loop's time at the last wake-up
   Napi::FunctionReference callback_;

@@ -658,14 +658,20 @@ function s8Section(s: S8Result): string[] {
     out.push('', '### Repairs as deployed', '', '`nfkeeper run` with its defaults; an outside probe (bench/probe.ts) deletes one owned rule or element every ' +
       'few seconds and times from just before its deletion\'s commit to the daemon\'s commit putting it back. The floor is one bare socket ' +
       'committing the same deletion and the re-add, in the same namespace.', '',
-      '| owned | repair p50 | p99 | kernel floor p50 | × floor | samples |', '|---|---:|---:|---:|---:|---:|');
+      '| owned | repair p50 | p99 | kernel floor p50 | × floor | samples |' + (s.before ? ' before: p50 | p99 |' : ''),
+      '|---|---:|---:|---:|---:|---:|' + (s.before ? '---:|---:|' : ''));
     for (const r of s.repairs) {
-      out.push(`| ${r.owned} | ${formatUs(r.repair.median)} | ${formatUs(r.repair.p99)} | ${formatUs(r.floor.median)} | ${ratio(r.repair.median, r.floor.median)} | ${r.repair.n} |`);
+      out.push(`| ${r.owned} | ${formatUs(r.repair.median)} | ${formatUs(r.repair.p99)} | ${formatUs(r.floor.median)} | ${ratio(r.repair.median, r.floor.median)} | ${r.repair.n} |` +
+        (s.before ? (r.before ? ` ${formatUs(r.before.median)} | ${formatUs(r.before.p99)} |` : ' - | - |') : ''));
     }
+    if (s.before) out.push('', `Before: the same repairs by ${s.before.root}'s daemon (commit ${s.before.commit}), in turn with this build's in the same namespace.`);
   }
-  if (s.neighbour) {
-    out.push('', `A neighbour committing to a table nfkeeper does not own at ${s.neighbour.commitsPerSecond.toFixed(0)} commits a second for ` +
-      `${s.neighbour.seconds.toFixed(1)} s cost the daemon (flannel's config, its defaults) **${s.neighbour.daemonCpuPercent.toFixed(2)} %** of a core.`);
+  const n = s.neighbour;
+  if (n) {
+    const each = (xs?: number[]) => (xs && xs.length > 1 ? ` (runs: ${xs.map((x) => `${x.toFixed(2)} %`).join(', ')})` : '');
+    out.push('', `A neighbour committing to a table nfkeeper does not own at ${n.commitsPerSecond.toFixed(0)} commits a second for ` +
+      `${n.seconds.toFixed(1)} s cost the daemon (flannel's config, its defaults) **${n.daemonCpuPercent.toFixed(2)} %** of a core, the median${each(n.runs)}` +
+      (n.before && s.before ? `; ${s.before.root}'s daemon (commit ${s.before.commit}), its runs in turn with these, ${n.before.daemonCpuPercent.toFixed(2)} %${each(n.before.runs)}` : '') + '.');
   }
   return out;
 }

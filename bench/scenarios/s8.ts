@@ -12,6 +12,8 @@
  *   bare socket, in the same namespace;
  * - a neighbour committing to a table nfkeeper does not own as fast as it can (up to 10,000 a
  *   second): the daemon's CPU.
+ * With another build (S8Options.root) its daemon runs the same repairs and neighbour in turn with
+ * this one's (the order alternating), for a before/after in one run.
  * Every process is timed by wait4 (bench/lib/whole.ts): wall, CPU and peak RSS of that process.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
@@ -44,6 +46,8 @@ export interface S8Options {
   repairs: number;
   repairGapMs: number;
   neighbourSeconds: number;
+  /** Runs of the neighbour (each build in turn when there is another). */
+  neighbourRuns?: number;
   /** Another build's package root (main's, say): its `nfkeeper` runs in turn with this one's and the peer, for a before/after. */
   root?: string;
   /** Only these parts (default all): installs and one-shot commands, the daemon's ready, repairs as deployed, the neighbour. */
@@ -75,12 +79,19 @@ export interface S8Repair {
   owned: string;
   repair: Summary;
   floor: Summary;
+  /** The same repairs by the other build's daemon (S8Options.root), in the same run. */
+  before?: Summary;
 }
 
 export interface S8Neighbour {
   seconds: number;
   commitsPerSecond: number;
+  /** The median over the runs. */
   daemonCpuPercent: number;
+  /** Each run's, in order. */
+  runs?: number[];
+  /** The other build's daemon (S8Options.root), its runs in turn with these. */
+  before?: { commitsPerSecond: number; daemonCpuPercent: number; runs: number[] };
 }
 
 export interface S8Result {
@@ -136,10 +147,10 @@ let nextPort = 19_800 + (process.pid % 100) * 5;
  * `nfkeeper run` as installed: its defaults, the Node flags of bin/'s #! line, the namespace given
  * with --netns (its HTTP stays on this namespace's loopback); ready when /readyz says so.
  */
-async function startDaemon(ns: BenchNetns, config: string, extra: string[] = []): Promise<Daemon> {
+async function startDaemon(ns: BenchNetns, config: string, extra: string[] = [], root = PROJECT_ROOT): Promise<Daemon> {
   const port = nextPort++;
   const t0 = performance.now();
-  const child = spawn(NODE, [...daemonNodeFlags(PROJECT_ROOT), BIN, 'run', '--config', config, '--netns', ns.path,
+  const child = spawn(NODE, [...daemonNodeFlags(root), join(root, 'bin', 'nfkeeper.js'), 'run', '--config', config, '--netns', ns.path,
     '--metrics', `127.0.0.1:${port}`, ...extra], { stdio: ['ignore', 'ignore', 'inherit'] });
   const exited = new Promise((r) => child.on('exit', r));
   for (;;) {
@@ -269,60 +280,93 @@ export async function runS8(o: S8Options): Promise<S8Result> {
         cmp: setNft(n), probe: (ns: BenchNetns) => probeElementRepairs({ netns: ns.path, family: 'ip', table: 'big', set: 's' }, o.repairs, o.repairGapMs,
           { warmup: 1, timeoutMs: 60_000 }), floor: elementFloor })),
     ];
-    for (const c of parts.has('repairs') ? cases : []) {
+    for (const [i, c] of (parts.has('repairs') ? cases : []).entries()) {
       await withBenchNetns(`s8p${result.repairs.length}`, async (ns) => {
         const file = join(dir, c.file);
         writeFileSync(file, c.text);
         ns.exec('nft', ['-f', '-'], c.cmp.replace('table ip big', 'table ip cmp'));
-        const d = await startDaemon(ns, file);
-        let repair: Summary;
-        try {
-          repair = (await c.probe(ns)).summary;
-        } finally {
-          await d.stop();
-        }
+        // Each build's daemon onto an empty table big in turn (the order alternating from case to case).
+        const probeWith = async (root: string): Promise<Summary> => {
+          ns.exec('nft', ['-f', '-'], 'table ip big\ndelete table ip big\n');
+          const d = await startDaemon(ns, file, [], root);
+          try {
+            return (await c.probe(ns)).summary;
+          } finally {
+            await d.stop();
+          }
+        };
+        const builds = o.root === undefined ? [PROJECT_ROOT] : i % 2 === 0 ? [PROJECT_ROOT, o.root] : [o.root, PROJECT_ROOT];
+        const got = new Map<string, Summary>();
+        for (const root of builds) got.set(root, await probeWith(root));
+        const repair = got.get(PROJECT_ROOT)!;
+        const before = o.root === undefined ? undefined : got.get(o.root);
         const floor = await c.floor(ns, o.repairs);
-        result.repairs.push({ owned: c.owned, repair, floor });
-        o.log(`    repair of ${c.owned}: p50 ${(repair.median / 1000).toFixed(3)} ms, p99 ${(repair.p99 / 1000).toFixed(3)} ms; floor ${(floor.median / 1000).toFixed(3)} ms`);
+        result.repairs.push({ owned: c.owned, repair, floor, ...(before ? { before } : {}) });
+        o.log(`    repair of ${c.owned}: p50 ${(repair.median / 1000).toFixed(3)} ms, p99 ${(repair.p99 / 1000).toFixed(3)} ms; ` +
+          (before ? `before p50 ${(before.median / 1000).toFixed(3)} ms, p99 ${(before.p99 / 1000).toFixed(3)} ms; ` : '') +
+          `floor ${(floor.median / 1000).toFixed(3)} ms`);
       });
     }
 
-    // A neighbour's commits to a table nfkeeper does not own.
+    // A neighbour's commits to a table nfkeeper does not own: each run a daemon of its own (each build in turn).
     if (parts.has('neighbour') && o.neighbourSeconds > 0) {
-      await withBenchNetns('s8n', async (ns) => {
-        ns.exec('nft', ['-f', '-'], 'table ip other {\n\tchain c {\n\t}\n}\n');
-        const d = await startDaemon(ns, join(PROJECT_ROOT, 'examples', 'flannel.yaml'));
-        const s = open({ netns: ns.path });
-        try {
-          await sleep(2000);
-          const where = { family: 'ip' as const, table: 'other', chain: 'c' };
-          const add = new Batch().add('rule', { ...where, exprs: [{ kind: 'immediate', dreg: 0, verdict: 'accept' }] });
-          const flushChain = new Batch().flush('chain', { family: 'ip', table: 'other', name: 'c' });
-          const c0 = cpuSeconds(pidOf(d));
-          const t0 = performance.now();
-          let commits = 0;
-          const end = t0 + o.neighbourSeconds * 1000;
-          while (performance.now() < end) {
-            // Up to 10,000 a second: a commit every 100 µs at most.
-            const due = t0 + commits * 0.1;
-            if (performance.now() < due) continue;
-            await s.commit(commits % 2 === 0 ? add : flushChain);
-            commits++;
-          }
-          const seconds = (performance.now() - t0) / 1000;
-          const cpu = cpuSeconds(pidOf(d)) - c0;
-          result.neighbour = { seconds, commitsPerSecond: commits / seconds, daemonCpuPercent: (cpu / seconds) * 100 };
-          o.log(`    neighbour: ${(commits / seconds).toFixed(0)} commits/s for ${seconds.toFixed(1)} s; daemon ${(cpu / seconds * 100).toFixed(2)} % of a core`);
-        } finally {
-          s.close();
-          await d.stop();
+      const runs = new Map<string, { commitsPerSecond: number; cpuPercent: number }[]>();
+      const flannel = join(PROJECT_ROOT, 'examples', 'flannel.yaml');
+      for (let r = 0; r < (o.neighbourRuns ?? 1); r++) {
+        const builds = o.root === undefined ? [PROJECT_ROOT] : r % 2 === 0 ? [PROJECT_ROOT, o.root] : [o.root, PROJECT_ROOT];
+        for (const root of builds) {
+          await withBenchNetns('s8n', async (ns) => {
+            ns.exec('nft', ['-f', '-'], 'table ip other {\n\tchain c {\n\t}\n}\n');
+            const d = await startDaemon(ns, flannel, [], root);
+            const s = open({ netns: ns.path });
+            try {
+              await sleep(2000);
+              const x = await storm(s, pidOf(d), o.neighbourSeconds);
+              (runs.get(root) ?? runs.set(root, []).get(root)!).push(x);
+              o.log(`    neighbour${root === PROJECT_ROOT ? '' : ` (${root})`}: ${x.commitsPerSecond.toFixed(0)} commits/s; daemon ${x.cpuPercent.toFixed(2)} % of a core`);
+            } finally {
+              s.close();
+              await d.stop();
+            }
+          });
         }
-      });
+      }
+      const of = (root: string) => {
+        const xs = runs.get(root)!;
+        return { commitsPerSecond: median(xs.map((x) => x.commitsPerSecond)), daemonCpuPercent: median(xs.map((x) => x.cpuPercent)),
+          runs: xs.map((x) => x.cpuPercent) };
+      };
+      result.neighbour = { seconds: o.neighbourSeconds, ...of(PROJECT_ROOT), ...(o.root !== undefined ? { before: of(o.root) } : {}) };
     }
     return result;
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
+}
+
+const median = (xs: number[]) => summarize(xs).median;
+
+/**
+ * Another socket commits to table other (not the daemon's) as fast as it can up to 10,000 a second
+ * for `seconds`: the daemon's CPU meanwhile, from /proc (user + system, all threads).
+ */
+async function storm(s: ReturnType<typeof open>, pid: number, seconds: number): Promise<{ commitsPerSecond: number; cpuPercent: number }> {
+  const where = { family: 'ip' as const, table: 'other', chain: 'c' };
+  const add = new Batch().add('rule', { ...where, exprs: [{ kind: 'immediate', dreg: 0, verdict: 'accept' }] });
+  const flushChain = new Batch().flush('chain', { family: 'ip', table: 'other', name: 'c' });
+  const c0 = cpuSeconds(pid);
+  const t0 = performance.now();
+  let commits = 0;
+  const end = t0 + seconds * 1000;
+  while (performance.now() < end) {
+    // Up to 10,000 a second: a commit every 100 µs at most.
+    const due = t0 + commits * 0.1;
+    if (performance.now() < due) continue;
+    await s.commit(commits % 2 === 0 ? add : flushChain);
+    commits++;
+  }
+  const took = (performance.now() - t0) / 1000;
+  return { commitsPerSecond: commits / took, cpuPercent: ((cpuSeconds(pid) - c0) / took) * 100 };
 }
 
 /** One socket deletes the middle rule of table cmp's chain and adds it back where it was. */

@@ -72,6 +72,13 @@ export class Arming {
     if (!this.armed) this.arm();
   }
 
+  /** The keeper stops: the arm is forgotten and no timer arms it again. */
+  stop(): void {
+    clearTimeout(this.afterFight);
+    this.afterFight = undefined;
+    this.disarm();
+  }
+
   /** The monitor's armed repair is forgotten: the next foreign change is this thread's to answer. */
   disarm(): void {
     this.armed = false;

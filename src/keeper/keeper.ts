@@ -151,7 +151,7 @@ export class Keeper extends EventEmitter {
   async stop(): Promise<void> {
     this.k.stopped = true;
     this.metrics.ready.set(0);
-    this.arming.disarm();
+    this.arming.stop();
     await this.scheduler.stop();
     this.reporter.stop();
     this.k.monitor?.close();

@@ -6,7 +6,7 @@
  * refused otherwise, or that differs from what the mirror plans. armed-repair.test.ts runs the
  * keeper's use of it on the kernel.
  */
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { parseConfig } from '../../src/config/config.js';
 import type { Arming } from '../../src/keeper/arming.js';
 import { Keeper, type KeeperOptions } from '../../src/keeper/keeper.js';
@@ -301,6 +301,29 @@ describe('when the keeper arms, and when not', () => {
     expect(w.arms).toHaveLength(arms);
     expect(await w.lines()).toBe(3);
     expect(w.k.status().tables[0]).toMatchObject({ state: 'drifting' });
+  });
+
+  it('stop clears the timer that would arm after the fight\'s back-off', async () => {
+    const w = await start({ fight: { threshold: 1, windowMs: 3_600_000, baseMs: 60_000, capMs: 60_000, quietMs: 3_600_000 } });
+    await armed(w);
+    const set = vi.spyOn(globalThis, 'setTimeout');
+    const cleared = vi.spyOn(globalThis, 'clearTimeout');
+    try {
+      await deleteOne(w, 1);
+      await w.k.request('manual', performance.now()).catch(() => undefined);
+      await w.k.idle();
+      // The arming's timer: the only one as long as the back-off (the fight's wait, a minute less what passed).
+      const timers = set.mock.calls.map((c, i) => ({ ms: c[1] ?? 0, timer: set.mock.results[i]!.value as NodeJS.Timeout }))
+        .filter((t) => t.ms > 50_000 && t.ms <= 60_000);
+      expect(timers).toHaveLength(1);
+      expect(cleared.mock.calls.some((c) => c[0] === timers[0]!.timer)).toBe(false);
+      await w.k.stop();
+      expect(cleared.mock.calls.some((c) => c[0] === timers[0]!.timer)).toBe(true);
+      expect(w.k.armed).toBe(false);
+    } finally {
+      set.mockRestore();
+      cleared.mockRestore();
+    }
   });
 
   it('not again at a generation where the watcher would not arm; again once the generation moved', async () => {
