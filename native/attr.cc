@@ -74,11 +74,12 @@ bool VerdictsOk(const nlattr* data) {
 // attribute of the list that is no NFTA_LIST_ELEM, an expression libnftnl does not know) it frees
 // the dynset without its name: a leak for each such message. A statement libnftnl can parse is
 // one with a name it has an expression for (nftnl_expr_alloc), as the kernel always sends.
+static bool ExprOkNamed(const nlattr* expr, const char** name);
+
 static bool DynsetStatementOk(const nlattr* expr) {
-  if (!ExprOk(expr)) return false;
-  AttrTable t(NFTA_EXPR_MAX);
-  mnl_attr_parse_nested(expr, CollectAttr, &t);
-  nftnl_expr* known = nftnl_expr_alloc(mnl_attr_get_str(t.at[NFTA_EXPR_NAME]));
+  const char* name = nullptr;
+  if (!ExprOkNamed(expr, &name)) return false;
+  nftnl_expr* known = nftnl_expr_alloc(name);
   if (known == nullptr) return false;
   nftnl_expr_free(known);
   return true;
@@ -96,13 +97,20 @@ static bool DynsetStatementsOk(const nlattr* data) {
   return true;
 }
 
-bool ExprOk(const nlattr* expr) {
+// ExprOk, also giving the expression's name (valid when it is ok): the nest is parsed once.
+static bool ExprOkNamed(const nlattr* expr, const char** name) {
   AttrTable t(NFTA_EXPR_MAX);
   if (mnl_attr_parse_nested(expr, CollectAttr, &t) < 0) return false;
   if (t.at[NFTA_EXPR_NAME] == nullptr || !NameOk(t.at[NFTA_EXPR_NAME])) return false;
+  *name = mnl_attr_get_str(t.at[NFTA_EXPR_NAME]);
   if (t.at[NFTA_EXPR_DATA] == nullptr) return true;
   if (!VerdictsOk(t.at[NFTA_EXPR_DATA])) return false;
-  return std::strcmp(mnl_attr_get_str(t.at[NFTA_EXPR_NAME]), "dynset") != 0 || DynsetStatementsOk(t.at[NFTA_EXPR_DATA]);
+  return std::strcmp(*name, "dynset") != 0 || DynsetStatementsOk(t.at[NFTA_EXPR_DATA]);
+}
+
+bool ExprOk(const nlattr* expr) {
+  const char* name = nullptr;
+  return ExprOkNamed(expr, &name);
 }
 
 bool ExprListOk(const nlattr* list) {
@@ -166,17 +174,14 @@ bool ChainOkForLibnftnl(const nlmsghdr* nlh) {
   return ok;
 }
 
-bool SetOkForLibnftnl(const nlmsghdr* nlh) {
+bool SetOkForLibnftnl(const nlmsghdr* nlh, AttrTable* t) {
   if (!HasNfgenmsg(nlh)) return false;
-  AttrTable t(NFTA_SET_MAX);
-  mnl_attr_parse(nlh, sizeof(nfgenmsg), CollectAttr, &t);
-  return NameOk(t.at[NFTA_SET_TABLE]) && NameOk(t.at[NFTA_SET_NAME]) &&
-         (t.at[NFTA_SET_EXPR] == nullptr || ExprOk(t.at[NFTA_SET_EXPR])) && ExprListOk(t.at[NFTA_SET_EXPRESSIONS]);
+  mnl_attr_parse(nlh, sizeof(nfgenmsg), CollectAttr, t);
+  return NameOk(t->at[NFTA_SET_TABLE]) && NameOk(t->at[NFTA_SET_NAME]) &&
+         (t->at[NFTA_SET_EXPR] == nullptr || ExprOk(t->at[NFTA_SET_EXPR])) && ExprListOk(t->at[NFTA_SET_EXPRESSIONS]);
 }
 
-const nlmsghdr* SetForLibnftnl(const nlmsghdr* nlh, std::vector<uint8_t>* storage) {
-  AttrTable t(NFTA_SET_MAX);
-  mnl_attr_parse(nlh, sizeof(nfgenmsg), CollectAttr, &t);
+const nlmsghdr* SetForLibnftnl(const nlmsghdr* nlh, const AttrTable& t, std::vector<uint8_t>* storage) {
   if (t.at[NFTA_SET_EXPR] == nullptr && t.at[NFTA_SET_EXPRESSIONS] == nullptr) return nlh;
   const uint8_t* base = reinterpret_cast<const uint8_t*>(nlh);
   const uint8_t* end = base + nlh->nlmsg_len;

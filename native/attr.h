@@ -60,12 +60,13 @@ bool ExprListOk(const nlattr* list);
 // crashing (it may still refuse it, or exit(): see native/fuzz/abi_exit.c).
 bool RuleOkForLibnftnl(const nlmsghdr* nlh);
 bool ChainOkForLibnftnl(const nlmsghdr* nlh);
-bool SetOkForLibnftnl(const nlmsghdr* nlh);
+// (a set's attributes land in `t`, NFTA_SET_MAX wide, for SetForLibnftnl and the decoder)
+bool SetOkForLibnftnl(const nlmsghdr* nlh, AttrTable* t);
 bool SetElemsOkForLibnftnl(const nlmsghdr* nlh);
 // The set message as libnftnl is given it: without NFTA_SET_EXPR(ESSIONS), which the decoder
 // reads itself (ExprNests). libnftnl 1.2.4 frees a set's parsed expressions when a later one of the
-// list fails but leaves them on the set, and nftnl_set_free() frees them again. `storage` holds
-// the copy when one is made.
-const nlmsghdr* SetForLibnftnl(const nlmsghdr* nlh, std::vector<uint8_t>* storage);
+// list fails but leaves them on the set, and nftnl_set_free() frees them again. `t` is the
+// message's attributes as SetOkForLibnftnl found them; `storage` holds the copy when one is made.
+const nlmsghdr* SetForLibnftnl(const nlmsghdr* nlh, const AttrTable& t, std::vector<uint8_t>* storage);
 
 }  // namespace nfk

@@ -8,6 +8,7 @@
 #include <linux/netlink.h>
 
 #include "attr.h"
+#include "digest.h"
 
 #include <cerrno>
 #include <cstring>
@@ -72,9 +73,11 @@ void CommitRun::Run() {
   // An echoed rule is about as big as an ack: room for two messages per op.
   bool roomForAll = sock_->EnsureBuffers(batch_->bytes.size(), echo_ ? 2 * count : count);
   ackAll_ = roomForAll && batch_->messageOp.size() <= kAckEveryMessageUpTo;
-  // Echoes only where the buffer holds an ack and an echo per message (they come back in a few
-  // skbs), and not for an install of thousands of rules (one digest dump reads those back).
-  echo_ = echo_ && roomForAll && batch_->messageOp.size() <= kEchoUpTo;
+  // Echoes for any batch, installs of 100,000 rules included (the kernel packs a commit's
+  // notifications into skbs of a few KiB, nft_commit_notify): reading a big chain back instead
+  // costs the kernel a walk from the chain's head per dump skb. The buffer grown above holds them;
+  // where a receiveBufferLimit keeps it smaller, the kernel drops what does not fit and the
+  // outcome says the echo was cut (Outcome), and the caller reads instead.
   // The batch was encoded with sequence numbers from 0; give it real ones.
   uint8_t* p = batch_->bytes.data();
   size_t left = batch_->bytes.size();
@@ -120,7 +123,10 @@ void CommitRun::Run() {
         AttrTable t(NFTA_RULE_MAX);
         mnl_attr_parse(nlh, sizeof(nfgenmsg), CollectAttr, &t);
         uint64_t handle = 0;
-        if (AttrU64(t.at[NFTA_RULE_HANDLE], &handle)) echoed_.push_back({nlh->nlmsg_seq, handle});
+        if (!AttrU64(t.at[NFTA_RULE_HANDLE], &handle)) continue;
+        echoed_.push_back({nlh->nlmsg_seq, handle});
+        // The rule as the kernel holds it, digested as a dump of it would be (dump.cc).
+        if (batch_->wantDigests) echoedDigests_.push_back(RuleDigest(t.at[NFTA_RULE_USERDATA], t.at[NFTA_RULE_EXPRESSIONS]));
         continue;
       }
       if (nlh->nlmsg_type != NLMSG_ERROR) continue;
@@ -199,9 +205,14 @@ bool CommitRun::Outcome(Napi::Env env, Napi::Value* out) {
       first = &a;
     }
   }
+  // The kernel echoes a batch's rules only once it committed (a refused batch is aborted before
+  // its notifications are made), and they come before the acknowledgements: an echo of ours, then
+  // a full buffer, is a batch that went through whose echo was cut. It resolves without handles,
+  // so the caller reads what the commit wrote instead.
+  const bool echoCut = echo_ && lostAcks_ && !echoed_.empty();
   if (first == nullptr) {
     size_t expected = ackAll_ ? batch_->messageOp.size() : (batch_->messageOp.empty() ? 0 : 1);
-    if (lostAcks_ || oks < expected) {
+    if ((lostAcks_ || oks < expected) && !echoCut) {
       // Without an error we cannot tell whether a dropped ack was a refusal.
       std::string msg = "commit: " + std::to_string(oks) + " of " + std::to_string(expected) +
                         " acknowledgements arrived";
@@ -215,20 +226,27 @@ bool CommitRun::Outcome(Napi::Env env, Napi::Value* out) {
       return true;
     }
     Napi::Object result = Napi::Object::New(env);
-    if (echo_) {
-      // { handles: [[opIndex, handle], ...] } for every rule the kernel echoed (all, unless acks were lost).
-      Napi::Array handles = Napi::Array::New(env);
-      uint32_t k = 0;
-      for (const auto& [seq, handle] : echoed_) {
-        int op = OpIndexOf(seq);
+    if (echo_ && !echoCut) {
+      // { handles: Float64Array [opIndex, handle, opIndex, handle, ...] } for every rule the kernel
+      // echoed (one typed array: an install echoes 100,000), and with digests { held: [...] }: per op
+      // index, the digest of the rule it echoed.
+      std::vector<double> flat;
+      flat.reserve(2 * echoed_.size());
+      Napi::Array held;
+      if (batch_->wantDigests) held = Napi::Array::New(env, batch_->digests.size());
+      for (size_t e = 0; e < echoed_.size(); e++) {
+        int op = OpIndexOf(echoed_[e].first);
         if (op < 0) continue;
-        Napi::Array pair = Napi::Array::New(env, 2);
-        pair.Set(0u, op);
-        pair.Set(1u, static_cast<double>(handle));
-        handles.Set(k++, pair);
+        flat.push_back(op);
+        flat.push_back(static_cast<double>(echoed_[e].second));
+        if (batch_->wantDigests && static_cast<size_t>(op) < batch_->digests.size()) held.Set(op, Napi::String::New(env, echoedDigests_[e]));
       }
+      Napi::Float64Array handles = Napi::Float64Array::New(env, flat.size());
+      if (!flat.empty()) std::memcpy(handles.Data(), flat.data(), flat.size() * sizeof(double));
       result.Set("handles", handles);
+      if (batch_->wantDigests) result.Set("held", held);
     }
+    if (echoCut) result.Set("echoCut", true);
     if (batch_->wantDigests) {
       Napi::Array digests = Napi::Array::New(env, batch_->digests.size());
       for (uint32_t i = 0; i < batch_->digests.size(); i++) digests.Set(i, Napi::String::New(env, batch_->digests[i]));

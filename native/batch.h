@@ -18,13 +18,6 @@ namespace nfk {
 // the first message's ack, which tells a commit-phase failure apart).
 constexpr size_t kAckEveryMessageUpTo = 64;
 
-// Batches with up to this many messages echo their new rules when asked
-// (NLM_F_ECHO), acked or not: the kernel queues a commit's notifications
-// together (nft_commit_notify, a few KiB an skb), so a group of owners
-// registered together (tens of owners, hundreds of ops) learns its handles
-// from the commit instead of reading its chains back.
-constexpr size_t kEchoUpTo = 1024;
-
 // Batches up to this size commit inline on the JS thread when the socket is
 // free: the kernel runs the whole transaction inside sendmsg(), for a few
 // rules less than the worker thread's hop there and back. Bigger ones (an
@@ -38,9 +31,9 @@ constexpr size_t kInlineCommitBytes = 64 * 1024;
 // in a CommitWorker.
 class CommitRun {
  public:
-  // With `echo`, a batch of up to kEchoUpTo messages also asks for its new
-  // rules back (NLM_F_ECHO), and the result holds their handles: the keeper
-  // learns what it wrote without dumping the chain again.
+  // With `echo`, the batch also asks for its new rules back (NLM_F_ECHO), and the result holds
+  // their handles (and, with the batch's digests, each echoed rule's digest): the keeper learns
+  // what it wrote, and that the kernel holds it as sent, without dumping the chain again.
   CommitRun(NftSocket* sock, std::unique_ptr<EncodedBatch> batch, bool echo);
   // Small enough to commit on the JS thread.
   bool Small() const {
@@ -82,6 +75,8 @@ class CommitRun {
   bool echo_ = false;
   // (seq, handle) of each NEWRULE the kernel echoed back.
   std::vector<std::pair<uint32_t, uint64_t>> echoed_;
+  // With the batch's digests: the RuleDigest of each echoed rule, as echoed_.
+  std::vector<std::string> echoedDigests_;
 };
 
 // A CommitRun on a worker thread (a big batch, or the socket busy), settling a promise.

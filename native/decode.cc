@@ -125,12 +125,14 @@ Napi::Object DecodeChain(Napi::Env env, const nlmsghdr* nlh) {
 
 Napi::Object DecodeSet(Napi::Env env, const nlmsghdr* nlh) {
   RequireNfgenmsg(env, nlh, "set");
-  RefuseMalformed(env, SetOkForLibnftnl(nlh), "set");
+  // (the message's attributes once: the checks, the copy for libnftnl and the expressions below read them)
+  AttrTable t(NFTA_SET_MAX);
+  RefuseMalformed(env, SetOkForLibnftnl(nlh, &t), "set");
   std::unique_ptr<nftnl_set, SetDeleter> owned(nftnl_set_alloc());
   nftnl_set* s = owned.get();
   if (s == nullptr) throw Napi::Error::New(env, "out of memory");
   std::vector<uint8_t> stripped;
-  if (nftnl_set_nlmsg_parse(SetForLibnftnl(nlh, &stripped), s) < 0) {
+  if (nftnl_set_nlmsg_parse(SetForLibnftnl(nlh, t, &stripped), s) < 0) {
     throw MakeNetlinkError(env, "cannot parse set message", errno, "decode set");
   }
   Napi::Object o = Napi::Object::New(env);
@@ -165,8 +167,6 @@ Napi::Object DecodeSet(Napi::Env env, const nlmsghdr* nlh) {
     o.Set("userdata", ToHex(d, len));
   }
   // NFTA_SET_EXPR(ESSIONS): the expressions each element gets
-  AttrTable t(NFTA_SET_MAX);
-  mnl_attr_parse(nlh, sizeof(nfgenmsg), CollectAttr, &t);
   std::vector<const nlattr*> nests = ExprNests(t.at[NFTA_SET_EXPR], t.at[NFTA_SET_EXPRESSIONS]);
   if (!nests.empty()) o.Set("exprs", ExprsValue(env, nests));
   return o;

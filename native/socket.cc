@@ -322,8 +322,9 @@ std::unique_ptr<CommitRun> NftSocket::PrepareCommit(const Napi::CallbackInfo& in
   return std::make_unique<CommitRun>(this, std::move(batch), echo);
 }
 
-// commit(ops, generation?, echo?, exprBytes?, digests?) -> Promise<void | { handles?: [opIndex, handle][], digests?: string[] }>:
-// handles with echo (a small batch), digests when asked (per op index, EncodedBatch::digests).
+// commit(ops, generation?, echo?, exprBytes?, digests?) -> Promise<void | { handles?: [opIndex, handle][], held?: string[],
+// echoCut?: true, digests?: string[] }>: handles with echo (where the receive buffer holds every echo; none, and echoCut, when
+// the kernel dropped some), digests when asked (per op index, EncodedBatch::digests), with both the echoed rules' (held).
 Napi::Value NftSocket::Commit(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   std::unique_ptr<CommitRun> run = PrepareCommit(info);

@@ -20,12 +20,14 @@ if pid == 0:
     os.execvp(sys.argv[3], sys.argv[3:])
 _, status, ru = os.wait4(pid, 0)
 wall = time.monotonic() - t0
-print(json.dumps({"wall": wall, "cpu": ru.ru_utime + ru.ru_stime, "rssKiB": ru.ru_maxrss, "status": os.waitstatus_to_exitcode(status)}))
+print(json.dumps({"wall": wall, "cpu": ru.ru_utime + ru.ru_stime, "sys": ru.ru_stime, "rssKiB": ru.ru_maxrss, "status": os.waitstatus_to_exitcode(status)}))
 `;
 
 export interface ProcessRun {
   wallUs: number;
   cpuUs: number;
+  /** Of cpuUs, the system time: the kernel's work for the process (its commit, its dumps). */
+  sysUs?: number;
   rssKiB: number;
   status: number;
 }
@@ -45,9 +47,9 @@ export function runWhole(cmd: string, args: readonly string[], o: WholeOptions =
   const argv = o.ns ? ['ip', 'netns', 'exec', o.ns.name, cmd, ...args] : [cmd, ...args];
   const r = spawnSync('python3', ['-c', WAIT4, o.stdout ?? '/dev/null', o.stdin ?? '/dev/null', ...argv], { encoding: 'utf8' });
   if (r.status !== 0) throw new Error(`timing ${argv.join(' ')} failed: ${r.stderr}`);
-  const j = JSON.parse(r.stdout) as { wall: number; cpu: number; rssKiB: number; status: number };
+  const j = JSON.parse(r.stdout) as { wall: number; cpu: number; sys: number; rssKiB: number; status: number };
   if (!(o.ok ?? [0]).includes(j.status)) throw new Error(`${argv.join(' ')} exited ${j.status}: ${r.stderr}`);
-  return { wallUs: j.wall * 1e6, cpuUs: j.cpu * 1e6, rssKiB: j.rssKiB, status: j.status };
+  return { wallUs: j.wall * 1e6, cpuUs: j.cpu * 1e6, sysUs: j.sys * 1e6, rssKiB: j.rssKiB, status: j.status };
 }
 
 export interface WholeSummary {

@@ -112,14 +112,14 @@ const CLK_TCK = 100;
 const ip = (i: number) => `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`;
 const ruleText = (i: number) => `ip saddr ${ip(i)} tcp dport ${1 + (i % 60000)} counter accept`;
 
-function chainNft(n: number): string {
+export function chainNft(n: number): string {
   const out = ['table ip big {', '\tchain c {', '\t\ttype filter hook forward priority filter; policy accept;'];
   for (let i = 0; i < n; i++) out.push(`\t\t${ruleText(i)}`);
   out.push('\t}', '}', '');
   return out.join('\n');
 }
 
-function chainYaml(n: number): string {
+export function chainYaml(n: number): string {
   const out = ['tables:', '  - family: ip', '    name: big', '    chains:', '      - name: c', '        type: filter',
     '        hook: forward', '        priority: filter', '        policy: accept', '        rules:'];
   for (let i = 0; i < n; i++) out.push(`          - ${ruleText(i)}`);

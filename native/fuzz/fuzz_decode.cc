@@ -7,6 +7,7 @@
 // and batching (event.cc). This is the addon's own code, linked against
 // napi_shim.cc in place of Node.
 #include <libmnl/libmnl.h>
+#include <linux/netfilter/nf_tables.h>
 #include <napi.h>
 
 #include <cstdint>
@@ -66,11 +67,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (; nfk::MessageOk(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
     // libnftnl would exit() on some messages that pass the decoders' checks;
     // those do not reach the decoders that call it (abi_exit.c).
+    nfk::AttrTable setAttrs(NFTA_SET_MAX);
     int kinds = (nfk::RuleOkForLibnftnl(nlh) ? kRule : 0) | (nfk::ChainOkForLibnftnl(nlh) ? kChain : 0) |
-                (nfk::SetOkForLibnftnl(nlh) ? kSet : 0) | (nfk::SetElemsOkForLibnftnl(nlh) ? kElems : 0);
+                (nfk::SetOkForLibnftnl(nlh, &setAttrs) ? kSet : 0) | (nfk::SetElemsOkForLibnftnl(nlh) ? kElems : 0);
     // (a set as DecodeSet hands it to libnftnl: without its expressions)
     std::vector<uint8_t> setMsg;
-    const nlmsghdr* forSet = (kinds & kSet) ? nfk::SetForLibnftnl(nlh, &setMsg) : nlh;
+    const nlmsghdr* forSet = (kinds & kSet) ? nfk::SetForLibnftnl(nlh, setAttrs, &setMsg) : nlh;
     int exits = nfk_fuzz_libnftnl_exits(nlh, kinds & ~kSet) | nfk_fuzz_libnftnl_exits(forSet, kinds & kSet);
     abiExits += __builtin_popcount(exits);
     Guarded([&] { nfk::DecodeTable(e, nlh); });

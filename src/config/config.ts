@@ -21,6 +21,7 @@ import { buildSet, SET_SCHEMA, type SetConfig } from '../model/sets.js';
 import { buildObject, OBJ_SCHEMA, type ObjConfig } from '../model/stateful-objects.js';
 import { countRules, type ChainConfig, type TableConfig } from '../model/desired.js';
 import { objectsUsed } from '../rules/objref.js';
+import { NFT_KEYWORDS } from '../rules/keywords.js';
 import { SET_F, type NftSet } from '../netlink/objects.js';
 
 /** nft's size for a set a rule adds elements to when the file gives none (nft 1.0.6 lists `size 65535`). */
@@ -562,6 +563,8 @@ function buildSets(t: RawTableParsed, ti: number, { pos, order }: Positions,
       const path = ['tables', ti, kind, si];
       const at = order(path);
       if (seen.has(raw.name)) fail(pos([...path, 'name']), `table ${t.family} ${t.name} declares set or map ${raw.name} twice`);
+      // (nft could not read such a table back, nor name the set in a rule)
+      if (NFT_KEYWORDS.has(raw.name)) fail(pos([...path, 'name']), `'${raw.name}' is a keyword of nft's language, which nft refuses as a set or map name`);
       seen.add(raw.name);
       const built = buildSet(raw, kind === 'maps', { family: t.family, table: t.name },
         (where, reason, inner) => fail(pos([...path, ...where], inner), reason));

@@ -52,11 +52,12 @@ export async function checkOnce(sock: NftConn, config: Config, apply: boolean, o
   // Registered owners are part of the desired state here too, or apply would collect them.
   const tables = mergeOwners(config.tables, config.owners, owners);
   const reconciler = new Reconciler(sock, { attempts: 20, log: options.logger });
-  // Every look reads by digest (observeTable's adopt), the read-back after apply's commit too: a
-  // chain whose rules' digests are its desired rules' is not decoded and keyed rule by rule, only
-  // one that differs (what check prints for it is the same).
+  // Every look reads by digest (observeTable's adopt): a chain whose rules' digests are its desired
+  // rules' is not decoded and keyed rule by rule, only one that differs (what check prints for it is
+  // the same). Apply's commit is verified from its echo (PassInput.verifyByEcho), read back by
+  // digest only where the echo does not prove it.
   if (apply) reconciler.retired = [...(options.retired ?? [])];
-  const r = await reconciler.once({ tables, readOnly: !apply, allowForeignOwner: !apply, adopt: true });
+  const r = await reconciler.once({ tables, readOnly: !apply, allowForeignOwner: !apply, adopt: true, verifyByEcho: apply });
   return {
     drift: tables.map((t, i) => ({ table: t, drift: r.first.drift[i]!, diff: r.first.diffs[i]! })),
     ops: r.ops,

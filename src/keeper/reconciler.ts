@@ -93,6 +93,16 @@ export interface PassInput {
    */
   deferUnechoedRead?: boolean;
   /**
+   * A one-shot apply: the commit is verified from its echo instead of a read-back, where the echo
+   * proves it. The batch was the only commit since its look (the guard's generation moved by one),
+   * the kernel echoed every rule it added with the digest of what it holds (CommitResult.held),
+   * each the digest of what was sent (rules without one, an anonymous set's, prove nothing), and
+   * the view follows the batch over the look (followCommit). Anything else (another commit in
+   * between, an echo that did not fit or was cut, a rule held otherwise, a commit the view cannot
+   * follow) reads the tables back as a pass without it does, and repairs what that finds.
+   */
+  verifyByEcho?: boolean;
+  /**
    * A full read compares the kernel's rule digests with the desired rules' (observeTable's adopt)
    * and decodes only the chains that differ: the start-up onto a ruleset an earlier keeper wrote,
    * where nothing is known yet and every chain usually holds its desired rules.
@@ -133,6 +143,14 @@ export interface ReconcilerOptions {
   view?: KernelView;
 }
 
+/**
+ * A commit that is not verified by its echo (the daemon's, which asks no digests) echoes up to this
+ * many ops: its handles alone leave the known rules without digests, which the safety net's
+ * read-back then decodes. A bigger batch has the chains it added rules to read instead (handles and
+ * digests, nothing decoded: followCommit's unechoed case).
+ */
+const ECHO_HANDLES_UP_TO = 1024;
+
 export class Reconciler {
   /** Tables a reload dropped from the config: deleted by the next pass that finds them. */
   retired: TableRef[] = [];
@@ -153,13 +171,14 @@ export class Reconciler {
     return t.protect && this.protectSupported;
   }
 
-  async once(input: PassInput): Promise<PassResult> {
+  /** `written`: the digests a commit of this pass wrote (a read-back after verifyByEcho could not verify). */
+  async once(input: PassInput, written?: WrittenDigests): Promise<PassResult> {
     let first: Look | undefined;
     const found: Drift[] = [];
     let committed = 0;
     let last: { look: Look; batch: Batch; echoed?: CommitResult } | undefined;
     // A look by digest after our commit takes the digests of the rules it wrote from the commit.
-    let written: WrittenDigests | undefined;
+    const learn = input.learn ?? input.useKnown ?? input.verifyByEcho;
     type Step = { status: PassResult['status']; look: Look; waitMs?: number };
     const r = await commitGuarded<Step>(this.conn, async (generation) => {
       const look = await this.look(input, generation, written);
@@ -182,7 +201,8 @@ export class Reconciler {
         committed: (echoed?: CommitResult) => {
           if (this.timedSeen) noteTimedAdded(this.timedSeen, batch);
           committed += batch.length;
-          last = { look, batch, echoed };
+          // An echo that does not prove the batch held as sent gives no handles to follow it by.
+          last = { look, batch, echoed: input.verifyByEcho && echoed?.handles && !heldAsSent(batch, echoed) ? { ...echoed, handles: undefined } : echoed };
           written = echoed?.digests ? writtenDigests(batch, echoed.digests) : undefined;
           this.view.committed();
           input.onCommitted?.(look, batch.length, batch);
@@ -191,26 +211,33 @@ export class Reconciler {
     }, {
       attempts: this.options.attempts,
       untilClean: true,
-      trustSoleCommit: input.trustSoleCommit,
+      trustSoleCommit: input.trustSoleCommit || input.verifyByEcho,
       onMismatch: () => this.options.metrics?.generationRetries.inc(),
       replan: (e, batch) => this.protectRefused(e, batch),
-      echo: input.learn ?? input.useKnown,
-      // Only where a read-back by digest follows: not for a caller that trusts a sole commit (the
-      // daemon, whose start-up install would hold 100,000 digests for nothing at its peak).
-      digests: input.adopt && !input.readOnly && !input.trustSoleCommit,
+      echo: input.verifyByEcho || (learn ? (batch) => batch.length <= ECHO_HANDLES_UP_TO : false),
+      // Only where a read-back by digest may follow, or the echo is compared with them: not for a
+      // caller that trusts a sole commit (the daemon, whose start-up install would hold 100,000
+      // digests for nothing at its peak).
+      digests: input.adopt && !input.readOnly && (!input.trustSoleCommit || input.verifyByEcho),
     }).catch((e: unknown) => {
       this.view.forgetRules();
       throw e;
     });
     this.view.passDone();
-    if (r.trusted && (input.learn ?? input.useKnown) && last) {
+    if (r.trusted && learn && last) {
       // Our batch was the only commit since the look it was planned from: the view follows it. A
-      // batch too big to echo (a group of owners registered together, an install of 100,000 rules):
-      // the chains it added rules to are read for their handles (digests, nothing decoded), not
-      // every owner's; with deferUnechoedRead by the next look that finds the kernel still at this
-      // generation, not this pass.
+      // batch whose echo did not fit or was cut: the chains it added rules to are read for their
+      // handles (digests, nothing decoded), not every owner's; with deferUnechoedRead by the next
+      // look that finds the kernel still at this generation, not this pass. Not for verifyByEcho,
+      // whose read-back compares the digests (below).
       await this.view.followCommit(this.conn, r.generation, input.tables, last.look.observed, last.batch, last.echoed,
-        last.look.known, input.deferUnechoedRead === true, this.countRead);
+        last.look.known, input.deferUnechoedRead === true || input.verifyByEcho === true, this.countRead);
+    }
+    if (r.trusted && input.verifyByEcho && this.view.rules?.generation !== r.generation) {
+      // The echo did not prove the commit: read it back, as a pass without it does.
+      const again = await this.once({ ...input, verifyByEcho: false, holdBack: undefined }, written);
+      return { ...again, first: first!, found, ops: r.ops + again.ops, attempts: r.attempts + again.attempts,
+        status: again.status === 'in-sync' ? 'repaired' : again.status };
     }
     const v = r.value;
     return { status: v.status, first: first!, found, waitMs: v.waitMs, ops: r.ops, attempts: r.attempts, generation: r.generation,
@@ -280,4 +307,18 @@ export class Reconciler {
       'this kernel does not support owned persistent tables (NFT_TABLE_F_OWNER | persist); protect mode is off, repair mode stays');
     return true;
   }
+}
+
+/**
+ * The kernel holds every rule `batch` added, inserted or replaced as the commit sent it: the echo
+ * gave each one's digest (CommitResult.held), and it is the digest of the bytes sent, not empty.
+ */
+export function heldAsSent(batch: Batch, echoed: CommitResult): boolean {
+  const { held, digests } = echoed;
+  if (!held || !digests) return false;
+  for (const [i, op] of batch.ops.entries()) {
+    if (op.object !== 'rule' || op.verb === 'delete') continue;
+    if (!digests[i] || held[i] !== digests[i]) return false;
+  }
+  return true;
 }

@@ -18,6 +18,15 @@ import { fileURLToPath } from 'node:url';
 import { basename, dirname, join } from 'node:path';
 import { AddonLoadError, NetlinkError } from '../base/errors.js';
 
+/** What a commit resolves with (NativeSocket.commit). */
+export interface NativeCommitResult {
+  /** Per echoed rule, its op index and handle, one after the other. */
+  handles?: Float64Array;
+  held?: string[];
+  echoCut?: true;
+  digests?: string[];
+}
+
 export interface NativeSocket {
   readonly portId: number;
   readonly closed: boolean;
@@ -28,13 +37,15 @@ export interface NativeSocket {
   /**
    * exprBytes: per op index, that rule's expressions as encodeExprs() gave them, or undefined
    * (encoded now). digests: the result holds, per op index, the digest of the rule the op writes,
-   * from the bytes sent ('' for other ops). An addon built before that ignores it.
+   * from the bytes sent ('' for other ops). An addon built before that ignores it. With echo and
+   * digests, held: per op index, the digest of the rule the kernel echoed for it. echoCut: the
+   * batch committed but the kernel dropped echoes (a full receive buffer): no handles.
    */
   commit(ops: readonly unknown[], generation?: number, echo?: boolean,
-    exprBytes?: readonly (Buffer | undefined)[], digests?: boolean): Promise<void | { handles?: [number, number][]; digests?: string[] }>;
+    exprBytes?: readonly (Buffer | undefined)[], digests?: boolean): Promise<void | NativeCommitResult>;
   /** commit() of a small batch on this thread, or false (not small, or the socket busy): nothing sent. Absent from an older addon. */
   commitNow?(ops: readonly unknown[], generation?: number, echo?: boolean,
-    exprBytes?: readonly (Buffer | undefined)[], digests?: boolean): void | { handles?: [number, number][]; digests?: string[] } | false;
+    exprBytes?: readonly (Buffer | undefined)[], digests?: boolean): void | NativeCommitResult | false;
 }
 
 export interface NativeMonitor {

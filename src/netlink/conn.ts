@@ -16,9 +16,11 @@ export interface CommitOptions {
   expectGeneration?: number;
   /**
    * Ask the kernel to echo the batch's new rules (NLM_F_ECHO) and resolve with their handles, so
-   * the caller learns what it wrote without a dump. Small batches only (up to 64 messages, those
-   * that ask for every ack); a bigger one commits the same and resolves undefined, and so does an
-   * in-memory kernel that does not echo.
+   * the caller learns what it wrote without a dump; with `digests` too, with each echoed rule's
+   * digest (held). Where the receive buffer cannot be made to hold every echo (no CAP_NET_ADMIN
+   * past rmem_max, a receiveBufferLimit), the batch commits the same without handles; where the
+   * kernel dropped echoes all the same (ENOBUFS after the batch went through), without handles and
+   * with echoCut. An in-memory kernel that does not echo gives no handles either.
    */
   echo?: boolean;
   /**
@@ -31,8 +33,15 @@ export interface CommitOptions {
 
 /** What a commit with `echo` or `digests` learnt, by op index. */
 export interface CommitResult {
-  /** With echo, the kernel handle of each added, inserted or replaced rule (none: the batch was too big to echo). */
+  /** With echo, the kernel handle of each added, inserted or replaced rule (none: the echo did not fit, or was cut). */
   handles?: Map<number, number>;
+  /**
+   * With echo and digests, per op index, the digest of the rule the kernel echoed for it: what a
+   * digest dump of it gives (equal to `digests` where the kernel holds the rule as sent).
+   */
+  held?: string[];
+  /** The batch committed, but the kernel dropped some of its echoes (no handles). */
+  echoCut?: true;
   /** With digests, each rule op's digest ('' for other ops and for rules without one). */
   digests?: string[];
 }

@@ -54,8 +54,8 @@ export interface GuardOptions {
    * e.g. dropped protect flags the kernel lacks): true plans again.
    */
   replan?: (e: unknown, batch: Batch) => boolean;
-  /** Commit with `echo` (small batches learn their new rules' handles, given to the step's `committed`). */
-  echo?: boolean;
+  /** Commit with `echo` (the new rules' handles, given to the step's `committed`): always, or for the batches it says. */
+  echo?: boolean | ((batch: Batch) => boolean);
   /** Commit with `digests` (each rule's digest of the bytes sent, given to the step's `committed`). */
   digests?: boolean;
 }
@@ -70,7 +70,7 @@ export async function commitGuarded<T>(conn: NftConn, plan: (generation: number,
     if (!step.batch || step.batch.length === 0) return { value: step.value, attempts: attempt, ops, generation };
     let echoed: CommitResult | undefined;
     try {
-      echoed = (await conn.commit(step.batch, { expectGeneration: generation, ...(options.echo ? { echo: true } : {}),
+      echoed = (await conn.commit(step.batch, { expectGeneration: generation, ...(options.echo === true || (options.echo && options.echo(step.batch)) ? { echo: true } : {}),
         ...(options.digests ? { digests: true } : {}) })) || undefined;
     } catch (e) {
       if (e instanceof GenerationMismatchError) {

@@ -11,7 +11,7 @@ import { Batch } from './batch.js';
 import { describeOp, type Op } from './ops.js';
 import { validateOp } from './validate.js';
 import type { Expr, Family } from './expr.js';
-import { loadAddon, type Addon, type NativeSocket } from './addon.js';
+import { loadAddon, type Addon, type NativeCommitResult, type NativeSocket } from './addon.js';
 import type { Chain, ChainDigests, NftObj, NftSet, Rule, SetElement, Table } from './objects.js';
 import type { CommitOptions, CommitResult, NftConn } from './conn.js';
 
@@ -180,7 +180,7 @@ export class NftSocket implements NftConn {
     } catch (e) {
       throw refine(e, ops, gen);
     }
-    // The addon echoes small batches only; a big one resolves without handles.
+    // Without room in the receive buffer for every echo, or with echoes dropped, no handles.
     return commitResult(r);
   }
 
@@ -287,9 +287,15 @@ function repeatsAnElement(els: readonly SetElement[]): boolean {
   return false;
 }
 
-function commitResult(r: void | { handles?: [number, number][]; digests?: string[] }): CommitResult | undefined {
+function commitResult(r: void | NativeCommitResult): CommitResult | undefined {
   if (!r || (!r.handles && !r.digests)) return undefined;
-  return { ...(r.handles ? { handles: new Map(r.handles) } : {}), ...(r.digests ? { digests: r.digests } : {}) };
+  let handles: Map<number, number> | undefined;
+  if (r.handles) {
+    handles = new Map();
+    for (let i = 0; i + 1 < r.handles.length; i += 2) handles.set(r.handles[i]!, r.handles[i + 1]!);
+  }
+  return { ...(handles ? { handles } : {}), ...(r.held ? { held: r.held } : {}),
+    ...(r.echoCut ? { echoCut: true } : {}), ...(r.digests ? { digests: r.digests } : {}) };
 }
 
 /** A commit's checked arguments: ops validated unless a Batch did it when they were queued, the generation a u32. */

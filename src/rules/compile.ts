@@ -183,8 +183,10 @@ function compileAst(text: string, ast: RuleAst, ctx: CompileContext): CompiledRu
   if (bound) out.bound = bound;
   if (ast.comment !== undefined) out.userdata = commentUserdata(ast.comment);
   // An object map's statement (`counter name`, `ct helper set`) is told by the named map's object
-  // type, which the rule's own sets do not hold: its text is rendered now, with the table's maps.
-  if (ctx.sets && exprs.some((e) => e.kind === 'objref' && e.set !== undefined)) {
+  // type, and a constant a dynset adds (`add @m { ip saddr : 0x1 }`) is printed by the named set's
+  // key or data type, which the rule's own sets do not hold: their text is rendered now, with the
+  // table's sets and maps.
+  if (ctx.sets && exprs.some((e) => (e.kind === 'objref' && e.set !== undefined) || (e.kind === 'dynset' && ctx.sets!.has(e.set)))) {
     const own = compiledSetResolver(out);
     const named = ctx.sets;
     out.text = renderRule(out, family, (n, id) => own(n, id) ?? (named.get(n) ? { set: named.get(n)!, elements: [] } : undefined),
@@ -550,18 +552,21 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
         } else {
           natFamily = explicit ?? family;
         }
+        // as nft: the protocol must be known once the address is (a match before, or the address
+        // map's key); a port map's own key does not count (`dnat to ct zone map { … } : tcp dport map
+        // { … }` alone is refused)
+        const l4Known = l4 === 'set' || (typeof l4 === 'number' && TRANSPORT_PROTOCOLS.has(l4));
+        const port = st.portMap ?? (st.map ? st.port : undefined);
+        if (port && !l4Known) {
+          fail(port, 'a transport protocol match before it (e.g. tcp dport 80, or meta l4proto tcp)',
+            'transport protocol mapping is only valid after transport protocol match');
+        }
         if (st.portMap) {
           const c: KeyCtx = { l3, l4, ll: llKnown, ...(ethType !== undefined ? { eth: ethType } : {}) };
           keyDeps(st.portMap.key, family, c, out, fail);
           l3 = c.l3;
           l4 = c.l4;
           llKnown = c.ll === true;
-        }
-        const l4Known = l4 === 'set' || (typeof l4 === 'number' && TRANSPORT_PROTOCOLS.has(l4));
-        const port = st.portMap ?? (st.map ? st.port : undefined);
-        if (port && !l4Known) {
-          fail(port, 'a transport protocol match before it (e.g. tcp dport 80, or meta l4proto tcp)',
-            'transport protocol mapping is only valid after transport protocol match');
         }
       }
       terminal = st;

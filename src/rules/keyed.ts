@@ -17,7 +17,7 @@ import type {
   At, DupMapStmt, DynsetConst, DynsetStmt, Elem, Gen, KeyedStmt, MarkMapStmt, KeyElem, KeyPart, MapData, MapVerdict, MatchOp, NatMap, NatStmt, SetRhs,
 } from './ast.js';
 import { HOST_LE, andHex, hostValue, hexToBig, bigToHex, prefixMask, u16Be, u32Host, readU32Host } from './bytes.js';
-import type { Field } from './fields.js';
+import { rawPayloadAt, type Field } from './fields.js';
 import { fieldMask, type Proto } from './headers.js';
 import { matchPayloadSet, payloadSetExprs } from './payloadset.js';
 import type { Token } from './lexer.js';
@@ -594,6 +594,8 @@ export function startsMarkMap(p: KeyedParser): boolean {
   const t = p.peek();
   if (t.kind !== 'word') return false;
   if ([...GEN_WORDS, 'ip', 'ip6', 'tcp', 'udp', 'th', 'iifname', 'oifname', 'osf'].includes(t.text)) return true;
+  // a raw payload (`@nh,96,32 map { … }`), never a value
+  if (RAW_BASE.test(t.text) && p.peek(1).kind === 'punct' && p.peek(1).text === ',') return true;
   // a ct key with a direction (`ct original ip daddr map { … }`) is never the value itself
   if (t.text === 'ct' && p.isWord(p.peek(1), 'original', 'reply')) return true;
   // a mark as the key (`ct mark set meta mark map { … }`), not as the value (`ct mark set meta mark`)
@@ -1557,9 +1559,48 @@ function intText(hex: Hex): string | undefined {
   return v === undefined ? undefined : String(v);
 }
 
+/**
+ * The datatype of each key part of the set a group looks up or adds to (a concatenation's types
+ * are 6 bits each), or undefined when there is no such set or the parts do not divide it.
+ */
+function setPartTypes(g: KeyedGroup, sets: KeyedRenderEnv['sets']): number[] | undefined {
+  const ref = g.dynset ?? g.lookup;
+  const s = ref ? sets?.(ref.set, ref.setId)?.set : undefined;
+  if (!s) return undefined;
+  if (g.parts.length === 1) return [s.keyType];
+  const out: number[] = [];
+  for (let v = s.keyType; v > 0; v = Math.floor(v / 64)) out.unshift(v % 64);
+  return out.length === g.parts.length ? out : undefined;
+}
+
+/**
+ * A payload key part as the set describes it: the header field the load names, or the raw
+ * payload when the set is keyed by an integer there (`@nh,96,32 map { 1 : … }`, which nft lists
+ * as `ip saddr map { 1 : … }`: that reads back as a map keyed by addresses).
+ */
+function partField(load: LoadExprT, type: number | undefined, f: Field | undefined, bits?: Hex): Field | undefined {
+  if (type === undefined || load.kind !== 'payload' || bits !== undefined || !f?.set || f.set.keyType === type) return f;
+  const raw = rawPayloadAt(load.base, load.offset, load.len);
+  return raw?.set?.keyType === type ? raw : f;
+}
+
+/** Each load of a group (a generator's inputs too) with the field it is rendered as, for the caller's dependency handling. */
+export function groupFields(g: KeyedGroup, sets: KeyedRenderEnv['sets'], fieldOf: (load: LoadExprT) => Field | undefined): { load: LoadExprT; field: Field | undefined }[] {
+  const types = setPartTypes(g, sets);
+  const out: { load: LoadExprT; field: Field | undefined }[] = [];
+  g.parts.forEach((p, i) => {
+    if (p.k === 'load') out.push({ load: p.load, field: partField(p.load, types?.[i], fieldOf(p.load)) });
+    else if (p.k === 'gen') for (const load of p.of) out.push({ load, field: fieldOf(load) });
+  });
+  return out;
+}
+
 /** The key parts of a group, with how to print each part's values. */
 function keyParts(g: KeyedGroup, env: KeyedRenderEnv): PartR[] | undefined {
   const out: PartR[] = [];
+  const types = setPartTypes(g, env.sets);
+  const ref = g.dynset ?? g.lookup;
+  const isMap = ref !== undefined && ((env.sets?.(ref.set, ref.setId)?.set.flags ?? 0) & SET_F.MAP) !== 0;
   for (const p of g.parts) {
     if (p.k === 'load') {
       // an address under a mask, the key of a mark map (`ip6 saddr and ::ffff map { … }`)
@@ -1571,11 +1612,15 @@ function keyParts(g: KeyedGroup, env: KeyedRenderEnv): PartR[] | undefined {
         out.push({ text: `${af.name} & ${m}`, len: af.len, field: af, value: (h) => env.valueText(af, h) });
         continue;
       }
-      const ft = fieldsText([p.load], env, p.bits);
-      if (!ft) return undefined;
-      const f = ft.fields[0]!;
+      const f = partField(p.load, types?.[out.length], env.fieldOf(p.load, p.bits), p.bits);
+      if (!f || !f.set || (p.load.kind === 'payload' && p.load.len !== f.len)) return undefined;
       // a converted part's element bytes are in network order
       const conv = p.hton === true;
+      // nft lists a map's key of one raw payload in decimal (a set's, and a concatenation's parts, in hex)
+      if (isMap && g.parts.length === 1 && f.name.startsWith('@')) {
+        out.push({ text: f.name, len: f.len, field: f, value: (h) => hexToBig(h).toString() });
+        continue;
+      }
       out.push({ text: f.name, len: f.len, field: f, value: (h) => env.valueText(f, conv ? hostToNet(h) : h) });
     } else if (p.k === 'imm') {
       // a constant of a dynset's key: printed by the set's type at its place
@@ -1595,16 +1640,6 @@ function keyParts(g: KeyedGroup, env: KeyedRenderEnv): PartR[] | undefined {
       const conv = p.hton === true;
       out.push({ text: t, len: 4, value: (h) => intText(conv ? hostToNet(h) : h) });
     }
-  }
-  return out;
-}
-
-/** The fields a group loads (with hash inputs), for the caller's dependency handling. */
-export function groupLoads(g: KeyedGroup): LoadExprT[] {
-  const out: LoadExprT[] = [];
-  for (const p of g.parts) {
-    if (p.k === 'load') out.push(p.load);
-    else if (p.k === 'gen') out.push(...p.of);
   }
   return out;
 }

@@ -27,7 +27,7 @@ import {
   CT_STATE, CT_STATUS, FIB_TYPES, IFNAMSIZ, NFPROTO, formatFlags, formatIPv4, formatIPv6,
   formatProtocol, hex32, symbolName,
 } from './values.js';
-import { groupKeyed, groupLoads, groupNatSplit, renderKeyed, type KeyedGroup, type KeyedRenderEnv, type NatSplitGroup } from './keyed.js';
+import { groupFields, groupKeyed, groupNatSplit, renderKeyed, type KeyedGroup, type KeyedRenderEnv, type NatSplitGroup } from './keyed.js';
 
 /** Interface names and indexes, for `iif`/`oif`. */
 export interface InterfaceResolver {
@@ -726,7 +726,7 @@ function depValue(it: Item | undefined, family: Family): string | undefined {
  * right after them (named in the context they establish), how many to leave out and the context.
  */
 function keyedDeps(items: readonly Item[], i: number, family: Family, l3: 'ip' | 'ip6' | 'other' | undefined,
-  l4: number | 'set' | undefined, ll: boolean): { n: number; l3: typeof l3; l4: typeof l4; ll: boolean } | undefined {
+  l4: number | 'set' | undefined, ll: boolean, sets: SetResolver | undefined): { n: number; l3: typeof l3; l4: typeof l4; ll: boolean } | undefined {
   let k = i;
   let d = depValue(items[k], family);
   if (!d) return undefined;  // (most items: nothing to collect)
@@ -734,9 +734,6 @@ function keyedDeps(items: readonly Item[], i: number, family: Family, l3: 'ip' |
   for (; d; d = depValue(items[++k], family)) deps.push(d);
   const next = items[k];
   if (deps.length === 0 || (next?.k !== 'keyed' && next?.k !== 'natsplit')) return undefined;
-  const loads = next.k === 'keyed' ? groupLoads(next.g)
-    : [...(next.g.addr ? groupLoads(next.g.addr) : []), ...(next.g.port ? groupLoads(next.g.port) : [])];
-  const redir = next.k === 'keyed' && next.g.redir !== undefined;
   // the context the dependencies establish
   let c3 = l3, c4 = l4;
   for (const d of deps) {
@@ -744,11 +741,19 @@ function keyedDeps(items: readonly Item[], i: number, family: Family, l3: 'ip' |
     if (w === 'nf' || w === 'eth') c3 = Number(v) === NFPROTO_IPV4 ? 'ip' : Number(v) === NFPROTO_IPV6 ? 'ip6' : 'other';
     if (w === 'l4') c4 = Number(v);
   }
-  // what the compiler inserts for the key's fields, named in that context, from the current one
+  // the key's fields as they will print, named in that context
+  const named = (load: Load) => fieldOf(load, family, c3, c4);
+  const of = (g: KeyedGroup | undefined) => (g ? groupFields(g, sets, named) : []);
+  const keyFields = next.k === 'keyed' ? of(next.g) : [...of(next.g.addr), ...of(next.g.port)];
+  // a redirect map, and a port map after a NAT address, need the protocol matched before them
+  const noL4 = new Set<Load>((next.k === 'keyed' ? (next.g.redir !== undefined ? keyFields : []) : of(next.g.port)).map((x) => x.load));
+  // (and the field a map's result is stored into: `tcp dport set … map`)
+  const fields: { load?: Load; field: Field | undefined }[] = [...keyFields];
+  if (next.k === 'keyed' && next.g.store) fields.push({ field: next.g.store });
+  // what the compiler inserts for those, from the current context
   let s3 = l3, s4 = l4, sll = ll;
   const want: string[] = [];
-  for (const load of loads) {
-    const f = fieldOf(load, family, c3, c4);
+  for (const { field: f, load } of fields) {
     if (!f) return undefined;
     if (f.ll && !sll) {
       want.push('ll');
@@ -758,8 +763,8 @@ function keyedDeps(items: readonly Item[], i: number, family: Family, l3: 'ip' |
       want.push(`${sll ? 'eth' : 'nf'}:${f.l3 === 'ip' ? NFPROTO_IPV4 : NFPROTO_IPV6}`);
       s3 = f.l3;
     }
-    // (a redirect map needs its protocol matched before it: never a dependency the compiler adds)
-    if (f.l4 !== undefined && s4 === undefined && !redir) {
+    // (never a dependency the compiler adds for those)
+    if (f.l4 !== undefined && s4 === undefined && !(load && noL4.has(load))) {
       want.push(`l4:${f.l4}`);
       s4 = f.l4;
     }
@@ -830,7 +835,7 @@ export function renderRule(rule: RenderableRule, family: Family, sets?: SetResol
       continue;
     }
     // the dependencies the compiler inserts before a keyed lookup (ip daddr . tcp dport …)
-    const elided = keyedDeps(items, i, family, l3, l4, llKnown);
+    const elided = keyedDeps(items, i, family, l3, l4, llKnown, sets);
     if (elided) {
       i += elided.n - 1;
       l3 = elided.l3;
@@ -860,6 +865,7 @@ export function renderRule(rule: RenderableRule, family: Family, sets?: SetResol
       field = fieldOf(it.load, family, l3, l4);
       if (field && fieldMask(field) !== undefined) field = undefined;
     }
+    field = rawLookupField(it, field, sets) ?? field;
     // a masked key looked up in a set: `tcp flags & (syn | ack) == { … }`, `meta mark & 0xff00 == { … }`
     if (form.f === 'lookup' && form.pre?.bits !== undefined && !form.pre.hton && (!field || fieldMask(field) === undefined)) {
       const mf = fieldOf(it.load, family, l3, l4);
@@ -941,7 +947,9 @@ export function renderRule(rule: RenderableRule, family: Family, sets?: SetResol
     if (field === F.nfproto && single && l3 === undefined && !llKnown) {
       const v = parseInt((form as { data: Hex }).data, 16);
       const fam = v === NFPROTO_IPV4 ? 'ip' : v === NFPROTO_IPV6 ? 'ip6' : undefined;
-      if (fam && (isNetworkFor(items[i + 1], fam) || isL3DepFor(items, i + 1, fam, family))) { l3 = fam; continue; }
+      const nx = items[i + 1];
+      const raw = nx?.k === 'rel' && rawLookupField(nx, fieldOf(nx.load, family, fam, l4), sets) !== undefined;
+      if (fam && ((isNetworkFor(nx, fam) && !raw) || isL3DepFor(items, i + 1, fam, family))) { l3 = fam; continue; }
     }
     // nft's icmp type dependency in front of an icmp field that needs it (compile.ts icmpDependencies)
     const isType = field.name === 'icmp type' || field.name === 'icmpv6 type';
@@ -1195,6 +1203,27 @@ function anonValues(sets: SetResolver | undefined, e: LookupExpr): number[] | un
   return vals.some((v) => Number.isNaN(v)) ? undefined : vals;
 }
 
+/**
+ * A lookup of a header field's bytes in a set nft describes as keyed by the raw payload: the raw
+ * field (`@nh,96,32 { … }`, which nft lists as `ip saddr { 0x1 }`, read back as addresses).
+ */
+function rawLookupField(it: Item, field: Field | undefined, sets: SetResolver | undefined): Field | undefined {
+  if (it.k !== 'rel' || it.form.f !== 'lookup' || it.form.pre !== undefined || !field || field.name.startsWith('@') || it.load.kind !== 'payload') return undefined;
+  const found = sets?.(it.form.e.set, it.form.e.setId);
+  if (!found || !(found.set.flags & SET_F.ANONYMOUS) || setKeyedBy(field, found.set)) return undefined;
+  const raw = rawPayloadAt(it.load.base, it.load.offset, it.load.len);
+  return raw && setKeyedBy(raw, found.set) ? raw : undefined;
+}
+
+/** Whether an anonymous set's userdata describes its key as `field` (nft's typeof and byte order), or says nothing. */
+function setKeyedBy(field: Field, set: NftSet): boolean {
+  if (!field.set || set.userdata === undefined) return true;
+  const ivl = (set.flags & SET_F.INTERVAL) !== 0;
+  // nft says an interval set of a 1-byte host order key (meta l4proto) is in network byte order
+  const order = ivl && field.set.byteorder === BYTEORDER_HOST && field.len === 1 ? BYTEORDER_BIG : field.set.byteorder;
+  return set.userdata === setUserdata(order, ivl, field.set.key);
+}
+
 function lookupText(field: Field, e: LookupExpr, sets: SetResolver | undefined, opts: RenderOptions): string {
   const name = field.name;
   const form = { e };
@@ -1208,13 +1237,7 @@ function lookupText(field: Field, e: LookupExpr, sets: SetResolver | undefined, 
       }
       if (!(found.set.flags & SET_F.ANONYMOUS)) return `${name}${neq ? ' !=' : ''} @${found.set.name}`;
       // an anonymous set nft described as keyed by something else (raw payload, another field) reads back differently
-      const ivl = (found.set.flags & SET_F.INTERVAL) !== 0;
-      // nft says an interval set of a 1-byte host order key (meta l4proto) is in network byte order
-      const order = ivl && field.set?.byteorder === BYTEORDER_HOST && field.len === 1 ? BYTEORDER_BIG : field.set?.byteorder;
-      if (field.set && found.set.userdata !== undefined
-        && found.set.userdata !== setUserdata(order!, ivl, field.set.key)) {
-        return unsupported(`${name} lookup in a set keyed by another expression`);
-      }
+      if (!setKeyedBy(field, found.set)) return unsupported(`${name} lookup in a set keyed by another expression`);
       const body = setBody(field, found.set, found.elements, opts);
       return body === undefined ? unsupported(`${name} lookup in set ${found.set.name}`) : `${name}${neq ? ' !=' : ''} { ${body} }`;
     }

@@ -6,7 +6,7 @@
  * and a running keeper puts back a rule, and an object with the rule using it, deleted behind its
  * back. The others are refused at their position (docs/config.md lists which and why).
  */
-import { existsSync } from 'node:fs';
+import { existsSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { loadConfig, namespaceInterfaces } from '../../src/config/config.js';
@@ -18,6 +18,7 @@ import { withNetns, type Netns } from '../helpers/netns.js';
 import { byChain, netlinkDump } from '../helpers/peers/dump.js';
 import { open } from '../../src/netlink/socket.js';
 import type { Family } from '../../src/netlink/expr.js';
+import { tempDir } from '../helpers/tmp.js';
 import { until } from '../helpers/wait.js';
 
 const DIR = '/usr/share/doc/nftables/examples';
@@ -138,6 +139,45 @@ describe("Debian's nftables examples as --config", () => {
       }, 'examples-k');
     });
   }
+
+  it("sets_and_maps.nft with elements in its named set and maps: nft's install and nfkeeper's alike, check in sync, a running keeper puts back a deleted element of each", async () => {
+    // No example fills a named set; this one is Debian's, included whole, then given elements (by
+    // interface index: nfkeeper takes iface_index elements as numbers, nft lists them by name).
+    const file = join(tempDir('examples'), 'sets_and_maps-elements.nft');
+    writeFileSync(file, `include "${DIR}/sets_and_maps.nft"\n\n` +
+      'add element filter local_ifs { 2, 4 }\n' +
+      'add element filter nat_map { 2 : 10.0.0.1, 5 : 192.168.0.1 }\n' +
+      'add element filter jump_map { 2 : jump input_1, 3 : goto input_2 }\n');
+    const validate = await cli('validate', '--config', file);
+    expect([validate.code, validate.err]).toEqual([0, '']);
+    await withExampleNetns('sets_and_maps', async (a) => {
+      a.nft(BEFORE_NFT.sets_and_maps!);
+      a.exec('nft', ['-f', file]);
+      const listing = a.exec('nft', ['list', 'table', 'ip', 'filter']);
+      expect(listing).toContain('elements = { "eth1" : 10.0.0.1');
+      await withExampleNetns('sets_and_maps', async (b) => {
+        const apply = await cli('apply', '--config', file, '--netns', b.path);
+        expect([apply.code, apply.err]).toEqual([0, '']);
+        expect(b.exec('nft', ['list', 'table', 'ip', 'filter'])).toBe(listing);
+        expect(netlinkDump(b, 'ip', 'filter')).toBe(netlinkDump(a, 'ip', 'filter'));
+      }, 'examples-eb');
+      const check = await cli('check', '--config', file, '--netns', a.path);
+      expect([check.code, check.err], check.out).toEqual([0, '']);
+    }, 'examples-ea');
+    await withExampleNetns('sets_and_maps', async (ns) => {
+      const keeper = await startKeeper(ns, { config: loadConfig(file, { interfaces: namespaceInterfaces(ns.path) }) });
+      try {
+        const before = ns.exec('nft', ['list', 'table', 'ip', 'filter']);
+        for (const [set, key] of [['local_ifs', '2'], ['nat_map', '5'], ['jump_map', '3']] as const) {
+          ns.exec('nft', ['delete', 'element', 'ip', 'filter', set, `{ ${key} }`]);
+          expect(ns.exec('nft', ['list', 'table', 'ip', 'filter'])).not.toBe(before);
+          await until(`sets_and_maps: the deleted element of ${set} is back`, () => ns.exec('nft', ['list', 'table', 'ip', 'filter']) === before, 20_000, 50);
+        }
+      } finally {
+        await keeper.stop();
+      }
+    }, 'examples-ek');
+  });
 
   it('secmark.nft: validate ok; the kernel refuses its secmark objects without SELinux, to nfkeeper as to nft, and nothing is installed', async () => {
     const file = join(DIR, 'secmark.nft');

@@ -282,6 +282,70 @@ describe('nft files: nft is the oracle', () => {
     }
   });
 
+  it("raw payload keys nft lists as a header field: nft's listing reads back as other sets, nfkeeper refuses it at its position, and export → apply → export is a fixed point", async () => {
+    const file = `table ip raw {
+\tmap m {
+\t\ttype ipv4_addr : mark
+\t\tflags dynamic
+\t}
+
+\tchain c_pre {
+\t\t${CHAIN_SPEC.pre}
+\t\tip daddr set @nh,96,32 map { 0x01020304 : 10.0.0.1 }
+\t\tdnat to @nh,96,32 map { 1 : 10.0.0.2 }
+\t\tdnat to @ih,0,32 map { 0x1 : 10.0.0.3 }
+\t\tmeta l4proto tcp dnat to ct zone map { 1 : 10.0.0.4 } : tcp dport map { 80 : 8080 }
+\t}
+
+\tchain c_fwd {
+\t\t${CHAIN_SPEC.fwd}
+\t\t@nh,96,32 { 0x1, 0x1020304 }
+\t\tct mark set @nh,96,32 map { 1 : 2 }
+\t\tadd @m { ip saddr : 0x1 }
+\t}
+}
+`;
+    await withNetns(async (a) => {
+      a.nft(file);
+      const listing = a.exec('nft', ['list', 'table', 'ip', 'raw']);
+      expect(listing).toContain('ip daddr set ip saddr map { 16909060 : 10.0.0.1 }');
+      // nft reads its own listing back as maps and sets keyed by addresses: another install
+      await withNetns(async (c) => {
+        c.nft(listing);
+        const again = c.exec('nft', ['list', 'table', 'ip', 'raw']);
+        expect(again).toContain('ip daddr set ip saddr map { 1.2.3.4 : 10.0.0.1 }');
+        expect(netlinkDump(c, 'ip', 'raw')).not.toBe(netlinkDump(a, 'ip', 'raw'));
+      }, 'nftfile-rc');
+      let refused: unknown;
+      try {
+        parseNftConfig(listing, 'l.nft');
+      } catch (e) {
+        refused = e;
+      }
+      expect(refused).toBeInstanceOf(ConfigError);
+      expect([(refused as ConfigError).line, (refused as ConfigError).column, (refused as ConfigError).reason])
+        .toEqual([10, 31, expect.stringMatching(/'16909060': expected an IPv4 address/)]);
+      // our export keeps the raw payloads, and reads back to the same kernel objects
+      const exported = await cli('export', '--table', 'ip', 'raw', '--netns', a.path);
+      expect(exported.err).toBe('');
+      expect(exported.code).toBe(0);
+      expect(exported.out).toContain('ip daddr set @nh,96,32 map { 16909060 : 10.0.0.1 }');
+      expect(exported.out).toContain('meta l4proto tcp dnat to ct zone map { 1 : 10.0.0.4 }:tcp dport map { 80 : 8080 }');
+      expect(exported.out).toContain('add @m { ip saddr : 0x00000001 }');
+      const saved = join(dir, 'raw-export.nft');
+      writeFileSync(saved, exported.out);
+      const check = await cli('check', '--config', saved, '--netns', a.path);
+      expect(check.code, check.out + check.err).toBe(0);
+      await withNetns(async (b) => {
+        const apply = await cli('apply', '--config', saved, '--netns', b.path);
+        expect(apply.code, apply.err).toBe(0);
+        expect(netlinkDump(b, 'ip', 'raw')).toBe(netlinkDump(a, 'ip', 'raw'));
+        expect(b.exec('nft', ['list', 'table', 'ip', 'raw'])).toBe(listing);
+        expect((await cli('export', '--table', 'ip', 'raw', '--netns', b.path)).out).toBe(exported.out);
+      }, 'nftfile-rb');
+    }, 'nftfile-ra');
+  });
+
   it('iif/oif names resolve in the target namespace, as nft resolves them there; a missing one is refused', async () => {
     await withNetns(async (a) => {
       await withNetns(async (b) => {

@@ -6,11 +6,13 @@
  * repaired with element operations only; bad declarations are refused with
  * file:line:column and change nothing.
  */
-import { writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parseConfig, parseNftConfig, type Config } from '../../src/config/config.js';
 import { ConfigError } from '../../src/base/errors.js';
+import { NFT_KEYWORDS } from '../../src/rules/keywords.js';
 import { Batch } from '../../src/netlink/batch.js';
 import type { Family } from '../../src/netlink/expr.js';
 import { open, type NftSocket } from '../../src/netlink/socket.js';
@@ -226,6 +228,40 @@ describe('named sets and maps in the config', () => {
     const e = refusal(yaml, 'c.yaml');
     expect([e.line, e.column]).toEqual([9, 23]);
     expect(e.reason).toMatch(/set s, element 2/);
+  });
+});
+
+describe('set and map names nft takes as keywords', () => {
+  it("every word of nft 1.0.6's grammar is refused as a set or map name, at its position, exactly where nft -c refuses it", async () => {
+    // the token names of nft's parser ("\"th\"" in bison's table), read from the library nft runs
+    const lib = execFileSync('ldconfig', ['-p'], { encoding: 'utf8' }).match(/libnftables\.so\.1 \(.*?\) => (\S+)/)![1]!;
+    const words = [...new Set([...readFileSync(lib).toString('latin1').matchAll(/"([a-z][a-z0-9_-]*)"\0/g)].map((m) => m[1]!))];
+    expect(words.length).toBeGreaterThan(300);
+    await withNetns(async (ns) => {
+      const all = [...words, 'u', 'foo'];
+      // one shell in the namespace runs nft -c on each word's table (nft stops reading a file after a few errors)
+      const nftRefuses = ns.exec('sh', ['-c', 'while read w; do printf "table ip t {\\n set %s { type ipv4_addr; }\\n}\\n" "$w" | nft -c -f - 2>/dev/null || echo "$w"; done'],
+        all.join('\n') + '\n').split('\n').filter(Boolean);
+      const ours: string[] = [];
+      for (const w of all) {
+        for (const [text, line, col] of [[`table ip t {\n  set ${w} { type ipv4_addr; }\n}\n`, 2, 7],
+          [`add table ip t\nadd map ip t ${w} { type ipv4_addr : ipv4_addr; }\n`, 2, 14]] as const) {
+          try {
+            parseNftConfig(text, 'k.nft');
+            if (text.startsWith('table')) expect(NFT_KEYWORDS.has(w)).toBe(false);
+          } catch (e) {
+            const err = e as ConfigError;
+            expect([err.line, err.column, err.reason], text).toEqual([line, col, expect.stringMatching(/keyword of nft's language/)]);
+            if (text.startsWith('table')) ours.push(w);
+          }
+        }
+      }
+      expect(ours).toEqual(nftRefuses);
+      expect(nftRefuses).toContain('th');
+      expect(nftRefuses).not.toContain('u');
+    });
+    const e = refusal('tables:\n  - family: ip\n    name: t\n    sets:\n      - name: th\n        type: ipv4_addr\n', 'c.yaml');
+    expect([e.line, e.column, e.reason]).toEqual([5, 15, expect.stringMatching(/'th' is a keyword/)]);
   });
 });
 

@@ -86,7 +86,10 @@ interface FRule {
 /** nlmsg_flags of events: NLM_F_CREATE, NLM_F_APPEND. */
 const F_CREATE = 0x400;
 const F_APPEND = 0x800;
-/** A commit echoes its new rules' handles up to this many ops (the addon's kEchoUpTo messages). */
+/**
+ * A commit echoes its new rules' handles up to this many ops; a bigger one stands for an echo the
+ * receive buffer cut (the addon's echoCut: committed, no handles), the path the keeper then reads.
+ */
 const ECHO_UP_TO = 1024;
 /** commitNow runs batches up to this many ops (the addon's kInlineCommitUpTo messages). */
 const INLINE_UP_TO = 64;
@@ -783,7 +786,8 @@ export class FakeConn implements NftConn {
     if (ops.length === 0) return;
     await this.ready('commit');
     const handles = this.kernel.apply(this.portId, [...ops], gen);
-    return options.echo && ops.length <= ECHO_UP_TO ? { handles } : undefined;
+    if (!options.echo) return undefined;
+    return ops.length <= ECHO_UP_TO ? { handles } : { echoCut: true };
   }
 
   commitNow(batch: Batch | readonly Op[], options: CommitOptions = {}): void | CommitResult | false {

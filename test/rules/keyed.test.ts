@@ -45,6 +45,7 @@ const SETUP: Record<Fam, string[]> = {
     'add set ip nfk mki { type mark; flags interval; }',
     'add map ip nfk markmap { type ipv4_addr : mark; }',
     'add map ip nfk ngi { typeof numgen inc mod 10 : ip daddr; flags interval; }',
+    'add map ip nfk dynmark { type ipv4_addr : mark; flags dynamic; }',
   ],
   ip6: [
     'add set ip6 nfk s6 { type ipv6_addr; }',
@@ -172,6 +173,28 @@ export const KEYED: KeyedRule[] = [
   k('ip', 'pre', 'dnat to ct zone map { 1 : 1.2.3.4, 2 : 1.2.3.5 }'),
   k('ip', 'pre', 'ip daddr set osf name map { "Linux" : 1.2.3.4 }'),
   k('ip', 'pre', 'dnat to ip daddr map @dm persistent'),
+  // raw payload keys: nft lists a map's one raw key in decimal, and names the bytes after the header
+  // field there (`ip saddr map { 1 : … }`), which reads back as a map keyed by addresses; the text
+  // keeps the raw payload, which reads back to the kernel's rule
+  k('ip', 'pre', 'dnat to @ih,0,32 map { 0x1 : 10.0.0.2 }', { canonical: 'dnat to @ih,0,32 map { 1 : 10.0.0.2 }' }),
+  k('ip', 'pre', 'dnat to @nh,96,32 map { 1 : 10.0.0.2 }', { nft: 'dnat to ip saddr map { 1 : 10.0.0.2 }' }),
+  k('ip', 'pre', 'ip daddr set @nh,96,32 map { 0x01020304 : 10.0.0.1 }',
+    { canonical: 'ip daddr set @nh,96,32 map { 16909060 : 10.0.0.1 }', nft: 'ip daddr set ip saddr map { 16909060 : 10.0.0.1 }' }),
+  k('ip', 'pre', 'ip daddr set @ih,0,32 map { 1 : 10.0.0.2 }'),
+  k('ip', 'pre', 'tcp dport set @ih,0,32 map { 1 : 22 }'),
+  k('ip', 'fwd', 'ct mark set @nh,96,32 map { 1 : 0x00000002 }', { nft: 'ct mark set ip saddr map { 1 : 0x00000002 }' }),
+  k('ip', 'fwd', 'meta mark set @ih,0,32 map { 1 : 0x00000002 }'),
+  k('ip', 'fwd', 'ct zone set @nh,96,32 map { 1 : 2 }', { nft: 'ct zone set ip saddr map { 1 : 2 }' }),
+  k('ip', 'fwd', 'dup to @nh,96,32 map { 1 : 1.1.1.1 }', { nft: 'dup to ip saddr map { 1 : 1.1.1.1 }' }),
+  k('ip', 'fwd', '@th,64,16 vmap { 0x50 : accept }', { canonical: '@th,64,16 vmap { 80 : accept }' }),
+  k('ip', 'fwd', '@nh,96,32 . tcp dport vmap { 0x1 . 22 : accept }', { nft: 'ip saddr . tcp dport vmap { 0x1 . 22 : accept }' }),
+  k('ip', 'fwd', '@nh,96,32 { 0x1020304, 0x1 }', { canonical: '@nh,96,32 { 0x1, 0x1020304 }', nft: 'ip saddr { 0x1, 0x1020304 }' }),
+  k('inet', 'fwd', 'meta nfproto ipv4 @nh,96,32 { 0x1, 0x2 }', { nft: 'ip saddr { 0x1, 0x2 }' }),
+  k('inet', 'pre', 'meta nfproto ipv4 dnat ip to @nh,96,32 map { 1 : 10.0.0.2 }', { nft: 'dnat ip to ip saddr map { 1 : 10.0.0.2 }' }),
+  // a port map's key does not give the NAT its transport protocol: the match before it stays
+  k('ip', 'pre', 'meta l4proto tcp dnat to ct zone map { 1 : 10.0.0.3 } : tcp dport map { 80 : 8080 }',
+    { canonical: 'meta l4proto tcp dnat to ct zone map { 1 : 10.0.0.3 }:tcp dport map { 80 : 8080 }' }),
+  k('inet', 'pre', 'meta l4proto tcp dnat ip to ct zone map { 1 : 10.0.0.3 }:tcp dport map { 80 : 8080 }'),
   k('ip', 'post', 'snat to ip saddr map { 10.0.0.1 : 192.168.0.1 }'),
   k('ip', 'post', 'meta l4proto { tcp, udp } snat ip to ip saddr . th dport map { 10.141.11.4 . 20 : 192.168.2.3 . 80 }'),
   k('ip', 'pre', 'meta l4proto tcp dnat ip to ip daddr . th dport map { 10.0.0.1 . 80 : 10.1.0.1 . 8080 }',
@@ -193,6 +216,7 @@ export const KEYED: KeyedRule[] = [
   k('ip', 'fwd', 'update @dyn { ip saddr }'),
   k('ip', 'fwd', 'ct state new add @dyn2 { ip saddr . tcp dport }'),
   k('ip', 'fwd', 'ip saddr @dyn3 drop'),
+  k('ip', 'fwd', 'add @dynmark { ip saddr : 0x1 }', { canonical: 'add @dynmark { ip saddr : 0x00000001 }' }),
   // ip6
   k('ip6', 'fwd', 'ip6 daddr @s6'),
   k('ip6', 'fwd', 'ip6 daddr . tcp dport @s6p accept'),
@@ -324,6 +348,8 @@ describe('refusals with positions', () => {
     ['meta mark set ip saddr map @dm', 'ip', 28, '@dm', /map 'dm' maps to ipv4_addr, not to marks/],
     ['meta mark set ip saddr counter', 'ip', 24, 'counter', /'map'/],
     ['update @dyn { ip saddr timeout soon }', 'ip', 32, 'soon', /a time such as 10s/],
+    ['dnat to ct zone map { 1 : 10.0.0.3 } : tcp dport map { 80 : 8080 }', 'ip', 40, 'tcp', /only valid after transport protocol match/],
+    ['dnat to ip saddr map { 1.1.1.1 : 2.2.2.2 }:tcp dport map { 80 : 8080 }', 'ip', 44, 'tcp', /only valid after transport protocol match/],
   ];
   it.each(cases)('%s (%s)', (text, family, col, token, why) => {
     let err: unknown;
