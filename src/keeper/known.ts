@@ -23,7 +23,8 @@
  *
  * It is the kernel view's rules (view.ts, which alone holds and feeds it). One table as known is
  * a KnownTable (known-table.ts); following our own commit is follow-commit.ts; the events' proof
- * that a commit elsewhere left the tables alone is the view's (KernelView.untouched).
+ * that no commit touched a table is the view's (KernelView.tableCurrency), and a table the events
+ * did touch takes the handles they followed (takeFollowed) or is confirmed or read on its own.
  */
 import type { TableConfig } from '../model/desired.js';
 import type { SetConfig } from '../model/sets.js';
@@ -36,99 +37,105 @@ import { knownRule, hasKey, sameKey } from './rule-key.js';
 import { derivationOf, type Derivation } from '../model/derivation.js';
 import { knownSets, objectsUnknown, tableKey, volatileSet, type KnownTable } from './known-table.js';
 import { followCommit } from './follow-commit.js';
+import type { FollowedTable } from './mirror.js';
 
 export class KnownState {
   private constructor(public generation: number, private readonly tables: Map<string, KnownTable>) {}
 
   /**
-   * Whether the kernel, now at `generation`, still holds exactly what is known, read without
-   * decoding a rule: the table's flags and object count, every base or empty chain, and one digest
-   * dump of its rules (handles and digests, objects.ts Rule.digest) compared rule by rule. Yes
-   * moves the known state to `generation`. A rule whose digest was never learnt (written by our
-   * own commit since the last decoding read) makes it no, and the caller reads as before. Named
-   * sets: their definitions with one set list per table; the elements of each set that
-   * `elementsHeld` vouches for (the event mirror, exact at `generation`) are not read, the others'
-   * are read and compared with the desired ones: where they differ, the elements read become the
-   * known ones (the look then diffs them, no second read). A volatile set's are read by the look.
+   * Whether the kernel, now at `generation`, still holds exactly what is known of `tables`, read
+   * without decoding a rule: per table its flags and object count, every base or empty chain, and
+   * one digest dump of its rules (handles and digests, objects.ts Rule.digest) compared rule by
+   * rule. A rule whose digest was never learnt (written by our own commit since the last decoding
+   * read) is decoded, its chain one dump, up to a few chains; more make the table no. Named sets:
+   * their definitions with one set list per table; the elements of each set that `elementsHeld`
+   * vouches for (the event mirror, exact at `generation`) are not read, the others' are read and
+   * compared with the desired ones: where they differ, the elements read become the known ones
+   * (the look then diffs them, no second read). A volatile set's are read by the look.
+   * Returns the tables that do not hold (dropped from the state, the caller reads them), the
+   * state then at `generation`; undefined when nothing could be confirmed (no digest dumps, or a
+   * commit came while reading): the caller drops the state.
    */
   async revalidate(conn: NftConn, generation: number, tables: readonly TableConfig[],
-    elementsHeld?: (t: TableConfig, set: string) => boolean): Promise<boolean> {
-    if (!conn.listRuleDigests) return false;
-    try {
-      return await this.revalidateTables(conn, generation, tables, elementsHeld);
-    } catch (e) {
-      // The table, a chain or a set went while we read (ENOENT): not as known, read it whole.
-      if (e instanceof NetlinkError && e.errnoName === 'ENOENT') return false;
-      throw e;
+    elementsHeld?: (t: TableConfig, set: string) => boolean): Promise<TableConfig[] | undefined> {
+    if (!conn.listRuleDigests) return undefined;
+    const failed: TableConfig[] = [];
+    for (const t of tables) {
+      try {
+        if (await this.revalidateTable(conn, t, elementsHeld)) continue;
+      } catch (e) {
+        // The table, a chain or a set went while we read (ENOENT): not as known, read it whole.
+        if (!(e instanceof NetlinkError) || e.errnoName !== 'ENOENT') throw e;
+      }
+      failed.push(t);
     }
+    if (conn.generation() !== generation) return undefined;  // something committed while we read
+    for (const t of failed) this.tables.delete(tableKey(t));
+    this.generation = generation;
+    return failed;
   }
 
-  private async revalidateTables(conn: NftConn, generation: number, tables: readonly TableConfig[],
-    elementsHeld?: (t: TableConfig, set: string) => boolean): Promise<boolean> {
-    for (const t of tables) {
-      const kt = this.table(t);
-      const known = kt?.observed.table;
-      if (!kt || !known) return false;
-      const hasSets = kt.observed.sets.size > 0;
-      // One digest dump per table (filtered by the kernel to it), never a round trip per chain: with
-      // many owner chains the table's dump costs what the chain dumps together cost, without a
-      // request and a promise per chain.
-      const [table, dump, sets] = await Promise.all([conn.getTable(t.family, t.name), conn.listRuleDigests!({ family: t.family, table: t.name }),
-        hasSets ? conn.listSets({ family: t.family, table: t.name }) : []]);
-      // The table's use counts its chains, sets and stateful objects: only the known chains and sets may be there.
-      if (!table || table.flags !== known.flags || table.owner !== known.owner || table.use !== kt.observed.chains.size + kt.observed.sets.size) return false;
-      let withRules = 0;
-      const undigested: string[] = [];
-      for (const { chain, handles, digests } of dump) {
-        const rules = kt.observed.rules.get(chain);
-        if (!rules || rules.length !== handles.length) return false;
-        let learnt = true;
-        for (let i = 0; i < handles.length; i++) {
-          const r = rules[i]!;
-          if (r.handle !== handles[i] || (r.digest && r.digest !== digests[i])) return false;
-          if (!r.digest) learnt = false;
-        }
-        if (!learnt) undigested.push(chain);
-        withRules++;
+  private async revalidateTable(conn: NftConn, t: TableConfig, elementsHeld?: (t: TableConfig, set: string) => boolean): Promise<boolean> {
+    const kt = this.table(t);
+    const known = kt?.observed.table;
+    if (!kt || !known) return false;
+    const hasSets = kt.observed.sets.size > 0;
+    // One digest dump per table (filtered by the kernel to it), never a round trip per chain: with
+    // many owner chains the table's dump costs what the chain dumps together cost, without a
+    // request and a promise per chain.
+    const [table, dump, sets] = await Promise.all([conn.getTable(t.family, t.name), conn.listRuleDigests!({ family: t.family, table: t.name }),
+      hasSets ? conn.listSets({ family: t.family, table: t.name }) : []]);
+    // The table's use counts its chains, sets and stateful objects: only the known chains and sets may be there.
+    if (!table || table.flags !== known.flags || table.owner !== known.owner || table.use !== kt.observed.chains.size + kt.observed.sets.size) return false;
+    let withRules = 0;
+    const undigested: string[] = [];
+    for (const { chain, handles, digests } of dump) {
+      const rules = kt.observed.rules.get(chain);
+      if (!rules || rules.length !== handles.length) return false;
+      let learnt = true;
+      for (let i = 0; i < handles.length; i++) {
+        const r = rules[i]!;
+        if (r.handle !== handles[i] || (r.digest && r.digest !== digests[i])) return false;
+        if (!r.digest) learnt = false;
       }
-      // Rules our own commit wrote (their digests unknown): their chains are decoded, one dump each,
-      // and compared with what is known; the digests are learnt for the next time.
-      if (undigested.length > UNDIGESTED_CHAINS_UP_TO) return false;
-      for (const chain of undigested) {
-        const rules = kt.observed.rules.get(chain)!;
-        const now = await conn.listRules({ family: t.family, table: t.name, chain, digests: true });
-        if (now.length !== rules.length) return false;
-        for (let i = 0; i < now.length; i++) {
-          const r = rules[i]!;
-          if (now[i]!.handle !== r.handle || !now[i]!.digest) return false;
-          if (r.digest) {
-            if (r.digest !== now[i]!.digest) return false;
-          } else if (!sameKey(r, now[i]!)) {
-            return false;
-          }
-        }
-        for (let i = 0; i < now.length; i++) rules[i]!.digest ??= now[i]!.digest;
-      }
-      const chains = [...kt.observed.chains.values()];
-      if (withRules !== chains.filter((c) => (kt.observed.rules.get(c.name)?.length ?? 0) > 0).length) return false;
-      // Rules say nothing of a chain's hook, or of an empty chain's existence: a few are read one by
-      // one (a GETCHAIN is answered inline), many with one chain list.
-      const look = chains.filter((c) => c.hook !== undefined || (kt.observed.rules.get(c.name)?.length ?? 0) === 0);
-      let now: (Chain | undefined)[];
-      if (look.length <= CHAIN_GETS_UP_TO) {
-        now = await Promise.all(look.map((c) => conn.getChain(t.family, t.name, c.name)));
-      } else {
-        const listed = new Map((await conn.listChains({ family: t.family, table: t.name })).map((c) => [c.name, c]));
-        now = look.map((c) => listed.get(c.name));
-      }
-      for (const [i, c] of look.entries()) {
-        const n = now[i];
-        if (!n || n.hook !== c.hook || n.type !== c.type || n.priority !== c.priority || (n.policy ?? 'accept') !== (c.policy ?? 'accept')) return false;
-      }
-      if (hasSets && !(await this.setsHold(conn, t, kt, sets, elementsHeld))) return false;
+      if (!learnt) undigested.push(chain);
+      withRules++;
     }
-    if (conn.generation() !== generation) return false;  // something committed while we read
-    this.generation = generation;
+    // Rules our own commit wrote (their digests unknown): their chains are decoded, one dump each,
+    // and compared with what is known; the digests are learnt for the next time.
+    if (undigested.length > UNDIGESTED_CHAINS_UP_TO) return false;
+    for (const chain of undigested) {
+      const rules = kt.observed.rules.get(chain)!;
+      const now = await conn.listRules({ family: t.family, table: t.name, chain, digests: true });
+      if (now.length !== rules.length) return false;
+      for (let i = 0; i < now.length; i++) {
+        const r = rules[i]!;
+        if (now[i]!.handle !== r.handle || !now[i]!.digest) return false;
+        if (r.digest) {
+          if (r.digest !== now[i]!.digest) return false;
+        } else if (!sameKey(r, now[i]!)) {
+          return false;
+        }
+      }
+      for (let i = 0; i < now.length; i++) rules[i]!.digest ??= now[i]!.digest;
+    }
+    const chains = [...kt.observed.chains.values()];
+    if (withRules !== chains.filter((c) => (kt.observed.rules.get(c.name)?.length ?? 0) > 0).length) return false;
+    // Rules say nothing of a chain's hook, or of an empty chain's existence: a few are read one by
+    // one (a GETCHAIN is answered inline), many with one chain list.
+    const look = chains.filter((c) => c.hook !== undefined || (kt.observed.rules.get(c.name)?.length ?? 0) === 0);
+    let now: (Chain | undefined)[];
+    if (look.length <= CHAIN_GETS_UP_TO) {
+      now = await Promise.all(look.map((c) => conn.getChain(t.family, t.name, c.name)));
+    } else {
+      const listed = new Map((await conn.listChains({ family: t.family, table: t.name })).map((c) => [c.name, c]));
+      now = look.map((c) => listed.get(c.name));
+    }
+    for (const [i, c] of look.entries()) {
+      const n = now[i];
+      if (!n || n.hook !== c.hook || n.type !== c.type || n.priority !== c.priority || (n.policy ?? 'accept') !== (c.policy ?? 'accept')) return false;
+    }
+    if (hasSets && !(await this.setsHold(conn, t, kt, sets, elementsHeld))) return false;
     return true;
   }
 
@@ -166,23 +173,8 @@ export class KnownState {
   static fromCleanLook(generation: number, tables: readonly TableConfig[], observed: readonly ObservedTable[]): KnownState | undefined {
     const out = new Map<string, KnownTable>();
     for (const [i, t] of tables.entries()) {
-      const o = observed[i];
-      if (!o?.table || o.sets.size !== (t.sets?.length ?? 0) || objectsUnknown(t, o)) return undefined;
-      const verifiedSets = new Map<string, SetConfig>();
-      const sets = knownSets(t, (n) => o.sets.get(n)?.set, verifiedSets);
-      if (!sets) return undefined;
-      const kt: KnownTable = { observed: { ...o, chains: new Map(o.chains), rules: new Map(), sets }, verified: new Map(), verifiedSets };
-      for (const c of t.chains) {
-        const have = o.rules.get(c.name) ?? [];
-        if (have.length !== c.rules.length || have.some((r) => r.handle === undefined)) return undefined;
-        // A rule the look took by digest is a known rule already (the start-up's adoption): kept as it is.
-        kt.observed.rules.set(c.name, c.rules.map((r, j) => {
-          const h = have[j]!;
-          return h.exprs === r.compiled.exprs && hasKey(h) ? h : knownRule(t, c, r, h.handle!, h.digest);
-        }));
-        kt.verified.set(c.name, c);
-      }
-      if (kt.observed.chains.size === t.chains.length) kt.whole = t;
+      const kt = cleanTable(t, observed[i]);
+      if (!kt) return undefined;
       out.set(tableKey(t), kt);
     }
     return new KnownState(generation, out);
@@ -207,12 +199,19 @@ export class KnownState {
   /**
    * A look planned from this state found `tables` as desired: the chains it compared (their desired
    * definition is another object than the one verified) hold exactly their desired rules now, in
-   * the known rules' order and handles. O(chains), and O(rules) of those chains only.
+   * the known rules' order and handles. O(chains), and O(rules) of those chains only. A table the
+   * state did not hold was read by the look (`observed`): it is taken as a clean look's.
    */
-  confirm(tables: readonly TableConfig[]): boolean {
-    for (const t of tables) {
+  confirm(tables: readonly TableConfig[], observed: readonly ObservedTable[]): boolean {
+    for (const [i, t] of tables.entries()) {
       const kt = this.table(t);
-      if (!kt) return false;
+      if (!kt) {
+        // A table the look read (it was not held): what it read, as after a clean look.
+        const read = cleanTable(t, observed[i]);
+        if (!read) return false;
+        this.tables.set(tableKey(t), read);
+        continue;
+      }
       // Derived from the table known whole: only the chains it changed can be other objects (none, when it is that table).
       const from = this.since(t);
       for (const c of from ? from.changed : t.chains) {
@@ -235,6 +234,52 @@ export class KnownState {
       }
     }
     return true;
+  }
+
+  /**
+   * The events followed table `held.desired` to where the kernel holds it as desired (the mirror,
+   * exact at a later generation than this state): its known rules take the handles the events
+   * gave. Rules whose handle and desired rule stay are kept as they are, digest and all; a rule
+   * re-added under a new handle has no digest until a decoding read. False when the state does not
+   * hold the table with exactly those chains: the caller drops it.
+   */
+  takeFollowed(held: FollowedTable): boolean {
+    const t = held.desired;
+    const kt = this.table(t);
+    if (!kt || kt.observed.chains.size !== t.chains.length) return false;
+    for (const c of t.chains) {
+      const handles = held.handles(c.name);
+      const prev = kt.observed.rules.get(c.name);
+      if (!handles || !prev || !kt.observed.chains.has(c.name) || handles.length !== c.rules.length) return false;
+      if (kt.verified.get(c.name) === c && prev.length === handles.length && prev.every((r, j) => r.handle === handles[j])) continue;
+      const kept = new Map(prev.map((r) => [r.handle!, r]));
+      kt.observed.rules.set(c.name, c.rules.map((r, j) => {
+        const k = kept.get(handles[j]!);
+        if (k && hasKey(k) && k.exprs === r.compiled.exprs) return k;
+        return knownRule(t, c, r, handles[j]!, k?.exprs === r.compiled.exprs ? k.digest : undefined);
+      }));
+      kt.verified.set(c.name, c);
+    }
+    // A followed set holds its desired elements (it is clean); the events changed no other.
+    for (const s of t.sets ?? []) {
+      if (!held.followsSet(s.name) || kt.verifiedSets.get(s.name) === s) continue;
+      const have = kt.observed.sets.get(s.name);
+      if (!have) return false;
+      kt.observed.sets.set(s.name, { set: have.set, elements: s.elements });
+      kt.verifiedSets.set(s.name, s);
+    }
+    kt.whole = t;
+    return true;
+  }
+
+  /** Lets the rules of `t` go: the next look reads it. */
+  drop(t: { family: string; name: string }): void {
+    this.tables.delete(tableKey(t));
+  }
+
+  /** The tables held, by family and name. */
+  heldTables(): { family: string; name: string }[] {
+    return [...this.tables.values()].map((kt) => ({ family: kt.observed.family, name: kt.observed.name }));
   }
 
   /**
@@ -275,10 +320,41 @@ export class KnownState {
     return d?.from === kt.whole ? d : undefined;
   }
 
+  /** The tables of `tables` this state holds. */
+  held(tables: readonly TableConfig[]): TableConfig[] {
+    return tables.filter((t) => this.tables.has(tableKey(t)));
+  }
+
   /** Every table of `tables` is known (and nothing else is needed). */
   covers(tables: readonly TableConfig[]): boolean {
     return tables.every((t) => this.tables.has(tableKey(t)));
   }
+}
+
+/**
+ * One table from a look that found it as desired: every chain holds exactly its desired rules, so
+ * the decoded rules are replaced by known ones (handle + the desired rule), and every named set its
+ * desired elements (the config's own list stands for them). Undefined for a table with anonymous
+ * sets (their names are the kernel's) or stateful objects.
+ */
+function cleanTable(t: TableConfig, o: ObservedTable | undefined): KnownTable | undefined {
+  if (!o?.table || o.sets.size !== (t.sets?.length ?? 0) || objectsUnknown(t, o)) return undefined;
+  const verifiedSets = new Map<string, SetConfig>();
+  const sets = knownSets(t, (n) => o.sets.get(n)?.set, verifiedSets);
+  if (!sets) return undefined;
+  const kt: KnownTable = { observed: { ...o, chains: new Map(o.chains), rules: new Map(), sets }, verified: new Map(), verifiedSets };
+  for (const c of t.chains) {
+    const have = o.rules.get(c.name) ?? [];
+    if (have.length !== c.rules.length || have.some((r) => r.handle === undefined)) return undefined;
+    // A rule the look took by digest is a known rule already (the start-up's adoption): kept as it is.
+    kt.observed.rules.set(c.name, c.rules.map((r, j) => {
+      const h = have[j]!;
+      return h.exprs === r.compiled.exprs && hasKey(h) ? h : knownRule(t, c, r, h.handle!, h.digest);
+    }));
+    kt.verified.set(c.name, c);
+  }
+  if (kt.observed.chains.size === t.chains.length) kt.whole = t;
+  return kt;
 }
 
 const NO_EDITS: Derivation['edited'] = new Map();

@@ -68,9 +68,20 @@ export type MirrorOutcome =
   /** A foreign commit, followed. */
   | 'changed';
 
+/** One owned table as the events left it, the kernel holding it as desired (Mirror.asDesired). */
+export interface FollowedTable {
+  desired: TableConfig;
+  /** The kernel handles of a desired chain's rules, in order. */
+  handles(chain: string): Float64Array | undefined;
+  /** Whether the events follow this set's elements. */
+  followsSet(set: string): boolean;
+}
+
 export class Mirror {
   /** The kernel generation the mirror is exact at (with the proof, see exactAt). */
   generation = 0;
+  /** The generation of the look it was seeded from: every commit after it, up to `generation`, it followed or learnt. */
+  seededAt = 0;
   /** Batches the monitor delivered that reached apply(), to match Monitor.progress().delivered. */
   applied = 0;
   /** Overflow reports among them (Monitor.anchor wants it). */
@@ -113,6 +124,7 @@ export class Mirror {
     for (const t of desired) for (const c of t.chains) this.desired.set(`${key(t.family, t.name)} ${c.name}`, c);
     this.expected.clear();
     this.generation = generation;
+    this.seededAt = generation;
     this.invalidReason = undefined;
     return true;
   }
@@ -197,6 +209,23 @@ export class Mirror {
     return c && c.missing.size === 0 && c.extras.size === 0 ? Array.from(c.handles) : undefined;
   }
 
+  /**
+   * Table `family table` as followed, when in force and the kernel holds it as desired (no rule
+   * missing or foreign, no followed set differing): its desired table, its desired chains with the
+   * kernel handles of their rules, and which of its sets are followed (the others no event changed).
+   */
+  asDesired(family: string, table: string): FollowedTable | undefined {
+    if (!this.valid) return undefined;
+    const k = key(family, table);
+    const mt = this.tables.get(k);
+    const desired = this.desiredTables.get(k);
+    const named = this.sets.get(k);
+    if (!mt || !desired || !named) return undefined;
+    for (const c of mt.chains.values()) if (c.missing.size > 0 || c.extras.size > 0) return undefined;
+    for (const ms of named.values()) if (ms && ms.differs.size > 0) return undefined;
+    return { desired, handles: (name) => mt.chains.get(name)?.handles, followsSet: (name) => !!named.get(name) };
+  }
+
   /** A commit of ours is expected (its events or echo not taken yet): the mirror is not exact until it is. */
   get pending(): boolean {
     return this.expected.size > 0;
@@ -263,6 +292,11 @@ export class Mirror {
     }
     this.generation = generation;
     return true;
+  }
+
+  /** What our commit producing `generation` was planned to do (undefined: none expected). */
+  expectedAt(generation: number): readonly Expected[] | undefined {
+    return this.expected.get(generation);
   }
 
   /** The commit expected at `generation` did not happen. */

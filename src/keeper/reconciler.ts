@@ -252,27 +252,25 @@ export class Reconciler {
     let read = false;
     if (input.useKnown) ({ known, read } = await this.view.heldAt(conn, generation, input.tables, input.readBack === true, this.countRead));
     else this.view.notHeld();
-    let observed: ObservedTable[];
-    if (known) {
-      observed = input.tables.map((t) => known.table(t)!.observed);
-      // Sets the kernel changes without a commit (timeouts, the data path's adds): their elements, read now.
-      await Promise.all(input.tables.flatMap((t, i) => (t.sets ?? []).filter((x) => volatileSet(x.set)).map(async (x) => {
-        const o = observed[i]!;
-        const have = o.sets.get(x.name);
-        if (!have) return;  // not in the kernel (a reload added it): the diff says so
-        o.sets.set(x.name, { set: have.set, elements: await conn.listElements({ family: t.family, table: t.name, set: x.name }) });
-      })));
-    } else {
-      observed = await Promise.all(input.tables.map((t) => observeTable(conn, t.family, t.name, t.chains.map((c) => c.name),
-        input.adopt ? t : undefined, written)));
-      this.options.metrics?.dumps.inc();
-    }
+    // Per table: the view's rules where it holds them, else a read (only the tables it does not hold).
+    const toRead = input.tables.filter((t) => !known?.table(t));
+    const reads = new Map(await Promise.all(toRead.map(async (t) => [t, await observeTable(conn, t.family, t.name, t.chains.map((c) => c.name),
+      input.adopt ? t : undefined, written)] as const)));
+    if (toRead.length > 0) this.options.metrics?.dumps.inc();
+    const observed = input.tables.map((t) => reads.get(t) ?? known!.table(t)!.observed);
+    // Sets the kernel changes without a commit (timeouts, the data path's adds): their elements, read now.
+    await Promise.all(input.tables.flatMap((t, i) => reads.has(t) ? [] : (t.sets ?? []).filter((x) => volatileSet(x.set)).map(async (x) => {
+      const o = observed[i]!;
+      const have = o.sets.get(x.name);
+      if (!have) return;  // not in the kernel (a reload added it): the diff says so
+      o.sets.set(x.name, { set: have.set, elements: await conn.listElements({ family: t.family, table: t.name, set: x.name }) });
+    })));
     input.onObserved?.(observed);
     // Only timed sets count here, and those are read at every look (known or not).
     if (this.timedSeen) noteTimedSeen(this.timedSeen, input.tables, observed);
     const diffs = input.tables.map((t, i) => diffTable(t, observed[i]!,
-      { protect: this.protects(t), portId: conn.portId, allowForeignOwner: input.allowForeignOwner, verified: known?.table(t)!.verified,
-        verifiedSets: known?.table(t)!.verifiedSets, timedSeen: this.timedSeen, since: known?.since(t) }));
+      { protect: this.protects(t), portId: conn.portId, allowForeignOwner: input.allowForeignOwner, verified: known?.table(t)?.verified,
+        verifiedSets: known?.table(t)?.verifiedSets, timedSeen: this.timedSeen, since: known?.since(t) }));
     const drift = diffs.map((x) => x.drift);
     const retired = await this.retiredPresent();
     const flat = [...drift.flat(), ...retired.map((t): Drift => ({
@@ -283,7 +281,9 @@ export class Reconciler {
     // A look from the view found it clean: only the chains compared again (their desired
     // definition changed) are learnt anew, not every owner's rules.
     if (flat.length === 0 && (input.learn ?? input.useKnown)) this.view.fromLook(generation, input.tables, observed, known);
-    return { generation, observed, drift, diffs, retired, flat, garbage, ...(known ? { known, unread: !read } : {}) };
+    // Unread: some tables were the view's, held by the generation or the events, not read now.
+    const unread = !read && toRead.length < input.tables.length;
+    return { generation, observed, drift, diffs, retired, flat, garbage, ...(known ? { known, unread } : {}) };
   }
 
   /** A read the view made for a look (digests, or the chains a commit wrote). */

@@ -9,18 +9,24 @@
  * - the echo of our own commit (followCommit for a full pass's batch, learnCommit for a repair
  *   planned from the events), which the guard proves was the only commit since the look;
  * - the monitor's events (follow): a foreign commit in an owned table is followed rule by rule and
- *   element by element, or makes the view unknown (an overflow, a gap in the run of whole commits,
- *   a truncated batch, an event it cannot follow).
+ *   element by element, or makes the followed content unknown (an overflow, a gap in the run of
+ *   whole commits, a truncated batch, an event it cannot follow).
  *
- * It holds two kinds of content, each with the generation it is exact at:
- * - the rules of each owned table as a look or our commit left them (known.ts: per chain, each
- *   rule's handle with the desired rule it is), which a full pass plans from without a dump;
+ * Its currency is per owned table (tableCurrency): exact at a generation, or unknown and why. The
+ * view notes, per owned table, the last commit that touched it (an event in it, our echoed repair
+ * of it; a truncated batch touches them all), and the monitor's run of whole commits
+ * (MonitorProgress) proves that no other commit did. A table untouched since its rules were exact
+ * is exact now; a touched one is confirmed by a digest dump of that table alone, or read; an
+ * overflow or a gap in the run, which cannot be told to a table, leaves every table to be confirmed.
+ *
+ * It holds the kernel in two shapes, both fed as above:
+ * - the rules of each owned table (known.ts: per chain, each rule's handle with the desired rule
+ *   it is), which a full pass plans from without a dump;
  * - per desired chain and followed set, the kernel handles and where the kernel differs (mirror.ts),
  *   which the event repairs plan from.
- * Their currency is one proof, made here: the generation the content was exact at, the monitor's
- * run of whole commits since (MonitorProgress), every batch it delivered taken, and which of them
- * touched an owned table. The rules' content does not follow a foreign commit: a touch after it
- * leaves it to be confirmed by a digest dump (KnownState.revalidate) or read again.
+ * The rules take what the events followed (takeFollowed): a table touched since the rules were
+ * exact takes the handles the followed content holds, where that holds it as desired, so a full
+ * pass after a foreign change the events followed (and its repair) reads nothing.
  */
 import type { TableConfig } from '../model/desired.js';
 import type { Batch } from '../netlink/batch.js';
@@ -42,7 +48,7 @@ export type { KnownState };
  */
 export const EVENTS_WAIT_MS = 100;
 
-/** The view's followed content: exact at a generation, or unknown and why. */
+/** A content's currency (the followed content's, or one table's): exact at a generation, or unknown and why. */
 export type Currency = { exact: true; generation: number } | { exact: false; generation: number; reason: string };
 
 /** Our last commit, sole but too big to echo: read at its generation by the next look (see heldAt). */
@@ -56,6 +62,7 @@ interface Unechoed {
 
 /** What a look may plan from: the view's rules (undefined: read the kernel), and whether they were read now. */
 export interface Held {
+  /** The rules of the tables held (known.table(t)); a table they do not hold, the look reads. */
   known?: KnownState;
   /** Confirmed by a read (digests, or the chains an unechoed commit wrote), not only by the generation or the events. */
   read: boolean;
@@ -71,8 +78,13 @@ export class KernelView {
   private stopped: () => boolean = () => false;
   /** The last generation whose commit touched an owned table (ours included), from the events. */
   private lastTouch = 0;
-  /** Owned table names by family (no key string built per event: follow() runs on the repair's path). */
-  private owned = new Map<string, Set<string>>();
+  /** The last generation whose commit touched every owned table at once (a truncated batch: which, unknown). */
+  private touchedAll = 0;
+  /**
+   * Per owned table by family and name (no key string built per event: follow() runs on the
+   * repair's path), the last generation whose commit touched it.
+   */
+  private owned = new Map<string, Map<string, { touched: number }>>();
 
   /**
    * From now on the view follows the monitor's batches (follow), whose progress proves it current.
@@ -91,12 +103,29 @@ export class KernelView {
 
   /** The owned tables (the monitor's filter): which batches touch them. */
   setOwned(tables: readonly { family: string; name: string }[]): void {
+    const before = this.owned;
     this.owned = new Map();
     for (const t of tables) {
       let names = this.owned.get(t.family);
-      if (!names) this.owned.set(t.family, names = new Set());
-      names.add(t.name);
+      if (!names) this.owned.set(t.family, names = new Map());
+      // A table owned before keeps its touches; a new one has none the view knows of, and none matter:
+      // its rules are held only from a look or our commit, after which the events' proof starts.
+      names.set(t.name, before.get(t.family)?.get(t.name) ?? { touched: 0 });
     }
+  }
+
+  /** The last generation whose commit touched `t` (an owned table), or every owned table. */
+  private touchedAt(t: { family: string; name: string }): number {
+    return Math.max(this.touchedAll, this.owned.get(t.family)?.get(t.name)?.touched ?? this.lastTouch);
+  }
+
+  /** A commit at `generation` touched `t`. */
+  private touch(family: string, table: string, generation: number): boolean {
+    const o = this.owned.get(family)?.get(table);
+    if (!o) return false;
+    if (o.touched < generation) o.touched = generation;
+    if (this.lastTouch < generation) this.lastTouch = generation;
+    return true;
   }
 
   // ---- currency ----
@@ -149,12 +178,7 @@ export class KernelView {
 
   /** untouched(), after waiting for the monitor to catch up with `to` as a repair does (EVENTS_WAIT_MS). */
   private async untouchedSince(from: number, to: number): Promise<boolean> {
-    const progress = this.progressOf!;
-    const waitUntil = performance.now() + EVENTS_WAIT_MS;
-    while (this.eventsLag(to, progress()) && performance.now() < waitUntil && !this.stopped()) {
-      await new Promise((r) => setImmediate(r));
-    }
-    return this.untouched(from, to, progress());
+    return await this.eventsCover(from, to) && this.lastTouch <= from;
   }
 
   /** The monitor has not seen `to` yet, or has batches on their way to follow(). */
@@ -163,12 +187,33 @@ export class KernelView {
   }
 
   /**
-   * The rules a look at `generation` may plan from instead of a dump, and how they were proved: the
-   * generation has not moved since they were exact; or the events prove no commit since touched an
-   * owned table (the content moves to `generation`); or a digest dump confirms them (a read). A sole
-   * commit of ours too big to echo is read first (the chains it added rules to), when nothing
-   * touched the tables since. `readBack`: the safety net's read, which does not take the
-   * generation's or the events' word. `read` is called for each read made.
+   * Per owned table of `tables`, whether the view holds it exact at `generation` (the kernel's now,
+   * or the monitor's last): its rules were exact at G and either G is `generation`, or the events
+   * cover every commit since and none of them touched this table. Else unknown, and why.
+   */
+  tableCurrency(t: TableConfig, generation: number, p = this.progressOf?.()): Currency {
+    const known = this.known;
+    if (!known?.table(t)) return { exact: false, generation: known?.generation ?? 0, reason: 'no rules held' };
+    const why = this.staleness(t, known.generation, generation, p);
+    return why ? { exact: false, generation: known.generation, reason: why } : { exact: true, generation };
+  }
+
+  /** Why rules of `t` exact at `from` are not the kernel's at `to` by the generation and the events (undefined: they are). */
+  private staleness(t: TableConfig, from: number, to: number, p: MonitorProgress | undefined): string | undefined {
+    if (from === to) return undefined;
+    if (!p || !this.followed || !runCovers(from, to, this.followed.applied, p)) return `the events do not cover the commits after ${from}`;
+    const at = this.touchedAt(t);
+    return at > from ? `commit ${at} touched it` : undefined;
+  }
+
+  /**
+   * The rules a look at `generation` may plan from instead of a dump, per table, and how they were
+   * proved: the generation has not moved since they were exact; or the events prove no commit since
+   * touched that table (the content moves to `generation`); or a digest dump of that table confirms
+   * them (a read). A table proved none of these ways is dropped from the rules: the look reads it,
+   * and only it. A sole commit of ours too big to echo is read first (the chains it added rules
+   * to), when nothing touched the tables since. `readBack`: the safety net's read, which does not
+   * take the generation's or the events' word. `read` is called for each read made.
    */
   async heldAt(conn: NftConn, generation: number, tables: readonly TableConfig[], readBack: boolean, read: () => void): Promise<Held> {
     const unechoed = this.unechoed;
@@ -179,32 +224,80 @@ export class KernelView {
       readUnechoed = await this.readUnechoed(conn, unechoed, generation, read);
     }
     const trust = !readBack || readUnechoed;
-    const before = this.known;
-    if (trust && before?.generation === generation && before.covers(tables)) return { known: before, read: readUnechoed };
-    if (trust && before?.covers(tables) && this.followed && await this.untouchedSince(before.generation, generation) && this.known === before) {
-      before.advance(generation);
-      return { known: before, read: readUnechoed };
+    this.takeFollowed();
+    const known = this.known;
+    const have = known?.held(tables) ?? [];
+    if (!known || have.length === 0) {
+      this.known = undefined;
+      return { read: false };
+    }
+    let stale = have;
+    if (trust && known.generation === generation) {
+      stale = [];
+    } else if (trust && this.followed && await this.eventsCover(known.generation, generation) && this.known === known) {
+      const p = this.progressOf!();
+      stale = have.filter((t) => this.staleness(t, known.generation, generation, p) !== undefined);
+    }
+    if (stale.length === 0) {
+      known.advance(generation);
+      return { known, read: readUnechoed };
     }
     const m = this.followed;
     // A named set whose elements the followed content holds, exact now and clean for it, is not read.
     const held = m && ((t: TableConfig, set: string) => this.exactAt(generation) && m.elementsDiffering(t.family, t.name, set) === 0);
-    if (this.known?.covers(tables) && await this.known.revalidate(conn, generation, tables, held)) {
-      read();
-      return { known: this.known, read: true };
+    const failed = await known.revalidate(conn, generation, stale, held);
+    // Counted as a read where it confirmed a table (else the look's dump is the read).
+    if (failed && failed.length < stale.length) read();
+    if (!failed || failed.length === have.length) {
+      this.known = undefined;  // stale: let its rules go before the dump decodes new ones
+      return { read: false };
     }
-    this.known = undefined;  // stale: let its rules go before the dump decodes new ones
-    return { read: false };
+    // Read now (digests), unless some tables are held only by the events; the others the look reads.
+    return { known, read: stale.length === have.length };
+  }
+
+  /**
+   * The rules take what the events followed since they were exact: when the followed content is in
+   * force at a later generation M and accounts for every commit from the rules' generation up to M
+   * (it was seeded at or before that generation, and has followed or learnt every commit since; or
+   * the monitor's run covers the commits in between), each table a commit touched meanwhile takes
+   * the handles the events gave, where the kernel holds it as desired (else it is let go, and read
+   * by the next look), and the rules are exact at M.
+   */
+  private takeFollowed(): void {
+    const known = this.known;
+    const m = this.followed;
+    if (!known || !m?.valid || known.generation >= m.generation) return;
+    const p = this.progressOf?.();
+    if (m.seededAt > known.generation && !(p && runCovers(known.generation, m.generation, m.applied, p))) return;
+    for (const t of known.heldTables()) {
+      if (this.touchedAt(t) <= known.generation) continue;
+      const held = m.asDesired(t.family, t.name);
+      if (!held || !known.takeFollowed(held)) known.drop(t);
+    }
+    known.advance(m.generation);
+  }
+
+  /** The events cover every commit after `from` up to `to`, after waiting for the monitor to catch up with `to` (EVENTS_WAIT_MS). */
+  private async eventsCover(from: number, to: number): Promise<boolean> {
+    const progress = this.progressOf!;
+    const waitUntil = performance.now() + EVENTS_WAIT_MS;
+    while (this.eventsLag(to, progress()) && performance.now() < waitUntil && !this.stopped()) {
+      await new Promise((r) => setImmediate(r));
+    }
+    return runCovers(from, to, this.followed!.applied, progress());
   }
 
   // ---- feeders: a look ----
 
   /**
    * A look at `generation` found `tables` as desired (learn): from `known` (the view's own rules,
-   * planned from) only the chains it compared are learnt anew; from a read, the rules read.
+   * planned from) only the chains it compared are learnt anew, and the tables it read besides are
+   * taken as read; from a read of every table, the rules read.
    */
   fromLook(generation: number, tables: readonly TableConfig[], observed: readonly ObservedTable[], known: KnownState | undefined): void {
     if (known && known === this.known) {
-      if (!known.confirm(tables)) this.known = undefined;
+      if (!known.confirm(tables, observed)) this.known = undefined;
     } else this.known = KnownState.fromCleanLook(generation, tables, observed);
   }
 
@@ -296,8 +389,12 @@ export class KernelView {
    * not cover the plan; its events say it then.
    */
   learnCommit(generation: number, handles: ReadonlyMap<number, number>): boolean {
-    if (!this.followed!.learnCommit(generation, handles)) return false;
-    this.lastTouch = Math.max(this.lastTouch, generation);
+    const planned = this.followed!.expectedAt(generation);
+    if (!planned || !this.followed!.learnCommit(generation, handles)) return false;
+    for (const x of planned) {
+      const on = 'element' in x ? x.element : x.chain;
+      this.touch(on.family, on.table, generation);
+    }
     return true;
   }
 
@@ -307,9 +404,12 @@ export class KernelView {
   follow(b: MonitorBatch, ownPort: number): MirrorOutcome {
     // An overflow lost commits: the monitor's run starts again (runStart), which the proofs check.
     if (!b.overflow) {
-      let touched = b.truncated;
-      for (let i = 0; !touched && i < b.events.length; i++) touched = this.owned.get(b.events[i]!.family)?.has(b.events[i]!.table) === true;
-      if (touched) this.lastTouch = Math.max(this.lastTouch, b.generation);
+      if (b.truncated) {
+        // Events were left out: any owned table may have been touched.
+        this.touchedAll = Math.max(this.touchedAll, b.generation);
+        this.lastTouch = Math.max(this.lastTouch, b.generation);
+      }
+      for (let i = 0; i < b.events.length; i++) this.touch(b.events[i]!.family, b.events[i]!.table, b.generation);
     }
     return this.followed ? this.followed.apply(b, ownPort) : 'invalid';
   }
@@ -324,7 +424,10 @@ export class KernelView {
    * elements changed (retarget), else it is unknown; the rules stay (a look compares them).
    */
   desiredChanged(desired: readonly TableConfig[]): void {
-    if (this.followed && !this.followed.retarget(desired)) this.followed.invalidate('the desired state changed');
+    if (this.followed && !this.followed.retarget(desired)) {
+      this.takeFollowed();  // before the followed content goes
+      this.followed.invalidate('the desired state changed');
+    }
   }
 
   // ---- planning from the followed content ----

@@ -21,8 +21,8 @@ import type { Family } from '../../src/netlink/expr.js';
 import type { NftSet } from '../../src/netlink/objects.js';
 import { ruleDigester } from '../../src/netlink/socket.js';
 import { compileRule } from '../../src/rules/index.js';
-import { parseNftConfig } from '../../src/config/config.js';
-import { FLANNEL_RULES, flannelConfig, nextRepair } from './helpers.js';
+import { parseConfig, parseNftConfig } from '../../src/config/config.js';
+import { FLANNEL_RULES, flannelConfig, nextRepair, postroutingYaml } from './helpers.js';
 import type { World } from './behaviour.js';
 import { planConfig, readPlanChain } from './plan-fixtures.js';
 
@@ -274,6 +274,48 @@ export function eventCases(f: Fixture): void {
     // An element commit's echo has no handles: its events tell the mirror, once the monitor reads them.
     await seen(k, tampered + 2);
     expect(k.mirrorState()).toMatchObject({ exact: true, generation: tampered + 2 });
+  });
+
+  it('keeper: what the view cannot follow in one owned table has that table read, and only it; what it follows, no table', async () => {
+    const conn = f.conn();
+    const second = ['ip saddr 192.0.2.1 accept', 'ip saddr 192.0.2.2 accept'];
+    const config = (rules: readonly string[]) => parseConfig(`${postroutingYaml('nfkeeper', FLANNEL_RULES, 'postrouting')}${
+      postroutingYaml('second', rules).replace('tables:\n', '')}`, 'two.yaml');
+    const k = await f.keeper({ config: config(second) });
+    await mirrorExact(k);
+    await k.idle();
+    // Rule dumps (decoded or digests) of the keeper's socket, per table.
+    const dumped = new Map<string, number>();
+    const sock = k.state.sock!;
+    const { listRules, listRuleDigests } = sock;
+    const count = (t: { table: string }) => dumped.set(t.table, (dumped.get(t.table) ?? 0) + 1);
+    sock.listRules = (x) => (count(x), listRules.call(sock, x));
+    sock.listRuleDigests = (x) => (count(x), listRuleDigests!.call(sock, x));
+    const repaired = nextRepair(k);
+    // A chain event: the followed content cannot follow it; the full pass repairs the table.
+    await f.other().commit(new Batch().add('chain', { ...IP, table: 'nfkeeper', name: 'x' }));
+    const r = await repaired;
+    await k.idle();
+    expect(r.ops).toBeGreaterThan(0);
+    expect((await conn.listChains({ ...IP, table: 'nfkeeper' })).map((c) => c.name)).toEqual(['postrouting']);
+    expect(dumped.get('nfkeeper')).toBeGreaterThan(0);
+    expect(dumped.get('second')).toBeUndefined();
+    expect(await f.lines(conn)).toEqual(FLANNEL_RULES);
+    // A foreign deletion the events follow, repaired from them; then a reload of the other table:
+    // the view's rules took what the events followed, so neither table is read.
+    await mirrorExact(k);
+    await k.idle();
+    dumped.clear();
+    const again = nextRepair(k);
+    await f.other().commit(new Batch().delete('rule', { ...OWNED, handle: (await conn.listRules(OWNED))[1]!.handle! }));
+    expect((await again).cause).toBe('event');
+    await k.idle();
+    const third = [...second, 'ip saddr 192.0.2.3 accept'];
+    await k.setConfig(config(third));
+    await k.idle();
+    expect(await f.lines(conn, { ...IP, table: 'second', chain: 'post' })).toEqual(third);
+    expect(await f.lines(conn)).toEqual(FLANNEL_RULES);
+    expect([...dumped]).toEqual([]);
   });
 
   it('keeper: foreign churn in a table it does not own costs no repair, no commit and no read', async () => {

@@ -11,7 +11,9 @@ import type { MonitorBatch, MonitorEvent } from '../../src/netlink/events.js';
 import { Reconciler, type PassInput } from '../../src/keeper/reconciler.js';
 import { KernelView } from '../../src/keeper/view.js';
 import { FakeKernel, type FakeConn, type FakeWatch } from '../helpers/fake-kernel.js';
-import { planConfig } from './plan-fixtures.js';
+import { planConfig, ruleText } from './plan-fixtures.js';
+import { parseConfig } from '../../src/config/config.js';
+import type { TableConfig } from '../../src/model/desired.js';
 
 const OWNED = [{ family: 'ip' as const, name: 't' }];
 const C = { family: 'ip' as const, table: 't', chain: 'c' };
@@ -39,13 +41,13 @@ interface World {
 }
 
 /** A keeper's parts around one view: a connection, a watcher feeding the view, a reconciler planning from it. */
-function world(): World {
+function world(owned: { family: 'ip'; name: string }[] = OWNED): World {
   const kernel = new FakeKernel();
   const conn = kernel.connect();
   const other = kernel.connect();
   const view = new KernelView();
-  const watch = kernel.watch({ tables: OWNED, ignorePorts: [conn.portId], ownCommits: true, onBatch: (b) => view.follow(b, conn.portId) });
-  view.setOwned(OWNED);
+  const watch = kernel.watch({ tables: owned, ignorePorts: [conn.portId], ownCommits: true, onBatch: (b) => view.follow(b, conn.portId) });
+  view.setOwned(owned);
   view.followEvents(() => watch.progress(), () => false);
   watch.anchor(conn.generation(), 0);
   const reads = { n: 0 };
@@ -143,10 +145,28 @@ describe('the kernel view', () => {
     // The commit's own events come after, and change nothing.
     await w.settled();
     expect(w.view.exactAt(g + 2)).toBe(true);
-    // The rules do not follow a foreign commit: it touched the table, so they are confirmed by
-    // digests, which find the re-added rule under a new handle: read again.
+    // The rules take what the events followed: the re-added rule under its new handle, no read.
     expect(w.view.untouched(g, g + 2, w.watch.progress())).toBe(false);
+    const reads = w.reads.n;
     const held = await w.view.heldAt(w.conn, g + 2, planConfig([0, 1, 2]).tables, false, () => w.reads.n++);
+    expect(held).toMatchObject({ read: false });
+    expect(held.known?.generation).toBe(g + 2);
+    expect(w.reads.n).toBe(reads);
+    expect(w.view.rules!.table(planConfig([0, 1, 2]).tables[0]!)!.observed.rules.get('c')!.map((x) => x.handle)).toEqual(await handles(w));
+    // The safety net's read-back confirms them by digests: the re-added rule's chain decoded (its digest is not known yet).
+    const back = await w.view.heldAt(w.conn, g + 2, planConfig([0, 1, 2]).tables, true, () => w.reads.n++);
+    expect(back).toMatchObject({ read: true });
+    expect(back.known?.generation).toBe(g + 2);
+  });
+
+  it('a foreign change the events cannot follow as desired (a foreign rule left in place) lets the rules of that table go: the look reads it', async () => {
+    const w = world();
+    const g = await installed(w);
+    const [first] = await handles(w);
+    await w.other.commit(new Batch().add('rule', { ...C, position: first, exprs: planConfig([9]).tables[0]!.chains[0]!.rules[0]!.compiled.exprs }));
+    await w.settled();
+    expect(w.view.exactAt(g + 1)).toBe(true);
+    const held = await w.view.heldAt(w.conn, g + 1, planConfig([0, 1, 2]).tables, false, () => w.reads.n++);
     expect(held).toEqual({ read: false });
     expect(w.view.rules).toBeUndefined();
   });
@@ -226,5 +246,110 @@ describe('the kernel view', () => {
       w.view.committed();
       expect(w.view.rules).toBeUndefined();
     });
+  });
+});
+
+/** Two owned tables, ip a and ip b, each with chain c holding the rules `ks` names (b: `kb`). */
+function twoTables(ks: readonly number[], kb: readonly number[] = ks): TableConfig[] {
+  const table = (name: string, rs: readonly number[]) => `
+  - family: ip
+    name: ${name}
+    chains:
+      - name: c
+        rules:
+${rs.map((k) => `          - ${ruleText(k)}`).join('\n')}`;
+  return parseConfig(`tables:${table('a', ks)}${table('b', kb)}`).tables;
+}
+const TWO = [{ family: 'ip' as const, name: 'a' }, { family: 'ip' as const, name: 'b' }];
+const A = { family: 'ip' as const, table: 'a', chain: 'c' };
+
+/** Counts the rule dumps (decoded or digests) a connection makes, per table. */
+function countDumps(conn: FakeConn): Map<string, number> {
+  const n = new Map<string, number>();
+  const count = (f: { table: string }) => n.set(f.table, (n.get(f.table) ?? 0) + 1);
+  const { listRules, listRuleDigests } = conn;
+  conn.listRules = (f) => (count(f), listRules.call(conn, f));
+  conn.listRuleDigests = (f) => (count(f), listRuleDigests.call(conn, f));
+  return n;
+}
+
+describe('the kernel view, per owned table', () => {
+  async function two(): Promise<{ w: World; g: number; dumps: Map<string, number>; pass: (tables?: TableConfig[]) => ReturnType<Reconciler['once']> }> {
+    const w = world(TWO);
+    const tables = twoTables([0, 1, 2]);
+    await new Reconciler(w.other, { attempts: 5 }).once({ tables });
+    await w.settled();
+    const pass = (t = tables) => w.reconciler.once({ tables: t, useKnown: true, learn: true, trustSoleCommit: true });
+    const r = await pass();
+    expect(r).toMatchObject({ status: 'in-sync', ops: 0 });
+    expect(w.view.seed(tables, r.first.observed, r.generation)).toBe('seeded');
+    return { w, g: r.generation, dumps: countDumps(w.conn), pass };
+  }
+
+  it('a look makes every table exact at its generation', async () => {
+    const { w, g } = await two();
+    for (const t of twoTables([0, 1, 2])) expect(w.view.tableCurrency(t, g)).toEqual({ exact: true, generation: g });
+  });
+
+  it('an event it cannot follow in one table makes only that table unknown: the next pass reads it, and plans the other from the view', async () => {
+    const { w, g, dumps, pass } = await two();
+    const [ta, tb] = twoTables([0, 1, 2]);
+    await w.other.commit(new Batch().add('chain', { family: 'ip', table: 'a', name: 'x' }));
+    await w.settled();
+    expect(w.view.valid).toBe(false);  // the followed content cannot follow a chain event
+    expect(w.view.tableCurrency(ta!, g + 1)).toEqual({ exact: false, generation: g, reason: `commit ${g + 1} touched it` });
+    expect(w.view.tableCurrency(tb!, g + 1)).toEqual({ exact: true, generation: g + 1 });
+    const r = await pass();
+    expect(r).toMatchObject({ status: 'repaired', trusted: true });
+    expect((await w.conn.listChains({ family: 'ip', table: 'a' })).map((c) => c.name)).toEqual(['c']);
+    // Table a: its digests, then (they do not hold: a chain more) a dump. Table b: nothing.
+    expect(dumps.get('a')).toBe(2);
+    expect(dumps.get('b')).toBeUndefined();
+    // The pass's commit is followed: both tables exact at its generation.
+    for (const t of [ta!, tb!]) expect(w.view.tableCurrency(t, g + 2)).toEqual({ exact: true, generation: g + 2 });
+  });
+
+  it('a foreign change in one table and our repair of it touch only that table: the other is planned from the view', async () => {
+    const { w, g, dumps, pass } = await two();
+    const [ta, tb] = twoTables([0, 1, 2]);
+    const [, second] = (await w.conn.listRules(A)).map((r) => r.handle!);
+    await w.other.commit(new Batch().delete('rule', { ...A, handle: second }));
+    await w.settled();
+    const plan = w.view.plan();
+    if (!plan || plan === 'clean') throw new Error('no plan');
+    w.view.expect(g + 2, plan.expected);
+    const echoed = await w.conn.commit(plan.batch, { expectGeneration: g + 1, echo: true });
+    expect(w.view.learnCommit(g + 2, echoed!.handles!)).toBe(true);
+    await w.settled();
+    expect(w.view.tableCurrency(tb!, g + 2)).toEqual({ exact: true, generation: g + 2 });
+    dumps.clear();
+    // A new desired state of table b only: planned from the view, neither table read (a's rules
+    // take the handles the events followed).
+    const tables = [ta!, twoTables([0, 1, 2], [0, 1, 2, 3])[1]!];
+    w.view.desiredChanged(tables);
+    const r = await pass(tables);
+    expect(r).toMatchObject({ status: 'repaired', ops: 1, trusted: true });
+    expect([...dumps]).toEqual([]);
+    expect(w.view.rules!.table(ta!)!.observed.rules.get('c')!.map((x) => x.handle)).toEqual((await w.conn.listRules(A)).map((x) => x.handle));
+  });
+
+  it('an overflow or a truncated batch cannot be attributed: every table is unknown and read', async () => {
+    for (const lose of ['overflow', 'truncated'] as const) {
+      const { w, g, dumps, pass } = await two();
+      const tables = twoTables([0, 1, 2]);
+      if (lose === 'overflow') {
+        await w.other.commit(new Batch().add('table', { family: 'ip', name: 'elsewhere' }));
+        w.kernel.overflow();
+        await turns(() => !w.view.valid);
+      } else {
+        w.view.follow({ overflow: false, truncated: true, foreign: true, generation: g + 1, since: g + 1, events: [] }, w.conn.portId);
+        await w.other.commit(new Batch().add('table', { family: 'ip', name: 'elsewhere' }));
+      }
+      for (const t of tables) expect(w.view.tableCurrency(t, g + 1, w.watch.progress()).exact).toBe(false);
+      const r = await pass();
+      expect(r).toMatchObject({ status: 'in-sync' });
+      // Both confirmed by their digests (they hold), neither decoded.
+      expect([dumps.get('a'), dumps.get('b')]).toEqual([1, 1]);
+    }
   });
 });
