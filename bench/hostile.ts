@@ -85,6 +85,8 @@ export async function hostile(seconds = SECONDS, everyMs = EVERY_MS): Promise<Ho
         await sleep(5000);
         const cpuPercentBefore = ((cpuSeconds(child.pid!) - c00) / ((performance.now() - t00) / 1000)) * 100;
 
+        // The example's chain as installed (its rule count is the example's, not a constant here).
+        const owned = (await sock.listRules(CHAIN)).length;
         const repairs0 = await metric('nfkeeper_repairs_total');
         const c0 = cpuSeconds(child.pid!);
         const t0 = performance.now();
@@ -115,7 +117,7 @@ export async function hostile(seconds = SECONDS, everyMs = EVERY_MS): Promise<Ho
         let backAfterMs = -1;
         while (performance.now() - tStop < 30_000) {
           const rules = await sock.listRules(CHAIN);
-          if (rules.length === 4) {
+          if (rules.length === owned) {
             backAfterMs = performance.now() - tStop;
             break;
           }

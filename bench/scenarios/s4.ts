@@ -103,6 +103,8 @@ export async function runS4(o: S4Options): Promise<S4Row[]> {
             ready = await fetch(`http://127.0.0.1:${port}/readyz`).then((r) => r.ok, () => false);
           }
           if (!ready) throw new Error('nfkeeper run did not become ready in 10 s');
+          // The example's chain as installed (its rule count is the example's, not a constant here).
+          const owned = (await sock.listRules(WHERE)).length;
           const phase = async (seconds: number, during?: () => Promise<void>): Promise<S4Phase> => {
             const m0 = await metrics();
             const c0 = cpuNs(child.pid!);
@@ -144,7 +146,7 @@ export async function runS4(o: S4Options): Promise<S4Row[]> {
           const rules = await sock.listRules(WHERE);
           await sock.commit(new Batch().delete('rule', { ...WHERE, handle: rules[0]!.handle! }));
           await sleep(300);
-          const missedRepair = (await sock.listRules(WHERE)).length !== 4;
+          const missedRepair = (await sock.listRules(WHERE)).length !== owned;
 
           o.log(`    N = ${n.toLocaleString('en-US')}: hostile neighbour (a deletion every 10 ms) ${o.stormSeconds} s`);
           let deletions = 0;
@@ -165,7 +167,7 @@ export async function runS4(o: S4Options): Promise<S4Row[]> {
           const tStop = Date.now();
           let backAfterMs = -1;
           while (Date.now() - tStop < 15_000) {
-            if ((await sock.listRules(WHERE)).length === 4) {
+            if ((await sock.listRules(WHERE)).length === owned) {
               backAfterMs = Date.now() - tStop;
               break;
             }
