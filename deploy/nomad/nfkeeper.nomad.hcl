@@ -117,7 +117,7 @@ EOT
       resources {
         cpu        = 50
         memory     = 192
-        memory_max = 448
+        memory_max = 512
       }
 
       # Rules stay in place when the task stops; kill_timeout only bounds the exit.
