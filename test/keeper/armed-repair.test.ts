@@ -21,6 +21,7 @@ import { createNetns, type Netns } from '../helpers/netns.js';
 import { sleep, until } from '../helpers/wait.js';
 import { nextRepair, startKeeper } from './helpers.js';
 import { planConfig, readPlanChain } from './plan-fixtures.js';
+import { parseConfig } from '../../src/config/config.js';
 
 const WANT = [1, 2, 3, 4, 5];
 const where = { family: 'ip', table: 't', chain: 'c' } as const;
@@ -109,7 +110,7 @@ describe('the keeper arms the monitor with the repair of each owned rule', () =>
       const [, generation, reactions] = armed[0]!;
       expect(generation).toBe(keeper.state.view.generation);
       expect(reactions.map((r) => r.on)).toEqual(after.map((handle) => [{ type: 'delrule', family: 'ip', table: 't', name: 'c', handle }]));
-      expect(reactions.map((r) => r.ops.map((o) => [o.verb, (o as { position?: number }).position]))).toEqual(after.map((_, j) => [[j === 0 ? 'insert' : 'add', j === 0 ? undefined : after[j - 1]]]));
+      expect(reactions.map((r) => r.ops!.map((o) => [o.verb, (o as { position?: number }).position]))).toEqual(after.map((_, j) => [[j === 0 ? 'insert' : 'add', j === 0 ? undefined : after[j - 1]]]));
     } finally {
       monitor.arm = arm;
     }
@@ -205,4 +206,106 @@ describe('in a fight, the keeper arms the monitor again once the back-off since 
       ns.remove();
     }
   }, 60_000);
+});
+
+describe('the keeper arms the monitor with an undo of another writer\'s element deletion, per owned set', () => {
+  const ELEMENTS = 300;
+  const ip = (i: number) => `10.9.${i >> 8}.${i & 255}`;
+  const set = { family: 'ip', table: 'e', set: 's' } as const;
+  let ns: Netns;
+  let sock: NftSocket;
+  let keeper: Keeper;
+  let jsCommits = 0;
+  beforeAll(async () => {
+    ns = createNetns('armundo');
+    sock = open({ netns: ns.path });
+    const config = parseConfig(`
+tables:
+  - family: ip
+    name: e
+    sets:
+      - name: s
+        type: ipv4_addr
+        elements: [${Array.from({ length: ELEMENTS }, (_, i) => ip(i)).join(', ')}]
+    chains:
+      - name: c
+        type: filter
+        hook: forward
+        priority: filter
+        rules:
+          - ip saddr @s counter accept
+`);
+    keeper = await startKeeper(ns, { config, fight: { threshold: 1e9 } });
+    await until('the mirror to be seeded', () => keeper.mirrorState()?.exact === true);
+    await keeper.idle();
+    const conn = keeper.socket!;
+    const commitNow = conn.commitNow!.bind(conn);
+    const commit = conn.commit.bind(conn);
+    conn.commitNow = (...a) => { jsCommits++; return commitNow(...a); };
+    conn.commit = (...a) => { jsCommits++; return commit(...a); };
+  }, 60_000);
+  afterAll(async () => {
+    await keeper?.stop();
+    sock?.close();
+    ns?.remove();
+  });
+
+  const dumps = async () => (await keeper.metrics.dumps.get()).values[0]?.value ?? 0;
+  const keys = async () => (await sock.listElements(set)).map((e) => e.key).sort();
+
+  /** Another writer's commit of `batch`; the keeper's repair; the set then holds every desired element again. */
+  async function commitAndWait(batch: Batch): Promise<{ r: RepairReport; byMonitor: boolean }> {
+    await until('the monitor to be armed', () => keeper.armed === true, 10_000);
+    const want = await keys();
+    const d0 = await dumps();
+    const j0 = jsCommits;
+    const repaired = nextRepair(keeper, 10_000);
+    await sock.commit(batch);
+    const r = await repaired;
+    await keeper.idle();
+    expect(await keys()).toEqual(want);
+    expect(await dumps()).toBe(d0);  // nothing read: planned from the events either way
+    await until('the mirror to follow the repair', () => keeper.mirrorState()?.exact === true && keeper.state.view.elementsDiffering('ip', 'e', 's') === 0);
+    return { r, byMonitor: jsCommits === j0 };
+  }
+
+  const elements = async (...at: number[]) => {
+    const all = await sock.listElements(set);
+    return at.map((i) => ({ key: all[i]!.key }));
+  };
+
+  it('one element deleted is added back by the monitor, not by the keeper\'s JavaScript, and the keeper arms again', async () => {
+    for (const i of [5, 150, 299]) {
+      const { r, byMonitor } = await commitAndWait(new Batch().delete('element', { ...set, elements: await elements(i) }));
+      expect(byMonitor).toBe(true);
+      expect(r.cause).toBe('event');
+      expect(r.ops).toBe(1);
+    }
+    await until('the monitor to be armed again', () => keeper.armed === true, 10_000);
+  });
+
+  it('several elements deleted in one commit come back in one commit of the monitor\'s', async () => {
+    const { byMonitor } = await commitAndWait(new Batch().delete('element', { ...set, elements: await elements(1, 2, 200) }));
+    expect(byMonitor).toBe(true);
+  });
+
+  it('a commit that deletes an element and adds a foreign one is no undo\'s: the keeper\'s JavaScript repairs both', async () => {
+    const { byMonitor } = await commitAndWait(new Batch()
+      .delete('element', { ...set, elements: await elements(7) })
+      .add('element', { ...set, elements: [{ key: '0a090909' }] }));
+    expect(byMonitor).toBe(false);
+    expect((await keys()).includes('0a090909')).toBe(false);
+  });
+
+  it('a rule deleted in the same table is still the rule reaction\'s', async () => {
+    await until('the monitor to be armed', () => keeper.armed === true, 10_000);
+    const j0 = jsCommits;
+    const [rule] = await sock.listRules({ family: 'ip', table: 'e', chain: 'c' });
+    const repaired = nextRepair(keeper, 10_000);
+    await sock.commit(new Batch().delete('rule', { family: 'ip', table: 'e', chain: 'c', handle: rule!.handle! }));
+    await repaired;
+    await keeper.idle();
+    expect(jsCommits).toBe(j0);
+    expect(await sock.listRules({ family: 'ip', table: 'e', chain: 'c' })).toHaveLength(1);
+  });
 });

@@ -135,7 +135,7 @@ describe('what the keeper arms its watcher with', () => {
     expect(generation).toBe(w.kernel.generation);
     expect(generation).toBe(w.k.state.view.generation);
     expect(reactions.map((r) => r.on)).toEqual(h.map((handle) => [{ type: 'delrule', ...{ family: 'ip', table: 'nfkeeper' }, name: 'postrouting', handle }]));
-    expect(reactions.map((r) => r.ops.map((o) => [o.verb, (o as { position?: number }).position]))).toEqual(h.map((_, j) => [[j === 0 ? 'insert' : 'add', j === 0 ? undefined : h[j - 1]]]));
+    expect(reactions.map((r) => r.ops!.map((o) => [o.verb, (o as { position?: number }).position]))).toEqual(h.map((_, j) => [[j === 0 ? 'insert' : 'add', j === 0 ? undefined : h[j - 1]]]));
     // Planned on the mirror without moving it.
     expect(w.k.mirrorState()).toEqual({ exact: true, generation });
   });
