@@ -8,12 +8,13 @@
  * the mirror holds the kernel's handles. The generation guard holds: a commit that lands between
  * the deletion and the monitor's repair makes the kernel refuse it (nothing changed), and a commit
  * that touched the owned table since the monitor was armed leaves the next deletion to JavaScript.
+ * Per owned set, an undo: another writer's deletion of elements is sent back by the monitor.
  * What the monitor answers on its own, and with what, is the shared behaviour suite's
  * (behaviour-events.ts armCases, against the kernel and the fake); the keeper's arming decisions
  * are also tested on the fake (arming.test.ts).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Keeper, RepairReport } from '../../src/keeper/keeper.js';
+import type { Keeper, KeeperOptions, RepairReport } from '../../src/keeper/keeper.js';
 import { Batch } from '../../src/netlink/batch.js';
 import { Monitor } from '../../src/netlink/monitor.js';
 import { open, type NftSocket } from '../../src/netlink/socket.js';
@@ -27,23 +28,32 @@ const WANT = [1, 2, 3, 4, 5];
 const where = { family: 'ip', table: 't', chain: 'c' } as const;
 const chain = (sock: NftSocket) => readPlanChain(sock, WANT);
 
+/** How many dumps the keeper has made. */
+const dumpsOf = async (keeper: Keeper) => (await keeper.metrics.dumps.get()).values[0]?.value ?? 0;
+
+/** A keeper with `options`, its mirror seeded, and how many commits its own JavaScript made (the monitor's are not). */
+async function startCounting(ns: Netns, options: Partial<KeeperOptions>): Promise<{ keeper: Keeper; jsCommits: () => number }> {
+  const keeper = await startKeeper(ns, options);
+  await until('the mirror to be seeded', () => keeper.mirrorState()?.exact === true);
+  await keeper.idle();
+  let n = 0;
+  const conn = keeper.socket!;
+  const commitNow = conn.commitNow!.bind(conn);
+  const commit = conn.commit.bind(conn);
+  conn.commitNow = (...a) => { n++; return commitNow(...a); };
+  conn.commit = (...a) => { n++; return commit(...a); };
+  return { keeper, jsCommits: () => n };
+}
+
 describe('the keeper arms the monitor with the repair of each owned rule', () => {
   let ns: Netns;
   let sock: NftSocket;
   let keeper: Keeper;
-  let jsCommits = 0;
+  let jsCommits: () => number;
   beforeAll(async () => {
     ns = createNetns('armed');
     sock = open({ netns: ns.path });
-    keeper = await startKeeper(ns, { config: planConfig(WANT), fight: { threshold: 1e9 } });
-    await until('the mirror to be seeded', () => keeper.mirrorState()?.exact === true);
-    await keeper.idle();
-    // Every commit of the keeper's own JavaScript goes through these: the monitor's does not.
-    const conn = keeper.socket!;
-    const commitNow = conn.commitNow!.bind(conn);
-    const commit = conn.commit.bind(conn);
-    conn.commitNow = (...a) => { jsCommits++; return commitNow(...a); };
-    conn.commit = (...a) => { jsCommits++; return commit(...a); };
+    ({ keeper, jsCommits } = await startCounting(ns, { config: planConfig(WANT), fight: { threshold: 1e9 } }));
   }, 60_000);
   afterAll(async () => {
     await keeper?.stop();
@@ -51,20 +61,20 @@ describe('the keeper arms the monitor with the repair of each owned rule', () =>
     ns?.remove();
   });
 
-  const dumps = async () => (await keeper.metrics.dumps.get()).values[0]?.value ?? 0;
+  const dumps = () => dumpsOf(keeper);
 
   async function deleteAndWait(index: number): Promise<{ r: RepairReport; before: number[]; after: number[] }> {
     await until('the monitor to be armed', () => keeper.armed === true, 10_000);
     const before = (await chain(sock)).handles;
     const d0 = await dumps();
-    const j0 = jsCommits;
+    const j0 = jsCommits();
     const repaired = nextRepair(keeper, 10_000);
     await sock.commit(new Batch().delete('rule', { ...where, handle: before[index]! }));
     const r = await repaired;
     await keeper.idle();
     const after = await chain(sock);
     expect(after.ok).toBe(true);
-    expect(jsCommits).toBe(j0);  // committed by the monitor, not by the keeper's JavaScript
+    expect(jsCommits()).toBe(j0);  // committed by the monitor, not by the keeper's JavaScript
     expect(await dumps()).toBe(d0);  // nothing read
     expect(r.ops).toBe(1);
     expect(keeper.mirrorState()?.exact).toBe(true);
@@ -138,7 +148,7 @@ describe('the keeper arms the monitor with the repair of each owned rule', () =>
   it('a foreign commit that touches the owned table leaves the next deletion to JavaScript, which repairs both', async () => {
     await until('the monitor to be armed', () => keeper.armed === true, 10_000);
     const before = (await chain(sock)).handles;
-    const j0 = jsCommits;
+    const j0 = jsCommits();
     // One turn of this thread: both commits are in before the keeper's monitor reads either.
     const repaired = new Promise<void>((resolve) => {
       keeper.on('repaired', function on() {
@@ -154,7 +164,7 @@ describe('the keeper arms the monitor with the repair of each owned rule', () =>
     await repaired;
     await keeper.idle();
     expect((await chain(sock)).ok).toBe(true);
-    expect(jsCommits).toBeGreaterThan(j0);
+    expect(jsCommits()).toBeGreaterThan(j0);
   });
 });
 
@@ -163,16 +173,8 @@ describe('in a fight, the keeper arms the monitor again once the back-off since 
     const ns = createNetns('armfight');
     const sock = open({ netns: ns.path });
     // Two repairs within a minute raise the level: from then on 300 ms between repairs, for the whole test.
-    const keeper = await startKeeper(ns, { config: planConfig(WANT), fight: { threshold: 2, windowMs: 60_000, baseMs: 300, quietMs: 60_000 } });
+    const { keeper, jsCommits } = await startCounting(ns, { config: planConfig(WANT), fight: { threshold: 2, windowMs: 60_000, baseMs: 300, quietMs: 60_000 } });
     try {
-      await until('the mirror to be seeded', () => keeper.mirrorState()?.exact === true);
-      await keeper.idle();
-      let jsCommits = 0;
-      const conn = keeper.socket!;
-      const commitNow = conn.commitNow!.bind(conn);
-      const commit = conn.commit.bind(conn);
-      conn.commitNow = (...a) => { jsCommits++; return commitNow(...a); };
-      conn.commit = (...a) => { jsCommits++; return commit(...a); };
       const deleteAt = async (i: number) => {
         const before = (await chain(sock)).handles;
         const repaired = nextRepair(keeper, 10_000);
@@ -184,21 +186,21 @@ describe('in a fight, the keeper arms the monitor again once the back-off since 
       };
       for (const i of [1, 2, 3]) {
         await until('the monitor to be armed', () => keeper.armed === true, 10_000);
-        const j0 = jsCommits;
+        const j0 = jsCommits();
         await deleteAt(i);
-        expect(jsCommits).toBe(j0);  // the monitor's commit
+        expect(jsCommits()).toBe(j0);  // the monitor's commit
       }
       expect(keeper.status().fightLevel).toBeGreaterThan(0);
       // Right after a repair the back-off holds: not armed, and a deletion now waits for the keeper.
       expect(keeper.armed).toBe(false);
-      const j1 = jsCommits;
+      const j1 = jsCommits();
       await deleteAt(0);
-      expect(jsCommits).toBe(j1 + 1);
+      expect(jsCommits()).toBe(j1 + 1);
       // Once it is over, armed again: the monitor answers.
       await until('the monitor to be armed after the back-off', () => keeper.armed === true, 10_000);
-      const j2 = jsCommits;
+      const j2 = jsCommits();
       await deleteAt(4);
-      expect(jsCommits).toBe(j2);
+      expect(jsCommits()).toBe(j2);
       expect(keeper.status().fightLevel).toBeGreaterThan(0);
     } finally {
       await keeper.stop();
@@ -215,7 +217,7 @@ describe('the keeper arms the monitor with an undo of another writer\'s element 
   let ns: Netns;
   let sock: NftSocket;
   let keeper: Keeper;
-  let jsCommits = 0;
+  let jsCommits: () => number;
   beforeAll(async () => {
     ns = createNetns('armundo');
     sock = open({ netns: ns.path });
@@ -235,14 +237,7 @@ tables:
         rules:
           - ip saddr @s counter accept
 `);
-    keeper = await startKeeper(ns, { config, fight: { threshold: 1e9 } });
-    await until('the mirror to be seeded', () => keeper.mirrorState()?.exact === true);
-    await keeper.idle();
-    const conn = keeper.socket!;
-    const commitNow = conn.commitNow!.bind(conn);
-    const commit = conn.commit.bind(conn);
-    conn.commitNow = (...a) => { jsCommits++; return commitNow(...a); };
-    conn.commit = (...a) => { jsCommits++; return commit(...a); };
+    ({ keeper, jsCommits } = await startCounting(ns, { config, fight: { threshold: 1e9 } }));
   }, 60_000);
   afterAll(async () => {
     await keeper?.stop();
@@ -250,7 +245,7 @@ tables:
     ns?.remove();
   });
 
-  const dumps = async () => (await keeper.metrics.dumps.get()).values[0]?.value ?? 0;
+  const dumps = () => dumpsOf(keeper);
   const keys = async () => (await sock.listElements(set)).map((e) => e.key).sort();
 
   /** Another writer's commit of `batch`; the keeper's repair; the set then holds every desired element again. */
@@ -258,7 +253,7 @@ tables:
     await until('the monitor to be armed', () => keeper.armed === true, 10_000);
     const want = await keys();
     const d0 = await dumps();
-    const j0 = jsCommits;
+    const j0 = jsCommits();
     const repaired = nextRepair(keeper, 10_000);
     await sock.commit(batch);
     const r = await repaired;
@@ -266,7 +261,7 @@ tables:
     expect(await keys()).toEqual(want);
     expect(await dumps()).toBe(d0);  // nothing read: planned from the events either way
     await until('the mirror to follow the repair', () => keeper.mirrorState()?.exact === true && keeper.state.view.elementsDiffering('ip', 'e', 's') === 0);
-    return { r, byMonitor: jsCommits === j0 };
+    return { r, byMonitor: jsCommits() === j0 };
   }
 
   const elements = async (...at: number[]) => {
@@ -299,13 +294,13 @@ tables:
 
   it('a rule deleted in the same table is still the rule reaction\'s', async () => {
     await until('the monitor to be armed', () => keeper.armed === true, 10_000);
-    const j0 = jsCommits;
+    const j0 = jsCommits();
     const [rule] = await sock.listRules({ family: 'ip', table: 'e', chain: 'c' });
     const repaired = nextRepair(keeper, 10_000);
     await sock.commit(new Batch().delete('rule', { family: 'ip', table: 'e', chain: 'c', handle: rule!.handle! }));
     await repaired;
     await keeper.idle();
-    expect(jsCommits).toBe(j0);
+    expect(jsCommits()).toBe(j0);
     expect(await sock.listRules({ family: 'ip', table: 'e', chain: 'c' })).toHaveLength(1);
   });
 });
