@@ -25,6 +25,7 @@ export function followCommit(tables: readonly TableConfig[], observed: readonly 
   read: ReadonlyMap<string, ReadonlyMap<string, ChainDigests>> | undefined, portId: number | undefined): Map<string, KnownTable> | undefined {
   if (!echoed && !read) return undefined;
   for (const [i, t] of tables.entries()) if (observed[i] && objectsUnknown(t, observed[i]!)) return undefined;
+  const anonymous = anonymousSetsHeld(echoed);
   const desiredTables = new Set(tables.map(tableKey));
   // Handles by chain, starting from what the plan saw.
   const handles = new Map<string, Map<string, number[]>>();
@@ -93,8 +94,13 @@ export function followCommit(tables: readonly TableConfig[], observed: readonly 
         setsNow.set(k, null);
         continue;
       }
-      // Anonymous sets are named by the kernel: a table that has them is not followed.
-      if (op.flags === undefined || op.flags & SET_F.ANONYMOUS) return undefined;
+      // Anonymous sets are named by the kernel: a table that has them is not followed, unless the
+      // echo proved their rules (anonymousSetsHeld): each set is then its rule's, and goes with it.
+      if (op.flags === undefined) return undefined;
+      if (op.flags & SET_F.ANONYMOUS) {
+        if (anonymous && (op.verb === 'add' || op.verb === 'create')) continue;
+        return undefined;
+      }
       if (op.verb === 'add' || op.verb === 'create') setsNow.set(k, op as NftSet);
       else return undefined;
       continue;
@@ -180,8 +186,13 @@ export function followCommit(tables: readonly TableConfig[], observed: readonly 
     const tk = tableKey(t);
     if (tablesNow.has(tk)) o.table = tablesNow.get(tk);
     if (!o.table) return undefined;
-    // Anonymous sets are named by the kernel and come with the rules that use them: not followed.
-    for (const x of o.sets.values()) if (x.set.flags & SET_F.ANONYMOUS) return undefined;
+    // Anonymous sets are named by the kernel and come with the rules that use them: not followed,
+    // or (anonymousSetsHeld) left to those rules, which the known ones below carry with their sets.
+    for (const [name, x] of o.sets) {
+      if (!(x.set.flags & SET_F.ANONYMOUS)) continue;
+      if (!anonymous) return undefined;
+      o.sets.delete(name);
+    }
     // The plan made every named set the desired one: created with its elements, its element
     // differences added and deleted, any other named set deleted. What the look saw stays only for
     // a set the batch left alone (its definition; it had no element difference, or it would be in the batch).
@@ -273,6 +284,19 @@ export function followCommit(tables: readonly TableConfig[], observed: readonly 
     out.set(tk, { observed: o, verified, verifiedSets, whole: t });
   }
   return out;
+}
+
+/**
+ * The echo proved every rule of the batch that looks up anonymous sets held as sent (its echoed
+ * digest with those sets unnamed is the sent one's, CommitResult.unnamed; a one-shot apply's
+ * verification): each such set is the one the batch created for that rule, with the elements the
+ * batch gave it. Without digests (the daemon's commits) never.
+ */
+function anonymousSetsHeld(echoed: CommitResult | undefined): boolean {
+  const unnamed = echoed?.unnamed, held = echoed?.held;
+  if (!unnamed || !held) return false;
+  for (let i = 0; i < unnamed.length; i++) if (unnamed[i] !== undefined && held[i] !== unnamed[i]) return false;
+  return true;
 }
 
 /** A chain the batch deleted, in followCommit's handles by chain. */

@@ -311,14 +311,17 @@ export class Reconciler {
 
 /**
  * The kernel holds every rule `batch` added, inserted or replaced as the commit sent it: the echo
- * gave each one's digest (CommitResult.held), and it is the digest of the bytes sent, not empty.
+ * gave each one's digest (CommitResult.held), and it is the digest of the bytes sent, not empty. A
+ * rule that looks up anonymous sets, by its digest with them unnamed (CommitResult.unnamed): the
+ * sets it looks up are the ones the batch created for it, which the rule names by their batch ids.
  */
 export function heldAsSent(batch: Batch, echoed: CommitResult): boolean {
-  const { held, digests } = echoed;
+  const { held, digests, unnamed } = echoed;
   if (!held || !digests) return false;
   for (const [i, op] of batch.ops.entries()) {
     if (op.object !== 'rule' || op.verb === 'delete') continue;
-    if (!digests[i] || held[i] !== digests[i]) return false;
+    const sent = digests[i] || unnamed?.[i];
+    if (!sent || held[i] !== sent) return false;
   }
   return true;
 }
