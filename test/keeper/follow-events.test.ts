@@ -1,11 +1,10 @@
 /**
- * The event mirror's logic (src/keeper/mirror.ts) on hand-made monitor batches: what it follows,
- * what it plans, and every case in which it gives way to a full observe. The same behaviour on the
- * real kernel is in mirror-kernel.test.ts.
+ * Following the events (src/keeper/follow-events.ts, through the kernel view) on hand-made monitor
+ * batches: what the view follows, what it plans, and every case in which it gives way to a full
+ * observe, of one table or of all. The same behaviour on the real kernel is in mirror-kernel.test.ts.
  */
 import { describe, expect, it } from 'vitest';
-import { Mirror } from '../../src/keeper/mirror.js';
-import { followedExactAt } from '../../src/keeper/view.js';
+import { KernelView } from '../../src/keeper/view.js';
 import type { MonitorBatch, MonitorEvent } from '../../src/netlink/events.js';
 import type { ObservedTable, Rule, SetElement } from '../../src/netlink/objects.js';
 import { parseNftConfig } from '../../src/config/config.js';
@@ -17,14 +16,21 @@ const FOREIGN = 99;
 const desired = planConfig([0, 1, 2, 3, 4]).tables;
 
 /** Kernel handles 10, 11, 12, 13, 14 for desired rules 0..4, at generation 5. */
-function seeded(): Mirror {
+/** A view following events whose monitor says `p` (by default: it saw up to 5, from a run starting at 1, and delivered what was followed). */
+function following(p?: { lastGeneration: number; runStart: number; delivered: number }): KernelView {
+  const v = new KernelView();
+  v.followEvents(() => p ?? { lastGeneration: v.generation, runStart: 1, delivered: 0 }, () => false);
+  return v;
+}
+
+function seeded(): KernelView {
   const rules: Rule[] = desired[0]!.chains[0]!.rules.map((r, i) => ({ family: 'ip', table: 't', chain: 'c', handle: 10 + i, exprs: r.compiled.exprs }));
   const observed: ObservedTable = {
     family: 'ip', name: 't', table: { family: 'ip', name: 't', flags: 0 },
     chains: new Map([['c', { family: 'ip', table: 't', name: 'c' }]]), rules: new Map([['c', rules]]), sets: new Map(),
   };
-  const m = new Mirror();
-  expect(m.seed(desired, [observed], 5)).toBe(true);
+  const m = following();
+  expect(m.seed(desired, [observed], 5)).toBe('seeded');
   return m;
 }
 
@@ -33,16 +39,16 @@ const ev = (type: MonitorEvent['type'], handle: number, portId = FOREIGN, name =
 const batch = (generation: number, events: MonitorEvent[], extra: Partial<MonitorBatch> = {}): MonitorBatch =>
   ({ overflow: false, truncated: false, generation, since: 1, foreign: events.some((e) => e.portId !== OWN), events, ...extra });
 
-describe('the event mirror', () => {
+describe('following the events', () => {
   it('re-adds a deleted rule after the rule before it, and learns the new handle from our own commit', () => {
     const m = seeded();
-    expect(m.apply(batch(6, [ev('delrule', 12)]), OWN)).toBe('changed');
+    expect(m.follow(batch(6, [ev('delrule', 12)]), OWN)).toBe('changed');
     const plan = m.plan();
     if (plan === 'clean' || !plan) throw new Error('no plan');
     expect(plan.batch.ops).toMatchObject([{ verb: 'add', object: 'rule', chain: 'c', position: 11 }]);
     expect(plan.drift[0]!.detail).toMatch(/rule 3 \(ip saddr 10\.0\.0\.2 accept\) is missing; .* 1 inserted, 0 replaced \(1 ops\)/);
     m.expect(7, plan.expected);
-    expect(m.apply(batch(7, [ev('newrule', 15, OWN)]), OWN)).toBe('own');
+    expect(m.follow(batch(7, [ev('newrule', 15, OWN)]), OWN)).toBe('own');
     expect(m.plan()).toBe('clean');
     expect(m.handlesOf('ip', 't', 'c')).toEqual([10, 11, 15, 13, 14]);
   });
@@ -50,7 +56,7 @@ describe('the event mirror', () => {
   it('deletes a foreign rule, replaces a rule replaced in place, re-adds neighbours by batch id and the first rule at the head', () => {
     const m = seeded();
     // A replace shows as DELRULE and NEWRULE of the same handle.
-    m.apply(batch(6, [ev('newrule', 20), ev('delrule', 13), ev('newrule', 13), ev('delrule', 10), ev('delrule', 11)]), OWN);
+    m.follow(batch(6, [ev('newrule', 20), ev('delrule', 13), ev('newrule', 13), ev('delrule', 10), ev('delrule', 11)]), OWN);
     const plan = m.plan();
     if (plan === 'clean' || !plan) throw new Error('no plan');
     expect(plan.batch.ops.map((o) => ({ verb: o.verb, ...('handle' in o ? { handle: o.handle } : {}),
@@ -61,28 +67,28 @@ describe('the event mirror', () => {
       { verb: 'replace', handle: 13 },  // rule 3 back in its place
     ]);
     m.expect(7, plan.expected);
-    expect(m.apply(batch(7, [ev('delrule', 20, OWN), ev('newrule', 21, OWN), ev('newrule', 22, OWN), ev('delrule', 13, OWN), ev('newrule', 13, OWN)]), OWN)).toBe('own');
+    expect(m.follow(batch(7, [ev('delrule', 20, OWN), ev('newrule', 21, OWN), ev('newrule', 22, OWN), ev('delrule', 13, OWN), ev('newrule', 13, OWN)]), OWN)).toBe('own');
     expect(m.handlesOf('ip', 't', 'c')).toEqual([21, 22, 12, 13, 14]);
   });
 
   it('learns our own commit from its echoed handles, by op index, and ignores the commit\'s events after that', () => {
     const m = seeded();
     // A replace, a foreign rule deleted, and two neighbours re-added (the second after the first, by batch id).
-    m.apply(batch(6, [ev('newrule', 20), ev('delrule', 13), ev('newrule', 13), ev('delrule', 10), ev('delrule', 11)]), OWN);
+    m.follow(batch(6, [ev('newrule', 20), ev('delrule', 13), ev('newrule', 13), ev('delrule', 10), ev('delrule', 11)]), OWN);
     const plan = m.plan();
     if (plan === 'clean' || !plan) throw new Error('no plan');
     m.expect(7, plan.expected);
-    expect(followedExactAt(m, 6, { lastGeneration: 6, runStart: 1, delivered: 1 })).toBe(false);  // our commit is pending
+    expect(m.exactAt(6, { lastGeneration: 6, runStart: 1, delivered: 1 })).toBe(false);  // our commit is pending
     // The ops: delete 20, insert rule 0, add rule 1, replace 13: the kernel echoed three new rules.
     expect(m.learnCommit(7, new Map([[1, 21], [2, 22], [3, 13]]))).toBe(true);
     expect(m.generation).toBe(7);
     expect(m.handlesOf('ip', 't', 'c')).toEqual([21, 22, 12, 13, 14]);
     expect(m.plan()).toBe('clean');
     // The commit's own batch, if it is delivered after all, is known already.
-    expect(m.apply(batch(7, [ev('delrule', 20, OWN), ev('newrule', 21, OWN), ev('newrule', 22, OWN), ev('delrule', 13, OWN), ev('newrule', 13, OWN)]), OWN)).toBe('ignored');
-    expect(followedExactAt(m, 7, { lastGeneration: 7, runStart: 1, delivered: 2 })).toBe(true);
+    expect(m.follow(batch(7, [ev('delrule', 20, OWN), ev('newrule', 21, OWN), ev('newrule', 22, OWN), ev('delrule', 13, OWN), ev('newrule', 13, OWN)]), OWN)).toBe('ignored');
+    expect(m.exactAt(7, { lastGeneration: 7, runStart: 1, delivered: 2 })).toBe(true);
     // A foreign deletion of a rule whose handle came from the echo is followed.
-    expect(m.apply(batch(8, [ev('delrule', 22)]), OWN)).toBe('changed');
+    expect(m.follow(batch(8, [ev('delrule', 22)]), OWN)).toBe('changed');
     const again = m.plan();
     if (again === 'clean' || !again) throw new Error('no plan');
     expect(again.batch.ops).toMatchObject([{ verb: 'add', position: 21 }]);
@@ -90,7 +96,7 @@ describe('the event mirror', () => {
 
   it('leaves our own commit to its events when the echo does not cover it, or the events came first', () => {
     const m = seeded();
-    m.apply(batch(6, [ev('delrule', 12), ev('delrule', 13)]), OWN);
+    m.follow(batch(6, [ev('delrule', 12), ev('delrule', 13)]), OWN);
     const plan = m.plan();
     if (plan === 'clean' || !plan) throw new Error('no plan');
     m.expect(7, plan.expected);
@@ -98,7 +104,7 @@ describe('the event mirror', () => {
     expect(m.learnCommit(7, new Map([[0, 15]]))).toBe(false);
     expect(m.learnCommit(7, new Map())).toBe(false);
     expect(m.generation).toBe(6);
-    expect(m.apply(batch(7, [ev('newrule', 15, OWN), ev('newrule', 16, OWN)]), OWN)).toBe('own');
+    expect(m.follow(batch(7, [ev('newrule', 15, OWN), ev('newrule', 16, OWN)]), OWN)).toBe('own');
     expect(m.handlesOf('ip', 't', 'c')).toEqual([10, 11, 15, 16, 14]);
     // The events came first (a commit that ran on the worker thread): the echo is not taken again.
     expect(m.learnCommit(7, new Map([[0, 15], [1, 16]]))).toBe(false);
@@ -109,53 +115,57 @@ describe('the event mirror', () => {
 
   it('ignores batches the seed holds, other tables and anonymous sets', () => {
     const m = seeded();
-    expect(m.apply(batch(5, [ev('delrule', 12)]), OWN)).toBe('ignored');
-    expect(m.apply(batch(6, [{ type: 'deltable', family: 'ip', table: 'other', portId: FOREIGN }, { ...ev('newset', 0), name: '__set3' }, { ...ev('delsetelem', 0), name: '__map0' },
+    expect(m.follow(batch(5, [ev('delrule', 12)]), OWN)).toBe('ignored');
+    expect(m.follow(batch(6, [{ type: 'deltable', family: 'ip', table: 'other', portId: FOREIGN }, { ...ev('newset', 0), name: '__set3' }, { ...ev('delsetelem', 0), name: '__map0' },
       ev('delrule', 12)]), OWN)).toBe('changed');
     expect(m.valid).toBe(true);
   });
 
-  const giveWay: [string, (m: Mirror) => MonitorBatch][] = [
-    ['an overflow (ENOBUFS)', () => ({ overflow: true, truncated: false, generation: 0, events: [] })],
-    ['a truncated batch', () => batch(6, [ev('delrule', 12)], { truncated: true })],
-    ['a gap in the generations', () => batch(8, [ev('delrule', 12)], { since: 8 })],
-    ['a batch without a run', () => batch(6, [ev('delrule', 12)], { since: 0 })],
-    ['a chain event', () => batch(6, [{ type: 'delchain', family: 'ip', table: 't', name: 'c', portId: FOREIGN }])],
-    ['a table deleted', () => batch(6, [{ type: 'deltable', family: 'ip', table: 't', portId: FOREIGN }])],
-    ['a named set', () => batch(6, [{ ...ev('newset', 0), name: 'blocked' }])],
-    ['an element of a named map', () => batch(6, [{ ...ev('delsetelem', 0), name: 'svc__map1' }])],
-    ['an unknown handle', () => batch(6, [ev('delrule', 99)])],
-    ['a rule in a chain it does not hold', () => batch(6, [ev('newrule', 30, FOREIGN, 'other')])],
-    ['a commit of our own socket it did not plan', () => batch(6, [ev('newrule', 30, OWN)])],
+  // What cannot be told to a table loses them all; an event the view cannot follow, its table alone.
+  const giveWay: [string, () => MonitorBatch, 'all' | 'table'][] = [
+    ['an overflow (ENOBUFS)', () => ({ overflow: true, truncated: false, generation: 0, events: [] }), 'all'],
+    ['a truncated batch', () => batch(6, [ev('delrule', 12)], { truncated: true }), 'all'],
+    ['a gap in the generations', () => batch(8, [ev('delrule', 12)], { since: 8 }), 'all'],
+    ['a batch without a run', () => batch(6, [ev('delrule', 12)], { since: 0 }), 'all'],
+    ['a chain event', () => batch(6, [{ type: 'delchain', family: 'ip', table: 't', name: 'c', portId: FOREIGN }]), 'table'],
+    ['a table deleted', () => batch(6, [{ type: 'deltable', family: 'ip', table: 't', portId: FOREIGN }]), 'table'],
+    ['a named set', () => batch(6, [{ ...ev('newset', 0), name: 'blocked' }]), 'table'],
+    ['an element of a named map', () => batch(6, [{ ...ev('delsetelem', 0), name: 'svc__map1' }]), 'table'],
+    ['an unknown handle', () => batch(6, [ev('delrule', 99)]), 'table'],
+    ['a rule in a chain it does not hold', () => batch(6, [ev('newrule', 30, FOREIGN, 'other')]), 'table'],
+    ['a commit of our own socket it did not plan (a full pass\'s)', () => batch(6, [ev('newrule', 30, OWN)]), 'table'],
   ];
-  for (const [what, b] of giveWay) {
-    it(`gives way to a full observe on ${what}`, () => {
+  for (const [what, b, scope] of giveWay) {
+    it(`gives way to a full observe of ${scope === 'all' ? 'every table' : 'the table'} on ${what}`, () => {
       const m = seeded();
-      expect(m.apply(b(m), OWN)).toBe('invalid');
+      expect(m.follow(b(), OWN)).toBe(scope === 'all' ? 'invalid' : b().foreign === false ? 'own' : 'changed');
       expect(m.valid).toBe(false);
-      expect(m.plan()).toBe('clean');  // nothing held: a caller checks valid/exactAt first
-      expect(followedExactAt(m, 6, { lastGeneration: 6, runStart: 1, delivered: m.applied })).toBe(false);
+      expect(m.following).toBe(scope === 'table');
+      expect(m.followsTable('ip', 't')).toBe(false);
+      expect(m.plan()).toBeUndefined();  // nothing to plan from: the full pass reads
+      expect(m.currency()).toMatchObject({ exact: false });
+      if (scope === 'all') expect(m.exactAt(6, { lastGeneration: 6, runStart: 1, delivered: 1 })).toBe(false);
     });
   }
 
   it('is exact only when the monitor has seen the generation, every batch was applied and the run covers the seed', () => {
     const m = seeded();
-    expect(followedExactAt(m, 5, { lastGeneration: 5, runStart: 3, delivered: 0 })).toBe(true);
-    expect(followedExactAt(m, 6, { lastGeneration: 5, runStart: 3, delivered: 0 })).toBe(false);  // monitor behind the kernel
-    expect(followedExactAt(m, 5, { lastGeneration: 5, runStart: 3, delivered: 1 })).toBe(false);  // a batch not applied yet
-    expect(followedExactAt(m, 9, { lastGeneration: 9, runStart: 7, delivered: 0 })).toBe(false);  // commits 6 unseen
-    expect(followedExactAt(m, 9, { lastGeneration: 9, runStart: 6, delivered: 0 })).toBe(true);  // 6..9 seen, none ours
+    expect(m.exactAt(5, { lastGeneration: 5, runStart: 3, delivered: 0 })).toBe(true);
+    expect(m.exactAt(6, { lastGeneration: 5, runStart: 3, delivered: 0 })).toBe(false);  // monitor behind the kernel
+    expect(m.exactAt(5, { lastGeneration: 5, runStart: 3, delivered: 1 })).toBe(false);  // a batch not applied yet
+    expect(m.exactAt(9, { lastGeneration: 9, runStart: 7, delivered: 0 })).toBe(false);  // commits 6 unseen
+    expect(m.exactAt(9, { lastGeneration: 9, runStart: 6, delivered: 0 })).toBe(true);  // 6..9 seen, none ours
   });
 
   it('leaves a big repair to the full pass', () => {
     const m = seeded();
-    m.apply(batch(6, Array.from({ length: 70 }, (_, i) => ev('newrule', 100 + i))), OWN);
+    m.follow(batch(6, Array.from({ length: 70 }, (_, i) => ev('newrule', 100 + i))), OWN);
     expect(m.valid).toBe(true);
     expect(m.plan()).toBeUndefined();
   });
 });
 
-describe('the event mirror and set elements', () => {
+describe('following the events of set elements', () => {
   const text = (vm: string[], extra = '') => `table ip t {
 \tchain a {
 \t}
@@ -176,7 +186,7 @@ describe('the event mirror and set elements', () => {
   const config = (vm: string[], extra = '') => parseNftConfig(text(vm, extra), 't.nft').tables;
   const VM = ['10.0.0.1 : goto a', '10.0.0.2 : goto a', '10.0.0.3 : accept'];
 
-  function seededSets(): { m: Mirror; desired: TableConfig[] } {
+  function seededSets(): { m: KernelView; desired: TableConfig[] } {
     const desired = config(VM);
     const t = desired[0]!;
     const observed: ObservedTable = {
@@ -185,20 +195,20 @@ describe('the event mirror and set elements', () => {
       rules: new Map(t.chains.map((c) => [c.name, c.rules.map((r, i) => ({ family: 'ip', table: 't', chain: c.name, handle: 10 + i, exprs: r.compiled.exprs }))])),
       sets: new Map(t.sets!.map((s) => [s.name, { set: s.set, elements: s.elements }])),
     };
-    const m = new Mirror();
-    expect(m.seed(desired, [observed], 5)).toBe(true);
+    const m = following();
+    expect(m.seed(desired, [observed], 5)).toBe('seeded');
     return { m, desired };
   }
   const el = (type: 'newsetelem' | 'delsetelem', elements: SetElement[], portId = FOREIGN, name = 'vm'): MonitorEvent =>
     ({ type, family: 'ip', table: 't', name, portId, elements });
-  const elementOps = (p: ReturnType<Mirror['plan']>) => {
+  const elementOps = (p: ReturnType<KernelView['plan']>) => {
     if (p === 'clean' || !p) throw new Error(`no plan: ${p}`);
     return p.batch.ops.map((o) => o.object === 'element' ? `${o.verb} ${o.set} ${o.elements.map((e) => `${e.key}${e.verdict ? `:${e.verdict}${e.chain ? ` ${e.chain}` : ''}` : ''}`).join(',')}` : `${o.verb} ${o.object}`);
   };
 
   it('re-adds a deleted element, deletes a foreign one, puts back changed data, and learns its own commit', () => {
     const { m } = seededSets();
-    expect(m.apply(batch(6, [
+    expect(m.follow(batch(6, [
       el('delsetelem', [{ key: '0a000001', flags: 0, verdict: 'goto', chain: 'a' }]),
       el('newsetelem', [{ key: '0a0000ff', flags: 0, verdict: 'drop' }]),
       el('delsetelem', [{ key: '0a000003', flags: 0, verdict: 'accept' }]),
@@ -210,7 +220,7 @@ describe('the event mirror and set elements', () => {
     if (plan === 'clean' || !plan) throw new Error('no plan');
     expect(plan.drift[0]!.detail).toMatch(/map vm: 2 kernel elements to add, 2 to delete \(1 changed\); repair from events/);
     m.expect(7, plan.expected);
-    expect(m.apply(batch(7, [
+    expect(m.follow(batch(7, [
       el('delsetelem', [{ key: '0a0000ff', flags: 0, verdict: 'drop' }], OWN), el('delsetelem', [{ key: '0a000003', flags: 0, verdict: 'drop' }], OWN),
       el('newsetelem', [{ key: '0a000001', flags: 0, verdict: 'goto', chain: 'a' }], OWN), el('newsetelem', [{ key: '0a000003', flags: 0, verdict: 'accept' }], OWN),
     ]), OWN)).toBe('own');
@@ -228,24 +238,31 @@ describe('the event mirror and set elements', () => {
   for (const [what, b] of giveWay) {
     it(`gives way to a full observe on ${what}`, () => {
       const { m } = seededSets();
-      expect(m.apply(b, OWN)).toBe('invalid');
+      m.follow(b, OWN);
       expect(m.valid).toBe(false);
+      expect(m.plan()).toBeUndefined();
     });
   }
 
   it('a desired change of elements only is retargeted: the kernel stays as it was, the plan is the element diff', () => {
     const { m } = seededSets();
-    m.apply(batch(6, [el('delsetelem', [{ key: '0a000002', flags: 0, verdict: 'goto', chain: 'a' }])]), OWN);
-    expect(m.retarget(config(['10.0.0.1 : goto a', '10.0.0.3 : drop', '10.0.0.4 : goto a']))).toBe(true);
+    m.follow(batch(6, [el('delsetelem', [{ key: '0a000002', flags: 0, verdict: 'goto', chain: 'a' }])]), OWN);
+    m.desiredChanged(config(['10.0.0.1 : goto a', '10.0.0.3 : drop', '10.0.0.4 : goto a']));
+    expect(m.valid).toBe(true);
     // 10.0.0.2 is gone from the kernel and the config; 10.0.0.3 changes; 10.0.0.4 is new.
     expect(elementOps(m.plan())).toEqual(['delete vm 0a000003', 'add vm 0a000003:drop,0a000004:goto a']);
     expect(m.valid).toBe(true);
   });
 
   it('refuses to retarget anything but elements', () => {
-    expect(seededSets().m.retarget(config(VM, ' counter'))).toBe(false);  // a rule changed
+    const retargeted = (desired: TableConfig[]) => {
+      const { m } = seededSets();
+      m.desiredChanged(desired);
+      return m.valid;
+    };
+    expect(retargeted(config(VM, ' counter'))).toBe(false);  // a rule changed
     const timedChanged = parseNftConfig(text(VM).replace('10.9.9.9 timeout 1h', '10.9.9.8 timeout 1h'), 't.nft').tables;
-    expect(seededSets().m.retarget(timedChanged)).toBe(false);  // a set it does not follow changed
-    expect(seededSets().m.retarget(config(VM))).toBe(true);  // the same config, compiled again
+    expect(retargeted(timedChanged)).toBe(false);  // a set it does not follow changed
+    expect(retargeted(config(VM))).toBe(true);  // the same config, compiled again
   });
 });
