@@ -132,46 +132,17 @@ export function followCommit(tables: readonly TableConfig[], observed: readonly 
       if (op.verb === 'delete') gone.add(op.handle!);
       continue;  // its rules as read after the commit, below
     }
+    const handle = op.verb === 'delete' ? undefined : echoed?.handles?.get(index);
+    if (op.verb === 'delete') gone.add(op.handle!);
+    else if (handle === undefined) return undefined;
+    else if (op.id !== undefined) byId.set(op.id, handle);
     const h = hunked.size > 0 ? hunked.get(`${op.family} ${op.table} ${op.chain}`) : undefined;
     if (h) {
-      if (op.verb === 'delete') {
-        gone.add(op.handle!);
-        h.ops.push({ op });
-        continue;
-      }
-      const handle = echoed?.handles?.get(index);
-      if (handle === undefined) return undefined;
-      if (op.id !== undefined) byId.set(op.id, handle);
       h.ops.push({ op, handle });
       continue;
     }
     const l = list(op.family, op.table, op.chain);
-    if (!l || l === DELETED) return undefined;
-    if (op.verb === 'delete') {
-      const at = l.indexOf(op.handle!);
-      if (at < 0) return undefined;
-      l.splice(at, 1);
-      gone.add(op.handle!);
-      continue;
-    }
-    const handle = echoed?.handles?.get(index);
-    if (handle === undefined) return undefined;
-    if (op.id !== undefined) byId.set(op.id, handle);
-    if (op.verb === 'replace') {
-      const at = l.indexOf(op.handle!);
-      if (at < 0 || handle !== op.handle) return undefined;
-      continue;
-    }
-    const anchor = op.position ?? (op.positionId !== undefined ? byId.get(op.positionId) : undefined);
-    if (anchor === undefined && (op.position !== undefined || op.positionId !== undefined)) return undefined;
-    if (anchor === undefined) {
-      if (op.verb === 'add') l.push(handle);
-      else l.unshift(handle);
-      continue;
-    }
-    const at = l.indexOf(anchor);
-    if (at < 0) return undefined;
-    l.splice(op.verb === 'add' ? at + 1 : at, 0, handle);
+    if (!l || l === DELETED || !applyRuleOp(l, op, handle, byId)) return undefined;
   }
   for (const [tk, chains] of read ?? []) {
     const [family, table] = [tk.slice(0, tk.indexOf(' ')), tk.slice(tk.indexOf(' ') + 1)];
