@@ -162,7 +162,7 @@ function alignedChanges(before: readonly SetElement[], now: readonly SetElement[
 }
 
 /** A set's desired elements by identity (the config's objects). */
-export function wantOf(sc: SetConfig): Map<string, SetElement> {
+function wantOf(sc: SetConfig): Map<string, SetElement> {
   const m = new Map<string, SetElement>();
   for (const e of sc.elements) m.set(elementId(e), e);
   return m;

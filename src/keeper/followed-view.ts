@@ -115,7 +115,7 @@ export class FollowedView {
     return why === undefined ? { exact: true, generation: this.generation } : { exact: false, generation: this.generation, reason: why };
   }
 
-  /** The events follow (seeded, and no overflow, gap or commit of ours unplanned since), if not every table: the event repairs plan from those they do. */
+  /** The events follow (seeded, and no overflow, gap or mismatched commit of ours since), if not every table: the event repairs plan from those they do. */
   get following(): boolean {
     return this.progressOf !== undefined && this.lost === undefined;
   }

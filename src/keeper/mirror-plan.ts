@@ -34,7 +34,7 @@ const UNKNOWN_EXPRS: Rule['exprs'] = [];
 const NO_PLACES: ReadonlyMap<number, number> = new Map();
 
 /** A chain's missing desired rules in order (one, the common case, without a spread and a sort). */
-export const missingInOrder = (c: FollowedChain): number[] =>
+const missingInOrder = (c: FollowedChain): number[] =>
   c.missing.size === 0 ? [] : c.missing.size === 1 ? [c.missing.values().next().value!] : [...c.missing].sort(byNumber);
 const byNumber = (x: number, y: number) => x - y;
 
