@@ -318,6 +318,39 @@ export function eventCases(f: Fixture): void {
     expect([...dumped]).toEqual([]);
   });
 
+  it('keeper: one commit the view cannot follow in one owned table and can in another: the other is repaired from the events, unread; the first read alone', async () => {
+    const conn = f.conn();
+    const second = ['ip saddr 192.0.2.1 accept', 'ip saddr 192.0.2.2 accept', 'ip saddr 192.0.2.3 accept'];
+    const config = parseConfig(`${postroutingYaml('nfkeeper', FLANNEL_RULES, 'postrouting')}${
+      postroutingYaml('second', second).replace('tables:\n', '')}`, 'two.yaml');
+    const k = await f.keeper({ config });
+    await mirrorExact(k);
+    await k.idle();
+    const dumped = new Map<string, number>();
+    const sock = k.state.sock!;
+    const { listRules, listRuleDigests } = sock;
+    const count = (t: { table: string }) => dumped.set(t.table, (dumped.get(t.table) ?? 0) + 1);
+    sock.listRules = (x) => (count(x), listRules.call(sock, x));
+    sock.listRuleDigests = (x) => (count(x), listRuleDigests!.call(sock, x));
+    const reports: RepairReport[] = [];
+    k.on('repaired', (r: RepairReport) => reports.push(r));
+    const SECOND = { ...IP, table: 'second', chain: 'post' };
+    const handles = (await conn.listRules(SECOND)).map((r) => r.handle!);
+    await f.other().commit(new Batch().add('chain', { ...IP, table: 'nfkeeper', name: 'x' }).delete('rule', { ...SECOND, handle: handles[1]! }));
+    await turns('both tables repaired', () => reports.some((r) => r.drift.some((d) => d.table === 'nfkeeper')) && reports.some((r) => r.drift.some((d) => d.table === 'second')));
+    await mirrorExact(k);
+    await k.idle();
+    expect(await f.lines(conn, SECOND)).toEqual(second);
+    expect((await conn.listChains({ ...IP, table: 'nfkeeper' })).map((c) => c.name)).toEqual(['postrouting']);
+    expect(await f.lines(conn)).toEqual(FLANNEL_RULES);
+    // Table second: its rule re-added from the events, in a repair of its own; never read.
+    const fromEvents = reports.find((r) => r.drift.some((d) => d.table === 'second'))!;
+    expect(fromEvents.drift.map((d) => `${d.table}: ${d.detail}`), JSON.stringify(reports)).toEqual([expect.stringMatching(/^second: rule 2 .* is missing; repair from events: /)]);
+    expect(dumped.get('second'), JSON.stringify([...dumped])).toBeUndefined();
+    // Table nfkeeper: the chain the events could not follow, by a full pass that read it.
+    expect(dumped.get('nfkeeper')).toBeGreaterThan(0);
+  });
+
   it('keeper: foreign churn in a table it does not own costs no repair, no commit and no read', async () => {
     const conn = f.conn();
     const other = f.other();
