@@ -4,7 +4,8 @@
  * dump gives, and the keeper's repairs driven by them: a foreign change to an owned table repaired
  * from the event mirror (no dump, one commit, its own commit waking nothing), also when a commit
  * elsewhere comes between the change and its repair; an owned set's elements, repaired and
- * reloaded per element from the events; a deleted table by a full pass, churn in a
+ * reloaded per element from the events; an event the view cannot follow in one owned table
+ * reading that table alone, while another is repaired from the events; a deleted table by a full pass, churn in a
  * table it does not own costing nothing, and the fight's back-off. A watcher's armed reactions
  * (NftWatch.arm; native/monitor.cc React) on their own: what they answer, with what, and when the
  * arm ends (armCases). Nothing here waits on a timer: the
