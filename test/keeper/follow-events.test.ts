@@ -7,9 +7,10 @@ import { describe, expect, it } from 'vitest';
 import { KernelView } from '../../src/keeper/view.js';
 import type { MonitorBatch, MonitorEvent } from '../../src/netlink/events.js';
 import type { ObservedTable, Rule, SetElement } from '../../src/netlink/objects.js';
-import { parseNftConfig } from '../../src/config/config.js';
+import { parseConfig, parseNftConfig } from '../../src/config/config.js';
+import { Batch } from '../../src/netlink/batch.js';
 import { type TableConfig } from '../../src/model/desired.js';
-import { planConfig } from './plan-fixtures.js';
+import { planConfig, ruleText } from './plan-fixtures.js';
 
 const OWN = 77;
 const FOREIGN = 99;
@@ -264,5 +265,76 @@ describe('following the events of set elements', () => {
     const timedChanged = parseNftConfig(text(VM).replace('10.9.9.9 timeout 1h', '10.9.9.8 timeout 1h'), 't.nft').tables;
     expect(retargeted(timedChanged)).toBe(false);  // a set it does not follow changed
     expect(retargeted(config(VM))).toBe(true);  // the same config, compiled again
+  });
+});
+
+describe('following the events, per owned table', () => {
+  const table = (name: string) => `
+  - family: ip
+    name: ${name}
+    chains:
+      - name: c
+        rules:
+${[0, 1, 2].map((k) => `          - ${ruleText(k)}`).join('\n')}`;
+  const two = parseConfig(`tables:${table('a')}${table('b')}`).tables;
+  /** Tables a and b, chain c holding handles 10, 11, 12 in each, at generation 5. */
+  function seededTwo(): KernelView {
+    const observed: ObservedTable[] = two.map((t) => ({
+      family: 'ip', name: t.name, table: { family: 'ip', name: t.name, flags: 0 },
+      chains: new Map([['c', { family: 'ip', table: t.name, name: 'c' }]]),
+      rules: new Map([['c', t.chains[0]!.rules.map((r, i) => ({ family: 'ip', table: t.name, chain: 'c', handle: 10 + i, exprs: r.compiled.exprs }))]]),
+      sets: new Map(),
+    }));
+    const m = following();
+    expect(m.seed(two, observed, 5)).toBe('seeded');
+    return m;
+  }
+  const on = (table: string, type: MonitorEvent['type'], handle: number, portId = FOREIGN): MonitorEvent => ({ type, family: 'ip', table, name: 'c', handle, portId });
+
+  it('an event it cannot follow loses its table alone: the same commit\'s deletion in the other table is followed, planned and learnt', () => {
+    const m = seededTwo();
+    expect(m.follow(batch(6, [{ type: 'newchain', family: 'ip', table: 'a', name: 'x', portId: FOREIGN }, on('b', 'delrule', 11)]), OWN)).toBe('changed');
+    expect(m.following).toBe(true);
+    expect(m.valid).toBe(false);
+    expect(m.followsTable('ip', 'a')).toBe(false);
+    expect(m.followsTable('ip', 'b')).toBe(true);
+    expect(m.currency()).toEqual({ exact: false, generation: 6, reason: 'newchain ip a x (the full pass plans that)' });
+    const plan = m.plan();
+    if (plan === 'clean' || !plan) throw new Error('no plan');
+    expect(plan.batch.ops).toMatchObject([{ verb: 'add', object: 'rule', table: 'b', chain: 'c', position: 10 }]);
+    m.expect(7, plan.expected);
+    expect(m.follow(batch(7, [on('b', 'newrule', 20, OWN)]), OWN)).toBe('own');
+    expect(m.handlesOf('ip', 'b', 'c')).toEqual([10, 20, 12]);
+    // Table b as desired, table a unknown: nothing the events can plan, a full pass reads table a.
+    expect(m.plan()).toBeUndefined();
+    // Later events in table a find it let go; table b's are followed on.
+    expect(m.follow(batch(8, [on('a', 'delrule', 10), on('b', 'delrule', 12)]), OWN)).toBe('changed');
+    const again = m.plan();
+    if (again === 'clean' || !again) throw new Error('no plan');
+    expect(again.batch.ops).toMatchObject([{ verb: 'add', table: 'b', position: 20 }]);
+    // Not every table followed: nothing for the monitor's armed repairs.
+    expect(m.clean(1000)).toBe(false);
+  });
+
+  it('a full pass\'s commit lets go of the tables its batch touched, and its events of no other', () => {
+    const m = seededTwo();
+    m.committed(new Batch().delete('chain', { family: 'ip', table: 'a', name: 'x' }));
+    expect(m.followsTable('ip', 'a')).toBe(false);
+    expect(m.followsTable('ip', 'b')).toBe(true);
+    expect(m.follow(batch(6, [{ type: 'delchain', family: 'ip', table: 'a', name: 'x', portId: OWN }]), OWN)).toBe('own');
+    expect(m.generation).toBe(6);
+    expect(m.follow(batch(7, [on('b', 'delrule', 10)]), OWN)).toBe('changed');
+    const plan = m.plan();
+    if (plan === 'clean' || !plan) throw new Error('no plan');
+    expect(plan.batch.ops).toMatchObject([{ verb: 'insert', table: 'b' }]);
+  });
+
+  it('what cannot be told to a table loses both', () => {
+    for (const b of [batch(6, [on('b', 'delrule', 11)], { truncated: true }), batch(7, [on('b', 'delrule', 11)], { since: 7 })]) {
+      const m = seededTwo();
+      expect(m.follow(b, OWN)).toBe('invalid');
+      expect(m.following).toBe(false);
+      expect([m.followsTable('ip', 'a'), m.followsTable('ip', 'b')]).toEqual([false, false]);
+    }
   });
 });
