@@ -81,6 +81,23 @@ async function mirrorExact(k: Keeper): Promise<void> {
 }
 
 export function eventCases(f: Fixture): void {
+  /** The flannel table and a second owned table holding `rules`. */
+  const twoTablesConfig = (rules: readonly string[]) => parseConfig(`${postroutingYaml('nfkeeper', FLANNEL_RULES, 'postrouting')}${
+    postroutingYaml('second', rules).replace('tables:\n', '')}`, 'two.yaml');
+  /** A keeper on twoTablesConfig(rules), its events exact, counting its socket's rule dumps (decoded or digests) per table. */
+  const twoTables = async (rules: readonly string[]): Promise<{ k: Keeper; dumped: Map<string, number> }> => {
+    const k = await f.keeper({ config: twoTablesConfig(rules) });
+    await mirrorExact(k);
+    await k.idle();
+    const dumped = new Map<string, number>();
+    const sock = k.state.sock!;
+    const { listRules, listRuleDigests } = sock;
+    const count = (t: { table: string }) => dumped.set(t.table, (dumped.get(t.table) ?? 0) + 1);
+    sock.listRules = (x) => (count(x), listRules.call(sock, x));
+    sock.listRuleDigests = (x) => (count(x), listRuleDigests!.call(sock, x));
+    return { k, dumped };
+  };
+
   it('events: one record per committed batch, with its generation and the run of whole commits; echoed handles; skipOwn', async () => {
     const conn = f.conn();
     const other = f.other();
@@ -280,18 +297,7 @@ export function eventCases(f: Fixture): void {
   it('keeper: what the view cannot follow in one owned table has that table read, and only it; what it follows, no table', async () => {
     const conn = f.conn();
     const second = ['ip saddr 192.0.2.1 accept', 'ip saddr 192.0.2.2 accept'];
-    const config = (rules: readonly string[]) => parseConfig(`${postroutingYaml('nfkeeper', FLANNEL_RULES, 'postrouting')}${
-      postroutingYaml('second', rules).replace('tables:\n', '')}`, 'two.yaml');
-    const k = await f.keeper({ config: config(second) });
-    await mirrorExact(k);
-    await k.idle();
-    // Rule dumps (decoded or digests) of the keeper's socket, per table.
-    const dumped = new Map<string, number>();
-    const sock = k.state.sock!;
-    const { listRules, listRuleDigests } = sock;
-    const count = (t: { table: string }) => dumped.set(t.table, (dumped.get(t.table) ?? 0) + 1);
-    sock.listRules = (x) => (count(x), listRules.call(sock, x));
-    sock.listRuleDigests = (x) => (count(x), listRuleDigests!.call(sock, x));
+    const { k, dumped } = await twoTables(second);
     const repaired = nextRepair(k);
     // A chain event: the followed content cannot follow it; the full pass repairs the table.
     await f.other().commit(new Batch().add('chain', { ...IP, table: 'nfkeeper', name: 'x' }));
@@ -312,7 +318,7 @@ export function eventCases(f: Fixture): void {
     expect((await again).cause).toBe('event');
     await k.idle();
     const third = [...second, 'ip saddr 192.0.2.3 accept'];
-    await k.setConfig(config(third));
+    await k.setConfig(twoTablesConfig(third));
     await k.idle();
     expect(await f.lines(conn, { ...IP, table: 'second', chain: 'post' })).toEqual(third);
     expect(await f.lines(conn)).toEqual(FLANNEL_RULES);
@@ -322,17 +328,7 @@ export function eventCases(f: Fixture): void {
   it('keeper: one commit the view cannot follow in one owned table and can in another: the other is repaired from the events, unread; the first read alone', async () => {
     const conn = f.conn();
     const second = ['ip saddr 192.0.2.1 accept', 'ip saddr 192.0.2.2 accept', 'ip saddr 192.0.2.3 accept'];
-    const config = parseConfig(`${postroutingYaml('nfkeeper', FLANNEL_RULES, 'postrouting')}${
-      postroutingYaml('second', second).replace('tables:\n', '')}`, 'two.yaml');
-    const k = await f.keeper({ config });
-    await mirrorExact(k);
-    await k.idle();
-    const dumped = new Map<string, number>();
-    const sock = k.state.sock!;
-    const { listRules, listRuleDigests } = sock;
-    const count = (t: { table: string }) => dumped.set(t.table, (dumped.get(t.table) ?? 0) + 1);
-    sock.listRules = (x) => (count(x), listRules.call(sock, x));
-    sock.listRuleDigests = (x) => (count(x), listRuleDigests!.call(sock, x));
+    const { k, dumped } = await twoTables(second);
     const reports: RepairReport[] = [];
     k.on('repaired', (r: RepairReport) => reports.push(r));
     const SECOND = { ...IP, table: 'second', chain: 'post' };
