@@ -229,6 +229,13 @@ tables:
       - name: s
         type: ipv4_addr
         elements: [${Array.from({ length: ELEMENTS }, (_, i) => ip(i)).join(', ')}]
+    maps:
+      - name: vm
+        type: "ipv4_addr . inet_service : verdict"
+        elements:
+          - "10.9.0.1 . 53 : goto side"
+          - "10.9.0.2 . 80 : accept"
+          - "10.9.0.3 . 443 : drop"
     chains:
       - name: c
         type: filter
@@ -236,6 +243,9 @@ tables:
         priority: filter
         rules:
           - ip saddr @s counter accept
+      - name: side
+        rules:
+          - counter accept
 `);
     ({ keeper, jsCommits } = await startCounting(ns, { config, fight: { threshold: 1e9 } }));
   }, 60_000);
@@ -260,7 +270,8 @@ tables:
     await keeper.idle();
     expect(await keys()).toEqual(want);
     expect(await dumps()).toBe(d0);  // nothing read: planned from the events either way
-    await until('the mirror to follow the repair', () => keeper.mirrorState()?.exact === true && keeper.state.view.elementsDiffering('ip', 'e', 's') === 0);
+    await until('the mirror to follow the repair', () => keeper.mirrorState()?.exact === true && keeper.state.view.elementsDiffering('ip', 'e', 's') === 0
+      && keeper.state.view.elementsDiffering('ip', 'e', 'vm') === 0);
     return { r, byMonitor: jsCommits() === j0 };
   }
 
@@ -290,6 +301,21 @@ tables:
       .add('element', { ...set, elements: [{ key: '0a090909' }] }));
     expect(byMonitor).toBe(false);
     expect((await keys()).includes('0a090909')).toBe(false);
+  });
+
+  it('elements of a verdict map come back with their verdicts, a goto\'s chain included', async () => {
+    const vm = { family: 'ip', table: 'e', set: 'vm' } as const;
+    const held = async () => (await sock.listElements(vm)).map((e) => JSON.stringify([e.key, e.verdict, e.chain ?? ''])).sort();
+    const want = await held();
+    expect(want.some((e) => e.includes('"side"'))).toBe(true);
+    // nft is the oracle: its netlink dump of the map, the same before and after.
+    const dump = () => ns.exec('nft', ['--debug=netlink', 'list', 'map', 'ip', 'e', 'vm']);
+    const before = dump();
+    const all = await sock.listElements(vm);
+    const { byMonitor } = await commitAndWait(new Batch().delete('element', { ...vm, elements: all.slice(0, 2).map((e) => ({ key: e.key })) }));
+    expect(byMonitor).toBe(true);
+    expect(await held()).toEqual(want);
+    expect(dump()).toBe(before);
   });
 
   it('a rule deleted in the same table is still the rule reaction\'s', async () => {
