@@ -472,7 +472,8 @@ const isComment = (x: unknown) => x === undefined || (typeof x === 'string' && x
 
 /**
  * CONFIG_SCHEMA's result for a document of tables whose chains and rules pass the same checks
- * without zod, as the nft reader's documents do; undefined for any other document, which zod
+ * without zod, as the nft reader's documents and most YAML files do; undefined for any other
+ * document (a gc or owners section, a value the schema may refuse), which zod
  * checks (and words the errors of). zod was a large part of a warm load of kube-proxy's
  * 10,000-service file (31,000 chains, 64,000 rules), more cold: the chains here are the reader's
  * own objects, checked in place. Every check below is one of the schema's (TABLE, CHAIN): a
@@ -489,8 +490,12 @@ export function plainTables(raw: unknown): z.infer<typeof CONFIG_SCHEMA> | undef
     if (!FAMILY_NAMES.has(t.family) || !isName(t.name) || !isComment(t.comment)) return undefined;
     if (t.protect !== undefined && typeof t.protect !== 'boolean') return undefined;
     if (t.flags !== undefined && !(Array.isArray(t.flags) && t.flags.length === 1 && t.flags[0] === 'dormant')) return undefined;
-    if (!Array.isArray(t.chains) || !Array.isArray(t.sets) || !Array.isArray(t.maps)) return undefined;
-    for (const c of t.chains as unknown[]) {
+    // an absent list is the schema's default, as a YAML table without sets or maps writes it
+    const chains = t.chains === undefined ? [] : t.chains;
+    const setList = t.sets === undefined ? [] : t.sets;
+    const mapList = t.maps === undefined ? [] : t.maps;
+    if (!Array.isArray(chains) || !Array.isArray(setList) || !Array.isArray(mapList)) return undefined;
+    for (const c of chains as unknown[]) {
       if (!isPlain(c)) return undefined;
       for (const k in c) if (!CHAIN_KEYS.has(k)) return undefined;
       if (!isName(c.name) || !isComment(c.comment) || !Array.isArray(c.rules)) return undefined;
@@ -502,14 +507,14 @@ export function plainTables(raw: unknown): z.infer<typeof CONFIG_SCHEMA> | undef
         : typeof p === 'string' && PRIORITY_PATTERN.test(p))) return undefined;
       for (const r of c.rules as unknown[]) if (typeof r !== 'string') return undefined;
     }
-    const sets = SET_LIST.safeParse(t.sets);
-    const maps = SET_LIST.safeParse(t.maps);
-    const objects = OBJ_LIST.safeParse(t.objects ?? []);
+    const sets = SET_LIST.safeParse(setList);
+    const maps = SET_LIST.safeParse(mapList);
+    const objects = OBJ_LIST.safeParse(t.objects === undefined ? [] : t.objects);
     if (!sets.success || !maps.success || !objects.success) return undefined;
     tables.push({
       family: t.family as z.infer<typeof TABLE>['family'], name: t.name as string, protect: t.protect as boolean | undefined,
       ...(t.flags !== undefined ? { flags: ['dormant' as const] } : {}),
-      comment: t.comment as string | undefined, sets: sets.data, maps: maps.data, objects: objects.data, chains: t.chains as z.infer<typeof CHAIN>[],
+      comment: t.comment as string | undefined, sets: sets.data, maps: maps.data, objects: objects.data, chains: chains as z.infer<typeof CHAIN>[],
     });
   }
   return { tables };
