@@ -421,7 +421,7 @@ class Reader {
   }
 
   /** `[family] name`, nft's default family being ip. */
-  private tableRef(): { family: string; name: string; at: number } {
+  private tableRef(): { family: string; name: string; at: number; nameAt: number } {
     const a = this.word('a table name');
     let family = 'ip';
     let name = a;
@@ -429,10 +429,10 @@ class Reader {
       family = a.text;
       name = this.next();
     }
-    return { family, name: name.text, at: a.start };
+    return { family, name: name.text, at: a.start, nameAt: name.start };
   }
 
-  private findTable(family: string, name: string, at: number, create: boolean): number {
+  private findTable(family: string, name: string, at: number, create: boolean, nameAt = at): number {
     const tables = this.raw.tables;
     let ti = -1;
     for (let k = 0; k < tables.length; k++) {
@@ -443,7 +443,7 @@ class Reader {
       ti = this.raw.tables.push({ family, name, sets: [], maps: [], chains: [] }) - 1;
       this.mark(['tables', ti], at);
       this.mark(['tables', ti, 'family'], at);
-      this.mark(['tables', ti, 'name'], at);
+      this.mark(['tables', ti, 'name'], nameAt);
     }
     return ti;
   }
@@ -451,7 +451,7 @@ class Reader {
   /** `table [F] N [{ … }]` (and `add table …`): declares the table, or adds to it. */
   private tableBlock(kw: Tok, command: boolean): void {
     const ref = this.tableRef();
-    const ti = this.findTable(ref.family, ref.name, command ? ref.at : kw.start, true);
+    const ti = this.findTable(ref.family, ref.name, command ? ref.at : kw.start, true, ref.nameAt);
     if (this.peek().kind === '{') {
       this.next();
       for (;;) {

@@ -20,3 +20,24 @@ export const NFT_KEYWORDS: ReadonlySet<string> = new Set([
   'srh', 'symhash', 'synproxy', 'table', 'tcp', 'th', 'time', 'timeout', 'tproxy', 'type', 'typeof', 'udp',
   'udplite', 'undefine', 'update', 'vlan', 'vmap', 'xt',
 ]);
+
+/**
+ * The words nft 1.0.6's scanner returns as keywords after an object's type keyword
+ * (`counter packets { }`: "unexpected packets"), beside NFT_KEYWORDS: refused as names of objects
+ * of that type. Measured the same way, offering each word as the name of an object of the type
+ * to `nft -c`.
+ */
+const CT_OBJECT_WORDS = [
+  'avgpkt', 'bytes', 'count', 'daddr', 'direction', 'dport', 'event', 'expectation', 'expiration',
+  'helper', 'helpers', 'id', 'l3proto', 'label', 'original', 'over', 'packets', 'proto-dst',
+  'proto-src', 'protocol', 'reply', 'saddr', 'state', 'status', 'zone',
+];
+export const NFT_OBJECT_KEYWORDS: Readonly<Record<string, ReadonlySet<string>>> = {
+  counter: new Set(['bytes', 'name', 'packets']),
+  quota: new Set(['bytes', 'name', 'over', 'until', 'used']),
+  limit: new Set(['burst', 'bytes', 'minute', 'name', 'over', 'packets', 'rate', 'second', 'week']),
+  'ct helper': new Set(CT_OBJECT_WORDS),
+  'ct timeout': new Set(CT_OBJECT_WORDS),
+  'ct expectation': new Set(CT_OBJECT_WORDS),
+  synproxy: new Set(['mss', 'name', 'sack-permitted', 'timestamp', 'wscale']),
+};
