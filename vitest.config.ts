@@ -30,7 +30,7 @@ const UNIT = [
   'test/keeper/behaviour-fake.test.ts',
   'test/model/compact.test.ts',
   'test/keeper/fake.test.ts',
-  'test/keeper/mirror.test.ts',
+  'test/keeper/follow-events.test.ts',
   'test/keeper/plan.test.ts',
   'test/keeper/scheduler.test.ts',
   'test/keeper/view.test.ts',

@@ -126,7 +126,12 @@ void CommitRun::Run() {
         if (!AttrU64(t.at[NFTA_RULE_HANDLE], &handle)) continue;
         echoed_.push_back({nlh->nlmsg_seq, handle});
         // The rule as the kernel holds it, digested as a dump of it would be (dump.cc).
-        if (batch_->wantDigests) echoedDigests_.push_back(RuleDigest(t.at[NFTA_RULE_USERDATA], t.at[NFTA_RULE_EXPRESSIONS]));
+        // One that looks up anonymous sets: with them unnamed, as it was sent (EncodedBatch::unnamed).
+        if (batch_->wantDigests) {
+          std::string d = RuleDigest(t.at[NFTA_RULE_USERDATA], t.at[NFTA_RULE_EXPRESSIONS]);
+          if (d.empty()) d = RuleDigest(t.at[NFTA_RULE_USERDATA], t.at[NFTA_RULE_EXPRESSIONS], true);
+          echoedDigests_.push_back(std::move(d));
+        }
         continue;
       }
       if (nlh->nlmsg_type != NLMSG_ERROR) continue;
@@ -251,6 +256,13 @@ bool CommitRun::Outcome(Napi::Env env, Napi::Value* out) {
       Napi::Array digests = Napi::Array::New(env, batch_->digests.size());
       for (uint32_t i = 0; i < batch_->digests.size(); i++) digests.Set(i, Napi::String::New(env, batch_->digests[i]));
       result.Set("digests", digests);
+      if (!batch_->unnamed.empty()) {
+        Napi::Array unnamed = Napi::Array::New(env, batch_->unnamed.size());
+        for (uint32_t i = 0; i < batch_->unnamed.size(); i++) {
+          if (!batch_->unnamed[i].empty()) unnamed.Set(i, Napi::String::New(env, batch_->unnamed[i]));
+        }
+        result.Set("unnamed", unnamed);
+      }
     }
     *out = result;
     return true;

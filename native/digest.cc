@@ -161,8 +161,11 @@ static bool AppendDynsetExprs(std::string* buf, const RawExpr& e) {
   return true;
 }
 
-bool AppendExprDigestSegment(std::string* buf, const RawExpr& e) {
-  if (LooksUpAnonymousSet(e) || JumpsToBoundChain(e)) return false;
+bool AppendExprDigestSegment(std::string* buf, const RawExpr& e, bool anonymousSetsUnnamed) {
+  if (JumpsToBoundChain(e)) return false;
+  // (a dynset adding to an anonymous set has no digest either way)
+  const bool unnamed = LooksUpAnonymousSet(e);
+  if (unnamed && (!anonymousSetsUnnamed || e.name != "lookup")) return false;
   PutSegment(buf, e.name.data(), e.name.size());
   if (e.data == nullptr || e.name == "counter") {
     PutSegment(buf, "", 0);
@@ -179,6 +182,7 @@ bool AppendExprDigestSegment(std::string* buf, const RawExpr& e) {
   uint32_t dynsetFlags = 0;
   NFK_NESTED_FOR_EACH(attr, e.data) {
     if (dynset && !DynsetAttrDigested(attr, &dynsetFlags)) continue;
+    if (unnamed && (mnl_attr_get_type(attr) == NFTA_LOOKUP_SET || mnl_attr_get_type(attr) == NFTA_LOOKUP_SET_ID)) continue;
     // No expression has that many; no digest rather than a partial one.
     if (n == kDigestAttrs) return false;
     size_t i = n++;
@@ -211,14 +215,14 @@ std::string DigestOf(const std::string& buf) {
   return ToHex(h, sizeof(h));
 }
 
-std::string RuleDigest(const nlattr* userdata, const nlattr* expressions) {
+std::string RuleDigest(const nlattr* userdata, const nlattr* expressions, bool anonymousSetsUnnamed) {
   std::string buf;
   if (userdata != nullptr) AppendUserdataDigestSegment(&buf, mnl_attr_get_payload(userdata), mnl_attr_get_payload_len(userdata));
   else AppendUserdataDigestSegment(&buf, nullptr, 0);
   std::vector<RawExpr> raw;
   if (expressions != nullptr) raw = WalkExpressions(expressions);
   for (const RawExpr& e : raw) {
-    if (!AppendExprDigestSegment(&buf, e)) return "";
+    if (!AppendExprDigestSegment(&buf, e, anonymousSetsUnnamed)) return "";
   }
   return DigestOf(buf);
 }

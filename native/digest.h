@@ -18,12 +18,18 @@ namespace nfk {
 // rule it has decoded before without decoding it again. Empty (no digest) for
 // a rule that looks up an anonymous set (`__set…`, `__map…`): its key holds
 // the set's elements, which are not in the rule.
-std::string RuleDigest(const nlattr* userdata, const nlattr* expressions);
+//
+// With `anonymousSetsUnnamed`, a lookup of an anonymous set is digested without the set's name and
+// batch id instead: a commit names such a set by its id in the batch (the kernel names it when it
+// creates it), its echo by that name, and both give this digest for the same rule. Never
+// compared with a dump's digest (a dumped rule may look up any set of that name): only a commit's
+// rule with its echo, whose anonymous sets are the ones the same batch created for it.
+std::string RuleDigest(const nlattr* userdata, const nlattr* expressions, bool anonymousSetsUnnamed = false);
 
 // RuleDigest in parts, for digests of rules that share expressions (ruleDigests in encode.cc):
 // the bytes one expression adds to what is hashed (false: the rule has no digest), the userdata's,
 // and the digest of the whole. RuleDigest(u, e) == DigestOf(userdata segment + each expression's).
-bool AppendExprDigestSegment(std::string* buf, const RawExpr& e);
+bool AppendExprDigestSegment(std::string* buf, const RawExpr& e, bool anonymousSetsUnnamed = false);
 void AppendUserdataDigestSegment(std::string* buf, const void* userdata, size_t len);
 std::string DigestOf(const std::string& buf);
 

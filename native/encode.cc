@@ -792,7 +792,7 @@ namespace {
 
 // The RuleDigest of the NEWRULE message at `msg`, just encoded: of its userdata and of its
 // expressions as the kernel will dump them (AsTheKernelDumps, on a copy: the message goes out as it is).
-std::string DigestOfRuleMessage(const uint8_t* msg) {
+std::string DigestOfRuleMessage(const uint8_t* msg, bool anonymousSetsUnnamed = false) {
   const nlmsghdr* nlh = reinterpret_cast<const nlmsghdr*>(msg);
   const nlattr* userdata = nullptr;
   const nlattr* exprs = nullptr;
@@ -806,7 +806,7 @@ std::string DigestOfRuleMessage(const uint8_t* msg) {
   const uint8_t* from = reinterpret_cast<const uint8_t*>(exprs);
   std::vector<uint8_t> copy(from, from + MNL_ALIGN(exprs->nla_len));
   AsTheKernelDumps(copy.data(), copy.size());
-  return RuleDigest(userdata, reinterpret_cast<const nlattr*>(copy.data()));
+  return RuleDigest(userdata, reinterpret_cast<const nlattr*>(copy.data()), anonymousSetsUnnamed);
 }
 
 }  // namespace
@@ -817,6 +817,7 @@ void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneratio
   out->messageOp.clear();
   out->wantDigests = digests;
   out->digests.clear();
+  out->unnamed.clear();
   if (digests) out->digests.resize(ops.Length());
   out->beginSeq = seq;
   // A rule of a few expressions is 200-400 bytes.
@@ -851,7 +852,16 @@ void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneratio
         Napi::Value pre = exprBytes.IsArray() ? exprBytes.As<Napi::Array>().Get(i) : Napi::Value();
         size_t at = out->bytes.size();
         EncodeRule(&out->bytes, verb, op, next, pre, &previous);
-        if (digests && verb != "delete") out->digests[i] = DigestOfRuleMessage(out->bytes.data() + at);
+        if (digests && verb != "delete") {
+          out->digests[i] = DigestOfRuleMessage(out->bytes.data() + at);
+          if (out->digests[i].empty()) {
+            std::string d = DigestOfRuleMessage(out->bytes.data() + at, true);
+            if (!d.empty()) {
+              if (out->unnamed.empty()) out->unnamed.resize(ops.Length());
+              out->unnamed[i] = std::move(d);
+            }
+          }
+        }
       }
       else if (object == "set") messages = EncodeSet(&out->bytes, verb, op, next);
       else if (object == "element") messages = EncodeElementOp(&out->bytes, verb, op, next);

@@ -19,6 +19,9 @@ struct EncodedBatch {
   // or replaces, from the bytes it is sent as; '' for other ops and rules without one.
   bool wantDigests = false;
   std::vector<std::string> digests;
+  // With digests, per op index, for a rule that has no digest because it looks up anonymous sets:
+  // its RuleDigest with those sets unnamed (digest.h), which its echo is compared with; '' else.
+  std::vector<std::string> unnamed;
 };
 
 // Encodes `ops` (the Op type in src/netlink/batch.ts, checked by

@@ -324,7 +324,8 @@ std::unique_ptr<CommitRun> NftSocket::PrepareCommit(const Napi::CallbackInfo& in
 
 // commit(ops, generation?, echo?, exprBytes?, digests?) -> Promise<void | { handles?: [opIndex, handle][], held?: string[],
 // echoCut?: true, digests?: string[] }>: handles with echo (where the receive buffer holds every echo; none, and echoCut, when
-// the kernel dropped some), digests when asked (per op index, EncodedBatch::digests), with both the echoed rules' (held).
+// the kernel dropped some), digests when asked (per op index, EncodedBatch::digests, and unnamed), with both the echoed
+// rules' (held).
 Napi::Value NftSocket::Commit(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   std::unique_ptr<CommitRun> run = PrepareCommit(info);

@@ -412,7 +412,11 @@ interface OneShotOptions { config: string; includePath?: string[]; netns?: strin
 async function oneShot(o: OneShotOptions, apply: boolean, io: Out): Promise<number> {
   const progress = new Progress(io, o.progress);
   const { loadConfig, namespaceInterfaces } = await configs();
-  const config = loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns), includePath: o.includePath });
+  // apply compacts each rule as it is compiled, as the daemon does (model/compact.ts): the batch's
+  // validation and the addon's encoder then check and encode an expression that rules share once
+  // per run of rules, not once per rule. check only compares, and skips that work.
+  const compiled = apply ? (await import('./model/compact.js')).compactAsCompiled() : undefined;
+  const config = loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns), includePath: o.includePath, compiled });
   // apply writes: not beside a daemon keeping these tables or this state file (check only reads).
   const lock = apply ? (await import('./lock.js')).lockKeeper({ netns: o.netns, tables: config.tables, stateFile: config.owners?.state }) : undefined;
   try {

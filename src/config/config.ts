@@ -153,7 +153,7 @@ export interface LoadOptions {
   /** The variables ${NAME} may use besides the env files (default: process.env). */
   environment?: Readonly<Record<string, string | undefined>>;
   /**
-   * Called with each rule as soon as it is compiled. The daemon compacts it there
+   * Called with each rule as soon as it is compiled. The daemon and `apply` compact it there
    * (model/compact.ts: the compile's expressions then die young, not promoted with the whole
    * file's); `validate` and `check` skip that work.
    */

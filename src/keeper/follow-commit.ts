@@ -1,5 +1,5 @@
 /**
- * Following our own commit (KnownState.afterSoleCommit): what the known tables hold after a batch
+ * Following our own commit into the rules (OwnedTable.rules): what the owned tables hold after a batch
  * that was provably the only commit since its plan's look, from the batch's ops replayed over the
  * handles the look saw, with the handles the kernel echoed for its new rules, or, for a batch too
  * big to echo, the handles and digests read of the chains it added rules to (readAddedChains).
@@ -13,18 +13,23 @@ import { SET_F, TABLE_F, type ChainDigests, type NftSet, type ObservedTable, typ
 import type { Op } from '../netlink/ops.js';
 import { derivationOf, type Hunk } from '../model/derivation.js';
 import { knownRule, hasKey } from './rule-key.js';
-import { knownSets, objectsUnknown, tableKey, type KnownTable } from './known-table.js';
+import { knownSets, objectsUnknown, tableKey, type TableRules } from './owned-table.js';
 
 /**
- * The known tables after `batch`, planned from `observed` for `tables`, was committed as the only
- * commit since; undefined where it cannot be followed exactly (see KnownState.afterSoleCommit for
- * `echoed`, `previous`, `read` and `portId`).
+ * The rules of `tables` after `batch`, planned from `observed` for them, was committed as the only
+ * commit since (the generation moved from the planned-from one by exactly one); undefined where it
+ * cannot be followed exactly. `echoed` gives the new rules' handles; without every one of them,
+ * undefined. `previous`: the rules the look planned from (their maps are then updated in place, so a
+ * registration costs its own chains, not a pass over every owner's). `read`: for a batch too big
+ * to echo, the handles and digests of the chains it added rules to, read at the commit's
+ * generation (by table, then chain; see readAddedChains). `portId`: our socket, an owner flag's.
  */
 export function followCommit(tables: readonly TableConfig[], observed: readonly ObservedTable[],
-  batch: Batch, echoed: CommitResult | undefined, previous: { table(t: TableConfig): KnownTable | undefined } | undefined,
-  read: ReadonlyMap<string, ReadonlyMap<string, ChainDigests>> | undefined, portId: number | undefined): Map<string, KnownTable> | undefined {
+  batch: Batch, echoed: CommitResult | undefined, previous: ((t: TableConfig) => TableRules | undefined) | undefined,
+  read: ReadonlyMap<string, ReadonlyMap<string, ChainDigests>> | undefined, portId: number | undefined): Map<string, TableRules> | undefined {
   if (!echoed && !read) return undefined;
   for (const [i, t] of tables.entries()) if (observed[i] && objectsUnknown(t, observed[i]!)) return undefined;
+  const anonymous = anonymousSetsHeld(echoed);
   const desiredTables = new Set(tables.map(tableKey));
   // Handles by chain, starting from what the plan saw.
   const handles = new Map<string, Map<string, number[]>>();
@@ -52,12 +57,12 @@ export function followCommit(tables: readonly TableConfig[], observed: readonly 
   const tablesNow = new Map<string, Table>();
   // Named sets the batch (re)created, with their definition; deleted ones map to null.
   const setsNow = new Map<string, NftSet | null>();
-  // Chains whose rules changed only in the runs the merge reported (src/model/derivation.ts), over a known state
-  // that holds the earlier chain: their ops are replayed over those runs' handles (followHunks),
+  // Chains whose rules changed only in the runs the merge reported (src/model/derivation.ts), over rules
+  // that hold the earlier chain: their ops are replayed over those runs' handles (followHunks),
   // not over a list of every rule's handle (the dispatch chain holds one rule per owner).
   const hunked = new Map<string, Hunked>();
   for (const [i, t] of tables.entries()) {
-    const kt = previous?.table(t);
+    const kt = previous?.(t);
     const d = kt?.whole !== undefined && kt.observed === observed[i] ? derivationOf(t) : undefined;
     if (!d || d.from !== kt!.whole) continue;
     for (const [name, e] of d.edited) {
@@ -93,8 +98,13 @@ export function followCommit(tables: readonly TableConfig[], observed: readonly 
         setsNow.set(k, null);
         continue;
       }
-      // Anonymous sets are named by the kernel: a table that has them is not followed.
-      if (op.flags === undefined || op.flags & SET_F.ANONYMOUS) return undefined;
+      // Anonymous sets are named by the kernel: a table that has them is not followed, unless the
+      // echo proved their rules (anonymousSetsHeld): each set is then its rule's, and goes with it.
+      if (op.flags === undefined) return undefined;
+      if (op.flags & SET_F.ANONYMOUS) {
+        if (anonymous && (op.verb === 'add' || op.verb === 'create')) continue;
+        return undefined;
+      }
       if (op.verb === 'add' || op.verb === 'create') setsNow.set(k, op as NftSet);
       else return undefined;
       continue;
@@ -128,60 +138,36 @@ export function followCommit(tables: readonly TableConfig[], observed: readonly 
       if (op.verb === 'delete') gone.add(op.handle!);
       continue;  // its rules as read after the commit, below
     }
+    const handle = op.verb === 'delete' ? undefined : echoed?.handles?.get(index);
+    if (op.verb === 'delete') gone.add(op.handle!);
+    else if (handle === undefined) return undefined;
+    else if (op.id !== undefined) byId.set(op.id, handle);
     const h = hunked.size > 0 ? hunked.get(`${op.family} ${op.table} ${op.chain}`) : undefined;
     if (h) {
-      if (op.verb === 'delete') {
-        gone.add(op.handle!);
-        h.ops.push({ op });
-        continue;
-      }
-      const handle = echoed?.handles?.get(index);
-      if (handle === undefined) return undefined;
-      if (op.id !== undefined) byId.set(op.id, handle);
       h.ops.push({ op, handle });
       continue;
     }
     const l = list(op.family, op.table, op.chain);
-    if (!l || l === DELETED) return undefined;
-    if (op.verb === 'delete') {
-      const at = l.indexOf(op.handle!);
-      if (at < 0) return undefined;
-      l.splice(at, 1);
-      gone.add(op.handle!);
-      continue;
-    }
-    const handle = echoed?.handles?.get(index);
-    if (handle === undefined) return undefined;
-    if (op.id !== undefined) byId.set(op.id, handle);
-    if (op.verb === 'replace') {
-      const at = l.indexOf(op.handle!);
-      if (at < 0 || handle !== op.handle) return undefined;
-      continue;
-    }
-    const anchor = op.position ?? (op.positionId !== undefined ? byId.get(op.positionId) : undefined);
-    if (anchor === undefined && (op.position !== undefined || op.positionId !== undefined)) return undefined;
-    if (anchor === undefined) {
-      if (op.verb === 'add') l.push(handle);
-      else l.unshift(handle);
-      continue;
-    }
-    const at = l.indexOf(anchor);
-    if (at < 0) return undefined;
-    l.splice(op.verb === 'add' ? at + 1 : at, 0, handle);
+    if (!l || l === DELETED || !applyRuleOp(l, op, handle, byId)) return undefined;
   }
   for (const [tk, chains] of read ?? []) {
     const [family, table] = [tk.slice(0, tk.indexOf(' ')), tk.slice(tk.indexOf(' ') + 1)];
     for (const [chain, d] of chains) chainsOf(family, table).set(chain, d.handles.slice());
   }
-  const out = new Map<string, KnownTable>();
+  const out = new Map<string, TableRules>();
   for (const [i, t] of tables.entries()) {
     const o = observed[i];
     if (!o) return undefined;
     const tk = tableKey(t);
     if (tablesNow.has(tk)) o.table = tablesNow.get(tk);
     if (!o.table) return undefined;
-    // Anonymous sets are named by the kernel and come with the rules that use them: not followed.
-    for (const x of o.sets.values()) if (x.set.flags & SET_F.ANONYMOUS) return undefined;
+    // Anonymous sets are named by the kernel and come with the rules that use them: not followed,
+    // or (anonymousSetsHeld) left to those rules, which the known ones below carry with their sets.
+    for (const [name, x] of o.sets) {
+      if (!(x.set.flags & SET_F.ANONYMOUS)) continue;
+      if (!anonymous) return undefined;
+      o.sets.delete(name);
+    }
     // The plan made every named set the desired one: created with its elements, its element
     // differences added and deleted, any other named set deleted. What the look saw stays only for
     // a set the batch left alone (its definition; it had no element difference, or it would be in the batch).
@@ -190,7 +176,7 @@ export function followCommit(tables: readonly TableConfig[], observed: readonly 
       if (now === null || (now === undefined && !(t.sets ?? []).some((x) => x.name === name))) o.sets.delete(name);
     }
     if (o.sets.size > (t.sets?.length ?? 0)) return undefined;
-    const kt = previous?.table(t);
+    const kt = previous?.(t);
     const reuse = kt?.observed === o;
     const verifiedSets = reuse ? kt!.verifiedSets : new Map<string, SetConfig>();
     const sets = knownSets(t, (n) => {
@@ -201,7 +187,7 @@ export function followCommit(tables: readonly TableConfig[], observed: readonly 
     o.sets = sets;
     const m = chainsOf(t.family, t.name);
     const readHere = read?.get(tk);
-    // The look's maps are this pass's own (a dump, or the known state the commit just retired):
+    // The look's maps are this pass's own (a dump, or the held rules the commit just retired):
     // changed in place, so a registration touches its own chains, not every owner's.
     const verified = reuse ? kt!.verified : new Map<string, ChainConfig>();
     // Derived from the table known whole (a registration): only the chains the derivation
@@ -273,6 +259,19 @@ export function followCommit(tables: readonly TableConfig[], observed: readonly 
     out.set(tk, { observed: o, verified, verifiedSets, whole: t });
   }
   return out;
+}
+
+/**
+ * The echo proved every rule of the batch that looks up anonymous sets held as sent (its echoed
+ * digest with those sets unnamed is the sent one's, CommitResult.unnamed; a one-shot apply's
+ * verification): each such set is the one the batch created for that rule, with the elements the
+ * batch gave it. Without digests (the daemon's commits) never.
+ */
+function anonymousSetsHeld(echoed: CommitResult | undefined): boolean {
+  const unnamed = echoed?.unnamed, held = echoed?.held;
+  if (!unnamed || !held) return false;
+  for (let i = 0; i < unnamed.length; i++) if (unnamed[i] !== undefined && held[i] !== unnamed[i]) return false;
+  return true;
 }
 
 /** A chain the batch deleted, in followCommit's handles by chain. */
@@ -379,7 +378,7 @@ function followHunks(t: TableConfig, c: ChainConfig, prev: readonly Rule[], regi
 
 /**
  * After a sole commit too big to echo its new rules' handles: the chains it added rules to, read
- * at `generation` (handles and digests, nothing decoded), for KnownState.afterSoleCommit. A few chains are
+ * at `generation` (handles and digests, nothing decoded), for followCommit. A few chains are
  * dumped one by one, many with one dump of their table. Undefined when the kernel moved meanwhile.
  */
 export async function readAddedChains(conn: NftConn, batch: Batch, generation: number):

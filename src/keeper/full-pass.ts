@@ -76,7 +76,7 @@ export class FullPass implements RepairPath<Promise<Outcome>> {
       // Not verified: the event that change raised (or, were it lost, the overflow or the tick
       // finding the generation moved) brings a repairing pass under its own cause. A mirror that
       // said clean over a kernel that was not (the read saw the same generation throughout) is off.
-      if (k.view.valid && sock.generation() === r.generation) {
+      if (sock.generation() === r.generation && (r.found.length ? r.found : r.first.flat).some((d) => k.view.followsTable(d.family, d.table))) {
         k.view.invalidate('a read found a difference the mirror did not hold');
         reporter.mirrorChanged();
       }

@@ -1,334 +1,218 @@
 /**
- * What the keeper knows its tables hold between passes, without reading
- * them: per table, the chains and, per chain, each rule's handle with the
- * desired rule it was found (or written) to be. It is exact at one
- * generation only: taken from a look that found no drift, or from a look
- * plus the batch that was provably the only commit since (the guard held and
- * the generation moved by exactly one), with the handles the kernel echoed
- * for the batch's new rules. A pass that finds the kernel still at that
- * generation plans from it, with no dump, and compares only the chains whose
- * desired definition changed since (an owner registered or removed: its
- * chains and the dispatch chains). A batch too big to echo is followed by
- * reading the handles and digests of the chains it added rules to. Named sets
- * and maps are known by their definition and the desired config's own element
- * list (every named set holds its desired elements after a clean look or a
- * sole commit); timeout and dynamic sets, which the kernel changes without a
- * commit, have their elements read at each look. Anything it cannot follow
- * exactly (a table deleted or recreated, anonymous sets) drops it, and the
- * next pass reads the kernel as before.
+ * The rules of an owned table (OwnedTable.rules): per chain, each rule's handle with the desired
+ * rule it was found (or written) to be. They are exact at one generation only: taken from a look
+ * that found no drift, or from a look plus the batch that was provably the only commit since (the
+ * guard held and the generation moved by exactly one), with the handles the kernel echoed for the
+ * batch's new rules (follow-commit.ts). A pass that finds the kernel still at that generation, or
+ * the events prove untouched since, plans from them with no dump, and compares only the chains
+ * whose desired definition changed since (an owner registered or removed: its chains and the
+ * dispatch chains). A table the events touched takes the handles they followed (takeFollowed), or
+ * is confirmed by a digest dump of it alone (revalidate), or read. Named sets and maps are held by
+ * their definition and the desired config's own element list (every named set holds its desired
+ * elements after a clean look or a sole commit); timeout and dynamic sets, which the kernel changes
+ * without a commit, have their elements read at each look. Anything they cannot follow exactly (a
+ * table deleted or recreated, anonymous sets) drops them, and the next look reads that table.
  *
- * The rules it holds are known rules (knownRule): handle plus the desired rule's own
- * expressions, userdata and key (shared with the desired state, not copies),
- * so the decoded dump is not kept between passes.
- *
- * It is the kernel view's rules (view.ts, which alone holds and feeds it). One table as known is
- * a KnownTable (known-table.ts); following our own commit is follow-commit.ts; the events' proof
- * that no commit touched a table is the view's (KernelView.tableCurrency), and a table the events
- * did touch takes the handles they followed (takeFollowed) or is confirmed or read on its own.
+ * The rules are known rules (knownRule): handle plus the desired rule's own expressions, userdata
+ * and key (shared with the desired state, not copies), so the decoded dump is not kept between passes.
  */
 import type { TableConfig } from '../model/desired.js';
 import type { SetConfig } from '../model/sets.js';
 import { diffElements, setDefinitionKey } from '../model/elements.js';
 import type { Batch } from '../netlink/batch.js';
-import type { CommitResult, NftConn } from '../netlink/conn.js';
-import { NetlinkError } from '../base/errors.js';
-import { SET_F, type Chain, type ChainDigests, type NftSet, type ObservedTable } from '../netlink/objects.js';
+import type { NftConn } from '../netlink/conn.js';
+import { SET_F, type Chain, type NftSet, type ObservedTable } from '../netlink/objects.js';
 import { knownRule, hasKey, sameKey } from './rule-key.js';
 import { derivationOf, type Derivation } from '../model/derivation.js';
-import { knownSets, objectsUnknown, tableKey, volatileSet, type KnownTable } from './known-table.js';
-import { followCommit } from './follow-commit.js';
-import type { FollowedTable } from './mirror.js';
+import { knownSets, objectsUnknown, volatileSet, type FollowedTable, type TableRules } from './owned-table.js';
 
-export class KnownState {
-  private constructor(public generation: number, private readonly tables: Map<string, KnownTable>) {}
+/** Whether a named set's elements are vouched for by the events (exact now, and clean for that set). */
+export type ElementsHeld = (t: TableConfig, set: string) => boolean;
 
-  /**
-   * Whether the kernel, now at `generation`, still holds exactly what is known of `tables`, read
-   * without decoding a rule: per table its flags and object count, every base or empty chain, and
-   * one digest dump of its rules (handles and digests, objects.ts Rule.digest) compared rule by
-   * rule. A rule whose digest was never learnt (written by our own commit since the last decoding
-   * read) is decoded, its chain one dump, up to a few chains; more make the table no. Named sets:
-   * their definitions with one set list per table; the elements of each set that `elementsHeld`
-   * vouches for (the event mirror, exact at `generation`) are not read, the others' are read and
-   * compared with the desired ones: where they differ, the elements read become the known ones
-   * (the look then diffs them, no second read). A volatile set's are read by the look.
-   * Returns the tables that do not hold (dropped from the state, the caller reads them), the
-   * state then at `generation`; undefined when nothing could be confirmed (no digest dumps, or a
-   * commit came while reading): the caller drops the state.
-   */
-  async revalidate(conn: NftConn, generation: number, tables: readonly TableConfig[],
-    elementsHeld?: (t: TableConfig, set: string) => boolean): Promise<TableConfig[] | undefined> {
-    if (!conn.listRuleDigests) return undefined;
-    const failed: TableConfig[] = [];
-    for (const t of tables) {
-      try {
-        if (await this.revalidateTable(conn, t, elementsHeld)) continue;
-      } catch (e) {
-        // The table, a chain or a set went while we read (ENOENT): not as known, read it whole.
-        if (!(e instanceof NetlinkError) || e.errnoName !== 'ENOENT') throw e;
-      }
-      failed.push(t);
+/**
+ * Whether the kernel still holds exactly the rules `kt` holds of `t`, read without decoding a rule:
+ * its flags and object count, every base or empty chain, and one digest dump of its rules (handles
+ * and digests, objects.ts Rule.digest) compared rule by rule. A rule whose digest was never learnt
+ * (written by our own commit since the last decoding read) is decoded, its chain one dump, up to a
+ * few chains; more make the table no. Named sets: their definitions with one set list; the
+ * elements of each set that `elementsHeld` vouches for (the events, exact now) are not read, the
+ * others' are read and compared with the desired ones: where they differ, the elements read become
+ * the held ones (the look then diffs them, no second read). A volatile set's are read by the look.
+ * Throws ENOENT when the table, a chain or a set went while it read.
+ */
+export async function revalidate(conn: NftConn & Required<Pick<NftConn, 'listRuleDigests'>>, t: TableConfig, kt: TableRules,
+  elementsHeld?: ElementsHeld): Promise<boolean> {
+  const known = kt.observed.table;
+  if (!known) return false;
+  const hasSets = kt.observed.sets.size > 0;
+  // One digest dump per table (filtered by the kernel to it), never a round trip per chain: with
+  // many owner chains the table's dump costs what the chain dumps together cost, without a
+  // request and a promise per chain.
+  const [table, dump, sets] = await Promise.all([conn.getTable(t.family, t.name), conn.listRuleDigests({ family: t.family, table: t.name }),
+    hasSets ? conn.listSets({ family: t.family, table: t.name }) : []]);
+  // The table's use counts its chains, sets and stateful objects: only the held chains and sets may be there.
+  if (!table || table.flags !== known.flags || table.owner !== known.owner || table.use !== kt.observed.chains.size + kt.observed.sets.size) return false;
+  let withRules = 0;
+  const undigested: string[] = [];
+  for (const { chain, handles, digests } of dump) {
+    const rules = kt.observed.rules.get(chain);
+    if (!rules || rules.length !== handles.length) return false;
+    let learnt = true;
+    for (let i = 0; i < handles.length; i++) {
+      const r = rules[i]!;
+      if (r.handle !== handles[i] || (r.digest && r.digest !== digests[i])) return false;
+      if (!r.digest) learnt = false;
     }
-    if (conn.generation() !== generation) return undefined;  // something committed while we read
-    for (const t of failed) this.tables.delete(tableKey(t));
-    this.generation = generation;
-    return failed;
+    if (!learnt) undigested.push(chain);
+    withRules++;
   }
-
-  private async revalidateTable(conn: NftConn, t: TableConfig, elementsHeld?: (t: TableConfig, set: string) => boolean): Promise<boolean> {
-    const kt = this.table(t);
-    const known = kt?.observed.table;
-    if (!kt || !known) return false;
-    const hasSets = kt.observed.sets.size > 0;
-    // One digest dump per table (filtered by the kernel to it), never a round trip per chain: with
-    // many owner chains the table's dump costs what the chain dumps together cost, without a
-    // request and a promise per chain.
-    const [table, dump, sets] = await Promise.all([conn.getTable(t.family, t.name), conn.listRuleDigests!({ family: t.family, table: t.name }),
-      hasSets ? conn.listSets({ family: t.family, table: t.name }) : []]);
-    // The table's use counts its chains, sets and stateful objects: only the known chains and sets may be there.
-    if (!table || table.flags !== known.flags || table.owner !== known.owner || table.use !== kt.observed.chains.size + kt.observed.sets.size) return false;
-    let withRules = 0;
-    const undigested: string[] = [];
-    for (const { chain, handles, digests } of dump) {
-      const rules = kt.observed.rules.get(chain);
-      if (!rules || rules.length !== handles.length) return false;
-      let learnt = true;
-      for (let i = 0; i < handles.length; i++) {
-        const r = rules[i]!;
-        if (r.handle !== handles[i] || (r.digest && r.digest !== digests[i])) return false;
-        if (!r.digest) learnt = false;
-      }
-      if (!learnt) undigested.push(chain);
-      withRules++;
-    }
-    // Rules our own commit wrote (their digests unknown): their chains are decoded, one dump each,
-    // and compared with what is known; the digests are learnt for the next time.
-    if (undigested.length > UNDIGESTED_CHAINS_UP_TO) return false;
-    for (const chain of undigested) {
-      const rules = kt.observed.rules.get(chain)!;
-      const now = await conn.listRules({ family: t.family, table: t.name, chain, digests: true });
-      if (now.length !== rules.length) return false;
-      for (let i = 0; i < now.length; i++) {
-        const r = rules[i]!;
-        if (now[i]!.handle !== r.handle || !now[i]!.digest) return false;
-        if (r.digest) {
-          if (r.digest !== now[i]!.digest) return false;
-        } else if (!sameKey(r, now[i]!)) {
-          return false;
-        }
-      }
-      for (let i = 0; i < now.length; i++) rules[i]!.digest ??= now[i]!.digest;
-    }
-    const chains = [...kt.observed.chains.values()];
-    if (withRules !== chains.filter((c) => (kt.observed.rules.get(c.name)?.length ?? 0) > 0).length) return false;
-    // Rules say nothing of a chain's hook, or of an empty chain's existence: a few are read one by
-    // one (a GETCHAIN is answered inline), many with one chain list.
-    const look = chains.filter((c) => c.hook !== undefined || (kt.observed.rules.get(c.name)?.length ?? 0) === 0);
-    let now: (Chain | undefined)[];
-    if (look.length <= CHAIN_GETS_UP_TO) {
-      now = await Promise.all(look.map((c) => conn.getChain(t.family, t.name, c.name)));
-    } else {
-      const listed = new Map((await conn.listChains({ family: t.family, table: t.name })).map((c) => [c.name, c]));
-      now = look.map((c) => listed.get(c.name));
-    }
-    for (const [i, c] of look.entries()) {
-      const n = now[i];
-      if (!n || n.hook !== c.hook || n.type !== c.type || n.priority !== c.priority || (n.policy ?? 'accept') !== (c.policy ?? 'accept')) return false;
-    }
-    if (hasSets && !(await this.setsHold(conn, t, kt, sets, elementsHeld))) return false;
-    return true;
-  }
-
-  /** revalidate's sets: the same definitions, and the known elements (from the mirror, or read). */
-  private async setsHold(conn: NftConn, t: TableConfig, kt: KnownTable, sets: readonly NftSet[],
-    elementsHeld?: (t: TableConfig, set: string) => boolean): Promise<boolean> {
-    const named = sets.filter((x) => !(x.flags & SET_F.ANONYMOUS));
-    if (named.length !== sets.length || named.length !== kt.observed.sets.size) return false;
-    const read: Promise<void>[] = [];
-    for (const x of named) {
-      const k = kt.observed.sets.get(x.name);
-      if (!k || setDefinitionKey(k.set) !== setDefinitionKey(x)) return false;
-      const sc = kt.verifiedSets.get(x.name);
-      if (!sc) continue;  // volatile: the look reads it
-      if (elementsHeld?.(t, x.name)) continue;
-      read.push(conn.listElements({ family: t.family, table: t.name, set: x.name }).then((els) => {
-        const d = diffElements(sc.elements, els, sc.set);
-        if (d.add.length === 0 && d.delete.length === 0) return;
-        // Other elements than desired (a foreign change the mirror could not follow): what was read
-        // is what the kernel holds, and the look diffs it, rather than reading the whole table again.
-        kt.observed.sets.set(x.name, { set: k.set, elements: els });
-        kt.verifiedSets.delete(x.name);
-      }));
-    }
-    await Promise.all(read);
-    return true;
-  }
-
-  /**
-   * From a look that found no drift in `tables`: every chain holds exactly its desired rules, so
-   * the decoded rules are replaced by known ones (handle + the desired rule), and every named set
-   * its desired elements (the config's own list stands for them). Tables with anonymous sets are
-   * not followed (their set names are the kernel's); undefined then.
-   */
-  static fromCleanLook(generation: number, tables: readonly TableConfig[], observed: readonly ObservedTable[]): KnownState | undefined {
-    const out = new Map<string, KnownTable>();
-    for (const [i, t] of tables.entries()) {
-      const kt = cleanTable(t, observed[i]);
-      if (!kt) return undefined;
-      out.set(tableKey(t), kt);
-    }
-    return new KnownState(generation, out);
-  }
-
-  /**
-   * After `batch`, planned from `observed` for `tables`, was committed as the only commit since
-   * (the generation moved from the planned-from one to `generation`): the kernel holds `tables`
-   * exactly. `echoed` gives the new rules' handles; without every one of them, undefined.
-   * `previous`: the known state the look came from (its maps are then updated in place, so a
-   * registration costs its own chains, not a pass over every owner's). `read`: for a batch too big
-   * to echo, the handles and digests of the chains it added rules to, read at `generation` (by
-   * table, then chain; see readAddedChains).
-   */
-  static afterSoleCommit(generation: number, tables: readonly TableConfig[], observed: readonly ObservedTable[],
-    batch: Batch, echoed: CommitResult | undefined, previous?: KnownState,
-    read?: ReadonlyMap<string, ReadonlyMap<string, ChainDigests>>, portId?: number): KnownState | undefined {
-    const out = followCommit(tables, observed, batch, echoed, previous, read, portId);
-    return out && new KnownState(generation, out);
-  }
-
-  /**
-   * A look planned from this state found `tables` as desired: the chains it compared (their desired
-   * definition is another object than the one verified) hold exactly their desired rules now, in
-   * the known rules' order and handles. O(chains), and O(rules) of those chains only. A table the
-   * state did not hold was read by the look (`observed`): it is taken as a clean look's.
-   */
-  confirm(tables: readonly TableConfig[], observed: readonly ObservedTable[]): boolean {
-    for (const [i, t] of tables.entries()) {
-      const kt = this.table(t);
-      if (!kt) {
-        // A table the look read (it was not held): what it read, as after a clean look.
-        const read = cleanTable(t, observed[i]);
-        if (!read) return false;
-        this.tables.set(tableKey(t), read);
-        continue;
-      }
-      // Derived from the table known whole: only the chains it changed can be other objects (none, when it is that table).
-      const from = this.since(t);
-      for (const c of from ? from.changed : t.chains) {
-        if (kt.verified.get(c.name) === c) continue;
-        const have = kt.observed.rules.get(c.name) ?? [];
-        if (have.length !== c.rules.length || have.some((r) => r.handle === undefined)) return false;
-        kt.observed.rules.set(c.name, c.rules.map((r, j) => knownRule(t, c, r, have[j]!.handle!, have[j]!.digest)));
-        kt.verified.set(c.name, c);
-      }
-      if (from) for (const name of from.removed) kt.verified.delete(name);
-      // A clean look: the kernel holds t's chains and no other.
-      kt.whole = kt.observed.chains.size === t.chains.length ? t : undefined;
-      // Sets compared against another desired object (a reload): they hold its elements now.
-      for (const s of t.sets ?? []) {
-        if (volatileSet(s.set) || kt.verifiedSets.get(s.name) === s) continue;
-        const have = kt.observed.sets.get(s.name);
-        if (!have) return false;
-        kt.observed.sets.set(s.name, { set: have.set, elements: s.elements });
-        kt.verifiedSets.set(s.name, s);
+  // Rules our own commit wrote (their digests unknown): their chains are decoded, one dump each,
+  // and compared with what is held; the digests are learnt for the next time.
+  if (undigested.length > UNDIGESTED_CHAINS_UP_TO) return false;
+  for (const chain of undigested) {
+    const rules = kt.observed.rules.get(chain)!;
+    const now = await conn.listRules({ family: t.family, table: t.name, chain, digests: true });
+    if (now.length !== rules.length) return false;
+    for (let i = 0; i < now.length; i++) {
+      const r = rules[i]!;
+      if (now[i]!.handle !== r.handle || !now[i]!.digest) return false;
+      if (r.digest) {
+        if (r.digest !== now[i]!.digest) return false;
+      } else if (!sameKey(r, now[i]!)) {
+        return false;
       }
     }
-    return true;
+    for (let i = 0; i < now.length; i++) rules[i]!.digest ??= now[i]!.digest;
   }
+  const chains = [...kt.observed.chains.values()];
+  if (withRules !== chains.filter((c) => (kt.observed.rules.get(c.name)?.length ?? 0) > 0).length) return false;
+  // Rules say nothing of a chain's hook, or of an empty chain's existence: a few are read one by
+  // one (a GETCHAIN is answered inline), many with one chain list.
+  const look = chains.filter((c) => c.hook !== undefined || (kt.observed.rules.get(c.name)?.length ?? 0) === 0);
+  let now: (Chain | undefined)[];
+  if (look.length <= CHAIN_GETS_UP_TO) {
+    now = await Promise.all(look.map((c) => conn.getChain(t.family, t.name, c.name)));
+  } else {
+    const listed = new Map((await conn.listChains({ family: t.family, table: t.name })).map((c) => [c.name, c]));
+    now = look.map((c) => listed.get(c.name));
+  }
+  for (const [i, c] of look.entries()) {
+    const n = now[i];
+    if (!n || n.hook !== c.hook || n.type !== c.type || n.priority !== c.priority || (n.policy ?? 'accept') !== (c.policy ?? 'accept')) return false;
+  }
+  return !hasSets || await setsHold(conn, t, kt, sets, elementsHeld);
+}
 
-  /**
-   * The events followed table `held.desired` to where the kernel holds it as desired (the mirror,
-   * exact at a later generation than this state): its known rules take the handles the events
-   * gave. Rules whose handle and desired rule stay are kept as they are, digest and all; a rule
-   * re-added under a new handle has no digest until a decoding read. False when the state does not
-   * hold the table with exactly those chains: the caller drops it.
-   */
-  takeFollowed(held: FollowedTable): boolean {
-    const t = held.desired;
-    const kt = this.table(t);
-    if (!kt || kt.observed.chains.size !== t.chains.length) return false;
-    for (const c of t.chains) {
-      const handles = held.handles(c.name);
-      const prev = kt.observed.rules.get(c.name);
-      if (!handles || !prev || !kt.observed.chains.has(c.name) || handles.length !== c.rules.length) return false;
-      if (kt.verified.get(c.name) === c && prev.length === handles.length && prev.every((r, j) => r.handle === handles[j])) continue;
-      const kept = new Map(prev.map((r) => [r.handle!, r]));
-      kt.observed.rules.set(c.name, c.rules.map((r, j) => {
-        const k = kept.get(handles[j]!);
-        if (k && hasKey(k) && k.exprs === r.compiled.exprs) return k;
-        return knownRule(t, c, r, handles[j]!, k?.exprs === r.compiled.exprs ? k.digest : undefined);
-      }));
-      kt.verified.set(c.name, c);
-    }
-    // A followed set holds its desired elements (it is clean); the events changed no other.
-    for (const s of t.sets ?? []) {
-      if (!held.followsSet(s.name) || kt.verifiedSets.get(s.name) === s) continue;
-      const have = kt.observed.sets.get(s.name);
-      if (!have) return false;
-      kt.observed.sets.set(s.name, { set: have.set, elements: s.elements });
-      kt.verifiedSets.set(s.name, s);
-    }
-    kt.whole = t;
-    return true;
+/** revalidate's sets: the same definitions, and the held elements (vouched for by the events, or read). */
+async function setsHold(conn: NftConn, t: TableConfig, kt: TableRules, sets: readonly NftSet[], elementsHeld?: ElementsHeld): Promise<boolean> {
+  const named = sets.filter((x) => !(x.flags & SET_F.ANONYMOUS));
+  if (named.length !== sets.length || named.length !== kt.observed.sets.size) return false;
+  const read: Promise<void>[] = [];
+  for (const x of named) {
+    const k = kt.observed.sets.get(x.name);
+    if (!k || setDefinitionKey(k.set) !== setDefinitionKey(x)) return false;
+    const sc = kt.verifiedSets.get(x.name);
+    if (!sc) continue;  // volatile: the look reads it
+    if (elementsHeld?.(t, x.name)) continue;
+    read.push(conn.listElements({ family: t.family, table: t.name, set: x.name }).then((els) => {
+      const d = diffElements(sc.elements, els, sc.set);
+      if (d.add.length === 0 && d.delete.length === 0) return;
+      // Other elements than desired (a foreign change the events could not follow): what was read
+      // is what the kernel holds, and the look diffs it, rather than reading the whole table again.
+      kt.observed.sets.set(x.name, { set: k.set, elements: els });
+      kt.verifiedSets.delete(x.name);
+    }));
   }
+  await Promise.all(read);
+  return true;
+}
 
-  /** Lets the rules of `t` go: the next look reads it. */
-  drop(t: { family: string; name: string }): void {
-    this.tables.delete(tableKey(t));
+/**
+ * A look planned from `kt` found `t` as desired: the chains it compared (their desired definition
+ * is another object than the one verified) hold exactly their desired rules now, in the held
+ * rules' order and handles. O(chains), and O(rules) of those chains only. False: drop them.
+ */
+export function confirm(kt: TableRules, t: TableConfig): boolean {
+  // Derived from the table held whole: only the chains it changed can be other objects (none, when it is that table).
+  const from = since(kt, t);
+  for (const c of from ? from.changed : t.chains) {
+    if (kt.verified.get(c.name) === c) continue;
+    const have = kt.observed.rules.get(c.name) ?? [];
+    if (have.length !== c.rules.length || have.some((r) => r.handle === undefined)) return false;
+    kt.observed.rules.set(c.name, c.rules.map((r, j) => knownRule(t, c, r, have[j]!.handle!, have[j]!.digest)));
+    kt.verified.set(c.name, c);
   }
+  if (from) for (const name of from.removed) kt.verified.delete(name);
+  // A clean look: the kernel holds t's chains and no other.
+  kt.whole = kt.observed.chains.size === t.chains.length ? t : undefined;
+  // Sets compared against another desired object (a reload): they hold its elements now.
+  for (const s of t.sets ?? []) {
+    if (volatileSet(s.set) || kt.verifiedSets.get(s.name) === s) continue;
+    const have = kt.observed.sets.get(s.name);
+    if (!have) return false;
+    kt.observed.sets.set(s.name, { set: have.set, elements: s.elements });
+    kt.verifiedSets.set(s.name, s);
+  }
+  return true;
+}
 
-  /** The tables held, by family and name. */
-  heldTables(): { family: string; name: string }[] {
-    return [...this.tables.values()].map((kt) => ({ family: kt.observed.family, name: kt.observed.name }));
+/**
+ * The events followed the table to where the kernel holds `held.desired` (the followed part clean,
+ * exact at a later generation than `kt`): its rules take the handles the events gave. Rules whose
+ * handle and desired rule stay are kept as they are, digest and all; a rule re-added under a new
+ * handle has no digest until a decoding read. False when `kt` does not hold exactly those chains:
+ * the caller drops it.
+ */
+export function takeFollowed(kt: TableRules, held: FollowedTable): boolean {
+  const t = held.desired;
+  if (kt.observed.chains.size !== t.chains.length) return false;
+  for (const c of t.chains) {
+    const handles = held.chains.get(c.name)?.handles;
+    const prev = kt.observed.rules.get(c.name);
+    if (!handles || !prev || !kt.observed.chains.has(c.name) || handles.length !== c.rules.length) return false;
+    if (kt.verified.get(c.name) === c && prev.length === handles.length && prev.every((r, j) => r.handle === handles[j])) continue;
+    const kept = new Map(prev.map((r) => [r.handle!, r]));
+    kt.observed.rules.set(c.name, c.rules.map((r, j) => {
+      const k = kept.get(handles[j]!);
+      if (k && hasKey(k) && k.exprs === r.compiled.exprs) return k;
+      return knownRule(t, c, r, handles[j]!, k?.exprs === r.compiled.exprs ? k.digest : undefined);
+    }));
+    kt.verified.set(c.name, c);
   }
+  // A followed set holds its desired elements (the table is clean); the events changed no other.
+  for (const s of t.sets ?? []) {
+    if (!held.sets.get(s.name) || kt.verifiedSets.get(s.name) === s) continue;
+    const have = kt.observed.sets.get(s.name);
+    if (!have) return false;
+    kt.observed.sets.set(s.name, { set: have.set, elements: s.elements });
+    kt.verifiedSets.set(s.name, s);
+  }
+  kt.whole = t;
+  return true;
+}
 
-  /**
-   * The kernel moved to `generation` without touching the known tables (proven by the events, see
-   * KernelView.untouched): what is known holds there too, and nothing needs reading.
-   */
-  advance(generation: number): void {
-    this.generation = generation;
-  }
+/**
+ * Whether followCommit can follow `batch` from `observed` at all: chain and rule ops only, in
+ * tables without anonymous sets (whose names are the kernel's). Checked before reading the chains
+ * of a batch too big to echo, so that no read is spent on a batch it would give up on.
+ */
+export function canFollow(batch: Batch, observed: readonly ObservedTable[]): boolean {
+  return observed.every((o) => [...o.sets.values()].every((x) => !(x.set.flags & SET_F.ANONYMOUS)))
+    && batch.ops.every((op) => op.object === 'chain' || op.object === 'rule' || op.object === 'element'
+      || (op.object === 'table' && (op.verb === 'add' || op.verb === 'create' || (op.verb === 'delete' && !observed.some((o) => o.family === op.family && o.name === op.name))))
+      || (op.object === 'set' && (op.verb === 'delete' || (op.flags !== undefined && !(op.flags & SET_F.ANONYMOUS)))));
+}
 
-  /**
-   * Whether afterSoleCommit can follow `batch` from `observed` at all: chain and rule ops only, in
-   * tables without sets (whose anonymous set names are the kernel's). Checked before reading the
-   * chains of a batch too big to echo, so that no read is spent on a batch it would give up on.
-   */
-  static canFollow(batch: Batch, observed: readonly ObservedTable[]): boolean {
-    return observed.every((o) => [...o.sets.values()].every((x) => !(x.set.flags & SET_F.ANONYMOUS)))
-      && batch.ops.every((op) => op.object === 'chain' || op.object === 'rule' || op.object === 'element'
-        || (op.object === 'table' && (op.verb === 'add' || op.verb === 'create' || (op.verb === 'delete' && !observed.some((o) => o.family === op.family && o.name === op.name))))
-        || (op.object === 'set' && (op.verb === 'delete' || (op.flags !== undefined && !(op.flags & SET_F.ANONYMOUS)))));
-  }
-
-  /** The observation of `t` as known, and the desired chains its rules were verified against. */
-  table(t: TableConfig): KnownTable | undefined {
-    return this.tables.get(tableKey(t));
-  }
-
-  /**
-   * How `t` was made from the table this state holds whole (src/model/derivation.ts), for diffTable's `since`:
-   * undefined unless it was made from exactly that table.
-   */
-  since(t: TableConfig): Derivation | undefined {
-    const kt = this.table(t);
-    if (kt?.whole === undefined) return undefined;
-    // The very table held whole (a pass after a registration, when only the generation moved): nothing changed.
-    if (kt.whole === t) return { from: t, changed: [], removed: [], edited: NO_EDITS };
-    const d = derivationOf(t);
-    return d?.from === kt.whole ? d : undefined;
-  }
-
-  /** The tables of `tables` this state holds. */
-  held(tables: readonly TableConfig[]): TableConfig[] {
-    return tables.filter((t) => this.tables.has(tableKey(t)));
-  }
-
-  /** Every table of `tables` is known (and nothing else is needed). */
-  covers(tables: readonly TableConfig[]): boolean {
-    return tables.every((t) => this.tables.has(tableKey(t)));
-  }
+/**
+ * How `t` was made from the table `kt` holds whole (src/model/derivation.ts), for diffTable's
+ * `since`: undefined unless it was made from exactly that table.
+ */
+export function since(kt: TableRules | undefined, t: TableConfig): Derivation | undefined {
+  if (kt?.whole === undefined) return undefined;
+  // The very table held whole (a pass after a registration, when only the generation moved): nothing changed.
+  if (kt.whole === t) return { from: t, changed: [], removed: [], edited: NO_EDITS };
+  const d = derivationOf(t);
+  return d?.from === kt.whole ? d : undefined;
 }
 
 /**
@@ -337,12 +221,12 @@ export class KnownState {
  * desired elements (the config's own list stands for them). Undefined for a table with anonymous
  * sets (their names are the kernel's) or stateful objects.
  */
-function cleanTable(t: TableConfig, o: ObservedTable | undefined): KnownTable | undefined {
+export function cleanRules(t: TableConfig, o: ObservedTable | undefined): TableRules | undefined {
   if (!o?.table || o.sets.size !== (t.sets?.length ?? 0) || objectsUnknown(t, o)) return undefined;
   const verifiedSets = new Map<string, SetConfig>();
   const sets = knownSets(t, (n) => o.sets.get(n)?.set, verifiedSets);
   if (!sets) return undefined;
-  const kt: KnownTable = { observed: { ...o, chains: new Map(o.chains), rules: new Map(), sets }, verified: new Map(), verifiedSets };
+  const kt: TableRules = { observed: { ...o, chains: new Map(o.chains), rules: new Map(), sets }, verified: new Map(), verifiedSets };
   for (const c of t.chains) {
     const have = o.rules.get(c.name) ?? [];
     if (have.length !== c.rules.length || have.some((r) => r.handle === undefined)) return undefined;

@@ -1,65 +1,23 @@
 /**
- * The event mirror's repair: the difference the mirror followed from the events (a desired rule
- * missing, a foreign rule, a rule replaced in place, an element missing, foreign or changed),
- * written as the diff of a table (TableDiff) over the mirror's own view of the table (its chains
- * and handles: a HeldTable, nothing decoded), and planned by the one planner (plan.ts) as a full
- * pass plans what it read. What the mirror adds is which events its own commit must show.
+ * The event repair's plan: the difference the events followed (a desired rule missing, a foreign
+ * rule, a rule replaced in place, an element missing, foreign or changed; OwnedTable.followed),
+ * written as the diff of a table (TableDiff) over the followed table itself (its chains and
+ * handles: a HeldTable, nothing decoded), and planned by the one planner (plan.ts) as a full pass
+ * plans what it read. What it adds is which events our own commit must show.
  */
-import type { TableConfig } from '../model/desired.js';
-import type { SetConfig } from '../model/sets.js';
 import type { Batch } from '../netlink/batch.js';
-import type { Rule, SetElement, Table } from '../netlink/objects.js';
+import type { Rule } from '../netlink/objects.js';
 import type { Drift } from '../model/drift.js';
 import type { ElementDiff } from '../model/elements.js';
 import type { Anchor, EditStep, RuleEdit } from './chain-edit.js';
-import { planTable, type HeldTable } from './plan.js';
+import { planTable } from './plan.js';
 import type { ChainDiff, TableDiff } from './table.js';
+import type { Expected, FollowedChain, FollowedTable } from './owned-table.js';
 
 /** Repairs with more ops than this are left to the full pass (which weighs a rewrite, and runs big batches off-thread). */
 export const MIRROR_MAX_OPS = 64;
-/** Repairs of more elements than this are left to the full pass (with MIRROR_MAX_OPS rules, our own commit stays within the 256 events a monitor batch keeps, so the mirror can follow it). */
+/** Repairs of more elements than this are left to the full pass (with MIRROR_MAX_OPS rules, our own commit stays within the 256 events a monitor batch keeps, so the events can follow it). */
 export const MIRROR_MAX_ELEMENTS = 192;
-
-/** One owned named set or map whose elements the mirror follows. */
-export interface MirrorSet {
-  family: TableConfig['family'];
-  table: string;
-  name: string;
-  config: SetConfig;
-  /** The desired elements by identity: the config's own objects, not copies. */
-  want: Map<string, SetElement>;
-  /** Where the kernel differs from `want`: its element (foreign, or other data), or null where it lacks a wanted one. */
-  differs: Map<string, SetElement | null>;
-}
-
-/** One desired chain as the kernel holds it. */
-export interface MirrorChain {
-  family: TableConfig['family'];
-  table: string;
-  name: string;
-  /** The chain's key in the mirror's desired chains, made once. */
-  key: string;
-  /** handles[j]: the kernel handle of desired rule j, 0 while it is missing. */
-  handles: Float64Array;
-  /** Desired index by kernel handle, for the rules present. */
-  byHandle: Map<number, number>;
-  /** Desired rules missing from the kernel. */
-  missing: Set<number>;
-  /** Foreign rules in the chain: handle → the desired rule whose place it took (a replace), or -1. */
-  extras: Map<number, number>;
-}
-
-/** One owned table as the mirror holds it: the table as the seed's look read it, and its desired chains. */
-export interface MirrorTable extends HeldTable {
-  table: Table;
-  chains: Map<string, MirrorChain>;
-}
-
-/**
- * What an own commit's events must show, in order: DELRULE of a handle, or NEWRULE of desired rule j;
- * and (in any order) one element event per planned element op.
- */
-export type Expected = { del: number; chain: MirrorChain } | { add: number; chain: MirrorChain; op: number } | { element: MirrorSet };
 
 export interface MirrorPlan {
   batch: Batch;
@@ -67,42 +25,32 @@ export interface MirrorPlan {
   expected: Expected[];
 }
 
-/** What the mirror plans from: per table key, its tables, their sets, the desired tables, and each chain's desired chain. */
-export interface MirrorView {
-  tables: ReadonlyMap<string, MirrorTable>;
-  sets: ReadonlyMap<string, ReadonlyMap<string, MirrorSet | null>>;
-  desiredTables: ReadonlyMap<string, TableConfig>;
-  desired: (c: MirrorChain) => TableConfig['chains'][number];
-}
-
-/** The rules the planner reads where a chain, set or object is created again: the mirror follows no such change. */
+/** The rules the planner reads where a chain, set or object is created again: the events follow no such change. */
 export const NO_RULES: ReadonlyMap<string, readonly Rule[]> = new Map();
-/** A foreign rule's expressions: the mirror keeps its handle only (the planner splits no replace of it, as no chain goes). */
+/** A foreign rule's expressions: the followed table keeps its handle only (the planner splits no replace of it, as no chain goes). */
 const UNKNOWN_EXPRS: Rule['exprs'] = [];
 
 /** heldEdit's map of foreign rules in a missing rule's place when the chain has none: never written. */
 const NO_PLACES: ReadonlyMap<number, number> = new Map();
 
 /** A chain's missing desired rules in order (one, the common case, without a spread and a sort). */
-export const missingInOrder = (c: MirrorChain): number[] =>
+const missingInOrder = (c: FollowedChain): number[] =>
   c.missing.size === 0 ? [] : c.missing.size === 1 ? [c.missing.values().next().value!] : [...c.missing].sort(byNumber);
 const byNumber = (x: number, y: number) => x - y;
 
 /**
- * The repair of every difference the mirror holds, or 'clean', or undefined when it is not a small
- * edit (the full pass plans it).
+ * The repair of every difference the followed `tables` hold, or 'clean', or undefined when it is
+ * not a small edit (the full pass plans it).
  */
-export function planMirror(batch: Batch, view: MirrorView): MirrorPlan | 'clean' | undefined {
+export function planMirror(batch: Batch, tables: readonly FollowedTable[]): MirrorPlan | 'clean' | undefined {
   let ops = 0;
   let elements = 0;
-  for (const t of view.tables.values()) {
+  for (const t of tables) {
     for (const c of t.chains.values()) {
       ops += c.extras.size + c.missing.size;
       if (ops > MIRROR_MAX_OPS) return undefined;
     }
-  }
-  for (const named of view.sets.values()) {
-    for (const ms of named.values()) {
+    for (const ms of t.sets.values()) {
       elements += ms ? ms.differs.size : 0;
       if (elements > MIRROR_MAX_ELEMENTS) return undefined;
     }
@@ -110,11 +58,11 @@ export function planMirror(batch: Batch, view: MirrorView): MirrorPlan | 'clean'
   if (ops === 0 && elements === 0) return 'clean';
   const drift: Drift[] = [];
   const expected: Expected[] = [];
-  for (const [k, held] of view.tables) {
-    const diff = diffOf(held, view.sets.get(k), view.desired);
+  for (const held of tables) {
+    const diff = diffOf(held);
     if (diff.drift.length === 0) continue;
     drift.push(...diff.drift);
-    planTable(batch, view.desiredTables.get(k)!, held, diff, {
+    planTable(batch, held.desired, held, diff, {
       onRuleOp: (chain, op, want) => {
         const c = held.chains.get(chain)!;
         const o = batch.ops[op]!;
@@ -124,26 +72,26 @@ export function planMirror(batch: Batch, view: MirrorView): MirrorPlan | 'clean'
     });
     for (const x of diff.drift) {
       const ed = x.kind === 'elements-differ' ? diff.elements.get(x.set!) : undefined;
-      const ms = ed && view.sets.get(k)!.get(x.set!)!;
+      const ms = ed && held.sets.get(x.set!)!;
       for (let i = 0; ms && i < ed.add.length + ed.delete.length; i++) expected.push({ element: ms });
     }
   }
   return { batch, drift, expected };
 }
 
-/** The mirror's difference in one table, as a diff of it would give it. */
-function diffOf(held: MirrorTable, sets: ReadonlyMap<string, MirrorSet | null> | undefined, desired: MirrorView['desired']): TableDiff {
+/** The difference the events followed in one table, as a diff of it would give it. */
+function diffOf(held: FollowedTable): TableDiff {
   const diff: TableDiff = { drift: [], chains: new Map(), elements: new Map() };
   for (const c of held.chains.values()) {
     if (c.missing.size === 0 && c.extras.size === 0) continue;
-    const want = desired(c);
+    const want = c.desired;
     const missing = missingInOrder(c);
     const chainDiff: ChainDiff = { chain: want, edit: heldEdit(c, missing) };
     diff.chains.set(c.name, chainDiff);
     diff.drift.push(new ChainDrift(c.family, c.table, c.name, missing, missing.length > 0 ? want.rules[missing[0]!]!.compiled : undefined,
       c.extras.size === 0 ? [] : [...c.extras], c.handles.length));
   }
-  for (const ms of sets?.values() ?? []) {
+  for (const ms of held.sets.values()) {
     if (!ms || ms.differs.size === 0) continue;
     const ops: ElementDiff = { add: [], delete: [], expired: 0 };
     for (const [id, k] of ms.differs) {
@@ -165,11 +113,11 @@ function diffOf(held: MirrorTable, sets: ReadonlyMap<string, MirrorSet | null> |
 }
 
 /**
- * A chain's edit from what the mirror holds, over the few kernel rules it names (by handle): each
+ * A chain's edit from what the followed table holds, over the few kernel rules it names (by handle): each
  * foreign rule deleted, or replaced by the missing rule whose place it took; each other missing rule
  * inserted at the head, after the kernel rule before it, or after the one re-added before it.
  */
-function heldEdit(c: MirrorChain, missing: readonly number[]): { edit: RuleEdit; rules: Rule[] } {
+function heldEdit(c: FollowedChain, missing: readonly number[]): { edit: RuleEdit; rules: Rule[] } {
   const rules: Rule[] = [];
   const steps: EditStep[] = [];
   // desired j → the foreign rule's handle sitting in its place (none without foreign rules: the common deletion)
@@ -189,12 +137,12 @@ function heldEdit(c: MirrorChain, missing: readonly number[]): { edit: RuleEdit;
 }
 
 /** The index in `rules` of a stand-in for the kernel rule at `handle` of chain `c` (its handle is all the edit uses). */
-function held(c: MirrorChain, rules: Rule[], handle: number): number {
+function held(c: FollowedChain, rules: Rule[], handle: number): number {
   return rules.push({ family: c.family, table: c.table, chain: c.name, handle, exprs: UNKNOWN_EXPRS }) - 1;
 }
 
 /**
- * A chain's difference as the mirror planned its repair, from what it held then. The detail, in
+ * A chain's difference as the event repair planned it, from what it held then. The detail, in
  * words, is written when it is first read: by the repair's report, after the commit, not on the
  * way to it.
  */

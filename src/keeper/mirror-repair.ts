@@ -69,6 +69,8 @@ class MirrorCommit {
     const done: DoneRepair = { drift: plan.drift, ops, generation: generation + 1, cause, detectedAt, committedAt, event: false, batch: plan.batch };
     if (isDeliberate) this.reporter.reportMirrorRepair(done);
     else this.reporter.later(done);
+    // A table the events lost is left to a full pass, which reads it alone: this repair answered the others.
+    if (!k.view.valid) this.scheduler.poke(cause, detectedAt);
     return { status: 'repaired', drift: plan.drift, ops, attempts: 1, generation: generation + 1 };
   }
 }
@@ -84,7 +86,7 @@ export class MirrorPass extends MirrorCommit implements RepairPath<Promise<Outco
     const view = k.view;
     const monitor = k.monitor;
     // A deliberate change reaches here with the view's events valid only when it changed elements alone (Keeper.install: retarget).
-    if (!view.valid || !monitor?.progress || cause === 'startup' || k.retired.length > 0) return undefined;
+    if (!view.following || !monitor?.progress || cause === 'startup' || k.retired.length > 0) return undefined;
     const isDeliberate = deliberate(cause);
     const sock = k.sock!;
     const trace = k.options.trace;
@@ -110,12 +112,12 @@ export class MirrorPass extends MirrorCommit implements RepairPath<Promise<Outco
           if (k.stopped) return undefined;
           generation = sock.generation();
         }
-        if (!view.exactAt(generation, monitor.progress())) return this.fallback(view.valid ? 'no proof that the mirror is the kernel\'s state now' : view.reason);
+        if (!view.exactAt(generation, monitor.progress())) return this.fallback(view.following ? 'no proof that the mirror is the kernel\'s state now' : view.reason);
       }
       trace?.('proved');
       const plan = view.plan();
       trace?.('planned');
-      if (plan === undefined) return this.fallback(`more than ${MIRROR_MAX_OPS} rule ops or ${MIRROR_MAX_ELEMENTS} elements`);
+      if (plan === undefined) return this.fallback(view.valid ? `more than ${MIRROR_MAX_OPS} rule ops or ${MIRROR_MAX_ELEMENTS} elements` : view.reason);
       if (plan === 'clean') {
         // Nothing to commit, so no guard to prove the generation: say in sync at one read from the kernel.
         if (!careful) continue;
@@ -172,7 +174,7 @@ export class EventRepair extends MirrorCommit implements RepairPath<Outcome | un
     const view = k.view;
     const monitor = k.monitor;
     const sock = k.sock!;
-    if (this.scheduler.busy() || !view.valid || !monitor?.progress || k.retired.length > 0 || sock.commitNow === undefined) return undefined;
+    if (this.scheduler.busy() || !view.following || !monitor?.progress || k.retired.length > 0 || sock.commitNow === undefined) return undefined;
     const p = monitor.progress();
     const generation = p.lastGeneration;
     if (generation === k.refusedAt || !view.exactAt(generation, p)) return undefined;
@@ -232,7 +234,7 @@ export class EventRepair extends MirrorCommit implements RepairPath<Outcome | un
     }
     let plan;
     try {
-      plan = view.valid && view.generation === generation ? view.plan() : undefined;
+      plan = view.following && view.generation === generation ? view.plan() : undefined;
     } catch {
       plan = undefined;
     }

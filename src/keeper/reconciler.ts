@@ -22,8 +22,8 @@ import { observeTable, writtenDigests, type WrittenDigests } from './observe.js'
 import { planTable } from './plan.js';
 import { noteTimedAdded, noteTimedSeen, type TimedSeen } from './timed-elements.js';
 import type { Drift } from '../model/drift.js';
-import { volatileSet } from './known-table.js';
-import { KernelView, type KnownState } from './view.js';
+import { volatileSet } from './owned-table.js';
+import { KernelView, since, type HeldRules } from './view.js';
 import type { CommitResult } from '../netlink/conn.js';
 
 export interface TableRef {
@@ -45,8 +45,8 @@ export interface Look {
   flat: Drift[];
   /** Unclaimed owner chains and tagged rules, when the input names the registered owner ids. */
   garbage?: OwnedGarbage;
-  /** The known state this look was taken from (read or not), when it was. */
-  known?: KnownState;
+  /** The view's rules this look was taken from (read or not), when it was. */
+  known?: HeldRules;
   /** This look is the known state, not read (no dump, no digests): it proves no more than what that state came from. */
   unread?: boolean;
 }
@@ -204,7 +204,7 @@ export class Reconciler {
           // An echo that does not prove the batch held as sent gives no handles to follow it by.
           last = { look, batch, echoed: input.verifyByEcho && echoed?.handles && !heldAsSent(batch, echoed) ? { ...echoed, handles: undefined } : echoed };
           written = echoed?.digests ? writtenDigests(batch, echoed.digests) : undefined;
-          this.view.committed();
+          this.view.committed(batch);
           input.onCommitted?.(look, batch.length, batch);
         },
       };
@@ -233,7 +233,7 @@ export class Reconciler {
       await this.view.followCommit(this.conn, r.generation, input.tables, last.look.observed, last.batch, last.echoed,
         last.look.known, input.deferUnechoedRead === true || input.verifyByEcho === true, this.countRead);
     }
-    if (r.trusted && input.verifyByEcho && this.view.rules?.generation !== r.generation) {
+    if (r.trusted && input.verifyByEcho && !this.view.rulesExactAt(r.generation, input.tables)) {
       // The echo did not prove the commit: read it back, as a pass without it does.
       const again = await this.once({ ...input, verifyByEcho: false, holdBack: undefined }, written);
       return { ...again, first: first!, found, ops: r.ops + again.ops, attempts: r.attempts + again.attempts,
@@ -248,16 +248,16 @@ export class Reconciler {
     const conn = this.conn;
     // What the view holds, if it proves itself the kernel's state now (view.ts, heldAt): by the
     // generation, by the events, or by a digest dump that decodes nothing. Else the tables are read.
-    let known: KnownState | undefined;
+    let known: HeldRules | undefined;
     let read = false;
     if (input.useKnown) ({ known, read } = await this.view.heldAt(conn, generation, input.tables, input.readBack === true, this.countRead));
     else this.view.notHeld();
     // Per table: the view's rules where it holds them, else a read (only the tables it does not hold).
-    const toRead = input.tables.filter((t) => !known?.table(t));
+    const toRead = input.tables.filter((t) => !known?.get(t));
     const reads = new Map(await Promise.all(toRead.map(async (t) => [t, await observeTable(conn, t.family, t.name, t.chains.map((c) => c.name),
       input.adopt ? t : undefined, written)] as const)));
     if (toRead.length > 0) this.options.metrics?.dumps.inc();
-    const observed = input.tables.map((t) => reads.get(t) ?? known!.table(t)!.observed);
+    const observed = input.tables.map((t) => reads.get(t) ?? known!.get(t)!.observed);
     // Sets the kernel changes without a commit (timeouts, the data path's adds): their elements, read now.
     await Promise.all(input.tables.flatMap((t, i) => reads.has(t) ? [] : (t.sets ?? []).filter((x) => volatileSet(x.set)).map(async (x) => {
       const o = observed[i]!;
@@ -269,8 +269,8 @@ export class Reconciler {
     // Only timed sets count here, and those are read at every look (known or not).
     if (this.timedSeen) noteTimedSeen(this.timedSeen, input.tables, observed);
     const diffs = input.tables.map((t, i) => diffTable(t, observed[i]!,
-      { protect: this.protects(t), portId: conn.portId, allowForeignOwner: input.allowForeignOwner, verified: known?.table(t)?.verified,
-        verifiedSets: known?.table(t)?.verifiedSets, timedSeen: this.timedSeen, since: known?.since(t) }));
+      { protect: this.protects(t), portId: conn.portId, allowForeignOwner: input.allowForeignOwner, verified: known?.get(t)?.verified,
+        verifiedSets: known?.get(t)?.verifiedSets, timedSeen: this.timedSeen, since: since(known?.get(t), t) }));
     const drift = diffs.map((x) => x.drift);
     const retired = await this.retiredPresent();
     const flat = [...drift.flat(), ...retired.map((t): Drift => ({
@@ -311,14 +311,17 @@ export class Reconciler {
 
 /**
  * The kernel holds every rule `batch` added, inserted or replaced as the commit sent it: the echo
- * gave each one's digest (CommitResult.held), and it is the digest of the bytes sent, not empty.
+ * gave each one's digest (CommitResult.held), and it is the digest of the bytes sent, not empty. A
+ * rule that looks up anonymous sets, by its digest with them unnamed (CommitResult.unnamed): the
+ * sets it looks up are the ones the batch created for it, which the rule names by their batch ids.
  */
 export function heldAsSent(batch: Batch, echoed: CommitResult): boolean {
-  const { held, digests } = echoed;
+  const { held, digests, unnamed } = echoed;
   if (!held || !digests) return false;
   for (const [i, op] of batch.ops.entries()) {
     if (op.object !== 'rule' || op.verb === 'delete') continue;
-    if (!digests[i] || held[i] !== digests[i]) return false;
+    const sent = digests[i] || unnamed?.[i];
+    if (!sent || held[i] !== sent) return false;
   }
   return true;
 }

@@ -39,7 +39,7 @@ export interface KeeperOptions {
   host?: NftHost;
   /**
    * Keep a mirror of the owned chains from the events and repair a foreign change from it, without
-   * a dump (src/keeper/mirror.ts). Default true; needs events and a watcher that reports progress.
+   * a dump (src/keeper/follow-events.ts). Default true; needs events and a watcher that reports progress.
    */
   mirror?: boolean;
   /**

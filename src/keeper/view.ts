@@ -1,55 +1,45 @@
 /**
- * What the keeper holds of the kernel in its owned tables, as one object: the KernelView. Every
- * repair path asks it whether it is the kernel's state now, and plans from it; nothing else in the
- * keeper keeps a copy of the kernel.
+ * What the keeper holds of the kernel in its owned tables, as one object: the KernelView, one
+ * record per owned table (OwnedTable, owned-table.ts). Every repair path asks it whether it is the
+ * kernel's state now, and plans from it; nothing else in the keeper keeps a copy of the kernel.
  *
  * It is fed by exactly three things:
  * - a look (fromLook; seed): a dump, a digest confirmation or a look planned from the view itself
  *   that found the tables as desired;
  * - the echo of our own commit (followCommit for a full pass's batch, learnCommit for a repair
  *   planned from the events), which the guard proves was the only commit since the look;
- * - the monitor's events (follow): a foreign commit in an owned table is followed rule by rule and
- *   element by element, or makes the followed content unknown (an overflow, a gap in the run of
- *   whole commits, a truncated batch, an event it cannot follow).
+ * - the monitor's events (follow, follow-events.ts): a foreign commit in an owned table is followed
+ *   rule by rule and element by element, or makes that table unknown (an event it cannot follow),
+ *   or every table (an overflow, a gap in the run of whole commits, a truncated batch).
  *
  * Its currency is per owned table (tableCurrency): exact at a generation, or unknown and why. The
  * view notes, per owned table, the last commit that touched it (an event in it, our echoed repair
  * of it; a truncated batch touches them all), and the monitor's run of whole commits
  * (MonitorProgress) proves that no other commit did. A table untouched since its rules were exact
- * is exact now; a touched one is confirmed by a digest dump of that table alone, or read; an
- * overflow or a gap in the run, which cannot be told to a table, leaves every table to be confirmed.
- *
- * It holds the kernel in two shapes, both fed as above:
- * - the rules of each owned table (known.ts: per chain, each rule's handle with the desired rule
- *   it is), which a full pass plans from without a dump;
- * - per desired chain and followed set, the kernel handles and where the kernel differs (mirror.ts),
- *   which the event repairs plan from.
- * The rules take what the events followed (takeFollowed): a table touched since the rules were
- * exact takes the handles the followed content holds, where that holds it as desired, so a full
- * pass after a foreign change the events followed (and its repair) reads nothing.
+ * is exact now; a touched one takes the handles the events followed (takeFollowed), where they hold
+ * it as desired, or is confirmed by a digest dump of that table alone, or read; an overflow or a gap
+ * in the run, which cannot be told to a table, leaves every table to be confirmed. The event
+ * repairs plan from the followed tables, those the events did not lose, while a full pass reads the
+ * others.
  */
 import type { TableConfig } from '../model/desired.js';
 import type { Batch } from '../netlink/batch.js';
 import type { CommitResult, NftConn } from '../netlink/conn.js';
-import type { EventKey, MonitorBatch, MonitorProgress } from '../netlink/events.js';
+import type { MonitorProgress } from '../netlink/events.js';
 import type { ObservedTable } from '../netlink/objects.js';
-import { KnownState } from './known.js';
-import { readAddedChains } from './follow-commit.js';
-import { Mirror, type MirrorOutcome } from './mirror.js';
-import type { Expected, MirrorPlan } from './mirror-plan.js';
+import { NetlinkError } from '../base/errors.js';
+import { canFollow, cleanRules, confirm, revalidate, takeFollowed } from './known.js';
+import { followCommit, readAddedChains } from './follow-commit.js';
+import { unfollow } from './follow-events.js';
+import { retarget } from './follow-seed.js';
+import { FollowedView, runCovers, type Currency } from './followed-view.js';
+import { followedClean, tableKey, type OwnedTable, type TableRules } from './owned-table.js';
 
-/** The rules the view holds, as a look that plans from them sees them. */
-export type { KnownState };
+export { EVENTS_WAIT_MS, runCovers, type Currency } from './followed-view.js';
+export { since } from './known.js';
 
-/**
- * How long a proof waits for the monitor to catch up with the kernel (it reads its socket when the
- * event loop polls) before the caller reads the kernel instead. A turn of the loop on a quiet
- * machine; a loaded one deschedules the process for milliseconds, and a full read costs far more.
- */
-export const EVENTS_WAIT_MS = 100;
-
-/** A content's currency (the followed content's, or one table's): exact at a generation, or unknown and why. */
-export type Currency = { exact: true; generation: number } | { exact: false; generation: number; reason: string };
+/** The rules a look plans from, per desired table: the records' own (OwnedTable.rules), not copies. */
+export type HeldRules = ReadonlyMap<TableConfig, TableRules>;
 
 /** Our last commit, sole but too big to echo: read at its generation by the next look (see heldAt). */
 interface Unechoed {
@@ -57,289 +47,178 @@ interface Unechoed {
   tables: readonly TableConfig[];
   observed: ObservedTable[];
   batch: Batch;
-  previous?: KnownState;
+  previous?: HeldRules;
 }
 
 /** What a look may plan from: the view's rules (undefined: read the kernel), and whether they were read now. */
 export interface Held {
-  /** The rules of the tables held (known.table(t)); a table they do not hold, the look reads. */
-  known?: KnownState;
+  /** The rules of the tables held; a table they do not hold, the look reads. */
+  known?: HeldRules;
   /** Confirmed by a read (digests, or the chains an unechoed commit wrote), not only by the generation or the events. */
   read: boolean;
 }
 
-export class KernelView {
-  /** The rules as a look or our own commit left them, exact at known.generation. */
-  private known?: KnownState;
+export class KernelView extends FollowedView {
+  /** The generation the held rules are exact at. */
+  rulesAt = 0;
   private unechoed?: Unechoed;
-  /** The followed content; undefined while the view follows no events (events off, or a one-shot pass). */
-  private followed?: Mirror;
-  private progressOf?: () => MonitorProgress;
-  private stopped: () => boolean = () => false;
-  /** The last generation whose commit touched an owned table (ours included), from the events. */
-  private lastTouch = 0;
-  /** The last generation whose commit touched every owned table at once (a truncated batch: which, unknown). */
-  private touchedAll = 0;
   /**
-   * Per owned table by family and name (no key string built per event: follow() runs on the
-   * repair's path), the last generation whose commit touched it.
-   */
-  private owned = new Map<string, Map<string, { touched: number }>>();
-
-  /**
-   * From now on the view follows the monitor's batches (follow), whose progress proves it current.
-   * Start this before the monitor is anchored: every batch after that must reach follow().
-   */
-  followEvents(progress: () => MonitorProgress, stopped: () => boolean): void {
-    this.followed = new Mirror();
-    this.progressOf = progress;
-    this.stopped = stopped;
-  }
-
-  /** The view follows events (the mirror paths are possible at all). */
-  get follows(): boolean {
-    return this.followed !== undefined;
-  }
-
-  /** The owned tables (the monitor's filter): which batches touch them. */
-  setOwned(tables: readonly { family: string; name: string }[]): void {
-    const before = this.owned;
-    this.owned = new Map();
-    for (const t of tables) {
-      let names = this.owned.get(t.family);
-      if (!names) this.owned.set(t.family, names = new Map());
-      // A table owned before keeps its touches; a new one has none the view knows of, and none matter:
-      // its rules are held only from a look or our commit, after which the events' proof starts.
-      names.set(t.name, before.get(t.family)?.get(t.name) ?? { touched: 0 });
-    }
-  }
-
-  /** The last generation whose commit touched `t` (an owned table), or every owned table. */
-  private touchedAt(t: { family: string; name: string }): number {
-    return Math.max(this.touchedAll, this.owned.get(t.family)?.get(t.name)?.touched ?? this.lastTouch);
-  }
-
-  /** A commit at `generation` touched `t`. */
-  private touch(family: string, table: string, generation: number): boolean {
-    const o = this.owned.get(family)?.get(table);
-    if (!o) return false;
-    if (o.touched < generation) o.touched = generation;
-    if (this.lastTouch < generation) this.lastTouch = generation;
-    return true;
-  }
-
-  // ---- currency ----
-
-  /** The followed content's state; undefined without events. */
-  currency(): Currency | undefined {
-    const m = this.followed;
-    if (!m) return undefined;
-    return m.valid ? { exact: true, generation: m.generation } : { exact: false, generation: m.generation, reason: m.invalidReason! };
-  }
-
-  /** The followed content is in force (seeded and nothing unfollowable since); whether it is current is exactAt's. */
-  get valid(): boolean {
-    return this.followed?.valid === true;
-  }
-
-  /** Why the followed content is not in force (undefined while it is, or without events). */
-  get reason(): string | undefined {
-    return this.followed?.invalidReason;
-  }
-
-  /** The generation the followed content was last exact at. */
-  get generation(): number {
-    return this.followed?.generation ?? 0;
-  }
-
-  /**
-   * The followed content is the kernel's state at `generation` (just read, or the monitor's last):
-   * exact at or before it, and the monitor saw every commit since whole, up to `generation`, each
-   * batch followed, none of our own commits still expected.
-   */
-  exactAt(generation: number, p = this.progressOf?.()): boolean {
-    return !!p && !!this.followed && followedExactAt(this.followed, generation, p);
-  }
-
-  /** The monitor trails the kernel (or our commit's events are still on their way): worth waiting for. */
-  lagging(generation: number, p = this.progressOf!()): boolean {
-    const m = this.followed;
-    return !!m?.valid && (this.eventsLag(generation, p) || m.pending);
-  }
-
-  /**
-   * True when no commit after `from` up to `to` touched an owned table: the monitor saw every commit
-   * whole from `from + 1` on, up to `to` at least, every batch it delivered was followed, and none
-   * of them after `from` touched an owned table.
-   */
-  untouched(from: number, to: number, p: MonitorProgress): boolean {
-    return runCovers(from, to, this.followed!.applied, p) && this.lastTouch <= from;
-  }
-
-  /** untouched(), after waiting for the monitor to catch up with `to` as a repair does (EVENTS_WAIT_MS). */
-  private async untouchedSince(from: number, to: number): Promise<boolean> {
-    return await this.eventsCover(from, to) && this.lastTouch <= from;
-  }
-
-  /** The monitor has not seen `to` yet, or has batches on their way to follow(). */
-  private eventsLag(to: number, p: MonitorProgress): boolean {
-    return p.lastGeneration < to || p.delivered > this.followed!.applied;
-  }
-
-  /**
-   * Per owned table of `tables`, whether the view holds it exact at `generation` (the kernel's now,
-   * or the monitor's last): its rules were exact at G and either G is `generation`, or the events
-   * cover every commit since and none of them touched this table. Else unknown, and why.
+   * Whether the view holds table `t` exact at `generation` (the kernel's now, or the monitor's
+   * last): its rules were exact at G and either G is `generation`, or the events cover every commit
+   * since and none of them touched this table. Else unknown, and why.
    */
   tableCurrency(t: TableConfig, generation: number, p = this.progressOf?.()): Currency {
-    const known = this.known;
-    if (!known?.table(t)) return { exact: false, generation: known?.generation ?? 0, reason: 'no rules held' };
-    const why = this.staleness(t, known.generation, generation, p);
-    return why ? { exact: false, generation: known.generation, reason: why } : { exact: true, generation };
+    const rec = this.find(t.family, t.name);
+    if (!rec?.rules) return { exact: false, generation: this.rulesAt, reason: 'no rules held' };
+    const why = this.staleness(rec, this.rulesAt, generation, p);
+    return why ? { exact: false, generation: this.rulesAt, reason: why } : { exact: true, generation };
   }
 
-  /** Why rules of `t` exact at `from` are not the kernel's at `to` by the generation and the events (undefined: they are). */
-  private staleness(t: TableConfig, from: number, to: number, p: MonitorProgress | undefined): string | undefined {
+  /** Why rules of `rec` exact at `from` are not the kernel's at `to` by the generation and the events (undefined: they are). */
+  private staleness(rec: OwnedTable, from: number, to: number, p: MonitorProgress | undefined): string | undefined {
     if (from === to) return undefined;
-    if (!p || !this.followed || !runCovers(from, to, this.followed.applied, p)) return `the events do not cover the commits after ${from}`;
-    const at = this.touchedAt(t);
+    if (!p || !this.progressOf || !runCovers(from, to, this.applied, p)) return `the events do not cover the commits after ${from}`;
+    const at = this.touchedAt(rec);
     return at > from ? `commit ${at} touched it` : undefined;
+  }
+
+  /** The rules the view holds of `t` (undefined: a look reads it). */
+  rulesOf(t: { family: string; name: string }): TableRules | undefined {
+    return this.find(t.family, t.name)?.rules;
   }
 
   /**
    * The rules a look at `generation` may plan from instead of a dump, per table, and how they were
    * proved: the generation has not moved since they were exact; or the events prove no commit since
-   * touched that table (the content moves to `generation`); or a digest dump of that table confirms
-   * them (a read). A table proved none of these ways is dropped from the rules: the look reads it,
-   * and only it. A sole commit of ours too big to echo is read first (the chains it added rules
-   * to), when nothing touched the tables since. `readBack`: the safety net's read, which does not
-   * take the generation's or the events' word. `read` is called for each read made.
+   * touched that table; or a digest dump of that table confirms them (a read). A table proved none
+   * of these ways has its rules dropped: the look reads it, and only it. A sole commit of ours too
+   * big to echo is read first (the chains it added rules to), when nothing touched the tables since.
+   * `readBack`: the safety net's read, which does not take the generation's or the events' word.
+   * `read` is called for each read made.
    */
   async heldAt(conn: NftConn, generation: number, tables: readonly TableConfig[], readBack: boolean, read: () => void): Promise<Held> {
     const unechoed = this.unechoed;
     this.unechoed = undefined;
     let readUnechoed = false;
     if (unechoed && (unechoed.generation === generation
-      || (this.followed && await this.untouchedSince(unechoed.generation, generation)))) {
+      || (this.progressOf && await this.eventsCover(unechoed.generation, generation) && this.lastTouch <= unechoed.generation))) {
       readUnechoed = await this.readUnechoed(conn, unechoed, generation, read);
     }
     const trust = !readBack || readUnechoed;
     this.takeFollowed();
-    const known = this.known;
-    const have = known?.held(tables) ?? [];
-    if (!known || have.length === 0) {
-      this.known = undefined;
-      return { read: false };
-    }
+    const have = tables.filter((t) => this.rulesOf(t));
+    if (have.length === 0) return this.noRules();
     let stale = have;
-    if (trust && known.generation === generation) {
+    const at = this.rulesAt;
+    if (trust && at === generation) {
       stale = [];
-    } else if (trust && this.followed && await this.eventsCover(known.generation, generation) && this.known === known) {
-      const p = this.progressOf!();
-      stale = have.filter((t) => this.staleness(t, known.generation, generation, p) !== undefined);
+    } else if (trust && this.progressOf && await this.eventsCover(at, generation) && this.rulesAt === at) {
+      const p = this.progressOf();
+      stale = have.filter((t) => { const rec = this.find(t.family, t.name)!; return !rec.rules || this.staleness(rec, at, generation, p) !== undefined; });
     }
     if (stale.length === 0) {
-      known.advance(generation);
-      return { known, read: readUnechoed };
+      this.rulesAt = generation;
+      return { known: this.heldOf(have), read: readUnechoed };
     }
-    const m = this.followed;
-    // A named set whose elements the followed content holds, exact now and clean for it, is not read.
-    const held = m && ((t: TableConfig, set: string) => this.exactAt(generation) && m.elementsDiffering(t.family, t.name, set) === 0);
-    const failed = await known.revalidate(conn, generation, stale, held);
+    if (!conn.listRuleDigests) return this.noRules();
+    const digests = conn as NftConn & Required<Pick<NftConn, 'listRuleDigests'>>;
+    // A named set whose elements the followed table holds, exact now and clean for it, is not read.
+    const held = this.progressOf && ((t: TableConfig, set: string) => this.exactAt(generation) && this.elementsDiffering(t.family, t.name, set) === 0);
+    const failed = new Set<TableConfig>();
+    for (const t of stale) {
+      const kt = this.rulesOf(t);
+      try {
+        if (kt && await revalidate(digests, t, kt, held)) continue;
+      } catch (e) {
+        // The table, a chain or a set went while we read (ENOENT): not as held, read it whole.
+        if (!(e instanceof NetlinkError) || e.errnoName !== 'ENOENT') throw e;
+      }
+      failed.add(t);
+    }
+    if (conn.generation() !== generation) return this.noRules();  // something committed while we read
     // Counted as a read where it confirmed a table (else the look's dump is the read).
-    if (failed && failed.length < stale.length) read();
-    if (!failed || failed.length === have.length) {
-      this.known = undefined;  // stale: let its rules go before the dump decodes new ones
-      return { read: false };
-    }
-    // Read now (digests), unless some tables are held only by the events; the others the look reads.
-    return { known, read: stale.length === have.length };
+    if (failed.size < stale.length) read();
+    if (failed.size === have.length) return this.noRules();
+    for (const t of failed) this.record(t).rules = undefined;
+    this.rulesAt = generation;
+    // Read now (digests), unless some tables are held only by the generation or the events; the others the look reads.
+    return { known: this.heldOf(have.filter((t) => !failed.has(t))), read: stale.length === have.length };
+  }
+
+  private heldOf(tables: readonly TableConfig[]): HeldRules {
+    return new Map(tables.map((t) => [t, this.rulesOf(t)!]));
+  }
+
+  /** No rules to plan from: let them go before the dump decodes new ones. */
+  private noRules(): Held {
+    this.dropRules();
+    return { read: false };
+  }
+
+  private dropRules(): void {
+    for (const rec of this.all()) rec.rules = undefined;
   }
 
   /**
-   * The rules take what the events followed since they were exact: when the followed content is in
-   * force at a later generation M and accounts for every commit from the rules' generation up to M
-   * (it was seeded at or before that generation, and has followed or learnt every commit since; or
-   * the monitor's run covers the commits in between), each table a commit touched meanwhile takes
-   * the handles the events gave, where the kernel holds it as desired (else it is let go, and read
-   * by the next look), and the rules are exact at M.
+   * The rules take what the events followed since they were exact: when the events follow at a
+   * later generation M and account for every commit from the rules' generation up to M (they were
+   * seeded at or before that generation, and have followed or learnt every commit since; or the
+   * monitor's run covers the commits in between), each table a commit touched meanwhile takes the
+   * handles the events gave, where the kernel holds it as desired (else its rules go, and the next
+   * look reads it), and the rules are exact at M.
    */
   private takeFollowed(): void {
-    const known = this.known;
-    const m = this.followed;
-    if (!known || !m?.valid || known.generation >= m.generation) return;
-    const p = this.progressOf?.();
-    if (m.seededAt > known.generation && !(p && runCovers(known.generation, m.generation, m.applied, p))) return;
-    for (const t of known.heldTables()) {
-      if (this.touchedAt(t) <= known.generation) continue;
-      const held = m.asDesired(t.family, t.name);
-      if (!held || !known.takeFollowed(held)) known.drop(t);
+    if (!this.following || this.rulesAt >= this.generation) return;
+    const p = this.progressOf!();
+    if (this.seededAt > this.rulesAt && !runCovers(this.rulesAt, this.generation, this.applied, p)) return;
+    for (const rec of this.all()) {
+      if (!rec.rules || this.touchedAt(rec) <= this.rulesAt) continue;
+      if (!rec.followed || !followedClean(rec.followed) || !takeFollowed(rec.rules, rec.followed)) rec.rules = undefined;
     }
-    known.advance(m.generation);
+    this.rulesAt = this.generation;
   }
 
-  /** The events cover every commit after `from` up to `to`, after waiting for the monitor to catch up with `to` (EVENTS_WAIT_MS). */
-  private async eventsCover(from: number, to: number): Promise<boolean> {
-    const progress = this.progressOf!;
-    const waitUntil = performance.now() + EVENTS_WAIT_MS;
-    while (this.eventsLag(to, progress()) && performance.now() < waitUntil && !this.stopped()) {
-      await new Promise((r) => setImmediate(r));
+  /**
+   * A look at `generation` found `tables` as desired: a table planned from the view's own rules
+   * (`known`) learns anew only the chains it compared; a table it read takes the rules read.
+   */
+  fromLook(generation: number, tables: readonly TableConfig[], observed: readonly ObservedTable[], known: HeldRules | undefined): void {
+    const looked = new Set<OwnedTable>();
+    for (const [i, t] of tables.entries()) {
+      const rec = this.record(t);
+      looked.add(rec);
+      const kt = known?.get(t);
+      if (kt && rec.rules === kt) {
+        if (!confirm(kt, t)) rec.rules = undefined;
+      } else {
+        rec.rules = cleanRules(t, observed[i]);
+      }
     }
-    return runCovers(from, to, this.followed!.applied, progress());
-  }
-
-  // ---- feeders: a look ----
-
-  /**
-   * A look at `generation` found `tables` as desired (learn): from `known` (the view's own rules,
-   * planned from) only the chains it compared are learnt anew, and the tables it read besides are
-   * taken as read; from a read of every table, the rules read.
-   */
-  fromLook(generation: number, tables: readonly TableConfig[], observed: readonly ObservedTable[], known: KnownState | undefined): void {
-    if (known && known === this.known) {
-      if (!known.confirm(tables, observed)) this.known = undefined;
-    } else this.known = KnownState.fromCleanLook(generation, tables, observed);
+    for (const rec of this.all()) if (!looked.has(rec)) rec.rules = undefined;
+    this.rulesAt = generation;
   }
 
   /**
-   * The followed content from a look at `generation` that found every desired table as desired
-   * (and the kernel still there): per chain the handles of the desired rules, per followed set its
-   * elements. 'diverged': it was exact at that generation already and held otherwise (the safety
-   * net's read-back found the events misled it). False: the look does not fit.
+   * A full pass committed `batch`: the rules the view held are not the kernel's any more (until
+   * followCommit), and the events cannot follow the tables it touched (it did not plan them).
    */
-  seed(desired: readonly TableConfig[], observed: readonly ObservedTable[], generation: number): 'seeded' | 'diverged' | false {
-    const m = this.followed;
-    if (!m) return false;
-    const before = m.valid && m.generation === generation ? followedOf(m, desired) : undefined;
-    if (!m.seed(desired, observed, generation)) return false;
-    return before && JSON.stringify(before) !== JSON.stringify(followedOf(m, desired)) ? 'diverged' : 'seeded';
-  }
-
-  /** Overflow reports followed: the monitor's anchor wants them. */
-  get overflows(): number {
-    return this.followed?.overflows ?? 0;
-  }
-
-  // ---- feeders: our own commit ----
-
-  /**
-   * A full pass committed a batch: the rules the view held are not the kernel's any more (until
-   * followCommit), and the followed content cannot follow the batch's events (it did not plan them).
-   */
-  committed(): void {
-    this.known = undefined;
-    this.followed?.invalidate('a full pass committed');
+  committed(batch: Batch): void {
+    this.dropRules();
+    for (const op of batch.ops) {
+      const rec = this.find(op.family, op.object === 'table' ? op.name : op.table);
+      if (rec?.followed) unfollow(rec, 'a full pass committed');
+    }
   }
 
   /** A pass failed: what it planned from may not be the kernel's. */
   forgetRules(): void {
-    this.known = undefined;
+    this.dropRules();
   }
 
   /** A look that does not plan from the view (a one-shot pass, or a caller that reads): it reads, and the view lets its rules go. */
   notHeld(): void {
     this.unechoed = undefined;
-    this.known = undefined;
+    this.dropRules();
   }
 
   /**
@@ -349,15 +228,20 @@ export class KernelView {
    * or (`defer`) by the next look at that generation.
    */
   async followCommit(conn: NftConn, generation: number, tables: readonly TableConfig[], observed: ObservedTable[], batch: Batch,
-    echoed: CommitResult | undefined, previous: KnownState | undefined, defer: boolean, read: () => void): Promise<void> {
-    this.known = undefined;
+    echoed: CommitResult | undefined, previous: HeldRules | undefined, defer: boolean, read: () => void): Promise<void> {
+    this.dropRules();
     if (echoed?.handles) {
-      this.known = KnownState.afterSoleCommit(generation, tables, observed, batch, echoed, previous, undefined, conn.portId);
-    } else if (KnownState.canFollow(batch, observed)) {
+      this.afterCommit(generation, { generation, tables, observed, batch, previous }, echoed, undefined, conn.portId);
+    } else if (canFollow(batch, observed)) {
       const u = { generation, tables, observed, batch, previous };
       if (defer) this.unechoed = u;
       else await this.readUnechoed(conn, u, generation, read);
     }
+  }
+
+  /** The rules held exactly at `generation` for every table of `tables` (our commit followed). */
+  rulesExactAt(generation: number, tables: readonly TableConfig[]): boolean {
+    return this.rulesAt === generation && tables.every((t) => this.rulesOf(t));
   }
 
   /** A pass begins: an unechoed commit is read by it or not at all. */
@@ -369,123 +253,29 @@ export class KernelView {
   private async readUnechoed(conn: NftConn, u: Unechoed, generation: number, read: () => void): Promise<boolean> {
     const chains = await readAddedChains(conn, u.batch, generation).catch(() => undefined);
     read();
-    this.known = chains && KnownState.afterSoleCommit(generation, u.tables, u.observed, u.batch, undefined, u.previous, chains, conn.portId);
-    return this.known !== undefined;
+    this.dropRules();
+    return !!chains && this.afterCommit(generation, u, undefined, chains, conn.portId);
   }
 
-  /** Registers the events our repair producing `generation` must show (before committing it). */
-  expect(generation: number, expected: Expected[]): void {
-    this.followed!.expect(generation, expected);
-  }
-
-  /** The repair expected at `generation` was not committed. */
-  forget(generation: number): void {
-    this.followed?.forget(generation);
-  }
-
-  /**
-   * Our repair expected at `generation` is in the kernel, its new rules' handles echoed: the
-   * followed content is exact there, and that commit touched the owned tables. False: the echo does
-   * not cover the plan; its events say it then.
-   */
-  learnCommit(generation: number, handles: ReadonlyMap<number, number>): boolean {
-    const planned = this.followed!.expectedAt(generation);
-    if (!planned || !this.followed!.learnCommit(generation, handles)) return false;
-    for (const x of planned) {
-      const on = 'element' in x ? x.element : x.chain;
-      this.touch(on.family, on.table, generation);
-    }
+  private afterCommit(generation: number, u: Unechoed, echoed: CommitResult | undefined,
+    read: Parameters<typeof followCommit>[5], portId: number | undefined): boolean {
+    const previous = u.previous;
+    const out = followCommit(u.tables, u.observed, u.batch, echoed, previous && ((t) => previous.get(t)), read, portId);
+    if (!out) return false;
+    for (const t of u.tables) this.record(t).rules = out.get(tableKey(t));
+    this.rulesAt = generation;
     return true;
   }
 
-  // ---- feeders: events ----
-
-  /** One batch the monitor delivered. `ownPort`: the keeper's commit socket. */
-  follow(b: MonitorBatch, ownPort: number): MirrorOutcome {
-    // An overflow lost commits: the monitor's run starts again (runStart), which the proofs check.
-    if (!b.overflow) {
-      if (b.truncated) {
-        // Events were left out: any owned table may have been touched.
-        this.touchedAll = Math.max(this.touchedAll, b.generation);
-        this.lastTouch = Math.max(this.lastTouch, b.generation);
-      }
-      for (let i = 0; i < b.events.length; i++) this.touch(b.events[i]!.family, b.events[i]!.table, b.generation);
-    }
-    return this.followed ? this.followed.apply(b, ownPort) : 'invalid';
-  }
-
-  /** The followed content is not the kernel's state any more. */
-  invalidate(reason: string): void {
-    this.followed?.invalidate(reason);
-  }
-
   /**
-   * A new desired state: the followed content keeps what the kernel holds when only set and map
-   * elements changed (retarget), else it is unknown; the rules stay (a look compares them).
+   * A new desired state: the followed tables keep what the kernel holds when only set and map
+   * elements changed (retarget), else the events follow none; the rules stay (a look compares them).
    */
   desiredChanged(desired: readonly TableConfig[]): void {
-    if (this.followed && !this.followed.retarget(desired)) {
-      this.takeFollowed();  // before the followed content goes
-      this.followed.invalidate('the desired state changed');
+    if (this.progressOf && (!this.following || !retarget(this.seeded, desired))) {
+      this.takeFollowed();  // before the followed tables go
+      this.invalidate('the desired state changed');
     }
   }
 
-  // ---- planning from the followed content ----
-
-  /** The repair of every difference the followed content holds, 'clean', or undefined when not a small edit. */
-  plan(): MirrorPlan | 'clean' | undefined {
-    return this.followed!.plan();
-  }
-
-  /** In force, nothing planned, the kernel as desired, at most `max` owned rules. */
-  clean(max: number): boolean {
-    return !!this.followed?.clean(max);
-  }
-
-  /** The handles of a chain's desired rules as followed (undefined: not in force, or not clean). */
-  handlesOf(family: string, table: string, chain: string): readonly number[] | undefined {
-    return this.followed?.handlesOf(family, table, chain);
-  }
-
-  /** How many elements of a followed set the kernel holds otherwise than desired. */
-  elementsDiffering(family: string, table: string, set: string): number | undefined {
-    return this.followed?.elementsDiffering(family, table, set);
-  }
-
-  /**
-   * What the view would plan after another writer deleted the rule `on` names, alone, at the next
-   * generation: the view is put back as it was (the monitor's armed reactions, arming.ts).
-   */
-  planAfter(on: EventKey, ownPort: number): MirrorPlan {
-    return this.followed!.planAfter(on, ownPort);
-  }
-
-  /** The rules as last exact (tests: held against a dump of the kernel). */
-  get rules(): KnownState | undefined {
-    return this.known;
-  }
-}
-
-/**
- * The events' proof, the one both kinds of content are held current by: the monitor saw every
- * commit whole from `from + 1` on, up to `to` at least, and every batch it delivered was followed
- * (`applied` of them).
- */
-export function runCovers(from: number, to: number, applied: number, p: MonitorProgress): boolean {
-  return p.delivered === applied && p.runStart !== 0 && p.runStart <= from + 1 && p.lastGeneration >= to && from <= to;
-}
-
-/**
- * The followed content is the kernel's state at `generation`: in force, none of our commits
- * awaited, and the monitor's run covers every commit from the one after the content was exact up
- * to `generation`, which is the last it saw.
- */
-export function followedExactAt(m: Mirror, generation: number, p: MonitorProgress): boolean {
-  return m.valid && !m.pending && p.lastGeneration === generation && runCovers(m.generation, generation, m.applied, p);
-}
-
-/** What the followed content holds, to compare before and after a read-back: handles per chain, differing elements per set. */
-function followedOf(m: Mirror, desired: readonly TableConfig[]): unknown[] {
-  return desired.flatMap((t) => [...t.chains.map((c) => m.handlesOf(t.family, t.name, c.name)),
-    ...(t.sets ?? []).map((x) => m.elementsDiffering(t.family, t.name, x.name))]);
 }

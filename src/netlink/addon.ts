@@ -25,6 +25,7 @@ export interface NativeCommitResult {
   held?: string[];
   echoCut?: true;
   digests?: string[];
+  unnamed?: (string | undefined)[];
 }
 
 export interface NativeSocket {
@@ -38,7 +39,8 @@ export interface NativeSocket {
    * exprBytes: per op index, that rule's expressions as encodeExprs() gave them, or undefined
    * (encoded now). digests: the result holds, per op index, the digest of the rule the op writes,
    * from the bytes sent ('' for other ops). An addon built before that ignores it. With echo and
-   * digests, held: per op index, the digest of the rule the kernel echoed for it. echoCut: the
+   * digests, held: per op index, the digest of the rule the kernel echoed for it; unnamed: per op
+   * index, a sent rule's digest with its anonymous sets unnamed (CommitResult.unnamed). echoCut: the
    * batch committed but the kernel dropped echoes (a full receive buffer): no handles.
    */
   commit(ops: readonly unknown[], generation?: number, echo?: boolean,

@@ -37,13 +37,20 @@ export interface CommitResult {
   handles?: Map<number, number>;
   /**
    * With echo and digests, per op index, the digest of the rule the kernel echoed for it: what a
-   * digest dump of it gives (equal to `digests` where the kernel holds the rule as sent).
+   * digest dump of it gives (equal to `digests` where the kernel holds the rule as sent); for a
+   * rule that looks up anonymous sets, its digest with those sets unnamed (equal to `unnamed`).
    */
   held?: string[];
   /** The batch committed, but the kernel dropped some of its echoes (no handles). */
   echoCut?: true;
   /** With digests, each rule op's digest ('' for other ops and for rules without one). */
   digests?: string[];
+  /**
+   * With digests, per op index, for a rule without a digest because it looks up anonymous sets:
+   * its digest with those sets unnamed (native/digest.h), what `held` gives for it where the
+   * kernel holds it as sent, bound to the sets its batch created for it. Never a dump's digest.
+   */
+  unnamed?: (string | undefined)[];
 }
 
 export interface NftConn {

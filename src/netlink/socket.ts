@@ -295,7 +295,7 @@ function commitResult(r: void | NativeCommitResult): CommitResult | undefined {
     for (let i = 0; i + 1 < r.handles.length; i += 2) handles.set(r.handles[i]!, r.handles[i + 1]!);
   }
   return { ...(handles ? { handles } : {}), ...(r.held ? { held: r.held } : {}),
-    ...(r.echoCut ? { echoCut: true } : {}), ...(r.digests ? { digests: r.digests } : {}) };
+    ...(r.echoCut ? { echoCut: true } : {}), ...(r.digests ? { digests: r.digests } : {}), ...(r.unnamed ? { unnamed: r.unnamed } : {}) };
 }
 
 /** A commit's checked arguments: ops validated unless a Batch did it when they were queued, the generation a u32. */

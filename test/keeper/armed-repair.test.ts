@@ -1,7 +1,7 @@
 /**
  * The monitor's armed reactions (Monitor.arm, native/monitor.cc React; Arming in the keeper) on the
  * real kernel: the keeper plans the repair of a foreign deletion of each owned rule while its mirror
- * is clean (Mirror.plan, the same planner as every event repair) and hands the monitor each batch
+ * is clean (KernelView.plan, the same planner as every event repair) and hands the monitor each batch
  * keyed by the event that deletion shows; the monitor commits it before any JavaScript runs. A
  * deleted rule comes back in its place (also when the neighbour it is re-added after was itself
  * re-added by the monitor before), nothing is read, the keeper's own commit path is not used, and

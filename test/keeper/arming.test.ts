@@ -434,9 +434,8 @@ describe('each condition of Arming.arm, one at a time (the keeper\'s Arming, ask
 
   it('a plan the view cannot follow (not one rule re-added) turns its events off and arms nothing', async () => {
     const { w, state, arms, arming } = await disarmed();
-    // The followed content (view.ts) plans the repair after each deletion.
-    const followed = (state.view as unknown as { followed: { plan(): unknown } }).followed;
-    followed.plan = () => 'clean';
+    // The view (view.ts) plans the repair after each deletion.
+    state.view.plan = () => 'clean';
     arming.arm();
     expect(w.arms).toHaveLength(arms);
     expect(w.k.armed).toBe(false);

@@ -4,7 +4,8 @@
  * dump gives, and the keeper's repairs driven by them: a foreign change to an owned table repaired
  * from the event mirror (no dump, one commit, its own commit waking nothing), also when a commit
  * elsewhere comes between the change and its repair; an owned set's elements, repaired and
- * reloaded per element from the events; a deleted table by a full pass, churn in a
+ * reloaded per element from the events; an event the view cannot follow in one owned table
+ * reading that table alone, while another is repaired from the events; a deleted table by a full pass, churn in a
  * table it does not own costing nothing, and the fight's back-off. A watcher's armed reactions
  * (NftWatch.arm; native/monitor.cc React) on their own: what they answer, with what, and when the
  * arm ends (armCases). Nothing here waits on a timer: the
@@ -80,6 +81,23 @@ async function mirrorExact(k: Keeper): Promise<void> {
 }
 
 export function eventCases(f: Fixture): void {
+  /** The flannel table and a second owned table holding `rules`. */
+  const twoTablesConfig = (rules: readonly string[]) => parseConfig(`${postroutingYaml('nfkeeper', FLANNEL_RULES, 'postrouting')}${
+    postroutingYaml('second', rules).replace('tables:\n', '')}`, 'two.yaml');
+  /** A keeper on twoTablesConfig(rules), its events exact, counting its socket's rule dumps (decoded or digests) per table. */
+  const twoTables = async (rules: readonly string[]): Promise<{ k: Keeper; dumped: Map<string, number> }> => {
+    const k = await f.keeper({ config: twoTablesConfig(rules) });
+    await mirrorExact(k);
+    await k.idle();
+    const dumped = new Map<string, number>();
+    const sock = k.state.sock!;
+    const { listRules, listRuleDigests } = sock;
+    const count = (t: { table: string }) => dumped.set(t.table, (dumped.get(t.table) ?? 0) + 1);
+    sock.listRules = (x) => (count(x), listRules.call(sock, x));
+    sock.listRuleDigests = (x) => (count(x), listRuleDigests!.call(sock, x));
+    return { k, dumped };
+  };
+
   it('events: one record per committed batch, with its generation and the run of whole commits; echoed handles; skipOwn', async () => {
     const conn = f.conn();
     const other = f.other();
@@ -279,18 +297,7 @@ export function eventCases(f: Fixture): void {
   it('keeper: what the view cannot follow in one owned table has that table read, and only it; what it follows, no table', async () => {
     const conn = f.conn();
     const second = ['ip saddr 192.0.2.1 accept', 'ip saddr 192.0.2.2 accept'];
-    const config = (rules: readonly string[]) => parseConfig(`${postroutingYaml('nfkeeper', FLANNEL_RULES, 'postrouting')}${
-      postroutingYaml('second', rules).replace('tables:\n', '')}`, 'two.yaml');
-    const k = await f.keeper({ config: config(second) });
-    await mirrorExact(k);
-    await k.idle();
-    // Rule dumps (decoded or digests) of the keeper's socket, per table.
-    const dumped = new Map<string, number>();
-    const sock = k.state.sock!;
-    const { listRules, listRuleDigests } = sock;
-    const count = (t: { table: string }) => dumped.set(t.table, (dumped.get(t.table) ?? 0) + 1);
-    sock.listRules = (x) => (count(x), listRules.call(sock, x));
-    sock.listRuleDigests = (x) => (count(x), listRuleDigests!.call(sock, x));
+    const { k, dumped } = await twoTables(second);
     const repaired = nextRepair(k);
     // A chain event: the followed content cannot follow it; the full pass repairs the table.
     await f.other().commit(new Batch().add('chain', { ...IP, table: 'nfkeeper', name: 'x' }));
@@ -311,11 +318,34 @@ export function eventCases(f: Fixture): void {
     expect((await again).cause).toBe('event');
     await k.idle();
     const third = [...second, 'ip saddr 192.0.2.3 accept'];
-    await k.setConfig(config(third));
+    await k.setConfig(twoTablesConfig(third));
     await k.idle();
     expect(await f.lines(conn, { ...IP, table: 'second', chain: 'post' })).toEqual(third);
     expect(await f.lines(conn)).toEqual(FLANNEL_RULES);
     expect([...dumped]).toEqual([]);
+  });
+
+  it('keeper: one commit the view cannot follow in one owned table and can in another: the other is repaired from the events, unread; the first read alone', async () => {
+    const conn = f.conn();
+    const second = ['ip saddr 192.0.2.1 accept', 'ip saddr 192.0.2.2 accept', 'ip saddr 192.0.2.3 accept'];
+    const { k, dumped } = await twoTables(second);
+    const reports: RepairReport[] = [];
+    k.on('repaired', (r: RepairReport) => reports.push(r));
+    const SECOND = { ...IP, table: 'second', chain: 'post' };
+    const handles = (await conn.listRules(SECOND)).map((r) => r.handle!);
+    await f.other().commit(new Batch().add('chain', { ...IP, table: 'nfkeeper', name: 'x' }).delete('rule', { ...SECOND, handle: handles[1]! }));
+    await turns('both tables repaired', () => reports.some((r) => r.drift.some((d) => d.table === 'nfkeeper')) && reports.some((r) => r.drift.some((d) => d.table === 'second')));
+    await mirrorExact(k);
+    await k.idle();
+    expect(await f.lines(conn, SECOND)).toEqual(second);
+    expect((await conn.listChains({ ...IP, table: 'nfkeeper' })).map((c) => c.name)).toEqual(['postrouting']);
+    expect(await f.lines(conn)).toEqual(FLANNEL_RULES);
+    // Table second: its rule re-added from the events, in a repair of its own; never read.
+    const fromEvents = reports.find((r) => r.drift.some((d) => d.table === 'second'))!;
+    expect(fromEvents.drift.map((d) => `${d.table}: ${d.detail}`), JSON.stringify(reports)).toEqual([expect.stringMatching(/^second: rule 2 .* is missing; repair from events: /)]);
+    expect(dumped.get('second'), JSON.stringify([...dumped])).toBeUndefined();
+    // Table nfkeeper: the chain the events could not follow, by a full pass that read it.
+    expect(dumped.get('nfkeeper')).toBeGreaterThan(0);
   });
 
   it('keeper: foreign churn in a table it does not own costs no repair, no commit and no read', async () => {

@@ -1,5 +1,5 @@
 /**
- * Set elements in the event mirror (src/keeper/mirror.ts), on the real kernel: a foreign element
+ * Set elements in the event mirror (src/keeper/follow-events.ts), on the real kernel: a foreign element
  * deletion, addition or change of data in an owned 10,000-element verdict map is repaired by
  * exactly that element's ops, planned from the elements the events carry, with no element read
  * and no dump; a reload that changes one element commits just its ops, again without a read; when

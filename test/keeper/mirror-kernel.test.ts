@@ -1,5 +1,5 @@
 /**
- * Repairs planned from the event mirror (src/keeper/mirror.ts) on the real kernel: a foreign
+ * Repairs planned from the event mirror (src/keeper/follow-events.ts) on the real kernel: a foreign
  * deletion, insertion or replacement in a 10,000-rule owned chain is undone by exactly the missing
  * or extra op, without a dump, and every other handle stays; when the proof that the mirror is the
  * kernel's state is missing (ENOBUFS on the event socket) or a writer races the repair (the

@@ -78,7 +78,7 @@ describe('the kernel view', () => {
     const w = world();
     const g = await installed(w);
     expect(w.kernel.generation).toBe(g);
-    expect(w.view.rules?.generation).toBe(g);
+    expect(w.view.rulesExactAt(g, planConfig([0, 1, 2]).tables)).toBe(true);
     expect(w.view.currency()).toEqual({ exact: true, generation: g });
     expect(w.view.exactAt(g)).toBe(true);
     expect(w.view.handlesOf('ip', 't', 'c')).toEqual(await handles(w));
@@ -93,9 +93,10 @@ describe('the kernel view', () => {
     const g = await installed(w);
     const r = await w.pass([0, 1, 2, 3]);
     expect(r).toMatchObject({ status: 'repaired', trusted: true, generation: g + 1 });
-    expect(w.view.rules?.generation).toBe(g + 1);
-    expect(w.view.rules!.table(planConfig([0, 1, 2, 3]).tables[0]!)!.observed.rules.get('c')!.map((x) => x.handle)).toEqual(await handles(w));
-    expect(w.view.currency()).toEqual({ exact: false, generation: g, reason: 'a full pass committed' });
+    expect(w.view.rulesExactAt(g + 1, planConfig([0, 1, 2, 3]).tables)).toBe(true);
+    expect(w.view.rulesOf(planConfig([0, 1, 2, 3]).tables[0]!)!.observed.rules.get('c')!.map((x) => x.handle)).toEqual(await handles(w));
+    // The commit's own events find its table let go already: the events follow on (at g + 1 once delivered).
+    expect(w.view.currency()).toMatchObject({ exact: false, reason: 'a full pass committed' });
     // The next look plans from the rules, no read, and seeds the followed part from them.
     await w.settled();
     const reads = w.reads.n;
@@ -108,19 +109,19 @@ describe('the kernel view', () => {
 
   it('our commit too big to echo: the chains it added rules to are read, at once or by the next look at its generation', async () => {
     const tables = planConfig(Array.from({ length: 1100 }, (_, i) => i)).tables;
-    const rulesOf = (k: KernelView) => k.rules!.table(tables[0]!)!.observed.rules.get('c')!.map((x) => x.handle);
+    const rulesOf = (k: KernelView) => k.rulesOf(tables[0]!)!.observed.rules.get('c')!.map((x) => x.handle);
     for (const defer of [true, false]) {
       const w = world();
       const r = await w.reconciler.once({ tables, useKnown: true, learn: true, trustSoleCommit: true, deferUnechoedRead: defer });
       expect(r).toMatchObject({ status: 'repaired', trusted: true, generation: w.kernel.generation });
       const reads = w.reads.n;
       if (defer) {
-        expect(w.view.rules).toBeUndefined();
+        expect(w.view.rulesOf(tables[0]!)).toBeUndefined();
         const held = await w.view.heldAt(w.conn, r.generation, tables, false, () => w.reads.n++);
         expect(held).toMatchObject({ read: true });
         expect(w.reads.n).toBe(reads + 1);
       }
-      expect(w.view.rules?.generation).toBe(r.generation);
+      expect(w.view.rulesExactAt(r.generation, tables)).toBe(true);
       expect(rulesOf(w.view)).toEqual(await handles(w));
     }
   });
@@ -150,13 +151,13 @@ describe('the kernel view', () => {
     const reads = w.reads.n;
     const held = await w.view.heldAt(w.conn, g + 2, planConfig([0, 1, 2]).tables, false, () => w.reads.n++);
     expect(held).toMatchObject({ read: false });
-    expect(held.known?.generation).toBe(g + 2);
+    expect(w.view.rulesAt).toBe(g + 2);
     expect(w.reads.n).toBe(reads);
-    expect(w.view.rules!.table(planConfig([0, 1, 2]).tables[0]!)!.observed.rules.get('c')!.map((x) => x.handle)).toEqual(await handles(w));
+    expect(w.view.rulesOf(planConfig([0, 1, 2]).tables[0]!)!.observed.rules.get('c')!.map((x) => x.handle)).toEqual(await handles(w));
     // The safety net's read-back confirms them by digests: the re-added rule's chain decoded (its digest is not known yet).
     const back = await w.view.heldAt(w.conn, g + 2, planConfig([0, 1, 2]).tables, true, () => w.reads.n++);
     expect(back).toMatchObject({ read: true });
-    expect(back.known?.generation).toBe(g + 2);
+    expect(w.view.rulesAt).toBe(g + 2);
   });
 
   it('a foreign change the events cannot follow as desired (a foreign rule left in place) lets the rules of that table go: the look reads it', async () => {
@@ -168,7 +169,7 @@ describe('the kernel view', () => {
     expect(w.view.exactAt(g + 1)).toBe(true);
     const held = await w.view.heldAt(w.conn, g + 1, planConfig([0, 1, 2]).tables, false, () => w.reads.n++);
     expect(held).toEqual({ read: false });
-    expect(w.view.rules).toBeUndefined();
+    expect(w.view.rulesOf({ family: 'ip', name: 't' })).toBeUndefined();
   });
 
   it('a commit elsewhere leaves it exact, with no read: the events prove the owned tables untouched', async () => {
@@ -182,7 +183,7 @@ describe('the kernel view', () => {
     expect(w.view.untouched(g, g + 2, w.watch.progress())).toBe(true);
     const reads = w.reads.n;
     const held = await w.view.heldAt(w.conn, g + 2, planConfig([0, 1, 2]).tables, false, () => w.reads.n++);
-    expect(held.known?.generation).toBe(g + 2);
+    expect(w.view.rulesAt).toBe(g + 2);
     expect(held.read).toBe(false);
     expect(w.reads.n).toBe(reads);
   });
@@ -192,7 +193,7 @@ describe('the kernel view', () => {
     const g = await installed(w);
     const held = await w.view.heldAt(w.conn, g, planConfig([0, 1, 2]).tables, true, () => w.reads.n++);
     expect(held).toMatchObject({ read: true });
-    expect(held.known?.generation).toBe(g);
+    expect(w.view.rulesAt).toBe(g);
   });
 
   describe('what makes it unknown', () => {
@@ -228,12 +229,15 @@ describe('the kernel view', () => {
       const g = await installed(w);
       await w.other.commit(new Batch().add('chain', { family: 'ip', table: 't', name: 'x' }));
       await w.settled();
-      expect(w.view.currency()).toEqual({ exact: false, generation: g, reason: 'newchain ip t x (the full pass plans that)' });
+      // The table is unknown; the events go on following the others (none here) at the next generation.
+      expect(w.view.currency()).toEqual({ exact: false, generation: g + 1, reason: 'newchain ip t x (the full pass plans that)' });
+      expect(w.view.following).toBe(true);
+      expect(w.view.plan()).toBeUndefined();
       const v = world();
       await installed(v);
       const ev: MonitorEvent = { type: 'delrule', family: 'ip', table: 't', name: 'c', handle: 9999, portId: 1 };
       v.view.follow({ overflow: false, truncated: false, foreign: true, generation: v.kernel.generation + 1, since: 1, events: [ev] }, v.conn.portId);
-      expect(v.view.currency()).toMatchObject({ exact: false, reason: 'rule handle 9999 deleted from c is not one the mirror knows' });
+      expect(v.view.currency()).toMatchObject({ exact: false, reason: 'rule handle 9999 deleted from c is not one the view knows' });
     });
 
     it('a new desired state other than elements; a full pass\'s commit', async () => {
@@ -242,9 +246,9 @@ describe('the kernel view', () => {
       w.view.desiredChanged(planConfig([0, 1]).tables);
       expect(w.view.currency()).toMatchObject({ exact: false, reason: 'the desired state changed' });
       // Rules stay: a look compares them with the new desired state.
-      expect(w.view.rules).toBeDefined();
-      w.view.committed();
-      expect(w.view.rules).toBeUndefined();
+      expect(w.view.rulesOf({ family: 'ip', name: 't' })).toBeDefined();
+      w.view.committed(new Batch().add('table', { family: 'ip', name: 't' }));
+      expect(w.view.rulesOf({ family: 'ip', name: 't' })).toBeUndefined();
     });
   });
 });
@@ -296,17 +300,42 @@ describe('the kernel view, per owned table', () => {
     const [ta, tb] = twoTables([0, 1, 2]);
     await w.other.commit(new Batch().add('chain', { family: 'ip', table: 'a', name: 'x' }));
     await w.settled();
-    expect(w.view.valid).toBe(false);  // the followed content cannot follow a chain event
+    // The events cannot follow a chain event: table a is unknown, table b still followed.
+    expect(w.view.valid).toBe(false);
+    expect(w.view.following).toBe(true);
+    expect(w.view.followsTable('ip', 'a')).toBe(false);
+    expect(w.view.followsTable('ip', 'b')).toBe(true);
+    expect(w.view.exactAt(g + 1)).toBe(true);
     expect(w.view.tableCurrency(ta!, g + 1)).toEqual({ exact: false, generation: g, reason: `commit ${g + 1} touched it` });
     expect(w.view.tableCurrency(tb!, g + 1)).toEqual({ exact: true, generation: g + 1 });
+    // A foreign deletion in table b meanwhile is followed and planned from the events, table b alone.
+    const B = { family: 'ip' as const, table: 'b', chain: 'c' };
+    const [, second] = (await w.other.listRules(B)).map((x) => x.handle!);
+    await w.other.commit(new Batch().delete('rule', { ...B, handle: second }));
+    await w.settled();
+    expect(w.view.exactAt(g + 2)).toBe(true);
+    const plan = w.view.plan();
+    if (!plan || plan === 'clean') throw new Error('no plan');
+    expect(plan.batch.ops).toMatchObject([{ verb: 'add', object: 'rule', table: 'b', chain: 'c' }]);
+    w.view.expect(g + 3, plan.expected);
+    const echoed = await w.conn.commit(plan.batch, { expectGeneration: g + 2, echo: true });
+    expect(w.view.learnCommit(g + 3, echoed!.handles!)).toBe(true);
+    expect(w.view.handlesOf('ip', 'b', 'c')).toEqual((await w.other.listRules(B)).map((x) => x.handle));
+    // With nothing left to repair in b, the events plan nothing: table a needs a full pass.
+    expect(w.view.plan()).toBeUndefined();
+    await w.settled();
     const r = await pass();
     expect(r).toMatchObject({ status: 'repaired', trusted: true });
     expect((await w.conn.listChains({ family: 'ip', table: 'a' })).map((c) => c.name)).toEqual(['c']);
-    // Table a: its digests, then (they do not hold: a chain more) a dump. Table b: nothing.
-    expect(dumps.get('a')).toBe(2);
+    // Table a: a dump (the events lost it, so its rules went, no digest dump first). Table b: nothing
+    // (its rules took the handles the events followed, its repair's included).
+    expect(dumps.get('a')).toBe(1);
     expect(dumps.get('b')).toBeUndefined();
+    // The full pass's commit touched table a only: table b is still followed.
+    expect(w.view.followsTable('ip', 'b')).toBe(true);
+    expect(w.view.followsTable('ip', 'a')).toBe(false);
     // The pass's commit is followed: both tables exact at its generation.
-    for (const t of [ta!, tb!]) expect(w.view.tableCurrency(t, g + 2)).toEqual({ exact: true, generation: g + 2 });
+    for (const t of [ta!, tb!]) expect(w.view.tableCurrency(t, g + 4)).toEqual({ exact: true, generation: g + 4 });
   });
 
   it('a foreign change in one table and our repair of it touch only that table: the other is planned from the view', async () => {
@@ -330,7 +359,7 @@ describe('the kernel view, per owned table', () => {
     const r = await pass(tables);
     expect(r).toMatchObject({ status: 'repaired', ops: 1, trusted: true });
     expect([...dumps]).toEqual([]);
-    expect(w.view.rules!.table(ta!)!.observed.rules.get('c')!.map((x) => x.handle)).toEqual((await w.conn.listRules(A)).map((x) => x.handle));
+    expect(w.view.rulesOf(ta!)!.observed.rules.get('c')!.map((x) => x.handle)).toEqual((await w.conn.listRules(A)).map((x) => x.handle));
   });
 
   it('an overflow or a truncated batch cannot be attributed: every table is unknown and read', async () => {

@@ -85,6 +85,48 @@ describe('commit with echo', () => {
     }, 'echo');
   });
 
+  it('a rule that looks up an anonymous set: no digest, but its digest with the set unnamed, equal in what was sent and what the kernel echoed', async () => {
+    await withNetns(async (ns) => {
+      const s = open({ netns: ns.path });
+      try {
+        const at = { family: 'ip' as const, table: 't', chain: 'c' };
+        const batch = new Batch().add('table', { family: 'ip', name: 't' }).add('chain', { family: 'ip', table: 't', name: 'c' })
+          .add('chain', { family: 'ip', table: 't', name: 'x' });
+        let setId = 1;
+        const texts = ['ip saddr { 10.0.0.1, 10.0.0.3 } return', 'ip saddr { 10.0.0.7, 10.0.0.9 } return', 'numgen random mod 2 vmap { 0 : jump x, 1 : goto x }',
+          'ip saddr 10.0.0.1 return', 'ip daddr . tcp dport { 192.0.2.1 . 80, 192.0.2.2 . 443 } accept'];
+        const ruleOps: number[] = [];
+        for (const t of texts) {
+          const c = compileRule(t, { ...at, setIdBase: setId });
+          setId += c.sets.length;
+          for (const x of c.sets) batch.add('set', { ...x, family: 'ip', table: 't' });
+          ruleOps.push(batch.length);
+          batch.add('rule', { ...at, exprs: c.exprs });
+        }
+        const r = await s.commit(batch, { echo: true, digests: true });
+        const dumped = await s.listRules({ family: 'ip', table: 't', chain: 'c', digests: true });
+        const [set1, set2, vmap, plain, concat] = ruleOps;
+        // A dump gives no digest for them, and neither does the commit (the one a dump would give).
+        for (const i of [set1, set2, vmap, concat]) expect(r!.digests![i!]).toBe('');
+        expect(dumped.map((x) => x.digest)).toEqual([undefined, undefined, undefined, r!.digests![plain!], undefined]);
+        // Unnamed: what was sent and what the kernel holds give the same one, for every such rule.
+        for (const i of [set1, set2, vmap, concat]) {
+          expect(r!.unnamed![i!]).toMatch(/^[0-9a-f]{32}$/);
+          expect(r!.held![i!]).toBe(r!.unnamed![i!]);
+        }
+        // Only for those rules; a rule with a digest is held by it.
+        expect(r!.unnamed![plain!]).toBeUndefined();
+        expect(r!.held![plain!]).toBe(r!.digests![plain!]);
+        // It leaves the set out, elements and all: two rules that differ only in their anonymous set's
+        // elements give the same, which is why it proves a rule only beside the batch that made its set.
+        expect(r!.unnamed![set1!]).toBe(r!.unnamed![set2!]);
+        expect(new Set([set1, vmap, concat].map((i) => r!.unnamed![i!])).size).toBe(3);
+      } finally {
+        s.close();
+      }
+    }, 'unnamed');
+  });
+
   it('cut by a full receive buffer: the batch went through, and says so without handles (the caller reads instead)', async () => {
     // A receive buffer kept to 64 KiB holds a few hundred echoed rules, not thousands: the kernel
     // drops the rest (ENOBUFS) after the batch committed. That is no "outcome unknown": an echo

@@ -244,11 +244,10 @@ describe('owners registered in flight, planned from the chains that changed', ()
       expect(seen.listRules).toBe(0);
 
       // The known state is the kernel's: every chain's handles in order, and each rule the desired one.
-      const known = d.keeper.state.view.rules;
-      expect(known).toBeDefined();
       const desired = d.keeper.state.desired;
       const owned = desired.find((t) => t.name === 'nfkeeper')!;
-      const kt = known!.table(owned)!;
+      const kt = d.keeper.state.view.rulesOf(owned)!;
+      expect(kt).toBeDefined();
       const kernel = await d.keeper.socket!.listRules({ family: 'ip', table: 'nfkeeper' });
       const byChain = new Map<string, number[]>();
       for (const r of kernel) byChain.set(r.chain, [...(byChain.get(r.chain) ?? []), r.handle!]);

@@ -1,0 +1,178 @@
+/**
+ * The followed part of an owned table (OwnedTable.followed): made from a clean look (seedTable),
+ * and moved to a new desired state that changes only elements (the retarget helpers), without a read.
+ */
+import type { ChainConfig, TableConfig } from '../model/desired.js';
+import type { SetConfig } from '../model/sets.js';
+import { elementId, sameContent, sameElementFields, setDefinitionKey } from '../model/elements.js';
+import type { ObservedTable, SetElement } from '../netlink/objects.js';
+import { desiredKey } from './rule-key.js';
+import { NO_RULES } from './mirror-plan.js';
+import { follows, type FollowedChain, type FollowedSet, type FollowedTable, type OwnedTable } from './owned-table.js';
+
+/**
+ * Table `t` as followed from a look that found it as desired: per desired chain the kernel handle
+ * of each desired rule, in order; per followed set its desired elements. Undefined when the look
+ * does not fit.
+ */
+export function seedTable(t: TableConfig, have: ObservedTable | undefined): FollowedTable | undefined {
+  if (!have?.table || have.family !== t.family || have.name !== t.name) return undefined;
+  if (have.chains.size !== t.chains.length) return undefined;
+  const chains = new Map<string, FollowedChain>();
+  for (const c of t.chains) {
+    const rules = have.rules.get(c.name);
+    if (!have.chains.has(c.name) || !rules || rules.length !== c.rules.length) return undefined;
+    const handles = new Float64Array(rules.length);
+    const byHandle = new Map<number, number>();
+    for (let j = 0; j < rules.length; j++) {
+      const h = rules[j]!.handle;
+      if (!h) return undefined;
+      handles[j] = h;
+      byHandle.set(h, j);
+    }
+    chains.set(c.name, { family: t.family, table: t.name, name: c.name, desired: c, handles, byHandle, missing: new Set(), extras: new Map() });
+  }
+  const sets = new Map<string, FollowedSet | null>();
+  for (const sc of t.sets ?? []) {
+    const h = have.sets.get(sc.name);
+    if (!h) return undefined;
+    // The look was clean, so a followed set holds exactly its desired elements (none can have
+    // expired: such a set takes no timeouts, and nothing but commits adds to it).
+    const want = follows(sc) ? wantOf(sc) : undefined;
+    sets.set(sc.name, want && want.size === h.elements.length
+      ? { family: t.family, table: t.name, name: sc.name, config: sc, want, differs: new Map() } : null);
+  }
+  return { table: have.table, chains, rules: NO_RULES, desired: t, sets };
+}
+
+/**
+ * A new desired state that differs from the one the followed tables were seeded for (or last
+ * retargeted to) in set and map elements only: they keep what the kernel holds and now differ from
+ * the new elements, so the event repair commits just the element ops. O(elements) in memory, no
+ * read. A table unknown stays so (a look reads it). False (nothing changed here) when anything else
+ * differs: tables, chains, rules, set definitions, or the elements of a set not followed; the
+ * caller makes the tables unknown then.
+ */
+export function retarget(owned: readonly OwnedTable[], desired: readonly TableConfig[]): boolean {
+  if (desired.length !== owned.length) return false;
+  const chains: [FollowedChain, ChainConfig][] = [];
+  const sets: [FollowedSet, SetConfig, Map<string, SetElement>][] = [];
+  const edits: [FollowedSet, SetConfig, number[]][] = [];
+  for (const [i, t] of desired.entries()) {
+    const rec = owned[i]!;
+    if (rec.family !== t.family || rec.name !== t.name) return false;
+    const f = rec.followed;
+    if (!f) continue;
+    const was = f.desired;
+    if (f.chains.size !== t.chains.length || f.sets.size !== (t.sets?.length ?? 0)) return false;
+    if (was.protect !== t.protect || (was.userdata ?? '') !== (t.userdata ?? '')) return false;
+    for (const c of t.chains) {
+      const have = f.chains.get(c.name);
+      if (!have || !sameChain(have.desired, c)) return false;
+      if (have.desired !== c) chains.push([have, c]);
+    }
+    for (const sc of t.sets ?? []) {
+      const ms = f.sets.get(sc.name);
+      if (ms === undefined) return false;
+      if (ms === null) {
+        // Not followed: it has to stay as it is (its previous desired state is the full pass's).
+        const old = was.sets?.find((x) => x.name === sc.name);
+        if (follows(sc) || !old || !sameUnfollowed(old, sc)) return false;
+        continue;
+      }
+      if (!follows(sc) || setDefinitionKey(sc.set) !== setDefinitionKey(ms.config.set)) return false;
+      if (sc === ms.config) continue;
+      const changed = alignedChanges(ms.config.elements, sc.elements, ms.want);
+      if (changed) edits.push([ms, sc, changed]);
+      else sets.push([ms, sc, wantOf(sc)]);
+    }
+  }
+  for (const [c, want] of chains) c.desired = want;
+  for (const [i, rec] of owned.entries()) if (rec.followed) rec.followed.desired = desired[i]!;
+  for (const [ms, sc, changed] of edits) retargetChanged(ms, sc, changed);
+  for (const [ms, sc, want] of sets) retargetSet(ms, sc, want);
+  return true;
+}
+
+/** A set's new desired elements, the same as before but a few changed or appended (alignedChanges): only those are looked at. */
+function retargetChanged(ms: FollowedSet, sc: SetConfig, changed: readonly number[]): void {
+  for (const i of changed) {
+    const w = sc.elements[i]!;
+    const id = elementId(w);
+    const k = ms.differs.has(id) ? ms.differs.get(id)! : ms.want.get(id) ?? null;
+    ms.want.set(id, w);
+    if (k !== null && sameContent(w, k)) ms.differs.delete(id);
+    else ms.differs.set(id, k);
+  }
+  ms.config = sc;
+}
+
+/** A set's new desired elements (`want`, by identity): where the kernel now differs from them. */
+function retargetSet(ms: FollowedSet, sc: SetConfig, want: Map<string, SetElement>): void {
+  // What the kernel holds: the old desired elements where they did not differ.
+  const kernel = (id: string) => ms.differs.has(id) ? ms.differs.get(id)! : ms.want.get(id) ?? null;
+  const differs = new Map<string, SetElement | null>();
+  for (const [id, w] of want) {
+    const k = kernel(id);
+    if (k === null || !sameContent(w, k)) differs.set(id, k);
+  }
+  for (const id of ms.want.keys()) {
+    if (want.has(id)) continue;
+    const k = kernel(id);
+    if (k !== null) differs.set(id, k);
+  }
+  for (const [id, k] of ms.differs) if (k !== null && !want.has(id) && !ms.want.has(id)) differs.set(id, k);
+  ms.config = sc;
+  ms.want = want;
+  ms.differs = differs;
+}
+
+/** An unfollowed set's desired config, the same as before in definition and elements (timeouts too). */
+function sameUnfollowed(old: SetConfig, sc: SetConfig): boolean {
+  if (old === sc) return true;
+  if (setDefinitionKey(old.set) !== setDefinitionKey(sc.set) || old.elements.length !== sc.elements.length) return false;
+  return old.elements.every((e, i) => elementId(e) === elementId(sc.elements[i]!) && sameContent(e, sc.elements[i]!)
+    && e.timeout === sc.elements[i]!.timeout && e.expiration === sc.elements[i]!.expiration);
+}
+
+/**
+ * When `now` is `before` with some elements changed in place and some appended (none removed, no
+ * identity moved), the indexes in `now` of those changed or appended; else undefined. O(elements)
+ * comparisons, no map built: a reload from the same generator with one element changed.
+ */
+function alignedChanges(before: readonly SetElement[], now: readonly SetElement[], want: ReadonlyMap<string, SetElement>): number[] | undefined {
+  if (now.length < before.length) return undefined;
+  const changed: number[] = [];
+  for (let i = 0; i < before.length; i++) {
+    const o = before[i]!;
+    const n = now[i]!;
+    // The same fields: the common case, 100,000 times per reload (no id string built for it).
+    if (sameElementFields(o, n)) continue;
+    if (elementId(o) !== elementId(n)) return undefined;
+    if (!sameContent(o, n) || (o.userdata ?? '') !== (n.userdata ?? '')) changed.push(i);
+  }
+  const added = new Set<string>();
+  for (let i = before.length; i < now.length; i++) {
+    const id = elementId(now[i]!);
+    if (want.has(id) || added.has(id)) return undefined;  // a duplicate: the general path dedupes it
+    added.add(id);
+    changed.push(i);
+  }
+  return changed;
+}
+
+/** A set's desired elements by identity (the config's objects). */
+function wantOf(sc: SetConfig): Map<string, SetElement> {
+  const m = new Map<string, SetElement>();
+  for (const e of sc.elements) m.set(elementId(e), e);
+  return m;
+}
+
+/** The same chain apart from the objects: definition, comment and every rule's key, in order. */
+function sameChain(a: TableConfig['chains'][number], b: TableConfig['chains'][number]): boolean {
+  if (a === b) return true;
+  if (a.name !== b.name || JSON.stringify(a.base ?? null) !== JSON.stringify(b.base ?? null) || (a.userdata ?? '') !== (b.userdata ?? '')) return false;
+  if (a.rules.length !== b.rules.length) return false;
+  for (let j = 0; j < a.rules.length; j++) if (a.rules[j] !== b.rules[j] && desiredKey(a.rules[j]!) !== desiredKey(b.rules[j]!)) return false;
+  return true;
+}

@@ -1,0 +1,388 @@
+/**
+ * The kernel view's records and what the monitor's events keep of them (view.ts holds the whole
+ * view; this is its part that follows the events): the owned tables by family and name, the last
+ * commit that touched each, and the followed part of those a look seeded (OwnedTable.followed),
+ * moved by each batch in generation order (follow-events.ts), by the echo of our own repair
+ * (learnCommit), and planned from by the event repairs (plan, mirror-plan.ts). The events follow
+ * while the monitor's run of whole commits holds (an overflow, a gap or a truncated batch loses
+ * every table); an event that cannot be followed loses its table alone.
+ */
+import type { TableConfig } from '../model/desired.js';
+import { Batch } from '../netlink/batch.js';
+import type { EventKey, MonitorBatch, MonitorProgress } from '../netlink/events.js';
+import type { Family } from '../netlink/expr.js';
+import type { ObservedTable } from '../netlink/objects.js';
+import { followForeign, followOwn, learnEcho, unfollow, type FollowOutcome } from './follow-events.js';
+import { seedTable } from './follow-seed.js';
+import { planMirror, type MirrorPlan } from './mirror-plan.js';
+import { followedClean, type Expected, type OwnedTable } from './owned-table.js';
+
+/**
+ * How long a proof waits for the monitor to catch up with the kernel (it reads its socket when the
+ * event loop polls) before the caller reads the kernel instead. A turn of the loop on a quiet
+ * machine; a loaded one deschedules the process for milliseconds, and a full read costs far more.
+ */
+export const EVENTS_WAIT_MS = 100;
+
+/** A currency (the followed tables', or one table's): exact at a generation, or unknown and why. */
+export type Currency = { exact: true; generation: number } | { exact: false; generation: number; reason: string };
+
+export class FollowedView {
+  /** Per owned (or held) table by family and name (no key string built per event: follow() runs on the repair's path). */
+  protected tables = new Map<string, Map<string, OwnedTable>>();
+  /** The events' progress; undefined while the view follows none (events off, or a one-shot pass). */
+  protected progressOf?: () => MonitorProgress;
+  protected stopped: () => boolean = () => false;
+  /** The generation the followed tables are exact at (with the proof, see exactAt). */
+  generation = 0;
+  /** The generation of the look they were seeded from. */
+  protected seededAt = 0;
+  /** Batches the monitor delivered that reached follow(), to match MonitorProgress.delivered. */
+  protected applied = 0;
+  /** Overflow reports among them (the monitor's anchor wants them). */
+  overflows = 0;
+  /** Why the events follow no table (undefined while they follow those seeded). */
+  private lost: string | undefined = 'not seeded';
+  /** The tables the events were seeded for, in the desired order. */
+  protected seeded: OwnedTable[] = [];
+  /** Our repairs not yet followed, by the generation they make: the events each must show. */
+  private expected = new Map<number, Expected[]>();
+  /** The last generation whose commit touched an owned table (ours included), from the events. */
+  protected lastTouch = 0;
+  /** The last generation whose commit touched every owned table at once (a truncated batch: which, unknown). */
+  private touchedAll = 0;
+
+  protected readonly find = (family: string, name: string): OwnedTable | undefined => this.tables.get(family)?.get(name);
+
+  protected record(t: { family: string; name: string }): OwnedTable {
+    let names = this.tables.get(t.family);
+    if (!names) this.tables.set(t.family, names = new Map());
+    let rec = names.get(t.name);
+    if (!rec) names.set(t.name, rec = { family: t.family as Family, name: t.name, owned: false, touched: 0 });
+    return rec;
+  }
+
+  protected *all(): Iterable<OwnedTable> {
+    for (const names of this.tables.values()) yield* names.values();
+  }
+
+  /**
+   * From now on the view follows the monitor's batches (follow), whose progress proves it current.
+   * Start this before the monitor is anchored: every batch after that must reach follow().
+   */
+  followEvents(progress: () => MonitorProgress, stopped: () => boolean): void {
+    this.progressOf = progress;
+    this.stopped = stopped;
+  }
+
+  /** The view follows events (the event repairs are possible at all). */
+  get follows(): boolean {
+    return this.progressOf !== undefined;
+  }
+
+  /** The owned tables (the monitor's filter): which batches touch them. A table no longer owned goes. */
+  setOwned(tables: readonly { family: string; name: string }[]): void {
+    const owned = new Set(tables.map((t) => this.record(t)));
+    for (const [family, names] of this.tables) {
+      for (const [name, rec] of names) {
+        // A new one has no touches the view knows of, and none matter: its rules are held only from
+        // a look or our commit, after which the events' proof starts.
+        if (owned.has(rec)) rec.owned = true;
+        else names.delete(name);
+      }
+      if (names.size === 0) this.tables.delete(family);
+    }
+    this.seeded = this.seeded.filter((r) => owned.has(r));
+  }
+
+  /** The last generation whose commit touched `rec`, or every owned table. */
+  protected touchedAt(rec: OwnedTable): number {
+    return Math.max(this.touchedAll, rec.owned ? rec.touched : this.lastTouch);
+  }
+
+  /** A commit at `generation` touched table `family table`. */
+  private touch(family: string, table: string, generation: number): void {
+    const rec = this.find(family, table);
+    if (!rec?.owned) return;
+    if (rec.touched < generation) rec.touched = generation;
+    if (this.lastTouch < generation) this.lastTouch = generation;
+  }
+
+  /** The followed tables' state: exact unless the events lost them, or one of them; undefined without events. */
+  currency(): Currency | undefined {
+    if (!this.progressOf) return undefined;
+    const why = this.lost ?? this.seeded.find((r) => !r.followed)?.unknown;
+    return why === undefined ? { exact: true, generation: this.generation } : { exact: false, generation: this.generation, reason: why };
+  }
+
+  /** The events follow (seeded, and no overflow, gap or mismatched commit of ours since), if not every table: the event repairs plan from those they do. */
+  get following(): boolean {
+    return this.progressOf !== undefined && this.lost === undefined;
+  }
+
+  /** The events follow every owned table seeded; whether they are current is exactAt's. */
+  get valid(): boolean {
+    return this.following && this.seeded.every((r) => r.followed !== undefined);
+  }
+
+  /** Why the events do not follow every table (undefined while they do, or without events). */
+  get reason(): string | undefined {
+    const c = this.currency();
+    return c && !c.exact ? c.reason : undefined;
+  }
+
+  /**
+   * The followed tables are the kernel's state at `generation` (just read, or the monitor's last):
+   * exact at or before it, and the monitor saw every commit since whole, up to `generation`, each
+   * batch followed, none of our own commits still expected.
+   */
+  exactAt(generation: number, p = this.progressOf?.()): boolean {
+    return !!p && this.following && this.expected.size === 0 && p.lastGeneration === generation && runCovers(this.generation, generation, this.applied, p);
+  }
+
+  /** The monitor trails the kernel (or our commit's events are still on their way): worth waiting for. */
+  lagging(generation: number, p = this.progressOf!()): boolean {
+    return this.following && (this.eventsLag(generation, p) || this.expected.size > 0);
+  }
+
+  /**
+   * True when no commit after `from` up to `to` touched an owned table: the monitor saw every commit
+   * whole from `from + 1` on, up to `to` at least, every batch it delivered was followed, and none
+   * of them after `from` touched an owned table.
+   */
+  untouched(from: number, to: number, p: MonitorProgress): boolean {
+    return runCovers(from, to, this.applied, p) && this.lastTouch <= from;
+  }
+
+  /** The monitor has not seen `to` yet, or has batches on their way to follow(). */
+  protected eventsLag(to: number, p: MonitorProgress): boolean {
+    return p.lastGeneration < to || p.delivered > this.applied;
+  }
+
+  /** The events cover every commit after `from` up to `to`, after waiting for the monitor to catch up with `to` (EVENTS_WAIT_MS). */
+  protected async eventsCover(from: number, to: number): Promise<boolean> {
+    const progress = this.progressOf!;
+    const waitUntil = performance.now() + EVENTS_WAIT_MS;
+    while (this.eventsLag(to, progress()) && performance.now() < waitUntil && !this.stopped()) {
+      await new Promise((r) => setImmediate(r));
+    }
+    return runCovers(from, to, this.applied, progress());
+  }
+
+  /**
+   * The events follow `desired` from a look at `generation` that found every desired table as
+   * desired (and the kernel still there): per chain the handles of the desired rules, per followed
+   * set its elements. 'diverged': a table was followed exact at that generation already and held
+   * otherwise (the safety net's read-back found the events misled it). False: the look does not fit.
+   */
+  seed(desired: readonly TableConfig[], observed: readonly ObservedTable[], generation: number): 'seeded' | 'diverged' | false {
+    if (!this.progressOf) return false;
+    const before = this.following && this.generation === generation ? desired.map((t) => this.snapshot(t)) : undefined;
+    const followed = desired.map((t, i) => seedTable(t, observed[i]));
+    if (followed.some((f) => !f)) return false;
+    for (const rec of this.all()) rec.followed = undefined;
+    this.seeded = desired.map((t, i) => {
+      const rec = this.record(t);
+      rec.followed = followed[i];
+      rec.unknown = undefined;
+      return rec;
+    });
+    this.expected.clear();
+    this.generation = generation;
+    this.seededAt = generation;
+    this.lost = undefined;
+    return before?.some((b, i) => b !== undefined && b !== this.snapshot(desired[i]!)) ? 'diverged' : 'seeded';
+  }
+
+  /** What the events hold of `t`, to compare before and after a read-back: handles per chain, differing elements per set. */
+  private snapshot(t: TableConfig): string | undefined {
+    if (!this.find(t.family, t.name)?.followed) return undefined;
+    return JSON.stringify([...t.chains.map((c) => this.handlesOf(t.family, t.name, c.name)),
+      ...(t.sets ?? []).map((x) => this.elementsDiffering(t.family, t.name, x.name))]);
+  }
+
+  /** Registers the events our repair producing `generation` must show (before committing it). */
+  expect(generation: number, expected: Expected[]): void {
+    this.expected.set(generation, expected);
+  }
+
+  /** The repair expected at `generation` was not committed. */
+  forget(generation: number): void {
+    this.expected.delete(generation);
+  }
+
+  /**
+   * Our repair expected at `generation` is in the kernel, its new rules' handles echoed: the
+   * followed tables are exact there, and that commit touched them. False: the echo does not cover
+   * the plan, or the commit's events were followed already; its events say it then.
+   */
+  learnCommit(generation: number, handles: ReadonlyMap<number, number>): boolean {
+    const planned = this.expected.get(generation);
+    if (!planned || !this.following || this.generation >= generation) return false;
+    const learnt = learnEcho(planned, handles, generation);
+    if (learnt === false) return false;
+    this.expected.delete(generation);
+    if (learnt !== true) {
+      this.invalidate(learnt);
+      return false;
+    }
+    this.generation = generation;
+    for (const x of planned) {
+      const on = 'element' in x ? x.element : x.chain;
+      this.touch(on.family, on.table, generation);
+    }
+    return true;
+  }
+
+  /** One batch the monitor delivered. `ownPort`: the keeper's commit socket. */
+  follow(b: MonitorBatch, ownPort: number): FollowOutcome {
+    // An overflow lost commits: the monitor's run starts again (runStart), which the proofs check.
+    if (!b.overflow) {
+      if (b.truncated) {
+        // Events were left out: any owned table may have been touched.
+        this.touchedAll = Math.max(this.touchedAll, b.generation);
+        this.lastTouch = Math.max(this.lastTouch, b.generation);
+      }
+      for (let i = 0; i < b.events.length; i++) this.touch(b.events[i]!.family, b.events[i]!.table, b.generation);
+    }
+    return this.progressOf ? this.apply(b, ownPort) : 'invalid';
+  }
+
+  /** follow()'s part that moves the followed tables (planAfter's too, which touches nothing). */
+  private apply(b: MonitorBatch, ownPort: number): FollowOutcome {
+    this.applied++;
+    if (b.overflow) {
+      this.overflows++;
+      this.invalidate('the event socket overflowed (ENOBUFS)');
+      return 'invalid';
+    }
+    if (!this.following) return 'invalid';
+    if (b.generation <= this.generation) return 'ignored';  // in the seed already
+    if (b.truncated) return this.fail(`commit ${b.generation} had more events than a batch keeps`);
+    if (!b.since || b.since > this.generation + 1) return this.fail(`the monitor did not see every commit between ${this.generation} and ${b.generation}`);
+    const own = b.foreign === false && b.events.every((e) => e.portId === ownPort);
+    if (own) {
+      const plan = this.expected.get(b.generation);
+      this.expected.delete(b.generation);
+      if (plan) {
+        const why = followOwn(this.find, plan, b);
+        if (why) return this.fail(why);
+      } else {
+        // A full pass's commit (committed() let its tables go already): any other table it touched goes too.
+        for (const e of b.events) {
+          const rec = this.find(e.family, e.table);
+          if (rec?.followed) unfollow(rec, `our commit ${b.generation}, which the view did not plan`);
+        }
+      }
+    } else {
+      followForeign(this.find, b.events);
+    }
+    this.generation = b.generation;
+    return own ? 'own' : 'changed';
+  }
+
+  private fail(why: string): FollowOutcome {
+    this.invalidate(why);
+    return 'invalid';
+  }
+
+  /** The events do not follow the kernel's state any more, in any table. */
+  invalidate(reason: string): void {
+    this.lost ??= reason;
+    for (const rec of this.seeded) rec.followed = undefined;
+    this.expected.clear();
+  }
+
+  /**
+   * The repair of every difference the followed tables hold, 'clean', or undefined when not a small
+   * edit or when a table the events lost is clean otherwise (a full pass reads it).
+   */
+  plan(): MirrorPlan | 'clean' | undefined {
+    const followed = [];
+    let unknown = false;
+    for (const rec of this.seeded) {
+      if (rec.followed) followed.push(rec.followed);
+      else unknown = true;
+    }
+    const plan = planMirror(new Batch(), followed);
+    return plan === 'clean' && (unknown || followed.length === 0) ? undefined : plan;
+  }
+
+  /** Every seeded table followed, nothing planned, the kernel as desired, at most `max` owned rules (no allocation). */
+  clean(max: number): boolean {
+    if (!this.following || this.expected.size > 0) return false;
+    let rules = 0;
+    for (const rec of this.seeded) {
+      const f = rec.followed;
+      if (!f) return false;
+      for (const c of f.chains.values()) {
+        rules += c.handles.length;
+        if (c.missing.size > 0 || c.extras.size > 0 || rules > max) return false;
+      }
+      for (const ms of f.sets.values()) if (ms && ms.differs.size > 0) return false;
+    }
+    return true;
+  }
+
+  /** The events follow table `family table`. */
+  followsTable(family: string, table: string): boolean {
+    return this.following && this.find(family, table)?.followed !== undefined;
+  }
+
+  /** The handles of a chain's desired rules as followed (undefined: not followed, or not clean). */
+  handlesOf(family: string, table: string, chain: string): readonly number[] | undefined {
+    const c = this.following ? this.find(family, table)?.followed?.chains.get(chain) : undefined;
+    return c && c.missing.size === 0 && c.extras.size === 0 ? Array.from(c.handles) : undefined;
+  }
+
+  /** How many elements of a followed set the kernel holds otherwise than desired. */
+  elementsDiffering(family: string, table: string, set: string): number | undefined {
+    const ms = this.following ? this.find(family, table)?.followed?.sets.get(set) : undefined;
+    return ms ? ms.differs.size : undefined;
+  }
+
+  /**
+   * Per owned rule, for the monitor's armed reactions (arming.ts): the deletion of the rule `on`
+   * names alone by another writer is followed, planned (the view is clean, so the plan re-adds that
+   * rule where it stood), and the view put back by taking the plan as committed with the rule's old
+   * handle, its generation and count of followed batches restored. Throws, the events lost, if it
+   * does not follow as it must.
+   */
+  planAfter(on: EventKey, ownPort: number): MirrorPlan {
+    const { generation, applied } = this;
+    const deleted: MonitorBatch = {
+      overflow: false, truncated: false, foreign: true, generation: generation + 1, since: generation + 1,
+      events: [{ ...on, portId: 0 }],
+    };
+    try {
+      const plan = this.apply(deleted, ownPort) === 'changed' ? this.plan() : undefined;
+      const add = typeof plan === 'object' && plan.expected.length === 1 ? plan.expected[0]! : undefined;
+      if (typeof plan !== 'object' || !add || !('add' in add)) throw new Error('the plan is not one rule re-added');
+      this.expect(generation + 2, plan.expected);
+      if (!this.learnEchoAt(generation + 2, new Map([[add.op, on.handle!]]))) throw new Error('the view could not take the handle back');
+      return plan;
+    } catch (e) {
+      this.invalidate(`arming the monitor: after a deletion of rule handle ${on.handle} in ${on.table} ${on.name}, ${(e as Error).message}`);
+      throw e;
+    } finally {
+      this.generation = generation;
+      this.applied = applied;
+    }
+  }
+
+  /** learnCommit without touching (planAfter's commit is imagined). */
+  private learnEchoAt(generation: number, handles: ReadonlyMap<number, number>): boolean {
+    const planned = this.expected.get(generation);
+    this.expected.delete(generation);
+    return !!planned && learnEcho(planned, handles, generation) === true;
+  }
+}
+
+/**
+ * The events' proof, the one both the rules and the followed tables are held current by: the
+ * monitor saw every commit whole from `from + 1` on, up to `to` at least, and every batch it
+ * delivered was followed (`applied` of them).
+ */
+export function runCovers(from: number, to: number, applied: number, p: MonitorProgress): boolean {
+  return p.delivered === applied && p.runStart !== 0 && p.runStart <= from + 1 && p.lastGeneration >= to && from <= to;
+}
