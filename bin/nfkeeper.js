@@ -16,11 +16,20 @@ if (major < 22) {
 }
 
 (async () => {
-  // Node's own modules through require(): an import makes each one's ES module facade, which
-  // reads every export, lazy ones included (node:fs's streams).
-  const require = (await import('node:module')).createRequire(import.meta.url);
+  // Node's own modules without import: an import makes each one's ES module facade, which reads
+  // every export, lazy ones included (node:fs's streams). process.getBuiltinModule (Node 22.3 and
+  // later) does not set up a CommonJS require() either.
+  const require = process.getBuiltinModule ?? (await import('node:module')).createRequire(import.meta.url);
+  const args = process.argv.slice(2);
+  // `nfkeeper version` (and -V, --version) alone needs nothing of the command line's bundle: the
+  // version is package.json's, as cli.ts prints it (test/cli/bundle.test.ts holds them equal).
+  if (args.length === 1 && ['version', '--version', '-V'].includes(args[0])) {
+    const pkg = require('node:fs').readFileSync(new URL('../package.json', import.meta.url), 'utf8');
+    process.stdout.write(`${JSON.parse(pkg).version}\n`);
+    return;
+  }
   const v8 = require('node:v8');
-  const command = process.argv.slice(2).find((a) => !a.startsWith('-'));
+  const command = args.find((a) => !a.startsWith('-'));
   if (command === 'run') {
     v8.setFlagsFromString('--semi-space-growth-factor=1');
     // The old generation grows by 20 % over what a full collection left, not V8's up to 4x: the

@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <optional>
 #include <string>
 
@@ -49,9 +50,16 @@ constexpr size_t kMaxMessage = 4 << 20;
 // costs one copy per message, not a clear of the whole buffer per message.
 // libmnl 1.0.4 leaves an attribute's padding as the buffer had it, so what the
 // last message wrote is cleared first: the bytes sent pad with zeros, as nft's do.
+// The scratch buffer comes zeroed from calloc, which takes a block this big from mmap (M_MMAP_THRESHOLD,
+// addon.cc) and so does not write it: only the pages messages touch become resident, per thread
+// that encodes (new char[]() wrote all of it, in the JS thread and each libuv worker alike).
+struct FreeScratch {
+  void operator()(char* p) const { std::free(p); }
+};
 char* Reserve(std::vector<uint8_t>* /*out*/) {
-  static thread_local std::unique_ptr<char[]> scratch(new char[kMaxMessage]());
+  static thread_local std::unique_ptr<char, FreeScratch> scratch(static_cast<char*>(std::calloc(kMaxMessage, 1)));
   char* buf = scratch.get();
+  if (buf == nullptr) throw std::bad_alloc();
   // The last message's length, also when its build threw half-way: libmnl grows
   // nlmsg_len with every attribute it puts.
   const uint32_t used = reinterpret_cast<const nlmsghdr*>(buf)->nlmsg_len;

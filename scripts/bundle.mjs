@@ -32,6 +32,20 @@ const requireBuiltins = {
   },
 };
 
+// commander requires node:child_process at its top, for executable subcommands (nfkeeper has none):
+// a stand-in loads it at its first use, so that a command does not load child_process, net's
+// dgram and their bindings for nothing.
+const lazyBuiltins = {
+  name: 'lazy-builtins',
+  setup(b) {
+    b.onResolve({ filter: /^(node:)?child_process$/ }, (a) => a.kind === 'require-call' && /[/\\]commander[/\\]/.test(a.importer)
+      ? { path: 'node:child_process', namespace: 'lazy-builtin' } : undefined);
+    b.onLoad({ filter: /.*/, namespace: 'lazy-builtin' }, (a) => ({
+      contents: `let m; module.exports = new Proxy({}, { get: (_, k) => (m ??= require(${JSON.stringify(a.path)}))[k] });`, loader: 'js',
+    }));
+  },
+};
+
 // The chunks sit beside the entry in dist/, as the modules do: src/native.ts finds the package
 // one level up from itself, and cli.ts its package.json. A build leaves no chunk of the last one.
 for (const f of readdirSync(join(root, 'dist'))) if (/^nfkeeper\..*\.mjs$/.test(f)) rmSync(join(root, 'dist', f));
@@ -51,7 +65,7 @@ const { outputFiles } = await build({
   legalComments: 'none',
   // The addon is loaded at run time from build/ or prebuilds/ (src/netlink/addon.ts).
   external: ['*.node'],
-  plugins: [requireBuiltins],
+  plugins: [requireBuiltins, lazyBuiltins],
   logLevel: 'warning',
   write: false,
 });

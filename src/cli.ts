@@ -497,13 +497,18 @@ export function summarisePlan(lines: readonly string[]): string[] {
  */
 export class Progress {
   static readonly AFTER_MS = 1000;
-  private last = performance.now();
+  private last = Progress.now();
+
+  // The monotonic clock without the global `performance`, whose first use loads perf_hooks.
+  private static now(): number {
+    return Number(process.hrtime.bigint()) / 1e6;
+  }
 
   constructor(private readonly io: Pick<Out, 'err' | 'errTty'>, private readonly enabled = io.errTty === true) {}
 
   /** Ends a step: says what it did and how long it took, if that was more than a second. */
   step(what: () => string): void {
-    const now = performance.now();
+    const now = Progress.now();
     const ms = now - this.last;
     this.last = now;
     if (this.enabled && ms > Progress.AFTER_MS) this.io.err(`nfkeeper: ${what()} (${(ms / 1000).toFixed(1)} s)`);

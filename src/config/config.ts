@@ -30,7 +30,6 @@ import { describeProblem, readEnvFile, substitute } from './env.js';
 
 // nft's unquoted identifiers: letters, digits and _ . - / (owner chains are o/<id>/<name>).
 const NAME_PATTERN = /^[A-Za-z0-9_.\-/]+$/;
-const NAME = z.string().min(1).max(255).regex(NAME_PATTERN, 'use letters, digits, _ . - and / only');
 
 // nft's standard priority names (ip, ip6, inet).
 export const PRIORITY_NAMES: Record<string, number> = {
@@ -60,52 +59,68 @@ export function baseChainProblem(type: ChainType, hook: string, priority: number
   return undefined;
 }
 
-const PRIORITY = z.union([
-  z.number().int().min(-2147483648).max(2147483647),
-  z.string().regex(PRIORITY_PATTERN,
-    'a number, or a name (raw, mangle, dstnat, filter, security, srcnat) optionally ± an offset'),
-]);
-
-const CHAIN = z.strictObject({
-  name: NAME,
-  type: z.enum(['filter', 'nat', 'route']).optional(),
-  hook: z.enum(['prerouting', 'input', 'forward', 'output', 'postrouting']).optional(),
-  priority: PRIORITY.optional(),
-  policy: z.enum(['accept', 'drop']).optional(),
-  // NFTA_CHAIN_USERDATA, as nft writes `comment "…"` (NFTNL_UDATA_CHAIN_COMMENT).
-  comment: z.string().max(128).optional(),
-  rules: z.array(z.string()).default([]),
-});
-
-const TABLE = z.strictObject({
-  family: z.enum(['ip', 'ip6', 'inet']),
-  name: NAME,
-  protect: z.boolean().optional(),
-  // NFTA_TABLE_FLAGS' dormant (owner and persist are protect's): the table's chains are unhooked.
-  flags: z.array(z.literal('dormant')).max(1).optional(),
-  // NFTA_TABLE_USERDATA, as nft writes `comment "…"` (NFTNL_UDATA_TABLE_COMMENT).
-  comment: z.string().max(128).optional(),
-  // Named sets and maps (src/config/sets.ts), in nft's own words.
-  sets: z.array(SET_SCHEMA).default([]),
-  maps: z.array(SET_SCHEMA).default([]),
-  // Named stateful objects (src/config/stateful-objects.ts), their bodies in nft's own words.
-  objects: z.array(OBJ_SCHEMA).default([]),
-  chains: z.array(CHAIN).default([]),
-});
+const FAMILIES = ['ip', 'ip6', 'inet'] as const;
+const CHAIN_TYPES = ['filter', 'nat', 'route'] as const;
+const HOOKS = ['prerouting', 'input', 'forward', 'output', 'postrouting'] as const;
+const POLICIES = ['accept', 'drop'] as const;
 
 // Where ${NAME} values come from besides the process environment (src/config/env.ts).
-const ENV = z.strictObject({
+const ENV = z.lazy(() => z.strictObject({
   files: z.array(z.string().min(1).max(4096)).max(16).default([]),
+}));
+
+/**
+ * The document's schema. Its parts are made when zod first checks a document: most documents
+ * pass plainTables instead, and zod's schemas cost time and memory to make.
+ */
+export const CONFIG_SCHEMA = z.lazy(() => {
+  const NAME = z.string().min(1).max(255).regex(NAME_PATTERN, 'use letters, digits, _ . - and / only');
+
+  const PRIORITY = z.union([
+    z.number().int().min(-2147483648).max(2147483647),
+    z.string().regex(PRIORITY_PATTERN,
+      'a number, or a name (raw, mangle, dstnat, filter, security, srcnat) optionally ± an offset'),
+  ]);
+
+  const CHAIN = z.strictObject({
+    name: NAME,
+    type: z.enum(CHAIN_TYPES).optional(),
+    hook: z.enum(HOOKS).optional(),
+    priority: PRIORITY.optional(),
+    policy: z.enum(POLICIES).optional(),
+    // NFTA_CHAIN_USERDATA, as nft writes `comment "…"` (NFTNL_UDATA_CHAIN_COMMENT).
+    comment: z.string().max(128).optional(),
+    rules: z.array(z.string()).default([]),
+  });
+
+  const TABLE = z.strictObject({
+    family: z.enum(FAMILIES),
+    name: NAME,
+    protect: z.boolean().optional(),
+    // NFTA_TABLE_FLAGS' dormant (owner and persist are protect's): the table's chains are unhooked.
+    flags: z.array(z.literal('dormant')).max(1).optional(),
+    // NFTA_TABLE_USERDATA, as nft writes `comment "…"` (NFTNL_UDATA_TABLE_COMMENT).
+    comment: z.string().max(128).optional(),
+    // Named sets and maps (src/config/sets.ts), in nft's own words.
+    sets: z.array(SET_SCHEMA).default([]),
+    maps: z.array(SET_SCHEMA).default([]),
+    // Named stateful objects (src/config/stateful-objects.ts), their bodies in nft's own words.
+    objects: z.array(OBJ_SCHEMA).default([]),
+    chains: z.array(CHAIN).default([]),
+  });
+
+  return z.strictObject({
+    env: ENV.optional(),
+    tables: z.array(TABLE).default([]),
+    // Garbage collection (src/config/gc.ts).
+    gc: GC_SCHEMA.optional(),
+    // Owners and their control socket (src/owners/).
+    owners: OWNERS_SCHEMA.optional(),
+  });
 });
 
-export const CONFIG_SCHEMA = z.strictObject({
-  env: ENV.optional(),
-  tables: z.array(TABLE).default([]),
-  // Garbage collection (src/config/gc.ts).
-  gc: GC_SCHEMA.optional(),
-  // Owners and their control socket (src/owners/).
-  owners: OWNERS_SCHEMA.optional(),
-});
+type RawTableParsed = z.infer<typeof CONFIG_SCHEMA>['tables'][number];
+type RawChain = RawTableParsed['chains'][number];
 
 export interface Config {
   file: string;
@@ -457,12 +472,19 @@ function buildConfig(raw: unknown, file: string, where: Positions, options: Load
   return { file, env: { files: env.files, used: [...env.used].sort() }, tables, gc: parsed.data.gc, owners };
 }
 
-const TABLE_KEYS: ReadonlySet<string> = new Set(Object.keys(TABLE.shape));
-const CHAIN_KEYS: ReadonlySet<string> = new Set(Object.keys(CHAIN.shape));
-const FAMILY_NAMES: ReadonlySet<unknown> = new Set(TABLE.shape.family.options);
-const CHAIN_TYPES: ReadonlySet<unknown> = new Set(CHAIN.shape.type.unwrap().options);
-const HOOKS: ReadonlySet<unknown> = new Set(CHAIN.shape.hook.unwrap().options);
-const POLICIES: ReadonlySet<unknown> = new Set(CHAIN.shape.policy.unwrap().options);
+// A table's and a chain's fields as the schema has them (a Record: the compiler holds them equal).
+const TABLE_FIELDS: Record<keyof RawTableParsed, true> = {
+  family: true, name: true, protect: true, flags: true, comment: true, sets: true, maps: true, objects: true, chains: true,
+};
+const CHAIN_FIELDS: Record<keyof RawChain, true> = {
+  name: true, type: true, hook: true, priority: true, policy: true, comment: true, rules: true,
+};
+const TABLE_KEYS: ReadonlySet<string> = new Set(Object.keys(TABLE_FIELDS));
+const CHAIN_KEYS: ReadonlySet<string> = new Set(Object.keys(CHAIN_FIELDS));
+const FAMILY_NAMES: ReadonlySet<unknown> = new Set(FAMILIES);
+const CHAIN_TYPE_NAMES: ReadonlySet<unknown> = new Set(CHAIN_TYPES);
+const HOOK_NAMES: ReadonlySet<unknown> = new Set(HOOKS);
+const POLICY_NAMES: ReadonlySet<unknown> = new Set(POLICIES);
 const SET_LIST = z.array(SET_SCHEMA);
 const OBJ_LIST = z.array(OBJ_SCHEMA);
 
@@ -474,7 +496,8 @@ const isComment = (x: unknown) => x === undefined || (typeof x === 'string' && x
 
 /**
  * CONFIG_SCHEMA's result for a document of tables whose chains and rules pass the same checks
- * without zod, as the nft reader's documents do; undefined for any other document, which zod
+ * without zod, as the nft reader's documents and most YAML files do; undefined for any other
+ * document (a gc or owners section, a value the schema may refuse), which zod
  * checks (and words the errors of). zod was a large part of a warm load of kube-proxy's
  * 10,000-service file (31,000 chains, 64,000 rules), more cold: the chains here are the reader's
  * own objects, checked in place. Every check below is one of the schema's (TABLE, CHAIN): a
@@ -484,34 +507,38 @@ export function plainTables(raw: unknown): z.infer<typeof CONFIG_SCHEMA> | undef
   if (!isPlain(raw)) return undefined;
   for (const k in raw) if (k !== 'tables') return undefined;
   if (!Array.isArray(raw.tables)) return undefined;
-  const tables: z.infer<typeof TABLE>[] = [];
+  const tables: RawTableParsed[] = [];
   for (const t of raw.tables as unknown[]) {
     if (!isPlain(t)) return undefined;
     for (const k in t) if (!TABLE_KEYS.has(k)) return undefined;
     if (!FAMILY_NAMES.has(t.family) || !isName(t.name) || !isComment(t.comment)) return undefined;
     if (t.protect !== undefined && typeof t.protect !== 'boolean') return undefined;
     if (t.flags !== undefined && !(Array.isArray(t.flags) && t.flags.length === 1 && t.flags[0] === 'dormant')) return undefined;
-    if (!Array.isArray(t.chains) || !Array.isArray(t.sets) || !Array.isArray(t.maps)) return undefined;
-    for (const c of t.chains as unknown[]) {
+    // an absent list is the schema's default, as a YAML table without sets or maps writes it
+    const chains = t.chains === undefined ? [] : t.chains;
+    const setList = t.sets === undefined ? [] : t.sets;
+    const mapList = t.maps === undefined ? [] : t.maps;
+    if (!Array.isArray(chains) || !Array.isArray(setList) || !Array.isArray(mapList)) return undefined;
+    for (const c of chains as unknown[]) {
       if (!isPlain(c)) return undefined;
       for (const k in c) if (!CHAIN_KEYS.has(k)) return undefined;
       if (!isName(c.name) || !isComment(c.comment) || !Array.isArray(c.rules)) return undefined;
-      if (c.type !== undefined && !CHAIN_TYPES.has(c.type)) return undefined;
-      if (c.hook !== undefined && !HOOKS.has(c.hook)) return undefined;
-      if (c.policy !== undefined && !POLICIES.has(c.policy)) return undefined;
+      if (c.type !== undefined && !CHAIN_TYPE_NAMES.has(c.type)) return undefined;
+      if (c.hook !== undefined && !HOOK_NAMES.has(c.hook)) return undefined;
+      if (c.policy !== undefined && !POLICY_NAMES.has(c.policy)) return undefined;
       const p = c.priority;
       if (p !== undefined && !(typeof p === 'number' ? Number.isInteger(p) && p >= -2147483648 && p <= 2147483647
         : typeof p === 'string' && PRIORITY_PATTERN.test(p))) return undefined;
       for (const r of c.rules as unknown[]) if (typeof r !== 'string') return undefined;
     }
-    const sets = SET_LIST.safeParse(t.sets);
-    const maps = SET_LIST.safeParse(t.maps);
-    const objects = OBJ_LIST.safeParse(t.objects ?? []);
+    const sets = SET_LIST.safeParse(setList);
+    const maps = SET_LIST.safeParse(mapList);
+    const objects = OBJ_LIST.safeParse(t.objects === undefined ? [] : t.objects);
     if (!sets.success || !maps.success || !objects.success) return undefined;
     tables.push({
-      family: t.family as z.infer<typeof TABLE>['family'], name: t.name as string, protect: t.protect as boolean | undefined,
+      family: t.family as RawTableParsed['family'], name: t.name as string, protect: t.protect as boolean | undefined,
       ...(t.flags !== undefined ? { flags: ['dormant' as const] } : {}),
-      comment: t.comment as string | undefined, sets: sets.data, maps: maps.data, objects: objects.data, chains: t.chains as z.infer<typeof CHAIN>[],
+      comment: t.comment as string | undefined, sets: sets.data, maps: maps.data, objects: objects.data, chains: chains as RawChain[],
     });
   }
   return { tables };
@@ -522,7 +549,6 @@ function rulePath(chain: (string | number)[], ri: number): (string | number)[] {
   return [...chain, 'rules', ri];
 }
 
-type RawTableParsed = z.infer<typeof TABLE>;
 
 /** A table's stateful objects, built (src/config/stateful-objects.ts), in the order they were written. */
 function buildObjects(t: RawTableParsed, ti: number, { pos }: Positions,
@@ -617,7 +643,7 @@ function variablesOf(doc: Document, lines: LineCounter, file: string,
       envRaw = undefined;  // an alias problem: toJS of the whole document reports it
     }
   }
-  const parsed = ENV.optional().safeParse(envRaw);
+  const parsed = envRaw === undefined ? { success: true as const, data: undefined, error: undefined } : ENV.safeParse(envRaw);
   if (!parsed.success) {
     const issue = parsed.error.issues[0]!;
     const path = ['env', ...issue.path as (string | number)[]];

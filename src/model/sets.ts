@@ -29,15 +29,16 @@ import {
   elementComment, elementUserdata, namedSetUserdata, parseNamedSetUserdata, parseTlvs, type KeyTypeof, type SetTypeof,
 } from '../rules/udata.js';
 
-const NAME = z.string().min(1).max(255).regex(/^[A-Za-z0-9_.\-/]+$/, 'use letters, digits, _ . - and / only');
-const FLAG = z.enum(['constant', 'interval', 'timeout', 'dynamic']);
-
-/** A set or map as the config writes it (YAML `sets:`/`maps:` entries, or an nft `set`/`map` block). */
-export const SET_SCHEMA = z.strictObject({
-  name: NAME,
+/**
+ * A set or map as the config writes it (YAML `sets:`/`maps:` entries, or an nft `set`/`map` block).
+ * Built when a document is first checked against it (zod's schemas cost time and memory to make,
+ * and a config without sets never needs this one).
+ */
+export const SET_SCHEMA = z.lazy(() => z.strictObject({
+  name: z.string().min(1).max(255).regex(/^[A-Za-z0-9_.\-/]+$/, 'use letters, digits, _ . - and / only'),
   type: z.string().min(1).max(512).optional(),
   typeof: z.string().min(1).max(512).optional(),
-  flags: z.array(FLAG).optional(),
+  flags: z.array(z.enum(['constant', 'interval', 'timeout', 'dynamic'])).optional(),
   timeout: z.string().min(1).max(64).optional(),
   'gc-interval': z.string().min(1).max(64).optional(),
   size: z.number().int().min(1).max(0xffffffff).optional(),
@@ -47,7 +48,7 @@ export const SET_SCHEMA = z.strictObject({
   /** What every element gets, as nft lists it: `counter`, `limit rate 10/second`, `counter quota 100 mbytes`. */
   statements: z.string().min(1).max(512).optional(),
   elements: z.array(z.string().min(1).max(4096)).optional(),
-});
+}));
 export type RawSet = z.infer<typeof SET_SCHEMA>;
 
 /** The data side of a map. */

@@ -16,17 +16,16 @@ import { commentOf, commentUserdata } from '../rules/udata.js';
 import { RuleSyntaxError } from '../base/errors.js';
 import { formatNftTime, parseNftTime } from './sets.js';
 
-const NAME = z.string().min(1).max(255).regex(/^[A-Za-z_.][A-Za-z0-9_.\-/]*$/, 'a letter, _ or . followed by letters, digits, _ . - and / only');
 export const OBJ_KINDS = ['counter', 'quota', 'limit', 'ct helper', 'ct timeout', 'ct expectation', 'synproxy', 'secmark'] as const;
 
-/** A stateful object as the config writes it (a YAML `objects:` entry, or an nft object block). */
-export const OBJ_SCHEMA = z.strictObject({
-  name: NAME,
+/** A stateful object as the config writes it (a YAML `objects:` entry, or an nft object block); built when first used, as SET_SCHEMA. */
+export const OBJ_SCHEMA = z.lazy(() => z.strictObject({
+  name: z.string().min(1).max(255).regex(/^[A-Za-z_.][A-Za-z0-9_.\-/]*$/, 'a letter, _ or . followed by letters, digits, _ . - and / only'),
   type: z.enum(OBJ_KINDS),
   /** The body of nft's block, `{ … }` without the braces: `over 100 mbytes`, `type "ftp" protocol tcp; l3proto ip`. */
   spec: z.string().max(4096).optional(),
   comment: z.string().max(128).optional(),
-});
+}));
 export type RawObj = z.infer<typeof OBJ_SCHEMA>;
 
 export interface ObjConfig {

@@ -10,6 +10,7 @@ import { spawn, spawnSync } from 'node:child_process';
 import { chmodSync, chownSync, copyFileSync, existsSync, mkdirSync, readdirSync, statSync, utimesSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { main } from '../../src/cli.js';
 import { netnsPerTest } from '../helpers/netns-hooks.js';
 import { tempDir } from '../helpers/tmp.js';
 import { until } from '../helpers/wait.js';
@@ -29,7 +30,7 @@ describe('the bundled daemon', () => {
     writeFileSync(join(dir, 'package.json'), '{ "type": "module" }\n');
     const entry = (name: string) => `export async function main() { process.stdout.write('${name}\\n'); return 0; }\n`;
     const ran = () => {
-      const r = spawnSync(process.execPath, [join(dir, 'bin', 'nfkeeper.js'), 'version'], { encoding: 'utf8' });
+      const r = spawnSync(process.execPath, [join(dir, 'bin', 'nfkeeper.js'), 'validate'], { encoding: 'utf8' });
       return (r.stdout + r.stderr).trim();
     };
     const cli = join(dir, 'dist', 'cli.js');
@@ -51,7 +52,8 @@ describe('the bundled daemon', () => {
     // As nobody, with the cache under XDG_CACHE_HOME: made 0700 and filled; one that others can
     // write (its code would run as this user) is left as it is, and so is any with the cache off.
     const asNobody = (cacheHome: string, env: NodeJS.ProcessEnv = {}) => {
-      const r = spawnSync('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', process.execPath, join(ROOT, 'bin', 'nfkeeper.js'), 'version'],
+      const r = spawnSync('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', process.execPath, join(ROOT, 'bin', 'nfkeeper.js'),
+        'validate', '--config', join(ROOT, 'examples', 'flannel.yaml')],
         { encoding: 'utf8', env: { PATH: process.env.PATH, HOME: '/nonexistent', XDG_CACHE_HOME: cacheHome, ...env } });
       expect(r.status, r.stderr).toBe(0);
     };
@@ -77,8 +79,10 @@ describe('the bundled daemon', () => {
   });
 
   it('version and validate from the bundle load none of the modules only other commands use', () => {
-    // Node's own modules a process loaded, as it exits; undici is what node:http's lazy exports load.
-    const heavy = /^NativeModule (http|https|http2|zlib|cluster|worker_threads|crypto|internal\/deps\/undici\/undici)$/;
+    // Node's own modules a process loaded, as it exits; undici is what node:http's lazy exports load,
+    // child_process what commander requires for subcommands that are programs (nfkeeper has none),
+    // perf_hooks what the global performance loads.
+    const heavy = /^NativeModule (http|https|http2|zlib|cluster|worker_threads|crypto|internal\/deps\/undici\/undici|child_process|dgram|perf_hooks)$/;
     const hook = 'data:text/javascript,process.on("exit",()=>process.stderr.write("loaded:"+JSON.stringify(process.moduleLoadList)+"\\n"))';
     const loaded = (status: number, ...args: string[]) => {
       const r = spawnSync(process.execPath, ['--import', hook, join(ROOT, 'bin', 'nfkeeper.js'), ...args], { encoding: 'utf8' });
@@ -91,6 +95,26 @@ describe('the bundled daemon', () => {
     // A command that talks HTTP loads node:http (so the hook does see what a command loads).
     const dir = tempDir('bundle-load');
     expect(loaded(2, 'status', '--socket', join(dir, 'none.sock'))).toContain('NativeModule http');
+  });
+
+  it('version, -V and --version alone print the version without the bundle, as the command line prints it', async () => {
+    const printed: string[] = [];
+    expect(await main(['node', 'nfkeeper', 'version'], { out: (x) => printed.push(x), err: (x) => printed.push(x) })).toBe(0);
+    // A copy of the bin with no dist/ beside it: the bundle is not needed (nor loaded).
+    const dir = tempDir('bundle-version');
+    mkdirSync(join(dir, 'bin'));
+    copyFileSync(join(ROOT, 'bin', 'nfkeeper.js'), join(dir, 'bin', 'nfkeeper.js'));
+    copyFileSync(join(ROOT, 'package.json'), join(dir, 'package.json'));
+    for (const arg of ['version', '-V', '--version']) {
+      const r = spawnSync(process.execPath, [join(dir, 'bin', 'nfkeeper.js'), arg], { encoding: 'utf8' });
+      expect({ status: r.status, stdout: r.stdout, stderr: r.stderr }).toEqual({ status: 0, stdout: `${printed[0]}\n`, stderr: '' });
+    }
+    // With anything else, the command line decides, as before (and the bundle is needed).
+    const more = spawnSync(process.execPath, [join(dir, 'bin', 'nfkeeper.js'), 'version', 'extra'], { encoding: 'utf8' });
+    expect(more.status).toBe(2);
+    expect(more.stderr).toMatch(/not built yet/);
+    const real = spawnSync(process.execPath, [join(ROOT, 'bin', 'nfkeeper.js'), 'version', 'extra'], { encoding: 'utf8' });
+    expect({ status: real.status, stderr: real.stderr.trim() }).toEqual({ status: 2, stderr: "error: too many arguments for 'version'. Expected 0 arguments but got 1." });
   });
 
   it('the build made the bundle, and the daemon from it applies and reloads an .nft config', async () => {

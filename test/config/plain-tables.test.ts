@@ -4,7 +4,9 @@
  * goes to zod, which words the errors. Documents from the nft reader on peer files, then the
  * same documents with one value or key changed at random to something the schema may refuse.
  */
+import { readFileSync } from 'node:fs';
 import fc from 'fast-check';
+import { parse } from 'yaml';
 import { describe, expect, it } from 'vitest';
 import { CONFIG_SCHEMA, plainTables } from '../../src/config/config.js';
 import { readNftFile } from '../../src/config/nftfile.js';
@@ -12,6 +14,8 @@ import { calico, kubeProxy } from '../helpers/peers/index.js';
 
 const docs = [kubeProxy({ services: 20 }).text, kubeProxy({ services: 5, family: 'ip6' }).text, calico().text]
   .map((text) => readNftFile(text, 'peer.nft').raw);
+// A YAML table leaves out the lists it has none of (sets, maps, objects): the schema's defaults.
+const yamlDoc = parse(readFileSync(new URL('../../examples/flannel.yaml', import.meta.url), 'utf8')) as { tables: Record<string, unknown>[] };
 
 /** zod's data with its undefined-valued keys left out (plainTables does not write them). */
 function defined(x: unknown): unknown {
@@ -48,15 +52,24 @@ describe('plainTables: the nft document check without zod', () => {
     }
   });
 
+  it('accepts a YAML table without sets, maps or objects, as zod does with its defaults', () => {
+    expect(yamlDoc.tables[0]).not.toHaveProperty('sets');
+    expect(plainTables(yamlDoc)?.tables[0]).toMatchObject({ sets: [], maps: [], objects: [] });
+    agrees(yamlDoc);
+    const noChains = { tables: [{ family: 'ip', name: 't' }] };
+    expect(plainTables(noChains)?.tables[0]?.chains).toEqual([]);
+    agrees(noChains);
+  });
+
   it('never accepts what zod refuses, nor gives other data: one value or key changed at random', () => {
     fc.assert(fc.property(fc.nat(), fc.nat(), fc.nat(), fc.constantFrom('table', 'chain', 'set', 'top'), odd,
-      fc.constantFrom('family', 'name', 'protect', 'comment', 'sets', 'maps', 'chains', 'type', 'hook', 'priority', 'policy',
+      fc.constantFrom('family', 'name', 'protect', 'comment', 'sets', 'maps', 'objects', 'chains', 'type', 'hook', 'priority', 'policy',
         'rules', 'elements', 'timeout', 'size', 'flags', 'extra', 'gc', 'owners', 'env'),
       (d, ti, ci, where, value, key) => {
-        const raw = structuredClone(docs[d % docs.length]!) as unknown as { tables: Record<string, unknown>[] } & Record<string, unknown>;
+        const raw = structuredClone([...docs, yamlDoc][d % (docs.length + 1)]!) as unknown as { tables: Record<string, unknown>[] } & Record<string, unknown>;
         const t = raw.tables[ti % raw.tables.length]!;
         const chains = t.chains as Record<string, unknown>[];
-        const sets = t.sets as Record<string, unknown>[];
+        const sets = (t.sets ?? []) as Record<string, unknown>[];
         const target = where === 'top' ? raw : where === 'table' ? t : where === 'chain' ? chains[ci % chains.length]!
           : sets.length ? sets[ci % sets.length]! : t;
         target[key] = value;

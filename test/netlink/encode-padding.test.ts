@@ -3,8 +3,9 @@
  * message in a scratch buffer that the message before it wrote, and libmnl 1.0.4 does not clear an
  * attribute's padding. Checked on encodeExprs, which builds in the same scratch buffer as a batch.
  */
+import { execFileSync } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
-import { loadAddon } from '../../src/netlink/addon.js';
+import { addonPath, loadAddon } from '../../src/netlink/addon.js';
 import { compileRule } from '../../src/rules/index.js';
 
 const at = { family: 'ip' as const, table: 't', chain: 'c' };
@@ -34,5 +35,18 @@ describe('encoded messages', () => {
     const pad = paddingBytes(b);
     expect(pad.length).toBeGreaterThan(0);
     expect(pad.filter((x) => x !== 0)).toEqual([]);
+  });
+
+  it('leave the scratch buffer untouched past what they wrote: a small message adds no 4 MiB to the RSS', () => {
+    // In a process of its own: the scratch buffer is per thread and made at the first message.
+    const exprs = JSON.stringify(compileRule('ip daddr 192.0.2.1 counter accept', at).exprs);
+    const script = `const anon = () => Number(/RssAnon:\\s+(\\d+)/.exec(require('fs').readFileSync('/proc/self/status', 'utf8'))[1]);
+      const addon = require(${JSON.stringify(addonPath())});
+      const exprs = JSON.parse(${JSON.stringify(exprs)});
+      const before = anon();
+      addon.encodeExprs(exprs);
+      process.stdout.write(String(anon() - before));`;
+    const grewKiB = Number(execFileSync(process.execPath, ['-e', script], { encoding: 'utf8' }));
+    expect(grewKiB).toBeLessThan(1024);
   });
 });
