@@ -110,9 +110,20 @@ const HERE = dirname(fileURLToPath(import.meta.url));
 export const PROJECT_ROOT = basename(HERE) === 'netlink' ? join(HERE, '..', '..') : join(HERE, '..');
 
 /** "glibc" or "musl": the C library this Node runs on (musl Nodes report no glibc version). */
+let libcFound: 'glibc' | 'musl' | undefined;
 export function libc(): 'glibc' | 'musl' {
-  const header = (process.report?.getReport() as { header?: { glibcVersionRuntime?: string } } | undefined)?.header;
-  return header?.glibcVersionRuntime ? 'glibc' : 'musl';
+  if (libcFound) return libcFound;
+  // (the report's header is all this needs: its network part is the slow one; a report the
+  // operator asks for later keeps their setting)
+  const report = process.report as (NodeJS.ProcessReport & { excludeNetwork?: boolean }) | undefined;
+  const excluded = report?.excludeNetwork;
+  if (report && excluded !== undefined) report.excludeNetwork = true;
+  try {
+    const header = (report?.getReport() as { header?: { glibcVersionRuntime?: string } } | undefined)?.header;
+    return libcFound = header?.glibcVersionRuntime ? 'glibc' : 'musl';
+  } finally {
+    if (report && excluded !== undefined) report.excludeNetwork = excluded;
+  }
 }
 
 /** The prebuilt addon for this platform, architecture and C library (it may not exist). */
@@ -123,7 +134,11 @@ export function prebuildPath(root = PROJECT_ROOT): string {
 /** The addon file loadAddon() would load, or undefined when there is none. */
 export function addonPath(env: NodeJS.ProcessEnv = process.env, root = PROJECT_ROOT): string | undefined {
   if (env.NFKEEPER_ADDON) return env.NFKEEPER_ADDON;
-  return [join(root, 'build', 'Release', 'nfkeeper.node'), prebuildPath(root)].find((p) => existsSync(p));
+  // (a build from source first: finding the prebuilt one's C library costs a process report)
+  const built = join(root, 'build', 'Release', 'nfkeeper.node');
+  if (existsSync(built)) return built;
+  const prebuilt = prebuildPath(root);
+  return existsSync(prebuilt) ? prebuilt : undefined;
 }
 
 // The shared libraries the addon needs at run time, and the package that
