@@ -122,6 +122,7 @@ std::unique_ptr<MonitorBatch> EventBatcher::Feed(const nlmsghdr* nlh, const Even
   bool room = pending_->events.size() < kMaxEventsPerBatch;
   if (!ParseEvent(nlh, &ev, room) || !filter.Wanted(ev)) return nullptr;
   if (filter.ignorePorts.count(ev.portId) == 0) foreign_ = true;
+  if (room && NFNL_MSG_TYPE(nlh->nlmsg_type) == NFT_MSG_DELSETELEM) ev.raw.assign(reinterpret_cast<const char*>(nlh), nlh->nlmsg_len);
   if (pending_->events.size() < kMaxEventsPerBatch) pending_->events.push_back(std::move(ev));
   else pending_->truncated = true;
   return nullptr;

@@ -30,6 +30,8 @@ struct MonitorEvent {
   uint64_t position = 0;  // rule events: NFTA_RULE_POSITION, the handle of the rule before it
   std::vector<SetElem> elements;  // element events: what was added or deleted
   bool elementsMalformed = false;      // an element event whose list could not be read
+  // A DELSETELEM as the kernel sent it: an undo reaction (monitor.cc React) sends it back as a NEWSETELEM.
+  std::string raw;
 };
 
 struct MonitorBatch {

@@ -609,7 +609,11 @@ bool NftMonitor::ReadAvailable(int* datagrams, bool* bounded) {
 // answered here, before JavaScript runs, when it is another writer's (not only ignored ports') and
 // its events, in order, are exactly one reaction's `on` (type, family, table, name and handle
 // compared): that reaction's ops are committed on `socket` as one batch guarded by the batch's
-// generation, echoed, and the batch is handed over with the outcome (`repaired`). Any such batch,
+// generation, echoed, and the batch is handed over with the outcome (`repaired`). A reaction
+// { on: [one delsetelem event], undo: true } has no ops: it answers a batch of one or more of that
+// event (an element deletion the kernel sent in several messages), and commits each event's
+// message back as a NEWSETELEM (the deleted elements added again, as the kernel reported them).
+// Any such batch,
 // answered or not, ends the arm: arm() again for the next one. Also disarmed by disarm(), close
 // and an overflow. Returns whether it armed (false: closed, or no reactions).
 Napi::Value NftMonitor::Arm(const Napi::CallbackInfo& info) {
@@ -633,8 +637,17 @@ Napi::Value NftMonitor::Arm(const Napi::CallbackInfo& info) {
     Napi::Value v = list.Get(i);
     if (!v.IsObject()) throw Napi::TypeError::New(env, at + " is not an object");
     Napi::Object x = v.As<Napi::Object>();
-    Napi::Value on = x.Get("on"), ops = x.Get("ops");
-    if (!on.IsArray() || on.As<Napi::Array>().Length() == 0 || !ops.IsArray() || ops.As<Napi::Array>().Length() == 0) {
+    Napi::Value on = x.Get("on"), ops = x.Get("ops"), undoValue = x.Get("undo");
+    const bool undo = undoValue.IsBoolean() && undoValue.As<Napi::Boolean>().Value();
+    if (undo) {
+      if (!on.IsArray() || on.As<Napi::Array>().Length() != 1 || (ops.IsArray() && ops.As<Napi::Array>().Length() != 0)) {
+        throw Napi::TypeError::New(env, at + ": an undo names one event (on) and no ops");
+      }
+      Napi::Value ev = on.As<Napi::Array>().Get(0u);
+      if (!ev.IsObject() || !ev.As<Napi::Object>().Get("type").StrictEquals(Napi::String::New(env, "delsetelem"))) {
+        throw Napi::TypeError::New(env, at + ": an undo answers an element deletion (delsetelem) only");
+      }
+    } else if (!on.IsArray() || on.As<Napi::Array>().Length() == 0 || !ops.IsArray() || ops.As<Napi::Array>().Length() == 0) {
       throw Napi::TypeError::New(env, at + ": needs events (on) and ops");
     }
     Napi::Array events = on.As<Napi::Array>();
@@ -656,8 +669,13 @@ Napi::Value NftMonitor::Arm(const Napi::CallbackInfo& info) {
     if (!triggers.emplace(std::move(key), i).second) throw Napi::TypeError::New(env, at + ": the same events as an earlier one");
     if (events.Length() > most) most = events.Length();
     EncodedBatch enc;
-    EncodeBatch(env, ops.As<Napi::Array>(), 0, true, 0, &enc, x.Get("exprs"));
+    EncodeBatch(env, undo ? Napi::Array::New(env, 0) : ops.As<Napi::Array>(), 0, true, 0, &enc, x.Get("exprs"));
     Reaction& r = reactions[i];
+    if (undo) {
+      r.undo = true;
+      r.endAt = reinterpret_cast<const nlmsghdr*>(enc.bytes.data())->nlmsg_len;
+      r.endAt = MNL_ALIGN(r.endAt);
+    }
     const nlmsghdr* begin = reinterpret_cast<const nlmsghdr*>(enc.bytes.data());
     nlattr* a;
     NFK_ATTR_FOR_EACH(a, begin, sizeof(nfgenmsg)) {
@@ -667,6 +685,7 @@ Napi::Value NftMonitor::Arm(const Napi::CallbackInfo& info) {
     r.bytes = std::move(enc.bytes);
     r.messageOp = std::move(enc.messageOp);
   }
+  undos_ = std::any_of(reactions.begin(), reactions.end(), [](const Reaction& r) { return r.undo; });
   reactions_ = std::move(reactions);
   triggers_ = std::move(triggers);
   triggerEvents_ = most;
@@ -705,28 +724,66 @@ void NftMonitor::DisarmNow() {
   reactions_.clear();
   triggers_.clear();
   triggerEvents_ = 0;
+  undos_ = false;
 }
 
 bool NftMonitor::React(MonitorBatch* b) {
-  if (!armed_ || b->overflow || b->truncated || !b->foreign || b->events.size() > triggerEvents_) return false;
+  if (!armed_ || b->overflow || b->truncated || !b->foreign || (b->events.size() > triggerEvents_ && !undos_)) return false;
   // The first commit after armedGen_ that touches a watched table, every commit since seen whole.
   if (b->since == 0 || b->since > armedGen_ + 1 || b->prevTouched > armedGen_ || b->generation <= armedGen_) return false;
   armed_ = false;  // this batch ends the arm, answered or not
   std::string key;
   for (const MonitorEvent& e : b->events) AppendTrigger(&key, e.type, e.family, e.table, e.name, e.handle);
   auto it = triggers_.find(key);
+  // An undo names one event, and answers a commit of one or more such events (the kernel sends an
+  // element deletion in one message or several), each with its message kept.
+  if (it == triggers_.end() && undos_) {
+    std::string one;
+    const MonitorEvent& e = b->events[0];
+    AppendTrigger(&one, e.type, e.family, e.table, e.name, e.handle);
+    it = key.size() % one.size() == 0 ? triggers_.find(one) : triggers_.end();
+    for (size_t at = 0; it != triggers_.end() && at < key.size(); at += one.size()) {
+      if (key.compare(at, one.size(), one) != 0) it = triggers_.end();
+    }
+    if (it != triggers_.end() && !reactions_[it->second].undo) it = triggers_.end();
+  }
+  bool kept = true;
+  if (it != triggers_.end() && reactions_[it->second].undo) {
+    for (const MonitorEvent& e : b->events) kept = kept && e.raw.size() >= sizeof(nlmsghdr) + sizeof(nfgenmsg);
+  }
   NftSocket* sock = armSock_;
-  if (it == triggers_.end() || sock == nullptr || sock->closed() || !sock->TryTakeGate()) {
+  if (it == triggers_.end() || !kept || sock == nullptr || sock->closed() || !sock->TryTakeGate()) {
     DisarmNow();
     return false;
   }
   const Reaction& r = reactions_[it->second];
   auto batch = std::make_unique<EncodedBatch>();
   batch->bytes = sock->TakeEncodeBuffer();
-  batch->bytes.assign(r.bytes.begin(), r.bytes.end());
+  if (!r.undo) {
+    batch->bytes.assign(r.bytes.begin(), r.bytes.end());
+    batch->messageOp = r.messageOp;
+  } else {
+    // Each deletion's own message, sent back as a request to add what it deleted (sequence 1 on,
+    // between the markers: BATCH_END's sequence follows them).
+    batch->bytes.assign(r.bytes.begin(), r.bytes.begin() + r.endAt);
+    uint32_t seq = 1;
+    for (const MonitorEvent& e : b->events) {
+      const size_t at = batch->bytes.size();
+      batch->bytes.insert(batch->bytes.end(), e.raw.begin(), e.raw.end());
+      batch->bytes.resize(at + MNL_ALIGN(e.raw.size()), 0);
+      nlmsghdr* nlh = reinterpret_cast<nlmsghdr*>(batch->bytes.data() + at);
+      nlh->nlmsg_type = static_cast<uint16_t>((NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWSETELEM);
+      nlh->nlmsg_flags = NLM_F_REQUEST | NLM_F_CREATE | NLM_F_ACK;
+      nlh->nlmsg_seq = seq++;
+      nlh->nlmsg_pid = 0;
+    }
+    const size_t endAt = batch->bytes.size();
+    batch->bytes.insert(batch->bytes.end(), r.bytes.begin() + r.endAt, r.bytes.end());
+    reinterpret_cast<nlmsghdr*>(batch->bytes.data() + endAt)->nlmsg_seq = seq;
+    batch->messageOp.assign(b->events.size(), 0);
+  }
   uint32_t gen = htonl(b->generation);
   std::memcpy(batch->bytes.data() + r.genAt, &gen, sizeof(gen));
-  batch->messageOp = r.messageOp;
   CommitRun run(sock, std::move(batch), true);
   run.Run();
   sock->ReleaseGate();

@@ -90,12 +90,18 @@ class NftMonitor : public Napi::ObjectWrap<NftMonitor>, public Closeable {
     std::vector<uint8_t> bytes;      // BATCH_BEGIN .. BATCH_END, sequence numbers from 0, as EncodeBatch wrote them
     std::vector<int32_t> messageOp;  // see EncodedBatch
     size_t genAt = 0;                // offset of NFNL_BATCH_GENID's u32 in bytes
+    // Undo: no ops; the matched events (DELSETELEMs of one set) are sent back as NEWSETELEMs
+    // between bytes' BATCH_BEGIN and BATCH_END (at endAt): the deleted elements added again as
+    // the kernel reported them.
+    bool undo = false;
+    size_t endAt = 0;
   };
   bool armed_ = false;
   uint32_t armedGen_ = 0;
   std::vector<Reaction> reactions_;
   std::unordered_map<std::string, uint32_t> triggers_;  // trigger → index in reactions_
-  size_t triggerEvents_ = 0;  // the most events any trigger holds: longer batches match none
+  size_t triggerEvents_ = 0;  // the most events any trigger holds: longer batches match none but an undo
+  bool undos_ = false;        // an undo among the reactions (it answers any number of its event)
   NftSocket* armSock_ = nullptr;
   Napi::ObjectReference armSockRef_;
 };

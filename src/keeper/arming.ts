@@ -1,13 +1,15 @@
 /**
  * The monitor's armed reactions (NftWatch.arm): the keeper decides ahead of time how it would answer
  * another writer's deletion of each owned rule, and hands the monitor the batch its planner
- * (KernelView.plan) would commit, keyed by the event that deletion shows; the monitor commits it on the
- * event's wake-up, before any JavaScript runs. The monitor only matches events and sends bytes:
- * which commits get a reaction, what it commits and when the arm ends are decided here. This keeps
- * track of whether the monitor holds a current arm.
+ * (KernelView.plan) would commit, keyed by the event that deletion shows, and for each owned set
+ * an undo of an element deletion; the monitor commits it on the event's wake-up, before any
+ * JavaScript runs. The monitor only matches events and sends bytes: which commits get a reaction,
+ * what it commits and when the arm ends are decided here. This keeps track of whether the monitor
+ * holds a current arm.
  */
 import type { EventKey, Reaction } from '../netlink/events.js';
 import type { Op } from '../netlink/ops.js';
+import type { SetConfig } from '../model/sets.js';
 import type { KeeperState } from './state.js';
 
 /** Owned rules up to which the monitor is armed with their repairs. */
@@ -24,6 +26,8 @@ export class Arming {
   private reactions: readonly Reaction[] = [];
   /** Arms once a fight's back-off is over (allowed). */
   private afterFight?: NodeJS.Timeout;
+  /** Whether a desired set has no statements (statementless), by its config object. */
+  private readonly plainSets = new WeakMap<SetConfig, boolean>();
 
   /** `busy`: a pass is running or queued (the scheduler's), which plans and commits on its own. */
   constructor(private readonly k: KeeperState, private readonly busy: () => boolean) {}
@@ -148,6 +152,11 @@ export class Arming {
    * Per owned rule, the deletion of that rule alone by another writer and what the keeper's
    * planner commits after it (KernelView.planAfter: the view follows that commit, plans, and is put
    * back as it was). The view is clean here, so the plan re-adds that rule where it stood.
+   * Per owned set whose elements the view follows, an undo of another writer's deletion of some of
+   * its elements (a commit of element deletions from that set alone): the view holds every desired element and no other, so what the
+   * planner commits after any such deletion is those elements added back (EventRepair.takeOver
+   * checks it), whatever the set's size. Not for sets with statements per element (a counter's
+   * value would come back with the element).
    */
   private plan(): Reaction[] {
     const { view, sock, desired } = this.k;
@@ -164,8 +173,22 @@ export class Arming {
           if (plan.batch.length === 1) reactions.push({ on: [on], ops: plan.batch.ops });
         }
       }
+      for (const sc of t.sets ?? []) {
+        if (view.elementsDiffering(t.family, t.name, sc.name) !== 0 || !this.statementless(sc)) continue;
+        reactions.push({ on: [{ type: 'delsetelem', family: t.family, table: t.name, name: sc.name }], undo: true });
+      }
     }
     return reactions;
+  }
+
+  /** No statements on the set or any of its elements (per desired set, looked at once). */
+  private statementless(sc: SetConfig): boolean {
+    let plain = this.plainSets.get(sc);
+    if (plain === undefined) {
+      plain = !sc.set.exprs?.length && sc.elements.every((e) => !e.exprs?.length);
+      this.plainSets.set(sc, plain);
+    }
+    return plain;
   }
 }
 

@@ -346,7 +346,12 @@ export class Keeper extends EventEmitter {
       this.log.info({ reason: k.view.reason }, 'the event mirror cannot follow this; the next pass reads the kernel');
       this.reporter.mirrorChanged();
     }
-    if (b.foreign === false && !b.overflow) return;  // our own commit: only the view learns from it (its handles)
+    if (b.foreign === false && !b.overflow) {
+      // Our own commit: only the view learns from it (its handles; the elements of a repair, which
+      // no echo brings). Now exact at it again, the view can arm the monitor.
+      this.armSoon();
+      return;
+    }
     if (b.overflow) {
       this.metrics.overflows.inc();
       this.log.warn({ cause: 'overflow' }, 'event socket overflowed; resyncing');

@@ -6,6 +6,8 @@
  */
 import type { CommitResult } from '../netlink/conn.js';
 import type { MonitorBatch } from '../netlink/events.js';
+import type { Op } from '../netlink/ops.js';
+import { elementId, sameContent } from '../model/elements.js';
 import { GenerationMismatchError } from '../base/errors.js';
 import { MIRROR_MAX_ELEMENTS, MIRROR_MAX_OPS, type MirrorPlan } from './mirror-plan.js';
 import { sameOps, type Arming } from './arming.js';
@@ -239,7 +241,8 @@ export class EventRepair extends MirrorCommit implements RepairPath<Outcome | un
       plan = undefined;
     }
     const reaction = this.arming.reaction(native.reaction);
-    if (!view.follows || !plan || plan === 'clean' || !reaction || !sameOps(plan.batch.ops, reaction.ops)) {
+    const same = !!reaction && typeof plan === 'object' && (reaction.undo ? addsBack(plan.batch.ops, b) : sameOps(plan.batch.ops, reaction.ops));
+    if (!view.follows || !plan || plan === 'clean' || !same) {
       // Committed, but not what the mirror plans now: it no longer knows the kernel's state.
       this.arming.disarm();
       view.invalidate('the monitor\'s armed repair differs from the plan');
@@ -251,8 +254,29 @@ export class EventRepair extends MirrorCommit implements RepairPath<Outcome | un
     const outcome = this.committed(plan, generation, echoed, 'event', detectedAt, native.committedNs);
     this.reporter.lastAnsweredEvent();
     // With the handles echoed the mirror is exact at the repair's generation: the next deletion's
-    // reactions are planned from it now. Else the commit's events bring them, and the tick arms.
+    // reactions are planned from it now. Else (elements: an undo) the commit's events bring them,
+    // and the monitor is armed once the mirror has followed them (Keeper.armSoon).
     this.arming.rearm(generation + 1);
     return outcome;
   }
+}
+
+/**
+ * Whether `ops` (the planner's, after batch `b`) add back exactly the elements that `b`, deletions
+ * from one set, removed: what an undo reaction committed (the deletions' elements, sent back).
+ */
+function addsBack(ops: readonly Op[], b: MonitorBatch): boolean {
+  const op = ops[0];
+  if (ops.length !== 1 || op?.object !== 'element' || op.verb !== 'add') return false;
+  let deleted = 0;
+  const want = new Map(op.elements.map((x) => [elementId(x), x]));
+  for (const e of b.events) {
+    if (e.type !== 'delsetelem' || e.family !== op.family || e.table !== op.table || e.name !== op.set || !e.elements?.length) return false;
+    for (const x of e.elements) {
+      const w = want.get(elementId(x));
+      if (w === undefined || !sameContent(w, x)) return false;
+      deleted++;
+    }
+  }
+  return deleted === op.elements.length;
 }

@@ -59,7 +59,7 @@ export interface NativeMonitor {
   skipOwn?(generation: number): void;
   /** Absent from an addon built before it (Monitor.arm). exprs: as commit's exprBytes, per reaction. */
   arm?(socket: NativeSocket, generation: number,
-    reactions: readonly { on: readonly unknown[]; ops: readonly unknown[]; exprs?: readonly (Buffer | undefined)[] }[]): boolean;
+    reactions: readonly { on: readonly unknown[]; ops?: readonly unknown[]; undo?: boolean; exprs?: readonly (Buffer | undefined)[] }[]): boolean;
   disarm?(): void;
   pause?(): void;
   resume?(): boolean;

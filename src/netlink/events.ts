@@ -73,12 +73,12 @@ export type EventKey = Pick<MonitorEvent, 'type' | 'family' | 'table' | 'name' |
 /**
  * What the monitor commits, without waking JavaScript first, when another writer's commit shows
  * exactly the events `on` (in order, compared by type, family, table, name and handle): `ops`, as
- * one batch guarded by that commit's generation (Monitor.arm).
+ * one batch guarded by that commit's generation (Monitor.arm). An undo names one element deletion
+ * (a `delsetelem` of a set) and has no ops: it answers a commit whose events are one or more of it
+ * (the kernel may send one deletion in several messages), and the monitor commits the deleted
+ * elements back, as the kernel reported them, guarded the same way.
  */
-export interface Reaction {
-  on: readonly EventKey[];
-  ops: readonly Op[];
-}
+export type Reaction = { on: readonly EventKey[]; ops: readonly Op[]; undo?: undefined } | { on: readonly [EventKey]; undo: true; ops?: undefined };
 
 /** What the monitor has read, at once (Monitor.progress). */
 export interface MonitorProgress {

@@ -66,13 +66,14 @@ export class Monitor {
    * touches a watched table (every commit since seen whole) ends the arm; when it is another
    * writer's and its events are exactly one reaction's `on`, that reaction's ops are committed on
    * `socket` (guarded by the batch's generation, echoed) before the batch is handed over with
-   * `reacted`. The monitor knows nothing of what the ops mean: which commits to answer, and how,
+   * `reacted`; an undo's commit adds back the elements its one element deletion removed. The monitor knows nothing of what the ops mean: which commits to answer, and how,
    * is the caller's. False (nothing armed) with no reactions, a socket other than an NftSocket, or
    * an addon built before it.
    */
   arm(socket: NftConn, generation: number, reactions: readonly Reaction[]): boolean {
     if (this.native.arm === undefined || this.closedFlag || !(socket instanceof NftSocket) || socket.closed) return false;
-    return this.native.arm(socket.nativeSocket, generation, reactions.map((r) => ({ on: r.on, ops: r.ops, exprs: preencoded(r.ops) })));
+    return this.native.arm(socket.nativeSocket, generation,
+      reactions.map((r) => (r.undo ? { on: r.on, undo: true } : { on: r.on, ops: r.ops, exprs: preencoded(r.ops) })));
   }
 
   /** Forgets the armed reactions (arm): every batch is JavaScript's to answer again. */

@@ -51,7 +51,7 @@
  *   and its events are exactly one reaction's `on`, in order (type, family,
  *   table, name and handle compared), that reaction's ops are committed on the
  *   armed connection, guarded by the commit's generation, before the record
- *   is handed over with `reacted`.
+ *   is handed over with `reacted` (an undo's: the deleted elements added back).
  * Not modelled: objects, flowtables, set timeouts, xt compat, loops
  * (ELOOP/EMLINK), and the committer's pid and comm (MonitorBatch.by).
  */
@@ -915,7 +915,10 @@ export class FakeWatch implements NftWatch {
     let most = 0;
     reactions.forEach((r, i) => {
       const at = `arm: reaction ${i}`;
-      if (r.on.length === 0 || r.ops.length === 0) throw new TypeError(`${at}: needs events (on) and ops`);
+      if (r.undo) {
+        if (r.on.length !== 1 || ((r as { ops?: readonly Op[] }).ops?.length ?? 0) !== 0) throw new TypeError(`${at}: an undo names one event (on) and no ops`);
+        if (r.on[0]!.type !== 'delsetelem') throw new TypeError(`${at}: an undo answers an element deletion (delsetelem) only`);
+      } else if (r.ops.length === 0 || r.on.length === 0) throw new TypeError(`${at}: needs events (on) and ops`);
       r.on.forEach((e, k) => {
         if (typeof e.type !== 'string' || typeof e.table !== 'string' || !(e.family in FAMILY.values)) {
           throw new TypeError(`${at}: event ${k} needs a type, a family and a table`);
@@ -926,7 +929,7 @@ export class FakeWatch implements NftWatch {
       if (triggers.has(trigger)) throw new TypeError(`${at}: the same events as an earlier one`);
       triggers.set(trigger, i);
       most = Math.max(most, r.on.length);
-      commitArgs(r.ops, {});  // what the addon could not encode
+      if (!r.undo) commitArgs(r.ops, {});  // what the addon could not encode
     });
     this.armedWith = { conn, generation, reactions, triggers, most };
     this.live = true;
@@ -997,13 +1000,25 @@ export class FakeWatch implements NftWatch {
   /** The armed reaction's answer to `b` (monitor.cc React), into b.reacted. */
   private react(b: MonitorBatch, prevTouched: number): void {
     const a = this.armedWith!;
-    if (b.overflow || b.truncated || !b.foreign || b.events.length > a.most) return;
+    const undos = a.reactions.some((r) => r.undo);
+    if (b.overflow || b.truncated || !b.foreign || (b.events.length > a.most && !undos)) return;
     // The first commit after the arm's generation that touches a watched table, every commit since seen whole.
     if (!b.since || b.since > a.generation + 1 || prevTouched > a.generation || b.generation <= a.generation) return;
     this.disarm();  // this commit ends the arm, answered or not
-    const reaction = a.triggers.get(triggerKey(b.events));
+    let reaction = a.triggers.get(triggerKey(b.events));
+    // An undo names one event and answers a commit of one or more of it.
+    const one = triggerKey(b.events.slice(0, 1));
+    if (reaction === undefined && undos && b.events.every((e) => triggerKey([e]) === one)) {
+      const u = a.triggers.get(one);
+      if (u !== undefined && a.reactions[u]!.undo) reaction = u;
+    }
     if (reaction === undefined) return;
-    const outcome = a.conn.react(a.reactions[reaction]!.ops, b.generation);
+    const r = a.reactions[reaction]!;
+    // An undo sends each deletion back as an addition of the same elements (as the kernel reported them).
+    const ops: readonly Op[] = r.undo
+      ? b.events.map((e) => ({ verb: 'add', object: 'element', family: e.family, table: e.table, set: e.name!, elements: e.elements! }))
+      : r.ops;
+    const outcome = a.conn.react(ops, b.generation);
     if (outcome) b.reacted = { ...outcome, reaction, committedNs: Number(process.hrtime.bigint()) };
   }
 

@@ -8,12 +8,13 @@
  * the mirror holds the kernel's handles. The generation guard holds: a commit that lands between
  * the deletion and the monitor's repair makes the kernel refuse it (nothing changed), and a commit
  * that touched the owned table since the monitor was armed leaves the next deletion to JavaScript.
+ * Per owned set, an undo: another writer's deletion of elements is sent back by the monitor.
  * What the monitor answers on its own, and with what, is the shared behaviour suite's
  * (behaviour-events.ts armCases, against the kernel and the fake); the keeper's arming decisions
  * are also tested on the fake (arming.test.ts).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Keeper, RepairReport } from '../../src/keeper/keeper.js';
+import type { Keeper, KeeperOptions, RepairReport } from '../../src/keeper/keeper.js';
 import { Batch } from '../../src/netlink/batch.js';
 import { Monitor } from '../../src/netlink/monitor.js';
 import { open, type NftSocket } from '../../src/netlink/socket.js';
@@ -21,28 +22,38 @@ import { createNetns, type Netns } from '../helpers/netns.js';
 import { sleep, until } from '../helpers/wait.js';
 import { nextRepair, startKeeper } from './helpers.js';
 import { planConfig, readPlanChain } from './plan-fixtures.js';
+import { parseConfig } from '../../src/config/config.js';
 
 const WANT = [1, 2, 3, 4, 5];
 const where = { family: 'ip', table: 't', chain: 'c' } as const;
 const chain = (sock: NftSocket) => readPlanChain(sock, WANT);
 
+/** How many dumps the keeper has made. */
+const dumpsOf = async (keeper: Keeper) => (await keeper.metrics.dumps.get()).values[0]?.value ?? 0;
+
+/** A keeper with `options`, its mirror seeded, and how many commits its own JavaScript made (the monitor's are not). */
+async function startCounting(ns: Netns, options: Partial<KeeperOptions>): Promise<{ keeper: Keeper; jsCommits: () => number }> {
+  const keeper = await startKeeper(ns, options);
+  await until('the mirror to be seeded', () => keeper.mirrorState()?.exact === true);
+  await keeper.idle();
+  let n = 0;
+  const conn = keeper.socket!;
+  const commitNow = conn.commitNow!.bind(conn);
+  const commit = conn.commit.bind(conn);
+  conn.commitNow = (...a) => { n++; return commitNow(...a); };
+  conn.commit = (...a) => { n++; return commit(...a); };
+  return { keeper, jsCommits: () => n };
+}
+
 describe('the keeper arms the monitor with the repair of each owned rule', () => {
   let ns: Netns;
   let sock: NftSocket;
   let keeper: Keeper;
-  let jsCommits = 0;
+  let jsCommits: () => number;
   beforeAll(async () => {
     ns = createNetns('armed');
     sock = open({ netns: ns.path });
-    keeper = await startKeeper(ns, { config: planConfig(WANT), fight: { threshold: 1e9 } });
-    await until('the mirror to be seeded', () => keeper.mirrorState()?.exact === true);
-    await keeper.idle();
-    // Every commit of the keeper's own JavaScript goes through these: the monitor's does not.
-    const conn = keeper.socket!;
-    const commitNow = conn.commitNow!.bind(conn);
-    const commit = conn.commit.bind(conn);
-    conn.commitNow = (...a) => { jsCommits++; return commitNow(...a); };
-    conn.commit = (...a) => { jsCommits++; return commit(...a); };
+    ({ keeper, jsCommits } = await startCounting(ns, { config: planConfig(WANT), fight: { threshold: 1e9 } }));
   }, 60_000);
   afterAll(async () => {
     await keeper?.stop();
@@ -50,20 +61,20 @@ describe('the keeper arms the monitor with the repair of each owned rule', () =>
     ns?.remove();
   });
 
-  const dumps = async () => (await keeper.metrics.dumps.get()).values[0]?.value ?? 0;
+  const dumps = () => dumpsOf(keeper);
 
   async function deleteAndWait(index: number): Promise<{ r: RepairReport; before: number[]; after: number[] }> {
     await until('the monitor to be armed', () => keeper.armed === true, 10_000);
     const before = (await chain(sock)).handles;
     const d0 = await dumps();
-    const j0 = jsCommits;
+    const j0 = jsCommits();
     const repaired = nextRepair(keeper, 10_000);
     await sock.commit(new Batch().delete('rule', { ...where, handle: before[index]! }));
     const r = await repaired;
     await keeper.idle();
     const after = await chain(sock);
     expect(after.ok).toBe(true);
-    expect(jsCommits).toBe(j0);  // committed by the monitor, not by the keeper's JavaScript
+    expect(jsCommits()).toBe(j0);  // committed by the monitor, not by the keeper's JavaScript
     expect(await dumps()).toBe(d0);  // nothing read
     expect(r.ops).toBe(1);
     expect(keeper.mirrorState()?.exact).toBe(true);
@@ -109,7 +120,7 @@ describe('the keeper arms the monitor with the repair of each owned rule', () =>
       const [, generation, reactions] = armed[0]!;
       expect(generation).toBe(keeper.state.view.generation);
       expect(reactions.map((r) => r.on)).toEqual(after.map((handle) => [{ type: 'delrule', family: 'ip', table: 't', name: 'c', handle }]));
-      expect(reactions.map((r) => r.ops.map((o) => [o.verb, (o as { position?: number }).position]))).toEqual(after.map((_, j) => [[j === 0 ? 'insert' : 'add', j === 0 ? undefined : after[j - 1]]]));
+      expect(reactions.map((r) => r.ops!.map((o) => [o.verb, (o as { position?: number }).position]))).toEqual(after.map((_, j) => [[j === 0 ? 'insert' : 'add', j === 0 ? undefined : after[j - 1]]]));
     } finally {
       monitor.arm = arm;
     }
@@ -137,7 +148,7 @@ describe('the keeper arms the monitor with the repair of each owned rule', () =>
   it('a foreign commit that touches the owned table leaves the next deletion to JavaScript, which repairs both', async () => {
     await until('the monitor to be armed', () => keeper.armed === true, 10_000);
     const before = (await chain(sock)).handles;
-    const j0 = jsCommits;
+    const j0 = jsCommits();
     // One turn of this thread: both commits are in before the keeper's monitor reads either.
     const repaired = new Promise<void>((resolve) => {
       keeper.on('repaired', function on() {
@@ -153,7 +164,7 @@ describe('the keeper arms the monitor with the repair of each owned rule', () =>
     await repaired;
     await keeper.idle();
     expect((await chain(sock)).ok).toBe(true);
-    expect(jsCommits).toBeGreaterThan(j0);
+    expect(jsCommits()).toBeGreaterThan(j0);
   });
 });
 
@@ -162,16 +173,8 @@ describe('in a fight, the keeper arms the monitor again once the back-off since 
     const ns = createNetns('armfight');
     const sock = open({ netns: ns.path });
     // Two repairs within a minute raise the level: from then on 300 ms between repairs, for the whole test.
-    const keeper = await startKeeper(ns, { config: planConfig(WANT), fight: { threshold: 2, windowMs: 60_000, baseMs: 300, quietMs: 60_000 } });
+    const { keeper, jsCommits } = await startCounting(ns, { config: planConfig(WANT), fight: { threshold: 2, windowMs: 60_000, baseMs: 300, quietMs: 60_000 } });
     try {
-      await until('the mirror to be seeded', () => keeper.mirrorState()?.exact === true);
-      await keeper.idle();
-      let jsCommits = 0;
-      const conn = keeper.socket!;
-      const commitNow = conn.commitNow!.bind(conn);
-      const commit = conn.commit.bind(conn);
-      conn.commitNow = (...a) => { jsCommits++; return commitNow(...a); };
-      conn.commit = (...a) => { jsCommits++; return commit(...a); };
       const deleteAt = async (i: number) => {
         const before = (await chain(sock)).handles;
         const repaired = nextRepair(keeper, 10_000);
@@ -183,21 +186,21 @@ describe('in a fight, the keeper arms the monitor again once the back-off since 
       };
       for (const i of [1, 2, 3]) {
         await until('the monitor to be armed', () => keeper.armed === true, 10_000);
-        const j0 = jsCommits;
+        const j0 = jsCommits();
         await deleteAt(i);
-        expect(jsCommits).toBe(j0);  // the monitor's commit
+        expect(jsCommits()).toBe(j0);  // the monitor's commit
       }
       expect(keeper.status().fightLevel).toBeGreaterThan(0);
       // Right after a repair the back-off holds: not armed, and a deletion now waits for the keeper.
       expect(keeper.armed).toBe(false);
-      const j1 = jsCommits;
+      const j1 = jsCommits();
       await deleteAt(0);
-      expect(jsCommits).toBe(j1 + 1);
+      expect(jsCommits()).toBe(j1 + 1);
       // Once it is over, armed again: the monitor answers.
       await until('the monitor to be armed after the back-off', () => keeper.armed === true, 10_000);
-      const j2 = jsCommits;
+      const j2 = jsCommits();
       await deleteAt(4);
-      expect(jsCommits).toBe(j2);
+      expect(jsCommits()).toBe(j2);
       expect(keeper.status().fightLevel).toBeGreaterThan(0);
     } finally {
       await keeper.stop();
@@ -205,4 +208,125 @@ describe('in a fight, the keeper arms the monitor again once the back-off since 
       ns.remove();
     }
   }, 60_000);
+});
+
+describe('the keeper arms the monitor with an undo of another writer\'s element deletion, per owned set', () => {
+  const ELEMENTS = 300;
+  const ip = (i: number) => `10.9.${i >> 8}.${i & 255}`;
+  const set = { family: 'ip', table: 'e', set: 's' } as const;
+  let ns: Netns;
+  let sock: NftSocket;
+  let keeper: Keeper;
+  let jsCommits: () => number;
+  beforeAll(async () => {
+    ns = createNetns('armundo');
+    sock = open({ netns: ns.path });
+    const config = parseConfig(`
+tables:
+  - family: ip
+    name: e
+    sets:
+      - name: s
+        type: ipv4_addr
+        elements: [${Array.from({ length: ELEMENTS }, (_, i) => ip(i)).join(', ')}]
+    maps:
+      - name: vm
+        type: "ipv4_addr . inet_service : verdict"
+        elements:
+          - "10.9.0.1 . 53 : goto side"
+          - "10.9.0.2 . 80 : accept"
+          - "10.9.0.3 . 443 : drop"
+    chains:
+      - name: c
+        type: filter
+        hook: forward
+        priority: filter
+        rules:
+          - ip saddr @s counter accept
+      - name: side
+        rules:
+          - counter accept
+`);
+    ({ keeper, jsCommits } = await startCounting(ns, { config, fight: { threshold: 1e9 } }));
+  }, 60_000);
+  afterAll(async () => {
+    await keeper?.stop();
+    sock?.close();
+    ns?.remove();
+  });
+
+  const dumps = () => dumpsOf(keeper);
+  const keys = async () => (await sock.listElements(set)).map((e) => e.key).sort();
+
+  /** Another writer's commit of `batch`; the keeper's repair; the set then holds every desired element again. */
+  async function commitAndWait(batch: Batch): Promise<{ r: RepairReport; byMonitor: boolean }> {
+    await until('the monitor to be armed', () => keeper.armed === true, 10_000);
+    const want = await keys();
+    const d0 = await dumps();
+    const j0 = jsCommits();
+    const repaired = nextRepair(keeper, 10_000);
+    await sock.commit(batch);
+    const r = await repaired;
+    await keeper.idle();
+    expect(await keys()).toEqual(want);
+    expect(await dumps()).toBe(d0);  // nothing read: planned from the events either way
+    await until('the mirror to follow the repair', () => keeper.mirrorState()?.exact === true && keeper.state.view.elementsDiffering('ip', 'e', 's') === 0
+      && keeper.state.view.elementsDiffering('ip', 'e', 'vm') === 0);
+    return { r, byMonitor: jsCommits() === j0 };
+  }
+
+  const elements = async (...at: number[]) => {
+    const all = await sock.listElements(set);
+    return at.map((i) => ({ key: all[i]!.key }));
+  };
+
+  it('one element deleted is added back by the monitor, not by the keeper\'s JavaScript, and the keeper arms again', async () => {
+    for (const i of [5, 150, 299]) {
+      const { r, byMonitor } = await commitAndWait(new Batch().delete('element', { ...set, elements: await elements(i) }));
+      expect(byMonitor).toBe(true);
+      expect(r.cause).toBe('event');
+      expect(r.ops).toBe(1);
+    }
+    await until('the monitor to be armed again', () => keeper.armed === true, 10_000);
+  });
+
+  it('several elements deleted in one commit come back in one commit of the monitor\'s', async () => {
+    const { byMonitor } = await commitAndWait(new Batch().delete('element', { ...set, elements: await elements(1, 2, 200) }));
+    expect(byMonitor).toBe(true);
+  });
+
+  it('a commit that deletes an element and adds a foreign one is no undo\'s: the keeper\'s JavaScript repairs both', async () => {
+    const { byMonitor } = await commitAndWait(new Batch()
+      .delete('element', { ...set, elements: await elements(7) })
+      .add('element', { ...set, elements: [{ key: '0a090909' }] }));
+    expect(byMonitor).toBe(false);
+    expect((await keys()).includes('0a090909')).toBe(false);
+  });
+
+  it('elements of a verdict map come back with their verdicts, a goto\'s chain included', async () => {
+    const vm = { family: 'ip', table: 'e', set: 'vm' } as const;
+    const held = async () => (await sock.listElements(vm)).map((e) => JSON.stringify([e.key, e.verdict, e.chain ?? ''])).sort();
+    const want = await held();
+    expect(want.some((e) => e.includes('"side"'))).toBe(true);
+    // nft is the oracle: its netlink dump of the map, the same before and after.
+    const dump = () => ns.exec('nft', ['--debug=netlink', 'list', 'map', 'ip', 'e', 'vm']);
+    const before = dump();
+    const all = await sock.listElements(vm);
+    const { byMonitor } = await commitAndWait(new Batch().delete('element', { ...vm, elements: all.slice(0, 2).map((e) => ({ key: e.key })) }));
+    expect(byMonitor).toBe(true);
+    expect(await held()).toEqual(want);
+    expect(dump()).toBe(before);
+  });
+
+  it('a rule deleted in the same table is still the rule reaction\'s', async () => {
+    await until('the monitor to be armed', () => keeper.armed === true, 10_000);
+    const j0 = jsCommits();
+    const [rule] = await sock.listRules({ family: 'ip', table: 'e', chain: 'c' });
+    const repaired = nextRepair(keeper, 10_000);
+    await sock.commit(new Batch().delete('rule', { family: 'ip', table: 'e', chain: 'c', handle: rule!.handle! }));
+    await repaired;
+    await keeper.idle();
+    expect(jsCommits()).toBe(j0);
+    expect(await sock.listRules({ family: 'ip', table: 'e', chain: 'c' })).toHaveLength(1);
+  });
 });

@@ -114,6 +114,17 @@ async function start(options: Partial<KeeperOptions> = {},
 /** The keeper's monitor holds a current arm (it arms after the keeper has waited once). */
 const armed = (w: World) => turns('the keeper to arm its watcher', () => w.k.armed);
 
+/** Commits `batch` as another writer and waits until the keeper gives its mirror up: the generation it made, the reasons given. */
+async function commitUntilGivenUp(w: World, batch: Batch): Promise<{ at: number; fallbacks: unknown[] }> {
+  const fallbacks: unknown[] = [];
+  w.k.on('mirror-fallback', (why) => fallbacks.push(why));
+  await w.other.commit(batch);
+  const at = w.kernel.generation;
+  await turns('the mirror to be given up', () => fallbacks.length > 0);
+  await w.k.idle();
+  return { at, fallbacks };
+}
+
 /** Deletes owned rule `index` as another writer and waits for its repair. */
 async function deleteOne(w: World, index: number) {
   const handles = await w.handles();
@@ -135,7 +146,7 @@ describe('what the keeper arms its watcher with', () => {
     expect(generation).toBe(w.kernel.generation);
     expect(generation).toBe(w.k.state.view.generation);
     expect(reactions.map((r) => r.on)).toEqual(h.map((handle) => [{ type: 'delrule', ...{ family: 'ip', table: 'nfkeeper' }, name: 'postrouting', handle }]));
-    expect(reactions.map((r) => r.ops.map((o) => [o.verb, (o as { position?: number }).position]))).toEqual(h.map((_, j) => [[j === 0 ? 'insert' : 'add', j === 0 ? undefined : h[j - 1]]]));
+    expect(reactions.map((r) => r.ops!.map((o) => [o.verb, (o as { position?: number }).position]))).toEqual(h.map((_, j) => [[j === 0 ? 'insert' : 'add', j === 0 ? undefined : h[j - 1]]]));
     // Planned on the mirror without moving it.
     expect(w.k.mirrorState()).toEqual({ exact: true, generation });
   });
@@ -228,13 +239,8 @@ describe('an answered deletion', () => {
     const w = await start({}, (arm, conn, generation, reactions) => arm(conn, generation, [...reactions].reverse()));
     await armed(w);
     const reads = await w.dumps();
-    const fallbacks: unknown[] = [];
-    w.k.on('mirror-fallback', (why) => fallbacks.push(why));
     const h = await w.handles();
-    await w.other.commit(new Batch().delete('rule', { ...OWNED, handle: h[2]! }));
-    const deletedAt = w.kernel.generation;
-    await turns('the mirror to be given up', () => fallbacks.length > 0);
-    await w.k.idle();
+    const { at: deletedAt, fallbacks } = await commitUntilGivenUp(w, new Batch().delete('rule', { ...OWNED, handle: h[2]! }));
     expect(w.batches.find((b) => b.generation === deletedAt)?.reacted).toMatchObject({ reaction: 1 });
     expect(fallbacks[0]).toMatch(/armed repair differs from the plan/);
     // The watcher committed the re-add of rule 2 (its reaction 1): the pass that follows reads it, and finds nothing to do.
@@ -440,5 +446,81 @@ describe('each condition of Arming.arm, one at a time (the keeper\'s Arming, ask
     expect(w.arms).toHaveLength(arms);
     expect(w.k.armed).toBe(false);
     expect(w.k.mirrorState()).toMatchObject({ exact: false, reason: expect.stringMatching(/^arming the monitor: after a deletion of rule handle \d+ in nfkeeper postrouting, the plan is not one rule re-added/) });
+  });
+});
+
+describe('undo reactions for owned sets', () => {
+  const SETS = `
+tables:
+  - family: ip
+    name: e
+    sets:
+      - { name: plain, type: ipv4_addr, elements: [10.0.0.1, 10.0.0.2, 10.0.0.3] }
+      - { name: counted, type: ipv4_addr, statements: counter, elements: [10.0.1.1, 10.0.1.2] }
+      - { name: ranges, type: ipv4_addr, flags: [interval], elements: [10.0.2.0/24] }
+    chains:
+      - name: c
+        type: filter
+        hook: forward
+        priority: filter
+        rules:
+          - ip saddr @plain accept
+`;
+  const PLAIN = { family: 'ip' as Family, table: 'e', set: 'plain' };
+  const keys = async (w: World) => (await w.other.listElements(PLAIN)).map((e) => e.key).sort();
+
+  it('one per set the mirror follows and holds as desired, without statements: not a set with statements or one the mirror does not follow', async () => {
+    const w = await start({ config: parseConfig(SETS) });
+    await armed(w);
+    const undos = w.arms.at(-1)!.reactions.filter((r) => r.undo);
+    expect(undos.map((r) => r.on)).toEqual([[{ type: 'delsetelem', family: 'ip', table: 'e', name: 'plain' }]]);
+  });
+
+  it('an answered deletion is taken over (nothing committed or read by JavaScript) and the keeper arms again once the mirror followed the repair', async () => {
+    const w = await start({ config: parseConfig(SETS) });
+    await armed(w);
+    const want = await keys(w);
+    const [j0, d0, a0] = [w.jsCommits(), await w.dumps(), w.arms.length];
+    const repaired = nextRepair(w.k);
+    await w.other.commit(new Batch().delete('element', { ...PLAIN, elements: [{ key: want[1]! }] }));
+    const r = await repaired;
+    await w.k.idle();
+    expect(r.cause).toBe('event');
+    expect(await keys(w)).toEqual(want);
+    expect([w.jsCommits(), await w.dumps()]).toEqual([j0, d0]);
+    expect(w.batches.some((b) => b.reacted !== undefined && 'handles' in b.reacted)).toBe(true);
+    await armed(w);
+    expect(w.arms.length).toBeGreaterThan(a0);
+    expect(w.k.mirrorState()?.exact).toBe(true);
+  });
+
+  it('an answer the keeper takes for an undo that did not add elements back: the mirror is off, and a read looks at what was committed', async () => {
+    // The watcher holds the reactions in reverse order: its answer to the rule's deletion (its
+    // reaction 1, the rule's re-add) is the keeper's reaction 1, the undo of set plain.
+    const w = await start({ config: parseConfig(SETS) }, (arm, conn, generation, reactions) => arm(conn, generation, [...reactions].reverse()));
+    await armed(w);
+    expect(w.arms.at(-1)!.reactions.map((r) => r.undo === true)).toEqual([false, true]);
+    const reads = await w.dumps();
+    const [rule] = await w.other.listRules({ family: 'ip', table: 'e', chain: 'c' });
+    const { at: deletedAt, fallbacks } = await commitUntilGivenUp(w, new Batch().delete('rule', { family: 'ip', table: 'e', chain: 'c', handle: rule!.handle! }));
+    expect(w.batches.find((b) => b.generation === deletedAt)?.reacted).toMatchObject({ reaction: 1 });
+    expect(fallbacks[0]).toMatch(/armed repair differs from the plan/);
+    expect(await w.dumps()).toBeGreaterThan(reads);
+    expect(await w.other.listRules({ family: 'ip', table: 'e', chain: 'c' })).toHaveLength(1);
+    expect(w.kernel.generation).toBe(deletedAt + 1);
+  });
+
+  it('several elements deleted in one commit are added back by the undo', async () => {
+    const w = await start({ config: parseConfig(SETS) });
+    await armed(w);
+    const want = await keys(w);
+    const j0 = w.jsCommits();
+    const repaired = nextRepair(w.k);
+    await w.other.commit(new Batch().delete('element', { ...PLAIN, elements: [{ key: want[0]! }, { key: want[2]! }] }));
+    await repaired;
+    await w.k.idle();
+    expect(await keys(w)).toEqual(want);
+    expect(w.jsCommits()).toBe(j0);
+    expect(w.k.mirrorState()?.exact).toBe(true);
   });
 });

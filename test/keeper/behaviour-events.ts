@@ -508,6 +508,31 @@ export function armCases(f: Fixture): void {
     }
   });
 
+  it('arm: an undo answers another writer\'s deletion of elements of its set, in one commit, by adding them back as they were; not a commit with anything beside', async () => {
+    const a = await armed();
+    try {
+      const S = { ...IP, table: 't', set: 's' };
+      const keys = ['0a000001', '0a000002', '0a000003', '0a000004'];
+      await a.next(() => a.other.commit(new Batch().add('set', { ...IP, table: 't', name: 's', keyType: 7, keyLen: 4, elements: keys.map((key) => ({ key })) })));
+      const undo = (h: number[]): Reaction[] => [...everyRule(h), { on: [{ type: 'delsetelem', ...IP, table: 't', name: 's' }], undo: true }];
+      const held = async () => (await a.conn.listElements(S)).map((e) => e.key).sort();
+      const { generation } = await a.arm(undo);
+      const b = await a.next(() => a.other.commit(new Batch().delete('element', { ...S, elements: [{ key: keys[1]! }, { key: keys[3]! }] })));
+      expect(b.generation).toBe(generation + 1);
+      expect(b.reacted).toMatchObject({ reaction: 5 });
+      expect(await held()).toEqual(keys);
+      expect(a.conn.generation()).toBe(generation + 2);
+      // A deletion beside an addition is not the undo's: nothing committed for it.
+      await a.arm(undo);
+      const mixed = await a.next(() => a.other.commit(new Batch().delete('element', { ...S, elements: [{ key: keys[0]! }] })
+        .add('element', { ...S, elements: [{ key: '0a000009' }] })));
+      expect(mixed.reacted).toBeUndefined();
+      expect(await held()).toEqual([...keys.slice(1), '0a000009']);
+    } finally {
+      a.w.close();
+    }
+  });
+
   it('arm: events in another order, with more beside them, or that no reaction names are not answered, and end the arm', async () => {
     const a = await armed();
     try {
