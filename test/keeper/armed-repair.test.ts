@@ -308,8 +308,9 @@ tables:
     const held = async () => (await sock.listElements(vm)).map((e) => JSON.stringify([e.key, e.verdict, e.chain ?? ''])).sort();
     const want = await held();
     expect(want.some((e) => e.includes('"side"'))).toBe(true);
-    // nft is the oracle: its netlink dump of the map, the same before and after.
-    const dump = () => ns.exec('nft', ['--debug=netlink', 'list', 'map', 'ip', 'e', 'vm']);
+    // nft is the oracle: its netlink dump of the map, the same before and after (its lines sorted:
+    // a hash map's elements are dumped in bucket order, which a re-add may change).
+    const dump = () => ns.exec('nft', ['--debug=netlink', 'list', 'map', 'ip', 'e', 'vm']).split('\n').sort().join('\n');
     const before = dump();
     const all = await sock.listElements(vm);
     const { byMonitor } = await commitAndWait(new Batch().delete('element', { ...vm, elements: all.slice(0, 2).map((e) => ({ key: e.key })) }));
