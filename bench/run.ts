@@ -293,7 +293,12 @@ function write(out: Omit<RunResults, 'meta'>, loadavgStart: string, pending: str
       out.s8 = { ...out.s8, ...(parts.includes('ready') ? {} : { ready: prev.s8.ready }), ...(parts.includes('repairs') ? {} : { repairs: prev.s8.repairs }),
         ...(parts.includes('neighbour') ? {} : { neighbour: prev.s8.neighbour }) };
     }
-    const merged: RunResults = { ...prev, ...out, ...rows, meta: { ...prev.meta, merged: [...(prev.meta.merged ?? [])
+    // A scenario the earlier run had not reached is no longer missing once merged in.
+    const stillPending = prev.meta.incomplete?.split(', ')
+      .flatMap((x) => { const m = /^S(\d)-S(\d)$/.exec(x); return m ? Array.from({ length: +m[2]! - +m[1]! + 1 }, (_, i) => `S${+m[1]! + i}`) : [x]; })
+      .filter((x) => !only.has(x.toLowerCase() as Scenario)).join(', ');
+    const { incomplete: _pending, ...prevMeta } = prev.meta;
+    const merged: RunResults = { ...prev, ...out, ...rows, meta: { ...prevMeta, ...(stillPending ? { incomplete: stillPending } : {}), merged: [...(prev.meta.merged ?? [])
       .filter((x) => pick || ![...only].some((o) => x.startsWith(o.toUpperCase() + ' '))),
       `${[...only].map((o) => o.toUpperCase()).join(', ')}${pick ? ` at N = ${[...pick].join(', ')}` : ''} from a separate ${results.meta.mode} run on ${results.meta.date} (${results.meta.durationS.toFixed(0)} s, ` +
         `load average ${results.meta.loadavgStart} / ${results.meta.loadavgEnd}, ${results.meta.commit.replace(/ \(.*\)/, '')}; ${results.meta.budgets.join('; ')})`] } };
