@@ -38,7 +38,7 @@ export interface KeeperOptions {
   /** Where to connect and watch; default the kernel of `netns`. */
   host?: NftHost;
   /**
-   * Follow the owned chains from the events and repair a foreign change from it, without
+   * Follow the owned chains and sets from the events and repair a foreign change from that, without
    * a dump (src/keeper/follow-events.ts). Default true; needs events and a watcher that reports progress.
    */
   follow?: boolean;
