@@ -4,7 +4,7 @@
  * deletes the middle rule and waits on the nftables multicast group for the repair. Both sides
  * stamp the same monotonic clock (process.hrtime), so each sample splits into:
  *
- *   probe commit → keeper's JS sees the event → pass starts → mirror proven exact → plan built →
+ *   probe commit → keeper's JS sees the event → pass starts → followed part proven exact → plan built →
  *   repair committed (sendmsg returns: the kernel ran the transaction) → probe's JS sees it.
  *
  *   sudo npx tsx bench/repair-trace.ts [--n 4] [--count 300] [--gap-ms 20] [--node-flags "--max-semi-space-size=1"]
@@ -38,7 +38,7 @@ const N = Number(arg('--n', '4'));
 const COUNT = Number(arg('--count', '300'));
 const GAP_MS = Number(arg('--gap-ms', '20'));
 const WARMUP = N >= 100_000 ? 2 : 10;
-// A big chain's first repairs may be full passes (the mirror seeds by a read after start-up): seconds.
+// A big chain's first repairs may be full passes (the followed part seeds by a read after start-up): seconds.
 const TIMEOUT_MS = N >= 10_000 ? 120_000 : 10_000;
 const NODE_FLAGS = arg('--node-flags', '').split(' ').filter(Boolean);
 // --perf FILE: `perf record -g` of the keeper process while the samples run (with --node-flags --perf-basic-prof for JS names).
@@ -77,12 +77,12 @@ async function main(): Promise<void> {
       let ready!: () => void;
       let exact!: () => void;
       const isReady = new Promise<void>((r) => { ready = r; });
-      // The mirror is seeded by a read after start-up (seconds at 100,000 rules): until then a repair
+      // The followed part is seeded by a read after start-up (seconds at 100,000 rules): until then a repair
       // is a full pass, which is not what this traces.
       const isExact = new Promise<void>((r) => { exact = r; });
       createInterface({ input: child.stdout! }).on('line', (l) => {
         if (l === 'ready') ready();
-        else if (l === 'mirror exact') exact();
+        else if (l === 'followed exact') exact();
         else if (l.startsWith('trace ')) traces.push(JSON.parse(l.slice(6)) as Marks);
       });
       await isReady;
@@ -169,7 +169,7 @@ const JS_SEGMENTS: [string, (s: Sample) => number][] = [
   ['probe commit → keeper\'s monitor has read it', (s) => s.keeper!.received - s.t0],
   ['monitor read → keeper JS (batch to objects)', (s) => s.keeper!.event - s.keeper!.received],
   ['event → pass starts', (s) => s.keeper!.pass - s.keeper!.event],
-  ['pass → mirror proven exact', (s) => s.keeper!.proved - s.keeper!.pass],
+  ['pass → followed part proven exact', (s) => s.keeper!.proved - s.keeper!.pass],
   ['plan built', (s) => s.keeper!.planned - s.keeper!.proved],
   ['repair commit (encode + sendmsg + acks)', (s) => s.keeper!.committed - s.keeper!.planned],
   ['committed → probe JS sees the repair', (s) => s.seen - s.keeper!.committed],

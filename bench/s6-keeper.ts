@@ -3,7 +3,7 @@
  * with events on, a 1 s tick and the fight back-off off (the probe deletes a
  * rule every few milliseconds on purpose; `nfkeeper run` would back off, as
  * deployed). Prints "ready" once the start-up pass has verified the table,
- * and "mirror exact" whenever the event mirror (re)gains its proof.
+ * and "followed exact" whenever the followed part (re)gains its proof.
  *
  * With --alt-config FILE (compiled at start, like --config), each line
  * "swap" on stdin applies the other of the two configs (setConfig) and prints
@@ -55,11 +55,11 @@ if (trace) setInterval(flushTrace, 250).unref();
 const keeper = new Keeper({ config: configs[0]!, netns: arg('--netns'), fight: { threshold: 1e9 }, trace });
 keeper.on('error', (e: Error) => process.stderr.write(`keeper: ${e.message}\n`));
 // A repair that could not be planned from the events (the full observe ran instead) says why.
-keeper.on('mirror', (m: { exact: boolean; reason?: string }) => {
-  if (!m.exact) process.stderr.write(`keeper: event mirror off until the next read: ${m.reason}\n`);
-  else process.stdout.write('mirror exact\n');
+keeper.on('followed', (m: { exact: boolean; reason?: string }) => {
+  if (!m.exact) process.stderr.write(`keeper: followed part off until the next read: ${m.reason}\n`);
+  else process.stdout.write('followed exact\n');
 });
-keeper.on('mirror-fallback', (reason?: string) => process.stderr.write(`keeper: a pass read the kernel: ${reason ?? '?'}\n`));
+keeper.on('follow-fallback', (reason?: string) => process.stderr.write(`keeper: a pass read the kernel: ${reason ?? '?'}\n`));
 await keeper.start();
 process.stdout.write('ready\n');
 if (configs.length > 1) {

@@ -4,14 +4,14 @@
  * loaded from an nft file. Measures reading and building the file, nfkeeper's
  * install beside `nft -f` of the same file, a check pass that finds nothing,
  * and a one-element repair by a full read (observe, diff, plan, guarded commit
- * of element ops only: what the keeper falls back to without the event
- * mirror's proof), in process.
+ * of element ops only: what the keeper falls back to without the followed
+ * part's proof), in process.
  *
  * Then from OUTSIDE the keeper: the keeper runs as its own process
  * (bench/s6-keeper.ts, the same file as its config), and bench/probe.ts's
  * ElementRepairProbe, with its own socket, deletes one element and waits on
  * the nftables multicast group for the keeper's commit adding it back (the
- * event mirror's repair, no read); and a desired change of one element (the
+ * followed part's repair, no read); and a desired change of one element (the
  * keeper is told on stdin to apply the precompiled other config, in which one
  * element jumps elsewhere), timed from the command to the keeper's commit
  * seen on the multicast group, with the keeper's own figures beside it.
@@ -20,8 +20,8 @@
  * it back, two commits).
  *
  * Then the keeper's own passes over the same file, in process (src/keeper with events and the
- * mirror, its reads counted on its socket): its start-up on an empty namespace (install, then the
- * event mirror seeded), a reload that changes a rule (the mirror cannot follow that: a full pass,
+ * followed part, its reads counted on its socket): its start-up on an empty namespace (install, then the
+ * followed part seeded), a reload that changes a rule (the events cannot follow that: a full pass,
  * planned from what the keeper knows or from a read), and the safety net's read-back of that
  * trusted commit, and a fallback (the map flushed by nft, filled again by a full pass); each with
  * its time and the rule, digest and element dumps it made.
@@ -64,7 +64,7 @@ const KEEPER_ONLY = process.argv.includes('--keeper-only');
 
 /**
  * The keeper's passes over `config` in the namespace (emptied first): start-up to ready and to the
- * mirror exact, a reload of `changed` (a rule differs), and the safety net's read-back after it.
+ * the followed part exact, a reload of `changed` (a rule differs), and the safety net's read-back after it.
  */
 async function keeperPasses(netns: string, config: Config, changed: Config, flush: () => void, flushMap: () => void):
   Promise<Record<string, number | string>> {
@@ -107,9 +107,9 @@ async function keeperPasses(netns: string, config: Config, changed: Config, flus
     const t0 = performance.now();
     await keeper.start();
     out.keeperStartReadyMs = ms(t0);
-    await until(() => keeper.mirrorState()?.exact === true);
+    await until(() => keeper.followState()?.exact === true);
     await keeper.idle();
-    out.keeperStartMirrorExactMs = ms(t0);
+    out.keeperStartFollowedExactMs = ms(t0);
     out['keeperStartReads(rules/digests/elements)'] = said();
     // Past the start-up's own read-back, if it owes one.
     await new Promise((r) => setTimeout(r, 2500));
@@ -132,7 +132,7 @@ async function keeperPasses(netns: string, config: Config, changed: Config, flus
     out.keeperSafetyNetMs = readStart.at ? Number((performance.now() - readStart.at).toFixed(1)) : 'none';
     out['keeperSafetyNetReads(rules/digests/elements)'] = said();
     out.keeperDumpsAfterReload = (await dumps()) - d0;
-    // A fallback: the map flushed by nft (more element events than a monitor batch keeps: the mirror
+    // A fallback: the map flushed by nft (more element events than a monitor batch keeps: the followed part
     // gives up), found and filled again by a full pass; timed from the flush to the map whole again.
     await new Promise((r) => setTimeout(r, 2500));
     await keeper.idle();

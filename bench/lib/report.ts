@@ -342,8 +342,8 @@ function s7Section(x: S7Results): string[] {
     `**registration**: \`nfkeeper run\` as its own process (${x.root}), owners configured; ${n} owners of ${x.rulesPerOwner} rules (a chain of 9 and a jump) ` +
       'registered ONE BY ONE over the control socket, each PUT sent when the previous was answered (an answer means on disk and in the kernel). ' +
       '**one owner**: one more registered at N, and removed, in process: the ops of its batch and the kernel reads it made. ' +
-      `**pass**: an in-process keeper with ${n} owners after another table was committed (only the generation moved): after a read-back (the event mirror serves it), ` +
-      'and right after a registration (the mirror is not seeded yet: the known state, kept by the events\' proof that no commit touched the owned table); kernel reads in brackets. ' +
+      `**pass**: an in-process keeper with ${n} owners after another table was committed (only the generation moved): after a read-back (the followed part serves it), ` +
+      'and right after a registration (the followed part is not seeded yet: the known state, kept by the events\' proof that no commit touched the owned table); kernel reads in brackets. ' +
       '**RSS**: `nfkeeper run` (no V8 flags) 15 s after it was ready (start-up, the read-back of its own commit, ticks).', '',
     '| owners | registered one by one | rate | PUT p50 / p99 | daemon CPU per PUT | daemon RSS after (peak) | one owner: ops (reads) | its removal: ops (reads) | pass, only the generation moved: p50 / p99 (reads) | the same right after a registration |',
     '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',

@@ -111,7 +111,7 @@ export async function runS6Elements(o: S6ElementOptions): Promise<S6ElementRow> 
   let changeOps = 0;
   try {
     await waitLine(/^ready$/, 600_000);
-    await waitLine(/^mirror exact$/, 600_000);
+    await waitLine(/^followed exact$/, 600_000);
     const big = o.elements >= 100_000;
     repair = (await probeElementRepairs({ netns: o.netns, family: 'ip', table: TABLE, set: MAP }, o.repairs, o.gapMs,
       { warmup: Math.min(3, o.repairs), timeoutMs: big ? 120_000 : 30_000 })).summary;

@@ -7,8 +7,8 @@
  *   the kernel). Reported: the rate, each PUT's latency, the daemon's CPU per PUT and its RSS;
  * - one more owner at N, and its removal, in process: the ops of its batch and the reads it made;
  * - a pass at N owners when nothing changed but the generation (another table was committed):
- *   an in-process keeper's request(), (a) after a read-back seeded the event mirror, and (b) right
- *   after a registration (the mirror not seeded yet: the known state, with the events' proof that
+ *   an in-process keeper's request(), (a) after a read-back seeded the followed part, and (b) right
+ *   after a registration (the followed part not seeded yet: the known state, with the events' proof that
  *   the commit was in another table), each with the kernel reads it made;
  * - RSS of `nfkeeper run` idle with examples/flannel.yaml and with one owned chain of 10,000 and
  *   100,000 rules (VmRSS after start-up and the 10 s read-back, and VmHWM).
@@ -46,7 +46,7 @@ export interface S7Results {
   /** The same N owners registered into a fresh daemon with this many PUTs in flight (one client process). */
   concurrent?: Registration[];
   one: { ops: number; reads: number; removeOps: number; removeReads: number };
-  /** After a read-back: the event mirror serves the pass. */
+  /** After a read-back: the followed part serves the pass. */
   pass: Summary;
   passReads: number;
   /** Right after a registration (each sample follows one): the known state and the events' proof. */
@@ -353,9 +353,9 @@ export async function runS7(o: S7Options): Promise<S7Results> {
           return { s: summarize(passes), reads };
         };
         let elsewhere = 0;
-        const mirrored = await timePasses(async () => undefined);
-        out.pass = mirrored.s;
-        out.passReads = mirrored.reads;
+        const followed = await timePasses(async () => undefined);
+        out.pass = followed.s;
+        out.passReads = followed.reads;
         let extra = 0;
         const afterPut = await timePasses(() => registry.put(`extra-${extra}`, ownerSpec(o.owners + 10 + extra++, 10)).then(() => undefined));
         out.passAfterPut = afterPut.s;

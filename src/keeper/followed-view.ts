@@ -3,7 +3,7 @@
  * view; this is its part that follows the events): the owned tables by family and name, the last
  * commit that touched each, and the followed part of those a look seeded (OwnedTable.followed),
  * moved by each batch in generation order (follow-events.ts), by the echo of our own repair
- * (learnCommit), and planned from by the event repairs (plan, mirror-plan.ts). The events follow
+ * (learnCommit), and planned from by the event repairs (plan, follow-plan.ts). The events follow
  * while the monitor's run of whole commits holds (an overflow, a gap or a truncated batch loses
  * every table); an event that cannot be followed loses its table alone.
  */
@@ -14,7 +14,7 @@ import type { Family } from '../netlink/expr.js';
 import type { ObservedTable } from '../netlink/objects.js';
 import { followForeign, followOwn, learnEcho, unfollow, type FollowOutcome } from './follow-events.js';
 import { seedTable } from './follow-seed.js';
-import { planMirror, type MirrorPlan } from './mirror-plan.js';
+import { planFollowed, type FollowPlan } from './follow-plan.js';
 import { followedClean, type Expected, type OwnedTable } from './owned-table.js';
 
 /**
@@ -297,14 +297,14 @@ export class FollowedView {
    * The repair of every difference the followed tables hold, 'clean', or undefined when not a small
    * edit or when a table the events lost is clean otherwise (a full pass reads it).
    */
-  plan(): MirrorPlan | 'clean' | undefined {
+  plan(): FollowPlan | 'clean' | undefined {
     const followed = [];
     let unknown = false;
     for (const rec of this.seeded) {
       if (rec.followed) followed.push(rec.followed);
       else unknown = true;
     }
-    const plan = planMirror(new Batch(), followed);
+    const plan = planFollowed(new Batch(), followed);
     return plan === 'clean' && (unknown || followed.length === 0) ? undefined : plan;
   }
 
@@ -348,7 +348,7 @@ export class FollowedView {
    * handle, its generation and count of followed batches restored. Throws, the events lost, if it
    * does not follow as it must.
    */
-  planAfter(on: EventKey, ownPort: number): MirrorPlan {
+  planAfter(on: EventKey, ownPort: number): FollowPlan {
     const { generation, applied } = this;
     const deleted: MonitorBatch = {
       overflow: false, truncated: false, foreign: true, generation: generation + 1, since: generation + 1,

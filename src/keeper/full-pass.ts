@@ -27,7 +27,7 @@ export class FullPass implements RepairPath<Promise<Outcome>> {
     /** What the pass committed, in nft words, for the foreign changes it answered (a few suffice). */
     let opsText: string[] | undefined;
     let r;
-    // The desired state this pass enforces: a reload meanwhile must not seed the mirror from this look.
+    // The desired state this pass enforces: a reload meanwhile must not seed the followed part from this look.
     const desired = k.desired;
     // The safety net's read-back reads the kernel, but by digests from the known state, decoding nothing (Reconciler.look).
     const readBack = k.readBackDue;
@@ -64,7 +64,7 @@ export class FullPass implements RepairPath<Promise<Outcome>> {
           reporter.committed(cause, detectedAt, look, ops);
         },
         trustSoleCommit: true,
-        // The mirror's seeding read only looks: drift it finds is repaired by a pass of its own, under
+        // The followed part's seeding read only looks: drift it finds is repaired by a pass of its own, under
         // the cause that brought it (the event that is on its way, or the tick).
         readOnly: background,
       });
@@ -74,11 +74,11 @@ export class FullPass implements RepairPath<Promise<Outcome>> {
     }
     if (r.status === 'drift') {
       // Not verified: the event that change raised (or, were it lost, the overflow or the tick
-      // finding the generation moved) brings a repairing pass under its own cause. A mirror that
+      // finding the generation moved) brings a repairing pass under its own cause. A followed part that
       // said clean over a kernel that was not (the read saw the same generation throughout) is off.
       if (sock.generation() === r.generation && (r.found.length ? r.found : r.first.flat).some((d) => k.view.followsTable(d.family, d.table))) {
-        k.view.invalidate('a read found a difference the mirror did not hold');
-        reporter.mirrorChanged();
+        k.view.invalidate('a read found a difference the followed part did not hold');
+        reporter.followChanged();
       }
       k.lastVerified = undefined;
       reporter.unverified();
@@ -106,21 +106,21 @@ export class FullPass implements RepairPath<Promise<Outcome>> {
       reporter.reportRepair({ cause, drift: r.found, ops: r.ops, latencyMs: performance.now() - detectedAt, generation: r.generation,
         attempts: r.attempts, opsText });
     }
-    // Owners changes come in runs (a registration each): the safety net seeds the mirror after them.
+    // Owners changes come in runs (a registration each): the safety net seeds the followed part after them.
     // A reload is one: its known state seeds it at once, without a read where it covers the tables.
-    this.seedMirror(r.trusted || desired !== k.desired ? undefined : lastLook, cause === 'owners');
+    this.seedFollowed(r.trusted || desired !== k.desired ? undefined : lastLook, cause === 'owners');
     return { status: r.ops > 0 ? 'repaired' : 'in-sync', drift: r.found, ops: r.ops, attempts: r.attempts, generation: r.generation };
   }
 
   /**
-   * After a full pass: a look that found everything as desired seeds the mirror (when the generation
+   * After a full pass: a look that found everything as desired seeds the followed part (when the generation
    * has not moved since, the dumps saw exactly that generation). A pass that ended on its own commit
-   * without a read leaves the mirror unseeded (the commit's own events are not planned by it), so
+   * without a read leaves the followed part unseeded (the commit's own events are not planned by it), so
    * the kernel is looked at once more right away, off the repair path, to seed it (from the known
    * state, which follows our own commits, so without a read where it covers the tables); after an
    * owners change (they come in runs) the safety net's read-back seeds it instead.
    */
-  private seedMirror(look: Look | undefined, inARun: boolean): void {
+  private seedFollowed(look: Look | undefined, inARun: boolean): void {
     const k = this.k;
     const view = k.view;
     if (!view.follows || k.stopped) return;
@@ -132,11 +132,11 @@ export class FullPass implements RepairPath<Promise<Outcome>> {
       if (!seeded) return;
       // After an overflow the monitor's run of whole commits restarts from here.
       k.monitor?.anchor?.(look.generation, view.overflows);
-      this.reporter.mirrorChanged();
+      this.reporter.followChanged();
       // The safety net's read-back: the events it replaces should have said the same.
       if (seeded === 'diverged') {
-        k.log.warn({ generation: look.generation }, 'the event mirror differed from the kernel read back; reseeded from the read');
-        k.events.emit('mirror-diverged');
+        k.log.warn({ generation: look.generation }, 'the followed part differed from the kernel read back; reseeded from the read');
+        k.events.emit('followed-diverged');
       }
       return;
     }

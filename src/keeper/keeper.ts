@@ -1,11 +1,11 @@
 /**
  * The keeper loop. Every interval it reads the generation id; if that equals the
  * generation it last verified, the tick is over. Otherwise, and whenever the monitor reports a
- * foreign commit touching an owned table, it repairs: the event repair (mirror-repair.ts) answers
+ * foreign commit touching an owned table, it repairs: the event repair (follow-repair.ts) answers
  * a foreign commit at once inside the monitor's callback when the kernel view (view.ts) proves
  * itself the kernel's state (or takes over the monitor's armed repair, arming.ts); otherwise a pass is
  * requested from the scheduler (scheduler.ts: at most one runs, at most one more is queued), which
- * tries the mirror pass and then the full pass (full-pass.ts: Reconciler.once, one batch guarded by
+ * tries the follow pass and then the full pass (full-pass.ts: Reconciler.once, one batch guarded by
  * the generation it read). What the repairs did is reported by report.ts. The one-shot commands
  * are in oneshot.ts.
  */
@@ -25,7 +25,7 @@ import { Attribution } from './attribution.js';
 import { mergeOwners, type Owner } from '../owners/index.js';
 import { Arming } from './arming.js';
 import { FullPass } from './full-pass.js';
-import { EventRepair, MirrorPass } from './mirror-repair.js';
+import { EventRepair, FollowPass } from './follow-repair.js';
 import { CAUSES, type Cause, type KeeperStatus, type PassOutcome } from './outcome.js';
 import { Reporter } from './report.js';
 import { Scheduler } from './scheduler.js';
@@ -50,7 +50,7 @@ export class Keeper extends EventEmitter {
   private readonly reporter: Reporter;
   private readonly scheduler: Scheduler;
   private readonly eventRepair: EventRepair;
-  private readonly mirrorPass: MirrorPass;
+  private readonly followPass: FollowPass;
   private readonly fullPass: FullPass;
   private lastTickAt = 0;
 
@@ -76,19 +76,19 @@ export class Keeper extends EventEmitter {
     this.arming = new Arming(k, () => this.scheduler.busy());
     this.reporter = new Reporter(k, { wanted: () => this.arming.wanted(), run: () => this.arming.ensure() });
     this.scheduler = new Scheduler({
-      // A background pass is a read (seeding or checking the mirror); any other tries the mirror first.
-      run: async (req) => (!req.background && await this.mirrorPass.attempt(req)) || this.fullPass.attempt(req),
+      // A background pass is a read (seeding or checking the followed part); any other tries the followed part first.
+      run: async (req) => (!req.background && await this.followPass.attempt(req)) || this.fullPass.attempt(req),
       fail: (e) => this.reporter.fail(e),
       draining: () => this.arming.pause(),
       drained: () => {
         // Armed again at once (the pass is done; usually a check in C++, resume), else after a wait
-        // (its own commit's events still on their way to the mirror, as after start-up).
+        // (its own commit's events still on their way to the followed part, as after start-up).
         this.arming.ensure();
         this.armSoon();
       },
     });
     this.eventRepair = new EventRepair(k, this.reporter, this.arming, this.scheduler);
-    this.mirrorPass = new MirrorPass(k, this.reporter, this.arming, this.scheduler);
+    this.followPass = new FollowPass(k, this.reporter, this.arming, this.scheduler);
     this.fullPass = new FullPass(k, this.reporter, this.scheduler);
   }
 
@@ -119,15 +119,15 @@ export class Keeper extends EventEmitter {
     k.reconciler.retired = retired;
     if (this.useEvents) {
       k.noteOwned();
-      const useMirror = this.options.mirror ?? true;
+      const follow = this.options.follow ?? true;
       k.monitor = this.host.watch({
         tables: k.ownedTables(),
         ignorePorts: [sock.portId],
-        ownCommits: useMirror,
+        ownCommits: follow,
         onBatch: (b) => this.onEvents(b),
       });
       const monitor = k.monitor;
-      if (useMirror && monitor.progress && monitor.anchor) {
+      if (follow && monitor.progress && monitor.anchor) {
         k.view.followEvents(() => monitor.progress!(), () => k.stopped);
         // Read after the subscription: every later commit reaches the monitor whole.
         monitor.anchor(sock.generation(), 0);
@@ -271,8 +271,8 @@ export class Keeper extends EventEmitter {
   }
 
   /** Whether repairs are planned from the events (exact) or need a read, and why. */
-  mirrorState(): { exact: boolean; generation: number; reason?: string } | undefined {
-    return this.reporter.mirrorState();
+  followState(): { exact: boolean; generation: number; reason?: string } | undefined {
+    return this.reporter.followState();
   }
 
   /**
@@ -307,9 +307,9 @@ export class Keeper extends EventEmitter {
       return;
     }
     if (k.trustedSince !== undefined && this.lastTickAt - k.trustedSince >= (this.options.trustOwnCommitMs ?? 10_000)) {
-      // Verified by our own commit or by the mirror since then, not by a read: read back once, off
+      // Verified by our own commit or by the followed part since then, not by a read: read back once, off
       // the repair path (also while foreign commits elsewhere keep moving the generation). With the
-      // mirror it is a read that only looks (and checks the mirror), so it never commits unplanned.
+      // followed part seeded it is a read that only looks (and checks it), so it never commits unplanned.
       k.trustedSince = undefined;
       k.readBackDue = true;  // a read, not the known state
       if (k.view.follows) this.request('tick', this.lastTickAt, true).catch(() => undefined);
@@ -331,7 +331,7 @@ export class Keeper extends EventEmitter {
     const k = this.k;
     if (k.stopped) return;
     // A batch after the arm's generation ends the monitor's arm, answered or not: armed again once
-    // the mirror is clean (at once, by the event repair, after a reaction that committed).
+    // the followed part is clean (at once, by the event repair, after a reaction that committed).
     if (this.arming.armed && (b.overflow || b.generation > this.arming.armedAt)) {
       this.arming.armed = false;
       this.armSoon();
@@ -343,8 +343,8 @@ export class Keeper extends EventEmitter {
     const wasValid = k.view.valid;
     k.view.follow(b, k.sock!.portId);
     if (wasValid && !k.view.valid) {
-      this.log.info({ reason: k.view.reason }, 'the event mirror cannot follow this; the next pass reads the kernel');
-      this.reporter.mirrorChanged();
+      this.log.info({ reason: k.view.reason }, 'the followed part cannot follow this; the next pass reads the kernel');
+      this.reporter.followChanged();
     }
     if (b.foreign === false && !b.overflow) {
       // Our own commit: only the view learns from it (its handles; the elements of a repair, which

@@ -49,13 +49,13 @@ export interface RepairRequest {
   cause: Cause;
   /** When the need was detected (event arrival, tick): the repair's latency counts from here. */
   detectedAt: number;
-  /** A read nobody asked for (seeding or checking the mirror): it looks, and commits nothing. */
+  /** A read nobody asked for (seeding or checking the followed part): it looks, and commits nothing. */
   background?: boolean;
 }
 
 /**
  * One way of repairing: the event repair (synchronous, inside the monitor's callback), the
- * mirror pass and the full pass. They differ in how they prove their view of the kernel is
+ * follow pass and the full pass. They differ in how they prove their view of the kernel is
  * current; undefined means this path has no proof (or lost a race) and the next one decides.
  */
 export interface RepairPath<R extends Outcome | undefined | Promise<Outcome | undefined>, Q extends RepairRequest = RepairRequest> {
@@ -74,7 +74,7 @@ export interface RepairReport {
   opsText?: string[];
 }
 
-/** A repair planned from the mirror and committed, waiting to be reported (Reporter.later). */
+/** A repair planned from the followed part and committed, waiting to be reported (Reporter.later). */
 export interface DoneRepair {
   drift: Drift[];
   ops: number;

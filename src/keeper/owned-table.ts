@@ -9,7 +9,7 @@
  * - `followed`: per desired chain the kernel handle of each desired rule in a typed array, the
  *   rules the kernel holds that are not desired, and per followed set where its elements differ,
  *   which the events move rule by rule and element by element (follow-events.ts) and the event
- *   repairs plan from (mirror-plan.ts).
+ *   repairs plan from (follow-plan.ts).
  *
  * The rules take the handles the followed part holds when events touched the table (known.ts,
  * takeFollowed), so both say the same of the kernel; each can be unknown while the other is not

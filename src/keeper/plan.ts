@@ -2,8 +2,8 @@
  * The one planner: per table, what is desired and what the kernel holds (a HeldTable) with their
  * difference (a TableDiff) become the ops of one batch, in an order the kernel accepts within one
  * transaction. The full pass hands it a table it read and compared (observe.ts, table.ts); the
- * event repair hands it the event mirror's chains and the difference the mirror followed from the
- * events (mirror-plan.ts). Chains are edited in place (chain-edit.ts: the fewest ops, or a flush
+ * event repair hands it the followed part's chains and the difference it followed from the
+ * events (follow-plan.ts). Chains are edited in place (chain-edit.ts: the fewest ops, or a flush
  * and rewrite when that is fewer).
  */
 import type { Family } from '../netlink/expr.js';
@@ -22,7 +22,7 @@ import { objectKey, type TableDiff } from './table.js';
  * What the planner reads of what the kernel holds in one table: the table (absent when it is
  * missing), its chains by name, and their rules, which it looks into only where a chain, set or
  * object is created again (for the rules that use it). A full pass gives the ObservedTable it
- * read; the event mirror its own chains and no rules (it follows no such change).
+ * read; the followed part its own chains and no rules (it follows no such change).
  */
 export interface HeldTable {
   table?: object;
@@ -35,7 +35,7 @@ export interface PlanOptions {
   tableFlags?: number;
   /**
    * Told of each rule op the plan writes into a chain (delete, replace, insert, add): its index in
-   * the batch and the desired rule it puts there (none for a delete). The event mirror learns from
+   * the batch and the desired rule it puts there (none for a delete). The followed part learns from
    * it which events its own commit must show.
    */
   onRuleOp?: (chain: string, op: number, want: number | undefined) => void;

@@ -1,7 +1,7 @@
 /**
  * Reporting: what the keeper says about its repairs and its state (status, metrics, log lines and
  * the Keeper's events), as an observer of what the repair paths did. It decides nothing a repair
- * depends on, apart from when the mirror's repairs are reported: after the keeper has waited once.
+ * depends on, apart from when the followed part's repairs are reported: after the keeper has waited once.
  */
 import { describeOp } from '../netlink/ops.js';
 import { who, type ForeignChange } from './attribution.js';
@@ -30,7 +30,7 @@ export class Reporter {
   private unverifiedSince?: number;
   /** The failure that left it unverified, if a pass failed. */
   private unverifiedError?: string;
-  /** Repairs planned from the mirror and committed, reported once the event loop has waited (later()). */
+  /** Repairs planned from the followed part and committed, reported once the event loop has waited (later()). */
   private reports: DoneRepair[] = [];
   private reportTimer?: NodeJS.Timeout;
   /** The next run of the report timer runs afterWait. */
@@ -40,18 +40,18 @@ export class Reporter {
 
   /**
    * `trusted`: verified without a read, by our own commit (the read-back waits until
-   * trustOwnCommitMs after the last one, when the repairs have stopped) or by the mirror finding
+   * trustOwnCommitMs after the last one, when the repairs have stopped) or by the followed part finding
    * nothing to do (after the first one, so that commits elsewhere moving the generation every tick
    * do not put it off for ever). 'keep': planned from the known state without a read, which leaves
    * the pending read-back as it was.
    */
-  verified(gen: number, trusted: false | 'commit' | 'mirror' | 'keep' = false, metric = true): void {
+  verified(gen: number, trusted: false | 'commit' | 'followed' | 'keep' = false, metric = true): void {
     const k = this.k;
     k.lastVerified = gen;
     this.unverifiedSince = undefined;
     this.unverifiedError = undefined;
     const now = performance.now();
-    if (trusted !== 'keep') k.trustedSince = trusted === 'commit' ? now : trusted === 'mirror' ? k.trustedSince ?? now : undefined;
+    if (trusted !== 'keep') k.trustedSince = trusted === 'commit' ? now : trusted === 'followed' ? k.trustedSince ?? now : undefined;
     if (metric) k.metrics.generation.set(gen);
     if (!this.ready) {
       this.ready = true;
@@ -167,7 +167,7 @@ export class Reporter {
   flush(): void {
     const reports = this.reports;
     this.reports = [];
-    for (const r of reports) this.reportMirrorRepair(r);
+    for (const r of reports) this.reportFollowRepair(r);
     if (this.afterWaitDue) {
       this.afterWaitDue = false;
       this.afterWait.run();
@@ -179,8 +179,8 @@ export class Reporter {
     this.flush();
   }
 
-  /** What a repair planned from the mirror reports once it is committed. */
-  reportMirrorRepair(r: DoneRepair): void {
+  /** What a repair planned from the followed part reports once it is committed. */
+  reportFollowRepair(r: DoneRepair): void {
     const k = this.k;
     if (r.event) k.metrics.events.inc();
     if (!deliberate(r.cause)) for (const d of r.drift) k.metrics.drift.inc({ kind: d.kind });
@@ -209,13 +209,13 @@ export class Reporter {
   }
 
   /** Whether repairs are planned from the events (exact) or need a read, and why. */
-  mirrorState(): { exact: boolean; generation: number; reason?: string } | undefined {
+  followState(): { exact: boolean; generation: number; reason?: string } | undefined {
     return this.k.view.currency();
   }
 
-  /** The mirror changed state (off, or seeded): said as the 'mirror' event. */
-  mirrorChanged(): void {
-    this.k.events.emit('mirror', this.mirrorState());
+  /** The followed part changed state (off, or seeded): said as the 'followed' event. */
+  followChanged(): void {
+    this.k.events.emit('followed', this.followState());
   }
 }
 

@@ -1,7 +1,7 @@
 /**
  * When passes run: requests coalesce (at most one pass runs and one more waits; a request made
  * while one waits joins it), a pass the fight back-off holds back is run later, and the tick's
- * timer. What a pass does is the runner's (Keeper: the mirror pass, else the full pass).
+ * timer. What a pass does is the runner's (Keeper: the follow pass, else the full pass).
  */
 import { TableOwnedError } from './table.js';
 import { deliberate, type Cause, type Outcome, type PassOutcome, type RepairRequest } from './outcome.js';

@@ -38,10 +38,10 @@ export interface KeeperOptions {
   /** Where to connect and watch; default the kernel of `netns`. */
   host?: NftHost;
   /**
-   * Keep a mirror of the owned chains from the events and repair a foreign change from it, without
+   * Follow the owned chains and sets from the events and repair a foreign change from that, without
    * a dump (src/keeper/follow-events.ts). Default true; needs events and a watcher that reports progress.
    */
-  mirror?: boolean;
+  follow?: boolean;
   /**
    * Bench-only: called at each step of the event→repair path (bench/repair-trace.ts times them from
    * outside); undefined in the daemon, where it costs one test per step.

@@ -6,7 +6,7 @@
  * most rules have in common: with many owned rules that was much of the daemon's heap.
  *
  * Frozen is also what lets the batch validation check a rule's expressions once (src/netlink/validate.ts),
- * and the event mirror re-add them as they are.
+ * and the event repairs re-add them as they are.
  */
 import type { ChainConfig, TableConfig } from './desired.js';
 import type { Expr } from '../netlink/expr.js';

@@ -95,7 +95,7 @@ export interface NftConn {
 export interface NftWatch {
   setFilter(tables: { family: Family; name: string }[] | undefined, ignorePorts?: number[]): void;
   close(): void;
-  /** What the watcher has seen (the kernel monitor has it; a watcher without it gets no mirror). */
+  /** What the watcher has seen (the kernel monitor has it; a watcher without it follows nothing). */
   progress?(): MonitorProgress;
   anchor?(generation: number, overflowsSeen: number): void;
   /** Our own commit that made `generation` is known already: its batch need not be delivered (Monitor.skipOwn). */

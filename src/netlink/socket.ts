@@ -236,8 +236,8 @@ export class NftSocket implements NftConn {
 
 /**
  * Small batches (repairs) take the expressions of a rule that cannot change, a frozen array of
- * frozen expressions (the keeper's desired rules, src/model/compact.ts), encoded once: the event mirror
- * re-adds the same rules on every repair, and encoding them field by field through N-API was the
+ * frozen expressions (the keeper's desired rules, src/model/compact.ts), encoded once: the event repairs
+ * re-add the same rules on every repair, and encoding them field by field through N-API was the
  * larger part of a small commit's own time. A bounded cache (oldest out first): big batches
  * (installs, rewrites) never enter it, and after a reload the old rules age out.
  */

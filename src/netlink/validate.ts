@@ -271,7 +271,7 @@ const KINDS = new Map<string, CompiledKind>(Object.entries(EXPR_SCHEMA).map(([ki
 
 /**
  * Expression lists already checked that cannot change since: frozen arrays of frozen expressions
- * (every field the schema knows is a primitive). The keeper's event mirror re-adds the same frozen
+ * (every field the schema knows is a primitive). The keeper's event repairs re-add the same frozen
  * rules on every repair; checking them once keeps the repair path short. Only the first ops of a
  * batch are remembered (small batches: repairs), so a 100,000-rule install does not leave 100,000
  * entries behind.

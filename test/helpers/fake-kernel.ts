@@ -2,8 +2,8 @@
  * An in-memory nf_tables for fast tests of the logic above the socket: a
  * ruleset with handles, a generation counter, atomic batches, events, and
  * refusals on demand. It implements NftHost, NftConn and NftWatch, so a
- * Keeper, a Reconciler or foreign GC run against it unchanged, the event
- * mirror's repairs included: a watcher gets one record per committed batch
+ * Keeper, a Reconciler or foreign GC run against it unchanged, the followed
+ * part's repairs included: a watcher gets one record per committed batch
  * with its generation and progress (the run of whole commits, anchor,
  * skipOwn) as the addon's monitor hands them over; a commit can echo the
  * handles of its new rules and run inline (commitNow); digest dumps give the

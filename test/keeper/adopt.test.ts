@@ -85,11 +85,11 @@ describe('restart onto an existing owned ruleset, adopted by digest', () => {
     return words(full);
   }
 
-  /** A keeper started on what is there (no event mirror: its seeding read would be another dump), with its repairs. */
+  /** A keeper started on what is there (no followed part: its seeding read would be another dump), with its repairs. */
   async function restart(): Promise<{ k: Keeper; host: ReturnType<typeof recordingHost>; repairs: RepairReport[] }> {
     const host = recordingHost(ns);
     const repairs: RepairReport[] = [];
-    const k = keeper = new Keeper({ config: config(), host, mirror: false, intervalMs: 3_600_000, netns: ns.path });
+    const k = keeper = new Keeper({ config: config(), host, follow: false, intervalMs: 3_600_000, netns: ns.path });
     k.on('error', () => undefined);
     k.on('repaired', (r: RepairReport) => repairs.push(r));
     await k.start();
@@ -194,7 +194,7 @@ ${[0, 1, 2].map((i) => `          - ip saddr 10.1.${c}.${i} ip daddr 192.0.2.${i
       await (await startKeeper(ns, { config: cfg() })).stop();
       const gen = sock.generation();
       const host = recordingHost(ns);
-      k = new Keeper({ config: cfg(), host, mirror: false, intervalMs: 3_600_000, netns: ns.path });
+      k = new Keeper({ config: cfg(), host, follow: false, intervalMs: 3_600_000, netns: ns.path });
       k.on('error', () => undefined);
       await k.start();
       expect(sock.generation()).toBe(gen);
@@ -220,7 +220,7 @@ ${[0, 1, 2].map((i) => `          - ip saddr 10.1.${c}.${i} ip daddr 192.0.2.${i
       expect(adopted.first.flat.map((d) => d.detail)).toEqual(full.first.flat.map((d) => d.detail));
       expect(full.first.flat.filter((d) => d.kind === 'chain-extra')).toHaveLength(108);
       const host = recordingHost(ns);
-      k = new Keeper({ config: cfg(), host, mirror: false, intervalMs: 3_600_000, netns: ns.path });
+      k = new Keeper({ config: cfg(), host, follow: false, intervalMs: 3_600_000, netns: ns.path });
       k.on('error', () => undefined);
       await k.start();
       expect(host.decoded).toEqual([]);

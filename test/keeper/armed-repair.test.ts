@@ -1,11 +1,11 @@
 /**
  * The monitor's armed reactions (Monitor.arm, native/monitor.cc React; Arming in the keeper) on the
- * real kernel: the keeper plans the repair of a foreign deletion of each owned rule while its mirror
+ * real kernel: the keeper plans the repair of a foreign deletion of each owned rule while its followed part
  * is clean (KernelView.plan, the same planner as every event repair) and hands the monitor each batch
  * keyed by the event that deletion shows; the monitor commits it before any JavaScript runs. A
  * deleted rule comes back in its place (also when the neighbour it is re-added after was itself
  * re-added by the monitor before), nothing is read, the keeper's own commit path is not used, and
- * the mirror holds the kernel's handles. The generation guard holds: a commit that lands between
+ * the followed part holds the kernel's handles. The generation guard holds: a commit that lands between
  * the deletion and the monitor's repair makes the kernel refuse it (nothing changed), and a commit
  * that touched the owned table since the monitor was armed leaves the next deletion to JavaScript.
  * Per owned set, an undo: another writer's deletion of elements is sent back by the monitor.
@@ -31,10 +31,10 @@ const chain = (sock: NftSocket) => readPlanChain(sock, WANT);
 /** How many dumps the keeper has made. */
 const dumpsOf = async (keeper: Keeper) => (await keeper.metrics.dumps.get()).values[0]?.value ?? 0;
 
-/** A keeper with `options`, its mirror seeded, and how many commits its own JavaScript made (the monitor's are not). */
+/** A keeper with `options`, its followed part seeded, and how many commits its own JavaScript made (the monitor's are not). */
 async function startCounting(ns: Netns, options: Partial<KeeperOptions>): Promise<{ keeper: Keeper; jsCommits: () => number }> {
   const keeper = await startKeeper(ns, options);
-  await until('the mirror to be seeded', () => keeper.mirrorState()?.exact === true);
+  await until('the followed part to be seeded', () => keeper.followState()?.exact === true);
   await keeper.idle();
   let n = 0;
   const conn = keeper.socket!;
@@ -77,7 +77,7 @@ describe('the keeper arms the monitor with the repair of each owned rule', () =>
     expect(jsCommits()).toBe(j0);  // committed by the monitor, not by the keeper's JavaScript
     expect(await dumps()).toBe(d0);  // nothing read
     expect(r.ops).toBe(1);
-    expect(keeper.mirrorState()?.exact).toBe(true);
+    expect(keeper.followState()?.exact).toBe(true);
     expect(keeper.state.view.handlesOf('ip', 't', 'c')).toEqual(after.handles);
     return { r, before, after: after.handles };
   }
@@ -99,7 +99,7 @@ describe('the keeper arms the monitor with the repair of each owned rule', () =>
 
   it('is armed again from the planner after each repair, and gives way to a pass', async () => {
     await until('the monitor to be armed', () => keeper.armed === true, 10_000);
-    // A pass (the tick's read-back, a reload) pauses it; it is armed again once the mirror is clean,
+    // A pass (the tick's read-back, a reload) pauses it; it is armed again once the followed part is clean,
     // and a pass that committed nothing takes up the same arm (resume) instead of arming anew.
     const monitor = keeper.state.monitor as Monitor;
     const arm = monitor.arm.bind(monitor);
@@ -116,7 +116,7 @@ describe('the keeper arms the monitor with the repair of each owned rule', () =>
       const { after } = await deleteAndWait(1);
       expect(arms).toBe(1);  // the monitor's reaction ended its arm; the keeper planned the next one
       // What the keeper armed: per owned rule, its deletion alone and the planner's re-add of it
-      // where it stands, planned on the mirror without moving it (its generation is the repair's).
+      // where it stands, planned on the followed part without moving it (its generation is the repair's).
       const [, generation, reactions] = armed[0]!;
       expect(generation).toBe(keeper.state.view.generation);
       expect(reactions.map((r) => r.on)).toEqual(after.map((handle) => [{ type: 'delrule', family: 'ip', table: 't', name: 'c', handle }]));
@@ -270,7 +270,7 @@ tables:
     await keeper.idle();
     expect(await keys()).toEqual(want);
     expect(await dumps()).toBe(d0);  // nothing read: planned from the events either way
-    await until('the mirror to follow the repair', () => keeper.mirrorState()?.exact === true && keeper.state.view.elementsDiffering('ip', 'e', 's') === 0
+    await until('the followed part to follow the repair', () => keeper.followState()?.exact === true && keeper.state.view.elementsDiffering('ip', 'e', 's') === 0
       && keeper.state.view.elementsDiffering('ip', 'e', 'vm') === 0);
     return { r, byMonitor: jsCommits() === j0 };
   }

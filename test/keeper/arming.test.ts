@@ -1,9 +1,9 @@
 /**
  * The keeper's arming decisions (arming.ts, and the take-over of an answered commit in
- * mirror-repair.ts) against the fake kernel, whose watcher answers armed reactions as the addon's
+ * follow-repair.ts) against the fake kernel, whose watcher answers armed reactions as the addon's
  * monitor does (held to it by the shared suite's armCases): what it arms with, when it arms, takes
  * an arm up again, or does not, and what follows an answer the kernel took, refused by the guard,
- * refused otherwise, or that differs from what the mirror plans. armed-repair.test.ts runs the
+ * refused otherwise, or that differs from what the followed part plans. armed-repair.test.ts runs the
  * keeper's use of it on the kernel.
  */
 import { afterEach, describe, expect, it, vi } from 'vitest';
@@ -114,13 +114,13 @@ async function start(options: Partial<KeeperOptions> = {},
 /** The keeper's monitor holds a current arm (it arms after the keeper has waited once). */
 const armed = (w: World) => turns('the keeper to arm its watcher', () => w.k.armed);
 
-/** Commits `batch` as another writer and waits until the keeper gives its mirror up: the generation it made, the reasons given. */
+/** Commits `batch` as another writer and waits until the keeper gives its followed part up: the generation it made, the reasons given. */
 async function commitUntilGivenUp(w: World, batch: Batch): Promise<{ at: number; fallbacks: unknown[] }> {
   const fallbacks: unknown[] = [];
-  w.k.on('mirror-fallback', (why) => fallbacks.push(why));
+  w.k.on('follow-fallback', (why) => fallbacks.push(why));
   await w.other.commit(batch);
   const at = w.kernel.generation;
-  await turns('the mirror to be given up', () => fallbacks.length > 0);
+  await turns('the followed part to be given up', () => fallbacks.length > 0);
   await w.k.idle();
   return { at, fallbacks };
 }
@@ -137,7 +137,7 @@ async function deleteOne(w: World, index: number) {
 }
 
 describe('what the keeper arms its watcher with', () => {
-  it('per owned rule, its deletion alone and the planner\'s re-add of it where it stood, at the generation the mirror is exact at', async () => {
+  it('per owned rule, its deletion alone and the planner\'s re-add of it where it stood, at the generation the followed part is exact at', async () => {
     const w = await start();
     await armed(w);
     const h = await w.handles();
@@ -147,11 +147,11 @@ describe('what the keeper arms its watcher with', () => {
     expect(generation).toBe(w.k.state.view.generation);
     expect(reactions.map((r) => r.on)).toEqual(h.map((handle) => [{ type: 'delrule', ...{ family: 'ip', table: 'nfkeeper' }, name: 'postrouting', handle }]));
     expect(reactions.map((r) => r.ops!.map((o) => [o.verb, (o as { position?: number }).position]))).toEqual(h.map((_, j) => [[j === 0 ? 'insert' : 'add', j === 0 ? undefined : h[j - 1]]]));
-    // Planned on the mirror without moving it.
-    expect(w.k.mirrorState()).toEqual({ exact: true, generation });
+    // Planned on the followed part without moving it.
+    expect(w.k.followState()).toEqual({ exact: true, generation });
   });
 
-  it('no reaction for a rule that brings an anonymous set (its deletion shows the set\'s too, by a name the mirror does not keep)', async () => {
+  it('no reaction for a rule that brings an anonymous set (its deletion shows the set\'s too, by a name the followed part does not keep)', async () => {
     const rules = [...FLANNEL_RULES.slice(0, 2), 'ip saddr { 10.9.0.1, 10.9.0.2 } masquerade', ...FLANNEL_RULES.slice(2)];
     const w = await start({ config: parseConfig(`\n${postroutingYaml('nfkeeper', rules, 'postrouting')}`) });
     await armed(w);
@@ -164,7 +164,7 @@ describe('what the keeper arms its watcher with', () => {
     const w = await start({ config: parseConfig(`\n${postroutingYaml('nfkeeper', many, 'postrouting')}`) });
     await w.k.request('manual', performance.now());
     await w.k.idle();
-    await turns('the mirror to be exact', () => w.k.mirrorState()?.exact === true);
+    await turns('the followed part to be exact', () => w.k.followState()?.exact === true);
     await w.k.request('manual', performance.now());
     expect(w.k.armed).toBe(false);
     expect(w.arms).toHaveLength(0);
@@ -189,7 +189,7 @@ describe('an answered deletion', () => {
     const after = await w.handles();
     expect(after.filter((_, j) => j !== 2)).toEqual(before.filter((_, j) => j !== 2));
     expect(w.k.state.view.handlesOf('ip', 'nfkeeper', 'postrouting')).toEqual(after);
-    // Armed again from the mirror at the repair's generation (rearm), without waiting for the watcher to read it.
+    // Armed again from the followed part at the repair's generation (rearm), without waiting for the watcher to read it.
     expect(w.arms.at(-1)).toMatchObject({ generation: deletedAt + 1, armed: true });
     expect(w.arms.at(-1)!.reactions.map((x) => x.on[0]!.handle)).toEqual(after);
     expect(w.k.armed).toBe(true);
@@ -218,23 +218,23 @@ describe('an answered deletion', () => {
     expect(w.k.state.refusedAt).toBe(deletedAt);
   });
 
-  it('refused otherwise: the mirror no longer knows the kernel, and a full pass repairs', async () => {
+  it('refused otherwise: the followed part no longer knows the kernel, and a full pass repairs', async () => {
     const w = await start();
     await armed(w);
     const reads = await w.dumps();
     // The keeper's own port: the reaction's commit, which the watcher sends on the keeper's connection.
     w.kernel.refuse({ errno: 'EBUSY', portId: w.k.socket!.portId, op: (op) => op.object === 'rule' });
     const fallbacks: unknown[] = [];
-    w.k.on('mirror-fallback', (why) => fallbacks.push(why));
+    w.k.on('follow-fallback', (why) => fallbacks.push(why));
     const { r, deletedAt } = await deleteOne(w, 0);
     expect(w.batches.find((b) => b.generation === deletedAt)?.reacted).toMatchObject({ errno: 16, reaction: 0 });
-    expect(fallbacks[0]).toMatch(/the kernel refused a repair planned from the mirror/);
+    expect(fallbacks[0]).toMatch(/the kernel refused a repair planned from the followed part/);
     expect(r.cause).toBe('event');
     expect(await w.dumps()).toBeGreaterThan(reads);
     expect(await w.lines()).toBe(4);
   });
 
-  it('that is not what the mirror plans now: the mirror is off, and a read looks at what was committed', async () => {
+  it('that is not what the followed part plans now: the followed part is off, and a read looks at what was committed', async () => {
     // The watcher holds the reactions in reverse order: the index it answers with names another of the keeper's reactions.
     const w = await start({}, (arm, conn, generation, reactions) => arm(conn, generation, [...reactions].reverse()));
     await armed(w);
@@ -272,7 +272,7 @@ describe('when the keeper arms, and when not', () => {
     expect(w.arms.at(-1)!.reactions).toHaveLength(5);
   });
 
-  it('another writer\'s commit that no reaction answers ends the arm; armed again once the mirror is clean', async () => {
+  it('another writer\'s commit that no reaction answers ends the arm; armed again once the followed part is clean', async () => {
     const w = await start();
     await armed(w);
     const arms = w.arms.length;
@@ -418,7 +418,7 @@ describe('each condition of Arming.arm, one at a time (the keeper\'s Arming, ask
     expect(w.k.armed).toBe(false);
   });
 
-  it('not when the mirror is not exact at the watcher\'s last generation (a record handed over it has not applied)', async () => {
+  it('not when the followed part is not exact at the watcher\'s last generation (a record handed over it has not applied)', async () => {
     const { w, state, tried } = await disarmed();
     const monitor = state.monitor!;
     const progress = monitor.progress!.bind(monitor);
@@ -445,7 +445,7 @@ describe('each condition of Arming.arm, one at a time (the keeper\'s Arming, ask
     arming.arm();
     expect(w.arms).toHaveLength(arms);
     expect(w.k.armed).toBe(false);
-    expect(w.k.mirrorState()).toMatchObject({ exact: false, reason: expect.stringMatching(/^arming the monitor: after a deletion of rule handle \d+ in nfkeeper postrouting, the plan is not one rule re-added/) });
+    expect(w.k.followState()).toMatchObject({ exact: false, reason: expect.stringMatching(/^arming the monitor: after a deletion of rule handle \d+ in nfkeeper postrouting, the plan is not one rule re-added/) });
   });
 });
 
@@ -469,14 +469,14 @@ tables:
   const PLAIN = { family: 'ip' as Family, table: 'e', set: 'plain' };
   const keys = async (w: World) => (await w.other.listElements(PLAIN)).map((e) => e.key).sort();
 
-  it('one per set the mirror follows and holds as desired, without statements: not a set with statements or one the mirror does not follow', async () => {
+  it('one per set followed and held as desired, without statements: not a set with statements or one not followed', async () => {
     const w = await start({ config: parseConfig(SETS) });
     await armed(w);
     const undos = w.arms.at(-1)!.reactions.filter((r) => r.undo);
     expect(undos.map((r) => r.on)).toEqual([[{ type: 'delsetelem', family: 'ip', table: 'e', name: 'plain' }]]);
   });
 
-  it('an answered deletion is taken over (nothing committed or read by JavaScript) and the keeper arms again once the mirror followed the repair', async () => {
+  it('an answered deletion is taken over (nothing committed or read by JavaScript) and the keeper arms again once the followed part took the repair', async () => {
     const w = await start({ config: parseConfig(SETS) });
     await armed(w);
     const want = await keys(w);
@@ -491,10 +491,10 @@ tables:
     expect(w.batches.some((b) => b.reacted !== undefined && 'handles' in b.reacted)).toBe(true);
     await armed(w);
     expect(w.arms.length).toBeGreaterThan(a0);
-    expect(w.k.mirrorState()?.exact).toBe(true);
+    expect(w.k.followState()?.exact).toBe(true);
   });
 
-  it('an answer the keeper takes for an undo that did not add elements back: the mirror is off, and a read looks at what was committed', async () => {
+  it('an answer the keeper takes for an undo that did not add elements back: the followed part is off, and a read looks at what was committed', async () => {
     // The watcher holds the reactions in reverse order: its answer to the rule's deletion (its
     // reaction 1, the rule's re-add) is the keeper's reaction 1, the undo of set plain.
     const w = await start({ config: parseConfig(SETS) }, (arm, conn, generation, reactions) => arm(conn, generation, [...reactions].reverse()));
@@ -521,6 +521,6 @@ tables:
     await w.k.idle();
     expect(await keys(w)).toEqual(want);
     expect(w.jsCommits()).toBe(j0);
-    expect(w.k.mirrorState()?.exact).toBe(true);
+    expect(w.k.followState()?.exact).toBe(true);
   });
 });

@@ -2,7 +2,7 @@
  * The shared behaviour suite's event-stream cases (behaviour.ts runs them against the kernel and
  * the fake): what a watcher is handed per committed batch, what a commit echoes, the digests a
  * dump gives, and the keeper's repairs driven by them: a foreign change to an owned table repaired
- * from the event mirror (no dump, one commit, its own commit waking nothing), also when a commit
+ * from the followed part (no dump, one commit, its own commit waking nothing), also when a commit
  * elsewhere comes between the change and its repair; an owned set's elements, repaired and
  * reloaded per element from the events; an event the view cannot follow in one owned table
  * reading that table alone, while another is repaired from the events; a deleted table by a full pass, churn in a
@@ -67,16 +67,16 @@ async function seen(k: Keeper, generation: number): Promise<void> {
   await k.idle();
 }
 
-/** Waits until the event mirror is exact (its 'mirror' event, or already). */
-async function mirrorExact(k: Keeper): Promise<void> {
-  if (k.mirrorState()?.exact) return;
+/** Waits until the followed part is exact (its 'followed' event, or already). */
+async function followedExact(k: Keeper): Promise<void> {
+  if (k.followState()?.exact) return;
   await new Promise<void>((resolve) => {
     const on = (s: { exact: boolean } | undefined) => {
       if (!s?.exact) return;
-      k.off('mirror', on);
+      k.off('followed', on);
       resolve();
     };
-    k.on('mirror', on);
+    k.on('followed', on);
   });
 }
 
@@ -87,7 +87,7 @@ export function eventCases(f: Fixture): void {
   /** A keeper on twoTablesConfig(rules), its events exact, counting its socket's rule dumps (decoded or digests) per table. */
   const twoTables = async (rules: readonly string[]): Promise<{ k: Keeper; dumped: Map<string, number> }> => {
     const k = await f.keeper({ config: twoTablesConfig(rules) });
-    await mirrorExact(k);
+    await followedExact(k);
     await k.idle();
     const dumped = new Map<string, number>();
     const sock = k.state.sock!;
@@ -210,7 +210,7 @@ export function eventCases(f: Fixture): void {
     { what: 'a foreign rule inserted before an owned one', tamper: (h) => new Batch().insert('rule', { ...OWNED, position: h[2]!, ...rule('ip saddr 192.0.2.1 accept') }),
       ops: 1, read: false },
     { what: 'a flushed owned chain', tamper: () => new Batch().flush('chain', { ...IP, table: 'nfkeeper', name: 'postrouting' }), ops: 4, read: false },
-    // A table event: the mirror cannot follow it, the full pass re-creates the table.
+    // A table event: the followed part cannot follow it, the full pass re-creates the table.
     { what: 'a deleted owned table', tamper: () => new Batch().delete('table', { ...IP, name: 'nfkeeper' }), ops: 6, read: true },
   ];
   for (const { what, tamper, ops, read } of tamperings) {
@@ -223,7 +223,7 @@ export function eventCases(f: Fixture): void {
         connect: () => host.connect(),
         watch: (o) => host.watch({ ...o, onBatch: (b) => { handed.push(b.generation); o.onBatch(b); } }),
       } });
-      await mirrorExact(k);
+      await followedExact(k);
       await k.idle();
       const reads = await dumps(k);
       const repaired = nextRepair(k);
@@ -236,12 +236,12 @@ export function eventCases(f: Fixture): void {
       expect((await conn.listChains({ ...IP, table: 'nfkeeper' })).map((c) => c.name)).toEqual(['postrouting']);
       expect(conn.generation()).toBe(tampered + 1);
       expect((await dumps(k)) > reads).toBe(read);
-      // A repair from the mirror learns its own commit from the echo: that commit's record is not handed over.
+      // A repair from the followed part learns its own commit from the echo: that commit's record is not handed over.
       await seen(k, tampered + 1);
       expect(handed).toContain(tampered);
       if (!read) expect(handed).not.toContain(tampered + 1);
-      await mirrorExact(k);
-      expect(k.mirrorState()).toMatchObject({ exact: true, generation: tampered + 1 });
+      await followedExact(k);
+      expect(k.followState()).toMatchObject({ exact: true, generation: tampered + 1 });
     });
   }
 
@@ -250,7 +250,7 @@ export function eventCases(f: Fixture): void {
     const other = f.other();
     await other.commit(new Batch().add('table', { ...IP, name: 'u' }));
     const k = await f.keeper();
-    await mirrorExact(k);
+    await followedExact(k);
     await k.idle();
     const reads = await dumps(k);
     const h = (await conn.listRules(OWNED)).map((r) => r.handle!);
@@ -273,7 +273,7 @@ export function eventCases(f: Fixture): void {
     const config = (els: string[]) => parseNftConfig(`table ip nfkeeper {\n\tset allow {\n\t\ttype ipv4_addr\n\t\telements = { ${els.join(', ')} }\n\t}\n` +
       '\tchain out {\n\t\ttype filter hook output priority 0; policy accept;\n\t\tip daddr @allow accept\n\t}\n}\n', 'allow.nft');
     const k = await f.keeper({ config: config(['10.0.0.1', '10.0.0.2', '10.0.0.3']) });
-    await mirrorExact(k);
+    await followedExact(k);
     await k.idle();
     const reads = await dumps(k);
     const keys = async () => (await conn.listElements({ ...IP, table: 'nfkeeper', set: 'allow' })).map((e) => e.key).sort();
@@ -289,9 +289,9 @@ export function eventCases(f: Fixture): void {
     expect(conn.generation()).toBe(tampered + 2);
     expect(await keys()).toEqual(['0a000002', '0a000003', '0a000004']);
     expect(await dumps(k)).toBe(reads);
-    // An element commit's echo has no handles: its events tell the mirror, once the monitor reads them.
+    // An element commit's echo has no handles: its events tell the followed part, once the monitor reads them.
     await seen(k, tampered + 2);
-    expect(k.mirrorState()).toMatchObject({ exact: true, generation: tampered + 2 });
+    expect(k.followState()).toMatchObject({ exact: true, generation: tampered + 2 });
   });
 
   it('keeper: what the view cannot follow in one owned table has that table read, and only it; what it follows, no table', async () => {
@@ -310,7 +310,7 @@ export function eventCases(f: Fixture): void {
     expect(await f.lines(conn)).toEqual(FLANNEL_RULES);
     // A foreign deletion the events follow, repaired from them; then a reload of the other table:
     // the view's rules took what the events followed, so neither table is read.
-    await mirrorExact(k);
+    await followedExact(k);
     await k.idle();
     dumped.clear();
     const again = nextRepair(k);
@@ -335,7 +335,7 @@ export function eventCases(f: Fixture): void {
     const handles = (await conn.listRules(SECOND)).map((r) => r.handle!);
     await f.other().commit(new Batch().add('chain', { ...IP, table: 'nfkeeper', name: 'x' }).delete('rule', { ...SECOND, handle: handles[1]! }));
     await turns('both tables repaired', () => reports.some((r) => r.drift.some((d) => d.table === 'nfkeeper')) && reports.some((r) => r.drift.some((d) => d.table === 'second')));
-    await mirrorExact(k);
+    await followedExact(k);
     await k.idle();
     expect(await f.lines(conn, SECOND)).toEqual(second);
     expect((await conn.listChains({ ...IP, table: 'nfkeeper' })).map((c) => c.name)).toEqual(['postrouting']);
@@ -352,7 +352,7 @@ export function eventCases(f: Fixture): void {
     const conn = f.conn();
     const other = f.other();
     const k = await f.keeper();
-    await mirrorExact(k);
+    await followedExact(k);
     await k.idle();
     const reads = await dumps(k);
     let repairs = 0;
@@ -360,17 +360,17 @@ export function eventCases(f: Fixture): void {
     const g = conn.generation();
     await other.commit(new Batch().add('table', { ...IP, name: 'u' }).add('chain', { ...IP, table: 'u', name: 'c' }));
     await other.commit(new Batch().add('rule', { ...IP, table: 'u', chain: 'c', ...rule('counter') }));
-    // Every table deletion reaches the keeper (it may be `nft flush ruleset`): it looks at the mirror, not the kernel.
+    // Every table deletion reaches the keeper (it may be `nft flush ruleset`): it looks at the followed part, not the kernel.
     await other.commit(new Batch().delete('table', { ...IP, name: 'u' }));
     await seen(k, g + 3);
-    // The tick finds the generation moved: the mirror proves nothing owned changed.
+    // The tick finds the generation moved: the followed part proves nothing owned changed.
     const tick = await k.request('tick', performance.now());
     expect([tick.status, tick.ops]).toEqual(['in-sync', 0]);
     await k.idle();
     expect(repairs).toBe(0);
     expect(conn.generation()).toBe(g + 3);
     expect(await dumps(k)).toBe(reads);
-    expect(k.mirrorState()).toMatchObject({ exact: true });
+    expect(k.followState()).toMatchObject({ exact: true });
     expect(await f.lines(conn)).toEqual(FLANNEL_RULES);
   });
 
@@ -387,7 +387,7 @@ export function eventCases(f: Fixture): void {
     };
     const reports: RepairReport[] = [];
     for (let i = 0; i < 2; i++) {
-      await mirrorExact(k);
+      await followedExact(k);
       await k.idle();
       const repaired = nextRepair(k);
       const g = await deleteOne();

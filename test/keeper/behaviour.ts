@@ -247,8 +247,8 @@ export function behaviourSuite(kind: string, makeWorld: () => World): void {
     }
 
     it('keeper: retries from a fresh read when the ruleset moves between read and commit', async () => {
-      // The full pass's retry: without the event mirror, whose repair is guarded by the generation it saw (behaviour-events.ts).
-      const k = await keeper({ mirror: false });
+      // The full pass's retry: without the followed part, whose repair is guarded by the generation it saw (behaviour-events.ts).
+      const k = await keeper({ follow: false });
       const s = k.socket!;
       const real = s.commit.bind(s);
       let interfered = false;

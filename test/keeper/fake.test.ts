@@ -57,7 +57,7 @@ describe('requests', () => {
   it('coalesce: one pass runs, one more waits, and every request made meanwhile shares that one', async () => {
     kernel = new FakeKernel();
     const k = await start();
-    // Passes, counted where the scheduler runs one (from the event mirror or a full pass, whichever can).
+    // Passes, counted where the scheduler runs one (from the followed part or a full pass, whichever can).
     const hooks = (k as unknown as { scheduler: { hooks: { run: (...a: unknown[]) => Promise<unknown> } } }).scheduler.hooks;
     const run = hooks.run.bind(hooks);
     let passes = 0;

@@ -1,7 +1,7 @@
 /**
  * Following the events (src/keeper/follow-events.ts, through the kernel view) on hand-made monitor
  * batches: what the view follows, what it plans, and every case in which it gives way to a full
- * observe, of one table or of all. The same behaviour on the real kernel is in mirror-kernel.test.ts.
+ * observe, of one table or of all. The same behaviour on the real kernel is in follow-kernel.test.ts.
  */
 import { describe, expect, it } from 'vitest';
 import { KernelView } from '../../src/keeper/view.js';
@@ -110,7 +110,7 @@ describe('following the events', () => {
     // The events came first (a commit that ran on the worker thread): the echo is not taken again.
     expect(m.learnCommit(7, new Map([[0, 15], [1, 16]]))).toBe(false);
     expect(m.valid).toBe(true);
-    // A commit the mirror did not plan is not learnt.
+    // A commit the followed part did not plan is not learnt.
     expect(m.learnCommit(8, new Map([[0, 30]]))).toBe(false);
   });
 

@@ -1,7 +1,7 @@
 /**
  * The known state (src/keeper/known.ts) for tables with named sets and maps, on the real kernel:
  * after our own commit, or commits elsewhere only, a pass reads nothing (no rule, digest or element
- * dump), the event mirror is seeded from what was committed rather than from a read, and the
+ * dump), the followed part is seeded from what was committed rather than from a read, and the
  * safety net's read-back decodes no rule. And the fallbacks that must read still read: a foreign
  * element change, a set flushed by nft, the table deleted, between our commit and the pass, are
  * all found and repaired; a set with timeouts (which the kernel changes without a commit) is read at
@@ -64,37 +64,37 @@ describe('the known state of a table with named sets and maps', () => {
   });
 
   /** A keeper on kpConfig: no tick (an hour), no safety net unless asked, no fight. */
-  async function start(config = kpConfig(), trustOwnCommitMs?: number, mirror = true): Promise<Keeper> {
+  async function start(config = kpConfig(), trustOwnCommitMs?: number, follow = true): Promise<Keeper> {
     // The safety net is read back by the tick: a fast one when it is wanted, else none (an hour).
-    keeper = await startKeeper(ns, { config, host, fight: { threshold: 1e9 }, mirror,
+    keeper = await startKeeper(ns, { config, host, fight: { threshold: 1e9 }, follow,
       ...(trustOwnCommitMs !== undefined ? { trustOwnCommitMs, intervalMs: 50 } : {}) });
-    if (mirror) await until('the mirror to be seeded', () => keeper!.mirrorState()?.exact === true);
+    if (follow) await until('the followed part to be seeded', () => keeper!.followState()?.exact === true);
     await keeper.idle();
     return keeper;
   }
 
   /**
-   * A reload that changes a rule: the mirror cannot follow it, the full pass plans it from the known
-   * state. Returns with the mirror off (the pass seeds it again from what it committed, right after).
+   * A reload that changes a rule: the followed part cannot follow it, the full pass plans it from the known
+   * state. Returns with the followed part off (the pass seeds it again from what it committed, right after).
    */
   async function reloadRule(k: Keeper, marker: string): Promise<void> {
     await k.setConfig(kpConfig({ marker }));
     expect(sock.generation()).toBe(k.status().generation);
-    if (k.mirrorState()?.exact) {
-      await until('the mirror to be seeded again', () => k.mirrorState()?.exact === true && k.mirrorState()!.generation === sock.generation());
+    if (k.followState()?.exact) {
+      await until('the followed part to be seeded again', () => k.followState()?.exact === true && k.followState()!.generation === sock.generation());
       await k.idle();
       k.state.view.invalidate('the test turns it off');
     }
   }
 
-  it('installs, seeds the event mirror from its own commit and plans a rule change from what it knows: no read at all', async () => {
+  it('installs, seeds the followed part from its own commit and plans a rule change from what it knows: no read at all', async () => {
     const k = await start();
-    // The start-up looked at an empty namespace (no table: nothing to dump) and installed; the mirror
+    // The start-up looked at an empty namespace (no table: nothing to dump) and installed; the followed part
     // was seeded from that commit, not from a read of the 2,000 elements or the rules.
     expect(host.reads).toEqual({ listRules: 0, listRuleDigests: 0, listElements: 0 });
     expect(k.state.view.elementsDiffering('ip', 'kp', 'service-ips')).toBe(0);
     expect((await sock.listElements(map)).length).toBe(N);
-    // A reload that changes a rule turns the mirror off; its pass plans from the known state.
+    // A reload that changes a rule turns the followed part off; its pass plans from the known state.
     const d0 = await dumps(k);
     await reloadRule(k, '0x10');
     expect(ns.nft('list chain ip kp services')).toContain('meta mark 0x00000010 counter');
@@ -104,8 +104,8 @@ describe('the known state of a table with named sets and maps', () => {
 
   it('commits only elsewhere after its own commit: the pass proves it by the events and reads nothing', async () => {
     const k = await start();
-    await reloadRule(k, '0x11');  // the mirror is off now, the known state holds
-    expect(k.mirrorState()?.exact).toBe(false);
+    await reloadRule(k, '0x11');  // the followed part is off now, the known state holds
+    expect(k.followState()?.exact).toBe(false);
     const reads0 = host.total();
     const d0 = await dumps(k);
     ns.nft('add table ip elsewhere');
@@ -131,13 +131,13 @@ describe('the known state of a table with named sets and maps', () => {
     expect(ns.nft(`get element ip kp service-ips { ${ip(1234)} . tcp . ${80 + (1234 % 3)} }`)).toContain('goto svc-2');
   });
 
-  it('a set flushed by nft is found and filled again, with the mirror on or off', async () => {
+  it('a set flushed by nft is found and filled again, with the followed part on or off', async () => {
     const k = await start();
-    // Mirror on: the flush's 2,000 element events are more than a batch keeps, the mirror gives up, the full pass reads.
+    // Following: the flush's 2,000 element events are more than a batch keeps, the followed part gives up, the full pass reads.
     ns.nft('flush map ip kp service-ips');
     await until('the map to be filled again', async () => (await sock.listElements(map)).length === N, 20_000);
     await k.idle();
-    // Mirror off (after a rule change), the known state standing: the flush touched the table, so it is read.
+    // Not following (after a rule change), the known state standing: the flush touched the table, so it is read.
     await reloadRule(k, '0x13');
     ns.nft('flush set ip kp blocked');
     await until('the set to be filled again', async () => (await sock.listElements({ ...map, set: 'blocked' })).length === 2, 20_000);
@@ -155,7 +155,7 @@ describe('the known state of a table with named sets and maps', () => {
     expect((await sock.listElements({ ...map, set: 'blocked' })).length).toBe(2);
   });
 
-  it('the safety net reads back its own commit by digests, decoding only the chains it wrote, and no element while the mirror vouches for them', async () => {
+  it('the safety net reads back its own commit by digests, decoding only the chains it wrote, and no element while the followed part vouches for them', async () => {
     const k = await start(kpConfig(), 300);
     // The start-up's trusted install is read back trustOwnCommitMs later.
     const d0 = await dumps(k);
@@ -163,18 +163,18 @@ describe('the known state of a table with named sets and maps', () => {
     await k.idle();
     // One digest dump of the table; the install was small enough to echo its rules' handles, so their
     // digests were not learnt: each chain it wrote is decoded once (a dump of that chain), and no
-    // element read, the exact mirror vouching for the elements.
+    // element read, the exact followed part vouching for the elements.
     expect(host.reads.listRuleDigests).toBe(1);
     expect(host.reads.listRules).toBe(CHAINS + 1);
     expect(host.reads.listElements).toBe(0);
-    expect(k.mirrorState()?.exact).toBe(true);
+    expect(k.followState()?.exact).toBe(true);
     // Verified by that read: no more read-backs.
     const d1 = await dumps(k);
     await sleep(800);
     expect(await dumps(k)).toBe(d1);
   });
 
-  it('the safety net reads the elements the mirror cannot vouch for (no mirror)', async () => {
+  it('the safety net reads the elements the followed part cannot vouch for (not following)', async () => {
     const k = await start(kpConfig(), 300, false);
     const d0 = await dumps(k);
     await until('the start-up read-back', async () => await dumps(k) > d0, 20_000);
@@ -214,13 +214,13 @@ describe('the known state of a table with named sets and maps', () => {
     const config = parseConfig(`tables:\n  - family: ip\n    name: big\n    chains:\n      - name: c\n        type: nat\n` +
       `        hook: postrouting\n        priority: srcnat\n        rules:\n${rules}\n`, 'big.yaml');
     const k = await start(config, 300);
-    // The mirror's seeding pass read the chain's handles and digests (one digest dump), decoding nothing.
+    // The followed part's seeding pass read the chain's handles and digests (one digest dump), decoding nothing.
     expect(host.reads).toEqual({ listRules: 0, listRuleDigests: 1, listElements: 0 });
     const d0 = await dumps(k);
     await sleep(1200);  // four times trustOwnCommitMs, with a 50 ms tick
     expect(await dumps(k)).toBe(d0);
     expect(host.total()).toBe(1);
-    // What it learnt is the kernel's state: a rule deleted by hand is repaired (from the mirror, by handle).
+    // What it learnt is the kernel's state: a rule deleted by hand is repaired (from the followed part, by handle).
     const h = (await sock.listRules({ family: 'ip', table: 'big', chain: 'c' }))[70]!.handle!;
     ns.nft(`delete rule ip big c handle ${h}`);
     await until('the rule to come back', async () => (await sock.listRules({ family: 'ip', table: 'big', chain: 'c' })).length === 1100, 20_000);
@@ -240,10 +240,10 @@ describe('the known state of a table with named sets and maps', () => {
     expect((await sock.listElements({ ...map, set: 'blocked' })).length).toBe(2);
   });
 
-  it('a reload seeds the mirror again from what it committed, without a read', async () => {
+  it('a reload seeds the followed part again from what it committed, without a read', async () => {
     const k = await start();
     await k.setConfig(kpConfig({ marker: '0x18' }));
-    await until('the mirror to be seeded again', () => k.mirrorState()?.exact === true && k.mirrorState()!.generation === sock.generation());
+    await until('the followed part to be seeded again', () => k.followState()?.exact === true && k.followState()!.generation === sock.generation());
     await k.idle();
     expect(host.total()).toBe(0);
     // And it is the kernel's state: a foreign element deletion is repaired from it, with no read.

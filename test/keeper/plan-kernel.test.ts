@@ -129,8 +129,8 @@ describe('keeper repairs keep the handles of untouched rules', () => {
 describe('verification after a repair', () => {
   it('trusts its own commit when the generation moved by exactly one, and the tick reads the table back later', async () => {
     const ns = createNetns('plantrust');
-    // Without the event mirror: the full pass's own read-back is what this is about.
-    const keeper = await startKeeper(ns, { intervalMs: 50, trustOwnCommitMs: 400, mirror: false });
+    // Without the followed part: the full pass's own read-back is what this is about.
+    const keeper = await startKeeper(ns, { intervalMs: 50, trustOwnCommitMs: 400, follow: false });
     try {
       const dumps = async () => (await keeper.metrics.dumps.get()).values[0]?.value ?? 0;
       const before = await dumps();
@@ -155,14 +155,14 @@ describe('verification after a repair', () => {
     }
   });
 
-  it('with the event mirror, a repair reads nothing, and the tick reads the table back once later', async () => {
+  it('with the followed part, a repair reads nothing, and the tick reads the table back once later', async () => {
     const ns = createNetns('plantrustm');
     const keeper = await startKeeper(ns, { intervalMs: 50, trustOwnCommitMs: 400 });
     try {
       const dumps = async () => (await keeper.metrics.dumps.get()).values[0]?.value ?? 0;
       const deadline = Date.now() + 10_000;
-      while (keeper.mirrorState()?.exact !== true && Date.now() < deadline) await new Promise((res) => setTimeout(res, 20));
-      // Let the start-up's own read-back (which seeded the mirror) and its safety net pass.
+      while (keeper.followState()?.exact !== true && Date.now() < deadline) await new Promise((res) => setTimeout(res, 20));
+      // Let the start-up's own read-back (which seeded the followed part) and its safety net pass.
       await new Promise((res) => setTimeout(res, 800));
       await keeper.idle();
       const before = await dumps();
@@ -177,7 +177,7 @@ describe('verification after a repair', () => {
       expect(await dumps()).toBe(before + 1);
       await new Promise((res) => setTimeout(res, 600));
       expect(await dumps()).toBe(before + 1);
-      expect(keeper.mirrorState()?.exact).toBe(true);
+      expect(keeper.followState()?.exact).toBe(true);
     } finally {
       await keeper.stop();
       ns.remove();

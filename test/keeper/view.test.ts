@@ -2,7 +2,7 @@
  * The kernel view's currency (src/keeper/view.ts) against the fake kernel: what makes it exact at a
  * generation (a look, the echo of our own commit, a followed event, a commit elsewhere) and what
  * makes it unknown (an overflow, a gap, a truncated batch, an event it cannot follow). The same
- * paths on the kernel, through the keeper, are in mirror-kernel.test.ts and known-sets.test.ts.
+ * paths on the kernel, through the keeper, are in follow-kernel.test.ts and known-sets.test.ts.
  */
 import { describe, expect, it } from 'vitest';
 import type { KeeperMetrics } from '../../src/base/metrics.js';

@@ -1,6 +1,6 @@
 /**
  * Timed elements in the element diff (pure logic; the same on the real kernel, through a reload, is
- * in test/keeper/mirror-elements.test.ts): a timed element that is gone counts as expired only when
+ * in test/keeper/follow-elements.test.ts): a timed element that is gone counts as expired only when
  * it was seen installed (the daemon's record of timed elements seen), or always without a record (one-shot callers).
  */
 import { describe, expect, it } from 'vitest';

@@ -61,7 +61,7 @@ export function ownerSpec(i: number, n = 3): { chains: { name: string; rules: st
 
 export interface DaemonOptions {
   mode?: number;
-  mirror?: boolean;
+  follow?: boolean;
   /** The config, instead of ownersYaml(dir). */
   yaml?: string;
 }
@@ -85,7 +85,7 @@ export async function startDaemon(ns: Netns, dir: string, o: DaemonOptions = {})
   chmodSync(dir, 0o755);
   const config = parseConfig(o.yaml ?? ownersYaml(dir), join(dir, 'config.yaml'));
   const owners = loadOwners(config);
-  const keeper = await startKeeper(ns, { config, owners, ...(o.mirror !== undefined ? { mirror: o.mirror } : {}) });
+  const keeper = await startKeeper(ns, { config, owners, ...(o.follow !== undefined ? { follow: o.follow } : {}) });
   const registry = new OwnerRegistry(config, owners, (next) => keeper.setOwners(next));
   const socket = config.owners!.socket;
   const control = await serveControl({ path: socket, registry, mode: o.mode, status: () => ({ ...keeper.status(), owners: registry.size }) });

@@ -120,23 +120,23 @@ describe('owners one at a time', () => {
     });
   }, 120_000);
 
-  it('right after a registration (the event mirror not seeded yet), a commit elsewhere costs no read at all; one in the owned table is still read and repaired', async () => {
+  it('right after a registration (the followed part not seeded yet), a commit elsewhere costs no read at all; one in the owned table is still read and repaired', async () => {
     await withDaemon('own-proof', async ({ d, sock, ns }) => {
       await Promise.all(Array.from({ length: 70 }, (_, i) => d.api('PUT', `/v1/owners/${id(i)}`, ownerSpec(i, 4))));
       expect(await d.keeper.readBack('manual', 0)).toMatchObject({ status: 'in-sync' });
       const seen = spy(d.keeper.socket!);
       const reads = () => seen.listRules + seen.listRuleDigests + seen.chains;
       for (let k = 0; k < 3; k++) {
-        // A registration changes the desired state: the mirror is off until a read or the known state reseeds it.
+        // A registration changes the desired state: the followed part is off until a read or the known state reseeds it.
         expect((await d.api('PUT', `/v1/owners/n${k}`, ownerSpec(100 + k, 4))).status).toBe(201);
-        expect(d.keeper.mirrorState()?.exact).toBe(false);
+        expect(d.keeper.followState()?.exact).toBe(false);
         ns.nft(`add table ip elsewhere${k}`);
         const gen = sock.generation();
         // The events prove the commit touched no owned table: the known state holds at the new generation.
         expect(await d.keeper.request('manual', 0)).toMatchObject({ status: 'in-sync', ops: 0, generation: gen });
         expect(reads()).toBe(0);
       }
-      // A commit in the owned table is a touch: the keeper reads (digests or the mirror's seed) and repairs it.
+      // A commit in the owned table is a touch: the keeper reads (digests or the followed part's seed) and repairs it.
       const rules = await sock.listRules({ family: 'ip', table: 'nfkeeper', chain: 'o/o007/masq' });
       expect((await d.api('PUT', '/v1/owners/n9', ownerSpec(109, 4))).status).toBe(201);
       ns.nft(`delete rule ip nfkeeper o/o007/masq handle ${rules[1]!.handle}`);
@@ -149,7 +149,7 @@ describe('owners one at a time', () => {
     });
   }, 120_000);
 
-  // Without the event mirror, which proves a commit elsewhere left the owned tables alone without any read.
+  // Without the followed part, which proves a commit elsewhere left the owned tables alone without any read.
   it('after a commit elsewhere, a pass confirms the owners by digests and decodes nothing; tampering is still repaired', async () => {
     await withDaemon('own-digest', async ({ d, sock, ns }) => {
       await Promise.all(Array.from({ length: 70 }, (_, i) => d.api('PUT', `/v1/owners/${id(i)}`, ownerSpec(i, 4))));
@@ -171,7 +171,7 @@ describe('owners one at a time', () => {
       const after = await sock.listRules({ family: 'ip', table: 'nfkeeper', chain: 'o/o007/masq' });
       expect(after.map((r) => r.handle)).toEqual(rules.map((r) => r.handle));
       expect(ns.exec('nft', ['list', 'chain', 'ip', 'nfkeeper', 'o/o007/masq'])).toContain('tcp dport 1001 return');
-    }, { mirror: false });
+    }, { follow: false });
   }, 120_000);
 
   it('many concurrent PUTs, re-PUTs and DELETEs of the same ids: the state file, the registry and the kernel agree; a bad request among them changes nothing', async () => {

@@ -1,7 +1,7 @@
 /**
  * The two repair paths planned from the kernel view's events (view.ts), without a dump: the event
  * repair, run synchronously inside the monitor's callback (or taken over from the monitor's armed
- * repair, which committed before any JavaScript ran), and the mirror pass, the scheduler's first
+ * repair, which committed before any JavaScript ran), and the follow pass, the scheduler's first
  * try. Both prove the view is the kernel's state by the generation guard of their commit.
  */
 import type { CommitResult } from '../netlink/conn.js';
@@ -9,7 +9,7 @@ import type { MonitorBatch } from '../netlink/events.js';
 import type { Op } from '../netlink/ops.js';
 import { elementId, sameContent } from '../model/elements.js';
 import { GenerationMismatchError } from '../base/errors.js';
-import { MIRROR_MAX_ELEMENTS, MIRROR_MAX_OPS, type MirrorPlan } from './mirror-plan.js';
+import { FOLLOW_MAX_ELEMENTS, FOLLOW_MAX_OPS, type FollowPlan } from './follow-plan.js';
 import { sameOps, type Arming } from './arming.js';
 import type { Reporter } from './report.js';
 import type { Scheduler } from './scheduler.js';
@@ -19,14 +19,14 @@ import { EVENTS_WAIT_MS } from './view.js';
 
 const ERESTART = 85;
 
-/** What both mirror paths do around their commit. */
-class MirrorCommit {
+/** What both follow paths do around their commit. */
+class FollowCommit {
   constructor(protected readonly k: KeeperState, protected readonly reporter: Reporter, protected readonly arming: Arming,
     protected readonly scheduler: Scheduler) {}
 
   /**
-   * A repair planned from the mirror was refused: true when by the guard (a commit the monitor had
-   * not delivered yet came first; the next attempt reads the generation), else the mirror is off.
+   * A repair planned from the followed part was refused: true when by the guard (a commit the monitor had
+   * not delivered yet came first; the next attempt reads the generation), else the followed part is off.
    */
   protected refused(e: unknown, generation: number): boolean {
     const k = this.k;
@@ -36,29 +36,29 @@ class MirrorCommit {
       k.refusedAt = generation;
       return true;
     }
-    k.view.invalidate(`the kernel refused a repair planned from the mirror: ${(e as Error).message}`);
+    k.view.invalidate(`the kernel refused a repair planned from the followed part: ${(e as Error).message}`);
     k.log.warn({ err: (e as Error).message }, 'a repair planned from the events was refused; reading the kernel instead');
     return false;
   }
 
-  /** The mirror could not plan this pass: the full pass will (said once per pass, for logs and the bench). */
+  /** The followed part could not plan this pass: the full pass will (said once per pass, for logs and the bench). */
   protected fallback(reason: string | undefined): undefined {
-    this.k.log.debug({ reason }, 'repairing from a full read instead of the event mirror');
-    this.k.events.emit('mirror-fallback', reason);
+    this.k.log.debug({ reason }, 'repairing from a full read instead of the followed part');
+    this.k.events.emit('follow-fallback', reason);
     return undefined;
   }
 
-  /** After the commit of a repair planned from the mirror, guarded at `generation`. */
-  protected committed(plan: MirrorPlan, generation: number, echoed: void | CommitResult, cause: Cause,
+  /** After the commit of a repair planned from the followed part, guarded at `generation`. */
+  protected committed(plan: FollowPlan, generation: number, echoed: void | CommitResult, cause: Cause,
     detectedAt: number, committedNs?: number): Outcome {
     const k = this.k;
     k.options.trace?.('committed', committedNs);
     const isDeliberate = deliberate(cause);
     const ops = plan.batch.length;
     const committedAt = performance.now();
-    // The guard held at `generation`, where the mirror was the kernel: our commit made generation + 1,
+    // The guard held at `generation`, where the followed part was the kernel: our commit made generation + 1,
     // the desired state. The handles of the rules it added came back with its acknowledgements:
-    // the mirror takes them now, and the commit's own events need not wake this thread again
+    // the followed part takes them now, and the commit's own events need not wake this thread again
     // (else, as from a kernel that does not echo, they bring the handles).
     if (echoed?.handles && k.view.learnCommit(generation + 1, echoed.handles)) k.monitor!.skipOwn?.(generation + 1);
     // What the next pass decides by is set now: the fight's clock and the verified generation.
@@ -69,7 +69,7 @@ class MirrorCommit {
     // keeper has given the CPU up once: on a busy node the process that the broken rule held up
     // runs first (see Reporter.later). A deliberate change's caller reads them as soon as it returns.
     const done: DoneRepair = { drift: plan.drift, ops, generation: generation + 1, cause, detectedAt, committedAt, event: false, batch: plan.batch };
-    if (isDeliberate) this.reporter.reportMirrorRepair(done);
+    if (isDeliberate) this.reporter.reportFollowRepair(done);
     else this.reporter.later(done);
     // A table the events lost is left to a full pass, which reads it alone: this repair answered the others.
     if (!k.view.valid) this.scheduler.poke(cause, detectedAt);
@@ -78,11 +78,11 @@ class MirrorCommit {
 }
 
 /**
- * A pass from the mirror, without a dump: when the events prove the mirror is the kernel's state
+ * A pass from the followed part, without a dump: when the events prove the followed part is the kernel's state
  * now, its difference from the desired state is repaired in one batch guarded by that generation.
  * Undefined: no proof (or a refusal, a race), the full pass decides.
  */
-export class MirrorPass extends MirrorCommit implements RepairPath<Promise<Outcome | undefined>> {
+export class FollowPass extends FollowCommit implements RepairPath<Promise<Outcome | undefined>> {
   async attempt({ cause, detectedAt }: RepairRequest): Promise<Outcome | undefined> {
     const k = this.k;
     const view = k.view;
@@ -114,17 +114,17 @@ export class MirrorPass extends MirrorCommit implements RepairPath<Promise<Outco
           if (k.stopped) return undefined;
           generation = sock.generation();
         }
-        if (!view.exactAt(generation, monitor.progress())) return this.fallback(view.following ? 'no proof that the mirror is the kernel\'s state now' : view.reason);
+        if (!view.exactAt(generation, monitor.progress())) return this.fallback(view.following ? 'no proof that the followed part is the kernel\'s state now' : view.reason);
       }
       trace?.('proved');
       const plan = view.plan();
       trace?.('planned');
-      if (plan === undefined) return this.fallback(view.valid ? `more than ${MIRROR_MAX_OPS} rule ops or ${MIRROR_MAX_ELEMENTS} elements` : view.reason);
+      if (plan === undefined) return this.fallback(view.valid ? `more than ${FOLLOW_MAX_OPS} rule ops or ${FOLLOW_MAX_ELEMENTS} elements` : view.reason);
       if (plan === 'clean') {
         // Nothing to commit, so no guard to prove the generation: say in sync at one read from the kernel.
         if (!careful) continue;
         this.reporter.drifting = new Set();
-        this.reporter.verified(generation, 'mirror');
+        this.reporter.verified(generation, 'followed');
         return { status: 'in-sync', drift: [], ops: 0, attempts: 1, generation };
       }
       const waitMs = isDeliberate ? 0 : k.fight.waitFrom(performance.now());
@@ -155,20 +155,20 @@ export interface EventRequest extends RepairRequest {
 
 /**
  * The repair of the foreign commit the monitor has just handed over, at once, inside the event's
- * callback: taken over from the monitor's armed repair when it answered the batch, else the mirror
+ * callback: taken over from the monitor's armed repair when it answered the batch, else the followed part
  * pass's first attempt run synchronously. Undefined: nothing was committed (or the guard refused
  * it), and the caller requests a pass, which decides as before.
  */
-export class EventRepair extends MirrorCommit implements RepairPath<Outcome | undefined, EventRequest> {
+export class EventRepair extends FollowCommit implements RepairPath<Outcome | undefined, EventRequest> {
   attempt(req: EventRequest): Outcome | undefined {
     const native = req.batch.reacted;
     return native !== undefined ? this.takeOver(req.batch, native, req.detectedAt) : this.repairNow(req.detectedAt);
   }
 
   /**
-   * The mirror pass's first attempt (guarded by the monitor's last generation, no read), without the
+   * The follow pass's first attempt (guarded by the monitor's last generation, no read), without the
    * request queue's promises and microtask hops, when nothing stands in its way: no pass running
-   * or queued, the mirror exact at that generation, a small plan, no fight delay, and a connection
+   * or queued, the followed part exact at that generation, a small plan, no fight delay, and a connection
    * that commits inline.
    */
   private repairNow(detectedAt: number): Outcome | undefined {
@@ -218,10 +218,10 @@ export class EventRepair extends MirrorCommit implements RepairPath<Outcome | un
   /**
    * The monitor's armed reaction (Arming) answered batch `b`, a foreign deletion of one owned rule,
    * before this thread ran: it committed the batch the planner made for that deletion when arming,
-   * guarded by the batch's generation, or the kernel refused it. The mirror has just applied `b`;
+   * guarded by the batch's generation, or the kernel refused it. The followed part has just applied `b`;
    * the plan it makes now must be what was committed (else it no longer knows the kernel's state).
    * The bookkeeping is repairNow's, after the commit; then the monitor is armed again for the next
-   * deletion. Undefined (the caller requests a pass): refused, or not what the mirror plans now.
+   * deletion. Undefined (the caller requests a pass): refused, or not what the followed part plans now.
    */
   private takeOver(b: MonitorBatch, native: NonNullable<MonitorBatch['reacted']>, detectedAt: number): Outcome | undefined {
     const k = this.k;
@@ -243,7 +243,7 @@ export class EventRepair extends MirrorCommit implements RepairPath<Outcome | un
     const reaction = this.arming.reaction(native.reaction);
     const same = !!reaction && typeof plan === 'object' && (reaction.undo ? addsBack(plan.batch.ops, b) : sameOps(plan.batch.ops, reaction.ops));
     if (!view.follows || !plan || plan === 'clean' || !same) {
-      // Committed, but not what the mirror plans now: it no longer knows the kernel's state.
+      // Committed, but not what the followed part plans now: it no longer knows the kernel's state.
       this.arming.disarm();
       view.invalidate('the monitor\'s armed repair differs from the plan');
       this.fallback(view.reason);
@@ -253,9 +253,9 @@ export class EventRepair extends MirrorCommit implements RepairPath<Outcome | un
     const echoed = native.handles.length > 0 ? { handles: new Map(native.handles) } : undefined;
     const outcome = this.committed(plan, generation, echoed, 'event', detectedAt, native.committedNs);
     this.reporter.lastAnsweredEvent();
-    // With the handles echoed the mirror is exact at the repair's generation: the next deletion's
+    // With the handles echoed the followed part is exact at the repair's generation: the next deletion's
     // reactions are planned from it now. Else (elements: an undo) the commit's events bring them,
-    // and the monitor is armed once the mirror has followed them (Keeper.armSoon).
+    // and the monitor is armed once the followed part has followed them (Keeper.armSoon).
     this.arming.rearm(generation + 1);
     return outcome;
   }

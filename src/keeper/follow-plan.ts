@@ -15,11 +15,11 @@ import type { ChainDiff, TableDiff } from './table.js';
 import type { Expected, FollowedChain, FollowedTable } from './owned-table.js';
 
 /** Repairs with more ops than this are left to the full pass (which weighs a rewrite, and runs big batches off-thread). */
-export const MIRROR_MAX_OPS = 64;
-/** Repairs of more elements than this are left to the full pass (with MIRROR_MAX_OPS rules, our own commit stays within the 256 events a monitor batch keeps, so the events can follow it). */
-export const MIRROR_MAX_ELEMENTS = 192;
+export const FOLLOW_MAX_OPS = 64;
+/** Repairs of more elements than this are left to the full pass (with FOLLOW_MAX_OPS rules, our own commit stays within the 256 events a monitor batch keeps, so the events can follow it). */
+export const FOLLOW_MAX_ELEMENTS = 192;
 
-export interface MirrorPlan {
+export interface FollowPlan {
   batch: Batch;
   drift: Drift[];
   expected: Expected[];
@@ -42,17 +42,17 @@ const byNumber = (x: number, y: number) => x - y;
  * The repair of every difference the followed `tables` hold, or 'clean', or undefined when it is
  * not a small edit (the full pass plans it).
  */
-export function planMirror(batch: Batch, tables: readonly FollowedTable[]): MirrorPlan | 'clean' | undefined {
+export function planFollowed(batch: Batch, tables: readonly FollowedTable[]): FollowPlan | 'clean' | undefined {
   let ops = 0;
   let elements = 0;
   for (const t of tables) {
     for (const c of t.chains.values()) {
       ops += c.extras.size + c.missing.size;
-      if (ops > MIRROR_MAX_OPS) return undefined;
+      if (ops > FOLLOW_MAX_OPS) return undefined;
     }
     for (const ms of t.sets.values()) {
       elements += ms ? ms.differs.size : 0;
-      if (elements > MIRROR_MAX_ELEMENTS) return undefined;
+      if (elements > FOLLOW_MAX_ELEMENTS) return undefined;
     }
   }
   if (ops === 0 && elements === 0) return 'clean';

@@ -1,5 +1,5 @@
 /**
- * Set elements in the event mirror (src/keeper/follow-events.ts), on the real kernel: a foreign element
+ * Set elements in the followed part (src/keeper/follow-events.ts), on the real kernel: a foreign element
  * deletion, addition or change of data in an owned 10,000-element verdict map is repaired by
  * exactly that element's ops, planned from the elements the events carry, with no element read
  * and no dump; a reload that changes one element commits just its ops, again without a read; when
@@ -94,7 +94,7 @@ function keyOf(i: number): string {
   return `${a}06000000${(80 + (i % 3)).toString(16).padStart(4, '0')}0000`;
 }
 
-describe('element repairs from the event mirror, a 10,000-element verdict map', () => {
+describe('element repairs from the followed part, a 10,000-element verdict map', () => {
   let ns: Netns;
   let sock: NftSocket;
   let keeper: Keeper;
@@ -103,11 +103,11 @@ describe('element repairs from the event mirror, a 10,000-element verdict map', 
   const kernel = async () => new Map((await sock.listElements(map)).map((e) => [e.key!, `${e.verdict} ${e.chain}`]));
 
   beforeAll(async () => {
-    ns = createNetns('mirrorel');
+    ns = createNetns('followel');
     sock = open({ netns: ns.path });
     host = countingHost(ns);
     keeper = await startKeeper(ns, { config: kpConfig(), fight: { threshold: 1e9 }, host });
-    await until('the mirror to be seeded', () => keeper.mirrorState()?.exact === true);
+    await until('the followed part to be seeded', () => keeper.followState()?.exact === true);
     await keeper.idle();
   }, 120_000);
   afterAll(async () => {
@@ -116,9 +116,9 @@ describe('element repairs from the event mirror, a 10,000-element verdict map', 
     ns?.remove();
   });
 
-  /** Runs `tamper`, waits for the repair: one batch, no read of any kind, the mirror exact again. */
+  /** Runs `tamper`, waits for the repair: one batch, no read of any kind, the followed part exact again. */
   async function repairOf(tamper: () => void | Promise<void>): Promise<{ r: RepairReport; ops: string[] }> {
-    await until('the mirror to be exact', () => keeper.mirrorState()?.exact === true);
+    await until('the followed part to be exact', () => keeper.followState()?.exact === true);
     await keeper.idle();
     const d0 = await dumps(keeper);
     const reads0 = host.elementReads;
@@ -130,7 +130,7 @@ describe('element repairs from the event mirror, a 10,000-element verdict map', 
     expect(await dumps(keeper)).toBe(d0);
     expect(host.elementReads).toBe(reads0);  // no element dump to plan or verify it
     expect(host.batches.length).toBe(batches0 + 1);
-    await until('the mirror to learn its own commit', () => keeper.mirrorState()?.exact === true && keeper.mirrorState()!.generation === r.generation);
+    await until('the followed part to learn its own commit', () => keeper.followState()?.exact === true && keeper.followState()!.generation === r.generation);
     expect(keeper.state.view.elementsDiffering('ip', 'kp', 'service-ips')).toBe(0);
     return { r, ops: host.batches.at(-1)!.map(opText) };
   }
@@ -165,7 +165,7 @@ describe('element repairs from the event mirror, a 10,000-element verdict map', 
       els[123] = elem(123, 5);
       els.push('192.0.2.7 . tcp . 443 : goto svc-2');
     });
-    await until('the mirror to be exact', () => keeper.mirrorState()?.exact === true);
+    await until('the followed part to be exact', () => keeper.followState()?.exact === true);
     const d0 = await dumps(keeper);
     const reads0 = host.elementReads;
     const batches0 = host.batches.length;
@@ -183,39 +183,39 @@ describe('element repairs from the event mirror, a 10,000-element verdict map', 
     expect(k.size).toBe(N + 1);
     expect(k.get(keyOf(123))).toBe('goto svc-5');
     expect(k.get('c00002070600000001bb0000')).toBe('goto svc-2');
-    await until('the mirror to learn the reload commit', () => keeper.mirrorState()?.exact === true && keeper.mirrorState()!.generation === r.generation);
+    await until('the followed part to learn the reload commit', () => keeper.followState()?.exact === true && keeper.followState()!.generation === r.generation);
     // And a foreign deletion after it is repaired against the new desired state.
     const { ops } = await repairOf(() => { ns.nft(`delete element ip kp service-ips { ${ip(123)} . tcp . ${80 + (123 % 3)} }`); });
     expect(ops).toEqual([`add element kp service-ips ${keyOf(123)}:goto svc-5`]);
   });
 
   it('a foreign flush of the map (more events than a batch keeps) is repaired from a full read', async () => {
-    await until('the mirror to be exact', () => keeper.mirrorState()?.exact === true);
+    await until('the followed part to be exact', () => keeper.followState()?.exact === true);
     await keeper.idle();
     const reads0 = host.elementReads;
     const reasons: (string | undefined)[] = [];
-    const onMirror = (m: { exact: boolean; reason?: string }) => { if (!m.exact) reasons.push(m.reason); };
-    keeper.on('mirror', onMirror);
+    const onFollowed = (m: { exact: boolean; reason?: string }) => { if (!m.exact) reasons.push(m.reason); };
+    keeper.on('followed', onFollowed);
     const repaired = nextRepair(keeper, 30_000);
     ns.nft('flush map ip kp service-ips');
     await repaired;
-    keeper.off('mirror', onMirror);
+    keeper.off('followed', onFollowed);
     expect(reasons[0]).toMatch(/more events than a batch keeps/);
     expect(host.elementReads).toBeGreaterThan(reads0);
     await until('every element back', async () => (await kernel()).size === N + 1);
-    await until('the mirror to be seeded again', () => keeper.mirrorState()?.exact === true);
+    await until('the followed part to be seeded again', () => keeper.followState()?.exact === true);
   });
 });
 
-describe('the element mirror gives way on a gap in the events', () => {
-  it('after ENOBUFS, a deleted element is repaired from a full read, and the mirror is seeded again', async () => {
-    const ns = createNetns('mirrorelgap');
+describe('the followed elements gives way on a gap in the events', () => {
+  it('after ENOBUFS, a deleted element is repaired from a full read, and the followed part is seeded again', async () => {
+    const ns = createNetns('followelgap');
     const sock = open({ netns: ns.path });
     // A receive buffer this small overflows on any big commit: ENOBUFS, a gap in the generations.
     const host = countingHost(ns, 4096);
     const keeper = await startKeeper(ns, { config: kpConfig(), fight: { threshold: 1e9 }, host });
     try {
-      await until('the mirror to be seeded', () => keeper.mirrorState()?.exact === true);
+      await until('the followed part to be seeded', () => keeper.followState()?.exact === true);
       await keeper.idle();
       const reads0 = host.elementReads;
       const overflows = async () => (await keeper.metrics.overflows.get()).values[0]?.value ?? 0;
@@ -230,7 +230,7 @@ describe('the element mirror gives way on a gap in the events', () => {
       expect(await overflows()).toBeGreaterThan(o0);
       await until('the element back', async () => (await sock.listElements({ family: 'ip', table: 'kp', set: 'service-ips' })).length === N);
       expect(host.elementReads).toBeGreaterThan(reads0);  // the proof was missing: the set was read
-      await until('the mirror to be seeded again', () => keeper.mirrorState()?.exact === true);
+      await until('the followed part to be seeded again', () => keeper.followState()?.exact === true);
     } finally {
       await keeper.stop();
       sock.close();

@@ -1,7 +1,7 @@
 /**
- * Repairs planned from the event mirror (src/keeper/follow-events.ts) on the real kernel: a foreign
+ * Repairs planned from the followed part (src/keeper/follow-events.ts) on the real kernel: a foreign
  * deletion, insertion or replacement in a 10,000-rule owned chain is undone by exactly the missing
- * or extra op, without a dump, and every other handle stays; when the proof that the mirror is the
+ * or extra op, without a dump, and every other handle stays; when the proof that the followed part is the
  * kernel's state is missing (ENOBUFS on the event socket) or a writer races the repair (the
  * generation guard refuses it), the keeper falls back to a full observe and still ends exact.
  */
@@ -26,15 +26,15 @@ const retries = async (k: Keeper) => (await k.metrics.generationRetries.get()).v
 
 const chain = (sock: NftSocket) => readPlanChain(sock, WANT);
 
-describe('repairs from the event mirror, 10,000 owned rules', () => {
+describe('repairs from the followed part, 10,000 owned rules', () => {
   let ns: Netns;
   let sock: NftSocket;
   let keeper: Keeper;
   beforeAll(async () => {
-    ns = createNetns('mirror');
+    ns = createNetns('followed');
     sock = open({ netns: ns.path });
     keeper = await startKeeper(ns, { config: planConfig(WANT), fight: { threshold: 1e9 } });
-    await until('the mirror to be seeded', () => keeper.mirrorState()?.exact === true);
+    await until('the followed part to be seeded', () => keeper.followState()?.exact === true);
     await keeper.idle();
   }, 120_000);
   afterAll(async () => {
@@ -43,9 +43,9 @@ describe('repairs from the event mirror, 10,000 owned rules', () => {
     ns?.remove();
   });
 
-  /** Runs `tamper`, waits for the repair; checks one repair, no dump, the chain exact, the mirror exact again. */
+  /** Runs `tamper`, waits for the repair; checks one repair, no dump, the chain exact, the followed part exact again. */
   async function repairOf(tamper: (handles: number[]) => Promise<void>): Promise<{ r: RepairReport; before: number[]; after: number[] }> {
-    await until('the mirror to be exact', () => keeper.mirrorState()?.exact === true);
+    await until('the followed part to be exact', () => keeper.followState()?.exact === true);
     const before = (await chain(sock)).handles;
     const d0 = await dumps(keeper);
     const repaired = nextRepair(keeper, 20_000);
@@ -55,7 +55,7 @@ describe('repairs from the event mirror, 10,000 owned rules', () => {
     const after = await chain(sock);
     expect(after.ok).toBe(true);
     expect(await dumps(keeper)).toBe(d0);  // nothing was read to plan or verify it
-    await until('the mirror to learn its own commit', () => keeper.mirrorState()?.exact === true && keeper.mirrorState()!.generation === r.generation);
+    await until('the followed part to learn its own commit', () => keeper.followState()?.exact === true && keeper.followState()!.generation === r.generation);
     return { r, before, after: after.handles };
   }
 
@@ -99,8 +99,8 @@ describe('repairs from the event mirror, 10,000 owned rules', () => {
     expect(after.filter((_, i) => i !== 100 && i !== 101)).toEqual(before.filter((_, i) => i !== 100 && i !== 101));
   });
 
-  it('the repair\'s own commit wakes no JavaScript: the mirror takes the new rule\'s handle from the echo, and it is the kernel\'s', async () => {
-    await until('the mirror to be exact', () => keeper.mirrorState()?.exact === true);
+  it('the repair\'s own commit wakes no JavaScript: the followed part takes the new rule\'s handle from the echo, and it is the kernel\'s', async () => {
+    await until('the followed part to be exact', () => keeper.followState()?.exact === true);
     const monitor = keeper.state.monitor!;
     const delivered0 = monitor.progress!().delivered;
     const { r, after } = await repairOf(async (h) => { await sock.commit(new Batch().delete('rule', { ...where, handle: h[42]! })); });
@@ -108,7 +108,7 @@ describe('repairs from the event mirror, 10,000 owned rules', () => {
     // Only the foreign deletion was handed to JavaScript; the repair's own batch was not.
     expect(monitor.progress!().delivered).toBe(delivered0 + 1);
     expect(monitor.progress!().lastGeneration).toBe(r.generation);
-    // The handles the mirror holds are those a dump shows, the re-added rule's included.
+    // The handles the followed part holds are those a dump shows, the re-added rule's included.
     expect(keeper.state.view.handlesOf('ip', 't', 'c')).toEqual(after);
     // And the next repair of that rule, deleted by the handle the echo gave, is planned from it.
     const again = await repairOf(async () => { await sock.commit(new Batch().delete('rule', { ...where, handle: after[42]! })); });
@@ -117,15 +117,15 @@ describe('repairs from the event mirror, 10,000 owned rules', () => {
     expect(keeper.state.view.handlesOf('ip', 't', 'c')).toEqual(again.after);
   });
 
-  it('a commit that touches only another table costs no read: the next tick finds the mirror clean', async () => {
-    await until('the mirror to be exact', () => keeper.mirrorState()?.exact === true);
+  it('a commit that touches only another table costs no read: the next tick finds the followed part clean', async () => {
+    await until('the followed part to be exact', () => keeper.followState()?.exact === true);
     const d0 = await dumps(keeper);
     ns.nft('add table ip other\nadd chain ip other c\nadd rule ip other c accept\n');
     const gen = sock.generation();
     // Once the monitor has read that commit (a loaded machine can take longer than the pass waits
     // for it, and then the pass reads, rightly): what is tested is the proof, not the wait.
     await until('the monitor to read the foreign commit', () => keeper.state.monitor!.progress!().lastGeneration >= gen);
-    // A manual pass stands in for the tick: the generation moved, the mirror proves nothing of ours did.
+    // A manual pass stands in for the tick: the generation moved, the followed part proves nothing of ours did.
     const o = await keeper.request('tick', performance.now());
     expect(o.status).toBe('in-sync');
     expect(o.generation).toBe(gen);
@@ -133,9 +133,9 @@ describe('repairs from the event mirror, 10,000 owned rules', () => {
   });
 });
 
-describe('the mirror gives way to a full observe', () => {
+describe('the followed part gives way to a full observe', () => {
   it('after ENOBUFS on the event socket; a writer racing the repair is refused by the guard, and both deletions are repaired', async () => {
-    const ns = createNetns('mirrorfall');
+    const ns = createNetns('followfall');
     const sock = open({ netns: ns.path });
     let raceOnce: (() => void) | undefined;
     let reads = 0;
@@ -168,15 +168,15 @@ describe('the mirror gives way to a full observe', () => {
     };
     const keeper = await startKeeper(ns, { config: planConfig(WANT.slice(0, 1000)), fight: { threshold: 1e9 }, host });
     const states: (string | undefined)[] = [];
-    keeper.on('mirror', (s: { exact: boolean; reason?: string }) => states.push(s.exact ? 'exact' : s.reason));
+    keeper.on('followed', (s: { exact: boolean; reason?: string }) => states.push(s.exact ? 'exact' : s.reason));
     const small = { ...where };
     const handlesOf = async () => (await sock.listRules(small)).map((r) => r.handle!);
     try {
       // Seeded at the kernel's generation now: the start-up's own commits are all behind it (one the
-      // mirror did not plan would otherwise invalidate it first, and the overflow's reason never show).
-      await until('the mirror to be seeded at the current generation', async () => {
+      // followed part did not plan would otherwise invalidate it first, and the overflow's reason never show).
+      await until('the followed part to be seeded at the current generation', async () => {
         await keeper.idle();
-        const m = keeper.mirrorState();
+        const m = keeper.followState();
         return m?.exact === true && m.generation === sock.generation();
       });
       states.length = 0;
@@ -194,13 +194,13 @@ describe('the mirror gives way to a full observe', () => {
       await until('the overflow', overflowed);
       await until('a full observe after it', async () => await dumps(keeper) > d0);
       expect(states.some((s) => /ENOBUFS/.test(s ?? '')), JSON.stringify(states)).toBe(true);
-      // The full observe found the chain as desired and seeded the mirror again.
-      await until('the mirror to be seeded again', () => keeper.mirrorState()?.exact === true);
+      // The full observe found the chain as desired and seeded the followed part again.
+      await until('the followed part to be seeded again', () => keeper.followState()?.exact === true);
       await keeper.idle();
 
-      // The race: between the mirror's proof (generation g) and the commit, another socket deletes a
+      // The race: between the followed part's proof (generation g) and the commit, another socket deletes a
       // second rule. The guard refuses the planned batch; the retry reads the generation, waits for
-      // the monitor to deliver the racing deletion and repairs both from the mirror (or, when the
+      // the monitor to deliver the racing deletion and repairs both from the followed part (or, when the
       // monitor trails by more than the keeper waits for it, a full pass does).
       const h = await handlesOf();
       const reads1 = reads;
@@ -215,7 +215,7 @@ describe('the mirror gives way to a full observe', () => {
       await repaired;
       await until('both rules back', async () => (await sock.listRules(small)).length === 1000);
       await keeper.idle();
-      // The raced commit was planned from the mirror (no read yet), and refused by the guard.
+      // The raced commit was planned from the followed part (no read yet), and refused by the guard.
       expect(readsAtRace).toBe(reads1);
       expect(await retries(keeper)).toBeGreaterThan(r1);
       const rules = await sock.listRules(small);
