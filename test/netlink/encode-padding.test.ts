@@ -37,7 +37,9 @@ describe('encoded messages', () => {
     expect(pad.filter((x) => x !== 0)).toEqual([]);
   });
 
-  it('leave the scratch buffer untouched past what they wrote: a small message adds no 4 MiB to the RSS', () => {
+  // (not under the sanitizers: AddressSanitizer's allocator and shadow memory write pages the C
+  // library's calloc leaves untouched)
+  it.skipIf(process.env.NFK_SANITIZE === '1')('leave the scratch buffer untouched past what they wrote: a small message adds no 4 MiB to the RSS', () => {
     // In a process of its own: the scratch buffer is per thread and made at the first message.
     const exprs = JSON.stringify(compileRule('ip daddr 192.0.2.1 counter accept', at).exprs);
     const script = `const anon = () => Number(/RssAnon:\\s+(\\d+)/.exec(require('fs').readFileSync('/proc/self/status', 'utf8'))[1]);
