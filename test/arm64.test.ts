@@ -126,7 +126,7 @@ describe.skipIf(!hasQemu)(`linux-arm64 under qemu-user${hasQemu ? '' : ' (SKIPPE
       return e.stdout.trim();
     }, 'arm64-ref');
     expect(at('export')).toEqual({ out: x64, rc: 0 });
-    // The daemon saw the delete (an event) and put the rule back.
+    // The daemon followed the delete from its events and put the rule back.
     expect(at('delete')).toMatchObject({ rc: 0, out: expect.stringMatching(/^deleted handle \d+$/) });
     expect(at('repaired').rc, console).toBe(0);
     expect(at('check after the repair')).toMatchObject({ rc: 0, out: expect.stringMatching(/in sync$/) });
@@ -225,7 +225,9 @@ node /opt/package/bin/nfkeeper.js run --config config.yaml --no-metrics --interv
 daemon=$!
 logged '"nfkeeper running"' || { echo "daemon not running:"; cat daemon.log; }
 step delete node delete.mjs
-step repaired logged '"cause":"event"'
+# Planned from the events, whichever woke the daemon first: under emulation the 1 s tick may see the
+# generation move before the monitor's batch is read, and the pass then names the tick as its cause.
+step repaired logged 'repair from events'
 step 'check after the repair' nfk check --config config.yaml
 kill $daemon
 step stop wait $daemon
