@@ -272,7 +272,7 @@ export class Recorder {
       const [table, chains, sets] = await Promise.all([sock.getTable(t.family, t.name), sock.listChains({ family: t.family, table: t.name }),
         sock.listSets({ family: t.family, table: t.name })]);
       // The chains recorded are the ones listed, no other (a bound chain, say, is read as usual).
-      if (!table || table.handle !== rt.handle || chains.length !== rt.chains.length || !rt.chains.every((c) => chains.some((x) => x.name === c.name))) return;
+      if (!table || (rt.handle !== undefined && table.handle !== rt.handle) || chains.length !== rt.chains.length || !rt.chains.every((c) => chains.some((x) => x.name === c.name))) return;
       const o: ObservedTable = { family: t.family, name: t.name, table, chains: new Map(chains.map((c) => [c.name, c])), rules: new Map(),
         sets: new Map(sets.map((x) => [x.name, { set: x, elements: [] }])) };
       for (const c of rt.chains) {
