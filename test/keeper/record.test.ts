@@ -183,6 +183,23 @@ describe('the restart record', { timeout: 120_000 }, () => {
     await asDesired(config());
   });
 
+  it('a protected table: adopted from the record, and claimed again (the earlier keeper\'s ownership ended with its socket)', async () => {
+    const prot = parseConfig(yaml().replace('    name: rec\n', '    name: rec\n    protect: true\n'), 'rec.yaml');
+    await restart({ config: prot });
+    await keeper!.readBack('tick', performance.now());
+    await keeper!.idle();
+    await keeper!.stop();
+    keeper = undefined;
+    const gen = sock.generation();
+    const { host, said } = await restart({ config: prot });
+    expect(said).toMatch(/^restart record matches the kernel/);
+    expect(host.ruleReads).toBe(0);
+    // Ownership is the socket's: the new keeper's commit takes it (the one write a restart of a protected table makes).
+    expect(sock.generation()).toBe(gen + 1);
+    expect(ns.exec('nft', ['list', 'table', 'ip', 'rec'])).toMatch(/flags owner/);
+    await asDesired(prot);
+  });
+
   it('cut short or corrupt at any byte: the ordinary start-up, nothing lost, nothing written', { timeout: 600_000 }, async () => {
     // A small record: one chain of one rule (the table's other chains and its set go with the first start).
     const tiny = parseConfig(`tables:\n  - family: ip\n    name: rec\n    chains:\n      - name: post\n        type: nat\n        hook: postrouting\n        priority: srcnat\n        rules:\n          - 'ip daddr 192.0.2.1 return'\n`, 'tiny.yaml');
