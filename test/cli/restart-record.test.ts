@@ -10,20 +10,10 @@ import { describe, expect, it } from 'vitest';
 import { open } from '../../src/netlink/socket.js';
 import { netnsPerTest } from '../helpers/netns-hooks.js';
 import { tempDir } from '../helpers/tmp.js';
+import { postroutingYaml } from '../keeper/helpers.js';
 import { nfk, waitFor } from './spawn.js';
 
-const YAML = `tables:
-  - family: ip
-    name: rec
-    chains:
-      - name: post
-        type: nat
-        hook: postrouting
-        priority: srcnat
-        rules:
-          - ip saddr 10.244.0.0/16 ip daddr != 224.0.0.0/4 masquerade fully-random
-          - ip daddr 192.0.2.1 return
-`;
+const YAML = postroutingYaml('rec', ['ip saddr 10.244.0.0/16 ip daddr != 224.0.0.0/4 masquerade fully-random', 'ip daddr 192.0.2.1 return']);
 
 describe('nfkeeper run: the restart record', { timeout: 120_000 }, () => {
   const ns = netnsPerTest('cli-record');

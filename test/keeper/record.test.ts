@@ -20,32 +20,16 @@ import { createNetns, type Netns } from '../helpers/netns.js';
 import { socketPerTest } from '../helpers/netns-hooks.js';
 import { tempDir } from '../helpers/tmp.js';
 import { until } from '../helpers/wait.js';
-import { captureLog, chainLines, handles } from './helpers.js';
+import { captureLog, chainLines, handles, postroutingYaml } from './helpers.js';
 
 const RULES = [
   ...Array.from({ length: 20 }, (_, i) => `ip saddr 10.1.0.${i} ip daddr 192.0.2.1 return`),
   'ip saddr @allowed return',
   'ip daddr != 224.0.0.0/4 masquerade fully-random comment "masq"',
 ];
-const yaml = (extra: string[] = []) => `
-tables:
-  - family: ip
-    name: rec
-    sets:
-      - name: allowed
-        type: ipv4_addr
-        elements: [192.0.2.7, 192.0.2.8]
-    chains:
-      - name: post
-        type: nat
-        hook: postrouting
-        priority: srcnat
-        rules:
-${[...RULES, ...extra].map((r) => `          - '${r}'`).join('\n')}
-      - name: side
-        rules:
-          - ip daddr 198.51.100.1 return
-`;
+// One postrouting chain and a regular one, with a named set the rules look up.
+const yaml = (extra: string[] = []) => postroutingYaml('rec', [...RULES, ...extra].map((r) => `'${r}'`), 'post', { side: ['ip daddr 198.51.100.1 return'] })
+  .replace('    name: rec\n', '    name: rec\n    sets:\n      - name: allowed\n        type: ipv4_addr\n        elements: [192.0.2.7, 192.0.2.8]\n');
 const config = (extra?: string[]): Config => parseConfig(yaml(extra), 'rec.yaml');
 const BOOT = '5c1f3b5e-6a0c-4d8e-9a61-2f4b7c9d0e11';
 
@@ -202,7 +186,7 @@ describe('the restart record', { timeout: 120_000 }, () => {
 
   it('cut short or corrupt at any byte: the ordinary start-up, nothing lost, nothing written', { timeout: 600_000 }, async () => {
     // A small record: one chain of one rule (the table's other chains and its set go with the first start).
-    const tiny = parseConfig(`tables:\n  - family: ip\n    name: rec\n    chains:\n      - name: post\n        type: nat\n        hook: postrouting\n        priority: srcnat\n        rules:\n          - 'ip daddr 192.0.2.1 return'\n`, 'tiny.yaml');
+    const tiny = parseConfig(postroutingYaml('rec', ['ip daddr 192.0.2.1 return']), 'tiny.yaml');
     await restart({ config: tiny });
     await keeper!.readBack('tick', performance.now());
     await keeper!.idle();
