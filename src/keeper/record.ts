@@ -22,6 +22,7 @@ import type { TableConfig } from '../model/desired.js';
 import type { Family } from '../netlink/expr.js';
 import type { NftConn } from '../netlink/conn.js';
 import type { ObservedTable } from '../netlink/objects.js';
+import { volatileSet } from './owned-table.js';
 import type { KeeperState } from './state.js';
 
 /** The record's own format; a record of another format is not used. */
@@ -315,6 +316,8 @@ export class Recorder {
             ? { name: c.name, handles: rules.map((x) => x.handle!), digests: rules.map((x) => x.digest ?? '') } : undefined;
         });
         if (chains.some((c) => !c) || kt.observed.chains.size !== t.chains.length) continue;
+        // Each set's elements held as this desired set's (a volatile one's are read at every look anyway).
+        if ((t.sets ?? []).some((x) => !volatileSet(x.set) && kt.verifiedSets.get(x.name) !== x)) continue;
         tables.push({ family: t.family, name: t.name, handle: kt.observed.table.handle, chains: chains as RecordedChain[] });
       }
       this.writtenAt = performance.now();
