@@ -167,6 +167,14 @@ describe('the restart record', { timeout: 120_000 }, () => {
     await asDesired(config());
   });
 
+  it('written on the tick once a read verified the tables, before any stop (a crash leaves it)', async () => {
+    for (const f of readdirSync(dir)) renameSync(join(dir, f), join(dir, `${f}.gone`));
+    const log = captureLog();
+    keeper = await startKeeper(ns, { config: config(), record: record(), intervalMs: 50, logger: log.logger });
+    await until('the record written', () => readdirSync(dir).includes(fileOf().split('/').pop()!));
+    expect(readFileSync(fileOf(), 'utf8')).toContain(`"generation":${sock.generation()},`);
+  });
+
   it('a protected table: adopted from the record, and claimed again (the earlier keeper\'s ownership ended with its socket)', async () => {
     const prot = parseConfig(yaml().replace('    name: rec\n', '    name: rec\n    protect: true\n'), 'rec.yaml');
     await restart({ config: prot });
