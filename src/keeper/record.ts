@@ -211,14 +211,16 @@ const REWRITE_EVERY_MS = 300_000;
  * tick and at stop, and not when the file holds it already.
  */
 export class Recorder {
-  private readonly file: string;
   /** What the file holds, as far as this process knows: its generation and the desired state it was verified against. */
   private held?: { generation: number; desired: readonly TableConfig[] };
   private writtenAt = -Infinity;
   private digestOf?: { desired: readonly TableConfig[]; digest: string };
 
-  constructor(private readonly k: KeeperState, private readonly o: RecordOptions) {
-    this.file = recordPathOf(o.dir, k.options.netns, k.config.tables);
+  constructor(private readonly k: KeeperState, private readonly o: RecordOptions) {}
+
+  /** The file of the owned tables now (a reload that changes them writes where the next start with that config looks). */
+  private get file(): string {
+    return recordPathOf(this.o.dir, this.k.options.netns, this.k.config.tables);
   }
 
   /** desiredDigest of the keeper's desired tables, once per desired state. */
