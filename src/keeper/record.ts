@@ -2,9 +2,10 @@
  * The restart record: what the daemon last verified of its owned tables, kept in a file so that a
  * restarted daemon can adopt the installed ruleset without reading its rules back (a rule dump of
  * a long chain is quadratic in the kernel: it walks the chain from its head for every 32 KiB it
- * returns). It holds the boot, the namespace, the ruleset generation at which the view held every
- * owned table exactly, a digest of the desired state it held them as, and per chain the rules'
- * handles and digests in order (what the view's rules and the followed part are made of).
+ * returns). It holds the boot, the namespace, the ruleset generation at which the view held the
+ * owned tables exactly (those it did not are left out, and read at the next start), a digest of the
+ * desired state it held them as, and per chain the rules' handles and digests in order (what the
+ * view's rules and the followed part are made of).
  *
  * It is trusted only when all of these still hold: the same boot id, the same namespace (its
  * cookie, else its nsfs inode), the same generation (nothing committed anywhere in the namespace
