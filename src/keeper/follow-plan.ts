@@ -10,8 +10,8 @@ import type { Rule } from '../netlink/objects.js';
 import type { Drift } from '../model/drift.js';
 import type { ElementDiff } from '../model/elements.js';
 import type { Anchor, EditStep, RuleEdit } from './chain-edit.js';
-import { planTable } from './plan.js';
-import type { ChainDiff, TableDiff } from './table.js';
+import { UNKNOWN_EXPRS, planTable } from './plan.js';
+import type { HeldChainDiff, TableDiff } from './table.js';
 import type { Expected, FollowedChain, FollowedTable } from './owned-table.js';
 
 /** Repairs with more ops than this are left to the full pass (which weighs a rewrite, and runs big batches off-thread). */
@@ -27,8 +27,6 @@ export interface FollowPlan {
 
 /** The rules the planner reads where a chain, set or object is created again: the events follow no such change. */
 export const NO_RULES: ReadonlyMap<string, readonly Rule[]> = new Map();
-/** A foreign rule's expressions: the followed table keeps its handle only (the planner splits no replace of it, as no chain goes). */
-const UNKNOWN_EXPRS: Rule['exprs'] = [];
 
 /** heldEdit's map of foreign rules in a missing rule's place when the chain has none: never written. */
 const NO_PLACES: ReadonlyMap<number, number> = new Map();
@@ -83,13 +81,10 @@ export function planFollowed(batch: Batch, tables: readonly FollowedTable[]): Fo
 function diffOf(held: FollowedTable): TableDiff {
   const diff: TableDiff = { drift: [], chains: new Map(), elements: new Map() };
   for (const c of held.chains.values()) {
-    if (c.missing.size === 0 && c.extras.size === 0) continue;
-    const want = c.desired;
-    const missing = missingInOrder(c);
-    const chainDiff: ChainDiff = { chain: want, edit: heldEdit(c, missing) };
-    diff.chains.set(c.name, chainDiff);
-    diff.drift.push(new ChainDrift(c.family, c.table, c.name, missing, missing.length > 0 ? want.rules[missing[0]!]!.compiled : undefined,
-      c.extras.size === 0 ? [] : [...c.extras], c.handles.length));
+    const d = chainDiffOf(c);
+    if (!d) continue;
+    diff.chains.set(c.name, d.diff);
+    diff.drift.push(d.drift);
   }
   for (const ms of held.sets.values()) {
     if (!ms || ms.differs.size === 0) continue;
@@ -110,6 +105,23 @@ function diffOf(held: FollowedTable): TableDiff {
     });
   }
   return diff;
+}
+
+/**
+ * The difference the events followed in one chain, as diffTable would give it for the chain (a
+ * rules-differ drift with its edit), or undefined when the chain holds its desired rules. A value:
+ * the full pass plans from it too, when the rules took a chain the events left otherwise than
+ * desired (known.ts, takeFollowed).
+ */
+export function chainDiffOf(c: FollowedChain): HeldChainDiff | undefined {
+  if (c.missing.size === 0 && c.extras.size === 0) return undefined;
+  const want = c.desired;
+  const missing = missingInOrder(c);
+  return {
+    diff: { chain: want, edit: heldEdit(c, missing) },
+    drift: new ChainDrift(c.family, c.table, c.name, missing, missing.length > 0 ? want.rules[missing[0]!]!.compiled : undefined,
+      c.extras.size === 0 ? [] : [...c.extras], c.handles.length),
+  };
 }
 
 /**
@@ -138,7 +150,12 @@ function heldEdit(c: FollowedChain, missing: readonly number[]): { edit: RuleEdi
 
 /** The index in `rules` of a stand-in for the kernel rule at `handle` of chain `c` (its handle is all the edit uses). */
 function held(c: FollowedChain, rules: Rule[], handle: number): number {
-  return rules.push({ family: c.family, table: c.table, chain: c.name, handle, exprs: UNKNOWN_EXPRS }) - 1;
+  return rules.push(standIn(c, handle)) - 1;
+}
+
+/** A kernel rule of chain `c` the view knows by its handle only (a foreign rule): see UNKNOWN_EXPRS. */
+export function standIn(c: FollowedChain, handle: number): Rule {
+  return { family: c.family, table: c.table, chain: c.name, handle, exprs: UNKNOWN_EXPRS };
 }
 
 /**

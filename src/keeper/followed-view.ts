@@ -15,7 +15,7 @@ import type { ObservedTable } from '../netlink/objects.js';
 import { followForeign, followOwn, learnEcho, unfollow, type FollowOutcome } from './follow-events.js';
 import { seedTable } from './follow-seed.js';
 import { planFollowed, type FollowPlan } from './follow-plan.js';
-import { followedClean, type Expected, type OwnedTable } from './owned-table.js';
+import type { Expected, OwnedTable } from './owned-table.js';
 
 /**
  * How long a proof waits for the monitor to catch up with the kernel (it reads its socket when the

@@ -30,6 +30,13 @@ export interface HeldTable {
   rules: ReadonlyMap<string, readonly Rule[]>;
 }
 
+/**
+ * The expressions of a kernel rule the view knows by its handle only (a foreign rule the events
+ * followed). The planner deletes or replaces it by handle; where it would look into a rule (a set,
+ * an object or a chain created again), it takes such a rule to use any of them.
+ */
+export const UNKNOWN_EXPRS: Rule['exprs'] = [];
+
 export interface PlanOptions {
   /** Table flags to create it with (protect mode). */
   tableFlags?: number;
@@ -129,7 +136,7 @@ export function planTable(batch: Batch, want: TableConfig, have: HeldTable, diff
     const wantedChains = new Set(want.chains.map((c) => c.name));
     for (const [name, rules] of have.rules) {
       if (!wantedChains.has(name) || rewrite.has(name)) continue;
-      if (rules.some((r) => r.exprs.some((e) => e.kind === 'immediate' && (e.verdict === 'jump' || e.verdict === 'goto')
+      if (rules.some((r) => r.exprs === UNKNOWN_EXPRS || r.exprs.some((e) => e.kind === 'immediate' && (e.verdict === 'jump' || e.verdict === 'goto')
         && e.chain !== undefined && recreate.has(e.chain)))) {
         rewrite.add(name);
         edited.delete(name);
@@ -248,6 +255,7 @@ function jumps(rule: Rule): boolean {
 
 /** Whether a rule uses the named set (a lookup, a map, a dynset: any expression naming it). */
 function usesSet(exprs: readonly Expr[], names: ReadonlySet<string>): boolean {
+  if (exprs === UNKNOWN_EXPRS) return true;
   for (const e of exprs) {
     const set = (e as { set?: unknown }).set;
     if (typeof set === 'string' && names.has(set)) return true;
@@ -257,6 +265,7 @@ function usesSet(exprs: readonly Expr[], names: ReadonlySet<string>): boolean {
 
 /** Whether a rule uses one of the objects (by objectKey): an objref by name, or an object map. */
 function usesObject(exprs: readonly Expr[], keys: ReadonlySet<string>): boolean {
+  if (exprs === UNKNOWN_EXPRS) return true;
   for (const e of exprs) {
     if (e.kind !== 'objref' || e.name === undefined || e.type === undefined) continue;
     const type = objTypeName(e.type);

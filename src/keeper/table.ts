@@ -26,6 +26,12 @@ export interface ChainDiff {
   edit?: { edit: RuleEdit; rules: readonly Rule[] };
 }
 
+/** One chain's difference as the view holds it (follow-plan.ts, chainDiffOf): planned as diffTable's own. */
+export interface HeldChainDiff {
+  diff: ChainDiff;
+  drift: Drift;
+}
+
 /** What diffTable found in one table: the drift, and what planTable needs to repair it. */
 export interface TableDiff {
   drift: Drift[];
@@ -82,6 +88,11 @@ export interface DiffOptions {
    * the derivation changed are compared, and a dispatch chain only in its changed runs of rules.
    */
   since?: Derivation;
+  /**
+   * Chains whose difference the view holds (the events followed it: TableRules.held), for the
+   * desired chain it was found against: taken as found, the kernel's rules not compared again.
+   */
+  held?: ReadonlyMap<string, HeldChainDiff>;
 }
 
 /** See DiffOptions.timedSeen: element ids by `family table set`. */
@@ -148,6 +159,12 @@ export function diffTable(want: TableConfig, have: ObservedTable, options: DiffO
     }
     if ((chain.userdata ?? '') !== (c.userdata ?? '')) {
       drifts.push(d('chain-changed', `chain ${c.name} has comment ${quoteComment(chain.userdata)}, want ${quoteComment(c.userdata)}`, c.name));
+      continue;
+    }
+    const held = options.held?.get(c.name);
+    if (held?.diff.chain === c) {
+      out.chains.set(c.name, held.diff);
+      drifts.push(held.drift);
       continue;
     }
     const rules = have.rules.get(c.name) ?? [];

@@ -28,12 +28,12 @@ import type { CommitResult, NftConn } from '../netlink/conn.js';
 import type { MonitorProgress } from '../netlink/events.js';
 import type { ObservedTable } from '../netlink/objects.js';
 import { NetlinkError } from '../base/errors.js';
-import { canFollow, cleanRules, confirm, revalidate, takeFollowed } from './known.js';
+import { canFollow, cleanRules, confirm, heldFits, revalidate, takeFollowed } from './known.js';
 import { followCommit, readAddedChains } from './follow-commit.js';
 import { unfollow } from './follow-events.js';
 import { retarget } from './follow-seed.js';
 import { FollowedView, runCovers, type Currency } from './followed-view.js';
-import { followedClean, tableKey, type OwnedTable, type TableRules } from './owned-table.js';
+import { tableKey, type OwnedTable, type TableRules } from './owned-table.js';
 
 export { EVENTS_WAIT_MS, runCovers, type Currency } from './followed-view.js';
 export { since } from './known.js';
@@ -106,6 +106,11 @@ export class KernelView extends FollowedView {
     }
     const trust = !readBack || readUnechoed;
     this.takeFollowed();
+    // A difference the events followed was found against the desired chains of then: another desired chain is read.
+    for (const t of tables) {
+      const kt = this.rulesOf(t);
+      if (kt && !heldFits(kt, t)) this.record(t).rules = undefined;
+    }
     const have = tables.filter((t) => this.rulesOf(t));
     if (have.length === 0) return this.noRules();
     let stale = have;
@@ -173,7 +178,7 @@ export class KernelView extends FollowedView {
     if (this.seededAt > this.rulesAt && !runCovers(this.rulesAt, this.generation, this.applied, p)) return;
     for (const rec of this.all()) {
       if (!rec.rules || this.touchedAt(rec) <= this.rulesAt) continue;
-      if (!rec.followed || !followedClean(rec.followed) || !takeFollowed(rec.rules, rec.followed)) rec.rules = undefined;
+      if (!rec.followed || !takeFollowed(rec.rules, rec.followed)) rec.rules = undefined;
     }
     this.rulesAt = this.generation;
   }
