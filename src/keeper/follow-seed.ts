@@ -7,7 +7,7 @@ import type { SetConfig } from '../model/sets.js';
 import { elementId, sameContent, sameElementFields, setDefinitionKey } from '../model/elements.js';
 import type { ObservedTable, SetElement } from '../netlink/objects.js';
 import { desiredKey } from './rule-key.js';
-import { NO_RULES } from './follow-plan.js';
+import { NO_RULES } from './plan.js';
 import { follows, type FollowedChain, type FollowedSet, type FollowedTable, type OwnedTable } from './owned-table.js';
 
 /**

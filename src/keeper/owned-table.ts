@@ -9,12 +9,13 @@
  * - `followed`: per desired chain the kernel handle of each desired rule in a typed array, the
  *   rules the kernel holds that are not desired, and per followed set where its elements differ,
  *   which the events move rule by rule and element by element (follow-events.ts) and the event
- *   repairs plan from (follow-plan.ts).
+ *   repairs plan from (plan.ts, planFollowed).
  *
- * The rules take the handles the followed part holds when events touched the table (known.ts,
- * takeFollowed), so both say the same of the kernel; each can be unknown while the other is not
- * (our full pass's commit is followed by its echo into the rules, not by events; a foreign rule left
- * in place is followed by the events, while the rules, which hold desired rules only, let go).
+ * The rules take what the followed part holds when events touched the table (known.ts,
+ * takeFollowed): the handles, and where the events left it otherwise than desired, a stand-in for
+ * each foreign rule and the difference they followed, which the look plans from. So both say the
+ * same of the kernel; the rules can be exact while the followed part is unknown (our full pass's
+ * commit is followed by its echo into the rules, not by events).
  */
 import type { ChainConfig, TableConfig } from '../model/desired.js';
 import type { SetConfig } from '../model/sets.js';
