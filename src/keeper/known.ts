@@ -23,7 +23,7 @@ import type { Batch } from '../netlink/batch.js';
 import type { NftConn } from '../netlink/conn.js';
 import { SET_F, type Chain, type NftSet, type ObservedTable, type Rule, type SetElement } from '../netlink/objects.js';
 import { knownRule, hasKey, sameKey } from './rule-key.js';
-import { chainDiffOf, standIn } from './table.js';
+import { chainDiffOf, standIn } from './held-diff.js';
 import { derivationOf, type Derivation } from '../model/derivation.js';
 import { knownSets, objectsUnknown, volatileSet, type FollowedTable, type TableRules } from './owned-table.js';
 

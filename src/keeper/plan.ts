@@ -3,7 +3,7 @@
  * difference (a TableDiff, table.ts) become the ops of one batch, in an order the kernel accepts
  * within one transaction (planTable). Every repair path plans so: the full pass from a look, read
  * or the view's own rules (diffTable), the event repairs from the difference the view followed
- * (planFollowed, diffHeld); they differ only in how they prove the view is the kernel's state.
+ * (planFollowed; held-diff.ts); they differ only in how they prove the view is the kernel's state.
  * What the event repairs add is which events our own commit must show (Expected). Chains are
  * edited in place (chain-edit.ts: the fewest ops, or a flush and rewrite when that is fewer).
  */
@@ -18,7 +18,8 @@ import { queueBound } from '../rules/compile.js';
 import { deletable } from '../model/elements.js';
 import type { RuleEdit } from './chain-edit.js';
 import type { Drift } from '../model/drift.js';
-import { UNKNOWN_EXPRS, diffHeld, objectKey, type TableDiff } from './table.js';
+import { objectKey, type TableDiff } from './table.js';
+import { UNKNOWN_EXPRS, diffHeld } from './held-diff.js';
 import type { Expected, FollowedTable } from './owned-table.js';
 
 /**
