@@ -201,6 +201,40 @@ describe('the kernel view', () => {
     }
   });
 
+  it('a set the events left otherwise than desired (an element gone, a foreign one) is planned from the elements they followed: no read', async () => {
+    const w = world();
+    const tables = parseConfig(`
+tables:
+  - family: ip
+    name: t
+    sets:
+      - name: s
+        type: ipv4_addr
+        elements: [192.0.2.1, 192.0.2.2, 192.0.2.3]
+    chains:
+      - name: c
+        rules:
+          - ip saddr @s accept
+          - ${ruleText(1)}
+`).tables;
+    await new Reconciler(w.other, { attempts: 5 }).once({ tables });
+    await w.settled();
+    const r = await w.reconciler.once({ tables, useKnown: true, learn: true, trustSoleCommit: true });
+    expect(w.view.seed(tables, r.first.observed, r.generation)).toBe('seeded');
+    const set = { family: 'ip' as const, table: 't', set: 's' };
+    await w.other.commit(new Batch().delete('element', { ...set, elements: [{ key: 'c0000202' }] }).add('element', { ...set, elements: [{ key: 'c6336401' }] }));
+    await w.settled();
+    const g = w.kernel.generation;
+    expect(w.view.elementsDiffering('ip', 't', 's')).toBe(2);
+    const reads = w.reads.n;
+    const pass = await w.reconciler.once({ tables, useKnown: true, learn: true, trustSoleCommit: true });
+    expect(pass).toMatchObject({ status: 'repaired', trusted: true, generation: g + 1 });
+    expect(pass.found.map((d) => d.kind)).toEqual(['elements-differ']);
+    expect(w.reads.n).toBe(reads);
+    expect((await w.conn.listElements(set)).map((e) => e.key).sort()).toEqual(['c0000201', 'c0000202', 'c0000203']);
+    expect(await new Reconciler(w.other, { attempts: 1 }).once({ tables, readOnly: true })).toMatchObject({ status: 'in-sync' });
+  });
+
   it('a difference the events followed, against a desired chain that changed since: the look reads that table', async () => {
     const w = world();
     const tables = planConfig([0, 1, 2]).tables;
