@@ -24,6 +24,7 @@ import type { NftConn } from '../netlink/conn.js';
 import { SET_F, type Chain, type NftSet, type ObservedTable, type Rule, type SetElement } from '../netlink/objects.js';
 import { knownRule, hasKey, sameKey } from './rule-key.js';
 import { chainDiffOf, standIn } from './held-diff.js';
+import { sameChain } from './follow-seed.js';
 import { derivationOf, type Derivation } from '../model/derivation.js';
 import { knownSets, objectsUnknown, volatileSet, type FollowedTable, type TableRules } from './owned-table.js';
 
@@ -231,10 +232,19 @@ export function takeFollowed(kt: TableRules, held: FollowedTable): boolean {
   return true;
 }
 
-/** Whether the chains whose difference `kt` holds are still `t`'s (the difference was found against them). */
+/**
+ * Whether the chains whose difference `kt` holds are still `t`'s: the desired chains it was found
+ * against, or chains the same by every rule's key (a reload of the same chain), which it is moved
+ * to. False: the caller drops `kt`, and the look reads the table.
+ */
 export function heldFits(kt: TableRules, t: TableConfig): boolean {
   if (!kt.held) return true;
-  for (const [name, d] of kt.held) if (!t.chains.includes(d.diff.chain) || d.diff.chain.name !== name) return false;
+  for (const [name, d] of kt.held) {
+    if (t.chains.includes(d.diff.chain)) continue;
+    const c = t.chains.find((x) => x.name === name);
+    if (!c || !sameChain(d.diff.chain, c)) return false;
+    kt.held.set(name, { diff: { ...d.diff, chain: c }, drift: d.drift });
+  }
   return true;
 }
 
