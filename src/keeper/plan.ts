@@ -188,8 +188,8 @@ export function planTable(batch: Batch, want: TableConfig, have: HeldTable, diff
     const wantedChains = new Set(want.chains.map((c) => c.name));
     for (const [name, rules] of have.rules) {
       if (!wantedChains.has(name) || rewrite.has(name)) continue;
-      if (rules.some((r) => r.exprs === UNKNOWN_EXPRS || r.exprs.some((e) => e.kind === 'immediate' && (e.verdict === 'jump' || e.verdict === 'goto')
-        && e.chain !== undefined && recreate.has(e.chain)))) {
+      if (rules.some((r) => r.exprs === UNKNOWN_EXPRS
+        || r.exprs.some((e) => e.kind === 'immediate' && (e.verdict === 'jump' || e.verdict === 'goto') && e.chain !== undefined && recreate.has(e.chain)))) {
         rewrite.add(name);
         edited.delete(name);
       }
