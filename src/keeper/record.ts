@@ -311,7 +311,8 @@ export class Recorder {
       const tables: RecordedTable[] = [];
       for (const t of k.desired) {
         const kt = k.view.rulesOf(t);
-        if (!kt?.observed.table || !k.view.tableCurrency(t, generation).exact) continue;
+        // Exact now, and as desired: a difference the events followed (held) is not recorded.
+        if (!kt?.observed.table || kt.held || !k.view.tableCurrency(t, generation).exact) continue;
         const chains = t.chains.map((c) => {
           const rules = kt.observed.rules.get(c.name) ?? [];
           // Verified against this very desired chain (a reload's new one is compared by the next look first).
