@@ -103,7 +103,9 @@ describe('the bundled daemon', () => {
         { encoding: 'utf8', env: { PATH: process.env.PATH, HOME: home, XDG_CACHE_HOME: home, NODE_DEBUG_NATIVE: 'COMPILE_CACHE' } });
       expect(r.status, r.stderr).toBe(0);
       const resolved = /resolved path (\S+) \+/.exec(r.stderr)?.[1];
-      return { resolved, accepted: r.stderr.includes(`V8 code cache for ESM ${pathToFileURL(join(dir, 'dist', 'nfkeeper.mjs')).href} was accepted`) };
+      // (Node 22 says "cache for URL was accepted", 24 "V8 code cache for ESM URL was accepted")
+      const url = pathToFileURL(join(dir, 'dist', 'nfkeeper.mjs')).href;
+      return { resolved, accepted: r.stderr.split('\n').some((l) => l.includes(`cache for `) && l.includes(` ${url} was accepted`)) };
     };
     expect(used()).toEqual({ resolved: cache, accepted: true });
     // The package's cache is only read where it is sure to be its owner's: writable by others, the
