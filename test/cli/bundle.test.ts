@@ -93,7 +93,7 @@ describe('the bundled daemon', () => {
     expect({ status: fill.status, stderr: fill.stderr }).toEqual({ status: 0, stderr: '' });
     const cache = join(pkg, 'dist', 'compile-cache');
     const uid = process.geteuid!();
-    // One entry per set of V8 flags bin/nfkeeper.js gives a command: the one-shot commands', export's, run's.
+    // One entry per set of V8 flags bin/nfkeeper.js gives a command: the config commands', none (export, status), run's.
     expect(readdirSync(cache).filter((e) => e.startsWith(`${process.version}-${process.arch}-`) && e.endsWith(`-${uid}`))).toHaveLength(3);
 
     // Which cache a command used, and whether its modules' code came from it (Node's own debug output).
