@@ -578,7 +578,9 @@ function keywordName(name: string, what: string): string {
 
 /** Why a rule cannot use the objects it names (one the table does not declare), or undefined. */
 function objectRefProblem(exprs: CompiledRule['exprs'], objects: readonly ObjConfig[], family: string, table: string): string | undefined {
-  for (const u of objectsUsed(exprs)) {
+  const used = objectsUsed(exprs);
+  for (let i = 0; i < used.length; i++) {
+    const u = used[i]!;
     if (!objects.some((o) => o.type === u.type && o.name === u.name)) {
       return `${u.type} ${u.name} is not an object of table ${family} ${table} (declare it in the table: '${u.type} ${u.name} { … }')`;
     }
