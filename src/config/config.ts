@@ -438,8 +438,11 @@ function buildConfig(raw: unknown, file: string, where: Positions, options: Load
     // gives no size: 65535 and dynamic, as nft 1.0.6's evaluation of the rule sets them on the set.
     // Without this, nft's install of kube-proxy's affinity sets read as drift and was recreated.
     for (const ch of chains) {
-      for (const r of ch.rules) {
-        for (const e of r.compiled.exprs) {
+      // (indexed: an iterator result per expression of every rule otherwise)
+      for (let ri = 0; ri < ch.rules.length; ri++) {
+        const exprs = ch.rules[ri]!.compiled.exprs;
+        for (let ei = 0; ei < exprs.length; ei++) {
+          const e = exprs[ei]!;
           if (e.kind !== 'dynset') continue;
           const target = namedSets.get(e.set);
           if (!target) continue;

@@ -116,15 +116,26 @@ export function sameExpr(a: unknown, b: unknown): boolean {
     for (let i = 0; i < a.length; i++) if (!sameExpr(a[i], b[i])) return false;
     return true;
   }
-  const keys: string[] = [];
-  for (const k in a) keys.push(k);
-  let i = 0;
+  // a's keys on a stack kept between calls (a nested comparison's above them, gone when it returns):
+  // an array of keys per comparison was most of what interning a config's rules allocated
+  const base = top;
+  for (const k in a) KEYS[top++] = k;
+  let i = base;
+  let same = true;
   for (const k in b) {
-    if (k !== keys[i] || !sameExpr((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k])) return false;
+    if (i === top || k !== KEYS[i] || !sameExpr((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k])) {
+      same = false;
+      break;
+    }
     i++;
   }
-  return i === keys.length;
+  if (same) same = i === top;
+  top = base;
+  return same;
 }
+
+const KEYS: string[] = [];
+let top = 0;
 
 /** Compacts the compiled rules of `tables` in place (each compiled rule once: its frozen list says it was). */
 export function compactRules(tables: readonly TableConfig[]): void {
