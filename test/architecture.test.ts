@@ -114,7 +114,7 @@ describe('architecture', () => {
 
   it('what the kernel holds is kept by the kernel view alone: only view.ts and its parts import them', () => {
     // The parts that move the one record per owned table (the rules, the followed handles and
-    // elements); owned-table.ts and follow-plan.ts are its shape and its plan, which others may name.
+    // elements); owned-table.ts is its shape, which others may name; the planner (plan.ts) plans from it.
     const parts = new Set(['keeper/known.ts', 'keeper/follow-commit.ts', 'keeper/follow-events.ts', 'keeper/follow-seed.ts', 'keeper/followed-view.ts']);
     const outside = pairs.filter(([a, b]) => parts.has(b) && a !== 'keeper/view.ts' && !parts.has(a));
     expect(outside.map(([a, b]) => `${a} -> ${b}`)).toEqual([]);

@@ -79,6 +79,13 @@ export interface S8Repair {
   owned: string;
   repair: Summary;
   floor: Summary;
+  /**
+   * The same probe, the same gap, answered by bench/floor/responder.c instead of the daemon: a
+   * process that only reads the deletion's event and commits its re-add. The floor of an
+   * event-driven repair from another process (the wake-ups included), where `floor` is one socket's
+   * two commits back to back.
+   */
+  responder?: Summary;
   /** The same repairs by the other build's daemon (S8Options.root), in the same run. */
   before?: Summary;
 }
@@ -274,12 +281,13 @@ export async function runS8(o: S8Options): Promise<S8Result> {
     // the same ruleset as table cmp in the same namespace.
     const cases = [
       ...o.repairRules.map((n) => ({ n, owned: `one rule of ${n.toLocaleString('en-US')} in one chain`, file: `repair-${n}.yaml`, text: chainYaml(n),
-        cmp: chainNft(n), probe: (ns: BenchNetns) => probeRepairs({ netns: ns.path, family: 'ip', table: 'big', chain: 'c' }, o.repairs, o.repairGapMs,
-          { warmup: 1, timeoutMs: 60_000 }), floor: ruleFloor })),
+        cmp: chainNft(n), probe: (ns: BenchNetns, table = 'big') => probeRepairs({ netns: ns.path, family: 'ip', table, chain: 'c' }, o.repairs, o.repairGapMs,
+          { warmup: 1, timeoutMs: 60_000 }), floor: ruleFloor, answer: ['rule', 'c'] })),
       ...o.repairElements.map((n) => ({ n, owned: `one element of ${n.toLocaleString('en-US')} in one set`, file: `elements-${n}.nft`, text: setNft(n),
-        cmp: setNft(n), probe: (ns: BenchNetns) => probeElementRepairs({ netns: ns.path, family: 'ip', table: 'big', set: 's' }, o.repairs, o.repairGapMs,
-          { warmup: 1, timeoutMs: 60_000 }), floor: elementFloor })),
+        cmp: setNft(n), probe: (ns: BenchNetns, table = 'big') => probeElementRepairs({ netns: ns.path, family: 'ip', table, set: 's' }, o.repairs, o.repairGapMs,
+          { warmup: 1, timeoutMs: 60_000 }), floor: elementFloor, answer: ['element', 's'] })),
     ];
+    const responder = parts.has('repairs') && cases.length > 0 ? buildResponder(dir) : undefined;
     for (const [i, c] of (parts.has('repairs') ? cases : []).entries()) {
       await withBenchNetns(`s8p${result.repairs.length}`, async (ns) => {
         const file = join(dir, c.file);
@@ -301,10 +309,12 @@ export async function runS8(o: S8Options): Promise<S8Result> {
         const repair = got.get(PROJECT_ROOT)!;
         const before = o.root === undefined ? undefined : got.get(o.root);
         const floor = await c.floor(ns, o.repairs);
-        result.repairs.push({ owned: c.owned, repair, floor, ...(before ? { before } : {}) });
+        const answered = responder ? await withResponder(responder, ns, ['2', 'cmp', ...c.answer], async () => (await c.probe(ns, 'cmp')).summary) : undefined;
+        result.repairs.push({ owned: c.owned, repair, floor, ...(answered ? { responder: answered } : {}), ...(before ? { before } : {}) });
         o.log(`    repair of ${c.owned}: p50 ${(repair.median / 1000).toFixed(3)} ms, p99 ${(repair.p99 / 1000).toFixed(3)} ms; ` +
           (before ? `before p50 ${(before.median / 1000).toFixed(3)} ms, p99 ${(before.p99 / 1000).toFixed(3)} ms; ` : '') +
-          `floor ${(floor.median / 1000).toFixed(3)} ms`);
+          `floor ${(floor.median / 1000).toFixed(3)} ms` +
+          (answered ? `; a C responder p50 ${(answered.median / 1000).toFixed(3)} ms, p99 ${(answered.p99 / 1000).toFixed(3)} ms` : ''));
       });
     }
 
@@ -367,6 +377,28 @@ async function storm(s: ReturnType<typeof open>, pid: number, seconds: number): 
   }
   const took = (performance.now() - t0) / 1000;
   return { commitsPerSecond: commits / took, cpuPercent: ((cpuSeconds(pid) - c0) / took) * 100 };
+}
+
+/** bench/floor/responder.c built into dir (cc is part of the set-up: the addon is built with it). */
+function buildResponder(dir: string): string {
+  const out = join(dir, 'responder');
+  const cc = spawnSync('cc', ['-O2', '-Wall', '-o', out, join(PROJECT_ROOT, 'bench', 'floor', 'responder.c')], { encoding: 'utf8' });
+  if (cc.status !== 0) throw new Error(`cc bench/floor/responder.c: ${cc.stderr}`);
+  return out;
+}
+
+/** Runs fn while the responder answers deletions in the namespace (args: FAMILY TABLE rule|element NAME). */
+async function withResponder<T>(bin: string, ns: BenchNetns, args: string[], fn: () => Promise<T>): Promise<T> {
+  const child = spawn(bin, [ns.path, ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
+  try {
+    await new Promise<void>((resolve, reject) => {
+      child.once('exit', (code) => reject(new Error(`the responder exited (${code}) before it was ready`)));
+      child.stdout!.once('data', () => resolve());
+    });
+    return await fn();
+  } finally {
+    child.kill('SIGKILL');
+  }
 }
 
 /** One socket deletes the middle rule of table cmp's chain and adds it back where it was. */

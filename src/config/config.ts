@@ -378,7 +378,7 @@ function buildConfig(raw: unknown, file: string, where: Positions, options: Load
     // (positions only for an error: a YAML config's are read by parsing it again)
     const tpos = () => pos(['tables', ti, 'name']);
     if (seenTables.has(tkey)) fail(tpos(), `table ${tkey} is listed twice`);
-    if (NFT_KEYWORDS.has(t.name)) fail(tpos(), keywordName(t.name, 'a table'));
+    refuseKeyword(fail, tpos, t.name, 'a table');
     seenTables.add(tkey);
     const chainNames = new Set(t.chains.map((c) => c.name));
     if (chainNames.size !== t.chains.length) fail(tpos(), `table ${tkey} lists a chain twice`);
@@ -389,7 +389,7 @@ function buildConfig(raw: unknown, file: string, where: Positions, options: Load
     const graph = new JumpGraph(t.chains.map((c) => c.name), 'this table', t.family);
     const chains: ChainConfig[] = t.chains.map((c, ci) => {
       const path = ['tables', ti, 'chains', ci];
-      if (NFT_KEYWORDS.has(c.name)) fail(pos([...path, 'name']), keywordName(c.name, 'a chain'));
+      refuseKeyword(fail, () => pos([...path, 'name']), c.name, 'a chain');
       const baseKeys = [c.type, c.hook, c.priority].filter((v) => v !== undefined).length;
       if (baseKeys !== 0 && baseKeys !== 3) {
         fail(pos(path), `chain ${c.name}: a base chain needs type, hook and priority together; a regular chain has none of them`);
@@ -564,7 +564,7 @@ function buildObjects(t: RawTableParsed, ti: number, { pos }: Positions,
     const k = `${raw.type} ${raw.name}`;
     if (seen.has(k)) fail(pos([...path, 'name']), `table ${t.family} ${t.name} declares ${raw.type} ${raw.name} twice`);
     seen.add(k);
-    if (NFT_KEYWORDS.has(raw.name) || NFT_OBJECT_KEYWORDS[raw.type]?.has(raw.name)) fail(pos([...path, 'name']), keywordName(raw.name, `a ${raw.type}`));
+    refuseKeyword(fail, () => pos([...path, 'name']), raw.name, `a ${raw.type}`, NFT_OBJECT_KEYWORDS[raw.type]);
     const built = buildObject(raw, { family: t.family, table: t.name }, (where, reason, inner) => fail(pos([...path, ...where], inner), reason));
     if (built) out.push(built);
   });
@@ -575,8 +575,9 @@ function buildObjects(t: RawTableParsed, ti: number, { pos }: Positions,
  * The kernel takes any name, but nft could not read such a table back (`nft list`, `export`) nor
  * name the object in a rule: its grammar wants a string where its scanner returns the keyword.
  */
-function keywordName(name: string, what: string): string {
-  return `'${name}' is a keyword of nft's language, which nft refuses as ${what} name`;
+function refuseKeyword(fail: (p: { line: number; col: number }, reason: string) => void, at: () => { line: number; col: number },
+  name: string, what: string, alsoKeywords?: ReadonlySet<string>): void {
+  if (NFT_KEYWORDS.has(name) || alsoKeywords?.has(name)) fail(at(), `'${name}' is a keyword of nft's language, which nft refuses as ${what} name`);
 }
 
 /** Why a rule cannot use the objects it names (one the table does not declare), or undefined. */
@@ -606,8 +607,7 @@ function buildSets(t: RawTableParsed, ti: number, { pos, order }: Positions,
       const path = ['tables', ti, kind, si];
       const at = order(path);
       if (seen.has(raw.name)) fail(pos([...path, 'name']), `table ${t.family} ${t.name} declares set or map ${raw.name} twice`);
-      // (nft could not read such a table back, nor name the set in a rule)
-      if (NFT_KEYWORDS.has(raw.name)) fail(pos([...path, 'name']), keywordName(raw.name, 'a set or map'));
+      refuseKeyword(fail, () => pos([...path, 'name']), raw.name, 'a set or map');
       seen.add(raw.name);
       const built = buildSet(raw, kind === 'maps', { family: t.family, table: t.name, interfaces },
         (where, reason, inner) => fail(pos([...path, ...where], inner), reason));

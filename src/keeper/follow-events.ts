@@ -10,7 +10,7 @@
  * - an element event of a followed set says what the kernel now holds of each element it carries;
  * - our own commit's acknowledgements echo the handles of the rules it added (learnEcho; the
  *   commit's events then wake nobody, Monitor.skipOwn), or, where they do not, its events give
- *   them, in the order of its ops (planned by follow-plan.ts: Expected).
+ *   them, in the order of its ops (planned by plan.ts: Expected).
  *
  * An event in a table that the followed part cannot follow (a table, chain or set event, an element
  * event of a set it does not follow, an element or a handle it does not know) makes that table
@@ -98,7 +98,7 @@ function followEvent(f: FollowedTable, e: MonitorEvent, deleted: Map<number, { c
 }
 
 /**
- * Follows our own commit, planned as `plan` (follow-plan.ts), from its events; returns why it
+ * Follows our own commit, planned as `plan` (plan.ts), from its events; returns why it
  * cannot (the caller makes every table unknown: which one went otherwise cannot be told).
  */
 export function followOwn(find: FindTable, plan: readonly Expected[] | undefined, b: MonitorBatch): string | undefined {

@@ -9,7 +9,7 @@ import type { MonitorBatch } from '../netlink/events.js';
 import type { Op } from '../netlink/ops.js';
 import { elementId, sameContent } from '../model/elements.js';
 import { GenerationMismatchError } from '../base/errors.js';
-import { FOLLOW_MAX_ELEMENTS, FOLLOW_MAX_OPS, type FollowPlan } from './follow-plan.js';
+import { FOLLOW_MAX_ELEMENTS, FOLLOW_MAX_OPS, type FollowPlan } from './plan.js';
 import { sameOps, type Arming } from './arming.js';
 import type { Reporter } from './report.js';
 import type { Scheduler } from './scheduler.js';

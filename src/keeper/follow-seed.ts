@@ -7,7 +7,7 @@ import type { SetConfig } from '../model/sets.js';
 import { elementId, sameContent, sameElementFields, setDefinitionKey } from '../model/elements.js';
 import type { ObservedTable, SetElement } from '../netlink/objects.js';
 import { desiredKey } from './rule-key.js';
-import { NO_RULES } from './follow-plan.js';
+import { NO_RULES } from './plan.js';
 import { follows, type FollowedChain, type FollowedSet, type FollowedTable, type OwnedTable } from './owned-table.js';
 
 /**
@@ -169,7 +169,7 @@ function wantOf(sc: SetConfig): Map<string, SetElement> {
 }
 
 /** The same chain apart from the objects: definition, comment and every rule's key, in order. */
-function sameChain(a: TableConfig['chains'][number], b: TableConfig['chains'][number]): boolean {
+export function sameChain(a: TableConfig['chains'][number], b: TableConfig['chains'][number]): boolean {
   if (a === b) return true;
   if (a.name !== b.name || JSON.stringify(a.base ?? null) !== JSON.stringify(b.base ?? null) || (a.userdata ?? '') !== (b.userdata ?? '')) return false;
   if (a.rules.length !== b.rules.length) return false;

@@ -3,7 +3,7 @@
  * view; this is its part that follows the events): the owned tables by family and name, the last
  * commit that touched each, and the followed part of those a look seeded (OwnedTable.followed),
  * moved by each batch in generation order (follow-events.ts), by the echo of our own repair
- * (learnCommit), and planned from by the event repairs (plan, follow-plan.ts). The events follow
+ * (learnCommit), and planned from by the event repairs (plan: plan.ts, planFollowed). The events follow
  * while the monitor's run of whole commits holds (an overflow, a gap or a truncated batch loses
  * every table); an event that cannot be followed loses its table alone.
  */
@@ -14,8 +14,8 @@ import type { Family } from '../netlink/expr.js';
 import type { ObservedTable } from '../netlink/objects.js';
 import { followForeign, followOwn, learnEcho, unfollow, type FollowOutcome } from './follow-events.js';
 import { seedTable } from './follow-seed.js';
-import { planFollowed, type FollowPlan } from './follow-plan.js';
-import { followedClean, type Expected, type OwnedTable } from './owned-table.js';
+import { planFollowed, type FollowPlan } from './plan.js';
+import type { Expected, OwnedTable } from './owned-table.js';
 
 /**
  * How long a proof waits for the monitor to catch up with the kernel (it reads its socket when the

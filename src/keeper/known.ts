@@ -21,8 +21,10 @@ import type { SetConfig } from '../model/sets.js';
 import { diffElements, setDefinitionKey } from '../model/elements.js';
 import type { Batch } from '../netlink/batch.js';
 import type { NftConn } from '../netlink/conn.js';
-import { SET_F, type Chain, type NftSet, type ObservedTable } from '../netlink/objects.js';
+import { SET_F, type Chain, type NftSet, type ObservedTable, type Rule, type SetElement } from '../netlink/objects.js';
 import { knownRule, hasKey, sameKey } from './rule-key.js';
+import { chainDiffOf, standIn } from './held-diff.js';
+import { sameChain } from './follow-seed.js';
 import { derivationOf, type Derivation } from '../model/derivation.js';
 import { knownSets, objectsUnknown, volatileSet, type FollowedTable, type TableRules } from './owned-table.js';
 
@@ -157,37 +159,92 @@ export function confirm(kt: TableRules, t: TableConfig): boolean {
 }
 
 /**
- * The events followed the table to where the kernel holds `held.desired` (the followed part clean,
- * exact at a later generation than `kt`): its rules take the handles the events gave. Rules whose
- * handle and desired rule stay are kept as they are, digest and all; a rule re-added under a new
- * handle has no digest until a decoding read. False when `kt` does not hold exactly those chains:
- * the caller drops it.
+ * The events followed the table (exact at a later generation than `kt`): its rules take the handles
+ * the events gave. Rules whose handle and desired rule stay are kept as they are, digest and all; a
+ * rule re-added under a new handle has no digest until a decoding read. A chain the events left
+ * otherwise than desired holds the desired rules present and a stand-in for each foreign rule, with
+ * the difference the events followed (kt.held), and a followed set that differs holds what the
+ * kernel holds: the look plans from them, reading nothing. False when `kt` does not hold exactly
+ * those chains: the caller drops it.
  */
 export function takeFollowed(kt: TableRules, held: FollowedTable): boolean {
   const t = held.desired;
   if (kt.observed.chains.size !== t.chains.length) return false;
+  kt.held = undefined;
+  let clean = true;
   for (const c of t.chains) {
-    const handles = held.chains.get(c.name)?.handles;
+    const fc = held.chains.get(c.name);
     const prev = kt.observed.rules.get(c.name);
-    if (!handles || !prev || !kt.observed.chains.has(c.name) || handles.length !== c.rules.length) return false;
-    if (kt.verified.get(c.name) === c && prev.length === handles.length && prev.every((r, j) => r.handle === handles[j])) continue;
+    if (!fc || !prev || !kt.observed.chains.has(c.name) || fc.handles.length !== c.rules.length) return false;
+    const handles = fc.handles;
+    const differs = chainDiffOf(fc);
+    if (!differs && kt.verified.get(c.name) === c && prev.length === handles.length && prev.every((r, j) => r.handle === handles[j])) continue;
     const kept = new Map(prev.map((r) => [r.handle!, r]));
-    kt.observed.rules.set(c.name, c.rules.map((r, j) => {
-      const k = kept.get(handles[j]!);
-      if (k && hasKey(k) && k.exprs === r.compiled.exprs) return k;
-      return knownRule(t, c, r, handles[j]!, k?.exprs === r.compiled.exprs ? k.digest : undefined);
-    }));
-    kt.verified.set(c.name, c);
+    const rules: Rule[] = [];
+    // In the kernel's order: a foreign rule that took a desired rule's place (a replace) stands there, any other at the end.
+    const inPlace = new Map<number, number>();
+    const elsewhere: number[] = [];
+    for (const [h, j] of fc.extras) {
+      if (j >= 0 && handles[j] === 0 && !inPlace.has(j)) inPlace.set(j, h);
+      else elsewhere.push(h);
+    }
+    for (let j = 0; j < c.rules.length; j++) {
+      const h = handles[j]!;
+      if (h === 0) {
+        const x = inPlace.get(j);
+        if (x !== undefined) rules.push(standIn(fc, x));
+        continue;
+      }
+      const r = c.rules[j]!;
+      const k = kept.get(h);
+      rules.push(k && hasKey(k) && k.exprs === r.compiled.exprs ? k
+        : knownRule(t, c, r, h, k?.exprs === r.compiled.exprs ? k.digest : undefined));
+    }
+    for (const h of elsewhere) rules.push(standIn(fc, h));
+    kt.observed.rules.set(c.name, rules);
+    if (differs) {
+      (kt.held ??= new Map()).set(c.name, differs);
+      kt.verified.delete(c.name);
+      clean = false;
+    } else {
+      kt.verified.set(c.name, c);
+    }
   }
-  // A followed set holds its desired elements (the table is clean); the events changed no other.
+  // A followed set holds its desired elements, but where the events say it differs; the events changed no other.
   for (const s of t.sets ?? []) {
-    if (!held.sets.get(s.name) || kt.verifiedSets.get(s.name) === s) continue;
+    const ms = held.sets.get(s.name);
+    if (!ms || (ms.differs.size === 0 && kt.verifiedSets.get(s.name) === s)) continue;
     const have = kt.observed.sets.get(s.name);
     if (!have) return false;
-    kt.observed.sets.set(s.name, { set: have.set, elements: s.elements });
-    kt.verifiedSets.set(s.name, s);
+    if (ms.differs.size === 0) {
+      kt.observed.sets.set(s.name, { set: have.set, elements: s.elements });
+      kt.verifiedSets.set(s.name, s);
+      continue;
+    }
+    const elements: SetElement[] = [];
+    for (const [id, w] of ms.want) if (!ms.differs.has(id)) elements.push(w);
+    for (const k of ms.differs.values()) if (k !== null) elements.push(k);
+    kt.observed.sets.set(s.name, { set: have.set, elements });
+    kt.verifiedSets.delete(s.name);
+    clean = false;
   }
-  kt.whole = t;
+  kt.whole = clean ? t : undefined;
+  return true;
+}
+
+/**
+ * Whether the chains whose difference `kt` holds are still `t`'s: the desired chains it was found
+ * against, or chains the same by every rule's key (a reload of the same chain), which it is moved
+ * to. False: the caller drops `kt`, and the look reads the table.
+ */
+export function heldFits(kt: TableRules, t: TableConfig): boolean {
+  if (!kt.held) return true;
+  for (const [name, d] of kt.held) {
+    if (t.chains.includes(d.diff.chain)) continue;
+    const c = t.chains.find((x) => x.name === name);
+    if (!c || !sameChain(d.diff.chain, c)) return false;
+    kt.held.set(name, { diff: { ...d.diff, chain: c }, drift: d.drift });
+  }
   return true;
 }
 

@@ -9,18 +9,20 @@
  * - `followed`: per desired chain the kernel handle of each desired rule in a typed array, the
  *   rules the kernel holds that are not desired, and per followed set where its elements differ,
  *   which the events move rule by rule and element by element (follow-events.ts) and the event
- *   repairs plan from (follow-plan.ts).
+ *   repairs plan from (plan.ts, planFollowed).
  *
- * The rules take the handles the followed part holds when events touched the table (known.ts,
- * takeFollowed), so both say the same of the kernel; each can be unknown while the other is not
- * (our full pass's commit is followed by its echo into the rules, not by events; a foreign rule left
- * in place is followed by the events, while the rules, which hold desired rules only, let go).
+ * The rules take what the followed part holds when events touched the table (known.ts,
+ * takeFollowed): the handles, and where the events left it otherwise than desired, a stand-in for
+ * each foreign rule and the difference they followed, which the look plans from. So both say the
+ * same of the kernel; the rules can be exact while the followed part is unknown (our full pass's
+ * commit is followed by its echo into the rules, not by events).
  */
 import type { ChainConfig, TableConfig } from '../model/desired.js';
 import type { SetConfig } from '../model/sets.js';
 import type { Family } from '../netlink/expr.js';
 import { SET_F, type NftSet, type ObservedTable, type Rule, type SetElement, type Table } from '../netlink/objects.js';
 import type { HeldTable } from './plan.js';
+import type { HeldChainDiff } from './table.js';
 
 export const tableKey = (t: { family: string; name: string }) => `${t.family} ${t.name}`;
 
@@ -56,6 +58,12 @@ export interface TableRules {
    * compares only the chains the derivation changed. Undefined when not known so.
    */
   whole?: TableConfig;
+  /**
+   * Chains the events left otherwise than desired (a rule missing, a foreign rule), with the
+   * difference they followed, for the look to plan from (diffTable's `held`). Their rules hold the
+   * desired rules present at their handles and a stand-in for each foreign rule (UNKNOWN_EXPRS).
+   */
+  held?: Map<string, HeldChainDiff>;
 }
 
 /** A table as the events follow it: what the planner reads of it (chains, no rules) and its followed sets. */
@@ -103,13 +111,6 @@ export interface FollowedSet {
  * j; and (in any order) one element event per planned element op.
  */
 export type Expected = { del: number; chain: FollowedChain } | { add: number; chain: FollowedChain; op: number } | { element: FollowedSet };
-
-/** The followed table holds `t`'s desired state: no rule missing or foreign, no followed set differing. */
-export function followedClean(f: FollowedTable): boolean {
-  for (const c of f.chains.values()) if (c.missing.size > 0 || c.extras.size > 0) return false;
-  for (const ms of f.sets.values()) if (ms && ms.differs.size > 0) return false;
-  return true;
-}
 
 /**
  * Sets whose elements the kernel changes without a commit, so that no generation or event vouches

@@ -1,10 +1,11 @@
 /**
  * The one planner: per table, what is desired and what the kernel holds (a HeldTable) with their
- * difference (a TableDiff) become the ops of one batch, in an order the kernel accepts within one
- * transaction. The full pass hands it a table it read and compared (observe.ts, table.ts); the
- * event repair hands it the followed part's chains and the difference it followed from the
- * events (follow-plan.ts). Chains are edited in place (chain-edit.ts: the fewest ops, or a flush
- * and rewrite when that is fewer).
+ * difference (a TableDiff, table.ts) become the ops of one batch, in an order the kernel accepts
+ * within one transaction (planTable). Every repair path plans so: the full pass from a look, read
+ * or the view's own rules (diffTable), the event repairs from the difference the view followed
+ * (planFollowed; held-diff.ts); they differ only in how they prove the view is the kernel's state.
+ * What the event repairs add is which events our own commit must show (Expected). Chains are
+ * edited in place (chain-edit.ts: the fewest ops, or a flush and rewrite when that is fewer).
  */
 import type { Family } from '../netlink/expr.js';
 import type { Batch } from '../netlink/batch.js';
@@ -16,7 +17,10 @@ import { objTypeName } from '../rules/objnames.js';
 import { queueBound } from '../rules/compile.js';
 import { deletable } from '../model/elements.js';
 import type { RuleEdit } from './chain-edit.js';
+import type { Drift } from '../model/drift.js';
 import { objectKey, type TableDiff } from './table.js';
+import { UNKNOWN_EXPRS, diffHeld } from './held-diff.js';
+import type { Expected, FollowedTable } from './owned-table.js';
 
 /**
  * What the planner reads of what the kernel holds in one table: the table (absent when it is
@@ -39,6 +43,61 @@ export interface PlanOptions {
    * it which events its own commit must show.
    */
   onRuleOp?: (chain: string, op: number, want: number | undefined) => void;
+}
+
+/** Repairs with more ops than this are left to the full pass (which weighs a rewrite, and runs big batches off-thread). */
+export const FOLLOW_MAX_OPS = 64;
+/** Repairs of more elements than this are left to the full pass (with FOLLOW_MAX_OPS rules, our own commit stays within the 256 events a monitor batch keeps, so the events can follow it). */
+export const FOLLOW_MAX_ELEMENTS = 192;
+
+export interface FollowPlan {
+  batch: Batch;
+  drift: Drift[];
+  expected: Expected[];
+}
+
+/** The rules the planner reads where a chain, set or object is created again: the events follow no such change. */
+export const NO_RULES: ReadonlyMap<string, readonly Rule[]> = new Map();
+
+/**
+ * The repair of every difference the followed `tables` hold, or 'clean', or undefined when it is
+ * not a small edit (the full pass plans it).
+ */
+export function planFollowed(batch: Batch, tables: readonly FollowedTable[]): FollowPlan | 'clean' | undefined {
+  let ops = 0;
+  let elements = 0;
+  for (const t of tables) {
+    for (const c of t.chains.values()) {
+      ops += c.extras.size + c.missing.size;
+      if (ops > FOLLOW_MAX_OPS) return undefined;
+    }
+    for (const ms of t.sets.values()) {
+      elements += ms ? ms.differs.size : 0;
+      if (elements > FOLLOW_MAX_ELEMENTS) return undefined;
+    }
+  }
+  if (ops === 0 && elements === 0) return 'clean';
+  const drift: Drift[] = [];
+  const expected: Expected[] = [];
+  for (const held of tables) {
+    const diff = diffHeld(held);
+    if (diff.drift.length === 0) continue;
+    drift.push(...diff.drift);
+    planTable(batch, held.desired, held, diff, {
+      onRuleOp: (chain, op, want) => {
+        const c = held.chains.get(chain)!;
+        const o = batch.ops[op]!;
+        if (o.verb === 'delete' || o.verb === 'replace') expected.push({ del: (o as { handle: number }).handle, chain: c });
+        if (want !== undefined) expected.push({ add: want, chain: c, op });
+      },
+    });
+    for (const x of diff.drift) {
+      const ed = x.kind === 'elements-differ' ? diff.elements.get(x.set!) : undefined;
+      const ms = ed && held.sets.get(x.set!)!;
+      for (let i = 0; ms && i < ed.add.length + ed.delete.length; i++) expected.push({ element: ms });
+    }
+  }
+  return { batch, drift, expected };
 }
 
 /**
@@ -129,8 +188,8 @@ export function planTable(batch: Batch, want: TableConfig, have: HeldTable, diff
     const wantedChains = new Set(want.chains.map((c) => c.name));
     for (const [name, rules] of have.rules) {
       if (!wantedChains.has(name) || rewrite.has(name)) continue;
-      if (rules.some((r) => r.exprs.some((e) => e.kind === 'immediate' && (e.verdict === 'jump' || e.verdict === 'goto')
-        && e.chain !== undefined && recreate.has(e.chain)))) {
+      if (rules.some((r) => r.exprs === UNKNOWN_EXPRS
+        || r.exprs.some((e) => e.kind === 'immediate' && (e.verdict === 'jump' || e.verdict === 'goto') && e.chain !== undefined && recreate.has(e.chain)))) {
         rewrite.add(name);
         edited.delete(name);
       }
@@ -248,6 +307,7 @@ function jumps(rule: Rule): boolean {
 
 /** Whether a rule uses the named set (a lookup, a map, a dynset: any expression naming it). */
 function usesSet(exprs: readonly Expr[], names: ReadonlySet<string>): boolean {
+  if (exprs === UNKNOWN_EXPRS) return true;
   for (const e of exprs) {
     const set = (e as { set?: unknown }).set;
     if (typeof set === 'string' && names.has(set)) return true;
@@ -257,6 +317,7 @@ function usesSet(exprs: readonly Expr[], names: ReadonlySet<string>): boolean {
 
 /** Whether a rule uses one of the objects (by objectKey): an objref by name, or an object map. */
 function usesObject(exprs: readonly Expr[], keys: ReadonlySet<string>): boolean {
+  if (exprs === UNKNOWN_EXPRS) return true;
   for (const e of exprs) {
     if (e.kind !== 'objref' || e.name === undefined || e.type === undefined) continue;
     const type = objTypeName(e.type);

@@ -270,7 +270,7 @@ export class Reconciler {
     if (this.timedSeen) noteTimedSeen(this.timedSeen, input.tables, observed);
     const diffs = input.tables.map((t, i) => diffTable(t, observed[i]!,
       { protect: this.protects(t), portId: conn.portId, allowForeignOwner: input.allowForeignOwner, verified: known?.get(t)?.verified,
-        verifiedSets: known?.get(t)?.verifiedSets, timedSeen: this.timedSeen, since: since(known?.get(t), t) }));
+        verifiedSets: known?.get(t)?.verifiedSets, held: known?.get(t)?.held, timedSeen: this.timedSeen, since: since(known?.get(t), t) }));
     const drift = diffs.map((x) => x.drift);
     const retired = await this.retiredPresent();
     const flat = [...drift.flat(), ...retired.map((t): Drift => ({

@@ -1,8 +1,9 @@
 /**
- * What differs between a table as desired and as the kernel holds it (diffTable), with what repairs
- * each difference as a value (TableDiff: each differing chain with its edit, each set's element
- * ops) for the planner (plan.ts), and the protection of an owned table. Rule keys: rule-key.ts;
- * reading the table: observe.ts.
+ * What differs between a table as desired and as the kernel holds it, with what repairs each
+ * difference as a value (TableDiff: each differing chain with its edit, each set's element ops) for
+ * the planner (plan.ts), found by comparing a look (diffTable: read, or the view's own rules; a
+ * chain whose difference the view followed from the events is taken as found, held-diff.ts), and
+ * the protection of an owned table. Rule keys: rule-key.ts; reading the table: observe.ts.
  */
 import type { Expr, Family, Hex } from '../netlink/expr.js';
 import type { Chain, NftObj, NftSet, ObservedTable, Rule, SetElement, Table } from '../netlink/objects.js';
@@ -24,6 +25,12 @@ export interface ChainDiff {
   chain: ChainConfig;
   /** For rules-differ: the edit planned over the kernel rules it indexes. */
   edit?: { edit: RuleEdit; rules: readonly Rule[] };
+}
+
+/** One chain's difference as the view holds it (held-diff.ts, chainDiffOf): planned as diffTable's own. */
+export interface HeldChainDiff {
+  diff: ChainDiff;
+  drift: Drift;
 }
 
 /** What diffTable found in one table: the drift, and what planTable needs to repair it. */
@@ -82,6 +89,11 @@ export interface DiffOptions {
    * the derivation changed are compared, and a dispatch chain only in its changed runs of rules.
    */
   since?: Derivation;
+  /**
+   * Chains whose difference the view holds (the events followed it: TableRules.held), for the
+   * desired chain it was found against: taken as found, the kernel's rules not compared again.
+   */
+  held?: ReadonlyMap<string, HeldChainDiff>;
 }
 
 /** See DiffOptions.timedSeen: element ids by `family table set`. */
@@ -148,6 +160,12 @@ export function diffTable(want: TableConfig, have: ObservedTable, options: DiffO
     }
     if ((chain.userdata ?? '') !== (c.userdata ?? '')) {
       drifts.push(d('chain-changed', `chain ${c.name} has comment ${quoteComment(chain.userdata)}, want ${quoteComment(c.userdata)}`, c.name));
+      continue;
+    }
+    const held = options.held?.get(c.name);
+    if (held?.diff.chain === c) {
+      out.chains.set(c.name, held.diff);
+      drifts.push(held.drift);
       continue;
     }
     const rules = have.rules.get(c.name) ?? [];

@@ -16,8 +16,9 @@
  * view notes, per owned table, the last commit that touched it (an event in it, our echoed repair
  * of it; a truncated batch touches them all), and the monitor's run of whole commits
  * (MonitorProgress) proves that no other commit did. A table untouched since its rules were exact
- * is exact now; a touched one takes the handles the events followed (takeFollowed), where they hold
- * it as desired, or is confirmed by a digest dump of that table alone, or read; an overflow or a gap
+ * is exact now; a touched one takes what the events followed (takeFollowed: the handles, and where
+ * they left it otherwise than desired, the difference), or is confirmed by a digest dump of that
+ * table alone, or read; an overflow or a gap
  * in the run, which cannot be told to a table, leaves every table to be confirmed. The event
  * repairs plan from the followed tables, those the events did not lose, while a full pass reads the
  * others.
@@ -28,12 +29,12 @@ import type { CommitResult, NftConn } from '../netlink/conn.js';
 import type { MonitorProgress } from '../netlink/events.js';
 import type { ObservedTable } from '../netlink/objects.js';
 import { NetlinkError } from '../base/errors.js';
-import { canFollow, cleanRules, confirm, revalidate, takeFollowed } from './known.js';
+import { canFollow, cleanRules, confirm, heldFits, revalidate, takeFollowed } from './known.js';
 import { followCommit, readAddedChains } from './follow-commit.js';
 import { unfollow } from './follow-events.js';
 import { retarget } from './follow-seed.js';
 import { FollowedView, runCovers, type Currency } from './followed-view.js';
-import { followedClean, tableKey, type OwnedTable, type TableRules } from './owned-table.js';
+import { tableKey, type OwnedTable, type TableRules } from './owned-table.js';
 
 export { EVENTS_WAIT_MS, runCovers, type Currency } from './followed-view.js';
 export { since } from './known.js';
@@ -106,6 +107,11 @@ export class KernelView extends FollowedView {
     }
     const trust = !readBack || readUnechoed;
     this.takeFollowed();
+    // A difference the events followed was found against the desired chains of then: a chain changed since has its table read.
+    for (const t of tables) {
+      const kt = this.rulesOf(t);
+      if (kt && !heldFits(kt, t)) this.record(t).rules = undefined;
+    }
     const have = tables.filter((t) => this.rulesOf(t));
     if (have.length === 0) return this.noRules();
     let stale = have;
@@ -163,9 +169,10 @@ export class KernelView extends FollowedView {
    * The rules take what the events followed since they were exact: when the events follow at a
    * later generation M and account for every commit from the rules' generation up to M (they were
    * seeded at or before that generation, and have followed or learnt every commit since; or the
-   * monitor's run covers the commits in between), each table a commit touched meanwhile takes the
-   * handles the events gave, where the kernel holds it as desired (else its rules go, and the next
-   * look reads it), and the rules are exact at M.
+   * monitor's run covers the commits in between), each table a commit touched meanwhile takes what
+   * the events gave (known.ts, takeFollowed: the handles, and the difference where they left it
+   * otherwise than desired; a table they lost has its rules go, and the next look reads it), and the
+   * rules are exact at M.
    */
   private takeFollowed(): void {
     if (!this.following || this.rulesAt >= this.generation) return;
@@ -173,7 +180,7 @@ export class KernelView extends FollowedView {
     if (this.seededAt > this.rulesAt && !runCovers(this.rulesAt, this.generation, this.applied, p)) return;
     for (const rec of this.all()) {
       if (!rec.rules || this.touchedAt(rec) <= this.rulesAt) continue;
-      if (!rec.followed || !followedClean(rec.followed) || !takeFollowed(rec.rules, rec.followed)) rec.rules = undefined;
+      if (!rec.followed || !takeFollowed(rec.rules, rec.followed)) rec.rules = undefined;
     }
     this.rulesAt = this.generation;
   }

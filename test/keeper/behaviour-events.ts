@@ -407,6 +407,30 @@ export function eventCases(f: Fixture): void {
     expect(conn.generation()).toBe(held + 1);
     expect(await f.lines(conn)).toEqual(FLANNEL_RULES);
   });
+
+  it('keeper: a deletion the fight held back, then a reload that adds a chain: one commit planned from the difference the view holds, no read', async () => {
+    const conn = f.conn();
+    const other = f.other();
+    // Every repair of what a neighbour undid waits a minute (the level is raised from the first).
+    const k = await f.keeper({ fight: { threshold: 1, windowMs: 3_600_000, baseMs: 60_000, capMs: 60_000, quietMs: 3_600_000 } });
+    await followedExact(k);
+    await k.idle();
+    const repaired = nextRepair(k);
+    await other.commit(new Batch().delete('rule', { ...OWNED, handle: (await conn.listRules(OWNED))[0]!.handle! }));
+    expect(await repaired).toMatchObject({ cause: 'event', ops: 1 });
+    await k.idle();
+    const g = await other.commit(new Batch().delete('rule', { ...OWNED, handle: (await conn.listRules(OWNED))[2]!.handle! }))
+      .then(() => conn.generation());
+    await seen(k, g);
+    expect(conn.generation()).toBe(g);
+    const reads = await dumps(k);
+    // The rule stays missing; the reload changes what the events could follow (a new chain): a full pass plans it.
+    await k.setConfig(parseConfig(`\n${postroutingYaml('nfkeeper', FLANNEL_RULES, 'postrouting', { extra: ['ip daddr 192.0.2.9 accept'] })}`, 'two.yaml'));
+    expect(conn.generation()).toBe(g + 1);
+    expect(await dumps(k)).toBe(reads);
+    expect(await f.lines(conn)).toEqual(FLANNEL_RULES);
+    expect(await f.lines(conn, { ...OWNED, chain: 'extra' })).toEqual(['ip daddr 192.0.2.9 accept']);
+  });
 }
 
 const WANT = [1, 2, 3, 4, 5];

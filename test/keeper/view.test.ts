@@ -160,16 +160,99 @@ describe('the kernel view', () => {
     expect(w.view.rulesAt).toBe(g + 2);
   });
 
-  it('a foreign change the events cannot follow as desired (a foreign rule left in place) lets the rules of that table go: the look reads it', async () => {
+  it('a foreign change the events left otherwise than desired (a foreign rule left in place) is planned from the difference the view holds: no read', async () => {
+    const foreign = planConfig([9]).tables[0]!.chains[0]!.rules[0]!.compiled.exprs;
+    // A foreign rule after the first (its place unknown to the view), at the head with a desired rule
+    // deleted, and in a desired rule's place (a replace): each left in place, the event repair held back.
+    const changes: ((h: number[]) => Batch)[] = [
+      (h) => new Batch().add('rule', { ...C, position: h[0]!, exprs: foreign }),
+      (h) => new Batch().delete('rule', { ...C, handle: h[2]! }).insert('rule', { ...C, exprs: foreign }),
+      (h) => new Batch().replace('rule', { ...C, handle: h[1]!, exprs: foreign }).delete('rule', { ...C, handle: h[0]! }),
+    ];
+    for (const change of changes) {
+      const w = world();
+      // One desired state throughout, as the daemon's: the difference was found against its chains.
+      const tables = planConfig([0, 1, 2, 3]).tables;
+      await new Reconciler(w.other, { attempts: 5 }).once({ tables });
+      await w.settled();
+      const r = await w.reconciler.once({ tables, useKnown: true, learn: true, trustSoleCommit: true });
+      expect(w.view.seed(tables, r.first.observed, r.generation)).toBe('seeded');
+      await w.other.commit(change(await handles(w)));
+      await w.settled();
+      const g = w.kernel.generation;
+      expect(w.view.exactAt(g)).toBe(true);
+      const held = await w.view.heldAt(w.conn, g, tables, false, () => w.reads.n++);
+      expect(held).toMatchObject({ read: false });
+      expect(w.view.rulesOf(tables[0]!)!.held?.has('c')).toBe(true);
+      // The full pass plans from that difference, reading nothing, and follows its own commit.
+      const reads = w.reads.n;
+      const pass = await w.reconciler.once({ tables, useKnown: true, learn: true, trustSoleCommit: true });
+      expect(pass).toMatchObject({ status: 'repaired', trusted: true, generation: g + 1 });
+      expect(pass.found.map((d) => d.kind)).toEqual(['rules-differ']);
+      expect(w.reads.n).toBe(reads);
+      const now = await w.conn.listRules(C);
+      expect(now.map((x) => x.handle)).toEqual(w.view.rulesOf(tables[0]!)!.observed.rules.get('c')!.map((x) => x.handle));
+      // The kernel holds the desired rules, in order: a read of it finds nothing to do.
+      const check = await new Reconciler(w.other, { attempts: 1 }).once({ tables, readOnly: true });
+      expect(check).toMatchObject({ status: 'in-sync' });
+      // And the safety net's read-back confirms what the view followed.
+      expect(await w.view.heldAt(w.conn, g + 1, tables, true, () => w.reads.n++)).toMatchObject({ read: true });
+      expect(w.view.rulesExactAt(g + 1, tables)).toBe(true);
+    }
+  });
+
+  it('a set the events left otherwise than desired (an element gone, a foreign one) is planned from the elements they followed: no read', async () => {
     const w = world();
-    const g = await installed(w);
+    const tables = parseConfig(`
+tables:
+  - family: ip
+    name: t
+    sets:
+      - name: s
+        type: ipv4_addr
+        elements: [192.0.2.1, 192.0.2.2, 192.0.2.3]
+    chains:
+      - name: c
+        rules:
+          - ip saddr @s accept
+          - ${ruleText(1)}
+`).tables;
+    await new Reconciler(w.other, { attempts: 5 }).once({ tables });
+    await w.settled();
+    const r = await w.reconciler.once({ tables, useKnown: true, learn: true, trustSoleCommit: true });
+    expect(w.view.seed(tables, r.first.observed, r.generation)).toBe('seeded');
+    const set = { family: 'ip' as const, table: 't', set: 's' };
+    await w.other.commit(new Batch().delete('element', { ...set, elements: [{ key: 'c0000202' }] }).add('element', { ...set, elements: [{ key: 'c6336401' }] }));
+    await w.settled();
+    const g = w.kernel.generation;
+    expect(w.view.elementsDiffering('ip', 't', 's')).toBe(2);
+    const reads = w.reads.n;
+    const pass = await w.reconciler.once({ tables, useKnown: true, learn: true, trustSoleCommit: true });
+    expect(pass).toMatchObject({ status: 'repaired', trusted: true, generation: g + 1 });
+    expect(pass.found.map((d) => d.kind)).toEqual(['elements-differ']);
+    expect(w.reads.n).toBe(reads);
+    expect((await w.conn.listElements(set)).map((e) => e.key).sort()).toEqual(['c0000201', 'c0000202', 'c0000203']);
+    expect(await new Reconciler(w.other, { attempts: 1 }).once({ tables, readOnly: true })).toMatchObject({ status: 'in-sync' });
+  });
+
+  it('a difference the events followed, against a desired chain that changed since: the look reads that table', async () => {
+    const w = world();
+    const tables = planConfig([0, 1, 2]).tables;
+    await new Reconciler(w.other, { attempts: 5 }).once({ tables });
+    await w.settled();
+    const r = await w.reconciler.once({ tables, useKnown: true, learn: true, trustSoleCommit: true });
+    expect(w.view.seed(tables, r.first.observed, r.generation)).toBe('seeded');
     const [first] = await handles(w);
     await w.other.commit(new Batch().add('rule', { ...C, position: first, exprs: planConfig([9]).tables[0]!.chains[0]!.rules[0]!.compiled.exprs }));
     await w.settled();
-    expect(w.view.exactAt(g + 1)).toBe(true);
-    const held = await w.view.heldAt(w.conn, g + 1, planConfig([0, 1, 2]).tables, false, () => w.reads.n++);
+    const other = planConfig([0, 1, 2, 3]).tables;
+    w.view.desiredChanged(other);
+    const held = await w.view.heldAt(w.conn, w.kernel.generation, other, false, () => w.reads.n++);
     expect(held).toEqual({ read: false });
-    expect(w.view.rulesOf({ family: 'ip', name: 't' })).toBeUndefined();
+    expect(w.view.rulesOf(other[0]!)).toBeUndefined();
+    const pass = await w.reconciler.once({ tables: other, useKnown: true, learn: true, trustSoleCommit: true });
+    expect(pass).toMatchObject({ status: 'repaired' });
+    expect(await new Reconciler(w.other, { attempts: 1 }).once({ tables: other, readOnly: true })).toMatchObject({ status: 'in-sync' });
   });
 
   it('a commit elsewhere leaves it exact, with no read: the events prove the owned tables untouched', async () => {

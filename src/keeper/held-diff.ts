@@ -1,34 +1,24 @@
 /**
- * The event repair's plan: the difference the events followed (a desired rule missing, a foreign
- * rule, a rule replaced in place, an element missing, foreign or changed; OwnedTable.followed),
- * written as the diff of a table (TableDiff) over the followed table itself (its chains and
- * handles: a HeldTable, nothing decoded), and planned by the one planner (plan.ts) as a full pass
- * plans what it read. What it adds is which events our own commit must show.
+ * The difference the view holds of an owned table, as the events followed it (OwnedTable.followed:
+ * a desired rule missing, a foreign rule, a rule replaced in place, an element missing, foreign or
+ * changed), written as a table's diff (TableDiff, table.ts) over the followed table itself (its
+ * chains and handles, nothing decoded): what the event repairs plan (plan.ts, planFollowed), and
+ * per chain what a look over the view's rules takes as found (known.ts, takeFollowed; diffTable's
+ * `held`), so that both repair paths plan the same values.
  */
-import type { Batch } from '../netlink/batch.js';
 import type { Rule } from '../netlink/objects.js';
 import type { Drift } from '../model/drift.js';
 import type { ElementDiff } from '../model/elements.js';
 import type { Anchor, EditStep, RuleEdit } from './chain-edit.js';
-import { planTable } from './plan.js';
-import type { ChainDiff, TableDiff } from './table.js';
-import type { Expected, FollowedChain, FollowedTable } from './owned-table.js';
+import type { HeldChainDiff, TableDiff } from './table.js';
+import type { FollowedChain, FollowedTable } from './owned-table.js';
 
-/** Repairs with more ops than this are left to the full pass (which weighs a rewrite, and runs big batches off-thread). */
-export const FOLLOW_MAX_OPS = 64;
-/** Repairs of more elements than this are left to the full pass (with FOLLOW_MAX_OPS rules, our own commit stays within the 256 events a monitor batch keeps, so the events can follow it). */
-export const FOLLOW_MAX_ELEMENTS = 192;
-
-export interface FollowPlan {
-  batch: Batch;
-  drift: Drift[];
-  expected: Expected[];
-}
-
-/** The rules the planner reads where a chain, set or object is created again: the events follow no such change. */
-export const NO_RULES: ReadonlyMap<string, readonly Rule[]> = new Map();
-/** A foreign rule's expressions: the followed table keeps its handle only (the planner splits no replace of it, as no chain goes). */
-const UNKNOWN_EXPRS: Rule['exprs'] = [];
+/**
+ * The expressions of a kernel rule the view knows by its handle only (a foreign rule the events
+ * followed). The planner deletes or replaces it by handle; where it would look into a rule (a set,
+ * an object or a chain created again), it takes such a rule to use any of them.
+ */
+export const UNKNOWN_EXPRS: Rule['exprs'] = [];
 
 /** heldEdit's map of foreign rules in a missing rule's place when the chain has none: never written. */
 const NO_PLACES: ReadonlyMap<number, number> = new Map();
@@ -39,57 +29,16 @@ const missingInOrder = (c: FollowedChain): number[] =>
 const byNumber = (x: number, y: number) => x - y;
 
 /**
- * The repair of every difference the followed `tables` hold, or 'clean', or undefined when it is
- * not a small edit (the full pass plans it).
+ * The difference the events followed in one table (the view's followed part), as diffTable gives a
+ * look's: over the followed table itself (its chains and handles, nothing decoded).
  */
-export function planFollowed(batch: Batch, tables: readonly FollowedTable[]): FollowPlan | 'clean' | undefined {
-  let ops = 0;
-  let elements = 0;
-  for (const t of tables) {
-    for (const c of t.chains.values()) {
-      ops += c.extras.size + c.missing.size;
-      if (ops > FOLLOW_MAX_OPS) return undefined;
-    }
-    for (const ms of t.sets.values()) {
-      elements += ms ? ms.differs.size : 0;
-      if (elements > FOLLOW_MAX_ELEMENTS) return undefined;
-    }
-  }
-  if (ops === 0 && elements === 0) return 'clean';
-  const drift: Drift[] = [];
-  const expected: Expected[] = [];
-  for (const held of tables) {
-    const diff = diffOf(held);
-    if (diff.drift.length === 0) continue;
-    drift.push(...diff.drift);
-    planTable(batch, held.desired, held, diff, {
-      onRuleOp: (chain, op, want) => {
-        const c = held.chains.get(chain)!;
-        const o = batch.ops[op]!;
-        if (o.verb === 'delete' || o.verb === 'replace') expected.push({ del: (o as { handle: number }).handle, chain: c });
-        if (want !== undefined) expected.push({ add: want, chain: c, op });
-      },
-    });
-    for (const x of diff.drift) {
-      const ed = x.kind === 'elements-differ' ? diff.elements.get(x.set!) : undefined;
-      const ms = ed && held.sets.get(x.set!)!;
-      for (let i = 0; ms && i < ed.add.length + ed.delete.length; i++) expected.push({ element: ms });
-    }
-  }
-  return { batch, drift, expected };
-}
-
-/** The difference the events followed in one table, as a diff of it would give it. */
-function diffOf(held: FollowedTable): TableDiff {
+export function diffHeld(held: FollowedTable): TableDiff {
   const diff: TableDiff = { drift: [], chains: new Map(), elements: new Map() };
   for (const c of held.chains.values()) {
-    if (c.missing.size === 0 && c.extras.size === 0) continue;
-    const want = c.desired;
-    const missing = missingInOrder(c);
-    const chainDiff: ChainDiff = { chain: want, edit: heldEdit(c, missing) };
-    diff.chains.set(c.name, chainDiff);
-    diff.drift.push(new ChainDrift(c.family, c.table, c.name, missing, missing.length > 0 ? want.rules[missing[0]!]!.compiled : undefined,
-      c.extras.size === 0 ? [] : [...c.extras], c.handles.length));
+    const d = chainDiffOf(c);
+    if (!d) continue;
+    diff.chains.set(c.name, d.diff);
+    diff.drift.push(d.drift);
   }
   for (const ms of held.sets.values()) {
     if (!ms || ms.differs.size === 0) continue;
@@ -110,6 +59,23 @@ function diffOf(held: FollowedTable): TableDiff {
     });
   }
   return diff;
+}
+
+/**
+ * The difference the events followed in one chain, as diffTable would give it for the chain (a
+ * rules-differ drift with its edit), or undefined when the chain holds its desired rules. A value:
+ * the full pass plans from it too, when the rules took a chain the events left otherwise than
+ * desired (known.ts, takeFollowed).
+ */
+export function chainDiffOf(c: FollowedChain): HeldChainDiff | undefined {
+  if (c.missing.size === 0 && c.extras.size === 0) return undefined;
+  const want = c.desired;
+  const missing = missingInOrder(c);
+  return {
+    diff: { chain: want, edit: heldEdit(c, missing) },
+    drift: new ChainDrift(c.family, c.table, c.name, missing, missing.length > 0 ? want.rules[missing[0]!]!.compiled : undefined,
+      c.extras.size === 0 ? [] : [...c.extras], c.handles.length),
+  };
 }
 
 /**
@@ -138,7 +104,12 @@ function heldEdit(c: FollowedChain, missing: readonly number[]): { edit: RuleEdi
 
 /** The index in `rules` of a stand-in for the kernel rule at `handle` of chain `c` (its handle is all the edit uses). */
 function held(c: FollowedChain, rules: Rule[], handle: number): number {
-  return rules.push({ family: c.family, table: c.table, chain: c.name, handle, exprs: UNKNOWN_EXPRS }) - 1;
+  return rules.push(standIn(c, handle)) - 1;
+}
+
+/** A kernel rule of chain `c` the view knows by its handle only (a foreign rule): see UNKNOWN_EXPRS. */
+export function standIn(c: FollowedChain, handle: number): Rule {
+  return { family: c.family, table: c.table, chain: c.name, handle, exprs: UNKNOWN_EXPRS };
 }
 
 /**
