@@ -93,6 +93,7 @@ Napi::Function NftSocket::Init(Napi::Env env) {
                          InstanceMethod<&NftSocket::CommitNow>("commitNow"),
                          InstanceAccessor<&NftSocket::GetPortId>("portId"),
                          InstanceAccessor<&NftSocket::GetClosed>("closed"),
+                         InstanceMethod<&NftSocket::NetnsCookie>("netnsCookie"),
                      });
 }
 
@@ -158,6 +159,21 @@ Napi::Value NftSocket::Close(const Napi::CallbackInfo& info) {
 
 Napi::Value NftSocket::GetPortId(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), portId_);
+}
+
+// The namespace's cookie (SO_NETNS_COOKIE, Linux 5.14): unique among the namespaces of one boot,
+// never reused as an inode number may be. A decimal string (64 bits); undefined where the kernel
+// has no such option.
+Napi::Value NftSocket::NetnsCookie(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  ThrowIfClosed(env, "netnsCookie");
+#ifndef SO_NETNS_COOKIE
+#define SO_NETNS_COOKIE 71
+#endif
+  uint64_t cookie = 0;
+  socklen_t len = sizeof(cookie);
+  if (getsockopt(mnl_socket_get_fd(nl_), SOL_SOCKET, SO_NETNS_COOKIE, &cookie, &len) != 0 || len != sizeof(cookie)) return env.Undefined();
+  return Napi::String::New(env, std::to_string(cookie));
 }
 
 Napi::Value NftSocket::GetClosed(const Napi::CallbackInfo& info) {

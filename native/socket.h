@@ -98,6 +98,7 @@ class NftSocket : public Napi::ObjectWrap<NftSocket>, public Closeable {
  private:
   Napi::Value Close(const Napi::CallbackInfo& info);
   Napi::Value GetPortId(const Napi::CallbackInfo& info);
+  Napi::Value NetnsCookie(const Napi::CallbackInfo& info);
   Napi::Value GetClosed(const Napi::CallbackInfo& info);
   Napi::Value Generation(const Napi::CallbackInfo& info);
   Napi::Value Dump(const Napi::CallbackInfo& info);

@@ -6,7 +6,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { Argument, Command, CommanderError, Option } from 'commander';
 import { SHELLS, completionScript, type Shell } from './completion.js';
 import type { ExportFormat } from './config/export.js';
-import { DEFAULT_SOCKET } from './config/paths.js';
+import { DEFAULT_RECORD_DIR, DEFAULT_SOCKET } from './config/paths.js';
 import { ConfigError, NfkeeperError } from './base/errors.js';
 import type { KeeperStatus } from './keeper/keeper.js';
 import type { Family } from './netlink/expr.js';
@@ -205,6 +205,8 @@ export async function main(argv: string[], io: Out = {
     .option('--reload-status <file>', "write each config reload's result here, for `nfkeeper reload` (systemd's ExecReload)")
     .option('--history <n>', 'foreign changes remembered with who made them (status, events)', '256')
     .option('--env-wait <duration>', 'at start-up, wait this long for an env file the config lists to appear (0s: fail at once), up to 1h', '5m')
+    .option('--record-dir <dir>', 'keep the restart record here: a restart onto the ruleset it records adopts it without reading the rules', DEFAULT_RECORD_DIR)
+    .option('--no-record', 'keep no restart record; every start reads the owned tables')
     .action(async (o: RunOptions) => {
       // Every flag is checked before anything is opened, bound or read.
       const d = await runOptions(o);
@@ -518,7 +520,7 @@ export class Progress {
 interface RunOptions {
   config: string; includePath?: string[]; netns?: string; interval: string; metrics: string | false; events: boolean; logLevel: string;
   socket?: string; socketMode?: string; maxOwners?: string; maxConnections?: string; netnsCheck?: string;
-  reloadStatus?: string; history: string; envWait: string;
+  reloadStatus?: string; history: string; envWait: string; record: boolean; recordDir: string;
 }
 
 /** The run flags, checked and converted; each refusal names the flag and what it takes. */
@@ -542,6 +544,7 @@ async function runOptions(o: RunOptions): Promise<import('./run.js').DaemonOptio
     netnsCheckMs: o.netnsCheck === undefined ? undefined : parseBoundedDuration('--netns-check', o.netnsCheck, 10, INTERVAL_MAX_MS),
     reloadStatus: o.reloadStatus, history: count('--history', o.history),
     envWaitMs: parseBoundedDuration('--env-wait', o.envWait, 0, INTERVAL_MAX_MS),
+    recordDir: o.record ? o.recordDir : undefined,
   };
 }
 

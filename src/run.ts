@@ -63,6 +63,8 @@ export interface DaemonOptions {
   reloadStatus?: string;
   /** How long start-up waits for an env file the config lists to appear (0: not at all). */
   envWaitMs?: number;
+  /** Where the restart record is kept (src/keeper/record.ts); undefined: none. */
+  recordDir?: string;
 }
 
 /** How often a missing env file is looked for at start-up. */
@@ -252,7 +254,8 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
     cleanups.push(() => lock.release());
     // The owners come before the first pass: starting without them would collect their rules.
     const owners: Owner[] = config.owners ? loadOwners(config) : [];
-    keeper = new Keeper({ config, netns: o.netns, intervalMs: o.intervalMs, events: o.events, logger: log, metrics, owners, history: o.history });
+    keeper = new Keeper({ config, netns: o.netns, intervalMs: o.intervalMs, events: o.events, logger: log, metrics, owners, history: o.history,
+      ...(o.recordDir !== undefined ? { record: { dir: o.recordDir, version: o.version } } : {}) });
     keeper.on('error', () => undefined);  // logged by the keeper; the loop carries on
     const k = keeper;
     registry = config.owners ? new OwnerRegistry(config, owners, (next) => k.setOwners(next), {

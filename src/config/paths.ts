@@ -5,3 +5,5 @@
  */
 export const DEFAULT_SOCKET = '/run/nfkeeper/nfkeeper.sock';
 export const DEFAULT_STATE = '/var/lib/nfkeeper/owners.json';
+/** The daemon's restart record (src/keeper/record.ts): under /run, so a reboot clears it. */
+export const DEFAULT_RECORD_DIR = '/run/nfkeeper';

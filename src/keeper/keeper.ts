@@ -30,6 +30,7 @@ import { CAUSES, type Cause, type KeeperStatus, type PassOutcome } from './outco
 import { Reporter } from './report.js';
 import { Scheduler } from './scheduler.js';
 import { KeeperState, type KeeperOptions } from './state.js';
+import { Recorder } from './record.js';
 
 export { checkOnce, cleanup, type CheckResult } from './oneshot.js';
 export type { Cause, KeeperStatus, PassOutcome, RepairReport, TraceMark } from './outcome.js';
@@ -52,6 +53,8 @@ export class Keeper extends EventEmitter {
   private readonly eventRepair: EventRepair;
   private readonly followPass: FollowPass;
   private readonly fullPass: FullPass;
+  /** The restart record (record.ts), when the options name its directory. */
+  private readonly recorder?: Recorder;
   private lastTickAt = 0;
 
   constructor(private readonly options: KeeperOptions) {
@@ -90,6 +93,7 @@ export class Keeper extends EventEmitter {
     this.eventRepair = new EventRepair(k, this.reporter, this.arming, this.scheduler);
     this.followPass = new FollowPass(k, this.reporter, this.arming, this.scheduler);
     this.fullPass = new FullPass(k, this.reporter, this.scheduler);
+    if (options.record) this.recorder = new Recorder(k, options.record);
   }
 
   /** The socket all writes go through; its port id marks our own events. */
@@ -133,6 +137,9 @@ export class Keeper extends EventEmitter {
         monitor.anchor(sock.generation(), 0);
       }
     }
+    // A restart onto what the record says was verified at this very generation: the start-up pass
+    // plans from it, reading no rule (record.ts).
+    await this.recorder?.adopt();
     try {
       await this.request('startup', performance.now());
     } catch (e) {
@@ -153,6 +160,7 @@ export class Keeper extends EventEmitter {
     this.metrics.ready.set(0);
     this.arming.stop();
     await this.scheduler.stop();
+    this.recorder?.write(true);
     this.reporter.stop();
     this.k.monitor?.close();
     this.k.sock?.close();
@@ -318,6 +326,7 @@ export class Keeper extends EventEmitter {
     }
     if (gen === k.lastVerified) {
       this.arming.ensure();
+      this.recorder?.write();
       // Nothing changed anywhere: no dump, no log. A quiet namespace is also
       // how a fight ends, and no pass would run to notice it (bench/hostile.ts
       // found the level stuck at its peak after the neighbour stopped).

@@ -54,6 +54,8 @@ export async function revalidate(conn: NftConn & Required<Pick<NftConn, 'listRul
     hasSets ? conn.listSets({ family: t.family, table: t.name }) : []]);
   // The table's use counts its chains, sets and stateful objects: only the held chains and sets may be there.
   if (!table || table.flags !== known.flags || table.owner !== known.owner || table.use !== kt.observed.chains.size + kt.observed.sets.size) return false;
+  // As read now (a table our own commit made was held without its handle, which the restart record keeps).
+  kt.observed.table = table;
   let withRules = 0;
   const undigested: string[] = [];
   for (const { chain, handles, digests } of dump) {

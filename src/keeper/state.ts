@@ -15,6 +15,7 @@ import type { Fight, FightOptions } from './fight.js';
 import { KernelView } from './view.js';
 import type { Reconciler } from './reconciler.js';
 import type { TraceMark } from './outcome.js';
+import type { RecordOptions } from './record.js';
 
 export interface KeeperOptions {
   config: Config;
@@ -49,6 +50,12 @@ export interface KeeperOptions {
   trace?: (mark: TraceMark, atNs?: number) => void;
   /** Foreign changes remembered with who made them and the repair that answered them; default 256. */
   history?: number;
+  /**
+   * Keep a restart record in this directory (record.ts): written when a read verified the owned
+   * tables, at most every few minutes and at stop; a restart that finds it matching the kernel
+   * adopts the tables without reading their rules. None: every start reads them.
+   */
+  record?: RecordOptions;
 }
 
 type TableRef = { family: TableConfig['family']; name: string };

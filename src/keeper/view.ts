@@ -5,7 +5,8 @@
  *
  * It is fed by exactly three things:
  * - a look (fromLook; seed): a dump, a digest confirmation or a look planned from the view itself
- *   that found the tables as desired;
+ *   that found the tables as desired, or, at a restart, such a look an earlier keeper recorded at
+ *   the generation the kernel is still at (record.ts);
  * - the echo of our own commit (followCommit for a full pass's batch, learnCommit for a repair
  *   planned from the events), which the guard proves was the only commit since the look;
  * - the monitor's events (follow, follow-events.ts): a foreign commit in an owned table is followed

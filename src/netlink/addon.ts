@@ -33,6 +33,8 @@ export interface NativeSocket {
   readonly closed: boolean;
   close(): void;
   generation(): number;
+  /** SO_NETNS_COOKIE as a decimal string; undefined where the kernel lacks it. Absent from an older addon. */
+  netnsCookie?(): string | undefined;
   dump(kind: 'table' | 'chain' | 'rule' | 'set' | 'element' | 'obj', family?: string, table?: string,
     name?: string, single?: boolean, objects?: boolean, ruleMode?: 0 | 1 | 2): Promise<unknown[]>;
   /**

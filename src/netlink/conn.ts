@@ -59,6 +59,11 @@ export interface NftConn {
   readonly closed: boolean;
   /** The ruleset generation id; moves on every commit by anyone that changed something. */
   generation(): number;
+  /**
+   * The namespace's cookie (SO_NETNS_COOKIE), unique among one boot's namespaces: what a restart
+   * record names the namespace by. Undefined where the kernel or the connection has none.
+   */
+  netnsCookie?(): string | undefined;
   listTables(filter?: { family?: Family }): Promise<Table[]>;
   getTable(family: Family, name: string): Promise<Table | undefined>;
   listChains(filter: { family: Family; table: string }): Promise<Chain[]>;

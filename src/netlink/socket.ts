@@ -97,6 +97,11 @@ export class NftSocket implements NftConn {
     }
   }
 
+  netnsCookie(): string | undefined {
+    this.check('netnsCookie');
+    return this.native.netnsCookie?.();
+  }
+
   listTables(filter: { family?: Family } = {}): Promise<Table[]> {
     return this.dump<Table>('table', filter.family);
   }

@@ -1,7 +1,9 @@
 /** Runs the real CLI in a child process (test/cli/entry.ts through tsx) and collects what it prints. */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { request } from 'node:http';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { tempDir } from '../helpers/tmp.js';
 
 const ENTRY = fileURLToPath(new URL('./entry.ts', import.meta.url));
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
@@ -17,6 +19,9 @@ export interface Running {
 }
 
 export function nfk(args: string[], o: { asNobody?: boolean; env?: NodeJS.ProcessEnv } = {}): Running {
+  // A daemon's restart record goes to a directory of the test's, not the machine's /run/nfkeeper
+  // (where every test namespace would leave one), unless the test chooses.
+  if (args[0] === 'run' && !args.includes('--record-dir') && !args.includes('--no-record') && !o.asNobody) args = [...args, '--record-dir', join(tempDir('record'), 'run')];
   const node = [process.execPath, '--import', 'tsx', ENTRY, ...args];
   const [cmd, ...argv] = o.asNobody ? ['setpriv', '--reuid=65534', '--regid=65534', '--clear-groups', ...node] : node;
   const t0 = performance.now();

@@ -1,0 +1,98 @@
+/**
+ * A restart onto an installed ruleset, two builds alternating, timed from outside: `nfkeeper run`
+ * (bin/'s own flags, --no-metrics) started on a namespace that already holds S8's chain of N rules,
+ * from the spawn to its `nfkeeper running` log line (READY=1 goes to systemd at the same point);
+ * CPU is the process's user + system time from /proc/PID/stat at that line (10 ms ticks), peak
+ * RSS its VmHWM then. Each daemon is stopped with SIGTERM after `--hold-ms`, and the ruleset
+ * generation is compared before and after it (a restart that wrote anything shows). A build that
+ * takes --record-dir keeps its restart record in a directory of this run's; its first start (no
+ * record yet) is a warm-up, left out. Nothing is asserted.
+ *
+ *   sudo npx tsx bench/restart-ab.ts --a /path/to/checkoutA --b /path/to/checkoutB [--n 100000] [--rounds 3] [--hold-ms 1500]
+ */
+import { spawn, spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { open } from '../src/netlink/socket.js';
+import { withBenchNetns, type BenchNetns } from './lib/netns.js';
+import { chainYaml } from './scenarios/s8.js';
+import { daemonNodeFlags } from './lib/node-flags.js';
+
+const arg = (name: string, dflt?: string) => {
+  const i = process.argv.indexOf(name);
+  return i >= 0 ? process.argv[i + 1]! : dflt;
+};
+const roots = [arg('--a'), arg('--b')] as string[];
+if (!roots[0] || !roots[1]) throw new Error('usage: restart-ab.ts --a CHECKOUT --b CHECKOUT [--n 100000] [--rounds 3] [--hold-ms 1500]');
+const N = Number(arg('--n', '100000'));
+const ROUNDS = Number(arg('--rounds', '3'));
+const HOLD_MS = Number(arg('--hold-ms', '1500'));
+const CLK_TCK = 100;
+const cpuSeconds = (pid: number) => {
+  const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+  return (Number(f[11]) + Number(f[12])) / CLK_TCK;
+};
+const vmHwmMiB = (pid: number) => Number(/VmHWM:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1]) / 1024;
+const loadavg = () => readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
+const takesRecord = (root: string) => spawnSync('node', [join(root, 'bin', 'nfkeeper.js'), 'run', '--help'], { encoding: 'utf8' }).stdout.includes('--record-dir');
+
+interface Run { wallS: number; cpuS: number; hwmMiB: number; wrote: boolean; record?: string }
+
+async function restart(ns: BenchNetns, root: string, config: string, extra: string[]): Promise<Run> {
+  const sock = open({ netns: ns.path });
+  try {
+    const before = sock.generation();
+    const t0 = performance.now();
+    const child = spawn('node', [...daemonNodeFlags(root), join(root, 'bin', 'nfkeeper.js'), 'run', '--config', config, '--netns', ns.path, '--no-metrics', ...extra],
+      { stdio: ['ignore', 'pipe', 'inherit'] });
+    const exited = new Promise((r) => child.on('exit', r));
+    let record: string | undefined;
+    await new Promise<void>((resolve, reject) => {
+      createInterface({ input: child.stdout! }).on('line', (l) => {
+        if (l.includes('"restart record')) record = (JSON.parse(l) as { msg: string }).msg.split(';')[0];
+        if (l.includes('"nfkeeper running"')) resolve();
+      });
+      child.on('exit', () => reject(new Error('nfkeeper run exited before it was running')));
+    });
+    const wallS = (performance.now() - t0) / 1000;
+    const run = { wallS, cpuS: cpuSeconds(child.pid!), hwmMiB: vmHwmMiB(child.pid!) };
+    await new Promise((r) => setTimeout(r, HOLD_MS));
+    child.kill('SIGTERM');
+    await exited;
+    return { ...run, wrote: sock.generation() !== before, ...(record ? { record } : {}) };
+  } finally {
+    sock.close();
+  }
+}
+
+const dir = mkdtempSync(join(tmpdir(), 'nfk-restart-ab-'));
+try {
+  const config = join(dir, 'c.yaml');
+  writeFileSync(config, chainYaml(N));
+  const extras = roots.map((r, i) => (takesRecord(r) ? ['--record-dir', join(dir, `record-${i}`)] : []));
+  await withBenchNetns('restart', async (ns) => {
+    const apply = spawnSync('node', [join(roots[0]!, 'bin', 'nfkeeper.js'), 'apply', '--config', config, '--netns', ns.path], { stdio: ['ignore', 'ignore', 'inherit'] });
+    if (apply.status !== 0) throw new Error('the install failed');
+    const runs: Run[][] = [[], []];
+    // Warm-up: each build's first start (a build with a record writes it at that stop).
+    for (const i of [0, 1]) await restart(ns, roots[i]!, config, extras[i]!);
+    for (let round = 0; round < ROUNDS; round++) {
+      for (const k of [0, 1]) {
+        const i = (round + k) % 2;
+        const r = await restart(ns, roots[i]!, config, extras[i]!);
+        runs[i]!.push(r);
+        console.log(`round ${round + 1} ${i === 0 ? 'a' : 'b'}: ready ${r.wallS.toFixed(2)} s, CPU ${r.cpuS.toFixed(2)} s, peak RSS ${r.hwmMiB.toFixed(0)} MiB, ` +
+          `${r.wrote ? 'WROTE' : 'nothing written'}${r.record ? ` (${r.record})` : ''}; load ${loadavg()}`);
+      }
+    }
+    const med = (xs: number[]) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)]!;
+    for (const [i, rs] of runs.entries()) {
+      console.log(`${i === 0 ? 'a' : 'b'} ${roots[i]}: median ready ${med(rs.map((r) => r.wallS)).toFixed(2)} s, CPU ${med(rs.map((r) => r.cpuS)).toFixed(2)} s, ` +
+        `peak RSS ${Math.max(...rs.map((r) => r.hwmMiB)).toFixed(0)} MiB`);
+    }
+  });
+} finally {
+  rmSync(dir, { recursive: true, force: true });
+}

@@ -1,0 +1,337 @@
+/**
+ * The restart record: what the daemon last verified of its owned tables, kept in a file so that a
+ * restarted daemon can adopt the installed ruleset without reading its rules back (a rule dump of
+ * a long chain is quadratic in the kernel: it walks the chain from its head for every 32 KiB it
+ * returns). It holds the boot, the namespace, the ruleset generation at which the view held the
+ * owned tables exactly (those it did not are left out, and read at the next start), a digest of the
+ * desired state it held them as, and per chain the rules' handles and digests in order (what the
+ * view's rules and the followed part are made of).
+ *
+ * It is trusted only when all of these still hold: the same boot id, the same namespace (its
+ * cookie, else its nsfs inode), the same generation (nothing committed anywhere in the namespace
+ * since, nfkeeper's own commits included), the same desired state by digest, the same nfkeeper
+ * version. Then the kernel holds exactly what was verified. Anything else, a record that is
+ * missing, unreadable, cut short or corrupt (a SHA-256 of its body ends it), or a file or
+ * directory another user could have written: the ordinary start-up (a dump, a diff, a repair), with
+ * the reason logged. A record is never a reason to write to the kernel, or to fail a start.
+ */
+import { createHash } from 'node:crypto';
+import { lstatSync, mkdirSync, readFileSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import { writeFileAtomic } from '../base/atomic-file.js';
+import type { TableConfig } from '../model/desired.js';
+import type { Family } from '../netlink/expr.js';
+import type { NftConn } from '../netlink/conn.js';
+import type { ObservedTable } from '../netlink/objects.js';
+import { volatileSet } from './owned-table.js';
+import type { KeeperState } from './state.js';
+
+/** The record's own format; a record of another format is not used. */
+const FORMAT = 1;
+
+export interface RecordOptions {
+  /** The directory the record lives in (made 0700 if missing). */
+  dir: string;
+  /** nfkeeper's version: a record another version wrote is not used. */
+  version: string;
+  /** Where the boot id is read (the kernel's, unless a test says otherwise). */
+  bootIdPath?: string;
+}
+
+/** The namespace a record was written in: its cookie where the kernel gives one, and its nsfs device and inode. */
+export interface NetnsIdentity {
+  cookie?: string;
+  dev: number;
+  ino: number;
+}
+
+export interface RecordedChain {
+  name: string;
+  /** The kernel handle of each desired rule, in chain order. */
+  handles: number[];
+  /** Each rule's digest as the kernel dumps it ('' where it was not known). */
+  digests: string[];
+}
+
+export interface RecordedTable {
+  family: Family;
+  name: string;
+  /** The table's kernel handle: a table deleted and made again has another. */
+  handle?: number;
+  chains: RecordedChain[];
+}
+
+export interface RestartRecord {
+  format: number;
+  version: string;
+  bootId: string;
+  netns: NetnsIdentity;
+  generation: number;
+  /** desiredDigest of the desired tables (owners merged in) the kernel was verified to hold. */
+  desired: string;
+  tables: RecordedTable[];
+}
+
+/** The file of the keeper of `tables` in the namespace `netns` (undefined: its own), in `dir`. */
+export function recordPathOf(dir: string, netns: string | undefined, tables: readonly { family: string; name: string }[]): string {
+  const key = createHash('sha256').update(`${netns ?? ''}\0${tables.map((t) => `${t.family} ${t.name}`).sort().join('\0')}`).digest('hex').slice(0, 16);
+  return join(dir, `restart-${key}.json`);
+}
+
+export function readBootId(path = '/proc/sys/kernel/random/boot_id'): string {
+  return readFileSync(path, 'utf8').trim();
+}
+
+/** The namespace `conn` is in (its cookie) and the one `netns` names (or this process's). */
+export function netnsIdentity(conn: NftConn, netns: string | undefined): NetnsIdentity {
+  const st = statSync(netns ?? '/proc/self/ns/net');
+  const cookie = conn.netnsCookie?.();
+  return { ...(cookie !== undefined ? { cookie } : {}), dev: st.dev, ino: st.ino };
+}
+
+/**
+ * A digest of desired tables: what the kernel would hold for them, every byte a commit would send
+ * depending only on what goes in (the compiled expressions, userdata, sets, objects, chain and
+ * table definitions), not on the rules' source text. An expression that is the very object the
+ * previous rule has at the same place (src/model/compact.ts shares them) is written as '=': equal
+ * output still means equal expressions, and most of a big chain's are not written out again.
+ */
+export function desiredDigest(tables: readonly TableConfig[]): string {
+  const h = createHash('sha256');
+  let out = '';
+  for (const t of tables) {
+    out += `T${JSON.stringify([t.family, t.name, t.protect, t.dormant ?? false, t.userdata ?? null, t.sets ?? [], t.objects ?? []])}\n`;
+    for (const c of t.chains) {
+      out += `C${JSON.stringify([c.name, c.base ?? null, c.userdata ?? null, c.rules.length])}\n`;
+      let prev: readonly object[] = [];
+      for (const r of c.rules) {
+        const x = r.compiled;
+        const exprs = x.exprs;
+        out += 'R';
+        for (let i = 0; i < exprs.length; i++) out += exprs[i] === prev[i] ? '=' : JSON.stringify(exprs[i]);
+        prev = exprs;
+        out += `;${x.userdata ?? ''}`;
+        out += x.sets.length > 0 || x.bound ? `;${JSON.stringify([x.sets, x.bound ?? null])}\n` : '\n';
+        if (out.length > 1 << 16) {
+          h.update(out);
+          out = '';
+        }
+      }
+    }
+  }
+  h.update(out);
+  return h.digest('hex');
+}
+
+/** Why a file or directory is not the daemon's alone (undefined: it is). */
+function notOurs(path: string, kind: 'file' | 'directory'): string | undefined {
+  const st = lstatSync(path);
+  if (kind === 'file' ? !st.isFile() : !st.isDirectory()) return `${path} is not a ${kind}`;
+  const uid = process.geteuid?.();
+  if (uid !== undefined && st.uid !== uid) return `${path} belongs to uid ${st.uid}, not to this process's ${uid}`;
+  if ((st.mode & 0o022) !== 0) return `${path} may be written by others (mode ${(st.mode & 0o777).toString(8)})`;
+  return undefined;
+}
+
+/** The record in `file`, or why there is none to use. Never throws. */
+export function readRecord(file: string, dir: string): { record: RestartRecord } | { why: string } {
+  let text: string;
+  try {
+    const untrusted = notOurs(dir, 'directory') ?? notOurs(file, 'file');
+    if (untrusted) return { why: `not trusted: ${untrusted}` };
+    text = readFileSync(file, 'utf8');
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    return { why: code === 'ENOENT' ? `there is none (${file})` : `cannot read ${file}: ${(e as Error).message}` };
+  }
+  // The body, then a line with its SHA-256: a record cut short or changed anywhere does not match.
+  const end = text.lastIndexOf('\n', text.length - 2);
+  const body = end < 0 ? '' : text.slice(0, end);
+  const sum = end < 0 ? '' : text.slice(end + 1).trim();
+  if (!text.endsWith('\n') || sum !== createHash('sha256').update(body).digest('hex')) return { why: `${file} is cut short or corrupt (its checksum does not match)` };
+  let r: RestartRecord;
+  try {
+    r = JSON.parse(body) as RestartRecord;
+  } catch (e) {
+    return { why: `${file} is corrupt: ${(e as Error).message}` };
+  }
+  const shape = shapeProblem(r);
+  return shape ? { why: `${file} is corrupt: ${shape}` } : { record: r };
+}
+
+/** What is wrong with a parsed record's shape (undefined: nothing). */
+function shapeProblem(r: RestartRecord): string | undefined {
+  if (typeof r !== 'object' || r === null) return 'not an object';
+  if (r.format !== FORMAT) return `format ${String(r.format)}, not ${FORMAT}`;
+  if (typeof r.version !== 'string' || typeof r.bootId !== 'string' || typeof r.desired !== 'string') return 'a field is missing';
+  if (!Number.isSafeInteger(r.generation) || typeof r.netns !== 'object' || r.netns === null || !Array.isArray(r.tables)) return 'a field is missing';
+  for (const t of r.tables) {
+    if (typeof t?.family !== 'string' || typeof t.name !== 'string' || !Array.isArray(t.chains)) return 'a table is malformed';
+    for (const c of t.chains) {
+      if (typeof c?.name !== 'string' || !Array.isArray(c.handles) || !Array.isArray(c.digests) || c.handles.length !== c.digests.length) return `chain ${String(c?.name)} is malformed`;
+      if (!c.handles.every((h) => Number.isSafeInteger(h) && h > 0) || !c.digests.every((d) => typeof d === 'string')) return `chain ${c.name} is malformed`;
+    }
+  }
+  return undefined;
+}
+
+/**
+ * Why `r` does not describe the kernel now (undefined: it does, as far as the record can say): the
+ * boot, the namespace, the generation, the desired state or the version differ.
+ */
+export function recordMismatch(r: RestartRecord, now: { version: string; bootId: string; netns: NetnsIdentity; generation: number; desired: () => string }): string | undefined {
+  if (r.version !== now.version) return `it was written by nfkeeper ${r.version}, this is ${now.version}`;
+  if (r.bootId !== now.bootId) return 'it is from another boot';
+  const a = r.netns, b = now.netns;
+  if (a.cookie !== undefined && b.cookie !== undefined ? a.cookie !== b.cookie : a.dev !== b.dev || a.ino !== b.ino) return 'it is from another network namespace';
+  if (r.generation !== now.generation) return `the ruleset generation moved since it was written (${r.generation}, now ${now.generation}): something committed meanwhile`;
+  if (r.desired !== now.desired()) return 'the desired state (config or owners) changed since it was written';
+  return undefined;
+}
+
+/**
+ * Writes `r` to `file` (temp, fsync, rename), making its directory 0700 if missing. Throws, also
+ * when the directory is not this user's alone (a record there would not be read).
+ */
+export function writeRecord(file: string, dir: string, r: RestartRecord): void {
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const untrusted = notOurs(dir, 'directory');
+  if (untrusted) throw new Error(untrusted);
+  const body = JSON.stringify(r);
+  writeFileAtomic(file, `${body}\n${createHash('sha256').update(body).digest('hex')}\n`, 0o600);
+}
+
+/** How often at most the record is written again while the daemon runs (it is also written at stop). */
+const REWRITE_EVERY_MS = 300_000;
+
+/**
+ * The keeper's side of the record: adopt() before the start-up pass gives the view the rules the
+ * record holds (the start-up pass then plans from them, as from any look at the same generation,
+ * and seeds the followed part from them); write() records what the view holds exactly now, when a
+ * read verified it (no read-back of our own commit pending), at most every REWRITE_EVERY_MS on the
+ * tick and at stop, and not when the file holds it already.
+ */
+export class Recorder {
+  /** What the file holds, as far as this process knows: its generation and the desired state it was verified against. */
+  private held?: { generation: number; desired: readonly TableConfig[] };
+  private writtenAt = -Infinity;
+  private digestOf?: { desired: readonly TableConfig[]; digest: string };
+
+  constructor(private readonly k: KeeperState, private readonly o: RecordOptions) {}
+
+  /** The file of the owned tables now (a reload that changes them writes where the next start with that config looks). */
+  private get file(): string {
+    return recordPathOf(this.o.dir, this.k.options.netns, this.k.config.tables);
+  }
+
+  /** desiredDigest of the keeper's desired tables, once per desired state. */
+  private digest(): string {
+    const desired = this.k.desired;
+    if (this.digestOf?.desired !== desired) this.digestOf = { desired, digest: desiredDigest(desired) };
+    return this.digestOf.digest;
+  }
+
+  /**
+   * Before the start-up pass, with the monitor anchored: if the record matches the kernel now, the
+   * view holds each recorded table's rules at the record's generation, their chains and sets as
+   * listed now (no rule read). Else, or for a table it cannot hold, the pass reads as it would have.
+   */
+  async adopt(): Promise<void> {
+    const k = this.k;
+    const read = readRecord(this.file, this.o.dir);
+    if ('why' in read) {
+      k.log.info({ record: this.file, why: read.why }, 'restart record not used; the start-up reads the owned tables');
+      return;
+    }
+    const r = read.record;
+    let why: string | undefined;
+    let held: TableConfig[] = [];
+    try {
+      const sock = k.sock!;
+      why = recordMismatch(r, { version: this.o.version, bootId: readBootId(this.o.bootIdPath), netns: netnsIdentity(sock, k.options.netns),
+        generation: sock.generation(), desired: () => this.digest() });
+      if (why === undefined) ({ why, held } = await this.seed(r));
+    } catch (e) {
+      why = `it could not be checked: ${(e as Error).message}`;
+    }
+    if (why !== undefined) {
+      k.log.info({ record: this.file, why }, 'restart record not used; the start-up reads the owned tables');
+      return;
+    }
+    this.held = { generation: r.generation, desired: k.desired };
+    const rest = k.desired.filter((t) => !held.includes(t)).map((t) => `${t.family} ${t.name}`);
+    k.log.info({ record: this.file, generation: r.generation, ...(rest.length ? { read: rest } : {}) },
+      'restart record matches the kernel: the owned tables are adopted as recorded, without reading their rules');
+  }
+
+  /** The view's rules from `r`, for each desired table the record holds as the kernel lists it now. */
+  private async seed(r: RestartRecord): Promise<{ why?: string; held: TableConfig[] }> {
+    const k = this.k;
+    const sock = k.sock!;
+    const tables: TableConfig[] = [];
+    const observed: ObservedTable[] = [];
+    await Promise.all(k.desired.map(async (t) => {
+      const rt = r.tables.find((x) => x.family === t.family && x.name === t.name);
+      if (!rt) return;
+      const [table, chains, sets] = await Promise.all([sock.getTable(t.family, t.name), sock.listChains({ family: t.family, table: t.name }),
+        sock.listSets({ family: t.family, table: t.name })]);
+      // The chains recorded are the ones listed, no other (a bound chain, say, is read as usual).
+      if (!table || (rt.handle !== undefined && table.handle !== rt.handle) || chains.length !== rt.chains.length || !rt.chains.every((c) => chains.some((x) => x.name === c.name))) return;
+      const o: ObservedTable = { family: t.family, name: t.name, table, chains: new Map(chains.map((c) => [c.name, c])), rules: new Map(),
+        sets: new Map(sets.map((x) => [x.name, { set: x, elements: [] }])) };
+      for (const c of rt.chains) {
+        o.rules.set(c.name, c.handles.map((handle, i) => ({ family: t.family, table: t.name, chain: c.name, handle, exprs: [],
+          ...(c.digests[i] ? { digest: c.digests[i] } : {}) })));
+      }
+      tables.push(t);
+      observed.push(o);
+    }));
+    // The lists are of the recorded generation only if nothing committed while they were read.
+    if (sock.generation() !== r.generation) return { why: 'the ruleset generation moved while the record was checked', held: [] };
+    if (tables.length === 0) return { why: 'it holds none of the owned tables as the kernel lists them', held: [] };
+    k.view.fromLook(r.generation, tables, observed, undefined);
+    const held = tables.filter((t) => k.view.rulesOf(t));
+    return held.length === 0 ? { why: 'the view can hold none of its tables (anonymous sets, stateful objects)', held } : { held };
+  }
+
+  /**
+   * Records what the view holds exactly at the kernel's generation now, for every owned table it
+   * holds so (the others are read at the next start), when verified by a read: not while our own
+   * commit awaits its read-back. `now`: at stop, not held back by REWRITE_EVERY_MS. Never throws
+   * (a record not written costs the next start a read).
+   */
+  write(now = false): void {
+    const k = this.k;
+    const sock = k.sock;
+    if (!sock || sock.closed || k.lastVerified === undefined || k.trustedSince !== undefined || k.readBackDue) return;
+    if (!now && performance.now() - this.writtenAt < REWRITE_EVERY_MS) return;
+    try {
+      const generation = sock.generation();
+      if (this.held?.generation === generation && this.held.desired === k.desired) return;
+      const tables: RecordedTable[] = [];
+      for (const t of k.desired) {
+        const kt = k.view.rulesOf(t);
+        // Exact now, and as desired: a difference the events followed (held) is not recorded.
+        if (!kt?.observed.table || kt.held || !k.view.tableCurrency(t, generation).exact) continue;
+        const chains = t.chains.map((c) => {
+          const rules = kt.observed.rules.get(c.name) ?? [];
+          // Verified against this very desired chain (a reload's new one is compared by the next look first).
+          return kt.verified.get(c.name) === c && rules.length === c.rules.length && rules.every((x) => x.handle)
+            ? { name: c.name, handles: rules.map((x) => x.handle!), digests: rules.map((x) => x.digest ?? '') } : undefined;
+        });
+        if (chains.some((c) => !c) || kt.observed.chains.size !== t.chains.length) continue;
+        // Each set's elements held as this desired set's (a volatile one's are read at every look anyway).
+        if ((t.sets ?? []).some((x) => !volatileSet(x.set) && kt.verifiedSets.get(x.name) !== x)) continue;
+        tables.push({ family: t.family, name: t.name, handle: kt.observed.table.handle, chains: chains as RecordedChain[] });
+      }
+      this.writtenAt = performance.now();
+      if (tables.length === 0) return;
+      writeRecord(this.file, this.o.dir, { format: FORMAT, version: this.o.version, bootId: readBootId(this.o.bootIdPath),
+        netns: netnsIdentity(sock, k.options.netns), generation, desired: this.digest(), tables });
+      this.held = { generation, desired: k.desired };
+      k.log.debug({ record: this.file, generation, tables: tables.length }, 'restart record written');
+    } catch (e) {
+      k.log.warn({ record: this.file, err: (e as Error).message }, 'could not write the restart record; the next start reads the owned tables');
+    }
+  }
+}

@@ -1,0 +1,233 @@
+/**
+ * The restart record (src/keeper/record.ts) on the real kernel. A keeper that verified its tables
+ * by a read writes the record at stop; the next keeper, finding it matching (same boot, namespace,
+ * generation, desired state, version), adopts the tables without reading a rule and writes
+ * nothing, and still repairs a deleted rule from the events. Every way the record can fail to
+ * match (a foreign commit while no keeper ran, another config, another namespace, another boot,
+ * another version, a record cut short or corrupt at any byte, one others may write, none) takes
+ * the ordinary start-up: the tables are read, and the kernel ends as desired.
+ */
+import { chmodSync, readFileSync, readdirSync, renameSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { parseConfig, type Config } from '../../src/config/config.js';
+import { checkOnce, type Keeper } from '../../src/keeper/keeper.js';
+import { recordPathOf } from '../../src/keeper/record.js';
+import type { NftHost } from '../../src/netlink/conn.js';
+import { open } from '../../src/netlink/socket.js';
+import { observedHost, startKeeper } from '../helpers/keeper.js';
+import { createNetns, type Netns } from '../helpers/netns.js';
+import { socketPerTest } from '../helpers/netns-hooks.js';
+import { tempDir } from '../helpers/tmp.js';
+import { until } from '../helpers/wait.js';
+import { captureLog, chainLines, handles, postroutingYaml } from './helpers.js';
+
+const RULES = [
+  ...Array.from({ length: 20 }, (_, i) => `ip saddr 10.1.0.${i} ip daddr 192.0.2.1 return`),
+  'ip saddr @allowed return',
+  'ip daddr != 224.0.0.0/4 masquerade fully-random comment "masq"',
+];
+// One postrouting chain and a regular one, with a named set the rules look up.
+const yaml = (extra: string[] = []) => postroutingYaml('rec', [...RULES, ...extra].map((r) => `'${r}'`), 'post', { side: ['ip daddr 198.51.100.1 return'] })
+  .replace('    name: rec\n', '    name: rec\n    sets:\n      - name: allowed\n        type: ipv4_addr\n        elements: [192.0.2.7, 192.0.2.8]\n');
+const config = (extra?: string[]): Config => parseConfig(yaml(extra), 'rec.yaml');
+const BOOT = '5c1f3b5e-6a0c-4d8e-9a61-2f4b7c9d0e11';
+
+/** The keeper's connection, counting its reads of rules (digest dumps and decoding dumps alike). */
+function countingHost(ns: Netns): NftHost & { ruleReads: number } {
+  const seen = { ruleReads: 0 };
+  return Object.assign(seen, observedHost(ns, ['listRules', 'listRuleDigests'], () => { seen.ruleReads++; }));
+}
+
+describe('the restart record', { timeout: 120_000 }, () => {
+  const { ns, sock } = socketPerTest('record');
+  let dir: string;
+  let bootFile: string;
+  let keeper: Keeper | undefined;
+  const record = (version = 'test') => ({ dir, version, bootIdPath: bootFile });
+  const fileOf = (netns = ns.path) => recordPathOf(dir, netns, config().tables);
+
+  beforeEach(async () => {
+    dir = tempDir('record');
+    bootFile = join(tempDir('boot'), 'boot_id');
+    writeFileSync(bootFile, `${BOOT}\n`);
+    // The earlier keeper installs; its own commit is read back once (as the safety net does), and
+    // at stop, verified by that read, it writes the record.
+    const first = await startKeeper(ns, { config: config(), record: record() });
+    await first.readBack('tick', performance.now());
+    await first.idle();
+    await first.stop();
+  });
+  afterEach(async () => {
+    await keeper?.stop();
+    keeper = undefined;
+  });
+
+  /** A keeper on `ns` with the record, counting its rule reads; its log captured. */
+  async function restart(o: { config?: Config; version?: string; netns?: Netns } = {}) {
+    const host = countingHost(o.netns ?? ns);
+    const log = captureLog();
+    keeper = await startKeeper(o.netns ?? ns, { config: o.config ?? config(), record: record(o.version), host, logger: log.logger });
+    await keeper.idle();
+    const said = log.lines.find((l) => String(l.msg).startsWith('restart record'));
+    return { host, said: `${String(said?.msg)}: ${String(said?.why ?? '')}` };
+  }
+
+  /** The kernel holds `c` exactly: a decoding one-shot read finds no drift. */
+  async function asDesired(c: Config, netns = ns): Promise<void> {
+    const s = open({ netns: netns.path });
+    try {
+      const r = await checkOnce(s, c, false);
+      expect(r.drift.flatMap((d) => d.drift)).toEqual([]);
+    } finally {
+      s.close();
+    }
+  }
+
+  it('matching: no rule read, nothing written; a rule deleted afterwards is put back from the events', async () => {
+    const before = ns.exec('nft', ['--debug=netlink', 'list', 'ruleset']);
+    const gen = sock.generation();
+    const { host, said } = await restart();
+    expect(said).toMatch(/^restart record matches the kernel/);
+    expect(host.ruleReads).toBe(0);
+    expect(sock.generation()).toBe(gen);
+    expect(keeper!.isReady()).toBe(true);
+    expect(keeper!.followState()?.exact).toBe(true);
+    expect(ns.exec('nft', ['--debug=netlink', 'list', 'ruleset'])).toBe(before);
+
+    const want = chainLines(ns, 'ip', 'rec', 'post');
+    const victim = handles(ns, 'ip', 'rec', 'post')[7]!;
+    ns.nft(`delete rule ip rec post handle ${victim}\n`);
+    await until('the deleted rule back', () => chainLines(ns, 'ip', 'rec', 'post').length === want.length);
+    expect(chainLines(ns, 'ip', 'rec', 'post')).toEqual(want);
+    // Repaired from what the events followed: still no rule read.
+    expect(host.ruleReads).toBe(0);
+    ns.nft('delete element ip rec allowed { 192.0.2.8 }\n');
+    await until('the deleted element back', () => ns.exec('nft', ['list', 'set', 'ip', 'rec', 'allowed']).includes('192.0.2.8'));
+    await asDesired(config());
+  });
+
+  it('a foreign commit while no keeper ran: the generation moved, the tables are read and repaired', async () => {
+    ns.nft(`delete rule ip rec post handle ${handles(ns, 'ip', 'rec', 'post')[3]!}\n`);
+    const { host, said } = await restart();
+    expect(said).toMatch(/^restart record not used.*generation moved/);
+    expect(host.ruleReads).toBeGreaterThan(0);
+    await asDesired(config());
+  });
+
+  it('another config: the desired state differs, the tables are read and the new rule installed', async () => {
+    const next = config(['ip daddr 198.51.100.9 return']);
+    const { host, said } = await restart({ config: next });
+    expect(said).toMatch(/^restart record not used.*desired state/);
+    expect(host.ruleReads).toBeGreaterThan(0);
+    await asDesired(next);
+  });
+
+  it('another namespace: a record moved to where its keeper looks is not used there', async () => {
+    const other = createNetns('record-other');
+    try {
+      // The same ruleset there, and the first namespace's record under the second's name.
+      const k = await startKeeper(other, { config: config() });
+      await k.stop();
+      renameSync(fileOf(), fileOf(other.path));
+      const { host, said } = await restart({ netns: other });
+      expect(said).toMatch(/^restart record not used.*another network namespace/);
+      expect(host.ruleReads).toBeGreaterThan(0);
+      await asDesired(config(), other);
+    } finally {
+      await keeper?.stop();
+      keeper = undefined;
+      other.remove();
+    }
+  });
+
+  it('another boot and another version: not used', async () => {
+    writeFileSync(bootFile, '0d6a2f4e-0000-4000-8000-000000000000\n');
+    let r = await restart();
+    expect(r.said).toMatch(/^restart record not used.*another boot/);
+    expect(r.host.ruleReads).toBeGreaterThan(0);
+    await keeper!.stop();
+    // That keeper verified by its read and wrote the record anew, for this boot.
+    r = await restart({ version: 'other' });
+    expect(r.said).toMatch(/^restart record not used.*nfkeeper test, this is other/);
+    await asDesired(config());
+  });
+
+  it('none, or one others may write: not used', async () => {
+    const file = fileOf();
+    chmodSync(file, 0o622);
+    let r = await restart();
+    expect(r.said).toMatch(/^restart record not used.*not trusted.*may be written by others/);
+    await keeper!.stop();
+    keeper = undefined;
+    for (const f of readdirSync(dir)) renameSync(join(dir, f), join(dir, `${f}.gone`));
+    r = await restart();
+    expect(r.said).toMatch(/^restart record not used.*there is none/);
+    expect(r.host.ruleReads).toBeGreaterThan(0);
+    await asDesired(config());
+  });
+
+  it('written on the tick once a read verified the tables, before any stop (a crash leaves it)', async () => {
+    for (const f of readdirSync(dir)) renameSync(join(dir, f), join(dir, `${f}.gone`));
+    const log = captureLog();
+    keeper = await startKeeper(ns, { config: config(), record: record(), intervalMs: 50, logger: log.logger });
+    await until('the record written', () => readdirSync(dir).includes(fileOf().split('/').pop()!));
+    expect(readFileSync(fileOf(), 'utf8')).toContain(`"generation":${sock.generation()},`);
+  });
+
+  it('a protected table: adopted from the record, and claimed again (the earlier keeper\'s ownership ended with its socket)', async () => {
+    const prot = parseConfig(yaml().replace('    name: rec\n', '    name: rec\n    protect: true\n'), 'rec.yaml');
+    await restart({ config: prot });
+    await keeper!.readBack('tick', performance.now());
+    await keeper!.idle();
+    await keeper!.stop();
+    keeper = undefined;
+    const gen = sock.generation();
+    const { host, said } = await restart({ config: prot });
+    expect(said).toMatch(/^restart record matches the kernel/);
+    expect(host.ruleReads).toBe(0);
+    // Ownership is the socket's: the new keeper's commit takes it (the one write a restart of a protected table makes).
+    expect(sock.generation()).toBe(gen + 1);
+    expect(ns.exec('nft', ['list', 'table', 'ip', 'rec'])).toMatch(/flags owner/);
+    await asDesired(prot);
+  });
+
+  it('cut short or corrupt at any byte: the ordinary start-up, nothing lost, nothing written', { timeout: 600_000 }, async () => {
+    // A small record: one chain of one rule (the table's other chains and its set go with the first start).
+    const tiny = parseConfig(postroutingYaml('rec', ['ip daddr 192.0.2.1 return']), 'tiny.yaml');
+    await restart({ config: tiny });
+    await keeper!.readBack('tick', performance.now());
+    await keeper!.idle();
+    await keeper!.stop();
+    keeper = undefined;
+    const file = fileOf();
+    const whole = readFileSync(file);
+    const before = ns.exec('nft', ['--debug=netlink', 'list', 'ruleset']);
+    const gen = sock.generation();
+    // Cut at every offset of a small record, and one byte changed at every offset of it.
+    const variants: [string, Buffer][] = [];
+    for (let n = 0; n < whole.length; n++) variants.push([`cut at ${n}`, whole.subarray(0, n)]);
+    for (let n = 0; n < whole.length; n++) {
+      const b = Buffer.from(whole);
+      b[n] = b[n] === 0x30 ? 0x31 : 0x30;
+      variants.push([`byte ${n} changed`, b]);
+    }
+    const reasons = new Set<string>();
+    for (const [what, bytes] of variants) {
+      writeFileSync(file, bytes, { mode: 0o600 });
+      const { said } = await restart({ config: tiny });
+      expect(said, what).toMatch(/^restart record not used/);
+      reasons.add(said.replace(/ \(.*$/, '').replace(/\/[^ ]*/g, 'FILE'));
+      expect(keeper!.isReady(), what).toBe(true);
+      expect(sock.generation(), what).toBe(gen);
+      await keeper!.stop();
+      keeper = undefined;
+    }
+    expect(ns.exec('nft', ['--debug=netlink', 'list', 'ruleset'])).toBe(before);
+    expect([...reasons].join('\n')).toMatch(/cut short or corrupt/);
+    // After all that, the record the last keeper wrote is whole again and used.
+    const { said, host } = await restart({ config: tiny });
+    expect(said).toMatch(/^restart record matches the kernel/);
+    expect(host.ruleReads).toBe(0);
+  });
+});
