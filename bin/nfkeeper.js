@@ -3,9 +3,11 @@
 // sizes only from the command line, but reads the growth factor each time the young generation
 // would grow). `run` keeps 1 MiB semi-spaces instead of growing them up to 16 MiB: the daemon
 // allocates little between passes, and at start-up the default grew a young generation it kept
-// for ever (bench/rss.ts shows it). The one-shot commands (validate, check, apply) keep V8's
-// default: with 1 MiB a big file's compile scavenged every few hundred rules, copying what it had
-// compiled so far.
+// for ever (bench/rss.ts shows it). The one-shot commands (validate, check, apply) keep 1 MiB
+// semi-spaces too: what survives a scavenge there is the rules compiled since the last one, each
+// promoted after its second, so a bigger young generation saved no copying and only grew the
+// process (every page of it faulted in); docs/notes/2026-12-05-apply-speed.md. export keeps V8's
+// default.
 // No static imports and no top-level await: an old Node must get as far as
 // the version check below and say what is wrong in one line.
 const [major] = process.versions.node.split('.').map(Number);
@@ -38,6 +40,7 @@ if (major < 22) {
     // to ready (bench/rss.ts shows both).
     flags.push('--heap-growing-percent=20');
   } else if (['validate', 'check', 'apply', 'cleanup', 'gc', 'demo'].includes(command)) {
+    flags.push('--semi-space-growth-factor=1');
     // A command that exits within seconds does not live long enough for V8's optimising compiler
     // to pay for itself: it compiled the parser's and the compiler's hot functions on its own
     // threads while the process was nearly done (Maglev's quicker code stays). The daemon keeps

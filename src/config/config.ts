@@ -438,8 +438,11 @@ function buildConfig(raw: unknown, file: string, where: Positions, options: Load
     // gives no size: 65535 and dynamic, as nft 1.0.6's evaluation of the rule sets them on the set.
     // Without this, nft's install of kube-proxy's affinity sets read as drift and was recreated.
     for (const ch of chains) {
-      for (const r of ch.rules) {
-        for (const e of r.compiled.exprs) {
+      // (indexed: an iterator result per expression of every rule otherwise)
+      for (let ri = 0; ri < ch.rules.length; ri++) {
+        const exprs = ch.rules[ri]!.compiled.exprs;
+        for (let ei = 0; ei < exprs.length; ei++) {
+          const e = exprs[ei]!;
           if (e.kind !== 'dynset') continue;
           const target = namedSets.get(e.set);
           if (!target) continue;
@@ -579,7 +582,9 @@ function refuseKeyword(fail: (p: { line: number; col: number }, reason: string) 
 
 /** Why a rule cannot use the objects it names (one the table does not declare), or undefined. */
 function objectRefProblem(exprs: CompiledRule['exprs'], objects: readonly ObjConfig[], family: string, table: string): string | undefined {
-  for (const u of objectsUsed(exprs)) {
+  const used = objectsUsed(exprs);
+  for (let i = 0; i < used.length; i++) {
+    const u = used[i]!;
     if (!objects.some((o) => o.type === u.type && o.name === u.name)) {
       return `${u.type} ${u.name} is not an object of table ${family} ${table} (declare it in the table: '${u.type} ${u.name} { … }')`;
     }

@@ -73,28 +73,34 @@ function put(m: Map<number, Expr | Expr[]>, h: number, e: Expr): void {
   else m.set(h, [b, e]);
 }
 
-const HASH_SEED = 0x811c9dc5;
+const HASH_SEED = 0x011c9dc5;
 const FNV_PRIME = 0x01000193;
+/**
+ * Hashes are kept to 30 bits: a small integer in V8 (Smi), where a 32-bit one passed to or returned
+ * from a call is a heap-allocated number half the time, and the pool hashes every expression of
+ * every rule of a config.
+ */
+const SMI = 0x3fffffff;
 
 /** FNV-1a-like over an expression's values in field order (the field names by length only: sameExpr compares them). */
 function hashOf(v: unknown, h: number): number {
   switch (typeof v) {
     case 'number':
-      return Math.imul(h ^ (v | 0) ^ ((v / 4294967296) | 0), FNV_PRIME);
+      return Math.imul(h ^ (v | 0) ^ ((v / 4294967296) | 0), FNV_PRIME) & SMI;
     case 'string':
       for (let i = 0; i < v.length; i++) h = Math.imul(h ^ v.charCodeAt(i), FNV_PRIME);
-      return Math.imul(h ^ v.length, FNV_PRIME);
+      return Math.imul(h ^ v.length, FNV_PRIME) & SMI;
     case 'boolean':
-      return Math.imul(h ^ (v ? 3 : 5), FNV_PRIME);
+      return Math.imul(h ^ (v ? 3 : 5), FNV_PRIME) & SMI;
     case 'object': {
-      if (v === null) return Math.imul(h ^ 7, FNV_PRIME);
+      if (v === null) return Math.imul(h ^ 7, FNV_PRIME) & SMI;
       let n = 0;
-      if (Array.isArray(v)) for (const x of v) h = hashOf(x, Math.imul(h ^ n++, FNV_PRIME));
-      else for (const k in v) h = hashOf((v as Record<string, unknown>)[k], Math.imul(h ^ k.length ^ (n++ << 8), FNV_PRIME));
-      return Math.imul(h ^ n, FNV_PRIME);
+      if (Array.isArray(v)) for (let i = 0; i < v.length; i++) h = hashOf(v[i], Math.imul(h ^ n++, FNV_PRIME) & SMI);
+      else for (const k in v) h = hashOf((v as Record<string, unknown>)[k], Math.imul(h ^ k.length ^ (n++ << 8), FNV_PRIME) & SMI);
+      return Math.imul(h ^ n, FNV_PRIME) & SMI;
     }
     default:
-      return Math.imul(h ^ 11, FNV_PRIME);
+      return Math.imul(h ^ 11, FNV_PRIME) & SMI;
   }
 }
 
@@ -110,15 +116,26 @@ export function sameExpr(a: unknown, b: unknown): boolean {
     for (let i = 0; i < a.length; i++) if (!sameExpr(a[i], b[i])) return false;
     return true;
   }
-  const keys: string[] = [];
-  for (const k in a) keys.push(k);
-  let i = 0;
+  // a's keys on a stack kept between calls (a nested comparison's above them, gone when it returns):
+  // an array of keys per comparison was most of what interning a config's rules allocated
+  const base = top;
+  for (const k in a) KEYS[top++] = k;
+  let i = base;
+  let same = true;
   for (const k in b) {
-    if (k !== keys[i] || !sameExpr((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k])) return false;
+    if (i === top || k !== KEYS[i] || !sameExpr((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k])) {
+      same = false;
+      break;
+    }
     i++;
   }
-  return i === keys.length;
+  if (same) same = i === top;
+  top = base;
+  return same;
 }
+
+const KEYS: string[] = [];
+let top = 0;
 
 /** Compacts the compiled rules of `tables` in place (each compiled rule once: its frozen list says it was). */
 export function compactRules(tables: readonly TableConfig[]): void {

@@ -323,7 +323,10 @@ function validateExprsOnce(exprs: readonly Expr[], index: number, at = 'exprs', 
     }
     const kind = e!.kind;
     const rec = e as unknown as Record<string, unknown>;
-    for (const [k, f] of spec.required) {
+    // (indexed loops: an iterator and a destructured pair per field and per expression were most of
+    // what validating a big batch allocated)
+    for (let j = 0; j < spec.required.length; j++) {
+      const k = spec.required[j]![0], f = spec.required[j]![1];
       const v = rec[k];
       if (v === undefined) throw new InvalidOperationError(index, `${at}[${i}].${k}`, `a ${kind} expression needs '${k}'`);
       const why = checkField(f, v);
@@ -339,7 +342,8 @@ function validateExprsOnce(exprs: readonly Expr[], index: number, at = 'exprs', 
       const why = checkField(f, v);
       if (why) throw new InvalidOperationError(index, `${at}[${i}].${k}`, why);
     }
-    for (const [a, b] of spec.exactlyOne) {
+    for (let j = 0; j < spec.exactlyOne.length; j++) {
+      const a = spec.exactlyOne[j]![0], b = spec.exactlyOne[j]![1];
       if ((rec[a] === undefined) === (rec[b] === undefined)) {
         throw new InvalidOperationError(index, `${at}[${i}]`, `${kind}: needs exactly one of '${a}' and '${b}'`);
       }

@@ -126,8 +126,9 @@ function compileAst(text: string, ast: RuleAst, ctx: CompileContext): CompiledRu
   // Made for the first statement that needs it (most rules have none).
   let kc0: KeyedContext | undefined;
   let lookup0: ((f: Field, e: Elem[], neq: boolean) => Expr[]) | undefined;
-  for (const s of list) {
-    if (s === null) continue;
+  for (let i = 0; i < list.length; i++) {
+    const s = list[i];
+    if (s === null || s === undefined) continue;
     if (s.t === 'other' && s.stmt.t === 'keyed') {
       linearizeKeyed(s.stmt, exprs, kc0 ??= keyedContext(ctx, fail, sets, base));
     } else if (s.t === 'other' && s.stmt.t === 'dynset') {
@@ -674,15 +675,31 @@ const norm = (op: MatchOp) => (op === 'neq' ? 'neq' : 'eq');
 /** nft's EXPR_F_PROTOCOL: a field naming the next header's protocol (ip protocol, ether type, …). */
 const isProto = (f: Field): boolean => f.protoKey === true || f === ETHER.type;
 
-/** Merges the candidates `sa` (indexes into list) as nft's payload_try_merge does. */
+const headerRank = (base: string): number => (base === 'll' ? 0 : base === 'network' ? 1 : 2);
+
+/** The order doMerge walks two candidates in: by header (link, network, transport), then offset. */
+function mergeOrder(x: Rel, y: Rel): number {
+  const a = x.field.load as { base: string; offset: number };
+  const b = y.field.load as { base: string; offset: number };
+  const d = headerRank(a.base) - headerRank(b.base);
+  return d !== 0 ? d : a.offset - b.offset;
+}
+
+/** Merges the candidates `sa` (indexes into list, sorted in place) as nft's payload_try_merge does. */
 function doMerge(list: (EStmt | null)[], sa: number[], fail: (at: At, e: string, r: string) => never): void {
-  const order = [...sa].sort((x, y) => {
-    const a = (list[x] as Rel).field.load as { base: string; offset: number };
-    const b = (list[y] as Rel).field.load as { base: string; offset: number };
-    const rank = (x: string) => (x === 'll' ? 0 : x === 'network' ? 1 : 2);
-    const d = rank(a.base) - rank(b.base);
-    return d !== 0 ? d : a.offset - b.offset;
-  });
+  // By header, then offset; stable, as Array.prototype.sort is. An insertion sort in place: the
+  // candidates are a few (two in most rules), and sort() with a comparator copied them into a
+  // work array of its own for every rule of a big config.
+  const order = sa;
+  for (let i = 1; i < order.length; i++) {
+    const x = order[i]!;
+    let j = i;
+    while (j > 0 && mergeOrder(list[order[j - 1]!] as Rel, list[x] as Rel) > 0) {
+      order[j] = order[j - 1]!;
+      j--;
+    }
+    order[j] = x;
+  }
   let last = order[0]!;
   for (let i = 1; i < order.length; i++) {
     const j = order[i]!;

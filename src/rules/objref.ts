@@ -89,7 +89,8 @@ export function renderObjref(e: ObjrefExpr): string | undefined {
 /** The objects (type and name) a rule's expressions use by name: the config checks that the table declares them. */
 export function objectsUsed(exprs: readonly { kind: string }[]): { type: ObjType; name: string }[] {
   const out: { type: ObjType; name: string }[] = [];
-  for (const e of exprs) {
+  for (let i = 0; i < exprs.length; i++) {
+    const e = exprs[i]!;
     if (e.kind !== 'objref') continue;
     const o = e as ObjrefExpr;
     const type = o.type !== undefined ? objTypeName(o.type) : undefined;

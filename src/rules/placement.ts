@@ -17,7 +17,9 @@ import type { CompiledRule } from './compile.js';
  */
 export function forEachJump(rule: CompiledRule, jump: (verdict: 'jump' | 'goto', chain: string, levels: number) => void,
   named?: (set: string) => void, levels = 1): void {
-  for (const e of rule.exprs) {
+  // (indexed: an iterator per rule, in every rule of a config)
+  for (let i = 0; i < rule.exprs.length; i++) {
+    const e = rule.exprs[i]!;
     if (e.kind === 'immediate') {
       if ((e.verdict === 'jump' || e.verdict === 'goto') && e.chain !== undefined) jump(e.verdict, e.chain, levels);
     } else if (e.kind === 'lookup' && e.dreg !== undefined) {

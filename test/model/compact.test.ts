@@ -155,6 +155,30 @@ describe('compactRules', () => {
     expect(sameExpr({ kind: 'dynset', exprs: [] }, { kind: 'dynset', exprs: {} })).toBe(false);
   });
 
+  it('compares nested objects by their own keys, as JSON does, after a comparison that failed inside one', () => {
+    // sameExpr keeps the outer object's keys while it compares an inner one: each level must see
+    // its own keys, and a comparison that fails deep inside must leave none behind for the next
+    const key = (x: unknown) => JSON.stringify(x);
+    const values: unknown[] = [
+      { kind: 'dynset', exprs: [{ kind: 'limit', rate: 1, unit: 2 }], set: 's' },
+      { kind: 'dynset', exprs: [{ kind: 'limit', unit: 2, rate: 1 }], set: 's' },
+      { kind: 'dynset', exprs: [{ kind: 'limit', rate: 1, unit: 2 }], set: 't' },
+      { kind: 'dynset', exprs: [{ kind: 'limit', rate: 1 }], set: 's' },
+      { kind: 'dynset', exprs: [{ kind: 'limit', rate: 1, unit: 2, burst: 0 }], set: 's' },
+      { kind: 'dynset', exprs: [{ kind: 'limit', rate: 1, unit: 2 }] },
+      { kind: 'dynset', set: 's', exprs: [{ kind: 'limit', rate: 1, unit: 2 }] },
+      { kind: 'x', a: { b: { c: 1 } }, d: 2 },
+      { kind: 'x', a: { b: { c: 1 } }, e: 2 },
+      { kind: 'x', a: { b: { c: 2 } }, d: 2 },
+      { kind: 'x', a: { b: {} }, d: 2 },
+    ];
+    for (let round = 0; round < 2; round++) {
+      for (const a of values) {
+        for (const b of values) expect(sameExpr(a, b)).toBe(key(a) === key(b));
+      }
+    }
+  });
+
   it('keeps the text lazy, readable, enumerable and assignable, and spreads carry no hidden slots', () => {
     const config = parseConfig(yaml(['ip saddr 10.0.0.1   ip daddr 192.0.2.1 counter return']));
     const c = config.tables[0]!.chains[0]!.rules[0]!.compiled;
