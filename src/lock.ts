@@ -9,7 +9,7 @@
  *  - the owners state file's `<state>.lock`, flock'ed: two keepers writing one state file, even
  *    in different namespaces. The holder writes its pid into it.
  */
-import { createHash } from 'node:crypto';
+import { sha256 } from './base/sha256.js';
 import { closeSync, ftruncateSync, mkdirSync, openSync, readFileSync, writeSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { dirname } from 'node:path';
@@ -30,7 +30,7 @@ export interface KeeperLock {
 /** The abstract name locking a table (hashed when too long for sun_path). */
 export function tableLockName(family: string, name: string): string {
   const plain = `nfkeeper/table/${family}/${name}`;
-  return Buffer.byteLength(plain) <= 100 ? plain : `nfkeeper/table/${createHash('sha256').update(`${family}/${name}`).digest('hex')}`;
+  return Buffer.byteLength(plain) <= 100 ? plain : `nfkeeper/table/${sha256(`${family}/${name}`, 'hex')}`;
 }
 
 /** The lock file beside a state file. */

@@ -6,7 +6,7 @@
  * need no kernel still work.
  */
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -64,6 +64,9 @@ describe('the npm package, installed on a node without a compiler or -dev packag
       expect(list).toContain(`package/${f}`);
     }
     expect(list.filter((f) => /^package\/(test|bench|build|node_modules)\//.test(f))).toEqual([]);
+    // The compile cache is made where the package is installed, for that Node (npm's install script).
+    expect(list).toContain('package/scripts/compile-cache.mjs');
+    expect(list.filter((f) => f.startsWith('package/dist/compile-cache/'))).toEqual([]);
     const pkg = JSON.parse(readFileSync('package.json', 'utf8'));
     expect(pkg.scripts.prepack).toMatch(/npm run build\b.*build:prebuild/);
     expect(pkg.scripts['build:prebuild']).toMatch(/prebuild\.mjs --arch arm64/);
@@ -78,6 +81,8 @@ describe('the npm package, installed on a node without a compiler or -dev packag
     expect(`${install.stdout}${install.stderr}`).not.toMatch(/building it from source/);
     const pkgDir = join(prefix, 'lib', 'node_modules', 'nfkeeper');
     expect(existsSync(join(pkgDir, 'build'))).toBe(false);
+    // The install script filled the package's compile cache for this Node and this user.
+    expect(readdirSync(join(pkgDir, 'dist', 'compile-cache')).filter((e) => e.startsWith(`${process.version}-`) && e.endsWith(`-${process.geteuid!()}`))).toHaveLength(3);
     // The addon resolves libnftnl and libmnl beside itself, not from the system.
     const ldd = spawnSync('ldd', [join(pkgDir, 'prebuilds', 'linux-x64', 'nfkeeper.glibc.node')], { encoding: 'utf8' }).stdout;
     expect(ldd).toMatch(new RegExp(`libnftnl\\.so\\.11 => ${pkgDir}/prebuilds/linux-x64/glibc/libnftnl\\.so\\.11`));

@@ -7,16 +7,17 @@
  * rss-trace.ts show it). One collection costs what the next one V8 would have run costs;
  * one-shot commands never collect here.
  */
-import { setFlagsFromString } from 'node:v8';
-import { runInNewContext } from 'node:vm';
+import { createRequire } from 'node:module';
 
 let collect: (() => void) | undefined;
 
 /** Lets collectGarbage() collect (V8's gc function, taken from a new context once the flag is set). */
 export function enableCollections(): void {
   if (collect) return;
-  setFlagsFromString('--expose-gc');
-  const gc: unknown = runInNewContext('gc');
+  // node:v8 and node:vm when asked, not at import: the one-shot commands import this file too.
+  const require = createRequire(import.meta.url);
+  (require('node:v8') as typeof import('node:v8')).setFlagsFromString('--expose-gc');
+  const gc: unknown = (require('node:vm') as typeof import('node:vm')).runInNewContext('gc');
   if (typeof gc === 'function') collect = gc as () => void;
 }
 

@@ -9,8 +9,7 @@
  * adopted by digest, remembered by the known state, or decoded and proved by its digest) carries
  * that rule's key, so comparing it is a pointer compare.
  */
-import * as cryptoModule from 'node:crypto';
-import { createHash } from 'node:crypto';
+import { sha256 } from '../base/sha256.js';
 import type { Expr, Hex } from '../netlink/expr.js';
 import type { Rule } from '../netlink/objects.js';
 import type { ChainConfig, TableConfig } from '../model/desired.js';
@@ -40,12 +39,8 @@ export function knownRule(t: TableConfig, c: ChainConfig, r: ChainConfig['rules'
  * lives (and the known state shares it), so the JSON would be a large part of a big config's heap;
  * a collision would take a SHA-256 collision.
  */
-const sha256 = (s: string): string => (hashOnce ? hashOnce('sha256', s, 'base64') : createHash('sha256').update(s).digest('base64'));
-// crypto.hash (Node 20.12+): one call, no Hash object.
-const hashOnce = (cryptoModule as { hash?: (alg: string, data: string, enc: 'base64') => string }).hash;
-
 export function hashedKey(rule: Parameters<typeof ruleKey>[0], resolve?: SetResolver): string {
-  return sha256(ruleKey(rule, resolve));
+  return sha256(ruleKey(rule, resolve), 'base64');
 }
 
 // ruleKey resolves a compiled rule's anonymous sets by their batch-local ids itself. The key is kept

@@ -10,7 +10,7 @@
  * owner the current config refuses) is an OwnersStateError: start-up stops before the kernel is
  * touched, because starting with fewer owners than were registered would collect their rules.
  */
-import { createHash } from 'node:crypto';
+import { sha256 } from '../base/sha256.js';
 import { closeSync, openSync, readSync, statSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { io, writeFileAtomic } from '../base/atomic-file.js';
@@ -153,7 +153,7 @@ export type JournalChange = ['put', string, OwnerSpec] | ['delete', string];
 /** A state file smaller than this is rewritten whole on every change, as it always was; the journal serves bigger ones. */
 export const JOURNAL_FROM_BYTES = 64 * 1024;
 
-const digest = (text: string) => createHash('sha256').update(text).digest('hex');
+const digest = (text: string) => sha256(text, 'hex');
 
 /**
  * Applies the journal's lines, in order, to `specs`. Its first line names the file it extends

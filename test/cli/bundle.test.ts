@@ -7,7 +7,8 @@
  * modules that the daemon's packages pull in.
  */
 import { spawn, spawnSync } from 'node:child_process';
-import { chmodSync, chownSync, copyFileSync, existsSync, mkdirSync, readdirSync, statSync, utimesSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, copyFileSync, existsSync, mkdirSync, readdirSync, renameSync, statSync, utimesSync, writeFileSync } from 'node:fs';
+import { pathToFileURL } from 'node:url';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { main } from '../../src/cli.js';
@@ -78,6 +79,50 @@ describe('the bundled daemon', () => {
     expect(readdirSync(off)).toEqual([]);
   });
 
+  it("uses the package's own compile cache, filled by scripts/compile-cache.mjs, where it is the user's and no one else can write it", () => {
+    // A copy of the package's run-time files (bin/, the bundle, package.json) and the script.
+    const pkg = join(tempDir('cache-pkg', { mode: 0o755 }), 'nfkeeper');
+    for (const d of ['bin', 'dist', 'scripts']) mkdirSync(join(pkg, d), { recursive: true });
+    copyFileSync(join(ROOT, 'bin', 'nfkeeper.js'), join(pkg, 'bin', 'nfkeeper.js'));
+    copyFileSync(join(ROOT, 'scripts', 'compile-cache.mjs'), join(pkg, 'scripts', 'compile-cache.mjs'));
+    copyFileSync(join(ROOT, 'package.json'), join(pkg, 'package.json'));
+    for (const f of readdirSync(join(ROOT, 'dist')).filter((n) => /^nfkeeper\.(.*\.)?mjs$/.test(n) || n === 'cli.js')) {
+      copyFileSync(join(ROOT, 'dist', f), join(pkg, 'dist', f));
+    }
+    const fill = spawnSync(process.execPath, [join(pkg, 'scripts', 'compile-cache.mjs')], { encoding: 'utf8' });
+    expect({ status: fill.status, stderr: fill.stderr }).toEqual({ status: 0, stderr: '' });
+    const cache = join(pkg, 'dist', 'compile-cache');
+    const uid = process.geteuid!();
+    // One entry per set of V8 flags bin/nfkeeper.js gives a command: the config commands', none (export, status), run's.
+    expect(readdirSync(cache).filter((e) => e.startsWith(`${process.version}-${process.arch}-`) && e.endsWith(`-${uid}`))).toHaveLength(3);
+
+    // Which cache a command used, and whether its modules' code came from it (Node's own debug output).
+    const home = tempDir('cache-pkg-home', { mode: 0o755 });
+    const used = (dir = pkg) => {
+      const r = spawnSync(process.execPath, [join(dir, 'bin', 'nfkeeper.js'), 'validate', '--config', join(ROOT, 'examples', 'flannel.yaml')],
+        { encoding: 'utf8', env: { PATH: process.env.PATH, HOME: home, XDG_CACHE_HOME: home, NODE_DEBUG_NATIVE: 'COMPILE_CACHE' } });
+      expect(r.status, r.stderr).toBe(0);
+      const resolved = /resolved path (\S+) \+/.exec(r.stderr)?.[1];
+      // (Node 22 says "cache for URL was accepted", 24 "V8 code cache for ESM URL was accepted")
+      const url = pathToFileURL(join(dir, 'dist', 'nfkeeper.mjs')).href;
+      return { resolved, accepted: r.stderr.split('\n').some((l) => l.includes(`cache for `) && l.includes(` ${url} was accepted`)) };
+    };
+    expect(used()).toEqual({ resolved: cache, accepted: true });
+    // The package's cache is only read where it is sure to be its owner's: writable by others, the
+    // command takes the user's own (as root /var/cache/nfkeeper, as another user the XDG one).
+    chmodSync(cache, 0o777);
+    expect(used().resolved).not.toBe(cache);
+    chmodSync(cache, 0o755);
+    // Node 24.12 and later key the cache by paths relative to it: a package copied elsewhere (an
+    // image's COPY) keeps it.
+    const [major, minor] = process.versions.node.split('.').map(Number) as [number, number];
+    if (major > 24 || (major === 24 && minor >= 12)) {
+      const moved = `${pkg}-moved`;
+      renameSync(pkg, moved);
+      expect(used(moved)).toEqual({ resolved: join(moved, 'dist', 'compile-cache'), accepted: true });
+    }
+  });
+
   it('version and validate from the bundle load none of the modules only other commands use', () => {
     // Node's own modules a process loaded, as it exits; undici is what node:http's lazy exports load,
     // child_process what commander requires for subcommands that are programs (nfkeeper has none),
@@ -95,6 +140,10 @@ describe('the bundled daemon', () => {
     // A command that talks HTTP loads node:http (so the hook does see what a command loads).
     const dir = tempDir('bundle-load');
     expect(loaded(2, 'status', '--socket', join(dir, 'none.sock'))).toContain('NativeModule http');
+    // check of a table in sync hashes no rule (their digests prove them): no node:crypto.
+    const config = join(ROOT, 'examples', 'flannel.yaml');
+    expect(spawnSync(process.execPath, [join(ROOT, 'bin', 'nfkeeper.js'), 'apply', '--config', config, '--netns', ns.path]).status).toBe(0);
+    expect(loaded(0, 'check', '--config', config, '--netns', ns.path)).not.toContain('NativeModule crypto');
   });
 
   it('version, -V and --version alone print the version without the bundle, as the command line prints it', async () => {
