@@ -5,7 +5,7 @@ export { compileRule, renderRule, ruleKey, rulesEqual, commentOf, commentUserdat
   type CompiledRule, type CompileContext, type SetResolver } from './rules/index.js';
 export { loadConfig, parseConfig, parseNftConfig, MAX_CONFIG_BYTES, MAX_CONFIG_RULES, type Config, type TableConfig, type ChainConfig } from './config/index.js';
 export {
-  Keeper, cleanup, checkOnce, Reconciler, TableOwnedError, type CheckResult, type KeeperOptions, type Look, type PassInput,
+  Keeper, cleanup, checkOnce, Reconciler, TableOwnedError, type CheckResult, type KeeperOptions, type Observation, type PassInput,
   type PassOutcome, type PassResult, type RepairReport, type KeeperStatus,
 } from './keeper/index.js';
 export { KeeperMetrics } from './base/metrics.js';

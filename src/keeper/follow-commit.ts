@@ -1,8 +1,9 @@
 /**
  * Following our own commit into the rules (OwnedTable.rules): what the owned tables hold after a batch
- * that was provably the only commit since its plan's look, from the batch's ops replayed over the
- * handles the look saw, with the handles the kernel echoed for its new rules, or, for a batch too
- * big to echo, the handles and digests read of the chains it added rules to (readAddedChains).
+ * that was provably the only commit since its plan's observation, from the batch's ops replayed
+ * over the handles the observation saw, with the handles the kernel echoed for its new rules, or,
+ * for a batch too big to echo, the handles and digests read of the chains it added rules to
+ * (readAddedChains).
  */
 import type { ChainConfig, TableConfig } from '../model/desired.js';
 import type { SetConfig } from '../model/sets.js';
@@ -19,7 +20,7 @@ import { knownSets, objectsUnknown, tableKey, type TableRules } from './owned-ta
  * The rules of `tables` after `batch`, planned from `observed` for them, was committed as the only
  * commit since (the generation moved from the planned-from one by exactly one); undefined where it
  * cannot be followed exactly. `echoed` gives the new rules' handles; without every one of them,
- * undefined. `previous`: the rules the look planned from (their maps are then updated in place, so a
+ * undefined. `previous`: the rules the observation planned from (their maps are then updated in place, so a
  * registration costs its own chains, not a pass over every owner's). `read`: for a batch too big
  * to echo, the handles and digests of the chains it added rules to, read at the commit's
  * generation (by table, then chain; see readAddedChains). `portId`: our socket, an owner flag's.
@@ -109,7 +110,7 @@ export function followCommit(tables: readonly TableConfig[], observed: readonly 
       else return undefined;
       continue;
     }
-    // Stateful objects are not known: a table that has them is read at each look (objectsUnknown).
+    // Stateful objects are not known: a table that has them is read at each observation (objectsUnknown).
     if (op.object === 'obj') return undefined;
     if (op.object === 'element') continue;  // every named set holds its desired elements after the commit (below)
     // Bound chains (`jump { … }`) are named by the kernel: a commit that adds one is not followed.
@@ -169,8 +170,9 @@ export function followCommit(tables: readonly TableConfig[], observed: readonly 
       o.sets.delete(name);
     }
     // The plan made every named set the desired one: created with its elements, its element
-    // differences added and deleted, any other named set deleted. What the look saw stays only for
-    // a set the batch left alone (its definition; it had no element difference, or it would be in the batch).
+    // differences added and deleted, any other named set deleted. What the observation saw stays
+    // only for a set the batch left alone (its definition; it had no element difference, or it
+    // would be in the batch).
     for (const name of o.sets.keys()) {
       const now = setsNow.get(`${tk} ${name}`);
       if (now === null || (now === undefined && !(t.sets ?? []).some((x) => x.name === name))) o.sets.delete(name);
@@ -187,8 +189,8 @@ export function followCommit(tables: readonly TableConfig[], observed: readonly 
     o.sets = sets;
     const m = chainsOf(t.family, t.name);
     const readHere = read?.get(tk);
-    // The look's maps are this pass's own (a dump, or the held rules the commit just retired):
-    // changed in place, so a registration touches its own chains, not every owner's.
+    // The observation's maps are this pass's own (a dump, or the held rules the commit just
+    // retired): changed in place, so a registration touches its own chains, not every owner's.
     const verified = reuse ? kt!.verified : new Map<string, ChainConfig>();
     // Derived from the table known whole (a registration): only the chains the derivation
     // changed need looking at, when the batch touched no other desired chain.

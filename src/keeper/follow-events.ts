@@ -36,7 +36,7 @@ export type FollowOutcome =
 /** The record of an owned table by family and name. */
 export type FindTable = (family: string, table: string) => OwnedTable | undefined;
 
-/** The events stop following `rec`: it is unknown until a look seeds it again. */
+/** The events stop following `rec`: it is unknown until an observation seeds it again. */
 export function unfollow(rec: OwnedTable, why: string): void {
   rec.followed = undefined;
   rec.unknown ??= why;

@@ -1,6 +1,7 @@
 /**
- * The followed part of an owned table (OwnedTable.followed): made from a clean look (seedTable),
- * and moved to a new desired state that changes only elements (the retarget helpers), without a read.
+ * The followed part of an owned table (OwnedTable.followed): made from a clean observation
+ * (seedTable), and moved to a new desired state that changes only elements (the retarget helpers),
+ * without a read.
  */
 import type { ChainConfig, TableConfig } from '../model/desired.js';
 import type { SetConfig } from '../model/sets.js';
@@ -11,9 +12,9 @@ import { NO_RULES } from './plan.js';
 import { follows, type FollowedChain, type FollowedSet, type FollowedTable, type OwnedTable } from './owned-table.js';
 
 /**
- * Table `t` as followed from a look that found it as desired: per desired chain the kernel handle
- * of each desired rule, in order; per followed set its desired elements. Undefined when the look
- * does not fit.
+ * Table `t` as followed from an observation that found it as desired: per desired chain the kernel
+ * handle of each desired rule, in order; per followed set its desired elements. Undefined when the
+ * observation does not fit.
  */
 export function seedTable(t: TableConfig, have: ObservedTable | undefined): FollowedTable | undefined {
   if (!have?.table || have.family !== t.family || have.name !== t.name) return undefined;
@@ -36,8 +37,8 @@ export function seedTable(t: TableConfig, have: ObservedTable | undefined): Foll
   for (const sc of t.sets ?? []) {
     const h = have.sets.get(sc.name);
     if (!h) return undefined;
-    // The look was clean, so a followed set holds exactly its desired elements (none can have
-    // expired: such a set takes no timeouts, and nothing but commits adds to it).
+    // The observation was clean, so a followed set holds exactly its desired elements (none can
+    // have expired: such a set takes no timeouts, and nothing but commits adds to it).
     const want = follows(sc) ? wantOf(sc) : undefined;
     sets.set(sc.name, want && want.size === h.elements.length
       ? { family: t.family, table: t.name, name: sc.name, config: sc, want, differs: new Map() } : null);
@@ -49,9 +50,9 @@ export function seedTable(t: TableConfig, have: ObservedTable | undefined): Foll
  * A new desired state that differs from the one the followed tables were seeded for (or last
  * retargeted to) in set and map elements only: they keep what the kernel holds and now differ from
  * the new elements, so the event repair commits just the element ops. O(elements) in memory, no
- * read. A table unknown stays so (a look reads it). False (nothing changed here) when anything else
- * differs: tables, chains, rules, set definitions, or the elements of a set not followed; the
- * caller makes the tables unknown then.
+ * read. A table unknown stays so (an observation reads it). False (nothing changed here) when
+ * anything else differs: tables, chains, rules, set definitions, or the elements of a set not
+ * followed; the caller makes the tables unknown then.
  */
 export function retarget(owned: readonly OwnedTable[], desired: readonly TableConfig[]): boolean {
   if (desired.length !== owned.length) return false;

@@ -1,11 +1,12 @@
 /**
  * The kernel view's records and what the monitor's events keep of them (view.ts holds the whole
  * view; this is its part that follows the events): the owned tables by family and name, the last
- * commit that touched each, and the followed part of those a look seeded (OwnedTable.followed),
- * moved by each batch in generation order (follow-events.ts), by the echo of our own repair
- * (learnCommit), and planned from by the event repairs (plan: plan.ts, planFollowed). The events follow
- * while the monitor's run of whole commits holds (an overflow, a gap or a truncated batch loses
- * every table); an event that cannot be followed loses its table alone.
+ * commit that touched each, and the followed part of those an observation seeded
+ * (OwnedTable.followed), moved by each batch in generation order (follow-events.ts), by the echo of
+ * our own repair (learnCommit), and planned from by the event repairs (plan: plan.ts,
+ * planFollowed). The events follow while the monitor's run of whole commits holds (an overflow, a
+ * gap or a truncated batch loses every table); an event that cannot be followed loses its table
+ * alone.
  */
 import type { TableConfig } from '../model/desired.js';
 import { Batch } from '../netlink/batch.js';
@@ -35,7 +36,7 @@ export class FollowedView {
   protected stopped: () => boolean = () => false;
   /** The generation the followed tables are exact at (with the proof, see exactAt). */
   generation = 0;
-  /** The generation of the look they were seeded from. */
+  /** The generation of the observation they were seeded from. */
   protected seededAt = 0;
   /** Batches the monitor delivered that reached follow(), to match MonitorProgress.delivered. */
   protected applied = 0;
@@ -86,7 +87,7 @@ export class FollowedView {
     for (const [family, names] of this.tables) {
       for (const [name, rec] of names) {
         // A new one has no touches the view knows of, and none matter: its rules are held only from
-        // a look or our commit, after which the events' proof starts.
+        // an observation or our commit, after which the events' proof starts.
         if (owned.has(rec)) rec.owned = true;
         else names.delete(name);
       }
@@ -170,10 +171,11 @@ export class FollowedView {
   }
 
   /**
-   * The events follow `desired` from a look at `generation` that found every desired table as
-   * desired (and the kernel still there): per chain the handles of the desired rules, per followed
-   * set its elements. 'diverged': a table was followed exact at that generation already and held
-   * otherwise (the safety net's read-back found the events misled it). False: the look does not fit.
+   * The events follow `desired` from an observation at `generation` that found every desired table
+   * as desired (and the kernel still there): per chain the handles of the desired rules, per
+   * followed set its elements. 'diverged': a table was followed exact at that generation already
+   * and held otherwise (the safety net's read-back found the events misled it). False: the
+   * observation does not fit.
    */
   seed(desired: readonly TableConfig[], observed: readonly ObservedTable[], generation: number): 'seeded' | 'diverged' | false {
     if (!this.progressOf) return false;

@@ -1,14 +1,14 @@
 /**
  * The full pass: Reconciler.once over the owned tables (from the known state, by digests, or a
  * dump), the path every cause can take and the only one for start-up, reloads that change rules
- * and retired tables. A look that found everything as desired seeds the view's events.
+ * and retired tables. An observation that found everything as desired seeds the view's events.
  */
 import { countRules } from '../model/desired.js';
 import { describeOp } from '../netlink/ops.js';
 import { COLLECT_BEFORE_OPS, collectGarbage } from '../base/heap.js';
 import { ownerIdsOf } from '../owners/index.js';
 import { TableOwnedError, protectionOf, type Protection } from './table.js';
-import type { Look } from './reconciler.js';
+import type { Observation } from './reconciler.js';
 import type { Reporter } from './report.js';
 import type { Scheduler } from './scheduler.js';
 import type { KeeperState } from './state.js';
@@ -23,13 +23,13 @@ export class FullPass implements RepairPath<Promise<Outcome>> {
     const sock = k.sock!;
     // A deliberate change (new config, owners) is not something undone by a neighbour: no fight.
     const isDeliberate = deliberate(cause);
-    let lastLook: Look | undefined;
+    let lastObservation: Observation | undefined;
     /** What the pass committed, in nft words, for the foreign changes it answered (a few suffice). */
     let opsText: string[] | undefined;
     let r;
-    // The desired state this pass enforces: a reload meanwhile must not seed the followed part from this look.
+    // The desired state this pass enforces: a reload meanwhile must not seed the followed part from this observation.
     const desired = k.desired;
-    // The safety net's read-back reads the kernel, but by digests from the known state, decoding nothing (Reconciler.look).
+    // The safety net's read-back reads the kernel, but by digests from the known state, decoding nothing (Reconciler.observe).
     const readBack = k.readBackDue;
     k.readBackDue = false;
     try {
@@ -45,26 +45,26 @@ export class FullPass implements RepairPath<Promise<Outcome>> {
         onObserved: (observed) => {
           for (const o of observed) reporter.tableProtection(`${o.family} ${o.name}`, protectionOf(o.table, sock.portId));
         },
-        onLook: (look) => {
-          lastLook = look;
-          reporter.drifting = new Set(look.flat.map((d) => `${d.family} ${d.table}`));
+        onObservation: (observation) => {
+          lastObservation = observation;
+          reporter.drifting = new Set(observation.flat.map((d) => `${d.family} ${d.table}`));
         },
-        holdBack: (look) => {
-          if (look.garbage) {
-            k.metrics.ownedGcFound.inc({ kind: 'chain' }, look.garbage.chains.length);
-            k.metrics.ownedGcFound.inc({ kind: 'rule' }, look.garbage.rules.length);
+        holdBack: (observation) => {
+          if (observation.garbage) {
+            k.metrics.ownedGcFound.inc({ kind: 'chain' }, observation.garbage.chains.length);
+            k.metrics.ownedGcFound.inc({ kind: 'rule' }, observation.garbage.rules.length);
           }
           if (isDeliberate) return 0;
-          for (const d of look.flat) k.metrics.drift.inc({ kind: d.kind });
+          for (const d of observation.flat) k.metrics.drift.inc({ kind: d.kind });
           return k.fight.waitFrom(performance.now());
         },
-        onCommitted: (look, ops, batch) => {
+        onCommitted: (observation, ops, batch) => {
           if (!isDeliberate) opsText = [...(opsText ?? []), ...batch.ops.slice(0, 20).map(describeOp)];
           // The view's events cannot follow this commit (it did not plan it; Reconciler: view.committed): a read reseeds them.
-          reporter.committed(cause, detectedAt, look, ops);
+          reporter.committed(cause, detectedAt, observation, ops);
         },
         trustSoleCommit: true,
-        // The followed part's seeding read only looks: drift it finds is repaired by a pass of its own, under
+        // The followed part's seeding read only reads: drift it finds is repaired by a pass of its own, under
         // the cause that brought it (the event that is on its way, or the tick).
         readOnly: background,
       });
@@ -108,34 +108,34 @@ export class FullPass implements RepairPath<Promise<Outcome>> {
     }
     // Owners changes come in runs (a registration each): the safety net seeds the followed part after them.
     // A reload is one: its known state seeds it at once, without a read where it covers the tables.
-    this.seedFollowed(r.trusted || desired !== k.desired ? undefined : lastLook, cause === 'owners');
+    this.seedFollowed(r.trusted || desired !== k.desired ? undefined : lastObservation, cause === 'owners');
     return { status: r.ops > 0 ? 'repaired' : 'in-sync', drift: r.found, ops: r.ops, attempts: r.attempts, generation: r.generation };
   }
 
   /**
-   * After a full pass: a look that found everything as desired seeds the followed part (when the generation
+   * After a full pass: an observation that found everything as desired seeds the followed part (when the generation
    * has not moved since, the dumps saw exactly that generation). A pass that ended on its own commit
    * without a read leaves the followed part unseeded (the commit's own events are not planned by it), so
-   * the kernel is looked at once more right away, off the repair path, to seed it (from the known
+   * the kernel is observed once more right away, off the repair path, to seed it (from the known
    * state, which follows our own commits, so without a read where it covers the tables); after an
    * owners change (they come in runs) the safety net's read-back seeds it instead.
    */
-  private seedFollowed(look: Look | undefined, inARun: boolean): void {
+  private seedFollowed(observation: Observation | undefined, inARun: boolean): void {
     const k = this.k;
     const view = k.view;
     if (!view.follows || k.stopped) return;
-    if (look && look.flat.length === 0 && look.retired.length === 0) {
-      if (k.sock!.generation() !== look.generation) return;
-      // The look's garbage goes before the view takes its per-rule index (src/base/heap.ts).
+    if (observation && observation.flat.length === 0 && observation.retired.length === 0) {
+      if (k.sock!.generation() !== observation.generation) return;
+      // The observation's garbage goes before the view takes its per-rule index (src/base/heap.ts).
       if (countRules(k.desired) >= COLLECT_BEFORE_OPS) collectGarbage();
-      const seeded = view.seed(k.desired, look.observed, look.generation);
+      const seeded = view.seed(k.desired, observation.observed, observation.generation);
       if (!seeded) return;
       // After an overflow the monitor's run of whole commits restarts from here.
-      k.monitor?.anchor?.(look.generation, view.overflows);
+      k.monitor?.anchor?.(observation.generation, view.overflows);
       this.reporter.followChanged();
       // The safety net's read-back: the events it replaces should have said the same.
       if (seeded === 'diverged') {
-        k.log.warn({ generation: look.generation }, 'the followed part differed from the kernel read back; reseeded from the read');
+        k.log.warn({ generation: observation.generation }, 'the followed part differed from the kernel read back; reseeded from the read');
         k.events.emit('followed-diverged');
       }
       return;

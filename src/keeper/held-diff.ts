@@ -3,8 +3,8 @@
  * a desired rule missing, a foreign rule, a rule replaced in place, an element missing, foreign or
  * changed), written as a table's diff (TableDiff, table.ts) over the followed table itself (its
  * chains and handles, nothing decoded): what the event repairs plan (plan.ts, planFollowed), and
- * per chain what a look over the view's rules takes as found (known.ts, takeFollowed; diffTable's
- * `held`), so that both repair paths plan the same values.
+ * per chain what an observation over the view's rules takes as found (known.ts, takeFollowed;
+ * diffTable's `held`), so that both repair paths plan the same values.
  */
 import type { Rule } from '../netlink/objects.js';
 import type { Drift } from '../model/drift.js';
@@ -30,7 +30,7 @@ const byNumber = (x: number, y: number) => x - y;
 
 /**
  * The difference the events followed in one table (the view's followed part), as diffTable gives a
- * look's: over the followed table itself (its chains and handles, nothing decoded).
+ * observation's: over the followed table itself (its chains and handles, nothing decoded).
  */
 export function diffHeld(held: FollowedTable): TableDiff {
   const diff: TableDiff = { drift: [], chains: new Map(), elements: new Map() };

@@ -2,7 +2,7 @@
 export {
   Keeper, checkOnce, cleanup, type Cause, type CheckResult, type KeeperOptions, type KeeperStatus, type PassOutcome, type RepairReport,
 } from './keeper.js';
-export { Reconciler, type Look, type PassInput, type PassResult } from './reconciler.js';
+export { Reconciler, type Observation, type PassInput, type PassResult } from './reconciler.js';
 export { TableOwnedError, diffTable, type Protection, type TableDiff } from './table.js';
 export { planTable } from './plan.js';
 export { renderDrift } from './render-drift.js';

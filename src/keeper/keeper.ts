@@ -317,7 +317,7 @@ export class Keeper extends EventEmitter {
     if (k.trustedSince !== undefined && this.lastTickAt - k.trustedSince >= (this.options.trustOwnCommitMs ?? 10_000)) {
       // Verified by our own commit or by the followed part since then, not by a read: read back once, off
       // the repair path (also while foreign commits elsewhere keep moving the generation). With the
-      // followed part seeded it is a read that only looks (and checks it), so it never commits unplanned.
+      // followed part seeded it is a read that only observes (and checks it), so it never commits unplanned.
       k.trustedSince = undefined;
       k.readBackDue = true;  // a read, not the known state
       if (k.view.follows) this.request('tick', this.lastTickAt, true).catch(() => undefined);

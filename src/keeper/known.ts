@@ -1,17 +1,18 @@
 /**
  * The rules of an owned table (OwnedTable.rules): per chain, each rule's handle with the desired
- * rule it was found (or written) to be. They are exact at one generation only: taken from a look
- * that found no drift, or from a look plus the batch that was provably the only commit since (the
- * guard held and the generation moved by exactly one), with the handles the kernel echoed for the
- * batch's new rules (follow-commit.ts). A pass that finds the kernel still at that generation, or
- * the events prove untouched since, plans from them with no dump, and compares only the chains
- * whose desired definition changed since (an owner registered or removed: its chains and the
- * dispatch chains). A table the events touched takes the handles they followed (takeFollowed), or
- * is confirmed by a digest dump of it alone (revalidate), or read. Named sets and maps are held by
- * their definition and the desired config's own element list (every named set holds its desired
- * elements after a clean look or a sole commit); timeout and dynamic sets, which the kernel changes
- * without a commit, have their elements read at each look. Anything they cannot follow exactly (a
- * table deleted or recreated, anonymous sets) drops them, and the next look reads that table.
+ * rule it was found (or written) to be. They are exact at one generation only: taken from an
+ * observation that found no drift, or from an observation plus the batch that was provably the only
+ * commit since (the guard held and the generation moved by exactly one), with the handles the
+ * kernel echoed for the batch's new rules (follow-commit.ts). A pass that finds the kernel still at
+ * that generation, or the events prove untouched since, plans from them with no dump, and compares
+ * only the chains whose desired definition changed since (an owner registered or removed: its
+ * chains and the dispatch chains). A table the events touched takes the handles they followed
+ * (takeFollowed), or is confirmed by a digest dump of it alone (revalidate), or read. Named sets
+ * and maps are held by their definition and the desired config's own element list (every named set
+ * holds its desired elements after a clean observation or a sole commit); timeout and dynamic sets,
+ * which the kernel changes without a commit, have their elements read at each observation. Anything
+ * they cannot follow exactly (a table deleted or recreated, anonymous sets) drops them, and the
+ * next observation reads that table.
  *
  * The rules are known rules (knownRule): handle plus the desired rule's own expressions, userdata
  * and key (shared with the desired state, not copies), so the decoded dump is not kept between passes.
@@ -39,8 +40,8 @@ export type ElementsHeld = (t: TableConfig, set: string) => boolean;
  * few chains; more make the table no. Named sets: their definitions with one set list; the
  * elements of each set that `elementsHeld` vouches for (the events, exact now) are not read, the
  * others' are read and compared with the desired ones: where they differ, the elements read become
- * the held ones (the look then diffs them, no second read). A volatile set's are read by the look.
- * Throws ENOENT when the table, a chain or a set went while it read.
+ * the held ones (the observation then diffs them, no second read). A volatile set's are read by the
+ * observation. Throws ENOENT when the table, a chain or a set went while it read.
  */
 export async function revalidate(conn: NftConn & Required<Pick<NftConn, 'listRuleDigests'>>, t: TableConfig, kt: TableRules,
   elementsHeld?: ElementsHeld): Promise<boolean> {
@@ -92,15 +93,15 @@ export async function revalidate(conn: NftConn & Required<Pick<NftConn, 'listRul
   if (withRules !== chains.filter((c) => (kt.observed.rules.get(c.name)?.length ?? 0) > 0).length) return false;
   // Rules say nothing of a chain's hook, or of an empty chain's existence: a few are read one by
   // one (a GETCHAIN is answered inline), many with one chain list.
-  const look = chains.filter((c) => c.hook !== undefined || (kt.observed.rules.get(c.name)?.length ?? 0) === 0);
+  const toGet = chains.filter((c) => c.hook !== undefined || (kt.observed.rules.get(c.name)?.length ?? 0) === 0);
   let now: (Chain | undefined)[];
-  if (look.length <= CHAIN_GETS_UP_TO) {
-    now = await Promise.all(look.map((c) => conn.getChain(t.family, t.name, c.name)));
+  if (toGet.length <= CHAIN_GETS_UP_TO) {
+    now = await Promise.all(toGet.map((c) => conn.getChain(t.family, t.name, c.name)));
   } else {
     const listed = new Map((await conn.listChains({ family: t.family, table: t.name })).map((c) => [c.name, c]));
-    now = look.map((c) => listed.get(c.name));
+    now = toGet.map((c) => listed.get(c.name));
   }
-  for (const [i, c] of look.entries()) {
+  for (const [i, c] of toGet.entries()) {
     const n = now[i];
     if (!n || n.hook !== c.hook || n.type !== c.type || n.priority !== c.priority || (n.policy ?? 'accept') !== (c.policy ?? 'accept')) return false;
   }
@@ -116,13 +117,13 @@ async function setsHold(conn: NftConn, t: TableConfig, kt: TableRules, sets: rea
     const k = kt.observed.sets.get(x.name);
     if (!k || setDefinitionKey(k.set) !== setDefinitionKey(x)) return false;
     const sc = kt.verifiedSets.get(x.name);
-    if (!sc) continue;  // volatile: the look reads it
+    if (!sc) continue;  // volatile: the observation reads it
     if (elementsHeld?.(t, x.name)) continue;
     read.push(conn.listElements({ family: t.family, table: t.name, set: x.name }).then((els) => {
       const d = diffElements(sc.elements, els, sc.set);
       if (d.add.length === 0 && d.delete.length === 0) return;
       // Other elements than desired (a foreign change the events could not follow): what was read
-      // is what the kernel holds, and the look diffs it, rather than reading the whole table again.
+      // is what the kernel holds, and the observation diffs it rather than read the whole table again.
       kt.observed.sets.set(x.name, { set: k.set, elements: els });
       kt.verifiedSets.delete(x.name);
     }));
@@ -132,9 +133,9 @@ async function setsHold(conn: NftConn, t: TableConfig, kt: TableRules, sets: rea
 }
 
 /**
- * A look planned from `kt` found `t` as desired: the chains it compared (their desired definition
- * is another object than the one verified) hold exactly their desired rules now, in the held
- * rules' order and handles. O(chains), and O(rules) of those chains only. False: drop them.
+ * An observation planned from `kt` found `t` as desired: the chains it compared (their desired
+ * definition is another object than the one verified) hold exactly their desired rules now, in the
+ * held rules' order and handles. O(chains), and O(rules) of those chains only. False: drop them.
  */
 export function confirm(kt: TableRules, t: TableConfig): boolean {
   // Derived from the table held whole: only the chains it changed can be other objects (none, when it is that table).
@@ -147,7 +148,7 @@ export function confirm(kt: TableRules, t: TableConfig): boolean {
     kt.verified.set(c.name, c);
   }
   if (from) for (const name of from.removed) kt.verified.delete(name);
-  // A clean look: the kernel holds t's chains and no other.
+  // A clean observation: the kernel holds t's chains and no other.
   kt.whole = kt.observed.chains.size === t.chains.length ? t : undefined;
   // Sets compared against another desired object (a reload): they hold its elements now.
   for (const s of t.sets ?? []) {
@@ -166,8 +167,8 @@ export function confirm(kt: TableRules, t: TableConfig): boolean {
  * rule re-added under a new handle has no digest until a decoding read. A chain the events left
  * otherwise than desired holds the desired rules present and a stand-in for each foreign rule, with
  * the difference the events followed (kt.held), and a followed set that differs holds what the
- * kernel holds: the look plans from them, reading nothing. False when `kt` does not hold exactly
- * those chains: the caller drops it.
+ * kernel holds: the observation plans from them, reading nothing. False when `kt` does not hold
+ * exactly those chains: the caller drops it.
  */
 export function takeFollowed(kt: TableRules, held: FollowedTable): boolean {
   const t = held.desired;
@@ -237,7 +238,7 @@ export function takeFollowed(kt: TableRules, held: FollowedTable): boolean {
 /**
  * Whether the chains whose difference `kt` holds are still `t`'s: the desired chains it was found
  * against, or chains the same by every rule's key (a reload of the same chain), which it is moved
- * to. False: the caller drops `kt`, and the look reads the table.
+ * to. False: the caller drops `kt`, and the observation reads the table.
  */
 export function heldFits(kt: TableRules, t: TableConfig): boolean {
   if (!kt.held) return true;
@@ -275,10 +276,10 @@ export function since(kt: TableRules | undefined, t: TableConfig): Derivation | 
 }
 
 /**
- * One table from a look that found it as desired: every chain holds exactly its desired rules, so
- * the decoded rules are replaced by known ones (handle + the desired rule), and every named set its
- * desired elements (the config's own list stands for them). Undefined for a table with anonymous
- * sets (their names are the kernel's) or stateful objects.
+ * One table from an observation that found it as desired: every chain holds exactly its desired
+ * rules, so the decoded rules are replaced by known ones (handle + the desired rule), and every
+ * named set its desired elements (the config's own list stands for them). Undefined for a table
+ * with anonymous sets (their names are the kernel's) or stateful objects.
  */
 export function cleanRules(t: TableConfig, o: ObservedTable | undefined): TableRules | undefined {
   if (!o?.table || o.sets.size !== (t.sets?.length ?? 0) || objectsUnknown(t, o)) return undefined;
@@ -289,7 +290,7 @@ export function cleanRules(t: TableConfig, o: ObservedTable | undefined): TableR
   for (const c of t.chains) {
     const have = o.rules.get(c.name) ?? [];
     if (have.length !== c.rules.length || have.some((r) => r.handle === undefined)) return undefined;
-    // A rule the look took by digest is a known rule already (the start-up's adoption): kept as it is.
+    // A rule the observation took by digest is a known rule already (the start-up's adoption): kept as it is.
     kt.observed.rules.set(c.name, c.rules.map((r, j) => {
       const h = have[j]!;
       return h.exprs === r.compiled.exprs && hasKey(h) ? h : knownRule(t, c, r, h.handle!, h.digest);

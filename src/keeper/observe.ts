@@ -102,10 +102,10 @@ export async function observeTable(sock: NftConn, family: Family, name: string,
 }
 
 /**
- * The rules of `t`'s table (or of `only` its chains) for a look that adopts what an earlier keeper
- * wrote (the start-up pass): one digest dump, nothing decoded, and each desired chain whose rules'
- * digests (RuleDigest, of the bytes a commit would write for them: addon ruleDigests) are the
- * kernel's, in order, is taken as holding exactly its desired rules (known rules with their
+ * The rules of `t`'s table (or of `only` its chains) for an observation that adopts what an earlier
+ * keeper wrote (the start-up pass): one digest dump, nothing decoded, and each desired chain whose
+ * rules' digests (RuleDigest, of the bytes a commit would write for them: addon ruleDigests) are
+ * the kernel's, in order, is taken as holding exactly its desired rules (known rules with their
  * handles, as the known state keeps them). Only the other chains are decoded, one dump each or
  * one of the table: those that differ (a rule changed, added or deleted, other userdata), rules
  * without a digest (anonymous sets), and chains not desired. The diff then sees what a full read
@@ -212,9 +212,9 @@ const DIGESTS_PER_CALL = 4096;
 
 /**
  * The digests a commit computed from the bytes it sent for the rules it wrote (CommitOptions.digests),
- * by the expression list it was given: a look after that commit, in the same pass, takes a desired
- * rule's digest from there when the rule's expressions are that very list (and its userdata the
- * same) instead of encoding the rule again.
+ * by the expression list it was given: an observation after that commit, in the same pass, takes a
+ * desired rule's digest from there when the rule's expressions are that very list (and its userdata
+ * the same) instead of encoding the rule again.
  */
 export type WrittenDigests = ReadonlyMap<readonly Expr[], { userdata?: Hex; digest: string }>;
 

@@ -33,7 +33,7 @@ export async function cleanup(sock: NftConn, config: Config): Promise<string[]> 
 }
 
 export interface CheckResult {
-  /** What the first look found, per desired table (owners merged in), with what repairs it (renderDrift's input). */
+  /** What the first observation found, per desired table (owners merged in), with what repairs it (renderDrift's input). */
   drift: { table: TableConfig; drift: Drift[]; diff: TableDiff }[];
   /** Operations applied (0 for check). */
   ops: number;
@@ -52,10 +52,10 @@ export async function checkOnce(sock: NftConn, config: Config, apply: boolean, o
   // Registered owners are part of the desired state here too, or apply would collect them.
   const tables = mergeOwners(config.tables, config.owners, owners);
   const reconciler = new Reconciler(sock, { attempts: 20, log: options.logger });
-  // Every look reads by digest (observeTable's adopt): a chain whose rules' digests are its desired
-  // rules' is not decoded and keyed rule by rule, only one that differs (what check prints for it is
-  // the same). Apply's commit is verified from its echo (PassInput.verifyByEcho), read back by
-  // digest only where the echo does not prove it.
+  // Every observation reads by digest (observeTable's adopt): a chain whose rules' digests are its
+  // desired rules' is not decoded and keyed rule by rule, only one that differs (what check prints
+  // for it is the same). Apply's commit is verified from its echo (PassInput.verifyByEcho), read
+  // back by digest only where the echo does not prove it.
   if (apply) reconciler.retired = [...(options.retired ?? [])];
   const r = await reconciler.once({ tables, readOnly: !apply, allowForeignOwner: !apply, adopt: true, verifyByEcho: apply });
   return {

@@ -49,7 +49,7 @@ export interface RepairRequest {
   cause: Cause;
   /** When the need was detected (event arrival, tick): the repair's latency counts from here. */
   detectedAt: number;
-  /** A read nobody asked for (seeding or checking the followed part): it looks, and commits nothing. */
+  /** A read nobody asked for (seeding or checking the followed part): it reads, and commits nothing. */
   background?: boolean;
 }
 

@@ -1,11 +1,11 @@
 /**
  * One owned table as the kernel view (view.ts) holds it: the one record of what the kernel holds
- * there, fed by a look, the echo of our own commit and the monitor's events, and exact at a
+ * there, fed by an observation, the echo of our own commit and the monitor's events, and exact at a
  * generation or unknown, per table. It holds the kernel in two shapes that share one identity of a
  * rule (a kernel handle standing for a desired rule of a desired chain):
  *
- * - `rules`: per chain each rule's handle with the desired rule it is (knownRule), which a look
- *   plans from without a dump (known.ts; after our own commit, follow-commit.ts);
+ * - `rules`: per chain each rule's handle with the desired rule it is (knownRule), which an
+ *   observation plans from without a dump (known.ts; after our own commit, follow-commit.ts);
  * - `followed`: per desired chain the kernel handle of each desired rule in a typed array, the
  *   rules the kernel holds that are not desired, and per followed set where its elements differ,
  *   which the events move rule by rule and element by element (follow-events.ts) and the event
@@ -13,9 +13,9 @@
  *
  * The rules take what the followed part holds when events touched the table (known.ts,
  * takeFollowed): the handles, and where the events left it otherwise than desired, a stand-in for
- * each foreign rule and the difference they followed, which the look plans from. So both say the
- * same of the kernel; the rules can be exact while the followed part is unknown (our full pass's
- * commit is followed by its echo into the rules, not by events).
+ * each foreign rule and the difference they followed, which the observation plans from. So both say
+ * the same of the kernel; the rules can be exact while the followed part is unknown (our full
+ * pass's commit is followed by its echo into the rules, not by events).
  */
 import type { ChainConfig, TableConfig } from '../model/desired.js';
 import type { SetConfig } from '../model/sets.js';
@@ -33,15 +33,15 @@ export interface OwnedTable {
   owned: boolean;
   /** The last generation whose commit touched it (an event in it, our echoed repair of it). */
   touched: number;
-  /** Its rules, exact at the view's rules generation; undefined: not held, a look reads the table. */
+  /** Its rules, exact at the view's rules generation; undefined: not held, an observation reads the table. */
   rules?: TableRules;
   /** What the events follow of it, exact at the view's followed generation; undefined: unknown (`unknown` says why). */
   followed?: FollowedTable;
-  /** Why the events do not follow it (undefined while they do, or before a look seeded them). */
+  /** Why the events do not follow it (undefined while they do, or before an observation seeded them). */
   unknown?: string;
 }
 
-/** A table's rules as a look or our own commit left them. */
+/** A table's rules as an observation or our own commit left them. */
 export interface TableRules {
   observed: ObservedTable;
   /** The desired chain (by identity) each chain's rules were verified against. */
@@ -49,7 +49,7 @@ export interface TableRules {
   /**
    * The desired set (by identity) whose elements each named set holds: observed.sets has that
    * config's own element list for it, not a decoded copy. A volatile set (see volatileSet) is never
-   * here: its elements are read at each look.
+   * here: its elements are read at each observation.
    */
   verifiedSets: Map<string, SetConfig>;
   /**
@@ -60,8 +60,9 @@ export interface TableRules {
   whole?: TableConfig;
   /**
    * Chains the events left otherwise than desired (a rule missing, a foreign rule), with the
-   * difference they followed, for the look to plan from (diffTable's `held`). Their rules hold the
-   * desired rules present at their handles and a stand-in for each foreign rule (UNKNOWN_EXPRS).
+   * difference they followed, for the observation to plan from (diffTable's `held`). Their rules
+   * hold the desired rules present at their handles and a stand-in for each foreign rule
+   * (UNKNOWN_EXPRS).
    */
   held?: Map<string, HeldChainDiff>;
 }
@@ -115,8 +116,8 @@ export type Expected = { del: number; chain: FollowedChain } | { add: number; ch
 /**
  * Sets whose elements the kernel changes without a commit, so that no generation or event vouches
  * for them: timeouts expire, and a dynamic set's elements are added (and updated) by the data path.
- * The rules hold their definition but a look reads their elements (one element dump of that set,
- * not of the table). Interval sets change only by commits and are held like plain ones.
+ * The rules hold their definition but an observation reads their elements (one element dump of that
+ * set, not of the table). Interval sets change only by commits and are held like plain ones.
  */
 export const volatileSet = (s: NftSet): boolean => (s.flags & (SET_F.TIMEOUT | SET_F.EVAL)) !== 0;
 
@@ -131,7 +132,7 @@ export function follows(sc: SetConfig): boolean {
   return (sc.set.flags & UNFOLLOWED_SET_FLAGS) === 0;
 }
 
-/** What a look of a held table needs of each desired set: its definition, and its elements unless volatile. */
+/** What an observation of a held table needs of each desired set: its definition, and its elements unless volatile. */
 export function knownSets(t: TableConfig, defs: (name: string) => NftSet | undefined, verifiedSets: Map<string, SetConfig>):
   ObservedTable['sets'] | undefined {
   const sets: ObservedTable['sets'] = new Map();
@@ -140,7 +141,7 @@ export function knownSets(t: TableConfig, defs: (name: string) => NftSet | undef
     if (!set) return undefined;
     if (volatileSet(s.set)) {
       verifiedSets.delete(s.name);
-      sets.set(s.name, { set, elements: [] });  // read at each look (Reconciler.look)
+      sets.set(s.name, { set, elements: [] });  // read at each observation (Reconciler.observe)
     } else {
       verifiedSets.set(s.name, s);
       sets.set(s.name, { set, elements: s.elements });
@@ -152,7 +153,7 @@ export function knownSets(t: TableConfig, defs: (name: string) => NftSet | undef
 /**
  * Stateful objects are not held: their configuration can be changed in place (NEWOBJ with the
  * update flag) without touching the table's use count, so a table that has or wants any is read at
- * each look.
+ * each observation.
  */
 export function objectsUnknown(t: TableConfig, o: ObservedTable): boolean {
   return (t.objects?.length ?? 0) > 0 || (o.objs?.size ?? 0) > 0;

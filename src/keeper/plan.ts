@@ -1,11 +1,12 @@
 /**
  * The one planner: per table, what is desired and what the kernel holds (a HeldTable) with their
  * difference (a TableDiff, table.ts) become the ops of one batch, in an order the kernel accepts
- * within one transaction (planTable). Every repair path plans so: the full pass from a look, read
- * or the view's own rules (diffTable), the event repairs from the difference the view followed
- * (planFollowed; held-diff.ts); they differ only in how they prove the view is the kernel's state.
- * What the event repairs add is which events our own commit must show (Expected). Chains are
- * edited in place (chain-edit.ts: the fewest ops, or a flush and rewrite when that is fewer).
+ * within one transaction (planTable). Every repair path plans so: the full pass from an
+ * observation, read or the view's own rules (diffTable), the event repairs from the difference the
+ * view followed (planFollowed; held-diff.ts); they differ only in how they prove the view is the
+ * kernel's state. What the event repairs add is which events our own commit must show (Expected).
+ * Chains are edited in place (chain-edit.ts: the fewest ops, or a flush and rewrite when that is
+ * fewer).
  */
 import type { Family } from '../netlink/expr.js';
 import type { Batch } from '../netlink/batch.js';

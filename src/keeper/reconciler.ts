@@ -2,8 +2,8 @@
  * One guarded reconcile pass, the same for the daemon (Keeper.pass) and the
  * one-shot `nfkeeper check`/`apply`: observe the owned tables, diff them with
  * the desired state, plan one batch (retired tables and owner garbage
- * included) and commit it through commitGuarded, looking again after each
- * commit until a look finds nothing to do. It also keeps what every pass
+ * included) and commit it through commitGuarded, observing again after each
+ * commit until an observation finds nothing to do. It also keeps what every pass
  * must remember: the tables a reload retired, and whether this kernel took
  * the protect-mode table flags.
  */
@@ -31,8 +31,8 @@ export interface TableRef {
   name: string;
 }
 
-/** One look at the kernel: what it holds and how that differs from the desired state. */
-export interface Look {
+/** One observation of the kernel: what it holds and how that differs from the desired state. */
+export interface Observation {
   generation: number;
   observed: ObservedTable[];
   /** Per desired table, in the input's order: the drift (diffs[i].drift). */
@@ -45,9 +45,9 @@ export interface Look {
   flat: Drift[];
   /** Unclaimed owner chains and tagged rules, when the input names the registered owner ids. */
   garbage?: OwnedGarbage;
-  /** The view's rules this look was taken from (read or not), when it was. */
+  /** The view's rules this observation was taken from (read or not), when it was. */
   known?: HeldRules;
-  /** This look is the known state, not read (no dump, no digests): it proves no more than what that state came from. */
+  /** This observation is the known state, not read (no dump, no digests): it proves no more than what that state came from. */
   unread?: boolean;
 }
 
@@ -56,21 +56,21 @@ export interface PassInput {
   tables: readonly TableConfig[];
   /** Registered owner ids when the config has an owners section: what they do not claim is garbage. */
   ownerIds?: Pick<ReadonlySet<string>, 'has'>;
-  /** Look and diff only (check): the first look is the result. */
+  /** Observe and diff only (check): the first observation is the result. */
   readOnly?: boolean;
   /** A read-only caller may look at a table another live process owns. */
   allowForeignOwner?: boolean;
-  /** Every observation, before the diff (which may refuse a table another process owns). */
+  /** The tables as observed, before the diff (which may refuse a table another process owns). */
   onObserved?: (observed: ObservedTable[]) => void;
-  /** Every look. */
-  onLook?: (look: Look) => void;
+  /** Every observation, after the diff. */
+  onObservation?: (observation: Observation) => void;
   /**
-   * For each look that finds drift before anything was committed: how long
+   * For each observation that finds drift before anything was committed: how long
    * to hold the repair back (ms). More than 0 ends the pass 'deferred'.
    */
-  holdBack?: (look: Look) => number;
+  holdBack?: (observation: Observation) => number;
   /** After each committed batch. */
-  onCommitted?: (look: Look, ops: number, batch: Batch) => void;
+  onCommitted?: (observation: Observation, ops: number, batch: Batch) => void;
   /** End without a read-back when the commit was provably the only one (commitGuarded's trustSoleCommit). */
   trustSoleCommit?: boolean;
   /**
@@ -78,7 +78,7 @@ export interface PassInput {
    * generation read, instead of reading the tables: the daemon's passes. Off for one-shot callers.
    */
   useKnown?: boolean;
-  /** Keep what a clean look or a sole commit shows as the known state for later passes (default: useKnown). */
+  /** Keep what a clean observation or a sole commit shows as the known state for later passes (default: useKnown). */
   learn?: boolean;
   /**
    * With useKnown: the safety net's read-back of a trusted commit. The view's rules are confirmed by
@@ -87,19 +87,20 @@ export interface PassInput {
    */
   readBack?: boolean;
   /**
-   * A sole commit too big to echo is learnt by the next look at its generation (which then counts
-   * as a read of what it wrote), not by this pass: the start-up's install of 100,000 rules need not
-   * wait seconds for that read to say it is ready.
+   * A sole commit too big to echo is learnt by the next observation at its generation (which then
+   * counts as a read of what it wrote), not by this pass: the start-up's install of 100,000 rules
+   * need not wait seconds for that read to say it is ready.
    */
   deferUnechoedRead?: boolean;
   /**
    * A one-shot apply: the commit is verified from its echo instead of a read-back, where the echo
-   * proves it. The batch was the only commit since its look (the guard's generation moved by one),
-   * the kernel echoed every rule it added with the digest of what it holds (CommitResult.held),
-   * each the digest of what was sent (rules without one, an anonymous set's, prove nothing), and
-   * the view follows the batch over the look (followCommit). Anything else (another commit in
-   * between, an echo that did not fit or was cut, a rule held otherwise, a commit the view cannot
-   * follow) reads the tables back as a pass without it does, and repairs what that finds.
+   * proves it. The batch was the only commit since its observation (the guard's generation moved by
+   * one), the kernel echoed every rule it added with the digest of what it holds
+   * (CommitResult.held), each the digest of what was sent (rules without one, an anonymous set's,
+   * prove nothing), and the view follows the batch over the observation (followCommit). Anything
+   * else (another commit in between, an echo that did not fit or was cut, a rule held otherwise, a
+   * commit the view cannot follow) reads the tables back as a pass without it does, and repairs
+   * what that finds.
    */
   verifyByEcho?: boolean;
   /**
@@ -113,19 +114,19 @@ export interface PassInput {
 export interface PassResult {
   /** in-sync: nothing to do; repaired: committed and verified; deferred: held back; drift: found (readOnly). */
   status: 'in-sync' | 'repaired' | 'deferred' | 'drift';
-  /** The pass's first look: what it found. */
-  first: Look;
-  /** Drift of every look before the first commit went through (what was undone). */
+  /** The pass's first observation: what it found. */
+  first: Observation;
+  /** Drift of every observation before the first commit went through (what was undone). */
   found: Drift[];
   /** The wait holdBack asked for, when deferred. */
   waitMs?: number;
   ops: number;
   attempts: number;
-  /** The generation of the last look: verified when in-sync or repaired. */
+  /** The generation of the last observation: verified when in-sync or repaired. */
   generation: number;
   /** Repaired and verified by our own commit being the only one, not by a read-back. */
   trusted?: boolean;
-  /** The last look was the known state (no dump): it proves no more than what that state came from. */
+  /** The last observation was the known state (no dump): it proves no more than what that state came from. */
   fromKnown?: boolean;
 }
 
@@ -156,7 +157,7 @@ export class Reconciler {
   retired: TableRef[] = [];
   /** False once the kernel refused the protect flags: repair mode from then on. */
   protectSupported = true;
-  /** What the kernel holds, as the looks, our commits and the events left it (src/keeper/view.ts). */
+  /** What the kernel holds, as the observations, our commits and the events left it (src/keeper/view.ts). */
   readonly view: KernelView;
   /** The timed elements seen installed (options.trackTimed). */
   private readonly timedSeen?: TimedSeen;
@@ -173,39 +174,39 @@ export class Reconciler {
 
   /** `written`: the digests a commit of this pass wrote (a read-back after verifyByEcho could not verify). */
   async once(input: PassInput, written?: WrittenDigests): Promise<PassResult> {
-    let first: Look | undefined;
+    let first: Observation | undefined;
     const found: Drift[] = [];
     let committed = 0;
-    let last: { look: Look; batch: Batch; echoed?: CommitResult } | undefined;
-    // A look by digest after our commit takes the digests of the rules it wrote from the commit.
+    let last: { observation: Observation; batch: Batch; echoed?: CommitResult } | undefined;
+    // An observation by digest after our commit takes the digests of the rules it wrote from the commit.
     const learn = input.learn ?? input.useKnown ?? input.verifyByEcho;
-    type Step = { status: PassResult['status']; look: Look; waitMs?: number };
+    type Step = { status: PassResult['status']; observation: Observation; waitMs?: number };
     const r = await commitGuarded<Step>(this.conn, async (generation) => {
-      const look = await this.look(input, generation, written);
-      first ??= look;
-      input.onLook?.(look);
-      if (look.flat.length === 0) return { value: { status: committed > 0 ? 'repaired' : 'in-sync', look } };
-      if (input.readOnly) return { value: { status: 'drift', look } };
+      const observation = await this.observe(input, generation, written);
+      first ??= observation;
+      input.onObservation?.(observation);
+      if (observation.flat.length === 0) return { value: { status: committed > 0 ? 'repaired' : 'in-sync', observation } };
+      if (input.readOnly) return { value: { status: 'drift', observation } };
       if (committed === 0) {
-        found.push(...look.flat);
-        const waitMs = input.holdBack?.(look) ?? 0;
-        if (waitMs > 0) return { value: { status: 'deferred', look, waitMs } };
+        found.push(...observation.flat);
+        const waitMs = input.holdBack?.(observation) ?? 0;
+        if (waitMs > 0) return { value: { status: 'deferred', observation, waitMs } };
       }
       const batch = new Batch();
       // A reload's removals travel in the same transaction as the rest.
-      for (const t of look.retired) batch.delete('table', t);
-      input.tables.forEach((t, i) => planTable(batch, t, look.observed[i]!, look.diffs[i]!,
+      for (const t of observation.retired) batch.delete('table', t);
+      input.tables.forEach((t, i) => planTable(batch, t, observation.observed[i]!, observation.diffs[i]!,
         this.protects(t) ? { tableFlags: PROTECT_FLAGS } : {}));
       return {
-        value: { status: 'repaired', look }, batch,
+        value: { status: 'repaired', observation }, batch,
         committed: (echoed?: CommitResult) => {
           if (this.timedSeen) noteTimedAdded(this.timedSeen, batch);
           committed += batch.length;
           // An echo that does not prove the batch held as sent gives no handles to follow it by.
-          last = { look, batch, echoed: input.verifyByEcho && echoed?.handles && !heldAsSent(batch, echoed) ? { ...echoed, handles: undefined } : echoed };
+          last = { observation, batch, echoed: input.verifyByEcho && echoed?.handles && !heldAsSent(batch, echoed) ? { ...echoed, handles: undefined } : echoed };
           written = echoed?.digests ? writtenDigests(batch, echoed.digests) : undefined;
           this.view.committed(batch);
-          input.onCommitted?.(look, batch.length, batch);
+          input.onCommitted?.(observation, batch.length, batch);
         },
       };
     }, {
@@ -225,13 +226,13 @@ export class Reconciler {
     });
     this.view.passDone();
     if (r.trusted && learn && last) {
-      // Our batch was the only commit since the look it was planned from: the view follows it. A
-      // batch whose echo did not fit or was cut: the chains it added rules to are read for their
-      // handles (digests, nothing decoded), not every owner's; with deferUnechoedRead by the next
-      // look that finds the kernel still at this generation, not this pass. Not for verifyByEcho,
-      // whose read-back compares the digests (below).
-      await this.view.followCommit(this.conn, r.generation, input.tables, last.look.observed, last.batch, last.echoed,
-        last.look.known, input.deferUnechoedRead === true || input.verifyByEcho === true, this.countRead);
+      // Our batch was the only commit since the observation it was planned from: the view follows
+      // it. A batch whose echo did not fit or was cut: the chains it added rules to are read for
+      // their handles (digests, nothing decoded), not every owner's; with deferUnechoedRead by the
+      // next observation that finds the kernel still at this generation, not this pass. Not for
+      // verifyByEcho, whose read-back compares the digests (below).
+      await this.view.followCommit(this.conn, r.generation, input.tables, last.observation.observed, last.batch, last.echoed,
+        last.observation.known, input.deferUnechoedRead === true || input.verifyByEcho === true, this.countRead);
     }
     if (r.trusted && input.verifyByEcho && !this.view.rulesExactAt(r.generation, input.tables)) {
       // The echo did not prove the commit: read it back, as a pass without it does.
@@ -241,10 +242,10 @@ export class Reconciler {
     }
     const v = r.value;
     return { status: v.status, first: first!, found, waitMs: v.waitMs, ops: r.ops, attempts: r.attempts, generation: r.generation,
-      ...(r.trusted ? { trusted: true } : {}), ...(v.look.unread ? { fromKnown: true } : {}) };
+      ...(r.trusted ? { trusted: true } : {}), ...(v.observation.unread ? { fromKnown: true } : {}) };
   }
 
-  private async look(input: PassInput, generation: number, written?: WrittenDigests): Promise<Look> {
+  private async observe(input: PassInput, generation: number, written?: WrittenDigests): Promise<Observation> {
     const conn = this.conn;
     // What the view holds, if it proves itself the kernel's state now (view.ts, heldAt): by the
     // generation, by the events, or by a digest dump that decodes nothing. Else the tables are read.
@@ -266,7 +267,7 @@ export class Reconciler {
       o.sets.set(x.name, { set: have.set, elements: await conn.listElements({ family: t.family, table: t.name, set: x.name }) });
     })));
     input.onObserved?.(observed);
-    // Only timed sets count here, and those are read at every look (known or not).
+    // Only timed sets count here, and those are read at every observation (known or not).
     if (this.timedSeen) noteTimedSeen(this.timedSeen, input.tables, observed);
     const diffs = input.tables.map((t, i) => diffTable(t, observed[i]!,
       { protect: this.protects(t), portId: conn.portId, allowForeignOwner: input.allowForeignOwner, verified: known?.get(t)?.verified,
@@ -278,15 +279,15 @@ export class Reconciler {
     }))];
     const garbage = flat.length > 0 && input.ownerIds ? ownedGarbage(input.tables, observed, input.ownerIds, drift,
       (d) => rulesRemovedBy(diffs[input.tables.findIndex((t) => t.family === d.family && t.name === d.table)]!, d)) : undefined;
-    // A look from the view found it clean: only the chains compared again (their desired
+    // An observation from the view found it clean: only the chains compared again (their desired
     // definition changed) are learnt anew, not every owner's rules.
-    if (flat.length === 0 && (input.learn ?? input.useKnown)) this.view.fromLook(generation, input.tables, observed, known);
+    if (flat.length === 0 && (input.learn ?? input.useKnown)) this.view.fromObservation(generation, input.tables, observed, known);
     // Unread: some tables were the view's, held by the generation or the events, not read now.
     const unread = !read && toRead.length < input.tables.length;
     return { generation, observed, drift, diffs, retired, flat, garbage, ...(known ? { known, unread } : {}) };
   }
 
-  /** A read the view made for a look (digests, or the chains a commit wrote). */
+  /** A read the view made for an observation (digests, or the chains a commit wrote). */
   private readonly countRead = () => this.options.metrics?.dumps.inc();
 
   private async retiredPresent(): Promise<TableRef[]> {

@@ -206,10 +206,10 @@ const REWRITE_EVERY_MS = 300_000;
 
 /**
  * The keeper's side of the record: adopt() before the start-up pass gives the view the rules the
- * record holds (the start-up pass then plans from them, as from any look at the same generation,
- * and seeds the followed part from them); write() records what the view holds exactly now, when a
- * read verified it (no read-back of our own commit pending), at most every REWRITE_EVERY_MS on the
- * tick and at stop, and not when the file holds it already.
+ * record holds (the start-up pass then plans from them, as from any observation at the same
+ * generation, and seeds the followed part from them); write() records what the view holds exactly
+ * now, when a read verified it (no read-back of our own commit pending), at most every
+ * REWRITE_EVERY_MS on the tick and at stop, and not when the file holds it already.
  */
 export class Recorder {
   /** What the file holds, as far as this process knows: its generation and the desired state it was verified against. */
@@ -289,7 +289,7 @@ export class Recorder {
     // The lists are of the recorded generation only if nothing committed while they were read.
     if (sock.generation() !== r.generation) return { why: 'the ruleset generation moved while the record was checked', held: [] };
     if (tables.length === 0) return { why: 'it holds none of the owned tables as the kernel lists them', held: [] };
-    k.view.fromLook(r.generation, tables, observed, undefined);
+    k.view.fromObservation(r.generation, tables, observed, undefined);
     const held = tables.filter((t) => k.view.rulesOf(t));
     return held.length === 0 ? { why: 'the view can hold none of its tables (anonymous sets, stateful objects)', held } : { held };
   }
@@ -315,12 +315,12 @@ export class Recorder {
         if (!kt?.observed.table || kt.held || !k.view.tableCurrency(t, generation).exact) continue;
         const chains = t.chains.map((c) => {
           const rules = kt.observed.rules.get(c.name) ?? [];
-          // Verified against this very desired chain (a reload's new one is compared by the next look first).
+          // Verified against this very desired chain (a reload's new one is compared by the next observation first).
           return kt.verified.get(c.name) === c && rules.length === c.rules.length && rules.every((x) => x.handle)
             ? { name: c.name, handles: rules.map((x) => x.handle!), digests: rules.map((x) => x.digest ?? '') } : undefined;
         });
         if (chains.some((c) => !c) || kt.observed.chains.size !== t.chains.length) continue;
-        // Each set's elements held as this desired set's (a volatile one's are read at every look anyway).
+        // Each set's elements held as this desired set's (a volatile one's are read at every observation anyway).
         if ((t.sets ?? []).some((x) => !volatileSet(x.set) && kt.verifiedSets.get(x.name) !== x)) continue;
         tables.push({ family: t.family, name: t.name, handle: kt.observed.table.handle, chains: chains as RecordedChain[] });
       }

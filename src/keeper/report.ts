@@ -5,7 +5,7 @@
  */
 import { describeOp } from '../netlink/ops.js';
 import { who, type ForeignChange } from './attribution.js';
-import type { Look } from './reconciler.js';
+import type { Observation } from './reconciler.js';
 import type { Protection } from './table.js';
 import type { Drift } from '../model/drift.js';
 import { deliberate, undoneByOthers, type Cause, type DoneRepair, type KeeperStatus, type RepairReport } from './outcome.js';
@@ -21,7 +21,7 @@ export interface AfterWait {
 export class Reporter {
   lastRepair?: KeeperStatus['lastRepair'];
   lastError?: string;
-  /** The owned tables ("family name") the last look found drifting. */
+  /** The owned tables ("family name") the last observation found drifting. */
   drifting = new Set<string>();
   protection = new Map<string, Protection>();
   /** A pass has verified the desired state since start. */
@@ -90,7 +90,7 @@ export class Reporter {
     k.events.emit('error', e);
   }
 
-  /** What a look showed of a table's protection. */
+  /** What an observation showed of a table's protection. */
   tableProtection(table: string, p: Protection): void {
     this.protection.set(table, p);
     this.k.metrics.protection.set({ table }, p === 'protected' ? 1 : 0);
@@ -117,9 +117,9 @@ export class Reporter {
   }
 
   /** Bookkeeping after each batch a full pass committed. */
-  committed(cause: Cause, detectedAt: number, look: Pick<Look, 'flat' | 'garbage'>, ops: number): void {
+  committed(cause: Cause, detectedAt: number, observation: Pick<Observation, 'flat' | 'garbage'>, ops: number): void {
     const k = this.k;
-    const garbage = look.garbage;
+    const garbage = observation.garbage;
     if (garbage && garbage.chains.length + garbage.rules.length > 0) {
       k.metrics.ownedGcCollected.inc({ kind: 'chain' }, garbage.chains.length);
       k.metrics.ownedGcCollected.inc({ kind: 'rule' }, garbage.rules.length);
@@ -129,7 +129,7 @@ export class Reporter {
     }
     k.metrics.repairs.inc({ cause });
     k.metrics.latency.observe((performance.now() - detectedAt) / 1000);
-    if (undoneByOthers(cause) && k.fight.repaired(performance.now())) this.fightRaised(look.flat);
+    if (undoneByOthers(cause) && k.fight.repaired(performance.now())) this.fightRaised(observation.flat);
   }
 
   /**

@@ -64,7 +64,7 @@ export class KeeperState {
   sock?: NftConn;
   monitor?: NftWatch;
   reconciler?: Reconciler;
-  /** What the kernel holds in the owned tables, from the looks, our commits and the events (view.ts). */
+  /** What the kernel holds in the owned tables, from the observations, our commits and the events (view.ts). */
   readonly view = new KernelView();
   config: Config;
   owners: readonly Owner[] = [];

@@ -1,9 +1,10 @@
 /**
  * What differs between a table as desired and as the kernel holds it, with what repairs each
  * difference as a value (TableDiff: each differing chain with its edit, each set's element ops) for
- * the planner (plan.ts), found by comparing a look (diffTable: read, or the view's own rules; a
- * chain whose difference the view followed from the events is taken as found, held-diff.ts), and
- * the protection of an owned table. Rule keys: rule-key.ts; reading the table: observe.ts.
+ * the planner (plan.ts), found by comparing an observation (diffTable: read, or the view's own
+ * rules; a chain whose difference the view followed from the events is taken as found,
+ * held-diff.ts), and the protection of an owned table. Rule keys: rule-key.ts; reading the table:
+ * observe.ts.
  */
 import type { Expr, Family, Hex } from '../netlink/expr.js';
 import type { Chain, NftObj, NftSet, ObservedTable, Rule, SetElement, Table } from '../netlink/objects.js';
@@ -225,7 +226,7 @@ export function diffTable(want: TableConfig, have: ObservedTable, options: DiffO
 export const objectKey = (type: NftObj['type'], name: string): string => `${String(type)} ${name}`;
 
 /**
- * Stateful objects, when the look read them: one missing is created, one whose configuration
+ * Stateful objects, when the observation read them: one missing is created, one whose configuration
  * (not its state: packets, bytes, quota used) differs is created again (rules that use it are
  * rewritten in the same batch, since the kernel deletes no object in use), one not desired is
  * deleted. An object as desired is never touched, so its counters go on counting.

@@ -12,7 +12,7 @@ import { elementId } from '../model/elements.js';
 export type TimedSeen = Map<string, Set<string>>;
 
 /**
- * Keeps `timedSeen` (DiffOptions.timedSeen) for `tables` after a look: the desired timed elements found in
+ * Keeps `timedSeen` (DiffOptions.timedSeen) for `tables` after an observation: the desired timed elements found in
  * the kernel are noted as seen, and those no longer desired are forgotten (desired again later, they are
  * installed again).
  */

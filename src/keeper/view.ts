@@ -4,11 +4,11 @@
  * kernel's state now, and plans from it; nothing else in the keeper keeps a copy of the kernel.
  *
  * It is fed by exactly three things:
- * - a look (fromLook; seed): a dump, a digest confirmation or a look planned from the view itself
- *   that found the tables as desired, or, at a restart, such a look an earlier keeper recorded at
- *   the generation the kernel is still at (record.ts);
+ * - an observation (fromObservation; seed): a dump, a digest confirmation or an observation planned
+ *   from the view itself that found the tables as desired, or, at a restart, such an observation an
+ *   earlier keeper recorded at the generation the kernel is still at (record.ts);
  * - the echo of our own commit (followCommit for a full pass's batch, learnCommit for a repair
- *   planned from the events), which the guard proves was the only commit since the look;
+ *   planned from the events), which the guard proves was the only commit since the observation;
  * - the monitor's events (follow, follow-events.ts): a foreign commit in an owned table is followed
  *   rule by rule and element by element, or makes that table unknown (an event it cannot follow),
  *   or every table (an overflow, a gap in the run of whole commits, a truncated batch).
@@ -40,10 +40,10 @@ import { tableKey, type OwnedTable, type TableRules } from './owned-table.js';
 export { EVENTS_WAIT_MS, runCovers, type Currency } from './followed-view.js';
 export { since } from './known.js';
 
-/** The rules a look plans from, per desired table: the records' own (OwnedTable.rules), not copies. */
+/** The rules an observation plans from, per desired table: the records' own (OwnedTable.rules), not copies. */
 export type HeldRules = ReadonlyMap<TableConfig, TableRules>;
 
-/** Our last commit, sole but too big to echo: read at its generation by the next look (see heldAt). */
+/** Our last commit, sole but too big to echo: read at its generation by the next observation (see heldAt). */
 interface Unechoed {
   generation: number;
   tables: readonly TableConfig[];
@@ -52,9 +52,9 @@ interface Unechoed {
   previous?: HeldRules;
 }
 
-/** What a look may plan from: the view's rules (undefined: read the kernel), and whether they were read now. */
+/** What an observation may plan from: the view's rules (undefined: read the kernel), and whether they were read now. */
 export interface Held {
-  /** The rules of the tables held; a table they do not hold, the look reads. */
+  /** The rules of the tables held; a table they do not hold, the observation reads. */
   known?: HeldRules;
   /** Confirmed by a read (digests, or the chains an unechoed commit wrote), not only by the generation or the events. */
   read: boolean;
@@ -84,19 +84,19 @@ export class KernelView extends FollowedView {
     return at > from ? `commit ${at} touched it` : undefined;
   }
 
-  /** The rules the view holds of `t` (undefined: a look reads it). */
+  /** The rules the view holds of `t` (undefined: an observation reads it). */
   rulesOf(t: { family: string; name: string }): TableRules | undefined {
     return this.find(t.family, t.name)?.rules;
   }
 
   /**
-   * The rules a look at `generation` may plan from instead of a dump, per table, and how they were
-   * proved: the generation has not moved since they were exact; or the events prove no commit since
-   * touched that table; or a digest dump of that table confirms them (a read). A table proved none
-   * of these ways has its rules dropped: the look reads it, and only it. A sole commit of ours too
-   * big to echo is read first (the chains it added rules to), when nothing touched the tables since.
-   * `readBack`: the safety net's read, which does not take the generation's or the events' word.
-   * `read` is called for each read made.
+   * The rules an observation at `generation` may plan from instead of a dump, per table, and how
+   * they were proved: the generation has not moved since they were exact; or the events prove no
+   * commit since touched that table; or a digest dump of that table confirms them (a read). A table
+   * proved none of these ways has its rules dropped: the observation reads it, and only it. A sole
+   * commit of ours too big to echo is read first (the chains it added rules to), when nothing
+   * touched the tables since. `readBack`: the safety net's read, which does not take the
+   * generation's or the events' word. `read` is called for each read made.
    */
   async heldAt(conn: NftConn, generation: number, tables: readonly TableConfig[], readBack: boolean, read: () => void): Promise<Held> {
     const unechoed = this.unechoed;
@@ -143,12 +143,12 @@ export class KernelView extends FollowedView {
       failed.add(t);
     }
     if (conn.generation() !== generation) return this.noRules();  // something committed while we read
-    // Counted as a read where it confirmed a table (else the look's dump is the read).
+    // Counted as a read where it confirmed a table (else the observation's dump is the read).
     if (failed.size < stale.length) read();
     if (failed.size === have.length) return this.noRules();
     for (const t of failed) this.record(t).rules = undefined;
     this.rulesAt = generation;
-    // Read now (digests), unless some tables are held only by the generation or the events; the others the look reads.
+    // Read now (digests), unless some tables are held only by the generation or the events; the others the observation reads.
     return { known: this.heldOf(have.filter((t) => !failed.has(t))), read: stale.length === have.length };
   }
 
@@ -172,7 +172,7 @@ export class KernelView extends FollowedView {
    * seeded at or before that generation, and have followed or learnt every commit since; or the
    * monitor's run covers the commits in between), each table a commit touched meanwhile takes what
    * the events gave (known.ts, takeFollowed: the handles, and the difference where they left it
-   * otherwise than desired; a table they lost has its rules go, and the next look reads it), and the
+   * otherwise than desired; a table they lost has its rules go, and the next observation reads it), and the
    * rules are exact at M.
    */
   private takeFollowed(): void {
@@ -187,14 +187,14 @@ export class KernelView extends FollowedView {
   }
 
   /**
-   * A look at `generation` found `tables` as desired: a table planned from the view's own rules
-   * (`known`) learns anew only the chains it compared; a table it read takes the rules read.
+   * An observation at `generation` found `tables` as desired: a table planned from the view's own
+   * rules (`known`) learns anew only the chains it compared; a table it read takes the rules read.
    */
-  fromLook(generation: number, tables: readonly TableConfig[], observed: readonly ObservedTable[], known: HeldRules | undefined): void {
-    const looked = new Set<OwnedTable>();
+  fromObservation(generation: number, tables: readonly TableConfig[], observed: readonly ObservedTable[], known: HeldRules | undefined): void {
+    const seen = new Set<OwnedTable>();
     for (const [i, t] of tables.entries()) {
       const rec = this.record(t);
-      looked.add(rec);
+      seen.add(rec);
       const kt = known?.get(t);
       if (kt && rec.rules === kt) {
         if (!confirm(kt, t)) rec.rules = undefined;
@@ -202,7 +202,7 @@ export class KernelView extends FollowedView {
         rec.rules = cleanRules(t, observed[i]);
       }
     }
-    for (const rec of this.all()) if (!looked.has(rec)) rec.rules = undefined;
+    for (const rec of this.all()) if (!seen.has(rec)) rec.rules = undefined;
     this.rulesAt = generation;
   }
 
@@ -223,7 +223,7 @@ export class KernelView extends FollowedView {
     this.dropRules();
   }
 
-  /** A look that does not plan from the view (a one-shot pass, or a caller that reads): it reads, and the view lets its rules go. */
+  /** An observation that does not plan from the view (a one-shot pass, or a caller that reads): it reads, and the view lets its rules go. */
   notHeld(): void {
     this.unechoed = undefined;
     this.dropRules();
@@ -233,7 +233,7 @@ export class KernelView extends FollowedView {
    * `batch`, planned from `observed` for `tables`, was committed as the only commit since (the
    * guard held and the generation moved by exactly one, to `generation`): the rules follow it, from
    * the handles `echoed` gives; a batch too big to echo has the chains it added rules to read, now
-   * or (`defer`) by the next look at that generation.
+   * or (`defer`) by the next observation at that generation.
    */
   async followCommit(conn: NftConn, generation: number, tables: readonly TableConfig[], observed: ObservedTable[], batch: Batch,
     echoed: CommitResult | undefined, previous: HeldRules | undefined, defer: boolean, read: () => void): Promise<void> {
@@ -277,7 +277,7 @@ export class KernelView extends FollowedView {
 
   /**
    * A new desired state: the followed tables keep what the kernel holds when only set and map
-   * elements changed (retarget), else the events follow none; the rules stay (a look compares them).
+   * elements changed (retarget), else the events follow none; the rules stay (an observation compares them).
    */
   desiredChanged(desired: readonly TableConfig[]): void {
     if (this.progressOf && (!this.following || !retarget(this.seeded, desired))) {

@@ -43,8 +43,8 @@ export interface GuardOptions {
    * With untilClean: after a commit, if the generation moved by exactly one, end as verified
    * without planning again. The guard proved the kernel was at the planned-from generation when
    * the batch applied atomically, and one step means ours was the only commit since, so the
-   * kernel holds what the plan saw plus the batch; the read-back would cost as much as the look
-   * (every owned rule) for nothing. A caller must read back later as a safety net.
+   * kernel holds what the plan saw plus the batch; the read-back would cost as much as the
+   * observation (every owned rule) for nothing. A caller must read back later as a safety net.
    */
   trustSoleCommit?: boolean;
   /** Called for each commit refused as stale, before the next attempt. */
@@ -76,7 +76,7 @@ export async function commitGuarded<T>(conn: NftConn, plan: (generation: number,
       if (e instanceof GenerationMismatchError) {
         last = e;
         options.onMismatch?.(attempt);
-        continue;  // someone committed between our read and our write: look again
+        continue;  // someone committed between our read and our write: read again
       }
       if (options.replan?.(e, step.batch)) continue;
       throw e;

@@ -184,7 +184,7 @@ export interface NftObj {
 }
 
 /**
- * What one look at a table found: its chains, their rules in kernel order,
+ * What one observation of a table found: its chains, their rules in kernel order,
  * and its sets with the elements rules look up. The keeper's observe fills
  * it; diff, plan and owned GC read it.
  */
@@ -196,7 +196,7 @@ export interface ObservedTable {
   /** Rules by chain, in kernel order. */
   rules: Map<string, Rule[]>;
   sets: Map<string, { set: NftSet; elements: SetElement[] }>;
-  /** Its named stateful objects, when the look read them (a table whose config has none and a connection that cannot list them: not read). */
+  /** Its named stateful objects, when the observation read them (a table whose config has none and a connection that cannot list them: not read). */
   objs?: Map<string, NftObj>;
 }
 

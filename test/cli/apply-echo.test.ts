@@ -1,11 +1,11 @@
 /**
  * `nfkeeper apply` verifies its commit from the commit's echo, not by reading the chain back: the
  * kernel echoes every rule it added with the digest of what it holds, each the digest of what was
- * sent, and the guard proves the batch was the only commit since its look. Where that proof fails
- * it reads back as before, and repairs what the read finds: another writer between the commit and
- * the verification, an echo the receive buffer cut (ENOBUFS), a rule echoed otherwise than sent.
- * Rules that look up anonymous sets (kube-proxy's service chains) are proved by their digests with
- * those sets unnamed: the sets are the ones the batch created for them.
+ * sent, and the guard proves the batch was the only commit since its observation. Where that proof
+ * fails it reads back as before, and repairs what the read finds: another writer between the commit
+ * and the verification, an echo the receive buffer cut (ENOBUFS), a rule echoed otherwise than
+ * sent. Rules that look up anonymous sets (kube-proxy's service chains) are proved by their digests
+ * with those sets unnamed: the sets are the ones the batch created for them.
  */
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -69,7 +69,7 @@ describe('apply verified from its commit\'s echo', { timeout: 120_000 }, () => {
     try {
       const r = await checkOnce(w.conn, config(), true);
       expect(r.ops).toBe(N + 2);
-      // The look before the commit found no table (nothing to read); after it, the echo.
+      // The observation before the commit found no table (nothing to read); after it, the echo.
       expect(w.seen.ruleReads).toBe(0);
       const echoed = w.seen.commits[0] as CommitResult;
       expect(echoed.handles?.size).toBe(N);
@@ -204,7 +204,7 @@ describe('apply verified from its commit\'s echo', { timeout: 120_000 }, () => {
   it('a table that holds anonymous sets already: a batch that adds none reads back; one that adds some is verified from the echo', async () => {
     const first = withAnonymous(ANONYMOUS.slice(0, 1));
     await checkOnce(open({ netns: ns.path }), first, true);
-    // Another plain rule: the sets the look saw are not the batch's.
+    // Another plain rule: the sets the observation saw are not the batch's.
     let w = watched(ns);
     try {
       await checkOnce(w.conn, withAnonymous([...ANONYMOUS.slice(0, 1), 'ip daddr 192.0.2.77 drop']), true);
@@ -213,12 +213,12 @@ describe('apply verified from its commit\'s echo', { timeout: 120_000 }, () => {
     } finally {
       w.close();
     }
-    // Another rule with an anonymous map: every rule that looks one up is proved, the old ones by the look.
+    // Another rule with an anonymous map: every rule that looks one up is proved, the old ones by the observation.
     w = watched(ns);
     const last = withAnonymous([...ANONYMOUS.slice(0, 1), 'ip daddr 192.0.2.77 drop', ...ANONYMOUS.slice(1)]);
     try {
       await checkOnce(w.conn, last, true);
-      // The look read the table; after the commit nothing is read.
+      // The observation read the table; after the commit nothing is read.
       expect(w.seen.commits).toHaveLength(1);
       expect(w.seen.readsBeforeCommit).toBeGreaterThan(0);
       expect(w.seen.ruleReads).toBe(w.seen.readsBeforeCommit);

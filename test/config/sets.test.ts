@@ -437,7 +437,7 @@ function randomSet(rand: () => number, name: string): string {
   return decl.replace('%s', name) + (elements.length ? `elements = { ${elements.join(', ')} }; ` : '') + '}';
 }
 
-/** One guarded look and plan, as the keeper makes it: the batch it would commit. */
+/** One guarded observation and plan, as the keeper makes it: the batch it would commit. */
 async function plan(sock: NftSocket, config: Config): Promise<{ batch: Batch; check: string[] }> {
   const t = config.tables[0]!;
   const have = await observeTable(sock, t.family, t.name, t.chains.map((c) => c.name));

@@ -76,7 +76,7 @@ describe('restart onto an existing owned ruleset, adopted by digest', () => {
   });
 
   /** What a full, decoding read finds now, and what the adopting read finds: they must agree. */
-  async function sameLookBothWays(): Promise<string[]> {
+  async function sameObservationBothWays(): Promise<string[]> {
     const tables = config().tables;
     const full = await new Reconciler(sock, { attempts: 1 }).once({ tables, readOnly: true });
     const adopted = await new Reconciler(sock, { attempts: 1 }).once({ tables, readOnly: true, adopt: true });
@@ -98,7 +98,7 @@ describe('restart onto an existing owned ruleset, adopted by digest', () => {
   }
 
   it('the identical ruleset: no commit, the generation unchanged, no rule decoded but the anonymous set\'s chain', async () => {
-    expect(await sameLookBothWays()).toEqual([]);
+    expect(await sameObservationBothWays()).toEqual([]);
     const gen = sock.generation();
     const before = handles(ns, 'ip', 'adopt', 'post');
     const { k, host, repairs } = await restart();
@@ -121,7 +121,7 @@ describe('restart onto an existing owned ruleset, adopted by digest', () => {
     const h = handles(ns, 'ip', 'adopt', 'post');
     const mid = N >> 1;
     ns.nft(edit(h[mid]!));
-    const drift = await sameLookBothWays();
+    const drift = await sameObservationBothWays();
     expect(drift).toHaveLength(1);
     expect(drift[0]).toMatch(/^rules-differ post: /);
     const gen = sock.generation();
@@ -134,7 +134,7 @@ describe('restart onto an existing owned ruleset, adopted by digest', () => {
     expect(after.filter((x, i) => i !== mid && x !== h[i])).toEqual([]);
     expect(after).toHaveLength(h.length);
     expect(chainLines(ns, 'ip', 'adopt', 'post')[mid]).toBe(`ip saddr ${ip(mid)} ip daddr 192.0.2.1 return`);
-    expect(await sameLookBothWays()).toEqual([]);
+    expect(await sameObservationBothWays()).toEqual([]);
   }
 
   it('one rule changed by nft in the middle: its chain decoded, exactly that rule replaced in place', async () => {
@@ -148,19 +148,19 @@ describe('restart onto an existing owned ruleset, adopted by digest', () => {
   it('a rule with the same expressions and another comment: not taken by its expressions, repaired', async () => {
     const h = handles(ns, 'ip', 'adopt', 'post');
     ns.nft(`replace rule ip adopt post handle ${h[3]} ${RULES[3]} comment "not ours"\n`);
-    const drift = await sameLookBothWays();
+    const drift = await sameObservationBothWays();
     expect(drift).toHaveLength(1);
     const { host, repairs } = await restart();
     expect(host.decoded.sort()).toEqual(['post', 'side']);
     expect(repairs.map((r) => r.ops)).toEqual([1]);
     expect(ns.exec('nft', ['list', 'chain', 'ip', 'adopt', 'post'])).not.toMatch(/not ours/);
     expect(chainLines(ns, 'ip', 'adopt', 'post')[3]).toBe(RULES[3]);
-    expect(await sameLookBothWays()).toEqual([]);
+    expect(await sameObservationBothWays()).toEqual([]);
   });
 
   it('a set with other elements: the elements repaired, no rule decoded for it', async () => {
     ns.nft('add element ip adopt blocked { 203.0.113.9 }\ndelete element ip adopt blocked { 192.0.2.8 }\n');
-    const drift = await sameLookBothWays();
+    const drift = await sameObservationBothWays();
     expect(drift).toHaveLength(1);
     expect(drift[0]).toMatch(/^elements-differ blocked/);
     const gen = sock.generation();
@@ -169,7 +169,7 @@ describe('restart onto an existing owned ruleset, adopted by digest', () => {
     expect(sock.generation()).toBe(gen + 1);
     const els = (await sock.listElements({ family: 'ip', table: 'adopt', set: 'blocked' })).map((e) => e.key).sort();
     expect(els).toEqual(['c0000207', 'c0000208']);
-    expect(await sameLookBothWays()).toEqual([]);
+    expect(await sameObservationBothWays()).toEqual([]);
   });
 });
 
@@ -247,7 +247,7 @@ describe('the one-shot check and apply read by digest', () => {
       expect(encoded).not.toHaveBeenCalled();
       expect(r.ops).toBeGreaterThan(N);
       expect(r.drift.map((d) => d.drift.map((x) => x.kind))).toEqual([['table-missing']]);
-      // One look before the commit (the table missing: nothing to dump); the echo proves the rest.
+      // One observation before the commit (the table missing: nothing to dump); the echo proves the rest.
       expect(host.digestDumps).toBe(0);
       expect(host.decoded).toEqual([]);
     } finally {
@@ -343,13 +343,13 @@ describe('adoption of a chain longer than one call of desired digests (observe.t
     try {
       const tables = parseConfig(YAML_BIG, 'big.yaml').tables;
       await new Reconciler(sock, { attempts: 3 }).once({ tables });
-      const look = async () => (await new Reconciler(conn, { attempts: 1 }).once({ tables, readOnly: true, adopt: true })).first.flat;
-      expect(await look()).toEqual([]);
+      const observe = async () => (await new Reconciler(conn, { attempts: 1 }).once({ tables, readOnly: true, adopt: true })).first.flat;
+      expect(await observe()).toEqual([]);
       expect(host.digestDumps).toBe(1);
       expect(host.decoded).toEqual([]);
       const at = 4096 + 150;
       ns.nft(`replace rule ip big post handle ${handles(ns, 'ip', 'big', 'post')[at]} ip saddr 10.250.0.1 ip daddr 192.0.2.1 return\n`);
-      const drift = await look();
+      const drift = await observe();
       expect(drift.map((d) => d.kind)).toEqual(['rules-differ']);
       expect(drift[0]!.detail).toMatch(new RegExp(`^rule ${at + 1} differs`));
       expect(host.decoded).toEqual(['post']);

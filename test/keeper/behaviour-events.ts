@@ -360,7 +360,7 @@ export function eventCases(f: Fixture): void {
     const g = conn.generation();
     await other.commit(new Batch().add('table', { ...IP, name: 'u' }).add('chain', { ...IP, table: 'u', name: 'c' }));
     await other.commit(new Batch().add('rule', { ...IP, table: 'u', chain: 'c', ...rule('counter') }));
-    // Every table deletion reaches the keeper (it may be `nft flush ruleset`): it looks at the followed part, not the kernel.
+    // Every table deletion reaches the keeper (it may be `nft flush ruleset`): it reads the followed part, not the kernel.
     await other.commit(new Batch().delete('table', { ...IP, name: 'u' }));
     await seen(k, g + 3);
     // The tick finds the generation moved: the followed part proves nothing owned changed.

@@ -51,7 +51,6 @@ async function ruleCount(conn: NftConn): Promise<number> {
   return (await conn.listRules(CHAIN)).length;
 }
 
-const looks = async (k: Keeper) => (await k.metrics.dumps.get()).values[0]?.value ?? 0;
 
 describe('requests', () => {
   it('coalesce: one pass runs, one more waits, and every request made meanwhile shares that one', async () => {
@@ -397,7 +396,7 @@ describe('foreign GC in the daemon', () => {
 });
 
 describe('commitGuarded', () => {
-  it('commits with the generation the plan saw; untilClean looks again until a plan has nothing to commit', async () => {
+  it('commits with the generation the plan saw; untilClean observes again until a plan has nothing to commit', async () => {
     kernel = new FakeKernel();
     const conn = kernel.connect();
     const seen: number[] = [];

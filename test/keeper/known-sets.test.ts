@@ -89,7 +89,7 @@ describe('the known state of a table with named sets and maps', () => {
 
   it('installs, seeds the followed part from its own commit and plans a rule change from what it knows: no read at all', async () => {
     const k = await start();
-    // The start-up looked at an empty namespace (no table: nothing to dump) and installed; the followed part
+    // The start-up observed an empty namespace (no table: nothing to dump) and installed; the followed part
     // was seeded from that commit, not from a read of the 2,000 elements or the rules.
     expect(host.reads).toEqual({ listRules: 0, listRuleDigests: 0, listElements: 0 });
     expect(k.state.view.elementsDiffering('ip', 'kp', 'service-ips')).toBe(0);

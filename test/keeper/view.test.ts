@@ -1,8 +1,9 @@
 /**
  * The kernel view's currency (src/keeper/view.ts) against the fake kernel: what makes it exact at a
- * generation (a look, the echo of our own commit, a followed event, a commit elsewhere) and what
- * makes it unknown (an overflow, a gap, a truncated batch, an event it cannot follow). The same
- * paths on the kernel, through the keeper, are in follow-kernel.test.ts and known-sets.test.ts.
+ * generation (an observation, the echo of our own commit, a followed event, a commit elsewhere) and
+ * what makes it unknown (an overflow, a gap, a truncated batch, an event it cannot follow). The
+ * same paths on the kernel, through the keeper, are in follow-kernel.test.ts and
+ * known-sets.test.ts.
  */
 import { describe, expect, it } from 'vitest';
 import type { KeeperMetrics } from '../../src/base/metrics.js';
@@ -33,7 +34,7 @@ interface World {
   watch: FakeWatch;
   view: KernelView;
   reconciler: Reconciler;
-  /** Reads the view's proofs and the looks made (the dumps metric). */
+  /** Reads the view's proofs and the observations made (the dumps metric). */
   reads: { n: number };
   /** The monitor has read up to the kernel's generation and handed everything over. */
   settled(): Promise<void>;
@@ -61,7 +62,7 @@ function world(owned: { family: 'ip'; name: string }[] = OWNED): World {
   };
 }
 
-/** Installed by another writer, read by a pass, the followed part seeded from that look: exact at the returned generation. */
+/** Installed by another writer, read by a pass, the followed part seeded from that observation: exact at the returned generation. */
 async function installed(w: World, ks = [0, 1, 2]): Promise<number> {
   await new Reconciler(w.other, { attempts: 5 }).once({ tables: planConfig(ks).tables });
   await w.settled();
@@ -74,7 +75,7 @@ async function installed(w: World, ks = [0, 1, 2]): Promise<number> {
 const handles = async (w: World) => (await w.conn.listRules(C)).map((r) => r.handle!);
 
 describe('the kernel view', () => {
-  it('a look makes it exact at the generation it read: the rules and the followed handles alike', async () => {
+  it('an observation makes it exact at the generation it read: the rules and the followed handles alike', async () => {
     const w = world();
     const g = await installed(w);
     expect(w.kernel.generation).toBe(g);
@@ -82,13 +83,13 @@ describe('the kernel view', () => {
     expect(w.view.currency()).toEqual({ exact: true, generation: g });
     expect(w.view.exactAt(g)).toBe(true);
     expect(w.view.handlesOf('ip', 't', 'c')).toEqual(await handles(w));
-    // At that generation a look plans from it, reading nothing.
+    // At that generation an observation plans from it, reading nothing.
     const before = w.reads.n;
     expect(await w.view.heldAt(w.conn, g, planConfig([0, 1, 2]).tables, false, () => w.reads.n++)).toMatchObject({ read: false });
     expect(w.reads.n).toBe(before);
   });
 
-  it('the echo of our own commit makes the rules exact at the next generation; the followed part, which did not plan it, unknown until a look', async () => {
+  it('the echo of our own commit makes the rules exact at the next generation; the followed part, which did not plan it, unknown until an observation', async () => {
     const w = world();
     const g = await installed(w);
     const r = await w.pass([0, 1, 2, 3]);
@@ -97,7 +98,7 @@ describe('the kernel view', () => {
     expect(w.view.rulesOf(planConfig([0, 1, 2, 3]).tables[0]!)!.observed.rules.get('c')!.map((x) => x.handle)).toEqual(await handles(w));
     // The commit's own events find its table let go already: the events follow on (at g + 1 once delivered).
     expect(w.view.currency()).toMatchObject({ exact: false, reason: 'a full pass committed' });
-    // The next look plans from the rules, no read, and seeds the followed part from them.
+    // The next observation plans from the rules, no read, and seeds the followed part from them.
     await w.settled();
     const reads = w.reads.n;
     const again = await w.pass([0, 1, 2, 3]);
@@ -107,7 +108,7 @@ describe('the kernel view', () => {
     expect(w.view.exactAt(g + 1)).toBe(true);
   });
 
-  it('our commit too big to echo: the chains it added rules to are read, at once or by the next look at its generation', async () => {
+  it('our commit too big to echo: the chains it added rules to are read, at once or by the next observation at its generation', async () => {
     const tables = planConfig(Array.from({ length: 1100 }, (_, i) => i)).tables;
     const rulesOf = (k: KernelView) => k.rulesOf(tables[0]!)!.observed.rules.get('c')!.map((x) => x.handle);
     for (const defer of [true, false]) {
@@ -235,7 +236,7 @@ tables:
     expect(await new Reconciler(w.other, { attempts: 1 }).once({ tables, readOnly: true })).toMatchObject({ status: 'in-sync' });
   });
 
-  it('a difference the events followed, against a desired chain that changed since: the look reads that table', async () => {
+  it('a difference the events followed, against a desired chain that changed since: the observation reads that table', async () => {
     const w = world();
     const tables = planConfig([0, 1, 2]).tables;
     await new Reconciler(w.other, { attempts: 5 }).once({ tables });
@@ -328,7 +329,7 @@ tables:
       await installed(w);
       w.view.desiredChanged(planConfig([0, 1]).tables);
       expect(w.view.currency()).toMatchObject({ exact: false, reason: 'the desired state changed' });
-      // Rules stay: a look compares them with the new desired state.
+      // Rules stay: an observation compares them with the new desired state.
       expect(w.view.rulesOf({ family: 'ip', name: 't' })).toBeDefined();
       w.view.committed(new Batch().add('table', { family: 'ip', name: 't' }));
       expect(w.view.rulesOf({ family: 'ip', name: 't' })).toBeUndefined();
@@ -373,7 +374,7 @@ describe('the kernel view, per owned table', () => {
     return { w, g: r.generation, dumps: countDumps(w.conn), pass };
   }
 
-  it('a look makes every table exact at its generation', async () => {
+  it('an observation makes every table exact at its generation', async () => {
     const { w, g } = await two();
     for (const t of twoTables([0, 1, 2])) expect(w.view.tableCurrency(t, g)).toEqual({ exact: true, generation: g });
   });

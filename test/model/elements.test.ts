@@ -30,7 +30,7 @@ describe('timed elements in the element diff', () => {
     expect(d.expired).toBe(1);
   });
 
-  it('noteTimedSeen notes what a look found and forgets what is no longer desired; noteTimedAdded notes what a batch added', () => {
+  it('noteTimedSeen notes what an observation found and forgets what is no longer desired; noteTimedAdded notes what a batch added', () => {
     const timedSeen: TimedSeen = new Map();
     const observed = (keys: string[]): ObservedTable[] => [{ family: 'ip', name: 't', chains: new Map(), rules: new Map(),
       sets: new Map([['ts', { set: s.set, elements: keys.map((key) => ({ key, flags: 0 })) }]]) }];
