@@ -648,10 +648,15 @@ function s8Section(s: S8Result): string[] {
   }
   if (s.ready.length) {
     out.push('', '### The daemon ready', '', '`nfkeeper run` with its defaults, from exec until `/readyz` answers 200; a restart onto the ruleset it installed ' +
-      'compares the generation before and after (an adoption writes nothing).', '',
-      '| owned rules | ready, empty namespace | peak RSS | ready after a restart | peak RSS | restart wrote |', '|---:|---:|---:|---:|---:|---|');
+      'compares the generation before and after (an adoption writes nothing). The first daemon runs until it has written its restart record ' +
+      '(after a read verified its install), as one that ran a while; the restart with it adopts from the record, the one without (`--no-record`) ' +
+      'reads the owned tables as after a reboot.', '',
+      '| owned rules | ready, empty namespace | peak RSS | ready after a restart, with its record | peak RSS | restart wrote | after a restart without a record (it reads the tables) | peak RSS | wrote |',
+      '|---:|---:|---:|---:|---:|---|---:|---:|---|');
     for (const r of s.ready) {
-      out.push(`| ${r.rules.toLocaleString('en-US')} | ${formatUs(r.fresh.wallUs)} | ${mib(r.fresh.rssKiB)} | ${formatUs(r.restart.wallUs)} | ${mib(r.restart.rssKiB)} | ${r.restart.wrote ? 'yes' : 'nothing'} |`);
+      const rr = r.restartRead;
+      out.push(`| ${r.rules.toLocaleString('en-US')} | ${formatUs(r.fresh.wallUs)} | ${mib(r.fresh.rssKiB)} | ${formatUs(r.restart.wallUs)}${r.restart.recorded === false ? ' (no record written)' : ''} | ` +
+        `${mib(r.restart.rssKiB)} | ${r.restart.wrote ? 'yes' : 'nothing'} | ${rr ? `${formatUs(rr.wallUs)} | ${mib(rr.rssKiB)} | ${rr.wrote ? 'yes' : 'nothing'}` : '- | - | -'} |`);
     }
   }
   if (s.repairs.length) {

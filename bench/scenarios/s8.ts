@@ -17,7 +17,7 @@
  * Every process is timed by wait4 (bench/lib/whole.ts): wall, CPU and peak RSS of that process.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
@@ -72,7 +72,10 @@ export interface S8Row {
 export interface S8Ready {
   rules: number;
   fresh: { wallUs: number; rssKiB: number };
-  restart: { wallUs: number; rssKiB: number; wrote: boolean };
+  /** A restart that finds the restart record the first daemon left (it adopts without reading the rules). */
+  restart: { wallUs: number; rssKiB: number; wrote: boolean; recorded?: boolean };
+  /** A restart with no record (`--no-record`: after a reboot, or another config): it reads the owned tables. */
+  restartRead?: { wallUs: number; rssKiB: number; wrote: boolean };
 }
 
 export interface S8Repair {
@@ -259,18 +262,27 @@ export async function runS8(o: S8Options): Promise<S8Result> {
       await withBenchNetns(`s8r${n}`, async (ns) => {
         const file = join(dir, `daemon-${n}.yaml`);
         writeFileSync(file, chainYaml(n));
-        const first = await startDaemon(ns, file);
+        const records = join(dir, `records-${n}`);
+        const first = await startDaemon(ns, file, ['--record-dir', records]);
         const fresh = { wallUs: first.readyUs, rssKiB: vmHwmKiB(pidOf(first)) };
+        // As a daemon that has run a while stops: after it verified its install by a read and wrote
+        // its restart record (on a tick, once its own commit's trust has run out).
+        const recorded = await until(() => existsSync(records) && readdirSync(records).length > 0, 120_000);
         await first.stop();
         const s = open({ netns: ns.path });
         try {
           const gen = s.generation();
-          const second = await startDaemon(ns, file);
-          const restart = { wallUs: second.readyUs, rssKiB: vmHwmKiB(pidOf(second)), wrote: s.generation() !== gen };
+          const second = await startDaemon(ns, file, ['--record-dir', records]);
+          const restart = { wallUs: second.readyUs, rssKiB: vmHwmKiB(pidOf(second)), wrote: s.generation() !== gen, recorded };
           await second.stop();
-          result.ready.push({ rules: n, fresh, restart });
+          const gen2 = s.generation();
+          const third = await startDaemon(ns, file, ['--no-record']);
+          const restartRead = { wallUs: third.readyUs, rssKiB: vmHwmKiB(pidOf(third)), wrote: s.generation() !== gen2 };
+          await third.stop();
+          result.ready.push({ rules: n, fresh, restart, restartRead });
           o.log(`    daemon with ${n.toLocaleString('en-US')} rules: ready ${(fresh.wallUs / 1e6).toFixed(2)} s fresh, ` +
-            `${(restart.wallUs / 1e6).toFixed(2)} s after a restart (${restart.wrote ? 'it wrote' : 'nothing written'})`);
+            `${(restart.wallUs / 1e6).toFixed(2)} s after a restart ${recorded ? 'with its record' : '(no record was written)'} (${restart.wrote ? 'it wrote' : 'nothing written'}), ` +
+            `${(restartRead.wallUs / 1e6).toFixed(2)} s without one (${restartRead.wrote ? 'it wrote' : 'nothing written'})`);
         } finally {
           s.close();
         }
@@ -377,6 +389,16 @@ async function storm(s: ReturnType<typeof open>, pid: number, seconds: number): 
   }
   const took = (performance.now() - t0) / 1000;
   return { commitsPerSecond: commits / took, cpuPercent: ((cpuSeconds(pid) - c0) / took) * 100 };
+}
+
+/** Polls cond every 100 ms until it holds (true) or ms pass (false). */
+async function until(cond: () => boolean, ms: number): Promise<boolean> {
+  const end = performance.now() + ms;
+  while (!cond()) {
+    if (performance.now() > end) return false;
+    await sleep(100);
+  }
+  return true;
 }
 
 /** bench/floor/responder.c built into dir (cc is part of the set-up: the addon is built with it). */
