@@ -6,10 +6,15 @@
 import { createRequire } from 'node:module';
 
 let crypto: typeof import('node:crypto') | undefined;
+const loaded = () => (crypto ??= createRequire(import.meta.url)('node:crypto') as typeof import('node:crypto'));
 
 /** The SHA-256 of `text` (as UTF-8), in hex or base64. */
 export function sha256(text: string, encoding: 'hex' | 'base64'): string {
-  crypto ??= createRequire(import.meta.url)('node:crypto') as typeof import('node:crypto');
   // crypto.hash: one call, no Hash object.
-  return crypto.hash('sha256', text, encoding);
+  return loaded().hash('sha256', text, encoding);
+}
+
+/** A SHA-256 fed piece by piece, for what is too big to hold as one string. */
+export function sha256Hash(): import('node:crypto').Hash {
+  return loaded().createHash('sha256');
 }

@@ -15,10 +15,10 @@
  * directory another user could have written: the ordinary start-up (a dump, a diff, a repair), with
  * the reason logged. A record is never a reason to write to the kernel, or to fail a start.
  */
-import { createHash } from 'node:crypto';
 import { lstatSync, mkdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { writeFileAtomic } from '../base/atomic-file.js';
+import { sha256, sha256Hash } from '../base/sha256.js';
 import type { TableConfig } from '../model/desired.js';
 import type { Family } from '../netlink/expr.js';
 import type { NftConn } from '../netlink/conn.js';
@@ -74,7 +74,7 @@ export interface RestartRecord {
 
 /** The file of the keeper of `tables` in the namespace `netns` (undefined: its own), in `dir`. */
 export function recordPathOf(dir: string, netns: string | undefined, tables: readonly { family: string; name: string }[]): string {
-  const key = createHash('sha256').update(`${netns ?? ''}\0${tables.map((t) => `${t.family} ${t.name}`).sort().join('\0')}`).digest('hex').slice(0, 16);
+  const key = sha256(`${netns ?? ''}\0${tables.map((t) => `${t.family} ${t.name}`).sort().join('\0')}`, 'hex').slice(0, 16);
   return join(dir, `restart-${key}.json`);
 }
 
@@ -97,7 +97,7 @@ export function netnsIdentity(conn: NftConn, netns: string | undefined): NetnsId
  * output still means equal expressions, and most of a big chain's are not written out again.
  */
 export function desiredDigest(tables: readonly TableConfig[]): string {
-  const h = createHash('sha256');
+  const h = sha256Hash();
   let out = '';
   for (const t of tables) {
     out += `T${JSON.stringify([t.family, t.name, t.protect, t.dormant ?? false, t.userdata ?? null, t.sets ?? [], t.objects ?? []])}\n`;
@@ -148,7 +148,7 @@ export function readRecord(file: string, dir: string): { record: RestartRecord }
   const end = text.lastIndexOf('\n', text.length - 2);
   const body = end < 0 ? '' : text.slice(0, end);
   const sum = end < 0 ? '' : text.slice(end + 1).trim();
-  if (!text.endsWith('\n') || sum !== createHash('sha256').update(body).digest('hex')) return { why: `${file} is cut short or corrupt (its checksum does not match)` };
+  if (!text.endsWith('\n') || sum !== sha256(body, 'hex')) return { why: `${file} is cut short or corrupt (its checksum does not match)` };
   let r: RestartRecord;
   try {
     r = JSON.parse(body) as RestartRecord;
@@ -198,7 +198,7 @@ export function writeRecord(file: string, dir: string, r: RestartRecord): void {
   const untrusted = notOurs(dir, 'directory');
   if (untrusted) throw new Error(untrusted);
   const body = JSON.stringify(r);
-  writeFileAtomic(file, `${body}\n${createHash('sha256').update(body).digest('hex')}\n`, 0o600);
+  writeFileAtomic(file, `${body}\n${sha256(body, 'hex')}\n`, 0o600);
 }
 
 /** How often at most the record is written again while the daemon runs (it is also written at stop). */
