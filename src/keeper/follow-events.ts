@@ -21,6 +21,7 @@
 import { elementId, sameContent } from '../model/elements.js';
 import type { MonitorBatch, MonitorEvent } from '../netlink/events.js';
 import type { SetElement } from '../netlink/objects.js';
+import { knownRule } from './rule-key.js';
 import type { Expected, FollowedChain, FollowedSet, FollowedTable, OwnedTable } from './owned-table.js';
 
 export type FollowOutcome =
@@ -79,7 +80,6 @@ function followEvent(f: FollowedTable, e: MonitorEvent, deleted: Map<number, { c
     const j = c.byHandle.get(h);
     if (j !== undefined) {
       c.byHandle.delete(h);
-      c.handles[j] = 0;
       c.missing.add(j);
       deleted.set(h, { c, j });
     } else if (c.extras.has(h)) {
@@ -160,9 +160,14 @@ export function learnEcho(plan: readonly Expected[], handles: ReadonlyMap<number
   return true;
 }
 
-/** Desired rule `j` of `c` is in the kernel at `handle` (our commit added it). */
+/**
+ * Desired rule `j` of `c` is in the kernel at `handle` (our commit added it): a known rule there,
+ * in the chain's one array (the table's rules see it too, and take it when they take what the
+ * events followed). The rule it was before is kept when it is at that handle (planAfter's imagined
+ * commit gives the old handle back).
+ */
 function placeAdded(c: FollowedChain, j: number, handle: number): void {
-  c.handles[j] = handle;
+  if (c.rules[j]!.handle !== handle) c.rules[j] = knownRule({ family: c.family, name: c.table }, c, c.desired.rules[j]!, handle);
   c.byHandle.set(handle, j);
   c.missing.delete(j);
 }

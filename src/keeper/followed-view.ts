@@ -36,6 +36,8 @@ export class FollowedView {
   protected stopped: () => boolean = () => false;
   /** The generation the followed tables are exact at (with the proof, see exactAt). */
   generation = 0;
+  /** The generation the tables' rules (OwnedTable.rules) are exact at. */
+  rulesAt = 0;
   /** The generation of the observation they were seeded from. */
   protected seededAt = 0;
   /** Batches the monitor delivered that reached follow(), to match MonitorProgress.delivered. */
@@ -172,7 +174,8 @@ export class FollowedView {
 
   /**
    * The events follow `desired` from an observation at `generation` that found every desired table
-   * as desired (and the kernel still there): per chain the handles of the desired rules, per
+   * as desired (and the kernel still there): per chain the desired rules at their handles (in the
+   * array of the table's rules where they hold that chain at that generation), per
    * followed set its elements. 'diverged': a table was followed exact at that generation already
    * and held otherwise (the safety net's read-back found the events misled it). False: the
    * observation does not fit.
@@ -180,7 +183,8 @@ export class FollowedView {
   seed(desired: readonly TableConfig[], observed: readonly ObservedTable[], generation: number): 'seeded' | 'diverged' | false {
     if (!this.progressOf) return false;
     const before = this.following && this.generation === generation ? desired.map((t) => this.snapshot(t)) : undefined;
-    const followed = desired.map((t, i) => seedTable(t, observed[i]));
+    // The tables' rules exact at that generation lend their chains' arrays: one per chain.
+    const followed = desired.map((t, i) => seedTable(t, observed[i], this.rulesAt === generation ? this.find(t.family, t.name)?.rules : undefined));
     if (followed.some((f) => !f)) return false;
     for (const rec of this.all()) rec.followed = undefined;
     this.seeded = desired.map((t, i) => {
@@ -318,7 +322,7 @@ export class FollowedView {
       const f = rec.followed;
       if (!f) return false;
       for (const c of f.chains.values()) {
-        rules += c.handles.length;
+        rules += c.rules.length;
         if (c.missing.size > 0 || c.extras.size > 0 || rules > max) return false;
       }
       for (const ms of f.sets.values()) if (ms && ms.differs.size > 0) return false;
@@ -334,7 +338,7 @@ export class FollowedView {
   /** The handles of a chain's desired rules as followed (undefined: not followed, or not clean). */
   handlesOf(family: string, table: string, chain: string): readonly number[] | undefined {
     const c = this.following ? this.find(family, table)?.followed?.chains.get(chain) : undefined;
-    return c && c.missing.size === 0 && c.extras.size === 0 ? Array.from(c.handles) : undefined;
+    return c && c.missing.size === 0 && c.extras.size === 0 ? c.rules.map((r) => r.handle!) : undefined;
   }
 
   /** How many elements of a followed set the kernel holds otherwise than desired. */

@@ -74,7 +74,7 @@ export function chainDiffOf(c: FollowedChain): HeldChainDiff | undefined {
   return {
     diff: { chain: want, edit: heldEdit(c, missing) },
     drift: new ChainDrift(c.family, c.table, c.name, missing, missing.length > 0 ? want.rules[missing[0]!]!.compiled : undefined,
-      c.extras.size === 0 ? [] : [...c.extras], c.handles.length),
+      c.extras.size === 0 ? [] : [...c.extras], c.rules.length),
   };
 }
 
@@ -93,7 +93,7 @@ function heldEdit(c: FollowedChain, missing: readonly number[]): { edit: RuleEdi
     else steps.push({ op: 'delete', have: held(c, rules, h) });
   }
   for (const j of missing) {
-    const before = j === 0 ? 0 : c.handles[j - 1]!;
+    const before = j === 0 || c.missing.has(j - 1) ? 0 : c.rules[j - 1]!.handle!;
     const after: Anchor | undefined = j === 0 ? undefined : before > 0 ? { kind: 'kept', have: held(c, rules, before) } : { kind: 'new', want: j - 1 };
     const h = inPlace.get(j);
     if (h !== undefined) steps.push(after ? { op: 'replace', have: held(c, rules, h), want: j, after } : { op: 'replace', have: held(c, rules, h), want: j });

@@ -85,8 +85,12 @@ export interface FollowedChain {
   name: string;
   /** The desired chain: the rules a repair re-adds. */
   desired: ChainConfig;
-  /** handles[j]: the kernel handle of desired rule j, 0 while it is missing. */
-  handles: Float64Array;
+  /**
+   * rules[j]: desired rule j as the kernel holds it (a known rule: its handle), unless `missing`
+   * has j (then the handle it had). The table's rules (TableRules) hold this very array for a
+   * chain they hold as desired: one array of handles per chain, which the events move in place.
+   */
+  rules: Rule[];
   /** Desired index by kernel handle, for the rules present. */
   byHandle: Map<number, number>;
   /** Desired rules missing from the kernel. */

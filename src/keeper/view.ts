@@ -61,8 +61,6 @@ export interface Held {
 }
 
 export class KernelView extends FollowedView {
-  /** The generation the held rules are exact at. */
-  rulesAt = 0;
   private unechoed?: Unechoed;
   /**
    * Whether the view holds table `t` exact at `generation` (the kernel's now, or the monitor's
