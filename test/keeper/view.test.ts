@@ -15,6 +15,8 @@ import { FakeKernel, type FakeConn, type FakeWatch } from '../helpers/fake-kerne
 import { planConfig, ruleText } from './plan-fixtures.js';
 import { parseConfig } from '../../src/config/config.js';
 import type { TableConfig } from '../../src/model/desired.js';
+import type { Rule } from '../../src/netlink/objects.js';
+import type { OwnedTable } from '../../src/keeper/owned-table.js';
 
 const OWNED = [{ family: 'ip' as const, name: 't' }];
 const C = { family: 'ip' as const, table: 't', chain: 'c' };
@@ -73,6 +75,10 @@ async function installed(w: World, ks = [0, 1, 2]): Promise<number> {
 }
 
 const handles = async (w: World) => (await w.conn.listRules(C)).map((r) => r.handle!);
+
+/** The followed part's array of chain `chain` of table ip t (the view's own; read here to see it is one array with the rules'). */
+const followedRules = (v: KernelView, chain: string): readonly Rule[] =>
+  (v as unknown as { find(f: string, n: string): OwnedTable | undefined }).find('ip', 't')!.followed!.chains.get(chain)!.rules;
 
 describe('the kernel view', () => {
   it('an observation makes it exact at the generation it read: the rules and the followed handles alike', async () => {
@@ -159,6 +165,75 @@ describe('the kernel view', () => {
     const back = await w.view.heldAt(w.conn, g + 2, planConfig([0, 1, 2]).tables, true, () => w.reads.n++);
     expect(back).toMatchObject({ read: true });
     expect(w.view.rulesAt).toBe(g + 2);
+  });
+
+  it('one array of handles per chain: the followed part is seeded in the rules\' array, our repair from the events moves it, the rules take it as it is', async () => {
+    const w = world();
+    const tables = planConfig([0, 1, 2]).tables;
+    await new Reconciler(w.other, { attempts: 5 }).once({ tables });
+    await w.settled();
+    const r = await w.reconciler.once({ tables, useKnown: true, learn: true, trustSoleCommit: true });
+    expect(w.view.seed(tables, r.first.observed, r.generation)).toBe('seeded');
+    const g = r.generation;
+    const array = w.view.rulesOf(tables[0]!)!.observed.rules.get('c')!;
+    expect(followedRules(w.view, 'c')).toBe(array);
+    const [, second] = await handles(w);
+    await w.other.commit(new Batch().delete('rule', { ...C, handle: second }));
+    await w.settled();
+    const plan = w.view.plan();
+    if (!plan || plan === 'clean') throw new Error('no plan');
+    w.view.expect(g + 2, plan.expected);
+    const echoed = await w.conn.commit(plan.batch, { expectGeneration: g + 1, echo: true });
+    expect(w.view.learnCommit(g + 2, echoed!.handles!)).toBe(true);
+    // The re-added rule is a known rule at its new handle in that one array.
+    expect(followedRules(w.view, 'c')).toBe(array);
+    expect(array.map((x) => x.handle)).toEqual(await handles(w));
+    expect(array[1]!.exprs).toBe(tables[0]!.chains[0]!.rules[1]!.compiled.exprs);
+    // The rules take what the events followed without a copy, and read nothing.
+    await w.settled();
+    const reads = w.reads.n;
+    expect(await w.view.heldAt(w.conn, g + 2, tables, false, () => w.reads.n++)).toMatchObject({ read: false });
+    expect(w.reads.n).toBe(reads);
+    expect(w.view.rulesOf(tables[0]!)!.observed.rules.get('c')).toBe(array);
+  });
+
+  it('a table whose rules the view does not hold (an anonymous set) is followed in known rules of its own, made from the observation\'s', async () => {
+    const w = world();
+    const tables = parseConfig(`
+tables:
+  - family: ip
+    name: t
+    chains:
+      - name: c
+        type: filter
+        hook: input
+        priority: filter
+        rules:
+          - ip saddr { 10.0.0.1, 10.0.0.2 } accept
+          - ${ruleText(1)}
+          - ${ruleText(2)}
+`).tables;
+    await new Reconciler(w.other, { attempts: 5 }).once({ tables });
+    await w.settled();
+    const r = await w.reconciler.once({ tables, useKnown: true, learn: true, trustSoleCommit: true });
+    expect(r).toMatchObject({ status: 'in-sync' });
+    expect(w.view.rulesOf(tables[0]!)).toBeUndefined();
+    expect(w.view.seed(tables, r.first.observed, r.generation)).toBe('seeded');
+    const rules = followedRules(w.view, 'c');
+    expect(rules).not.toBe(r.first.observed[0]!.rules.get('c'));
+    rules.forEach((x, j) => expect(x.exprs).toBe(tables[0]!.chains[0]!.rules[j]!.compiled.exprs));
+    expect(rules.map((x) => x.handle)).toEqual(await handles(w));
+    // Repaired from the events like any other.
+    const [, second] = await handles(w);
+    await w.other.commit(new Batch().delete('rule', { ...C, handle: second }));
+    await w.settled();
+    const plan = w.view.plan();
+    if (!plan || plan === 'clean') throw new Error('no plan');
+    w.view.expect(r.generation + 2, plan.expected);
+    const echoed = await w.conn.commit(plan.batch, { expectGeneration: r.generation + 1, echo: true });
+    expect(w.view.learnCommit(r.generation + 2, echoed!.handles!)).toBe(true);
+    expect(w.view.handlesOf('ip', 't', 'c')).toEqual(await handles(w));
+    expect(await new Reconciler(w.other, { attempts: 1 }).once({ tables, readOnly: true })).toMatchObject({ status: 'in-sync' });
   });
 
   it('a foreign change the events left otherwise than desired (a foreign rule left in place) is planned from the difference the view holds: no read', async () => {
