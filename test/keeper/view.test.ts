@@ -12,7 +12,7 @@ import type { MonitorBatch, MonitorEvent } from '../../src/netlink/events.js';
 import { Reconciler, type PassInput } from '../../src/keeper/reconciler.js';
 import { KernelView } from '../../src/keeper/view.js';
 import { FakeKernel, type FakeConn, type FakeWatch } from '../helpers/fake-kernel.js';
-import { planConfig, ruleText } from './plan-fixtures.js';
+import { planConfig, readPlanChain, rng, ruleText } from './plan-fixtures.js';
 import { parseConfig } from '../../src/config/config.js';
 import type { TableConfig } from '../../src/model/desired.js';
 import type { Rule } from '../../src/netlink/objects.js';
@@ -234,6 +234,57 @@ tables:
     expect(w.view.learnCommit(r.generation + 2, echoed!.handles!)).toBe(true);
     expect(w.view.handlesOf('ip', 't', 'c')).toEqual(await handles(w));
     expect(await new Reconciler(w.other, { attempts: 1 }).once({ tables, readOnly: true })).toMatchObject({ status: 'in-sync' });
+  });
+
+  it('random foreign changes (deletions, replaces in place, foreign rules anywhere) are planned from the match the events hold: the fewest ops, the kernel as desired, every other handle kept', async () => {
+    for (let seed = 1; seed <= 40; seed++) {
+      const rand = rng(seed);
+      const ks = Array.from({ length: 3 + Math.floor(rand() * 10) }, (_, i) => i);
+      const w = world();
+      const g = await installed(w, ks);
+      const before = await handles(w);
+      const exprs = (k: number) => planConfig([k]).tables[0]!.chains[0]!.rules[0]!.compiled.exprs;
+      const change = new Batch();
+      const gone = new Set<number>();
+      const deleted = new Set<number>();
+      let replaced = 0;
+      let foreign = 0;
+      for (const [j, h] of before.entries()) {
+        const x = rand();
+        if (x < 0.2) {
+          change.delete('rule', { ...C, handle: h });
+          gone.add(h);
+          deleted.add(h);
+        } else if (x < 0.35) {
+          change.replace('rule', { ...C, handle: h, exprs: exprs(500 + j) });
+          gone.add(h);
+          replaced++;
+        } else if (x < 0.45) {
+          change.add('rule', { ...C, position: h, exprs: exprs(700 + j) });
+          foreign++;
+        }
+      }
+      if (change.length === 0) continue;
+      await w.other.commit(change);
+      await w.settled();
+      expect(w.view.exactAt(g + 1)).toBe(true);
+      const plan = w.view.plan();
+      if (!plan || plan === 'clean') throw new Error(`seed ${seed}: no plan`);
+      // One op per foreign rule and per missing rule, a missing rule and the foreign rule in its place one replace.
+      expect(plan.batch.length).toBe(gone.size + foreign);
+      w.view.expect(g + 2, plan.expected);
+      const echoed = await w.conn.commit(plan.batch, { expectGeneration: g + 1, echo: true });
+      expect(w.view.learnCommit(g + 2, echoed!.handles!)).toBe(true);
+      const now = await readPlanChain(w.conn, ks);
+      expect(now.ok, `seed ${seed}`).toBe(true);
+      // A replaced rule is replaced back at its handle; a deleted one comes back under a new one.
+      expect(now.handles.filter((h) => before.includes(h))).toEqual(before.filter((h) => !deleted.has(h)));
+      expect(w.view.handlesOf('ip', 't', 'c')).toEqual(now.handles);
+      await w.settled();
+      expect(w.view.exactAt(g + 2)).toBe(true);
+      expect(w.view.plan()).toBe('clean');
+      expect(replaced + foreign + gone.size).toBeGreaterThan(0);
+    }
   });
 
   it('a foreign change the events left otherwise than desired (a foreign rule left in place) is planned from the difference the view holds: no read', async () => {
