@@ -3,7 +3,7 @@
  * view; this is its part that follows the events): the owned tables by family and name, the last
  * commit that touched each, and the followed part of those an observation seeded
  * (OwnedTable.followed), moved by each batch in generation order (follow-events.ts), by the echo of
- * our own repair (learnCommit), and planned from by the event repairs (plan: plan.ts,
+ * our own repair (followEcho), and planned from by the event repairs (plan: plan.ts,
  * planFollowed). The events follow while the monitor's run of whole commits holds (an overflow, a
  * gap or a truncated batch loses every table); an event that cannot be followed loses its table
  * alone.
@@ -13,7 +13,7 @@ import { Batch } from '../netlink/batch.js';
 import type { EventKey, MonitorBatch, MonitorProgress } from '../netlink/events.js';
 import type { Family } from '../netlink/expr.js';
 import type { ObservedTable } from '../netlink/objects.js';
-import { followForeign, followOwn, learnEcho, unfollow, type FollowOutcome } from './follow-events.js';
+import { followForeign, followOwn, applyEcho, unfollow, type FollowOutcome } from './follow-events.js';
 import { seedTable } from './follow-seed.js';
 import { planFollowed, type FollowPlan } from './plan.js';
 import type { Expected, OwnedTable } from './owned-table.js';
@@ -222,14 +222,14 @@ export class FollowedView {
    * followed tables are exact there, and that commit touched them. False: the echo does not cover
    * the plan, or the commit's events were followed already; its events say it then.
    */
-  learnCommit(generation: number, handles: ReadonlyMap<number, number>): boolean {
+  followEcho(generation: number, handles: ReadonlyMap<number, number>): boolean {
     const planned = this.expected.get(generation);
     if (!planned || !this.following || this.generation >= generation) return false;
-    const learnt = learnEcho(planned, handles, generation);
-    if (learnt === false) return false;
+    const took = applyEcho(planned, handles, generation);
+    if (took === false) return false;
     this.expected.delete(generation);
-    if (learnt !== true) {
-      this.invalidate(learnt);
+    if (took !== true) {
+      this.invalidate(took);
       return false;
     }
     this.generation = generation;
@@ -365,7 +365,7 @@ export class FollowedView {
       const add = typeof plan === 'object' && plan.expected.length === 1 ? plan.expected[0]! : undefined;
       if (typeof plan !== 'object' || !add || !('add' in add)) throw new Error('the plan is not one rule re-added');
       this.expect(generation + 2, plan.expected);
-      if (!this.learnEchoAt(generation + 2, new Map([[add.op, on.handle!]]))) throw new Error('the view could not take the handle back');
+      if (!this.applyEchoAt(generation + 2, new Map([[add.op, on.handle!]]))) throw new Error('the view could not take the handle back');
       return plan;
     } catch (e) {
       this.invalidate(`arming the monitor: after a deletion of rule handle ${on.handle} in ${on.table} ${on.name}, ${(e as Error).message}`);
@@ -376,11 +376,11 @@ export class FollowedView {
     }
   }
 
-  /** learnCommit without touching (planAfter's commit is imagined). */
-  private learnEchoAt(generation: number, handles: ReadonlyMap<number, number>): boolean {
+  /** followEcho without touching (planAfter's commit is imagined). */
+  private applyEchoAt(generation: number, handles: ReadonlyMap<number, number>): boolean {
     const planned = this.expected.get(generation);
     this.expected.delete(generation);
-    return !!planned && learnEcho(planned, handles, generation) === true;
+    return !!planned && applyEcho(planned, handles, generation) === true;
   }
 }
 

@@ -165,7 +165,7 @@ export function confirm(kt: TableRules, t: TableConfig): boolean {
  * The events followed the table (exact at a later generation than `kt`): its rules take what they
  * followed. A chain the events hold as desired is held in the followed part's own array (shared,
  * not copied; where the rules held it in another array at the same handles, that one, with the
- * digests it learnt, becomes the shared one). A chain the events left otherwise than desired holds,
+ * digests a read gave it, becomes the shared one). A chain the events left otherwise than desired holds,
  * in the kernel's order, the desired rules present and a stand-in for each foreign rule, with the
  * difference the events followed (kt.held); a followed set that differs holds what the kernel
  * holds: the observation plans from them, reading nothing. False when `kt` does not hold exactly

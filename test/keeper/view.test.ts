@@ -146,7 +146,7 @@ describe('the kernel view', () => {
     expect(plan.batch.ops).toMatchObject([{ verb: 'add', object: 'rule', chain: 'c' }]);
     w.view.expect(g + 2, plan.expected);
     const echoed = await w.conn.commit(plan.batch, { expectGeneration: g + 1, echo: true });
-    expect(w.view.learnCommit(g + 2, echoed!.handles!)).toBe(true);
+    expect(w.view.followEcho(g + 2, echoed!.handles!)).toBe(true);
     expect(w.view.currency()).toEqual({ exact: true, generation: g + 2 });
     expect(w.view.plan()).toBe('clean');
     expect(w.view.handlesOf('ip', 't', 'c')).toEqual(await handles(w));
@@ -184,7 +184,7 @@ describe('the kernel view', () => {
     if (!plan || plan === 'clean') throw new Error('no plan');
     w.view.expect(g + 2, plan.expected);
     const echoed = await w.conn.commit(plan.batch, { expectGeneration: g + 1, echo: true });
-    expect(w.view.learnCommit(g + 2, echoed!.handles!)).toBe(true);
+    expect(w.view.followEcho(g + 2, echoed!.handles!)).toBe(true);
     // The re-added rule is a known rule at its new handle in that one array.
     expect(followedRules(w.view, 'c')).toBe(array);
     expect(array.map((x) => x.handle)).toEqual(await handles(w));
@@ -231,7 +231,7 @@ tables:
     if (!plan || plan === 'clean') throw new Error('no plan');
     w.view.expect(r.generation + 2, plan.expected);
     const echoed = await w.conn.commit(plan.batch, { expectGeneration: r.generation + 1, echo: true });
-    expect(w.view.learnCommit(r.generation + 2, echoed!.handles!)).toBe(true);
+    expect(w.view.followEcho(r.generation + 2, echoed!.handles!)).toBe(true);
     expect(w.view.handlesOf('ip', 't', 'c')).toEqual(await handles(w));
     expect(await new Reconciler(w.other, { attempts: 1 }).once({ tables, readOnly: true })).toMatchObject({ status: 'in-sync' });
   });
@@ -274,7 +274,7 @@ tables:
       expect(plan.batch.length).toBe(gone.size + foreign);
       w.view.expect(g + 2, plan.expected);
       const echoed = await w.conn.commit(plan.batch, { expectGeneration: g + 1, echo: true });
-      expect(w.view.learnCommit(g + 2, echoed!.handles!)).toBe(true);
+      expect(w.view.followEcho(g + 2, echoed!.handles!)).toBe(true);
       const now = await readPlanChain(w.conn, ks);
       expect(now.ok, `seed ${seed}`).toBe(true);
       // A replaced rule is replaced back at its handle; a deleted one comes back under a new one.
@@ -529,7 +529,7 @@ describe('the kernel view, per owned table', () => {
     expect(plan.batch.ops).toMatchObject([{ verb: 'add', object: 'rule', table: 'b', chain: 'c' }]);
     w.view.expect(g + 3, plan.expected);
     const echoed = await w.conn.commit(plan.batch, { expectGeneration: g + 2, echo: true });
-    expect(w.view.learnCommit(g + 3, echoed!.handles!)).toBe(true);
+    expect(w.view.followEcho(g + 3, echoed!.handles!)).toBe(true);
     expect(w.view.handlesOf('ip', 'b', 'c')).toEqual((await w.other.listRules(B)).map((x) => x.handle));
     // With nothing left to repair in b, the events plan nothing: table a needs a full pass.
     expect(w.view.plan()).toBeUndefined();
@@ -558,7 +558,7 @@ describe('the kernel view, per owned table', () => {
     if (!plan || plan === 'clean') throw new Error('no plan');
     w.view.expect(g + 2, plan.expected);
     const echoed = await w.conn.commit(plan.batch, { expectGeneration: g + 1, echo: true });
-    expect(w.view.learnCommit(g + 2, echoed!.handles!)).toBe(true);
+    expect(w.view.followEcho(g + 2, echoed!.handles!)).toBe(true);
     await w.settled();
     expect(w.view.tableCurrency(tb!, g + 2)).toEqual({ exact: true, generation: g + 2 });
     dumps.clear();
