@@ -76,6 +76,26 @@ async function installed(w: World, ks = [0, 1, 2]): Promise<number> {
 
 const handles = async (w: World) => (await w.conn.listRules(C)).map((r) => r.handle!);
 
+/** Installed by another writer as `tables` (the same objects the view is then seeded for), read by a pass planned from the view, the followed part seeded from it. */
+async function seededWith(w: World, tables: TableConfig[]): ReturnType<Reconciler['once']> {
+  await new Reconciler(w.other, { attempts: 5 }).once({ tables });
+  await w.settled();
+  const r = await w.reconciler.once({ tables, useKnown: true, learn: true, trustSoleCommit: true });
+  expect(r).toMatchObject({ status: 'in-sync' });
+  expect(w.view.seed(tables, r.first.observed, r.generation)).toBe('seeded');
+  return r;
+}
+
+/** The event repair of what the view followed at `g`, committed with its echo, which the view follows: its plan. */
+async function repairFromEvents(w: World, g: number): Promise<NonNullable<Exclude<ReturnType<KernelView['plan']>, 'clean'>>> {
+  const plan = w.view.plan();
+  if (!plan || plan === 'clean') throw new Error('no plan');
+  w.view.expect(g + 1, plan.expected);
+  const echoed = await w.conn.commit(plan.batch, { expectGeneration: g, echo: true });
+  expect(w.view.followEcho(g + 1, echoed!.handles!)).toBe(true);
+  return plan;
+}
+
 /** The followed part's array of chain `chain` of table ip t (the view's own; read here to see it is one array with the rules'). */
 const followedRules = (v: KernelView, chain: string): readonly Rule[] =>
   (v as unknown as { find(f: string, n: string): OwnedTable | undefined }).find('ip', 't')!.followed!.chains.get(chain)!.rules;
@@ -170,21 +190,14 @@ describe('the kernel view', () => {
   it('one array of handles per chain: the followed part is seeded in the rules\' array, our repair from the events moves it, the rules take it as it is', async () => {
     const w = world();
     const tables = planConfig([0, 1, 2]).tables;
-    await new Reconciler(w.other, { attempts: 5 }).once({ tables });
-    await w.settled();
-    const r = await w.reconciler.once({ tables, useKnown: true, learn: true, trustSoleCommit: true });
-    expect(w.view.seed(tables, r.first.observed, r.generation)).toBe('seeded');
+    const r = await seededWith(w, tables);
     const g = r.generation;
     const array = w.view.rulesOf(tables[0]!)!.observed.rules.get('c')!;
     expect(followedRules(w.view, 'c')).toBe(array);
     const [, second] = await handles(w);
     await w.other.commit(new Batch().delete('rule', { ...C, handle: second }));
     await w.settled();
-    const plan = w.view.plan();
-    if (!plan || plan === 'clean') throw new Error('no plan');
-    w.view.expect(g + 2, plan.expected);
-    const echoed = await w.conn.commit(plan.batch, { expectGeneration: g + 1, echo: true });
-    expect(w.view.followEcho(g + 2, echoed!.handles!)).toBe(true);
+    await repairFromEvents(w, g + 1);
     // The re-added rule is a known rule at its new handle in that one array.
     expect(followedRules(w.view, 'c')).toBe(array);
     expect(array.map((x) => x.handle)).toEqual(await handles(w));
@@ -199,20 +212,8 @@ describe('the kernel view', () => {
 
   it('a table whose rules the view does not hold (an anonymous set) is followed in known rules of its own, made from the observation\'s', async () => {
     const w = world();
-    const tables = parseConfig(`
-tables:
-  - family: ip
-    name: t
-    chains:
-      - name: c
-        type: filter
-        hook: input
-        priority: filter
-        rules:
-          - ip saddr { 10.0.0.1, 10.0.0.2 } accept
-          - ${ruleText(1)}
-          - ${ruleText(2)}
-`).tables;
+    const texts = ['ip saddr { 10.0.0.1, 10.0.0.2 } accept', ruleText(1), ruleText(2)].map((x) => JSON.stringify(x)).join(', ');
+    const tables = parseConfig(`tables: [{ family: ip, name: t, chains: [{ name: c, type: filter, hook: input, priority: filter, rules: [${texts}] }] }]`).tables;
     await new Reconciler(w.other, { attempts: 5 }).once({ tables });
     await w.settled();
     const r = await w.reconciler.once({ tables, useKnown: true, learn: true, trustSoleCommit: true });
@@ -227,11 +228,7 @@ tables:
     const [, second] = await handles(w);
     await w.other.commit(new Batch().delete('rule', { ...C, handle: second }));
     await w.settled();
-    const plan = w.view.plan();
-    if (!plan || plan === 'clean') throw new Error('no plan');
-    w.view.expect(r.generation + 2, plan.expected);
-    const echoed = await w.conn.commit(plan.batch, { expectGeneration: r.generation + 1, echo: true });
-    expect(w.view.followEcho(r.generation + 2, echoed!.handles!)).toBe(true);
+    await repairFromEvents(w, r.generation + 1);
     expect(w.view.handlesOf('ip', 't', 'c')).toEqual(await handles(w));
     expect(await new Reconciler(w.other, { attempts: 1 }).once({ tables, readOnly: true })).toMatchObject({ status: 'in-sync' });
   });
@@ -268,13 +265,9 @@ tables:
       await w.other.commit(change);
       await w.settled();
       expect(w.view.exactAt(g + 1)).toBe(true);
-      const plan = w.view.plan();
-      if (!plan || plan === 'clean') throw new Error(`seed ${seed}: no plan`);
+      const plan = await repairFromEvents(w, g + 1);
       // One op per foreign rule and per missing rule, a missing rule and the foreign rule in its place one replace.
       expect(plan.batch.length).toBe(gone.size + foreign);
-      w.view.expect(g + 2, plan.expected);
-      const echoed = await w.conn.commit(plan.batch, { expectGeneration: g + 1, echo: true });
-      expect(w.view.followEcho(g + 2, echoed!.handles!)).toBe(true);
       const now = await readPlanChain(w.conn, ks);
       expect(now.ok, `seed ${seed}`).toBe(true);
       // A replaced rule is replaced back at its handle; a deleted one comes back under a new one.
@@ -344,10 +337,7 @@ tables:
           - ip saddr @s accept
           - ${ruleText(1)}
 `).tables;
-    await new Reconciler(w.other, { attempts: 5 }).once({ tables });
-    await w.settled();
-    const r = await w.reconciler.once({ tables, useKnown: true, learn: true, trustSoleCommit: true });
-    expect(w.view.seed(tables, r.first.observed, r.generation)).toBe('seeded');
+    const r = await seededWith(w, tables);
     const set = { family: 'ip' as const, table: 't', set: 's' };
     await w.other.commit(new Batch().delete('element', { ...set, elements: [{ key: 'c0000202' }] }).add('element', { ...set, elements: [{ key: 'c6336401' }] }));
     await w.settled();
@@ -365,10 +355,7 @@ tables:
   it('a difference the events followed, against a desired chain that changed since: the observation reads that table', async () => {
     const w = world();
     const tables = planConfig([0, 1, 2]).tables;
-    await new Reconciler(w.other, { attempts: 5 }).once({ tables });
-    await w.settled();
-    const r = await w.reconciler.once({ tables, useKnown: true, learn: true, trustSoleCommit: true });
-    expect(w.view.seed(tables, r.first.observed, r.generation)).toBe('seeded');
+    const r = await seededWith(w, tables);
     const [first] = await handles(w);
     await w.other.commit(new Batch().add('rule', { ...C, position: first, exprs: planConfig([9]).tables[0]!.chains[0]!.rules[0]!.compiled.exprs }));
     await w.settled();
