@@ -210,6 +210,45 @@ describe('the kernel view', () => {
     expect(w.view.rulesOf(tables[0]!)!.observed.rules.get('c')).toBe(array);
   });
 
+  it('after a reload of the same rules (other objects) the rules and the followed part hold a chain in two arrays; the rules take it back as one, of the new desired rules', async () => {
+    const w = world();
+    const tables = planConfig([0, 1, 2]).tables;
+    const r = await seededWith(w, tables);
+    const g = r.generation;
+    // The same config parsed again: the followed part is retargeted, the next observation confirms the chain anew.
+    const again = planConfig([0, 1, 2]).tables;
+    w.view.desiredChanged(again);
+    expect(w.view.following).toBe(true);
+    expect(await w.reconciler.once({ tables: again, useKnown: true, learn: true, trustSoleCommit: true })).toMatchObject({ status: 'in-sync', fromKnown: true });
+    const confirmed = w.view.rulesOf(again[0]!)!.observed.rules.get('c')!;
+    expect(followedRules(w.view, 'c')).not.toBe(confirmed);
+    const [, second] = await handles(w);
+    await w.other.commit(new Batch().delete('rule', { ...C, handle: second }));
+    await w.settled();
+    await repairFromEvents(w, g + 1);
+    await w.settled();
+    expect(await w.view.heldAt(w.conn, g + 2, again, false, () => w.reads.n++)).toMatchObject({ read: false });
+    const rules = w.view.rulesOf(again[0]!)!.observed.rules.get('c')!;
+    expect(followedRules(w.view, 'c')).toBe(rules);
+    expect(rules.map((x) => x.handle)).toEqual(await handles(w));
+    rules.forEach((x, j) => expect(x.exprs).toBe(again[0]!.chains[0]!.rules[j]!.compiled.exprs));
+    // Where the two arrays hold the same handles, the rules' own (with the digests a read gave it) is the one kept.
+    const w2 = world();
+    const r2 = await seededWith(w2, tables);
+    w2.view.desiredChanged(again);
+    await w2.reconciler.once({ tables: again, useKnown: true, learn: true, trustSoleCommit: true });
+    const kept = w2.view.rulesOf(again[0]!)!.observed.rules.get('c')!;
+    // A foreign rule added and deleted again: the table touched, the chain as desired at the same handles.
+    const [first] = await handles(w2);
+    await w2.other.commit(new Batch().add('rule', { ...C, position: first, exprs: planConfig([9]).tables[0]!.chains[0]!.rules[0]!.compiled.exprs }));
+    await w2.settled();
+    await w2.other.commit(new Batch().delete('rule', { ...C, handle: (await handles(w2))[1]! }));
+    await w2.settled();
+    expect(await w2.view.heldAt(w2.conn, r2.generation + 2, again, false, () => w2.reads.n++)).toMatchObject({ read: false });
+    expect(w2.view.rulesOf(again[0]!)!.observed.rules.get('c')).toBe(kept);
+    expect(followedRules(w2.view, 'c')).toBe(kept);
+  });
+
   it('a table whose rules the view does not hold (an anonymous set) is followed in known rules of its own, made from the observation\'s', async () => {
     const w = world();
     const texts = ['ip saddr { 10.0.0.1, 10.0.0.2 } accept', ruleText(1), ruleText(2)].map((x) => JSON.stringify(x)).join(', ');
