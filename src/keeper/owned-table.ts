@@ -2,17 +2,19 @@
  * One owned table as the kernel view (view.ts) holds it: the one record of what the kernel holds
  * there, fed by an observation, the echo of our own commit and the monitor's events, and exact at a
  * generation or unknown, per table. It holds the kernel in two shapes that share one identity of a
- * rule (a kernel handle standing for a desired rule of a desired chain):
+ * rule (a kernel handle standing for a desired rule of a desired chain), and for a chain the kernel
+ * holds as desired one array of known rules (knownRule):
  *
- * - `rules`: per chain each rule's handle with the desired rule it is (knownRule), which an
- *   observation plans from without a dump (known.ts; after our own commit, follow-commit.ts);
- * - `followed`: per desired chain the kernel handle of each desired rule in a typed array, the
- *   rules the kernel holds that are not desired, and per followed set where its elements differ,
- *   which the events move rule by rule and element by element (follow-events.ts) and the event
- *   repairs plan from (plan.ts, planFollowed).
+ * - `rules`: per chain each rule's handle with the desired rule it is, in the kernel's order, which
+ *   an observation plans from without a dump (known.ts; after our own commit, follow-commit.ts);
+ * - `followed`: per desired chain the known rule of each desired rule by desired index (the rules'
+ *   own array where they hold that chain), the desired rules missing, the rules the kernel holds
+ *   that are not desired, and per followed set where its elements differ, which the events move rule
+ *   by rule and element by element (follow-events.ts) and the event repairs plan from (plan.ts,
+ *   planFollowed).
  *
  * The rules take what the followed part holds when events touched the table (known.ts,
- * takeFollowed): the handles, and where the events left it otherwise than desired, a stand-in for
+ * takeFollowed): its array, and where the events left it otherwise than desired, a stand-in for
  * each foreign rule and the difference they followed, which the observation plans from. So both say
  * the same of the kernel; the rules can be exact while the followed part is unknown (our full
  * pass's commit is followed by its echo into the rules, not by events).
