@@ -16,7 +16,7 @@ import type { ObservedTable } from '../netlink/objects.js';
 import { followForeign, followOwn, applyEcho, unfollow, type FollowOutcome } from './follow-events.js';
 import { seedTable } from './follow-seed.js';
 import { planFollowed, type FollowPlan } from './plan.js';
-import type { Expected, OwnedTable } from './owned-table.js';
+import type { Expected, FollowedTable, OwnedTable } from './owned-table.js';
 
 /**
  * How long a proof waits for the monitor to catch up with the kernel (it reads its socket when the
@@ -198,6 +198,37 @@ export class FollowedView {
     this.seededAt = generation;
     this.lost = undefined;
     return before?.some((b, i) => b !== undefined && b !== this.snapshot(desired[i]!)) ? 'diverged' : 'seeded';
+  }
+
+  /**
+   * Our full pass's commit made `generation`, the only commit since the observation it was planned
+   * from, and the rules of `tables` follow it (its echo): where the events followed every commit up
+   * to that observation and await none of ours, the tables the commit let go (committed), and any
+   * other unknown, are seeded again from those rules, in their arrays, at `generation`, and the
+   * commit's own events are then in the seed already. Else they stay let go (the next clean
+   * observation seeds them): the events lag, follow nothing, or a table has no rules (stateful
+   * objects, anonymous sets).
+   */
+  protected seedFromEcho(generation: number, tables: readonly TableConfig[]): void {
+    if (!this.following || this.generation !== generation - 1 || this.expected.size > 0 || tables.length !== this.seeded.length) return;
+    const again: [OwnedTable, FollowedTable][] = [];
+    for (const [i, t] of tables.entries()) {
+      const rec = this.seeded[i]!;
+      if (rec !== this.find(t.family, t.name)) return;
+      if (rec.followed) {
+        if (rec.followed.desired !== t) return;
+        continue;
+      }
+      const f = rec.rules && seedTable(t, rec.rules.observed, rec.rules);
+      if (!f) return;
+      again.push([rec, f]);
+    }
+    for (const [rec, f] of again) {
+      rec.followed = f;
+      rec.unknown = undefined;
+    }
+    this.generation = generation;
+    this.seededAt = generation;
   }
 
   /** What the events hold of `t`, to compare before and after a read-back: handles per chain, differing elements per set. */

@@ -206,7 +206,8 @@ export class KernelView extends FollowedView {
 
   /**
    * A full pass committed `batch`: the rules the view held are not the kernel's any more (until
-   * followCommit), and the events cannot follow the tables it touched (it did not plan them).
+   * followCommit), and the events cannot follow the tables it touched (it did not plan them; the
+   * rules its echo leaves may seed them again, seedFromEcho).
    */
   committed(batch: Batch): void {
     this.dropRules();
@@ -270,6 +271,7 @@ export class KernelView extends FollowedView {
     if (!out) return false;
     for (const t of u.tables) this.record(t).rules = out.get(tableKey(t));
     this.rulesAt = generation;
+    this.seedFromEcho(generation, u.tables);
     return true;
   }
 
