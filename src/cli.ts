@@ -435,26 +435,46 @@ async function oneShotLocked(o: OneShotOptions, config: import('./config/config.
   const { countRules } = await import('./model/desired.js');
   progress.step(() => `${o.config}: ${plural(config.tables.length, 'table')}, ${plural(countRules(config.tables), 'rule')} compiled`);
   const { checkOnce, renderDrift } = { ...await oneshot(), ...await import('./keeper/render-drift.js') };
+  type CheckResult = import('./keeper/oneshot.js').CheckResult;
+  // The plan as printed: every line for a pipe or a file, as always; a summary of a long plan for
+  // a terminal, counted from the lines without their rules' and elements' texts (rendered only if
+  // the plan turns out short enough to print whole).
+  const summary = io.outTty === true && !o.full;
+  const planText = (drift: CheckResult['drift']) => {
+    const found = drift.filter((d) => d.drift.length > 0);
+    if (found.length === 0) return 'in sync';
+    const lines = found.flatMap((d) => renderDrift(d.table, d.diff, !summary));
+    if (!summary) return lines.join('\n');
+    return (lines.length > SUMMARY_OVER_LINES ? summarisePlan(lines) : found.flatMap((d) => renderDrift(d.table, d.diff))).join('\n');
+  };
+  // apply renders its plan while the kernel takes the batch (the commit's wait on the addon's
+  // thread), once the first observation has said what differs; what it prints is the same.
+  let text: string | undefined;
+  let printing = false;
+  const found = o.json ? undefined : (drift: CheckResult['drift']) => setImmediate(() => {
+    try {
+      if (!printing) text = planText(drift);
+    } catch {
+      // rendered again below, where an error is reported
+    }
+  });
   const sock = new (await netlink()).NftSocket({ netns: o.netns });
   try {
-    const { drift, ops, protectUnsupported } = await checkOnce(sock, config, apply, owners);
+    const { drift, ops, protectUnsupported } = await checkOnce(sock, config, apply, owners, found ? { found } : {});
+    printing = true;
     progress.step(() => apply ? `compared with the kernel and committed ${ops} operations` : 'compared with the kernel');
     if (protectUnsupported) io.err('nfkeeper: this kernel does not support owned persistent tables; applied without protect mode');
-    const found = drift.filter((d) => d.drift.length > 0);
+    const differs = drift.some((d) => d.drift.length > 0);
     if (o.json) {
-      io.out(JSON.stringify({ inSync: found.length === 0, applied: apply ? ops : 0,
-        drift: found.flatMap((d) => d.drift.map(({ actual: _a, ...rest }) => rest)) }));
-    } else if (found.length === 0) {
-      io.out('in sync');
+      io.out(JSON.stringify({ inSync: !differs, applied: apply ? ops : 0,
+        drift: drift.flatMap((d) => d.drift.map(({ actual: _a, ...rest }) => rest)) }));
     } else {
-      const lines = found.flatMap((d) => renderDrift(d.table, d.diff));
-      // A pipe or a file gets every line, as always; a terminal gets a summary of a long plan.
       // One write: a line at a time was a system call per rule of a big install.
-      io.out((io.outTty && !o.full && lines.length > SUMMARY_OVER_LINES ? summarisePlan(lines) : lines).join('\n'));
-      if (apply) io.out(`applied ${ops} operations in one batch`);
+      io.out(text ?? planText(drift));
+      if (apply && differs) io.out(`applied ${ops} operations in one batch`);
     }
     if (apply) return EXIT.OK;
-    return found.length === 0 ? EXIT.OK : EXIT.DRIFT;
+    return differs ? EXIT.DRIFT : EXIT.OK;
   } finally {
     sock.close();
   }
