@@ -2,7 +2,7 @@
  * The nfkeeper command line. Exit codes: 0 ok / in sync, 1 drift found,
  * 2 error (bad input, kernel refusal). Output that is data has --json.
  */
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, fstatSync, readFileSync, statSync } from 'node:fs';
 import { Argument, Command, CommanderError, Option } from 'commander';
 import { SHELLS, completionScript, type Shell } from './completion.js';
 import type { ExportFormat } from './config/export.js';
@@ -39,7 +39,21 @@ function version(): string {
  * Where a command writes: lines on stdout and stderr, and whether each is a terminal (a long plan
  * is summarised on a terminal stdout; progress goes to a terminal stderr).
  */
-type Out = { out: (s: string) => void; err: (s: string) => void; outTty?: boolean; errTty?: boolean };
+type Out = {
+  out: (s: string) => void; err: (s: string) => void; outTty?: boolean; errTty?: boolean;
+  /** stdout is /dev/null: what is written there is read by no one, and a plan is not rendered for it. */
+  outDiscarded?: boolean;
+};
+
+/** Whether file descriptor `fd` is /dev/null (the same character device). */
+export function isDevNull(fd: number): boolean {
+  try {
+    const st = fstatSync(fd);
+    return st.isCharacterDevice() && st.rdev === statSync('/dev/null').rdev;
+  } catch {
+    return false;
+  }
+}
 
 /** A plan longer than this many lines is summarised on a terminal (--full prints it whole). */
 export const SUMMARY_OVER_LINES = 50;
@@ -67,6 +81,9 @@ export async function main(argv: string[], io: Out = {
   err: (s) => process.stderr.write(s + '\n'),
   outTty: process.stdout.isTTY === true,
   errTty: process.stderr.isTTY === true,
+  get outDiscarded() {
+    return isDevNull(1);
+  },
 }): Promise<number> {
   let code: number = EXIT.OK;
   const program = new Command('nfkeeper')
@@ -440,6 +457,7 @@ async function oneShotLocked(o: OneShotOptions, config: import('./config/config.
   // a terminal, counted from the lines without their rules' and elements' texts (rendered only if
   // the plan turns out short enough to print whole).
   const summary = io.outTty === true && !o.full;
+  const discarded = io.outDiscarded === true;
   const planText = (drift: CheckResult['drift']) => {
     const found = drift.filter((d) => d.drift.length > 0);
     if (found.length === 0) return 'in sync';
@@ -451,7 +469,7 @@ async function oneShotLocked(o: OneShotOptions, config: import('./config/config.
   // thread), once the first observation has said what differs; what it prints is the same.
   let text: string | undefined;
   let printing = false;
-  const found = o.json ? undefined : (drift: CheckResult['drift']) => setImmediate(() => {
+  const found = o.json || discarded ? undefined : (drift: CheckResult['drift']) => setImmediate(() => {
     try {
       if (!printing) text = planText(drift);
     } catch {
@@ -469,8 +487,9 @@ async function oneShotLocked(o: OneShotOptions, config: import('./config/config.
       io.out(JSON.stringify({ inSync: !differs, applied: apply ? ops : 0,
         drift: drift.flatMap((d) => d.drift.map(({ actual: _a, ...rest }) => rest)) }));
     } else {
-      // One write: a line at a time was a system call per rule of a big install.
-      io.out(text ?? planText(drift));
+      // One write: a line at a time was a system call per rule of a big install. Not rendered for
+      // /dev/null (`apply > /dev/null` in a script), where no one reads it.
+      if (!discarded || !differs) io.out(text ?? planText(drift));
       if (apply && differs) io.out(`applied ${ops} operations in one batch`);
     }
     if (apply) return EXIT.OK;
