@@ -467,19 +467,22 @@ async function oneShotLocked(o: OneShotOptions, config: import('./config/config.
   };
   // apply renders its plan while the kernel takes the batch (the commit's wait on the addon's
   // thread), once the first observation has said what differs; what it prints is the same.
+  // (not run if the pass ends first: a check, a small commit made at once, an error)
   let text: string | undefined;
-  let printing = false;
-  const found = o.json || discarded ? undefined : (drift: CheckResult['drift']) => setImmediate(() => {
-    try {
-      if (!printing) text = planText(drift);
-    } catch {
-      // rendered again below, where an error is reported
-    }
-  });
+  let rendering: NodeJS.Immediate | undefined;
+  const found = o.json || discarded ? undefined : (drift: CheckResult['drift']) => {
+    rendering = setImmediate(() => {
+      try {
+        text = planText(drift);
+      } catch {
+        // rendered again below, where an error is reported
+      }
+    });
+  };
   const sock = new (await netlink()).NftSocket({ netns: o.netns });
   try {
     const { drift, ops, protectUnsupported } = await checkOnce(sock, config, apply, owners, found ? { found } : {});
-    printing = true;
+    clearImmediate(rendering);
     progress.step(() => apply ? `compared with the kernel and committed ${ops} operations` : 'compared with the kernel');
     if (protectUnsupported) io.err('nfkeeper: this kernel does not support owned persistent tables; applied without protect mode');
     const differs = drift.some((d) => d.drift.length > 0);
@@ -495,6 +498,7 @@ async function oneShotLocked(o: OneShotOptions, config: import('./config/config.
     if (apply) return EXIT.OK;
     return differs ? EXIT.DRIFT : EXIT.OK;
   } finally {
+    clearImmediate(rendering);
     sock.close();
   }
 }
