@@ -19,6 +19,7 @@ import { PROJECT_ROOT } from '../src/netlink/addon.js';
 import { Batch, open } from '../src/index.js';
 import { sleep } from '../test/helpers/wait.js';
 import { withBenchNetns } from './lib/netns.js';
+import { recordArgs } from './lib/record.js';
 
 function arg(name: string, dflt: number): number {
   const i = process.argv.indexOf(name);
@@ -58,7 +59,7 @@ export async function hostile(seconds = SECONDS, everyMs = EVERY_MS): Promise<Ho
     return await withBenchNetns('hostile', async (ns) => {
       const port = 21000 + (process.pid % 1000);
       const child = spawn(process.execPath, [join(PROJECT_ROOT, 'bin', 'nfkeeper.js'), 'run', '--config', config,
-        '--netns', ns.path, '--interval', '1s', '--metrics', `127.0.0.1:${port}`], { stdio: ['ignore', 'pipe', 'ignore'] });
+        '--netns', ns.path, ...recordArgs(PROJECT_ROOT, ns), '--interval', '1s', '--metrics', `127.0.0.1:${port}`], { stdio: ['ignore', 'pipe', 'ignore'] });
       const logs: { t: number; msg: string; level?: number; delayMs?: number; lvl: number }[] = [];
       let partial = '';
       child.stdout!.on('data', (d: Buffer) => {

@@ -20,6 +20,7 @@ import { createBenchNetns, type BenchNetns } from './lib/netns.js';
 import { daemonNodeFlags } from './lib/node-flags.js';
 import { runOk } from './lib/exec.js';
 import { foreignRestore } from './scenarios/foreign.js';
+import { recordArgs } from './lib/record.js';
 
 const arg = (name: string, dflt: string) => {
   const i = process.argv.indexOf(name);
@@ -61,7 +62,7 @@ async function startDaemon(root: string, i: number, config: string): Promise<Dae
   if (FOREIGN > 0) runOk(ns, 'iptables-nft-restore', ['--noflush'], foreignRestore('a', FOREIGN));
   const port = 19700 + ((process.pid + i * 7) % 200);
   const child = spawn(process.execPath, [...daemonNodeFlags(root), join(root, 'bin', 'nfkeeper.js'), 'run', '--config', config,
-    '--netns', ns.path, '--interval', '1s', '--metrics', `127.0.0.1:${port}`, '--log-level', 'warn'], { stdio: ['ignore', 'ignore', 'inherit'] });
+    '--netns', ns.path, ...recordArgs(root, ns), '--interval', '1s', '--metrics', `127.0.0.1:${port}`, '--log-level', 'warn'], { stdio: ['ignore', 'ignore', 'inherit'] });
   return { root, ns, child, port, exited: new Promise((r) => child.on('exit', r)) };
 }
 

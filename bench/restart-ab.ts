@@ -19,6 +19,7 @@ import { open } from '../src/netlink/socket.js';
 import { withBenchNetns, type BenchNetns } from './lib/netns.js';
 import { chainYaml } from './scenarios/s8.js';
 import { daemonNodeFlags } from './lib/node-flags.js';
+import { takesRecord } from './lib/record.js';
 
 const arg = (name: string, dflt?: string) => {
   const i = process.argv.indexOf(name);
@@ -36,7 +37,6 @@ const cpuSeconds = (pid: number) => {
 };
 const vmHwmMiB = (pid: number) => Number(/VmHWM:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1]) / 1024;
 const loadavg = () => readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
-const takesRecord = (root: string) => spawnSync('node', [join(root, 'bin', 'nfkeeper.js'), 'run', '--help'], { encoding: 'utf8' }).stdout.includes('--record-dir');
 
 interface Run { wallS: number; cpuS: number; hwmMiB: number; wrote: boolean; record?: string }
 

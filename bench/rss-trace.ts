@@ -16,6 +16,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { PROJECT_ROOT } from '../src/netlink/addon.js';
 import { withBenchNetns } from './lib/netns.js';
 import { daemonNodeFlags } from './lib/node-flags.js';
+import { recordArgs } from './lib/record.js';
 
 const arg = (name: string, dflt: string) => {
   const i = process.argv.indexOf(name);
@@ -40,7 +41,7 @@ async function main(): Promise<void> {
   try {
     await withBenchNetns('rsst', async (ns) => {
       const daemon = (flags: string[]) => spawn(process.execPath, [...daemonNodeFlags(ROOT), ...flags, join(ROOT, 'bin', 'nfkeeper.js'), 'run', '--config', file,
-        '--netns', ns.path, '--interval', '1s', '--metrics', `127.0.0.1:${port}`, '--log-level', 'info'], { stdio: ['ignore', 'pipe', 'pipe'] });
+        '--netns', ns.path, ...recordArgs(ROOT, ns), '--interval', '1s', '--metrics', `127.0.0.1:${port}`, '--log-level', 'info'], { stdio: ['ignore', 'pipe', 'pipe'] });
       const untilReady = async (c: ReturnType<typeof daemon>) => {
         for (;;) {
           if (await fetch(`http://127.0.0.1:${port}/readyz`).then((r) => r.ok, () => false)) return;

@@ -24,6 +24,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { PROJECT_ROOT } from '../src/netlink/addon.js';
 import { withBenchNetns } from './lib/netns.js';
 import { daemonNodeFlags } from './lib/node-flags.js';
+import { recordArgs } from './lib/record.js';
 
 const arg = (name: string, dflt: string) => {
   const i = process.argv.indexOf(name);
@@ -70,7 +71,7 @@ async function once(n: number, dir: string, port: number): Promise<Sample> {
   return withBenchNetns(`rss-${n}`, async (ns) => {
     const env = { ...process.env, NODE_OPTIONS };
     const daemon = () => spawn(process.execPath, [...daemonNodeFlags(ROOT), ...NODE_FLAGS, join(ROOT, 'bin', 'nfkeeper.js'), 'run', '--config', file,
-      '--netns', ns.path, '--interval', '1s', '--metrics', `127.0.0.1:${port}`, '--log-level', 'warn'], { stdio: ['ignore', 'ignore', 'inherit'], env });
+      '--netns', ns.path, ...recordArgs(ROOT, ns), '--interval', '1s', '--metrics', `127.0.0.1:${port}`, '--log-level', 'warn'], { stdio: ['ignore', 'ignore', 'inherit'], env });
     const untilReady = async (c: ReturnType<typeof daemon>, pollMs: number) => {
       for (let i = 0; ; i++) {
         if (await fetch(`http://127.0.0.1:${port}/readyz`).then((r) => r.ok, () => false)) return;

@@ -61,7 +61,7 @@ describe('nfkeeper CLI', () => {
 
   it('run: ready on /readyz, metrics served, repairs, and SIGTERM exits 0 leaving the rules', async () => {
     const port = 20000 + (process.pid % 20000);
-    const child = spawn(process.execPath, ['bin/nfkeeper.js', 'run', '--config', good, '--netns', ns.path,
+    const child = spawn(process.execPath, ['bin/nfkeeper.js', 'run', '--config', good, '--netns', ns.path, '--record-dir', ns.record,
       // An hour-long tick: only the event path can repair, so the cause asserted below cannot race a tick.
       '--metrics', `127.0.0.1:${port}`, '--interval', '1h'], { stdio: ['ignore', 'pipe', 'pipe'] });
     const logs: string[] = [];

@@ -75,7 +75,7 @@ describe('systemd', () => {
           }
         }
       });
-      const child = spawn(process.execPath, ['bin/nfkeeper.js', 'run', '--config', config, '--netns', ns.path,
+      const child = spawn(process.execPath, ['bin/nfkeeper.js', 'run', '--config', config, '--netns', ns.path, '--record-dir', ns.record,
         '--no-metrics', '--interval', '50ms'], {
         env: { ...process.env, NOTIFY_SOCKET: sockPath, WATCHDOG_USEC: '400000' }, stdio: 'ignore',
       });
@@ -115,7 +115,7 @@ describe('systemd', () => {
       const messages: string[] = [];
       await new Promise<void>((r) => listener.stdout.once('data', () => r()));
       listener.stdout.on('data', (d: Buffer) => messages.push(...d.toString().split('\n').filter(Boolean)));
-      const child = spawn(process.execPath, ['bin/nfkeeper.js', 'run', '--config', config, '--netns', ns.path, '--no-metrics'], {
+      const child = spawn(process.execPath, ['bin/nfkeeper.js', 'run', '--config', config, '--netns', ns.path, '--record-dir', ns.record, '--no-metrics'], {
         env: { ...process.env, NOTIFY_SOCKET: sockPath }, stdio: 'ignore',
       });
       const exited = new Promise((r) => child.on('exit', r));

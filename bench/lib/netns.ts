@@ -5,13 +5,15 @@
  * retried while the namespace file is busy, and said on stderr when it fails.
  */
 import { execFileSync, spawnSync } from 'node:child_process';
-import { removeNetns } from '../../test/helpers/netns.js';
+import { recordDirOf, removeNetns } from '../../test/helpers/netns.js';
 
 export interface BenchNetns {
   name: string;
   path: string;
   /** Runs a program inside the namespace; throws with its stderr on failure. */
   exec(cmd: string, args: string[], input?: string): string;
+  /** The --record-dir for a daemon run against this namespace, removed with it (test/helpers/netns.ts). */
+  record: string;
   remove(): void;
 }
 
@@ -40,6 +42,7 @@ export function createBenchNetns(tag: string): BenchNetns {
   const ns: BenchNetns = {
     name,
     path: `/run/netns/${name}`,
+    record: recordDirOf(name),
     exec(cmd, args, input) {
       const r = spawnSync('ip', ['netns', 'exec', name, cmd, ...args], { input, encoding: 'utf8', maxBuffer: 1 << 30 });
       if (r.status !== 0) throw new Error(`${cmd} ${args.join(' ')} failed in ${name} (${r.status}): ${r.stderr || r.error}`);

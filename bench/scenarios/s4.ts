@@ -20,6 +20,7 @@ import { Batch, open } from '../../src/index.js';
 import { withBenchNetns } from '../lib/netns.js';
 import { runOk } from '../lib/exec.js';
 import { foreignCount, foreignRestore } from './foreign.js';
+import { recordArgs } from '../lib/record.js';
 
 const WHERE = { family: 'ip' as const, table: 'nfkeeper', chain: 'postrouting' };
 
@@ -92,7 +93,7 @@ export async function runS4(o: S4Options): Promise<S4Row[]> {
         if (n > 0) runOk(ns, 'iptables-nft-restore', ['--noflush'], foreignRestore('a', n));
         const port = 19000 + (process.pid % 1000);
         const child = spawn(process.execPath, [join(PROJECT_ROOT, 'bin', 'nfkeeper.js'), 'run', '--config', configFile,
-          '--netns', ns.path, '--interval', '1s', '--metrics', `127.0.0.1:${port}`, '--log-level', 'warn'], { stdio: 'ignore' });
+          '--netns', ns.path, ...recordArgs(PROJECT_ROOT, ns), '--interval', '1s', '--metrics', `127.0.0.1:${port}`, '--log-level', 'warn'], { stdio: 'ignore' });
         const exited = new Promise((r) => child.on('exit', r));
         const metrics = async () => (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
         const sock = open({ netns: ns.path });

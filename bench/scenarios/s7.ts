@@ -36,6 +36,7 @@ import { ownerSpec, ownersYaml } from '../../test/owners/fixtures.js';
 import { withBenchNetns } from '../lib/netns.js';
 import { summarize, type Summary } from '../lib/stats.js';
 import { daemonNodeFlags } from '../lib/node-flags.js';
+import { recordArgs } from '../lib/record.js';
 
 export interface S7Results {
   owners: number;
@@ -130,9 +131,9 @@ const threadCpuMs = (pid: number): Map<string, number> => {
 const id = (i: number) => `alloc-${String(i).padStart(5, '0')}`;
 const us = (t0: number) => (performance.now() - t0) * 1000;
 
-function daemon(root: string, config: string, netns: string, port: number, nodeFlags: string[] = []): { child: ChildProcess; ready: Promise<void>; stop: () => Promise<void> } {
+function daemon(root: string, config: string, ns: { path: string; record: string }, port: number, nodeFlags: string[] = []): { child: ChildProcess; ready: Promise<void>; stop: () => Promise<void> } {
   // With the Node flags bin/nfkeeper.js's first line gives, as the daemon runs when installed.
-  const child = spawn(process.execPath, [...daemonNodeFlags(root), ...nodeFlags, join(root, 'bin', 'nfkeeper.js'), 'run', '--config', config, '--netns', netns, '--interval', '1s',
+  const child = spawn(process.execPath, [...daemonNodeFlags(root), ...nodeFlags, join(root, 'bin', 'nfkeeper.js'), 'run', '--config', config, '--netns', ns.path, ...recordArgs(root, ns), '--interval', '1s',
     '--metrics', `127.0.0.1:${port}`, '--log-level', 'warn'], { stdio: ['ignore', 'ignore', 'inherit'] });
   const exited = new Promise((r) => child.on('exit', r));
   const ready = (async () => {
@@ -163,7 +164,7 @@ export async function registerOwners(o: { root: string; dir: string; port: numbe
     const dir = mkdtempSync(join(o.dir, 'reg-'));
     const file = join(dir, 'owners.yaml');
     writeFileSync(file, ownersYaml(dir));
-    const d = daemon(o.root, file, ns.path, o.port, [...(o.nodeFlags ?? []), ...(o.cpuProfDir ? ['--cpu-prof', '--cpu-prof-dir', o.cpuProfDir] : [])]);
+    const d = daemon(o.root, file, ns, o.port, [...(o.nodeFlags ?? []), ...(o.cpuProfDir ? ['--cpu-prof', '--cpu-prof-dir', o.cpuProfDir] : [])]);
     const agent = new Agent({ keepAlive: true, maxSockets: o.inFlight });
     try {
       await d.ready;
@@ -377,7 +378,7 @@ export async function runS7(o: S7Options): Promise<S7Results> {
         writeFileSync(file, n === 0 ? readFileSync(join(PROJECT_ROOT, 'examples', 'flannel.yaml'), 'utf8')
           : `tables:\n  - family: ip\n    name: nfk-s7\n    chains:\n      - name: owned\n        type: nat\n        hook: postrouting\n        priority: srcnat\n        rules:\n` +
             Array.from({ length: n }, (_, i) => `          - ip saddr ${addr(i)} ip daddr 192.0.2.1 return`).join('\n') + '\n');
-        const d = daemon(root, file, ns.path, port + 1);
+        const d = daemon(root, file, ns, port + 1);
         try {
           await d.ready;
           await sleep(15_000);  // start-up settled, the read-back done, some ticks

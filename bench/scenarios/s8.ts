@@ -30,6 +30,7 @@ import { withBenchNetns, type BenchNetns } from '../lib/netns.js';
 import { summarize, type Summary } from '../lib/stats.js';
 import { alternate, runWhole, summarizeRuns, type ProcessRun, type WholeSummary } from '../lib/whole.js';
 import { probeElementRepairs, probeRepairs } from '../probe.js';
+import { recordArgs } from '../lib/record.js';
 
 export interface S8Options {
   /** Rules in one chain for the install rows. */
@@ -161,7 +162,7 @@ async function startDaemon(ns: BenchNetns, config: string, extra: string[] = [],
   const port = nextPort++;
   const t0 = performance.now();
   const child = spawn(NODE, [...daemonNodeFlags(root), join(root, 'bin', 'nfkeeper.js'), 'run', '--config', config, '--netns', ns.path,
-    '--metrics', `127.0.0.1:${port}`, ...extra], { stdio: ['ignore', 'ignore', 'inherit'] });
+    '--metrics', `127.0.0.1:${port}`, ...recordArgs(root, ns, extra), ...extra], { stdio: ['ignore', 'ignore', 'inherit'] });
   const exited = new Promise((r) => child.on('exit', r));
   for (;;) {
     if (child.exitCode !== null) throw new Error('nfkeeper run exited before it was ready');

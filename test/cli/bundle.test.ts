@@ -178,7 +178,7 @@ describe('the bundled daemon', () => {
     const first = ['ip saddr 10.244.0.0/16 ip daddr 10.244.0.0/16 return'];
     const second = [...first, 'ip saddr 10.244.0.0/16 masquerade'];
     writeFileSync(config, nft(first));
-    const child = spawn(process.execPath, ['bin/nfkeeper.js', 'run', '--config', config, '--netns', ns.path, '--no-metrics',
+    const child = spawn(process.execPath, ['bin/nfkeeper.js', 'run', '--config', config, '--netns', ns.path, '--record-dir', ns.record, '--no-metrics',
       '--interval', '1s', '--log-level', 'info'], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
     const logs: string[] = [];
     child.stdout.on('data', (d: Buffer) => logs.push(...d.toString().split('\n').filter(Boolean)));

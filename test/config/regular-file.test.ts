@@ -79,7 +79,7 @@ describe('only regular files as config and env files', () => {
       const config = join(dir, 'config.yaml');
       writeFileSync(config, ownersYaml(dir));
       const sock = join(dir, 'nfkeeper.sock');
-      const d = spawn(process.execPath, ['bin/nfkeeper.js', 'run', '--config', config, '--netns', ns.path, '--no-metrics', '--interval', '200ms'],
+      const d = spawn(process.execPath, ['bin/nfkeeper.js', 'run', '--config', config, '--netns', ns.path, '--record-dir', ns.record, '--no-metrics', '--interval', '200ms'],
         { stdio: ['ignore', 'pipe', 'pipe'] });
       let logs = '';
       d.stdout!.on('data', (b: Buffer) => { logs += b.toString(); });

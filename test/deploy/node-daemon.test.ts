@@ -47,7 +47,7 @@ describe('the ConfigMap config under nfkeeper run', () => {
     const cm = parse(readFileSync('deploy/kubernetes/configmap.yaml', 'utf8'));
     writeFileSync(config, (cm.data['config.yaml'] as string).replace('/run/flannel/subnet.env', env));
     const port = 20000 + ((process.pid + 7919) % 20000);
-    const child = spawn(process.execPath, ['bin/nfkeeper.js', 'run', '--config', config, '--netns', ns.path,
+    const child = spawn(process.execPath, ['bin/nfkeeper.js', 'run', '--config', config, '--netns', ns.path, '--record-dir', ns.record,
       '--metrics', `127.0.0.1:${port}`, '--interval', '1h'], { stdio: ['ignore', 'ignore', 'pipe'] });
     let stderr = '';
     child.stderr.on('data', (d: Buffer) => { stderr += d.toString(); });

@@ -46,6 +46,7 @@ function netnsHooked(tag: string, setup: ((ns: Netns) => void) | undefined,
   return {
     get name() { return ns().name; },
     get path() { return ns().path; },
+    get record() { return ns().record; },
     exec: (cmd, args, input) => ns().exec(cmd, args, input),
     nft: (script) => ns().nft(script),
     remove: () => ns().remove(),

@@ -4,6 +4,9 @@
  * touched (test/global-setup.ts checks that it is the same at the end).
  */
 import { execFileSync, spawnSync } from 'node:child_process';
+import { rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 
 let counter = 0;
 
@@ -23,7 +26,18 @@ export interface Netns {
   exec(cmd: string, args: string[], input?: string): string;
   /** nft -f - inside the namespace. */
   nft(script: string): string;
+  /**
+   * The --record-dir for a daemon run against this namespace: the test's own directory, kept
+   * across the daemon's restarts within the test and removed with the namespace, so that no
+   * test leaves a restart record in the machine's /run/nfkeeper.
+   */
+  record: string;
   remove(): void;
+}
+
+/** The restart-record directory of the namespace `name` (made by the daemon when it writes one). */
+export function recordDirOf(name: string): string {
+  return join(tmpdir(), `nfk-record-${name}`);
 }
 
 export function createNetns(tag = 't'): Netns {
@@ -43,6 +57,7 @@ export function createNetns(tag = 't'): Netns {
     path: `/run/netns/${name}`,
     exec,
     nft: (script) => exec('nft', ['-f', '-'], script),
+    record: recordDirOf(name),
     remove: () => removeNetns(name),
   };
 }
@@ -54,6 +69,7 @@ export function createNetns(tag = 't'): Netns {
  * a single attempt left namespaces behind in full suite runs.
  */
 export function removeNetns(name: string): boolean {
+  rmSync(recordDirOf(name), { recursive: true, force: true });
   for (let attempt = 0; attempt < 20; attempt++) {
     const r = spawnSync('ip', ['netns', 'del', name], { encoding: 'utf8' });
     if (r.status === 0 || /No such file/.test(r.stderr ?? '')) return true;

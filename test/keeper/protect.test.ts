@@ -97,7 +97,7 @@ add rule ip nfkeeper postrouting ip saddr 10.244.0.0/16 ip daddr 10.244.0.0/16 r
     const dir = tempDir('protect');
     const file = join(dir, 'protected.yaml');
     writeFileSync(file, PROTECTED_YAML);
-    const child = spawn(process.execPath, ['bin/nfkeeper.js', 'run', '--config', file, '--netns', ns.path, '--no-metrics'],
+    const child = spawn(process.execPath, ['bin/nfkeeper.js', 'run', '--config', file, '--netns', ns.path, '--record-dir', ns.record, '--no-metrics'],
       { stdio: ['ignore', 'pipe', 'pipe'] });
     const exited = new Promise((resolve) => child.on('exit', resolve));
     try {

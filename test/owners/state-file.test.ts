@@ -20,7 +20,7 @@ import { sleep } from '../helpers/wait.js';
 import { listTable, ownerSpec, ownersYaml, writeConfig } from './fixtures.js';
 
 function daemon(config: string, ns: Netns): { child: ChildProcess; exited: Promise<number | null>; logs: string[] } {
-  const child = spawn(process.execPath, ['bin/nfkeeper.js', 'run', '--config', config, '--netns', ns.path, '--no-metrics',
+  const child = spawn(process.execPath, ['bin/nfkeeper.js', 'run', '--config', config, '--netns', ns.path, '--record-dir', ns.record, '--no-metrics',
     '--interval', '200ms'], { stdio: ['ignore', 'pipe', 'pipe'] });
   const logs: string[] = [];
   child.stdout!.on('data', (d: Buffer) => logs.push(d.toString()));

@@ -74,7 +74,7 @@ interface Daemon {
 }
 
 function startDaemon(ns: Netns, config: string): Daemon {
-  const child = spawn(process.execPath, ['bin/nfkeeper.js', 'run', '--config', config, '--netns', ns.path,
+  const child = spawn(process.execPath, ['bin/nfkeeper.js', 'run', '--config', config, '--netns', ns.path, '--record-dir', ns.record,
     '--no-metrics', '--interval', '200ms'], { stdio: ['ignore', 'pipe', 'pipe'] });
   const logs: Record<string, unknown>[] = [];
   let partial = '';

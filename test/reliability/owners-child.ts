@@ -16,7 +16,7 @@ export interface Child { child: ChildProcess; exited: Promise<number | null>; lo
 
 export function daemon(config: string, ns: Netns, o: { args?: string[]; prefix?: string[] } = {}): Child {
   // `prefix`: a command the daemon runs under (nsenter into a mount namespace).
-  const argv = [process.execPath, resolve('bin/nfkeeper.js'), 'run', '--config', config, '--netns', ns.path, '--no-metrics', '--interval', '1s', ...(o.args ?? [])];
+  const argv = [process.execPath, resolve('bin/nfkeeper.js'), 'run', '--config', config, '--netns', ns.path, '--record-dir', ns.record, '--no-metrics', '--interval', '1s', ...(o.args ?? [])];
   const [cmd, ...args] = [...(o.prefix ?? []), ...argv];
   const child = spawn(cmd!, args, { stdio: ['ignore', 'pipe', 'pipe'] });
   const logs: string[] = [];

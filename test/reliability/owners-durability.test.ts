@@ -394,7 +394,7 @@ describe('one bad owner never takes the node down', () => {
       const f = join(dir, 'config.yaml');
       writeFileSync(f, poisonConfig(poison));
       const before = ns.exec('nft', ['list', 'ruleset']);
-      const d = spawn(process.execPath, ['bin/nfkeeper.js', 'run', '--config', f, '--netns', ns.path, '--no-metrics'], { stdio: ['ignore', 'pipe', 'pipe'] });
+      const d = spawn(process.execPath, ['bin/nfkeeper.js', 'run', '--config', f, '--netns', ns.path, '--record-dir', ns.record, '--no-metrics'], { stdio: ['ignore', 'pipe', 'pipe'] });
       let err = '';
       d.stderr!.on('data', (b: Buffer) => { err += b.toString(); });
       const code = await new Promise<number | null>((resolve) => d.on('exit', resolve));
