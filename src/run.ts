@@ -129,7 +129,7 @@ function loadDaemonConfig(o: DaemonOptions, log: Logger): { config: Config; stor
     config,
     store: () => {
       const why = store?.();
-      if (why === undefined) log.debug({ cache: cache.file }, 'compiled config stored in the compile cache');
+      if (why === undefined) log.info({ cache: cache.file }, 'compiled config stored in the compile cache');
       else log.info({ cache: cache.file, why }, 'compiled config not stored in the compile cache; the next start compiles it');
     },
   };

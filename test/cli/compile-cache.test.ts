@@ -108,9 +108,12 @@ describe('nfkeeper run: the compile cache', { timeout: 180_000 }, () => {
     const g = gen();
     // A cut in the header, one in the rules, a byte changed in the rules' part and in the digest.
     const nl = whole.indexOf(0x0a);
-    const variants = [whole.subarray(0, nl - 3), whole.subarray(0, whole.length - 100), Buffer.from(whole), Buffer.from(whole)];
-    variants[2]![nl + 20] ^= 1;
-    variants[3]![whole.length - 5] ^= 1;
+    const flipped = (at: number) => {
+      const b = Buffer.from(whole);
+      b[at] = b[at]! ^ 1;
+      return b;
+    };
+    const variants = [whole.subarray(0, nl - 3), whole.subarray(0, whole.length - 100), flipped(nl + 20), flipped(whole.length - 5)];
     for (const bytes of variants) {
       writeFileSync(file, bytes, { mode: 0o600 });
       const logs = await runOnce(args, dir);
