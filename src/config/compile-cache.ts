@@ -60,13 +60,22 @@ interface Header {
   inputs: CompileInput[];
 }
 
-/** A rule as stored: its text, its expressions' indexes, its sets (0: none), its userdata (0: none). */
-type StoredRule = [string, number[], unknown[] | 0, string | 0];
+/**
+ * A chain's rules as stored, in flat arrays (no array per rule to make and drop on the way back):
+ * their texts, how many expressions each has, all their expressions' indexes one after the other,
+ * and for the few with sets or userdata, [index, sets (0: none), userdata (0: none)].
+ */
+interface StoredChain {
+  texts: string[];
+  counts: number[];
+  exprs: number[];
+  more: [number, unknown[] | 0, string | 0][];
+}
 
 /** The rules as stored: the distinct expressions, and table by table, chain by chain, the rules. */
 interface Payload {
   exprs: Expr[];
-  rules: StoredRule[][][];
+  rules: StoredChain[][];
 }
 
 /** The cache file of the config `config` compiled for the namespace `netns`, in `dir`. */
@@ -193,20 +202,24 @@ function serialise(config: Config, header: Header): string | { why: string } {
   if (why) return { why };
   const ids = new Map<Expr, number>();
   const exprs: Expr[] = [];
-  const rules = config.tables.map((t) => t.chains.map((c) => c.rules.map((r): StoredRule => {
-    const x = r.compiled;
-    const idx = new Array<number>(x.exprs.length);
-    for (let i = 0; i < idx.length; i++) {
-      const e = x.exprs[i]!;
-      let id = ids.get(e);
-      if (id === undefined) {
-        ids.set(e, id = exprs.length);
-        exprs.push(e);
+  const rules = config.tables.map((t) => t.chains.map((c): StoredChain => {
+    const out: StoredChain = { texts: new Array(c.rules.length), counts: new Array(c.rules.length), exprs: [], more: [] };
+    c.rules.forEach((r, ri) => {
+      const x = r.compiled;
+      out.texts[ri] = r.text;
+      out.counts[ri] = x.exprs.length;
+      for (const e of x.exprs) {
+        let id = ids.get(e);
+        if (id === undefined) {
+          ids.set(e, id = exprs.length);
+          exprs.push(e);
+        }
+        out.exprs.push(id);
       }
-      idx[i] = id;
-    }
-    return [r.text, idx, isNoSets(x.sets) ? 0 : x.sets, x.userdata ?? 0];
-  })));
+      if (!isNoSets(x.sets) || x.userdata !== undefined) out.more.push([ri, isNoSets(x.sets) ? 0 : x.sets, x.userdata ?? 0]);
+    });
+    return out;
+  }));
   const rest: Config = {
     ...config,
     tables: config.tables.map((t) => ({ ...t, ...(t.sets ? { sets: t.sets.map(storedSet) } : {}), chains: t.chains.map((c) => ({ ...c, rules: [] })) })),
@@ -223,6 +236,8 @@ function deserialise(text: string, options: LoadOptions): Config {
   const config = deserialize(Buffer.from(text.slice(nl + 1), 'base64')) as Config;
   if (!Array.isArray(p.exprs) || !Array.isArray(p.rules) || !Array.isArray(config?.tables) || p.rules.length !== config.tables.length) throw new Error('the payload is malformed');
   const exprs = p.exprs;
+  // Each distinct expression frozen once (asKnownRule's per rule finds them so).
+  for (let i = 0; i < exprs.length; i++) Object.freeze(exprs[i]);
   config.tables.forEach((t, ti) => {
     for (const x of t.sets ?? []) {
       x.key = keyTypeOf(x.key as unknown as StoredKeyType);
@@ -231,21 +246,26 @@ function deserialise(text: string, options: LoadOptions): Config {
     const chains = p.rules[ti]!;
     if (chains.length !== t.chains.length) throw new Error('the payload is malformed');
     t.chains.forEach((c, ci) => {
-      const stored = chains[ci]!;
-      const rules: ChainConfig['rules'] = new Array(stored.length);
-      for (let ri = 0; ri < stored.length; ri++) {
-        const [text, idx, sets, userdata] = stored[ri]!;
-        const list = new Array<Expr>(idx.length);
-        for (let i = 0; i < idx.length; i++) {
-          const e = exprs[idx[i]!];
-          if (e === undefined) throw new Error(`rule ${ri + 1} of chain ${c.name} names expression ${idx[i]}, which is not stored`);
+      const { texts, counts, exprs: idx, more } = chains[ci]!;
+      const n = texts.length;
+      if (counts.length !== n) throw new Error(`chain ${c.name} is malformed`);
+      const extra = new Map(more.map(([ri, sets, userdata]) => [ri, { sets, userdata }]));
+      const rules: ChainConfig['rules'] = new Array(n);
+      let at = 0;
+      for (let ri = 0; ri < n; ri++) {
+        const list = new Array<Expr>(counts[ri]!);
+        for (let i = 0; i < list.length; i++) {
+          const e = exprs[idx[at++]!];
+          if (e === undefined) throw new Error(`rule ${ri + 1} of chain ${c.name} names an expression not stored`);
           list[i] = e;
         }
-        const compiled = withRenderedText(list, sets === 0 ? [] : sets as CompiledRule['sets'], t.family, options.interfaces);
-        if (userdata !== 0) compiled.userdata = userdata;
+        const x = extra.get(ri);
+        const compiled = withRenderedText(list, x === undefined || x.sets === 0 ? [] : x.sets as CompiledRule['sets'], t.family, options.interfaces);
+        if (x !== undefined && x.userdata !== 0) compiled.userdata = x.userdata;
         asKnownRule(compiled);
-        rules[ri] = { text, compiled };
+        rules[ri] = { text: texts[ri]!, compiled };
       }
+      if (at !== idx.length) throw new Error(`chain ${c.name} is malformed`);
       c.rules = rules;
     });
   });

@@ -183,7 +183,7 @@ export function knownRule(compiled: ChainConfig['rules'][number]['compiled'], sh
  */
 export function asKnownRule(compiled: ChainConfig['rules'][number]['compiled']): void {
   const exprs = compiled.exprs;
-  for (let i = 0; i < exprs.length; i++) Object.freeze(exprs[i]);
+  for (let i = 0; i < exprs.length; i++) if (!Object.isFrozen(exprs[i])) Object.freeze(exprs[i]);
   Object.freeze(exprs);
   if (compiled.sets.length === 0) compiled.sets = EMPTY;
 }
