@@ -192,7 +192,7 @@ export function changedInput(inputs: readonly CompileInput[], options: LoadOptio
 
 /**
  * The cache's text of `config`: the header line; the rules (the distinct expressions once, each
- * rule as a StoredRule, chain by chain) as JSON, which is quick to read back; the rest of the
+ * rule as indexes, in flat arrays per chain: StoredChain) as JSON, which is quick to read back; the rest of the
  * config (tables, chains without their rules, sets, sections) by V8's serializer, which keeps
  * what JSON would not (a key with no value, an object reached twice), in base64. Or why this
  * form would not give this config back.
