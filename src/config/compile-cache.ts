@@ -55,6 +55,8 @@ interface Header {
   version: string;
   /** A digest of nfkeeper's code (codeDigest). */
   code: string;
+  /** Node's version (its V8 writes the serialized part, and runs the compiler). */
+  node: string;
   config: string;
   includePath: readonly string[];
   inputs: CompileInput[];
@@ -108,7 +110,7 @@ export function loadConfigCached(file: string, options: LoadOptions, cache: Comp
     store: () => {
       try {
         if (inputs === undefined) return `${unstable!.replace(/\0/g, ' ')} changed while the config was compiled`;
-        const body = serialise(config, { format: FORMAT, version: cache.version, code: codeDigest(), config: file, includePath: options.includePath ?? [], inputs });
+        const body = serialise(config, { format: FORMAT, version: cache.version, code: codeDigest(), node: process.version, config: file, includePath: options.includePath ?? [], inputs });
         if (typeof body !== 'string') return body.why;
         writeSealed(path, cache.dir, body);
         return undefined;
@@ -129,6 +131,7 @@ function fromCache(path: string, file: string, options: LoadOptions, cache: Comp
   if (h.format !== FORMAT) return { why: `${path} is of format ${String(h.format)}, not ${FORMAT}` };
   if (h.version !== cache.version) return { why: `it was written by nfkeeper ${h.version}, this is ${cache.version}` };
   if (h.code !== codeDigest()) return { why: "it was written by another build of nfkeeper's code" };
+  if (h.node !== process.version) return { why: `it was written under Node ${h.node}, this is ${process.version}` };
   if (h.config !== file || JSON.stringify(h.includePath) !== JSON.stringify(options.includePath ?? [])) return { why: 'it is of another config file or include path' };
   if (!Array.isArray(h.inputs)) return { why: `${path} is corrupt: no inputs` };
   const changed = changedInput(h.inputs, options);

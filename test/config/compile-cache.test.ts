@@ -51,6 +51,7 @@ const NFT = (dir: string) => `table inet keep {
 }
 include "${dir}/conf.d/*.nft"
 `;
+const EXAMPLES = join(import.meta.dirname, '..', '..', 'examples');
 const PART = (n: number) => `table ip part${n} {\n\tchain c {\n\t\tip daddr 198.51.100.${n} return\n\t}\n}\n`;
 
 const YAML = `env:
@@ -143,6 +144,16 @@ describe('the compile cache', () => {
     }
     const st = readdirSync(cacheDir).map((f) => readFileSync(join(cacheDir, f)).length);
     expect(st).toHaveLength(2);
+  });
+
+  it('the examples: stored, and the same objects from the cache', () => {
+    for (const name of readdirSync(EXAMPLES).filter((f) => /\.(ya?ml|nft)$/.test(f))) {
+      const file = join(EXAMPLES, name);
+      expect(load(file).stored, name).toBeUndefined();
+      const again = load(file);
+      expect(again.cache.used, name).toBe(true);
+      expectSameGraph(fresh(file), again.config);
+    }
   });
 
   it('the trace holds every input the compile read', () => {
