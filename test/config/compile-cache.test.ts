@@ -13,6 +13,8 @@ import { compileCachePathOf, loadConfigCached } from '../../src/config/compile-c
 import { compactAsCompiled } from '../../src/model/compact.js';
 import { interfaceTable, type InterfaceResolver } from '../../src/rules/render.js';
 import { tempDir } from '../helpers/tmp.js';
+import { damagedCopies } from '../helpers/mutate.js';
+import { postroutingYaml } from '../keeper/helpers.js';
 
 // Every rule compiled, counted: a load from the cache compiles none.
 const compiles = vi.hoisted(() => ({ n: 0 }));
@@ -54,20 +56,7 @@ include "${dir}/conf.d/*.nft"
 const EXAMPLES = join(import.meta.dirname, '..', '..', 'examples');
 const PART = (n: number) => `table ip part${n} {\n\tchain c {\n\t\tip daddr 198.51.100.${n} return\n\t}\n}\n`;
 
-const YAML = `env:
-  files: [ENVFILE]
-tables:
-  - family: ip
-    name: env
-    chains:
-      - name: post
-        type: nat
-        hook: postrouting
-        priority: srcnat
-        rules:
-          - ip saddr \${NET} ip daddr != 224.0.0.0/4 masquerade
-          - ip daddr \${ADDR} return
-`;
+const YAML = `env:\n  files: [ENVFILE]\n${postroutingYaml('env', ['ip saddr ${NET} ip daddr != 224.0.0.0/4 masquerade', 'ip daddr ${ADDR} return'])}`;
 
 /**
  * `a` and `b` are the same object graph: the same prototypes, own keys in order (a key with no
@@ -236,13 +225,7 @@ describe('the compile cache', () => {
     const path = compileCachePathOf(cacheDir, undefined, file);
     const whole = readFileSync(path);
     const want = fresh(file);
-    const variants: [string, Buffer][] = [];
-    for (let n = 0; n < whole.length; n++) variants.push([`cut at ${n}`, whole.subarray(0, n)]);
-    for (let n = 0; n < whole.length; n++) {
-      const b = Buffer.from(whole);
-      b[n] = b[n] === 0x30 ? 0x31 : 0x30;
-      variants.push([`byte ${n} changed`, b]);
-    }
+    const variants = damagedCopies(whole);
     const reasons = new Set<string>();
     for (const [what, bytes] of variants) {
       writeFileSync(path, bytes, { mode: 0o600 });
