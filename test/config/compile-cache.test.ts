@@ -9,7 +9,9 @@ import { appendFileSync, mkdirSync, readFileSync, readdirSync, writeFileSync } f
 import { join } from 'node:path';
 import { beforeEach, describe, expect, it, vi } from 'vitest';
 import { loadConfig, type Config, type LoadOptions } from '../../src/config/config.js';
-import { compileCachePathOf, loadConfigCached } from '../../src/config/compile-cache.js';
+import { changedInput, compileCachePathOf, loadConfigCached } from '../../src/config/compile-cache.js';
+import { bytesDigest, type CompileInput } from '../../src/base/compile-inputs.js';
+import { localIsUtc } from '../../src/rules/intvalues.js';
 import { compactAsCompiled } from '../../src/model/compact.js';
 import { interfaceTable, type InterfaceResolver } from '../../src/rules/render.js';
 import { tempDir } from '../helpers/tmp.js';
@@ -189,6 +191,33 @@ describe('the compile cache', () => {
       expectSameGraph(fresh(file), next.config);
     });
   }
+
+  it('every kind of input, changed, is said', () => {
+    const o = options();
+    const utc = localIsUtc(Date.now());
+    const now: CompileInput[] = [
+      { kind: 'file', path: join(dir, 'main.nft'), sha256: bytesDigest(readFileSync(join(dir, 'main.nft'))) },
+      { kind: 'file', path: join(dir, 'none'), sha256: null },
+      { kind: 'path', path: join(dir, 'conf.d'), is: 'dir' },
+      { kind: 'dir', path: join(dir, 'conf.d'), names: readdirSync(join(dir, 'conf.d')) },
+      { kind: 'env', name: 'ADDR', value: '192.0.2.9' },
+      { kind: 'link', name: 'eth7', index: 7 },
+      { kind: 'linkName', index: 7, name: 'eth7' },
+      { kind: 'utc', at: null, utc },
+    ];
+    expect(changedInput(now, o)).toBeUndefined();
+    const changed: [CompileInput, RegExp][] = [
+      [{ ...now[0]!, sha256: 'x' } as CompileInput, /main\.nft changed/],
+      [{ ...now[1]!, path: join(dir, 'main.nft') } as CompileInput, /main\.nft can be read now/],
+      [{ ...now[2]!, is: 'none' } as CompileInput, /conf\.d is a directory now/],
+      [{ ...now[3]!, names: [] } as CompileInput, /conf\.d lists other files now/],
+      [{ ...now[4]!, value: null } as CompileInput, /ADDR is set now/],
+      [{ ...now[5]!, index: null } as CompileInput, /eth7 exists now/],
+      [{ ...now[6]!, name: 'eth8' } as CompileInput, /index 7 is eth7 now, not eth8/],
+      [{ ...now[7]!, utc: !utc } as CompileInput, /time zone changed/],
+    ];
+    for (const [input, why] of changed) expect(changedInput([...now, input], o)).toMatch(why);
+  });
 
   it('an unchanged input that was not unset before (the config did not use the variable): still used', () => {
     const file = join(dir, 'c.yaml');
