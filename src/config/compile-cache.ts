@@ -259,7 +259,7 @@ function deserialise(text: string, options: LoadOptions): Config {
         const list = new Array<Expr>(counts[ri]!);
         for (let i = 0; i < list.length; i++) {
           const e = exprs[idx[at++]!];
-          if (e === undefined) throw new Error(`rule ${ri + 1} of chain ${c.name} names an expression not stored`);
+          if (typeof e !== 'object') throw new Error(`rule ${ri + 1} of chain ${c.name} names an expression not stored`);
           list[i] = e;
         }
         const x = extra.get(ri);
