@@ -10,7 +10,7 @@
  * Nothing is kept when no trace runs: a note is then one comparison.
  */
 import { readFileSync } from 'node:fs';
-import { sha256Hash } from './sha256.js';
+import { sha256 } from './sha256.js';
 
 export type CompileInput =
   /** A file's bytes, by SHA-256 (null: it could not be read). */
@@ -70,14 +70,9 @@ export function traced<T>(f: () => T): { value: T; inputs?: CompileInput[]; unst
   }
 }
 
-/** The SHA-256 of bytes, in hex. */
-export function bytesDigest(b: Uint8Array | string): string {
-  return sha256Hash().update(b).digest('hex');
-}
-
 /** Notes a file read whole for the compile. */
 export function noteFile(path: string, bytes: Uint8Array | string): void {
-  noteInput(() => ({ kind: 'file', path, sha256: bytesDigest(bytes) }));
+  noteInput(() => ({ kind: 'file', path, sha256: sha256(bytes, 'hex') }));
 }
 
 const systemFiles = new Map<string, { text: string; digest?: string | null }>();
@@ -99,6 +94,6 @@ export function systemFile(path: string): string {
     systemFiles.set(path, f);
   }
   const file = f;
-  noteInput(() => ({ kind: 'file', path, sha256: file.digest !== undefined ? file.digest : (file.digest = bytesDigest(file.text)) }));
+  noteInput(() => ({ kind: 'file', path, sha256: file.digest !== undefined ? file.digest : (file.digest = sha256(file.text, 'hex')) }));
   return file.text;
 }

@@ -7,7 +7,7 @@
 import { isAscii } from 'node:buffer';
 import { lstatSync, mkdirSync, readFileSync } from 'node:fs';
 import { writeFileAtomic } from './atomic-file.js';
-import { bytesDigest } from './compile-inputs.js';
+import { sha256 } from './sha256.js';
 
 /** Why a file or directory is not this process's user's alone (undefined: it is). */
 export function notPrivate(path: string, kind: 'file' | 'directory'): string | undefined {
@@ -34,7 +34,7 @@ export function readSealed(file: string, dir: string): { body: string } | { why:
   const end = bytes.lastIndexOf(0x0a, bytes.length - 2);
   const body = end < 0 ? bytes.subarray(0, 0) : bytes.subarray(0, end);
   const sum = end < 0 ? '' : bytes.subarray(end + 1).toString('latin1').trim();
-  if (bytes[bytes.length - 1] !== 0x0a || sum !== bytesDigest(body)) return { why: `${file} is cut short or corrupt (its checksum does not match)` };
+  if (bytes[bytes.length - 1] !== 0x0a || sum !== sha256(body, 'hex')) return { why: `${file} is cut short or corrupt (its checksum does not match)` };
   // An ASCII body (nearly always) copied into a one-byte string as it is, without decoding UTF-8.
   return { body: isAscii(body) ? body.toString('latin1') : body.toString('utf8') };
 }
@@ -48,5 +48,5 @@ export function writeSealed(file: string, dir: string, body: string): void {
   const untrusted = notPrivate(dir, 'directory');
   if (untrusted) throw new Error(untrusted);
   const bytes = Buffer.from(body, 'utf8');
-  writeFileAtomic(file, Buffer.concat([bytes, Buffer.from(`\n${bytesDigest(bytes)}\n`, 'latin1')]), 0o600);
+  writeFileAtomic(file, Buffer.concat([bytes, Buffer.from(`\n${sha256(bytes, 'hex')}\n`, 'latin1')]), 0o600);
 }

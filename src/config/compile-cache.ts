@@ -19,7 +19,7 @@ import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { deserialize, serialize } from 'node:v8';
 import { fileURLToPath } from 'node:url';
-import { bytesDigest, traced, type CompileInput } from '../base/compile-inputs.js';
+import { traced, type CompileInput } from '../base/compile-inputs.js';
 import { readRegularFile } from '../base/regular-file.js';
 import { readSealed, writeSealed } from '../base/sealed-file.js';
 import { sha256, sha256Hash } from '../base/sha256.js';
@@ -148,7 +148,7 @@ export function changedInput(inputs: readonly CompileInput[], options: LoadOptio
         let now: string | null;
         try {
           // As the compile reads: never blocking on a FIFO swapped in.
-          now = bytesDigest(readRegularFile(i.path, MAX_CONFIG_BYTES));
+          now = sha256(readRegularFile(i.path, MAX_CONFIG_BYTES), 'hex');
         } catch {
           now = null;
         }

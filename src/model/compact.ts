@@ -190,4 +190,3 @@ export function asKnownRule(compiled: ChainConfig['rules'][number]['compiled']):
 
 /** Whether `a` is the frozen empty list knownRule gives a rule without sets. */
 export const isNoSets = (a: unknown): boolean => a === EMPTY;
-

@@ -10,7 +10,8 @@ import { join } from 'node:path';
 import { beforeEach, describe, expect, it, vi } from 'vitest';
 import { loadConfig, type Config, type LoadOptions } from '../../src/config/config.js';
 import { changedInput, compileCachePathOf, loadConfigCached } from '../../src/config/compile-cache.js';
-import { bytesDigest, type CompileInput } from '../../src/base/compile-inputs.js';
+import type { CompileInput } from '../../src/base/compile-inputs.js';
+import { sha256 } from '../../src/base/sha256.js';
 import { localIsUtc } from '../../src/rules/intvalues.js';
 import { compactAsCompiled } from '../../src/model/compact.js';
 import { interfaceTable, type InterfaceResolver } from '../../src/rules/render.js';
@@ -196,7 +197,7 @@ describe('the compile cache', () => {
     const o = options();
     const utc = localIsUtc(Date.now());
     const now: CompileInput[] = [
-      { kind: 'file', path: join(dir, 'main.nft'), sha256: bytesDigest(readFileSync(join(dir, 'main.nft'))) },
+      { kind: 'file', path: join(dir, 'main.nft'), sha256: sha256(readFileSync(join(dir, 'main.nft')), 'hex') },
       { kind: 'file', path: join(dir, 'none'), sha256: null },
       { kind: 'path', path: join(dir, 'conf.d'), is: 'dir' },
       { kind: 'dir', path: join(dir, 'conf.d'), names: readdirSync(join(dir, 'conf.d')) },
