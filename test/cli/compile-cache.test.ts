@@ -11,7 +11,8 @@ import { describe, expect, it } from 'vitest';
 import { open } from '../../src/netlink/socket.js';
 import { netnsPerTest } from '../helpers/netns-hooks.js';
 import { tempDir } from '../helpers/tmp.js';
-import { nfk, waitFor } from './spawn.js';
+import { ownersYaml, ownerSpec } from '../owners/fixtures.js';
+import { nfk, rawCall, waitFor } from './spawn.js';
 
 const nft = (rules: string[]) => `table ip cc {\n\tchain input {\n\t\ttype filter hook input priority filter; policy accept;\n${rules.map((r) => `\t\t${r}\n`).join('')}\t}\n}\n`;
 const RULES = ['iif "dummy0" ip saddr 192.0.2.1 accept', 'ip saddr 10.0.0.1 tcp dport 22 counter accept', 'ip saddr 10.0.0.2 tcp dport 22 counter accept'];
@@ -96,6 +97,50 @@ describe('nfkeeper run: the compile cache', { timeout: 180_000 }, () => {
     const logs = await runOnce(args, dir);
     expect(said(logs, 'compile cache')).toMatch(/not used; the config was compiled: .*c\.nft changed/);
     expect(ruleset()).toContain('ip saddr 10.0.0.3 tcp dport 22 counter packets 0 bytes 0 drop');
+  });
+
+  it('owners: registered owners and their rules stay through a restart from the cache, and a changed config reloads (SIGHUP) compiled', async () => {
+    const d = tempDir('cli-cache-owners');
+    const dir = join(d, 'rec');
+    const config = join(d, 'config.yaml');
+    writeFileSync(config, ownersYaml(d));
+    const socket = join(d, 'nfkeeper.sock');
+    const args = ['--config', config, '--record-dir', dir];
+    // The first start registers two owners; the second finds the config compiled in the cache.
+    const first = nfk(['run', ...args, '--netns', ns.path, '--no-metrics']);
+    try {
+      await waitFor('nfkeeper running', () => first.logs().some((l) => l.msg === 'nfkeeper running'));
+      for (const id of ['alloc-1', 'alloc-2']) {
+        expect((await rawCall(socket, 'PUT', `/v1/owners/${id}`, JSON.stringify(ownerSpec(Number(id.slice(-1)))))).status).toBe(201);
+      }
+      await waitFor('the compile cache', () => first.logs().some((l) => /^compiled config/.test(String(l.msg))));
+    } finally {
+      first.child.kill('SIGTERM');
+    }
+    expect((await first.exited).code).toBe(0);
+    const before = ruleset();
+    expect(before).toMatch(/comment "nfkeeper-owner=alloc-2"/);
+    const second = nfk(['run', ...args, '--netns', ns.path, '--no-metrics']);
+    try {
+      await waitFor('nfkeeper running', () => second.logs().some((l) => l.msg === 'nfkeeper running'));
+      expect(said(second.logs(), 'compile cache')).toMatch(/^compile cache matches every input/);
+      const listed = await rawCall(socket, 'GET', '/v1/owners', '');
+      expect(listed.body.owners.map((o: { id: string }) => o.id)).toEqual(['alloc-1', 'alloc-2']);
+      expect(ruleset()).toBe(before);
+      // A reload with a changed config: compiled, the owners' rules kept.
+      writeFileSync(config, ownersYaml(d).replace('tables:', 'tables:\n  - family: ip\n    name: extra\n    chains:\n      - name: c\n        rules: ["ip daddr 192.0.2.99 return"]'));
+      second.child.kill('SIGHUP');
+      await waitFor('the reload', () => second.logs().some((l) => l.msg === 'config reloaded'));
+      // (the file's watch may reload it a second time: from the cache the first reload stored, or compiled before that)
+      const loads = second.logs().filter((l) => String(l.msg).startsWith('compile cache')).map((l) => String(l.msg));
+      expect(loads.slice(0, 2)).toEqual(['compile cache matches every input: the config was not compiled', 'compile cache not used; the config was compiled']);
+      const after = ruleset();
+      expect(after).toContain('ip daddr 192.0.2.99 return');
+      expect(after).toMatch(/comment "nfkeeper-owner=alloc-2"/);
+    } finally {
+      second.child.kill('SIGTERM');
+    }
+    expect((await second.exited).code).toBe(0);
   });
 
   it('the cache cut short or changed: compiled, the kernel as desired, nothing written', async () => {
