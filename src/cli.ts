@@ -222,8 +222,8 @@ export async function main(argv: string[], io: Out = {
     .option('--reload-status <file>', "write each config reload's result here, for `nfkeeper reload` (systemd's ExecReload)")
     .option('--history <n>', 'foreign changes remembered with who made them (status, events)', '256')
     .option('--env-wait <duration>', 'at start-up, wait this long for an env file the config lists to appear (0s: fail at once), up to 1h', '5m')
-    .option('--record-dir <dir>', 'keep the restart record here: a restart onto the ruleset it records adopts it without reading the rules', DEFAULT_RECORD_DIR)
-    .option('--no-record', 'keep no restart record; every start reads the owned tables')
+    .option('--record-dir <dir>', 'keep the restart record and the compile cache here: a restart onto the ruleset it records adopts it without reading the rules, and a start whose compile inputs are unchanged does not compile', DEFAULT_RECORD_DIR)
+    .option('--no-record', 'keep no restart record and no compile cache; every start reads the owned tables and compiles the config')
     .action(async (o: RunOptions) => {
       // Every flag is checked before anything is opened, bound or read.
       const d = await runOptions(o);
