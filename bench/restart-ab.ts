@@ -5,10 +5,14 @@
  * CPU is the process's user + system time from /proc/PID/stat at that line (10 ms ticks), peak
  * RSS its VmHWM then. Each daemon is stopped with SIGTERM after `--hold-ms`, and the ruleset
  * generation is compared before and after it (a restart that wrote anything shows). A build that
- * takes --record-dir keeps its restart record in a directory of this run's; its first start (no
- * record yet) is a warm-up, left out. Nothing is asserted.
+ * takes --record-dir keeps its restart record (and, a build that has one, its compile cache) in a
+ * directory of this run's; its first start (no record yet) is a warm-up, left out, and runs until
+ * its compile cache is stored. Nothing is asserted.
  *
- *   sudo npx tsx bench/restart-ab.ts --a /path/to/checkoutA --b /path/to/checkoutB [--n 100000] [--rounds 3] [--hold-ms 1500]
+ * --from-empty: the ruleset is flushed before each start, so every start installs the N rules (the
+ * record cannot match; a compile cache stored by the warm-up can): ready from empty.
+ *
+ *   sudo npx tsx bench/restart-ab.ts --a /path/to/checkoutA --b /path/to/checkoutB [--n 100000] [--rounds 3] [--hold-ms 1500] [--from-empty]
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -30,6 +34,7 @@ if (!roots[0] || !roots[1]) throw new Error('usage: restart-ab.ts --a CHECKOUT -
 const N = Number(arg('--n', '100000'));
 const ROUNDS = Number(arg('--rounds', '3'));
 const HOLD_MS = Number(arg('--hold-ms', '1500'));
+const FROM_EMPTY = process.argv.includes('--from-empty');
 const CLK_TCK = 100;
 const cpuSeconds = (pid: number) => {
   const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
@@ -38,9 +43,10 @@ const cpuSeconds = (pid: number) => {
 const vmHwmMiB = (pid: number) => Number(/VmHWM:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1]) / 1024;
 const loadavg = () => readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
 
-interface Run { wallS: number; cpuS: number; hwmMiB: number; wrote: boolean; record?: string }
+interface Run { wallS: number; cpuS: number; hwmMiB: number; wrote: boolean; record?: string; cache?: string }
 
-async function restart(ns: BenchNetns, root: string, config: string, extra: string[]): Promise<Run> {
+async function restart(ns: BenchNetns, root: string, config: string, extra: string[], warmUp = false): Promise<Run> {
+  if (FROM_EMPTY) ns.exec('nft', ['flush', 'ruleset']);
   const sock = open({ netns: ns.path });
   try {
     const before = sock.generation();
@@ -49,9 +55,15 @@ async function restart(ns: BenchNetns, root: string, config: string, extra: stri
       { stdio: ['ignore', 'pipe', 'inherit'] });
     const exited = new Promise((r) => child.on('exit', r));
     let record: string | undefined;
+    let cache: string | undefined;
+    let cacheStored!: () => void;
+    const stored = new Promise<void>((r) => { cacheStored = r; });
     await new Promise<void>((resolve, reject) => {
       createInterface({ input: child.stdout! }).on('line', (l) => {
-        if (l.includes('"restart record')) record = (JSON.parse(l) as { msg: string }).msg.split(';')[0];
+        const msg = () => (JSON.parse(l) as { msg: string }).msg;
+        if (l.includes('"restart record')) record = msg().split(';')[0];
+        if (l.includes('"compile cache')) cache = msg().split(';')[0]!.split(':')[0];
+        if (l.includes('"compiled config')) cacheStored();
         if (l.includes('"nfkeeper running"')) resolve();
       });
       child.on('exit', () => reject(new Error('nfkeeper run exited before it was running')));
@@ -59,9 +71,11 @@ async function restart(ns: BenchNetns, root: string, config: string, extra: stri
     const wallS = (performance.now() - t0) / 1000;
     const run = { wallS, cpuS: cpuSeconds(child.pid!), hwmMiB: vmHwmMiB(child.pid!) };
     await new Promise((r) => setTimeout(r, HOLD_MS));
+    // A warm-up that compiled stores its compile cache once running: it is left to finish that.
+    if (warmUp && cache?.startsWith('compile cache not used')) await Promise.race([stored, new Promise((r) => setTimeout(r, 60_000))]);
     child.kill('SIGTERM');
     await exited;
-    return { ...run, wrote: sock.generation() !== before, ...(record ? { record } : {}) };
+    return { ...run, wrote: sock.generation() !== before, ...(record ? { record } : {}), ...(cache ? { cache } : {}) };
   } finally {
     sock.close();
   }
@@ -77,14 +91,14 @@ try {
     if (apply.status !== 0) throw new Error('the install failed');
     const runs: Run[][] = [[], []];
     // Warm-up: each build's first start (a build with a record writes it at that stop).
-    for (const i of [0, 1]) await restart(ns, roots[i]!, config, extras[i]!);
+    for (const i of [0, 1]) await restart(ns, roots[i]!, config, extras[i]!, true);
     for (let round = 0; round < ROUNDS; round++) {
       for (const k of [0, 1]) {
         const i = (round + k) % 2;
         const r = await restart(ns, roots[i]!, config, extras[i]!);
         runs[i]!.push(r);
         console.log(`round ${round + 1} ${i === 0 ? 'a' : 'b'}: ready ${r.wallS.toFixed(2)} s, CPU ${r.cpuS.toFixed(2)} s, peak RSS ${r.hwmMiB.toFixed(0)} MiB, ` +
-          `${r.wrote ? 'WROTE' : 'nothing written'}${r.record ? ` (${r.record})` : ''}; load ${loadavg()}`);
+          `${r.wrote ? 'wrote' : 'nothing written'}${r.record ? ` (${r.record})` : ''}${r.cache ? ` (${r.cache})` : ''}; load ${loadavg()}`);
       }
     }
     const med = (xs: number[]) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)]!;

@@ -41,6 +41,8 @@ class CommitRun {
   }
   // The commit itself, with the socket's gate held by the caller.
   void Run();
+  // The batch as encoded (for DigestEncodedRules, which may run beside Run()).
+  EncodedBatch* Batch() const { return batch_.get(); }
   // On the JS thread, after Run(): true and the result (undefined, or { handles } for an echo), or
   // false and the error value. Gives the encode buffer back to the socket.
   bool Outcome(Napi::Env env, Napi::Value* out);

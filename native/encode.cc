@@ -818,6 +818,7 @@ void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneratio
   out->wantDigests = digests;
   out->digests.clear();
   out->unnamed.clear();
+  out->toDigest.clear();
   if (digests) out->digests.resize(ops.Length());
   out->beginSeq = seq;
   // A rule of a few expressions is 200-400 bytes.
@@ -852,16 +853,7 @@ void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneratio
         Napi::Value pre = exprBytes.IsArray() ? exprBytes.As<Napi::Array>().Get(i) : Napi::Value();
         size_t at = out->bytes.size();
         EncodeRule(&out->bytes, verb, op, next, pre, &previous);
-        if (digests && verb != "delete") {
-          out->digests[i] = DigestOfRuleMessage(out->bytes.data() + at);
-          if (out->digests[i].empty()) {
-            std::string d = DigestOfRuleMessage(out->bytes.data() + at, true);
-            if (!d.empty()) {
-              if (out->unnamed.empty()) out->unnamed.resize(ops.Length());
-              out->unnamed[i] = std::move(d);
-            }
-          }
-        }
+        if (digests && verb != "delete") out->toDigest.emplace_back(i, at);
       }
       else if (object == "set") messages = EncodeSet(&out->bytes, verb, op, next);
       else if (object == "element") messages = EncodeElementOp(&out->bytes, verb, op, next);
@@ -875,6 +867,20 @@ void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneratio
     next += messages;
   }
   PutBatchMarker(&out->bytes, NFNL_MSG_BATCH_END, next, false, 0);
+}
+
+void DigestEncodedRules(EncodedBatch* out) {
+  for (const auto& [i, at] : out->toDigest) {
+    out->digests[i] = DigestOfRuleMessage(out->bytes.data() + at);
+    if (out->digests[i].empty()) {
+      std::string d = DigestOfRuleMessage(out->bytes.data() + at, true);
+      if (!d.empty()) {
+        if (out->unnamed.empty()) out->unnamed.resize(out->digests.size());
+        out->unnamed[i] = std::move(d);
+      }
+    }
+  }
+  out->toDigest.clear();
 }
 
 }  // namespace nfk

@@ -22,6 +22,8 @@ struct EncodedBatch {
   // With digests, per op index, for a rule that has no digest because it looks up anonymous sets:
   // its RuleDigest with those sets unnamed (digest.h), which its echo is compared with; '' else.
   std::vector<std::string> unnamed;
+  // With digests, until DigestEncodedRules: (op index, offset in `bytes`) of each rule message to digest.
+  std::vector<std::pair<uint32_t, size_t>> toDigest;
 };
 
 // Encodes `ops` (the Op type in src/netlink/batch.ts, checked by
@@ -29,11 +31,16 @@ struct EncodedBatch {
 // NFNL_BATCH_GENID so the kernel refuses the batch if the ruleset moved on.
 // Throws a NetlinkError (EINVAL) naming the op index on malformed input.
 // `exprBytes`, when an array, holds per op index either a Buffer from EncodeExpressions (that
-// op's exprs, encoded before) or nothing (encode them now). With `digests`, out->digests gets each
-// rule's digest of the bytes encoded for it (see EncodedBatch).
+// op's exprs, encoded before) or nothing (encode them now). With `digests`, the rules to digest
+// are noted (EncodedBatch::toDigest) for DigestEncodedRules.
 void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneration,
                  uint32_t generation, EncodedBatch* out, Napi::Value exprBytes = Napi::Value(),
                  bool digests = false);
+
+// Fills out->digests (and unnamed) for the rules EncodeBatch noted, from the bytes encoded for
+// them. It reads only the rules' attributes, never a message header: it may run on the JS thread
+// while a worker sends the batch (which writes the headers' sequence numbers and flags).
+void DigestEncodedRules(EncodedBatch* out);
 
 // encodeExprs(exprs) -> Buffer: a rule's NFTA_RULE_EXPRESSIONS attribute, byte for byte what a
 // commit would put in the rule's message; a commit can be handed it instead of the expressions.

@@ -347,6 +347,7 @@ Napi::Value NftSocket::Commit(const Napi::CallbackInfo& info) {
   std::unique_ptr<CommitRun> run = PrepareCommit(info);
   if (run->Small() && TryTakeGate()) {
     // A small batch commits here and now, settling the promise before it is returned.
+    DigestEncodedRules(run->Batch());
     run->Run();
     ReleaseGate();
     auto deferred = Napi::Promise::Deferred::New(env);
@@ -355,9 +356,17 @@ Napi::Value NftSocket::Commit(const Napi::CallbackInfo& info) {
     else deferred.Reject(v);
     return deferred.Promise();
   }
+  EncodedBatch* batch = run->Batch();
   auto* w = new CommitWorker(env, info.This().As<Napi::Object>(), std::move(run), this);
   Napi::Promise p = w->Promise();
   QueueGated(w);
+  // The rules' digests while the worker sends the batch and the kernel takes it: the outcome that
+  // returns them is settled on this thread, after this. The batch lives until then. A digest not
+  // made (out of memory) stays '', no digest: the commit is then read back, not proved by its echo.
+  try {
+    DigestEncodedRules(batch);
+  } catch (const std::exception&) {
+  }
   return p;
 }
 
@@ -372,6 +381,7 @@ Napi::Value NftSocket::CommitNow(const Napi::CallbackInfo& info) {
     run->Release();
     return Napi::Boolean::New(env, false);
   }
+  DigestEncodedRules(run->Batch());
   run->Run();
   ReleaseGate();
   Napi::Value v;

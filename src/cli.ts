@@ -2,7 +2,7 @@
  * The nfkeeper command line. Exit codes: 0 ok / in sync, 1 drift found,
  * 2 error (bad input, kernel refusal). Output that is data has --json.
  */
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, fstatSync, readFileSync, statSync } from 'node:fs';
 import { Argument, Command, CommanderError, Option } from 'commander';
 import { SHELLS, completionScript, type Shell } from './completion.js';
 import type { ExportFormat } from './config/export.js';
@@ -39,7 +39,21 @@ function version(): string {
  * Where a command writes: lines on stdout and stderr, and whether each is a terminal (a long plan
  * is summarised on a terminal stdout; progress goes to a terminal stderr).
  */
-type Out = { out: (s: string) => void; err: (s: string) => void; outTty?: boolean; errTty?: boolean };
+type Out = {
+  out: (s: string) => void; err: (s: string) => void; outTty?: boolean; errTty?: boolean;
+  /** stdout is /dev/null: what is written there is read by no one, and a plan is not rendered for it. */
+  outDiscarded?: boolean;
+};
+
+/** Whether file descriptor `fd` is /dev/null (the same character device). */
+export function isDevNull(fd: number): boolean {
+  try {
+    const st = fstatSync(fd);
+    return st.isCharacterDevice() && st.rdev === statSync('/dev/null').rdev;
+  } catch {
+    return false;
+  }
+}
 
 /** A plan longer than this many lines is summarised on a terminal (--full prints it whole). */
 export const SUMMARY_OVER_LINES = 50;
@@ -67,6 +81,9 @@ export async function main(argv: string[], io: Out = {
   err: (s) => process.stderr.write(s + '\n'),
   outTty: process.stdout.isTTY === true,
   errTty: process.stderr.isTTY === true,
+  get outDiscarded() {
+    return isDevNull(1);
+  },
 }): Promise<number> {
   let code: number = EXIT.OK;
   const program = new Command('nfkeeper')
@@ -205,8 +222,8 @@ export async function main(argv: string[], io: Out = {
     .option('--reload-status <file>', "write each config reload's result here, for `nfkeeper reload` (systemd's ExecReload)")
     .option('--history <n>', 'foreign changes remembered with who made them (status, events)', '256')
     .option('--env-wait <duration>', 'at start-up, wait this long for an env file the config lists to appear (0s: fail at once), up to 1h', '5m')
-    .option('--record-dir <dir>', 'keep the restart record here: a restart onto the ruleset it records adopts it without reading the rules', DEFAULT_RECORD_DIR)
-    .option('--no-record', 'keep no restart record; every start reads the owned tables')
+    .option('--record-dir <dir>', 'keep the restart record and the compile cache here: a restart onto the ruleset it records adopts it without reading the rules, and a start whose compile inputs are unchanged does not compile', DEFAULT_RECORD_DIR)
+    .option('--no-record', 'keep no restart record and no compile cache; every start reads the owned tables and compiles the config')
     .action(async (o: RunOptions) => {
       // Every flag is checked before anything is opened, bound or read.
       const d = await runOptions(o);
@@ -435,27 +452,53 @@ async function oneShotLocked(o: OneShotOptions, config: import('./config/config.
   const { countRules } = await import('./model/desired.js');
   progress.step(() => `${o.config}: ${plural(config.tables.length, 'table')}, ${plural(countRules(config.tables), 'rule')} compiled`);
   const { checkOnce, renderDrift } = { ...await oneshot(), ...await import('./keeper/render-drift.js') };
+  type CheckResult = import('./keeper/oneshot.js').CheckResult;
+  // The plan as printed: every line for a pipe or a file, as always; a summary of a long plan for
+  // a terminal, counted from the lines without their rules' and elements' texts (rendered only if
+  // the plan turns out short enough to print whole).
+  const summary = io.outTty === true && !o.full;
+  const discarded = io.outDiscarded === true;
+  const planText = (drift: CheckResult['drift']) => {
+    const found = drift.filter((d) => d.drift.length > 0);
+    if (found.length === 0) return 'in sync';
+    const lines = found.flatMap((d) => renderDrift(d.table, d.diff, !summary));
+    if (!summary) return lines.join('\n');
+    return (lines.length > SUMMARY_OVER_LINES ? summarisePlan(lines) : found.flatMap((d) => renderDrift(d.table, d.diff))).join('\n');
+  };
+  // apply renders its plan while the kernel takes the batch (the commit's wait on the addon's
+  // thread), once the first observation has said what differs; what it prints is the same.
+  // (not run if the pass ends first: a check, a small commit made at once, an error)
+  let text: string | undefined;
+  let rendering: NodeJS.Immediate | undefined;
+  const found = o.json || discarded ? undefined : (drift: CheckResult['drift']) => {
+    rendering = setImmediate(() => {
+      try {
+        text = planText(drift);
+      } catch {
+        // rendered again below, where an error is reported
+      }
+    });
+  };
   const sock = new (await netlink()).NftSocket({ netns: o.netns });
   try {
-    const { drift, ops, protectUnsupported } = await checkOnce(sock, config, apply, owners);
+    const { drift, ops, protectUnsupported } = await checkOnce(sock, config, apply, owners, found ? { found } : {});
+    clearImmediate(rendering);
     progress.step(() => apply ? `compared with the kernel and committed ${ops} operations` : 'compared with the kernel');
     if (protectUnsupported) io.err('nfkeeper: this kernel does not support owned persistent tables; applied without protect mode');
-    const found = drift.filter((d) => d.drift.length > 0);
+    const differs = drift.some((d) => d.drift.length > 0);
     if (o.json) {
-      io.out(JSON.stringify({ inSync: found.length === 0, applied: apply ? ops : 0,
-        drift: found.flatMap((d) => d.drift.map(({ actual: _a, ...rest }) => rest)) }));
-    } else if (found.length === 0) {
-      io.out('in sync');
+      io.out(JSON.stringify({ inSync: !differs, applied: apply ? ops : 0,
+        drift: drift.flatMap((d) => d.drift.map(({ actual: _a, ...rest }) => rest)) }));
     } else {
-      const lines = found.flatMap((d) => renderDrift(d.table, d.diff));
-      // A pipe or a file gets every line, as always; a terminal gets a summary of a long plan.
-      // One write: a line at a time was a system call per rule of a big install.
-      io.out((io.outTty && !o.full && lines.length > SUMMARY_OVER_LINES ? summarisePlan(lines) : lines).join('\n'));
-      if (apply) io.out(`applied ${ops} operations in one batch`);
+      // One write: a line at a time was a system call per rule of a big install. Not rendered for
+      // /dev/null (`apply > /dev/null` in a script), where no one reads it.
+      if (!discarded || !differs) io.out(text ?? planText(drift));
+      if (apply && differs) io.out(`applied ${ops} operations in one batch`);
     }
     if (apply) return EXIT.OK;
-    return found.length === 0 ? EXIT.OK : EXIT.DRIFT;
+    return differs ? EXIT.DRIFT : EXIT.OK;
   } finally {
+    clearImmediate(rendering);
     sock.close();
   }
 }

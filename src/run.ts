@@ -17,6 +17,7 @@ import { enableCollections } from './base/heap.js';
 import { MAX_CONFIG_BYTES, loadConfig, namespaceInterfaces, type Config } from './config/config.js';
 import { ConfigError, NfkeeperError } from './base/errors.js';
 import { EnvFileMissingError } from './config/env.js';
+import { loadConfigCached } from './config/compile-cache.js';
 import { formatDuration } from './base/duration.js';
 import { compactAsCompiled } from './model/compact.js';
 import { Keeper } from './keeper/keeper.js';
@@ -84,13 +85,13 @@ const EXTEND_START_MS = 60_000;
  * file that exists but is bad) fails at once. The process is not ready meanwhile: nothing is
  * listening yet, and systemd has no READY=1.
  */
-async function loadWaitingForEnv(o: DaemonOptions, log: Logger, tell: (message: string) => void): Promise<Config> {
+async function loadWaitingForEnv(o: DaemonOptions, log: Logger, tell: (message: string) => void): Promise<ReturnType<typeof loadDaemonConfig>> {
   const waitMs = o.envWaitMs ?? 0;
   const t0 = performance.now();
   let logged = false;
   for (;;) {
     try {
-      return loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns), compiled: compactAsCompiled(), includePath: o.includePath });
+      return loadDaemonConfig(o, log);
     } catch (e) {
       if (!(e instanceof EnvFileMissingError) || waitMs === 0) throw e;
       const missing = e;
@@ -109,6 +110,29 @@ async function loadWaitingForEnv(o: DaemonOptions, log: Logger, tell: (message: 
       }
     }
   }
+}
+
+/**
+ * The config compiled for the namespace, through the compile cache beside the restart record
+ * (src/config/compile-cache.ts) when the daemon keeps one. Throws the compile's errors.
+ */
+function loadDaemonConfig(o: DaemonOptions, log: Logger): { config: Config; store?: () => void } {
+  const options = { interfaces: namespaceInterfaces(o.netns), compiled: compactAsCompiled(), includePath: o.includePath };
+  if (o.recordDir === undefined) return { config: loadConfig(o.config, options) };
+  const { config, cache, store } = loadConfigCached(o.config, options, { dir: o.recordDir, version: o.version, netns: o.netns });
+  if (cache.used) {
+    log.info({ cache: cache.file }, 'compile cache matches every input: the config was not compiled');
+    return { config };
+  }
+  log.info({ cache: cache.file, why: cache.why }, 'compile cache not used; the config was compiled');
+  return {
+    config,
+    store: () => {
+      const why = store?.();
+      if (why === undefined) log.info({ cache: cache.file }, 'compiled config stored in the compile cache');
+      else log.info({ cache: cache.file, why }, 'compiled config not stored in the compile cache; the next start compiles it');
+    },
+  };
 }
 
 /** The namespace a path names: its nsfs device and inode. */
@@ -238,6 +262,8 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
   const extend = () => tell(`EXTEND_TIMEOUT_USEC=${EXTEND_START_MS * 1000}`);
   extend();
   const extendTimer = systemd.socket ? setInterval(extend, EXTEND_START_MS / 4) : undefined;
+  /** Work that waits until the daemon is running. */
+  const afterReady: (() => void)[] = [];
   let started!: () => void;
   let failedToStart!: (e: unknown) => void;
   const ready = new Promise<void>((resolve, reject) => { started = resolve; failedToStart = reject; });
@@ -245,7 +271,10 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
   try {
     // The namespace first: iif/oif names in the config resolve there.
     nsId = probeNamespace(o.netns);
-    config = await loadWaitingForEnv(o, log, tell);
+    let storeCompiled: (() => void) | undefined;
+    ({ config, store: storeCompiled } = await loadWaitingForEnv(o, log, tell));
+    // The compile cache is written once the daemon is running, not before it is ready.
+    if (storeCompiled) afterReady.push(storeCompiled);
     files = filesOf(config);
     loadedText = textOf();
     extend();
@@ -411,7 +440,9 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
       // An empty file is a write caught half-way (truncated, not yet written), far more often than
       // a wish to drop every table: that takes a file with a comment in it.
       if (statSync(o.config).size === 0) throw new ConfigError(o.config, 1, 1, 'the file is empty (being written?); a config with no tables needs at least a comment');
-      next = loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns), compiled: compactAsCompiled(), includePath: o.includePath });
+      let store: (() => void) | undefined;
+      ({ config: next, store } = loadDaemonConfig(o, log));
+      if (store) setImmediate(store);
     } catch (e) {
       metrics.reloadFailed.set(1);
       log.error({ err: e instanceof ConfigError ? e.message : e, why }, 'config reload rejected; keeping the old one');
@@ -490,6 +521,7 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
   log.info({ tables: config.tables.map((t) => `${t.family} ${t.name}`), metrics: o.metrics ?? null, socket: control?.path ?? null,
     owners: registry ? registry.size : null }, 'nfkeeper running');
   systemd.notify(`READY=1\nSTATUS=verified ${config.tables.length} tables\nMAINPID=${process.pid}`);
+  for (const f of afterReady) setImmediate(f);
 
   const error = await done;
   systemd.notify('STOPPING=1');

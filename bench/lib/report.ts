@@ -626,7 +626,8 @@ function s8Section(s: S8Result): string[] {
   const out = ['## S8 what users run, as whole processes', '',
     `Every figure is a whole process timed from outside (fork to reap, with wait4's CPU and peak RSS), \`nfkeeper\` on ${s.node} as installed ` +
       '(bin/nfkeeper.js), each beside the nft command that does the same work, run in turn with it (A B A B …) in the same namespace, ' +
-      'each install into a freshly flushed namespace. The ratio is of the medians.', '',
+      'each install into a freshly flushed namespace. The ratio is of the medians. Standard output is /dev/null, as for nft: ' +
+      '`apply` and `check` render no plan there (a pipe or a file gets every line, rendered while the kernel takes the batch).', '',
     '| work | nfkeeper wall p50 | CPU p50 | peak RSS | peer | peer wall p50 | peer CPU | peer RSS | ratio | runs |',
     '|---|---:|---:|---:|---|---:|---:|---:|---:|---:|'];
   for (const r of s.rows) {

@@ -188,13 +188,14 @@ export async function runS8(o: S8Options): Promise<S8Result> {
       (existsSync(join(o.root, 'COMMIT')) ? readFileSync(join(o.root, 'COMMIT'), 'utf8').trim() : '');
     result.before = { root: o.root, commit: commit || 'unknown' };
   }
-  const nfkWith = (bin: string) => (ns: BenchNetns | undefined, args: string[], ok = [0]) => () => runWhole(NODE, [bin, ...args], { ns, ok });
+  const nfkWith = (bin: string) => (ns: BenchNetns | undefined, args: string[], ok = [0], stdout?: string) => () => runWhole(NODE, [bin, ...args], { ns, ok, stdout });
   const nfk = nfkWith(BIN);
   const nfkBefore = beforeBin === undefined ? undefined : nfkWith(beforeBin);
   const nft = (ns: BenchNetns | undefined, args: string[]) => () => runWhole('nft', args, { ns });
   // A command in turn with its peer, and with the other build's run of it when there is one.
-  const vs = (reps: number, reset: () => void, ns: BenchNetns | undefined, args: string[], peer: () => ProcessRun) =>
-    alternate(reps, reset, nfk(ns, args), peer, nfkBefore?.(ns, args));
+  // `stdout`: a file for nfkeeper's output instead of /dev/null, where apply and check render no plan.
+  const vs = (reps: number, reset: () => void, ns: BenchNetns | undefined, args: string[], peer: () => ProcessRun, stdout?: string) =>
+    alternate(reps, reset, nfk(ns, args, [0], stdout), peer, nfkBefore?.(ns, args, [0], stdout));
   const row = (group: S8Row['group'], work: string, r: ReturnType<typeof alternate>, tool: string) => {
     result.rows.push({ group, work, nfkeeper: r.a, peer: { tool, s: r.b }, ratio: r.ratio, ...(r.before ? { before: r.before } : {}) });
     o.log(`    ${work}: nfkeeper ${(r.a.wall.median / 1000).toFixed(1)} ms, CPU ${(r.a.cpu.median / 1000).toFixed(1)} ms (${(r.a.rssKiB / 1024).toFixed(1)} MiB), ` +
@@ -213,6 +214,9 @@ export async function runS8(o: S8Options): Promise<S8Result> {
           vs(o.reps(n), flush, ns, ['apply', '--config', yamlFile], nft(ns, ['-f', nftFile])), 'nft -f');
         row('install', `${n.toLocaleString('en-US')} rules in one chain, the same .nft file`,
           vs(o.reps(n), flush, ns, ['apply', '--config', nftFile], nft(ns, ['-f', nftFile])), 'nft -f');
+        // As in a script that keeps apply's output: every line of the plan rendered and written.
+        row('install', `${n.toLocaleString('en-US')} rules in one chain, YAML config, its plan written to a file`,
+          vs(o.reps(n), flush, ns, ['apply', '--config', yamlFile], nft(ns, ['-f', nftFile]), join(dir, 'plan.txt')), 'nft -f');
       }
       for (const services of o.services) {
         const kp = kubeProxy({ services, seed: 8 });

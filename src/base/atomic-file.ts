@@ -24,11 +24,11 @@ export function tempPathOf(file: string): string {
  * it was (the temp file removed); one thrown after it (the directory's fsync) carries
  * `replaced: true`: the new content is under the name but may not survive a crash.
  */
-export function writeFileAtomic(file: string, text: string, mode = 0o600): void {
+export function writeFileAtomic(file: string, text: string | Buffer, mode = 0o600): void {
   const tmp = tempPathOf(file);
   const fd = io.openSync(tmp, 'w', mode);
   try {
-    const buf = Buffer.from(text, 'utf8');
+    const buf = typeof text === 'string' ? Buffer.from(text, 'utf8') : text;
     for (let off = 0; off < buf.length;) off += io.writeSync(fd, buf, off, buf.length - off);
     io.fsyncSync(fd);
     io.closeSync(fd);

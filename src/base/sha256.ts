@@ -8,8 +8,8 @@ import { createRequire } from 'node:module';
 let crypto: typeof import('node:crypto') | undefined;
 const loaded = () => (crypto ??= createRequire(import.meta.url)('node:crypto') as typeof import('node:crypto'));
 
-/** The SHA-256 of `text` (as UTF-8), in hex or base64. */
-export function sha256(text: string, encoding: 'hex' | 'base64'): string {
+/** The SHA-256 of `text` (a string as UTF-8, or bytes), in hex or base64. */
+export function sha256(text: string | Uint8Array, encoding: 'hex' | 'base64'): string {
   // crypto.hash: one call, no Hash object.
   return loaded().hash('sha256', text, encoding);
 }

@@ -6,6 +6,7 @@
  */
 import { isAscii } from 'node:buffer';
 import { NotRegularFileError, readRegularFile } from '../base/regular-file.js';
+import { noteFile, noteInput } from '../base/compile-inputs.js';
 import { CST, Lexer, LineCounter, parseDocument, isNode, isScalar, visit, type Document, type Scalar } from 'yaml';
 import * as z from 'zod';
 import { ConfigError, NfkeeperError } from '../base/errors.js';
@@ -172,12 +173,14 @@ export const MAX_CONFIG_RULES = 250_000;
  * Throws ConfigError, whose `all` holds every error found.
  */
 export function loadConfig(file: string, options: LoadOptions = {}): Config {
+  if (options.interfaces) options = { ...options, interfaces: notedInterfaces(options.interfaces) };
   let text: string;
   try {
     // A regular file only (a FIFO would block the daemon's loop in open, /dev/zero never end).
     // An ASCII file (nft files nearly always are) is copied into a one-byte string as it is,
     // without decoding UTF-8, a large part of a big file's read. Same text.
     const bytes = readRegularFile(file, MAX_CONFIG_BYTES);
+    noteFile(file, bytes);
     text = isAscii(bytes) ? bytes.toString('latin1') : bytes.toString('utf8');
   } catch (e) {
     if (e instanceof ConfigError) throw e;
@@ -190,6 +193,22 @@ export function loadConfig(file: string, options: LoadOptions = {}): Config {
     throw new ConfigError(file, 1, 1, `cannot read: ${why}`);
   }
   return file.endsWith('.nft') ? parseNftConfig(text, file, options) : parseConfig(text, file, options);
+}
+
+/** `interfaces`, each answer noted as an input of the compile (src/base/compile-inputs.ts). */
+function notedInterfaces(interfaces: InterfaceResolver): InterfaceResolver {
+  return {
+    indexOf: (name) => {
+      const index = interfaces.indexOf(name);
+      noteInput(() => ({ kind: 'link', name, index: index ?? null }));
+      return index;
+    },
+    nameOf: (index) => {
+      const name = interfaces.nameOf(index);
+      noteInput(() => ({ kind: 'linkName', index, name: name ?? null }));
+      return name;
+    },
+  };
 }
 
 /** The first of `errors`, carrying them all. */
@@ -274,7 +293,7 @@ function readYaml(text: string, file: string, environment: Readonly<Record<strin
     }));
   }
   const { files, vars, sources } = variablesOf(doc, lines, file, environment);
-  const { used } = substituteVariables(doc, text, lines, file, vars, sources);
+  const { used } = substituteVariables(doc, text, lines, file, vars, sources, environment);
   let raw: unknown;
   try {
     raw = doc.toJS() ?? {};
@@ -670,7 +689,13 @@ function variablesOf(doc: Document, lines: LineCounter, file: string,
  * later errors keep their positions); `substituted` holds the original text of each value changed.
  */
 function substituteVariables(doc: Document, text: string, lines: LineCounter, file: string,
-  vars: ReadonlyMap<string, string>, sources: string) {
+  vars: ReadonlyMap<string, string>, sources: string, environment?: Readonly<Record<string, string | undefined>>) {
+  // Each variable taken is an input of the compile (src/base/compile-inputs.ts): the environment's
+  // value (an env file's, which wins, is noted with the file).
+  const lookup = (name: string) => {
+    if (environment) noteInput(() => ({ kind: 'env', name, value: environment[name] ?? null }));
+    return vars.get(name);
+  };
   const used = new Set<string>();
   const substituted = new Map<Scalar, string>();
   visit(doc, {
@@ -681,7 +706,7 @@ function substituteVariables(doc: Document, text: string, lines: LineCounter, fi
     },
     Scalar(key, node) {
       if (key === 'key' || typeof node.value !== 'string' || !node.value.includes('$')) return;
-      const r = substitute(node.value, (name) => vars.get(name));
+      const r = substitute(node.value, lookup);
       if ('problem' in r) {
         const p = r.problem;
         const needle = p.kind === 'syntax' ? '${' : `\${${p.name}}`;

@@ -9,6 +9,7 @@
  * with a hole in it (`ip daddr  return`) could match far more than meant.
  */
 import { readRegularFile } from '../base/regular-file.js';
+import { noteFile } from '../base/compile-inputs.js';
 import { ConfigError } from '../base/errors.js';
 
 /** Variable names: what a shell accepts. */
@@ -47,7 +48,9 @@ export function parseEnvFile(text: string, file: string): Map<string, string> {
 export function readEnvFile(path: string, listedAt: { file: string; line: number; col: number }): Map<string, string> {
   let text: string;
   try {
-    text = readRegularFile(path, MAX_ENV_FILE_BYTES).toString('utf8');
+    const bytes = readRegularFile(path, MAX_ENV_FILE_BYTES);
+    noteFile(path, bytes);
+    text = bytes.toString('utf8');
   } catch (e) {
     throw envFileError(path, listedAt, e as NodeJS.ErrnoException);
   }

@@ -26,6 +26,7 @@
 import { readdirSync, statSync } from 'node:fs';
 import { ConfigError } from '../base/errors.js';
 import { NotRegularFileError, readRegularFile } from '../base/regular-file.js';
+import { noteFile, noteInput } from '../base/compile-inputs.js';
 
 /** nft's DEFAULT_INCLUDE_PATH as Debian builds it. */
 export const DEFAULT_INCLUDE_PATH = '/etc';
@@ -286,7 +287,9 @@ class Expander {
       let text: string;
       try {
         // As the config itself is read: never blocking on a FIFO, never reading a device without end.
-        text = readRegularFile(path, this.options.maxBytes).toString('utf8');
+        const bytes = readRegularFile(path, this.options.maxBytes);
+        noteFile(path, bytes);
+        text = bytes.toString('utf8');
       } catch (e) {
         if (e instanceof NotRegularFileError && e.kind !== undefined) this.fail(source, k, `Not a regular file: "${path}"`);
         this.fail(source, k, `Could not open file "${path}": ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
@@ -347,18 +350,29 @@ function byBytes(a: string, b: string): number {
   return Buffer.compare(Buffer.from(a), Buffer.from(b));
 }
 
+// What a path is and what a directory lists are inputs of the compile (src/base/compile-inputs.ts).
+function pathIs(p: string): 'none' | 'dir' | 'other' {
+  let is: 'none' | 'dir' | 'other';
+  try { is = statSync(p).isDirectory() ? 'dir' : 'other'; } catch { is = 'none'; }
+  noteInput(() => ({ kind: 'path', path: p, is }));
+  return is;
+}
+
 function exists(p: string): boolean {
-  try { statSync(p); return true; } catch { return false; }
+  return pathIs(p) !== 'none';
 }
 
 function isDir(p: string): boolean {
-  try { return statSync(p === '' ? '/' : p).isDirectory(); } catch { return false; }
+  return pathIs(p === '' ? '/' : p) === 'dir';
 }
 
 /** The names in `dir` one glob component matches (a leading '.' only by a leading '.', as glob(3)). */
 function matchIn(dir: string, part: string): string[] {
-  let names: string[];
-  try { names = readdirSync(dir); } catch { return []; }
+  let names: string[] | null;
+  try { names = readdirSync(dir); } catch { names = null; }
+  const listed = names;
+  noteInput(() => ({ kind: 'dir', path: dir, names: listed }));
+  if (names === null) return [];
   const re = globRegExp(part);
   return names.filter((n) => re.test(n) && (n[0] !== '.' || part[0] === '.'));
 }

@@ -12,7 +12,7 @@ import { mergeOwners } from '../owners/merge.js';
 import type { Owner } from '../owners/spec.js';
 import { TableOwnedError, protectionOf, type TableDiff } from './table.js';
 import type { Drift } from '../model/drift.js';
-import { Reconciler } from './reconciler.js';
+import { Reconciler, type Observation } from './reconciler.js';
 
 /** Removes every table the config owns, in one batch. Returns what was removed. */
 export async function cleanup(sock: NftConn, config: Config): Promise<string[]> {
@@ -48,7 +48,11 @@ export interface CheckResult {
  * short-lived socket, which leaves it an orphan for the next `run` to claim.
  */
 export async function checkOnce(sock: NftConn, config: Config, apply: boolean, owners: readonly Owner[] = [],
-  options: { retired?: { family: TableConfig['family']; name: string }[]; logger?: Logger } = {}): Promise<CheckResult> {
+  options: {
+    retired?: { family: TableConfig['family']; name: string }[]; logger?: Logger;
+    /** Given what the first observation found as soon as it is known: before apply's commit (CheckResult.drift). */
+    found?: (drift: CheckResult['drift']) => void;
+  } = {}): Promise<CheckResult> {
   // Registered owners are part of the desired state here too, or apply would collect them.
   const tables = mergeOwners(config.tables, config.owners, owners);
   const reconciler = new Reconciler(sock, { attempts: 20, log: options.logger });
@@ -57,9 +61,17 @@ export async function checkOnce(sock: NftConn, config: Config, apply: boolean, o
   // for it is the same). Apply's commit is verified from its echo (PassInput.verifyByEcho), read
   // back by digest only where the echo does not prove it.
   if (apply) reconciler.retired = [...(options.retired ?? [])];
-  const r = await reconciler.once({ tables, readOnly: !apply, allowForeignOwner: !apply, adopt: true, verifyByEcho: apply });
+  const driftOf = (o: Observation) => tables.map((t, i) => ({ table: t, drift: o.drift[i]!, diff: o.diffs[i]! }));
+  let first = true;
+  const found = options.found;
+  const onObservation = (o: Observation) => {
+    if (first) found!(driftOf(o));
+    first = false;
+  };
+  const r = await reconciler.once({ tables, readOnly: !apply, allowForeignOwner: !apply, adopt: true, verifyByEcho: apply,
+    ...(found ? { onObservation } : {}) });
   return {
-    drift: tables.map((t, i) => ({ table: t, drift: r.first.drift[i]!, diff: r.first.diffs[i]! })),
+    drift: driftOf(r.first),
     ops: r.ops,
     protectUnsupported: !reconciler.protectSupported,
   };

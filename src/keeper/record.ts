@@ -15,9 +15,9 @@
  * directory another user could have written: the ordinary start-up (a dump, a diff, a repair), with
  * the reason logged. A record is never a reason to write to the kernel, or to fail a start.
  */
-import { lstatSync, mkdirSync, readFileSync, statSync } from 'node:fs';
+import { readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import { writeFileAtomic } from '../base/atomic-file.js';
+import { readSealed, writeSealed } from '../base/sealed-file.js';
 import { sha256, sha256Hash } from '../base/sha256.js';
 import type { TableConfig } from '../model/desired.js';
 import type { Family } from '../netlink/expr.js';
@@ -123,35 +123,13 @@ export function desiredDigest(tables: readonly TableConfig[]): string {
   return h.digest('hex');
 }
 
-/** Why a file or directory is not the daemon's alone (undefined: it is). */
-function notOurs(path: string, kind: 'file' | 'directory'): string | undefined {
-  const st = lstatSync(path);
-  if (kind === 'file' ? !st.isFile() : !st.isDirectory()) return `${path} is not a ${kind}`;
-  const uid = process.geteuid?.();
-  if (uid !== undefined && st.uid !== uid) return `${path} belongs to uid ${st.uid}, not to this process's ${uid}`;
-  if ((st.mode & 0o022) !== 0) return `${path} may be written by others (mode ${(st.mode & 0o777).toString(8)})`;
-  return undefined;
-}
-
 /** The record in `file`, or why there is none to use. Never throws. */
 export function readRecord(file: string, dir: string): { record: RestartRecord } | { why: string } {
-  let text: string;
-  try {
-    const untrusted = notOurs(dir, 'directory') ?? notOurs(file, 'file');
-    if (untrusted) return { why: `not trusted: ${untrusted}` };
-    text = readFileSync(file, 'utf8');
-  } catch (e) {
-    const code = (e as NodeJS.ErrnoException).code;
-    return { why: code === 'ENOENT' ? `there is none (${file})` : `cannot read ${file}: ${(e as Error).message}` };
-  }
-  // The body, then a line with its SHA-256: a record cut short or changed anywhere does not match.
-  const end = text.lastIndexOf('\n', text.length - 2);
-  const body = end < 0 ? '' : text.slice(0, end);
-  const sum = end < 0 ? '' : text.slice(end + 1).trim();
-  if (!text.endsWith('\n') || sum !== sha256(body, 'hex')) return { why: `${file} is cut short or corrupt (its checksum does not match)` };
+  const read = readSealed(file, dir);
+  if ('why' in read) return read;
   let r: RestartRecord;
   try {
-    r = JSON.parse(body) as RestartRecord;
+    r = JSON.parse(read.body) as RestartRecord;
   } catch (e) {
     return { why: `${file} is corrupt: ${(e as Error).message}` };
   }
@@ -194,11 +172,7 @@ export function recordMismatch(r: RestartRecord, now: { version: string; bootId:
  * when the directory is not this user's alone (a record there would not be read).
  */
 export function writeRecord(file: string, dir: string, r: RestartRecord): void {
-  mkdirSync(dir, { recursive: true, mode: 0o700 });
-  const untrusted = notOurs(dir, 'directory');
-  if (untrusted) throw new Error(untrusted);
-  const body = JSON.stringify(r);
-  writeFileAtomic(file, `${body}\n${sha256(body, 'hex')}\n`, 0o600);
+  writeSealed(file, dir, JSON.stringify(r));
 }
 
 /** How often at most the record is written again while the daemon runs (it is also written at stop). */

@@ -11,9 +11,16 @@ import { commentOf } from '../rules/index.js';
 import type { RuleEdit } from './chain-edit.js';
 import type { TableDiff } from './table.js';
 
-/** Drift as nft text, for `nfkeeper check`. */
-export function renderDrift(want: TableConfig, diff: TableDiff): string[] {
+/**
+ * Drift as nft text, for `nfkeeper check`. Without `texts` every line is there with its sign and
+ * place, but the wanted rules' texts and the element lists are left out: they are rendered from
+ * expressions and bytes, most of the work in a big plan, and a terminal's summary only counts the
+ * lines.
+ */
+export function renderDrift(want: TableConfig, diff: TableDiff, texts = true): string[] {
   const out: string[] = [];
+  const textOf = texts ? (r: ChainConfig['rules'][number]) => r.compiled.text : () => '';
+  const elementsOf = texts ? elementsText : () => '';
   for (const x of diff.drift) {
     out.push(`# ${x.family} ${x.table}: ${x.detail}`);
     if (x.kind === 'table-missing' || x.kind === 'table-unprotected' || x.kind === 'table-changed') {
@@ -21,31 +28,31 @@ export function renderDrift(want: TableConfig, diff: TableDiff): string[] {
       const comment = commentOf(want.userdata);
       out.push(`+ add table ${want.family} ${want.name}${comment !== undefined ? ` { comment ${JSON.stringify(comment)}; }` : ''}`);
       for (const o of want.objects ?? []) out.push(objectText(want, o.obj));
-      for (const s of want.sets ?? []) out.push(...setText(want, s));
-      for (const c of want.chains) out.push(...chainText(want, c));
+      for (const s of want.sets ?? []) out.push(...setText(want, s, elementsOf));
+      for (const c of want.chains) out.push(...chainText(want, c, textOf));
     } else if (x.kind === 'set-missing' || x.kind === 'set-changed') {
       const s = want.sets!.find((y) => y.name === x.set)!;
       if (x.kind === 'set-changed') out.push(`- delete ${s.map ? 'map' : 'set'} ${want.family} ${want.name} ${s.name}`);
-      out.push(...setText(want, s));
+      out.push(...setText(want, s, elementsOf));
     } else if (x.kind === 'elements-differ') {
       const s = want.sets!.find((y) => y.name === x.set)!;
       const ops = diff.elements.get(s.name);
-      if (ops && ops.delete.length) out.push(`- delete element ${want.family} ${want.name} ${s.name} { ${elementsText(s.set, ops.delete)} }`);
-      if (ops && ops.add.length) out.push(`+ add element ${want.family} ${want.name} ${s.name} { ${elementsText(s.set, ops.add)} }`);
+      if (ops && ops.delete.length) out.push(`- delete element ${want.family} ${want.name} ${s.name} { ${elementsOf(s.set, ops.delete)} }`);
+      if (ops && ops.add.length) out.push(`+ add element ${want.family} ${want.name} ${s.name} { ${elementsOf(s.set, ops.add)} }`);
     } else if (x.kind === 'set-extra') {
       out.push(`- delete ${x.detail.startsWith('map ') ? 'map' : 'set'} ${want.family} ${want.name} ${x.set}`);
     } else if (x.kind === 'chain-missing' || x.kind === 'chain-changed') {
-      out.push(...chainText(want, want.chains.find((c) => c.name === x.chain)!));
+      out.push(...chainText(want, want.chains.find((c) => c.name === x.chain)!, textOf));
     } else if (x.kind === 'rules-differ') {
       const c = want.chains.find((ch) => ch.name === x.chain)!;
       const e = diff.chains.get(c.name)?.edit;
       if (e && !e.edit.rewrite) {
-        out.push(...editText(want, c, x.actual ?? [], e.rules, e.edit));
+        out.push(...editText(want, c, x.actual ?? [], e.rules, e.edit, textOf));
         continue;
       }
       out.push(`+ flush chain ${want.family} ${want.name} ${c.name}`);
       for (const line of x.actual ?? []) out.push(`- ${line}`);
-      for (const r of c.rules) out.push(`+ add rule ${want.family} ${want.name} ${c.name} ${r.compiled.text}`);
+      for (const r of c.rules) out.push(`+ add rule ${want.family} ${want.name} ${c.name} ${textOf(r)}`);
     } else if (x.kind === 'chain-extra') {
       out.push(`- delete chain ${want.family} ${want.name} ${x.chain}`);
     } else if (x.kind === 'object-missing' || x.kind === 'object-changed') {
@@ -60,11 +67,12 @@ export function renderDrift(want: TableConfig, diff: TableDiff): string[] {
 }
 
 /** A chain's edit as nft commands; a rule placed after one added just before it says so. */
-function editText(t: TableConfig, c: ChainConfig, actual: readonly string[], rules: readonly Rule[], edit: RuleEdit): string[] {
+function editText(t: TableConfig, c: ChainConfig, actual: readonly string[], rules: readonly Rule[], edit: RuleEdit,
+  textOf: (r: ChainConfig['rules'][number]) => string): string[] {
   const at = `${t.family} ${t.name} ${c.name}`;
   return edit.steps.map((x) => {
     if (x.op === 'delete') return `- delete rule ${at} handle ${rules[x.have]!.handle}  # ${actual[x.have] ?? ''}`;
-    const text = c.rules[x.want]!.compiled.text;
+    const text = textOf(c.rules[x.want]!);
     if (x.op === 'replace') return `~ replace rule ${at} handle ${rules[x.have]!.handle} ${text}  # was ${actual[x.have] ?? ''}`;
     if (!x.after) return `+ insert rule ${at} ${text}`;
     if (x.after.kind === 'kept') return `+ add rule ${at} position ${rules[x.after.have]!.handle} ${text}`;
@@ -80,10 +88,10 @@ function objectText(t: TableConfig, o: NftObj): string {
 }
 
 /** A set's declaration and elements as `add set|map` and `add element` commands. */
-function setText(t: TableConfig, s: SetConfig): string[] {
+function setText(t: TableConfig, s: SetConfig, elementsOf: typeof elementsText): string[] {
   const what = s.map ? 'map' : 'set';
   const out = [`+ add ${what} ${t.family} ${t.name} ${s.name} ${declarationText({ ...s.decl, elements: undefined })}`];
-  if (s.elements.length > 0) out.push(`+ add element ${t.family} ${t.name} ${s.name} { ${elementsText(s.set, s.elements)} }`);
+  if (s.elements.length > 0) out.push(`+ add element ${t.family} ${t.name} ${s.name} { ${elementsOf(s.set, s.elements)} }`);
   return out;
 }
 
@@ -95,13 +103,13 @@ function elementsText(set: NftSet, elements: readonly SetElement[]): string {
   return elements.map((e) => `# key ${e.key}${e.keyEnd ? ` key-end ${e.keyEnd}` : ''}${(e.flags ?? 0) & 1 ? ' (interval end)' : ''}`).join(', ');
 }
 
-function chainText(t: TableConfig, c: ChainConfig): string[] {
+function chainText(t: TableConfig, c: ChainConfig, textOf: (r: ChainConfig['rules'][number]) => string): string[] {
   const comment = commentOf(c.userdata);
   const spec = c.base || comment !== undefined
     ? ` {${c.base ? ` type ${c.base.type} hook ${c.base.hook} priority ${c.base.priority}; policy ${c.base.policy};` : ''}` +
       `${comment !== undefined ? ` comment ${JSON.stringify(comment)};` : ''} }` : '';
   return [`+ add chain ${t.family} ${t.name} ${c.name}${spec}`,
-    ...c.rules.map((r) => `+ add rule ${t.family} ${t.name} ${c.name} ${r.compiled.text}`)];
+    ...c.rules.map((r) => `+ add rule ${t.family} ${t.name} ${c.name} ${textOf(r)}`)];
 }
 
 

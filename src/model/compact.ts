@@ -175,3 +175,18 @@ export function knownRule(compiled: ChainConfig['rules'][number]['compiled'], sh
   compiled.exprs = Object.freeze(exprs) as Expr[];
   if (compiled.sets.length === 0) compiled.sets = EMPTY;
 }
+
+/**
+ * A rule knownRule compacted, back from a copy that kept its expressions' sharing but not their
+ * freezing (src/config/compile-cache.ts): the same frozen list of frozen expressions, the same empty
+ * list of sets.
+ */
+export function asKnownRule(compiled: ChainConfig['rules'][number]['compiled']): void {
+  const exprs = compiled.exprs;
+  for (let i = 0; i < exprs.length; i++) if (!Object.isFrozen(exprs[i])) Object.freeze(exprs[i]);
+  Object.freeze(exprs);
+  if (compiled.sets.length === 0) compiled.sets = EMPTY;
+}
+
+/** Whether `a` is the frozen empty list knownRule gives a rule without sets. */
+export const isNoSets = (a: unknown): boolean => a === EMPTY;

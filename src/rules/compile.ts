@@ -258,7 +258,8 @@ class LazyTextRule {
 
 const TEXT_PROPERTY: PropertyDescriptor = { get: LazyTextRule.getText, set: LazyTextRule.setText, enumerable: true, configurable: true };
 
-function withRenderedText(exprs: Expr[], sets: NftSet[], family: Family, interfaces: InterfaceResolver | undefined): CompiledRule {
+/** A compiled rule of `exprs` and `sets` as compileRule makes it (the compile cache rebuilds its rules with it). */
+export function withRenderedText(exprs: Expr[], sets: NftSet[], family: Family, interfaces: InterfaceResolver | undefined): CompiledRule {
   return new LazyTextRule(exprs, sets, textSource(family, interfaces)) as unknown as CompiledRule;
 }
 

@@ -6,7 +6,7 @@
  * ids as nft does, `(id << 6) | next`, each part taking a multiple of 4
  * bytes in the key.
  */
-import { readFileSync } from 'node:fs';
+import { systemFile } from '../base/compile-inputs.js';
 import type { Hex } from '../netlink/expr.js';
 import { BYTEORDER_BIG, BYTEORDER_HOST } from './udata.js';
 import { readU32Host, toHex, u16Be, u32Host } from './bytes.js';
@@ -57,16 +57,15 @@ const MAC = /^[0-9a-fA-F]{1,2}(?::[0-9a-fA-F]{1,2}){5}$/;
 let services: Map<string, number> | undefined;
 /** Service names as nft resolves them (getservbyname: /etc/services), read once. */
 function serviceByName(name: string): number | undefined {
+  // (every use, for the compile's inputs: src/base/compile-inputs.ts)
+  const text = systemFile('/etc/services');
   if (!services) {
     services = new Map();
-    try {
-      for (const line of readFileSync('/etc/services', 'utf8').split('\n')) {
-        const m = /^([A-Za-z0-9][\w.+-]*)\s+(\d+)\/(tcp|udp)((?:\s+[\w.+-]+)*)/.exec(line.replace(/#.*/, ''));
-        if (!m) continue;
-        for (const n of [m[1]!, ...m[4]!.trim().split(/\s+/).filter(Boolean)]) if (!services.has(n)) services.set(n, Number(m[2]));
-      }
-    } catch {
-      // No services file: numbers only.
+    // No services file: '', numbers only.
+    for (const line of text.split('\n')) {
+      const m = /^([A-Za-z0-9][\w.+-]*)\s+(\d+)\/(tcp|udp)((?:\s+[\w.+-]+)*)/.exec(line.replace(/#.*/, ''));
+      if (!m) continue;
+      for (const n of [m[1]!, ...m[4]!.trim().split(/\s+/).filter(Boolean)]) if (!services.has(n)) services.set(n, Number(m[2]));
     }
   }
   return services.get(name);

@@ -9,7 +9,7 @@
  * bytes that hold it, masked and compared with the value shifted into place,
  * as nft's expr_evaluate_bits does.
  */
-import { readFileSync } from 'node:fs';
+import { systemFile } from '../base/compile-inputs.js';
 import type { CtKey, MetaKey } from '../netlink/expr.js';
 import type { Field, Syms, TypeId } from './fields.js';
 import { BYTEORDER_BIG, BYTEORDER_HOST } from './udata.js';
@@ -103,15 +103,13 @@ let realms: [string, number][] | undefined;
 export const REALMS: Syms = {
   fmt: dec,
   get table(): [string, number][] {
+    // (every use, for the compile's inputs: src/base/compile-inputs.ts; no file: '', numbers only)
+    const text = systemFile('/etc/iproute2/rt_realms');
     if (!realms) {
       realms = [];
-      try {
-        for (const line of readFileSync('/etc/iproute2/rt_realms', 'utf8').split('\n')) {
-          const m = /^\s*(0x[0-9a-fA-F]+|\d+)\s+([A-Za-z_][\w.-]*)\s*(?:#.*)?$/.exec(line);
-          if (m) realms.push([m[2]!, Number(m[1])]);
-        }
-      } catch {
-        // no file: numbers only
+      for (const line of text.split('\n')) {
+        const m = /^\s*(0x[0-9a-fA-F]+|\d+)\s+([A-Za-z_][\w.-]*)\s*(?:#.*)?$/.exec(line);
+        if (m) realms.push([m[2]!, Number(m[1])]);
       }
     }
     return realms;

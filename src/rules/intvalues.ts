@@ -5,7 +5,7 @@
  * names from /etc/services. Bytes are in the order the kernel holds them:
  * shifted into place for a bit field, host order for meta/ct integers.
  */
-import { readFileSync } from 'node:fs';
+import { noteInput, systemFile } from '../base/compile-inputs.js';
 import { HOST_LE, bigToHex, hexToBig } from './bytes.js';
 import type { Field } from './fields.js';
 import type { Token } from './lexer.js';
@@ -49,20 +49,16 @@ function parseNumber(s: string): bigint | undefined {
 
 // ---- names from the system's files, as nft's libc lookups find them ----------
 
-function readTable(path: string): string {
-  try {
-    return readFileSync(path, 'utf8');
-  } catch {
-    return '';
-  }
-}
+/** A system file's text ('' when it cannot be read), noted at every use for the compile's inputs (src/base/compile-inputs.ts). */
+const readTable = systemFile;
 
 let services: Map<string, number> | undefined;
 /** /etc/services: name and aliases to port (the first entry wins, as getaddrinfo finds it). */
 export function serviceport(name: string): number | undefined {
+  const text = readTable('/etc/services');
   if (!services) {
     services = new Map();
-    for (const line of readTable('/etc/services').split('\n')) {
+    for (const line of text.split('\n')) {
       const m = /^([^\s#]+)\s+(\d+)\/(tcp|udp|sctp|dccp)\b([^#]*)/.exec(line);
       if (!m) continue;
       for (const n of [m[1]!, ...m[4]!.trim().split(/\s+/).filter(Boolean)]) {
@@ -75,10 +71,11 @@ export function serviceport(name: string): number | undefined {
 
 const ids = new Map<string, Map<string, number>>();
 function idOf(file: string, name: string): number | undefined {
+  const text = readTable(file);
   let m = ids.get(file);
   if (!m) {
     m = new Map();
-    for (const line of readTable(file).split('\n')) {
+    for (const line of text.split('\n')) {
       const p = line.split(':');
       if (p.length >= 3 && /^\d+$/.test(p[2]!)) m.set(p[0]!, Number(p[2]));
     }
@@ -168,7 +165,7 @@ function one(f: Field, s: string): bigint | string {
       if (v !== undefined) break;
       const m = /^(\d{1,2}):(\d{1,2})(?::(\d{1,2}))?$/.exec(s);
       if (!m || Number(m[1]) > 23 || Number(m[2]) > 59 || Number(m[3] ?? 0) > 59) break;
-      if (!localIsUtc(Date.now())) return TZ_REFUSAL;
+      if (!localIsUtc(Date.now(), true)) return TZ_REFUSAL;
       v = BigInt(Number(m[1]) * 3600 + Number(m[2]) * 60 + Number(m[3] ?? 0));
       break;
     }
@@ -202,8 +199,10 @@ function one(f: Field, s: string): bigint | string {
  * them only where the local zone is UTC at that instant, where the conversion is the identity and
  * cannot differ from nft's; elsewhere the numeric forms (seconds) say the same thing in any zone.
  */
-export function localIsUtc(ms: number): boolean {
-  return new Date(ms).getTimezoneOffset() === 0;
+export function localIsUtc(ms: number, now = false): boolean {
+  const utc = new Date(ms).getTimezoneOffset() === 0;
+  noteInput(() => ({ kind: 'utc', at: now ? null : ms, utc }));
+  return utc;
 }
 const TZ_REFUSAL = 'tz:meta hour and meta time strings are converted with the local time zone, which is not UTC here';
 
@@ -243,7 +242,7 @@ export function formatInt(f: Field, v: bigint, flagSep = ','): string {
     case 'ms': return formatTime(v);
     case 'hour': {
       // as a time of day where that reads back to the same value (local zone UTC), else seconds
-      if (v >= 86400n || !localIsUtc(Date.now())) return v.toString();
+      if (v >= 86400n || !localIsUtc(Date.now(), true)) return v.toString();
       const n = Number(v);
       const hm = `${String(Math.floor(n / 3600)).padStart(2, '0')}:${String(Math.floor(n / 60) % 60).padStart(2, '0')}`;
       return n % 60 ? `"${hm}:${String(n % 60).padStart(2, '0')}"` : `"${hm}"`;

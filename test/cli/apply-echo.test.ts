@@ -84,6 +84,21 @@ describe('apply verified from its commit\'s echo', { timeout: 120_000 }, () => {
     expect(again.drift.flatMap((d) => d.drift)).toEqual([]);
   });
 
+  it("checkOnce's found: what the first observation found, once, before the commit (what apply renders its plan from meanwhile)", async () => {
+    const w = watched(ns);
+    try {
+      const found: { drift: unknown; commitsBefore: number; rulesInKernel: number }[] = [];
+      const r = await checkOnce(w.conn, config(10), true, [], {
+        found: (drift) => found.push({ drift, commitsBefore: w.seen.commits.length, rulesInKernel: ns.exec('nft', ['list', 'ruleset']).split('\n').filter((l) => l.includes('accept')).length }),
+      });
+      expect(found).toEqual([{ drift: r.drift, commitsBefore: 0, rulesInKernel: 0 }]);
+      expect(r.drift[0]!.drift.map((d) => d.kind)).toEqual(['table-missing']);
+      expect(chainRules(ns)).toHaveLength(10);
+    } finally {
+      w.close();
+    }
+  });
+
   it('the command: applies, then says in sync; a second apply changes nothing', async () => {
     const dir = tempDir('applyecho');
     const file = join(dir, 'big.yaml');

@@ -6,10 +6,10 @@
  * fish too where installed; scripts/setup.sh --test installs them).
  */
 import { spawnSync } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
+import { closeSync, openSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { main, Progress, SUMMARY_OVER_LINES, resolveNetns, summarisePlan } from '../../src/cli.js';
+import { isDevNull, main, Progress, SUMMARY_OVER_LINES, resolveNetns, summarisePlan } from '../../src/cli.js';
 import { unreadTableParts } from '../../src/config/export.js';
 import { cli } from '../helpers/cli.js';
 import { createNetns, type Netns } from '../helpers/netns.js';
@@ -26,12 +26,13 @@ function config(n: number): string {
 const big = join(dir, 'big.yaml');
 writeFileSync(big, config(300));
 
-/** main() as on a terminal (or not): what it wrote to stdout and stderr. */
-async function atTerminal(tty: boolean, ...args: string[]) {
+/** main() as on a terminal (or not, or with stdout /dev/null): what it wrote to stdout and stderr. */
+async function atTerminal(tty: boolean | 'devnull', ...args: string[]) {
   const out: string[] = [];
   const err: string[] = [];
   // Lines, as a user sees them: one write may hold many (a plan is written at once).
-  const code = await main(['node', 'nfkeeper', ...args], { out: (s) => out.push(...s.split('\n')), err: (s) => err.push(s), outTty: tty, errTty: tty });
+  const code = await main(['node', 'nfkeeper', ...args], { out: (s) => out.push(...s.split('\n')), err: (s) => err.push(s),
+    outTty: tty === true, errTty: tty === true, outDiscarded: tty === 'devnull' });
   return { code, out, err };
 }
 
@@ -53,16 +54,43 @@ describe('plans at a terminal', { timeout: 120_000 }, () => {
     expect(tty.out.length).toBeLessThan(25);
     expect(tty.out[0]).toMatch(/^# ip big: table ip big is missing \(\+\d+ -0\)$/);
     expect(tty.out.at(-1)).toBe(`# ${piped.out.length} plan lines (+${piped.out.filter((l) => l.startsWith('+ ')).length} -0), summarised on a terminal: --full prints them all, as a pipe or a file gets them`);
+    // (counted from lines without their rules' texts: the same summary as of the whole plan)
+    expect(tty.out).toEqual(summarisePlan(piped.out));
     // apply the same way; the kernel gets the whole plan either way.
     const applied = await atTerminal(true, 'apply', '--config', big, '--netns', ns.path);
     expect(applied.code).toBe(0);
     expect(applied.out.length).toBeLessThan(25);
     expect(applied.out.at(-1)).toMatch(/^applied \d+ operations in one batch$/);
     expect(ns.exec('nft', ['list', 'chain', 'ip', 'big', 'post']).split('\n').filter((l) => l.includes('return'))).toHaveLength(300);
+    // An edit of the chain (rules replaced, deleted, added at a position): the same summary too.
+    const edited = join(dir, 'edited.yaml');
+    writeFileSync(edited, postroutingYaml('big', Array.from({ length: 300 }, (_, i) => i % 7 === 3 ? undefined
+      : `ip saddr 10.0.${i >> 8}.${i & 255} ip daddr ${i % 5 === 1 ? '172.16.0.0/12' : '192.168.0.0/16'} return`).filter((r) => r !== undefined)));
+    const editPiped = await atTerminal(false, 'check', '--config', edited, '--netns', ns.path);
+    expect(editPiped.out.filter((l) => l.startsWith('~ replace rule')).length).toBeGreaterThan(SUMMARY_OVER_LINES);
+    expect((await atTerminal(true, 'check', '--config', edited, '--netns', ns.path)).out).toEqual(summarisePlan(editPiped.out));
     // A short plan is printed whole on a terminal too.
     const short = await atTerminal(true, 'check', '--config', flannel, '--netns', ns.path);
     expect(short.out.length).toBeLessThanOrEqual(SUMMARY_OVER_LINES);
     expect(short.out.some((l) => l.startsWith('+ add rule'))).toBe(true);
+  });
+
+  it('no plan is rendered for a stdout that is /dev/null: the same exit codes, the same kernel state', async () => {
+    expect(await atTerminal('devnull', 'check', '--config', big, '--netns', ns.path)).toEqual({ code: 1, out: [], err: [] });
+    const applied = await atTerminal('devnull', 'apply', '--config', big, '--netns', ns.path);
+    expect(applied).toMatchObject({ code: 0, err: [] });
+    expect(applied.out).toEqual([expect.stringMatching(/^applied \d+ operations in one batch$/)]);
+    expect(ns.exec('nft', ['list', 'chain', 'ip', 'big', 'post']).split('\n').filter((l) => l.includes('return'))).toHaveLength(300);
+    expect(await atTerminal('devnull', 'check', '--config', big, '--netns', ns.path)).toEqual({ code: 0, out: ['in sync'], err: [] });
+  });
+
+  it('isDevNull tells /dev/null from a file', () => {
+    const fds = [openSync('/dev/null', 'w'), openSync(big, 'r')];
+    try {
+      expect(fds.map(isDevNull)).toEqual([true, false]);
+    } finally {
+      fds.forEach((fd) => closeSync(fd));
+    }
   });
 
   it('no progress lines through a pipe, or with --no-progress on a terminal', async () => {

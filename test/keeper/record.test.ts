@@ -20,6 +20,7 @@ import { createNetns, type Netns } from '../helpers/netns.js';
 import { socketPerTest } from '../helpers/netns-hooks.js';
 import { tempDir } from '../helpers/tmp.js';
 import { until } from '../helpers/wait.js';
+import { damagedCopies } from '../helpers/mutate.js';
 import { captureLog, chainLines, handles, postroutingYaml } from './helpers.js';
 
 const RULES = [
@@ -205,13 +206,7 @@ describe('the restart record', { timeout: 120_000 }, () => {
     const before = ns.exec('nft', ['--debug=netlink', 'list', 'ruleset']);
     const gen = sock.generation();
     // Cut at every offset of a small record, and one byte changed at every offset of it.
-    const variants: [string, Buffer][] = [];
-    for (let n = 0; n < whole.length; n++) variants.push([`cut at ${n}`, whole.subarray(0, n)]);
-    for (let n = 0; n < whole.length; n++) {
-      const b = Buffer.from(whole);
-      b[n] = b[n] === 0x30 ? 0x31 : 0x30;
-      variants.push([`byte ${n} changed`, b]);
-    }
+    const variants = damagedCopies(whole);
     const reasons = new Set<string>();
     for (const [what, bytes] of variants) {
       writeFileSync(file, bytes, { mode: 0o600 });

@@ -1,0 +1,52 @@
+/**
+ * A file the daemon keeps for itself and trusts on its next start (the restart record, the compile
+ * cache): its body, then a line with the body's SHA-256, written atomically (temp, fsync, rename),
+ * 0600 in a 0700 directory. Read back only when the file and its directory are this user's alone
+ * and the digest matches: a file cut short or changed anywhere is not used.
+ */
+import { isAscii } from 'node:buffer';
+import { lstatSync, mkdirSync, readFileSync } from 'node:fs';
+import { writeFileAtomic } from './atomic-file.js';
+import { sha256 } from './sha256.js';
+
+/** Why a file or directory is not this process's user's alone (undefined: it is). */
+export function notPrivate(path: string, kind: 'file' | 'directory'): string | undefined {
+  const st = lstatSync(path);
+  if (kind === 'file' ? !st.isFile() : !st.isDirectory()) return `${path} is not a ${kind}`;
+  const uid = process.geteuid?.();
+  if (uid !== undefined && st.uid !== uid) return `${path} belongs to uid ${st.uid}, not to this process's ${uid}`;
+  if ((st.mode & 0o022) !== 0) return `${path} may be written by others (mode ${(st.mode & 0o777).toString(8)})`;
+  return undefined;
+}
+
+/** The body of the sealed file `file` in `dir`, or why there is none to use. Never throws. */
+export function readSealed(file: string, dir: string): { body: string } | { why: string } {
+  let bytes: Buffer;
+  try {
+    const untrusted = notPrivate(dir, 'directory') ?? notPrivate(file, 'file');
+    if (untrusted) return { why: `not trusted: ${untrusted}` };
+    bytes = readFileSync(file);
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    return { why: code === 'ENOENT' ? `there is none (${file})` : `cannot read ${file}: ${(e as Error).message}` };
+  }
+  // The body, then a line with its SHA-256 (hashed as bytes: a big body is not decoded first).
+  const end = bytes.lastIndexOf(0x0a, bytes.length - 2);
+  const body = end < 0 ? bytes.subarray(0, 0) : bytes.subarray(0, end);
+  const sum = end < 0 ? '' : bytes.subarray(end + 1).toString('latin1').trim();
+  if (bytes[bytes.length - 1] !== 0x0a || sum !== sha256(body, 'hex')) return { why: `${file} is cut short or corrupt (its checksum does not match)` };
+  // An ASCII body (nearly always) copied into a one-byte string as it is, without decoding UTF-8.
+  return { body: isAscii(body) ? body.toString('latin1') : body.toString('utf8') };
+}
+
+/**
+ * Writes `body` sealed to `file`, making `dir` 0700 if missing. Throws, also when the directory is
+ * not this user's alone (a file there would not be read).
+ */
+export function writeSealed(file: string, dir: string, body: string): void {
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const untrusted = notPrivate(dir, 'directory');
+  if (untrusted) throw new Error(untrusted);
+  const bytes = Buffer.from(body, 'utf8');
+  writeFileAtomic(file, Buffer.concat([bytes, Buffer.from(`\n${sha256(bytes, 'hex')}\n`, 'latin1')]), 0o600);
+}

@@ -1,0 +1,444 @@
+/**
+ * The compile cache: the daemon's compiled config kept in a file beside the restart record, with
+ * the trace of every input its compile read (src/base/compile-inputs.ts: the config and the files
+ * it includes or lists as env files by digest, the directories its globs listed, the variables it
+ * took, the interfaces it resolved in the target namespace, the system files it looked names up
+ * in, the time zone where it asked), nfkeeper's version and a digest of its code. A load finds
+ * the file, checks every input of the trace again (hashes the files, reads the variables, resolves
+ * the names) and, all unchanged, gives the config the compile would give: the same objects (each
+ * compiled rule made as the compiler makes it, its expressions shared and frozen as the compaction
+ * leaves them), no rule compiled. Anything else (none, another version, an input changed, a file
+ * cut short, corrupt or another user's): the ordinary compile, with the reason, and its result
+ * stored for the next load. A cache is never a reason for an error.
+ *
+ * What it stores is checked, when written, to be what its form gives back: plain data, no object
+ * reached twice but the compaction's shared expressions, nothing frozen but those; a config with
+ * anything else (a rule binding an anonymous chain, `jump { … }`) is compiled at every load.
+ */
+import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { deserialize, serialize } from 'node:v8';
+import { fileURLToPath } from 'node:url';
+import { traced, type CompileInput } from '../base/compile-inputs.js';
+import { readRegularFile } from '../base/regular-file.js';
+import { readSealed, writeSealed } from '../base/sealed-file.js';
+import { sha256, sha256Hash } from '../base/sha256.js';
+import { asKnownRule, isNoSets } from '../model/compact.js';
+import type { DataType, SetConfig } from '../model/sets.js';
+import { DATATYPES, datatypeById, type Datatype, type KeyType } from '../rules/datatypes.js';
+import type { ChainConfig } from '../model/desired.js';
+import type { Expr } from '../netlink/expr.js';
+import { withRenderedText, type CompiledRule } from '../rules/compile.js';
+import { localIsUtc } from '../rules/intvalues.js';
+import { MAX_CONFIG_BYTES, loadConfig, type Config, type LoadOptions } from './config.js';
+
+/** The file's own format; a file of another format is not used. */
+const FORMAT = 1;
+
+export interface CompileCacheOptions {
+  /** The directory the cache lives in (the restart record's; made 0700 if missing). */
+  dir: string;
+  /** nfkeeper's version: a cache another version wrote is not used. */
+  version: string;
+  /** The namespace the config is compiled for (its interfaces); one file per namespace and config. */
+  netns?: string;
+}
+
+/** What a load did with the cache. */
+export type CacheUse =
+  | { used: true; file: string }
+  | { used: false; file: string; why: string };
+
+/** The cache's first line: what the compiled config was compiled from. */
+interface Header {
+  format: number;
+  version: string;
+  /** A digest of nfkeeper's code (codeDigest). */
+  code: string;
+  /** Node's version (its V8 writes the serialized part, and runs the compiler). */
+  node: string;
+  config: string;
+  includePath: readonly string[];
+  inputs: CompileInput[];
+}
+
+/**
+ * A chain's rules as stored, in flat arrays (no array per rule to make and drop on the way back):
+ * their texts, how many expressions each has, all their expressions' indexes one after the other,
+ * and for the few with sets or userdata, [index, sets (0: none), userdata (0: none)].
+ */
+interface StoredChain {
+  texts: string[];
+  counts: number[];
+  exprs: number[];
+  more: [number, unknown[] | 0, string | 0][];
+}
+
+/** The rules as stored: the distinct expressions, and table by table, chain by chain, the rules. */
+interface Payload {
+  exprs: Expr[];
+  rules: StoredChain[][];
+}
+
+/** The cache file of the config `config` compiled for the namespace `netns`, in `dir`. */
+export function compileCachePathOf(dir: string, netns: string | undefined, config: string): string {
+  return join(dir, `compiled-${sha256(`${netns ?? ''}\0${config}`, 'hex').slice(0, 16)}.json`);
+}
+
+/**
+ * The config `file` as loadConfig(file, options) gives it, from the cache when its every input is
+ * unchanged, else compiled; then `store` keeps it (and says why not, if not). options.compiled is compactAsCompiled, as the daemon
+ * loads: a rule from the cache is compacted already, and a compile that did not compact is not
+ * stored (unfaithful). A compile's error is thrown as loadConfig throws it; the cache's own never are.
+ */
+export function loadConfigCached(file: string, options: LoadOptions, cache: CompileCacheOptions):
+  { config: Config; cache: CacheUse; store?: () => string | undefined } {
+  const path = compileCachePathOf(cache.dir, cache.netns, file);
+  let why: string;
+  try {
+    const hit = fromCache(path, file, options, cache);
+    if ('config' in hit) return { config: hit.config, cache: { used: true, file: path } };
+    why = hit.why;
+  } catch (e) {
+    why = `${path} is corrupt: ${(e as Error).message}`;
+  }
+  const { value: config, inputs, unstable } = traced(() => loadConfig(file, options));
+  return {
+    config,
+    cache: { used: false, file: path, why },
+    // Stored when the caller has time (the daemon: once running); the config is not changed meanwhile.
+    store: () => {
+      try {
+        if (inputs === undefined) return `${unstable!.replace(/\0/g, ' ')} changed while the config was compiled`;
+        const body = serialise(config, { format: FORMAT, version: cache.version, code: codeDigest(), node: process.version, config: file, includePath: options.includePath ?? [], inputs });
+        if (typeof body !== 'string') return body.why;
+        writeSealed(path, cache.dir, body);
+        return undefined;
+      } catch (e) {
+        return (e as Error).message;
+      }
+    },
+  };
+}
+
+function fromCache(path: string, file: string, options: LoadOptions, cache: CompileCacheOptions): { config: Config } | { why: string } {
+  const read = readSealed(path, cache.dir);
+  if ('why' in read) return read;
+  const body = read.body;
+  const nl = body.indexOf('\n');
+  if (nl < 0) return { why: `${path} is corrupt: no header` };
+  const h = JSON.parse(body.slice(0, nl)) as Header;
+  if (h.format !== FORMAT) return { why: `${path} is of format ${String(h.format)}, not ${FORMAT}` };
+  if (h.version !== cache.version) return { why: `it was written by nfkeeper ${h.version}, this is ${cache.version}` };
+  if (h.code !== codeDigest()) return { why: "it was written by another build of nfkeeper's code" };
+  if (h.node !== process.version) return { why: `it was written under Node ${h.node}, this is ${process.version}` };
+  if (h.config !== file || JSON.stringify(h.includePath) !== JSON.stringify(options.includePath ?? [])) return { why: 'it is of another config file or include path' };
+  if (!Array.isArray(h.inputs)) return { why: `${path} is corrupt: no inputs` };
+  const changed = changedInput(h.inputs, options);
+  if (changed !== undefined) return { why: changed };
+  return { config: deserialise(body.slice(nl + 1), options) };
+}
+
+/** The first input of `inputs` that is not as noted now, said in words (undefined: none). */
+export function changedInput(inputs: readonly CompileInput[], options: LoadOptions): string | undefined {
+  const environment = options.environment ?? process.env;
+  for (const i of inputs) {
+    switch (i.kind) {
+      case 'file': {
+        let now: string | null;
+        try {
+          // As the compile reads: never blocking on a FIFO swapped in.
+          now = sha256(readRegularFile(i.path, MAX_CONFIG_BYTES), 'hex');
+        } catch {
+          now = null;
+        }
+        if (now !== i.sha256) return i.sha256 === null ? `${i.path} can be read now` : now === null ? `${i.path} cannot be read now` : `${i.path} changed`;
+        break;
+      }
+      case 'path': {
+        let is: string;
+        try { is = statSync(i.path).isDirectory() ? 'dir' : 'other'; } catch { is = 'none'; }
+        if (is !== i.is) return `${i.path} ${is === 'none' ? 'is gone' : is === 'dir' ? 'is a directory now' : i.is === 'none' ? 'exists now' : 'is no longer a directory'}`;
+        break;
+      }
+      case 'dir': {
+        let names: string[] | null;
+        try { names = readdirSync(i.path); } catch { names = null; }
+        if (JSON.stringify(names) !== JSON.stringify(i.names)) return `the directory ${i.path} lists other files now`;
+        break;
+      }
+      case 'env': {
+        const now = environment[i.name] ?? null;
+        if (now !== i.value) return `the environment variable ${i.name} ${now === null ? 'is unset now' : i.value === null ? 'is set now' : 'has another value'}`;
+        break;
+      }
+      case 'link': {
+        const now = options.interfaces?.indexOf(i.name) ?? null;
+        if (now !== i.index) return `the interface ${i.name} ${now === null ? 'is gone' : i.index === null ? 'exists now' : `has index ${now} now, not ${i.index}`}`;
+        break;
+      }
+      case 'linkName': {
+        const now = options.interfaces?.nameOf(i.index) ?? null;
+        if (now !== i.name) return `the interface of index ${i.index} is ${now ?? 'gone'} now, not ${i.name ?? 'none'}`;
+        break;
+      }
+      case 'utc': {
+        if (localIsUtc(i.at ?? Date.now()) !== i.utc) return 'the local time zone changed';
+        break;
+      }
+      default:
+        return `an input of an unknown kind (${String((i as { kind: unknown }).kind)})`;
+    }
+  }
+  return undefined;
+}
+
+/**
+ * The cache's text of `config`: the header line; the rules (the distinct expressions once, each
+ * rule as indexes, in flat arrays per chain: StoredChain) as JSON, which is quick to read back; the rest of the
+ * config (tables, chains without their rules, sets, sections) by V8's serializer, which keeps
+ * what JSON would not (a key with no value, an object reached twice), in base64. Or why this
+ * form would not give this config back.
+ */
+function serialise(config: Config, header: Header): string | { why: string } {
+  const why = unfaithful(config);
+  if (why) return { why };
+  const ids = new Map<Expr, number>();
+  const exprs: Expr[] = [];
+  const rules = config.tables.map((t) => t.chains.map((c): StoredChain => {
+    const out: StoredChain = { texts: new Array(c.rules.length), counts: new Array(c.rules.length), exprs: [], more: [] };
+    c.rules.forEach((r, ri) => {
+      const x = r.compiled;
+      out.texts[ri] = r.text;
+      out.counts[ri] = x.exprs.length;
+      for (const e of x.exprs) {
+        let id = ids.get(e);
+        if (id === undefined) {
+          ids.set(e, id = exprs.length);
+          exprs.push(e);
+        }
+        out.exprs.push(id);
+      }
+      if (!isNoSets(x.sets) || x.userdata !== undefined) out.more.push([ri, isNoSets(x.sets) ? 0 : x.sets, x.userdata ?? 0]);
+    });
+    return out;
+  }));
+  const rest: Config = {
+    ...config,
+    tables: config.tables.map((t) => ({ ...t, ...(t.sets ? { sets: t.sets.map(storedSet) } : {}), chains: t.chains.map((c) => ({ ...c, rules: [] })) })),
+  };
+  const payload: Payload = { exprs, rules };
+  return `${JSON.stringify(header)}\n${JSON.stringify(payload)}\n${serialize(rest).toString('base64')}`;
+}
+
+/** The config of a cache's text after its header: each rule made as the compiler makes it, compacted as knownRule leaves it. */
+function deserialise(text: string, options: LoadOptions): Config {
+  const nl = text.indexOf('\n');
+  if (nl < 0) throw new Error('the payload is malformed');
+  const p = JSON.parse(text.slice(0, nl)) as Payload;
+  const config = deserialize(Buffer.from(text.slice(nl + 1), 'base64')) as Config;
+  if (!Array.isArray(p.exprs) || !Array.isArray(p.rules) || !Array.isArray(config?.tables) || p.rules.length !== config.tables.length) throw new Error('the payload is malformed');
+  const exprs = p.exprs;
+  // Each distinct expression frozen once (asKnownRule's per rule finds them so).
+  for (let i = 0; i < exprs.length; i++) Object.freeze(exprs[i]);
+  config.tables.forEach((t, ti) => {
+    for (const x of t.sets ?? []) {
+      x.key = keyTypeOf(x.key as unknown as StoredKeyType);
+      if (x.data?.kind === 'value') x.data.type = keyTypeOf(x.data.type as unknown as StoredKeyType);
+    }
+    const chains = p.rules[ti]!;
+    if (chains.length !== t.chains.length) throw new Error('the payload is malformed');
+    t.chains.forEach((c, ci) => {
+      const { texts, counts, exprs: idx, more } = chains[ci]!;
+      const n = texts.length;
+      if (counts.length !== n) throw new Error(`chain ${c.name} is malformed`);
+      const extra = new Map(more.map(([ri, sets, userdata]) => [ri, { sets, userdata }]));
+      const rules: ChainConfig['rules'] = new Array(n);
+      let at = 0;
+      for (let ri = 0; ri < n; ri++) {
+        const list = new Array<Expr>(counts[ri]!);
+        for (let i = 0; i < list.length; i++) {
+          const e = exprs[idx[at++]!];
+          if (typeof e !== 'object') throw new Error(`rule ${ri + 1} of chain ${c.name} names an expression not stored`);
+          list[i] = e;
+        }
+        const x = extra.get(ri);
+        const compiled = withRenderedText(list, x === undefined || x.sets === 0 ? [] : x.sets as CompiledRule['sets'], t.family, options.interfaces);
+        if (x !== undefined && x.userdata !== 0) compiled.userdata = x.userdata;
+        asKnownRule(compiled);
+        rules[ri] = { text: texts[ri]!, compiled };
+      }
+      if (at !== idx.length) throw new Error(`chain ${c.name} is malformed`);
+      c.rules = rules;
+    });
+  });
+  return config;
+}
+
+/**
+ * Why the form serialise writes would not give `config` back as it is (undefined: it would).
+ * Everything is plain data (plain objects and arrays, strings, finite numbers, booleans, null),
+ * each object reached once and none frozen, but: a compiled rule is the compiler's (exprs, sets,
+ * text, userdata), its expressions frozen, shared between rules, in a frozen list, its sets the
+ * shared empty list or its own; a set's datatypes are nft's (storedSet). In the rules (JSON) a key
+ * always has a value; elsewhere (V8's) it may have none.
+ */
+function unfaithful(config: Config): string | undefined {
+  const seen = new Set<object>();
+  const plain = (v: unknown, at: string, json: boolean): string | undefined => {
+    switch (typeof v) {
+      case 'string': case 'boolean': return undefined;
+      case 'number': return Number.isFinite(v) && !Object.is(v, -0) ? undefined : `${at} is ${v}`;
+      case 'undefined': return json ? `${at} is a key with no value` : undefined;
+      case 'object': break;
+      default: return `${at} is a ${typeof v}`;
+    }
+    if (v === null) return undefined;
+    if (seen.has(v)) return `${at} is an object reached twice`;
+    seen.add(v);
+    if (Object.isFrozen(v)) return `${at} is frozen`;
+    const isArray = Array.isArray(v);
+    if (Object.getPrototypeOf(v) !== (isArray ? Array.prototype : Object.prototype)) return `${at} is not plain data`;
+    if (isArray) {
+      for (let i = 0; i < v.length; i++) {
+        if (!(i in v)) return `${at} has a hole`;
+        const w = plain(v[i], at, json);
+        if (w) return w;
+      }
+      return undefined;
+    }
+    if (Object.getOwnPropertySymbols(v).length > 0) return `${at} has a symbol key`;
+    for (const k in v) {
+      const w = plain((v as Record<string, unknown>)[k], `${at}.${k}`, json);
+      if (w) return w;
+    }
+    return undefined;
+  };
+  const RULE_KEYS = 'exprs,sets,text';
+  const exprSeen = new Set<Expr>();
+  const top = Object.entries(config).filter(([k]) => k !== 'tables');
+  for (const [k, v] of top) {
+    const w = plain(v, k, false);
+    if (w) return w;
+  }
+  if (Object.getPrototypeOf(config) !== Object.prototype || Object.getPrototypeOf(config.tables) !== Array.prototype) return 'the config is not plain data';
+  for (const t of config.tables) {
+    if (Object.getPrototypeOf(t) !== Object.prototype || Object.getPrototypeOf(t.chains) !== Array.prototype) return `table ${t.name} is not plain data`;
+    for (const [k, v] of Object.entries(t)) {
+      if (k === 'chains') continue;
+      let stored: unknown = v;
+      if (k === 'sets' && v !== undefined) {
+        try {
+          stored = t.sets!.map(storedSet);
+        } catch (e) {
+          return `table ${t.name}: ${(e as Error).message}`;
+        }
+      }
+      const w = plain(stored, `table ${t.name}: ${k}`, false);
+      if (w) return w;
+    }
+    for (const c of t.chains) {
+      if (Object.getPrototypeOf(c) !== Object.prototype || Object.getPrototypeOf(c.rules) !== Array.prototype) return `chain ${c.name} is not plain data`;
+      for (const [k, v] of Object.entries(c)) {
+        if (k === 'rules') continue;
+        const w = plain(v, `chain ${c.name}: ${k}`, false);
+        if (w) return w;
+      }
+      for (let ri = 0; ri < c.rules.length; ri++) {
+        const r = c.rules[ri]!;
+        const at = `rule ${ri + 1} of chain ${c.name}`;
+        const x = r.compiled;
+        if (Object.getPrototypeOf(r) !== Object.prototype || Object.keys(r).join() !== 'text,compiled' || typeof r.text !== 'string') return `${at}: not a rule as compiled`;
+        const keys = Object.keys(x).join();
+        if ((keys !== RULE_KEYS && keys !== `${RULE_KEYS},userdata`) || (x.userdata !== undefined && typeof x.userdata !== 'string')) {
+          return `${at}: ${x.bound ? 'it binds an anonymous chain' : 'not a rule as compiled'}`;
+        }
+        if (!Object.isFrozen(x.exprs) || Object.getPrototypeOf(x.exprs) !== Array.prototype) return `${at}: its expressions are not compacted`;
+        for (const e of x.exprs) {
+          if (!Object.isFrozen(e) || Object.getPrototypeOf(e) !== Object.prototype) return `${at}: an expression is not compacted`;
+          if (exprSeen.has(e)) continue;
+          exprSeen.add(e);
+          // The expression's own fields: plain, not frozen below it.
+          for (const f in e) {
+            const w = plain((e as unknown as Record<string, unknown>)[f], `${at}: ${f}`, true);
+            if (w) return w;
+          }
+        }
+        if (!isNoSets(x.sets)) {
+          if (x.sets.length === 0) return `${at}: an empty list of sets not compacted`;
+          const w = plain(x.sets, `${at}: sets`, true);
+          if (w) return w;
+        }
+      }
+    }
+  }
+  return undefined;
+}
+
+/** A datatype as stored: by its name, and an integer's or a string's by its length and byte order too. */
+interface StoredDatatype { datatype: string; id?: number; len?: number; byteorder?: number }
+type StoredKeyType = Omit<KeyType, 'parts'> & { parts: StoredDatatype[] };
+
+/**
+ * A set as stored: its key's and data's datatypes (nft's, each one object for the process's life,
+ * with its parse and format) by reference; the rest as it is. Throws for a datatype not found
+ * again by its reference.
+ */
+function storedSet(x: SetConfig): SetConfig {
+  const out = { ...x, key: storedKeyType(x.key) } as unknown as SetConfig;
+  if (x.data?.kind === 'value') out.data = { ...x.data, type: storedKeyType(x.data.type) } as unknown as DataType;
+  return out;
+}
+
+function storedKeyType(k: KeyType): KeyType {
+  const parts = k.parts.map((d): StoredDatatype => {
+    const ref: StoredDatatype = DATATYPES.get(d.name) === d ? { datatype: d.name } : { datatype: d.name, id: d.id, len: d.len, byteorder: d.byteorder };
+    if (datatypeOf(ref) !== d) throw new Error(`the datatype ${d.name} is not found again by its name`);
+    return ref;
+  });
+  return { ...k, parts } as unknown as KeyType;
+}
+
+function datatypeOf(ref: StoredDatatype): Datatype | undefined {
+  return ref.id === undefined ? DATATYPES.get(ref.datatype) : datatypeById(ref.id, ref.len, ref.byteorder);
+}
+
+function keyTypeOf(k: StoredKeyType): KeyType {
+  return {
+    ...k,
+    parts: k.parts.map((ref) => {
+      const d = datatypeOf(ref);
+      if (d === undefined) throw new Error(`no datatype ${String(ref.datatype)}`);
+      return d;
+    }),
+  };
+}
+
+let code: string | undefined;
+
+/**
+ * A digest of nfkeeper's code as it runs: the files of the bundle (dist/nfkeeper*.mjs) when this
+ * module is in it, else every module file of its tree (dist/ as tsc left it, src/ under a test).
+ * A compiler changed without a new version still does not read another's cache.
+ */
+export function codeDigest(): string {
+  if (code !== undefined) return code;
+  const self = fileURLToPath(import.meta.url);
+  const ext = self.slice(self.lastIndexOf('.'));
+  const files: string[] = [];
+  if (ext === '.mjs') {
+    const dir = dirname(self);
+    for (const n of readdirSync(dir)) if (n.startsWith('nfkeeper') && n.endsWith('.mjs')) files.push(join(dir, n));
+  } else {
+    const walk = (dir: string) => {
+      for (const d of readdirSync(dir, { withFileTypes: true })) {
+        if (d.isDirectory()) walk(join(dir, d.name));
+        else if (d.name.endsWith(ext)) files.push(join(dir, d.name));
+      }
+    };
+    walk(dirname(dirname(self)));
+  }
+  const h = sha256Hash();
+  for (const f of files.sort()) h.update(`${f.slice(f.lastIndexOf('/') + 1)}\0`).update(readFileSync(f));
+  return code = h.digest('hex');
+}

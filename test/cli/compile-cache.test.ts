@@ -1,0 +1,171 @@
+/**
+ * `nfkeeper run` with its compile cache (src/config/compile-cache.ts) beside the restart record:
+ * stored once the daemon is running; a restart with both finds every input unchanged and starts
+ * with no rule compiled and none read, nothing written. An interface renumbered in the namespace,
+ * the config changed, or the cache file damaged: compiled again, and the kernel ends as the config
+ * says now. The cache's logic is tested in test/config/compile-cache.test.ts; this is the daemon's.
+ */
+import { readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { open } from '../../src/netlink/socket.js';
+import { netnsPerTest } from '../helpers/netns-hooks.js';
+import { tempDir } from '../helpers/tmp.js';
+import { ownersYaml, ownerSpec } from '../owners/fixtures.js';
+import { nfk, rawCall, waitFor } from './spawn.js';
+
+const nft = (rules: string[]) => `table ip cc {\n\tchain input {\n\t\ttype filter hook input priority filter; policy accept;\n${rules.map((r) => `\t\t${r}\n`).join('')}\t}\n}\n`;
+const RULES = ['iif "dummy0" ip saddr 192.0.2.1 accept', 'ip saddr 10.0.0.1 tcp dport 22 counter accept', 'ip saddr 10.0.0.2 tcp dport 22 counter accept'];
+
+describe('nfkeeper run: the compile cache', { timeout: 180_000 }, () => {
+  const ns = netnsPerTest('cli-cache');
+
+  /** One daemon from start to SIGTERM (once its cache is stored, if `stored`); its log lines. */
+  async function runOnce(args: string[], dir: string): Promise<Record<string, unknown>[]> {
+    const r = nfk(['run', ...args, '--netns', ns.path, '--no-metrics', '--log-level', 'debug']);
+    try {
+      await waitFor('nfkeeper running', () => r.logs().some((l) => l.msg === 'nfkeeper running'));
+      // The compile cache is stored after the daemon is running (or said why not).
+      await waitFor('the compile cache', () => r.logs().some((l) => /^compile(d config| cache matches)/.test(String(l.msg))));
+    } finally {
+      r.child.kill('SIGTERM');
+    }
+    expect((await r.exited).code).toBe(0);
+    expect(readdirSync(dir).some((f) => f.startsWith('compiled-'))).toBe(true);
+    return r.logs();
+  }
+  const said = (logs: Record<string, unknown>[], prefix: string) => {
+    const l = logs.find((x) => String(x.msg).startsWith(prefix));
+    return l ? `${String(l.msg)}${l.why ? `: ${String(l.why)}` : ''}` : 'nothing';
+  };
+  const ruleset = () => ns.exec('nft', ['list', 'ruleset']);
+  const gen = () => {
+    const s = open({ netns: ns.path });
+    try {
+      return s.generation();
+    } finally {
+      s.close();
+    }
+  };
+
+  function setUp() {
+    ns.exec('ip', ['link', 'add', 'dummy0', 'type', 'veth', 'peer', 'name', 'peer0']);
+    const dir = join(tempDir('cli-cache'), 'state');
+    const config = join(tempDir('cli-cache-config'), 'c.nft');
+    writeFileSync(config, nft(RULES));
+    return { dir, config, args: ['--config', config, '--record-dir', dir] };
+  }
+
+  it('a restart with the record and the cache: nothing compiled, no rule read, nothing written', async () => {
+    const { dir, args } = setUp();
+    const first = await runOnce(args, dir);
+    expect(said(first, 'compile cache')).toMatch(/^compile cache not used; the config was compiled: there is none/);
+    const cache = readdirSync(dir).find((f) => f.startsWith('compiled-'))!;
+    expect(statSync(join(dir, cache)).mode & 0o777).toBe(0o600);
+    expect(statSync(dir).mode & 0o777).toBe(0o700);
+    // The second start verifies the install by a read and leaves its record at SIGTERM; the third has both.
+    const second = await runOnce(args, dir);
+    expect(said(second, 'compile cache')).toMatch(/^compile cache matches every input/);
+    const g = gen();
+    const before = ruleset();
+    const third = await runOnce(args, dir);
+    expect(said(third, 'compile cache')).toMatch(/^compile cache matches every input: the config was not compiled/);
+    expect(said(third, 'restart record')).toMatch(/^restart record matches the kernel/);
+    expect(gen()).toBe(g);
+    expect(ruleset()).toBe(before);
+  });
+
+  it('an interface renumbered: compiled again, and the kernel matches the new index', async () => {
+    const { dir, args } = setUp();
+    await runOnce(args, dir);
+    const index = () => JSON.parse(ns.exec('ip', ['-j', 'link', 'show', 'dummy0']))[0].ifindex as number;
+    const was = index();
+    ns.exec('ip', ['link', 'del', 'dummy0']);
+    ns.exec('ip', ['link', 'add', 'dummy0', 'type', 'veth', 'peer', 'name', 'peer0']);
+    expect(index()).not.toBe(was);
+    const logs = await runOnce(args, dir);
+    expect(said(logs, 'compile cache')).toMatch(new RegExp(`not used; the config was compiled: the interface dummy0 has index ${index()} now, not ${was}`));
+    // nft names the rule's interface by the index the kernel holds: the new dummy0's.
+    expect(ruleset()).toContain('iif "dummy0" ip saddr 192.0.2.1 accept');
+    expect(said(await runOnce(args, dir), 'compile cache')).toMatch(/^compile cache matches/);
+  });
+
+  it('the config changed: compiled again, the kernel as the new config says', async () => {
+    const { dir, config, args } = setUp();
+    await runOnce(args, dir);
+    writeFileSync(config, nft([...RULES, 'ip saddr 10.0.0.3 tcp dport 22 counter drop']));
+    const logs = await runOnce(args, dir);
+    expect(said(logs, 'compile cache')).toMatch(/not used; the config was compiled: .*c\.nft changed/);
+    expect(ruleset()).toContain('ip saddr 10.0.0.3 tcp dport 22 counter packets 0 bytes 0 drop');
+  });
+
+  it('owners: registered owners and their rules stay through a restart from the cache, and a changed config reloads (SIGHUP) compiled', async () => {
+    const d = tempDir('cli-cache-owners');
+    const dir = join(d, 'rec');
+    const config = join(d, 'config.yaml');
+    writeFileSync(config, ownersYaml(d));
+    const socket = join(d, 'nfkeeper.sock');
+    const args = ['--config', config, '--record-dir', dir];
+    // The first start registers two owners; the second finds the config compiled in the cache.
+    const first = nfk(['run', ...args, '--netns', ns.path, '--no-metrics']);
+    try {
+      await waitFor('nfkeeper running', () => first.logs().some((l) => l.msg === 'nfkeeper running'));
+      for (const id of ['alloc-1', 'alloc-2']) {
+        expect((await rawCall(socket, 'PUT', `/v1/owners/${id}`, JSON.stringify(ownerSpec(Number(id.slice(-1)))))).status).toBe(201);
+      }
+      await waitFor('the compile cache', () => first.logs().some((l) => /^compiled config/.test(String(l.msg))));
+    } finally {
+      first.child.kill('SIGTERM');
+    }
+    expect((await first.exited).code).toBe(0);
+    const before = ruleset();
+    expect(before).toMatch(/comment "nfkeeper-owner=alloc-2"/);
+    const second = nfk(['run', ...args, '--netns', ns.path, '--no-metrics']);
+    try {
+      await waitFor('nfkeeper running', () => second.logs().some((l) => l.msg === 'nfkeeper running'));
+      expect(said(second.logs(), 'compile cache')).toMatch(/^compile cache matches every input/);
+      const listed = await rawCall(socket, 'GET', '/v1/owners', '');
+      expect(listed.body.owners.map((o: { id: string }) => o.id)).toEqual(['alloc-1', 'alloc-2']);
+      expect(ruleset()).toBe(before);
+      // A reload with a changed config: compiled, the owners' rules kept.
+      writeFileSync(config, ownersYaml(d).replace('tables:', 'tables:\n  - family: ip\n    name: extra\n    chains:\n      - name: c\n        rules: ["ip daddr 192.0.2.99 return"]'));
+      second.child.kill('SIGHUP');
+      await waitFor('the reload', () => second.logs().some((l) => l.msg === 'config reloaded'));
+      // (the file's watch may reload it a second time: from the cache the first reload stored, or compiled before that)
+      const loads = second.logs().filter((l) => String(l.msg).startsWith('compile cache')).map((l) => String(l.msg));
+      expect(loads.slice(0, 2)).toEqual(['compile cache matches every input: the config was not compiled', 'compile cache not used; the config was compiled']);
+      const after = ruleset();
+      expect(after).toContain('ip daddr 192.0.2.99 return');
+      expect(after).toMatch(/comment "nfkeeper-owner=alloc-2"/);
+    } finally {
+      second.child.kill('SIGTERM');
+    }
+    expect((await second.exited).code).toBe(0);
+  });
+
+  it('the cache cut short or changed: compiled, the kernel as desired, nothing written', async () => {
+    const { dir, args } = setUp();
+    await runOnce(args, dir);
+    await runOnce(args, dir);
+    const file = join(dir, readdirSync(dir).find((f) => f.startsWith('compiled-'))!);
+    const whole = readFileSync(file);
+    const before = ruleset();
+    const g = gen();
+    // A cut in the header, one in the rules, a byte changed in the rules' part and in the digest.
+    const nl = whole.indexOf(0x0a);
+    const flipped = (at: number) => {
+      const b = Buffer.from(whole);
+      b[at] = b[at]! ^ 1;
+      return b;
+    };
+    const variants = [whole.subarray(0, nl - 3), whole.subarray(0, whole.length - 100), flipped(nl + 20), flipped(whole.length - 5)];
+    for (const bytes of variants) {
+      writeFileSync(file, bytes, { mode: 0o600 });
+      const logs = await runOnce(args, dir);
+      expect(said(logs, 'compile cache')).toMatch(/not used; the config was compiled: .* is cut short or corrupt/);
+      expect(said(logs, 'restart record')).toMatch(/^restart record matches the kernel/);
+      expect(gen()).toBe(g);
+      expect(ruleset()).toBe(before);
+    }
+  });
+});

@@ -1,0 +1,291 @@
+/**
+ * The compile cache (src/config/compile-cache.ts): a load whose every traced input is unchanged
+ * gives the config a compile would give, object for object, and compiles nothing; any input
+ * changed (a file's content, a file added where a glob looks, an environment variable, an
+ * interface's index or name) or a cache file cut short or changed at any byte is an ordinary
+ * compile of what is there now, with the reason, never an error.
+ */
+import { appendFileSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { beforeEach, describe, expect, it, vi } from 'vitest';
+import { loadConfig, type Config, type LoadOptions } from '../../src/config/config.js';
+import { changedInput, compileCachePathOf, loadConfigCached } from '../../src/config/compile-cache.js';
+import type { CompileInput } from '../../src/base/compile-inputs.js';
+import { sha256 } from '../../src/base/sha256.js';
+import { localIsUtc } from '../../src/rules/intvalues.js';
+import { compactAsCompiled } from '../../src/model/compact.js';
+import { interfaceTable, type InterfaceResolver } from '../../src/rules/render.js';
+import { tempDir } from '../helpers/tmp.js';
+import { damagedCopies } from '../helpers/mutate.js';
+import { postroutingYaml } from '../keeper/helpers.js';
+
+// Every rule compiled, counted: a load from the cache compiles none.
+const compiles = vi.hoisted(() => ({ n: 0 }));
+vi.mock('../../src/rules/compile.js', async (original) => {
+  const m = await original<typeof import('../../src/rules/compile.js')>();
+  return { ...m, compileRule: (...a: Parameters<typeof m.compileRule>) => { compiles.n++; return m.compileRule(...a); } };
+});
+
+/** Every kind of thing a compiled config holds: sets and maps (a verdict map), objects, comments, anonymous sets, interfaces, a service name. */
+const NFT = (dir: string) => `table inet keep {
+\tcomment "kept"
+\tcounter hits { }
+\tset allowed {
+\t\ttype ipv4_addr
+\t\tflags interval
+\t\telements = { 10.0.0.0/8, 192.0.2.7 }
+\t}
+\tmap svc {
+\t\ttype inet_service : verdict
+\t\telements = { 80 : jump web }
+\t}
+\tchain web {
+\t\tcounter name hits accept comment "web"
+\t}
+\tchain input {
+\t\ttype filter hook input priority filter; policy accept;
+\t\tcomment "in"
+\t\tiif "lo" accept
+\t\toif "eth7" drop
+\t\tip saddr @allowed tcp dport ssh accept
+\t\ttcp dport vmap @svc
+\t\tip daddr { 192.0.2.1, 192.0.2.2 } udp dport { 53, 5353 } counter accept
+\t\tip saddr 10.1.0.1 tcp dport 22 counter accept
+\t\tip saddr 10.1.0.2 tcp dport 22 counter accept
+\t}
+}
+include "${dir}/conf.d/*.nft"
+`;
+const EXAMPLES = join(import.meta.dirname, '..', '..', 'examples');
+const PART = (n: number) => `table ip part${n} {\n\tchain c {\n\t\tip daddr 198.51.100.${n} return\n\t}\n}\n`;
+
+const YAML = `env:\n  files: [ENVFILE]\n${postroutingYaml('env', ['ip saddr ${NET} ip daddr != 224.0.0.0/4 masquerade', 'ip daddr ${ADDR} return'])}`;
+
+/**
+ * `a` and `b` are the same object graph: the same prototypes, own keys in order (a key with no
+ * value too), values, frozenness, and an object reached twice in one exactly where in the other.
+ * A compiled rule's lazy text is compared as read.
+ */
+function expectSameGraph(a: unknown, b: unknown): void {
+  const pairs = new Map<object, object>();
+  const back = new Map<object, object>();
+  const walk = (x: unknown, y: unknown, at: string): void => {
+    if (typeof x !== 'object' || x === null) {
+      expect(y, at).toBe(x);
+      return;
+    }
+    expect(typeof y === 'object' && y !== null, at).toBe(true);
+    const yo = y as object;
+    if (pairs.has(x) || back.has(yo)) {
+      expect(pairs.get(x) === yo && back.get(yo) === x, `${at}: shared differently`).toBe(true);
+      return;
+    }
+    pairs.set(x, yo);
+    back.set(yo, x);
+    expect(Object.getPrototypeOf(yo), `${at}: prototype`).toBe(Object.getPrototypeOf(x));
+    expect(Object.isFrozen(yo), `${at}: frozen`).toBe(Object.isFrozen(x));
+    expect(Reflect.ownKeys(yo), `${at}: keys`).toEqual(Reflect.ownKeys(x));
+    for (const k of Reflect.ownKeys(x)) walk((x as Record<string | symbol, unknown>)[k], (yo as Record<string | symbol, unknown>)[k], `${at}.${String(k)}`);
+  };
+  walk(a, b, 'config');
+}
+
+describe('the compile cache', () => {
+  let dir: string;
+  let cacheDir: string;
+  let links: Record<string, number>;
+  let env: Record<string, string | undefined>;
+  const resolver = (): InterfaceResolver => interfaceTable({ ...links });
+  const options = (): LoadOptions => ({ interfaces: resolver(), compiled: compactAsCompiled(), environment: env });
+  const cache = () => ({ dir: cacheDir, version: 'test' });
+  /** A load through the cache, its store done; what it did and how many rules it compiled. */
+  const load = (file: string) => {
+    compiles.n = 0;
+    const r = loadConfigCached(file, options(), cache());
+    const compiled = compiles.n;
+    const stored = r.store?.();
+    return { ...r, compiled, stored };
+  };
+  const fresh = (file: string): Config => loadConfig(file, options());
+
+  beforeEach(() => {
+    dir = tempDir('compile-cache');
+    cacheDir = join(dir, 'cache');
+    mkdirSync(join(dir, 'conf.d'));
+    writeFileSync(join(dir, 'conf.d', '1.nft'), PART(1));
+    writeFileSync(join(dir, 'main.nft'), NFT(dir));
+    writeFileSync(join(dir, 'vars.env'), 'NET=10.244.0.0/16\n');
+    writeFileSync(join(dir, 'c.yaml'), YAML.replace('ENVFILE', join(dir, 'vars.env')));
+    links = { lo: 1, eth7: 7 };
+    env = { ADDR: '192.0.2.9', UNRELATED: 'x' };
+  });
+
+  it('an unchanged config: the same objects as its compile, no rule compiled, the cache 0600 in a 0700 directory', () => {
+    for (const file of [join(dir, 'main.nft'), join(dir, 'c.yaml')]) {
+      const first = load(file);
+      expect(first.cache).toMatchObject({ used: false, why: expect.stringMatching(/^there is none/) });
+      expect(first.stored).toBeUndefined();
+      expect(first.compiled).toBeGreaterThan(0);
+      const again = load(file);
+      expect(again.cache.used).toBe(true);
+      expect(again.compiled).toBe(0);
+      expectSameGraph(fresh(file), again.config);
+      // And as the keeper reads them: each rule's text (rendered when first read).
+      expect(again.config.tables.flatMap((t) => t.chains.flatMap((c) => c.rules.map((r) => r.compiled.text))))
+        .toEqual(fresh(file).tables.flatMap((t) => t.chains.flatMap((c) => c.rules.map((r) => r.compiled.text))));
+    }
+    const st = readdirSync(cacheDir).map((f) => readFileSync(join(cacheDir, f)).length);
+    expect(st).toHaveLength(2);
+  });
+
+  it('the examples: stored, and the same objects from the cache', () => {
+    for (const name of readdirSync(EXAMPLES).filter((f) => /\.(ya?ml|nft)$/.test(f))) {
+      const file = join(EXAMPLES, name);
+      expect(load(file).stored, name).toBeUndefined();
+      const again = load(file);
+      expect(again.cache.used, name).toBe(true);
+      expectSameGraph(fresh(file), again.config);
+    }
+  });
+
+  it('the trace holds every input the compile read', () => {
+    const file = join(dir, 'main.nft');
+    load(file);
+    const text = readFileSync(compileCachePathOf(cacheDir, undefined, file), 'utf8');
+    const inputs = JSON.parse(text.slice(0, text.indexOf('\n'))).inputs as { kind: string; path?: string; name?: string }[];
+    const said = inputs.map((i) => `${i.kind} ${i.path ?? i.name}`);
+    expect(said).toEqual(expect.arrayContaining([`file ${file}`, `file ${join(dir, 'conf.d', '1.nft')}`, `dir ${join(dir, 'conf.d')}`,
+      'file /etc/services', 'link lo', 'link eth7']));
+    const yaml = join(dir, 'c.yaml');
+    load(yaml);
+    const y = readFileSync(compileCachePathOf(cacheDir, undefined, yaml), 'utf8');
+    const yi = (JSON.parse(y.slice(0, y.indexOf('\n'))).inputs as { kind: string; path?: string; name?: string }[]).map((i) => `${i.kind} ${i.path ?? i.name}`);
+    expect(yi).toEqual(expect.arrayContaining([`file ${yaml}`, `file ${join(dir, 'vars.env')}`, 'env NET', 'env ADDR']));
+    // A variable the config does not use is not an input.
+    expect(yi).not.toContain('env UNRELATED');
+  });
+
+  const changes: [string, string, () => void, RegExp][] = [
+    ['the config changed', 'main.nft', () => appendFileSync(join(dir, 'main.nft'), PART(9)), /main\.nft changed/],
+    ['an included file changed', 'main.nft', () => writeFileSync(join(dir, 'conf.d', '1.nft'), PART(5)), /1\.nft changed/],
+    ['a file added where the glob looks', 'main.nft', () => writeFileSync(join(dir, 'conf.d', '2.nft'), PART(2)), /conf\.d lists other files/],
+    ['an included file removed', 'main.nft', () => writeFileSync(join(dir, 'main.nft'), NFT(dir).replace('include', '#')), /main\.nft changed/],
+    ['an interface renumbered', 'main.nft', () => { links = { lo: 1, eth7: 8 }; }, /eth7 has index 8 now, not 7/],
+    ['interfaces renamed (eth7 and eth9 swap names)', 'main.nft', () => { links = { lo: 1, eth9: 7, eth7: 9 }; }, /eth7 has index 9 now, not 7/],
+    ['an env file changed', 'c.yaml', () => writeFileSync(join(dir, 'vars.env'), 'NET=10.88.0.0/16\n'), /vars\.env changed/],
+    ['an environment variable changed', 'c.yaml', () => { env = { ...env, ADDR: '192.0.2.10' }; }, /variable ADDR has another value/],
+    ['an environment variable set that an env file overrides', 'c.yaml', () => { env = { ...env, NET: '10.0.0.0/8' }; }, /variable NET is set now/],
+  ];
+  for (const [what, name, change, why] of changes) {
+    it(`${what}: compiled again, as the input is now`, () => {
+      const file = join(dir, name);
+      load(file);
+      expect(load(file).cache.used).toBe(true);
+      change();
+      const after = load(file);
+      expect(after.cache).toMatchObject({ used: false, why: expect.stringMatching(why) });
+      expect(after.compiled).toBeGreaterThan(0);
+      expectSameGraph(fresh(file), after.config);
+      // Stored again: the next load with the new input uses it.
+      const next = load(file);
+      expect(next.cache.used).toBe(true);
+      expectSameGraph(fresh(file), next.config);
+    });
+  }
+
+  it('every kind of input, changed, is said', () => {
+    const o = options();
+    const utc = localIsUtc(Date.now());
+    const now: CompileInput[] = [
+      { kind: 'file', path: join(dir, 'main.nft'), sha256: sha256(readFileSync(join(dir, 'main.nft')), 'hex') },
+      { kind: 'file', path: join(dir, 'none'), sha256: null },
+      { kind: 'path', path: join(dir, 'conf.d'), is: 'dir' },
+      { kind: 'dir', path: join(dir, 'conf.d'), names: readdirSync(join(dir, 'conf.d')) },
+      { kind: 'env', name: 'ADDR', value: '192.0.2.9' },
+      { kind: 'link', name: 'eth7', index: 7 },
+      { kind: 'linkName', index: 7, name: 'eth7' },
+      { kind: 'utc', at: null, utc },
+    ];
+    expect(changedInput(now, o)).toBeUndefined();
+    const changed: [CompileInput, RegExp][] = [
+      [{ ...now[0]!, sha256: 'x' } as CompileInput, /main\.nft changed/],
+      [{ ...now[1]!, path: join(dir, 'main.nft') } as CompileInput, /main\.nft can be read now/],
+      [{ ...now[2]!, is: 'none' } as CompileInput, /conf\.d is a directory now/],
+      [{ ...now[3]!, names: [] } as CompileInput, /conf\.d lists other files now/],
+      [{ ...now[4]!, value: null } as CompileInput, /ADDR is set now/],
+      [{ ...now[5]!, index: null } as CompileInput, /eth7 exists now/],
+      [{ ...now[6]!, name: 'eth8' } as CompileInput, /index 7 is eth7 now, not eth8/],
+      [{ ...now[7]!, utc: !utc } as CompileInput, /time zone changed/],
+    ];
+    for (const [input, why] of changed) expect(changedInput([...now, input], o)).toMatch(why);
+  });
+
+  it('an unchanged input that was not unset before (the config did not use the variable): still used', () => {
+    const file = join(dir, 'c.yaml');
+    load(file);
+    env = { ...env, UNRELATED: 'y', OTHER: 'z' };
+    expect(load(file).cache.used).toBe(true);
+  });
+
+  it('another version, another include path, another config file: not used', () => {
+    const file = join(dir, 'main.nft');
+    load(file);
+    expect(loadConfigCached(file, options(), { dir: cacheDir, version: 'other' }).cache).toMatchObject({ used: false, why: expect.stringMatching(/written by nfkeeper test, this is other/) });
+    expect(loadConfigCached(file, { ...options(), includePath: ['/nowhere'] }, cache()).cache).toMatchObject({ used: false, why: expect.stringMatching(/another config file or include path/) });
+  });
+
+  it('an interface gone: the compile\'s error, as loadConfig throws it (a cache does not hide it)', () => {
+    const file = join(dir, 'main.nft');
+    load(file);
+    links = { lo: 1, eth9: 7 };
+    expect(() => loadConfigCached(file, options(), cache())).toThrow(/interface 'eth7' does not exist/);
+  });
+
+  it('a config that fails to compile: its error, as loadConfig throws it, and nothing stored', () => {
+    const file = join(dir, 'main.nft');
+    load(file);
+    writeFileSync(file, 'table ip x {\n\tchain c {\n\t\tip saddr nonsense accept\n\t}\n}\n');
+    expect(() => loadConfigCached(file, options(), cache())).toThrow(/main\.nft:3/);
+  });
+
+  it('cut short or changed at any byte: the ordinary compile, with the reason, never an error', { timeout: 300_000 }, () => {
+    const file = join(dir, 'small.yaml');
+    writeFileSync(file, 'tables:\n  - family: ip\n    name: s\n    chains:\n      - name: c\n        rules: ["ip daddr 192.0.2.1 return"]\n');
+    load(file);
+    const path = compileCachePathOf(cacheDir, undefined, file);
+    const whole = readFileSync(path);
+    const want = fresh(file);
+    const variants = damagedCopies(whole);
+    const reasons = new Set<string>();
+    for (const [what, bytes] of variants) {
+      writeFileSync(path, bytes, { mode: 0o600 });
+      compiles.n = 0;
+      const r = loadConfigCached(file, options(), cache());
+      expect(r.cache.used, what).toBe(false);
+      expect(compiles.n, what).toBe(1);
+      if (!r.cache.used) reasons.add(r.cache.why.replace(/\/[^ ]*/g, 'FILE'));
+      expectSameGraph(want, r.config);
+    }
+    expect([...reasons]).toEqual(['FILE is cut short or corrupt (its checksum does not match)']);
+    // The last load stored it whole again.
+    writeFileSync(path, whole, { mode: 0o600 });
+    expect(load(file).cache.used).toBe(true);
+  });
+
+  it('a cache another user could write: not trusted, compiled', () => {
+    const file = join(dir, 'main.nft');
+    load(file);
+    const path = compileCachePathOf(cacheDir, undefined, file);
+    const { chmodSync } = require('node:fs') as typeof import('node:fs');
+    chmodSync(path, 0o666);
+    expect(load(file).cache).toMatchObject({ used: false, why: expect.stringMatching(/^not trusted: .* may be written by others/) });
+  });
+
+  it('a rule that binds an anonymous chain: compiled at every load, and said why', () => {
+    const file = join(dir, 'bound.nft');
+    writeFileSync(file, 'table ip b {\n\tchain c {\n\t\tip daddr 192.0.2.1 jump { counter accept; }\n\t}\n}\n');
+    const first = load(file);
+    expect(first.stored).toMatch(/binds an anonymous chain/);
+    expect(load(file).cache.used).toBe(false);
+  });
+});
