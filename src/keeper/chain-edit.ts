@@ -94,6 +94,40 @@ export function planHunks(haveKey: (i: number) => string, haveCount: number, wan
   return withRewrite(keep, steps, editOps, wantCount, setsOf);
 }
 
+/** A run of desired rules the kernel lacks, over the kernel rules standing in their place (`have` indices [from, to)). */
+export interface MissingRun {
+  /** Desired rules [start, end), none of them in the kernel. */
+  start: number;
+  end: number;
+  /** The kernel rule before them (desired rule start - 1, kept), absent at the head of the chain. */
+  after?: number;
+  from: number;
+  to: number;
+}
+
+/** stepsIn's match for the desired rules of a run: none kept (the runs are at most a repair's few ops long). */
+const NONE_KEPT = new Int32Array(64).fill(-1);
+
+/**
+ * A chain whose match is known (the view's followed part: each desired rule present at its handle,
+ * or missing; each foreign rule by its handle, some in a missing rule's place), planned over what
+ * differs alone: the kernel rules in `deleted` go, and each run of missing rules is the gap planChain
+ * would find between two kept rules (the kernel rules in its place replaced, the rest inserted after
+ * the rule before). O(difference): `have` indices name only the rules the steps use. Never a
+ * rewrite: the events our commit shows must be the planned rule ops.
+ */
+export function planKnown(runs: readonly MissingRun[], deleted: readonly number[]): RuleEdit {
+  const steps: EditStep[] = [];
+  for (const have of deleted) steps.push({ op: 'delete', have });
+  for (const r of runs) {
+    const keep = r.end - r.start <= NONE_KEPT.length ? NONE_KEPT : new Int32Array(r.end - r.start).fill(-1);
+    stepsIn(keep, r.from, r.to, r.start, r.end, r.after !== undefined ? { kind: 'kept', have: r.after } : undefined, steps, NO_SETS, r.start);
+  }
+  return { steps, rewrite: false };
+}
+
+const NO_SETS = () => 0;
+
 /**
  * A flush-and-rewrite costs one flush plus every desired rule and its sets: at least 1 + wantCount,
  * counted exactly only when the edit costs more than that (a walk of every desired rule otherwise).
@@ -109,10 +143,11 @@ function withRewrite(keep: Int32Array, steps: EditStep[], editOps: number, wantC
 
 /**
  * The steps for desired rules [wLo, wHi) over kernel rules [hLo, hHi), `keep` mapping the one to
- * the other, appended to `steps`; `anchor` is the rule the first new one goes after. Returns their ops.
+ * the other (desired rule j at keep[j - base]), appended to `steps`; `anchor` is the rule the first
+ * new one goes after. Returns their ops.
  */
 function stepsIn(keep: Int32Array, hLo: number, hHi: number, wLo: number, wHi: number, anchor: Anchor | undefined,
-  steps: EditStep[], setsOf: (j: number) => number): number {
+  steps: EditStep[], setsOf: (j: number) => number, base = 0): number {
   // Walk the desired list; between two kept rules lies a gap of kernel rules that go and desired
   // rules that come. Pair them up as replaces (one op, and the handle stays), the rest are deletes
   // or inserts.
@@ -147,7 +182,7 @@ function stepsIn(keep: Int32Array, hLo: number, hHi: number, wLo: number, wHi: n
     pendingAt.length = 0;
   };
   for (let j = wLo; j < wHi; j++) {
-    const k = keep[j]!;
+    const k = keep[j - base]!;
     if (k < 0) {
       pendingAt.push(j);
       pending++;

@@ -8,7 +8,7 @@
  * - a foreign NEWRULE is an extra rule (the desired list has no room for it); one that takes a
  *   handle just deleted in the same commit is a replace, and sits in that rule's place;
  * - an element event of a followed set says what the kernel now holds of each element it carries;
- * - our own commit's acknowledgements echo the handles of the rules it added (learnEcho; the
+ * - our own commit's acknowledgements echo the handles of the rules it added (applyEcho; the
  *   commit's events then wake nobody, Monitor.skipOwn), or, where they do not, its events give
  *   them, in the order of its ops (planned by plan.ts: Expected).
  *
@@ -21,6 +21,7 @@
 import { elementId, sameContent } from '../model/elements.js';
 import type { MonitorBatch, MonitorEvent } from '../netlink/events.js';
 import type { SetElement } from '../netlink/objects.js';
+import { knownRule } from './rule-key.js';
 import type { Expected, FollowedChain, FollowedSet, FollowedTable, OwnedTable } from './owned-table.js';
 
 export type FollowOutcome =
@@ -68,7 +69,7 @@ function followEvent(f: FollowedTable, e: MonitorEvent, deleted: Map<number, { c
   if (e.type !== 'newrule' && e.type !== 'delrule') {
     if (anonymous(e)) return undefined;
     const ms = followedSetOf(f, e);
-    if (ms) return learnElements(ms, e);
+    if (ms) return followElements(ms, e);
     return `${e.type} ${e.family} ${e.table}${e.name ? ` ${e.name}` : ''} (the full pass plans that)`;
   }
   const c = e.name !== undefined ? f.chains.get(e.name) : undefined;
@@ -79,7 +80,6 @@ function followEvent(f: FollowedTable, e: MonitorEvent, deleted: Map<number, { c
     const j = c.byHandle.get(h);
     if (j !== undefined) {
       c.byHandle.delete(h);
-      c.handles[j] = 0;
       c.missing.add(j);
       deleted.set(h, { c, j });
     } else if (c.extras.has(h)) {
@@ -114,7 +114,7 @@ export function followOwn(find: FindTable, plan: readonly Expected[] | undefined
       if (ms && elementsPlanned > 0) {
         // Our own element ops: the events say what the kernel holds now, as for a foreign commit.
         elementsPlanned -= e.elements?.length ?? 1;
-        const why = learnElements(ms, e);
+        const why = followElements(ms, e);
         if (why) return why;
         continue;
       }
@@ -141,7 +141,7 @@ export function followOwn(find: FindTable, plan: readonly Expected[] | undefined
  * from the commit's events. False, with nothing changed, when the echo does not cover the plan
  * (element ops, a handle missing); a string (why) when it does not fit what is followed.
  */
-export function learnEcho(plan: readonly Expected[], handles: ReadonlyMap<number, number>, generation: number): boolean | string {
+export function applyEcho(plan: readonly Expected[], handles: ReadonlyMap<number, number>, generation: number): boolean | string {
   for (const x of plan) {
     if ('element' in x) return false;
     if ('add' in x && !(handles.get(x.op)! > 0)) return false;
@@ -160,9 +160,14 @@ export function learnEcho(plan: readonly Expected[], handles: ReadonlyMap<number
   return true;
 }
 
-/** Desired rule `j` of `c` is in the kernel at `handle` (our commit added it). */
+/**
+ * Desired rule `j` of `c` is in the kernel at `handle` (our commit added it): a known rule there,
+ * in the chain's one array (the table's rules see it too, and take it when they take what the
+ * events followed). The rule it was before is kept when it is at that handle (planAfter's imagined
+ * commit gives the old handle back).
+ */
 function placeAdded(c: FollowedChain, j: number, handle: number): void {
-  c.handles[j] = handle;
+  if (c.rules[j]!.handle !== handle) c.rules[j] = knownRule({ family: c.family, name: c.table }, c, c.desired.rules[j]!, handle);
   c.byHandle.set(handle, j);
   c.missing.delete(j);
 }
@@ -180,7 +185,7 @@ function followedSetOf(f: FollowedTable, e: MonitorEvent): FollowedSet | undefin
 }
 
 /** Takes what an element event says the kernel now holds; returns why it cannot. */
-function learnElements(ms: FollowedSet, e: MonitorEvent): string | undefined {
+function followElements(ms: FollowedSet, e: MonitorEvent): string | undefined {
   if (e.elementsMalformed || !e.elements || e.elements.length === 0) return `an element event of ${ms.name} without its elements`;
   for (const el of e.elements) {
     const id = elementId(el);

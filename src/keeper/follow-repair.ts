@@ -60,7 +60,7 @@ class FollowCommit {
     // the desired state. The handles of the rules it added came back with its acknowledgements:
     // the followed part takes them now, and the commit's own events need not wake this thread again
     // (else, as from a kernel that does not echo, they bring the handles).
-    if (echoed?.handles && k.view.learnCommit(generation + 1, echoed.handles)) k.monitor!.skipOwn?.(generation + 1);
+    if (echoed?.handles && k.view.followEcho(generation + 1, echoed.handles)) k.monitor!.skipOwn?.(generation + 1);
     // What the next pass decides by is set now: the fight's clock and the verified generation.
     if (!isDeliberate && k.fight.repaired(committedAt)) this.reporter.fightRaised(plan.drift);
     this.reporter.drifting = new Set();

@@ -6,32 +6,34 @@
 import type { ChainConfig, TableConfig } from '../model/desired.js';
 import type { SetConfig } from '../model/sets.js';
 import { elementId, sameContent, sameElementFields, setDefinitionKey } from '../model/elements.js';
-import type { ObservedTable, SetElement } from '../netlink/objects.js';
-import { desiredKey } from './rule-key.js';
+import type { ObservedTable, Rule, SetElement } from '../netlink/objects.js';
+import { desiredKey, hasKey, knownRule } from './rule-key.js';
 import { NO_RULES } from './plan.js';
-import { follows, type FollowedChain, type FollowedSet, type FollowedTable, type OwnedTable } from './owned-table.js';
+import { follows, type FollowedChain, type FollowedSet, type FollowedTable, type OwnedTable, type TableRules } from './owned-table.js';
 
 /**
- * Table `t` as followed from an observation that found it as desired: per desired chain the kernel
- * handle of each desired rule, in order; per followed set its desired elements. Undefined when the
- * observation does not fit.
+ * Table `t` as followed from an observation that found it as desired: per desired chain the known
+ * rule of each desired rule at its kernel handle, in order; per followed set its desired elements.
+ * A chain the table's rules `kt` hold as this desired chain is followed in their very array (one
+ * array per chain); any other (the table's rules not held: stateful objects, anonymous sets) gets
+ * known rules made from the observation's. Undefined when the observation does not fit.
  */
-export function seedTable(t: TableConfig, have: ObservedTable | undefined): FollowedTable | undefined {
+export function seedTable(t: TableConfig, have: ObservedTable | undefined, kt?: TableRules): FollowedTable | undefined {
   if (!have?.table || have.family !== t.family || have.name !== t.name) return undefined;
   if (have.chains.size !== t.chains.length) return undefined;
   const chains = new Map<string, FollowedChain>();
   for (const c of t.chains) {
-    const rules = have.rules.get(c.name);
-    if (!have.chains.has(c.name) || !rules || rules.length !== c.rules.length) return undefined;
-    const handles = new Float64Array(rules.length);
+    const own = kt?.verified.get(c.name) === c ? kt.observed.rules.get(c.name) as Rule[] | undefined : undefined;
+    const seen = own ?? have.rules.get(c.name);
+    if (!have.chains.has(c.name) || !seen || seen.length !== c.rules.length) return undefined;
     const byHandle = new Map<number, number>();
-    for (let j = 0; j < rules.length; j++) {
-      const h = rules[j]!.handle;
+    for (let j = 0; j < seen.length; j++) {
+      const h = seen[j]!.handle;
       if (!h) return undefined;
-      handles[j] = h;
       byHandle.set(h, j);
     }
-    chains.set(c.name, { family: t.family, table: t.name, name: c.name, desired: c, handles, byHandle, missing: new Set(), extras: new Map() });
+    const rules = own ?? seen.map((r, j) => r.exprs === c.rules[j]!.compiled.exprs && hasKey(r) ? r : knownRule(t, c, c.rules[j]!, r.handle!, r.digest));
+    chains.set(c.name, { family: t.family, table: t.name, name: c.name, desired: c, rules, byHandle, missing: new Set(), extras: new Map() });
   }
   const sets = new Map<string, FollowedSet | null>();
   for (const sc of t.sets ?? []) {

@@ -3,7 +3,7 @@
  * view; this is its part that follows the events): the owned tables by family and name, the last
  * commit that touched each, and the followed part of those an observation seeded
  * (OwnedTable.followed), moved by each batch in generation order (follow-events.ts), by the echo of
- * our own repair (learnCommit), and planned from by the event repairs (plan: plan.ts,
+ * our own repair (followEcho), and planned from by the event repairs (plan: plan.ts,
  * planFollowed). The events follow while the monitor's run of whole commits holds (an overflow, a
  * gap or a truncated batch loses every table); an event that cannot be followed loses its table
  * alone.
@@ -13,10 +13,10 @@ import { Batch } from '../netlink/batch.js';
 import type { EventKey, MonitorBatch, MonitorProgress } from '../netlink/events.js';
 import type { Family } from '../netlink/expr.js';
 import type { ObservedTable } from '../netlink/objects.js';
-import { followForeign, followOwn, learnEcho, unfollow, type FollowOutcome } from './follow-events.js';
+import { followForeign, followOwn, applyEcho, unfollow, type FollowOutcome } from './follow-events.js';
 import { seedTable } from './follow-seed.js';
 import { planFollowed, type FollowPlan } from './plan.js';
-import type { Expected, OwnedTable } from './owned-table.js';
+import type { Expected, FollowedTable, OwnedTable } from './owned-table.js';
 
 /**
  * How long a proof waits for the monitor to catch up with the kernel (it reads its socket when the
@@ -36,6 +36,8 @@ export class FollowedView {
   protected stopped: () => boolean = () => false;
   /** The generation the followed tables are exact at (with the proof, see exactAt). */
   generation = 0;
+  /** The generation the tables' rules (OwnedTable.rules) are exact at. */
+  rulesAt = 0;
   /** The generation of the observation they were seeded from. */
   protected seededAt = 0;
   /** Batches the monitor delivered that reached follow(), to match MonitorProgress.delivered. */
@@ -172,7 +174,8 @@ export class FollowedView {
 
   /**
    * The events follow `desired` from an observation at `generation` that found every desired table
-   * as desired (and the kernel still there): per chain the handles of the desired rules, per
+   * as desired (and the kernel still there): per chain the desired rules at their handles (in the
+   * array of the table's rules where they hold that chain at that generation), per
    * followed set its elements. 'diverged': a table was followed exact at that generation already
    * and held otherwise (the safety net's read-back found the events misled it). False: the
    * observation does not fit.
@@ -180,7 +183,8 @@ export class FollowedView {
   seed(desired: readonly TableConfig[], observed: readonly ObservedTable[], generation: number): 'seeded' | 'diverged' | false {
     if (!this.progressOf) return false;
     const before = this.following && this.generation === generation ? desired.map((t) => this.snapshot(t)) : undefined;
-    const followed = desired.map((t, i) => seedTable(t, observed[i]));
+    // The tables' rules exact at that generation lend their chains' arrays: one per chain.
+    const followed = desired.map((t, i) => seedTable(t, observed[i], this.rulesAt === generation ? this.find(t.family, t.name)?.rules : undefined));
     if (followed.some((f) => !f)) return false;
     for (const rec of this.all()) rec.followed = undefined;
     this.seeded = desired.map((t, i) => {
@@ -194,6 +198,37 @@ export class FollowedView {
     this.seededAt = generation;
     this.lost = undefined;
     return before?.some((b, i) => b !== undefined && b !== this.snapshot(desired[i]!)) ? 'diverged' : 'seeded';
+  }
+
+  /**
+   * Our full pass's commit made `generation`, the only commit since the observation it was planned
+   * from, and the rules of `tables` follow it (its echo): where the events followed every commit up
+   * to that observation and await none of ours, the tables the commit let go (committed), and any
+   * other unknown, are seeded again from those rules, in their arrays, at `generation`, and the
+   * commit's own events are then in the seed already. Else they stay let go (the next clean
+   * observation seeds them): the events lag, follow nothing, or a table has no rules (stateful
+   * objects, anonymous sets).
+   */
+  protected seedFromEcho(generation: number, tables: readonly TableConfig[]): void {
+    if (!this.following || this.generation !== generation - 1 || this.expected.size > 0 || tables.length !== this.seeded.length) return;
+    const again: [OwnedTable, FollowedTable][] = [];
+    for (const [i, t] of tables.entries()) {
+      const rec = this.seeded[i]!;
+      if (rec !== this.find(t.family, t.name)) return;
+      if (rec.followed) {
+        if (rec.followed.desired !== t) return;
+        continue;
+      }
+      const f = rec.rules && seedTable(t, rec.rules.observed, rec.rules);
+      if (!f) return;
+      again.push([rec, f]);
+    }
+    for (const [rec, f] of again) {
+      rec.followed = f;
+      rec.unknown = undefined;
+    }
+    this.generation = generation;
+    this.seededAt = generation;
   }
 
   /** What the events hold of `t`, to compare before and after a read-back: handles per chain, differing elements per set. */
@@ -218,14 +253,14 @@ export class FollowedView {
    * followed tables are exact there, and that commit touched them. False: the echo does not cover
    * the plan, or the commit's events were followed already; its events say it then.
    */
-  learnCommit(generation: number, handles: ReadonlyMap<number, number>): boolean {
+  followEcho(generation: number, handles: ReadonlyMap<number, number>): boolean {
     const planned = this.expected.get(generation);
     if (!planned || !this.following || this.generation >= generation) return false;
-    const learnt = learnEcho(planned, handles, generation);
-    if (learnt === false) return false;
+    const took = applyEcho(planned, handles, generation);
+    if (took === false) return false;
     this.expected.delete(generation);
-    if (learnt !== true) {
-      this.invalidate(learnt);
+    if (took !== true) {
+      this.invalidate(took);
       return false;
     }
     this.generation = generation;
@@ -318,7 +353,7 @@ export class FollowedView {
       const f = rec.followed;
       if (!f) return false;
       for (const c of f.chains.values()) {
-        rules += c.handles.length;
+        rules += c.rules.length;
         if (c.missing.size > 0 || c.extras.size > 0 || rules > max) return false;
       }
       for (const ms of f.sets.values()) if (ms && ms.differs.size > 0) return false;
@@ -334,7 +369,7 @@ export class FollowedView {
   /** The handles of a chain's desired rules as followed (undefined: not followed, or not clean). */
   handlesOf(family: string, table: string, chain: string): readonly number[] | undefined {
     const c = this.following ? this.find(family, table)?.followed?.chains.get(chain) : undefined;
-    return c && c.missing.size === 0 && c.extras.size === 0 ? Array.from(c.handles) : undefined;
+    return c && c.missing.size === 0 && c.extras.size === 0 ? c.rules.map((r) => r.handle!) : undefined;
   }
 
   /** How many elements of a followed set the kernel holds otherwise than desired. */
@@ -361,7 +396,7 @@ export class FollowedView {
       const add = typeof plan === 'object' && plan.expected.length === 1 ? plan.expected[0]! : undefined;
       if (typeof plan !== 'object' || !add || !('add' in add)) throw new Error('the plan is not one rule re-added');
       this.expect(generation + 2, plan.expected);
-      if (!this.learnEchoAt(generation + 2, new Map([[add.op, on.handle!]]))) throw new Error('the view could not take the handle back');
+      if (!this.applyEchoAt(generation + 2, new Map([[add.op, on.handle!]]))) throw new Error('the view could not take the handle back');
       return plan;
     } catch (e) {
       this.invalidate(`arming the monitor: after a deletion of rule handle ${on.handle} in ${on.table} ${on.name}, ${(e as Error).message}`);
@@ -372,11 +407,11 @@ export class FollowedView {
     }
   }
 
-  /** learnCommit without touching (planAfter's commit is imagined). */
-  private learnEchoAt(generation: number, handles: ReadonlyMap<number, number>): boolean {
+  /** followEcho without touching (planAfter's commit is imagined). */
+  private applyEchoAt(generation: number, handles: ReadonlyMap<number, number>): boolean {
     const planned = this.expected.get(generation);
     this.expected.delete(generation);
-    return !!planned && learnEcho(planned, handles, generation) === true;
+    return !!planned && applyEcho(planned, handles, generation) === true;
   }
 }
 

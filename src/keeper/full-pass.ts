@@ -32,6 +32,7 @@ export class FullPass implements RepairPath<Promise<Outcome>> {
     // The safety net's read-back reads the kernel, but by digests from the known state, decoding nothing (Reconciler.observe).
     const readBack = k.readBackDue;
     k.readBackDue = false;
+    const wasValid = k.view.valid;
     try {
       r = await k.reconciler!.once({
         useKnown: true,
@@ -108,19 +109,21 @@ export class FullPass implements RepairPath<Promise<Outcome>> {
     }
     // Owners changes come in runs (a registration each): the safety net seeds the followed part after them.
     // A reload is one: its known state seeds it at once, without a read where it covers the tables.
-    this.seedFollowed(r.trusted || desired !== k.desired ? undefined : lastObservation, cause === 'owners');
+    this.seedFollowed(r.trusted || desired !== k.desired ? undefined : lastObservation, cause === 'owners', wasValid);
     return { status: r.ops > 0 ? 'repaired' : 'in-sync', drift: r.found, ops: r.ops, attempts: r.attempts, generation: r.generation };
   }
 
   /**
    * After a full pass: an observation that found everything as desired seeds the followed part (when the generation
    * has not moved since, the dumps saw exactly that generation). A pass that ended on its own commit
-   * without a read leaves the followed part unseeded (the commit's own events are not planned by it), so
-   * the kernel is observed once more right away, off the repair path, to seed it (from the known
-   * state, which follows our own commits, so without a read where it covers the tables); after an
-   * owners change (they come in runs) the safety net's read-back seeds it instead.
+   * without a read has the tables it let go seeded from the rules its echo left, where the events
+   * were at its observation (KernelView.seedFromEcho); else it leaves them unseeded (the commit's own
+   * events are not planned by it), so the kernel is observed once more right away, off the repair
+   * path, to seed it (from the known state, which follows our own commits, so without a read where
+   * it covers the tables); after an owners change (they come in runs) the safety net's read-back
+   * seeds it instead.
    */
-  private seedFollowed(observation: Observation | undefined, inARun: boolean): void {
+  private seedFollowed(observation: Observation | undefined, inARun: boolean, wasValid: boolean): void {
     const k = this.k;
     const view = k.view;
     if (!view.follows || k.stopped) return;
@@ -140,6 +143,8 @@ export class FullPass implements RepairPath<Promise<Outcome>> {
       }
       return;
     }
+    // Our commit's echo seeded the tables it let go again (KernelView.seedFromEcho).
+    if (view.valid && !wasValid) this.reporter.followChanged();
     if (!view.valid && !inARun) {
       // After this pass has settled (start() and the repair's caller do not wait for it).
       setImmediate(() => {

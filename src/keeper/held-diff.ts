@@ -9,7 +9,7 @@
 import type { Rule } from '../netlink/objects.js';
 import type { Drift } from '../model/drift.js';
 import type { ElementDiff } from '../model/elements.js';
-import type { Anchor, EditStep, RuleEdit } from './chain-edit.js';
+import { planKnown, type MissingRun, type RuleEdit } from './chain-edit.js';
 import type { HeldChainDiff, TableDiff } from './table.js';
 import type { FollowedChain, FollowedTable } from './owned-table.js';
 
@@ -74,32 +74,42 @@ export function chainDiffOf(c: FollowedChain): HeldChainDiff | undefined {
   return {
     diff: { chain: want, edit: heldEdit(c, missing) },
     drift: new ChainDrift(c.family, c.table, c.name, missing, missing.length > 0 ? want.rules[missing[0]!]!.compiled : undefined,
-      c.extras.size === 0 ? [] : [...c.extras], c.handles.length),
+      c.extras.size === 0 ? [] : [...c.extras], c.rules.length),
   };
 }
 
 /**
- * A chain's edit from what the followed table holds, over the few kernel rules it names (by handle): each
- * foreign rule deleted, or replaced by the missing rule whose place it took; each other missing rule
- * inserted at the head, after the kernel rule before it, or after the one re-added before it.
+ * A chain's edit from what the followed table holds (chain-edit.ts, planKnown), over the few kernel
+ * rules it names: each foreign rule deleted, or replaced by a missing rule whose place it took; the
+ * other missing rules inserted after the kernel rule before their run, or after the one re-added
+ * before them. The rule before a run is the chain's own known rule; a foreign rule, a stand-in.
  */
 function heldEdit(c: FollowedChain, missing: readonly number[]): { edit: RuleEdit; rules: Rule[] } {
   const rules: Rule[] = [];
-  const steps: EditStep[] = [];
+  const deleted: number[] = [];
   // desired j → the foreign rule's handle sitting in its place (none without foreign rules: the common deletion)
   const inPlace = c.extras.size === 0 ? NO_PLACES : new Map<number, number>();
   for (const [h, j] of c.extras) {
     if (j >= 0 && c.missing.has(j) && !inPlace.has(j)) (inPlace as Map<number, number>).set(j, h);
-    else steps.push({ op: 'delete', have: held(c, rules, h) });
+    else deleted.push(held(c, rules, h));
   }
-  for (const j of missing) {
-    const before = j === 0 ? 0 : c.handles[j - 1]!;
-    const after: Anchor | undefined = j === 0 ? undefined : before > 0 ? { kind: 'kept', have: held(c, rules, before) } : { kind: 'new', want: j - 1 };
-    const h = inPlace.get(j);
-    if (h !== undefined) steps.push(after ? { op: 'replace', have: held(c, rules, h), want: j, after } : { op: 'replace', have: held(c, rules, h), want: j });
-    else steps.push(after ? { op: 'insert', want: j, after } : { op: 'insert', want: j });
+  const runs: MissingRun[] = [];
+  for (let k = 0; k < missing.length;) {
+    const start = missing[k++]!;
+    let end = start + 1;
+    while (k < missing.length && missing[k] === end) {
+      end++;
+      k++;
+    }
+    const after = start > 0 ? rules.push(c.rules[start - 1]!) - 1 : undefined;
+    const from = rules.length;
+    for (let j = start; j < end; j++) {
+      const h = inPlace.get(j);
+      if (h !== undefined) held(c, rules, h);
+    }
+    runs.push(after !== undefined ? { start, end, after, from, to: rules.length } : { start, end, from, to: rules.length });
   }
-  return { edit: { steps, rewrite: false }, rules };
+  return { edit: planKnown(runs, deleted), rules };
 }
 
 /** The index in `rules` of a stand-in for the kernel rule at `handle` of chain `c` (its handle is all the edit uses). */

@@ -17,7 +17,7 @@
  * The rules are known rules (knownRule): handle plus the desired rule's own expressions, userdata
  * and key (shared with the desired state, not copies), so the decoded dump is not kept between passes.
  */
-import type { TableConfig } from '../model/desired.js';
+import type { ChainConfig, TableConfig } from '../model/desired.js';
 import type { SetConfig } from '../model/sets.js';
 import { diffElements, setDefinitionKey } from '../model/elements.js';
 import type { Batch } from '../netlink/batch.js';
@@ -162,13 +162,14 @@ export function confirm(kt: TableRules, t: TableConfig): boolean {
 }
 
 /**
- * The events followed the table (exact at a later generation than `kt`): its rules take the handles
- * the events gave. Rules whose handle and desired rule stay are kept as they are, digest and all; a
- * rule re-added under a new handle has no digest until a decoding read. A chain the events left
- * otherwise than desired holds the desired rules present and a stand-in for each foreign rule, with
- * the difference the events followed (kt.held), and a followed set that differs holds what the
- * kernel holds: the observation plans from them, reading nothing. False when `kt` does not hold
- * exactly those chains: the caller drops it.
+ * The events followed the table (exact at a later generation than `kt`): its rules take what they
+ * followed. A chain the events hold as desired is held in the followed part's own array (shared,
+ * not copied; where the rules held it in another array at the same handles, that one, with the
+ * digests a read gave it, becomes the shared one). A chain the events left otherwise than desired holds,
+ * in the kernel's order, the desired rules present and a stand-in for each foreign rule, with the
+ * difference the events followed (kt.held); a followed set that differs holds what the kernel
+ * holds: the observation plans from them, reading nothing. False when `kt` does not hold exactly
+ * those chains: the caller drops it.
  */
 export function takeFollowed(kt: TableRules, held: FollowedTable): boolean {
   const t = held.desired;
@@ -178,40 +179,36 @@ export function takeFollowed(kt: TableRules, held: FollowedTable): boolean {
   for (const c of t.chains) {
     const fc = held.chains.get(c.name);
     const prev = kt.observed.rules.get(c.name);
-    if (!fc || !prev || !kt.observed.chains.has(c.name) || fc.handles.length !== c.rules.length) return false;
-    const handles = fc.handles;
+    if (!fc || !prev || !kt.observed.chains.has(c.name) || fc.rules.length !== c.rules.length) return false;
     const differs = chainDiffOf(fc);
-    if (!differs && kt.verified.get(c.name) === c && prev.length === handles.length && prev.every((r, j) => r.handle === handles[j])) continue;
-    const kept = new Map(prev.map((r) => [r.handle!, r]));
-    const rules: Rule[] = [];
+    if (!differs) {
+      if (prev !== fc.rules && sameRules(prev, fc.rules, c)) fc.rules = prev as Rule[];
+      else if (prev !== fc.rules || kt.verified.get(c.name) !== c) asDesired(fc.rules, t, c);
+      kt.observed.rules.set(c.name, fc.rules);
+      kt.verified.set(c.name, c);
+      continue;
+    }
     // In the kernel's order: a foreign rule that took a desired rule's place (a replace) stands there, any other at the end.
+    const rules: Rule[] = [];
     const inPlace = new Map<number, number>();
     const elsewhere: number[] = [];
     for (const [h, j] of fc.extras) {
-      if (j >= 0 && handles[j] === 0 && !inPlace.has(j)) inPlace.set(j, h);
+      if (j >= 0 && fc.missing.has(j) && !inPlace.has(j)) inPlace.set(j, h);
       else elsewhere.push(h);
     }
     for (let j = 0; j < c.rules.length; j++) {
-      const h = handles[j]!;
-      if (h === 0) {
+      if (fc.missing.has(j)) {
         const x = inPlace.get(j);
         if (x !== undefined) rules.push(standIn(fc, x));
         continue;
       }
-      const r = c.rules[j]!;
-      const k = kept.get(h);
-      rules.push(k && hasKey(k) && k.exprs === r.compiled.exprs ? k
-        : knownRule(t, c, r, h, k?.exprs === r.compiled.exprs ? k.digest : undefined));
+      rules.push(fc.rules[j]!);
     }
     for (const h of elsewhere) rules.push(standIn(fc, h));
     kt.observed.rules.set(c.name, rules);
-    if (differs) {
-      (kt.held ??= new Map()).set(c.name, differs);
-      kt.verified.delete(c.name);
-      clean = false;
-    } else {
-      kt.verified.set(c.name, c);
-    }
+    (kt.held ??= new Map()).set(c.name, differs);
+    kt.verified.delete(c.name);
+    clean = false;
   }
   // A followed set holds its desired elements, but where the events say it differs; the events changed no other.
   for (const s of t.sets ?? []) {
@@ -302,6 +299,21 @@ export function cleanRules(t: TableConfig, o: ObservedTable | undefined): TableR
 }
 
 const NO_EDITS: Derivation['edited'] = new Map();
+
+/** Whether `a` holds the rules `b` holds, desired chain `c`'s at the same handles. O(rules), only where the two are not one array. */
+function sameRules(a: readonly Rule[], b: readonly Rule[], c: ChainConfig): boolean {
+  if (a.length !== b.length) return false;
+  for (let j = 0; j < a.length; j++) if (a[j]!.handle !== b[j]!.handle || a[j]!.exprs !== c.rules[j]!.compiled.exprs || !hasKey(a[j]!)) return false;
+  return true;
+}
+
+/** `rules` (by desired index) as known rules of `c` itself, in place: a reload's chain the same by every rule's key (retarget) has other objects. */
+function asDesired(rules: Rule[], t: TableConfig, c: ChainConfig): void {
+  for (let j = 0; j < rules.length; j++) {
+    const r = c.rules[j]!;
+    if (rules[j]!.exprs !== r.compiled.exprs) rules[j] = knownRule(t, c, r, rules[j]!.handle!, rules[j]!.digest);
+  }
+}
 
 
 /** Up to this many chains with rules of unknown digest are decoded by revalidate (one dump each); more, a full read. */

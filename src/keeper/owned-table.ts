@@ -2,17 +2,19 @@
  * One owned table as the kernel view (view.ts) holds it: the one record of what the kernel holds
  * there, fed by an observation, the echo of our own commit and the monitor's events, and exact at a
  * generation or unknown, per table. It holds the kernel in two shapes that share one identity of a
- * rule (a kernel handle standing for a desired rule of a desired chain):
+ * rule (a kernel handle standing for a desired rule of a desired chain), and for a chain the kernel
+ * holds as desired one array of known rules (knownRule):
  *
- * - `rules`: per chain each rule's handle with the desired rule it is (knownRule), which an
- *   observation plans from without a dump (known.ts; after our own commit, follow-commit.ts);
- * - `followed`: per desired chain the kernel handle of each desired rule in a typed array, the
- *   rules the kernel holds that are not desired, and per followed set where its elements differ,
- *   which the events move rule by rule and element by element (follow-events.ts) and the event
- *   repairs plan from (plan.ts, planFollowed).
+ * - `rules`: per chain each rule's handle with the desired rule it is, in the kernel's order, which
+ *   an observation plans from without a dump (known.ts; after our own commit, follow-commit.ts);
+ * - `followed`: per desired chain the known rule of each desired rule by desired index (the rules'
+ *   own array where they hold that chain), the desired rules missing, the rules the kernel holds
+ *   that are not desired, and per followed set where its elements differ, which the events move rule
+ *   by rule and element by element (follow-events.ts) and the event repairs plan from (plan.ts,
+ *   planFollowed).
  *
  * The rules take what the followed part holds when events touched the table (known.ts,
- * takeFollowed): the handles, and where the events left it otherwise than desired, a stand-in for
+ * takeFollowed): its array, and where the events left it otherwise than desired, a stand-in for
  * each foreign rule and the difference they followed, which the observation plans from. So both say
  * the same of the kernel; the rules can be exact while the followed part is unknown (our full
  * pass's commit is followed by its echo into the rules, not by events).
@@ -85,8 +87,12 @@ export interface FollowedChain {
   name: string;
   /** The desired chain: the rules a repair re-adds. */
   desired: ChainConfig;
-  /** handles[j]: the kernel handle of desired rule j, 0 while it is missing. */
-  handles: Float64Array;
+  /**
+   * rules[j]: desired rule j as the kernel holds it (a known rule: its handle), unless `missing`
+   * has j (then the handle it had). The table's rules (TableRules) hold this very array for a
+   * chain they hold as desired: one array of handles per chain, which the events move in place.
+   */
+  rules: Rule[];
   /** Desired index by kernel handle, for the rules present. */
   byHandle: Map<number, number>;
   /** Desired rules missing from the kernel. */

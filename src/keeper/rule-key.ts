@@ -22,7 +22,7 @@ import { ruleKey, type SetResolver } from '../rules/index.js';
  * nothing, and hashing their canonical form was a third of what a registration allocated). The
  * known state and the start-up's adoption by digests keep their rules so.
  */
-export function knownRule(t: TableConfig, c: ChainConfig, r: ChainConfig['rules'][number], handle: number, digest?: string): Rule {
+export function knownRule(t: Pick<TableConfig, 'family' | 'name'>, c: Pick<ChainConfig, 'name'>, r: ChainConfig['rules'][number], handle: number, digest?: string): Rule {
   const compiled = r.compiled;
   const rule: Rule = {
     family: t.family, table: t.name, chain: c.name, handle, exprs: compiled.exprs,

@@ -7,7 +7,7 @@
  * - an observation (fromObservation; seed): a dump, a digest confirmation or an observation planned
  *   from the view itself that found the tables as desired, or, at a restart, such an observation an
  *   earlier keeper recorded at the generation the kernel is still at (record.ts);
- * - the echo of our own commit (followCommit for a full pass's batch, learnCommit for a repair
+ * - the echo of our own commit (followCommit for a full pass's batch, followEcho for a repair
  *   planned from the events), which the guard proves was the only commit since the observation;
  * - the monitor's events (follow, follow-events.ts): a foreign commit in an owned table is followed
  *   rule by rule and element by element, or makes that table unknown (an event it cannot follow),
@@ -61,8 +61,6 @@ export interface Held {
 }
 
 export class KernelView extends FollowedView {
-  /** The generation the held rules are exact at. */
-  rulesAt = 0;
   private unechoed?: Unechoed;
   /**
    * Whether the view holds table `t` exact at `generation` (the kernel's now, or the monitor's
@@ -169,7 +167,7 @@ export class KernelView extends FollowedView {
   /**
    * The rules take what the events followed since they were exact: when the events follow at a
    * later generation M and account for every commit from the rules' generation up to M (they were
-   * seeded at or before that generation, and have followed or learnt every commit since; or the
+   * seeded at or before that generation, and have followed every commit since, or its echo; or the
    * monitor's run covers the commits in between), each table a commit touched meanwhile takes what
    * the events gave (known.ts, takeFollowed: the handles, and the difference where they left it
    * otherwise than desired; a table they lost has its rules go, and the next observation reads it), and the
@@ -188,7 +186,7 @@ export class KernelView extends FollowedView {
 
   /**
    * An observation at `generation` found `tables` as desired: a table planned from the view's own
-   * rules (`known`) learns anew only the chains it compared; a table it read takes the rules read.
+   * rules (`known`) takes anew only the chains it compared; a table it read takes the rules read.
    */
   fromObservation(generation: number, tables: readonly TableConfig[], observed: readonly ObservedTable[], known: HeldRules | undefined): void {
     const seen = new Set<OwnedTable>();
@@ -208,7 +206,8 @@ export class KernelView extends FollowedView {
 
   /**
    * A full pass committed `batch`: the rules the view held are not the kernel's any more (until
-   * followCommit), and the events cannot follow the tables it touched (it did not plan them).
+   * followCommit), and the events cannot follow the tables it touched (it did not plan them; the
+   * rules its echo leaves may seed them again, seedFromEcho).
    */
   committed(batch: Batch): void {
     this.dropRules();
@@ -272,6 +271,7 @@ export class KernelView extends FollowedView {
     if (!out) return false;
     for (const t of u.tables) this.record(t).rules = out.get(tableKey(t));
     this.rulesAt = generation;
+    this.seedFromEcho(generation, u.tables);
     return true;
   }
 

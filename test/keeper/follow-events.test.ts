@@ -81,7 +81,7 @@ describe('following the events', () => {
     m.expect(7, plan.expected);
     expect(m.exactAt(6, { lastGeneration: 6, runStart: 1, delivered: 1 })).toBe(false);  // our commit is pending
     // The ops: delete 20, insert rule 0, add rule 1, replace 13: the kernel echoed three new rules.
-    expect(m.learnCommit(7, new Map([[1, 21], [2, 22], [3, 13]]))).toBe(true);
+    expect(m.followEcho(7, new Map([[1, 21], [2, 22], [3, 13]]))).toBe(true);
     expect(m.generation).toBe(7);
     expect(m.handlesOf('ip', 't', 'c')).toEqual([21, 22, 12, 13, 14]);
     expect(m.plan()).toBe('clean');
@@ -102,16 +102,16 @@ describe('following the events', () => {
     if (plan === 'clean' || !plan) throw new Error('no plan');
     m.expect(7, plan.expected);
     // One of the two new rules was not echoed (a kernel that does not echo, lost acks): nothing changes.
-    expect(m.learnCommit(7, new Map([[0, 15]]))).toBe(false);
-    expect(m.learnCommit(7, new Map())).toBe(false);
+    expect(m.followEcho(7, new Map([[0, 15]]))).toBe(false);
+    expect(m.followEcho(7, new Map())).toBe(false);
     expect(m.generation).toBe(6);
     expect(m.follow(batch(7, [ev('newrule', 15, OWN), ev('newrule', 16, OWN)]), OWN)).toBe('own');
     expect(m.handlesOf('ip', 't', 'c')).toEqual([10, 11, 15, 16, 14]);
     // The events came first (a commit that ran on the worker thread): the echo is not taken again.
-    expect(m.learnCommit(7, new Map([[0, 15], [1, 16]]))).toBe(false);
+    expect(m.followEcho(7, new Map([[0, 15], [1, 16]]))).toBe(false);
     expect(m.valid).toBe(true);
     // A commit the followed part did not plan is not learnt.
-    expect(m.learnCommit(8, new Map([[0, 30]]))).toBe(false);
+    expect(m.followEcho(8, new Map([[0, 30]]))).toBe(false);
   });
 
   it('ignores batches the seed holds, other tables and anonymous sets', () => {
