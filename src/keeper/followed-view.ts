@@ -36,8 +36,6 @@ export class FollowedView {
   protected stopped: () => boolean = () => false;
   /** The generation the followed tables are exact at (with the proof, see exactAt). */
   generation = 0;
-  /** The generation the tables' rules (OwnedTable.rules) are exact at. */
-  rulesAt = 0;
   /** The generation of the observation they were seeded from. */
   protected seededAt = 0;
   /** Batches the monitor delivered that reached follow(), to match MonitorProgress.delivered. */
@@ -61,7 +59,7 @@ export class FollowedView {
     let names = this.tables.get(t.family);
     if (!names) this.tables.set(t.family, names = new Map());
     let rec = names.get(t.name);
-    if (!rec) names.set(t.name, rec = { family: t.family as Family, name: t.name, owned: false, touched: 0 });
+    if (!rec) names.set(t.name, rec = { family: t.family as Family, name: t.name, owned: false, touched: 0, rulesAt: 0 });
     return rec;
   }
 
@@ -184,7 +182,10 @@ export class FollowedView {
     if (!this.progressOf) return false;
     const before = this.following && this.generation === generation ? desired.map((t) => this.snapshot(t)) : undefined;
     // The tables' rules exact at that generation lend their chains' arrays: one per chain.
-    const followed = desired.map((t, i) => seedTable(t, observed[i], this.rulesAt === generation ? this.find(t.family, t.name)?.rules : undefined));
+    const followed = desired.map((t, i) => {
+      const rec = this.find(t.family, t.name);
+      return seedTable(t, observed[i], rec?.rulesAt === generation ? rec.rules : undefined);
+    });
     if (followed.some((f) => !f)) return false;
     for (const rec of this.all()) rec.followed = undefined;
     this.seeded = desired.map((t, i) => {

@@ -35,8 +35,10 @@ export interface OwnedTable {
   owned: boolean;
   /** The last generation whose commit touched it (an event in it, our echoed repair of it). */
   touched: number;
-  /** Its rules, exact at the view's rules generation; undefined: not held, an observation reads the table. */
+  /** Its rules, exact at `rulesAt`; undefined: not held, an observation reads the table. */
   rules?: TableRules;
+  /** The generation its rules are exact at (moved by an observation, our full pass's echo, and the events they take). */
+  rulesAt: number;
   /** What the events follow of it, exact at the view's followed generation; undefined: unknown (`unknown` says why). */
   followed?: FollowedTable;
   /** Why the events do not follow it (undefined while they do, or before an observation seeded them). */

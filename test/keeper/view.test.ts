@@ -213,13 +213,13 @@ describe('the kernel view', () => {
     const reads = w.reads.n;
     const held = await w.view.heldAt(w.conn, g + 2, planConfig([0, 1, 2]).tables, false, () => w.reads.n++);
     expect(held).toMatchObject({ read: false });
-    expect(w.view.rulesAt).toBe(g + 2);
+    expect(w.view.rulesAtOf(OWNED[0]!)).toBe(g + 2);
     expect(w.reads.n).toBe(reads);
     expect(w.view.rulesOf(planConfig([0, 1, 2]).tables[0]!)!.observed.rules.get('c')!.map((x) => x.handle)).toEqual(await handles(w));
     // The safety net's read-back confirms them by digests: the re-added rule's chain decoded (its digest is not known yet).
     const back = await w.view.heldAt(w.conn, g + 2, planConfig([0, 1, 2]).tables, true, () => w.reads.n++);
     expect(back).toMatchObject({ read: true });
-    expect(w.view.rulesAt).toBe(g + 2);
+    expect(w.view.rulesAtOf(OWNED[0]!)).toBe(g + 2);
   });
 
   it('one array of handles per chain: the followed part is seeded in the rules\' array, our repair from the events moves it, the rules take it as it is', async () => {
@@ -454,7 +454,7 @@ tables:
     expect(w.view.untouched(g, g + 2, w.watch.progress())).toBe(true);
     const reads = w.reads.n;
     const held = await w.view.heldAt(w.conn, g + 2, planConfig([0, 1, 2]).tables, false, () => w.reads.n++);
-    expect(w.view.rulesAt).toBe(g + 2);
+    expect(w.view.rulesAtOf(OWNED[0]!)).toBe(g + 2);
     expect(held.read).toBe(false);
     expect(w.reads.n).toBe(reads);
   });
@@ -464,7 +464,7 @@ tables:
     const g = await installed(w);
     const held = await w.view.heldAt(w.conn, g, planConfig([0, 1, 2]).tables, true, () => w.reads.n++);
     expect(held).toMatchObject({ read: true });
-    expect(w.view.rulesAt).toBe(g);
+    expect(w.view.rulesAtOf(OWNED[0]!)).toBe(g);
   });
 
   describe('what makes it unknown', () => {
@@ -631,6 +631,42 @@ describe('the kernel view, per owned table', () => {
     expect(r).toMatchObject({ status: 'repaired', ops: 1, trusted: true });
     expect([...dumps]).toEqual([]);
     expect(w.view.rulesOf(ta!)!.observed.rules.get('c')!.map((x) => x.handle)).toEqual((await w.conn.listRules(A)).map((x) => x.handle));
+  });
+
+  it('a full pass\'s commit lets go only the rules of the tables it changed: the other keeps its own generation, and the events move it on with no read', async () => {
+    const { w, g, dumps } = await two();
+    const [ta, tb] = twoTables([0, 1, 2]);
+    // Another writer adds a chain to table a: the events lose a, b stays followed.
+    await w.other.commit(new Batch().add('chain', { family: 'ip', table: 'a', name: 'x' }));
+    await w.settled();
+    dumps.clear();
+    // Not trusting its sole commit, the pass observes again after it: a is read twice (the events
+    // lost it; then the commit is read back), b never (held at g + 1, then at g + 2 by the events:
+    // our commit changed a alone).
+    const r = await w.reconciler.once({ tables: [ta!, tb!], useKnown: true, learn: true, trustSoleCommit: false });
+    expect(r).toMatchObject({ status: 'repaired', generation: g + 2 });
+    expect(r.trusted).toBeUndefined();
+    expect(dumps.get('a')).toBe(2);
+    expect(dumps.get('b')).toBeUndefined();
+    expect([w.view.rulesAtOf(ta!), w.view.rulesAtOf(tb!)]).toEqual([g + 2, g + 2]);
+    expect((await w.conn.listChains({ family: 'ip', table: 'a' })).map((c) => c.name)).toEqual(['c']);
+  });
+
+  it('each table\'s rules have their own generation: the commit lets a\'s go, b\'s stay at theirs until an observation or the events move them', async () => {
+    const { w, g } = await two();
+    const [ta, tb] = twoTables([0, 1, 2]);
+    const [, second] = (await w.conn.listRules(A)).map((x) => x.handle!);
+    const batch = new Batch().delete('rule', { ...A, handle: second });
+    await w.conn.commit(batch, { expectGeneration: g });
+    w.view.committed(batch);
+    expect([w.view.rulesAtOf(ta!), w.view.rulesAtOf(tb!)]).toEqual([undefined, g]);
+    expect(w.view.tableCurrency(tb!, g + 1)).toMatchObject({ exact: false, reason: 'the events do not cover the commits after ' + g });
+    await w.settled();
+    // The commit's events changed a alone: b is exact at g + 1 by them, and taken there by the next observation.
+    expect(w.view.tableCurrency(tb!, g + 1)).toEqual({ exact: true, generation: g + 1 });
+    const held = await w.view.heldAt(w.conn, g + 1, [ta!, tb!], false, () => undefined);
+    expect([...held.known!.keys()]).toEqual([tb!]);
+    expect([w.view.rulesAtOf(ta!), w.view.rulesAtOf(tb!)]).toEqual([undefined, g + 1]);
   });
 
   it('an overflow or a truncated batch cannot be attributed: every table is unknown and read', async () => {
