@@ -1,7 +1,7 @@
 /**
  * The kernel view's records and what the monitor's events keep of them (view.ts holds the whole
  * view; this is its part that follows the events): the owned tables by family and name, the last
- * commit that touched each, and the followed part of those an observation seeded
+ * commit that changed each, and the followed part of those an observation seeded
  * (OwnedTable.followed), moved by each batch in generation order (follow-events.ts), by the echo of
  * our own repair (followEcho), and planned from by the event repairs (plan: plan.ts,
  * planFollowed). The events follow while the monitor's run of whole commits holds (an overflow, a
@@ -48,10 +48,10 @@ export class FollowedView {
   protected seeded: OwnedTable[] = [];
   /** Our repairs not yet followed, by the generation they make: the events each must show. */
   private expected = new Map<number, Expected[]>();
-  /** The last generation whose commit touched an owned table (ours included), from the events. */
-  protected lastTouch = 0;
-  /** The last generation whose commit touched every owned table at once (a truncated batch: which, unknown). */
-  private touchedAll = 0;
+  /** The last generation whose commit changed an owned table (ours included), from the events. */
+  protected anyChangedAt = 0;
+  /** The last generation whose commit may have changed every owned table (a truncated batch: which, unknown). */
+  private allChangedAt = 0;
 
   protected readonly find = (family: string, name: string): OwnedTable | undefined => this.tables.get(family)?.get(name);
 
@@ -59,7 +59,7 @@ export class FollowedView {
     let names = this.tables.get(t.family);
     if (!names) this.tables.set(t.family, names = new Map());
     let rec = names.get(t.name);
-    if (!rec) names.set(t.name, rec = { family: t.family as Family, name: t.name, owned: false, touched: 0, rulesAt: 0 });
+    if (!rec) names.set(t.name, rec = { family: t.family as Family, name: t.name, owned: false, changedAt: 0, rulesAt: 0 });
     return rec;
   }
 
@@ -81,12 +81,12 @@ export class FollowedView {
     return this.progressOf !== undefined;
   }
 
-  /** The owned tables (the monitor's filter): which batches touch them. A table no longer owned goes. */
+  /** The owned tables (the monitor's filter): which batches change them. A table no longer owned goes. */
   setOwned(tables: readonly { family: string; name: string }[]): void {
     const owned = new Set(tables.map((t) => this.record(t)));
     for (const [family, names] of this.tables) {
       for (const [name, rec] of names) {
-        // A new one has no touches the view knows of, and none matter: its rules are held only from
+        // A new one has no changes the view knows of, and none matter: its rules are held only from
         // an observation or our commit, after which the events' proof starts.
         if (owned.has(rec)) rec.owned = true;
         else names.delete(name);
@@ -96,17 +96,17 @@ export class FollowedView {
     this.seeded = this.seeded.filter((r) => owned.has(r));
   }
 
-  /** The last generation whose commit touched `rec`, or every owned table. */
-  protected touchedAt(rec: OwnedTable): number {
-    return Math.max(this.touchedAll, rec.owned ? rec.touched : this.lastTouch);
+  /** The last generation whose commit changed `rec`, or may have changed every owned table. */
+  protected lastChangeOf(rec: OwnedTable): number {
+    return Math.max(this.allChangedAt, rec.owned ? rec.changedAt : this.anyChangedAt);
   }
 
-  /** A commit at `generation` touched table `family table`. */
-  private touch(family: string, table: string, generation: number): void {
+  /** A commit at `generation` changed table `family table`. */
+  private noteChange(family: string, table: string, generation: number): void {
     const rec = this.find(family, table);
     if (!rec?.owned) return;
-    if (rec.touched < generation) rec.touched = generation;
-    if (this.lastTouch < generation) this.lastTouch = generation;
+    if (rec.changedAt < generation) rec.changedAt = generation;
+    if (this.anyChangedAt < generation) this.anyChangedAt = generation;
   }
 
   /** The followed tables' state: exact unless the events lost them, or one of them; undefined without events. */
@@ -147,12 +147,12 @@ export class FollowedView {
   }
 
   /**
-   * True when no commit after `from` up to `to` touched an owned table: the monitor saw every commit
+   * True when no commit after `from` up to `to` changed an owned table: the monitor saw every commit
    * whole from `from + 1` on, up to `to` at least, every batch it delivered was followed, and none
-   * of them after `from` touched an owned table.
+   * of them after `from` changed an owned table.
    */
-  untouched(from: number, to: number, p: MonitorProgress): boolean {
-    return runCovers(from, to, this.applied, p) && this.lastTouch <= from;
+  unchanged(from: number, to: number, p: MonitorProgress): boolean {
+    return runCovers(from, to, this.applied, p) && this.anyChangedAt <= from;
   }
 
   /** The monitor has not seen `to` yet, or has batches on their way to follow(). */
@@ -251,7 +251,7 @@ export class FollowedView {
 
   /**
    * Our repair expected at `generation` is in the kernel, its new rules' handles echoed: the
-   * followed tables are exact there, and that commit touched them. False: the echo does not cover
+   * followed tables are exact there, and that commit changed them. False: the echo does not cover
    * the plan, or the commit's events were followed already; its events say it then.
    */
   followEcho(generation: number, handles: ReadonlyMap<number, number>): boolean {
@@ -267,7 +267,7 @@ export class FollowedView {
     this.generation = generation;
     for (const x of planned) {
       const on = 'element' in x ? x.element : x.chain;
-      this.touch(on.family, on.table, generation);
+      this.noteChange(on.family, on.table, generation);
     }
     return true;
   }
@@ -277,16 +277,16 @@ export class FollowedView {
     // An overflow lost commits: the monitor's run starts again (runStart), which the proofs check.
     if (!b.overflow) {
       if (b.truncated) {
-        // Events were left out: any owned table may have been touched.
-        this.touchedAll = Math.max(this.touchedAll, b.generation);
-        this.lastTouch = Math.max(this.lastTouch, b.generation);
+        // Events were left out: any owned table may have been changed.
+        this.allChangedAt = Math.max(this.allChangedAt, b.generation);
+        this.anyChangedAt = Math.max(this.anyChangedAt, b.generation);
       }
-      for (let i = 0; i < b.events.length; i++) this.touch(b.events[i]!.family, b.events[i]!.table, b.generation);
+      for (let i = 0; i < b.events.length; i++) this.noteChange(b.events[i]!.family, b.events[i]!.table, b.generation);
     }
     return this.progressOf ? this.apply(b, ownPort) : 'invalid';
   }
 
-  /** follow()'s part that moves the followed tables (planAfter's too, which touches nothing). */
+  /** follow()'s part that moves the followed tables (planAfter's too, which notes no change). */
   private apply(b: MonitorBatch, ownPort: number): FollowOutcome {
     this.applied++;
     if (b.overflow) {
@@ -306,7 +306,7 @@ export class FollowedView {
         const why = followOwn(this.find, plan, b);
         if (why) return this.fail(why);
       } else {
-        // A full pass's commit (committed() let its tables go already): any other table it touched goes too.
+        // A full pass's commit (committed() let its tables go already): any other table it changed goes too.
         for (const e of b.events) {
           const rec = this.find(e.family, e.table);
           if (rec?.followed) unfollow(rec, `our commit ${b.generation}, which the view did not plan`);
@@ -408,7 +408,7 @@ export class FollowedView {
     }
   }
 
-  /** followEcho without touching (planAfter's commit is imagined). */
+  /** followEcho without noting a change (planAfter's commit is imagined). */
   private applyEchoAt(generation: number, handles: ReadonlyMap<number, number>): boolean {
     const planned = this.expected.get(generation);
     this.expected.delete(generation);

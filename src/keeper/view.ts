@@ -14,10 +14,10 @@
  *   or every table (an overflow, a gap in the run of whole commits, a truncated batch).
  *
  * Its currency is per owned table (tableCurrency): exact at a generation, or unknown and why. The
- * view notes, per owned table, the last commit that touched it (an event in it, our echoed repair
- * of it; a truncated batch touches them all), and the monitor's run of whole commits
- * (MonitorProgress) proves that no other commit did. A table untouched since its rules were exact
- * is exact now; a touched one takes what the events followed (takeFollowed: the handles, and where
+ * view notes, per owned table, the last commit that changed it (an event in it, our echoed repair
+ * of it; a truncated batch may have changed them all), and the monitor's run of whole commits
+ * (MonitorProgress) proves that no other commit did. A table unchanged since its rules were exact
+ * is exact now; a changed one takes what the events followed (takeFollowed: the handles, and where
  * they left it otherwise than desired, the difference), or is confirmed by a digest dump of that
  * table alone, or read; an overflow or a gap
  * in the run, which cannot be told to a table, leaves every table to be confirmed. The event
@@ -65,7 +65,7 @@ export class KernelView extends FollowedView {
   /**
    * Whether the view holds table `t` exact at `generation` (the kernel's now, or the monitor's
    * last): its rules were exact at G and either G is `generation`, or the events cover every commit
-   * since and none of them touched this table. Else unknown, and why.
+   * since and none of them changed this table. Else unknown, and why.
    */
   tableCurrency(t: TableConfig, generation: number, p = this.progressOf?.()): Currency {
     const rec = this.find(t.family, t.name);
@@ -78,8 +78,8 @@ export class KernelView extends FollowedView {
   private staleness(rec: OwnedTable, from: number, to: number, p: MonitorProgress | undefined): string | undefined {
     if (from === to) return undefined;
     if (!p || !this.progressOf || !runCovers(from, to, this.applied, p)) return `the events do not cover the commits after ${from}`;
-    const at = this.touchedAt(rec);
-    return at > from ? `commit ${at} touched it` : undefined;
+    const at = this.lastChangeOf(rec);
+    return at > from ? `commit ${at} changed it` : undefined;
   }
 
   /** The rules the view holds of `t` (undefined: an observation reads it). */
@@ -96,10 +96,10 @@ export class KernelView extends FollowedView {
   /**
    * The rules an observation at `generation` may plan from instead of a dump, per table, and how
    * they were proved: the generation has not moved since they were exact; or the events prove no
-   * commit since touched that table; or a digest dump of that table confirms them (a read). A table
+   * commit since changed that table; or a digest dump of that table confirms them (a read). A table
    * proved none of these ways has its rules dropped: the observation reads it, and only it. A sole
    * commit of ours too big to echo is read first (the chains it added rules to), when nothing
-   * touched the tables since. `readBack`: the safety net's read, which does not take the
+   * changed the tables since. `readBack`: the safety net's read, which does not take the
    * generation's or the events' word. `read` is called for each read made.
    */
   async heldAt(conn: NftConn, generation: number, tables: readonly TableConfig[], readBack: boolean, read: () => void): Promise<Held> {
@@ -107,7 +107,7 @@ export class KernelView extends FollowedView {
     this.unechoed = undefined;
     let readUnechoed = false;
     if (unechoed && (unechoed.generation === generation
-      || (this.progressOf && await this.eventsCover(unechoed.generation, generation) && this.lastTouch <= unechoed.generation))) {
+      || (this.progressOf && await this.eventsCover(unechoed.generation, generation) && this.anyChangedAt <= unechoed.generation))) {
       readUnechoed = await this.readUnechoed(conn, unechoed, generation, read);
     }
     const trust = !readBack || readUnechoed;
@@ -182,7 +182,7 @@ export class KernelView extends FollowedView {
    * Each table's rules take what the events followed since they were exact: when the events follow
    * at a later generation M and account for every commit from the rules' generation up to M (they
    * were seeded at or before that generation, and have followed every commit since, or its echo; or
-   * the monitor's run covers the commits in between), a table a commit touched meanwhile takes what
+   * the monitor's run covers the commits in between), a table a commit changed meanwhile takes what
    * the events gave (known.ts, takeFollowed: the handles, and the difference where they left it
    * otherwise than desired; a table they lost has its rules go, and the next observation reads it),
    * and its rules are exact at M. A table whose rules are not so accounted for keeps them at their
@@ -194,7 +194,7 @@ export class KernelView extends FollowedView {
     for (const rec of this.all()) {
       if (!rec.rules || rec.rulesAt >= this.generation) continue;
       if (this.seededAt > rec.rulesAt && !runCovers(rec.rulesAt, this.generation, this.applied, p)) continue;
-      if (this.touchedAt(rec) > rec.rulesAt && (!rec.followed || !takeFollowed(rec.rules, rec.followed))) {
+      if (this.lastChangeOf(rec) > rec.rulesAt && (!rec.followed || !takeFollowed(rec.rules, rec.followed))) {
         rec.rules = undefined;
         continue;
       }

@@ -209,7 +209,7 @@ describe('the kernel view', () => {
     await w.settled();
     expect(w.view.exactAt(g + 2)).toBe(true);
     // The rules take what the events followed: the re-added rule under its new handle, no read.
-    expect(w.view.untouched(g, g + 2, w.watch.progress())).toBe(false);
+    expect(w.view.unchanged(g, g + 2, w.watch.progress())).toBe(false);
     const reads = w.reads.n;
     const held = await w.view.heldAt(w.conn, g + 2, planConfig([0, 1, 2]).tables, false, () => w.reads.n++);
     expect(held).toMatchObject({ read: false });
@@ -451,7 +451,7 @@ tables:
     await w.settled();
     expect(w.kernel.generation).toBe(g + 2);
     expect(w.view.exactAt(g + 2)).toBe(true);
-    expect(w.view.untouched(g, g + 2, w.watch.progress())).toBe(true);
+    expect(w.view.unchanged(g, g + 2, w.watch.progress())).toBe(true);
     const reads = w.reads.n;
     const held = await w.view.heldAt(w.conn, g + 2, planConfig([0, 1, 2]).tables, false, () => w.reads.n++);
     expect(w.view.rulesAtOf(OWNED[0]!)).toBe(g + 2);
@@ -475,7 +475,7 @@ tables:
       await turns(() => !w.view.valid);
       expect(w.view.currency()).toEqual({ exact: false, generation: g, reason: 'the event socket overflowed (ENOBUFS)' });
       expect(w.view.exactAt(g)).toBe(false);
-      expect(w.view.untouched(g, g, w.watch.progress())).toBe(false);
+      expect(w.view.unchanged(g, g, w.watch.progress())).toBe(false);
     });
 
     it('a gap in the run of whole commits, or a commit with more events than a batch keeps', () => {
@@ -490,7 +490,7 @@ tables:
           v.view.follow(fake({ generation: h + 1, truncated: true }), v.conn.portId);
           expect(v.view.currency()).toMatchObject({ exact: false, reason: `commit ${h + 1} had more events than a batch keeps` });
           // A truncated batch also counts as a touch: the rules need a read.
-          expect(v.view.untouched(h, h + 1, { lastGeneration: h + 1, runStart: 1, delivered: v.watch.progress().delivered + 1 })).toBe(false);
+          expect(v.view.unchanged(h, h + 1, { lastGeneration: h + 1, runStart: 1, delivered: v.watch.progress().delivered + 1 })).toBe(false);
         });
       });
     });
@@ -577,7 +577,7 @@ describe('the kernel view, per owned table', () => {
     expect(w.view.followsTable('ip', 'a')).toBe(false);
     expect(w.view.followsTable('ip', 'b')).toBe(true);
     expect(w.view.exactAt(g + 1)).toBe(true);
-    expect(w.view.tableCurrency(ta!, g + 1)).toEqual({ exact: false, generation: g, reason: `commit ${g + 1} touched it` });
+    expect(w.view.tableCurrency(ta!, g + 1)).toEqual({ exact: false, generation: g, reason: `commit ${g + 1} changed it` });
     expect(w.view.tableCurrency(tb!, g + 1)).toEqual({ exact: true, generation: g + 1 });
     // A foreign deletion in table b meanwhile is followed and planned from the events, table b alone.
     const B = { family: 'ip' as const, table: 'b', chain: 'c' };
