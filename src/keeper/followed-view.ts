@@ -36,8 +36,8 @@ export class FollowedView {
   protected stopped: () => boolean = () => false;
   /** The generation the followed tables are exact at (with the proof, see exactAt). */
   generation = 0;
-  /** The generation of the observation they were seeded from. */
-  protected seededAt = 0;
+  /** The highest generation a table was seeded at (OwnedTable.seededAt): above `generation`, the events trail that seed. */
+  private seededAhead = 0;
   /** Batches the monitor delivered that reached follow(), to match MonitorProgress.delivered. */
   protected applied = 0;
   /** Overflow reports among them (the monitor's anchor wants them). */
@@ -59,7 +59,7 @@ export class FollowedView {
     let names = this.tables.get(t.family);
     if (!names) this.tables.set(t.family, names = new Map());
     let rec = names.get(t.name);
-    if (!rec) names.set(t.name, rec = { family: t.family as Family, name: t.name, owned: false, changedAt: 0, rulesAt: 0 });
+    if (!rec) names.set(t.name, rec = { family: t.family as Family, name: t.name, owned: false, changedAt: 0, rulesAt: 0, seededAt: 0 });
     return rec;
   }
 
@@ -109,10 +109,14 @@ export class FollowedView {
     if (this.anyChangedAt < generation) this.anyChangedAt = generation;
   }
 
-  /** The followed tables' state: exact unless the events lost them, or one of them; undefined without events. */
+  /**
+   * The followed tables' state: exact unless the events lost them, or one of them, or trail a table
+   * seeded ahead of them (until they reach its seed); undefined without events.
+   */
   currency(): Currency | undefined {
     if (!this.progressOf) return undefined;
-    const why = this.lost ?? this.seeded.find((r) => !r.followed)?.unknown;
+    const why = this.lost ?? this.seeded.find((r) => !r.followed)?.unknown
+      ?? (this.seededAhead > this.generation ? `the events trail a table seeded at ${this.seededAhead}` : undefined);
     return why === undefined ? { exact: true, generation: this.generation } : { exact: false, generation: this.generation, reason: why };
   }
 
@@ -192,26 +196,28 @@ export class FollowedView {
       const rec = this.record(t);
       rec.followed = followed[i];
       rec.unknown = undefined;
+      rec.seededAt = generation;
       return rec;
     });
     this.expected.clear();
     this.generation = generation;
-    this.seededAt = generation;
+    this.seededAhead = generation;
     this.lost = undefined;
     return before?.some((b, i) => b !== undefined && b !== this.snapshot(desired[i]!)) ? 'diverged' : 'seeded';
   }
 
   /**
    * Our full pass's commit made `generation`, the only commit since the observation it was planned
-   * from, and the rules of `tables` follow it (its echo): where the events followed every commit up
-   * to that observation and await none of ours, the tables the commit let go (committed), and any
-   * other unknown, are seeded again from those rules, in their arrays, at `generation`, and the
-   * commit's own events are then in the seed already. Else they stay let go (the next clean
-   * observation seeds them): the events lag, follow nothing, or a table has no rules (stateful
-   * objects, anonymous sets).
+   * from, and the rules of `tables` follow it (its echo): where the events follow, have not gone
+   * past it and await none of ours, the tables the commit let go (committed), and any other
+   * unknown, are seeded again from those rules, in their arrays, at `generation` (their seededAt):
+   * the events of the commits up to it in those tables, the commit's own included, are then in the
+   * seed, and where the events trail the observation, the other tables follow the commits before
+   * it as they come. Else they stay let go (the next clean observation seeds them): the events
+   * follow nothing, went past the commit, or a table has no rules (stateful objects, anonymous sets).
    */
   protected seedFromEcho(generation: number, tables: readonly TableConfig[]): void {
-    if (!this.following || this.generation !== generation - 1 || this.expected.size > 0 || tables.length !== this.seeded.length) return;
+    if (!this.following || this.generation > generation || this.expected.size > 0 || tables.length !== this.seeded.length) return;
     const again: [OwnedTable, FollowedTable][] = [];
     for (const [i, t] of tables.entries()) {
       const rec = this.seeded[i]!;
@@ -227,9 +233,11 @@ export class FollowedView {
     for (const [rec, f] of again) {
       rec.followed = f;
       rec.unknown = undefined;
+      rec.seededAt = generation;
     }
-    this.generation = generation;
-    this.seededAt = generation;
+    // At the observation, the other tables are exact at the commit too (it did not change them); trailing it, they follow on.
+    if (this.generation >= generation - 1) this.generation = generation;
+    else if (again.length > 0) this.seededAhead = Math.max(this.seededAhead, generation);
   }
 
   /** What the events hold of `t`, to compare before and after a read-back: handles per chain, differing elements per set. */
@@ -299,24 +307,34 @@ export class FollowedView {
     if (b.truncated) return this.fail(`commit ${b.generation} had more events than a batch keeps`);
     if (!b.since || b.since > this.generation + 1) return this.fail(`the monitor did not see every commit between ${this.generation} and ${b.generation}`);
     const own = b.foreign === false && b.events.every((e) => e.portId === ownPort);
+    // A table seeded at or after this commit holds it already (seedFromEcho, the events trailing).
+    const find = b.generation <= this.seededAhead ? this.followingAt(b.generation) : this.find;
     if (own) {
       const plan = this.expected.get(b.generation);
       this.expected.delete(b.generation);
       if (plan) {
-        const why = followOwn(this.find, plan, b);
+        const why = followOwn(find, plan, b);
         if (why) return this.fail(why);
       } else {
         // A full pass's commit (committed() let its tables go already): any other table it changed goes too.
         for (const e of b.events) {
-          const rec = this.find(e.family, e.table);
+          const rec = find(e.family, e.table);
           if (rec?.followed) unfollow(rec, `our commit ${b.generation}, which the view did not plan`);
         }
       }
     } else {
-      followForeign(this.find, b.events);
+      followForeign(find, b.events);
     }
     this.generation = b.generation;
     return own ? 'own' : 'changed';
+  }
+
+  /** find, but a table seeded at or after `generation` is none of that commit's. */
+  private followingAt(generation: number): (family: string, name: string) => OwnedTable | undefined {
+    return (family, name) => {
+      const rec = this.find(family, name);
+      return rec && rec.seededAt < generation ? rec : undefined;
+    };
   }
 
   private fail(why: string): FollowOutcome {

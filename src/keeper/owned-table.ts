@@ -39,8 +39,13 @@ export interface OwnedTable {
   rules?: TableRules;
   /** The generation its rules are exact at (moved by an observation, our full pass's echo, and the events they take). */
   rulesAt: number;
-  /** What the events follow of it, exact at the view's followed generation; undefined: unknown (`unknown` says why). */
+  /**
+   * What the events follow of it, exact at the view's followed generation (or, while the events
+   * trail its seed, at `seededAt`); undefined: unknown (`unknown` says why).
+   */
   followed?: FollowedTable;
+  /** The generation its followed part was seeded at: a commit at or before it is in the seed, its events not followed. */
+  seededAt: number;
   /** Why the events do not follow it (undefined while they do, or before an observation seeded them). */
   unknown?: string;
 }

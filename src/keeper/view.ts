@@ -193,7 +193,7 @@ export class KernelView extends FollowedView {
     const p = this.progressOf!();
     for (const rec of this.all()) {
       if (!rec.rules || rec.rulesAt >= this.generation) continue;
-      if (this.seededAt > rec.rulesAt && !runCovers(rec.rulesAt, this.generation, this.applied, p)) continue;
+      if (rec.seededAt > rec.rulesAt && !runCovers(rec.rulesAt, this.generation, this.applied, p)) continue;
       if (this.lastChangeOf(rec) > rec.rulesAt && (!rec.followed || !takeFollowed(rec.rules, rec.followed))) {
         rec.rules = undefined;
         continue;

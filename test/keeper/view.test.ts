@@ -143,7 +143,7 @@ describe('the kernel view', () => {
     expect(await new Reconciler(w.other, { attempts: 1 }).once({ tables, readOnly: true })).toMatchObject({ status: 'in-sync' });
   });
 
-  it('the echo of a full pass\'s commit seeds nothing where the events were not at its observation: the tables it touched stay let go', async () => {
+  it('the echo of a full pass\'s commit seeds the tables it let go while the events trail its observation: the commits up to it are in their seed', async () => {
     const w = world();
     const tables = planConfig([0, 1, 2]).tables;
     const g = (await seededWith(w, tables)).generation;
@@ -154,14 +154,28 @@ describe('the kernel view', () => {
     const r = await w.reconciler.once({ tables, useKnown: true, learn: true, trustSoleCommit: true });
     expect(r).toMatchObject({ status: 'repaired', trusted: true, generation: g + 2 });
     expect(w.view.rulesExactAt(g + 2, tables)).toBe(true);
-    expect(w.view.currency()).toMatchObject({ exact: false, reason: 'a full pass committed' });
-    // Handed over late, the foreign commit and then our own leave the table to the next clean observation.
+    // Seeded at g + 2 from the rules, in their array; the events, at g, trail that seed.
+    expect(w.view.followsTable('ip', 't')).toBe(true);
+    expect(followedRules(w.view, 'c')).toBe(w.view.rulesOf(tables[0]!)!.observed.rules.get('c'));
+    expect(w.view.currency()).toEqual({ exact: false, generation: g, reason: `the events trail a table seeded at ${g + 2}` });
+    expect(w.view.exactAt(g + 2)).toBe(false);
+    // Handed over late, the foreign commit (a chain event, which the events cannot follow) and then our own are in the seed.
     const held = w.gate.held;
     w.gate.held = undefined;
-    for (const b of held) w.view.follow(b, w.conn.portId);
+    for (const b of held) expect(w.view.follow(b, w.conn.portId)).toBe('changed');
     await w.settled();
-    expect(w.view.followsTable('ip', 't')).toBe(false);
-    // Awaiting a repair of ours, likewise.
+    expect(w.view.currency()).toEqual({ exact: true, generation: g + 2 });
+    expect(w.view.exactAt(g + 2)).toBe(true);
+    // A foreign deletion after it is repaired from the events, reading nothing.
+    const [, second] = await handles(w);
+    await w.other.commit(new Batch().delete('rule', { ...C, handle: second }));
+    await w.settled();
+    await repairFromEvents(w, g + 3);
+    expect(w.view.handlesOf('ip', 't', 'c')).toEqual(await handles(w));
+    expect(await new Reconciler(w.other, { attempts: 1 }).once({ tables, readOnly: true })).toMatchObject({ status: 'in-sync' });
+  });
+
+  it('the echo of a full pass\'s commit seeds nothing while a repair of ours is awaited: the tables it changed stay let go', async () => {
     const v = world();
     const h = await installed(v);
     v.view.expect(h + 5, []);
