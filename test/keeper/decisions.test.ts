@@ -1,0 +1,233 @@
+/**
+ * Repair decisions the keeper makes, each on the fake kernel (no root, no namespace), that were
+ * held only by tests on the real kernel: which path repairs (the followed part, or a full read),
+ * what a refusal of a repair planned from the events means, when our own commit is read back,
+ * when the followed part is taken for wrong, how a rule that jumps is put right, and what in an
+ * owned table is an owner's garbage. docs/notes/2026-12-05-repair-decisions.md lists every
+ * decision with the test that holds it.
+ */
+import { afterEach, describe, expect, it } from 'vitest';
+import { parseConfig, type Config } from '../../src/config/config.js';
+import { Keeper, type KeeperOptions } from '../../src/keeper/keeper.js';
+import { planTable } from '../../src/keeper/plan.js';
+import { diffTable } from '../../src/keeper/table.js';
+import { Batch } from '../../src/netlink/batch.js';
+import type { NftConn } from '../../src/netlink/conn.js';
+import type { Family } from '../../src/netlink/expr.js';
+import type { ObservedTable, Rule } from '../../src/netlink/objects.js';
+import { compileOwner } from '../../src/owners/spec.js';
+import { compileRule } from '../../src/rules/index.js';
+import { FakeKernel } from '../helpers/fake-kernel.js';
+import { FLANNEL_RULES, FLANNEL_YAML, flannelConfig, nextRepair, postroutingYaml } from './helpers.js';
+
+const IP = { family: 'ip' as Family };
+const OWNED = { family: 'ip' as Family, table: 'nfkeeper', chain: 'postrouting' };
+const FLUSH = new Batch().flush('chain', { ...IP, table: 'nfkeeper', name: 'postrouting' });
+
+let kernel: FakeKernel;
+const keepers: Keeper[] = [];
+afterEach(async () => {
+  for (const k of keepers.splice(0)) await k.stop();
+});
+
+async function start(options: Partial<KeeperOptions> = {}): Promise<Keeper> {
+  kernel = new FakeKernel();
+  const k = new Keeper({ config: flannelConfig(), host: kernel, intervalMs: 3_600_000, ...options });
+  k.on('error', () => undefined);
+  keepers.push(k);
+  await k.start();
+  return k;
+}
+
+/** Turns of the event loop until `ok` holds (the fake's events come on immediates). */
+async function turns(what: string, ok: () => boolean, ms = 10_000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!ok()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setImmediate(r));
+  }
+}
+
+/** A keeper whose followed part is exact, counting its socket's rule reads (decoded or by digests). */
+async function following(options: Partial<KeeperOptions> = {}): Promise<{ k: Keeper; reads: () => number }> {
+  const k = await start(options);
+  await turns('the followed part to be exact', () => k.followState()?.exact === true);
+  await k.idle();
+  let reads = 0;
+  const sock = k.state.sock!;
+  const { listRules, listRuleDigests } = sock;
+  sock.listRules = (x) => (reads++, listRules.call(sock, x));
+  sock.listRuleDigests = (x) => (reads++, listRuleDigests!.call(sock, x));
+  return { k, reads: () => reads };
+}
+
+const lines = async (conn: NftConn, config: Config) => {
+  const want = config.tables[0]!.chains[0]!.rules.map((r) => JSON.stringify(r.compiled.exprs));
+  const have = (await conn.listRules(OWNED)).map((r) => JSON.stringify(r.exprs));
+  return { want, have };
+};
+const counter = async (c: { get(): Promise<{ values: { value: number }[] }> }) => (await c.get()).values.reduce((s, v) => s + v.value, 0);
+
+describe('which path repairs a foreign change', () => {
+  it('more rule ops than the followed part plans (FOLLOW_MAX_OPS): left to the full pass, which repairs it', async () => {
+    const rules = Array.from({ length: 70 }, (_, i) => `ip saddr 10.1.0.${i + 1} accept`);
+    const config = parseConfig(postroutingYaml('nfkeeper', rules, 'postrouting'));
+    const { k } = await following({ config });
+    const fallbacks: unknown[] = [];
+    k.state.events.on('follow-fallback', (reason: unknown) => fallbacks.push(reason));
+    const repaired = nextRepair(k);
+    kernel.tamper(FLUSH);
+    const r = await repaired;
+    await k.idle();
+    expect(r.cause).toBe('event');
+    expect(fallbacks.some((x) => /more than 64 rule ops/.test(String(x)))).toBe(true);
+    const { want, have } = await lines(kernel.connect(), config);
+    expect(have).toEqual(want);
+  });
+
+  it('a few rule ops: repaired from the followed part, nothing read, no fallback', async () => {
+    const { k, reads } = await following();
+    const fallbacks: unknown[] = [];
+    k.state.events.on('follow-fallback', (reason: unknown) => fallbacks.push(reason));
+    const repaired = nextRepair(k);
+    kernel.tamper(FLUSH);
+    expect((await repaired).ops).toBe(FLANNEL_RULES.length);
+    await k.idle();
+    expect([fallbacks, reads()]).toEqual([[], 0]);
+  });
+});
+
+describe('a repair planned from the events, refused', () => {
+  it('by the guard (a commit came first): counted as a retry, the generation read, and repaired from the followed part without a read', async () => {
+    const { k, reads } = await following();
+    const h = (await kernel.connect().listRules(OWNED)).map((r) => r.handle!);
+    kernel.refuse({ errno: 'ERESTART', portId: k.socket!.portId });
+    const repaired = nextRepair(k);
+    kernel.tamper(new Batch().delete('rule', { ...OWNED, handle: h[1]! }));
+    const g = kernel.generation;
+    const r = await repaired;
+    await k.idle();
+    expect([r.ops, r.generation]).toEqual([1, g + 1]);
+    expect(await counter(k.metrics.generationRetries)).toBe(1);
+    expect(reads()).toBe(0);
+    expect(k.followState()).toMatchObject({ exact: true });
+  });
+
+  it('otherwise (the kernel refused its ops): the followed part is off, and the full pass reads and repairs', async () => {
+    const { k, reads } = await following();
+    const h = (await kernel.connect().listRules(OWNED)).map((r) => r.handle!);
+    kernel.refuse({ errno: 'EINVAL', portId: k.socket!.portId, op: 0 });
+    const repaired = nextRepair(k);
+    kernel.tamper(new Batch().delete('rule', { ...OWNED, handle: h[1]! }));
+    const r = await repaired;
+    await k.idle();
+    expect(r.ops).toBe(1);
+    expect(await counter(k.metrics.generationRetries)).toBe(0);
+    expect(reads()).toBeGreaterThan(0);
+    expect((await kernel.connect().listRules(OWNED))).toHaveLength(FLANNEL_RULES.length);
+  });
+});
+
+describe('verification without events, and of our own commit', () => {
+  it('with events off, the tick finds the generation moved and repairs', async () => {
+    const k = await start({ events: false, intervalMs: 10 });
+    const h = (await kernel.connect().listRules(OWNED)).map((r) => r.handle!);
+    const repaired = nextRepair(k);
+    kernel.tamper(new Batch().delete('rule', { ...OWNED, handle: h[2]! }));
+    const r = await repaired;
+    expect([r.cause, r.ops]).toEqual(['tick', 1]);
+    expect(await kernel.connect().listRules(OWNED)).toHaveLength(FLANNEL_RULES.length);
+  });
+
+  it('a repair verified by its own commit is read back by a later tick, once; with nothing moved no tick reads', async () => {
+    const { k, reads } = await following({ intervalMs: 5, trustOwnCommitMs: 30 });
+    const h = (await kernel.connect().listRules(OWNED)).map((r) => r.handle!);
+    const repaired = nextRepair(k);
+    kernel.tamper(new Batch().delete('rule', { ...OWNED, handle: h[1]! }));
+    await repaired;
+    await k.idle();
+    expect(reads()).toBe(0);
+    await turns('the read-back', () => reads() > 0);
+    await k.idle();
+    const after = reads();
+    // Ticks that find the generation unchanged read nothing more.
+    let ticks = 0;
+    k.on('tick', () => ticks++);
+    await turns('ten more ticks', () => ticks >= 10);
+    await k.idle();
+    expect(reads()).toBe(after);
+  });
+
+  it('a read that finds a difference the followed part did not hold, at the generation it read, turns the followed part off', async () => {
+    const { k } = await following();
+    // A rule gone with no commit and no event (what a lost event would leave): the followed part still says exact.
+    const fake = kernel as unknown as { tables: Map<string, { chains: Map<string, { rules: unknown[] }> }> };
+    fake.tables.get('ip nfkeeper')!.chains.get('postrouting')!.rules.splice(1, 1);
+    expect(k.followState()).toMatchObject({ exact: true });
+    await k.readBack('tick', performance.now(), true);
+    await k.idle();
+    expect(k.followState()).toMatchObject({ exact: false, reason: expect.stringMatching(/a read found a difference the followed part did not hold/) });
+  });
+});
+
+describe('how a chain is put right', () => {
+  const CONFIG = parseConfig(postroutingYaml('t', ['ip saddr 10.0.0.1 accept', 'ip saddr 10.0.0.2 accept', 'ip saddr 10.0.0.3 accept'], 'c', { x: ['accept'] }));
+  const table = CONFIG.tables[0]!;
+  const compiled = (text: string, chain = 'c'): Rule['exprs'] => compileRule(text, { family: 'ip', table: 't', chain }).exprs;
+  const observed = (middle: string): ObservedTable => {
+    const rules: Rule[] = ['ip saddr 10.0.0.1 accept', middle, 'ip saddr 10.0.0.3 accept']
+      .map((text, i) => ({ family: 'ip', table: 't', chain: 'c', handle: 10 + i, exprs: compiled(text) }));
+    return {
+      family: 'ip', name: 't', table: { family: 'ip', name: 't', flags: 0, use: 2 },
+      chains: new Map([
+        ['c', { family: 'ip', table: 't', name: 'c', type: 'nat', hook: 'postrouting', priority: 100, policy: 'accept' }],
+        ['x', { family: 'ip', table: 't', name: 'x' }],
+      ]),
+      rules: new Map([['c', rules], ['x', [{ family: 'ip', table: 't', chain: 'x', handle: 20, exprs: compiled('accept', 'x') }]]]),
+      sets: new Map(),
+    };
+  };
+  const plan = (middle: string) => {
+    const obs = observed(middle);
+    const batch = new Batch();
+    planTable(batch, table, obs, diffTable(table, obs));
+    return batch.ops.map((o) => [o.verb, o.object, (o as { handle?: number }).handle, (o as { position?: number }).position]);
+  };
+
+  it('a foreign rule in a desired rule\'s place is replaced in place, by its handle', () => {
+    expect(plan('ip saddr 10.0.0.99 accept')).toEqual([['replace', 'rule', 11, undefined]]);
+  });
+
+  it('one that jumps is deleted and the desired rule added after its neighbour (the chain it jumps to may go in the same batch)', () => {
+    expect(plan('ip saddr 10.0.0.99 jump x')).toEqual([['delete', 'rule', 11, undefined], ['add', 'rule', undefined, 10]]);
+  });
+});
+
+describe('an owner\'s garbage in the owned table', () => {
+  const CONFIG = () => parseConfig(`${FLANNEL_YAML}owners:\n  family: ip\n  table: nfkeeper\n  dispatch: [postrouting]\n  socket: /nonexistent/s\n  state: /nonexistent/o.json\n`);
+  const spec = { chains: [{ name: 'masq', rules: ['ip daddr != 224.0.0.0/4 masquerade'] }], jumps: { postrouting: ['ip saddr 10.100.0.1/32 jump masq'] } };
+  const tagged = (id: string | undefined, text: string) => {
+    const c = compileRule(id ? `${text} comment "nfkeeper-owner=${id}"` : text, { family: 'ip', table: 'nfkeeper', chain: 'postrouting' });
+    return { exprs: c.exprs, ...(c.userdata ? { userdata: c.userdata } : {}) };
+  };
+
+  it('collected and named only when tagged with an owner nobody registered: not an untagged rule, not a registered owner\'s', async () => {
+    const config = CONFIG();
+    const a = compileOwner('a', spec, config.owners!, config.tables[0]!);
+    const k = await start({ config, owners: [a] });
+    const gc: { rules: { id: string }[]; chains: { id: string }[] }[] = [];
+    k.state.events.on('owned-gc', (g: (typeof gc)[number]) => gc.push(g));
+    kernel.tamper(new Batch()
+      .add('chain', { ...IP, table: 'nfkeeper', name: 'o/ghost/x' })
+      .add('rule', { ...OWNED, ...tagged('ghost', 'ip saddr 10.7.7.7 accept') })
+      .add('rule', { ...OWNED, ...tagged('a', 'ip saddr 10.7.7.8 accept') })
+      .add('rule', { ...OWNED, ...tagged(undefined, 'ip saddr 10.7.7.9 accept') }));
+    // A full read, with the followed part's events left aside: the drift a read finds is what garbage is told from.
+    await k.readBack('manual', performance.now());
+    await k.idle();
+    const conn = kernel.connect();
+    expect((await conn.listChains({ ...IP, table: 'nfkeeper' })).map((c) => c.name).sort()).toEqual(['o/a/masq', 'postrouting']);
+    expect(gc.flatMap((g) => [...g.chains.map((c) => `chain ${c.id}`), ...g.rules.map((r) => `rule ${r.id}`)]).sort()).toEqual(['chain ghost', 'rule ghost']);
+    expect(await counter(k.metrics.ownedGcCollected)).toBe(2);
+  });
+});
