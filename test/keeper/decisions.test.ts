@@ -6,6 +6,8 @@
  * owned table is an owner's garbage. docs/notes/2026-12-05-repair-decisions.md lists every
  * decision with the test that holds it.
  */
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { parseConfig, parseNftConfig, type Config } from '../../src/config/config.js';
 import { Keeper, type KeeperOptions } from '../../src/keeper/keeper.js';
@@ -18,7 +20,8 @@ import type { ObservedTable, Rule } from '../../src/netlink/objects.js';
 import { compileOwner } from '../../src/owners/spec.js';
 import { compileRule } from '../../src/rules/index.js';
 import { FakeKernel } from '../helpers/fake-kernel.js';
-import { FLANNEL_RULES, FLANNEL_YAML, flannelConfig, nextRepair, postroutingYaml } from './helpers.js';
+import { tempDir } from '../helpers/tmp.js';
+import { FLANNEL_RULES, FLANNEL_YAML, captureLog, flannelConfig, nextRepair, postroutingYaml } from './helpers.js';
 
 const IP = { family: 'ip' as Family };
 const OWNED = { family: 'ip' as Family, table: 'nfkeeper', chain: 'postrouting' };
@@ -269,5 +272,52 @@ describe('element repairs, and sets created again', () => {
     const conn = kernel.connect();
     expect((await conn.listElements(ALLOW)).map((e) => e.key)).toEqual(['0a000002']);
     expect(await conn.listRules({ ...IP, table: 'nfkeeper', chain: 'out' })).toHaveLength(1);
+  });
+});
+
+describe('the restart record', () => {
+  /** A keeper on the flannel config with the record in `dir`, on `kernel`, counting its rule reads from the start. */
+  async function withRecord(dir: string, bootIdPath: string): Promise<{ k: Keeper; reads: () => number; said: () => string }> {
+    let reads = 0;
+    const log = captureLog();
+    const k = new Keeper({
+      config: flannelConfig(), intervalMs: 3_600_000, record: { dir, version: 'test', bootIdPath }, logger: log.logger,
+      host: {
+        connect: () => {
+          const sock = kernel.connect();
+          const { listRules, listRuleDigests } = sock;
+          sock.listRules = (x) => (reads++, listRules.call(sock, x));
+          sock.listRuleDigests = (x) => (reads++, listRuleDigests.call(sock, x));
+          return sock;
+        },
+        watch: (o) => kernel.watch(o),
+      },
+    });
+    k.on('error', () => undefined);
+    keepers.push(k);
+    await k.start();
+    await k.idle();
+    return { k, reads: () => reads, said: () => String(log.lines.find((l) => String(l.msg).startsWith('restart record'))?.msg) };
+  }
+
+  it('one that matches the kernel: the start-up plans from it and reads no rule; after a foreign commit meanwhile, it reads', async () => {
+    kernel = new FakeKernel();
+    const dir = tempDir('record');
+    const bootIdPath = join(tempDir('boot'), 'boot_id');
+    writeFileSync(bootIdPath, '6d1c2f7e-0000-4000-8000-000000000001\n');
+    const first = await withRecord(dir, bootIdPath);
+    // Verified by a read, the record is written at stop.
+    await first.k.readBack('tick', performance.now());
+    await first.k.idle();
+    await first.k.stop();
+    const g = kernel.generation;
+    const again = await withRecord(dir, bootIdPath);
+    expect(again.said()).toMatch(/^restart record matches the kernel/);
+    expect([again.reads(), kernel.generation, again.k.isReady()]).toEqual([0, g, true]);
+    await again.k.stop();
+    kernel.tamper(new Batch().add('table', { ...IP, name: 'elsewhere' }));
+    const moved = await withRecord(dir, bootIdPath);
+    expect(moved.said()).toMatch(/^restart record not used/);
+    expect(moved.reads()).toBeGreaterThan(0);
   });
 });
