@@ -327,3 +327,21 @@ describe('the restart record', () => {
     expect(await conn.listRules(OWNED)).toHaveLength(FLANNEL_RULES.length);
   });
 });
+
+describe('a chain created again', () => {
+  const config = (comment: string) => parseNftConfig(`table ip nfkeeper {\n\tchain x {\n\t\tcomment "${comment}"\n\t\tcounter accept\n\t}\n` +
+    '\tchain out {\n\t\ttype filter hook output priority 0; policy accept;\n\t\tip daddr 10.0.0.1 accept\n\t\tip daddr 10.0.0.2 jump x\n\t}\n}\n', 'x.nft');
+
+  it('while a desired rule jumps to it: the chain holding that rule is rewritten in the same batch, the kernel takes it', async () => {
+    const k = await start({ config: config('first') });
+    const g = kernel.generation;
+    await k.setConfig(config('second'));
+    expect(kernel.generation).toBe(g + 1);
+    const ops = kernel.log.at(-1)!.ops.map((o) => `${o.verb} ${o.object} ${(o as { name?: string; chain?: string }).name ?? (o as { chain?: string }).chain}`);
+    expect(ops).toContain('delete chain x');
+    expect(ops.some((o) => /^(flush chain out|delete rule out)$/.test(o))).toBe(true);
+    const conn = kernel.connect();
+    expect((await conn.listChains({ ...IP, table: 'nfkeeper', name: 'x' }))[0]).toBeDefined();
+    expect(await conn.listRules({ ...IP, table: 'nfkeeper', chain: 'out' })).toHaveLength(2);
+  });
+});
