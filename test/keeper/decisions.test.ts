@@ -12,7 +12,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { parseConfig, parseNftConfig, type Config } from '../../src/config/config.js';
 import { Keeper, type KeeperOptions } from '../../src/keeper/keeper.js';
 import { planTable } from '../../src/keeper/plan.js';
-import { diffTable } from '../../src/keeper/table.js';
+import { TableOwnedError, diffTable } from '../../src/keeper/table.js';
 import { Batch } from '../../src/netlink/batch.js';
 import type { NftConn } from '../../src/netlink/conn.js';
 import type { Family } from '../../src/netlink/expr.js';
@@ -343,5 +343,28 @@ describe('a chain created again', () => {
     const conn = kernel.connect();
     expect((await conn.listChains({ ...IP, table: 'nfkeeper', name: 'x' }))[0]).toBeDefined();
     expect(await conn.listRules({ ...IP, table: 'nfkeeper', chain: 'out' })).toHaveLength(2);
+  });
+});
+
+describe('a protected table at start-up', () => {
+  const PROTECTED = () => parseConfig(FLANNEL_YAML.replace('    name: nfkeeper\n', '    name: nfkeeper\n    protect: true\n'));
+
+  it('owned by a live keeper: the second refuses to start and writes nothing; an orphan (its owner gone) is claimed without a rule rewritten', async () => {
+    const first = await start({ config: PROTECTED() });
+    const handles = (await kernel.connect().listRules(OWNED)).map((r) => r.handle);
+    const g = kernel.generation;
+    const second = new Keeper({ config: PROTECTED(), host: kernel, intervalMs: 3_600_000 });
+    second.on('error', () => undefined);
+    await expect(second.start()).rejects.toBeInstanceOf(TableOwnedError);
+    expect(kernel.generation).toBe(g);
+    await first.stop();
+    const third = new Keeper({ config: PROTECTED(), host: kernel, intervalMs: 3_600_000 });
+    third.on('error', () => undefined);
+    keepers.push(third);
+    await third.start();
+    await third.idle();
+    expect(kernel.generation).toBe(g + 1);
+    expect(kernel.log.at(-1)!.ops.map((o) => `${o.verb} ${o.object}`)).toEqual(['add table']);
+    expect((await kernel.connect().listRules(OWNED)).map((r) => r.handle)).toEqual(handles);
   });
 });
