@@ -1,10 +1,11 @@
 /**
  * Repair decisions the keeper makes, each on the fake kernel (no root, no namespace), that were
- * held only by tests on the real kernel: which path repairs (the followed part, or a full read),
- * what a refusal of a repair planned from the events means, when our own commit is read back,
- * when the followed part is taken for wrong, how a rule that jumps is put right, and what in an
- * owned table is an owner's garbage. docs/notes/2026-12-05-repair-decisions.md lists every
- * decision with the test that holds it.
+ * held only by tests on the real kernel, or by none: which path repairs (the followed part, or the
+ * full pass past FOLLOW_MAX_OPS / FOLLOW_MAX_ELEMENTS), what a refusal of a repair planned from the
+ * events means, when the tick repairs and reads our own commit back, when the followed part is
+ * taken for wrong, how a rule that jumps, a set and a chain created again are put right, what in
+ * an owned table is an owner's garbage, when the restart record is adopted, and a protected table
+ * at start-up. docs/notes/2026-12-05-repair-decisions.md lists every decision with its test.
  */
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
