@@ -72,7 +72,7 @@ class FollowCommit {
     if (isDeliberate) this.reporter.reportFollowRepair(done);
     else this.reporter.later(done);
     // A table the events lost is left to a full pass, which reads it alone: this repair answered the others.
-    if (!k.view.valid) this.scheduler.poke(cause, detectedAt);
+    if (!k.view.valid) this.scheduler.schedule(cause, detectedAt);
     return { status: 'repaired', drift: plan.drift, ops, attempts: 1, generation: generation + 1 };
   }
 }

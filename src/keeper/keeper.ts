@@ -82,8 +82,8 @@ export class Keeper extends EventEmitter {
       // A background pass is a read (seeding or checking the followed part); any other tries the followed part first.
       run: async (req) => (!req.background && await this.followPass.attempt(req)) || this.fullPass.attempt(req),
       fail: (e) => this.reporter.fail(e),
-      draining: () => this.arming.pause(),
-      drained: () => {
+      passesBegin: () => this.arming.pause(),
+      passesEnd: () => {
         // Armed again at once (the pass is done; usually a check in C++, resume), else after a wait
         // (its own commit's events still on their way to the followed part, as after start-up).
         this.arming.ensure();
@@ -321,7 +321,7 @@ export class Keeper extends EventEmitter {
       k.trustedSince = undefined;
       k.readBackDue = true;  // a read, not the known state
       if (k.view.follows) this.request('tick', this.lastTickAt, true).catch(() => undefined);
-      else this.scheduler.poke('tick', this.lastTickAt);
+      else this.scheduler.schedule('tick', this.lastTickAt);
       return;
     }
     if (gen === k.lastVerified) {
@@ -333,7 +333,7 @@ export class Keeper extends EventEmitter {
       this.reporter.endFightIfQuiet();
       return;
     }
-    this.scheduler.poke('tick', this.lastTickAt);
+    this.scheduler.schedule('tick', this.lastTickAt);
   }
 
   private onEvents(b: MonitorBatch): void {
@@ -364,7 +364,7 @@ export class Keeper extends EventEmitter {
     if (b.overflow) {
       this.metrics.overflows.inc();
       this.log.warn({ cause: 'overflow' }, 'event socket overflowed; resyncing');
-      this.scheduler.poke('overflow', performance.now());
+      this.scheduler.schedule('overflow', performance.now());
       return;
     }
     if (b.generation === k.lastVerified) {
@@ -376,7 +376,7 @@ export class Keeper extends EventEmitter {
     const now = performance.now();
     this.attribution.arriving = b.by;
     if (!this.eventRepair.attempt({ cause: 'event', detectedAt: now, batch: b })) {
-      this.scheduler.poke('event', now);
+      this.scheduler.schedule('event', now);
       this.metrics.events.inc();
     }
     this.attribution.note(b, k.ownedKeys);

@@ -15,15 +15,15 @@ export interface SchedulerHooks {
   run(req: RepairRequest): Promise<Outcome>;
   /** A pass failed and no caller handles it (Reporter.fail). */
   fail(e: unknown): void;
-  /** A drain of the queue begins (the monitor's arm is paused) and ends (armed again). */
-  draining(): void;
-  drained(): void;
+  /** Passes begin to run (the monitor's arm is paused) and the last of them has ended (armed again). */
+  passesBegin(): void;
+  passesEnd(): void;
 }
 
 export class Scheduler {
   private running?: Promise<void>;
-  /** A drain loop is alive and will look at `queued` again. */
-  private draining = false;
+  /** A loop of passes (runPasses) is alive and will look at `queued` again. */
+  private active = false;
   private queued?: Pending;
   private delayed?: NodeJS.Timeout;
   private timer?: NodeJS.Timeout;
@@ -33,7 +33,7 @@ export class Scheduler {
 
   /** A pass is running or queued. */
   busy(): boolean {
-    return this.draining;
+    return this.active;
   }
 
   /** Calls `tick` every `intervalMs`. */
@@ -51,7 +51,7 @@ export class Scheduler {
     if (this.stopped) return Promise.resolve({ cause, status: 'stopped', drift: [], ops: 0, attempts: 0 });
     return new Promise<PassOutcome>((resolve, reject) => {
       const waiter = { resolve, reject };
-      if (this.draining) {
+      if (this.active) {
         if (!this.queued) this.queued = { cause, detectedAt, waiters: [waiter], background };
         else if (this.queued.background) {
           this.queued.waiters.push(waiter);
@@ -64,9 +64,9 @@ export class Scheduler {
         }
         return;
       }
-      this.draining = true;
-      this.hooks.draining();
-      const running: Promise<void> = this.drain({ cause, detectedAt, waiters: [waiter], background }).finally(() => {
+      this.active = true;
+      this.hooks.passesBegin();
+      const running: Promise<void> = this.runPasses({ cause, detectedAt, waiters: [waiter], background }).finally(() => {
         if (this.running === running) this.running = undefined;
       });
       this.running = running;
@@ -74,7 +74,7 @@ export class Scheduler {
   }
 
   /** A request nobody awaits: a refused pass was already reported (fail). */
-  poke(cause: Cause, detectedAt: number): void {
+  schedule(cause: Cause, detectedAt: number): void {
     this.request(cause, detectedAt).catch(() => undefined);
   }
 
@@ -83,7 +83,7 @@ export class Scheduler {
     if (this.delayed) return;
     this.delayed = setTimeout(() => {
       this.delayed = undefined;
-      this.poke(cause, detectedAt);
+      this.schedule(cause, detectedAt);
     }, ms);
   }
 
@@ -92,27 +92,27 @@ export class Scheduler {
     while (this.running) await this.running.catch(() => undefined);
   }
 
-  /** No more passes: the queued one is settled as stopped; waits for the running one. */
+  /** No more passes: the queued one's waiters are told it stopped; waits for the running one. */
   async stop(): Promise<void> {
     this.stopped = true;
     clearInterval(this.timer);
     clearTimeout(this.delayed);
     const queued = this.queued;
     this.queued = undefined;
-    if (queued) settle(queued, { status: 'stopped', drift: [], ops: 0, attempts: 0 });
+    if (queued) resolveWaiters(queued, { status: 'stopped', drift: [], ops: 0, attempts: 0 });
     await this.running?.catch(() => undefined);
   }
 
-  private async drain(first: Pending): Promise<void> {
+  private async runPasses(first: Pending): Promise<void> {
     try {
       for (let next: Pending | undefined = first; next; next = this.queued) {
         this.queued = undefined;
         if (this.stopped) {
-          settle(next, { status: 'stopped', drift: [], ops: 0, attempts: 0 });
+          resolveWaiters(next, { status: 'stopped', drift: [], ops: 0, attempts: 0 });
           continue;
         }
         try {
-          settle(next, await this.hooks.run(next));
+          resolveWaiters(next, await this.hooks.run(next));
         } catch (e) {
           // Refusals of start-up (another owner), reloads and owners changes are their caller's to handle.
           const callers = (next.cause === 'startup' && e instanceof TableOwnedError) || deliberate(next.cause);
@@ -121,14 +121,14 @@ export class Scheduler {
         }
       }
     } finally {
-      // In the same tick as the last look at `queued`: a request made after it starts a new drain
+      // In the same tick as the last look at `queued`: a request made after it starts a new loop
       // instead of queueing behind one that has ended.
-      this.draining = false;
-      this.hooks.drained();
+      this.active = false;
+      this.hooks.passesEnd();
     }
   }
 }
 
-function settle(p: Pending, o: Outcome): void {
+function resolveWaiters(p: Pending, o: Outcome): void {
   for (const w of p.waiters) w.resolve({ cause: p.cause, ...o });
 }

@@ -12,21 +12,21 @@ function gated() {
   const runs: RepairRequest[] = [];
   const releases: ((o: Outcome | Error) => void)[] = [];
   const failed: unknown[] = [];
-  const drains: string[] = [];
+  const loops: string[] = [];
   const s = new Scheduler({
     run: (req) => {
       runs.push({ cause: req.cause, detectedAt: req.detectedAt, background: req.background });
       return new Promise<Outcome>((resolve, reject) => releases.push((o) => (o instanceof Error ? reject(o) : resolve(o))));
     },
     fail: (e) => failed.push(e),
-    draining: () => drains.push('start'),
-    drained: () => drains.push('end'),
+    passesBegin: () => loops.push('start'),
+    passesEnd: () => loops.push('end'),
   });
   const release = async (o: Outcome | Error = { status: 'in-sync', drift: [], ops: 0, attempts: 1 }) => {
     await until(() => releases.length > 0);
     releases.shift()!(o);
   };
-  return { s, runs, release, failed, drains };
+  return { s, runs, release, failed, loops };
 }
 
 async function until(ok: () => boolean): Promise<void> {
@@ -36,7 +36,7 @@ async function until(ok: () => boolean): Promise<void> {
 
 describe('Scheduler', () => {
   it('runs at most one pass and queues one more: a burst of requests costs two passes, each request answered', async () => {
-    const { s, runs, release, drains } = gated();
+    const { s, runs, release, loops } = gated();
     const first = s.request('event', 1);
     const burst = [s.request('event', 2), s.request('tick', 3), s.request('event', 4)];
     expect(s.busy()).toBe(true);
@@ -48,7 +48,7 @@ describe('Scheduler', () => {
     expect(runs.map((r) => [r.cause, r.detectedAt])).toEqual([['event', 1], ['event', 2]]);
     await s.idle();
     expect(s.busy()).toBe(false);
-    expect(drains).toEqual(['start', 'end']);
+    expect(loops).toEqual(['start', 'end']);
   });
 
   it('a deliberate change joining a queued tick lends it its cause (a fight does not hold it back)', async () => {
