@@ -28,6 +28,7 @@ const UNIT = [
   'test/keeper/arming.test.ts',
   'test/keeper/attribution-logic.test.ts',
   'test/keeper/behaviour-fake.test.ts',
+  'test/keeper/decisions.test.ts',
   'test/model/compact.test.ts',
   'test/keeper/fake.test.ts',
   'test/keeper/follow-events.test.ts',

@@ -7,7 +7,7 @@
  * (test/helpers/fake-kernel.ts).
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { parseConfig } from '../../src/config/config.js';
+import { parseConfig, parseNftConfig } from '../../src/config/config.js';
 import { GenerationMismatchError, NetlinkError } from '../../src/base/errors.js';
 import { GraceTracker, collect } from '../../src/gc/collect.js';
 import { Keeper, checkOnce, type KeeperOptions } from '../../src/keeper/keeper.js';
@@ -285,6 +285,25 @@ export function behaviourSuite(kind: string, makeWorld: () => World): void {
       expect((await k.metrics.reloadFailed.get()).values[0]!.value).toBe(1);
       expect(await handles(conn)).toEqual(h);
       expect((await conn.listChains({ ...IP, table: 'nfkeeper' })).map((c) => c.name)).toEqual(['postrouting']);
+    });
+
+    it('keeper: a reload that creates a chain, or a set, again while desired rules use it goes in one batch the kernel takes', async () => {
+      // A chain given another comment, or a constant set given other elements, is deleted and created
+      // again; the kernel deletes neither while a rule uses it (EBUSY), so the rules using it go first.
+      const config = (els: string, comment: string) => parseNftConfig(`table ip nfkeeper {\n\tset allow {\n\t\ttype ipv4_addr\n\t\tflags constant\n` +
+        `\t\telements = { ${els} }\n\t}\n\tchain x {\n\t\tcomment "${comment}"\n\t\tcounter accept\n\t}\n\tchain out {\n` +
+        '\t\ttype filter hook output priority 0; policy accept;\n\t\tip daddr @allow accept\n\t\tip daddr 10.0.0.9 jump x\n\t}\n}\n', 'again.nft');
+      const k = await keeper({ config: config('10.0.0.1', 'first') });
+      const gen = conn.generation();
+      await k.setConfig(config('10.0.0.1', 'second'));  // the chain alone
+      expect(conn.generation()).toBe(gen + 1);
+      await k.setConfig(config('10.0.0.2', 'second'));  // the set alone
+      expect(conn.generation()).toBe(gen + 2);
+      expect((await conn.listElements({ ...IP, table: 'nfkeeper', set: 'allow' })).map((e) => e.key)).toEqual(['0a000002']);
+      expect((await conn.listChains({ ...IP, table: 'nfkeeper' })).map((c) => c.name).sort()).toEqual(['out', 'x']);
+      const out = { ...IP, table: 'nfkeeper', chain: 'out' };
+      expect(await lines(conn, out)).toEqual(['ip daddr @allow accept', 'ip daddr 10.0.0.9 jump x']);
+      expect((await checkOnce(conn, config('10.0.0.2', 'second'), false)).drift.flatMap((d) => d.drift)).toEqual([]);
     });
 
     it('keeper in protect mode: owns the table, leaves an orphan on stop, and a new keeper claims it without rewriting', async () => {
