@@ -190,10 +190,10 @@ export function followCommit(tables: readonly TableConfig[], observed: readonly 
     const m = chainsOf(t.family, t.name);
     const readHere = read?.get(tk);
     // The observation's maps are this pass's own (a dump, or the held rules the commit just
-    // retired): changed in place, so a registration touches its own chains, not every owner's.
+    // retired): changed in place, so a registration changes its own chains, not every owner's.
     const verified = reuse ? kt!.verified : new Map<string, ChainConfig>();
     // Derived from the table known whole (a registration): only the chains the derivation
-    // changed need looking at, when the batch touched no other desired chain.
+    // changed need looking at, when the batch changed no other desired chain.
     const d = reuse && kt!.whole !== undefined ? derivationOf(t) : undefined;
     let visit: readonly ChainConfig[] = t.chains;
     if (d && d.from === kt!.whole) {
@@ -215,7 +215,7 @@ export function followCommit(tables: readonly TableConfig[], observed: readonly 
         }
       }
       if (l === undefined && regions === undefined) {
-        if (reuse && verified.get(c.name) === c) continue;  // untouched, and known to hold c
+        if (reuse && verified.get(c.name) === c) continue;  // unchanged, and known to hold c
         verified.set(c.name, c);
         const have = o.rules.get(c.name);
         if (!have || have.length !== c.rules.length) return undefined;

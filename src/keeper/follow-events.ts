@@ -1,7 +1,7 @@
 /**
  * Following the monitor's events into the owned tables' followed part (OwnedTable.followed), so
  * that a foreign change costs what it changed instead of a dump of every owned rule. Every commit
- * that touched an owned table arrives as one monitor batch (its events up to NEWGEN), our own
+ * that changed an owned table arrives as one monitor batch (its events up to NEWGEN), our own
  * commits included, and the kernel view (view.ts) hands each over in generation order:
  *
  * - a foreign DELRULE of a desired rule's handle marks that rule missing;
@@ -27,7 +27,7 @@ import type { Expected, FollowedChain, FollowedSet, FollowedTable, OwnedTable } 
 export type FollowOutcome =
   /** Not followed (never seeded, or every table unknown since): the caller falls back. */
   | 'invalid'
-  /** Already part of the seed, or touched nothing followed. */
+  /** Already part of the seed, or changed nothing followed. */
   | 'ignored'
   /** Our own commit, as planned. */
   | 'own'

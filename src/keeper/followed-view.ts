@@ -1,7 +1,7 @@
 /**
  * The kernel view's records and what the monitor's events keep of them (view.ts holds the whole
  * view; this is its part that follows the events): the owned tables by family and name, the last
- * commit that touched each, and the followed part of those an observation seeded
+ * commit that changed each, and the followed part of those an observation seeded
  * (OwnedTable.followed), moved by each batch in generation order (follow-events.ts), by the echo of
  * our own repair (followEcho), and planned from by the event repairs (plan: plan.ts,
  * planFollowed). The events follow while the monitor's run of whole commits holds (an overflow, a
@@ -36,10 +36,8 @@ export class FollowedView {
   protected stopped: () => boolean = () => false;
   /** The generation the followed tables are exact at (with the proof, see exactAt). */
   generation = 0;
-  /** The generation the tables' rules (OwnedTable.rules) are exact at. */
-  rulesAt = 0;
-  /** The generation of the observation they were seeded from. */
-  protected seededAt = 0;
+  /** The highest generation a table was seeded at (OwnedTable.seededAt): above `generation`, the events trail that seed. */
+  private seededAhead = 0;
   /** Batches the monitor delivered that reached follow(), to match MonitorProgress.delivered. */
   protected applied = 0;
   /** Overflow reports among them (the monitor's anchor wants them). */
@@ -50,10 +48,10 @@ export class FollowedView {
   protected seeded: OwnedTable[] = [];
   /** Our repairs not yet followed, by the generation they make: the events each must show. */
   private expected = new Map<number, Expected[]>();
-  /** The last generation whose commit touched an owned table (ours included), from the events. */
-  protected lastTouch = 0;
-  /** The last generation whose commit touched every owned table at once (a truncated batch: which, unknown). */
-  private touchedAll = 0;
+  /** The last generation whose commit changed an owned table (ours included), from the events. */
+  protected anyChangedAt = 0;
+  /** The last generation whose commit may have changed every owned table (a truncated batch: which, unknown). */
+  private allChangedAt = 0;
 
   protected readonly find = (family: string, name: string): OwnedTable | undefined => this.tables.get(family)?.get(name);
 
@@ -61,7 +59,7 @@ export class FollowedView {
     let names = this.tables.get(t.family);
     if (!names) this.tables.set(t.family, names = new Map());
     let rec = names.get(t.name);
-    if (!rec) names.set(t.name, rec = { family: t.family as Family, name: t.name, owned: false, touched: 0 });
+    if (!rec) names.set(t.name, rec = { family: t.family as Family, name: t.name, owned: false, changedAt: 0, rulesAt: 0, seededAt: 0 });
     return rec;
   }
 
@@ -83,12 +81,12 @@ export class FollowedView {
     return this.progressOf !== undefined;
   }
 
-  /** The owned tables (the monitor's filter): which batches touch them. A table no longer owned goes. */
+  /** The owned tables (the monitor's filter): which batches change them. A table no longer owned goes. */
   setOwned(tables: readonly { family: string; name: string }[]): void {
     const owned = new Set(tables.map((t) => this.record(t)));
     for (const [family, names] of this.tables) {
       for (const [name, rec] of names) {
-        // A new one has no touches the view knows of, and none matter: its rules are held only from
+        // A new one has no changes the view knows of, and none matter: its rules are held only from
         // an observation or our commit, after which the events' proof starts.
         if (owned.has(rec)) rec.owned = true;
         else names.delete(name);
@@ -98,23 +96,27 @@ export class FollowedView {
     this.seeded = this.seeded.filter((r) => owned.has(r));
   }
 
-  /** The last generation whose commit touched `rec`, or every owned table. */
-  protected touchedAt(rec: OwnedTable): number {
-    return Math.max(this.touchedAll, rec.owned ? rec.touched : this.lastTouch);
+  /** The last generation whose commit changed `rec`, or may have changed every owned table. */
+  protected lastChangeOf(rec: OwnedTable): number {
+    return Math.max(this.allChangedAt, rec.owned ? rec.changedAt : this.anyChangedAt);
   }
 
-  /** A commit at `generation` touched table `family table`. */
-  private touch(family: string, table: string, generation: number): void {
+  /** A commit at `generation` changed table `family table`. */
+  private noteChange(family: string, table: string, generation: number): void {
     const rec = this.find(family, table);
     if (!rec?.owned) return;
-    if (rec.touched < generation) rec.touched = generation;
-    if (this.lastTouch < generation) this.lastTouch = generation;
+    if (rec.changedAt < generation) rec.changedAt = generation;
+    if (this.anyChangedAt < generation) this.anyChangedAt = generation;
   }
 
-  /** The followed tables' state: exact unless the events lost them, or one of them; undefined without events. */
+  /**
+   * The followed tables' state: exact unless the events lost them, or one of them, or trail a table
+   * seeded ahead of them (until they reach its seed); undefined without events.
+   */
   currency(): Currency | undefined {
     if (!this.progressOf) return undefined;
-    const why = this.lost ?? this.seeded.find((r) => !r.followed)?.unknown;
+    const why = this.lost ?? this.seeded.find((r) => !r.followed)?.unknown
+      ?? (this.seededAhead > this.generation ? `the events trail a table seeded at ${this.seededAhead}` : undefined);
     return why === undefined ? { exact: true, generation: this.generation } : { exact: false, generation: this.generation, reason: why };
   }
 
@@ -149,12 +151,12 @@ export class FollowedView {
   }
 
   /**
-   * True when no commit after `from` up to `to` touched an owned table: the monitor saw every commit
+   * True when no commit after `from` up to `to` changed an owned table: the monitor saw every commit
    * whole from `from + 1` on, up to `to` at least, every batch it delivered was followed, and none
-   * of them after `from` touched an owned table.
+   * of them after `from` changed an owned table.
    */
-  untouched(from: number, to: number, p: MonitorProgress): boolean {
-    return runCovers(from, to, this.applied, p) && this.lastTouch <= from;
+  unchanged(from: number, to: number, p: MonitorProgress): boolean {
+    return runCovers(from, to, this.applied, p) && this.anyChangedAt <= from;
   }
 
   /** The monitor has not seen `to` yet, or has batches on their way to follow(). */
@@ -184,33 +186,38 @@ export class FollowedView {
     if (!this.progressOf) return false;
     const before = this.following && this.generation === generation ? desired.map((t) => this.snapshot(t)) : undefined;
     // The tables' rules exact at that generation lend their chains' arrays: one per chain.
-    const followed = desired.map((t, i) => seedTable(t, observed[i], this.rulesAt === generation ? this.find(t.family, t.name)?.rules : undefined));
+    const followed = desired.map((t, i) => {
+      const rec = this.find(t.family, t.name);
+      return seedTable(t, observed[i], rec?.rulesAt === generation ? rec.rules : undefined);
+    });
     if (followed.some((f) => !f)) return false;
     for (const rec of this.all()) rec.followed = undefined;
     this.seeded = desired.map((t, i) => {
       const rec = this.record(t);
       rec.followed = followed[i];
       rec.unknown = undefined;
+      rec.seededAt = generation;
       return rec;
     });
     this.expected.clear();
     this.generation = generation;
-    this.seededAt = generation;
+    this.seededAhead = generation;
     this.lost = undefined;
     return before?.some((b, i) => b !== undefined && b !== this.snapshot(desired[i]!)) ? 'diverged' : 'seeded';
   }
 
   /**
    * Our full pass's commit made `generation`, the only commit since the observation it was planned
-   * from, and the rules of `tables` follow it (its echo): where the events followed every commit up
-   * to that observation and await none of ours, the tables the commit let go (committed), and any
-   * other unknown, are seeded again from those rules, in their arrays, at `generation`, and the
-   * commit's own events are then in the seed already. Else they stay let go (the next clean
-   * observation seeds them): the events lag, follow nothing, or a table has no rules (stateful
-   * objects, anonymous sets).
+   * from, and the rules of `tables` follow it (its echo): where the events follow, have not gone
+   * past it and await none of ours, the tables the commit let go (committed), and any other
+   * unknown, are seeded again from those rules, in their arrays, at `generation` (their seededAt):
+   * the events of the commits up to it in those tables, the commit's own included, are then in the
+   * seed, and where the events trail the observation, the other tables follow the commits before
+   * it as they come. Else they stay let go (the next clean observation seeds them): the events
+   * follow nothing, went past the commit, or a table has no rules (stateful objects, anonymous sets).
    */
   protected seedFromEcho(generation: number, tables: readonly TableConfig[]): void {
-    if (!this.following || this.generation !== generation - 1 || this.expected.size > 0 || tables.length !== this.seeded.length) return;
+    if (!this.following || this.generation > generation || this.expected.size > 0 || tables.length !== this.seeded.length) return;
     const again: [OwnedTable, FollowedTable][] = [];
     for (const [i, t] of tables.entries()) {
       const rec = this.seeded[i]!;
@@ -226,9 +233,11 @@ export class FollowedView {
     for (const [rec, f] of again) {
       rec.followed = f;
       rec.unknown = undefined;
+      rec.seededAt = generation;
     }
-    this.generation = generation;
-    this.seededAt = generation;
+    // At the observation, the other tables are exact at the commit too (it did not change them); trailing it, they follow on.
+    if (this.generation >= generation - 1) this.generation = generation;
+    else if (again.length > 0) this.seededAhead = Math.max(this.seededAhead, generation);
   }
 
   /** What the events hold of `t`, to compare before and after a read-back: handles per chain, differing elements per set. */
@@ -250,7 +259,7 @@ export class FollowedView {
 
   /**
    * Our repair expected at `generation` is in the kernel, its new rules' handles echoed: the
-   * followed tables are exact there, and that commit touched them. False: the echo does not cover
+   * followed tables are exact there, and that commit changed them. False: the echo does not cover
    * the plan, or the commit's events were followed already; its events say it then.
    */
   followEcho(generation: number, handles: ReadonlyMap<number, number>): boolean {
@@ -266,7 +275,7 @@ export class FollowedView {
     this.generation = generation;
     for (const x of planned) {
       const on = 'element' in x ? x.element : x.chain;
-      this.touch(on.family, on.table, generation);
+      this.noteChange(on.family, on.table, generation);
     }
     return true;
   }
@@ -276,16 +285,16 @@ export class FollowedView {
     // An overflow lost commits: the monitor's run starts again (runStart), which the proofs check.
     if (!b.overflow) {
       if (b.truncated) {
-        // Events were left out: any owned table may have been touched.
-        this.touchedAll = Math.max(this.touchedAll, b.generation);
-        this.lastTouch = Math.max(this.lastTouch, b.generation);
+        // Events were left out: any owned table may have been changed.
+        this.allChangedAt = Math.max(this.allChangedAt, b.generation);
+        this.anyChangedAt = Math.max(this.anyChangedAt, b.generation);
       }
-      for (let i = 0; i < b.events.length; i++) this.touch(b.events[i]!.family, b.events[i]!.table, b.generation);
+      for (let i = 0; i < b.events.length; i++) this.noteChange(b.events[i]!.family, b.events[i]!.table, b.generation);
     }
     return this.progressOf ? this.apply(b, ownPort) : 'invalid';
   }
 
-  /** follow()'s part that moves the followed tables (planAfter's too, which touches nothing). */
+  /** follow()'s part that moves the followed tables (planAfter's too, which notes no change). */
   private apply(b: MonitorBatch, ownPort: number): FollowOutcome {
     this.applied++;
     if (b.overflow) {
@@ -298,24 +307,34 @@ export class FollowedView {
     if (b.truncated) return this.fail(`commit ${b.generation} had more events than a batch keeps`);
     if (!b.since || b.since > this.generation + 1) return this.fail(`the monitor did not see every commit between ${this.generation} and ${b.generation}`);
     const own = b.foreign === false && b.events.every((e) => e.portId === ownPort);
+    // A table seeded at or after this commit holds it already (seedFromEcho, the events trailing).
+    const find = b.generation <= this.seededAhead ? this.followingAt(b.generation) : this.find;
     if (own) {
       const plan = this.expected.get(b.generation);
       this.expected.delete(b.generation);
       if (plan) {
-        const why = followOwn(this.find, plan, b);
+        const why = followOwn(find, plan, b);
         if (why) return this.fail(why);
       } else {
-        // A full pass's commit (committed() let its tables go already): any other table it touched goes too.
+        // A full pass's commit (committed() let its tables go already): any other table it changed goes too.
         for (const e of b.events) {
-          const rec = this.find(e.family, e.table);
+          const rec = find(e.family, e.table);
           if (rec?.followed) unfollow(rec, `our commit ${b.generation}, which the view did not plan`);
         }
       }
     } else {
-      followForeign(this.find, b.events);
+      followForeign(find, b.events);
     }
     this.generation = b.generation;
     return own ? 'own' : 'changed';
+  }
+
+  /** find, but a table seeded at or after `generation` is none of that commit's. */
+  private followingAt(generation: number): (family: string, name: string) => OwnedTable | undefined {
+    return (family, name) => {
+      const rec = this.find(family, name);
+      return rec && rec.seededAt < generation ? rec : undefined;
+    };
   }
 
   private fail(why: string): FollowOutcome {
@@ -407,7 +426,7 @@ export class FollowedView {
     }
   }
 
-  /** followEcho without touching (planAfter's commit is imagined). */
+  /** followEcho without noting a change (planAfter's commit is imagined). */
   private applyEchoAt(generation: number, handles: ReadonlyMap<number, number>): boolean {
     const planned = this.expected.get(generation);
     this.expected.delete(generation);

@@ -4,9 +4,9 @@
  * observation that found no drift, or from an observation plus the batch that was provably the only
  * commit since (the guard held and the generation moved by exactly one), with the handles the
  * kernel echoed for the batch's new rules (follow-commit.ts). A pass that finds the kernel still at
- * that generation, or the events prove untouched since, plans from them with no dump, and compares
+ * that generation, or the events prove unchanged since, plans from them with no dump, and compares
  * only the chains whose desired definition changed since (an owner registered or removed: its
- * chains and the dispatch chains). A table the events touched takes the handles they followed
+ * chains and the dispatch chains). A table the events changed takes the handles they followed
  * (takeFollowed), or is confirmed by a digest dump of it alone (revalidate), or read. Named sets
  * and maps are held by their definition and the desired config's own element list (every named set
  * holds its desired elements after a clean observation or a sole commit); timeout and dynamic sets,
@@ -35,7 +35,7 @@ export type ElementsHeld = (t: TableConfig, set: string) => boolean;
 /**
  * Whether the kernel still holds exactly the rules `kt` holds of `t`, read without decoding a rule:
  * its flags and object count, every base or empty chain, and one digest dump of its rules (handles
- * and digests, objects.ts Rule.digest) compared rule by rule. A rule whose digest was never learnt
+ * and digests, objects.ts Rule.digest) compared rule by rule. A rule whose digest was never read
  * (written by our own commit since the last decoding read) is decoded, its chain one dump, up to a
  * few chains; more make the table no. Named sets: their definitions with one set list; the
  * elements of each set that `elementsHeld` vouches for (the events, exact now) are not read, the
@@ -62,17 +62,17 @@ export async function revalidate(conn: NftConn & Required<Pick<NftConn, 'listRul
   for (const { chain, handles, digests } of dump) {
     const rules = kt.observed.rules.get(chain);
     if (!rules || rules.length !== handles.length) return false;
-    let learnt = true;
+    let digested = true;
     for (let i = 0; i < handles.length; i++) {
       const r = rules[i]!;
       if (r.handle !== handles[i] || (r.digest && r.digest !== digests[i])) return false;
-      if (!r.digest) learnt = false;
+      if (!r.digest) digested = false;
     }
-    if (!learnt) undigested.push(chain);
+    if (!digested) undigested.push(chain);
     withRules++;
   }
   // Rules our own commit wrote (their digests unknown): their chains are decoded, one dump each,
-  // and compared with what is held; the digests are learnt for the next time.
+  // and compared with what is held; the digests read are kept for the next time.
   if (undigested.length > UNDIGESTED_CHAINS_UP_TO) return false;
   for (const chain of undigested) {
     const rules = kt.observed.rules.get(chain)!;

@@ -13,7 +13,7 @@
  *   by rule and element by element (follow-events.ts) and the event repairs plan from (plan.ts,
  *   planFollowed).
  *
- * The rules take what the followed part holds when events touched the table (known.ts,
+ * The rules take what the followed part holds when events changed the table (known.ts,
  * takeFollowed): its array, and where the events left it otherwise than desired, a stand-in for
  * each foreign rule and the difference they followed, which the observation plans from. So both say
  * the same of the kernel; the rules can be exact while the followed part is unknown (our full
@@ -31,14 +31,21 @@ export const tableKey = (t: { family: string; name: string }) => `${t.family} ${
 export interface OwnedTable {
   family: Family;
   name: string;
-  /** In the owned set (the monitor's filter): the events say which commits touched it. */
+  /** In the owned set (the monitor's filter): the events say which commits changed it. */
   owned: boolean;
-  /** The last generation whose commit touched it (an event in it, our echoed repair of it). */
-  touched: number;
-  /** Its rules, exact at the view's rules generation; undefined: not held, an observation reads the table. */
+  /** The last generation whose commit changed it (an event in it, our echoed repair of it). */
+  changedAt: number;
+  /** Its rules, exact at `rulesAt`; undefined: not held, an observation reads the table. */
   rules?: TableRules;
-  /** What the events follow of it, exact at the view's followed generation; undefined: unknown (`unknown` says why). */
+  /** The generation its rules are exact at (moved by an observation, our full pass's echo, and the events they take). */
+  rulesAt: number;
+  /**
+   * What the events follow of it, exact at the view's followed generation (or, while the events
+   * trail its seed, at `seededAt`); undefined: unknown (`unknown` says why).
+   */
   followed?: FollowedTable;
+  /** The generation its followed part was seeded at: a commit at or before it is in the seed, its events not followed. */
+  seededAt: number;
   /** Why the events do not follow it (undefined while they do, or before an observation seeded them). */
   unknown?: string;
 }
@@ -158,7 +165,7 @@ export function knownSets(t: TableConfig, defs: (name: string) => NftSet | undef
 
 /**
  * Stateful objects are not held: their configuration can be changed in place (NEWOBJ with the
- * update flag) without touching the table's use count, so a table that has or wants any is read at
+ * update flag) without changing the table's use count, so a table that has or wants any is read at
  * each observation.
  */
 export function objectsUnknown(t: TableConfig, o: ObservedTable): boolean {

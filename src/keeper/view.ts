@@ -14,10 +14,10 @@
  *   or every table (an overflow, a gap in the run of whole commits, a truncated batch).
  *
  * Its currency is per owned table (tableCurrency): exact at a generation, or unknown and why. The
- * view notes, per owned table, the last commit that touched it (an event in it, our echoed repair
- * of it; a truncated batch touches them all), and the monitor's run of whole commits
- * (MonitorProgress) proves that no other commit did. A table untouched since its rules were exact
- * is exact now; a touched one takes what the events followed (takeFollowed: the handles, and where
+ * view notes, per owned table, the last commit that changed it (an event in it, our echoed repair
+ * of it; a truncated batch may have changed them all), and the monitor's run of whole commits
+ * (MonitorProgress) proves that no other commit did. A table unchanged since its rules were exact
+ * is exact now; a changed one takes what the events followed (takeFollowed: the handles, and where
  * they left it otherwise than desired, the difference), or is confirmed by a digest dump of that
  * table alone, or read; an overflow or a gap
  * in the run, which cannot be told to a table, leaves every table to be confirmed. The event
@@ -65,21 +65,21 @@ export class KernelView extends FollowedView {
   /**
    * Whether the view holds table `t` exact at `generation` (the kernel's now, or the monitor's
    * last): its rules were exact at G and either G is `generation`, or the events cover every commit
-   * since and none of them touched this table. Else unknown, and why.
+   * since and none of them changed this table. Else unknown, and why.
    */
   tableCurrency(t: TableConfig, generation: number, p = this.progressOf?.()): Currency {
     const rec = this.find(t.family, t.name);
-    if (!rec?.rules) return { exact: false, generation: this.rulesAt, reason: 'no rules held' };
-    const why = this.staleness(rec, this.rulesAt, generation, p);
-    return why ? { exact: false, generation: this.rulesAt, reason: why } : { exact: true, generation };
+    if (!rec?.rules) return { exact: false, generation: rec?.rulesAt ?? 0, reason: 'no rules held' };
+    const why = this.staleness(rec, rec.rulesAt, generation, p);
+    return why ? { exact: false, generation: rec.rulesAt, reason: why } : { exact: true, generation };
   }
 
   /** Why rules of `rec` exact at `from` are not the kernel's at `to` by the generation and the events (undefined: they are). */
   private staleness(rec: OwnedTable, from: number, to: number, p: MonitorProgress | undefined): string | undefined {
     if (from === to) return undefined;
     if (!p || !this.progressOf || !runCovers(from, to, this.applied, p)) return `the events do not cover the commits after ${from}`;
-    const at = this.touchedAt(rec);
-    return at > from ? `commit ${at} touched it` : undefined;
+    const at = this.lastChangeOf(rec);
+    return at > from ? `commit ${at} changed it` : undefined;
   }
 
   /** The rules the view holds of `t` (undefined: an observation reads it). */
@@ -87,13 +87,19 @@ export class KernelView extends FollowedView {
     return this.find(t.family, t.name)?.rules;
   }
 
+  /** The generation the view's rules of `t` are exact at (undefined: it holds none). */
+  rulesAtOf(t: { family: string; name: string }): number | undefined {
+    const rec = this.find(t.family, t.name);
+    return rec?.rules ? rec.rulesAt : undefined;
+  }
+
   /**
    * The rules an observation at `generation` may plan from instead of a dump, per table, and how
    * they were proved: the generation has not moved since they were exact; or the events prove no
-   * commit since touched that table; or a digest dump of that table confirms them (a read). A table
+   * commit since changed that table; or a digest dump of that table confirms them (a read). A table
    * proved none of these ways has its rules dropped: the observation reads it, and only it. A sole
    * commit of ours too big to echo is read first (the chains it added rules to), when nothing
-   * touched the tables since. `readBack`: the safety net's read, which does not take the
+   * changed the tables since. `readBack`: the safety net's read, which does not take the
    * generation's or the events' word. `read` is called for each read made.
    */
   async heldAt(conn: NftConn, generation: number, tables: readonly TableConfig[], readBack: boolean, read: () => void): Promise<Held> {
@@ -101,7 +107,7 @@ export class KernelView extends FollowedView {
     this.unechoed = undefined;
     let readUnechoed = false;
     if (unechoed && (unechoed.generation === generation
-      || (this.progressOf && await this.eventsCover(unechoed.generation, generation) && this.lastTouch <= unechoed.generation))) {
+      || (this.progressOf && await this.eventsCover(unechoed.generation, generation) && this.anyChangedAt <= unechoed.generation))) {
       readUnechoed = await this.readUnechoed(conn, unechoed, generation, read);
     }
     const trust = !readBack || readUnechoed;
@@ -113,16 +119,16 @@ export class KernelView extends FollowedView {
     }
     const have = tables.filter((t) => this.rulesOf(t));
     if (have.length === 0) return this.noRules();
-    let stale = have;
-    const at = this.rulesAt;
-    if (trust && at === generation) {
-      stale = [];
-    } else if (trust && this.progressOf && await this.eventsCover(at, generation) && this.rulesAt === at) {
-      const p = this.progressOf();
-      stale = have.filter((t) => { const rec = this.find(t.family, t.name)!; return !rec.rules || this.staleness(rec, at, generation, p) !== undefined; });
-    }
+    // Per table, from its rules' own generation: the events since then are waited for where one is behind.
+    const behind = have.map((t) => this.find(t.family, t.name)!.rulesAt).filter((at) => at !== generation);
+    if (trust && this.progressOf && behind.length > 0) await this.eventsCover(Math.min(...behind), generation);
+    const p = this.progressOf?.();
+    const stale = trust ? have.filter((t) => {
+      const rec = this.find(t.family, t.name)!;
+      return !rec.rules || this.staleness(rec, rec.rulesAt, generation, p) !== undefined;
+    }) : have;
     if (stale.length === 0) {
-      this.rulesAt = generation;
+      this.rulesNowAt(have, generation);
       return { known: this.heldOf(have), read: readUnechoed };
     }
     if (!conn.listRuleDigests) return this.noRules();
@@ -145,9 +151,17 @@ export class KernelView extends FollowedView {
     if (failed.size < stale.length) read();
     if (failed.size === have.length) return this.noRules();
     for (const t of failed) this.record(t).rules = undefined;
-    this.rulesAt = generation;
+    this.rulesNowAt(have, generation);
     // Read now (digests), unless some tables are held only by the generation or the events; the others the observation reads.
     return { known: this.heldOf(have.filter((t) => !failed.has(t))), read: stale.length === have.length };
+  }
+
+  /** The rules still held of `tables` are exact at `generation`. */
+  private rulesNowAt(tables: readonly TableConfig[], generation: number): void {
+    for (const t of tables) {
+      const rec = this.find(t.family, t.name);
+      if (rec?.rules) rec.rulesAt = generation;
+    }
   }
 
   private heldOf(tables: readonly TableConfig[]): HeldRules {
@@ -165,23 +179,27 @@ export class KernelView extends FollowedView {
   }
 
   /**
-   * The rules take what the events followed since they were exact: when the events follow at a
-   * later generation M and account for every commit from the rules' generation up to M (they were
-   * seeded at or before that generation, and have followed every commit since, or its echo; or the
-   * monitor's run covers the commits in between), each table a commit touched meanwhile takes what
+   * Each table's rules take what the events followed since they were exact: when the events follow
+   * at a later generation M and account for every commit from the rules' generation up to M (they
+   * were seeded at or before that generation, and have followed every commit since, or its echo; or
+   * the monitor's run covers the commits in between), a table a commit changed meanwhile takes what
    * the events gave (known.ts, takeFollowed: the handles, and the difference where they left it
-   * otherwise than desired; a table they lost has its rules go, and the next observation reads it), and the
-   * rules are exact at M.
+   * otherwise than desired; a table they lost has its rules go, and the next observation reads it),
+   * and its rules are exact at M. A table whose rules are not so accounted for keeps them at their
+   * generation.
    */
   private takeFollowed(): void {
-    if (!this.following || this.rulesAt >= this.generation) return;
+    if (!this.following) return;
     const p = this.progressOf!();
-    if (this.seededAt > this.rulesAt && !runCovers(this.rulesAt, this.generation, this.applied, p)) return;
     for (const rec of this.all()) {
-      if (!rec.rules || this.touchedAt(rec) <= this.rulesAt) continue;
-      if (!rec.followed || !takeFollowed(rec.rules, rec.followed)) rec.rules = undefined;
+      if (!rec.rules || rec.rulesAt >= this.generation) continue;
+      if (rec.seededAt > rec.rulesAt && !runCovers(rec.rulesAt, this.generation, this.applied, p)) continue;
+      if (this.lastChangeOf(rec) > rec.rulesAt && (!rec.followed || !takeFollowed(rec.rules, rec.followed))) {
+        rec.rules = undefined;
+        continue;
+      }
+      rec.rulesAt = this.generation;
     }
-    this.rulesAt = this.generation;
   }
 
   /**
@@ -199,21 +217,23 @@ export class KernelView extends FollowedView {
       } else {
         rec.rules = cleanRules(t, observed[i]);
       }
+      rec.rulesAt = generation;
     }
     for (const rec of this.all()) if (!seen.has(rec)) rec.rules = undefined;
-    this.rulesAt = generation;
   }
 
   /**
-   * A full pass committed `batch`: the rules the view held are not the kernel's any more (until
-   * followCommit), and the events cannot follow the tables it touched (it did not plan them; the
-   * rules its echo leaves may seed them again, seedFromEcho).
+   * A full pass committed `batch`: the rules of the tables it changed are not the kernel's any more
+   * (until followCommit), and the events cannot follow those tables (it did not plan them; the rules
+   * its echo leaves may seed them again, seedFromEcho). The other tables' rules stay exact at their
+   * generation: the commit's events prove it did not change them (tableCurrency), or a digest dump.
    */
   committed(batch: Batch): void {
-    this.dropRules();
     for (const op of batch.ops) {
       const rec = this.find(op.family, op.object === 'table' ? op.name : op.table);
-      if (rec?.followed) unfollow(rec, 'a full pass committed');
+      if (!rec) continue;
+      rec.rules = undefined;
+      if (rec.followed) unfollow(rec, 'a full pass committed');
     }
   }
 
@@ -236,7 +256,6 @@ export class KernelView extends FollowedView {
    */
   async followCommit(conn: NftConn, generation: number, tables: readonly TableConfig[], observed: ObservedTable[], batch: Batch,
     echoed: CommitResult | undefined, previous: HeldRules | undefined, defer: boolean, read: () => void): Promise<void> {
-    this.dropRules();
     if (echoed?.handles) {
       this.afterCommit(generation, { generation, tables, observed, batch, previous }, echoed, undefined, conn.portId);
     } else if (canFollow(batch, observed)) {
@@ -248,7 +267,7 @@ export class KernelView extends FollowedView {
 
   /** The rules held exactly at `generation` for every table of `tables` (our commit followed). */
   rulesExactAt(generation: number, tables: readonly TableConfig[]): boolean {
-    return this.rulesAt === generation && tables.every((t) => this.rulesOf(t));
+    return tables.every((t) => this.rulesAtOf(t) === generation);
   }
 
   /** A pass begins: an unechoed commit is read by it or not at all. */
@@ -260,7 +279,6 @@ export class KernelView extends FollowedView {
   private async readUnechoed(conn: NftConn, u: Unechoed, generation: number, read: () => void): Promise<boolean> {
     const chains = await readAddedChains(conn, u.batch, generation).catch(() => undefined);
     read();
-    this.dropRules();
     return !!chains && this.afterCommit(generation, u, undefined, chains, conn.portId);
   }
 
@@ -269,8 +287,11 @@ export class KernelView extends FollowedView {
     const previous = u.previous;
     const out = followCommit(u.tables, u.observed, u.batch, echoed, previous && ((t) => previous.get(t)), read, portId);
     if (!out) return false;
-    for (const t of u.tables) this.record(t).rules = out.get(tableKey(t));
-    this.rulesAt = generation;
+    for (const t of u.tables) {
+      const rec = this.record(t);
+      rec.rules = out.get(tableKey(t));
+      rec.rulesAt = generation;
+    }
     this.seedFromEcho(generation, u.tables);
     return true;
   }

@@ -143,7 +143,7 @@ describe('the kernel view', () => {
     expect(await new Reconciler(w.other, { attempts: 1 }).once({ tables, readOnly: true })).toMatchObject({ status: 'in-sync' });
   });
 
-  it('the echo of a full pass\'s commit seeds nothing where the events were not at its observation: the tables it touched stay let go', async () => {
+  it('the echo of a full pass\'s commit seeds the tables it let go while the events trail its observation: the commits up to it are in their seed', async () => {
     const w = world();
     const tables = planConfig([0, 1, 2]).tables;
     const g = (await seededWith(w, tables)).generation;
@@ -154,14 +154,28 @@ describe('the kernel view', () => {
     const r = await w.reconciler.once({ tables, useKnown: true, learn: true, trustSoleCommit: true });
     expect(r).toMatchObject({ status: 'repaired', trusted: true, generation: g + 2 });
     expect(w.view.rulesExactAt(g + 2, tables)).toBe(true);
-    expect(w.view.currency()).toMatchObject({ exact: false, reason: 'a full pass committed' });
-    // Handed over late, the foreign commit and then our own leave the table to the next clean observation.
+    // Seeded at g + 2 from the rules, in their array; the events, at g, trail that seed.
+    expect(w.view.followsTable('ip', 't')).toBe(true);
+    expect(followedRules(w.view, 'c')).toBe(w.view.rulesOf(tables[0]!)!.observed.rules.get('c'));
+    expect(w.view.currency()).toEqual({ exact: false, generation: g, reason: `the events trail a table seeded at ${g + 2}` });
+    expect(w.view.exactAt(g + 2)).toBe(false);
+    // Handed over late, the foreign commit (a chain event, which the events cannot follow) and then our own are in the seed.
     const held = w.gate.held;
     w.gate.held = undefined;
-    for (const b of held) w.view.follow(b, w.conn.portId);
+    for (const b of held) expect(w.view.follow(b, w.conn.portId)).toBe('changed');
     await w.settled();
-    expect(w.view.followsTable('ip', 't')).toBe(false);
-    // Awaiting a repair of ours, likewise.
+    expect(w.view.currency()).toEqual({ exact: true, generation: g + 2 });
+    expect(w.view.exactAt(g + 2)).toBe(true);
+    // A foreign deletion after it is repaired from the events, reading nothing.
+    const [, second] = await handles(w);
+    await w.other.commit(new Batch().delete('rule', { ...C, handle: second }));
+    await w.settled();
+    await repairFromEvents(w, g + 3);
+    expect(w.view.handlesOf('ip', 't', 'c')).toEqual(await handles(w));
+    expect(await new Reconciler(w.other, { attempts: 1 }).once({ tables, readOnly: true })).toMatchObject({ status: 'in-sync' });
+  });
+
+  it('the echo of a full pass\'s commit seeds nothing while a repair of ours is awaited: the tables it changed stay let go', async () => {
     const v = world();
     const h = await installed(v);
     v.view.expect(h + 5, []);
@@ -209,17 +223,17 @@ describe('the kernel view', () => {
     await w.settled();
     expect(w.view.exactAt(g + 2)).toBe(true);
     // The rules take what the events followed: the re-added rule under its new handle, no read.
-    expect(w.view.untouched(g, g + 2, w.watch.progress())).toBe(false);
+    expect(w.view.unchanged(g, g + 2, w.watch.progress())).toBe(false);
     const reads = w.reads.n;
     const held = await w.view.heldAt(w.conn, g + 2, planConfig([0, 1, 2]).tables, false, () => w.reads.n++);
     expect(held).toMatchObject({ read: false });
-    expect(w.view.rulesAt).toBe(g + 2);
+    expect(w.view.rulesAtOf(OWNED[0]!)).toBe(g + 2);
     expect(w.reads.n).toBe(reads);
     expect(w.view.rulesOf(planConfig([0, 1, 2]).tables[0]!)!.observed.rules.get('c')!.map((x) => x.handle)).toEqual(await handles(w));
     // The safety net's read-back confirms them by digests: the re-added rule's chain decoded (its digest is not known yet).
     const back = await w.view.heldAt(w.conn, g + 2, planConfig([0, 1, 2]).tables, true, () => w.reads.n++);
     expect(back).toMatchObject({ read: true });
-    expect(w.view.rulesAt).toBe(g + 2);
+    expect(w.view.rulesAtOf(OWNED[0]!)).toBe(g + 2);
   });
 
   it('one array of handles per chain: the followed part is seeded in the rules\' array, our repair from the events moves it, the rules take it as it is', async () => {
@@ -451,10 +465,10 @@ tables:
     await w.settled();
     expect(w.kernel.generation).toBe(g + 2);
     expect(w.view.exactAt(g + 2)).toBe(true);
-    expect(w.view.untouched(g, g + 2, w.watch.progress())).toBe(true);
+    expect(w.view.unchanged(g, g + 2, w.watch.progress())).toBe(true);
     const reads = w.reads.n;
     const held = await w.view.heldAt(w.conn, g + 2, planConfig([0, 1, 2]).tables, false, () => w.reads.n++);
-    expect(w.view.rulesAt).toBe(g + 2);
+    expect(w.view.rulesAtOf(OWNED[0]!)).toBe(g + 2);
     expect(held.read).toBe(false);
     expect(w.reads.n).toBe(reads);
   });
@@ -464,7 +478,7 @@ tables:
     const g = await installed(w);
     const held = await w.view.heldAt(w.conn, g, planConfig([0, 1, 2]).tables, true, () => w.reads.n++);
     expect(held).toMatchObject({ read: true });
-    expect(w.view.rulesAt).toBe(g);
+    expect(w.view.rulesAtOf(OWNED[0]!)).toBe(g);
   });
 
   describe('what makes it unknown', () => {
@@ -475,7 +489,7 @@ tables:
       await turns(() => !w.view.valid);
       expect(w.view.currency()).toEqual({ exact: false, generation: g, reason: 'the event socket overflowed (ENOBUFS)' });
       expect(w.view.exactAt(g)).toBe(false);
-      expect(w.view.untouched(g, g, w.watch.progress())).toBe(false);
+      expect(w.view.unchanged(g, g, w.watch.progress())).toBe(false);
     });
 
     it('a gap in the run of whole commits, or a commit with more events than a batch keeps', () => {
@@ -490,7 +504,7 @@ tables:
           v.view.follow(fake({ generation: h + 1, truncated: true }), v.conn.portId);
           expect(v.view.currency()).toMatchObject({ exact: false, reason: `commit ${h + 1} had more events than a batch keeps` });
           // A truncated batch also counts as a touch: the rules need a read.
-          expect(v.view.untouched(h, h + 1, { lastGeneration: h + 1, runStart: 1, delivered: v.watch.progress().delivered + 1 })).toBe(false);
+          expect(v.view.unchanged(h, h + 1, { lastGeneration: h + 1, runStart: 1, delivered: v.watch.progress().delivered + 1 })).toBe(false);
         });
       });
     });
@@ -577,7 +591,7 @@ describe('the kernel view, per owned table', () => {
     expect(w.view.followsTable('ip', 'a')).toBe(false);
     expect(w.view.followsTable('ip', 'b')).toBe(true);
     expect(w.view.exactAt(g + 1)).toBe(true);
-    expect(w.view.tableCurrency(ta!, g + 1)).toEqual({ exact: false, generation: g, reason: `commit ${g + 1} touched it` });
+    expect(w.view.tableCurrency(ta!, g + 1)).toEqual({ exact: false, generation: g, reason: `commit ${g + 1} changed it` });
     expect(w.view.tableCurrency(tb!, g + 1)).toEqual({ exact: true, generation: g + 1 });
     // A foreign deletion in table b meanwhile is followed and planned from the events, table b alone.
     const B = { family: 'ip' as const, table: 'b', chain: 'c' };
@@ -631,6 +645,42 @@ describe('the kernel view, per owned table', () => {
     expect(r).toMatchObject({ status: 'repaired', ops: 1, trusted: true });
     expect([...dumps]).toEqual([]);
     expect(w.view.rulesOf(ta!)!.observed.rules.get('c')!.map((x) => x.handle)).toEqual((await w.conn.listRules(A)).map((x) => x.handle));
+  });
+
+  it('a full pass\'s commit lets go only the rules of the tables it changed: the other keeps its own generation, and the events move it on with no read', async () => {
+    const { w, g, dumps } = await two();
+    const [ta, tb] = twoTables([0, 1, 2]);
+    // Another writer adds a chain to table a: the events lose a, b stays followed.
+    await w.other.commit(new Batch().add('chain', { family: 'ip', table: 'a', name: 'x' }));
+    await w.settled();
+    dumps.clear();
+    // Not trusting its sole commit, the pass observes again after it: a is read twice (the events
+    // lost it; then the commit is read back), b never (held at g + 1, then at g + 2 by the events:
+    // our commit changed a alone).
+    const r = await w.reconciler.once({ tables: [ta!, tb!], useKnown: true, learn: true, trustSoleCommit: false });
+    expect(r).toMatchObject({ status: 'repaired', generation: g + 2 });
+    expect(r.trusted).toBeUndefined();
+    expect(dumps.get('a')).toBe(2);
+    expect(dumps.get('b')).toBeUndefined();
+    expect([w.view.rulesAtOf(ta!), w.view.rulesAtOf(tb!)]).toEqual([g + 2, g + 2]);
+    expect((await w.conn.listChains({ family: 'ip', table: 'a' })).map((c) => c.name)).toEqual(['c']);
+  });
+
+  it('each table\'s rules have their own generation: the commit lets a\'s go, b\'s stay at theirs until an observation or the events move them', async () => {
+    const { w, g } = await two();
+    const [ta, tb] = twoTables([0, 1, 2]);
+    const [, second] = (await w.conn.listRules(A)).map((x) => x.handle!);
+    const batch = new Batch().delete('rule', { ...A, handle: second });
+    await w.conn.commit(batch, { expectGeneration: g });
+    w.view.committed(batch);
+    expect([w.view.rulesAtOf(ta!), w.view.rulesAtOf(tb!)]).toEqual([undefined, g]);
+    expect(w.view.tableCurrency(tb!, g + 1)).toMatchObject({ exact: false, reason: 'the events do not cover the commits after ' + g });
+    await w.settled();
+    // The commit's events changed a alone: b is exact at g + 1 by them, and taken there by the next observation.
+    expect(w.view.tableCurrency(tb!, g + 1)).toEqual({ exact: true, generation: g + 1 });
+    const held = await w.view.heldAt(w.conn, g + 1, [ta!, tb!], false, () => undefined);
+    expect([...held.known!.keys()]).toEqual([tb!]);
+    expect([w.view.rulesAtOf(ta!), w.view.rulesAtOf(tb!)]).toEqual([undefined, g + 1]);
   });
 
   it('an overflow or a truncated batch cannot be attributed: every table is unknown and read', async () => {
