@@ -57,20 +57,20 @@ export function planChain(haveKey: (i: number) => string, haveCount: number, wan
 }
 
 /**
- * A chain whose desired rules are known to differ from the kernel's only in `hunks` (src/model/derivation.ts;
- * outside them desired rule j is kernel rule j + the offset the hunks before it leave), planned by
- * matching the hunks' rules alone: a registration among 1,000 owners looks at its own jump, not at
- * every owner's. The same plan planChain makes when its matching keeps the rules outside the hunks.
- * Undefined when the hunks are not runs of these two lists (the caller then plans the whole chain).
+ * A chain whose desired rules are known to differ from the kernel's only in `splices` (src/model/derivation.ts;
+ * outside them desired rule j is kernel rule j + the offset the splices before it leave), planned by
+ * matching the splices' rules alone: a registration among 1,000 owners looks at its own jump, not at
+ * every owner's. The same plan planChain makes when its matching keeps the rules outside the splices.
+ * Undefined when the splices are not runs of these two lists (the caller then plans the whole chain).
  */
-export function planHunks(haveKey: (i: number) => string, haveCount: number, wantKey: (j: number) => string, wantCount: number,
-  hunks: readonly { fromStart: number; fromEnd: number; start: number; end: number }[], setsOf: (j: number) => number = () => 0): ChainEdit | undefined {
+export function planSplices(haveKey: (i: number) => string, haveCount: number, wantKey: (j: number) => string, wantCount: number,
+  splices: readonly { fromStart: number; fromEnd: number; start: number; end: number }[], setsOf: (j: number) => number = () => 0): ChainEdit | undefined {
   const keep = new Int32Array(wantCount);
   const steps: EditStep[] = [];
   let editOps = 0;
   let i = 0;
   let j = 0;
-  for (const h of hunks) {
+  for (const h of splices) {
     for (; j < h.start; j++) keep[j] = i++;
     if (i !== h.fromStart || h.fromEnd > haveCount || h.end > wantCount) return undefined;  // not runs of these lists: planChain
     // Keys only where both sides have rules to match (an owner added or removed has none to compare).
@@ -84,7 +84,7 @@ export function planHunks(haveKey: (i: number) => string, haveCount: number, wan
     } else {
       for (let y = h.start; y < h.end; y++) keep[y] = -1;
     }
-    // The rule before the hunk is kept (hunks never touch): new rules go after its handle.
+    // The rule before the splice is kept (splices never touch): new rules go after its handle.
     editOps += stepsIn(keep, h.fromStart, h.fromEnd, h.start, h.end, h.start > 0 ? { kind: 'kept', have: h.fromStart - 1 } : undefined, steps, setsOf);
     i = h.fromEnd;
     j = h.end;

@@ -12,7 +12,7 @@ import type { CommitResult, NftConn } from '../netlink/conn.js';
 import type { Family } from '../netlink/expr.js';
 import { SET_F, TABLE_F, type ChainDigests, type NftSet, type ObservedTable, type Rule, type Table } from '../netlink/objects.js';
 import type { Op } from '../netlink/ops.js';
-import { derivationOf, type Hunk } from '../model/derivation.js';
+import { derivationOf, type Splice } from '../model/derivation.js';
 import { knownRule, hasKey } from './rule-key.js';
 import { knownSets, objectsUnknown, tableKey, type TableRules } from './owned-table.js';
 
@@ -59,9 +59,9 @@ export function followCommit(tables: readonly TableConfig[], observed: readonly 
   // Named sets the batch (re)created, with their definition; deleted ones map to null.
   const setsNow = new Map<string, NftSet | null>();
   // Chains whose rules changed only in the runs the merge reported (src/model/derivation.ts), over rules
-  // that hold the earlier chain: their ops are replayed over those runs' handles (followHunks),
+  // that hold the earlier chain: their ops are replayed over those runs' handles (followSplices),
   // not over a list of every rule's handle (the dispatch chain holds one rule per owner).
-  const hunked = new Map<string, Hunked>();
+  const spliced = new Map<string, Spliced>();
   for (const [i, t] of tables.entries()) {
     const kt = previous?.(t);
     const d = kt?.whole !== undefined && kt.observed === observed[i] ? derivationOf(t) : undefined;
@@ -69,7 +69,7 @@ export function followCommit(tables: readonly TableConfig[], observed: readonly 
     for (const [name, e] of d.edited) {
       const prev = kt!.observed.rules.get(name);
       if (kt!.verified.get(name) !== e.from || !prev || prev.length !== e.from.rules.length || read?.get(tableKey(t))?.has(name)) continue;
-      hunked.set(`${tableKey(t)} ${name}`, { prev, hunks: e.hunks, ops: [] });
+      spliced.set(`${tableKey(t)} ${name}`, { prev, splices: e.splices, ops: [] });
     }
   }
   for (const [index, op] of batch.ops.entries()) {
@@ -118,9 +118,9 @@ export function followCommit(tables: readonly TableConfig[], observed: readonly 
     if (op.object === 'rule' && op.chain === undefined) return undefined;
     if (op.object === 'chain') {
       const hk = `${op.family} ${op.table} ${op.name}`;
-      if (hunked.has(hk)) {
-        if (hunked.get(hk)!.ops.length > 0) return undefined;
-        hunked.delete(hk);
+      if (spliced.has(hk)) {
+        if (spliced.get(hk)!.ops.length > 0) return undefined;
+        spliced.delete(hk);
       }
       const m = chainsOf(op.family, op.table);
       const cur = m.get(op.name);
@@ -143,7 +143,7 @@ export function followCommit(tables: readonly TableConfig[], observed: readonly 
     if (op.verb === 'delete') gone.add(op.handle!);
     else if (handle === undefined) return undefined;
     else if (op.id !== undefined) byId.set(op.id, handle);
-    const h = hunked.size > 0 ? hunked.get(`${op.family} ${op.table} ${op.chain}`) : undefined;
+    const h = spliced.size > 0 ? spliced.get(`${op.family} ${op.table} ${op.chain}`) : undefined;
     if (h) {
       h.ops.push({ op, handle });
       continue;
@@ -204,11 +204,11 @@ export function followCommit(tables: readonly TableConfig[], observed: readonly 
     }
     for (const c of visit) {
       let l = m.get(c.name);
-      const h = hunked.get(`${tk} ${c.name}`);
+      const h = spliced.get(`${tk} ${c.name}`);
       let regions: number[][] | undefined;
       if (h && l === undefined && h.ops.length > 0) {
         // Replayed over the runs' handles; where that cannot place an op, over the whole list as before.
-        regions = replayHunks(h, byId);
+        regions = replaySplices(h, byId);
         if (!regions) {
           l = h.prev.map((r) => r.handle!);
           for (const { op, handle } of h.ops) if (!applyRuleOp(l, op, handle, byId)) return undefined;
@@ -228,7 +228,7 @@ export function followCommit(tables: readonly TableConfig[], observed: readonly 
       }
       verified.set(c.name, c);
       if (regions) {
-        const copied = followHunks(t, c, h!.prev, regions, h!.hunks, gone, undefined);
+        const copied = followSplices(t, c, h!.prev, regions, h!.splices, gone, undefined);
         if (!copied) return undefined;
         o.rules.set(c.name, copied);
         continue;
@@ -279,10 +279,10 @@ function anonymousSetsHeld(echoed: CommitResult | undefined): boolean {
 /** A chain the batch deleted, in followCommit's handles by chain. */
 const DELETED: number[] = [];
 
-/** A chain followCommit follows by its hunks: its known rules before the batch, the hunks, the batch's ops on it. */
-interface Hunked {
+/** A chain followCommit follows by its splices: its known rules before the batch, the splices, the batch's ops on it. */
+interface Spliced {
   prev: readonly Rule[];
-  hunks: readonly Hunk[];
+  splices: readonly Splice[];
   ops: { op: Extract<Op, { object: 'rule' }>; handle?: number }[];
 }
 
@@ -310,18 +310,18 @@ function applyRuleOp(l: number[], op: Extract<Op, { object: 'rule' }>, handle: n
 }
 
 /**
- * The handles of each hunk's new rules, from replaying the batch's ops over each hunk's own handles
+ * The handles of each splice's new rules, from replaying the batch's ops over each splice's own handles
  * (with the kept rule before it, which a new rule may be placed after): undefined when an op names
- * a rule outside every hunk, or goes to a chain end no hunk is at (the caller replays the whole list).
+ * a rule outside every splice, or goes to a chain end no splice is at (the caller replays the whole list).
  */
-function replayHunks(h: Hunked, byId: ReadonlyMap<number, number>): number[][] | undefined {
-  const { prev, hunks } = h;
-  const locals = hunks.map((x) => {
+function replaySplices(h: Spliced, byId: ReadonlyMap<number, number>): number[][] | undefined {
+  const { prev, splices } = h;
+  const locals = splices.map((x) => {
     const l: number[] = [];
     for (let i = Math.max(0, x.fromStart - 1); i < x.fromEnd; i++) l.push(prev[i]!.handle!);
     return l;
   });
-  const before = hunks.map((x) => (x.fromStart > 0 ? prev[x.fromStart - 1]!.handle! : undefined));
+  const before = splices.map((x) => (x.fromStart > 0 ? prev[x.fromStart - 1]!.handle! : undefined));
   for (const { op, handle } of h.ops) {
     const named = op.verb === 'delete' || op.verb === 'replace' ? op.handle
       : op.position ?? (op.positionId !== undefined ? byId.get(op.positionId) : undefined);
@@ -331,15 +331,15 @@ function replayHunks(h: Hunked, byId: ReadonlyMap<number, number>): number[][] |
     } else if (op.positionId !== undefined) {
       return undefined;
     } else {
-      // At the chain's end (add) or head (insert): a hunk must be there.
-      k = op.verb === 'add' ? (hunks[hunks.length - 1]?.fromEnd === prev.length ? hunks.length - 1 : -1) : (hunks[0]?.fromStart === 0 ? 0 : -1);
+      // At the chain's end (add) or head (insert): a splice must be there.
+      k = op.verb === 'add' ? (splices[splices.length - 1]?.fromEnd === prev.length ? splices.length - 1 : -1) : (splices[0]?.fromStart === 0 ? 0 : -1);
     }
     if (k < 0 || !applyRuleOp(locals[k]!, op, handle, byId)) return undefined;
   }
   const out: number[][] = [];
-  for (const [k, x] of hunks.entries()) {
+  for (const [k, x] of splices.entries()) {
     const l = locals[k]!;
-    // The kept rule before the hunk stays first; what follows it is the hunk's new run.
+    // The kept rule before the splice stays first; what follows it is the splice's new run.
     if (before[k] !== undefined && l[0] !== before[k]) return undefined;
     const run = before[k] !== undefined ? l.slice(1) : l;
     if (run.length !== x.end - x.start) return undefined;
@@ -349,17 +349,17 @@ function replayHunks(h: Hunked, byId: ReadonlyMap<number, number>): number[][] |
 }
 
 /**
- * A chain's known rules after a batch that changed only `hunks` of it (src/model/derivation.ts): `prev` holds
- * the earlier chain's rules, `regions[k]` the handles of hunk k's rules now. Outside the hunks the
+ * A chain's known rules after a batch that changed only `splices` of it (src/model/derivation.ts): `prev` holds
+ * the earlier chain's rules, `regions[k]` the handles of splice k's rules now. Outside the splices the
  * rules are the same desired objects at the same handles, copied; inside, as followCommit's walk
  * does. Undefined when what the batch deleted does not line up so.
  */
-function followHunks(t: TableConfig, c: ChainConfig, prev: readonly Rule[], regions: readonly (readonly number[])[], hunks: readonly Hunk[],
+function followSplices(t: TableConfig, c: ChainConfig, prev: readonly Rule[], regions: readonly (readonly number[])[], splices: readonly Splice[],
   gone: ReadonlySet<number>, digests: readonly string[] | undefined): Rule[] | undefined {
   const out: Rule[] = new Array(c.rules.length);
   let p = 0;
   let j = 0;
-  for (const [k, h] of hunks.entries()) {
+  for (const [k, h] of splices.entries()) {
     if (h.start - j !== h.fromStart - p) return undefined;
     for (; j < h.start; j++) out[j] = prev[p++]!;
     const l = regions[k]!;
@@ -370,7 +370,7 @@ function followHunks(t: TableConfig, c: ChainConfig, prev: readonly Rule[], regi
       const r = c.rules[j]!;
       out[j] = kept && hasKey(kept) && kept.exprs === r.compiled.exprs ? kept : knownRule(t, c, r, handle, digests?.[j]);
     }
-    // What the hunk took out of the chain: every rule the batch did not keep was deleted by it.
+    // What the splice took out of the chain: every rule the batch did not keep was deleted by it.
     for (; p < h.fromEnd; p++) if (!gone.has(prev[p]!.handle!)) return undefined;
   }
   if (c.rules.length - j !== prev.length - p) return undefined;

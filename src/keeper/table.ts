@@ -14,7 +14,7 @@ import { NfkeeperError } from '../base/errors.js';
 import type { ChainConfig, TableConfig } from '../model/desired.js';
 import type { SetConfig } from '../model/sets.js';
 import { commentOf, renderRule, type SetResolver } from '../rules/index.js';
-import { planChain, planHunks, type ChainEdit, type RuleEdit } from './chain-edit.js';
+import { planChain, planSplices, type ChainEdit, type RuleEdit } from './chain-edit.js';
 import type { Derivation } from '../model/derivation.js';
 import type { Drift, DriftKind } from '../model/drift.js';
 import { diffElements, sameElementFields, setDefinitionKey, type ElementDiff } from '../model/elements.js';
@@ -177,13 +177,13 @@ export function diffTable(want: TableConfig, have: ObservedTable, options: DiffO
     // seconds and megabytes of a big restart.
     if (sameRules(rules, c.rules, keys)) continue;
     const setsOf = (j: number) => c.rules[j]!.compiled.sets.length;
-    const hunks = since?.edited.get(c.name);
+    const splices = since?.edited.get(c.name);
     let detail: string | undefined;
     let edit: ChainEdit | undefined;
-    if (hunks && options.verified?.get(c.name) === hunks.from && rules.length === hunks.from.rules.length) {
-      // The kernel holds hunks.from's rules: only the runs that changed are compared and planned.
-      edit = planHunks(keys, rules.length, (j) => desiredKey(c.rules[j]!), c.rules.length, hunks.hunks, setsOf);
-      if (edit) detail = describeHunks(c, rules, edit, resolve);
+    if (splices && options.verified?.get(c.name) === splices.from && rules.length === splices.from.rules.length) {
+      // The kernel holds splices.from's rules: only the runs that changed are compared and planned.
+      edit = planSplices(keys, rules.length, (j) => desiredKey(c.rules[j]!), c.rules.length, splices.splices, setsOf);
+      if (edit) detail = describeSplices(c, rules, edit, resolve);
     }
     if (!edit) {
       const wantKeys = c.rules.map(desiredKey);
@@ -346,8 +346,8 @@ function compareRules(c: ChainConfig, rules: Rule[], haveKey: (i: number) => str
   return undefined;
 }
 
-/** compareRules' first difference for a hunk plan (planHunks): at the first rule the edit takes out or puts in. */
-function describeHunks(c: ChainConfig, rules: Rule[], edit: ChainEdit, resolve: SetResolver): string | undefined {
+/** compareRules' first difference for a splice plan (planSplices): at the first rule the edit takes out or puts in. */
+function describeSplices(c: ChainConfig, rules: Rule[], edit: ChainEdit, resolve: SetResolver): string | undefined {
   const x = edit.steps[0];
   if (!x) return undefined;
   if (x.op === 'insert') return `rule ${x.want + 1} (${c.rules[x.want]!.compiled.text}) is missing`;

@@ -8,16 +8,16 @@
  * What a derivation says is a fact about two config objects, not about the kernel: every chain of
  * `table` not in `changed` is the same object, at the same place among the others, as in `from`;
  * the chains of `from` that `table` lacks are `removed`; a dispatch chain in `changed` holds the
- * rules of its `from` chain, the same objects in the same order, outside its hunks.
+ * rules of its `from` chain, the same objects in the same order, outside its splices.
  */
 import type { ChainConfig, TableConfig } from './desired.js';
 
 /**
  * One run of a chain's rules that changed: rules [fromStart, fromEnd) of the earlier chain gave way
- * to rules [start, end) of the new one (either run may be empty). Hunks are in chain order and
+ * to rules [start, end) of the new one (either run may be empty). Splices are in chain order and
  * do not touch one another's runs.
  */
-export interface Hunk {
+export interface Splice {
   fromStart: number;
   fromEnd: number;
   start: number;
@@ -31,7 +31,7 @@ export interface Derivation {
   /** Names of `from`'s chains the new table lacks. */
   removed: readonly string[];
   /** Per changed chain made from one of `from`'s by replacing runs of rules: that chain and the runs. */
-  edited: ReadonlyMap<string, { from: ChainConfig; hunks: readonly Hunk[] }>;
+  edited: ReadonlyMap<string, { from: ChainConfig; splices: readonly Splice[] }>;
 }
 
 const derivations = new WeakMap<TableConfig, Derivation>();

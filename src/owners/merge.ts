@@ -11,7 +11,7 @@ import type { ChainConfig, TableConfig } from '../model/desired.js';
 import type { ObservedTable, Rule } from '../netlink/objects.js';
 import type { Drift } from '../model/drift.js';
 import type { OwnersConfig } from '../config/owners.js';
-import { derive, type Hunk } from '../model/derivation.js';
+import { derive, type Splice } from '../model/derivation.js';
 import { ownerOfRule, parseOwnerChain, type Owner } from './spec.js';
 
 export function mergeOwners(tables: readonly TableConfig[], oc: OwnersConfig | undefined, owners: readonly Owner[]): TableConfig[] {
@@ -26,7 +26,7 @@ export function mergeOwners(tables: readonly TableConfig[], oc: OwnersConfig | u
     // (src/model/derivation.ts), so a pass compares and follows only the chains that changed.
     const from = again && prev!.out?.chains.length === prev!.chains.length + t.chains.length ? prev!.out : undefined;
     const changed: ChainConfig[] = [];
-    const edited = new Map<string, { from: ChainConfig; hunks: Hunk[] }>();
+    const edited = new Map<string, { from: ChainConfig; splices: Splice[] }>();
     const dispatch = oc.dispatch;
     // The config's chain `c` (at `i`), with the owners' jumps when it is a dispatch chain.
     const config = (c: ChainConfig, i: number): ChainConfig => {
@@ -37,13 +37,13 @@ export function mergeOwners(tables: readonly TableConfig[], oc: OwnersConfig | u
         return c;
       }
       // A dispatch chain whose jumps did not change stays the same object.
-      if (was !== undefined && was.name === c.name && again!.hunks[k]!.length === 0) return was;
+      if (was !== undefined && was.name === c.name && again!.splices[k]!.length === 0) return was;
       const now = m.jumps[k]!.rules.length === 0 ? c : { ...c, rules: c.rules.concat(m.jumps[k]!.rules) };
       if (was === undefined) return now;
       changed.push(now);
       if (was.name === c.name) {
         const at = c.rules.length;
-        edited.set(c.name, { from: was, hunks: again!.hunks[k]!.map((h) => ({ fromStart: h.fromStart + at, fromEnd: h.fromEnd + at, start: h.start + at, end: h.end + at })) });
+        edited.set(c.name, { from: was, splices: again!.splices[k]!.map((h) => ({ fromStart: h.fromStart + at, fromEnd: h.fromEnd + at, start: h.start + at, end: h.end + at })) });
       }
       return now;
     };
@@ -91,7 +91,7 @@ interface Merged {
 interface MergedAgain extends Merged {
   added: ChainConfig[];
   removed: string[];
-  hunks: Hunk[][];
+  splices: Splice[][];
 }
 const lastMerge = new WeakMap<readonly TableConfig[], Merged>();
 
@@ -167,12 +167,12 @@ function mergeAgain(prev: Merged, owners: readonly Owner[]): MergedAgain | undef
   const nJumps = oc.dispatch.map(() => 0);
   const added: ChainConfig[] = [];
   const removed: string[] = [];
-  const hunks: Hunk[][] = oc.dispatch.map(() => []);
-  // A run of prev's jumps [from, fromEnd) gave way to this merge's [start, end): one hunk, or the
+  const splices: Splice[][] = oc.dispatch.map(() => []);
+  // A run of prev's jumps [from, fromEnd) gave way to this merge's [start, end): one splice, or the
   // last one grown when it ends where this one starts (an owner replaced or neighbours changed).
-  const hunk = (k: number, fromStart: number, fromEnd: number, start: number, end: number) => {
+  const splice = (k: number, fromStart: number, fromEnd: number, start: number, end: number) => {
     if (fromStart === fromEnd && start === end) return;
-    const hs = hunks[k]!;
+    const hs = splices[k]!;
     const last = hs[hs.length - 1];
     if (last && last.fromEnd === fromStart && last.end === start) {
       last.fromEnd = fromEnd;
@@ -197,7 +197,7 @@ function mergeAgain(prev: Merged, owners: readonly Owner[]): MergedAgain | undef
     if (a !== undefined && (b === undefined || a.id < b.id)) {
       // Removed.
       for (const c of a.chains) removed.push(c.name);
-      for (let k = 0; k < K; k++) hunk(k, prev.jumps[k]!.at[i]!, prev.jumps[k]!.at[i + 1]!, nJumps[k]!, nJumps[k]!);
+      for (let k = 0; k < K; k++) splice(k, prev.jumps[k]!.at[i]!, prev.jumps[k]!.at[i + 1]!, nJumps[k]!, nJumps[k]!);
       i++;
       continue;
     }
@@ -211,13 +211,13 @@ function mergeAgain(prev: Merged, owners: readonly Owner[]): MergedAgain | undef
     for (let k = 0; k < K; k++) {
       const n = b!.jumps.get(oc.dispatch[k]!)?.length ?? 0;
       const pj = prev.jumps[k]!;
-      hunk(k, pj.at[i]!, replaced ? pj.at[i + 1]! : pj.at[i]!, nJumps[k]!, nJumps[k]! + n);
+      splice(k, pj.at[i]!, replaced ? pj.at[i + 1]! : pj.at[i]!, nJumps[k]!, nJumps[k]! + n);
       nJumps[k]! += n;
     }
     if (replaced) i++;
     j++;
   }
-  return { ...build(oc, owners, pieces, prev, nChains, nJumps), added, removed, hunks };
+  return { ...build(oc, owners, pieces, prev, nChains, nJumps), added, removed, splices };
 }
 
 /**

@@ -12,7 +12,7 @@ import { diffTable } from '../../src/keeper/table.js';
 import { planTable } from '../../src/keeper/plan.js';
 import { renderDrift } from '../../src/keeper/render-drift.js';
 import type { ObservedTable } from '../../src/netlink/objects.js';
-import { matchKeys, planChain, planHunks } from '../../src/keeper/chain-edit.js';
+import { matchKeys, planChain, planSplices } from '../../src/keeper/chain-edit.js';
 import { chainConfig, rng } from './plan-fixtures.js';
 
 interface FakeRule { handle: number; key: number; id?: number; dead: boolean; fresh: boolean }
@@ -187,12 +187,12 @@ describe('minimal chain edits (model of the kernel rule list)', () => {
     }
   });
 
-  it('a plan of known runs (planHunks) keeps every rule outside them and accounts for each rule inside once; runs that do not fit are refused', () => {
+  it('a plan of known runs (planSplices) keeps every rule outside them and accounts for each rule inside once; runs that do not fit are refused', () => {
     const rand = rng(21);
     for (let trial = 0; trial < 400; trial++) {
       const have = Array.from({ length: Math.floor(rand() * 40) }, () => Math.floor(rand() * 8));
       // Runs that changed, apart from one another: [fromStart, fromEnd) of have gave way to new keys.
-      const hunks: { fromStart: number; fromEnd: number; start: number; end: number }[] = [];
+      const splices: { fromStart: number; fromEnd: number; start: number; end: number }[] = [];
       const want: number[] = [];
       let i = 0;
       while (i <= have.length) {
@@ -200,7 +200,7 @@ describe('minimal chain edits (model of the kernel rule list)', () => {
           const gone = Math.min(have.length - i, Math.floor(rand() * 3));
           const added = Array.from({ length: Math.floor(rand() * 3) }, () => Math.floor(rand() * 8));
           if (gone + added.length > 0) {
-            hunks.push({ fromStart: i, fromEnd: i + gone, start: want.length, end: want.length + added.length });
+            splices.push({ fromStart: i, fromEnd: i + gone, start: want.length, end: want.length + added.length });
             want.push(...added);
             i += gone;
           }
@@ -208,14 +208,14 @@ describe('minimal chain edits (model of the kernel rule list)', () => {
         if (i >= have.length) break;
         want.push(have[i++]!);
       }
-      const ctx = `trial ${trial}: have [${have}] want [${want}] hunks ${JSON.stringify(hunks)}`;
-      const e = planHunks((x) => String(have[x]), have.length, (y) => String(want[y]), want.length, hunks)!;
+      const ctx = `trial ${trial}: have [${have}] want [${want}] splices ${JSON.stringify(splices)}`;
+      const e = planSplices((x) => String(have[x]), have.length, (y) => String(want[y]), want.length, splices)!;
       expect(e, ctx).toBeDefined();
-      const inHunk = (j: number) => hunks.some((h) => j >= h.start && j < h.end);
+      const inSplice = (j: number) => splices.some((h) => j >= h.start && j < h.end);
       let last = -1;
       for (let j = 0; j < want.length; j++) {
         const k = e.keep[j]!;
-        if (!inHunk(j)) expect(k, ctx).toBeGreaterThanOrEqual(0);
+        if (!inSplice(j)) expect(k, ctx).toBeGreaterThanOrEqual(0);
         if (k < 0) continue;
         expect(have[k], ctx).toBe(want[j]);
         expect(k, ctx).toBeGreaterThan(last);
@@ -228,8 +228,8 @@ describe('minimal chain edits (model of the kernel rule list)', () => {
       expect(taken, ctx).toEqual(have.flatMap((_, x) => (keptHave.has(x) ? [] : [x])));
     }
     // Runs that are not runs of these lists: the caller plans the whole chain instead.
-    expect(planHunks((x) => `k${x}`, 3, (y) => `k${y}`, 3, [{ fromStart: 2, fromEnd: 4, start: 2, end: 3 }])).toBeUndefined();
-    expect(planHunks((x) => `k${x}`, 3, (y) => `k${y}`, 4, [{ fromStart: 1, fromEnd: 1, start: 1, end: 2 }, { fromStart: 0, fromEnd: 0, start: 3, end: 3 }])).toBeUndefined();
+    expect(planSplices((x) => `k${x}`, 3, (y) => `k${y}`, 3, [{ fromStart: 2, fromEnd: 4, start: 2, end: 3 }])).toBeUndefined();
+    expect(planSplices((x) => `k${x}`, 3, (y) => `k${y}`, 4, [{ fromStart: 1, fromEnd: 1, start: 1, end: 2 }, { fromStart: 0, fromEnd: 0, start: 3, end: 3 }])).toBeUndefined();
   });
 
   it('plans a 100,000-rule chain with one deletion and one insertion in near-linear time', () => {

@@ -64,7 +64,7 @@ describe('mergeOwners after a change', () => {
       }
       // How the owners table was made from the previous one (src/model/derivation.ts), when it says:
       // exactly the chains that are other objects, the names that went, and a dispatch chain's
-      // rules as its previous rules with the hunks' runs replaced.
+      // rules as its previous rules with the splices' runs replaced.
       const now = got[0]!;
       const d = derivationOf(now);
       if (d) {
@@ -80,7 +80,7 @@ describe('mergeOwners after a change', () => {
           expect(e.from).toBe(before.get(name));
           const rebuilt: unknown[] = [];
           let p = 0;
-          for (const h of e.hunks) {
+          for (const h of e.splices) {
             expect(h.fromStart).toBeGreaterThanOrEqual(p);
             rebuilt.push(...e.from.rules.slice(p, h.fromStart), ...c.rules.slice(h.start, h.end));
             p = h.fromEnd;
