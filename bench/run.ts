@@ -290,7 +290,8 @@ function write(out: Omit<RunResults, 'meta'>, loadavgStart: string, pending: str
     // With --s8-parts, the parts of S8 this run left out stay from the earlier one.
     const parts = s8Parts();
     if (parts && out.s8 && prev.s8) {
-      out.s8 = { ...out.s8, ...(parts.includes('ready') ? {} : { ready: prev.s8.ready }), ...(parts.includes('repairs') ? {} : { repairs: prev.s8.repairs }),
+      out.s8 = { ...out.s8, ...(parts.includes('commands') ? {} : { rows: prev.s8.rows }),
+        ...(parts.includes('ready') ? {} : { ready: prev.s8.ready }), ...(parts.includes('repairs') ? {} : { repairs: prev.s8.repairs }),
         ...(parts.includes('neighbour') ? {} : { neighbour: prev.s8.neighbour }) };
     }
     // A scenario the earlier run had not reached is no longer missing once merged in.
@@ -299,7 +300,8 @@ function write(out: Omit<RunResults, 'meta'>, loadavgStart: string, pending: str
       .filter((x) => !only.has(x.toLowerCase() as Scenario)).join(', ');
     const { incomplete: _pending, ...prevMeta } = prev.meta;
     const merged: RunResults = { ...prev, ...out, ...rows, meta: { ...prevMeta, ...(stillPending ? { incomplete: stillPending } : {}), merged: [...(prev.meta.merged ?? [])
-      .filter((x) => pick || ![...only].some((o) => x.startsWith(o.toUpperCase() + ' '))),
+      // (with --s8-parts, the earlier S8 run's line stays too: it says where the other parts came from)
+      .filter((x) => pick || (parts && x.startsWith('S8 ')) || ![...only].some((o) => x.startsWith(o.toUpperCase() + ' '))),
       `${[...only].map((o) => o.toUpperCase()).join(', ')}${pick ? ` at N = ${[...pick].join(', ')}` : ''} from a separate ${results.meta.mode} run on ${results.meta.date} (${results.meta.durationS.toFixed(0)} s, ` +
         `load average ${results.meta.loadavgStart} / ${results.meta.loadavgEnd}, ${results.meta.commit.replace(/ \(.*\)/, '')}; ${results.meta.budgets.join('; ')})`] } };
     writeOutputs(merged);
