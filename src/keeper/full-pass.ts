@@ -40,7 +40,7 @@ export class FullPass implements RepairPath<Promise<Outcome>> {
         deferUnechoedRead: cause === 'startup',
         // Restarted onto what an earlier keeper wrote: its rules are recognised by digest, not decoded.
         adopt: cause === 'startup',
-        learn: true,
+        keepKnown: true,
         tables: desired,
         ownerIds: k.config.owners ? ownerIdsOf(k.owners) : undefined,
         onObserved: (observed) => {

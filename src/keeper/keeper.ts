@@ -356,7 +356,7 @@ export class Keeper extends EventEmitter {
       this.reporter.followChanged();
     }
     if (b.foreign === false && !b.overflow) {
-      // Our own commit: only the view learns from it (its handles; the elements of a repair, which
+      // Our own commit: only the view takes it in (its handles; the elements of a repair, which
       // no echo brings). Now exact at it again, the view can arm the monitor.
       this.armSoon();
       return;

@@ -40,8 +40,8 @@ export interface PlanOptions {
   tableFlags?: number;
   /**
    * Told of each rule op the plan writes into a chain (delete, replace, insert, add): its index in
-   * the batch and the desired rule it puts there (none for a delete). The followed part learns from
-   * it which events its own commit must show.
+   * the batch and the desired rule it puts there (none for a delete). From it the followed part knows
+   * which events its own commit must show.
    */
   onRuleOp?: (chain: string, op: number, want: number | undefined) => void;
 }

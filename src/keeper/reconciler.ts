@@ -79,7 +79,7 @@ export interface PassInput {
    */
   useKnown?: boolean;
   /** Keep what a clean observation or a sole commit shows as the known state for later passes (default: useKnown). */
-  learn?: boolean;
+  keepKnown?: boolean;
   /**
    * With useKnown: the safety net's read-back of a trusted commit. The view's rules are confirmed by
    * reading the kernel (rule digests, chains, set definitions, elements unless the view's events
@@ -87,7 +87,7 @@ export interface PassInput {
    */
   readBack?: boolean;
   /**
-   * A sole commit too big to echo is learnt by the next observation at its generation (which then
+   * A sole commit too big to echo is taken in by the next observation at its generation (which then
    * counts as a read of what it wrote), not by this pass: the start-up's install of 100,000 rules
    * need not wait seconds for that read to say it is ready.
    */
@@ -179,7 +179,7 @@ export class Reconciler {
     let committed = 0;
     let last: { observation: Observation; batch: Batch; echoed?: CommitResult } | undefined;
     // An observation by digest after our commit takes the digests of the rules it wrote from the commit.
-    const learn = input.learn ?? input.useKnown ?? input.verifyByEcho;
+    const keepKnown = input.keepKnown ?? input.useKnown ?? input.verifyByEcho;
     type Step = { status: PassResult['status']; observation: Observation; waitMs?: number };
     const r = await commitGuarded<Step>(this.conn, async (generation) => {
       const observation = await this.observe(input, generation, written);
@@ -215,7 +215,7 @@ export class Reconciler {
       trustSoleCommit: input.trustSoleCommit || input.verifyByEcho,
       onMismatch: () => this.options.metrics?.generationRetries.inc(),
       replan: (e, batch) => this.protectRefused(e, batch),
-      echo: input.verifyByEcho || (learn ? (batch) => batch.length <= ECHO_HANDLES_UP_TO : false),
+      echo: input.verifyByEcho || (keepKnown ? (batch) => batch.length <= ECHO_HANDLES_UP_TO : false),
       // Only where a read-back by digest may follow, or the echo is compared with them: not for a
       // caller that trusts a sole commit (the daemon, whose start-up install would hold 100,000
       // digests for nothing at its peak).
@@ -225,7 +225,7 @@ export class Reconciler {
       throw e;
     });
     this.view.passDone();
-    if (r.trusted && learn && last) {
+    if (r.trusted && keepKnown && last) {
       // Our batch was the only commit since the observation it was planned from: the view follows
       // it. A batch whose echo did not fit or was cut: the chains it added rules to are read for
       // their handles (digests, nothing decoded), not every owner's; with deferUnechoedRead by the
@@ -280,8 +280,8 @@ export class Reconciler {
     const garbage = flat.length > 0 && input.ownerIds ? ownedGarbage(input.tables, observed, input.ownerIds, drift,
       (d) => rulesRemovedBy(diffs[input.tables.findIndex((t) => t.family === d.family && t.name === d.table)]!, d)) : undefined;
     // An observation from the view found it clean: only the chains compared again (their desired
-    // definition changed) are learnt anew, not every owner's rules.
-    if (flat.length === 0 && (input.learn ?? input.useKnown)) this.view.fromObservation(generation, input.tables, observed, known);
+    // definition changed) are taken anew, not every owner's rules.
+    if (flat.length === 0 && (input.keepKnown ?? input.useKnown)) this.view.fromObservation(generation, input.tables, observed, known);
     // Unread: some tables were the view's, held by the generation or the events, not read now.
     const unread = !read && toRead.length < input.tables.length;
     return { generation, observed, drift, diffs, retired, flat, garbage, ...(known ? { known, unread } : {}) };

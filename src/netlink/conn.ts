@@ -16,7 +16,7 @@ export interface CommitOptions {
   expectGeneration?: number;
   /**
    * Ask the kernel to echo the batch's new rules (NLM_F_ECHO) and resolve with their handles, so
-   * the caller learns what it wrote without a dump; with `digests` too, with each echoed rule's
+   * the caller knows what it wrote without a dump; with `digests` too, with each echoed rule's
    * digest (held). Where the receive buffer cannot be made to hold every echo (no CAP_NET_ADMIN
    * past rmem_max, a receiveBufferLimit), the batch commits the same without handles; where the
    * kernel dropped echoes all the same (ENOBUFS after the batch went through), without handles and
@@ -31,7 +31,7 @@ export interface CommitOptions {
   digests?: boolean;
 }
 
-/** What a commit with `echo` or `digests` learnt, by op index. */
+/** What a commit with `echo` or `digests` showed, by op index. */
 export interface CommitResult {
   /** With echo, the kernel handle of each added, inserted or replaced rule (none: the echo did not fit, or was cut). */
   handles?: Map<number, number>;

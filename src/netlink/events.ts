@@ -96,7 +96,7 @@ export interface MonitorOptions {
   tables?: { family: Family; name: string }[];
   /** Port ids whose commits are not worth a wake-up (our own socket's). */
   ignorePorts?: number[];
-  /** Deliver commits of ignorePorts too (foreign: false): the followed part learns its own handles from them. */
+  /** Deliver commits of ignorePorts too (foreign: false): the followed part takes its own handles from them. */
   ownCommits?: boolean;
   /** The socket's receive buffer in bytes; default 8 MiB (tests make it small to see ENOBUFS). */
   receiveBuffer?: number;

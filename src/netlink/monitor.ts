@@ -51,7 +51,7 @@ export class Monitor {
   }
 
   /**
-   * The caller learnt its own commit that made `generation` from the commit itself (the kernel's
+   * The caller knows its own commit that made `generation` from the commit itself (the kernel's
    * echo of its new rules): that commit's batch, of ignored ports' events only, is neither handed
    * to onBatch nor counted in progress().delivered, so it wakes no JavaScript. Ignored for a
    * generation the monitor has read already (it was handed over) and by an addon built before it.

@@ -60,7 +60,7 @@ function world(owned: { family: 'ip'; name: string }[] = OWNED): World {
   const reads = { n: 0 };
   const metrics = { dumps: { inc: () => reads.n++ }, generationRetries: { inc: () => undefined } } as unknown as KeeperMetrics;
   const reconciler = new Reconciler(conn, { attempts: 5, metrics, view });
-  const input = (ks: readonly number[]): PassInput => ({ tables: planConfig(ks).tables, useKnown: true, learn: true, trustSoleCommit: true });
+  const input = (ks: readonly number[]): PassInput => ({ tables: planConfig(ks).tables, useKnown: true, keepKnown: true, trustSoleCommit: true });
   return {
     kernel, conn, other, watch, view, reconciler, reads, gate,
     settled: () => turns(() => watch.progress().lastGeneration >= kernel.generation),
@@ -84,7 +84,7 @@ const handles = async (w: World) => (await w.conn.listRules(C)).map((r) => r.han
 async function seededWith(w: World, tables: TableConfig[]): ReturnType<Reconciler['once']> {
   await new Reconciler(w.other, { attempts: 5 }).once({ tables });
   await w.settled();
-  const r = await w.reconciler.once({ tables, useKnown: true, learn: true, trustSoleCommit: true });
+  const r = await w.reconciler.once({ tables, useKnown: true, keepKnown: true, trustSoleCommit: true });
   expect(r).toMatchObject({ status: 'in-sync' });
   expect(w.view.seed(tables, r.first.observed, r.generation)).toBe('seeded');
   return r;
@@ -127,7 +127,7 @@ describe('the kernel view', () => {
     await w.other.commit(new Batch().add('chain', { family: 'ip', table: 't', name: 'x' }));
     await w.settled();
     expect(w.view.followsTable('ip', 't')).toBe(false);
-    const r = await w.reconciler.once({ tables, useKnown: true, learn: true, trustSoleCommit: true });
+    const r = await w.reconciler.once({ tables, useKnown: true, keepKnown: true, trustSoleCommit: true });
     expect(r).toMatchObject({ status: 'repaired', trusted: true, generation: g + 2 });
     expect(w.view.rulesExactAt(g + 2, tables)).toBe(true);
     expect(w.view.currency()).toEqual({ exact: true, generation: g + 2 });
@@ -151,7 +151,7 @@ describe('the kernel view', () => {
     w.gate.held = [];
     await w.other.commit(new Batch().add('chain', { family: 'ip', table: 't', name: 'x' }));
     await turns(() => w.gate.held!.length === 1);
-    const r = await w.reconciler.once({ tables, useKnown: true, learn: true, trustSoleCommit: true });
+    const r = await w.reconciler.once({ tables, useKnown: true, keepKnown: true, trustSoleCommit: true });
     expect(r).toMatchObject({ status: 'repaired', trusted: true, generation: g + 2 });
     expect(w.view.rulesExactAt(g + 2, tables)).toBe(true);
     // Seeded at g + 2 from the rules, in their array; the events, at g, trail that seed.
@@ -188,7 +188,7 @@ describe('the kernel view', () => {
     const rulesOf = (k: KernelView) => k.rulesOf(tables[0]!)!.observed.rules.get('c')!.map((x) => x.handle);
     for (const defer of [true, false]) {
       const w = world();
-      const r = await w.reconciler.once({ tables, useKnown: true, learn: true, trustSoleCommit: true, deferUnechoedRead: defer });
+      const r = await w.reconciler.once({ tables, useKnown: true, keepKnown: true, trustSoleCommit: true, deferUnechoedRead: defer });
       expect(r).toMatchObject({ status: 'repaired', trusted: true, generation: w.kernel.generation });
       const reads = w.reads.n;
       if (defer) {
@@ -268,7 +268,7 @@ describe('the kernel view', () => {
     const again = planConfig([0, 1, 2]).tables;
     w.view.desiredChanged(again);
     expect(w.view.following).toBe(true);
-    expect(await w.reconciler.once({ tables: again, useKnown: true, learn: true, trustSoleCommit: true })).toMatchObject({ status: 'in-sync', fromKnown: true });
+    expect(await w.reconciler.once({ tables: again, useKnown: true, keepKnown: true, trustSoleCommit: true })).toMatchObject({ status: 'in-sync', fromKnown: true });
     const confirmed = w.view.rulesOf(again[0]!)!.observed.rules.get('c')!;
     expect(followedRules(w.view, 'c')).not.toBe(confirmed);
     const [, second] = await handles(w);
@@ -285,7 +285,7 @@ describe('the kernel view', () => {
     const w2 = world();
     const r2 = await seededWith(w2, tables);
     w2.view.desiredChanged(again);
-    await w2.reconciler.once({ tables: again, useKnown: true, learn: true, trustSoleCommit: true });
+    await w2.reconciler.once({ tables: again, useKnown: true, keepKnown: true, trustSoleCommit: true });
     const kept = w2.view.rulesOf(again[0]!)!.observed.rules.get('c')!;
     // A foreign rule added and deleted again: the table touched, the chain as desired at the same handles.
     const [first] = await handles(w2);
@@ -304,7 +304,7 @@ describe('the kernel view', () => {
     const tables = parseConfig(`tables: [{ family: ip, name: t, chains: [{ name: c, type: filter, hook: input, priority: filter, rules: [${texts}] }] }]`).tables;
     await new Reconciler(w.other, { attempts: 5 }).once({ tables });
     await w.settled();
-    const r = await w.reconciler.once({ tables, useKnown: true, learn: true, trustSoleCommit: true });
+    const r = await w.reconciler.once({ tables, useKnown: true, keepKnown: true, trustSoleCommit: true });
     expect(r).toMatchObject({ status: 'in-sync' });
     expect(w.view.rulesOf(tables[0]!)).toBeUndefined();
     expect(w.view.seed(tables, r.first.observed, r.generation)).toBe('seeded');
@@ -383,7 +383,7 @@ describe('the kernel view', () => {
       const tables = planConfig([0, 1, 2, 3]).tables;
       await new Reconciler(w.other, { attempts: 5 }).once({ tables });
       await w.settled();
-      const r = await w.reconciler.once({ tables, useKnown: true, learn: true, trustSoleCommit: true });
+      const r = await w.reconciler.once({ tables, useKnown: true, keepKnown: true, trustSoleCommit: true });
       expect(w.view.seed(tables, r.first.observed, r.generation)).toBe('seeded');
       await w.other.commit(change(await handles(w)));
       await w.settled();
@@ -394,7 +394,7 @@ describe('the kernel view', () => {
       expect(w.view.rulesOf(tables[0]!)!.held?.has('c')).toBe(true);
       // The full pass plans from that difference, reading nothing, and follows its own commit.
       const reads = w.reads.n;
-      const pass = await w.reconciler.once({ tables, useKnown: true, learn: true, trustSoleCommit: true });
+      const pass = await w.reconciler.once({ tables, useKnown: true, keepKnown: true, trustSoleCommit: true });
       expect(pass).toMatchObject({ status: 'repaired', trusted: true, generation: g + 1 });
       expect(pass.found.map((d) => d.kind)).toEqual(['rules-differ']);
       expect(w.reads.n).toBe(reads);
@@ -432,7 +432,7 @@ tables:
     const g = w.kernel.generation;
     expect(w.view.elementsDiffering('ip', 't', 's')).toBe(2);
     const reads = w.reads.n;
-    const pass = await w.reconciler.once({ tables, useKnown: true, learn: true, trustSoleCommit: true });
+    const pass = await w.reconciler.once({ tables, useKnown: true, keepKnown: true, trustSoleCommit: true });
     expect(pass).toMatchObject({ status: 'repaired', trusted: true, generation: g + 1 });
     expect(pass.found.map((d) => d.kind)).toEqual(['elements-differ']);
     expect(w.reads.n).toBe(reads);
@@ -452,7 +452,7 @@ tables:
     const held = await w.view.heldAt(w.conn, w.kernel.generation, other, false, () => w.reads.n++);
     expect(held).toEqual({ read: false });
     expect(w.view.rulesOf(other[0]!)).toBeUndefined();
-    const pass = await w.reconciler.once({ tables: other, useKnown: true, learn: true, trustSoleCommit: true });
+    const pass = await w.reconciler.once({ tables: other, useKnown: true, keepKnown: true, trustSoleCommit: true });
     expect(pass).toMatchObject({ status: 'repaired' });
     expect(await new Reconciler(w.other, { attempts: 1 }).once({ tables: other, readOnly: true })).toMatchObject({ status: 'in-sync' });
   });
@@ -568,7 +568,7 @@ describe('the kernel view, per owned table', () => {
     const tables = twoTables([0, 1, 2]);
     await new Reconciler(w.other, { attempts: 5 }).once({ tables });
     await w.settled();
-    const pass = (t = tables) => w.reconciler.once({ tables: t, useKnown: true, learn: true, trustSoleCommit: true });
+    const pass = (t = tables) => w.reconciler.once({ tables: t, useKnown: true, keepKnown: true, trustSoleCommit: true });
     const r = await pass();
     expect(r).toMatchObject({ status: 'in-sync', ops: 0 });
     expect(w.view.seed(tables, r.first.observed, r.generation)).toBe('seeded');
@@ -657,7 +657,7 @@ describe('the kernel view, per owned table', () => {
     // Not trusting its sole commit, the pass observes again after it: a is read twice (the events
     // lost it; then the commit is read back), b never (held at g + 1, then at g + 2 by the events:
     // our commit changed a alone).
-    const r = await w.reconciler.once({ tables: [ta!, tb!], useKnown: true, learn: true, trustSoleCommit: false });
+    const r = await w.reconciler.once({ tables: [ta!, tb!], useKnown: true, keepKnown: true, trustSoleCommit: false });
     expect(r).toMatchObject({ status: 'repaired', generation: g + 2 });
     expect(r.trusted).toBeUndefined();
     expect(dumps.get('a')).toBe(2);
