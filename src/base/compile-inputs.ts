@@ -9,7 +9,7 @@
  *
  * Nothing is kept when no trace runs: a note is then one comparison.
  */
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { sha256 } from './sha256.js';
 
 export type CompileInput =
@@ -67,6 +67,24 @@ export function traced<T>(f: () => T): { value: T; inputs?: CompileInput[]; unst
   } finally {
     trace = outer;
     unstable = outerUnstable;
+  }
+}
+
+/** What `path` is now, as a 'path' input says it. */
+export function pathKind(path: string): 'none' | 'dir' | 'other' {
+  try {
+    return statSync(path).isDirectory() ? 'dir' : 'other';
+  } catch {
+    return 'none';
+  }
+}
+
+/** The names `dir` lists now (null: it cannot be listed), as a 'dir' input says them. */
+export function listing(dir: string): string[] | null {
+  try {
+    return readdirSync(dir);
+  } catch {
+    return null;
   }
 }
 

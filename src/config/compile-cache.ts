@@ -15,11 +15,11 @@
  * reached twice but the compaction's shared expressions, nothing frozen but those; a config with
  * anything else (a rule binding an anonymous chain, `jump { … }`) is compiled at every load.
  */
-import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { deserialize, serialize } from 'node:v8';
 import { fileURLToPath } from 'node:url';
-import { traced, type CompileInput } from '../base/compile-inputs.js';
+import { listing, pathKind, traced, type CompileInput } from '../base/compile-inputs.js';
 import { readRegularFile } from '../base/regular-file.js';
 import { readSealed, writeSealed } from '../base/sealed-file.js';
 import { sha256, sha256Hash } from '../base/sha256.js';
@@ -156,14 +156,12 @@ export function changedInput(inputs: readonly CompileInput[], options: LoadOptio
         break;
       }
       case 'path': {
-        let is: string;
-        try { is = statSync(i.path).isDirectory() ? 'dir' : 'other'; } catch { is = 'none'; }
+        const is = pathKind(i.path);
         if (is !== i.is) return `${i.path} ${is === 'none' ? 'is gone' : is === 'dir' ? 'is a directory now' : i.is === 'none' ? 'exists now' : 'is no longer a directory'}`;
         break;
       }
       case 'dir': {
-        let names: string[] | null;
-        try { names = readdirSync(i.path); } catch { names = null; }
+        const names = listing(i.path);
         if (JSON.stringify(names) !== JSON.stringify(i.names)) return `the directory ${i.path} lists other files now`;
         break;
       }

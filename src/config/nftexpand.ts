@@ -23,10 +23,9 @@
  * and an offset there, so every error names the file and line it was written
  * on (inside a define's value: where the value was written).
  */
-import { readdirSync, statSync } from 'node:fs';
 import { ConfigError } from '../base/errors.js';
 import { NotRegularFileError, readRegularFile } from '../base/regular-file.js';
-import { noteFile, noteInput } from '../base/compile-inputs.js';
+import { listing, noteFile, noteInput, pathKind } from '../base/compile-inputs.js';
 
 /** nft's DEFAULT_INCLUDE_PATH as Debian builds it. */
 export const DEFAULT_INCLUDE_PATH = '/etc';
@@ -352,8 +351,7 @@ function byBytes(a: string, b: string): number {
 
 // What a path is and what a directory lists are inputs of the compile (src/base/compile-inputs.ts).
 function pathIs(p: string): 'none' | 'dir' | 'other' {
-  let is: 'none' | 'dir' | 'other';
-  try { is = statSync(p).isDirectory() ? 'dir' : 'other'; } catch { is = 'none'; }
+  const is = pathKind(p);
   noteInput(() => ({ kind: 'path', path: p, is }));
   return is;
 }
@@ -368,10 +366,8 @@ function isDir(p: string): boolean {
 
 /** The names in `dir` one glob component matches (a leading '.' only by a leading '.', as glob(3)). */
 function matchIn(dir: string, part: string): string[] {
-  let names: string[] | null;
-  try { names = readdirSync(dir); } catch { names = null; }
-  const listed = names;
-  noteInput(() => ({ kind: 'dir', path: dir, names: listed }));
+  const names = listing(dir);
+  noteInput(() => ({ kind: 'dir', path: dir, names }));
   if (names === null) return [];
   const re = globRegExp(part);
   return names.filter((n) => re.test(n) && (n[0] !== '.' || part[0] === '.'));
