@@ -86,7 +86,7 @@ const B: Budgets = full
       : { install: 3, repair: n >= 10_000 ? 200 : 300, change: 20, exec: 10, gapMs: n >= 10_000 ? 60 : 20 }) },
     s7: { owners: 1000, passes: 30, rssSizes: [0, 10_000, 100_000], inFlight: [8, 32], root: rootArg() },
     s8: { chainSizes: [10_000, 100_000], services: [1000, 10_000], reps: (n) => (n >= 50_000 ? 3 : 7), daemonSizes: [10_000, 100_000],
-      repairRules: [4, 10_000], repairElements: [100_000], repairs: 30, repairGapMs: 2600, neighbourSeconds: 10, neighbourRuns: 3 },
+      repairRules: [4, 10_000], repairElements: [100_000], repairs: s8Repairs() ?? 30, repairGapMs: 2600, neighbourSeconds: 10, neighbourRuns: 3 },
   }
   : {
     s1: {
@@ -102,8 +102,17 @@ const B: Budgets = full
     s6: { sizes: sizes([4, 100, 10_000]), reps: (n) => ({ install: 3, repair: n >= 10_000 ? 50 : 200, change: n >= 10_000 ? 5 : 10, exec: 5, gapMs: n >= 10_000 ? 60 : 20 }) },
     s7: { owners: 1000, passes: 15, rssSizes: [0, 10_000, 100_000], inFlight: [8, 32], root: rootArg() },
     s8: { chainSizes: [10_000], services: [1000], reps: () => 5, daemonSizes: [10_000], repairRules: [4, 10_000], repairElements: [100_000],
-      repairs: 10, repairGapMs: 2600, neighbourSeconds: 5, neighbourRuns: 3 },
+      repairs: s8Repairs() ?? 10, repairGapMs: 2600, neighbourSeconds: 5, neighbourRuns: 3 },
   };
+
+/** --s8-repairs N: repairs as deployed per case (10 in quick mode is too few for a p50 between two builds). */
+function s8Repairs(): number | undefined {
+  const i = process.argv.indexOf('--s8-repairs');
+  if (i < 0) return undefined;
+  const v = Number(process.argv[i + 1]);
+  if (!Number.isInteger(v) || v < 1) throw new Error(`--s8-repairs takes a whole number of repairs; got "${process.argv[i + 1] ?? ''}"`);
+  return v;
+}
 
 /** --s8-parts commands,ready,…: only these parts of S8 (a before/after of the commands alone, say). */
 function s8Parts(): S8Part[] | undefined {
