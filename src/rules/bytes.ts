@@ -24,6 +24,12 @@ for (let v = 0; v < 16; v++) {
   DIGIT[HEX_DIGITS.toUpperCase().charCodeAt(v)] = v;
 }
 
+/** Zero bytes of a field's length in hex, made once per length (a compiled match needs them often, a string each time). */
+const ZEROS: string[] = Array.from({ length: 17 }, (_, n) => '00'.repeat(n));
+export function zeroHex(len: number): string {
+  return len < ZEROS.length ? ZEROS[len]! : '00'.repeat(len);
+}
+
 /** The byte of two hex digits at `i`, or -1 when they are not both hex digits. */
 export function hexByteAt(h: string, i: number): number {
   const a = h.charCodeAt(i), b = h.charCodeAt(i + 1);

@@ -12,7 +12,7 @@ import type { Batch } from '../netlink/batch.js';
 import { FIB_F, MAX_STATEFUL_EXPRS, NAT_RANGE, type Expr, type Family, type Hex, type MasqExpr, type RedirExpr, type StatefulExpr } from '../netlink/expr.js';
 import { CHAIN_F, type BoundChain, type NftSet } from '../netlink/objects.js';
 import type { At, Elem, MatchOp, MatchStmt, RuleAst, Rhs, Stmt } from './ast.js';
-import { bigToHex, prefixMask, u16Be, u32Host, u8 } from './bytes.js';
+import { bigToHex, prefixMask, u16Be, u32Host, u8, zeroHex } from './bytes.js';
 import { ETHER, F, VLAN, NFPROTO_IPV4, NFPROTO_IPV6, mergedPorts, type Field } from './fields.js';
 import { fieldMask, headerField, metaField } from './headers.js';
 import { encodeInt, toBigEndian } from './intvalues.js';
@@ -187,13 +187,22 @@ function compileAst(text: string, ast: RuleAst, ctx: CompileContext): CompiledRu
   // type, and a constant a dynset adds (`add @m { ip saddr : 0x1 }`) is printed by the named set's
   // key or data type, which the rule's own sets do not hold: their text is rendered now, with the
   // table's sets and maps.
-  if (ctx.sets && exprs.some((e) => (e.kind === 'objref' && e.set !== undefined) || (e.kind === 'dynset' && ctx.sets!.has(e.set)))) {
+  if (ctx.sets && namesTableSet(exprs, ctx.sets)) {
     const own = compiledSetResolver(out);
     const named = ctx.sets;
     out.text = renderRule(out, family, (n, id) => own(n, id) ?? (named.get(n) ? { set: named.get(n)!, elements: [] } : undefined),
       ctx.interfaces ? { interfaces: ctx.interfaces } : {});
   }
   return out;
+}
+
+/** Whether an expression reads one of the table's named sets or maps by its object type or key (a loop: no closure per rule). */
+function namesTableSet(exprs: readonly Expr[], sets: ReadonlyMap<string, NftSet>): boolean {
+  for (let i = 0; i < exprs.length; i++) {
+    const e = exprs[i]!;
+    if ((e.kind === 'objref' && e.set !== undefined) || (e.kind === 'dynset' && sets.has(e.set))) return true;
+  }
+  return false;
 }
 
 /** What a compiled rule's text is rendered with until it is first read: one per family and resolver. */
@@ -281,7 +290,13 @@ export { compiledSetResolver };
 /** Puts the icmp type match nft adds in front of each icmp field that needs one. */
 function icmpDependencies(ast: RuleAst, fail: (at: At, e: string, r: string) => never): RuleAst {
   // (a rule without a field that needs one gets nothing: no copy of it)
-  if (!ast.stmts.some((st) => st.t === 'match' && st.field.icmpDep)) return ast;
+  // (a loop, not some() with an arrow: a closure per rule compiled)
+  let any = false;
+  for (let i = 0; i < ast.stmts.length && !any; i++) {
+    const st = ast.stmts[i]!;
+    any = st.t === 'match' && st.field.icmpDep !== undefined;
+  }
+  if (!any) return ast;
   // the icmp types an earlier match allows (nft's th_dep): a match on a type, or on a set of types
   let known: number[] | undefined;
   const stmts: Stmt[] = [];
@@ -801,7 +816,7 @@ function linearizeRel(s: Rel, out: Expr[], lookup: (f: Field, e: Elem[], neq: bo
     return;
   }
   const rhs = s.rhs;
-  const zeros = '00'.repeat(f.len);
+  const zeros = zeroHex(f.len);
   switch (rhs.k) {
     case 'value':
       out.push(loadExpr(f, f.len));
@@ -850,7 +865,7 @@ function maskedKey(f: Field, s: Rel): Field {
 function linearizeIntRel(s: Rel, out: Expr[], lookup: (f: Field, e: Elem[], neq: boolean) => Expr[]): void {
   const f = s.field;
   const rhs = s.rhs;
-  const zeros = '00'.repeat(f.len);
+  const zeros = zeroHex(f.len);
   const op = cmpOp(s.op);
   switch (rhs.k) {
     case 'value':

@@ -37,7 +37,7 @@ export interface KeyedParser {
   peek(k?: number): Token;
   next(): Token;
   fail(at: { col: number; raw: string }, expected: string, reason?: string): never;
-  isWord(t: Token, ...words: string[]): boolean;
+  isWord(t: Token, a?: string, b?: string, c?: string, d?: string, e?: string, f?: string): boolean;
   expectWord(expected: string, ...words: string[]): Token;
   parseElem(field: Field, scalar: boolean, what?: string): Elem;
   /** Parses one field (`ip daddr`, `meta mark`, …) through the statement grammar. */
@@ -72,7 +72,7 @@ function u32(p: KeyedParser, what: string, min = 0): number {
 /** One key part: a generator or a field. */
 function parsePart(p: KeyedParser, inHash: boolean, allowMask = false): KeyPart {
   const t = p.peek();
-  if (p.isWord(t, ...GEN_WORDS)) {
+  if ((t.kind === 'word' && GEN_WORDS.includes(t.text))) {
     if (inHash) p.fail(t, KEY_PART, 'a hash of a generator is not supported');
     return { p: 'gen', gen: parseGen(p), ...at(t) };
   }

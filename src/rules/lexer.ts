@@ -17,10 +17,15 @@ export interface Token {
   raw: string;
 }
 
+/** 1 for the ASCII characters of a word: 0-9 : A-Z a-z _ . / - * @ (a table: the lexer asks it for every character). */
+const WORD_CHARS = new Uint8Array(128);
+for (let c = 0; c < 128; c++) {
+  WORD_CHARS[c] = (c >= 48 && c <= 58) || (c >= 65 && c <= 90) || (c >= 97 && c <= 122)
+    || c === 95 || c === 46 || c === 47 || c === 45 || c === 42 || c === 64 ? 1 : 0;
+}
+
 function isWordChar(c: number): boolean {
-  return (c >= 48 && c <= 58) // 0-9 :
-    || (c >= 65 && c <= 90) || (c >= 97 && c <= 122)
-    || c === 95 || c === 46 || c === 47 || c === 45 || c === 42 || c === 64; // _ . / - * @
+  return c < 128 && WORD_CHARS[c] === 1;
 }
 
 const PUNCT = '{},[]&|^()<>!';

@@ -48,6 +48,10 @@ const NAT_FLAGS: Record<string, number> = {
   random: NAT_RANGE.PROTO_RANDOM, 'fully-random': NAT_RANGE.PROTO_RANDOM_FULLY, persistent: NAT_RANGE.PERSISTENT,
 };
 
+/** The words after `ct` that start a ct match. */
+const CT_MATCH_WORDS: ReadonlySet<string> = new Set(['original', 'reply', 'direction', 'expiration', 'l3proto', 'protocol', 'proto-src',
+  'proto-dst', 'packets', 'bytes', 'avgpkt', 'zone', 'event', 'secmark', 'id', 'saddr', 'daddr', 'ip', 'ip6', 'helper', 'label']);
+
 /** A comparison's operator, as written, to the match's op. */
 const MATCH_OPS = new Map<string, MatchOp>([['==', 'eq'], ['!=', 'neq'], ['<', 'lt'], ['>', 'gt'], ['<=', 'lte'], ['>=', 'gte'],
   ['eq', 'eq'], ['ne', 'neq'], ['lt', 'lt'], ['gt', 'gt'], ['le', 'lte'], ['ge', 'gte']]);
@@ -126,8 +130,15 @@ class Parser {
     return t;
   }
 
-  isWord(t: Token, ...words: string[]): boolean {
-    return t.kind === 'word' && (words.length === 0 || words.includes(t.text));
+  /**
+   * A word, or (given words) one of them. Up to six words as parameters, not a rest list: the parser
+   * asks this at nearly every token, and a rest parameter is an array per call.
+   */
+  isWord(t: Token, a?: string, b?: string, c?: string, d?: string, e?: string, f?: string): boolean {
+    if (t.kind !== 'word') return false;
+    if (a === undefined) return true;
+    const w = t.text;
+    return w === a || w === b || w === c || w === d || w === e || w === f;
   }
 
   /** isWord with one word (no list made: the parser asks this at nearly every token). */
@@ -137,7 +148,7 @@ class Parser {
 
   expectWord(expected: string, ...words: string[]): Token {
     const t = this.peek();
-    if (!this.isWord(t, ...words)) this.fail(t, expected);
+    if (t.kind !== 'word' || (words.length > 0 && !words.includes(t.text))) this.fail(t, expected);
     return this.next();
   }
 
@@ -327,8 +338,7 @@ class Parser {
         this.next();
         const k0 = this.peek();
         if (this.isWord(k0, 'count')) return this.parseCtCount(at);
-        if (this.isWord(k0, 'original', 'reply', 'direction', 'expiration', 'l3proto', 'protocol', 'proto-src',
-          'proto-dst', 'packets', 'bytes', 'avgpkt', 'zone', 'event', 'secmark', 'id', 'saddr', 'daddr', 'ip', 'ip6', 'helper', 'label')) {
+        if (k0.kind === 'word' && CT_MATCH_WORDS.has(k0.text)) {
           return this.parseCtMatch(at);
         }
         const k = this.expectWord("'state', 'status', 'mark', 'direction', 'expiration', 'l3proto', 'protocol', " +
@@ -344,18 +354,18 @@ class Parser {
       case 'counter': return this.parseCounter(at);
       case 'accept': case 'drop': case 'return':
         this.next();
-        return { t: 'verdict', verdict: internWord(t.text), ...at } as VerdictStmt;
+        return { t: 'verdict', verdict: internWord(t.text), col: at.col, raw: at.raw } as VerdictStmt;
       case 'jump': case 'goto': {
         this.next();
         const c = this.peek();
         if (c.kind === 'punct' && c.text === '{') {
-          return { t: 'verdict', verdict: internWord(t.text as 'jump' | 'goto'), binding: this.parseBinding(), ...at };
+          return { t: 'verdict', verdict: internWord(t.text as 'jump' | 'goto'), binding: this.parseBinding(), col: at.col, raw: at.raw };
         }
         if (c.kind !== 'word' || !CHAIN_NAME.test(c.text) || c.text.length > 255) {
           this.fail(c, 'a chain name (a letter, _ or . followed by letters, digits, / - _ .)');
         }
         this.next();
-        return { t: 'verdict', verdict: internWord(t.text as 'jump' | 'goto'), chain: c.text, ...at };
+        return { t: 'verdict', verdict: internWord(t.text as 'jump' | 'goto'), chain: c.text, col: at.col, raw: at.raw };
       }
       // sets and maps (src/rules/keyed.ts)
       case 'th': {
@@ -701,7 +711,8 @@ class Parser {
 
   parseCounter(at: At): CounterStmt {
     this.next();
-    const st: CounterStmt = { t: 'counter', ...at };
+    // (col and raw written out, not spread: a spread is a property copy at run time per statement)
+    const st: CounterStmt = { t: 'counter', col: at.col, raw: at.raw };
     // `packets N bytes M`, in either order (nft takes both)
     const first = this.peek();
     if (this.isWord(first, 'packets', 'bytes')) {
@@ -792,7 +803,7 @@ class Parser {
     if (mask !== undefined && rhs.k === 'value' && andHex(rhs.hex, mask) !== rhs.hex && field.type !== 'mark') {
       this.fail(rhs, `a value inside the mask`, 'this masked comparison can never match');
     }
-    const m: MatchStmt = { t: 'match', field, op, rhs, ...at };
+    const m: MatchStmt = { t: 'match', field, op, rhs, col: at.col, raw: at.raw };
     // `tcp flags syn / syn,ack`: the value under a mask
     const slash = this.peek();
     if (field.type === 'flags' && mask === undefined && rhs.k === 'value' && this.isWord1(slash, '/')) {
@@ -834,7 +845,7 @@ class Parser {
       const r = this.parseScalar(field, 'a value');
       rhs = { ...r, hex: xor(r.hex) };
     }
-    const m: MatchStmt = { t: 'match', field, op, rhs, ...at };
+    const m: MatchStmt = { t: 'match', field, op, rhs, col: at.col, raw: at.raw };
     if (opAt) m.opAt = opAt;
     if (isOr) {
       m.mask = bigToHex(~hexToBig(c.hex) & ((1n << BigInt(field.len * 8)) - 1n), field.len);
@@ -988,22 +999,22 @@ class Parser {
           const plen = /^(?:0|[1-9][0-9]{0,2})$/.test(ps) ? Number(ps) : NaN;
           if (a === undefined || !(plen >= 0 && plen <= bits)) this.expectIn(t, what, `${kind} prefix such as ${v6 ? 'fd00::/64' : '10.0.0.0/8'}`);
           const masked = andHex(a!, prefixMask(plen, bits / 8));
-          if (plen === bits) return { k: 'value', hex: masked, full: true, ...at };
-          return { k: 'prefix', hex: masked, plen, ...at };
+          if (plen === bits) return { k: 'value', hex: masked, full: true, col: at.col, raw: at.raw };
+          return { k: 'prefix', hex: masked, plen, col: at.col, raw: at.raw };
         }
         if (dash >= 0 && !scalar) {
           const a = parse(t.text.slice(0, dash));
           const b = parse(t.text.slice(dash + 1));
           if (a === undefined || b === undefined) this.expectIn(t, what, `${kind} range such as ${v6 ? 'fd00::1-fd00::9' : '10.0.0.1-10.0.0.9'}`);
           if (a! > b!) this.fail(t, 'a range whose start is not above its end', 'empty range');
-          return { k: 'range', lo: a!, hi: b!, ...at };
+          return { k: 'range', lo: a!, hi: b!, col: at.col, raw: at.raw };
         }
         const a = parse(t.text);
         if (a === undefined) {
           if (t.text.startsWith('@')) this.fail(t, `${kind}`, 'named sets are not supported');
           this.expectIn(t, what, scalar ? kind : `${kind}, prefix, range or { set }`);
         }
-        return { k: 'value', hex: a!, ...at };
+        return { k: 'value', hex: a!, col: at.col, raw: at.raw };
       }
       case 'port': {
         if (t.kind !== 'word') this.expectIn(t, what, 'a port number, a port range such as 1000-2000, or { set }');
@@ -1014,11 +1025,11 @@ class Parser {
           const b = parseInteger(t.text.slice(dash + 1), 65535, false) ?? serviceport(t.text.slice(dash + 1));
           if (a === undefined || b === undefined) this.expectIn(t, what, 'a port range such as 1000-2000');
           if (a! > b!) this.fail(t, 'a range whose start is not above its end', 'empty range');
-          return { k: 'range', lo: u16Be(a!), hi: u16Be(b!), ...at };
+          return { k: 'range', lo: u16Be(a!), hi: u16Be(b!), col: at.col, raw: at.raw };
         }
         const v = parseInteger(t.text, 65535, false) ?? serviceport(t.text);
         if (v === undefined) this.expectIn(t, what, 'a port number 0-65535 or a service name from /etc/services');
-        return { k: 'value', hex: u16Be(v!), ...at };
+        return { k: 'value', hex: u16Be(v!), col: at.col, raw: at.raw };
       }
       case 'proto': {
         if (t.kind !== 'word') this.expectIn(t, what, 'a protocol name (tcp, udp, icmp, ...) or number 0-255');
@@ -1028,18 +1039,18 @@ class Parser {
           const a = parseProtocol(t.text.slice(0, pd)), b = parseProtocol(t.text.slice(pd + 1));
           if (a === undefined || b === undefined) this.expectIn(t, what, 'a protocol range such as 33-45');
           if (a! > b!) this.fail(t, 'a range whose start is not above its end', 'empty range');
-          return { k: 'range', lo: u8(a!), hi: u8(b!), ...at };
+          return { k: 'range', lo: u8(a!), hi: u8(b!), col: at.col, raw: at.raw };
         }
         const v = parseProtocol(t.text);
         if (v === undefined) this.expectIn(t, what, 'a protocol name (tcp, udp, icmp, ...) or number 0-255');
-        return { k: 'value', hex: u8(v!), ...at };
+        return { k: 'value', hex: u8(v!), col: at.col, raw: at.raw };
       }
       case 'nfproto': {
         if (t.kind !== 'word') this.expectIn(t, what, "'ipv4' or 'ipv6'");
         this.next();
         const v = symbolValue(NFPROTO, t.text);
         if (v === undefined) this.expectIn(t, what, "'ipv4' or 'ipv6'");
-        return { k: 'value', hex: u8(v!), ...at };
+        return { k: 'value', hex: u8(v!), col: at.col, raw: at.raw };
       }
       case 'ifname': {
         if (t.kind !== 'word' && t.kind !== 'string') this.expectIn(t, what, 'an interface name such as "eth0" or "veth*"');
@@ -1053,10 +1064,10 @@ class Parser {
         if (!escaped && name.endsWith('*')) {
           if (name.length === 1) this.fail(t, 'a name prefix before the wildcard', "a bare '*' is not supported");
           if (bytes.length - 1 > IFNAMSIZ - 1) this.expectIn(t, what, `an interface name of at most ${IFNAMSIZ - 1} bytes`);
-          return { k: 'wildcard', prefix: bytes.subarray(0, bytes.length - 1).toString('hex'), ...at };
+          return { k: 'wildcard', prefix: bytes.subarray(0, bytes.length - 1).toString('hex'), col: at.col, raw: at.raw };
         }
         if (bytes.length > IFNAMSIZ - 1) this.expectIn(t, what, `an interface name of at most ${IFNAMSIZ - 1} bytes`);
-        return { k: 'value', hex: ifnameBytes(name), ...at };
+        return { k: 'value', hex: ifnameBytes(name), col: at.col, raw: at.raw };
       }
       case 'ifindex': {
         if (t.kind !== 'word' && t.kind !== 'string') this.expectIn(t, what, 'an interface index or name');
@@ -1073,7 +1084,7 @@ class Parser {
             this.opts.ifindex ? `interface '${t.text}' does not exist` : `interface '${t.text}' cannot be resolved to an index`);
           }
         }
-        return { k: 'value', hex: u32Host(idx!), ...at };
+        return { k: 'value', hex: u32Host(idx!), col: at.col, raw: at.raw };
       }
       case 'mark': {
         if (t.kind !== 'word') this.expectIn(t, what, 'a 32-bit mark such as 0x4000');
@@ -1084,7 +1095,7 @@ class Parser {
           const a = parseInteger(t.text.slice(0, md), 0xffffffff), b = parseInteger(t.text.slice(md + 1), 0xffffffff);
           if (a === undefined || b === undefined) this.expectIn(t, what, 'a mark range such as 0x10-0x20');
           if (a! > b!) this.fail(t, 'a range whose start is not above its end', 'empty range');
-          return { k: 'range', lo: u32Host(a!), hi: u32Host(b!), ...at };
+          return { k: 'range', lo: u32Host(a!), hi: u32Host(b!), col: at.col, raw: at.raw };
         }
         const sl = t.text.indexOf('/');
         if (!scalar && sl > 0) {
@@ -1092,11 +1103,11 @@ class Parser {
           const a = parseInteger(t.text.slice(0, sl), 0xffffffff), pl = parseInteger(t.text.slice(sl + 1), 32, false);
           if (a === undefined || pl === undefined) this.expectIn(t, what, 'a mark prefix such as 0xffff0000/16');
           const m = pl === 0 ? 0 : (0xffffffff << (32 - pl!)) >>> 0;
-          return { k: 'prefix', hex: u32Host((a! & m) >>> 0), plen: pl!, ...at };
+          return { k: 'prefix', hex: u32Host((a! & m) >>> 0), plen: pl!, col: at.col, raw: at.raw };
         }
         const v = parseInteger(t.text, 0xffffffff);
         if (v === undefined) this.expectIn(t, what, 'a 32-bit mark such as 0x4000');
-        return { k: 'value', hex: u32Host(v!), ...at };
+        return { k: 'value', hex: u32Host(v!), col: at.col, raw: at.raw };
       }
       case 'ctstate': case 'ctstatus': {
         const table = field.type === 'ctstate' ? CT_STATE : CT_STATUS;
@@ -1105,7 +1116,7 @@ class Parser {
         this.next();
         const v = symbolValue(table, t.text) ?? parseInteger(t.text, 0xffffffff);
         if (v === undefined) this.expectIn(t, what, `${names}, or a number`);
-        return { k: 'value', hex: u32Host(v!), ...at };
+        return { k: 'value', hex: u32Host(v!), col: at.col, raw: at.raw };
       }
       case 'fibtype': {
         const names = FIB_TYPES.map(([n]) => n).join(', ');
@@ -1113,7 +1124,7 @@ class Parser {
         this.next();
         const v = symbolValue(FIB_TYPES, t.text);
         if (v === undefined) this.expectIn(t, what, `an address type: ${names}`);
-        return { k: 'value', hex: u32Host(v!), ...at };
+        return { k: 'value', hex: u32Host(v!), col: at.col, raw: at.raw };
       }
       case 'int': case 'flags': case 'classid': case 'uid': case 'gid': case 'ms': case 'hour': case 'date':
         return this.parseIntElem(field, scalar, what);
@@ -1121,7 +1132,7 @@ class Parser {
         const m = t.kind === 'word' ? /^([0-9a-fA-F]{1,2})(?::([0-9a-fA-F]{1,2})){5}$/.exec(t.text) : null;
         if (!m) this.expectIn(t, what, 'an Ethernet address such as 00:0f:54:0c:11:04');
         this.next();
-        return { k: 'value', hex: t.text.split(':').map((x) => x.toLowerCase().padStart(2, '0')).join(''), ...at };
+        return { k: 'value', hex: t.text.split(':').map((x) => x.toLowerCase().padStart(2, '0')).join(''), col: at.col, raw: at.raw };
       }
       case 'ports':
         return this.expectIn(t, what, 'unreachable');
@@ -1203,16 +1214,16 @@ class Parser {
   parseNatFlags(): number {
     let flags = 0;
     const t = this.peek();
-    if (!this.isWord(t, ...Object.keys(NAT_FLAGS))) return 0;
+    if (!(t.kind === 'word' && Object.hasOwn(NAT_FLAGS, t.text))) return 0;
     for (;;) {
       const f = this.peek();
-      if (!this.isWord(f, ...Object.keys(NAT_FLAGS))) this.fail(f, "'random', 'fully-random' or 'persistent'");
+      if (!(f.kind === 'word' && Object.hasOwn(NAT_FLAGS, f.text))) this.fail(f, "'random', 'fully-random' or 'persistent'");
       if (flags & NAT_FLAGS[f.text]!) this.fail(f, 'each flag once', `'${f.text}' given twice`);
       flags |= NAT_FLAGS[f.text]!;
       this.next();
       const s = this.peek();
       if (s.kind === 'punct' && s.text === ',') { this.next(); continue; }
-      if (this.isWord(s, ...Object.keys(NAT_FLAGS))) this.fail(s, "',' between flags, e.g. random,persistent");
+      if (s.kind === 'word' && Object.hasOwn(NAT_FLAGS, s.text)) this.fail(s, "',' between flags, e.g. random,persistent");
       return flags;
     }
   }

@@ -17,7 +17,7 @@ export interface Cursor {
   peek(k?: number): Token;
   next(): Token;
   fail(at: { col: number; raw: string }, expected: string, reason?: string): never;
-  isWord(t: Token, ...words: string[]): boolean;
+  isWord(t: Token, a?: string, b?: string, c?: string, d?: string, e?: string, f?: string): boolean;
 }
 
 const REJECT_ICMP_UNREACH = 0, REJECT_TCP_RST = 1, REJECT_ICMPX = 2;
