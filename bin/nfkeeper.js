@@ -107,8 +107,12 @@ if (major < 22) {
         prefix = `${process.version}-${process.arch}-${id}-`;
         const uid = process.geteuid();
         const owned = (dir, owners) => {
-          const st = lstatSync(dir, { throwIfNoEntry: false });
-          return st !== undefined && st.isDirectory() && owners.includes(st.uid) && (st.mode & 0o022) === 0;
+          try {
+            const st = lstatSync(dir);
+            return st.isDirectory() && owners.includes(st.uid) && (st.mode & 0o022) === 0;
+          } catch {
+            return false;
+          }
         };
         const packaged = fileURLToPath(new URL('../dist/code-cache', import.meta.url));
         if (fill) {
@@ -176,8 +180,9 @@ if (major < 22) {
     s.once('error', done);
     s.write('', () => done());
   })));
-  // (after the output: a reader has it while the entry is written)
-  if (code === 0 || fill) keep();
+  // (after the output: a reader has it while the entry is written; a command's help is not what
+  // the command runs)
+  if ((code === 0 && !args.some((a) => a === '-h' || a === '--help')) || fill) keep();
   // Exit with main's code even if a handle were left open: a process that
   // neither runs nor exits is the one outcome a supervisor cannot handle.
   process.exit(code);
