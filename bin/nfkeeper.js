@@ -166,7 +166,11 @@ if (major < 22) {
           if (e !== name && e.startsWith(`${process.version}-${process.arch}-`) && e.endsWith(`-${tag}`)) rmSync(`${mine}/${e}`, { force: true });
         }
       } catch {
-        rmSync(tmp, { force: true });
+        try {
+          rmSync(tmp, { force: true });
+        } catch {
+          // (the command's result stands: it has been printed)
+        }
       }
     };
   } else {
