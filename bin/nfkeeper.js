@@ -31,15 +31,19 @@ if (major < 22) {
     return;
   }
   const command = args.find((a) => !a.startsWith('-'));
+  // scripts/code-cache.mjs runs a command as a stand-in for a set of them (below) and has its code
+  // cache kept in the package.
+  const fill = process.env.NFKEEPER_FILL_CODE_CACHE;
+  const set = fill ?? (command === 'run' ? 'run' : ['validate', 'check', 'apply', 'cleanup', 'gc', 'demo'].includes(command) ? 'config' : 'plain');
   const flags = [];
-  if (command === 'run') {
+  if (set === 'run') {
     flags.push('--semi-space-growth-factor=1');
     // The old generation grows by 20 % over what a full collection left, not V8's up to 4x: the
     // start-up's garbage (the config's parse and compile, the install batch, the first reads) is
     // collected as it goes instead of piling up to several times the live heap, at no cost in CPU
     // to ready (bench/rss.ts shows both).
     flags.push('--heap-growing-percent=20');
-  } else if (['validate', 'check', 'apply', 'cleanup', 'gc', 'demo'].includes(command)) {
+  } else if (set === 'config') {
     flags.push('--semi-space-growth-factor=1');
     // A command that exits within seconds does not live long enough for V8's optimising compiler
     // to pay for itself: it compiled the parser's and the compiler's hot functions on its own
@@ -53,79 +57,125 @@ if (major < 22) {
     // V8 takes the code Node compiled for its own modules only under the flags it was compiled
     // with: a module of Node's first loaded after a flag is set is compiled from source. The ones
     // these commands load anyway are loaded first: the stdout stream, os (errno names), module
-    // (the bundle's require), import.meta's set-up. A command with no flag keeps all of them.
+    // and vm (the bundle's loading), import.meta's set-up. A command with no flag keeps all of them.
     require('node:os');
     require('node:module');
+    require('node:vm');
     void process.stdout;
     void import.meta.url;
     const v8 = require('node:v8');
     for (const f of flags) v8.setFlagsFromString(f);
   }
-  const { lstatSync, mkdirSync, readdirSync, statSync } = require('node:fs');
+  const { lstatSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } = require('node:fs');
   const { fileURLToPath } = require('node:url');
-  // Node's compile cache: V8's code for our modules, kept on disk, so that a command does not
-  // parse and compile the bundle again each time it starts. First the package's own,
-  // dist/compile-cache (scripts/compile-cache.mjs fills it at build and install time, so a
-  // read-only image has one), when it holds an entry for this Node and this user; else, as root,
-  // /var/cache/nfkeeper, otherwise the user's cache directory. Code read from it runs with our
-  // privileges: only a directory no one but its owner can write is used, owned by this user (or,
-  // the package's, by the package's owner, who can change the code itself); where none fits or
-  // none can be made (a read-only /var), the command runs without it. NODE_COMPILE_CACHE
-  // chooses another directory, NODE_DISABLE_COMPILE_CACHE=1 turns it off (both Node's own).
-  const { enableCompileCache } = require('node:module');
-  const fill = process.env.NFKEEPER_FILL_COMPILE_CACHE === '1';
-  if (typeof enableCompileCache === 'function' && !process.env.NODE_COMPILE_CACHE && !process.env.NODE_DISABLE_COMPILE_CACHE) {
-    const uid = process.geteuid();
-    const owned = (dir, owners) => {
-      const st = lstatSync(dir, { throwIfNoEntry: false });
-      return st !== undefined && st.isDirectory() && owners.includes(st.uid) && (st.mode & 0o022) === 0;
-    };
-    try {
-      const packaged = fileURLToPath(new URL('../dist/compile-cache', import.meta.url));
-      // Node's subdirectory per Node version, architecture, V8 flags and user: v24.1.0-x64-HASH-UID
-      const ours = (e) => e.startsWith(`${process.version}-${process.arch}-`) && e.endsWith(`-${uid}`);
-      let dir;
-      if (fill) mkdirSync(dir = packaged, { recursive: true, mode: 0o755 });
-      else if (owned(packaged, [uid, statSync(fileURLToPath(new URL('../dist', import.meta.url))).uid]) && readdirSync(packaged).some(ours)) dir = packaged;
-      else {
-        const home = process.env.XDG_CACHE_HOME || (process.env.HOME && `${process.env.HOME}/.cache`);
-        const mine = uid === 0 ? '/var/cache/nfkeeper' : home && home.startsWith('/') ? `${home}/nfkeeper` : undefined;
-        if (mine) mkdirSync(mine, { recursive: true, mode: 0o700 });
-        if (mine && owned(mine, [uid])) dir = mine;
-      }
-      // Keyed by the modules' paths relative to the cache (Node 24.12 and later), so that the
-      // package's cache still fits once the package is copied elsewhere (an image's COPY);
-      // an older Node takes only a directory, and keys by absolute path.
-      if (dir) {
-        try {
-          enableCompileCache({ directory: dir, portable: true });
-        } catch {
-          enableCompileCache(dir);
-        }
-      }
-    } catch {
-      // no cache: only slower
-    }
-  }
   const mtime = (u) => statSync(fileURLToPath(u), { throwIfNoEntry: false })?.mtimeMs;
   const cli = new URL('../dist/cli.js', import.meta.url);
-  // The build's one-file bundle of dist/ (scripts/bundle.mjs: a smaller RSS), unless it is
-  // missing or older than dist/cli.js (tsc run alone after a change).
-  const bundle = new URL('../dist/nfkeeper.mjs', import.meta.url);
+  // The build's one-file bundle of dist/ (scripts/bundle.mjs: a smaller RSS, and one V8 script
+  // whose code can be cached after it ran), unless it is missing or older than dist/cli.js (tsc
+  // run alone after a change).
+  const bundle = new URL('../dist/nfkeeper.script.js', import.meta.url);
   const built = mtime(cli);
   if (built === undefined) {
     console.error("nfkeeper: not built yet; run 'bash scripts/setup.sh' (or 'npm run build')");
     process.exit(2);
   }
-  if (fill) {
-    // scripts/compile-cache.mjs: compile every chunk of the bundle into the package's cache
-    // (evaluating them loads nothing native), with this command's V8 flags, and stop.
-    const dist = new URL('../dist/', import.meta.url);
-    for (const f of readdirSync(dist).filter((n) => /^nfkeeper\.(.*\.)?mjs$/.test(n))) await import(new URL(f, dist).href);
-    require('node:module').flushCompileCache?.();
-    return;
+  let main;
+  let keep = () => {};
+  if ((mtime(bundle) ?? 0) >= built) {
+    const file = fileURLToPath(bundle);
+    const text = readFileSync(file, 'latin1');
+    // The code cache: V8's bytecode of the bundle's functions, kept on disk after a command ran,
+    // so that a command neither parses the bundle nor compiles again the functions it runs. A
+    // command reads its own entry, which its first run in this directory wrote, else its set's in
+    // the package (scripts/code-cache.mjs, at build and install time, so that a read-only image
+    // has one). An entry is named after the Node, the bundle's build and the command (its V8
+    // flags); V8 refuses one made by another V8, under other flags or for a script of another
+    // length, and the command then compiles from source, only slower. Code read from a cache runs
+    // with our privileges: only a directory no one but its owner can write is used, owned by this
+    // user (or, the package's, by the package's owner, who can change the code itself). The
+    // user's is /var/cache/nfkeeper as root, else under the user's cache directory;
+    // NODE_COMPILE_CACHE chooses another and NODE_DISABLE_COMPILE_CACHE=1 turns caching off
+    // (Node's own variables for its compile cache, which this replaces).
+    let cachedData;
+    let from;  // 'own' or 'package': which entry cachedData is
+    let mine;  // the directory this command's entry is written to after it ran
+    let prefix;
+    let tag;
+    try {
+      const id = /^\/\/ nfkeeper bundle ([0-9a-f]+)\n/.exec(text)?.[1];
+      if (id && !process.env.NODE_DISABLE_COMPILE_CACHE) {
+        prefix = `${process.version}-${process.arch}-${id}-`;
+        const uid = process.geteuid();
+        const owned = (dir, owners) => {
+          try {
+            const st = lstatSync(dir);
+            return st.isDirectory() && owners.includes(st.uid) && (st.mode & 0o022) === 0;
+          } catch {
+            return false;
+          }
+        };
+        const packaged = fileURLToPath(new URL('../dist/code-cache', import.meta.url));
+        if (fill) {
+          mkdirSync(mine = packaged, { recursive: true, mode: 0o755 });
+          tag = fill;
+        } else {
+          const home = process.env.XDG_CACHE_HOME || (process.env.HOME && `${process.env.HOME}/.cache`);
+          const dir = process.env.NODE_COMPILE_CACHE || (uid === 0 ? '/var/cache/nfkeeper' : home && home.startsWith('/') ? `${home}/nfkeeper` : undefined);
+          try {
+            if (dir) mkdirSync(dir, { recursive: true, mode: 0o700 });
+          } catch {
+            // (a read-only /var, a home that does not exist: the package's cache only)
+          }
+          if (/^[a-z]{1,20}$/.test(command ?? '') && dir && owned(dir, [uid])) [mine, tag] = [dir, command];
+          try {
+            if (mine) [cachedData, from] = [readFileSync(`${mine}/${prefix}${tag}`), 'own'];
+          } catch {
+            // none yet
+          }
+          if (cachedData === undefined && owned(packaged, [uid, statSync(fileURLToPath(new URL('../dist', import.meta.url))).uid])) {
+            try {
+              [cachedData, from] = [readFileSync(`${packaged}/${prefix}${set}`), 'package'];
+            } catch {
+              // none for this Node
+            }
+          }
+        }
+      }
+    } catch {
+      // no cache: only slower
+    }
+    const { createRequire } = require('node:module');
+    const { Script } = require('node:vm');
+    const script = new Script(text, { filename: file, cachedData });
+    ({ main } = script.runInThisContext()(createRequire(file), file));
+    if (process.env.NFKEEPER_DEBUG_CODE_CACHE) {
+      process.stderr.write(`nfkeeper: code cache ${from ?? 'none'}${from && script.cachedDataRejected ? ' rejected' : ''}\n`);
+    }
+    // After the command, where this command's own entry was not there or not taken: its code now,
+    // what it compiled as it ran included. Written whole under a temporary name, then renamed, so
+    // that no reader sees part of one.
+    keep = () => {
+      if (!mine || (from === 'own' && !script.cachedDataRejected)) return;
+      const name = `${prefix}${tag}`;
+      const tmp = `${mine}/.${name}.${process.pid}`;
+      try {
+        writeFileSync(tmp, script.createCachedData(), { mode: 0o644 });
+        renameSync(tmp, `${mine}/${name}`);
+        // An earlier build's entry for this command and this Node.
+        for (const e of readdirSync(mine)) {
+          if (e !== name && e.startsWith(`${process.version}-${process.arch}-`) && e.endsWith(`-${tag}`)) rmSync(`${mine}/${e}`, { force: true });
+        }
+      } catch {
+        try {
+          rmSync(tmp, { force: true });
+        } catch {
+          // (the command's result stands: it has been printed)
+        }
+      }
+    };
+  } else {
+    ({ main } = await import(cli.href));
   }
-  const { main } = await import((mtime(bundle) ?? 0) >= built ? bundle.href : cli.href);
   const code = await main(process.argv);
   // stdout and stderr are asynchronous on pipes and sockets: exit only once what was written has
   // reached the kernel, or a reader behind a pipe gets the first 64 KiB and exit 0.
@@ -134,6 +184,9 @@ if (major < 22) {
     s.once('error', done);
     s.write('', () => done());
   })));
+  // (after the output: a reader has it while the entry is written; a command's help is not what
+  // the command runs)
+  if ((code === 0 && !args.some((a) => a === '-h' || a === '--help')) || fill) keep();
   // Exit with main's code even if a handle were left open: a process that
   // neither runs nor exits is the one outcome a supervisor cannot handle.
   process.exit(code);

@@ -16,7 +16,7 @@
  * anything else (a rule binding an anonymous chain, `jump { … }`) is compiled at every load.
  */
 import { readdirSync, readFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import { deserialize, serialize } from 'node:v8';
 import { fileURLToPath } from 'node:url';
 import { listing, pathKind, traced, type CompileInput } from '../base/compile-inputs.js';
@@ -415,7 +415,7 @@ function keyTypeOf(k: StoredKeyType): KeyType {
 let code: string | undefined;
 
 /**
- * A digest of nfkeeper's code as it runs: the files of the bundle (dist/nfkeeper*.mjs) when this
+ * A digest of nfkeeper's code as it runs: the bundle (dist/nfkeeper.script.js) when this
  * module is in it, else every module file of its tree (dist/ as tsc left it, src/ under a test).
  * A compiler changed without a new version still does not read another's cache.
  */
@@ -424,9 +424,9 @@ export function codeDigest(): string {
   const self = fileURLToPath(import.meta.url);
   const ext = self.slice(self.lastIndexOf('.'));
   const files: string[] = [];
-  if (ext === '.mjs') {
+  if (basename(self).startsWith('nfkeeper.')) {
     const dir = dirname(self);
-    for (const n of readdirSync(dir)) if (n.startsWith('nfkeeper') && n.endsWith('.mjs')) files.push(join(dir, n));
+    for (const d of readdirSync(dir, { withFileTypes: true })) if (d.isFile() && d.name.startsWith('nfkeeper.')) files.push(join(dir, d.name));
   } else {
     const walk = (dir: string) => {
       for (const d of readdirSync(dir, { withFileTypes: true })) {

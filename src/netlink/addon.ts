@@ -108,7 +108,7 @@ export interface Addon {
 }
 
 const HERE = dirname(fileURLToPath(import.meta.url));
-/** The project (or installed package) root: this file sits in src/netlink/ or dist/netlink/, or is bundled into dist/nfkeeper.mjs. */
+/** The project (or installed package) root: this file sits in src/netlink/ or dist/netlink/, or is bundled into dist/nfkeeper.script.js. */
 export const PROJECT_ROOT = basename(HERE) === 'netlink' ? join(HERE, '..', '..') : join(HERE, '..');
 
 /** "glibc" or "musl": the C library this Node runs on (musl Nodes report no glibc version). */

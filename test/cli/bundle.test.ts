@@ -1,14 +1,13 @@
 /**
- * bin/nfkeeper.js runs the build's bundle, dist/nfkeeper.mjs and its chunks (scripts/bundle.mjs; a
- * few dozen files instead of every module: less of the daemon's memory), and falls back to dist/cli.js when the
- * bundle is missing or older. The daemon from the bundle reads and reloads an nft-syntax config
+ * bin/nfkeeper.js runs the build's bundle, dist/nfkeeper.script.js (scripts/bundle.mjs; one file
+ * instead of every module: less of the daemon's memory), with V8's code cache of it when one fits,
+ * and falls back to dist/cli.js when the bundle is missing or older. The daemon from the bundle reads and reloads an nft-syntax config
  * (the reader the YAML path does not use is in the bundle too). A one-shot command loads only
  * what it uses: version and validate load none of the HTTP, compression, cluster or crypto
  * modules that the daemon's packages pull in.
  */
 import { spawn, spawnSync } from 'node:child_process';
-import { chmodSync, chownSync, copyFileSync, existsSync, mkdirSync, readdirSync, renameSync, statSync, utimesSync, writeFileSync } from 'node:fs';
-import { pathToFileURL } from 'node:url';
+import { chmodSync, chownSync, copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, statSync, truncateSync, utimesSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { main } from '../../src/cli.js';
@@ -22,24 +21,23 @@ const ROOT = join(import.meta.dirname, '..', '..');
 describe('the bundled daemon', () => {
   const ns = netnsPerTest('bundle');
 
-  it('bin/nfkeeper.js runs dist/nfkeeper.mjs, or dist/cli.js when the bundle is missing or older', () => {
+  it('bin/nfkeeper.js runs dist/nfkeeper.script.js, or dist/cli.js when the bundle is missing or older', () => {
     // A copy of the bin beside a dist/ whose two entries say which one ran.
     const dir = tempDir('bundle-bin');
     mkdirSync(join(dir, 'bin'));
     mkdirSync(join(dir, 'dist'));
     copyFileSync(join(ROOT, 'bin', 'nfkeeper.js'), join(dir, 'bin', 'nfkeeper.js'));
     writeFileSync(join(dir, 'package.json'), '{ "type": "module" }\n');
-    const entry = (name: string) => `export async function main() { process.stdout.write('${name}\\n'); return 0; }\n`;
     const ran = () => {
-      const r = spawnSync(process.execPath, [join(dir, 'bin', 'nfkeeper.js'), 'validate'], { encoding: 'utf8' });
+      const r = spawnSync(process.execPath, [join(dir, 'bin', 'nfkeeper.js'), 'validate'], { encoding: 'utf8', env: { ...process.env, NODE_DISABLE_COMPILE_CACHE: '1' } });
       return (r.stdout + r.stderr).trim();
     };
     const cli = join(dir, 'dist', 'cli.js');
-    const bundle = join(dir, 'dist', 'nfkeeper.mjs');
+    const bundle = join(dir, 'dist', 'nfkeeper.script.js');
     expect(ran()).toMatch(/not built yet/);
-    writeFileSync(cli, entry('modules'));
+    writeFileSync(cli, "export async function main() { process.stdout.write('modules\\n'); return 0; }\n");
     expect(ran()).toBe('modules');
-    writeFileSync(bundle, entry('bundle'));
+    writeFileSync(bundle, "// nfkeeper bundle 0\n(function () { return { main: async () => { process.stdout.write('bundle\\n'); return 0; } }; })\n");
     const t = 1_700_000_000;  // whole seconds: the same mtime on both
     utimesSync(cli, t, t);
     utimesSync(bundle, t, t);
@@ -49,12 +47,15 @@ describe('the bundled daemon', () => {
     expect(ran()).toBe('modules');
   });
 
-  it("keeps Node's compile cache only in a directory the user alone can write", () => {
+  /** The bundle's build, from its first line: a code cache entry is named after it. */
+  const bundleId = () => /^\/\/ nfkeeper bundle ([0-9a-f]+)\n/.exec(readFileSync(join(ROOT, 'dist', 'nfkeeper.script.js'), 'latin1'))![1];
+  const validate = ['validate', '--config', join(ROOT, 'examples', 'flannel.yaml')];
+
+  it('keeps its code cache only in a directory the user alone can write', () => {
     // As nobody, with the cache under XDG_CACHE_HOME: made 0700 and filled; one that others can
     // write (its code would run as this user) is left as it is, and so is any with the cache off.
     const asNobody = (cacheHome: string, env: NodeJS.ProcessEnv = {}) => {
-      const r = spawnSync('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', process.execPath, join(ROOT, 'bin', 'nfkeeper.js'),
-        'validate', '--config', join(ROOT, 'examples', 'flannel.yaml')],
+      const r = spawnSync('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', process.execPath, join(ROOT, 'bin', 'nfkeeper.js'), ...validate],
         { encoding: 'utf8', env: { PATH: process.env.PATH, HOME: '/nonexistent', XDG_CACHE_HOME: cacheHome, ...env } });
       expect(r.status, r.stderr).toBe(0);
     };
@@ -64,7 +65,7 @@ describe('the bundled daemon', () => {
     const dir = join(home, 'nfkeeper');
     expect(statSync(dir).mode & 0o777).toBe(0o700);
     expect(statSync(dir).uid).toBe(65534);
-    expect(readdirSync(dir).some((e) => e.startsWith(`${process.version}-`))).toBe(true);
+    expect(readdirSync(dir)).toEqual([`${process.version}-${process.arch}-${bundleId()}-validate`]);
 
     const open = tempDir('cache-open', { mode: 0o755 });
     mkdirSync(join(open, 'nfkeeper'), { mode: 0o777 });
@@ -79,48 +80,115 @@ describe('the bundled daemon', () => {
     expect(readdirSync(off)).toEqual([]);
   });
 
-  it("uses the package's own compile cache, filled by scripts/compile-cache.mjs, where it is the user's and no one else can write it", () => {
-    // A copy of the package's run-time files (bin/, the bundle, package.json) and the script.
-    const pkg = join(tempDir('cache-pkg', { mode: 0o755 }), 'nfkeeper');
-    for (const d of ['bin', 'dist', 'scripts']) mkdirSync(join(pkg, d), { recursive: true });
-    copyFileSync(join(ROOT, 'bin', 'nfkeeper.js'), join(pkg, 'bin', 'nfkeeper.js'));
-    copyFileSync(join(ROOT, 'scripts', 'compile-cache.mjs'), join(pkg, 'scripts', 'compile-cache.mjs'));
-    copyFileSync(join(ROOT, 'package.json'), join(pkg, 'package.json'));
-    for (const f of readdirSync(join(ROOT, 'dist')).filter((n) => /^nfkeeper\.(.*\.)?mjs$/.test(n) || n === 'cli.js')) {
-      copyFileSync(join(ROOT, 'dist', f), join(pkg, 'dist', f));
+  /** A copy of the package's run-time files (bin/, the bundle after dist/cli.js: newer, package.json, an example) and the fill script. */
+  const packageCopy = (name: string) => {
+    const pkg = join(tempDir(name, { mode: 0o755 }), 'nfkeeper');
+    for (const d of ['bin', 'dist', 'scripts', 'examples']) mkdirSync(join(pkg, d), { recursive: true });
+    for (const f of ['bin/nfkeeper.js', 'scripts/code-cache.mjs', 'package.json', 'dist/cli.js', 'dist/nfkeeper.script.js', 'examples/flannel.yaml']) {
+      copyFileSync(join(ROOT, f), join(pkg, f));
     }
-    const fill = spawnSync(process.execPath, [join(pkg, 'scripts', 'compile-cache.mjs')], { encoding: 'utf8' });
-    expect({ status: fill.status, stderr: fill.stderr }).toEqual({ status: 0, stderr: '' });
-    const cache = join(pkg, 'dist', 'compile-cache');
-    const uid = process.geteuid!();
-    // One entry per set of V8 flags bin/nfkeeper.js gives a command: the config commands', none (export, status), run's.
-    expect(readdirSync(cache).filter((e) => e.startsWith(`${process.version}-${process.arch}-`) && e.endsWith(`-${uid}`))).toHaveLength(3);
+    return pkg;
+  };
+  /** Runs a command of the package copy; which entry of the code cache it read (bin's debug line) and what it printed. */
+  const command = (pkg: string, args: string[], env: NodeJS.ProcessEnv = {}, node: string[] = []) => {
+    const r = spawnSync(process.execPath, [...node, join(pkg, 'bin', 'nfkeeper.js'), ...args],
+      { encoding: 'utf8', env: { PATH: process.env.PATH, HOME: '/nonexistent', NFKEEPER_DEBUG_CODE_CACHE: '1', ...env } });
+    const used = /^nfkeeper: code cache (.*)$/m.exec(r.stderr)?.[1];
+    return { used, status: r.status, stdout: r.stdout, stderr: r.stderr.replace(/^nfkeeper: code cache .*\n/m, ''), all: r.stderr };
+  };
+  // Where no cache of the user's can be made (a read-only file system): the package's only.
+  const readOnly = { NODE_COMPILE_CACHE: '/dev/null/nfkeeper' };
 
-    // Which cache a command used, and whether its modules' code came from it (Node's own debug output).
-    const home = tempDir('cache-pkg-home', { mode: 0o755 });
-    const used = (dir = pkg) => {
-      const r = spawnSync(process.execPath, [join(dir, 'bin', 'nfkeeper.js'), 'validate', '--config', join(ROOT, 'examples', 'flannel.yaml')],
-        { encoding: 'utf8', env: { PATH: process.env.PATH, HOME: home, XDG_CACHE_HOME: home, NODE_DEBUG_NATIVE: 'COMPILE_CACHE' } });
-      expect(r.status, r.stderr).toBe(0);
-      const resolved = /resolved path (\S+) \+/.exec(r.stderr)?.[1];
-      // (Node 22 says "cache for URL was accepted", 24 "V8 code cache for ESM URL was accepted")
-      const url = pathToFileURL(join(dir, 'dist', 'nfkeeper.mjs')).href;
-      return { resolved, accepted: r.stderr.split('\n').some((l) => l.includes(`cache for `) && l.includes(` ${url} was accepted`)) };
-    };
-    expect(used()).toEqual({ resolved: cache, accepted: true });
-    // The package's cache is only read where it is sure to be its owner's: writable by others, the
-    // command takes the user's own (as root /var/cache/nfkeeper, as another user the XDG one).
+  it("uses the package's own code cache, filled by scripts/code-cache.mjs, for any user, where no one but the package's owner can write it", () => {
+    const pkg = packageCopy('cache-pkg');
+    const fill = spawnSync(process.execPath, [join(pkg, 'scripts', 'code-cache.mjs')], { encoding: 'utf8' });
+    expect({ status: fill.status, stderr: fill.stderr }).toEqual({ status: 0, stderr: '' });
+    const cache = join(pkg, 'dist', 'code-cache');
+    // One entry per set of V8 flags bin/nfkeeper.js gives a command: the config commands', none (export, status), run's.
+    expect(readdirSync(cache).sort()).toEqual(['config', 'plain', 'run'].map((s) => `${process.version}-${process.arch}-${bundleId()}-${s}`));
+    expect(command(pkg, validate, readOnly).used).toBe('package');
+    // The image's user, with no cache of its own: the package (root's) is read, not written.
+    const r = spawnSync('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', process.execPath, join(pkg, 'bin', 'nfkeeper.js'), ...validate],
+      { encoding: 'utf8', env: { PATH: process.env.PATH, HOME: '/nonexistent', NFKEEPER_DEBUG_CODE_CACHE: '1' } });
+    expect({ status: r.status, stderr: r.stderr }).toEqual({ status: 0, stderr: 'nfkeeper: code cache package\n' });
+    expect(readdirSync(cache)).toHaveLength(3);
+    // Writable by others: not read.
     chmodSync(cache, 0o777);
-    expect(used().resolved).not.toBe(cache);
+    expect(command(pkg, validate, readOnly).used).toBe('none');
     chmodSync(cache, 0o755);
-    // Node 24.12 and later key the cache by paths relative to it: a package copied elsewhere (an
-    // image's COPY) keeps it.
-    const [major, minor] = process.versions.node.split('.').map(Number) as [number, number];
-    if (major > 24 || (major === 24 && minor >= 12)) {
-      const moved = `${pkg}-moved`;
-      renameSync(pkg, moved);
-      expect(used(moved)).toEqual({ resolved: join(moved, 'dist', 'compile-cache'), accepted: true });
+    // A package copied elsewhere (an image's COPY) keeps it: entries are named after the build, not a path.
+    const moved = `${pkg}-moved`;
+    renameSync(pkg, moved);
+    expect(command(moved, validate, readOnly).used).toBe('package');
+  });
+
+  it('a missing, truncated, garbled or foreign entry: the same output as without a cache, and the entry is made again', () => {
+    const pkg = packageCopy('cache-bad');
+    const own = tempDir('cache-own');
+    const bad = join(tempDir('cache-bad-config'), 'bad.yaml');
+    writeFileSync(bad, readFileSync(join(ROOT, 'examples', 'flannel.yaml'), 'utf8').replace('ip saddr 10.244.1.0/24 ip daddr', 'ip saddr 10.244.1.0/33 ip daddr'));
+    const runs = [validate, ['validate', '--config', bad], ['validate', '--config', join(own, 'none.yaml')], ['completion', 'bash'], ['status', '--socket', join(own, 'none.sock'), '--metrics', '127.0.0.1:0']];
+    const printed = (r: ReturnType<typeof command>) => ({ status: r.status, stdout: r.stdout, stderr: r.stderr });
+    const without = runs.map((a) => printed(command(pkg, a, { NODE_DISABLE_COMPILE_CACHE: '1' })));
+    expect(without[1]).toMatchObject({ status: 2, stderr: expect.stringMatching(/bad\.yaml:\d+:\d+: error: /) });
+    const entry = join(own, `${process.version}-${process.arch}-${bundleId()}-validate`);
+    const env = { NODE_COMPILE_CACHE: own };
+    const size = () => statSync(entry, { throwIfNoEntry: false })?.size;
+
+    // Missing: compiled from source, then written (after a run that succeeded).
+    const first = runs.map((a) => command(pkg, a, env));
+    expect(first[0]!.used).toBe('none');
+    expect(first.map(printed)).toEqual(without);
+    const full = size()!;
+    expect(full).toBeGreaterThan(100_000);
+    // (the commands that failed wrote none)
+    expect(readdirSync(own).filter((e) => e.includes(`-${bundleId()}-`)).sort()).toEqual(['completion', 'validate'].map((c) => `${process.version}-${process.arch}-${bundleId()}-${c}`));
+    // Present: read.
+    expect(runs.map((a) => printed(command(pkg, a, env)))).toEqual(without);
+    expect(command(pkg, validate, env).used).toBe('own');
+    // Truncated, garbled or made under other V8 flags: V8 refuses each, the command runs from
+    // source, and its run writes the entry again.
+    const spoiled: [string, () => void][] = [
+      ['truncated', () => truncateSync(entry, 1000)],
+      ['garbled', () => writeFileSync(entry, Buffer.alloc(full, 0x5a))],
+      // (completion's entry: a command with no V8 flags)
+      ['other flags', () => copyFileSync(join(own, `${process.version}-${process.arch}-${bundleId()}-completion`), entry)],
+    ];
+    for (const [what, spoil] of spoiled) {
+      spoil();
+      for (const [i, a] of runs.entries()) {
+        const r = command(pkg, a, env);
+        expect(printed(r), `${what}: ${a.join(' ')}`).toEqual(without[i]);
+        if (i === 0) expect(r.used, what).toBe('own rejected');
+      }
+      expect(size(), what).toBeGreaterThan(full / 2);
+      expect(command(pkg, validate, env).used, what).toBe('own');
     }
+    // An earlier build's entry for the same command and Node goes when this one is written.
+    const earlier = join(own, `${process.version}-${process.arch}-0123456789abcdef-validate`);
+    renameSync(entry, earlier);
+    expect(command(pkg, validate, env).used).toBe('none');
+    expect(existsSync(entry) && !existsSync(earlier)).toBe(true);
+  });
+
+  it('a command with its entry compiles none of what it runs from source: V8 deserialises it', () => {
+    // V8's own account on stdout (its flag, given to both runs: an entry is bound to the flags):
+    // the second run deserialises the first run's entry, which holds the functions that ran,
+    // lazily compiled ones included.
+    const pkg = packageCopy('cache-used');
+    const own = tempDir('cache-used-own');
+    const env = { NODE_COMPILE_CACHE: own };
+    const deserialised = (stdout: string) => [...stdout.matchAll(/\[Deserializing from (\d+) bytes/g)].map((m) => Number(m[1])).filter((n) => n > 100_000);
+    const first = command(pkg, validate, env, ['--profile-deserialization']);
+    expect(first.status, first.all).toBe(0);
+    expect(deserialised(first.stdout)).toEqual([]);
+    const entry = readdirSync(own).find((e) => e.endsWith('-validate'))!;
+    const second = command(pkg, validate, env, ['--profile-deserialization']);
+    expect(second.used).toBe('own');
+    expect(deserialised(second.stdout)).toHaveLength(1);
+    expect(Math.abs(deserialised(second.stdout)[0]! - statSync(join(own, entry)).size)).toBeLessThan(4096);
+    const lines = (stdout: string) => stdout.split('\n').filter((l) => !l.startsWith('['));
+    expect(lines(second.stdout)).toEqual(lines(first.stdout));
   });
 
   it('version and validate from the bundle load none of the modules only other commands use', () => {
@@ -167,8 +235,8 @@ describe('the bundled daemon', () => {
   });
 
   it('the build made the bundle, and the daemon from it applies and reloads an .nft config', async () => {
-    const bundle = join(ROOT, 'dist', 'nfkeeper.mjs');
-    expect(existsSync(bundle), 'npm run build makes dist/nfkeeper.mjs').toBe(true);
+    const bundle = join(ROOT, 'dist', 'nfkeeper.script.js');
+    expect(existsSync(bundle), 'npm run build makes dist/nfkeeper.script.js').toBe(true);
     expect(statSync(bundle).mtimeMs).toBeGreaterThanOrEqual(statSync(join(ROOT, 'dist', 'cli.js')).mtimeMs);
 
     const dir = tempDir('bundle-nft');
