@@ -146,7 +146,20 @@ if (major < 22) {
     }
     const { createRequire } = require('node:module');
     const { Script } = require('node:vm');
-    const script = new Script(text, { filename: file, cachedData });
+    // V8 checks an entry's checksum only under this flag (release builds skip it), and a byte
+    // changed on disk would otherwise run as changed bytecode: the flag is on while an entry is
+    // read and while one is made (it is part of the flags an entry is made under), and off
+    // between, where Node's own modules are compiled under the command's flags.
+    const { setFlagsFromString } = require('node:v8');
+    const checked = (make) => {
+      setFlagsFromString('--verify-snapshot-checksum');
+      try {
+        return make();
+      } finally {
+        setFlagsFromString('--no-verify-snapshot-checksum');
+      }
+    };
+    const script = checked(() => new Script(text, { filename: file, cachedData }));
     ({ main } = script.runInThisContext()(createRequire(file), file));
     if (process.env.NFKEEPER_DEBUG_CODE_CACHE) {
       process.stderr.write(`nfkeeper: code cache ${from ?? 'none'}${from && script.cachedDataRejected ? ' rejected' : ''}\n`);
@@ -159,7 +172,7 @@ if (major < 22) {
       const name = `${prefix}${tag}`;
       const tmp = `${mine}/.${name}.${process.pid}`;
       try {
-        writeFileSync(tmp, script.createCachedData(), { mode: 0o644 });
+        writeFileSync(tmp, checked(() => script.createCachedData()), { mode: 0o644 });
         renameSync(tmp, `${mine}/${name}`);
         // An earlier build's entry for this command and this Node.
         for (const e of readdirSync(mine)) {

@@ -164,6 +164,19 @@ describe('the bundled daemon', () => {
       expect(size(), what).toBeGreaterThan(full / 2);
       expect(command(pkg, validate, env).used, what).toBe('own');
     }
+    // One byte changed anywhere (V8 checks an entry's checksum only under the flag bin/ sets
+    // while it reads one): refused, run from source with the same output, and written again.
+    const good = readFileSync(entry);
+    const offsets = [8, 16, 40, ...Array.from({ length: 10 }, (_, k) => Math.floor(((k + 0.5) / 10) * good.length)), good.length - 1];
+    for (const at of offsets) {
+      const changed = Buffer.from(good);
+      changed[at] ^= 0x10;
+      writeFileSync(entry, changed);
+      const r = command(pkg, validate, env);
+      expect(printed(r), `byte ${at} of ${good.length}`).toEqual(without[0]);
+      expect(r.used, `byte ${at} of ${good.length}`).toBe('own rejected');
+    }
+    expect(command(pkg, validate, env).used).toBe('own');
     // An earlier build's entry for the same command and Node goes when this one is written.
     const earlier = join(own, `${process.version}-${process.arch}-0123456789abcdef-validate`);
     renameSync(entry, earlier);
