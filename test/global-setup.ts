@@ -1,8 +1,12 @@
 /**
  * Guards the machine: the root namespace's nftables ruleset must be exactly
- * the same after the suite as before it, and no test namespace may be left.
+ * the same after the suite as before it, no test namespace may be left, and
+ * the commands' code cache is this run's, removed after it.
  */
 import { spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { removeNetns } from './helpers/netns.js';
 
 function rootRuleset(): string {
@@ -21,8 +25,14 @@ function leftoverNamespaces(): string[] {
 
 export default function setup(): () => void {
   process.env.NFK_TEST_RUN = String(process.pid);
+  // The commands the tests run keep their code cache in this run's own directory, not in root's
+  // /var/cache/nfkeeper: the suite leaves nothing behind on the machine (the cache's own tests
+  // choose theirs).
+  const cache = mkdtempSync(join(tmpdir(), 'nfk-test-cache-'));
+  process.env.NODE_COMPILE_CACHE ??= cache;
   const before = rootRuleset();
   return () => {
+    rmSync(cache, { recursive: true, force: true });
     for (const ns of leftoverNamespaces()) removeNetns(ns);
     const after = rootRuleset();
     if (after !== before) {
