@@ -10,6 +10,7 @@
  */
 import { existsSync, statSync, watch } from 'node:fs';
 import { readRegularFile } from './base/regular-file.js';
+import { sha256 } from './base/sha256.js';
 import { basename, dirname } from 'node:path';
 import type { Server } from 'node:http';
 import { getHeapStatistics } from 'node:v8';
@@ -236,9 +237,11 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
   let files: string[] = [];
   const filesOf = (c: Config): string[] => [o.config, ...(c.includes ?? [])];
   // Regular files only, read without blocking (a FIFO swapped in must not stall the loop in open()).
+  // What the files hold, by digest: equal digests, equal bytes (a big config's text is not decoded
+  // and kept only to be compared).
   const textOf = (): string | undefined => {
     try {
-      return files.map((f) => readRegularFile(f, MAX_CONFIG_BYTES).toString('utf8')).join('\0');
+      return files.map((f) => sha256(readRegularFile(f, MAX_CONFIG_BYTES), 'hex')).join(' ');
     } catch (e) {
       // Mid-swap (the next event will tell), or not a regular file any more: said, the old config stays.
       if ((e as NodeJS.ErrnoException).code !== 'ENOENT') {
