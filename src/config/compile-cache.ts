@@ -291,7 +291,7 @@ function deserialise(text: string, options: LoadOptions): Config {
  * shared empty list or its own; a set's datatypes are nft's (storedSet). In the rules (JSON) a key
  * always has a value; elsewhere (V8's) it may have none.
  */
-function unfaithful(config: Config): string | undefined {
+export function unfaithful(config: Config): string | undefined {
   const seen = new Set<object>();
   /**
    * Why `v` is not plain data (undefined: it is): the path below `v` to what is not, and what it
