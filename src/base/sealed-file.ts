@@ -40,15 +40,15 @@ export function readSealed(file: string, dir: string): { body: string } | { why:
 }
 
 /**
- * Writes `body` sealed to `file`, making `dir` 0700 if missing; a body given in pieces is written
- * as their concatenation, without making it one string or buffer first. Throws, also when the
+ * Writes `body` sealed to `file`, making `dir` 0700 if missing; a body given in pieces (UTF-8) is
+ * written as their concatenation, without copying them into one buffer first. Throws, also when the
  * directory is not this user's alone (a file there would not be read).
  */
-export function writeSealed(file: string, dir: string, body: string | readonly string[]): void {
+export function writeSealed(file: string, dir: string, body: string | readonly Buffer[]): void {
   mkdirSync(dir, { recursive: true, mode: 0o700 });
   const untrusted = notPrivate(dir, 'directory');
   if (untrusted) throw new Error(untrusted);
-  const pieces = (typeof body === 'string' ? [body] : body).map((p) => Buffer.from(p, 'utf8'));
+  const pieces = typeof body === 'string' ? [Buffer.from(body, 'utf8')] : body;
   const sum = sha256Hash();
   for (const p of pieces) sum.update(p);
   writeFileAtomic(file, [...pieces, Buffer.from(`\n${sum.digest('hex')}\n`, 'latin1')], 0o600);

@@ -23,6 +23,7 @@ import { listing, pathKind, traced, type CompileInput } from '../base/compile-in
 import { readRegularFile } from '../base/regular-file.js';
 import { readSealed, writeSealed } from '../base/sealed-file.js';
 import { sha256, sha256Hash } from '../base/sha256.js';
+import type { Sliced } from '../base/sliced.js';
 import { asKnownRule, isNoSets } from '../model/compact.js';
 import type { DataType, SetConfig } from '../model/sets.js';
 import { DATATYPES, datatypeById, type Datatype, type KeyType } from '../rules/datatypes.js';
@@ -34,6 +35,9 @@ import { MAX_CONFIG_BYTES, loadConfig, type Config, type LoadOptions } from './c
 
 /** The file's own format; a file of another format is not used. */
 const FORMAT = 1;
+
+/** The store's work on a big config is done in slices of about this many rules (src/base/sliced.ts). */
+const SLICE = 4096;
 
 export interface CompileCacheOptions {
   /** The directory the cache lives in (the restart record's; made 0700 if missing). */
@@ -87,12 +91,13 @@ export function compileCachePathOf(dir: string, netns: string | undefined, confi
 
 /**
  * The config `file` as loadConfig(file, options) gives it, from the cache when its every input is
- * unchanged, else compiled; then `store` keeps it (and says why not, if not). options.compiled is compactAsCompiled, as the daemon
+ * unchanged, else compiled; then `store` keeps it (and says why not, if not), in slices the caller runs
+ * (runNow, or runByTurns to let the event loop run between them). options.compiled is compactAsCompiled, as the daemon
  * loads: a rule from the cache is compacted already, and a compile that did not compact is not
  * stored (unfaithful). A compile's error is thrown as loadConfig throws it; the cache's own never are.
  */
 export function loadConfigCached(file: string, options: LoadOptions, cache: CompileCacheOptions):
-  { config: Config; cache: CacheUse; store?: () => string | undefined } {
+  { config: Config; cache: CacheUse; store?: () => Sliced<string | undefined> } {
   const path = compileCachePathOf(cache.dir, cache.netns, file);
   let why: string;
   try {
@@ -107,10 +112,10 @@ export function loadConfigCached(file: string, options: LoadOptions, cache: Comp
     config,
     cache: { used: false, file: path, why },
     // Stored when the caller has time (the daemon: once running); the config is not changed meanwhile.
-    store: () => {
+    store: function* () {
       try {
         if (inputs === undefined) return `${unstable!.replace(/\0/g, ' ')} changed while the config was compiled`;
-        const body = serialise(config, { format: FORMAT, version: cache.version, code: codeDigest(), node: process.version, config: file, includePath: options.includePath ?? [], inputs });
+        const body = yield* serialise(config, { format: FORMAT, version: cache.version, code: codeDigest(), node: process.version, config: file, includePath: options.includePath ?? [], inputs });
         if ('why' in body) return body.why;
         writeSealed(path, cache.dir, body);
         return undefined;
@@ -192,51 +197,88 @@ export function changedInput(inputs: readonly CompileInput[], options: LoadOptio
 }
 
 /**
- * The cache's text of `config`: the header line; the rules (the distinct expressions once, each
+ * The cache's text of `config`, in UTF-8 pieces, made a slice at a time: the header line; the rules (the distinct expressions once, each
  * rule as indexes, in flat arrays per chain: StoredChain) as JSON, which is quick to read back; the rest of the
  * config (tables, chains without their rules, sets, sections) by V8's serializer, which keeps
  * what JSON would not (a key with no value, an object reached twice), in base64. Or why this
  * form would not give this config back.
  */
-function serialise(config: Config, header: Header): string[] | { why: string } {
-  const why = unfaithful(config);
+function* serialise(config: Config, header: Header): Sliced<Buffer[] | { why: string }> {
+  const why = yield* unfaithful(config);
   if (why) return { why };
   const ids = new Map<Expr, number>();
   const exprs: Expr[] = [];
-  const rules = config.tables.map((t) => t.chains.map((c): StoredChain => {
-    const out: StoredChain = { texts: new Array(c.rules.length), counts: new Array(c.rules.length), exprs: [], more: [] };
-    // The previous rule's expressions and where their indexes start in out.exprs: an expression
-    // that is the very object the previous rule has at the same place (the compaction shares them)
-    // has its index, without a look-up.
-    let prev: readonly Expr[] = [];
-    let prevAt = 0;
-    c.rules.forEach((r, ri) => {
-      const x = r.compiled;
-      out.texts[ri] = r.text;
-      out.counts[ri] = x.exprs.length;
-      const at = out.exprs.length;
-      for (let i = 0; i < x.exprs.length; i++) {
-        const e = x.exprs[i]!;
-        let id = e === prev[i] ? out.exprs[prevAt + i] : ids.get(e);
-        if (id === undefined) {
-          ids.set(e, id = exprs.length);
-          exprs.push(e);
+  const rules: StoredChain[][] = [];
+  for (const t of config.tables) {
+    const chains: StoredChain[] = [];
+    rules.push(chains);
+    for (const c of t.chains) {
+      const out: StoredChain = { texts: new Array(c.rules.length), counts: new Array(c.rules.length), exprs: [], more: [] };
+      chains.push(out);
+      // The previous rule's expressions and where their indexes start in out.exprs: an expression
+      // that is the very object the previous rule has at the same place (the compaction shares them)
+      // has its index, without a look-up.
+      let prev: readonly Expr[] = [];
+      let prevAt = 0;
+      for (let ri = 0; ri < c.rules.length; ri++) {
+        if (ri % SLICE === SLICE - 1) yield;
+        const r = c.rules[ri]!;
+        const x = r.compiled;
+        out.texts[ri] = r.text;
+        out.counts[ri] = x.exprs.length;
+        const at = out.exprs.length;
+        for (let i = 0; i < x.exprs.length; i++) {
+          const e = x.exprs[i]!;
+          let id = e === prev[i] ? out.exprs[prevAt + i] : ids.get(e);
+          if (id === undefined) {
+            ids.set(e, id = exprs.length);
+            exprs.push(e);
+          }
+          out.exprs.push(id);
         }
-        out.exprs.push(id);
+        prev = x.exprs;
+        prevAt = at;
+        if (!isNoSets(x.sets) || x.userdata !== undefined) out.more.push([ri, isNoSets(x.sets) ? 0 : x.sets, x.userdata ?? 0]);
       }
-      prev = x.exprs;
-      prevAt = at;
-      if (!isNoSets(x.sets) || x.userdata !== undefined) out.more.push([ri, isNoSets(x.sets) ? 0 : x.sets, x.userdata ?? 0]);
-    });
-    return out;
-  }));
+    }
+  }
   const rest: Config = {
     ...config,
     tables: config.tables.map((t) => ({ ...t, ...(t.sets ? { sets: t.sets.map(storedSet) } : {}), chains: t.chains.map((c) => ({ ...c, rules: [] })) })),
   };
-  const payload: Payload = { exprs, rules };
-  // In pieces, written one after the other (writeSealed): the big text is not copied into one.
-  return [JSON.stringify(header), '\n', JSON.stringify(payload), '\n', serialize(rest).toString('base64')];
+  // The payload's JSON (a Payload) in pieces, each encoded as it is made: the big text is never
+  // one string, nor copied into one buffer (writeSealed writes the pieces one after the other).
+  const out: Buffer[] = [];
+  const put = (text: string) => out.push(Buffer.from(text, 'utf8'));
+  put(`${JSON.stringify(header)}\n{"exprs":`);
+  yield* jsonArray(exprs, put);
+  put(',"rules":[');
+  for (const [ti, chains] of rules.entries()) {
+    put(ti === 0 ? '[' : ',[');
+    for (const [ci, x] of chains.entries()) {
+      put(`${ci === 0 ? '' : ','}{"texts":`);
+      yield* jsonArray(x.texts, put);
+      put(',"counts":');
+      yield* jsonArray(x.counts, put);
+      put(',"exprs":');
+      yield* jsonArray(x.exprs, put, 8 * SLICE);
+      put(`,"more":${JSON.stringify(x.more)}}`);
+    }
+    put(']');
+  }
+  put(`]}\n${serialize(rest).toString('base64')}`);
+  return out;
+}
+
+/** JSON.stringify(items), given to `put` in pieces of `slice` items, a slice at a time. */
+function* jsonArray(items: readonly unknown[], put: (text: string) => void, slice = SLICE): Sliced<void> {
+  put('[');
+  for (let i = 0; i < items.length; i += slice) {
+    const text = JSON.stringify(items.slice(i, i + slice));
+    put(`${i === 0 ? '' : ','}${text.slice(1, -1)}`);
+    yield;
+  }
+  put(']');
 }
 
 /** The config of a cache's text after its header: each rule made as the compiler makes it, compacted as knownRule leaves it. */
@@ -291,7 +333,7 @@ function deserialise(text: string, options: LoadOptions): Config {
  * shared empty list or its own; a set's datatypes are nft's (storedSet). In the rules (JSON) a key
  * always has a value; elsewhere (V8's) it may have none.
  */
-export function unfaithful(config: Config): string | undefined {
+export function* unfaithful(config: Config): Sliced<string | undefined> {
   const seen = new Set<object>();
   /**
    * Why `v` is not plain data (undefined: it is): the path below `v` to what is not, and what it
@@ -360,6 +402,7 @@ export function unfaithful(config: Config): string | undefined {
       const ruleAt = (ri: number) => `rule ${ri + 1} of chain ${c.name}`;
       let prev: readonly Expr[] = [];
       for (let ri = 0; ri < c.rules.length; ri++) {
+        if (ri % SLICE === SLICE - 1) yield;
         const r = c.rules[ri]!;
         const x = r.compiled;
         if (Object.getPrototypeOf(r) !== Object.prototype || Object.keys(r).join() !== 'text,compiled' || typeof r.text !== 'string') return `${ruleAt(ri)}: not a rule as compiled`;

@@ -12,6 +12,7 @@ import { loadConfig, type Config, type LoadOptions } from '../../src/config/conf
 import { changedInput, compileCachePathOf, loadConfigCached, unfaithful } from '../../src/config/compile-cache.js';
 import type { CompileInput } from '../../src/base/compile-inputs.js';
 import { sha256 } from '../../src/base/sha256.js';
+import { runNow } from '../../src/base/sliced.js';
 import { localIsUtc } from '../../src/rules/intvalues.js';
 import { compactAsCompiled } from '../../src/model/compact.js';
 import { interfaceTable, type InterfaceResolver } from '../../src/rules/render.js';
@@ -103,7 +104,7 @@ describe('the compile cache', () => {
     compiles.n = 0;
     const r = loadConfigCached(file, options(), cache());
     const compiled = compiles.n;
-    const stored = r.store?.();
+    const stored = r.store ? runNow(r.store()) : undefined;
     return { ...r, compiled, stored };
   };
   const fresh = (file: string): Config => loadConfig(file, options());
@@ -296,7 +297,7 @@ describe('the compile cache', () => {
     const config = (): Config => fresh(file);
     const rules = (c: Config) => c.tables[0]!.chains[0]!.rules;
     const c0 = config();
-    expect(unfaithful(c0)).toBeUndefined();
+    expect(runNow(unfaithful(c0))).toBeUndefined();
     // The rules share expressions at the same place (what the store skips as checked already).
     expect(rules(c0)[3]!.compiled.exprs[2]).toBe(rules(c0)[2]!.compiled.exprs[2]);
     /** Rule `ri`'s expression at `i` replaced by `e` (the list frozen again, as the compaction leaves it). */
@@ -307,16 +308,16 @@ describe('the compile cache', () => {
     };
     // In the last rule, at a place every rule before it shares: not frozen, or with a value JSON would not keep.
     const c1 = config();
-    expect(unfaithful(withExpr(c1, 3, 2, { ...rules(c1)[3]!.compiled.exprs[2]! }))).toBe('rule 4 of chain c: an expression is not compacted');
+    expect(runNow(unfaithful(withExpr(c1, 3, 2, { ...rules(c1)[3]!.compiled.exprs[2]! })))).toBe('rule 4 of chain c: an expression is not compacted');
     const c2 = config();
-    expect(unfaithful(withExpr(c2, 3, 2, Object.freeze({ ...rules(c2)[3]!.compiled.exprs[2]!, extra: { deep: [1, Number.NaN] } }))))
+    expect(runNow(unfaithful(withExpr(c2, 3, 2, Object.freeze({ ...rules(c2)[3]!.compiled.exprs[2]!, extra: { deep: [1, Number.NaN] } })))))
       .toBe('rule 4 of chain c: extra.deep is NaN');
     const c3 = config();
-    expect(unfaithful(withExpr(c3, 1, 1, Object.freeze({ ...rules(c3)[1]!.compiled.exprs[1]!, data: undefined }))))
+    expect(runNow(unfaithful(withExpr(c3, 1, 1, Object.freeze({ ...rules(c3)[1]!.compiled.exprs[1]!, data: undefined })))))
       .toBe('rule 2 of chain c: data is a key with no value');
     // Outside the rules: a path of keys to a function.
     const c4 = config();
     (c4.tables[0]!.chains[0] as unknown as Record<string, unknown>).extra = { deep: [1, { f: () => 0 }] };
-    expect(unfaithful(c4)).toBe('chain c: extra.deep.f is a function');
+    expect(runNow(unfaithful(c4))).toBe('chain c: extra.deep.f is a function');
   });
 });
