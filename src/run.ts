@@ -10,6 +10,7 @@
  */
 import { existsSync, statSync, watch } from 'node:fs';
 import { readRegularFile } from './base/regular-file.js';
+import { sha256 } from './base/sha256.js';
 import { basename, dirname } from 'node:path';
 import type { Server } from 'node:http';
 import { getHeapStatistics } from 'node:v8';
@@ -18,6 +19,7 @@ import { MAX_CONFIG_BYTES, loadConfig, namespaceInterfaces, type Config } from '
 import { ConfigError, NfkeeperError } from './base/errors.js';
 import { EnvFileMissingError } from './config/env.js';
 import { loadConfigCached } from './config/compile-cache.js';
+import { runByTurns } from './base/sliced.js';
 import { formatDuration } from './base/duration.js';
 import { compactAsCompiled } from './model/compact.js';
 import { Keeper } from './keeper/keeper.js';
@@ -116,7 +118,7 @@ async function loadWaitingForEnv(o: DaemonOptions, log: Logger, tell: (message: 
  * The config compiled for the namespace, through the compile cache beside the restart record
  * (src/config/compile-cache.ts) when the daemon keeps one. Throws the compile's errors.
  */
-function loadDaemonConfig(o: DaemonOptions, log: Logger): { config: Config; store?: () => void } {
+function loadDaemonConfig(o: DaemonOptions, log: Logger): { config: Config; store?: () => Promise<void> } {
   const options = { interfaces: namespaceInterfaces(o.netns), compiled: compactAsCompiled(), includePath: o.includePath };
   if (o.recordDir === undefined) return { config: loadConfig(o.config, options) };
   const { config, cache, store } = loadConfigCached(o.config, options, { dir: o.recordDir, version: o.version, netns: o.netns });
@@ -127,8 +129,9 @@ function loadDaemonConfig(o: DaemonOptions, log: Logger): { config: Config; stor
   log.info({ cache: cache.file, why: cache.why }, 'compile cache not used; the config was compiled');
   return {
     config,
-    store: () => {
-      const why = store?.();
+    // A slice per turn of the event loop: a big config's store does not hold back a repair due meanwhile.
+    store: async () => {
+      const why = store ? await runByTurns(store()) : 'nothing to store';
       if (why === undefined) log.info({ cache: cache.file }, 'compiled config stored in the compile cache');
       else log.info({ cache: cache.file, why }, 'compiled config not stored in the compile cache; the next start compiles it');
     },
@@ -236,9 +239,11 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
   let files: string[] = [];
   const filesOf = (c: Config): string[] => [o.config, ...(c.includes ?? [])];
   // Regular files only, read without blocking (a FIFO swapped in must not stall the loop in open()).
+  // What the files hold, by digest: equal digests, equal bytes (a big config's text is not decoded
+  // and kept only to be compared).
   const textOf = (): string | undefined => {
     try {
-      return files.map((f) => readRegularFile(f, MAX_CONFIG_BYTES).toString('utf8')).join('\0');
+      return files.map((f) => sha256(readRegularFile(f, MAX_CONFIG_BYTES), 'hex')).join(' ');
     } catch (e) {
       // Mid-swap (the next event will tell), or not a regular file any more: said, the old config stays.
       if ((e as NodeJS.ErrnoException).code !== 'ENOENT') {
@@ -271,10 +276,10 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
   try {
     // The namespace first: iif/oif names in the config resolve there.
     nsId = probeNamespace(o.netns);
-    let storeCompiled: (() => void) | undefined;
+    let storeCompiled: (() => Promise<void>) | undefined;
     ({ config, store: storeCompiled } = await loadWaitingForEnv(o, log, tell));
     // The compile cache is written once the daemon is running, not before it is ready.
-    if (storeCompiled) afterReady.push(storeCompiled);
+    if (storeCompiled) afterReady.push(() => void storeCompiled());
     files = filesOf(config);
     loadedText = textOf();
     extend();
@@ -440,9 +445,9 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
       // An empty file is a write caught half-way (truncated, not yet written), far more often than
       // a wish to drop every table: that takes a file with a comment in it.
       if (statSync(o.config).size === 0) throw new ConfigError(o.config, 1, 1, 'the file is empty (being written?); a config with no tables needs at least a comment');
-      let store: (() => void) | undefined;
+      let store: (() => Promise<void>) | undefined;
       ({ config: next, store } = loadDaemonConfig(o, log));
-      if (store) setImmediate(store);
+      if (store) setImmediate(() => void store());
     } catch (e) {
       metrics.reloadFailed.set(1);
       log.error({ err: e instanceof ConfigError ? e.message : e, why }, 'config reload rejected; keeping the old one');

@@ -20,16 +20,18 @@ export function tempPathOf(file: string): string {
 }
 
 /**
- * Replaces `file` with `text`, or throws. An error thrown before the rename leaves the old file as
+ * Replaces `file` with `text` (or its pieces in order), or throws. An error thrown before the rename leaves the old file as
  * it was (the temp file removed); one thrown after it (the directory's fsync) carries
  * `replaced: true`: the new content is under the name but may not survive a crash.
  */
-export function writeFileAtomic(file: string, text: string | Buffer, mode = 0o600): void {
+export function writeFileAtomic(file: string, text: string | Buffer | readonly Buffer[], mode = 0o600): void {
   const tmp = tempPathOf(file);
   const fd = io.openSync(tmp, 'w', mode);
   try {
-    const buf = typeof text === 'string' ? Buffer.from(text, 'utf8') : text;
-    for (let off = 0; off < buf.length;) off += io.writeSync(fd, buf, off, buf.length - off);
+    // Pieces are written one after the other (a big body and its trailer are not copied into one buffer first).
+    for (const buf of typeof text === 'string' ? [Buffer.from(text, 'utf8')] : Buffer.isBuffer(text) ? [text] : text) {
+      for (let off = 0; off < buf.length;) off += io.writeSync(fd, buf, off, buf.length - off);
+    }
     io.fsyncSync(fd);
     io.closeSync(fd);
   } catch (e) {

@@ -7,7 +7,7 @@
 import { isAscii } from 'node:buffer';
 import { lstatSync, mkdirSync, readFileSync } from 'node:fs';
 import { writeFileAtomic } from './atomic-file.js';
-import { sha256 } from './sha256.js';
+import { sha256, sha256Hash } from './sha256.js';
 
 /** Why a file or directory is not this process's user's alone (undefined: it is). */
 export function notPrivate(path: string, kind: 'file' | 'directory'): string | undefined {
@@ -40,13 +40,16 @@ export function readSealed(file: string, dir: string): { body: string } | { why:
 }
 
 /**
- * Writes `body` sealed to `file`, making `dir` 0700 if missing. Throws, also when the directory is
- * not this user's alone (a file there would not be read).
+ * Writes `body` sealed to `file`, making `dir` 0700 if missing; a body given in pieces (UTF-8) is
+ * written as their concatenation, without copying them into one buffer first. Throws, also when the
+ * directory is not this user's alone (a file there would not be read).
  */
-export function writeSealed(file: string, dir: string, body: string): void {
+export function writeSealed(file: string, dir: string, body: string | readonly Buffer[]): void {
   mkdirSync(dir, { recursive: true, mode: 0o700 });
   const untrusted = notPrivate(dir, 'directory');
   if (untrusted) throw new Error(untrusted);
-  const bytes = Buffer.from(body, 'utf8');
-  writeFileAtomic(file, Buffer.concat([bytes, Buffer.from(`\n${sha256(bytes, 'hex')}\n`, 'latin1')]), 0o600);
+  const pieces = typeof body === 'string' ? [Buffer.from(body, 'utf8')] : body;
+  const sum = sha256Hash();
+  for (const p of pieces) sum.update(p);
+  writeFileAtomic(file, [...pieces, Buffer.from(`\n${sum.digest('hex')}\n`, 'latin1')], 0o600);
 }

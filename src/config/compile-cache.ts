@@ -23,6 +23,7 @@ import { listing, pathKind, traced, type CompileInput } from '../base/compile-in
 import { readRegularFile } from '../base/regular-file.js';
 import { readSealed, writeSealed } from '../base/sealed-file.js';
 import { sha256, sha256Hash } from '../base/sha256.js';
+import type { Sliced } from '../base/sliced.js';
 import { asKnownRule, isNoSets } from '../model/compact.js';
 import type { DataType, SetConfig } from '../model/sets.js';
 import { DATATYPES, datatypeById, type Datatype, type KeyType } from '../rules/datatypes.js';
@@ -34,6 +35,9 @@ import { MAX_CONFIG_BYTES, loadConfig, type Config, type LoadOptions } from './c
 
 /** The file's own format; a file of another format is not used. */
 const FORMAT = 1;
+
+/** The store's work on a big config is done in slices of about this many rules (src/base/sliced.ts). */
+const SLICE = 4096;
 
 export interface CompileCacheOptions {
   /** The directory the cache lives in (the restart record's; made 0700 if missing). */
@@ -87,12 +91,13 @@ export function compileCachePathOf(dir: string, netns: string | undefined, confi
 
 /**
  * The config `file` as loadConfig(file, options) gives it, from the cache when its every input is
- * unchanged, else compiled; then `store` keeps it (and says why not, if not). options.compiled is compactAsCompiled, as the daemon
+ * unchanged, else compiled; then `store` keeps it (and says why not, if not), in slices the caller runs
+ * (runNow, or runByTurns to let the event loop run between them). options.compiled is compactAsCompiled, as the daemon
  * loads: a rule from the cache is compacted already, and a compile that did not compact is not
  * stored (unfaithful). A compile's error is thrown as loadConfig throws it; the cache's own never are.
  */
 export function loadConfigCached(file: string, options: LoadOptions, cache: CompileCacheOptions):
-  { config: Config; cache: CacheUse; store?: () => string | undefined } {
+  { config: Config; cache: CacheUse; store?: () => Sliced<string | undefined> } {
   const path = compileCachePathOf(cache.dir, cache.netns, file);
   let why: string;
   try {
@@ -107,11 +112,11 @@ export function loadConfigCached(file: string, options: LoadOptions, cache: Comp
     config,
     cache: { used: false, file: path, why },
     // Stored when the caller has time (the daemon: once running); the config is not changed meanwhile.
-    store: () => {
+    store: function* () {
       try {
         if (inputs === undefined) return `${unstable!.replace(/\0/g, ' ')} changed while the config was compiled`;
-        const body = serialise(config, { format: FORMAT, version: cache.version, code: codeDigest(), node: process.version, config: file, includePath: options.includePath ?? [], inputs });
-        if (typeof body !== 'string') return body.why;
+        const body = yield* serialise(config, { format: FORMAT, version: cache.version, code: codeDigest(), node: process.version, config: file, includePath: options.includePath ?? [], inputs });
+        if ('why' in body) return body.why;
         writeSealed(path, cache.dir, body);
         return undefined;
       } catch (e) {
@@ -192,41 +197,88 @@ export function changedInput(inputs: readonly CompileInput[], options: LoadOptio
 }
 
 /**
- * The cache's text of `config`: the header line; the rules (the distinct expressions once, each
+ * The cache's text of `config`, in UTF-8 pieces, made a slice at a time: the header line; the rules (the distinct expressions once, each
  * rule as indexes, in flat arrays per chain: StoredChain) as JSON, which is quick to read back; the rest of the
  * config (tables, chains without their rules, sets, sections) by V8's serializer, which keeps
  * what JSON would not (a key with no value, an object reached twice), in base64. Or why this
  * form would not give this config back.
  */
-function serialise(config: Config, header: Header): string | { why: string } {
-  const why = unfaithful(config);
+function* serialise(config: Config, header: Header): Sliced<Buffer[] | { why: string }> {
+  const why = yield* unfaithful(config);
   if (why) return { why };
   const ids = new Map<Expr, number>();
   const exprs: Expr[] = [];
-  const rules = config.tables.map((t) => t.chains.map((c): StoredChain => {
-    const out: StoredChain = { texts: new Array(c.rules.length), counts: new Array(c.rules.length), exprs: [], more: [] };
-    c.rules.forEach((r, ri) => {
-      const x = r.compiled;
-      out.texts[ri] = r.text;
-      out.counts[ri] = x.exprs.length;
-      for (const e of x.exprs) {
-        let id = ids.get(e);
-        if (id === undefined) {
-          ids.set(e, id = exprs.length);
-          exprs.push(e);
+  const rules: StoredChain[][] = [];
+  for (const t of config.tables) {
+    const chains: StoredChain[] = [];
+    rules.push(chains);
+    for (const c of t.chains) {
+      const out: StoredChain = { texts: new Array(c.rules.length), counts: new Array(c.rules.length), exprs: [], more: [] };
+      chains.push(out);
+      // The previous rule's expressions and where their indexes start in out.exprs: an expression
+      // that is the very object the previous rule has at the same place (the compaction shares them)
+      // has its index, without a look-up.
+      let prev: readonly Expr[] = [];
+      let prevAt = 0;
+      for (let ri = 0; ri < c.rules.length; ri++) {
+        if (ri % SLICE === SLICE - 1) yield;
+        const r = c.rules[ri]!;
+        const x = r.compiled;
+        out.texts[ri] = r.text;
+        out.counts[ri] = x.exprs.length;
+        const at = out.exprs.length;
+        for (let i = 0; i < x.exprs.length; i++) {
+          const e = x.exprs[i]!;
+          let id = e === prev[i] ? out.exprs[prevAt + i] : ids.get(e);
+          if (id === undefined) {
+            ids.set(e, id = exprs.length);
+            exprs.push(e);
+          }
+          out.exprs.push(id);
         }
-        out.exprs.push(id);
+        prev = x.exprs;
+        prevAt = at;
+        if (!isNoSets(x.sets) || x.userdata !== undefined) out.more.push([ri, isNoSets(x.sets) ? 0 : x.sets, x.userdata ?? 0]);
       }
-      if (!isNoSets(x.sets) || x.userdata !== undefined) out.more.push([ri, isNoSets(x.sets) ? 0 : x.sets, x.userdata ?? 0]);
-    });
-    return out;
-  }));
+    }
+  }
   const rest: Config = {
     ...config,
     tables: config.tables.map((t) => ({ ...t, ...(t.sets ? { sets: t.sets.map(storedSet) } : {}), chains: t.chains.map((c) => ({ ...c, rules: [] })) })),
   };
-  const payload: Payload = { exprs, rules };
-  return `${JSON.stringify(header)}\n${JSON.stringify(payload)}\n${serialize(rest).toString('base64')}`;
+  // The payload's JSON (a Payload) in pieces, each encoded as it is made: the big text is never
+  // one string, nor copied into one buffer (writeSealed writes the pieces one after the other).
+  const out: Buffer[] = [];
+  const put = (text: string) => out.push(Buffer.from(text, 'utf8'));
+  put(`${JSON.stringify(header)}\n{"exprs":`);
+  yield* jsonArray(exprs, put);
+  put(',"rules":[');
+  for (const [ti, chains] of rules.entries()) {
+    put(ti === 0 ? '[' : ',[');
+    for (const [ci, x] of chains.entries()) {
+      put(`${ci === 0 ? '' : ','}{"texts":`);
+      yield* jsonArray(x.texts, put);
+      put(',"counts":');
+      yield* jsonArray(x.counts, put);
+      put(',"exprs":');
+      yield* jsonArray(x.exprs, put, 8 * SLICE);
+      put(`,"more":${JSON.stringify(x.more)}}`);
+    }
+    put(']');
+  }
+  put(`]}\n${serialize(rest).toString('base64')}`);
+  return out;
+}
+
+/** JSON.stringify(items), given to `put` in pieces of `slice` items, a slice at a time. */
+function* jsonArray(items: readonly unknown[], put: (text: string) => void, slice = SLICE): Sliced<void> {
+  put('[');
+  for (let i = 0; i < items.length; i += slice) {
+    const text = JSON.stringify(items.slice(i, i + slice));
+    put(`${i === 0 ? '' : ','}${text.slice(1, -1)}`);
+    yield;
+  }
+  put(']');
 }
 
 /** The config of a cache's text after its header: each rule made as the compiler makes it, compacted as knownRule leaves it. */
@@ -281,42 +333,47 @@ function deserialise(text: string, options: LoadOptions): Config {
  * shared empty list or its own; a set's datatypes are nft's (storedSet). In the rules (JSON) a key
  * always has a value; elsewhere (V8's) it may have none.
  */
-function unfaithful(config: Config): string | undefined {
+export function* unfaithful(config: Config): Sliced<string | undefined> {
   const seen = new Set<object>();
-  const plain = (v: unknown, at: string, json: boolean): string | undefined => {
+  /**
+   * Why `v` is not plain data (undefined: it is): the path below `v` to what is not, and what it
+   * is; the caller says where `v` is. No text is made for what is plain (most of a big config).
+   */
+  const plain = (v: unknown, json: boolean): NotPlain | undefined => {
     switch (typeof v) {
       case 'string': case 'boolean': return undefined;
-      case 'number': return Number.isFinite(v) && !Object.is(v, -0) ? undefined : `${at} is ${v}`;
-      case 'undefined': return json ? `${at} is a key with no value` : undefined;
+      case 'number': return Number.isFinite(v) && !Object.is(v, -0) ? undefined : { path: '', is: `is ${v}` };
+      case 'undefined': return json ? { path: '', is: 'is a key with no value' } : undefined;
       case 'object': break;
-      default: return `${at} is a ${typeof v}`;
+      default: return { path: '', is: `is a ${typeof v}` };
     }
     if (v === null) return undefined;
-    if (seen.has(v)) return `${at} is an object reached twice`;
+    if (seen.has(v)) return { path: '', is: 'is an object reached twice' };
     seen.add(v);
-    if (Object.isFrozen(v)) return `${at} is frozen`;
+    if (Object.isFrozen(v)) return { path: '', is: 'is frozen' };
     const isArray = Array.isArray(v);
-    if (Object.getPrototypeOf(v) !== (isArray ? Array.prototype : Object.prototype)) return `${at} is not plain data`;
+    if (Object.getPrototypeOf(v) !== (isArray ? Array.prototype : Object.prototype)) return { path: '', is: 'is not plain data' };
     if (isArray) {
       for (let i = 0; i < v.length; i++) {
-        if (!(i in v)) return `${at} has a hole`;
-        const w = plain(v[i], at, json);
+        if (!(i in v)) return { path: '', is: 'has a hole' };
+        const w = plain(v[i], json);
         if (w) return w;
       }
       return undefined;
     }
-    if (Object.getOwnPropertySymbols(v).length > 0) return `${at} has a symbol key`;
+    if (Object.getOwnPropertySymbols(v).length > 0) return { path: '', is: 'has a symbol key' };
     for (const k in v) {
-      const w = plain((v as Record<string, unknown>)[k], `${at}.${k}`, json);
-      if (w) return w;
+      const w = plain((v as Record<string, unknown>)[k], json);
+      if (w) return { path: `.${k}${w.path}`, is: w.is };
     }
     return undefined;
   };
+  const said = (at: string, w: NotPlain | undefined): string | undefined => (w ? `${at}${w.path} ${w.is}` : undefined);
   const RULE_KEYS = 'exprs,sets,text';
   const exprSeen = new Set<Expr>();
   const top = Object.entries(config).filter(([k]) => k !== 'tables');
   for (const [k, v] of top) {
-    const w = plain(v, k, false);
+    const w = said(k, plain(v, false));
     if (w) return w;
   }
   if (Object.getPrototypeOf(config) !== Object.prototype || Object.getPrototypeOf(config.tables) !== Array.prototype) return 'the config is not plain data';
@@ -332,39 +389,45 @@ function unfaithful(config: Config): string | undefined {
           return `table ${t.name}: ${(e as Error).message}`;
         }
       }
-      const w = plain(stored, `table ${t.name}: ${k}`, false);
+      const w = said(`table ${t.name}: ${k}`, plain(stored, false));
       if (w) return w;
     }
     for (const c of t.chains) {
       if (Object.getPrototypeOf(c) !== Object.prototype || Object.getPrototypeOf(c.rules) !== Array.prototype) return `chain ${c.name} is not plain data`;
       for (const [k, v] of Object.entries(c)) {
         if (k === 'rules') continue;
-        const w = plain(v, `chain ${c.name}: ${k}`, false);
+        const w = said(`chain ${c.name}: ${k}`, plain(v, false));
         if (w) return w;
       }
+      const ruleAt = (ri: number) => `rule ${ri + 1} of chain ${c.name}`;
+      let prev: readonly Expr[] = [];
       for (let ri = 0; ri < c.rules.length; ri++) {
+        if (ri % SLICE === SLICE - 1) yield;
         const r = c.rules[ri]!;
-        const at = `rule ${ri + 1} of chain ${c.name}`;
         const x = r.compiled;
-        if (Object.getPrototypeOf(r) !== Object.prototype || Object.keys(r).join() !== 'text,compiled' || typeof r.text !== 'string') return `${at}: not a rule as compiled`;
+        if (Object.getPrototypeOf(r) !== Object.prototype || Object.keys(r).join() !== 'text,compiled' || typeof r.text !== 'string') return `${ruleAt(ri)}: not a rule as compiled`;
         const keys = Object.keys(x).join();
         if ((keys !== RULE_KEYS && keys !== `${RULE_KEYS},userdata`) || (x.userdata !== undefined && typeof x.userdata !== 'string')) {
-          return `${at}: ${x.bound ? 'it binds an anonymous chain' : 'not a rule as compiled'}`;
+          return `${ruleAt(ri)}: ${x.bound ? 'it binds an anonymous chain' : 'not a rule as compiled'}`;
         }
-        if (!Object.isFrozen(x.exprs) || Object.getPrototypeOf(x.exprs) !== Array.prototype) return `${at}: its expressions are not compacted`;
-        for (const e of x.exprs) {
-          if (!Object.isFrozen(e) || Object.getPrototypeOf(e) !== Object.prototype) return `${at}: an expression is not compacted`;
+        if (!Object.isFrozen(x.exprs) || Object.getPrototypeOf(x.exprs) !== Array.prototype) return `${ruleAt(ri)}: its expressions are not compacted`;
+        for (let i = 0; i < x.exprs.length; i++) {
+          const e = x.exprs[i]!;
+          // The very object the previous rule has at the same place was checked there.
+          if (e === prev[i]) continue;
+          if (!Object.isFrozen(e) || Object.getPrototypeOf(e) !== Object.prototype) return `${ruleAt(ri)}: an expression is not compacted`;
           if (exprSeen.has(e)) continue;
           exprSeen.add(e);
           // The expression's own fields: plain, not frozen below it.
           for (const f in e) {
-            const w = plain((e as unknown as Record<string, unknown>)[f], `${at}: ${f}`, true);
-            if (w) return w;
+            const w = plain((e as unknown as Record<string, unknown>)[f], true);
+            if (w) return said(`${ruleAt(ri)}: ${f}`, w);
           }
         }
+        prev = x.exprs;
         if (!isNoSets(x.sets)) {
-          if (x.sets.length === 0) return `${at}: an empty list of sets not compacted`;
-          const w = plain(x.sets, `${at}: sets`, true);
+          if (x.sets.length === 0) return `${ruleAt(ri)}: an empty list of sets not compacted`;
+          const w = said(`${ruleAt(ri)}: sets`, plain(x.sets, true));
           if (w) return w;
         }
       }
@@ -372,6 +435,9 @@ function unfaithful(config: Config): string | undefined {
   }
   return undefined;
 }
+
+/** Where below a value something is not plain data (a path of keys, '' for the value itself), and what it is. */
+interface NotPlain { path: string; is: string }
 
 /** A datatype as stored: by its name, and an integer's or a string's by its length and byte order too. */
 interface StoredDatatype { datatype: string; id?: number; len?: number; byteorder?: number }

@@ -129,8 +129,9 @@ export class FullPass implements RepairPath<Promise<Outcome>> {
     if (!view.follows || k.stopped) return;
     if (observation && observation.flat.length === 0 && observation.retired.length === 0) {
       if (k.sock!.generation() !== observation.generation) return;
-      // The observation's garbage goes before the view takes its per-rule index (src/base/heap.ts).
-      if (countRules(k.desired) >= COLLECT_BEFORE_OPS) collectGarbage();
+      // The observation's garbage goes before the view takes its per-rule index (src/base/heap.ts);
+      // one not read (the known state, a restart record's) made none worth a full collection.
+      if (!observation.unread && countRules(k.desired) >= COLLECT_BEFORE_OPS) collectGarbage();
       const seeded = view.seed(k.desired, observation.observed, observation.generation);
       if (!seeded) return;
       // After an overflow the monitor's run of whole commits restarts from here.

@@ -9,9 +9,10 @@ import { appendFileSync, mkdirSync, readFileSync, readdirSync, writeFileSync } f
 import { join } from 'node:path';
 import { beforeEach, describe, expect, it, vi } from 'vitest';
 import { loadConfig, type Config, type LoadOptions } from '../../src/config/config.js';
-import { changedInput, compileCachePathOf, loadConfigCached } from '../../src/config/compile-cache.js';
+import { changedInput, compileCachePathOf, loadConfigCached, unfaithful } from '../../src/config/compile-cache.js';
 import type { CompileInput } from '../../src/base/compile-inputs.js';
 import { sha256 } from '../../src/base/sha256.js';
+import { runNow } from '../../src/base/sliced.js';
 import { localIsUtc } from '../../src/rules/intvalues.js';
 import { compactAsCompiled } from '../../src/model/compact.js';
 import { interfaceTable, type InterfaceResolver } from '../../src/rules/render.js';
@@ -103,7 +104,7 @@ describe('the compile cache', () => {
     compiles.n = 0;
     const r = loadConfigCached(file, options(), cache());
     const compiled = compiles.n;
-    const stored = r.store?.();
+    const stored = r.store ? runNow(r.store()) : undefined;
     return { ...r, compiled, stored };
   };
   const fresh = (file: string): Config => loadConfig(file, options());
@@ -287,5 +288,36 @@ describe('the compile cache', () => {
     const first = load(file);
     expect(first.stored).toMatch(/binds an anonymous chain/);
     expect(load(file).cache.used).toBe(false);
+  });
+
+  it('what the store refuses is found wherever it is, past the expressions rules share, and said with its place', () => {
+    const file = join(dir, 'shared.yaml');
+    writeFileSync(file, ['tables:', '  - family: ip', '    name: t', '    chains:', '      - name: c', '        rules:',
+      ...[0, 1, 2, 3].map((i) => `          - ip saddr 10.0.0.${i} tcp dport 22 counter accept`)].join('\n') + '\n');
+    const config = (): Config => fresh(file);
+    const rules = (c: Config) => c.tables[0]!.chains[0]!.rules;
+    const c0 = config();
+    expect(runNow(unfaithful(c0))).toBeUndefined();
+    // The rules share expressions at the same place (what the store skips as checked already).
+    expect(rules(c0)[3]!.compiled.exprs[2]).toBe(rules(c0)[2]!.compiled.exprs[2]);
+    /** Rule `ri`'s expression at `i` replaced by `e` (the list frozen again, as the compaction leaves it). */
+    const withExpr = (c: Config, ri: number, i: number, e: object) => {
+      const x = rules(c)[ri]!.compiled;
+      (x as { exprs: readonly object[] }).exprs = Object.freeze(x.exprs.map((y, j) => (j === i ? e : y)));
+      return c;
+    };
+    // In the last rule, at a place every rule before it shares: not frozen, or with a value JSON would not keep.
+    const c1 = config();
+    expect(runNow(unfaithful(withExpr(c1, 3, 2, { ...rules(c1)[3]!.compiled.exprs[2]! })))).toBe('rule 4 of chain c: an expression is not compacted');
+    const c2 = config();
+    expect(runNow(unfaithful(withExpr(c2, 3, 2, Object.freeze({ ...rules(c2)[3]!.compiled.exprs[2]!, extra: { deep: [1, Number.NaN] } })))))
+      .toBe('rule 4 of chain c: extra.deep is NaN');
+    const c3 = config();
+    expect(runNow(unfaithful(withExpr(c3, 1, 1, Object.freeze({ ...rules(c3)[1]!.compiled.exprs[1]!, data: undefined })))))
+      .toBe('rule 2 of chain c: data is a key with no value');
+    // Outside the rules: a path of keys to a function.
+    const c4 = config();
+    (c4.tables[0]!.chains[0] as unknown as Record<string, unknown>).extra = { deep: [1, { f: () => 0 }] };
+    expect(runNow(unfaithful(c4))).toBe('chain c: extra.deep.f is a function');
   });
 });
