@@ -10,6 +10,7 @@ import { defineConfig } from 'vitest/config';
 const UNIT = [
   'test/architecture.test.ts',
   'test/base/duration.test.ts',
+  'test/base/sliced.test.ts',
   'test/log.test.ts',
   'test/deploy.test.ts',
   'test/deploy/kubernetes.test.ts',

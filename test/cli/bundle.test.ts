@@ -170,7 +170,7 @@ describe('the bundled daemon', () => {
     const offsets = [8, 16, 40, ...Array.from({ length: 10 }, (_, k) => Math.floor(((k + 0.5) / 10) * good.length)), good.length - 1];
     for (const at of offsets) {
       const changed = Buffer.from(good);
-      changed[at] ^= 0x10;
+      changed[at]! ^= 0x10;
       writeFileSync(entry, changed);
       const r = command(pkg, validate, env);
       expect(printed(r), `byte ${at} of ${good.length}`).toEqual(without[0]);
