@@ -192,13 +192,7 @@ export class FollowedView {
     });
     if (followed.some((f) => !f)) return false;
     for (const rec of this.all()) rec.followed = undefined;
-    this.seeded = desired.map((t, i) => {
-      const rec = this.record(t);
-      rec.followed = followed[i];
-      rec.unknown = undefined;
-      rec.seededAt = generation;
-      return rec;
-    });
+    this.seeded = desired.map((t, i) => this.followFrom(this.record(t), followed[i]!, generation));
     this.expected.clear();
     this.generation = generation;
     this.seededAhead = generation;
@@ -214,7 +208,7 @@ export class FollowedView {
    * the events of the commits up to it in those tables, the commit's own included, are then in the
    * seed, and where the events trail the observation, the other tables follow the commits before
    * it as they come. Else they stay let go (the next clean observation seeds them): the events
-   * follow nothing, went past the commit, or a table has no rules (stateful objects, anonymous sets).
+   * follow nothing or went past the commit; a table the echo left no rules of stays let go alone.
    */
   protected seedFromEcho(generation: number, tables: readonly TableConfig[]): void {
     if (!this.following || this.generation > generation || this.expected.size > 0 || tables.length !== this.seeded.length) return;
@@ -226,18 +220,22 @@ export class FollowedView {
         if (rec.followed.desired !== t) return;
         continue;
       }
+      // A table the echo left no rules of (stateful objects, anonymous sets) stays let go: the next clean observation seeds it.
       const f = rec.rules && seedTable(t, rec.rules.observed, rec.rules);
-      if (!f) return;
-      again.push([rec, f]);
+      if (f) again.push([rec, f]);
     }
-    for (const [rec, f] of again) {
-      rec.followed = f;
-      rec.unknown = undefined;
-      rec.seededAt = generation;
-    }
+    for (const [rec, f] of again) this.followFrom(rec, f, generation);
     // At the observation, the other tables are exact at the commit too (it did not change them); trailing it, they follow on.
     if (this.generation >= generation - 1) this.generation = generation;
     else if (again.length > 0) this.seededAhead = Math.max(this.seededAhead, generation);
+  }
+
+  /** The events follow `rec` as `f` from `generation` on: the commits up to it are in the seed. */
+  private followFrom(rec: OwnedTable, f: FollowedTable, generation: number): OwnedTable {
+    rec.followed = f;
+    rec.unknown = undefined;
+    rec.seededAt = generation;
+    return rec;
   }
 
   /** What the events hold of `t`, to compare before and after a read-back: handles per chain, differing elements per set. */
@@ -245,6 +243,11 @@ export class FollowedView {
     if (!this.find(t.family, t.name)?.followed) return undefined;
     return JSON.stringify([...t.chains.map((c) => this.handlesOf(t.family, t.name, c.name)),
       ...(t.sets ?? []).map((x) => this.elementsDiffering(t.family, t.name, x.name))]);
+  }
+
+  /** A repair of ours is committed or on its way, its events not followed yet. */
+  protected get awaiting(): boolean {
+    return this.expected.size > 0;
   }
 
   /** Registers the events our repair producing `generation` must show (before committing it). */

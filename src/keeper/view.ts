@@ -297,14 +297,18 @@ export class KernelView extends FollowedView {
   }
 
   /**
-   * A new desired state: the followed tables keep what the kernel holds when only set and map
-   * elements changed (retarget), else the events follow none; the rules stay (an observation compares them).
+   * A new desired state: a followed table keeps what the kernel holds when only its set and map
+   * elements changed (retarget); one changed otherwise is unknown, alone (the full pass for the
+   * change seeds it again from its echo), and every table when the tables themselves changed, or
+   * a repair of ours is awaited. The rules stay (an observation compares them).
    */
   desiredChanged(desired: readonly TableConfig[]): void {
-    if (this.progressOf && (!this.following || !retarget(this.seeded, desired))) {
-      this.takeFollowed();  // before the followed tables go
-      this.invalidate('the desired state changed');
-    }
+    if (!this.progressOf) return;
+    const lost = this.following && retarget(this.seeded, desired);
+    if (lost && lost.length === 0) return;
+    this.takeFollowed();  // before the followed tables go
+    if (!lost || this.awaiting) this.invalidate('the desired state changed');
+    else for (const rec of lost) unfollow(rec, 'the desired state changed');
   }
 
 }
