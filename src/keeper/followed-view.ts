@@ -109,12 +109,24 @@ export class FollowedView {
     if (this.anyChangedAt < generation) this.anyChangedAt = generation;
   }
 
+  /** The generation the followed part of `rec` is exact at: the events', or its seed's while they trail it. */
+  protected followedAt(rec: OwnedTable): number {
+    return Math.max(this.generation, rec.seededAt);
+  }
+
   /**
    * The followed tables' state: exact unless the events lost them, or one of them, or trail a table
-   * seeded ahead of them (until they reach its seed); undefined without events.
+   * seeded ahead of them (until they reach its seed); of table `t` alone, exact at its own followed
+   * generation unless the events lost it. Undefined without events.
    */
-  currency(): Currency | undefined {
+  currency(t?: { family: string; name: string }): Currency | undefined {
     if (!this.progressOf) return undefined;
+    if (t) {
+      const rec = this.find(t.family, t.name);
+      const at = rec ? this.followedAt(rec) : this.generation;
+      const lost = this.lost ?? (rec?.followed ? undefined : rec?.unknown ?? 'not seeded');
+      return lost === undefined ? { exact: true, generation: at } : { exact: false, generation: at, reason: lost };
+    }
     const why = this.lost ?? this.seeded.find((r) => !r.followed)?.unknown
       ?? (this.seededAhead > this.generation ? `the events trail a table seeded at ${this.seededAhead}` : undefined);
     return why === undefined ? { exact: true, generation: this.generation } : { exact: false, generation: this.generation, reason: why };

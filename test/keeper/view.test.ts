@@ -258,6 +258,33 @@ describe('the kernel view', () => {
     expect(w.view.rulesOf(tables[0]!)!.observed.rules.get('c')).toBe(array);
   });
 
+  it('one generation per table: a followed table\'s rules are exact at its followed generation, a chain the events left otherwise owing its kernel-order list until asked', async () => {
+    const w = world();
+    const tables = planConfig([0, 1, 2]).tables;
+    const t = tables[0]!;
+    const g = (await seededWith(w, tables)).generation;
+    const rec = (w.view as unknown as { find(f: string, n: string): OwnedTable }).find('ip', 't');
+    const array = rec.rules!.observed.rules.get('c')!;
+    const [, second] = await handles(w);
+    await w.other.commit(new Batch().delete('rule', { ...C, handle: second }));
+    await w.settled();
+    // Followed, not yet asked for: no list was made for the event (the rules still hold the one array).
+    expect(rec.rules!.observed.rules.get('c')).toBe(array);
+    expect(w.view.currency(t)).toEqual({ exact: true, generation: g + 1 });
+    // Asked for: exact at the followed generation, the chain in the kernel's order with the difference the events followed.
+    expect(w.view.tableCurrency(t, g + 1)).toEqual({ exact: true, generation: g + 1 });
+    const kt = w.view.rulesOf(t)!;
+    expect(kt.observed.rules.get('c')!.map((x) => x.handle)).toEqual(await handles(w));
+    expect([...kt.held!.keys()]).toEqual(['c']);
+    // Our repair from the events: the rules are exact at its generation, in the one array again, with no observation.
+    await repairFromEvents(w, g + 1);
+    expect(w.view.rulesAtOf(t)).toBe(g + 2);
+    expect(w.view.tableCurrency(t, g + 2)).toEqual({ exact: true, generation: g + 2 });
+    expect(w.view.rulesOf(t)!.observed.rules.get('c')).toBe(followedRules(w.view, 'c'));
+    expect(w.view.rulesOf(t)!.held).toBeUndefined();
+    expect(followedRules(w.view, 'c').map((x) => x.handle)).toEqual(await handles(w));
+  });
+
   it('after a reload of the same rules (other objects) the rules and the followed part hold a chain in two arrays; the rules take it back as one, of the new desired rules', async () => {
     const w = world();
     const tables = planConfig([0, 1, 2]).tables;
@@ -590,8 +617,11 @@ describe('the kernel view, per owned table', () => {
     expect(w.view.followsTable('ip', 'a')).toBe(false);
     expect(w.view.followsTable('ip', 'b')).toBe(true);
     expect(w.view.exactAt(g + 1)).toBe(true);
-    expect(w.view.tableCurrency(ta!, g + 1)).toEqual({ exact: false, generation: g, reason: `commit ${g + 1} changed it` });
+    // Table a's rules went with its followed part (the commit changed it); b's are exact at the events' generation.
+    expect(w.view.tableCurrency(ta!, g + 1)).toEqual({ exact: false, generation: g, reason: 'no rules held' });
     expect(w.view.tableCurrency(tb!, g + 1)).toEqual({ exact: true, generation: g + 1 });
+    expect(w.view.currency(ta!)).toMatchObject({ exact: false, reason: 'newchain ip a x (the full pass plans that)' });
+    expect(w.view.currency(tb!)).toEqual({ exact: true, generation: g + 1 });
     // A foreign deletion in table b meanwhile is followed and planned from the events, table b alone.
     const B = { family: 'ip' as const, table: 'b', chain: 'c' };
     const [, second] = (await w.other.listRules(B)).map((x) => x.handle!);
