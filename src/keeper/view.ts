@@ -16,10 +16,11 @@
  * Its currency is per owned table (tableCurrency): exact at a generation, or unknown and why. The
  * view notes, per owned table, the last commit that changed it (an event in it, our echoed repair
  * of it; a truncated batch may have changed them all), and the monitor's run of whole commits
- * (MonitorProgress) proves that no other commit did. A table unchanged since its rules were exact
- * is exact now; a changed one takes what the events followed (takeFollowed: the handles, and where
- * they left it otherwise than desired, the difference), or is confirmed by a digest dump of that
- * table alone, or read; an overflow or a gap
+ * (MonitorProgress) proves that no other commit did. A table the events follow is exact at its
+ * followed generation, its rules with it (settle: the handles, and where the events left it
+ * otherwise than desired, the difference, taken when asked for); a table they lost is exact where
+ * no commit changed it since its rules were exact, else confirmed by a digest dump of that table
+ * alone, or read; an overflow or a gap
  * in the run, which cannot be told to a table, leaves every table to be confirmed. The event
  * repairs plan from the followed tables, those the events did not lose, while a full pass reads the
  * others.
