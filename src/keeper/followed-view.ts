@@ -25,6 +25,14 @@ import type { Expected, FollowedTable, OwnedTable } from './owned-table.js';
  */
 export const EVENTS_WAIT_MS = 100;
 
+/**
+ * Why a table is unknown after a desired change other than of its elements. Its full pass's echo
+ * does not seed it again (owners' registrations come in runs: a seed at each would cost the
+ * table's rules each time); the next clean observation, or the safety net's read-back after a run
+ * of registrations, does.
+ */
+export const DESIRED_CHANGED = 'the desired state changed';
+
 /** A currency (the followed tables', or one table's): exact at a generation, or unknown and why. */
 export type Currency = { exact: true; generation: number } | { exact: false; generation: number; reason: string };
 
@@ -220,7 +228,8 @@ export class FollowedView {
    * the events of the commits up to it in those tables, the commit's own included, are then in the
    * seed, and where the events trail the observation, the other tables follow the commits before
    * it as they come. Else they stay let go (the next clean observation seeds them): the events
-   * follow nothing or went past the commit; a table the echo left no rules of stays let go alone.
+   * follow nothing or went past the commit; a table the echo left no rules of, or a desired change
+   * made unknown (DESIRED_CHANGED), stays let go alone.
    */
   protected seedFromEcho(generation: number, tables: readonly TableConfig[]): void {
     if (!this.following || this.generation > generation || this.expected.size > 0 || tables.length !== this.seeded.length) return;
@@ -232,6 +241,7 @@ export class FollowedView {
         if (rec.followed.desired !== t) return;
         continue;
       }
+      if (rec.unknown === DESIRED_CHANGED) continue;
       // A table the echo left no rules of (stateful objects, anonymous sets) stays let go: the next clean observation seeds it.
       const f = rec.rules && seedTable(t, rec.rules.observed, rec.rules);
       if (f) again.push([rec, f]);

@@ -35,7 +35,7 @@ import { canFollow, cleanRules, confirm, heldFits, revalidate, takeFollowed } fr
 import { followCommit, readAddedChains } from './follow-commit.js';
 import { unfollow } from './follow-events.js';
 import { retarget } from './follow-seed.js';
-import { FollowedView, runCovers, type Currency } from './followed-view.js';
+import { DESIRED_CHANGED, FollowedView, runCovers, type Currency } from './followed-view.js';
 import { tableKey, type OwnedTable, type TableRules } from './owned-table.js';
 
 export { EVENTS_WAIT_MS, runCovers, type Currency } from './followed-view.js';
@@ -310,17 +310,17 @@ export class KernelView extends FollowedView {
 
   /**
    * A new desired state: a followed table keeps what the kernel holds when only its set and map
-   * elements changed (retarget); one changed otherwise is unknown, alone (the full pass for the
-   * change seeds it again from its echo), and every table when the tables themselves changed, or
-   * a repair of ours is awaited. The rules stay (an observation compares them).
+   * elements changed (retarget); one changed otherwise is unknown, alone (DESIRED_CHANGED), and
+   * every table when the tables themselves changed, or a repair of ours is awaited. The rules stay
+   * (an observation compares them).
    */
   desiredChanged(desired: readonly TableConfig[]): void {
     if (!this.progressOf) return;
     const lost = this.following && retarget(this.seeded, desired);
     if (lost && lost.length === 0) return;
     for (const rec of this.all()) this.settle(rec);  // before the followed tables go
-    if (!lost || this.awaiting) this.invalidate('the desired state changed');
-    else for (const rec of lost) unfollow(rec, 'the desired state changed');
+    if (!lost || this.awaiting) this.invalidate(DESIRED_CHANGED);
+    else for (const rec of lost) unfollow(rec, DESIRED_CHANGED);
   }
 
 }
