@@ -29,7 +29,9 @@ export function followCommit(tables: readonly TableConfig[], observed: readonly 
   batch: Batch, echoed: CommitResult | undefined, previous: ((t: TableConfig) => TableRules | undefined) | undefined,
   read: ReadonlyMap<string, ReadonlyMap<string, ChainDigests>> | undefined, portId: number | undefined): Map<string, TableRules> | undefined {
   if (!echoed && !read) return undefined;
-  for (const [i, t] of tables.entries()) if (observed[i] && objectsUnknown(t, observed[i]!)) return undefined;
+  // Stateful objects are not known: a table that has them is read at each observation (objectsUnknown).
+  const lost = new Set<string>();
+  for (const [i, t] of tables.entries()) if (observed[i] && objectsUnknown(t, observed[i]!)) lost.add(tableKey(t));
   const anonymous = anonymousSetsHeld(echoed);
   const desiredTables = new Set(tables.map(tableKey));
   // Handles by chain, starting from what the plan saw.
@@ -72,54 +74,45 @@ export function followCommit(tables: readonly TableConfig[], observed: readonly 
       spliced.set(`${tableKey(t)} ${name}`, { prev, splices: e.splices, ops: [] });
     }
   }
-  for (const [index, op] of batch.ops.entries()) {
+  // An op that cannot be followed loses its table alone: the next observation reads it, the other tables are followed.
+  const followOp = (op: Op, index: number): boolean => {
     if (op.object === 'table') {
       const k = tableKey(op);
-      // A retired table deleted in the same batch is none of what is known.
-      if (!desiredTables.has(k)) {
-        if (op.verb === 'delete') continue;
-        return undefined;
-      }
-      if (op.verb !== 'add' && op.verb !== 'create') return undefined;  // a table recreated: read it
+      if (op.verb !== 'add' && op.verb !== 'create') return false;  // a table recreated: read it
       const o = seen.get(k);
-      if (!o) return undefined;
+      if (!o) return false;
       const was = tablesNow.get(k) ?? o.table;
       const flags = op.flags ?? was?.flags ?? 0;
-      if (flags & TABLE_F.OWNER && portId === undefined) return undefined;  // its owner is our socket: which one?
+      if (flags & TABLE_F.OWNER && portId === undefined) return false;  // its owner is our socket: which one?
       tablesNow.set(k, {
         family: op.family, name: op.name, flags,
         ...(flags & TABLE_F.OWNER ? { owner: portId } : {}),
         ...(was?.userdata !== undefined ? { userdata: was.userdata } : op.userdata !== undefined ? { userdata: op.userdata } : {}),
       });
-      continue;
+      return true;
     }
     if (op.object === 'set') {
       const k = `${op.family} ${op.table} ${op.name}`;
       if (op.verb === 'delete') {
         setsNow.set(k, null);
-        continue;
+        return true;
       }
       // Anonymous sets are named by the kernel: a table that has them is not followed, unless the
       // echo proved their rules (anonymousSetsHeld): each set is then its rule's, and goes with it.
-      if (op.flags === undefined) return undefined;
-      if (op.flags & SET_F.ANONYMOUS) {
-        if (anonymous && (op.verb === 'add' || op.verb === 'create')) continue;
-        return undefined;
-      }
-      if (op.verb === 'add' || op.verb === 'create') setsNow.set(k, op as NftSet);
-      else return undefined;
-      continue;
+      if (op.flags === undefined || (op.verb !== 'add' && op.verb !== 'create')) return false;
+      if (op.flags & SET_F.ANONYMOUS) return anonymous;
+      setsNow.set(k, op as NftSet);
+      return true;
     }
-    // Stateful objects are not known: a table that has them is read at each observation (objectsUnknown).
-    if (op.object === 'obj') return undefined;
-    if (op.object === 'element') continue;  // every named set holds its desired elements after the commit (below)
+    if (op.object === 'obj') return false;  // stateful objects: as above
+    if (op.object === 'element') return true;  // every named set holds its desired elements after the commit (below)
     // Bound chains (`jump { … }`) are named by the kernel: a commit that adds one is not followed.
-    if (op.object === 'chain' && op.name === undefined) return undefined;
-    if (op.object === 'rule' && op.chain === undefined) return undefined;
+    if (op.object === 'chain' && op.name === undefined) return false;
+    if (op.object === 'rule' && op.chain === undefined) return false;
     if (op.object === 'chain') {
       const hk = `${op.family} ${op.table} ${op.name}`;
       if (spliced.has(hk)) {
-        if (spliced.get(hk)!.ops.length > 0) return undefined;
+        if (spliced.get(hk)!.ops.length > 0) return false;
         spliced.delete(hk);
       }
       const m = chainsOf(op.family, op.table);
@@ -128,35 +121,46 @@ export function followCommit(tables: readonly TableConfig[], observed: readonly 
       if (op.verb === 'add' || op.verb === 'create') {
         if (!existed) m.set(op.name, []);  // adding an existing chain changes none of its rules
       } else if (op.verb === 'flush') {
-        if (!existed) return undefined;
+        if (!existed) return false;
         m.set(op.name, []);
       } else {
         m.set(op.name, DELETED);
       }
-      continue;
+      return true;
     }
     if (read?.get(`${op.family} ${op.table}`)?.has(op.chain)) {
       if (op.verb === 'delete') gone.add(op.handle!);
-      continue;  // its rules as read after the commit, below
+      return true;  // its rules as read after the commit, below
     }
     const handle = op.verb === 'delete' ? undefined : echoed?.handles?.get(index);
     if (op.verb === 'delete') gone.add(op.handle!);
-    else if (handle === undefined) return undefined;
+    else if (handle === undefined) return false;
     else if (op.id !== undefined) byId.set(op.id, handle);
     const h = spliced.size > 0 ? spliced.get(`${op.family} ${op.table} ${op.chain}`) : undefined;
     if (h) {
       h.ops.push({ op, handle });
-      continue;
+      return true;
     }
     const l = list(op.family, op.table, op.chain);
-    if (!l || l === DELETED || !applyRuleOp(l, op, handle, byId)) return undefined;
+    if (!l || l === DELETED || !applyRuleOp(l, op, handle, byId)) return false;
+    return true;
+  };
+  for (const [index, op] of batch.ops.entries()) {
+    const tk = op.object === 'table' ? tableKey(op) : `${op.family} ${op.table}`;
+    // A retired table deleted in the same batch is none of what is known.
+    if (op.object === 'table' && !desiredTables.has(tk)) {
+      if (op.verb === 'delete') continue;
+      return undefined;
+    }
+    if (!lost.has(tk) && !followOp(op, index)) lost.add(tk);
   }
   for (const [tk, chains] of read ?? []) {
     const [family, table] = [tk.slice(0, tk.indexOf(' ')), tk.slice(tk.indexOf(' ') + 1)];
     for (const [chain, d] of chains) chainsOf(family, table).set(chain, d.handles.slice());
   }
   const out = new Map<string, TableRules>();
-  for (const [i, t] of tables.entries()) {
+  // One table's rules after the batch; undefined: that table is read by the next observation.
+  const tableAfter = (i: number, t: TableConfig): TableRules | undefined => {
     const o = observed[i];
     if (!o) return undefined;
     const tk = tableKey(t);
@@ -258,7 +262,12 @@ export function followCommit(tables: readonly TableConfig[], observed: readonly 
     }
     // Every desired chain is in o.chains now: as many as desired means nothing else is.
     if (o.chains.size !== t.chains.length) return undefined;
-    out.set(tk, { observed: o, verified, verifiedSets, whole: t });
+    return { observed: o, verified, verifiedSets, whole: t };
+  };
+  for (const [i, t] of tables.entries()) {
+    if (lost.has(tableKey(t))) continue;
+    const kt = tableAfter(i, t);
+    if (kt) out.set(tableKey(t), kt);
   }
   return out;
 }

@@ -87,9 +87,9 @@ export class FollowPass extends FollowCommit implements RepairPath<Promise<Outco
     const k = this.k;
     const view = k.view;
     const monitor = k.monitor;
-    // A deliberate change reaches here with the view's events valid only when it changed elements alone (Keeper.install: retarget).
-    if (!view.following || !monitor?.progress || cause === 'startup' || k.retired.length > 0) return undefined;
     const isDeliberate = deliberate(cause);
+    // A deliberate change other than of elements left the tables it changed unknown (Keeper.install: desiredChanged): the full pass's.
+    if (!view.following || (isDeliberate && !view.valid) || !monitor?.progress || cause === 'startup' || k.retired.length > 0) return undefined;
     const sock = k.sock!;
     const trace = k.options.trace;
     trace?.('pass');

@@ -50,51 +50,70 @@ export function seedTable(t: TableConfig, have: ObservedTable | undefined, kt?: 
 
 /**
  * A new desired state that differs from the one the followed tables were seeded for (or last
- * retargeted to) in set and map elements only: they keep what the kernel holds and now differ from
- * the new elements, so the event repair commits just the element ops. O(elements) in memory, no
- * read. A table unknown stays so (an observation reads it). False (nothing changed here) when
- * anything else differs: tables, chains, rules, set definitions, or the elements of a set not
- * followed; the caller makes the tables unknown then.
+ * retargeted to) in set and map elements only, per table: such a table keeps what the kernel holds
+ * and now differs from the new elements, so the event repair commits just the element ops.
+ * O(elements) in memory, no read; a table whose desired object is the same costs nothing. A table
+ * unknown stays so (an observation reads it). Returns the tables that differ in anything else
+ * (chains, rules, set definitions, the elements of a set not followed), left as they were: the
+ * caller makes them unknown. False (nothing changed here) when the tables themselves differ.
  */
-export function retarget(owned: readonly OwnedTable[], desired: readonly TableConfig[]): boolean {
+export function retarget(owned: readonly OwnedTable[], desired: readonly TableConfig[]): OwnedTable[] | false {
   if (desired.length !== owned.length) return false;
-  const chains: [FollowedChain, ChainConfig][] = [];
-  const sets: [FollowedSet, SetConfig, Map<string, SetElement>][] = [];
-  const edits: [FollowedSet, SetConfig, number[]][] = [];
+  for (const [i, t] of desired.entries()) if (owned[i]!.family !== t.family || owned[i]!.name !== t.name) return false;
+  const not: OwnedTable[] = [];
+  const moves: Retarget[] = [];
   for (const [i, t] of desired.entries()) {
     const rec = owned[i]!;
-    if (rec.family !== t.family || rec.name !== t.name) return false;
-    const f = rec.followed;
-    if (!f) continue;
-    const was = f.desired;
-    if (f.chains.size !== t.chains.length || f.sets.size !== (t.sets?.length ?? 0)) return false;
-    if (was.protect !== t.protect || (was.userdata ?? '') !== (t.userdata ?? '')) return false;
-    for (const c of t.chains) {
-      const have = f.chains.get(c.name);
-      if (!have || !sameChain(have.desired, c)) return false;
-      if (have.desired !== c) chains.push([have, c]);
-    }
-    for (const sc of t.sets ?? []) {
-      const ms = f.sets.get(sc.name);
-      if (ms === undefined) return false;
-      if (ms === null) {
-        // Not followed: it has to stay as it is (its previous desired state is the full pass's).
-        const old = was.sets?.find((x) => x.name === sc.name);
-        if (follows(sc) || !old || !sameUnfollowed(old, sc)) return false;
-        continue;
-      }
-      if (!follows(sc) || setDefinitionKey(sc.set) !== setDefinitionKey(ms.config.set)) return false;
-      if (sc === ms.config) continue;
-      const changed = alignedChanges(ms.config.elements, sc.elements, ms.want);
-      if (changed) edits.push([ms, sc, changed]);
-      else sets.push([ms, sc, wantOf(sc)]);
-    }
+    if (!rec.followed || rec.followed.desired === t) continue;
+    const move = retargetTable(rec.followed, t);
+    if (move) moves.push(move);
+    else not.push(rec);
   }
-  for (const [c, want] of chains) c.desired = want;
-  for (const [i, rec] of owned.entries()) if (rec.followed) rec.followed.desired = desired[i]!;
-  for (const [ms, sc, changed] of edits) retargetChanged(ms, sc, changed);
-  for (const [ms, sc, want] of sets) retargetSet(ms, sc, want);
-  return true;
+  for (const { f, t, chains, sets, edits } of moves) {
+    for (const [c, want] of chains) c.desired = want;
+    f.desired = t;
+    for (const [ms, sc, changed] of edits) retargetChanged(ms, sc, changed);
+    for (const [ms, sc, want] of sets) retargetSet(ms, sc, want);
+  }
+  return not;
+}
+
+/** What retarget changes in one followed table, gathered before any of it is changed. */
+interface Retarget {
+  f: FollowedTable;
+  t: TableConfig;
+  chains: [FollowedChain, ChainConfig][];
+  sets: [FollowedSet, SetConfig, Map<string, SetElement>][];
+  edits: [FollowedSet, SetConfig, number[]][];
+}
+
+/** Followed table `f` moved to desired table `t`, when they differ in elements only (else undefined). */
+function retargetTable(f: FollowedTable, t: TableConfig): Retarget | undefined {
+  const move: Retarget = { f, t, chains: [], sets: [], edits: [] };
+  const was = f.desired;
+  if (f.chains.size !== t.chains.length || f.sets.size !== (t.sets?.length ?? 0)) return undefined;
+  if (was.protect !== t.protect || (was.userdata ?? '') !== (t.userdata ?? '')) return undefined;
+  for (const c of t.chains) {
+    const have = f.chains.get(c.name);
+    if (!have || !sameChain(have.desired, c)) return undefined;
+    if (have.desired !== c) move.chains.push([have, c]);
+  }
+  for (const sc of t.sets ?? []) {
+    const ms = f.sets.get(sc.name);
+    if (ms === undefined) return undefined;
+    if (ms === null) {
+      // Not followed: it has to stay as it is (its previous desired state is the full pass's).
+      const old = was.sets?.find((x) => x.name === sc.name);
+      if (follows(sc) || !old || !sameUnfollowed(old, sc)) return undefined;
+      continue;
+    }
+    if (!follows(sc) || setDefinitionKey(sc.set) !== setDefinitionKey(ms.config.set)) return undefined;
+    if (sc === ms.config) continue;
+    const changed = alignedChanges(ms.config.elements, sc.elements, ms.want);
+    if (changed) move.edits.push([ms, sc, changed]);
+    else move.sets.push([ms, sc, wantOf(sc)]);
+  }
+  return move;
 }
 
 /** A set's new desired elements, the same as before but a few changed or appended (alignedChanges): only those are looked at. */

@@ -25,6 +25,14 @@ import type { Expected, FollowedTable, OwnedTable } from './owned-table.js';
  */
 export const EVENTS_WAIT_MS = 100;
 
+/**
+ * Why a table is unknown after a desired change other than of its elements. Its full pass's echo
+ * does not seed it again (owners' registrations come in runs: a seed at each would cost the
+ * table's rules each time); the next clean observation, or the safety net's read-back after a run
+ * of registrations, does.
+ */
+export const DESIRED_CHANGED = 'the desired state changed';
+
 /** A currency (the followed tables', or one table's): exact at a generation, or unknown and why. */
 export type Currency = { exact: true; generation: number } | { exact: false; generation: number; reason: string };
 
@@ -109,12 +117,24 @@ export class FollowedView {
     if (this.anyChangedAt < generation) this.anyChangedAt = generation;
   }
 
+  /** The generation the followed part of `rec` is exact at: the events', or its seed's while they trail it. */
+  protected followedAt(rec: OwnedTable): number {
+    return Math.max(this.generation, rec.seededAt);
+  }
+
   /**
    * The followed tables' state: exact unless the events lost them, or one of them, or trail a table
-   * seeded ahead of them (until they reach its seed); undefined without events.
+   * seeded ahead of them (until they reach its seed); of table `t` alone, exact at its own followed
+   * generation unless the events lost it. Undefined without events.
    */
-  currency(): Currency | undefined {
+  currency(t?: { family: string; name: string }): Currency | undefined {
     if (!this.progressOf) return undefined;
+    if (t) {
+      const rec = this.find(t.family, t.name);
+      const at = rec ? this.followedAt(rec) : this.generation;
+      const lost = this.lost ?? (rec?.followed ? undefined : rec?.unknown ?? 'not seeded');
+      return lost === undefined ? { exact: true, generation: at } : { exact: false, generation: at, reason: lost };
+    }
     const why = this.lost ?? this.seeded.find((r) => !r.followed)?.unknown
       ?? (this.seededAhead > this.generation ? `the events trail a table seeded at ${this.seededAhead}` : undefined);
     return why === undefined ? { exact: true, generation: this.generation } : { exact: false, generation: this.generation, reason: why };
@@ -192,13 +212,7 @@ export class FollowedView {
     });
     if (followed.some((f) => !f)) return false;
     for (const rec of this.all()) rec.followed = undefined;
-    this.seeded = desired.map((t, i) => {
-      const rec = this.record(t);
-      rec.followed = followed[i];
-      rec.unknown = undefined;
-      rec.seededAt = generation;
-      return rec;
-    });
+    this.seeded = desired.map((t, i) => this.followFrom(this.record(t), followed[i]!, generation));
     this.expected.clear();
     this.generation = generation;
     this.seededAhead = generation;
@@ -214,7 +228,8 @@ export class FollowedView {
    * the events of the commits up to it in those tables, the commit's own included, are then in the
    * seed, and where the events trail the observation, the other tables follow the commits before
    * it as they come. Else they stay let go (the next clean observation seeds them): the events
-   * follow nothing, went past the commit, or a table has no rules (stateful objects, anonymous sets).
+   * follow nothing or went past the commit; a table the echo left no rules of, or a desired change
+   * made unknown (DESIRED_CHANGED), stays let go alone.
    */
   protected seedFromEcho(generation: number, tables: readonly TableConfig[]): void {
     if (!this.following || this.generation > generation || this.expected.size > 0 || tables.length !== this.seeded.length) return;
@@ -226,18 +241,23 @@ export class FollowedView {
         if (rec.followed.desired !== t) return;
         continue;
       }
+      if (rec.unknown === DESIRED_CHANGED) continue;
+      // A table the echo left no rules of (stateful objects, anonymous sets) stays let go: the next clean observation seeds it.
       const f = rec.rules && seedTable(t, rec.rules.observed, rec.rules);
-      if (!f) return;
-      again.push([rec, f]);
+      if (f) again.push([rec, f]);
     }
-    for (const [rec, f] of again) {
-      rec.followed = f;
-      rec.unknown = undefined;
-      rec.seededAt = generation;
-    }
+    for (const [rec, f] of again) this.followFrom(rec, f, generation);
     // At the observation, the other tables are exact at the commit too (it did not change them); trailing it, they follow on.
     if (this.generation >= generation - 1) this.generation = generation;
     else if (again.length > 0) this.seededAhead = Math.max(this.seededAhead, generation);
+  }
+
+  /** The events follow `rec` as `f` from `generation` on: the commits up to it are in the seed. */
+  private followFrom(rec: OwnedTable, f: FollowedTable, generation: number): OwnedTable {
+    rec.followed = f;
+    rec.unknown = undefined;
+    rec.seededAt = generation;
+    return rec;
   }
 
   /** What the events hold of `t`, to compare before and after a read-back: handles per chain, differing elements per set. */
@@ -245,6 +265,11 @@ export class FollowedView {
     if (!this.find(t.family, t.name)?.followed) return undefined;
     return JSON.stringify([...t.chains.map((c) => this.handlesOf(t.family, t.name, c.name)),
       ...(t.sets ?? []).map((x) => this.elementsDiffering(t.family, t.name, x.name))]);
+  }
+
+  /** A repair of ours is committed or on its way, its events not followed yet. */
+  protected get awaiting(): boolean {
+    return this.expected.size > 0;
   }
 
   /** Registers the events our repair producing `generation` must show (before committing it). */

@@ -13,8 +13,8 @@
  *   by rule and element by element (follow-events.ts) and the event repairs plan from (plan.ts,
  *   planFollowed).
  *
- * The rules take what the followed part holds when events changed the table (known.ts,
- * takeFollowed): its array, and where the events left it otherwise than desired, a stand-in for
+ * The rules take what the followed part holds when events changed the table, when they are asked
+ * for (view.ts settle; known.ts takeFollowed): its array, and where the events left it otherwise than desired, a stand-in for
  * each foreign rule and the difference they followed, which the observation plans from. So both say
  * the same of the kernel; the rules can be exact while the followed part is unknown (our full
  * pass's commit is followed by its echo into the rules, not by events).
@@ -37,7 +37,7 @@ export interface OwnedTable {
   changedAt: number;
   /** Its rules, exact at `rulesAt`; undefined: not held, an observation reads the table. */
   rules?: TableRules;
-  /** The generation its rules are exact at (moved by an observation, our full pass's echo, and the events they take). */
+  /** The generation its rules are exact at (moved by an observation, our full pass's echo, and the events: followed, its followed generation once asked for). */
   rulesAt: number;
   /**
    * What the events follow of it, exact at the view's followed generation (or, while the events

@@ -16,10 +16,11 @@
  * Its currency is per owned table (tableCurrency): exact at a generation, or unknown and why. The
  * view notes, per owned table, the last commit that changed it (an event in it, our echoed repair
  * of it; a truncated batch may have changed them all), and the monitor's run of whole commits
- * (MonitorProgress) proves that no other commit did. A table unchanged since its rules were exact
- * is exact now; a changed one takes what the events followed (takeFollowed: the handles, and where
- * they left it otherwise than desired, the difference), or is confirmed by a digest dump of that
- * table alone, or read; an overflow or a gap
+ * (MonitorProgress) proves that no other commit did. A table the events follow is exact at its
+ * followed generation, its rules with it (settle: the handles, and where the events left it
+ * otherwise than desired, the difference, taken when asked for); a table they lost is exact where
+ * no commit changed it since its rules were exact, else confirmed by a digest dump of that table
+ * alone, or read; an overflow or a gap
  * in the run, which cannot be told to a table, leaves every table to be confirmed. The event
  * repairs plan from the followed tables, those the events did not lose, while a full pass reads the
  * others.
@@ -34,7 +35,7 @@ import { canFollow, cleanRules, confirm, heldFits, revalidate, takeFollowed } fr
 import { followCommit, readAddedChains } from './follow-commit.js';
 import { unfollow } from './follow-events.js';
 import { retarget } from './follow-seed.js';
-import { FollowedView, runCovers, type Currency } from './followed-view.js';
+import { DESIRED_CHANGED, FollowedView, runCovers, type Currency } from './followed-view.js';
 import { tableKey, type OwnedTable, type TableRules } from './owned-table.js';
 
 export { EVENTS_WAIT_MS, runCovers, type Currency } from './followed-view.js';
@@ -68,7 +69,7 @@ export class KernelView extends FollowedView {
    * since and none of them changed this table. Else unknown, and why.
    */
   tableCurrency(t: TableConfig, generation: number, p = this.progressOf?.()): Currency {
-    const rec = this.find(t.family, t.name);
+    const rec = this.settled(t);
     if (!rec?.rules) return { exact: false, generation: rec?.rulesAt ?? 0, reason: 'no rules held' };
     const why = this.staleness(rec, rec.rulesAt, generation, p);
     return why ? { exact: false, generation: rec.rulesAt, reason: why } : { exact: true, generation };
@@ -84,13 +85,20 @@ export class KernelView extends FollowedView {
 
   /** The rules the view holds of `t` (undefined: an observation reads it). */
   rulesOf(t: { family: string; name: string }): TableRules | undefined {
-    return this.find(t.family, t.name)?.rules;
+    return this.settled(t)?.rules;
   }
 
   /** The generation the view's rules of `t` are exact at (undefined: it holds none). */
   rulesAtOf(t: { family: string; name: string }): number | undefined {
-    const rec = this.find(t.family, t.name);
+    const rec = this.settled(t);
     return rec?.rules ? rec.rulesAt : undefined;
+  }
+
+  /** The record of `t`, its rules having taken what the events followed (settle). */
+  private settled(t: { family: string; name: string }): OwnedTable | undefined {
+    const rec = this.find(t.family, t.name);
+    if (rec) this.settle(rec);
+    return rec;
   }
 
   /**
@@ -111,7 +119,6 @@ export class KernelView extends FollowedView {
       readUnechoed = await this.readUnechoed(conn, unechoed, generation, read);
     }
     const trust = !readBack || readUnechoed;
-    this.takeFollowed();
     // A difference the events followed was found against the desired chains of then: a chain changed since has its table read.
     for (const t of tables) {
       const kt = this.rulesOf(t);
@@ -179,27 +186,32 @@ export class KernelView extends FollowedView {
   }
 
   /**
-   * Each table's rules take what the events followed since they were exact: when the events follow
-   * at a later generation M and account for every commit from the rules' generation up to M (they
-   * were seeded at or before that generation, and have followed every commit since, or its echo; or
-   * the monitor's run covers the commits in between), a table a commit changed meanwhile takes what
-   * the events gave (known.ts, takeFollowed: the handles, and the difference where they left it
-   * otherwise than desired; a table they lost has its rules go, and the next observation reads it),
-   * and its rules are exact at M. A table whose rules are not so accounted for keeps them at their
-   * generation.
+   * One generation per record: the rules of a table the events follow are exact at its followed
+   * generation (followedAt). They share the followed part's arrays, so a chain the events hold as
+   * desired is theirs as it is; a chain the events left otherwise than desired owes its list in
+   * the kernel's order (a stand-in for each foreign rule) and the difference they followed
+   * (known.ts, takeFollowed), made here when the rules are asked for, never per event. A table the
+   * events lost after its rules' generation, and changed since, has its rules go (the next
+   * observation reads it); one unchanged since keeps them, exact at the events' generation.
    */
-  private takeFollowed(): void {
-    if (!this.following) return;
-    const p = this.progressOf!();
-    for (const rec of this.all()) {
-      if (!rec.rules || rec.rulesAt >= this.generation) continue;
-      if (rec.seededAt > rec.rulesAt && !runCovers(rec.rulesAt, this.generation, this.applied, p)) continue;
-      if (this.lastChangeOf(rec) > rec.rulesAt && (!rec.followed || !takeFollowed(rec.rules, rec.followed))) {
+  private settle(rec: OwnedTable): void {
+    if (!rec.rules || !this.following) return;
+    const at = rec.followed ? this.followedAt(rec) : this.generation;
+    if (rec.rulesAt >= at) return;
+    const changed = this.lastChangeOf(rec) > rec.rulesAt;
+    if (rec.followed) {
+      // Seeded after the rules' generation, the followed part holds what the events before its seed did.
+      if ((changed || rec.seededAt > rec.rulesAt) && !takeFollowed(rec.rules, rec.followed)) {
         rec.rules = undefined;
-        continue;
+        return;
       }
-      rec.rulesAt = this.generation;
+    } else if (changed) {
+      rec.rules = undefined;
+      return;
+    } else if (rec.seededAt > rec.rulesAt && !runCovers(rec.rulesAt, at, this.applied, this.progressOf!())) {
+      return;
     }
+    rec.rulesAt = at;
   }
 
   /**
@@ -297,14 +309,18 @@ export class KernelView extends FollowedView {
   }
 
   /**
-   * A new desired state: the followed tables keep what the kernel holds when only set and map
-   * elements changed (retarget), else the events follow none; the rules stay (an observation compares them).
+   * A new desired state: a followed table keeps what the kernel holds when only its set and map
+   * elements changed (retarget); one changed otherwise is unknown, alone (DESIRED_CHANGED), and
+   * every table when the tables themselves changed, or a repair of ours is awaited. The rules stay
+   * (an observation compares them).
    */
   desiredChanged(desired: readonly TableConfig[]): void {
-    if (this.progressOf && (!this.following || !retarget(this.seeded, desired))) {
-      this.takeFollowed();  // before the followed tables go
-      this.invalidate('the desired state changed');
-    }
+    if (!this.progressOf) return;
+    const lost = this.following && retarget(this.seeded, desired);
+    if (lost && lost.length === 0) return;
+    for (const rec of this.all()) this.settle(rec);  // before the followed tables go
+    if (!lost || this.awaiting) this.invalidate(DESIRED_CHANGED);
+    else for (const rec of lost) unfollow(rec, DESIRED_CHANGED);
   }
 
 }

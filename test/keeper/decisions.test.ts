@@ -18,6 +18,7 @@ import { Batch } from '../../src/netlink/batch.js';
 import type { NftConn } from '../../src/netlink/conn.js';
 import type { Family } from '../../src/netlink/expr.js';
 import type { ObservedTable, Rule } from '../../src/netlink/objects.js';
+import type { OwnedTable } from '../../src/keeper/owned-table.js';
 import { compileOwner } from '../../src/owners/spec.js';
 import { compileRule } from '../../src/rules/index.js';
 import { FakeKernel } from '../helpers/fake-kernel.js';
@@ -171,6 +172,66 @@ describe('verification without events, and of our own commit', () => {
     await k.readBack('tick', performance.now(), true);
     await k.idle();
     expect(k.followState()).toMatchObject({ exact: false, reason: expect.stringMatching(/a read found a difference the followed part did not hold/) });
+  });
+});
+
+describe('the event repair beside a pass, and the read-back against the followed part', () => {
+  it('a foreign change while a pass runs is not repaired inline from the events: the pass that follows repairs it', async () => {
+    const { k } = await following();
+    // The pass waits on its first table read until released.
+    const sock = k.state.sock!;
+    const { getTable } = sock;
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    let waiting = false;
+    sock.getTable = async (family, name) => {
+      if (!waiting) {
+        waiting = true;
+        await gate;
+      }
+      return getTable.call(sock, family, name);
+    };
+    const pass = k.readBack('tick', performance.now(), true);
+    const repaired = nextRepair(k);
+    try {
+      await turns('the pass to wait on its read', () => waiting);
+      const h = (await kernel.connect().listRules(OWNED)).map((r) => r.handle!);
+      kernel.tamper(new Batch().delete('rule', { ...OWNED, handle: h[1]! }));
+      const g = kernel.generation;
+      await turns('the deletion handed over', () => k.state.view.generation >= g);
+      for (let i = 0; i < 20; i++) await new Promise((r) => setImmediate(r));
+      // The followed part was exact at the deletion, yet nothing was committed while the pass ran.
+      expect(kernel.generation).toBe(g);
+      expect(await kernel.connect().listRules(OWNED)).toHaveLength(FLANNEL_RULES.length - 1);
+    } finally {
+      release();
+    }
+    await pass;
+    const r = await repaired;
+    await k.idle();
+    expect(r.ops).toBe(1);
+    expect(await kernel.connect().listRules(OWNED)).toHaveLength(FLANNEL_RULES.length);
+  });
+
+  it('a read-back that finds the kernel as desired but the followed part otherwise: reseeded from the read and said (followed-diverged), nothing committed', async () => {
+    const { k } = await following();
+    let diverged = 0;
+    k.state.events.on('followed-diverged', () => diverged++);
+    // The followed part holds a rule at a handle the kernel does not (what an event followed wrongly would leave).
+    const view = k.state.view as unknown as { find(family: string, name: string): OwnedTable | undefined };
+    const c = view.find('ip', 'nfkeeper')!.followed!.chains.get('postrouting')!;
+    const was = c.rules[1]!;
+    c.byHandle.delete(was.handle!);
+    c.rules[1] = { ...was, handle: 99_999 };
+    c.byHandle.set(99_999, 1);
+    const g = kernel.generation;
+    await k.readBack('tick', performance.now(), true);
+    await k.idle();
+    expect(diverged).toBe(1);
+    expect(kernel.generation).toBe(g);
+    const handles = (await kernel.connect().listRules(OWNED)).map((r) => r.handle!);
+    expect(k.state.view.handlesOf('ip', 'nfkeeper', 'postrouting')).toEqual(handles);
+    expect(k.followState()).toMatchObject({ exact: true, generation: g });
   });
 });
 

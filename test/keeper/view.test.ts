@@ -11,6 +11,7 @@ import { Batch } from '../../src/netlink/batch.js';
 import type { MonitorBatch, MonitorEvent } from '../../src/netlink/events.js';
 import { Reconciler, type PassInput } from '../../src/keeper/reconciler.js';
 import { KernelView } from '../../src/keeper/view.js';
+import { observeTable } from '../../src/keeper/observe.js';
 import { FakeKernel, type FakeConn, type FakeWatch } from '../helpers/fake-kernel.js';
 import { planConfig, readPlanChain, rng, ruleText } from './plan-fixtures.js';
 import { parseConfig } from '../../src/config/config.js';
@@ -255,6 +256,33 @@ describe('the kernel view', () => {
     expect(await w.view.heldAt(w.conn, g + 2, tables, false, () => w.reads.n++)).toMatchObject({ read: false });
     expect(w.reads.n).toBe(reads);
     expect(w.view.rulesOf(tables[0]!)!.observed.rules.get('c')).toBe(array);
+  });
+
+  it('one generation per table: a followed table\'s rules are exact at its followed generation, a chain the events left otherwise owing its kernel-order list until asked', async () => {
+    const w = world();
+    const tables = planConfig([0, 1, 2]).tables;
+    const t = tables[0]!;
+    const g = (await seededWith(w, tables)).generation;
+    const rec = (w.view as unknown as { find(f: string, n: string): OwnedTable }).find('ip', 't');
+    const array = rec.rules!.observed.rules.get('c')!;
+    const [, second] = await handles(w);
+    await w.other.commit(new Batch().delete('rule', { ...C, handle: second }));
+    await w.settled();
+    // Followed, not yet asked for: no list was made for the event (the rules still hold the one array).
+    expect(rec.rules!.observed.rules.get('c')).toBe(array);
+    expect(w.view.currency(t)).toEqual({ exact: true, generation: g + 1 });
+    // Asked for: exact at the followed generation, the chain in the kernel's order with the difference the events followed.
+    expect(w.view.tableCurrency(t, g + 1)).toEqual({ exact: true, generation: g + 1 });
+    const kt = w.view.rulesOf(t)!;
+    expect(kt.observed.rules.get('c')!.map((x) => x.handle)).toEqual(await handles(w));
+    expect([...kt.held!.keys()]).toEqual(['c']);
+    // Our repair from the events: the rules are exact at its generation, in the one array again, with no observation.
+    await repairFromEvents(w, g + 1);
+    expect(w.view.rulesAtOf(t)).toBe(g + 2);
+    expect(w.view.tableCurrency(t, g + 2)).toEqual({ exact: true, generation: g + 2 });
+    expect(w.view.rulesOf(t)!.observed.rules.get('c')).toBe(followedRules(w.view, 'c'));
+    expect(w.view.rulesOf(t)!.held).toBeUndefined();
+    expect(followedRules(w.view, 'c').map((x) => x.handle)).toEqual(await handles(w));
   });
 
   it('after a reload of the same rules (other objects) the rules and the followed part hold a chain in two arrays; the rules take it back as one, of the new desired rules', async () => {
@@ -589,8 +617,11 @@ describe('the kernel view, per owned table', () => {
     expect(w.view.followsTable('ip', 'a')).toBe(false);
     expect(w.view.followsTable('ip', 'b')).toBe(true);
     expect(w.view.exactAt(g + 1)).toBe(true);
-    expect(w.view.tableCurrency(ta!, g + 1)).toEqual({ exact: false, generation: g, reason: `commit ${g + 1} changed it` });
+    // Table a's rules went with its followed part (the commit changed it); b's are exact at the events' generation.
+    expect(w.view.tableCurrency(ta!, g + 1)).toEqual({ exact: false, generation: g, reason: 'no rules held' });
     expect(w.view.tableCurrency(tb!, g + 1)).toEqual({ exact: true, generation: g + 1 });
+    expect(w.view.currency(ta!)).toMatchObject({ exact: false, reason: 'newchain ip a x (the full pass plans that)' });
+    expect(w.view.currency(tb!)).toEqual({ exact: true, generation: g + 1 });
     // A foreign deletion in table b meanwhile is followed and planned from the events, table b alone.
     const B = { family: 'ip' as const, table: 'b', chain: 'c' };
     const [, second] = (await w.other.listRules(B)).map((x) => x.handle!);
@@ -679,6 +710,70 @@ describe('the kernel view, per owned table', () => {
     const held = await w.view.heldAt(w.conn, g + 1, [ta!, tb!], false, () => undefined);
     expect([...held.known!.keys()]).toEqual([tb!]);
     expect([w.view.rulesAtOf(ta!), w.view.rulesAtOf(tb!)]).toEqual([undefined, g + 1]);
+  });
+
+  it('a table with stateful objects loses only itself at our full pass\'s commit: the other table\'s rules and followed part come from the echo', async () => {
+    const { w, g } = await two();
+    const [ta, tb] = twoTables([0, 1, 2]);
+    // Table a as a config with a stateful object gives it (the fake kernel models none: the pass is driven by hand below).
+    const objects = parseConfig('tables:\n  - family: ip\n    name: a\n    objects:\n      - name: hits\n        type: counter\n').tables[0]!.objects;
+    const tables = [{ ...ta!, objects }, tb!];
+    // Another writer adds a chain to each table: the events lose both.
+    const x = (table: string) => ({ family: 'ip' as const, table, name: 'x' });
+    await w.other.commit(new Batch().add('chain', x('a')).add('chain', x('b')));
+    await w.settled();
+    expect([w.view.followsTable('ip', 'a'), w.view.followsTable('ip', 'b')]).toEqual([false, false]);
+    // The full pass: both tables read, the foreign chains deleted in one commit, its echo followed.
+    const observed = await Promise.all(tables.map((t) => observeTable(w.conn, t.family, t.name, t.chains.map((c) => c.name))));
+    const batch = new Batch().delete('chain', x('a')).delete('chain', x('b'));
+    const echoed = await w.conn.commit(batch, { expectGeneration: g + 1, echo: true });
+    w.view.committed(batch);
+    await w.view.followCommit(w.conn, g + 2, tables, observed, batch, echoed ?? undefined, undefined, false, () => undefined);
+    expect([w.view.rulesAtOf(tables[0]!), w.view.rulesAtOf(tb!)]).toEqual([undefined, g + 2]);
+    expect([w.view.followsTable('ip', 'a'), w.view.followsTable('ip', 'b')]).toEqual([false, true]);
+    // Table b is followed as the kernel holds it: a foreign deletion there is repaired from the events, table b alone.
+    await w.settled();
+    const B = { family: 'ip' as const, table: 'b', chain: 'c' };
+    const [, second] = (await w.other.listRules(B)).map((r) => r.handle!);
+    await w.other.commit(new Batch().delete('rule', { ...B, handle: second }));
+    await w.settled();
+    const plan = await repairFromEvents(w, g + 3);
+    expect(plan.batch.ops).toMatchObject([{ verb: 'add', object: 'rule', table: 'b', chain: 'c' }]);
+    expect(w.view.handlesOf('ip', 'b', 'c')).toEqual((await w.other.listRules(B)).map((r) => r.handle));
+    expect(await new Reconciler(w.other, { attempts: 1 }).once({ tables: [tb!], readOnly: true })).toMatchObject({ status: 'in-sync' });
+  });
+
+  it('a desired change other than of elements in one table (a registration) makes that table alone unknown: the other stays exact and repaired from the events, and across the full pass\'s commit', async () => {
+    const { w, g, dumps, pass } = await two();
+    const [ta] = twoTables([0, 1, 2]);
+    const tables = [ta!, twoTables([0, 1, 2], [0, 1, 2, 3])[1]!];
+    w.view.desiredChanged(tables);
+    expect([w.view.followsTable('ip', 'a'), w.view.followsTable('ip', 'b')]).toEqual([true, false]);
+    expect(w.view.currency()).toMatchObject({ exact: false, reason: 'the desired state changed' });
+    expect(w.view.exactAt(g)).toBe(true);
+    // A foreign deletion in table a meanwhile is followed and repaired from the events.
+    const [, second] = (await w.other.listRules(A)).map((r) => r.handle!);
+    await w.other.commit(new Batch().delete('rule', { ...A, handle: second }));
+    await w.settled();
+    const plan = await repairFromEvents(w, g + 1);
+    expect(plan.batch.ops).toMatchObject([{ verb: 'add', object: 'rule', table: 'a', chain: 'c' }]);
+    await w.settled();
+    // The pass for the change: table b planned from its rules, neither table read. Its echo does not
+    // seed b (registrations come in runs); a stays followed, exact at the commit.
+    const r = await pass(tables);
+    expect(r).toMatchObject({ status: 'repaired', ops: 1, trusted: true, generation: g + 3 });
+    expect([...dumps]).toEqual([]);
+    expect([w.view.followsTable('ip', 'a'), w.view.followsTable('ip', 'b')]).toEqual([true, false]);
+    expect(w.view.currency(ta!)).toEqual({ exact: true, generation: g + 3 });
+    expect(w.view.currency(tables[1]!)).toMatchObject({ exact: false, reason: 'the desired state changed' });
+    // The next clean observation (planned from the rules, no read) seeds both.
+    await w.settled();
+    const again = await pass(tables);
+    expect(again).toMatchObject({ status: 'in-sync', ops: 0 });
+    expect(w.view.seed(tables, again.first.observed, again.generation)).toBe('seeded');
+    expect([...dumps]).toEqual([]);
+    expect(w.view.currency()).toEqual({ exact: true, generation: g + 3 });
+    expect(w.view.handlesOf('ip', 'b', 'c')).toEqual((await w.other.listRules({ family: 'ip', table: 'b', chain: 'c' })).map((x) => x.handle));
   });
 
   it('an overflow or a truncated batch cannot be attributed: every table is unknown and read', async () => {
