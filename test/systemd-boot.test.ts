@@ -208,7 +208,7 @@ describe.skipIf(tools.length > 0)(`the systemd unit under a booted Debian 12${sk
     expect(JSON.parse(said).by).toMatchObject({ comm: 'nft', unresolved: expect.stringMatching(/not in the initial pid namespace/) });
   });
 
-  it('Debian 12\'s own nodejs (18, what apt install nodejs gives) gets one line saying Node 20 is needed', () => {
+  it('Debian 12\'s own nodejs (18, what apt install nodejs gives) gets one line saying Node 22 or newer is needed', () => {
     // A clean environment: this machine's NODE_EXTRA_CA_CERTS names a file the container lacks.
     const r = inside(['env', '-i', 'PATH=/usr/bin:/bin', '/usr/bin/node', '/usr/local/lib/node_modules/nfkeeper/bin/nfkeeper.js', 'version']);
     expect(inside(['/usr/bin/node', '--version']).stdout).toMatch(/^v18\./);
