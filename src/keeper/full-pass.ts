@@ -147,7 +147,7 @@ export class FullPass implements RepairPath<Promise<Outcome>> {
     // Our commit's echo seeded the tables it let go again (KernelView.seedFromEcho).
     if (view.valid && !wasValid) this.reporter.followChanged();
     if (!view.valid && !inARun) {
-      // After this pass has settled (start() and the repair's caller do not wait for it).
+      // After this pass is done (start() and the repair's caller do not wait for it).
       setImmediate(() => {
         if (k.stopped || view.valid) return;
         this.scheduler.request('tick', performance.now(), true).catch(() => undefined);

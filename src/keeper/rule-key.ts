@@ -19,8 +19,8 @@ import { ruleKey, type SetResolver } from '../rules/index.js';
  * A rule known to be `r` of desired chain `c` at `handle`, without a decoded copy: the desired
  * rule's own expressions and userdata (shared with the desired state), and the desired rule itself
  * for its key, computed when a diff first asks (a registration's new rules are compared with
- * nothing, and hashing their canonical form was a third of what a registration allocated). The
- * known state and the start-up's adoption by digests keep their rules so.
+ * nothing, so hashing their canonical form would be work and garbage for no use). The known
+ * state and the start-up's adoption by digests keep their rules so.
  */
 export function knownRule(t: Pick<TableConfig, 'family' | 'name'>, c: Pick<ChainConfig, 'name'>, r: ChainConfig['rules'][number], handle: number, digest?: string): Rule {
   const compiled = r.compiled;

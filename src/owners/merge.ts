@@ -99,8 +99,8 @@ const lastMerge = new WeakMap<readonly TableConfig[], Merged>();
 type Piece = Owner | { i0: number; i1: number };
 
 /**
- * The merge of `owners` from its pieces, every array allocated once at its size (pushing grew each
- * of them several times: at 1,000 owners that was most of what a registration's merge allocated).
+ * The merge of `owners` from its pieces, every array allocated once at its size (pushing would grow
+ * each of them several times, O(owners) garbage per registration).
  */
 function build(oc: OwnersConfig, owners: readonly Owner[], pieces: readonly Piece[], prev: Merged | undefined,
   nChains: number, nJumps: readonly number[]): Merged {
