@@ -68,7 +68,7 @@ void CommitRun::Run() {
   // batch itself still commits. Grow the buffer; if it cannot hold them all,
   // ask only for errors, which are enough to decide the outcome. Big batches
   // ask for errors only anyway: a success ack per message cost the kernel an
-  // skb and us a recv() each (11,002 for 10,000 rules) and tells nothing an
+  // skb and us a recv() each and tells nothing an
   // error would not; an error names its message's seq either way.
   // An echoed rule is about as big as an ack: room for two messages per op.
   bool roomForAll = sock_->EnsureBuffers(batch_->bytes.size(), echo_ ? 2 * count : count);

@@ -94,7 +94,7 @@ class EventBatcher {
   // The caller read `generation` after handling `overflowsSeen` overflow
   // reports: every later commit reaches us whole (see event.cc).
   void Anchor(uint32_t generation, uint64_t overflowsSeen);
-  // The caller learnt its own commit that made `generation` from the commit's acknowledgements
+  // The caller knows its own commit that made `generation` from the commit's acknowledgements
   // (their echo): that commit's batch, if it holds only ignored ports' events, is neither handed
   // over nor counted. Forgotten at the first NEWGEN at or past it.
   void SkipOwn(uint32_t generation);

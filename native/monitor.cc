@@ -332,7 +332,7 @@ Napi::Value NftMonitor::Anchor(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
-// skipOwn(generation): the caller learnt its own commit that made `generation` from its echo (see
+// skipOwn(generation): the caller knows its own commit that made `generation` from its echo (see
 // EventBatcher::SkipOwn): its events wake no JavaScript.
 Napi::Value NftMonitor::SkipOwn(const Napi::CallbackInfo& info) {
   if (info[0].IsNumber()) {

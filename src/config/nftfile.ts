@@ -80,9 +80,9 @@ interface Tok {
 
 /*
  * The scanner's tokens are kept as numbers in typed arrays (kind, start, end),
- * not as objects: kube-proxy's file at 10,000 services is 1.3 million tokens,
- * and objects for them, alive until the whole file was read, were a third of
- * the reading time in the garbage collector. The reader makes a Tok when it
+ * not as objects: a big file (kube-proxy's at its largest) is millions of
+ * tokens, and objects for them, alive until the whole file was read, kept the
+ * garbage collector busy for much of the reading. The reader makes a Tok when it
  * looks at one (most tokens are inside rule texts, which it only skips over).
  */
 const K_WORD = 0, K_STRING = 1, K_OPEN = 2, K_CLOSE = 3, K_SEMI = 4, K_NL = 5, K_END = 6, K_ELEMS = 7;

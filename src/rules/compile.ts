@@ -228,8 +228,8 @@ function textSource(family: Family, interfaces: InterfaceResolver | undefined): 
 /**
  * A compiled rule whose `text`, the canonical rendering, is made when it is first read (and kept),
  * not when the rule is compiled: a config's rules are compared by their expressions, and their
- * texts are read only to show a difference or a plan. Rendering was a third of compiling
- * kube-proxy's 64,000 rules, and kept a second copy of every rule's text. `text` is an own
+ * texts are read only to show a difference or a plan. Rendering every rule would be a large
+ * share of compiling a big config, and keep a second copy of every rule's text. `text` is an own
  * enumerable property for spreads, JSON and equality (an accessor: util.inspect shows it as one);
  * assigning it replaces the rendering.
  *
