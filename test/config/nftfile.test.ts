@@ -104,7 +104,7 @@ describe('nft files: the two forms', () => {
 	chain c { update @aff { ip saddr }; add @sized { ip daddr }; ip saddr @plain accept; }
 }
 `, 'd.nft');
-    const sets = new Map(c.tables[0]!.sets.map((x) => [x.name, x.set]));
+    const sets = new Map(c.tables[0]!.sets!.map((x) => [x.name, x.set]));
     expect(sets.get('aff')!.size).toBeUndefined();
     expect(sets.get('aff')!.flags & SET_F.EVAL).toBe(SET_F.EVAL);
     expect(sets.get('sized')!.size).toBe(100);
