@@ -25,8 +25,6 @@ import { objectsUsed } from '../rules/objref.js';
 import { NFT_KEYWORDS, NFT_OBJECT_KEYWORDS } from '../rules/keywords.js';
 import { SET_F, type NftSet } from '../netlink/objects.js';
 
-/** nft's size for a set a rule adds elements to when the file gives none (nft 1.0.6 lists `size 65535`). */
-const DYNSET_DEFAULT_SIZE = 65535;
 import { describeProblem, readEnvFile, substitute } from './env.js';
 
 // nft's unquoted identifiers: letters, digits and _ . - / (owner chains are o/<id>/<name>).
@@ -453,9 +451,10 @@ function buildConfig(raw: unknown, file: string, where: Positions, options: Load
       const ci = problem.chain;
       fail(pos(rulePath(['tables', ti, 'chains', ci], problem.rule)), `rule ${problem.rule + 1} of chain ${chains[ci]!.name}: ${problem.reason}`);
     }
-    // A set that a rule adds to (`add/update @s { … }`) is sized and flagged by nft when the file
-    // gives no size: 65535 and dynamic, as nft 1.0.6's evaluation of the rule sets them on the set.
-    // Without this, nft's install of kube-proxy's affinity sets read as drift and was recreated.
+    // A set that a rule adds to (`add/update @s { … }`) is dynamic, as nft 1.0.6's evaluation of the
+    // rule flags it. Its size is left unset when the file gives none, as nft sends it: the kernel
+    // gives it 65535 when the rule binds it (compared as unsized, setDefinitionKey), and a size sent
+    // with the set would have the kernel allocate a hash table for 65535 elements up front.
     for (const ch of chains) {
       // (indexed: an iterator result per expression of every rule otherwise)
       for (let ri = 0; ri < ch.rules.length; ri++) {
@@ -465,7 +464,6 @@ function buildConfig(raw: unknown, file: string, where: Positions, options: Load
           if (e.kind !== 'dynset') continue;
           const target = namedSets.get(e.set);
           if (!target) continue;
-          target.size ??= DYNSET_DEFAULT_SIZE;
           target.flags |= SET_F.EVAL;
         }
       }

@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parseConfig, parseNftConfig, type Config } from '../../src/config/config.js';
 import { ConfigError } from '../../src/base/errors.js';
+import { SET_F } from '../../src/netlink/objects.js';
 import { cli } from '../helpers/cli.js';
 import { withNetns, type Netns } from '../helpers/netns.js';
 import { tempDir } from '../helpers/tmp.js';
@@ -91,6 +92,24 @@ describe('nft files: the two forms', () => {
     const c = parseNftConfig('table t { chain a { accept; }\n}\nadd chain ip t b\nadd rule t b drop\n', 'p.nft');
     expect(shape(c)).toEqual([{ family: 'ip', name: 't', chains: [
       { name: 'a', base: undefined, rules: ['accept'] }, { name: 'b', base: undefined, rules: ['drop'] }] }]);
+  });
+
+  it('a set a rule adds to is dynamic, and unsized when the file gives no size, as nft sends it', () => {
+    // The kernel sizes it 65535 when the rule binds it; a size sent with the set has it allocate a
+    // hash table that large up front.
+    const c = parseNftConfig(`table ip t {
+	set aff { type ipv4_addr; flags timeout; timeout 3h; }
+	set sized { type ipv4_addr; size 100; }
+	set plain { type ipv4_addr; }
+	chain c { update @aff { ip saddr }; add @sized { ip daddr }; ip saddr @plain accept; }
+}
+`, 'd.nft');
+    const sets = new Map(c.tables[0]!.sets!.map((x) => [x.name, x.set]));
+    expect(sets.get('aff')!.size).toBeUndefined();
+    expect(sets.get('aff')!.flags & SET_F.EVAL).toBe(SET_F.EVAL);
+    expect(sets.get('sized')!.size).toBe(100);
+    expect(sets.get('sized')!.flags & SET_F.EVAL).toBe(SET_F.EVAL);
+    expect(sets.get('plain')!.flags & SET_F.EVAL).toBe(0);
   });
 
   it('a rule error points into the file, also inside a rule that spans lines', () => {
