@@ -16,7 +16,7 @@ import { statefulKey } from '../rules/stateful.js';
 import { compileStatements } from '../rules/compile.js';
 import { renderStatements, type InterfaceResolver } from '../rules/render.js';
 import { OBJ_TYPE, SET_ELEM_F, SET_F, type NftSet, type ObjType, type SetElement } from '../netlink/objects.js';
-import { bigToHex, hexToBig, prefixMask } from '../rules/bytes.js';
+import { bigToHex, hexToBig, prefixMask, zeroHex } from '../rules/bytes.js';
 import {
   DATATYPES, NFT_DATA_VERDICT, VERDICT_DATA_LEN, BYTEORDER_NONE, datatypeById, keyTypeFromKernel, keyTypeName, keyTypeOf,
   padPart, splitKey, swapBytes, type Datatype, type KeyType,
@@ -297,7 +297,7 @@ function parsePart(dt: Datatype, tok: { w: string; col: number; quoted: boolean 
       const stem = Buffer.from(name.slice(0, -1).replace(/\\\*/g, '*'), 'utf8').toString('hex');
       const pad = dt.len - stem.length / 2;
       if (pad < 1 || stem === '') throw bad('too long');
-      return { lo: stem + '00'.repeat(pad), hi: stem + 'ff'.repeat(pad), single: false };
+      return { lo: stem + zeroHex(pad), hi: stem + 'ff'.repeat(pad), single: false };
     }
     const v = dt.parse('"' + name.replace(/\\\*/g, '*') + '"');
     if (v === undefined) throw bad();

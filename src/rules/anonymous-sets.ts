@@ -11,7 +11,7 @@
 import { SET_ELEM_F, SET_F, type NftSet, type SetElement } from '../netlink/objects.js';
 import type { Elem } from './ast.js';
 import type { Hex } from '../netlink/expr.js';
-import { HOST_LE, bigToHex, hexToBig, prefixMask, u32Host } from './bytes.js';
+import { HOST_LE, bigToHex, hexToBig, prefixMask, u32Host, zeroHex } from './bytes.js';
 import type { Field } from './fields.js';
 import { ELEM_UDATA_INTERVAL_OPEN, setUserdata, tlv } from './udata.js';
 import { internHex } from './intern.js';
@@ -32,7 +32,7 @@ function span(e: Elem, len: number): Span {
     }
     case 'wildcard': {
       const pad = len - e.prefix.length / 2;
-      return { lo: hexToBig(e.prefix + '00'.repeat(pad)), hi: hexToBig(e.prefix + 'ff'.repeat(pad)), at: e };
+      return { lo: hexToBig(e.prefix + zeroHex(pad)), hi: hexToBig(e.prefix + 'ff'.repeat(pad)), at: e };
     }
   }
 }
@@ -202,7 +202,7 @@ export function keyDesc(parts: KeyPartDesc[]): KeyDesc {
 /** Concatenated values: each part padded with zero bytes to a multiple of 4. */
 export function concatHex(values: readonly Hex[], concat: boolean): Hex {
   if (!concat) return values[0]!;
-  return values.map((v) => v + '00'.repeat(pad4(v.length / 2) - v.length / 2)).join('');
+  return values.map((v) => v + zeroHex(pad4(v.length / 2) - v.length / 2)).join('');
 }
 
 function keyTypeofTlv(key: KeyDesc, converted = false): Hex | undefined {

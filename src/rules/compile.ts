@@ -793,7 +793,7 @@ function cmpOp(op: MatchOp): 'eq' | 'neq' | 'lt' | 'gt' | 'lte' | 'gte' {
 function bitsLoad(f: Field, out: Expr[]): void {
   out.push(loadExpr(f, f.len));
   const m = fieldMask(f);
-  if (m !== undefined) out.push(bitwise(f.len, bigToHex(m, f.len), '00'.repeat(f.len)));
+  if (m !== undefined) out.push(bitwise(f.len, bigToHex(m, f.len), zeroHex(f.len)));
 }
 
 /** Host-order integers are compared by order in network byte order (nft's byteorder hton). */

@@ -9,7 +9,7 @@
 import { systemFile } from '../base/compile-inputs.js';
 import type { Hex } from '../netlink/expr.js';
 import { BYTEORDER_BIG, BYTEORDER_HOST } from './udata.js';
-import { readU32Host, toHex, u16Be, u32Host } from './bytes.js';
+import { readU32Host, toHex, u16Be, u32Host, zeroHex } from './bytes.js';
 import { TCP_FLAGS } from './headers.js';
 import type { Syms } from './fields.js';
 import { formatInt } from './intvalues.js';
@@ -291,7 +291,7 @@ export function keyTypeName(k: KeyType): string {
 
 /** A part's value padded to its place in a concatenated key (zeros after it). */
 export function padPart(t: Datatype, hex: Hex, concat: boolean): Hex {
-  return concat ? hex + '00'.repeat(partLen(t) - t.len) : hex;
+  return concat ? hex + zeroHex(partLen(t) - t.len) : hex;
 }
 
 /** Splits a concatenated key into its parts' values. */

@@ -16,7 +16,7 @@ import { objrefUse, objTypeName } from './objnames.js';
 import type {
   At, DupMapStmt, DynsetConst, DynsetStmt, Elem, Gen, KeyedStmt, MarkMapStmt, KeyElem, KeyPart, MapData, MapVerdict, MatchOp, NatMap, NatStmt, SetRhs,
 } from './ast.js';
-import { HOST_LE, andHex, hostValue, hexToBig, bigToHex, prefixMask, u16Be, u32Host, readU32Host } from './bytes.js';
+import { HOST_LE, andHex, hostValue, hexToBig, bigToHex, prefixMask, u16Be, u32Host, readU32Host, zeroHex } from './bytes.js';
 import { rawPayloadAt, type Field } from './fields.js';
 import { fieldMask, type Proto } from './headers.js';
 import { matchPayloadSet, payloadSetExprs } from './payloadset.js';
@@ -757,12 +757,12 @@ function emitKey(parts: readonly KeyPart[], w0: number, out: Expr[], kc: KeyedCo
     if (p.p === 'field') {
       out.push({ ...kc.load(p.field), dreg } as Expr);
       if (p.mask !== undefined) {
-        out.push({ kind: 'bitwise', sreg: dreg, dreg, len: p.field.len, op: 'bool', mask: p.mask, xor: '00'.repeat(p.field.len) });
+        out.push({ kind: 'bitwise', sreg: dreg, dreg, len: p.field.len, op: 'bool', mask: p.mask, xor: zeroHex(p.field.len) });
       }
       // a bit field alone (ip dscp, ip hdrlength, ip6 flowlabel): its bytes masked, the values in place
       const m = parts.length === 1 ? fieldMask(p.field) : undefined;
       if (m !== undefined) {
-        out.push({ kind: 'bitwise', sreg: dreg, dreg, len: p.field.len, op: 'bool', mask: bigToHex(m, p.field.len), xor: '00'.repeat(p.field.len) });
+        out.push({ kind: 'bitwise', sreg: dreg, dreg, len: p.field.len, op: 'bool', mask: bigToHex(m, p.field.len), xor: zeroHex(p.field.len) });
       }
       const h = toNet?.parts[i]?.hton;
       if (h) out.push({ kind: 'byteorder', sreg: dreg, dreg, op: 'hton', len: h.len, size: h.size });
@@ -1009,7 +1009,7 @@ export function linearizeMarkMap(st: MarkMapStmt, out: Expr[], kc: KeyedContext)
       const ref = anonSetKey(st.key, key, st.rhs!, elems, desc, out, kc);
       lookup = { kind: 'lookup', sreg: 1, dreg: 1, set: ref.name, setId: ref.setId, flags: 0 };
     }
-    out.push(lookup, payloadSetExprs(f, '00'.repeat(f.len))!.at(-1)!);
+    out.push(lookup, payloadSetExprs(f, zeroHex(f.len))!.at(-1)!);
     return;
   }
   if (st.zone) {
@@ -1205,7 +1205,7 @@ type LoadExprT = Extract<Expr, { kind: 'payload' | 'meta' | 'ct' | 'fib' | 'osf'
 /** The address or port field a whole-field store (`payload write reg 1`) writes, as nft writes it for `FIELD set …`. */
 function storedField(st: Extract<Expr, { kind: 'payload' }>): Field | undefined {
   for (const proto of ['ip', 'ip6', 'tcp', 'udp', 'udplite', 'sctp', 'dccp'] as Proto[]) {
-    const m = matchPayloadSet(proto, st, '00'.repeat(st.len), undefined);
+    const m = matchPayloadSet(proto, st, zeroHex(st.len), undefined);
     if (m && (m.field.type === 'ipv4' || m.field.type === 'ipv6' || m.field.type === 'port')) return m.field;
   }
   return undefined;

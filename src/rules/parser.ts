@@ -9,7 +9,7 @@ import type {
   At, CounterStmt, Elem, KeyPart, MarkMapStmt, MarkSetStmt, MasqStmt, MatchOp, MatchStmt, NatAddr, NatStmt, PortRange,
   Rhs, RuleAst, Stmt, VerdictStmt,
 } from './ast.js';
-import { andHex, bigToHex, hexToBig, prefixMask, readU32Host, u16Be, u32Host, u8 } from './bytes.js';
+import { andHex, bigToHex, hexToBig, prefixMask, readU32Host, u16Be, u32Host, u8, zeroHex } from './bytes.js';
 import { ETHER, F, VLAN, ctAddrField, fibField, osfField, portField, rawPayloadField, rtField, socketField, xfrmField, type Field } from './fields.js';
 import { BOOLEAN_SYMS, REALMS, ctDirection, ctField, headerField, headerFieldNames, metaField, metaKeyOf, UNQUALIFIED_META, type Proto } from './headers.js';
 import { encodeInt, parseIntValue, serviceport } from './intvalues.js';
@@ -774,7 +774,7 @@ class Parser {
       // `ct status ! dnat`: none of the flags is set
       this.next();
       const v = this.parseFlagList(field, false) as Elem & { k: 'value' };
-      const m: MatchStmt = { t: 'match', field, op: 'eq', rhs: { k: 'value', hex: '00'.repeat(field.len), col: v.col, raw: v.raw }, ...at };
+      const m: MatchStmt = { t: 'match', field, op: 'eq', rhs: { k: 'value', hex: zeroHex(field.len), col: v.col, raw: v.raw }, ...at };
       m.mask = v.hex;
       return m;
     }

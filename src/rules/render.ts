@@ -13,7 +13,7 @@ import type {
 } from '../netlink/expr.js';
 import { FIB_F, NAT_RANGE, type StatefulExpr } from '../netlink/expr.js';
 import { SET_F, type BoundChain, type NftSet, type SetElement } from '../netlink/objects.js';
-import { HOST_LE, bigToHex, fromHex, hexToBig, hostValue, prefixLenOfMask, readU32Host } from './bytes.js';
+import { HOST_LE, bigToHex, fromHex, hexToBig, hostValue, prefixLenOfMask, readU32Host, zeroHex } from './bytes.js';
 import { ETHER, F, VLAN, NFPROTO_IPV4, NFPROTO_IPV6, ctAddrField, fibField, osfField, portField, rawPayloadAt, rtField, socketField, xfrmField, type Field } from './fields.js';
 import { BOOLEAN_SYMS, L4_BY_NUM, REALMS, ctDirection, ctField, fieldMask, headerFieldAt, headerFieldsAt, metaField, type Proto } from './headers.js';
 import { decodeInt, encodeInt, formatInt } from './intvalues.js';
@@ -1108,7 +1108,7 @@ function relText(field: Field, load: Load, form: Form, sets: SetResolver | undef
       const cmpLen = load.kind === 'payload' ? loadLen : form.data.length / 2;
       if (isAddr && cmpLen < field.len && cmpLen >= 1) {
         if (form.data.length !== cmpLen * 2) return bad();
-        const full = form.data + '00'.repeat(field.len - cmpLen);
+        const full = form.data + zeroHex(field.len - cmpLen);
         return `${name}${opText(form.op)} ${valueText(field, full, opts)}/${cmpLen * 8}`;
       }
       if (field.type === 'ifname') {
@@ -1124,13 +1124,13 @@ function relText(field: Field, load: Load, form: Form, sets: SetResolver | undef
       return v === undefined ? bad() : `${name}${opText(form.op)} ${v}`;
     }
     case 'mask': {
-      if (field.type === 'mark' && form.xor !== '00'.repeat(field.len)) {
+      if (field.type === 'mark' && form.xor !== zeroHex(field.len)) {
         // `mark | C == V`: nft's bitwise (mark & ~C) ^ C
         const m = readU32Host(form.mask), x = readU32Host(form.xor);
         if (m === undefined || x === undefined || form.data.length !== 8 || m !== (~x >>> 0)) return bad();
         return `${name} | ${valueText(field, form.xor, opts)} ${form.op === 'eq' ? '==' : '!='} ${valueText(field, form.data, opts)}`;
       }
-      if (form.xor !== '00'.repeat(field.len) || form.mask.length !== field.len * 2 || form.data.length !== field.len * 2) return bad();
+      if (form.xor !== zeroHex(field.len) || form.mask.length !== field.len * 2 || form.data.length !== field.len * 2) return bad();
       if (isAddr) {
         const plen = prefixLenOfMask(form.mask);
         if ((hexToBig(form.data) & ~hexToBig(form.mask)) !== 0n) return bad();
@@ -1293,7 +1293,7 @@ function intRelText(field: Field, form: Form, sets: SetResolver | undefined, opt
       return `${name}${opText(form.op)} ${lo}-${hi}`;
     }
     case 'mask': {
-      const zeros = '00'.repeat(field.len);
+      const zeros = zeroHex(field.len);
       if (form.xor !== zeros || form.mask.length !== field.len * 2 || form.data.length !== field.len * 2) return bad();
       if (field.type === 'flags' && form.data === zeros && form.mask !== zeros) {
         const v = val(form.mask);
