@@ -34,7 +34,10 @@ if (major < 22) {
   // scripts/code-cache.mjs runs a command as a stand-in for a set of them (below) and has its code
   // cache kept in the package.
   const fill = process.env.NFKEEPER_FILL_CODE_CACHE;
-  const set = fill ?? (command === 'run' ? 'run' : ['validate', 'check', 'apply', 'cleanup', 'gc', 'demo'].includes(command) ? 'config' : 'plain');
+  // The commands that only talk to a running daemon run from a script of their own (below); they
+  // set no V8 flag.
+  const set = fill ?? (command === 'run' ? 'run' : ['validate', 'check', 'apply', 'cleanup', 'gc', 'demo'].includes(command) ? 'config'
+    : ['status', 'events', 'owner', 'reload'].includes(command) ? 'client' : 'plain');
   const flags = [];
   if (set === 'run') {
     flags.push('--semi-space-growth-factor=1');
@@ -72,8 +75,9 @@ if (major < 22) {
   const cli = new URL('../dist/cli.js', import.meta.url);
   // The build's one-file bundle of dist/ (scripts/bundle.mjs: a smaller RSS, and one V8 script
   // whose code can be cached after it ran), unless it is missing or older than dist/cli.js (tsc
-  // run alone after a change).
-  const bundle = new URL('../dist/nfkeeper.script.js', import.meta.url);
+  // run alone after a change). The client commands' is the same command line without what only
+  // the other commands run.
+  const bundle = new URL(set === 'client' ? '../dist/nfkeeper.client.script.js' : '../dist/nfkeeper.script.js', import.meta.url);
   const built = mtime(cli);
   if (built === undefined) {
     console.error("nfkeeper: not built yet; run 'bash scripts/setup.sh' (or 'npm run build')");

@@ -331,7 +331,7 @@ export async function main(argv: string[], io: Out = {
     .action(async (id: string, o: { file: string; socket: string; json?: boolean }) => {
       let text: string;
       try {
-        text = (await import('./base/regular-file.js')).readRegularFile(o.file, (await import('./owners/api.js')).MAX_BODY).toString('utf8');
+        text = (await import('./base/regular-file.js')).readRegularFile(o.file, (await client()).MAX_BODY).toString('utf8');
       } catch (e) {
         throw new NfkeeperError(`${o.file}: cannot read: ${(e as Error).message}`);
       }

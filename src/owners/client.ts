@@ -2,6 +2,13 @@
 import { request, type Agent } from 'node:http';
 import { NfkeeperError } from '../base/errors.js';
 
+/**
+ * The largest request body the control API takes (the daemon answers 413 beyond it); `owner put`
+ * reads no more of a file. Here, not in api.ts, so that the client's commands do not load the
+ * daemon's side.
+ */
+export const MAX_BODY = 1 << 20;
+
 export interface Response {
   status: number;
   body: unknown;
