@@ -1,5 +1,6 @@
 /** The CLI's side of the control API: one HTTP request over the Unix socket. */
-import { request, type Agent } from 'node:http';
+import { request, type Agent, type RequestOptions } from 'node:http';
+import { createConnection } from 'node:net';
 import { NfkeeperError } from '../base/errors.js';
 
 /**
@@ -19,12 +20,19 @@ export class NoDaemonError extends NfkeeperError {
   override name = 'NoDaemonError';
 }
 
-/** `agent`: a keep-alive agent of the caller's (a client sending many requests); default Node's global one. */
+/**
+ * A request over the Unix socket without an agent: one connection, closed after the answer. Node's
+ * agent tests the host name (`localhost`, for a socket) against its IPv6 pattern, whose first use
+ * is a good part of a short command's time.
+ */
+const direct: Pick<RequestOptions, 'createConnection'> = { createConnection: (o) => createConnection(o as { path: string }) };
+
+/** `agent`: a keep-alive agent of the caller's (a client sending many requests); default none (above). */
 export function call(socketPath: string, method: string, path: string, body?: unknown, timeoutMs = 120_000, agent?: Agent): Promise<Response> {
   const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
   return new Promise((resolve, reject) => {
     const req = request({
-      socketPath, method, path, timeout: timeoutMs, ...(agent ? { agent } : {}),
+      socketPath, method, path, timeout: timeoutMs, ...(agent ? { agent } : direct),
       headers: payload ? { 'content-type': 'application/json', 'content-length': payload.length } : {},
     }, (res) => {
       const chunks: Buffer[] = [];
@@ -53,7 +61,7 @@ export function followEvents(to: { socketPath: string; path: string } | { host: 
   line: (text: string) => void): Promise<void> {
   const where = 'socketPath' in to ? `control socket ${to.socketPath}` : `${to.host}:${to.port}`;
   return new Promise((resolve, reject) => {
-    const req = request({ ...to, method: 'GET' }, (res) => {
+    const req = request({ ...to, method: 'GET', ...('socketPath' in to ? direct : {}) }, (res) => {
       if (res.statusCode !== 200) {
         res.resume();
         reject(new NfkeeperError(`${where}: ${to.path} answered ${res.statusCode}`));
