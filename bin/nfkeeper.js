@@ -26,8 +26,19 @@ if (major < 22) {
   // `nfkeeper version` (and -V, --version) alone needs nothing of the command line's bundle: the
   // version is package.json's, as cli.ts prints it (test/cli/bundle.test.ts holds them equal).
   if (args.length === 1 && ['version', '--version', '-V'].includes(args[0])) {
-    const pkg = require('node:fs').readFileSync(new URL('../package.json', import.meta.url), 'utf8');
-    process.stdout.write(`${JSON.parse(pkg).version}\n`);
+    const fs = require('node:fs');
+    const text = `${JSON.parse(fs.readFileSync(new URL('../package.json', import.meta.url), 'utf8')).version}\n`;
+    // One write(2) to fd 1 instead of process.stdout, whose first use sets up a stream (for a pipe,
+    // node:net and a libuv handle) that Node's own start does not. Whatever that write did not
+    // take (a full or closed pipe, a full disk: the version is ASCII, a byte a character) goes
+    // through process.stdout as before, with its errors.
+    let sent = 0;
+    try {
+      sent = fs.writeSync(1, text);
+    } catch {
+      // (below)
+    }
+    if (sent < text.length) process.stdout.write(text.slice(sent));
     return;
   }
   const command = args.find((a) => !a.startsWith('-'));

@@ -295,6 +295,14 @@ describe('the bundled daemon', () => {
       const r = spawnSync(process.execPath, [join(dir, 'bin', 'nfkeeper.js'), arg], { encoding: 'utf8' });
       expect({ status: r.status, stdout: r.stdout, stderr: r.stderr }).toEqual({ status: 0, stdout: `${printed[0]}\n`, stderr: '' });
     }
+    // Through a pipe without setting up a stdout stream (node:net and its handle, for a pipe); what
+    // the one write could not take goes through process.stdout, with its errors, as before.
+    const hook = 'data:text/javascript,import{writeSync}from"node:fs";process.on("exit",()=>writeSync(2,"loaded:"+JSON.stringify(process.moduleLoadList)+"\\n"))';
+    const piped = spawnSync(process.execPath, ['--import', hook, join(dir, 'bin', 'nfkeeper.js'), 'version'], { encoding: 'utf8' });
+    expect(piped.stdout).toBe(`${printed[0]}\n`);
+    expect(JSON.parse(piped.stderr.slice('loaded:'.length))).not.toContain('NativeModule net');
+    const full = spawnSync('sh', ['-c', `exec ${process.execPath} ${join(dir, 'bin', 'nfkeeper.js')} version >/dev/full`], { encoding: 'utf8' });
+    expect({ status: full.status, stderr: full.stderr }).toMatchObject({ status: 1, stderr: expect.stringMatching(/Error: ENOSPC: no space left on device, write/) });
     // With anything else, the command line decides, as before (and the bundle is needed).
     const more = spawnSync(process.execPath, [join(dir, 'bin', 'nfkeeper.js'), 'version', 'extra'], { encoding: 'utf8' });
     expect(more.status).toBe(2);
