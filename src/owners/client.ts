@@ -23,16 +23,20 @@ export class NoDaemonError extends NfkeeperError {
 /**
  * A request over the Unix socket without an agent: one connection, closed after the answer. Node's
  * agent tests the host name (`localhost`, for a socket) against its IPv6 pattern, whose first use
- * is a good part of a short command's time.
+ * is a good part of a command's time that sends one request and exits.
  */
 const direct: Pick<RequestOptions, 'createConnection'> = { createConnection: (o) => createConnection(o as { path: string }) };
 
-/** `agent`: a keep-alive agent of the caller's (a client sending many requests); default none (above). */
-export function call(socketPath: string, method: string, path: string, body?: unknown, timeoutMs = 120_000, agent?: Agent): Promise<Response> {
+/**
+ * `agent`: Node's global agent by default, which keeps connections open for the next request (a
+ * caller sending many, at once too); a keep-alive agent of the caller's; or 'none', one connection
+ * for this request alone (the command line: one request, then the process exits).
+ */
+export function call(socketPath: string, method: string, path: string, body?: unknown, timeoutMs = 120_000, agent?: Agent | 'none'): Promise<Response> {
   const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
   return new Promise((resolve, reject) => {
     const req = request({
-      socketPath, method, path, timeout: timeoutMs, ...(agent ? { agent } : direct),
+      socketPath, method, path, timeout: timeoutMs, ...(agent === 'none' ? direct : agent ? { agent } : {}),
       headers: payload ? { 'content-type': 'application/json', 'content-length': payload.length } : {},
     }, (res) => {
       const chunks: Buffer[] = [];
