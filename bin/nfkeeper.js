@@ -26,15 +26,29 @@ if (major < 22) {
   // `nfkeeper version` (and -V, --version) alone needs nothing of the command line's bundle: the
   // version is package.json's, as cli.ts prints it (test/cli/bundle.test.ts holds them equal).
   if (args.length === 1 && ['version', '--version', '-V'].includes(args[0])) {
-    const pkg = require('node:fs').readFileSync(new URL('../package.json', import.meta.url), 'utf8');
-    process.stdout.write(`${JSON.parse(pkg).version}\n`);
+    const fs = require('node:fs');
+    const text = `${JSON.parse(fs.readFileSync(new URL('../package.json', import.meta.url), 'utf8')).version}\n`;
+    // One write(2) to fd 1 instead of process.stdout, whose first use sets up a stream (for a pipe,
+    // node:net and a libuv handle) that Node's own start does not. Whatever that write did not
+    // take (a full or closed pipe, a full disk: the version is ASCII, a byte a character) goes
+    // through process.stdout as before, with its errors.
+    let sent = 0;
+    try {
+      sent = fs.writeSync(1, text);
+    } catch {
+      // (below)
+    }
+    if (sent < text.length) process.stdout.write(text.slice(sent));
     return;
   }
   const command = args.find((a) => !a.startsWith('-'));
   // scripts/code-cache.mjs runs a command as a stand-in for a set of them (below) and has its code
   // cache kept in the package.
   const fill = process.env.NFKEEPER_FILL_CODE_CACHE;
-  const set = fill ?? (command === 'run' ? 'run' : ['validate', 'check', 'apply', 'cleanup', 'gc', 'demo'].includes(command) ? 'config' : 'plain');
+  // The commands that only talk to a running daemon run from a script of their own (below); they
+  // set no V8 flag.
+  const set = fill ?? (command === 'run' ? 'run' : ['validate', 'check', 'apply', 'cleanup', 'gc', 'demo'].includes(command) ? 'config'
+    : ['status', 'events', 'owner', 'reload'].includes(command) ? 'client' : 'plain');
   const flags = [];
   if (set === 'run') {
     flags.push('--semi-space-growth-factor=1');
@@ -72,8 +86,9 @@ if (major < 22) {
   const cli = new URL('../dist/cli.js', import.meta.url);
   // The build's one-file bundle of dist/ (scripts/bundle.mjs: a smaller RSS, and one V8 script
   // whose code can be cached after it ran), unless it is missing or older than dist/cli.js (tsc
-  // run alone after a change).
-  const bundle = new URL('../dist/nfkeeper.script.js', import.meta.url);
+  // run alone after a change). The client commands' is the same command line without what only
+  // the other commands run.
+  const bundle = new URL(set === 'client' ? '../dist/nfkeeper.client.script.js' : '../dist/nfkeeper.script.js', import.meta.url);
   const built = mtime(cli);
   if (built === undefined) {
     console.error("nfkeeper: not built yet; run 'bash scripts/setup.sh' (or 'npm run build')");

@@ -2,11 +2,13 @@
 // Fills the package's own code cache, dist/code-cache (bin/nfkeeper.js reads it where a command has
 // no entry of its own): V8's code for the bundle (dist/nfkeeper.script.js) as it stands after a command
 // ran, for the Node that runs this, one entry for each set of V8 flags bin/nfkeeper.js gives a
-// command (the config commands', none as for status and export, and run's). `npm run build` and
+// command (the config commands', none as for export, and run's) and one for the client commands'
+// script (dist/nfkeeper.client.script.js: status, events, owner, reload). `npm run build` and
 // the package's install script run it, so that an image whose file system is read-only at run
 // time, or a first start, neither parses the bundle nor compiles again what it runs. What runs
-// for each set needs no kernel, no daemon and no privilege: validate of an example config, and
-// for the set without flags status asking a socket where no daemon is. Whoever runs the package
+// for each set needs no kernel, no daemon and no privilege: validate of an example config, for
+// the set without flags a completion script, and for the client commands status asking a socket
+// where no daemon is. Whoever runs the package
 // (the image's user too) may read the entries: V8 refuses one made for another Node. Never fails:
 // without the cache nfkeeper is only slower to start.
 import { spawnSync } from 'node:child_process';
@@ -24,7 +26,8 @@ try {
   const validate = ['validate', '--config', example];
   const runs = {
     config: validate,
-    plain: ['status', '--socket', join(dir, 'none.sock'), '--metrics', '127.0.0.1:0'],
+    plain: ['completion', 'bash'],
+    client: ['status', '--socket', join(dir, 'none.sock'), '--metrics', '127.0.0.1:0'],
     run: validate,
   };
   const env = { ...process.env };

@@ -22,6 +22,8 @@ const oneshot = () => import('./keeper/oneshot.js');
 const netlink = () => import('./netlink/socket.js');
 const configs = () => import('./config/config.js');
 const client = () => import('./owners/client.js');
+/** One request to the daemon's control socket (no agent: the command exits after it). */
+const ask = async (socket: string, method: string, path: string, body?: unknown, timeoutMs?: number) => (await client()).call(socket, method, path, body, timeoutMs, 'none');
 const listen = async (spec: string) => (await import('./keeper/http.js')).parseListen(spec);
 
 /** --interval bounds: faster than 10ms is a busy loop; slower than 1h leaves drift unseen (events aside) for too long. */
@@ -256,7 +258,7 @@ export async function main(argv: string[], io: Out = {
       let fromSocket: typeof st | undefined;
       if (!metricsOnly) {
         try {
-          const r = await (await client()).call(o.socket, 'GET', '/v1/status', undefined, 10_000);
+          const r = await ask(o.socket, 'GET', '/v1/status', undefined, 10_000);
           if (r.status !== 200) throw new NfkeeperError(`control socket ${o.socket}: ${errorText(r)}`);
           fromSocket = r.body as typeof st;
         } catch (e) {
@@ -331,7 +333,7 @@ export async function main(argv: string[], io: Out = {
     .action(async (id: string, o: { file: string; socket: string; json?: boolean }) => {
       let text: string;
       try {
-        text = (await import('./base/regular-file.js')).readRegularFile(o.file, (await import('./owners/api.js')).MAX_BODY).toString('utf8');
+        text = (await import('./base/regular-file.js')).readRegularFile(o.file, (await client()).MAX_BODY).toString('utf8');
       } catch (e) {
         throw new NfkeeperError(`${o.file}: cannot read: ${(e as Error).message}`);
       }
@@ -341,7 +343,7 @@ export async function main(argv: string[], io: Out = {
       } catch (e) {
         throw new NfkeeperError(`${o.file}: not JSON or YAML: ${(e as Error).message.split('\n')[0]}`);
       }
-      const r = await (await client()).call(o.socket, 'PUT', `/v1/owners/${encodeURIComponent(id)}`, spec);
+      const r = await ask(o.socket, 'PUT', `/v1/owners/${encodeURIComponent(id)}`, spec);
       code = answer(r, o.json, io, () => {
         const b = r.body as { created: boolean; changed: boolean };
         return `owner ${id}: ${b.created ? 'registered' : b.changed ? 'replaced' : 'unchanged'}`;
@@ -350,13 +352,13 @@ export async function main(argv: string[], io: Out = {
   owner.command('rm').description('remove an owner; its chains and rules go in one batch')
     .argument('<id>', 'the owner id').addOption(socketOpt()).option('--json', 'print the answer as JSON')
     .action(async (id: string, o: { socket: string; json?: boolean }) => {
-      const r = await (await client()).call(o.socket, 'DELETE', `/v1/owners/${encodeURIComponent(id)}`);
+      const r = await ask(o.socket, 'DELETE', `/v1/owners/${encodeURIComponent(id)}`);
       code = answer(r, o.json, io, () => `owner ${id}: removed`);
     });
   owner.command('ls').description('list the registered owners')
     .addOption(socketOpt()).option('--json', 'print the list as JSON')
     .action(async (o: { socket: string; json?: boolean }) => {
-      const r = await (await client()).call(o.socket, 'GET', '/v1/owners');
+      const r = await ask(o.socket, 'GET', '/v1/owners');
       code = answer(r, o.json, io, () => {
         const list = (r.body as { owners: { id: string; chains: number; rules: number }[] }).owners;
         return list.length === 0 ? 'no owners' : list.map((x) => `${x.id}\t${x.chains} chains\t${x.rules} rules`).join('\n');
@@ -365,7 +367,7 @@ export async function main(argv: string[], io: Out = {
   owner.command('get').description('print one owner as registered')
     .argument('<id>', 'the owner id').addOption(socketOpt())
     .action(async (id: string, o: { socket: string }) => {
-      const r = await (await client()).call(o.socket, 'GET', `/v1/owners/${encodeURIComponent(id)}`);
+      const r = await ask(o.socket, 'GET', `/v1/owners/${encodeURIComponent(id)}`);
       code = answer(r, true, io, () => '');
     });
 

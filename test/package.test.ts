@@ -55,7 +55,7 @@ describe('the npm package, installed on a node without a compiler or -dev packag
 
   it('the package holds dist/, the prebuilt addon with its two libraries, docs/ and its metadata', () => {
     const list = spawnSync('tar', ['-tzf', tarball], { encoding: 'utf8' }).stdout.split('\n');
-    for (const f of ['dist/cli.js', 'dist/nfkeeper.script.js', 'dist/netlink/addon.js', 'bin/nfkeeper.js', 'prebuilds/linux-x64/nfkeeper.glibc.node',
+    for (const f of ['dist/cli.js', 'dist/nfkeeper.script.js', 'dist/nfkeeper.client.script.js', 'dist/netlink/addon.js', 'bin/nfkeeper.js', 'prebuilds/linux-x64/nfkeeper.glibc.node',
       'prebuilds/linux-x64/glibc/libnftnl.so.11', 'prebuilds/linux-x64/glibc/libmnl.so.0',
       'prebuilds/linux-x64/glibc/libnftnl.so.11.copyright', 'prebuilds/linux-arm64/nfkeeper.glibc.node',
       'prebuilds/linux-arm64/glibc/libnftnl.so.11', 'prebuilds/linux-arm64/glibc/libmnl.so.0',
@@ -81,8 +81,8 @@ describe('the npm package, installed on a node without a compiler or -dev packag
     expect(`${install.stdout}${install.stderr}`).not.toMatch(/building it from source/);
     const pkgDir = join(prefix, 'lib', 'node_modules', 'nfkeeper');
     expect(existsSync(join(pkgDir, 'build'))).toBe(false);
-    // The install script filled the package's code cache for this Node.
-    expect(readdirSync(join(pkgDir, 'dist', 'code-cache')).filter((e) => e.startsWith(`${process.version}-${process.arch}-`))).toHaveLength(3);
+    // The install script filled the package's code cache for this Node (three sets of V8 flags, and the client commands' script).
+    expect(readdirSync(join(pkgDir, 'dist', 'code-cache')).filter((e) => e.startsWith(`${process.version}-${process.arch}-`))).toHaveLength(4);
     // The addon resolves libnftnl and libmnl beside itself, not from the system.
     const ldd = spawnSync('ldd', [join(pkgDir, 'prebuilds', 'linux-x64', 'nfkeeper.glibc.node')], { encoding: 'utf8' }).stdout;
     expect(ldd).toMatch(new RegExp(`libnftnl\\.so\\.11 => ${pkgDir}/prebuilds/linux-x64/glibc/libnftnl\\.so\\.11`));

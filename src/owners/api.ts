@@ -23,8 +23,9 @@ import { NfkeeperError } from '../base/errors.js';
 import { peerCred } from '../netlink/unix.js';
 import { OwnerApplyError, OwnerLimitError, OwnerStateWriteError, type OwnerRegistry } from './registry.js';
 import { OwnerSpecError, validateOwnerId } from './spec.js';
+import { MAX_BODY } from './client.js';
 
-export const MAX_BODY = 1 << 20;
+export { MAX_BODY };
 /** Connections served at once; more are answered 503 (an orchestrator may open hundreds at once). */
 export const MAX_CONNECTIONS = 1024;
 /**

@@ -1,6 +1,14 @@
 /** The CLI's side of the control API: one HTTP request over the Unix socket. */
-import { request, type Agent } from 'node:http';
+import { request, type Agent, type RequestOptions } from 'node:http';
+import { createConnection } from 'node:net';
 import { NfkeeperError } from '../base/errors.js';
+
+/**
+ * The largest request body the control API takes (the daemon answers 413 beyond it); `owner put`
+ * reads no more of a file. Here, not in api.ts, so that the client's commands do not load the
+ * daemon's side.
+ */
+export const MAX_BODY = 1 << 20;
 
 export interface Response {
   status: number;
@@ -12,12 +20,23 @@ export class NoDaemonError extends NfkeeperError {
   override name = 'NoDaemonError';
 }
 
-/** `agent`: a keep-alive agent of the caller's (a client sending many requests); default Node's global one. */
-export function call(socketPath: string, method: string, path: string, body?: unknown, timeoutMs = 120_000, agent?: Agent): Promise<Response> {
+/**
+ * A request over the Unix socket without an agent: one connection, closed after the answer. Node's
+ * agent tests the host name (`localhost`, for a socket) against its IPv6 pattern, whose first use
+ * is a good part of a command's time that sends one request and exits.
+ */
+const direct: Pick<RequestOptions, 'createConnection'> = { createConnection: (o) => createConnection(o as { path: string }) };
+
+/**
+ * `agent`: Node's global agent by default, which keeps connections open for the next request (a
+ * caller sending many, at once too); a keep-alive agent of the caller's; or 'none', one connection
+ * for this request alone (the command line: one request, then the process exits).
+ */
+export function call(socketPath: string, method: string, path: string, body?: unknown, timeoutMs = 120_000, agent?: Agent | 'none'): Promise<Response> {
   const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
   return new Promise((resolve, reject) => {
     const req = request({
-      socketPath, method, path, timeout: timeoutMs, ...(agent ? { agent } : {}),
+      socketPath, method, path, timeout: timeoutMs, ...(agent === 'none' ? direct : agent ? { agent } : {}),
       headers: payload ? { 'content-type': 'application/json', 'content-length': payload.length } : {},
     }, (res) => {
       const chunks: Buffer[] = [];
@@ -46,7 +65,7 @@ export function followEvents(to: { socketPath: string; path: string } | { host: 
   line: (text: string) => void): Promise<void> {
   const where = 'socketPath' in to ? `control socket ${to.socketPath}` : `${to.host}:${to.port}`;
   return new Promise((resolve, reject) => {
-    const req = request({ ...to, method: 'GET' }, (res) => {
+    const req = request({ ...to, method: 'GET', ...('socketPath' in to ? direct : {}) }, (res) => {
       if (res.statusCode !== 200) {
         res.resume();
         reject(new NfkeeperError(`${where}: ${to.path} answered ${res.statusCode}`));

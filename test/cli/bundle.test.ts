@@ -15,6 +15,7 @@ import { netnsPerTest } from '../helpers/netns-hooks.js';
 import { tempDir } from '../helpers/tmp.js';
 import { until } from '../helpers/wait.js';
 import { chainLines } from '../keeper/helpers.js';
+import { ownerSpec, writeConfig } from '../owners/fixtures.js';
 
 const ROOT = join(import.meta.dirname, '..', '..');
 
@@ -48,7 +49,8 @@ describe('the bundled daemon', () => {
   });
 
   /** The bundle's build, from its first line: a code cache entry is named after it. */
-  const bundleId = () => /^\/\/ nfkeeper bundle ([0-9a-f]+)\n/.exec(readFileSync(join(ROOT, 'dist', 'nfkeeper.script.js'), 'latin1'))![1];
+  const bundleId = (file = 'nfkeeper.script.js') => /^\/\/ nfkeeper bundle ([0-9a-f]+)\n/.exec(readFileSync(join(ROOT, 'dist', file), 'latin1'))![1];
+  const clientId = () => bundleId('nfkeeper.client.script.js');
   const validate = ['validate', '--config', join(ROOT, 'examples', 'flannel.yaml')];
 
   it('keeps its code cache only in a directory the user alone can write', () => {
@@ -84,7 +86,7 @@ describe('the bundled daemon', () => {
   const packageCopy = (name: string) => {
     const pkg = join(tempDir(name, { mode: 0o755 }), 'nfkeeper');
     for (const d of ['bin', 'dist', 'scripts', 'examples']) mkdirSync(join(pkg, d), { recursive: true });
-    for (const f of ['bin/nfkeeper.js', 'scripts/code-cache.mjs', 'package.json', 'dist/cli.js', 'dist/nfkeeper.script.js', 'examples/flannel.yaml']) {
+    for (const f of ['bin/nfkeeper.js', 'scripts/code-cache.mjs', 'package.json', 'dist/cli.js', 'dist/nfkeeper.script.js', 'dist/nfkeeper.client.script.js', 'examples/flannel.yaml']) {
       copyFileSync(join(ROOT, f), join(pkg, f));
     }
     return pkg;
@@ -104,14 +106,16 @@ describe('the bundled daemon', () => {
     const fill = spawnSync(process.execPath, [join(pkg, 'scripts', 'code-cache.mjs')], { encoding: 'utf8' });
     expect({ status: fill.status, stderr: fill.stderr }).toEqual({ status: 0, stderr: '' });
     const cache = join(pkg, 'dist', 'code-cache');
-    // One entry per set of V8 flags bin/nfkeeper.js gives a command: the config commands', none (export, status), run's.
-    expect(readdirSync(cache).sort()).toEqual(['config', 'plain', 'run'].map((s) => `${process.version}-${process.arch}-${bundleId()}-${s}`));
+    // One entry per set of V8 flags bin/nfkeeper.js gives a command: the config commands', none (export), run's; and the client commands' script's.
+    expect(readdirSync(cache).sort()).toEqual([`${process.version}-${process.arch}-${clientId()}-client`,
+      ...['config', 'plain', 'run'].map((s) => `${process.version}-${process.arch}-${bundleId()}-${s}`)]);
+    expect(command(pkg, ['status', '--socket', join(pkg, 'none.sock'), '--metrics', '127.0.0.1:0'], readOnly).used).toBe('package');
     expect(command(pkg, validate, readOnly).used).toBe('package');
     // The image's user, with no cache of its own: the package (root's) is read, not written.
     const r = spawnSync('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', process.execPath, join(pkg, 'bin', 'nfkeeper.js'), ...validate],
       { encoding: 'utf8', env: { PATH: process.env.PATH, HOME: '/nonexistent', NFKEEPER_DEBUG_CODE_CACHE: '1' } });
     expect({ status: r.status, stderr: r.stderr }).toEqual({ status: 0, stderr: 'nfkeeper: code cache package\n' });
-    expect(readdirSync(cache)).toHaveLength(3);
+    expect(readdirSync(cache)).toHaveLength(4);
     // Writable by others: not read.
     chmodSync(cache, 0o777);
     expect(command(pkg, validate, readOnly).used).toBe('none');
@@ -227,6 +231,58 @@ describe('the bundled daemon', () => {
     expect(loaded(0, 'check', '--config', config, '--netns', ns.path)).not.toContain('NativeModule crypto');
   });
 
+  it('the client commands (status, events, owner, reload) run from their own script, without the config, kernel and daemon modules', async () => {
+    // esbuild names each module it holds by its path.
+    const text = readFileSync(join(ROOT, 'dist', 'nfkeeper.client.script.js'), 'latin1');
+    for (const m of ['"dist/owners/client.js"', '"dist/reload-status.js"', '"node_modules/commander/lib/command.js"']) expect(text.includes(m), m).toBe(true);
+    for (const m of ['dist/config/config.js', 'dist/rules/', 'dist/netlink/', 'dist/keeper/keeper.js', 'dist/keeper/oneshot.js', 'dist/owners/api.js', 'dist/run.js',
+      'node_modules/zod/', 'node_modules/pino/', 'node_modules/prom-client/']) expect(text.includes(m), m).toBe(false);
+    expect(text.length).toBeLessThan(readFileSync(join(ROOT, 'dist', 'nfkeeper.script.js'), 'latin1').length / 3);
+
+    // A daemon with owners and a control socket; each command against it from bin/, as a user runs it.
+    const dir = tempDir('bundle-client');
+    const config = writeConfig(dir);
+    const sock = join(dir, 'nfkeeper.sock');
+    const statusFile = join(dir, 'reload.status');
+    const spec = join(dir, 'a.yaml');
+    writeFileSync(spec, JSON.stringify(ownerSpec(1)));
+    const child = spawn(process.execPath, ['bin/nfkeeper.js', 'run', '--config', config, '--netns', ns.path, '--record-dir', ns.record, '--no-metrics',
+      '--reload-status', statusFile], { cwd: ROOT, stdio: ['ignore', 'ignore', 'pipe'] });
+    const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+    const cache = tempDir('bundle-client-cache');
+    const bin = (...args: string[]) => {
+      const r = spawnSync(process.execPath, [join(ROOT, 'bin', 'nfkeeper.js'), ...args], { encoding: 'utf8', env: { ...process.env, NODE_COMPILE_CACHE: cache } });
+      return { status: r.status, stdout: r.stdout, stderr: r.stderr };
+    };
+    // The same command in this process, from the sources: what the command line prints.
+    const inProcess = async (...args: string[]) => {
+      const out: string[] = [];
+      const err: string[] = [];
+      const status = await main(['node', 'nfkeeper', ...args], { out: (x) => out.push(`${x}\n`), err: (x) => err.push(`${x}\n`) });
+      return { status, stdout: out.join(''), stderr: err.join('') };
+    };
+    try {
+      await until('the control socket', () => bin('owner', 'ls', '--socket', sock).status === 0, 60_000, 100);
+      expect(bin('owner', 'put', 'a', '--file', spec, '--socket', sock)).toEqual({ status: 0, stdout: 'owner a: registered\n', stderr: '' });
+      for (const args of [['owner', 'ls'], ['owner', 'get', 'a'], ['status'], ['owner', 'get', 'none'], ['events', '--json']]) {
+        const r = bin(...args, '--socket', sock);
+        expect(r, args.join(' ')).toEqual(await inProcess(...args, '--socket', sock));
+        expect(r.status, args.join(' ')).toBe(args.includes('none') ? 2 : 0);
+      }
+      expect(bin('status', '--socket', sock).stdout).toMatch(/^ready: true .*\ntable ip nfkeeper: verified.*\nowners: 1 registered/);
+      expect(bin('owner', 'rm', 'a', '--socket', sock)).toEqual({ status: 0, stdout: 'owner a: removed\n', stderr: '' });
+      expect(bin('reload', '--pid', String(child.pid), '--status-file', statusFile)).toEqual({ status: 0, stdout: 'config reloaded\n', stderr: '' });
+      // Each wrote its code cache entry after it ran: of the client commands' script, not the bundle's.
+      expect(readdirSync(cache).filter((e) => !e.includes(`-${clientId()}-`) && /^v\d.*-[a-z]+$/.test(e))).toEqual([]);
+      expect(readdirSync(cache).filter((e) => e.includes(`-${clientId()}-`)).sort()).toEqual(
+        ['events', 'owner', 'reload', 'status'].map((c) => `${process.version}-${process.arch}-${clientId()}-${c}`));
+      child.kill('SIGTERM');
+      expect(await exited).toBe(0);
+    } finally {
+      child.kill('SIGKILL');
+    }
+  });
+
   it('version, -V and --version alone print the version without the bundle, as the command line prints it', async () => {
     const printed: string[] = [];
     expect(await main(['node', 'nfkeeper', 'version'], { out: (x) => printed.push(x), err: (x) => printed.push(x) })).toBe(0);
@@ -239,6 +295,14 @@ describe('the bundled daemon', () => {
       const r = spawnSync(process.execPath, [join(dir, 'bin', 'nfkeeper.js'), arg], { encoding: 'utf8' });
       expect({ status: r.status, stdout: r.stdout, stderr: r.stderr }).toEqual({ status: 0, stdout: `${printed[0]}\n`, stderr: '' });
     }
+    // Through a pipe without setting up a stdout stream (node:net and its handle, for a pipe); what
+    // the one write could not take goes through process.stdout, with its errors, as before.
+    const hook = 'data:text/javascript,import{writeSync}from"node:fs";process.on("exit",()=>writeSync(2,"loaded:"+JSON.stringify(process.moduleLoadList)+"\\n"))';
+    const piped = spawnSync(process.execPath, ['--import', hook, join(dir, 'bin', 'nfkeeper.js'), 'version'], { encoding: 'utf8' });
+    expect(piped.stdout).toBe(`${printed[0]}\n`);
+    expect(JSON.parse(piped.stderr.slice('loaded:'.length))).not.toContain('NativeModule net');
+    const full = spawnSync('sh', ['-c', `exec ${process.execPath} ${join(dir, 'bin', 'nfkeeper.js')} version >/dev/full`], { encoding: 'utf8' });
+    expect({ status: full.status, stderr: full.stderr }).toMatchObject({ status: 1, stderr: expect.stringMatching(/Error: ENOSPC: no space left on device, write/) });
     // With anything else, the command line decides, as before (and the bundle is needed).
     const more = spawnSync(process.execPath, [join(dir, 'bin', 'nfkeeper.js'), 'version', 'extra'], { encoding: 'utf8' });
     expect(more.status).toBe(2);
