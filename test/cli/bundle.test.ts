@@ -108,7 +108,7 @@ describe('the bundled daemon', () => {
     const cache = join(pkg, 'dist', 'code-cache');
     // One entry per set of V8 flags bin/nfkeeper.js gives a command: the config commands', none (export), run's; and the client commands' script's.
     expect(readdirSync(cache).sort()).toEqual([`${process.version}-${process.arch}-${clientId()}-client`,
-      ...['config', 'plain', 'run'].map((s) => `${process.version}-${process.arch}-${bundleId()}-${s}`)]);
+      ...['config', 'plain', 'run'].map((s) => `${process.version}-${process.arch}-${bundleId()}-${s}`)].sort());
     expect(command(pkg, ['status', '--socket', join(pkg, 'none.sock'), '--metrics', '127.0.0.1:0'], readOnly).used).toBe('package');
     expect(command(pkg, validate, readOnly).used).toBe('package');
     // The image's user, with no cache of its own: the package (root's) is read, not written.
