@@ -19,6 +19,7 @@ import { readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { readSealed, writeSealed } from '../base/sealed-file.js';
 import { sha256, sha256Hash } from '../base/sha256.js';
+import { runNow, type Sliced } from '../base/sliced.js';
 import type { TableConfig } from '../model/desired.js';
 import type { Family } from '../netlink/expr.js';
 import type { NftConn } from '../netlink/conn.js';
@@ -95,10 +96,37 @@ export function netnsIdentity(conn: NftConn, netns: string | undefined): NetnsId
  * table definitions), not on the rules' source text. An expression that is the very object the
  * previous rule has at the same place (src/model/compact.ts shares them) is written as '=': equal
  * output still means equal expressions, and most of a big chain's are not written out again.
+ * Tables whose digest is known (knownDesiredDigest: made by desiredDigestSteps, or stored with them
+ * in the compile cache) are not walked again.
  */
 export function desiredDigest(tables: readonly TableConfig[]): string {
+  return knownDigest(tables) ?? runNow(desiredDigestSteps(tables));
+}
+
+/**
+ * Known digests, by the first of their tables (a desired list holds the config's table objects, in a
+ * new array when owners are merged in): tables are not changed once loaded, a reload makes new ones.
+ */
+const known = new WeakMap<TableConfig, { tables: readonly TableConfig[]; digest: string }>();
+
+function knownDigest(tables: readonly TableConfig[]): string | undefined {
+  const k = tables.length > 0 ? known.get(tables[0]!) : undefined;
+  return k && k.tables.length === tables.length && k.tables.every((t, i) => t === tables[i]) ? k.digest : undefined;
+}
+
+/**
+ * `digest` is desiredDigest(tables), found without walking them: the compile cache's, stored with
+ * the config it was made of (sealed with it, and given back object for object).
+ */
+export function knownDesiredDigest(tables: readonly TableConfig[], digest: string): void {
+  if (tables.length > 0) known.set(tables[0]!, { tables: [...tables], digest });
+}
+
+/** desiredDigest made a slice of rules at a time (src/base/sliced.ts), and then known. */
+export function* desiredDigestSteps(tables: readonly TableConfig[]): Sliced<string> {
   const h = sha256Hash();
   let out = '';
+  let n = 0;
   for (const t of tables) {
     out += `T${JSON.stringify([t.family, t.name, t.protect, t.dormant ?? false, t.userdata ?? null, t.sets ?? [], t.objects ?? []])}\n`;
     for (const c of t.chains) {
@@ -116,12 +144,18 @@ export function desiredDigest(tables: readonly TableConfig[]): string {
           h.update(out);
           out = '';
         }
+        if (++n % DIGEST_SLICE === 0) yield;
       }
     }
   }
   h.update(out);
-  return h.digest('hex');
+  const digest = h.digest('hex');
+  knownDesiredDigest(tables, digest);
+  return digest;
 }
+
+/** desiredDigestSteps's slice, in rules. */
+const DIGEST_SLICE = 8192;
 
 /** The record in `file`, or why there is none to use. Never throws. */
 export function readRecord(file: string, dir: string): { record: RestartRecord } | { why: string } {
