@@ -25,7 +25,7 @@ import { readSealed, writeSealed } from '../base/sealed-file.js';
 import { sha256, sha256Hash } from '../base/sha256.js';
 import type { Sliced } from '../base/sliced.js';
 import { asKnownRule, isNoSets } from '../model/compact.js';
-import { desiredDigestSteps, knownDesiredDigest } from '../keeper/record.js';
+import { desiredDigestSteps, knownDesiredDigest } from '../model/desired-digest.js';
 import type { DataType, SetConfig } from '../model/sets.js';
 import { DATATYPES, datatypeById, type Datatype, type KeyType } from '../rules/datatypes.js';
 import type { ChainConfig } from '../model/desired.js';
@@ -66,7 +66,7 @@ interface Header {
   includePath: readonly string[];
   inputs: CompileInput[];
   /**
-   * desiredDigest of the config's tables (src/keeper/record.ts): a restart compares the restart
+   * desiredDigest of the config's tables (src/model/desired-digest.ts): a restart compares the restart
    * record with it without walking the rules again.
    */
   desired: string;

@@ -13,7 +13,7 @@ import { changedInput, compileCachePathOf, loadConfigCached, unfaithful } from '
 import type { CompileInput } from '../../src/base/compile-inputs.js';
 import { sha256 } from '../../src/base/sha256.js';
 import { runNow } from '../../src/base/sliced.js';
-import { desiredDigest, desiredDigestSteps } from '../../src/keeper/record.js';
+import { desiredDigest, desiredDigestSteps } from '../../src/model/desired-digest.js';
 import { localIsUtc } from '../../src/rules/intvalues.js';
 import { compactAsCompiled } from '../../src/model/compact.js';
 import { interfaceTable, type InterfaceResolver } from '../../src/rules/render.js';
