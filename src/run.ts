@@ -18,7 +18,8 @@ import { enableCollections } from './base/heap.js';
 import { MAX_CONFIG_BYTES, loadConfig, namespaceInterfaces, type Config } from './config/config.js';
 import { ConfigError, NfkeeperError } from './base/errors.js';
 import { EnvFileMissingError } from './config/env.js';
-import { loadConfigCached } from './config/compile-cache.js';
+import { fileDigests, loadConfigCached, type FileDigests } from './config/compile-cache.js';
+import { traced } from './base/compile-inputs.js';
 import { runByTurns } from './base/sliced.js';
 import { formatDuration } from './base/duration.js';
 import { compactAsCompiled } from './model/compact.js';
@@ -118,17 +119,21 @@ async function loadWaitingForEnv(o: DaemonOptions, log: Logger, tell: (message: 
  * The config compiled for the namespace, through the compile cache beside the restart record
  * (src/config/compile-cache.ts) when the daemon keeps one. Throws the compile's errors.
  */
-function loadDaemonConfig(o: DaemonOptions, log: Logger): { config: Config; store?: () => Promise<void> } {
+function loadDaemonConfig(o: DaemonOptions, log: Logger): { config: Config; store?: () => Promise<void>; files?: FileDigests } {
   const options = { interfaces: namespaceInterfaces(o.netns), compiled: compactAsCompiled(), includePath: o.includePath };
-  if (o.recordDir === undefined) return { config: loadConfig(o.config, options) };
-  const { config, cache, store } = loadConfigCached(o.config, options, { dir: o.recordDir, version: o.version, netns: o.netns });
+  if (o.recordDir === undefined) {
+    const { value: config, inputs } = traced(() => loadConfig(o.config, options));
+    return { config, ...(inputs ? { files: fileDigests(inputs) } : {}) };
+  }
+  const { config, cache, store, files } = loadConfigCached(o.config, options, { dir: o.recordDir, version: o.version, netns: o.netns });
   if (cache.used) {
     log.info({ cache: cache.file }, 'compile cache matches every input: the config was not compiled');
-    return { config };
+    return { config, files };
   }
   log.info({ cache: cache.file, why: cache.why }, 'compile cache not used; the config was compiled');
   return {
     config,
+    files,
     // A slice per turn of the event loop: a big config's store does not hold back a repair due meanwhile.
     store: async () => {
       const why = store ? await runByTurns(store()) : 'nothing to store';
@@ -240,10 +245,11 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
   const filesOf = (c: Config): string[] => [o.config, ...(c.includes ?? [])];
   // Regular files only, read without blocking (a FIFO swapped in must not stall the loop in open()).
   // What the files hold, by digest: equal digests, equal bytes (a big config's text is not decoded
-  // and kept only to be compared).
-  const textOf = (): string | undefined => {
+  // and kept only to be compared). `known`: the digests the load took of the bytes it compiled (a
+  // file written since then is a change, and a big config is not read and hashed a second time).
+  const textOf = (known?: FileDigests): string | undefined => {
     try {
-      return files.map((f) => sha256(readRegularFile(f, MAX_CONFIG_BYTES), 'hex')).join(' ');
+      return files.map((f) => known?.get(f) ?? sha256(readRegularFile(f, MAX_CONFIG_BYTES), 'hex')).join(' ');
     } catch (e) {
       // Mid-swap (the next event will tell), or not a regular file any more: said, the old config stays.
       if ((e as NodeJS.ErrnoException).code !== 'ENOENT') {
@@ -277,11 +283,12 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
     // The namespace first: iif/oif names in the config resolve there.
     nsId = probeNamespace(o.netns);
     let storeCompiled: (() => Promise<void>) | undefined;
-    ({ config, store: storeCompiled } = await loadWaitingForEnv(o, log, tell));
+    let digests: FileDigests | undefined;
+    ({ config, store: storeCompiled, files: digests } = await loadWaitingForEnv(o, log, tell));
     // The compile cache is written once the daemon is running, not before it is ready.
     if (storeCompiled) afterReady.push(() => void storeCompiled());
     files = filesOf(config);
-    loadedText = textOf();
+    loadedText = textOf(digests);
     extend();
     // One keeper per table and per state file, held until exit (released last: cleanups run in reverse).
     const lock = lockKeeper({ netns: o.netns, tables: config.tables, stateFile: config.owners?.state });
@@ -438,15 +445,16 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
     }
   };
   /** Set below: the files a reload read are watched from then on. */
-  let configLoaded: (next: Config) => void = () => undefined;
+  let configLoaded: (next: Config, digests?: FileDigests) => void = () => undefined;
   const reload = (why: string) => {
     let next: Config;
+    let digests: FileDigests | undefined;
     try {
       // An empty file is a write caught half-way (truncated, not yet written), far more often than
       // a wish to drop every table: that takes a file with a comment in it.
       if (statSync(o.config).size === 0) throw new ConfigError(o.config, 1, 1, 'the file is empty (being written?); a config with no tables needs at least a comment');
       let store: (() => Promise<void>) | undefined;
-      ({ config: next, store } = loadDaemonConfig(o, log));
+      ({ config: next, store, files: digests } = loadDaemonConfig(o, log));
       if (store) setImmediate(() => void store());
     } catch (e) {
       metrics.reloadFailed.set(1);
@@ -464,7 +472,7 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
       return;
     }
     gcLoop?.setConfig(next.gc);
-    configLoaded(next);
+    configLoaded(next, digests);
     // With owners, in the registry's turn: one the new config makes the kernel refuse is left out, not the reload.
     (registry ? registry.reconfigure(next, (c, owners) => keeper.setConfig(c, owners)) : keeper.setConfig(next)).then(() => {
       log.info({ why }, 'config reloaded');
@@ -506,10 +514,10 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
   };
   rewatch();
   changed();  // anything written between the load and the watches
-  configLoaded = (next) => {
+  configLoaded = (next, digests) => {
     files = filesOf(next);
     rewatch();
-    lastText = textOf();
+    lastText = textOf(digests);
   };
   cleanups.push(() => { for (const w of watchers.values()) w.close(); clearTimeout(debounce); });
 

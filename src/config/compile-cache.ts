@@ -25,6 +25,7 @@ import { readSealed, writeSealed } from '../base/sealed-file.js';
 import { sha256, sha256Hash } from '../base/sha256.js';
 import type { Sliced } from '../base/sliced.js';
 import { asKnownRule, isNoSets } from '../model/compact.js';
+import { desiredDigestSteps, knownDesiredDigest } from '../model/desired-digest.js';
 import type { DataType, SetConfig } from '../model/sets.js';
 import { DATATYPES, datatypeById, type Datatype, type KeyType } from '../rules/datatypes.js';
 import type { ChainConfig } from '../model/desired.js';
@@ -34,7 +35,7 @@ import { localIsUtc } from '../rules/intvalues.js';
 import { MAX_CONFIG_BYTES, loadConfig, type Config, type LoadOptions } from './config.js';
 
 /** The file's own format; a file of another format is not used. */
-const FORMAT = 1;
+const FORMAT = 2;
 
 /** The store's work on a big config is done in slices of about this many rules (src/base/sliced.ts). */
 const SLICE = 4096;
@@ -64,6 +65,11 @@ interface Header {
   config: string;
   includePath: readonly string[];
   inputs: CompileInput[];
+  /**
+   * desiredDigest of the config's tables (src/model/desired-digest.ts): a restart compares the restart
+   * record with it without walking the rules again.
+   */
+  desired: string;
 }
 
 /**
@@ -97,12 +103,12 @@ export function compileCachePathOf(dir: string, netns: string | undefined, confi
  * stored (unfaithful). A compile's error is thrown as loadConfig throws it; the cache's own never are.
  */
 export function loadConfigCached(file: string, options: LoadOptions, cache: CompileCacheOptions):
-  { config: Config; cache: CacheUse; store?: () => Sliced<string | undefined> } {
+  { config: Config; cache: CacheUse; store?: () => Sliced<string | undefined>; files?: FileDigests } {
   const path = compileCachePathOf(cache.dir, cache.netns, file);
   let why: string;
   try {
     const hit = fromCache(path, file, options, cache);
-    if ('config' in hit) return { config: hit.config, cache: { used: true, file: path } };
+    if ('config' in hit) return { config: hit.config, cache: { used: true, file: path }, files: fileDigests(hit.inputs) };
     why = hit.why;
   } catch (e) {
     why = `${path} is corrupt: ${(e as Error).message}`;
@@ -111,11 +117,13 @@ export function loadConfigCached(file: string, options: LoadOptions, cache: Comp
   return {
     config,
     cache: { used: false, file: path, why },
+    ...(inputs ? { files: fileDigests(inputs) } : {}),
     // Stored when the caller has time (the daemon: once running); the config is not changed meanwhile.
     store: function* () {
       try {
         if (inputs === undefined) return `${unstable!.replace(/\0/g, ' ')} changed while the config was compiled`;
-        const body = yield* serialise(config, { format: FORMAT, version: cache.version, code: codeDigest(), node: process.version, config: file, includePath: options.includePath ?? [], inputs });
+        const desired = yield* desiredDigestSteps(config.tables);
+        const body = yield* serialise(config, { format: FORMAT, version: cache.version, code: codeDigest(), node: process.version, config: file, includePath: options.includePath ?? [], inputs, desired });
         if ('why' in body) return body.why;
         writeSealed(path, cache.dir, body);
         return undefined;
@@ -126,7 +134,7 @@ export function loadConfigCached(file: string, options: LoadOptions, cache: Comp
   };
 }
 
-function fromCache(path: string, file: string, options: LoadOptions, cache: CompileCacheOptions): { config: Config } | { why: string } {
+function fromCache(path: string, file: string, options: LoadOptions, cache: CompileCacheOptions): { config: Config; inputs: CompileInput[] } | { why: string } {
   const read = readSealed(path, cache.dir);
   if ('why' in read) return read;
   const body = read.body;
@@ -138,10 +146,25 @@ function fromCache(path: string, file: string, options: LoadOptions, cache: Comp
   if (h.code !== codeDigest()) return { why: "it was written by another build of nfkeeper's code" };
   if (h.node !== process.version) return { why: `it was written under Node ${h.node}, this is ${process.version}` };
   if (h.config !== file || JSON.stringify(h.includePath) !== JSON.stringify(options.includePath ?? [])) return { why: 'it is of another config file or include path' };
-  if (!Array.isArray(h.inputs)) return { why: `${path} is corrupt: no inputs` };
+  if (!Array.isArray(h.inputs) || typeof h.desired !== 'string') return { why: `${path} is corrupt: no inputs or digest` };
   const changed = changedInput(h.inputs, options);
   if (changed !== undefined) return { why: changed };
-  return { config: deserialise(body.slice(nl + 1), options) };
+  const config = deserialise(body.slice(nl + 1), options);
+  knownDesiredDigest(config.tables, h.desired);
+  return { config, inputs: h.inputs };
+}
+
+/**
+ * The SHA-256 of each file the compile read whole (null: it could not be read), as the trace noted
+ * it: the bytes compiled, or on a hit the bytes found equal to them. The daemon tells a change of
+ * its config's files from a touch by these, without reading them again.
+ */
+export type FileDigests = ReadonlyMap<string, string | null>;
+
+export function fileDigests(inputs: readonly CompileInput[]): FileDigests {
+  const out = new Map<string, string | null>();
+  for (const i of inputs) if (i.kind === 'file') out.set(i.path, i.sha256);
+  return out;
 }
 
 /** The first input of `inputs` that is not as noted now, said in words (undefined: none). */

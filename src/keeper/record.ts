@@ -18,7 +18,8 @@
 import { readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { readSealed, writeSealed } from '../base/sealed-file.js';
-import { sha256, sha256Hash } from '../base/sha256.js';
+import { sha256 } from '../base/sha256.js';
+import { desiredDigest } from '../model/desired-digest.js';
 import type { TableConfig } from '../model/desired.js';
 import type { Family } from '../netlink/expr.js';
 import type { NftConn } from '../netlink/conn.js';
@@ -87,40 +88,6 @@ export function netnsIdentity(conn: NftConn, netns: string | undefined): NetnsId
   const st = statSync(netns ?? '/proc/self/ns/net');
   const cookie = conn.netnsCookie?.();
   return { ...(cookie !== undefined ? { cookie } : {}), dev: st.dev, ino: st.ino };
-}
-
-/**
- * A digest of desired tables: what the kernel would hold for them, every byte a commit would send
- * depending only on what goes in (the compiled expressions, userdata, sets, objects, chain and
- * table definitions), not on the rules' source text. An expression that is the very object the
- * previous rule has at the same place (src/model/compact.ts shares them) is written as '=': equal
- * output still means equal expressions, and most of a big chain's are not written out again.
- */
-export function desiredDigest(tables: readonly TableConfig[]): string {
-  const h = sha256Hash();
-  let out = '';
-  for (const t of tables) {
-    out += `T${JSON.stringify([t.family, t.name, t.protect, t.dormant ?? false, t.userdata ?? null, t.sets ?? [], t.objects ?? []])}\n`;
-    for (const c of t.chains) {
-      out += `C${JSON.stringify([c.name, c.base ?? null, c.userdata ?? null, c.rules.length])}\n`;
-      let prev: readonly object[] = [];
-      for (const r of c.rules) {
-        const x = r.compiled;
-        const exprs = x.exprs;
-        out += 'R';
-        for (let i = 0; i < exprs.length; i++) out += exprs[i] === prev[i] ? '=' : JSON.stringify(exprs[i]);
-        prev = exprs;
-        out += `;${x.userdata ?? ''}`;
-        out += x.sets.length > 0 || x.bound ? `;${JSON.stringify([x.sets, x.bound ?? null])}\n` : '\n';
-        if (out.length > 1 << 16) {
-          h.update(out);
-          out = '';
-        }
-      }
-    }
-  }
-  h.update(out);
-  return h.digest('hex');
 }
 
 /** The record in `file`, or why there is none to use. Never throws. */

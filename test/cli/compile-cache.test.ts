@@ -75,6 +75,28 @@ describe('nfkeeper run: the compile cache', { timeout: 180_000 }, () => {
     expect(ruleset()).toBe(before);
   });
 
+  it('a restart with the record and the cache: a rule deleted right after ready is put back; the config changed then is reloaded', async () => {
+    const { dir, config, args } = setUp();
+    await runOnce(args, dir);
+    await runOnce(args, dir);
+    const r = nfk(['run', ...args, '--netns', ns.path, '--no-metrics']);
+    try {
+      await waitFor('nfkeeper running', () => r.logs().some((l) => l.msg === 'nfkeeper running'));
+      expect(said(r.logs(), 'compile cache')).toMatch(/^compile cache matches every input/);
+      expect(said(r.logs(), 'restart record')).toMatch(/^restart record matches the kernel/);
+      const handle = /ip saddr 10\.0\.0\.2 tcp dport 22 counter packets \d+ bytes \d+ accept # handle (\d+)/.exec(ns.exec('nft', ['-a', 'list', 'chain', 'ip', 'cc', 'input']))![1]!;
+      ns.exec('nft', ['delete', 'rule', 'ip', 'cc', 'input', 'handle', handle]);
+      await waitFor('the rule put back', () => /ip saddr 10\.0\.0\.2 tcp dport 22/.test(ruleset()));
+      // The config's digest came from the load (not a read after it): a change now is a change.
+      writeFileSync(config, nft([...RULES, 'ip saddr 10.0.0.3 tcp dport 22 counter accept']));
+      await waitFor('the reload', () => r.logs().some((l) => l.msg === 'config reloaded'));
+      expect(ruleset()).toMatch(/ip saddr 10\.0\.0\.3 tcp dport 22/);
+    } finally {
+      r.child.kill('SIGTERM');
+    }
+    expect((await r.exited).code).toBe(0);
+  });
+
   it('an interface renumbered: compiled again, and the kernel matches the new index', async () => {
     const { dir, args } = setUp();
     await runOnce(args, dir);
