@@ -24,6 +24,7 @@ import type { MonitorBatch } from '../src/netlink/events.js';
 import type { SetElement } from '../src/netlink/objects.js';
 import { open, type NftSocket } from '../src/netlink/socket.js';
 import { ruleKey } from '../src/rules/index.js';
+import { collectGarbage, enableCollections } from '../src/base/heap.js';
 import { summarize, type Summary } from './lib/stats.js';
 
 export interface ProbeTarget {
@@ -54,8 +55,11 @@ export class RepairProbe {
     return { family: this.target.family, table: this.target.table, chain: this.target.chain };
   }
 
-  /** One sample: µs from our deletion committed to the keeper's commit adding the rule back. */
-  async once(timeoutMs = 10_000, verify = true): Promise<number> {
+  /**
+   * One sample: µs from our deletion committed to the keeper's commit adding the rule back.
+   * `collect`: a full collection of the probe's own heap just before the clock starts (see settle).
+   */
+  async once(timeoutMs = 10_000, verify = true, collect = false): Promise<number> {
     const before = await this.sock.listRules(this.where);
     if (before.length === 0) throw new Error(`chain ${this.target.table} ${this.target.chain} is empty`);
     const i = Math.min(this.target.index ?? before.length >> 1, before.length - 1);
@@ -70,6 +74,7 @@ export class RepairProbe {
         resolve(at);
       };
     });
+    if (collect) settle();
     // The clock starts before our own commit: the keeper can be notified and answer while our
     // acknowledgement is still on its way back, and a clock started after it would miss that part.
     const t0 = performance.now();
@@ -130,8 +135,8 @@ export class ElementRepairProbe {
     return this.elements.length;
   }
 
-  /** One sample: µs from our deletion committed to the keeper's commit adding the element back. */
-  async once(timeoutMs = 10_000): Promise<number> {
+  /** One sample: µs from our deletion committed to the keeper's commit adding the element back (`collect`: see settle). */
+  async once(timeoutMs = 10_000, collect = false): Promise<number> {
     if (this.elements.length === 0) await this.load();
     // Spread over the set (a stride prime to any size we use), never the same twice in a row.
     const victim = this.elements[(this.next++ * 7919) % this.elements.length]!;
@@ -157,6 +162,7 @@ export class ElementRepairProbe {
         resolve(at);
       };
     });
+    if (collect) settle();
     const t0 = performance.now();
     await this.sock.commit(new Batch().delete('element', { ...this.where,
       elements: [{ key: victim.key, ...(victim.keyEnd !== undefined ? { keyEnd: victim.keyEnd } : {}), flags: victim.flags ?? 0 }] }));
@@ -176,15 +182,26 @@ export class ElementRepairProbe {
   }
 }
 
-/** `count` element repairs, `intervalMs` apart; the set is read back at the end. */
+/**
+ * The probe's own garbage collected before a sample's clock starts: a probe that reads a big chain
+ * before each deletion (and holds a big set's elements) otherwise has V8 collect its heap at any
+ * moment, also between its deletion and the repair, and its pause (tens of ms) is then counted as
+ * the keeper's. For samples seconds apart; a loop of samples milliseconds apart would pay it each time.
+ */
+function settle(): void {
+  enableCollections();
+  collectGarbage();
+}
+
+/** `count` element repairs, `intervalMs` apart; the set is read back at the end. `collect`: see settle. */
 export async function probeElementRepairs(target: ElementProbeTarget, count: number, intervalMs: number,
-  opts: { warmup?: number; timeoutMs?: number } = {}): Promise<{ summary: Summary; samples: number[]; elements: number }> {
+  opts: { warmup?: number; timeoutMs?: number; collect?: boolean } = {}): Promise<{ summary: Summary; samples: number[]; elements: number }> {
   const probe = new ElementRepairProbe(target);
   const samples: number[] = [];
   try {
     const elements = await probe.load();
     for (let k = 0; k < (opts.warmup ?? 0) + count; k++) {
-      const us = await probe.once(opts.timeoutMs ?? 10_000);
+      const us = await probe.once(opts.timeoutMs ?? 10_000, opts.collect ?? false);
       if (k >= (opts.warmup ?? 0)) samples.push(us);
       await new Promise((r) => setTimeout(r, intervalMs));
     }
@@ -195,14 +212,14 @@ export async function probeElementRepairs(target: ElementProbeTarget, count: num
   }
 }
 
-/** `count` samples, `intervalMs` apart (the keeper's verify pass after each repair runs in between). */
+/** `count` samples, `intervalMs` apart (the keeper's verify pass after each repair runs in between). `collect`: see settle. */
 export async function probeRepairs(target: ProbeTarget, count: number, intervalMs: number,
-  opts: { warmup?: number; verify?: boolean; timeoutMs?: number } = {}): Promise<{ summary: Summary; samples: number[] }> {
+  opts: { warmup?: number; verify?: boolean; timeoutMs?: number; collect?: boolean } = {}): Promise<{ summary: Summary; samples: number[] }> {
   const probe = new RepairProbe(target);
   const samples: number[] = [];
   try {
     for (let k = 0; k < (opts.warmup ?? 0) + count; k++) {
-      const us = await probe.once(opts.timeoutMs ?? 10_000, opts.verify ?? true);
+      const us = await probe.once(opts.timeoutMs ?? 10_000, opts.verify ?? true, opts.collect ?? false);
       if (k >= (opts.warmup ?? 0)) samples.push(us);
       await new Promise((r) => setTimeout(r, intervalMs));
     }

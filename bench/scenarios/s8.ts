@@ -299,10 +299,10 @@ export async function runS8(o: S8Options): Promise<S8Result> {
     const cases = [
       ...o.repairRules.map((n) => ({ n, owned: `one rule of ${n.toLocaleString('en-US')} in one chain`, file: `repair-${n}.yaml`, text: chainYaml(n),
         cmp: chainNft(n), probe: (ns: BenchNetns, table = 'big') => probeRepairs({ netns: ns.path, family: 'ip', table, chain: 'c' }, o.repairs, o.repairGapMs,
-          { warmup: 1, timeoutMs: 60_000 }), floor: ruleFloor, answer: ['rule', 'c'] })),
+          { warmup: 1, timeoutMs: 60_000, collect: true }), floor: ruleFloor, answer: ['rule', 'c'] })),
       ...o.repairElements.map((n) => ({ n, owned: `one element of ${n.toLocaleString('en-US')} in one set`, file: `elements-${n}.nft`, text: setNft(n),
         cmp: setNft(n), probe: (ns: BenchNetns, table = 'big') => probeElementRepairs({ netns: ns.path, family: 'ip', table, set: 's' }, o.repairs, o.repairGapMs,
-          { warmup: 1, timeoutMs: 60_000 }), floor: elementFloor, answer: ['element', 's'] })),
+          { warmup: 1, timeoutMs: 60_000, collect: true }), floor: elementFloor, answer: ['element', 's'] })),
     ];
     const responder = parts.has('repairs') && cases.length > 0 ? buildResponder(dir) : undefined;
     for (const [i, c] of (parts.has('repairs') ? cases : []).entries()) {
