@@ -189,9 +189,13 @@ if (major < 22) {
       try {
         writeFileSync(tmp, checked(() => script.createCachedData()), { mode: 0o644 });
         renameSync(tmp, `${mine}/${name}`);
-        // An earlier build's entry for this command and this Node.
+        // An earlier build's entry for this command and this Node, once it is a day old: two
+        // builds in use side by side (two installs, a before/after benchmark) would otherwise
+        // remove each other's at every run, and each run would compile and write its own again.
+        const old = Date.now() - 86_400_000;
         for (const e of readdirSync(mine)) {
-          if (e !== name && e.startsWith(`${process.version}-${process.arch}-`) && e.endsWith(`-${tag}`)) rmSync(`${mine}/${e}`, { force: true });
+          if (e !== name && e.startsWith(`${process.version}-${process.arch}-`) && e.endsWith(`-${tag}`) &&
+            (statSync(`${mine}/${e}`, { throwIfNoEntry: false })?.mtimeMs ?? Infinity) < old) rmSync(`${mine}/${e}`, { force: true });
         }
       } catch {
         try {

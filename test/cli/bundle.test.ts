@@ -181,9 +181,16 @@ describe('the bundled daemon', () => {
       expect(r.used, `byte ${at} of ${good.length}`).toBe('own rejected');
     }
     expect(command(pkg, validate, env).used).toBe('own');
-    // An earlier build's entry for the same command and Node goes when this one is written.
+    // Another build's entry for the same command and Node stays while it is less than a day old
+    // (two builds in use side by side), and goes when this one is written after that.
     const earlier = join(own, `${process.version}-${process.arch}-0123456789abcdef-validate`);
     renameSync(entry, earlier);
+    expect(command(pkg, validate, env).used).toBe('none');
+    expect(existsSync(entry) && existsSync(earlier)).toBe(true);
+    expect(command(pkg, validate, env).used).toBe('own');
+    renameSync(entry, earlier);
+    const twoDaysAgo = Date.now() / 1000 - 2 * 86_400;
+    utimesSync(earlier, twoDaysAgo, twoDaysAgo);
     expect(command(pkg, validate, env).used).toBe('none');
     expect(existsSync(entry) && !existsSync(earlier)).toBe(true);
   });
