@@ -261,13 +261,20 @@ void PutExpression(nlmsghdr* nlh, const Napi::Value& v, uint32_t i) {
 struct PreviousExprs {
   std::vector<napi_value> objects;
   std::vector<std::string> bytes;
+  // The op whose expressions these are (-1: none): what a hint's expression bits refer to.
+  int64_t op = -1;
   void Clear() {
     objects.clear();
     bytes.clear();
+    op = -1;
   }
 };
 
-void PutExpressions(nlmsghdr* nlh, const Napi::Array& exprs, PreviousExprs* previous = nullptr) {
+// `sameAs`: bit i set says exprs[i] is the very object the op before this one (`index` - 1) had at i
+// (EncodeHints); where `previous` holds that op's expressions, they are taken from it without
+// reading exprs[i] at all. Otherwise each is compared with `previous` by identity, as before.
+void PutExpressions(nlmsghdr* nlh, const Napi::Array& exprs, PreviousExprs* previous = nullptr,
+                    uint32_t sameAs = 0, int64_t index = -1) {
   Napi::Env env = exprs.Env();
   // NFT_RULE_MAXEXPRS is 128; an attribute length is 16 bits.
   uint32_t n = exprs.Length();
@@ -280,20 +287,27 @@ void PutExpressions(nlmsghdr* nlh, const Napi::Array& exprs, PreviousExprs* prev
     objects.reserve(n);
     bytes.reserve(n);
   }
+  const bool hinted = previous != nullptr && index >= 0 && previous->op == index - 1;
   for (uint32_t i = 0; i < n; i++) {
-    Napi::Value v = exprs.Get(i);
     char* at = static_cast<char*>(mnl_nlmsg_get_payload_tail(nlh));
+    napi_value v;
     bool same = false;
-    if (previous != nullptr && i < previous->objects.size()) {
-      bool eq = false;
-      same = napi_strict_equals(env, v, previous->objects[i], &eq) == napi_ok && eq;
+    if (hinted && i < kHintedExprs && (sameAs >> i & 1) != 0 && i < previous->objects.size()) {
+      v = previous->objects[i];
+      same = true;
+    } else {
+      v = exprs.Get(i);
+      if (previous != nullptr && i < previous->objects.size()) {
+        bool eq = false;
+        same = napi_strict_equals(env, v, previous->objects[i], &eq) == napi_ok && eq;
+      }
     }
     if (same) {
       const std::string& b = previous->bytes[i];
       std::memcpy(at, b.data(), b.size());
       nlh->nlmsg_len += b.size();
     } else {
-      PutExpression(nlh, v, i);
+      PutExpression(nlh, Napi::Value(env, v), i);
     }
     char* end = static_cast<char*>(mnl_nlmsg_get_payload_tail(nlh));
     if (end - reinterpret_cast<char*>(list) > 0xffff) {
@@ -308,6 +322,7 @@ void PutExpressions(nlmsghdr* nlh, const Napi::Array& exprs, PreviousExprs* prev
   if (previous != nullptr) {
     previous->objects = std::move(objects);
     previous->bytes = std::move(bytes);
+    previous->op = index;
   }
 }
 
@@ -396,38 +411,66 @@ void EncodeChain(std::vector<uint8_t>* out, const std::string& verb, const Napi:
   Commit(out, buf);
 }
 
+// Where the rule op encoded last was added (its op index, family, table and chain): a rule that
+// EncodeHints says is added the same way, at the end of the same chain, takes these from here.
+struct RulePlace {
+  int64_t op = -1;
+  uint16_t family = 0;
+  std::string table, chain;
+  bool hasChain = false;
+};
+
 void EncodeRule(std::vector<uint8_t>* out, const std::string& verb, const Napi::Object& op,
-                uint32_t seq, const Napi::Value& exprBytes, PreviousExprs* previous) {
-  uint16_t family = FamilyOf(op);
+                uint32_t seq, const Napi::Value& exprBytes, PreviousExprs* previous, uint32_t hint,
+                RulePlace* place, uint32_t index) {
+  // The hint holds only where the place is the op's just before (else every field is read).
+  const bool samePlace = (hint & kHintSamePlace) != 0 && place->hasChain && place->op + 1 == static_cast<int64_t>(index);
+  uint16_t family = samePlace ? place->family : FamilyOf(op);
   uint16_t type = NFT_MSG_NEWRULE, flags = NLM_F_ACK;
   if (verb == "add") flags |= NLM_F_CREATE | NLM_F_APPEND;  // after `position`, or at the end
   else if (verb == "insert") flags |= NLM_F_CREATE;         // before `position`, or at the start
   else if (verb == "replace") flags |= NLM_F_REPLACE;       // the rule `handle`
   else if (verb == "delete") type = NFT_MSG_DELRULE;
   else throw Napi::TypeError::New(op.Env(), "rules take add, insert, replace or delete, not '" + verb + "'");
-  if ((verb == "replace" || verb == "delete") && !HasKey(op, "handle")) {
+
+  // Each field read once. A hinted op has none but its expressions and userdata (EncodeHints).
+  Napi::Value chainV, handleV, positionV, idV, positionIdV, compatV, chainIdV;
+  if (!samePlace) handleV = Prop(op, "handle");
+  if ((verb == "replace" || verb == "delete") && !Present(handleV)) {
     throw Napi::TypeError::New(op.Env(), verb + " rule needs a 'handle'");
   }
+  std::string table = samePlace ? place->table : Str(op, "table");
+  if (!samePlace) {
+    chainV = Prop(op, "chain");
+    positionV = Prop(op, "position");
+    idV = Prop(op, "id");
+    positionIdV = Prop(op, "positionId");
+    compatV = Prop(op, "compat");
+    chainIdV = Prop(op, "chainId");
+  }
+  const bool hasChain = samePlace || Present(chainV);
+  std::string chain = samePlace ? place->chain : hasChain ? StringOf(chainV, "chain") : std::string();
 
   nftnl_rule* r = nftnl_rule_alloc();
   char* buf;
   nlmsghdr* nlh;
   try {
-    nftnl_rule_set_str(r, NFTNL_RULE_TABLE, Str(op, "table").c_str());
-    if (HasKey(op, "chain")) nftnl_rule_set_str(r, NFTNL_RULE_CHAIN, Str(op, "chain").c_str());
-    if (HasKey(op, "handle")) nftnl_rule_set_u64(r, NFTNL_RULE_HANDLE, I64(op, "handle"));
-    if (HasKey(op, "position")) nftnl_rule_set_u64(r, NFTNL_RULE_POSITION, I64(op, "position"));
+    nftnl_rule_set_str(r, NFTNL_RULE_TABLE, table.c_str());
+    if (hasChain) nftnl_rule_set_str(r, NFTNL_RULE_CHAIN, chain.c_str());
+    if (Present(handleV)) nftnl_rule_set_u64(r, NFTNL_RULE_HANDLE, I64Of(handleV, "handle"));
+    if (Present(positionV)) nftnl_rule_set_u64(r, NFTNL_RULE_POSITION, I64Of(positionV, "position"));
     // NFTA_RULE_ID names a rule added in this batch; NFTA_RULE_POSITION_ID places a rule next to
     // such a rule, which has no handle until the commit.
-    if (HasKey(op, "id")) nftnl_rule_set_u32(r, NFTNL_RULE_ID, U32(op, "id"));
-    if (HasKey(op, "positionId")) nftnl_rule_set_u32(r, NFTNL_RULE_POSITION_ID, U32(op, "positionId"));
-    if (HasKey(op, "userdata")) {
-      std::vector<uint8_t> d = HexOf(op, "userdata");
+    if (Present(idV)) nftnl_rule_set_u32(r, NFTNL_RULE_ID, U32Of(idV, "id"));
+    if (Present(positionIdV)) nftnl_rule_set_u32(r, NFTNL_RULE_POSITION_ID, U32Of(positionIdV, "positionId"));
+    Napi::Value userdataV = Prop(op, "userdata");
+    if (Present(userdataV)) {
+      std::vector<uint8_t> d = HexOfValue(userdataV, "userdata");
       nftnl_rule_set_data(r, NFTNL_RULE_USERDATA, d.data(), d.size());
     }
-    if (HasKey(op, "compat")) {
+    if (Present(compatV)) {
       // NFTA_RULE_COMPAT: the l4 protocol xt matches such as "tcp" check against.
-      Napi::Object compat = Prop(op, "compat").As<Napi::Object>();
+      Napi::Object compat = compatV.As<Napi::Object>();
       nftnl_rule_set_u32(r, NFTNL_RULE_COMPAT_PROTO, U32(compat, "proto"));
       nftnl_rule_set_u32(r, NFTNL_RULE_COMPAT_FLAGS, HasKey(compat, "flags") ? U32(compat, "flags") : 0);
     }
@@ -436,7 +479,7 @@ void EncodeRule(std::vector<uint8_t>* out, const std::string& verb, const Napi::
     nftnl_rule_nlmsg_build_payload(nlh, r);
     // NFTA_RULE_CHAIN_ID (libnftnl 1.2.4 has no setter for it): a rule of a chain added in this
     // batch by id, as nft adds a bound chain's rules.
-    if (HasKey(op, "chainId")) mnl_attr_put_u32(nlh, NFTA_RULE_CHAIN_ID, htonl(U32(op, "chainId")));
+    if (Present(chainIdV)) mnl_attr_put_u32(nlh, NFTA_RULE_CHAIN_ID, htonl(U32Of(chainIdV, "chainId")));
     if (type == NFT_MSG_NEWRULE && exprBytes.IsBuffer()) {
       // Encoded before (encodeExprs) from the same, frozen, expressions: the attribute as it was.
       Napi::Buffer<uint8_t> b = exprBytes.As<Napi::Buffer<uint8_t>>();
@@ -444,8 +487,9 @@ void EncodeRule(std::vector<uint8_t>* out, const std::string& verb, const Napi::
       std::memcpy(mnl_nlmsg_get_payload_tail(nlh), b.Data(), b.Length());
       nlh->nlmsg_len += MNL_ALIGN(b.Length());
     } else if (type == NFT_MSG_NEWRULE) {
-      if (!Prop(op, "exprs").IsArray()) throw Napi::TypeError::New(op.Env(), "'exprs' must be an array");
-      PutExpressions(nlh, Prop(op, "exprs").As<Napi::Array>(), previous);
+      Napi::Value exprs = Prop(op, "exprs");
+      if (!exprs.IsArray()) throw Napi::TypeError::New(op.Env(), "'exprs' must be an array");
+      PutExpressions(nlh, exprs.As<Napi::Array>(), previous, hint & ~kHintSamePlace, index);
     }
   } catch (...) {
     nftnl_rule_free(r);
@@ -453,6 +497,13 @@ void EncodeRule(std::vector<uint8_t>* out, const std::string& verb, const Napi::
   }
   nftnl_rule_free(r);
   Commit(out, buf);
+  place->op = index;
+  place->family = family;
+  place->hasChain = hasChain;
+  if (!samePlace) {
+    place->table = std::move(table);
+    place->chain = std::move(chain);
+  }
 }
 
 // NFT_USERDATA_MAXLEN
@@ -812,7 +863,8 @@ std::string DigestOfRuleMessage(const uint8_t* msg, bool anonymousSetsUnnamed = 
 }  // namespace
 
 void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneration,
-                 uint32_t generation, EncodedBatch* out, Napi::Value exprBytes, bool digests) {
+                 uint32_t generation, EncodedBatch* out, Napi::Value exprBytes, bool digests,
+                 Napi::Value hints) {
   out->bytes.clear();
   out->messageOp.clear();
   out->wantDigests = digests;
@@ -832,6 +884,13 @@ void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneratio
   std::optional<Napi::HandleScope> scope;
   std::optional<Keys> keys;
   PreviousExprs previous;
+  RulePlace place;
+  // EncodeHints' word per op, when given for exactly these ops (else none: every field is read).
+  const uint32_t* hint = nullptr;
+  if (hints.IsTypedArray() && hints.As<Napi::TypedArray>().TypedArrayType() == napi_uint32_array &&
+      hints.As<Napi::Uint32Array>().ElementLength() == ops.Length()) {
+    hint = hints.As<Napi::Uint32Array>().Data();
+  }
   for (uint32_t i = 0; i < ops.Length(); i++) {
     if (i % kOpsPerScope == 0) {
       previous.Clear();  // its handles go with the scope
@@ -845,14 +904,18 @@ void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneratio
       Napi::Value v = ops.Get(i);
       if (!v.IsObject()) throw Napi::TypeError::New(env, "an operation must be an object");
       Napi::Object op = v.As<Napi::Object>();
-      std::string verb = Str(op, "verb");
-      std::string object = Str(op, "object");
+      const uint32_t h = hint != nullptr ? hint[i] : 0;
+      // A rule added at the end of the chain the rule op before it went to (EncodeHints): its verb
+      // and object are known.
+      const bool samePlace = (h & kHintSamePlace) != 0 && place.op + 1 == static_cast<int64_t>(i);
+      std::string verb = samePlace ? std::string("add") : Str(op, "verb");
+      std::string object = samePlace ? std::string("rule") : Str(op, "object");
       if (object == "table") EncodeTable(&out->bytes, verb, op, next);
       else if (object == "chain") EncodeChain(&out->bytes, verb, op, next);
       else if (object == "rule") {
         Napi::Value pre = exprBytes.IsArray() ? exprBytes.As<Napi::Array>().Get(i) : Napi::Value();
         size_t at = out->bytes.size();
-        EncodeRule(&out->bytes, verb, op, next, pre, &previous);
+        EncodeRule(&out->bytes, verb, op, next, pre, &previous, h, &place, i);
         if (digests && verb != "delete") out->toDigest.emplace_back(i, at);
       }
       else if (object == "set") messages = EncodeSet(&out->bytes, verb, op, next);

@@ -181,7 +181,7 @@ export class NftSocket implements NftConn {
     let r;
     try {
       r = await this.native.commit(ops, gen, options.echo === true, ops.length <= PREENCODE_UP_TO ? preencoded(ops) : undefined,
-        options.digests === true);
+        options.digests === true, encodeHints(ops));
     } catch (e) {
       throw refine(e, ops, gen);
     }
@@ -198,7 +198,7 @@ export class NftSocket implements NftConn {
     let r;
     try {
       r = native.commitNow(ops, gen, options.echo === true, ops.length <= PREENCODE_UP_TO ? preencoded(ops) : undefined,
-        options.digests === true);
+        options.digests === true, encodeHints(ops));
     } catch (e) {
       throw refine(e, ops, gen);
     }
@@ -267,6 +267,39 @@ export function preencoded(ops: readonly Op[]): (Buffer | undefined)[] | undefin
       encodedExprs.set(op.exprs, b);
     }
     (out ??= new Array<Buffer | undefined>(ops.length))[i] = b;
+  }
+  return out;
+}
+
+/** encodeHints' bit for a rule added at the end of the same chain as the rule op before it (native/encode.h). */
+const SAME_PLACE = 0x8000_0000;
+/** The expressions an op's hint word names by index (bits 0-30; native/encode.h). */
+const HINTED_EXPRS = 31;
+
+/**
+ * Per op, what it shares with the op just before it, for the addon's encoder (native/encode.h,
+ * EncodeBatch's hints), which then does not read it again through N-API: bit i, that its exprs[i]
+ * is the very object the op before had at i; SAME_PLACE, that it is a rule added at the end of the
+ * same chain of the same table and family as the rule op before it, with no other field than its
+ * expressions and userdata. A plan's install is a run of such rules sharing most of their
+ * expressions (src/model/compact.ts), and their fields one by one were most of its encoding.
+ */
+export function encodeHints(ops: readonly Op[]): Uint32Array | undefined {
+  if (ops.length < 2) return undefined;
+  const out = new Uint32Array(ops.length);
+  for (let k = 1; k < ops.length; k++) {
+    const op = ops[k]!, prev = ops[k - 1]!;
+    if (op.object !== 'rule' || prev.object !== 'rule' || op.verb === 'delete' || prev.verb === 'delete') continue;
+    let h = 0;
+    if (op.verb === 'add' && op.chain !== undefined && op.chain === prev.chain && op.table === prev.table && op.family === prev.family &&
+      op.handle === undefined && op.position === undefined && op.id === undefined && op.positionId === undefined &&
+      op.compat === undefined && (op as { chainId?: number }).chainId === undefined) h = SAME_PLACE;
+    const a = op.exprs, b = prev.exprs;
+    if (Array.isArray(a) && Array.isArray(b)) {
+      const n = Math.min(a.length, b.length, HINTED_EXPRS);
+      for (let i = 0; i < n; i++) if (a[i] === b[i]) h |= 1 << i;
+    }
+    out[k] = h;
   }
   return out;
 }
