@@ -114,10 +114,6 @@ int64_t EnumOfValue(const Napi::Value& v, const char* key, const EnumMap& map) {
   return value;
 }
 
-int64_t EnumOf(const Napi::Object& o, const char* key, const EnumMap& map) {
-  return EnumOfValue(Prop(o, key), key, map);
-}
-
 // A netlink attribute's length is 16 bits; anything longer would corrupt the
 // message (and overrun the scratch buffer), so it is refused here.
 constexpr size_t kMaxAttrPayload = 0xff00;
@@ -287,7 +283,7 @@ void PutExpressions(nlmsghdr* nlh, const Napi::Array& exprs, PreviousExprs* prev
     objects.reserve(n);
     bytes.reserve(n);
   }
-  const bool hinted = previous != nullptr && index >= 0 && previous->op == index - 1;
+  const bool hinted = previous != nullptr && previous->op >= 0 && previous->op + 1 == index;
   for (uint32_t i = 0; i < n; i++) {
     char* at = static_cast<char*>(mnl_nlmsg_get_payload_tail(nlh));
     napi_value v;
@@ -380,24 +376,33 @@ void EncodeChain(std::vector<uint8_t>* out, const std::string& verb, const Napi:
 
   nftnl_chain* c = nftnl_chain_alloc();
   try {
+    // Each field read once (an install has thousands of chains).
     nftnl_chain_set_str(c, NFTNL_CHAIN_TABLE, Str(op, "table").c_str());
-    if (HasKey(op, "name")) nftnl_chain_set_str(c, NFTNL_CHAIN_NAME, Str(op, "name").c_str());
-    if (HasKey(op, "handle")) nftnl_chain_set_u64(c, NFTNL_CHAIN_HANDLE, I64(op, "handle"));
-    if (type == NFT_MSG_NEWCHAIN && HasKey(op, "hook")) {
-      const EnumMap& hooks = family == NFPROTO_NETDEV ? kNetdevHookMap : kInetHookMap;
-      nftnl_chain_set_u32(c, NFTNL_CHAIN_HOOKNUM, static_cast<uint32_t>(EnumOf(op, "hook", hooks)));
-      nftnl_chain_set_s32(c, NFTNL_CHAIN_PRIO, static_cast<int32_t>(I64(op, "priority")));
-      nftnl_chain_set_str(c, NFTNL_CHAIN_TYPE, Str(op, "type").c_str());
-      if (HasKey(op, "device")) nftnl_chain_set_str(c, NFTNL_CHAIN_DEV, Str(op, "device").c_str());
+    Napi::Value f = Prop(op, "name");
+    if (Present(f)) nftnl_chain_set_str(c, NFTNL_CHAIN_NAME, StringOf(f, "name").c_str());
+    f = Prop(op, "handle");
+    if (Present(f)) nftnl_chain_set_u64(c, NFTNL_CHAIN_HANDLE, I64Of(f, "handle"));
+    if (type == NFT_MSG_NEWCHAIN) {
+      f = Prop(op, "hook");
+      if (Present(f)) {
+        const EnumMap& hooks = family == NFPROTO_NETDEV ? kNetdevHookMap : kInetHookMap;
+        nftnl_chain_set_u32(c, NFTNL_CHAIN_HOOKNUM, static_cast<uint32_t>(EnumOfValue(f, "hook", hooks)));
+        nftnl_chain_set_s32(c, NFTNL_CHAIN_PRIO, static_cast<int32_t>(I64(op, "priority")));
+        nftnl_chain_set_str(c, NFTNL_CHAIN_TYPE, Str(op, "type").c_str());
+        f = Prop(op, "device");
+        if (Present(f)) nftnl_chain_set_str(c, NFTNL_CHAIN_DEV, StringOf(f, "device").c_str());
+      }
+      f = Prop(op, "policy");
+      if (Present(f)) nftnl_chain_set_u32(c, NFTNL_CHAIN_POLICY, static_cast<uint32_t>(EnumOfValue(f, "policy", kPolicyMap)));
     }
-    if (type == NFT_MSG_NEWCHAIN && HasKey(op, "policy")) {
-      nftnl_chain_set_u32(c, NFTNL_CHAIN_POLICY, static_cast<uint32_t>(EnumOf(op, "policy", kPolicyMap)));
-    }
-    if (HasKey(op, "flags")) nftnl_chain_set_u32(c, NFTNL_CHAIN_FLAGS, U32(op, "flags"));
+    f = Prop(op, "flags");
+    if (Present(f)) nftnl_chain_set_u32(c, NFTNL_CHAIN_FLAGS, U32Of(f, "flags"));
     // NFTA_CHAIN_ID: a chain of this batch that rules and jumps name by id (a bound chain has no name).
-    if (HasKey(op, "id")) nftnl_chain_set_u32(c, NFTNL_CHAIN_ID, U32(op, "id"));
-    if (HasKey(op, "userdata")) {
-      std::vector<uint8_t> d = HexOf(op, "userdata");
+    f = Prop(op, "id");
+    if (Present(f)) nftnl_chain_set_u32(c, NFTNL_CHAIN_ID, U32Of(f, "id"));
+    f = Prop(op, "userdata");
+    if (Present(f)) {
+      std::vector<uint8_t> d = HexOfValue(f, "userdata");
       nftnl_chain_set_data(c, NFTNL_CHAIN_USERDATA, d.data(), d.size());
     }
   } catch (...) {
@@ -418,13 +423,15 @@ struct RulePlace {
   uint16_t family = 0;
   std::string table, chain;
   bool hasChain = false;
+  // The op at `index` may take this place (kHintSamePlace): the rule op just before it had one.
+  bool Follows(uint32_t index) const { return op >= 0 && hasChain && op + 1 == static_cast<int64_t>(index); }
 };
 
 void EncodeRule(std::vector<uint8_t>* out, const std::string& verb, const Napi::Object& op,
                 uint32_t seq, const Napi::Value& exprBytes, PreviousExprs* previous, uint32_t hint,
                 RulePlace* place, uint32_t index) {
   // The hint holds only where the place is the op's just before (else every field is read).
-  const bool samePlace = (hint & kHintSamePlace) != 0 && place->hasChain && place->op + 1 == static_cast<int64_t>(index);
+  const bool samePlace = (hint & kHintSamePlace) != 0 && place->Follows(index);
   uint16_t family = samePlace ? place->family : FamilyOf(op);
   uint16_t type = NFT_MSG_NEWRULE, flags = NLM_F_ACK;
   if (verb == "add") flags |= NLM_F_CREATE | NLM_F_APPEND;  // after `position`, or at the end
@@ -600,21 +607,32 @@ ElemIn ReadElement(const Napi::Value& v, uint32_t i) {
   if (!v.IsObject()) throw Napi::TypeError::New(env, "elements[" + std::to_string(i) + "] must be an object");
   Napi::Object eo = v.As<Napi::Object>();
   ElemIn e;
-  if ((e.hasKey = HasKey(eo, "key"))) e.key = HexOf(eo, "key", kMaxDataLen);
-  if ((e.hasKeyEnd = HasKey(eo, "keyEnd"))) e.keyEnd = HexOf(eo, "keyEnd", kMaxDataLen);
-  if ((e.hasData = HasKey(eo, "data"))) e.data = HexOf(eo, "data", kMaxDataLen);
-  if ((e.hasUserdata = HasKey(eo, "userdata"))) e.userdata = HexOf(eo, "userdata", kMaxUserdata);
-  if ((e.hasFlags = HasKey(eo, "flags"))) e.flags = U32(eo, "flags");
-  if ((e.hasVerdict = HasKey(eo, "verdict"))) e.verdict = static_cast<int32_t>(EnumOf(eo, "verdict", kVerdictMap));
-  if ((e.hasChain = HasKey(eo, "chain"))) e.chain = Str(eo, "chain");
-  if ((e.hasObjref = HasKey(eo, "objref"))) {
-    e.objref = Str(eo, "objref");
+  // Each field read once (an element map's install has thousands of elements).
+  Napi::Value f = Prop(eo, "key");
+  if ((e.hasKey = Present(f))) e.key = HexOfValue(f, "key", kMaxDataLen);
+  f = Prop(eo, "keyEnd");
+  if ((e.hasKeyEnd = Present(f))) e.keyEnd = HexOfValue(f, "keyEnd", kMaxDataLen);
+  f = Prop(eo, "data");
+  if ((e.hasData = Present(f))) e.data = HexOfValue(f, "data", kMaxDataLen);
+  f = Prop(eo, "userdata");
+  if ((e.hasUserdata = Present(f))) e.userdata = HexOfValue(f, "userdata", kMaxUserdata);
+  f = Prop(eo, "flags");
+  if ((e.hasFlags = Present(f))) e.flags = U32Of(f, "flags");
+  f = Prop(eo, "verdict");
+  if ((e.hasVerdict = Present(f))) e.verdict = static_cast<int32_t>(EnumOfValue(f, "verdict", kVerdictMap));
+  f = Prop(eo, "chain");
+  if ((e.hasChain = Present(f))) e.chain = StringOf(f, "chain");
+  f = Prop(eo, "objref");
+  if ((e.hasObjref = Present(f))) {
+    e.objref = StringOf(f, "objref");
     if (e.objref.empty() || e.objref.size() > 255 || e.objref.find('\0') != std::string::npos) {
       throw Napi::RangeError::New(env, "elements[" + std::to_string(i) + "].objref must be an object name of 1-255 bytes");
     }
   }
-  if ((e.hasTimeout = HasKey(eo, "timeout"))) e.timeout = static_cast<uint64_t>(I64(eo, "timeout"));
-  if ((e.hasExpiration = HasKey(eo, "expiration"))) e.expiration = static_cast<uint64_t>(I64(eo, "expiration"));
+  f = Prop(eo, "timeout");
+  if ((e.hasTimeout = Present(f))) e.timeout = static_cast<uint64_t>(I64Of(f, "timeout"));
+  f = Prop(eo, "expiration");
+  if ((e.hasExpiration = Present(f))) e.expiration = static_cast<uint64_t>(I64Of(f, "expiration"));
   Napi::Value x = Prop(eo, "exprs");
   if (Present(x)) {
     if (!x.IsArray()) throw Napi::TypeError::New(env, "elements[" + std::to_string(i) + "].exprs must be an array");
@@ -907,7 +925,7 @@ void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneratio
       const uint32_t h = hint != nullptr ? hint[i] : 0;
       // A rule added at the end of the chain the rule op before it went to (EncodeHints): its verb
       // and object are known.
-      const bool samePlace = (h & kHintSamePlace) != 0 && place.op + 1 == static_cast<int64_t>(i);
+      const bool samePlace = (h & kHintSamePlace) != 0 && place.Follows(i);
       std::string verb = samePlace ? std::string("add") : Str(op, "verb");
       std::string object = samePlace ? std::string("rule") : Str(op, "object");
       if (object == "table") EncodeTable(&out->bytes, verb, op, next);
