@@ -266,11 +266,27 @@ struct PreviousExprs {
   }
 };
 
+// EncodeBatch's `exprIds` (encodeExprIds): per op, where its expressions' ids start, then the ids;
+// and each id's bytes once encoded in this batch ('' until then).
+struct ExprIds {
+  const uint32_t* words = nullptr;
+  size_t length = 0;
+  size_t ops = 0;
+  std::vector<std::string> bytes;
+  // The ids of op `index`'s `n` expressions, or nullptr.
+  const uint32_t* Of(int64_t index, uint32_t n) const {
+    if (words == nullptr || index < 0 || static_cast<size_t>(index) >= ops) return nullptr;
+    size_t at = words[index];
+    if (at < ops || at > length || n > length - at) return nullptr;
+    return words + at;
+  }
+};
+
 // `sameAs`: bit i set says exprs[i] is the very object the op before this one (`index` - 1) had at i
 // (EncodeHints); where `previous` holds that op's expressions, they are taken from it without
 // reading exprs[i] at all. Otherwise each is compared with `previous` by identity, as before.
 void PutExpressions(nlmsghdr* nlh, const Napi::Array& exprs, PreviousExprs* previous = nullptr,
-                    uint32_t sameAs = 0, int64_t index = -1) {
+                    uint32_t sameAs = 0, int64_t index = -1, ExprIds* ids = nullptr) {
   Napi::Env env = exprs.Env();
   // NFT_RULE_MAXEXPRS is 128; an attribute length is 16 bits.
   uint32_t n = exprs.Length();
@@ -284,13 +300,19 @@ void PutExpressions(nlmsghdr* nlh, const Napi::Array& exprs, PreviousExprs* prev
     bytes.reserve(n);
   }
   const bool hinted = previous != nullptr && previous->op >= 0 && previous->op + 1 == index;
+  const uint32_t* idOf = ids != nullptr ? ids->Of(index, n) : nullptr;
   for (uint32_t i = 0; i < n; i++) {
     char* at = static_cast<char*>(mnl_nlmsg_get_payload_tail(nlh));
-    napi_value v;
+    napi_value v = nullptr;
     bool same = false;
+    // An expression object met earlier in the batch (its id's bytes), not read again.
+    const uint32_t id = idOf != nullptr ? idOf[i] : 0;
+    const std::string* known = id != 0 && id < ids->bytes.size() && !ids->bytes[id].empty() ? &ids->bytes[id] : nullptr;
     if (hinted && i < kHintedExprs && (sameAs >> i & 1) != 0 && i < previous->objects.size()) {
       v = previous->objects[i];
       same = true;
+    } else if (known != nullptr) {
+      // (no handle: an op after this one compares with it by its id, or not at all)
     } else {
       v = exprs.Get(i);
       if (previous != nullptr && i < previous->objects.size()) {
@@ -298,8 +320,8 @@ void PutExpressions(nlmsghdr* nlh, const Napi::Array& exprs, PreviousExprs* prev
         same = napi_strict_equals(env, v, previous->objects[i], &eq) == napi_ok && eq;
       }
     }
-    if (same) {
-      const std::string& b = previous->bytes[i];
+    if (same || known != nullptr) {
+      const std::string& b = same ? previous->bytes[i] : *known;
       std::memcpy(at, b.data(), b.size());
       nlh->nlmsg_len += b.size();
     } else {
@@ -308,6 +330,10 @@ void PutExpressions(nlmsghdr* nlh, const Napi::Array& exprs, PreviousExprs* prev
     char* end = static_cast<char*>(mnl_nlmsg_get_payload_tail(nlh));
     if (end - reinterpret_cast<char*>(list) > 0xffff) {
       throw Napi::TypeError::New(env, "the rule's expressions exceed 64 KiB");
+    }
+    if (id != 0 && known == nullptr && id <= ids->length) {
+      if (id >= ids->bytes.size()) ids->bytes.resize(id + 1);
+      if (ids->bytes[id].empty()) ids->bytes[id].assign(at, end);
     }
     if (previous != nullptr) {
       objects.push_back(v);
@@ -429,7 +455,7 @@ struct RulePlace {
 
 void EncodeRule(std::vector<uint8_t>* out, const std::string& verb, const Napi::Object& op,
                 uint32_t seq, const Napi::Value& exprBytes, PreviousExprs* previous, uint32_t hint,
-                RulePlace* place, uint32_t index) {
+                RulePlace* place, uint32_t index, ExprIds* ids) {
   // The hint holds only where the place is the op's just before (else every field is read).
   const bool samePlace = (hint & kHintSamePlace) != 0 && place->Follows(index);
   uint16_t family = samePlace ? place->family : FamilyOf(op);
@@ -496,7 +522,7 @@ void EncodeRule(std::vector<uint8_t>* out, const std::string& verb, const Napi::
     } else if (type == NFT_MSG_NEWRULE) {
       Napi::Value exprs = Prop(op, "exprs");
       if (!exprs.IsArray()) throw Napi::TypeError::New(op.Env(), "'exprs' must be an array");
-      PutExpressions(nlh, exprs.As<Napi::Array>(), previous, hint & ~kHintSamePlace, index);
+      PutExpressions(nlh, exprs.As<Napi::Array>(), previous, hint & ~kHintSamePlace, index, ids);
     }
   } catch (...) {
     nftnl_rule_free(r);
@@ -882,7 +908,7 @@ std::string DigestOfRuleMessage(const uint8_t* msg, bool anonymousSetsUnnamed = 
 
 void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneration,
                  uint32_t generation, EncodedBatch* out, Napi::Value exprBytes, bool digests,
-                 Napi::Value hints) {
+                 Napi::Value hints, Napi::Value exprIds) {
   out->bytes.clear();
   out->messageOp.clear();
   out->wantDigests = digests;
@@ -909,6 +935,13 @@ void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneratio
       hints.As<Napi::Uint32Array>().ElementLength() == ops.Length()) {
     hint = hints.As<Napi::Uint32Array>().Data();
   }
+  ExprIds ids;
+  if (exprIds.IsTypedArray() && exprIds.As<Napi::TypedArray>().TypedArrayType() == napi_uint32_array &&
+      exprIds.As<Napi::Uint32Array>().ElementLength() >= ops.Length()) {
+    ids.words = exprIds.As<Napi::Uint32Array>().Data();
+    ids.length = exprIds.As<Napi::Uint32Array>().ElementLength();
+    ids.ops = ops.Length();
+  }
   for (uint32_t i = 0; i < ops.Length(); i++) {
     if (i % kOpsPerScope == 0) {
       previous.Clear();  // its handles go with the scope
@@ -933,7 +966,7 @@ void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneratio
       else if (object == "rule") {
         Napi::Value pre = exprBytes.IsArray() ? exprBytes.As<Napi::Array>().Get(i) : Napi::Value();
         size_t at = out->bytes.size();
-        EncodeRule(&out->bytes, verb, op, next, pre, &previous, h, &place, i);
+        EncodeRule(&out->bytes, verb, op, next, pre, &previous, h, &place, i, &ids);
         if (digests && verb != "delete") out->toDigest.emplace_back(i, at);
       }
       else if (object == "set") messages = EncodeSet(&out->bytes, verb, op, next);

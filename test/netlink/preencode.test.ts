@@ -6,8 +6,8 @@
  * expression.
  *
  * A commit hands the encoder, per op, what it shares with the op before it (socket.ts, encodeHints:
- * a rule added where the rule before it went, expressions that are its very objects), which it then
- * does not read again: the kernel must hold the same rules, with the same digests of what was sent,
+ * a rule added where the rule before it went, expressions that are its very objects) and an id per
+ * expression object (encodeExprIds), which it then does not read again: the kernel must hold the same rules, with the same digests of what was sent,
  * as from the same ops without hints, across tables and chains of the same name, ops in between,
  * rules placed by id, and the encoder's handle scopes.
  *
@@ -20,7 +20,7 @@ import { describe, expect, it } from 'vitest';
 import { Batch, open } from '../../src/index.js';
 import { loadAddon } from '../../src/netlink/addon.js';
 import type { Op } from '../../src/netlink/ops.js';
-import { encodeHints } from '../../src/netlink/socket.js';
+import { encodeExprIds, encodeHints } from '../../src/netlink/socket.js';
 import type { Expr } from '../../src/netlink/expr.js';
 import { compileRule, ruleKey } from '../../src/rules/index.js';
 import { withNetns } from '../helpers/netns.js';
@@ -134,7 +134,11 @@ add rule ip t c ip saddr 10.0.0.3 return`);
           }
           return out;
         };
-        const hinted = await s.nativeSocket.commit(ops, undefined, false, undefined, true, hints);
+        // Expression objects met again further on (the shared verdict and loads across the chains) by id.
+        const ids = encodeExprIds(ops)!;
+        const named = ids.subarray(ops.length).filter((x) => x !== 0);
+        expect(named.length - new Set(named).size).toBeGreaterThan(100);
+        const hinted = await s.nativeSocket.commit(ops, undefined, false, undefined, true, hints, ids);
         const withHints = await installed();
         ns.nft('flush ruleset');
         const plain = await s.nativeSocket.commit(ops, undefined, false, undefined, true);
@@ -151,6 +155,15 @@ add rule ip t c ip saddr 10.0.0.3 return`);
         const junk = new Uint32Array(ops.length).map((_, k) => (k === 0 || ops[k - 1]!.object !== 'rule' ? 0xffff_ffff : 0));
         expect(junk.filter((h) => h !== 0).length).toBeGreaterThan(5);
         await s.nativeSocket.commit(ops, undefined, false, undefined, false, junk);
+        expect(await installed()).toEqual(withHints);
+        // Ids alone (no hints), and ids whose offsets point outside the array, which are not taken.
+        ns.nft('flush ruleset');
+        expect(await s.nativeSocket.commit(ops, undefined, false, undefined, true, undefined, ids)).toEqual(plain);
+        expect(await installed()).toEqual(withHints);
+        ns.nft('flush ruleset');
+        const outside = ids.slice();
+        for (let k = 0; k < ops.length; k++) if (outside[k]! !== 0) outside[k] = ids.length;
+        await s.nativeSocket.commit(ops, undefined, false, undefined, false, undefined, outside);
         expect(await installed()).toEqual(withHints);
       } finally {
         s.close();
