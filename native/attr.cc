@@ -125,17 +125,26 @@ bool ExprListOk(const nlattr* list) {
 
 std::vector<RawExpr> WalkExpressions(const nlattr* list) {
   std::vector<RawExpr> out;
+  // (a rule has a few expressions: one allocation; every rule of a digest dump or an echo comes here)
+  out.reserve(16);
   for (nlattr* elem = static_cast<nlattr*>(mnl_attr_get_payload(list));
        mnl_attr_ok(elem, static_cast<int>(static_cast<const char*>(mnl_attr_get_payload(list)) +
                                           mnl_attr_get_payload_len(list) - reinterpret_cast<const char*>(elem)));
        elem = mnl_attr_next(elem)) {
     if (mnl_attr_get_type(elem) != NFTA_LIST_ELEM) continue;
-    AttrTable t(NFTA_EXPR_MAX);
-    mnl_attr_parse_nested(elem, CollectAttr, &t);
-    RawExpr r;
-    if (const char* name = AttrStr(t.at[NFTA_EXPR_NAME])) r.name = name;
-    r.data = t.at[NFTA_EXPR_DATA];
-    out.push_back(std::move(r));
+    // The last NFTA_EXPR_NAME and NFTA_EXPR_DATA, as mnl_attr_parse_nested into an AttrTable
+    // gives them, without the table's allocation per expression.
+    const nlattr* name = nullptr;
+    const nlattr* data = nullptr;
+    const nlattr* a;
+    NFK_NESTED_FOR_EACH(a, elem) {
+      uint16_t type = mnl_attr_get_type(a);
+      if (type == NFTA_EXPR_NAME) name = a;
+      else if (type == NFTA_EXPR_DATA) data = a;
+    }
+    RawExpr& r = out.emplace_back();
+    if (const char* n = AttrStr(name)) r.name = n;
+    r.data = data;
   }
   return out;
 }

@@ -66,6 +66,12 @@ void Murmur3x64_128(const uint8_t* data, size_t len, uint64_t out[2]) {
   out[1] = h2;
 }
 
+// `s` is the literal `lit` (a length test, then the bytes: most names differ in length).
+template <size_t N>
+inline bool Is(const std::string& s, const char (&lit)[N]) {
+  return s.size() == N - 1 && std::memcmp(s.data(), lit, N - 1) == 0;
+}
+
 void PutSegment(std::string* buf, const void* data, size_t len) {
   uint32_t n = static_cast<uint32_t>(len);
   buf->append(reinterpret_cast<const char*>(&n), sizeof(n));
@@ -74,11 +80,11 @@ void PutSegment(std::string* buf, const void* data, size_t len) {
 
 // A lookup (or dynset) of an anonymous set: the rule's key depends on the set's elements.
 bool LooksUpAnonymousSet(const RawExpr& e) {
-  if (e.data == nullptr || (e.name != "lookup" && e.name != "dynset")) return false;
+  if (e.data == nullptr || (!Is(e.name, "lookup") && !Is(e.name, "dynset"))) return false;
   const nlattr* attr;
   NFK_NESTED_FOR_EACH(attr, e.data) {
     uint16_t type = mnl_attr_get_type(attr);
-    bool isSetName = (e.name == "lookup" && type == NFTA_LOOKUP_SET) || (e.name == "dynset" && type == NFTA_DYNSET_SET_NAME);
+    bool isSetName = (Is(e.name, "lookup") && type == NFTA_LOOKUP_SET) || (Is(e.name, "dynset") && type == NFTA_DYNSET_SET_NAME);
     if (!isSetName) continue;
     const char* name = static_cast<const char*>(mnl_attr_get_payload(attr));
     size_t len = strnlen(name, mnl_attr_get_payload_len(attr));
@@ -90,7 +96,7 @@ bool LooksUpAnonymousSet(const RawExpr& e) {
 // A jump to a bound chain (`jump { … }`): by the kernel's name for it ("__chain%d") in a dump, by
 // NFTA_VERDICT_CHAIN_ID in what a commit would write. The rule's key depends on the chain's rules.
 bool JumpsToBoundChain(const RawExpr& e) {
-  if (e.data == nullptr || e.name != "immediate") return false;
+  if (e.data == nullptr || !Is(e.name, "immediate")) return false;
   const nlattr* attr;
   NFK_NESTED_FOR_EACH(attr, e.data) {
     if (mnl_attr_get_type(attr) != NFTA_IMMEDIATE_DATA) continue;
@@ -165,9 +171,9 @@ bool AppendExprDigestSegment(std::string* buf, const RawExpr& e, bool anonymousS
   if (JumpsToBoundChain(e)) return false;
   // (a dynset adding to an anonymous set has no digest either way)
   const bool unnamed = LooksUpAnonymousSet(e);
-  if (unnamed && (!anonymousSetsUnnamed || e.name != "lookup")) return false;
+  if (unnamed && (!anonymousSetsUnnamed || !Is(e.name, "lookup"))) return false;
   PutSegment(buf, e.name.data(), e.name.size());
-  if (e.data == nullptr || e.name == "counter") {
+  if (e.data == nullptr || Is(e.name, "counter")) {
     PutSegment(buf, "", 0);
     return true;
   }
@@ -178,7 +184,7 @@ bool AppendExprDigestSegment(std::string* buf, const RawExpr& e, bool anonymousS
   const nlattr* attrs[kDigestAttrs];
   size_t n = 0;
   const nlattr* attr;
-  const bool dynset = e.name == "dynset";
+  const bool dynset = Is(e.name, "dynset");
   uint32_t dynsetFlags = 0;
   NFK_NESTED_FOR_EACH(attr, e.data) {
     if (dynset && !DynsetAttrDigested(attr, &dynsetFlags)) continue;
@@ -217,6 +223,8 @@ std::string DigestOf(const std::string& buf) {
 
 std::string RuleDigest(const nlattr* userdata, const nlattr* expressions, bool anonymousSetsUnnamed) {
   std::string buf;
+  // (what a rule of a few expressions hashes, grown once at most)
+  buf.reserve(512);
   if (userdata != nullptr) AppendUserdataDigestSegment(&buf, mnl_attr_get_payload(userdata), mnl_attr_get_payload_len(userdata));
   else AppendUserdataDigestSegment(&buf, nullptr, 0);
   std::vector<RawExpr> raw;

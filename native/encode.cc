@@ -114,10 +114,6 @@ int64_t EnumOfValue(const Napi::Value& v, const char* key, const EnumMap& map) {
   return value;
 }
 
-int64_t EnumOf(const Napi::Object& o, const char* key, const EnumMap& map) {
-  return EnumOfValue(Prop(o, key), key, map);
-}
-
 // A netlink attribute's length is 16 bits; anything longer would corrupt the
 // message (and overrun the scratch buffer), so it is refused here.
 constexpr size_t kMaxAttrPayload = 0xff00;
@@ -261,13 +257,36 @@ void PutExpression(nlmsghdr* nlh, const Napi::Value& v, uint32_t i) {
 struct PreviousExprs {
   std::vector<napi_value> objects;
   std::vector<std::string> bytes;
+  // The op whose expressions these are (-1: none): what a hint's expression bits refer to.
+  int64_t op = -1;
   void Clear() {
     objects.clear();
     bytes.clear();
+    op = -1;
   }
 };
 
-void PutExpressions(nlmsghdr* nlh, const Napi::Array& exprs, PreviousExprs* previous = nullptr) {
+// EncodeBatch's `exprIds` (encodeExprIds): per op, where its expressions' ids start, then the ids;
+// and each id's bytes once encoded in this batch ('' until then).
+struct ExprIds {
+  const uint32_t* words = nullptr;
+  size_t length = 0;
+  size_t ops = 0;
+  std::vector<std::string> bytes;
+  // The ids of op `index`'s `n` expressions, or nullptr.
+  const uint32_t* Of(int64_t index, uint32_t n) const {
+    if (words == nullptr || index < 0 || static_cast<size_t>(index) >= ops) return nullptr;
+    size_t at = words[index];
+    if (at < ops || at > length || n > length - at) return nullptr;
+    return words + at;
+  }
+};
+
+// `sameAs`: bit i set says exprs[i] is the very object the op before this one (`index` - 1) had at i
+// (EncodeHints); where `previous` holds that op's expressions, they are taken from it without
+// reading exprs[i] at all. Otherwise each is compared with `previous` by identity, as before.
+void PutExpressions(nlmsghdr* nlh, const Napi::Array& exprs, PreviousExprs* previous = nullptr,
+                    uint32_t sameAs = 0, int64_t index = -1, ExprIds* ids = nullptr) {
   Napi::Env env = exprs.Env();
   // NFT_RULE_MAXEXPRS is 128; an attribute length is 16 bits.
   uint32_t n = exprs.Length();
@@ -280,24 +299,41 @@ void PutExpressions(nlmsghdr* nlh, const Napi::Array& exprs, PreviousExprs* prev
     objects.reserve(n);
     bytes.reserve(n);
   }
+  const bool hinted = previous != nullptr && previous->op >= 0 && previous->op + 1 == index;
+  const uint32_t* idOf = ids != nullptr ? ids->Of(index, n) : nullptr;
   for (uint32_t i = 0; i < n; i++) {
-    Napi::Value v = exprs.Get(i);
     char* at = static_cast<char*>(mnl_nlmsg_get_payload_tail(nlh));
+    napi_value v = nullptr;
     bool same = false;
-    if (previous != nullptr && i < previous->objects.size()) {
-      bool eq = false;
-      same = napi_strict_equals(env, v, previous->objects[i], &eq) == napi_ok && eq;
+    // An expression object met earlier in the batch (its id's bytes), not read again.
+    const uint32_t id = idOf != nullptr ? idOf[i] : 0;
+    const std::string* known = id != 0 && id < ids->bytes.size() && !ids->bytes[id].empty() ? &ids->bytes[id] : nullptr;
+    if (hinted && i < kHintedExprs && (sameAs >> i & 1) != 0 && i < previous->objects.size()) {
+      v = previous->objects[i];
+      same = true;
+    } else if (known != nullptr) {
+      // (no handle: an op after this one compares with it by its id, or not at all)
+    } else {
+      v = exprs.Get(i);
+      if (previous != nullptr && i < previous->objects.size()) {
+        bool eq = false;
+        same = napi_strict_equals(env, v, previous->objects[i], &eq) == napi_ok && eq;
+      }
     }
-    if (same) {
-      const std::string& b = previous->bytes[i];
+    if (same || known != nullptr) {
+      const std::string& b = same ? previous->bytes[i] : *known;
       std::memcpy(at, b.data(), b.size());
       nlh->nlmsg_len += b.size();
     } else {
-      PutExpression(nlh, v, i);
+      PutExpression(nlh, Napi::Value(env, v), i);
     }
     char* end = static_cast<char*>(mnl_nlmsg_get_payload_tail(nlh));
     if (end - reinterpret_cast<char*>(list) > 0xffff) {
       throw Napi::TypeError::New(env, "the rule's expressions exceed 64 KiB");
+    }
+    if (id != 0 && known == nullptr && id <= ids->length) {
+      if (id >= ids->bytes.size()) ids->bytes.resize(id + 1);
+      if (ids->bytes[id].empty()) ids->bytes[id].assign(at, end);
     }
     if (previous != nullptr) {
       objects.push_back(v);
@@ -308,6 +344,7 @@ void PutExpressions(nlmsghdr* nlh, const Napi::Array& exprs, PreviousExprs* prev
   if (previous != nullptr) {
     previous->objects = std::move(objects);
     previous->bytes = std::move(bytes);
+    previous->op = index;
   }
 }
 
@@ -365,24 +402,33 @@ void EncodeChain(std::vector<uint8_t>* out, const std::string& verb, const Napi:
 
   nftnl_chain* c = nftnl_chain_alloc();
   try {
+    // Each field read once (an install has thousands of chains).
     nftnl_chain_set_str(c, NFTNL_CHAIN_TABLE, Str(op, "table").c_str());
-    if (HasKey(op, "name")) nftnl_chain_set_str(c, NFTNL_CHAIN_NAME, Str(op, "name").c_str());
-    if (HasKey(op, "handle")) nftnl_chain_set_u64(c, NFTNL_CHAIN_HANDLE, I64(op, "handle"));
-    if (type == NFT_MSG_NEWCHAIN && HasKey(op, "hook")) {
-      const EnumMap& hooks = family == NFPROTO_NETDEV ? kNetdevHookMap : kInetHookMap;
-      nftnl_chain_set_u32(c, NFTNL_CHAIN_HOOKNUM, static_cast<uint32_t>(EnumOf(op, "hook", hooks)));
-      nftnl_chain_set_s32(c, NFTNL_CHAIN_PRIO, static_cast<int32_t>(I64(op, "priority")));
-      nftnl_chain_set_str(c, NFTNL_CHAIN_TYPE, Str(op, "type").c_str());
-      if (HasKey(op, "device")) nftnl_chain_set_str(c, NFTNL_CHAIN_DEV, Str(op, "device").c_str());
+    Napi::Value f = Prop(op, "name");
+    if (Present(f)) nftnl_chain_set_str(c, NFTNL_CHAIN_NAME, StringOf(f, "name").c_str());
+    f = Prop(op, "handle");
+    if (Present(f)) nftnl_chain_set_u64(c, NFTNL_CHAIN_HANDLE, I64Of(f, "handle"));
+    if (type == NFT_MSG_NEWCHAIN) {
+      f = Prop(op, "hook");
+      if (Present(f)) {
+        const EnumMap& hooks = family == NFPROTO_NETDEV ? kNetdevHookMap : kInetHookMap;
+        nftnl_chain_set_u32(c, NFTNL_CHAIN_HOOKNUM, static_cast<uint32_t>(EnumOfValue(f, "hook", hooks)));
+        nftnl_chain_set_s32(c, NFTNL_CHAIN_PRIO, static_cast<int32_t>(I64(op, "priority")));
+        nftnl_chain_set_str(c, NFTNL_CHAIN_TYPE, Str(op, "type").c_str());
+        f = Prop(op, "device");
+        if (Present(f)) nftnl_chain_set_str(c, NFTNL_CHAIN_DEV, StringOf(f, "device").c_str());
+      }
+      f = Prop(op, "policy");
+      if (Present(f)) nftnl_chain_set_u32(c, NFTNL_CHAIN_POLICY, static_cast<uint32_t>(EnumOfValue(f, "policy", kPolicyMap)));
     }
-    if (type == NFT_MSG_NEWCHAIN && HasKey(op, "policy")) {
-      nftnl_chain_set_u32(c, NFTNL_CHAIN_POLICY, static_cast<uint32_t>(EnumOf(op, "policy", kPolicyMap)));
-    }
-    if (HasKey(op, "flags")) nftnl_chain_set_u32(c, NFTNL_CHAIN_FLAGS, U32(op, "flags"));
+    f = Prop(op, "flags");
+    if (Present(f)) nftnl_chain_set_u32(c, NFTNL_CHAIN_FLAGS, U32Of(f, "flags"));
     // NFTA_CHAIN_ID: a chain of this batch that rules and jumps name by id (a bound chain has no name).
-    if (HasKey(op, "id")) nftnl_chain_set_u32(c, NFTNL_CHAIN_ID, U32(op, "id"));
-    if (HasKey(op, "userdata")) {
-      std::vector<uint8_t> d = HexOf(op, "userdata");
+    f = Prop(op, "id");
+    if (Present(f)) nftnl_chain_set_u32(c, NFTNL_CHAIN_ID, U32Of(f, "id"));
+    f = Prop(op, "userdata");
+    if (Present(f)) {
+      std::vector<uint8_t> d = HexOfValue(f, "userdata");
       nftnl_chain_set_data(c, NFTNL_CHAIN_USERDATA, d.data(), d.size());
     }
   } catch (...) {
@@ -396,38 +442,68 @@ void EncodeChain(std::vector<uint8_t>* out, const std::string& verb, const Napi:
   Commit(out, buf);
 }
 
+// Where the rule op encoded last was added (its op index, family, table and chain): a rule that
+// EncodeHints says is added the same way, at the end of the same chain, takes these from here.
+struct RulePlace {
+  int64_t op = -1;
+  uint16_t family = 0;
+  std::string table, chain;
+  bool hasChain = false;
+  // The op at `index` may take this place (kHintSamePlace): the rule op just before it had one.
+  bool Follows(uint32_t index) const { return op >= 0 && hasChain && op + 1 == static_cast<int64_t>(index); }
+};
+
 void EncodeRule(std::vector<uint8_t>* out, const std::string& verb, const Napi::Object& op,
-                uint32_t seq, const Napi::Value& exprBytes, PreviousExprs* previous) {
-  uint16_t family = FamilyOf(op);
+                uint32_t seq, const Napi::Value& exprBytes, PreviousExprs* previous, uint32_t hint,
+                RulePlace* place, uint32_t index, ExprIds* ids) {
+  // The hint holds only where the place is the op's just before (else every field is read).
+  const bool samePlace = (hint & kHintSamePlace) != 0 && place->Follows(index);
+  uint16_t family = samePlace ? place->family : FamilyOf(op);
   uint16_t type = NFT_MSG_NEWRULE, flags = NLM_F_ACK;
   if (verb == "add") flags |= NLM_F_CREATE | NLM_F_APPEND;  // after `position`, or at the end
   else if (verb == "insert") flags |= NLM_F_CREATE;         // before `position`, or at the start
   else if (verb == "replace") flags |= NLM_F_REPLACE;       // the rule `handle`
   else if (verb == "delete") type = NFT_MSG_DELRULE;
   else throw Napi::TypeError::New(op.Env(), "rules take add, insert, replace or delete, not '" + verb + "'");
-  if ((verb == "replace" || verb == "delete") && !HasKey(op, "handle")) {
+
+  // Each field read once. A hinted op has none but its expressions and userdata (EncodeHints).
+  Napi::Value chainV, handleV, positionV, idV, positionIdV, compatV, chainIdV;
+  if (!samePlace) handleV = Prop(op, "handle");
+  if ((verb == "replace" || verb == "delete") && !Present(handleV)) {
     throw Napi::TypeError::New(op.Env(), verb + " rule needs a 'handle'");
   }
+  std::string table = samePlace ? place->table : Str(op, "table");
+  if (!samePlace) {
+    chainV = Prop(op, "chain");
+    positionV = Prop(op, "position");
+    idV = Prop(op, "id");
+    positionIdV = Prop(op, "positionId");
+    compatV = Prop(op, "compat");
+    chainIdV = Prop(op, "chainId");
+  }
+  const bool hasChain = samePlace || Present(chainV);
+  std::string chain = samePlace ? place->chain : hasChain ? StringOf(chainV, "chain") : std::string();
 
   nftnl_rule* r = nftnl_rule_alloc();
   char* buf;
   nlmsghdr* nlh;
   try {
-    nftnl_rule_set_str(r, NFTNL_RULE_TABLE, Str(op, "table").c_str());
-    if (HasKey(op, "chain")) nftnl_rule_set_str(r, NFTNL_RULE_CHAIN, Str(op, "chain").c_str());
-    if (HasKey(op, "handle")) nftnl_rule_set_u64(r, NFTNL_RULE_HANDLE, I64(op, "handle"));
-    if (HasKey(op, "position")) nftnl_rule_set_u64(r, NFTNL_RULE_POSITION, I64(op, "position"));
+    nftnl_rule_set_str(r, NFTNL_RULE_TABLE, table.c_str());
+    if (hasChain) nftnl_rule_set_str(r, NFTNL_RULE_CHAIN, chain.c_str());
+    if (Present(handleV)) nftnl_rule_set_u64(r, NFTNL_RULE_HANDLE, I64Of(handleV, "handle"));
+    if (Present(positionV)) nftnl_rule_set_u64(r, NFTNL_RULE_POSITION, I64Of(positionV, "position"));
     // NFTA_RULE_ID names a rule added in this batch; NFTA_RULE_POSITION_ID places a rule next to
     // such a rule, which has no handle until the commit.
-    if (HasKey(op, "id")) nftnl_rule_set_u32(r, NFTNL_RULE_ID, U32(op, "id"));
-    if (HasKey(op, "positionId")) nftnl_rule_set_u32(r, NFTNL_RULE_POSITION_ID, U32(op, "positionId"));
-    if (HasKey(op, "userdata")) {
-      std::vector<uint8_t> d = HexOf(op, "userdata");
+    if (Present(idV)) nftnl_rule_set_u32(r, NFTNL_RULE_ID, U32Of(idV, "id"));
+    if (Present(positionIdV)) nftnl_rule_set_u32(r, NFTNL_RULE_POSITION_ID, U32Of(positionIdV, "positionId"));
+    Napi::Value userdataV = Prop(op, "userdata");
+    if (Present(userdataV)) {
+      std::vector<uint8_t> d = HexOfValue(userdataV, "userdata");
       nftnl_rule_set_data(r, NFTNL_RULE_USERDATA, d.data(), d.size());
     }
-    if (HasKey(op, "compat")) {
+    if (Present(compatV)) {
       // NFTA_RULE_COMPAT: the l4 protocol xt matches such as "tcp" check against.
-      Napi::Object compat = Prop(op, "compat").As<Napi::Object>();
+      Napi::Object compat = compatV.As<Napi::Object>();
       nftnl_rule_set_u32(r, NFTNL_RULE_COMPAT_PROTO, U32(compat, "proto"));
       nftnl_rule_set_u32(r, NFTNL_RULE_COMPAT_FLAGS, HasKey(compat, "flags") ? U32(compat, "flags") : 0);
     }
@@ -436,7 +512,7 @@ void EncodeRule(std::vector<uint8_t>* out, const std::string& verb, const Napi::
     nftnl_rule_nlmsg_build_payload(nlh, r);
     // NFTA_RULE_CHAIN_ID (libnftnl 1.2.4 has no setter for it): a rule of a chain added in this
     // batch by id, as nft adds a bound chain's rules.
-    if (HasKey(op, "chainId")) mnl_attr_put_u32(nlh, NFTA_RULE_CHAIN_ID, htonl(U32(op, "chainId")));
+    if (Present(chainIdV)) mnl_attr_put_u32(nlh, NFTA_RULE_CHAIN_ID, htonl(U32Of(chainIdV, "chainId")));
     if (type == NFT_MSG_NEWRULE && exprBytes.IsBuffer()) {
       // Encoded before (encodeExprs) from the same, frozen, expressions: the attribute as it was.
       Napi::Buffer<uint8_t> b = exprBytes.As<Napi::Buffer<uint8_t>>();
@@ -444,8 +520,9 @@ void EncodeRule(std::vector<uint8_t>* out, const std::string& verb, const Napi::
       std::memcpy(mnl_nlmsg_get_payload_tail(nlh), b.Data(), b.Length());
       nlh->nlmsg_len += MNL_ALIGN(b.Length());
     } else if (type == NFT_MSG_NEWRULE) {
-      if (!Prop(op, "exprs").IsArray()) throw Napi::TypeError::New(op.Env(), "'exprs' must be an array");
-      PutExpressions(nlh, Prop(op, "exprs").As<Napi::Array>(), previous);
+      Napi::Value exprs = Prop(op, "exprs");
+      if (!exprs.IsArray()) throw Napi::TypeError::New(op.Env(), "'exprs' must be an array");
+      PutExpressions(nlh, exprs.As<Napi::Array>(), previous, hint & ~kHintSamePlace, index, ids);
     }
   } catch (...) {
     nftnl_rule_free(r);
@@ -453,6 +530,13 @@ void EncodeRule(std::vector<uint8_t>* out, const std::string& verb, const Napi::
   }
   nftnl_rule_free(r);
   Commit(out, buf);
+  place->op = index;
+  place->family = family;
+  place->hasChain = hasChain;
+  if (!samePlace) {
+    place->table = std::move(table);
+    place->chain = std::move(chain);
+  }
 }
 
 // NFT_USERDATA_MAXLEN
@@ -549,21 +633,32 @@ ElemIn ReadElement(const Napi::Value& v, uint32_t i) {
   if (!v.IsObject()) throw Napi::TypeError::New(env, "elements[" + std::to_string(i) + "] must be an object");
   Napi::Object eo = v.As<Napi::Object>();
   ElemIn e;
-  if ((e.hasKey = HasKey(eo, "key"))) e.key = HexOf(eo, "key", kMaxDataLen);
-  if ((e.hasKeyEnd = HasKey(eo, "keyEnd"))) e.keyEnd = HexOf(eo, "keyEnd", kMaxDataLen);
-  if ((e.hasData = HasKey(eo, "data"))) e.data = HexOf(eo, "data", kMaxDataLen);
-  if ((e.hasUserdata = HasKey(eo, "userdata"))) e.userdata = HexOf(eo, "userdata", kMaxUserdata);
-  if ((e.hasFlags = HasKey(eo, "flags"))) e.flags = U32(eo, "flags");
-  if ((e.hasVerdict = HasKey(eo, "verdict"))) e.verdict = static_cast<int32_t>(EnumOf(eo, "verdict", kVerdictMap));
-  if ((e.hasChain = HasKey(eo, "chain"))) e.chain = Str(eo, "chain");
-  if ((e.hasObjref = HasKey(eo, "objref"))) {
-    e.objref = Str(eo, "objref");
+  // Each field read once (an element map's install has thousands of elements).
+  Napi::Value f = Prop(eo, "key");
+  if ((e.hasKey = Present(f))) e.key = HexOfValue(f, "key", kMaxDataLen);
+  f = Prop(eo, "keyEnd");
+  if ((e.hasKeyEnd = Present(f))) e.keyEnd = HexOfValue(f, "keyEnd", kMaxDataLen);
+  f = Prop(eo, "data");
+  if ((e.hasData = Present(f))) e.data = HexOfValue(f, "data", kMaxDataLen);
+  f = Prop(eo, "userdata");
+  if ((e.hasUserdata = Present(f))) e.userdata = HexOfValue(f, "userdata", kMaxUserdata);
+  f = Prop(eo, "flags");
+  if ((e.hasFlags = Present(f))) e.flags = U32Of(f, "flags");
+  f = Prop(eo, "verdict");
+  if ((e.hasVerdict = Present(f))) e.verdict = static_cast<int32_t>(EnumOfValue(f, "verdict", kVerdictMap));
+  f = Prop(eo, "chain");
+  if ((e.hasChain = Present(f))) e.chain = StringOf(f, "chain");
+  f = Prop(eo, "objref");
+  if ((e.hasObjref = Present(f))) {
+    e.objref = StringOf(f, "objref");
     if (e.objref.empty() || e.objref.size() > 255 || e.objref.find('\0') != std::string::npos) {
       throw Napi::RangeError::New(env, "elements[" + std::to_string(i) + "].objref must be an object name of 1-255 bytes");
     }
   }
-  if ((e.hasTimeout = HasKey(eo, "timeout"))) e.timeout = static_cast<uint64_t>(I64(eo, "timeout"));
-  if ((e.hasExpiration = HasKey(eo, "expiration"))) e.expiration = static_cast<uint64_t>(I64(eo, "expiration"));
+  f = Prop(eo, "timeout");
+  if ((e.hasTimeout = Present(f))) e.timeout = static_cast<uint64_t>(I64Of(f, "timeout"));
+  f = Prop(eo, "expiration");
+  if ((e.hasExpiration = Present(f))) e.expiration = static_cast<uint64_t>(I64Of(f, "expiration"));
   Napi::Value x = Prop(eo, "exprs");
   if (Present(x)) {
     if (!x.IsArray()) throw Napi::TypeError::New(env, "elements[" + std::to_string(i) + "].exprs must be an array");
@@ -812,7 +907,8 @@ std::string DigestOfRuleMessage(const uint8_t* msg, bool anonymousSetsUnnamed = 
 }  // namespace
 
 void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneration,
-                 uint32_t generation, EncodedBatch* out, Napi::Value exprBytes, bool digests) {
+                 uint32_t generation, EncodedBatch* out, Napi::Value exprBytes, bool digests,
+                 Napi::Value hints, Napi::Value exprIds) {
   out->bytes.clear();
   out->messageOp.clear();
   out->wantDigests = digests;
@@ -832,6 +928,20 @@ void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneratio
   std::optional<Napi::HandleScope> scope;
   std::optional<Keys> keys;
   PreviousExprs previous;
+  RulePlace place;
+  // EncodeHints' word per op, when given for exactly these ops (else none: every field is read).
+  const uint32_t* hint = nullptr;
+  if (hints.IsTypedArray() && hints.As<Napi::TypedArray>().TypedArrayType() == napi_uint32_array &&
+      hints.As<Napi::Uint32Array>().ElementLength() == ops.Length()) {
+    hint = hints.As<Napi::Uint32Array>().Data();
+  }
+  ExprIds ids;
+  if (exprIds.IsTypedArray() && exprIds.As<Napi::TypedArray>().TypedArrayType() == napi_uint32_array &&
+      exprIds.As<Napi::Uint32Array>().ElementLength() >= ops.Length()) {
+    ids.words = exprIds.As<Napi::Uint32Array>().Data();
+    ids.length = exprIds.As<Napi::Uint32Array>().ElementLength();
+    ids.ops = ops.Length();
+  }
   for (uint32_t i = 0; i < ops.Length(); i++) {
     if (i % kOpsPerScope == 0) {
       previous.Clear();  // its handles go with the scope
@@ -845,14 +955,18 @@ void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneratio
       Napi::Value v = ops.Get(i);
       if (!v.IsObject()) throw Napi::TypeError::New(env, "an operation must be an object");
       Napi::Object op = v.As<Napi::Object>();
-      std::string verb = Str(op, "verb");
-      std::string object = Str(op, "object");
+      const uint32_t h = hint != nullptr ? hint[i] : 0;
+      // A rule added at the end of the chain the rule op before it went to (EncodeHints): its verb
+      // and object are known.
+      const bool samePlace = (h & kHintSamePlace) != 0 && place.Follows(i);
+      std::string verb = samePlace ? std::string("add") : Str(op, "verb");
+      std::string object = samePlace ? std::string("rule") : Str(op, "object");
       if (object == "table") EncodeTable(&out->bytes, verb, op, next);
       else if (object == "chain") EncodeChain(&out->bytes, verb, op, next);
       else if (object == "rule") {
         Napi::Value pre = exprBytes.IsArray() ? exprBytes.As<Napi::Array>().Get(i) : Napi::Value();
         size_t at = out->bytes.size();
-        EncodeRule(&out->bytes, verb, op, next, pre, &previous);
+        EncodeRule(&out->bytes, verb, op, next, pre, &previous, h, &place, i, &ids);
         if (digests && verb != "delete") out->toDigest.emplace_back(i, at);
       }
       else if (object == "set") messages = EncodeSet(&out->bytes, verb, op, next);

@@ -34,10 +34,23 @@ export class ExprPool {
   /** By hash: the expression, or the few whose hashes collide. */
   private readonly shared = new Map<number, Expr | Expr[]>();
   private candidates = new Map<number, Expr | Expr[]>();
+  /** The shared expressions themselves (sharedAt). */
+  private readonly sharing = new Set<Expr>();
+  /** The expressions of the rule knownRule compacted last. */
+  last: readonly Expr[] = EMPTY;
 
   /** The structural hash the pool finds an expression by (tests look for a collision with it). */
   static hashOf(e: Expr): number {
     return hashOf(e, HASH_SEED);
+  }
+
+  /**
+   * intern(e) for an expression of a rule whose predecessor had `p` at the same place: in a chain
+   * of similar rules most are equal to it, and when `p` is shared, that is what intern would find
+   * (nothing else equal is ever shared beside it), without hashing e, and without changing the pool.
+   */
+  internAt(e: Expr, p: Expr | undefined): Expr {
+    return p !== undefined && this.sharing.has(p) && sameExpr(p, e) ? p : this.intern(e);
   }
 
   intern(e: Expr): Expr {
@@ -50,6 +63,7 @@ export class ExprPool {
       if (bucket === c) this.candidates.delete(h);
       else (bucket as Expr[]).splice((bucket as Expr[]).indexOf(c), 1);
       put(this.shared, h, c);
+      this.sharing.add(c);
       return c;
     }
     if (this.candidates.size >= CANDIDATES) this.candidates = new Map();
@@ -171,8 +185,10 @@ export function knownRule(compiled: ChainConfig['rules'][number]['compiled'], sh
   // list is frozen. Not a WeakSet of the done ones: an entry a rule for the daemon's life.
   if (Object.isFrozen(compiled.exprs)) return;
   const exprs = new Array<Expr>(compiled.exprs.length);
-  for (let i = 0; i < exprs.length; i++) exprs[i] = shared.intern(compiled.exprs[i]!);
+  const last = shared.last;
+  for (let i = 0; i < exprs.length; i++) exprs[i] = shared.internAt(compiled.exprs[i]!, last[i]);
   compiled.exprs = Object.freeze(exprs) as Expr[];
+  shared.last = compiled.exprs;
   if (compiled.sets.length === 0) compiled.sets = EMPTY;
 }
 

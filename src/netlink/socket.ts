@@ -181,7 +181,7 @@ export class NftSocket implements NftConn {
     let r;
     try {
       r = await this.native.commit(ops, gen, options.echo === true, ops.length <= PREENCODE_UP_TO ? preencoded(ops) : undefined,
-        options.digests === true);
+        options.digests === true, encodeHints(ops), ops.length > PREENCODE_UP_TO ? encodeExprIds(ops) : undefined);
     } catch (e) {
       throw refine(e, ops, gen);
     }
@@ -198,7 +198,7 @@ export class NftSocket implements NftConn {
     let r;
     try {
       r = native.commitNow(ops, gen, options.echo === true, ops.length <= PREENCODE_UP_TO ? preencoded(ops) : undefined,
-        options.digests === true);
+        options.digests === true, encodeHints(ops), ops.length > PREENCODE_UP_TO ? encodeExprIds(ops) : undefined);
     } catch (e) {
       throw refine(e, ops, gen);
     }
@@ -267,6 +267,72 @@ export function preencoded(ops: readonly Op[]): (Buffer | undefined)[] | undefin
       encodedExprs.set(op.exprs, b);
     }
     (out ??= new Array<Buffer | undefined>(ops.length))[i] = b;
+  }
+  return out;
+}
+
+/** encodeHints' bit for a rule added at the end of the same chain as the rule op before it (native/encode.h). */
+const SAME_PLACE = 0x8000_0000;
+/** The expressions an op's hint word names by index (bits 0-30; native/encode.h). */
+const HINTED_EXPRS = 31;
+
+/**
+ * Per op, what it shares with the op just before it, for the addon's encoder (native/encode.h,
+ * EncodeBatch's hints), which then does not read it again through N-API: bit i, that its exprs[i]
+ * is the very object the op before had at i; SAME_PLACE, that it is a rule added at the end of the
+ * same chain of the same table and family as the rule op before it, with no other field than its
+ * expressions and userdata. A plan's install is a run of such rules sharing most of their
+ * expressions (src/model/compact.ts), and their fields one by one were most of its encoding.
+ */
+export function encodeHints(ops: readonly Op[]): Uint32Array | undefined {
+  if (ops.length < 2) return undefined;
+  const out = new Uint32Array(ops.length);
+  for (let k = 1; k < ops.length; k++) {
+    const op = ops[k]!, prev = ops[k - 1]!;
+    if (op.object !== 'rule' || prev.object !== 'rule' || op.verb === 'delete' || prev.verb === 'delete') continue;
+    let h = 0;
+    if (op.verb === 'add' && op.chain !== undefined && op.chain === prev.chain && op.table === prev.table && op.family === prev.family &&
+      op.handle === undefined && op.position === undefined && op.id === undefined && op.positionId === undefined &&
+      op.compat === undefined && (op as { chainId?: number }).chainId === undefined) h = SAME_PLACE;
+    const a = op.exprs, b = prev.exprs;
+    if (Array.isArray(a) && Array.isArray(b)) {
+      const n = Math.min(a.length, b.length, HINTED_EXPRS);
+      for (let i = 0; i < n; i++) if (a[i] === b[i]) h |= 1 << i;
+    }
+    out[k] = h;
+  }
+  return out;
+}
+
+/**
+ * The expression objects of a batch's rules by id, for the addon's encoder (native/encode.h,
+ * EncodeBatch's exprIds), which encodes each once and copies it where it is met again: the
+ * keeper's desired rules share identical expressions across chains (src/model/compact.ts), and in
+ * a table of many small chains (kube-proxy's) a rule seldom shares them with the op just before
+ * it. One word per op: where its ids start (none for other ops), then per expression its id, 0
+ * for one the op before had at the same place (encodeHints says so).
+ */
+export function encodeExprIds(ops: readonly Op[]): Uint32Array | undefined {
+  const listed = (op: Op | undefined): readonly Expr[] | undefined =>
+    op !== undefined && op.object === 'rule' && op.verb !== 'delete' && Array.isArray(op.exprs) ? op.exprs : undefined;
+  let n = 0;
+  for (let k = 0; k < ops.length; k++) n += listed(ops[k])?.length ?? 0;
+  if (n === 0) return undefined;
+  const out = new Uint32Array(ops.length + n);
+  const ids = new Map<Expr, number>();
+  let at = ops.length;
+  for (let k = 0; k < ops.length; k++) {
+    const a = listed(ops[k]);
+    if (a === undefined) continue;
+    out[k] = at;
+    const b = k > 0 ? listed(ops[k - 1]) : undefined;
+    for (let i = 0; i < a.length; i++, at++) {
+      const e = a[i]!;
+      if (b !== undefined && i < HINTED_EXPRS && b[i] === e) continue;
+      let id = ids.get(e);
+      if (id === undefined) ids.set(e, id = ids.size + 1);
+      out[at] = id;
+    }
   }
   return out;
 }

@@ -6,7 +6,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config/config.js';
-import { compactAsCompiled, compactRules, ExprPool, sameExpr } from '../../src/model/compact.js';
+import { compactAsCompiled, compactRules, ExprPool, knownRule as knownCompact, sameExpr } from '../../src/model/compact.js';
 import { diffTable } from '../../src/keeper/table.js';
 import { knownRule } from '../../src/keeper/rule-key.js';
 import type { TableConfig } from '../../src/model/desired.js';
@@ -58,6 +58,37 @@ describe('compactRules', () => {
     expect(third).toBe(second);
     expect(pool.intern(e())).toBe(second);
     expect(Object.isFrozen(first) && Object.isFrozen(second)).toBe(true);
+  });
+
+  it('a rule\'s expressions equal to its predecessor\'s shared ones at the same place are those, with the sharing intern alone gives', () => {
+    // Rules whose first expressions repeat the rule before them (shared, or only met once: a
+    // candidate), runs broken by other rules, and more than 4,096 candidates between two sightings.
+    const texts: string[] = [];
+    for (let i = 0; i < 6000; i++) {
+      const run = Math.floor(i / 3);
+      texts.push(i % 500 < 2 ? 'ip daddr 192.0.2.7 return' : `ip saddr 10.${run >> 16}.${(run >> 8) & 255}.${run & 255} ip daddr 192.0.2.${i % 7} tcp dport ${i} return`);
+    }
+    const compiled = () => texts.map((t) => compileRule(t, { family: 'ip', table: 't', chain: 'c' }));
+    // knownRule, by the rule before.
+    const pool = new ExprPool();
+    const fast = compiled();
+    for (const c of fast) {
+      const before = c.exprs.length;
+      knownCompact(c, pool);
+      expect(c.exprs.length).toBe(before);
+    }
+    // intern alone, expression by expression.
+    const plain = new ExprPool();
+    const slow = compiled().map((c) => c.exprs.map((e) => plain.intern(e)));
+    // The same objects in the same places: each position names the first place its object was met.
+    const pattern = (lists: readonly (readonly Expr[])[]) => {
+      const first = new Map<Expr, number>();
+      let n = 0;
+      return lists.map((l) => l.map((e) => { if (!first.has(e)) first.set(e, n); n++; return first.get(e)!; }));
+    };
+    expect(pattern(fast.map((c) => c.exprs))).toEqual(pattern(slow));
+    // It did take the rule before's objects: most rules share their daddr load and verdict with it.
+    expect(fast.filter((c, i) => i > 0 && c.exprs.at(-1) === fast[i - 1]!.exprs.at(-1)).length).toBeGreaterThan(5000);
   });
 
   it('shares two expressions exactly when their JSON is the same: every pair of the oracle corpus\'s expressions', () => {

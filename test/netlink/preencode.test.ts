@@ -5,6 +5,12 @@
  * other places, across the encoder's handle scopes, and an error still names the op and the
  * expression.
  *
+ * A commit hands the encoder, per op, what it shares with the op before it (socket.ts, encodeHints:
+ * a rule added where the rule before it went, expressions that are its very objects) and an id per
+ * expression object (encodeExprIds), which it then does not read again: the kernel must hold the same rules, with the same digests of what was sent,
+ * as from the same ops without hints, across tables and chains of the same name, ops in between,
+ * rules placed by id, and the encoder's handle scopes.
+ *
  * A small commit takes a frozen rule's expressions encoded once (socket.ts, encodeExprs): the rule
  * the kernel then holds must be the one the expressions say, the first time (encoded and cached)
  * and every time after (from the cache), at any position; a rule whose expressions are not frozen
@@ -13,6 +19,8 @@
 import { describe, expect, it } from 'vitest';
 import { Batch, open } from '../../src/index.js';
 import { loadAddon } from '../../src/netlink/addon.js';
+import type { Op } from '../../src/netlink/ops.js';
+import { encodeExprIds, encodeHints } from '../../src/netlink/socket.js';
 import type { Expr } from '../../src/netlink/expr.js';
 import { compileRule, ruleKey } from '../../src/rules/index.js';
 import { withNetns } from '../helpers/netns.js';
@@ -90,6 +98,98 @@ add rule ip t c ip saddr 10.0.0.3 return`);
         s.close();
       }
     }, 'shared');
+  });
+
+  it('hinted ops install the same rules, with the same digests of what was sent, as the same ops read in full', async () => {
+    await withNetns(async (ns) => {
+      const s = open({ netns: ns.path });
+      try {
+        const counter = Object.freeze({ kind: 'counter' }) as Expr;
+        const shared = exprsOf('ip saddr 10.0.0.1 tcp dport 1 accept');
+        const ops: Op[] = [{ verb: 'add', object: 'table', family: 'ip', name: 't1' }, { verb: 'add', object: 'table', family: 'ip', name: 't2' }];
+        for (const [table, name] of [['t1', 'c'], ['t1', 'd'], ['t2', 'c']] as const) ops.push({ verb: 'add', object: 'chain', family: 'ip', table, name });
+        const places = [['t1', 'c'], ['t2', 'c'], ['t1', 'd']] as const;
+        for (let i = 0; i < 700; i++) {
+          // Runs of rules at the end of one chain, then a chain of the same name in another table, then another chain.
+          const [table, chain] = places[Math.floor(i / 90) % 3]!;
+          const own = exprsOf(`ip saddr 10.2.${i >> 8}.${i & 255} tcp dport ${1 + (i % 50)} ${i % 4 === 0 ? 'counter ' : ''}accept`);
+          // Shared objects where the compiled rule has an equal one (the keeper's compacted rules), not in every rule.
+          const exprs = i % 17 === 0 ? own : own.map((e) => (e.kind === 'counter' ? counter : shared.find((x) => JSON.stringify(x) === JSON.stringify(e)) ?? e));
+          const op: Op = { verb: 'add', object: 'rule', family: 'ip', table, chain, exprs, ...(i % 5 === 0 ? { userdata: '0102' } : {}) };
+          if (i % 31 === 7) Object.assign(op, { id: 1000 + i });
+          if (i % 31 === 8) Object.assign(op, { positionId: 1000 + i - 1 });
+          if (i % 43 === 11) op.verb = 'insert';
+          ops.push(op);
+          // Something else between two rules now and then.
+          if (i % 97 === 50) ops.push({ verb: 'add', object: 'set', family: 'ip', table, name: `s${i}`, keyType: 7, keyLen: 4, flags: 0 });
+        }
+        const hints = encodeHints(ops)!;
+        // The hints this test is about are there: most rules go where the one before went.
+        expect(hints.filter((h) => (h & 0x8000_0000) !== 0).length).toBeGreaterThan(500);
+        expect(hints.filter((h) => (h & 0x7fff_ffff) !== 0).length).toBeGreaterThan(500);
+        const installed = async () => {
+          const out: string[] = [];
+          for (const [table, chain] of places) {
+            for (const r of await s.listRules({ family: 'ip', table, chain })) out.push(`${table} ${chain} ${ruleKey({ exprs: r.exprs })} ${r.userdata ?? ''}`);
+          }
+          return out;
+        };
+        // Expression objects met again further on (the shared verdict and loads across the chains) by id.
+        const ids = encodeExprIds(ops)!;
+        const named = ids.subarray(ops.length).filter((x) => x !== 0);
+        expect(named.length - new Set(named).size).toBeGreaterThan(100);
+        const hinted = await s.nativeSocket.commit(ops, undefined, false, undefined, true, hints, ids);
+        const withHints = await installed();
+        ns.nft('flush ruleset');
+        const plain = await s.nativeSocket.commit(ops, undefined, false, undefined, true);
+        expect(await installed()).toEqual(withHints);
+        expect(withHints).toHaveLength(700);
+        expect(hinted && hinted.digests).toEqual(plain && plain.digests);
+        expect((plain && plain.digests)!.filter((d) => d !== '').length).toBe(700);
+        // Hints for other ops than these (a wrong length) are not taken, nor hints for an op whose op before
+        // was not a rule (the first op, a chain after a table, a rule after a set): there is nothing to take.
+        ns.nft('flush ruleset');
+        await s.nativeSocket.commit(ops, undefined, false, undefined, false, new Uint32Array(ops.length - 1).fill(0xffff_ffff));
+        expect(await installed()).toEqual(withHints);
+        ns.nft('flush ruleset');
+        const junk = new Uint32Array(ops.length).map((_, k) => (k === 0 || ops[k - 1]!.object !== 'rule' ? 0xffff_ffff : 0));
+        expect(junk.filter((h) => h !== 0).length).toBeGreaterThan(5);
+        await s.nativeSocket.commit(ops, undefined, false, undefined, false, junk);
+        expect(await installed()).toEqual(withHints);
+        // Ids alone (no hints), and ids whose offsets point outside the array, which are not taken.
+        ns.nft('flush ruleset');
+        expect(await s.nativeSocket.commit(ops, undefined, false, undefined, true, undefined, ids)).toEqual(plain);
+        expect(await installed()).toEqual(withHints);
+        ns.nft('flush ruleset');
+        const outside = ids.slice();
+        for (let k = 0; k < ops.length; k++) if (outside[k]! !== 0) outside[k] = ids.length;
+        await s.nativeSocket.commit(ops, undefined, false, undefined, false, undefined, outside);
+        expect(await installed()).toEqual(withHints);
+      } finally {
+        s.close();
+      }
+    }, 'hints');
+  });
+
+  it('encodeHints: a rule added where the rule op before it went, and the expressions it shares with it by identity', () => {
+    const a = exprsOf('ip saddr 10.0.0.1 accept'), b = exprsOf('ip saddr 10.0.0.1 accept');
+    const rule = (o: Partial<Op> & object): Op => ({ verb: 'add', object: 'rule', ...at, exprs: a, ...o }) as Op;
+    const word = (prev: Op, op: Op) => encodeHints([prev, op])![1]! >>> 0;
+    const all = (1 << a.length) - 1;
+    expect(word(rule({}), rule({}))).toBe((0x8000_0000 | all) >>> 0);
+    expect(word(rule({}), rule({ exprs: b }))).toBe(0x8000_0000);
+    expect(word(rule({}), rule({ exprs: [a[0]!, b[1]!, a[2]!] }))).toBe((0x8000_0000 | 0b101) >>> 0);
+    // Elsewhere, or placed, or not an add: its expressions only.
+    for (const o of [{ table: 'u' }, { chain: 'd' }, { family: 'inet' }, { handle: 5 }, { position: 5 }, { id: 1 }, { positionId: 1 },
+      { compat: { proto: 6 } }, { verb: 'insert' }, { verb: 'replace', handle: 5 }] as Partial<Op>[]) {
+      expect(word(rule({}), rule(o))).toBe(all);
+    }
+    expect(word(rule({ chain: undefined, chainId: 3 } as never), rule({ chain: undefined, chainId: 3 } as never))).toBe(all);
+    // Nothing across a delete or another object, and nothing for the first op or a lone one.
+    expect(word(rule({ verb: 'delete', handle: 5 }), rule({}))).toBe(0);
+    expect(word(rule({}), rule({ verb: 'delete', handle: 5 }))).toBe(0);
+    expect(word({ verb: 'add', object: 'table', family: 'ip', name: 't' }, rule({}))).toBe(0);
+    expect(encodeHints([rule({})])).toBeUndefined();
   });
 
   it('encodeExprs gives the same bytes for equal expressions and refuses what the encoder refuses', () => {
