@@ -172,7 +172,8 @@ function budgetLines(): string[] {
     const said: string[] = [];
     if (parts.has('commands')) {
       said.push(`installs at ${B.s8.chainSizes.map(n).join(', ')} rules in one chain and kube-proxy at ${B.s8.services.map(n).join(', ')} services, ` +
-        `${B.s8.reps(0)} runs per command (${B.s8.reps(100_000)} at 50,000 rules or more), alternating with nft${rootArg() ? ` and with ${rootArg()}'s build` : ''}`);
+        `${B.s8.reps(0)} runs per command (${B.s8.reps(100_000)} at 50,000 rules or more), alternating with nft${rootArg() ? ` and with ${rootArg()}'s build` : ''}, ` +
+        `after one untimed run of each build, each with its own code-cache directory`);
     }
     if (parts.has('ready')) said.push(`daemon ready at ${B.s8.daemonSizes.map(n).join(', ')}`);
     if (parts.has('repairs')) {

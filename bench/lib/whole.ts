@@ -41,11 +41,14 @@ export interface WholeOptions {
   stdout?: string;
   /** Exit codes that count as success (default 0 only). */
   ok?: number[];
+  /** Variables added to this process's environment for the command. */
+  env?: Record<string, string>;
 }
 
 export function runWhole(cmd: string, args: readonly string[], o: WholeOptions = {}): ProcessRun {
   const argv = o.ns ? ['ip', 'netns', 'exec', o.ns.name, cmd, ...args] : [cmd, ...args];
-  const r = spawnSync('python3', ['-c', WAIT4, o.stdout ?? '/dev/null', o.stdin ?? '/dev/null', ...argv], { encoding: 'utf8' });
+  const r = spawnSync('python3', ['-c', WAIT4, o.stdout ?? '/dev/null', o.stdin ?? '/dev/null', ...argv], { encoding: 'utf8',
+    ...(o.env ? { env: { ...process.env, ...o.env } } : {}) });
   if (r.status !== 0) throw new Error(`timing ${argv.join(' ')} failed: ${r.stderr}`);
   const j = JSON.parse(r.stdout) as { wall: number; cpu: number; sys: number; rssKiB: number; status: number };
   if (!(o.ok ?? [0]).includes(j.status)) throw new Error(`${argv.join(' ')} exited ${j.status}: ${r.stderr}`);

@@ -17,7 +17,7 @@
  * Every process is timed by wait4 (bench/lib/whole.ts): wall, CPU and peak RSS of that process.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
@@ -155,6 +155,18 @@ interface Daemon { child: ChildProcess; exited: Promise<unknown>; readyUs: numbe
 let nextPort = 19_800 + (process.pid % 100) * 5;
 
 /**
+ * Each build's own code-cache directory for this run (NODE_COMPILE_CACHE), as a user with one
+ * install has: two builds sharing root's /var/cache/nfkeeper could remove each other's entries
+ * (a build before the day-old rule did at every run), and each run would then be timed with the
+ * package's entry and the writing of its own at exit.
+ */
+const codeCacheOf = new Map<string, string>();
+const cacheEnv = (root: string): Record<string, string> => {
+  const d = codeCacheOf.get(root);
+  return d === undefined ? {} : { NODE_COMPILE_CACHE: d };
+};
+
+/**
  * `nfkeeper run` as installed: its defaults, the Node flags of bin/'s #! line, the namespace given
  * with --netns (its HTTP stays on this namespace's loopback); ready when /readyz says so.
  */
@@ -162,7 +174,8 @@ async function startDaemon(ns: BenchNetns, config: string, extra: string[] = [],
   const port = nextPort++;
   const t0 = performance.now();
   const child = spawn(NODE, [...daemonNodeFlags(root), join(root, 'bin', 'nfkeeper.js'), 'run', '--config', config, '--netns', ns.path,
-    '--metrics', `127.0.0.1:${port}`, ...recordArgs(root, ns, extra), ...extra], { stdio: ['ignore', 'ignore', 'inherit'] });
+    '--metrics', `127.0.0.1:${port}`, ...recordArgs(root, ns, extra), ...extra],
+    { stdio: ['ignore', 'ignore', 'inherit'], env: { ...process.env, ...cacheEnv(root) } });
   const exited = new Promise((r) => child.on('exit', r));
   for (;;) {
     if (child.exitCode !== null) throw new Error('nfkeeper run exited before it was ready');
@@ -181,21 +194,33 @@ export async function runS8(o: S8Options): Promise<S8Result> {
   const node = spawnSync(NODE, ['--version'], { encoding: 'utf8' }).stdout.trim();
   const result: S8Result = { node, rows: [], ready: [], repairs: [] };
   const parts = new Set<S8Part>(o.parts ?? S8_PARTS);
-  const beforeBin = o.root === undefined ? undefined : join(o.root, 'bin', 'nfkeeper.js');
   if (o.root !== undefined) {
     // A checkout says its commit; an unpacked tree (git archive) may carry it in a file COMMIT.
     const commit = spawnSync('git', ['-C', o.root, 'rev-parse', '--short', 'HEAD'], { encoding: 'utf8' }).stdout.trim() ||
       (existsSync(join(o.root, 'COMMIT')) ? readFileSync(join(o.root, 'COMMIT'), 'utf8').trim() : '');
     result.before = { root: o.root, commit: commit || 'unknown' };
   }
-  const nfkWith = (bin: string) => (ns: BenchNetns | undefined, args: string[], ok = [0], stdout?: string) => () => runWhole(NODE, [bin, ...args], { ns, ok, stdout });
-  const nfk = nfkWith(BIN);
-  const nfkBefore = beforeBin === undefined ? undefined : nfkWith(beforeBin);
+  for (const [root, name] of [[PROJECT_ROOT, 'after'], ...(o.root === undefined ? [] : [[o.root, 'before']])] as const) {
+    codeCacheOf.set(root, join(dir, `code-cache-${name}`));
+    mkdirSync(join(dir, `code-cache-${name}`), { mode: 0o700 });
+  }
+  const nfkWith = (root: string) => (ns: BenchNetns | undefined, args: string[], ok = [0], stdout?: string) => () =>
+    runWhole(NODE, [join(root, 'bin', 'nfkeeper.js'), ...args], { ns, ok, stdout, env: cacheEnv(root) });
+  const nfk = nfkWith(PROJECT_ROOT);
+  const nfkBefore = o.root === undefined ? undefined : nfkWith(o.root);
   const nft = (ns: BenchNetns | undefined, args: string[]) => () => runWhole('nft', args, { ns });
   // A command in turn with its peer, and with the other build's run of it when there is one.
   // `stdout`: a file for nfkeeper's output instead of /dev/null, where apply and check render no plan.
-  const vs = (reps: number, reset: () => void, ns: BenchNetns | undefined, args: string[], peer: () => ProcessRun, stdout?: string) =>
-    alternate(reps, reset, nfk(ns, args, [0], stdout), peer, nfkBefore?.(ns, args, [0], stdout));
+  // Each build runs the command once untimed first: its own code-cache entry made, as after a
+  // user's first run.
+  const vs = (reps: number, reset: () => void, ns: BenchNetns | undefined, args: string[], peer: () => ProcessRun, stdout?: string) => {
+    for (const run of [nfk(ns, args, [0], stdout), nfkBefore?.(ns, args, [0], stdout)]) {
+      if (run === undefined) continue;
+      reset();
+      run();
+    }
+    return alternate(reps, reset, nfk(ns, args, [0], stdout), peer, nfkBefore?.(ns, args, [0], stdout));
+  };
   const row = (group: S8Row['group'], work: string, r: ReturnType<typeof alternate>, tool: string) => {
     result.rows.push({ group, work, nfkeeper: r.a, peer: { tool, s: r.b }, ratio: r.ratio, ...(r.before ? { before: r.before } : {}) });
     o.log(`    ${work}: nfkeeper ${(r.a.wall.median / 1000).toFixed(1)} ms, CPU ${(r.a.cpu.median / 1000).toFixed(1)} ms (${(r.a.rssKiB / 1024).toFixed(1)} MiB), ` +
@@ -249,6 +274,8 @@ export async function runS8(o: S8Options): Promise<S8Result> {
       try {
         const runs: ProcessRun[] = [];
         const beforeRuns: ProcessRun[] = [];
+        nfk(undefined, ['status', '--socket', sock])();
+        nfkBefore?.(undefined, ['status', '--socket', sock])();
         for (let i = 0; i < o.reps(0); i++) {
           runs.push(nfk(undefined, ['status', '--socket', sock])());
           if (nfkBefore) beforeRuns.push(nfkBefore(undefined, ['status', '--socket', sock])());
