@@ -28,14 +28,14 @@ import { asKnownRule, isNoSets } from '../model/compact.js';
 import { desiredDigestSteps, knownDesiredDigest } from '../model/desired-digest.js';
 import type { DataType, SetConfig } from '../model/sets.js';
 import { DATATYPES, datatypeById, type Datatype, type KeyType } from '../rules/datatypes.js';
-import type { ChainConfig } from '../model/desired.js';
-import type { Expr } from '../netlink/expr.js';
+import { lateRules, type ChainConfig } from '../model/desired.js';
+import type { Expr, Family } from '../netlink/expr.js';
 import { withRenderedText, type CompiledRule } from '../rules/compile.js';
 import { localIsUtc } from '../rules/intvalues.js';
 import { MAX_CONFIG_BYTES, loadConfig, type Config, type LoadOptions } from './config.js';
 
 /** The file's own format; a file of another format is not used. */
-const FORMAT = 2;
+const FORMAT = 3;
 
 /** The store's work on a big config is done in slices of about this many rules (src/base/sliced.ts). */
 const SLICE = 4096;
@@ -82,12 +82,6 @@ interface StoredChain {
   counts: number[];
   exprs: number[];
   more: [number, unknown[] | 0, string | 0][];
-}
-
-/** The rules as stored: the distinct expressions, and table by table, chain by chain, the rules. */
-interface Payload {
-  exprs: Expr[];
-  rules: StoredChain[][];
 }
 
 /** The cache file of the config `config` compiled for the namespace `netns`, in `dir`. */
@@ -220,8 +214,9 @@ export function changedInput(inputs: readonly CompileInput[], options: LoadOptio
 }
 
 /**
- * The cache's text of `config`, in UTF-8 pieces, made a slice at a time: the header line; the rules (the distinct expressions once, each
- * rule as indexes, in flat arrays per chain: StoredChain) as JSON, which is quick to read back; the rest of the
+ * The cache's text of `config`, in UTF-8 pieces, made a slice at a time: the header line; the rules
+ * as JSON lines, which are quick to read back: each chain's rule count, the distinct expressions
+ * once, then a line per chain of its rules as indexes in flat arrays (StoredChain); the rest of the
  * config (tables, chains without their rules, sets, sections) by V8's serializer, which keeps
  * what JSON would not (a key with no value, an object reached twice), in base64. Or why this
  * form would not give this config back.
@@ -269,17 +264,17 @@ function* serialise(config: Config, header: Header): Sliced<Buffer[] | { why: st
     ...config,
     tables: config.tables.map((t) => ({ ...t, ...(t.sets ? { sets: t.sets.map(storedSet) } : {}), chains: t.chains.map((c) => ({ ...c, rules: [] })) })),
   };
-  // The payload's JSON (a Payload) in pieces, each encoded as it is made: the big text is never
-  // one string, nor copied into one buffer (writeSealed writes the pieces one after the other).
+  // The payload's lines in pieces, each encoded as it is made: the big text is never one string,
+  // nor copied into one buffer (writeSealed writes the pieces one after the other). Each chain's
+  // rules are a line of their own, after the rule counts and the distinct expressions: a load
+  // parses a chain's line only when its rules are first read (lateRules).
   const out: Buffer[] = [];
   const put = (text: string) => out.push(Buffer.from(text, 'utf8'));
-  put(`${JSON.stringify(header)}\n{"exprs":`);
+  put(`${JSON.stringify(header)}\n${JSON.stringify(rules.map((chains) => chains.map((x) => x.texts.length)))}\n`);
   yield* jsonArray(exprs, put);
-  put(',"rules":[');
-  for (const [ti, chains] of rules.entries()) {
-    put(ti === 0 ? '[' : ',[');
-    for (const [ci, x] of chains.entries()) {
-      put(`${ci === 0 ? '' : ','}{"texts":`);
+  for (const chains of rules) {
+    for (const x of chains) {
+      put('\n{"texts":');
       yield* jsonArray(x.texts, put);
       put(',"counts":');
       yield* jsonArray(x.counts, put);
@@ -287,9 +282,8 @@ function* serialise(config: Config, header: Header): Sliced<Buffer[] | { why: st
       yield* jsonArray(x.exprs, put, 8 * SLICE);
       put(`,"more":${JSON.stringify(x.more)}}`);
     }
-    put(']');
   }
-  put(`]}\n${serialize(rest).toString('base64')}`);
+  put(`\n${serialize(rest).toString('base64')}`);
   return out;
 }
 
@@ -304,48 +298,71 @@ function* jsonArray(items: readonly unknown[], put: (text: string) => void, slic
   put(']');
 }
 
-/** The config of a cache's text after its header: each rule made as the compiler makes it, compacted as knownRule leaves it. */
+/**
+ * The config of a cache's text after its header: each chain's rules made when first read
+ * (lateRules), as the compiler makes them, compacted as knownRule leaves them. A restart the
+ * record proves in sync reads none; the first chain read parses the distinct expressions for all.
+ */
 function deserialise(text: string, options: LoadOptions): Config {
-  const nl = text.indexOf('\n');
-  if (nl < 0) throw new Error('the payload is malformed');
-  const p = JSON.parse(text.slice(0, nl)) as Payload;
-  const config = deserialize(Buffer.from(text.slice(nl + 1), 'base64')) as Config;
-  if (!Array.isArray(p.exprs) || !Array.isArray(p.rules) || !Array.isArray(config?.tables) || p.rules.length !== config.tables.length) throw new Error('the payload is malformed');
-  const exprs = p.exprs;
-  // Each distinct expression frozen once (asKnownRule's per rule finds them so).
-  for (let i = 0; i < exprs.length; i++) Object.freeze(exprs[i]);
+  let at = 0;
+  const line = (): string => {
+    const nl = text.indexOf('\n', at);
+    if (nl < 0) throw new Error('the payload is malformed');
+    const out = text.slice(at, nl);
+    at = nl + 1;
+    return out;
+  };
+  const counts = JSON.parse(line()) as number[][];
+  const exprsText = line();
+  if (!Array.isArray(counts) || !counts.every((cs) => Array.isArray(cs) && cs.every((n) => Number.isSafeInteger(n) && n >= 0))) throw new Error('the payload is malformed');
+  const chainTexts = counts.map((cs) => cs.map(() => line()));
+  const config = deserialize(Buffer.from(text.slice(at), 'base64')) as Config;
+  if (!Array.isArray(config?.tables) || counts.length !== config.tables.length) throw new Error('the payload is malformed');
+  let exprs: Expr[] | undefined;
+  const exprsOf = (): Expr[] => {
+    if (exprs) return exprs;
+    const parsed = JSON.parse(exprsText) as Expr[];
+    if (!Array.isArray(parsed)) throw new Error('the payload is malformed');
+    // Each distinct expression frozen once (asKnownRule's per rule finds them so).
+    for (let i = 0; i < parsed.length; i++) Object.freeze(parsed[i]);
+    return exprs = parsed;
+  };
   config.tables.forEach((t, ti) => {
     for (const x of t.sets ?? []) {
       x.key = keyTypeOf(x.key as unknown as StoredKeyType);
       if (x.data?.kind === 'value') x.data.type = keyTypeOf(x.data.type as unknown as StoredKeyType);
     }
-    const chains = p.rules[ti]!;
-    if (chains.length !== t.chains.length) throw new Error('the payload is malformed');
+    if (counts[ti]!.length !== t.chains.length) throw new Error('the payload is malformed');
     t.chains.forEach((c, ci) => {
-      const { texts, counts, exprs: idx, more } = chains[ci]!;
-      const n = texts.length;
-      if (counts.length !== n) throw new Error(`chain ${c.name} is malformed`);
-      const extra = new Map(more.map(([ri, sets, userdata]) => [ri, { sets, userdata }]));
-      const rules: ChainConfig['rules'] = new Array(n);
-      let at = 0;
-      for (let ri = 0; ri < n; ri++) {
-        const list = new Array<Expr>(counts[ri]!);
-        for (let i = 0; i < list.length; i++) {
-          const e = exprs[idx[at++]!];
-          if (typeof e !== 'object') throw new Error(`rule ${ri + 1} of chain ${c.name} names an expression not stored`);
-          list[i] = e;
-        }
-        const x = extra.get(ri);
-        const compiled = withRenderedText(list, x === undefined || x.sets === 0 ? [] : x.sets as CompiledRule['sets'], t.family, options.interfaces);
-        if (x !== undefined && x.userdata !== 0) compiled.userdata = x.userdata;
-        asKnownRule(compiled);
-        rules[ri] = { text: texts[ri]!, compiled };
-      }
-      if (at !== idx.length) throw new Error(`chain ${c.name} is malformed`);
-      c.rules = rules;
+      const stored = chainTexts[ti]![ci]!;
+      lateRules(c, counts[ti]![ci]!, () => storedRules(JSON.parse(stored) as StoredChain, exprsOf(), c.name, t.family, options));
     });
   });
   return config;
+}
+
+/** A chain's rules from its stored form (StoredChain), made as the compiler makes them. */
+function storedRules({ texts, counts, exprs: idx, more }: StoredChain, exprs: readonly Expr[], chain: string, family: Family, options: LoadOptions): ChainConfig['rules'] {
+  const n = texts.length;
+  if (counts.length !== n) throw new Error(`chain ${chain} is malformed`);
+  const extra = new Map(more.map(([ri, sets, userdata]) => [ri, { sets, userdata }]));
+  const rules: ChainConfig['rules'] = new Array(n);
+  let at = 0;
+  for (let ri = 0; ri < n; ri++) {
+    const list = new Array<Expr>(counts[ri]!);
+    for (let i = 0; i < list.length; i++) {
+      const e = exprs[idx[at++]!];
+      if (typeof e !== 'object') throw new Error(`rule ${ri + 1} of chain ${chain} names an expression not stored`);
+      list[i] = e;
+    }
+    const x = extra.get(ri);
+    const compiled = withRenderedText(list, x === undefined || x.sets === 0 ? [] : x.sets as CompiledRule['sets'], family, options.interfaces);
+    if (x !== undefined && x.userdata !== 0) compiled.userdata = x.userdata;
+    asKnownRule(compiled);
+    rules[ri] = { text: texts[ri]!, compiled };
+  }
+  if (at !== idx.length) throw new Error(`chain ${chain} is malformed`);
+  return rules;
 }
 
 /**
