@@ -21,7 +21,7 @@ import { deserialize, serialize } from 'node:v8';
 import { fileURLToPath } from 'node:url';
 import { listing, pathKind, traced, type CompileInput } from '../base/compile-inputs.js';
 import { readRegularFile } from '../base/regular-file.js';
-import { readSealed, writeSealed } from '../base/sealed-file.js';
+import { readSealedBytes, writeSealed } from '../base/sealed-file.js';
 import { sha256, sha256Hash } from '../base/sha256.js';
 import type { Sliced } from '../base/sliced.js';
 import { asKnownRule, isNoSets } from '../model/compact.js';
@@ -129,12 +129,12 @@ export function loadConfigCached(file: string, options: LoadOptions, cache: Comp
 }
 
 function fromCache(path: string, file: string, options: LoadOptions, cache: CompileCacheOptions): { config: Config; inputs: CompileInput[] } | { why: string } {
-  const read = readSealed(path, cache.dir);
+  const read = readSealedBytes(path, cache.dir);
   if ('why' in read) return read;
-  const body = read.body;
-  const nl = body.indexOf('\n');
+  const body = read.bytes;
+  const nl = body.indexOf(0x0a);
   if (nl < 0) return { why: `${path} is corrupt: no header` };
-  const h = JSON.parse(body.slice(0, nl)) as Header;
+  const h = JSON.parse(body.toString('utf8', 0, nl)) as Header;
   if (h.format !== FORMAT) return { why: `${path} is of format ${String(h.format)}, not ${FORMAT}` };
   if (h.version !== cache.version) return { why: `it was written by nfkeeper ${h.version}, this is ${cache.version}` };
   if (h.code !== codeDigest()) return { why: "it was written by another build of nfkeeper's code" };
@@ -143,7 +143,7 @@ function fromCache(path: string, file: string, options: LoadOptions, cache: Comp
   if (!Array.isArray(h.inputs) || typeof h.desired !== 'string') return { why: `${path} is corrupt: no inputs or digest` };
   const changed = changedInput(h.inputs, options);
   if (changed !== undefined) return { why: changed };
-  const config = deserialise(body.slice(nl + 1), options);
+  const config = deserialise(body.subarray(nl + 1), options);
   knownDesiredDigest(config.tables, h.desired);
   return { config, inputs: h.inputs };
 }
@@ -299,29 +299,31 @@ function* jsonArray(items: readonly unknown[], put: (text: string) => void, slic
 }
 
 /**
- * The config of a cache's text after its header: each chain's rules made when first read
+ * The config of a cache's bytes after its header: each chain's rules made when first read
  * (lateRules), as the compiler makes them, compacted as knownRule leaves them. A restart the
- * record proves in sync reads none; the first chain read parses the distinct expressions for all.
+ * record proves in sync reads none, and decodes none of their bytes; the first chain read parses
+ * the distinct expressions for all. (A line is decoded alone: a newline is never inside UTF-8's
+ * multi-byte sequences.)
  */
-function deserialise(text: string, options: LoadOptions): Config {
+function deserialise(bytes: Buffer, options: LoadOptions): Config {
   let at = 0;
-  const line = (): string => {
-    const nl = text.indexOf('\n', at);
+  const line = (): Buffer => {
+    const nl = bytes.indexOf(0x0a, at);
     if (nl < 0) throw new Error('the payload is malformed');
-    const out = text.slice(at, nl);
+    const out = bytes.subarray(at, nl);
     at = nl + 1;
     return out;
   };
-  const counts = JSON.parse(line()) as number[][];
+  const counts = JSON.parse(line().toString('utf8')) as number[][];
   const exprsText = line();
   if (!Array.isArray(counts) || !counts.every((cs) => Array.isArray(cs) && cs.every((n) => Number.isSafeInteger(n) && n >= 0))) throw new Error('the payload is malformed');
   const chainTexts = counts.map((cs) => cs.map(() => line()));
-  const config = deserialize(Buffer.from(text.slice(at), 'base64')) as Config;
+  const config = deserialize(Buffer.from(bytes.toString('latin1', at), 'base64')) as Config;
   if (!Array.isArray(config?.tables) || counts.length !== config.tables.length) throw new Error('the payload is malformed');
   let exprs: Expr[] | undefined;
   const exprsOf = (): Expr[] => {
     if (exprs) return exprs;
-    const parsed = JSON.parse(exprsText) as Expr[];
+    const parsed = JSON.parse(exprsText.toString('utf8')) as Expr[];
     if (!Array.isArray(parsed)) throw new Error('the payload is malformed');
     // Each distinct expression frozen once (asKnownRule's per rule finds them so).
     for (let i = 0; i < parsed.length; i++) Object.freeze(parsed[i]);
@@ -335,7 +337,7 @@ function deserialise(text: string, options: LoadOptions): Config {
     if (counts[ti]!.length !== t.chains.length) throw new Error('the payload is malformed');
     t.chains.forEach((c, ci) => {
       const stored = chainTexts[ti]![ci]!;
-      lateRules(c, counts[ti]![ci]!, () => storedRules(JSON.parse(stored) as StoredChain, exprsOf(), c.name, t.family, options));
+      lateRules(c, counts[ti]![ci]!, () => storedRules(JSON.parse(stored.toString('utf8')) as StoredChain, exprsOf(), c.name, t.family, options));
     });
   });
   return config;
