@@ -15,6 +15,7 @@
  * reached twice but the compaction's shared expressions, nothing frozen but those; a config with
  * anything else (a rule binding an anonymous chain, `jump { … }`) is compiled at every load.
  */
+import { isAscii } from 'node:buffer';
 import { readdirSync, readFileSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import { deserialize, serialize } from 'node:v8';
@@ -323,7 +324,7 @@ function deserialise(bytes: Buffer, options: LoadOptions): Config {
   let exprs: Expr[] | undefined;
   const exprsOf = (): Expr[] => {
     if (exprs) return exprs;
-    const parsed = JSON.parse(exprsText.toString('utf8')) as Expr[];
+    const parsed = JSON.parse(textOf(exprsText)) as Expr[];
     if (!Array.isArray(parsed)) throw new Error('the payload is malformed');
     // Each distinct expression frozen once (asKnownRule's per rule finds them so).
     for (let i = 0; i < parsed.length; i++) Object.freeze(parsed[i]);
@@ -337,11 +338,14 @@ function deserialise(bytes: Buffer, options: LoadOptions): Config {
     if (counts[ti]!.length !== t.chains.length) throw new Error('the payload is malformed');
     t.chains.forEach((c, ci) => {
       const stored = chainTexts[ti]![ci]!;
-      lateRules(c, counts[ti]![ci]!, () => storedRules(JSON.parse(stored.toString('utf8')) as StoredChain, exprsOf(), c.name, t.family, options));
+      lateRules(c, counts[ti]![ci]!, () => storedRules(JSON.parse(textOf(stored)) as StoredChain, exprsOf(), c.name, t.family, options));
     });
   });
   return config;
 }
+
+/** UTF-8 bytes as a string: an ASCII line (nearly always) copied into a one-byte string as it is, without decoding. */
+const textOf = (b: Buffer): string => (isAscii(b) ? b.toString('latin1') : b.toString('utf8'));
 
 /** A chain's rules from its stored form (StoredChain), made as the compiler makes them. */
 function storedRules({ texts, counts, exprs: idx, more }: StoredChain, exprs: readonly Expr[], chain: string, family: Family, options: LoadOptions): ChainConfig['rules'] {
