@@ -24,12 +24,12 @@ import { listing, pathKind, traced, type CompileInput } from '../base/compile-in
 import { readRegularFile } from '../base/regular-file.js';
 import { readSealedBytes, writeSealed } from '../base/sealed-file.js';
 import { sha256, sha256Hash } from '../base/sha256.js';
-import type { Sliced } from '../base/sliced.js';
+import { runNow, type Sliced } from '../base/sliced.js';
 import { asKnownRule, isNoSets } from '../model/compact.js';
 import { desiredDigestSteps, knownDesiredDigest } from '../model/desired-digest.js';
 import type { DataType, SetConfig } from '../model/sets.js';
 import { DATATYPES, datatypeById, type Datatype, type KeyType } from '../rules/datatypes.js';
-import { lateRules, type ChainConfig } from '../model/desired.js';
+import { lateRules, rulesMade, type ChainConfig } from '../model/desired.js';
 import type { Expr, Family } from '../netlink/expr.js';
 import { withRenderedText, type CompiledRule } from '../rules/compile.js';
 import { localIsUtc } from '../rules/intvalues.js';
@@ -93,17 +93,18 @@ export function compileCachePathOf(dir: string, netns: string | undefined, confi
 /**
  * The config `file` as loadConfig(file, options) gives it, from the cache when its every input is
  * unchanged, else compiled; then `store` keeps it (and says why not, if not), in slices the caller runs
- * (runNow, or runByTurns to let the event loop run between them). options.compiled is compactAsCompiled, as the daemon
+ * (runNow, or runByTurns to let the event loop run between them). From the cache, its chains' rules
+ * are made when first read, or by `make` in slices (the daemon: once ready). options.compiled is compactAsCompiled, as the daemon
  * loads: a rule from the cache is compacted already, and a compile that did not compact is not
  * stored (unfaithful). A compile's error is thrown as loadConfig throws it; the cache's own never are.
  */
 export function loadConfigCached(file: string, options: LoadOptions, cache: CompileCacheOptions):
-  { config: Config; cache: CacheUse; store?: () => Sliced<string | undefined>; files?: FileDigests } {
+  { config: Config; cache: CacheUse; store?: () => Sliced<string | undefined>; make?: () => Sliced<void>; files?: FileDigests } {
   const path = compileCachePathOf(cache.dir, cache.netns, file);
   let why: string;
   try {
     const hit = fromCache(path, file, options, cache);
-    if ('config' in hit) return { config: hit.config, cache: { used: true, file: path }, files: fileDigests(hit.inputs) };
+    if ('config' in hit) return { config: hit.config, cache: { used: true, file: path }, files: fileDigests(hit.inputs), make: hit.make };
     why = hit.why;
   } catch (e) {
     why = `${path} is corrupt: ${(e as Error).message}`;
@@ -129,7 +130,7 @@ export function loadConfigCached(file: string, options: LoadOptions, cache: Comp
   };
 }
 
-function fromCache(path: string, file: string, options: LoadOptions, cache: CompileCacheOptions): { config: Config; inputs: CompileInput[] } | { why: string } {
+function fromCache(path: string, file: string, options: LoadOptions, cache: CompileCacheOptions): { config: Config; inputs: CompileInput[]; make: () => Sliced<void> } | { why: string } {
   const read = readSealedBytes(path, cache.dir);
   if ('why' in read) return read;
   const body = read.bytes;
@@ -144,9 +145,9 @@ function fromCache(path: string, file: string, options: LoadOptions, cache: Comp
   if (!Array.isArray(h.inputs) || typeof h.desired !== 'string') return { why: `${path} is corrupt: no inputs or digest` };
   const changed = changedInput(h.inputs, options);
   if (changed !== undefined) return { why: changed };
-  const config = deserialise(body.subarray(nl + 1), options);
+  const { config, make } = deserialise(body.subarray(nl + 1), options);
   knownDesiredDigest(config.tables, h.desired);
-  return { config, inputs: h.inputs };
+  return { config, inputs: h.inputs, make };
 }
 
 /**
@@ -271,8 +272,12 @@ function* serialise(config: Config, header: Header): Sliced<Buffer[] | { why: st
   // parses a chain's line only when its rules are first read (lateRules).
   const out: Buffer[] = [];
   const put = (text: string) => out.push(Buffer.from(text, 'utf8'));
-  put(`${JSON.stringify(header)}\n${JSON.stringify(rules.map((chains) => chains.map((x) => x.texts.length)))}\n`);
-  yield* jsonArray(exprs, put);
+  const exprLines = Math.ceil(exprs.length / SLICE);
+  put(`${JSON.stringify(header)}\n${JSON.stringify(rules.map((chains) => chains.map((x) => x.texts.length)))}\n${exprLines}`);
+  for (let i = 0; i < exprs.length; i += SLICE) {
+    put(`\n${JSON.stringify(exprs.slice(i, i + SLICE))}`);
+    yield;
+  }
   for (const chains of rules) {
     for (const x of chains) {
       put('\n{"texts":');
@@ -300,13 +305,13 @@ function* jsonArray(items: readonly unknown[], put: (text: string) => void, slic
 }
 
 /**
- * The config of a cache's bytes after its header: each chain's rules made when first read
- * (lateRules), as the compiler makes them, compacted as knownRule leaves them. A restart the
- * record proves in sync reads none, and decodes none of their bytes; the first chain read parses
- * the distinct expressions for all. (A line is decoded alone: a newline is never inside UTF-8's
- * multi-byte sequences.)
+ * The config of a cache's bytes after its header, and the work that makes its rules: each chain's
+ * rules are made when first read (lateRules), or by that work (run a slice at a time once the
+ * daemon is ready), whichever comes first, as the compiler makes them, compacted as knownRule
+ * leaves them. A restart the record proves in sync makes none before ready, and decodes none of
+ * their bytes. (A line is decoded alone: a newline is never inside UTF-8's multi-byte sequences.)
  */
-function deserialise(bytes: Buffer, options: LoadOptions): Config {
+function deserialise(bytes: Buffer, options: LoadOptions): { config: Config; make: () => Sliced<void> } {
   let at = 0;
   const line = (): Buffer => {
     const nl = bytes.indexOf(0x0a, at);
@@ -316,20 +321,31 @@ function deserialise(bytes: Buffer, options: LoadOptions): Config {
     return out;
   };
   const counts = JSON.parse(line().toString('utf8')) as number[][];
-  const exprsText = line();
   if (!Array.isArray(counts) || !counts.every((cs) => Array.isArray(cs) && cs.every((n) => Number.isSafeInteger(n) && n >= 0))) throw new Error('the payload is malformed');
+  const nExprLines = Number(line().toString('latin1'));
+  if (!Number.isSafeInteger(nExprLines) || nExprLines < 0) throw new Error('the payload is malformed');
+  const exprLines = Array.from({ length: nExprLines }, line);
   const chainTexts = counts.map((cs) => cs.map(() => line()));
   const config = deserialize(Buffer.from(bytes.toString('latin1', at), 'base64')) as Config;
   if (!Array.isArray(config?.tables) || counts.length !== config.tables.length) throw new Error('the payload is malformed');
-  let exprs: Expr[] | undefined;
-  const exprsOf = (): Expr[] => {
-    if (exprs) return exprs;
-    const parsed = JSON.parse(textOf(exprsText)) as Expr[];
-    if (!Array.isArray(parsed)) throw new Error('the payload is malformed');
-    // Each distinct expression frozen once (asKnownRule's per rule finds them so).
-    for (let i = 0; i < parsed.length; i++) Object.freeze(parsed[i]);
-    return exprs = parsed;
-  };
+  // The distinct expressions, parsed a line at a time by whichever asks first (each line whole, so
+  // a chain read while the work after ready is half-way takes up where it stopped).
+  const exprs: Expr[] = [];
+  let parsed = 0;
+  function* exprSteps(): Sliced<Expr[]> {
+    while (parsed < exprLines.length) {
+      const part = JSON.parse(textOf(exprLines[parsed]!)) as Expr[];
+      if (!Array.isArray(part)) throw new Error('the payload is malformed');
+      // Each distinct expression frozen once (asKnownRule's per rule finds them so).
+      for (let i = 0; i < part.length; i++) exprs.push(Object.freeze(part[i]!));
+      parsed++;
+      yield;
+    }
+    return exprs;
+  }
+  // Per chain the one making of its rules: a read while the work after ready is half-way through
+  // it finishes that making, not another.
+  const chains: { c: ChainConfig; making: () => Sliced<ChainConfig['rules']> }[] = [];
   config.tables.forEach((t, ti) => {
     for (const x of t.sets ?? []) {
       x.key = keyTypeOf(x.key as unknown as StoredKeyType);
@@ -338,23 +354,47 @@ function deserialise(bytes: Buffer, options: LoadOptions): Config {
     if (counts[ti]!.length !== t.chains.length) throw new Error('the payload is malformed');
     t.chains.forEach((c, ci) => {
       const stored = chainTexts[ti]![ci]!;
-      lateRules(c, counts[ti]![ci]!, () => storedRules(JSON.parse(textOf(stored)) as StoredChain, exprsOf(), c.name, t.family, options));
+      const steps = function* (): Sliced<ChainConfig['rules']> {
+        const all = yield* exprSteps();
+        return yield* storedRules(JSON.parse(textOf(stored)) as StoredChain, all, c.name, t.family, options);
+      };
+      let once: Sliced<ChainConfig['rules']> | undefined;
+      const making = () => once ??= steps();
+      lateRules(c, counts[ti]![ci]!, () => runNow(making()));
+      chains.push({ c, making });
     });
   });
-  return config;
+  const make = function* (): Sliced<void> {
+    for (const { c, making } of chains) {
+      if (rulesMade(c)) continue;
+      const work = making();
+      for (;;) {
+        const r = work.next();
+        // Read meanwhile: the read finished this making and holds its rules.
+        if (rulesMade(c)) break;
+        if (r.done) {
+          c.rules = r.value;
+          break;
+        }
+        yield;
+      }
+    }
+  };
+  return { config, make };
 }
 
 /** UTF-8 bytes as a string: an ASCII line (nearly always) copied into a one-byte string as it is, without decoding. */
 const textOf = (b: Buffer): string => (isAscii(b) ? b.toString('latin1') : b.toString('utf8'));
 
 /** A chain's rules from its stored form (StoredChain), made as the compiler makes them. */
-function storedRules({ texts, counts, exprs: idx, more }: StoredChain, exprs: readonly Expr[], chain: string, family: Family, options: LoadOptions): ChainConfig['rules'] {
+function* storedRules({ texts, counts, exprs: idx, more }: StoredChain, exprs: readonly Expr[], chain: string, family: Family, options: LoadOptions): Sliced<ChainConfig['rules']> {
   const n = texts.length;
   if (counts.length !== n) throw new Error(`chain ${chain} is malformed`);
   const extra = new Map(more.map(([ri, sets, userdata]) => [ri, { sets, userdata }]));
   const rules: ChainConfig['rules'] = new Array(n);
   let at = 0;
   for (let ri = 0; ri < n; ri++) {
+    if (ri % SLICE === SLICE - 1) yield;
     const list = new Array<Expr>(counts[ri]!);
     for (let i = 0; i < list.length; i++) {
       const e = exprs[idx[at++]!];
