@@ -117,25 +117,29 @@ async function loadWaitingForEnv(o: DaemonOptions, log: Logger, tell: (message: 
 
 /**
  * The config compiled for the namespace, through the compile cache beside the restart record
- * (src/config/compile-cache.ts) when the daemon keeps one. Throws the compile's errors.
+ * (src/config/compile-cache.ts) when the daemon keeps one, and the cache's work for once it runs
+ * (`later`: the compiled config's store, or the making of the rules read from it). Throws the
+ * compile's errors.
  */
-function loadDaemonConfig(o: DaemonOptions, log: Logger): { config: Config; store?: () => Promise<void>; files?: FileDigests } {
+function loadDaemonConfig(o: DaemonOptions, log: Logger): { config: Config; later?: () => Promise<void>; files?: FileDigests } {
   const options = { interfaces: namespaceInterfaces(o.netns), compiled: compactAsCompiled(), includePath: o.includePath };
   if (o.recordDir === undefined) {
     const { value: config, inputs } = traced(() => loadConfig(o.config, options));
     return { config, ...(inputs ? { files: fileDigests(inputs) } : {}) };
   }
-  const { config, cache, store, files } = loadConfigCached(o.config, options, { dir: o.recordDir, version: o.version, netns: o.netns });
+  const { config, cache, store, make, files } = loadConfigCached(o.config, options, { dir: o.recordDir, version: o.version, netns: o.netns });
   if (cache.used) {
     log.info({ cache: cache.file }, 'compile cache matches every input: the config was not compiled');
-    return { config, files };
+    // Its rules, made when first read, are made a slice per turn once running: the first repair
+    // after a restart does not make a big chain's on its way.
+    return { config, files, ...(make ? { later: async () => { await runByTurns(make()); } } : {}) };
   }
   log.info({ cache: cache.file, why: cache.why }, 'compile cache not used; the config was compiled');
   return {
     config,
     files,
     // A slice per turn of the event loop: a big config's store does not hold back a repair due meanwhile.
-    store: async () => {
+    later: async () => {
       const why = store ? await runByTurns(store()) : 'nothing to store';
       if (why === undefined) log.info({ cache: cache.file }, 'compiled config stored in the compile cache');
       else log.info({ cache: cache.file, why }, 'compiled config not stored in the compile cache; the next start compiles it');
@@ -282,11 +286,11 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
   try {
     // The namespace first: iif/oif names in the config resolve there.
     nsId = probeNamespace(o.netns);
-    let storeCompiled: (() => Promise<void>) | undefined;
+    let later: (() => Promise<void>) | undefined;
     let digests: FileDigests | undefined;
-    ({ config, store: storeCompiled, files: digests } = await loadWaitingForEnv(o, log, tell));
+    ({ config, later, files: digests } = await loadWaitingForEnv(o, log, tell));
     // The compile cache is written once the daemon is running, not before it is ready.
-    if (storeCompiled) afterReady.push(() => void storeCompiled());
+    if (later) afterReady.push(() => void later());
     files = filesOf(config);
     loadedText = textOf(digests);
     extend();
@@ -453,9 +457,9 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
       // An empty file is a write caught half-way (truncated, not yet written), far more often than
       // a wish to drop every table: that takes a file with a comment in it.
       if (statSync(o.config).size === 0) throw new ConfigError(o.config, 1, 1, 'the file is empty (being written?); a config with no tables needs at least a comment');
-      let store: (() => Promise<void>) | undefined;
-      ({ config: next, store, files: digests } = loadDaemonConfig(o, log));
-      if (store) setImmediate(() => void store());
+      let later: (() => Promise<void>) | undefined;
+      ({ config: next, later, files: digests } = loadDaemonConfig(o, log));
+      if (later) setImmediate(() => void later());
     } catch (e) {
       metrics.reloadFailed.set(1);
       log.error({ err: e instanceof ConfigError ? e.message : e, why }, 'config reload rejected; keeping the old one');

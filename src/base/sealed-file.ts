@@ -21,6 +21,18 @@ export function notPrivate(path: string, kind: 'file' | 'directory'): string | u
 
 /** The body of the sealed file `file` in `dir`, or why there is none to use. Never throws. */
 export function readSealed(file: string, dir: string): { body: string } | { why: string } {
+  const read = readSealedBytes(file, dir);
+  if ('why' in read) return read;
+  const body = read.bytes;
+  // An ASCII body (nearly always) copied into a one-byte string as it is, without decoding UTF-8.
+  return { body: isAscii(body) ? body.toString('latin1') : body.toString('utf8') };
+}
+
+/**
+ * readSealed's body as its bytes (UTF-8), not decoded: a reader that needs only parts of a big
+ * body at first (the compile cache's chains) decodes each when it needs it.
+ */
+export function readSealedBytes(file: string, dir: string): { bytes: Buffer } | { why: string } {
   let bytes: Buffer;
   try {
     const untrusted = notPrivate(dir, 'directory') ?? notPrivate(file, 'file');
@@ -35,8 +47,7 @@ export function readSealed(file: string, dir: string): { body: string } | { why:
   const body = end < 0 ? bytes.subarray(0, 0) : bytes.subarray(0, end);
   const sum = end < 0 ? '' : bytes.subarray(end + 1).toString('latin1').trim();
   if (bytes[bytes.length - 1] !== 0x0a || sum !== sha256(body, 'hex')) return { why: `${file} is cut short or corrupt (its checksum does not match)` };
-  // An ASCII body (nearly always) copied into a one-byte string as it is, without decoding UTF-8.
-  return { body: isAscii(body) ? body.toString('latin1') : body.toString('utf8') };
+  return { bytes: body };
 }
 
 /**

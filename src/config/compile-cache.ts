@@ -15,27 +15,28 @@
  * reached twice but the compaction's shared expressions, nothing frozen but those; a config with
  * anything else (a rule binding an anonymous chain, `jump { … }`) is compiled at every load.
  */
+import { isAscii } from 'node:buffer';
 import { readdirSync, readFileSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import { deserialize, serialize } from 'node:v8';
 import { fileURLToPath } from 'node:url';
 import { listing, pathKind, traced, type CompileInput } from '../base/compile-inputs.js';
 import { readRegularFile } from '../base/regular-file.js';
-import { readSealed, writeSealed } from '../base/sealed-file.js';
+import { readSealedBytes, writeSealed } from '../base/sealed-file.js';
 import { sha256, sha256Hash } from '../base/sha256.js';
-import type { Sliced } from '../base/sliced.js';
+import { runNow, type Sliced } from '../base/sliced.js';
 import { asKnownRule, isNoSets } from '../model/compact.js';
 import { desiredDigestSteps, knownDesiredDigest } from '../model/desired-digest.js';
 import type { DataType, SetConfig } from '../model/sets.js';
 import { DATATYPES, datatypeById, type Datatype, type KeyType } from '../rules/datatypes.js';
-import type { ChainConfig } from '../model/desired.js';
-import type { Expr } from '../netlink/expr.js';
+import { lateRules, rulesMade, type ChainConfig } from '../model/desired.js';
+import type { Expr, Family } from '../netlink/expr.js';
 import { withRenderedText, type CompiledRule } from '../rules/compile.js';
 import { localIsUtc } from '../rules/intvalues.js';
 import { MAX_CONFIG_BYTES, loadConfig, type Config, type LoadOptions } from './config.js';
 
 /** The file's own format; a file of another format is not used. */
-const FORMAT = 2;
+const FORMAT = 3;
 
 /** The store's work on a big config is done in slices of about this many rules (src/base/sliced.ts). */
 const SLICE = 4096;
@@ -84,12 +85,6 @@ interface StoredChain {
   more: [number, unknown[] | 0, string | 0][];
 }
 
-/** The rules as stored: the distinct expressions, and table by table, chain by chain, the rules. */
-interface Payload {
-  exprs: Expr[];
-  rules: StoredChain[][];
-}
-
 /** The cache file of the config `config` compiled for the namespace `netns`, in `dir`. */
 export function compileCachePathOf(dir: string, netns: string | undefined, config: string): string {
   return join(dir, `compiled-${sha256(`${netns ?? ''}\0${config}`, 'hex').slice(0, 16)}.json`);
@@ -98,17 +93,18 @@ export function compileCachePathOf(dir: string, netns: string | undefined, confi
 /**
  * The config `file` as loadConfig(file, options) gives it, from the cache when its every input is
  * unchanged, else compiled; then `store` keeps it (and says why not, if not), in slices the caller runs
- * (runNow, or runByTurns to let the event loop run between them). options.compiled is compactAsCompiled, as the daemon
+ * (runNow, or runByTurns to let the event loop run between them). From the cache, its chains' rules
+ * are made when first read, or by `make` in slices (the daemon: once ready). options.compiled is compactAsCompiled, as the daemon
  * loads: a rule from the cache is compacted already, and a compile that did not compact is not
  * stored (unfaithful). A compile's error is thrown as loadConfig throws it; the cache's own never are.
  */
 export function loadConfigCached(file: string, options: LoadOptions, cache: CompileCacheOptions):
-  { config: Config; cache: CacheUse; store?: () => Sliced<string | undefined>; files?: FileDigests } {
+  { config: Config; cache: CacheUse; store?: () => Sliced<string | undefined>; make?: () => Sliced<void>; files?: FileDigests } {
   const path = compileCachePathOf(cache.dir, cache.netns, file);
   let why: string;
   try {
     const hit = fromCache(path, file, options, cache);
-    if ('config' in hit) return { config: hit.config, cache: { used: true, file: path }, files: fileDigests(hit.inputs) };
+    if ('config' in hit) return { config: hit.config, cache: { used: true, file: path }, files: fileDigests(hit.inputs), make: hit.make };
     why = hit.why;
   } catch (e) {
     why = `${path} is corrupt: ${(e as Error).message}`;
@@ -134,13 +130,13 @@ export function loadConfigCached(file: string, options: LoadOptions, cache: Comp
   };
 }
 
-function fromCache(path: string, file: string, options: LoadOptions, cache: CompileCacheOptions): { config: Config; inputs: CompileInput[] } | { why: string } {
-  const read = readSealed(path, cache.dir);
+function fromCache(path: string, file: string, options: LoadOptions, cache: CompileCacheOptions): { config: Config; inputs: CompileInput[]; make: () => Sliced<void> } | { why: string } {
+  const read = readSealedBytes(path, cache.dir);
   if ('why' in read) return read;
-  const body = read.body;
-  const nl = body.indexOf('\n');
+  const body = read.bytes;
+  const nl = body.indexOf(0x0a);
   if (nl < 0) return { why: `${path} is corrupt: no header` };
-  const h = JSON.parse(body.slice(0, nl)) as Header;
+  const h = JSON.parse(body.toString('utf8', 0, nl)) as Header;
   if (h.format !== FORMAT) return { why: `${path} is of format ${String(h.format)}, not ${FORMAT}` };
   if (h.version !== cache.version) return { why: `it was written by nfkeeper ${h.version}, this is ${cache.version}` };
   if (h.code !== codeDigest()) return { why: "it was written by another build of nfkeeper's code" };
@@ -149,9 +145,9 @@ function fromCache(path: string, file: string, options: LoadOptions, cache: Comp
   if (!Array.isArray(h.inputs) || typeof h.desired !== 'string') return { why: `${path} is corrupt: no inputs or digest` };
   const changed = changedInput(h.inputs, options);
   if (changed !== undefined) return { why: changed };
-  const config = deserialise(body.slice(nl + 1), options);
+  const { config, make } = deserialise(body.subarray(nl + 1), options);
   knownDesiredDigest(config.tables, h.desired);
-  return { config, inputs: h.inputs };
+  return { config, inputs: h.inputs, make };
 }
 
 /**
@@ -220,8 +216,9 @@ export function changedInput(inputs: readonly CompileInput[], options: LoadOptio
 }
 
 /**
- * The cache's text of `config`, in UTF-8 pieces, made a slice at a time: the header line; the rules (the distinct expressions once, each
- * rule as indexes, in flat arrays per chain: StoredChain) as JSON, which is quick to read back; the rest of the
+ * The cache's text of `config`, in UTF-8 pieces, made a slice at a time: the header line; the rules
+ * as JSON lines, which are quick to read back: each chain's rule count, the distinct expressions
+ * once, then a line per chain of its rules as indexes in flat arrays (StoredChain); the rest of the
  * config (tables, chains without their rules, sets, sections) by V8's serializer, which keeps
  * what JSON would not (a key with no value, an object reached twice), in base64. Or why this
  * form would not give this config back.
@@ -269,17 +266,21 @@ function* serialise(config: Config, header: Header): Sliced<Buffer[] | { why: st
     ...config,
     tables: config.tables.map((t) => ({ ...t, ...(t.sets ? { sets: t.sets.map(storedSet) } : {}), chains: t.chains.map((c) => ({ ...c, rules: [] })) })),
   };
-  // The payload's JSON (a Payload) in pieces, each encoded as it is made: the big text is never
-  // one string, nor copied into one buffer (writeSealed writes the pieces one after the other).
+  // The payload's lines in pieces, each encoded as it is made: the big text is never one string,
+  // nor copied into one buffer (writeSealed writes the pieces one after the other). Each chain's
+  // rules are a line of their own, after the rule counts and the distinct expressions: a load
+  // parses a chain's line only when its rules are first read (lateRules).
   const out: Buffer[] = [];
   const put = (text: string) => out.push(Buffer.from(text, 'utf8'));
-  put(`${JSON.stringify(header)}\n{"exprs":`);
-  yield* jsonArray(exprs, put);
-  put(',"rules":[');
-  for (const [ti, chains] of rules.entries()) {
-    put(ti === 0 ? '[' : ',[');
-    for (const [ci, x] of chains.entries()) {
-      put(`${ci === 0 ? '' : ','}{"texts":`);
+  const exprLines = Math.ceil(exprs.length / SLICE);
+  put(`${JSON.stringify(header)}\n${JSON.stringify(rules.map((chains) => chains.map((x) => x.texts.length)))}\n${exprLines}`);
+  for (let i = 0; i < exprs.length; i += SLICE) {
+    put(`\n${JSON.stringify(exprs.slice(i, i + SLICE))}`);
+    yield;
+  }
+  for (const chains of rules) {
+    for (const x of chains) {
+      put('\n{"texts":');
       yield* jsonArray(x.texts, put);
       put(',"counts":');
       yield* jsonArray(x.counts, put);
@@ -287,9 +288,8 @@ function* serialise(config: Config, header: Header): Sliced<Buffer[] | { why: st
       yield* jsonArray(x.exprs, put, 8 * SLICE);
       put(`,"more":${JSON.stringify(x.more)}}`);
     }
-    put(']');
   }
-  put(`]}\n${serialize(rest).toString('base64')}`);
+  put(`\n${serialize(rest).toString('base64')}`);
   return out;
 }
 
@@ -304,48 +304,111 @@ function* jsonArray(items: readonly unknown[], put: (text: string) => void, slic
   put(']');
 }
 
-/** The config of a cache's text after its header: each rule made as the compiler makes it, compacted as knownRule leaves it. */
-function deserialise(text: string, options: LoadOptions): Config {
-  const nl = text.indexOf('\n');
-  if (nl < 0) throw new Error('the payload is malformed');
-  const p = JSON.parse(text.slice(0, nl)) as Payload;
-  const config = deserialize(Buffer.from(text.slice(nl + 1), 'base64')) as Config;
-  if (!Array.isArray(p.exprs) || !Array.isArray(p.rules) || !Array.isArray(config?.tables) || p.rules.length !== config.tables.length) throw new Error('the payload is malformed');
-  const exprs = p.exprs;
-  // Each distinct expression frozen once (asKnownRule's per rule finds them so).
-  for (let i = 0; i < exprs.length; i++) Object.freeze(exprs[i]);
+/**
+ * The config of a cache's bytes after its header, and the work that makes its rules: each chain's
+ * rules are made when first read (lateRules), or by that work (run a slice at a time once the
+ * daemon is ready), whichever comes first, as the compiler makes them, compacted as knownRule
+ * leaves them. A restart the record proves in sync makes none before ready, and decodes none of
+ * their bytes. (A line is decoded alone: a newline is never inside UTF-8's multi-byte sequences.)
+ */
+function deserialise(bytes: Buffer, options: LoadOptions): { config: Config; make: () => Sliced<void> } {
+  let at = 0;
+  const line = (): Buffer => {
+    const nl = bytes.indexOf(0x0a, at);
+    if (nl < 0) throw new Error('the payload is malformed');
+    const out = bytes.subarray(at, nl);
+    at = nl + 1;
+    return out;
+  };
+  const counts = JSON.parse(line().toString('utf8')) as number[][];
+  if (!Array.isArray(counts) || !counts.every((cs) => Array.isArray(cs) && cs.every((n) => Number.isSafeInteger(n) && n >= 0))) throw new Error('the payload is malformed');
+  const nExprLines = Number(line().toString('latin1'));
+  if (!Number.isSafeInteger(nExprLines) || nExprLines < 0) throw new Error('the payload is malformed');
+  const exprLines = Array.from({ length: nExprLines }, line);
+  const chainTexts = counts.map((cs) => cs.map(() => line()));
+  const config = deserialize(Buffer.from(bytes.toString('latin1', at), 'base64')) as Config;
+  if (!Array.isArray(config?.tables) || counts.length !== config.tables.length) throw new Error('the payload is malformed');
+  // The distinct expressions, parsed a line at a time by whichever asks first (each line whole, so
+  // a chain read while the work after ready is half-way takes up where it stopped).
+  const exprs: Expr[] = [];
+  let parsed = 0;
+  function* exprSteps(): Sliced<Expr[]> {
+    while (parsed < exprLines.length) {
+      const part = JSON.parse(textOf(exprLines[parsed]!)) as Expr[];
+      if (!Array.isArray(part)) throw new Error('the payload is malformed');
+      // Each distinct expression frozen once (asKnownRule's per rule finds them so).
+      for (let i = 0; i < part.length; i++) exprs.push(Object.freeze(part[i]!));
+      parsed++;
+      yield;
+    }
+    return exprs;
+  }
+  // Per chain the one making of its rules: a read while the work after ready is half-way through
+  // it finishes that making, not another.
+  const chains: { c: ChainConfig; making: () => Sliced<ChainConfig['rules']> }[] = [];
   config.tables.forEach((t, ti) => {
     for (const x of t.sets ?? []) {
       x.key = keyTypeOf(x.key as unknown as StoredKeyType);
       if (x.data?.kind === 'value') x.data.type = keyTypeOf(x.data.type as unknown as StoredKeyType);
     }
-    const chains = p.rules[ti]!;
-    if (chains.length !== t.chains.length) throw new Error('the payload is malformed');
+    if (counts[ti]!.length !== t.chains.length) throw new Error('the payload is malformed');
     t.chains.forEach((c, ci) => {
-      const { texts, counts, exprs: idx, more } = chains[ci]!;
-      const n = texts.length;
-      if (counts.length !== n) throw new Error(`chain ${c.name} is malformed`);
-      const extra = new Map(more.map(([ri, sets, userdata]) => [ri, { sets, userdata }]));
-      const rules: ChainConfig['rules'] = new Array(n);
-      let at = 0;
-      for (let ri = 0; ri < n; ri++) {
-        const list = new Array<Expr>(counts[ri]!);
-        for (let i = 0; i < list.length; i++) {
-          const e = exprs[idx[at++]!];
-          if (typeof e !== 'object') throw new Error(`rule ${ri + 1} of chain ${c.name} names an expression not stored`);
-          list[i] = e;
-        }
-        const x = extra.get(ri);
-        const compiled = withRenderedText(list, x === undefined || x.sets === 0 ? [] : x.sets as CompiledRule['sets'], t.family, options.interfaces);
-        if (x !== undefined && x.userdata !== 0) compiled.userdata = x.userdata;
-        asKnownRule(compiled);
-        rules[ri] = { text: texts[ri]!, compiled };
-      }
-      if (at !== idx.length) throw new Error(`chain ${c.name} is malformed`);
-      c.rules = rules;
+      const stored = chainTexts[ti]![ci]!;
+      const steps = function* (): Sliced<ChainConfig['rules']> {
+        const all = yield* exprSteps();
+        return yield* storedRules(JSON.parse(textOf(stored)) as StoredChain, all, c.name, t.family, options);
+      };
+      let once: Sliced<ChainConfig['rules']> | undefined;
+      const making = () => once ??= steps();
+      lateRules(c, counts[ti]![ci]!, () => runNow(making()));
+      chains.push({ c, making });
     });
   });
-  return config;
+  const make = function* (): Sliced<void> {
+    for (const { c, making } of chains) {
+      if (rulesMade(c)) continue;
+      const work = making();
+      for (;;) {
+        const r = work.next();
+        // Read meanwhile: the read finished this making and holds its rules.
+        if (rulesMade(c)) break;
+        if (r.done) {
+          c.rules = r.value;
+          break;
+        }
+        yield;
+      }
+    }
+  };
+  return { config, make };
+}
+
+/** UTF-8 bytes as a string: an ASCII line (nearly always) copied into a one-byte string as it is, without decoding. */
+const textOf = (b: Buffer): string => (isAscii(b) ? b.toString('latin1') : b.toString('utf8'));
+
+/** A chain's rules from its stored form (StoredChain), made as the compiler makes them. */
+function* storedRules({ texts, counts, exprs: idx, more }: StoredChain, exprs: readonly Expr[], chain: string, family: Family, options: LoadOptions): Sliced<ChainConfig['rules']> {
+  const n = texts.length;
+  if (counts.length !== n) throw new Error(`chain ${chain} is malformed`);
+  const extra = new Map(more.map(([ri, sets, userdata]) => [ri, { sets, userdata }]));
+  const rules: ChainConfig['rules'] = new Array(n);
+  let at = 0;
+  for (let ri = 0; ri < n; ri++) {
+    if (ri % SLICE === SLICE - 1) yield;
+    const list = new Array<Expr>(counts[ri]!);
+    for (let i = 0; i < list.length; i++) {
+      const e = exprs[idx[at++]!];
+      if (typeof e !== 'object') throw new Error(`rule ${ri + 1} of chain ${chain} names an expression not stored`);
+      list[i] = e;
+    }
+    const x = extra.get(ri);
+    const compiled = withRenderedText(list, x === undefined || x.sets === 0 ? [] : x.sets as CompiledRule['sets'], family, options.interfaces);
+    if (x !== undefined && x.userdata !== 0) compiled.userdata = x.userdata;
+    asKnownRule(compiled);
+    rules[ri] = { text: texts[ri]!, compiled };
+  }
+  if (at !== idx.length) throw new Error(`chain ${chain} is malformed`);
+  return rules;
 }
 
 /**

@@ -3,11 +3,11 @@
  * (seedTable), and moved to a new desired state that changes only elements (the retarget helpers),
  * without a read.
  */
-import type { ChainConfig, TableConfig } from '../model/desired.js';
+import { ruleCount, type ChainConfig, type TableConfig } from '../model/desired.js';
 import type { SetConfig } from '../model/sets.js';
 import { elementId, sameContent, sameElementFields, setDefinitionKey } from '../model/elements.js';
 import type { ObservedTable, Rule, SetElement } from '../netlink/objects.js';
-import { desiredKey, hasKey, knownRule } from './rule-key.js';
+import { desiredKey, isKnownAt, knownRuleAt } from './rule-key.js';
 import { NO_RULES } from './plan.js';
 import { follows, type FollowedChain, type FollowedSet, type FollowedTable, type OwnedTable, type TableRules } from './owned-table.js';
 
@@ -25,14 +25,15 @@ export function seedTable(t: TableConfig, have: ObservedTable | undefined, kt?: 
   for (const c of t.chains) {
     const own = kt?.verified.get(c.name) === c ? kt.observed.rules.get(c.name) as Rule[] | undefined : undefined;
     const seen = own ?? have.rules.get(c.name);
-    if (!have.chains.has(c.name) || !seen || seen.length !== c.rules.length) return undefined;
+    // Only counted: a chain whose rules are made late is not made here (the followed part reads them when an event needs them).
+    if (!have.chains.has(c.name) || !seen || seen.length !== ruleCount(c)) return undefined;
     const byHandle = new Map<number, number>();
     for (let j = 0; j < seen.length; j++) {
       const h = seen[j]!.handle;
       if (!h) return undefined;
       byHandle.set(h, j);
     }
-    const rules = own ?? seen.map((r, j) => r.exprs === c.rules[j]!.compiled.exprs && hasKey(r) ? r : knownRule(t, c, c.rules[j]!, r.handle!, r.digest));
+    const rules = own ?? seen.map((r, j) => isKnownAt(r, c, j) ? r : knownRuleAt(t, c, j, r.handle!, r.digest));
     chains.set(c.name, { family: t.family, table: t.name, name: c.name, desired: c, rules, byHandle, missing: new Set(), extras: new Map() });
   }
   const sets = new Map<string, FollowedSet | null>();

@@ -17,13 +17,13 @@
  * The rules are known rules (knownRule): handle plus the desired rule's own expressions, userdata
  * and key (shared with the desired state, not copies), so the decoded dump is not kept between passes.
  */
-import type { ChainConfig, TableConfig } from '../model/desired.js';
+import { ruleCount, type ChainConfig, type TableConfig } from '../model/desired.js';
 import type { SetConfig } from '../model/sets.js';
 import { diffElements, setDefinitionKey } from '../model/elements.js';
 import type { Batch } from '../netlink/batch.js';
 import type { NftConn } from '../netlink/conn.js';
 import { SET_F, type Chain, type NftSet, type ObservedTable, type Rule, type SetElement } from '../netlink/objects.js';
-import { knownRule, hasKey, sameKey } from './rule-key.js';
+import { knownRule, knownRuleAt, isKnownAt, hasKey, sameKey } from './rule-key.js';
 import { chainDiffOf, standIn } from './held-diff.js';
 import { sameChain } from './follow-seed.js';
 import { derivationOf, type Derivation } from '../model/derivation.js';
@@ -286,12 +286,11 @@ export function cleanRules(t: TableConfig, o: ObservedTable | undefined): TableR
   const kt: TableRules = { observed: { ...o, chains: new Map(o.chains), rules: new Map(), sets }, verified: new Map(), verifiedSets };
   for (const c of t.chains) {
     const have = o.rules.get(c.name) ?? [];
-    if (have.length !== c.rules.length || have.some((r) => r.handle === undefined)) return undefined;
-    // A rule the observation took by digest is a known rule already (the start-up's adoption): kept as it is.
-    kt.observed.rules.set(c.name, c.rules.map((r, j) => {
-      const h = have[j]!;
-      return h.exprs === r.compiled.exprs && hasKey(h) ? h : knownRule(t, c, r, h.handle!, h.digest);
-    }));
+    if (have.length !== ruleCount(c) || have.some((r) => r.handle === undefined)) return undefined;
+    // A rule the observation took by digest is a known rule already (the start-up's adoption): kept
+    // as it is. The others are placed by index: a chain whose rules are made late (a restart the
+    // record proves in sync) is not made for them.
+    kt.observed.rules.set(c.name, have.map((h, j) => isKnownAt(h, c, j) ? h : knownRuleAt(t, c, j, h.handle!, h.digest)));
     kt.verified.set(c.name, c);
   }
   if (kt.observed.chains.size === t.chains.length) kt.whole = t;

@@ -20,11 +20,12 @@ import { join } from 'node:path';
 import { readSealed, writeSealed } from '../base/sealed-file.js';
 import { sha256 } from '../base/sha256.js';
 import { desiredDigest } from '../model/desired-digest.js';
-import type { TableConfig } from '../model/desired.js';
+import { ruleCount, type TableConfig } from '../model/desired.js';
 import type { Family } from '../netlink/expr.js';
 import type { NftConn } from '../netlink/conn.js';
 import type { ObservedTable } from '../netlink/objects.js';
 import { volatileSet } from './owned-table.js';
+import { knownRuleAt } from './rule-key.js';
 import type { KeeperState } from './state.js';
 
 /** The record's own format; a record of another format is not used. */
@@ -221,8 +222,12 @@ export class Recorder {
       const o: ObservedTable = { family: t.family, name: t.name, table, chains: new Map(chains.map((c) => [c.name, c])), rules: new Map(),
         sets: new Map(sets.map((x) => [x.name, { set: x, elements: [] }])) };
       for (const c of rt.chains) {
-        o.rules.set(c.name, c.handles.map((handle, i) => ({ family: t.family, table: t.name, chain: c.name, handle, exprs: [],
-          ...(c.digests[i] ? { digest: c.digests[i] } : {}) })));
+        // Known rules of the desired chain of that name, placed by index (its rules not made for it):
+        // the desired digest matched, so it is the chain recorded. Any other is left to the view to refuse.
+        const dc = t.chains.find((x) => x.name === c.name);
+        o.rules.set(c.name, dc !== undefined && ruleCount(dc) === c.handles.length
+          ? c.handles.map((handle, i) => knownRuleAt(t, dc, i, handle, c.digests[i] || undefined))
+          : c.handles.map((handle, i) => ({ family: t.family, table: t.name, chain: c.name, handle, exprs: [], ...(c.digests[i] ? { digest: c.digests[i] } : {}) })));
       }
       tables.push(t);
       observed.push(o);

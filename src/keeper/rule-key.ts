@@ -15,22 +15,61 @@ import type { Rule } from '../netlink/objects.js';
 import type { ChainConfig, TableConfig } from '../model/desired.js';
 import { ruleKey, type SetResolver } from '../rules/index.js';
 
+// ruleKey resolves a compiled rule's anonymous sets by their batch-local ids itself. The key is kept
+// on the rule object (a hidden, non-enumerable property): a registration looks up every owner's
+// jump in the dispatch chain, and a property read costs a fraction of a WeakMap lookup.
+const KEY = Symbol('nfkeeper.ruleKey');
+// A known rule's desired rule (knownRule): its key is that rule's.
+const DESIRED = Symbol('nfkeeper.desiredRule');
 /**
  * A rule known to be `r` of desired chain `c` at `handle`, without a decoded copy: the desired
- * rule's own expressions and userdata (shared with the desired state), and the desired rule itself
- * for its key, computed when a diff first asks (a registration's new rules are compared with
- * nothing, so hashing their canonical form would be work and garbage for no use). The known
+ * rule's own expressions and userdata (shared with the desired state, not copies), and the desired
+ * rule itself for its key, computed when a diff first asks (a registration's new rules are compared
+ * with nothing, so hashing their canonical form would be work and garbage for no use). The known
  * state and the start-up's adoption by digests keep their rules so.
  */
 export function knownRule(t: Pick<TableConfig, 'family' | 'name'>, c: Pick<ChainConfig, 'name'>, r: ChainConfig['rules'][number], handle: number, digest?: string): Rule {
-  const compiled = r.compiled;
-  const rule: Rule = {
-    family: t.family, table: t.name, chain: c.name, handle, exprs: compiled.exprs,
-    ...(compiled.userdata !== undefined ? { userdata: compiled.userdata } : {}),
-    ...(digest !== undefined ? { digest } : {}),
-  };
-  Object.defineProperty(rule, DESIRED, { value: r, configurable: true, writable: true });
-  return rule;
+  return new KnownRule(t.family, t.name, c.name, handle, digest, r, undefined, 0);
+}
+
+/**
+ * knownRule of desired chain `c`'s rule at `at`, the rule looked up when its expressions, userdata
+ * or key are first asked for: a chain whose rules are made late (lateRules) is not made for rules
+ * only counted and placed (a restart the record proves in sync).
+ */
+export function knownRuleAt(t: Pick<TableConfig, 'family' | 'name'>, c: ChainConfig, at: number, handle: number, digest?: string): Rule {
+  return new KnownRule(t.family, t.name, c.name, handle, digest, undefined, c, at);
+}
+
+/** Whether `rule` is a known rule of desired rule `at` of `c`, told without making `c`'s rules when it was placed there (knownRuleAt). */
+export function isKnownAt(rule: Rule, c: ChainConfig, at: number): boolean {
+  if (rule instanceof KnownRule && rule.of === c) return rule.at === at;
+  return hasKey(rule) && rule.exprs === c.rules[at]!.compiled.exprs;
+}
+
+/**
+ * One class for every known rule (a class: the same shape for all, and no property defined per
+ * object): its expressions and userdata are its desired rule's, read through it.
+ */
+class KnownRule implements Rule {
+  constructor(readonly family: Rule['family'], readonly table: string, readonly chain: string, public handle: number, public digest: string | undefined,
+    private desired: ChainConfig['rules'][number] | undefined, readonly of: ChainConfig | undefined, readonly at: number) {}
+
+  get [DESIRED](): ChainConfig['rules'][number] {
+    return this.desired ??= this.of!.rules[this.at]!;
+  }
+
+  set [DESIRED](r: ChainConfig['rules'][number]) {
+    this.desired = r;
+  }
+
+  get exprs(): Expr[] {
+    return this[DESIRED].compiled.exprs;
+  }
+
+  get userdata(): Hex | undefined {
+    return this[DESIRED].compiled.userdata;
+  }
 }
 
 /**
@@ -43,12 +82,6 @@ export function hashedKey(rule: Parameters<typeof ruleKey>[0], resolve?: SetReso
   return sha256(ruleKey(rule, resolve), 'base64');
 }
 
-// ruleKey resolves a compiled rule's anonymous sets by their batch-local ids itself. The key is kept
-// on the rule object (a hidden, non-enumerable property): a registration looks up every owner's
-// jump in the dispatch chain, and a property read costs a fraction of a WeakMap lookup.
-const KEY = Symbol('nfkeeper.ruleKey');
-// A known rule's desired rule (knownRule): its key is that rule's.
-const DESIRED = Symbol('nfkeeper.desiredRule');
 type Keyed = { [KEY]?: string; [DESIRED]?: ChainConfig['rules'][number] };
 function keep(o: object, key: string): string {
   Object.defineProperty(o, KEY, { value: key, configurable: true, writable: true });
@@ -104,7 +137,7 @@ export function sameRules(rules: readonly Rule[], want: ChainConfig['rules'], ke
 
 /** Whether `rule` is known without decoding (knownRule, withKey): its key needs no canonical form of its own. */
 export function hasKey(rule: Rule): boolean {
-  return (rule as Keyed)[DESIRED] !== undefined || (rule as Keyed)[KEY] !== undefined;
+  return rule instanceof KnownRule || (rule as Keyed)[DESIRED] !== undefined || (rule as Keyed)[KEY] !== undefined;
 }
 
 /**

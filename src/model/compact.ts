@@ -8,7 +8,7 @@
  * Frozen is also what lets the batch validation check a rule's expressions once (src/netlink/validate.ts),
  * and the event repairs re-add them as they are.
  */
-import type { ChainConfig, TableConfig } from './desired.js';
+import { rulesMade, type ChainConfig, type TableConfig } from './desired.js';
 import type { Expr } from '../netlink/expr.js';
 
 
@@ -165,6 +165,8 @@ export function compactRules(tables: readonly TableConfig[]): void {
  */
 export function compactChains(chains: Iterable<Pick<ChainConfig, 'rules'>>, shared = new ExprPool()): void {
   for (const c of chains) {
+    // Rules made late (the compile cache's) are made compacted: not made here for nothing.
+    if (!rulesMade(c)) continue;
     for (const r of c.rules) knownRule(r.compiled, shared);
   }
 }

@@ -35,6 +35,45 @@ export interface TableConfig {
 /** The rules of `tables`, counted chain by chain (a raw document's or a loaded config's). */
 export function countRules(tables: readonly { chains: readonly { rules: readonly unknown[] }[] }[]): number {
   let n = 0;
-  for (const t of tables) for (const c of t.chains) n += c.rules.length;
+  // A chain whose rules are made late (lateRules) is counted without making them.
+  for (const t of tables) for (const c of t.chains) n += late.get(c) ?? c.rules.length;
   return n;
+}
+
+/** The chains whose rules are not made yet (lateRules), with how many they have: not a key on the chain, which stays as compiled. */
+const late = new WeakMap<object, number>();
+
+/**
+ * Chain `c` with rules made by `make` when first read (`c.rules`, also by a spread or a copy),
+ * then held as an ordinary array: a config read back from the compile cache, whose restart onto a
+ * ruleset the restart record proves in sync needs only how many rules each chain has. `make` must
+ * give `count` rules, compacted (src/model/compact.ts) as the compiler's are.
+ */
+export function lateRules(c: ChainConfig, count: number, make: () => ChainConfig['rules']): void {
+  const hold = (rules: ChainConfig['rules']) => {
+    late.delete(c);
+    Object.defineProperty(c, 'rules', { value: rules, writable: true, enumerable: true, configurable: true });
+  };
+  late.set(c, count);
+  Object.defineProperty(c, 'rules', {
+    get() {
+      const rules = make();
+      if (rules.length !== count) throw new Error(`chain ${c.name}: ${rules.length} rules made, not ${count}`);
+      hold(rules);
+      return rules;
+    },
+    set: hold,
+    enumerable: true,
+    configurable: true,
+  });
+}
+
+/** How many rules chain `c` has, without making them when they are made late (lateRules). */
+export function ruleCount(c: Pick<ChainConfig, 'rules'>): number {
+  return late.get(c) ?? c.rules.length;
+}
+
+/** Whether chain `c`'s rules are made (false: lateRules will make them when first read). */
+export function rulesMade(c: Pick<ChainConfig, 'rules'>): boolean {
+  return !late.has(c);
 }

@@ -16,6 +16,7 @@ import { runNow } from '../../src/base/sliced.js';
 import { desiredDigest, desiredDigestSteps } from '../../src/model/desired-digest.js';
 import { localIsUtc } from '../../src/rules/intvalues.js';
 import { compactAsCompiled } from '../../src/model/compact.js';
+import { ruleCount, rulesMade } from '../../src/model/desired.js';
 import { interfaceTable, type InterfaceResolver } from '../../src/rules/render.js';
 import { tempDir } from '../helpers/tmp.js';
 import { damagedCopies } from '../helpers/mutate.js';
@@ -138,6 +139,28 @@ describe('the compile cache', () => {
     }
     const st = readdirSync(cacheDir).map((f) => readFileSync(join(cacheDir, f)).length);
     expect(st).toHaveLength(2);
+  });
+
+  it('rules made late: none until read; made a slice at a time by the work for after ready, or by a read half-way through it, held once', () => {
+    const file = join(dir, 'big.yaml');
+    const rules = Array.from({ length: 20_000 }, (_, i) => `          - ip saddr 10.${i >> 16}.${(i >> 8) & 255}.${i & 255} accept`);
+    writeFileSync(file, ['tables:', '  - family: ip', '    name: big', '    chains:', '      - name: c', '        rules:', ...rules,
+      '      - name: d', '        rules:', '          - ip daddr 192.0.2.1 drop', ''].join('\n'));
+    expect(load(file).stored).toBeUndefined();
+    const hit = load(file);
+    expect(hit.cache.used).toBe(true);
+    const [c, d] = hit.config.tables[0]!.chains;
+    expect([rulesMade(c!), rulesMade(d!), ruleCount(c!), ruleCount(d!)]).toEqual([false, false, 20_000, 1]);
+    const work = hit.make!();
+    for (let i = 0; i < 4; i++) expect(work.next().done).toBe(false);
+    expect(rulesMade(c!)).toBe(false);
+    const read = c!.rules;
+    expect(rulesMade(c!)).toBe(true);
+    expect(rulesMade(d!)).toBe(false);
+    runNow(work);
+    expect(c!.rules).toBe(read);
+    expect(rulesMade(d!)).toBe(true);
+    expectSameGraph(fresh(file), hit.config);
   });
 
   it("carries the desired state's digest the restart record is compared with, and the digests of the files it compiled", () => {

@@ -11,6 +11,10 @@ import { chmodSync, readFileSync, readdirSync, renameSync, writeFileSync } from 
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { parseConfig, type Config } from '../../src/config/config.js';
+import { loadConfigCached } from '../../src/config/compile-cache.js';
+import { runNow } from '../../src/base/sliced.js';
+import { compactAsCompiled } from '../../src/model/compact.js';
+import { rulesMade } from '../../src/model/desired.js';
 import { checkOnce, type Keeper } from '../../src/keeper/keeper.js';
 import { recordPathOf } from '../../src/keeper/record.js';
 import type { NftHost } from '../../src/netlink/conn.js';
@@ -225,4 +229,106 @@ describe('the restart record', { timeout: 120_000 }, () => {
     expect(said).toMatch(/^restart record matches the kernel/);
     expect(host.ruleReads).toBe(0);
   });
+});
+
+/**
+ * A restart from the compile cache and the record: the cache gives chains whose rules are made
+ * when first read (lateRules), and a restart the record proves in sync only counts and places
+ * them. Nothing is written and no rule is made before ready; a deletion right after ready makes
+ * the chain inside the repair and puts the rule back; a changed config reloads as usual. More
+ * rules than the monitor is armed with (arming.ts plans a repair per rule, so it makes them).
+ */
+const MANY = Array.from({ length: 300 }, (_, i) => `ip saddr 10.2.${i >> 8}.${i & 255} return`);
+describe('a restart from the compile cache and the record', { timeout: 120_000 }, () => {
+  const { ns, sock } = socketPerTest('late');
+  let dir: string;
+  let bootFile: string;
+  let configFile: string;
+  let keeper: Keeper | undefined;
+  const record = () => ({ dir, version: 'test', bootIdPath: bootFile });
+  const load = () => loadConfigCached(configFile, { compiled: compactAsCompiled() }, { dir, version: 'test', netns: ns.path });
+
+  beforeEach(async () => {
+    dir = tempDir('late');
+    configFile = join(dir, 'rec.yaml');
+    writeFileSync(configFile, yaml(MANY));
+    bootFile = join(tempDir('boot'), 'boot_id');
+    writeFileSync(bootFile, `${BOOT}\n`);
+    const compiled = load();
+    expect(compiled.cache.used).toBe(false);
+    expect(runNow(compiled.store!())).toBeUndefined();
+    const first = await startKeeper(ns, { config: compiled.config, record: record() });
+    await first.readBack('tick', performance.now());
+    await first.idle();
+    await first.stop();
+  });
+  afterEach(async () => {
+    await keeper?.stop();
+    keeper = undefined;
+  });
+
+  /** A keeper on the config as the cache gives it, with the record, counting its rule reads. */
+  async function restart(): Promise<{ host: NftHost & { ruleReads: number }; config: Config }> {
+    const loaded = load();
+    expect(loaded.cache).toMatchObject({ used: true });
+    const host = countingHost(ns);
+    const log = captureLog();
+    keeper = await startKeeper(ns, { config: loaded.config, record: record(), host, logger: log.logger });
+    await keeper.idle();
+    expect(log.lines.find((l) => String(l.msg).startsWith('restart record'))?.msg).toMatch(/^restart record matches the kernel/);
+    return { host, config: loaded.config };
+  }
+
+  const chainsMade = (c: Config) => c.tables.flatMap((t) => t.chains.map((x) => `${x.name}: ${rulesMade(x)}`));
+
+  it('in sync: nothing written, no rule read, no desired rule made', async () => {
+    const before = ns.exec('nft', ['--debug=netlink', 'list', 'ruleset']);
+    const gen = sock.generation();
+    const { host, config: c } = await restart();
+    expect(keeper!.isReady()).toBe(true);
+    expect(keeper!.followState()?.exact).toBe(true);
+    expect(host.ruleReads).toBe(0);
+    expect(sock.generation()).toBe(gen);
+    expect(chainsMade(c)).toEqual(['post: false', 'side: false']);
+    expect(ns.exec('nft', ['--debug=netlink', 'list', 'ruleset'])).toBe(before);
+  });
+
+  it('a rule deleted right after ready: the chain made inside the repair, the rule put back', async () => {
+    const { host, config: c } = await restart();
+    const want = chainLines(ns, 'ip', 'rec', 'post');
+    const victim = handles(ns, 'ip', 'rec', 'post')[7]!;
+    ns.nft(`delete rule ip rec post handle ${victim}\n`);
+    await until('the deleted rule back', () => chainLines(ns, 'ip', 'rec', 'post').length === want.length);
+    await keeper!.idle();
+    expect(chainLines(ns, 'ip', 'rec', 'post')).toEqual(want);
+    expect(host.ruleReads).toBe(0);
+    expect(chainsMade(c)).toEqual(['post: true', 'side: false']);
+    await asDesired(c);
+    await asDesired(config(MANY));
+  });
+
+  it('a changed config reloads: the new rule added, every other rule kept at its handle', async () => {
+    await restart();
+    const kept = handles(ns, 'ip', 'rec', 'post');
+    writeFileSync(configFile, yaml([...MANY, 'ip daddr 198.51.100.9 return']));
+    const next = load();
+    expect(next.cache).toMatchObject({ used: false, why: expect.stringMatching(/changed/) });
+    await keeper!.setConfig(next.config);
+    await keeper!.idle();
+    await asDesired(config([...MANY, 'ip daddr 198.51.100.9 return']));
+    const now = handles(ns, 'ip', 'rec', 'post');
+    expect(now.slice(0, kept.length)).toEqual(kept);
+    expect(now.length).toBe(kept.length + 1);
+  });
+
+  /** The kernel holds `c` exactly: a decoding one-shot read finds no drift. */
+  async function asDesired(c: Config): Promise<void> {
+    const s = open({ netns: ns.path });
+    try {
+      const r = await checkOnce(s, c, false);
+      expect(r.drift.flatMap((d) => d.drift)).toEqual([]);
+    } finally {
+      s.close();
+    }
+  }
 });
