@@ -8,7 +8,7 @@
  * listener failing) stops every timer and listener and returns 2, so the
  * process always either runs or exits.
  */
-import { existsSync, statSync, watch } from 'node:fs';
+import { existsSync, rmSync, statSync, watch } from 'node:fs';
 import { readRegularFile } from './base/regular-file.js';
 import { sha256 } from './base/sha256.js';
 import { basename, dirname } from 'node:path';
@@ -132,7 +132,16 @@ function loadDaemonConfig(o: DaemonOptions, log: Logger): { config: Config; late
     log.info({ cache: cache.file }, 'compile cache matches every input: the config was not compiled');
     // Its rules, made when first read, are made a slice per turn once running: the first repair
     // after a restart does not make a big chain's on its way.
-    return { config, files, ...(make ? { later: async () => { await runByTurns(make()); } } : {}) };
+    return { config, files, ...(make ? { later: async () => {
+      try {
+        await runByTurns(make());
+      } catch (e) {
+        // The file passed its seal, so this is a fault of ours: without it the next start compiles
+        // (kept, every start would end here again).
+        rmSync(cache.file, { force: true });
+        throw new Error(`the compile cache ${cache.file} could not be read back (${(e as Error).message}); removed, the next start compiles the config`);
+      }
+    } } : {}) };
   }
   log.info({ cache: cache.file, why: cache.why }, 'compile cache not used; the config was compiled');
   return {
@@ -290,7 +299,7 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
     let digests: FileDigests | undefined;
     ({ config, later, files: digests } = await loadWaitingForEnv(o, log, tell));
     // The compile cache is written once the daemon is running, not before it is ready.
-    if (later) afterReady.push(() => void later());
+    if (later) afterReady.push(() => void later().catch((e: unknown) => fatal((e as Error).message)));
     files = filesOf(config);
     loadedText = textOf(digests);
     extend();
@@ -459,7 +468,7 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
       if (statSync(o.config).size === 0) throw new ConfigError(o.config, 1, 1, 'the file is empty (being written?); a config with no tables needs at least a comment');
       let later: (() => Promise<void>) | undefined;
       ({ config: next, later, files: digests } = loadDaemonConfig(o, log));
-      if (later) setImmediate(() => void later());
+      if (later) setImmediate(() => void later().catch((e: unknown) => fatal((e as Error).message)));
     } catch (e) {
       metrics.reloadFailed.set(1);
       log.error({ err: e instanceof ConfigError ? e.message : e, why }, 'config reload rejected; keeping the old one');

@@ -345,7 +345,7 @@ function deserialise(bytes: Buffer, options: LoadOptions): { config: Config; mak
   }
   // Per chain the one making of its rules: a read while the work after ready is half-way through
   // it finishes that making, not another.
-  const chains: { c: ChainConfig; making: () => Sliced<ChainConfig['rules']> }[] = [];
+  const chains: { c: ChainConfig; making: () => Sliced<ChainConfig['rules']>; made: (rules: ChainConfig['rules']) => void }[] = [];
   config.tables.forEach((t, ti) => {
     for (const x of t.sets ?? []) {
       x.key = keyTypeOf(x.key as unknown as StoredKeyType);
@@ -358,14 +358,34 @@ function deserialise(bytes: Buffer, options: LoadOptions): { config: Config; mak
         const all = yield* exprSteps();
         return yield* storedRules(JSON.parse(textOf(stored)) as StoredChain, all, c.name, t.family, options);
       };
-      let once: Sliced<ChainConfig['rules']> | undefined;
-      const making = () => once ??= steps();
-      lateRules(c, counts[ti]![ci]!, () => runNow(making()));
-      chains.push({ c, making });
+      // One making per chain, whoever drives it (a read, or the work after ready): each call gives
+      // a driver of it, and its outcome, the rules or the error, holds for every later one.
+      let started: Sliced<ChainConfig['rules']> | undefined;
+      let outcome: { rules: ChainConfig['rules'] } | { error: unknown } | undefined;
+      const making = function* (): Sliced<ChainConfig['rules']> {
+        for (;;) {
+          if (outcome) {
+            if ('error' in outcome) throw outcome.error;
+            return outcome.rules;
+          }
+          started ??= steps();
+          let r: IteratorResult<void, ChainConfig['rules']>;
+          try {
+            r = started.next();
+          } catch (error) {
+            outcome = { error };
+            throw error;
+          }
+          if (r.done) outcome = { rules: r.value };
+          else yield;
+        }
+      };
+      const made = lateRules(c, counts[ti]![ci]!, () => runNow(making()));
+      chains.push({ c, making, made });
     });
   });
   const make = function* (): Sliced<void> {
-    for (const { c, making } of chains) {
+    for (const { c, making, made } of chains) {
       if (rulesMade(c)) continue;
       const work = making();
       for (;;) {
@@ -373,7 +393,7 @@ function deserialise(bytes: Buffer, options: LoadOptions): { config: Config; mak
         // Read meanwhile: the read finished this making and holds its rules.
         if (rulesMade(c)) break;
         if (r.done) {
-          c.rules = r.value;
+          made(r.value);
           break;
         }
         yield;

@@ -47,25 +47,30 @@ const late = new WeakMap<object, number>();
  * Chain `c` with rules made by `make` when first read (`c.rules`, also by a spread or a copy),
  * then held as an ordinary array: a config read back from the compile cache, whose restart onto a
  * ruleset the restart record proves in sync needs only how many rules each chain has. `make` must
- * give `count` rules, compacted (src/model/compact.ts) as the compiler's are.
+ * give `count` rules, compacted (src/model/compact.ts) as the compiler's are. Returns what holds
+ * rules made otherwise (a making run ahead of the first read), held as the read's are: checked.
  */
-export function lateRules(c: ChainConfig, count: number, make: () => ChainConfig['rules']): void {
+export function lateRules(c: ChainConfig, count: number, make: () => ChainConfig['rules']): (rules: ChainConfig['rules']) => void {
   const hold = (rules: ChainConfig['rules']) => {
     late.delete(c);
     Object.defineProperty(c, 'rules', { value: rules, writable: true, enumerable: true, configurable: true });
+  };
+  const made = (rules: ChainConfig['rules']) => {
+    if (rules.length !== count) throw new Error(`chain ${c.name}: ${rules.length} rules made, not ${count}`);
+    hold(rules);
   };
   late.set(c, count);
   Object.defineProperty(c, 'rules', {
     get() {
       const rules = make();
-      if (rules.length !== count) throw new Error(`chain ${c.name}: ${rules.length} rules made, not ${count}`);
-      hold(rules);
+      made(rules);
       return rules;
     },
     set: hold,
     enumerable: true,
     configurable: true,
   });
+  return made;
 }
 
 /** How many rules chain `c` has, without making them when they are made late (lateRules). */

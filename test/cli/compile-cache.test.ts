@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { open } from '../../src/netlink/socket.js';
 import { netnsPerTest } from '../helpers/netns-hooks.js';
+import { writeSealed } from '../../src/base/sealed-file.js';
 import { tempDir } from '../helpers/tmp.js';
 import { ownersYaml, ownerSpec } from '../owners/fixtures.js';
 import { nfk, rawCall, waitFor } from './spawn.js';
@@ -189,5 +190,33 @@ describe('nfkeeper run: the compile cache', { timeout: 180_000 }, () => {
       expect(gen()).toBe(g);
       expect(ruleset()).toBe(before);
     }
+  });
+  it("a sealed cache whose rules cannot be made: the daemon says so and exits, the cache removed; the next start compiles", async () => {
+    const { dir, args } = setUp();
+    await runOnce(args, dir);
+    await runOnce(args, dir);
+    const file = join(dir, readdirSync(dir).find((f) => f.startsWith('compiled-'))!);
+    const whole = readFileSync(file, 'latin1');
+    const body = whole.slice(0, whole.lastIndexOf('\n', whole.length - 2));
+    // After the header, the chains' counts and the number of expression lines: the chain's line.
+    const lines = body.split('\n');
+    const chainLine = 3 + Number(lines[2]);
+    expect(JSON.parse(lines[chainLine]!)).toHaveProperty('texts');
+    lines[chainLine] = JSON.stringify({ texts: [], counts: [], exprs: [], more: [] });
+    // A fault of nfkeeper's own, not a damaged file: the seal is right.
+    writeSealed(file, dir, lines.join('\n'));
+    const g = gen();
+    const before = ruleset();
+    const r = nfk(['run', ...args, '--netns', ns.path, '--no-metrics']);
+    const { code } = await r.exited;
+    expect(code).not.toBe(0);
+    expect(said(r.logs(), 'compile cache')).toMatch(/^compile cache matches every input/);
+    expect(r.logs().some((l) => /could not be read back \(chain input: 0 rules made, not 3\); removed, the next start compiles/.test(String(l.msg)))).toBe(true);
+    expect(readdirSync(dir).some((f) => f.startsWith('compiled-'))).toBe(false);
+    expect(gen()).toBe(g);
+    expect(ruleset()).toBe(before);
+    const next = await runOnce(args, dir);
+    expect(said(next, 'compile cache')).toMatch(/^compile cache not used; the config was compiled: there is none/);
+    expect(ruleset()).toBe(before);
   });
 });
