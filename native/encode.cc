@@ -273,10 +273,11 @@ struct Hints {
     at.resize(length - ops + 1);
   }
   bool SamePlace(uint32_t index) const { return words != nullptr && index < ops && (words[index] & kHintSamePlace) != 0; }
+  bool Plain(uint32_t index) const { return words != nullptr && index < ops && (words[index] & kHintPlain) != 0; }
   // The ids of op `index`'s `n` expressions, or nullptr.
   const uint32_t* IdsOf(int64_t index, uint32_t n) const {
     if (words == nullptr || index < 0 || static_cast<size_t>(index) >= ops) return nullptr;
-    size_t from = words[index] & ~kHintSamePlace;
+    size_t from = words[index] & ~(kHintSamePlace | kHintPlain);
     if (from < ops || from > length || n > length - from) return nullptr;
     return words + from;
   }
@@ -423,6 +424,8 @@ void EncodeRule(std::vector<uint8_t>* out, const std::string& verb, const Napi::
                 uint32_t seq, const Napi::Value& exprBytes, Hints* hints, RulePlace* place, uint32_t index) {
   // The hint holds only where the place is the op's just before (else every field is read).
   const bool samePlace = hints->SamePlace(index) && place->Follows(index);
+  // No field placing it but its chain (kHintPlain): those fields are not read.
+  const bool plain = samePlace || hints->Plain(index);
   uint16_t family = samePlace ? place->family : FamilyOf(op);
   uint16_t type = NFT_MSG_NEWRULE, flags = NLM_F_ACK;
   if (verb == "add") flags |= NLM_F_CREATE | NLM_F_APPEND;  // after `position`, or at the end
@@ -431,15 +434,15 @@ void EncodeRule(std::vector<uint8_t>* out, const std::string& verb, const Napi::
   else if (verb == "delete") type = NFT_MSG_DELRULE;
   else throw Napi::TypeError::New(op.Env(), "rules take add, insert, replace or delete, not '" + verb + "'");
 
-  // Each field read once. A hinted op has none but its expressions and userdata (EncodeHints).
+  // Each field read once; of a plain op, only its place, expressions and userdata (encodeHints).
   Napi::Value chainV, handleV, positionV, idV, positionIdV, compatV, chainIdV;
-  if (!samePlace) handleV = Prop(op, "handle");
+  if (!plain) handleV = Prop(op, "handle");
   if ((verb == "replace" || verb == "delete") && !Present(handleV)) {
     throw Napi::TypeError::New(op.Env(), verb + " rule needs a 'handle'");
   }
   std::string table = samePlace ? place->table : Str(op, "table");
-  if (!samePlace) {
-    chainV = Prop(op, "chain");
+  if (!samePlace) chainV = Prop(op, "chain");
+  if (!plain) {
     positionV = Prop(op, "position");
     idV = Prop(op, "id");
     positionIdV = Prop(op, "positionId");

@@ -34,13 +34,14 @@ struct EncodedBatch {
 // op's exprs, encoded before) or nothing (encode them now). With `digests`, the rules to digest
 // are noted (EncodedBatch::toDigest) for DigestEncodedRules.
 // `hints`, when a Uint32Array of at least one word per op (src/netlink/socket.ts, encodeHints),
-// says what need not be read again through N-API. An op's word: kHintSamePlace, that it is a rule
-// added at the end of the same chain of the same table and family as the rule op before it, with
-// no field but its expressions and userdata (taken only where the op before was encoded as a rule
-// op in this call); the other bits, where in the array its expressions' ids start (less than the
-// op count: none). An id names one expression object of the batch (0: none); an expression whose
+// says what need not be read through N-API. An op's word: kHintPlain, that it is a rule op with
+// no field but its verb, object, family, table, chain, expressions and userdata; kHintSamePlace,
+// that it is moreover a rule added at the end of the same chain of the same table and family as
+// the rule op before it (taken only where the op before was encoded as a rule op in this call);
+// the other bits, where in the array its expressions' ids start (less than the op count: none). An id names one expression object of the batch (0: none); an expression whose
 // id was encoded before in the call is copied, not read. The bytes are the same with or without hints.
 constexpr uint32_t kHintSamePlace = 1u << 31;
+constexpr uint32_t kHintPlain = 1u << 30;
 void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneration,
                  uint32_t generation, EncodedBatch* out, Napi::Value exprBytes = Napi::Value(),
                  bool digests = false, Napi::Value hints = Napi::Value());

@@ -271,8 +271,12 @@ export function preencoded(ops: readonly Op[]): (Buffer | undefined)[] | undefin
   return out;
 }
 
-/** encodeHints' bit for a rule added at the end of the same chain as the rule op before it (native/encode.h). */
-const SAME_PLACE = 0x8000_0000;
+/**
+ * encodeHints' bits of an op's word (native/encode.h): PLAIN, a rule op with none of the fields
+ * AT_SAME_PLACE calls 'absent'; SAME_PLACE, a plain rule added at the end of the chain the rule op
+ * before it went to. The other bits: where the op's expression ids start.
+ */
+const SAME_PLACE = 0x8000_0000, PLAIN = 0x4000_0000, IDS_AT = 0x3fff_ffff;
 
 /**
  * Each field of a rule op, by what a rule added at SAME_PLACE may hold of it: 'place', equal to the
@@ -290,18 +294,23 @@ const ABSENT = (Object.keys(AT_SAME_PLACE) as (keyof typeof AT_SAME_PLACE)[]).fi
 type ListedOp = RuleOp | BoundRuleOp;
 const listed = (op: Op): op is ListedOp => op.object === 'rule' && op.verb !== 'delete';
 
-/** `op` is a rule added at the end of the chain the rule op `prev` went to, with no field the encoder would then not read. */
-function atSamePlace(op: ListedOp, prev: ListedOp): boolean {
-  if (op.verb !== 'add' || op.chain === undefined || op.chain !== prev.chain || op.table !== prev.table || op.family !== prev.family) return false;
+/** `op` has none of the fields that place a rule otherwise than at the end or the start of its chain by name (nor compat). */
+function plain(op: ListedOp): boolean {
   for (let f = 0; f < ABSENT.length; f++) if ((op as Partial<Record<string, unknown>>)[ABSENT[f]!] !== undefined) return false;
   return true;
 }
 
+/** A plain `op` is a rule added at the end of the chain the rule op `prev` went to. */
+const atSamePlace = (op: ListedOp, prev: ListedOp): boolean =>
+  op.verb === 'add' && op.chain !== undefined && op.chain === prev.chain && op.table === prev.table && op.family === prev.family;
+
 /**
- * What the addon's encoder (native/encode.h, EncodeBatch's hints) need not read again through N-API,
- * one word per op, then ids: SAME_PLACE, that the op is a rule added where the rule op before it went
- * (atSamePlace), whose verb, object, family, table and chain it then takes from there; and for a
- * rule op with expressions, where in the array their ids start. An id names one expression object
+ * What the addon's encoder (native/encode.h, EncodeBatch's hints) need not read through N-API, one
+ * word per op, then ids: PLAIN, that a rule op has none of the fields AT_SAME_PLACE calls 'absent'
+ * (most have none; each read of a missing field costs as much as of a present one); SAME_PLACE,
+ * that the plain op is a rule added where the rule op before it went (atSamePlace), whose verb,
+ * object, family, table and chain it then takes from there; and for a rule op with expressions,
+ * where in the array their ids start. An id names one expression object
  * of the batch, by identity: the encoder encodes the first expression of an id and copies its bytes
  * wherever the id comes again. The keeper's desired rules share identical expressions (one frozen
  * object, src/model/compact.ts), with the rule before them in a long chain and across chains in a
@@ -324,9 +333,9 @@ export function encodeHints(ops: readonly Op[]): Uint32Array {
       prev = undefined;
       continue;
     }
-    let word = prev !== undefined && atSamePlace(op, prev) ? SAME_PLACE : 0;
+    let word = !plain(op) ? 0 : prev !== undefined && atSamePlace(op, prev) ? SAME_PLACE | PLAIN : PLAIN;
     const a = op.exprs;
-    if (Array.isArray(a)) {
+    if (Array.isArray(a) && at <= IDS_AT) {
       word |= at;
       const b = prev !== undefined && Array.isArray(prev.exprs) ? prev.exprs : undefined;
       for (let i = 0; i < a.length; i++) {

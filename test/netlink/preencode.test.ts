@@ -128,6 +128,9 @@ add rule ip t c ip saddr 10.0.0.3 return`);
         // expression objects come again further on (the shared verdict and loads across the chains).
         const words = hints.subarray(0, ops.length), named = hints.subarray(ops.length);
         expect(words.filter((h) => (h & 0x8000_0000) !== 0).length).toBeGreaterThan(500);
+        // and most of the others have no field but their chain (placed by id, or inserted, not).
+        expect(words.filter((h) => (h & 0xc000_0000) === 0x4000_0000).length).toBeGreaterThan(20);
+        expect(words.filter((h, k) => (h & 0x4000_0000) === 0 && ops[k]!.object === 'rule').length).toBeGreaterThan(20);
         expect(named.length - new Set(named).size).toBeGreaterThan(2000);
         expect(named.includes(0)).toBe(false);
         const installed = async () => {
@@ -149,10 +152,10 @@ add rule ip t c ip saddr 10.0.0.3 return`);
         // op before was not a rule (the first op, a chain after a table, a rule after a set), ids
         // starting past the array's end or inside its words, ids past any the array can name.
         const junk: Uint32Array[] = [new Uint32Array(ops.length - 1).fill(0xffff_ffff)];
-        junk.push(new Uint32Array(ops.length).map((_, k) => (k === 0 || ops[k - 1]!.object !== 'rule' ? 0xffff_ffff : 0)));
-        expect(junk[1]!.filter((h) => h !== 0).length).toBeGreaterThan(5);
-        junk.push(hints.map((x, k) => (k < ops.length && (x & 0x7fff_ffff) !== 0 ? (x & 0x8000_0000) | hints.length : x)));
-        junk.push(hints.map((x, k) => (k < ops.length && (x & 0x7fff_ffff) !== 0 ? (x & 0x8000_0000) | 1 : x)));
+        junk.push(hints.map((x, k) => (k < ops.length && (k === 0 || ops[k - 1]!.object !== 'rule') ? x | 0x8000_0000 : x)));
+        expect(junk[1]!.filter((h, k) => h !== hints[k]).length).toBeGreaterThan(5);
+        junk.push(hints.map((x, k) => (k < ops.length && (x & 0x3fff_ffff) !== 0 ? (x & 0xc000_0000) | hints.length : x)));
+        junk.push(hints.map((x, k) => (k < ops.length && (x & 0x3fff_ffff) !== 0 ? (x & 0xc000_0000) | 1 : x)));
         junk.push(hints.map((x, k) => (k < ops.length ? x : x + hints.length)));
         for (const j of junk) {
           ns.nft('flush ruleset');
@@ -169,16 +172,23 @@ add rule ip t c ip saddr 10.0.0.3 return`);
     const a = exprsOf('ip saddr 10.0.0.1 accept'), b = exprsOf('ip saddr 10.0.0.1 accept');
     const rule = (o: Partial<Op> & object): Op => ({ verb: 'add', object: 'rule', ...at, exprs: a, ...o }) as Op;
     const samePlace = (prev: Op, op: Op) => (encodeHints([prev, op])[1]! & 0x8000_0000) !== 0;
+    const plain = (prev: Op, op: Op) => (encodeHints([prev, op])[1]! & 0x4000_0000) !== 0;
     // The ids of each op's expressions, [] for an op without.
     const idsOf = (ops: Op[]) => {
       const h = encodeHints(ops);
       return ops.map((op, k) => {
-        const from = h[k]! & 0x7fff_ffff, n = op.object === 'rule' && Array.isArray(op.exprs) ? op.exprs.length : 0;
+        const from = h[k]! & 0x3fff_ffff, n = op.object === 'rule' && Array.isArray(op.exprs) ? op.exprs.length : 0;
         return from === 0 ? [] : [...h.subarray(from, from + n)];
       });
     };
     expect(samePlace(rule({}), rule({}))).toBe(true);
     expect(samePlace(rule({}), rule({ exprs: b, userdata: '01', digest: 'x' } as Partial<Op>))).toBe(true);
+    expect(plain(rule({}), rule({}))).toBe(true);
+    // Another chain, or inserted: plain all the same; placed otherwise, not.
+    for (const o of [{ table: 'u' }, { chain: 'd' }, { family: 'inet' }, { verb: 'insert' }] as Partial<Op>[]) expect(plain(rule({}), rule(o))).toBe(true);
+    for (const o of [{ handle: 5 }, { position: 5 }, { id: 1 }, { positionId: 1 }, { compat: { proto: 6 } }, { verb: 'replace', handle: 5 }] as Partial<Op>[]) {
+      expect(plain(rule({}), rule(o))).toBe(false);
+    }
     // Elsewhere, or placed, or not an add, or across a delete or another object.
     for (const o of [{ table: 'u' }, { chain: 'd' }, { family: 'inet' }, { handle: 5 }, { position: 5 }, { id: 1 }, { positionId: 1 },
       { compat: { proto: 6 } }, { verb: 'insert' }, { verb: 'replace', handle: 5 }] as Partial<Op>[]) {
@@ -187,7 +197,8 @@ add rule ip t c ip saddr 10.0.0.3 return`);
     expect(samePlace(rule({ chain: undefined, chainId: 3 } as never), rule({ chain: undefined, chainId: 3 } as never))).toBe(false);
     expect(samePlace(rule({ verb: 'delete', handle: 5 }), rule({}))).toBe(false);
     expect(samePlace({ verb: 'add', object: 'table', family: 'ip', name: 't' }, rule({}))).toBe(false);
-    expect(encodeHints([rule({})])[0]).toBe(1);
+    expect(encodeHints([rule({})])[0]).toBe((0x4000_0000 | 1) >>> 0);
+    expect(plain(rule({}), rule({ verb: 'delete', handle: 5 }))).toBe(false);
     // The same object, the same id, next to the op before or further on; an equal copy, its own.
     const [x, y, z] = a, [, y2] = b;
     expect(idsOf([rule({}), rule({ exprs: b }), rule({ exprs: [x!, y2!, z!] }), rule({ verb: 'delete', handle: 5 }),
@@ -196,17 +207,19 @@ add rule ip t c ip saddr 10.0.0.3 return`);
   });
 
   it('a rule at the same place may hold only the fields the encoder then reads, and every field of a rule op is judged', () => {
-    // Per field, a value other than the rule before's and whether a rule holding it may take that rule's
-    // place: typed over every field, so that a new field of a rule op must be judged here too.
-    const other: Record<keyof typeof AT_SAME_PLACE, [unknown, boolean]> = {
-      verb: ['insert', false], object: ['chain', false], family: ['inet', false], table: ['u', false], chain: ['d', false],
-      exprs: [exprsOf('ip saddr 10.0.0.2 drop'), true], userdata: ['0102', true], digest: ['ab', true],
-      handle: [5, false], position: [5, false], id: [1, false], positionId: [1, false], chainId: [3, false], compat: [{ proto: 6 }, false],
+    // Per field, a value other than the rule before's, whether a rule holding it may take that rule's
+    // place, and whether it is still plain (its other fields not read): typed over every field, so
+    // that a new field of a rule op must be judged here too.
+    const other: Record<keyof typeof AT_SAME_PLACE, [unknown, boolean, boolean]> = {
+      verb: ['insert', false, true], object: ['chain', false, false], family: ['inet', false, true], table: ['u', false, true], chain: ['d', false, true],
+      exprs: [exprsOf('ip saddr 10.0.0.2 drop'), true, true], userdata: ['0102', true, true], digest: ['ab', true, true],
+      handle: [5, false, false], position: [5, false, false], id: [1, false, false], positionId: [1, false, false], chainId: [3, false, false],
+      compat: [{ proto: 6 }, false, false],
     };
     const base: Op = { verb: 'add', object: 'rule', ...at, exprs: exprsOf('ip saddr 10.0.0.1 accept') };
-    for (const [field, [value, may]] of Object.entries(other)) {
+    for (const [field, [value, may, bare]] of Object.entries(other)) {
       const word = encodeHints([base, { ...base, [field]: value } as Op])[1]!;
-      expect([field, (word & 0x8000_0000) !== 0]).toEqual([field, may]);
+      expect([field, (word & 0x8000_0000) !== 0, (word & 0x4000_0000) !== 0]).toEqual([field, may, bare]);
     }
   });
 
