@@ -117,11 +117,13 @@ add rule ip t c ip saddr 10.0.0.3 return`);
           const exprs = i % 17 === 0 ? own : own.map((e) => (e.kind === 'counter' ? counter : shared.find((x) => JSON.stringify(x) === JSON.stringify(e)) ?? e));
           const op: Op = { verb: 'add', object: 'rule', family: 'ip', table, chain, exprs, ...(i % 5 === 0 ? { userdata: '0102' } : {}) };
           if (i % 31 === 7) Object.assign(op, { id: 1000 + i });
-          if (i % 31 === 8) Object.assign(op, { positionId: 1000 + i - 1 });
+          // After a rule some way back in its chain (not at the end, where a rule without it would go too).
+          if (i % 31 === 8 || (i % 31 === 20 && Math.floor((i - 13) / 90) === Math.floor(i / 90))) Object.assign(op, { positionId: 1000 + i - (i % 31 === 8 ? 1 : 13) });
           if (i % 43 === 11) op.verb = 'insert';
           ops.push(op);
           // Something else between two rules now and then.
-          if (i % 97 === 50) ops.push({ verb: 'add', object: 'set', family: 'ip', table, name: `s${i}`, keyType: 7, keyLen: 4, flags: 0 });
+          // (also where the next rule goes to another chain than this one).
+          if (i % 97 === 50 || i % 90 === 89) ops.push({ verb: 'add', object: 'set', family: 'ip', table, name: `s${i}`, keyType: 7, keyLen: 4, flags: 0 });
         }
         const hints = encodeHints(ops);
         // The hints this test is about are there: most rules go where the one before went, and
@@ -146,6 +148,10 @@ add rule ip t c ip saddr 10.0.0.3 return`);
         const plain = await s.nativeSocket.commit(ops, undefined, false, undefined, true);
         expect(await installed()).toEqual(withHints);
         expect(withHints).toHaveLength(700);
+        // (a rule placed after one some way back went there: its place was read)
+        const line = (text: string) => withHints.findIndex((l) => l.startsWith(`t1 c ${ruleKey({ exprs: exprsOf(text) })} `));
+        expect(line('ip saddr 10.2.0.7 tcp dport 8 accept')).toBeGreaterThanOrEqual(0);
+        expect(line('ip saddr 10.2.0.20 tcp dport 21 counter accept')).toBe(line('ip saddr 10.2.0.7 tcp dport 8 accept') + 1);
         expect(hinted && hinted.digests).toEqual(plain && plain.digests);
         expect((plain && plain.digests)!.filter((d) => d !== '').length).toBe(700);
         // Hints that do not fit these ops are not taken: fewer words than ops; a rule's place where the
@@ -157,6 +163,9 @@ add rule ip t c ip saddr 10.0.0.3 return`);
         junk.push(hints.map((x, k) => (k < ops.length && (x & 0x3fff_ffff) !== 0 ? (x & 0xc000_0000) | hints.length : x)));
         junk.push(hints.map((x, k) => (k < ops.length && (x & 0x3fff_ffff) !== 0 ? (x & 0xc000_0000) | 1 : x)));
         junk.push(hints.map((x, k) => (k < ops.length ? x : x + hints.length)));
+        // (ids starting inside the words, where the words of the ops before the first rule look like ids)
+        const first = ops.findIndex((op) => op.object === 'rule');
+        junk.push(hints.map((x, k) => (k >= ops.length ? x : k < first ? 5 : ops[k]!.object === 'rule' ? (x & 0xc000_0000) | 1 : x)));
         for (const j of junk) {
           ns.nft('flush ruleset');
           expect(await s.nativeSocket.commit(ops, undefined, false, undefined, true, j)).toEqual(plain);
