@@ -325,19 +325,20 @@ export function encodeHints(ops: readonly Op[]): Uint32Array {
   const out = new Uint32Array(ops.length + n);
   const ids = new Map<Expr, number>();
   let at = ops.length;
-  // The rule op just before, and where its ids are (its expressions at the same place have them).
-  let prev: ListedOp | undefined, prevAt = 0;
+  // The rule op just before, and where its ids are (-1: none; its expressions at the same place have them).
+  let prev: ListedOp | undefined, prevAt = -1;
   for (let k = 0; k < ops.length; k++) {
     const op = ops[k]!;
     if (!listed(op)) {
       prev = undefined;
+      prevAt = -1;
       continue;
     }
     let word = !plain(op) ? 0 : prev !== undefined && atSamePlace(op, prev) ? SAME_PLACE | PLAIN : PLAIN;
     const a = op.exprs;
     if (Array.isArray(a) && at <= IDS_AT) {
       word |= at;
-      const b = prev !== undefined && Array.isArray(prev.exprs) ? prev.exprs : undefined;
+      const b = prev !== undefined && prevAt >= 0 ? prev.exprs : undefined;
       for (let i = 0; i < a.length; i++) {
         const e = a[i]!;
         let id = b !== undefined && i < b.length && b[i] === e ? out[prevAt + i]! : ids.get(e);
@@ -346,7 +347,7 @@ export function encodeHints(ops: readonly Op[]): Uint32Array {
       }
       prevAt = at;
       at += a.length;
-    }
+    } else prevAt = -1;
     out[k] = word;
     prev = op;
   }
