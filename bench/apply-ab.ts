@@ -2,9 +2,7 @@
  * `nfkeeper apply` before and after, beside `nft -f` of the same ruleset: S8's install rows alone,
  * for an A/B of two builds in one run. Each round installs into a freshly flushed namespace with
  * this build, the other build (--root DIR, main's say) and nft, in turn; every process is timed
- * from outside (wait4: wall, user + system CPU, peak RSS). Each build has its own code-cache directory
- * (NODE_COMPILE_CACHE), warmed by the warm-up round, as a user with one install has: two builds in
- * one directory remove each other's entry on every run.
+ * from outside (wait4: wall, user + system CPU, peak RSS).
  *
  *   npx tsx bench/apply-ab.ts --root /tmp/base [--rules 10000,100000] [--services 1000,10000] [--reps 5]
  *
@@ -32,7 +30,6 @@ const reps = Number(arg('--reps') ?? 5);
 const load = () => loadavg().map((x) => x.toFixed(2)).join(' ');
 
 const dir = mkdtempSync(join(tmpdir(), 'nfk-apply-ab-'));
-const cache = { after: join(dir, 'cc-after'), before: join(dir, 'cc-before') };
 const works: { work: string; file: string; nft: string }[] = [];
 for (const n of rules) {
   const nft = join(dir, `chain-${n}.nft`), yaml = join(dir, `chain-${n}.yaml`);
@@ -52,15 +49,14 @@ for (const s of services) {
 const fmt = (us: number) => (us >= 1e6 ? `${(us / 1e6).toFixed(2)} s` : `${(us / 1e3).toFixed(0)} ms`);
 const rows: string[] = [];
 const sysRows: string[] = [];
-const pairRows: string[] = [];
 console.log(`load average at start: ${load()}`);
 await withBenchNetns('applyab', async (ns) => {
   const flush = () => { ns.exec('nft', ['flush', 'ruleset']); };
   for (const w of works) {
     const runs: Record<'after' | 'before' | 'nft', ProcessRun[]> = { after: [], before: [], nft: [] };
     const cmds = {
-      after: () => runWhole('node', [join(PROJECT_ROOT, 'bin', 'nfkeeper.js'), 'apply', '--config', w.file], { ns, env: { NODE_COMPILE_CACHE: cache.after } }),
-      before: () => runWhole('node', [join(root, 'bin', 'nfkeeper.js'), 'apply', '--config', w.file], { ns, env: { NODE_COMPILE_CACHE: cache.before } }),
+      after: () => runWhole('node', [join(PROJECT_ROOT, 'bin', 'nfkeeper.js'), 'apply', '--config', w.file], { ns }),
+      before: () => runWhole('node', [join(root, 'bin', 'nfkeeper.js'), 'apply', '--config', w.file], { ns }),
       nft: () => runWhole('nft', ['-f', w.nft], { ns }),
     };
     // One warm-up round (file cache, the kernel's modules), not counted.
@@ -75,12 +71,6 @@ await withBenchNetns('applyab', async (ns) => {
       }
     }
     const [a, b, p] = [summarizeRuns(runs.after), summarizeRuns(runs.before), summarizeRuns(runs.nft)];
-    // Pair by pair (the same round): after / before, the median, and in how many rounds after was lower.
-    const pairs = (f: (r: ProcessRun) => number) => {
-      const q = runs.after.map((r, i) => f(r) / f(runs.before[i]!)).sort((x, y) => x - y);
-      return `${q[q.length >> 1]!.toFixed(3)} (lower in ${q.filter((x) => x < 1).length} of ${q.length})`;
-    };
-    pairRows.push(`| ${w.work} | ${pairs((r) => r.cpuUs)} | ${pairs((r) => r.wallUs)} |`);
     // The kernel's own share: the system time of each (median), beside the CPU.
     const sys = (rs: ProcessRun[]) => fmt(rs.map((r) => r.sysUs ?? NaN).sort((x, y) => x - y)[rs.length >> 1]!);
     sysRows.push(`| ${w.work} | ${sys(runs.before)} | ${sys(runs.after)} | ${sys(runs.nft)} |`);
@@ -96,6 +86,3 @@ for (const r of rows) console.log(r);
 console.log('\n| work | before: system CPU p50 | after | `nft -f` |');
 console.log('|---|---:|---:|---:|');
 for (const r of sysRows) console.log(r);
-console.log('\n| work | CPU after / before, by pairs | wall after / before, by pairs |');
-console.log('|---|---:|---:|');
-for (const r of pairRows) console.log(r);
