@@ -4,7 +4,12 @@
  * this build, the other build (--root DIR, main's say) and nft, in turn; every process is timed
  * from outside (wait4: wall, user + system CPU, peak RSS).
  *
- *   npx tsx bench/apply-ab.ts --root /tmp/base [--rules 10000,100000] [--services 1000,10000] [--reps 5]
+ *   npx tsx bench/apply-ab.ts --root /tmp/base [--rules 10000,100000] [--services 1000,10000] [--reps 5] [--cache DIR]
+ *
+ * --cache DIR gives each build its own code-cache directory (DIR/after, DIR/before, as
+ * NODE_COMPILE_CACHE): two builds sharing one remove each other's entry of the command on every
+ * run (bin/), and each run then starts from the package's entry and writes its own. The warm-up
+ * round makes each build's entry, as a user's first run does.
  *
  * Prints one line per process as it goes and a Markdown table at the end (medians, CPU ratios).
  */
@@ -27,6 +32,8 @@ if (!root) throw new Error('--root DIR: the other build (its bin/nfkeeper.js) is
 const rules = list(arg('--rules'), [10_000]);
 const services = list(arg('--services'), [1000]);
 const reps = Number(arg('--reps') ?? 5);
+const cache = arg('--cache');
+const cacheEnv = (build: 'after' | 'before') => (cache ? { env: { NODE_COMPILE_CACHE: join(cache, build) } } : {});
 const load = () => loadavg().map((x) => x.toFixed(2)).join(' ');
 
 const dir = mkdtempSync(join(tmpdir(), 'nfk-apply-ab-'));
@@ -49,14 +56,15 @@ for (const s of services) {
 const fmt = (us: number) => (us >= 1e6 ? `${(us / 1e6).toFixed(2)} s` : `${(us / 1e3).toFixed(0)} ms`);
 const rows: string[] = [];
 const sysRows: string[] = [];
+const pairRows: string[] = [];
 console.log(`load average at start: ${load()}`);
 await withBenchNetns('applyab', async (ns) => {
   const flush = () => { ns.exec('nft', ['flush', 'ruleset']); };
   for (const w of works) {
     const runs: Record<'after' | 'before' | 'nft', ProcessRun[]> = { after: [], before: [], nft: [] };
     const cmds = {
-      after: () => runWhole('node', [join(PROJECT_ROOT, 'bin', 'nfkeeper.js'), 'apply', '--config', w.file], { ns }),
-      before: () => runWhole('node', [join(root, 'bin', 'nfkeeper.js'), 'apply', '--config', w.file], { ns }),
+      after: () => runWhole('node', [join(PROJECT_ROOT, 'bin', 'nfkeeper.js'), 'apply', '--config', w.file], { ns, ...cacheEnv('after') }),
+      before: () => runWhole('node', [join(root, 'bin', 'nfkeeper.js'), 'apply', '--config', w.file], { ns, ...cacheEnv('before') }),
       nft: () => runWhole('nft', ['-f', w.nft], { ns }),
     };
     // One warm-up round (file cache, the kernel's modules), not counted.
@@ -71,6 +79,12 @@ await withBenchNetns('applyab', async (ns) => {
       }
     }
     const [a, b, p] = [summarizeRuns(runs.after), summarizeRuns(runs.before), summarizeRuns(runs.nft)];
+    // Pair by pair (after / before of the same round): the median ratio and how often after was lower.
+    const pairs = (f: (r: ProcessRun) => number) => {
+      const q = runs.after.map((r, i) => f(r) / f(runs.before[i]!)).sort((x, y) => x - y);
+      return `${q[q.length >> 1]!.toFixed(3)} (lower in ${q.filter((x) => x < 1).length} of ${q.length})`;
+    };
+    pairRows.push(`| ${w.work} | ${pairs((r) => r.cpuUs)} | ${pairs((r) => r.wallUs)} | ${(b.rssKiB / 1024).toFixed(0)} / ${(a.rssKiB / 1024).toFixed(0)} MiB |`);
     // The kernel's own share: the system time of each (median), beside the CPU.
     const sys = (rs: ProcessRun[]) => fmt(rs.map((r) => r.sysUs ?? NaN).sort((x, y) => x - y)[rs.length >> 1]!);
     sysRows.push(`| ${w.work} | ${sys(runs.before)} | ${sys(runs.after)} | ${sys(runs.nft)} |`);
@@ -86,3 +100,6 @@ for (const r of rows) console.log(r);
 console.log('\n| work | before: system CPU p50 | after | `nft -f` |');
 console.log('|---|---:|---:|---:|');
 for (const r of sysRows) console.log(r);
+console.log('\n| work | CPU after / before, by pairs | wall, by pairs | peak RSS before / after |');
+console.log('|---|---:|---:|---:|');
+for (const r of pairRows) console.log(r);

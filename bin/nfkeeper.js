@@ -70,12 +70,13 @@ if (major < 22) {
   if (flags.length > 0) {
     // V8 takes the code Node compiled for its own modules only under the flags it was compiled
     // with: a module of Node's first loaded after a flag is set is compiled from source. The ones
-    // these commands load anyway are loaded first: the stdout stream, os (errno names), module
-    // and vm (the bundle's loading), import.meta's set-up. A command with no flag keeps all of them.
+    // these commands load anyway are loaded first: os (errno names), module and vm (the bundle's
+    // loading), import.meta's set-up. A command with no flag keeps all of them. (Not the stdout
+    // stream: the commands write to the descriptor, and make the stream only for a write it did
+    // not take whole, src/base/fd-output.ts.)
     require('node:os');
     require('node:module');
     require('node:vm');
-    void process.stdout;
     void import.meta.url;
     const v8 = require('node:v8');
     for (const f of flags) v8.setFlagsFromString(f);
@@ -95,6 +96,8 @@ if (major < 22) {
     process.exit(2);
   }
   let main;
+  let drained;
+  let stderr;
   let keep = () => {};
   if ((mtime(bundle) ?? 0) >= built) {
     const file = fileURLToPath(bundle);
@@ -175,9 +178,9 @@ if (major < 22) {
       }
     };
     const script = checked(() => new Script(text, { filename: file, cachedData }));
-    ({ main } = script.runInThisContext()(createRequire(file), file));
+    ({ main, drained, stderr } = script.runInThisContext()(createRequire(file), file));
     if (process.env.NFKEEPER_DEBUG_CODE_CACHE) {
-      process.stderr.write(`nfkeeper: code cache ${from ?? 'none'}${from && script.cachedDataRejected ? ' rejected' : ''}\n`);
+      stderr.write(`nfkeeper: code cache ${from ?? 'none'}${from && script.cachedDataRejected ? ' rejected' : ''}\n`);
     }
     // After the command, where this command's own entry was not there or not taken: its code now,
     // what it compiled as it ran included. Written whole under a temporary name, then renamed, so
@@ -206,16 +209,13 @@ if (major < 22) {
       }
     };
   } else {
-    ({ main } = await import(cli.href));
+    ({ main, drained } = await import(cli.href));
   }
   const code = await main(process.argv);
-  // stdout and stderr are asynchronous on pipes and sockets: exit only once what was written has
-  // reached the kernel, or a reader behind a pipe gets the first 64 KiB and exit 0.
-  await Promise.all([process.stdout, process.stderr].map((s) => new Promise((done) => {
-    if (s.destroyed || !s.writable) return done();
-    s.once('error', done);
-    s.write('', () => done());
-  })));
+  // stdout's and stderr's streams, where a write made one (a full pipe), are asynchronous: exit only
+  // once what was written has reached the kernel, or a reader behind a pipe gets the first 64 KiB
+  // and exit 0. (Only those made: asking for process.stderr would make one.)
+  await drained();
   // (after the output: a reader has it while the entry is written; a command's help is not what
   // the command runs)
   if ((code === 0 && !args.some((a) => a === '-h' || a === '--help')) || fill) keep();

@@ -2,7 +2,7 @@
  * The nfkeeper command line. Exit codes: 0 ok / in sync, 1 drift found,
  * 2 error (bad input, kernel refusal). Output that is data has --json.
  */
-import { existsSync, fstatSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { Argument, Command, CommanderError, Option } from 'commander';
 import { SHELLS, completionScript, type Shell } from './completion.js';
 import type { ExportFormat } from './config/export.js';
@@ -11,6 +11,10 @@ import { ConfigError, NfkeeperError } from './base/errors.js';
 import type { KeeperStatus } from './keeper/keeper.js';
 import type { Family } from './netlink/expr.js';
 import { parseBoundedDuration } from './base/duration.js';
+import { isDevNull, isTerminal, stderr, stdout } from './base/fd-output.js';
+
+// bin/nfkeeper.js waits for these before it exits, and writes its own lines to stderr here.
+export { drained, isDevNull, stderr } from './base/fd-output.js';
 
 // What a command needs is imported when it runs, not here: the modules that reach the kernel
 // (and load the native addon), so that validate, version, --help and the owner client commands
@@ -47,16 +51,6 @@ type Out = {
   outDiscarded?: boolean;
 };
 
-/** Whether file descriptor `fd` is /dev/null (the same character device). */
-export function isDevNull(fd: number): boolean {
-  try {
-    const st = fstatSync(fd);
-    return st.isCharacterDevice() && st.rdev === statSync('/dev/null').rdev;
-  } catch {
-    return false;
-  }
-}
-
 /** A plan longer than this many lines is summarised on a terminal (--full prints it whole). */
 export const SUMMARY_OVER_LINES = 50;
 
@@ -79,10 +73,15 @@ export function resolveNetns(value: string, dir = NETNS_DIR): string {
 }
 
 export async function main(argv: string[], io: Out = {
-  out: (s) => process.stdout.write(s + '\n'),
-  err: (s) => process.stderr.write(s + '\n'),
-  outTty: process.stdout.isTTY === true,
-  errTty: process.stderr.isTTY === true,
+  out: (s) => stdout.write(s + '\n'),
+  err: (s) => stderr.write(s + '\n'),
+  // Asked only by a command that needs to know (a plan with differences; a step that took long).
+  get outTty() {
+    return isTerminal(1);
+  },
+  get errTty() {
+    return isTerminal(2);
+  },
   get outDiscarded() {
     return isDevNull(1);
   },
@@ -458,11 +457,11 @@ async function oneShotLocked(o: OneShotOptions, config: import('./config/config.
   // The plan as printed: every line for a pipe or a file, as always; a summary of a long plan for
   // a terminal, counted from the lines without their rules' and elements' texts (rendered only if
   // the plan turns out short enough to print whole).
-  const summary = io.outTty === true && !o.full;
   const discarded = io.outDiscarded === true;
   const planText = (drift: CheckResult['drift']) => {
     const found = drift.filter((d) => d.drift.length > 0);
     if (found.length === 0) return 'in sync';
+    const summary = io.outTty === true && !o.full;
     const lines = found.flatMap((d) => renderDrift(d.table, d.diff, !summary));
     if (!summary) return lines.join('\n');
     return (lines.length > SUMMARY_OVER_LINES ? summarisePlan(lines) : found.flatMap((d) => renderDrift(d.table, d.diff))).join('\n');
@@ -551,14 +550,15 @@ export class Progress {
     return Number(process.hrtime.bigint()) / 1e6;
   }
 
-  constructor(private readonly io: Pick<Out, 'err' | 'errTty'>, private readonly enabled = io.errTty === true) {}
+  // Whether stderr is a terminal is asked only once a step took long enough to be reported.
+  constructor(private readonly io: Pick<Out, 'err' | 'errTty'>, private enabled?: boolean) {}
 
   /** Ends a step: says what it did and how long it took, if that was more than a second. */
   step(what: () => string): void {
     const now = Progress.now();
     const ms = now - this.last;
     this.last = now;
-    if (this.enabled && ms > Progress.AFTER_MS) this.io.err(`nfkeeper: ${what()} (${(ms / 1000).toFixed(1)} s)`);
+    if (ms > Progress.AFTER_MS && (this.enabled ??= this.io.errTty === true)) this.io.err(`nfkeeper: ${what()} (${(ms / 1000).toFixed(1)} s)`);
   }
 }
 

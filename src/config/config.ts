@@ -18,7 +18,7 @@ import { listLinks } from '../netlink/link.js';
 import { GC_SCHEMA, type GcConfig } from './gc.js';
 import { OWNERS_SCHEMA, type OwnersConfig } from './owners.js';
 import { readNftFile } from './nftfile.js';
-import { buildSet, SET_SCHEMA, type SetConfig } from '../model/sets.js';
+import { buildSet, SET_FLAG_WORDS, SET_SCHEMA, type RawSet, type SetConfig } from '../model/sets.js';
 import { buildObject, OBJ_SCHEMA, type ObjConfig } from '../model/stateful-objects.js';
 import { countRules, type ChainConfig, type TableConfig } from '../model/desired.js';
 import { objectsUsed } from '../rules/objref.js';
@@ -508,6 +508,50 @@ const POLICY_NAMES: ReadonlySet<unknown> = new Set(POLICIES);
 const SET_LIST = z.array(SET_SCHEMA);
 const OBJ_LIST = z.array(OBJ_SCHEMA);
 
+// A set's fields as SET_SCHEMA has them (a Record: the compiler holds them equal).
+const SET_FIELDS: Record<keyof RawSet, true> = {
+  name: true, type: true, typeof: true, flags: true, timeout: true, 'gc-interval': true, size: true, policy: true,
+  'auto-merge': true, comment: true, statements: true, elements: true,
+};
+const SET_KEYS: ReadonlySet<string> = new Set(Object.keys(SET_FIELDS));
+const SET_FLAG_NAMES: ReadonlySet<unknown> = new Set(SET_FLAG_WORDS);
+const SET_NAME_PATTERN = /^[A-Za-z0-9_.\-/]+$/;
+const isText = (x: unknown, min: number, max: number) => typeof x === 'string' && x.length >= min && x.length <= max;
+
+/**
+ * SET_SCHEMA's result for a list of sets (or maps) that pass its checks without zod, as the nft
+ * reader's and most YAML sets do: the list itself; undefined for any other (a field absent but
+ * written as undefined included), which zod checks. Every check is one of SET_SCHEMA's: a list
+ * passes here only if it passes there. zod's schema is made on first use, and it checked each of
+ * a map's elements in turn.
+ */
+function plainSets(list: unknown): RawSet[] | undefined {
+  if (!Array.isArray(list)) return undefined;
+  for (const s of list as unknown[]) {
+    if (!isPlain(s)) return undefined;
+    for (const k in s) if (!SET_KEYS.has(k) || s[k] === undefined) return undefined;
+    if (!isText(s.name, 1, 255) || !SET_NAME_PATTERN.test(s.name as string)) return undefined;
+    if ((s.type !== undefined && !isText(s.type, 1, 512)) || (s.typeof !== undefined && !isText(s.typeof, 1, 512))) return undefined;
+    const f = s.flags;
+    if (f !== undefined) {
+      if (!Array.isArray(f)) return undefined;
+      for (let i = 0; i < f.length; i++) if (!SET_FLAG_NAMES.has(f[i])) return undefined;
+    }
+    if ((s.timeout !== undefined && !isText(s.timeout, 1, 64)) || (s['gc-interval'] !== undefined && !isText(s['gc-interval'], 1, 64))) return undefined;
+    const n = s.size;
+    if (n !== undefined && !(typeof n === 'number' && Number.isInteger(n) && n >= 1 && n <= 0xffffffff)) return undefined;
+    if (s.policy !== undefined && s.policy !== 'performance' && s.policy !== 'memory') return undefined;
+    if (s['auto-merge'] !== undefined && typeof s['auto-merge'] !== 'boolean') return undefined;
+    if ((s.comment !== undefined && !isText(s.comment, 0, 128)) || (s.statements !== undefined && !isText(s.statements, 1, 512))) return undefined;
+    const e = s.elements;
+    if (e !== undefined) {
+      if (!Array.isArray(e)) return undefined;
+      for (let i = 0; i < e.length; i++) if (!isText(e[i], 1, 4096)) return undefined;
+    }
+  }
+  return list as RawSet[];
+}
+
 const isPlain = (x: unknown): x is Record<string, unknown> =>
   typeof x === 'object' && x !== null && Object.getPrototypeOf(x) === Object.prototype;
 // (NAME's and the comments' limits)
@@ -521,7 +565,7 @@ const isComment = (x: unknown) => x === undefined || (typeof x === 'string' && x
  * checks (and words the errors of). zod was a large part of a warm load of kube-proxy's
  * 10,000-service file (31,000 chains, 64,000 rules), more cold: the chains here are the reader's
  * own objects, checked in place. Every check below is one of the schema's (TABLE, CHAIN): a
- * document passes here only if it passes there, and the sets still go through zod (SET_SCHEMA).
+ * document passes here only if it passes there; sets and objects likewise (plainSets, else zod).
  */
 export function plainTables(raw: unknown): z.infer<typeof CONFIG_SCHEMA> | undefined {
   if (!isPlain(raw)) return undefined;
@@ -551,14 +595,16 @@ export function plainTables(raw: unknown): z.infer<typeof CONFIG_SCHEMA> | undef
         : typeof p === 'string' && PRIORITY_PATTERN.test(p))) return undefined;
       for (const r of c.rules as unknown[]) if (typeof r !== 'string') return undefined;
     }
-    const sets = SET_LIST.safeParse(setList);
-    const maps = SET_LIST.safeParse(mapList);
-    const objects = OBJ_LIST.safeParse(t.objects === undefined ? [] : t.objects);
-    if (!sets.success || !maps.success || !objects.success) return undefined;
+    const sets = plainSets(setList) ?? SET_LIST.safeParse(setList).data;
+    const maps = plainSets(mapList) ?? SET_LIST.safeParse(mapList).data;
+    const objectList = t.objects === undefined ? [] : t.objects;
+    // (no objects, as most tables: not zod's schema made for an empty list)
+    const objects = Array.isArray(objectList) && objectList.length === 0 ? [] : OBJ_LIST.safeParse(objectList).data;
+    if (!sets || !maps || !objects) return undefined;
     tables.push({
       family: t.family as RawTableParsed['family'], name: t.name as string, protect: t.protect as boolean | undefined,
       ...(t.flags !== undefined ? { flags: ['dormant' as const] } : {}),
-      comment: t.comment as string | undefined, sets: sets.data, maps: maps.data, objects: objects.data, chains: chains as RawChain[],
+      comment: t.comment as string | undefined, sets, maps, objects, chains: chains as RawChain[],
     });
   }
   return { tables };

@@ -173,7 +173,7 @@ export class Reconciler {
   }
 
   /** `written`: the digests a commit of this pass wrote (a read-back after verifyByEcho could not verify). */
-  async once(input: PassInput, written?: WrittenDigests): Promise<PassResult> {
+  async once(input: PassInput, written?: () => WrittenDigests): Promise<PassResult> {
     let first: Observation | undefined;
     const found: Drift[] = [];
     let committed = 0;
@@ -181,16 +181,8 @@ export class Reconciler {
     // An observation by digest after our commit takes the digests of the rules it wrote from the commit.
     const keepKnown = input.keepKnown ?? input.useKnown ?? input.verifyByEcho;
     type Step = { status: PassResult['status']; observation: Observation; waitMs?: number };
-    // The digests our commit wrote, mapped by rule only when an observation reads them back (a
-    // commit verified by its echo, most of them, never does).
-    let unmapped: { batch: Batch; digests: readonly string[] } | undefined;
-    const writtenNow = () => {
-      if (unmapped) written = writtenDigests(unmapped.batch, unmapped.digests);
-      unmapped = undefined;
-      return written;
-    };
     const r = await commitGuarded<Step>(this.conn, async (generation) => {
-      const observation = await this.observe(input, generation, writtenNow());
+      const observation = await this.observe(input, generation, written?.());
       first ??= observation;
       input.onObservation?.(observation);
       if (observation.flat.length === 0) return { value: { status: committed > 0 ? 'repaired' : 'in-sync', observation } };
@@ -212,8 +204,7 @@ export class Reconciler {
           committed += batch.length;
           // An echo that does not prove the batch held as sent gives no handles to follow it by.
           last = { observation, batch, echoed: input.verifyByEcho && echoed?.handles && !heldAsSent(batch, echoed) ? { ...echoed, handles: undefined } : echoed };
-          written = undefined;
-          unmapped = echoed?.digests ? { batch, digests: echoed.digests } : undefined;
+          written = echoed?.digests ? writtenLazily(batch, echoed.digests) : undefined;
           this.view.committed(batch);
           input.onCommitted?.(observation, batch.length, batch);
         },
@@ -245,7 +236,7 @@ export class Reconciler {
     }
     if (r.trusted && input.verifyByEcho && !this.view.rulesExactAt(r.generation, input.tables)) {
       // The echo did not prove the commit: read it back, as a pass without it does.
-      const again = await this.once({ ...input, verifyByEcho: false, holdBack: undefined }, writtenNow());
+      const again = await this.once({ ...input, verifyByEcho: false, holdBack: undefined }, written);
       return { ...again, first: first!, found, ops: r.ops + again.ops, attempts: r.attempts + again.attempts,
         status: again.status === 'in-sync' ? 'repaired' : again.status };
     }
@@ -334,4 +325,11 @@ export function heldAsSent(batch: Batch, echoed: CommitResult): boolean {
     if (!sent || held[i] !== sent) return false;
   }
   return true;
+}
+
+/** The digests a commit wrote, mapped by rule only when an observation reads them back (a commit
+ * verified by its echo, most of them, never does). */
+function writtenLazily(batch: Batch, digests: readonly string[]): () => WrittenDigests {
+  let mapped: WrittenDigests | undefined;
+  return () => (mapped ??= writtenDigests(batch, digests));
 }

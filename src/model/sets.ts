@@ -29,6 +29,9 @@ import {
   elementComment, elementUserdata, namedSetUserdata, parseNamedSetUserdata, parseTlvs, type KeyTypeof, type SetTypeof,
 } from '../rules/udata.js';
 
+/** The flags a config may give a set (SET_SCHEMA's, and the config's check without zod). */
+export const SET_FLAG_WORDS = ['constant', 'interval', 'timeout', 'dynamic'] as const;
+
 /**
  * A set or map as the config writes it (YAML `sets:`/`maps:` entries, or an nft `set`/`map` block).
  * Built when a document is first checked against it (zod's schemas cost time and memory to make,
@@ -38,7 +41,7 @@ export const SET_SCHEMA = z.lazy(() => z.strictObject({
   name: z.string().min(1).max(255).regex(/^[A-Za-z0-9_.\-/]+$/, 'use letters, digits, _ . - and / only'),
   type: z.string().min(1).max(512).optional(),
   typeof: z.string().min(1).max(512).optional(),
-  flags: z.array(z.enum(['constant', 'interval', 'timeout', 'dynamic'])).optional(),
+  flags: z.array(z.enum(SET_FLAG_WORDS)).optional(),
   timeout: z.string().min(1).max(64).optional(),
   'gc-interval': z.string().min(1).max(64).optional(),
   size: z.number().int().min(1).max(0xffffffff).optional(),

@@ -36,9 +36,9 @@ describe('the bundled daemon', () => {
     const cli = join(dir, 'dist', 'cli.js');
     const bundle = join(dir, 'dist', 'nfkeeper.script.js');
     expect(ran()).toMatch(/not built yet/);
-    writeFileSync(cli, "export async function main() { process.stdout.write('modules\\n'); return 0; }\n");
+    writeFileSync(cli, "export async function main() { process.stdout.write('modules\\n'); return 0; }\nexport async function drained() {}\n");
     expect(ran()).toBe('modules');
-    writeFileSync(bundle, "// nfkeeper bundle 0\n(function () { return { main: async () => { process.stdout.write('bundle\\n'); return 0; } }; })\n");
+    writeFileSync(bundle, "// nfkeeper bundle 0\n(function () { return { main: async () => { process.stdout.write('bundle\\n'); return 0; }, drained: async () => {} }; })\n");
     const t = 1_700_000_000;  // whole seconds: the same mtime on both
     utimesSync(cli, t, t);
     utimesSync(bundle, t, t);
