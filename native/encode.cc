@@ -249,103 +249,70 @@ void PutExpression(nlmsghdr* nlh, const Napi::Value& v, uint32_t i) {
   mnl_attr_nest_end(nlh, elem);
 }
 
-// The expressions of the rule encoded last in a batch, with their bytes (each one NFTA_LIST_ELEM).
-// A rule whose expression at the same place is the very same object takes its bytes from here
-// instead of encoding it again: the keeper's desired rules share identical expressions (one
-// frozen object, src/model/compact.ts), and in a chain of similar rules most of a rule's
-// expressions are its predecessor's. Valid within one handle scope (the handles it holds).
-struct PreviousExprs {
-  std::vector<napi_value> objects;
-  std::vector<std::string> bytes;
-  // The op whose expressions these are (-1: none): what a hint's expression bits refer to.
-  int64_t op = -1;
-  void Clear() {
-    objects.clear();
-    bytes.clear();
-    op = -1;
-  }
-};
-
-// EncodeBatch's `exprIds` (encodeExprIds): per op, where its expressions' ids start, then the ids;
-// and each id's bytes once encoded in this batch ('' until then).
-struct ExprIds {
+// EncodeBatch's `hints` (encodeHints): one word per op, then the ids of the rules' expressions;
+// and each id's bytes once an expression of it was encoded in this batch. The keeper's desired
+// rules share identical expressions (one frozen object, src/model/compact.ts), within a chain and
+// across chains: an id met again is copied, its expression not read.
+struct Hints {
   const uint32_t* words = nullptr;
   size_t length = 0;
   size_t ops = 0;
-  std::vector<std::string> bytes;
-  // The ids of op `index`'s `n` expressions, or nullptr.
-  const uint32_t* Of(int64_t index, uint32_t n) const {
-    if (words == nullptr || index < 0 || static_cast<size_t>(index) >= ops) return nullptr;
-    size_t at = words[index];
-    if (at < ops || at > length || n > length - at) return nullptr;
-    return words + at;
+  // Per id (1 up to the number of expressions the array can hold), where its bytes are in `known`
+  // and how many (0: not encoded yet).
+  std::vector<std::pair<uint32_t, uint32_t>> at;
+  std::vector<char> known;
+
+  // Takes `v` only when it is a Uint32Array of a word per op and more (else no hints at all).
+  Hints(const Napi::Value& v, size_t opCount) {
+    if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != napi_uint32_array) return;
+    Napi::Uint32Array a = v.As<Napi::Uint32Array>();
+    if (a.ElementLength() < opCount) return;
+    words = a.Data();
+    length = a.ElementLength();
+    ops = opCount;
+    at.resize(length - ops + 1);
   }
+  bool SamePlace(uint32_t index) const { return words != nullptr && index < ops && (words[index] & kHintSamePlace) != 0; }
+  bool Plain(uint32_t index) const { return words != nullptr && index < ops && (words[index] & kHintPlain) != 0; }
+  // The ids of op `index`'s `n` expressions, or nullptr.
+  const uint32_t* IdsOf(int64_t index, uint32_t n) const {
+    if (words == nullptr || index < 0 || static_cast<size_t>(index) >= ops) return nullptr;
+    size_t from = words[index] & ~(kHintSamePlace | kHintPlain);
+    if (from < ops || from > length || n > length - from) return nullptr;
+    return words + from;
+  }
+  // An id's slot, or nullptr for none (0) or one past what the array can name.
+  std::pair<uint32_t, uint32_t>* Slot(uint32_t id) { return id != 0 && id < at.size() ? &at[id] : nullptr; }
 };
 
-// `sameAs`: bit i set says exprs[i] is the very object the op before this one (`index` - 1) had at i
-// (EncodeHints); where `previous` holds that op's expressions, they are taken from it without
-// reading exprs[i] at all. Otherwise each is compared with `previous` by identity, as before.
-void PutExpressions(nlmsghdr* nlh, const Napi::Array& exprs, PreviousExprs* previous = nullptr,
-                    uint32_t sameAs = 0, int64_t index = -1, ExprIds* ids = nullptr) {
+// With `hints`, op `index`'s expressions named by id: one whose id was encoded before in the call
+// is copied from there, the others encoded from their objects (and kept by id).
+void PutExpressions(nlmsghdr* nlh, const Napi::Array& exprs, Hints* hints = nullptr, int64_t index = -1) {
   Napi::Env env = exprs.Env();
   // NFT_RULE_MAXEXPRS is 128; an attribute length is 16 bits.
   uint32_t n = exprs.Length();
   if (n > 128) throw Napi::TypeError::New(env, "a rule holds at most 128 expressions");
   nlattr* list = mnl_attr_nest_start(nlh, NFTA_RULE_EXPRESSIONS);
-  // This rule's, becoming `previous` once it is encoded whole.
-  std::vector<napi_value> objects;
-  std::vector<std::string> bytes;
-  if (previous != nullptr) {
-    objects.reserve(n);
-    bytes.reserve(n);
-  }
-  const bool hinted = previous != nullptr && previous->op >= 0 && previous->op + 1 == index;
-  const uint32_t* idOf = ids != nullptr ? ids->Of(index, n) : nullptr;
+  const uint32_t* ids = hints != nullptr ? hints->IdsOf(index, n) : nullptr;
   for (uint32_t i = 0; i < n; i++) {
     char* at = static_cast<char*>(mnl_nlmsg_get_payload_tail(nlh));
-    napi_value v = nullptr;
-    bool same = false;
-    // An expression object met earlier in the batch (its id's bytes), not read again.
-    const uint32_t id = idOf != nullptr ? idOf[i] : 0;
-    const std::string* known = id != 0 && id < ids->bytes.size() && !ids->bytes[id].empty() ? &ids->bytes[id] : nullptr;
-    if (hinted && i < kHintedExprs && (sameAs >> i & 1) != 0 && i < previous->objects.size()) {
-      v = previous->objects[i];
-      same = true;
-    } else if (known != nullptr) {
-      // (no handle: an op after this one compares with it by its id, or not at all)
+    std::pair<uint32_t, uint32_t>* slot = ids != nullptr ? hints->Slot(ids[i]) : nullptr;
+    if (slot != nullptr && slot->second != 0) {
+      std::memcpy(at, hints->known.data() + slot->first, slot->second);
+      nlh->nlmsg_len += slot->second;
     } else {
-      v = exprs.Get(i);
-      if (previous != nullptr && i < previous->objects.size()) {
-        bool eq = false;
-        same = napi_strict_equals(env, v, previous->objects[i], &eq) == napi_ok && eq;
-      }
-    }
-    if (same || known != nullptr) {
-      const std::string& b = same ? previous->bytes[i] : *known;
-      std::memcpy(at, b.data(), b.size());
-      nlh->nlmsg_len += b.size();
-    } else {
-      PutExpression(nlh, Napi::Value(env, v), i);
+      PutExpression(nlh, exprs.Get(i), i);
     }
     char* end = static_cast<char*>(mnl_nlmsg_get_payload_tail(nlh));
     if (end - reinterpret_cast<char*>(list) > 0xffff) {
       throw Napi::TypeError::New(env, "the rule's expressions exceed 64 KiB");
     }
-    if (id != 0 && known == nullptr && id <= ids->length) {
-      if (id >= ids->bytes.size()) ids->bytes.resize(id + 1);
-      if (ids->bytes[id].empty()) ids->bytes[id].assign(at, end);
-    }
-    if (previous != nullptr) {
-      objects.push_back(v);
-      bytes.emplace_back(same ? std::move(previous->bytes[i]) : std::string(at, end));
+    if (slot != nullptr && slot->second == 0) {
+      *slot = {static_cast<uint32_t>(hints->known.size()), static_cast<uint32_t>(end - at)};
+      hints->known.insert(hints->known.end(), at, end);
     }
   }
   mnl_attr_nest_end(nlh, list);
-  if (previous != nullptr) {
-    previous->objects = std::move(objects);
-    previous->bytes = std::move(bytes);
-    previous->op = index;
-  }
 }
 
 // --- objects ----------------------------------------------------------------
@@ -454,10 +421,11 @@ struct RulePlace {
 };
 
 void EncodeRule(std::vector<uint8_t>* out, const std::string& verb, const Napi::Object& op,
-                uint32_t seq, const Napi::Value& exprBytes, PreviousExprs* previous, uint32_t hint,
-                RulePlace* place, uint32_t index, ExprIds* ids) {
+                uint32_t seq, const Napi::Value& exprBytes, Hints* hints, RulePlace* place, uint32_t index) {
   // The hint holds only where the place is the op's just before (else every field is read).
-  const bool samePlace = (hint & kHintSamePlace) != 0 && place->Follows(index);
+  const bool samePlace = hints->SamePlace(index) && place->Follows(index);
+  // No field placing it but its chain (kHintPlain): those fields are not read.
+  const bool plain = samePlace || hints->Plain(index);
   uint16_t family = samePlace ? place->family : FamilyOf(op);
   uint16_t type = NFT_MSG_NEWRULE, flags = NLM_F_ACK;
   if (verb == "add") flags |= NLM_F_CREATE | NLM_F_APPEND;  // after `position`, or at the end
@@ -466,15 +434,15 @@ void EncodeRule(std::vector<uint8_t>* out, const std::string& verb, const Napi::
   else if (verb == "delete") type = NFT_MSG_DELRULE;
   else throw Napi::TypeError::New(op.Env(), "rules take add, insert, replace or delete, not '" + verb + "'");
 
-  // Each field read once. A hinted op has none but its expressions and userdata (EncodeHints).
+  // Each field read once; of a plain op, only its place, expressions and userdata (encodeHints).
   Napi::Value chainV, handleV, positionV, idV, positionIdV, compatV, chainIdV;
-  if (!samePlace) handleV = Prop(op, "handle");
+  if (!plain) handleV = Prop(op, "handle");
   if ((verb == "replace" || verb == "delete") && !Present(handleV)) {
     throw Napi::TypeError::New(op.Env(), verb + " rule needs a 'handle'");
   }
   std::string table = samePlace ? place->table : Str(op, "table");
-  if (!samePlace) {
-    chainV = Prop(op, "chain");
+  if (!samePlace) chainV = Prop(op, "chain");
+  if (!plain) {
     positionV = Prop(op, "position");
     idV = Prop(op, "id");
     positionIdV = Prop(op, "positionId");
@@ -522,7 +490,7 @@ void EncodeRule(std::vector<uint8_t>* out, const std::string& verb, const Napi::
     } else if (type == NFT_MSG_NEWRULE) {
       Napi::Value exprs = Prop(op, "exprs");
       if (!exprs.IsArray()) throw Napi::TypeError::New(op.Env(), "'exprs' must be an array");
-      PutExpressions(nlh, exprs.As<Napi::Array>(), previous, hint & ~kHintSamePlace, index, ids);
+      PutExpressions(nlh, exprs.As<Napi::Array>(), hints, index);
     }
   } catch (...) {
     nftnl_rule_free(r);
@@ -908,7 +876,7 @@ std::string DigestOfRuleMessage(const uint8_t* msg, bool anonymousSetsUnnamed = 
 
 void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneration,
                  uint32_t generation, EncodedBatch* out, Napi::Value exprBytes, bool digests,
-                 Napi::Value hints, Napi::Value exprIds) {
+                 Napi::Value hints) {
   out->bytes.clear();
   out->messageOp.clear();
   out->wantDigests = digests;
@@ -927,24 +895,10 @@ void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneratio
   constexpr uint32_t kOpsPerScope = 256;
   std::optional<Napi::HandleScope> scope;
   std::optional<Keys> keys;
-  PreviousExprs previous;
   RulePlace place;
-  // EncodeHints' word per op, when given for exactly these ops (else none: every field is read).
-  const uint32_t* hint = nullptr;
-  if (hints.IsTypedArray() && hints.As<Napi::TypedArray>().TypedArrayType() == napi_uint32_array &&
-      hints.As<Napi::Uint32Array>().ElementLength() == ops.Length()) {
-    hint = hints.As<Napi::Uint32Array>().Data();
-  }
-  ExprIds ids;
-  if (exprIds.IsTypedArray() && exprIds.As<Napi::TypedArray>().TypedArrayType() == napi_uint32_array &&
-      exprIds.As<Napi::Uint32Array>().ElementLength() >= ops.Length()) {
-    ids.words = exprIds.As<Napi::Uint32Array>().Data();
-    ids.length = exprIds.As<Napi::Uint32Array>().ElementLength();
-    ids.ops = ops.Length();
-  }
+  Hints hint(hints, ops.Length());
   for (uint32_t i = 0; i < ops.Length(); i++) {
     if (i % kOpsPerScope == 0) {
-      previous.Clear();  // its handles go with the scope
       keys.reset();
       scope.reset();
       scope.emplace(env);
@@ -955,10 +909,9 @@ void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneratio
       Napi::Value v = ops.Get(i);
       if (!v.IsObject()) throw Napi::TypeError::New(env, "an operation must be an object");
       Napi::Object op = v.As<Napi::Object>();
-      const uint32_t h = hint != nullptr ? hint[i] : 0;
-      // A rule added at the end of the chain the rule op before it went to (EncodeHints): its verb
+      // A rule added at the end of the chain the rule op before it went to (encodeHints): its verb
       // and object are known.
-      const bool samePlace = (h & kHintSamePlace) != 0 && place.Follows(i);
+      const bool samePlace = hint.SamePlace(i) && place.Follows(i);
       std::string verb = samePlace ? std::string("add") : Str(op, "verb");
       std::string object = samePlace ? std::string("rule") : Str(op, "object");
       if (object == "table") EncodeTable(&out->bytes, verb, op, next);
@@ -966,7 +919,7 @@ void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneratio
       else if (object == "rule") {
         Napi::Value pre = exprBytes.IsArray() ? exprBytes.As<Napi::Array>().Get(i) : Napi::Value();
         size_t at = out->bytes.size();
-        EncodeRule(&out->bytes, verb, op, next, pre, &previous, h, &place, i, &ids);
+        EncodeRule(&out->bytes, verb, op, next, pre, &hint, &place, i);
         if (digests && verb != "delete") out->toDigest.emplace_back(i, at);
       }
       else if (object == "set") messages = EncodeSet(&out->bytes, verb, op, next);

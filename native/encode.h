@@ -33,22 +33,18 @@ struct EncodedBatch {
 // `exprBytes`, when an array, holds per op index either a Buffer from EncodeExpressions (that
 // op's exprs, encoded before) or nothing (encode them now). With `digests`, the rules to digest
 // are noted (EncodedBatch::toDigest) for DigestEncodedRules.
-// `hints`, when a Uint32Array of one word per op (src/netlink/socket.ts, encodeHints), says what
-// an op shares with the op just before it, so that it is not read again through N-API: bit i
-// (i < kHintedExprs) that its exprs[i] is the very object the op before had at i;
-// kHintSamePlace that it is a rule added at the end of the same chain of the same table and
-// family as the rule op before it, with no field but its expressions and userdata. A hint is
-// taken only where the op before was encoded as a rule op in this call; the bytes are the same
-// with or without hints.
-// `exprIds`, when a Uint32Array (socket.ts, encodeExprIds): one word per op, the index in it where
-// that op's expression ids start (less than the op count: none), then the ids, each naming one
-// expression object of the batch (0: none); an expression whose id was encoded before in the call
-// is copied, not read.
-constexpr uint32_t kHintedExprs = 31;
+// `hints`, when a Uint32Array of at least one word per op (src/netlink/socket.ts, encodeHints),
+// says what need not be read through N-API. An op's word: kHintPlain, that it is a rule op with
+// no field but its verb, object, family, table, chain, expressions and userdata; kHintSamePlace,
+// that it is moreover a rule added at the end of the same chain of the same table and family as
+// the rule op before it (taken only where the op before was encoded as a rule op in this call);
+// the other bits, where in the array its expressions' ids start (less than the op count: none). An id names one expression object of the batch (0: none); an expression whose
+// id was encoded before in the call is copied, not read. The bytes are the same with or without hints.
 constexpr uint32_t kHintSamePlace = 1u << 31;
+constexpr uint32_t kHintPlain = 1u << 30;
 void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneration,
                  uint32_t generation, EncodedBatch* out, Napi::Value exprBytes = Napi::Value(),
-                 bool digests = false, Napi::Value hints = Napi::Value(), Napi::Value exprIds = Napi::Value());
+                 bool digests = false, Napi::Value hints = Napi::Value());
 
 // Fills out->digests (and unnamed) for the rules EncodeBatch noted, from the bytes encoded for
 // them. It reads only the rules' attributes, never a message header: it may run on the JS thread

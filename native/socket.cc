@@ -320,7 +320,7 @@ Napi::Value NftSocket::Dump(const Napi::CallbackInfo& info) {
   return StartDump(env, this, info.This().As<Napi::Object>(), req);
 }
 
-// The commit of `info`'s batch (ops, generation?, echo?, exprBytes?, digests?, hints?, exprIds?), encoded.
+// The commit of `info`'s batch (ops, generation?, echo?, exprBytes?, digests?, hints?), encoded.
 std::unique_ptr<CommitRun> NftSocket::PrepareCommit(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   ThrowIfClosed(env, "commit");
@@ -334,7 +334,7 @@ std::unique_ptr<CommitRun> NftSocket::PrepareCommit(const Napi::CallbackInfo& in
   // placeholder base and renumber there.
   bool digests = info.Length() > 4 && info[4].ToBoolean().Value();
   EncodeBatch(env, ops, 0, hasGen, gen, batch.get(), info.Length() > 3 ? info[3] : Napi::Value(), digests,
-              info.Length() > 5 ? info[5] : Napi::Value(), info.Length() > 6 ? info[6] : Napi::Value());
+              info.Length() > 5 ? info[5] : Napi::Value());
   bool echo = info.Length() > 2 && info[2].ToBoolean().Value();
   return std::make_unique<CommitRun>(this, std::move(batch), echo);
 }

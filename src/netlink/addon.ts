@@ -44,14 +44,13 @@ export interface NativeSocket {
    * digests, held: per op index, the digest of the rule the kernel echoed for it; unnamed: per op
    * index, a sent rule's digest with its anonymous sets unnamed (CommitResult.unnamed). echoCut: the
    * batch committed but the kernel dropped echoes (a full receive buffer): no handles. hints: what
-   * each op shares with the one before it (socket.ts, encodeHints), exprIds: its expression objects by
-   * id (encodeExprIds); an addon built before ignores them.
+   * the encoder need not read again (socket.ts, encodeHints); an addon built before ignores them.
    */
   commit(ops: readonly unknown[], generation?: number, echo?: boolean,
-    exprBytes?: readonly (Buffer | undefined)[], digests?: boolean, hints?: Uint32Array, exprIds?: Uint32Array): Promise<void | NativeCommitResult>;
+    exprBytes?: readonly (Buffer | undefined)[], digests?: boolean, hints?: Uint32Array): Promise<void | NativeCommitResult>;
   /** commit() of a small batch on this thread, or false (not small, or the socket busy): nothing sent. Absent from an older addon. */
   commitNow?(ops: readonly unknown[], generation?: number, echo?: boolean,
-    exprBytes?: readonly (Buffer | undefined)[], digests?: boolean, hints?: Uint32Array, exprIds?: Uint32Array): void | NativeCommitResult | false;
+    exprBytes?: readonly (Buffer | undefined)[], digests?: boolean, hints?: Uint32Array): void | NativeCommitResult | false;
 }
 
 export interface NativeMonitor {

@@ -8,7 +8,7 @@
 import { COLLECT_BEFORE_OPS, collectGarbage } from '../base/heap.js';
 import { DumpInterruptedError, GenerationMismatchError, NetlinkError, PrivilegeError, SocketClosedError } from '../base/errors.js';
 import { Batch } from './batch.js';
-import { describeOp, type Op } from './ops.js';
+import { describeOp, type BoundRuleOp, type Op, type RuleOp } from './ops.js';
 import { validateOp } from './validate.js';
 import type { Expr, Family } from './expr.js';
 import { loadAddon, type Addon, type NativeCommitResult, type NativeSocket } from './addon.js';
@@ -181,7 +181,7 @@ export class NftSocket implements NftConn {
     let r;
     try {
       r = await this.native.commit(ops, gen, options.echo === true, ops.length <= PREENCODE_UP_TO ? preencoded(ops) : undefined,
-        options.digests === true, encodeHints(ops), ops.length > PREENCODE_UP_TO ? encodeExprIds(ops) : undefined);
+        options.digests === true, encodeHints(ops));
     } catch (e) {
       throw refine(e, ops, gen);
     }
@@ -198,7 +198,7 @@ export class NftSocket implements NftConn {
     let r;
     try {
       r = native.commitNow(ops, gen, options.echo === true, ops.length <= PREENCODE_UP_TO ? preencoded(ops) : undefined,
-        options.digests === true, encodeHints(ops), ops.length > PREENCODE_UP_TO ? encodeExprIds(ops) : undefined);
+        options.digests === true, encodeHints(ops));
     } catch (e) {
       throw refine(e, ops, gen);
     }
@@ -271,68 +271,85 @@ export function preencoded(ops: readonly Op[]): (Buffer | undefined)[] | undefin
   return out;
 }
 
-/** encodeHints' bit for a rule added at the end of the same chain as the rule op before it (native/encode.h). */
-const SAME_PLACE = 0x8000_0000;
-/** The expressions an op's hint word names by index (bits 0-30; native/encode.h). */
-const HINTED_EXPRS = 31;
+/**
+ * encodeHints' bits of an op's word (native/encode.h): PLAIN, a rule op with none of the fields
+ * AT_SAME_PLACE calls 'absent'; SAME_PLACE, a plain rule added at the end of the chain the rule op
+ * before it went to. The other bits: where the op's expression ids start.
+ */
+const SAME_PLACE = 0x8000_0000, PLAIN = 0x4000_0000, IDS_AT = 0x3fff_ffff;
 
 /**
- * Per op, what it shares with the op just before it, for the addon's encoder (native/encode.h,
- * EncodeBatch's hints), which then does not read it again through N-API: bit i, that its exprs[i]
- * is the very object the op before had at i; SAME_PLACE, that it is a rule added at the end of the
- * same chain of the same table and family as the rule op before it, with no other field than its
- * expressions and userdata. A plan's install is a run of such rules sharing most of their
- * expressions (src/model/compact.ts), and their fields one by one were most of its encoding.
+ * Each field of a rule op, by what a rule added at SAME_PLACE may hold of it: 'place', equal to the
+ * op before's (the encoder takes it from there); 'read', anything (the encoder reads it all the
+ * same); 'unread', anything (no encoder reads it); 'absent', nothing (the encoder does not read it
+ * for such a rule). Typed over every field of a rule op: a field added to one must be placed here.
  */
-export function encodeHints(ops: readonly Op[]): Uint32Array | undefined {
-  if (ops.length < 2) return undefined;
-  const out = new Uint32Array(ops.length);
-  for (let k = 1; k < ops.length; k++) {
-    const op = ops[k]!, prev = ops[k - 1]!;
-    if (op.object !== 'rule' || prev.object !== 'rule' || op.verb === 'delete' || prev.verb === 'delete') continue;
-    let h = 0;
-    if (op.verb === 'add' && op.chain !== undefined && op.chain === prev.chain && op.table === prev.table && op.family === prev.family &&
-      op.handle === undefined && op.position === undefined && op.id === undefined && op.positionId === undefined &&
-      op.compat === undefined && (op as { chainId?: number }).chainId === undefined) h = SAME_PLACE;
-    const a = op.exprs, b = prev.exprs;
-    if (Array.isArray(a) && Array.isArray(b)) {
-      const n = Math.min(a.length, b.length, HINTED_EXPRS);
-      for (let i = 0; i < n; i++) if (a[i] === b[i]) h |= 1 << i;
-    }
-    out[k] = h;
-  }
-  return out;
+export const AT_SAME_PLACE: Readonly<Record<keyof RuleOp | keyof BoundRuleOp, 'place' | 'read' | 'unread' | 'absent'>> = {
+  verb: 'place', object: 'place', family: 'place', table: 'place', chain: 'place',
+  exprs: 'read', userdata: 'read', digest: 'unread',
+  handle: 'absent', position: 'absent', id: 'absent', positionId: 'absent', chainId: 'absent', compat: 'absent',
+};
+const ABSENT = (Object.keys(AT_SAME_PLACE) as (keyof typeof AT_SAME_PLACE)[]).filter((k) => AT_SAME_PLACE[k] === 'absent');
+
+type ListedOp = RuleOp | BoundRuleOp;
+const listed = (op: Op): op is ListedOp => op.object === 'rule' && op.verb !== 'delete';
+
+/** `op` has none of the fields that place a rule otherwise than at the end or the start of its chain by name (nor compat). */
+function plain(op: ListedOp): boolean {
+  for (let f = 0; f < ABSENT.length; f++) if ((op as Partial<Record<string, unknown>>)[ABSENT[f]!] !== undefined) return false;
+  return true;
 }
 
+/** A plain `op` is a rule added at the end of the chain the rule op `prev` went to. */
+const atSamePlace = (op: ListedOp, prev: ListedOp): boolean =>
+  op.verb === 'add' && op.chain !== undefined && op.chain === prev.chain && op.table === prev.table && op.family === prev.family;
+
 /**
- * The expression objects of a batch's rules by id, for the addon's encoder (native/encode.h,
- * EncodeBatch's exprIds), which encodes each once and copies it where it is met again: the
- * keeper's desired rules share identical expressions across chains (src/model/compact.ts), and in
- * a table of many small chains (kube-proxy's) a rule seldom shares them with the op just before
- * it. One word per op: where its ids start (none for other ops), then per expression its id, 0
- * for one the op before had at the same place (encodeHints says so).
+ * What the addon's encoder (native/encode.h, EncodeBatch's hints) need not read through N-API, one
+ * word per op, then ids: PLAIN, that a rule op has none of the fields AT_SAME_PLACE calls 'absent'
+ * (most have none; each read of a missing field costs as much as of a present one); SAME_PLACE,
+ * that the plain op is a rule added where the rule op before it went (atSamePlace), whose verb,
+ * object, family, table and chain it then takes from there; and for a rule op with expressions,
+ * where in the array their ids start. An id names one expression object
+ * of the batch, by identity: the encoder encodes the first expression of an id and copies its bytes
+ * wherever the id comes again. The keeper's desired rules share identical expressions (one frozen
+ * object, src/model/compact.ts), with the rule before them in a long chain and across chains in a
+ * table of many small ones (kube-proxy's), and their fields one by one were most of an install's encoding.
  */
-export function encodeExprIds(ops: readonly Op[]): Uint32Array | undefined {
-  const listed = (op: Op | undefined): readonly Expr[] | undefined =>
-    op !== undefined && op.object === 'rule' && op.verb !== 'delete' && Array.isArray(op.exprs) ? op.exprs : undefined;
+export function encodeHints(ops: readonly Op[]): Uint32Array {
   let n = 0;
-  for (let k = 0; k < ops.length; k++) n += listed(ops[k])?.length ?? 0;
-  if (n === 0) return undefined;
+  for (let k = 0; k < ops.length; k++) {
+    const op = ops[k]!;
+    if (listed(op) && Array.isArray(op.exprs)) n += op.exprs.length;
+  }
   const out = new Uint32Array(ops.length + n);
   const ids = new Map<Expr, number>();
   let at = ops.length;
+  // The rule op just before, and where its ids are (-1: none; its expressions at the same place have them).
+  let prev: ListedOp | undefined, prevAt = -1;
   for (let k = 0; k < ops.length; k++) {
-    const a = listed(ops[k]);
-    if (a === undefined) continue;
-    out[k] = at;
-    const b = k > 0 ? listed(ops[k - 1]) : undefined;
-    for (let i = 0; i < a.length; i++, at++) {
-      const e = a[i]!;
-      if (b !== undefined && i < HINTED_EXPRS && b[i] === e) continue;
-      let id = ids.get(e);
-      if (id === undefined) ids.set(e, id = ids.size + 1);
-      out[at] = id;
+    const op = ops[k]!;
+    if (!listed(op)) {
+      prev = undefined;
+      prevAt = -1;
+      continue;
     }
+    let word = !plain(op) ? 0 : prev !== undefined && atSamePlace(op, prev) ? SAME_PLACE | PLAIN : PLAIN;
+    const a = op.exprs;
+    if (Array.isArray(a) && at <= IDS_AT) {
+      word |= at;
+      const b = prev !== undefined && prevAt >= 0 ? prev.exprs : undefined;
+      for (let i = 0; i < a.length; i++) {
+        const e = a[i]!;
+        let id = b !== undefined && i < b.length && b[i] === e ? out[prevAt + i]! : ids.get(e);
+        if (id === undefined) ids.set(e, id = ids.size + 1);
+        out[at + i] = id;
+      }
+      prevAt = at;
+      at += a.length;
+    } else prevAt = -1;
+    out[k] = word;
+    prev = op;
   }
   return out;
 }

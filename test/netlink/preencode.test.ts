@@ -1,15 +1,15 @@
 /**
- * A big batch encodes an expression object the previous rule had at the same place once (native
- * encode.cc, PreviousExprs): every rule the kernel then holds must be the one its expressions say,
+ * A big batch encodes an expression object it holds more than once once (native encode.cc,
+ * Hints): every rule the kernel then holds must be the one its expressions say,
  * whether its expressions are its predecessor's objects, equal copies, or the same objects at
  * other places, across the encoder's handle scopes, and an error still names the op and the
  * expression.
  *
- * A commit hands the encoder, per op, what it shares with the op before it (socket.ts, encodeHints:
- * a rule added where the rule before it went, expressions that are its very objects) and an id per
- * expression object (encodeExprIds), which it then does not read again: the kernel must hold the same rules, with the same digests of what was sent,
- * as from the same ops without hints, across tables and chains of the same name, ops in between,
- * rules placed by id, and the encoder's handle scopes.
+ * A commit hands the encoder what it need not read again (socket.ts, encodeHints): per op, that it
+ * is a rule added where the rule before it went, and an id per expression object of the batch: the
+ * kernel must hold the same rules, with the same digests of what was sent, as from the same ops
+ * without hints, across tables and chains of the same name, ops in between, rules placed by id,
+ * and the encoder's handle scopes; hints that do not fit the ops are not taken.
  *
  * A small commit takes a frozen rule's expressions encoded once (socket.ts, encodeExprs): the rule
  * the kernel then holds must be the one the expressions say, the first time (encoded and cached)
@@ -20,7 +20,7 @@ import { describe, expect, it } from 'vitest';
 import { Batch, open } from '../../src/index.js';
 import { loadAddon } from '../../src/netlink/addon.js';
 import type { Op } from '../../src/netlink/ops.js';
-import { encodeExprIds, encodeHints } from '../../src/netlink/socket.js';
+import { AT_SAME_PLACE, encodeHints } from '../../src/netlink/socket.js';
 import type { Expr } from '../../src/netlink/expr.js';
 import { compileRule, ruleKey } from '../../src/rules/index.js';
 import { withNetns } from '../helpers/netns.js';
@@ -117,16 +117,24 @@ add rule ip t c ip saddr 10.0.0.3 return`);
           const exprs = i % 17 === 0 ? own : own.map((e) => (e.kind === 'counter' ? counter : shared.find((x) => JSON.stringify(x) === JSON.stringify(e)) ?? e));
           const op: Op = { verb: 'add', object: 'rule', family: 'ip', table, chain, exprs, ...(i % 5 === 0 ? { userdata: '0102' } : {}) };
           if (i % 31 === 7) Object.assign(op, { id: 1000 + i });
-          if (i % 31 === 8) Object.assign(op, { positionId: 1000 + i - 1 });
+          // After a rule some way back in its chain (not at the end, where a rule without it would go too).
+          if (i % 31 === 8 || (i % 31 === 20 && Math.floor((i - 13) / 90) === Math.floor(i / 90))) Object.assign(op, { positionId: 1000 + i - (i % 31 === 8 ? 1 : 13) });
           if (i % 43 === 11) op.verb = 'insert';
           ops.push(op);
           // Something else between two rules now and then.
-          if (i % 97 === 50) ops.push({ verb: 'add', object: 'set', family: 'ip', table, name: `s${i}`, keyType: 7, keyLen: 4, flags: 0 });
+          // (also where the next rule goes to another chain than this one).
+          if (i % 97 === 50 || i % 90 === 89) ops.push({ verb: 'add', object: 'set', family: 'ip', table, name: `s${i}`, keyType: 7, keyLen: 4, flags: 0 });
         }
-        const hints = encodeHints(ops)!;
-        // The hints this test is about are there: most rules go where the one before went.
-        expect(hints.filter((h) => (h & 0x8000_0000) !== 0).length).toBeGreaterThan(500);
-        expect(hints.filter((h) => (h & 0x7fff_ffff) !== 0).length).toBeGreaterThan(500);
+        const hints = encodeHints(ops);
+        // The hints this test is about are there: most rules go where the one before went, and
+        // expression objects come again further on (the shared verdict and loads across the chains).
+        const words = hints.subarray(0, ops.length), named = hints.subarray(ops.length);
+        expect(words.filter((h) => (h & 0x8000_0000) !== 0).length).toBeGreaterThan(500);
+        // and most of the others have no field but their chain (placed by id, or inserted, not).
+        expect(words.filter((h) => (h & 0xc000_0000) === 0x4000_0000).length).toBeGreaterThan(20);
+        expect(words.filter((h, k) => (h & 0x4000_0000) === 0 && ops[k]!.object === 'rule').length).toBeGreaterThan(20);
+        expect(named.length - new Set(named).size).toBeGreaterThan(2000);
+        expect(named.includes(0)).toBe(false);
         const installed = async () => {
           const out: string[] = [];
           for (const [table, chain] of places) {
@@ -134,62 +142,94 @@ add rule ip t c ip saddr 10.0.0.3 return`);
           }
           return out;
         };
-        // Expression objects met again further on (the shared verdict and loads across the chains) by id.
-        const ids = encodeExprIds(ops)!;
-        const named = ids.subarray(ops.length).filter((x) => x !== 0);
-        expect(named.length - new Set(named).size).toBeGreaterThan(100);
-        const hinted = await s.nativeSocket.commit(ops, undefined, false, undefined, true, hints, ids);
+        const hinted = await s.nativeSocket.commit(ops, undefined, false, undefined, true, hints);
         const withHints = await installed();
         ns.nft('flush ruleset');
         const plain = await s.nativeSocket.commit(ops, undefined, false, undefined, true);
         expect(await installed()).toEqual(withHints);
         expect(withHints).toHaveLength(700);
+        // (a rule placed after one some way back went there: its place was read)
+        const line = (text: string) => withHints.findIndex((l) => l.startsWith(`t1 c ${ruleKey({ exprs: exprsOf(text) })} `));
+        expect(line('ip saddr 10.2.0.7 tcp dport 8 accept')).toBeGreaterThanOrEqual(0);
+        expect(line('ip saddr 10.2.0.20 tcp dport 21 counter accept')).toBe(line('ip saddr 10.2.0.7 tcp dport 8 accept') + 1);
         expect(hinted && hinted.digests).toEqual(plain && plain.digests);
         expect((plain && plain.digests)!.filter((d) => d !== '').length).toBe(700);
-        // Hints for other ops than these (a wrong length) are not taken, nor hints for an op whose op before
-        // was not a rule (the first op, a chain after a table, a rule after a set): there is nothing to take.
-        ns.nft('flush ruleset');
-        await s.nativeSocket.commit(ops, undefined, false, undefined, false, new Uint32Array(ops.length - 1).fill(0xffff_ffff));
-        expect(await installed()).toEqual(withHints);
-        ns.nft('flush ruleset');
-        const junk = new Uint32Array(ops.length).map((_, k) => (k === 0 || ops[k - 1]!.object !== 'rule' ? 0xffff_ffff : 0));
-        expect(junk.filter((h) => h !== 0).length).toBeGreaterThan(5);
-        await s.nativeSocket.commit(ops, undefined, false, undefined, false, junk);
-        expect(await installed()).toEqual(withHints);
-        // Ids alone (no hints), and ids whose offsets point outside the array, which are not taken.
-        ns.nft('flush ruleset');
-        expect(await s.nativeSocket.commit(ops, undefined, false, undefined, true, undefined, ids)).toEqual(plain);
-        expect(await installed()).toEqual(withHints);
-        ns.nft('flush ruleset');
-        const outside = ids.slice();
-        for (let k = 0; k < ops.length; k++) if (outside[k]! !== 0) outside[k] = ids.length;
-        await s.nativeSocket.commit(ops, undefined, false, undefined, false, undefined, outside);
-        expect(await installed()).toEqual(withHints);
+        // Hints that do not fit these ops are not taken: fewer words than ops; a rule's place where the
+        // op before was not a rule (the first op, a chain after a table, a rule after a set), ids
+        // starting past the array's end or inside its words, ids past any the array can name.
+        const junk: Uint32Array[] = [new Uint32Array(ops.length - 1).fill(0xffff_ffff)];
+        junk.push(hints.map((x, k) => (k < ops.length && (k === 0 || ops[k - 1]!.object !== 'rule') ? x | 0x8000_0000 : x)));
+        expect(junk[1]!.filter((h, k) => h !== hints[k]).length).toBeGreaterThan(5);
+        junk.push(hints.map((x, k) => (k < ops.length && (x & 0x3fff_ffff) !== 0 ? (x & 0xc000_0000) | hints.length : x)));
+        junk.push(hints.map((x, k) => (k < ops.length && (x & 0x3fff_ffff) !== 0 ? (x & 0xc000_0000) | 1 : x)));
+        junk.push(hints.map((x, k) => (k < ops.length ? x : x + hints.length)));
+        // (ids starting inside the words, where the words of the ops before the first rule look like ids)
+        const first = ops.findIndex((op) => op.object === 'rule');
+        junk.push(hints.map((x, k) => (k >= ops.length ? x : k < first ? 5 : ops[k]!.object === 'rule' ? (x & 0xc000_0000) | 1 : x)));
+        for (const j of junk) {
+          ns.nft('flush ruleset');
+          expect(await s.nativeSocket.commit(ops, undefined, false, undefined, true, j)).toEqual(plain);
+          expect(await installed()).toEqual(withHints);
+        }
       } finally {
         s.close();
       }
     }, 'hints');
   });
 
-  it('encodeHints: a rule added where the rule op before it went, and the expressions it shares with it by identity', () => {
+  it('encodeHints: a rule added where the rule op before it went, and an id per expression object of the batch', () => {
     const a = exprsOf('ip saddr 10.0.0.1 accept'), b = exprsOf('ip saddr 10.0.0.1 accept');
     const rule = (o: Partial<Op> & object): Op => ({ verb: 'add', object: 'rule', ...at, exprs: a, ...o }) as Op;
-    const word = (prev: Op, op: Op) => encodeHints([prev, op])![1]! >>> 0;
-    const all = (1 << a.length) - 1;
-    expect(word(rule({}), rule({}))).toBe((0x8000_0000 | all) >>> 0);
-    expect(word(rule({}), rule({ exprs: b }))).toBe(0x8000_0000);
-    expect(word(rule({}), rule({ exprs: [a[0]!, b[1]!, a[2]!] }))).toBe((0x8000_0000 | 0b101) >>> 0);
-    // Elsewhere, or placed, or not an add: its expressions only.
+    const samePlace = (prev: Op, op: Op) => (encodeHints([prev, op])[1]! & 0x8000_0000) !== 0;
+    const plain = (prev: Op, op: Op) => (encodeHints([prev, op])[1]! & 0x4000_0000) !== 0;
+    // The ids of each op's expressions, [] for an op without.
+    const idsOf = (ops: Op[]) => {
+      const h = encodeHints(ops);
+      return ops.map((op, k) => {
+        const from = h[k]! & 0x3fff_ffff, n = op.object === 'rule' && Array.isArray(op.exprs) ? op.exprs.length : 0;
+        return from === 0 ? [] : [...h.subarray(from, from + n)];
+      });
+    };
+    expect(samePlace(rule({}), rule({}))).toBe(true);
+    expect(samePlace(rule({}), rule({ exprs: b, userdata: '01', digest: 'x' } as Partial<Op>))).toBe(true);
+    expect(plain(rule({}), rule({}))).toBe(true);
+    // Another chain, or inserted: plain all the same; placed otherwise, not.
+    for (const o of [{ table: 'u' }, { chain: 'd' }, { family: 'inet' }, { verb: 'insert' }] as Partial<Op>[]) expect(plain(rule({}), rule(o))).toBe(true);
+    for (const o of [{ handle: 5 }, { position: 5 }, { id: 1 }, { positionId: 1 }, { compat: { proto: 6 } }, { verb: 'replace', handle: 5 }] as Partial<Op>[]) {
+      expect(plain(rule({}), rule(o))).toBe(false);
+    }
+    // Elsewhere, or placed, or not an add, or across a delete or another object.
     for (const o of [{ table: 'u' }, { chain: 'd' }, { family: 'inet' }, { handle: 5 }, { position: 5 }, { id: 1 }, { positionId: 1 },
       { compat: { proto: 6 } }, { verb: 'insert' }, { verb: 'replace', handle: 5 }] as Partial<Op>[]) {
-      expect(word(rule({}), rule(o))).toBe(all);
+      expect(samePlace(rule({}), rule(o))).toBe(false);
     }
-    expect(word(rule({ chain: undefined, chainId: 3 } as never), rule({ chain: undefined, chainId: 3 } as never))).toBe(all);
-    // Nothing across a delete or another object, and nothing for the first op or a lone one.
-    expect(word(rule({ verb: 'delete', handle: 5 }), rule({}))).toBe(0);
-    expect(word(rule({}), rule({ verb: 'delete', handle: 5 }))).toBe(0);
-    expect(word({ verb: 'add', object: 'table', family: 'ip', name: 't' }, rule({}))).toBe(0);
-    expect(encodeHints([rule({})])).toBeUndefined();
+    expect(samePlace(rule({ chain: undefined, chainId: 3 } as never), rule({ chain: undefined, chainId: 3 } as never))).toBe(false);
+    expect(samePlace(rule({ verb: 'delete', handle: 5 }), rule({}))).toBe(false);
+    expect(samePlace({ verb: 'add', object: 'table', family: 'ip', name: 't' }, rule({}))).toBe(false);
+    expect(encodeHints([rule({})])[0]).toBe((0x4000_0000 | 1) >>> 0);
+    expect(plain(rule({}), rule({ verb: 'delete', handle: 5 }))).toBe(false);
+    // The same object, the same id, next to the op before or further on; an equal copy, its own.
+    const [x, y, z] = a, [, y2] = b;
+    expect(idsOf([rule({}), rule({ exprs: b }), rule({ exprs: [x!, y2!, z!] }), rule({ verb: 'delete', handle: 5 }),
+      { verb: 'add', object: 'table', family: 'ip', name: 't' }, rule({ exprs: [z!, x!] })]))
+      .toEqual([[1, 2, 3], [4, 5, 6], [1, 5, 3], [], [], [3, 1]]);
+  });
+
+  it('a rule at the same place may hold only the fields the encoder then reads, and every field of a rule op is judged', () => {
+    // Per field, a value other than the rule before's, whether a rule holding it may take that rule's
+    // place, and whether it is still plain (its other fields not read): typed over every field, so
+    // that a new field of a rule op must be judged here too.
+    const other: Record<keyof typeof AT_SAME_PLACE, [unknown, boolean, boolean]> = {
+      verb: ['insert', false, true], object: ['chain', false, false], family: ['inet', false, true], table: ['u', false, true], chain: ['d', false, true],
+      exprs: [exprsOf('ip saddr 10.0.0.2 drop'), true, true], userdata: ['0102', true, true], digest: ['ab', true, true],
+      handle: [5, false, false], position: [5, false, false], id: [1, false, false], positionId: [1, false, false], chainId: [3, false, false],
+      compat: [{ proto: 6 }, false, false],
+    };
+    const base: Op = { verb: 'add', object: 'rule', ...at, exprs: exprsOf('ip saddr 10.0.0.1 accept') };
+    for (const [field, [value, may, bare]] of Object.entries(other)) {
+      const word = encodeHints([base, { ...base, [field]: value } as Op])[1]!;
+      expect([field, (word & 0x8000_0000) !== 0, (word & 0x4000_0000) !== 0]).toEqual([field, may, bare]);
+    }
   });
 
   it('encodeExprs gives the same bytes for equal expressions and refuses what the encoder refuses', () => {
