@@ -192,13 +192,16 @@ if (major < 22) {
       try {
         writeFileSync(tmp, checked(() => script.createCachedData()), { mode: 0o644 });
         renameSync(tmp, `${mine}/${name}`);
-        // An earlier build's entry for this command and this Node, once it is a day old: two
-        // builds in use side by side (two installs, a before/after benchmark) would otherwise
+        // Another entry for this command, once it is a day old: an earlier build's, or one another
+        // Node wrote (an upgraded Node never reads its old one again). Not sooner: two builds or
+        // two Nodes in use side by side (two installs, a before/after benchmark) would otherwise
         // remove each other's at every run, and each run would compile and write its own again.
+        // Only names this code writes: the directory may be Node's own compile cache too.
         const old = Date.now() - 86_400_000;
+        const ours = /^v\d+\.\d+\.\d+-[a-z0-9]+-[0-9a-f]+-([a-z]+)$/;
         for (const e of readdirSync(mine)) {
-          if (e !== name && e.startsWith(`${process.version}-${process.arch}-`) && e.endsWith(`-${tag}`) &&
-            (statSync(`${mine}/${e}`, { throwIfNoEntry: false })?.mtimeMs ?? Infinity) < old) rmSync(`${mine}/${e}`, { force: true });
+          if (e !== name && ours.exec(e)?.[1] === tag &&
+            (lstatSync(`${mine}/${e}`, { throwIfNoEntry: false })?.mtimeMs ?? Infinity) < old) rmSync(`${mine}/${e}`, { force: true });
         }
       } catch {
         try {
