@@ -64,7 +64,9 @@ if (major < 22) {
     // threads while the process was nearly done (Maglev's quicker code stays). The daemon keeps
     // it, and so does export, whose rendering grows with the kernel's table, not with a config;
     // the commands that compile no config (status, events, owner, reload) have nothing for it to
-    // compile, and set no flag (below).
+    // compile, and set no flag (below). validate and check keep both flags: a large config is where
+    // they pay, and a small one's run is no slower under them (setting them, node:v8, is paid
+    // for the code cache's checksum flag below anyway).
     flags.push('--no-turbofan');
   }
   if (flags.length > 0) {
@@ -78,6 +80,8 @@ if (major < 22) {
     require('node:module');
     require('node:vm');
     void import.meta.url;
+    // (node:v8 is the one public way to set a V8 flag at run time, and it loads Node's stream
+    // modules with it.)
     const v8 = require('node:v8');
     for (const f of flags) v8.setFlagsFromString(f);
   }
