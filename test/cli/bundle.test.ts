@@ -195,13 +195,13 @@ describe('the bundled daemon', () => {
     // another command's and a name this code does not write (Node's own compile cache shares the
     // variable) stay.
     const otherNode = (node: string, c: string, age: number) => {
-      const e = join(own, `${node}-${process.arch}-0123456789abcdef-${c}`);
+      const e = join(own, `${node}-${process.arch}-fedcba9876543210-${c}`);
       writeFileSync(e, 'an entry of another Node');
       utimesSync(e, Date.now() / 1000 - age, Date.now() / 1000 - age);
       return e;
     };
     const oldNode = otherNode('v20.19.6', 'validate', 2 * 86_400);
-    const kept = [otherNode('v22.23.5', 'validate', 3_600), otherNode('v20.19.6', 'check', 2 * 86_400), join(own, 'v20.19.6-x64-validate')];
+    const kept = [otherNode('v23.11.1', 'validate', 3_600), otherNode('v20.19.6', 'check', 2 * 86_400), join(own, 'v20.19.6-x64-validate')];
     writeFileSync(kept[2]!, 'not an entry');
     utimesSync(kept[2]!, twoDaysAgo, twoDaysAgo);
     expect(command(pkg, validate, env).used).toBe('none');
