@@ -64,7 +64,9 @@ if (major < 22) {
     // threads while the process was nearly done (Maglev's quicker code stays). The daemon keeps
     // it, and so does export, whose rendering grows with the kernel's table, not with a config;
     // the commands that compile no config (status, events, owner, reload) have nothing for it to
-    // compile, and set no flag (below).
+    // compile, and set no flag (below). validate and check keep both flags: a large config is where
+    // they pay, and a small one's run is no slower under them (setting them, node:v8, is paid
+    // for the code cache's checksum flag below anyway).
     flags.push('--no-turbofan');
   }
   if (flags.length > 0) {
@@ -78,6 +80,8 @@ if (major < 22) {
     require('node:module');
     require('node:vm');
     void import.meta.url;
+    // (node:v8 is the one public way to set a V8 flag at run time, and it loads Node's stream
+    // modules with it.)
     const v8 = require('node:v8');
     for (const f of flags) v8.setFlagsFromString(f);
   }
@@ -192,13 +196,16 @@ if (major < 22) {
       try {
         writeFileSync(tmp, checked(() => script.createCachedData()), { mode: 0o644 });
         renameSync(tmp, `${mine}/${name}`);
-        // An earlier build's entry for this command and this Node, once it is a day old: two
-        // builds in use side by side (two installs, a before/after benchmark) would otherwise
+        // Another entry for this command, once it is a day old: an earlier build's, or one another
+        // Node wrote (an upgraded Node never reads its old one again). Not sooner: two builds or
+        // two Nodes in use side by side (two installs, a before/after benchmark) would otherwise
         // remove each other's at every run, and each run would compile and write its own again.
+        // Only names this code writes: the directory may be Node's own compile cache too.
         const old = Date.now() - 86_400_000;
+        const ours = /^v\d+\.\d+\.\d+-[a-z0-9]+-[0-9a-f]+-([a-z]+)$/;
         for (const e of readdirSync(mine)) {
-          if (e !== name && e.startsWith(`${process.version}-${process.arch}-`) && e.endsWith(`-${tag}`) &&
-            (statSync(`${mine}/${e}`, { throwIfNoEntry: false })?.mtimeMs ?? Infinity) < old) rmSync(`${mine}/${e}`, { force: true });
+          if (e !== name && ours.exec(e)?.[1] === tag &&
+            (lstatSync(`${mine}/${e}`, { throwIfNoEntry: false })?.mtimeMs ?? Infinity) < old) rmSync(`${mine}/${e}`, { force: true });
         }
       } catch {
         try {

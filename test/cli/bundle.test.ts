@@ -191,8 +191,23 @@ describe('the bundled daemon', () => {
     renameSync(entry, earlier);
     const twoDaysAgo = Date.now() / 1000 - 2 * 86_400;
     utimesSync(earlier, twoDaysAgo, twoDaysAgo);
+    // Entries another Node wrote go by the same rule: this command's once a day old; a fresh one,
+    // another command's and a name this code does not write (Node's own compile cache shares the
+    // variable) stay.
+    const otherNode = (node: string, c: string, age: number) => {
+      const e = join(own, `${node}-${process.arch}-fedcba9876543210-${c}`);
+      writeFileSync(e, 'an entry of another Node');
+      utimesSync(e, Date.now() / 1000 - age, Date.now() / 1000 - age);
+      return e;
+    };
+    const oldNode = otherNode('v20.19.6', 'validate', 2 * 86_400);
+    const kept = [otherNode('v23.11.1', 'validate', 3_600), otherNode('v20.19.6', 'check', 2 * 86_400), join(own, 'v20.19.6-x64-validate')];
+    writeFileSync(kept[2]!, 'not an entry');
+    utimesSync(kept[2]!, twoDaysAgo, twoDaysAgo);
     expect(command(pkg, validate, env).used).toBe('none');
     expect(existsSync(entry) && !existsSync(earlier)).toBe(true);
+    expect(existsSync(oldNode)).toBe(false);
+    expect(kept.filter((e) => !existsSync(e))).toEqual([]);
   });
 
   it('a command with its entry compiles none of what it runs from source: V8 deserialises it', () => {
