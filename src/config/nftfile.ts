@@ -92,12 +92,6 @@ const KINDS: readonly TokKind[] = ['word', 'string', '{', '}', ';', 'nl', 'end',
 const WORD_STOP = new Uint8Array(128);
 for (const c of ' \t\r\n{};"#\\') WORD_STOP[c.charCodeAt(0)] = 1;
 
-/**
- * The rest of a line that is words, closed strings and braces one deep closed on the line, with no
- * # \\ CR and no ; outside the braces: a rule that ends at its newline.
- */
-const PLAIN = /(?:[^{};"#\\\r\n]|"[^"\n]*"|\{(?:[^{}"#\\\r\n]|"[^"\n]*")*\})*/y;
-
 const FAMILIES = new Set(['ip', 'ip6', 'inet', 'arp', 'bridge', 'netdev']);
 
 class Reader {
@@ -106,9 +100,6 @@ class Reader {
   private ends: Int32Array;
   private n = 0;
   private i = 0;
-  /** Where scanning goes on in the text, and whether it reached the end (the end token made). */
-  private at = 0;
-  private scanned = false;
   /** The last few Toks made, by token index (peek is called several times per token). */
   private readonly made: (Tok | undefined)[] = [undefined, undefined, undefined, undefined];
   /** Line start offsets, for offset → line:col; found when a position is first asked for. */
@@ -135,6 +126,7 @@ class Reader {
     this.kinds = new Uint8Array(size);
     this.starts = new Int32Array(size);
     this.ends = new Int32Array(size);
+    this.scan();
   }
 
   pos(offset: number): Position {
@@ -168,22 +160,11 @@ class Reader {
     this.n++;
   }
 
-  /** Tokens up to index `x` scanned (or the file's end reached). */
-  private ensure(x: number): void {
-    while (this.n <= x && !this.scanned) this.scanOne();
-  }
-
-  /**
-   * The next token from the text: the reader scans as it reads, so a rule's words are not made
-   * tokens here only to be skipped (rule() finds a plain rule's end by its characters, and the
-   * rule compiler tokenises its text).
-   */
-  private scanOne(): void {
+  private scan(): void {
     const s = this.src;
     const len = s.length;
-    let k = this.at;
-    const n = this.n;
-    while (k < len && this.n === n) {
+    let k = 0;
+    while (k < len) {
       const c = s.charCodeAt(k);
       if (c === 32 || c === 9 || c === 13) { k++; continue; }
       if (c === 92 && s.charCodeAt(k + 1) === 10) { k += 2; continue; }  // line continuation
@@ -218,11 +199,7 @@ class Reader {
       this.push(K_WORD, k, j);
       k = j;
     }
-    this.at = k;
-    if (this.n === n) {
-      this.push(K_END, len, len);
-      this.scanned = true;
-    }
+    this.push(K_END, len, len);
   }
 
   /** The text of token `x`: a word as written, a string between its quotes. */
@@ -288,19 +265,16 @@ class Reader {
   }
 
   private peek(ahead = 0): Tok {
-    this.ensure(this.i + ahead);
     return this.tok(Math.min(this.i + ahead, this.n - 1));
   }
 
   private kindAt(): number {
-    this.ensure(this.i);
     return this.kinds[Math.min(this.i, this.n - 1)]!;
   }
 
   private next(): Tok {
     const t = this.peek();
-    // (before the end token is scanned there is always a token after this one)
-    if (!this.scanned || this.i < this.n - 1) this.i++;
+    if (this.i < this.n - 1) this.i++;
     return t;
   }
 
@@ -942,28 +916,14 @@ class Reader {
    * is an offset in the file.
    */
   private rule(ti: number, ci: number, insert = false): void {
-    this.ensure(this.i);
-    const firstIdx = Math.min(this.i, this.n - 1);
-    const src = this.src;
-    const start = this.starts[firstIdx]!;
-    // A plain rule (PLAIN, and nothing scanned past its first word): its end is the newline's,
-    // found by characters, and its words are never made tokens here.
-    if (this.kinds[firstIdx] === K_WORD && this.n === firstIdx + 1) {
-      PLAIN.lastIndex = start;
-      PLAIN.test(src);
-      const nl = PLAIN.lastIndex;
-      if (nl === src.length || src.charCodeAt(nl) === 10) {
-        this.n = firstIdx;
-        this.at = nl;
-        this.addRule(ti, ci, insert, start, blank(src.slice(start, nl)));
-        return;
-      }
-    }
-    // Otherwise by token index: the tokens of a rule are only skipped over here (its text is the source).
+    // By token index: the tokens of a rule are only skipped over here (its text is the source).
+    const last0 = this.n - 1;
+    const firstIdx = Math.min(this.i, last0);
+    const kinds = this.kinds;
     let depth = 0;
     let lastIdx = firstIdx;
     for (;;) {
-      const k = this.kindAt();
+      const k = kinds[Math.min(this.i, last0)]!;
       if (k === K_END) {
         if (depth > 0) this.fail(this.starts[firstIdx]!, "the rule's '{' is never closed");
         break;
@@ -974,14 +934,12 @@ class Reader {
       lastIdx = this.i;
       this.i++;  // not the end token, so not the last
     }
-    const firstKind = this.kinds[firstIdx]!;
+    const firstKind = kinds[firstIdx]!;
     if (lastIdx === firstIdx && firstKind !== K_WORD && firstKind !== K_STRING) {
       this.fail(this.starts[firstIdx]!, `expected a rule, found ${describe(this.tok(firstIdx))}`);
     }
-    this.addRule(ti, ci, insert, start, blank(src.slice(start, this.ends[lastIdx])));
-  }
-
-  private addRule(ti: number, ci: number, insert: boolean, start: number, text: string): void {
+    const start = this.starts[firstIdx]!;
+    const text = blank(this.src.slice(start, this.ends[lastIdx]));
     const chain = this.raw.tables[ti]!.chains[ci]!;
     const at = this.ruleAt[ti]![ci]!;
     // (After a `flush chain` the array keeps the flushed rules' positions past the end, as a map would.)
