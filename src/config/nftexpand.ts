@@ -117,28 +117,8 @@ interface Value {
 const NAME = /[A-Za-z_.][A-Za-z0-9/\-_.]*/y;
 const SPACE = /[ \t\r]*/y;
 const STATEMENTS = new Set(['define', 'redefine', 'undefine', 'include']);
-/** A statement word where one may start (offset 0, or after the character lastIndex is at). */
-const STATEMENT_AT = /(?:^|[\s;{}])(?:define|redefine|undefine|include)[\s"]/y;
-
-/**
- * Whether a text may need expanding at all (most configs, kube-proxy's among them, do not): a `$`,
- * or a statement word. Found by string search, the regex tried only where a word is: one regex
- * over the text tried its alternatives at every offset of a big file.
- */
-function mayExpand(text: string): boolean {
-  if (text.includes('$')) return true;
-  for (const word of ['define', 'include']) {
-    for (let k = text.indexOf(word); k >= 0; k = text.indexOf(word, k + 1)) {
-      // `define` may end `redefine` or `undefine`: the statement then starts two characters earlier.
-      for (const start of word === 'define' ? [k, k - 2] : [k]) {
-        if (start < 0) continue;
-        STATEMENT_AT.lastIndex = start === 0 ? 0 : start - 1;
-        if (STATEMENT_AT.test(text)) return true;
-      }
-    }
-  }
-  return false;
-}
+/** Whether a text may need expanding at all (most configs, kube-proxy's among them, do not). */
+const MAY_EXPAND = /\$|(?:^|[\s;{}])(?:define|redefine|undefine|include)[\s"]/;
 
 class Expander {
   readonly out = new Builder();
@@ -480,7 +460,7 @@ function locateRuns(runs: readonly Run[], offset: number): { source: Source; at:
  * has none (then the reader reads `text` itself). Throws ConfigError where a statement is wrong.
  */
 export function expandNft(text: string, file: string, options: ExpandOptions): Expanded | undefined {
-  if (!mayExpand(text)) return undefined;
+  if (!MAY_EXPAND.test(text)) return undefined;
   const x = new Expander(options);
   const top: Source = { name: file, text };
   x.file(top, 1);
