@@ -515,7 +515,6 @@ const SET_FIELDS: Record<keyof RawSet, true> = {
 };
 const SET_KEYS: ReadonlySet<string> = new Set(Object.keys(SET_FIELDS));
 const SET_FLAG_NAMES: ReadonlySet<unknown> = new Set(SET_FLAG_WORDS);
-const SET_NAME_PATTERN = /^[A-Za-z0-9_.\-/]+$/;
 const isText = (x: unknown, min: number, max: number) => typeof x === 'string' && x.length >= min && x.length <= max;
 
 /**
@@ -530,7 +529,7 @@ function plainSets(list: unknown): RawSet[] | undefined {
   for (const s of list as unknown[]) {
     if (!isPlain(s)) return undefined;
     for (const k in s) if (!SET_KEYS.has(k) || s[k] === undefined) return undefined;
-    if (!isText(s.name, 1, 255) || !SET_NAME_PATTERN.test(s.name as string)) return undefined;
+    if (!isName(s.name)) return undefined;
     if ((s.type !== undefined && !isText(s.type, 1, 512)) || (s.typeof !== undefined && !isText(s.typeof, 1, 512))) return undefined;
     const f = s.flags;
     if (f !== undefined) {
