@@ -13,6 +13,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { isTerminal } from '../../src/base/fd-output.js';
 import { createNetns, type Netns } from '../helpers/netns.js';
+import { netnsPerSuite } from '../helpers/netns-hooks.js';
 import { postroutingYaml } from '../keeper/helpers.js';
 import { tempDir } from '../owners/fixtures.js';
 
@@ -137,11 +138,7 @@ describe('errors of the output end as they did with Node\'s stream', { timeout: 
 });
 
 describe('a terminal', { timeout: 120_000 }, () => {
-  let ns: Netns;
-  beforeAll(() => {
-    ns = createNetns('fdout-tty');
-  });
-  afterAll(() => ns?.remove());
+  const ns = netnsPerSuite('fdout-tty');
 
   it('is told from a pipe: a long plan is summarised on a terminal, whole through a pipe', () => {
     const big = join(dir, 'tty.yaml');
@@ -169,11 +166,7 @@ describe('a terminal', { timeout: 120_000 }, () => {
 });
 
 describe('a command that prints a few lines', { timeout: 120_000 }, () => {
-  let ns: Netns;
-  beforeAll(() => {
-    ns = createNetns('fdout-net');
-  });
-  afterAll(() => ns?.remove());
+  const ns = netnsPerSuite('fdout-net');
 
   it('loads neither node:net nor node:tty (stdout and stderr pipes)', () => {
     const flannel = join(ROOT, 'examples', 'flannel.yaml');

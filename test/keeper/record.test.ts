@@ -44,6 +44,24 @@ function countingHost(ns: Netns): NftHost & { ruleReads: number } {
   return Object.assign(seen, observedHost(ns, ['listRules', 'listRuleDigests'], () => { seen.ruleReads++; }));
 }
 
+/** The boot id the records are written under, in a file of the test's. */
+function bootIdFile(): string {
+  const file = join(tempDir('boot'), 'boot_id');
+  writeFileSync(file, `${BOOT}\n`);
+  return file;
+}
+
+/**
+ * An earlier keeper installs `config`; its own commit is read back once (as the safety net does),
+ * and at stop, verified by that read, it writes the record.
+ */
+async function installRecorded(ns: Netns, config: Config, record: Parameters<typeof startKeeper>[1]['record']): Promise<void> {
+  const first = await startKeeper(ns, { config, record });
+  await first.readBack('tick', performance.now());
+  await first.idle();
+  await first.stop();
+}
+
 describe('the restart record', { timeout: 120_000 }, () => {
   const { ns, sock } = socketPerTest('record');
   let dir: string;
@@ -54,14 +72,8 @@ describe('the restart record', { timeout: 120_000 }, () => {
 
   beforeEach(async () => {
     dir = tempDir('record');
-    bootFile = join(tempDir('boot'), 'boot_id');
-    writeFileSync(bootFile, `${BOOT}\n`);
-    // The earlier keeper installs; its own commit is read back once (as the safety net does), and
-    // at stop, verified by that read, it writes the record.
-    const first = await startKeeper(ns, { config: config(), record: record() });
-    await first.readBack('tick', performance.now());
-    await first.idle();
-    await first.stop();
+    bootFile = bootIdFile();
+    await installRecorded(ns, config(), record());
   });
   afterEach(async () => {
     await keeper?.stop();
@@ -252,15 +264,11 @@ describe('a restart from the compile cache and the record', { timeout: 120_000 }
     dir = tempDir('late');
     configFile = join(dir, 'rec.yaml');
     writeFileSync(configFile, yaml(MANY));
-    bootFile = join(tempDir('boot'), 'boot_id');
-    writeFileSync(bootFile, `${BOOT}\n`);
+    bootFile = bootIdFile();
     const compiled = load();
     expect(compiled.cache.used).toBe(false);
     expect(runNow(compiled.store!())).toBeUndefined();
-    const first = await startKeeper(ns, { config: compiled.config, record: record() });
-    await first.readBack('tick', performance.now());
-    await first.idle();
-    await first.stop();
+    await installRecorded(ns, compiled.config, record());
   });
   afterEach(async () => {
     await keeper?.stop();
