@@ -14,11 +14,11 @@ const RULES = 3;
 
 export interface Child { child: ChildProcess; exited: Promise<number | null>; logs: string[] }
 
-export function daemon(config: string, ns: Netns, o: { args?: string[]; prefix?: string[] } = {}): Child {
+export function daemon(config: string, ns: Netns, o: { args?: string[]; prefix?: string[]; env?: NodeJS.ProcessEnv } = {}): Child {
   // `prefix`: a command the daemon runs under (nsenter into a mount namespace).
   const argv = [process.execPath, resolve('bin/nfkeeper.js'), 'run', '--config', config, '--netns', ns.path, '--record-dir', ns.record, '--no-metrics', '--interval', '1s', ...(o.args ?? [])];
   const [cmd, ...args] = [...(o.prefix ?? []), ...argv];
-  const child = spawn(cmd!, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(cmd!, args, { stdio: ['ignore', 'pipe', 'pipe'], ...(o.env ? { env: { ...process.env, ...o.env } } : {}) });
   const logs: string[] = [];
   child.stdout!.on('data', (d: Buffer) => logs.push(d.toString()));
   child.stderr!.on('data', (d: Buffer) => logs.push(d.toString()));

@@ -1,0 +1,226 @@
+/**
+ * kill -9 through the daemon's work after it said it is ready: the compile cache's store (its
+ * slices, the temp file's writes, fsync, rename, the directory's fsync), the restart record's write,
+ * and after a restart from the cache the making of the desired rules a slice per turn
+ * (src/run.ts, `later`). test/reliability/kill-at-point.mjs, loaded into `nfkeeper run` (the
+ * built bundle), counts the points once the daemon logged "nfkeeper running" (each turn a
+ * setImmediate gives, each call that opens, writes, syncs, renames or removes a file) and kills at
+ * the k-th; a first run with no kill counts them (the census). After each kill the daemon is
+ * started again on the same directories and must: be ready at its first start, hold the kernel
+ * byte for byte as the clean install left it (`nft --debug=netlink list ruleset`) with nothing
+ * written (the generation unchanged), keep every owner registered before the kill, use the compile
+ * cache whole or say why not, and leave no temp file of a killed write behind.
+ *   NFK_AFTER_READY_KILLS=all npx vitest run test/reliability/after-ready.test.ts   (every point)
+ * By default a few points spread over the kinds of point (NFK_AFTER_READY_KILLS=N: N of them).
+ */
+import { mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+import { parseConfig } from '../../src/config/config.js';
+import { open } from '../../src/netlink/socket.js';
+import { call, compileOwner, saveOwners } from '../../src/owners/index.js';
+import { withNetns, type Netns } from '../helpers/netns.js';
+import { tempDir } from '../helpers/tmp.js';
+import { sleep } from '../helpers/wait.js';
+import { ownerSpec, ownersYaml } from '../owners/fixtures.js';
+import { daemon, stop, type Child } from './owners-child.js';
+
+const HOOK = fileURLToPath(new URL('./kill-at-point.mjs', import.meta.url));
+const KILLS = process.env.NFK_AFTER_READY_KILLS ?? '4';
+/** Rules in the big chain: more than one slice of the store and of the making (SLICE in compile-cache.ts). */
+const BIG = 5000;
+
+/**
+ * Where the daemon keeps its compile cache for a namespace's runs: beside the restart record. The one
+ * place to change if the cache gets a directory of its own.
+ */
+const cacheDirOf = (ns: Netns): string => ns.record;
+
+function configYaml(dir: string, owners: boolean): string {
+  const big = Array.from({ length: BIG }, (_, i) => `          - ip saddr 10.${(i >> 8) & 255}.${i & 255}.1 tcp dport 22 accept`).join('\n');
+  const base = ownersYaml(dir);
+  const at = base.indexOf('owners:');
+  return `${base.slice(0, at)}  - family: ip
+    name: big
+    chains:
+      - name: input
+        type: filter
+        hook: input
+        priority: filter
+        rules:
+${big}
+${owners ? base.slice(at) : ''}`;
+}
+
+const lines = (d: Child): string[] => d.logs.join('').split('\n');
+const msgs = (d: Child): { msg: string; why?: string }[] => lines(d).filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as { msg: string; why?: string });
+const said = (d: Child, re: RegExp): boolean => msgs(d).some((l) => re.test(l.msg));
+
+async function waitSaid(d: Child, re: RegExp, ms = 60_000): Promise<void> {
+  for (const end = Date.now() + ms; !said(d, re);) {
+    if (d.child.exitCode !== null || d.child.signalCode !== null) throw new Error(`the daemon exited (${d.child.exitCode ?? d.child.signalCode}) before it said ${re}: ${d.logs.join('').slice(-3000)}`);
+    if (Date.now() > end) throw new Error(`the daemon did not say ${re} within ${ms} ms: ${d.logs.join('').slice(-3000)}`);
+    await sleep(30);
+  }
+}
+
+const run = (config: string, ns: Netns, killAt?: number): Child =>
+  daemon(config, ns, { args: ['--log-level', 'debug'], ...(killAt !== undefined ? { env: { NODE_OPTIONS: `--import=${HOOK}`, KILL_AT_POINT: String(killAt) } } : {}) });
+
+function generation(ns: Netns): number {
+  const s = open({ netns: ns.path });
+  try {
+    return s.generation();
+  } finally {
+    s.close();
+  }
+}
+
+const dump = (ns: Netns): string => ns.exec('nft', ['--debug=netlink', 'list', 'ruleset']);
+const leftovers = (ns: Netns): string[] => [...new Set([ns.record, cacheDirOf(ns)])].flatMap((d) => readdirSync(d).filter((f) => f.includes('.tmp-')));
+const removeKept = (ns: Netns) => {
+  for (const d of new Set([ns.record, cacheDirOf(ns)])) for (const f of readdirSync(d)) if (/^(compiled|restart)-/.test(f)) rmSync(join(d, f));
+};
+
+/** The points a run's after-ready work reaches, from a run that kills at none: [n, what]. */
+async function census(config: string, ns: Netns, done: (d: Child) => Promise<void>): Promise<[number, string][]> {
+  const d = run(config, ns, 0);
+  try {
+    await waitSaid(d, /^nfkeeper running$/);
+    await done(d);
+    await sleep(1000);
+  } catch (e) {
+    d.child.kill('SIGKILL');
+    throw e;
+  }
+  const points = lines(d).flatMap((l) => { const m = /^point (\d+) (.*)$/.exec(l); return m ? [[Number(m[1]), m[2]!] as [number, string]] : []; });
+  await stop(d);
+  return points;
+}
+
+/** The points to kill at: all, or `KILLS` spread over where the kind of point changes, each file's rename among them. */
+function chosen(points: [number, string][]): number[] {
+  if (KILLS === 'all') return points.map(([n]) => n);
+  const starts = points.filter(([, what], i) => i === 0 || points[i - 1]![1] !== what);
+  const want = Number(KILLS);
+  const picked = new Set(starts.filter(([, what]) => /^renameSync \.(compiled|restart)-/.test(what)).map(([n]) => n));
+  for (let i = 0; picked.size < want && i < want; i++) picked.add(starts[Math.floor((i * starts.length) / want)]![0]);
+  return [...picked].sort((a, b) => a - b);
+}
+
+/** A start killed at point k: it became ready, then died there (or k was past its work: stopped). */
+async function killedAt(config: string, ns: Netns, k: number): Promise<string> {
+  const d = run(config, ns, k);
+  await waitSaid(d, /^nfkeeper running$/);
+  const late = sleep(15_000).then(() => 'late' as const);
+  if (await Promise.race([d.exited.then(() => 'exited' as const), late]) === 'late') {
+    await stop(d);
+    return 'not reached';
+  }
+  expect(d.child.signalCode, d.logs.join('').slice(-2000)).toBe('SIGKILL');
+  return /killed at point \d+ (.*)/.exec(lines(d).find((l) => l.startsWith('killed at point')) ?? '')?.[1] ?? '?';
+}
+
+/**
+ * The next start after a kill: ready at once, the kernel as it was with nothing written, the owners
+ * all there, the cache used or refused with its reason, its after-ready work done, no temp file left.
+ */
+async function restartsRight(config: string, ns: Netns, o: { dump: string; generation: number; owners?: string[]; sock?: string; cacheUsed?: boolean }, k: string): Promise<void> {
+  const d = run(config, ns);
+  try {
+    await waitSaid(d, /^nfkeeper running$/);
+    await waitSaid(d, /^compile cache (matches|not used)/);
+    const cache = msgs(d).find((l) => /^compile cache (matches|not used)/.test(l.msg))!;
+    if (o.cacheUsed) expect(cache.msg, k).toMatch(/^compile cache matches every input/);
+    else if (!/matches/.test(cache.msg)) {
+      expect(cache.why, k).toMatch(/there is none|cut short or corrupt/);
+      await waitSaid(d, /^compiled config stored in the compile cache$/);
+    }
+    if (o.sock) {
+      const listed = await call(o.sock, 'GET', '/v1/owners');
+      expect((listed.body as { owners: { id: string }[] }).owners.map((x) => x.id).sort(), k).toEqual(o.owners);
+    }
+    // The after-ready work has its turns: the making of the rules, the record's first write.
+    await sleep(500);
+    expect(generation(ns), `${k}: nothing written`).toBe(o.generation);
+    expect(dump(ns) === o.dump, `${k}: the kernel as the clean install left it`).toBe(true);
+    expect(leftovers(ns), `${k}: a killed write's temp file`).toEqual([]);
+  } finally {
+    await stop(d);
+  }
+  expect(d.child.exitCode, d.logs.join('').slice(-2000)).toBe(0);
+}
+
+describe('kill -9 at every point of the work after ready', { timeout: 900_000 }, () => {
+  it('the compile cache\'s store and the restart record\'s write, with owners registered: the next start is ready, nothing lost, nothing written', async () => {
+    await withNetns(async (ns) => {
+      const dir = tempDir('after-ready');
+      const config = join(dir, 'config.yaml');
+      writeFileSync(config, configYaml(dir, true));
+      // Owners registered in an earlier life of the daemon: in the state file.
+      const c = parseConfig(readFileSync(config, 'utf8'), config);
+      mkdirSync(join(dir, 'state'), { recursive: true });
+      const owners = ['alloc-1', 'alloc-2', 'alloc-3'];
+      saveOwners(c.owners!.state, owners.map((id, i) => compileOwner(id, ownerSpec(i + 1), c.owners!, c.tables[0]!)));
+      const sock = join(dir, 'nfkeeper.sock');
+      // The clean install.
+      const first = run(config, ns);
+      try {
+        await waitSaid(first, /^compiled config stored in the compile cache$/);
+        await waitSaid(first, /^restart record written$/);
+      } finally {
+        await stop(first);
+      }
+      const want = { dump: dump(ns), generation: generation(ns), owners, sock };
+      expect(want.dump).toMatch(/nfkeeper-owner=alloc-3/);
+      // Each start below finds no cache and no record: its work after ready is the store and the record's write.
+      removeKept(ns);
+      const points = await census(config, ns, async (d) => {
+        await waitSaid(d, /^compiled config stored in the compile cache$/);
+        await waitSaid(d, /^restart record written$/);
+      });
+      const kinds = new Set(points.map(([, what]) => what.replace(/ .*/, '')));
+      expect([...kinds].sort()).toEqual(expect.arrayContaining(['fsyncSync', 'renameSync', 'turn', 'writeSync']));
+      expect(points.some(([, what]) => /^renameSync \.compiled-/.test(what)) && points.some(([, what]) => /^renameSync \.restart-/.test(what))).toBe(true);
+      const ks = chosen(points);
+      const where: string[] = [];
+      for (const k of ks) {
+        removeKept(ns);
+        where.push(`${k} ${await killedAt(config, ns, k)}`);
+        await restartsRight(config, ns, want, `killed at point ${k}`);
+      }
+      console.log(`store and record: ${points.length} points after ready, killed at ${ks.length}: ${where.join(', ')}`);
+    }, 'after-ready-store');
+  });
+
+  it('the making of the desired rules after a restart from the cache: the next start uses the cache whole, nothing written', async () => {
+    await withNetns(async (ns) => {
+      const dir = tempDir('after-ready');
+      const config = join(dir, 'config.yaml');
+      // No owners section: the restart makes its rules after ready, not before.
+      writeFileSync(config, configYaml(dir, false));
+      for (let i = 0; i < 2; i++) {
+        const d = run(config, ns);
+        try {
+          await waitSaid(d, /^compile(d config stored| cache matches)/);
+        } finally {
+          await stop(d);
+        }
+      }
+      const want = { dump: dump(ns), generation: generation(ns), cacheUsed: true };
+      const points = await census(config, ns, async (d) => {
+        await waitSaid(d, /^restart record matches the kernel/);
+        await sleep(2000);
+      });
+      expect(points.filter(([, what]) => what === 'turn').length).toBeGreaterThan(2);
+      const ks = chosen(points);
+      const where: string[] = [];
+      for (const k of ks) {
+        where.push(`${k} ${await killedAt(config, ns, k)}`);
+        await restartsRight(config, ns, want, `killed at point ${k}`);
+      }
+      console.log(`making after a restart: ${points.length} points after ready, killed at ${ks.length}: ${where.join(', ')}`);
+    }, 'after-ready-make');
+  });
+});
