@@ -11,7 +11,7 @@
  * written (the generation unchanged), keep every owner registered before the kill, use the compile
  * cache whole or say why not, and leave no temp file of a killed write behind.
  *   NFK_AFTER_READY_KILLS=all npx vitest run test/reliability/after-ready.test.ts   (every point)
- * By default a few points spread over the kinds of point (NFK_AFTER_READY_KILLS=N: N of them).
+ * By default the renames and a turn (NFK_AFTER_READY_KILLS=N: N more of each kind, spread).
  */
 import { mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -24,10 +24,10 @@ import { withNetns, type Netns } from '../helpers/netns.js';
 import { tempDir } from '../helpers/tmp.js';
 import { sleep } from '../helpers/wait.js';
 import { ownerSpec, ownersYaml } from '../owners/fixtures.js';
-import { daemon, stop, type Child } from './owners-child.js';
+import { daemon, stop, tmpfsIn, type Child } from './owners-child.js';
 
 const HOOK = fileURLToPath(new URL('./kill-at-point.mjs', import.meta.url));
-const KILLS = process.env.NFK_AFTER_READY_KILLS ?? '4';
+const KILLS = process.env.NFK_AFTER_READY_KILLS ?? '';
 /** Rules in the big chain: more than one slice of the store and of the making (SLICE in compile-cache.ts). */
 const BIG = 5000;
 
@@ -37,8 +37,8 @@ const BIG = 5000;
  */
 const cacheDirOf = (ns: Netns): string => ns.record;
 
-function configYaml(dir: string, owners: boolean): string {
-  const big = Array.from({ length: BIG }, (_, i) => `          - ip saddr 10.${(i >> 8) & 255}.${i & 255}.1 tcp dport 22 accept`).join('\n');
+function configYaml(dir: string, owners: boolean, rules = BIG): string {
+  const big = Array.from({ length: rules }, (_, i) => `          - ip saddr 10.${(i >> 8) & 255}.${i & 255}.1 tcp dport 22 accept`).join('\n');
   const base = ownersYaml(dir);
   const at = base.indexOf('owners:');
   return `${base.slice(0, at)}  - family: ip
@@ -65,8 +65,8 @@ async function waitSaid(d: Child, re: RegExp, ms = 60_000): Promise<void> {
   }
 }
 
-const run = (config: string, ns: Netns, killAt?: number): Child =>
-  daemon(config, ns, { args: ['--log-level', 'debug'], ...(killAt !== undefined ? { env: { NODE_OPTIONS: `--import=${HOOK}`, KILL_AT_POINT: String(killAt) } } : {}) });
+const run = (config: string, ns: Netns, killAt?: string): Child =>
+  daemon(config, ns, { args: ['--log-level', 'debug'], ...(killAt !== undefined ? { env: { NODE_OPTIONS: `--import=${HOOK}`, KILL_AT_POINT: killAt } } : {}) });
 
 function generation(ns: Netns): number {
   const s = open({ netns: ns.path });
@@ -83,9 +83,11 @@ const removeKept = (ns: Netns) => {
   for (const d of new Set([ns.record, cacheDirOf(ns)])) for (const f of readdirSync(d)) if (/^(compiled|restart)-/.test(f)) rmSync(join(d, f));
 };
 
-/** The points a run's after-ready work reaches, from a run that kills at none: [n, what]. */
-async function census(config: string, ns: Netns, done: (d: Child) => Promise<void>): Promise<[number, string][]> {
-  const d = run(config, ns, 0);
+type Point = { kind: 'fs' | 'turn'; n: number; what: string };
+
+/** The points a run's after-ready work reaches, from a run that kills at none. */
+async function census(config: string, ns: Netns, done: (d: Child) => Promise<void>): Promise<Point[]> {
+  const d = run(config, ns, 'census');
   try {
     await waitSaid(d, /^nfkeeper running$/);
     await done(d);
@@ -94,24 +96,41 @@ async function census(config: string, ns: Netns, done: (d: Child) => Promise<voi
     d.child.kill('SIGKILL');
     throw e;
   }
-  const points = lines(d).flatMap((l) => { const m = /^point (\d+) (.*)$/.exec(l); return m ? [[Number(m[1]), m[2]!] as [number, string]] : []; });
+  const points = lines(d).flatMap((l) => {
+    const m = /^point (fs|turn) (\d+) (.*)$/.exec(l);
+    return m ? [{ kind: m[1] as Point['kind'], n: Number(m[2]), what: m[3]! }] : [];
+  });
   await stop(d);
   return points;
 }
 
-/** The points to kill at: all, or `KILLS` spread over where the kind of point changes, each file's rename among them. */
-function chosen(points: [number, string][]): number[] {
-  if (KILLS === 'all') return points.map(([n]) => n);
-  const starts = points.filter(([, what], i) => i === 0 || points[i - 1]![1] !== what);
-  const want = Number(KILLS);
-  const picked = new Set(starts.filter(([, what]) => /^renameSync \.(compiled|restart)-/.test(what)).map(([n]) => n));
-  for (let i = 0; picked.size < want && i < want; i++) picked.add(starts[Math.floor((i * starts.length) / want)]![0]);
-  return [...picked].sort((a, b) => a - b);
+/**
+ * The points to kill at: all (NFK_AFTER_READY_KILLS=all), or N of them (=N), or by default the
+ * renames of the cache and the record and the middle turn: the kinds of file call and the turns
+ * are spread over.
+ */
+function chosen(points: Point[]): string[] {
+  const spec = (p: Point) => `${p.kind}:${p.n}`;
+  if (KILLS === 'all') return points.map(spec);
+  const fs = points.filter((p) => p.kind === 'fs');
+  const turns = points.filter((p) => p.kind === 'turn');
+  const picked = new Set(fs.filter((p) => /^renameSync \.(compiled|restart)-/.test(p.what)).map(spec));
+  if (turns.length) picked.add(spec(turns[turns.length >> 1]!));
+  if (KILLS !== '') {
+    // N more, spread over where the kind of file call changes, and over the turns.
+    const starts = fs.filter((p, i) => i === 0 || fs[i - 1]!.what !== p.what);
+    const want = Number(KILLS);
+    for (let i = 0; i < want; i++) {
+      picked.add(spec(starts[Math.floor((i * starts.length) / want)]!));
+      if (turns.length) picked.add(spec(turns[Math.floor((i * turns.length) / want)]!));
+    }
+  }
+  return [...picked];
 }
 
-/** A start killed at point k: it became ready, then died there (or k was past its work: stopped). */
-async function killedAt(config: string, ns: Netns, k: number): Promise<string> {
-  const d = run(config, ns, k);
+/** A start killed at a point: it became ready, then died there (or the point was past its work: stopped). */
+async function killedAt(config: string, ns: Netns, at: string): Promise<string> {
+  const d = run(config, ns, at);
   await waitSaid(d, /^nfkeeper running$/);
   const late = sleep(15_000).then(() => 'late' as const);
   if (await Promise.race([d.exited.then(() => 'exited' as const), late]) === 'late') {
@@ -119,7 +138,7 @@ async function killedAt(config: string, ns: Netns, k: number): Promise<string> {
     return 'not reached';
   }
   expect(d.child.signalCode, d.logs.join('').slice(-2000)).toBe('SIGKILL');
-  return /killed at point \d+ (.*)/.exec(lines(d).find((l) => l.startsWith('killed at point')) ?? '')?.[1] ?? '?';
+  return /killed at point \S+ \d+ (.*)/.exec(lines(d).find((l) => l.startsWith('killed at point')) ?? '')?.[1] ?? '?';
 }
 
 /**
@@ -180,9 +199,9 @@ describe('kill -9 at every point of the work after ready', { timeout: 900_000 },
         await waitSaid(d, /^compiled config stored in the compile cache$/);
         await waitSaid(d, /^restart record written$/);
       });
-      const kinds = new Set(points.map(([, what]) => what.replace(/ .*/, '')));
+      const kinds = new Set(points.map((p) => p.what.replace(/ .*/, '')));
       expect([...kinds].sort()).toEqual(expect.arrayContaining(['fsyncSync', 'renameSync', 'turn', 'writeSync']));
-      expect(points.some(([, what]) => /^renameSync \.compiled-/.test(what)) && points.some(([, what]) => /^renameSync \.restart-/.test(what))).toBe(true);
+      expect(points.some((p) => /^renameSync \.compiled-/.test(p.what)) && points.some((p) => /^renameSync \.restart-/.test(p.what))).toBe(true);
       const ks = chosen(points);
       const where: string[] = [];
       for (const k of ks) {
@@ -190,7 +209,7 @@ describe('kill -9 at every point of the work after ready', { timeout: 900_000 },
         where.push(`${k} ${await killedAt(config, ns, k)}`);
         await restartsRight(config, ns, want, `killed at point ${k}`);
       }
-      console.log(`store and record: ${points.length} points after ready, killed at ${ks.length}: ${where.join(', ')}`);
+      console.log(`store and record: ${points.length} points after ready (${points.filter((p) => p.kind === 'fs').length} file calls), killed at ${ks.length}: ${where.join(', ')}`);
     }, 'after-ready-store');
   });
 
@@ -213,7 +232,7 @@ describe('kill -9 at every point of the work after ready', { timeout: 900_000 },
         await waitSaid(d, /^restart record matches the kernel/);
         await sleep(2000);
       });
-      expect(points.filter(([, what]) => what === 'turn').length).toBeGreaterThan(2);
+      expect(points.filter((p) => p.kind === 'turn').length).toBeGreaterThan(2);
       const ks = chosen(points);
       const where: string[] = [];
       for (const k of ks) {
@@ -222,5 +241,86 @@ describe('kill -9 at every point of the work after ready', { timeout: 900_000 },
       }
       console.log(`making after a restart: ${points.length} points after ready, killed at ${ks.length}: ${where.join(', ')}`);
     }, 'after-ready-make');
+  });
+
+  it('a full or read-only disk under the cache and the record: the daemon runs and keeps the rules, says so once each, and the next start is right', async () => {
+    await withNetns(async (ns) => {
+      const dir = tempDir('after-ready');
+      const config = join(dir, 'config.yaml');
+      writeFileSync(config, configYaml(dir, false, 300));
+      mkdirSync(ns.record, { recursive: true, mode: 0o700 });
+      // Neither file fits in 8 KiB. (With room for one record, not two, the record is written once
+      // and its rewrite refused: the next start reads the tables; as every sweep, NFK_AFTER_READY_KILLS=all.)
+      const levels = [{ kib: 8, options: '', error: /ENOSPC/, record: false }, { kib: 4096, options: ',ro', error: /EROFS/, record: false },
+        ...(KILLS === 'all' ? [{ kib: 24, options: '', error: /ENOSPC/, record: true }] : [])];
+      let want = '';
+      for (const level of levels) {
+        const fs = tmpfsIn(ns.record, level.kib, `mode=0700${level.options}`);
+        try {
+          const files = () => fs.run('ls', '-A', ns.record).split('\n').filter(Boolean);
+          const d = daemon(config, ns, { args: ['--log-level', 'debug'], prefix: fs.prefix });
+          try {
+            await waitSaid(d, /^nfkeeper running$/);
+            await waitSaid(d, /^compiled config not stored in the compile cache/);
+            const notStored = msgs(d).filter((l) => /^compiled config not stored/.test(l.msg));
+            expect(notStored.length).toBe(1);
+            expect(notStored[0]!.why).toMatch(level.error);
+            await waitSaid(d, level.record ? /^restart record written$/ : /^could not write the restart record/);
+            // Still keeping: a rule deleted is put back.
+            const handle = /ip saddr 10\.0\.7\.1 tcp dport 22 accept # handle (\d+)/.exec(ns.exec('nft', ['-a', 'list', 'chain', 'ip', 'big', 'input']))![1]!;
+            ns.exec('nft', ['delete', 'rule', 'ip', 'big', 'input', 'handle', handle]);
+            for (const end = Date.now() + 30_000; !/ip saddr 10\.0\.7\.1 tcp dport 22 accept/.test(ns.exec('nft', ['list', 'chain', 'ip', 'big', 'input']));) {
+              if (Date.now() > end) throw new Error('the deleted rule was not put back');
+              await sleep(50);
+            }
+            await sleep(1500);
+            expect(d.child.exitCode).toBeNull();
+            // (the rule put back has a new handle: what the next start must leave is this)
+            want = dump(ns);
+            // Said once each (the record is tried again at most every few minutes, and at stop).
+            expect(msgs(d).filter((l) => /^compiled config not stored/.test(l.msg)).length).toBe(1);
+            expect(msgs(d).filter((l) => /^could not write the restart record/.test(l.msg)).length).toBe(level.record ? 0 : 1);
+            expect(files().filter((f) => f.includes('.tmp-'))).toEqual([]);
+          } finally {
+            await stop(d);
+          }
+          expect(d.child.exitCode, d.logs.join('').slice(-2000)).toBe(0);
+          // The next start, the disk as it was: ready, nothing written, the rules as installed.
+          const before = generation(ns);
+          const again = daemon(config, ns, { args: ['--log-level', 'debug'], prefix: fs.prefix });
+          try {
+            await waitSaid(again, /^nfkeeper running$/);
+            await waitSaid(again, /^compile(d config| cache matches)/);
+            await waitSaid(again, /^restart record/);
+            // (a record written once may not be replaced on a disk that holds one: the next start reads the tables then)
+            if (!level.record) expect(msgs(again).find((l) => /^restart record/.test(l.msg))!.msg).toMatch(/^restart record not used/);
+          } finally {
+            await stop(again);
+          }
+          expect(again.child.exitCode).toBe(0);
+          expect(generation(ns)).toBe(before);
+          expect(dump(ns) === want, 'the kernel as the daemon left it').toBe(true);
+          expect(files().filter((f) => f.includes('.tmp-'))).toEqual([]);
+          // Room again: the next start stores the cache, and the one after uses it and the record.
+          fs.run('mount', '-o', `remount,rw,size=8m`, ns.record);
+          for (const use of level === levels[levels.length - 1] ? [false, true] : []) {
+            const d2 = daemon(config, ns, { args: ['--log-level', 'debug'], prefix: fs.prefix });
+            try {
+              await waitSaid(d2, use ? /^compile cache matches every input/ : /^compiled config stored in the compile cache$/);
+              if (use) {
+                await waitSaid(d2, /^restart record/);
+                expect(msgs(d2).find((l) => /^restart record/.test(l.msg))!.msg).toMatch(/^restart record matches the kernel/);
+              }
+            } finally {
+              await stop(d2);
+            }
+          }
+          expect(generation(ns)).toBe(before);
+        } finally {
+          fs.close();
+        }
+        console.log(`${level.kib} KiB${level.options}: the store said ${level.error.source} once, the daemon kept the rules; the next starts right`);
+      }
+    }, 'after-ready-full');
   });
 });
