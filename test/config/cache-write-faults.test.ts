@@ -101,6 +101,7 @@ describe('a failing disk at every write point of the compile cache and the resta
       }
     }
     expect(runs).toBeGreaterThan(6 * 2 * 3 * 2);
+    console.log(`the compile cache's store: ${runs} faults`);
   });
 
   it('the restart record\'s write: thrown to its caller; the old record or the new one whole', () => {
@@ -144,5 +145,6 @@ describe('a failing disk at every write point of the compile cache and the resta
       }
     }
     expect(runs).toBeGreaterThan(6 * 2 * 3 * 2);
+    console.log(`the restart record's write: ${runs} faults`);
   });
 });
