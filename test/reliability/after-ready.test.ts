@@ -13,7 +13,7 @@
  *   NFK_AFTER_READY_KILLS=all npx vitest run test/reliability/after-ready.test.ts   (every point)
  * By default the renames and a turn (NFK_AFTER_READY_KILLS=N: N more of each kind, spread).
  */
-import { mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
@@ -32,10 +32,12 @@ const KILLS = process.env.NFK_AFTER_READY_KILLS ?? '';
 const BIG = 5000;
 
 /**
- * Where the daemon keeps its compile cache for a namespace's runs: beside the restart record. The one
- * place to change if the cache gets a directory of its own.
+ * Where the daemon keeps its compile cache for a namespace's runs, and the arguments that say so:
+ * beside the restart record, none. The one place to change if the cache gets a directory of its own
+ * (then inside the record's, `join(ns.record, 'cache')`, so that the full disk below is under both).
  */
 const cacheDirOf = (ns: Netns): string => ns.record;
+const cacheArgs = (_ns: Netns): string[] => [];
 
 function configYaml(dir: string, owners: boolean, rules = BIG): string {
   const big = Array.from({ length: rules }, (_, i) => `          - ip saddr 10.${(i >> 8) & 255}.${i & 255}.1 tcp dport 22 accept`).join('\n');
@@ -66,7 +68,7 @@ async function waitSaid(d: Child, re: RegExp, ms = 60_000): Promise<void> {
 }
 
 const run = (config: string, ns: Netns, killAt?: string): Child =>
-  daemon(config, ns, { args: ['--log-level', 'debug'], ...(killAt !== undefined ? { env: { NODE_OPTIONS: `--import=${HOOK}`, KILL_AT_POINT: killAt } } : {}) });
+  daemon(config, ns, { args: ['--log-level', 'debug', ...cacheArgs(ns)], ...(killAt !== undefined ? { env: { NODE_OPTIONS: `--import=${HOOK}`, KILL_AT_POINT: killAt } } : {}) });
 
 function generation(ns: Netns): number {
   const s = open({ netns: ns.path });
@@ -78,9 +80,10 @@ function generation(ns: Netns): number {
 }
 
 const dump = (ns: Netns): string => ns.exec('nft', ['--debug=netlink', 'list', 'ruleset']);
-const leftovers = (ns: Netns): string[] => [...new Set([ns.record, cacheDirOf(ns)])].flatMap((d) => readdirSync(d).filter((f) => f.includes('.tmp-')));
+const dirsOf = (ns: Netns): string[] => [...new Set([ns.record, cacheDirOf(ns)])].filter((d) => existsSync(d));
+const leftovers = (ns: Netns): string[] => dirsOf(ns).flatMap((d) => readdirSync(d).filter((f) => f.includes('.tmp-')));
 const removeKept = (ns: Netns) => {
-  for (const d of new Set([ns.record, cacheDirOf(ns)])) for (const f of readdirSync(d)) if (/^(compiled|restart)-/.test(f)) rmSync(join(d, f));
+  for (const d of dirsOf(ns)) for (const f of readdirSync(d)) if (/^(compiled|restart)-/.test(f)) rmSync(join(d, f));
 };
 
 type Point = { kind: 'fs' | 'turn'; n: number; what: string };
@@ -257,8 +260,8 @@ describe('kill -9 at every point of the work after ready', { timeout: 900_000 },
       for (const level of levels) {
         const fs = tmpfsIn(ns.record, level.kib, `mode=0700${level.options}`);
         try {
-          const files = () => fs.run('ls', '-A', ns.record).split('\n').filter(Boolean);
-          const d = daemon(config, ns, { args: ['--log-level', 'debug'], prefix: fs.prefix });
+          const files = () => fs.run('find', ns.record, '-name', '*.tmp-*').split('\n').filter(Boolean);
+          const d = daemon(config, ns, { args: ['--log-level', 'debug', ...cacheArgs(ns)], prefix: fs.prefix });
           try {
             await waitSaid(d, /^nfkeeper running$/);
             await waitSaid(d, /^compiled config not stored in the compile cache/);
@@ -280,14 +283,14 @@ describe('kill -9 at every point of the work after ready', { timeout: 900_000 },
             // Said once each (the record is tried again at most every few minutes, and at stop).
             expect(msgs(d).filter((l) => /^compiled config not stored/.test(l.msg)).length).toBe(1);
             expect(msgs(d).filter((l) => /^could not write the restart record/.test(l.msg)).length).toBe(level.record ? 0 : 1);
-            expect(files().filter((f) => f.includes('.tmp-'))).toEqual([]);
+            expect(files()).toEqual([]);
           } finally {
             await stop(d);
           }
           expect(d.child.exitCode, d.logs.join('').slice(-2000)).toBe(0);
           // The next start, the disk as it was: ready, nothing written, the rules as installed.
           const before = generation(ns);
-          const again = daemon(config, ns, { args: ['--log-level', 'debug'], prefix: fs.prefix });
+          const again = daemon(config, ns, { args: ['--log-level', 'debug', ...cacheArgs(ns)], prefix: fs.prefix });
           try {
             await waitSaid(again, /^nfkeeper running$/);
             await waitSaid(again, /^compile(d config| cache matches)/);
@@ -300,11 +303,11 @@ describe('kill -9 at every point of the work after ready', { timeout: 900_000 },
           expect(again.child.exitCode).toBe(0);
           expect(generation(ns)).toBe(before);
           expect(dump(ns) === want, 'the kernel as the daemon left it').toBe(true);
-          expect(files().filter((f) => f.includes('.tmp-'))).toEqual([]);
+          expect(files()).toEqual([]);
           // Room again: the next start stores the cache, and the one after uses it and the record.
           fs.run('mount', '-o', `remount,rw,size=8m`, ns.record);
           for (const use of level === levels[levels.length - 1] ? [false, true] : []) {
-            const d2 = daemon(config, ns, { args: ['--log-level', 'debug'], prefix: fs.prefix });
+            const d2 = daemon(config, ns, { args: ['--log-level', 'debug', ...cacheArgs(ns)], prefix: fs.prefix });
             try {
               await waitSaid(d2, use ? /^compile cache matches every input/ : /^compiled config stored in the compile cache$/);
               if (use) {
