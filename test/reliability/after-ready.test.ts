@@ -10,8 +10,12 @@
  * byte for byte as the clean install left it (`nft --debug=netlink list ruleset`) with nothing
  * written (the generation unchanged), keep every owner registered before the kill, use the compile
  * cache whole or say why not, and leave no temp file of a killed write behind.
- *   NFK_AFTER_READY_KILLS=all npx vitest run test/reliability/after-ready.test.ts   (every point)
- * By default the renames and a turn (NFK_AFTER_READY_KILLS=N: N more of each kind, spread).
+ * Also: the cache's and the record's directory on a full or read-only tmpfs under a running daemon
+ * (it keeps the rules, says so once, and the next start is right), and the two files cut or changed
+ * in each of their lines and their digest (the next start says why, compiles or reads, writes nothing).
+ *   NFK_AFTER_READY_KILLS=all npx vitest run test/reliability/after-ready.test.ts   (every point and variant)
+ * By default the renames and a turn (NFK_AFTER_READY_KILLS=N: N more of each kind, spread), two
+ * disk levels, and the record's body cut.
  */
 import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -174,7 +178,7 @@ async function restartsRight(config: string, ns: Netns, o: { dump: string; gener
   expect(d.child.exitCode, d.logs.join('').slice(-2000)).toBe(0);
 }
 
-describe('kill -9 at every point of the work after ready', { timeout: 900_000 }, () => {
+describe('faults in the work after ready and in the files it keeps', { timeout: 900_000 }, () => {
   it('the compile cache\'s store and the restart record\'s write, with owners registered: the next start is ready, nothing lost, nothing written', async () => {
     await withNetns(async (ns) => {
       const dir = tempDir('after-ready');
@@ -325,5 +329,69 @@ describe('kill -9 at every point of the work after ready', { timeout: 900_000 },
         console.log(`${level.kib} KiB${level.options}: the store said ${level.error.source} once, the daemon kept the rules; the next starts right`);
       }
     }, 'after-ready-full');
+  });
+
+  it('the cache and the record cut or changed in each of their lines and in their digest: the next start says why, compiles or reads, and writes nothing', async () => {
+    await withNetns(async (ns) => {
+      const dir = tempDir('after-ready');
+      const config = join(dir, 'config.yaml');
+      writeFileSync(config, configYaml(dir, false, 300));
+      for (let i = 0; i < 2; i++) {
+        const d = run(config, ns);
+        try {
+          await waitSaid(d, /^compile(d config stored| cache matches)/);
+          await waitSaid(d, /^restart record (written|matches)/);
+        } finally {
+          await stop(d);
+        }
+      }
+      const cacheFile = join(cacheDirOf(ns), readdirSync(cacheDirOf(ns)).find((f) => f.startsWith('compiled-'))!);
+      const recordFile = join(ns.record, readdirSync(ns.record).find((f) => f.startsWith('restart-'))!);
+      const whole = { cache: readFileSync(cacheFile), record: readFileSync(recordFile) };
+      const want = { dump: dump(ns), generation: generation(ns) };
+      // Each line of a file (its body's lines, then its digest's), cut in its middle or a byte of it changed.
+      const variants: { file: 'cache' | 'record'; what: string; bytes: Buffer }[] = [];
+      for (const file of ['cache', 'record'] as const) {
+        const b = whole[file];
+        const ends = [...b.keys()].filter((i) => b[i] === 0x0a);
+        ends.forEach((end, li) => {
+          const start = li === 0 ? 0 : ends[li - 1]! + 1;
+          const mid = start + ((end - start) >> 1);
+          const flipped = Buffer.from(b);
+          flipped[mid] = flipped[mid] === 0x30 ? 0x31 : 0x30;
+          const line = li === ends.length - 1 ? 'the digest' : `line ${li + 1}`;
+          variants.push({ file, what: `cut in ${line}`, bytes: b.subarray(0, mid) }, { file, what: `a byte of ${line} changed`, bytes: flipped });
+        });
+      }
+      // By default the record's body cut (test/cli/compile-cache.test.ts starts the daemon on four damaged caches).
+      const picked = KILLS === 'all' ? variants : variants.filter((v) => v.file === 'record' && v.what === 'cut in line 1');
+      for (const v of picked) {
+        const what = `${v.file} ${v.what}`;
+        writeFileSync(cacheFile, v.file === 'cache' ? v.bytes : whole.cache, { mode: 0o600 });
+        writeFileSync(recordFile, v.file === 'record' ? v.bytes : whole.record, { mode: 0o600 });
+        const d = run(config, ns);
+        try {
+          await waitSaid(d, /^nfkeeper running$/);
+          await waitSaid(d, /^restart record/);
+          const cache = msgs(d).find((l) => /^compile cache/.test(l.msg))!;
+          const record = msgs(d).find((l) => /^restart record/.test(l.msg))!;
+          if (v.file === 'cache') {
+            expect(`${cache.msg}: ${cache.why}`, what).toMatch(/^compile cache not used; the config was compiled: .* is cut short or corrupt/);
+            expect(record.msg, what).toMatch(/^restart record matches the kernel/);
+            await waitSaid(d, /^compiled config stored in the compile cache$/);
+          } else {
+            expect(`${record.msg}: ${record.why}`, what).toMatch(/^restart record not used; .*: .* is cut short or corrupt/);
+            expect(cache.msg, what).toMatch(/^compile cache matches every input/);
+          }
+          await sleep(500);
+          expect(generation(ns), `${what}: nothing written`).toBe(want.generation);
+          expect(dump(ns) === want.dump, `${what}: the kernel as it was`).toBe(true);
+        } finally {
+          await stop(d);
+        }
+        expect(d.child.exitCode, what).toBe(0);
+      }
+      console.log(`damaged: ${picked.length} of ${variants.length} variants (${variants.filter((x) => x.file === 'cache').length / 2} lines of the cache and ${variants.filter((x) => x.file === 'record').length / 2} of the record, each cut and changed)`);
+    }, 'after-ready-damaged');
   });
 });
