@@ -2,7 +2,8 @@
  * Durable replacement of a small file: write a temp file beside it, fsync
  * it, rename it over the old one, fsync the directory. A crash at any point
  * leaves either the old content or the new one under the name, never a mix;
- * at worst a stray temp file remains, which readers never look at.
+ * at worst a stray temp file remains, which readers never look at (and which
+ * removeStaleTemps takes away once its writer is gone).
  */
 import { closeSync, fdatasync, fdatasyncSync, fsyncSync, ftruncateSync, openSync, readdirSync, renameSync, unlinkSync, writeSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
