@@ -15,6 +15,7 @@ const UNIT = [
   'test/deploy.test.ts',
   'test/deploy/kubernetes.test.ts',
   'test/docs/config.test.ts',
+  'test/config/cache-write-faults.test.ts',
   'test/config/config.test.ts',
   'test/config/elide.test.ts',
   'test/config/env.test.ts',

@@ -2,9 +2,10 @@
  * Durable replacement of a small file: write a temp file beside it, fsync
  * it, rename it over the old one, fsync the directory. A crash at any point
  * leaves either the old content or the new one under the name, never a mix;
- * at worst a stray temp file remains, which readers never look at.
+ * at worst a stray temp file remains, which readers never look at (and which
+ * removeStaleTemps takes away once its writer is gone).
  */
-import { closeSync, fdatasync, fdatasyncSync, fsyncSync, ftruncateSync, openSync, renameSync, unlinkSync, writeSync } from 'node:fs';
+import { closeSync, fdatasync, fdatasyncSync, fsyncSync, ftruncateSync, openSync, readdirSync, renameSync, unlinkSync, writeSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 
 /**
@@ -17,6 +18,36 @@ export const io = { openSync, writeSync, fsyncSync, fdatasync, fdatasyncSync, ft
 /** The temp file a write of `file` goes through (one per process, so two writers never share one). */
 export function tempPathOf(file: string): string {
   return join(dirname(file), `.${basename(file)}.tmp-${process.pid}`);
+}
+
+/**
+ * Removes the temp files of `file` that a writer killed half-way left (their process is gone), so
+ * that a daemon killed again and again in its writes does not fill the directory (a tmpfs: memory)
+ * with them. A file whose process lives, or that cannot be removed, stays.
+ */
+export function removeStaleTemps(file: string): void {
+  const prefix = `.${basename(file)}.tmp-`;
+  let names: string[];
+  try {
+    names = readdirSync(dirname(file));
+  } catch {
+    return;
+  }
+  for (const name of names) {
+    if (!name.startsWith(prefix)) continue;
+    const pid = Number(name.slice(prefix.length));
+    if (!Number.isSafeInteger(pid) || pid <= 0 || pid === process.pid || alive(pid)) continue;
+    try { io.unlinkSync(join(dirname(file), name)); } catch { /* gone meanwhile, or not ours to remove */ }
+  }
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code !== 'ESRCH';
+  }
 }
 
 /**

@@ -6,7 +6,7 @@
  */
 import { isAscii } from 'node:buffer';
 import { lstatSync, mkdirSync, readFileSync } from 'node:fs';
-import { writeFileAtomic } from './atomic-file.js';
+import { removeStaleTemps, writeFileAtomic } from './atomic-file.js';
 import { sha256, sha256Hash } from './sha256.js';
 
 /** Why a file or directory is not this process's user's alone (undefined: it is). */
@@ -62,5 +62,6 @@ export function writeSealed(file: string, dir: string, body: string | readonly B
   const pieces = typeof body === 'string' ? [Buffer.from(body, 'utf8')] : body;
   const sum = sha256Hash();
   for (const p of pieces) sum.update(p);
+  removeStaleTemps(file);
   writeFileAtomic(file, [...pieces, Buffer.from(`\n${sum.digest('hex')}\n`, 'latin1')], 0o600);
 }

@@ -2,7 +2,7 @@
  * `nfkeeper run` (bin/nfkeeper.js, a real child process) for the owners' reliability tests, and
  * the oracle: the owners the kernel holds, read through a socket of the test's own.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { resolve } from 'node:path';
 import { open } from '../../src/netlink/socket.js';
 import { call, ownerOfRule, parseOwnerChain } from '../../src/owners/index.js';
@@ -14,11 +14,11 @@ const RULES = 3;
 
 export interface Child { child: ChildProcess; exited: Promise<number | null>; logs: string[] }
 
-export function daemon(config: string, ns: Netns, o: { args?: string[]; prefix?: string[] } = {}): Child {
+export function daemon(config: string, ns: Netns, o: { args?: string[]; prefix?: string[]; env?: NodeJS.ProcessEnv } = {}): Child {
   // `prefix`: a command the daemon runs under (nsenter into a mount namespace).
   const argv = [process.execPath, resolve('bin/nfkeeper.js'), 'run', '--config', config, '--netns', ns.path, '--record-dir', ns.record, '--no-metrics', '--interval', '1s', ...(o.args ?? [])];
   const [cmd, ...args] = [...(o.prefix ?? []), ...argv];
-  const child = spawn(cmd!, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(cmd!, args, { stdio: ['ignore', 'pipe', 'pipe'], ...(o.env ? { env: { ...process.env, ...o.env } } : {}) });
   const logs: string[] = [];
   child.stdout!.on('data', (d: Buffer) => logs.push(d.toString()));
   child.stderr!.on('data', (d: Buffer) => logs.push(d.toString()));
@@ -94,3 +94,21 @@ export async function kernelOwners(ns: Netns, perOwner = RULES): Promise<Set<str
   }
 }
 
+
+/**
+ * A private mount namespace (held by a sleeping process) with a tmpfs of `kib` KiB on `dir`
+ * (`options`: more of mount's -o, say mode=0700).
+ */
+export function tmpfsIn(dir: string, kib: number, options = ''): { prefix: string[]; run(...cmd: string[]): string; close(): void } {
+  const holder: ChildProcess = spawn('unshare', ['-m', '--propagation', 'private', 'sh', '-c', `mount -t tmpfs -o size=${kib}k${options ? `,${options}` : ''} tmpfs '${dir}' && echo up && exec sleep 600`],
+    { stdio: ['ignore', 'pipe', 'inherit'] });
+  const pid = holder.pid!;
+  // Wait for the mount (the holder prints "up" after it).
+  execFileSync('sh', ['-c', `for i in $(seq 100); do nsenter -t ${pid} -m grep -q ' ${dir} tmpfs' /proc/mounts && exit 0; sleep 0.05; done; exit 1`]);
+  const prefix = ['nsenter', '-t', String(pid), '-m', '--'];
+  return {
+    prefix,
+    run: (...cmd) => execFileSync(prefix[0]!, [...prefix.slice(1), ...cmd], { encoding: 'utf8' }),
+    close: () => { holder.kill('SIGKILL'); },
+  };
+}

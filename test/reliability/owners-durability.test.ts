@@ -29,7 +29,7 @@ import { BASE_RULE, listTable, ownerSpec, ownersYaml, paddedSpec, writeConfig } 
 import { tearJournalEverywhere } from '../owners/journal-sweep.js';
 import { specKey } from '../../src/owners/spec.js';
 import { journalPathOf } from '../../src/owners/state-file.js';
-import { daemon, kernelOwners, kill9, ready, stop, type Child } from './owners-child.js';
+import { daemon, kernelOwners, kill9, ready, stop, tmpfsIn, type Child } from './owners-child.js';
 
 const SEED = Number(process.env.NFK_DURABLE_SEED ?? 24);
 const RUNS = Number(process.env.NFK_DURABLE_RUNS ?? 3);
@@ -159,21 +159,6 @@ describe('kill -9 in a stream of accepted, refused and removed registrations', (
     }
   }, 300_000);
 });
-
-/** A private mount namespace (held by a sleeping process) with a tmpfs of `kib` KiB on `dir`. */
-function tmpfsIn(dir: string, kib: number): { prefix: string[]; run(...cmd: string[]): string; close(): void } {
-  const holder: ChildProcess = spawn('unshare', ['-m', '--propagation', 'private', 'sh', '-c', `mount -t tmpfs -o size=${kib}k tmpfs '${dir}' && echo up && exec sleep 600`],
-    { stdio: ['ignore', 'pipe', 'inherit'] });
-  const pid = holder.pid!;
-  // Wait for the mount (the holder prints "up" after it).
-  execFileSync('sh', ['-c', `for i in $(seq 100); do nsenter -t ${pid} -m grep -q ' ${dir} tmpfs' /proc/mounts && exit 0; sleep 0.05; done; exit 1`]);
-  const prefix = ['nsenter', '-t', String(pid), '-m', '--'];
-  return {
-    prefix,
-    run: (...cmd) => execFileSync(prefix[0]!, [...prefix.slice(1), ...cmd], { encoding: 'utf8' }),
-    close: () => { holder.kill('SIGKILL'); },
-  };
-}
 
 describe('ENOSPC at every write point', () => {
   it('the state on a 192 KiB tmpfs, swept across fill levels, rewritten whole and journalled: each 2xx kept, each refusal gone, after a restart too', async () => {
