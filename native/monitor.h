@@ -38,6 +38,7 @@ class NftMonitor : public Napi::ObjectWrap<NftMonitor>, public Closeable {
   Napi::Value Unref(const Napi::CallbackInfo& info);
   Napi::Value Progress(const Napi::CallbackInfo& info);
   Napi::Value Anchor(const Napi::CallbackInfo& info);
+  Napi::Value Subscribe(const Napi::CallbackInfo& info);
   Napi::Value SkipOwn(const Napi::CallbackInfo& info);
   Napi::Value Arm(const Napi::CallbackInfo& info);
   Napi::Value Disarm(const Napi::CallbackInfo& info);

@@ -30,7 +30,16 @@ export class Monitor {
         this.during = undefined;
       }
     }, toPairs(options.tables), options.ignorePorts ?? [], options.ownCommits ?? false,
-    options.receiveBuffer);
+    options.receiveBuffer, options.subscribeLater ?? false);
+  }
+
+  /**
+   * Joins the change notifications (a monitor opened with subscribeLater; once subscribed, nothing
+   * changes): commits after this reach it. The caller anchors with a generation read after this.
+   * An addon built before it subscribed at open.
+   */
+  subscribe(): void {
+    this.native.subscribe?.();
   }
 
   /** What the monitor has read so far (no system call: what it has not read yet, it has not seen). */
