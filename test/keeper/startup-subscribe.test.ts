@@ -41,7 +41,7 @@ describe('the monitor subscribed after the start-up pass', () => {
     expect(handed.filter((g) => g <= installed)).toEqual([]);
     // Subscribed now: a foreign deletion arrives as its batch and is put back.
     ns.nft(`delete rule ip nfkeeper postrouting handle ${handles(ns, ...CHAIN)[1]}`);
-    await until('the deleted rule put back', () => chainLines(ns, ...CHAIN).length === BIG.length, 10_000);
+    await until('the deleted rule put back', () => chainLines(ns, ...CHAIN).length === BIG.length);
     expect(chainLines(ns, ...CHAIN)).toEqual(BIG);
     expect(handed.some((g) => g > installed)).toBe(true);
   });
