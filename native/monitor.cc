@@ -107,6 +107,7 @@ NftMonitor::NftMonitor(const Napi::CallbackInfo& info)
   std::string step;
   const bool later = info.Length() > 6 && info[6].IsBoolean() && info[6].As<Napi::Boolean>().Value();
   nl_ = OpenNetfilterSocket(path, later ? 0u : 1u << (NFNLGRP_NFTABLES - 1), &step);
+  subscribed_ = !later;
   if (nl_ == nullptr) {
     int e = errno;
     throw MakeNetlinkError(env, step + ": " + std::strerror(e), e, "monitor");
@@ -328,9 +329,9 @@ Napi::Value NftMonitor::Progress(const Napi::CallbackInfo& info) {
 }
 
 // anchor(generation, overflowsSeen): a generation read after this monitor subscribed and after
-// the caller handled that many overflow reports.
+// the caller handled that many overflow reports. Ignored before subscribe(): no run yet.
 Napi::Value NftMonitor::Anchor(const Napi::CallbackInfo& info) {
-  if (info[0].IsNumber() && info[1].IsNumber()) {
+  if (subscribed_ && info[0].IsNumber() && info[1].IsNumber()) {
     batcher_.Anchor(info[0].As<Napi::Number>().Uint32Value(), static_cast<uint64_t>(info[1].As<Napi::Number>().Int64Value()));
   }
   return info.Env().Undefined();
@@ -347,6 +348,7 @@ Napi::Value NftMonitor::Subscribe(const Napi::CallbackInfo& info) {
     int e = errno;
     throw MakeNetlinkError(env, std::string("monitor: join the nftables group: ") + std::strerror(e), e, "monitor");
   }
+  subscribed_ = true;
   return env.Undefined();
 }
 

@@ -52,7 +52,8 @@ export class Monitor {
   /**
    * Tells the monitor a generation read after it subscribed and after the caller handled
    * `overflowsSeen` overflow reports: every later commit reaches it whole, and progress().runStart
-   * and the batches' `since` say so from then on (ignored if another overflow came meanwhile).
+   * and the batches' `since` say so from then on (ignored if another overflow came meanwhile, and
+   * before subscribe() of a monitor opened with subscribeLater: it has seen no commit).
    */
   anchor(generation: number, overflowsSeen: number): void {
     this.during = undefined;

@@ -46,27 +46,43 @@ describe('the monitor subscribed after the start-up pass', () => {
     expect(handed.some((g) => g > installed)).toBe(true);
   });
 
-  it('a foreign commit between the start-up pass and the join is found by the generation and repaired before start() returns', async () => {
-    let deleted = 0;
-    const host: NftHost = {
+  /** A host whose monitor, when the keeper subscribes it, first has a rule deleted (after the start-up pass, before the join). */
+  function deletingBeforeJoin(deleted: { generation: number }): NftHost {
+    return {
       connect: kernelHost(ns.path).connect,
       watch: (o) => {
         const m = new Monitor({ ...o, netns: ns.path });
         const subscribe = m.subscribe.bind(m);
         m.subscribe = () => {
-          // After the start-up pass's commit, before the join: no event of it can reach the monitor.
+          // No event of it can reach the monitor.
           ns.nft(`delete rule ip nfkeeper postrouting handle ${handles(ns, ...CHAIN)[1]}`);
-          deleted = sock.generation();
+          deleted.generation = sock.generation();
           subscribe();
         };
         return m;
       },
     };
+  }
+
+  it('a foreign commit between the start-up pass and the join is found by the generation and repaired before start() returns', async () => {
+    const deleted = { generation: 0 };
     // The test's tick is an hour: only the pass start() schedules can repair it.
-    keeper = await startKeeper(ns, { host });
-    expect(deleted).toBeGreaterThan(0);
+    keeper = await startKeeper(ns, { host: deletingBeforeJoin(deleted) });
+    expect(deleted.generation).toBeGreaterThan(0);
     expect(chainLines(ns, ...CHAIN)).toEqual(FLANNEL_RULES);
-    expect(sock.generation()).toBeGreaterThan(deleted);
+    expect(sock.generation()).toBeGreaterThan(deleted.generation);
     expect(keeper.isReady()).toBe(true);
+  });
+
+  it('the same onto an installed ruleset: the start-up pass seeds the followed part before the join, which proves no run of events by it', async () => {
+    ns.nft(`add table ip nfkeeper
+add chain ip nfkeeper postrouting { type nat hook postrouting priority srcnat; policy accept; }
+${FLANNEL_RULES.map((r) => `add rule ip nfkeeper postrouting ${r}`).join('\n')}
+`);
+    const deleted = { generation: 0 };
+    keeper = await startKeeper(ns, { host: deletingBeforeJoin(deleted) });
+    expect(deleted.generation).toBeGreaterThan(0);
+    expect(chainLines(ns, ...CHAIN)).toEqual(FLANNEL_RULES);
+    expect(sock.generation()).toBeGreaterThan(deleted.generation);
   });
 });
