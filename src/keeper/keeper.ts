@@ -180,7 +180,7 @@ export class Keeper extends EventEmitter {
       this.reporter.fail(e);
       return undefined;
     }
-    monitor.anchor(gen, 0);
+    monitor.anchor(gen, this.k.view.overflows);
     return gen;
   }
 
