@@ -12,7 +12,11 @@
  * --from-empty: the ruleset is flushed before each start, so every start installs the N rules (the
  * record cannot match; a compile cache stored by the warm-up can): ready from empty.
  *
- *   sudo npx tsx bench/restart-ab.ts --a /path/to/checkoutA --b /path/to/checkoutB [--n 100000] [--rounds 3] [--hold-ms 1500] [--from-empty]
+ * --nft: each round also runs `nft -f` of the same ruleset (S8's .nft file) into an empty namespace
+ * of its own (nothing else there, no listener), timed from the spawn to its exit; CPU is its user +
+ * system time (bash's `times`).
+ *
+ *   sudo npx tsx bench/restart-ab.ts --a /path/to/checkoutA --b /path/to/checkoutB [--n 100000] [--rounds 3] [--hold-ms 1500] [--from-empty] [--nft]
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -21,7 +25,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { open } from '../src/netlink/socket.js';
 import { withBenchNetns, type BenchNetns } from './lib/netns.js';
-import { chainYaml } from './scenarios/s8.js';
+import { chainNft, chainYaml } from './scenarios/s8.js';
 import { daemonNodeFlags } from './lib/node-flags.js';
 import { takesRecord } from './lib/record.js';
 
@@ -35,6 +39,7 @@ const N = Number(arg('--n', '100000'));
 const ROUNDS = Number(arg('--rounds', '3'));
 const HOLD_MS = Number(arg('--hold-ms', '1500'));
 const FROM_EMPTY = process.argv.includes('--from-empty');
+const NFT = process.argv.includes('--nft');
 const CLK_TCK = 100;
 const cpuSeconds = (pid: number) => {
   const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
@@ -81,15 +86,29 @@ async function restart(ns: BenchNetns, root: string, config: string, extra: stri
   }
 }
 
+/** `nft -f file` into `ns` after a flush: wall from the spawn to the exit, CPU its user + system time. */
+function nftFile(ns: BenchNetns, file: string): { wallS: number; cpuS: number } {
+  ns.exec('nft', ['flush', 'ruleset']);
+  const t0 = performance.now();
+  const out = ns.exec('bash', ['-c', 'nft -f "$1" && times', 'nft-f', file]);
+  const wallS = (performance.now() - t0) / 1000;
+  // times: the shell's own user/system, then its children's.
+  const [u, s] = out.trim().split('\n').at(-1)!.split(' ').map((x) => { const m = /(\d+)m([\d.]+)s/.exec(x)!; return Number(m[1]) * 60 + Number(m[2]); });
+  return { wallS, cpuS: u! + s! };
+}
+
 const dir = mkdtempSync(join(tmpdir(), 'nfk-restart-ab-'));
 try {
   const config = join(dir, 'c.yaml');
   writeFileSync(config, chainYaml(N));
+  const nftRules = join(dir, 'c.nft');
+  if (NFT) writeFileSync(nftRules, chainNft(N));
   const extras = roots.map((r, i) => (takesRecord(r) ? ['--record-dir', join(dir, `record-${i}`)] : []));
   await withBenchNetns('restart', async (ns) => {
     const apply = spawnSync('node', [join(roots[0]!, 'bin', 'nfkeeper.js'), 'apply', '--config', config, '--netns', ns.path], { stdio: ['ignore', 'ignore', 'inherit'] });
     if (apply.status !== 0) throw new Error('the install failed');
     const runs: Run[][] = [[], []];
+    const nftRuns: { wallS: number; cpuS: number }[] = [];
     // Warm-up: each build's first start (a build with a record writes it at that stop).
     for (const i of [0, 1]) await restart(ns, roots[i]!, config, extras[i]!, true);
     for (let round = 0; round < ROUNDS; round++) {
@@ -100,12 +119,18 @@ try {
         console.log(`round ${round + 1} ${i === 0 ? 'a' : 'b'}: ready ${r.wallS.toFixed(2)} s, CPU ${r.cpuS.toFixed(2)} s, peak RSS ${r.hwmMiB.toFixed(0)} MiB, ` +
           `${r.wrote ? 'wrote' : 'nothing written'}${r.record ? ` (${r.record})` : ''}${r.cache ? ` (${r.cache})` : ''}; load ${loadavg()}`);
       }
+      if (NFT) {
+        const r = await withBenchNetns('restart-nft', async (peer) => nftFile(peer, nftRules));
+        nftRuns.push(r);
+        console.log(`round ${round + 1} nft -f: ${r.wallS.toFixed(2)} s, CPU ${r.cpuS.toFixed(2)} s; load ${loadavg()}`);
+      }
     }
     const med = (xs: number[]) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)]!;
     for (const [i, rs] of runs.entries()) {
       console.log(`${i === 0 ? 'a' : 'b'} ${roots[i]}: median ready ${med(rs.map((r) => r.wallS)).toFixed(2)} s, CPU ${med(rs.map((r) => r.cpuS)).toFixed(2)} s, ` +
         `peak RSS ${Math.max(...rs.map((r) => r.hwmMiB)).toFixed(0)} MiB`);
     }
+    if (NFT) console.log(`nft -f: median ${med(nftRuns.map((r) => r.wallS)).toFixed(2)} s, CPU ${med(nftRuns.map((r) => r.cpuS)).toFixed(2)} s`);
   });
 } finally {
   rmSync(dir, { recursive: true, force: true });

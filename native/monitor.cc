@@ -82,6 +82,7 @@ Napi::Function NftMonitor::Init(Napi::Env env) {
                          InstanceMethod<&NftMonitor::Unref>("unref"),
                          InstanceMethod<&NftMonitor::Progress>("progress"),
                          InstanceMethod<&NftMonitor::Anchor>("anchor"),
+                         InstanceMethod<&NftMonitor::Subscribe>("subscribe"),
                          InstanceMethod<&NftMonitor::SkipOwn>("skipOwn"),
                          InstanceMethod<&NftMonitor::Arm>("arm"),
                          InstanceMethod<&NftMonitor::Disarm>("disarm"),
@@ -92,7 +93,9 @@ Napi::Function NftMonitor::Init(Napi::Env env) {
 
 // new NftMonitor(netnsPath: string | undefined, onBatch: (batch) => void,
 //                tables: [family, name][] | null, ignorePorts: number[], deliverOwn?: boolean,
-//                receiveBuffer?: number)
+//                receiveBuffer?: number, subscribeLater?: boolean)
+// subscribeLater: the socket joins the multicast group only at subscribe(); until then the kernel
+// builds no notification for it (a big commit's thousands of NEWRULE messages cost the commit).
 NftMonitor::NftMonitor(const Napi::CallbackInfo& info)
     : Napi::ObjectWrap<NftMonitor>(info), asyncContext_(info.Env(), "nfkeeper.monitor") {
   Napi::Env env = info.Env();
@@ -102,7 +105,9 @@ NftMonitor::NftMonitor(const Napi::CallbackInfo& info)
   ParseFilter(env, info[2], info[3]);
   filter_.deliverOwn = info.Length() > 4 && info[4].IsBoolean() && info[4].As<Napi::Boolean>().Value();
   std::string step;
-  nl_ = OpenNetfilterSocket(path, 1u << (NFNLGRP_NFTABLES - 1), &step);
+  const bool later = info.Length() > 6 && info[6].IsBoolean() && info[6].As<Napi::Boolean>().Value();
+  nl_ = OpenNetfilterSocket(path, later ? 0u : 1u << (NFNLGRP_NFTABLES - 1), &step);
+  subscribed_ = !later;
   if (nl_ == nullptr) {
     int e = errno;
     throw MakeNetlinkError(env, step + ": " + std::strerror(e), e, "monitor");
@@ -324,12 +329,27 @@ Napi::Value NftMonitor::Progress(const Napi::CallbackInfo& info) {
 }
 
 // anchor(generation, overflowsSeen): a generation read after this monitor subscribed and after
-// the caller handled that many overflow reports.
+// the caller handled that many overflow reports. Ignored before subscribe(): no run yet.
 Napi::Value NftMonitor::Anchor(const Napi::CallbackInfo& info) {
-  if (info[0].IsNumber() && info[1].IsNumber()) {
+  if (subscribed_ && info[0].IsNumber() && info[1].IsNumber()) {
     batcher_.Anchor(info[0].As<Napi::Number>().Uint32Value(), static_cast<uint64_t>(info[1].As<Napi::Number>().Int64Value()));
   }
   return info.Env().Undefined();
+}
+
+// subscribe(): joins NFNLGRP_NFTABLES (a monitor opened with subscribeLater; for one subscribed
+// already the kernel takes it as a no-op). Only commits after the join reach the socket: the caller
+// anchors with a generation it reads after this.
+Napi::Value NftMonitor::Subscribe(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (closed_ || nl_ == nullptr) throw MakeNetlinkError(env, "monitor: subscribe on a closed monitor", EBADF, "monitor");
+  int group = NFNLGRP_NFTABLES;
+  if (mnl_socket_setsockopt(nl_, NETLINK_ADD_MEMBERSHIP, &group, sizeof(group)) < 0) {
+    int e = errno;
+    throw MakeNetlinkError(env, std::string("monitor: join the nftables group: ") + std::strerror(e), e, "monitor");
+  }
+  subscribed_ = true;
+  return env.Undefined();
 }
 
 // skipOwn(generation): the caller knows its own commit that made `generation` from its echo (see

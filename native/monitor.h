@@ -38,6 +38,7 @@ class NftMonitor : public Napi::ObjectWrap<NftMonitor>, public Closeable {
   Napi::Value Unref(const Napi::CallbackInfo& info);
   Napi::Value Progress(const Napi::CallbackInfo& info);
   Napi::Value Anchor(const Napi::CallbackInfo& info);
+  Napi::Value Subscribe(const Napi::CallbackInfo& info);
   Napi::Value SkipOwn(const Napi::CallbackInfo& info);
   Napi::Value Arm(const Napi::CallbackInfo& info);
   Napi::Value Disarm(const Napi::CallbackInfo& info);
@@ -74,6 +75,9 @@ class NftMonitor : public Napi::ObjectWrap<NftMonitor>, public Closeable {
   Napi::AsyncContext asyncContext_;
   std::vector<uint8_t> buf_;  // kSlots datagrams of kSlotBytes, read by one recvmmsg
   bool closed_ = false;
+  // Joined NFNLGRP_NFTABLES (at open, or by subscribe()): before that an anchor would claim a run
+  // of commits this socket never saw, so Anchor ignores it.
+  bool subscribed_ = false;
   bool failed_ = false;  // the socket failed (not EAGAIN, EINTR or ENOBUFS): reading stopped
 
   // Read and written on the JS thread only (its methods and the poll callback); no pool worker

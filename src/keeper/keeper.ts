@@ -124,34 +124,64 @@ export class Keeper extends EventEmitter {
     if (this.useEvents) {
       k.noteOwned();
       const follow = this.options.follow ?? true;
+      // Subscribed after the start-up pass (subscribe below): the kernel then builds no event of
+      // the start-up's own install for it, which at a big ruleset is a share of that commit and can
+      // overflow the socket (a resync before ready). A watcher without subscribe() is subscribed now.
       k.monitor = this.host.watch({
         tables: k.ownedTables(),
         ignorePorts: [sock.portId],
         ownCommits: follow,
+        subscribeLater: true,
         onBatch: (b) => this.onEvents(b),
       });
       const monitor = k.monitor;
-      if (follow && monitor.progress && monitor.anchor) {
-        k.view.followEvents(() => monitor.progress!(), () => k.stopped);
-        // Read after the subscription: every later commit reaches the monitor whole.
-        monitor.anchor(sock.generation(), 0);
-      }
+      if (follow && monitor.progress && monitor.anchor) k.view.followEvents(() => monitor.progress!(), () => k.stopped);
+      if (!monitor.subscribe) this.anchor();
     }
     // A restart onto what the record says was verified at this very generation: the start-up pass
     // plans from it, reading no rule (record.ts).
     await this.recorder?.adopt();
+    let refused: unknown;
     try {
       await this.request('startup', performance.now());
     } catch (e) {
-      // Another live process owns a table: refuse to start. Anything else was reported (fail) and the loop retries.
-      if (e instanceof TableOwnedError) {
-        await this.idle();
-        await this.stop();
-        throw e;
-      }
+      refused = e;
+    }
+    if (k.monitor?.subscribe && !k.stopped) {
+      k.monitor.subscribe();
+      // The monitor saw no commit up to the anchor, its generation read after joining: the view
+      // proves nothing by events before it (runCovers), and a commit after the start-up pass's
+      // verified generation and before the join is found by that generation, read here.
+      const gen = this.anchor();
+      if (gen !== undefined && k.lastVerified !== undefined && gen !== k.lastVerified) this.scheduler.schedule('tick', performance.now());
+    }
+    // Another live process owns a table: refuse to start. Anything else was reported (fail) and the loop retries.
+    if (refused instanceof TableOwnedError) {
+      await this.idle();
+      await this.stop();
+      throw refused;
     }
     await this.idle();
     this.scheduler.every(this.intervalMs, () => this.tick());
+  }
+
+  /**
+   * Tells the monitor a generation read after it subscribed: every later commit reaches it whole.
+   * Returns that generation (undefined where the view does not follow the events).
+   */
+  private anchor(): number | undefined {
+    const monitor = this.k.monitor;
+    if (!(this.options.follow ?? true) || !monitor?.progress || !monitor.anchor) return undefined;
+    let gen: number;
+    try {
+      gen = this.k.sock!.generation();
+    } catch (e) {
+      // No anchor: the monitor proves no run of commits, and the passes read instead.
+      this.reporter.fail(e);
+      return undefined;
+    }
+    monitor.anchor(gen, this.k.view.overflows);
+    return gen;
   }
 
   /** Stops the loop and closes the sockets. The rules stay in the kernel. */

@@ -58,6 +58,8 @@ export interface NativeMonitor {
   setFilter(tables: [string, string][] | null, ignorePorts: number[]): void;
   progress(): [number, number, number];
   anchor(generation: number, overflowsSeen: number): void;
+  /** Joins the nftables group (a monitor opened with subscribeLater). Absent from an addon built before it, which subscribes at open. */
+  subscribe?(): void;
   /** Absent from an addon built before it. */
   skipOwn?(generation: number): void;
   /** Absent from an addon built before it (Monitor.arm). exprs: as commit's exprBytes, per reaction. */
@@ -79,7 +81,7 @@ export interface Addon {
   NftMonitor: new <Batch>(netns: string | undefined,
     onBatch: (batch: Batch, lastGeneration: number, runStart: number, delivered: number) => void,
     tables: [string, string][] | null, ignorePorts: number[], ownCommits?: boolean,
-    receiveBuffer?: number) => NativeMonitor;
+    receiveBuffer?: number, subscribeLater?: boolean) => NativeMonitor;
   init(errorClass: typeof NetlinkError): void;
   sdNotify(socketPath: string, message: string): number;
   /** SO_PEERCRED of a connected Unix socket; a number is the errno. */

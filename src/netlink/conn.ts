@@ -103,6 +103,11 @@ export interface NftWatch {
   /** What the watcher has seen (the kernel monitor has it; a watcher without it follows nothing). */
   progress?(): MonitorProgress;
   anchor?(generation: number, overflowsSeen: number): void;
+  /**
+   * Joins the change notifications of a watcher opened with `subscribeLater` (Monitor.subscribe).
+   * Absent: the watcher was subscribed when opened.
+   */
+  subscribe?(): void;
   /** Our own commit that made `generation` is known already: its batch need not be delivered (Monitor.skipOwn). */
   skipOwn?(generation: number): void;
   /**

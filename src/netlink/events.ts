@@ -100,5 +100,10 @@ export interface MonitorOptions {
   ownCommits?: boolean;
   /** The socket's receive buffer in bytes; default 8 MiB (tests make it small to see ENOBUFS). */
   receiveBuffer?: number;
+  /**
+   * Receive nothing until subscribe(): the kernel builds no notification for this socket before
+   * (a big commit's own events cost that commit). What commits came before is the caller's to prove.
+   */
+  subscribeLater?: boolean;
   onBatch: (batch: MonitorBatch) => void;
 }

@@ -30,7 +30,16 @@ export class Monitor {
         this.during = undefined;
       }
     }, toPairs(options.tables), options.ignorePorts ?? [], options.ownCommits ?? false,
-    options.receiveBuffer);
+    options.receiveBuffer, options.subscribeLater ?? false);
+  }
+
+  /**
+   * Joins the change notifications (a monitor opened with subscribeLater; once subscribed, nothing
+   * changes): commits after this reach it. The caller anchors with a generation read after this.
+   * An addon built before it subscribed at open.
+   */
+  subscribe(): void {
+    this.native.subscribe?.();
   }
 
   /** What the monitor has read so far (no system call: what it has not read yet, it has not seen). */
@@ -43,7 +52,8 @@ export class Monitor {
   /**
    * Tells the monitor a generation read after it subscribed and after the caller handled
    * `overflowsSeen` overflow reports: every later commit reaches it whole, and progress().runStart
-   * and the batches' `since` say so from then on (ignored if another overflow came meanwhile).
+   * and the batches' `since` say so from then on (ignored if another overflow came meanwhile, and
+   * before subscribe() of a monitor opened with subscribeLater: it has seen no commit).
    */
   anchor(generation: number, overflowsSeen: number): void {
     this.during = undefined;
