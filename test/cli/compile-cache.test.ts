@@ -1,5 +1,6 @@
 /**
- * `nfkeeper run` with its compile cache (src/config/compile-cache.ts) beside the restart record:
+ * `nfkeeper run` with its compile cache (src/config/compile-cache.ts) in --cache-dir, apart from the
+ * restart record (--record-dir):
  * stored once the daemon is running; a restart with both finds every input unchanged and starts
  * with no rule compiled and none read, nothing written. An interface renumbered in the namespace,
  * the config changed, or the cache file damaged: compiled again, and the kernel ends as the config
@@ -51,10 +52,11 @@ describe('nfkeeper run: the compile cache', { timeout: 180_000 }, () => {
 
   function setUp() {
     ns.exec('ip', ['link', 'add', 'dummy0', 'type', 'veth', 'peer', 'name', 'peer0']);
-    const dir = join(tempDir('cli-cache'), 'state');
+    const dir = join(tempDir('cli-cache'), 'cache');
+    const record = join(tempDir('cli-cache'), 'record');
     const config = join(tempDir('cli-cache-config'), 'c.nft');
     writeFileSync(config, nft(RULES));
-    return { dir, config, args: ['--config', config, '--record-dir', dir] };
+    return { dir, record, config, args: ['--config', config, '--record-dir', record, '--cache-dir', dir] };
   }
 
   it('a restart with the record and the cache: nothing compiled, no rule read, nothing written', async () => {
@@ -124,11 +126,10 @@ describe('nfkeeper run: the compile cache', { timeout: 180_000 }, () => {
 
   it('owners: registered owners and their rules stay through a restart from the cache, and a changed config reloads (SIGHUP) compiled', async () => {
     const d = tempDir('cli-cache-owners');
-    const dir = join(d, 'rec');
     const config = join(d, 'config.yaml');
     writeFileSync(config, ownersYaml(d));
     const socket = join(d, 'nfkeeper.sock');
-    const args = ['--config', config, '--record-dir', dir];
+    const args = ['--config', config, '--record-dir', join(d, 'rec'), '--cache-dir', join(d, 'cache')];
     // The first start registers two owners; the second finds the config compiled in the cache.
     const first = nfk(['run', ...args, '--netns', ns.path, '--no-metrics']);
     try {
