@@ -12,7 +12,11 @@
  * --from-empty: the ruleset is flushed before each start, so every start installs the N rules (the
  * record cannot match; a compile cache stored by the warm-up can): ready from empty.
  *
- *   sudo npx tsx bench/restart-ab.ts --a /path/to/checkoutA --b /path/to/checkoutB [--n 100000] [--rounds 3] [--hold-ms 1500] [--from-empty]
+ * --reboot: each build's record directory is emptied before each start (as a reboot clears /run);
+ * a build with --cache-dir keeps its compile cache in a directory of this run's, which stays. With
+ * --from-empty too: the first start after a reboot.
+ *
+ *   sudo npx tsx bench/restart-ab.ts --a /path/to/checkoutA --b /path/to/checkoutB [--n 100000] [--rounds 3] [--hold-ms 1500] [--from-empty] [--reboot]
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -23,7 +27,7 @@ import { open } from '../src/netlink/socket.js';
 import { withBenchNetns, type BenchNetns } from './lib/netns.js';
 import { chainYaml } from './scenarios/s8.js';
 import { daemonNodeFlags } from './lib/node-flags.js';
-import { takesRecord } from './lib/record.js';
+import { takesCacheDir, takesRecord } from './lib/record.js';
 
 const arg = (name: string, dflt?: string) => {
   const i = process.argv.indexOf(name);
@@ -35,6 +39,7 @@ const N = Number(arg('--n', '100000'));
 const ROUNDS = Number(arg('--rounds', '3'));
 const HOLD_MS = Number(arg('--hold-ms', '1500'));
 const FROM_EMPTY = process.argv.includes('--from-empty');
+const REBOOT = process.argv.includes('--reboot');
 const CLK_TCK = 100;
 const cpuSeconds = (pid: number) => {
   const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
@@ -47,6 +52,8 @@ interface Run { wallS: number; cpuS: number; hwmMiB: number; wrote: boolean; rec
 
 async function restart(ns: BenchNetns, root: string, config: string, extra: string[], warmUp = false): Promise<Run> {
   if (FROM_EMPTY) ns.exec('nft', ['flush', 'ruleset']);
+  const recordDir = extra[extra.indexOf('--record-dir') + 1];
+  if (REBOOT && extra.includes('--record-dir')) rmSync(recordDir!, { recursive: true, force: true });
   const sock = open({ netns: ns.path });
   try {
     const before = sock.generation();
@@ -85,7 +92,11 @@ const dir = mkdtempSync(join(tmpdir(), 'nfk-restart-ab-'));
 try {
   const config = join(dir, 'c.yaml');
   writeFileSync(config, chainYaml(N));
-  const extras = roots.map((r, i) => (takesRecord(r) ? ['--record-dir', join(dir, `record-${i}`)] : []));
+  // The compile cache where a build has one apart from the record: this run's, not /var/cache/nfkeeper
+  // (the install below too).
+  process.env.NFKEEPER_CACHE_DIR = join(dir, 'apply-cache');
+  const extras = roots.map((r, i) => [...(takesRecord(r) ? ['--record-dir', join(dir, `record-${i}`)] : []),
+    ...(takesCacheDir(r) ? ['--cache-dir', join(dir, `cache-${i}`)] : [])]);
   await withBenchNetns('restart', async (ns) => {
     const apply = spawnSync('node', [join(roots[0]!, 'bin', 'nfkeeper.js'), 'apply', '--config', config, '--netns', ns.path], { stdio: ['ignore', 'ignore', 'inherit'] });
     if (apply.status !== 0) throw new Error('the install failed');
