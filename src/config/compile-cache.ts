@@ -122,7 +122,8 @@ export function loadConfigCached(file: string, options: LoadOptions, cache: Comp
         const desired = yield* desiredDigestSteps(config.tables);
         const body = yield* serialise(config, { format: FORMAT, version: cache.version, code: codeDigest(), node: process.version, config: file, includePath: options.includePath ?? [], inputs, desired });
         if ('why' in body) return body.why;
-        writeSealed(path, cache.dir, body);
+        // A cache: a crash costs one compile, not an fsync of every store.
+        writeSealed(path, cache.dir, body, { durable: false });
         return undefined;
       } catch (e) {
         return (e as Error).message;
