@@ -472,13 +472,20 @@ async function oneShot(o: OneShotOptions, apply: boolean, io: Out): Promise<numb
   // After the commit and its output, before the exit: the next apply or start of the daemon finds
   // the config compiled. A cache that cannot be written changes neither the kernel nor the exit
   // code: one line on stderr says why.
-  if (store) {
+  if (store && (await import('./model/desired.js')).countRules(config.tables) >= APPLY_STORES_FROM_RULES) {
     const { runNow } = await import('./base/sliced.js');
     const why = runNow(store());
     if (why !== undefined) io.err(`nfkeeper: the compiled config was not stored in the compile cache (${oneLine(why)}); the next apply compiles it again (--no-cache-dir: no cache)`);
   }
   return code;
 }
+
+/**
+ * apply stores a config of at least this many rules: below it the compile costs less than the
+ * cache's own work (the store, and a later hit's checks), and an apply without an entry only looks
+ * for the file. (The daemon stores every config: its store runs after ready.)
+ */
+export const APPLY_STORES_FROM_RULES = 1000;
 
 /** --cache-dir's value (from the flag or NFKEEPER_CACHE_DIR), refused when it names nothing. */
 function checkedCacheDir(dir: string): string {

@@ -14,6 +14,7 @@ import { describe, expect, it } from 'vitest';
 import { netnsPerTest } from '../helpers/netns-hooks.js';
 import { createNetns } from '../helpers/netns.js';
 import { tempDir } from '../helpers/tmp.js';
+import { APPLY_STORES_FROM_RULES } from '../../src/cli.js';
 import { nfk, nfkDone, waitFor } from './spawn.js';
 
 const ENTRY = fileURLToPath(new URL('./entry.ts', import.meta.url));
@@ -52,7 +53,8 @@ const compiledIn = (dir: string) => (existsSync(dir) ? readdirSync(dir).filter((
 describe('nfkeeper apply: the compile cache', { timeout: 240_000 }, () => {
   const ns = netnsPerTest('cli-apply-cache', (n) => n.exec('ip', ['link', 'add', 'dummy0', 'type', 'veth', 'peer', 'name', 'peer0']));
 
-  function setUp(text = NFT()) {
+  // A config big enough for apply to store it (APPLY_STORES_FROM_RULES).
+  function setUp(text = NFT(APPLY_STORES_FROM_RULES)) {
     const d = tempDir('cli-apply-cache');
     const config = join(d, 'c.nft');
     writeFileSync(config, text);
@@ -132,7 +134,7 @@ describe('nfkeeper apply: the compile cache', { timeout: 240_000 }, () => {
   it('a changed config is compiled, with the reason, and stored for the next', async () => {
     const { cache, config } = setUp();
     ok(await apply(['--config', config, '--cache-dir', cache]));
-    writeFileSync(config, NFT(0, 'ip saddr 10.1.0.3 tcp dport 22 counter drop'));
+    writeFileSync(config, NFT(APPLY_STORES_FROM_RULES, 'ip saddr 10.1.0.3 tcp dport 22 counter drop'));
     const r = await apply(['--config', config, '--cache-dir', cache]);
     ok(r);
     expect(noted(r)).toMatch(/compile cache not used \(.*c\.nft changed\); .*c\.nft was compiled/);
@@ -200,8 +202,28 @@ describe('nfkeeper apply: the compile cache', { timeout: 240_000 }, () => {
     return { code: r.status, err: r.stderr.split('\n').filter(Boolean) };
   }
 
+  it('a config of fewer rules than APPLY_STORES_FROM_RULES is not stored by apply (its compile is cheaper), but is read when the daemon stored it', async () => {
+    const { cache, config } = setUp(NFT(APPLY_STORES_FROM_RULES - 7)); // one rule fewer: the config has 6 besides the extra ones
+    const first = await apply(['--config', config, '--cache-dir', cache]);
+    ok(first);
+    expect(noted(first)).toMatch(/compile cache not used \(there is none/);
+    expect(compiledIn(cache)).toEqual([]);
+    const r = nfk(['run', '--config', config, '--cache-dir', cache, '--netns', ns.path, '--no-metrics']);
+    try {
+      await waitFor('the compile cache', () => r.logs().some((l) => l.msg === 'compiled config stored in the compile cache'));
+    } finally {
+      r.child.kill('SIGTERM');
+    }
+    expect((await r.exited).code).toBe(0);
+    ns.exec('nft', ['flush', 'ruleset']);
+    const after = await apply(['--config', config, '--cache-dir', cache]);
+    ok(after);
+    expect(noted(after)).toMatch(/compile cache matches every input/);
+    expect(ns.exec('nft', ['list', 'ruleset'])).toContain('ip saddr 10.1.0.2 tcp dport 22 counter');
+  });
+
   it('a read-only or full cache directory: the apply succeeds, the kernel as desired, one line says nothing was stored', async () => {
-    const { cache, config } = setUp(NFT(200));
+    const { cache, config } = setUp();
     for (const [options, why] of [['ro,mode=0700', /EROFS|read-only file system/], ['size=4k,mode=0700', /ENOSPC|no space left/]] as const) {
       ns.exec('nft', ['flush', 'ruleset']);
       const r = applyOnMount(cache, options, ['--config', config]);
@@ -210,7 +232,7 @@ describe('nfkeeper apply: the compile cache', { timeout: 240_000 }, () => {
       expect(lines).toHaveLength(1);
       expect(lines[0]).toMatch(/^nfkeeper: the compiled config was not stored in the compile cache \(/);
       expect(lines[0]).toMatch(why);
-      expect(ns.exec('nft', ['list', 'ruleset'])).toContain('ip saddr 10.2.0.199 tcp dport 443 counter');
+      expect(ns.exec('nft', ['list', 'ruleset'])).toContain('ip saddr 10.2.3.231 tcp dport 443 counter');
     }
     // (the mounts were the child's own: the directory here is as it was, empty)
     expect(readdirSync(cache)).toEqual([]);
