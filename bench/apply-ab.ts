@@ -11,9 +11,15 @@
  * run (bin/), and each run then starts from the package's entry and writes its own. The warm-up
  * round makes each build's entry, as a user's first run does.
  *
- * Prints one line per process as it goes and a Markdown table at the end (medians, CPU ratios).
+ * This build's apply runs three ways when it has a compile cache (--cache-dir): `off` (--no-cache-dir),
+ * `cold` (its cache directory emptied before each run: the compile, then the store after the commit)
+ * and `warm` (the directory kept: the first, untimed run stored the entry). An older build runs as
+ * it is (`before`). cold against off is what the store costs a first apply.
+ *
+ * Prints one line per process as it goes and Markdown tables at the end (medians, CPU ratios).
  */
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PROJECT_ROOT } from '../src/netlink/addon.js';
@@ -53,6 +59,10 @@ for (const s of services) {
     `${(kp.text.length / 1048576).toFixed(1)} MiB)`, file, nft: file });
 }
 
+const hasCacheDir = spawnSync('node', [join(PROJECT_ROOT, 'bin', 'nfkeeper.js'), 'apply', '--help'], { encoding: 'utf8' }).stdout.includes('--cache-dir');
+const KINDS = hasCacheDir ? ['off', 'cold', 'warm', 'before', 'nft'] as const : ['after', 'before', 'nft'] as const;
+type Kind = 'off' | 'cold' | 'warm' | 'after' | 'before' | 'nft';
+const compileCache = (k: 'cold' | 'warm', w: { file: string }) => join(dir, `compile-cache-${k}-${w.file.replace(/\W/g, '_')}`);
 const fmt = (us: number) => (us >= 1e6 ? `${(us / 1e6).toFixed(2)} s` : `${(us / 1e3).toFixed(0)} ms`);
 const rows: string[] = [];
 const sysRows: string[] = [];
@@ -61,45 +71,57 @@ console.log(`load average at start: ${load()}`);
 await withBenchNetns('applyab', async (ns) => {
   const flush = () => { ns.exec('nft', ['flush', 'ruleset']); };
   for (const w of works) {
-    const runs: Record<'after' | 'before' | 'nft', ProcessRun[]> = { after: [], before: [], nft: [] };
-    const cmds = {
-      after: () => runWhole('node', [join(PROJECT_ROOT, 'bin', 'nfkeeper.js'), 'apply', '--config', w.file], { ns, ...cacheEnv('after') }),
+    const runs: Partial<Record<Kind, ProcessRun[]>> = Object.fromEntries(KINDS.map((k) => [k, []]));
+    const ours = (extra: string[]) => () => runWhole('node', [join(PROJECT_ROOT, 'bin', 'nfkeeper.js'), 'apply', '--config', w.file, ...extra], { ns, ...cacheEnv('after') });
+    const cmds: Partial<Record<Kind, () => ProcessRun>> = {
+      after: ours([]),
+      off: ours(['--no-cache-dir']),
+      cold: () => {
+        rmSync(compileCache('cold', w), { recursive: true, force: true });
+        return ours(['--cache-dir', compileCache('cold', w)])();
+      },
+      warm: ours(['--cache-dir', compileCache('warm', w)]),
       before: () => runWhole('node', [join(root, 'bin', 'nfkeeper.js'), 'apply', '--config', w.file], { ns, ...cacheEnv('before') }),
       nft: () => runWhole('nft', ['-f', w.nft], { ns }),
     };
-    // One warm-up round (file cache, the kernel's modules), not counted.
-    for (const k of ['after', 'before', 'nft'] as const) { flush(); cmds[k](); }
+    // One warm-up round (file cache, the kernel's modules; the warm compile cache's entry), not counted.
+    for (const k of KINDS) { flush(); cmds[k]!(); }
     for (let i = 0; i < reps; i++) {
-      for (const k of ['after', 'before', 'nft'] as const) {
+      for (const k of KINDS) {
         flush();
-        const r = cmds[k]();
-        runs[k].push(r);
+        const r = cmds[k]!();
+        runs[k]!.push(r);
         console.log(`${w.work} ${k} round ${i + 1}: wall ${fmt(r.wallUs)}, CPU ${fmt(r.cpuUs)} (system ${fmt(r.sysUs ?? NaN)}), ` +
           `${(r.rssKiB / 1024).toFixed(0)} MiB (load ${load()})`);
       }
     }
-    const [a, b, p] = [summarizeRuns(runs.after), summarizeRuns(runs.before), summarizeRuns(runs.nft)];
-    // Pair by pair (after / before of the same round): the median ratio and how often after was lower.
-    const pairs = (f: (r: ProcessRun) => number) => {
-      const q = runs.after.map((r, i) => f(r) / f(runs.before[i]!)).sort((x, y) => x - y);
-      return `${q[q.length >> 1]!.toFixed(3)} (lower in ${q.filter((x) => x < 1).length} of ${q.length})`;
+    const sum = (k: Kind) => summarizeRuns(runs[k]!);
+    // Pair by pair (x / y of the same round): the median ratio and how often x was lower.
+    const pairs = (x: Kind, y: Kind, f: (r: ProcessRun) => number) => {
+      const q = runs[x]!.map((r, i) => f(r) / f(runs[y]![i]!)).sort((u, v) => u - v);
+      return `${q[q.length >> 1]!.toFixed(3)} (lower in ${q.filter((u) => u < 1).length} of ${q.length})`;
     };
-    pairRows.push(`| ${w.work} | ${pairs((r) => r.cpuUs)} | ${pairs((r) => r.wallUs)} | ${(b.rssKiB / 1024).toFixed(0)} / ${(a.rssKiB / 1024).toFixed(0)} MiB |`);
+    const ourKinds = KINDS.filter((k) => k !== 'before' && k !== 'nft');
+    for (const k of ourKinds) {
+      pairRows.push(`| ${w.work} | ${k} / before | ${pairs(k, 'before', (r) => r.cpuUs)} | ${pairs(k, 'before', (r) => r.wallUs)} | ${(sum('before').rssKiB / 1024).toFixed(0)} / ${(sum(k).rssKiB / 1024).toFixed(0)} MiB |`);
+      pairRows.push(`| ${w.work} | ${k} / nft | ${pairs(k, 'nft', (r) => r.cpuUs)} | ${pairs(k, 'nft', (r) => r.wallUs)} | |`);
+    }
+    if (hasCacheDir) pairRows.push(`| ${w.work} | cold / off (the store's cost) | ${pairs('cold', 'off', (r) => r.cpuUs)} | ${pairs('cold', 'off', (r) => r.wallUs)} | |`);
     // The kernel's own share: the system time of each (median), beside the CPU.
     const sys = (rs: ProcessRun[]) => fmt(rs.map((r) => r.sysUs ?? NaN).sort((x, y) => x - y)[rs.length >> 1]!);
-    sysRows.push(`| ${w.work} | ${sys(runs.before)} | ${sys(runs.after)} | ${sys(runs.nft)} |`);
-    rows.push(`| ${w.work} | ${fmt(b.wall.median)} | ${fmt(b.cpu.median)} | ${fmt(a.wall.median)} | ${fmt(a.cpu.median)} | ` +
-      `${(a.rssKiB / 1024).toFixed(0)} MiB | ${fmt(p.wall.median)} | ${fmt(p.cpu.median)} | ${(a.cpu.median / b.cpu.median).toFixed(2)}× | ` +
-      `${(a.cpu.median / p.cpu.median).toFixed(2)}× | ${(a.wall.median / p.wall.median).toFixed(2)}× | ${reps} |`);
+    sysRows.push(`| ${w.work} | ${KINDS.map((k) => sys(runs[k]!)).join(' | ')} |`);
+    rows.push(`| ${w.work} | ${KINDS.map((k) => `${fmt(sum(k).wall.median)} / ${fmt(sum(k).cpu.median)}`).join(' | ')} | ` +
+      `${ourKinds.map((k) => `${(sum(k).cpu.median / sum('before').cpu.median).toFixed(2)}× / ${(sum(k).cpu.median / sum('nft').cpu.median).toFixed(2)}× / ${(sum(k).wall.median / sum('nft').wall.median).toFixed(2)}×`).join(' | ')} | ${reps} |`);
   }
 });
 console.log(`load average at end: ${load()}`);
-console.log('| work | before: wall p50 | CPU p50 | after: wall p50 | CPU p50 | peak RSS | `nft -f` wall p50 | CPU p50 | CPU after / before | CPU after / nft | wall after / nft | rounds |');
-console.log('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
+const ourKinds = KINDS.filter((k) => k !== 'before' && k !== 'nft');
+console.log(`| work | ${KINDS.map((k) => `${k}: wall / CPU p50`).join(' | ')} | ${ourKinds.map((k) => `${k}: CPU / before, CPU / nft, wall / nft`).join(' | ')} | rounds |`);
+console.log(`|---|${KINDS.map(() => '---:').join('|')}|${ourKinds.map(() => '---:').join('|')}|---:|`);
 for (const r of rows) console.log(r);
-console.log('\n| work | before: system CPU p50 | after | `nft -f` |');
-console.log('|---|---:|---:|---:|');
+console.log(`\n| work | ${KINDS.map((k) => `${k}: system CPU p50`).join(' | ')} |`);
+console.log(`|---|${KINDS.map(() => '---:').join('|')}|`);
 for (const r of sysRows) console.log(r);
-console.log('\n| work | CPU after / before, by pairs | wall, by pairs | peak RSS before / after |');
-console.log('|---|---:|---:|---:|');
+console.log('\n| work | pair | CPU ratio, by pairs | wall ratio, by pairs | peak RSS before / this |');
+console.log('|---|---|---:|---:|---:|');
 for (const r of pairRows) console.log(r);

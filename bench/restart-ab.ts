@@ -16,7 +16,11 @@
  * of its own (nothing else there, no listener), timed from the spawn to its exit; CPU is its user +
  * system time (bash's `times`).
  *
- *   sudo npx tsx bench/restart-ab.ts --a /path/to/checkoutA --b /path/to/checkoutB [--n 100000] [--rounds 3] [--hold-ms 1500] [--from-empty] [--nft]
+ * --reboot: each build's record directory is emptied before each start (as a reboot clears /run);
+ * a build with --cache-dir keeps its compile cache in a directory of this run's, which stays. With
+ * --from-empty too: the first start after a reboot.
+ *
+ *   sudo npx tsx bench/restart-ab.ts --a /path/to/checkoutA --b /path/to/checkoutB [--n 100000] [--rounds 3] [--hold-ms 1500] [--from-empty] [--nft] [--reboot]
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -27,7 +31,7 @@ import { open } from '../src/netlink/socket.js';
 import { withBenchNetns, type BenchNetns } from './lib/netns.js';
 import { chainNft, chainYaml } from './scenarios/s8.js';
 import { daemonNodeFlags } from './lib/node-flags.js';
-import { takesRecord } from './lib/record.js';
+import { takesCacheDir, takesRecord } from './lib/record.js';
 
 const arg = (name: string, dflt?: string) => {
   const i = process.argv.indexOf(name);
@@ -40,6 +44,7 @@ const ROUNDS = Number(arg('--rounds', '3'));
 const HOLD_MS = Number(arg('--hold-ms', '1500'));
 const FROM_EMPTY = process.argv.includes('--from-empty');
 const NFT = process.argv.includes('--nft');
+const REBOOT = process.argv.includes('--reboot');
 const CLK_TCK = 100;
 const cpuSeconds = (pid: number) => {
   const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
@@ -52,6 +57,8 @@ interface Run { wallS: number; cpuS: number; hwmMiB: number; wrote: boolean; rec
 
 async function restart(ns: BenchNetns, root: string, config: string, extra: string[], warmUp = false): Promise<Run> {
   if (FROM_EMPTY) ns.exec('nft', ['flush', 'ruleset']);
+  const recordDir = extra[extra.indexOf('--record-dir') + 1];
+  if (REBOOT && extra.includes('--record-dir')) rmSync(recordDir!, { recursive: true, force: true });
   const sock = open({ netns: ns.path });
   try {
     const before = sock.generation();
@@ -103,7 +110,11 @@ try {
   writeFileSync(config, chainYaml(N));
   const nftRules = join(dir, 'c.nft');
   if (NFT) writeFileSync(nftRules, chainNft(N));
-  const extras = roots.map((r, i) => (takesRecord(r) ? ['--record-dir', join(dir, `record-${i}`)] : []));
+  // The compile cache where a build has one apart from the record: this run's, not /var/cache/nfkeeper
+  // (the install below too).
+  process.env.NFKEEPER_CACHE_DIR = join(dir, 'apply-cache');
+  const extras = roots.map((r, i) => [...(takesRecord(r) ? ['--record-dir', join(dir, `record-${i}`)] : []),
+    ...(takesCacheDir(r) ? ['--cache-dir', join(dir, `cache-${i}`)] : [])]);
   await withBenchNetns('restart', async (ns) => {
     const apply = spawnSync('node', [join(roots[0]!, 'bin', 'nfkeeper.js'), 'apply', '--config', config, '--netns', ns.path], { stdio: ['ignore', 'ignore', 'inherit'] });
     if (apply.status !== 0) throw new Error('the install failed');

@@ -6,7 +6,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { Argument, Command, CommanderError, Option } from 'commander';
 import { SHELLS, completionScript, type Shell } from './completion.js';
 import type { ExportFormat } from './config/export.js';
-import { DEFAULT_RECORD_DIR, DEFAULT_SOCKET } from './config/paths.js';
+import { CACHE_DIR_ENV, DEFAULT_CACHE_DIR, DEFAULT_RECORD_DIR, DEFAULT_SOCKET } from './config/paths.js';
 import { ConfigError, NfkeeperError } from './base/errors.js';
 import type { KeeperStatus } from './keeper/keeper.js';
 import type { Family } from './netlink/expr.js';
@@ -113,6 +113,12 @@ export async function main(argv: string[], io: Out = {
     .argParser((v: string) => resolveNetns(v));
   // nft's -I: where a .nft config's `include "NAME"` looks before /etc (repeatable)
   const includeOpt = () => new Option('-I, --include-path <dir...>', "directories a .nft config's include \"NAME\" searches before /etc (nft's -I)");
+  // The compile cache of run and apply (src/config/compile-cache.ts): one entry per namespace and
+  // config path, shared by both commands.
+  const cacheDirOpts = (c: Command) => c
+    .addOption(new Option('--cache-dir <dir>', 'keep the compiled config here (run and apply share it): a start or an apply whose compile inputs are unchanged does not compile')
+      .env(CACHE_DIR_ENV).default(DEFAULT_CACHE_DIR))
+    .option('--no-cache-dir', 'keep no compile cache; every start and apply compiles the config');
   const progressOpts = (c: Command) => c
     .option('--progress', 'report each step that took more than a second on stderr (the default on a terminal)')
     .option('--no-progress', 'no progress lines');
@@ -152,9 +158,9 @@ export async function main(argv: string[], io: Out = {
       code = await oneShot(o, false, io);
     });
 
-  progressOpts(program.command('apply').description('reconcile once and exit')
+  cacheDirOpts(progressOpts(program.command('apply').description('reconcile once and exit')
     .addOption(configOpt()).addOption(includeOpt()).addOption(netnsOpt()).option('--json', 'print what was repaired as JSON')
-    .option('--full', `print every line of a long plan on a terminal too (else more than ${SUMMARY_OVER_LINES} lines are summarised)`))
+    .option('--full', `print every line of a long plan on a terminal too (else more than ${SUMMARY_OVER_LINES} lines are summarised)`)))
     .action(async (o: OneShotOptions) => {
       code = await oneShot(o, true, io);
     });
@@ -208,7 +214,7 @@ export async function main(argv: string[], io: Out = {
       }
     });
 
-  program.command('run').description('keep the config installed until SIGTERM or SIGINT (rules stay in place)')
+  cacheDirOpts(program.command('run').description('keep the config installed until SIGTERM or SIGINT (rules stay in place)'))
     .addOption(configOpt()).addOption(includeOpt()).addOption(netnsOpt())
     .option('--interval <duration>', 'generation check period, 10ms to 1h (Go-style: 500ms, 1m30s)', '1s')
     .option('--metrics <host:port>', 'serve /metrics, /healthz, /readyz', '127.0.0.1:9469')
@@ -223,8 +229,8 @@ export async function main(argv: string[], io: Out = {
     .option('--reload-status <file>', "write each config reload's result here, for `nfkeeper reload` (systemd's ExecReload)")
     .option('--history <n>', 'foreign changes remembered with who made them (status, events)', '256')
     .option('--env-wait <duration>', 'at start-up, wait this long for an env file the config lists to appear (0s: fail at once), up to 1h', '5m')
-    .option('--record-dir <dir>', 'keep the restart record and the compile cache here: a restart onto the ruleset it records adopts it without reading the rules, and a start whose compile inputs are unchanged does not compile', DEFAULT_RECORD_DIR)
-    .option('--no-record', 'keep no restart record and no compile cache; every start reads the owned tables and compiles the config')
+    .option('--record-dir <dir>', 'keep the restart record here (one boot: /run): a restart onto the ruleset it records adopts it without reading the rules', DEFAULT_RECORD_DIR)
+    .option('--no-record', 'keep no restart record; every start reads the owned tables')
     .action(async (o: RunOptions) => {
       // Every flag is checked before anything is opened, bound or read.
       const d = await runOptions(o);
@@ -427,7 +433,11 @@ function errorText(r: { status: number; body: unknown }): string {
   return `${r.status}: ${typeof b === 'object' && b?.error ? b.error : String(b)}`;
 }
 
-interface OneShotOptions { config: string; includePath?: string[]; netns?: string; json?: boolean; full?: boolean; progress?: boolean }
+interface OneShotOptions {
+  config: string; includePath?: string[]; netns?: string; json?: boolean; full?: boolean; progress?: boolean;
+  /** apply's --cache-dir (false: --no-cache-dir; check has none). */
+  cacheDir?: string | false;
+}
 
 async function oneShot(o: OneShotOptions, apply: boolean, io: Out): Promise<number> {
   const progress = new Progress(io, o.progress);
@@ -436,14 +446,51 @@ async function oneShot(o: OneShotOptions, apply: boolean, io: Out): Promise<numb
   // validation and the addon's encoder then check and encode an expression that rules share once
   // per run of rules, not once per rule. check only compares, and skips that work.
   const compiled = apply ? (await import('./model/compact.js')).compactAsCompiled() : undefined;
-  const config = loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns), includePath: o.includePath, compiled });
+  const options = { interfaces: namespaceInterfaces(o.netns), includePath: o.includePath, compiled };
+  // apply compiles through the daemon's compile cache, keyed as `run` keys it: the same options
+  // (compacted, this namespace's interfaces), so an apply and a later start share one entry.
+  let config: import('./config/config.js').Config;
+  let store: (() => import('./base/sliced.js').Sliced<string | undefined>) | undefined;
+  if (apply && o.cacheDir) {
+    const cacheDir = checkedCacheDir(o.cacheDir);
+    const { loadConfigCached } = await import('./config/compile-cache.js');
+    const loaded = loadConfigCached(o.config, options, { dir: cacheDir, version: version(), netns: o.netns });
+    ({ config, store } = loaded);
+    progress.note(() => loaded.cache.used ? `compile cache matches every input: ${o.config} was not compiled`
+      : `compile cache not used (${loaded.cache.why}); ${o.config} was compiled`);
+  } else {
+    config = loadConfig(o.config, options);
+  }
   // apply writes: not beside a daemon keeping these tables or this state file (check only reads).
   const lock = apply ? (await import('./lock.js')).lockKeeper({ netns: o.netns, tables: config.tables, stateFile: config.owners?.state }) : undefined;
+  let code: number;
   try {
-    return await oneShotLocked(o, config, apply, io, progress);
+    code = await oneShotLocked(o, config, apply, io, progress);
   } finally {
     lock?.release();
   }
+  // After the commit and its output, before the exit: the next apply or start of the daemon finds
+  // the config compiled. A cache that cannot be written changes neither the kernel nor the exit
+  // code: one line on stderr says why.
+  if (store && (await import('./model/desired.js')).countRules(config.tables) >= APPLY_STORES_FROM_RULES) {
+    const { runNow } = await import('./base/sliced.js');
+    const why = runNow(store());
+    if (why !== undefined) io.err(`nfkeeper: the compiled config was not stored in the compile cache (${oneLine(why)}); the next apply compiles it again (--no-cache-dir: no cache)`);
+  }
+  return code;
+}
+
+/**
+ * apply stores a config of at least this many rules: below it the compile costs less than the
+ * cache's own work (the store, and a later hit's checks), and an apply without an entry only looks
+ * for the file. (The daemon stores every config: its store runs after ready.)
+ */
+export const APPLY_STORES_FROM_RULES = 1000;
+
+/** --cache-dir's value (from the flag or NFKEEPER_CACHE_DIR), refused when it names nothing. */
+function checkedCacheDir(dir: string): string {
+  if (dir === '') throw new NfkeeperError(`--cache-dir: empty path (${CACHE_DIR_ENV} is empty?); --no-cache-dir keeps no cache`);
+  return dir;
 }
 
 async function oneShotLocked(o: OneShotOptions, config: import('./config/config.js').Config, apply: boolean, io: Out,
@@ -553,6 +600,11 @@ export class Progress {
   // Whether stderr is a terminal is asked only once a step took long enough to be reported.
   constructor(private readonly io: Pick<Out, 'err' | 'errTty'>, private enabled?: boolean) {}
 
+  /** Says what was done, however long it took, when progress is reported (--progress, a terminal). */
+  note(what: () => string): void {
+    if (this.enabled ??= this.io.errTty === true) this.io.err(`nfkeeper: ${what()}`);
+  }
+
   /** Ends a step: says what it did and how long it took, if that was more than a second. */
   step(what: () => string): void {
     const now = Progress.now();
@@ -565,7 +617,7 @@ export class Progress {
 interface RunOptions {
   config: string; includePath?: string[]; netns?: string; interval: string; metrics: string | false; events: boolean; logLevel: string;
   socket?: string; socketMode?: string; maxOwners?: string; maxConnections?: string; netnsCheck?: string;
-  reloadStatus?: string; history: string; envWait: string; record: boolean; recordDir: string;
+  reloadStatus?: string; history: string; envWait: string; record: boolean; recordDir: string; cacheDir: string | false;
 }
 
 /** The run flags, checked and converted; each refusal names the flag and what it takes. */
@@ -590,6 +642,7 @@ async function runOptions(o: RunOptions): Promise<import('./run.js').DaemonOptio
     reloadStatus: o.reloadStatus, history: count('--history', o.history),
     envWaitMs: parseBoundedDuration('--env-wait', o.envWait, 0, INTERVAL_MAX_MS),
     recordDir: o.record ? o.recordDir : undefined,
+    cacheDir: o.cacheDir === false ? undefined : checkedCacheDir(o.cacheDir),
   };
 }
 

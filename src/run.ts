@@ -69,6 +69,8 @@ export interface DaemonOptions {
   envWaitMs?: number;
   /** Where the restart record is kept (src/keeper/record.ts); undefined: none. */
   recordDir?: string;
+  /** Where the compile cache is kept (src/config/compile-cache.ts); undefined: none. */
+  cacheDir?: string;
 }
 
 /** How often a missing env file is looked for at start-up. */
@@ -116,18 +118,18 @@ async function loadWaitingForEnv(o: DaemonOptions, log: Logger, tell: (message: 
 }
 
 /**
- * The config compiled for the namespace, through the compile cache beside the restart record
- * (src/config/compile-cache.ts) when the daemon keeps one, and the cache's work for once it runs
+ * The config compiled for the namespace, through the compile cache (src/config/compile-cache.ts)
+ * when the daemon keeps one (--cache-dir), and the cache's work for once it runs
  * (`later`: the compiled config's store, or the making of the rules read from it). Throws the
  * compile's errors.
  */
 function loadDaemonConfig(o: DaemonOptions, log: Logger): { config: Config; later?: () => Promise<void>; files?: FileDigests } {
   const options = { interfaces: namespaceInterfaces(o.netns), compiled: compactAsCompiled(), includePath: o.includePath };
-  if (o.recordDir === undefined) {
+  if (o.cacheDir === undefined) {
     const { value: config, inputs } = traced(() => loadConfig(o.config, options));
     return { config, ...(inputs ? { files: fileDigests(inputs) } : {}) };
   }
-  const { config, cache, store, make, files } = loadConfigCached(o.config, options, { dir: o.recordDir, version: o.version, netns: o.netns });
+  const { config, cache, store, make, files } = loadConfigCached(o.config, options, { dir: o.cacheDir, version: o.version, netns: o.netns });
   if (cache.used) {
     log.info({ cache: cache.file }, 'compile cache matches every input: the config was not compiled');
     // Its rules, made when first read, are made a slice per turn once running: the first repair

@@ -30,6 +30,8 @@ export default function setup(): () => void {
   // choose theirs).
   const cache = mkdtempSync(join(tmpdir(), 'nfk-test-cache-'));
   process.env.NODE_COMPILE_CACHE ??= cache;
+  // And so do run's and apply's compile cache (--cache-dir's default is /var/cache/nfkeeper).
+  process.env.NFKEEPER_CACHE_DIR ??= join(cache, 'compiled');
   const before = rootRuleset();
   return () => {
     rmSync(cache, { recursive: true, force: true });

@@ -6,20 +6,29 @@
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 
-const known = new Map<string, boolean>();
+const help = new Map<string, string>();
+const runHelp = (root: string): string => {
+  let text = help.get(root);
+  if (text === undefined) help.set(root, text = spawnSync(process.execPath, [join(root, 'bin', 'nfkeeper.js'), 'run', '--help'], { encoding: 'utf8' }).stdout);
+  return text;
+};
 
 /** Whether the build at `root` has `run --record-dir` (asked once per root). */
 export function takesRecord(root: string): boolean {
-  let yes = known.get(root);
-  if (yes === undefined) {
-    yes = spawnSync(process.execPath, [join(root, 'bin', 'nfkeeper.js'), 'run', '--help'], { encoding: 'utf8' }).stdout.includes('--record-dir');
-    known.set(root, yes);
-  }
-  return yes;
+  return runHelp(root).includes('--record-dir');
 }
 
-/** `--record-dir` for a daemon of `root` run against `ns`, unless `extra` already chooses. */
+/** Whether the build at `root` keeps its compile cache apart from the record (`run --cache-dir`). */
+export function takesCacheDir(root: string): boolean {
+  return runHelp(root).includes('--cache-dir');
+}
+
+/**
+ * `--record-dir` for a daemon of `root` run against `ns`, unless `extra` already chooses; and
+ * `--cache-dir` the same directory (a build that has it), so the compile cache is the namespace's too.
+ */
 export function recordArgs(root: string, ns: { record: string }, extra: readonly string[] = []): string[] {
-  if (extra.includes('--record-dir') || extra.includes('--no-record') || !takesRecord(root)) return [];
-  return ['--record-dir', ns.record];
+  const cache = extra.includes('--cache-dir') || extra.includes('--no-cache-dir') || !takesCacheDir(root) ? [] : ['--cache-dir', ns.record];
+  if (extra.includes('--record-dir') || extra.includes('--no-record') || !takesRecord(root)) return cache;
+  return ['--record-dir', ns.record, ...cache];
 }

@@ -163,7 +163,9 @@ let nextPort = 19_800 + (process.pid % 100) * 5;
 const codeCacheOf = new Map<string, string>();
 const cacheEnv = (root: string): Record<string, string> => {
   const d = codeCacheOf.get(root);
-  return d === undefined ? {} : { NODE_COMPILE_CACHE: d };
+  // And its compile cache (run's and apply's --cache-dir, a build that has one): this run's, not
+  // root's /var/cache/nfkeeper; kept through the run, so an apply after the untimed first is warm.
+  return d === undefined ? {} : { NODE_COMPILE_CACHE: d, NFKEEPER_CACHE_DIR: join(d, 'compiled') };
 };
 
 /**

@@ -14,7 +14,7 @@
 #       allow_caps = ["audit_write", "chown", "dac_override", "fowner", "fsetid", "kill", "mknod",
 #                     "net_bind_service", "setfcap", "setgid", "setpcap", "setuid", "sys_chroot",
 #                     "net_admin"]          # the defaults plus net_admin
-#       volumes { enabled = true }          # the bind mounts of /run/nfkeeper and /var/lib/nfkeeper
+#       volumes { enabled = true }          # the bind mounts of /run/nfkeeper, /var/lib/nfkeeper, /var/cache/nfkeeper
 #     }
 #   }
 #
@@ -78,6 +78,13 @@ job "nfkeeper" {
           type   = "bind"
           source = "/var/lib/nfkeeper"
           target = "/var/lib/nfkeeper"
+        }
+        # The compile cache (--cache-dir) outlives the task and a reboot: a start with an unchanged
+        # config does not compile it.
+        mount {
+          type   = "bind"
+          source = "/var/cache/nfkeeper"
+          target = "/var/cache/nfkeeper"
         }
       }
 

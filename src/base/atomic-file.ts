@@ -54,8 +54,12 @@ function alive(pid: number): boolean {
  * Replaces `file` with `text` (or its pieces in order), or throws. An error thrown before the rename leaves the old file as
  * it was (the temp file removed); one thrown after it (the directory's fsync) carries
  * `replaced: true`: the new content is under the name but may not survive a crash.
+ * `durable: false` skips both fsyncs: a reader still never sees part of a write while the machine
+ * runs, but after a crash the file may be empty or cut short; only for a file whose reader checks
+ * it whole (a sealed cache) and can do without it.
  */
-export function writeFileAtomic(file: string, text: string | Buffer | readonly Buffer[], mode = 0o600): void {
+export function writeFileAtomic(file: string, text: string | Buffer | readonly Buffer[], mode = 0o600, o: { durable?: boolean } = {}): void {
+  const durable = o.durable ?? true;
   const tmp = tempPathOf(file);
   const fd = io.openSync(tmp, 'w', mode);
   try {
@@ -63,7 +67,7 @@ export function writeFileAtomic(file: string, text: string | Buffer | readonly B
     for (const buf of typeof text === 'string' ? [Buffer.from(text, 'utf8')] : Buffer.isBuffer(text) ? [text] : text) {
       for (let off = 0; off < buf.length;) off += io.writeSync(fd, buf, off, buf.length - off);
     }
-    io.fsyncSync(fd);
+    if (durable) io.fsyncSync(fd);
     io.closeSync(fd);
   } catch (e) {
     try { io.closeSync(fd); } catch { /* closed above, or the close failed: either way gone */ }
@@ -76,6 +80,7 @@ export function writeFileAtomic(file: string, text: string | Buffer | readonly B
     try { io.unlinkSync(tmp); } catch { /* already gone */ }
     throw e;
   }
+  if (!durable) return;
   try {
     const dfd = io.openSync(dirname(file), 'r');
     try { io.fsyncSync(dfd); } finally { io.closeSync(dfd); }

@@ -53,9 +53,11 @@ export function readSealedBytes(file: string, dir: string): { bytes: Buffer } | 
 /**
  * Writes `body` sealed to `file`, making `dir` 0700 if missing; a body given in pieces (UTF-8) is
  * written as their concatenation, without copying them into one buffer first. Throws, also when the
- * directory is not this user's alone (a file there would not be read).
+ * directory is not this user's alone (a file there would not be read). `durable: false`: not
+ * synced to disk (writeFileAtomic), for a file that is only a cache: what a crash leaves of it
+ * fails its seal and is not used.
  */
-export function writeSealed(file: string, dir: string, body: string | readonly Buffer[]): void {
+export function writeSealed(file: string, dir: string, body: string | readonly Buffer[], o: { durable?: boolean } = {}): void {
   mkdirSync(dir, { recursive: true, mode: 0o700 });
   const untrusted = notPrivate(dir, 'directory');
   if (untrusted) throw new Error(untrusted);
@@ -63,5 +65,5 @@ export function writeSealed(file: string, dir: string, body: string | readonly B
   const sum = sha256Hash();
   for (const p of pieces) sum.update(p);
   removeStaleTemps(file);
-  writeFileAtomic(file, [...pieces, Buffer.from(`\n${sum.digest('hex')}\n`, 'latin1')], 0o600);
+  writeFileAtomic(file, [...pieces, Buffer.from(`\n${sum.digest('hex')}\n`, 'latin1')], 0o600, o);
 }

@@ -1,5 +1,6 @@
 /**
- * The compile cache: the daemon's compiled config kept in a file beside the restart record, with
+ * The compile cache: a compiled config (`run`'s and `apply`'s, one entry for both) kept in a file
+ * in the cache directory (--cache-dir, persistent: it outlives a reboot, unlike the restart record), with
  * the trace of every input its compile read (src/base/compile-inputs.ts: the config and the files
  * it includes or lists as env files by digest, the directories its globs listed, the variables it
  * took, the interfaces it resolved in the target namespace, the system files it looked names up
@@ -42,7 +43,7 @@ const FORMAT = 3;
 const SLICE = 4096;
 
 export interface CompileCacheOptions {
-  /** The directory the cache lives in (the restart record's; made 0700 if missing). */
+  /** The directory the cache lives in (--cache-dir; made 0700 if missing). */
   dir: string;
   /** nfkeeper's version: a cache another version wrote is not used. */
   version: string;
@@ -121,7 +122,8 @@ export function loadConfigCached(file: string, options: LoadOptions, cache: Comp
         const desired = yield* desiredDigestSteps(config.tables);
         const body = yield* serialise(config, { format: FORMAT, version: cache.version, code: codeDigest(), node: process.version, config: file, includePath: options.includePath ?? [], inputs, desired });
         if ('why' in body) return body.why;
-        writeSealed(path, cache.dir, body);
+        // A cache: a crash costs one compile, not an fsync of every store.
+        writeSealed(path, cache.dir, body, { durable: false });
         return undefined;
       } catch (e) {
         return (e as Error).message;

@@ -7,3 +7,11 @@ export const DEFAULT_SOCKET = '/run/nfkeeper/nfkeeper.sock';
 export const DEFAULT_STATE = '/var/lib/nfkeeper/owners.json';
 /** The daemon's restart record (src/keeper/record.ts): under /run, so a reboot clears it. */
 export const DEFAULT_RECORD_DIR = '/run/nfkeeper';
+/**
+ * The compile cache (src/config/compile-cache.ts) of `run` and `apply`: persistent storage, so the
+ * first start after a reboot and an apply at boot find the config compiled. Its key holds nothing
+ * of one boot that is not checked again (interface indexes are resolved again).
+ */
+export const DEFAULT_CACHE_DIR = '/var/cache/nfkeeper';
+/** The environment variable that sets --cache-dir when the command line does not. */
+export const CACHE_DIR_ENV = 'NFKEEPER_CACHE_DIR';

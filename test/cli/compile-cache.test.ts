@@ -1,11 +1,12 @@
 /**
- * `nfkeeper run` with its compile cache (src/config/compile-cache.ts) beside the restart record:
+ * `nfkeeper run` with its compile cache (src/config/compile-cache.ts) in --cache-dir, apart from the
+ * restart record (--record-dir):
  * stored once the daemon is running; a restart with both finds every input unchanged and starts
  * with no rule compiled and none read, nothing written. An interface renumbered in the namespace,
  * the config changed, or the cache file damaged: compiled again, and the kernel ends as the config
  * says now. The cache's logic is tested in test/config/compile-cache.test.ts; this is the daemon's.
  */
-import { readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { open } from '../../src/netlink/socket.js';
@@ -51,10 +52,11 @@ describe('nfkeeper run: the compile cache', { timeout: 180_000 }, () => {
 
   function setUp() {
     ns.exec('ip', ['link', 'add', 'dummy0', 'type', 'veth', 'peer', 'name', 'peer0']);
-    const dir = join(tempDir('cli-cache'), 'state');
+    const dir = join(tempDir('cli-cache'), 'cache');
+    const record = join(tempDir('cli-cache'), 'record');
     const config = join(tempDir('cli-cache-config'), 'c.nft');
     writeFileSync(config, nft(RULES));
-    return { dir, config, args: ['--config', config, '--record-dir', dir] };
+    return { dir, record, config, args: ['--config', config, '--record-dir', record, '--cache-dir', dir] };
   }
 
   it('a restart with the record and the cache: nothing compiled, no rule read, nothing written', async () => {
@@ -74,6 +76,33 @@ describe('nfkeeper run: the compile cache', { timeout: 180_000 }, () => {
     expect(said(third, 'restart record')).toMatch(/^restart record matches the kernel/);
     expect(gen()).toBe(g);
     expect(ruleset()).toBe(before);
+  });
+
+  it('a reboot (the record directory emptied, the cache directory kept): the first start compiles nothing; a cache left in the record directory by an earlier version is not read', async () => {
+    const { dir, record, args } = setUp();
+    await runOnce(args, dir);
+    const stored = readdirSync(dir).find((f) => f.startsWith('compiled-'))!;
+    // /run cleared; an earlier version's cache beside the record would be there only before a reboot,
+    // but one there is not looked at: a damaged one does not matter.
+    rmSync(record, { recursive: true, force: true });
+    mkdirSync(record, { mode: 0o700 });
+    writeFileSync(join(record, stored), 'not a cache\n', { mode: 0o600 });
+    ns.exec('nft', ['flush', 'ruleset']);
+    const logs = await runOnce(args, dir);
+    expect(said(logs, 'compile cache')).toBe('compile cache matches every input: the config was not compiled');
+    expect(said(logs, 'restart record')).toMatch(/^restart record not used/);
+    expect(ruleset()).toContain('ip saddr 10.0.0.2 tcp dport 22 counter packets 0 bytes 0 accept');
+    // --no-cache-dir: compiled, nothing read or written there.
+    const before = readFileSync(join(dir, stored));
+    const off = nfk(['run', ...args, '--no-cache-dir', '--netns', ns.path, '--no-metrics']);
+    try {
+      await waitFor('nfkeeper running', () => off.logs().some((l) => l.msg === 'nfkeeper running'));
+    } finally {
+      off.child.kill('SIGTERM');
+    }
+    expect((await off.exited).code).toBe(0);
+    expect(off.logs().some((l) => String(l.msg).startsWith('compile'))).toBe(false);
+    expect(readFileSync(join(dir, stored))).toEqual(before);
   });
 
   it('a restart with the record and the cache: a rule deleted right after ready is put back; the config changed then is reloaded', async () => {
@@ -124,11 +153,10 @@ describe('nfkeeper run: the compile cache', { timeout: 180_000 }, () => {
 
   it('owners: registered owners and their rules stay through a restart from the cache, and a changed config reloads (SIGHUP) compiled', async () => {
     const d = tempDir('cli-cache-owners');
-    const dir = join(d, 'rec');
     const config = join(d, 'config.yaml');
     writeFileSync(config, ownersYaml(d));
     const socket = join(d, 'nfkeeper.sock');
-    const args = ['--config', config, '--record-dir', dir];
+    const args = ['--config', config, '--record-dir', join(d, 'rec'), '--cache-dir', join(d, 'cache')];
     // The first start registers two owners; the second finds the config compiled in the cache.
     const first = nfk(['run', ...args, '--netns', ns.path, '--no-metrics']);
     try {

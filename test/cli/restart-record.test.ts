@@ -39,7 +39,8 @@ describe('nfkeeper run: the restart record', { timeout: 120_000 }, () => {
     await runOnce(args);
     const second = await runOnce(args);
     expect(second.find((l) => String(l.msg).startsWith('restart record'))?.msg).toMatch(/^restart record not used/);
-    // The record, and the compile cache beside it (test/cli/compile-cache.test.ts).
+    // The record alone: the compile cache is in --cache-dir (test/cli/compile-cache.test.ts).
+    expect(readdirSync(dir).filter((f) => !f.startsWith('restart-'))).toEqual([]);
     const records = readdirSync(dir).filter((f) => f.startsWith('restart-'));
     expect(records).toHaveLength(1);
     expect(statSync(dir).mode & 0o777).toBe(0o700);

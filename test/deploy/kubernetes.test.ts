@@ -130,7 +130,7 @@ describe('Kubernetes manifests', () => {
     // Node-owned state: the owners socket and state file, and flannel's lease.
     const mounts = Object.fromEntries(c.volumeMounts.map((m: { name: string; mountPath: string }) => [m.mountPath, m.name]));
     const hostPath = (name: string) => pod.volumes.find((v: { name: string }) => v.name === name)?.hostPath?.path;
-    for (const p of ['/run/nfkeeper', '/var/lib/nfkeeper', '/run/flannel']) expect(hostPath(mounts[p])).toBe(p);
+    for (const p of ['/run/nfkeeper', '/var/lib/nfkeeper', '/var/cache/nfkeeper', '/run/flannel']) expect(hostPath(mounts[p])).toBe(p);
     expect(pod.volumes.find((v: { name: string }) => v.name === mounts['/etc/nfkeeper']).configMap.name).toBe(cm.metadata.name);
   });
 

@@ -25,7 +25,7 @@ describe('the Nomad job file', () => {
     expect(JOB).toMatch(/change_signal\s*=\s*"SIGHUP"/);
     expect(JOB).toMatch(/cap_drop\s*=\s*\["all"\]/);
     expect(JOB).toMatch(/cap_add\s*=\s*\["net_admin"\]/);
-    for (const dir of ['/run/nfkeeper', '/var/lib/nfkeeper']) {
+    for (const dir of ['/run/nfkeeper', '/var/lib/nfkeeper', '/var/cache/nfkeeper']) {
       expect(JOB).toMatch(new RegExp(`source\\s*=\\s*"${dir}"\\s*\\n\\s*target\\s*=\\s*"${dir}"`));
     }
     // What the docker driver must allow for the above, said where an operator reads the job.

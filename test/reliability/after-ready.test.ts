@@ -37,11 +37,10 @@ const BIG = 5000;
 
 /**
  * Where the daemon keeps its compile cache for a namespace's runs, and the arguments that say so:
- * beside the restart record, none. The one place to change if the cache gets a directory of its own
- * (then inside the record's, `join(ns.record, 'cache')`, so that the full disk below is under both).
+ * a directory inside the record's, so that the full disk below is under both.
  */
-const cacheDirOf = (ns: Netns): string => ns.record;
-const cacheArgs = (_ns: Netns): string[] => [];
+const cacheDirOf = (ns: Netns): string => join(ns.record, 'cache');
+const cacheArgs = (ns: Netns): string[] => ['--cache-dir', cacheDirOf(ns)];
 
 function configYaml(dir: string, owners: boolean, rules = BIG): string {
   const big = Array.from({ length: rules }, (_, i) => `          - ip saddr 10.${(i >> 8) & 255}.${i & 255}.1 tcp dport 22 accept`).join('\n');

@@ -1,0 +1,240 @@
+/**
+ * `nfkeeper apply` through the compile cache (src/config/compile-cache.ts) in --cache-dir, keyed as
+ * `run` keys it: an apply stores the compiled config after its commit; the next apply or start of
+ * the daemon for the same namespace and config finds it and compiles nothing. A warm apply leaves
+ * the kernel as a cold one does, byte for byte; a changed config is compiled again; a directory
+ * that others can write, is read-only or full is neither read nor written, and the apply still
+ * succeeds with the kernel as desired (one line on stderr says why nothing was stored).
+ */
+import { spawnSync } from 'node:child_process';
+import { chmodSync, existsSync, mkdirSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+import { netnsPerTest } from '../helpers/netns-hooks.js';
+import { createNetns } from '../helpers/netns.js';
+import { tempDir } from '../helpers/tmp.js';
+import { APPLY_STORES_FROM_RULES } from '../../src/cli.js';
+import { nfk, nfkDone, waitFor } from './spawn.js';
+
+const ENTRY = fileURLToPath(new URL('./entry.ts', import.meta.url));
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+
+/** Sets and maps (a verdict map), an object, comments, anonymous sets, an interface, a service name, and `extra` more rules. */
+const NFT = (extra = 0, last = 'ip saddr 10.1.0.2 tcp dport 22 counter accept') => `table inet ac {
+\tcomment "kept"
+\tcounter hits { }
+\tset allowed {
+\t\ttype ipv4_addr
+\t\tflags interval
+\t\telements = { 10.0.0.0/8, 192.0.2.7 }
+\t}
+\tmap svc {
+\t\ttype inet_service : verdict
+\t\telements = { 80 : jump web }
+\t}
+\tchain web {
+\t\tcounter name hits accept comment "web"
+\t}
+\tchain input {
+\t\ttype filter hook input priority filter; policy accept;
+\t\tcomment "in"
+\t\tiif "dummy0" accept
+\t\tip saddr @allowed tcp dport ssh accept
+\t\ttcp dport vmap @svc
+\t\tip daddr { 192.0.2.1, 192.0.2.2 } udp dport { 53, 5353 } counter accept
+${Array.from({ length: extra }, (_, i) => `\t\tip saddr 10.2.${i >> 8}.${i & 255} tcp dport 443 counter accept\n`).join('')}\t\t${last}
+\t}
+}
+`;
+
+const compiledIn = (dir: string) => (existsSync(dir) ? readdirSync(dir).filter((f) => f.startsWith('compiled-')) : []);
+
+describe('nfkeeper apply: the compile cache', { timeout: 240_000 }, () => {
+  const ns = netnsPerTest('cli-apply-cache', (n) => n.exec('ip', ['link', 'add', 'dummy0', 'type', 'veth', 'peer', 'name', 'peer0']));
+
+  // A config big enough for apply to store it (APPLY_STORES_FROM_RULES).
+  function setUp(text = NFT(APPLY_STORES_FROM_RULES)) {
+    const d = tempDir('cli-apply-cache');
+    const config = join(d, 'c.nft');
+    writeFileSync(config, text);
+    return { cache: join(d, 'cache'), config };
+  }
+  const apply = (args: string[], netns = ns.path) => nfkDone(['apply', ...args, '--netns', netns, '--progress']);
+  /** stderr but --progress's lines (the cache's note, and the steps that took over a second). */
+  const others = (err: string[]) => err.filter((l) => !/compile cache (matches|not used)|\(\d+\.\d s\)$/.test(l));
+  const ok = (r: { code: number | null; err: string[] }) => {
+    expect(others(r.err)).toEqual([]);
+    expect(r.code).toBe(0);
+  };
+  const noted = (r: { err: string[] }) => r.err.find((l) => /compile cache (matches|not used)/.test(l)) ?? 'nothing';
+  /**
+   * The kernel's ruleset as netlink messages (nft's debug output), which is what the commit wrote;
+   * a set's elements sorted (a hash set lists them in the order of its random seed).
+   */
+  const netlinkDump = (n: { exec: (c: string, a: string[]) => string } = ns) => {
+    const blocks = n.exec('nft', ['--debug=netlink', 'list', 'ruleset']).split(/\n(?=\S)/);
+    return blocks.map((b) => {
+      const [head, ...lines] = b.split('\n');
+      return /^\S+ \S+ @/.test(head!) ? [head, ...lines.sort()].join('\n') : b;
+    }).join('\n');
+  };
+
+  it('a warm apply leaves the kernel as a cold one and one without a cache, byte for byte', async () => {
+    const { cache, config } = setUp();
+    // The same namespace content three times: each apply into an empty ruleset of a namespace
+    // made the same way (the same interface indexes, handles from 1).
+    const dumps: string[] = [];
+    const runs: [string, string[], RegExp][] = [
+      ['no cache', ['--no-cache-dir'], /^nothing$/],
+      ['cold', ['--cache-dir', cache], /compile cache not used \(there is none .*\); .*c\.nft was compiled/],
+      ['warm', ['--cache-dir', cache], /compile cache matches every input: .*c\.nft was not compiled/],
+    ];
+    // The cache is keyed by the namespace's path: the same path each time, a link to the new one.
+    const link = join(tempDir('cli-apply-cache-ns'), 'netns');
+    for (const [what, args, said] of runs) {
+      const other = createNetns('cli-apply-cache-ab');
+      try {
+        other.exec('ip', ['link', 'add', 'dummy0', 'type', 'veth', 'peer', 'name', 'peer0']);
+        rmSync(link, { force: true });
+        symlinkSync(other.path, link);
+        const r = await apply(['--config', config, ...args], link);
+        ok(r);
+        expect(noted(r), what).toMatch(said);
+        dumps.push(netlinkDump(other));
+      } finally {
+        other.remove();
+      }
+    }
+    expect(dumps[0]).toMatch(/\[ payload load 4b @ network header \+ 12 => reg 1 \]/);
+    expect(dumps[1]).toBe(dumps[0]);
+    expect(dumps[2]).toBe(dumps[0]);
+    expect(compiledIn(cache)).toHaveLength(1);
+  });
+
+  it('apply stores after its commit; the next apply compiles nothing and writes the same bytes', async () => {
+    const { cache, config } = setUp();
+    const cold = await apply(['--config', config, '--cache-dir', cache]);
+    ok(cold);
+    expect(noted(cold)).toMatch(/compile cache not used \(there is none/);
+    expect(compiledIn(cache)).toHaveLength(1);
+    const coldDump = netlinkDump();
+    ns.exec('nft', ['flush', 'ruleset']);
+    const warm = await apply(['--config', config, '--cache-dir', cache]);
+    ok(warm);
+    expect(noted(warm)).toMatch(/compile cache matches every input/);
+    expect(netlinkDump()).toBe(coldDump);
+    ns.exec('nft', ['flush', 'ruleset']);
+    const none = await apply(['--config', config, '--no-cache-dir']);
+    ok(none);
+    expect(netlinkDump()).toBe(coldDump);
+    expect(coldDump).toMatch(/\[ meta load iifname|\[ meta load iif /);
+  });
+
+  it('a changed config is compiled, with the reason, and stored for the next', async () => {
+    const { cache, config } = setUp();
+    ok(await apply(['--config', config, '--cache-dir', cache]));
+    writeFileSync(config, NFT(APPLY_STORES_FROM_RULES, 'ip saddr 10.1.0.3 tcp dport 22 counter drop'));
+    const r = await apply(['--config', config, '--cache-dir', cache]);
+    ok(r);
+    expect(noted(r)).toMatch(/compile cache not used \(.*c\.nft changed\); .*c\.nft was compiled/);
+    expect(ns.exec('nft', ['list', 'ruleset'])).toContain('ip saddr 10.1.0.3 tcp dport 22 counter packets 0 bytes 0 drop');
+    expect(ns.exec('nft', ['list', 'ruleset'])).not.toContain('10.1.0.2');
+    expect(noted(await apply(['--config', config, '--cache-dir', cache]))).toMatch(/compile cache matches every input/);
+  });
+
+  it('apply, then run: the daemon starts from the entry the apply stored', async () => {
+    const { cache, config } = setUp();
+    ok(await apply(['--config', config, '--cache-dir', cache]));
+    const before = ns.exec('nft', ['list', 'ruleset']);
+    const r = nfk(['run', '--config', config, '--cache-dir', cache, '--netns', ns.path, '--no-metrics']);
+    try {
+      await waitFor('nfkeeper running', () => r.logs().some((l) => l.msg === 'nfkeeper running'));
+    } finally {
+      r.child.kill('SIGTERM');
+    }
+    expect((await r.exited).code).toBe(0);
+    expect(r.logs().find((l) => String(l.msg).startsWith('compile cache'))?.msg).toBe('compile cache matches every input: the config was not compiled');
+    expect(ns.exec('nft', ['list', 'ruleset'])).toBe(before);
+    expect(compiledIn(cache)).toHaveLength(1);
+  });
+
+  it('--no-cache-dir: nothing read or stored; NFKEEPER_CACHE_DIR sets the directory when the flag does not', async () => {
+    const { cache, config } = setUp();
+    const viaEnv = (args: string[]) => {
+      const r = nfk(['apply', '--config', config, '--netns', ns.path, '--progress', ...args], { env: { NFKEEPER_CACHE_DIR: cache } });
+      return r.exited.then(({ code }) => ({ code, err: r.err }));
+    };
+    const off = await viaEnv(['--no-cache-dir']);
+    ok(off);
+    expect(noted(off)).toBe('nothing');
+    expect(compiledIn(cache)).toEqual([]);
+    const on = await viaEnv([]);
+    ok(on);
+    expect(noted(on)).toMatch(/compile cache not used \(there is none/);
+    expect(compiledIn(cache)).toHaveLength(1);
+    const offAgain = await viaEnv(['--no-cache-dir']);
+    ok(offAgain);
+    expect(noted(offAgain)).toBe('nothing');
+  });
+
+  it('a cache directory others can write: not read, not written; the apply succeeds', async () => {
+    const { cache, config } = setUp();
+    ok(await apply(['--config', config, '--cache-dir', cache]));
+    expect(compiledIn(cache)).toHaveLength(1);
+    ns.exec('nft', ['flush', 'ruleset']);
+    chmodSync(cache, 0o777);
+    const r = await apply(['--config', config, '--cache-dir', cache]);
+    expect(r.code).toBe(0);
+    expect(noted(r)).toMatch(/compile cache not used \(not trusted: .*cache may be written by others \(mode 777\)\)/);
+    expect(others(r.err)).toEqual([
+      expect.stringMatching(/^nfkeeper: the compiled config was not stored in the compile cache \(.*cache may be written by others \(mode 777\)\); the next apply compiles it again/),
+    ]);
+    expect(ns.exec('nft', ['list', 'ruleset'])).toContain('ip saddr 10.1.0.2 tcp dport 22 counter');
+  });
+
+  /** apply with `dir` a tmpfs mounted with `options` (in a mount namespace of its own). */
+  function applyOnMount(dir: string, options: string, args: string[]) {
+    mkdirSync(dir, { recursive: true });
+    const r = spawnSync('unshare', ['-m', '--propagation', 'private', 'sh', '-c', `mount -t tmpfs -o ${options} nfk-cache "$0" && shift && exec "$@"`,
+      dir, 'x', process.execPath, '--import', 'tsx', ENTRY, 'apply', ...args, '--cache-dir', dir, '--netns', ns.path, '--progress'],
+    { cwd: ROOT, encoding: 'utf8', timeout: 90_000 });
+    return { code: r.status, err: r.stderr.split('\n').filter(Boolean) };
+  }
+
+  it('a config of fewer rules than APPLY_STORES_FROM_RULES is not stored by apply (its compile is cheaper), but is read when the daemon stored it', async () => {
+    const { cache, config } = setUp(NFT(APPLY_STORES_FROM_RULES - 7)); // one rule fewer: the config has 6 besides the extra ones
+    const first = await apply(['--config', config, '--cache-dir', cache]);
+    ok(first);
+    expect(noted(first)).toMatch(/compile cache not used \(there is none/);
+    expect(compiledIn(cache)).toEqual([]);
+    const r = nfk(['run', '--config', config, '--cache-dir', cache, '--netns', ns.path, '--no-metrics']);
+    try {
+      await waitFor('the compile cache', () => r.logs().some((l) => l.msg === 'compiled config stored in the compile cache'));
+    } finally {
+      r.child.kill('SIGTERM');
+    }
+    expect((await r.exited).code).toBe(0);
+    ns.exec('nft', ['flush', 'ruleset']);
+    const after = await apply(['--config', config, '--cache-dir', cache]);
+    ok(after);
+    expect(noted(after)).toMatch(/compile cache matches every input/);
+    expect(ns.exec('nft', ['list', 'ruleset'])).toContain('ip saddr 10.1.0.2 tcp dport 22 counter');
+  });
+
+  it('a read-only or full cache directory: the apply succeeds, the kernel as desired, one line says nothing was stored', async () => {
+    const { cache, config } = setUp();
+    for (const [options, why] of [['ro,mode=0700', /EROFS|read-only file system/], ['size=4k,mode=0700', /ENOSPC|no space left/]] as const) {
+      ns.exec('nft', ['flush', 'ruleset']);
+      const r = applyOnMount(cache, options, ['--config', config]);
+      expect(r.code, r.err.join('\n')).toBe(0);
+      const lines = others(r.err);
+      expect(lines).toHaveLength(1);
+      expect(lines[0]).toMatch(/^nfkeeper: the compiled config was not stored in the compile cache \(/);
+      expect(lines[0]).toMatch(why);
+      expect(ns.exec('nft', ['list', 'ruleset'])).toContain('ip saddr 10.2.3.231 tcp dport 443 counter');
+    }
+    // (the mounts were the child's own: the directory here is as it was, empty)
+    expect(readdirSync(cache)).toEqual([]);
+  });
+});
