@@ -20,7 +20,14 @@
  * a build with --cache-dir keeps its compile cache in a directory of this run's, which stays. With
  * --from-empty too: the first start after a reboot.
  *
- *   sudo npx tsx bench/restart-ab.ts --a /path/to/checkoutA --b /path/to/checkoutB [--n 100000] [--rounds 3] [--hold-ms 1500] [--from-empty] [--nft] [--reboot]
+ * --delete-at first|middle|last: a repair right after the restart: when the daemon logs `nfkeeper
+ * running`, `nft delete rule` of the chain's rule at that place, then another deletion (the rule
+ * after it, or before the last) --later-ms after ready; each repair's latencyMs from the daemon's
+ * own `repaired` log line. The handles are listed before each start (not timed), and each measured
+ * start follows one of the same build that records the handles the other build's repairs left.
+ *
+ *   sudo npx tsx bench/restart-ab.ts --a /path/to/checkoutA --b /path/to/checkoutB [--n 100000] [--rounds 3] [--hold-ms 1500] [--from-empty]
+ *     [--nft] [--reboot] [--delete-at middle] [--later-ms 3000]
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -45,6 +52,9 @@ const HOLD_MS = Number(arg('--hold-ms', '1500'));
 const FROM_EMPTY = process.argv.includes('--from-empty');
 const NFT = process.argv.includes('--nft');
 const REBOOT = process.argv.includes('--reboot');
+const DELETE_AT = arg('--delete-at');
+const LATER_MS = Number(arg('--later-ms', '3000'));
+if (DELETE_AT !== undefined && !['first', 'middle', 'last'].includes(DELETE_AT)) throw new Error('--delete-at first|middle|last');
 const CLK_TCK = 100;
 const cpuSeconds = (pid: number) => {
   const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
@@ -53,12 +63,20 @@ const cpuSeconds = (pid: number) => {
 const vmHwmMiB = (pid: number) => Number(/VmHWM:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1]) / 1024;
 const loadavg = () => readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
 
-interface Run { wallS: number; cpuS: number; hwmMiB: number; wrote: boolean; record?: string; cache?: string }
+interface Run { wallS: number; cpuS: number; hwmMiB: number; wrote: boolean; record?: string; cache?: string; repairMs?: number[] }
+
+/** The handles of S8's chain (ip big c) in order. */
+const handlesOf = (ns: BenchNetns): number[] =>
+  [...ns.exec('nft', ['-a', 'list', 'chain', 'ip', 'big', 'c']).matchAll(/ # handle (\d+)$/gm)].map((m) => Number(m[1]));
+/** The places deleted: right after ready, and --later-ms after. */
+const deletedPlaces = (n: number): [number, number] =>
+  DELETE_AT === 'first' ? [0, 1] : DELETE_AT === 'last' ? [n - 1, n - 2] : [n >> 1, (n >> 1) + 1];
 
 async function restart(ns: BenchNetns, root: string, config: string, extra: string[], warmUp = false): Promise<Run> {
   if (FROM_EMPTY) ns.exec('nft', ['flush', 'ruleset']);
   const recordDir = extra[extra.indexOf('--record-dir') + 1];
   if (REBOOT && extra.includes('--record-dir')) rmSync(recordDir!, { recursive: true, force: true });
+  const deleting = DELETE_AT !== undefined && !warmUp ? deletedPlaces(N).map((j) => handlesOf(ns)[j]!) : undefined;
   const sock = open({ netns: ns.path });
   try {
     const before = sock.generation();
@@ -68,6 +86,8 @@ async function restart(ns: BenchNetns, root: string, config: string, extra: stri
     const exited = new Promise((r) => child.on('exit', r));
     let record: string | undefined;
     let cache: string | undefined;
+    const repairMs: number[] = [];
+    let repaired: ((ms: number) => void) | undefined;
     let cacheStored!: () => void;
     const stored = new Promise<void>((r) => { cacheStored = r; });
     await new Promise<void>((resolve, reject) => {
@@ -76,18 +96,28 @@ async function restart(ns: BenchNetns, root: string, config: string, extra: stri
         if (l.includes('"restart record')) record = msg().split(';')[0];
         if (l.includes('"compile cache')) cache = msg().split(';')[0]!.split(':')[0];
         if (l.includes('"compiled config')) cacheStored();
+        if (l.includes('"msg":"repaired"')) repaired?.((JSON.parse(l) as { latencyMs: number }).latencyMs);
         if (l.includes('"nfkeeper running"')) resolve();
       });
       child.on('exit', () => reject(new Error('nfkeeper run exited before it was running')));
     });
     const wallS = (performance.now() - t0) / 1000;
     const run = { wallS, cpuS: cpuSeconds(child.pid!), hwmMiB: vmHwmMiB(child.pid!) };
+    const readyAt = performance.now();
+    if (deleting) {
+      for (const [k, h] of deleting.entries()) {
+        if (k > 0) await new Promise((r) => setTimeout(r, Math.max(0, readyAt + LATER_MS - performance.now())));
+        const got = new Promise<number>((r) => { repaired = r; });
+        ns.exec('nft', ['delete', 'rule', 'ip', 'big', 'c', 'handle', String(h)]);
+        repairMs.push(await Promise.race([got, new Promise<number>((r) => setTimeout(() => r(NaN), 60_000))]));
+      }
+    }
     await new Promise((r) => setTimeout(r, HOLD_MS));
     // A warm-up that compiled stores its compile cache once running: it is left to finish that.
     if (warmUp && cache?.startsWith('compile cache not used')) await Promise.race([stored, new Promise((r) => setTimeout(r, 60_000))]);
     child.kill('SIGTERM');
     await exited;
-    return { ...run, wrote: sock.generation() !== before, ...(record ? { record } : {}), ...(cache ? { cache } : {}) };
+    return { ...run, wrote: sock.generation() !== before, ...(record ? { record } : {}), ...(cache ? { cache } : {}), ...(deleting ? { repairMs } : {}) };
   } finally {
     sock.close();
   }
@@ -125,10 +155,13 @@ try {
     for (let round = 0; round < ROUNDS; round++) {
       for (const k of [0, 1]) {
         const i = (round + k) % 2;
+        // The other build's repairs gave the rules new handles: a start (not measured) records them.
+        if (DELETE_AT !== undefined) await restart(ns, roots[i]!, config, extras[i]!, true);
         const r = await restart(ns, roots[i]!, config, extras[i]!);
         runs[i]!.push(r);
         console.log(`round ${round + 1} ${i === 0 ? 'a' : 'b'}: ready ${r.wallS.toFixed(2)} s, CPU ${r.cpuS.toFixed(2)} s, peak RSS ${r.hwmMiB.toFixed(0)} MiB, ` +
-          `${r.wrote ? 'wrote' : 'nothing written'}${r.record ? ` (${r.record})` : ''}${r.cache ? ` (${r.cache})` : ''}; load ${loadavg()}`);
+          `${r.wrote ? 'wrote' : 'nothing written'}${r.record ? ` (${r.record})` : ''}${r.cache ? ` (${r.cache})` : ''}` +
+          `${r.repairMs ? `; repair at ready ${r.repairMs[0]!.toFixed(1)} ms, ${LATER_MS} ms after ${r.repairMs[1]!.toFixed(1)} ms` : ''}; load ${loadavg()}`);
       }
       if (NFT) {
         const r = await withBenchNetns('restart-nft', async (peer) => nftFile(peer, nftRules));
@@ -139,7 +172,8 @@ try {
     const med = (xs: number[]) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)]!;
     for (const [i, rs] of runs.entries()) {
       console.log(`${i === 0 ? 'a' : 'b'} ${roots[i]}: median ready ${med(rs.map((r) => r.wallS)).toFixed(2)} s, CPU ${med(rs.map((r) => r.cpuS)).toFixed(2)} s, ` +
-        `peak RSS ${Math.max(...rs.map((r) => r.hwmMiB)).toFixed(0)} MiB`);
+        `peak RSS ${Math.max(...rs.map((r) => r.hwmMiB)).toFixed(0)} MiB` +
+        `${DELETE_AT ? `, repair at ready ${med(rs.map((r) => r.repairMs![0]!)).toFixed(1)} ms, ${LATER_MS} ms after ${med(rs.map((r) => r.repairMs![1]!)).toFixed(1)} ms` : ''}`);
     }
     if (NFT) console.log(`nft -f: median ${med(nftRuns.map((r) => r.wallS)).toFixed(2)} s, CPU ${med(nftRuns.map((r) => r.cpuS)).toFixed(2)} s`);
   });

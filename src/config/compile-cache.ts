@@ -37,10 +37,16 @@ import { localIsUtc } from '../rules/intvalues.js';
 import { MAX_CONFIG_BYTES, loadConfig, type Config, type LoadOptions } from './config.js';
 
 /** The file's own format; a file of another format is not used. */
-const FORMAT = 3;
+const FORMAT = 4;
 
 /** The store's work on a big config is done in slices of about this many rules (src/base/sliced.ts). */
 const SLICE = 4096;
+
+/**
+ * The distinct expressions are stored this many to a line (the last line: the rest): a rule made
+ * alone (ruleAt) parses the few lines its expressions are in, not all of them.
+ */
+const EXPRS_PER_LINE = 512;
 
 export interface CompileCacheOptions {
   /** The directory the cache lives in (--cache-dir; made 0700 if missing). */
@@ -75,16 +81,10 @@ interface Header {
 }
 
 /**
- * A chain's rules as stored, in flat arrays (no array per rule to make and drop on the way back):
- * their texts, how many expressions each has, all their expressions' indexes one after the other,
- * and for the few with sets or userdata, [index, sets (0: none), userdata (0: none)].
+ * A rule as stored, a line of its own: its text and its expressions' indexes, and for the few with
+ * sets or userdata, its sets (0: none) and userdata (0: none).
  */
-interface StoredChain {
-  texts: string[];
-  counts: number[];
-  exprs: number[];
-  more: [number, unknown[] | 0, string | 0][];
-}
+type StoredRule = [string, number[]] | [string, number[], unknown[] | 0, string | 0];
 
 /** The cache file of the config `config` compiled for the namespace `netns`, in `dir`. */
 export function compileCachePathOf(dir: string, netns: string | undefined, config: string): string {
@@ -220,7 +220,7 @@ export function changedInput(inputs: readonly CompileInput[], options: LoadOptio
 /**
  * The cache's text of `config`, in UTF-8 pieces, made a slice at a time: the header line; the rules
  * as JSON lines, which are quick to read back: each chain's rule count, the distinct expressions
- * once, then a line per chain of its rules as indexes in flat arrays (StoredChain); the rest of the
+ * once, then per chain a line per rule, its expressions as indexes (StoredRule); the rest of the
  * config (tables, chains without their rules, sets, sections) by V8's serializer, which keeps
  * what JSON would not (a key with no value, an object reached twice), in base64. Or why this
  * form would not give this config back.
@@ -230,38 +230,48 @@ function* serialise(config: Config, header: Header): Sliced<Buffer[] | { why: st
   if (why) return { why };
   const ids = new Map<Expr, number>();
   const exprs: Expr[] = [];
-  const rules: StoredChain[][] = [];
+  // Per chain its rule lines in pieces, and their length in bytes (a load skips a chain by it).
+  const rules: { pieces: Buffer[]; bytes: number }[][] = [];
   for (const t of config.tables) {
-    const chains: StoredChain[] = [];
+    const chains: { pieces: Buffer[]; bytes: number }[] = [];
     rules.push(chains);
     for (const c of t.chains) {
-      const out: StoredChain = { texts: new Array(c.rules.length), counts: new Array(c.rules.length), exprs: [], more: [] };
+      const out = { pieces: [] as Buffer[], bytes: 0 };
       chains.push(out);
-      // The previous rule's expressions and where their indexes start in out.exprs: an expression
-      // that is the very object the previous rule has at the same place (the compaction shares them)
-      // has its index, without a look-up.
+      let lines = '';
+      const flush = () => {
+        const piece = Buffer.from(lines, 'utf8');
+        out.pieces.push(piece);
+        out.bytes += piece.length;
+        lines = '';
+      };
+      // The previous rule's expressions and indexes: an expression that is the very object the
+      // previous rule has at the same place (the compaction shares them) has its index, without a look-up.
       let prev: readonly Expr[] = [];
-      let prevAt = 0;
+      let prevIds: number[] = [];
       for (let ri = 0; ri < c.rules.length; ri++) {
-        if (ri % SLICE === SLICE - 1) yield;
+        if (ri % SLICE === SLICE - 1) {
+          flush();
+          yield;
+        }
         const r = c.rules[ri]!;
         const x = r.compiled;
-        out.texts[ri] = r.text;
-        out.counts[ri] = x.exprs.length;
-        const at = out.exprs.length;
+        const at = new Array<number>(x.exprs.length);
         for (let i = 0; i < x.exprs.length; i++) {
           const e = x.exprs[i]!;
-          let id = e === prev[i] ? out.exprs[prevAt + i] : ids.get(e);
+          let id = e === prev[i] ? prevIds[i] : ids.get(e);
           if (id === undefined) {
             ids.set(e, id = exprs.length);
             exprs.push(e);
           }
-          out.exprs.push(id);
+          at[i] = id;
         }
         prev = x.exprs;
-        prevAt = at;
-        if (!isNoSets(x.sets) || x.userdata !== undefined) out.more.push([ri, isNoSets(x.sets) ? 0 : x.sets, x.userdata ?? 0]);
+        prevIds = at;
+        const stored: StoredRule = !isNoSets(x.sets) || x.userdata !== undefined ? [r.text, at, isNoSets(x.sets) ? 0 : x.sets, x.userdata ?? 0] : [r.text, at];
+        lines += `\n${JSON.stringify(stored)}`;
       }
+      flush();
     }
   }
   const rest: Config = {
@@ -269,49 +279,36 @@ function* serialise(config: Config, header: Header): Sliced<Buffer[] | { why: st
     tables: config.tables.map((t) => ({ ...t, ...(t.sets ? { sets: t.sets.map(storedSet) } : {}), chains: t.chains.map((c) => ({ ...c, rules: [] })) })),
   };
   // The payload's lines in pieces, each encoded as it is made: the big text is never one string,
-  // nor copied into one buffer (writeSealed writes the pieces one after the other). Each chain's
-  // rules are a line of their own, after the rule counts and the distinct expressions: a load
-  // parses a chain's line only when its rules are first read (lateRules).
+  // nor copied into one buffer (writeSealed writes the pieces one after the other). After the rule
+  // counts and the distinct expressions (EXPRS_PER_LINE a line), each chain is a line of the bytes
+  // its rules take, then a line per rule: a load makes a rule only when it is first asked for
+  // (lateRules, ruleAt), from its line and the lines of its expressions.
   const out: Buffer[] = [];
   const put = (text: string) => out.push(Buffer.from(text, 'utf8'));
-  const exprLines = Math.ceil(exprs.length / SLICE);
-  put(`${JSON.stringify(header)}\n${JSON.stringify(rules.map((chains) => chains.map((x) => x.texts.length)))}\n${exprLines}`);
-  for (let i = 0; i < exprs.length; i += SLICE) {
-    put(`\n${JSON.stringify(exprs.slice(i, i + SLICE))}`);
-    yield;
+  const exprLines = Math.ceil(exprs.length / EXPRS_PER_LINE);
+  put(`${JSON.stringify(header)}\n${JSON.stringify(config.tables.map((t) => t.chains.map((c) => c.rules.length)))}\n${exprLines}`);
+  for (let i = 0; i < exprs.length; i += EXPRS_PER_LINE) {
+    put(`\n${JSON.stringify(exprs.slice(i, i + EXPRS_PER_LINE))}`);
+    if ((i / EXPRS_PER_LINE) % 8 === 7) yield;
   }
   for (const chains of rules) {
     for (const x of chains) {
-      put('\n{"texts":');
-      yield* jsonArray(x.texts, put);
-      put(',"counts":');
-      yield* jsonArray(x.counts, put);
-      put(',"exprs":');
-      yield* jsonArray(x.exprs, put, 8 * SLICE);
-      put(`,"more":${JSON.stringify(x.more)}}`);
+      put(`\n${x.bytes}`);
+      out.push(...x.pieces);
     }
   }
   put(`\n${serialize(rest).toString('base64')}`);
   return out;
 }
 
-/** JSON.stringify(items), given to `put` in pieces of `slice` items, a slice at a time. */
-function* jsonArray(items: readonly unknown[], put: (text: string) => void, slice = SLICE): Sliced<void> {
-  put('[');
-  for (let i = 0; i < items.length; i += slice) {
-    const text = JSON.stringify(items.slice(i, i + slice));
-    put(`${i === 0 ? '' : ','}${text.slice(1, -1)}`);
-    yield;
-  }
-  put(']');
-}
-
 /**
- * The config of a cache's bytes after its header, and the work that makes its rules: each chain's
- * rules are made when first read (lateRules), or by that work (run a slice at a time once the
- * daemon is ready), whichever comes first, as the compiler makes them, compacted as knownRule
- * leaves them. A restart the record proves in sync makes none before ready, and decodes none of
- * their bytes. (A line is decoded alone: a newline is never inside UTF-8's multi-byte sequences.)
+ * The config of a cache's bytes after its header, and the work that makes its rules: each rule is
+ * made when first asked for, alone (ruleAt), or with its chain's when they are read (lateRules),
+ * or by that work (run a slice at a time once the daemon is ready), as the compiler makes it,
+ * compacted as knownRule leaves it, once: whoever asks later gets the same object. A restart the
+ * record proves in sync makes none before ready, and decodes none of their bytes; its first
+ * repair makes the rule it puts back, from its line and the lines of its expressions. (A line is
+ * decoded alone: a newline is never inside UTF-8's multi-byte sequences.)
  */
 function deserialise(bytes: Buffer, options: LoadOptions): { config: Config; make: () => Sliced<void> } {
   let at = 0;
@@ -327,27 +324,36 @@ function deserialise(bytes: Buffer, options: LoadOptions): { config: Config; mak
   const nExprLines = Number(line().toString('latin1'));
   if (!Number.isSafeInteger(nExprLines) || nExprLines < 0) throw new Error('the payload is malformed');
   const exprLines = Array.from({ length: nExprLines }, line);
-  const chainTexts = counts.map((cs) => cs.map(() => line()));
+  // Each chain's rule lines, skipped by their length in bytes (each line ends with a newline).
+  const chainLines = counts.map((cs) => cs.map(() => {
+    const n = Number(line().toString('latin1'));
+    if (!Number.isSafeInteger(n) || n < 0 || at + n > bytes.length) throw new Error('the payload is malformed');
+    const out = bytes.subarray(at, at + n);
+    at += n;
+    return out;
+  }));
   const config = deserialize(Buffer.from(bytes.toString('latin1', at), 'base64')) as Config;
   if (!Array.isArray(config?.tables) || counts.length !== config.tables.length) throw new Error('the payload is malformed');
-  // The distinct expressions, parsed a line at a time by whichever asks first (each line whole, so
-  // a chain read while the work after ready is half-way takes up where it stopped).
-  const exprs: Expr[] = [];
-  let parsed = 0;
-  function* exprSteps(): Sliced<Expr[]> {
-    while (parsed < exprLines.length) {
-      const part = JSON.parse(textOf(exprLines[parsed]!)) as Expr[];
-      if (!Array.isArray(part)) throw new Error('the payload is malformed');
-      // Each distinct expression frozen once (asKnownRule's per rule finds them so).
-      for (let i = 0; i < part.length; i++) exprs.push(Object.freeze(part[i]!));
-      parsed++;
-      yield;
+  // The distinct expressions, a line parsed when a rule first needs one of its expressions, each
+  // frozen once (asKnownRule's per rule finds them so).
+  const exprParts: (Expr[] | undefined)[] = new Array(nExprLines);
+  const exprAt = (i: number): Expr | undefined => {
+    const li = Math.floor(i / EXPRS_PER_LINE);
+    if (!(li >= 0 && li < nExprLines)) return undefined;
+    let part = exprParts[li];
+    if (part === undefined) {
+      part = JSON.parse(textOf(exprLines[li]!)) as Expr[];
+      if (!Array.isArray(part) || (li < nExprLines - 1 ? part.length !== EXPRS_PER_LINE : part.length === 0 || part.length > EXPRS_PER_LINE)) {
+        throw new Error('the payload is malformed');
+      }
+      for (let k = 0; k < part.length; k++) Object.freeze(part[k]!);
+      exprParts[li] = part;
     }
-    return exprs;
-  }
-  // Per chain the one making of its rules: a read while the work after ready is half-way through
-  // it finishes that making, not another.
-  const chains: { c: ChainConfig; making: () => Sliced<ChainConfig['rules']>; made: (rules: ChainConfig['rules']) => void }[] = [];
+    return part[i - li * EXPRS_PER_LINE];
+  };
+  // Per chain its rules, each made once by whoever asks first; the whole chain's making runs on
+  // from the first rule not made yet, a slice at a time or at once (a read of the chain's rules).
+  const chains: { c: ChainConfig; steps: () => Sliced<ChainConfig['rules']>; made: (rules: ChainConfig['rules']) => void }[] = [];
   config.tables.forEach((t, ti) => {
     for (const x of t.sets ?? []) {
       x.key = keyTypeOf(x.key as unknown as StoredKeyType);
@@ -355,44 +361,37 @@ function deserialise(bytes: Buffer, options: LoadOptions): { config: Config; mak
     }
     if (counts[ti]!.length !== t.chains.length) throw new Error('the payload is malformed');
     t.chains.forEach((c, ci) => {
-      const stored = chainTexts[ti]![ci]!;
+      const n = counts[ti]![ci]!;
+      const stored = chainLines[ti]![ci]!;
+      const rules: ChainConfig['rules'] = new Array(n);
+      // Where each rule's line starts in `stored` (n + 1 of them), found when a rule is first made.
+      let starts: Uint32Array | undefined;
+      const lineOf = (j: number): string => {
+        starts ??= lineStarts(stored, n, c.name);
+        const line = stored.subarray(starts[j], starts[j + 1]! - 1);
+        return textOf(line);
+      };
+      const ruleAt = (j: number) => rules[j] ??= storedRule(lineOf(j), j, c.name, t.family, exprAt, options);
+      let next = 0;  // every rule before it is made
       const steps = function* (): Sliced<ChainConfig['rules']> {
-        const all = yield* exprSteps();
-        return yield* storedRules(JSON.parse(textOf(stored)) as StoredChain, all, c.name, t.family, options);
-      };
-      // One making per chain, whoever drives it (a read, or the work after ready): each call gives
-      // a driver of it, and its outcome, the rules or the error, holds for every later one.
-      let started: Sliced<ChainConfig['rules']> | undefined;
-      let outcome: { rules: ChainConfig['rules'] } | { error: unknown } | undefined;
-      const making = function* (): Sliced<ChainConfig['rules']> {
-        for (;;) {
-          if (outcome) {
-            if ('error' in outcome) throw outcome.error;
-            return outcome.rules;
-          }
-          started ??= steps();
-          let r: IteratorResult<void, ChainConfig['rules']>;
-          try {
-            r = started.next();
-          } catch (error) {
-            outcome = { error };
-            throw error;
-          }
-          if (r.done) outcome = { rules: r.value };
-          else yield;
+        while (next < n) {
+          ruleAt(next);
+          next++;
+          if (next % SLICE === 0 && next < n) yield;
         }
+        return rules;
       };
-      const made = lateRules(c, counts[ti]![ci]!, () => runNow(making()));
-      chains.push({ c, making, made });
+      const made = lateRules(c, n, { ruleAt, all: () => runNow(steps()) });
+      chains.push({ c, steps, made });
     });
   });
   const make = function* (): Sliced<void> {
-    for (const { c, making, made } of chains) {
+    for (const { c, steps, made } of chains) {
       if (rulesMade(c)) continue;
-      const work = making();
+      const work = steps();
       for (;;) {
         const r = work.next();
-        // Read meanwhile: the read finished this making and holds its rules.
+        // Read meanwhile: the read made the rest and holds the rules.
         if (rulesMade(c)) break;
         if (r.done) {
           made(r.value);
@@ -408,29 +407,40 @@ function deserialise(bytes: Buffer, options: LoadOptions): { config: Config; mak
 /** UTF-8 bytes as a string: an ASCII line (nearly always) copied into a one-byte string as it is, without decoding. */
 const textOf = (b: Buffer): string => (isAscii(b) ? b.toString('latin1') : b.toString('utf8'));
 
-/** A chain's rules from its stored form (StoredChain), made as the compiler makes them. */
-function* storedRules({ texts, counts, exprs: idx, more }: StoredChain, exprs: readonly Expr[], chain: string, family: Family, options: LoadOptions): Sliced<ChainConfig['rules']> {
-  const n = texts.length;
-  if (counts.length !== n) throw new Error(`chain ${chain} is malformed`);
-  const extra = new Map(more.map(([ri, sets, userdata]) => [ri, { sets, userdata }]));
-  const rules: ChainConfig['rules'] = new Array(n);
+/** Where each of a chain's `n` rule lines starts in its bytes `stored`, and where they end (n + 1 offsets). */
+function lineStarts(stored: Buffer, n: number, chain: string): Uint32Array {
+  const starts = new Uint32Array(n + 1);
   let at = 0;
-  for (let ri = 0; ri < n; ri++) {
-    if (ri % SLICE === SLICE - 1) yield;
-    const list = new Array<Expr>(counts[ri]!);
-    for (let i = 0; i < list.length; i++) {
-      const e = exprs[idx[at++]!];
-      if (typeof e !== 'object') throw new Error(`rule ${ri + 1} of chain ${chain} names an expression not stored`);
-      list[i] = e;
-    }
-    const x = extra.get(ri);
-    const compiled = withRenderedText(list, x === undefined || x.sets === 0 ? [] : x.sets as CompiledRule['sets'], family, options.interfaces);
-    if (x !== undefined && x.userdata !== 0) compiled.userdata = x.userdata;
-    asKnownRule(compiled);
-    rules[ri] = { text: texts[ri]!, compiled };
+  for (let j = 0; j < n; j++) {
+    starts[j] = at;
+    const nl = stored.indexOf(0x0a, at);
+    if (nl < 0) throw new Error(`chain ${chain} is malformed`);
+    at = nl + 1;
   }
-  if (at !== idx.length) throw new Error(`chain ${chain} is malformed`);
-  return rules;
+  if (at !== stored.length) throw new Error(`chain ${chain} is malformed`);
+  starts[n] = at;
+  return starts;
+}
+
+/** Rule `ri` of a chain from its stored line (StoredRule), made as the compiler makes it. */
+function storedRule(line: string, ri: number, chain: string, family: Family, exprAt: (i: number) => Expr | undefined, options: LoadOptions): ChainConfig['rules'][number] {
+  const stored = JSON.parse(line) as StoredRule;
+  if (!Array.isArray(stored) || typeof stored[0] !== 'string' || !Array.isArray(stored[1]) || (stored.length !== 2 && stored.length !== 4)) {
+    throw new Error(`rule ${ri + 1} of chain ${chain} is malformed`);
+  }
+  const [text, idx] = stored;
+  const list = new Array<Expr>(idx.length);
+  for (let i = 0; i < list.length; i++) {
+    const e = exprAt(idx[i]!);
+    if (typeof e !== 'object') throw new Error(`rule ${ri + 1} of chain ${chain} names an expression not stored`);
+    list[i] = e;
+  }
+  const sets = stored.length === 4 ? stored[2] : 0;
+  const userdata = stored.length === 4 ? stored[3] : 0;
+  const compiled = withRenderedText(list, sets === 0 ? [] : sets as CompiledRule['sets'], family, options.interfaces);
+  if (userdata !== 0) compiled.userdata = userdata;
+  asKnownRule(compiled);
+  return { text, compiled };
 }
 
 /**

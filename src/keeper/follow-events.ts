@@ -19,6 +19,7 @@
  * our own socket that does not match its plan) makes them all unknown; the view says so.
  */
 import { elementId, sameContent } from '../model/elements.js';
+import { ruleAt } from '../model/desired.js';
 import type { MonitorBatch, MonitorEvent } from '../netlink/events.js';
 import type { SetElement } from '../netlink/objects.js';
 import { knownRule } from './rule-key.js';
@@ -167,7 +168,7 @@ export function applyEcho(plan: readonly Expected[], handles: ReadonlyMap<number
  * commit gives the old handle back).
  */
 function placeAdded(c: FollowedChain, j: number, handle: number): void {
-  if (c.rules[j]!.handle !== handle) c.rules[j] = knownRule({ family: c.family, name: c.table }, c, c.desired.rules[j]!, handle);
+  if (c.rules[j]!.handle !== handle) c.rules[j] = knownRule({ family: c.family, name: c.table }, c, ruleAt(c.desired, j)!, handle);
   c.byHandle.set(handle, j);
   c.missing.delete(j);
 }

@@ -7,6 +7,7 @@
  * diffTable's `held`), so that both repair paths plan the same values.
  */
 import type { Rule } from '../netlink/objects.js';
+import { ruleAt } from '../model/desired.js';
 import type { Drift } from '../model/drift.js';
 import type { ElementDiff } from '../model/elements.js';
 import { planKnown, type MissingRun, type RuleEdit } from './chain-edit.js';
@@ -73,7 +74,7 @@ export function chainDiffOf(c: FollowedChain): HeldChainDiff | undefined {
   const missing = missingInOrder(c);
   return {
     diff: { chain: want, edit: heldEdit(c, missing) },
-    drift: new ChainDrift(c.family, c.table, c.name, missing, missing.length > 0 ? want.rules[missing[0]!]!.compiled : undefined,
+    drift: new ChainDrift(c.family, c.table, c.name, missing, missing.length > 0 ? ruleAt(want, missing[0]!)!.compiled : undefined,
       c.extras.size === 0 ? [] : [...c.extras], c.rules.length),
   };
 }

@@ -13,7 +13,7 @@ import type { Batch } from '../netlink/batch.js';
 import type { Expr } from '../netlink/expr.js';
 import type { Rule } from '../netlink/objects.js';
 import { TABLE_F } from '../netlink/objects.js';
-import type { ChainConfig, TableConfig } from '../model/desired.js';
+import { ruleAt, ruleCount, type ChainConfig, type TableConfig } from '../model/desired.js';
 import { objTypeName } from '../rules/objnames.js';
 import { queueBound } from '../rules/compile.js';
 import { deletable } from '../model/elements.js';
@@ -280,10 +280,11 @@ function emitEdit(batch: Batch, family: Family, table: string, c: ChainConfig, r
   }
   // The add phase runs once per edit and batch: the chain's rules take ids base + their index.
   const base = batch.nextRuleId;
-  batch.nextRuleId += c.rules.length;
+  batch.nextRuleId += ruleCount(c);
   for (const x of edit.steps) {
     if (x.op === 'delete') continue;
-    const r = c.rules[x.want]!.compiled;
+    // The rules it puts back only: a chain whose rules are made late is not made for them.
+    const r = ruleAt(c, x.want)!.compiled;
     for (const s of r.sets) batch.add('set', { ...s, family, table });
     if (r.bound) queueBound(batch, r, { family, table });
     // Literals of one shape, not spread copies (see planTable's adds).

@@ -12,7 +12,7 @@
 import { sha256 } from '../base/sha256.js';
 import type { Expr, Hex } from '../netlink/expr.js';
 import type { Rule } from '../netlink/objects.js';
-import type { ChainConfig, TableConfig } from '../model/desired.js';
+import { ruleAt, type ChainConfig, type TableConfig } from '../model/desired.js';
 import { ruleKey, type SetResolver } from '../rules/index.js';
 
 // ruleKey resolves a compiled rule's anonymous sets by their batch-local ids itself. The key is kept
@@ -44,7 +44,7 @@ export function knownRuleAt(t: Pick<TableConfig, 'family' | 'name'>, c: ChainCon
 /** Whether `rule` is a known rule of desired rule `at` of `c`, told without making `c`'s rules when it was placed there (knownRuleAt). */
 export function isKnownAt(rule: Rule, c: ChainConfig, at: number): boolean {
   if (rule instanceof KnownRule && rule.of === c) return rule.at === at;
-  return hasKey(rule) && rule.exprs === c.rules[at]!.compiled.exprs;
+  return hasKey(rule) && rule.exprs === ruleAt(c, at)!.compiled.exprs;
 }
 
 /**
@@ -56,7 +56,7 @@ class KnownRule implements Rule {
     private desired: ChainConfig['rules'][number] | undefined, readonly of: ChainConfig | undefined, readonly at: number) {}
 
   get [DESIRED](): ChainConfig['rules'][number] {
-    return this.desired ??= this.of!.rules[this.at]!;
+    return this.desired ??= ruleAt(this.of!, this.at)!;
   }
 
   set [DESIRED](r: ChainConfig['rules'][number]) {

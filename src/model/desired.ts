@@ -36,21 +36,31 @@ export interface TableConfig {
 export function countRules(tables: readonly { chains: readonly { rules: readonly unknown[] }[] }[]): number {
   let n = 0;
   // A chain whose rules are made late (lateRules) is counted without making them.
-  for (const t of tables) for (const c of t.chains) n += late.get(c) ?? c.rules.length;
+  for (const t of tables) for (const c of t.chains) n += late.get(c)?.count ?? c.rules.length;
   return n;
 }
 
+/** A chain's rules made late: each when first asked for (ruleAt), all of them when the chain's rules are read. */
+export interface LateRules {
+  /** Rule `j` (0 ≤ j < count), made alone if not made yet; the same object every time, and in the rules `all` gives. */
+  ruleAt(j: number): ChainConfig['rules'][number];
+  /** Every rule, each made once (those made by ruleAt are the ones held). */
+  all(): ChainConfig['rules'];
+}
+
 /** The chains whose rules are not made yet (lateRules), with how many they have: not a key on the chain, which stays as compiled. */
-const late = new WeakMap<object, number>();
+const late = new WeakMap<object, { count: number; making: LateRules }>();
 
 /**
- * Chain `c` with rules made by `make` when first read (`c.rules`, also by a spread or a copy),
- * then held as an ordinary array: a config read back from the compile cache, whose restart onto a
- * ruleset the restart record proves in sync needs only how many rules each chain has. `make` must
- * give `count` rules, compacted (src/model/compact.ts) as the compiler's are. Returns what holds
- * rules made otherwise (a making run ahead of the first read), held as the read's are: checked.
+ * Chain `c` with rules made by `making` when first read (`c.rules`, also by a spread or a copy),
+ * then held as an ordinary array; a rule asked for by its place (ruleAt) is made alone. A config
+ * read back from the compile cache, whose restart onto a ruleset the restart record proves in sync
+ * needs only how many rules each chain has, and whose first repair needs only the rule it puts
+ * back. `making` must give `count` rules, compacted (src/model/compact.ts) as the compiler's are.
+ * Returns what holds rules made otherwise (a making run ahead of the first read), held as the
+ * read's are: checked.
  */
-export function lateRules(c: ChainConfig, count: number, make: () => ChainConfig['rules']): (rules: ChainConfig['rules']) => void {
+export function lateRules(c: ChainConfig, count: number, making: LateRules): (rules: ChainConfig['rules']) => void {
   const hold = (rules: ChainConfig['rules']) => {
     late.delete(c);
     Object.defineProperty(c, 'rules', { value: rules, writable: true, enumerable: true, configurable: true });
@@ -59,10 +69,10 @@ export function lateRules(c: ChainConfig, count: number, make: () => ChainConfig
     if (rules.length !== count) throw new Error(`chain ${c.name}: ${rules.length} rules made, not ${count}`);
     hold(rules);
   };
-  late.set(c, count);
+  late.set(c, { count, making });
   Object.defineProperty(c, 'rules', {
     get() {
-      const rules = make();
+      const rules = making.all();
       made(rules);
       return rules;
     },
@@ -75,10 +85,17 @@ export function lateRules(c: ChainConfig, count: number, make: () => ChainConfig
 
 /** How many rules chain `c` has, without making them when they are made late (lateRules). */
 export function ruleCount(c: Pick<ChainConfig, 'rules'>): number {
-  return late.get(c) ?? c.rules.length;
+  return late.get(c)?.count ?? c.rules.length;
 }
 
 /** Whether chain `c`'s rules are made (false: lateRules will make them when first read). */
 export function rulesMade(c: Pick<ChainConfig, 'rules'>): boolean {
   return !late.has(c);
+}
+
+/** Rule `j` of chain `c` (undefined past its end), made alone when the chain's rules are made late (lateRules). */
+export function ruleAt(c: Pick<ChainConfig, 'rules'>, j: number): ChainConfig['rules'][number] | undefined {
+  const l = late.get(c);
+  if (l === undefined) return c.rules[j];
+  return Number.isInteger(j) && j >= 0 && j < l.count ? l.making.ruleAt(j) : undefined;
 }

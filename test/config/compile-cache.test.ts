@@ -16,7 +16,7 @@ import { runNow } from '../../src/base/sliced.js';
 import { desiredDigest, desiredDigestSteps } from '../../src/model/desired-digest.js';
 import { localIsUtc } from '../../src/rules/intvalues.js';
 import { compactAsCompiled } from '../../src/model/compact.js';
-import { ruleCount, rulesMade } from '../../src/model/desired.js';
+import { ruleAt, ruleCount, rulesMade } from '../../src/model/desired.js';
 import { interfaceTable, type InterfaceResolver } from '../../src/rules/render.js';
 import { tempDir } from '../helpers/tmp.js';
 import { damagedCopies } from '../helpers/mutate.js';
@@ -161,6 +161,44 @@ describe('the compile cache', () => {
     expect(c!.rules).toBe(read);
     expect(rulesMade(d!)).toBe(true);
     expectSameGraph(fresh(file), hit.config);
+  });
+
+  it('a rule made alone (ruleAt) at the first, a middle and the last place: only it made, the same object in the chain once made, as compiled', () => {
+    const file = join(dir, 'big.yaml');
+    // More rules than a slice of the work (4,096): half-way, the middle rule is made by the work, the last not.
+    const n = 6000;
+    const rules = Array.from({ length: n }, (_, i) => `          - ip saddr 10.${i >> 16}.${(i >> 8) & 255}.${i & 255} tcp dport ${1 + (i % 1000)} counter accept`);
+    writeFileSync(file, ['tables:', '  - family: ip', '    name: big', '    chains:', '      - name: c', '        rules:', ...rules,
+      '      - name: d', '        rules:', '          - ip daddr 192.0.2.1 drop', ''].join('\n'));
+    expect(load(file).stored).toBeUndefined();
+    const want = fresh(file).tables[0]!.chains[0]!.rules;
+    for (const half of [false, true]) {
+      const hit = load(file);
+      expect(hit.cache.used).toBe(true);
+      const [c, d] = hit.config.tables[0]!.chains;
+      // Half-way through the work for after ready, or before it.
+      const work = hit.make!();
+      if (half) expect(work.next().done).toBe(false);
+      const places = [0, n >> 1, n - 1];
+      const alone = places.map((j) => ruleAt(c!, j)!);
+      expect(ruleAt(c!, n)).toBeUndefined();
+      expect(ruleAt(c!, -1)).toBeUndefined();
+      expect(rulesMade(c!)).toBe(false);
+      expect(rulesMade(d!)).toBe(false);
+      for (const [k, j] of places.entries()) {
+        expect(alone[k]!.text).toBe(want[j]!.text);
+        expect(alone[k]!.compiled.exprs).toEqual(want[j]!.compiled.exprs);
+        expect(Object.isFrozen(alone[k]!.compiled.exprs)).toBe(true);
+        expect(ruleAt(c!, j)).toBe(alone[k]);
+      }
+      // The chain's rules, made after (by a read, or by the work), hold the rules made alone.
+      const all = half ? (runNow(work), c!.rules) : c!.rules;
+      for (const [k, j] of places.entries()) expect(all[j]).toBe(alone[k]);
+      expect(ruleAt(c!, n >> 1)).toBe(alone[1]);
+      runNow(work);
+      expect(c!.rules).toBe(all);
+      expectSameGraph(fresh(file), hit.config);
+    }
   });
 
   it("carries the desired state's digest the restart record is compared with, and the digests of the files it compiled", () => {

@@ -247,7 +247,7 @@ describe('the restart record', { timeout: 120_000 }, () => {
  * A restart from the compile cache and the record: the cache gives chains whose rules are made
  * when first read (lateRules), and a restart the record proves in sync only counts and places
  * them. Nothing is written and no rule is made before ready; a deletion right after ready makes
- * the chain inside the repair and puts the rule back; a changed config reloads as usual. More
+ * the rule it puts back, not its chain; a changed config reloads as usual. More
  * rules than the monitor is armed with (arming.ts plans a repair per rule, so it makes them).
  */
 const MANY = Array.from({ length: 300 }, (_, i) => `ip saddr 10.2.${i >> 8}.${i & 255} return`);
@@ -301,16 +301,34 @@ describe('a restart from the compile cache and the record', { timeout: 120_000 }
     expect(ns.exec('nft', ['--debug=netlink', 'list', 'ruleset'])).toBe(before);
   });
 
-  it('a rule deleted right after ready: the chain made inside the repair, the rule put back', async () => {
+  /** The kernel's netlink form of the ruleset, each rule's handle and position (nft's `family table chain HANDLE [POSITION]` line) numbered in order instead. */
+  const netlinkForm = () => {
+    let k = 0;
+    return ns.exec('nft', ['--debug=netlink', 'list', 'ruleset']).replace(/^(ip rec \S+) \d+(?: \d+)?$/gm, (_, at: string) => `${at} #${k++}`);
+  };
+
+  it.each([['first', 0], ['middle', 150], ['last', 299]])('a rule deleted right after ready at the %s place: only that rule made, not its chain; put back as desired', async (_, j) => {
     const { host, config: c } = await restart();
-    const want = chainLines(ns, 'ip', 'rec', 'post');
-    const victim = handles(ns, 'ip', 'rec', 'post')[7]!;
+    const want = netlinkForm();
+    const lines = chainLines(ns, 'ip', 'rec', 'post');
+    const victim = handles(ns, 'ip', 'rec', 'post')[j]!;
     ns.nft(`delete rule ip rec post handle ${victim}\n`);
-    await until('the deleted rule back', () => chainLines(ns, 'ip', 'rec', 'post').length === want.length);
+    await until('the deleted rule back', () => chainLines(ns, 'ip', 'rec', 'post').length === lines.length);
     await keeper!.idle();
-    expect(chainLines(ns, 'ip', 'rec', 'post')).toEqual(want);
+    expect(chainLines(ns, 'ip', 'rec', 'post')).toEqual(lines);
+    // The same expressions, userdata and order, byte for byte but for the handles.
+    expect(netlinkForm()).toBe(want);
+    expect(handles(ns, 'ip', 'rec', 'post')[j]).not.toBe(victim);
     expect(host.ruleReads).toBe(0);
-    expect(chainsMade(c)).toEqual(['post: true', 'side: false']);
+    expect(chainsMade(c)).toEqual(['post: false', 'side: false']);
+    // A second deletion beside it, the chain still not made: put back too.
+    const next = handles(ns, 'ip', 'rec', 'post')[j === 299 ? 298 : j + 1]!;
+    ns.nft(`delete rule ip rec post handle ${next}\n`);
+    await until('the second rule back', () => chainLines(ns, 'ip', 'rec', 'post').length === lines.length);
+    await keeper!.idle();
+    expect(netlinkForm()).toBe(want);
+    expect(chainsMade(c)).toEqual(['post: false', 'side: false']);
+    // (A one-shot check of the same config reads, so makes, its chains.)
     await asDesired(c);
     await asDesired(config(MANY));
   });
