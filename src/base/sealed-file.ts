@@ -5,7 +5,8 @@
  * and the digest matches: a file cut short or changed anywhere is not used.
  */
 import { isAscii } from 'node:buffer';
-import { lstatSync, mkdirSync, readFileSync } from 'node:fs';
+import { existsSync, lstatSync, mkdirSync, readFileSync } from 'node:fs';
+import { dirname } from 'node:path';
 import { removeStaleTemps, writeFileAtomic } from './atomic-file.js';
 import { sha256, sha256Hash } from './sha256.js';
 
@@ -58,7 +59,7 @@ export function readSealedBytes(file: string, dir: string): { bytes: Buffer } | 
  * fails its seal and is not used.
  */
 export function writeSealed(file: string, dir: string, body: string | readonly Buffer[], o: { durable?: boolean } = {}): void {
-  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  makeDir(dir);
   const untrusted = notPrivate(dir, 'directory');
   if (untrusted) throw new Error(untrusted);
   const pieces = typeof body === 'string' ? [Buffer.from(body, 'utf8')] : body;
@@ -66,4 +67,18 @@ export function writeSealed(file: string, dir: string, body: string | readonly B
   for (const p of pieces) sum.update(p);
   removeStaleTemps(file);
   writeFileAtomic(file, [...pieces, Buffer.from(`\n${sum.digest('hex')}\n`, 'latin1')], 0o600, o);
+}
+
+/**
+ * mkdir -p with the reason the kernel gave: Node's recursive mkdir reports a directory it could not
+ * make under an existing parent (a read-only file system, say) as ENOENT, from its stat after the
+ * failed mkdir; asked once more without recursion, mkdir says EROFS, EACCES or ENOSPC.
+ */
+function makeDir(dir: string): void {
+  try {
+    mkdirSync(dir, { recursive: true, mode: 0o700 });
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== 'ENOENT' || !existsSync(dirname(dir))) throw e;
+    mkdirSync(dir, { mode: 0o700 });
+  }
 }

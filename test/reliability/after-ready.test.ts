@@ -238,7 +238,8 @@ describe('faults in the work after ready and in the files it keeps', { timeout: 
         await waitSaid(d, /^restart record matches the kernel/);
         await sleep(2000);
       });
-      expect(points.filter((p) => p.kind === 'turn').length).toBeGreaterThan(2);
+      // More than one slice of the making: a turn between slices.
+      expect(points.filter((p) => p.kind === 'turn').length).toBeGreaterThanOrEqual(2);
       const ks = chosen(points);
       const where: string[] = [];
       for (const k of ks) {
