@@ -21,7 +21,7 @@ export function desiredDigest(tables: readonly TableConfig[]): string {
 }
 
 /** desiredDigest made a slice of rules at a time (src/base/sliced.ts). */
-export function* desiredDigestSteps(tables: readonly TableConfig[]): Sliced<string> {
+function* desiredDigestSteps(tables: readonly TableConfig[]): Sliced<string> {
   const h = sha256Hash();
   const walked = { rules: 0 };
   let out = '';
