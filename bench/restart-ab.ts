@@ -26,8 +26,12 @@
  * own `repaired` log line. The handles are listed before each start (not timed), and each measured
  * start follows one of the same build that records the handles the other build's repairs left.
  *
+ * --owners K: the config has an owners section (table big, dispatch chain d, a regular chain of its
+ * own beside S8's) and a state file of this run's holding K owners, each a chain of one rule and a
+ * jump to it from d: their rules are merged into the desired state the record is compared with.
+ *
  *   sudo npx tsx bench/restart-ab.ts --a /path/to/checkoutA --b /path/to/checkoutB [--n 100000] [--rounds 3] [--hold-ms 1500] [--from-empty]
- *     [--nft] [--reboot] [--delete-at middle] [--later-ms 3000]
+ *     [--nft] [--reboot] [--delete-at middle] [--later-ms 3000] [--owners 5]
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -54,6 +58,7 @@ const NFT = process.argv.includes('--nft');
 const REBOOT = process.argv.includes('--reboot');
 const DELETE_AT = arg('--delete-at');
 const LATER_MS = Number(arg('--later-ms', '3000'));
+const OWNERS = Number(arg('--owners', '0'));
 if (DELETE_AT !== undefined && !['first', 'middle', 'last'].includes(DELETE_AT)) throw new Error('--delete-at first|middle|last');
 const CLK_TCK = 100;
 const cpuSeconds = (pid: number) => {
@@ -138,6 +143,13 @@ const dir = mkdtempSync(join(tmpdir(), 'nfk-restart-ab-'));
 try {
   const config = join(dir, 'c.yaml');
   writeFileSync(config, chainYaml(N));
+  if (OWNERS > 0) {
+    writeFileSync(config, `${chainYaml(N)}      - name: d\n        rules: []\nowners:\n  family: ip\n  table: big\n  dispatch: [d]\n` +
+      `  socket: ${join(dir, 'owners.sock')}\n  state: ${join(dir, 'owners.json')}\n`, 'utf8');
+    const owners = Object.fromEntries(Array.from({ length: OWNERS }, (_, i) => [`o${i}`,
+      { chains: [{ name: 'c', rules: [`ip daddr 192.0.2.${i + 1} tcp dport 80 accept`] }], jumps: { d: [`ip saddr 10.9.${i >> 8}.${i & 255} jump c`] } }]));
+    writeFileSync(join(dir, 'owners.json'), `${JSON.stringify({ version: 1, owners })}\n`);
+  }
   const nftRules = join(dir, 'c.nft');
   if (NFT) writeFileSync(nftRules, chainNft(N));
   // The compile cache where a build has one apart from the record: this run's, not /var/cache/nfkeeper
@@ -171,7 +183,7 @@ try {
     }
     const med = (xs: number[]) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)]!;
     for (const [i, rs] of runs.entries()) {
-      console.log(`${i === 0 ? 'a' : 'b'} ${roots[i]}: median ready ${med(rs.map((r) => r.wallS)).toFixed(2)} s, CPU ${med(rs.map((r) => r.cpuS)).toFixed(2)} s, ` +
+      console.log(`${i === 0 ? 'a' : 'b'} ${roots[i]}${OWNERS > 0 ? ` (${OWNERS} owners)` : ''}: median ready ${med(rs.map((r) => r.wallS)).toFixed(2)} s, CPU ${med(rs.map((r) => r.cpuS)).toFixed(2)} s, ` +
         `peak RSS ${Math.max(...rs.map((r) => r.hwmMiB)).toFixed(0)} MiB` +
         `${DELETE_AT ? `, repair at ready ${med(rs.map((r) => r.repairMs![0]!)).toFixed(1)} ms, ${LATER_MS} ms after ${med(rs.map((r) => r.repairMs![1]!)).toFixed(1)} ms` : ''}`);
     }

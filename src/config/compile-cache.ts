@@ -27,7 +27,7 @@ import { readSealedBytes, writeSealed } from '../base/sealed-file.js';
 import { sha256, sha256Hash } from '../base/sha256.js';
 import { runNow, type Sliced } from '../base/sliced.js';
 import { asKnownRule, isNoSets } from '../model/compact.js';
-import { desiredDigestSteps, knownDesiredDigest } from '../model/desired-digest.js';
+import { chainDigestsSteps, knownChainDigests } from '../model/desired-digest.js';
 import type { DataType, SetConfig } from '../model/sets.js';
 import { DATATYPES, datatypeById, type Datatype, type KeyType } from '../rules/datatypes.js';
 import { lateRules, rulesMade, type ChainConfig } from '../model/desired.js';
@@ -37,7 +37,7 @@ import { localIsUtc } from '../rules/intvalues.js';
 import { MAX_CONFIG_BYTES, loadConfig, type Config, type LoadOptions } from './config.js';
 
 /** The file's own format; a file of another format is not used. */
-const FORMAT = 4;
+const FORMAT = 5;
 
 /** The store's work on a big config is done in slices of about this many rules (src/base/sliced.ts). */
 const SLICE = 4096;
@@ -74,10 +74,11 @@ interface Header {
   includePath: readonly string[];
   inputs: CompileInput[];
   /**
-   * desiredDigest of the config's tables (src/model/desired-digest.ts): a restart compares the restart
-   * record with it without walking the rules again.
+   * The digest of each chain of the config's tables, per table (chainDigestsSteps,
+   * src/model/desired-digest.ts): a restart composes the desired digest the restart record is
+   * compared with from them, owners merged in or not, without making the chains' rules.
    */
-  desired: string;
+  chains: string[][];
 }
 
 /**
@@ -119,8 +120,8 @@ export function loadConfigCached(file: string, options: LoadOptions, cache: Comp
     store: function* () {
       try {
         if (inputs === undefined) return `${unstable!.replace(/\0/g, ' ')} changed while the config was compiled`;
-        const desired = yield* desiredDigestSteps(config.tables);
-        const body = yield* serialise(config, { format: FORMAT, version: cache.version, code: codeDigest(), node: process.version, config: file, includePath: options.includePath ?? [], inputs, desired });
+        const chains = yield* chainDigestsSteps(config.tables);
+        const body = yield* serialise(config, { format: FORMAT, version: cache.version, code: codeDigest(), node: process.version, config: file, includePath: options.includePath ?? [], inputs, chains });
         if ('why' in body) return body.why;
         // A cache: a crash costs one compile, not an fsync of every store.
         writeSealed(path, cache.dir, body, { durable: false });
@@ -144,11 +145,14 @@ function fromCache(path: string, file: string, options: LoadOptions, cache: Comp
   if (h.code !== codeDigest()) return { why: "it was written by another build of nfkeeper's code" };
   if (h.node !== process.version) return { why: `it was written under Node ${h.node}, this is ${process.version}` };
   if (h.config !== file || JSON.stringify(h.includePath) !== JSON.stringify(options.includePath ?? [])) return { why: 'it is of another config file or include path' };
-  if (!Array.isArray(h.inputs) || typeof h.desired !== 'string') return { why: `${path} is corrupt: no inputs or digest` };
+  if (!Array.isArray(h.inputs) || !Array.isArray(h.chains)) return { why: `${path} is corrupt: no inputs or digests` };
   const changed = changedInput(h.inputs, options);
   if (changed !== undefined) return { why: changed };
   const { config, make } = deserialise(body.subarray(nl + 1), options);
-  knownDesiredDigest(config.tables, h.desired);
+  const chains = h.chains;
+  if (chains.length !== config.tables.length || !config.tables.every((t, i) => Array.isArray(chains[i]) && chains[i]!.length === t.chains.length
+    && chains[i]!.every((d) => typeof d === 'string' && /^[0-9a-f]{64}$/.test(d)))) return { why: `${path} is corrupt: its chain digests are not its chains'` };
+  knownChainDigests(config.tables, chains);
   return { config, inputs: h.inputs, make };
 }
 

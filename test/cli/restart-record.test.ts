@@ -56,6 +56,37 @@ describe('nfkeeper run: the restart record', { timeout: 120_000 }, () => {
     }
   });
 
+  it('with owners: adopted while the state file holds the owners recorded; an owner registered meanwhile refuses the record', async () => {
+    const dir = join(tempDir('cli-record'), 'state');
+    const etc = tempDir('cli-record-config');
+    const config = join(etc, 'c.yaml');
+    const state = join(etc, 'owners.json');
+    writeFileSync(config, `${postroutingYaml('rec', ['ip daddr 192.0.2.1 return'], 'post', { side: ['ip daddr 198.51.100.1 return'] })}owners:\n  family: ip\n  table: rec\n` +
+      `  dispatch: [side]\n  socket: ${join(etc, 'owners.sock')}\n  state: ${state}\n`);
+    const owner = (n: number) => ({ chains: [{ name: 'c', rules: [`ip daddr 192.0.2.${n} accept`] }], jumps: { side: [`ip saddr 10.9.0.${n} jump c`] } });
+    writeFileSync(state, `${JSON.stringify({ version: 1, owners: { a: owner(1) } })}\n`);
+    const args = ['--config', config, '--record-dir', dir];
+    const said = (logs: Record<string, unknown>[]) => {
+      const l = logs.find((x) => String(x.msg).startsWith('restart record'));
+      return `${String(l?.msg)}: ${String(l?.why ?? '')}`;
+    };
+    await runOnce(args);
+    await runOnce(args);
+    const sock = open({ netns: ns.path });
+    try {
+      const gen = sock.generation();
+      expect(said(await runOnce(args))).toMatch(/^restart record matches the kernel/);
+      expect(sock.generation()).toBe(gen);
+      // Registered while no daemon ran: the state file holds b too.
+      writeFileSync(state, `${JSON.stringify({ version: 1, owners: { a: owner(1), b: owner(2) } })}\n`);
+      expect(said(await runOnce(args))).toMatch(/^restart record not used.*: the desired state \(config or owners\) changed/);
+      expect(sock.generation()).not.toBe(gen);
+      expect(ns.exec('nft', ['list', 'chain', 'ip', 'rec', 'o/b/c'])).toMatch(/ip daddr 192\.0\.2\.2 accept/);
+    } finally {
+      sock.close();
+    }
+  });
+
   it('--no-record: no record kept, none looked for', async () => {
     const dir = join(tempDir('cli-record'), 'state');
     const config = join(tempDir('cli-record-config'), 'c.yaml');

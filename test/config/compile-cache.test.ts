@@ -13,7 +13,7 @@ import { changedInput, compileCachePathOf, loadConfigCached, unfaithful } from '
 import type { CompileInput } from '../../src/base/compile-inputs.js';
 import { sha256 } from '../../src/base/sha256.js';
 import { runNow } from '../../src/base/sliced.js';
-import { desiredDigest, desiredDigestSteps } from '../../src/model/desired-digest.js';
+import { chainDigestsSteps, desiredDigest } from '../../src/model/desired-digest.js';
 import { localIsUtc } from '../../src/rules/intvalues.js';
 import { compactAsCompiled } from '../../src/model/compact.js';
 import { ruleAt, ruleCount, rulesMade } from '../../src/model/desired.js';
@@ -201,21 +201,25 @@ describe('the compile cache', () => {
     }
   });
 
-  it("carries the desired state's digest the restart record is compared with, and the digests of the files it compiled", () => {
+  it("carries its chains' digests the restart record's desired digest is composed of, and the digests of the files it compiled", () => {
     for (const file of [join(dir, 'main.nft'), join(dir, 'c.yaml')]) {
       const first = load(file);
       expect(first.files?.get(file)).toBe(sha256(readFileSync(file), 'hex'));
       const text = readFileSync(compileCachePathOf(cacheDir, undefined, file), 'utf8');
-      const stored = (JSON.parse(text.slice(0, text.indexOf('\n'))) as { desired: string }).desired;
-      // The digest walked from a compile of its own, never given one.
-      expect(stored).toBe(runNow(desiredDigestSteps(fresh(file).tables)));
+      const stored = (JSON.parse(text.slice(0, text.indexOf('\n'))) as { chains: string[][] }).chains;
+      // The digests walked from a compile of its own, never given them.
+      const compiled = fresh(file).tables;
+      expect(stored).toEqual(runNow(chainDigestsSteps(compiled)));
+      const want = desiredDigest(compiled);
       const again = load(file);
       expect(again.cache.used).toBe(true);
       expect(again.files?.get(file)).toBe(sha256(readFileSync(file), 'hex'));
-      expect(desiredDigest(again.config.tables)).toBe(stored);
-      // And owners merged in (a new list of the same tables) find it too; another list does not.
-      expect(desiredDigest([...again.config.tables])).toBe(stored);
-      if (again.config.tables.length > 1) expect(desiredDigest(again.config.tables.slice(1))).not.toBe(stored);
+      expect(desiredDigest(again.config.tables)).toBe(want);
+      // And owners merged in (a new list of the same tables, a table copied with the same chains)
+      // compose it too, without making a rule; another list does not give it.
+      expect(desiredDigest(again.config.tables.map((t) => ({ ...t, chains: [...t.chains] })))).toBe(want);
+      expect(again.config.tables.flatMap((t) => t.chains).filter((c) => ruleCount(c) > 0).every((c) => !rulesMade(c))).toBe(true);
+      if (again.config.tables.length > 1) expect(desiredDigest(again.config.tables.slice(1))).not.toBe(want);
     }
   });
 

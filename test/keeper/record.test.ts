@@ -16,6 +16,7 @@ import { runNow } from '../../src/base/sliced.js';
 import { compactAsCompiled } from '../../src/model/compact.js';
 import { rulesMade } from '../../src/model/desired.js';
 import { checkOnce, type Keeper } from '../../src/keeper/keeper.js';
+import { compileOwner } from '../../src/owners/spec.js';
 import { recordPathOf } from '../../src/keeper/record.js';
 import type { NftHost } from '../../src/netlink/conn.js';
 import { open } from '../../src/netlink/socket.js';
@@ -357,4 +358,84 @@ describe('a restart from the compile cache and the record', { timeout: 120_000 }
       s.close();
     }
   }
+});
+
+describe('a restart with owners from the compile cache and the record', { timeout: 120_000 }, () => {
+  const { ns, sock } = socketPerTest('own');
+  // A chain of some thousands of rules, from the cache; owners' chains and their jumps in `side`.
+  const BIG = Array.from({ length: 3000 }, (_, i) => `ip saddr 10.3.${i >> 8}.${i & 255} return`);
+  const ownersYaml = () => `${yaml(BIG)}owners:\n  family: ip\n  table: rec\n  dispatch: [side]\n  socket: /nonexistent/s\n  state: /nonexistent/o.json\n`;
+  const spec = (n: number, port = 80) => ({ chains: [{ name: 'c', rules: [`ip daddr 192.0.2.${n} tcp dport ${port} accept`] }], jumps: { side: [`ip saddr 10.9.0.${n} jump c`] } });
+  /** The owners `ids` (the n-th with spec(n)) as a start compiles them from the state file, against `c`. */
+  const ownersOf = (c: Config, ids: string[], port?: number) => ids.map((id, n) => compileOwner(id, spec(n + 1, port), c.owners!, c.tables[0]!));
+  let dir: string;
+  let bootFile: string;
+  let configFile: string;
+  let keeper: Keeper | undefined;
+  const record = () => ({ dir, version: 'test', bootIdPath: bootFile });
+  const load = () => loadConfigCached(configFile, { compiled: compactAsCompiled() }, { dir, version: 'test', netns: ns.path });
+
+  beforeEach(async () => {
+    dir = tempDir('own');
+    configFile = join(dir, 'own.yaml');
+    writeFileSync(configFile, ownersYaml());
+    bootFile = bootIdFile();
+    const compiled = load();
+    expect(compiled.cache.used).toBe(false);
+    expect(runNow(compiled.store!())).toBeUndefined();
+    // An earlier keeper with owners a and b installs, reads its commit back and records at stop.
+    const first = await startKeeper(ns, { config: compiled.config, owners: ownersOf(compiled.config, ['a', 'b']), record: record() });
+    await first.readBack('tick', performance.now());
+    await first.idle();
+    await first.stop();
+  });
+  afterEach(async () => {
+    await keeper?.stop();
+    keeper = undefined;
+  });
+
+  /** A keeper on the config as the cache gives it and the owners `ids`, with the record, counting its rule reads. */
+  async function restart(ids: string[], port?: number) {
+    const loaded = load();
+    expect(loaded.cache).toMatchObject({ used: true });
+    const host = countingHost(ns);
+    const log = captureLog();
+    const owners = ownersOf(loaded.config, ids, port);
+    keeper = await startKeeper(ns, { config: loaded.config, owners, record: record(), host, logger: log.logger });
+    await keeper.idle();
+    const said = log.lines.find((l) => String(l.msg).startsWith('restart record'));
+    return { host, config: loaded.config, owners, said: `${String(said?.msg)}: ${String(said?.why ?? '')}` };
+  }
+
+  it('the same owners: adopted with nothing written and no rule read, no rule of the cached chain made', async () => {
+    const before = ns.exec('nft', ['--debug=netlink', 'list', 'ruleset']);
+    const gen = sock.generation();
+    const { host, config: c, said } = await restart(['a', 'b']);
+    expect(said).toMatch(/^restart record matches the kernel/);
+    expect(keeper!.isReady()).toBe(true);
+    expect(host.ruleReads).toBe(0);
+    expect(sock.generation()).toBe(gen);
+    // The big chain as the cache gave it: not made (the dispatch chain is, by the owners' merge).
+    expect(rulesMade(c.tables[0]!.chains.find((x) => x.name === 'post')!)).toBe(false);
+    expect(ns.exec('nft', ['--debug=netlink', 'list', 'ruleset'])).toBe(before);
+  });
+
+  it.each([
+    ['registered', ['a', 'b', 'c'], undefined],
+    ['removed', ['a'], undefined],
+    ['registered anew with other rules', ['a', 'b'], 443],
+  ])('an owner %s while no keeper ran: the record is refused, the tables read, the kernel as the owners are now', async (_, ids, port) => {
+    const { host, config: c, owners, said } = await restart(ids, port);
+    expect(said).toBe('restart record not used; the start-up reads the owned tables: the desired state (config or owners) changed since it was written');
+    expect(host.ruleReads).toBeGreaterThan(0);
+    const s = open({ netns: ns.path });
+    try {
+      const r = await checkOnce(s, c, false, owners);
+      expect(r.drift.flatMap((d) => d.drift)).toEqual([]);
+    } finally {
+      s.close();
+    }
+    expect(ns.exec('nft', ['list', 'chains', 'ip']).includes('o/c/c')).toBe(ids.includes('c'));
+    expect(ns.exec('nft', ['list', 'chains', 'ip']).includes('o/b/c')).toBe(ids.includes('b'));
+  });
 });
