@@ -302,7 +302,11 @@ function write(out: Omit<RunResults, 'meta'>, loadavgStart: string, pending: str
     if (parts && out.s8 && prev.s8) {
       out.s8 = { ...out.s8, ...(parts.includes('commands') ? {} : { rows: prev.s8.rows }),
         ...(parts.includes('ready') ? {} : { ready: prev.s8.ready }), ...(parts.includes('repairs') ? {} : { repairs: prev.s8.repairs }),
-        ...(parts.includes('neighbour') ? {} : { neighbour: prev.s8.neighbour }) };
+        ...(parts.includes('neighbour') ? {} : { neighbour: prev.s8.neighbour }),
+        beforeOf: Object.fromEntries(S8_PARTS.filter((p) => !parts.includes(p)).flatMap((p) => {
+          const b = prev.s8!.beforeOf?.[p] ?? prev.s8!.before;
+          return b ? [[p, b]] : [];
+        })) };
     }
     // A scenario the earlier run had not reached is no longer missing once merged in.
     const stillPending = prev.meta.incomplete?.split(', ')

@@ -627,7 +627,9 @@ function s8Section(s: S8Result): string[] {
     `Every figure is a whole process timed from outside (fork to reap, with wait4's CPU and peak RSS), \`nfkeeper\` on ${s.node} as installed ` +
       '(bin/nfkeeper.js), each beside the nft command that does the same work, run in turn with it (A B A B …) in the same namespace, ' +
       'each install into a freshly flushed namespace. The ratio is of the medians. Standard output is /dev/null, as for nft: ' +
-      '`apply` and `check` render no plan there (a pipe or a file gets every line, rendered while the kernel takes the batch).', '',
+      '`apply` and `check` render no plan there (a pipe or a file gets every line, rendered while the kernel takes the batch). ' +
+      'Each build keeps its compile cache (`--cache-dir`, a build that has one) in a directory of the run\'s: an `apply` after the untimed first run ' +
+      'finds its config compiled (as a second apply of an unchanged config does); a first apply compiles and stores (bench/apply-ab.ts: cold and warm).', '',
     '| work | nfkeeper wall p50 | CPU p50 | peak RSS | peer | peer wall p50 | peer CPU | peer RSS | ratio | runs |',
     '|---|---:|---:|---:|---|---:|---:|---:|---:|---:|'];
   for (const r of s.rows) {
@@ -635,8 +637,9 @@ function s8Section(s: S8Result): string[] {
       (r.peer ? `\`${r.peer.tool}\` | ${formatUs(r.peer.s.wall.median)} | ${formatUs(r.peer.s.cpu.median)} | ${mib(r.peer.s.rssKiB)} | ${r.ratio!.toFixed(2)}× |`
         : '- | - | - | - | - |') + ` ${r.nfkeeper.wall.n} |`);
   }
-  if (s.before) {
-    out.push('', `The same commands as ${s.before.root} (commit ${s.before.commit}) runs them, in the same rounds ` +
+  const commandsBefore = s.beforeOf?.commands ?? s.before;
+  if (commandsBefore) {
+    out.push('', `The same commands as ${commandsBefore.root} (commit ${commandsBefore.commit}) runs them, in the same rounds ` +
       '(this build, that build, the peer): before and after.', '',
       '| work | before: wall p50 | CPU p50 | peak RSS | after: wall p50 | CPU p50 | peak RSS | CPU after / before | after CPU / peer CPU |',
       '|---|---:|---:|---:|---:|---:|---:|---:|---:|');
@@ -674,14 +677,15 @@ function s8Section(s: S8Result): string[] {
         (e ? `${formatUs(e.median)} | ${formatUs(e.p99)} | ${ratio(r.repair.median, e.median)} |` : '- | - | - |') + ` ${r.repair.n} |` +
         (s.before ? (r.before ? ` ${formatUs(r.before.median)} | ${formatUs(r.before.p99)} |` : ' - | - |') : ''));
     }
-    if (s.before) out.push('', `Before: the same repairs by ${s.before.root}'s daemon (commit ${s.before.commit}), in turn with this build's in the same namespace.`);
+    const b = s.beforeOf?.repairs ?? s.before;
+    if (b) out.push('', `Before: the same repairs by ${b.root}'s daemon (commit ${b.commit}), in turn with this build's in the same namespace.`);
   }
   const n = s.neighbour;
   if (n) {
     const each = (xs?: number[]) => (xs && xs.length > 1 ? ` (runs: ${xs.map((x) => `${x.toFixed(2)} %`).join(', ')})` : '');
     out.push('', `A neighbour committing to a table nfkeeper does not own at ${n.commitsPerSecond.toFixed(0)} commits a second for ` +
       `${n.seconds.toFixed(1)} s cost the daemon (flannel's config, its defaults) **${n.daemonCpuPercent.toFixed(2)} %** of a core, the median${each(n.runs)}` +
-      (n.before && s.before ? `; ${s.before.root}'s daemon (commit ${s.before.commit}), its runs in turn with these, ${n.before.daemonCpuPercent.toFixed(2)} %${each(n.before.runs)}` : '') + '.');
+      (n.before && (s.beforeOf?.neighbour ?? s.before) ? `; ${(s.beforeOf?.neighbour ?? s.before)!.root}'s daemon (commit ${(s.beforeOf?.neighbour ?? s.before)!.commit}), its runs in turn with these, ${n.before.daemonCpuPercent.toFixed(2)} %${each(n.before.runs)}` : '') + '.');
   }
   return out;
 }
