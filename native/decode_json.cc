@@ -159,20 +159,28 @@ void AppendExprsJson(const nlmsghdr* nlh, const nlattr* list, std::string* out) 
 
 }  // namespace
 
-void AppendNestedExprsJson(const std::vector<const nlattr*>& nests, std::string* out) {
-  // As the expressions of a rule message of their own, so that they decode as a rule's do.
-  std::vector<char> buf(MNL_NLMSG_HDRLEN + MNL_ALIGN(sizeof(nfgenmsg)) + 64);
-  size_t need = buf.size();
+const nlmsghdr* NestedExprsMessage(const std::vector<const nlattr*>& nests, std::vector<char>* buf, const nlattr** list) {
+  buf->assign(MNL_NLMSG_HDRLEN + MNL_ALIGN(sizeof(nfgenmsg)) + 64, 0);
+  size_t need = buf->size();
   for (const nlattr* n : nests) need += MNL_ALIGN(n->nla_len) + 8;
-  buf.resize(need);
-  nlmsghdr* nlh = mnl_nlmsg_put_header(buf.data());
+  buf->resize(need);
+  nlmsghdr* nlh = mnl_nlmsg_put_header(buf->data());
   nlh->nlmsg_type = (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWRULE;
   mnl_nlmsg_put_extra_header(nlh, sizeof(nfgenmsg));
   mnl_attr_put_strz(nlh, NFTA_RULE_TABLE, "");
   mnl_attr_put_strz(nlh, NFTA_RULE_CHAIN, "");
-  nlattr* list = mnl_attr_nest_start(nlh, NFTA_RULE_EXPRESSIONS);
+  nlattr* nest = mnl_attr_nest_start(nlh, NFTA_RULE_EXPRESSIONS);
   for (const nlattr* n : nests) mnl_attr_put(nlh, NFTA_LIST_ELEM | NLA_F_NESTED, mnl_attr_get_payload_len(n), mnl_attr_get_payload(n));
-  mnl_attr_nest_end(nlh, list);
+  mnl_attr_nest_end(nlh, nest);
+  if (list != nullptr) *list = nest;
+  return nlh;
+}
+
+void AppendNestedExprsJson(const std::vector<const nlattr*>& nests, std::string* out) {
+  // As the expressions of a rule message of their own, so that they decode as a rule's do.
+  std::vector<char> buf;
+  const nlattr* list = nullptr;
+  const nlmsghdr* nlh = NestedExprsMessage(nests, &buf, &list);
   // no dynset inside these: the kernel takes stateful expressions only
   AppendExprsJson(nlh, list, out);
 }

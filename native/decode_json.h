@@ -23,6 +23,10 @@ bool AppendRuleJson(const nlmsghdr* nlh, std::string* out, bool withDigest = fal
 // decoded as a rule's expressions are.
 void AppendNestedExprsJson(const std::vector<const nlattr*>& nests, std::string* out);
 
+// The rule message AppendNestedExprsJson decodes `nests` as (built in `buf`; `list`, when given,
+// is its NFTA_RULE_EXPRESSIONS): the fuzz harness hands the same message to libnftnl first.
+const nlmsghdr* NestedExprsMessage(const std::vector<const nlattr*>& nests, std::vector<char>* buf, const nlattr** list = nullptr);
+
 // A NUL-terminated string as a JSON string literal, appended to `out`.
 void AppendJsonString(std::string* out, const char* s);
 

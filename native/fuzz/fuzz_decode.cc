@@ -74,6 +74,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::vector<uint8_t> setMsg;
     const nlmsghdr* forSet = (kinds & kSet) ? nfk::SetForLibnftnl(nlh, setAttrs, &setMsg) : nlh;
     int exits = nfk_fuzz_libnftnl_exits(nlh, kinds & ~kSet) | nfk_fuzz_libnftnl_exits(forSet, kinds & kSet);
+    // (and its expressions as DecodeSet hands them to libnftnl: a rule message of their own)
+    if ((kinds & kSet) && !(exits & kSet)) {
+      std::vector<const nlattr*> nests = nfk::ExprNests(setAttrs.at[NFTA_SET_EXPR], setAttrs.at[NFTA_SET_EXPRESSIONS]);
+      std::vector<char> exprMsg;
+      const nlmsghdr* forExprs = nests.empty() ? nullptr : nfk::NestedExprsMessage(nests, &exprMsg);
+      if (forExprs != nullptr && nfk::RuleOkForLibnftnl(forExprs) && nfk_fuzz_libnftnl_exits(forExprs, kRule)) exits |= kSet;
+    }
     abiExits += __builtin_popcount(exits);
     Guarded([&] { nfk::DecodeTable(e, nlh); });
     if (!(exits & kChain)) Guarded([&] { nfk::DecodeChain(e, nlh); });
