@@ -33,8 +33,12 @@ const arg = (name: string) => {
   return i >= 0 ? process.argv[i + 1] : undefined;
 };
 const list = (s: string | undefined, d: number[]) => (s === undefined ? d : s === '' ? [] : s.split(',').map(Number));
+// --command check: `nfkeeper check` of the config installed (in sync), three ways (off, cold, warm)
+// and no other build: check without a cache is the check an earlier build runs.
+const command = arg('--command') ?? 'apply';
+if (command !== 'apply' && command !== 'check') throw new Error('--command apply or check');
 const root = arg('--root');
-if (!root) throw new Error('--root DIR: the other build (its bin/nfkeeper.js) is required');
+if (!root && command === 'apply') throw new Error('--root DIR: the other build (its bin/nfkeeper.js) is required');
 const rules = list(arg('--rules'), [10_000]);
 const services = list(arg('--services'), [1000]);
 const reps = Number(arg('--reps') ?? 5);
@@ -60,7 +64,7 @@ for (const s of services) {
 }
 
 const hasCacheDir = spawnSync('node', [join(PROJECT_ROOT, 'bin', 'nfkeeper.js'), 'apply', '--help'], { encoding: 'utf8' }).stdout.includes('--cache-dir');
-const KINDS = hasCacheDir ? ['off', 'cold', 'warm', 'before', 'nft'] as const : ['after', 'before', 'nft'] as const;
+const KINDS = command === 'check' ? ['off', 'cold', 'warm'] as const : hasCacheDir ? ['off', 'cold', 'warm', 'before', 'nft'] as const : ['after', 'before', 'nft'] as const;
 type Kind = 'off' | 'cold' | 'warm' | 'after' | 'before' | 'nft';
 const compileCache = (k: 'cold' | 'warm', w: { file: string }) => join(dir, `compile-cache-${k}-${w.file.replace(/\W/g, '_')}`);
 const fmt = (us: number) => (us >= 1e6 ? `${(us / 1e6).toFixed(2)} s` : `${(us / 1e3).toFixed(0)} ms`);
@@ -69,10 +73,15 @@ const sysRows: string[] = [];
 const pairRows: string[] = [];
 console.log(`load average at start: ${load()}`);
 await withBenchNetns('applyab', async (ns) => {
-  const flush = () => { ns.exec('nft', ['flush', 'ruleset']); };
+  // A check reads the ruleset the config installed: nothing flushed between its runs.
+  const flush = () => { if (command === 'apply') ns.exec('nft', ['flush', 'ruleset']); };
   for (const w of works) {
+    if (command === 'check') {
+      ns.exec('nft', ['flush', 'ruleset']);
+      runWhole('node', [join(PROJECT_ROOT, 'bin', 'nfkeeper.js'), 'apply', '--config', w.file, '--no-cache-dir'], { ns });
+    }
     const runs: Partial<Record<Kind, ProcessRun[]>> = Object.fromEntries(KINDS.map((k) => [k, []]));
-    const ours = (extra: string[]) => () => runWhole('node', [join(PROJECT_ROOT, 'bin', 'nfkeeper.js'), 'apply', '--config', w.file, ...extra], { ns, ...cacheEnv('after') });
+    const ours = (extra: string[]) => () => runWhole('node', [join(PROJECT_ROOT, 'bin', 'nfkeeper.js'), command, '--config', w.file, ...extra], { ns, ...cacheEnv('after') });
     const cmds: Partial<Record<Kind, () => ProcessRun>> = {
       after: ours([]),
       off: ours(['--no-cache-dir']),
@@ -81,7 +90,7 @@ await withBenchNetns('applyab', async (ns) => {
         return ours(['--cache-dir', compileCache('cold', w)])();
       },
       warm: ours(['--cache-dir', compileCache('warm', w)]),
-      before: () => runWhole('node', [join(root, 'bin', 'nfkeeper.js'), 'apply', '--config', w.file], { ns, ...cacheEnv('before') }),
+      before: () => runWhole('node', [join(root!, 'bin', 'nfkeeper.js'), 'apply', '--config', w.file], { ns, ...cacheEnv('before') }),
       nft: () => runWhole('nft', ['-f', w.nft], { ns }),
     };
     // One warm-up round (file cache, the kernel's modules; the warm compile cache's entry), not counted.
@@ -102,6 +111,12 @@ await withBenchNetns('applyab', async (ns) => {
       return `${q[q.length >> 1]!.toFixed(3)} (lower in ${q.filter((u) => u < 1).length} of ${q.length})`;
     };
     const ourKinds = KINDS.filter((k) => k !== 'before' && k !== 'nft');
+    if (command === 'check') {
+      pairRows.push(`| ${w.work} | warm / off (a hit against the compile) | ${pairs('warm', 'off', (r) => r.cpuUs)} | ${pairs('warm', 'off', (r) => r.wallUs)} | ${(sum('off').rssKiB / 1024).toFixed(0)} / ${(sum('warm').rssKiB / 1024).toFixed(0)} MiB |`);
+      pairRows.push(`| ${w.work} | cold / off (the compaction and the store) | ${pairs('cold', 'off', (r) => r.cpuUs)} | ${pairs('cold', 'off', (r) => r.wallUs)} | ${(sum('off').rssKiB / 1024).toFixed(0)} / ${(sum('cold').rssKiB / 1024).toFixed(0)} MiB |`);
+      rows.push(`| ${w.work} | ${KINDS.map((k) => `${fmt(sum(k).wall.median)} / ${fmt(sum(k).cpu.median)}`).join(' | ')} | | ${reps} |`);
+      continue;
+    }
     for (const k of ourKinds) {
       pairRows.push(`| ${w.work} | ${k} / before | ${pairs(k, 'before', (r) => r.cpuUs)} | ${pairs(k, 'before', (r) => r.wallUs)} | ${(sum('before').rssKiB / 1024).toFixed(0)} / ${(sum(k).rssKiB / 1024).toFixed(0)} MiB |`);
       pairRows.push(`| ${w.work} | ${k} / nft | ${pairs(k, 'nft', (r) => r.cpuUs)} | ${pairs(k, 'nft', (r) => r.wallUs)} | |`);

@@ -6,7 +6,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { Argument, Command, CommanderError, Option } from 'commander';
 import { SHELLS, completionScript, type Shell } from './completion.js';
 import type { ExportFormat } from './config/export.js';
-import { CACHE_DIR_ENV, DEFAULT_CACHE_DIR, DEFAULT_RECORD_DIR, DEFAULT_SOCKET } from './config/paths.js';
+import { CACHE_DIR_ENV, DEFAULT_RECORD_DIR, DEFAULT_SOCKET, defaultCacheDir } from './config/paths.js';
 import { ConfigError, NfkeeperError } from './base/errors.js';
 import type { KeeperStatus } from './keeper/keeper.js';
 import type { Family } from './netlink/expr.js';
@@ -113,12 +113,12 @@ export async function main(argv: string[], io: Out = {
     .argParser((v: string) => resolveNetns(v));
   // nft's -I: where a .nft config's `include "NAME"` looks before /etc (repeatable)
   const includeOpt = () => new Option('-I, --include-path <dir...>', "directories a .nft config's include \"NAME\" searches before /etc (nft's -I)");
-  // The compile cache of run and apply (src/config/compile-cache.ts): one entry per namespace and
-  // config path, shared by both commands.
+  // The compile cache of run, apply and check (src/config/compile-cache.ts): one entry per namespace
+  // and config, shared by the commands.
   const cacheDirOpts = (c: Command) => c
-    .addOption(new Option('--cache-dir <dir>', 'keep the compiled config here (run and apply share it): a start or an apply whose compile inputs are unchanged does not compile')
-      .env(CACHE_DIR_ENV).default(DEFAULT_CACHE_DIR))
-    .option('--no-cache-dir', 'keep no compile cache; every start and apply compiles the config');
+    .addOption(new Option('--cache-dir <dir>', 'keep the compiled config here (run, apply and check share it): a start, an apply or a check whose compile inputs are unchanged does not compile')
+      .env(CACHE_DIR_ENV).default(defaultCacheDir() ?? false, '/var/cache/nfkeeper as root, else $XDG_CACHE_HOME/nfkeeper or ~/.cache/nfkeeper'))
+    .option('--no-cache-dir', 'keep no compile cache; every start, apply and check compiles the config');
   const progressOpts = (c: Command) => c
     .option('--progress', 'report each step that took more than a second on stderr (the default on a terminal)')
     .option('--no-progress', 'no progress lines');
@@ -151,18 +151,18 @@ export async function main(argv: string[], io: Out = {
       io.out(o.json ? JSON.stringify({ ok: true, errors: [], tables: summary }) : `${o.config}: ok (${config.tables.length} tables)`);
     });
 
-  progressOpts(program.command('check').description('print the drift between the config and the kernel as nft text')
+  cacheDirOpts(progressOpts(program.command('check').description('print the drift between the config and the kernel as nft text')
     .addOption(configOpt()).addOption(includeOpt()).addOption(netnsOpt()).option('--json', 'print the drift as JSON')
-    .option('--full', `print every line of a long plan on a terminal too (else more than ${SUMMARY_OVER_LINES} lines are summarised)`))
-    .action(async (o: OneShotOptions) => {
-      code = await oneShot(o, false, io);
+    .option('--full', `print every line of a long plan on a terminal too (else more than ${SUMMARY_OVER_LINES} lines are summarised)`)))
+    .action(async (o: OneShotOptions, cmd: Command) => {
+      code = await oneShot({ ...o, cacheDirGiven: cmd.getOptionValueSource('cacheDir') !== 'default' }, false, io);
     });
 
   cacheDirOpts(progressOpts(program.command('apply').description('reconcile once and exit')
     .addOption(configOpt()).addOption(includeOpt()).addOption(netnsOpt()).option('--json', 'print what was repaired as JSON')
     .option('--full', `print every line of a long plan on a terminal too (else more than ${SUMMARY_OVER_LINES} lines are summarised)`)))
-    .action(async (o: OneShotOptions) => {
-      code = await oneShot(o, true, io);
+    .action(async (o: OneShotOptions, cmd: Command) => {
+      code = await oneShot({ ...o, cacheDirGiven: cmd.getOptionValueSource('cacheDir') !== 'default' }, true, io);
     });
 
   progressOpts(program.command('export').description("print a kernel table as a config (nft's file syntax or YAML)"))
@@ -435,8 +435,10 @@ function errorText(r: { status: number; body: unknown }): string {
 
 interface OneShotOptions {
   config: string; includePath?: string[]; netns?: string; json?: boolean; full?: boolean; progress?: boolean;
-  /** apply's --cache-dir (false: --no-cache-dir; check has none). */
+  /** --cache-dir (false: --no-cache-dir, or no default for this user). */
   cacheDir?: string | false;
+  /** Whether the user chose the cache directory (the flag or NFKEEPER_CACHE_DIR), not the default. */
+  cacheDirGiven?: boolean;
 }
 
 async function oneShot(o: OneShotOptions, apply: boolean, io: Out): Promise<number> {
@@ -444,14 +446,15 @@ async function oneShot(o: OneShotOptions, apply: boolean, io: Out): Promise<numb
   const { loadConfig, namespaceInterfaces } = await configs();
   // apply compacts each rule as it is compiled, as the daemon does (model/compact.ts): the batch's
   // validation and the addon's encoder then check and encode an expression that rules share once
-  // per run of rules, not once per rule. check only compares, and skips that work.
-  const compiled = apply ? (await import('./model/compact.js')).compactAsCompiled() : undefined;
+  // per run of rules, not once per rule. check only compares, and skips that work without a cache
+  // (the cache holds a compacted config: so compiled, check's entry is run's and apply's).
+  const compiled = apply || o.cacheDir ? (await import('./model/compact.js')).compactAsCompiled() : undefined;
   const options = { interfaces: namespaceInterfaces(o.netns), includePath: o.includePath, compiled };
-  // apply compiles through the daemon's compile cache, keyed as `run` keys it: the same options
-  // (compacted, this namespace's interfaces), so an apply and a later start share one entry.
+  // apply and check compile through the daemon's compile cache, keyed as `run` keys it: the same
+  // options (compacted, this namespace's interfaces), so they and a later start share one entry.
   let config: import('./config/config.js').Config;
   let store: (() => import('./base/sliced.js').Sliced<string | undefined>) | undefined;
-  if (apply && o.cacheDir) {
+  if (o.cacheDir) {
     const cacheDir = checkedCacheDir(o.cacheDir);
     const { loadConfigCached } = await import('./config/compile-cache.js');
     const loaded = loadConfigCached(o.config, options, { dir: cacheDir, version: version(), netns: o.netns });
@@ -469,13 +472,19 @@ async function oneShot(o: OneShotOptions, apply: boolean, io: Out): Promise<numb
   } finally {
     lock?.release();
   }
-  // After the commit and its output, before the exit: the next apply or start of the daemon finds
-  // the config compiled. A cache that cannot be written changes neither the kernel nor the exit
-  // code: one line on stderr says why.
+  // After the commit (or the check) and its output, before the exit: the next apply, check or start
+  // of the daemon finds the config compiled. A cache that cannot be written changes neither the
+  // kernel nor the exit code: one line on stderr says why when the user chose the directory; the
+  // default one (root's /var/cache, a user's ~/.cache) is the user's only as far as it works, and a
+  // line at every run for a directory they never asked for would be noise: said with --progress.
   if (store && (await import('./model/desired.js')).countRules(config.tables) >= APPLY_STORES_FROM_RULES) {
     const { runNow } = await import('./base/sliced.js');
     const why = runNow(store());
-    if (why !== undefined) io.err(`nfkeeper: the compiled config was not stored in the compile cache (${oneLine(why)}); the next apply compiles it again (--no-cache-dir: no cache)`);
+    const line = () => `the compiled config was not stored in the compile cache (${oneLine(why!)}); the next ${apply ? 'apply' : 'check'} compiles it again (--no-cache-dir: no cache)`;
+    if (why !== undefined) {
+      if (o.cacheDirGiven) io.err(`nfkeeper: ${line()}`);
+      else progress.note(line);
+    }
   }
   return code;
 }

@@ -17,8 +17,8 @@
  * anything else (a rule binding an anonymous chain, `jump { … }`) is compiled at every load.
  */
 import { isAscii } from 'node:buffer';
-import { readdirSync, readFileSync } from 'node:fs';
-import { basename, dirname, join } from 'node:path';
+import { closeSync, lstatSync, openSync, readdirSync, readFileSync, readSync, realpathSync, statSync, unlinkSync, utimesSync } from 'node:fs';
+import { basename, dirname, join, resolve } from 'node:path';
 import { deserialize, serialize } from 'node:v8';
 import { fileURLToPath } from 'node:url';
 import { listing, pathKind, traced, type CompileInput } from '../base/compile-inputs.js';
@@ -87,9 +87,124 @@ interface Header {
  */
 type StoredRule = [string, number[]] | [string, number[], unknown[] | 0, string | 0];
 
-/** The cache file of the config `config` compiled for the namespace `netns`, in `dir`. */
+/**
+ * The cache file of the config `config` compiled for the namespace `netns`, in `dir`: one per
+ * config however its path is written (`./c.yaml`, `/etc/x/c.yaml`, through a symlinked directory),
+ * keyed by its absolute path with its directories' symlinks resolved. A config that is itself a
+ * symlink keeps its own name as the key, not its target's: the link is what the operator configured
+ * (a ConfigMap's `config.yaml`, a `current` link), its target is content, which the trace hashes,
+ * so a link switched to another target reuses its one entry rather than adding one per target.
+ */
 export function compileCachePathOf(dir: string, netns: string | undefined, config: string): string {
-  return join(dir, `compiled-${sha256(`${netns ?? ''}\0${config}`, 'hex').slice(0, 16)}.json`);
+  return join(dir, `compiled-${sha256(`${netns ?? ''}\0${configKeyOf(config)}`, 'hex').slice(0, 16)}.json`);
+}
+
+/** The config path a cache entry is keyed by (compileCachePathOf). */
+export function configKeyOf(config: string): string {
+  const abs = resolve(config);
+  try {
+    return join(realpathSync(dirname(abs)), basename(abs));
+  } catch {
+    // (a directory that does not exist: the compile says so; the key is only the path made absolute)
+    return abs;
+  }
+}
+
+/** A cache entry's name (compileCachePathOf), and a temp file's a store writes it through (tempPathOf). */
+const ENTRY_NAME = /^compiled-[0-9a-f]{16}\.json$/;
+const ENTRY_TEMP = /^\.compiled-[0-9a-f]{16}\.json\.tmp-\d+$/;
+
+/** An entry no load read and no store wrote for this long is removed by the next store in its directory. */
+export const UNUSED_FOR_MS = 30 * 86_400_000;
+/**
+ * An entry this build cannot use (another version, format, code or Node) is removed once unused for
+ * this long: not sooner, as two builds in use side by side (two installs, a before/after benchmark)
+ * would otherwise remove each other's at every store.
+ */
+export const ANOTHER_BUILDS_AFTER_MS = 86_400_000;
+/** A temp file of another entry is removed once its writer is gone and it was not written to for this long. */
+export const TEMP_LEFT_FOR_MS = 3_600_000;
+
+/**
+ * Removes from the cache directory `dir` what no load will use again, but the entry `keep` (the one
+ * just stored): entries not used (read by a load, or written) for UNUSED_FOR_MS, entries of another
+ * build of nfkeeper not used for ANOTHER_BUILDS_AFTER_MS, and temp files a killed store left. Only
+ * this user's regular files with names the cache writes: the directory may hold bin/'s V8 code
+ * cache and Node's own too. A temp file is another process's write under way while its writer
+ * lives or it grew recently (a writer in another pid namespace looks gone from here): left alone.
+ * The names removed. Never throws (a cache).
+ */
+export function pruneCompileCache(dir: string, keep: string, version: string, now = Date.now()): string[] {
+  const removed: string[] = [];
+  let names: string[];
+  try {
+    names = readdirSync(dir);
+  } catch {
+    return removed;
+  }
+  const uid = process.geteuid?.();
+  for (const name of names) {
+    const entry = ENTRY_NAME.test(name);
+    if ((!entry && !ENTRY_TEMP.test(name)) || join(dir, name) === keep) continue;
+    const path = join(dir, name);
+    try {
+      const st = lstatSync(path);
+      if (!st.isFile() || (uid !== undefined && st.uid !== uid)) continue;
+      const unused = now - Math.max(st.atimeMs, st.mtimeMs);
+      const stale = entry
+        ? unused > UNUSED_FOR_MS || (unused > ANOTHER_BUILDS_AFTER_MS && !ofThisBuild(path, version))
+        : now - st.mtimeMs > TEMP_LEFT_FOR_MS && !writerLives(name);
+      if (!stale) continue;
+      unlinkSync(path);
+      removed.push(name);
+    } catch {
+      // gone meanwhile, or not ours to remove
+    }
+  }
+  return removed;
+}
+
+/** Whether the entry `path`'s header says this build wrote it (this format, version, code and Node). */
+function ofThisBuild(path: string, version: string): boolean {
+  const fd = openSync(path, 'r');
+  try {
+    // The header line, read until its end (its trace can be long), never the body.
+    const chunk = Buffer.alloc(65_536);
+    let head = Buffer.alloc(0);
+    for (;;) {
+      const n = readSync(fd, chunk, 0, chunk.length, head.length);
+      const nl = chunk.subarray(0, n).indexOf(0x0a);
+      head = Buffer.concat([head, chunk.subarray(0, nl < 0 ? n : nl)]);
+      if (nl >= 0 || n === 0) break;
+    }
+    const h = JSON.parse(head.toString('utf8')) as Partial<Header>;
+    return h.format === FORMAT && h.version === version && h.code === codeDigest() && h.node === process.version;
+  } catch {
+    return false;
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** Whether the process a temp file's name ends with still runs (as removeStaleTemps asks). */
+function writerLives(name: string): boolean {
+  const pid = Number(name.slice(name.lastIndexOf('-') + 1));
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code !== 'ESRCH';
+  }
+}
+
+/** Notes that a load used the entry `path` (its access time), so that a pruning store keeps it. */
+function used(path: string): void {
+  try {
+    const st = statSync(path);
+    utimesSync(path, new Date(), st.mtime);
+  } catch {
+    // (a file system that keeps no times, read-only: an entry used only by loads may be removed and stored again)
+  }
 }
 
 /**
@@ -106,7 +221,10 @@ export function loadConfigCached(file: string, options: LoadOptions, cache: Comp
   let why: string;
   try {
     const hit = fromCache(path, file, options, cache);
-    if ('config' in hit) return { config: hit.config, cache: { used: true, file: path }, files: fileDigests(hit.inputs), make: hit.make };
+    if ('config' in hit) {
+      used(path);
+      return { config: hit.config, cache: { used: true, file: path }, files: fileDigests(hit.inputs), make: hit.make };
+    }
     why = hit.why;
   } catch (e) {
     why = `${path} is corrupt: ${(e as Error).message}`;
@@ -125,6 +243,8 @@ export function loadConfigCached(file: string, options: LoadOptions, cache: Comp
         if ('why' in body) return body.why;
         // A cache: a crash costs one compile, not an fsync of every store.
         writeSealed(path, cache.dir, body, { durable: false });
+        // Bounded: a readdir and an lstat per file of the directory, a header read per entry a day unused.
+        pruneCompileCache(cache.dir, path, cache.version);
         return undefined;
       } catch (e) {
         return (e as Error).message;
