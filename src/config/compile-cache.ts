@@ -17,7 +17,7 @@
  * anything else (a rule binding an anonymous chain, `jump { … }`) is compiled at every load.
  */
 import { isAscii } from 'node:buffer';
-import { closeSync, lstatSync, openSync, readdirSync, readFileSync, readSync, realpathSync, statSync, unlinkSync, utimesSync } from 'node:fs';
+import { closeSync, lstatSync, openSync, readdirSync, readFileSync, readSync, realpathSync, unlinkSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
 import { deserialize, serialize } from 'node:v8';
 import { fileURLToPath } from 'node:url';
@@ -114,7 +114,12 @@ export function configKeyOf(config: string): string {
 const ENTRY_NAME = /^compiled-[0-9a-f]{16}\.json$/;
 const ENTRY_TEMP = /^\.compiled-[0-9a-f]{16}\.json\.tmp-\d+$/;
 
-/** An entry no load read and no store wrote for this long is removed by the next store in its directory. */
+/**
+ * An entry no load read and no store wrote for this long is removed by the next store in its
+ * directory. Read: its access time, which the kernel updates on a read at least daily (relatime, the
+ * default); on a noatime mount an entry counts as used when stored, and one in use is stored again
+ * by the compile after its removal.
+ */
 export const UNUSED_FOR_MS = 30 * 86_400_000;
 /**
  * An entry this build cannot use (another version, format, code or Node) is removed once unused for
@@ -126,15 +131,14 @@ export const ANOTHER_BUILDS_AFTER_MS = 86_400_000;
 export const TEMP_LEFT_FOR_MS = 3_600_000;
 
 /**
- * Removes from the cache directory `dir` what no load will use again, but the entry `keep` (the one
- * just stored): entries not used (read by a load, or written) for UNUSED_FOR_MS, entries of another
+ * Removes from the cache directory `dir` what no load will use again: entries not used (read by a load, or written) for UNUSED_FOR_MS, entries of another
  * build of nfkeeper not used for ANOTHER_BUILDS_AFTER_MS, and temp files a killed store left. Only
  * this user's regular files with names the cache writes: the directory may hold bin/'s V8 code
  * cache and Node's own too. A temp file is another process's write under way while its writer
  * lives or it grew recently (a writer in another pid namespace looks gone from here): left alone.
  * The names removed. Never throws (a cache).
  */
-export function pruneCompileCache(dir: string, keep: string, version: string, now = Date.now()): string[] {
+export function pruneCompileCache(dir: string, version: string, now = Date.now()): string[] {
   const removed: string[] = [];
   let names: string[];
   try {
@@ -145,7 +149,7 @@ export function pruneCompileCache(dir: string, keep: string, version: string, no
   const uid = process.geteuid?.();
   for (const name of names) {
     const entry = ENTRY_NAME.test(name);
-    if ((!entry && !ENTRY_TEMP.test(name)) || join(dir, name) === keep) continue;
+    if (!entry && !ENTRY_TEMP.test(name)) continue;
     const path = join(dir, name);
     try {
       const st = lstatSync(path);
@@ -197,16 +201,6 @@ function writerLives(name: string): boolean {
   }
 }
 
-/** Notes that a load used the entry `path` (its access time), so that a pruning store keeps it. */
-function used(path: string): void {
-  try {
-    const st = statSync(path);
-    utimesSync(path, new Date(), st.mtime);
-  } catch {
-    // (a file system that keeps no times, read-only: an entry used only by loads may be removed and stored again)
-  }
-}
-
 /**
  * The config `file` as loadConfig(file, options) gives it, from the cache when its every input is
  * unchanged, else compiled; then `store` keeps it (and says why not, if not), in slices the caller runs
@@ -221,10 +215,7 @@ export function loadConfigCached(file: string, options: LoadOptions, cache: Comp
   let why: string;
   try {
     const hit = fromCache(path, file, options, cache);
-    if ('config' in hit) {
-      used(path);
-      return { config: hit.config, cache: { used: true, file: path }, files: fileDigests(hit.inputs), make: hit.make };
-    }
+    if ('config' in hit) return { config: hit.config, cache: { used: true, file: path }, files: fileDigests(hit.inputs), make: hit.make };
     why = hit.why;
   } catch (e) {
     why = `${path} is corrupt: ${(e as Error).message}`;
@@ -244,7 +235,7 @@ export function loadConfigCached(file: string, options: LoadOptions, cache: Comp
         // A cache: a crash costs one compile, not an fsync of every store.
         writeSealed(path, cache.dir, body, { durable: false });
         // Bounded: a readdir and an lstat per file of the directory, a header read per entry a day unused.
-        pruneCompileCache(cache.dir, path, cache.version);
+        pruneCompileCache(cache.dir, cache.version);
         return undefined;
       } catch (e) {
         return (e as Error).message;

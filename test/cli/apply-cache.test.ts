@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { netnsPerTest } from '../helpers/netns-hooks.js';
+import { everyKindNft } from '../helpers/every-kind.js';
 import { createNetns } from '../helpers/netns.js';
 import { tempDir } from '../helpers/tmp.js';
 import { APPLY_STORES_FROM_RULES } from '../../src/cli.js';
@@ -20,33 +21,9 @@ import { nfk, nfkDone, waitFor } from './spawn.js';
 const ENTRY = fileURLToPath(new URL('./entry.ts', import.meta.url));
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 
-/** Sets and maps (a verdict map), an object, comments, anonymous sets, an interface, a service name, and `extra` more rules. */
-const NFT = (extra = 0, last = 'ip saddr 10.1.0.2 tcp dport 22 counter accept') => `table inet ac {
-\tcomment "kept"
-\tcounter hits { }
-\tset allowed {
-\t\ttype ipv4_addr
-\t\tflags interval
-\t\telements = { 10.0.0.0/8, 192.0.2.7 }
-\t}
-\tmap svc {
-\t\ttype inet_service : verdict
-\t\telements = { 80 : jump web }
-\t}
-\tchain web {
-\t\tcounter name hits accept comment "web"
-\t}
-\tchain input {
-\t\ttype filter hook input priority filter; policy accept;
-\t\tcomment "in"
-\t\tiif "dummy0" accept
-\t\tip saddr @allowed tcp dport ssh accept
-\t\ttcp dport vmap @svc
-\t\tip daddr { 192.0.2.1, 192.0.2.2 } udp dport { 53, 5353 } counter accept
-${Array.from({ length: extra }, (_, i) => `\t\tip saddr 10.2.${i >> 8}.${i & 255} tcp dport 443 counter accept\n`).join('')}\t\t${last}
-\t}
-}
-`;
+/** Every kind of thing a compiled config holds (everyKindNft), its interface dummy0, and `extra` more rules. */
+const NFT = (extra = 0, last = 'ip saddr 10.1.0.2 tcp dport 22 counter accept') => everyKindNft('ac', { iif: 'dummy0' },
+  [...Array.from({ length: extra }, (_, i) => `ip saddr 10.2.${i >> 8}.${i & 255} tcp dport 443 counter accept`), last]);
 
 const compiledIn = (dir: string) => (existsSync(dir) ? readdirSync(dir).filter((f) => f.startsWith('compiled-')) : []);
 

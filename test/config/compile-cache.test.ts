@@ -20,6 +20,7 @@ import { ruleAt, ruleCount, rulesMade } from '../../src/model/desired.js';
 import { interfaceTable, type InterfaceResolver } from '../../src/rules/render.js';
 import { tempDir } from '../helpers/tmp.js';
 import { damagedCopies } from '../helpers/mutate.js';
+import { everyKindNft } from '../helpers/every-kind.js';
 import { postroutingYaml } from '../keeper/helpers.js';
 
 // Every rule compiled, counted: a load from the cache compiles none.
@@ -30,34 +31,8 @@ vi.mock('../../src/rules/compile.js', async (original) => {
 });
 
 /** Every kind of thing a compiled config holds: sets and maps (a verdict map), objects, comments, anonymous sets, interfaces, a service name. */
-const NFT = (dir: string) => `table inet keep {
-\tcomment "kept"
-\tcounter hits { }
-\tset allowed {
-\t\ttype ipv4_addr
-\t\tflags interval
-\t\telements = { 10.0.0.0/8, 192.0.2.7 }
-\t}
-\tmap svc {
-\t\ttype inet_service : verdict
-\t\telements = { 80 : jump web }
-\t}
-\tchain web {
-\t\tcounter name hits accept comment "web"
-\t}
-\tchain input {
-\t\ttype filter hook input priority filter; policy accept;
-\t\tcomment "in"
-\t\tiif "lo" accept
-\t\toif "eth7" drop
-\t\tip saddr @allowed tcp dport ssh accept
-\t\ttcp dport vmap @svc
-\t\tip daddr { 192.0.2.1, 192.0.2.2 } udp dport { 53, 5353 } counter accept
-\t\tip saddr 10.1.0.1 tcp dport 22 counter accept
-\t\tip saddr 10.1.0.2 tcp dport 22 counter accept
-\t}
-}
-include "${dir}/conf.d/*.nft"
+const NFT = (dir: string) => `${everyKindNft('keep', { iif: 'lo', oif: 'eth7' },
+  ['ip saddr 10.1.0.1 tcp dport 22 counter accept', 'ip saddr 10.1.0.2 tcp dport 22 counter accept'])}include "${dir}/conf.d/*.nft"
 `;
 const EXAMPLES = join(import.meta.dirname, '..', '..', 'examples');
 const PART = (n: number) => `table ip part${n} {\n\tchain c {\n\t\tip daddr 198.51.100.${n} return\n\t}\n}\n`;
