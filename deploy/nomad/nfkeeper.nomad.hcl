@@ -55,6 +55,13 @@ job "nfkeeper" {
     task "nfkeeper" {
       driver = "docker"
 
+      # Root, as the DaemonSet runs it (runAsUser: 0), with net_admin as its only capability (below),
+      # not the image's uid 65534: the bind-mounted host directories are root's (made 0755 by root),
+      # and nfkeeper writes its restart record, owners state and compile cache only into a directory
+      # of its own user (docs/cli.md): as 65534 it would keep none of them. Root without
+      # dac_override still writes only what root owns.
+      user = "0"
+
       # NOMAD_TOKEN in the task's environment: what gc.live.nomad sends to the agent.
       identity {
         env = true

@@ -7,7 +7,7 @@
  * succeeds with the kernel as desired (one line on stderr says why nothing was stored).
  */
 import { spawnSync } from 'node:child_process';
-import { chmodSync, existsSync, mkdirSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, existsSync, mkdirSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
@@ -168,6 +168,77 @@ describe('nfkeeper apply: the compile cache', { timeout: 240_000 }, () => {
       expect.stringMatching(/^nfkeeper: the compiled config was not stored in the compile cache \(.*cache may be written by others \(mode 777\)\); the next apply compiles it again/),
     ]);
     expect(ns.exec('nft', ['list', 'ruleset'])).toContain('ip saddr 10.1.0.2 tcp dport 22 counter');
+  });
+
+  /**
+   * `nfkeeper ARGS` inside the namespace as uid 65534 with CAP_NET_ADMIN only (as the image runs it
+   * when not root), with HOME `home` and no NFKEEPER_CACHE_DIR: the default cache directory.
+   */
+  function asNobody(home: string, args: string[]) {
+    const r = spawnSync('ip', ['netns', 'exec', ns.name, 'setpriv', '--reuid', '65534', '--regid', '65534', '--clear-groups',
+      '--inh-caps', '+net_admin', '--ambient-caps', '+net_admin', 'env', '-i', `PATH=${process.env.PATH}`, `HOME=${home}`,
+      process.execPath, '--import', 'tsx', ENTRY, ...args], { cwd: ROOT, encoding: 'utf8', timeout: 90_000 });
+    return { code: r.status, out: r.stdout, err: r.stderr.split('\n').filter(Boolean) };
+  }
+
+  it('not root: the default cache is under the user\'s home; a default that cannot be made is said only with --progress', async () => {
+    const { config } = setUp();
+    chmodSync(join(config, '..'), 0o755);
+    const home = tempDir('cli-apply-cache-home', { mode: 0o755 });
+    chownSync(home, 65534, 65534);
+    const cold = asNobody(home, ['apply', '--config', config, '--progress']);
+    expect(cold.code, cold.err.join('\n')).toBe(0);
+    expect(noted(cold)).toMatch(new RegExp(`compile cache not used \\(there is none \\(${home}/\\.cache/nfkeeper/compiled-`));
+    expect(compiledIn(join(home, '.cache', 'nfkeeper'))).toHaveLength(1);
+    ns.exec('nft', ['flush', 'ruleset']);
+    const warm = asNobody(home, ['apply', '--config', config, '--progress']);
+    expect(warm.code).toBe(0);
+    expect(noted(warm)).toMatch(/compile cache matches every input/);
+    // No home to keep a cache in: every apply compiles, and says nothing of it unless asked.
+    for (const progress of [false, true]) {
+      ns.exec('nft', ['flush', 'ruleset']);
+      const r = asNobody('/nonexistent', ['apply', '--config', config, ...(progress ? ['--progress'] : [])]);
+      expect(r.code).toBe(0);
+      expect(ns.exec('nft', ['list', 'ruleset'])).toContain('ip saddr 10.1.0.2 tcp dport 22 counter');
+      const notStored = r.err.filter((l) => /not stored in the compile cache/.test(l));
+      expect(notStored, r.err.join('\n')).toEqual(progress ? [expect.stringMatching(/^nfkeeper: the compiled config was not stored in the compile cache \(EACCES: permission denied, mkdir '\/nonexistent\/\.cache\/nfkeeper'\); the next apply compiles it again/)] : []);
+      if (!progress) expect(r.err).toEqual([]);
+    }
+    // The same directory chosen with --cache-dir: said at every apply.
+    const chosen = asNobody('/nonexistent', ['apply', '--config', config, '--cache-dir', '/nonexistent/cache']);
+    expect(chosen.code).toBe(0);
+    expect(chosen.err).toEqual([expect.stringMatching(/^nfkeeper: the compiled config was not stored in the compile cache \(EACCES/)]);
+  });
+
+  it('check reads and stores the entry apply and run use; its verdict is the same', async () => {
+    const { cache, config } = setUp();
+    const check = (args: string[]) => {
+      const r = nfk(['check', '--config', config, '--netns', ns.path, '--progress', ...args]);
+      return r.exited.then(({ code }) => ({ code, err: r.err, out: r.out }));
+    };
+    // Nothing installed: the drift, compiled and stored by the check.
+    const drift = await check(['--cache-dir', cache]);
+    expect(drift.code).toBe(1);
+    expect(noted(drift)).toMatch(/compile cache not used \(there is none/);
+    expect(compiledIn(cache)).toHaveLength(1);
+    // apply finds the check's entry.
+    const applied = await apply(['--config', config, '--cache-dir', cache]);
+    ok(applied);
+    expect(noted(applied)).toMatch(/compile cache matches every input/);
+    const inSync = await check(['--cache-dir', cache]);
+    expect(inSync.code).toBe(0);
+    expect(noted(inSync)).toMatch(/compile cache matches every input/);
+    expect(inSync.out).toEqual(['in sync']);
+    // A rule deleted: the cached config sees the drift as the compiled one does.
+    const handle = /ip saddr 10\.2\.0\.7 tcp dport 443 counter packets 0 bytes 0 accept # handle (\d+)/.exec(ns.exec('nft', ['-a', 'list', 'chain', 'inet', 'ac', 'input']))![1]!;
+    ns.exec('nft', ['delete', 'rule', 'inet', 'ac', 'input', 'handle', handle]);
+    const [warm, off] = [await check(['--cache-dir', cache]), await check(['--no-cache-dir'])];
+    expect(noted(warm)).toMatch(/compile cache matches every input/);
+    expect(noted(off)).toBe('nothing');
+    expect(warm.code).toBe(1);
+    expect(off.code).toBe(1);
+    expect(warm.out).toEqual(off.out);
+    expect(warm.out.join('\n')).toContain('ip saddr 10.2.0.7 tcp dport 443 counter accept');
   });
 
   /** apply with `dir` a tmpfs mounted with `options` (in a mount namespace of its own). */

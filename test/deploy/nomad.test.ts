@@ -25,6 +25,8 @@ describe('the Nomad job file', () => {
     expect(JOB).toMatch(/change_signal\s*=\s*"SIGHUP"/);
     expect(JOB).toMatch(/cap_drop\s*=\s*\["all"\]/);
     expect(JOB).toMatch(/cap_add\s*=\s*\["net_admin"\]/);
+    // The task writes into these host directories (root's): it runs as root, not the image's user.
+    expect(JOB).toMatch(/task "nfkeeper" \{\s*driver\s*=\s*"docker"\s*(?:#[^\n]*\n\s*)*user\s*=\s*"0"/);
     for (const dir of ['/run/nfkeeper', '/var/lib/nfkeeper', '/var/cache/nfkeeper']) {
       expect(JOB).toMatch(new RegExp(`source\\s*=\\s*"${dir}"\\s*\\n\\s*target\\s*=\\s*"${dir}"`));
     }
