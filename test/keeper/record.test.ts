@@ -252,40 +252,66 @@ describe('the restart record', { timeout: 120_000 }, () => {
  * rules than the monitor is armed with (arming.ts plans a repair per rule, so it makes them).
  */
 const MANY = Array.from({ length: 300 }, (_, i) => `ip saddr 10.2.${i >> 8}.${i & 255} return`);
-describe('a restart from the compile cache and the record', { timeout: 120_000 }, () => {
-  const { ns, sock } = socketPerTest('late');
-  let dir: string;
-  let bootFile: string;
-  let configFile: string;
-  let keeper: Keeper | undefined;
-  const record = () => ({ dir, version: 'test', bootIdPath: bootFile });
-  const load = () => loadConfigCached(configFile, { compiled: compactAsCompiled() }, { dir, version: 'test', netns: ns.path });
 
-  beforeEach(async () => {
-    dir = tempDir('late');
-    configFile = join(dir, 'rec.yaml');
-    writeFileSync(configFile, yaml(MANY));
-    bootFile = bootIdFile();
-    const compiled = load();
+/**
+ * The set-up of a restart from the compile cache and the record, for the tests of the enclosing
+ * describe block: a namespace and its socket per test, a directory holding the config file (`yaml`),
+ * the cache and the record, and a boot id file; before each test the config compiled and stored
+ * in the cache (`stored`: what an earlier keeper installs); after each, the restarted keeper stopped.
+ */
+function cachedRestartFixture(name: string, yaml: () => string) {
+  const { ns, sock } = socketPerTest(name);
+  const fx = {
+    ns, sock, dir: '', bootFile: '', configFile: '',
+    keeper: undefined as Keeper | undefined,
+    stored: undefined as unknown as Config,
+    record: () => ({ dir: fx.dir, version: 'test', bootIdPath: fx.bootFile }),
+    load: () => loadConfigCached(fx.configFile, { compiled: compactAsCompiled() }, { dir: fx.dir, version: 'test', netns: ns.path }),
+    /**
+     * A keeper on the config as the cache gives it (and `owners` against it), with the record,
+     * counting its rule reads; `said`: its restart record line and why.
+     */
+    async restart(owners?: (c: Config) => Parameters<typeof startKeeper>[1]['owners']) {
+      const loaded = fx.load();
+      expect(loaded.cache).toMatchObject({ used: true });
+      const host = countingHost(ns);
+      const log = captureLog();
+      const own = owners?.(loaded.config);
+      fx.keeper = await startKeeper(ns, { config: loaded.config, ...(own ? { owners: own } : {}), record: fx.record(), host, logger: log.logger });
+      await fx.keeper.idle();
+      const line = log.lines.find((l) => String(l.msg).startsWith('restart record'));
+      return { host, config: loaded.config, owners: own, said: `${String(line?.msg)}: ${String(line?.why ?? '')}` };
+    },
+  };
+  beforeEach(() => {
+    fx.dir = tempDir(name);
+    fx.configFile = join(fx.dir, `${name}.yaml`);
+    writeFileSync(fx.configFile, yaml());
+    fx.bootFile = bootIdFile();
+    const compiled = fx.load();
     expect(compiled.cache.used).toBe(false);
     expect(runNow(compiled.store!())).toBeUndefined();
-    await installRecorded(ns, compiled.config, record());
+    fx.stored = compiled.config;
   });
   afterEach(async () => {
-    await keeper?.stop();
-    keeper = undefined;
+    await fx.keeper?.stop();
+    fx.keeper = undefined;
+  });
+  return fx;
+}
+
+describe('a restart from the compile cache and the record', { timeout: 120_000 }, () => {
+  const fx = cachedRestartFixture('late', () => yaml(MANY));
+  const { ns, sock } = fx;
+  beforeEach(async () => {
+    await installRecorded(ns, fx.stored, fx.record());
   });
 
   /** A keeper on the config as the cache gives it, with the record, counting its rule reads. */
   async function restart(): Promise<{ host: NftHost & { ruleReads: number }; config: Config }> {
-    const loaded = load();
-    expect(loaded.cache).toMatchObject({ used: true });
-    const host = countingHost(ns);
-    const log = captureLog();
-    keeper = await startKeeper(ns, { config: loaded.config, record: record(), host, logger: log.logger });
-    await keeper.idle();
-    expect(log.lines.find((l) => String(l.msg).startsWith('restart record'))?.msg).toMatch(/^restart record matches the kernel/);
-    return { host, config: loaded.config };
+    const r = await fx.restart();
+    expect(r.said).toMatch(/^restart record matches the kernel/);
+    return r;
   }
 
   const chainsMade = (c: Config) => c.tables.flatMap((t) => t.chains.map((x) => `${x.name}: ${rulesMade(x)}`));
@@ -294,8 +320,8 @@ describe('a restart from the compile cache and the record', { timeout: 120_000 }
     const before = ns.exec('nft', ['--debug=netlink', 'list', 'ruleset']);
     const gen = sock.generation();
     const { host, config: c } = await restart();
-    expect(keeper!.isReady()).toBe(true);
-    expect(keeper!.followState()?.exact).toBe(true);
+    expect(fx.keeper!.isReady()).toBe(true);
+    expect(fx.keeper!.followState()?.exact).toBe(true);
     expect(host.ruleReads).toBe(0);
     expect(sock.generation()).toBe(gen);
     expect(chainsMade(c)).toEqual(['post: false', 'side: false']);
@@ -315,7 +341,7 @@ describe('a restart from the compile cache and the record', { timeout: 120_000 }
     const victim = handles(ns, 'ip', 'rec', 'post')[j]!;
     ns.nft(`delete rule ip rec post handle ${victim}\n`);
     await until('the deleted rule back', () => chainLines(ns, 'ip', 'rec', 'post').length === lines.length);
-    await keeper!.idle();
+    await fx.keeper!.idle();
     expect(chainLines(ns, 'ip', 'rec', 'post')).toEqual(lines);
     // The same expressions, userdata and order, byte for byte but for the handles.
     expect(netlinkForm()).toBe(want);
@@ -326,7 +352,7 @@ describe('a restart from the compile cache and the record', { timeout: 120_000 }
     const next = handles(ns, 'ip', 'rec', 'post')[j === 299 ? 298 : j + 1]!;
     ns.nft(`delete rule ip rec post handle ${next}\n`);
     await until('the second rule back', () => chainLines(ns, 'ip', 'rec', 'post').length === lines.length);
-    await keeper!.idle();
+    await fx.keeper!.idle();
     expect(netlinkForm()).toBe(want);
     expect(chainsMade(c)).toEqual(['post: false', 'side: false']);
     // (A one-shot check of the same config reads, so makes, its chains.)
@@ -337,11 +363,11 @@ describe('a restart from the compile cache and the record', { timeout: 120_000 }
   it('a changed config reloads: the new rule added, every other rule kept at its handle', async () => {
     await restart();
     const kept = handles(ns, 'ip', 'rec', 'post');
-    writeFileSync(configFile, yaml([...MANY, 'ip daddr 198.51.100.9 return']));
-    const next = load();
+    writeFileSync(fx.configFile, yaml([...MANY, 'ip daddr 198.51.100.9 return']));
+    const next = fx.load();
     expect(next.cache).toMatchObject({ used: false, why: expect.stringMatching(/changed/) });
-    await keeper!.setConfig(next.config);
-    await keeper!.idle();
+    await fx.keeper!.setConfig(next.config);
+    await fx.keeper!.idle();
     await asDesired(config([...MANY, 'ip daddr 198.51.100.9 return']));
     const now = handles(ns, 'ip', 'rec', 'post');
     expect(now.slice(0, kept.length)).toEqual(kept);
@@ -361,58 +387,32 @@ describe('a restart from the compile cache and the record', { timeout: 120_000 }
 });
 
 describe('a restart with owners from the compile cache and the record', { timeout: 120_000 }, () => {
-  const { ns, sock } = socketPerTest('own');
   // A chain of some thousands of rules, from the cache; owners' chains and their jumps in `side`.
   const BIG = Array.from({ length: 3000 }, (_, i) => `ip saddr 10.3.${i >> 8}.${i & 255} return`);
   const ownersYaml = () => `${yaml(BIG)}owners:\n  family: ip\n  table: rec\n  dispatch: [side]\n  socket: /nonexistent/s\n  state: /nonexistent/o.json\n`;
   const spec = (n: number, port = 80) => ({ chains: [{ name: 'c', rules: [`ip daddr 192.0.2.${n} tcp dport ${port} accept`] }], jumps: { side: [`ip saddr 10.9.0.${n} jump c`] } });
   /** The owners `ids` (the n-th with spec(n)) as a start compiles them from the state file, against `c`. */
   const ownersOf = (c: Config, ids: string[], port?: number) => ids.map((id, n) => compileOwner(id, spec(n + 1, port), c.owners!, c.tables[0]!));
-  let dir: string;
-  let bootFile: string;
-  let configFile: string;
-  let keeper: Keeper | undefined;
-  const record = () => ({ dir, version: 'test', bootIdPath: bootFile });
-  const load = () => loadConfigCached(configFile, { compiled: compactAsCompiled() }, { dir, version: 'test', netns: ns.path });
+  const fx = cachedRestartFixture('own', ownersYaml);
+  const { ns, sock } = fx;
 
   beforeEach(async () => {
-    dir = tempDir('own');
-    configFile = join(dir, 'own.yaml');
-    writeFileSync(configFile, ownersYaml());
-    bootFile = bootIdFile();
-    const compiled = load();
-    expect(compiled.cache.used).toBe(false);
-    expect(runNow(compiled.store!())).toBeUndefined();
     // An earlier keeper with owners a and b installs, reads its commit back and records at stop.
-    const first = await startKeeper(ns, { config: compiled.config, owners: ownersOf(compiled.config, ['a', 'b']), record: record() });
+    const first = await startKeeper(ns, { config: fx.stored, owners: ownersOf(fx.stored, ['a', 'b']), record: fx.record() });
     await first.readBack('tick', performance.now());
     await first.idle();
     await first.stop();
   });
-  afterEach(async () => {
-    await keeper?.stop();
-    keeper = undefined;
-  });
 
   /** A keeper on the config as the cache gives it and the owners `ids`, with the record, counting its rule reads. */
-  async function restart(ids: string[], port?: number) {
-    const loaded = load();
-    expect(loaded.cache).toMatchObject({ used: true });
-    const host = countingHost(ns);
-    const log = captureLog();
-    const owners = ownersOf(loaded.config, ids, port);
-    keeper = await startKeeper(ns, { config: loaded.config, owners, record: record(), host, logger: log.logger });
-    await keeper.idle();
-    const said = log.lines.find((l) => String(l.msg).startsWith('restart record'));
-    return { host, config: loaded.config, owners, said: `${String(said?.msg)}: ${String(said?.why ?? '')}` };
-  }
+  const restart = (ids: string[], port?: number) => fx.restart((c) => ownersOf(c, ids, port));
 
   it('the same owners: adopted with nothing written and no rule read, no rule of the cached chain made', async () => {
     const before = ns.exec('nft', ['--debug=netlink', 'list', 'ruleset']);
     const gen = sock.generation();
     const { host, config: c, said } = await restart(['a', 'b']);
     expect(said).toMatch(/^restart record matches the kernel/);
-    expect(keeper!.isReady()).toBe(true);
+    expect(fx.keeper!.isReady()).toBe(true);
     expect(host.ruleReads).toBe(0);
     expect(sock.generation()).toBe(gen);
     // The big chain as the cache gave it: not made (the dispatch chain is, by the owners' merge).
@@ -430,7 +430,7 @@ describe('a restart with owners from the compile cache and the record', { timeou
     expect(host.ruleReads).toBeGreaterThan(0);
     const s = open({ netns: ns.path });
     try {
-      const r = await checkOnce(s, c, false, owners);
+      const r = await checkOnce(s, c, false, owners!);
       expect(r.drift.flatMap((d) => d.drift)).toEqual([]);
     } finally {
       s.close();
