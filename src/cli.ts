@@ -116,9 +116,9 @@ export async function main(argv: string[], io: Out = {
   // The compile cache of run, apply and check (src/config/compile-cache.ts): one entry per namespace
   // and config, shared by the commands.
   const cacheDirOpts = (c: Command) => c
-    .addOption(new Option('--cache-dir <dir>', 'keep the compiled config here (run, apply and check share it): a start, an apply or a check whose compile inputs are unchanged does not compile')
+    .addOption(new Option('--cache-dir <dir>', 'keep the compiled config here (run and apply store it, check reads it): a start, an apply or a check whose compile inputs are unchanged does not compile')
       .env(CACHE_DIR_ENV).default(defaultCacheDir() ?? false, '/var/cache/nfkeeper as root, else $XDG_CACHE_HOME/nfkeeper or ~/.cache/nfkeeper'))
-    .option('--no-cache-dir', 'keep no compile cache; every start, apply and check compiles the config');
+    .option('--no-cache-dir', 'use no compile cache; every start, apply and check compiles the config');
   const progressOpts = (c: Command) => c
     .option('--progress', 'report each step that took more than a second on stderr (the default on a terminal)')
     .option('--no-progress', 'no progress lines');
@@ -444,21 +444,27 @@ interface OneShotOptions {
 async function oneShot(o: OneShotOptions, apply: boolean, io: Out): Promise<number> {
   const progress = new Progress(io, o.progress);
   const { loadConfig, namespaceInterfaces } = await configs();
+  // apply compiles through the daemon's compile cache, keyed as `run` keys it: the same options
+  // (compacted, this namespace's interfaces), so an apply and a later start share one entry. check
+  // reads the entry run or apply stored, and stores none: the cache's own work (its module, the
+  // trace's hashes, the compaction) costs a small config's check more than its compile, and a check
+  // of a big one finds the daemon's entry (run stores every config) or apply's.
+  const cacheDir = o.cacheDir ? checkedCacheDir(o.cacheDir) : undefined;
+  const cached = cacheDir !== undefined && (apply || (await import('./config/cache-key.js')).hasCompileCacheEntry(cacheDir, o.netns, o.config));
+  if (cacheDir !== undefined && !cached) progress.note(() => `compile cache: no entry for ${o.config} (run and apply store one); it was compiled`);
   // apply compacts each rule as it is compiled, as the daemon does (model/compact.ts): the batch's
   // validation and the addon's encoder then check and encode an expression that rules share once
-  // per run of rules, not once per rule. check only compares, and skips that work without a cache
-  // (the cache holds a compacted config: so compiled, check's entry is run's and apply's).
-  const compiled = apply || o.cacheDir ? (await import('./model/compact.js')).compactAsCompiled() : undefined;
+  // per run of rules, not once per rule. check only compares, and skips that work but through the
+  // cache (which holds a compacted config).
+  const compiled = apply || cached ? (await import('./model/compact.js')).compactAsCompiled() : undefined;
   const options = { interfaces: namespaceInterfaces(o.netns), includePath: o.includePath, compiled };
-  // apply and check compile through the daemon's compile cache, keyed as `run` keys it: the same
-  // options (compacted, this namespace's interfaces), so they and a later start share one entry.
   let config: import('./config/config.js').Config;
   let store: (() => import('./base/sliced.js').Sliced<string | undefined>) | undefined;
-  if (o.cacheDir) {
-    const cacheDir = checkedCacheDir(o.cacheDir);
+  if (cached) {
     const { loadConfigCached } = await import('./config/compile-cache.js');
     const loaded = loadConfigCached(o.config, options, { dir: cacheDir, version: version(), netns: o.netns });
-    ({ config, store } = loaded);
+    config = loaded.config;
+    if (apply) store = loaded.store;
     progress.note(() => loaded.cache.used ? `compile cache matches every input: ${o.config} was not compiled`
       : `compile cache not used (${loaded.cache.why}); ${o.config} was compiled`);
   } else {
@@ -472,15 +478,15 @@ async function oneShot(o: OneShotOptions, apply: boolean, io: Out): Promise<numb
   } finally {
     lock?.release();
   }
-  // After the commit (or the check) and its output, before the exit: the next apply, check or start
-  // of the daemon finds the config compiled. A cache that cannot be written changes neither the
+  // After the commit and its output, before the exit: the next apply, check or start of the daemon
+  // finds the config compiled. A cache that cannot be written changes neither the
   // kernel nor the exit code: one line on stderr says why when the user chose the directory; the
   // default one (root's /var/cache, a user's ~/.cache) is the user's only as far as it works, and a
   // line at every run for a directory they never asked for would be noise: said with --progress.
   if (store && (await import('./model/desired.js')).countRules(config.tables) >= APPLY_STORES_FROM_RULES) {
     const { runNow } = await import('./base/sliced.js');
     const why = runNow(store());
-    const line = () => `the compiled config was not stored in the compile cache (${oneLine(why!)}); the next ${apply ? 'apply' : 'check'} compiles it again (--no-cache-dir: no cache)`;
+    const line = () => `the compiled config was not stored in the compile cache (${oneLine(why!)}); the next apply compiles it again (--no-cache-dir: no cache)`;
     if (why !== undefined) {
       if (o.cacheDirGiven) io.err(`nfkeeper: ${line()}`);
       else progress.note(line);

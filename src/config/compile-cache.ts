@@ -17,8 +17,8 @@
  * anything else (a rule binding an anonymous chain, `jump { … }`) is compiled at every load.
  */
 import { isAscii } from 'node:buffer';
-import { closeSync, lstatSync, openSync, readdirSync, readFileSync, readSync, realpathSync, unlinkSync } from 'node:fs';
-import { basename, dirname, join, resolve } from 'node:path';
+import { closeSync, lstatSync, openSync, readdirSync, readFileSync, readSync, unlinkSync } from 'node:fs';
+import { basename, dirname, join } from 'node:path';
 import { deserialize, serialize } from 'node:v8';
 import { fileURLToPath } from 'node:url';
 import { listing, pathKind, traced, type CompileInput } from '../base/compile-inputs.js';
@@ -35,6 +35,9 @@ import type { Expr, Family } from '../netlink/expr.js';
 import { withRenderedText, type CompiledRule } from '../rules/compile.js';
 import { localIsUtc } from '../rules/intvalues.js';
 import { MAX_CONFIG_BYTES, loadConfig, type Config, type LoadOptions } from './config.js';
+import { compileCachePathOf } from './cache-key.js';
+
+export { compileCachePathOf, configKeyOf } from './cache-key.js';
 
 /** The file's own format; a file of another format is not used. */
 const FORMAT = 5;
@@ -86,29 +89,6 @@ interface Header {
  * sets or userdata, its sets (0: none) and userdata (0: none).
  */
 type StoredRule = [string, number[]] | [string, number[], unknown[] | 0, string | 0];
-
-/**
- * The cache file of the config `config` compiled for the namespace `netns`, in `dir`: one per
- * config however its path is written (`./c.yaml`, `/etc/x/c.yaml`, through a symlinked directory),
- * keyed by its absolute path with its directories' symlinks resolved. A config that is itself a
- * symlink keeps its own name as the key, not its target's: the link is what the operator configured
- * (a ConfigMap's `config.yaml`, a `current` link), its target is content, which the trace hashes,
- * so a link switched to another target reuses its one entry rather than adding one per target.
- */
-export function compileCachePathOf(dir: string, netns: string | undefined, config: string): string {
-  return join(dir, `compiled-${sha256(`${netns ?? ''}\0${configKeyOf(config)}`, 'hex').slice(0, 16)}.json`);
-}
-
-/** The config path a cache entry is keyed by (compileCachePathOf). */
-export function configKeyOf(config: string): string {
-  const abs = resolve(config);
-  try {
-    return join(realpathSync(dirname(abs)), basename(abs));
-  } catch {
-    // (a directory that does not exist: the compile says so; the key is only the path made absolute)
-    return abs;
-  }
-}
 
 /** A cache entry's name (compileCachePathOf), and a temp file's a store writes it through (tempPathOf). */
 const ENTRY_NAME = /^compiled-[0-9a-f]{16}\.json$/;

@@ -1,0 +1,44 @@
+/**
+ * Which file of the compile cache (src/config/compile-cache.ts) holds a config: a module of its
+ * own, without the cache's imports, so that a command that only asks whether there is one (check)
+ * loads none of them.
+ */
+import { readdirSync, realpathSync, statSync } from 'node:fs';
+import { basename, dirname, join, resolve } from 'node:path';
+import { sha256 } from '../base/sha256.js';
+
+/**
+ * The cache file of the config `config` compiled for the namespace `netns`, in `dir`: one per
+ * config however its path is written (`./c.yaml`, `/etc/x/c.yaml`, through a symlinked directory),
+ * keyed by its absolute path with its directories' symlinks resolved. A config that is itself a
+ * symlink keeps its own name as the key, not its target's: the link is what the operator configured
+ * (a ConfigMap's `config.yaml`, a `current` link), its target is content, which the trace hashes,
+ * so a link switched to another target reuses its one entry rather than adding one per target.
+ */
+export function compileCachePathOf(dir: string, netns: string | undefined, config: string): string {
+  return join(dir, `compiled-${sha256(`${netns ?? ''}\0${configKeyOf(config)}`, 'hex').slice(0, 16)}.json`);
+}
+
+/** The config path a cache entry is keyed by (compileCachePathOf). */
+export function configKeyOf(config: string): string {
+  const abs = resolve(config);
+  try {
+    return join(realpathSync(dirname(abs)), basename(abs));
+  } catch {
+    // (a directory that does not exist: the compile says so; the key is only the path made absolute)
+    return abs;
+  }
+}
+
+/**
+ * Whether `dir` holds an entry for the config (a file by the name, not checked further), asked
+ * without hashing when the directory holds no entry at all (node:crypto is loaded by the first hash).
+ */
+export function hasCompileCacheEntry(dir: string, netns: string | undefined, config: string): boolean {
+  try {
+    if (!readdirSync(dir).some((n) => n.startsWith('compiled-'))) return false;
+    return statSync(compileCachePathOf(dir, netns, config)).isFile();
+  } catch {
+    return false;
+  }
+}
