@@ -7,7 +7,7 @@
  * succeeds with the kernel as desired (one line on stderr says why nothing was stored).
  */
 import { spawnSync } from 'node:child_process';
-import { chmodSync, chownSync, existsSync, mkdirSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, existsSync, mkdirSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
@@ -239,6 +239,14 @@ describe('nfkeeper apply: the compile cache', { timeout: 240_000 }, () => {
     expect(off.code).toBe(1);
     expect(warm.out).toEqual(off.out);
     expect(warm.out.join('\n')).toContain('ip saddr 10.2.0.7 tcp dport 443 counter accept');
+    // The config changed: the check compiles, and leaves the entry as apply stored it.
+    const entry = join(cache, compiledIn(cache)[0]!);
+    const stored = readFileSync(entry);
+    writeFileSync(config, NFT(APPLY_STORES_FROM_RULES, 'ip saddr 10.1.0.3 tcp dport 22 counter drop'));
+    const changed = await check(['--cache-dir', cache]);
+    expect(changed.code).toBe(1);
+    expect(noted(changed)).toMatch(/compile cache not used \(.*c\.nft changed\)/);
+    expect(readFileSync(entry).equals(stored)).toBe(true);
   });
 
   /** apply with `dir` a tmpfs mounted with `options` (in a mount namespace of its own). */
