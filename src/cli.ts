@@ -446,12 +446,12 @@ async function oneShot(o: OneShotOptions, apply: boolean, io: Out): Promise<numb
   const { loadConfig, namespaceInterfaces } = await configs();
   // apply compiles through the daemon's compile cache, keyed as `run` keys it: the same options
   // (compacted, this namespace's interfaces), so an apply and a later start share one entry. check
-  // reads the entry run or apply stored, and stores none: the cache's own work (its module, the
-  // trace's hashes, the compaction) costs a small config's check more than its compile, and a check
-  // of a big one finds the daemon's entry (run stores every config) or apply's.
+  // reads the entry run or apply stored, if big enough, and stores none: the cache's own work (its
+  // module, the trace's hashes, the compaction) costs a small config's check more than its compile,
+  // and a check of a big one finds the daemon's entry (run stores every config) or apply's.
   const cacheDir = o.cacheDir ? checkedCacheDir(o.cacheDir) : undefined;
   const cached = cacheDir !== undefined && (apply || (await import('./config/cache-key.js')).hasCompileCacheEntry(cacheDir, o.netns, o.config));
-  if (cacheDir !== undefined && !cached) progress.note(() => `compile cache: no entry for ${o.config} (run and apply store one); it was compiled`);
+  if (cacheDir !== undefined && !cached) progress.note(() => `compile cache: no entry worth reading for ${o.config} (run and apply store one; a small config's compiles faster); it was compiled`);
   // apply compacts each rule as it is compiled, as the daemon does (model/compact.ts): the batch's
   // validation and the addon's encoder then check and encode an expression that rules share once
   // per run of rules, not once per rule. check only compares, and skips that work but through the

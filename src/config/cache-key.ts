@@ -31,13 +31,21 @@ export function configKeyOf(config: string): string {
 }
 
 /**
- * Whether `dir` holds an entry for the config (a file by the name, not checked further), asked
- * without hashing when the directory holds no entry at all (node:crypto is loaded by the first hash).
+ * An entry smaller than this holds a config that compiles faster than it loads (the code digest,
+ * the trace's checks): several hundred rules, at the entry's size per rule.
+ */
+export const WORTH_READING_FROM_BYTES = 128 * 1024;
+
+/**
+ * Whether `dir` holds an entry for the config worth reading (a file by the name, of at least
+ * WORTH_READING_FROM_BYTES; not checked further), asked without hashing when the directory holds no
+ * entry at all (node:crypto is loaded by the first hash).
  */
 export function hasCompileCacheEntry(dir: string, netns: string | undefined, config: string): boolean {
   try {
     if (!readdirSync(dir).some((n) => n.startsWith('compiled-'))) return false;
-    return statSync(compileCachePathOf(dir, netns, config)).isFile();
+    const st = statSync(compileCachePathOf(dir, netns, config));
+    return st.isFile() && st.size >= WORTH_READING_FROM_BYTES;
   } catch {
     return false;
   }

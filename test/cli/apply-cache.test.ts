@@ -219,7 +219,7 @@ describe('nfkeeper apply: the compile cache', { timeout: 240_000 }, () => {
     // Nothing installed and no entry: the drift, compiled, nothing stored.
     const drift = await check(['--cache-dir', cache]);
     expect(drift.code).toBe(1);
-    expect(drift.err.filter((l) => /compile cache/.test(l))).toEqual([`nfkeeper: compile cache: no entry for ${config} (run and apply store one); it was compiled`]);
+    expect(drift.err.filter((l) => /compile cache/.test(l))).toEqual([`nfkeeper: compile cache: no entry worth reading for ${config} (run and apply store one; a small config's compiles faster); it was compiled`]);
     expect(compiledIn(cache)).toEqual([]);
     const applied = await apply(['--config', config, '--cache-dir', cache]);
     ok(applied);
@@ -247,6 +247,21 @@ describe('nfkeeper apply: the compile cache', { timeout: 240_000 }, () => {
     expect(changed.code).toBe(1);
     expect(noted(changed)).toMatch(/compile cache not used \(.*c\.nft changed\)/);
     expect(readFileSync(entry).equals(stored)).toBe(true);
+  });
+
+  it('check does not read the entry of a small config (its compile is cheaper), which the daemon stores', async () => {
+    const { cache, config } = setUp(NFT(0));
+    const r = nfk(['run', '--config', config, '--cache-dir', cache, '--netns', ns.path, '--no-metrics']);
+    try {
+      await waitFor('the compile cache', () => r.logs().some((l) => l.msg === 'compiled config stored in the compile cache'));
+    } finally {
+      r.child.kill('SIGTERM');
+    }
+    expect((await r.exited).code).toBe(0);
+    expect(compiledIn(cache)).toHaveLength(1);
+    const c = nfk(['check', '--config', config, '--netns', ns.path, '--progress', '--cache-dir', cache]);
+    expect((await c.exited).code).toBe(0);
+    expect(c.err.filter((l) => /compile cache/.test(l))).toEqual([expect.stringMatching(/^nfkeeper: compile cache: no entry worth reading for /)]);
   });
 
   /** apply with `dir` a tmpfs mounted with `options` (in a mount namespace of its own). */
