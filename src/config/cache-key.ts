@@ -32,9 +32,9 @@ export function configKeyOf(config: string): string {
 
 /**
  * An entry smaller than this holds a config that compiles faster than it loads (the code digest,
- * the trace's checks): several hundred rules, at the entry's size per rule.
+ * the trace's checks): some hundreds of rules (an entry takes about 90-190 bytes a rule).
  */
-export const WORTH_READING_FROM_BYTES = 128 * 1024;
+export const WORTH_READING_FROM_BYTES = 64 * 1024;
 
 /**
  * Whether `dir` holds an entry for the config worth reading (a file by the name, of at least
