@@ -39,11 +39,12 @@ export const WORTH_READING_FROM_BYTES = 64 * 1024;
 /**
  * Whether `dir` holds an entry for the config worth reading (a file by the name, of at least
  * WORTH_READING_FROM_BYTES; not checked further), asked without hashing when the directory holds no
- * entry at all (node:crypto is loaded by the first hash).
+ * entry that big (node:crypto is loaded by the first hash).
  */
 export function hasCompileCacheEntry(dir: string, netns: string | undefined, config: string): boolean {
+  const big = (name: string) => (statSync(join(dir, name), { throwIfNoEntry: false })?.size ?? 0) >= WORTH_READING_FROM_BYTES;
   try {
-    if (!readdirSync(dir).some((n) => n.startsWith('compiled-'))) return false;
+    if (!readdirSync(dir).some((n) => n.startsWith('compiled-') && big(n))) return false;
     const st = statSync(compileCachePathOf(dir, netns, config));
     return st.isFile() && st.size >= WORTH_READING_FROM_BYTES;
   } catch {
