@@ -454,9 +454,9 @@ async function oneShot(o: OneShotOptions, apply: boolean, io: Out): Promise<numb
   if (cacheDir !== undefined && !cached) progress.note(() => `compile cache: no entry worth reading for ${o.config} (run and apply store one; a small config's compiles faster); it was compiled`);
   // apply compacts each rule as it is compiled, as the daemon does (model/compact.ts): the batch's
   // validation and the addon's encoder then check and encode an expression that rules share once
-  // per run of rules, not once per rule. check only compares, and skips that work but through the
-  // cache (which holds a compacted config).
-  const compiled = apply || cached ? (await import('./model/compact.js')).compactAsCompiled() : undefined;
+  // per run of rules, not once per rule. check only compares, and skips that work (what it stores
+  // is nothing; a config from the cache comes compacted).
+  const compiled = apply ? (await import('./model/compact.js')).compactAsCompiled() : undefined;
   const options = { interfaces: namespaceInterfaces(o.netns), includePath: o.includePath, compiled };
   let config: import('./config/config.js').Config;
   let store: (() => import('./base/sliced.js').Sliced<string | undefined>) | undefined;
