@@ -30,14 +30,16 @@ import { asKnownRule, isNoSets } from '../model/compact.js';
 import { chainDigestsSteps, knownChainDigests } from '../model/desired-digest.js';
 import type { DataType, SetConfig } from '../model/sets.js';
 import { DATATYPES, datatypeById, type Datatype, type KeyType } from '../rules/datatypes.js';
-import { lateRules, rulesMade, type ChainConfig } from '../model/desired.js';
+import { lateRules, rulesMade, type ChainConfig, type EncodedRule } from '../model/desired.js';
+import { addonDigest } from '../netlink/addon.js';
+import { encodeRuleExprs } from '../netlink/socket.js';
 import type { Expr, Family } from '../netlink/expr.js';
 import { withRenderedText, type CompiledRule } from '../rules/compile.js';
 import { localIsUtc } from '../rules/intvalues.js';
 import { MAX_CONFIG_BYTES, loadConfig, type Config, type LoadOptions } from './config.js';
 
 /** The file's own format; a file of another format is not used. */
-const FORMAT = 5;
+const FORMAT = 6;
 
 /** The store's work on a big config is done in slices of about this many rules (src/base/sliced.ts). */
 const SLICE = 4096;
@@ -70,6 +72,8 @@ interface Header {
   code: string;
   /** Node's version (its V8 writes the serialized part, and runs the compiler). */
   node: string;
+  /** A digest of the native addon (addonDigest): its encoder wrote the rules' encoded expressions. */
+  addon: string;
   config: string;
   includePath: readonly string[];
   inputs: CompileInput[];
@@ -121,7 +125,7 @@ export function loadConfigCached(file: string, options: LoadOptions, cache: Comp
       try {
         if (inputs === undefined) return `${unstable!.replace(/\0/g, ' ')} changed while the config was compiled`;
         const chains = yield* chainDigestsSteps(config.tables);
-        const body = yield* serialise(config, { format: FORMAT, version: cache.version, code: codeDigest(), node: process.version, config: file, includePath: options.includePath ?? [], inputs, chains });
+        const body = yield* serialise(config, { format: FORMAT, version: cache.version, code: codeDigest(), node: process.version, addon: addonDigest(), config: file, includePath: options.includePath ?? [], inputs, chains });
         if ('why' in body) return body.why;
         // A cache: a crash costs one compile, not an fsync of every store.
         writeSealed(path, cache.dir, body, { durable: false });
@@ -144,6 +148,7 @@ function fromCache(path: string, file: string, options: LoadOptions, cache: Comp
   if (h.version !== cache.version) return { why: `it was written by nfkeeper ${h.version}, this is ${cache.version}` };
   if (h.code !== codeDigest()) return { why: "it was written by another build of nfkeeper's code" };
   if (h.node !== process.version) return { why: `it was written under Node ${h.node}, this is ${process.version}` };
+  if (h.addon !== addonDigest()) return { why: "it was written with another build of nfkeeper's native addon" };
   if (h.config !== file || JSON.stringify(h.includePath) !== JSON.stringify(options.includePath ?? [])) return { why: 'it is of another config file or include path' };
   if (!Array.isArray(h.inputs) || !Array.isArray(h.chains)) return { why: `${path} is corrupt: no inputs or digests` };
   const changed = changedInput(h.inputs, options);
@@ -236,6 +241,8 @@ function* serialise(config: Config, header: Header): Sliced<Buffer[] | { why: st
   const exprs: Expr[] = [];
   // Per chain its rule lines in pieces, and their length in bytes (a load skips a chain by it).
   const rules: { pieces: Buffer[]; bytes: number }[][] = [];
+  // Per chain its rules encoded (encodedRules).
+  const encoded: Buffer[] = [];
   for (const t of config.tables) {
     const chains: { pieces: Buffer[]; bytes: number }[] = [];
     rules.push(chains);
@@ -253,6 +260,7 @@ function* serialise(config: Config, header: Header): Sliced<Buffer[] | { why: st
       // previous rule has at the same place (the compaction shares them) has its index, without a look-up.
       let prev: readonly Expr[] = [];
       let prevIds: number[] = [];
+      const enc = new EncodedRules(c.rules.length);
       for (let ri = 0; ri < c.rules.length; ri++) {
         if (ri % SLICE === SLICE - 1) {
           flush();
@@ -260,6 +268,9 @@ function* serialise(config: Config, header: Header): Sliced<Buffer[] | { why: st
         }
         const r = c.rules[ri]!;
         const x = r.compiled;
+        // Checked and encoded as a batch would (the check the batch then skips); a rule with sets is made when added.
+        if (isNoSets(x.sets)) enc.put(encodeRuleExprs(x.exprs, prev), x.userdata);
+        else enc.skip();
         const at = new Array<number>(x.exprs.length);
         for (let i = 0; i < x.exprs.length; i++) {
           const e = x.exprs[i]!;
@@ -276,6 +287,7 @@ function* serialise(config: Config, header: Header): Sliced<Buffer[] | { why: st
         lines += `\n${JSON.stringify(stored)}`;
       }
       flush();
+      encoded.push(enc.done());
     }
   }
   const rest: Config = {
@@ -301,8 +313,59 @@ function* serialise(config: Config, header: Header): Sliced<Buffer[] | { why: st
       out.push(...x.pieces);
     }
   }
+  // Then each chain's rules encoded: a line of its length in bytes, the bytes, a newline.
+  for (const b of encoded) {
+    put(`\n${b.length}\n`);
+    out.push(b);
+  }
   put(`\n${serialize(rest).toString('base64')}`);
   return out;
+}
+
+/**
+ * A chain's rules encoded, for an install that adds them without making them (EncodedRuleOp): per
+ * rule in order, the length of its NFTA_RULE_EXPRESSIONS attribute (u16, little-endian; 0: not
+ * stored, the rule is made to be added), the length of its userdata (u16), the attribute as
+ * encodeExprs() gave it for the rule's expressions, its userdata's bytes.
+ */
+class EncodedRules {
+  private readonly parts: Buffer[] = [];
+  private bytes = 0;
+  constructor(private readonly n: number) {}
+
+  put(exprs: Buffer, userdata: string | undefined): void {
+    const ud = userdata === undefined ? undefined : Buffer.from(userdata, 'hex');
+    // (userdata that would not come back as the same text, say empty or not lowercase hex: the rule is made)
+    if (exprs.length === 0 || exprs.length > 0xffff || (ud !== undefined && (ud.length === 0 || ud.length > 0xffff || ud.toString('hex') !== userdata))) return this.skip();
+    const head = Buffer.allocUnsafe(4);
+    head.writeUInt16LE(exprs.length, 0);
+    head.writeUInt16LE(ud?.length ?? 0, 2);
+    this.parts.push(head, exprs);
+    if (ud) this.parts.push(ud);
+    this.bytes += 4 + exprs.length + (ud?.length ?? 0);
+  }
+
+  skip(): void {
+    this.parts.push(Buffer.alloc(4));
+    this.bytes += 4;
+  }
+
+  done(): Buffer {
+    return this.n === 0 ? Buffer.alloc(0) : Buffer.concat(this.parts, this.bytes);
+  }
+}
+
+/** Where each of a chain's `n` encoded rules (EncodedRules) starts in `b`; throws if they do not fill it. */
+function encodedStarts(b: Buffer, n: number, chain: string): Uint32Array {
+  const starts = new Uint32Array(n);
+  let at = 0;
+  for (let j = 0; j < n; j++) {
+    if (at + 4 > b.length) throw new Error(`chain ${chain}'s encoded rules are malformed`);
+    starts[j] = at;
+    at += 4 + b.readUInt16LE(at) + b.readUInt16LE(at + 2);
+  }
+  if (at !== b.length) throw new Error(`chain ${chain}'s encoded rules are malformed`);
+  return starts;
 }
 
 /**
@@ -334,6 +397,14 @@ function deserialise(bytes: Buffer, options: LoadOptions): { config: Config; mak
     if (!Number.isSafeInteger(n) || n < 0 || at + n > bytes.length) throw new Error('the payload is malformed');
     const out = bytes.subarray(at, at + n);
     at += n;
+    return out;
+  }));
+  // Each chain's rules encoded (EncodedRules), skipped by their length, each followed by a newline.
+  const chainEncoded = counts.map((cs) => cs.map(() => {
+    const n = Number(line().toString('latin1'));
+    if (!Number.isSafeInteger(n) || n < 0 || at + n >= bytes.length || bytes[at + n] !== 0x0a) throw new Error('the payload is malformed');
+    const out = bytes.subarray(at, at + n);
+    at += n + 1;
     return out;
   }));
   const config = deserialize(Buffer.from(bytes.toString('latin1', at), 'base64')) as Config;
@@ -376,6 +447,18 @@ function deserialise(bytes: Buffer, options: LoadOptions): { config: Config; mak
         return textOf(line);
       };
       const ruleAt = (j: number) => rules[j] ??= storedRule(lineOf(j), j, c.name, t.family, exprAt, options);
+      const enc = chainEncoded[ti]![ci]!;
+      let encStarts: Uint32Array | undefined;
+      const encodedAt = (j: number): EncodedRule | undefined => {
+        if (!(j >= 0 && j < n)) return undefined;
+        encStarts ??= encodedStarts(enc, n, c.name);
+        const o = encStarts[j]!;
+        const len = enc.readUInt16LE(o);
+        if (len === 0) return undefined;
+        const ud = enc.readUInt16LE(o + 2);
+        const exprs = enc.subarray(o + 4, o + 4 + len);
+        return ud === 0 ? { exprs } : { exprs, userdata: enc.toString('hex', o + 4 + len, o + 4 + len + ud) };
+      };
       let next = 0;  // every rule before it is made
       const steps = function* (): Sliced<ChainConfig['rules']> {
         while (next < n) {
@@ -385,7 +468,7 @@ function deserialise(bytes: Buffer, options: LoadOptions): { config: Config; mak
         }
         return rules;
       };
-      const made = lateRules(c, n, { ruleAt, all: () => runNow(steps()) });
+      const made = lateRules(c, n, { ruleAt, all: () => runNow(steps()), encodedAt });
       chains.push({ c, steps, made });
     });
   });
