@@ -21,6 +21,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import { deserialize, serialize } from 'node:v8';
 import { fileURLToPath } from 'node:url';
+import { randomUUID } from 'node:crypto';
 import { listing, pathKind, traced, type CompileInput } from '../base/compile-inputs.js';
 import { readRegularFile } from '../base/regular-file.js';
 import { readSealedBytes, writeSealed } from '../base/sealed-file.js';
@@ -74,6 +75,8 @@ interface Header {
   node: string;
   /** A digest of the native addon (addonDigest): its encoder wrote the rules' encoded expressions. */
   addon: string;
+  /** The token the file of the rules' encoded expressions (encodedPathOf) begins with: that file is this one's. */
+  encoded?: string;
   config: string;
   includePath: readonly string[];
   inputs: CompileInput[];
@@ -125,10 +128,13 @@ export function loadConfigCached(file: string, options: LoadOptions, cache: Comp
       try {
         if (inputs === undefined) return `${unstable!.replace(/\0/g, ' ')} changed while the config was compiled`;
         const chains = yield* chainDigestsSteps(config.tables);
-        const body = yield* serialise(config, { format: FORMAT, version: cache.version, code: codeDigest(), node: process.version, addon: addonDigest(), config: file, includePath: options.includePath ?? [], inputs, chains });
-        if ('why' in body) return body.why;
-        // A cache: a crash costs one compile, not an fsync of every store.
-        writeSealed(path, cache.dir, body, { durable: false });
+        const token = randomUUID();
+        const out = yield* serialise(config, { format: FORMAT, version: cache.version, code: codeDigest(), node: process.version, addon: addonDigest(), config: file, includePath: options.includePath ?? [], inputs, chains, encoded: token });
+        if ('why' in out) return out.why;
+        // A cache: a crash costs one compile, not an fsync of every store. The encoded rules first:
+        // a load between the two writes finds the previous cache's token, not this file's.
+        writeSealed(encodedPathOf(path), cache.dir, [Buffer.from(token, 'latin1'), ...out.encoded], { durable: false });
+        writeSealed(path, cache.dir, out.body, { durable: false });
         return undefined;
       } catch (e) {
         return (e as Error).message;
@@ -153,7 +159,7 @@ function fromCache(path: string, file: string, options: LoadOptions, cache: Comp
   if (!Array.isArray(h.inputs) || !Array.isArray(h.chains)) return { why: `${path} is corrupt: no inputs or digests` };
   const changed = changedInput(h.inputs, options);
   if (changed !== undefined) return { why: changed };
-  const { config, make } = deserialise(body.subarray(nl + 1), options);
+  const { config, make } = deserialise(body.subarray(nl + 1), options, () => readEncoded(encodedPathOf(path), cache.dir, h.encoded));
   const chains = h.chains;
   if (chains.length !== config.tables.length || !config.tables.every((t, i) => Array.isArray(chains[i]) && chains[i]!.length === t.chains.length
     && chains[i]!.every((d) => typeof d === 'string' && /^[0-9a-f]{64}$/.test(d)))) return { why: `${path} is corrupt: its chain digests are not its chains'` };
@@ -234,7 +240,7 @@ export function changedInput(inputs: readonly CompileInput[], options: LoadOptio
  * what JSON would not (a key with no value, an object reached twice), in base64. Or why this
  * form would not give this config back.
  */
-function* serialise(config: Config, header: Header): Sliced<Buffer[] | { why: string }> {
+function* serialise(config: Config, header: Header): Sliced<{ body: Buffer[]; encoded: Buffer[] } | { why: string }> {
   const why = yield* unfaithful(config);
   if (why) return { why };
   const ids = new Map<Expr, number>();
@@ -313,13 +319,12 @@ function* serialise(config: Config, header: Header): Sliced<Buffer[] | { why: st
       out.push(...x.pieces);
     }
   }
-  // Then each chain's rules encoded: a line of its length in bytes, the bytes, a newline.
-  for (const b of encoded) {
-    put(`\n${b.length}\n`);
-    out.push(b);
-  }
   put(`\n${serialize(rest).toString('base64')}`);
-  return out;
+  // The file of the rules' encoded expressions (read only by an install): each chain's, a line of
+  // its length in bytes, the bytes.
+  const enc: Buffer[] = [];
+  for (const b of encoded) enc.push(Buffer.from(`\n${b.length}\n`, 'latin1'), b);
+  return { body: out, encoded: enc };
 }
 
 /**
@@ -355,6 +360,35 @@ class EncodedRules {
   }
 }
 
+/** The file of the cache `path`'s rules encoded (EncodedRules), beside it. */
+export function encodedPathOf(path: string): string {
+  return path.replace(/\.json$/, '.encoded');
+}
+
+/** The bytes of the encoded rules' file after its token, when it is sealed, private and begins with `token`; else undefined. */
+function readEncoded(path: string, dir: string, token: string | undefined): Buffer | undefined {
+  if (token === undefined) return undefined;
+  const read = readSealedBytes(path, dir);
+  if ('why' in read) return undefined;
+  const b = read.bytes;
+  return b.length >= token.length && b.toString('latin1', 0, token.length) === token ? b.subarray(token.length) : undefined;
+}
+
+/** The encoded rules' file, split per chain as `counts` has them (each: a line of its length, the bytes); throws if malformed. */
+function splitEncoded(b: Buffer, counts: readonly number[][]): Buffer[][] {
+  let at = 0;
+  const out = counts.map((cs) => cs.map(() => {
+    if (b[at] !== 0x0a) throw new Error('malformed');
+    const nl = b.indexOf(0x0a, at + 1);
+    const n = nl < 0 ? NaN : Number(b.toString('latin1', at + 1, nl));
+    if (!Number.isSafeInteger(n) || n < 0 || nl + 1 + n > b.length) throw new Error('malformed');
+    at = nl + 1 + n;
+    return b.subarray(nl + 1, at);
+  }));
+  if (at !== b.length) throw new Error('malformed');
+  return out;
+}
+
 /** Where each of a chain's `n` encoded rules (EncodedRules) starts in `b`; throws if they do not fill it. */
 function encodedStarts(b: Buffer, n: number, chain: string): Uint32Array {
   const starts = new Uint32Array(n);
@@ -377,7 +411,7 @@ function encodedStarts(b: Buffer, n: number, chain: string): Uint32Array {
  * repair makes the rule it puts back, from its line and the lines of its expressions. (A line is
  * decoded alone: a newline is never inside UTF-8's multi-byte sequences.)
  */
-function deserialise(bytes: Buffer, options: LoadOptions): { config: Config; make: () => Sliced<void> } {
+function deserialise(bytes: Buffer, options: LoadOptions, readEncoded: () => Buffer | undefined): { config: Config; make: () => Sliced<void> } {
   let at = 0;
   const line = (): Buffer => {
     const nl = bytes.indexOf(0x0a, at);
@@ -399,15 +433,23 @@ function deserialise(bytes: Buffer, options: LoadOptions): { config: Config; mak
     at += n;
     return out;
   }));
-  // Each chain's rules encoded (EncodedRules), skipped by their length, each followed by a newline.
-  const chainEncoded = counts.map((cs) => cs.map(() => {
-    const n = Number(line().toString('latin1'));
-    if (!Number.isSafeInteger(n) || n < 0 || at + n >= bytes.length || bytes[at + n] !== 0x0a) throw new Error('the payload is malformed');
-    const out = bytes.subarray(at, at + n);
-    at += n + 1;
-    return out;
-  }));
   const config = deserialize(Buffer.from(bytes.toString('latin1', at), 'base64')) as Config;
+  // Each chain's rules encoded (EncodedRules), from their own file when an install first asks: a
+  // restart onto its rules never reads it. Not there, not this cache's or malformed: none (the
+  // rules are made to be added, as without it).
+  let chainEncoded: Buffer[][] | null | undefined;
+  const encodedOf = (ti: number, ci: number): Buffer | undefined => {
+    if (chainEncoded === undefined) {
+      chainEncoded = null;
+      try {
+        const b = readEncoded();
+        if (b !== undefined) chainEncoded = splitEncoded(b, counts);
+      } catch {
+        // (left null)
+      }
+    }
+    return chainEncoded?.[ti]?.[ci];
+  };
   if (!Array.isArray(config?.tables) || counts.length !== config.tables.length) throw new Error('the payload is malformed');
   // The distinct expressions, a line parsed when a rule first needs one of its expressions, each
   // frozen once (asKnownRule's per rule finds them so).
@@ -447,11 +489,19 @@ function deserialise(bytes: Buffer, options: LoadOptions): { config: Config; mak
         return textOf(line);
       };
       const ruleAt = (j: number) => rules[j] ??= storedRule(lineOf(j), j, c.name, t.family, exprAt, options);
-      const enc = chainEncoded[ti]![ci]!;
-      let encStarts: Uint32Array | undefined;
+      let encStarts: Uint32Array | null | undefined;
       const encodedAt = (j: number): EncodedRule | undefined => {
         if (!(j >= 0 && j < n)) return undefined;
-        encStarts ??= encodedStarts(enc, n, c.name);
+        const enc = encodedOf(ti, ci);
+        if (enc === undefined) return undefined;
+        if (encStarts === undefined) {
+          try {
+            encStarts = encodedStarts(enc, n, c.name);
+          } catch {
+            encStarts = null;
+          }
+        }
+        if (encStarts === null) return undefined;
         const o = encStarts[j]!;
         const len = enc.readUInt16LE(o);
         if (len === 0) return undefined;

@@ -5,11 +5,11 @@
  * interface's index or name) or a cache file cut short or changed at any byte is an ordinary
  * compile of what is there now, with the reason, never an error.
  */
-import { appendFileSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
+import { appendFileSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { beforeEach, describe, expect, it, vi } from 'vitest';
 import { loadConfig, type Config, type LoadOptions } from '../../src/config/config.js';
-import { changedInput, compileCachePathOf, loadConfigCached, unfaithful } from '../../src/config/compile-cache.js';
+import { changedInput, compileCachePathOf, encodedPathOf, loadConfigCached, unfaithful } from '../../src/config/compile-cache.js';
 import type { CompileInput } from '../../src/base/compile-inputs.js';
 import { sha256 } from '../../src/base/sha256.js';
 import { runNow } from '../../src/base/sliced.js';
@@ -143,7 +143,7 @@ describe('the compile cache', () => {
       expect(again.config.tables.flatMap((t) => t.chains.flatMap((c) => c.rules.map((r) => r.compiled.text))))
         .toEqual(fresh(file).tables.flatMap((t) => t.chains.flatMap((c) => c.rules.map((r) => r.compiled.text))));
     }
-    const st = readdirSync(cacheDir).map((f) => readFileSync(join(cacheDir, f)).length);
+    const st = readdirSync(cacheDir).filter((f) => f.endsWith('.json')).map((f) => readFileSync(join(cacheDir, f)).length);
     expect(st).toHaveLength(2);
   });
 
@@ -264,6 +264,30 @@ describe('the compile cache', () => {
       }
     }
     expect([encoded >= 10, withUserdata > 0, withSets > 0]).toEqual([true, true, true]);
+  });
+
+  it("the encoded rules' file cut, changed at a byte, gone, or another store's: no rule encoded, the cache used all the same", () => {
+    const file = join(dir, 'main.nft');
+    load(file);
+    const main = compileCachePathOf(cacheDir, undefined, file);
+    const path = encodedPathOf(main);
+    const whole = readFileSync(path);
+    const encodedRules = (c: Config) => c.tables.flatMap((t) => t.chains.flatMap((ch) => Array.from({ length: ruleCount(ch) }, (_, j) => encodedRuleAt(ch, j))))
+      .filter((x) => x !== undefined).length;
+    expect(encodedRules(load(file).config)).toBeGreaterThan(5);
+    // Another store's file: the config stored again (a new token), the earlier file put back.
+    rmSync(main);
+    expect(load(file).stored).toBeUndefined();
+    const flipped = Buffer.from(whole);
+    flipped[whole.length >> 1] ^= 1;
+    for (const [what, bytes] of [['cut', whole.subarray(0, whole.length - 9)], ['flipped', flipped], ['gone', undefined], ['another store\'s', whole]] as const) {
+      if (bytes === undefined) rmSync(path);
+      else writeFileSync(path, bytes, { mode: 0o600 });
+      const hit = load(file);
+      expect(hit.cache.used, what).toBe(true);
+      expect(encodedRules(hit.config), what).toBe(0);
+      expectSameGraph(fresh(file), hit.config);
+    }
   });
 
   it('an install from the cache into an empty table adds its rules encoded, planned, checked and encoded without making one', () => {
