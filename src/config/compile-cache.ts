@@ -12,6 +12,10 @@
  * cut short, corrupt or another user's): the ordinary compile, with the reason, and its result
  * stored for the next load. A cache is never a reason for an error.
  *
+ * Beside it, a file of each rule's expressions encoded (encodeExprs' NFTA_RULE_EXPRESSIONS bytes,
+ * checked as a batch checks them when stored; the addon's digest in the header): an install adds the
+ * rules from those bytes (EncodedRuleOp) without making them first. Only an install reads it.
+ *
  * What it stores is checked, when written, to be what its form gives back: plain data, no object
  * reached twice but the compaction's shared expressions, nothing frozen but those; a config with
  * anything else (a rule binding an anonymous chain, `jump { … }`) is compiled at every load.
