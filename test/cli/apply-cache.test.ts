@@ -48,7 +48,7 @@ ${Array.from({ length: extra }, (_, i) => `\t\tip saddr 10.2.${i >> 8}.${i & 255
 }
 `;
 
-const compiledIn = (dir: string) => (existsSync(dir) ? readdirSync(dir).filter((f) => f.startsWith('compiled-')) : []);
+const compiledIn = (dir: string) => (existsSync(dir) ? readdirSync(dir).filter((f) => f.startsWith('compiled-') && f.endsWith('.json')) : []);
 
 describe('nfkeeper apply: the compile cache', { timeout: 240_000 }, () => {
   const ns = netnsPerTest('cli-apply-cache', (n) => n.exec('ip', ['link', 'add', 'dummy0', 'type', 'veth', 'peer', 'name', 'peer0']));

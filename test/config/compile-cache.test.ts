@@ -279,7 +279,7 @@ describe('the compile cache', () => {
     rmSync(main);
     expect(load(file).stored).toBeUndefined();
     const flipped = Buffer.from(whole);
-    flipped[whole.length >> 1] ^= 1;
+    flipped[whole.length >> 1] = flipped[whole.length >> 1]! ^ 1;
     for (const [what, bytes] of [['cut', whole.subarray(0, whole.length - 9)], ['flipped', flipped], ['gone', undefined], ['another store\'s', whole]] as const) {
       if (bytes === undefined) rmSync(path);
       else writeFileSync(path, bytes, { mode: 0o600 });
