@@ -18,7 +18,7 @@ import { enableCollections } from './base/heap.js';
 import { MAX_CONFIG_BYTES, loadConfig, namespaceInterfaces, type Config } from './config/config.js';
 import { ConfigError, NfkeeperError } from './base/errors.js';
 import { EnvFileMissingError } from './config/env.js';
-import { fileDigests, loadConfigCached, type FileDigests } from './config/compile-cache.js';
+import { encodedPathOf, fileDigests, loadConfigCached, type FileDigests } from './config/compile-cache.js';
 import { traced } from './base/compile-inputs.js';
 import { runByTurns } from './base/sliced.js';
 import { formatDuration } from './base/duration.js';
@@ -141,6 +141,7 @@ function loadDaemonConfig(o: DaemonOptions, log: Logger): { config: Config; late
         // The file passed its seal, so this is a fault of ours: without it the next start compiles
         // (kept, every start would end here again).
         rmSync(cache.file, { force: true });
+        rmSync(encodedPathOf(cache.file), { force: true });
         throw new Error(`the compile cache ${cache.file} could not be read back (${(e as Error).message}); removed, the next start compiles the config`);
       }
     } } : {}) };

@@ -12,15 +12,20 @@
  * cut short, corrupt or another user's): the ordinary compile, with the reason, and its result
  * stored for the next load. A cache is never a reason for an error.
  *
+ * Beside it, a file of each rule's expressions encoded (encodeExprs' NFTA_RULE_EXPRESSIONS bytes,
+ * checked as a batch checks them when stored; the addon's digest in the header): an install adds the
+ * rules from those bytes (EncodedRuleOp) without making them first. Only an install reads it.
+ *
  * What it stores is checked, when written, to be what its form gives back: plain data, no object
  * reached twice but the compaction's shared expressions, nothing frozen but those; a config with
  * anything else (a rule binding an anonymous chain, `jump { … }`) is compiled at every load.
  */
 import { isAscii } from 'node:buffer';
-import { closeSync, lstatSync, openSync, readdirSync, readFileSync, readSync, unlinkSync } from 'node:fs';
+import { closeSync, existsSync, lstatSync, openSync, readdirSync, readFileSync, readSync, unlinkSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import { deserialize, serialize } from 'node:v8';
 import { fileURLToPath } from 'node:url';
+import { randomUUID } from 'node:crypto';
 import { listing, pathKind, traced, type CompileInput } from '../base/compile-inputs.js';
 import { readRegularFile } from '../base/regular-file.js';
 import { readSealedBytes, writeSealed } from '../base/sealed-file.js';
@@ -30,7 +35,9 @@ import { asKnownRule, isNoSets } from '../model/compact.js';
 import { chainDigestsSteps, knownChainDigests } from '../model/desired-digest.js';
 import type { DataType, SetConfig } from '../model/sets.js';
 import { DATATYPES, datatypeById, type Datatype, type KeyType } from '../rules/datatypes.js';
-import { lateRules, rulesMade, type ChainConfig } from '../model/desired.js';
+import { lateRules, rulesMade, type ChainConfig, type EncodedRule } from '../model/desired.js';
+import { addonDigest } from '../netlink/addon.js';
+import { encodeRuleExprs } from '../netlink/socket.js';
 import type { Expr, Family } from '../netlink/expr.js';
 import { withRenderedText, type CompiledRule } from '../rules/compile.js';
 import { localIsUtc } from '../rules/intvalues.js';
@@ -40,7 +47,7 @@ import { compileCachePathOf } from './cache-key.js';
 export { compileCachePathOf, configKeyOf } from './cache-key.js';
 
 /** The file's own format; a file of another format is not used. */
-const FORMAT = 5;
+const FORMAT = 6;
 
 /** The store's work on a big config is done in slices of about this many rules (src/base/sliced.ts). */
 const SLICE = 4096;
@@ -73,6 +80,10 @@ interface Header {
   code: string;
   /** Node's version (its V8 writes the serialized part, and runs the compiler). */
   node: string;
+  /** A digest of the native addon (addonDigest): its encoder wrote the rules' encoded expressions. */
+  addon: string;
+  /** The token the file of the rules' encoded expressions (encodedPathOf) begins with: that file is this one's. */
+  encoded?: string;
   config: string;
   includePath: readonly string[];
   inputs: CompileInput[];
@@ -92,7 +103,9 @@ type StoredRule = [string, number[]] | [string, number[], unknown[] | 0, string 
 
 /** A cache entry's name (compileCachePathOf), and a temp file's a store writes it through (tempPathOf). */
 const ENTRY_NAME = /^compiled-[0-9a-f]{16}\.json$/;
-const ENTRY_TEMP = /^\.compiled-[0-9a-f]{16}\.json\.tmp-\d+$/;
+/** An entry's encoded rules (encodedPathOf): removed with its entry, or once its entry is gone. */
+const ENCODED_NAME = /^compiled-[0-9a-f]{16}\.encoded$/;
+const ENTRY_TEMP = /^\.compiled-[0-9a-f]{16}\.(json|encoded)\.tmp-\d+$/;
 
 /**
  * An entry no load read and no store wrote for this long is removed by the next store in its
@@ -129,18 +142,31 @@ export function pruneCompileCache(dir: string, version: string, now = Date.now()
   const uid = process.geteuid?.();
   for (const name of names) {
     const entry = ENTRY_NAME.test(name);
-    if (!entry && !ENTRY_TEMP.test(name)) continue;
+    const encoded = !entry && ENCODED_NAME.test(name);
+    if (!entry && !encoded && !ENTRY_TEMP.test(name)) continue;
     const path = join(dir, name);
     try {
       const st = lstatSync(path);
       if (!st.isFile() || (uid !== undefined && st.uid !== uid)) continue;
       const unused = now - Math.max(st.atimeMs, st.mtimeMs);
+      // An entry's encoded rules live and go with it (a store writes them first, so a fresh one may
+      // wait for its entry: only one left an hour without it is an orphan).
       const stale = entry
         ? unused > UNUSED_FOR_MS || (unused > ANOTHER_BUILDS_AFTER_MS && !ofThisBuild(path, version))
-        : now - st.mtimeMs > TEMP_LEFT_FOR_MS && !writerLives(name);
+        : encoded
+          ? now - st.mtimeMs > TEMP_LEFT_FOR_MS && !existsSync(join(dir, name.replace(/\.encoded$/, '.json')))
+          : now - st.mtimeMs > TEMP_LEFT_FOR_MS && !writerLives(name);
       if (!stale) continue;
       unlinkSync(path);
       removed.push(name);
+      if (entry) {
+        try {
+          unlinkSync(encodedPathOf(path));
+          removed.push(basename(encodedPathOf(path)));
+        } catch {
+          // none
+        }
+      }
     } catch {
       // gone meanwhile, or not ours to remove
     }
@@ -210,10 +236,13 @@ export function loadConfigCached(file: string, options: LoadOptions, cache: Comp
       try {
         if (inputs === undefined) return `${unstable!.replace(/\0/g, ' ')} changed while the config was compiled`;
         const chains = yield* chainDigestsSteps(config.tables);
-        const body = yield* serialise(config, { format: FORMAT, version: cache.version, code: codeDigest(), node: process.version, config: file, includePath: options.includePath ?? [], inputs, chains });
-        if ('why' in body) return body.why;
-        // A cache: a crash costs one compile, not an fsync of every store.
-        writeSealed(path, cache.dir, body, { durable: false });
+        const token = randomUUID();
+        const out = yield* serialise(config, { format: FORMAT, version: cache.version, code: codeDigest(), node: process.version, addon: addonDigest(), config: file, includePath: options.includePath ?? [], inputs, chains, encoded: token });
+        if ('why' in out) return out.why;
+        // A cache: a crash costs one compile, not an fsync of every store. The encoded rules first:
+        // a load between the two writes finds the previous cache's token, not this file's.
+        writeSealed(encodedPathOf(path), cache.dir, [Buffer.from(token, 'latin1'), ...out.encoded], { durable: false });
+        writeSealed(path, cache.dir, out.body, { durable: false });
         // Bounded: a readdir and an lstat per file of the directory, a header read per entry a day unused.
         pruneCompileCache(cache.dir, cache.version);
         return undefined;
@@ -235,11 +264,12 @@ function fromCache(path: string, file: string, options: LoadOptions, cache: Comp
   if (h.version !== cache.version) return { why: `it was written by nfkeeper ${h.version}, this is ${cache.version}` };
   if (h.code !== codeDigest()) return { why: "it was written by another build of nfkeeper's code" };
   if (h.node !== process.version) return { why: `it was written under Node ${h.node}, this is ${process.version}` };
+  if (h.addon !== addonDigest()) return { why: "it was written with another build of nfkeeper's native addon" };
   if (h.config !== file || JSON.stringify(h.includePath) !== JSON.stringify(options.includePath ?? [])) return { why: 'it is of another config file or include path' };
   if (!Array.isArray(h.inputs) || !Array.isArray(h.chains)) return { why: `${path} is corrupt: no inputs or digests` };
   const changed = changedInput(h.inputs, options);
   if (changed !== undefined) return { why: changed };
-  const { config, make } = deserialise(body.subarray(nl + 1), options);
+  const { config, make } = deserialise(body.subarray(nl + 1), options, () => readEncoded(encodedPathOf(path), cache.dir, h.encoded));
   const chains = h.chains;
   if (chains.length !== config.tables.length || !config.tables.every((t, i) => Array.isArray(chains[i]) && chains[i]!.length === t.chains.length
     && chains[i]!.every((d) => typeof d === 'string' && /^[0-9a-f]{64}$/.test(d)))) return { why: `${path} is corrupt: its chain digests are not its chains'` };
@@ -320,13 +350,15 @@ export function changedInput(inputs: readonly CompileInput[], options: LoadOptio
  * what JSON would not (a key with no value, an object reached twice), in base64. Or why this
  * form would not give this config back.
  */
-function* serialise(config: Config, header: Header): Sliced<Buffer[] | { why: string }> {
+function* serialise(config: Config, header: Header): Sliced<{ body: Buffer[]; encoded: Buffer[] } | { why: string }> {
   const why = yield* unfaithful(config);
   if (why) return { why };
   const ids = new Map<Expr, number>();
   const exprs: Expr[] = [];
   // Per chain its rule lines in pieces, and their length in bytes (a load skips a chain by it).
   const rules: { pieces: Buffer[]; bytes: number }[][] = [];
+  // Per chain its rules encoded (encodedRules).
+  const encoded: Buffer[] = [];
   for (const t of config.tables) {
     const chains: { pieces: Buffer[]; bytes: number }[] = [];
     rules.push(chains);
@@ -344,6 +376,7 @@ function* serialise(config: Config, header: Header): Sliced<Buffer[] | { why: st
       // previous rule has at the same place (the compaction shares them) has its index, without a look-up.
       let prev: readonly Expr[] = [];
       let prevIds: number[] = [];
+      const enc = new EncodedRules(c.rules.length);
       for (let ri = 0; ri < c.rules.length; ri++) {
         if (ri % SLICE === SLICE - 1) {
           flush();
@@ -351,6 +384,9 @@ function* serialise(config: Config, header: Header): Sliced<Buffer[] | { why: st
         }
         const r = c.rules[ri]!;
         const x = r.compiled;
+        // Checked and encoded as a batch would (the check the batch then skips); a rule with sets is made when added.
+        if (isNoSets(x.sets)) enc.put(encodeRuleExprs(x.exprs, prev), x.userdata);
+        else enc.skip();
         const at = new Array<number>(x.exprs.length);
         for (let i = 0; i < x.exprs.length; i++) {
           const e = x.exprs[i]!;
@@ -367,6 +403,7 @@ function* serialise(config: Config, header: Header): Sliced<Buffer[] | { why: st
         lines += `\n${JSON.stringify(stored)}`;
       }
       flush();
+      encoded.push(enc.done());
     }
   }
   const rest: Config = {
@@ -393,7 +430,86 @@ function* serialise(config: Config, header: Header): Sliced<Buffer[] | { why: st
     }
   }
   put(`\n${serialize(rest).toString('base64')}`);
+  // The file of the rules' encoded expressions (read only by an install): each chain's, a line of
+  // its length in bytes, the bytes.
+  const enc: Buffer[] = [];
+  for (const b of encoded) enc.push(Buffer.from(`\n${b.length}\n`, 'latin1'), b);
+  return { body: out, encoded: enc };
+}
+
+/**
+ * A chain's rules encoded, for an install that adds them without making them (EncodedRuleOp): per
+ * rule in order, the length of its NFTA_RULE_EXPRESSIONS attribute (u16, little-endian; 0: not
+ * stored, the rule is made to be added), the length of its userdata (u16), the attribute as
+ * encodeExprs() gave it for the rule's expressions, its userdata's bytes.
+ */
+class EncodedRules {
+  private readonly parts: Buffer[] = [];
+  private bytes = 0;
+  constructor(private readonly n: number) {}
+
+  put(exprs: Buffer, userdata: string | undefined): void {
+    const ud = userdata === undefined ? undefined : Buffer.from(userdata, 'hex');
+    // (userdata that would not come back as the same text, say empty or not lowercase hex: the rule is made)
+    if (exprs.length === 0 || exprs.length > 0xffff || (ud !== undefined && (ud.length === 0 || ud.length > 0xffff || ud.toString('hex') !== userdata))) return this.skip();
+    const head = Buffer.allocUnsafe(4);
+    head.writeUInt16LE(exprs.length, 0);
+    head.writeUInt16LE(ud?.length ?? 0, 2);
+    this.parts.push(head, exprs);
+    if (ud) this.parts.push(ud);
+    this.bytes += 4 + exprs.length + (ud?.length ?? 0);
+  }
+
+  skip(): void {
+    this.parts.push(Buffer.alloc(4));
+    this.bytes += 4;
+  }
+
+  done(): Buffer {
+    return this.n === 0 ? Buffer.alloc(0) : Buffer.concat(this.parts, this.bytes);
+  }
+}
+
+/** The file of the cache `path`'s rules encoded (EncodedRules), beside it. */
+export function encodedPathOf(path: string): string {
+  return path.replace(/\.json$/, '.encoded');
+}
+
+/** The bytes of the encoded rules' file after its token, when it is sealed, private and begins with `token`; else undefined. */
+function readEncoded(path: string, dir: string, token: string | undefined): Buffer | undefined {
+  if (token === undefined) return undefined;
+  const read = readSealedBytes(path, dir);
+  if ('why' in read) return undefined;
+  const b = read.bytes;
+  return b.length >= token.length && b.toString('latin1', 0, token.length) === token ? b.subarray(token.length) : undefined;
+}
+
+/** The encoded rules' file, split per chain as `counts` has them (each: a line of its length, the bytes); throws if malformed. */
+function splitEncoded(b: Buffer, counts: readonly number[][]): Buffer[][] {
+  let at = 0;
+  const out = counts.map((cs) => cs.map(() => {
+    if (b[at] !== 0x0a) throw new Error('malformed');
+    const nl = b.indexOf(0x0a, at + 1);
+    const n = nl < 0 ? NaN : Number(b.toString('latin1', at + 1, nl));
+    if (!Number.isSafeInteger(n) || n < 0 || nl + 1 + n > b.length) throw new Error('malformed');
+    at = nl + 1 + n;
+    return b.subarray(nl + 1, at);
+  }));
+  if (at !== b.length) throw new Error('malformed');
   return out;
+}
+
+/** Where each of a chain's `n` encoded rules (EncodedRules) starts in `b`; throws if they do not fill it. */
+function encodedStarts(b: Buffer, n: number, chain: string): Uint32Array {
+  const starts = new Uint32Array(n);
+  let at = 0;
+  for (let j = 0; j < n; j++) {
+    if (at + 4 > b.length) throw new Error(`chain ${chain}'s encoded rules are malformed`);
+    starts[j] = at;
+    at += 4 + b.readUInt16LE(at) + b.readUInt16LE(at + 2);
+  }
+  if (at !== b.length) throw new Error(`chain ${chain}'s encoded rules are malformed`);
+  return starts;
 }
 
 /**
@@ -405,7 +521,7 @@ function* serialise(config: Config, header: Header): Sliced<Buffer[] | { why: st
  * repair makes the rule it puts back, from its line and the lines of its expressions. (A line is
  * decoded alone: a newline is never inside UTF-8's multi-byte sequences.)
  */
-function deserialise(bytes: Buffer, options: LoadOptions): { config: Config; make: () => Sliced<void> } {
+function deserialise(bytes: Buffer, options: LoadOptions, readEncoded: () => Buffer | undefined): { config: Config; make: () => Sliced<void> } {
   let at = 0;
   const line = (): Buffer => {
     const nl = bytes.indexOf(0x0a, at);
@@ -428,6 +544,22 @@ function deserialise(bytes: Buffer, options: LoadOptions): { config: Config; mak
     return out;
   }));
   const config = deserialize(Buffer.from(bytes.toString('latin1', at), 'base64')) as Config;
+  // Each chain's rules encoded (EncodedRules), from their own file when an install first asks: a
+  // restart onto its rules never reads it. Not there, not this cache's or malformed: none (the
+  // rules are made to be added, as without it).
+  let chainEncoded: Buffer[][] | null | undefined;
+  const encodedOf = (ti: number, ci: number): Buffer | undefined => {
+    if (chainEncoded === undefined) {
+      chainEncoded = null;
+      try {
+        const b = readEncoded();
+        if (b !== undefined) chainEncoded = splitEncoded(b, counts);
+      } catch {
+        // (left null)
+      }
+    }
+    return chainEncoded?.[ti]?.[ci];
+  };
   if (!Array.isArray(config?.tables) || counts.length !== config.tables.length) throw new Error('the payload is malformed');
   // The distinct expressions, a line parsed when a rule first needs one of its expressions, each
   // frozen once (asKnownRule's per rule finds them so).
@@ -467,6 +599,26 @@ function deserialise(bytes: Buffer, options: LoadOptions): { config: Config; mak
         return textOf(line);
       };
       const ruleAt = (j: number) => rules[j] ??= storedRule(lineOf(j), j, c.name, t.family, exprAt, options);
+      let encStarts: Uint32Array | null | undefined;
+      const encodedAt = (j: number): EncodedRule | undefined => {
+        if (!(j >= 0 && j < n)) return undefined;
+        const enc = encodedOf(ti, ci);
+        if (enc === undefined) return undefined;
+        if (encStarts === undefined) {
+          try {
+            encStarts = encodedStarts(enc, n, c.name);
+          } catch {
+            encStarts = null;
+          }
+        }
+        if (encStarts === null) return undefined;
+        const o = encStarts[j]!;
+        const len = enc.readUInt16LE(o);
+        if (len === 0) return undefined;
+        const ud = enc.readUInt16LE(o + 2);
+        const exprs = enc.subarray(o + 4, o + 4 + len);
+        return ud === 0 ? { exprs } : { exprs, userdata: enc.toString('hex', o + 4 + len, o + 4 + len + ud) };
+      };
       let next = 0;  // every rule before it is made
       const steps = function* (): Sliced<ChainConfig['rules']> {
         while (next < n) {
@@ -476,7 +628,7 @@ function deserialise(bytes: Buffer, options: LoadOptions): { config: Config; mak
         }
         return rules;
       };
-      const made = lateRules(c, n, { ruleAt, all: () => runNow(steps()) });
+      const made = lateRules(c, n, { ruleAt, all: () => runNow(steps()), encodedAt });
       chains.push({ c, steps, made });
     });
   });

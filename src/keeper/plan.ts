@@ -13,7 +13,8 @@ import type { Batch } from '../netlink/batch.js';
 import type { Expr } from '../netlink/expr.js';
 import type { Rule } from '../netlink/objects.js';
 import { TABLE_F } from '../netlink/objects.js';
-import { ruleAt, ruleCount, type ChainConfig, type TableConfig } from '../model/desired.js';
+import { EncodedRuleOp } from '../netlink/ops.js';
+import { encodedRuleAt, ruleAt, ruleCount, type ChainConfig, type TableConfig } from '../model/desired.js';
 import { objTypeName } from '../rules/objnames.js';
 import { queueBound } from '../rules/compile.js';
 import { deletable } from '../model/elements.js';
@@ -247,8 +248,18 @@ export function planTable(batch: Batch, want: TableConfig, have: HeldTable, diff
     const e = edited.get(c.name);
     if (e && !rewrite.has(c.name) && !recreate.has(c.name)) emitEdit(batch, family, table, c, e.rules, e.edit, 'add', options.onRuleOp);
     if (!rewrite.has(c.name) && !recreate.has(c.name)) continue;
-    for (let j = 0; j < c.rules.length; j++) {
-      const r = c.rules[j]!;
+    // A chain whose rules are made late (the compile cache's) is added from its rules' stored
+    // encoding where it has one: its rules are made later, by whoever reads them.
+    const n = ruleCount(c);
+    const exprsAt = (at: number) => ruleAt(c, at)!.compiled.exprs;
+    for (let j = 0; j < n; j++) {
+      const x = encodedRuleAt(c, j);
+      if (x !== undefined) {
+        batch.push(new EncodedRuleOp(family, table, c.name, x.exprs, x.userdata, exprsAt, j));
+        options.onRuleOp?.(c.name, batch.length - 1, j);
+        continue;
+      }
+      const r = ruleAt(c, j)!;
       for (const s of r.compiled.sets) batch.add('set', { ...s, family, table });
       if (r.compiled.bound) queueBound(batch, r.compiled, { family, table });
       // One literal, not batch.add's spread: once optimized, V8 gave every spread copy a hidden

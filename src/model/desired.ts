@@ -46,6 +46,20 @@ export interface LateRules {
   ruleAt(j: number): ChainConfig['rules'][number];
   /** Every rule, each made once (those made by ruleAt are the ones held). */
   all(): ChainConfig['rules'];
+  /**
+   * Rule `j` encoded without making it (EncodedRule), where that is known (undefined: make it): a
+   * rule with anonymous sets never is (their ops come from the rule).
+   */
+  encodedAt?(j: number): EncodedRule | undefined;
+}
+
+/**
+ * A rule as a batch adds it, without its expressions made: `exprs` is the NFTA_RULE_EXPRESSIONS
+ * attribute encodeExprs() gives for the rule's expressions, `userdata` the rule's.
+ */
+export interface EncodedRule {
+  exprs: Buffer;
+  userdata?: string;
 }
 
 /** The chains whose rules are not made yet (lateRules), with how many they have: not a key on the chain, which stays as compiled. */
@@ -98,4 +112,9 @@ export function ruleAt(c: Pick<ChainConfig, 'rules'>, j: number): ChainConfig['r
   const l = late.get(c);
   if (l === undefined) return c.rules[j];
   return Number.isInteger(j) && j >= 0 && j < l.count ? l.making.ruleAt(j) : undefined;
+}
+
+/** Rule `j` of chain `c` encoded (LateRules.encodedAt), while the chain's rules are made late; else undefined. */
+export function encodedRuleAt(c: Pick<ChainConfig, 'rules'>, j: number): EncodedRule | undefined {
+  return late.get(c)?.making.encodedAt?.(j);
 }

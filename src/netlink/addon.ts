@@ -13,10 +13,11 @@
  * package that has it, never the dynamic loader's stack.
  */
 import { createRequire } from 'node:module';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { basename, dirname, join } from 'node:path';
 import { AddonLoadError, NetlinkError } from '../base/errors.js';
+import { sha256 } from '../base/sha256.js';
 
 /** What a commit resolves with (NativeSocket.commit). */
 export interface NativeCommitResult {
@@ -206,4 +207,16 @@ export function loadAddon(): Addon {
   loaded.init(NetlinkError);
   addon = loaded;
   return addon;
+}
+
+let digest: string | undefined;
+
+/**
+ * The SHA-256 of the addon file loadAddon() loads (hex): what its encoder wrote is another build's
+ * when this differs (the compile cache keeps encoded rules). Loads the addon.
+ */
+export function addonDigest(): string {
+  if (digest !== undefined) return digest;
+  loadAddon();
+  return digest = sha256(readFileSync(addonPath()!), 'hex');
 }

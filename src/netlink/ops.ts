@@ -2,7 +2,7 @@
  * The operations of a batch, one per kernel message (add, create, insert, replace, delete and
  * flush of tables, chains, rules, sets, elements and objects), and how an error names one.
  */
-import type { Family } from './expr.js';
+import type { Expr, Family } from './expr.js';
 import type { Chain, NftObj, NftSet, Rule, SetElement, Table } from './objects.js';
 
 export type TableOp = { verb: 'add' | 'create' | 'delete' | 'flush'; object: 'table' }
@@ -24,6 +24,33 @@ export type ElementOp = {
 /** A named stateful object: add (or create) with its data, delete by name (or handle). */
 export type ObjOp = { verb: 'add' | 'create' | 'delete'; object: 'obj' }
   & Pick<NftObj, 'family' | 'table' | 'name'> & { type: NftObj['type'] & string; handle?: number; userdata?: string; data?: NftObj['data'] };
+
+/**
+ * A rule added at the end of its chain whose expressions come encoded already: `encoded` is the
+ * NFTA_RULE_EXPRESSIONS attribute encodeExprs() gives for exactly the expressions `exprs` reads
+ * (the compile cache's, checked when it was stored, src/config/compile-cache.ts). The encoder
+ * copies the bytes and the batch's check does not walk the expressions again; `exprs` makes them
+ * only when something reads it (a description, a follow-up compare), the same frozen list the
+ * desired chain holds.
+ */
+export class EncodedRuleOp {
+  readonly verb = 'add' as const;
+  readonly object = 'rule' as const;
+  // Fields a rule op may have, present as undefined: the encoder's hints find none of them set.
+  readonly handle = undefined;
+  readonly position = undefined;
+  readonly id = undefined;
+  readonly positionId = undefined;
+  readonly chainId = undefined;
+  readonly compat = undefined;
+  readonly digest = undefined;
+  constructor(readonly family: Family, readonly table: string, readonly chain: string, readonly encoded: Buffer,
+    readonly userdata: string | undefined, private readonly exprsOf: (at: number) => Expr[], private readonly at: number) {}
+
+  get exprs(): Expr[] {
+    return this.exprsOf(this.at);
+  }
+}
 
 export type Op = TableOp | ChainOp | BoundChainOp | RuleOp | BoundRuleOp | SetOp | ElementOp | ObjOp;
 export type Verb = Op['verb'];

@@ -8,8 +8,8 @@
 import { COLLECT_BEFORE_OPS, collectGarbage } from '../base/heap.js';
 import { DumpInterruptedError, GenerationMismatchError, NetlinkError, PrivilegeError, SocketClosedError } from '../base/errors.js';
 import { Batch } from './batch.js';
-import { describeOp, type BoundRuleOp, type Op, type RuleOp } from './ops.js';
-import { validateOp } from './validate.js';
+import { EncodedRuleOp, describeOp, type BoundRuleOp, type Op, type RuleOp } from './ops.js';
+import { validateOp, validateRuleExprs } from './validate.js';
 import type { Expr, Family } from './expr.js';
 import { loadAddon, type Addon, type NativeCommitResult, type NativeSocket } from './addon.js';
 import type { Chain, ChainDigests, NftObj, NftSet, Rule, SetElement, Table } from './objects.js';
@@ -180,7 +180,7 @@ export class NftSocket implements NftConn {
     if (ops.length >= COLLECT_BEFORE_OPS) collectGarbage();
     let r;
     try {
-      r = await this.native.commit(ops, gen, options.echo === true, ops.length <= PREENCODE_UP_TO ? preencoded(ops) : undefined,
+      r = await this.native.commit(ops, gen, options.echo === true, ops.length <= PREENCODE_UP_TO ? preencoded(ops) : encodedAlready(ops),
         options.digests === true, encodeHints(ops));
     } catch (e) {
       throw refine(e, ops, gen);
@@ -197,7 +197,7 @@ export class NftSocket implements NftConn {
     if (native.commitNow === undefined) return false;
     let r;
     try {
-      r = native.commitNow(ops, gen, options.echo === true, ops.length <= PREENCODE_UP_TO ? preencoded(ops) : undefined,
+      r = native.commitNow(ops, gen, options.echo === true, ops.length <= PREENCODE_UP_TO ? preencoded(ops) : encodedAlready(ops),
         options.digests === true, encodeHints(ops));
     } catch (e) {
       throw refine(e, ops, gen);
@@ -254,6 +254,10 @@ export function preencoded(ops: readonly Op[]): (Buffer | undefined)[] | undefin
   let out: (Buffer | undefined)[] | undefined;
   for (let i = 0; i < ops.length; i++) {
     const op = ops[i]!;
+    if (op instanceof EncodedRuleOp) {
+      (out ??= new Array<Buffer | undefined>(ops.length))[i] = op.encoded;
+      continue;
+    }
     if (op.object !== 'rule' || op.verb === 'delete' || !Array.isArray(op.exprs)) continue;
     let b = encodedExprs.get(op.exprs);
     if (b === undefined) {
@@ -269,6 +273,27 @@ export function preencoded(ops: readonly Op[]): (Buffer | undefined)[] | undefin
     (out ??= new Array<Buffer | undefined>(ops.length))[i] = b;
   }
   return out;
+}
+
+/** The bytes of the ops that come encoded (EncodedRuleOp), by op index; undefined when none does. */
+function encodedAlready(ops: readonly Op[]): (Buffer | undefined)[] | undefined {
+  let out: (Buffer | undefined)[] | undefined;
+  for (let i = 0; i < ops.length; i++) {
+    const op = ops[i]!;
+    if (op instanceof EncodedRuleOp) (out ??= new Array<Buffer | undefined>(ops.length))[i] = op.encoded;
+  }
+  return out;
+}
+
+/**
+ * A rule's expressions checked as a batch checks them (validateOp) and encoded as a commit encodes
+ * them: the NFTA_RULE_EXPRESSIONS attribute an EncodedRuleOp carries. `previous`: the expressions
+ * checked just before (the same frozen object at the same place is not checked again). Throws the
+ * check's or the encoder's error.
+ */
+export function encodeRuleExprs(exprs: readonly Expr[], previous?: readonly Expr[]): Buffer {
+  validateRuleExprs(exprs, previous);
+  return loadAddon().encodeExprs(exprs);
 }
 
 /**
@@ -320,7 +345,7 @@ export function encodeHints(ops: readonly Op[]): Uint32Array {
   let n = 0;
   for (let k = 0; k < ops.length; k++) {
     const op = ops[k]!;
-    if (listed(op) && Array.isArray(op.exprs)) n += op.exprs.length;
+    if (listed(op) && !(op instanceof EncodedRuleOp) && Array.isArray(op.exprs)) n += op.exprs.length;
   }
   const out = new Uint32Array(ops.length + n);
   const ids = new Map<Expr, number>();
@@ -335,7 +360,8 @@ export function encodeHints(ops: readonly Op[]): Uint32Array {
       continue;
     }
     let word = !plain(op) ? 0 : prev !== undefined && atSamePlace(op, prev) ? SAME_PLACE | PLAIN : PLAIN;
-    const a = op.exprs;
+    // (the bytes of an encoded op are copied as they are: no ids, and its expressions are not made)
+    const a = op instanceof EncodedRuleOp ? undefined : op.exprs;
     if (Array.isArray(a) && at <= IDS_AT) {
       word |= at;
       const b = prev !== undefined && prevAt >= 0 ? prev.exprs : undefined;

@@ -7,7 +7,7 @@
  * rule; here it is refused instead.
  */
 import { InvalidOperationError } from '../base/errors.js';
-import type { Op } from './ops.js';
+import { EncodedRuleOp, type Op } from './ops.js';
 import { EXPR_SCHEMA, FAMILY, MAX_BLOB, MAX_DATA, MAX_STATEFUL_EXPRS, STATEFUL_KINDS, type Expr, type FieldSpec, type KindSpec } from './expr.js';
 import { CHAIN_F, OBJ_TYPE, type SetElement } from './objects.js';
 
@@ -57,6 +57,17 @@ function checkHex(index: number, field: string, v: unknown, max = MAX_USERDATA):
   if (v === undefined) return;
   if (typeof v !== 'string' || !HEX.test(v)) throw new InvalidOperationError(index, field, 'must be lowercase hex bytes');
   if (v.length / 2 > max) throw new InvalidOperationError(index, field, `is ${v.length / 2} bytes, more than ${max}`);
+}
+
+// NFTA_RULE_EXPRESSIONS, a nest
+const RULE_EXPRESSIONS = 4, NLA_F_NESTED = 0x8000;
+
+/** `b` is one NFTA_RULE_EXPRESSIONS attribute, its length its own (what encodeExprs gives). */
+function checkEncodedExprs(index: number, b: unknown): void {
+  if (!Buffer.isBuffer(b) || b.length < 4 || b.length > 0xffff || b.readUInt16LE(0) !== b.length
+    || (b.readUInt16LE(2) & ~NLA_F_NESTED) !== RULE_EXPRESSIONS) {
+    throw new InvalidOperationError(index, 'encoded', 'must be one NFTA_RULE_EXPRESSIONS attribute');
+  }
 }
 
 /** Throws InvalidOperationError when `op` cannot be encoded. */
@@ -114,7 +125,9 @@ export function validateOp(op: Op, index: number): void {
         checkU32(index, 'compat.proto', op.compat.proto);
         checkU32(index, 'compat.flags', op.compat.flags);
       }
-      if (op.verb !== 'delete') {
+      // Encoded already from expressions this check passed when they were stored: only the attribute's frame.
+      if (op instanceof EncodedRuleOp) checkEncodedExprs(index, op.encoded);
+      else if (op.verb !== 'delete') {
         if (!Array.isArray(op.exprs)) throw new InvalidOperationError(index, 'exprs', 'must be an array of expressions');
         validateExprs(op.exprs, index);
       }
@@ -291,6 +304,15 @@ function validateExprs(exprs: readonly Expr[], index: number): void {
   validateExprsOnce(exprs, index, 'exprs', lastChecked);
   lastChecked = exprs;
   if (index < REMEMBER_UP_TO_OP && Object.isFrozen(exprs) && exprs.every((e) => Object.isFrozen(e))) checkedFrozen.add(exprs);
+}
+
+/**
+ * Throws InvalidOperationError (op 0) when a rule's expressions would not pass a batch's check: the
+ * check an expression list is given before it is encoded once and kept (encodeRuleExprs). An
+ * expression that is the same frozen object at the same place in `previous` was checked there.
+ */
+export function validateRuleExprs(exprs: readonly Expr[], previous: readonly Expr[] = []): void {
+  validateExprsOnce(exprs, 0, 'exprs', previous);
 }
 
 const STATEFUL = new Set<string>(STATEFUL_KINDS);

@@ -25,7 +25,7 @@ const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const NFT = (extra = 0, last = 'ip saddr 10.1.0.2 tcp dport 22 counter accept') => everyKindNft('ac', { iif: 'dummy0' },
   [...Array.from({ length: extra }, (_, i) => `ip saddr 10.2.${i >> 8}.${i & 255} tcp dport 443 counter accept`), last]);
 
-const compiledIn = (dir: string) => (existsSync(dir) ? readdirSync(dir).filter((f) => f.startsWith('compiled-')) : []);
+const compiledIn = (dir: string) => (existsSync(dir) ? readdirSync(dir).filter((f) => f.startsWith('compiled-') && f.endsWith('.json')) : []);
 
 describe('nfkeeper apply: the compile cache', { timeout: 240_000 }, () => {
   const ns = netnsPerTest('cli-apply-cache', (n) => n.exec('ip', ['link', 'add', 'dummy0', 'type', 'veth', 'peer', 'name', 'peer0']));

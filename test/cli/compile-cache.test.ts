@@ -63,7 +63,7 @@ describe('nfkeeper run: the compile cache', { timeout: 180_000 }, () => {
     const { dir, args } = setUp();
     const first = await runOnce(args, dir);
     expect(said(first, 'compile cache')).toMatch(/^compile cache not used; the config was compiled: there is none/);
-    const cache = readdirSync(dir).find((f) => f.startsWith('compiled-'))!;
+    const cache = readdirSync(dir).find((f) => f.startsWith('compiled-') && f.endsWith('.json'))!;
     expect(statSync(join(dir, cache)).mode & 0o777).toBe(0o600);
     expect(statSync(dir).mode & 0o777).toBe(0o700);
     // The second start verifies the install by a read and leaves its record at SIGTERM; the third has both.
@@ -81,7 +81,7 @@ describe('nfkeeper run: the compile cache', { timeout: 180_000 }, () => {
   it('a reboot (the record directory emptied, the cache directory kept): the first start compiles nothing; a cache left in the record directory by an earlier version is not read', async () => {
     const { dir, record, args } = setUp();
     await runOnce(args, dir);
-    const stored = readdirSync(dir).find((f) => f.startsWith('compiled-'))!;
+    const stored = readdirSync(dir).find((f) => f.startsWith('compiled-') && f.endsWith('.json'))!;
     // /run cleared; an earlier version's cache beside the record would be there only before a reboot,
     // but one there is not looked at: a damaged one does not matter.
     rmSync(record, { recursive: true, force: true });
@@ -198,7 +198,7 @@ describe('nfkeeper run: the compile cache', { timeout: 180_000 }, () => {
     const { dir, args } = setUp();
     await runOnce(args, dir);
     await runOnce(args, dir);
-    const file = join(dir, readdirSync(dir).find((f) => f.startsWith('compiled-'))!);
+    const file = join(dir, readdirSync(dir).find((f) => f.startsWith('compiled-') && f.endsWith('.json'))!);
     const whole = readFileSync(file);
     const before = ruleset();
     const g = gen();
@@ -223,7 +223,7 @@ describe('nfkeeper run: the compile cache', { timeout: 180_000 }, () => {
     const { dir, args } = setUp();
     await runOnce(args, dir);
     await runOnce(args, dir);
-    const file = join(dir, readdirSync(dir).find((f) => f.startsWith('compiled-'))!);
+    const file = join(dir, readdirSync(dir).find((f) => f.startsWith('compiled-') && f.endsWith('.json'))!);
     const whole = readFileSync(file, 'latin1');
     const body = whole.slice(0, whole.lastIndexOf('\n', whole.length - 2));
     // After the header, the chains' counts and the number of expression lines: the chain's length

@@ -12,7 +12,7 @@ import { join, relative } from 'node:path';
 import { beforeEach, describe, expect, it } from 'vitest';
 import { compactAsCompiled } from '../../src/model/compact.js';
 import {
-  ANOTHER_BUILDS_AFTER_MS, TEMP_LEFT_FOR_MS, UNUSED_FOR_MS, compileCachePathOf, loadConfigCached, pruneCompileCache,
+  ANOTHER_BUILDS_AFTER_MS, TEMP_LEFT_FOR_MS, UNUSED_FOR_MS, compileCachePathOf, encodedPathOf, loadConfigCached, pruneCompileCache,
 } from '../../src/config/compile-cache.js';
 import { runNow } from '../../src/base/sliced.js';
 import { tempDir } from '../helpers/tmp.js';
@@ -60,7 +60,8 @@ describe('the compile cache: one entry per config, and what a store removes', ()
     // The two spellings of one config keep one file: the second replaces the first.
     expect(load(inReal).stored).toBeUndefined();
     expect(load(join(dir, 'via', 'c.yaml')).stored).toBeUndefined();
-    expect(names()).toHaveLength(1);
+    const entry = key(inReal).slice(cacheDir.length + 1);
+    expect(names()).toEqual([entry.replace(/json$/, 'encoded'), entry]);
   });
 
   it('a symlinked config is keyed by its own name: a link switched to another target keeps its one entry', () => {
@@ -77,7 +78,8 @@ describe('the compile cache: one entry per config, and what a store removes', ()
     expect(switched.cache).toMatchObject({ used: false, why: expect.stringMatching(/current\.yaml changed/) });
     expect(switched.config.tables[0]!.chains[0]!.rules[0]!.text).toBe('ip saddr 10.0.0.2 masquerade');
     expect(load(link).cache.used).toBe(true);
-    expect(names()).toEqual([compileCachePathOf(cacheDir, '/run/netns/x', link).slice(cacheDir.length + 1)]);
+    const entry = compileCachePathOf(cacheDir, '/run/netns/x', link).slice(cacheDir.length + 1);
+    expect(names()).toEqual([entry.replace(/json$/, 'encoded'), entry]);
   });
 
   it('a store removes entries unused for a month and another build\'s unused for a day; keeps the rest', async () => {
@@ -110,9 +112,10 @@ describe('the compile cache: one entry per config, and what a store removes', ()
     const before = names();
     const now = load(config('now.yaml'));
     expect(now.stored).toBeUndefined();
-    expect(existsSync(path(month))).toBe(false);
-    expect(existsSync(path(other))).toBe(false);
-    expect(names()).toEqual([...before.filter((n) => ![path(month), path(other)].some((p) => p.endsWith(n))), now.cache.file.slice(cacheDir.length + 1)].sort());
+    const gone = [path(month), path(other)].flatMap((p) => [p, encodedPathOf(p)]);
+    for (const p of gone) expect(existsSync(p), p).toBe(false);
+    const stored = now.cache.file.slice(cacheDir.length + 1);
+    expect(names()).toEqual([...before.filter((n) => !gone.some((p) => p.endsWith(`/${n}`))), stored, stored.replace(/json$/, 'encoded')].sort());
     for (const f of foreign) expect(existsSync(join(cacheDir, f)), f).toBe(true);
     if (process.geteuid?.() === 0) expect(existsSync(theirs)).toBe(true);
     // The entries kept still load.
@@ -159,8 +162,28 @@ describe('the compile cache: one entry per config, and what a store removes', ()
     expect(pruneCompileCache(join(dir, 'none'), 'test')).toEqual([]);
     const file = config('g.yaml');
     expect(load(file).stored).toBeUndefined();
-    unlinkSync(compileCachePathOf(cacheDir, '/run/netns/x', file));
+    const entry = compileCachePathOf(cacheDir, '/run/netns/x', file);
+    unlinkSync(entry);
+    unlinkSync(encodedPathOf(entry));
     expect(pruneCompileCache(cacheDir, 'test', Date.now() + 100 * UNUSED_FOR_MS)).toEqual([]);
+  });
+
+  it('an entry\'s encoded rules go with it; left without it, they go after an hour (a store writes them first)', () => {
+    const file = config('e.yaml');
+    expect(load(file).stored).toBeUndefined();
+    const entry = compileCachePathOf(cacheDir, '/run/netns/x', file);
+    const encoded = encodedPathOf(entry);
+    expect(existsSync(encoded)).toBe(true);
+    unlinkSync(entry);
+    // Without its entry as a store's first write leaves them: kept while recent.
+    expect(pruneCompileCache(cacheDir, 'test', Date.now() + TEMP_LEFT_FOR_MS - 60_000)).toEqual([]);
+    expect(pruneCompileCache(cacheDir, 'test', Date.now() + TEMP_LEFT_FOR_MS + 60_000)).toEqual([encoded.slice(cacheDir.length + 1)]);
+    // With its entry, however old: they go when the entry goes, not before.
+    expect(load(file).stored).toBeUndefined();
+    age(encodedPathOf(entry), 10 * UNUSED_FOR_MS);
+    expect(pruneCompileCache(cacheDir, 'test')).toEqual([]);
+    age(entry, UNUSED_FOR_MS + DAY);
+    expect(pruneCompileCache(cacheDir, 'test').sort()).toEqual([encoded, entry].map((p) => p.slice(cacheDir.length + 1)).sort());
   });
 });
 

@@ -5,18 +5,24 @@
  * interface's index or name) or a cache file cut short or changed at any byte is an ordinary
  * compile of what is there now, with the reason, never an error.
  */
-import { appendFileSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
+import { appendFileSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { beforeEach, describe, expect, it, vi } from 'vitest';
 import { loadConfig, type Config, type LoadOptions } from '../../src/config/config.js';
-import { changedInput, compileCachePathOf, loadConfigCached, unfaithful } from '../../src/config/compile-cache.js';
+import { changedInput, compileCachePathOf, encodedPathOf, loadConfigCached, unfaithful } from '../../src/config/compile-cache.js';
 import type { CompileInput } from '../../src/base/compile-inputs.js';
 import { sha256 } from '../../src/base/sha256.js';
 import { runNow } from '../../src/base/sliced.js';
 import { chainDigestsSteps, desiredDigest } from '../../src/model/desired-digest.js';
 import { localIsUtc } from '../../src/rules/intvalues.js';
 import { compactAsCompiled } from '../../src/model/compact.js';
-import { ruleAt, ruleCount, rulesMade } from '../../src/model/desired.js';
+import { encodedRuleAt, ruleAt, ruleCount, rulesMade } from '../../src/model/desired.js';
+import { loadAddon } from '../../src/netlink/addon.js';
+import { Batch } from '../../src/netlink/batch.js';
+import { EncodedRuleOp } from '../../src/netlink/ops.js';
+import { encodeHints } from '../../src/netlink/socket.js';
+import { planTable } from '../../src/keeper/plan.js';
+import type { TableDiff } from '../../src/keeper/table.js';
 import { interfaceTable, type InterfaceResolver } from '../../src/rules/render.js';
 import { tempDir } from '../helpers/tmp.js';
 import { damagedCopies } from '../helpers/mutate.js';
@@ -112,7 +118,7 @@ describe('the compile cache', () => {
       expect(again.config.tables.flatMap((t) => t.chains.flatMap((c) => c.rules.map((r) => r.compiled.text))))
         .toEqual(fresh(file).tables.flatMap((t) => t.chains.flatMap((c) => c.rules.map((r) => r.compiled.text))));
     }
-    const st = readdirSync(cacheDir).map((f) => readFileSync(join(cacheDir, f)).length);
+    const st = readdirSync(cacheDir).filter((f) => f.endsWith('.json')).map((f) => readFileSync(join(cacheDir, f)).length);
     expect(st).toHaveLength(2);
   });
 
@@ -195,6 +201,92 @@ describe('the compile cache', () => {
       expect(desiredDigest(again.config.tables.map((t) => ({ ...t, chains: [...t.chains] })))).toBe(want);
       expect(again.config.tables.flatMap((t) => t.chains).filter((c) => ruleCount(c) > 0).every((c) => !rulesMade(c))).toBe(true);
       if (again.config.tables.length > 1) expect(desiredDigest(again.config.tables.slice(1))).not.toBe(want);
+    }
+  });
+
+  it("each rule's stored encoding is encodeExprs' of the rule the load makes, known before it is made; a rule with anonymous sets has none", () => {
+    const files = [join(dir, 'main.nft'), join(dir, 'c.yaml'),
+      ...readdirSync(EXAMPLES).filter((f) => /\.(ya?ml|nft)$/.test(f)).map((f) => join(EXAMPLES, f))];
+    let encoded = 0, withUserdata = 0, withSets = 0;
+    for (const file of files) {
+      load(file);
+      const hit = load(file);
+      expect(hit.cache.used, file).toBe(true);
+      const want = fresh(file);
+      for (const [ti, t] of hit.config.tables.entries()) {
+        for (const [ci, c] of t.chains.entries()) {
+          const n = ruleCount(c);
+          const got = Array.from({ length: n }, (_, j) => encodedRuleAt(c, j));
+          expect(encodedRuleAt(c, n)).toBeUndefined();
+          // Known without making a rule.
+          if (n > 0) expect(rulesMade(c), `${file} ${c.name}`).toBe(false);
+          for (let j = 0; j < n; j++) {
+            const w = want.tables[ti]!.chains[ci]!.rules[j]!.compiled;
+            const x = got[j];
+            if (w.sets.length > 0) {
+              withSets++;
+              expect(x, `${file} ${c.name} ${j}`).toBeUndefined();
+              continue;
+            }
+            encoded++;
+            if (w.userdata !== undefined) withUserdata++;
+            expect(x?.userdata, `${file} ${c.name} ${j}`).toBe(w.userdata);
+            // The bytes of the rule the load makes, and of the compile's: the encoder's, byte for byte.
+            expect(x?.exprs.equals(loadAddon().encodeExprs(ruleAt(c, j)!.compiled.exprs)), `${file} ${c.name} ${j}`).toBe(true);
+            expect(x?.exprs.equals(loadAddon().encodeExprs(w.exprs)), `${file} ${c.name} ${j}`).toBe(true);
+          }
+        }
+      }
+    }
+    expect([encoded >= 10, withUserdata > 0, withSets > 0]).toEqual([true, true, true]);
+  });
+
+  it("the encoded rules' file cut, changed at a byte, gone, or another store's: no rule encoded, the cache used all the same", () => {
+    const file = join(dir, 'main.nft');
+    load(file);
+    const main = compileCachePathOf(cacheDir, undefined, file);
+    const path = encodedPathOf(main);
+    const whole = readFileSync(path);
+    const encodedRules = (c: Config) => c.tables.flatMap((t) => t.chains.flatMap((ch) => Array.from({ length: ruleCount(ch) }, (_, j) => encodedRuleAt(ch, j))))
+      .filter((x) => x !== undefined).length;
+    expect(encodedRules(load(file).config)).toBeGreaterThan(5);
+    // Another store's file: the config stored again (a new token), the earlier file put back.
+    rmSync(main);
+    expect(load(file).stored).toBeUndefined();
+    const flipped = Buffer.from(whole);
+    flipped[whole.length >> 1] = flipped[whole.length >> 1]! ^ 1;
+    for (const [what, bytes] of [['cut', whole.subarray(0, whole.length - 9)], ['flipped', flipped], ['gone', undefined], ['another store\'s', whole]] as const) {
+      if (bytes === undefined) rmSync(path);
+      else writeFileSync(path, bytes, { mode: 0o600 });
+      const hit = load(file);
+      expect(hit.cache.used, what).toBe(true);
+      expect(encodedRules(hit.config), what).toBe(0);
+      expectSameGraph(fresh(file), hit.config);
+    }
+  });
+
+  it('an install from the cache into an empty table adds its rules encoded, planned, checked and encoded without making one', () => {
+    const file = join(dir, 'main.nft');
+    load(file);
+    const hit = load(file);
+    const want = fresh(file);
+    for (const [ti, t] of hit.config.tables.entries()) {
+      const batch = new Batch();
+      planTable(batch, t, { table: undefined, chains: new Map(), rules: new Map() },
+        { drift: [{ kind: 'table-missing', family: t.family, table: t.name, detail: '' }], chains: new Map(), elements: new Map() } as unknown as TableDiff);
+      const hints = encodeHints(batch.ops);
+      const rules = batch.ops.filter((op) => op.object === 'rule');
+      const plain = want.tables[ti]!.chains.flatMap((c) => c.rules).filter((r) => r.compiled.sets.length === 0);
+      expect(rules.filter((op) => op instanceof EncodedRuleOp)).toHaveLength(plain.length);
+      expect(hints.length).toBeGreaterThan(0);
+      // Only the rules with anonymous sets were made (their sets' ops come from them).
+      for (const c of t.chains) {
+        const sets = want.tables[ti]!.chains.find((w) => w.name === c.name)!.rules.some((r) => r.compiled.sets.length > 0);
+        if (ruleCount(c) > 0 && !sets) expect(rulesMade(c), c.name).toBe(false);
+      }
+      // An op's expressions, read, are the rule's (made then).
+      const op = rules.find((x) => x instanceof EncodedRuleOp) as EncodedRuleOp | undefined;
+      if (op) expect(op.exprs).toBe(ruleAt(t.chains.find((c) => c.name === op.chain)!, 0)!.compiled.exprs);
     }
   });
 

@@ -19,7 +19,7 @@
 import { describe, expect, it } from 'vitest';
 import { Batch, open } from '../../src/index.js';
 import { loadAddon } from '../../src/netlink/addon.js';
-import type { Op } from '../../src/netlink/ops.js';
+import { EncodedRuleOp, type Op } from '../../src/netlink/ops.js';
 import { AT_SAME_PLACE, encodeHints } from '../../src/netlink/socket.js';
 import type { Expr } from '../../src/netlink/expr.js';
 import { compileRule, ruleKey } from '../../src/rules/index.js';
@@ -98,6 +98,58 @@ add rule ip t c ip saddr 10.0.0.3 return`);
         s.close();
       }
     }, 'shared');
+  });
+
+  it('rules added encoded (EncodedRuleOp) install as the same ops with their expressions, in a big batch and a small one, without reading them', async () => {
+    await withNetns(async (ns) => {
+      const s = open({ netns: ns.path });
+      try {
+        const setup: Op[] = [{ verb: 'add', object: 'table', family: 'ip', name: 't' }, { verb: 'add', object: 'chain', family: 'ip', table: 't', name: 'c' }];
+        const lists = Array.from({ length: 300 }, (_, i) => frozen(exprsOf(`ip saddr 10.3.${i >> 8}.${i & 255} tcp dport ${1 + i} ${i % 3 === 0 ? 'counter ' : ''}accept`)));
+        let read = 0;
+        const exprsAt = (j: number) => {
+          read++;
+          return lists[j]!;
+        };
+        for (const n of [300, 5]) {
+          const plainOps: Op[] = [...setup], encodedOps: Op[] = [...setup];
+          for (let i = 0; i < n; i++) {
+            const userdata = i % 7 === 0 ? '0102' : undefined;
+            plainOps.push({ verb: 'add', object: 'rule', ...at, exprs: lists[i]!, ...(userdata ? { userdata } : {}) });
+            // Every other rule encoded: the encoder's place hints run across both kinds.
+            encodedOps.push(i % 2 === 0 ? new EncodedRuleOp('ip', 't', 'c', loadAddon().encodeExprs(lists[i]!), userdata, exprsAt, i)
+              : plainOps[plainOps.length - 1]!);
+          }
+          const installed = async () => (await s.listRules(at)).map((r) => `${ruleKey({ exprs: r.exprs })} ${r.userdata ?? ''}`);
+          ns.nft('flush ruleset');
+          const want = await s.commit(plainOps, { digests: true });
+          const rules = await installed();
+          ns.nft('flush ruleset');
+          const got = await s.commit(new Batch().push(encodedOps[0]!).push(encodedOps[1]!), {});
+          expect(got).toBeUndefined();
+          const batch = new Batch();
+          for (const op of encodedOps.slice(2)) batch.push(op);
+          const r = await s.commit(batch, { digests: true });
+          expect(await installed()).toEqual(rules);
+          expect(rules).toHaveLength(n);
+          expect(r && r.digests).toEqual(want && want.digests!.slice(2));
+          expect(read).toBe(0);
+        }
+        // Bytes that are not one NFTA_RULE_EXPRESSIONS attribute: refused when queued, naming the op.
+        const good = loadAddon().encodeExprs(lists[0]!);
+        const cut = good.subarray(0, good.length - 4);
+        const other = Buffer.from(good);
+        other.writeUInt16LE(0x8000 | 3, 2);
+        for (const bytes of [cut, other, Buffer.alloc(0)]) {
+          expect(() => new Batch().push(setup[0]!).push(new EncodedRuleOp('ip', 't', 'c', bytes, undefined, exprsAt, 0)))
+            .toThrow(/operation 1: encoded: must be one NFTA_RULE_EXPRESSIONS attribute/);
+        }
+        // Its expressions, read, are the list's.
+        expect(new EncodedRuleOp('ip', 't', 'c', good, undefined, exprsAt, 0).exprs).toBe(lists[0]);
+      } finally {
+        s.close();
+      }
+    }, 'encoded');
   });
 
   it('hinted ops install the same rules, with the same digests of what was sent, as the same ops read in full', async () => {

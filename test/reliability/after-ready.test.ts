@@ -345,7 +345,7 @@ describe('faults in the work after ready and in the files it keeps', { timeout: 
           await stop(d);
         }
       }
-      const cacheFile = join(cacheDirOf(ns), readdirSync(cacheDirOf(ns)).find((f) => f.startsWith('compiled-'))!);
+      const cacheFile = join(cacheDirOf(ns), readdirSync(cacheDirOf(ns)).find((f) => f.startsWith('compiled-') && f.endsWith('.json'))!);
       const recordFile = join(ns.record, readdirSync(ns.record).find((f) => f.startsWith('restart-'))!);
       const whole = { cache: readFileSync(cacheFile), record: readFileSync(recordFile) };
       const want = { dump: dump(ns), generation: generation(ns) };
