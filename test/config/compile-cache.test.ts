@@ -165,20 +165,22 @@ describe('the compile cache', () => {
 
   it('a rule made alone (ruleAt) at the first, a middle and the last place: only it made, the same object in the chain once made, as compiled', () => {
     const file = join(dir, 'big.yaml');
-    // More rules than a slice of the work (4,096): half-way, the middle rule is made by the work, the last not.
+    // Many slices of the work: half-way through the scan for the rules' lines, or half-way through
+    // the making (the middle rule made by the work, the last not).
     const n = 6000;
     const rules = Array.from({ length: n }, (_, i) => `          - ip saddr 10.${i >> 16}.${(i >> 8) & 255}.${i & 255} tcp dport ${1 + (i % 1000)} counter accept`);
     writeFileSync(file, ['tables:', '  - family: ip', '    name: big', '    chains:', '      - name: c', '        rules:', ...rules,
       '      - name: d', '        rules:', '          - ip daddr 192.0.2.1 drop', ''].join('\n'));
     expect(load(file).stored).toBeUndefined();
     const want = fresh(file).tables[0]!.chains[0]!.rules;
-    for (const half of [false, true]) {
+    for (const steps of [0, 1, 16]) {
+      const half = steps > 0;
       const hit = load(file);
       expect(hit.cache.used).toBe(true);
       const [c, d] = hit.config.tables[0]!.chains;
       // Half-way through the work for after ready, or before it.
       const work = hit.make!();
-      if (half) expect(work.next().done).toBe(false);
+      for (let i = 0; i < steps; i++) expect(work.next().done).toBe(false);
       const places = [0, n >> 1, n - 1];
       const alone = places.map((j) => ruleAt(c!, j)!);
       expect(ruleAt(c!, n)).toBeUndefined();
