@@ -23,8 +23,8 @@
  * --delete-at first|middle|last: a repair right after the restart: when the daemon logs `nfkeeper
  * running`, `nft delete rule` of the chain's rule at that place, then another deletion (the rule
  * after it, or before the last) --later-ms after ready; each repair's latencyMs from the daemon's
- * own `repaired` log line, and from outside: from nft's exit (its commit done) to that line read,
- * which also holds the event's wait for the daemon's loop (work after ready in slices). The handles
+ * own `repaired` log line (from the event's callback: not the event's wait for the daemon's loop),
+ * and from outside: from the spawn of nft to that line read, which holds that wait too. The handles
  * are listed before each start (not timed), and each measured start follows one of the same build
  * that records the handles the other build's repairs left.
  *
@@ -118,9 +118,10 @@ const KINDS: Record<string, StartKind> = {
       for (const [k, h] of s.handles!.entries()) {
         if (k > 0) await new Promise((r) => setTimeout(r, Math.max(0, s.readyAt + LATER_MS - performance.now())));
         const got = s.nextRepair();
-        s.ns.exec('nft', ['delete', 'rule', 'ip', 'big', 'c', 'handle', String(h)]);
-        // From nft's exit (its commit done): the event's wait for the daemon's loop, the repair and the log line.
+        // From nft's spawn: its own start and commit (the same for both builds), the event's wait for
+        // the daemon's loop, the repair and the log line.
         const deleted = performance.now();
+        s.ns.exec('nft', ['delete', 'rule', 'ip', 'big', 'c', 'handle', String(h)]);
         const r = await Promise.race([got, new Promise<undefined>((res) => setTimeout(() => res(undefined), 60_000))]);
         repairMs.push(r?.latencyMs ?? NaN);
         seenMs.push(r ? r.at - deleted : NaN);
@@ -222,7 +223,7 @@ try {
         console.log(`round ${round + 1} ${i === 0 ? 'a' : 'b'}: ready ${r.wallS.toFixed(2)} s, CPU ${r.cpuS.toFixed(2)} s, peak RSS ${r.hwmMiB.toFixed(0)} MiB, ` +
           `${r.wrote ? 'wrote' : 'nothing written'}${r.record ? ` (${r.record})` : ''}${r.cache ? ` (${r.cache})` : ''}` +
           `${r.repairMs ? `; repair at ready ${r.repairMs[0]!.toFixed(1)} ms, ${LATER_MS} ms after ${r.repairMs[1]!.toFixed(1)} ms` +
-            ` (its line read ${r.seenMs![0]!.toFixed(1)} ms, ${r.seenMs![1]!.toFixed(1)} ms after the deletion)` : ''}; load ${loadavg()}`);
+            ` (its line read ${r.seenMs![0]!.toFixed(1)} ms, ${r.seenMs![1]!.toFixed(1)} ms after nft's spawn)` : ''}; load ${loadavg()}`);
       }
       if (NFT) {
         const r = await withBenchNetns('restart-nft', async (peer) => nftFile(peer, nftRules));
@@ -235,7 +236,7 @@ try {
       console.log(`${i === 0 ? 'a' : 'b'} ${roots[i]}${OWNERS > 0 ? ` (${OWNERS} owners)` : ''}: median ready ${med(rs.map((r) => r.wallS)).toFixed(2)} s, CPU ${med(rs.map((r) => r.cpuS)).toFixed(2)} s, ` +
         `peak RSS ${Math.max(...rs.map((r) => r.hwmMiB)).toFixed(0)} MiB` +
         `${DELETE_AT ? `, repair at ready ${med(rs.map((r) => r.repairMs![0]!)).toFixed(1)} ms, ${LATER_MS} ms after ${med(rs.map((r) => r.repairMs![1]!)).toFixed(1)} ms` +
-          ` (its line read ${med(rs.map((r) => r.seenMs![0]!)).toFixed(1)} ms, ${med(rs.map((r) => r.seenMs![1]!)).toFixed(1)} ms after the deletion)` : ''}`);
+          ` (its line read ${med(rs.map((r) => r.seenMs![0]!)).toFixed(1)} ms, ${med(rs.map((r) => r.seenMs![1]!)).toFixed(1)} ms after nft's spawn)` : ''}`);
     }
     if (NFT) console.log(`nft -f: median ${med(nftRuns.map((r) => r.wallS)).toFixed(2)} s, CPU ${med(nftRuns.map((r) => r.cpuS)).toFixed(2)} s`);
   });

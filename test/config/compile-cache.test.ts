@@ -16,7 +16,7 @@ import { runNow } from '../../src/base/sliced.js';
 import { chainDigestsSteps, desiredDigest } from '../../src/model/desired-digest.js';
 import { localIsUtc } from '../../src/rules/intvalues.js';
 import { compactAsCompiled } from '../../src/model/compact.js';
-import { ruleAt, ruleCount, rulesMade } from '../../src/model/desired.js';
+import { appendRules, ruleAt, ruleCount, rulesMade, type TableConfig } from '../../src/model/desired.js';
 import { interfaceTable, type InterfaceResolver } from '../../src/rules/render.js';
 import { tempDir } from '../helpers/tmp.js';
 import { damagedCopies } from '../helpers/mutate.js';
@@ -222,6 +222,25 @@ describe('the compile cache', () => {
       expect(desiredDigest(again.config.tables.map((t) => ({ ...t, chains: [...t.chains] })))).toBe(want);
       expect(again.config.tables.flatMap((t) => t.chains).filter((c) => ruleCount(c) > 0).every((c) => !rulesMade(c))).toBe(true);
       if (again.config.tables.length > 1) expect(desiredDigest(again.config.tables.slice(1))).not.toBe(want);
+      // A chain with rules appended (a dispatch chain with the owners' jumps): its digest composed of
+      // the cached chain's and the jumps', the same as a fresh compile's, still without making a rule.
+      const big = (tables: readonly TableConfig[]) => tables.flatMap((t) => t.chains).reduce((a, c) => (ruleCount(c) > ruleCount(a) ? c : a));
+      const jumps = fresh(file).tables.flatMap((t) => t.chains).flatMap((c) => c.rules).slice(0, 2);
+      const withJumps = (tables: readonly TableConfig[], extra = jumps) =>
+        tables.map((t) => ({ ...t, chains: t.chains.map((c) => (c === big(tables) ? appendRules(c, extra) : c)) }));
+      const joined = withJumps(again.config.tables);
+      expect(desiredDigest(joined)).toBe(desiredDigest(withJumps(compiled)));
+      expect(desiredDigest(joined)).not.toBe(want);
+      expect(desiredDigest(joined)).not.toBe(desiredDigest(withJumps(compiled, jumps.slice(1))));
+      expect(rulesMade(big(again.config.tables))).toBe(false);
+      const appended = big(joined);
+      expect(rulesMade(appended)).toBe(false);
+      expect(ruleCount(appended)).toBe(ruleCount(big(compiled)) + 2);
+      // Its rules once read: the chain's, then the jumps, the same objects as rule by rule.
+      const last = ruleAt(appended, ruleCount(appended) - 1);
+      expect(last).toBe(jumps[1]);
+      expect(appended.rules.slice(0, -2)).toEqual(big(compiled).rules);
+      expect(appended.rules.at(-1)).toBe(last);
     }
   });
 
