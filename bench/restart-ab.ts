@@ -34,9 +34,10 @@
  * --owners K: the config has an owners section (table big, dispatch chain d, a regular chain of its
  * own beside S8's) and a state file of this run's holding K owners, each a chain of one rule and a
  * jump to it from d: their rules are merged into the desired state the record is compared with.
+ * --dispatch c: the dispatch chain is S8's chain itself (its N config rules, then the jumps).
  *
  *   sudo npx tsx bench/restart-ab.ts --a /path/to/checkoutA --b /path/to/checkoutB [--n 100000] [--rounds 3] [--hold-ms 1500] [--from-empty]
- *     [--nft] [--reboot] [--delete-at middle] [--later-ms 3000] [--owners 5]
+ *     [--nft] [--reboot] [--delete-at middle] [--later-ms 3000] [--owners 5] [--dispatch c]
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -62,6 +63,8 @@ const NFT = process.argv.includes('--nft');
 const DELETE_AT = arg('--delete-at');
 const LATER_MS = Number(arg('--later-ms', '3000'));
 const OWNERS = Number(arg('--owners', '0'));
+const DISPATCH = arg('--dispatch', 'd')!;
+if (!['c', 'd'].includes(DISPATCH)) throw new Error('--dispatch c|d');
 if (DELETE_AT !== undefined && !['first', 'middle', 'last'].includes(DELETE_AT)) throw new Error('--delete-at first|middle|last');
 const CLK_TCK = 100;
 const cpuSeconds = (pid: number) => {
@@ -193,10 +196,10 @@ try {
   const config = join(dir, 'c.yaml');
   writeFileSync(config, chainYaml(N));
   if (OWNERS > 0) {
-    writeFileSync(config, `${chainYaml(N)}      - name: d\n        rules: []\nowners:\n  family: ip\n  table: big\n  dispatch: [d]\n` +
+    writeFileSync(config, `${chainYaml(N)}      - name: d\n        rules: []\nowners:\n  family: ip\n  table: big\n  dispatch: [${DISPATCH}]\n` +
       `  socket: ${join(dir, 'owners.sock')}\n  state: ${join(dir, 'owners.json')}\n`, 'utf8');
     const owners = Object.fromEntries(Array.from({ length: OWNERS }, (_, i) => [`o${i}`,
-      { chains: [{ name: 'c', rules: [`ip daddr 192.0.2.${i + 1} tcp dport 80 accept`] }], jumps: { d: [`ip saddr 10.9.${i >> 8}.${i & 255} jump c`] } }]));
+      { chains: [{ name: 'c', rules: [`ip daddr 192.0.2.${i + 1} tcp dport 80 accept`] }], jumps: { [DISPATCH]: [`ip saddr 10.9.${i >> 8}.${i & 255} jump c`] } }]));
     writeFileSync(join(dir, 'owners.json'), `${JSON.stringify({ version: 1, owners })}\n`);
   }
   const nftRules = join(dir, 'c.nft');
