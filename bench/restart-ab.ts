@@ -26,7 +26,8 @@
  * own `repaired` log line (from the event's callback: not the event's wait for the daemon's loop),
  * and from outside: from the spawn of nft to that line read, which holds that wait too. The handles
  * are listed before each start (not timed), and each measured start follows one of the same build
- * that records the handles the other build's repairs left.
+ * that records the handles the other build's repairs left (with --from-empty too: the install into
+ * the emptied ruleset gives the rules those handles again).
  *
  * --from-empty, --reboot and --delete-at are kinds of start (KINDS below): what each does before
  * the spawn and after ready.
@@ -109,10 +110,7 @@ interface StartKind {
 }
 
 const KINDS: Record<string, StartKind> = {
-  // Every start installs the N rules (the record cannot match; a compile cache stored by the warm-up can).
-  '--from-empty': { before: (s) => void s.ns.exec('nft', ['flush', 'ruleset']) },
-  // As a reboot clears /run: the record goes; a --cache-dir stays.
-  '--reboot': { before: (s) => { if (s.recordDir) rmSync(s.recordDir, { recursive: true, force: true }); } },
+  // Listed before the flush of --from-empty: the install into an emptied ruleset gives the same handles.
   '--delete-at': {
     before: (s) => { if (!s.warmUp) s.handles = deletedPlaces(N).map((j) => handlesOf(s.ns)[j]!); },
     afterReady: async (s) => {
@@ -132,6 +130,10 @@ const KINDS: Record<string, StartKind> = {
       Object.assign(s.out, { repairMs, seenMs });
     },
   },
+  // Every start installs the N rules (the record cannot match; a compile cache stored by the warm-up can).
+  '--from-empty': { before: (s) => void s.ns.exec('nft', ['flush', 'ruleset']) },
+  // As a reboot clears /run: the record goes; a --cache-dir stays.
+  '--reboot': { before: (s) => { if (s.recordDir) rmSync(s.recordDir, { recursive: true, force: true }); } },
 };
 const kinds = Object.entries(KINDS).filter(([flag]) => process.argv.includes(flag)).map(([, kind]) => kind);
 
