@@ -23,15 +23,22 @@
  * --delete-at first|middle|last: a repair right after the restart: when the daemon logs `nfkeeper
  * running`, `nft delete rule` of the chain's rule at that place, then another deletion (the rule
  * after it, or before the last) --later-ms after ready; each repair's latencyMs from the daemon's
- * own `repaired` log line. The handles are listed before each start (not timed), and each measured
- * start follows one of the same build that records the handles the other build's repairs left.
+ * own `repaired` log line (from the event's callback: not the event's wait for the daemon's loop),
+ * and from outside: from the spawn of nft to that line read, which holds that wait too. The handles
+ * are listed before each start (not timed), and each measured start follows one of the same build
+ * that records the handles the other build's repairs left (with --from-empty too: the install into
+ * the emptied ruleset gives the rules those handles again).
+ *
+ * --from-empty, --reboot and --delete-at are kinds of start (KINDS below): what each does before
+ * the spawn and after ready.
  *
  * --owners K: the config has an owners section (table big, dispatch chain d, a regular chain of its
  * own beside S8's) and a state file of this run's holding K owners, each a chain of one rule and a
  * jump to it from d: their rules are merged into the desired state the record is compared with.
+ * --dispatch c: the dispatch chain is S8's chain itself (its N config rules, then the jumps).
  *
  *   sudo npx tsx bench/restart-ab.ts --a /path/to/checkoutA --b /path/to/checkoutB [--n 100000] [--rounds 3] [--hold-ms 1500] [--from-empty]
- *     [--nft] [--reboot] [--delete-at middle] [--later-ms 3000] [--owners 5]
+ *     [--nft] [--reboot] [--delete-at middle] [--later-ms 3000] [--owners 5] [--dispatch c]
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -53,12 +60,12 @@ if (!roots[0] || !roots[1]) throw new Error('usage: restart-ab.ts --a CHECKOUT -
 const N = Number(arg('--n', '100000'));
 const ROUNDS = Number(arg('--rounds', '3'));
 const HOLD_MS = Number(arg('--hold-ms', '1500'));
-const FROM_EMPTY = process.argv.includes('--from-empty');
 const NFT = process.argv.includes('--nft');
-const REBOOT = process.argv.includes('--reboot');
 const DELETE_AT = arg('--delete-at');
 const LATER_MS = Number(arg('--later-ms', '3000'));
 const OWNERS = Number(arg('--owners', '0'));
+const DISPATCH = arg('--dispatch', 'd')!;
+if (!['c', 'd'].includes(DISPATCH)) throw new Error('--dispatch c|d');
 if (DELETE_AT !== undefined && !['first', 'middle', 'last'].includes(DELETE_AT)) throw new Error('--delete-at first|middle|last');
 const CLK_TCK = 100;
 const cpuSeconds = (pid: number) => {
@@ -68,7 +75,7 @@ const cpuSeconds = (pid: number) => {
 const vmHwmMiB = (pid: number) => Number(/VmHWM:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1]) / 1024;
 const loadavg = () => readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
 
-interface Run { wallS: number; cpuS: number; hwmMiB: number; wrote: boolean; record?: string; cache?: string; repairMs?: number[] }
+interface Run { wallS: number; cpuS: number; hwmMiB: number; wrote: boolean; record?: string; cache?: string; repairMs?: number[]; seenMs?: number[] }
 
 /** The handles of S8's chain (ip big c) in order. */
 const handlesOf = (ns: BenchNetns): number[] =>
@@ -77,11 +84,67 @@ const handlesOf = (ns: BenchNetns): number[] =>
 const deletedPlaces = (n: number): [number, number] =>
   DELETE_AT === 'first' ? [0, 1] : DELETE_AT === 'last' ? [n - 1, n - 2] : [n >> 1, (n >> 1) + 1];
 
+/** One start of a daemon: what a kind of start may look at and leave. */
+interface Start {
+  ns: BenchNetns;
+  /** The build's --record-dir, if it takes one. */
+  recordDir?: string;
+  /** A start that is not measured (the warm-up, or one that records the handles left). */
+  warmUp: boolean;
+  /** When the parent read the `nfkeeper running` line (performance.now). */
+  readyAt: number;
+  /** Resolves with the latencyMs of the daemon's next `repaired` line and when it was read. */
+  nextRepair(): Promise<{ latencyMs: number; at: number }>;
+  /** What the kind measured, added to the start's Run. */
+  out: Partial<Run>;
+  /** What a kind keeps from before the spawn to after ready. */
+  handles?: number[];
+}
+
+/** A kind of start, chosen by its flag: what it does around the timed spawn-to-ready. */
+interface StartKind {
+  /** Before the spawn (not timed). */
+  before?(s: Start): void;
+  /** After ready, before the hold; a measured start only. */
+  afterReady?(s: Start): Promise<void>;
+}
+
+const KINDS: Record<string, StartKind> = {
+  // Listed before the flush of --from-empty: the install into an emptied ruleset gives the same handles.
+  '--delete-at': {
+    before: (s) => { if (!s.warmUp) s.handles = deletedPlaces(N).map((j) => handlesOf(s.ns)[j]!); },
+    afterReady: async (s) => {
+      const repairMs: number[] = [];
+      const seenMs: number[] = [];
+      for (const [k, h] of s.handles!.entries()) {
+        if (k > 0) await new Promise((r) => setTimeout(r, Math.max(0, s.readyAt + LATER_MS - performance.now())));
+        const got = s.nextRepair();
+        // From nft's spawn: its own start and commit (the same for both builds), the event's wait for
+        // the daemon's loop, the repair and the log line.
+        const deleted = performance.now();
+        s.ns.exec('nft', ['delete', 'rule', 'ip', 'big', 'c', 'handle', String(h)]);
+        const r = await Promise.race([got, new Promise<undefined>((res) => setTimeout(() => res(undefined), 60_000))]);
+        repairMs.push(r?.latencyMs ?? NaN);
+        seenMs.push(r ? r.at - deleted : NaN);
+      }
+      Object.assign(s.out, { repairMs, seenMs });
+    },
+  },
+  // Every start installs the N rules (the record cannot match; a compile cache stored by the warm-up can).
+  '--from-empty': { before: (s) => void s.ns.exec('nft', ['flush', 'ruleset']) },
+  // As a reboot clears /run: the record goes; a --cache-dir stays.
+  '--reboot': { before: (s) => { if (s.recordDir) rmSync(s.recordDir, { recursive: true, force: true }); } },
+};
+const kinds = Object.entries(KINDS).filter(([flag]) => process.argv.includes(flag)).map(([, kind]) => kind);
+
 async function restart(ns: BenchNetns, root: string, config: string, extra: string[], warmUp = false): Promise<Run> {
-  if (FROM_EMPTY) ns.exec('nft', ['flush', 'ruleset']);
-  const recordDir = extra[extra.indexOf('--record-dir') + 1];
-  if (REBOOT && extra.includes('--record-dir')) rmSync(recordDir!, { recursive: true, force: true });
-  const deleting = DELETE_AT !== undefined && !warmUp ? deletedPlaces(N).map((j) => handlesOf(ns)[j]!) : undefined;
+  const repairs: ((r: { latencyMs: number; at: number }) => void)[] = [];
+  const s: Start = {
+    ns, warmUp, readyAt: 0, out: {},
+    ...(extra.includes('--record-dir') ? { recordDir: extra[extra.indexOf('--record-dir') + 1]! } : {}),
+    nextRepair: () => new Promise((r) => repairs.push(r)),
+  };
+  for (const kind of kinds) kind.before?.(s);
   const sock = open({ netns: ns.path });
   try {
     const before = sock.generation();
@@ -91,8 +154,6 @@ async function restart(ns: BenchNetns, root: string, config: string, extra: stri
     const exited = new Promise((r) => child.on('exit', r));
     let record: string | undefined;
     let cache: string | undefined;
-    const repairMs: number[] = [];
-    let repaired: ((ms: number) => void) | undefined;
     let cacheStored!: () => void;
     const stored = new Promise<void>((r) => { cacheStored = r; });
     await new Promise<void>((resolve, reject) => {
@@ -101,28 +162,21 @@ async function restart(ns: BenchNetns, root: string, config: string, extra: stri
         if (l.includes('"restart record')) record = msg().split(';')[0];
         if (l.includes('"compile cache')) cache = msg().split(';')[0]!.split(':')[0];
         if (l.includes('"compiled config')) cacheStored();
-        if (l.includes('"msg":"repaired"')) repaired?.((JSON.parse(l) as { latencyMs: number }).latencyMs);
+        if (l.includes('"msg":"repaired"')) repairs.shift()?.({ latencyMs: (JSON.parse(l) as { latencyMs: number }).latencyMs, at: performance.now() });
         if (l.includes('"nfkeeper running"')) resolve();
       });
       child.on('exit', () => reject(new Error('nfkeeper run exited before it was running')));
     });
-    const wallS = (performance.now() - t0) / 1000;
+    s.readyAt = performance.now();
+    const wallS = (s.readyAt - t0) / 1000;
     const run = { wallS, cpuS: cpuSeconds(child.pid!), hwmMiB: vmHwmMiB(child.pid!) };
-    const readyAt = performance.now();
-    if (deleting) {
-      for (const [k, h] of deleting.entries()) {
-        if (k > 0) await new Promise((r) => setTimeout(r, Math.max(0, readyAt + LATER_MS - performance.now())));
-        const got = new Promise<number>((r) => { repaired = r; });
-        ns.exec('nft', ['delete', 'rule', 'ip', 'big', 'c', 'handle', String(h)]);
-        repairMs.push(await Promise.race([got, new Promise<number>((r) => setTimeout(() => r(NaN), 60_000))]));
-      }
-    }
+    if (!warmUp) for (const kind of kinds) await kind.afterReady?.(s);
     await new Promise((r) => setTimeout(r, HOLD_MS));
     // A warm-up that compiled stores its compile cache once running: it is left to finish that.
     if (warmUp && cache?.startsWith('compile cache not used')) await Promise.race([stored, new Promise((r) => setTimeout(r, 60_000))]);
     child.kill('SIGTERM');
     await exited;
-    return { ...run, wrote: sock.generation() !== before, ...(record ? { record } : {}), ...(cache ? { cache } : {}), ...(deleting ? { repairMs } : {}) };
+    return { ...run, wrote: sock.generation() !== before, ...(record ? { record } : {}), ...(cache ? { cache } : {}), ...s.out };
   } finally {
     sock.close();
   }
@@ -144,10 +198,10 @@ try {
   const config = join(dir, 'c.yaml');
   writeFileSync(config, chainYaml(N));
   if (OWNERS > 0) {
-    writeFileSync(config, `${chainYaml(N)}      - name: d\n        rules: []\nowners:\n  family: ip\n  table: big\n  dispatch: [d]\n` +
+    writeFileSync(config, `${chainYaml(N)}      - name: d\n        rules: []\nowners:\n  family: ip\n  table: big\n  dispatch: [${DISPATCH}]\n` +
       `  socket: ${join(dir, 'owners.sock')}\n  state: ${join(dir, 'owners.json')}\n`, 'utf8');
     const owners = Object.fromEntries(Array.from({ length: OWNERS }, (_, i) => [`o${i}`,
-      { chains: [{ name: 'c', rules: [`ip daddr 192.0.2.${i + 1} tcp dport 80 accept`] }], jumps: { d: [`ip saddr 10.9.${i >> 8}.${i & 255} jump c`] } }]));
+      { chains: [{ name: 'c', rules: [`ip daddr 192.0.2.${i + 1} tcp dport 80 accept`] }], jumps: { [DISPATCH]: [`ip saddr 10.9.${i >> 8}.${i & 255} jump c`] } }]));
     writeFileSync(join(dir, 'owners.json'), `${JSON.stringify({ version: 1, owners })}\n`);
   }
   const nftRules = join(dir, 'c.nft');
@@ -173,7 +227,8 @@ try {
         runs[i]!.push(r);
         console.log(`round ${round + 1} ${i === 0 ? 'a' : 'b'}: ready ${r.wallS.toFixed(2)} s, CPU ${r.cpuS.toFixed(2)} s, peak RSS ${r.hwmMiB.toFixed(0)} MiB, ` +
           `${r.wrote ? 'wrote' : 'nothing written'}${r.record ? ` (${r.record})` : ''}${r.cache ? ` (${r.cache})` : ''}` +
-          `${r.repairMs ? `; repair at ready ${r.repairMs[0]!.toFixed(1)} ms, ${LATER_MS} ms after ${r.repairMs[1]!.toFixed(1)} ms` : ''}; load ${loadavg()}`);
+          `${r.repairMs ? `; repair at ready ${r.repairMs[0]!.toFixed(1)} ms, ${LATER_MS} ms after ${r.repairMs[1]!.toFixed(1)} ms` +
+            ` (its line read ${r.seenMs![0]!.toFixed(1)} ms, ${r.seenMs![1]!.toFixed(1)} ms after nft's spawn)` : ''}; load ${loadavg()}`);
       }
       if (NFT) {
         const r = await withBenchNetns('restart-nft', async (peer) => nftFile(peer, nftRules));
@@ -185,7 +240,8 @@ try {
     for (const [i, rs] of runs.entries()) {
       console.log(`${i === 0 ? 'a' : 'b'} ${roots[i]}${OWNERS > 0 ? ` (${OWNERS} owners)` : ''}: median ready ${med(rs.map((r) => r.wallS)).toFixed(2)} s, CPU ${med(rs.map((r) => r.cpuS)).toFixed(2)} s, ` +
         `peak RSS ${Math.max(...rs.map((r) => r.hwmMiB)).toFixed(0)} MiB` +
-        `${DELETE_AT ? `, repair at ready ${med(rs.map((r) => r.repairMs![0]!)).toFixed(1)} ms, ${LATER_MS} ms after ${med(rs.map((r) => r.repairMs![1]!)).toFixed(1)} ms` : ''}`);
+        `${DELETE_AT ? `, repair at ready ${med(rs.map((r) => r.repairMs![0]!)).toFixed(1)} ms, ${LATER_MS} ms after ${med(rs.map((r) => r.repairMs![1]!)).toFixed(1)} ms` +
+          ` (its line read ${med(rs.map((r) => r.seenMs![0]!)).toFixed(1)} ms, ${med(rs.map((r) => r.seenMs![1]!)).toFixed(1)} ms after nft's spawn)` : ''}`);
     }
     if (NFT) console.log(`nft -f: median ${med(nftRuns.map((r) => r.wallS)).toFixed(2)} s, CPU ${med(nftRuns.map((r) => r.cpuS)).toFixed(2)} s`);
   });

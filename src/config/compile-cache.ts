@@ -49,8 +49,11 @@ export { compileCachePathOf, configKeyOf } from './cache-key.js';
 /** The file's own format; a file of another format is not used. */
 const FORMAT = 6;
 
-/** The store's work on a big config is done in slices of about this many rules (src/base/sliced.ts). */
-const SLICE = 4096;
+/**
+ * The store's work on a big config, and the making of its rules from the cache, yield every this
+ * many rules (src/base/sliced.ts): a slice well under runByTurns's turn, which gathers them by time.
+ */
+const SLICE = 256;
 
 /**
  * The distinct expressions are stored this many to a line (the last line: the rest): a rule made
@@ -591,10 +594,12 @@ function deserialise(bytes: Buffer, options: LoadOptions, readEncoded: () => Buf
       const n = counts[ti]![ci]!;
       const stored = chainLines[ti]![ci]!;
       const rules: ChainConfig['rules'] = new Array(n);
-      // Where each rule's line starts in `stored` (n + 1 of them), found when a rule is first made.
+      // Where each rule's line starts in `stored` (n + 1 of them), found when a rule is first made:
+      // by the work's turns, or all at once by a rule made alone meanwhile (the same scan, run on).
       let starts: Uint32Array | undefined;
+      const scan = lineStarts(stored, n, c.name);
       const lineOf = (j: number): string => {
-        starts ??= lineStarts(stored, n, c.name);
+        starts ??= runNow(scan);
         const line = stored.subarray(starts[j], starts[j + 1]! - 1);
         return textOf(line);
       };
@@ -621,6 +626,11 @@ function deserialise(bytes: Buffer, options: LoadOptions, readEncoded: () => Buf
       };
       let next = 0;  // every rule before it is made
       const steps = function* (): Sliced<ChainConfig['rules']> {
+        if (!starts) {
+          // Ended by a rule made alone meanwhile, the scan gives nothing more here: kept as that made it.
+          const scanned = yield* scan;
+          starts ??= scanned;
+        }
         while (next < n) {
           ruleAt(next);
           next++;
@@ -655,10 +665,12 @@ function deserialise(bytes: Buffer, options: LoadOptions, readEncoded: () => Buf
 const textOf = (b: Buffer): string => (isAscii(b) ? b.toString('latin1') : b.toString('utf8'));
 
 /** Where each of a chain's `n` rule lines starts in its bytes `stored`, and where they end (n + 1 offsets). */
-function lineStarts(stored: Buffer, n: number, chain: string): Uint32Array {
+function* lineStarts(stored: Buffer, n: number, chain: string): Sliced<Uint32Array> {
   const starts = new Uint32Array(n + 1);
   let at = 0;
   for (let j = 0; j < n; j++) {
+    // A line is found in a fraction of a rule's making: a slice of many.
+    if (j % (16 * SLICE) === 16 * SLICE - 1) yield;
     starts[j] = at;
     const nl = stored.indexOf(0x0a, at);
     if (nl < 0) throw new Error(`chain ${chain} is malformed`);

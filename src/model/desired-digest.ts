@@ -5,7 +5,7 @@
  */
 import { sha256Hash } from '../base/sha256.js';
 import { runNow, type Sliced } from '../base/sliced.js';
-import { ruleCount, type ChainConfig, type TableConfig } from './desired.js';
+import { appendedOf, ruleCount, type ChainConfig, type TableConfig } from './desired.js';
 
 /**
  * A digest of desired tables: what the kernel would hold for them, every byte a commit would send
@@ -73,10 +73,27 @@ export function knownChainDigests(tables: readonly TableConfig[], digests: reado
  * still means equal expressions, and most of a big chain's are not written out again.
  */
 function* chainDigestSteps(c: ChainConfig, walked: { rules: number }): Sliced<string> {
+  const parts = appendedOf(c);
+  if (parts) {
+    // A dispatch chain with the owners' jumps: composed of its config chain's digest (known from the
+    // compile cache, its rules not made) and the jumps'. The same chain digests the same way every time.
+    const base = known.get(parts.base) ?? (yield* chainDigestSteps(parts.base, walked));
+    const extra = yield* rulesDigestSteps(parts.extra, walked);
+    const digest = sha256Hash().update(`A${base}+${extra}`).digest('hex');
+    known.set(c, digest);
+    return digest;
+  }
+  const digest = yield* rulesDigestSteps(c.rules, walked);
+  known.set(c, digest);
+  return digest;
+}
+
+/** The digest of `rules`, in order (chainDigestSteps). */
+function* rulesDigestSteps(rules: ChainConfig['rules'], walked: { rules: number }): Sliced<string> {
   const h = sha256Hash();
   let out = '';
   let prev: readonly object[] = [];
-  for (const r of c.rules) {
+  for (const r of rules) {
     const x = r.compiled;
     const exprs = x.exprs;
     out += 'R';
@@ -91,10 +108,8 @@ function* chainDigestSteps(c: ChainConfig, walked: { rules: number }): Sliced<st
     if (++walked.rules % DIGEST_SLICE === 0) yield;
   }
   h.update(out);
-  const digest = h.digest('hex');
-  known.set(c, digest);
-  return digest;
+  return h.digest('hex');
 }
 
-/** The digest's slice, in rules. */
-const DIGEST_SLICE = 8192;
+/** The digest's slice, in rules: well under runByTurns's turn, which gathers slices by time. */
+const DIGEST_SLICE = 1024;

@@ -97,6 +97,33 @@ export function lateRules(c: ChainConfig, count: number, making: LateRules): (ru
   return made;
 }
 
+/** The chains appendRules made: the chain they extend and the rules after its own. */
+const appended = new WeakMap<object, { base: ChainConfig; extra: ChainConfig['rules'] }>();
+
+/**
+ * Chain `base` with `extra` after its own rules (a dispatch chain with the owners' jumps): a new
+ * chain object; made late, as `base` is, when `base`'s rules are not made yet, so that a restart
+ * does not make them for the jumps' sake. appendedOf gives its parts back (the desired digest is
+ * composed of them).
+ */
+export function appendRules(base: ChainConfig, extra: ChainConfig['rules']): ChainConfig {
+  const out = {} as ChainConfig;
+  // The fields in base's order, as a spread gives them, but without reading (making) base's rules.
+  for (const key of Object.keys(base) as (keyof ChainConfig)[]) {
+    Object.defineProperty(out, key, { value: key === 'rules' ? [] : base[key], writable: true, enumerable: true, configurable: true });
+  }
+  const n = ruleCount(base);
+  if (rulesMade(base)) out.rules = base.rules.concat(extra);
+  else lateRules(out, n + extra.length, { ruleAt: (j) => (j < n ? ruleAt(base, j)! : extra[j - n]!), all: () => base.rules.concat(extra) });
+  appended.set(out, { base, extra });
+  return out;
+}
+
+/** The parts of a chain appendRules made. */
+export function appendedOf(c: ChainConfig): { base: ChainConfig; extra: ChainConfig['rules'] } | undefined {
+  return appended.get(c);
+}
+
 /** How many rules chain `c` has, without making them when they are made late (lateRules). */
 export function ruleCount(c: Pick<ChainConfig, 'rules'>): number {
   return late.get(c)?.count ?? c.rules.length;

@@ -7,7 +7,7 @@
  * it goes in the same guarded batch (owned GC). ownedGarbage() says which
  * part of such a batch was owner garbage, for logs and metrics.
  */
-import type { ChainConfig, TableConfig } from '../model/desired.js';
+import { appendRules, ruleCount, type ChainConfig, type TableConfig } from '../model/desired.js';
 import type { ObservedTable, Rule } from '../netlink/objects.js';
 import type { Drift } from '../model/drift.js';
 import type { OwnersConfig } from '../config/owners.js';
@@ -38,11 +38,11 @@ export function mergeOwners(tables: readonly TableConfig[], oc: OwnersConfig | u
       }
       // A dispatch chain whose jumps did not change stays the same object.
       if (was !== undefined && was.name === c.name && again!.splices[k]!.length === 0) return was;
-      const now = m.jumps[k]!.rules.length === 0 ? c : { ...c, rules: c.rules.concat(m.jumps[k]!.rules) };
+      const now = m.jumps[k]!.rules.length === 0 ? c : appendRules(c, m.jumps[k]!.rules);
       if (was === undefined) return now;
       changed.push(now);
       if (was.name === c.name) {
-        const at = c.rules.length;
+        const at = ruleCount(c);
         edited.set(c.name, { from: was, splices: again!.splices[k]!.map((h) => ({ fromStart: h.fromStart + at, fromEnd: h.fromEnd + at, start: h.start + at, end: h.end + at })) });
       }
       return now;

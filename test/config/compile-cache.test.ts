@@ -16,7 +16,7 @@ import { runNow } from '../../src/base/sliced.js';
 import { chainDigestsSteps, desiredDigest } from '../../src/model/desired-digest.js';
 import { localIsUtc } from '../../src/rules/intvalues.js';
 import { compactAsCompiled } from '../../src/model/compact.js';
-import { encodedRuleAt, ruleAt, ruleCount, rulesMade } from '../../src/model/desired.js';
+import { appendRules, encodedRuleAt, ruleAt, ruleCount, rulesMade, type TableConfig } from '../../src/model/desired.js';
 import { loadAddon } from '../../src/netlink/addon.js';
 import { Batch } from '../../src/netlink/batch.js';
 import { EncodedRuleOp } from '../../src/netlink/ops.js';
@@ -146,20 +146,22 @@ describe('the compile cache', () => {
 
   it('a rule made alone (ruleAt) at the first, a middle and the last place: only it made, the same object in the chain once made, as compiled', () => {
     const file = join(dir, 'big.yaml');
-    // More rules than a slice of the work (4,096): half-way, the middle rule is made by the work, the last not.
+    // Many slices of the work: half-way through the scan for the rules' lines, or half-way through
+    // the making (the middle rule made by the work, the last not).
     const n = 6000;
     const rules = Array.from({ length: n }, (_, i) => `          - ip saddr 10.${i >> 16}.${(i >> 8) & 255}.${i & 255} tcp dport ${1 + (i % 1000)} counter accept`);
     writeFileSync(file, ['tables:', '  - family: ip', '    name: big', '    chains:', '      - name: c', '        rules:', ...rules,
       '      - name: d', '        rules:', '          - ip daddr 192.0.2.1 drop', ''].join('\n'));
     expect(load(file).stored).toBeUndefined();
     const want = fresh(file).tables[0]!.chains[0]!.rules;
-    for (const half of [false, true]) {
+    for (const steps of [0, 1, 16]) {
+      const half = steps > 0;
       const hit = load(file);
       expect(hit.cache.used).toBe(true);
       const [c, d] = hit.config.tables[0]!.chains;
       // Half-way through the work for after ready, or before it.
       const work = hit.make!();
-      if (half) expect(work.next().done).toBe(false);
+      for (let i = 0; i < steps; i++) expect(work.next().done).toBe(false);
       const places = [0, n >> 1, n - 1];
       const alone = places.map((j) => ruleAt(c!, j)!);
       expect(ruleAt(c!, n)).toBeUndefined();
@@ -201,6 +203,25 @@ describe('the compile cache', () => {
       expect(desiredDigest(again.config.tables.map((t) => ({ ...t, chains: [...t.chains] })))).toBe(want);
       expect(again.config.tables.flatMap((t) => t.chains).filter((c) => ruleCount(c) > 0).every((c) => !rulesMade(c))).toBe(true);
       if (again.config.tables.length > 1) expect(desiredDigest(again.config.tables.slice(1))).not.toBe(want);
+      // A chain with rules appended (a dispatch chain with the owners' jumps): its digest composed of
+      // the cached chain's and the jumps', the same as a fresh compile's, still without making a rule.
+      const big = (tables: readonly TableConfig[]) => tables.flatMap((t) => t.chains).reduce((a, c) => (ruleCount(c) > ruleCount(a) ? c : a));
+      const jumps = fresh(file).tables.flatMap((t) => t.chains).flatMap((c) => c.rules).slice(0, 2);
+      const withJumps = (tables: readonly TableConfig[], extra = jumps) =>
+        tables.map((t) => ({ ...t, chains: t.chains.map((c) => (c === big(tables) ? appendRules(c, extra) : c)) }));
+      const joined = withJumps(again.config.tables);
+      expect(desiredDigest(joined)).toBe(desiredDigest(withJumps(compiled)));
+      expect(desiredDigest(joined)).not.toBe(want);
+      expect(desiredDigest(joined)).not.toBe(desiredDigest(withJumps(compiled, jumps.slice(1))));
+      expect(rulesMade(big(again.config.tables))).toBe(false);
+      const appended = big(joined);
+      expect(rulesMade(appended)).toBe(false);
+      expect(ruleCount(appended)).toBe(ruleCount(big(compiled)) + 2);
+      // Its rules once read: the chain's, then the jumps, the same objects as rule by rule.
+      const last = ruleAt(appended, ruleCount(appended) - 1);
+      expect(last).toBe(jumps[1]);
+      expect(appended.rules.slice(0, -2)).toEqual(big(compiled).rules);
+      expect(appended.rules.at(-1)).toBe(last);
     }
   });
 

@@ -14,7 +14,7 @@ import { parseConfig, type Config } from '../../src/config/config.js';
 import { loadConfigCached } from '../../src/config/compile-cache.js';
 import { runNow } from '../../src/base/sliced.js';
 import { compactAsCompiled } from '../../src/model/compact.js';
-import { rulesMade } from '../../src/model/desired.js';
+import { ruleCount, rulesMade } from '../../src/model/desired.js';
 import { checkOnce, type Keeper } from '../../src/keeper/keeper.js';
 import { compileOwner } from '../../src/owners/spec.js';
 import { recordPathOf } from '../../src/keeper/record.js';
@@ -415,8 +415,12 @@ describe('a restart with owners from the compile cache and the record', { timeou
     expect(fx.keeper!.isReady()).toBe(true);
     expect(host.ruleReads).toBe(0);
     expect(sock.generation()).toBe(gen);
-    // The big chain as the cache gave it: not made (the dispatch chain is, by the owners' merge).
+    // The chains as the cache gave them: not made, nor the dispatch chain with the owners' jumps
+    // (its config rules joined to them late).
     expect(rulesMade(c.tables[0]!.chains.find((x) => x.name === 'post')!)).toBe(false);
+    expect(rulesMade(c.tables[0]!.chains.find((x) => x.name === 'side')!)).toBe(false);
+    const side = fx.keeper!.state.desired[0]!.chains.find((x) => x.name === 'side')!;
+    expect([rulesMade(side), ruleCount(side)]).toEqual([false, 3]);
     expect(ns.exec('nft', ['--debug=netlink', 'list', 'ruleset'])).toBe(before);
   });
 
