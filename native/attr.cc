@@ -6,6 +6,7 @@
 #include <endian.h>
 #include <libnftnl/expr.h>
 #include <linux/netfilter/nf_tables.h>
+#include <linux/netfilter/nf_tables_compat.h>
 #include <linux/netfilter/nfnetlink.h>
 
 #include "common.h"
@@ -238,6 +239,372 @@ bool SetElemsOkForLibnftnl(const nlmsghdr* nlh) {
     }
   }
   return ok;
+}
+
+}  // namespace nfk
+
+// ---- libnftnl's attribute type checks (RuleAbiOk and the rest, attr.h) ----
+//
+// A table per parse callback of libnftnl 1.2.4 that exits on a failed check: which attribute
+// types it validates, as which libmnl type (mnl_attr_validate with the same type gives the same
+// verdict), and which nests it then parses with checks of their own. Attributes libnftnl takes as
+// MNL_TYPE_BINARY pass any length and are listed only where a nest is parsed from them.
+
+namespace nfk {
+
+namespace {
+
+enum class Then : uint8_t {
+  None,
+  Nest,      // the attribute's nest, with `policy`
+  Expr,      // one expression (NFTA_EXPR_NAME, NFTA_EXPR_DATA)
+  ExprList,  // NFTA_LIST_ELEM expressions
+  DataReg,   // a data register (NFTA_DATA_*), which may hold a verdict
+  Concat,    // a set's NFTA_SET_DESC_CONCAT: NFTA_LIST_ELEM nests of NFTA_SET_FIELD_LEN
+  ElemList,  // a set element list: the expressions of each element
+};
+
+constexpr int kAny = -1;  // not checked by libnftnl; only the nest below is
+
+struct Policy;
+struct Check {
+  uint16_t type;
+  const char* name;
+  int want;  // an mnl_attr_data_type, or kAny
+  Then then = Then::None;
+  const Policy* policy = nullptr;
+};
+struct Policy {
+  const Check* checks;
+  size_t count;
+};
+template <size_t N>
+constexpr Policy P(const Check (&c)[N]) { return {c, N}; }
+
+#define NFK_U8(a) {a, #a, MNL_TYPE_U8}
+#define NFK_U16(a) {a, #a, MNL_TYPE_U16}
+#define NFK_U32(a) {a, #a, MNL_TYPE_U32}
+#define NFK_U64(a) {a, #a, MNL_TYPE_U64}
+#define NFK_STR(a) {a, #a, MNL_TYPE_STRING}
+#define NFK_NULSTR(a) {a, #a, MNL_TYPE_NUL_STRING}
+#define NFK_NEST(a) {a, #a, MNL_TYPE_NESTED}
+
+constexpr Check kVerdictChecks[] = {NFK_U32(NFTA_VERDICT_CODE), NFK_U32(NFTA_VERDICT_CHAIN_ID), NFK_STR(NFTA_VERDICT_CHAIN)};
+constexpr Policy kVerdict = P(kVerdictChecks);
+constexpr Check kDataChecks[] = {{NFTA_DATA_VERDICT, "NFTA_DATA_VERDICT", MNL_TYPE_NESTED, Then::Nest, &kVerdict}};
+constexpr Policy kData = P(kDataChecks);
+
+// Expressions, by the name libnftnl knows them by.
+constexpr Check kBitwise[] = {NFK_U32(NFTA_BITWISE_SREG), NFK_U32(NFTA_BITWISE_DREG), NFK_U32(NFTA_BITWISE_OP),
+                              NFK_U32(NFTA_BITWISE_LEN),
+                              {NFTA_BITWISE_MASK, "NFTA_BITWISE_MASK", kAny, Then::DataReg},
+                              {NFTA_BITWISE_XOR, "NFTA_BITWISE_XOR", kAny, Then::DataReg},
+                              {NFTA_BITWISE_DATA, "NFTA_BITWISE_DATA", kAny, Then::DataReg}};
+constexpr Check kByteorder[] = {NFK_U32(NFTA_BYTEORDER_SREG), NFK_U32(NFTA_BYTEORDER_DREG), NFK_U32(NFTA_BYTEORDER_OP),
+                                NFK_U32(NFTA_BYTEORDER_LEN), NFK_U32(NFTA_BYTEORDER_SIZE)};
+constexpr Check kCmp[] = {NFK_U32(NFTA_CMP_SREG), NFK_U32(NFTA_CMP_OP), {NFTA_CMP_DATA, "NFTA_CMP_DATA", kAny, Then::DataReg}};
+constexpr Check kConnlimit[] = {NFK_U32(NFTA_CONNLIMIT_COUNT), NFK_U32(NFTA_CONNLIMIT_FLAGS)};
+constexpr Check kCounter[] = {NFK_U64(NFTA_COUNTER_BYTES), NFK_U64(NFTA_COUNTER_PACKETS)};
+constexpr Check kCt[] = {NFK_U32(NFTA_CT_KEY), NFK_U32(NFTA_CT_DREG), NFK_U32(NFTA_CT_SREG), NFK_U8(NFTA_CT_DIRECTION)};
+constexpr Check kDup[] = {NFK_U32(NFTA_DUP_SREG_ADDR), NFK_U32(NFTA_DUP_SREG_DEV)};
+constexpr Check kDynset[] = {NFK_U32(NFTA_DYNSET_SREG_KEY), NFK_U32(NFTA_DYNSET_SREG_DATA), NFK_U32(NFTA_DYNSET_SET_ID),
+                             NFK_U32(NFTA_DYNSET_OP), NFK_U32(NFTA_DYNSET_FLAGS), NFK_U64(NFTA_DYNSET_TIMEOUT),
+                             NFK_STR(NFTA_DYNSET_SET_NAME),
+                             {NFTA_DYNSET_EXPR, "NFTA_DYNSET_EXPR", MNL_TYPE_NESTED, Then::Expr},
+                             {NFTA_DYNSET_EXPRESSIONS, "NFTA_DYNSET_EXPRESSIONS", kAny, Then::ExprList}};
+constexpr Check kExthdr[] = {NFK_U8(NFTA_EXTHDR_TYPE), NFK_U32(NFTA_EXTHDR_DREG), NFK_U32(NFTA_EXTHDR_SREG),
+                             NFK_U32(NFTA_EXTHDR_OFFSET), NFK_U32(NFTA_EXTHDR_LEN), NFK_U32(NFTA_EXTHDR_OP),
+                             NFK_U32(NFTA_EXTHDR_FLAGS)};
+constexpr Check kFib[] = {NFK_U32(NFTA_FIB_RESULT), NFK_U32(NFTA_FIB_DREG), NFK_U32(NFTA_FIB_FLAGS)};
+constexpr Check kFlow[] = {NFK_STR(NFTA_FLOW_TABLE_NAME)};
+constexpr Check kFwd[] = {NFK_U32(NFTA_FWD_SREG_DEV), NFK_U32(NFTA_FWD_SREG_ADDR), NFK_U32(NFTA_FWD_NFPROTO)};
+constexpr Check kHash[] = {NFK_U32(NFTA_HASH_SREG), NFK_U32(NFTA_HASH_DREG), NFK_U32(NFTA_HASH_LEN),
+                           NFK_U32(NFTA_HASH_MODULUS), NFK_U32(NFTA_HASH_SEED), NFK_U32(NFTA_HASH_OFFSET),
+                           NFK_U32(NFTA_HASH_TYPE)};
+constexpr Check kImmediate[] = {NFK_U32(NFTA_IMMEDIATE_DREG), {NFTA_IMMEDIATE_DATA, "NFTA_IMMEDIATE_DATA", kAny, Then::DataReg}};
+constexpr Check kLast[] = {NFK_U64(NFTA_LAST_MSECS), NFK_U32(NFTA_LAST_SET)};
+constexpr Check kLimit[] = {NFK_U64(NFTA_LIMIT_RATE), NFK_U64(NFTA_LIMIT_UNIT), NFK_U32(NFTA_LIMIT_BURST),
+                            NFK_U32(NFTA_LIMIT_TYPE), NFK_U32(NFTA_LIMIT_FLAGS)};
+constexpr Check kLog[] = {NFK_STR(NFTA_LOG_PREFIX), NFK_U16(NFTA_LOG_GROUP), NFK_U16(NFTA_LOG_QTHRESHOLD),
+                          NFK_U32(NFTA_LOG_SNAPLEN), NFK_U32(NFTA_LOG_LEVEL), NFK_U32(NFTA_LOG_FLAGS)};
+constexpr Check kLookup[] = {NFK_U32(NFTA_LOOKUP_SREG), NFK_U32(NFTA_LOOKUP_DREG), NFK_U32(NFTA_LOOKUP_SET_ID),
+                             NFK_U32(NFTA_LOOKUP_FLAGS), NFK_STR(NFTA_LOOKUP_SET)};
+constexpr Check kMasq[] = {NFK_U32(NFTA_MASQ_REG_PROTO_MIN), NFK_U32(NFTA_MASQ_REG_PROTO_MAX), NFK_U32(NFTA_MASQ_FLAGS)};
+constexpr Check kMatch[] = {NFK_NULSTR(NFTA_MATCH_NAME), NFK_U32(NFTA_MATCH_REV)};
+constexpr Check kMeta[] = {NFK_U32(NFTA_META_KEY), NFK_U32(NFTA_META_DREG), NFK_U32(NFTA_META_SREG)};
+constexpr Check kNat[] = {NFK_U32(NFTA_NAT_TYPE), NFK_U32(NFTA_NAT_FAMILY), NFK_U32(NFTA_NAT_REG_ADDR_MIN),
+                          NFK_U32(NFTA_NAT_REG_ADDR_MAX), NFK_U32(NFTA_NAT_REG_PROTO_MIN),
+                          NFK_U32(NFTA_NAT_REG_PROTO_MAX), NFK_U32(NFTA_NAT_FLAGS)};
+constexpr Check kNumgen[] = {NFK_U32(NFTA_NG_DREG), NFK_U32(NFTA_NG_MODULUS), NFK_U32(NFTA_NG_TYPE), NFK_U32(NFTA_NG_OFFSET)};
+constexpr Check kObjref[] = {NFK_U32(NFTA_OBJREF_IMM_TYPE), NFK_STR(NFTA_OBJREF_IMM_NAME), NFK_STR(NFTA_OBJREF_SET_NAME),
+                             NFK_U32(NFTA_OBJREF_SET_SREG), NFK_U32(NFTA_OBJREF_SET_ID)};
+constexpr Check kOsf[] = {NFK_U32(NFTA_OSF_DREG), NFK_U32(NFTA_OSF_FLAGS), NFK_U8(NFTA_OSF_TTL)};
+constexpr Check kPayload[] = {NFK_U32(NFTA_PAYLOAD_SREG), NFK_U32(NFTA_PAYLOAD_DREG), NFK_U32(NFTA_PAYLOAD_BASE),
+                              NFK_U32(NFTA_PAYLOAD_OFFSET), NFK_U32(NFTA_PAYLOAD_LEN), NFK_U32(NFTA_PAYLOAD_CSUM_TYPE),
+                              NFK_U32(NFTA_PAYLOAD_CSUM_OFFSET), NFK_U32(NFTA_PAYLOAD_CSUM_FLAGS)};
+constexpr Check kQueue[] = {NFK_U16(NFTA_QUEUE_NUM), NFK_U16(NFTA_QUEUE_TOTAL), NFK_U16(NFTA_QUEUE_FLAGS),
+                            NFK_U32(NFTA_QUEUE_SREG_QNUM)};
+constexpr Check kQuota[] = {NFK_U64(NFTA_QUOTA_BYTES), NFK_U64(NFTA_QUOTA_CONSUMED), NFK_U32(NFTA_QUOTA_FLAGS)};
+constexpr Check kRange[] = {NFK_U32(NFTA_RANGE_SREG), NFK_U32(NFTA_RANGE_OP),
+                            {NFTA_RANGE_FROM_DATA, "NFTA_RANGE_FROM_DATA", kAny, Then::DataReg},
+                            {NFTA_RANGE_TO_DATA, "NFTA_RANGE_TO_DATA", kAny, Then::DataReg}};
+constexpr Check kRedir[] = {NFK_U32(NFTA_REDIR_REG_PROTO_MIN), NFK_U32(NFTA_REDIR_REG_PROTO_MAX), NFK_U32(NFTA_REDIR_FLAGS)};
+constexpr Check kReject[] = {NFK_U32(NFTA_REJECT_TYPE), NFK_U8(NFTA_REJECT_ICMP_CODE)};
+constexpr Check kRt[] = {NFK_U32(NFTA_RT_KEY), NFK_U32(NFTA_RT_DREG)};
+constexpr Check kSocket[] = {NFK_U32(NFTA_SOCKET_KEY), NFK_U32(NFTA_SOCKET_DREG), NFK_U32(NFTA_SOCKET_LEVEL)};
+constexpr Check kSynproxy[] = {NFK_U16(NFTA_SYNPROXY_MSS), NFK_U8(NFTA_SYNPROXY_WSCALE), NFK_U32(NFTA_SYNPROXY_FLAGS)};
+constexpr Check kTarget[] = {NFK_NULSTR(NFTA_TARGET_NAME), NFK_U32(NFTA_TARGET_REV)};
+constexpr Check kTproxy[] = {NFK_U32(NFTA_TPROXY_FAMILY), NFK_U32(NFTA_TPROXY_REG_ADDR), NFK_U32(NFTA_TPROXY_REG_PORT)};
+constexpr Check kTunnel[] = {NFK_U32(NFTA_TUNNEL_KEY), NFK_U32(NFTA_TUNNEL_DREG)};
+constexpr Check kXfrm[] = {NFK_U32(NFTA_XFRM_DREG), NFK_U32(NFTA_XFRM_KEY), NFK_U32(NFTA_XFRM_SPNUM), NFK_U8(NFTA_XFRM_DIR)};
+
+struct ExprPolicy {
+  const char* name;
+  Policy policy;
+};
+// Every expression libnftnl 1.2.4 parses with checks ("notrack" has no attributes).
+constexpr ExprPolicy kExprPolicies[] = {
+    {"bitwise", P(kBitwise)}, {"byteorder", P(kByteorder)}, {"cmp", P(kCmp)}, {"connlimit", P(kConnlimit)},
+    {"counter", P(kCounter)}, {"ct", P(kCt)}, {"dup", P(kDup)}, {"dynset", P(kDynset)}, {"exthdr", P(kExthdr)},
+    {"fib", P(kFib)}, {"flow_offload", P(kFlow)}, {"fwd", P(kFwd)}, {"hash", P(kHash)},
+    {"immediate", P(kImmediate)}, {"last", P(kLast)}, {"limit", P(kLimit)}, {"log", P(kLog)},
+    {"lookup", P(kLookup)}, {"masq", P(kMasq)}, {"match", P(kMatch)}, {"meta", P(kMeta)}, {"nat", P(kNat)},
+    {"numgen", P(kNumgen)}, {"objref", P(kObjref)}, {"osf", P(kOsf)}, {"payload", P(kPayload)},
+    {"queue", P(kQueue)}, {"quota", P(kQuota)}, {"range", P(kRange)}, {"redir", P(kRedir)},
+    {"reject", P(kReject)}, {"rt", P(kRt)}, {"socket", P(kSocket)}, {"synproxy", P(kSynproxy)},
+    {"target", P(kTarget)}, {"tproxy", P(kTproxy)}, {"tunnel", P(kTunnel)}, {"xfrm", P(kXfrm)},
+};
+
+constexpr Check kExprChecks[] = {NFK_STR(NFTA_EXPR_NAME), NFK_NEST(NFTA_EXPR_DATA)};
+constexpr Policy kExpr = P(kExprChecks);
+
+constexpr Check kRuleCompatChecks[] = {NFK_U32(NFTA_RULE_COMPAT_PROTO), NFK_U32(NFTA_RULE_COMPAT_FLAGS)};
+constexpr Policy kRuleCompat = P(kRuleCompatChecks);
+constexpr Check kRuleChecks[] = {NFK_STR(NFTA_RULE_TABLE), NFK_STR(NFTA_RULE_CHAIN), NFK_U64(NFTA_RULE_HANDLE),
+                                 {NFTA_RULE_COMPAT, "NFTA_RULE_COMPAT", MNL_TYPE_NESTED, Then::Nest, &kRuleCompat},
+                                 NFK_U64(NFTA_RULE_POSITION), NFK_U32(NFTA_RULE_ID), NFK_U32(NFTA_RULE_POSITION_ID),
+                                 {NFTA_RULE_EXPRESSIONS, "NFTA_RULE_EXPRESSIONS", kAny, Then::ExprList}};
+constexpr Policy kRule = P(kRuleChecks);
+
+constexpr Check kHookChecks[] = {NFK_U32(NFTA_HOOK_HOOKNUM), NFK_U32(NFTA_HOOK_PRIORITY), NFK_STR(NFTA_HOOK_DEV)};
+constexpr Policy kHook = P(kHookChecks);
+constexpr Check kCountersChecks[] = {NFK_U64(NFTA_COUNTER_BYTES), NFK_U64(NFTA_COUNTER_PACKETS)};
+constexpr Policy kCounters = P(kCountersChecks);
+constexpr Check kChainChecks[] = {NFK_STR(NFTA_CHAIN_NAME), NFK_STR(NFTA_CHAIN_TABLE), NFK_STR(NFTA_CHAIN_TYPE),
+                                  {NFTA_CHAIN_HOOK, "NFTA_CHAIN_HOOK", MNL_TYPE_NESTED, Then::Nest, &kHook},
+                                  {NFTA_CHAIN_COUNTERS, "NFTA_CHAIN_COUNTERS", MNL_TYPE_NESTED, Then::Nest, &kCounters},
+                                  NFK_U32(NFTA_CHAIN_POLICY), NFK_U32(NFTA_CHAIN_USE), NFK_U32(NFTA_CHAIN_FLAGS),
+                                  NFK_U32(NFTA_CHAIN_ID), NFK_U64(NFTA_CHAIN_HANDLE)};
+constexpr Policy kChain = P(kChainChecks);
+
+constexpr Check kSetDescChecks[] = {NFK_U32(NFTA_SET_DESC_SIZE),
+                                    {NFTA_SET_DESC_CONCAT, "NFTA_SET_DESC_CONCAT", kAny, Then::Concat}};
+constexpr Policy kSetDesc = P(kSetDescChecks);
+constexpr Check kSetChecks[] = {NFK_STR(NFTA_SET_TABLE), NFK_STR(NFTA_SET_NAME), NFK_U64(NFTA_SET_HANDLE),
+                                NFK_U32(NFTA_SET_FLAGS), NFK_U32(NFTA_SET_KEY_TYPE), NFK_U32(NFTA_SET_KEY_LEN),
+                                NFK_U32(NFTA_SET_DATA_TYPE), NFK_U32(NFTA_SET_DATA_LEN), NFK_U32(NFTA_SET_ID),
+                                NFK_U32(NFTA_SET_POLICY), NFK_U32(NFTA_SET_GC_INTERVAL), NFK_U64(NFTA_SET_TIMEOUT),
+                                {NFTA_SET_DESC, "NFTA_SET_DESC", MNL_TYPE_NESTED, Then::Nest, &kSetDesc},
+                                {NFTA_SET_EXPR, "NFTA_SET_EXPR", MNL_TYPE_NESTED, Then::Expr},
+                                {NFTA_SET_EXPRESSIONS, "NFTA_SET_EXPRESSIONS", MNL_TYPE_NESTED, Then::ExprList}};
+constexpr Policy kSet = P(kSetChecks);
+
+// Of an element message only the elements' expressions reach libnftnl (element.cc reads the rest).
+constexpr Check kElemChecks[] = {{NFTA_SET_ELEM_EXPR, "NFTA_SET_ELEM_EXPR", kAny, Then::Expr},
+                                 {NFTA_SET_ELEM_EXPRESSIONS, "NFTA_SET_ELEM_EXPRESSIONS", kAny, Then::ExprList}};
+constexpr Policy kElem = P(kElemChecks);
+constexpr Check kElemListChecks[] = {{NFTA_SET_ELEM_LIST_ELEMENTS, "NFTA_SET_ELEM_LIST_ELEMENTS", kAny, Then::ElemList}};
+constexpr Policy kElemList = P(kElemListChecks);
+
+#undef NFK_U8
+#undef NFK_U16
+#undef NFK_U32
+#undef NFK_U64
+#undef NFK_STR
+#undef NFK_NULSTR
+#undef NFK_NEST
+
+// Where in the message a check is: built into text only for a refusal.
+struct Frame {
+  const Frame* up;
+  const char* name;
+  int index = -1;              // an item of a list
+  const char* kind = nullptr;  // an expression's name
+};
+
+std::string PathOf(const Frame* f) {
+  std::vector<const Frame*> chain;
+  for (; f != nullptr; f = f->up) chain.push_back(f);
+  std::string out;
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+    const Frame* x = *it;
+    if (x->name != nullptr) {
+      if (!out.empty()) out.append(" > ");
+      out.append(x->name);
+    }
+    if (x->index >= 0) out.append("[" + std::to_string(x->index) + "]");
+    if (x->kind != nullptr) out.append(std::string(" (") + x->kind + ")");
+  }
+  return out;
+}
+
+const char* Wanted(int want) {
+  switch (want) {
+    case MNL_TYPE_U8: return "a u8 (1 byte)";
+    case MNL_TYPE_U16: return "a u16 (2 bytes)";
+    case MNL_TYPE_U32: return "a u32 (4 bytes)";
+    case MNL_TYPE_U64: return "a u64 (8 bytes)";
+    case MNL_TYPE_STRING: return "a string (1 byte or more)";
+    case MNL_TYPE_NUL_STRING: return "a NUL-terminated string";
+    case MNL_TYPE_NESTED: return "a nest (empty, or 4 bytes or more)";
+    default: return "another type";
+  }
+}
+
+struct Walk {
+  std::string* why;
+  bool ok = true;
+
+  bool Fail(const Frame* at, const nlattr* a, int want) {
+    *why = PathOf(at) + " is " + std::to_string(mnl_attr_get_payload_len(a)) + " bytes where libnftnl 1.2.4 wants " +
+           Wanted(want) + " (and would exit(): \"nf_tables kernel ABI is broken\")";
+    ok = false;
+    return false;
+  }
+
+  bool Nest(const nlattr* nest, const Policy& p, const Frame* at);
+  bool Top(const nlmsghdr* nlh, const Policy& p);
+  bool Attr(const nlattr* a, const Policy& p, const Frame* up);
+  bool Expr(const nlattr* nest, const Frame* at);
+  bool ExprList(const nlattr* list, const Frame* at);
+};
+
+struct CbData {
+  Walk* w;
+  const Policy* p;
+  const Frame* up;
+};
+
+int CheckCb(const nlattr* a, void* data) {
+  CbData* d = static_cast<CbData*>(data);
+  return d->w->Attr(a, *d->p, d->up) ? MNL_CB_OK : MNL_CB_ERROR;
+}
+
+// The nest walked as libmnl walks it for libnftnl (mnl_attr_parse_nested), so that the same
+// attributes are seen.
+bool Walk::Nest(const nlattr* nest, const Policy& p, const Frame* at) {
+  CbData d{this, &p, at};
+  mnl_attr_parse_nested(nest, CheckCb, &d);
+  return ok;
+}
+
+bool Walk::Top(const nlmsghdr* nlh, const Policy& p) {
+  if (!HasNfgenmsg(nlh)) return true;  // the decoders refuse it as truncated
+  CbData d{this, &p, nullptr};
+  mnl_attr_parse(nlh, sizeof(nfgenmsg), CheckCb, &d);
+  return ok;
+}
+
+bool Walk::Attr(const nlattr* a, const Policy& p, const Frame* up) {
+  uint16_t type = mnl_attr_get_type(a);
+  for (size_t i = 0; i < p.count; i++) {
+    const Check& c = p.checks[i];
+    if (c.type != type) continue;
+    Frame at{up, c.name};
+    if (c.want != kAny && mnl_attr_validate(a, static_cast<mnl_attr_data_type>(c.want)) < 0) {
+      return Fail(&at, a, c.want);
+    }
+    switch (c.then) {
+      case Then::None: break;
+      case Then::Nest: return Nest(a, *c.policy, &at);
+      case Then::Expr: return Expr(a, &at);
+      case Then::ExprList: return ExprList(a, &at);
+      case Then::DataReg: return Nest(a, kData, &at);
+      case Then::Concat: {
+        // libnftnl keeps the field lengths in an array of NFT_REG32_COUNT: more would overrun it
+        // (not an exit, but refused with them).
+        int fields = 0, item = 0;
+        const nlattr* elem;
+        NFK_NESTED_FOR_EACH(elem, a) {
+          if (mnl_attr_get_type(elem) != NFTA_LIST_ELEM) continue;
+          Frame el{&at, "NFTA_LIST_ELEM", item++};
+          const nlattr* f;
+          NFK_NESTED_FOR_EACH(f, elem) {
+            if (mnl_attr_get_type(f) != NFTA_SET_FIELD_LEN) continue;
+            Frame fl{&el, "NFTA_SET_FIELD_LEN"};
+            if (mnl_attr_validate(f, MNL_TYPE_U32) < 0) return Fail(&fl, f, MNL_TYPE_U32);
+            if (++fields > NFT_REG32_COUNT) {
+              *why = PathOf(&fl) + ": more than " + std::to_string(NFT_REG32_COUNT) +
+                     " concatenated fields, more than libnftnl 1.2.4 has room for";
+              return ok = false;
+            }
+          }
+        }
+        return true;
+      }
+      case Then::ElemList: {
+        int item = 0;
+        const nlattr* elem;
+        NFK_NESTED_FOR_EACH(elem, a) {
+          if (mnl_attr_get_type(elem) != NFTA_LIST_ELEM) continue;
+          Frame el{&at, "NFTA_LIST_ELEM", item++};
+          if (!Nest(elem, kElem, &el)) return false;
+        }
+        return true;
+      }
+    }
+    return true;
+  }
+  return true;
+}
+
+bool Walk::Expr(const nlattr* nest, const Frame* at) {
+  if (!Nest(nest, kExpr, at)) return false;
+  // libnftnl picks the kind by the last NFTA_EXPR_NAME and parses the last NFTA_EXPR_DATA with it
+  const nlattr* name = nullptr;
+  const nlattr* data = nullptr;
+  const nlattr* a;
+  NFK_NESTED_FOR_EACH(a, nest) {
+    uint16_t t = mnl_attr_get_type(a);
+    if (t == NFTA_EXPR_NAME) name = a;
+    else if (t == NFTA_EXPR_DATA) data = a;
+  }
+  const char* kind = AttrStr(name);
+  if (kind == nullptr || data == nullptr) return true;  // no kind libnftnl knows (ExprOk refuses a bad name)
+  for (const ExprPolicy& e : kExprPolicies) {
+    if (std::strcmp(e.name, kind) != 0) continue;
+    Frame k{at, "NFTA_EXPR_DATA", -1, e.name};
+    return Nest(data, e.policy, &k);
+  }
+  return true;
+}
+
+bool Walk::ExprList(const nlattr* list, const Frame* at) {
+  int item = 0;
+  const nlattr* a;
+  NFK_NESTED_FOR_EACH(a, list) {
+    if (mnl_attr_get_type(a) != NFTA_LIST_ELEM) continue;
+    Frame el{at, nullptr, item++};
+    if (!Expr(a, &el)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool RuleAbiOk(const nlmsghdr* nlh, std::string* why) { return Walk{why}.Top(nlh, kRule); }
+bool ChainAbiOk(const nlmsghdr* nlh, std::string* why) { return Walk{why}.Top(nlh, kChain); }
+bool SetAbiOk(const nlmsghdr* nlh, std::string* why) { return Walk{why}.Top(nlh, kSet); }
+bool SetElemsAbiOk(const nlmsghdr* nlh, std::string* why) { return Walk{why}.Top(nlh, kElemList); }
+
+bool ExprNestsAbiOk(const std::vector<const nlattr*>& nests, const char* where, std::string* why) {
+  Walk w{why};
+  Frame top{nullptr, where};
+  for (size_t i = 0; i < nests.size(); i++) {
+    Frame el{&top, nullptr, static_cast<int>(i)};
+    if (!w.Expr(nests[i], &el)) return false;
+  }
+  return true;
 }
 
 }  // namespace nfk

@@ -69,4 +69,20 @@ bool SetElemsOkForLibnftnl(const nlmsghdr* nlh);
 // message's attributes as SetOkForLibnftnl found them; `storage` holds the copy when one is made.
 const nlmsghdr* SetForLibnftnl(const nlmsghdr* nlh, const AttrTable& t, std::vector<uint8_t>* storage);
 
+// The attribute type checks libnftnl 1.2.4 makes while it parses a message, each of which it
+// answers with exit() ("nf_tables kernel ABI is broken"): a u32 of another length, a string or
+// nest of none, in the message, its nests and every expression of a kind libnftnl knows (with
+// their data registers and a dynset's own expressions). Any attribute libnftnl checks is checked
+// here, whether or not libnftnl's parse would reach it before giving up otherwise, so a message
+// that passes never makes libnftnl exit. False, with `why` naming the attribute (its path in the
+// message), its length and what libnftnl wants, for a message the decoders must refuse.
+bool RuleAbiOk(const nlmsghdr* nlh, std::string* why);
+bool ChainAbiOk(const nlmsghdr* nlh, std::string* why);
+// (the set's NFTA_SET_EXPR(ESSIONS) too, which the decoder hands libnftnl as a rule's expressions)
+bool SetAbiOk(const nlmsghdr* nlh, std::string* why);
+// The expressions of every element (what of an element message reaches libnftnl).
+bool SetElemsAbiOk(const nlmsghdr* nlh, std::string* why);
+// Expression nests as ExprNests gives them; `where` names what holds them, for `why`.
+bool ExprNestsAbiOk(const std::vector<const nlattr*>& nests, const char* where, std::string* why);
+
 }  // namespace nfk
