@@ -87,6 +87,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // AddressSanitizer sees any read past the end of what the kernel sent.
   uint8_t* buf = static_cast<uint8_t*>(std::malloc(size ? size : 1));
   std::memcpy(buf, data, size);
+  static const bool explain = std::getenv("NFK_FUZZ_EXPLAIN") != nullptr;
   napi_env env = nfk_shim_env();
   Napi::Env e(env);
 
@@ -102,10 +103,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (; nfk::MessageOk(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
     // Every message libnftnl would exit() on must be one the addon's checks refuse: the decoders
     // refuse it themselves, never calling libnftnl. One that passes is a finding.
-    std::string why;
-    int refused = (nfk::RuleAbiOk(nlh, &why) ? 0 : kRule) | (nfk::ChainAbiOk(nlh, &why) ? 0 : kChain) |
-                  (nfk::SetAbiOk(nlh, &why) ? 0 : kSet) | (nfk::SetElemsAbiOk(nlh, &why) ? 0 : kElems);
+    std::string why[4];
+    int refused = (nfk::RuleAbiOk(nlh, &why[0]) ? 0 : kRule) | (nfk::ChainAbiOk(nlh, &why[1]) ? 0 : kChain) |
+                  (nfk::SetAbiOk(nlh, &why[2]) ? 0 : kSet) | (nfk::SetElemsAbiOk(nlh, &why[3]) ? 0 : kElems);
     int exits = LibnftnlExits(nlh);
+    if (explain && (exits | refused) != 0) {
+      // NFK_FUZZ_EXPLAIN=1: what the probe and the checks said of each message, kind by kind
+      static const char* kinds[] = {"rule", "chain", "set", "set element"};
+      for (int k = 0; k < 4; k++) {
+        if (((exits | refused) >> k & 1) == 0) continue;
+        std::fprintf(stderr, "abi: as a %s message: libnftnl %s; refused: %s\n", kinds[k],
+                     (exits >> k & 1) ? "exits" : "does not exit", (refused >> k & 1) ? why[k].c_str() : "no");
+      }
+    }
     abiExits += __builtin_popcount(exits);
     abiRefused += __builtin_popcount(refused);
     if (exits & ~refused) {
