@@ -7,6 +7,7 @@
 #include <libnftnl/expr.h>
 #include <linux/netfilter/nf_tables.h>
 #include <linux/netfilter/nf_tables_compat.h>
+#include <netinet/in.h>
 #include <linux/netfilter/nfnetlink.h>
 
 #include "common.h"
@@ -211,6 +212,20 @@ const nlmsghdr* SetForLibnftnl(const nlmsghdr* nlh, const AttrTable& t, std::vec
   return reinterpret_cast<const nlmsghdr*>(storage->data());
 }
 
+bool ObjOkForLibnftnl(const nlmsghdr* nlh) {
+  if (!HasNfgenmsg(nlh)) return false;
+  AttrTable t(NFTA_OBJ_MAX);
+  mnl_attr_parse(nlh, sizeof(nfgenmsg), CollectAttr, &t);
+  if (!NameOk(t.at[NFTA_OBJ_TABLE]) || !NameOk(t.at[NFTA_OBJ_NAME])) return false;
+  uint32_t type = 0;
+  if (t.at[NFTA_OBJ_DATA] == nullptr || !AttrU32(t.at[NFTA_OBJ_TYPE], &type)) return true;
+  if (type != NFT_OBJECT_CT_HELPER && type != NFT_OBJECT_SECMARK) return true;
+  // a helper's name and a secmark's context are copied up to their NUL (attribute 1 of both)
+  AttrTable d(std::max(NFTA_CT_HELPER_MAX, NFTA_SECMARK_MAX));
+  mnl_attr_parse_nested(t.at[NFTA_OBJ_DATA], CollectAttr, &d);
+  return NameOk(d.at[type == NFT_OBJECT_CT_HELPER ? NFTA_CT_HELPER_NAME : NFTA_SECMARK_CTX]);
+}
+
 // The last element attribute libnftnl 1.2.4 has room for (its own copy of
 // nf_tables.h), whatever headers this is built against.
 constexpr uint16_t kLibnftnlSetElemMax = 11;  // NFTA_SET_ELEM_EXPRESSIONS
@@ -273,6 +288,7 @@ struct Check {
   int want;  // an mnl_attr_data_type, or kAny
   Then then = Then::None;
   const Policy* policy = nullptr;
+  uint16_t below = 0;  // when not 0: the payload must be shorter (a string libnftnl copies into an array)
 };
 struct Policy {
   const Check* checks;
@@ -416,6 +432,60 @@ constexpr Policy kElem = P(kElemChecks);
 constexpr Check kElemListChecks[] = {{NFTA_SET_ELEM_LIST_ELEMENTS, "NFTA_SET_ELEM_LIST_ELEMENTS", kAny, Then::ElemList}};
 constexpr Policy kElemList = P(kElemListChecks);
 
+// Stateful objects, by NFTA_OBJ_TYPE (their data's checks), and the object message.
+constexpr Check kObjCounter[] = {NFK_U64(NFTA_COUNTER_BYTES), NFK_U64(NFTA_COUNTER_PACKETS)};
+constexpr Check kObjQuota[] = {NFK_U64(NFTA_QUOTA_BYTES), NFK_U64(NFTA_QUOTA_CONSUMED), NFK_U32(NFTA_QUOTA_FLAGS)};
+// (libnftnl copies a helper's name into 16 bytes and a secmark's context into 256, its own
+// NFT_SECMARK_CTX_MAXLEN; newer kernels allow contexts up to 4096)
+constexpr Check kObjCtHelper[] = {{NFTA_CT_HELPER_NAME, "NFTA_CT_HELPER_NAME", MNL_TYPE_STRING, Then::None, nullptr, 16},
+                                  NFK_U16(NFTA_CT_HELPER_L3PROTO), NFK_U8(NFTA_CT_HELPER_L4PROTO)};
+constexpr Check kObjLimit[] = {NFK_U64(NFTA_LIMIT_RATE), NFK_U64(NFTA_LIMIT_UNIT), NFK_U32(NFTA_LIMIT_BURST),
+                               NFK_U32(NFTA_LIMIT_TYPE), NFK_U32(NFTA_LIMIT_FLAGS)};
+constexpr Check kTunnelIpChecks[] = {NFK_U32(NFTA_TUNNEL_KEY_IP_SRC), NFK_U32(NFTA_TUNNEL_KEY_IP_DST)};
+constexpr Policy kTunnelIp = P(kTunnelIpChecks);
+constexpr Check kTunnelIp6Checks[] = {NFK_U32(NFTA_TUNNEL_KEY_IP6_FLOWLABEL)};
+constexpr Policy kTunnelIp6 = P(kTunnelIp6Checks);
+constexpr Check kTunnelVxlanChecks[] = {NFK_U32(NFTA_TUNNEL_KEY_VXLAN_GBP)};
+constexpr Policy kTunnelVxlan = P(kTunnelVxlanChecks);
+constexpr Check kTunnelErspanChecks[] = {NFK_U32(NFTA_TUNNEL_KEY_ERSPAN_VERSION), NFK_U32(NFTA_TUNNEL_KEY_ERSPAN_V1_INDEX),
+                                         NFK_U8(NFTA_TUNNEL_KEY_ERSPAN_V2_HWID), NFK_U8(NFTA_TUNNEL_KEY_ERSPAN_V2_DIR)};
+constexpr Policy kTunnelErspan = P(kTunnelErspanChecks);
+constexpr Check kTunnelOptsChecks[] = {
+    {NFTA_TUNNEL_KEY_OPTS_VXLAN, "NFTA_TUNNEL_KEY_OPTS_VXLAN", MNL_TYPE_NESTED, Then::Nest, &kTunnelVxlan},
+    {NFTA_TUNNEL_KEY_OPTS_ERSPAN, "NFTA_TUNNEL_KEY_OPTS_ERSPAN", MNL_TYPE_NESTED, Then::Nest, &kTunnelErspan}};
+constexpr Policy kTunnelOpts = P(kTunnelOptsChecks);
+constexpr Check kObjTunnel[] = {NFK_U32(NFTA_TUNNEL_KEY_ID), NFK_U32(NFTA_TUNNEL_KEY_FLAGS),
+                                {NFTA_TUNNEL_KEY_IP, "NFTA_TUNNEL_KEY_IP", MNL_TYPE_NESTED, Then::Nest, &kTunnelIp},
+                                {NFTA_TUNNEL_KEY_IP6, "NFTA_TUNNEL_KEY_IP6", MNL_TYPE_NESTED, Then::Nest, &kTunnelIp6},
+                                {NFTA_TUNNEL_KEY_OPTS, "NFTA_TUNNEL_KEY_OPTS", MNL_TYPE_NESTED, Then::Nest, &kTunnelOpts},
+                                NFK_U16(NFTA_TUNNEL_KEY_SPORT), NFK_U16(NFTA_TUNNEL_KEY_DPORT),
+                                NFK_U8(NFTA_TUNNEL_KEY_TOS), NFK_U8(NFTA_TUNNEL_KEY_TTL)};
+// (NFTA_CT_TIMEOUT_DATA's timeouts depend on the protocol: ObjAbiOk checks them)
+constexpr Check kObjCtTimeout[] = {NFK_U16(NFTA_CT_TIMEOUT_L3PROTO), NFK_U8(NFTA_CT_TIMEOUT_L4PROTO),
+                                   NFK_NEST(NFTA_CT_TIMEOUT_DATA)};
+constexpr Check kObjSecmark[] = {{NFTA_SECMARK_CTX, "NFTA_SECMARK_CTX", MNL_TYPE_STRING, Then::None, nullptr, 256}};
+constexpr Check kObjCtExpect[] = {NFK_U16(NFTA_CT_EXPECT_L3PROTO), NFK_U8(NFTA_CT_EXPECT_L4PROTO),
+                                  NFK_U16(NFTA_CT_EXPECT_DPORT), NFK_U32(NFTA_CT_EXPECT_TIMEOUT),
+                                  NFK_U8(NFTA_CT_EXPECT_SIZE)};
+constexpr Check kObjSynproxy[] = {NFK_U16(NFTA_SYNPROXY_MSS), NFK_U8(NFTA_SYNPROXY_WSCALE), NFK_U32(NFTA_SYNPROXY_FLAGS)};
+
+struct ObjPolicy {
+  uint32_t type;
+  const char* name;
+  Policy policy;
+};
+// Every object type libnftnl 1.2.4 parses (it has none for connlimit).
+constexpr ObjPolicy kObjPolicies[] = {
+    {NFT_OBJECT_COUNTER, "counter", P(kObjCounter)}, {NFT_OBJECT_QUOTA, "quota", P(kObjQuota)},
+    {NFT_OBJECT_CT_HELPER, "ct helper", P(kObjCtHelper)}, {NFT_OBJECT_LIMIT, "limit", P(kObjLimit)},
+    {NFT_OBJECT_TUNNEL, "tunnel", P(kObjTunnel)}, {NFT_OBJECT_CT_TIMEOUT, "ct timeout", P(kObjCtTimeout)},
+    {NFT_OBJECT_SECMARK, "secmark", P(kObjSecmark)}, {NFT_OBJECT_CT_EXPECT, "ct expectation", P(kObjCtExpect)},
+    {NFT_OBJECT_SYNPROXY, "synproxy", P(kObjSynproxy)},
+};
+constexpr Check kObjChecks[] = {NFK_STR(NFTA_OBJ_TABLE), NFK_STR(NFTA_OBJ_NAME), NFK_U64(NFTA_OBJ_HANDLE),
+                                NFK_NEST(NFTA_OBJ_DATA), NFK_U32(NFTA_OBJ_USE)};
+constexpr Policy kObj = P(kObjChecks);
+
 #undef NFK_U8
 #undef NFK_U16
 #undef NFK_U32
@@ -514,6 +584,11 @@ bool Walk::Attr(const nlattr* a, const Policy& p, const Frame* up) {
     if (c.want != kAny && mnl_attr_validate(a, static_cast<mnl_attr_data_type>(c.want)) < 0) {
       return Fail(&at, a, c.want);
     }
+    if (c.below != 0 && mnl_attr_get_payload_len(a) >= c.below) {
+      *why = PathOf(&at) + " is " + std::to_string(mnl_attr_get_payload_len(a)) + " bytes where libnftnl 1.2.4 wants fewer than " +
+             std::to_string(c.below) + " (and would exit(): \"nf_tables kernel ABI is broken\")";
+      return ok = false;
+    }
     switch (c.then) {
       case Then::None: break;
       case Then::Nest: return Nest(a, *c.policy, &at);
@@ -596,6 +671,45 @@ bool RuleAbiOk(const nlmsghdr* nlh, std::string* why) { return Walk{why}.Top(nlh
 bool ChainAbiOk(const nlmsghdr* nlh, std::string* why) { return Walk{why}.Top(nlh, kChain); }
 bool SetAbiOk(const nlmsghdr* nlh, std::string* why) { return Walk{why}.Top(nlh, kSet); }
 bool SetElemsAbiOk(const nlmsghdr* nlh, std::string* why) { return Walk{why}.Top(nlh, kElemList); }
+
+bool ObjAbiOk(const nlmsghdr* nlh, std::string* why) {
+  Walk w{why};
+  if (!w.Top(nlh, kObj) || !HasNfgenmsg(nlh)) return w.ok;
+  // libnftnl picks the data's parser by the last NFTA_OBJ_TYPE, read as a u32 whatever its length
+  AttrTable t(NFTA_OBJ_MAX);
+  mnl_attr_parse(nlh, sizeof(nfgenmsg), CollectAttr, &t);
+  if (t.at[NFTA_OBJ_TYPE] == nullptr || t.at[NFTA_OBJ_DATA] == nullptr) return true;
+  uint32_t type = 0;
+  if (!AttrU32(t.at[NFTA_OBJ_TYPE], &type)) {
+    *why = "NFTA_OBJ_TYPE is " + std::to_string(mnl_attr_get_payload_len(t.at[NFTA_OBJ_TYPE])) +
+           " bytes where libnftnl 1.2.4 reads a u32 (4 bytes)";
+    return false;
+  }
+  for (const ObjPolicy& o : kObjPolicies) {
+    if (o.type != type) continue;
+    Frame data{nullptr, "NFTA_OBJ_DATA", -1, o.name};
+    if (!w.Nest(t.at[NFTA_OBJ_DATA], o.policy, &data)) return false;
+    if (type != NFT_OBJECT_CT_TIMEOUT) return true;
+    // A ct timeout's policy: u32 timeouts of types 1 to the number of states libnftnl 1.2.4 knows
+    // for the protocol (NFTA_CT_TIMEOUT_L4PROTO): 11 for TCP, 2 for UDP, none for others.
+    AttrTable d(NFTA_CT_TIMEOUT_MAX);
+    mnl_attr_parse_nested(t.at[NFTA_OBJ_DATA], CollectAttr, &d);
+    const nlattr* l4 = d.at[NFTA_CT_TIMEOUT_L4PROTO];
+    if (l4 == nullptr || d.at[NFTA_CT_TIMEOUT_DATA] == nullptr) return true;
+    uint8_t proto = *static_cast<const uint8_t*>(mnl_attr_get_payload(l4));
+    uint16_t states = proto == IPPROTO_TCP ? 11 : proto == IPPROTO_UDP ? 2 : 0;
+    Frame policy{&data, "NFTA_CT_TIMEOUT_DATA"};
+    const nlattr* a;
+    NFK_NESTED_FOR_EACH(a, d.at[NFTA_CT_TIMEOUT_DATA]) {
+      uint16_t st = mnl_attr_get_type(a);
+      if (st == 0 || st > states) continue;
+      Frame at{&policy, nullptr, st};
+      if (mnl_attr_validate(a, MNL_TYPE_U32) < 0) return w.Fail(&at, a, MNL_TYPE_U32);
+    }
+    return true;
+  }
+  return true;
+}
 
 bool ExprNestsAbiOk(const std::vector<const nlattr*>& nests, const char* where, std::string* why) {
   Walk w{why};

@@ -63,6 +63,8 @@ bool ChainOkForLibnftnl(const nlmsghdr* nlh);
 // (a set's attributes land in `t`, NFTA_SET_MAX wide, for SetForLibnftnl and the decoder)
 bool SetOkForLibnftnl(const nlmsghdr* nlh, AttrTable* t);
 bool SetElemsOkForLibnftnl(const nlmsghdr* nlh);
+// (an object's names: its table's, its own, a ct helper's, a secmark's context)
+bool ObjOkForLibnftnl(const nlmsghdr* nlh);
 // The set message as libnftnl is given it: without NFTA_SET_EXPR(ESSIONS), which the decoder
 // reads itself (ExprNests). libnftnl 1.2.4 frees a set's parsed expressions when a later one of the
 // list fails but leaves them on the set, and nftnl_set_free() frees them again. `t` is the
@@ -82,6 +84,8 @@ bool ChainAbiOk(const nlmsghdr* nlh, std::string* why);
 bool SetAbiOk(const nlmsghdr* nlh, std::string* why);
 // The expressions of every element (what of an element message reaches libnftnl).
 bool SetElemsAbiOk(const nlmsghdr* nlh, std::string* why);
+// A stateful object's message and its data, by its type.
+bool ObjAbiOk(const nlmsghdr* nlh, std::string* why);
 // Expression nests as ExprNests gives them; `where` names what holds them, for `why`.
 bool ExprNestsAbiOk(const std::vector<const nlattr*>& nests, const char* where, std::string* why);
 

@@ -31,7 +31,7 @@ napi_inc=$(node -p "require('node-addon-api').include_dir")
 flags=(-std=c++17 -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined
   -fno-sanitize-recover=undefined -DNAPI_VERSION=8 -DNAPI_CPP_EXCEPTIONS -DNODE_ADDON_API_DISABLE_DEPRECATED
   -I/usr/include/node -I"$napi_inc" $(pkg-config --cflags libnftnl libmnl))
-sources=(native/decode.cc native/decode_json.cc native/attr.cc native/expr_table.cc native/event.cc native/element.cc native/digest.cc native/common.cc
+sources=(native/decode.cc native/decode_json.cc native/attr.cc native/expr_table.cc native/event.cc native/element.cc native/digest.cc native/common.cc native/object.cc
   native/fuzz/napi_shim.cc native/fuzz/fuzz_decode.cc)
 cc=${cxx/clang++/clang}
 "$cc" -g -O1 -fno-omit-frame-pointer $(pkg-config --cflags libnftnl libmnl) -c native/fuzz/abi_exit.c -o "$out/obj/abi_exit.o"

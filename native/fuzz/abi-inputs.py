@@ -10,7 +10,7 @@ import os
 import struct
 
 NESTED = 0x8000
-NEWCHAIN, NEWRULE, NEWSET, NEWSETELEM = 3, 6, 9, 12
+NEWCHAIN, NEWRULE, NEWSET, NEWSETELEM, NEWOBJ = 3, 6, 9, 12, 18
 
 
 def attr(t, payload=b"", nested=False):
@@ -47,6 +47,10 @@ def expr(name, *data):
     return nest(1, s(1, name), nest(2, *data))  # NFTA_LIST_ELEM: NFTA_EXPR_NAME, NFTA_EXPR_DATA
 
 
+def obj(kind, *data):
+    return message(NEWOBJ, s(1, "nfkeeper"), s(2, "o"), u32(3, kind), nest(4, *data))
+
+
 def rule(*exprs, extra=()):
     return message(NEWRULE, s(1, "nfkeeper"), s(2, "input"), u64(3, 7), *extra, nest(4, *exprs))
 
@@ -77,6 +81,14 @@ inputs = {
     "setelem-exprs": message(NEWSETELEM, s(1, "nfkeeper"), s(2, "s"),
                              nest(3, nest(1, nest(1, attr(1, b"\1\2\3\4")),
                                           nest(11, expr("counter", u64(1, 0), short(2)))))),
+    # stateful objects: a counter's NFTA_COUNTER_BYTES; a ct timeout's TCP policy (a timeout of
+    # 2 bytes); a tunnel's NFTA_TUNNEL_KEY_IP > SRC; a ct helper's name of 16 bytes or more; a
+    # secmark context of 256 bytes or more (libnftnl 1.2.4's limit; kernels allow 4096)
+    "obj-counter": obj(1, short(1), u64(2, 0)),
+    "obj-cttimeout": obj(7, attr(1, b"\0\2"), attr(2, b"\6"), nest(3, u32(1, 60), short(3))),
+    "obj-tunnel": obj(6, u32(1, 1), nest(2, short(1))),
+    "obj-cthelper": obj(3, s(1, "h" * 20), attr(2, b"\0\2"), attr(3, b"\6")),
+    "obj-secmark": obj(8, s(1, "system_u:object_r:" + "x" * 300)),
 }
 
 corpus = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")

@@ -12,6 +12,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <libnftnl/chain.h>
+#include <libnftnl/object.h>
 #include <libnftnl/rule.h>
 #include <libnftnl/set.h>
 #include <linux/netlink.h>
@@ -34,12 +35,12 @@ void exit(int status) {
   __builtin_unreachable();
 }
 
-// kinds: bit 0 rule, 1 chain, 2 set (bit 3, set elements, is no longer
+// kinds: bit 0 rule, 1 chain, 2 set, 4 object (bit 3, set elements, is not
 // probed: the addon reads elements itself). Returns the kinds whose libnftnl
 // parse called exit().
 int nfk_fuzz_libnftnl_exits(const struct nlmsghdr* nlh, int kinds) {
   volatile int exits = 0;
-  for (volatile int k = 0; k < 3; k++) {
+  for (volatile int k = 0; k < 5; k++) {
     if (!(kinds & (1 << k))) continue;
     jmp_buf here;
     if (setjmp(here) != 0) {
@@ -56,10 +57,14 @@ int nfk_fuzz_libnftnl_exits(const struct nlmsghdr* nlh, int kinds) {
       struct nftnl_chain* c = nftnl_chain_alloc();
       nftnl_chain_nlmsg_parse(nlh, c);
       nftnl_chain_free(c);
-    } else {
+    } else if (k == 2) {
       struct nftnl_set* s = nftnl_set_alloc();
       nftnl_set_nlmsg_parse(nlh, s);
       nftnl_set_free(s);
+    } else if (k == 4) {
+      struct nftnl_obj* o = nftnl_obj_alloc();
+      nftnl_obj_nlmsg_parse(nlh, o);
+      nftnl_obj_free(o);
     }
     probing = NULL;
   }

@@ -23,6 +23,7 @@
 #include "../common.h"
 #include "../element.h"
 #include "../event.h"
+#include "../object.h"
 #include "napi_shim.h"
 
 extern "C" int nfk_fuzz_libnftnl_exits(const nlmsghdr* nlh, int kinds);  // abi_exit.c
@@ -30,7 +31,7 @@ extern "C" int nfk_fuzz_decoding;                                         // abi
 
 namespace {
 
-enum { kRule = 1, kChain = 2, kSet = 4, kElems = 8 };
+enum { kRule = 1, kChain = 2, kSet = 4, kElems = 8, kObj = 16 };
 size_t abiExits = 0;    // libnftnl exit()s caught by the probe
 size_t abiRefused = 0;  // message kinds the addon's checks refused (attr.h RuleAbiOk and the rest)
 
@@ -63,7 +64,8 @@ bool ExprsExit(const std::vector<const nlattr*>& nests) {
 int LibnftnlExits(const nlmsghdr* nlh) {
   nfk::AttrTable setAttrs(NFTA_SET_MAX);
   bool setSafe = nfk::SetOkForLibnftnl(nlh, &setAttrs);
-  int exits = nfk_fuzz_libnftnl_exits(nlh, (nfk::RuleOkForLibnftnl(nlh) ? kRule : 0) | (nfk::ChainOkForLibnftnl(nlh) ? kChain : 0));
+  int exits = nfk_fuzz_libnftnl_exits(nlh, (nfk::RuleOkForLibnftnl(nlh) ? kRule : 0) | (nfk::ChainOkForLibnftnl(nlh) ? kChain : 0) |
+                                                (nfk::ObjOkForLibnftnl(nlh) ? kObj : 0));
   if (setSafe) {
     // the set without its expressions, then its expressions as a rule's
     std::vector<uint8_t> setMsg;
@@ -104,22 +106,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // Every message libnftnl would exit() on must be one the addon's checks refuse: the decoders
     // refuse it themselves, never calling libnftnl. One that passes is a finding.
     std::string why[4];
+    std::string objWhy;
     int refused = (nfk::RuleAbiOk(nlh, &why[0]) ? 0 : kRule) | (nfk::ChainAbiOk(nlh, &why[1]) ? 0 : kChain) |
-                  (nfk::SetAbiOk(nlh, &why[2]) ? 0 : kSet) | (nfk::SetElemsAbiOk(nlh, &why[3]) ? 0 : kElems);
+                  (nfk::SetAbiOk(nlh, &why[2]) ? 0 : kSet) | (nfk::SetElemsAbiOk(nlh, &why[3]) ? 0 : kElems) |
+                  (nfk::ObjAbiOk(nlh, &objWhy) ? 0 : kObj);
     int exits = LibnftnlExits(nlh);
     if (explain && (exits | refused) != 0) {
       // NFK_FUZZ_EXPLAIN=1: what the probe and the checks said of each message, kind by kind
-      static const char* kinds[] = {"rule", "chain", "set", "set element"};
-      for (int k = 0; k < 4; k++) {
+      static const char* kinds[] = {"rule", "chain", "set", "set element", "object"};
+      for (int k = 0; k < 5; k++) {
         if (((exits | refused) >> k & 1) == 0) continue;
         std::fprintf(stderr, "abi: as a %s message: libnftnl %s; refused: %s\n", kinds[k],
-                     (exits >> k & 1) ? "exits" : "does not exit", (refused >> k & 1) ? why[k].c_str() : "no");
+                     (exits >> k & 1) ? "exits" : "does not exit", (refused >> k & 1) ? (k < 4 ? why[k] : objWhy).c_str() : "no");
       }
     }
     abiExits += __builtin_popcount(exits);
     abiRefused += __builtin_popcount(refused);
     if (exits & ~refused) {
-      std::fprintf(stderr, "libnftnl exits on a message of kind %d (1 rule, 2 chain, 4 set, 8 elements) that the addon's checks pass\n",
+      std::fprintf(stderr, "libnftnl exits on a message of kind %d (1 rule, 2 chain, 4 set, 8 elements, 16 object) that the addon's checks pass\n",
                    exits & ~refused);
       std::abort();
     }
@@ -133,6 +137,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     Guarded([&] { nfk::DecodeSet(e, nlh); });
     Guarded([&] { nfk::DecodeSetElems(e, nlh, Napi::Array::New(e)); });
+    Guarded([&] { nfk::DecodeObject(e, nlh); });
     if (nfk::HasNfgenmsg(nlh) && nfk::SetElemsOkForLibnftnl(nlh)) {
       std::string json, error;
       bool first = true;
