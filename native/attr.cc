@@ -1,5 +1,6 @@
 #include "attr.h"
 #include <algorithm>
+#include <iterator>
 #include <cstring>
 
 #include <arpa/inet.h>
@@ -221,9 +222,10 @@ bool ObjOkForLibnftnl(const nlmsghdr* nlh) {
   if (t.at[NFTA_OBJ_DATA] == nullptr || !AttrU32(t.at[NFTA_OBJ_TYPE], &type)) return true;
   if (type != NFT_OBJECT_CT_HELPER && type != NFT_OBJECT_SECMARK) return true;
   // a helper's name and a secmark's context are copied up to their NUL (attribute 1 of both)
-  AttrTable d(std::max(NFTA_CT_HELPER_MAX, NFTA_SECMARK_MAX));
+  static_assert(static_cast<int>(NFTA_CT_HELPER_NAME) == 1 && static_cast<int>(NFTA_SECMARK_CTX) == 1, "attribute 1 of both");
+  AttrTable d(1);
   mnl_attr_parse_nested(t.at[NFTA_OBJ_DATA], CollectAttr, &d);
-  return NameOk(d.at[type == NFT_OBJECT_CT_HELPER ? NFTA_CT_HELPER_NAME : NFTA_SECMARK_CTX]);
+  return NameOk(d.at[1]);
 }
 
 // The last element attribute libnftnl 1.2.4 has room for (its own copy of
@@ -390,9 +392,6 @@ constexpr ExprPolicy kExprPolicies[] = {
     {"reject", P(kReject)}, {"rt", P(kRt)}, {"socket", P(kSocket)}, {"synproxy", P(kSynproxy)},
     {"target", P(kTarget)}, {"tproxy", P(kTproxy)}, {"tunnel", P(kTunnel)}, {"xfrm", P(kXfrm)},
 };
-
-constexpr Check kExprChecks[] = {NFK_STR(NFTA_EXPR_NAME), NFK_NEST(NFTA_EXPR_DATA)};
-constexpr Policy kExpr = P(kExprChecks);
 
 constexpr Check kRuleCompatChecks[] = {NFK_U32(NFTA_RULE_COMPAT_PROTO), NFK_U32(NFTA_RULE_COMPAT_FLAGS)};
 constexpr Policy kRuleCompat = P(kRuleCompatChecks);
@@ -633,25 +632,55 @@ bool Walk::Attr(const nlattr* a, const Policy& p, const Frame* up) {
   return true;
 }
 
-bool Walk::Expr(const nlattr* nest, const Frame* at) {
-  if (!Nest(nest, kExpr, at)) return false;
-  // libnftnl picks the kind by the last NFTA_EXPR_NAME and parses the last NFTA_EXPR_DATA with it
+// NFTA_EXPR_NAME and NFTA_EXPR_DATA checked, and the last of each kept: libnftnl picks the kind
+// by the last name and parses the last data with it.
+struct ExprCbData {
+  Walk* w;
+  const Frame* at;
   const nlattr* name = nullptr;
   const nlattr* data = nullptr;
-  const nlattr* a;
-  NFK_NESTED_FOR_EACH(a, nest) {
-    uint16_t t = mnl_attr_get_type(a);
-    if (t == NFTA_EXPR_NAME) name = a;
-    else if (t == NFTA_EXPR_DATA) data = a;
+};
+
+int ExprCb(const nlattr* a, void* p) {
+  ExprCbData* d = static_cast<ExprCbData*>(p);
+  uint16_t t = mnl_attr_get_type(a);
+  if (t == NFTA_EXPR_NAME) {
+    Frame at{d->at, "NFTA_EXPR_NAME"};
+    if (mnl_attr_validate(a, MNL_TYPE_STRING) < 0) return d->w->Fail(&at, a, MNL_TYPE_STRING), MNL_CB_ERROR;
+    d->name = a;
+  } else if (t == NFTA_EXPR_DATA) {
+    Frame at{d->at, "NFTA_EXPR_DATA"};
+    if (mnl_attr_validate(a, MNL_TYPE_NESTED) < 0) return d->w->Fail(&at, a, MNL_TYPE_NESTED), MNL_CB_ERROR;
+    d->data = a;
   }
-  const char* kind = AttrStr(name);
-  if (kind == nullptr || data == nullptr) return true;  // no kind libnftnl knows (ExprOk refuses a bad name)
-  for (const ExprPolicy& e : kExprPolicies) {
-    if (std::strcmp(e.name, kind) != 0) continue;
-    Frame k{at, "NFTA_EXPR_DATA", -1, e.name};
-    return Nest(data, e.policy, &k);
+  return MNL_CB_OK;
+}
+
+constexpr bool NameBefore(const char* a, const char* b) {
+  for (; *a != 0 && *a == *b; a++, b++) {}
+  return static_cast<unsigned char>(*a) < static_cast<unsigned char>(*b);
+}
+
+constexpr bool Sorted() {
+  for (size_t i = 1; i < std::size(kExprPolicies); i++) {
+    if (!NameBefore(kExprPolicies[i - 1].name, kExprPolicies[i].name)) return false;
   }
   return true;
+}
+static_assert(Sorted(), "kExprPolicies is looked up by binary search");
+
+bool Walk::Expr(const nlattr* nest, const Frame* at) {
+  ExprCbData d{this, at};
+  mnl_attr_parse_nested(nest, ExprCb, &d);
+  if (!ok) return false;
+  const char* kind = AttrStr(d.name);
+  if (kind == nullptr || d.data == nullptr) return true;  // no kind libnftnl knows (ExprOk refuses a bad name)
+  const ExprPolicy* end = std::end(kExprPolicies);
+  const ExprPolicy* e = std::lower_bound(std::begin(kExprPolicies), end, kind,
+                                         [](const ExprPolicy& x, const char* k) { return std::strcmp(x.name, k) < 0; });
+  if (e == end || std::strcmp(e->name, kind) != 0) return true;
+  Frame k{at, nullptr, -1, e->name};
+  return Nest(d.data, e->policy, &k);
 }
 
 bool Walk::ExprList(const nlattr* list, const Frame* at) {
