@@ -2,10 +2,11 @@
 // what one recv() on a netfilter socket returns: any number of netlink
 // messages. Every message goes through every decoder, as a dump of any kind
 // would hand it (socket.cc picks the decoder by the dump asked for, not by the
-// message type): the object decoders of decode.cc, the JSON rule decoder of
-// decode_json.cc that rule dumps use, and the monitor's event parsing, filter
-// and batching (event.cc). This is the addon's own code, linked against
-// napi_shim.cc in place of Node.
+// message type): the object decoders of decode.cc and object.cc, the JSON rule
+// and element decoders of decode_json.cc that dumps use, and the monitor's
+// event parsing, filter and batching (event.cc). This is the addon's own code,
+// linked against napi_shim.cc in place of Node. A message libnftnl would exit()
+// on that the addon's checks let through aborts the run (abi_exit.c).
 #include <libmnl/libmnl.h>
 #include <linux/netfilter/nf_tables.h>
 #include <napi.h>
