@@ -17,9 +17,8 @@
 #include <libnftnl/set.h>
 #include <linux/netlink.h>
 #include <setjmp.h>
-#include <stdlib.h>
-
 #include <stdio.h>
+#include <stdlib.h>
 
 static jmp_buf* probing;
 int nfk_fuzz_decoding;
