@@ -51,81 +51,6 @@ bool NameOk(const nlattr* a) {
   return a == nullptr || mnl_attr_validate(a, MNL_TYPE_NUL_STRING) >= 0;
 }
 
-// A data register holding a jump or goto verdict must name its chain:
-// libnftnl strdup()s NFTA_VERDICT_CHAIN without checking it is there. Any
-// nested attribute of an expression may be a register, so all are checked;
-// one that merely looks like a register costs nothing but a raw decode.
-bool VerdictsOk(const nlattr* data) {
-  const nlattr* reg;
-  NFK_NESTED_FOR_EACH(reg, data) {
-    if (mnl_attr_get_payload_len(reg) < MNL_ATTR_HDRLEN) continue;
-    AttrTable d(NFTA_DATA_MAX);
-    if (mnl_attr_parse_nested(reg, CollectAttr, &d) < 0 || d.at[NFTA_DATA_VERDICT] == nullptr) continue;
-    AttrTable v(NFTA_VERDICT_MAX);
-    if (mnl_attr_parse_nested(d.at[NFTA_DATA_VERDICT], CollectAttr, &v) < 0) return false;
-    if (v.at[NFTA_VERDICT_CODE] == nullptr || mnl_attr_get_payload_len(v.at[NFTA_VERDICT_CODE]) < 4) return false;
-    int32_t code = static_cast<int32_t>(ntohl(mnl_attr_get_u32(v.at[NFTA_VERDICT_CODE])));
-    if ((code == NFT_JUMP || code == NFT_GOTO) &&
-        (v.at[NFTA_VERDICT_CHAIN] == nullptr || !NameOk(v.at[NFTA_VERDICT_CHAIN]))) {
-      return false;
-    }
-  }
-  return true;
-}
-
-// libnftnl 1.2.4 parses a dynset's name before its statements, and when a statement fails (an
-// attribute of the list that is no NFTA_LIST_ELEM, an expression libnftnl does not know) it frees
-// the dynset without its name: a leak for each such message. A statement libnftnl can parse is
-// one with a name it has an expression for (nftnl_expr_alloc), as the kernel always sends.
-static bool ExprOkNamed(const nlattr* expr, const char** name);
-
-static bool DynsetStatementOk(const nlattr* expr) {
-  const char* name = nullptr;
-  if (!ExprOkNamed(expr, &name)) return false;
-  nftnl_expr* known = nftnl_expr_alloc(name);
-  if (known == nullptr) return false;
-  nftnl_expr_free(known);
-  return true;
-}
-
-static bool DynsetStatementsOk(const nlattr* data) {
-  AttrTable d(NFTA_DYNSET_MAX);
-  if (mnl_attr_parse_nested(data, CollectAttr, &d) < 0) return false;
-  if (d.at[NFTA_DYNSET_EXPR] != nullptr) return DynsetStatementOk(d.at[NFTA_DYNSET_EXPR]);
-  if (d.at[NFTA_DYNSET_EXPRESSIONS] == nullptr) return true;
-  const nlattr* a;
-  NFK_NESTED_FOR_EACH(a, d.at[NFTA_DYNSET_EXPRESSIONS]) {
-    if (mnl_attr_get_type(a) != NFTA_LIST_ELEM || !DynsetStatementOk(a)) return false;
-  }
-  return true;
-}
-
-// ExprOk, also giving the expression's name (valid when it is ok): the nest is parsed once.
-static bool ExprOkNamed(const nlattr* expr, const char** name) {
-  AttrTable t(NFTA_EXPR_MAX);
-  if (mnl_attr_parse_nested(expr, CollectAttr, &t) < 0) return false;
-  if (t.at[NFTA_EXPR_NAME] == nullptr || !NameOk(t.at[NFTA_EXPR_NAME])) return false;
-  *name = mnl_attr_get_str(t.at[NFTA_EXPR_NAME]);
-  if (t.at[NFTA_EXPR_DATA] == nullptr) return true;
-  if (!VerdictsOk(t.at[NFTA_EXPR_DATA])) return false;
-  return std::strcmp(*name, "dynset") != 0 || DynsetStatementsOk(t.at[NFTA_EXPR_DATA]);
-}
-
-bool ExprOk(const nlattr* expr) {
-  const char* name = nullptr;
-  return ExprOkNamed(expr, &name);
-}
-
-bool ExprListOk(const nlattr* list) {
-  if (list == nullptr) return true;
-  const nlattr* a;
-  bool ok = true;
-  NFK_NESTED_FOR_EACH(a, list) {
-    if (mnl_attr_get_type(a) == NFTA_LIST_ELEM && !ExprOk(a)) ok = false;
-  }
-  return ok;
-}
-
 std::vector<RawExpr> WalkExpressions(const nlattr* list) {
   std::vector<RawExpr> out;
   // (a rule has a few expressions: one allocation; every rule of a digest dump or an echo comes here)
@@ -160,13 +85,6 @@ std::vector<const nlattr*> ExprNests(const nlattr* single, const nlattr* list) {
     NFK_NESTED_FOR_EACH(a, list) if (mnl_attr_get_type(a) == NFTA_LIST_ELEM) out.push_back(a);
   }
   return out;
-}
-
-bool RuleOkForLibnftnl(const nlmsghdr* nlh) {
-  if (!HasNfgenmsg(nlh)) return false;
-  AttrTable t(NFTA_RULE_MAX);
-  mnl_attr_parse(nlh, sizeof(nfgenmsg), CollectAttr, &t);
-  return NameOk(t.at[NFTA_RULE_TABLE]) && NameOk(t.at[NFTA_RULE_CHAIN]) && ExprListOk(t.at[NFTA_RULE_EXPRESSIONS]);
 }
 
 bool ChainOkForLibnftnl(const nlmsghdr* nlh) {
@@ -260,7 +178,7 @@ bool SetElemsOkForLibnftnl(const nlmsghdr* nlh) {
 
 }  // namespace nfk
 
-// ---- libnftnl's attribute type checks (RuleAbiOk and the rest, attr.h) ----
+// ---- libnftnl's attribute type checks (CheckRule and the rest, attr.h), and what it can parse ----
 //
 // A table per parse callback of libnftnl 1.2.4 that exits on a failed check: which attribute
 // types it validates, as which libmnl type (mnl_attr_validate with the same type gives the same
@@ -276,6 +194,8 @@ enum class Then : uint8_t {
   Nest,      // the attribute's nest, with `policy`
   Expr,      // one expression (NFTA_EXPR_NAME, NFTA_EXPR_DATA)
   ExprList,  // NFTA_LIST_ELEM expressions
+  Statement,      // a dynset's expression: libnftnl must also know its kind
+  StatementList,  // a dynset's expressions: NFTA_LIST_ELEMs only, each a Statement
   DataReg,   // a data register (NFTA_DATA_*), which may hold a verdict
   Concat,    // a set's NFTA_SET_DESC_CONCAT: NFTA_LIST_ELEM nests of NFTA_SET_FIELD_LEN
   ElemList,  // a set element list: the expressions of each element
@@ -328,8 +248,8 @@ constexpr Check kDup[] = {NFK_U32(NFTA_DUP_SREG_ADDR), NFK_U32(NFTA_DUP_SREG_DEV
 constexpr Check kDynset[] = {NFK_U32(NFTA_DYNSET_SREG_KEY), NFK_U32(NFTA_DYNSET_SREG_DATA), NFK_U32(NFTA_DYNSET_SET_ID),
                              NFK_U32(NFTA_DYNSET_OP), NFK_U32(NFTA_DYNSET_FLAGS), NFK_U64(NFTA_DYNSET_TIMEOUT),
                              NFK_STR(NFTA_DYNSET_SET_NAME),
-                             {NFTA_DYNSET_EXPR, "NFTA_DYNSET_EXPR", MNL_TYPE_NESTED, Then::Expr},
-                             {NFTA_DYNSET_EXPRESSIONS, "NFTA_DYNSET_EXPRESSIONS", kAny, Then::ExprList}};
+                             {NFTA_DYNSET_EXPR, "NFTA_DYNSET_EXPR", MNL_TYPE_NESTED, Then::Statement},
+                             {NFTA_DYNSET_EXPRESSIONS, "NFTA_DYNSET_EXPRESSIONS", kAny, Then::StatementList}};
 constexpr Check kExthdr[] = {NFK_U8(NFTA_EXTHDR_TYPE), NFK_U32(NFTA_EXTHDR_DREG), NFK_U32(NFTA_EXTHDR_SREG),
                              NFK_U32(NFTA_EXTHDR_OFFSET), NFK_U32(NFTA_EXTHDR_LEN), NFK_U32(NFTA_EXTHDR_OP),
                              NFK_U32(NFTA_EXTHDR_FLAGS)};
@@ -530,130 +450,156 @@ const char* Wanted(int want) {
   }
 }
 
+const Check* Find(const Policy& p, uint16_t type) {
+  for (size_t i = 0; i < p.count; i++) {
+    if (p.checks[i].type == type) return &p.checks[i];
+  }
+  return nullptr;
+}
+
+// One walk of a message answers both questions libnftnl 1.2.4 raises: would it exit() on a type
+// check (`ok`, the first failure in `why`), and can it parse what was walked without reading past
+// it or crashing (what the walk functions return: names with their NUL, since it strdup()s and
+// strcmp()s them; every expression named; every jump or goto verdict with its chain; a dynset's
+// statements of kinds it knows). A failed check does not end the walk, so that the second answer
+// is whole whatever the first.
 struct Walk {
   std::string* why;
   bool ok = true;
 
-  bool Fail(const Frame* at, const nlattr* a, int want) {
+  void Fail(const Frame* at, const nlattr* a, int want) {
+    if (!ok) return;
     *why = PathOf(at) + " is " + std::to_string(mnl_attr_get_payload_len(a)) + " bytes where libnftnl 1.2.4 wants " +
            Wanted(want) + " (and would exit(): \"nf_tables kernel ABI is broken\")";
     ok = false;
-    return false;
+  }
+  void Fail(std::string text) {
+    if (!ok) return;
+    *why = std::move(text);
+    ok = false;
   }
 
-  bool Nest(const nlattr* nest, const Policy& p, const Frame* at);
   bool Top(const nlmsghdr* nlh, const Policy& p);
-  bool Attr(const nlattr* a, const Policy& p, const Frame* up);
-  bool Expr(const nlattr* nest, const Frame* at);
-  bool ExprList(const nlattr* list, const Frame* at);
+  bool Nest(const nlattr* nest, const Policy& p, const Frame* at);
+  bool Attr(const nlattr* a, const Check& c, const Frame* up);
+  bool Expr(const nlattr* nest, const Frame* at, const char** kind = nullptr);
+  bool ExprList(const nlattr* list, const Frame* at, bool statements);
+  bool Reg(const nlattr* reg, const Frame* at);
 };
-
-struct CbData {
-  Walk* w;
-  const Policy* p;
-  const Frame* up;
-};
-
-int CheckCb(const nlattr* a, void* data) {
-  CbData* d = static_cast<CbData*>(data);
-  return d->w->Attr(a, *d->p, d->up) ? MNL_CB_OK : MNL_CB_ERROR;
-}
-
-// The nest walked as libmnl walks it for libnftnl (mnl_attr_parse_nested), so that the same
-// attributes are seen.
-bool Walk::Nest(const nlattr* nest, const Policy& p, const Frame* at) {
-  CbData d{this, &p, at};
-  mnl_attr_parse_nested(nest, CheckCb, &d);
-  return ok;
-}
 
 bool Walk::Top(const nlmsghdr* nlh, const Policy& p) {
-  if (!HasNfgenmsg(nlh)) return true;  // the decoders refuse it as truncated
-  CbData d{this, &p, nullptr};
-  mnl_attr_parse(nlh, sizeof(nfgenmsg), CheckCb, &d);
+  if (!HasNfgenmsg(nlh)) return ok;  // the decoders refuse it as truncated
+  const char* tail = static_cast<const char*>(mnl_nlmsg_get_payload_tail(nlh));
+  for (const nlattr* a = static_cast<const nlattr*>(mnl_nlmsg_get_payload_offset(nlh, sizeof(nfgenmsg)));
+       mnl_attr_ok(a, static_cast<int>(tail - reinterpret_cast<const char*>(a))); a = mnl_attr_next(a)) {
+    if (const Check* c = Find(p, mnl_attr_get_type(a))) Attr(a, *c, nullptr);
+  }
   return ok;
 }
 
-bool Walk::Attr(const nlattr* a, const Policy& p, const Frame* up) {
-  uint16_t type = mnl_attr_get_type(a);
-  for (size_t i = 0; i < p.count; i++) {
-    const Check& c = p.checks[i];
-    if (c.type != type) continue;
-    Frame at{up, c.name};
-    if (c.want != kAny && mnl_attr_validate(a, static_cast<mnl_attr_data_type>(c.want)) < 0) {
-      return Fail(&at, a, c.want);
+bool Walk::Nest(const nlattr* nest, const Policy& p, const Frame* at) {
+  bool parses = true;
+  const nlattr* a;
+  NFK_NESTED_FOR_EACH(a, nest) {
+    if (const Check* c = Find(p, mnl_attr_get_type(a))) parses = Attr(a, *c, at) && parses;
+  }
+  return parses;
+}
+
+// libnftnl 1.2.4 has an expression of that name (nftnl_expr_alloc finds it).
+bool LibnftnlKnows(const char* kind) {
+  nftnl_expr* known = nftnl_expr_alloc(kind);
+  if (known == nullptr) return false;
+  nftnl_expr_free(known);
+  return true;
+}
+
+bool Walk::Attr(const nlattr* a, const Check& c, const Frame* up) {
+  Frame at{up, c.name};
+  if (c.want != kAny && mnl_attr_validate(a, static_cast<mnl_attr_data_type>(c.want)) < 0) {
+    Fail(&at, a, c.want);
+  } else if (c.below != 0 && mnl_attr_get_payload_len(a) >= c.below) {
+    Fail(PathOf(&at) + " is " + std::to_string(mnl_attr_get_payload_len(a)) + " bytes where libnftnl 1.2.4 wants fewer than " +
+         std::to_string(c.below) + " (and would exit(): \"nf_tables kernel ABI is broken\")");
+  }
+  switch (c.then) {
+    case Then::None: return true;
+    case Then::Nest: return Nest(a, *c.policy, &at);
+    case Then::Expr: return Expr(a, &at);
+    case Then::ExprList: return ExprList(a, &at, false);
+    case Then::Statement: {
+      const char* kind = nullptr;
+      return Expr(a, &at, &kind) && LibnftnlKnows(kind);
     }
-    if (c.below != 0 && mnl_attr_get_payload_len(a) >= c.below) {
-      *why = PathOf(&at) + " is " + std::to_string(mnl_attr_get_payload_len(a)) + " bytes where libnftnl 1.2.4 wants fewer than " +
-             std::to_string(c.below) + " (and would exit(): \"nf_tables kernel ABI is broken\")";
-      return ok = false;
-    }
-    switch (c.then) {
-      case Then::None: break;
-      case Then::Nest: return Nest(a, *c.policy, &at);
-      case Then::Expr: return Expr(a, &at);
-      case Then::ExprList: return ExprList(a, &at);
-      case Then::DataReg: return Nest(a, kData, &at);
-      case Then::Concat: {
-        // libnftnl keeps the field lengths in an array of NFT_REG32_COUNT: more would overrun it
-        // (not an exit, but refused with them).
-        int fields = 0, item = 0;
-        const nlattr* elem;
-        NFK_NESTED_FOR_EACH(elem, a) {
-          if (mnl_attr_get_type(elem) != NFTA_LIST_ELEM) continue;
-          Frame el{&at, "NFTA_LIST_ELEM", item++};
-          const nlattr* f;
-          NFK_NESTED_FOR_EACH(f, elem) {
-            if (mnl_attr_get_type(f) != NFTA_SET_FIELD_LEN) continue;
-            Frame fl{&el, "NFTA_SET_FIELD_LEN"};
-            if (mnl_attr_validate(f, MNL_TYPE_U32) < 0) return Fail(&fl, f, MNL_TYPE_U32);
-            if (++fields > NFT_REG32_COUNT) {
-              *why = PathOf(&fl) + ": more than " + std::to_string(NFT_REG32_COUNT) +
-                     " concatenated fields, more than libnftnl 1.2.4 has room for";
-              return ok = false;
-            }
+    case Then::StatementList: return ExprList(a, &at, true);
+    case Then::DataReg: return Reg(a, &at);
+    case Then::Concat: {
+      // libnftnl keeps the field lengths in an array of NFT_REG32_COUNT: more would overrun it
+      // (not an exit, but refused with them).
+      int fields = 0, item = 0;
+      const nlattr* elem;
+      NFK_NESTED_FOR_EACH(elem, a) {
+        if (mnl_attr_get_type(elem) != NFTA_LIST_ELEM) continue;
+        Frame el{&at, "NFTA_LIST_ELEM", item++};
+        const nlattr* f;
+        NFK_NESTED_FOR_EACH(f, elem) {
+          if (mnl_attr_get_type(f) != NFTA_SET_FIELD_LEN) continue;
+          Frame fl{&el, "NFTA_SET_FIELD_LEN"};
+          if (mnl_attr_validate(f, MNL_TYPE_U32) < 0) Fail(&fl, f, MNL_TYPE_U32);
+          if (++fields > NFT_REG32_COUNT) {
+            Fail(PathOf(&fl) + ": more than " + std::to_string(NFT_REG32_COUNT) +
+                 " concatenated fields, more than libnftnl 1.2.4 has room for");
+            return true;
           }
         }
-        return true;
       }
-      case Then::ElemList: {
-        int item = 0;
-        const nlattr* elem;
-        NFK_NESTED_FOR_EACH(elem, a) {
-          if (mnl_attr_get_type(elem) != NFTA_LIST_ELEM) continue;
-          Frame el{&at, "NFTA_LIST_ELEM", item++};
-          if (!Nest(elem, kElem, &el)) return false;
-        }
-        return true;
-      }
+      return true;
     }
-    return true;
+    case Then::ElemList: {
+      bool parses = true;
+      int item = 0;
+      const nlattr* elem;
+      NFK_NESTED_FOR_EACH(elem, a) {
+        if (mnl_attr_get_type(elem) != NFTA_LIST_ELEM) continue;
+        Frame el{&at, "NFTA_LIST_ELEM", item++};
+        parses = Nest(elem, kElem, &el) && parses;
+      }
+      return parses;
+    }
   }
   return true;
 }
 
-// NFTA_EXPR_NAME and NFTA_EXPR_DATA checked, and the last of each kept: libnftnl picks the kind
-// by the last name and parses the last data with it.
-struct ExprCbData {
-  Walk* w;
-  const Frame* at;
-  const nlattr* name = nullptr;
-  const nlattr* data = nullptr;
-};
-
-int ExprCb(const nlattr* a, void* p) {
-  ExprCbData* d = static_cast<ExprCbData*>(p);
-  uint16_t t = mnl_attr_get_type(a);
-  if (t == NFTA_EXPR_NAME) {
-    Frame at{d->at, "NFTA_EXPR_NAME"};
-    if (mnl_attr_validate(a, MNL_TYPE_STRING) < 0) return d->w->Fail(&at, a, MNL_TYPE_STRING), MNL_CB_ERROR;
-    d->name = a;
-  } else if (t == NFTA_EXPR_DATA) {
-    Frame at{d->at, "NFTA_EXPR_DATA"};
-    if (mnl_attr_validate(a, MNL_TYPE_NESTED) < 0) return d->w->Fail(&at, a, MNL_TYPE_NESTED), MNL_CB_ERROR;
-    d->data = a;
+// An attribute of an expression's data that may be a data register. The type checks are made
+// where libnftnl parses one (`at`, else none); whatever the attribute, a register whose last
+// NFTA_DATA_VERDICT holds a jump or goto must name its chain, since libnftnl strdup()s
+// NFTA_VERDICT_CHAIN without looking (one that merely looks like a register only costs a raw
+// decode).
+bool Walk::Reg(const nlattr* reg, const Frame* at) {
+  bool parses = true;
+  const nlattr* v;
+  NFK_NESTED_FOR_EACH(v, reg) {
+    if (mnl_attr_get_type(v) != NFTA_DATA_VERDICT) continue;
+    Frame vf{at, "NFTA_DATA_VERDICT"};
+    if (at != nullptr && mnl_attr_validate(v, MNL_TYPE_NESTED) < 0) Fail(&vf, v, MNL_TYPE_NESTED);
+    const nlattr* code = nullptr;
+    const nlattr* chain = nullptr;
+    const nlattr* a;
+    NFK_NESTED_FOR_EACH(a, v) {
+      uint16_t t = mnl_attr_get_type(a);
+      if (at != nullptr) {
+        if (const Check* c = Find(kVerdict, t)) Attr(a, *c, &vf);
+      }
+      if (t == NFTA_VERDICT_CODE) code = a;
+      else if (t == NFTA_VERDICT_CHAIN) chain = a;
+    }
+    parses = code != nullptr && mnl_attr_get_payload_len(code) >= sizeof(uint32_t);
+    if (parses) {
+      int32_t verdict = static_cast<int32_t>(ntohl(mnl_attr_get_u32(code)));
+      if (verdict == NFT_JUMP || verdict == NFT_GOTO) parses = chain != nullptr && NameOk(chain);
+    }
   }
-  return MNL_CB_OK;
+  return parses;
 }
 
 constexpr bool NameBefore(const char* a, const char* b) {
@@ -669,34 +615,104 @@ constexpr bool Sorted() {
 }
 static_assert(Sorted(), "kExprPolicies is looked up by binary search");
 
-bool Walk::Expr(const nlattr* nest, const Frame* at) {
-  ExprCbData d{this, at};
-  mnl_attr_parse_nested(nest, ExprCb, &d);
-  if (!ok) return false;
-  const char* kind = AttrStr(d.name);
-  if (kind == nullptr || d.data == nullptr) return true;  // no kind libnftnl knows (ExprOk refuses a bad name)
+const ExprPolicy* FindExprPolicy(const char* kind) {
   const ExprPolicy* end = std::end(kExprPolicies);
   const ExprPolicy* e = std::lower_bound(std::begin(kExprPolicies), end, kind,
                                          [](const ExprPolicy& x, const char* k) { return std::strcmp(x.name, k) < 0; });
-  if (e == end || std::strcmp(e->name, kind) != 0) return true;
-  Frame k{at, nullptr, -1, e->name};
-  return Nest(d.data, e->policy, &k);
+  return e == end || std::strcmp(e->name, kind) != 0 ? nullptr : e;
 }
 
-bool Walk::ExprList(const nlattr* list, const Frame* at) {
+// NFTA_EXPR_NAME and NFTA_EXPR_DATA are checked wherever they are; libnftnl picks the kind by the
+// last name and parses the last data with it.
+bool Walk::Expr(const nlattr* nest, const Frame* at, const char** kindOut) {
+  const nlattr* name = nullptr;
+  const nlattr* data = nullptr;
+  const nlattr* a;
+  NFK_NESTED_FOR_EACH(a, nest) {
+    uint16_t t = mnl_attr_get_type(a);
+    if (t == NFTA_EXPR_NAME) {
+      if (mnl_attr_validate(a, MNL_TYPE_STRING) < 0) {
+        Frame f{at, "NFTA_EXPR_NAME"};
+        Fail(&f, a, MNL_TYPE_STRING);
+      }
+      name = a;
+    } else if (t == NFTA_EXPR_DATA) {
+      if (mnl_attr_validate(a, MNL_TYPE_NESTED) < 0) {
+        Frame f{at, "NFTA_EXPR_DATA"};
+        Fail(&f, a, MNL_TYPE_NESTED);
+      }
+      data = a;
+    }
+  }
+  const char* kind = AttrStr(name);
+  if (kindOut != nullptr) *kindOut = kind;
+  bool parses = kind != nullptr;
+  if (data == nullptr) return parses;
+  const ExprPolicy* e = kind != nullptr ? FindExprPolicy(kind) : nullptr;
+  bool dynset = e != nullptr && std::strcmp(e->name, "dynset") == 0;
+  Frame k{at, nullptr, -1, e != nullptr ? e->name : nullptr};
+  // (a dynset's last NFTA_DYNSET_EXPR, else its last NFTA_DYNSET_EXPRESSIONS, is what libnftnl parses)
+  int statementSeen = 0;  // 2: an NFTA_DYNSET_EXPR, 1: an NFTA_DYNSET_EXPRESSIONS
+  bool statement = true, statements = true;
+  NFK_NESTED_FOR_EACH(a, data) {
+    uint16_t t = mnl_attr_get_type(a);
+    const Check* c = e != nullptr ? Find(e->policy, t) : nullptr;
+    if (c != nullptr && c->then == Then::DataReg) {
+      parses = Attr(a, *c, &k) && parses;
+      continue;
+    }
+    if (c != nullptr) {
+      bool p = Attr(a, *c, &k);
+      if (dynset && t == NFTA_DYNSET_EXPR) statement = p, statementSeen = 2;
+      else if (dynset && t == NFTA_DYNSET_EXPRESSIONS) statements = p, statementSeen = std::max(statementSeen, 1);
+    }
+    parses = Reg(a, nullptr) && parses;
+  }
+  if (statementSeen == 2) parses = parses && statement;
+  else if (statementSeen == 1) parses = parses && statements;
+  return parses;
+}
+
+bool Walk::ExprList(const nlattr* list, const Frame* at, bool statements) {
+  bool parses = true;
   int item = 0;
   const nlattr* a;
   NFK_NESTED_FOR_EACH(a, list) {
-    if (mnl_attr_get_type(a) != NFTA_LIST_ELEM) continue;
+    if (mnl_attr_get_type(a) != NFTA_LIST_ELEM) {
+      if (statements) parses = false;
+      continue;
+    }
     Frame el{at, nullptr, item++};
-    if (!Expr(a, &el)) return false;
+    const char* kind = nullptr;
+    bool p = Expr(a, &el, &kind);
+    parses = p && (!statements || LibnftnlKnows(kind)) && parses;
   }
-  return true;
+  return parses;
 }
 
 }  // namespace
 
-bool RuleAbiOk(const nlmsghdr* nlh, std::string* why) { return Walk{why}.Top(nlh, kRule); }
+void CheckRule(const nlmsghdr* nlh, RuleCheck* r) {
+  Walk w{&r->why};
+  if (!HasNfgenmsg(nlh)) {
+    r->parses = false;
+    return;
+  }
+  bool exprs = true;
+  const char* tail = static_cast<const char*>(mnl_nlmsg_get_payload_tail(nlh));
+  for (const nlattr* a = static_cast<const nlattr*>(mnl_nlmsg_get_payload_offset(nlh, sizeof(nfgenmsg)));
+       mnl_attr_ok(a, static_cast<int>(tail - reinterpret_cast<const char*>(a))); a = mnl_attr_next(a)) {
+    uint16_t t = mnl_attr_get_type(a);
+    if (t <= NFTA_RULE_MAX) r->at[t] = a;
+    const Check* c = Find(kRule, t);
+    if (c == nullptr) continue;
+    bool p = w.Attr(a, *c, nullptr);
+    if (t == NFTA_RULE_EXPRESSIONS) exprs = p;
+  }
+  r->abiOk = w.ok;
+  r->parses = NameOk(r->at[NFTA_RULE_TABLE]) && NameOk(r->at[NFTA_RULE_CHAIN]) && exprs;
+}
+
 bool ChainAbiOk(const nlmsghdr* nlh, std::string* why) { return Walk{why}.Top(nlh, kChain); }
 bool SetAbiOk(const nlmsghdr* nlh, std::string* why) { return Walk{why}.Top(nlh, kSet); }
 bool SetElemsAbiOk(const nlmsghdr* nlh, std::string* why) { return Walk{why}.Top(nlh, kElemList); }
@@ -717,7 +733,8 @@ bool ObjAbiOk(const nlmsghdr* nlh, std::string* why) {
   for (const ObjPolicy& o : kObjPolicies) {
     if (o.type != type) continue;
     Frame data{nullptr, "NFTA_OBJ_DATA", -1, o.name};
-    if (!w.Nest(t.at[NFTA_OBJ_DATA], o.policy, &data)) return false;
+    w.Nest(t.at[NFTA_OBJ_DATA], o.policy, &data);
+    if (!w.ok) return false;
     if (type != NFT_OBJECT_CT_TIMEOUT) return true;
     // A ct timeout's policy: u32 timeouts of types 1 to the number of states libnftnl 1.2.4 knows
     // for the protocol (NFTA_CT_TIMEOUT_L4PROTO): 11 for TCP, 2 for UDP, none for others.
@@ -733,21 +750,47 @@ bool ObjAbiOk(const nlmsghdr* nlh, std::string* why) {
       uint16_t st = mnl_attr_get_type(a);
       if (st == 0 || st > states) continue;
       Frame at{&policy, nullptr, st};
-      if (mnl_attr_validate(a, MNL_TYPE_U32) < 0) return w.Fail(&at, a, MNL_TYPE_U32);
+      if (mnl_attr_validate(a, MNL_TYPE_U32) < 0) {
+        w.Fail(&at, a, MNL_TYPE_U32);
+        return false;
+      }
     }
     return true;
   }
   return true;
 }
 
-bool ExprNestsAbiOk(const std::vector<const nlattr*>& nests, const char* where, std::string* why) {
+bool ExprNestsAbiOk(const std::vector<const nlattr*>& nests, const char* where, std::string* why, bool* parses) {
   Walk w{why};
   Frame top{nullptr, where};
+  bool p = true;
   for (size_t i = 0; i < nests.size(); i++) {
     Frame el{&top, nullptr, static_cast<int>(i)};
-    if (!w.Expr(nests[i], &el)) return false;
+    p = w.Expr(nests[i], &el) && p;
   }
-  return true;
+  if (parses != nullptr) *parses = p;
+  return w.ok;
+}
+
+// The crash checks alone, for what libnftnl is handed besides a rule (a set's and an element's
+// expressions, an element's data): the same walk, its type checks left to SetAbiOk and SetElemsAbiOk.
+bool ExprOk(const nlattr* expr) {
+  std::string why;
+  return Walk{&why}.Expr(expr, nullptr);
+}
+
+bool ExprListOk(const nlattr* list) {
+  std::string why;
+  return list == nullptr || Walk{&why}.ExprList(list, nullptr, false);
+}
+
+bool VerdictsOk(const nlattr* nest) {
+  std::string why;
+  Walk w{&why};
+  bool parses = true;
+  const nlattr* a;
+  NFK_NESTED_FOR_EACH(a, nest) parses = w.Reg(a, nullptr) && parses;
+  return parses;
 }
 
 }  // namespace nfk

@@ -47,7 +47,7 @@ void RefuseMalformed(Napi::Env env, bool ok, const char* what) {
   }
 }
 
-// A message libnftnl would exit() on (attr.h RuleAbiOk and the rest): refused, never parsed.
+// A message libnftnl would exit() on (attr.h CheckRule and the rest): refused, never parsed.
 void RefuseAbi(Napi::Env env, bool ok, const char* what, const std::string& why) {
   if (!ok) {
     throw MakeNetlinkError(env, std::string("cannot parse ") + what + " message: " + why, EBADMSG,

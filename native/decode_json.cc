@@ -124,12 +124,12 @@ struct RuleDeleter {
 
 // The expressions of a rule message (`list`: its NFTA_RULE_EXPRESSIONS) as a JSON array: each
 // typed through the expression table where libnftnl parses it and the IR models it, else raw.
-// The caller has checked the message with RuleAbiOk.
-void AppendExprsJson(const nlmsghdr* nlh, const nlattr* list, std::string* out) {
+// The caller has checked the message (CheckRule); `parses`: libnftnl can parse it.
+void AppendExprsJson(const nlmsghdr* nlh, const nlattr* list, bool parses, std::string* out) {
   std::vector<RawExpr> raw;
   if (list != nullptr) raw = WalkExpressions(list);
   std::unique_ptr<nftnl_rule, RuleDeleter> rule(nftnl_rule_alloc());
-  bool parsed = rule && RuleOkForLibnftnl(nlh) && nftnl_rule_nlmsg_parse(nlh, rule.get()) >= 0;
+  bool parsed = parses && rule && nftnl_rule_nlmsg_parse(nlh, rule.get()) >= 0;
   std::vector<nftnl_expr*> typed;
   if (parsed) {
     nftnl_expr_iter* it = nftnl_expr_iter_create(rule.get());
@@ -180,13 +180,14 @@ const nlmsghdr* NestedExprsMessage(const std::vector<const nlattr*>& nests, std:
 }
 
 bool AppendNestedExprsJson(const std::vector<const nlattr*>& nests, std::string* out, std::string* why) {
-  if (!ExprNestsAbiOk(nests, "expression", why)) return false;
+  bool parses = false;
+  if (!ExprNestsAbiOk(nests, "expression", why, &parses)) return false;
   // As the expressions of a rule message of their own, so that they decode as a rule's do.
   std::vector<char> buf;
   const nlattr* list = nullptr;
   const nlmsghdr* nlh = NestedExprsMessage(nests, &buf, &list);
   // no dynset inside these: the kernel takes stateful expressions only
-  AppendExprsJson(nlh, list, out);
+  AppendExprsJson(nlh, list, parses, out);
   return true;
 }
 
@@ -198,14 +199,13 @@ bool AppendRuleJson(const nlmsghdr* nlh, std::string* out, std::string* error, b
     *error = "cannot parse rule message: truncated";
     return false;
   }
-  std::string why;
-  if (!RuleAbiOk(nlh, &why)) {
-    *error = "cannot parse rule message: " + why;
+  RuleCheck check;
+  CheckRule(nlh, &check);
+  if (!check.abiOk) {
+    *error = "cannot parse rule message: " + check.why;
     return false;
   }
-  AttrTable t(NFTA_RULE_MAX);
-  mnl_attr_parse(nlh, sizeof(nfgenmsg), CollectAttr, &t);
-  const std::vector<const nlattr*>& at = t.at;
+  const nlattr* const* at = check.at;
   out->append("{\"family\":");
   PutEnum(out, kFamilyMap, MsgFamily(nlh));
   if (const char* table = AttrStr(at[NFTA_RULE_TABLE])) {
@@ -240,7 +240,7 @@ bool AppendRuleJson(const nlmsghdr* nlh, std::string* out, std::string* error, b
   }
 
   out->append(",\"exprs\":");
-  AppendExprsJson(nlh, at[NFTA_RULE_EXPRESSIONS], out);
+  AppendExprsJson(nlh, at[NFTA_RULE_EXPRESSIONS], check.parses, out);
   out->push_back('}');
   return true;
 }

@@ -15,7 +15,7 @@ namespace nfk {
 
 // Appends one rule object (family, table, chain, handle, position, userdata,
 // exprs, and with `withDigest` its digest) to `out`. False, with nothing appended and `error`
-// saying why, for a message too short to hold a rule or one libnftnl would exit() on (RuleAbiOk).
+// saying why, for a message too short to hold a rule or one libnftnl would exit() on (CheckRule).
 bool AppendRuleJson(const nlmsghdr* nlh, std::string* out, std::string* error, bool withDigest = false);
 
 // Expression nests (each NFTA_EXPR_NAME and NFTA_EXPR_DATA: a set's, an element's or a dynset's

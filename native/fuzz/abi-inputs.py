@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes native/fuzz/corpus/abi-*: one kernel message each with one attribute of a length
-libnftnl 1.2.4 exits() on (its type checks, native/attr.cc RuleAbiOk and the rest), at each kind
+libnftnl 1.2.4 exits() on (its type checks, native/attr.cc CheckRule and the rest), at each kind
 of place the addon's checks look: a message's own attribute, a nest of it, an expression, a data
 register's verdict, a dynset's statement, a set's expressions and concatenation, an element's
 expressions. The replay (scripts/fuzz.sh replay) aborts if the addon's checks let one through.

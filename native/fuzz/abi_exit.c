@@ -1,7 +1,7 @@
 // libnftnl 1.2.4 calls exit(EXIT_FAILURE) ("nf_tables kernel ABI is broken,
 // contact your vendor") when an attribute fails its type check. In nfkeeper
 // that would end the process, so the decoders refuse such a message before
-// libnftnl sees it (attr.h RuleAbiOk and the rest). The harness checks that:
+// libnftnl sees it (attr.h CheckRule and the rest). The harness checks that:
 // before the decoders see a message, nfk_fuzz_libnftnl_exits() parses it with
 // libnftnl under setjmp(), where an exit() jumps back and its objects are
 // abandoned (lsan.supp names this function; unwinding through libnftnl's

@@ -34,7 +34,7 @@ namespace {
 
 enum { kRule = 1, kChain = 2, kSet = 4, kElems = 8, kObj = 16 };
 size_t abiExits = 0;    // libnftnl exit()s caught by the probe
-size_t abiRefused = 0;  // message kinds the addon's checks refused (attr.h RuleAbiOk and the rest)
+size_t abiRefused = 0;  // message kinds the addon's checks refused (attr.h CheckRule and the rest)
 
 template <typename F>
 void Guarded(F f) {
@@ -57,15 +57,19 @@ bool ExprsExit(const std::vector<const nlattr*>& nests) {
   if (nests.empty()) return false;
   std::vector<char> buf;
   const nlmsghdr* m = nfk::NestedExprsMessage(nests, &buf);
-  return nfk::RuleOkForLibnftnl(m) && nfk_fuzz_libnftnl_exits(m, kRule) != 0;
+  nfk::RuleCheck check;
+  nfk::CheckRule(m, &check);
+  return check.parses && nfk_fuzz_libnftnl_exits(m, kRule) != 0;
 }
 
 // The probe: what libnftnl would exit() on, of each kind, as the decoders would hand it the
-// message, where libnftnl can parse it without crashing (RuleOkForLibnftnl and the rest).
+// message, where libnftnl can parse it without crashing (CheckRule's `parses` and the rest).
 int LibnftnlExits(const nlmsghdr* nlh) {
+  nfk::RuleCheck rule;
+  nfk::CheckRule(nlh, &rule);
   nfk::AttrTable setAttrs(NFTA_SET_MAX);
   bool setSafe = nfk::SetOkForLibnftnl(nlh, &setAttrs);
-  int exits = nfk_fuzz_libnftnl_exits(nlh, (nfk::RuleOkForLibnftnl(nlh) ? kRule : 0) | (nfk::ChainOkForLibnftnl(nlh) ? kChain : 0) |
+  int exits = nfk_fuzz_libnftnl_exits(nlh, (rule.parses ? kRule : 0) | (nfk::ChainOkForLibnftnl(nlh) ? kChain : 0) |
                                                 (nfk::ObjOkForLibnftnl(nlh) ? kObj : 0));
   if (setSafe) {
     // the set without its expressions, then its expressions as a rule's
@@ -108,7 +112,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // refuse it themselves, never calling libnftnl. One that passes is a finding.
     std::string why[4];
     std::string objWhy;
-    int refused = (nfk::RuleAbiOk(nlh, &why[0]) ? 0 : kRule) | (nfk::ChainAbiOk(nlh, &why[1]) ? 0 : kChain) |
+    nfk::RuleCheck rule;
+    nfk::CheckRule(nlh, &rule);
+    why[0] = rule.why;
+    int refused = (rule.abiOk ? 0 : kRule) | (nfk::ChainAbiOk(nlh, &why[1]) ? 0 : kChain) |
                   (nfk::SetAbiOk(nlh, &why[2]) ? 0 : kSet) | (nfk::SetElemsAbiOk(nlh, &why[3]) ? 0 : kElems) |
                   (nfk::ObjAbiOk(nlh, &objWhy) ? 0 : kObj);
     int exits = LibnftnlExits(nlh);

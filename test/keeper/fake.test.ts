@@ -114,7 +114,7 @@ describe('requests', () => {
     const conn = kernel.connect();
     kernel.tamper(FLUSH, k.socket!.portId);
     // What a dump rejects with when a message fails one of libnftnl's attribute type checks
-    // (native/attr.cc RuleAbiOk): libnftnl is never handed it, so nothing calls exit().
+    // (native/attr.cc CheckRule): libnftnl is never handed it, so nothing calls exit().
     const refusal = new NetlinkError('cannot parse rule message: NFTA_RULE_EXPRESSIONS[0] > NFTA_EXPR_DATA (cmp) > ' +
       'NFTA_CMP_SREG is 2 bytes where libnftnl 1.2.4 wants a u32 (4 bytes) (and would exit(): "nf_tables kernel ABI is broken")', 74, 'decode rule');
     const sock = k.socket as unknown as Record<string, unknown>;
