@@ -7,6 +7,7 @@
 #pragma once
 
 #include <libmnl/libmnl.h>
+#include <linux/netfilter/nf_tables.h>
 #include <linux/netlink.h>
 
 #include <cstddef>
@@ -51,22 +52,53 @@ bool AttrU64(const nlattr* a, uint64_t* v);
 
 // What libnftnl needs before it may parse: names NUL-terminated (it strdup()s
 // them), every expression named (it strcmp()s the name), every jump or goto
-// verdict with its chain (it strdup()s that too).
+// verdict with its chain (it strdup()s that too), a dynset's statements of
+// kinds it knows. One walk (attr.cc) answers this and the type checks below;
+// these give its answer alone, for what libnftnl is handed besides a rule.
 bool NameOk(const nlattr* a);
 bool VerdictsOk(const nlattr* nest);
 bool ExprOk(const nlattr* expr);
 bool ExprListOk(const nlattr* list);
 // A message of that kind libnftnl can parse without reading past it or
 // crashing (it may still refuse it, or exit(): see native/fuzz/abi_exit.c).
-bool RuleOkForLibnftnl(const nlmsghdr* nlh);
 bool ChainOkForLibnftnl(const nlmsghdr* nlh);
 // (a set's attributes land in `t`, NFTA_SET_MAX wide, for SetForLibnftnl and the decoder)
 bool SetOkForLibnftnl(const nlmsghdr* nlh, AttrTable* t);
 bool SetElemsOkForLibnftnl(const nlmsghdr* nlh);
+// (an object's names: its table's, its own, a ct helper's, a secmark's context)
+bool ObjOkForLibnftnl(const nlmsghdr* nlh);
 // The set message as libnftnl is given it: without NFTA_SET_EXPR(ESSIONS), which the decoder
 // reads itself (ExprNests). libnftnl 1.2.4 frees a set's parsed expressions when a later one of the
 // list fails but leaves them on the set, and nftnl_set_free() frees them again. `t` is the
 // message's attributes as SetOkForLibnftnl found them; `storage` holds the copy when one is made.
 const nlmsghdr* SetForLibnftnl(const nlmsghdr* nlh, const AttrTable& t, std::vector<uint8_t>* storage);
+
+// The attribute type checks libnftnl 1.2.4 makes while it parses a message, each of which it
+// answers with exit() ("nf_tables kernel ABI is broken"): a u32 of another length, a string or
+// nest of none, in the message, its nests and every expression of a kind libnftnl knows (with
+// their data registers and a dynset's own expressions). Any attribute libnftnl checks is checked
+// here, whether or not libnftnl's parse would reach it before giving up otherwise, so a message
+// that passes never makes libnftnl exit. False, with `why` naming the attribute (its path in the
+// message), its length and what libnftnl wants, for a message the decoders must refuse.
+// A rule message gets both answers, the type checks' and whether libnftnl can parse it, from one
+// walk (a dump decodes every rule this way).
+struct RuleCheck {
+  bool abiOk = true;  // else the decoders refuse it, `why` saying where (the type checks above)
+  bool parses = true;  // libnftnl can parse it without reading past it or crashing (else decoded raw)
+  std::string why;
+  const nlattr* at[NFTA_RULE_MAX + 1] = {};  // the last attribute of each type, as CollectAttr keeps them
+};
+void CheckRule(const nlmsghdr* nlh, RuleCheck* r);
+bool ChainAbiOk(const nlmsghdr* nlh, std::string* why);
+// (the set's NFTA_SET_EXPR(ESSIONS) too, which the decoder hands libnftnl as a rule's expressions)
+bool SetAbiOk(const nlmsghdr* nlh, std::string* why);
+// The expressions of every element (what of an element message reaches libnftnl).
+bool SetElemsAbiOk(const nlmsghdr* nlh, std::string* why);
+// A stateful object's message and its data, by its type.
+bool ObjAbiOk(const nlmsghdr* nlh, std::string* why);
+// Expression nests as ExprNests gives them; `where` names what holds them, for `why`. `parses`,
+// when given, says whether libnftnl can parse them as a rule's expressions (NestedExprsMessage).
+bool ExprNestsAbiOk(const std::vector<const nlattr*>& nests, const char* where, std::string* why,
+                    bool* parses = nullptr);
 
 }  // namespace nfk

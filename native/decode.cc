@@ -47,6 +47,14 @@ void RefuseMalformed(Napi::Env env, bool ok, const char* what) {
   }
 }
 
+// A message libnftnl would exit() on (attr.h CheckRule and the rest): refused, never parsed.
+void RefuseAbi(Napi::Env env, bool ok, const char* what, const std::string& why) {
+  if (!ok) {
+    throw MakeNetlinkError(env, std::string("cannot parse ") + what + " message: " + why, EBADMSG,
+                           std::string("decode ") + what);
+  }
+}
+
 struct ChainDeleter {
   void operator()(nftnl_chain* c) const { nftnl_chain_free(c); }
 };
@@ -55,9 +63,9 @@ struct SetDeleter {
 };
 
 // Expression nests as IR expressions, through the one JSON decoder of expressions.
-Napi::Value ExprsValue(Napi::Env env, const std::vector<const nlattr*>& nests) {
-  std::string json;
-  AppendNestedExprsJson(nests, &json);
+Napi::Value ExprsValue(Napi::Env env, const std::vector<const nlattr*>& nests, const char* what) {
+  std::string json, why;
+  RefuseAbi(env, AppendNestedExprsJson(nests, &json, &why), what, why);
   Napi::Object JSON = env.Global().Get("JSON").As<Napi::Object>();
   return JSON.Get("parse").As<Napi::Function>().Call(JSON, {Napi::String::New(env, json)});
 }
@@ -91,6 +99,8 @@ Napi::Object DecodeTable(Napi::Env env, const nlmsghdr* nlh) {
 Napi::Object DecodeChain(Napi::Env env, const nlmsghdr* nlh) {
   RequireNfgenmsg(env, nlh, "chain");
   RefuseMalformed(env, ChainOkForLibnftnl(nlh), "chain");
+  std::string why;
+  RefuseAbi(env, ChainAbiOk(nlh, &why), "chain", why);
   std::unique_ptr<nftnl_chain, ChainDeleter> owned(nftnl_chain_alloc());
   nftnl_chain* c = owned.get();
   if (c == nullptr) throw Napi::Error::New(env, "out of memory");
@@ -128,6 +138,8 @@ Napi::Object DecodeSet(Napi::Env env, const nlmsghdr* nlh) {
   // (the message's attributes once: the checks, the copy for libnftnl and the expressions below read them)
   AttrTable t(NFTA_SET_MAX);
   RefuseMalformed(env, SetOkForLibnftnl(nlh, &t), "set");
+  std::string why;
+  RefuseAbi(env, SetAbiOk(nlh, &why), "set", why);
   std::unique_ptr<nftnl_set, SetDeleter> owned(nftnl_set_alloc());
   nftnl_set* s = owned.get();
   if (s == nullptr) throw Napi::Error::New(env, "out of memory");
@@ -168,13 +180,15 @@ Napi::Object DecodeSet(Napi::Env env, const nlmsghdr* nlh) {
   }
   // NFTA_SET_EXPR(ESSIONS): the expressions each element gets
   std::vector<const nlattr*> nests = ExprNests(t.at[NFTA_SET_EXPR], t.at[NFTA_SET_EXPRESSIONS]);
-  if (!nests.empty()) o.Set("exprs", ExprsValue(env, nests));
+  if (!nests.empty()) o.Set("exprs", ExprsValue(env, nests, "set"));
   return o;
 }
 
 void DecodeSetElems(Napi::Env env, const nlmsghdr* nlh, Napi::Array out) {
   RequireNfgenmsg(env, nlh, "set element");
   RefuseMalformed(env, SetElemsOkForLibnftnl(nlh), "set element");
+  std::string why;
+  RefuseAbi(env, SetElemsAbiOk(nlh, &why), "set element", why);
   std::vector<SetElem> elems;
   if (!ParseSetElems(nlh, &elems)) {
     throw MakeNetlinkError(env, "cannot parse set element message", EBADMSG, "decode set elements");
@@ -192,7 +206,7 @@ void DecodeSetElems(Napi::Env env, const nlmsghdr* nlh, Napi::Array out) {
     if (x.hasTimeout) o.Set("timeout", static_cast<double>(x.timeout));
     if (x.hasExpiration) o.Set("expiration", static_cast<double>(x.expiration));
     if (!x.userdata.empty()) o.Set("userdata", x.userdata);
-    if (!x.exprs.empty()) o.Set("exprs", ExprsValue(env, x.exprs));
+    if (!x.exprs.empty()) o.Set("exprs", ExprsValue(env, x.exprs, "set element"));
     out.Set(n++, o);
   }
 }

@@ -124,11 +124,12 @@ struct RuleDeleter {
 
 // The expressions of a rule message (`list`: its NFTA_RULE_EXPRESSIONS) as a JSON array: each
 // typed through the expression table where libnftnl parses it and the IR models it, else raw.
-void AppendExprsJson(const nlmsghdr* nlh, const nlattr* list, std::string* out) {
+// The caller has checked the message (CheckRule); `parses`: libnftnl can parse it.
+void AppendExprsJson(const nlmsghdr* nlh, const nlattr* list, bool parses, std::string* out) {
   std::vector<RawExpr> raw;
   if (list != nullptr) raw = WalkExpressions(list);
   std::unique_ptr<nftnl_rule, RuleDeleter> rule(nftnl_rule_alloc());
-  bool parsed = rule && RuleOkForLibnftnl(nlh) && nftnl_rule_nlmsg_parse(nlh, rule.get()) >= 0;
+  bool parsed = parses && rule && nftnl_rule_nlmsg_parse(nlh, rule.get()) >= 0;
   std::vector<nftnl_expr*> typed;
   if (parsed) {
     nftnl_expr_iter* it = nftnl_expr_iter_create(rule.get());
@@ -150,7 +151,9 @@ void AppendExprsJson(const nlmsghdr* nlh, const nlattr* list, std::string* out) 
     if (!nested.empty()) {
       out->pop_back();
       out->append(",\"exprs\":");
-      AppendNestedExprsJson(nested, out);
+      // (checked with the rule they are part of: never refused here)
+      std::string why;
+      if (!AppendNestedExprsJson(nested, out, &why)) out->append("[]");
       out->push_back('}');
     }
   }
@@ -176,24 +179,33 @@ const nlmsghdr* NestedExprsMessage(const std::vector<const nlattr*>& nests, std:
   return nlh;
 }
 
-void AppendNestedExprsJson(const std::vector<const nlattr*>& nests, std::string* out) {
+bool AppendNestedExprsJson(const std::vector<const nlattr*>& nests, std::string* out, std::string* why) {
+  bool parses = false;
+  if (!ExprNestsAbiOk(nests, "expression", why, &parses)) return false;
   // As the expressions of a rule message of their own, so that they decode as a rule's do.
   std::vector<char> buf;
   const nlattr* list = nullptr;
   const nlmsghdr* nlh = NestedExprsMessage(nests, &buf, &list);
   // no dynset inside these: the kernel takes stateful expressions only
-  AppendExprsJson(nlh, list, out);
+  AppendExprsJson(nlh, list, parses, out);
+  return true;
 }
 
 
 void AppendJsonString(std::string* out, const char* s) { PutStr(out, s); }
 
-// False (and nothing appended) for a message too short to be a rule.
-bool AppendRuleJson(const nlmsghdr* nlh, std::string* out, bool withDigest) {
-  if (!HasNfgenmsg(nlh)) return false;
-  AttrTable t(NFTA_RULE_MAX);
-  mnl_attr_parse(nlh, sizeof(nfgenmsg), CollectAttr, &t);
-  const std::vector<const nlattr*>& at = t.at;
+bool AppendRuleJson(const nlmsghdr* nlh, std::string* out, std::string* error, bool withDigest) {
+  if (!HasNfgenmsg(nlh)) {
+    *error = "cannot parse rule message: truncated";
+    return false;
+  }
+  RuleCheck check;
+  CheckRule(nlh, &check);
+  if (!check.abiOk) {
+    *error = "cannot parse rule message: " + check.why;
+    return false;
+  }
+  const nlattr* const* at = check.at;
   out->append("{\"family\":");
   PutEnum(out, kFamilyMap, MsgFamily(nlh));
   if (const char* table = AttrStr(at[NFTA_RULE_TABLE])) {
@@ -228,14 +240,22 @@ bool AppendRuleJson(const nlmsghdr* nlh, std::string* out, bool withDigest) {
   }
 
   out->append(",\"exprs\":");
-  AppendExprsJson(nlh, at[NFTA_RULE_EXPRESSIONS], out);
+  AppendExprsJson(nlh, at[NFTA_RULE_EXPRESSIONS], check.parses, out);
   out->push_back('}');
   return true;
 }
 
-bool AppendSetElemsJson(const nlmsghdr* nlh, std::string* out, bool* first) {
+bool AppendSetElemsJson(const nlmsghdr* nlh, std::string* out, bool* first, std::string* error) {
+  std::string why;
+  if (!SetElemsAbiOk(nlh, &why)) {
+    *error = "cannot parse set element message: " + why;
+    return false;
+  }
   std::vector<SetElem> elems;
-  if (!ParseSetElems(nlh, &elems)) return false;
+  if (!ParseSetElems(nlh, &elems)) {
+    *error = "cannot parse set element message";
+    return false;
+  }
   for (const SetElem& x : elems) {
     if (!*first) out->push_back(',');
     *first = false;
@@ -252,7 +272,7 @@ bool AppendSetElemsJson(const nlmsghdr* nlh, std::string* out, bool* first) {
     if (x.hasTimeout) PutKey(out, "timeout", &f), PutInt(out, x.timeout);
     if (x.hasExpiration) PutKey(out, "expiration", &f), PutInt(out, x.expiration);
     if (!x.userdata.empty()) PutKey(out, "userdata", &f), PutQuoted(out, x.userdata);
-    if (!x.exprs.empty()) PutKey(out, "exprs", &f), AppendNestedExprsJson(x.exprs, out);
+    if (!x.exprs.empty()) PutKey(out, "exprs", &f), AppendNestedExprsJson(x.exprs, out, &why);  // (checked above)
     out->push_back('}');
   }
   return true;

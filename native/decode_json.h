@@ -14,14 +14,15 @@
 namespace nfk {
 
 // Appends one rule object (family, table, chain, handle, position, userdata,
-// exprs, and with `withDigest` its digest) to `out`. False,
-// with nothing appended, for a message too short to hold a rule.
-bool AppendRuleJson(const nlmsghdr* nlh, std::string* out, bool withDigest = false);
+// exprs, and with `withDigest` its digest) to `out`. False, with nothing appended and `error`
+// saying why, for a message too short to hold a rule or one libnftnl would exit() on (CheckRule).
+bool AppendRuleJson(const nlmsghdr* nlh, std::string* out, std::string* error, bool withDigest = false);
 
 // Expression nests (each NFTA_EXPR_NAME and NFTA_EXPR_DATA: a set's, an element's or a dynset's
 // NFTA_*_EXPR, or the items of its NFTA_*_EXPRESSIONS) as a JSON array of IR expressions,
-// decoded as a rule's expressions are.
-void AppendNestedExprsJson(const std::vector<const nlattr*>& nests, std::string* out);
+// decoded as a rule's expressions are. False, with `why` set, for expressions libnftnl would
+// exit() on (ExprNestsAbiOk; the callers check first, naming what holds them).
+bool AppendNestedExprsJson(const std::vector<const nlattr*>& nests, std::string* out, std::string* why);
 
 // The rule message AppendNestedExprsJson decodes `nests` as (built in `buf`; `list`, when given,
 // is its NFTA_RULE_EXPRESSIONS): the fuzz harness hands the same message to libnftnl first.
@@ -33,8 +34,9 @@ void AppendJsonString(std::string* out, const char* s);
 // Appends the elements of one NEWSETELEM message as JSON objects (key,
 // keyEnd, flags, data, verdict, chain, timeout, expiration, userdata: the
 // fields and values DecodeSetElems gives), each preceded by a comma unless
-// `*first`. False, with nothing appended, when libnftnl cannot parse it.
+// `*first`. False, with `error` saying why, when the elements cannot be read or their
+// expressions are ones libnftnl would exit() on (SetElemsAbiOk).
 // The caller checks the message (HasNfgenmsg, SetElemsOkForLibnftnl) first.
-bool AppendSetElemsJson(const nlmsghdr* nlh, std::string* out, bool* first);
+bool AppendSetElemsJson(const nlmsghdr* nlh, std::string* out, bool* first, std::string* error);
 
 }  // namespace nfk

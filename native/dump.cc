@@ -246,9 +246,8 @@ struct DumpState : DumpRequest {
         int len = static_cast<int>(messages.size());
         for (; MessageOk(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
           if (json.size() > 1) json.push_back(',');
-          if (!AppendRuleJson(nlh, &json, ruleMode == 1)) {
-            throw MakeNetlinkError(env, "cannot parse rule message: truncated", EBADMSG, "decode rule");
-          }
+          std::string error;
+          if (!AppendRuleJson(nlh, &json, &error, ruleMode == 1)) throw MakeNetlinkError(env, error, EBADMSG, "decode rule");
         }
         json.push_back(']');
         Napi::Object JSON = env.Global().Get("JSON").As<Napi::Object>();
@@ -268,9 +267,8 @@ struct DumpState : DumpRequest {
           if (!SetElemsOkForLibnftnl(nlh)) {
             throw MakeNetlinkError(env, "cannot parse set element message: malformed attribute", EBADMSG, "decode set element");
           }
-          if (!AppendSetElemsJson(nlh, &json, &first)) {
-            throw MakeNetlinkError(env, "cannot parse set element message", EBADMSG, "decode set elements");
-          }
+          std::string error;
+          if (!AppendSetElemsJson(nlh, &json, &first, &error)) throw MakeNetlinkError(env, error, EBADMSG, "decode set element");
         }
         json.push_back(']');
         Napi::Object JSON = env.Global().Get("JSON").As<Napi::Object>();

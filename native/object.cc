@@ -189,6 +189,12 @@ Napi::Object DecodeObject(Napi::Env env, const nlmsghdr* nlh) {
   if (!HasNfgenmsg(nlh)) {
     throw MakeNetlinkError(env, "cannot parse object message: truncated", EBADMSG, "decode object");
   }
+  if (!ObjOkForLibnftnl(nlh)) {
+    throw MakeNetlinkError(env, "cannot parse object message: malformed attribute", EBADMSG, "decode object");
+  }
+  // A message libnftnl would exit() on is refused, never parsed (attr.h).
+  std::string why;
+  if (!ObjAbiOk(nlh, &why)) throw MakeNetlinkError(env, "cannot parse object message: " + why, EBADMSG, "decode object");
   std::unique_ptr<nftnl_obj, ObjDeleter> owned(nftnl_obj_alloc());
   nftnl_obj* o = owned.get();
   if (o == nullptr) throw Napi::Error::New(env, "out of memory");

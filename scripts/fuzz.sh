@@ -4,7 +4,9 @@
 # a copy of the committed seed corpus.
 #   bash scripts/fuzz.sh [seconds=60] [extra libFuzzer flags...]
 # Prints one line "fuzz: N executions, C crashes in S s" and exits non-zero on
-# a crash, leaving the crashing input under build/fuzz/.
+# a crash, leaving the crashing input under build/fuzz/. A crash includes a
+# message libnftnl would exit() on that the addon's checks let through
+# (native/fuzz/abi_exit.c).
 #   bash scripts/fuzz.sh replay
 # Runs every committed input (native/fuzz/corpus/: the seeds and each crash
 # found so far, kept as a regression input) once, without mutating, and exits
@@ -29,7 +31,7 @@ napi_inc=$(node -p "require('node-addon-api').include_dir")
 flags=(-std=c++17 -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined
   -fno-sanitize-recover=undefined -DNAPI_VERSION=8 -DNAPI_CPP_EXCEPTIONS -DNODE_ADDON_API_DISABLE_DEPRECATED
   -I/usr/include/node -I"$napi_inc" $(pkg-config --cflags libnftnl libmnl))
-sources=(native/decode.cc native/decode_json.cc native/attr.cc native/expr_table.cc native/event.cc native/element.cc native/digest.cc native/common.cc
+sources=(native/decode.cc native/decode_json.cc native/attr.cc native/expr_table.cc native/event.cc native/element.cc native/digest.cc native/common.cc native/object.cc
   native/fuzz/napi_shim.cc native/fuzz/fuzz_decode.cc)
 cc=${cxx/clang++/clang}
 "$cc" -g -O1 -fno-omit-frame-pointer $(pkg-config --cflags libnftnl libmnl) -c native/fuzz/abi_exit.c -o "$out/obj/abi_exit.o"
@@ -56,7 +58,8 @@ if [ "$seconds" = replay ]; then
   log="$out/replay.log"
   if "$out/fuzz_decode" -runs=1 "${inputs[@]}" >"$log" 2>&1; then
     ran=$(grep -c '^Executed ' "$log" || true)
-    echo "fuzz replay: $ran of ${#inputs[@]} committed inputs, 0 crashes (log $log)"
+    refused=$(sed -n 's/^stat::abi_refused: *//p' "$log" | tail -1)
+    echo "fuzz replay: $ran of ${#inputs[@]} committed inputs, 0 crashes; refused by the libnftnl ABI checks: ${refused:-0} (log $log)"
     [ "$ran" = "${#inputs[@]}" ] || { echo "fuzz replay: not every input ran" >&2; exit 1; }
     exit 0
   fi
@@ -75,7 +78,8 @@ set -e
 execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
 crashes=$(ls "$out/crashes" | wc -l)
 abi=$(sed -n 's/^stat::libnftnl_abi_exits: *//p' "$log" | tail -1)
-echo "fuzz: ${execs:-?} executions, $crashes crashes in ${seconds} s; libnftnl exit() calls caught: ${abi:-0} (corpus $(ls "$out/corpus" | wc -l) inputs; log $log)"
+refused=$(sed -n 's/^stat::abi_refused: *//p' "$log" | tail -1)
+echo "fuzz: ${execs:-?} executions, $crashes crashes in ${seconds} s; libnftnl exit() calls caught by the probe: ${abi:-0}, all refused by the addon's checks (refusals: ${refused:-0}) (corpus $(ls "$out/corpus" | wc -l) inputs; log $log)"
 if [ $status -ne 0 ]; then
   grep -E "ERROR|SUMMARY|runtime error" "$log" | head -5 >&2
   exit 1

@@ -84,6 +84,18 @@ napi_status napi_set_element(napi_env, napi_value object, uint32_t index, napi_v
   return napi_ok;
 }
 
+// (linked with object.cc, whose encoder reads arrays; the decoders do not)
+napi_status napi_is_array(napi_env, napi_value value, bool* result) {
+  *result = value->isArray;
+  return napi_ok;
+}
+
+napi_status napi_get_element(napi_env, napi_value object, uint32_t index, napi_value* result) {
+  if (index >= object->elems.size() || object->elems[index] == nullptr) return napi_generic_failure;
+  *result = object->elems[index];
+  return napi_ok;
+}
+
 napi_status napi_create_double(napi_env, double value, napi_value* result) {
   *result = Make(napi_number);
   (*result)->number = value;

@@ -106,6 +106,35 @@ describe('requests', () => {
     conn.close();
   });
 
+  it('a read the addon refuses (a kernel message libnftnl would exit() on) fails that pass, not the daemon; the next pass reads again', async () => {
+    kernel = new FakeKernel();
+    const k = await start();
+    const errors: unknown[] = [];
+    k.on('error', (e) => errors.push(e));
+    const conn = kernel.connect();
+    kernel.tamper(FLUSH, k.socket!.portId);
+    // What a dump rejects with when a message fails one of libnftnl's attribute type checks
+    // (native/attr.cc CheckRule): libnftnl is never handed it, so nothing calls exit().
+    const refusal = new NetlinkError('cannot parse rule message: NFTA_RULE_EXPRESSIONS[0] > NFTA_EXPR_DATA (cmp) > ' +
+      'NFTA_CMP_SREG is 2 bytes where libnftnl 1.2.4 wants a u32 (4 bytes) (and would exit(): "nf_tables kernel ABI is broken")', 74, 'decode rule');
+    const sock = k.socket as unknown as Record<string, unknown>;
+    const reads = ['listTables', 'listChains', 'listRules', 'listRuleDigests', 'listSets', 'listElements'];
+    let refused = 0;
+    for (const m of reads) sock[m] = () => { refused++; return Promise.reject(refusal); };
+    const failed = await k.request('manual', performance.now()).catch((e: unknown) => e);
+    for (const m of reads) delete sock[m];  // the prototype's methods again
+    expect(refused).toBeGreaterThan(0);
+    expect(failed).toBe(refusal);
+    expect(errors).toEqual([refusal]);
+    expect(k.status().lastError).toMatch(/NFTA_CMP_SREG is 2 bytes/);
+    expect(k.healthy()).toBe(true);
+    expect(await ruleCount(conn)).toBe(0);
+    const ok: PassOutcome = await k.request('manual', performance.now());
+    expect(ok).toMatchObject({ status: 'repaired', cause: 'manual' });
+    expect(await ruleCount(conn)).toBe(4);
+    conn.close();
+  });
+
   it('after stop() resolve as stopped', async () => {
     kernel = new FakeKernel();
     const k = await start();

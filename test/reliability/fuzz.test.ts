@@ -2,7 +2,9 @@
  * Every committed fuzz input replayed once (the seeds and each crash found so
  * far), then a few seconds of the libFuzzer harness (native/fuzz/fuzz_decode.cc) over the
  * committed seed corpus: the addon's decoders and the monitor's event filter
- * on mutated kernel messages, under AddressSanitizer, UBSan and LeakSanitizer.
+ * on mutated kernel messages, under AddressSanitizer, UBSan and LeakSanitizer. A message
+ * libnftnl would exit() on that the addon's checks let through aborts the run (abi_exit.c); the
+ * corpus's abi-* inputs each make libnftnl exit at one of the places the checks look.
  * `npm run fuzz` runs it for a minute; docs/reliability.md has the figures.
  */
 import { spawnSync } from 'node:child_process';
@@ -18,6 +20,7 @@ describe('libFuzzer smoke', () => {
     expect(m).not.toBeNull();
     expect(Number(m![1])).toBe(Number(m![2]));
     expect(Number(m![2])).toBeGreaterThan(30);
+    expect(Number(/refused by the libnftnl ABI checks: (\d+)/.exec(r.stdout)?.[1] ?? 0)).toBeGreaterThanOrEqual(12);
   }, 300_000);
 
   it('decodes mutated kernel messages for 5 s without a crash, leak or undefined behaviour', () => {
