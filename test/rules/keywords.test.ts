@@ -48,7 +48,8 @@ function refusedByUs(kind: keyof typeof FORMS, word: string): boolean {
   }
 }
 
-describe('table, chain and object names nft takes as keywords', () => {
+// One `nft -c` per word and kind (300-odd each): minutes on a loaded machine, not the default minute.
+describe('table, chain and object names nft takes as keywords', { timeout: 240_000 }, () => {
   it.each(Object.keys(FORMS) as (keyof typeof FORMS)[])('every word of nft\'s grammar is refused as a %s name exactly where nft -c refuses it', async (kind) => {
     const words = [...grammarWords(), 'u', 'foo', 'saddr'];
     expect(words.length).toBeGreaterThan(300);
