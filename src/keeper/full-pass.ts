@@ -68,10 +68,19 @@ export class FullPass implements RepairPath<Promise<Outcome>> {
         // The followed part's seeding read only reads: drift it finds is repaired by a pass of its own, under
         // the cause that brought it (the event that is on its way, or the tick).
         readOnly: background,
+        endWhenMoved: background,
       });
     } catch (e) {
       if (e instanceof TableOwnedError) reporter.lastError = e.message;
       throw e;
+    }
+    if (r.status === 'moved') {
+      // Ended unread: the pass the commit brings reads it (and seeds the followed part after it);
+      // a read-back due stays due for it, and the tick finds the generation unverified.
+      if (readBack) k.readBackDue = true;
+      k.lastVerified = undefined;
+      reporter.unverified();
+      return { status: 'deferred', drift: [], ops: 0, attempts: r.attempts };
     }
     if (r.status === 'drift') {
       // Not verified: the event that change raised (or, were it lost, the overflow or the tick
