@@ -38,8 +38,9 @@ export class FullPass implements RepairPath<Promise<Outcome>> {
         useKnown: true,
         readBack,
         deferUnechoedRead: cause === 'startup',
-        // Restarted onto what an earlier keeper wrote: its rules are recognised by digest, not decoded.
-        adopt: cause === 'startup',
+        // Restarted onto what an earlier keeper wrote, or before the followed part is seeded (a start
+        // from empty: the handles not known yet): rules are recognised by digest, not decoded.
+        adopt: cause === 'startup' || (k.view.follows && !k.view.valid),
         keepKnown: true,
         tables: desired,
         ownerIds: k.config.owners ? ownerIdsOf(k.owners) : undefined,
