@@ -45,9 +45,11 @@ describe('a rule deleted during the seeding read after a start from empty', () =
     let deleted = false;
     const decodedAfter: (string | undefined)[] = [];
     let chainReads = 0;
+    let digestDumps = 0;
     const host: NftHost = observedHost(ns as Netns, ['listRules', 'listRuleDigests', 'getChain', 'listChains'], (method, args) => {
       if (method === 'listRules' && deleted) decodedAfter.push((args[0] as { chain?: string }).chain);
       if ((method === 'getChain' || method === 'listChains') && deleted) chainReads++;
+      if (method === 'listRuleDigests' && deleted) digestDumps++;
       // The seeding read's digest dump: the middle rule goes just before the kernel walks the chain.
       if (method === 'listRuleDigests' && started && !deleted) {
         deleted = true;
@@ -59,8 +61,12 @@ describe('a rule deleted during the seeding read after a start from empty', () =
     k.on('error', () => undefined);
     // The install (from empty) is reported too: only the repairs after the deletion count.
     let chainReadsAtRepair = 0;
+    let digestDumpsAtRepair = 0;
     k.on('repaired', (r: RepairReport) => {
-      if (deleted && repairs.push(r) === 1) chainReadsAtRepair = chainReads;
+      if (deleted && repairs.push(r) === 1) {
+        chainReadsAtRepair = chainReads;
+        digestDumpsAtRepair = digestDumps;
+      }
     });
     let seeded = false;
     k.on('followed', (f?: { exact: boolean }) => { seeded = f?.exact === true; });
@@ -73,6 +79,8 @@ describe('a rule deleted during the seeding read after a start from empty', () =
     // The seeding read's dump found the generation moved and ended the read: only the deletion's
     // pass read the table (a seeding read that went on would have read it as well).
     expect(chainReadsAtRepair).toBe(1);
+    // That pass read the chain once, by digest.
+    expect(digestDumpsAtRepair).toBe(1);
     const lines = chainLines(ns, 'ip', 'seed', 'post');
     expect(lines).toHaveLength(N);
     expect(lines[mid]).toBe(rule(mid));
