@@ -258,11 +258,16 @@ void NftSocket::ReturnEncodeBuffer(std::vector<uint8_t>&& b) {
   encodeBuf_ = std::move(b);
 }
 
-// generation(): the ruleset generation id, NFT_MSG_GETGEN -> NFT_MSG_NEWGEN.
-// Synchronous: one round trip of a few microseconds.
+// generation(ifFree?): the ruleset generation id, NFT_MSG_GETGEN -> NFT_MSG_NEWGEN.
+// Synchronous: one round trip of a few microseconds, once the socket is free. With `ifFree`
+// undefined instead of waiting while a dump or commit holds the socket (a dump of a long chain
+// holds it for seconds, and the JS thread would wait with it).
 Napi::Value NftSocket::Generation(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  JsGateHold hold(this);
+  bool ifFree = info.Length() > 0 && info[0].IsBoolean() && info[0].As<Napi::Boolean>().Value();
+  if (ifFree && !TryTakeGate()) return env.Undefined();
+  if (!ifFree) gate().lock();
+  JsGateHold hold(this, true);
   ThrowIfClosed(env, "generation");
   uint32_t seq = NextSeq(1);
   std::vector<uint8_t> req;

@@ -126,6 +126,10 @@ class NftSocket : public Napi::ObjectWrap<NftSocket>, public Closeable {
 class JsGateHold {
  public:
   explicit JsGateHold(NftSocket* s) : s_(s) { s_->gate().lock(); }
+  // Takes over a gate the caller already holds.
+  JsGateHold(NftSocket* s, bool held) : s_(s) {
+    if (!held) s_->gate().lock();
+  }
   ~JsGateHold() { s_->ReleaseGate(); }
   JsGateHold(const JsGateHold&) = delete;
   JsGateHold& operator=(const JsGateHold&) = delete;

@@ -38,8 +38,9 @@ export class FullPass implements RepairPath<Promise<Outcome>> {
         useKnown: true,
         readBack,
         deferUnechoedRead: cause === 'startup',
-        // Restarted onto what an earlier keeper wrote: its rules are recognised by digest, not decoded.
-        adopt: cause === 'startup',
+        // Restarted onto what an earlier keeper wrote, or before the followed part is seeded (a start
+        // from empty: the handles not known yet): rules are recognised by digest, not decoded.
+        adopt: cause === 'startup' || (k.view.follows && !k.view.valid),
         keepKnown: true,
         tables: desired,
         ownerIds: k.config.owners ? ownerIdsOf(k.owners) : undefined,
@@ -68,10 +69,19 @@ export class FullPass implements RepairPath<Promise<Outcome>> {
         // The followed part's seeding read only reads: drift it finds is repaired by a pass of its own, under
         // the cause that brought it (the event that is on its way, or the tick).
         readOnly: background,
+        endWhenMoved: background,
       });
     } catch (e) {
       if (e instanceof TableOwnedError) reporter.lastError = e.message;
       throw e;
+    }
+    if (r.status === 'moved') {
+      // Ended unread: the pass the commit brings reads it (and seeds the followed part after it);
+      // a read-back due stays due for it, and the tick finds the generation unverified.
+      if (readBack) k.readBackDue = true;
+      k.lastVerified = undefined;
+      reporter.unverified();
+      return { status: 'deferred', drift: [], ops: 0, attempts: r.attempts };
     }
     if (r.status === 'drift') {
       // Not verified: the event that change raised (or, were it lost, the overflow or the tick

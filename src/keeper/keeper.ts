@@ -337,13 +337,17 @@ export class Keeper extends EventEmitter {
     this.metrics.ticks.inc();
     this.metrics.ready.set(this.isReady(this.lastTickAt) ? 1 : 0);
     this.emit('tick');
-    let gen: number;
+    let gen: number | undefined;
     try {
-      gen = k.sock.generation();
+      // Not while a dump or commit holds the socket (a long chain's dump holds it for seconds, and
+      // the events would wait with this thread): that work ends in a pass that verifies, and the
+      // next tick looks again.
+      gen = k.sock.generationIfFree ? k.sock.generationIfFree() : k.sock.generation();
     } catch (e) {
       this.reporter.fail(e);
       return;
     }
+    if (gen === undefined) return;
     if (k.trustedSince !== undefined && this.lastTickAt - k.trustedSince >= (this.options.trustOwnCommitMs ?? 10_000)) {
       // Verified by our own commit or by the followed part since then, not by a read: read back once, off
       // the repair path (also while foreign commits elsewhere keep moving the generation). With the

@@ -41,17 +41,18 @@ export type ElementsHeld = (t: TableConfig, set: string) => boolean;
  * elements of each set that `elementsHeld` vouches for (the events, exact now) are not read, the
  * others' are read and compared with the desired ones: where they differ, the elements read become
  * the held ones (the observation then diffs them, no second read). A volatile set's are read by the
- * observation. Throws ENOENT when the table, a chain or a set went while it read.
+ * observation. Throws ENOENT when the table, a chain or a set went while it read; with `once`,
+ * DumpInterruptedError when a commit interrupted its digest dump (not retried).
  */
 export async function revalidate(conn: NftConn & Required<Pick<NftConn, 'listRuleDigests'>>, t: TableConfig, kt: TableRules,
-  elementsHeld?: ElementsHeld): Promise<boolean> {
+  elementsHeld?: ElementsHeld, once = false): Promise<boolean> {
   const known = kt.observed.table;
   if (!known) return false;
   const hasSets = kt.observed.sets.size > 0;
   // One digest dump per table (filtered by the kernel to it), never a round trip per chain: with
   // many owner chains the table's dump costs what the chain dumps together cost, without a
   // request and a promise per chain.
-  const [table, dump, sets] = await Promise.all([conn.getTable(t.family, t.name), conn.listRuleDigests({ family: t.family, table: t.name }),
+  const [table, dump, sets] = await Promise.all([conn.getTable(t.family, t.name), conn.listRuleDigests({ family: t.family, table: t.name, ...(once ? { once } : {}) }),
     hasSets ? conn.listSets({ family: t.family, table: t.name }) : []]);
   // The table's use counts its chains, sets and stateful objects: only the held chains and sets may be there.
   if (!table || table.flags !== known.flags || table.owner !== known.owner || table.use !== kt.observed.chains.size + kt.observed.sets.size) return false;

@@ -135,6 +135,13 @@ async function adoptRules(sock: NftConn, t: TableConfig, only?: readonly string[
     const c = desired.get(d.chain);
     const w = want.get(d.chain);
     if (c === undefined || w === undefined || !sameList(w, d.digests)) {
+      // Rules deleted and nothing else (the desired digests in order, some left out): the rest are
+      // known rules as well, and the diff puts back the missing ones without a decoded read.
+      const kept = c !== undefined && w !== undefined ? keptOf(w, d.digests) : undefined;
+      if (kept) {
+        for (let i = 0; i < kept.length; i++) out.push(knownRule(t, c!, c!.rules[kept[i]!]!, d.handles[i]!, d.digests[i]));
+        continue;
+      }
       if (w !== undefined) differ.set(d.chain, w);
       decode.push(d.chain);
       continue;
@@ -165,6 +172,24 @@ async function adoptRules(sock: NftConn, t: TableConfig, only?: readonly string[
     i++;
   }
   return out.concat(decoded);
+}
+
+/**
+ * Where `have` is `want` with some left out, the index in `want` of each of `have`'s digests (none
+ * of them ''); else undefined. Equal digests are the same rule, so the first fit is as good as any.
+ */
+function keptOf(want: readonly string[], have: readonly string[]): number[] | undefined {
+  if (have.length >= want.length) return undefined;
+  const kept = new Array<number>(have.length);
+  let j = 0;
+  for (let i = 0; i < have.length; i++) {
+    const h = have[i]!;
+    if (h === '') return undefined;
+    while (j < want.length && want[j] !== h) j++;
+    if (j === want.length) return undefined;
+    kept[i] = j++;
+  }
+  return kept;
 }
 
 /** The same digests in the same order, none of them '' (a rule without a digest is decoded). */

@@ -109,11 +109,22 @@ export interface PassInput {
    * where nothing is known yet and every chain usually holds its desired rules.
    */
   adopt?: boolean;
+  /**
+   * With readOnly: end the pass, reading nothing more, when the view's rules were not confirmed and
+   * the generation moved since the pass began (status 'moved'). The commit that moved it brings a
+   * pass of its own (its event, or the tick finding the generation moved), which reads what this
+   * one would have read; a read that only learns what is there (the followed part's seeding read)
+   * need not read the whole kernel decoded first and hold the socket, and that pass, meanwhile.
+   */
+  endWhenMoved?: boolean;
 }
 
 export interface PassResult {
-  /** in-sync: nothing to do; repaired: committed and verified; deferred: held back; drift: found (readOnly). */
-  status: 'in-sync' | 'repaired' | 'deferred' | 'drift';
+  /**
+   * in-sync: nothing to do; repaired: committed and verified; deferred: held back; drift: found (readOnly);
+   * moved: ended unread, the generation moved (endWhenMoved).
+   */
+  status: 'in-sync' | 'repaired' | 'deferred' | 'drift' | 'moved';
   /** The pass's first observation: what it found. */
   first: Observation;
   /** Drift of every observation before the first commit went through (what was undone). */
@@ -183,6 +194,7 @@ export class Reconciler {
     type Step = { status: PassResult['status']; observation: Observation; waitMs?: number };
     const r = await commitGuarded<Step>(this.conn, async (generation) => {
       const observation = await this.observe(input, generation, written?.());
+      if (observation === undefined) return { value: { status: 'moved', observation: movedAt(generation) } };
       first ??= observation;
       input.onObservation?.(observation);
       if (observation.flat.length === 0) return { value: { status: committed > 0 ? 'repaired' : 'in-sync', observation } };
@@ -241,20 +253,23 @@ export class Reconciler {
         status: again.status === 'in-sync' ? 'repaired' : again.status };
     }
     const v = r.value;
-    return { status: v.status, first: first!, found, waitMs: v.waitMs, ops: r.ops, attempts: r.attempts, generation: r.generation,
+    return { status: v.status, first: first ?? v.observation, found, waitMs: v.waitMs, ops: r.ops, attempts: r.attempts, generation: r.generation,
       ...(r.trusted ? { trusted: true } : {}), ...(v.observation.unread ? { fromKnown: true } : {}) };
   }
 
-  private async observe(input: PassInput, generation: number, written?: WrittenDigests): Promise<Observation> {
+  /** Undefined: ended unread (endWhenMoved). */
+  private async observe(input: PassInput, generation: number, written?: WrittenDigests): Promise<Observation | undefined> {
     const conn = this.conn;
     // What the view holds, if it proves itself the kernel's state now (view.ts, heldAt): by the
     // generation, by the events, or by a digest dump that decodes nothing. Else the tables are read.
     let known: HeldRules | undefined;
     let read = false;
-    if (input.useKnown) ({ known, read } = await this.view.heldAt(conn, generation, input.tables, input.readBack === true, this.countRead));
+    if (input.useKnown) ({ known, read } = await this.view.heldAt(conn, generation, input.tables, input.readBack === true, this.countRead,
+      input.readOnly === true && input.endWhenMoved === true));
     else this.view.notHeld();
     // Per table: the view's rules where it holds them, else a read (only the tables it does not hold).
     const toRead = input.tables.filter((t) => !known?.get(t));
+    if (input.readOnly && input.endWhenMoved && toRead.length > 0 && conn.generation() !== generation) return undefined;
     const reads = new Map(await Promise.all(toRead.map(async (t) => [t, await observeTable(conn, t.family, t.name, t.chains.map((c) => c.name),
       input.adopt ? t : undefined, written)] as const)));
     if (toRead.length > 0) this.options.metrics?.dumps.inc();
@@ -332,4 +347,9 @@ export function heldAsSent(batch: Batch, echoed: CommitResult): boolean {
 function writtenLazily(batch: Batch, digests: readonly string[]): () => WrittenDigests {
   let mapped: WrittenDigests | undefined;
   return () => (mapped ??= writtenDigests(batch, digests));
+}
+
+/** A pass's result when it ended unread (endWhenMoved): no table observed, nothing found. */
+function movedAt(generation: number): Observation {
+  return { generation, observed: [], drift: [], diffs: [], retired: [], flat: [] };
 }

@@ -30,7 +30,7 @@ import type { Batch } from '../netlink/batch.js';
 import type { CommitResult, NftConn } from '../netlink/conn.js';
 import type { MonitorProgress } from '../netlink/events.js';
 import type { ObservedTable } from '../netlink/objects.js';
-import { NetlinkError } from '../base/errors.js';
+import { DumpInterruptedError, NetlinkError } from '../base/errors.js';
 import { canFollow, cleanRules, confirm, heldFits, revalidate, takeFollowed } from './known.js';
 import { followCommit, readAddedChains } from './follow-commit.js';
 import { unfollow } from './follow-events.js';
@@ -108,9 +108,11 @@ export class KernelView extends FollowedView {
    * proved none of these ways has its rules dropped: the observation reads it, and only it. A sole
    * commit of ours too big to echo is read first (the chains it added rules to), when nothing
    * changed the tables since. `readBack`: the safety net's read, which does not take the
-   * generation's or the events' word. `read` is called for each read made.
+   * generation's or the events' word. `read` is called for each read made. `once`: a digest dump a
+   * commit interrupts proves nothing, not retried (the generation moved: see PassInput.endWhenMoved).
    */
-  async heldAt(conn: NftConn, generation: number, tables: readonly TableConfig[], readBack: boolean, read: () => void): Promise<Held> {
+  async heldAt(conn: NftConn, generation: number, tables: readonly TableConfig[], readBack: boolean, read: () => void,
+    once = false): Promise<Held> {
     const unechoed = this.unechoed;
     this.unechoed = undefined;
     let readUnechoed = false;
@@ -146,10 +148,11 @@ export class KernelView extends FollowedView {
     for (const t of stale) {
       const kt = this.rulesOf(t);
       try {
-        if (kt && await revalidate(digests, t, kt, held)) continue;
+        if (kt && await revalidate(digests, t, kt, held, once)) continue;
       } catch (e) {
-        // The table, a chain or a set went while we read (ENOENT): not as held, read it whole.
-        if (!(e instanceof NetlinkError) || e.errnoName !== 'ENOENT') throw e;
+        // The table, a chain or a set went while we read (ENOENT), or a commit interrupted the
+        // digest dump (once): not as held, read it whole.
+        if (!(e instanceof NetlinkError) || (e.errnoName !== 'ENOENT' && !(once && e instanceof DumpInterruptedError))) throw e;
       }
       failed.add(t);
     }

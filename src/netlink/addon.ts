@@ -33,7 +33,7 @@ export interface NativeSocket {
   readonly portId: number;
   readonly closed: boolean;
   close(): void;
-  generation(): number;
+  generation(ifFree?: boolean): number | undefined;
   /** SO_NETNS_COOKIE as a decimal string; undefined where the kernel lacks it. Absent from an older addon. */
   netnsCookie?(): string | undefined;
   dump(kind: 'table' | 'chain' | 'rule' | 'set' | 'element' | 'obj', family?: string, table?: string,

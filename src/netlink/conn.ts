@@ -60,6 +60,11 @@ export interface NftConn {
   /** The ruleset generation id; moves on every commit by anyone that changed something. */
   generation(): number;
   /**
+   * The generation id when the connection is free now; undefined while a dump or commit holds it
+   * (instead of waiting for it, as generation() does).
+   */
+  generationIfFree?(): number | undefined;
+  /**
    * The namespace's cookie (SO_NETNS_COOKIE), unique among one boot's namespaces: what a restart
    * record names the namespace by. Undefined where the kernel or the connection has none.
    */
@@ -73,9 +78,11 @@ export interface NftConn {
   /**
    * Handles and digests of a table's rules, without decoding them (µs per rule): how the keeper
    * confirms that rules it decoded before are still there, unchanged. Optional (an in-memory
-   * kernel may lack it; callers then decode).
+   * kernel may lack it; callers then decode). With `once`, a dump a concurrent commit interrupts
+   * throws DumpInterruptedError at once, not retried: for a caller that has no use for the ruleset
+   * once it moved.
    */
-  listRuleDigests?(filter: { family: Family; table: string; chain?: string }): Promise<ChainDigests[]>;
+  listRuleDigests?(filter: { family: Family; table: string; chain?: string; once?: boolean }): Promise<ChainDigests[]>;
   listSets(filter: { family: Family; table: string }): Promise<NftSet[]>;
   listElements(filter: { family: Family; table: string; set: string }): Promise<SetElement[]>;
   /** A table's named stateful objects. Optional (an in-memory kernel may lack it; tables with objects then cannot be kept). */

@@ -91,7 +91,16 @@ export class NftSocket implements NftConn {
   generation(): number {
     this.check('generation');
     try {
-      return this.native.generation();
+      return this.native.generation()!;
+    } catch (e) {
+      throw privilege(e, 'generation', 'reading the nftables generation');
+    }
+  }
+
+  generationIfFree(): number | undefined {
+    this.check('generation');
+    try {
+      return this.native.generation(true);
     } catch (e) {
       throw privilege(e, 'generation', 'reading the nftables generation');
     }
@@ -129,8 +138,9 @@ export class NftSocket implements NftConn {
     return rules;
   }
 
-  async listRuleDigests(filter: { family: Family; table: string; chain?: string }): Promise<ChainDigests[]> {
-    const raw = await this.dump<[string, (number | string)[]]>('rule', filter.family, filter.table, filter.chain, false, 2);
+  async listRuleDigests(filter: { family: Family; table: string; chain?: string; once?: boolean }): Promise<ChainDigests[]> {
+    const raw = await this.dump<[string, (number | string)[]]>('rule', filter.family, filter.table, filter.chain, false, 2,
+      filter.once === true ? 1 : DUMP_ATTEMPTS);
     return raw.map(([chain, flat]) => {
       const handles: number[] = new Array(flat.length >> 1);
       const digests: string[] = new Array(flat.length >> 1);
@@ -216,7 +226,7 @@ export class NftSocket implements NftConn {
   }
 
   private async dump<T>(kind: 'table' | 'chain' | 'rule' | 'set' | 'element' | 'obj', family?: Family,
-    table?: string, name?: string, single = false, ruleMode: 0 | 1 | 2 = 0): Promise<T[]> {
+    table?: string, name?: string, single = false, ruleMode: 0 | 1 | 2 = 0, attempts = DUMP_ATTEMPTS): Promise<T[]> {
     this.check(`list ${kind}s`);
     for (let attempt = 1; ; attempt++) {
       try {
@@ -226,7 +236,7 @@ export class NftSocket implements NftConn {
         // rulesets is never returned.
         if (e instanceof NetlinkError && (e as { dumpInterrupted?: boolean }).dumpInterrupted === true) {
           this.interrupted++;
-          if (attempt < DUMP_ATTEMPTS) continue;
+          if (attempt < attempts) continue;
           throw new DumpInterruptedError(`list ${kind}s`, attempt);
         }
         // Closed while the dump waited for the socket.
