@@ -44,6 +44,17 @@ describe('nfkeeper apply: the compile cache', { timeout: 240_000 }, () => {
     expect(others(r.err)).toEqual([]);
     expect(r.code).toBe(0);
   };
+  /** `nfkeeper run` of `config` in the namespace until it logs `msg`, then stopped (SIGTERM, exit 0): its logs. */
+  const runUntil = async (config: string, cache: string, msg: string) => {
+    const r = nfk(['run', '--config', config, '--cache-dir', cache, '--netns', ns.path, '--no-metrics']);
+    try {
+      await waitFor(msg, () => r.logs().some((l) => l.msg === msg));
+    } finally {
+      r.child.kill('SIGTERM');
+    }
+    expect((await r.exited).code).toBe(0);
+    return r;
+  };
   const noted = (r: { err: string[] }) => r.err.find((l) => /compile cache (matches|not used)/.test(l)) ?? 'nothing';
   /**
    * The kernel's ruleset as netlink messages (nft's debug output), which is what the commit wrote;
@@ -124,13 +135,7 @@ describe('nfkeeper apply: the compile cache', { timeout: 240_000 }, () => {
     const { cache, config } = setUp();
     ok(await apply(['--config', config, '--cache-dir', cache]));
     const before = ns.exec('nft', ['list', 'ruleset']);
-    const r = nfk(['run', '--config', config, '--cache-dir', cache, '--netns', ns.path, '--no-metrics']);
-    try {
-      await waitFor('nfkeeper running', () => r.logs().some((l) => l.msg === 'nfkeeper running'));
-    } finally {
-      r.child.kill('SIGTERM');
-    }
-    expect((await r.exited).code).toBe(0);
+    const r = await runUntil(config, cache, 'nfkeeper running');
     expect(r.logs().find((l) => String(l.msg).startsWith('compile cache'))?.msg).toBe('compile cache matches every input: the config was not compiled');
     expect(ns.exec('nft', ['list', 'ruleset'])).toBe(before);
     expect(compiledIn(cache)).toHaveLength(1);
@@ -251,13 +256,7 @@ describe('nfkeeper apply: the compile cache', { timeout: 240_000 }, () => {
 
   it('check does not read the entry of a small config (its compile is cheaper), which the daemon stores', async () => {
     const { cache, config } = setUp(NFT(0));
-    const r = nfk(['run', '--config', config, '--cache-dir', cache, '--netns', ns.path, '--no-metrics']);
-    try {
-      await waitFor('the compile cache', () => r.logs().some((l) => l.msg === 'compiled config stored in the compile cache'));
-    } finally {
-      r.child.kill('SIGTERM');
-    }
-    expect((await r.exited).code).toBe(0);
+    await runUntil(config, cache, 'compiled config stored in the compile cache');
     expect(compiledIn(cache)).toHaveLength(1);
     const c = nfk(['check', '--config', config, '--netns', ns.path, '--progress', '--cache-dir', cache]);
     expect((await c.exited).code).toBe(0);
@@ -279,13 +278,7 @@ describe('nfkeeper apply: the compile cache', { timeout: 240_000 }, () => {
     ok(first);
     expect(noted(first)).toMatch(/compile cache not used \(there is none/);
     expect(compiledIn(cache)).toEqual([]);
-    const r = nfk(['run', '--config', config, '--cache-dir', cache, '--netns', ns.path, '--no-metrics']);
-    try {
-      await waitFor('the compile cache', () => r.logs().some((l) => l.msg === 'compiled config stored in the compile cache'));
-    } finally {
-      r.child.kill('SIGTERM');
-    }
-    expect((await r.exited).code).toBe(0);
+    await runUntil(config, cache, 'compiled config stored in the compile cache');
     ns.exec('nft', ['flush', 'ruleset']);
     const after = await apply(['--config', config, '--cache-dir', cache]);
     ok(after);
