@@ -66,20 +66,4 @@ describe('a start from empty', () => {
     // Nothing read a rule of the chain after the install: not a seeding read, not the repair.
     expect(readsAfter).toEqual([]);
   });
-
-  it('the safety net reads the install back by digests, decoding nothing: the echo gave the known rules theirs', async () => {
-    let installed = false;
-    const reads: string[] = [];
-    const host: NftHost = observedHost(ns as Netns, ['listRules', 'listRuleDigests', 'commit'], (method) => {
-      if (method === 'commit') installed = true;
-      else if (installed) reads.push(method);
-    });
-    const k = keeper = new Keeper({ config: config(), host, intervalMs: 50, trustOwnCommitMs: 300, netns: ns.path });
-    k.on('error', () => undefined);
-    await k.start();
-    await until('the read-back', () => reads.length > 0, 20_000);
-    await k.idle();
-    expect(reads).toEqual(['listRuleDigests']);
-    expect(k.followState()?.exact).toBe(true);
-  });
 });
