@@ -55,9 +55,6 @@ export function followCommit(tables: readonly TableConfig[], observed: readonly 
     return l;
   };
   const byId = new Map<number, number>();
-  // With digests, the echoed digest of each new rule the kernel holds as sent, by its handle: what a
-  // digest dump of it gives, kept in its known rule (nothing read to learn it).
-  const echoedDigests = echoed?.held && echoed.digests ? new Map<number, string>() : undefined;
   const gone = new Set<number>();  // rule handles the batch deleted
   // Tables the batch created or claimed: the table as the kernel now holds it.
   const tablesNow = new Map<string, Table>();
@@ -139,10 +136,6 @@ export function followCommit(tables: readonly TableConfig[], observed: readonly 
     if (op.verb === 'delete') gone.add(op.handle!);
     else if (handle === undefined) return false;
     else if (op.id !== undefined) byId.set(op.id, handle);
-    if (handle !== undefined && echoedDigests) {
-      const d = echoed!.held![index];
-      if (d && d === echoed!.digests![index]) echoedDigests.set(handle, d);
-    }
     const h = spliced.size > 0 ? spliced.get(`${op.family} ${op.table} ${op.chain}`) : undefined;
     if (h) {
       h.ops.push({ op, handle });
@@ -255,7 +248,7 @@ export function followCommit(tables: readonly TableConfig[], observed: readonly 
       o.rules.set(c.name, c.rules.map((r, j) => {
         while (p < prev.length && gone.has(prev[p]!.handle!)) p++;
         const kept = p < prev.length && prev[p]!.handle === handles[j] ? prev[p++] : undefined;
-        return kept && hasKey(kept) && kept.exprs === r.compiled.exprs ? kept : knownRule(t, c, r, handles[j]!, digests?.[j] ?? echoedDigests?.get(handles[j]!));
+        return kept && hasKey(kept) && kept.exprs === r.compiled.exprs ? kept : knownRule(t, c, r, handles[j]!, digests?.[j]);
       }));
     }
     // What the batch deleted (and anything else not desired, which the plan deleted) goes. A

@@ -156,13 +156,12 @@ export interface ReconcilerOptions {
 }
 
 /**
- * A commit that is not verified by its echo (the daemon's) echoes every batch with its new rules'
- * handles; one bigger than this many ops asks their digests too, so that the known rules carry the
- * digest of what the kernel echoed (what a digest dump of them gives) and nothing reads the chains
- * back to learn them (the start-up's install from empty, a chain rewritten). A smaller one's known
- * rules have no digests, which the safety net's read-back then decodes.
+ * A commit that is not verified by its echo (the daemon's, which asks no digests) echoes up to this
+ * many ops: its handles alone leave the known rules without digests, which the safety net's
+ * read-back then decodes. A bigger batch has the chains it added rules to read instead (handles and
+ * digests, nothing decoded: followCommit's unechoed case).
  */
-const DIGESTS_FROM = 1024;
+const ECHO_HANDLES_UP_TO = 1024;
 
 export class Reconciler {
   /** Tables a reload dropped from the config: deleted by the next pass that finds them. */
@@ -228,11 +227,11 @@ export class Reconciler {
       trustSoleCommit: input.trustSoleCommit || input.verifyByEcho,
       onMismatch: () => this.options.metrics?.generationRetries.inc(),
       replan: (e, batch) => this.protectRefused(e, batch),
-      echo: input.verifyByEcho || keepKnown,
-      // Where a read-back by digest may follow, or the echo is compared with them; for a caller that
-      // trusts a sole commit (the daemon), a big batch's, kept in the known rules (DIGESTS_FROM).
-      digests: input.adopt && !input.readOnly && (!input.trustSoleCommit || input.verifyByEcho)
-        ? true : keepKnown ? (batch) => batch.length > DIGESTS_FROM : false,
+      echo: input.verifyByEcho || (keepKnown ? (batch) => batch.length <= ECHO_HANDLES_UP_TO : false),
+      // Only where a read-back by digest may follow, or the echo is compared with them: not for a
+      // caller that trusts a sole commit (the daemon, whose start-up install would hold 100,000
+      // digests for nothing at its peak).
+      digests: input.adopt && !input.readOnly && (!input.trustSoleCommit || input.verifyByEcho),
     }).catch((e: unknown) => {
       this.view.forgetRules();
       throw e;

@@ -51,8 +51,6 @@ interface Unechoed {
   observed: ObservedTable[];
   batch: Batch;
   previous?: HeldRules;
-  /** Its echo, followed by the next observation instead of a read (defer). */
-  echoed?: CommitResult;
 }
 
 /** What an observation may plan from: the view's rules (undefined: read the kernel), and whether they were read now. */
@@ -273,9 +271,7 @@ export class KernelView extends FollowedView {
    */
   async followCommit(conn: NftConn, generation: number, tables: readonly TableConfig[], observed: ObservedTable[], batch: Batch,
     echoed: CommitResult | undefined, previous: HeldRules | undefined, defer: boolean, read: () => void): Promise<void> {
-    if (echoed?.handles && defer) {
-      this.unechoed = { generation, tables, observed, batch, previous, echoed };
-    } else if (echoed?.handles) {
+    if (echoed?.handles) {
       this.afterCommit(generation, { generation, tables, observed, batch, previous }, echoed, undefined, conn.portId);
     } else if (canFollow(batch, observed)) {
       const u = { generation, tables, observed, batch, previous };
@@ -296,10 +292,6 @@ export class KernelView extends FollowedView {
 
   /** The rules after a sole commit too big to echo, from a read of the chains it added rules to (at `generation`). */
   private async readUnechoed(conn: NftConn, u: Unechoed, generation: number, read: () => void): Promise<boolean> {
-    if (u.echoed) {
-      this.afterCommit(generation, u, u.echoed, undefined, conn.portId);
-      return false;
-    }
     const chains = await readAddedChains(conn, u.batch, generation).catch(() => undefined);
     read();
     return !!chains && this.afterCommit(generation, u, undefined, chains, conn.portId);

@@ -56,8 +56,8 @@ export interface GuardOptions {
   replan?: (e: unknown, batch: Batch) => boolean;
   /** Commit with `echo` (the new rules' handles, given to the step's `committed`): always, or for the batches it says. */
   echo?: boolean | ((batch: Batch) => boolean);
-  /** Commit with `digests` (each rule's digest of the bytes sent, given to the step's `committed`): always, or for the batches it says. */
-  digests?: boolean | ((batch: Batch) => boolean);
+  /** Commit with `digests` (each rule's digest of the bytes sent, given to the step's `committed`). */
+  digests?: boolean;
 }
 
 export async function commitGuarded<T>(conn: NftConn, plan: (generation: number, attempt: number) => Promise<GuardedStep<T>>,
@@ -71,7 +71,7 @@ export async function commitGuarded<T>(conn: NftConn, plan: (generation: number,
     let echoed: CommitResult | undefined;
     try {
       echoed = (await conn.commit(step.batch, { expectGeneration: generation, ...(options.echo === true || (options.echo && options.echo(step.batch)) ? { echo: true } : {}),
-        ...(options.digests === true || (options.digests && options.digests(step.batch)) ? { digests: true } : {}) })) || undefined;
+        ...(options.digests ? { digests: true } : {}) })) || undefined;
     } catch (e) {
       if (e instanceof GenerationMismatchError) {
         last = e;
