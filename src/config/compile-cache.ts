@@ -39,7 +39,7 @@ import { lateRules, rulesMade, type ChainConfig, type EncodedRule } from '../mod
 import { addonDigest } from '../netlink/addon.js';
 import { encodeRuleExprs } from '../netlink/socket.js';
 import type { Expr, Family } from '../netlink/expr.js';
-import { withRenderedText, type CompiledRule } from '../rules/compile.js';
+import { storedText, withRenderedText, type CompiledRule } from '../rules/compile.js';
 import { localIsUtc } from '../rules/intvalues.js';
 import { MAX_CONFIG_BYTES, loadConfig, type Config, type LoadOptions } from './config.js';
 import { compileCachePathOf } from './cache-key.js';
@@ -47,7 +47,7 @@ import { compileCachePathOf } from './cache-key.js';
 export { compileCachePathOf, configKeyOf } from './cache-key.js';
 
 /** The file's own format; a file of another format is not used. */
-const FORMAT = 6;
+const FORMAT = 7;
 
 /**
  * The store's work on a big config, and the making of its rules from the cache, yield every this
@@ -68,6 +68,12 @@ export interface CompileCacheOptions {
   version: string;
   /** The namespace the config is compiled for (its interfaces); one file per namespace and config. */
   netns?: string;
+  /**
+   * A store renders the text of each rule it keeps encoded, for a later install's plan
+   * (EncodedRule.text): apply, which prints its plan. Without it (the daemon, which prints none),
+   * only the texts already rendered are kept.
+   */
+  texts?: boolean;
 }
 
 /** What a load did with the cache. */
@@ -240,7 +246,7 @@ export function loadConfigCached(file: string, options: LoadOptions, cache: Comp
         if (inputs === undefined) return `${unstable!.replace(/\0/g, ' ')} changed while the config was compiled`;
         const chains = yield* chainDigestsSteps(config.tables);
         const token = randomUUID();
-        const out = yield* serialise(config, { format: FORMAT, version: cache.version, code: codeDigest(), node: process.version, addon: addonDigest(), config: file, includePath: options.includePath ?? [], inputs, chains, encoded: token });
+        const out = yield* serialise(config, cache.texts === true, { format: FORMAT, version: cache.version, code: codeDigest(), node: process.version, addon: addonDigest(), config: file, includePath: options.includePath ?? [], inputs, chains, encoded: token });
         if ('why' in out) return out.why;
         // A cache: a crash costs one compile, not an fsync of every store. The encoded rules first:
         // a load between the two writes finds the previous cache's token, not this file's.
@@ -353,7 +359,7 @@ export function changedInput(inputs: readonly CompileInput[], options: LoadOptio
  * what JSON would not (a key with no value, an object reached twice), in base64. Or why this
  * form would not give this config back.
  */
-function* serialise(config: Config, header: Header): Sliced<{ body: Buffer[]; encoded: Buffer[] } | { why: string }> {
+function* serialise(config: Config, texts: boolean, header: Header): Sliced<{ body: Buffer[]; encoded: Buffer[] } | { why: string }> {
   const why = yield* unfaithful(config);
   if (why) return { why };
   const ids = new Map<Expr, number>();
@@ -388,7 +394,7 @@ function* serialise(config: Config, header: Header): Sliced<{ body: Buffer[]; en
         const r = c.rules[ri]!;
         const x = r.compiled;
         // Checked and encoded as a batch would (the check the batch then skips); a rule with sets is made when added.
-        if (isNoSets(x.sets)) enc.put(encodeRuleExprs(x.exprs, prev), x.userdata);
+        if (isNoSets(x.sets)) enc.put(encodeRuleExprs(x.exprs, prev), x.userdata, storedText(x) ?? (texts ? renderedText(x) : undefined));
         else enc.skip();
         const at = new Array<number>(x.exprs.length);
         for (let i = 0; i < x.exprs.length; i++) {
@@ -443,35 +449,56 @@ function* serialise(config: Config, header: Header): Sliced<{ body: Buffer[]; en
 /**
  * A chain's rules encoded, for an install that adds them without making them (EncodedRuleOp): per
  * rule in order, the length of its NFTA_RULE_EXPRESSIONS attribute (u16, little-endian; 0: not
- * stored, the rule is made to be added), the length of its userdata (u16), the attribute as
- * encodeExprs() gave it for the rule's expressions, its userdata's bytes.
+ * stored, the rule is made to be added), the length of its userdata (u16), the length of its text
+ * in UTF-8 (u16; 0: none kept), the attribute as encodeExprs() gave it for the rule's expressions,
+ * its userdata's bytes, its text. The text is the rule's rendering from the rule alone
+ * (storedText), kept by apply's store (CompileCacheOptions.texts) or where it was rendered already: an install's plan prints it
+ * without making the rule; where none is kept, the rule is made for its text.
  */
 class EncodedRules {
   private readonly parts: Buffer[] = [];
   private bytes = 0;
   constructor(private readonly n: number) {}
 
-  put(exprs: Buffer, userdata: string | undefined): void {
+  put(exprs: Buffer, userdata: string | undefined, text: string | undefined): void {
     const ud = userdata === undefined ? undefined : Buffer.from(userdata, 'hex');
     // (userdata that would not come back as the same text, say empty or not lowercase hex: the rule is made)
     if (exprs.length === 0 || exprs.length > 0xffff || (ud !== undefined && (ud.length === 0 || ud.length > 0xffff || ud.toString('hex') !== userdata))) return this.skip();
-    const head = Buffer.allocUnsafe(4);
+    // (a text too long for its length, or not UTF-8 that comes back as itself: none kept)
+    let tx = text === undefined || text === '' ? undefined : Buffer.from(text, 'utf8');
+    if (tx !== undefined && (tx.length > 0xffff || tx.toString('utf8') !== text)) tx = undefined;
+    const head = Buffer.allocUnsafe(ENCODED_HEAD);
     head.writeUInt16LE(exprs.length, 0);
     head.writeUInt16LE(ud?.length ?? 0, 2);
+    head.writeUInt16LE(tx?.length ?? 0, 4);
     this.parts.push(head, exprs);
     if (ud) this.parts.push(ud);
-    this.bytes += 4 + exprs.length + (ud?.length ?? 0);
+    if (tx) this.parts.push(tx);
+    this.bytes += ENCODED_HEAD + exprs.length + (ud?.length ?? 0) + (tx?.length ?? 0);
   }
 
   skip(): void {
-    this.parts.push(Buffer.alloc(4));
-    this.bytes += 4;
+    this.parts.push(Buffer.alloc(ENCODED_HEAD));
+    this.bytes += ENCODED_HEAD;
   }
 
   done(): Buffer {
     return this.n === 0 ? Buffer.alloc(0) : Buffer.concat(this.parts, this.bytes);
   }
 }
+
+/** `rule`'s text rendered now, where it depends on the rule alone (storedText); the rule keeps it, as a read of its text would. */
+function renderedText(rule: CompiledRule): string | undefined {
+  try {
+    void rule.text;
+  } catch {
+    return undefined;  // (not rendered: the plan's own rendering says why)
+  }
+  return storedText(rule);
+}
+
+/** The bytes before each rule's in EncodedRules: the lengths of its attribute, userdata and text. */
+const ENCODED_HEAD = 6;
 
 /** The file of the cache `path`'s rules encoded (EncodedRules), beside it. */
 export function encodedPathOf(path: string): string {
@@ -507,9 +534,9 @@ function encodedStarts(b: Buffer, n: number, chain: string): Uint32Array {
   const starts = new Uint32Array(n);
   let at = 0;
   for (let j = 0; j < n; j++) {
-    if (at + 4 > b.length) throw new Error(`chain ${chain}'s encoded rules are malformed`);
+    if (at + ENCODED_HEAD > b.length) throw new Error(`chain ${chain}'s encoded rules are malformed`);
     starts[j] = at;
-    at += 4 + b.readUInt16LE(at) + b.readUInt16LE(at + 2);
+    at += ENCODED_HEAD + b.readUInt16LE(at) + b.readUInt16LE(at + 2) + b.readUInt16LE(at + 4);
   }
   if (at !== b.length) throw new Error(`chain ${chain}'s encoded rules are malformed`);
   return starts;
@@ -621,8 +648,12 @@ function deserialise(bytes: Buffer, options: LoadOptions, readEncoded: () => Buf
         const len = enc.readUInt16LE(o);
         if (len === 0) return undefined;
         const ud = enc.readUInt16LE(o + 2);
-        const exprs = enc.subarray(o + 4, o + 4 + len);
-        return ud === 0 ? { exprs } : { exprs, userdata: enc.toString('hex', o + 4 + len, o + 4 + len + ud) };
+        const tx = enc.readUInt16LE(o + 4);
+        const from = o + ENCODED_HEAD;
+        const exprs = enc.subarray(from, from + len);
+        const out: EncodedRule = ud === 0 ? { exprs } : { exprs, userdata: enc.toString('hex', from + len, from + len + ud) };
+        if (tx !== 0) out.text = textOf(enc.subarray(from + len + ud, from + len + ud + tx));
+        return out;
       };
       let next = 0;  // every rule before it is made
       const steps = function* (): Sliced<ChainConfig['rules']> {

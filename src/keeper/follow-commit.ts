@@ -5,7 +5,7 @@
  * for a batch too big to echo, the handles and digests read of the chains it added rules to
  * (readAddedChains).
  */
-import type { ChainConfig, TableConfig } from '../model/desired.js';
+import { ruleAt, ruleCount, rulesMade, type ChainConfig, type TableConfig } from '../model/desired.js';
 import type { SetConfig } from '../model/sets.js';
 import type { Batch } from '../netlink/batch.js';
 import type { CommitResult, NftConn } from '../netlink/conn.js';
@@ -13,7 +13,7 @@ import type { Family } from '../netlink/expr.js';
 import { SET_F, TABLE_F, type ChainDigests, type NftSet, type ObservedTable, type Rule, type Table } from '../netlink/objects.js';
 import type { Op } from '../netlink/ops.js';
 import { derivationOf, type Splice } from '../model/derivation.js';
-import { knownRule, hasKey } from './rule-key.js';
+import { knownRule, knownRuleAt, hasKey } from './rule-key.js';
 import { knownSets, objectsUnknown, tableKey, type TableRules } from './owned-table.js';
 
 /**
@@ -237,7 +237,7 @@ export function followCommit(tables: readonly TableConfig[], observed: readonly 
         o.rules.set(c.name, copied);
         continue;
       }
-      if (l === undefined || l === DELETED || l.length !== c.rules.length) return undefined;
+      if (l === undefined || l === DELETED || l.length !== ruleCount(c)) return undefined;
       o.chains.set(c.name, { family: t.family, table: t.name, name: c.name, ...(c.base ?? {}), ...(c.userdata ? { userdata: c.userdata } : {}) });
       // Rules that stayed keep their known-rule objects (the dispatch chain holds one per owner) and
       // their order: one walk along the rules before, skipping the ones the batch deleted.
@@ -245,11 +245,17 @@ export function followCommit(tables: readonly TableConfig[], observed: readonly 
       const digests = readHere?.get(c.name)?.digests;
       let p = 0;
       const handles = l;
-      o.rules.set(c.name, c.rules.map((r, j) => {
+      // A chain whose rules are made late (an install from the compile cache) is not made for this:
+      // each known rule looks its desired rule up when first asked (knownRuleAt).
+      const made = rulesMade(c);
+      const rules = new Array<Rule>(handles.length);
+      for (let j = 0; j < handles.length; j++) {
         while (p < prev.length && gone.has(prev[p]!.handle!)) p++;
         const kept = p < prev.length && prev[p]!.handle === handles[j] ? prev[p++] : undefined;
-        return kept && hasKey(kept) && kept.exprs === r.compiled.exprs ? kept : knownRule(t, c, r, handles[j]!, digests?.[j]);
-      }));
+        rules[j] = kept && hasKey(kept) && kept.exprs === ruleAt(c, j)!.compiled.exprs ? kept
+          : made ? knownRule(t, c, c.rules[j]!, handles[j]!, digests?.[j]) : knownRuleAt(t, c, j, handles[j]!, digests?.[j]);
+      }
+      o.rules.set(c.name, rules);
     }
     // What the batch deleted (and anything else not desired, which the plan deleted) goes. A
     // desired chain deleted and added again is no longer DELETED here.

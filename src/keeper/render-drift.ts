@@ -4,7 +4,7 @@
  */
 import type { NftObj, NftSet, Rule, SetElement } from '../netlink/objects.js';
 import { SET_F } from '../netlink/objects.js';
-import type { ChainConfig, TableConfig } from '../model/desired.js';
+import { ruleCount, ruleTextAt, type ChainConfig, type TableConfig } from '../model/desired.js';
 import { objectBlock } from '../model/stateful-objects.js';
 import { declarationText, elementTexts, typesOf, type SetConfig } from '../model/sets.js';
 import { commentOf } from '../rules/index.js';
@@ -19,7 +19,8 @@ import type { TableDiff } from './table.js';
  */
 export function renderDrift(want: TableConfig, diff: TableDiff, texts = true): string[] {
   const out: string[] = [];
-  const textOf = texts ? (r: ChainConfig['rules'][number]) => r.compiled.text : () => '';
+  // By its place, not c.rules: a chain made late (an install from the compile cache) is not made for its texts where they were kept.
+  const textOf: TextOf = texts ? ruleTextAt : () => '';
   const elementsOf = texts ? elementsText : () => '';
   for (const x of diff.drift) {
     out.push(`# ${x.family} ${x.table}: ${x.detail}`);
@@ -52,7 +53,7 @@ export function renderDrift(want: TableConfig, diff: TableDiff, texts = true): s
       }
       out.push(`+ flush chain ${want.family} ${want.name} ${c.name}`);
       for (const line of x.actual ?? []) out.push(`- ${line}`);
-      for (const r of c.rules) out.push(`+ add rule ${want.family} ${want.name} ${c.name} ${textOf(r)}`);
+      for (let j = 0, n = ruleCount(c); j < n; j++) out.push(`+ add rule ${want.family} ${want.name} ${c.name} ${textOf(c, j)}`);
     } else if (x.kind === 'chain-extra') {
       out.push(`- delete chain ${want.family} ${want.name} ${x.chain}`);
     } else if (x.kind === 'object-missing' || x.kind === 'object-changed') {
@@ -68,11 +69,11 @@ export function renderDrift(want: TableConfig, diff: TableDiff, texts = true): s
 
 /** A chain's edit as nft commands; a rule placed after one added just before it says so. */
 function editText(t: TableConfig, c: ChainConfig, actual: readonly string[], rules: readonly Rule[], edit: RuleEdit,
-  textOf: (r: ChainConfig['rules'][number]) => string): string[] {
+  textOf: TextOf): string[] {
   const at = `${t.family} ${t.name} ${c.name}`;
   return edit.steps.map((x) => {
     if (x.op === 'delete') return `- delete rule ${at} handle ${rules[x.have]!.handle}  # ${actual[x.have] ?? ''}`;
-    const text = textOf(c.rules[x.want]!);
+    const text = textOf(c, x.want);
     if (x.op === 'replace') return `~ replace rule ${at} handle ${rules[x.have]!.handle} ${text}  # was ${actual[x.have] ?? ''}`;
     if (!x.after) return `+ insert rule ${at} ${text}`;
     if (x.after.kind === 'kept') return `+ add rule ${at} position ${rules[x.after.have]!.handle} ${text}`;
@@ -103,13 +104,17 @@ function elementsText(set: NftSet, elements: readonly SetElement[]): string {
   return elements.map((e) => `# key ${e.key}${e.keyEnd ? ` key-end ${e.keyEnd}` : ''}${(e.flags ?? 0) & 1 ? ' (interval end)' : ''}`).join(', ');
 }
 
-function chainText(t: TableConfig, c: ChainConfig, textOf: (r: ChainConfig['rules'][number]) => string): string[] {
+function chainText(t: TableConfig, c: ChainConfig, textOf: TextOf): string[] {
   const comment = commentOf(c.userdata);
   const spec = c.base || comment !== undefined
     ? ` {${c.base ? ` type ${c.base.type} hook ${c.base.hook} priority ${c.base.priority}; policy ${c.base.policy};` : ''}` +
       `${comment !== undefined ? ` comment ${JSON.stringify(comment)};` : ''} }` : '';
-  return [`+ add chain ${t.family} ${t.name} ${c.name}${spec}`,
-    ...c.rules.map((r) => `+ add rule ${t.family} ${t.name} ${c.name} ${textOf(r)}`)];
+  const out = [`+ add chain ${t.family} ${t.name} ${c.name}${spec}`];
+  for (let j = 0, n = ruleCount(c); j < n; j++) out.push(`+ add rule ${t.family} ${t.name} ${c.name} ${textOf(c, j)}`);
+  return out;
 }
+
+/** Rule `j`'s text of chain `c` (ruleTextAt), or nothing (a summary's lines). */
+type TextOf = (c: ChainConfig, j: number) => string;
 
 

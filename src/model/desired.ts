@@ -60,6 +60,8 @@ export interface LateRules {
 export interface EncodedRule {
   exprs: Buffer;
   userdata?: string;
+  /** The rule's text (compiled.text), where it was kept: a plan prints it without making the rule. */
+  text?: string;
 }
 
 /** The chains whose rules are not made yet (lateRules), with how many they have: not a key on the chain, which stays as compiled. */
@@ -144,4 +146,9 @@ export function ruleAt(c: Pick<ChainConfig, 'rules'>, j: number): ChainConfig['r
 /** Rule `j` of chain `c` encoded (LateRules.encodedAt), while the chain's rules are made late; else undefined. */
 export function encodedRuleAt(c: Pick<ChainConfig, 'rules'>, j: number): EncodedRule | undefined {
   return late.get(c)?.making.encodedAt?.(j);
+}
+
+/** The text of rule `j` of chain `c` (its compiled.text): kept with its encoding (EncodedRule.text) while the chain's rules are made late, else the rule's own, made if need be. */
+export function ruleTextAt(c: Pick<ChainConfig, 'rules'>, j: number): string {
+  return encodedRuleAt(c, j)?.text ?? ruleAt(c, j)!.compiled.text;
 }

@@ -211,6 +211,25 @@ interface TextSource {
   readonly interfaces: InterfaceResolver | undefined;
 }
 
+/** Whether the rendering under way asked an interface's name (a text that did is not kept outside the rule: storedText). */
+let namesAsked = false;
+
+/** `interfaces` with each name it gives noted (namesAsked): one per resolver. */
+const NOTING = new WeakMap<InterfaceResolver, InterfaceResolver>();
+function noting(r: InterfaceResolver): InterfaceResolver {
+  let out = NOTING.get(r);
+  if (out === undefined) {
+    NOTING.set(r, out = {
+      indexOf: (name) => r.indexOf(name),
+      nameOf: (index) => {
+        namesAsked = true;
+        return r.nameOf(index);
+      },
+    });
+  }
+  return out;
+}
+
 const TEXT_SOURCES = new WeakMap<InterfaceResolver, Map<Family, TextSource>>();
 const NO_RESOLVER = new Map<Family, TextSource>();
 
@@ -245,6 +264,8 @@ class LazyTextRule {
   declare bound?: BoundChain<CompiledRule>[];
   /** The rendering once made or assigned; before that, what to render it with. */
   #text: string | TextSource;
+  /** The rendering was made here from the expressions alone, no interface's name asked (storedText). */
+  #fromExprs = false;
 
   constructor(exprs: Expr[], sets: NftSet[], source: TextSource) {
     this.exprs = exprs;
@@ -257,15 +278,36 @@ class LazyTextRule {
     const t = this.#text;
     if (typeof t === 'string') return t;
     const rule = this as unknown as CompiledRule;
-    return this.#text = renderRule(rule, t.family, compiledSetResolver(rule), t.interfaces ? { interfaces: t.interfaces } : {});
+    namesAsked = false;
+    const text = renderRule(rule, t.family, compiledSetResolver(rule), t.interfaces ? { interfaces: noting(t.interfaces) } : {});
+    this.#fromExprs = !namesAsked;
+    return this.#text = text;
   }
 
   static setText(this: LazyTextRule, v: string): void {
     this.#text = v;
+    this.#fromExprs = false;
+  }
+
+  /** The text, when it was rendered (read) and depends on nothing but the rule's expressions, sets and family. */
+  static storedText(rule: CompiledRule): string | undefined {
+    if (!(#text in rule)) return undefined;
+    const r = rule as unknown as LazyTextRule;
+    return r.#fromExprs && typeof r.#text === 'string' ? r.#text : undefined;
   }
 }
 
 const TEXT_PROPERTY: PropertyDescriptor = { get: LazyTextRule.getText, set: LazyTextRule.setText, enumerable: true, configurable: true };
+
+/**
+ * `rule`'s text where it is already rendered and was rendered from the rule alone (its expressions,
+ * sets and family: no interface's name, which may change without the rule changing, and not a text
+ * assigned): a rendering of the same rule made later would be the same text. Undefined otherwise;
+ * never renders. The compile cache keeps such texts for an install's plan (EncodedRule.text).
+ */
+export function storedText(rule: CompiledRule): string | undefined {
+  return LazyTextRule.storedText(rule);
+}
 
 /** A compiled rule of `exprs` and `sets` as compileRule makes it (the compile cache rebuilds its rules with it). */
 export function withRenderedText(exprs: Expr[], sets: NftSet[], family: Family, interfaces: InterfaceResolver | undefined): CompiledRule {

@@ -22,6 +22,10 @@ import { Batch } from '../../src/netlink/batch.js';
 import { EncodedRuleOp } from '../../src/netlink/ops.js';
 import { encodeHints } from '../../src/netlink/socket.js';
 import { planTable } from '../../src/keeper/plan.js';
+import { renderDrift } from '../../src/keeper/render-drift.js';
+import { followCommit } from '../../src/keeper/follow-commit.js';
+import { tableKey } from '../../src/keeper/owned-table.js';
+import type { ObservedTable } from '../../src/netlink/objects.js';
 import type { TableDiff } from '../../src/keeper/table.js';
 import { interfaceTable, type InterfaceResolver } from '../../src/rules/render.js';
 import { tempDir } from '../helpers/tmp.js';
@@ -30,10 +34,12 @@ import { everyKindNft } from '../helpers/every-kind.js';
 import { postroutingYaml } from '../keeper/helpers.js';
 
 // Every rule compiled, counted: a load from the cache compiles none.
-const compiles = vi.hoisted(() => ({ n: 0 }));
+const compiles = vi.hoisted(() => ({ n: 0, made: 0 }));
 vi.mock('../../src/rules/compile.js', async (original) => {
   const m = await original<typeof import('../../src/rules/compile.js')>();
-  return { ...m, compileRule: (...a: Parameters<typeof m.compileRule>) => { compiles.n++; return m.compileRule(...a); } };
+  return { ...m, compileRule: (...a: Parameters<typeof m.compileRule>) => { compiles.n++; return m.compileRule(...a); },
+    // (and every rule made, by the cache's load too)
+    withRenderedText: (...a: Parameters<typeof m.withRenderedText>) => { compiles.made++; return m.withRenderedText(...a); } };
 });
 
 /** Every kind of thing a compiled config holds: sets and maps (a verdict map), objects, comments, anonymous sets, interfaces, a service name. */
@@ -262,6 +268,55 @@ describe('the compile cache', () => {
     expect([encoded >= 10, withUserdata > 0, withSets > 0]).toEqual([true, true, true]);
   });
 
+  it("apply's store keeps each encoded rule's text, the compile's, but one rendered with an interface's name; a plan from the cache prints them without making a rule", () => {
+    const files = [join(dir, 'main.nft'), join(dir, 'c.yaml'),
+      ...readdirSync(EXAMPLES).filter((f) => /\.(ya?ml|nft)$/.test(f)).map((f) => join(EXAMPLES, f))];
+    let kept = 0, named = 0;
+    for (const file of files) {
+      expect(runNow(loadConfigCached(file, options(), { ...cache(), texts: true }).store!()), file).toBeUndefined();
+      const hit = load(file);
+      expect(hit.cache.used, file).toBe(true);
+      const want = fresh(file);
+      for (const [ti, t] of hit.config.tables.entries()) {
+        for (const [ci, c] of t.chains.entries()) {
+          for (let j = 0; j < ruleCount(c); j++) {
+            const w = want.tables[ti]!.chains[ci]!.rules[j]!.compiled;
+            const x = encodedRuleAt(c, j);
+            if (x === undefined) continue;
+            // (iif and oif are interface indexes, rendered by name: another index's name may change without the rule)
+            if (/\b[io]if "/.test(w.text)) {
+              named++;
+              expect(x.text, `${file} ${c.name} ${j}`).toBeUndefined();
+            } else {
+              kept++;
+              expect(x.text, `${file} ${c.name} ${j}`).toBe(w.text);
+            }
+          }
+          // The plan's lines of the chain, from the kept texts: the same as the compile's, no rule made but those without one.
+          const missing = { drift: [{ kind: 'chain-missing', family: t.family, table: t.name, chain: c.name, detail: '' }] } as unknown as TableDiff;
+          const untexted = Array.from({ length: ruleCount(c) }, (_, j) => encodedRuleAt(c, j)?.text).filter((x) => x === undefined).length;
+          compiles.made = 0;
+          const lines = renderDrift(t, missing);
+          expect(compiles.made, `${file} ${c.name}`).toBe(untexted);
+          expect(lines, `${file} ${c.name}`).toEqual(renderDrift(want.tables[ti]!, missing));
+        }
+      }
+    }
+    expect([kept >= 10, named > 0]).toEqual([true, true]);
+  });
+
+  it("a store without texts (the daemon's) keeps only the texts already rendered", () => {
+    const file = join(dir, 'c.yaml');
+    const first = loadConfigCached(file, options(), cache());
+    const rules = first.config.tables.flatMap((t) => t.chains.flatMap((c) => c.rules));
+    expect(rules.length).toBeGreaterThan(1);
+    void rules[0]!.compiled.text;
+    expect(runNow(first.store!())).toBeUndefined();
+    const hit = load(file);
+    const texts = hit.config.tables.flatMap((t) => t.chains.flatMap((c) => Array.from({ length: ruleCount(c) }, (_, j) => encodedRuleAt(c, j)?.text)));
+    expect(texts).toEqual([rules[0]!.compiled.text, ...rules.slice(1).map(() => undefined)]);
+  });
+
   it("the encoded rules' file cut, changed at a byte, gone, or another store's: no rule encoded, the cache used all the same", () => {
     const file = join(dir, 'main.nft');
     load(file);
@@ -309,6 +364,26 @@ describe('the compile cache', () => {
       const op = rules.find((x) => x instanceof EncodedRuleOp) as EncodedRuleOp | undefined;
       if (op) expect(op.exprs).toBe(ruleAt(t.chains.find((c) => c.name === op.chain)!, 0)!.compiled.exprs);
     }
+  });
+
+  it("the commit of that install followed from its echo without making a rule: each known rule the desired rule at its place, looked up when read", () => {
+    const file = join(dir, 'c.yaml');
+    load(file);
+    const t = load(file).config.tables[0]!;
+    const observed: ObservedTable = { family: t.family, name: t.name, chains: new Map(), rules: new Map(), sets: new Map() };
+    const batch = new Batch();
+    planTable(batch, t, observed, { drift: [{ kind: 'table-missing', family: t.family, table: t.name, detail: '' }], chains: new Map(), elements: new Map() } as unknown as TableDiff);
+    const handles = new Map(batch.ops.flatMap((op, i) => (op.object === 'rule' ? [[i, 100 + i] as const] : [])));
+    expect(handles.size).toBeGreaterThan(1);
+    compiles.made = 0;
+    const out = followCommit([t], [observed], batch, { handles }, undefined, undefined, 7);
+    expect(compiles.made).toBe(0);
+    const c = t.chains.find((x) => ruleCount(x) > 1)!;
+    const known = out?.get(tableKey(t))?.observed.rules.get(c.name);
+    expect(known?.map((r) => r.handle)).toEqual([...handles.values()].slice(0, ruleCount(c)));
+    expect(compiles.made).toBe(0);
+    expect(known!.map((r) => r.exprs)).toEqual(Array.from({ length: ruleCount(c) }, (_, j) => ruleAt(c, j)!.compiled.exprs));
+    expect(known![1]!.exprs).toBe(ruleAt(c, 1)!.compiled.exprs);
   });
 
   it('the examples: stored, and the same objects from the cache', () => {
