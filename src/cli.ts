@@ -462,8 +462,7 @@ async function oneShot(o: OneShotOptions, apply: boolean, io: Out): Promise<numb
   let store: (() => import('./base/sliced.js').Sliced<string | undefined>) | undefined;
   if (cached) {
     const { loadConfigCached } = await import('./config/compile-cache.js');
-    // (apply's store keeps its rules' texts: a later apply prints its plan without making them)
-    const loaded = loadConfigCached(o.config, options, { dir: cacheDir, version: version(), netns: o.netns, texts: apply });
+    const loaded = loadConfigCached(o.config, options, { dir: cacheDir, version: version(), netns: o.netns });
     config = loaded.config;
     if (apply) store = loaded.store;
     progress.note(() => loaded.cache.used ? `compile cache matches every input: ${o.config} was not compiled`

@@ -68,12 +68,6 @@ export interface CompileCacheOptions {
   version: string;
   /** The namespace the config is compiled for (its interfaces); one file per namespace and config. */
   netns?: string;
-  /**
-   * A store renders the text of each rule it keeps encoded, for a later install's plan
-   * (EncodedRule.text): apply, which prints its plan. Without it (the daemon, which prints none),
-   * only the texts already rendered are kept.
-   */
-  texts?: boolean;
 }
 
 /** What a load did with the cache. */
@@ -246,7 +240,7 @@ export function loadConfigCached(file: string, options: LoadOptions, cache: Comp
         if (inputs === undefined) return `${unstable!.replace(/\0/g, ' ')} changed while the config was compiled`;
         const chains = yield* chainDigestsSteps(config.tables);
         const token = randomUUID();
-        const out = yield* serialise(config, cache.texts === true, { format: FORMAT, version: cache.version, code: codeDigest(), node: process.version, addon: addonDigest(), config: file, includePath: options.includePath ?? [], inputs, chains, encoded: token });
+        const out = yield* serialise(config, { format: FORMAT, version: cache.version, code: codeDigest(), node: process.version, addon: addonDigest(), config: file, includePath: options.includePath ?? [], inputs, chains, encoded: token });
         if ('why' in out) return out.why;
         // A cache: a crash costs one compile, not an fsync of every store. The encoded rules first:
         // a load between the two writes finds the previous cache's token, not this file's.
@@ -359,7 +353,7 @@ export function changedInput(inputs: readonly CompileInput[], options: LoadOptio
  * what JSON would not (a key with no value, an object reached twice), in base64. Or why this
  * form would not give this config back.
  */
-function* serialise(config: Config, texts: boolean, header: Header): Sliced<{ body: Buffer[]; encoded: Buffer[] } | { why: string }> {
+function* serialise(config: Config, header: Header): Sliced<{ body: Buffer[]; encoded: Buffer[] } | { why: string }> {
   const why = yield* unfaithful(config);
   if (why) return { why };
   const ids = new Map<Expr, number>();
@@ -394,7 +388,7 @@ function* serialise(config: Config, texts: boolean, header: Header): Sliced<{ bo
         const r = c.rules[ri]!;
         const x = r.compiled;
         // Checked and encoded as a batch would (the check the batch then skips); a rule with sets is made when added.
-        if (isNoSets(x.sets)) enc.put(encodeRuleExprs(x.exprs, prev), x.userdata, storedText(x) ?? (texts ? renderedText(x) : undefined));
+        if (isNoSets(x.sets)) enc.put(encodeRuleExprs(x.exprs, prev), x.userdata, storedText(x));
         else enc.skip();
         const at = new Array<number>(x.exprs.length);
         for (let i = 0; i < x.exprs.length; i++) {
@@ -452,7 +446,9 @@ function* serialise(config: Config, texts: boolean, header: Header): Sliced<{ bo
  * stored, the rule is made to be added), the length of its userdata (u16), the length of its text
  * in UTF-8 (u16; 0: none kept), the attribute as encodeExprs() gave it for the rule's expressions,
  * its userdata's bytes, its text. The text is the rule's rendering from the rule alone
- * (storedText), kept by apply's store (CompileCacheOptions.texts) or where it was rendered already: an install's plan prints it
+ * (storedText), kept where the compile's process rendered it already (apply's plan, printed before
+ * the store; nothing is rendered for the store: the daemon's prints no plan, nor an apply to
+ * /dev/null): an install's plan prints it
  * without making the rule; where none is kept, the rule is made for its text.
  */
 class EncodedRules {
@@ -485,16 +481,6 @@ class EncodedRules {
   done(): Buffer {
     return this.n === 0 ? Buffer.alloc(0) : Buffer.concat(this.parts, this.bytes);
   }
-}
-
-/** `rule`'s text rendered now, where it depends on the rule alone (storedText); the rule keeps it, as a read of its text would. */
-function renderedText(rule: CompiledRule): string | undefined {
-  try {
-    void rule.text;
-  } catch {
-    return undefined;  // (not rendered: the plan's own rendering says why)
-  }
-  return storedText(rule);
 }
 
 /** The bytes before each rule's in EncodedRules: the lengths of its attribute, userdata and text. */

@@ -100,7 +100,7 @@ describe('nfkeeper apply: the compile cache', { timeout: 240_000 }, () => {
     expect(compiledIn(cache)).toHaveLength(1);
   });
 
-  it('apply stores after its commit; the next apply compiles nothing and writes the same bytes', async () => {
+  it('apply stores after its commit; the next apply compiles nothing and writes the same bytes, and prints the same plan', async () => {
     const { cache, config } = setUp();
     const cold = await apply(['--config', config, '--cache-dir', cache]);
     ok(cold);
@@ -117,6 +117,11 @@ describe('nfkeeper apply: the compile cache', { timeout: 240_000 }, () => {
     ok(none);
     expect(netlinkDump()).toBe(coldDump);
     expect(coldDump).toMatch(/\[ meta load iifname|\[ meta load iif /);
+    // The plan (stdout is a pipe): the warm one from the texts the cold apply's store kept, the same.
+    expect(none.out.join('\n')).toContain(`iif "dummy0" accept`);
+    expect(none.out.join('\n')).toContain('ip saddr 10.2.3.231 tcp dport 443 counter accept');
+    expect(cold.out).toEqual(none.out);
+    expect(warm.out).toEqual(none.out);
   });
 
   it('a changed config is compiled, with the reason, and stored for the next', async () => {
