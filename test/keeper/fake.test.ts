@@ -51,6 +51,20 @@ async function ruleCount(conn: NftConn): Promise<number> {
   return (await conn.listRules(CHAIN)).length;
 }
 
+/**
+ * A keeper on a new fake kernel, its errors collected, and its chain flushed through its own port
+ * (no event: only a request runs a pass); `conn` is a connection of the test's own.
+ */
+async function startFlushed(options: Partial<KeeperOptions> = {}): Promise<{ k: Keeper; errors: unknown[]; conn: NftConn }> {
+  kernel = new FakeKernel();
+  const k = await start(options);
+  const errors: unknown[] = [];
+  k.on('error', (e) => errors.push(e));
+  const conn = kernel.connect();
+  kernel.tamper(FLUSH, k.socket!.portId);
+  return { k, errors, conn };
+}
+
 
 describe('requests', () => {
   it('coalesce: one pass runs, one more waits, and every request made meanwhile shares that one', async () => {
@@ -85,13 +99,7 @@ describe('requests', () => {
   });
 
   it('return their own pass\'s outcome: a refused pass rejects that request, and the next one repairs', async () => {
-    kernel = new FakeKernel();
-    const k = await start();
-    const errors: unknown[] = [];
-    k.on('error', (e) => errors.push(e));
-    const conn = kernel.connect();
-    // Tampering through the keeper's own port raises no event: only our request runs a pass.
-    kernel.tamper(FLUSH, k.socket!.portId);
+    const { k, errors, conn } = await startFlushed();
     kernel.refuse({ errno: 'EBUSY', op: (op) => op.object === 'rule' });
     const refused = await k.request('manual', performance.now()).catch((e: unknown) => e);
     expect(refused).toBeInstanceOf(NetlinkError);
@@ -107,12 +115,7 @@ describe('requests', () => {
   });
 
   it('a read the addon refuses (a kernel message libnftnl would exit() on) fails that pass, not the daemon; the next pass reads again', async () => {
-    kernel = new FakeKernel();
-    const k = await start();
-    const errors: unknown[] = [];
-    k.on('error', (e) => errors.push(e));
-    const conn = kernel.connect();
-    kernel.tamper(FLUSH, k.socket!.portId);
+    const { k, errors, conn } = await startFlushed();
     // What a dump rejects with when a message fails one of libnftnl's attribute type checks
     // (native/attr.cc CheckRule): libnftnl is never handed it, so nothing calls exit().
     const refusal = new NetlinkError('cannot parse rule message: NFTA_RULE_EXPRESSIONS[0] > NFTA_EXPR_DATA (cmp) > ' +
@@ -132,6 +135,33 @@ describe('requests', () => {
     const ok: PassOutcome = await k.request('manual', performance.now());
     expect(ok).toMatchObject({ status: 'repaired', cause: 'manual' });
     expect(await ruleCount(conn)).toBe(4);
+    conn.close();
+  });
+
+  it('a tick that finds the socket held (a dump in flight) skips its check; a tick that finds it free repairs', async () => {
+    const { k, errors, conn } = await startFlushed({ intervalMs: 5 });
+    // The addon's generation(true): undefined while a dump or commit holds the socket's gate.
+    let held = true;
+    let skipped = 0;
+    const sock = k.socket!;
+    (sock as { generationIfFree?: () => number | undefined }).generationIfFree = () => {
+      if (held) {
+        skipped++;
+        return undefined;
+      }
+      return sock.generation();
+    };
+    const repaired = new Promise((resolve) => k.once('repaired', resolve));
+    let ticks = 0;
+    k.on('tick', () => { ticks++; });
+    while (ticks < 5) await sleep(5);
+    // The generation moved (the flush), but no tick read it while the socket was held.
+    expect(skipped).toBeGreaterThanOrEqual(4);
+    expect(await ruleCount(conn)).toBe(0);
+    held = false;
+    await repaired;
+    expect(await ruleCount(conn)).toBe(4);
+    expect(errors).toEqual([]);
     conn.close();
   });
 
