@@ -7,7 +7,7 @@
  */
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { parseConfig } from '../../src/config/config.js';
-import { GenerationRetriesExhaustedError, NetlinkError } from '../../src/base/errors.js';
+import { DumpInterruptedError, GenerationRetriesExhaustedError, NetlinkError } from '../../src/base/errors.js';
 import pino from 'pino';
 import { GraceTracker, collect } from '../../src/gc/collect.js';
 import { GC_SCHEMA } from '../../src/config/gc.js';
@@ -22,6 +22,7 @@ import { SET_F } from '../../src/netlink/objects.js';
 import { compileOwner, parseOwnerChain } from '../../src/owners/spec.js';
 import { compileRule } from '../../src/rules/index.js';
 import { FakeKernel } from '../helpers/fake-kernel.js';
+import { until } from '../helpers/wait.js';
 import { FLANNEL_YAML, captureLog, flannelConfig, nextRepair, sleep } from './helpers.js';
 
 const IP = { family: 'ip' as Family };
@@ -161,6 +162,45 @@ describe('requests', () => {
     held = false;
     await repaired;
     expect(await ruleCount(conn)).toBe(4);
+    expect(errors).toEqual([]);
+    conn.close();
+  });
+
+  it('a background read whose digest dump a commit interrupts ends unread (moved): not retried, nothing decoded; the commit\'s pass repairs', async () => {
+    kernel = new FakeKernel();
+    let armed = false;
+    let interrupted = 0;
+    let decoded = 0;
+    const host = {
+      connect: () => {
+        const c = kernel.connect();
+        const digests = c.listRuleDigests.bind(c);
+        const rules = c.listRules.bind(c);
+        c.listRules = (f) => { if (interrupted > 0) decoded++; return rules(f); };
+        c.listRuleDigests = (f: Parameters<typeof digests>[0] & { once?: boolean }) => {
+          if (!armed || f.once !== true) return digests(f);
+          armed = false;
+          interrupted++;
+          // A neighbour's commit while the kernel walks the chain: the dump is marked NLM_F_DUMP_INTR.
+          kernel.tamper(FLUSH);
+          return Promise.reject(new DumpInterruptedError('list rules', 1));
+        };
+        return c;
+      },
+      watch: kernel.watch.bind(kernel),
+    };
+    const k = await start({ host });
+    const errors: unknown[] = [];
+    k.on('error', (e) => errors.push(e));
+    const conn = kernel.connect();
+    await until('the followed part seeded', () => k.followState()?.exact === true);
+    armed = true;
+    // The safety net's read-back, in the background (a read that only observes): by digest, once.
+    const outcome = await k.readBack('tick', performance.now(), true);
+    expect(interrupted).toBe(1);
+    expect(outcome).toMatchObject({ status: 'deferred', drift: [] });
+    await until('the flushed chain repaired', async () => await ruleCount(conn) === 4);
+    expect(decoded).toBe(0);
     expect(errors).toEqual([]);
     conn.close();
   });
