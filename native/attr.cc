@@ -104,15 +104,8 @@ bool ChainOkForLibnftnl(const nlmsghdr* nlh) {
   return ok;
 }
 
-bool SetOkForLibnftnl(const nlmsghdr* nlh, AttrTable* t) {
-  if (!HasNfgenmsg(nlh)) return false;
-  mnl_attr_parse(nlh, sizeof(nfgenmsg), CollectAttr, t);
-  return NameOk(t->at[NFTA_SET_TABLE]) && NameOk(t->at[NFTA_SET_NAME]) &&
-         (t->at[NFTA_SET_EXPR] == nullptr || ExprOk(t->at[NFTA_SET_EXPR])) && ExprListOk(t->at[NFTA_SET_EXPRESSIONS]);
-}
-
-const nlmsghdr* SetForLibnftnl(const nlmsghdr* nlh, const AttrTable& t, std::vector<uint8_t>* storage) {
-  if (t.at[NFTA_SET_EXPR] == nullptr && t.at[NFTA_SET_EXPRESSIONS] == nullptr) return nlh;
+const nlmsghdr* SetForLibnftnl(const nlmsghdr* nlh, const SetCheck& s, std::vector<uint8_t>* storage) {
+  if (s.at[NFTA_SET_EXPR] == nullptr && s.at[NFTA_SET_EXPRESSIONS] == nullptr) return nlh;
   const uint8_t* base = reinterpret_cast<const uint8_t*>(nlh);
   const uint8_t* end = base + nlh->nlmsg_len;
   storage->assign(base, base + MNL_NLMSG_HDRLEN + MNL_ALIGN(sizeof(nfgenmsg)));
@@ -144,36 +137,6 @@ bool ObjOkForLibnftnl(const nlmsghdr* nlh) {
   AttrTable d(1);
   mnl_attr_parse_nested(t.at[NFTA_OBJ_DATA], CollectAttr, &d);
   return NameOk(d.at[1]);
-}
-
-// The last element attribute libnftnl 1.2.4 has room for (its own copy of
-// nf_tables.h), whatever headers this is built against.
-constexpr uint16_t kLibnftnlSetElemMax = 11;  // NFTA_SET_ELEM_EXPRESSIONS
-static_assert(NFTA_SET_ELEM_EXPRESSIONS == kLibnftnlSetElemMax, "nf_tables.h numbering");
-
-bool SetElemsOkForLibnftnl(const nlmsghdr* nlh) {
-  if (!HasNfgenmsg(nlh)) return false;
-  AttrTable t(NFTA_SET_ELEM_LIST_MAX);
-  mnl_attr_parse(nlh, sizeof(nfgenmsg), CollectAttr, &t);
-  bool ok = NameOk(t.at[NFTA_SET_ELEM_LIST_TABLE]) && NameOk(t.at[NFTA_SET_ELEM_LIST_SET]);
-  if (ok && t.at[NFTA_SET_ELEM_LIST_ELEMENTS] != nullptr) {
-    const nlattr* e;
-    NFK_NESTED_FOR_EACH(e, t.at[NFTA_SET_ELEM_LIST_ELEMENTS]) {
-      // libnftnl 1.2.4's element callback bounds the attribute type by
-      // NFTA_SET_MAX (18) but stores it in a table of NFTA_SET_ELEM_MAX + 1
-      // (12) on its caller's stack: types 12-18 overwrite that frame's saved
-      // registers (native/fuzz/corpus/crash-d9d4...). No kernel up to 6.18
-      // sends such a type; if one ever does, the message is refused here.
-      const nlattr* a;
-      NFK_NESTED_FOR_EACH(a, e) ok = ok && mnl_attr_get_type(a) <= kLibnftnlSetElemMax;
-      AttrTable el(NFTA_SET_ELEM_MAX);
-      mnl_attr_parse_nested(e, CollectAttr, &el);
-      ok = ok && NameOk(el.at[NFTA_SET_ELEM_OBJREF]) && VerdictsOk(e) &&
-           (el.at[NFTA_SET_ELEM_EXPR] == nullptr || ExprOk(el.at[NFTA_SET_ELEM_EXPR])) &&
-           ExprListOk(el.at[NFTA_SET_ELEM_EXPRESSIONS]);
-    }
-  }
-  return ok;
 }
 
 }  // namespace nfk
@@ -344,6 +307,11 @@ constexpr Check kSetChecks[] = {NFK_STR(NFTA_SET_TABLE), NFK_STR(NFTA_SET_NAME),
                                 {NFTA_SET_EXPRESSIONS, "NFTA_SET_EXPRESSIONS", MNL_TYPE_NESTED, Then::ExprList}};
 constexpr Policy kSet = P(kSetChecks);
 
+// The last element attribute libnftnl 1.2.4 has room for (its own copy of nf_tables.h), whatever
+// headers this is built against.
+constexpr uint16_t kLibnftnlSetElemMax = 11;  // NFTA_SET_ELEM_EXPRESSIONS
+static_assert(NFTA_SET_ELEM_EXPRESSIONS == kLibnftnlSetElemMax, "nf_tables.h numbering");
+
 // Of an element message only the elements' expressions reach libnftnl (element.cc reads the rest).
 constexpr Check kElemChecks[] = {{NFTA_SET_ELEM_EXPR, "NFTA_SET_ELEM_EXPR", kAny, Then::Expr},
                                  {NFTA_SET_ELEM_EXPRESSIONS, "NFTA_SET_ELEM_EXPRESSIONS", kAny, Then::ExprList}};
@@ -485,15 +453,24 @@ struct Walk {
   bool Expr(const nlattr* nest, const Frame* at, const char** kind = nullptr);
   bool ExprList(const nlattr* list, const Frame* at, bool statements);
   bool Reg(const nlattr* reg, const Frame* at);
+  bool Element(const nlattr* elem, const Frame* at);
 };
 
-bool Walk::Top(const nlmsghdr* nlh, const Policy& p) {
-  if (!HasNfgenmsg(nlh)) return ok;  // the decoders refuse it as truncated
+// Each top-level attribute of a message with its nfgenmsg.
+template <typename F>
+void EachAttr(const nlmsghdr* nlh, F f) {
   const char* tail = static_cast<const char*>(mnl_nlmsg_get_payload_tail(nlh));
   for (const nlattr* a = static_cast<const nlattr*>(mnl_nlmsg_get_payload_offset(nlh, sizeof(nfgenmsg)));
        mnl_attr_ok(a, static_cast<int>(tail - reinterpret_cast<const char*>(a))); a = mnl_attr_next(a)) {
-    if (const Check* c = Find(p, mnl_attr_get_type(a))) Attr(a, *c, nullptr);
+    f(a, mnl_attr_get_type(a));
   }
+}
+
+bool Walk::Top(const nlmsghdr* nlh, const Policy& p) {
+  if (!HasNfgenmsg(nlh)) return ok;  // the decoders refuse it as truncated
+  EachAttr(nlh, [&](const nlattr* a, uint16_t t) {
+    if (const Check* c = Find(p, t)) Attr(a, *c, nullptr);
+  });
   return ok;
 }
 
@@ -556,13 +533,18 @@ bool Walk::Attr(const nlattr* a, const Check& c, const Frame* up) {
       return true;
     }
     case Then::ElemList: {
+      // libnftnl is handed the expressions of NFTA_LIST_ELEMs (type checks), but anything in the
+      // list must be safe to read (whether it parses)
       bool parses = true;
       int item = 0;
       const nlattr* elem;
       NFK_NESTED_FOR_EACH(elem, a) {
-        if (mnl_attr_get_type(elem) != NFTA_LIST_ELEM) continue;
+        if (mnl_attr_get_type(elem) != NFTA_LIST_ELEM) {
+          parses = Element(elem, nullptr) && parses;
+          continue;
+        }
         Frame el{&at, "NFTA_LIST_ELEM", item++};
-        parses = Nest(elem, kElem, &el) && parses;
+        parses = Element(elem, &el) && parses;
       }
       return parses;
     }
@@ -690,6 +672,36 @@ bool Walk::ExprList(const nlattr* list, const Frame* at, bool statements) {
   return parses;
 }
 
+// One element of a set element list: the type checks of its expressions where libnftnl parses them
+// (`at`, else none), and whether libnftnl can parse the element: types it has room for, an object
+// reference with its NUL, verdicts with their chains, expressions it can parse (the last of each).
+bool Walk::Element(const nlattr* elem, const Frame* at) {
+  bool parses = true, expr = true, exprs = true;
+  const nlattr* objref = nullptr;
+  const nlattr* a;
+  NFK_NESTED_FOR_EACH(a, elem) {
+    uint16_t t = mnl_attr_get_type(a);
+    // libnftnl 1.2.4's element callback bounds the attribute type by NFTA_SET_MAX (18) but stores
+    // it in a table of NFTA_SET_ELEM_MAX + 1 (12) on its caller's stack: types 12-18 overwrite that
+    // frame's saved registers (native/fuzz/corpus/crash-d9d4...). No kernel up to 6.18 sends such a
+    // type; if one ever does, the message is refused.
+    if (t > kLibnftnlSetElemMax) parses = false;
+    if (t == NFTA_SET_ELEM_OBJREF) objref = a;
+    parses = Reg(a, nullptr) && parses;
+    if (t != NFTA_SET_ELEM_EXPR && t != NFTA_SET_ELEM_EXPRESSIONS) continue;
+    bool p;
+    if (at != nullptr) {
+      p = Attr(a, *Find(kElem, t), at);
+    } else {
+      std::string unused;
+      Walk quiet{&unused};
+      p = t == NFTA_SET_ELEM_EXPR ? quiet.Expr(a, nullptr) : quiet.ExprList(a, nullptr, false);
+    }
+    (t == NFTA_SET_ELEM_EXPR ? expr : exprs) = p;
+  }
+  return parses && NameOk(objref) && expr && exprs;
+}
+
 }  // namespace
 
 void CheckRule(const nlmsghdr* nlh, RuleCheck* r) {
@@ -699,23 +711,55 @@ void CheckRule(const nlmsghdr* nlh, RuleCheck* r) {
     return;
   }
   bool exprs = true;
-  const char* tail = static_cast<const char*>(mnl_nlmsg_get_payload_tail(nlh));
-  for (const nlattr* a = static_cast<const nlattr*>(mnl_nlmsg_get_payload_offset(nlh, sizeof(nfgenmsg)));
-       mnl_attr_ok(a, static_cast<int>(tail - reinterpret_cast<const char*>(a))); a = mnl_attr_next(a)) {
-    uint16_t t = mnl_attr_get_type(a);
+  EachAttr(nlh, [&](const nlattr* a, uint16_t t) {
     if (t <= NFTA_RULE_MAX) r->at[t] = a;
     const Check* c = Find(kRule, t);
-    if (c == nullptr) continue;
+    if (c == nullptr) return;
     bool p = w.Attr(a, *c, nullptr);
     if (t == NFTA_RULE_EXPRESSIONS) exprs = p;
-  }
+  });
   r->abiOk = w.ok;
   r->parses = NameOk(r->at[NFTA_RULE_TABLE]) && NameOk(r->at[NFTA_RULE_CHAIN]) && exprs;
 }
 
+void CheckSet(const nlmsghdr* nlh, SetCheck* r) {
+  Walk w{&r->why};
+  if (!HasNfgenmsg(nlh)) {
+    r->parses = false;
+    return;
+  }
+  bool expr = true, exprs = true;  // (of the last NFTA_SET_EXPR, NFTA_SET_EXPRESSIONS: what libnftnl parses)
+  EachAttr(nlh, [&](const nlattr* a, uint16_t t) {
+    if (t <= NFTA_SET_MAX) r->at[t] = a;
+    const Check* c = Find(kSet, t);
+    if (c == nullptr) return;
+    bool p = w.Attr(a, *c, nullptr);
+    if (t == NFTA_SET_EXPR) expr = p;
+    else if (t == NFTA_SET_EXPRESSIONS) exprs = p;
+  });
+  r->abiOk = w.ok;
+  r->parses = NameOk(r->at[NFTA_SET_TABLE]) && NameOk(r->at[NFTA_SET_NAME]) && expr && exprs;
+}
+
+void CheckSetElems(const nlmsghdr* nlh, SetElemsCheck* r) {
+  Walk w{&r->why};
+  if (!HasNfgenmsg(nlh)) {
+    r->parses = false;
+    return;
+  }
+  const nlattr* table = nullptr;
+  const nlattr* set = nullptr;
+  bool elems = true;  // (of the last NFTA_SET_ELEM_LIST_ELEMENTS)
+  EachAttr(nlh, [&](const nlattr* a, uint16_t t) {
+    if (t == NFTA_SET_ELEM_LIST_TABLE) table = a;
+    else if (t == NFTA_SET_ELEM_LIST_SET) set = a;
+    else if (const Check* c = Find(kElemList, t)) elems = w.Attr(a, *c, nullptr);
+  });
+  r->abiOk = w.ok;
+  r->parses = NameOk(table) && NameOk(set) && elems;
+}
+
 bool ChainAbiOk(const nlmsghdr* nlh, std::string* why) { return Walk{why}.Top(nlh, kChain); }
-bool SetAbiOk(const nlmsghdr* nlh, std::string* why) { return Walk{why}.Top(nlh, kSet); }
-bool SetElemsAbiOk(const nlmsghdr* nlh, std::string* why) { return Walk{why}.Top(nlh, kElemList); }
 
 bool ObjAbiOk(const nlmsghdr* nlh, std::string* why) {
   Walk w{why};
@@ -770,27 +814,6 @@ bool ExprNestsAbiOk(const std::vector<const nlattr*>& nests, const char* where, 
   }
   if (parses != nullptr) *parses = p;
   return w.ok;
-}
-
-// The crash checks alone, for what libnftnl is handed besides a rule (a set's and an element's
-// expressions, an element's data): the same walk, its type checks left to SetAbiOk and SetElemsAbiOk.
-bool ExprOk(const nlattr* expr) {
-  std::string why;
-  return Walk{&why}.Expr(expr, nullptr);
-}
-
-bool ExprListOk(const nlattr* list) {
-  std::string why;
-  return list == nullptr || Walk{&why}.ExprList(list, nullptr, false);
-}
-
-bool VerdictsOk(const nlattr* nest) {
-  std::string why;
-  Walk w{&why};
-  bool parses = true;
-  const nlattr* a;
-  NFK_NESTED_FOR_EACH(a, nest) parses = w.Reg(a, nullptr) && parses;
-  return parses;
 }
 
 }  // namespace nfk

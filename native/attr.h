@@ -53,25 +53,14 @@ bool AttrU64(const nlattr* a, uint64_t* v);
 // What libnftnl needs before it may parse: names NUL-terminated (it strdup()s
 // them), every expression named (it strcmp()s the name), every jump or goto
 // verdict with its chain (it strdup()s that too), a dynset's statements of
-// kinds it knows. One walk (attr.cc) answers this and the type checks below;
-// these give its answer alone, for what libnftnl is handed besides a rule.
+// kinds it knows. For rules, sets and set elements one walk (CheckRule,
+// CheckSet, CheckSetElems below) answers this and the type checks.
 bool NameOk(const nlattr* a);
-bool VerdictsOk(const nlattr* nest);
-bool ExprOk(const nlattr* expr);
-bool ExprListOk(const nlattr* list);
 // A message of that kind libnftnl can parse without reading past it or
 // crashing (it may still refuse it, or exit(): see native/fuzz/abi_exit.c).
 bool ChainOkForLibnftnl(const nlmsghdr* nlh);
-// (a set's attributes land in `t`, NFTA_SET_MAX wide, for SetForLibnftnl and the decoder)
-bool SetOkForLibnftnl(const nlmsghdr* nlh, AttrTable* t);
-bool SetElemsOkForLibnftnl(const nlmsghdr* nlh);
 // (an object's names: its table's, its own, a ct helper's, a secmark's context)
 bool ObjOkForLibnftnl(const nlmsghdr* nlh);
-// The set message as libnftnl is given it: without NFTA_SET_EXPR(ESSIONS), which the decoder
-// reads itself (ExprNests). libnftnl 1.2.4 frees a set's parsed expressions when a later one of the
-// list fails but leaves them on the set, and nftnl_set_free() frees them again. `t` is the
-// message's attributes as SetOkForLibnftnl found them; `storage` holds the copy when one is made.
-const nlmsghdr* SetForLibnftnl(const nlmsghdr* nlh, const AttrTable& t, std::vector<uint8_t>* storage);
 
 // The attribute type checks libnftnl 1.2.4 makes while it parses a message, each of which it
 // answers with exit() ("nf_tables kernel ABI is broken"): a u32 of another length, a string or
@@ -90,10 +79,27 @@ struct RuleCheck {
 };
 void CheckRule(const nlmsghdr* nlh, RuleCheck* r);
 bool ChainAbiOk(const nlmsghdr* nlh, std::string* why);
-// (the set's NFTA_SET_EXPR(ESSIONS) too, which the decoder hands libnftnl as a rule's expressions)
-bool SetAbiOk(const nlmsghdr* nlh, std::string* why);
-// The expressions of every element (what of an element message reaches libnftnl).
-bool SetElemsAbiOk(const nlmsghdr* nlh, std::string* why);
+// A set message, its NFTA_SET_EXPR(ESSIONS) too (the decoder hands them libnftnl as a rule's).
+struct SetCheck {
+  bool abiOk = true;
+  bool parses = true;  // else the decoders refuse it as malformed
+  std::string why;
+  const nlattr* at[NFTA_SET_MAX + 1] = {};  // the last attribute of each type
+};
+void CheckSet(const nlmsghdr* nlh, SetCheck* r);
+// The set message as libnftnl is given it: without NFTA_SET_EXPR(ESSIONS), which the decoder
+// reads itself (ExprNests). libnftnl 1.2.4 frees a set's parsed expressions when a later one of the
+// list fails but leaves them on the set, and nftnl_set_free() frees them again. `storage` holds
+// the copy when one is made.
+const nlmsghdr* SetForLibnftnl(const nlmsghdr* nlh, const SetCheck& s, std::vector<uint8_t>* storage);
+// A set element message: the type checks of every element's expressions (what of it reaches
+// libnftnl), and whether libnftnl can parse its elements.
+struct SetElemsCheck {
+  bool abiOk = true;
+  bool parses = true;  // else the decoders refuse it as malformed
+  std::string why;
+};
+void CheckSetElems(const nlmsghdr* nlh, SetElemsCheck* r);
 // A stateful object's message and its data, by its type.
 bool ObjAbiOk(const nlmsghdr* nlh, std::string* why);
 // Expression nests as ExprNests gives them; `where` names what holds them, for `why`. `parses`,

@@ -136,15 +136,15 @@ Napi::Object DecodeChain(Napi::Env env, const nlmsghdr* nlh) {
 Napi::Object DecodeSet(Napi::Env env, const nlmsghdr* nlh) {
   RequireNfgenmsg(env, nlh, "set");
   // (the message's attributes once: the checks, the copy for libnftnl and the expressions below read them)
-  AttrTable t(NFTA_SET_MAX);
-  RefuseMalformed(env, SetOkForLibnftnl(nlh, &t), "set");
-  std::string why;
-  RefuseAbi(env, SetAbiOk(nlh, &why), "set", why);
+  SetCheck check;
+  CheckSet(nlh, &check);
+  RefuseMalformed(env, check.parses, "set");
+  RefuseAbi(env, check.abiOk, "set", check.why);
   std::unique_ptr<nftnl_set, SetDeleter> owned(nftnl_set_alloc());
   nftnl_set* s = owned.get();
   if (s == nullptr) throw Napi::Error::New(env, "out of memory");
   std::vector<uint8_t> stripped;
-  if (nftnl_set_nlmsg_parse(SetForLibnftnl(nlh, t, &stripped), s) < 0) {
+  if (nftnl_set_nlmsg_parse(SetForLibnftnl(nlh, check, &stripped), s) < 0) {
     throw MakeNetlinkError(env, "cannot parse set message", errno, "decode set");
   }
   Napi::Object o = Napi::Object::New(env);
@@ -179,16 +179,17 @@ Napi::Object DecodeSet(Napi::Env env, const nlmsghdr* nlh) {
     o.Set("userdata", ToHex(d, len));
   }
   // NFTA_SET_EXPR(ESSIONS): the expressions each element gets
-  std::vector<const nlattr*> nests = ExprNests(t.at[NFTA_SET_EXPR], t.at[NFTA_SET_EXPRESSIONS]);
+  std::vector<const nlattr*> nests = ExprNests(check.at[NFTA_SET_EXPR], check.at[NFTA_SET_EXPRESSIONS]);
   if (!nests.empty()) o.Set("exprs", ExprsValue(env, nests, "set"));
   return o;
 }
 
 void DecodeSetElems(Napi::Env env, const nlmsghdr* nlh, Napi::Array out) {
   RequireNfgenmsg(env, nlh, "set element");
-  RefuseMalformed(env, SetElemsOkForLibnftnl(nlh), "set element");
-  std::string why;
-  RefuseAbi(env, SetElemsAbiOk(nlh, &why), "set element", why);
+  SetElemsCheck check;
+  CheckSetElems(nlh, &check);
+  RefuseMalformed(env, check.parses, "set element");
+  RefuseAbi(env, check.abiOk, "set element", check.why);
   std::vector<SetElem> elems;
   if (!ParseSetElems(nlh, &elems)) {
     throw MakeNetlinkError(env, "cannot parse set element message", EBADMSG, "decode set elements");

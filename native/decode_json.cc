@@ -246,9 +246,10 @@ bool AppendRuleJson(const nlmsghdr* nlh, std::string* out, std::string* error, b
 }
 
 bool AppendSetElemsJson(const nlmsghdr* nlh, std::string* out, bool* first, std::string* error) {
-  std::string why;
-  if (!SetElemsAbiOk(nlh, &why)) {
-    *error = "cannot parse set element message: " + why;
+  SetElemsCheck check;
+  CheckSetElems(nlh, &check);
+  if (!check.parses || !check.abiOk) {
+    *error = std::string("cannot parse set element message: ") + (check.parses ? check.why : "malformed attribute");
     return false;
   }
   std::vector<SetElem> elems;
@@ -272,7 +273,7 @@ bool AppendSetElemsJson(const nlmsghdr* nlh, std::string* out, bool* first, std:
     if (x.hasTimeout) PutKey(out, "timeout", &f), PutInt(out, x.timeout);
     if (x.hasExpiration) PutKey(out, "expiration", &f), PutInt(out, x.expiration);
     if (!x.userdata.empty()) PutKey(out, "userdata", &f), PutQuoted(out, x.userdata);
-    if (!x.exprs.empty()) PutKey(out, "exprs", &f), AppendNestedExprsJson(x.exprs, out, &why);  // (checked above)
+    if (!x.exprs.empty()) PutKey(out, "exprs", &f), AppendNestedExprsJson(x.exprs, out, &check.why);  // (checked above)
     out->push_back('}');
   }
   return true;

@@ -34,9 +34,9 @@ void AppendJsonString(std::string* out, const char* s);
 // Appends the elements of one NEWSETELEM message as JSON objects (key,
 // keyEnd, flags, data, verdict, chain, timeout, expiration, userdata: the
 // fields and values DecodeSetElems gives), each preceded by a comma unless
-// `*first`. False, with `error` saying why, when the elements cannot be read or their
-// expressions are ones libnftnl would exit() on (SetElemsAbiOk).
-// The caller checks the message (HasNfgenmsg, SetElemsOkForLibnftnl) first.
+// `*first`. False, with `error` saying why, when the elements cannot be read, libnftnl could not
+// parse them or their expressions are ones it would exit() on (CheckSetElems).
+// The caller checks the message (HasNfgenmsg) first.
 bool AppendSetElemsJson(const nlmsghdr* nlh, std::string* out, bool* first, std::string* error);
 
 }  // namespace nfk

@@ -264,9 +264,6 @@ struct DumpState : DumpRequest {
           if (!HasNfgenmsg(nlh)) {
             throw MakeNetlinkError(env, "cannot parse set element message: truncated", EBADMSG, "decode set element");
           }
-          if (!SetElemsOkForLibnftnl(nlh)) {
-            throw MakeNetlinkError(env, "cannot parse set element message: malformed attribute", EBADMSG, "decode set element");
-          }
           std::string error;
           if (!AppendSetElemsJson(nlh, &json, &first, &error)) throw MakeNetlinkError(env, error, EBADMSG, "decode set element");
         }

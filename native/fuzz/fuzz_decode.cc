@@ -67,19 +67,21 @@ bool ExprsExit(const std::vector<const nlattr*>& nests) {
 int LibnftnlExits(const nlmsghdr* nlh) {
   nfk::RuleCheck rule;
   nfk::CheckRule(nlh, &rule);
-  nfk::AttrTable setAttrs(NFTA_SET_MAX);
-  bool setSafe = nfk::SetOkForLibnftnl(nlh, &setAttrs);
+  nfk::SetCheck set;
+  nfk::CheckSet(nlh, &set);
   int exits = nfk_fuzz_libnftnl_exits(nlh, (rule.parses ? kRule : 0) | (nfk::ChainOkForLibnftnl(nlh) ? kChain : 0) |
                                                 (nfk::ObjOkForLibnftnl(nlh) ? kObj : 0));
-  if (setSafe) {
+  if (set.parses) {
     // the set without its expressions, then its expressions as a rule's
     std::vector<uint8_t> setMsg;
-    exits |= nfk_fuzz_libnftnl_exits(nfk::SetForLibnftnl(nlh, setAttrs, &setMsg), kSet);
-    if (ExprsExit(nfk::ExprNests(setAttrs.at[NFTA_SET_EXPR], setAttrs.at[NFTA_SET_EXPRESSIONS]))) exits |= kSet;
+    exits |= nfk_fuzz_libnftnl_exits(nfk::SetForLibnftnl(nlh, set, &setMsg), kSet);
+    if (ExprsExit(nfk::ExprNests(set.at[NFTA_SET_EXPR], set.at[NFTA_SET_EXPRESSIONS]))) exits |= kSet;
   }
   // of an element message only its elements' expressions reach libnftnl
   std::vector<nfk::SetElem> elems;
-  if (nfk::SetElemsOkForLibnftnl(nlh) && nfk::ParseSetElems(nlh, &elems)) {
+  nfk::SetElemsCheck elemsCheck;
+  nfk::CheckSetElems(nlh, &elemsCheck);
+  if (elemsCheck.parses && nfk::ParseSetElems(nlh, &elems)) {
     for (const nfk::SetElem& x : elems) {
       if (ExprsExit(x.exprs)) exits |= kElems;
     }
@@ -114,10 +116,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::string objWhy;
     nfk::RuleCheck rule;
     nfk::CheckRule(nlh, &rule);
+    nfk::SetCheck set;
+    nfk::CheckSet(nlh, &set);
+    nfk::SetElemsCheck elems;
+    nfk::CheckSetElems(nlh, &elems);
     why[0] = rule.why;
-    int refused = (rule.abiOk ? 0 : kRule) | (nfk::ChainAbiOk(nlh, &why[1]) ? 0 : kChain) |
-                  (nfk::SetAbiOk(nlh, &why[2]) ? 0 : kSet) | (nfk::SetElemsAbiOk(nlh, &why[3]) ? 0 : kElems) |
-                  (nfk::ObjAbiOk(nlh, &objWhy) ? 0 : kObj);
+    why[2] = set.why;
+    why[3] = elems.why;
+    int refused = (rule.abiOk ? 0 : kRule) | (nfk::ChainAbiOk(nlh, &why[1]) ? 0 : kChain) | (set.abiOk ? 0 : kSet) |
+                  (elems.abiOk ? 0 : kElems) | (nfk::ObjAbiOk(nlh, &objWhy) ? 0 : kObj);
     int exits = LibnftnlExits(nlh);
     if (explain && (exits | refused) != 0) {
       // NFK_FUZZ_EXPLAIN=1: what the probe and the checks said of each message, kind by kind
@@ -146,7 +153,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Guarded([&] { nfk::DecodeSet(e, nlh); });
     Guarded([&] { nfk::DecodeSetElems(e, nlh, Napi::Array::New(e)); });
     Guarded([&] { nfk::DecodeObject(e, nlh); });
-    if (nfk::HasNfgenmsg(nlh) && nfk::SetElemsOkForLibnftnl(nlh)) {
+    if (nfk::HasNfgenmsg(nlh)) {
       std::string json, error;
       bool first = true;
       nfk::AppendSetElemsJson(nlh, &json, &first, &error);  // what element dumps run (dump.cc)

@@ -31,10 +31,12 @@ export function configKeyOf(config: string): string {
 }
 
 /**
- * An entry smaller than this holds a config that compiles faster than it loads (the code digest,
- * the trace's checks): some hundreds of rules (an entry takes about 90-190 bytes a rule).
+ * An entry smaller than this holds a config that compiles about as fast as it loads (the code
+ * digest, the trace's checks): under about 180 rules (an entry takes about 180 bytes a rule). Measured
+ * whole-process, a check reading the entry against one compiling: 1.11-1.14x the CPU at 10 rules,
+ * 0.93-1.07x at 30-100, 0.96-0.97x at 200, 0.85-0.87x at 360 (docs/notes/2026-12-06-mends.md).
  */
-export const WORTH_READING_FROM_BYTES = 64 * 1024;
+export const WORTH_READING_FROM_BYTES = 32 * 1024;
 
 /**
  * Whether `dir` holds an entry for the config worth reading (a file by the name, of at least

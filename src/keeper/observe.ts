@@ -10,7 +10,7 @@ import type { Chain, ChainDigests, NftSet, ObservedTable, Rule } from '../netlin
 import { CHAIN_F, SET_F, bindChains, indexByChain, jumpTargetsOutside } from '../netlink/objects.js';
 import type { NftConn } from '../netlink/conn.js';
 import { ruleDigester, type RuleDigester } from '../netlink/socket.js';
-import type { ChainConfig, TableConfig } from '../model/desired.js';
+import { ruleAt, type ChainConfig, type TableConfig } from '../model/desired.js';
 import { knownRule, provedAs } from './rule-key.js';
 import { objectKey } from './table.js';
 
@@ -139,14 +139,14 @@ async function adoptRules(sock: NftConn, t: TableConfig, only?: readonly string[
       // known rules as well, and the diff puts back the missing ones without a decoded read.
       const kept = c !== undefined && w !== undefined ? keptOf(w, d.digests) : undefined;
       if (kept) {
-        for (let i = 0; i < kept.length; i++) out.push(knownRule(t, c!, c!.rules[kept[i]!]!, d.handles[i]!, d.digests[i]));
+        for (let i = 0; i < kept.length; i++) out.push(knownRule(t, c!, ruleAt(c!, kept[i]!)!, d.handles[i]!, d.digests[i]));
         continue;
       }
       if (w !== undefined) differ.set(d.chain, w);
       decode.push(d.chain);
       continue;
     }
-    for (let i = 0; i < d.handles.length; i++) out.push(knownRule(t, c, c.rules[i]!, d.handles[i]!, d.digests[i]));
+    for (let i = 0; i < d.handles.length; i++) out.push(knownRule(t, c, ruleAt(c, i)!, d.handles[i]!, d.digests[i]));
   }
   if (decode.length === 0) return out;
   const decoded = decode.length <= CHAIN_DUMPS_UP_TO

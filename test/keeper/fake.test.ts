@@ -7,7 +7,7 @@
  */
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { parseConfig } from '../../src/config/config.js';
-import { GenerationRetriesExhaustedError, NetlinkError } from '../../src/base/errors.js';
+import { DumpInterruptedError, GenerationRetriesExhaustedError, NetlinkError } from '../../src/base/errors.js';
 import pino from 'pino';
 import { GraceTracker, collect } from '../../src/gc/collect.js';
 import { GC_SCHEMA } from '../../src/config/gc.js';
@@ -22,6 +22,7 @@ import { SET_F } from '../../src/netlink/objects.js';
 import { compileOwner, parseOwnerChain } from '../../src/owners/spec.js';
 import { compileRule } from '../../src/rules/index.js';
 import { FakeKernel } from '../helpers/fake-kernel.js';
+import { until } from '../helpers/wait.js';
 import { FLANNEL_YAML, captureLog, flannelConfig, nextRepair, sleep } from './helpers.js';
 
 const IP = { family: 'ip' as Family };
@@ -49,6 +50,20 @@ async function start(options: Partial<KeeperOptions> = {}): Promise<Keeper> {
 
 async function ruleCount(conn: NftConn): Promise<number> {
   return (await conn.listRules(CHAIN)).length;
+}
+
+/**
+ * A keeper on a new fake kernel, its errors collected, and its chain flushed through its own port
+ * (no event: only a request runs a pass); `conn` is a connection of the test's own.
+ */
+async function startFlushed(options: Partial<KeeperOptions> = {}): Promise<{ k: Keeper; errors: unknown[]; conn: NftConn }> {
+  kernel = new FakeKernel();
+  const k = await start(options);
+  const errors: unknown[] = [];
+  k.on('error', (e) => errors.push(e));
+  const conn = kernel.connect();
+  kernel.tamper(FLUSH, k.socket!.portId);
+  return { k, errors, conn };
 }
 
 
@@ -85,13 +100,7 @@ describe('requests', () => {
   });
 
   it('return their own pass\'s outcome: a refused pass rejects that request, and the next one repairs', async () => {
-    kernel = new FakeKernel();
-    const k = await start();
-    const errors: unknown[] = [];
-    k.on('error', (e) => errors.push(e));
-    const conn = kernel.connect();
-    // Tampering through the keeper's own port raises no event: only our request runs a pass.
-    kernel.tamper(FLUSH, k.socket!.portId);
+    const { k, errors, conn } = await startFlushed();
     kernel.refuse({ errno: 'EBUSY', op: (op) => op.object === 'rule' });
     const refused = await k.request('manual', performance.now()).catch((e: unknown) => e);
     expect(refused).toBeInstanceOf(NetlinkError);
@@ -107,12 +116,7 @@ describe('requests', () => {
   });
 
   it('a read the addon refuses (a kernel message libnftnl would exit() on) fails that pass, not the daemon; the next pass reads again', async () => {
-    kernel = new FakeKernel();
-    const k = await start();
-    const errors: unknown[] = [];
-    k.on('error', (e) => errors.push(e));
-    const conn = kernel.connect();
-    kernel.tamper(FLUSH, k.socket!.portId);
+    const { k, errors, conn } = await startFlushed();
     // What a dump rejects with when a message fails one of libnftnl's attribute type checks
     // (native/attr.cc CheckRule): libnftnl is never handed it, so nothing calls exit().
     const refusal = new NetlinkError('cannot parse rule message: NFTA_RULE_EXPRESSIONS[0] > NFTA_EXPR_DATA (cmp) > ' +
@@ -132,6 +136,72 @@ describe('requests', () => {
     const ok: PassOutcome = await k.request('manual', performance.now());
     expect(ok).toMatchObject({ status: 'repaired', cause: 'manual' });
     expect(await ruleCount(conn)).toBe(4);
+    conn.close();
+  });
+
+  it('a tick that finds the socket held (a dump in flight) skips its check; a tick that finds it free repairs', async () => {
+    const { k, errors, conn } = await startFlushed({ intervalMs: 5 });
+    // The addon's generation(true): undefined while a dump or commit holds the socket's gate.
+    let held = true;
+    let skipped = 0;
+    const sock = k.socket!;
+    (sock as { generationIfFree?: () => number | undefined }).generationIfFree = () => {
+      if (held) {
+        skipped++;
+        return undefined;
+      }
+      return sock.generation();
+    };
+    const repaired = new Promise((resolve) => k.once('repaired', resolve));
+    let ticks = 0;
+    k.on('tick', () => { ticks++; });
+    while (ticks < 5) await sleep(5);
+    // The generation moved (the flush), but no tick read it while the socket was held.
+    expect(skipped).toBeGreaterThanOrEqual(4);
+    expect(await ruleCount(conn)).toBe(0);
+    held = false;
+    await repaired;
+    expect(await ruleCount(conn)).toBe(4);
+    expect(errors).toEqual([]);
+    conn.close();
+  });
+
+  it('a background read whose digest dump a commit interrupts ends unread (moved): not retried, nothing decoded; the commit\'s pass repairs', async () => {
+    kernel = new FakeKernel();
+    let armed = false;
+    let interrupted = 0;
+    let decoded = 0;
+    const host = {
+      connect: () => {
+        const c = kernel.connect();
+        const digests = c.listRuleDigests.bind(c);
+        const rules = c.listRules.bind(c);
+        c.listRules = (f) => { if (interrupted > 0) decoded++; return rules(f); };
+        c.listRuleDigests = (f: Parameters<typeof digests>[0] & { once?: boolean }) => {
+          if (!armed || f.once !== true) return digests(f);
+          armed = false;
+          interrupted++;
+          // A neighbour's commit while the kernel walks the chain: the dump is marked NLM_F_DUMP_INTR.
+          kernel.tamper(FLUSH);
+          return Promise.reject(new DumpInterruptedError('list rules', 1));
+        };
+        return c;
+      },
+      watch: kernel.watch.bind(kernel),
+    };
+    const k = await start({ host });
+    const errors: unknown[] = [];
+    k.on('error', (e) => errors.push(e));
+    const conn = kernel.connect();
+    await until('the followed part seeded', () => k.followState()?.exact === true);
+    armed = true;
+    // The safety net's read-back, in the background (a read that only observes): by digest, once.
+    const outcome = await k.readBack('tick', performance.now(), true);
+    expect(interrupted).toBe(1);
+    expect(outcome).toMatchObject({ status: 'deferred', drift: [] });
+    await until('the flushed chain repaired', async () => await ruleCount(conn) === 4);
+    expect(decoded).toBe(0);
+    expect(errors).toEqual([]);
     conn.close();
   });
 
