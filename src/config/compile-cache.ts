@@ -875,28 +875,38 @@ function keyTypeOf(k: StoredKeyType): KeyType {
 let code: string | undefined;
 
 /**
- * A digest of nfkeeper's code as it runs: the bundle (dist/nfkeeper.script.js) when this
- * module is in it, else every module file of its tree (dist/ as tsc left it, src/ under a test).
+ * A digest of nfkeeper's code as it runs: in the bundle (dist/nfkeeper.script.js), the build id
+ * its first line carries (scripts/bundle.mjs: a digest of the rest, the key bin/nfkeeper.js
+ * already keeps V8's code cache under), read rather than hashed again (10-14 ms of every warm
+ * apply); else every module file of its tree (dist/ as tsc left it, src/ under a test).
  * A compiler changed without a new version still does not read another's cache.
  */
 export function codeDigest(): string {
   if (code !== undefined) return code;
   const self = fileURLToPath(import.meta.url);
   const ext = self.slice(self.lastIndexOf('.'));
+  if (basename(self).startsWith('nfkeeper.')) return code = `bundle ${bundleId(self) ?? sha256(readFileSync(self), 'hex')}`;
   const files: string[] = [];
-  if (basename(self).startsWith('nfkeeper.')) {
-    const dir = dirname(self);
-    for (const d of readdirSync(dir, { withFileTypes: true })) if (d.isFile() && d.name.startsWith('nfkeeper.')) files.push(join(dir, d.name));
-  } else {
-    const walk = (dir: string) => {
-      for (const d of readdirSync(dir, { withFileTypes: true })) {
-        if (d.isDirectory()) walk(join(dir, d.name));
-        else if (d.name.endsWith(ext)) files.push(join(dir, d.name));
-      }
-    };
-    walk(dirname(dirname(self)));
-  }
+  const walk = (dir: string) => {
+    for (const d of readdirSync(dir, { withFileTypes: true })) {
+      if (d.isDirectory()) walk(join(dir, d.name));
+      else if (d.name.endsWith(ext)) files.push(join(dir, d.name));
+    }
+  };
+  walk(dirname(dirname(self)));
   const h = sha256Hash();
   for (const f of files.sort()) h.update(`${f.slice(f.lastIndexOf('/') + 1)}\0`).update(readFileSync(f));
   return code = h.digest('hex');
+}
+
+/** The build id on a bundle's first line (`// nfkeeper bundle <hex>`), if it has one. */
+export function bundleId(file: string): string | undefined {
+  const fd = openSync(file, 'r');
+  try {
+    const head = Buffer.alloc(64);
+    const n = readSync(fd, head, 0, head.length, 0);
+    return /^\/\/ nfkeeper bundle ([0-9a-f]{16,64})\n/.exec(head.toString('latin1', 0, n))?.[1];
+  } finally {
+    closeSync(fd);
+  }
 }

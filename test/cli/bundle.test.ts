@@ -253,6 +253,25 @@ describe('the bundled daemon', () => {
     expect(loaded(0, 'check', '--config', config, '--netns', ns.path)).not.toContain('NativeModule crypto');
   });
 
+  it("keys the compile cache's entries by the bundle's build id (its first line), and a warm apply takes the entry", () => {
+    const dir = tempDir('bundle-compile-cache');
+    const config = join(dir, 'big.nft');
+    const rules = Array.from({ length: 1_000 }, (_, i) => `\t\tip saddr 10.1.${i >> 8}.${i & 255} counter accept\n`).join('');
+    writeFileSync(config, `table ip bc {\n\tchain input {\n\t\ttype filter hook input priority filter; policy accept;\n${rules}\t}\n}\n`);
+    const cache = join(dir, 'cache');
+    const apply = () => spawnSync(process.execPath, [join(ROOT, 'bin', 'nfkeeper.js'), 'apply', '--config', config, '--netns', ns.path, '--cache-dir', cache, '--progress'], { encoding: 'utf8' });
+    const cold = apply();
+    expect(cold.status, cold.stderr).toBe(0);
+    const entry = readdirSync(cache).find((f) => /^compiled-.*\.json$/.test(f))!;
+    const header = JSON.parse(readFileSync(join(cache, entry), 'utf8').split('\n', 1)[0]!) as { code: string };
+    expect(header.code).toBe(`bundle ${bundleId()}`);
+    ns.exec('nft', ['flush', 'ruleset']);
+    const warm = apply();
+    expect(warm.status, warm.stderr).toBe(0);
+    expect(warm.stderr).toMatch(/compile cache matches every input/);
+    expect(cold.stderr).not.toMatch(/compile cache matches every input/);
+  });
+
   it('the client commands (status, events, owner, reload) run from their own script, without the config, kernel and daemon modules', async () => {
     // esbuild names each module it holds by its path.
     const text = readFileSync(join(ROOT, 'dist', 'nfkeeper.client.script.js'), 'latin1');
