@@ -5,7 +5,7 @@
  * for a batch too big to echo, the handles and digests read of the chains it added rules to
  * (readAddedChains).
  */
-import type { ChainConfig, TableConfig } from '../model/desired.js';
+import { ruleCount, type ChainConfig, type TableConfig } from '../model/desired.js';
 import type { SetConfig } from '../model/sets.js';
 import type { Batch } from '../netlink/batch.js';
 import type { CommitResult, NftConn } from '../netlink/conn.js';
@@ -13,7 +13,7 @@ import type { Family } from '../netlink/expr.js';
 import { SET_F, TABLE_F, type ChainDigests, type NftSet, type ObservedTable, type Rule, type Table } from '../netlink/objects.js';
 import type { Op } from '../netlink/ops.js';
 import { derivationOf, type Splice } from '../model/derivation.js';
-import { knownRule, hasKey } from './rule-key.js';
+import { knownRule, knownRuleAt, isKnownAt, hasKey } from './rule-key.js';
 import { knownSets, objectsUnknown, tableKey, type TableRules } from './owned-table.js';
 
 /**
@@ -237,19 +237,23 @@ export function followCommit(tables: readonly TableConfig[], observed: readonly 
         o.rules.set(c.name, copied);
         continue;
       }
-      if (l === undefined || l === DELETED || l.length !== c.rules.length) return undefined;
+      const n = ruleCount(c);
+      if (l === undefined || l === DELETED || l.length !== n) return undefined;
       o.chains.set(c.name, { family: t.family, table: t.name, name: c.name, ...(c.base ?? {}), ...(c.userdata ? { userdata: c.userdata } : {}) });
       // Rules that stayed keep their known-rule objects (the dispatch chain holds one per owner) and
-      // their order: one walk along the rules before, skipping the ones the batch deleted.
+      // their order: one walk along the rules before, skipping the ones the batch deleted. A new one
+      // is placed by index, the desired chain's rules not made for it (an install from the compile
+      // cache encoded them without making them).
       const prev = o.rules.get(c.name) ?? [];
       const digests = readHere?.get(c.name)?.digests;
       let p = 0;
-      const handles = l;
-      o.rules.set(c.name, c.rules.map((r, j) => {
+      const rules: Rule[] = new Array(n);
+      for (let j = 0; j < n; j++) {
         while (p < prev.length && gone.has(prev[p]!.handle!)) p++;
-        const kept = p < prev.length && prev[p]!.handle === handles[j] ? prev[p++] : undefined;
-        return kept && hasKey(kept) && kept.exprs === r.compiled.exprs ? kept : knownRule(t, c, r, handles[j]!, digests?.[j]);
-      }));
+        const kept = p < prev.length && prev[p]!.handle === l[j] ? prev[p++] : undefined;
+        rules[j] = kept && isKnownAt(kept, c, j) ? kept : knownRuleAt(t, c, j, l[j]!, digests?.[j]);
+      }
+      o.rules.set(c.name, rules);
     }
     // What the batch deleted (and anything else not desired, which the plan deleted) goes. A
     // desired chain deleted and added again is no longer DELETED here.
