@@ -36,9 +36,13 @@ export function followCommit(tables: readonly TableConfig[], observed: readonly 
   const desiredTables = new Set(tables.map(tableKey));
   // Handles by chain, starting from what the plan saw.
   const handles = new Map<string, Map<string, number[]>>();
+  // The last table's, at hand: a batch's ops come table by table (100,000 of one at an install).
+  let last: { family: string; table: string; m: Map<string, number[]> } | undefined;
   const chainsOf = (family: string, table: string) => {
+    if (last?.family === family && last.table === table) return last.m;
     let m = handles.get(`${family} ${table}`);
     if (!m) handles.set(`${family} ${table}`, m = new Map());
+    last = { family, table, m };
     return m;
   };
   const seen = new Map<string, ObservedTable>(observed.map((o) => [tableKey(o), o]));
@@ -145,8 +149,19 @@ export function followCommit(tables: readonly TableConfig[], observed: readonly 
     if (!l || l === DELETED || !applyRuleOp(l, op, handle, byId)) return false;
     return true;
   };
-  for (const [index, op] of batch.ops.entries()) {
-    const tk = op.object === 'table' ? tableKey(op) : `${op.family} ${op.table}`;
+  // The op's table key, made again only when the table changes.
+  let tk = '';
+  let kf: string | undefined, kt: string | undefined;
+  for (let index = 0; index < batch.ops.length; index++) {
+    const op = batch.ops[index]!;
+    if (op.object === 'table') {
+      tk = tableKey(op);
+      kf = undefined;
+    } else if (op.family !== kf || op.table !== kt) {
+      kf = op.family;
+      kt = op.table;
+      tk = `${kf} ${kt}`;
+    }
     // A retired table deleted in the same batch is none of what is known.
     if (op.object === 'table' && !desiredTables.has(tk)) {
       if (op.verb === 'delete') continue;

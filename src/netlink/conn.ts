@@ -36,7 +36,7 @@ export interface CommitOptions {
 /** What a commit with `echo` or `digests` showed, by op index. */
 export interface CommitResult {
   /** With echo, the kernel handle of each added, inserted or replaced rule (none: the echo did not fit, or was cut). */
-  handles?: Map<number, number>;
+  handles?: ReadonlyMap<number, number>;
   /**
    * With echo and digests, per op index, the digest of the rule the kernel echoed for it: what a
    * digest dump of it gives (equal to `digests` where the kernel holds the rule as sent); for a

@@ -12,43 +12,62 @@
 import type { Op } from './ops.js';
 import { SET_F } from './objects.js';
 
-/** One run: the op indices of its handle-taking ops, in order, and which of them are new rules. */
+/** One run: its first and last new rule's op indices. */
 interface Run {
-  takers: number[];
-  rules: number[];
+  first: number;
+  last: number;
 }
 
-/** The runs of `ops`, per table, each with at least one new rule. */
+/** A new rule: takes a handle (a replace names the one it keeps; an add with a handle is refused). */
+function newRule(op: Op): boolean {
+  return op.object === 'rule' && (op.verb === 'add' || op.verb === 'insert') && op.handle === undefined;
+}
+
+/** An anonymous set added: always new, so it takes a handle. */
+function anonymousSet(op: Op): boolean {
+  return op.object === 'set' && (op.verb === 'add' || op.verb === 'create') && op.flags !== undefined && (op.flags & SET_F.ANONYMOUS) !== 0;
+}
+
+/** The table an op is of, as one string; the key of the op before reused (a batch's ops come by table). */
+function tableKeys(): (op: Op) => string {
+  let family: string | undefined, table: string | undefined, key = '';
+  return (op) => {
+    const t = op.object === 'table' ? op.name : op.table;
+    if (op.family !== family || t !== table) {
+      family = op.family;
+      table = t;
+      key = `${family} ${t}`;
+    }
+    return key;
+  };
+}
+
+/** The runs of `ops`, per table, each with at least one new rule (one walk, nothing kept per op). */
 function runsOf(ops: readonly Op[]): Run[] {
   const open = new Map<string, Run>();
   const out: Run[] = [];
-  const close = (k: string) => {
-    const r = open.get(k);
-    if (r && r.rules.length > 0) out.push(r);
-    open.delete(k);
-  };
-  for (const [i, op] of ops.entries()) {
-    const k = `${op.family} ${op.object === 'table' ? op.name : op.table}`;
+  const keyOf = tableKeys();
+  for (let i = 0; i < ops.length; i++) {
+    const op = ops[i]!;
     if (op.object === 'element') continue;
-    if (op.object === 'rule') {
-      if (op.verb === 'replace' || op.verb === 'delete' || op.handle !== undefined) continue;
+    const k = keyOf(op);
+    if (newRule(op)) {
       let r = open.get(k);
-      if (!r) open.set(k, r = { takers: [], rules: [] });
-      r.takers.push(i);
-      r.rules.push(i);
+      if (!r) open.set(k, r = { first: i, last: i });
+      r.last = i;
       continue;
     }
-    if (op.object === 'set' && (op.verb === 'add' || op.verb === 'create') && op.flags !== undefined && (op.flags & SET_F.ANONYMOUS) !== 0) {
-      const r = open.get(k);
-      if (r) r.takers.push(i);
-      else open.set(k, { takers: [i], rules: [] });
-      continue;
+    // A replace or a delete takes none; an anonymous set one, counted where its run's handles are derived.
+    if (op.object === 'rule' || anonymousSet(op)) continue;
+    // Anything else of the table (a chain, a named set or object added, which takes none where it
+    // exists; a deletion, after which the same may be added again; the table) ends its run.
+    const r = open.get(k);
+    if (r) {
+      out.push(r);
+      open.delete(k);
     }
-    // Deleting or flushing takes no handle, but what it deletes may be added again in the run:
-    // anything but a rule, an element or an anonymous set ends it.
-    close(k);
   }
-  for (const k of [...open.keys()]) close(k);
+  for (const r of open.values()) out.push(r);
   return out;
 }
 
@@ -56,8 +75,8 @@ function runsOf(ops: readonly Op[]): Run[] {
 export function echoPoints(ops: readonly Op[]): number[] {
   const out: number[] = [];
   for (const r of runsOf(ops)) {
-    out.push(r.rules[0]!);
-    if (r.rules.length > 1) out.push(r.rules[r.rules.length - 1]!);
+    out.push(r.first);
+    if (r.last !== r.first) out.push(r.last);
   }
   return out.sort((a, b) => a - b);
 }
@@ -67,23 +86,81 @@ export function echoPoints(ops: readonly Op[]): number[] {
  * undefined unless every run's echoes are there and lie exactly as far apart as the run's
  * handle-taking ops (never a guess the kernel did not confirm).
  */
-export function deriveHandles(ops: readonly Op[], echoed: ReadonlyMap<number, number>): Map<number, number> | undefined {
-  const out = new Map<number, number>();
+export function deriveHandles(ops: readonly Op[], echoed: ReadonlyMap<number, number>): ReadonlyMap<number, number> | undefined {
+  const out = new OpHandles(ops.length);
   // A replaced rule keeps its handle.
-  for (const [i, op] of ops.entries()) if (op.object === 'rule' && op.verb === 'replace') out.set(i, op.handle!);
+  for (let i = 0; i < ops.length; i++) {
+    const op = ops[i]!;
+    if (op.object === 'rule' && op.verb === 'replace') out.set(i, op.handle!);
+  }
+  const keyOf = tableKeys();
   for (const r of runsOf(ops)) {
-    const first = r.rules[0]!, last = r.rules[r.rules.length - 1]!;
-    const h0 = echoed.get(first), h1 = echoed.get(last);
+    const h0 = echoed.get(r.first), h1 = echoed.get(r.last);
     if (h0 === undefined || h1 === undefined) return undefined;
-    const from = r.takers.indexOf(first);
-    if (h1 - h0 !== r.takers.indexOf(last) - from) return undefined;
+    // The handles from the first new rule on: each new rule's, and each anonymous set's between.
+    const k = keyOf(ops[r.first]!);
     let at = 0;
-    for (let j = from; j < r.takers.length; j++) {
-      const i = r.takers[j]!;
-      if (i > last) break;
-      if (ops[i]!.object === 'rule') out.set(i, h0 + at);
-      at++;
+    let span = -1;
+    for (let i = r.first; i <= r.last; i++) {
+      const op = ops[i]!;
+      if (op.object === 'element' || keyOf(op) !== k) continue;
+      if (newRule(op)) {
+        out.set(i, h0 + at);
+        span = at;
+        at++;
+      } else if (anonymousSet(op)) {
+        at++;
+      }
     }
+    if (h1 - h0 !== span) return undefined;
   }
   return out;
+}
+
+/** Handles by op index in one typed array (an install's 100,000 without a map entry each); 0 for none (no handle is 0). */
+class OpHandles implements ReadonlyMap<number, number> {
+  private readonly at: Float64Array;
+  private count = 0;
+
+  constructor(ops: number) {
+    this.at = new Float64Array(ops);
+  }
+
+  set(i: number, handle: number): void {
+    if (this.at[i] === 0) this.count++;
+    this.at[i] = handle;
+  }
+
+  get(i: number): number | undefined {
+    const h = this.at[i];
+    return h ? h : undefined;
+  }
+
+  has(i: number): boolean {
+    return !!this.at[i];
+  }
+
+  get size(): number {
+    return this.count;
+  }
+
+  *entries(): MapIterator<[number, number]> {
+    for (let i = 0; i < this.at.length; i++) if (this.at[i]) yield [i, this.at[i]!];
+  }
+
+  *keys(): MapIterator<number> {
+    for (const [i] of this.entries()) yield i;
+  }
+
+  *values(): MapIterator<number> {
+    for (const [, h] of this.entries()) yield h;
+  }
+
+  [Symbol.iterator](): MapIterator<[number, number]> {
+    return this.entries();
+  }
+
+  forEach(f: (handle: number, i: number, map: ReadonlyMap<number, number>) => void): void {
+    for (const [i, h] of this.entries()) f(h, i, this);
+  }
 }
