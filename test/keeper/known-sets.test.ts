@@ -80,7 +80,8 @@ describe('the known state of a table with named sets and maps', () => {
   async function reloadRule(k: Keeper, marker: string): Promise<void> {
     await k.setConfig(kpConfig({ marker }));
     expect(sock.generation()).toBe(k.status().generation);
-    if (k.followState()?.exact) {
+    // Seeded again after the reload (from the reload's own commit, or by the pass its end requests), then turned off.
+    if (k.followState()) {
       await until('the followed part to be seeded again', () => k.followState()?.exact === true && k.followState()!.generation === sock.generation());
       await k.idle();
       k.state.view.invalidate('the test turns it off');
@@ -123,7 +124,6 @@ describe('the known state of a table with named sets and maps', () => {
     await reloadRule(k, '0x12');
     const reads0 = host.reads.listElements!;
     ns.nft(`delete element ip kp service-ips { ${ip(1234)} . tcp . ${80 + (1234 % 3)} }`);
-    expect((await sock.listElements(map)).length).toBe(N - 1);
     await until('the element to come back', async () => (await sock.listElements(map)).length === N, 20_000);
     await k.idle();
     // It had to read the map to know, once: the elements the digest revalidation read are the ones it diffed.
