@@ -10,13 +10,14 @@
 #include "attr.h"
 #include "digest.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
 namespace nfk {
 
-CommitRun::CommitRun(NftSocket* sock, std::unique_ptr<EncodedBatch> batch, bool echo)
-    : sock_(sock), batch_(std::move(batch)), echo_(echo) {}
+CommitRun::CommitRun(NftSocket* sock, std::unique_ptr<EncodedBatch> batch, bool echo, std::vector<uint32_t> echoOps)
+    : sock_(sock), batch_(std::move(batch)), echo_(echo), echoOps_(std::move(echoOps)) {}
 
 CommitWorker::CommitWorker(Napi::Env env, Napi::Object self, std::unique_ptr<CommitRun> run, NftSocket* sock)
     : Napi::AsyncWorker(env, "nfkeeper.commit"),
@@ -55,6 +56,11 @@ int CommitRun::OpIndexOf(uint32_t seq) const {
   return batch_->messageOp[rel - 1];
 }
 
+bool CommitRun::EchoesOp(uint32_t seq) const {
+  int op = OpIndexOf(seq);
+  return op >= 0 && std::binary_search(echoOps_.begin(), echoOps_.end(), static_cast<uint32_t>(op));
+}
+
 void CommitRun::Run() {
   if (sock_->closed()) {
     ioErrno_ = EBADF;
@@ -71,7 +77,7 @@ void CommitRun::Run() {
   // skb and us a recv() each and tells nothing an
   // error would not; an error names its message's seq either way.
   // An echoed rule is about as big as an ack: room for two messages per op.
-  bool roomForAll = sock_->EnsureBuffers(batch_->bytes.size(), echo_ ? 2 * count : count);
+  bool roomForAll = sock_->EnsureBuffers(batch_->bytes.size(), echo_ ? count + (echoOps_.empty() ? count : echoOps_.size()) : count);
   ackAll_ = roomForAll && batch_->messageOp.size() <= kAckEveryMessageUpTo;
   // Echoes for any batch, installs of 100,000 rules included (the kernel packs a commit's
   // notifications into skbs of a few KiB, nft_commit_notify): reading a big chain back instead
@@ -89,7 +95,7 @@ void CommitRun::Run() {
     // the commit phase (after every message was accepted) is reported with
     // its sequence number, and its success ack tells the two cases apart.
     if (!ackAll_ && index >= 2) nlh->nlmsg_flags &= ~NLM_F_ACK;
-    if (echo_ && nlh->nlmsg_type == kNewRule) nlh->nlmsg_flags |= NLM_F_ECHO;
+    if (echo_ && nlh->nlmsg_type == kNewRule && (echoOps_.empty() || EchoesOp(nlh->nlmsg_seq))) nlh->nlmsg_flags |= NLM_F_ECHO;
     size_t step = MNL_ALIGN(nlh->nlmsg_len);
     p += step;
     left -= step;

@@ -34,7 +34,9 @@ class CommitRun {
   // With `echo`, the batch also asks for its new rules back (NLM_F_ECHO), and the result holds
   // their handles (and, with the batch's digests, each echoed rule's digest): the keeper learns
   // what it wrote, and that the kernel holds it as sent, without dumping the chain again.
-  CommitRun(NftSocket* sock, std::unique_ptr<EncodedBatch> batch, bool echo);
+  // `echoOps`, when not empty: only the rules of those op indices are echoed (the caller derives
+  // the others' handles from them).
+  CommitRun(NftSocket* sock, std::unique_ptr<EncodedBatch> batch, bool echo, std::vector<uint32_t> echoOps = {});
   // Small enough to commit on the JS thread.
   bool Small() const {
     return batch_->messageOp.size() <= kInlineCommitUpTo && batch_->bytes.size() <= kInlineCommitBytes;
@@ -62,6 +64,8 @@ class CommitRun {
 
   // opIndex of the message with sequence number `seq`, or -1 (batch markers).
   int OpIndexOf(uint32_t seq) const;
+  // Whether the message with sequence number `seq` asks its echo (echoOps_).
+  bool EchoesOp(uint32_t seq) const;
 
   NftSocket* sock_;
   std::unique_ptr<EncodedBatch> batch_;
@@ -75,6 +79,8 @@ class CommitRun {
   std::string ioStep_;
   std::vector<Ack> acks_;
   bool echo_ = false;
+  // Sorted op indices whose NEWRULE asks its echo; empty: every NEWRULE's (with echo_).
+  std::vector<uint32_t> echoOps_;
   // (seq, handle) of each NEWRULE the kernel echoed back.
   std::vector<std::pair<uint32_t, uint64_t>> echoed_;
   // With the batch's digests: the RuleDigest of each echoed rule, as echoed_.

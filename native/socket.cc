@@ -8,8 +8,8 @@
 #include <linux/netfilter/nf_tables.h>
 #include <linux/netfilter/nfnetlink.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <climits>
 #include <cstring>
 #include <thread>
@@ -340,12 +340,26 @@ std::unique_ptr<CommitRun> NftSocket::PrepareCommit(const Napi::CallbackInfo& in
   bool digests = info.Length() > 4 && info[4].ToBoolean().Value();
   EncodeBatch(env, ops, 0, hasGen, gen, batch.get(), info.Length() > 3 ? info[3] : Napi::Value(), digests,
               info.Length() > 5 ? info[5] : Napi::Value());
-  bool echo = info.Length() > 2 && info[2].ToBoolean().Value();
-  return std::make_unique<CommitRun>(this, std::move(batch), echo);
+  // echo: true (every new rule's), or the op indices whose new rules are echoed (an array).
+  std::vector<uint32_t> echoOps;
+  bool echo = false;
+  if (info.Length() > 2 && info[2].IsArray()) {
+    Napi::Array a = info[2].As<Napi::Array>();
+    for (uint32_t i = 0; i < a.Length(); i++) {
+      Napi::Value v = a.Get(i);
+      if (!v.IsNumber()) throw Napi::TypeError::New(env, "commit: echo takes true or an array of op indices");
+      echoOps.push_back(v.As<Napi::Number>().Uint32Value());
+    }
+    std::sort(echoOps.begin(), echoOps.end());
+    echo = !echoOps.empty();
+  } else {
+    echo = info.Length() > 2 && info[2].ToBoolean().Value();
+  }
+  return std::make_unique<CommitRun>(this, std::move(batch), echo, std::move(echoOps));
 }
 
 // commit(ops, generation?, echo?, exprBytes?, digests?) -> Promise<void | { handles?: [opIndex, handle][], held?: string[],
-// echoCut?: true, digests?: string[] }>: handles with echo (where the receive buffer holds every echo; none, and echoCut, when
+// echoCut?: true, digests?: string[] }>: echo is true or the op indices whose new rules are echoed; handles with echo (where the receive buffer holds every echo; none, and echoCut, when
 // the kernel dropped some), digests when asked (per op index, EncodedBatch::digests, and unnamed), with both the echoed
 // rules' (held).
 Napi::Value NftSocket::Commit(const Napi::CallbackInfo& info) {

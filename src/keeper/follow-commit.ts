@@ -5,7 +5,7 @@
  * for a batch too big to echo, the handles and digests read of the chains it added rules to
  * (readAddedChains).
  */
-import { ruleAt, ruleCount, rulesMade, type ChainConfig, type TableConfig } from '../model/desired.js';
+import { ruleCount, type ChainConfig, type TableConfig } from '../model/desired.js';
 import type { SetConfig } from '../model/sets.js';
 import type { Batch } from '../netlink/batch.js';
 import type { CommitResult, NftConn } from '../netlink/conn.js';
@@ -13,7 +13,7 @@ import type { Family } from '../netlink/expr.js';
 import { SET_F, TABLE_F, type ChainDigests, type NftSet, type ObservedTable, type Rule, type Table } from '../netlink/objects.js';
 import type { Op } from '../netlink/ops.js';
 import { derivationOf, type Splice } from '../model/derivation.js';
-import { knownRule, knownRuleAt, hasKey } from './rule-key.js';
+import { knownRule, knownRuleAt, isKnownAt, hasKey } from './rule-key.js';
 import { knownSets, objectsUnknown, tableKey, type TableRules } from './owned-table.js';
 
 /**
@@ -36,9 +36,13 @@ export function followCommit(tables: readonly TableConfig[], observed: readonly 
   const desiredTables = new Set(tables.map(tableKey));
   // Handles by chain, starting from what the plan saw.
   const handles = new Map<string, Map<string, number[]>>();
+  // The last table's, at hand: a batch's ops come table by table (100,000 of one at an install).
+  let last: { family: string; table: string; m: Map<string, number[]> } | undefined;
   const chainsOf = (family: string, table: string) => {
+    if (last?.family === family && last.table === table) return last.m;
     let m = handles.get(`${family} ${table}`);
     if (!m) handles.set(`${family} ${table}`, m = new Map());
+    last = { family, table, m };
     return m;
   };
   const seen = new Map<string, ObservedTable>(observed.map((o) => [tableKey(o), o]));
@@ -145,8 +149,19 @@ export function followCommit(tables: readonly TableConfig[], observed: readonly 
     if (!l || l === DELETED || !applyRuleOp(l, op, handle, byId)) return false;
     return true;
   };
-  for (const [index, op] of batch.ops.entries()) {
-    const tk = op.object === 'table' ? tableKey(op) : `${op.family} ${op.table}`;
+  // The op's table key, made again only when the table changes.
+  let tk = '';
+  let kf: string | undefined, kt: string | undefined;
+  for (let index = 0; index < batch.ops.length; index++) {
+    const op = batch.ops[index]!;
+    if (op.object === 'table') {
+      tk = tableKey(op);
+      kf = undefined;
+    } else if (op.family !== kf || op.table !== kt) {
+      kf = op.family;
+      kt = op.table;
+      tk = `${kf} ${kt}`;
+    }
     // A retired table deleted in the same batch is none of what is known.
     if (op.object === 'table' && !desiredTables.has(tk)) {
       if (op.verb === 'delete') continue;
@@ -237,23 +252,21 @@ export function followCommit(tables: readonly TableConfig[], observed: readonly 
         o.rules.set(c.name, copied);
         continue;
       }
-      if (l === undefined || l === DELETED || l.length !== ruleCount(c)) return undefined;
+      const n = ruleCount(c);
+      if (l === undefined || l === DELETED || l.length !== n) return undefined;
       o.chains.set(c.name, { family: t.family, table: t.name, name: c.name, ...(c.base ?? {}), ...(c.userdata ? { userdata: c.userdata } : {}) });
       // Rules that stayed keep their known-rule objects (the dispatch chain holds one per owner) and
-      // their order: one walk along the rules before, skipping the ones the batch deleted.
+      // their order: one walk along the rules before, skipping the ones the batch deleted. A new one
+      // is placed by index, the desired chain's rules not made for it (an install from the compile
+      // cache encoded them without making them).
       const prev = o.rules.get(c.name) ?? [];
       const digests = readHere?.get(c.name)?.digests;
       let p = 0;
-      const handles = l;
-      // A chain whose rules are made late (an install from the compile cache) is not made for this:
-      // each known rule looks its desired rule up when first asked (knownRuleAt).
-      const made = rulesMade(c);
-      const rules = new Array<Rule>(handles.length);
-      for (let j = 0; j < handles.length; j++) {
+      const rules: Rule[] = new Array(n);
+      for (let j = 0; j < n; j++) {
         while (p < prev.length && gone.has(prev[p]!.handle!)) p++;
-        const kept = p < prev.length && prev[p]!.handle === handles[j] ? prev[p++] : undefined;
-        rules[j] = kept && hasKey(kept) && kept.exprs === ruleAt(c, j)!.compiled.exprs ? kept
-          : made ? knownRule(t, c, c.rules[j]!, handles[j]!, digests?.[j]) : knownRuleAt(t, c, j, handles[j]!, digests?.[j]);
+        const kept = p < prev.length && prev[p]!.handle === l[j] ? prev[p++] : undefined;
+        rules[j] = kept && isKnownAt(kept, c, j) ? kept : knownRuleAt(t, c, j, l[j]!, digests?.[j]);
       }
       o.rules.set(c.name, rules);
     }

@@ -232,6 +232,14 @@ export class FollowedView {
    * made unknown (DESIRED_CHANGED), stays let go alone.
    */
   protected seedFromEcho(generation: number, tables: readonly TableConfig[]): void {
+    // Never seeded (the start-up's install from empty): every table's rules, exact at the commit,
+    // seed the followed part as an observation at that generation would, with no read.
+    if (this.seeded.length === 0) {
+      if (!this.progressOf || this.expected.size > 0) return;
+      const held = tables.map((t) => this.find(t.family, t.name));
+      if (held.every((rec) => rec?.rules && rec.rulesAt === generation)) this.seed(tables, held.map((rec) => rec!.rules!.observed), generation);
+      return;
+    }
     if (!this.following || this.generation > generation || this.expected.size > 0 || tables.length !== this.seeded.length) return;
     const again: [OwnedTable, FollowedTable][] = [];
     for (const [i, t] of tables.entries()) {

@@ -22,6 +22,8 @@ import type { SetConfig } from '../model/sets.js';
 import { diffElements, setDefinitionKey } from '../model/elements.js';
 import type { Batch } from '../netlink/batch.js';
 import type { NftConn } from '../netlink/conn.js';
+import { ruleDigester } from '../netlink/socket.js';
+import { desiredChainDigests } from './observe.js';
 import { SET_F, type Chain, type NftSet, type ObservedTable, type Rule, type SetElement } from '../netlink/objects.js';
 import { knownRule, knownRuleAt, isKnownAt, hasKey, sameKey } from './rule-key.js';
 import { chainDiffOf, standIn } from './held-diff.js';
@@ -69,7 +71,7 @@ export async function revalidate(conn: NftConn & Required<Pick<NftConn, 'listRul
       if (r.handle !== handles[i] || (r.digest && r.digest !== digests[i])) return false;
       if (!r.digest) digested = false;
     }
-    if (!digested) undigested.push(chain);
+    if (!digested && !provedByDesired(t, chain, rules, digests)) undigested.push(chain);
     withRules++;
   }
   // Rules our own commit wrote (their digests unknown): their chains are decoded, one dump each,
@@ -318,6 +320,23 @@ function asDesired(rules: Rule[], t: TableConfig, c: ChainConfig): void {
 
 /** Up to this many chains with rules of unknown digest are decoded by revalidate (one dump each); more, a full read. */
 const UNDIGESTED_CHAINS_UP_TO = 8;
+
+/**
+ * A chain whose known rules without a digest (our own commit's, their handles known from it) are
+ * each the desired rule at its place, and the kernel's digests are those desired rules' (the
+ * digests observeTable's adopt compares): its rules are proved without decoding them, and keep the
+ * digests read. False where one differs or has none (a rule with anonymous sets): decoded.
+ */
+function provedByDesired(t: TableConfig, chain: string, rules: readonly Rule[], digests: readonly string[]): boolean {
+  const c = t.chains.find((x) => x.name === chain);
+  const ruleDigests = ruleDigester();
+  if (!c || !ruleDigests || ruleCount(c) !== rules.length) return false;
+  for (let i = 0; i < rules.length; i++) if (!rules[i]!.digest && !isKnownAt(rules[i]!, c, i)) return false;
+  const want = desiredChainDigests([c], ruleDigests).get(chain)!;
+  for (let i = 0; i < rules.length; i++) if (!rules[i]!.digest && (!want[i] || want[i] !== digests[i])) return false;
+  for (let i = 0; i < rules.length; i++) rules[i]!.digest ??= digests[i];
+  return true;
+}
 
 /** Up to this many chains are fetched one GETCHAIN each; more take one chain list (as observeTable does). */
 const CHAIN_GETS_UP_TO = 8;

@@ -204,7 +204,7 @@ function sameList(want: readonly string[], have: readonly string[]): boolean {
  * few chains in one call, a big chain in slices): the expression index a call builds lives for
  * that call only; what stays is one digest string per rule.
  */
-function desiredChainDigests(chains: readonly Pick<ChainConfig, 'name' | 'rules'>[], ruleDigests: RuleDigester,
+export function desiredChainDigests(chains: readonly Pick<ChainConfig, 'name' | 'rules'>[], ruleDigests: RuleDigester,
   written?: WrittenDigests): Map<string, string[]> {
   const out = new Map<string, string[]>();
   let group: { all: string[]; from: number; rules: ChainConfig['rules'] }[] = [];

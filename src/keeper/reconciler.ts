@@ -15,6 +15,7 @@ import { Batch } from '../netlink/batch.js';
 import type { NftConn } from '../netlink/conn.js';
 import type { Family } from '../netlink/expr.js';
 import { commitGuarded } from '../netlink/guard.js';
+import { deriveHandles, echoPoints } from '../netlink/handles.js';
 import type { ObservedTable } from '../netlink/objects.js';
 import { ownedGarbage, type OwnedGarbage } from '../owners/merge.js';
 import { PROTECT_FLAGS, diffTable, rulesRemovedBy, type TableDiff } from './table.js';
@@ -156,12 +157,16 @@ export interface ReconcilerOptions {
 }
 
 /**
- * A commit that is not verified by its echo (the daemon's, which asks no digests) echoes up to this
- * many ops: its handles alone leave the known rules without digests, which the safety net's
- * read-back then decodes. A bigger batch has the chains it added rules to read instead (handles and
- * digests, nothing decoded: followCommit's unechoed case).
+ * What a commit that is not verified by its echo (the daemon's, which asks no digests) asks echoed:
+ * only the new rules the others' handles are derived from (src/netlink/handles.ts), a few whatever
+ * the batch's size (the start-up's install of 100,000 rules included), so that the known state
+ * follows it without reading the chains back. A batch with no new rule to derive from echoes all
+ * it has (its replaced rules, none).
  */
-const ECHO_HANDLES_UP_TO = 1024;
+function echoForHandles(batch: Batch): true | readonly number[] {
+  const points = echoPoints(batch.ops);
+  return points.length > 0 ? points : true;
+}
 
 export class Reconciler {
   /** Tables a reload dropped from the config: deleted by the next pass that finds them. */
@@ -215,6 +220,9 @@ export class Reconciler {
           if (this.timedSeen) noteTimedAdded(this.timedSeen, batch);
           committed += batch.length;
           // An echo that does not prove the batch held as sent gives no handles to follow it by.
+          // An echo that gave some rules' handles: every new rule's, derived from them where they
+          // prove it (else none: the chains are read instead, followCommit's unechoed case).
+          if (!input.verifyByEcho && echoed?.handles) echoed = { ...echoed, handles: deriveHandles(batch.ops, echoed.handles) };
           last = { observation, batch, echoed: input.verifyByEcho && echoed?.handles && !heldAsSent(batch, echoed) ? { ...echoed, handles: undefined } : echoed };
           written = echoed?.digests ? writtenLazily(batch, echoed.digests) : undefined;
           this.view.committed(batch);
@@ -227,7 +235,7 @@ export class Reconciler {
       trustSoleCommit: input.trustSoleCommit || input.verifyByEcho,
       onMismatch: () => this.options.metrics?.generationRetries.inc(),
       replan: (e, batch) => this.protectRefused(e, batch),
-      echo: input.verifyByEcho || (keepKnown ? (batch) => batch.length <= ECHO_HANDLES_UP_TO : false),
+      echo: input.verifyByEcho || (keepKnown ? echoForHandles : false),
       // Only where a read-back by digest may follow, or the echo is compared with them: not for a
       // caller that trusts a sole commit (the daemon, whose start-up install would hold 100,000
       // digests for nothing at its peak).

@@ -46,11 +46,12 @@ export interface NativeSocket {
    * index, a sent rule's digest with its anonymous sets unnamed (CommitResult.unnamed). echoCut: the
    * batch committed but the kernel dropped echoes (a full receive buffer): no handles. hints: what
    * the encoder need not read again (socket.ts, encodeHints); an addon built before ignores them.
+   * echo: true, or the op indices whose new rules are echoed (an addon built before echoes all).
    */
-  commit(ops: readonly unknown[], generation?: number, echo?: boolean,
+  commit(ops: readonly unknown[], generation?: number, echo?: boolean | readonly number[],
     exprBytes?: readonly (Buffer | undefined)[], digests?: boolean, hints?: Uint32Array): Promise<void | NativeCommitResult>;
   /** commit() of a small batch on this thread, or false (not small, or the socket busy): nothing sent. Absent from an older addon. */
-  commitNow?(ops: readonly unknown[], generation?: number, echo?: boolean,
+  commitNow?(ops: readonly unknown[], generation?: number, echo?: boolean | readonly number[],
     exprBytes?: readonly (Buffer | undefined)[], digests?: boolean, hints?: Uint32Array): void | NativeCommitResult | false;
 }
 

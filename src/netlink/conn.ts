@@ -20,9 +20,11 @@ export interface CommitOptions {
    * digest (held). Where the receive buffer cannot be made to hold every echo (no CAP_NET_ADMIN
    * past rmem_max, a receiveBufferLimit), the batch commits the same without handles; where the
    * kernel dropped echoes all the same (ENOBUFS after the batch went through), without handles and
-   * with echoCut. An in-memory kernel that does not echo gives no handles either.
+   * with echoCut. An in-memory kernel that does not echo gives no handles either. A list of op
+   * indices: only those ops' new rules are echoed (the handles of the others derived from them,
+   * src/netlink/handles.ts).
    */
-  echo?: boolean;
+  echo?: boolean | readonly number[];
   /**
    * Resolve with each rule's digest (objects.ts Rule.digest) of the bytes the commit sent for it:
    * what a digest dump of that rule gives when the kernel holds it as sent. An in-memory kernel may
@@ -34,7 +36,7 @@ export interface CommitOptions {
 /** What a commit with `echo` or `digests` showed, by op index. */
 export interface CommitResult {
   /** With echo, the kernel handle of each added, inserted or replaced rule (none: the echo did not fit, or was cut). */
-  handles?: Map<number, number>;
+  handles?: ReadonlyMap<number, number>;
   /**
    * With echo and digests, per op index, the digest of the rule the kernel echoed for it: what a
    * digest dump of it gives (equal to `digests` where the kernel holds the rule as sent); for a

@@ -54,8 +54,11 @@ export interface GuardOptions {
    * e.g. dropped protect flags the kernel lacks): true plans again.
    */
   replan?: (e: unknown, batch: Batch) => boolean;
-  /** Commit with `echo` (the new rules' handles, given to the step's `committed`): always, or for the batches it says. */
-  echo?: boolean | ((batch: Batch) => boolean);
+  /**
+   * Commit with `echo` (the new rules' handles, given to the step's `committed`): always, or as it
+   * says for each batch (CommitOptions.echo: every new rule's, or those of some ops).
+   */
+  echo?: boolean | ((batch: Batch) => boolean | readonly number[]);
   /** Commit with `digests` (each rule's digest of the bytes sent, given to the step's `committed`). */
   digests?: boolean;
 }
@@ -70,7 +73,8 @@ export async function commitGuarded<T>(conn: NftConn, plan: (generation: number,
     if (!step.batch || step.batch.length === 0) return { value: step.value, attempts: attempt, ops, generation };
     let echoed: CommitResult | undefined;
     try {
-      echoed = (await conn.commit(step.batch, { expectGeneration: generation, ...(options.echo === true || (options.echo && options.echo(step.batch)) ? { echo: true } : {}),
+      const echo = typeof options.echo === 'function' ? options.echo(step.batch) : options.echo;
+      echoed = (await conn.commit(step.batch, { expectGeneration: generation, ...(echo ? { echo } : {}),
         ...(options.digests ? { digests: true } : {}) })) || undefined;
     } catch (e) {
       if (e instanceof GenerationMismatchError) {

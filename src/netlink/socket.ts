@@ -190,7 +190,7 @@ export class NftSocket implements NftConn {
     if (ops.length >= COLLECT_BEFORE_OPS) collectGarbage();
     let r;
     try {
-      r = await this.native.commit(ops, gen, options.echo === true, ops.length <= PREENCODE_UP_TO ? preencoded(ops) : encodedAlready(ops),
+      r = await this.native.commit(ops, gen, echoArg(options.echo), ops.length <= PREENCODE_UP_TO ? preencoded(ops) : encodedAlready(ops),
         options.digests === true, encodeHints(ops));
     } catch (e) {
       throw refine(e, ops, gen);
@@ -207,7 +207,7 @@ export class NftSocket implements NftConn {
     if (native.commitNow === undefined) return false;
     let r;
     try {
-      r = native.commitNow(ops, gen, options.echo === true, ops.length <= PREENCODE_UP_TO ? preencoded(ops) : encodedAlready(ops),
+      r = native.commitNow(ops, gen, echoArg(options.echo), ops.length <= PREENCODE_UP_TO ? preencoded(ops) : encodedAlready(ops),
         options.digests === true, encodeHints(ops));
     } catch (e) {
       throw refine(e, ops, gen);
@@ -409,6 +409,11 @@ function repeatsAnElement(els: readonly SetElement[]): boolean {
     seen.add(id);
   }
   return false;
+}
+
+/** The addon's echo argument: every new rule's (true), some ops' (their indices), or none. */
+function echoArg(echo: CommitOptions['echo']): boolean | readonly number[] {
+  return Array.isArray(echo) ? echo : echo === true;
 }
 
 function commitResult(r: void | NativeCommitResult): CommitResult | undefined {

@@ -12,6 +12,7 @@ import { GenerationMismatchError, NetlinkError } from '../../src/base/errors.js'
 import { GraceTracker, collect } from '../../src/gc/collect.js';
 import { Keeper, checkOnce, type KeeperOptions } from '../../src/keeper/keeper.js';
 import { Batch } from '../../src/netlink/batch.js';
+import { deriveHandles, echoPoints } from '../../src/netlink/handles.js';
 import type { NftConn, NftHost } from '../../src/netlink/conn.js';
 import type { Family } from '../../src/netlink/expr.js';
 import { compileRule, renderRule, setResolver } from '../../src/rules/index.js';
@@ -148,6 +149,38 @@ export function behaviourSuite(kind: string, makeWorld: () => World): void {
       const masq = await refusal(conn.commit(new Batch().add('chain', { ...T, name: 'pre', type: 'nat', hook: 'prerouting', priority: -100, policy: 'accept' })
         .add('rule', { ...T, chain: 'pre', exprs: rule('masquerade').exprs })));
       expect([masq.errnoName, masq.opIndex]).toEqual(['EOPNOTSUPP', 1]);
+    });
+
+    it('handles: one counter per table for chains, sets and rules, in the batch\'s order; derived from a run\'s echoed ends', async () => {
+      const U = { family: 'ip' as Family, table: 'u' };
+      const s = rule('ip saddr { 10.0.0.1, 10.0.0.2 } accept');
+      const b = new Batch().add('table', { ...IP, name: 't' }).add('table', { ...IP, name: 'u' }).add('chain', { ...T, name: 'a' })
+        .add('set', { ...T, name: 'named', keyType: 7, keyLen: 4, flags: 0 }).add('chain', { ...U, name: 'x' }).add('chain', { ...T, name: 'c' });
+      for (let i = 0; i < 4; i++) b.add('rule', { ...T, chain: 'c', exprs: rule('counter').exprs }).add('rule', { ...U, chain: 'x', exprs: rule('counter').exprs });
+      for (const x of s.sets) b.add('set', { ...x, ...T });
+      b.add('rule', { ...T, chain: 'c', exprs: s.exprs });
+      const echo = echoPoints(b.ops);
+      const first = await conn.commit(b, { echo });
+      expect((await conn.listChains(T)).map((c) => [c.name, c.handle])).toEqual([['a', 1], ['c', 3]]);
+      expect((await conn.listSets(T)).map((x) => [x.name, x.handle])).toEqual([['named', 2], ['__set0', 8]]);
+      expect((await conn.listRules(T)).map((r) => r.handle)).toEqual([4, 5, 6, 7, 9]);
+      expect((await conn.listChains(U)).map((c) => c.handle)).toEqual([1]);
+      expect((await conn.listRules(U)).map((r) => r.handle)).toEqual([2, 3, 4, 5]);
+      // The anonymous set is counted within t's run; u's rules are a run of their own.
+      const derived = first && first.handles && deriveHandles(b.ops, first.handles);
+      expect(derived && [...derived.values()].sort((x, y) => x - y)).toEqual([2, 3, 4, 4, 5, 5, 6, 7, 9]);
+      // A later batch: rule, rule, a new chain, rule; re-adding an existing chain, a replace and a delete take none.
+      const [h4, h5] = await handles(conn, { ...T, chain: 'c' });
+      const later = new Batch().add('rule', { ...T, chain: 'c', exprs: rule('return').exprs }).add('rule', { ...T, chain: 'a', exprs: rule('return').exprs })
+        .add('chain', { ...T, name: 'd' }).add('chain', { ...T, name: 'c' }).replace('rule', { ...T, chain: 'c', handle: h4!, exprs: rule('accept').exprs })
+        .delete('rule', { ...T, chain: 'c', handle: h5! }).add('rule', { ...T, chain: 'd', exprs: rule('return').exprs });
+      const r = await conn.commit(later, { echo: echoPoints(later.ops) });
+      expect((await conn.listChains(T)).map((c) => [c.name, c.handle])).toEqual([['a', 1], ['c', 3], ['d', 12]]);
+      expect((await handles(conn, { ...T, chain: 'c' }))).toEqual([4, 6, 7, 9, 10]);
+      expect((await handles(conn, { ...T, chain: 'a' }))).toEqual([11]);
+      expect((await handles(conn, { ...T, chain: 'd' }))).toEqual([13]);
+      const d = r && r.handles && deriveHandles(later.ops, r.handles);
+      expect(d && [...d.entries()].sort((x, y) => x[0] - y[0])).toEqual([[0, 10], [1, 11], [4, 4], [6, 13]]);
     });
 
     it('rule positions: add after, insert before, replace in place keeps the handle, delete by handle', async () => {

@@ -372,7 +372,7 @@ describe('the restart record', () => {
     writeFileSync(bootIdPath, '6d1c2f7e-0000-4000-8000-000000000001\n');
     const first = await withRecord(dir, bootIdPath);
     // Verified by a read, the record is written at stop.
-    await first.k.readBack('tick', performance.now());
+    await first.k.readBack('tick', performance.now(), true);
     await first.k.idle();
     await first.k.stop();
     const g = kernel.generation;

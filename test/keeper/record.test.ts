@@ -58,7 +58,7 @@ function bootIdFile(): string {
  */
 async function installRecorded(ns: Netns, config: Config, record: Parameters<typeof startKeeper>[1]['record']): Promise<void> {
   const first = await startKeeper(ns, { config, record });
-  await first.readBack('tick', performance.now());
+  await first.readBack('tick', performance.now(), true);
   await first.idle();
   await first.stop();
 }
@@ -196,7 +196,7 @@ describe('the restart record', { timeout: 120_000 }, () => {
   it('a protected table: adopted from the record, and claimed again (the earlier keeper\'s ownership ended with its socket)', async () => {
     const prot = parseConfig(yaml().replace('    name: rec\n', '    name: rec\n    protect: true\n'), 'rec.yaml');
     await restart({ config: prot });
-    await keeper!.readBack('tick', performance.now());
+    await keeper!.readBack('tick', performance.now(), true);
     await keeper!.idle();
     await keeper!.stop();
     keeper = undefined;
@@ -214,7 +214,7 @@ describe('the restart record', { timeout: 120_000 }, () => {
     // A small record: one chain of one rule (the table's other chains and its set go with the first start).
     const tiny = parseConfig(postroutingYaml('rec', ['ip daddr 192.0.2.1 return']), 'tiny.yaml');
     await restart({ config: tiny });
-    await keeper!.readBack('tick', performance.now());
+    await keeper!.readBack('tick', performance.now(), true);
     await keeper!.idle();
     await keeper!.stop();
     keeper = undefined;
@@ -399,7 +399,7 @@ describe('a restart with owners from the compile cache and the record', { timeou
   beforeEach(async () => {
     // An earlier keeper with owners a and b installs, reads its commit back and records at stop.
     const first = await startKeeper(ns, { config: fx.stored, owners: ownersOf(fx.stored, ['a', 'b']), record: fx.record() });
-    await first.readBack('tick', performance.now());
+    await first.readBack('tick', performance.now(), true);
     await first.idle();
     await first.stop();
   });

@@ -1,6 +1,8 @@
 /**
- * A rule deleted while the followed part's seeding read runs, after a start from empty (an install
- * too big to echo its handles, so the daemon reads its chain back by digest to learn them): the
+ * A rule deleted while the followed part's seeding read runs, after a start from empty whose echo
+ * does not prove the handles derived from it (here the echo of the chain's last rule is not asked,
+ * as a kernel that allocated otherwise would leave them unproved; src/netlink/handles.ts), so the
+ * daemon reads its chain back by digest to learn them: the
  * seeding read ends when the generation moves under it, and the deletion's pass recognises the
  * chain's other rules by digest (the desired ones in order, one left out), so the rule is put back
  * in one op without decoding the chain. On the real kernel, the deletion made at the seeding read's
@@ -16,7 +18,6 @@ import { socketPerTest } from '../helpers/netns-hooks.js';
 import { until } from '../helpers/wait.js';
 import { chainLines, handles } from './helpers.js';
 
-// More rules than a commit echoes handles for: the install leaves them unknown.
 const N = 1500;
 const ip = (i: number) => `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`;
 const rule = (i: number) => `ip saddr ${ip(i)} ip daddr 192.0.2.1 return`;
@@ -46,7 +47,10 @@ describe('a rule deleted during the seeding read after a start from empty', () =
     const decodedAfter: (string | undefined)[] = [];
     let chainReads = 0;
     let digestDumps = 0;
-    const host: NftHost = observedHost(ns as Netns, ['listRules', 'listRuleDigests', 'getChain', 'listChains'], (method, args) => {
+    const host: NftHost = observedHost(ns as Netns, ['listRules', 'listRuleDigests', 'getChain', 'listChains', 'commit'], (method, args) => {
+      // The install's echo without its last point: the derived handles unproved.
+      const options = args[1] as { echo?: unknown } | undefined;
+      if (method === 'commit' && Array.isArray(options?.echo)) args[1] = { ...options, echo: options.echo.slice(0, 1) };
       if (method === 'listRules' && deleted) decodedAfter.push((args[0] as { chain?: string }).chain);
       if ((method === 'getChain' || method === 'listChains') && deleted) chainReads++;
       if (method === 'listRuleDigests' && deleted) digestDumps++;
