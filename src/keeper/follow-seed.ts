@@ -93,7 +93,8 @@ function retargetTable(f: FollowedTable, t: TableConfig): Retarget | undefined {
   const move: Retarget = { f, t, chains: [], sets: [], edits: [] };
   const was = f.desired;
   if (f.chains.size !== t.chains.length || f.sets.size !== (t.sets?.length ?? 0)) return undefined;
-  if (was.protect !== t.protect || (was.userdata ?? '') !== (t.userdata ?? '')) return undefined;
+  // The table itself changed (its flags, comment or protection): the pass's diff makes it, not an element move.
+  if (was.protect !== t.protect || !!was.dormant !== !!t.dormant || (was.userdata ?? '') !== (t.userdata ?? '')) return undefined;
   for (const c of t.chains) {
     const have = f.chains.get(c.name);
     if (!have || !sameChain(have.desired, c)) return undefined;
