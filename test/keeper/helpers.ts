@@ -43,6 +43,16 @@ export function flannelConfig(): Config {
 }
 
 /** The rule lines of a chain as `nft list` prints them, without handles. */
+/** Rule `i` of seedConfig's chain: one address each, so every rule differs. */
+export function seedRule(i: number): string {
+  return `ip saddr 10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255} ip daddr 192.0.2.1 return`;
+}
+
+/** Table ip `seed`, one regular chain `post` of `n` rules (seedRule): a long chain for a start from empty. */
+export function seedConfig(n: number): Config {
+  return parseConfig(`\ntables:\n  - family: ip\n    name: seed\n    chains:\n      - name: post\n        rules:\n${Array.from({ length: n }, (_, i) => `          - '${seedRule(i)}'`).join('\n')}\n`, 'seed.yaml');
+}
+
 export function chainLines(ns: Netns, family: string, table: string, chain: string): string[] {
   return ns.exec('nft', ['list', 'chain', family, table, chain]).split('\n').map((l) => l.trim())
     .filter((l) => l && !/^(table|chain|type|}|policy)/.test(l));

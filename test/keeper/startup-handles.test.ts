@@ -5,28 +5,18 @@
  * rule deleted right at ready is then put back in one op at its place, with no dump of the chain.
  */
 import { afterEach, describe, expect, it } from 'vitest';
-import { parseConfig, type Config } from '../../src/config/config.js';
+import type { Config } from '../../src/config/config.js';
 import { Keeper, type RepairReport } from '../../src/keeper/keeper.js';
 import type { NftHost } from '../../src/netlink/conn.js';
 import { observedHost } from '../helpers/keeper.js';
 import type { Netns } from '../helpers/netns.js';
 import { socketPerTest } from '../helpers/netns-hooks.js';
 import { until } from '../helpers/wait.js';
-import { chainLines, handles } from './helpers.js';
+import { chainLines, handles, seedConfig, seedRule } from './helpers.js';
 
 const N = 3000;
-const ip = (i: number) => `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`;
-const rule = (i: number) => `ip saddr ${ip(i)} ip daddr 192.0.2.1 return`;
-const YAML = `
-tables:
-  - family: ip
-    name: seed
-    chains:
-      - name: post
-        rules:
-${Array.from({ length: N }, (_, i) => `          - '${rule(i)}'`).join('\n')}
-`;
-const config = (): Config => parseConfig(YAML, 'seed.yaml');
+const rule = seedRule;
+const config = (): Config => seedConfig(N);
 
 describe('a start from empty', () => {
   const { ns, sock } = socketPerTest('starthandles');
