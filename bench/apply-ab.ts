@@ -4,7 +4,7 @@
  * this build, the other build (--root DIR, main's say) and nft, in turn; every process is timed
  * from outside (wait4: wall, user + system CPU, peak RSS).
  *
- *   npx tsx bench/apply-ab.ts --root /tmp/base [--rules 10000,100000] [--services 1000,10000] [--reps 5] [--cache DIR]
+ *   npx tsx bench/apply-ab.ts --root /tmp/base [--rules 10000,100000] [--services 1000,10000] [--reps 5] [--cache DIR] [--kinds warm,before,nft]
  *
  * --cache DIR gives each build its own code-cache directory (DIR/after, DIR/before, as
  * NODE_COMPILE_CACHE): two builds sharing one remove each other's entry of the command on every
@@ -64,8 +64,11 @@ for (const s of services) {
 }
 
 const hasCacheDir = spawnSync('node', [join(PROJECT_ROOT, 'bin', 'nfkeeper.js'), 'apply', '--help'], { encoding: 'utf8' }).stdout.includes('--cache-dir');
-const KINDS = command === 'check' ? ['off', 'cold', 'warm'] as const : hasCacheDir ? ['off', 'cold', 'warm', 'before', 'nft'] as const : ['after', 'before', 'nft'] as const;
 type Kind = 'off' | 'cold' | 'warm' | 'after' | 'before' | 'nft';
+// --kinds warm,before,nft: only those, for more rounds of one comparison in the same time.
+const only = arg('--kinds')?.split(',');
+const KINDS: readonly Kind[] = (command === 'check' ? ['off', 'cold', 'warm'] as Kind[] : hasCacheDir ? ['off', 'cold', 'warm', 'before', 'nft'] as Kind[] : ['after', 'before', 'nft'] as Kind[])
+  .filter((k) => !only || only.includes(k));
 const compileCache = (k: 'cold' | 'warm', w: { file: string }) => join(dir, `compile-cache-${k}-${w.file.replace(/\W/g, '_')}`);
 const fmt = (us: number) => (us >= 1e6 ? `${(us / 1e6).toFixed(2)} s` : `${(us / 1e3).toFixed(0)} ms`);
 const rows: string[] = [];
@@ -123,7 +126,7 @@ await withBenchNetns('applyab', async (ns) => {
       pairRows.push(`| ${w.work} | ${k} / before | ${pairs(k, 'before', (r) => r.cpuUs)} | ${pairs(k, 'before', (r) => r.wallUs)} | ${(sum('before').rssKiB / 1024).toFixed(0)} / ${(sum(k).rssKiB / 1024).toFixed(0)} MiB |`);
       pairRows.push(`| ${w.work} | ${k} / nft | ${pairs(k, 'nft', (r) => r.cpuUs)} | ${pairs(k, 'nft', (r) => r.wallUs)} | |`);
     }
-    if (hasCacheDir) pairRows.push(`| ${w.work} | cold / off (the store's cost) | ${pairs('cold', 'off', (r) => r.cpuUs)} | ${pairs('cold', 'off', (r) => r.wallUs)} | |`);
+    if (KINDS.includes('cold') && KINDS.includes('off')) pairRows.push(`| ${w.work} | cold / off (the store's cost) | ${pairs('cold', 'off', (r) => r.cpuUs)} | ${pairs('cold', 'off', (r) => r.wallUs)} | |`);
     // The kernel's own share: the system time of each (median), beside the CPU.
     const sys = (rs: ProcessRun[]) => fmt(rs.map((r) => r.sysUs ?? NaN).sort((x, y) => x - y)[rs.length >> 1]!);
     sysRows.push(`| ${w.work} | ${KINDS.map((k) => sys(runs[k]!)).join(' | ')} |`);

@@ -11,7 +11,8 @@
  */
 import { sha256 } from './base/sha256.js';
 import { closeSync, ftruncateSync, mkdirSync, openSync, readFileSync, writeSync } from 'node:fs';
-import { createServer, type Server } from 'node:net';
+import { createRequire } from 'node:module';
+import type { Server } from 'node:net';
 import { dirname } from 'node:path';
 import { NfkeeperError } from './base/errors.js';
 import { lockCalls } from './netlink/unix.js';
@@ -33,6 +34,9 @@ export function tableLockName(family: string, name: string): string {
   return Buffer.byteLength(plain) <= 100 ? plain : `nfkeeper/table/${sha256(`${family}/${name}`, 'hex')}`;
 }
 
+/** A table's lock accepts (and closes) the connections asking who holds it from this long after it was taken (lockKeeper). */
+export const DRAIN_AFTER_MS = 1000;
+
 /** The lock file beside a state file. */
 export function stateLockPathOf(stateFile: string): string {
   return `${stateFile}.lock`;
@@ -42,12 +46,17 @@ export function stateLockPathOf(stateFile: string): string {
  * Locks the tables in the namespace (undefined: this process's) and, when given, the state file.
  * Throws KeeperLockedError when another process holds one; releases what it took before throwing.
  */
-export function lockKeeper(o: { netns?: string; tables: readonly { family: string; name: string }[]; stateFile?: string }): KeeperLock {
+export function lockKeeper(o: { netns?: string; tables: readonly { family: string; name: string }[]; stateFile?: string; drainAfterMs?: number }): KeeperLock {
   const addon = lockCalls();
   const servers: Server[] = [];
+  // The tables' listening sockets no server drains yet, and the timer that will make their servers.
+  const listening: number[] = [];
+  let drainAt: NodeJS.Timeout | undefined;
   const fds: number[] = [];
   const release = () => {
+    clearTimeout(drainAt);
     for (const s of servers.splice(0)) s.close();
+    for (const fd of listening.splice(0)) closeSync(fd);
     for (const fd of fds.splice(0)) closeSync(fd);
   };
   try {
@@ -57,12 +66,26 @@ export function lockKeeper(o: { netns?: string; tables: readonly { family: strin
         const fd = addon.bindAbstract(o.netns, name);
         if (fd === -98 /* EADDRINUSE */) throw new KeeperLockedError(`table ${t.family} ${t.name}${o.netns ? ` in ${o.netns}` : ''}`, addon.abstractPeerPid(o.netns, name));
         if (fd < 0) throw new NfkeeperError(`table ${t.family} ${t.name}: cannot take its lock (bind of an abstract socket: errno ${-fd})`);
-        // Connections (another keeper asking who holds it) are accepted and closed at once, so the backlog never fills.
-        const server = createServer((c) => c.destroy());
-        server.listen({ fd });
-        server.unref();
-        servers.push(server);
+        listening.push(fd);
       }
+    }
+    if (listening.length > 0) {
+      // Connections (another keeper asking who holds it) are accepted and closed, so the backlog
+      // (16, native/lock.cc) never fills: by servers made once the lock has been held a while.
+      // Until then a contender's connection waits in the backlog and names our pid all the same
+      // (SO_PEERCRED); a one-shot command is usually done by then and never loads node:net and
+      // its server for it (~10 ms of CPU).
+      drainAt = setTimeout(() => {
+        drainAt = undefined;
+        const { createServer } = createRequire(import.meta.url)('node:net') as typeof import('node:net');
+        for (const fd of listening.splice(0)) {
+          const server = createServer((c) => c.destroy());
+          server.listen({ fd });
+          server.unref();
+          servers.push(server);
+        }
+      }, o.drainAfterMs ?? DRAIN_AFTER_MS);
+      drainAt.unref();
     }
     if (o.stateFile !== undefined && addon.flockExclusive) {
       const path = stateLockPathOf(o.stateFile);

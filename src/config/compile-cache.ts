@@ -30,13 +30,14 @@ import { listing, pathKind, traced, type CompileInput } from '../base/compile-in
 import { readRegularFile } from '../base/regular-file.js';
 import { readSealedBytes, writeSealed } from '../base/sealed-file.js';
 import { sha256, sha256Hash } from '../base/sha256.js';
+import { u16le } from '../base/little-endian.js';
 import { runNow, type Sliced } from '../base/sliced.js';
 import { asKnownRule, isNoSets } from '../model/compact.js';
 import { chainDigestsSteps, knownChainDigests } from '../model/desired-digest.js';
 import type { DataType, SetConfig } from '../model/sets.js';
 import { DATATYPES, datatypeById, type Datatype, type KeyType } from '../rules/datatypes.js';
 import { lateRules, rulesMade, type ChainConfig, type EncodedRule } from '../model/desired.js';
-import { addonDigest } from '../netlink/addon.js';
+import { addonDigest, addonFileId, addonIdentity } from '../netlink/addon.js';
 import { encodeRuleExprs } from '../netlink/socket.js';
 import type { Expr, Family } from '../netlink/expr.js';
 import { storedText, withRenderedText, type CompiledRule } from '../rules/compile.js';
@@ -85,6 +86,11 @@ interface Header {
   node: string;
   /** A digest of the native addon (addonDigest): its encoder wrote the rules' encoded expressions. */
   addon: string;
+  /**
+   * The addon file's identity when `addon` was taken (addonFileId): a load that finds the same
+   * takes the digest as unchanged without hashing the file again; another, or none, hashes it.
+   */
+  addonFile?: string;
   /** The token the file of the rules' encoded expressions (encodedPathOf) begins with: that file is this one's. */
   encoded?: string;
   config: string;
@@ -240,7 +246,8 @@ export function loadConfigCached(file: string, options: LoadOptions, cache: Comp
         if (inputs === undefined) return `${unstable!.replace(/\0/g, ' ')} changed while the config was compiled`;
         const chains = yield* chainDigestsSteps(config.tables);
         const token = randomUUID();
-        const out = yield* serialise(config, { format: FORMAT, version: cache.version, code: codeDigest(), node: process.version, addon: addonDigest(), config: file, includePath: options.includePath ?? [], inputs, chains, encoded: token });
+        const addon = addonOf();
+        const out = yield* serialise(config, { format: FORMAT, version: cache.version, code: codeDigest(), node: process.version, ...addon, config: file, includePath: options.includePath ?? [], inputs, chains, encoded: token });
         if ('why' in out) return out.why;
         // A cache: a crash costs one compile, not an fsync of every store. The encoded rules first:
         // a load between the two writes finds the previous cache's token, not this file's.
@@ -267,7 +274,7 @@ function fromCache(path: string, file: string, options: LoadOptions, cache: Comp
   if (h.version !== cache.version) return { why: `it was written by nfkeeper ${h.version}, this is ${cache.version}` };
   if (h.code !== codeDigest()) return { why: "it was written by another build of nfkeeper's code" };
   if (h.node !== process.version) return { why: `it was written under Node ${h.node}, this is ${process.version}` };
-  if (h.addon !== addonDigest()) return { why: "it was written with another build of nfkeeper's native addon" };
+  if ((h.addonFile === undefined || h.addonFile !== addonFileId()) && h.addon !== addonDigest()) return { why: "it was written with another build of nfkeeper's native addon" };
   if (h.config !== file || JSON.stringify(h.includePath) !== JSON.stringify(options.includePath ?? [])) return { why: 'it is of another config file or include path' };
   if (!Array.isArray(h.inputs) || !Array.isArray(h.chains)) return { why: `${path} is corrupt: no inputs or digests` };
   const changed = changedInput(h.inputs, options);
@@ -278,6 +285,12 @@ function fromCache(path: string, file: string, options: LoadOptions, cache: Comp
     && chains[i]!.every((d) => typeof d === 'string' && /^[0-9a-f]{64}$/.test(d)))) return { why: `${path} is corrupt: its chain digests are not its chains'` };
   knownChainDigests(config.tables, chains);
   return { config, inputs: h.inputs, make };
+}
+
+/** The addon's digest for a header, with the file's identity where the digest was taken of the file that has it. */
+function addonOf(): Pick<Header, 'addon' | 'addonFile'> {
+  const { digest, file } = addonIdentity();
+  return file !== undefined ? { addon: digest, addonFile: file } : { addon: digest };
 }
 
 /**
@@ -522,7 +535,7 @@ function encodedStarts(b: Buffer, n: number, chain: string): Uint32Array {
   for (let j = 0; j < n; j++) {
     if (at + ENCODED_HEAD > b.length) throw new Error(`chain ${chain}'s encoded rules are malformed`);
     starts[j] = at;
-    at += ENCODED_HEAD + b.readUInt16LE(at) + b.readUInt16LE(at + 2) + b.readUInt16LE(at + 4);
+    at += ENCODED_HEAD + u16le(b, at) + u16le(b, at + 2) + u16le(b, at + 4);
   }
   if (at !== b.length) throw new Error(`chain ${chain}'s encoded rules are malformed`);
   return starts;
@@ -631,10 +644,10 @@ function deserialise(bytes: Buffer, options: LoadOptions, readEncoded: () => Buf
         }
         if (encStarts === null) return undefined;
         const o = encStarts[j]!;
-        const len = enc.readUInt16LE(o);
+        const len = u16le(enc, o);
         if (len === 0) return undefined;
-        const ud = enc.readUInt16LE(o + 2);
-        const tx = enc.readUInt16LE(o + 4);
+        const ud = u16le(enc, o + 2);
+        const tx = u16le(enc, o + 4);
         const from = o + ENCODED_HEAD;
         const exprs = enc.subarray(from, from + len);
         const out: EncodedRule = ud === 0 ? { exprs } : { exprs, userdata: enc.toString('hex', from + len, from + len + ud) };

@@ -244,7 +244,10 @@ export class KernelView extends FollowedView {
    * generation: the commit's events prove it did not change them (tableCurrency), or a digest dump.
    */
   committed(batch: Batch): void {
-    for (const op of batch.ops) {
+    // (indexed: run once per commit, unoptimised, for-of made an iterator result per op)
+    const ops = batch.ops;
+    for (let i = 0; i < ops.length; i++) {
+      const op = ops[i]!;
       const rec = this.find(op.family, op.object === 'table' ? op.name : op.table);
       if (!rec) continue;
       rec.rules = undefined;

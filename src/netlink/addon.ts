@@ -13,7 +13,7 @@
  * package that has it, never the dynamic loader's stack.
  */
 import { createRequire } from 'node:module';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync, statSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { basename, dirname, join } from 'node:path';
 import { AddonLoadError, NetlinkError } from '../base/errors.js';
@@ -211,6 +211,9 @@ export function loadAddon(): Addon {
 }
 
 let digest: string | undefined;
+/** The addon file's identity when first asked (fileIdNow), and whether `digest` was taken of the file that has it. */
+let fileId: { id: string | undefined } | undefined;
+let digestOfFileId = false;
 
 /**
  * The SHA-256 of the addon file loadAddon() loads (hex): what its encoder wrote is another build's
@@ -218,6 +221,33 @@ let digest: string | undefined;
  */
 export function addonDigest(): string {
   if (digest !== undefined) return digest;
+  const id = addonFileId();
+  digest = sha256(readFileSync(addonPath()!), 'hex');
+  digestOfFileId = id !== undefined && fileIdNow() === id;
+  return digest;
+}
+
+/**
+ * The addon file loadAddon() loads, as the file system identifies it (fileIdNow), taken once, when
+ * first asked. A file that has it still is the file whose digest (addonDigest) was taken with it:
+ * a write changes its modification and change times, a replacement its inode or change time, and
+ * no system call sets the change time back (only the clock set back could, to the tick). What the
+ * compile cache checks first instead of hashing the ~0.6 MB addon at every load. Loads the addon.
+ */
+export function addonFileId(): string | undefined {
+  if (fileId !== undefined) return fileId.id;
   loadAddon();
-  return digest = sha256(readFileSync(addonPath()!), 'hex');
+  return (fileId = { id: fileIdNow() }).id;
+}
+
+/** addonDigest() and, where that digest was taken of the file addonFileId() names, that identity. */
+export function addonIdentity(): { digest: string; file?: string } {
+  const d = addonDigest();
+  return digestOfFileId ? { digest: d, file: addonFileId()! } : { digest: d };
+}
+
+/** The addon file's device, inode, size, modification and change times (ns) now; undefined if it cannot be statted. */
+function fileIdNow(): string | undefined {
+  const st = statSync(addonPath()!, { bigint: true, throwIfNoEntry: false });
+  return st && `${st.dev}:${st.ino}:${st.size}:${st.mtimeNs}:${st.ctimeNs}`;
 }

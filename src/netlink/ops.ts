@@ -34,22 +34,28 @@ export type ObjOp = { verb: 'add' | 'create' | 'delete'; object: 'obj' }
  * desired chain holds.
  */
 export class EncodedRuleOp {
-  readonly verb = 'add' as const;
-  readonly object = 'rule' as const;
-  // Fields a rule op may have, present as undefined: the encoder's hints find none of them set.
-  readonly handle = undefined;
-  readonly position = undefined;
-  readonly id = undefined;
-  readonly positionId = undefined;
-  readonly chainId = undefined;
-  readonly compat = undefined;
-  readonly digest = undefined;
+  // The same for every op: on the prototype (below), not in each of an install's 10,000 objects,
+  // which live from the plan to the commit's follow-up and are copied by each scavenge meanwhile.
+  declare readonly verb: 'add';
+  declare readonly object: 'rule';
+  // Fields a rule op may have, undefined: the encoder's hints find none of them set.
+  declare readonly handle: undefined;
+  declare readonly position: undefined;
+  declare readonly id: undefined;
+  declare readonly positionId: undefined;
+  declare readonly chainId: undefined;
+  declare readonly compat: undefined;
+  declare readonly digest: undefined;
   constructor(readonly family: Family, readonly table: string, readonly chain: string, readonly encoded: Buffer,
     readonly userdata: string | undefined, private readonly exprsOf: (at: number) => Expr[], private readonly at: number) {}
 
   get exprs(): Expr[] {
     return this.exprsOf(this.at);
   }
+}
+for (const [k, value] of Object.entries({ verb: 'add', object: 'rule', handle: undefined, position: undefined, id: undefined,
+  positionId: undefined, chainId: undefined, compat: undefined, digest: undefined })) {
+  Object.defineProperty(EncodedRuleOp.prototype, k, { value, enumerable: true });
 }
 
 export type Op = TableOp | ChainOp | BoundChainOp | RuleOp | BoundRuleOp | SetOp | ElementOp | ObjOp;

@@ -7,6 +7,7 @@
  * rule; here it is refused instead.
  */
 import { InvalidOperationError } from '../base/errors.js';
+import { u16le } from '../base/little-endian.js';
 import { EncodedRuleOp, type Op } from './ops.js';
 import { EXPR_SCHEMA, FAMILY, MAX_BLOB, MAX_DATA, MAX_STATEFUL_EXPRS, STATEFUL_KINDS, type Expr, type FieldSpec, type KindSpec } from './expr.js';
 import { CHAIN_F, OBJ_TYPE, type SetElement } from './objects.js';
@@ -64,8 +65,8 @@ const RULE_EXPRESSIONS = 4, NLA_F_NESTED = 0x8000;
 
 /** `b` is one NFTA_RULE_EXPRESSIONS attribute, its length its own (what encodeExprs gives). */
 function checkEncodedExprs(index: number, b: unknown): void {
-  if (!Buffer.isBuffer(b) || b.length < 4 || b.length > 0xffff || b.readUInt16LE(0) !== b.length
-    || (b.readUInt16LE(2) & ~NLA_F_NESTED) !== RULE_EXPRESSIONS) {
+  if (!Buffer.isBuffer(b) || b.length < 4 || b.length > 0xffff || u16le(b, 0) !== b.length
+    || (u16le(b, 2) & ~NLA_F_NESTED) !== RULE_EXPRESSIONS) {
     throw new InvalidOperationError(index, 'encoded', 'must be one NFTA_RULE_EXPRESSIONS attribute');
   }
 }

@@ -17,7 +17,7 @@ import { chainDigestsSteps, desiredDigest } from '../../src/model/desired-digest
 import { localIsUtc } from '../../src/rules/intvalues.js';
 import { compactAsCompiled } from '../../src/model/compact.js';
 import { appendRules, encodedRuleAt, ruleAt, ruleCount, rulesMade, type TableConfig } from '../../src/model/desired.js';
-import { loadAddon } from '../../src/netlink/addon.js';
+import { addonDigest, addonFileId, loadAddon } from '../../src/netlink/addon.js';
 import { Batch } from '../../src/netlink/batch.js';
 import { EncodedRuleOp } from '../../src/netlink/ops.js';
 import { encodeHints } from '../../src/netlink/socket.js';
@@ -476,6 +476,36 @@ describe('the compile cache', () => {
     load(file);
     env = { ...env, UNRELATED: 'y', OTHER: 'z' };
     expect(load(file).cache.used).toBe(true);
+  });
+
+  it("the addon: a load that finds the file whose digest the store took (by its identity) does not hash it again; another file is hashed, and used only with the same digest", () => {
+    const file = join(dir, 'main.nft');
+    load(file);
+    const main = compileCachePathOf(cacheDir, undefined, file);
+    const stored = readFileSync(main);
+    const h = JSON.parse(stored.toString('utf8', 0, stored.indexOf(0x0a))) as { addon: string; addonFile?: string };
+    expect(h.addon).toBe(addonDigest());
+    expect(h.addonFile).toBe(addonFileId());
+    expect(h.addonFile).toMatch(/^\d+:\d+:\d+:\d+:\d+$/);
+    // The header's addon fields changed, the file sealed again (its body then its SHA-256 line).
+    const withAddon = (addon: string, addonFile: string | undefined) => {
+      const body = stored.subarray(0, stored.lastIndexOf(0x0a, stored.length - 2));
+      const nl = body.indexOf(0x0a);
+      const head = { ...JSON.parse(body.toString('utf8', 0, nl)), addon, addonFile };
+      const out = Buffer.concat([Buffer.from(JSON.stringify(head), 'utf8'), body.subarray(nl)]);
+      writeFileSync(main, Buffer.concat([out, Buffer.from(`\n${sha256(out, 'hex')}\n`, 'latin1')]), { mode: 0o600 });
+      return loadConfigCached(file, options(), cache()).cache;
+    };
+    const other = '0'.repeat(64);
+    // The same file: its digest is not taken again (one that no longer matches is not looked at).
+    expect(withAddon(other, h.addonFile)).toMatchObject({ used: true });
+    // Another file's identity, or none (a store that could not note it): hashed, the same digest, used.
+    expect(withAddon(h.addon, '1:2:3:4:5')).toMatchObject({ used: true });
+    expect(withAddon(h.addon, undefined)).toMatchObject({ used: true });
+    // Another file and another digest, or none and another digest: not used.
+    for (const id of ['1:2:3:4:5', undefined]) {
+      expect(withAddon(other, id)).toMatchObject({ used: false, why: "it was written with another build of nfkeeper's native addon" });
+    }
   });
 
   it('another version, another include path, another config file: not used', () => {

@@ -13,6 +13,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { parseConfig, parseNftConfig, type Config } from '../../src/config/config.js';
 import { Keeper, type KeeperOptions } from '../../src/keeper/keeper.js';
 import { planTable } from '../../src/keeper/plan.js';
+import { heldAsSent } from '../../src/keeper/reconciler.js';
 import { TableOwnedError, diffTable } from '../../src/keeper/table.js';
 import { Batch } from '../../src/netlink/batch.js';
 import type { NftConn } from '../../src/netlink/conn.js';
@@ -428,5 +429,23 @@ describe('a protected table at start-up', () => {
     expect(kernel.generation).toBe(g + 1);
     expect(kernel.log.at(-1)!.ops.map((o) => `${o.verb} ${o.object}`)).toEqual(['add table']);
     expect((await kernel.connect().listRules(OWNED)).map((r) => r.handle)).toEqual(handles);
+  });
+});
+
+describe("a commit's echo proving its batch (heldAsSent)", () => {
+  it('every rule op added, inserted or replaced, the last one too, held with the digest sent (or, with anonymous sets, the unnamed one); a delete needs none', () => {
+    const batch = new Batch();
+    batch.add('table', { family: 'ip', name: 't' });
+    for (let i = 0; i < 3; i++) batch.add('rule', { family: 'ip', table: 't', chain: 'c', exprs: [{ kind: 'counter' }] });
+    batch.delete('rule', { family: 'ip', table: 't', chain: 'c', handle: 9 });
+    const digests = ['', 'a', 'b', '', ''];
+    const unnamed = [undefined, undefined, undefined, 'u', undefined];
+    expect(heldAsSent(batch, { digests, unnamed, held: ['', 'a', 'b', 'u'] })).toBe(true);
+    // The last rule op, the first, held otherwise or not echoed: not proved.
+    expect(heldAsSent(batch, { digests, unnamed, held: ['', 'a', 'b', 'x'] })).toBe(false);
+    expect(heldAsSent(batch, { digests, unnamed, held: ['', 'x', 'b', 'u'] })).toBe(false);
+    expect(heldAsSent(batch, { digests, unnamed, held: ['', 'a', 'b'] })).toBe(false);
+    // A rule op with neither digest: nothing to prove it by.
+    expect(heldAsSent(batch, { digests, held: ['', 'a', 'b', 'u'] })).toBe(false);
   });
 });
