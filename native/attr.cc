@@ -1,6 +1,7 @@
 #include "attr.h"
 #include <algorithm>
 #include <iterator>
+#include <type_traits>
 #include <cstring>
 
 #include <arpa/inet.h>
@@ -702,61 +703,56 @@ bool Walk::Element(const nlattr* elem, const Frame* at) {
   return parses && NameOk(objref) && expr && exprs;
 }
 
+// The one walk of a rule's, a set's or a set element message's top-level attributes: each one
+// `policy` checks is type-checked with its nests (`abiOk`, `why`), the last of each type is kept
+// in `at`, and libnftnl can parse the message (`parses`) when its `names` are NUL-terminated and
+// the last of each of its `nested` attributes (what libnftnl parses of it: the expressions, the
+// elements) parses.
+template <typename R, size_t Names, size_t Nested>
+void CheckTop(const nlmsghdr* nlh, const Policy& policy, const uint16_t (&names)[Names], const uint16_t (&nested)[Nested],
+              R* r) {
+  constexpr size_t kMax = std::extent_v<decltype(R::at)> - 1;
+  Walk w{&r->why};
+  if (!HasNfgenmsg(nlh)) {
+    r->parses = false;
+    return;
+  }
+  bool nestedOk[Nested];
+  std::fill(std::begin(nestedOk), std::end(nestedOk), true);
+  EachAttr(nlh, [&](const nlattr* a, uint16_t t) {
+    if (t <= kMax) r->at[t] = a;
+    const Check* c = Find(policy, t);
+    if (c == nullptr) return;
+    bool p = w.Attr(a, *c, nullptr);
+    for (size_t i = 0; i < Nested; i++) {
+      if (t == nested[i]) nestedOk[i] = p;
+    }
+  });
+  r->abiOk = w.ok;
+  bool parses = true;
+  for (uint16_t n : names) parses = parses && NameOk(r->at[n]);
+  for (bool ok : nestedOk) parses = parses && ok;
+  r->parses = parses;
+}
+
 }  // namespace
 
 void CheckRule(const nlmsghdr* nlh, RuleCheck* r) {
-  Walk w{&r->why};
-  if (!HasNfgenmsg(nlh)) {
-    r->parses = false;
-    return;
-  }
-  bool exprs = true;
-  EachAttr(nlh, [&](const nlattr* a, uint16_t t) {
-    if (t <= NFTA_RULE_MAX) r->at[t] = a;
-    const Check* c = Find(kRule, t);
-    if (c == nullptr) return;
-    bool p = w.Attr(a, *c, nullptr);
-    if (t == NFTA_RULE_EXPRESSIONS) exprs = p;
-  });
-  r->abiOk = w.ok;
-  r->parses = NameOk(r->at[NFTA_RULE_TABLE]) && NameOk(r->at[NFTA_RULE_CHAIN]) && exprs;
+  static constexpr uint16_t kNames[] = {NFTA_RULE_TABLE, NFTA_RULE_CHAIN};
+  static constexpr uint16_t kNested[] = {NFTA_RULE_EXPRESSIONS};
+  CheckTop(nlh, kRule, kNames, kNested, r);
 }
 
 void CheckSet(const nlmsghdr* nlh, SetCheck* r) {
-  Walk w{&r->why};
-  if (!HasNfgenmsg(nlh)) {
-    r->parses = false;
-    return;
-  }
-  bool expr = true, exprs = true;  // (of the last NFTA_SET_EXPR, NFTA_SET_EXPRESSIONS: what libnftnl parses)
-  EachAttr(nlh, [&](const nlattr* a, uint16_t t) {
-    if (t <= NFTA_SET_MAX) r->at[t] = a;
-    const Check* c = Find(kSet, t);
-    if (c == nullptr) return;
-    bool p = w.Attr(a, *c, nullptr);
-    if (t == NFTA_SET_EXPR) expr = p;
-    else if (t == NFTA_SET_EXPRESSIONS) exprs = p;
-  });
-  r->abiOk = w.ok;
-  r->parses = NameOk(r->at[NFTA_SET_TABLE]) && NameOk(r->at[NFTA_SET_NAME]) && expr && exprs;
+  static constexpr uint16_t kNames[] = {NFTA_SET_TABLE, NFTA_SET_NAME};
+  static constexpr uint16_t kNested[] = {NFTA_SET_EXPR, NFTA_SET_EXPRESSIONS};
+  CheckTop(nlh, kSet, kNames, kNested, r);
 }
 
 void CheckSetElems(const nlmsghdr* nlh, SetElemsCheck* r) {
-  Walk w{&r->why};
-  if (!HasNfgenmsg(nlh)) {
-    r->parses = false;
-    return;
-  }
-  const nlattr* table = nullptr;
-  const nlattr* set = nullptr;
-  bool elems = true;  // (of the last NFTA_SET_ELEM_LIST_ELEMENTS)
-  EachAttr(nlh, [&](const nlattr* a, uint16_t t) {
-    if (t == NFTA_SET_ELEM_LIST_TABLE) table = a;
-    else if (t == NFTA_SET_ELEM_LIST_SET) set = a;
-    else if (const Check* c = Find(kElemList, t)) elems = w.Attr(a, *c, nullptr);
-  });
-  r->abiOk = w.ok;
-  r->parses = NameOk(table) && NameOk(set) && elems;
+  static constexpr uint16_t kNames[] = {NFTA_SET_ELEM_LIST_TABLE, NFTA_SET_ELEM_LIST_SET};
+  static constexpr uint16_t kNested[] = {NFTA_SET_ELEM_LIST_ELEMENTS};
+  CheckTop(nlh, kElemList, kNames, kNested, r);
 }
 
 bool ChainAbiOk(const nlmsghdr* nlh, std::string* why) { return Walk{why}.Top(nlh, kChain); }

@@ -98,6 +98,7 @@ struct SetElemsCheck {
   bool abiOk = true;
   bool parses = true;  // else the decoders refuse it as malformed
   std::string why;
+  const nlattr* at[NFTA_SET_ELEM_LIST_MAX + 1] = {};  // the last attribute of each type
 };
 void CheckSetElems(const nlmsghdr* nlh, SetElemsCheck* r);
 // A stateful object's message and its data, by its type.

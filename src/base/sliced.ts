@@ -37,3 +37,13 @@ export async function runByTurns<T>(work: Sliced<T>, turnMs = TURN_MS): Promise<
     await new Promise<void>((resolve) => setImmediate(resolve));
   }
 }
+
+/** `work` that stops at the first slice after which `stop` holds (undefined then). */
+export function* until<T>(work: Sliced<T>, stop: () => boolean): Sliced<T | undefined> {
+  for (;;) {
+    const r = work.next();
+    if (r.done) return r.value;
+    if (stop()) return undefined;
+    yield;
+  }
+}

@@ -23,7 +23,8 @@ import { diffElements, setDefinitionKey } from '../model/elements.js';
 import type { Batch } from '../netlink/batch.js';
 import type { NftConn } from '../netlink/conn.js';
 import { ruleDigester } from '../netlink/socket.js';
-import { desiredChainDigests } from './observe.js';
+import { desiredChainDigestsSteps } from './observe.js';
+import { runByTurns, until } from '../base/sliced.js';
 import { SET_F, type Chain, type NftSet, type ObservedTable, type Rule, type SetElement } from '../netlink/objects.js';
 import { knownRule, knownRuleAt, isKnownAt, hasKey, sameKey } from './rule-key.js';
 import { chainDiffOf, standIn } from './held-diff.js';
@@ -44,10 +45,11 @@ export type ElementsHeld = (t: TableConfig, set: string) => boolean;
  * others' are read and compared with the desired ones: where they differ, the elements read become
  * the held ones (the observation then diffs them, no second read). A volatile set's are read by the
  * observation. Throws ENOENT when the table, a chain or a set went while it read; with `once`,
- * DumpInterruptedError when a commit interrupted its digest dump (not retried).
+ * DumpInterruptedError when a commit interrupted its digest dump (not retried). False, not held,
+ * as soon as `moved` says a commit came after the dump while its rules are compared by turns.
  */
 export async function revalidate(conn: NftConn & Required<Pick<NftConn, 'listRuleDigests'>>, t: TableConfig, kt: TableRules,
-  elementsHeld?: ElementsHeld, once = false): Promise<boolean> {
+  elementsHeld?: ElementsHeld, once = false, moved: () => boolean = () => false): Promise<boolean> {
   const known = kt.observed.table;
   if (!known) return false;
   const hasSets = kt.observed.sets.size > 0;
@@ -71,7 +73,11 @@ export async function revalidate(conn: NftConn & Required<Pick<NftConn, 'listRul
       if (r.handle !== handles[i] || (r.digest && r.digest !== digests[i])) return false;
       if (!r.digest) digested = false;
     }
-    if (!digested && !provedByDesired(t, chain, rules, digests)) undigested.push(chain);
+    if (!digested) {
+      const proved = await provedByDesired(t, chain, rules, handles, digests, moved);
+      if (proved === undefined) return false;
+      if (!proved) undigested.push(chain);
+    }
     withRules++;
   }
   // Rules our own commit wrote (their digests unknown): their chains are decoded, one dump each,
@@ -325,14 +331,21 @@ const UNDIGESTED_CHAINS_UP_TO = 8;
  * A chain whose known rules without a digest (our own commit's, their handles known from it) are
  * each the desired rule at its place, and the kernel's digests are those desired rules' (the
  * digests observeTable's adopt compares): its rules are proved without decoding them, and keep the
- * digests read. False where one differs or has none (a rule with anonymous sets): decoded.
+ * digests read. False where one differs or has none (a rule with anonymous sets): decoded. The
+ * desired digests are made by turns of the event loop (at 100,000 rules, most of a second of this
+ * thread, which an event would otherwise wait for); undefined, unproved, as soon as `moved` says a
+ * commit came after the dump (the repair the event asked for waits for this pass to end), or when
+ * the chain's rules moved meanwhile.
  */
-function provedByDesired(t: TableConfig, chain: string, rules: readonly Rule[], digests: readonly string[]): boolean {
+async function provedByDesired(t: TableConfig, chain: string, rules: readonly Rule[], handles: readonly number[],
+  digests: readonly string[], moved: () => boolean): Promise<boolean | undefined> {
   const c = t.chains.find((x) => x.name === chain);
   const ruleDigests = ruleDigester();
   if (!c || !ruleDigests || ruleCount(c) !== rules.length) return false;
   for (let i = 0; i < rules.length; i++) if (!rules[i]!.digest && !isKnownAt(rules[i]!, c, i)) return false;
-  const want = desiredChainDigests([c], ruleDigests).get(chain)!;
+  const want = (await runByTurns(until(desiredChainDigestsSteps([c], ruleDigests), moved)))?.get(chain);
+  if (!want || rules.length !== handles.length) return undefined;
+  for (let i = 0; i < rules.length; i++) if (rules[i]!.handle !== handles[i]) return undefined;
   for (let i = 0; i < rules.length; i++) if (!rules[i]!.digest && (!want[i] || want[i] !== digests[i])) return false;
   for (let i = 0; i < rules.length; i++) rules[i]!.digest ??= digests[i];
   return true;

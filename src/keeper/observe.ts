@@ -11,6 +11,7 @@ import { CHAIN_F, SET_F, bindChains, indexByChain, jumpTargetsOutside } from '..
 import type { NftConn } from '../netlink/conn.js';
 import { ruleDigester, type RuleDigester } from '../netlink/socket.js';
 import { ruleAt, type ChainConfig, type TableConfig } from '../model/desired.js';
+import { runNow, type Sliced } from '../base/sliced.js';
 import { knownRule, provedAs } from './rule-key.js';
 import { objectKey } from './table.js';
 
@@ -206,6 +207,12 @@ function sameList(want: readonly string[], have: readonly string[]): boolean {
  */
 export function desiredChainDigests(chains: readonly Pick<ChainConfig, 'name' | 'rules'>[], ruleDigests: RuleDigester,
   written?: WrittenDigests): Map<string, string[]> {
+  return runNow(desiredChainDigestsSteps(chains, ruleDigests, written));
+}
+
+/** desiredChainDigests a call of ruleDigests at a time (src/base/sliced.ts). */
+export function* desiredChainDigestsSteps(chains: readonly Pick<ChainConfig, 'name' | 'rules'>[], ruleDigests: RuleDigester,
+  written?: WrittenDigests): Sliced<Map<string, string[]>> {
   const out = new Map<string, string[]>();
   let group: { all: string[]; from: number; rules: ChainConfig['rules'] }[] = [];
   let size = 0;
@@ -223,7 +230,10 @@ export function desiredChainDigests(chains: readonly Pick<ChainConfig, 'name' | 
     out.set(c.name, all);
     for (let from = 0; from < c.rules.length; from += DIGESTS_PER_CALL) {
       const slice = from === 0 && c.rules.length <= DIGESTS_PER_CALL ? c.rules : c.rules.slice(from, from + DIGESTS_PER_CALL);
-      if (size + slice.length > DIGESTS_PER_CALL) flush();
+      if (size + slice.length > DIGESTS_PER_CALL) {
+        flush();
+        yield;
+      }
       group.push({ all, from, rules: slice });
       size += slice.length;
     }

@@ -144,11 +144,14 @@ export class KernelView extends FollowedView {
     const digests = conn as NftConn & Required<Pick<NftConn, 'listRuleDigests'>>;
     // A named set whose elements the followed table holds, exact now and clean for it, is not read.
     const held = this.progressOf && ((t: TableConfig, set: string) => this.exactAt(generation) && this.elementsDiffering(t.family, t.name, set) === 0);
+    // A read that only observes (once) gives up at a commit the events bring after its generation: the pass ends, and the repair waiting for it runs.
+    const progress = this.progressOf;
+    const moved = once && progress ? () => progress().lastGeneration > generation : undefined;
     const failed = new Set<TableConfig>();
     for (const t of stale) {
       const kt = this.rulesOf(t);
       try {
-        if (kt && await revalidate(digests, t, kt, held, once)) continue;
+        if (kt && await revalidate(digests, t, kt, held, once, moved)) continue;
       } catch (e) {
         // The table, a chain or a set went while we read (ENOENT), or a commit interrupted the
         // digest dump (once): not as held, read it whole.

@@ -23,7 +23,8 @@ import { compileOwner, parseOwnerChain } from '../../src/owners/spec.js';
 import { compileRule } from '../../src/rules/index.js';
 import { FakeKernel } from '../helpers/fake-kernel.js';
 import { until } from '../helpers/wait.js';
-import { FLANNEL_YAML, captureLog, flannelConfig, nextRepair, sleep } from './helpers.js';
+import { FLANNEL_YAML, captureLog, flannelConfig, nextRepair, seedConfig, sleep } from './helpers.js';
+import { loadAddon } from '../../src/netlink/addon.js';
 
 const IP = { family: 'ip' as Family };
 const CHAIN = { family: 'ip' as Family, table: 'nfkeeper', chain: 'postrouting' };
@@ -201,6 +202,38 @@ describe('requests', () => {
     expect(outcome).toMatchObject({ status: 'deferred', drift: [] });
     await until('the flushed chain repaired', async () => await ruleCount(conn) === 4);
     expect(decoded).toBe(0);
+    expect(errors).toEqual([]);
+    conn.close();
+  });
+
+  it('a background read-back that finds a commit after its dump while it compares the install\'s rules by turns gives up there: the repair waiting for it runs', async () => {
+    // A chain of four calls of the desired digests: our own install, its rules' digests unknown (echoed handles, no read).
+    const n = 4 * 4096;
+    kernel = new FakeKernel();
+    const k = await start({ config: seedConfig(n) });
+    const errors: unknown[] = [];
+    k.on('error', (e) => errors.push(e));
+    const conn = kernel.connect();
+    await until('the followed part seeded', () => k.followState()?.exact === true);
+    const post = { family: 'ip' as Family, table: 'seed', chain: 'post' };
+    const [, second] = await conn.listRules(post);
+    const addon = loadAddon();
+    const digests = addon.ruleDigests!;
+    let calls = 0;
+    try {
+      addon.ruleDigests = (...a: Parameters<typeof digests>) => {
+        // The comparison's calls (the fake digests its dump's rules one at a time): at the first, a neighbour deletes a rule.
+        if (a[2].length > 1 && calls++ === 0) void conn.commit(new Batch().delete('rule', { ...post, handle: second!.handle! }));
+        return digests(...a);
+      };
+      const outcome = await k.readBack('tick', performance.now(), true);
+      expect(outcome).toMatchObject({ status: 'deferred', drift: [] });
+      expect(calls).toBeGreaterThan(0);
+      expect(calls).toBeLessThan(4);
+    } finally {
+      addon.ruleDigests = digests;
+    }
+    await until('the deleted rule put back', async () => (await conn.listRules(post)).length === n);
     expect(errors).toEqual([]);
     conn.close();
   });

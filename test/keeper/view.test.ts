@@ -16,7 +16,7 @@ import { FakeKernel, type FakeConn, type FakeWatch } from '../helpers/fake-kerne
 import { planConfig, readPlanChain, rng, ruleText } from './plan-fixtures.js';
 import { parseConfig } from '../../src/config/config.js';
 import type { TableConfig } from '../../src/model/desired.js';
-import type { Rule } from '../../src/netlink/objects.js';
+import { TABLE_F, type Rule } from '../../src/netlink/objects.js';
 import type { OwnedTable } from '../../src/keeper/owned-table.js';
 
 const OWNED = [{ family: 'ip' as const, name: 't' }];
@@ -191,6 +191,33 @@ describe('the kernel view', () => {
       expect(w.reads.n).toBe(1);  // the observation it planned from (of an empty kernel), nothing after the commit
       expect(w.view.rulesExactAt(r.generation, tables)).toBe(true);
       expect(w.view.rulesOf(tables[0]!)!.observed.rules.get('c')!.map((x) => x.handle)).toEqual(await handles(w));
+    }
+  });
+
+  it('a reload that changes only a table\'s flags (dormant) lets the followed table go: a full pass puts it to sleep or wakes it, in place', async () => {
+    const w = world();
+    const awake = planConfig([0, 1, 2]).tables;
+    const pass = (tables: TableConfig[]) => w.reconciler.once({ tables, useKnown: true, keepKnown: true, trustSoleCommit: true });
+    // A start from empty: our install's echo seeds the followed part, nothing read after it.
+    expect(await pass(awake)).toMatchObject({ status: 'repaired' });
+    await w.settled();
+    expect(w.view.followsTable('ip', 't')).toBe(true);
+    const rules = await handles(w);
+    const asleep = awake.map((t) => ({ ...t, dormant: true }));
+    for (const [tables, dormant] of [[asleep, true], [awake, false]] as const) {
+      w.view.desiredChanged(tables);
+      // Not an element move: the table is let go, so the event repair has nothing to plan from
+      // (the keeper's follow pass would otherwise find it 'clean') and a full pass makes the flags.
+      expect(w.view.followsTable('ip', 't')).toBe(false);
+      expect(w.view.plan()).toBeUndefined();
+      expect(await pass(tables)).toMatchObject({ status: 'repaired', ops: 1 });
+      await w.settled();
+      expect(!!((await w.conn.getTable('ip', 't'))!.flags & TABLE_F.DORMANT)).toBe(dormant);
+      expect(await handles(w)).toEqual(rules);
+      // Followed again from a clean observation, for the next reload.
+      const r = await pass(tables);
+      expect(r).toMatchObject({ status: 'in-sync' });
+      expect(w.view.seed(tables, r.first.observed, r.generation)).toBe('seeded');
     }
   });
 
