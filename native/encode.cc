@@ -894,9 +894,9 @@ void AdviseHugePages(std::vector<uint8_t>* bytes) {
 
 // A big batch's pages faulted in ahead of the encoder, a MiB at a time by one madvise
 // (MADV_POPULATE_WRITE, Linux 5.14), instead of one page fault for each 4 KiB page it first
-// writes: on the VMs measured a fault cost ~12 us a page, the advice under 1 us. Never more than a
-// MiB past what was written, so the estimate's slack is not made resident. A kernel without it
-// refuses the advice once, and the pages fault as before.
+// writes: on the VM measured a fault cost 12-14 us of CPU a page, the advice under 1 us. Never
+// more than a MiB past what was written, so the estimate's slack is not made resident. A kernel
+// without it refuses the advice once, and the pages fault as before.
 class WriteAhead {
  public:
   explicit WriteAhead(std::vector<uint8_t>* bytes) : bytes_(bytes), off_(bytes->capacity() < kFrom) {}

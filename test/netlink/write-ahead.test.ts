@@ -1,7 +1,7 @@
 /**
  * A big batch's buffer is faulted in ahead of the encoder (native/encode.cc, WriteAhead): one
  * madvise(MADV_POPULATE_WRITE) per MiB instead of a page fault per 4 KiB page first written, which
- * cost ~12 us a page of system time on the VMs measured against under 1 us
+ * cost 12-14 us of CPU a page on the VM measured, against under 1 us advised
  * (docs/notes/2026-12-06-apply-kube.md). Seen from outside, under strace: a commit of a few MiB
  * advises its buffer in steps of at most a MiB, about as much as it wrote and never more than a
  * MiB past it; a small one (the daemon's repairs) advises nothing. The rules are installed either
