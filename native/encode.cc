@@ -887,43 +887,6 @@ void AdviseHugePages(std::vector<uint8_t>* bytes) {
   const uintptr_t to = (at + bytes->capacity()) & ~(kHuge - 1);
   if (to > from) madvise(reinterpret_cast<void*>(from), to - from, MADV_HUGEPAGE);
 }
-
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
-
-// A big batch's pages faulted in ahead of the encoder, a MiB at a time by one madvise
-// (MADV_POPULATE_WRITE, Linux 5.14), instead of one page fault for each 4 KiB page it first
-// writes: on the VM measured a fault cost 12-14 us of CPU a page, the advice under 1 us. Never
-// more than a MiB past what was written, so the estimate's slack is not made resident. A kernel
-// without it refuses the advice once, and the pages fault as before.
-class WriteAhead {
- public:
-  explicit WriteAhead(std::vector<uint8_t>* bytes) : bytes_(bytes), off_(bytes->capacity() < kFrom) {}
-  void Next() {
-    if (off_) return;
-    const uintptr_t at = reinterpret_cast<uintptr_t>(bytes_->data());
-    if (bytes_->data() != data_) {
-      // (a buffer grown is the copy of what was written: those pages are in)
-      data_ = bytes_->data();
-      done_ = (at + bytes_->size() + kPage - 1) & ~(kPage - 1);
-    }
-    const uintptr_t end = (at + bytes_->capacity()) & ~(kPage - 1);
-    if (at + bytes_->size() + kStep / 2 <= done_ || done_ >= end) return;
-    const size_t n = std::min<uintptr_t>(kStep, end - done_);
-    if (madvise(reinterpret_cast<void*>(done_), n, MADV_POPULATE_WRITE) != 0 && errno == EINVAL) off_ = true;
-    done_ += n;
-  }
-
- private:
-  static constexpr uintptr_t kPage = 4096;
-  static constexpr size_t kStep = size_t{1} << 20;
-  static constexpr size_t kFrom = size_t{256} << 10;
-  std::vector<uint8_t>* bytes_;
-  const uint8_t* data_ = nullptr;
-  uintptr_t done_ = 0;
-  bool off_;
-};
 }  // namespace
 
 void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneration,
@@ -941,8 +904,6 @@ void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneratio
   const size_t had = out->bytes.capacity();
   out->bytes.reserve(4096 + ops.Length() * 384);
   if (out->bytes.capacity() != had) AdviseHugePages(&out->bytes);
-  WriteAhead ahead(&out->bytes);
-  ahead.Next();
   PutBatchMarker(&out->bytes, NFNL_MSG_BATCH_BEGIN, seq, hasGeneration, generation);
   uint32_t next = seq + 1;
   // The handles an op's fields and expressions take are let go every kOpsPerScope ops (the
@@ -988,7 +949,6 @@ void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneratio
     }
     for (size_t m = 0; m < messages; m++) out->messageOp.push_back(static_cast<int32_t>(i));
     next += messages;
-    ahead.Next();
   }
   PutBatchMarker(&out->bytes, NFNL_MSG_BATCH_END, next, false, 0);
 }
