@@ -129,20 +129,27 @@ function loadDaemonConfig(o: DaemonOptions, log: Logger): { config: Config; late
     const { value: config, inputs } = traced(() => loadConfig(o.config, options));
     return { config, ...(inputs ? { files: fileDigests(inputs) } : {}) };
   }
-  const { config, cache, store, make, files } = loadConfigCached(o.config, options, { dir: o.cacheDir, version: o.version, netns: o.netns });
+  const { config, cache, store, make, files } = loadConfigCached(o.config, options, { dir: o.cacheDir, version: o.version, netns: o.netns, lateOnlyIfRemovable: true });
   if (cache.used) {
-    log.info({ cache: cache.file }, 'compile cache matches every input: the config was not compiled');
+    log.info({ cache: cache.file, ...(cache.madeNow ? { why: cache.madeNow } : {}) },
+      `compile cache matches every input: the config was not compiled${cache.madeNow ? '; its rules were made now, not once running' : ''}`);
     // Its rules, made when first read, are made a slice per turn once running: the first repair
     // after a restart does not make a big chain's on its way.
     return { config, files, ...(make ? { later: async () => {
       try {
         await runByTurns(make());
       } catch (e) {
-        // The file passed its seal, so this is a fault of ours: without it the next start compiles
-        // (kept, every start would end here again).
-        rmSync(cache.file, { force: true });
-        rmSync(encodedPathOf(cache.file), { force: true });
-        throw new Error(`the compile cache ${cache.file} could not be read back (${(e as Error).message}); removed, the next start compiles the config`);
+        // The file passed its seal, so this is a fault of ours: without it the next start compiles.
+        // Found removable at the load; if it is not now, the next start finds it so (unremovable),
+        // makes its rules at the load, fails there and compiles.
+        let next = 'removed, the next start compiles the config';
+        try {
+          rmSync(cache.file, { force: true });
+          rmSync(encodedPathOf(cache.file), { force: true });
+        } catch (r) {
+          next = `it could not be removed (${(r as NodeJS.ErrnoException).code ?? (r as Error).message}); the next start finds that, makes its rules before it is ready, and compiles the config`;
+        }
+        throw new Error(`the compile cache ${cache.file} could not be read back (${(e as Error).message}); ${next}`);
       }
     } } : {}) };
   }
