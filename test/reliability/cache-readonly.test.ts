@@ -10,7 +10,7 @@
  * not meet the same failure.
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { readFileSync, readdirSync, writeFileSync } from 'node:fs';
+import { readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
@@ -100,6 +100,7 @@ describe('the compile cache: an entry whose rules cannot be made, and that canno
       writeSealed(file, dir, lines.join('\n'));
       return readFileSync(file);
     };
+    const chattr = (flag: string, path: string) => execFileSync('chattr', [flag, path]);
     const g = generation(ns);
     const before = dump();
     const kernelKept = () => {
@@ -108,7 +109,6 @@ describe('the compile cache: an entry whose rules cannot be made, and that canno
     };
 
     // The kernel refuses the removal: every start compiles, says why and where, and leaves the entry.
-    const chattr = (flag: string, path: string) => execFileSync('chattr', [flag, path]);
     const refused: { name: string; code: string; on(): { prefix?: string[]; off(): void } }[] = [
       { name: 'a read-only bind mount', code: 'EROFS', on: () => { const m = readOnlyIn(dir); return { prefix: m.prefix, off: m.close }; } },
       { name: 'the entry immutable', code: 'EPERM', on: () => { chattr('+i', file); return { off: () => chattr('-i', file) }; } },
@@ -132,6 +132,58 @@ describe('the compile cache: an entry whose rules cannot be made, and that canno
       }
     }
 
+    // Read-only, and nothing to adopt (no record, the table gone): the compiled config is installed.
+    const plain = ns.exec('nft', ['list', 'ruleset']);
+    {
+      damage();
+      for (const f of readdirSync(ns.record)) if (f.startsWith('restart-')) rmSync(join(ns.record, f));
+      ns.exec('nft', ['flush', 'ruleset']);
+      const m = readOnlyIn(dir);
+      try {
+        const line = await clean({ prefix: m.prefix });
+        expect(line).toMatch(BROKEN);
+        expect(line).toContain(`and it cannot be removed (EROFS: ${dir})`);
+        expect(ns.exec('nft', ['list', 'ruleset'])).toBe(plain);
+      } finally {
+        m.close();
+      }
+    }
+    // Writable again, the table in the kernel and no record to adopt it by: the first pass reads the
+    // entry's rules before ready and fails. That start ends (exit 2) saying so and removes the
+    // entry (or says it cannot, and the next start finds that); the next one compiles.
+    for (const fail of [undefined, 'rmSync:EROFS']) {
+      const bytes = damage();
+      for (const f of readdirSync(ns.record)) if (f.startsWith('restart-')) rmSync(join(ns.record, f));
+      const g0 = generation(ns);
+      const d = run(fail ? { fail } : {});
+      expect(await d.exited, d.logs.join('').slice(-3000)).toBe(2);
+      expect(d.logs.join('')).toMatch(new RegExp(`the kernel refused the config: rule 2 of chain input names an expression not stored; nothing was changed in the kernel; the compile cache ${file.replace(/[.]/g, '\\.')} ${BROKEN.source}; ${fail ? 'it could not be removed \\(EROFS\\); the next start finds that' : 'removed, the next start compiles the config'}`));
+      expect(generation(ns)).toBe(g0);
+      if (fail) {
+        expect(readFileSync(file).equals(bytes)).toBe(true);
+        chattr('+i', file);
+        try {
+          expect(await clean()).toContain(`and it cannot be removed (EPERM: ${dir})`);
+        } finally {
+          chattr('-i', file);
+        }
+      } else {
+        expect(readdirSync(dir).filter((f) => f.startsWith('compiled-'))).toEqual([]);
+        expect(await clean()).toMatch(/not used; the config was compiled: there is none/);
+      }
+      expect(ns.exec('nft', ['list', 'ruleset'])).toBe(plain);
+    }
+    // The immutable entry was not replaced by that start's store: gone, stored again, adopted from
+    // here on (the generation and the dump the later starts keep).
+    for (const f of readdirSync(dir)) if (f.startsWith('compiled-')) rmSync(join(dir, f));
+    expect(await clean()).toMatch(/there is none/);
+    const g2 = generation(ns);
+    const before2 = dump();
+    const kept2 = () => {
+      expect(generation(ns)).toBe(g2);
+      expect(dump()).toBe(before2);
+    };
+
     // The probe's calls failing as the kernel fails them: compiled, and the store (which calls
     // neither) replaces the entry, which the next start uses.
     for (const fail of ['linkSync:EACCES', 'linkSync:EROFS', 'linkSync:EPERM', 'unlinkSync:EPERM']) {
@@ -139,9 +191,9 @@ describe('the compile cache: an entry whose rules cannot be made, and that canno
       const line = await clean({ fail });
       expect(line, fail).toMatch(BROKEN);
       expect(line, fail).toContain(`and it cannot be removed (${fail.split(':')[1]!}: ${dir})`);
-      kernelKept();
+      kept2();
       expect(await clean(), fail).toMatch(/^compile cache matches every input: the config was not compiled$/);
-      kernelKept();
+      kept2();
     }
 
     // Removable at the load, not when the late making failed: that start ends (exit 2) saying so; the
@@ -152,7 +204,7 @@ describe('the compile cache: an entry whose rules cannot be made, and that canno
       expect(await d.exited).toBe(2);
       expect(d.logs.join('')).toMatch(new RegExp(`${BROKEN.source}; it could not be removed \\(${code}\\); the next start finds that, makes its rules before it is ready, and compiles the config`));
       expect(readFileSync(file).equals(bytes)).toBe(true);
-      kernelKept();
+      kept2();
       chattr('+i', file);
       try {
         const line = await clean();
@@ -161,7 +213,7 @@ describe('the compile cache: an entry whose rules cannot be made, and that canno
       } finally {
         chattr('-i', file);
       }
-      kernelKept();
+      kept2();
     }
   });
 });
