@@ -7,7 +7,8 @@
  * removal probe's link or unlink (EACCES, EROFS, EPERM), and the removal after a late making's
  * failure (rmSync: EROFS, EACCES, EPERM). Each start is ready, keeps the kernel as it was (same
  * generation, same `--debug=netlink` dump), says what was wrong and where, and the next start does
- * not meet the same failure.
+ * not meet the same failure. Also in a writable directory with the table in the kernel and no record:
+ * the first pass reads the bad rule before ready; that start ends saying so and removes the entry.
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
