@@ -20,7 +20,7 @@ import { ConfigError, NfkeeperError } from './base/errors.js';
 import { EnvFileMissingError } from './config/env.js';
 import { encodedPathOf, fileDigests, loadConfigCached, type FileDigests } from './config/compile-cache.js';
 import { traced } from './base/compile-inputs.js';
-import { runByTurns } from './base/sliced.js';
+import { runByTurns, runNow } from './base/sliced.js';
 import { formatDuration } from './base/duration.js';
 import { compactAsCompiled } from './model/compact.js';
 import { Keeper } from './keeper/keeper.js';
@@ -123,28 +123,37 @@ async function loadWaitingForEnv(o: DaemonOptions, log: Logger, tell: (message: 
  * (`later`: the compiled config's store, or the making of the rules read from it). Throws the
  * compile's errors.
  */
-function loadDaemonConfig(o: DaemonOptions, log: Logger): { config: Config; later?: () => Promise<void>; files?: FileDigests } {
+function loadDaemonConfig(o: DaemonOptions, log: Logger): { config: Config; later?: () => Promise<void>; readBack?: () => string | undefined; files?: FileDigests } {
   const options = { interfaces: namespaceInterfaces(o.netns), compiled: compactAsCompiled(), includePath: o.includePath };
   if (o.cacheDir === undefined) {
     const { value: config, inputs } = traced(() => loadConfig(o.config, options));
     return { config, ...(inputs ? { files: fileDigests(inputs) } : {}) };
   }
-  const { config, cache, store, make, files } = loadConfigCached(o.config, options, { dir: o.cacheDir, version: o.version, netns: o.netns });
+  const { config, cache, store, make, files } = loadConfigCached(o.config, options, { dir: o.cacheDir, version: o.version, netns: o.netns, lateOnlyIfRemovable: true });
   if (cache.used) {
-    log.info({ cache: cache.file }, 'compile cache matches every input: the config was not compiled');
+    log.info({ cache: cache.file, ...(cache.madeNow ? { why: cache.madeNow } : {}) },
+      `compile cache matches every input: the config was not compiled${cache.madeNow ? '; its rules were made now, not once running' : ''}`);
     // Its rules, made when first read, are made a slice per turn once running: the first repair
     // after a restart does not make a big chain's on its way.
-    return { config, files, ...(make ? { later: async () => {
-      try {
-        await runByTurns(make());
-      } catch (e) {
-        // The file passed its seal, so this is a fault of ours: without it the next start compiles
-        // (kept, every start would end here again).
-        rmSync(cache.file, { force: true });
-        rmSync(encodedPathOf(cache.file), { force: true });
-        throw new Error(`the compile cache ${cache.file} could not be read back (${(e as Error).message}); removed, the next start compiles the config`);
-      }
-    } } : {}) };
+    return { config, files, ...(make ? {
+      later: async () => {
+        try {
+          await runByTurns(make());
+        } catch (e) {
+          throw new Error(unreadable(cache.file, e));
+        }
+      },
+      // A start that fails before ready may have failed reading a rule of these (a first pass that
+      // diffs the kernel's tables): kept, every start would fail there again.
+      readBack: () => {
+        try {
+          runNow(make());
+          return undefined;
+        } catch (e) {
+          return unreadable(cache.file, e);
+        }
+      },
+    } : {}) };
   }
   log.info({ cache: cache.file, why: cache.why }, 'compile cache not used; the config was compiled');
   return {
@@ -157,6 +166,23 @@ function loadDaemonConfig(o: DaemonOptions, log: Logger): { config: Config; late
       else log.info({ cache: cache.file, why }, 'compiled config not stored in the compile cache; the next start compiles it');
     },
   };
+}
+
+/**
+ * Said of a compile cache entry whose rules could not be made (`e`), once removed. It passed its
+ * seal, so this is a fault of ours: without it the next start compiles. Found removable at the load
+ * (loadConfigCached's lateOnlyIfRemovable); if it is not now, the next start finds it so, makes its
+ * rules at the load, fails there and compiles.
+ */
+function unreadable(file: string, e: unknown): string {
+  let next = 'removed, the next start compiles the config';
+  try {
+    rmSync(file, { force: true });
+    rmSync(encodedPathOf(file), { force: true });
+  } catch (r) {
+    next = `it could not be removed (${(r as NodeJS.ErrnoException).code ?? (r as Error).message}); the next start finds that, makes its rules before it is ready, and compiles the config`;
+  }
+  return `the compile cache ${file} could not be read back (${(e as Error).message}); ${next}`;
 }
 
 /** The namespace a path names: its nsfs device and inode. */
@@ -293,6 +319,8 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
   const afterReady: (() => void)[] = [];
   let started!: () => void;
   let failedToStart!: (e: unknown) => void;
+  /** Whether the compile cache's rules, when the config came from it, can all be made (why not, removed). */
+  let readBack: (() => string | undefined) | undefined;
   const ready = new Promise<void>((resolve, reject) => { started = resolve; failedToStart = reject; });
   ready.catch(() => undefined);
   try {
@@ -300,7 +328,7 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
     nsId = probeNamespace(o.netns);
     let later: (() => Promise<void>) | undefined;
     let digests: FileDigests | undefined;
-    ({ config, later, files: digests } = await loadWaitingForEnv(o, log, tell));
+    ({ config, later, readBack, files: digests } = await loadWaitingForEnv(o, log, tell));
     // The compile cache is written once the daemon is running, not before it is ready.
     if (later) afterReady.push(() => void later().catch((e: unknown) => fatal((e as Error).message)));
     files = filesOf(config);
@@ -367,9 +395,13 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
     started();
   } catch (e) {
     clearInterval(extendTimer);
-    failedToStart(e);
+    // The failure may be the compile cache's (a rule of it read by the first pass): said with it.
+    const bad = readBack?.();
+    const err = bad === undefined ? e : new NfkeeperError(`${(e as Error).message}; ${bad}`);
+    if (bad !== undefined) log.fatal({ err: (e as Error).message }, bad);
+    failedToStart(err);
     await cleanup();
-    throw e;
+    throw err;
   }
   clearInterval(extendTimer);
 

@@ -21,13 +21,14 @@
  * anything else (a rule binding an anonymous chain, `jump { … }`) is compiled at every load.
  */
 import { isAscii } from 'node:buffer';
-import { closeSync, existsSync, lstatSync, openSync, readdirSync, readFileSync, readSync, unlinkSync } from 'node:fs';
+import { closeSync, existsSync, linkSync, lstatSync, openSync, readdirSync, readFileSync, readSync, unlinkSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import { deserialize, serialize } from 'node:v8';
 import { fileURLToPath } from 'node:url';
 import { randomUUID } from 'node:crypto';
 import { listing, pathKind, traced, type CompileInput } from '../base/compile-inputs.js';
 import { readRegularFile } from '../base/regular-file.js';
+import { tempPathOf } from '../base/atomic-file.js';
 import { readSealedBytes, writeSealed } from '../base/sealed-file.js';
 import { sha256, sha256Hash } from '../base/sha256.js';
 import { u16le } from '../base/little-endian.js';
@@ -69,11 +70,17 @@ export interface CompileCacheOptions {
   version: string;
   /** The namespace the config is compiled for (its interfaces); one file per namespace and config. */
   netns?: string;
+  /**
+   * A hit's rules are made late only where its entry could be removed (unremovable), else at the
+   * load, where a failure is a miss: the daemon's, whose way out of a late making's failure is the
+   * entry's removal (kept, every start would make it again and fail again).
+   */
+  lateOnlyIfRemovable?: boolean;
 }
 
-/** What a load did with the cache. */
+/** What a load did with the cache (`madeNow`: why a hit's rules were made at the load, not late). */
 export type CacheUse =
-  | { used: true; file: string }
+  | { used: true; file: string; madeNow?: string }
   | { used: false; file: string; why: string };
 
 /** The cache's first line: what the compiled config was compiled from. */
@@ -230,8 +237,18 @@ export function loadConfigCached(file: string, options: LoadOptions, cache: Comp
   let why: string;
   try {
     const hit = fromCache(path, file, options, cache);
-    if ('config' in hit) return { config: hit.config, cache: { used: true, file: path }, files: fileDigests(hit.inputs), make: hit.make };
-    why = hit.why;
+    if ('config' in hit) {
+      const kept = cache.lateOnlyIfRemovable ? unremovable(path) : undefined;
+      if (kept === undefined) return { config: hit.config, cache: { used: true, file: path }, files: fileDigests(hit.inputs), make: hit.make };
+      try {
+        runNow(hit.make());
+        return { config: hit.config, cache: { used: true, file: path, madeNow: kept }, files: fileDigests(hit.inputs) };
+      } catch (e) {
+        why = `${path} could not be read back (${(e as Error).message}), and ${kept}`;
+      }
+    } else {
+      why = hit.why;
+    }
   } catch (e) {
     why = `${path} is corrupt: ${(e as Error).message}`;
   }
@@ -261,6 +278,30 @@ export function loadConfigCached(file: string, options: LoadOptions, cache: Comp
       }
     },
   };
+}
+
+/**
+ * Why the entry `path` could not be removed now (undefined: it could), found by the calls a removal
+ * needs on that file in that directory: a name for it made there (a hard link, refused as an unlink
+ * is: a read-only file system, a directory not writable by this user, an immutable or append-only
+ * file) and removed. The name is the entry's temp file's (tempPathOf): one a kill leaves there is
+ * removed as a store's temp file is. Never throws.
+ */
+export function unremovable(path: string): string | undefined {
+  const probe = tempPathOf(path);
+  const said = (e: unknown) => `it cannot be removed (${(e as NodeJS.ErrnoException).code ?? (e as Error).message}: ${dirname(path)})`;
+  try {
+    try {
+      unlinkSync(probe);
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
+    }
+    linkSync(path, probe);
+    unlinkSync(probe);
+    return undefined;
+  } catch (e) {
+    return said(e);
+  }
 }
 
 function fromCache(path: string, file: string, options: LoadOptions, cache: CompileCacheOptions): { config: Config; inputs: CompileInput[]; make: () => Sliced<void> } | { why: string } {
