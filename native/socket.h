@@ -3,6 +3,8 @@
 // synchronously, small kernel-filtered dumps inline when the socket is free
 // (bounded: at most two datagrams), and everything else (big dumps, batch
 // commits) on worker threads. A gate keeps one request at a time on the wire.
+// An interrupted dump's rest is not read: the socket is replaced (Reopen), in
+// the same namespace, on the same port id.
 #pragma once
 
 #include <napi.h>
