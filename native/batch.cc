@@ -67,6 +67,7 @@ void CommitRun::Run() {
     ioStep_ = "socket is closed";
     return;
   }
+  if (batch_->claimsTable) sock_->NoteClaim();
   size_t count = batch_->messageOp.size() + 2;
   base_ = sock_->NextSeq(static_cast<uint32_t>(count));
   // Each acknowledgement is one skb (its truesize counts, not its length); the

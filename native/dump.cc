@@ -152,8 +152,9 @@ struct DumpState : DumpRequest {
       // The kernel flags a message, NLMSG_DONE included, when the ruleset's
       // generation differs from the one the previous chunk was built at
       // (nl_dump_check_consistent): what came before and after it are two
-      // different rulesets. The rest is still read, so the next request
-      // starts on a clean socket, but kept no more.
+      // different rulesets. Nothing more is kept; the worker ends the dump
+      // (NftSocket::Reopen) or, where it cannot, reads the rest, so the next
+      // request starts on a clean socket.
       if (nlh->nlmsg_flags & NLM_F_DUMP_INTR) {
         interrupted = true;
         messages.clear();
@@ -315,6 +316,12 @@ class DumpWorker : public Napi::AsyncWorker {
       }
     }
     while (!state_->done) {
+      // The kernel walks a long chain again for each datagram: the rest of an interrupted dump
+      // of one was seconds of reading, with the socket held and a repair waiting behind it.
+      if (state_->interrupted && sock_->Reopen()) {
+        state_->done = true;
+        break;
+      }
       ssize_t n = sock_->Recv(0);
       if (n < 0) {
         state_->Fail(errno, std::string("recv: ") + std::strerror(errno));

@@ -4,7 +4,8 @@
 // a couple of datagrams, and every big dump, is finished by a worker thread.
 // A dump the kernel marks NLM_F_DUMP_INTR (the ruleset changed while it ran)
 // is never resolved: it rejects with a NetlinkError (EINTR) carrying
-// `dumpInterrupted: true`, and src/netlink/socket.ts retries it.
+// `dumpInterrupted: true`, and src/netlink/socket.ts retries it. Its rest is
+// not read where the socket can be replaced instead (NftSocket::Reopen).
 #pragma once
 
 #include <napi.h>

@@ -324,7 +324,7 @@ struct Verb {
 };
 
 void EncodeTable(std::vector<uint8_t>* out, const std::string& verb, const Napi::Object& op,
-                 uint32_t seq) {
+                 uint32_t seq, bool* owner) {
   uint16_t family = FamilyOf(op);
   if (verb == "flush") {
     // nft's "flush table": delete every rule of every chain in the table.
@@ -341,7 +341,11 @@ void EncodeTable(std::vector<uint8_t>* out, const std::string& verb, const Napi:
   nftnl_table* t = nftnl_table_alloc();
   if (HasKey(op, "name")) nftnl_table_set_str(t, NFTNL_TABLE_NAME, Str(op, "name").c_str());
   if (HasKey(op, "handle")) nftnl_table_set_u64(t, NFTNL_TABLE_HANDLE, I64(op, "handle"));
-  if (HasKey(op, "flags")) nftnl_table_set_u32(t, NFTNL_TABLE_FLAGS, U32(op, "flags"));
+  if (HasKey(op, "flags")) {
+    uint32_t f = U32(op, "flags");
+    if (f & NFT_TABLE_F_OWNER) *owner = true;
+    nftnl_table_set_u32(t, NFTNL_TABLE_FLAGS, f);
+  }
   if (HasKey(op, "userdata")) {
     std::vector<uint8_t> d = HexOf(op, "userdata");
     nftnl_table_set_data(t, NFTNL_TABLE_USERDATA, d.data(), d.size());
@@ -931,7 +935,7 @@ void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneratio
       const bool samePlace = hint.SamePlace(i) && place.Follows(i);
       std::string verb = samePlace ? std::string("add") : Str(op, "verb");
       std::string object = samePlace ? std::string("rule") : Str(op, "object");
-      if (object == "table") EncodeTable(&out->bytes, verb, op, next);
+      if (object == "table") EncodeTable(&out->bytes, verb, op, next, &out->claimsTable);
       else if (object == "chain") EncodeChain(&out->bytes, verb, op, next);
       else if (object == "rule") {
         Napi::Value pre = exprBytes.IsArray() ? exprBytes.As<Napi::Array>().Get(i) : Napi::Value();

@@ -24,6 +24,8 @@ struct EncodedBatch {
   std::vector<std::string> unnamed;
   // With digests, until DigestEncodedRules: (op index, offset in `bytes`) of each rule message to digest.
   std::vector<std::pair<uint32_t, size_t>> toDigest;
+  // A table op with NFT_TABLE_F_OWNER: the socket that sends it may own a table (NftSocket::MayOwn).
+  bool claimsTable = false;
 };
 
 // Encodes `ops` (the Op type in src/netlink/batch.ts, checked by

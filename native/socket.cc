@@ -3,7 +3,9 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <linux/sockios.h>
 #include <unistd.h>
 #include <linux/netfilter/nf_tables.h>
 #include <linux/netfilter/nfnetlink.h>
@@ -27,13 +29,14 @@ namespace {
 // One datagram can carry many dump messages; 256 KiB is a dozen NLMSG_GOODSIZE skbs.
 constexpr size_t kRecvBuffer = 256 * 1024;
 
-mnl_socket* OpenHere(unsigned groups, std::string* failedStep) {
+// Unbound with `bind` false: NftSocket::Reopen binds it to the port it replaces.
+mnl_socket* OpenHere(unsigned groups, std::string* failedStep, bool bind = true) {
   mnl_socket* nl = mnl_socket_open(NETLINK_NETFILTER);
   if (nl == nullptr) {
     *failedStep = "socket(NETLINK_NETFILTER)";
     return nullptr;
   }
-  if (mnl_socket_bind(nl, groups, MNL_SOCKET_AUTOPID) < 0) {
+  if (bind && mnl_socket_bind(nl, groups, MNL_SOCKET_AUTOPID) < 0) {
     int e = errno;
     mnl_socket_close(nl);
     errno = e;
@@ -53,33 +56,39 @@ mnl_socket* OpenHere(unsigned groups, std::string* failedStep) {
   return nl;
 }
 
-}  // namespace
-
-mnl_socket* OpenNetfilterSocket(const std::string& netnsPath, unsigned groups, std::string* failedStep) {
-  if (netnsPath.empty()) return OpenHere(groups, failedStep);
+// OpenHere from a short-lived thread in the namespace of `nsfd`, since setns() only moves the
+// calling thread; the socket stays bound to the namespace it was created in.
+mnl_socket* OpenIn(int nsfd, unsigned groups, std::string* failedStep, bool bind) {
   mnl_socket* nl = nullptr;
   int err = 0;
   std::thread t([&] {
-    int nsfd = open(netnsPath.c_str(), O_RDONLY | O_CLOEXEC);
-    if (nsfd < 0) {
-      err = errno;
-      *failedStep = "open " + netnsPath;
-      return;
-    }
-    // Only this thread enters the namespace; it ends right after, and the
-    // socket stays bound to the namespace it was created in.
     if (setns(nsfd, CLONE_NEWNET) < 0) {
       err = errno;
-      *failedStep = "setns " + netnsPath;
-      close(nsfd);
+      *failedStep = "setns";
       return;
     }
-    close(nsfd);
-    nl = OpenHere(groups, failedStep);
+    nl = OpenHere(groups, failedStep, bind);
     if (nl == nullptr) err = errno;
   });
   t.join();
   if (nl == nullptr) errno = err;
+  return nl;
+}
+
+}  // namespace
+
+mnl_socket* OpenNetfilterSocket(const std::string& netnsPath, unsigned groups, std::string* failedStep) {
+  if (netnsPath.empty()) return OpenHere(groups, failedStep);
+  int nsfd = open(netnsPath.c_str(), O_RDONLY | O_CLOEXEC);
+  if (nsfd < 0) {
+    *failedStep = "open " + netnsPath;
+    return nullptr;
+  }
+  mnl_socket* nl = OpenIn(nsfd, groups, failedStep, true);
+  int e = errno;
+  close(nsfd);
+  if (nl == nullptr && *failedStep == "setns") *failedStep = "setns " + netnsPath;
+  errno = e;
   return nl;
 }
 
@@ -107,6 +116,7 @@ NftSocket::NftSocket(const Napi::CallbackInfo& info) : Napi::ObjectWrap<NftSocke
     if (Has(o, "receiveBufferLimit")) rcvbufLimit_ = GetU32(o, "receiveBufferLimit");
   }
   std::string step;
+  ownNamespace_ = path.empty();
   nl_ = OpenNetfilterSocket(path, 0, &step);
   if (nl_ == nullptr) {
     int e = errno;
@@ -130,6 +140,44 @@ void NftSocket::CloseNow() {
     mnl_socket_close(nl_);
     nl_ = nullptr;
   }
+}
+
+bool NftSocket::Reopen() {
+  if (nl_ == nullptr || mayOwn_) return false;
+  const int fd = mnl_socket_get_fd(nl_);
+  std::string step;
+  mnl_socket* fresh = nullptr;
+  if (ownNamespace_) {
+    fresh = OpenHere(0, &step, false);
+  } else {
+    // The old socket's namespace itself, not the path it was opened by (which may be gone).
+    int nsfd = ioctl(fd, SIOCGSKNS);
+    if (nsfd < 0) return false;
+    fresh = OpenIn(nsfd, 0, &step, false);
+    close(nsfd);
+  }
+  if (fresh == nullptr) return false;
+  // The new socket takes the old one's descriptor: the old one is released (the kernel ends its
+  // dump, and frees the port), and nl_ stays the same for the JS thread's reads of it.
+  if (dup3(mnl_socket_get_fd(fresh), fd, O_CLOEXEC) < 0) {
+    mnl_socket_close(fresh);
+    return false;
+  }
+  mnl_socket_close(fresh);
+  // The same port id: the monitor tells our own commits by it. A forked child that has not
+  // exec'd yet may hold the old socket a moment longer, keeping the port.
+  for (int i = 0;; i++) {
+    if (mnl_socket_bind(nl_, 0, portId_) == 0) break;
+    if (errno != EADDRINUSE || i == 20) {
+      // Another socket has the port: any port (portId says which) rather than no socket.
+      if (mnl_socket_bind(nl_, 0, MNL_SOCKET_AUTOPID) < 0) break;
+      portId_ = mnl_socket_get_portid(nl_);
+      break;
+    }
+    usleep(1000);
+  }
+  sndbuf_ = rcvbuf_ = rcvbufGranted_ = 0;  // the new socket has the default sizes
+  return true;
 }
 
 void NftSocket::QueueGated(Napi::AsyncWorker* w) {

@@ -3,6 +3,8 @@
 // synchronously, small kernel-filtered dumps inline when the socket is free
 // (bounded: at most two datagrams), and everything else (big dumps, batch
 // commits) on worker threads. A gate keeps one request at a time on the wire.
+// An interrupted dump's rest is not read: the socket is replaced (Reopen), in
+// the same namespace, on the same port id.
 #pragma once
 
 #include <napi.h>
@@ -86,6 +88,13 @@ class NftSocket : public Napi::ObjectWrap<NftSocket>, public Closeable {
     return seq_.fetch_add(count);
   }
   bool closed() const { return nl_ == nullptr; }
+  // Called with the gate held. Replaces the socket by a new one in the same namespace, with the
+  // same options and port id, ending whatever the kernel still sends on the old one (an
+  // interrupted dump's rest). False, the old socket kept, when the new one cannot be opened, or
+  // when this socket may own a table: closing it would take the table's owner flag away.
+  bool Reopen();
+  // A commit on this socket carried a table with NFT_TABLE_F_OWNER. Gate held.
+  void NoteClaim() { mayOwn_ = true; }
   // Grows the kernel-side buffers for a batch of `bytes` and `messages`.
   // Returns whether the receive buffer now holds an ack for every message.
   bool EnsureBuffers(size_t bytes, size_t messages);
@@ -108,7 +117,9 @@ class NftSocket : public Napi::ObjectWrap<NftSocket>, public Closeable {
   void ThrowIfClosed(Napi::Env env, const char* op);
 
   mnl_socket* nl_ = nullptr;
-  uint32_t portId_ = 0;
+  std::atomic<uint32_t> portId_{0};
+  bool ownNamespace_ = true;
+  std::atomic<bool> mayOwn_{false};
   std::atomic<uint32_t> seq_{1};
   size_t sndbuf_ = 0;
   size_t rcvbuf_ = 0;

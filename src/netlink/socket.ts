@@ -47,7 +47,6 @@ export function open(options: OpenOptions = {}): NftSocket {
 
 export class NftSocket implements NftConn {
   readonly netns: string | undefined;
-  readonly portId: number;
   private readonly native: NativeSocket;
   private interrupted = 0;
 
@@ -69,7 +68,14 @@ export class NftSocket implements NftConn {
       throw privilege(e, 'open', `network namespace ${options.netns ?? '(own)'}`);
     }
     this.netns = options.netns;
-    this.portId = this.native.portId;
+  }
+
+  /**
+   * The socket's netlink port id. The addon replaces the socket to end an interrupted dump, on
+   * the same port id; only if another socket took that port meanwhile does this change.
+   */
+  get portId(): number {
+    return this.native.portId;
   }
 
   /**

@@ -13,6 +13,8 @@ import { describe, expect, it } from 'vitest';
 import { DumpInterruptedError, NetlinkError, open, type Op, type Rule } from '../../src/index.js';
 import { loadAddon } from '../../src/netlink/addon.js';
 import { ip4, withSocket } from './fixtures.js';
+import type { Netns } from '../helpers/netns.js';
+import type { NftSocket } from '../../src/netlink/socket.js';
 import { sleep } from '../helpers/wait.js';
 
 const F = 'ip';
@@ -197,5 +199,92 @@ describe('dumps interrupted by a concurrent change', () => {
       }
       expect(marked).toBe(1);
     }, 'intr-raw');
+  });
+
+  describe('an interrupted dump is ended, not read to its end (native/dump.cc, NftSocket::Reopen)', () => {
+    const CUT = 30_000;
+
+    /** The inode of the netfilter netlink socket on `port` in `ns`, from the kernel's own table. */
+    function inodeOf(ns: Netns, port: number): string | undefined {
+      // sk Eth Pid Groups Rmem Wmem Dump Locks Drops Inode
+      const rows = ns.exec('cat', ['/proc/net/netlink']).trim().split('\n').slice(1).map((l) => l.trim().split(/\s+/));
+      return rows.find((r) => r[1] === '12' && Number(r[2]) === port)?.[9];
+    }
+
+    /** Fills `s`'s table with a chain of CUT rules (`flags` on the table), then races a `once` digest dump with a commit. */
+    async function raced(s: NftSocket, ns: Netns, flags?: number): Promise<unknown> {
+      const setup: Op[] = [{ verb: 'add', object: 'table', family: F, name: T, ...(flags !== undefined ? { flags } : {}) }];
+      for (const name of ['a', 'big', 'z']) setup.push({ verb: 'add', object: 'chain', family: F, table: T, name });
+      for (let k = 0; k < CUT; k++) setup.push({ verb: 'add', object: 'rule', family: F, table: T, chain: 'big', exprs: [{ kind: 'counter' }] });
+      await s.commit([...setup, ...writeState(0)]);
+      // Another socket's change to a table of its own: a protected table refuses other sockets.
+      const writer = open({ netns: ns.path });
+      try {
+        for (let i = 1; i < 20; i++) {
+          // The dump is sent, and its first datagrams read, before dump() returns (the inline
+          // start): the commit lands while the kernel still walks the long chain.
+          const dump = s.listRuleDigests({ family: F, table: T, once: true });
+          await writer.commit([{ verb: 'add', object: 'table', family: F, name: `other${i}` }]);
+          try {
+            await dump;
+          } catch (e) {
+            return e;
+          }
+        }
+      } finally {
+        writer.close();
+      }
+      return undefined;
+    }
+
+    it('the socket is replaced, on the same port id, and serves the next dump and commit', async () => {
+      await withSocket(async (first, ns) => {
+        // The namespace's first socket of this process has the process's id as its port, which
+        // any new socket would take again once free: the socket under test is a second one.
+        const s = open({ netns: ns.path });
+        try {
+          await cut(s, ns);
+        } finally {
+          s.close();
+        }
+        expect(first.closed).toBe(false);
+      }, 'intr-cut');
+    }, SANITIZED ? 600_000 : 120_000);
+
+    async function cut(s: NftSocket, ns: Netns): Promise<void> {
+      {
+        const port = s.portId;
+        expect(port).not.toBe(process.pid);
+        const before = inodeOf(ns, port);
+        expect(before).toBeDefined();
+        const e = await raced(s, ns);
+        expect(e).toBeInstanceOf(DumpInterruptedError);
+        // The socket that held the rest of the dump is gone (the kernel ended the dump with it):
+        // another one has its port id. Read to its end, the same socket would still be there.
+        expect(s.portId).toBe(port);
+        const after = inodeOf(ns, port);
+        expect(after).toBeDefined();
+        expect(after).not.toBe(before);
+        expect(s.closed).toBe(false);
+        // The same NftSocket: a whole dump, a commit (with the generation check), a dump again.
+        const chains = await s.listRuleDigests({ family: F, table: T });
+        expect(chains.find((c) => c.chain === 'big')?.handles.length).toBe(CUT);
+        await s.commit([{ verb: 'add', object: 'rule', family: F, table: T, chain: 'a', exprs: [{ kind: 'counter' }] }],
+          { expectGeneration: s.generation() });
+        expect((await s.listRules({ family: F, table: T, chain: 'a' })).length).toBe(2);
+        expect(inodeOf(ns, port)).toBe(after);
+      }
+    }
+
+    it('a socket that owns a table is kept: closing it would take the owner flag off', async () => {
+      await withSocket(async (s, ns) => {
+        const port = s.portId;
+        const before = inodeOf(ns, port);
+        const e = await raced(s, ns, 0x2 | 0x4);  // owner | persist, as protect mode creates it
+        expect(e).toBeInstanceOf(DumpInterruptedError);
+        expect(inodeOf(ns, port)).toBe(before);
+        expect(await s.getTable(F, T)).toMatchObject({ flags: 0x6, owner: port });
+      }, 'intr-owner');
+    }, SANITIZED ? 600_000 : 120_000);
   });
 });
