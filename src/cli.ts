@@ -460,11 +460,17 @@ async function oneShot(o: OneShotOptions, apply: boolean, io: Out): Promise<numb
   const options = { interfaces: namespaceInterfaces(o.netns), includePath: o.includePath, compiled };
   let config: import('./config/config.js').Config;
   let store: (() => import('./base/sliced.js').Sliced<string | undefined>) | undefined;
-  if (cached) {
+  // A hit's rules, made as they are read: what tells whether a failure was the entry's.
+  let hit: { file: string; make: () => import('./base/sliced.js').Sliced<void> } | undefined;
+  const loadCached = async () => {
     const { loadConfigCached } = await import('./config/compile-cache.js');
-    const loaded = loadConfigCached(o.config, options, { dir: cacheDir, version: version(), netns: o.netns });
+    return loadConfigCached(o.config, options, { dir: cacheDir!, version: version(), netns: o.netns });
+  };
+  if (cached) {
+    const loaded = await loadCached();
     config = loaded.config;
     if (apply) store = loaded.store;
+    if (loaded.cache.used && loaded.make) hit = { file: loaded.cache.file, make: loaded.make };
     progress.note(() => loaded.cache.used ? `compile cache matches every input: ${o.config} was not compiled`
       : `compile cache not used (${loaded.cache.why}); ${o.config} was compiled`);
   } else {
@@ -474,7 +480,28 @@ async function oneShot(o: OneShotOptions, apply: boolean, io: Out): Promise<numb
   const lock = apply ? (await import('./lock.js')).lockKeeper({ netns: o.netns, tables: config.tables, stateFile: config.owners?.state }) : undefined;
   let code: number;
   try {
-    code = await oneShotLocked(o, config, apply, io, progress);
+    try {
+      code = await oneShotLocked(o, config, apply, io, progress);
+    } catch (e) {
+      // An entry that passed its seal but whose rule cannot be made (a fault of nfkeeper's own) fails
+      // where a rule is first read: before the commit, which encodes every rule it writes, so the
+      // kernel has only what a compiled config's batch would have written. Removed, the config is
+      // compiled and the command goes on once more, as it would have without the entry.
+      const { removeUnreadable, unmadeRules } = await import('./config/compile-cache.js');
+      const why = hit && unmadeRules(hit.make);
+      if (why === undefined) throw e;
+      const r = removeUnreadable(hit!.file, why);
+      io.err(`nfkeeper: ${r.said}; ${o.config} was compiled`);
+      if (r.removed) {
+        const loaded = await loadCached();
+        config = loaded.config;
+        store = apply ? loaded.store : undefined;
+      } else {
+        config = loadConfig(o.config, options);
+        store = undefined;
+      }
+      code = await oneShotLocked(o, config, apply, io, progress);
+    }
   } finally {
     lock?.release();
   }

@@ -18,9 +18,9 @@ import { enableCollections } from './base/heap.js';
 import { MAX_CONFIG_BYTES, loadConfig, namespaceInterfaces, type Config } from './config/config.js';
 import { ConfigError, NfkeeperError } from './base/errors.js';
 import { EnvFileMissingError } from './config/env.js';
-import { encodedPathOf, fileDigests, loadConfigCached, type FileDigests } from './config/compile-cache.js';
+import { fileDigests, loadConfigCached, removeUnreadable, unmadeRules, type FileDigests } from './config/compile-cache.js';
 import { traced } from './base/compile-inputs.js';
-import { runByTurns, runNow } from './base/sliced.js';
+import { runByTurns } from './base/sliced.js';
 import { formatDuration } from './base/duration.js';
 import { compactAsCompiled } from './model/compact.js';
 import { Keeper } from './keeper/keeper.js';
@@ -146,12 +146,8 @@ function loadDaemonConfig(o: DaemonOptions, log: Logger): { config: Config; late
       // A start that fails before ready may have failed reading a rule of these (a first pass that
       // diffs the kernel's tables): kept, every start would fail there again.
       readBack: () => {
-        try {
-          runNow(make());
-          return undefined;
-        } catch (e) {
-          return unreadable(cache.file, e);
-        }
+        const e = unmadeRules(make);
+        return e === undefined ? undefined : unreadable(cache.file, e);
       },
     } : {}) };
   }
@@ -175,14 +171,9 @@ function loadDaemonConfig(o: DaemonOptions, log: Logger): { config: Config; late
  * rules at the load, fails there and compiles.
  */
 function unreadable(file: string, e: unknown): string {
-  let next = 'removed, the next start compiles the config';
-  try {
-    rmSync(file, { force: true });
-    rmSync(encodedPathOf(file), { force: true });
-  } catch (r) {
-    next = `it could not be removed (${(r as NodeJS.ErrnoException).code ?? (r as Error).message}); the next start finds that, makes its rules before it is ready, and compiles the config`;
-  }
-  return `the compile cache ${file} could not be read back (${(e as Error).message}); ${next}`;
+  const r = removeUnreadable(file, e);
+  return r.removed ? `${r.said}, the next start compiles the config`
+    : `${r.said}; the next start finds that, makes its rules before it is ready, and compiles the config`;
 }
 
 /** The namespace a path names: its nsfs device and inode. */

@@ -21,7 +21,7 @@
  * anything else (a rule binding an anonymous chain, `jump { … }`) is compiled at every load.
  */
 import { isAscii } from 'node:buffer';
-import { closeSync, existsSync, linkSync, lstatSync, openSync, readdirSync, readFileSync, readSync, unlinkSync } from 'node:fs';
+import { closeSync, existsSync, linkSync, lstatSync, openSync, readdirSync, readFileSync, readSync, rmSync, unlinkSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import { deserialize, serialize } from 'node:v8';
 import { fileURLToPath } from 'node:url';
@@ -301,6 +301,33 @@ export function unremovable(path: string): string | undefined {
     return undefined;
   } catch (e) {
     return said(e);
+  }
+}
+
+/**
+ * For an entry `file` that passed its seal but whose rules could not be made (`e`), a fault of
+ * nfkeeper's own: the entry removed (kept, every command would meet it again), and what to say
+ * (`removed` true: it was; else why not). The daemon's start (src/run.ts) and apply and check
+ * (src/cli.ts) go this one way.
+ */
+export function removeUnreadable(file: string, e: unknown): { removed: boolean; said: string } {
+  const what = `the compile cache ${file} could not be read back (${(e as Error).message})`;
+  try {
+    rmSync(file, { force: true });
+    rmSync(encodedPathOf(file), { force: true });
+    return { removed: true, said: `${what}; removed` };
+  } catch (r) {
+    return { removed: false, said: `${what}; it could not be removed (${(r as NodeJS.ErrnoException).code ?? (r as Error).message})` };
+  }
+}
+
+/** Why the entry's rules cannot all be made (`make`, as loadConfigCached gave it): the error, or undefined. */
+export function unmadeRules(make: () => Sliced<void>): unknown {
+  try {
+    runNow(make());
+    return undefined;
+  } catch (e) {
+    return e ?? new Error(String(e));
   }
 }
 

@@ -125,7 +125,15 @@ async function adoptRules(sock: NftConn, t: TableConfig, only?: readonly string[
   // seconds, and runs off this thread), for every desired chain the dump may hold.
   const desired = new Map(t.chains.map((c) => [c.name, c]));
   const wantedChains = only === undefined ? t.chains : only.map((c) => desired.get(c)).filter((c) => c !== undefined);
-  const want = desiredChainDigests(wantedChains, ruleDigests, written);
+  let want: ReturnType<typeof desiredChainDigests>;
+  try {
+    want = desiredChainDigests(wantedChains, ruleDigests, written);
+  } catch (e) {
+    // A desired rule that cannot be made (a compile cache entry's): the dump ended first, so none
+    // is left to fail unheard once the caller closes the socket.
+    await dumping.catch(() => undefined);
+    throw e;
+  }
   const dumps = await dumping;
   const out: Rule[] = [];
   const decode: string[] = [];
