@@ -240,12 +240,9 @@ export function loadConfigCached(file: string, options: LoadOptions, cache: Comp
     if ('config' in hit) {
       const kept = cache.lateOnlyIfRemovable ? unremovable(path) : undefined;
       if (kept === undefined) return { config: hit.config, cache: { used: true, file: path }, files: fileDigests(hit.inputs), make: hit.make };
-      try {
-        runNow(hit.make());
-        return { config: hit.config, cache: { used: true, file: path, madeNow: kept }, files: fileDigests(hit.inputs) };
-      } catch (e) {
-        why = `${path} could not be read back (${(e as Error).message}), and ${kept}`;
-      }
+      const e = unmadeRules(hit.make);
+      if (e === undefined) return { config: hit.config, cache: { used: true, file: path, madeNow: kept }, files: fileDigests(hit.inputs) };
+      why = `${path} could not be read back (${(e as Error).message}), and ${kept}`;
     } else {
       why = hit.why;
     }
