@@ -123,7 +123,10 @@ async function loadWaitingForEnv(o: DaemonOptions, log: Logger, tell: (message: 
  * (`later`: the compiled config's store, or the making of the rules read from it). Throws the
  * compile's errors.
  */
-function loadDaemonConfig(o: DaemonOptions, log: Logger): { config: Config; later?: () => Promise<void>; readBack?: () => string | undefined; files?: FileDigests } {
+function loadDaemonConfig(o: DaemonOptions, log: Logger): {
+  config: Config; later?: () => Promise<void>; readBack?: () => string | undefined; files?: FileDigests;
+  madeWhole?: () => Promise<{ removed: boolean; said: string } | undefined>;
+} {
   const options = { interfaces: namespaceInterfaces(o.netns), compiled: compactAsCompiled(), includePath: o.includePath };
   if (o.cacheDir === undefined) {
     const { value: config, inputs } = traced(() => loadConfig(o.config, options));
@@ -134,14 +137,21 @@ function loadDaemonConfig(o: DaemonOptions, log: Logger): { config: Config; late
     log.info({ cache: cache.file, ...(cache.madeNow ? { why: cache.madeNow } : {}) },
       `compile cache matches every input: the config was not compiled${cache.madeNow ? '; its rules were made now, not once running' : ''}`);
     // Its rules, made when first read, are made a slice per turn once running: the first repair
-    // after a restart does not make a big chain's on its way.
+    // after a restart does not make a big chain's on its way. Where they cannot be made, the entry
+    // is removed (or why not is said).
+    const madeWhole = make && (async () => {
+      try {
+        await runByTurns(make());
+        return undefined;
+      } catch (e) {
+        return removeUnreadable(cache.file, e);
+      }
+    });
     return { config, files, ...(make ? {
+      madeWhole,
       later: async () => {
-        try {
-          await runByTurns(make());
-        } catch (e) {
-          throw new Error(unreadable(cache.file, e));
-        }
+        const bad = await madeWhole!();
+        if (bad) throw new Error(restartSaid(bad));
       },
       // A start that fails before ready may have failed reading a rule of these (a first pass that
       // diffs the kernel's tables): kept, every start would fail there again.
@@ -171,7 +181,10 @@ function loadDaemonConfig(o: DaemonOptions, log: Logger): { config: Config; late
  * rules at the load, fails there and compiles.
  */
 function unreadable(file: string, e: unknown): string {
-  const r = removeUnreadable(file, e);
+  return restartSaid(removeUnreadable(file, e));
+}
+
+function restartSaid(r: { removed: boolean; said: string }): string {
   return r.removed ? `${r.said}, the next start compiles the config`
     : `${r.said}; the next start finds that, makes its rules before it is ready, and compiles the config`;
 }
@@ -485,15 +498,35 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
   };
   /** Set below: the files a reload read are watched from then on. */
   let configLoaded: (next: Config, digests?: FileDigests) => void = () => undefined;
+  // Reloads reach the keeper in the order they came: one from the compile cache waits for its rules
+  // (below), and a reload after it waits for that.
+  let reloads = Promise.resolve();
+  let stopped = false;
+  cleanups.push(() => { stopped = true; });
   const reload = (why: string) => {
+    reloads = reloads.then(() => reloadNow(why)).catch((e: unknown) => fatal(`a config reload failed: ${(e as Error).message}`));
+  };
+  const reloadNow = async (why: string) => {
     let next: Config;
     let digests: FileDigests | undefined;
     try {
       // An empty file is a write caught half-way (truncated, not yet written), far more often than
       // a wish to drop every table: that takes a file with a comment in it.
       if (statSync(o.config).size === 0) throw new ConfigError(o.config, 1, 1, 'the file is empty (being written?); a config with no tables needs at least a comment');
-      let later: (() => Promise<void>) | undefined;
-      ({ config: next, later, files: digests } = loadDaemonConfig(o, log));
+      let loaded = loadDaemonConfig(o, log);
+      // From the compile cache, the keeper gets the config once its rules are all made (a turn at a
+      // time): one that cannot be made (the entry passed its seal: a fault of ours) is met here, not
+      // by the keeper's passes or a repair. The entry is removed (or why not is said), the config
+      // compiled, and the reload goes on with that, as apply does.
+      for (let tries = 0; ; tries++) {
+        const bad = await loaded.madeWhole?.();
+        if (bad === undefined) break;
+        log.warn({ why }, `${bad.said}; the config was compiled`);
+        loaded = loadDaemonConfig(bad.removed && tries === 0 ? o : { ...o, cacheDir: undefined }, log);
+      }
+      if (stopped) return;
+      ({ config: next, files: digests } = loaded);
+      const later = loaded.madeWhole ? undefined : loaded.later;
       if (later) setImmediate(() => void later().catch((e: unknown) => fatal((e as Error).message)));
     } catch (e) {
       metrics.reloadFailed.set(1);
