@@ -11,8 +11,8 @@ import { execFileSync } from 'node:child_process';
 import { readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { writeSealed } from '../../src/base/sealed-file.js';
 import { open } from '../../src/netlink/socket.js';
+import { damagedEntry, type DamagedEntry } from '../helpers/cache-entry.js';
 import { netnsPerTest } from '../helpers/netns-hooks.js';
 import { tempDir } from '../helpers/tmp.js';
 import { nfkDone } from './spawn.js';
@@ -22,18 +22,11 @@ const RULES = Array.from({ length: N }, (_, i) => `ip saddr 10.2.${i >> 8}.${i &
 const nftOf = (rules: string[]) => `table ip ua {\n\tchain input {\n\t\ttype filter hook input priority filter; policy accept;\n${rules.map((r) => `\t\t${r}\n`).join('')}\t}\n}\n`;
 const BROKEN = /compile cache .*compiled-.*\.json could not be read back \(rule 2 of chain input names an expression not stored\); removed; .*c\.nft was compiled/;
 
-/** Rule 2 of the entry's one chain names an expression not stored; the chain's byte count and the seal made right. */
-function damage(dir: string): string {
-  const file = join(dir, readdirSync(dir).find((f) => /^compiled-.*\.json$/.test(f))!);
-  const whole = readFileSync(file, 'latin1');
-  const lines = whole.slice(0, whole.lastIndexOf('\n', whole.length - 2)).split('\n');
-  const chainLine = 3 + Number(lines[2]);
-  const [text, exprs] = JSON.parse(lines[chainLine + 2]!) as [string, number[]];
-  expect(text).toBe(RULES[1]);
-  lines[chainLine + 2] = JSON.stringify([text, [...exprs.slice(1), 1e6]]);
-  lines[chainLine] = String(Buffer.byteLength(lines.slice(chainLine + 1, chainLine + 1 + N).map((l) => `${l}\n`).join('')));
-  writeSealed(file, dir, lines.join('\n'));
-  return file;
+/** The entry damaged (test/helpers/cache-entry.ts): rule 2 of its chain names an expression not stored. */
+function damage(dir: string): DamagedEntry {
+  const e = damagedEntry(dir);
+  expect(e.rule).toBe(RULES[1]);
+  return e;
 }
 
 describe('nfkeeper apply and check: a cache entry whose rules cannot be made', { timeout: 240_000 }, () => {
@@ -71,7 +64,7 @@ describe('nfkeeper apply and check: a cache entry whose rules cannot be made', {
         // Stored by a first apply (the table installed), then damaged.
         const first = await run('apply', cache, config);
         expect(first.code, first.err.join('\n')).toBe(0);
-        const bad = readFileSync(damage(cache));
+        const bad = damage(cache).write();
         set();
         const before = dump();
         const g = generation();
@@ -117,8 +110,8 @@ describe('nfkeeper apply and check: a cache entry whose rules cannot be made', {
     const cache = join(d, 'cache');
     writeFileSync(config, nftOf(RULES));
     expect((await run('apply', cache, config)).code).toBe(0);
-    const file = damage(cache);
-    const bad = readFileSync(file);
+    const { file, write } = damage(cache);
+    const bad = write();
     execFileSync('chattr', ['+i', file]);
     try {
       for (let i = 0; i < 2; i++) {

@@ -15,8 +15,8 @@ import { readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { writeSealed } from '../../src/base/sealed-file.js';
 import { open } from '../../src/netlink/socket.js';
+import { damagedEntry } from '../helpers/cache-entry.js';
 import { netnsPerTest } from '../helpers/netns-hooks.js';
 import type { Netns } from '../helpers/netns.js';
 import { tempDir } from '../helpers/tmp.js';
@@ -88,19 +88,9 @@ describe('the compile cache: an entry whose rules cannot be made, and that canno
     // Stored by the first start, used (rules made late) by the second, which leaves the record.
     expect(await clean()).toMatch(/not used; the config was compiled: there is none/);
     expect(await clean()).toMatch(/^compile cache matches every input: the config was not compiled$/);
-    const file = join(dir, readdirSync(dir).find((f) => /^compiled-.*\.json$/.test(f))!);
-    const whole = readFileSync(file, 'latin1');
-    const lines = whole.slice(0, whole.lastIndexOf('\n', whole.length - 2)).split('\n');
-    const chainLine = 3 + Number(lines[2]);
-    const [text, exprs] = JSON.parse(lines[chainLine + 2]!) as [string, number[]];
-    expect(text).toBe(RULES[1]);
     // Rule 2 names an expression not stored; the chain's byte count and the seal made right: a fault of ours.
-    lines[chainLine + 2] = JSON.stringify([text, [...exprs.slice(1), 1e6]]);
-    lines[chainLine] = String(Buffer.byteLength(lines.slice(chainLine + 1, chainLine + 4).map((l) => `${l}\n`).join('')));
-    const damage = () => {
-      writeSealed(file, dir, lines.join('\n'));
-      return readFileSync(file);
-    };
+    const { file, rule, write: damage } = damagedEntry(dir);
+    expect(rule).toBe(RULES[1]);
     const chattr = (flag: string, path: string) => execFileSync('chattr', [flag, path]);
     const g = generation(ns);
     const before = dump();
