@@ -63,9 +63,12 @@ export function withKeeper<T>(options: TestKeeperOptions & { tag?: string },
 /**
  * A host whose keeper connections are real (in `ns`) and report each call of the named
  * NftConn methods, with its arguments, before it runs: for tests that count the keeper's reads.
+ * `wrap`, if given, sees each such call's result (a dump's promise, say) once the call is made and
+ * gives what the keeper gets instead: for tests that act while a call is on the wire.
  */
 export function observedHost(ns: Netns, methods: readonly (keyof NftConn)[],
-  onCall: (method: keyof NftConn, args: unknown[]) => void): NftHost {
+  onCall: (method: keyof NftConn, args: unknown[]) => void,
+  wrap?: (method: keyof NftConn, args: unknown[], result: unknown) => unknown): NftHost {
   return {
     connect: () => {
       const real = open({ netns: ns.path });
@@ -76,7 +79,8 @@ export function observedHost(ns: Netns, methods: readonly (keyof NftConn)[],
           if (!(methods as readonly (string | symbol)[]).includes(p)) return v.bind(target);
           return (...args: unknown[]) => {
             onCall(p as keyof NftConn, args);
-            return (v as (...a: unknown[]) => unknown).apply(target, args);
+            const result = (v as (...a: unknown[]) => unknown).apply(target, args);
+            return wrap ? wrap(p as keyof NftConn, args, result) : result;
           };
         },
       }) as NftConn;

@@ -8,9 +8,8 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { DumpInterruptedError } from '../../src/base/errors.js';
 import { Keeper, type RepairReport } from '../../src/keeper/keeper.js';
-import type { NftConn, NftHost } from '../../src/netlink/conn.js';
-import { Monitor } from '../../src/netlink/monitor.js';
-import { open } from '../../src/netlink/socket.js';
+import type { NftHost } from '../../src/netlink/conn.js';
+import { observedHost } from '../helpers/keeper.js';
 import type { Netns } from '../helpers/netns.js';
 import { socketPerTest } from '../helpers/netns-hooks.js';
 import { until } from '../helpers/wait.js';
@@ -38,29 +37,15 @@ describe('a rule deleted during the read-back of a long chain', () => {
     let victim: number | undefined;
     let deleted = false;
     const readBacks: Promise<unknown>[] = [];
-    const host: NftHost = {
-      connect: () => {
-        const real = open({ netns: ns.path });
-        return new Proxy(real, {
-          get(target, p, recv) {
-            const v = Reflect.get(target, p, recv);
-            if (typeof v !== 'function') return v;
-            if (p !== 'listRuleDigests') return v.bind(target);
-            return (filter: { once?: boolean }) => {
-              const dump = (v as (f: unknown) => Promise<unknown>).call(target, filter);
-              if (armed && filter.once === true && !deleted && victim !== undefined) {
-                // The dump is on the wire and the kernel walks the chain: another socket deletes.
-                deleted = true;
-                readBacks.push(dump.then(() => 'resolved', (e: unknown) => e));
-                sock.commitNow([{ verb: 'delete', object: 'rule', family: 'ip', table: 'seed', chain: 'post', handle: victim }]);
-              }
-              return dump;
-            };
-          },
-        }) as NftConn;
-      },
-      watch: (o) => new Monitor({ ...o, netns: ns.path }),
-    };
+    const host: NftHost = observedHost(ns as Netns, ['listRuleDigests'], () => undefined, (_method, [filter], dump) => {
+      if (armed && (filter as { once?: boolean }).once === true && !deleted && victim !== undefined) {
+        // The dump is on the wire and the kernel walks the chain: another socket deletes.
+        deleted = true;
+        readBacks.push((dump as Promise<unknown>).then(() => 'resolved', (e: unknown) => e));
+        sock.commitNow([{ verb: 'delete', object: 'rule', family: 'ip', table: 'seed', chain: 'post', handle: victim }]);
+      }
+      return dump;
+    });
     const repairs: RepairReport[] = [];
     const k = keeper = new Keeper({ config: seedConfig(N), host, intervalMs: 50, trustOwnCommitMs: 500, netns: ns.path });
     k.on('error', () => undefined);
