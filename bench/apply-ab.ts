@@ -69,6 +69,18 @@ type Kind = 'off' | 'cold' | 'warm' | 'after' | 'before' | 'nft';
 const only = arg('--kinds')?.split(',');
 const KINDS: readonly Kind[] = (command === 'check' ? ['off', 'cold', 'warm'] as Kind[] : hasCacheDir ? ['off', 'cold', 'warm', 'before', 'nft'] as Kind[] : ['after', 'before', 'nft'] as Kind[])
   .filter((k) => !only || only.includes(k));
+// Any subset of the kinds: a ratio or a pair is printed only where both of its runs were made.
+const has = (...ks: Kind[]) => ks.every((k) => KINDS.includes(k));
+const ourKinds = KINDS.filter((k) => k !== 'before' && k !== 'nft');
+/** The columns of ratios (of medians) of each of our kinds to the references run. */
+type Sum = (k: Kind) => ReturnType<typeof summarizeRuns>;
+const ratios = ourKinds.flatMap((k) => [
+  ...(has('before') ? [{ title: `${k}: CPU / before`, of: (sum: Sum) => sum(k).cpu.median / sum('before').cpu.median }] : []),
+  ...(has('nft') ? [
+    { title: `${k}: CPU / nft`, of: (sum: Sum) => sum(k).cpu.median / sum('nft').cpu.median },
+    { title: `${k}: wall / nft`, of: (sum: Sum) => sum(k).wall.median / sum('nft').wall.median },
+  ] : []),
+]);
 const compileCache = (k: 'cold' | 'warm', w: { file: string }) => join(dir, `compile-cache-${k}-${w.file.replace(/\W/g, '_')}`);
 const fmt = (us: number) => (us >= 1e6 ? `${(us / 1e6).toFixed(2)} s` : `${(us / 1e3).toFixed(0)} ms`);
 const rows: string[] = [];
@@ -115,29 +127,27 @@ await withBenchNetns('applyab', async (ns) => {
       const q = runs[x]!.map((r, i) => f(r) / f(runs[y]![i]!)).sort((u, v) => u - v);
       return `${q[q.length >> 1]!.toFixed(3)} (lower in ${q.filter((u) => u < 1).length} of ${q.length})`;
     };
-    const ourKinds = KINDS.filter((k) => k !== 'before' && k !== 'nft');
     if (command === 'check') {
-      pairRows.push(`| ${w.work} | warm / off (a hit against the compile) | ${pairs('warm', 'off', (r) => r.cpuUs)} | ${pairs('warm', 'off', (r) => r.wallUs)} | ${(sum('off').rssKiB / 1024).toFixed(0)} / ${(sum('warm').rssKiB / 1024).toFixed(0)} MiB |`);
-      pairRows.push(`| ${w.work} | cold / off (the compaction and the store) | ${pairs('cold', 'off', (r) => r.cpuUs)} | ${pairs('cold', 'off', (r) => r.wallUs)} | ${(sum('off').rssKiB / 1024).toFixed(0)} / ${(sum('cold').rssKiB / 1024).toFixed(0)} MiB |`);
-      rows.push(`| ${w.work} | ${KINDS.map((k) => `${fmt(sum(k).wall.median)} / ${fmt(sum(k).cpu.median)}`).join(' | ')} | | ${reps} |`);
+      if (has('warm', 'off')) pairRows.push(`| ${w.work} | warm / off (a hit against the compile) | ${pairs('warm', 'off', (r) => r.cpuUs)} | ${pairs('warm', 'off', (r) => r.wallUs)} | ${(sum('off').rssKiB / 1024).toFixed(0)} / ${(sum('warm').rssKiB / 1024).toFixed(0)} MiB |`);
+      if (has('cold', 'off')) pairRows.push(`| ${w.work} | cold / off (the compaction and the store) | ${pairs('cold', 'off', (r) => r.cpuUs)} | ${pairs('cold', 'off', (r) => r.wallUs)} | ${(sum('off').rssKiB / 1024).toFixed(0)} / ${(sum('cold').rssKiB / 1024).toFixed(0)} MiB |`);
+      rows.push(`| ${w.work} | ${KINDS.map((k) => `${fmt(sum(k).wall.median)} / ${fmt(sum(k).cpu.median)}`).join(' | ')} | ${reps} |`);
       continue;
     }
     for (const k of ourKinds) {
-      pairRows.push(`| ${w.work} | ${k} / before | ${pairs(k, 'before', (r) => r.cpuUs)} | ${pairs(k, 'before', (r) => r.wallUs)} | ${(sum('before').rssKiB / 1024).toFixed(0)} / ${(sum(k).rssKiB / 1024).toFixed(0)} MiB |`);
-      pairRows.push(`| ${w.work} | ${k} / nft | ${pairs(k, 'nft', (r) => r.cpuUs)} | ${pairs(k, 'nft', (r) => r.wallUs)} | |`);
+      if (has('before')) pairRows.push(`| ${w.work} | ${k} / before | ${pairs(k, 'before', (r) => r.cpuUs)} | ${pairs(k, 'before', (r) => r.wallUs)} | ${(sum('before').rssKiB / 1024).toFixed(0)} / ${(sum(k).rssKiB / 1024).toFixed(0)} MiB |`);
+      if (has('nft')) pairRows.push(`| ${w.work} | ${k} / nft | ${pairs(k, 'nft', (r) => r.cpuUs)} | ${pairs(k, 'nft', (r) => r.wallUs)} | |`);
     }
-    if (KINDS.includes('cold') && KINDS.includes('off')) pairRows.push(`| ${w.work} | cold / off (the store's cost) | ${pairs('cold', 'off', (r) => r.cpuUs)} | ${pairs('cold', 'off', (r) => r.wallUs)} | |`);
+    if (has('cold', 'off')) pairRows.push(`| ${w.work} | cold / off (the store's cost) | ${pairs('cold', 'off', (r) => r.cpuUs)} | ${pairs('cold', 'off', (r) => r.wallUs)} | |`);
     // The kernel's own share: the system time of each (median), beside the CPU.
     const sys = (rs: ProcessRun[]) => fmt(rs.map((r) => r.sysUs ?? NaN).sort((x, y) => x - y)[rs.length >> 1]!);
     sysRows.push(`| ${w.work} | ${KINDS.map((k) => sys(runs[k]!)).join(' | ')} |`);
-    rows.push(`| ${w.work} | ${KINDS.map((k) => `${fmt(sum(k).wall.median)} / ${fmt(sum(k).cpu.median)}`).join(' | ')} | ` +
-      `${ourKinds.map((k) => `${(sum(k).cpu.median / sum('before').cpu.median).toFixed(2)}× / ${(sum(k).cpu.median / sum('nft').cpu.median).toFixed(2)}× / ${(sum(k).wall.median / sum('nft').wall.median).toFixed(2)}×`).join(' | ')} | ${reps} |`);
+    rows.push(`| ${w.work} | ${[...KINDS.map((k) => `${fmt(sum(k).wall.median)} / ${fmt(sum(k).cpu.median)}`), ...ratios.map((r) => `${r.of(sum).toFixed(2)}×`)].join(' | ')} | ${reps} |`);
   }
 });
 console.log(`load average at end: ${load()}`);
-const ourKinds = KINDS.filter((k) => k !== 'before' && k !== 'nft');
-console.log(`| work | ${KINDS.map((k) => `${k}: wall / CPU p50`).join(' | ')} | ${ourKinds.map((k) => `${k}: CPU / before, CPU / nft, wall / nft`).join(' | ')} | rounds |`);
-console.log(`|---|${KINDS.map(() => '---:').join('|')}|${ourKinds.map(() => '---:').join('|')}|---:|`);
+const columns = [...KINDS.map((k) => `${k}: wall / CPU p50`), ...(command === 'check' ? [] : ratios.map((r) => r.title))];
+console.log(`| work | ${columns.join(' | ')} | rounds |`);
+console.log(`|---|${columns.map(() => '---:').join('|')}|---:|`);
 for (const r of rows) console.log(r);
 console.log(`\n| work | ${KINDS.map((k) => `${k}: system CPU p50`).join(' | ')} |`);
 console.log(`|---|${KINDS.map(() => '---:').join('|')}|`);
