@@ -134,6 +134,9 @@ export class Keeper extends EventEmitter {
         subscribeLater: true,
         onBatch: (b) => this.onEvents(b),
       });
+      // Our own commits are told by the port id: a socket moved to another port (an interrupted
+      // dump's replacement, its old port taken) has the filter follow it.
+      sock.onPortChange?.(() => this.refilter());
       const monitor = k.monitor;
       if (follow && monitor.progress && monitor.anchor) k.view.followEvents(() => monitor.progress!(), () => k.stopped);
       if (!monitor.subscribe) this.anchor();
@@ -255,6 +258,12 @@ export class Keeper extends EventEmitter {
     await this.idle();
   }
 
+  /** The monitor's filter: the tables we own, and our socket's port id as it is now. */
+  private refilter(): void {
+    const k = this.k;
+    k.monitor?.setFilter(k.ownedTables(), k.sock ? [k.sock.portId] : []);
+  }
+
   private install(config: Config, owners: readonly Owner[]): void {
     const k = this.k;
     this.arming.disarm();  // the armed repairs re-add the old desired rules
@@ -264,7 +273,7 @@ export class Keeper extends EventEmitter {
     k.owners = owners;
     k.desired = mergeOwners(config.tables, config.owners, owners);
     this.metrics.owners.set(owners.length);
-    k.monitor?.setFilter(k.ownedTables(), k.sock ? [k.sock.portId] : []);
+    this.refilter();
     k.noteOwned();
     // A change of set and map elements only keeps the view's events: the next pass commits just those element ops.
     k.view.desiredChanged(k.desired);

@@ -58,6 +58,12 @@ export interface CommitResult {
 export interface NftConn {
   /** Netlink port id: the owner of tables this connection creates in protect mode, and the pid of its events. */
   readonly portId: number;
+  /**
+   * Calls `f` with the new port id when the connection has moved to another one (NftSocket: the
+   * socket replaced to end an interrupted dump, its old port taken meanwhile), before the call
+   * that moved it settles: whoever keeps the id (the monitor's ignorePorts) takes the new one.
+   */
+  onPortChange?(f: (portId: number) => void): void;
   readonly closed: boolean;
   /** The ruleset generation id; moves on every commit by anyone that changed something. */
   generation(): number;

@@ -49,6 +49,9 @@ export class NftSocket implements NftConn {
   readonly netns: string | undefined;
   private readonly native: NativeSocket;
   private interrupted = 0;
+  /** The port id last seen, and who is told when it moves (onPortChange). */
+  private port: number;
+  private portWatchers: ((portId: number) => void)[] = [];
 
   constructor(options: OpenOptions = {}) {
     if (options.netns !== undefined && (typeof options.netns !== 'string' || options.netns === '')) {
@@ -68,6 +71,7 @@ export class NftSocket implements NftConn {
       throw privilege(e, 'open', `network namespace ${options.netns ?? '(own)'}`);
     }
     this.netns = options.netns;
+    this.port = this.native.portId;
   }
 
   /**
@@ -76,6 +80,18 @@ export class NftSocket implements NftConn {
    */
   get portId(): number {
     return this.native.portId;
+  }
+
+  onPortChange(f: (portId: number) => void): void {
+    this.portWatchers.push(f);
+  }
+
+  /** After a dump the kernel interrupted (the addon may have replaced the socket): tells of a new port. */
+  private portMoved(): void {
+    const now = this.native.portId;
+    if (now === this.port) return;
+    this.port = now;
+    for (const f of this.portWatchers) f(now);
   }
 
   /**
@@ -242,6 +258,7 @@ export class NftSocket implements NftConn {
         // rulesets is never returned.
         if (e instanceof NetlinkError && (e as { dumpInterrupted?: boolean }).dumpInterrupted === true) {
           this.interrupted++;
+          this.portMoved();
           if (attempt < attempts) continue;
           throw new DumpInterruptedError(`list ${kind}s`, attempt);
         }
