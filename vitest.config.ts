@@ -10,6 +10,7 @@ import { defineConfig } from 'vitest/config';
 const UNIT = [
   'test/architecture.test.ts',
   'test/base/duration.test.ts',
+  'test/bench/apply-ab-summary.test.ts',
   'test/base/sliced.test.ts',
   'test/base/sealed-file.test.ts',
   'test/log.test.ts',

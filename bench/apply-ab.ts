@@ -25,7 +25,8 @@ import { join } from 'node:path';
 import { PROJECT_ROOT } from '../src/netlink/addon.js';
 import { kubeProxy } from '../test/helpers/peers/kube-proxy.js';
 import { withBenchNetns } from './lib/netns.js';
-import { runWhole, summarizeRuns, type ProcessRun } from './lib/whole.js';
+import { applyAbTables, fmt, type Kind, type WorkRuns } from './lib/apply-ab-summary.js';
+import { runWhole, type ProcessRun } from './lib/whole.js';
 import { chainNft, chainYaml } from './scenarios/s8.js';
 
 const arg = (name: string) => {
@@ -64,28 +65,12 @@ for (const s of services) {
 }
 
 const hasCacheDir = spawnSync('node', [join(PROJECT_ROOT, 'bin', 'nfkeeper.js'), 'apply', '--help'], { encoding: 'utf8' }).stdout.includes('--cache-dir');
-type Kind = 'off' | 'cold' | 'warm' | 'after' | 'before' | 'nft';
 // --kinds warm,before,nft: only those, for more rounds of one comparison in the same time.
 const only = arg('--kinds')?.split(',');
 const KINDS: readonly Kind[] = (command === 'check' ? ['off', 'cold', 'warm'] as Kind[] : hasCacheDir ? ['off', 'cold', 'warm', 'before', 'nft'] as Kind[] : ['after', 'before', 'nft'] as Kind[])
   .filter((k) => !only || only.includes(k));
-// Any subset of the kinds: a ratio or a pair is printed only where both of its runs were made.
-const has = (...ks: Kind[]) => ks.every((k) => KINDS.includes(k));
-const ourKinds = KINDS.filter((k) => k !== 'before' && k !== 'nft');
-/** The columns of ratios (of medians) of each of our kinds to the references run. */
-type Sum = (k: Kind) => ReturnType<typeof summarizeRuns>;
-const ratios = ourKinds.flatMap((k) => [
-  ...(has('before') ? [{ title: `${k}: CPU / before`, of: (sum: Sum) => sum(k).cpu.median / sum('before').cpu.median }] : []),
-  ...(has('nft') ? [
-    { title: `${k}: CPU / nft`, of: (sum: Sum) => sum(k).cpu.median / sum('nft').cpu.median },
-    { title: `${k}: wall / nft`, of: (sum: Sum) => sum(k).wall.median / sum('nft').wall.median },
-  ] : []),
-]);
 const compileCache = (k: 'cold' | 'warm', w: { file: string }) => join(dir, `compile-cache-${k}-${w.file.replace(/\W/g, '_')}`);
-const fmt = (us: number) => (us >= 1e6 ? `${(us / 1e6).toFixed(2)} s` : `${(us / 1e3).toFixed(0)} ms`);
-const rows: string[] = [];
-const sysRows: string[] = [];
-const pairRows: string[] = [];
+const done: WorkRuns[] = [];
 console.log(`load average at start: ${load()}`);
 await withBenchNetns('applyab', async (ns) => {
   // A check reads the ruleset the config installed: nothing flushed between its runs.
@@ -121,40 +106,11 @@ await withBenchNetns('applyab', async (ns) => {
           `${(r.rssKiB / 1024).toFixed(0)} MiB (load ${load()})`);
       }
     }
-    const sum = (k: Kind) => summarizeRuns(runs[k]!);
-    // Pair by pair (x / y of the same round): the median ratio and how often x was lower.
-    const pairs = (x: Kind, y: Kind, f: (r: ProcessRun) => number) => {
-      const q = runs[x]!.map((r, i) => f(r) / f(runs[y]![i]!)).sort((u, v) => u - v);
-      return `${q[q.length >> 1]!.toFixed(3)} (lower in ${q.filter((u) => u < 1).length} of ${q.length})`;
-    };
-    if (command === 'check') {
-      if (has('warm', 'off')) pairRows.push(`| ${w.work} | warm / off (a hit against the compile) | ${pairs('warm', 'off', (r) => r.cpuUs)} | ${pairs('warm', 'off', (r) => r.wallUs)} | ${(sum('off').rssKiB / 1024).toFixed(0)} / ${(sum('warm').rssKiB / 1024).toFixed(0)} MiB |`);
-      if (has('cold', 'off')) pairRows.push(`| ${w.work} | cold / off (the compaction and the store) | ${pairs('cold', 'off', (r) => r.cpuUs)} | ${pairs('cold', 'off', (r) => r.wallUs)} | ${(sum('off').rssKiB / 1024).toFixed(0)} / ${(sum('cold').rssKiB / 1024).toFixed(0)} MiB |`);
-      rows.push(`| ${w.work} | ${KINDS.map((k) => `${fmt(sum(k).wall.median)} / ${fmt(sum(k).cpu.median)}`).join(' | ')} | ${reps} |`);
-      continue;
-    }
-    for (const k of ourKinds) {
-      if (has('before')) pairRows.push(`| ${w.work} | ${k} / before | ${pairs(k, 'before', (r) => r.cpuUs)} | ${pairs(k, 'before', (r) => r.wallUs)} | ${(sum('before').rssKiB / 1024).toFixed(0)} / ${(sum(k).rssKiB / 1024).toFixed(0)} MiB |`);
-      if (has('nft')) pairRows.push(`| ${w.work} | ${k} / nft | ${pairs(k, 'nft', (r) => r.cpuUs)} | ${pairs(k, 'nft', (r) => r.wallUs)} | |`);
-    }
-    if (has('cold', 'off')) pairRows.push(`| ${w.work} | cold / off (the store's cost) | ${pairs('cold', 'off', (r) => r.cpuUs)} | ${pairs('cold', 'off', (r) => r.wallUs)} | |`);
-    // The kernel's own share: the system time of each (median), beside the CPU.
-    const sys = (rs: ProcessRun[]) => fmt(rs.map((r) => r.sysUs ?? NaN).sort((x, y) => x - y)[rs.length >> 1]!);
-    sysRows.push(`| ${w.work} | ${KINDS.map((k) => sys(runs[k]!)).join(' | ')} |`);
-    rows.push(`| ${w.work} | ${[...KINDS.map((k) => `${fmt(sum(k).wall.median)} / ${fmt(sum(k).cpu.median)}`), ...ratios.map((r) => `${r.of(sum).toFixed(2)}×`)].join(' | ')} | ${reps} |`);
+    done.push({ work: w.work, runs });
   }
 });
 console.log(`load average at end: ${load()}`);
-const columns = [...KINDS.map((k) => `${k}: wall / CPU p50`), ...(command === 'check' ? [] : ratios.map((r) => r.title))];
-console.log(`| work | ${columns.join(' | ')} | rounds |`);
-console.log(`|---|${columns.map(() => '---:').join('|')}|---:|`);
-for (const r of rows) console.log(r);
-console.log(`\n| work | ${KINDS.map((k) => `${k}: system CPU p50`).join(' | ')} |`);
-console.log(`|---|${KINDS.map(() => '---:').join('|')}|`);
-for (const r of sysRows) console.log(r);
-console.log('\n| work | pair | CPU ratio, by pairs | wall ratio, by pairs | peak RSS before / this |');
-console.log('|---|---|---:|---:|---:|');
-for (const r of pairRows) console.log(r);
+for (const line of applyAbTables(KINDS, command, done, reps)) console.log(line);
 
 /** `nfkeeper run` of `file` in the namespace `ns` until it has stored the compiled config in `cacheDir`, then stopped. */
 async function storedByRun(ns: string, file: string, cacheDir: string): Promise<void> {
