@@ -36,8 +36,10 @@ describe('a rule deleted during the read-back of a long chain', () => {
     let armed = false;
     let victim: number | undefined;
     let deleted = false;
+    let earlyReadBack = false;
     const readBacks: Promise<unknown>[] = [];
     const host: NftHost = observedHost(ns as Netns, ['listRuleDigests'], () => undefined, (_method, [filter], dump) => {
+      if (!armed && (filter as { once?: boolean }).once === true) earlyReadBack = true;
       if (armed && (filter as { once?: boolean }).once === true && !deleted && victim !== undefined) {
         // The dump is on the wire and the kernel walks the chain: another socket deletes.
         deleted = true;
@@ -47,7 +49,10 @@ describe('a rule deleted during the read-back of a long chain', () => {
       return dump;
     });
     const repairs: RepairReport[] = [];
-    const k = keeper = new Keeper({ config: seedConfig(N), host, intervalMs: 50, trustOwnCommitMs: 500, netns: ns.path });
+    // The read-back comes trustOwnCommitMs after the install: long enough for this test's own listing
+    // of the chain below to be done first on a loaded machine (at 500 ms it was not, now and then,
+    // and the one read-back went by unarmed).
+    const k = keeper = new Keeper({ config: seedConfig(N), host, intervalMs: 50, trustOwnCommitMs: 5_000, netns: ns.path });
     k.on('error', () => undefined);
     k.on('repaired', (r: RepairReport) => { if (deleted) repairs.push(r); });
     await k.start();
@@ -56,6 +61,7 @@ describe('a rule deleted during the read-back of a long chain', () => {
     const port = k.socket!.portId;
     const before = inodeOf(ns as Netns, port);
     expect(before).toBeDefined();
+    expect(earlyReadBack, 'the read-back came before the test could arm it').toBe(false);
     armed = true;
     await until('the deletion during a read-back', () => deleted, 30_000);
     await until('the repair', () => repairs.length > 0, 30_000);
