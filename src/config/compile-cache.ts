@@ -80,7 +80,7 @@ export interface CompileCacheOptions {
 
 /** What a load did with the cache (`madeNow`: why a hit's rules were made at the load, not late). */
 export type CacheUse =
-  | { used: true; file: string; madeNow?: string }
+  | { used: true; file: string; madeNow?: string; token?: string }
   | { used: false; file: string; why: string };
 
 /** The cache's first line: what the compiled config was compiled from. */
@@ -176,11 +176,13 @@ export function pruneCompileCache(dir: string, version: string, now = Date.now()
       unlinkSync(path);
       removed.push(name);
       if (entry) {
-        try {
-          unlinkSync(encodedPathOf(path));
-          removed.push(basename(encodedPathOf(path)));
-        } catch {
-          // none
+        for (const beside of [encodedPathOf(path), heldProofPathOf(path)]) {
+          try {
+            unlinkSync(beside);
+            removed.push(basename(beside));
+          } catch {
+            // none
+          }
         }
       }
     } catch {
@@ -239,7 +241,8 @@ export function loadConfigCached(file: string, options: LoadOptions, cache: Comp
     const hit = fromCache(path, file, options, cache);
     if ('config' in hit) {
       const kept = cache.lateOnlyIfRemovable ? unremovable(path) : undefined;
-      if (kept === undefined) return { config: hit.config, cache: { used: true, file: path }, files: fileDigests(hit.inputs), make: hit.make };
+      const token = hit.token !== undefined ? { token: hit.token } : {};
+      if (kept === undefined) return { config: hit.config, cache: { used: true, file: path, ...token }, files: fileDigests(hit.inputs), make: hit.make };
       const e = unmadeRules(hit.make);
       if (e === undefined) return { config: hit.config, cache: { used: true, file: path, madeNow: kept }, files: fileDigests(hit.inputs) };
       why = `${path} could not be read back (${(e as Error).message}), and ${kept}`;
@@ -328,7 +331,8 @@ export function unmadeRules(make: () => Sliced<void>): unknown {
   }
 }
 
-function fromCache(path: string, file: string, options: LoadOptions, cache: CompileCacheOptions): { config: Config; inputs: CompileInput[]; make: () => Sliced<void> } | { why: string } {
+function fromCache(path: string, file: string, options: LoadOptions, cache: CompileCacheOptions):
+  { config: Config; inputs: CompileInput[]; make: () => Sliced<void>; token?: string } | { why: string } {
   const read = readSealedBytes(path, cache.dir);
   if ('why' in read) return read;
   const body = read.bytes;
@@ -349,7 +353,7 @@ function fromCache(path: string, file: string, options: LoadOptions, cache: Comp
   if (chains.length !== config.tables.length || !config.tables.every((t, i) => Array.isArray(chains[i]) && chains[i]!.length === t.chains.length
     && chains[i]!.every((d) => typeof d === 'string' && /^[0-9a-f]{64}$/.test(d)))) return { why: `${path} is corrupt: its chain digests are not its chains'` };
   knownChainDigests(config.tables, chains);
-  return { config, inputs: h.inputs, make };
+  return { config, inputs: h.inputs, make, ...(typeof h.encoded === 'string' ? { token: h.encoded } : {}) };
 }
 
 /** The addon's digest for a header, with the file's identity where the digest was taken of the file that has it. */
@@ -563,6 +567,11 @@ class EncodedRules {
 
 /** The bytes before each rule's in EncodedRules: the lengths of its attribute, userdata and text. */
 const ENCODED_HEAD = 6;
+
+/** The file of what an apply's echo proved of the cache `path`'s rules (src/keeper/held-proof.ts), beside it; removed with it. */
+export function heldProofPathOf(path: string): string {
+  return path.replace(/\.json$/, '.held');
+}
 
 /** The file of the cache `path`'s rules encoded (EncodedRules), beside it. */
 export function encodedPathOf(path: string): string {

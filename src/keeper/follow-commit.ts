@@ -298,6 +298,7 @@ export function followCommit(tables: readonly TableConfig[], observed: readonly 
  * batch gave it. Without digests (the daemon's commits) never.
  */
 function anonymousSetsHeld(echoed: CommitResult | undefined): boolean {
+  if (echoed?.heldByProof) return true;
   const unnamed = echoed?.unnamed, held = echoed?.held;
   if (!unnamed || !held) return false;
   for (let i = 0; i < unnamed.length; i++) if (unnamed[i] !== undefined && held[i] !== unnamed[i]) return false;

@@ -13,6 +13,7 @@ import type { Owner } from '../owners/spec.js';
 import { TableOwnedError, protectionOf, type TableDiff } from './table.js';
 import type { Drift } from '../model/drift.js';
 import { Reconciler, type Observation } from './reconciler.js';
+import { heldProofFor, type ProofEntry } from './held-proof.js';
 
 /** Removes every table the config owns, in one batch. Returns what was removed. */
 export async function cleanup(sock: NftConn, config: Config): Promise<string[]> {
@@ -39,6 +40,11 @@ export interface CheckResult {
   ops: number;
   /** The kernel refused the protect flags: the tables were applied in repair mode. */
   protectUnsupported: boolean;
+  /**
+   * With options.proof: 'by-proof' the commit's rules were taken as held by the entry's proof (only
+   * the handles' echoes asked); 'proved' its full echo proved every rule and the proof was kept.
+   */
+  held?: 'by-proof' | 'proved';
 }
 
 /**
@@ -52,6 +58,11 @@ export async function checkOnce(sock: NftConn, config: Config, apply: boolean, o
     retired?: { family: TableConfig['family']; name: string }[]; logger?: Logger;
     /** Given what the first observation found as soon as it is known: before apply's commit (CheckResult.drift). */
     found?: (drift: CheckResult['drift']) => void;
+    /**
+     * apply of a compile cache entry: where its proof (src/keeper/held-proof.ts) is kept. Not used
+     * with owners (their rules are not the entry's), nor on a connection without a kernel build.
+     */
+    proof?: ProofEntry;
   } = {}): Promise<CheckResult> {
   // Registered owners are part of the desired state here too, or apply would collect them.
   const tables = mergeOwners(config.tables, config.owners, owners);
@@ -68,11 +79,14 @@ export async function checkOnce(sock: NftConn, config: Config, apply: boolean, o
     if (first) found!(driftOf(o));
     first = false;
   };
+  const heldProof = apply && options.proof && !config.owners ? heldProofFor(options.proof, sock.kernelBuild?.()) : undefined;
   const r = await reconciler.once({ tables, readOnly: !apply, allowForeignOwner: !apply, adopt: true, verifyByEcho: apply,
-    ...(found ? { onObservation } : {}) });
+    ...(found ? { onObservation } : {}), ...(heldProof ? { heldProof } : {}) });
+  const held = heldProof?.held && r.ops > 0 && r.trusted ? 'by-proof' : heldProof?.wasProved() ? 'proved' : undefined;
   return {
     drift: driftOf(r.first),
     ops: r.ops,
     protectUnsupported: !reconciler.protectSupported,
+    ...(held ? { held } : {}),
   };
 }

@@ -8,7 +8,7 @@
  * the protect-mode table flags.
  */
 import type { Logger } from 'pino';
-import type { TableConfig } from '../model/desired.js';
+import { countRules, type TableConfig } from '../model/desired.js';
 import { NetlinkError } from '../base/errors.js';
 import type { KeeperMetrics } from '../base/metrics.js';
 import { Batch } from '../netlink/batch.js';
@@ -105,6 +105,15 @@ export interface PassInput {
    */
   verifyByEcho?: boolean;
   /**
+   * With verifyByEcho: what an earlier full echo proved (src/keeper/held-proof.ts). `held`: every
+   * rule of `tables`, as a commit of this build sends it, was echoed held as sent by this kernel
+   * build, so the commit asks only the echoes its handles are derived from (echoForHandles, as the
+   * daemon's) and takes its rules as held; handles that do not derive read back as without the
+   * echo. Else the commit asks the full echo, and `proved` is called when it proved every rule
+   * of `tables` (the batch added or replaced each one, each echoed held as sent, the view followed it).
+   */
+  heldProof?: { held: boolean; proved: () => void };
+  /**
    * A full read compares the kernel's rule digests with the desired rules' (observeTable's adopt)
    * and decodes only the chains that differ: the start-up onto a ruleset an earlier keeper wrote,
    * where nothing is known yet and every chain usually holds its desired rules.
@@ -196,6 +205,9 @@ export class Reconciler {
     let last: { observation: Observation; batch: Batch; echoed?: CommitResult } | undefined;
     // An observation by digest after our commit takes the digests of the rules it wrote from the commit.
     const keepKnown = input.keepKnown ?? input.useKnown ?? input.verifyByEcho;
+    const byProof = input.verifyByEcho === true && input.heldProof?.held === true;
+    // The commit's full echo proved every rule of the tables (heldProof.proved).
+    let provedAll = false;
     type Step = { status: PassResult['status']; observation: Observation; waitMs?: number };
     const r = await commitGuarded<Step>(this.conn, async (generation) => {
       const observation = await this.observe(input, generation, written?.());
@@ -222,8 +234,13 @@ export class Reconciler {
           // An echo that does not prove the batch held as sent gives no handles to follow it by.
           // An echo that gave some rules' handles: every new rule's, derived from them where they
           // prove it (else none: the chains are read instead, followCommit's unechoed case).
-          if (!input.verifyByEcho && echoed?.handles) echoed = { ...echoed, handles: deriveHandles(batch.ops, echoed.handles) };
-          last = { observation, batch, echoed: input.verifyByEcho && echoed?.handles && !heldAsSent(batch, echoed) ? { ...echoed, handles: undefined } : echoed };
+          if ((byProof || !input.verifyByEcho) && echoed?.handles) {
+            echoed = { ...echoed, handles: deriveHandles(batch.ops, echoed.handles), ...(byProof ? { heldByProof: true as const } : {}) };
+          }
+          const unproved = input.verifyByEcho && !byProof && echoed?.handles && !heldAsSent(batch, echoed);
+          last = { observation, batch, echoed: unproved ? { ...echoed, handles: undefined } : echoed };
+          provedAll = !byProof && input.heldProof !== undefined && !!echoed?.handles && !unproved && committed === batch.length
+            && addsEveryRule(batch, input.tables);
           written = echoed?.digests ? writtenLazily(batch, echoed.digests) : undefined;
           this.view.committed(batch);
           input.onCommitted?.(observation, batch.length, batch);
@@ -235,11 +252,12 @@ export class Reconciler {
       trustSoleCommit: input.trustSoleCommit || input.verifyByEcho,
       onMismatch: () => this.options.metrics?.generationRetries.inc(),
       replan: (e, batch) => this.protectRefused(e, batch),
-      echo: input.verifyByEcho || (keepKnown ? echoForHandles : false),
+      echo: byProof ? echoForHandles : input.verifyByEcho || (keepKnown ? echoForHandles : false),
       // Only where a read-back by digest may follow, or the echo is compared with them: not for a
       // caller that trusts a sole commit (the daemon, whose start-up install would hold 100,000
       // digests for nothing at its peak).
-      digests: input.adopt && !input.readOnly && (!input.trustSoleCommit || input.verifyByEcho),
+      // (Not where the rules are held by proof: nothing compares them.)
+      digests: !byProof && input.adopt && !input.readOnly && (!input.trustSoleCommit || input.verifyByEcho),
     }).catch((e: unknown) => {
       this.view.forgetRules();
       throw e;
@@ -256,10 +274,11 @@ export class Reconciler {
     }
     if (r.trusted && input.verifyByEcho && !this.view.rulesExactAt(r.generation, input.tables)) {
       // The echo did not prove the commit: read it back, as a pass without it does.
-      const again = await this.once({ ...input, verifyByEcho: false, holdBack: undefined }, written);
+      const again = await this.once({ ...input, verifyByEcho: false, holdBack: undefined, heldProof: undefined }, written);
       return { ...again, first: first!, found, ops: r.ops + again.ops, attempts: r.attempts + again.attempts,
         status: again.status === 'in-sync' ? 'repaired' : again.status };
     }
+    if (provedAll && r.trusted) input.heldProof!.proved();
     const v = r.value;
     return { status: v.status, first: first ?? v.observation, found, waitMs: v.waitMs, ops: r.ops, attempts: r.attempts, generation: r.generation,
       ...(r.trusted ? { trusted: true } : {}), ...(v.observation.unread ? { fromKnown: true } : {}) };
@@ -351,6 +370,17 @@ export function heldAsSent(batch: Batch, echoed: CommitResult): boolean {
     if (!sent || held[i] !== sent) return false;
   }
   return true;
+}
+
+/**
+ * `batch` added or replaced every rule of `tables` (a plan adds each desired rule at most once, so
+ * as many rule ops as the tables have rules are all of them): what its echo proved covers any later
+ * batch of the same tables' rules.
+ */
+function addsEveryRule(batch: Batch, tables: readonly TableConfig[]): boolean {
+  let n = 0;
+  for (const op of batch.ops) if (op.object === 'rule' && op.verb !== 'delete' && op.chain !== undefined) n++;
+  return n === countRules(tables);
 }
 
 /** The digests a commit wrote, mapped by rule only when an observation reads them back (a commit

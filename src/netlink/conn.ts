@@ -53,6 +53,13 @@ export interface CommitResult {
    * kernel holds it as sent, bound to the sets its batch created for it. Never a dump's digest.
    */
   unnamed?: (string | undefined)[];
+  /**
+   * Set by the caller, not the connection: the batch's rules are held as sent by proof, not by this
+   * echo (an earlier full echo of the same compile cache entry on the same kernel build,
+   * src/keeper/held-proof.ts); its rules that look up anonymous sets are then held with the sets
+   * the batch created for them, as `unnamed` against `held` would have shown.
+   */
+  heldByProof?: true;
 }
 
 export interface NftConn {
@@ -77,6 +84,12 @@ export interface NftConn {
    * record names the namespace by. Undefined where the kernel or the connection has none.
    */
   netnsCookie?(): string | undefined;
+  /**
+   * The kernel build that translates this connection's batches, with the boot it runs in (`uname
+   * -r`, `uname -v`, the boot id): what an echo's proof that a batch was held as sent holds for
+   * (src/keeper/held-proof.ts). Undefined where there is none to name (an in-memory kernel).
+   */
+  kernelBuild?(): string | undefined;
   listTables(filter?: { family?: Family }): Promise<Table[]>;
   getTable(family: Family, name: string): Promise<Table | undefined>;
   listChains(filter: { family: Family; table: string }): Promise<Chain[]>;

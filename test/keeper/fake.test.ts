@@ -5,6 +5,9 @@
  * fixpoint, and the guard's limits. The fake is held to the kernel by the
  * shared suite in behaviour.ts.
  */
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { parseConfig } from '../../src/config/config.js';
 import { DumpInterruptedError, GenerationRetriesExhaustedError, NetlinkError } from '../../src/base/errors.js';
@@ -409,6 +412,25 @@ describe('apply', () => {
     expect(r.ops).toBeGreaterThan(0);
     expect(kernel.generation).toBe(gen + 1);
     expect(await conn.getTable('ip6', 'old')).toBeUndefined();
+    conn.close();
+  });
+
+  it("an entry's held-as-sent proof on the in-memory kernel: none read or kept (it names no kernel build), the full echo asked", async () => {
+    kernel = new FakeKernel();
+    const conn = kernel.connect();
+    const path = join(mkdtempSync(join(tmpdir(), 'nfk-fake-proof-')), 'compiled-x.held');
+    writeFileSync(path, `${JSON.stringify({ entry: 'e', kernel: 'undefined' })}\n`);
+    const echo: unknown[] = [];
+    const commit = conn.commit.bind(conn);
+    conn.commit = (batch, options) => {
+      echo.push(options?.echo);
+      return commit(batch, options);
+    };
+    const r = await checkOnce(conn, flannelConfig(), true, [], { proof: { path, token: 'e' } });
+    expect(echo[0]).toBe(true);
+    expect(r.held).toBeUndefined();
+    expect(await ruleCount(conn)).toBe(4);
+    expect(readFileSync(path, 'utf8')).toBe(`${JSON.stringify({ entry: 'e', kernel: 'undefined' })}\n`);
     conn.close();
   });
 

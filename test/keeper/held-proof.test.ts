@@ -1,0 +1,171 @@
+/**
+ * apply's proof that the kernel holds what it sent, kept beside the compile cache entry
+ * (src/keeper/held-proof.ts): a full echo that proved every rule of the entry held as sent on this
+ * kernel build is written down, and a later apply of the same entry on the same build asks only
+ * the echoes its handles derive from, follows its commit from them and reads nothing back. Another
+ * kernel build, another entry, a commit that did not add every rule, or no build to name (the
+ * in-memory kernel): the full echo, as without a proof.
+ */
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { parseConfig, type Config } from '../../src/config/config.js';
+import { checkOnce } from '../../src/keeper/oneshot.js';
+import type { CommitOptions, CommitResult, NftConn } from '../../src/netlink/conn.js';
+import { open } from '../../src/netlink/socket.js';
+import { cli } from '../helpers/cli.js';
+import { netnsPerTest } from '../helpers/netns-hooks.js';
+import type { Netns } from '../helpers/netns.js';
+import { tempDir } from '../helpers/tmp.js';
+
+const N = 1500;
+const ip = (i: number) => `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`;
+
+/** Chain c of n rules, one of them looking up an anonymous set (kube-proxy's kind). */
+function yaml(n: number, anonymous = true): string {
+  const rules = [...Array.from({ length: n }, (_, i) => `ip saddr ${ip(i)} tcp dport ${1 + i} counter accept`),
+    ...(anonymous ? ['ip daddr { 192.0.2.1, 192.0.2.7 } tcp dport { 80, 443 } accept'] : [])];
+  return ['tables:', '  - family: ip', '    name: big', '    chains:', '      - name: c', '        type: filter', '        hook: forward',
+    '        priority: filter', '        policy: accept', '        rules:', ...rules.map((r) => `          - ${JSON.stringify(r)}`), ''].join('\n');
+}
+const config = (n = N, anonymous = true): Config => parseConfig(yaml(n, anonymous), 'big.yaml');
+
+/** A socket in `ns` that records each commit's options and result and counts reads of rules; `kernel` overrides its build. */
+function watched(ns: Netns, kernel?: string | null) {
+  const real = open({ netns: ns.path });
+  const seen = { ruleReads: 0, commits: [] as { options: CommitOptions; result: void | CommitResult; readsBefore: number }[] };
+  const conn = new Proxy(real, {
+    get(target, p, recv) {
+      if (p === 'kernelBuild' && kernel !== undefined) return kernel === null ? undefined : () => kernel;
+      const v = Reflect.get(target, p, recv);
+      if (typeof v !== 'function') return v;
+      if (p === 'listRules' || p === 'listRuleDigests') {
+        return (...args: unknown[]) => {
+          seen.ruleReads++;
+          return (v as (...a: unknown[]) => unknown).apply(target, args);
+        };
+      }
+      if (p === 'commit') {
+        return async (batch: unknown, options: CommitOptions = {}) => {
+          const readsBefore = seen.ruleReads;
+          const result = await (v as (...a: unknown[]) => Promise<void | CommitResult>).call(target, batch, options);
+          seen.commits.push({ options, result, readsBefore });
+          return result;
+        };
+      }
+      return v.bind(target);
+    },
+  }) as NftConn;
+  return { conn, seen, close: () => real.close() };
+}
+
+/** The ruleset as the kernel holds it, handles and bytecode, its lines sorted (a hash set lists its elements in its seed's order). */
+const heldRuleset = (ns: Netns) => ns.exec('nft', ['--debug=netlink', 'list', 'ruleset']).split('\n').sort().join('\n');
+const chainRules = (ns: Netns) => ns.exec('nft', ['list', 'chain', 'ip', 'big', 'c']).split('\n').filter((l) => /accept|drop/.test(l) && !l.includes('policy'));
+
+describe("apply's held-as-sent proof", { timeout: 120_000 }, () => {
+  const ns = netnsPerTest('heldproof');
+
+  /** An apply into a flushed namespace with the proof at `path` for entry `token`. */
+  async function applyFlushed(path: string, token: string, kernel?: string | null, n = N) {
+    ns.exec('nft', ['flush', 'ruleset']);
+    const w = watched(ns, kernel);
+    try {
+      const r = await checkOnce(w.conn, config(n), true, [], { proof: { path, token } });
+      expect(w.seen.commits).toHaveLength(1);
+      return { r, commit: w.seen.commits[0]!, reads: w.seen.ruleReads };
+    } finally {
+      w.close();
+    }
+  }
+
+  it('a first apply proves by the full echo and keeps it; a second of the same entry asks only the echo points, reads nothing, installs the same', async () => {
+    const path = join(tempDir('heldproof'), 'compiled-x.held');
+    const first = await applyFlushed(path, 'entry-1');
+    expect(first.commit.options.echo).toBe(true);
+    expect(first.commit.options.digests).toBe(true);
+    expect(first.r.held).toBe('proved');
+    expect(existsSync(path)).toBe(true);
+    const dumpFirst = heldRuleset(ns);
+
+    const second = await applyFlushed(path, 'entry-1');
+    expect(second.r.held).toBe('by-proof');
+    // The table and chain ops come first; the chain's one run of new rules: its first and last.
+    expect(second.commit.options.echo).toEqual([2, N + 2 + 2]);
+    expect(second.commit.options.digests).toBeFalsy();
+    expect((second.commit.result as CommitResult).handles?.size).toBe(2);
+    // Followed from the derived handles (the anonymous set's rule too): nothing read after the commit.
+    expect(second.reads).toBe(0);
+    expect(second.r.ops).toBe(first.r.ops);
+    expect(chainRules(ns)).toHaveLength(N + 1);
+    expect(heldRuleset(ns)).toBe(dumpFirst);
+    const check = await checkOnce(open({ netns: ns.path }), config(), false);
+    expect(check.drift.flatMap((d) => d.drift)).toEqual([]);
+  });
+
+  it('another kernel build, or another entry: the full echo, and the proof is taken anew', async () => {
+    const path = join(tempDir('heldproof'), 'compiled-x.held');
+    await applyFlushed(path, 'entry-1', 'build A');
+    expect(JSON.parse(readFileSync(path, 'utf8'))).toEqual({ entry: 'entry-1', kernel: 'build A' });
+    const otherKernel = await applyFlushed(path, 'entry-1', 'build B');
+    expect(otherKernel.commit.options.echo).toBe(true);
+    expect(otherKernel.r.held).toBe('proved');
+    const otherEntry = await applyFlushed(path, 'entry-2', 'build B');
+    expect(otherEntry.commit.options.echo).toBe(true);
+    expect(otherEntry.r.held).toBe('proved');
+    expect(JSON.parse(readFileSync(path, 'utf8'))).toEqual({ entry: 'entry-2', kernel: 'build B' });
+    expect((await applyFlushed(path, 'entry-2', 'build B')).commit.options.echo).toEqual([2, N + 4]);
+  });
+
+  it('a commit that added only some of the rules proves nothing for the others: no proof kept', async () => {
+    const path = join(tempDir('heldproof'), 'compiled-x.held');
+    ns.exec('nft', ['flush', 'ruleset']);
+    // Chain c there already (an earlier config's install); this one adds chain d, followed from its full echo.
+    // (No anonymous set: with one already in the table this commit was read back, which would pass without the check.)
+    const withD = parseConfig(`${yaml(N, false)}      - name: d\n        rules:\n          - "tcp dport 22 accept"\n          - "tcp dport 23 drop"\n`, 'big.yaml');
+    const w = watched(ns, 'build A');
+    try {
+      await checkOnce(w.conn, config(N, false), true);
+      const r = await checkOnce(w.conn, withD, true, [], { proof: { path, token: 'entry-1' } });
+      expect(w.seen.commits[1]!.options.echo).toBe(true);
+      expect(r.ops).toBe(3);
+      expect(w.seen.ruleReads).toBe(w.seen.commits[1]!.readsBefore);  // nothing read after it: followed from its echo
+      expect(r.held).toBeUndefined();
+    } finally {
+      w.close();
+    }
+    expect(existsSync(path)).toBe(false);
+    expect(ns.exec('nft', ['list', 'chain', 'ip', 'big', 'd'])).toMatch('tcp dport 23 drop');
+  });
+
+  it('a connection without a kernel build (an in-memory kernel names none): the full echo, no proof kept or read', async () => {
+    const path = join(tempDir('heldproof'), 'compiled-x.held');
+    writeFileSync(path, `${JSON.stringify({ entry: 'entry-1', kernel: 'undefined' })}\n`);
+    const r = await applyFlushed(path, 'entry-1', null);
+    expect(r.commit.options.echo).toBe(true);
+    expect(r.r.held).toBeUndefined();
+    expect(JSON.parse(readFileSync(path, 'utf8'))).toEqual({ entry: 'entry-1', kernel: 'undefined' });
+  });
+
+  it('the command: the first warm apply proves, the next uses the proof; a changed config (a new entry) echoes in full', async () => {
+    const dir = tempDir('heldproof');
+    const file = join(dir, 'big.yaml');
+    const cache = join(dir, 'cache');
+    writeFileSync(file, yaml(N));
+    const apply = async () => {
+      ns.exec('nft', ['flush', 'ruleset']);
+      const a = await cli('apply', '--config', file, '--netns', ns.path, '--cache-dir', cache, '--progress');
+      expect(a.code).toBe(0);
+      expect(a.out).toMatch(`applied ${N + 3 + 2} operations in one batch`);
+      return a.err;
+    };
+    expect(await apply()).not.toMatch('held as sent');  // compiled and stored: no entry was installed
+    expect(await apply()).toMatch("the commit's full echo proved every rule held as sent");
+    const dump = heldRuleset(ns);
+    expect(await apply()).toMatch("the commit's rules are held as sent by");
+    expect(heldRuleset(ns)).toBe(dump);
+    writeFileSync(file, yaml(N).replace('tcp dport 1 ', 'tcp dport 9 '));
+    await apply();  // compiled, stored anew (a new token)
+    expect(await apply()).toMatch("the commit's full echo proved every rule held as sent");
+  });
+});
