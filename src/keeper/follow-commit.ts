@@ -295,7 +295,8 @@ export function followCommit(tables: readonly TableConfig[], observed: readonly 
  * The echo proved every rule of the batch that looks up anonymous sets held as sent (its echoed
  * digest with those sets unnamed is the sent one's, CommitResult.unnamed; a one-shot apply's
  * verification): each such set is the one the batch created for that rule, with the elements the
- * batch gave it. Without digests (the daemon's commits) never.
+ * batch gave it; or an earlier full echo of the same rules on this kernel proved it
+ * (CommitResult.heldByProof, src/keeper/held-proof.ts). Without digests (the daemon's commits) never.
  */
 function anonymousSetsHeld(echoed: CommitResult | undefined): boolean {
   if (echoed?.heldByProof) return true;
