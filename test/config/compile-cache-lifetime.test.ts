@@ -12,7 +12,7 @@ import { join, relative } from 'node:path';
 import { beforeEach, describe, expect, it } from 'vitest';
 import { compactAsCompiled } from '../../src/model/compact.js';
 import {
-  ANOTHER_BUILDS_AFTER_MS, TEMP_LEFT_FOR_MS, UNUSED_FOR_MS, compileCachePathOf, encodedPathOf, loadConfigCached, pruneCompileCache,
+  ANOTHER_BUILDS_AFTER_MS, TEMP_LEFT_FOR_MS, UNUSED_FOR_MS, compileCachePathOf, encodedPathOf, heldProofPathOf, loadConfigCached, pruneCompileCache,
 } from '../../src/config/compile-cache.js';
 import { runNow } from '../../src/base/sliced.js';
 import { tempDir } from '../helpers/tmp.js';
@@ -184,6 +184,18 @@ describe('the compile cache: one entry per config, and what a store removes', ()
     expect(pruneCompileCache(cacheDir, 'test')).toEqual([]);
     age(entry, UNUSED_FOR_MS + DAY);
     expect(pruneCompileCache(cacheDir, 'test').sort()).toEqual([encoded, entry].map((p) => p.slice(cacheDir.length + 1)).sort());
+  });
+
+  it("an apply's held-as-sent proof beside an entry (src/keeper/held-proof.ts) goes with it", () => {
+    const file = config('h.yaml');
+    expect(load(file).stored).toBeUndefined();
+    const entry = compileCachePathOf(cacheDir, '/run/netns/x', file);
+    const held = heldProofPathOf(entry);
+    writeFileSync(held, '{}\n');
+    expect(pruneCompileCache(cacheDir, 'test')).toEqual([]);
+    age(entry, UNUSED_FOR_MS + DAY);
+    expect(pruneCompileCache(cacheDir, 'test').sort()).toEqual([encodedPathOf(entry), entry, held].map((p) => p.slice(cacheDir.length + 1)).sort());
+    expect(existsSync(held)).toBe(false);
   });
 });
 
