@@ -34,6 +34,8 @@ constexpr int kInlineDatagrams = 2;
 struct DumpState : DumpRequest {
   explicit DumpState(const DumpRequest& req) : DumpRequest(req) {}
   bool filterTable = false;
+  // The socket the request went over (NftSocket::DumpSocket); set by Send.
+  mnl_socket* via = nullptr;
   uint32_t seq = 0;
   bool interrupted = false;
   bool done = false;
@@ -136,7 +138,8 @@ struct DumpState : DumpRequest {
     seq = sock->NextSeq(1);
     std::vector<uint8_t> req;
     EncodeRequest(&req, type, family, single ? NLM_F_ACK : NLM_F_DUMP, seq, attrs);
-    if (sock->SendAll(req.data(), req.size()) < 0) {
+    via = sock->DumpSocket();
+    if (sock->SendAll(via, req.data(), req.size()) < 0) {
       Fail(errno, std::string("send: ") + std::strerror(errno));
       return false;
     }
@@ -153,7 +156,7 @@ struct DumpState : DumpRequest {
       // generation differs from the one the previous chunk was built at
       // (nl_dump_check_consistent): what came before and after it are two
       // different rulesets. Nothing more is kept; the worker ends the dump
-      // (NftSocket::Reopen) or, where it cannot, reads the rest, so the next
+      // (NftSocket::EndDump) or, where it cannot, reads the rest, so the next
       // request starts on a clean socket.
       if (nlh->nlmsg_flags & NLM_F_DUMP_INTR) {
         interrupted = true;
@@ -318,11 +321,11 @@ class DumpWorker : public Napi::AsyncWorker {
     while (!state_->done) {
       // The kernel walks a long chain again for each datagram: the rest of an interrupted dump
       // of one was seconds of reading, with the socket held and a repair waiting behind it.
-      if (state_->interrupted && sock_->Reopen()) {
+      if (state_->interrupted && sock_->EndDump(state_->via)) {
         state_->done = true;
         break;
       }
-      ssize_t n = sock_->Recv(0);
+      ssize_t n = sock_->Recv(state_->via, 0);
       if (n < 0) {
         state_->Fail(errno, std::string("recv: ") + std::strerror(errno));
         break;
@@ -365,7 +368,7 @@ Napi::Promise StartDump(Napi::Env env, NftSocket* sock, Napi::Object self, const
     inlineStarted = true;
     if (st->Send(sock)) {
       for (int i = 0; i < kInlineDatagrams && !st->done; i++) {
-        ssize_t n = sock->Recv(MSG_DONTWAIT);
+        ssize_t n = sock->Recv(st->via, MSG_DONTWAIT);
         if (n < 0) {
           if (errno != EAGAIN && errno != EWOULDBLOCK) st->Fail(errno, std::string("recv: ") + std::strerror(errno));
           break;

@@ -5,7 +5,7 @@
 // A dump the kernel marks NLM_F_DUMP_INTR (the ruleset changed while it ran)
 // is never resolved: it rejects with a NetlinkError (EINTR) carrying
 // `dumpInterrupted: true`, and src/netlink/socket.ts retries it. Its rest is
-// not read where the socket can be replaced instead (NftSocket::Reopen).
+// not read where the socket it went over can be replaced (NftSocket::EndDump).
 #pragma once
 
 #include <napi.h>

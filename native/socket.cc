@@ -136,26 +136,57 @@ NftSocket::~NftSocket() {
 void NftSocket::CloseNow() {
   // Work still waiting runs after it and finds the socket closed (EBADF).
   JsGateHold hold(this);
+  if (dumpNl_ != nullptr) {
+    mnl_socket_close(dumpNl_);
+    dumpNl_ = nullptr;
+  }
   if (nl_ != nullptr) {
     mnl_socket_close(nl_);
     nl_ = nullptr;
   }
 }
 
+mnl_socket* NftSocket::OpenBeside(bool bind) {
+  std::string step;
+  if (ownNamespace_) return OpenHere(0, &step, bind);
+  // The socket's namespace itself, not the path it was opened by (which may be gone).
+  int nsfd = ioctl(mnl_socket_get_fd(nl_), SIOCGSKNS);
+  if (nsfd < 0) return nullptr;
+  mnl_socket* fresh = OpenIn(nsfd, 0, &step, bind);
+  int e = errno;
+  close(nsfd);
+  errno = e;
+  return fresh;
+}
+
+mnl_socket* NftSocket::DumpSocket() {
+  if (nl_ == nullptr || !mayOwn_) return nl_;
+  if (dumpNl_ == nullptr) {
+    dumpNl_ = OpenBeside(true);
+    if (dumpNl_ != nullptr && rcvbufLimit_ != 0) {
+      // The limit is a promise for every socket of this one, as a commit keeps it (EnsureBuffers).
+      int v = static_cast<int>(rcvbufLimit_);
+      setsockopt(mnl_socket_get_fd(dumpNl_), SOL_SOCKET, SO_RCVBUF, &v, sizeof(v));
+    }
+  }
+  return dumpNl_ != nullptr ? dumpNl_ : nl_;
+}
+
+bool NftSocket::EndDump(mnl_socket* via) {
+  if (via != nullptr && via == dumpNl_) {
+    // Released, the socket takes the kernel's dump with it. It owns nothing and its port id is
+    // nobody's concern (no commit goes over it): nothing to keep.
+    mnl_socket_close(dumpNl_);
+    dumpNl_ = nullptr;
+    return true;
+  }
+  return Reopen();
+}
+
 bool NftSocket::Reopen() {
   if (nl_ == nullptr || mayOwn_) return false;
   const int fd = mnl_socket_get_fd(nl_);
-  std::string step;
-  mnl_socket* fresh = nullptr;
-  if (ownNamespace_) {
-    fresh = OpenHere(0, &step, false);
-  } else {
-    // The old socket's namespace itself, not the path it was opened by (which may be gone).
-    int nsfd = ioctl(fd, SIOCGSKNS);
-    if (nsfd < 0) return false;
-    fresh = OpenIn(nsfd, 0, &step, false);
-    close(nsfd);
-  }
+  mnl_socket* fresh = OpenBeside(false);
   if (fresh == nullptr) return false;
   // The new socket takes the old one's descriptor: the old one is released (the kernel ends its
   // dump, and frees the port), and nl_ stays the same for the JS thread's reads of it.
@@ -228,8 +259,8 @@ Napi::Value NftSocket::GetClosed(const Napi::CallbackInfo& info) {
   return Napi::Boolean::New(info.Env(), nl_ == nullptr);
 }
 
-int NftSocket::SendAll(const void* data, size_t len) {
-  ssize_t n = mnl_socket_sendto(nl_, data, len);
+int NftSocket::SendAll(mnl_socket* via, const void* data, size_t len) {
+  ssize_t n = mnl_socket_sendto(via, data, len);
   if (n < 0) return -1;
   if (static_cast<size_t>(n) != len) {
     errno = EMSGSIZE;
@@ -238,11 +269,11 @@ int NftSocket::SendAll(const void* data, size_t len) {
   return 0;
 }
 
-ssize_t NftSocket::Recv(int flags) {
+ssize_t NftSocket::Recv(mnl_socket* via, int flags) {
   for (;;) {
     sockaddr_nl from = {};
     socklen_t fromLen = sizeof(from);
-    ssize_t n = recvfrom(mnl_socket_get_fd(nl_), buf_.data(), buf_.size(), flags,
+    ssize_t n = recvfrom(mnl_socket_get_fd(via), buf_.data(), buf_.size(), flags,
                          reinterpret_cast<sockaddr*>(&from), &fromLen);
     if (n < 0 && errno == EINTR) continue;
     // Only the kernel (port 0) answers our requests. Another process with

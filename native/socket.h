@@ -2,9 +2,11 @@
 // network namespace it was opened in for its whole life. It serves GETGEN
 // synchronously, small kernel-filtered dumps inline when the socket is free
 // (bounded: at most two datagrams), and everything else (big dumps, batch
-// commits) on worker threads. A gate keeps one request at a time on the wire.
+// commits) on worker threads. A gate keeps one request at a time on the wire
+// (over either socket).
 // An interrupted dump's rest is not read: the socket is replaced (Reopen), in
-// the same namespace, on the same port id.
+// the same namespace, on the same port id. A socket that may own a table
+// cannot be replaced: its dumps go over a second socket that owns nothing.
 #pragma once
 
 #include <napi.h>
@@ -65,10 +67,12 @@ class NftSocket : public Napi::ObjectWrap<NftSocket>, public Closeable {
   ~NftSocket() override;
   void CloseNow() override;
 
-  // Called with the gate held.
-  int SendAll(const void* data, size_t len);
+  // Called with the gate held. On `via`, this socket or its dump-only one (DumpSocket).
+  int SendAll(mnl_socket* via, const void* data, size_t len);
+  int SendAll(const void* data, size_t len) { return SendAll(nl_, data, len); }
   // Reads one datagram into buf_; returns its length or -1 with errno.
-  ssize_t Recv(int flags);
+  ssize_t Recv(mnl_socket* via, int flags);
+  ssize_t Recv(int flags) { return Recv(nl_, flags); }
   std::vector<uint8_t>& buffer() { return buf_; }
   Gate& gate() { return gate_; }
   // Queues `w` to libuv's pool once it holds the gate (now, or when the work before it is done), in
@@ -95,6 +99,15 @@ class NftSocket : public Napi::ObjectWrap<NftSocket>, public Closeable {
   bool Reopen();
   // A commit on this socket carried a table with NFT_TABLE_F_OWNER. Gate held.
   void NoteClaim() { mayOwn_ = true; }
+  // Called with the gate held. The socket a dump goes over: this one, unless it may own a table
+  // (it cannot be replaced); then a second socket that owns nothing and sends no commit, opened
+  // when first needed, in the same namespace with the same options. This one again if that cannot
+  // be opened (EMFILE): its interrupted dumps are then read to their end.
+  mnl_socket* DumpSocket();
+  // Called with the gate held. Ends the dump on `via` (from DumpSocket) without reading its rest:
+  // the dump-only socket is closed (the next dump opens another), this one is replaced (Reopen).
+  // False, nothing changed, where this one cannot be.
+  bool EndDump(mnl_socket* via);
   // Grows the kernel-side buffers for a batch of `bytes` and `messages`.
   // Returns whether the receive buffer now holds an ack for every message.
   bool EnsureBuffers(size_t bytes, size_t messages);
@@ -116,7 +129,12 @@ class NftSocket : public Napi::ObjectWrap<NftSocket>, public Closeable {
   std::unique_ptr<class CommitRun> PrepareCommit(const Napi::CallbackInfo& info);
   void ThrowIfClosed(Napi::Env env, const char* op);
 
+  // A new socket in this one's namespace, with OpenHere's options; bound to any port or unbound.
+  mnl_socket* OpenBeside(bool bind);
+
   mnl_socket* nl_ = nullptr;
+  // The dump-only socket (DumpSocket), or none. Gate held for every use.
+  mnl_socket* dumpNl_ = nullptr;
   std::atomic<uint32_t> portId_{0};
   bool ownNamespace_ = true;
   std::atomic<bool> mayOwn_{false};

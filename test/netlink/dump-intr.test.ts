@@ -211,12 +211,22 @@ describe('dumps interrupted by a concurrent change', () => {
       return rows.find((r) => r[1] === '12' && Number(r[2]) === port)?.[9];
     }
 
-    /** Fills `s`'s table with a chain of CUT rules (`flags` on the table), then races a `once` digest dump with a commit. */
-    async function raced(s: NftSocket, ns: Netns, flags?: number): Promise<unknown> {
+    /** The user-space netfilter netlink sockets of `ns` by inode, with their port ids (/proc/net/netlink; port 0 is the kernel's). */
+    function socketsOf(ns: Netns): Map<string, number> {
+      const rows = ns.exec('cat', ['/proc/net/netlink']).trim().split('\n').slice(1).map((l) => l.trim().split(/\s+/));
+      return new Map(rows.filter((r) => r[1] === '12' && r[2] !== '0').map((r) => [r[9]!, Number(r[2])]));
+    }
+
+    /**
+     * Fills `s`'s table with a chain of CUT rules (`flags` on the table), calls `ready`, then races
+     * a `once` digest dump with a commit.
+     */
+    async function raced(s: NftSocket, ns: Netns, flags?: number, ready?: () => Promise<void>): Promise<unknown> {
       const setup: Op[] = [{ verb: 'add', object: 'table', family: F, name: T, ...(flags !== undefined ? { flags } : {}) }];
       for (const name of ['a', 'big', 'z']) setup.push({ verb: 'add', object: 'chain', family: F, table: T, name });
       for (let k = 0; k < CUT; k++) setup.push({ verb: 'add', object: 'rule', family: F, table: T, chain: 'big', exprs: [{ kind: 'counter' }] });
       await s.commit([...setup, ...writeState(0)]);
+      await ready?.();
       // Another socket's change to a table of its own: a protected table refuses other sockets.
       const writer = open({ netns: ns.path });
       try {
@@ -276,14 +286,45 @@ describe('dumps interrupted by a concurrent change', () => {
       }
     }
 
-    it('a socket that owns a table is kept: closing it would take the owner flag off', async () => {
+    it('a socket that owns a table is kept (closing it would take the owner flag off): its dumps go over a dump-only socket, which is replaced', async () => {
       await withSocket(async (s, ns) => {
         const port = s.portId;
         const before = inodeOf(ns, port);
-        const e = await raced(s, ns, 0x2 | 0x4);  // owner | persist, as protect mode creates it
+        let dumpOnly: string | undefined;
+        const e = await raced(s, ns, 0x2 | 0x4, async () => {  // owner | persist, as protect mode creates it
+          // The first dump after the claim opens the dump-only socket: the namespace's one socket
+          // besides `s` (the writer comes later).
+          await s.listTables();
+          const others = [...socketsOf(ns)].filter(([, p]) => p !== port);
+          expect(others).toHaveLength(1);
+          dumpOnly = others[0]![0];
+        });
         expect(e).toBeInstanceOf(DumpInterruptedError);
+        // The owning socket is the same one, and still owns the table.
         expect(inodeOf(ns, port)).toBe(before);
         expect(await s.getTable(F, T)).toMatchObject({ flags: 0x6, owner: port });
+        // The dump ended early: the socket it went over is gone (the kernel ended the dump with
+        // it). Read to its end, that socket would still be there.
+        expect(socketsOf(ns).has(dumpOnly!)).toBe(false);
+        // The next dumps go over another dump-only socket, whole; a commit with the generation check
+        // goes over the owning one, which still owns the table.
+        const chains = await s.listRuleDigests({ family: F, table: T });
+        expect(chains.find((c) => c.chain === 'big')?.handles.length).toBe(CUT);
+        const now = [...socketsOf(ns)].filter(([, p]) => p !== port);
+        expect(now).toHaveLength(1);
+        expect(now[0]![0]).not.toBe(dumpOnly);
+        await s.commit([{ verb: 'add', object: 'rule', family: F, table: T, chain: 'a', exprs: [{ kind: 'counter' }] }],
+          { expectGeneration: s.generation() });
+        expect((await s.listRules({ family: F, table: T, chain: 'a' })).length).toBe(2);
+        expect(inodeOf(ns, port)).toBe(before);
+        expect(await s.getTable(F, T)).toMatchObject({ flags: 0x6, owner: port });
+        // Another socket still cannot change the table: the owner flag is the kernel's, intact.
+        const other = open({ netns: ns.path });
+        try {
+          await expect(other.commit([{ verb: 'add', object: 'chain', family: F, table: T, name: 'x' }])).rejects.toMatchObject({ errno: 1 });
+        } finally {
+          other.close();
+        }
       }, 'intr-owner');
     }, SANITIZED ? 600_000 : 120_000);
   });

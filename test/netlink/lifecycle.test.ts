@@ -15,8 +15,9 @@ import { fdCount, loadIptablesForeign, matchAddr, OWNED, ownedSetup, withSocket 
 const { family: F, table: T, chain: C } = OWNED;
 const CHILD = join(PROJECT_ROOT, 'test', 'netlink', 'children', 'lifecycle-child.ts');
 
-function runChild(mode: string, netns: string, nodeArgs: string[] = []): { status: number | null; signal: string | null; out: Record<string, unknown> } {
-  const r = spawnSync(process.execPath, [...nodeArgs, '--import', 'tsx', CHILD, mode, netns], {
+function runChild(mode: string, netns: string, nodeArgs: string[] = [], wrapper: string[] = []): { status: number | null; signal: string | null; out: Record<string, unknown> } {
+  const [cmd, ...args] = [...wrapper, process.execPath, ...nodeArgs, '--import', 'tsx', CHILD, mode, netns];
+  const r = spawnSync(cmd!, args, {
     cwd: PROJECT_ROOT, encoding: 'utf8', timeout: 30_000,
   });
   const line = (r.stdout ?? '').trim().split('\n').pop() ?? '';
@@ -84,6 +85,27 @@ describe('socket lifecycle', () => {
       expect(fdCount()).toBe(before);
     }, 'life');
   });
+
+  it('a socket that owns a table: close releases its dump-only socket too', async () => {
+    await withNetns(async (ns) => {
+      const before = fdCount();
+      const s = open({ netns: ns.path });
+      await s.commit([{ verb: 'add', object: 'table', family: 'ip', name: 'owned', flags: 0x2 | 0x4 }]);
+      expect(fdCount()).toBe(before + 1);
+      await s.listTables();
+      expect(fdCount()).toBe(before + 2);
+      s.close();
+      expect(fdCount()).toBe(before);
+    }, 'life');
+  });
+
+  it('a socket that owns a table dumps over itself when no descriptor is left for a dump-only socket', async () => {
+    await withNetns(async (ns) => {
+      const r = runChild('dump-emfile', ns.path, [], ['prlimit', '--nofile=256:256']);
+      expect(r.out).toMatchObject({ ok: true });
+      expect(r.status).toBe(0);
+    }, 'life');
+  }, 60_000);
 
   it('a garbage-collected socket releases its fd', async () => {
     await withNetns(async (ns) => {

@@ -3,10 +3,10 @@
  * worker thread) of their own. Usage: lifecycle-child.ts <mode> <netns path>.
  * Prints one JSON line with its findings; the exit status is the verdict.
  */
-import { readdirSync, readlinkSync } from 'node:fs';
+import { closeSync, openSync, readdirSync, readlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { Worker } from 'node:worker_threads';
-import { Monitor, open, type NftSocket, type Op } from '../../../src/index.js';
+import { DumpInterruptedError, Monitor, open, type NftSocket, type Op } from '../../../src/index.js';
 import { PROJECT_ROOT } from '../../../src/netlink/addon.js';
 import { sleep } from '../../helpers/wait.js';
 
@@ -99,9 +99,58 @@ async function main(mode: string, netns: string): Promise<void> {
         await sleep(10);
         threadsAfter = threads();
       }
-      const ok = opened.length >= 6 && left.length === 0 && threadsDuring >= threadsBefore + 1
+      // Seven sockets of the worker's own and the dump-only one (the monitor's is among them).
+      const ok = opened.filter((f) => f.includes('socket:')).length >= 8 && left.length === 0 && threadsDuring >= threadsBefore + 1
         && threadsAfter === threadsBefore;
       console.log(JSON.stringify({ ok, opened, left, threadsBefore, threadsDuring, threadsAfter }));
+      process.exitCode = ok ? 0 : 1;
+      return;
+    }
+    case 'dump-emfile': {
+      // Run under a low RLIMIT_NOFILE (prlimit). A socket that owns a table, with no descriptor left
+      // for a dump-only socket: its dumps go over the owning socket, an interrupted one is read to
+      // its end there (the socket kept, the table still owned), and the next dump is whole. With
+      // descriptors free again, a dump opens the dump-only socket.
+      const sockets = (): Set<string> => new Set([...fdSet()].filter((f) => f.includes('socket:')));
+      const s = open({ netns });
+      const writer = open({ netns });
+      const fam = 'ip' as const;
+      const table = 'owned';
+      const big = 30_000;
+      const ops: Op[] = [{ verb: 'add', object: 'table', family: fam, name: table, flags: 0x2 | 0x4 },
+        { verb: 'add', object: 'chain', family: fam, table, name: 'big' }];
+      for (let i = 0; i < big; i++) ops.push({ verb: 'add', object: 'rule', family: fam, table, chain: 'big', exprs: [{ kind: 'counter' }] });
+      await s.commit(ops);
+      const before = sockets();
+      const filler: number[] = [];
+      try {
+        for (;;) filler.push(openSync('/dev/null', 'r'));
+      } catch (e) {
+        if ((e as NodeJS.ErrnoException).code !== 'EMFILE') throw e;
+      }
+      let interrupted = 0;
+      for (let i = 0; i < 20 && interrupted === 0; i++) {
+        const dump = s.listRuleDigests({ family: fam, table, once: true });
+        await writer.commit([{ verb: 'add', object: 'table', family: fam, name: `other${i}` }]);
+        try {
+          await dump;
+        } catch (e) {
+          if (!(e instanceof DumpInterruptedError)) throw e;
+          interrupted++;
+        }
+      }
+      for (const fd of filler.splice(0, 16)) closeSync(fd);
+      // Listed before the next dump: only a dump opens the dump-only socket.
+      const during = added(before, sockets());
+      const whole = (await s.listRuleDigests({ family: fam, table })).find((c) => c.chain === 'big')?.handles.length;
+      const after = added(before, sockets());
+      const owned = await s.getTable(fam, table);
+      for (const fd of filler) closeSync(fd);
+      const ok = interrupted === 1 && during.length === 0 && whole === big && after.length === 1
+        && owned?.owner === s.portId && owned?.flags === 0x6;
+      console.log(JSON.stringify({ ok, interrupted, during, whole, after, owned }));
+      s.close();
+      writer.close();
       process.exitCode = ok ? 0 : 1;
       return;
     }
@@ -135,9 +184,10 @@ async function main(mode: string, netns: string): Promise<void> {
 
 const ADDON = join(PROJECT_ROOT, 'build', 'Release', 'nfkeeper.node');
 
-// Worker body: five sockets and a ref'd monitor, never closed; terminate()
-// must release all of them (and the monitor's poll handle on the worker's
-// loop) through the environment cleanup hook.
+// Worker body: five sockets, a ref'd monitor and a socket that owns a table with
+// its dump-only socket, never closed; terminate() must release all of them (and
+// the monitor's poll handle on the worker's loop) through the environment
+// cleanup hook.
 const WORKER_BODY = `
 const { workerData, parentPort } = require('node:worker_threads');
 const addon = require(workerData.addon);
@@ -152,7 +202,13 @@ for (let i = 0; i < 5; i++) {
   globalThis.keep.push(s);
 }
 globalThis.keep.push(new addon.NftMonitor(workerData.netns, () => {}, null, []));
-parentPort.postMessage('ready');
+// A socket that owns a table, and its dump-only socket (opened by the dump after the claim). Both
+// requests are small, served on this thread: libuv's pool, once started, would keep its threads.
+const owner = new addon.NftSocket(workerData.netns);
+globalThis.keep.push(owner);
+owner.commit([{ verb: 'add', object: 'table', family: 'ip', name: 'worker-owned', flags: 6 }])
+  .then(() => owner.dump('table', 'ip', 'worker-owned', undefined, true))
+  .then(() => parentPort.postMessage('ready'));
 `;
 
 const [mode, netns] = process.argv.slice(2);
