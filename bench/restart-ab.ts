@@ -37,8 +37,12 @@
  * jump to it from d: their rules are merged into the desired state the record is compared with.
  * --dispatch c: the dispatch chain is S8's chain itself (its N config rules, then the jumps).
  *
+ * --protect: the config has a second table, ip guard (one chain, one rule), with `protect: true`:
+ * the daemon's socket owns a table (protect mode). S8's table stays unprotected, so that nft can
+ * delete its rules (--delete-at).
+ *
  *   sudo npx tsx bench/restart-ab.ts --a /path/to/checkoutA --b /path/to/checkoutB [--n 100000] [--rounds 3] [--hold-ms 1500] [--from-empty]
- *     [--nft] [--reboot] [--delete-at middle] [--later-ms 3000] [--owners 5] [--dispatch c]
+ *     [--nft] [--reboot] [--delete-at middle] [--later-ms 3000] [--owners 5] [--dispatch c] [--protect]
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -65,6 +69,7 @@ const DELETE_AT = arg('--delete-at');
 const LATER_MS = Number(arg('--later-ms', '3000'));
 const OWNERS = Number(arg('--owners', '0'));
 const DISPATCH = arg('--dispatch', 'd')!;
+const PROTECT = process.argv.includes('--protect');
 if (!['c', 'd'].includes(DISPATCH)) throw new Error('--dispatch c|d');
 if (DELETE_AT !== undefined && !['first', 'middle', 'last'].includes(DELETE_AT)) throw new Error('--delete-at first|middle|last');
 const CLK_TCK = 100;
@@ -196,9 +201,10 @@ function nftFile(ns: BenchNetns, file: string): { wallS: number; cpuS: number } 
 const dir = mkdtempSync(join(tmpdir(), 'nfk-restart-ab-'));
 try {
   const config = join(dir, 'c.yaml');
-  writeFileSync(config, chainYaml(N));
+  const guard = PROTECT ? '  - family: ip\n    name: guard\n    protect: true\n    chains:\n      - name: g\n        rules:\n          - ip daddr 192.0.2.9 return\n' : '';
+  writeFileSync(config, chainYaml(N) + guard);
   if (OWNERS > 0) {
-    writeFileSync(config, `${chainYaml(N)}      - name: d\n        rules: []\nowners:\n  family: ip\n  table: big\n  dispatch: [${DISPATCH}]\n` +
+    writeFileSync(config, `${chainYaml(N)}      - name: d\n        rules: []\n${guard}owners:\n  family: ip\n  table: big\n  dispatch: [${DISPATCH}]\n` +
       `  socket: ${join(dir, 'owners.sock')}\n  state: ${join(dir, 'owners.json')}\n`, 'utf8');
     const owners = Object.fromEntries(Array.from({ length: OWNERS }, (_, i) => [`o${i}`,
       { chains: [{ name: 'c', rules: [`ip daddr 192.0.2.${i + 1} tcp dport 80 accept`] }], jumps: { [DISPATCH]: [`ip saddr 10.9.${i >> 8}.${i & 255} jump c`] } }]));
