@@ -108,9 +108,10 @@ async function main(mode: string, netns: string): Promise<void> {
     }
     case 'dump-emfile': {
       // Run under a low RLIMIT_NOFILE (prlimit). A socket that owns a table, with no descriptor left
-      // for a dump-only socket: its dumps go over the owning socket, an interrupted one is read to
-      // its end there (the socket kept, the table still owned), and the next dump is whole. With
-      // descriptors free again, a dump opens the dump-only socket.
+      // for a dump-only socket when a dump starts: the dump goes over the owning socket. Descriptors
+      // are freed before the commit that interrupts it, and the owning socket is still not replaced
+      // (that would take the owner flag off): the dump is read to its end there, the socket kept, the
+      // table still owned, and the next dump is whole, over a dump-only socket opened then.
       const sockets = (): Set<string> => new Set([...fdSet()].filter((f) => f.includes('socket:')));
       const s = open({ netns });
       const writer = open({ netns });
@@ -122,15 +123,20 @@ async function main(mode: string, netns: string): Promise<void> {
       for (let i = 0; i < big; i++) ops.push({ verb: 'add', object: 'rule', family: fam, table, chain: 'big', exprs: [{ kind: 'counter' }] });
       await s.commit(ops);
       const before = sockets();
-      const filler: number[] = [];
-      try {
-        for (;;) filler.push(openSync('/dev/null', 'r'));
-      } catch (e) {
-        if ((e as NodeJS.ErrnoException).code !== 'EMFILE') throw e;
-      }
+      const fill = (): number[] => {
+        const fds: number[] = [];
+        try {
+          for (;;) fds.push(openSync('/dev/null', 'r'));
+        } catch (e) {
+          if ((e as NodeJS.ErrnoException).code !== 'EMFILE') throw e;
+        }
+        return fds;
+      };
       let interrupted = 0;
       for (let i = 0; i < 20 && interrupted === 0; i++) {
+        const filler = fill();
         const dump = s.listRuleDigests({ family: fam, table, once: true });
+        for (const fd of filler) closeSync(fd);
         await writer.commit([{ verb: 'add', object: 'table', family: fam, name: `other${i}` }]);
         try {
           await dump;
@@ -139,13 +145,11 @@ async function main(mode: string, netns: string): Promise<void> {
           interrupted++;
         }
       }
-      for (const fd of filler.splice(0, 16)) closeSync(fd);
       // Listed before the next dump: only a dump opens the dump-only socket.
       const during = added(before, sockets());
       const whole = (await s.listRuleDigests({ family: fam, table })).find((c) => c.chain === 'big')?.handles.length;
       const after = added(before, sockets());
       const owned = await s.getTable(fam, table);
-      for (const fd of filler) closeSync(fd);
       const ok = interrupted === 1 && during.length === 0 && whole === big && after.length === 1
         && owned?.owner === s.portId && owned?.flags === 0x6;
       console.log(JSON.stringify({ ok, interrupted, during, whole, after, owned }));
