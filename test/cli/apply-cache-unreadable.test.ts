@@ -11,9 +11,8 @@ import { execFileSync } from 'node:child_process';
 import { readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { open } from '../../src/netlink/socket.js';
 import { damagedEntry, type DamagedEntry } from '../helpers/cache-entry.js';
-import { netnsPerTest } from '../helpers/netns-hooks.js';
+import { generationOf, netnsPerTest } from '../helpers/netns-hooks.js';
 import { tempDir } from '../helpers/tmp.js';
 import { nfkDone } from './spawn.js';
 
@@ -35,14 +34,7 @@ describe('nfkeeper apply and check: a cache entry whose rules cannot be made', {
     nfkDone([cmd, '--config', config, '--cache-dir', cache, '--netns', ns.path, ...(out ? [] : ['--progress'])]);
   const entries = (dir: string) => readdirSync(dir).filter((f) => f.startsWith('compiled-'));
   const dump = () => ns.exec('nft', ['--debug=netlink', 'list', 'ruleset']);
-  const generation = () => {
-    const s = open({ netns: ns.path });
-    try {
-      return s.generation();
-    } finally {
-      s.close();
-    }
-  };
+  const generation = () => generationOf(ns);
 
   // The kernel before the command: empty, as desired, or rule 2 differing (its desired form made for the diff).
   const kernels: [string, () => void][] = [

@@ -9,8 +9,7 @@
 import { mkdirSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { open } from '../../src/netlink/socket.js';
-import { netnsPerTest } from '../helpers/netns-hooks.js';
+import { generationOf, netnsPerTest } from '../helpers/netns-hooks.js';
 import { writeSealed } from '../../src/base/sealed-file.js';
 import { tempDir } from '../helpers/tmp.js';
 import { ownersYaml, ownerSpec } from '../owners/fixtures.js';
@@ -41,14 +40,7 @@ describe('nfkeeper run: the compile cache', { timeout: 180_000 }, () => {
     return l ? `${String(l.msg)}${l.why ? `: ${String(l.why)}` : ''}` : 'nothing';
   };
   const ruleset = () => ns.exec('nft', ['list', 'ruleset']);
-  const gen = () => {
-    const s = open({ netns: ns.path });
-    try {
-      return s.generation();
-    } finally {
-      s.close();
-    }
-  };
+  const gen = () => generationOf(ns);
 
   function setUp() {
     ns.exec('ip', ['link', 'add', 'dummy0', 'type', 'veth', 'peer', 'name', 'peer0']);

@@ -92,3 +92,13 @@ export function socketPerTest(tag: string, setup?: (ns: Netns) => void): { ns: N
   });
   return { ns, sock };
 }
+
+/** The ruleset generation of `ns` now, read over a socket of its own. */
+export function generationOf(ns: Pick<Netns, 'path'>): number {
+  const s = open({ netns: ns.path });
+  try {
+    return s.generation();
+  } finally {
+    s.close();
+  }
+}

@@ -22,9 +22,9 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config/config.js';
-import { open } from '../../src/netlink/socket.js';
 import { call, compileOwner, saveOwners } from '../../src/owners/index.js';
 import { withNetns, type Netns } from '../helpers/netns.js';
+import { generationOf } from '../helpers/netns-hooks.js';
 import { tempDir } from '../helpers/tmp.js';
 import { sleep } from '../helpers/wait.js';
 import { ownerSpec, ownersYaml } from '../owners/fixtures.js';
@@ -73,14 +73,6 @@ async function waitSaid(d: Child, re: RegExp, ms = 60_000): Promise<void> {
 const run = (config: string, ns: Netns, killAt?: string): Child =>
   daemon(config, ns, { args: ['--log-level', 'debug', ...cacheArgs(ns)], ...(killAt !== undefined ? { env: { NODE_OPTIONS: `--import=${HOOK}`, KILL_AT_POINT: killAt } } : {}) });
 
-function generation(ns: Netns): number {
-  const s = open({ netns: ns.path });
-  try {
-    return s.generation();
-  } finally {
-    s.close();
-  }
-}
 
 const dump = (ns: Netns): string => ns.exec('nft', ['--debug=netlink', 'list', 'ruleset']);
 const dirsOf = (ns: Netns): string[] => [...new Set([ns.record, cacheDirOf(ns)])].filter((d) => existsSync(d));
@@ -171,7 +163,7 @@ async function restartsRight(config: string, ns: Netns, o: { dump: string; gener
     // seconds after the line: waited for, up to a bound.
     await sleep(500);
     for (const until = performance.now() + 20_000; leftovers(ns).length > 0 && performance.now() < until;) await sleep(100);
-    expect(generation(ns), `${k}: nothing written`).toBe(o.generation);
+    expect(generationOf(ns), `${k}: nothing written`).toBe(o.generation);
     expect(dump(ns) === o.dump, `${k}: the kernel as the clean install left it`).toBe(true);
     expect(leftovers(ns), `${k}: a killed write's temp file`).toEqual([]);
   } finally {
@@ -200,7 +192,7 @@ describe('faults in the work after ready and in the files it keeps', { timeout: 
       } finally {
         await stop(first);
       }
-      const want = { dump: dump(ns), generation: generation(ns), owners, sock };
+      const want = { dump: dump(ns), generation: generationOf(ns), owners, sock };
       expect(want.dump).toMatch(/nfkeeper-owner=alloc-3/);
       // Each start below finds no cache and no record: its work after ready is the store and the record's write.
       removeKept(ns);
@@ -239,7 +231,7 @@ describe('faults in the work after ready and in the files it keeps', { timeout: 
           await stop(d);
         }
       }
-      const want = { dump: dump(ns), generation: generation(ns), cacheUsed: true };
+      const want = { dump: dump(ns), generation: generationOf(ns), cacheUsed: true };
       const points = await census(config, ns, async (d) => {
         await waitSaid(d, /^restart record matches the kernel/);
         await sleep(2000);
@@ -299,7 +291,7 @@ describe('faults in the work after ready and in the files it keeps', { timeout: 
           }
           expect(d.child.exitCode, d.logs.join('').slice(-2000)).toBe(0);
           // The next start, the disk as it was: ready, nothing written, the rules as installed.
-          const before = generation(ns);
+          const before = generationOf(ns);
           const again = daemon(config, ns, { args: ['--log-level', 'debug', ...cacheArgs(ns)], prefix: fs.prefix });
           try {
             await waitSaid(again, /^nfkeeper running$/);
@@ -311,7 +303,7 @@ describe('faults in the work after ready and in the files it keeps', { timeout: 
             await stop(again);
           }
           expect(again.child.exitCode).toBe(0);
-          expect(generation(ns)).toBe(before);
+          expect(generationOf(ns)).toBe(before);
           expect(dump(ns) === want, 'the kernel as the daemon left it').toBe(true);
           expect(files()).toEqual([]);
           // Room again: the next start stores the cache, and the one after uses it and the record.
@@ -328,7 +320,7 @@ describe('faults in the work after ready and in the files it keeps', { timeout: 
               await stop(d2);
             }
           }
-          expect(generation(ns)).toBe(before);
+          expect(generationOf(ns)).toBe(before);
         } finally {
           fs.close();
         }
@@ -354,7 +346,7 @@ describe('faults in the work after ready and in the files it keeps', { timeout: 
       const cacheFile = join(cacheDirOf(ns), readdirSync(cacheDirOf(ns)).find((f) => f.startsWith('compiled-') && f.endsWith('.json'))!);
       const recordFile = join(ns.record, readdirSync(ns.record).find((f) => f.startsWith('restart-'))!);
       const whole = { cache: readFileSync(cacheFile), record: readFileSync(recordFile) };
-      const want = { dump: dump(ns), generation: generation(ns) };
+      const want = { dump: dump(ns), generation: generationOf(ns) };
       // Each line of a file (its body's lines, then its digest's), cut in its middle or a byte of it changed.
       const variants: { file: 'cache' | 'record'; what: string; bytes: Buffer }[] = [];
       for (const file of ['cache', 'record'] as const) {
@@ -390,7 +382,7 @@ describe('faults in the work after ready and in the files it keeps', { timeout: 
             expect(cache.msg, what).toMatch(/^compile cache matches every input/);
           }
           await sleep(500);
-          expect(generation(ns), `${what}: nothing written`).toBe(want.generation);
+          expect(generationOf(ns), `${what}: nothing written`).toBe(want.generation);
           expect(dump(ns) === want.dump, `${what}: the kernel as it was`).toBe(true);
         } finally {
           await stop(d);

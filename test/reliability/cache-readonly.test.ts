@@ -15,9 +15,8 @@ import { readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { open } from '../../src/netlink/socket.js';
 import { damagedEntry } from '../helpers/cache-entry.js';
-import { netnsPerTest } from '../helpers/netns-hooks.js';
+import { generationOf, netnsPerTest } from '../helpers/netns-hooks.js';
 import type { Netns } from '../helpers/netns.js';
 import { tempDir } from '../helpers/tmp.js';
 import { sleep } from '../helpers/wait.js';
@@ -54,14 +53,6 @@ function readOnlyIn(dir: string): { prefix: string[]; close(): void } {
 describe('the compile cache: an entry whose rules cannot be made, and that cannot be removed', { timeout: 600_000 }, () => {
   const ns = netnsPerTest('cache-ro');
 
-  function generation(n: Netns): number {
-    const s = open({ netns: n.path });
-    try {
-      return s.generation();
-    } finally {
-      s.close();
-    }
-  }
   const dump = () => ns.exec('nft', ['--debug=netlink', 'list', 'ruleset']);
 
   it('each start is ready, keeps the kernel, says why; none crash-loops', async () => {
@@ -92,10 +83,10 @@ describe('the compile cache: an entry whose rules cannot be made, and that canno
     const { file, rule, write: damage } = damagedEntry(dir);
     expect(rule).toBe(RULES[1]);
     const chattr = (flag: string, path: string) => execFileSync('chattr', [flag, path]);
-    const g = generation(ns);
+    const g = generationOf(ns);
     const before = dump();
     const kernelKept = () => {
-      expect(generation(ns)).toBe(g);
+      expect(generationOf(ns)).toBe(g);
       expect(dump()).toBe(before);
     };
 
@@ -145,11 +136,11 @@ describe('the compile cache: an entry whose rules cannot be made, and that canno
     for (const fail of [undefined, 'rmSync:EROFS']) {
       const bytes = damage();
       for (const f of readdirSync(ns.record)) if (f.startsWith('restart-')) rmSync(join(ns.record, f));
-      const g0 = generation(ns);
+      const g0 = generationOf(ns);
       const d = run(fail ? { fail } : {});
       expect(await d.exited, d.logs.join('').slice(-3000)).toBe(2);
       expect(d.logs.join('')).toMatch(new RegExp(`the kernel refused the config: rule 2 of chain input names an expression not stored; nothing was changed in the kernel; the compile cache ${file.replace(/[.]/g, '\\.')} ${BROKEN.source}; ${fail ? 'it could not be removed \\(EROFS\\); the next start finds that' : 'removed, the next start compiles the config'}`));
-      expect(generation(ns)).toBe(g0);
+      expect(generationOf(ns)).toBe(g0);
       if (fail) {
         expect(readFileSync(file).equals(bytes)).toBe(true);
         chattr('+i', file);
@@ -168,10 +159,10 @@ describe('the compile cache: an entry whose rules cannot be made, and that canno
     // here on (the generation and the dump the later starts keep).
     for (const f of readdirSync(dir)) if (f.startsWith('compiled-')) rmSync(join(dir, f));
     expect(await clean()).toMatch(/there is none/);
-    const g2 = generation(ns);
+    const g2 = generationOf(ns);
     const before2 = dump();
     const kept2 = () => {
-      expect(generation(ns)).toBe(g2);
+      expect(generationOf(ns)).toBe(g2);
       expect(dump()).toBe(before2);
     };
 

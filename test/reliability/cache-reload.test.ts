@@ -10,10 +10,9 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { encodedPathOf } from '../../src/config/compile-cache.js';
-import { open } from '../../src/netlink/socket.js';
 import { readReloadStatus } from '../../src/reload-status.js';
 import { damagedEntry } from '../helpers/cache-entry.js';
-import { netnsPerTest } from '../helpers/netns-hooks.js';
+import { generationOf, netnsPerTest } from '../helpers/netns-hooks.js';
 import { tempDir } from '../helpers/tmp.js';
 import { sleep } from '../helpers/wait.js';
 import { daemon, stop, type Child } from './owners-child.js';
@@ -36,14 +35,7 @@ async function waitSaid(d: Child, re: RegExp, count = 1, ms = 60_000): Promise<v
 
 describe('a config reload onto a compile cache entry whose rules cannot be made', { timeout: 300_000 }, () => {
   const ns = netnsPerTest('cache-reload');
-  const generation = () => {
-    const s = open({ netns: ns.path });
-    try {
-      return s.generation();
-    } finally {
-      s.close();
-    }
-  };
+  const generation = () => generationOf(ns);
   const listed = () => ns.exec('nft', ['list', 'table', 'ip', 'rl']);
   const holds = (rules: string[]) => rules.every((r) => listed().includes(r.replace(/ counter /, ' counter packets 0 bytes 0 ')));
 
