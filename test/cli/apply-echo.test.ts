@@ -12,12 +12,13 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parseConfig, type Config } from '../../src/config/config.js';
 import { checkOnce } from '../../src/keeper/oneshot.js';
-import type { CommitResult, NftConn } from '../../src/netlink/conn.js';
-import { open } from '../../src/netlink/socket.js';
+import type { CommitResult } from '../../src/netlink/conn.js';
 import { cli } from '../helpers/cli.js';
 import { netnsPerTest } from '../helpers/netns-hooks.js';
 import type { Netns } from '../helpers/netns.js';
 import { tempDir } from '../helpers/tmp.js';
+import { open } from '../../src/netlink/socket.js';
+import { watchedSocket } from '../helpers/watched-socket.js';
 
 const N = 2000;
 const ip = (i: number) => `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`;
@@ -31,47 +32,19 @@ function yaml(n: number, extra: string[] = [], d = false): string {
 }
 const config = (n = N, extra?: string[], d?: boolean): Config => parseConfig(yaml(n, extra, d), 'big.yaml');
 
-/** A socket in `ns` that counts its reads of rules (digests or decoded) and lets a test act on each commit's outcome. */
-function watched(ns: Netns, options: { receiveBufferLimit?: number; afterCommit?: (r: void | CommitResult) => void | CommitResult } = {}) {
-  const real = open({ netns: ns.path, ...(options.receiveBufferLimit ? { receiveBufferLimit: options.receiveBufferLimit } : {}) });
-  const seen = { ruleReads: 0, readsBeforeCommit: 0, commits: [] as (void | CommitResult)[] };
-  const conn = new Proxy(real, {
-    get(target, p, recv) {
-      const v = Reflect.get(target, p, recv);
-      if (typeof v !== 'function') return v;
-      if (p === 'listRules' || p === 'listRuleDigests') {
-        return (...args: unknown[]) => {
-          seen.ruleReads++;
-          return (v as (...a: unknown[]) => unknown).apply(target, args);
-        };
-      }
-      if (p === 'commit') {
-        return async (...args: unknown[]) => {
-          const r = await (v as (...a: unknown[]) => Promise<void | CommitResult>).apply(target, args);
-          seen.readsBeforeCommit = seen.ruleReads;
-          seen.commits.push(r);
-          return options.afterCommit?.(r) ?? r;
-        };
-      }
-      return v.bind(target);
-    },
-  }) as NftConn;
-  return { conn, seen, close: () => real.close() };
-}
-
 const chainRules = (ns: Netns) => ns.exec('nft', ['list', 'chain', 'ip', 'big', 'c']).split('\n').filter((l) => /accept|drop|return/.test(l) && !l.includes('policy'));
 
 describe('apply verified from its commit\'s echo', { timeout: 120_000 }, () => {
   const ns = netnsPerTest('applyecho');
 
   it('an install of thousands of rules: no read after the commit; check then finds it in sync by a full read', async () => {
-    const w = watched(ns);
+    const w = watchedSocket(ns);
     try {
       const r = await checkOnce(w.conn, config(), true);
       expect(r.ops).toBe(N + 2);
       // The observation before the commit found no table (nothing to read); after it, the echo.
       expect(w.seen.ruleReads).toBe(0);
-      const echoed = w.seen.commits[0] as CommitResult;
+      const echoed = w.seen.commits[0]!.result as CommitResult;
       expect(echoed.handles?.size).toBe(N);
       // Every rule's digest as echoed is the one sent (the table and the chain are not rules).
       expect(echoed.held!.slice(2)).toEqual(echoed.digests!.slice(2));
@@ -85,7 +58,7 @@ describe('apply verified from its commit\'s echo', { timeout: 120_000 }, () => {
   });
 
   it("checkOnce's found: what the first observation found, once, before the commit (what apply renders its plan from meanwhile)", async () => {
-    const w = watched(ns);
+    const w = watchedSocket(ns);
     try {
       const found: { drift: unknown; commitsBefore: number; rulesInKernel: number }[] = [];
       const r = await checkOnce(w.conn, config(10), true, [], {
@@ -116,7 +89,7 @@ describe('apply verified from its commit\'s echo', { timeout: 120_000 }, () => {
 
   it('another writer deletes a rule between the commit and its verification: apply reads, finds it gone, and puts it back', async () => {
     let once = true;
-    const w = watched(ns, {
+    const w = watchedSocket(ns, {
       afterCommit: () => {
         if (!once) return;
         once = false;
@@ -138,10 +111,10 @@ describe('apply verified from its commit\'s echo', { timeout: 120_000 }, () => {
   });
 
   it('an echo cut by a full receive buffer (ENOBUFS): apply reads back instead, never takes it as verified', async () => {
-    const w = watched(ns, { receiveBufferLimit: 64 * 1024 });
+    const w = watchedSocket(ns, { receiveBufferLimit: 64 * 1024 });
     try {
       const r = await checkOnce(w.conn, config(), true);
-      expect(w.seen.commits[0]).toMatchObject({ echoCut: true });
+      expect(w.seen.commits[0]!.result).toMatchObject({ echoCut: true });
       expect(r.ops).toBe(N + 2);
       expect(w.seen.ruleReads).toBe(1);
     } finally {
@@ -151,7 +124,7 @@ describe('apply verified from its commit\'s echo', { timeout: 120_000 }, () => {
   });
 
   it('a rule echoed otherwise than it was sent: apply reads back, and the read decides', async () => {
-    const w = watched(ns, {
+    const w = watchedSocket(ns, {
       afterCommit: (r) => {
         if (!r?.held) return;
         const held = r.held.slice();
@@ -175,12 +148,12 @@ describe('apply verified from its commit\'s echo', { timeout: 120_000 }, () => {
   const withAnonymous = (extra: string[]) => config(N, extra, true);
 
   it('rules that look up anonymous sets and maps: verified from the echo too, no read; check then finds them in sync', async () => {
-    const w = watched(ns);
+    const w = watchedSocket(ns);
     try {
       const r = await checkOnce(w.conn, withAnonymous(ANONYMOUS), true);
       expect(r.ops).toBeGreaterThan(N + 3 + ANONYMOUS.length);
       expect(w.seen.ruleReads).toBe(0);
-      const echoed = w.seen.commits[0] as CommitResult;
+      const echoed = w.seen.commits[0]!.result as CommitResult;
       const anonymous = echoed.unnamed!.flatMap((d, i) => (d === undefined ? [] : [i]));
       expect(anonymous).toHaveLength(ANONYMOUS.length);
       for (const i of anonymous) expect(echoed.held![i]).toBe(echoed.unnamed![i]);
@@ -195,7 +168,7 @@ describe('apply verified from its commit\'s echo', { timeout: 120_000 }, () => {
   });
 
   it('a rule with an anonymous set echoed otherwise than it was sent: apply reads back, and the read decides', async () => {
-    const w = watched(ns, {
+    const w = watchedSocket(ns, {
       afterCommit: (r) => {
         if (!r?.held || !r.unnamed) return;
         const held = r.held.slice();
@@ -220,7 +193,7 @@ describe('apply verified from its commit\'s echo', { timeout: 120_000 }, () => {
     const first = withAnonymous(ANONYMOUS.slice(0, 1));
     await checkOnce(open({ netns: ns.path }), first, true);
     // Another plain rule: the sets the observation saw are not the batch's.
-    let w = watched(ns);
+    let w = watchedSocket(ns);
     try {
       await checkOnce(w.conn, withAnonymous([...ANONYMOUS.slice(0, 1), 'ip daddr 192.0.2.77 drop']), true);
       expect(w.seen.commits).toHaveLength(1);
@@ -229,7 +202,7 @@ describe('apply verified from its commit\'s echo', { timeout: 120_000 }, () => {
       w.close();
     }
     // Another rule with an anonymous map: every rule that looks one up is proved, the old ones by the observation.
-    w = watched(ns);
+    w = watchedSocket(ns);
     const last = withAnonymous([...ANONYMOUS.slice(0, 1), 'ip daddr 192.0.2.77 drop', ...ANONYMOUS.slice(1)]);
     try {
       await checkOnce(w.conn, last, true);
@@ -237,7 +210,7 @@ describe('apply verified from its commit\'s echo', { timeout: 120_000 }, () => {
       expect(w.seen.commits).toHaveLength(1);
       expect(w.seen.readsBeforeCommit).toBeGreaterThan(0);
       expect(w.seen.ruleReads).toBe(w.seen.readsBeforeCommit);
-      const again = watched(ns);
+      const again = watchedSocket(ns);
       try {
         await checkOnce(again.conn, last, true);
         expect(again.seen.commits).toHaveLength(0);

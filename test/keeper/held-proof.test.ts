@@ -11,12 +11,13 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parseConfig, type Config } from '../../src/config/config.js';
 import { checkOnce } from '../../src/keeper/oneshot.js';
-import type { CommitOptions, CommitResult, NftConn } from '../../src/netlink/conn.js';
-import { open } from '../../src/netlink/socket.js';
+import type { CommitResult } from '../../src/netlink/conn.js';
 import { cli } from '../helpers/cli.js';
 import { netnsPerTest } from '../helpers/netns-hooks.js';
 import type { Netns } from '../helpers/netns.js';
 import { tempDir } from '../helpers/tmp.js';
+import { open } from '../../src/netlink/socket.js';
+import { watchedSocket } from '../helpers/watched-socket.js';
 
 const N = 1500;
 const ip = (i: number) => `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`;
@@ -30,35 +31,6 @@ function yaml(n: number, anonymous = true): string {
 }
 const config = (n = N, anonymous = true): Config => parseConfig(yaml(n, anonymous), 'big.yaml');
 
-/** A socket in `ns` that records each commit's options and result and counts reads of rules; `kernel` overrides its build. */
-function watched(ns: Netns, kernel?: string | null) {
-  const real = open({ netns: ns.path });
-  const seen = { ruleReads: 0, commits: [] as { options: CommitOptions; result: void | CommitResult; readsBefore: number }[] };
-  const conn = new Proxy(real, {
-    get(target, p, recv) {
-      if (p === 'kernelBuild' && kernel !== undefined) return kernel === null ? undefined : () => kernel;
-      const v = Reflect.get(target, p, recv);
-      if (typeof v !== 'function') return v;
-      if (p === 'listRules' || p === 'listRuleDigests') {
-        return (...args: unknown[]) => {
-          seen.ruleReads++;
-          return (v as (...a: unknown[]) => unknown).apply(target, args);
-        };
-      }
-      if (p === 'commit') {
-        return async (batch: unknown, options: CommitOptions = {}) => {
-          const readsBefore = seen.ruleReads;
-          const result = await (v as (...a: unknown[]) => Promise<void | CommitResult>).call(target, batch, options);
-          seen.commits.push({ options, result, readsBefore });
-          return result;
-        };
-      }
-      return v.bind(target);
-    },
-  }) as NftConn;
-  return { conn, seen, close: () => real.close() };
-}
-
 /** The ruleset as the kernel holds it, handles and bytecode, its lines sorted (a hash set lists its elements in its seed's order). */
 const heldRuleset = (ns: Netns) => ns.exec('nft', ['--debug=netlink', 'list', 'ruleset']).split('\n').sort().join('\n');
 const chainRules = (ns: Netns) => ns.exec('nft', ['list', 'chain', 'ip', 'big', 'c']).split('\n').filter((l) => /accept|drop/.test(l) && !l.includes('policy'));
@@ -69,7 +41,7 @@ describe("apply's held-as-sent proof", { timeout: 120_000 }, () => {
   /** An apply into a flushed namespace with the proof at `path` for entry `token`. */
   async function applyFlushed(path: string, token: string, kernel?: string | null, n = N) {
     ns.exec('nft', ['flush', 'ruleset']);
-    const w = watched(ns, kernel);
+    const w = watchedSocket(ns, { kernel });
     try {
       const r = await checkOnce(w.conn, config(n), true, [], { proof: { path, token } });
       expect(w.seen.commits).toHaveLength(1);
@@ -123,7 +95,7 @@ describe("apply's held-as-sent proof", { timeout: 120_000 }, () => {
     // Chain c there already (an earlier config's install); this one adds chain d, followed from its full echo.
     // (No anonymous set: with one already in the table this commit was read back, which would pass without the check.)
     const withD = parseConfig(`${yaml(N, false)}      - name: d\n        rules:\n          - "tcp dport 22 accept"\n          - "tcp dport 23 drop"\n`, 'big.yaml');
-    const w = watched(ns, 'build A');
+    const w = watchedSocket(ns, { kernel: 'build A' });
     try {
       await checkOnce(w.conn, config(N, false), true);
       const r = await checkOnce(w.conn, withD, true, [], { proof: { path, token: 'entry-1' } });
