@@ -539,16 +539,17 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
       if (!registry && next.owners) throw new NfkeeperError('an owners section was added; that takes a restart (the reload was rejected)');
     } catch (e) {
       metrics.reloadFailed.set(1);
-      log.error({ err: (e as Error).message, why }, 'config reload rejected; keeping the old one');
+      // The status file first: whoever reads the log line then finds the file written.
       report(false, why, (e as Error).message);
+      log.error({ err: (e as Error).message, why }, 'config reload rejected; keeping the old one');
       return;
     }
     gcLoop?.setConfig(next.gc);
     configLoaded(next, digests);
     // With owners, in the registry's turn: one the new config makes the kernel refuse is left out, not the reload.
     (registry ? registry.reconfigure(next, (c, owners) => keeper.setConfig(c, owners)) : keeper.setConfig(next)).then(() => {
-      log.info({ why }, 'config reloaded');
       report(true, why);
+      log.info({ why }, 'config reloaded');
     }, (e) => report(false, why, `the kernel refused the new config; the old one stays in force: ${(e as Error).message}`));
   };
   const onHup = () => reload('SIGHUP');
