@@ -321,6 +321,19 @@ export function removeUnreadable(file: string, e: unknown): { removed: boolean; 
   }
 }
 
+/**
+ * The fallback of a command that met such an entry (`file`, its rules unmade by `e`) and goes on
+ * with the config compiled (the daemon's reload; apply and check): the entry removed, or why not
+ * said (removeUnreadable), `say` told that first, then the config compiled by `compile`: through
+ * the cache where the entry went (a miss, stored after as any miss), without it where it stayed (so
+ * nothing is stored over a file that cannot be removed).
+ */
+export function compiledInstead<T>(file: string, e: unknown, say: (said: string) => void, compile: (throughCache: boolean) => T): T {
+  const r = removeUnreadable(file, e);
+  say(r.said);
+  return compile(r.removed);
+}
+
 /** Why the entry's rules cannot all be made (`make`, as loadConfigCached gave it): the error, or undefined. */
 export function unmadeRules(make: () => Sliced<void>): unknown {
   try {
