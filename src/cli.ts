@@ -492,19 +492,14 @@ async function oneShot(o: OneShotOptions, apply: boolean, io: Out): Promise<numb
       // where a rule is first read: before the commit, which encodes every rule it writes, so the
       // kernel has only what a compiled config's batch would have written. Removed, the config is
       // compiled and the command goes on once more, as it would have without the entry.
-      const { removeUnreadable, unmadeRules } = await import('./config/compile-cache.js');
+      const { compiledInstead, unmadeRules } = await import('./config/compile-cache.js');
       const why = hit && unmadeRules(hit.make);
       if (why === undefined) throw e;
-      const r = removeUnreadable(hit!.file, why);
-      io.err(`nfkeeper: ${r.said}; ${o.config} was compiled`);
-      if (r.removed) {
+      ({ config, store } = await compiledInstead(hit!.file, why, (said) => io.err(`nfkeeper: ${said}; ${o.config} was compiled`), async (throughCache) => {
+        if (!throughCache) return { config: loadConfig(o.config, options), store: undefined };
         const loaded = await loadCached();
-        config = loaded.config;
-        store = apply ? loaded.store : undefined;
-      } else {
-        config = loadConfig(o.config, options);
-        store = undefined;
-      }
+        return { config: loaded.config, store: apply ? loaded.store : undefined };
+      }));
       code = await oneShotLocked(o, config, apply, io, progress);
     }
   } finally {

@@ -18,7 +18,7 @@ import { enableCollections } from './base/heap.js';
 import { MAX_CONFIG_BYTES, loadConfig, namespaceInterfaces, type Config } from './config/config.js';
 import { ConfigError, NfkeeperError } from './base/errors.js';
 import { EnvFileMissingError } from './config/env.js';
-import { fileDigests, loadConfigCached, removeUnreadable, unmadeRules, type FileDigests } from './config/compile-cache.js';
+import { compiledInstead, fileDigests, loadConfigCached, removeUnreadable, unmadeRules, type FileDigests } from './config/compile-cache.js';
 import { traced } from './base/compile-inputs.js';
 import { runByTurns } from './base/sliced.js';
 import { formatDuration } from './base/duration.js';
@@ -125,7 +125,8 @@ async function loadWaitingForEnv(o: DaemonOptions, log: Logger, tell: (message: 
  */
 function loadDaemonConfig(o: DaemonOptions, log: Logger): {
   config: Config; later?: () => Promise<void>; readBack?: () => string | undefined; files?: FileDigests;
-  madeWhole?: () => Promise<{ removed: boolean; said: string } | undefined>;
+  /** From the cache: its entry, and its rules made a slice per turn (the error if they cannot be). */
+  hit?: { file: string; madeWhole: () => Promise<unknown> };
 } {
   const options = { interfaces: namespaceInterfaces(o.netns), compiled: compactAsCompiled(), includePath: o.includePath };
   if (o.cacheDir === undefined) {
@@ -139,19 +140,19 @@ function loadDaemonConfig(o: DaemonOptions, log: Logger): {
     // Its rules, made when first read, are made a slice per turn once running: the first repair
     // after a restart does not make a big chain's on its way. Where they cannot be made, the entry
     // is removed (or why not is said).
-    const madeWhole = make && (async () => {
+    const madeWhole = async (): Promise<unknown> => {
       try {
-        await runByTurns(make());
+        await runByTurns(make!());
         return undefined;
       } catch (e) {
-        return removeUnreadable(cache.file, e);
+        return e ?? new Error(String(e));
       }
-    });
+    };
     return { config, files, ...(make ? {
-      madeWhole,
+      hit: { file: cache.file, madeWhole },
       later: async () => {
-        const bad = await madeWhole!();
-        if (bad) throw new Error(restartSaid(bad));
+        const e = await madeWhole();
+        if (e !== undefined) throw new Error(unreadable(cache.file, e));
       },
       // A start that fails before ready may have failed reading a rule of these (a first pass that
       // diffs the kernel's tables): kept, every start would fail there again.
@@ -518,15 +519,16 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
       // time): one that cannot be made (the entry passed its seal: a fault of ours) is met here, not
       // by the keeper's passes or a repair. The entry is removed (or why not is said), the config
       // compiled, and the reload goes on with that, as apply does.
-      for (let tries = 0; ; tries++) {
-        const bad = await loaded.madeWhole?.();
-        if (bad === undefined) break;
-        log.warn({ why }, `${bad.said}; the config was compiled`);
-        loaded = loadDaemonConfig(bad.removed && tries === 0 ? o : { ...o, cacheDir: undefined }, log);
+      for (let tries = 0; loaded.hit; tries++) {
+        const e = await loaded.hit.madeWhole();
+        if (e === undefined) break;
+        // A second hit that fails (stored again meanwhile) compiles without the cache.
+        loaded = compiledInstead(loaded.hit.file, e, (said) => log.warn({ why }, `${said}; the config was compiled`),
+          (throughCache) => loadDaemonConfig(throughCache && tries === 0 ? o : { ...o, cacheDir: undefined }, log));
       }
       if (stopped) return;
       ({ config: next, files: digests } = loaded);
-      const later = loaded.madeWhole ? undefined : loaded.later;
+      const later = loaded.hit ? undefined : loaded.later;
       if (later) setImmediate(() => void later().catch((e: unknown) => fatal((e as Error).message)));
     } catch (e) {
       metrics.reloadFailed.set(1);

@@ -119,9 +119,9 @@ type StoredRule = [string, number[]] | [string, number[], unknown[] | 0, string 
 
 /** A cache entry's name (compileCachePathOf), and a temp file's a store writes it through (tempPathOf). */
 const ENTRY_NAME = /^compiled-[0-9a-f]{16}\.json$/;
-/** An entry's encoded rules (encodedPathOf): removed with its entry, or once its entry is gone. */
-const ENCODED_NAME = /^compiled-[0-9a-f]{16}\.encoded$/;
-const ENTRY_TEMP = /^\.compiled-[0-9a-f]{16}\.(json|encoded)\.tmp-\d+$/;
+/** A file beside an entry (besideFilesOf): removed with its entry, or once its entry is gone. */
+const BESIDE_NAME = /^compiled-[0-9a-f]{16}\.(encoded|held)$/;
+const ENTRY_TEMP = /^\.compiled-[0-9a-f]{16}\.(json|encoded|held)\.tmp-\d+$/;
 
 /**
  * An entry no load read and no store wrote for this long is removed by the next store in its
@@ -158,28 +158,28 @@ export function pruneCompileCache(dir: string, version: string, now = Date.now()
   const uid = process.geteuid?.();
   for (const name of names) {
     const entry = ENTRY_NAME.test(name);
-    const encoded = !entry && ENCODED_NAME.test(name);
-    if (!entry && !encoded && !ENTRY_TEMP.test(name)) continue;
+    const beside = !entry && BESIDE_NAME.test(name);
+    if (!entry && !beside && !ENTRY_TEMP.test(name)) continue;
     const path = join(dir, name);
     try {
       const st = lstatSync(path);
       if (!st.isFile() || (uid !== undefined && st.uid !== uid)) continue;
       const unused = now - Math.max(st.atimeMs, st.mtimeMs);
-      // An entry's encoded rules live and go with it (a store writes them first, so a fresh one may
-      // wait for its entry: only one left an hour without it is an orphan).
+      // The files beside an entry live and go with it (a store writes the encoded rules first, so a
+      // fresh one may wait for its entry: only one left an hour without it is an orphan).
       const stale = entry
         ? unused > UNUSED_FOR_MS || (unused > ANOTHER_BUILDS_AFTER_MS && !ofThisBuild(path, version))
-        : encoded
-          ? now - st.mtimeMs > TEMP_LEFT_FOR_MS && !existsSync(join(dir, name.replace(/\.encoded$/, '.json')))
+        : beside
+          ? now - st.mtimeMs > TEMP_LEFT_FOR_MS && !existsSync(join(dir, name.replace(/\.[a-z]+$/, '.json')))
           : now - st.mtimeMs > TEMP_LEFT_FOR_MS && !writerLives(name);
       if (!stale) continue;
       unlinkSync(path);
       removed.push(name);
       if (entry) {
-        for (const beside of [encodedPathOf(path), heldProofPathOf(path)]) {
+        for (const f of besideFilesOf(path)) {
           try {
-            unlinkSync(beside);
-            removed.push(basename(beside));
+            unlinkSync(f);
+            removed.push(basename(f));
           } catch {
             // none
           }
@@ -314,11 +314,24 @@ export function removeUnreadable(file: string, e: unknown): { removed: boolean; 
   const what = `the compile cache ${file} could not be read back (${(e as Error).message})`;
   try {
     rmSync(file, { force: true });
-    rmSync(encodedPathOf(file), { force: true });
+    for (const beside of besideFilesOf(file)) rmSync(beside, { force: true });
     return { removed: true, said: `${what}; removed` };
   } catch (r) {
     return { removed: false, said: `${what}; it could not be removed (${(r as NodeJS.ErrnoException).code ?? (r as Error).message})` };
   }
+}
+
+/**
+ * The fallback of a command that met such an entry (`file`, its rules unmade by `e`) and goes on
+ * with the config compiled (the daemon's reload; apply and check): the entry removed, or why not
+ * said (removeUnreadable), `say` told that first, then the config compiled by `compile`: through
+ * the cache where the entry went (a miss, stored after as any miss), without it where it stayed (so
+ * nothing is stored over a file that cannot be removed).
+ */
+export function compiledInstead<T>(file: string, e: unknown, say: (said: string) => void, compile: (throughCache: boolean) => T): T {
+  const r = removeUnreadable(file, e);
+  say(r.said);
+  return compile(r.removed);
 }
 
 /** Why the entry's rules cannot all be made (`make`, as loadConfigCached gave it): the error, or undefined. */
@@ -567,6 +580,11 @@ class EncodedRules {
 
 /** The bytes before each rule's in EncodedRules: the lengths of its attribute, userdata and text. */
 const ENCODED_HEAD = 6;
+
+/** The files that live beside the entry `path` and go with it: its encoded rules, and what an apply's echo proved of them. */
+export function besideFilesOf(path: string): string[] {
+  return [encodedPathOf(path), heldProofPathOf(path)];
+}
 
 /** The file of what an apply's echo proved of the cache `path`'s rules (src/keeper/held-proof.ts), beside it; removed with it. */
 export function heldProofPathOf(path: string): string {

@@ -4,6 +4,7 @@
  * without a read.
  */
 import { ruleCount, type ChainConfig, type TableConfig } from '../model/desired.js';
+import { knownChainDigest } from '../model/desired-digest.js';
 import type { SetConfig } from '../model/sets.js';
 import { elementId, sameContent, sameElementFields, setDefinitionKey } from '../model/elements.js';
 import type { ObservedTable, Rule, SetElement } from '../netlink/objects.js';
@@ -192,11 +193,18 @@ function wantOf(sc: SetConfig): Map<string, SetElement> {
   return m;
 }
 
-/** The same chain apart from the objects: definition, comment and every rule's key, in order. */
+/**
+ * The same chain apart from the objects: definition, comment and every rule's key, in order. Where
+ * both chains' rule digests are known and equal (a reload from the compile cache of what the keeper
+ * holds), so are their rules: no rule is made or keyed for it (a key at 100,000 rules is seconds of
+ * a reload).
+ */
 export function sameChain(a: TableConfig['chains'][number], b: TableConfig['chains'][number]): boolean {
   if (a === b) return true;
   if (a.name !== b.name || JSON.stringify(a.base ?? null) !== JSON.stringify(b.base ?? null) || (a.userdata ?? '') !== (b.userdata ?? '')) return false;
   if (a.rules.length !== b.rules.length) return false;
+  const digest = knownChainDigest(a);
+  if (digest !== undefined && digest === knownChainDigest(b)) return true;
   for (let j = 0; j < a.rules.length; j++) if (a.rules[j] !== b.rules[j] && desiredKey(a.rules[j]!) !== desiredKey(b.rules[j]!)) return false;
   return true;
 }

@@ -60,6 +60,14 @@ export function* chainDigestsSteps(tables: readonly TableConfig[]): Sliced<strin
 }
 
 /**
+ * The digest of chain `c`'s rules where it is known already (made for a restart record's digest or
+ * a store, or given by the compile cache), else undefined: never walks the rules.
+ */
+export function knownChainDigest(c: ChainConfig): string | undefined {
+  return known.get(c);
+}
+
+/**
  * `digests` are chainDigestsSteps(tables)'s, found without walking them: the compile cache's,
  * stored with the config they were made of (sealed with it, and given back object for object).
  */

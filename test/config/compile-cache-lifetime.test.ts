@@ -13,6 +13,7 @@ import { beforeEach, describe, expect, it } from 'vitest';
 import { compactAsCompiled } from '../../src/model/compact.js';
 import {
   ANOTHER_BUILDS_AFTER_MS, TEMP_LEFT_FOR_MS, UNUSED_FOR_MS, compileCachePathOf, encodedPathOf, heldProofPathOf, loadConfigCached, pruneCompileCache,
+  removeUnreadable,
 } from '../../src/config/compile-cache.js';
 import { runNow } from '../../src/base/sliced.js';
 import { tempDir } from '../helpers/tmp.js';
@@ -196,6 +197,25 @@ describe('the compile cache: one entry per config, and what a store removes', ()
     age(entry, UNUSED_FOR_MS + DAY);
     expect(pruneCompileCache(cacheDir, 'test').sort()).toEqual([encodedPathOf(entry), entry, held].map((p) => p.slice(cacheDir.length + 1)).sort());
     expect(existsSync(held)).toBe(false);
+    // Left without its entry (removed by an older build that did not know it): gone after an hour.
+    expect(load(file).stored).toBeUndefined();
+    writeFileSync(held, '{}\n');
+    unlinkSync(entry);
+    unlinkSync(encodedPathOf(entry));
+    expect(pruneCompileCache(cacheDir, 'test', Date.now() + TEMP_LEFT_FOR_MS - 60_000)).toEqual([]);
+    expect(pruneCompileCache(cacheDir, 'test', Date.now() + TEMP_LEFT_FOR_MS + 60_000)).toEqual([held.slice(cacheDir.length + 1)]);
+  });
+
+  it('an entry whose rules cannot be made is removed with every file beside it (removeUnreadable)', () => {
+    const file = config('u.yaml');
+    expect(load(file).stored).toBeUndefined();
+    const entry = compileCachePathOf(cacheDir, '/run/netns/x', file);
+    writeFileSync(heldProofPathOf(entry), '{}\n');
+    expect(names()).toHaveLength(3);
+    expect(removeUnreadable(entry, new Error('rule 2 names an expression not stored'))).toEqual({
+      removed: true, said: `the compile cache ${entry} could not be read back (rule 2 names an expression not stored); removed`,
+    });
+    expect(names()).toEqual([]);
   });
 });
 

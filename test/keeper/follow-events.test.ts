@@ -9,7 +9,10 @@ import type { MonitorBatch, MonitorEvent } from '../../src/netlink/events.js';
 import type { ObservedTable, Rule, SetElement } from '../../src/netlink/objects.js';
 import { parseConfig, parseNftConfig } from '../../src/config/config.js';
 import { Batch } from '../../src/netlink/batch.js';
-import { type TableConfig } from '../../src/model/desired.js';
+import { type ChainConfig, type TableConfig } from '../../src/model/desired.js';
+import { chainDigestsSteps, knownChainDigests } from '../../src/model/desired-digest.js';
+import { runNow } from '../../src/base/sliced.js';
+import { sameChain } from '../../src/keeper/follow-seed.js';
 import { planConfig, ruleText } from './plan-fixtures.js';
 
 const OWN = 77;
@@ -336,5 +339,34 @@ ${[0, 1, 2].map((k) => `          - ${ruleText(k)}`).join('\n')}`;
       expect(m.following).toBe(false);
       expect([m.followsTable('ip', 'a'), m.followsTable('ip', 'b')]).toEqual([false, false]);
     }
+  });
+});
+
+describe('the same chain (sameChain, which the retarget of a reload asks)', () => {
+  const chainOf = (ks: number[]) => planConfig(ks).tables[0]!.chains[0]!;
+  /** `c` with every rule's compiled form unreadable: a comparison that keys a rule throws. */
+  const unreadable = (c: ChainConfig): ChainConfig => ({
+    ...c, rules: c.rules.map((r) => Object.defineProperty({ text: r.text }, 'compiled', { get: () => { throw new Error('a rule was keyed'); } }) as typeof r),
+  });
+
+  it('of two chains whose rule digests are known and equal (the compile cache gave them): true without keying a rule', () => {
+    const a = chainOf([0, 1, 2, 3]);
+    const digests = runNow(chainDigestsSteps([{ family: 'ip', name: 't', chains: [a] } as TableConfig]));
+    const b = unreadable(chainOf([0, 1, 2, 3]));
+    expect(() => sameChain(a, b)).toThrow('a rule was keyed');
+    knownChainDigests([{ family: 'ip', name: 't', chains: [b] } as TableConfig], digests);
+    expect(sameChain(a, b)).toBe(true);
+  });
+
+  it('digests known and different, or one not known: the rules keyed, as before', () => {
+    const a = chainOf([0, 1, 2, 3]);
+    const changed = chainOf([0, 1, 9, 3]);
+    const same = chainOf([0, 1, 2, 3]);
+    runNow(chainDigestsSteps([{ family: 'ip', name: 't', chains: [a, changed] } as TableConfig]));
+    expect(sameChain(a, changed)).toBe(false);
+    expect(sameChain(a, same)).toBe(true);
+    const other = chainOf([0, 1, 2, 3]);
+    knownChainDigests([{ family: 'ip', name: 't', chains: [other] } as TableConfig], [['not the digest']]);
+    expect(sameChain(a, other)).toBe(true);
   });
 });
