@@ -37,12 +37,16 @@
  * jump to it from d: their rules are merged into the desired state the record is compared with.
  * --dispatch c: the dispatch chain is S8's chain itself (its N config rules, then the jumps).
  *
+ * --reboot-b: only b's record directory is emptied before each of its starts. With --a and --b the
+ * same checkout: a restart that adopts its record against one that has none (a daemon killed
+ * between ready and its record's first write, test/reliability/record-window.test.ts).
+ *
  * --protect: the config has a second table, ip guard (one chain, one rule), with `protect: true`:
  * the daemon's socket owns a table (protect mode). S8's table stays unprotected, so that nft can
  * delete its rules (--delete-at).
  *
  *   sudo npx tsx bench/restart-ab.ts --a /path/to/checkoutA --b /path/to/checkoutB [--n 100000] [--rounds 3] [--hold-ms 1500] [--from-empty]
- *     [--nft] [--reboot] [--delete-at middle] [--later-ms 3000] [--owners 5] [--dispatch c] [--protect]
+ *     [--nft] [--reboot] [--delete-at middle] [--later-ms 3000] [--owners 5] [--dispatch c] [--protect] [--reboot-b]
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -70,6 +74,7 @@ const LATER_MS = Number(arg('--later-ms', '3000'));
 const OWNERS = Number(arg('--owners', '0'));
 const DISPATCH = arg('--dispatch', 'd')!;
 const PROTECT = process.argv.includes('--protect');
+const REBOOT_B = process.argv.includes('--reboot-b');
 if (!['c', 'd'].includes(DISPATCH)) throw new Error('--dispatch c|d');
 if (DELETE_AT !== undefined && !['first', 'middle', 'last'].includes(DELETE_AT)) throw new Error('--delete-at first|middle|last');
 const CLK_TCK = 100;
@@ -150,6 +155,7 @@ async function restart(ns: BenchNetns, root: string, config: string, extra: stri
     nextRepair: () => new Promise((r) => repairs.push(r)),
   };
   for (const kind of kinds) kind.before?.(s);
+  if (REBOOT_B && s.recordDir === join(dir, 'record-1')) rmSync(s.recordDir, { recursive: true, force: true });
   const sock = open({ netns: ns.path });
   try {
     const before = sock.generation();

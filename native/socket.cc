@@ -2,6 +2,9 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <sched.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -28,6 +31,17 @@ namespace {
 
 // One datagram can carry many dump messages; 256 KiB is a dozen NLMSG_GOODSIZE skbs.
 constexpr size_t kRecvBuffer = 256 * 1024;
+
+// Test only (test/reliability/reopen-kill.test.ts): NFKEEPER_TEST_KILL_AT names a point of a
+// socket's replacement where the process kills itself (SIGKILL). Read once, when the addon is
+// loaded; unset, each point is one comparison with null.
+const char* const kKillAt = getenv("NFKEEPER_TEST_KILL_AT");
+
+void KillPoint(const char* point) {
+  if (kKillAt == nullptr || strcmp(kKillAt, point) != 0) return;
+  dprintf(2, "nfkeeper: killed at %s (NFKEEPER_TEST_KILL_AT)\n", point);
+  raise(SIGKILL);
+}
 
 // Unbound with `bind` false: NftSocket::Reopen binds it to the port it replaces.
 mnl_socket* OpenHere(unsigned groups, std::string* failedStep, bool bind = true) {
@@ -163,6 +177,7 @@ mnl_socket* NftSocket::DumpSocket() {
   if (nl_ == nullptr || !mayOwn_) return nl_;
   if (dumpNl_ == nullptr) {
     dumpNl_ = OpenBeside(true);
+    if (dumpNl_ != nullptr) KillPoint("dump-socket-opened");
     if (dumpNl_ != nullptr && rcvbufLimit_ != 0) {
       // The limit is a promise for every socket of this one, as a commit keeps it (EnsureBuffers).
       int v = static_cast<int>(rcvbufLimit_);
@@ -176,8 +191,10 @@ bool NftSocket::EndDump(mnl_socket* via) {
   if (via != nullptr && via == dumpNl_) {
     // Released, the socket takes the kernel's dump with it. It owns nothing and its port id is
     // nobody's concern (no commit goes over it): nothing to keep.
+    KillPoint("dump-socket-closing");
     mnl_socket_close(dumpNl_);
     dumpNl_ = nullptr;
+    KillPoint("dump-socket-closed");
     return true;
   }
   return Reopen();
@@ -188,6 +205,7 @@ bool NftSocket::Reopen() {
   const int fd = mnl_socket_get_fd(nl_);
   mnl_socket* fresh = OpenBeside(false);
   if (fresh == nullptr) return false;
+  KillPoint("reopen-opened");
   // The new socket takes the old one's descriptor: the old one is released (the kernel ends its
   // dump, and frees the port), and nl_ stays the same for the JS thread's reads of it.
   if (dup3(mnl_socket_get_fd(fresh), fd, O_CLOEXEC) < 0) {
@@ -195,6 +213,7 @@ bool NftSocket::Reopen() {
     return false;
   }
   mnl_socket_close(fresh);
+  KillPoint("reopen-replaced");
   // The same port id: the monitor tells our own commits by it. A forked child that has not
   // exec'd yet may hold the old socket a moment longer, keeping the port.
   for (int i = 0;; i++) {
@@ -207,6 +226,7 @@ bool NftSocket::Reopen() {
     }
     usleep(1000);
   }
+  KillPoint("reopen-bound");
   sndbuf_ = rcvbuf_ = rcvbufGranted_ = 0;  // the new socket has the default sizes
   return true;
 }

@@ -12,7 +12,7 @@
  * written or read costs the next apply the full echo, never an error.
  */
 import { readFileSync } from 'node:fs';
-import { writeFileAtomic } from '../base/atomic-file.js';
+import { removeStaleTemps, writeFileAtomic } from '../base/atomic-file.js';
 
 /** An entry installed by an apply: its proof file (heldProofPathOf) and the token its store wrote. */
 export interface ProofEntry {
@@ -27,7 +27,8 @@ interface Proof {
 
 /**
  * The proof for `entry` on `kernel` (PassInput.heldProof), or undefined where none can be kept (no
- * kernel build: the in-memory kernel).
+ * kernel build: the in-memory kernel). wasProved: a proof was written under the name (what apply's
+ * --progress says), not only found.
  */
 export function heldProofFor(entry: ProofEntry, kernel: string | undefined): { held: boolean; proved: () => void; wasProved: () => boolean } | undefined {
   if (kernel === undefined) return undefined;
@@ -36,12 +37,15 @@ export function heldProofFor(entry: ProofEntry, kernel: string | undefined): { h
   return {
     held: found?.entry === entry.token && found.kernel === kernel,
     proved: () => {
-      proved = true;
       const proof: Proof = { entry: entry.token, kernel };
       try {
+        // A command killed in this write left its temp file: taken away here (the prune's hour is a backstop).
+        removeStaleTemps(entry.path);
         writeFileAtomic(entry.path, `${JSON.stringify(proof)}\n`);
-      } catch {
-        // the next apply of the entry echoes in full
+        proved = true;
+      } catch (e) {
+        // Not kept (the next apply of the entry echoes in full), unless only the directory's fsync failed.
+        proved = (e as { replaced?: boolean }).replaced === true;
       }
     },
     wasProved: () => proved,

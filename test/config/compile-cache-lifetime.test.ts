@@ -145,13 +145,16 @@ describe('the compile cache: one entry per config, and what a store removes', ()
     const child = spawn('sleep', ['60'], { stdio: 'ignore' });
     try {
       const left = join(cacheDir, `${entry('a')}${dead}`);
+      // (an apply's proof, src/keeper/held-proof.ts, killed in its write)
+      const proofLeft = join(cacheDir, `.compiled-${'d'.repeat(16)}.held.tmp-${dead}`);
       const recent = join(cacheDir, `${entry('b')}${dead}`);
       const live = join(cacheDir, `${entry('c')}${child.pid}`);
-      for (const f of [left, recent, live]) writeFileSync(f, 'part');
+      for (const f of [left, proofLeft, recent, live]) writeFileSync(f, 'part');
       age(left, TEMP_LEFT_FOR_MS + 60_000);
+      age(proofLeft, TEMP_LEFT_FOR_MS + 60_000);
       age(recent, TEMP_LEFT_FOR_MS - 60_000);
       age(live, 10 * TEMP_LEFT_FOR_MS);
-      expect(pruneCompileCache(cacheDir, 'test')).toEqual([left.slice(cacheDir.length + 1)]);
+      expect(pruneCompileCache(cacheDir, 'test').sort()).toEqual([left, proofLeft].map((f) => f.slice(cacheDir.length + 1)).sort());
       expect(existsSync(recent)).toBe(true);
       expect(existsSync(live)).toBe(true);
     } finally {

@@ -1,0 +1,167 @@
+/**
+ * kill -9 of the daemon in the replacement of its socket after an interrupted dump (native/socket.cc:
+ * Reopen, which puts a new socket on the old one's descriptor and binds it to the old port; in
+ * protect mode the dump-only socket's opening and its close in EndDump), then a start: ready, the
+ * owned tables as the clean install left them and in sync, the protected table owned again, every
+ * owner registered before kept, nothing else left in the kernel or in the record's directory.
+ *
+ * The points are reached by the addon's test seam NFKEEPER_TEST_KILL_AT (read once when the addon is
+ * loaded; the addon kills itself there), the dumps interrupted by a socket of the test's that adds
+ * and deletes a table of its own in a loop while the daemon starts and reads its tables (no record:
+ * removed) and, in protect mode, its dumps over the dump-only socket after the claim.
+ *   NFK_REOPEN_KILLS=all npx vitest run test/reliability/reopen-kill.test.ts   (every point, both modes)
+ * By default one point of each mode: the old socket released and the new one not yet bound; the
+ * dump-only socket about to be closed.
+ */
+import { readFileSync, readdirSync, rmSync, writeFileSync, mkdirSync, existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { parseConfig } from '../../src/config/config.js';
+import { Batch } from '../../src/netlink/batch.js';
+import { open } from '../../src/netlink/socket.js';
+import { call, compileOwner, saveOwners } from '../../src/owners/index.js';
+import { cli } from '../helpers/cli.js';
+import { withNetns, type Netns } from '../helpers/netns.js';
+import { tempDir } from '../helpers/tmp.js';
+import { sleep } from '../helpers/wait.js';
+import { ownerSpec, ownersYaml } from '../owners/fixtures.js';
+import { daemon, stop, type Child } from './owners-child.js';
+
+const ALL = process.env.NFK_REOPEN_KILLS === 'all';
+/** Rules in the long chain: its dump is many datagrams, each a chance to be flagged interrupted. */
+const BIG = 5000;
+
+function configYaml(dir: string, protect: boolean): string {
+  const big = Array.from({ length: BIG }, (_, i) => `          - ip saddr 10.${(i >> 8) & 255}.${i & 255}.1 tcp dport 22 accept`).join('\n');
+  const base = ownersYaml(dir);
+  const at = base.indexOf('owners:');
+  const guard = protect ? `  - family: ip
+    name: guard
+    protect: true
+    chains:
+      - name: g
+        rules:
+          - ip daddr 192.0.2.9 return
+` : '';
+  return `${base.slice(0, at)}  - family: ip
+    name: big
+    chains:
+      - name: input
+        type: filter
+        hook: input
+        priority: filter
+        rules:
+${big}
+${guard}${base.slice(at)}`;
+}
+
+const text = (d: Child) => d.logs.join('');
+const said = (d: Child, re: RegExp) => text(d).split('\n').some((l) => l.startsWith('{') && re.test((JSON.parse(l) as { msg: string }).msg));
+
+async function waitSaid(d: Child, re: RegExp, ms = 60_000): Promise<void> {
+  for (const end = Date.now() + ms; !said(d, re);) {
+    if (d.child.exitCode !== null || d.child.signalCode !== null) throw new Error(`the daemon exited (${d.child.exitCode ?? d.child.signalCode}) before it said ${re}: ${text(d).slice(-3000)}`);
+    if (Date.now() > end) throw new Error(`the daemon did not say ${re} within ${ms} ms: ${text(d).slice(-3000)}`);
+    await sleep(30);
+  }
+}
+
+/** Another writer's commits, as fast as they go, until stopped: every dump the daemon makes meanwhile is likely flagged interrupted. */
+function noise(ns: Netns): { stop: () => Promise<number> } {
+  const s = open({ netns: ns.path });
+  let running = true;
+  let n = 0;
+  const t = { family: 'ip' as const, name: 'noise' };
+  const done = (async () => {
+    while (running) {
+      await s.commit(new Batch().add('table', t));
+      await s.commit(new Batch().delete('table', t));
+      n += 2;
+      // A small commit is answered at once: without a turn given, this loop would hold the test's own loop.
+      await new Promise((r) => setImmediate(r));
+    }
+  })();
+  return {
+    stop: async () => {
+      running = false;
+      await done;
+      s.close();
+      return n;
+    },
+  };
+}
+
+const tables = (ns: Netns) => ns.exec('nft', ['list', 'tables']).trim().split('\n').sort();
+const dumpOf = (ns: Netns, table: string) => ns.exec('nft', ['--debug=netlink', 'list', 'table', 'ip', table]);
+/** A table's dump without who owns it (the killed daemon's flag is gone; the next start's is its own). */
+const unowned = (dump: string) => dump.replace(/ # progname .*$/m, '').replace(/^\s*flags .*\n/m, '');
+const leftovers = (ns: Netns) => existsSync(ns.record) ? readdirSync(ns.record).filter((f) => f.includes('.tmp-')) : [];
+
+describe('kill -9 in the replacement of the daemon\'s socket after an interrupted dump', { timeout: 600_000 }, () => {
+  const modes = [
+    { protect: false, points: ALL ? ['reopen-opened', 'reopen-replaced', 'reopen-bound'] : ['reopen-replaced'] },
+    { protect: true, points: ALL ? ['reopen-replaced', 'dump-socket-opened', 'dump-socket-closing', 'dump-socket-closed'] : ['dump-socket-closing'] },
+  ];
+  for (const mode of modes) {
+    it(`${mode.protect ? 'protect mode' : 'no protected table'}: killed at ${mode.points.join(', ')}; the next start is ready, the tables as installed, owners kept`, async () => {
+      await withNetns(async (ns) => {
+        const dir = tempDir('reopen-kill');
+        const config = join(dir, 'config.yaml');
+        writeFileSync(config, configYaml(dir, mode.protect));
+        const c = parseConfig(readFileSync(config, 'utf8'), config);
+        mkdirSync(join(dir, 'state'), { recursive: true });
+        const owners = ['alloc-1', 'alloc-2', 'alloc-3'];
+        saveOwners(c.owners!.state, owners.map((id, i) => compileOwner(id, ownerSpec(i + 1), c.owners!, c.tables[0]!)));
+        const sock = join(dir, 'nfkeeper.sock');
+        const first = daemon(config, ns, { args: ['--log-level', 'debug'] });
+        try {
+          await waitSaid(first, /^nfkeeper running$/, 90_000);
+        } finally {
+          await stop(first);
+        }
+        const owned = ['big', 'nfkeeper', ...(mode.protect ? ['guard'] : [])];
+        const want = { tables: tables(ns), dumps: owned.map((t) => dumpOf(ns, t)) };
+        expect(want.dumps[1]).toMatch(/nfkeeper-owner=alloc-3/);
+        const where: string[] = [];
+        for (const point of mode.points) {
+          // No record: the start reads its tables, dumps the noise interrupts.
+          if (existsSync(ns.record)) for (const f of readdirSync(ns.record)) if (f.startsWith('restart-')) rmSync(join(ns.record, f));
+          const n = noise(ns);
+          const d = daemon(config, ns, { args: ['--log-level', 'debug'], env: { NFKEEPER_TEST_KILL_AT: point } });
+          const late = sleep(60_000).then(() => 'late' as const);
+          const how = await Promise.race([d.exited.then(() => 'exited' as const), late]);
+          const commits = await n.stop();
+          if (how === 'late') d.child.kill('SIGKILL');
+          await d.exited;
+          expect(how, `${point} not reached in 60 s (${commits} commits of noise): ${text(d).slice(-3000)}`).toBe('exited');
+          expect(d.child.signalCode, text(d).slice(-3000)).toBe('SIGKILL');
+          expect(text(d)).toContain(`nfkeeper: killed at ${point}`);
+          const readyBefore = said(d, /^nfkeeper running$/);
+          // The next start, nothing else running.
+          const again = daemon(config, ns, { args: ['--log-level', 'debug'] });
+          try {
+            await waitSaid(again, /^nfkeeper running$/);
+            const listed = await call(sock, 'GET', '/v1/owners');
+            expect((listed.body as { owners: { id: string }[] }).owners.map((x) => x.id).sort(), point).toEqual(owners);
+            // In sync: a check from outside finds nothing to do.
+            const check = await cli('check', '--config', config, '--netns', ns.path);
+            expect(check.code, `${point}: ${check.out} ${check.err}`).toBe(0);
+            expect(tables(ns), point).toEqual(want.tables);
+            for (const [i, t] of owned.entries()) {
+              const now = dumpOf(ns, t);
+              // The protected table owned again (by the new daemon: the owner's name is nft's comment).
+              if (t === 'guard') expect(now, point).toMatch(/^\s*flags owner/m);
+              expect(unowned(now) === unowned(want.dumps[i]!), `${point}: table ${t} as installed`).toBe(true);
+            }
+          } finally {
+            await stop(again);
+          }
+          expect(again.child.exitCode, text(again).slice(-2000)).toBe(0);
+          expect(leftovers(ns), point).toEqual([]);
+          where.push(`${point} (${readyBefore ? 'after' : 'before'} ready, ${commits} commits of noise)`);
+        }
+        console.log(`${mode.protect ? 'protect' : 'plain'}: killed at ${where.join(', ')}`);
+      }, 'reopen-kill');
+    });
+  }
+});
