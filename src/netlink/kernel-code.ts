@@ -110,12 +110,10 @@ export function kernelCode(paths: KernelPaths = SYSTEM_PATHS, uname = { release:
     return b === undefined ? undefined : { release: uname.release, version: uname.version, boot: b };
   };
   /** A module's build-id; 'absent': not loaded; undefined: loaded, with none to read. */
-  const moduleId = (name: string): string | 'absent' | undefined => {
-    const id = readBuildId(`${paths.sysModule}/${name}/notes/.note.gnu.build-id`);
-    if (id !== undefined) return id;
-    // A loaded module has an initstate; a built-in's directory (its parameters) has none.
-    return existsSync(`${paths.sysModule}/${name}/initstate`) ? undefined : 'absent';
-  };
+  const moduleId = (name: string): string | 'absent' | undefined =>
+    // A loaded module has an initstate; a built-in's directory (its parameters) has none. (Asked
+    // first: a boot's first apply finds the recorded modules not loaded, and a failed read throws.)
+    existsSync(`${paths.sysModule}/${name}/initstate`) ? readBuildId(`${paths.sysModule}/${name}/notes/.note.gnu.build-id`) : 'absent';
   /** The loaded netfilter modules' build-ids; undefined when one has none to read, or the list cannot be read. */
   const loadedModules = (): Record<string, string> | undefined => {
     // No list: a kernel without loadable modules (everything is vmlinux's).
