@@ -477,7 +477,8 @@ async function oneShot(o: OneShotOptions, apply: boolean, io: Out): Promise<numb
     if (loaded.cache.used && loaded.make) hit = { file: loaded.cache.file, make: loaded.make };
     // A hit: the token its store wrote. A miss that apply stores (below): the token is the store's,
     // after the commit, and what the commit's echo proves is kept then (keepProof).
-    if (apply && (loaded.cache.used ? loaded.cache.token !== undefined : store !== undefined)) {
+    const stored = async () => store !== undefined && (await import('./model/desired.js')).countRules(config.tables) >= APPLY_STORES_FROM_RULES;
+    if (apply && (loaded.cache.used ? loaded.cache.token !== undefined : await stored())) {
       proof = { path: (await import('./config/compile-cache.js')).heldProofPathOf(loaded.cache.file), ...(loaded.cache.used ? { token: loaded.cache.token } : {}) };
     }
     progress.note(() => loaded.cache.used ? `compile cache matches every input: ${o.config} was not compiled`

@@ -42,7 +42,8 @@ export interface CheckResult {
   protectUnsupported: boolean;
   /**
    * With options.proof: 'by-proof' the commit's rules were taken as held by the entry's proof (only
-   * the handles' echoes asked); 'proved' its full echo proved every rule and the proof was kept.
+   * the handles' echoes asked); 'proved' its full echo proved every rule and the proof was kept
+   * (for an entry stored after the commit: is kept by keepProof).
    */
   held?: 'by-proof' | 'proved';
   /** held 'proved' for an entry stored after the commit (no token yet): keeps the proof for the token its store gave. */
