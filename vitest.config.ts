@@ -29,6 +29,7 @@ const UNIT = [
   'test/rules/property.test.ts',
   'test/netlink/encode-padding.test.ts',
   'test/netlink/handles.test.ts',
+  'test/netlink/kernel-code.test.ts',
   'test/netlink/schema.test.ts',
   'test/keeper/arming.test.ts',
   'test/keeper/attribution-logic.test.ts',

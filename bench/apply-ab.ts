@@ -5,6 +5,7 @@
  * from outside (wait4: wall, user + system CPU, peak RSS).
  *
  *   npx tsx bench/apply-ab.ts --root /tmp/base [--rules 10000,100000] [--services 1000,10000] [--reps 5] [--cache DIR] [--kinds warm,before,nft]
+ *     [--kinds boot,before-boot,cold,before-cold,nft]
  *
  * --cache DIR gives each build its own code-cache directory (DIR/after, DIR/before, as
  * NODE_COMPILE_CACHE): two builds sharing one remove each other's entry of the command on every
@@ -16,9 +17,14 @@
  * and `warm` (the directory kept: the first, untimed run stored the entry). An older build runs as
  * it is (`before`). cold against off is what the store costs a first apply.
  *
+ * `boot`: warm, after every proof kept beside the entry (compiled-*.held) was made to name another
+ * boot: the first apply of a node after a reboot. `before-cold`, `before-warm` and `before-boot`: the
+ * other build with its own --cache-dir, the same way (its directory emptied; kept; its proofs' boot
+ * changed).
+ *
  * Prints one line per process as it goes and Markdown tables at the end (medians, CPU ratios).
  */
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { spawn, spawnSync } from 'node:child_process';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -67,9 +73,10 @@ for (const s of services) {
 const hasCacheDir = spawnSync('node', [join(PROJECT_ROOT, 'bin', 'nfkeeper.js'), 'apply', '--help'], { encoding: 'utf8' }).stdout.includes('--cache-dir');
 // --kinds warm,before,nft: only those, for more rounds of one comparison in the same time.
 const only = arg('--kinds')?.split(',');
-const KINDS: readonly Kind[] = (command === 'check' ? ['off', 'cold', 'warm'] as Kind[] : hasCacheDir ? ['off', 'cold', 'warm', 'before', 'nft'] as Kind[] : ['after', 'before', 'nft'] as Kind[])
-  .filter((k) => !only || only.includes(k));
-const compileCache = (k: 'cold' | 'warm', w: { file: string }) => join(dir, `compile-cache-${k}-${w.file.replace(/\W/g, '_')}`);
+// (boot, before-cold and before-boot only when asked for)
+const KINDS: readonly Kind[] = only ? only as Kind[]
+  : command === 'check' ? ['off', 'cold', 'warm'] : hasCacheDir ? ['off', 'cold', 'warm', 'before', 'nft'] : ['after', 'before', 'nft'];
+const compileCache = (k: 'cold' | 'warm' | 'before-cold' | 'before-warm' | 'before-boot', w: { file: string }) => join(dir, `compile-cache-${k}-${w.file.replace(/\W/g, '_')}`);
 const done: WorkRuns[] = [];
 console.log(`load average at start: ${load()}`);
 await withBenchNetns('applyab', async (ns) => {
@@ -92,7 +99,20 @@ await withBenchNetns('applyab', async (ns) => {
         return ours(['--cache-dir', compileCache('cold', w)])();
       },
       warm: ours(['--cache-dir', compileCache('warm', w)]),
+      boot: () => {
+        otherBoot(compileCache('warm', w));
+        return ours(['--cache-dir', compileCache('warm', w)])();
+      },
       before: () => runWhole('node', [join(root!, 'bin', 'nfkeeper.js'), 'apply', '--config', w.file], { ns, ...cacheEnv('before') }),
+      'before-cold': () => {
+        rmSync(compileCache('before-cold', w), { recursive: true, force: true });
+        return runWhole('node', [join(root!, 'bin', 'nfkeeper.js'), 'apply', '--config', w.file, '--cache-dir', compileCache('before-cold', w)], { ns, ...cacheEnv('before') });
+      },
+      'before-warm': () => runWhole('node', [join(root!, 'bin', 'nfkeeper.js'), 'apply', '--config', w.file, '--cache-dir', compileCache('before-warm', w)], { ns, ...cacheEnv('before') }),
+      'before-boot': () => {
+        otherBoot(compileCache('before-boot', w));
+        return runWhole('node', [join(root!, 'bin', 'nfkeeper.js'), 'apply', '--config', w.file, '--cache-dir', compileCache('before-boot', w)], { ns, ...cacheEnv('before') });
+      },
       nft: () => runWhole('nft', ['-f', w.nft], { ns }),
     };
     // One warm-up round (file cache, the kernel's modules; the warm compile cache's entry), not counted.
@@ -127,4 +147,19 @@ async function storedByRun(ns: string, file: string, cacheDir: string): Promise<
   });
   child.kill('SIGTERM');
   await new Promise((r) => child.on('exit', r));
+}
+
+/**
+ * Every proof in the compile cache `dir` made to name another boot (what it finds after a reboot):
+ * a key of the kernel build and boot as a string (`... boot ID`) or an object with `boot`.
+ */
+function otherBoot(dir: string): void {
+  if (!existsSync(dir)) return;
+  for (const f of readdirSync(dir).filter((n) => n.endsWith('.held'))) {
+    const proof = JSON.parse(readFileSync(join(dir, f), 'utf8')) as { kernel: unknown };
+    const other = `${Math.random().toString(16).slice(2, 10)}-0000-0000-0000-000000000000`;
+    if (typeof proof.kernel === 'string') proof.kernel = proof.kernel.replace(/boot \S+$/, `boot ${other}`);
+    else if (typeof proof.kernel === 'object' && proof.kernel !== null && 'boot' in proof.kernel) proof.kernel = { ...proof.kernel, boot: other };
+    writeFileSync(join(dir, f), `${JSON.stringify(proof)}\n`);
+  }
 }

@@ -459,11 +459,13 @@ async function oneShot(o: OneShotOptions, apply: boolean, io: Out): Promise<numb
   const compiled = apply ? (await import('./model/compact.js')).compactAsCompiled() : undefined;
   const options = { interfaces: namespaceInterfaces(o.netns), includePath: o.includePath, compiled };
   let config: import('./config/config.js').Config;
-  let store: (() => import('./base/sliced.js').Sliced<string | undefined>) | undefined;
+  let store: ((stored?: (token: string) => void) => import('./base/sliced.js').Sliced<string | undefined>) | undefined;
   // A hit's rules, made as they are read: what tells whether a failure was the entry's.
   let hit: { file: string; make: () => import('./base/sliced.js').Sliced<void> } | undefined;
   // The entry apply installs, where what its echo proves is kept (src/keeper/held-proof.ts).
   let proof: import('./keeper/held-proof.js').ProofEntry | undefined;
+  // A cold apply's proof, kept for the token its store gives the entry (CheckResult.keepProof).
+  let keepProof: ((token: string) => boolean) | undefined;
   const loadCached = async () => {
     const { loadConfigCached } = await import('./config/compile-cache.js');
     return loadConfigCached(o.config, options, { dir: cacheDir!, version: version(), netns: o.netns });
@@ -473,8 +475,11 @@ async function oneShot(o: OneShotOptions, apply: boolean, io: Out): Promise<numb
     config = loaded.config;
     if (apply) store = loaded.store;
     if (loaded.cache.used && loaded.make) hit = { file: loaded.cache.file, make: loaded.make };
-    if (apply && loaded.cache.used && loaded.cache.token !== undefined) {
-      proof = { path: (await import('./config/compile-cache.js')).heldProofPathOf(loaded.cache.file), token: loaded.cache.token };
+    // A hit: the token its store wrote. A miss that apply stores (below): the token is the store's,
+    // after the commit, and what the commit's echo proves is kept then (keepProof).
+    const stored = async () => store !== undefined && (await import('./model/desired.js')).countRules(config.tables) >= APPLY_STORES_FROM_RULES;
+    if (apply && (loaded.cache.used ? loaded.cache.token !== undefined : await stored())) {
+      proof = { path: (await import('./config/compile-cache.js')).heldProofPathOf(loaded.cache.file), ...(loaded.cache.used ? { token: loaded.cache.token } : {}) };
     }
     progress.note(() => loaded.cache.used ? `compile cache matches every input: ${o.config} was not compiled`
       : `compile cache not used (${loaded.cache.why}); ${o.config} was compiled`);
@@ -486,7 +491,7 @@ async function oneShot(o: OneShotOptions, apply: boolean, io: Out): Promise<numb
   let code: number;
   try {
     try {
-      code = await oneShotLocked(o, config, apply, io, progress, proof);
+      code = await oneShotLocked(o, config, apply, io, progress, proof, (keep) => { keepProof = keep; });
     } catch (e) {
       // An entry that passed its seal but whose rule cannot be made (a fault of nfkeeper's own) fails
       // where a rule is first read: before the commit, which encodes every rule it writes, so the
@@ -512,7 +517,10 @@ async function oneShot(o: OneShotOptions, apply: boolean, io: Out): Promise<numb
   // line at every run for a directory they never asked for would be noise: said with --progress.
   if (store && (await import('./model/desired.js')).countRules(config.tables) >= APPLY_STORES_FROM_RULES) {
     const { runNow } = await import('./base/sliced.js');
-    const why = runNow(store());
+    const kept = keepProof && ((token: string) => {
+      if (keepProof!(token)) progress.note(() => `the commit's full echo proved every rule held as sent; kept in ${proof!.path} for the next apply of the entry on this kernel`);
+    });
+    const why = runNow(store(kept));
     const line = () => `the compiled config was not stored in the compile cache (${oneLine(why!)}); the next apply compiles it again (--no-cache-dir: no cache)`;
     if (why !== undefined) {
       if (o.cacheDirGiven) io.err(`nfkeeper: ${line()}`);
@@ -536,7 +544,7 @@ function checkedCacheDir(dir: string): string {
 }
 
 async function oneShotLocked(o: OneShotOptions, config: import('./config/config.js').Config, apply: boolean, io: Out,
-  progress: Progress, proof?: import('./keeper/held-proof.js').ProofEntry): Promise<number> {
+  progress: Progress, proof?: import('./keeper/held-proof.js').ProofEntry, keepProof?: (keep: (token: string) => boolean) => void): Promise<number> {
   // Registered owners are desired state too; a corrupt state file stops here, before the kernel.
   const owners = config.owners ? (await import('./owners/state-file.js')).loadOwners(config) : [];
   const { countRules } = await import('./model/desired.js');
@@ -571,11 +579,12 @@ async function oneShotLocked(o: OneShotOptions, config: import('./config/config.
   };
   const sock = new (await netlink()).NftSocket({ netns: o.netns });
   try {
-    const { drift, ops, protectUnsupported, held } = await checkOnce(sock, config, apply, owners, { ...(found ? { found } : {}), ...(proof ? { proof } : {}) });
+    const { drift, ops, protectUnsupported, held, keepProof: keep } = await checkOnce(sock, config, apply, owners, { ...(found ? { found } : {}), ...(proof ? { proof } : {}) });
+    if (keep) keepProof?.(keep);
     clearImmediate(rendering);
     progress.step(() => apply ? `compared with the kernel and committed ${ops} operations` : 'compared with the kernel');
     if (held === 'by-proof') progress.note(() => `the commit's rules are held as sent by ${proof!.path} (this kernel's full echo of an earlier install of the entry): only the echoes its handles derive from were asked`);
-    if (held === 'proved') progress.note(() => `the commit's full echo proved every rule held as sent; kept in ${proof!.path} for the next apply of the entry on this kernel`);
+    if (held === 'proved' && !keep) progress.note(() => `the commit's full echo proved every rule held as sent; kept in ${proof!.path} for the next apply of the entry on this kernel`);
     if (protectUnsupported) io.err('nfkeeper: this kernel does not support owned persistent tables; applied without protect mode');
     const differs = drift.some((d) => d.drift.length > 0);
     if (o.json) {

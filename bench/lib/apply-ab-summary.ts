@@ -4,7 +4,10 @@
  */
 import { summarizeRuns, type ProcessRun } from './whole.js';
 
-export type Kind = 'off' | 'cold' | 'warm' | 'after' | 'before' | 'nft';
+export type Kind = 'off' | 'cold' | 'warm' | 'boot' | 'after' | 'before' | 'before-cold' | 'before-warm' | 'before-boot' | 'nft';
+
+/** The other build's kinds, each the reference of ours of the same way (before-cold: cold's). */
+const BEFORE_OF: Partial<Record<Kind, Kind>> = { cold: 'before-cold', warm: 'before-warm', boot: 'before-boot' };
 
 /** One work's runs, per kind run, each kind the same number of rounds (a pair is a round's two). */
 export interface WorkRuns { work: string; runs: Partial<Record<Kind, ProcessRun[]>> }
@@ -14,7 +17,7 @@ export const fmt = (us: number) => (us >= 1e6 ? `${(us / 1e6).toFixed(2)} s` : `
 /** The lines apply-ab prints once every work has run. */
 export function applyAbTables(kinds: readonly Kind[], command: 'apply' | 'check', works: readonly WorkRuns[], reps: number): string[] {
   const has = (...ks: Kind[]) => ks.every((k) => kinds.includes(k));
-  const ourKinds = kinds.filter((k) => k !== 'before' && k !== 'nft');
+  const ourKinds = kinds.filter((k) => !k.startsWith('before') && k !== 'nft');
   type Sum = (k: Kind) => ReturnType<typeof summarizeRuns>;
   // The ratios (of medians) of each of our kinds to the references run.
   const ratios = command === 'check' ? [] : ourKinds.flatMap((k) => [
@@ -43,6 +46,8 @@ export function applyAbTables(kinds: readonly Kind[], command: 'apply' | 'check'
     } else {
       for (const k of ourKinds) {
         if (has('before')) pair(k, 'before', `${k} / before`, true);
+        const same = BEFORE_OF[k];
+        if (same && has(same)) pair(k, same, `${k} / ${same}`, true);
         if (has('nft')) pair(k, 'nft', `${k} / nft`, false);
       }
       if (has('cold', 'off')) pair('cold', 'off', "cold / off (the store's cost)", false);

@@ -234,7 +234,7 @@ function writerLives(name: string): boolean {
  * stored (unfaithful). A compile's error is thrown as loadConfig throws it; the cache's own never are.
  */
 export function loadConfigCached(file: string, options: LoadOptions, cache: CompileCacheOptions):
-  { config: Config; cache: CacheUse; store?: () => Sliced<string | undefined>; make?: () => Sliced<void>; files?: FileDigests } {
+  { config: Config; cache: CacheUse; store?: (stored?: (token: string) => void) => Sliced<string | undefined>; make?: () => Sliced<void>; files?: FileDigests } {
   const path = compileCachePathOf(cache.dir, cache.netns, file);
   let why: string;
   try {
@@ -258,7 +258,8 @@ export function loadConfigCached(file: string, options: LoadOptions, cache: Comp
     cache: { used: false, file: path, why },
     ...(inputs ? { files: fileDigests(inputs) } : {}),
     // Stored when the caller has time (the daemon: once running); the config is not changed meanwhile.
-    store: function* () {
+    // `stored`: told the token the entry was stored with (what an apply's proof is kept for).
+    store: function* (stored?: (token: string) => void) {
       try {
         if (inputs === undefined) return `${unstable!.replace(/\0/g, ' ')} changed while the config was compiled`;
         const chains = yield* chainDigestsSteps(config.tables);
@@ -270,6 +271,7 @@ export function loadConfigCached(file: string, options: LoadOptions, cache: Comp
         // a load between the two writes finds the previous cache's token, not this file's.
         writeSealed(encodedPathOf(path), cache.dir, [Buffer.from(token, 'latin1'), ...out.encoded], { durable: false });
         writeSealed(path, cache.dir, out.body, { durable: false });
+        stored?.(token);
         // Bounded: a readdir and an lstat per file of the directory, a header read per entry a day unused.
         pruneCompileCache(cache.dir, cache.version);
         return undefined;

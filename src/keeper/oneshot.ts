@@ -42,9 +42,12 @@ export interface CheckResult {
   protectUnsupported: boolean;
   /**
    * With options.proof: 'by-proof' the commit's rules were taken as held by the entry's proof (only
-   * the handles' echoes asked); 'proved' its full echo proved every rule and the proof was kept.
+   * the handles' echoes asked); 'proved' its full echo proved every rule and the proof was kept
+   * (for an entry stored after the commit: is kept by keepProof).
    */
   held?: 'by-proof' | 'proved';
+  /** held 'proved' for an entry stored after the commit (no token yet): keeps the proof for the token its store gave. */
+  keepProof?: (token: string) => boolean;
 }
 
 /**
@@ -59,8 +62,9 @@ export async function checkOnce(sock: NftConn, config: Config, apply: boolean, o
     /** Given what the first observation found as soon as it is known: before apply's commit (CheckResult.drift). */
     found?: (drift: CheckResult['drift']) => void;
     /**
-     * apply of a compile cache entry: where its proof (src/keeper/held-proof.ts) is kept. Not used
-     * with owners (their rules are not the entry's), nor on a connection without a kernel build.
+     * apply of a compile cache entry: where its proof (src/keeper/held-proof.ts) is kept; without a
+     * token, an entry stored after the commit (CheckResult.keepProof). Not used with owners (their
+     * rules are not the entry's), nor on a connection without kernel code to name.
      */
     proof?: ProofEntry;
   } = {}): Promise<CheckResult> {
@@ -79,14 +83,15 @@ export async function checkOnce(sock: NftConn, config: Config, apply: boolean, o
     if (first) found!(driftOf(o));
     first = false;
   };
-  const heldProof = apply && options.proof && !config.owners ? heldProofFor(options.proof, sock.kernelBuild?.()) : undefined;
+  const heldProof = apply && options.proof && !config.owners ? heldProofFor(options.proof, sock.kernelCode?.()) : undefined;
   const r = await reconciler.once({ tables, readOnly: !apply, allowForeignOwner: !apply, adopt: true, verifyByEcho: apply,
     ...(found ? { onObservation } : {}), ...(heldProof ? { heldProof } : {}) });
-  const held = heldProof?.held && r.ops > 0 && r.trusted ? 'by-proof' : heldProof?.wasProved() ? 'proved' : undefined;
+  const held = heldProof?.wasUsed() && r.ops > 0 && r.trusted ? 'by-proof' : heldProof?.wasProved() ? 'proved' : undefined;
   return {
     drift: driftOf(r.first),
     ops: r.ops,
     protectUnsupported: !reconciler.protectSupported,
     ...(held ? { held } : {}),
+    ...(held === 'proved' && options.proof?.token === undefined ? { keepProof: heldProof!.keep } : {}),
   };
 }

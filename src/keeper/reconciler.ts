@@ -109,10 +109,12 @@ export interface PassInput {
    * rule of `tables`, as a commit of this build sends it, was echoed held as sent by this kernel
    * build, so the commit asks only the echoes its handles are derived from (echoForHandles, as the
    * daemon's) and takes its rules as held; handles that do not derive read back as without the
-   * echo. Else the commit asks the full echo, and `proved` is called when it proved every rule
-   * of `tables` (the batch added or replaced each one, each echoed held as sent, the view followed it).
+   * echo, as do rules whose kernel code is no longer the proof's once the commit loaded it
+   * (`confirmed`, asked after the commit). Else the commit asks the full echo, and `proved` is
+   * called when it proved every rule of `tables` (the batch added or replaced each one, each echoed
+   * held as sent, the view followed it).
    */
-  heldProof?: { held: boolean; proved: () => void };
+  heldProof?: { held: boolean; confirmed: () => boolean; proved: () => void };
   /**
    * A full read compares the kernel's rule digests with the desired rules' (observeTable's adopt)
    * and decodes only the chains that differ: the start-up onto a ruleset an earlier keeper wrote,
@@ -234,10 +236,12 @@ export class Reconciler {
           // An echo that does not prove the batch held as sent gives no handles to follow it by.
           // An echo that gave some rules' handles: every new rule's, derived from them where they
           // prove it (else none: the chains are read instead, followCommit's unechoed case).
+          // Rules held by proof: the modules the commit loaded are the proof's (else read back).
+          const confirmed = byProof && input.heldProof!.confirmed();
           if ((byProof || !input.verifyByEcho) && echoed?.handles) {
-            echoed = { ...echoed, handles: deriveHandles(batch.ops, echoed.handles), ...(byProof ? { heldByProof: true as const } : {}) };
+            echoed = { ...echoed, handles: deriveHandles(batch.ops, echoed.handles), ...(confirmed ? { heldByProof: true as const } : {}) };
           }
-          const unproved = input.verifyByEcho && !byProof && echoed?.handles && !heldAsSent(batch, echoed);
+          const unproved = input.verifyByEcho && echoed?.handles && (byProof ? !confirmed : !heldAsSent(batch, echoed));
           last = { observation, batch, echoed: unproved ? { ...echoed, handles: undefined } : echoed };
           provedAll = !byProof && input.heldProof !== undefined && !!echoed?.handles && !unproved && committed === batch.length
             && addsEveryRule(batch, input.tables);

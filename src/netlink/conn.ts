@@ -5,6 +5,7 @@
  * namespace. The real kernel is kernelHost() (host.ts); tests can hand the same
  * modules an in-memory kernel (test/helpers/fake-kernel.ts).
  */
+import type { KernelCode } from './kernel-code.js';
 import type { Batch } from './batch.js';
 import type { Op } from './ops.js';
 import type { Family } from './expr.js';
@@ -85,11 +86,12 @@ export interface NftConn {
    */
   netnsCookie?(): string | undefined;
   /**
-   * The kernel build that translates this connection's batches, with the boot it runs in (`uname
-   * -r`, `uname -v`, the boot id): what an echo's proof that a batch was held as sent holds for
-   * (src/keeper/held-proof.ts). Undefined where there is none to name (an in-memory kernel).
+   * The kernel code that translates this connection's batches (vmlinux's and the loaded netfilter
+   * modules' build-ids, or the boot: src/netlink/kernel-code.ts): what an echo's proof that a batch
+   * was held as sent holds for (src/keeper/held-proof.ts). Undefined where there is none to name
+   * (an in-memory kernel).
    */
-  kernelBuild?(): string | undefined;
+  kernelCode?(): KernelCode | undefined;
   listTables(filter?: { family?: Family }): Promise<Table[]>;
   getTable(family: Family, name: string): Promise<Table | undefined>;
   listChains(filter: { family: Family; table: string }): Promise<Chain[]>;

@@ -5,8 +5,7 @@
  * the generation they were computed from. Dumps and commits run off the JS
  * thread; generation() is a synchronous round trip of a few microseconds.
  */
-import { readFileSync } from 'node:fs';
-import { release, version } from 'node:os';
+import { kernelCode, type KernelCode } from './kernel-code.js';
 import { COLLECT_BEFORE_OPS, collectGarbage } from '../base/heap.js';
 import { DumpInterruptedError, GenerationMismatchError, NetlinkError, PrivilegeError, SocketClosedError } from '../base/errors.js';
 import { Batch } from './batch.js';
@@ -135,8 +134,8 @@ export class NftSocket implements NftConn {
     return this.native.netnsCookie?.();
   }
 
-  kernelBuild(): string | undefined {
-    return kernelBuild();
+  kernelCode(): KernelCode {
+    return (systemCode ??= kernelCode());
   }
 
   listTables(filter: { family?: Family } = {}): Promise<Table[]> {
@@ -519,19 +518,5 @@ function refine(e: unknown, ops: readonly Op[], gen: number | undefined): unknow
   return e;
 }
 
-let build: string | undefined | null = null;
-/**
- * This machine's kernel build and boot (NftConn.kernelBuild): uname's release and version name the
- * build, the boot id a boot of it, so that a module replaced on disk under the same release is
- * loaded (and proved) in another boot. Undefined when the boot id cannot be read.
- */
-function kernelBuild(): string | undefined {
-  if (build !== null) return build;
-  try {
-    const boot = readFileSync('/proc/sys/kernel/random/boot_id', 'latin1').trim();
-    build = boot === '' ? undefined : `${release()} ${version()} boot ${boot}`;
-  } catch {
-    build = undefined;
-  }
-  return build;
-}
+/** One a process: vmlinux and the boot do not change under it (the modules are read when asked). */
+let systemCode: KernelCode | undefined;

@@ -1,9 +1,10 @@
 /**
  * A socket in a namespace that counts its reads of rules (digests or decoded) and records each
  * commit's options, result and the reads before it; a test may act on a commit's outcome
- * (afterCommit) or give the socket another kernel build (kernel; null: none to name).
+ * (afterCommit) or give the socket other kernel code (kernel, test/helpers/kernel-code.ts; null: none to name).
  */
 import type { CommitOptions, CommitResult, NftConn } from '../../src/netlink/conn.js';
+import type { KernelCode } from '../../src/netlink/kernel-code.js';
 import { open } from '../../src/netlink/socket.js';
 import type { Netns } from './netns.js';
 
@@ -17,7 +18,7 @@ export interface WatchedCommit {
 export interface WatchOptions {
   receiveBufferLimit?: number;
   afterCommit?: (r: void | CommitResult) => void | CommitResult;
-  kernel?: string | null;
+  kernel?: KernelCode | null;
 }
 
 export function watchedSocket(ns: Pick<Netns, 'path'>, options: WatchOptions = {}) {
@@ -34,7 +35,7 @@ export function watchedSocket(ns: Pick<Netns, 'path'>, options: WatchOptions = {
   const { kernel } = options;
   const conn = new Proxy(real, {
     get(target, p, recv) {
-      if (p === 'kernelBuild' && kernel !== undefined) return kernel === null ? undefined : () => kernel;
+      if (p === 'kernelCode' && kernel !== undefined) return kernel === null ? undefined : () => kernel;
       const v = Reflect.get(target, p, recv);
       if (typeof v !== 'function') return v;
       if (p === 'listRules' || p === 'listRuleDigests') {

@@ -196,9 +196,9 @@ describe("apply's held-as-sent proof, damaged or its write failed or killed", { 
     };
     const killed = (at: string) => apply(true, { NODE_OPTIONS: `--import=${HOOK}`, KILL_AT_POINT: at, KILL_ARM_PATH: '\\.held\\.tmp-' });
     const held = () => readdirSync(cache).find((f) => f.endsWith('.held'));
-    // Stored, then proved: the clean install and its proof.
-    expect((await apply(true)).code).toBe(0);
+    // Stored and proved by the cold apply (its proof kept for the token the store gave): the clean install and its proof.
     const proving = await apply(true);
+    expect(proving.code).toBe(0);
     expect(proving.out).toMatch("the commit's full echo proved every rule held as sent");
     const want = { dump: heldRuleset(ns), proof: readFileSync(join(cache, held()!)) };
     // The census: the file calls from the proof's temp file on.
