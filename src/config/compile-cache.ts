@@ -48,8 +48,8 @@ import { compileCachePathOf } from './cache-key.js';
 
 export { compileCachePathOf, configKeyOf } from './cache-key.js';
 
-/** The file's own format; a file of another format is not used. */
-const FORMAT = 7;
+/** The file's own format; a file of another format is not used (7: the serialized rest in base64). */
+const FORMAT = 8;
 
 /**
  * The store's work on a big config, and the making of its rules from the cache, yield every this
@@ -432,8 +432,9 @@ export function changedInput(inputs: readonly CompileInput[], options: LoadOptio
  * as JSON lines, which are quick to read back: each chain's rule count, the distinct expressions
  * once, then per chain a line per rule, its expressions as indexes (StoredRule); the rest of the
  * config (tables, chains without their rules, sets, sections) by V8's serializer, which keeps
- * what JSON would not (a key with no value, an object reached twice), in base64. Or why this
- * form would not give this config back.
+ * what JSON would not (a key with no value, an object reached twice), as it is after a newline,
+ * to the end: read back from the file's bytes, not through a text and base64. Or why this form
+ * would not give this config back.
  */
 function* serialise(config: Config, header: Header): Sliced<{ body: Buffer[]; encoded: Buffer[] } | { why: string }> {
   const why = yield* unfaithful(config);
@@ -514,7 +515,8 @@ function* serialise(config: Config, header: Header): Sliced<{ body: Buffer[]; en
       out.push(...x.pieces);
     }
   }
-  put(`\n${serialize(rest).toString('base64')}`);
+  put('\n');
+  out.push(serialize(rest));
   // The file of the rules' encoded expressions (read only by an install): each chain's, a line of
   // its length in bytes, the bytes.
   const enc: Buffer[] = [];
@@ -629,7 +631,7 @@ function deserialise(bytes: Buffer, options: LoadOptions, readEncoded: () => Buf
       g++;
     }
   }
-  const config = deserialize(Buffer.from(bytes.toString('latin1', at), 'base64')) as Config;
+  const config = deserialize(bytes.subarray(at)) as Config;
   if (!Array.isArray(config?.tables) || counts.length !== config.tables.length) throw new Error('the payload is malformed');
   // The distinct expressions, a line parsed when a rule first needs one of its expressions, each
   // frozen once (asKnownRule's per rule finds them so).
