@@ -695,6 +695,8 @@ function deserialise(bytes: Buffer, options: LoadOptions, readEncoded: () => Buf
         yield;
       }
     }
+    // Every chain's rules held by its chain now: nothing asks the index again.
+    rules.forget();
   };
   return { config, make };
 }
@@ -741,6 +743,12 @@ class CachedRules {
     private readonly chains: readonly ChainConfig[], private readonly families: readonly Family[],
     private readonly exprAt: (i: number) => Expr | undefined, private readonly options: LoadOptions,
     private readonly readEncoded: () => Buffer | undefined) {}
+
+  /** Drops what only a chain not made yet needs (every chain's rules made): a daemon may hold its make work for ever. */
+  forget(): void {
+    this.made = this.starts = this.scanned = this.next = this.encodedFrom = undefined;
+    this.encoded = null;
+  }
 
   ruleAt(g: number, j: number): ChainConfig['rules'][number] {
     const made = this.made ??= new Array(this.first[this.chains.length]!);

@@ -140,6 +140,8 @@ describe('the compile cache', () => {
     expect(hit.cache.used).toBe(true);
     const [c, d] = hit.config.tables[0]!.chains;
     expect([rulesMade(c!), rulesMade(d!), ruleCount(c!), ruleCount(d!)]).toEqual([false, false, 20_000, 1]);
+    // (rules made alone before: the ones held, whoever makes the rest)
+    const alone = [ruleAt(c!, 5), ruleAt(d!, 0)];
     const work = hit.make!();
     for (let i = 0; i < 4; i++) expect(work.next().done).toBe(false);
     expect(rulesMade(c!)).toBe(false);
@@ -149,6 +151,8 @@ describe('the compile cache', () => {
     runNow(work);
     expect(c!.rules).toBe(read);
     expect(rulesMade(d!)).toBe(true);
+    expect([c!.rules[5], d!.rules[0]]).toEqual(alone);
+    expect(c!.rules[5] === alone[0] && d!.rules[0] === alone[1]).toBe(true);
     expectSameGraph(fresh(file), hit.config);
   });
 
