@@ -93,9 +93,7 @@ const LATE_RULES: PropertyDescriptor = {
  * read back from the compile cache, whose restart onto a ruleset the restart record proves in sync
  * needs only how many rules each chain has, and whose first repair needs only the rule it puts
  * back. `making` must give `count` rules, compacted (src/model/compact.ts) as the compiler's are.
- * Rules made otherwise (a making run ahead of the first read) are held by madeRules. `c` should
- * not have `rules` yet: V8 turns an object whose data property becomes an accessor into a
- * dictionary.
+ * Rules made otherwise (a making run ahead of the first read) are held by madeRules.
  */
 export function lateRules(c: ChainConfig, making: LateRules): void {
   late.set(c, making);
