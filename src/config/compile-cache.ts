@@ -37,7 +37,7 @@ import { asKnownRule, isNoSets } from '../model/compact.js';
 import { chainDigestsSteps, knownChainDigests } from '../model/desired-digest.js';
 import type { DataType, SetConfig } from '../model/sets.js';
 import { DATATYPES, datatypeById, type Datatype, type KeyType } from '../rules/datatypes.js';
-import { lateRules, rulesMade, type ChainConfig, type EncodedRule } from '../model/desired.js';
+import { lateRules, madeRules, rulesMade, type ChainConfig, type EncodedRule, type LateRules } from '../model/desired.js';
 import { addonDigest, addonFileId, addonIdentity } from '../netlink/addon.js';
 import { encodeRuleExprs } from '../netlink/socket.js';
 import type { Expr, Family } from '../netlink/expr.js';
@@ -48,8 +48,8 @@ import { compileCachePathOf } from './cache-key.js';
 
 export { compileCachePathOf, configKeyOf } from './cache-key.js';
 
-/** The file's own format; a file of another format is not used. */
-const FORMAT = 7;
+/** The file's own format; a file of another format is not used (7: the serialized rest in base64). */
+const FORMAT = 8;
 
 /**
  * The store's work on a big config, and the making of its rules from the cache, yield every this
@@ -447,8 +447,9 @@ export function changedInput(inputs: readonly CompileInput[], options: LoadOptio
  * as JSON lines, which are quick to read back: each chain's rule count, the distinct expressions
  * once, then per chain a line per rule, its expressions as indexes (StoredRule); the rest of the
  * config (tables, chains without their rules, sets, sections) by V8's serializer, which keeps
- * what JSON would not (a key with no value, an object reached twice), in base64. Or why this
- * form would not give this config back.
+ * what JSON would not (a key with no value, an object reached twice), as it is after a newline,
+ * to the end: read back from the file's bytes, not through a text and base64. Or why this form
+ * would not give this config back.
  */
 function* serialise(config: Config, header: Header): Sliced<{ body: Buffer[]; encoded: Buffer[] } | { why: string }> {
   const why = yield* unfaithful(config);
@@ -529,7 +530,8 @@ function* serialise(config: Config, header: Header): Sliced<{ body: Buffer[]; en
       out.push(...x.pieces);
     }
   }
-  put(`\n${serialize(rest).toString('base64')}`);
+  put('\n');
+  out.push(serialize(rest));
   // The file of the rules' encoded expressions (read only by an install): each chain's, a line of
   // its length in bytes, the bytes.
   const enc: Buffer[] = [];
@@ -607,34 +609,6 @@ function readEncoded(path: string, dir: string, token: string | undefined): Buff
   return b.length >= token.length && b.toString('latin1', 0, token.length) === token ? b.subarray(token.length) : undefined;
 }
 
-/** The encoded rules' file, split per chain as `counts` has them (each: a line of its length, the bytes); throws if malformed. */
-function splitEncoded(b: Buffer, counts: readonly number[][]): Buffer[][] {
-  let at = 0;
-  const out = counts.map((cs) => cs.map(() => {
-    if (b[at] !== 0x0a) throw new Error('malformed');
-    const nl = b.indexOf(0x0a, at + 1);
-    const n = nl < 0 ? NaN : Number(b.toString('latin1', at + 1, nl));
-    if (!Number.isSafeInteger(n) || n < 0 || nl + 1 + n > b.length) throw new Error('malformed');
-    at = nl + 1 + n;
-    return b.subarray(nl + 1, at);
-  }));
-  if (at !== b.length) throw new Error('malformed');
-  return out;
-}
-
-/** Where each of a chain's `n` encoded rules (EncodedRules) starts in `b`; throws if they do not fill it. */
-function encodedStarts(b: Buffer, n: number, chain: string): Uint32Array {
-  const starts = new Uint32Array(n);
-  let at = 0;
-  for (let j = 0; j < n; j++) {
-    if (at + ENCODED_HEAD > b.length) throw new Error(`chain ${chain}'s encoded rules are malformed`);
-    starts[j] = at;
-    at += ENCODED_HEAD + u16le(b, at) + u16le(b, at + 2) + u16le(b, at + 4);
-  }
-  if (at !== b.length) throw new Error(`chain ${chain}'s encoded rules are malformed`);
-  return starts;
-}
-
 /**
  * The config of a cache's bytes after its header, and the work that makes its rules: each rule is
  * made when first asked for, alone (ruleAt), or with its chain's when they are read (lateRules),
@@ -658,31 +632,26 @@ function deserialise(bytes: Buffer, options: LoadOptions, readEncoded: () => Buf
   const nExprLines = Number(line().toString('latin1'));
   if (!Number.isSafeInteger(nExprLines) || nExprLines < 0) throw new Error('the payload is malformed');
   const exprLines = Array.from({ length: nExprLines }, line);
-  // Each chain's rule lines, skipped by their length in bytes (each line ends with a newline).
-  const chainLines = counts.map((cs) => cs.map(() => {
-    const n = Number(line().toString('latin1'));
-    if (!Number.isSafeInteger(n) || n < 0 || at + n > bytes.length) throw new Error('the payload is malformed');
-    const out = bytes.subarray(at, at + n);
-    at += n;
-    return out;
-  }));
-  const config = deserialize(Buffer.from(bytes.toString('latin1', at), 'base64')) as Config;
-  // Each chain's rules encoded (EncodedRules), from their own file when an install first asks: a
-  // restart onto its rules never reads it. Not there, not this cache's or malformed: none (the
-  // rules are made to be added, as without it).
-  let chainEncoded: Buffer[][] | null | undefined;
-  const encodedOf = (ti: number, ci: number): Buffer | undefined => {
-    if (chainEncoded === undefined) {
-      chainEncoded = null;
-      try {
-        const b = readEncoded();
-        if (b !== undefined) chainEncoded = splitEncoded(b, counts);
-      } catch {
-        // (left null)
-      }
+  // Each chain's rule lines, skipped by their length in bytes (each line ends with a newline). The
+  // chains are numbered across the tables (g); each index below is one array for all of them, not
+  // objects per chain: kube-proxy's table has thousands of chains of a rule or two.
+  const nChains = counts.reduce((s, cs) => s + cs.length, 0);
+  const lines = new Uint32Array(2 * nChains);  // chain g's rule lines: from, to
+  const first = new Uint32Array(nChains + 1);  // chain g's first rule, numbered across the chains
+  let g = 0;
+  for (const cs of counts) {
+    for (const n of cs) {
+      const nl = bytes.indexOf(0x0a, at);
+      const len = nl < 0 ? NaN : decimal(bytes, at, nl);
+      if (!(len >= 0) || nl + 1 + len > bytes.length) throw new Error('the payload is malformed');
+      at = nl + 1;
+      lines[2 * g] = at;
+      lines[2 * g + 1] = at += len;
+      first[g + 1] = first[g]! + n;
+      g++;
     }
-    return chainEncoded?.[ti]?.[ci];
-  };
+  }
+  const config = deserialize(bytes.subarray(at)) as Config;
   if (!Array.isArray(config?.tables) || counts.length !== config.tables.length) throw new Error('the payload is malformed');
   // The distinct expressions, a line parsed when a rule first needs one of its expressions, each
   // frozen once (asKnownRule's per rule finds them so).
@@ -701,109 +670,221 @@ function deserialise(bytes: Buffer, options: LoadOptions, readEncoded: () => Buf
     }
     return part[i - li * EXPRS_PER_LINE];
   };
-  // Per chain its rules, each made once by whoever asks first; the whole chain's making runs on
-  // from the first rule not made yet, a slice at a time or at once (a read of the chain's rules).
-  const chains: { c: ChainConfig; steps: () => Sliced<ChainConfig['rules']>; made: (rules: ChainConfig['rules']) => void }[] = [];
+  const chains: ChainConfig[] = new Array(nChains);
+  const families: Family[] = new Array(nChains);
+  const rules = new CachedRules(bytes, lines, first, chains, families, exprAt, options, readEncoded);
+  g = 0;
   config.tables.forEach((t, ti) => {
     for (const x of t.sets ?? []) {
       x.key = keyTypeOf(x.key as unknown as StoredKeyType);
       if (x.data?.kind === 'value') x.data.type = keyTypeOf(x.data.type as unknown as StoredKeyType);
     }
     if (counts[ti]!.length !== t.chains.length) throw new Error('the payload is malformed');
-    t.chains.forEach((c, ci) => {
-      const n = counts[ti]![ci]!;
-      const stored = chainLines[ti]![ci]!;
-      const rules: ChainConfig['rules'] = new Array(n);
-      // Where each rule's line starts in `stored` (n + 1 of them), found when a rule is first made:
-      // by the work's turns, or all at once by a rule made alone meanwhile (the same scan, run on).
-      let starts: Uint32Array | undefined;
-      const scan = lineStarts(stored, n, c.name);
-      const lineOf = (j: number): string => {
-        starts ??= runNow(scan);
-        const line = stored.subarray(starts[j], starts[j + 1]! - 1);
-        return textOf(line);
-      };
-      const ruleAt = (j: number) => rules[j] ??= storedRule(lineOf(j), j, c.name, t.family, exprAt, options);
-      let encStarts: Uint32Array | null | undefined;
-      const encodedAt = (j: number): EncodedRule | undefined => {
-        if (!(j >= 0 && j < n)) return undefined;
-        const enc = encodedOf(ti, ci);
-        if (enc === undefined) return undefined;
-        if (encStarts === undefined) {
-          try {
-            encStarts = encodedStarts(enc, n, c.name);
-          } catch {
-            encStarts = null;
-          }
-        }
-        if (encStarts === null) return undefined;
-        const o = encStarts[j]!;
-        const len = u16le(enc, o);
-        if (len === 0) return undefined;
-        const ud = u16le(enc, o + 2);
-        const tx = u16le(enc, o + 4);
-        const from = o + ENCODED_HEAD;
-        const exprs = enc.subarray(from, from + len);
-        const out: EncodedRule = ud === 0 ? { exprs } : { exprs, userdata: enc.toString('hex', from + len, from + len + ud) };
-        if (tx !== 0) out.text = textOf(enc.subarray(from + len + ud, from + len + ud + tx));
-        return out;
-      };
-      let next = 0;  // every rule before it is made
-      const steps = function* (): Sliced<ChainConfig['rules']> {
-        if (!starts) {
-          // Ended by a rule made alone meanwhile, the scan gives nothing more here: kept as that made it.
-          const scanned = yield* scan;
-          starts ??= scanned;
-        }
-        while (next < n) {
-          ruleAt(next);
-          next++;
-          if (next % SLICE === 0 && next < n) yield;
-        }
-        return rules;
-      };
-      const made = lateRules(c, n, { ruleAt, all: () => runNow(steps()), encodedAt });
-      chains.push({ c, steps, made });
-    });
+    for (let ci = 0; ci < t.chains.length; ci++, g++) {
+      // (Its `rules`, an empty array as stored, turned into the accessor puts the chain object into
+      // V8's dictionary mode: rebuilt with fast properties, the whole process was no cheaper.)
+      const c = t.chains[ci]!;
+      lateRules(c, new CachedChain(rules, g, counts[ti]![ci]!));
+      chains[g] = c;
+      families[g] = t.family;
+    }
   });
   const make = function* (): Sliced<void> {
-    for (const { c, steps, made } of chains) {
+    for (let g = 0; g < nChains; g++) {
+      const c = chains[g]!;
       if (rulesMade(c)) continue;
-      const work = steps();
+      const work = rules.steps(g);
       for (;;) {
         const r = work.next();
         // Read meanwhile: the read made the rest and holds the rules.
         if (rulesMade(c)) break;
         if (r.done) {
-          made(r.value);
+          madeRules(c, r.value);
           break;
         }
         yield;
       }
     }
+    // Every chain's rules held by its chain now: nothing asks the index again.
+    rules.forget();
   };
   return { config, make };
 }
 
+/** The rules of the cache's chain `g` while they are not made (lateRules): CachedRules' of that chain. */
+class CachedChain implements LateRules {
+  constructor(private readonly of: CachedRules, private readonly g: number, readonly count: number) {}
+
+  ruleAt(j: number): ChainConfig['rules'][number] {
+    return this.of.ruleAt(this.g, j);
+  }
+
+  all(): ChainConfig['rules'] {
+    return runNow(this.of.steps(this.g));
+  }
+
+  encodedAt(j: number): EncodedRule | undefined {
+    return this.of.encodedAt(this.g, j);
+  }
+}
+
+/** Not a place: a rule the encoded rules' file has no bytes for (made to be added), in CachedRules' encoded offsets. */
+const NO_BYTES = 0xffffffff;
+
+/**
+ * The rules of a cache's chains, each made once by whoever asks first (ruleAt), a chain's all
+ * together by its steps, which run on from the first rule not made yet, a slice at a time or at
+ * once (a read of the chain's rules). The chains are numbered across the tables (g) and their
+ * rules across the chains (first[g] + j): every index is one typed array for the whole config.
+ */
+class CachedRules {
+  /** Where each rule's line starts in `bytes`: chain g's found when a rule of it is first made (scanned[g] of them so far; n + 1: all, checked). */
+  private starts: Uint32Array | undefined;
+  private scanned: Uint32Array | undefined;
+  /** The rules made, each in its place. */
+  private made: ChainConfig['rules'] | undefined;
+  /** Per chain, the rule its steps make next: every rule before it is made. */
+  private next: Uint32Array | undefined;
+  /** The encoded rules' file (read when an install first asks; null: not there, not this cache's or malformed), and where each rule's bytes are in it. */
+  private encoded: Buffer | null | undefined;
+  private encodedFrom: Uint32Array | undefined;
+
+  constructor(private readonly bytes: Buffer, private readonly lines: Uint32Array, private readonly first: Uint32Array,
+    private readonly chains: readonly ChainConfig[], private readonly families: readonly Family[],
+    private readonly exprAt: (i: number) => Expr | undefined, private readonly options: LoadOptions,
+    private readonly readEncoded: () => Buffer | undefined) {}
+
+  /** Drops what only a chain not made yet needs (every chain's rules made): a daemon may hold its make work for ever. */
+  forget(): void {
+    this.made = this.starts = this.scanned = this.next = this.encodedFrom = undefined;
+    this.encoded = null;
+  }
+
+  ruleAt(g: number, j: number): ChainConfig['rules'][number] {
+    const made = this.made ??= new Array(this.first[this.chains.length]!);
+    return made[this.first[g]! + j] ??= storedRule(this.lineOf(g, j), j, this.chains[g]!.name, this.families[g]!, this.exprAt, this.options);
+  }
+
+  /** The making of chain g's rules from the first not made yet, a slice at a time; gives them all. */
+  * steps(g: number): Sliced<ChainConfig['rules']> {
+    // A line is found in a fraction of a rule's making: a slice of many.
+    while (!this.scan(g, 16 * SLICE)) yield;
+    const next = this.next ??= new Uint32Array(this.chains.length);
+    const f = this.first[g]!;
+    const n = this.first[g + 1]! - f;
+    while (next[g]! < n) {
+      this.ruleAt(g, next[g]!);
+      next[g]!++;
+      if (next[g]! % SLICE === 0 && next[g]! < n) yield;
+    }
+    return n === 0 ? [] : this.made!.slice(f, f + n);
+  }
+
+  /** Rule j of chain g's line, the chain's lines scanned first. */
+  private lineOf(g: number, j: number): string {
+    this.scan(g, Infinity);
+    const f = this.first[g]!;
+    const end = f + j + 1 < this.first[g + 1]! ? this.starts![f + j + 1]! : this.lines[2 * g + 1]!;
+    return textOf(this.bytes.subarray(this.starts![f + j]!, end - 1));
+  }
+
+  /** Finds up to `most` more of chain g's line starts; whether all are found (they must fill the chain's bytes: else it throws). */
+  private scan(g: number, most: number): boolean {
+    const scanned = this.scanned ??= new Uint32Array(this.chains.length);
+    const f = this.first[g]!;
+    const n = this.first[g + 1]! - f;
+    let j = scanned[g]!;
+    if (j === n + 1) return true;
+    const starts = this.starts ??= new Uint32Array(this.first[this.chains.length]!);
+    const end = this.lines[2 * g + 1]!;
+    let at = j === 0 ? this.lines[2 * g]! : this.bytes.indexOf(0x0a, starts[f + j - 1]!) + 1;
+    for (const stop = Math.min(n, j + most); j < stop; j++) {
+      starts[f + j] = at;
+      const nl = this.bytes.indexOf(0x0a, at);
+      if (nl < 0 || nl >= end) throw new Error(`chain ${this.chains[g]!.name} is malformed`);
+      at = nl + 1;
+    }
+    scanned[g] = j;
+    if (j < n) return false;
+    if (at !== end) throw new Error(`chain ${this.chains[g]!.name} is malformed`);
+    scanned[g] = n + 1;
+    return true;
+  }
+
+  encodedAt(g: number, j: number): EncodedRule | undefined {
+    const f = this.first[g]!;
+    if (!(j >= 0 && j < this.first[g + 1]! - f)) return undefined;
+    if (this.encoded === undefined) this.readEncodedRules();
+    const enc = this.encoded;
+    if (!enc) return undefined;
+    const o = this.encodedFrom![f + j]!;
+    if (o === NO_BYTES) return undefined;
+    const len = u16le(enc, o);
+    const ud = u16le(enc, o + 2);
+    const tx = u16le(enc, o + 4);
+    const from = o + ENCODED_HEAD;
+    const exprs = enc.subarray(from, from + len);
+    const out: EncodedRule = ud === 0 ? { exprs } : { exprs, userdata: enc.toString('hex', from + len, from + len + ud) };
+    if (tx !== 0) out.text = textOf(enc.subarray(from + len + ud, from + len + ud + tx));
+    return out;
+  }
+
+  /**
+   * The encoded rules' file (per chain a line of its length in bytes, then its rules as
+   * EncodedRules has them) and where each rule's bytes are in it. A chain whose rules do not fill
+   * its bytes has none; a file not framed so, or of other chains, none at all (the rules are made
+   * to be added, as without it).
+   */
+  private readEncodedRules(): void {
+    this.encoded = null;
+    let b: Buffer | undefined;
+    try {
+      b = this.readEncoded();
+    } catch {
+      return;
+    }
+    if (b === undefined) return;
+    const from = new Uint32Array(this.first[this.chains.length]!);
+    let at = 0;
+    for (let g = 0; g < this.chains.length; g++) {
+      if (b[at] !== 0x0a) return;
+      const nl = b.indexOf(0x0a, at + 1);
+      const size = nl < 0 ? NaN : decimal(b, at + 1, nl);
+      if (!(size >= 0) || nl + 1 + size > b.length) return;
+      const end = nl + 1 + size;
+      const f = this.first[g]!;
+      const n = this.first[g + 1]! - f;
+      let o = nl + 1;
+      for (let j = 0; j < n && o + ENCODED_HEAD <= end; j++) {
+        from[f + j] = u16le(b, o) === 0 ? NO_BYTES : o;
+        o += ENCODED_HEAD + u16le(b, o) + u16le(b, o + 2) + u16le(b, o + 4);
+      }
+      if (o !== end) from.fill(NO_BYTES, f, f + n);
+      at = end;
+    }
+    if (at !== b.length) return;
+    this.encoded = b;
+    this.encodedFrom = from;
+  }
+}
+
+/**
+ * The number written in decimal digits from `from` to `to` of `b` (NaN: none, or anything else
+ * there). A length a chain's line gives, read without a string made per chain.
+ */
+function decimal(b: Buffer, from: number, to: number): number {
+  if (to <= from || to - from > 15) return NaN;
+  let n = 0;
+  for (let i = from; i < to; i++) {
+    const d = b[i]! - 0x30;
+    if (!(d >= 0 && d <= 9)) return NaN;
+    n = n * 10 + d;
+  }
+  return n;
+}
+
 /** UTF-8 bytes as a string: an ASCII line (nearly always) copied into a one-byte string as it is, without decoding. */
 const textOf = (b: Buffer): string => (isAscii(b) ? b.toString('latin1') : b.toString('utf8'));
-
-/** Where each of a chain's `n` rule lines starts in its bytes `stored`, and where they end (n + 1 offsets). */
-function* lineStarts(stored: Buffer, n: number, chain: string): Sliced<Uint32Array> {
-  const starts = new Uint32Array(n + 1);
-  let at = 0;
-  for (let j = 0; j < n; j++) {
-    // A line is found in a fraction of a rule's making: a slice of many.
-    if (j % (16 * SLICE) === 16 * SLICE - 1) yield;
-    starts[j] = at;
-    const nl = stored.indexOf(0x0a, at);
-    if (nl < 0) throw new Error(`chain ${chain} is malformed`);
-    at = nl + 1;
-  }
-  if (at !== stored.length) throw new Error(`chain ${chain} is malformed`);
-  starts[n] = at;
-  return starts;
-}
 
 /** Rule `ri` of a chain from its stored line (StoredRule), made as the compiler makes it. */
 function storedRule(line: string, ri: number, chain: string, family: Family, exprAt: (i: number) => Expr | undefined, options: LoadOptions): ChainConfig['rules'][number] {

@@ -42,6 +42,8 @@ export function countRules(tables: readonly { chains: readonly { rules: readonly
 
 /** A chain's rules made late: each when first asked for (ruleAt), all of them when the chain's rules are read. */
 export interface LateRules {
+  /** How many rules the chain has. */
+  readonly count: number;
   /** Rule `j` (0 ≤ j < count), made alone if not made yet; the same object every time, and in the rules `all` gives. */
   ruleAt(j: number): ChainConfig['rules'][number];
   /** Every rule, each made once (those made by ruleAt are the ones held). */
@@ -64,8 +66,26 @@ export interface EncodedRule {
   text?: string;
 }
 
-/** The chains whose rules are not made yet (lateRules), with how many they have: not a key on the chain, which stays as compiled. */
-const late = new WeakMap<object, { count: number; making: LateRules }>();
+/** The chains whose rules are not made yet (lateRules): not a key on the chain, which stays as compiled. */
+const late = new WeakMap<object, LateRules>();
+
+// One getter and setter for every late chain (the chain is `this`): kube-proxy's table has
+// thousands of chains, and an accessor of their own would be closures and a hidden class per chain.
+const LATE_RULES: PropertyDescriptor = {
+  get(this: ChainConfig) {
+    const l = late.get(this);
+    // Only a late chain has this getter, and holdRules replaces it as it ends the lateness.
+    if (l === undefined) throw new Error('the rules of a chain made late read through another object');
+    const rules = l.all();
+    madeRules(this, rules);
+    return rules;
+  },
+  set(this: ChainConfig, rules: ChainConfig['rules']) {
+    holdRules(this, rules);
+  },
+  enumerable: true,
+  configurable: true,
+};
 
 /**
  * Chain `c` with rules made by `making` when first read (`c.rules`, also by a spread or a copy),
@@ -73,30 +93,24 @@ const late = new WeakMap<object, { count: number; making: LateRules }>();
  * read back from the compile cache, whose restart onto a ruleset the restart record proves in sync
  * needs only how many rules each chain has, and whose first repair needs only the rule it puts
  * back. `making` must give `count` rules, compacted (src/model/compact.ts) as the compiler's are.
- * Returns what holds rules made otherwise (a making run ahead of the first read), held as the
- * read's are: checked.
+ * Rules made otherwise (a making run ahead of the first read) are held by madeRules.
  */
-export function lateRules(c: ChainConfig, count: number, making: LateRules): (rules: ChainConfig['rules']) => void {
-  const hold = (rules: ChainConfig['rules']) => {
-    late.delete(c);
-    Object.defineProperty(c, 'rules', { value: rules, writable: true, enumerable: true, configurable: true });
-  };
-  const made = (rules: ChainConfig['rules']) => {
-    if (rules.length !== count) throw new Error(`chain ${c.name}: ${rules.length} rules made, not ${count}`);
-    hold(rules);
-  };
-  late.set(c, { count, making });
-  Object.defineProperty(c, 'rules', {
-    get() {
-      const rules = making.all();
-      made(rules);
-      return rules;
-    },
-    set: hold,
-    enumerable: true,
-    configurable: true,
-  });
-  return made;
+export function lateRules(c: ChainConfig, making: LateRules): void {
+  late.set(c, making);
+  Object.defineProperty(c, 'rules', LATE_RULES);
+}
+
+/** Late chain `c`'s rules, made otherwise than by reading them: checked against its count, then held. */
+export function madeRules(c: ChainConfig, rules: ChainConfig['rules']): void {
+  const count = late.get(c)?.count;
+  if (rules.length !== count) throw new Error(`chain ${c.name}: ${rules.length} rules made, not ${count ?? 'late'}`);
+  holdRules(c, rules);
+}
+
+/** The chain's rules as an ordinary array from now on: no longer late. */
+function holdRules(c: ChainConfig, rules: ChainConfig['rules']): void {
+  late.delete(c);
+  Object.defineProperty(c, 'rules', { value: rules, writable: true, enumerable: true, configurable: true });
 }
 
 /** The chains appendRules made: the chain they extend and the rules after its own. */
@@ -110,13 +124,14 @@ const appended = new WeakMap<object, { base: ChainConfig; extra: ChainConfig['ru
  */
 export function appendRules(base: ChainConfig, extra: ChainConfig['rules']): ChainConfig {
   const out = {} as ChainConfig;
+  const n = ruleCount(base);
+  const made = rulesMade(base);
   // The fields in base's order, as a spread gives them, but without reading (making) base's rules.
   for (const key of Object.keys(base) as (keyof ChainConfig)[]) {
-    Object.defineProperty(out, key, { value: key === 'rules' ? [] : base[key], writable: true, enumerable: true, configurable: true });
+    if (key !== 'rules') out[key] = base[key] as never;
+    else if (made) out.rules = base.rules.concat(extra);
+    else lateRules(out, { count: n + extra.length, ruleAt: (j) => (j < n ? ruleAt(base, j)! : extra[j - n]!), all: () => base.rules.concat(extra) });
   }
-  const n = ruleCount(base);
-  if (rulesMade(base)) out.rules = base.rules.concat(extra);
-  else lateRules(out, n + extra.length, { ruleAt: (j) => (j < n ? ruleAt(base, j)! : extra[j - n]!), all: () => base.rules.concat(extra) });
   appended.set(out, { base, extra });
   return out;
 }
@@ -140,12 +155,12 @@ export function rulesMade(c: Pick<ChainConfig, 'rules'>): boolean {
 export function ruleAt(c: Pick<ChainConfig, 'rules'>, j: number): ChainConfig['rules'][number] | undefined {
   const l = late.get(c);
   if (l === undefined) return c.rules[j];
-  return Number.isInteger(j) && j >= 0 && j < l.count ? l.making.ruleAt(j) : undefined;
+  return Number.isInteger(j) && j >= 0 && j < l.count ? l.ruleAt(j) : undefined;
 }
 
 /** Rule `j` of chain `c` encoded (LateRules.encodedAt), while the chain's rules are made late; else undefined. */
 export function encodedRuleAt(c: Pick<ChainConfig, 'rules'>, j: number): EncodedRule | undefined {
-  return late.get(c)?.making.encodedAt?.(j);
+  return late.get(c)?.encodedAt?.(j);
 }
 
 /** The text of rule `j` of chain `c` (its compiled.text): kept with its encoding (EncodedRule.text) while the chain's rules are made late, else the rule's own, made if need be. */

@@ -229,7 +229,8 @@ describe('nfkeeper run: the compile cache', { timeout: 180_000 }, () => {
     lines[chainLine + 2] = JSON.stringify([text, [...exprs.slice(1), 1e6]]);
     lines[chainLine] = String(Buffer.byteLength(lines.slice(chainLine + 1, chainLine + 4).map((l) => `${l}\n`).join('')));
     // A fault of nfkeeper's own, not a damaged file: the seal is right.
-    writeSealed(file, dir, lines.join('\n'));
+    // (as read: the serialized rest after the rules' lines is bytes, not UTF-8)
+    writeSealed(file, dir, [Buffer.from(lines.join('\n'), 'latin1')]);
     const g = gen();
     const before = ruleset();
     const r = nfk(['run', ...args, '--netns', ns.path, '--no-metrics']);

@@ -7,11 +7,13 @@
  */
 import { appendFileSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { deserialize } from 'node:v8';
 import { beforeEach, describe, expect, it, vi } from 'vitest';
 import { loadConfig, type Config, type LoadOptions } from '../../src/config/config.js';
 import { changedInput, compileCachePathOf, encodedPathOf, loadConfigCached, unfaithful } from '../../src/config/compile-cache.js';
 import type { CompileInput } from '../../src/base/compile-inputs.js';
 import { sha256 } from '../../src/base/sha256.js';
+import { writeSealed } from '../../src/base/sealed-file.js';
 import { runNow } from '../../src/base/sliced.js';
 import { chainDigestsSteps, desiredDigest } from '../../src/model/desired-digest.js';
 import { localIsUtc } from '../../src/rules/intvalues.js';
@@ -138,6 +140,8 @@ describe('the compile cache', () => {
     expect(hit.cache.used).toBe(true);
     const [c, d] = hit.config.tables[0]!.chains;
     expect([rulesMade(c!), rulesMade(d!), ruleCount(c!), ruleCount(d!)]).toEqual([false, false, 20_000, 1]);
+    // (rules made alone before: the ones held, whoever makes the rest)
+    const alone = [ruleAt(c!, 5), ruleAt(d!, 0)];
     const work = hit.make!();
     for (let i = 0; i < 4; i++) expect(work.next().done).toBe(false);
     expect(rulesMade(c!)).toBe(false);
@@ -147,6 +151,8 @@ describe('the compile cache', () => {
     runNow(work);
     expect(c!.rules).toBe(read);
     expect(rulesMade(d!)).toBe(true);
+    expect([c!.rules[5], d!.rules[0]]).toEqual(alone);
+    expect(c!.rules[5] === alone[0] && d!.rules[0] === alone[1]).toBe(true);
     expectSameGraph(fresh(file), hit.config);
   });
 
@@ -513,6 +519,42 @@ describe('the compile cache', () => {
     load(file);
     expect(loadConfigCached(file, options(), { dir: cacheDir, version: 'other' }).cache).toMatchObject({ used: false, why: expect.stringMatching(/written by nfkeeper test, this is other/) });
     expect(loadConfigCached(file, { ...options(), includePath: ['/nowhere'] }, cache()).cache).toMatchObject({ used: false, why: expect.stringMatching(/another config file or include path/) });
+  });
+
+  it("an entry of format 7 (the serialized rest in base64): not used, said, compiled and stored again in this build's format", () => {
+    for (const file of [join(dir, 'main.nft'), join(dir, 'c.yaml')]) {
+      load(file);
+      const path = compileCachePathOf(cacheDir, undefined, file);
+      // The stored entry as format 7 wrote it: its header's format 7, the rest (after the rules' lines) in base64.
+      const whole = readFileSync(path);
+      const body = whole.subarray(0, whole.length - 66);
+      let at = 0;
+      const line = () => {
+        const nl = body.indexOf(0x0a, at);
+        const s = body.toString('latin1', at, nl);
+        at = nl + 1;
+        return s;
+      };
+      const header = JSON.parse(line()) as { format: number };
+      expect(header.format).toBe(8);
+      const counts = JSON.parse(line()) as number[][];
+      for (let n = Number(line()); n > 0; n--) line();
+      for (const _ of counts.flat()) {
+        const n = Number(line());
+        at += n;
+      }
+      const rest = body.subarray(at);
+      expect(deserialize(rest)).toMatchObject({ tables: expect.any(Array) });
+      writeSealed(path, cacheDir, [Buffer.from(`${JSON.stringify({ ...header, format: 7 })}\n`), body.subarray(body.indexOf(0x0a) + 1, at),
+        Buffer.from(rest.toString('base64'))]);
+      const old = load(file);
+      expect(old.cache).toMatchObject({ used: false, why: expect.stringMatching(/is of format 7, not 8$/) });
+      expect(old.compiled).toBeGreaterThan(0);
+      expectSameGraph(fresh(file), old.config);
+      const again = load(file);
+      expect([again.cache.used, again.compiled]).toEqual([true, 0]);
+      expectSameGraph(fresh(file), again.config);
+    }
   });
 
   it('an interface gone: the compile\'s error, as loadConfig throws it (a cache does not hide it)', () => {

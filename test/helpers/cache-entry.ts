@@ -36,7 +36,8 @@ export function damagedEntry(dir: string): DamagedEntry {
     file,
     rule,
     write: () => {
-      writeSealed(file, dir, text);
+      // (as read: the serialized rest after the rules' lines is bytes, not UTF-8)
+      writeSealed(file, dir, [Buffer.from(text, 'latin1')]);
       return readFileSync(file);
     },
   };
