@@ -629,9 +629,9 @@ function s8Section(s: S8Result): string[] {
       'each install into a freshly flushed namespace. The ratio is of the medians. Standard output is /dev/null, as for nft: ' +
       '`apply` and `check` render no plan there (a pipe or a file gets every line, rendered while the kernel takes the batch). ' +
       'Each build keeps its compile cache (`--cache-dir`, a build that has one) in a directory of the run\'s: an `apply` after the untimed first run ' +
-      'finds its config compiled (as a second apply of an unchanged config does) and, from the second on, the proof an earlier full echo of that entry ' +
-      'kept for this kernel and boot, so it asks only the echoes its handles derive from (docs/cli.md; the first apply of an entry in a boot asks ' +
-      'the full echo); a first apply compiles and stores (bench/apply-ab.ts: cold and warm).', '',
+      'finds its config compiled (as a second apply of an unchanged config does) and the proof the first run\'s full echo of that entry kept ' +
+      'for this kernel\'s code (the build-ids of vmlinux and its netfilter modules, across boots), so it asks only the echoes its handles derive from ' +
+      '(docs/cli.md); a first apply compiles, stores and keeps that proof (bench/apply-ab.ts: cold, warm and boot).', '',
     '| work | nfkeeper wall p50 | CPU p50 | peak RSS | peer | peer wall p50 | peer CPU | peer RSS | ratio | runs |',
     '|---|---:|---:|---:|---|---:|---:|---:|---:|---:|'];
   for (const r of s.rows) {
