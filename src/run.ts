@@ -532,8 +532,9 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
       if (later) setImmediate(() => void later().catch((e: unknown) => fatal((e as Error).message)));
     } catch (e) {
       metrics.reloadFailed.set(1);
-      log.error({ err: e instanceof ConfigError ? e.message : e, why }, 'config reload rejected; keeping the old one');
+      // The status file first: whoever reads the log line then finds the file written.
       report(false, why, (e as Error).message);
+      log.error({ err: e instanceof ConfigError ? e.message : e, why }, 'config reload rejected; keeping the old one');
       return;
     }
     try {
