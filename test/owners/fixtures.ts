@@ -44,6 +44,26 @@ owners:
 `;
 }
 
+/**
+ * ownersYaml(dir) with an input-hooked table `ip big` of `rules` rules before its owners section
+ * (`owners: false`: the section left out), and `extraTables` (YAML list items) after it.
+ */
+export function ownersYamlWithBigChain(dir: string, rules: number, o: { owners?: boolean; extraTables?: string } = {}): string {
+  const big = Array.from({ length: rules }, (_, i) => `          - ip saddr 10.${(i >> 8) & 255}.${i & 255}.1 tcp dport 22 accept`).join('\n');
+  const base = ownersYaml(dir);
+  const at = base.indexOf('owners:');
+  return `${base.slice(0, at)}  - family: ip
+    name: big
+    chains:
+      - name: input
+        type: filter
+        hook: input
+        priority: filter
+        rules:
+${big}
+${o.extraTables ?? ''}${o.owners === false ? '' : base.slice(at)}`;
+}
+
 export function writeConfig(dir: string): string {
   const f = join(dir, 'config.yaml');
   writeFileSync(f, ownersYaml(dir));

@@ -27,7 +27,7 @@ import { withNetns, type Netns } from '../helpers/netns.js';
 import { generationOf } from '../helpers/netns-hooks.js';
 import { tempDir } from '../helpers/tmp.js';
 import { sleep } from '../helpers/wait.js';
-import { ownerSpec, ownersYaml } from '../owners/fixtures.js';
+import { ownerSpec, ownersYamlWithBigChain } from '../owners/fixtures.js';
 import { daemon, stop, tmpfsIn, type Child } from './owners-child.js';
 
 const HOOK = fileURLToPath(new URL('./kill-at-point.mjs', import.meta.url));
@@ -43,19 +43,7 @@ const cacheDirOf = (ns: Netns): string => join(ns.record, 'cache');
 const cacheArgs = (ns: Netns): string[] => ['--cache-dir', cacheDirOf(ns)];
 
 function configYaml(dir: string, owners: boolean, rules = BIG): string {
-  const big = Array.from({ length: rules }, (_, i) => `          - ip saddr 10.${(i >> 8) & 255}.${i & 255}.1 tcp dport 22 accept`).join('\n');
-  const base = ownersYaml(dir);
-  const at = base.indexOf('owners:');
-  return `${base.slice(0, at)}  - family: ip
-    name: big
-    chains:
-      - name: input
-        type: filter
-        hook: input
-        priority: filter
-        rules:
-${big}
-${owners ? base.slice(at) : ''}`;
+  return ownersYamlWithBigChain(dir, rules, { owners });
 }
 
 const lines = (d: Child): string[] => d.logs.join('').split('\n');

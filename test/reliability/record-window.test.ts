@@ -22,26 +22,14 @@ import { withNetns, type Netns } from '../helpers/netns.js';
 import { generationOf } from '../helpers/netns-hooks.js';
 import { tempDir } from '../helpers/tmp.js';
 import { sleep } from '../helpers/wait.js';
-import { ownerSpec, ownersYaml } from '../owners/fixtures.js';
+import { ownerSpec, ownersYamlWithBigChain } from '../owners/fixtures.js';
 import { daemon, stop, type Child } from './owners-child.js';
 
 const ALL = process.env.NFK_RECORD_WINDOW_KILLS === 'all';
 const BIG = 5000;
 
 function configYaml(dir: string): string {
-  const big = Array.from({ length: BIG }, (_, i) => `          - ip saddr 10.${(i >> 8) & 255}.${i & 255}.1 tcp dport 22 accept`).join('\n');
-  const base = ownersYaml(dir);
-  const at = base.indexOf('owners:');
-  return `${base.slice(0, at)}  - family: ip
-    name: big
-    chains:
-      - name: input
-        type: filter
-        hook: input
-        priority: filter
-        rules:
-${big}
-${base.slice(at)}`;
+  return ownersYamlWithBigChain(dir, BIG);
 }
 
 type Line = { msg: string; time?: number | string; why?: string };

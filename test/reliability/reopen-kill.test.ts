@@ -24,7 +24,7 @@ import { cli } from '../helpers/cli.js';
 import { withNetns, type Netns } from '../helpers/netns.js';
 import { tempDir } from '../helpers/tmp.js';
 import { sleep } from '../helpers/wait.js';
-import { ownerSpec, ownersYaml } from '../owners/fixtures.js';
+import { ownerSpec, ownersYamlWithBigChain } from '../owners/fixtures.js';
 import { daemon, stop, type Child } from './owners-child.js';
 
 const ALL = process.env.NFK_REOPEN_KILLS === 'all';
@@ -32,27 +32,15 @@ const ALL = process.env.NFK_REOPEN_KILLS === 'all';
 const BIG = 5000;
 
 function configYaml(dir: string, protect: boolean): string {
-  const big = Array.from({ length: BIG }, (_, i) => `          - ip saddr 10.${(i >> 8) & 255}.${i & 255}.1 tcp dport 22 accept`).join('\n');
-  const base = ownersYaml(dir);
-  const at = base.indexOf('owners:');
-  const guard = protect ? `  - family: ip
+  const guard = `  - family: ip
     name: guard
     protect: true
     chains:
       - name: g
         rules:
           - ip daddr 192.0.2.9 return
-` : '';
-  return `${base.slice(0, at)}  - family: ip
-    name: big
-    chains:
-      - name: input
-        type: filter
-        hook: input
-        priority: filter
-        rules:
-${big}
-${guard}${base.slice(at)}`;
+`;
+  return ownersYamlWithBigChain(dir, BIG, { extraTables: protect ? guard : '' });
 }
 
 const text = (d: Child) => d.logs.join('');
