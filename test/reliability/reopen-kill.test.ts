@@ -54,7 +54,15 @@ async function waitSaid(d: Child, re: RegExp, ms = 60_000): Promise<void> {
   }
 }
 
-/** Another writer's commits, as fast as they go, until stopped: every dump the daemon makes meanwhile is likely flagged interrupted. */
+/**
+ * Another writer's commits in bursts (as fast as they go for BURST_MS, then none for QUIET_MS) until
+ * stopped: a dump the daemon makes in a burst is flagged interrupted, one in a quiet spell is not.
+ * Without the quiet spells a fast machine's noise interrupts every try of every read (CI: 16,000
+ * commits a second, "interrupted on all 32 attempts"), and the daemon never gets as far as claiming
+ * the protected table, whose socket's dumps are the points swept.
+ */
+const BURST_MS = 25;
+const QUIET_MS = 50;
 function noise(ns: Netns): { stop: () => Promise<number> } {
   const s = open({ netns: ns.path });
   let running = true;
@@ -62,11 +70,15 @@ function noise(ns: Netns): { stop: () => Promise<number> } {
   const t = { family: 'ip' as const, name: 'noise' };
   const done = (async () => {
     while (running) {
-      await s.commit(new Batch().add('table', t));
-      await s.commit(new Batch().delete('table', t));
-      n += 2;
-      // A small commit is answered at once: without a turn given, this loop would hold the test's own loop.
-      await new Promise((r) => setImmediate(r));
+      const until = Date.now() + BURST_MS;
+      while (running && Date.now() < until) {
+        await s.commit(new Batch().add('table', t));
+        await s.commit(new Batch().delete('table', t));
+        n += 2;
+        // A small commit is answered at once: without a turn given, this loop would hold the test's own loop.
+        await new Promise((r) => setImmediate(r));
+      }
+      await sleep(QUIET_MS);
     }
   })();
   return {
