@@ -32,6 +32,18 @@ import { renderMarkdown, renderS1Svg, renderS2Svg, renderS4Svg, renderS5Svg, ren
 const SCENARIOS = ['s1', 's2', 's3', 's4', 's5', 's6', 's7', 's8'] as const;
 type Scenario = (typeof SCENARIOS)[number];
 
+/** The flags this runner takes (a value after those marked 1). Anything else is refused before a scenario runs or a result is written. */
+const FLAGS: Record<string, 0 | 1> = { '--full': 0, '--only': 1, '--merge': 0, '--sizes': 1, '--s8-repairs': 1, '--s8-parts': 1, '--root': 1, '--render': 0 };
+for (let i = 2; i < process.argv.length; i++) {
+  const a = process.argv[i]!;
+  const takes = FLAGS[a];
+  if (takes === undefined) {
+    process.stderr.write(`bench/run.ts: unknown argument "${a}"; it takes ${Object.keys(FLAGS).join(', ')} (bench/README.md)\n`);
+    process.exit(2);
+  }
+  i += takes;
+}
+
 const full = process.argv.includes('--full');
 const onlyArg = process.argv.indexOf('--only');
 const only = new Set<Scenario>(onlyArg >= 0
