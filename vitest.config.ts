@@ -17,6 +17,7 @@ const UNIT = [
   'test/deploy.test.ts',
   'test/deploy/kubernetes.test.ts',
   'test/docs/config.test.ts',
+  'test/docs/readme-cli.test.ts',
   'test/config/cache-write-faults.test.ts',
   'test/config/config.test.ts',
   'test/config/elide.test.ts',

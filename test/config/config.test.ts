@@ -93,6 +93,16 @@ describe('config', () => {
   });
 });
 
+describe('bounded inputs', () => {
+  it('a config of more than 250,000 rules is refused at `tables`, before any rule is compiled (docs/cli.md, Bounded inputs)', () => {
+    // The rules as one long flow sequence (YAML's cheapest form of so many); the last one does not
+    // compile, so the count's refusal shows it came first.
+    const chain = (n: number) => `tables:\n  - family: ip\n    name: t\n    chains:\n      - name: c\n        rules: [${'accept,'.repeat(n - 1)}'no such rule']\n`;
+    const e = configError(chain(250_001));
+    expect(e.message).toBe('c.yaml:2:3: 250001 rules; a config holds at most 250000');
+  });
+});
+
 describe('base chain types and hooks', () => {
   const chain = (type: string, hook: string, priority: string) =>
     `tables:\n  - family: inet\n    name: t\n    chains:\n      - name: c\n        type: ${type}\n        hook: ${hook}\n        priority: ${priority}\n`;

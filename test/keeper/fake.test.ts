@@ -71,6 +71,20 @@ async function startFlushed(options: Partial<KeeperOptions> = {}): Promise<{ k: 
 }
 
 
+describe('/healthz (Keeper.healthy)', () => {
+  it('is alive until no tick ran within three intervals and a second, and before the first tick; not once stopped', async () => {
+    kernel = new FakeKernel();
+    const idle = await start();  // an hour's interval: no tick is due yet
+    expect(idle.healthy(performance.now() + 7_200_000)).toBe(true);
+    const k = await start({ intervalMs: 50 });
+    const tickAt = await new Promise<number>((resolve) => k.once('tick', () => resolve(performance.now())));
+    expect(k.healthy(tickAt + 3 * 50 + 1000 - 20)).toBe(true);
+    expect(k.healthy(tickAt + 3 * 50 + 1000 + 20)).toBe(false);
+    await k.stop();
+    expect(k.healthy()).toBe(false);
+  });
+});
+
 describe('requests', () => {
   it('coalesce: one pass runs, one more waits, and every request made meanwhile shares that one', async () => {
     kernel = new FakeKernel();
