@@ -108,7 +108,7 @@ export async function main(argv: string[], io: Out = {
       }
     }
   });
-  const configOpt = () => required(new Option('-c, --config <file>', 'the YAML config'));
+  const configOpt = () => required(new Option('-c, --config <file>', 'the config: YAML, or a .nft file in nft syntax'));
   const netnsOpt = () => new Option('--netns <name|path>', 'network namespace: a name from ip netns (/run/netns/NAME) or a path (/proc/PID/ns/net)')
     .argParser((v: string) => resolveNetns(v));
   // nft's -I: where a .nft config's `include "NAME"` looks before /etc (repeatable)
@@ -381,10 +381,10 @@ export async function main(argv: string[], io: Out = {
     .option('--live-file <file>', 'a JSON array of live ids; overrides gc.live')
     .option('--grace <duration>', 'how long an id must be missing (default: gc.grace); 0s collects now')
     .option('--dry-run', 'print what would go, as nft text grouped by id, and change nothing')
-    .addOption(new Option('--backend <name>', 'where the foreign tables are: nftables, or iptables-legacy (x_tables, through iptables-legacy-save/-restore)')
-      .choices(['nftables', 'iptables-legacy']).default('nftables'))
+    .addOption(new Option('--backend <name>', 'where the foreign tables are: nftables, or iptables-legacy (x_tables, through iptables-legacy-save/-restore); default gc.backend')
+      .choices(['nftables', 'iptables-legacy']))
     .option('--json', 'print the result as JSON')
-    .action(async (o: { config: string; includePath?: string[]; netns?: string; liveFile?: string; grace?: string; dryRun?: boolean; json?: boolean; backend: 'nftables' | 'iptables-legacy' }) => {
+    .action(async (o: { config: string; includePath?: string[]; netns?: string; liveFile?: string; grace?: string; dryRun?: boolean; json?: boolean; backend?: 'nftables' | 'iptables-legacy' }) => {
       const { gcOnce } = await import('./gc/command.js');
       const { loadConfig, namespaceInterfaces } = await configs();
       const r = await gcOnce(loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns), includePath: o.includePath }), o);

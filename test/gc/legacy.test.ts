@@ -94,6 +94,18 @@ describe('foreign GC on iptables-legacy, the Nomad seed', () => {
     expect(legacySave(ns)).toBe(before);
   });
 
+  it('takes the backend from gc.backend when no --backend is given, and --backend overrides it', async () => {
+    const live = file(JSON.stringify([LIVE]));
+    const legacy = file(gcYaml('  backend: iptables-legacy\n'));
+    const r = await cli('gc', '--config', legacy, '--netns', ns.path, '--live-file', live, '--grace', '0s', '--dry-run', '--json');
+    expect(r.code).toBe(1);
+    expect(JSON.parse(r.out).garbage.map((g: { id: string }) => g.id)).toEqual([DEAD]);
+    // The flag wins over the config: nf_tables is empty here, so nothing is found.
+    const over = await cli('gc', '--backend', 'nftables', '--config', legacy, '--netns', ns.path, '--live-file', live, '--grace', '0s', '--dry-run', '--json');
+    expect(over.code).toBe(0);
+    expect(JSON.parse(over.out).garbage).toEqual([]);
+  });
+
   it('a live rule added to the dead chain after the save fails that restore; the retry keeps the chain and that rule', async () => {
     // Runs inside the namespace (the shim runs under nsenter), just before the first restore.
     writeFileSync(meddle, `iptables-legacy -t nat -A ${DEAD_CHAIN} -d 10.9.9.9/32 -m comment --comment 'name: "nomad" id: "${LIVE}"' -j ACCEPT\n`);
