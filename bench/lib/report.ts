@@ -153,7 +153,7 @@ function s4Targets(s4: S4Row[]): string[] {
         'read, the event-loop-lag sampler), ~0.03 % of a core, and V8\'s memory reducer runs one full collection (30-40 ms) some time after ' +
         'start-up, which a phase of tens of seconds may or may not hold (docs/notes/2026-12-04-latency-and-memory.md, "Idle CPU, measured per thread")')}.`,
     `- S4 RSS ≤ 64 MB (${MB64_MIB.toFixed(1)} MiB): worst peak ${rss.toFixed(1)} MiB — ${met(rss <= MB64_MIB, `by ${(rss - MB64_MIB).toFixed(1)} MiB; ` +
-      `a bare Node 20 process peaks at ${s4[0]!.nodeBaselineMiB.toFixed(1)} MiB here (measured in this run); the rest is the loaded modules ` +
+      `a bare Node process of the same build peaks at ${s4[0]!.nodeBaselineMiB.toFixed(1)} MiB here (measured in this run); the rest is the loaded modules ` +
       '(pino, prom-client, zod, yaml, commander), the addon and the heap; ' +
       'lazy-loading what the run path does not need and a smaller V8 heap (--max-semi-space-size) are the next things to try')}.`,
     `- S4 foreign storm ≤ 5 % of a core, no missed repair: worst ${storm.toFixed(2)} %, ${missed} missed — ${met(storm <= 5 && missed === 0, '')}.`,
