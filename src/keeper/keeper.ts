@@ -226,9 +226,9 @@ export class Keeper extends EventEmitter {
       k.retired = previous.retired;
       this.install(previous.config, previous.owners);
       this.metrics.reloadFailed.set(1);
-      this.log.error({ err: (refused as Error).message }, 'the kernel refused the new config; the old one stays in force');
       await this.request('reload', performance.now()).catch((e) => this.reporter.fail(e));
       await this.idle();
+      // Said by the caller, who has more to do first (the daemon writes its reload status file).
       throw refused;
     }
     await this.idle();
