@@ -38,18 +38,19 @@ export function readArgs(argv: readonly string[], flags: Flags): Args {
     // A script asking for a flag it does not declare would refuse it from its users: its own bug.
     if (!Object.hasOwn(flags, name) || (takes !== undefined && flags[name] !== takes)) throw new Error(`${name} is not declared as ${takes === 1 ? 'taking a value' : 'a flag'}`);
   };
+  const takes = (word: string): 0 | 1 | undefined => (Object.hasOwn(flags, word) ? flags[word] : undefined);
   const at = (name: string): number => {
     for (let i = 0; i < argv.length; i++) {
       if (argv[i] === name) return i;
-      i += flags[argv[i]!] ?? 0;
+      i += takes(argv[i]!) ?? 0;
     }
     return -1;
   };
   const positional: string[] = [];
   for (let i = 0; i < argv.length; i++) {
-    const takes = Object.hasOwn(flags, argv[i]!) ? flags[argv[i]!] : undefined;
-    if (takes === undefined) positional.push(argv[i]!);
-    else i += takes;
+    const t = takes(argv[i]!);
+    if (t === undefined) positional.push(argv[i]!);
+    else i += t;
   }
   function value(name: string): string | undefined;
   function value(name: string, dflt: string): string;

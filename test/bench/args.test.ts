@@ -33,6 +33,10 @@ describe('bench/lib/args', () => {
     expect(a.value('--root')).toBe('--nft');  // the word after a flag that takes a value is its value
     expect(a.has('--nft')).toBe(false);
     expect(a.positional).toEqual(['x.cpuprofile']);
+    // A bare word named like an object's own property is a word, not a flag.
+    const p = readArgs(['__proto__', 'constructor', '--n', '3'], FLAGS);
+    expect(p.positional).toEqual(['__proto__', 'constructor']);
+    expect(p.value('--n')).toBe('3');
     const b = readArgs(['--nft'], FLAGS);
     expect(b.value('--n', '100000')).toBe('100000');
     expect(b.value('--root')).toBeUndefined();
