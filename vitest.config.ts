@@ -11,6 +11,7 @@ const UNIT = [
   'test/architecture.test.ts',
   'test/base/duration.test.ts',
   'test/bench/apply-ab-summary.test.ts',
+  'test/bench/args.test.ts',
   'test/base/sliced.test.ts',
   'test/base/sealed-file.test.ts',
   'test/log.test.ts',

@@ -10,11 +10,13 @@ import { createRequire } from 'node:module';
 import { NetlinkError } from '../src/base/errors.js';
 import { ownedSetup, OWNED } from '../test/netlink/fixtures.js';
 import { withBenchNetns } from './lib/netns.js';
+import { parseArgs } from './lib/args.js';
 
 const require = createRequire(import.meta.url);
-const [pathA, pathB] = process.argv.slice(2, 4);
+const cli = parseArgs(import.meta.url, { '--blocks': 1 }, { positional: 2, usage: 'ab.ts A.node B.node [--blocks 10]' });
+const [pathA, pathB] = cli.positional;
 if (!pathA || !pathB) throw new Error('usage: ab.ts A.node B.node');
-const BLOCKS = Number(process.argv[process.argv.indexOf('--blocks') + 1] || 10);
+const BLOCKS = Number(cli.value('--blocks') || 10);
 
 type Native = { commit(ops: unknown[], gen?: number): Promise<void>; dump(...a: unknown[]): Promise<unknown[]>; close(): void };
 function load(path: string): new (ns: string) => Native {

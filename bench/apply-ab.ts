@@ -34,11 +34,10 @@ import { withBenchNetns } from './lib/netns.js';
 import { applyAbTables, fmt, type Kind, type WorkRuns } from './lib/apply-ab-summary.js';
 import { runWhole, type ProcessRun } from './lib/whole.js';
 import { chainNft, chainYaml } from './scenarios/s8.js';
+import { parseArgs } from './lib/args.js';
 
-const arg = (name: string) => {
-  const i = process.argv.indexOf(name);
-  return i >= 0 ? process.argv[i + 1] : undefined;
-};
+const cli = parseArgs(import.meta.url, { '--command': 1, '--root': 1, '--rules': 1, '--services': 1, '--reps': 1, '--cache': 1, '--kinds': 1 });
+const arg = cli.value;
 const list = (s: string | undefined, d: number[]) => (s === undefined ? d : s === '' ? [] : s.split(',').map(Number));
 // --command check: `nfkeeper check` of the config installed (in sync), three ways (off, cold, warm)
 // and no other build: check without a cache is the check an earlier build runs.

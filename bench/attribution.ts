@@ -11,13 +11,13 @@
  */
 import { performance } from 'node:perf_hooks';
 import { loadavg } from 'node:os';
-import { parseArgs } from 'node:util';
 import { Attribution, resolveCommitter } from '../src/keeper/attribution.js';
 import { KeeperMetrics } from '../src/base/metrics.js';
 import type { MonitorBatch } from '../src/netlink/events.js';
+import { parseArgs } from './lib/args.js';
 
-const { values } = parseArgs({ options: { changes: { type: 'string', default: '100000' }, history: { type: 'string', default: '256' } } });
-const changes = Number(values.changes);
+const cli = parseArgs(import.meta.url, { '--changes': 1, '--history': 1 });
+const changes = Number(cli.value('--changes', '100000'));
 const gc = (globalThis as { gc?: () => void }).gc;
 if (!gc) throw new Error('run with node --expose-gc (npx tsx --expose-gc bench/attribution.ts)');
 
@@ -28,7 +28,7 @@ const heapMiB = () => {
 };
 
 const metrics = new KeeperMetrics();
-const a = new Attribution({ history: Number(values.history), metrics, initialPidNamespace: true });
+const a = new Attribution({ history: Number(cli.value('--history', '256')), metrics, initialPidNamespace: true });
 const owned = new Set(['ip nfkeeper']);
 let heard = 0;
 a.follow(() => heard++);

@@ -20,13 +20,12 @@ import { open, type NftSocket, type Op } from '../src/index.js';
 import { withBenchNetns, type BenchNetns } from './lib/netns.js';
 import { summarize } from './lib/stats.js';
 import { OWNERS, PER_OWNER, nativeOps, nftText as s3Text } from './scenarios/s3.js';
+import { parseArgs } from './lib/args.js';
 
 const TABLE = 'nfk-commit';
 
-function arg(name: string): string | undefined {
-  const i = process.argv.indexOf(name);
-  return i >= 0 ? process.argv[i + 1] : undefined;
-}
+const cli = parseArgs(import.meta.url, { '--reps': 1, '--nft': 0, '--out': 1 });
+const arg = cli.value;
 const REPS = Number(arg('--reps') ?? 15);
 
 // The S3 rules, in this script's own table.
@@ -98,7 +97,7 @@ async function main(): Promise<void> {
   const load0 = readFileSync('/proc/loadavg', 'utf8').trim();
   const result = await withBenchNetns('commit', async (ns) => {
     const native = await nativeRows(ns);
-    const nft = process.argv.includes('--nft') ? nftRows(ns) : [];
+    const nft = cli.has('--nft') ? nftRows(ns) : [];
     return { native, nft };
   });
   const load1 = readFileSync('/proc/loadavg', 'utf8').trim();

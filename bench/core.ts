@@ -20,6 +20,7 @@ import { PROJECT_ROOT } from '../src/netlink/addon.js';
 import { flushAndReplace, kubeProxyRestore, kubeProxyRuleCount, OWNED, ownedSetup } from '../test/netlink/fixtures.js';
 import { withBenchNetns } from './lib/netns.js';
 import { formatUs, summarize, timeCalls, timeSyncCalls, type Summary } from './lib/stats.js';
+import { parseArgs } from './lib/args.js';
 
 interface Measured extends Summary {
   /** The median of each round, to show the run-to-run spread on a noisy machine. */
@@ -35,10 +36,8 @@ interface Row {
   flushReplaceCommit: Measured;
 }
 
-function arg(name: string): string | undefined {
-  const i = process.argv.indexOf(name);
-  return i >= 0 ? process.argv[i + 1] : undefined;
-}
+const cli = parseArgs(import.meta.url, { '--sizes': 1, '--out': 1, '--rounds': 1 });
+const arg = cli.value;
 
 const sizes = (arg('--sizes') ?? '0,1000,10000,100000').split(',').map(Number);
 const out = arg('--out') ?? join(PROJECT_ROOT, 'bench', 'results', 'core.json');

@@ -20,13 +20,8 @@ import { Batch, open } from '../src/index.js';
 import { sleep } from '../test/helpers/wait.js';
 import { withBenchNetns } from './lib/netns.js';
 import { recordArgs } from './lib/record.js';
+import { parseArgs } from './lib/args.js';
 
-function arg(name: string, dflt: number): number {
-  const i = process.argv.indexOf(name);
-  return i >= 0 ? Number(process.argv[i + 1]) : dflt;
-}
-const SECONDS = arg('--seconds', 20);
-const EVERY_MS = arg('--every-ms', 10);
 const CLK_TCK = 100;
 const CHAIN = { family: 'ip', table: 'nfkeeper', chain: 'postrouting' } as const;
 
@@ -51,7 +46,7 @@ export interface HostileResult {
   keeperErrors: number;
 }
 
-export async function hostile(seconds = SECONDS, everyMs = EVERY_MS): Promise<HostileResult> {
+export async function hostile(seconds = 20, everyMs = 10): Promise<HostileResult> {
   const dir = mkdtempSync(join(tmpdir(), 'nfk-hostile-'));
   const config = join(dir, 'flannel.yaml');
   writeFileSync(config, readFileSync(join(PROJECT_ROOT, 'examples', 'flannel.yaml')));
@@ -149,7 +144,9 @@ export async function hostile(seconds = SECONDS, everyMs = EVERY_MS): Promise<Ho
 }
 
 if (process.argv[1]?.endsWith('hostile.ts')) {
-  const r = await hostile();
+  const cli = parseArgs(import.meta.url, { '--seconds': 1, '--every-ms': 1 });
+  const EVERY_MS = Number(cli.value('--every-ms', '10'));
+  const r = await hostile(Number(cli.value('--seconds', '20')), EVERY_MS);
   const levelsSeen = [...new Set(r.levels)].sort((a, b) => a - b).join(', ');
   console.log(`hostile neighbour: a deletion attempt every ${EVERY_MS} ms for ${r.seconds.toFixed(1)} s\n`);
   console.log('| attempts | deletions | repairs | daemon CPU (idle before) | back-off levels seen | step at stop | rules back after | fight over after | errors |');

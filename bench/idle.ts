@@ -21,11 +21,10 @@ import { daemonNodeFlags } from './lib/node-flags.js';
 import { runOk } from './lib/exec.js';
 import { foreignRestore } from './scenarios/foreign.js';
 import { recordArgs } from './lib/record.js';
+import { parseArgs } from './lib/args.js';
 
-const arg = (name: string, dflt: string) => {
-  const i = process.argv.indexOf(name);
-  return i >= 0 ? process.argv[i + 1]! : dflt;
-};
+const cli = parseArgs(import.meta.url, { '--roots': 1, '--window-s': 1, '--settle-s': 1, '--runs': 1, '--foreign': 1 });
+const arg = cli.value;
 const ROOTS = arg('--roots', PROJECT_ROOT).split(',');
 const WINDOW_S = Number(arg('--window-s', '120'));
 const SETTLE_S = Number(arg('--settle-s', '20'));

@@ -27,7 +27,6 @@ import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { parseArgs } from 'node:util';
 import { anyInterface, parseNftConfig } from '../src/config/config.js';
 import { readNftFile } from '../src/config/nftfile.js';
 import { ConfigError } from '../src/base/errors.js';
@@ -35,19 +34,12 @@ import { PROJECT_ROOT } from '../src/netlink/addon.js';
 import { compileRule } from '../src/rules/index.js';
 import { kubeProxy } from '../test/helpers/peers/kube-proxy.js';
 import { reduce } from '../test/helpers/peers/reduce.js';
+import { parseArgs } from './lib/args.js';
 
-const { values } = parseArgs({
-  options: {
-    services: { type: 'string', default: '10000' },
-    family: { type: 'string', default: 'ip' },
-    runs: { type: 'string', default: '5' },
-    'cold-runs': { type: 'string', default: '5' },
-    json: { type: 'string' },
-  },
-});
-const services = Number(values.services);
-const family = values.family as 'ip' | 'ip6';
-const runs = Number(values.runs);
+const cli = parseArgs(import.meta.url, { '--services': 1, '--family': 1, '--runs': 1, '--cold-runs': 1, '--json': 1 });
+const services = Number(cli.value('--services', '10000'));
+const family = cli.value('--family', 'ip') as 'ip' | 'ip6';
+const runs = Number(cli.value('--runs', '5'));
 const interfaces = anyInterface();
 
 const os = () => `${cpus().length} CPUs`;
@@ -182,7 +174,7 @@ if (existsSync(join(PROJECT_ROOT, 'dist', 'config', 'config.js'))) {
     `first call in this process ${built.firstMs.toFixed(1)} ms, load average ${loadavg()[0]!.toFixed(1)})`);
 }
 
-const coldRuns = Number(values['cold-runs']);
+const coldRuns = Number(cli.value('--cold-runs', '5'));
 const coldResult = coldRuns > 0 ? cold(file.text, coldRuns) : undefined;
 if (typeof coldResult === 'string') console.log(`nfkeeper validate (cold, the real bin): ${coldResult}`);
 else if (coldResult) {
@@ -193,8 +185,9 @@ else if (coldResult) {
 const loadNote = `load average ${loadAtStart.toFixed(1)} at the start, ${loadavg()[0]!.toFixed(1)} at the end, on ${os()}`;
 console.log(loadNote);
 
-if (values.json) {
-  writeFileSync(values.json, JSON.stringify({
+const json = cli.value('--json');
+if (json) {
+  writeFileSync(json, JSON.stringify({
     family, services, bytes: file.text.length, counts: c,
     wholeFile: { ms: whole.ms, cpuMs: whole.cpuMs, firstMs: whole.firstMs, runs, result: whole.result },
     builtWholeFile: built && { ms: built.ms, cpuMs: built.cpuMs, firstMs: built.firstMs, runs },

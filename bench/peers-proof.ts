@@ -26,23 +26,17 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { parseArgs } from 'node:util';
 import { main } from '../src/cli.js';
 import { nfk, waitFor } from '../test/cli/spawn.js';
 import type { Netns } from '../test/helpers/netns.js';
 import { byChain, netlinkDump } from '../test/helpers/peers/dump.js';
 import { kubeProxy } from '../test/helpers/peers/kube-proxy.js';
 import { createBenchNetns, type BenchNetns } from './lib/netns.js';
+import { parseArgs } from './lib/args.js';
 
-const { values } = parseArgs({
-  options: {
-    services: { type: 'string', default: '10000' },
-    family: { type: 'string', default: 'ip' },
-    json: { type: 'string' },
-  },
-});
-const services = Number(values.services);
-const family = values.family as 'ip' | 'ip6';
+const opts = parseArgs(import.meta.url, { '--services': 1, '--family': 1, '--json': 1 });
+const services = Number(opts.value('--services', '10000'));
+const family = opts.value('--family', 'ip') as 'ip' | 'ip6';
 
 const ms = (t0: number) => performance.now() - t0;
 const fmt = (x: number) => (x >= 1000 ? `${(x / 1000).toFixed(2)} s` : `${x.toFixed(0)} ms`);
@@ -204,7 +198,8 @@ async function run(): Promise<void> {
   }
   say('load', `${loadStart.toFixed(1)} at the start, ${loadavg()[0]!.toFixed(1)} at the end`,
     `load average ${loadStart.toFixed(1)} at the start, ${loadavg()[0]!.toFixed(1)} at the end`);
-  if (values.json) writeFileSync(values.json, JSON.stringify({ ...out, node: process.version, date: new Date().toISOString() }, null, 2) + '\n');
+  const json = opts.value('--json');
+  if (json) writeFileSync(json, JSON.stringify({ ...out, node: process.version, date: new Date().toISOString() }, null, 2) + '\n');
 }
 
 run().then(() => process.exit(0), (e: unknown) => {

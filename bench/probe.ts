@@ -26,6 +26,7 @@ import { open, type NftSocket } from '../src/netlink/socket.js';
 import { ruleKey } from '../src/rules/index.js';
 import { collectGarbage, enableCollections } from '../src/base/heap.js';
 import { summarize, type Summary } from './lib/stats.js';
+import { parseArgs } from './lib/args.js';
 
 export interface ProbeTarget {
   netns?: string;
@@ -229,12 +230,9 @@ export async function probeRepairs(target: ProbeTarget, count: number, intervalM
   return { summary: summarize(samples), samples };
 }
 
-function arg(name: string): string | undefined {
-  const i = process.argv.indexOf(name);
-  return i >= 0 ? process.argv[i + 1] : undefined;
-}
-
 async function main(): Promise<void> {
+  const cli = parseArgs(import.meta.url, { '--netns': 1, '--table': 1, '--chain': 1, '--set': 1, '--index': 1, '--count': 1, '--interval-ms': 1, '--json': 0 });
+  const arg = cli.value;
   const [family, table] = (arg('--table') ?? 'ip:nfkeeper').split(':') as [Family, string];
   const chain = arg('--chain') ?? 'postrouting';
   const count = Number(arg('--count') ?? 20);
@@ -245,7 +243,7 @@ async function main(): Promise<void> {
       throw new Error('usage: probe.ts --netns PATH --table FAMILY:NAME --set NAME [--count N] [--interval-ms MS] [--json]');
     }
     const r = await probeElementRepairs({ netns: arg('--netns'), family, table, set }, count, intervalMs);
-    if (process.argv.includes('--json')) process.stdout.write(`${JSON.stringify(r)}\n`);
+    if (cli.has('--json')) process.stdout.write(`${JSON.stringify(r)}\n`);
     else {
       const ms = (us: number) => (us / 1000).toFixed(3);
       process.stdout.write(`${r.summary.n} element repairs of ${family} ${table} ${set} (${r.elements} elements): median ${ms(r.summary.median)} ms, ` +
@@ -258,7 +256,7 @@ async function main(): Promise<void> {
     throw new Error('usage: probe.ts --netns PATH --table FAMILY:NAME --chain NAME [--index I] [--count N] [--interval-ms MS] [--json]');
   }
   const { summary, samples } = await probeRepairs({ netns: arg('--netns'), family, table, chain, index }, count, intervalMs);
-  if (process.argv.includes('--json')) {
+  if (cli.has('--json')) {
     process.stdout.write(`${JSON.stringify({ summary, samples })}\n`);
   } else {
     const ms = (us: number) => (us / 1000).toFixed(3);

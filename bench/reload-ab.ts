@@ -21,13 +21,12 @@ import { open } from '../src/netlink/socket.js';
 import { withBenchNetns, type BenchNetns } from './lib/netns.js';
 import { daemonNodeFlags } from './lib/node-flags.js';
 import { chainYaml } from './scenarios/s8.js';
+import { parseArgs } from './lib/args.js';
 
-const arg = (name: string, dflt?: string) => {
-  const i = process.argv.indexOf(name);
-  return i >= 0 ? process.argv[i + 1]! : dflt;
-};
+const USAGE = 'reload-ab.ts --a CHECKOUT --b CHECKOUT [--n 100000] [--rounds 3] [--reloads 3] [--gap-ms 1000] [--prof DIR]';
+const arg = parseArgs(import.meta.url, { '--a': 1, '--b': 1, '--n': 1, '--rounds': 1, '--reloads': 1, '--gap-ms': 1, '--prof': 1 }, { usage: USAGE }).value;
 const roots = [arg('--a'), arg('--b')] as string[];
-if (!roots[0] || !roots[1]) throw new Error('usage: reload-ab.ts --a CHECKOUT --b CHECKOUT [--n 100000] [--rounds 3] [--reloads 3] [--gap-ms 1000] [--prof DIR]');
+if (!roots[0] || !roots[1]) throw new Error(`usage: ${USAGE}`);
 const N = Number(arg('--n', '100000'));
 const ROUNDS = Number(arg('--rounds', '3'));
 const RELOADS = Number(arg('--reloads', '3'));

@@ -22,18 +22,18 @@ import { withBenchNetns } from './lib/netns.js';
 import { probeRepairs } from './probe.js';
 import { s6Yaml } from './scenarios/s6.js';
 import { quantile } from './lib/stats.js';
+import { parseArgs } from './lib/args.js';
 
-const arg = (name: string, dflt?: string) => {
-  const i = process.argv.indexOf(name);
-  return i >= 0 ? process.argv[i + 1]! : dflt;
-};
+const USAGE = 'repair-ab.ts --a CHECKOUT --b CHECKOUT [--n 4] [--blocks 6] [--count 100] [--gap-ms 20]';
+const cli = parseArgs(import.meta.url, { '--a': 1, '--b': 1, '--n': 1, '--blocks': 1, '--count': 1, '--gap-ms': 1, '--no-verify': 0, '--a-env': 1, '--b-env': 1, '--a-wrap': 1, '--b-wrap': 1 }, { usage: USAGE });
+const arg = cli.value;
 const roots = [arg('--a'), arg('--b')];
-if (!roots[0] || !roots[1]) throw new Error('usage: repair-ab.ts --a CHECKOUT --b CHECKOUT [--n 4] [--blocks 6] [--count 100] [--gap-ms 20]');
+if (!roots[0] || !roots[1]) throw new Error(`usage: ${USAGE}`);
 const N = Number(arg('--n', '4'));
 const BLOCKS = Number(arg('--blocks', '6'));
 const COUNT = Number(arg('--count', '100'));
 const GAP_MS = Number(arg('--gap-ms', '20'));
-const VERIFY = !process.argv.includes('--no-verify');
+const VERIFY = !cli.has('--no-verify');
 const TABLE = 'nfk-ab';
 const envOf = (side: string): NodeJS.ProcessEnv => {
   const kv = arg(side);

@@ -29,11 +29,10 @@ import { open } from '../src/netlink/socket.js';
 import { withBenchNetns } from './lib/netns.js';
 import { s6Yaml } from './scenarios/s6.js';
 import { quantile } from './lib/stats.js';
+import { parseArgs } from './lib/args.js';
 
-const arg = (name: string, dflt: string) => {
-  const i = process.argv.indexOf(name);
-  return i >= 0 ? process.argv[i + 1]! : dflt;
-};
+const cli = parseArgs(import.meta.url, { '--n': 1, '--count': 1, '--gap-ms': 1, '--node-flags': 1, '--perf': 1, '--floor': 1 });
+const arg = cli.value;
 const N = Number(arg('--n', '4'));
 const COUNT = Number(arg('--count', '300'));
 const GAP_MS = Number(arg('--gap-ms', '20'));

@@ -58,23 +58,24 @@ import { withBenchNetns, type BenchNetns } from './lib/netns.js';
 import { chainNft, chainYaml } from './scenarios/s8.js';
 import { daemonNodeFlags } from './lib/node-flags.js';
 import { takesCacheDir, takesRecord } from './lib/record.js';
+import { parseArgs } from './lib/args.js';
 
-const arg = (name: string, dflt?: string) => {
-  const i = process.argv.indexOf(name);
-  return i >= 0 ? process.argv[i + 1]! : dflt;
-};
+const USAGE = 'restart-ab.ts --a CHECKOUT --b CHECKOUT [--n 100000] [--rounds 3] [--hold-ms 1500]';
+const cli = parseArgs(import.meta.url, { '--a': 1, '--b': 1, '--n': 1, '--rounds': 1, '--hold-ms': 1, '--nft': 0, '--delete-at': 1, '--later-ms': 1,
+  '--owners': 1, '--dispatch': 1, '--protect': 0, '--reboot-b': 0, '--from-empty': 0, '--reboot': 0 }, { usage: USAGE });
+const arg = cli.value;
 const roots = [arg('--a'), arg('--b')] as string[];
-if (!roots[0] || !roots[1]) throw new Error('usage: restart-ab.ts --a CHECKOUT --b CHECKOUT [--n 100000] [--rounds 3] [--hold-ms 1500]');
+if (!roots[0] || !roots[1]) throw new Error(`usage: ${USAGE}`);
 const N = Number(arg('--n', '100000'));
 const ROUNDS = Number(arg('--rounds', '3'));
 const HOLD_MS = Number(arg('--hold-ms', '1500'));
-const NFT = process.argv.includes('--nft');
+const NFT = cli.has('--nft');
 const DELETE_AT = arg('--delete-at');
 const LATER_MS = Number(arg('--later-ms', '3000'));
 const OWNERS = Number(arg('--owners', '0'));
 const DISPATCH = arg('--dispatch', 'd')!;
-const PROTECT = process.argv.includes('--protect');
-const REBOOT_B = process.argv.includes('--reboot-b');
+const PROTECT = cli.has('--protect');
+const REBOOT_B = cli.has('--reboot-b');
 if (!['c', 'd'].includes(DISPATCH)) throw new Error('--dispatch c|d');
 if (DELETE_AT !== undefined && !['first', 'middle', 'last'].includes(DELETE_AT)) throw new Error('--delete-at first|middle|last');
 const CLK_TCK = 100;
@@ -145,7 +146,7 @@ const KINDS: Record<string, StartKind> = {
   // As a reboot clears /run: the record goes; a --cache-dir stays.
   '--reboot': { before: (s) => { if (s.recordDir) rmSync(s.recordDir, { recursive: true, force: true }); } },
 };
-const kinds = Object.entries(KINDS).filter(([flag]) => process.argv.includes(flag)).map(([, kind]) => kind);
+const kinds = Object.entries(KINDS).filter(([flag]) => cli.has(flag)).map(([, kind]) => kind);
 
 async function restart(ns: BenchNetns, root: string, config: string, extra: string[], warmUp = false): Promise<Run> {
   const repairs: ((r: { latencyMs: number; at: number }) => void)[] = [];

@@ -17,17 +17,16 @@ import { PROJECT_ROOT } from '../src/netlink/addon.js';
 import { withBenchNetns } from './lib/netns.js';
 import { daemonNodeFlags } from './lib/node-flags.js';
 import { recordArgs } from './lib/record.js';
+import { parseArgs } from './lib/args.js';
 
-const arg = (name: string, dflt: string) => {
-  const i = process.argv.indexOf(name);
-  return i >= 0 ? process.argv[i + 1]! : dflt;
-};
+const cli = parseArgs(import.meta.url, { '--n': 1, '--root': 1, '--step-ms': 1, '--node-flags': 1, '--restart': 0, '--gc': 0 });
+const arg = cli.value;
 const N = Number(arg('--n', '100000'));
 const ROOT = arg('--root', PROJECT_ROOT);
 const STEP = Number(arg('--step-ms', '100'));
 const NODE_FLAGS = arg('--node-flags', '').split(' ').filter(Boolean);
-const RESTART = process.argv.includes('--restart');
-const GC = process.argv.includes('--gc');
+const RESTART = cli.has('--restart');
+const GC = cli.has('--gc');
 const addr = (i: number) => `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`;
 const config = (n: number) => 'tables:\n  - family: ip\n    name: nfk-rss\n    chains:\n      - name: owned\n        type: nat\n        hook: postrouting\n        priority: srcnat\n        rules:\n' +
   Array.from({ length: n }, (_, i) => `          - ip saddr ${addr(i)} ip daddr 192.0.2.1 return`).join('\n') + '\n';

@@ -25,11 +25,10 @@ import { PROJECT_ROOT } from '../src/netlink/addon.js';
 import { withBenchNetns } from './lib/netns.js';
 import { daemonNodeFlags } from './lib/node-flags.js';
 import { recordArgs } from './lib/record.js';
+import { parseArgs } from './lib/args.js';
 
-const arg = (name: string, dflt: string) => {
-  const i = process.argv.indexOf(name);
-  return i >= 0 ? process.argv[i + 1]! : dflt;
-};
+const cli = parseArgs(import.meta.url, { '--sizes': 1, '--runs': 1, '--idle-s': 1, '--node-options': 1, '--node-flags': 1, '--cpu-s': 1, '--settled-s': 1, '--root': 1, '--restart': 0 });
+const arg = cli.value;
 const SIZES = arg('--sizes', '0,10000,100000').split(',').map(Number);
 const RUNS = Number(arg('--runs', '3'));
 const IDLE_S = Number(arg('--idle-s', '15'));
@@ -39,7 +38,7 @@ const NODE_FLAGS = arg('--node-flags', '').split(' ').filter(Boolean);
 const CPU_S = Number(arg('--cpu-s', '0'));
 const SETTLED_S = Number(arg('--settled-s', '0'));
 const ROOT = arg('--root', PROJECT_ROOT);
-const RESTART = process.argv.includes('--restart');
+const RESTART = cli.has('--restart');
 
 const addr = (i: number) => `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`;
 const config = (n: number) => (n === 0 ? readFileSync(join(ROOT, 'examples', 'flannel.yaml'), 'utf8')

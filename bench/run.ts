@@ -28,35 +28,27 @@ import { runS8, S8_PARTS, type S8Options, type S8Part } from './scenarios/s8.js'
 import type { Layout } from './scenarios/foreign.js';
 import type { Budget } from './lib/measure.js';
 import { renderMarkdown, renderS1Svg, renderS2Svg, renderS4Svg, renderS5Svg, renderS6Svg, type RunResults } from './lib/report.js';
+import { parseArgs } from './lib/args.js';
 
 const SCENARIOS = ['s1', 's2', 's3', 's4', 's5', 's6', 's7', 's8'] as const;
 type Scenario = (typeof SCENARIOS)[number];
 
-/** The flags this runner takes (a value after those marked 1). Anything else is refused before a scenario runs or a result is written. */
-const FLAGS: Record<string, 0 | 1> = { '--full': 0, '--only': 1, '--merge': 0, '--sizes': 1, '--s8-repairs': 1, '--s8-parts': 1, '--root': 1, '--render': 0 };
-for (let i = 2; i < process.argv.length; i++) {
-  const a = process.argv[i]!;
-  const takes = FLAGS[a];
-  if (takes === undefined) {
-    process.stderr.write(`bench/run.ts: unknown argument "${a}"; it takes ${Object.keys(FLAGS).join(', ')} (bench/README.md)\n`);
-    process.exit(2);
-  }
-  i += takes;
-}
+// Anything else is refused before a scenario runs or a result is written.
+const cli = parseArgs(import.meta.url, { '--full': 0, '--only': 1, '--merge': 0, '--sizes': 1, '--s8-repairs': 1, '--s8-parts': 1, '--root': 1, '--render': 0 });
 
-const full = process.argv.includes('--full');
-const onlyArg = process.argv.indexOf('--only');
-const only = new Set<Scenario>(onlyArg >= 0
-  ? (process.argv[onlyArg + 1] ?? '').split(',').map((s) => {
+const full = cli.has('--full');
+const onlyArg = cli.value('--only');
+const only = new Set<Scenario>(onlyArg !== undefined
+  ? onlyArg.split(',').map((s) => {
     if (!(SCENARIOS as readonly string[]).includes(s)) throw new Error(`--only takes a list of ${SCENARIOS.join(', ')}; got "${s}"`);
     return s as Scenario;
   })
   : SCENARIOS);
 // --merge (with --only): write this run's scenarios into the committed results beside the earlier run's others.
-const merge = process.argv.includes('--merge');
-const sizesArg = process.argv.indexOf('--sizes');
+const merge = cli.has('--merge');
+const sizesArg = cli.value('--sizes');
 // --sizes 0,100000: only these N (for trying one point; such a run is not a full result either).
-const pick = sizesArg >= 0 ? new Set((process.argv[sizesArg + 1] ?? '').split(',').map(Number)) : undefined;
+const pick = sizesArg !== undefined ? new Set(sizesArg.split(',').map(Number)) : undefined;
 const sizes = (list: number[]) => (pick ? list.filter((n) => pick.has(n)) : list);
 const SIZES = sizes(full ? [0, 1000, 10_000, 100_000] : [0, 1000, 10_000]);
 
@@ -119,18 +111,16 @@ const B: Budgets = full
 
 /** --s8-repairs N: repairs as deployed per case (10 in quick mode is too few for a p50 between two builds). */
 function s8Repairs(): number | undefined {
-  const i = process.argv.indexOf('--s8-repairs');
-  if (i < 0) return undefined;
-  const v = Number(process.argv[i + 1]);
-  if (!Number.isInteger(v) || v < 1) throw new Error(`--s8-repairs takes a whole number of repairs; got "${process.argv[i + 1] ?? ''}"`);
+  const s = cli.value('--s8-repairs');
+  if (s === undefined) return undefined;
+  const v = Number(s);
+  if (!Number.isInteger(v) || v < 1) throw new Error(`--s8-repairs takes a whole number of repairs; got "${s}"`);
   return v;
 }
 
 /** --s8-parts commands,ready,…: only these parts of S8 (a before/after of the commands alone, say). */
 function s8Parts(): S8Part[] | undefined {
-  const i = process.argv.indexOf('--s8-parts');
-  if (i < 0) return undefined;
-  return (process.argv[i + 1] ?? '').split(',').map((p) => {
+  return cli.value('--s8-parts')?.split(',').map((p) => {
     if (!(S8_PARTS as readonly string[]).includes(p)) throw new Error(`--s8-parts takes a list of ${S8_PARTS.join(', ')}; got "${p}"`);
     return p as S8Part;
   });
@@ -141,8 +131,7 @@ function s8Parts(): S8Part[] | undefined {
  * that build's; S8 runs that build's command in turn with this one's and the peer.
  */
 function rootArg(): string | undefined {
-  const i = process.argv.indexOf('--root');
-  return i >= 0 ? process.argv[i + 1] : undefined;
+  return cli.value('--root');
 }
 
 const started = Date.now();
@@ -213,7 +202,7 @@ function gitDescribe(): string {
 }
 
 async function main(): Promise<void> {
-  if (process.argv.includes('--render')) {
+  if (cli.has('--render')) {
     // Re-render BENCHMARKS.md and the SVGs from the last run's results.json (after a change to the report only).
     const results = JSON.parse(readFileSync(join(PROJECT_ROOT, 'bench', 'results', 'results.json'), 'utf8')) as RunResults;
     writeOutputs(results);

@@ -22,11 +22,10 @@ import { createInterface } from 'node:readline';
 import { performance } from 'node:perf_hooks';
 import { parseConfig, parseNftConfig, type Config } from '../src/config/config.js';
 import { Keeper, type RepairReport, type TraceMark } from '../src/keeper/keeper.js';
+import { parseArgs } from './lib/args.js';
 
-const arg = (name: string) => {
-  const i = process.argv.indexOf(name);
-  return i >= 0 ? process.argv[i + 1] : undefined;
-};
+const cli = parseArgs(import.meta.url, { '--netns': 1, '--config': 1, '--alt-config': 1, '--trace': 0 });
+const arg = cli.value;
 const load = (f: string): Config => (f.endsWith('.nft') ? parseNftConfig : parseConfig)(readFileSync(f, 'utf8'), f);
 const file = arg('--config');
 if (!file) throw new Error('usage: s6-keeper.ts --netns PATH --config FILE [--alt-config FILE]');
@@ -42,7 +41,7 @@ const flushTrace = () => {
   process.stdout.write(traceLines.join(''));
   traceLines = [];
 };
-const trace = process.argv.includes('--trace')
+const trace = cli.has('--trace')
   ? (m: TraceMark, atNs?: number) => {
     marks[m] = atNs ?? Number(process.hrtime.bigint());
     if (m === 'reported') {

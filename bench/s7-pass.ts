@@ -24,11 +24,10 @@ import { OwnerRegistry } from '../src/owners/index.js';
 import { ownerSpec, ownersYaml } from '../test/owners/fixtures.js';
 import { withBenchNetns } from './lib/netns.js';
 import { summarize } from './lib/stats.js';
+import { parseArgs } from './lib/args.js';
 
-const arg = (name: string) => {
-  const i = process.argv.indexOf(name);
-  return i >= 0 ? process.argv[i + 1] : undefined;
-};
+const cli = parseArgs(import.meta.url, { '--owners': 1, '--puts': 1, '--group': 1, '--passes': 1, '--cpu-prof': 1, '--heap-prof': 1 });
+const arg = cli.value;
 const owners = Number(arg('--owners') ?? 1000);
 const puts = Number(arg('--puts') ?? 300);
 const group = Number(arg('--group') ?? 1);

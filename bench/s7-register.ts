@@ -12,11 +12,10 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { PROJECT_ROOT } from '../src/netlink/addon.js';
 import { registerOwners } from './scenarios/s7.js';
+import { parseArgs } from './lib/args.js';
 
-const arg = (name: string) => {
-  const i = process.argv.indexOf(name);
-  return i >= 0 ? process.argv[i + 1] : undefined;
-};
+const cli = parseArgs(import.meta.url, { '--owners': 1, '--in-flight': 1, '--root': 1, '--cpu-prof': 1, '--settle': 1, '--node-flags': 1 });
+const arg = cli.value;
 const owners = Number(arg('--owners') ?? 1000);
 const levels = (arg('--in-flight') ?? '1').split(',').map(Number);
 const root = arg('--root') ? resolve(arg('--root')!) : PROJECT_ROOT;

@@ -43,11 +43,10 @@ import { planTable } from '../src/keeper/plan.js';
 import { Batch } from '../src/netlink/batch.js';
 import { open } from '../src/netlink/socket.js';
 import { kpNft, runS6Elements } from './scenarios/s6-elements.js';
+import { parseArgs } from './lib/args.js';
 
-function arg(name: string, def: number): number {
-  const i = process.argv.indexOf(`--${name}`);
-  return i > 0 ? Number(process.argv[i + 1]) : def;
-}
+const cli = parseArgs(import.meta.url, { '--elements': 1, '--chains': 1, '--repeat': 1, '--samples': 1, '--gap-ms': 1, '--keeper-only': 0 });
+const arg = (name: string, def: number): number => Number(cli.value(`--${name}`, String(def)));
 
 const N = arg('elements', 100_000);
 const CHAINS = arg('chains', 100);
@@ -60,7 +59,7 @@ function ip(i: number): string {
 }
 
 const file = () => kpNft(N, CHAINS);
-const KEEPER_ONLY = process.argv.includes('--keeper-only');
+const KEEPER_ONLY = cli.has('--keeper-only');
 
 /**
  * The keeper's passes over `config` in the namespace (emptied first): start-up to ready and to the

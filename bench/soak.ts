@@ -22,6 +22,7 @@ import { open, type NftSocket } from '../src/netlink/socket.js';
 import { ruleHandles } from '../test/helpers/nft.js';
 import { createBenchNetns } from './lib/netns.js';
 import { summarize } from './lib/stats.js';
+import { parseArgs } from './lib/args.js';
 
 export interface SoakResult {
   ops: number;
@@ -167,18 +168,12 @@ export async function soak(opsCount: number, seed: number, log: (s: string) => v
   }
 }
 
-function arg(name: string, dflt: number): number {
-  const i = process.argv.indexOf(name);
-  return i >= 0 ? Number(process.argv[i + 1]) : dflt;
-}
-
 if (process.argv[1]?.endsWith('soak.ts')) {
-  const b = process.argv.indexOf('--backoff');
-  const backoffOff = b >= 0 && process.argv[b + 1] === 'off';
+  const cli = parseArgs(import.meta.url, { '--ops': 1, '--seed': 1, '--backoff': 1, '--tamper': 1 });
+  const backoffOff = cli.value('--backoff') === 'off';
   // threshold Infinity: repairs never count as a fight, so there is never a wait.
-  const t = process.argv.indexOf('--tamper');
-  const tamper = t >= 0 && process.argv[t + 1] === 'nft' ? 'nft' : 'socket';
-  const r = await soak(arg('--ops', 500), arg('--seed', 1), (s) => process.stderr.write(s + '\n'),
+  const tamper = cli.value('--tamper') === 'nft' ? 'nft' : 'socket';
+  const r = await soak(Number(cli.value('--ops', '500')), Number(cli.value('--seed', '1')), (s) => process.stderr.write(s + '\n'),
     backoffOff ? { threshold: Infinity } : undefined, tamper);
   console.log(`tamperer: ${tamper}`);
   console.log(`back-off: ${backoffOff ? 'off' : 'default'}`);

@@ -12,11 +12,10 @@ import { NativeDriver } from './drivers/native.js';
 import { NFT_CHAIN } from './drivers/flannel.js';
 import { withBenchNetns } from './lib/netns.js';
 import { formatUs, summarize, timeCalls } from './lib/stats.js';
+import { parseArgs } from './lib/args.js';
 
-function arg(name: string): string | undefined {
-  const i = process.argv.indexOf(name);
-  return i >= 0 ? process.argv[i + 1] : undefined;
-}
+const cli = parseArgs(import.meta.url, { '--sizes': 1, '--iter': 1, '--rounds': 1 });
+const arg = cli.value;
 const sizes = (arg('--sizes') ?? '0,10000').split(',').map(Number);
 const ITER = Number(arg('--iter') ?? 20_000);
 const ROUNDS = Number(arg('--rounds') ?? 3);

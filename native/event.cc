@@ -93,6 +93,8 @@ std::unique_ptr<MonitorBatch> EventBatcher::Feed(const nlmsghdr* nlh, const Even
       if (runStart_ == 0 || lastGen_ == 0 || gen != lastGen_ + 1) runStart_ = gen + 1;
       lastGen_ = gen;
     }
+    // Events from a port ignored only up to a generation: ours up to it, another socket's after.
+    if (gen > ownUpTo_) foreign_ = true;
     std::unique_ptr<MonitorBatch> done;
     bool skip = false;
     for (size_t i = 0; i < skipOwn_.size();) {
@@ -121,7 +123,9 @@ std::unique_ptr<MonitorBatch> EventBatcher::Feed(const nlmsghdr* nlh, const Even
   MonitorEvent ev;
   bool room = pending_->events.size() < kMaxEventsPerBatch;
   if (!ParseEvent(nlh, &ev, room) || !filter.Wanted(ev)) return nullptr;
-  if (filter.ignorePorts.count(ev.portId) == 0) foreign_ = true;
+  auto own = filter.ignorePorts.find(ev.portId);
+  if (own == filter.ignorePorts.end()) foreign_ = true;
+  else if (own->second < ownUpTo_) ownUpTo_ = own->second;
   if (room && NFNL_MSG_TYPE(nlh->nlmsg_type) == NFT_MSG_DELSETELEM) ev.raw.assign(reinterpret_cast<const char*>(nlh), nlh->nlmsg_len);
   if (pending_->events.size() < kMaxEventsPerBatch) pending_->events.push_back(std::move(ev));
   else pending_->truncated = true;
@@ -136,6 +140,7 @@ void EventBatcher::SkipOwn(uint32_t generation) {
 void EventBatcher::Reset() {
   pending_ = std::make_unique<MonitorBatch>();
   foreign_ = false;
+  ownUpTo_ = EventFilter::kEveryGeneration;
 }
 
 void EventBatcher::Overflow() {

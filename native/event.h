@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -68,7 +69,10 @@ struct MonitorBatch {
 struct EventFilter {
   std::set<std::pair<uint32_t, std::string>> tables;
   bool allTables = false;
-  std::set<uint32_t> ignorePorts;  // our own commit socket(s): not tampering
+  // Our own commit socket(s), by port id: not tampering, in commits up to the generation each
+  // gives (kEveryGeneration: all). The caller bounds a port its socket left (see src/netlink/socket.ts).
+  static constexpr uint32_t kEveryGeneration = UINT32_MAX;
+  std::map<uint32_t, uint32_t> ignorePorts;
   bool deliverOwn = false;         // also deliver commits of ignored ports (flagged not foreign)
 
   bool Wanted(const MonitorEvent& e) const;
@@ -108,6 +112,7 @@ class EventBatcher {
  private:
   std::unique_ptr<MonitorBatch> pending_ = std::make_unique<MonitorBatch>();
   bool foreign_ = false;  // the pending batch holds an event not from an ignored port
+  uint32_t ownUpTo_ = EventFilter::kEveryGeneration;  // its ignored ports' events are ours up to this generation
   uint32_t lastGen_ = 0;  // the last NEWGEN seen (0: none yet)
   uint32_t runStart_ = 0;  // see MonitorBatch::since; 0: no run
   uint32_t lastTouched_ = 0;  // see lastTouched()

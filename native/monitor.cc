@@ -92,7 +92,7 @@ Napi::Function NftMonitor::Init(Napi::Env env) {
 }
 
 // new NftMonitor(netnsPath: string | undefined, onBatch: (batch) => void,
-//                tables: [family, name][] | null, ignorePorts: number[], deliverOwn?: boolean,
+//                tables: [family, name][] | null, ignorePorts: (number | [number, number])[], deliverOwn?: boolean,
 //                receiveBuffer?: number, subscribeLater?: boolean)
 // subscribeLater: the socket joins the multicast group only at subscribe(); until then the kernel
 // builds no notification for it (a big commit's thousands of NEWRULE messages cost the commit).
@@ -199,10 +199,26 @@ void NftMonitor::ParseFilter(Napi::Env env, const Napi::Value& tables, const Nap
       t.insert({static_cast<uint32_t>(f), pair.Get(1u).As<Napi::String>().Utf8Value()});
     }
   }
-  std::set<uint32_t> ports;
+  // Each a port id (every commit from it ours) or [port id, generation] (ours up to that generation).
+  std::map<uint32_t, uint32_t> ports;
   if (ignorePorts.IsArray()) {
     Napi::Array arr = ignorePorts.As<Napi::Array>();
-    for (uint32_t i = 0; i < arr.Length(); i++) ports.insert(arr.Get(i).As<Napi::Number>().Uint32Value());
+    for (uint32_t i = 0; i < arr.Length(); i++) {
+      Napi::Value v = arr.Get(i);
+      uint32_t port, upTo = EventFilter::kEveryGeneration;
+      if (v.IsNumber()) {
+        port = v.As<Napi::Number>().Uint32Value();
+      } else if (v.IsArray() && v.As<Napi::Array>().Length() == 2 && v.As<Napi::Array>().Get(0u).IsNumber() &&
+                 v.As<Napi::Array>().Get(1u).IsNumber()) {
+        port = v.As<Napi::Array>().Get(0u).As<Napi::Number>().Uint32Value();
+        upTo = v.As<Napi::Array>().Get(1u).As<Napi::Number>().Uint32Value();
+      } else {
+        throw Napi::TypeError::New(env, "monitor filter: ignorePorts holds port ids or [port id, generation]");
+      }
+      // A port given twice: the wider of the two.
+      auto [it, fresh] = ports.emplace(port, upTo);
+      if (!fresh && upTo > it->second) it->second = upTo;
+    }
   }
   filter_.tables = std::move(t);
   filter_.allTables = all;
@@ -302,7 +318,7 @@ void NftMonitor::AttachKernelFilter() {
   }
 }
 
-// setFilter(tables: [family, name][] | null, ignorePorts: number[])
+// setFilter(tables: [family, name][] | null, ignorePorts: (port | [port, up to generation])[])
 Napi::Value NftMonitor::SetFilter(const Napi::CallbackInfo& info) {
   ParseFilter(info.Env(), info[0], info[1]);
   AttachKernelFilter();

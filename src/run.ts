@@ -497,6 +497,16 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
       log.warn({ err: (e as Error).message, file: o.reloadStatus }, 'could not write the reload status');
     }
   };
+  /**
+   * Every rejected reload, whoever refused it (the loader, the daemon's checks, the kernel): the
+   * status file first, then the log line, so whoever reads the line finds the file written.
+   */
+  const rejected = (why: string, e: unknown) => {
+    metrics.reloadFailed.set(1);
+    report(false, why, (e as Error).message);
+    // Ours (the config, the checks, the kernel's refusal) said by its message; anything else with its stack.
+    log.error({ err: e instanceof NfkeeperError ? e.message : e, why }, 'config reload rejected; keeping the old one');
+  };
   /** Set below: the files a reload read are watched from then on. */
   let configLoaded: (next: Config, digests?: FileDigests) => void = () => undefined;
   // Reloads reach the keeper in the order they came: one from the compile cache waits for its rules
@@ -531,20 +541,14 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
       const later = loaded.hit ? undefined : loaded.later;
       if (later) setImmediate(() => void later().catch((e: unknown) => fatal((e as Error).message)));
     } catch (e) {
-      metrics.reloadFailed.set(1);
-      // The status file first: whoever reads the log line then finds the file written.
-      report(false, why, (e as Error).message);
-      log.error({ err: e instanceof ConfigError ? e.message : e, why }, 'config reload rejected; keeping the old one');
+      rejected(why, e);
       return;
     }
     try {
       registry?.checkConfig(next);
       if (!registry && next.owners) throw new NfkeeperError('an owners section was added; that takes a restart (the reload was rejected)');
     } catch (e) {
-      metrics.reloadFailed.set(1);
-      // The status file first: whoever reads the log line then finds the file written.
-      report(false, why, (e as Error).message);
-      log.error({ err: (e as Error).message, why }, 'config reload rejected; keeping the old one');
+      rejected(why, e);
       return;
     }
     gcLoop?.setConfig(next.gc);
@@ -553,7 +557,7 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
     (registry ? registry.reconfigure(next, (c, owners) => keeper.setConfig(c, owners)) : keeper.setConfig(next)).then(() => {
       report(true, why);
       log.info({ why }, 'config reloaded');
-    }, (e) => report(false, why, `the kernel refused the new config; the old one stays in force: ${(e as Error).message}`));
+    }, (e) => rejected(why, new NfkeeperError(`the kernel refused the new config; the old one stays in force: ${(e as Error).message}`)));
   };
   const onHup = () => reload('SIGHUP');
   process.on('SIGHUP', onHup);

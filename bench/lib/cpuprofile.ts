@@ -8,15 +8,15 @@
  * --per N divides every time by N (say, the PUTs in the profile) and prints milliseconds.
  */
 import { readFileSync } from 'node:fs';
+import { parseArgs } from './args.js';
 
 interface Node { id: number; callFrame: { functionName: string; url: string; lineNumber: number }; children?: number[] }
 interface Profile { nodes: Node[]; samples: number[]; timeDeltas: number[]; startTime: number; endTime: number }
 
-const file = process.argv[2]!;
-const arg = (name: string) => {
-  const i = process.argv.indexOf(name);
-  return i >= 0 ? process.argv[i + 1] : undefined;
-};
+const cli = parseArgs(import.meta.url, { '--top': 1, '--per': 1, '--incl': 1, '--categories': 1, '--stacks': 1 },
+  { positional: 1, usage: 'cpuprofile.ts FILE [--top 40] [--per 1000] [--incl name,name…] [--categories name=fnA|fnB;…] [--stacks NAME]' });
+const file = cli.positional[0]!;
+const arg = cli.value;
 const top = Number(arg('--top') ?? 40);
 const per = Number(arg('--per') ?? 1);
 const incl = (arg('--incl') ?? '').split(',').filter(Boolean);

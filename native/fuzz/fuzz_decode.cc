@@ -102,7 +102,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   nfk::EventFilter filter;
   filter.tables.insert({2, "nfkeeper"});
-  filter.ignorePorts.insert(1234);
+  filter.ignorePorts.emplace(1234, nfk::EventFilter::kEveryGeneration);
+  filter.ignorePorts.emplace(4321, 100);  // a port left: ours up to generation 100
   nfk::EventFilter all;
   all.allTables = true;
   nfk::EventBatcher batcher, batcherAll;

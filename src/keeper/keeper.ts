@@ -36,6 +36,9 @@ export { checkOnce, cleanup, type CheckResult } from './oneshot.js';
 export type { Cause, KeeperStatus, PassOutcome, RepairReport, TraceMark } from './outcome.js';
 export type { KeeperOptions } from './state.js';
 
+/** The ports our socket left that the monitor still takes our commits from (each bounded by a generation): the newest few. */
+const LEFT_PORTS = 4;
+
 export class Keeper extends EventEmitter {
   readonly metrics: KeeperMetrics;
   /** Who made the foreign changes to the owned tables, and what answered them. */
@@ -56,6 +59,8 @@ export class Keeper extends EventEmitter {
   /** The restart record (record.ts), when the options name its directory. */
   private readonly recorder?: Recorder;
   private lastTickAt = 0;
+  /** Ports the socket left, each with the last generation a commit of ours on it can have. */
+  private leftPorts: (readonly [port: number, upTo: number])[] = [];
 
   constructor(private readonly options: KeeperOptions) {
     super();
@@ -135,8 +140,12 @@ export class Keeper extends EventEmitter {
         onBatch: (b) => this.onEvents(b),
       });
       // Our own commits are told by the port id: a socket moved to another port (an interrupted
-      // dump's replacement, its old port taken) has the filter follow it.
-      sock.onPortChange?.(() => this.refilter());
+      // dump's replacement, its old port taken) has the filter follow it, and keep the old port for
+      // the commits of ours on it still to be read.
+      sock.onPortChange?.((_now, left) => {
+        this.leftPorts = [...this.leftPorts, [left.port, left.upTo] as const].slice(-LEFT_PORTS);
+        this.refilter();
+      });
       const monitor = k.monitor;
       if (follow && monitor.progress && monitor.anchor) k.view.followEvents(() => monitor.progress!(), () => k.stopped);
       if (!monitor.subscribe) this.anchor();
@@ -226,9 +235,9 @@ export class Keeper extends EventEmitter {
       k.retired = previous.retired;
       this.install(previous.config, previous.owners);
       this.metrics.reloadFailed.set(1);
-      this.log.error({ err: (refused as Error).message }, 'the kernel refused the new config; the old one stays in force');
       await this.request('reload', performance.now()).catch((e) => this.reporter.fail(e));
       await this.idle();
+      // Said by the caller, who has more to do first (the daemon writes its reload status file).
       throw refused;
     }
     await this.idle();
@@ -258,10 +267,10 @@ export class Keeper extends EventEmitter {
     await this.idle();
   }
 
-  /** The monitor's filter: the tables we own, and our socket's port id as it is now. */
+  /** The monitor's filter: the tables we own, our socket's port id as it is now, and the ports it left. */
   private refilter(): void {
     const k = this.k;
-    k.monitor?.setFilter(k.ownedTables(), k.sock ? [k.sock.portId] : []);
+    k.monitor?.setFilter(k.ownedTables(), k.sock ? [k.sock.portId, ...this.leftPorts] : []);
   }
 
   private install(config: Config, owners: readonly Owner[]): void {

@@ -57,7 +57,7 @@ export interface NativeSocket {
 
 export interface NativeMonitor {
   close(): void;
-  setFilter(tables: [string, string][] | null, ignorePorts: number[]): void;
+  setFilter(tables: [string, string][] | null, ignorePorts: readonly (number | readonly [number, number])[]): void;
   progress(): [number, number, number];
   anchor(generation: number, overflowsSeen: number): void;
   /** Joins the nftables group (a monitor opened with subscribeLater). Absent from an addon built before it, which subscribes at open. */
@@ -82,7 +82,7 @@ export interface Addon {
    */
   NftMonitor: new <Batch>(netns: string | undefined,
     onBatch: (batch: Batch, lastGeneration: number, runStart: number, delivered: number) => void,
-    tables: [string, string][] | null, ignorePorts: number[], ownCommits?: boolean,
+    tables: [string, string][] | null, ignorePorts: readonly (number | readonly [number, number])[], ownCommits?: boolean,
     receiveBuffer?: number, subscribeLater?: boolean) => NativeMonitor;
   init(errorClass: typeof NetlinkError): void;
   sdNotify(socketPath: string, message: string): number;

@@ -9,7 +9,7 @@ import type { KernelCode } from './kernel-code.js';
 import type { Batch } from './batch.js';
 import type { Op } from './ops.js';
 import type { Family } from './expr.js';
-import type { MonitorOptions, MonitorProgress, Reaction } from './events.js';
+import type { IgnoredPort, MonitorOptions, MonitorProgress, Reaction } from './events.js';
 import type { Chain, ChainDigests, NftObj, NftSet, Rule, SetElement, Table } from './objects.js';
 
 export interface CommitOptions {
@@ -63,6 +63,12 @@ export interface CommitResult {
   heldByProof?: true;
 }
 
+/** A port id the connection left, and the last generation that can hold a commit of ours on it. */
+export interface PortLeft {
+  port: number;
+  upTo: number;
+}
+
 export interface NftConn {
   /** Netlink port id: the owner of tables this connection creates in protect mode, and the pid of its events. */
   readonly portId: number;
@@ -70,8 +76,10 @@ export interface NftConn {
    * Calls `f` with the new port id when the connection has moved to another one (NftSocket: the
    * socket replaced to end an interrupted dump, its old port taken meanwhile), before the call
    * that moved it settles: whoever keeps the id (the monitor's ignorePorts) takes the new one.
+   * `left`: the old port, and the generation up to which its commits were ours (after it, the
+   * port is the socket's that kept it).
    */
-  onPortChange?(f: (portId: number) => void): void;
+  onPortChange?(f: (portId: number, left: PortLeft) => void): void;
   readonly closed: boolean;
   /** The ruleset generation id; moves on every commit by anyone that changed something. */
   generation(): number;
@@ -128,7 +136,7 @@ export interface NftConn {
 
 /** Change notifications as the keeper consumes them (Monitor implements it). */
 export interface NftWatch {
-  setFilter(tables: { family: Family; name: string }[] | undefined, ignorePorts?: number[]): void;
+  setFilter(tables: { family: Family; name: string }[] | undefined, ignorePorts?: readonly IgnoredPort[]): void;
   close(): void;
   /** What the watcher has seen (the kernel monitor has it; a watcher without it follows nothing). */
   progress?(): MonitorProgress;

@@ -90,12 +90,19 @@ export interface MonitorProgress {
   delivered: number;
 }
 
+/**
+ * A port id whose commits are our own: every one, or ([port, generation]) those up to that
+ * generation, for a port our socket left (NftConn.onPortChange): after it, the port is another
+ * socket's.
+ */
+export type IgnoredPort = number | readonly [port: number, upTo: number];
+
 export interface MonitorOptions {
   netns?: string;
   /** Tables to watch; undefined watches everything. */
   tables?: { family: Family; name: string }[];
   /** Port ids whose commits are not worth a wake-up (our own socket's). */
-  ignorePorts?: number[];
+  ignorePorts?: readonly IgnoredPort[];
   /** Deliver commits of ignorePorts too (foreign: false): the followed part takes its own handles from them. */
   ownCommits?: boolean;
   /** The socket's receive buffer in bytes; default 8 MiB (tests make it small to see ENOBUFS). */

@@ -7,7 +7,7 @@
  */
 import type { Family } from './expr.js';
 import type { SetElement } from './objects.js';
-import type { MonitorBatch, MonitorEvent, MonitorOptions, MonitorProgress, Reaction } from './events.js';
+import type { IgnoredPort, MonitorBatch, MonitorEvent, MonitorOptions, MonitorProgress, Reaction } from './events.js';
 import type { NftConn } from './conn.js';
 import { NftSocket, preencoded } from './socket.js';
 import { loadAddon, type NativeMonitor } from './addon.js';
@@ -104,7 +104,7 @@ export class Monitor {
     return this.native.resume?.() ?? false;
   }
 
-  setFilter(tables: { family: Family; name: string }[] | undefined, ignorePorts: number[] = []): void {
+  setFilter(tables: { family: Family; name: string }[] | undefined, ignorePorts: readonly IgnoredPort[] = []): void {
     this.native.setFilter(toPairs(tables), ignorePorts);
   }
 

@@ -14,7 +14,7 @@ import { validateOp, validateRuleExprs } from './validate.js';
 import type { Expr, Family } from './expr.js';
 import { loadAddon, type Addon, type NativeCommitResult, type NativeSocket } from './addon.js';
 import type { Chain, ChainDigests, NftObj, NftSet, Rule, SetElement, Table } from './objects.js';
-import type { CommitOptions, CommitResult, NftConn } from './conn.js';
+import type { CommitOptions, CommitResult, NftConn, PortLeft } from './conn.js';
 
 export interface OpenOptions {
   /** A network namespace file such as /run/netns/NAME or /proc/PID/ns/net; default: this process's. */
@@ -52,7 +52,7 @@ export class NftSocket implements NftConn {
   private interrupted = 0;
   /** The port id last seen, and who is told when it moves (onPortChange). */
   private port: number;
-  private portWatchers: ((portId: number) => void)[] = [];
+  private portWatchers: ((portId: number, left: PortLeft) => void)[] = [];
 
   constructor(options: OpenOptions = {}) {
     if (options.netns !== undefined && (typeof options.netns !== 'string' || options.netns === '')) {
@@ -83,16 +83,24 @@ export class NftSocket implements NftConn {
     return this.native.portId;
   }
 
-  onPortChange(f: (portId: number) => void): void {
+  onPortChange(f: (portId: number, left: PortLeft) => void): void {
     this.portWatchers.push(f);
   }
 
-  /** After a dump the kernel interrupted (the addon may have replaced the socket): tells of a new port. */
+  /**
+   * After a dump the kernel interrupted (the addon may have replaced the socket): tells of a new
+   * port, and up to which generation the old one's commits were ours. None of ours on it came after
+   * the replacement, so the generation now bounds them; another socket's commit on the old port
+   * after it is that socket's (one in the moment between the replacement and this read is taken
+   * as ours, as a forked child's on the shared socket before it always was).
+   */
   private portMoved(): void {
     const now = this.native.portId;
     if (now === this.port) return;
+    // The socket is free unless another call of ours was queued behind the dump: then wait for it.
+    const left = { port: this.port, upTo: this.native.generation(true) ?? this.native.generation()! };
     this.port = now;
-    for (const f of this.portWatchers) f(now);
+    for (const f of this.portWatchers) f(now, left);
   }
 
   /**

@@ -60,7 +60,7 @@ import { describeOp, type Op } from '../../src/netlink/ops.js';
 import { commitArgs, ruleDigester } from '../../src/netlink/socket.js';
 import type { CommitOptions, CommitResult, NftConn, NftHost, NftWatch } from '../../src/netlink/conn.js';
 import type { Expr, Family } from '../../src/netlink/expr.js';
-import type { EventKey, MonitorBatch, MonitorEvent, MonitorOptions, MonitorProgress, Reaction } from '../../src/netlink/events.js';
+import type { EventKey, IgnoredPort, MonitorBatch, MonitorEvent, MonitorOptions, MonitorProgress, Reaction } from '../../src/netlink/events.js';
 import { FAMILY } from '../../src/netlink/expr.js';
 import { SET_F, TABLE_F, type Chain, type ChainDigests, type NftSet, type Rule, type SetElement, type Table } from '../../src/netlink/objects.js';
 import { GenerationMismatchError, NetlinkError, SocketClosedError } from '../../src/base/errors.js';
@@ -143,6 +143,16 @@ export interface Fault {
 }
 
 const key = (family: string, name: string) => `${family} ${name}`;
+
+/** ignorePorts as the addon takes them: port id → the last generation of ours from it (the wider of two). */
+function ignoring(ports: readonly IgnoredPort[]): Map<number, number> {
+  const m = new Map<number, number>();
+  for (const p of ports) {
+    const [port, upTo] = typeof p === 'number' ? [p, Infinity] : p;
+    m.set(port, Math.max(upTo, m.get(port) ?? -1));
+  }
+  return m;
+}
 /** The handles echoed for the ops `echo` names (CommitOptions.echo as a list). */
 const echoedOf = (handles: ReadonlyMap<number, number>, echo: readonly number[]) => new Map([...handles].filter(([i]) => echo.includes(i)));
 const clone = <T>(v: T): T => structuredClone(v);
@@ -867,7 +877,8 @@ interface Armed {
  */
 export class FakeWatch implements NftWatch {
   private tables: Set<string> | undefined;
-  private ignore: Set<number>;
+  /** Port id → the last generation whose commits from it are ours (Infinity: all). */
+  private ignore: Map<number, number>;
   private closed = false;
   /** Commits made but not read yet, in order; an overflow marker drops them. */
   private unread: ({ generation: number; events: MonitorEvent[] } | 'overflow')[] = [];
@@ -885,12 +896,12 @@ export class FakeWatch implements NftWatch {
 
   constructor(private readonly kernel: FakeKernel, private readonly options: Omit<MonitorOptions, 'netns'>) {
     this.tables = options.tables && new Set(options.tables.map((t) => key(t.family, t.name)));
-    this.ignore = new Set(options.ignorePorts ?? []);
+    this.ignore = ignoring(options.ignorePorts ?? []);
   }
 
-  setFilter(tables: { family: Family; name: string }[] | undefined, ignorePorts: number[] = []): void {
+  setFilter(tables: { family: Family; name: string }[] | undefined, ignorePorts: readonly IgnoredPort[] = []): void {
     this.tables = tables && new Set(tables.map((t) => key(t.family, t.name)));
-    this.ignore = new Set(ignorePorts);
+    this.ignore = ignoring(ignorePorts);
   }
 
   close(): void {
@@ -1047,7 +1058,7 @@ export class FakeWatch implements NftWatch {
     if (wanted.length === 0) return undefined;
     const prevTouched = this.lastTouched;
     if (generation > this.lastTouched) this.lastTouched = generation;
-    const foreign = wanted.some((e) => !this.ignore.has(e.portId));
+    const foreign = wanted.some((e) => !(generation <= (this.ignore.get(e.portId) ?? -1)));
     if (!foreign && (!this.options.ownCommits || skipped)) return undefined;
     this.delivered++;
     return {

@@ -157,6 +157,40 @@ describe('monitor', () => {
     });
   });
 
+  it('a port ignored up to a generation: its commits up to it are ours, after it another socket\'s (a port our socket left)', async () => {
+    await withNetns(async (ns) => {
+      const s = open({ netns: ns.path });
+      const current = open({ netns: ns.path });
+      await s.commit(ownedSetup());
+      const inbox = new Inbox();
+      const g = s.generation();
+      // s's port as a port left after generation g + 1 (the socket now on `current`'s); given twice, the wider counts.
+      const m = new Monitor({ netns: ns.path, tables: [{ family: F, name: T }], ignorePorts: [current.portId, [s.portId, g], [s.portId, g + 1]],
+        ownCommits: true, onBatch: inbox.push });
+      const rule: Op = { verb: 'add', object: 'rule', family: F, table: T, chain: C, exprs: [{ kind: 'counter' }] };
+      try {
+        await s.commit([rule]);
+        expect(await inbox.next()).toMatchObject({ generation: g + 1, foreign: false });
+        await s.commit([rule]);
+        expect(await inbox.next()).toMatchObject({ generation: g + 2, foreign: true });
+        await current.commit([rule]);
+        expect(await inbox.next()).toMatchObject({ generation: g + 3, foreign: false });
+        // Bounded again, above what it has made: ours once more; a plain port id, every commit.
+        m.setFilter([{ family: F, name: T }], [[s.portId, g + 4]]);
+        await s.commit([rule]);
+        expect(await inbox.next()).toMatchObject({ generation: g + 4, foreign: false });
+        m.setFilter([{ family: F, name: T }], [s.portId]);
+        await s.commit([rule]);
+        expect(await inbox.next()).toMatchObject({ generation: g + 5, foreign: false });
+        expect(() => m.setFilter([{ family: F, name: T }], [[s.portId]] as never)).toThrow(/port ids or \[port id, generation\]/);
+      } finally {
+        m.close();
+        current.close();
+        s.close();
+      }
+    });
+  });
+
   it('progress() inside the callback is what the addon reads outside it', async () => {
     await withNetns(async (ns) => {
       const s = open({ netns: ns.path });
