@@ -38,6 +38,14 @@ struct DumpState : DumpRequest {
   mnl_socket* via = nullptr;
   uint32_t seq = 0;
   bool interrupted = false;
+  // A rule dump of one table watches the commits made while it runs (NftSocket::Watch), so that an
+  // interrupted one is still taken when none of them named the table (Notice, Confirm).
+  bool watch = false;
+  // Since the request: a commit named the table (or a notification could not be read), or
+  // notifications were dropped (ENOBUFS). Either way an interrupted dump is not taken.
+  bool spoiled = false;
+  uint32_t lastGen = 0;  // the last NEWGEN's generation, if sawGen
+  bool sawGen = false;
   bool done = false;
   int err = 0;
   std::string message;
@@ -94,6 +102,112 @@ struct DumpState : DumpRequest {
     done = true;
   }
 
+  // The interrupted dump's messages can still be taken: no commit since the request named the table.
+  bool Exact() const { return watch && !spoiled; }
+  // An interrupted dump that can no longer be taken keeps nothing.
+  void Spoil() {
+    spoiled = true;
+    if (interrupted) {
+      messages.clear();
+      ForgetDigests();
+    }
+  }
+  // An interrupted dump taken only after Confirm.
+  bool NeedsConfirm() const { return done && err == 0 && interrupted && Exact(); }
+
+  // A datagram of notifications (the watch): each commit's changes, each naming its table in its
+  // first attribute (type 1 for tables, chains, rules, sets, elements, objects and flowtables),
+  // then its NEWGEN. Anything else, or anything unreadable, counts as naming this table.
+  void Notice(const uint8_t* data, ssize_t n) {
+    const nlmsghdr* nlh = reinterpret_cast<const nlmsghdr*>(data);
+    int len = static_cast<int>(n);
+    for (; MessageOk(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
+      if (NFNL_SUBSYS_ID(nlh->nlmsg_type) != NFNL_SUBSYS_NFTABLES || !HasNfgenmsg(nlh)) {
+        Spoil();
+        continue;
+      }
+      const uint16_t type = NFNL_MSG_TYPE(nlh->nlmsg_type);
+      if (type == NFT_MSG_NEWGEN) {
+        uint32_t id = 0;
+        if (!DecodeGeneration(nlh, &id)) {
+          Spoil();
+          continue;
+        }
+        lastGen = id;
+        sawGen = true;
+        continue;
+      }
+      if (!NamesAnotherTable(nlh, type)) Spoil();
+    }
+    if (len > 0) Spoil();  // a truncated message
+  }
+
+  bool NamesAnotherTable(const nlmsghdr* nlh, uint16_t type) const {
+    switch (type) {
+      case NFT_MSG_NEWTABLE: case NFT_MSG_DELTABLE: case NFT_MSG_NEWCHAIN: case NFT_MSG_DELCHAIN:
+      case NFT_MSG_NEWRULE: case NFT_MSG_DELRULE: case NFT_MSG_NEWSET: case NFT_MSG_DELSET:
+      case NFT_MSG_NEWSETELEM: case NFT_MSG_DELSETELEM: case NFT_MSG_NEWOBJ: case NFT_MSG_DELOBJ:
+      case NFT_MSG_NEWFLOWTABLE: case NFT_MSG_DELFLOWTABLE:
+        break;
+      default:
+        return false;
+    }
+    const nfgenmsg* g = static_cast<const nfgenmsg*>(mnl_nlmsg_get_payload(nlh));
+    if (family != 0 && g->nfgen_family != family) return true;
+    const nlattr* a = static_cast<const nlattr*>(mnl_nlmsg_get_payload_offset(nlh, sizeof(nfgenmsg)));
+    const int left = static_cast<int>(reinterpret_cast<const char*>(nlh) + nlh->nlmsg_len - reinterpret_cast<const char*>(a));
+    if (!mnl_attr_ok(a, left) || mnl_attr_get_type(a) != 1) return false;
+    const char* name = static_cast<const char*>(mnl_attr_get_payload(a));
+    return table != std::string(name, strnlen(name, mnl_attr_get_payload_len(a)));
+  }
+
+  // After an interrupted dump's end (watched, nothing spoiled yet): the generation now, then the
+  // notifications up to its NEWGEN. Every commit between the dump's first and last datagram is one of
+  // these, seen whole (they come after the request, changes before their NEWGEN; ENOBUFS if any was
+  // dropped): none named the table, so every datagram saw the table as it is, and the dump is taken.
+  // Gate held; may wait for a commit in progress to announce itself (SO_RCVTIMEO bounds it).
+  void Confirm(NftSocket* sock) {
+    const uint32_t gseq = sock->NextSeq(1);
+    std::vector<uint8_t> req;
+    EncodeRequest(&req, NFT_MSG_GETGEN, AF_UNSPEC, 0, gseq, {});
+    if (sock->SendAll(via, req.data(), req.size()) < 0) Spoil();
+    bool have = false;
+    uint32_t now = 0;
+    while (Exact() && !(have && sawGen && static_cast<int32_t>(lastGen - now) >= 0)) {
+      uint32_t groups = 0;
+      ssize_t n = sock->Recv(via, 0, &groups);
+      if (n < 0) {
+        Spoil();  // ENOBUFS (a notification dropped), or no answer in time
+        break;
+      }
+      if (groups != 0) {
+        Notice(sock->buffer().data(), n);
+        continue;
+      }
+      const nlmsghdr* nlh = reinterpret_cast<const nlmsghdr*>(sock->buffer().data());
+      int len = static_cast<int>(n);
+      for (; MessageOk(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
+        if (nlh->nlmsg_seq != gseq) continue;
+        if (nlh->nlmsg_type == NLMSG_ERROR) {
+          if (static_cast<const nlmsgerr*>(mnl_nlmsg_get_payload(nlh))->error != 0) Spoil();
+          continue;
+        }
+        if (DecodeGeneration(nlh, &now)) have = true;
+      }
+    }
+    if (Exact()) {
+      interrupted = false;
+      sock->NoteTakenInterrupted();
+    }
+  }
+
+  // Gate held, the dump over: an interrupted one confirmed or not, and the watch left.
+  void Finish(NftSocket* sock) {
+    if (NeedsConfirm()) Confirm(sock);
+    if (watch) sock->Watch(via, false);
+    watch = false;
+  }
+
   // Builds and sends the request; false (with err set) on failure.
   bool Send(NftSocket* sock) {
     uint16_t type = 0;
@@ -139,6 +253,9 @@ struct DumpState : DumpRequest {
     std::vector<uint8_t> req;
     EncodeRequest(&req, type, family, single ? NLM_F_ACK : NLM_F_DUMP, seq, attrs);
     via = sock->DumpSocket();
+    // The rules of one table: the kernel's walk counts that table's rules only (nf_tables_dump_rules
+    // skips other tables before counting), so commits elsewhere cannot shift it.
+    if (kind == DumpKind::Rule && !single && !table.empty()) watch = sock->Watch(via, true);
     if (sock->SendAll(via, req.data(), req.size()) < 0) {
       Fail(errno, std::string("send: ") + std::strerror(errno));
       return false;
@@ -146,8 +263,13 @@ struct DumpState : DumpRequest {
     return true;
   }
 
-  // Takes one datagram; sets `done` at NLMSG_DONE, the closing ack or an error.
-  void Feed(const uint8_t* data, ssize_t n) {
+  // Takes one datagram; sets `done` at NLMSG_DONE, the closing ack or an error. `groups`: a
+  // notification (the watch).
+  void Feed(const uint8_t* data, ssize_t n, uint32_t groups) {
+    if (groups != 0) {
+      Notice(data, n);
+      return;
+    }
     const nlmsghdr* nlh = reinterpret_cast<const nlmsghdr*>(data);
     int len = static_cast<int>(n);
     for (; MessageOk(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
@@ -155,13 +277,12 @@ struct DumpState : DumpRequest {
       // The kernel flags a message, NLMSG_DONE included, when the ruleset's
       // generation differs from the one the previous chunk was built at
       // (nl_dump_check_consistent): what came before and after it are two
-      // different rulesets. Nothing more is kept; the worker ends the dump
-      // (NftSocket::EndDump) or, where it cannot, reads the rest, so the next
-      // request starts on a clean socket.
+      // different rulesets. Unless the watch may still take it (Exact), nothing
+      // more is kept; the worker ends the dump (NftSocket::EndDump) or, where it
+      // cannot, reads the rest, so the next request starts on a clean socket.
       if (nlh->nlmsg_flags & NLM_F_DUMP_INTR) {
         interrupted = true;
-        messages.clear();
-        ForgetDigests();
+        if (!Exact()) Spoil();
       }
       if (nlh->nlmsg_type == NLMSG_DONE) {
         done = true;
@@ -176,7 +297,7 @@ struct DumpState : DumpRequest {
         }
         return;
       }
-      if (interrupted || (filterTable && !ChainInTable(nlh))) continue;
+      if ((interrupted && !Exact()) || (filterTable && !ChainInTable(nlh))) continue;
       if (kind == DumpKind::Rule && ruleMode == 2) {
         TakeDigest(nlh);
         continue;
@@ -321,17 +442,24 @@ class DumpWorker : public Napi::AsyncWorker {
     while (!state_->done) {
       // The kernel walks a long chain again for each datagram: the rest of an interrupted dump
       // of one was seconds of reading, with the socket held and a repair waiting behind it.
-      if (state_->interrupted && sock_->EndDump(state_->via)) {
+      if (state_->interrupted && !state_->Exact() && sock_->EndDump(state_->via)) {
         state_->done = true;
+        state_->watch = false;  // the socket is gone, or a new one
         break;
       }
-      ssize_t n = sock_->Recv(state_->via, 0);
+      uint32_t groups = 0;
+      ssize_t n = sock_->Recv(state_->via, 0, &groups);
+      if (n < 0 && errno == ENOBUFS && state_->watch) {
+        state_->Spoil();  // a notification dropped: the rest of the dump still comes
+        continue;
+      }
       if (n < 0) {
         state_->Fail(errno, std::string("recv: ") + std::strerror(errno));
         break;
       }
-      state_->Feed(sock_->buffer().data(), n);
+      state_->Feed(sock_->buffer().data(), n, groups);
     }
+    if (!sock_->closed()) state_->Finish(sock_);
     sock_->gate().unlock();
   }
 
@@ -368,15 +496,22 @@ Napi::Promise StartDump(Napi::Env env, NftSocket* sock, Napi::Object self, const
     inlineStarted = true;
     if (st->Send(sock)) {
       for (int i = 0; i < kInlineDatagrams && !st->done; i++) {
-        ssize_t n = sock->Recv(st->via, MSG_DONTWAIT);
+        uint32_t groups = 0;
+        ssize_t n = sock->Recv(st->via, MSG_DONTWAIT, &groups);
+        if (n < 0 && errno == ENOBUFS && st->watch) {
+          st->Spoil();
+          continue;
+        }
         if (n < 0) {
           if (errno != EAGAIN && errno != EWOULDBLOCK) st->Fail(errno, std::string("recv: ") + std::strerror(errno));
           break;
         }
-        st->Feed(sock->buffer().data(), n);
+        st->Feed(sock->buffer().data(), n, groups);
       }
     }
-    if (st->done) {
+    // An interrupted dump to confirm waits for notifications: a worker does it.
+    if (st->done && !st->NeedsConfirm()) {
+      st->Finish(sock);
       sock->ReleaseGate();
       st->Settle(env, deferred);
       return deferred.Promise();

@@ -116,6 +116,7 @@ Napi::Function NftSocket::Init(Napi::Env env) {
                          InstanceMethod<&NftSocket::CommitNow>("commitNow"),
                          InstanceAccessor<&NftSocket::GetPortId>("portId"),
                          InstanceAccessor<&NftSocket::GetClosed>("closed"),
+                         InstanceAccessor<&NftSocket::GetTakenInterrupted>("dumpsTakenInterrupted"),
                          InstanceMethod<&NftSocket::NetnsCookie>("netnsCookie"),
                      });
 }
@@ -279,6 +280,10 @@ Napi::Value NftSocket::GetClosed(const Napi::CallbackInfo& info) {
   return Napi::Boolean::New(info.Env(), nl_ == nullptr);
 }
 
+Napi::Value NftSocket::GetTakenInterrupted(const Napi::CallbackInfo& info) {
+  return Napi::Number::New(info.Env(), takenInterrupted_);
+}
+
 int NftSocket::SendAll(mnl_socket* via, const void* data, size_t len) {
   ssize_t n = mnl_socket_sendto(via, data, len);
   if (n < 0) return -1;
@@ -289,7 +294,7 @@ int NftSocket::SendAll(mnl_socket* via, const void* data, size_t len) {
   return 0;
 }
 
-ssize_t NftSocket::Recv(mnl_socket* via, int flags) {
+ssize_t NftSocket::Recv(mnl_socket* via, int flags, uint32_t* groups) {
   for (;;) {
     sockaddr_nl from = {};
     socklen_t fromLen = sizeof(from);
@@ -300,8 +305,24 @@ ssize_t NftSocket::Recv(mnl_socket* via, int flags) {
     // CAP_NET_ADMIN can unicast to our port id; its datagrams are dropped
     // rather than read as acknowledgements or dump messages.
     if (n >= 0 && from.nl_pid != 0) continue;
+    // (A commit's echo comes with the group set too: nlmsg_notify unicasts the skb it multicast.)
+    if (groups != nullptr) *groups = n >= 0 ? from.nl_groups : 0;
     return n;
   }
+}
+
+bool NftSocket::Watch(mnl_socket* via, bool on) {
+  const int fd = mnl_socket_get_fd(via);
+  // Left: what came before leaving is read away too. Joined: an empty queue, so that the kernel
+  // reports the first notification it drops for want of room (ENOBUFS; it reports one per
+  // congestion, and a queue emptied ends it).
+  int group = NFNLGRP_NFTABLES;
+  if (!on) setsockopt(fd, SOL_NETLINK, NETLINK_DROP_MEMBERSHIP, &group, sizeof(group));
+  for (int i = 0; i < 65536; i++) {
+    ssize_t n = recv(fd, buf_.data(), buf_.size(), MSG_DONTWAIT);
+    if (n < 0 && errno != EINTR && errno != ENOBUFS) break;
+  }
+  return !on || setsockopt(fd, SOL_NETLINK, NETLINK_ADD_MEMBERSHIP, &group, sizeof(group)) == 0;
 }
 
 bool NftSocket::EnsureBuffers(size_t bytes, size_t messages) {

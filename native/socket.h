@@ -70,9 +70,15 @@ class NftSocket : public Napi::ObjectWrap<NftSocket>, public Closeable {
   // Called with the gate held. On `via`, this socket or its dump-only one (DumpSocket).
   int SendAll(mnl_socket* via, const void* data, size_t len);
   int SendAll(const void* data, size_t len) { return SendAll(nl_, data, len); }
-  // Reads one datagram into buf_; returns its length or -1 with errno.
-  ssize_t Recv(mnl_socket* via, int flags);
+  // Reads one datagram into buf_; returns its length or -1 with errno. `groups`: set to the
+  // datagram's multicast groups (a notification: non-zero).
+  ssize_t Recv(mnl_socket* via, int flags, uint32_t* groups = nullptr);
   ssize_t Recv(int flags) { return Recv(nl_, flags); }
+  // Called with the gate held. Joins (`on`) or leaves the ruleset's change notifications
+  // (NFNLGRP_NFTABLES) on `via`, reading away first whatever its queue holds (nothing of a request
+  // is pending then): a dump of one table watches the commits made while it runs. False if the
+  // kernel refused to join.
+  bool Watch(mnl_socket* via, bool on);
   std::vector<uint8_t>& buffer() { return buf_; }
   Gate& gate() { return gate_; }
   // Queues `w` to libuv's pool once it holds the gate (now, or when the work before it is done), in
@@ -99,6 +105,8 @@ class NftSocket : public Napi::ObjectWrap<NftSocket>, public Closeable {
   bool Reopen();
   // A commit on this socket carried a table with NFT_TABLE_F_OWNER. Gate held.
   void NoteClaim() { mayOwn_ = true; }
+  // An interrupted dump taken all the same (the watch saw no commit name its table).
+  void NoteTakenInterrupted() { takenInterrupted_++; }
   // Called with the gate held. The socket a dump goes over: this one, unless it may own a table
   // (it cannot be replaced); then a second socket that owns nothing and sends no commit, opened
   // when first needed, in the same namespace with the same options. This one again if that cannot
@@ -122,6 +130,7 @@ class NftSocket : public Napi::ObjectWrap<NftSocket>, public Closeable {
   Napi::Value GetPortId(const Napi::CallbackInfo& info);
   Napi::Value NetnsCookie(const Napi::CallbackInfo& info);
   Napi::Value GetClosed(const Napi::CallbackInfo& info);
+  Napi::Value GetTakenInterrupted(const Napi::CallbackInfo& info);
   Napi::Value Generation(const Napi::CallbackInfo& info);
   Napi::Value Dump(const Napi::CallbackInfo& info);
   Napi::Value Commit(const Napi::CallbackInfo& info);
@@ -138,6 +147,7 @@ class NftSocket : public Napi::ObjectWrap<NftSocket>, public Closeable {
   std::atomic<uint32_t> portId_{0};
   bool ownNamespace_ = true;
   std::atomic<bool> mayOwn_{false};
+  std::atomic<uint32_t> takenInterrupted_{0};
   std::atomic<uint32_t> seq_{1};
   size_t sndbuf_ = 0;
   size_t rcvbuf_ = 0;

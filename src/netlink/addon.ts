@@ -32,6 +32,8 @@ export interface NativeCommitResult {
 export interface NativeSocket {
   readonly portId: number;
   readonly closed: boolean;
+  /** Rule dumps of one table the kernel flagged interrupted and taken all the same (native/dump.cc: Confirm); absent from an addon built before it. */
+  readonly dumpsTakenInterrupted?: number;
   close(): void;
   generation(ifFree?: boolean): number | undefined;
   /** SO_NETNS_COOKIE as a decimal string; undefined where the kernel lacks it. Absent from an older addon. */

@@ -111,6 +111,14 @@ export class NftSocket implements NftConn {
     return this.interrupted;
   }
 
+  /**
+   * Rule dumps of one table the kernel flagged interrupted and taken all the same: the socket
+   * watched the commits while the dump ran, and none of them named the table.
+   */
+  get dumpsTakenInterrupted(): number {
+    return this.native.dumpsTakenInterrupted ?? 0;
+  }
+
   get closed(): boolean {
     return this.native.closed;
   }

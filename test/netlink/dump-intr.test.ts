@@ -203,6 +203,8 @@ describe('dumps interrupted by a concurrent change', () => {
 
   describe('an interrupted dump is ended, not read to its end (native/dump.cc, NftSocket::Reopen)', () => {
     const CUT = 30_000;
+    /** The owned case's table of the long chain: one the socket does not own, which another socket can change. */
+    const LOOSE = 'loose';
 
     /** The inode of the netfilter netlink socket on `port` in `ns`, from the kernel's own table. */
     function inodeOf(ns: Netns, port: number): string | undefined {
@@ -219,22 +221,26 @@ describe('dumps interrupted by a concurrent change', () => {
 
     /**
      * Fills `s`'s table with a chain of CUT rules (`flags` on the table), calls `ready`, then races
-     * a `once` digest dump with a commit.
+     * a `once` digest dump with another socket's commit to the dumped table (a commit to another
+     * table would not spoil it: native/dump.cc, Confirm). A table with flags (owned) refuses other
+     * sockets: the long chain is then in LOOSE, a table of `s`'s it does not own.
      */
     async function raced(s: NftSocket, ns: Netns, flags?: number, ready?: () => Promise<void>): Promise<unknown> {
+      const D = flags !== undefined ? LOOSE : T;
       const setup: Op[] = [{ verb: 'add', object: 'table', family: F, name: T, ...(flags !== undefined ? { flags } : {}) }];
-      for (const name of ['a', 'big', 'z']) setup.push({ verb: 'add', object: 'chain', family: F, table: T, name });
-      for (let k = 0; k < CUT; k++) setup.push({ verb: 'add', object: 'rule', family: F, table: T, chain: 'big', exprs: [{ kind: 'counter' }] });
+      if (D !== T) setup.push({ verb: 'add', object: 'table', family: F, name: D });
+      for (const name of ['a', 'z']) setup.push({ verb: 'add', object: 'chain', family: F, table: T, name });
+      setup.push({ verb: 'add', object: 'chain', family: F, table: D, name: 'big' });
+      for (let k = 0; k < CUT; k++) setup.push({ verb: 'add', object: 'rule', family: F, table: D, chain: 'big', exprs: [{ kind: 'counter' }] });
       await s.commit([...setup, ...writeState(0)]);
       await ready?.();
-      // Another socket's change to a table of its own: a protected table refuses other sockets.
       const writer = open({ netns: ns.path });
       try {
         for (let i = 1; i < 20; i++) {
           // The dump is sent, and its first datagrams read, before dump() returns (the inline
           // start): the commit lands while the kernel still walks the long chain.
-          const dump = s.listRuleDigests({ family: F, table: T, once: true });
-          await writer.commit([{ verb: 'add', object: 'table', family: F, name: `other${i}` }]);
+          const dump = s.listRuleDigests({ family: F, table: D, once: true });
+          await writer.commit([{ verb: 'add', object: 'chain', family: F, table: D, name: `other${i}` }]);
           try {
             await dump;
           } catch (e) {
@@ -308,7 +314,7 @@ describe('dumps interrupted by a concurrent change', () => {
         expect(socketsOf(ns).has(dumpOnly!)).toBe(false);
         // The next dumps go over another dump-only socket, whole; a commit with the generation check
         // goes over the owning one, which still owns the table.
-        const chains = await s.listRuleDigests({ family: F, table: T });
+        const chains = await s.listRuleDigests({ family: F, table: LOOSE });
         expect(chains.find((c) => c.chain === 'big')?.handles.length).toBe(CUT);
         const now = [...socketsOf(ns)].filter(([, p]) => p !== port);
         expect(now).toHaveLength(1);

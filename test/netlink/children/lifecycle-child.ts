@@ -117,10 +117,13 @@ async function main(mode: string, netns: string): Promise<void> {
       const writer = open({ netns });
       const fam = 'ip' as const;
       const table = 'owned';
+      // The long chain in a table the socket does not own, so that the writer can interrupt its dump
+      // with a change to it (a commit to another table would not spoil it: native/dump.cc, Confirm).
+      const loose = 'loose';
       const big = 30_000;
       const ops: Op[] = [{ verb: 'add', object: 'table', family: fam, name: table, flags: 0x2 | 0x4 },
-        { verb: 'add', object: 'chain', family: fam, table, name: 'big' }];
-      for (let i = 0; i < big; i++) ops.push({ verb: 'add', object: 'rule', family: fam, table, chain: 'big', exprs: [{ kind: 'counter' }] });
+        { verb: 'add', object: 'table', family: fam, name: loose }, { verb: 'add', object: 'chain', family: fam, table: loose, name: 'big' }];
+      for (let i = 0; i < big; i++) ops.push({ verb: 'add', object: 'rule', family: fam, table: loose, chain: 'big', exprs: [{ kind: 'counter' }] });
       await s.commit(ops);
       const before = sockets();
       const fill = (): number[] => {
@@ -135,9 +138,9 @@ async function main(mode: string, netns: string): Promise<void> {
       let interrupted = 0;
       for (let i = 0; i < 20 && interrupted === 0; i++) {
         const filler = fill();
-        const dump = s.listRuleDigests({ family: fam, table, once: true });
+        const dump = s.listRuleDigests({ family: fam, table: loose, once: true });
         for (const fd of filler) closeSync(fd);
-        await writer.commit([{ verb: 'add', object: 'table', family: fam, name: `other${i}` }]);
+        await writer.commit([{ verb: 'add', object: 'chain', family: fam, table: loose, name: `other${i}` }]);
         try {
           await dump;
         } catch (e) {
@@ -147,7 +150,7 @@ async function main(mode: string, netns: string): Promise<void> {
       }
       // Listed before the next dump: only a dump opens the dump-only socket.
       const during = added(before, sockets());
-      const whole = (await s.listRuleDigests({ family: fam, table })).find((c) => c.chain === 'big')?.handles.length;
+      const whole = (await s.listRuleDigests({ family: fam, table: loose })).find((c) => c.chain === 'big')?.handles.length;
       const after = added(before, sockets());
       const owned = await s.getTable(fam, table);
       const ok = interrupted === 1 && during.length === 0 && whole === big && after.length === 1
