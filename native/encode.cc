@@ -425,18 +425,8 @@ struct RulePlace {
   bool Follows(uint32_t index) const { return op >= 0 && hasChain && op + 1 == static_cast<int64_t>(index); }
 };
 
-// A rule's bytes encoded before (EncodeBatch's exprBytes): its NFTA_RULE_EXPRESSIONS attribute,
-// and, when `hasUserdata`, its userdata's bytes (none: size 0), which the op's field is then not read for.
-struct PreEncoded {
-  const uint8_t* exprs = nullptr;
-  size_t exprsSize = 0;
-  bool hasUserdata = false;
-  const uint8_t* userdata = nullptr;
-  size_t userdataSize = 0;
-};
-
 void EncodeRule(std::vector<uint8_t>* out, const std::string& verb, const Napi::Object& op,
-                uint32_t seq, const PreEncoded& pre, Hints* hints, RulePlace* place, uint32_t index) {
+                uint32_t seq, const Napi::Value& exprBytes, Hints* hints, RulePlace* place, uint32_t index) {
   // The hint holds only where the place is the op's just before (else every field is read).
   const bool samePlace = hints->SamePlace(index) && place->Follows(index);
   // No field placing it but its chain (kHintPlain): those fields are not read.
@@ -479,15 +469,10 @@ void EncodeRule(std::vector<uint8_t>* out, const std::string& verb, const Napi::
     // such a rule, which has no handle until the commit.
     if (Present(idV)) nftnl_rule_set_u32(r, NFTNL_RULE_ID, U32Of(idV, "id"));
     if (Present(positionIdV)) nftnl_rule_set_u32(r, NFTNL_RULE_POSITION_ID, U32Of(positionIdV, "positionId"));
-    if (pre.hasUserdata) {
-      if (pre.userdataSize > kMaxAttrPayload) throw Napi::TypeError::New(op.Env(), "encoded userdata of a wrong size");
-      if (pre.userdataSize > 0) nftnl_rule_set_data(r, NFTNL_RULE_USERDATA, pre.userdata, pre.userdataSize);
-    } else {
-      Napi::Value userdataV = Prop(op, "userdata");
-      if (Present(userdataV)) {
-        std::vector<uint8_t> d = HexOfValue(userdataV, "userdata");
-        nftnl_rule_set_data(r, NFTNL_RULE_USERDATA, d.data(), d.size());
-      }
+    Napi::Value userdataV = Prop(op, "userdata");
+    if (Present(userdataV)) {
+      std::vector<uint8_t> d = HexOfValue(userdataV, "userdata");
+      nftnl_rule_set_data(r, NFTNL_RULE_USERDATA, d.data(), d.size());
     }
     if (Present(compatV)) {
       // NFTA_RULE_COMPAT: the l4 protocol xt matches such as "tcp" check against.
@@ -501,11 +486,12 @@ void EncodeRule(std::vector<uint8_t>* out, const std::string& verb, const Napi::
     // NFTA_RULE_CHAIN_ID (libnftnl 1.2.4 has no setter for it): a rule of a chain added in this
     // batch by id, as nft adds a bound chain's rules.
     if (Present(chainIdV)) mnl_attr_put_u32(nlh, NFTA_RULE_CHAIN_ID, htonl(U32Of(chainIdV, "chainId")));
-    if (type == NFT_MSG_NEWRULE && pre.exprs != nullptr) {
+    if (type == NFT_MSG_NEWRULE && exprBytes.IsBuffer()) {
       // Encoded before (encodeExprs) from the same, frozen, expressions: the attribute as it was.
-      if (pre.exprsSize < sizeof(nlattr) || pre.exprsSize > 0xffff) throw Napi::TypeError::New(op.Env(), "encoded expressions of a wrong size");
-      std::memcpy(mnl_nlmsg_get_payload_tail(nlh), pre.exprs, pre.exprsSize);
-      nlh->nlmsg_len += MNL_ALIGN(pre.exprsSize);
+      Napi::Buffer<uint8_t> b = exprBytes.As<Napi::Buffer<uint8_t>>();
+      if (b.Length() < sizeof(nlattr) || b.Length() > 0xffff) throw Napi::TypeError::New(op.Env(), "encoded expressions of a wrong size");
+      std::memcpy(mnl_nlmsg_get_payload_tail(nlh), b.Data(), b.Length());
+      nlh->nlmsg_len += MNL_ALIGN(b.Length());
     } else if (type == NFT_MSG_NEWRULE) {
       Napi::Value exprs = Prop(op, "exprs");
       if (!exprs.IsArray()) throw Napi::TypeError::New(op.Env(), "'exprs' must be an array");
@@ -932,21 +918,6 @@ void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneratio
   std::optional<Keys> keys;
   RulePlace place;
   Hints hint(hints, ops.Length());
-  // exprBytes as { bytes, at }: one buffer for all the ops' encoded rules, 4 words per op in `at`.
-  const uint8_t* oneBuffer = nullptr;
-  size_t oneBufferSize = 0;
-  const uint32_t* at = nullptr;
-  if (exprBytes.IsObject() && !exprBytes.IsArray()) {
-    Napi::Object o = exprBytes.As<Napi::Object>();
-    Napi::Value b = o.Get("bytes"), a = o.Get("at");
-    if (!b.IsBuffer() || !a.IsTypedArray() || a.As<Napi::TypedArray>().TypedArrayType() != napi_uint32_array
-        || a.As<Napi::Uint32Array>().ElementLength() < 4 * static_cast<size_t>(ops.Length())) {
-      throw Napi::TypeError::New(env, "commit: encoded rules take { bytes: Buffer, at: Uint32Array of 4 words per op }");
-    }
-    oneBuffer = b.As<Napi::Buffer<uint8_t>>().Data();
-    oneBufferSize = b.As<Napi::Buffer<uint8_t>>().Length();
-    at = a.As<Napi::Uint32Array>().Data();
-  }
   for (uint32_t i = 0; i < ops.Length(); i++) {
     if (i % kOpsPerScope == 0) {
       keys.reset();
@@ -967,27 +938,10 @@ void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneratio
       if (object == "table") EncodeTable(&out->bytes, verb, op, next, &out->claimsTable);
       else if (object == "chain") EncodeChain(&out->bytes, verb, op, next);
       else if (object == "rule") {
-        PreEncoded pre;
-        if (at != nullptr) {
-          // Op i's words: its attribute's offset and size (size 0: not encoded), its userdata's offset and size.
-          const uint32_t* w = at + 4 * static_cast<size_t>(i);
-          if (w[1] != 0) {
-            if (static_cast<size_t>(w[0]) + w[1] > oneBufferSize || static_cast<size_t>(w[2]) + w[3] > oneBufferSize) {
-              throw Napi::TypeError::New(env, "encoded rule out of its buffer");
-            }
-            pre = { oneBuffer + w[0], w[1], true, oneBuffer + w[2], w[3] };
-          }
-        } else if (exprBytes.IsArray()) {
-          Napi::Value v = exprBytes.As<Napi::Array>().Get(i);
-          if (v.IsBuffer()) {
-            Napi::Buffer<uint8_t> b = v.As<Napi::Buffer<uint8_t>>();
-            pre.exprs = b.Data();
-            pre.exprsSize = b.Length();
-          }
-        }
-        size_t from = out->bytes.size();
+        Napi::Value pre = exprBytes.IsArray() ? exprBytes.As<Napi::Array>().Get(i) : Napi::Value();
+        size_t at = out->bytes.size();
         EncodeRule(&out->bytes, verb, op, next, pre, &hint, &place, i);
-        if (digests && verb != "delete") out->toDigest.emplace_back(i, from);
+        if (digests && verb != "delete") out->toDigest.emplace_back(i, at);
       }
       else if (object == "set") messages = EncodeSet(&out->bytes, verb, op, next);
       else if (object == "element") messages = EncodeElementOp(&out->bytes, verb, op, next);

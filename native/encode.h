@@ -33,9 +33,7 @@ struct EncodedBatch {
 // NFNL_BATCH_GENID so the kernel refuses the batch if the ruleset moved on.
 // Throws a NetlinkError (EINVAL) naming the op index on malformed input.
 // `exprBytes`, when an array, holds per op index either a Buffer from EncodeExpressions (that
-// op's exprs, encoded before) or nothing (encode them now); when { bytes, at }, one Buffer and a
-// Uint32Array of 4 words per op: the offset and size of its exprs' attribute in `bytes` (size 0:
-// encode them now), and of its userdata (size 0: none), which the op's own field is then not read for. With `digests`, the rules to digest
+// op's exprs, encoded before) or nothing (encode them now). With `digests`, the rules to digest
 // are noted (EncodedBatch::toDigest) for DigestEncodedRules.
 // `hints`, when a Uint32Array of at least one word per op (src/netlink/socket.ts, encodeHints),
 // says what need not be read through N-API. An op's word: kHintPlain, that it is a rule op with

@@ -832,7 +832,8 @@ class CachedRules {
     const tx = u16le(enc, o + 4);
     const st = u16le(enc, o + 6);
     const from = o + ENCODED_HEAD;
-    const out: EncodedRule = { bytes: enc, exprsFrom: from, exprsSize: len, userdataFrom: from + len, userdataSize: ud };
+    const exprs = enc.subarray(from, from + len);
+    const out: EncodedRule = ud === 0 ? { exprs } : { exprs, userdata: enc.toString('hex', from + len, from + len + ud) };
     if (tx !== 0) out.text = textOf(enc.subarray(from + len + ud, from + len + ud + tx));
     if (st !== 0) {
       const at = from + len + ud + tx;

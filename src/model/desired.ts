@@ -56,16 +56,12 @@ export interface LateRules {
 }
 
 /**
- * A rule as a batch adds it, without its expressions made: `bytes` holds from `exprsFrom` on the
- * NFTA_RULE_EXPRESSIONS attribute encodeExprs() gives for the rule's expressions, from
- * `userdataFrom` on the rule's userdata's bytes (size 0: none): one buffer for many rules (EncodedRuleOp).
+ * A rule as a batch adds it, without its expressions made: `exprs` is the NFTA_RULE_EXPRESSIONS
+ * attribute encodeExprs() gives for the rule's expressions, `userdata` the rule's.
  */
 export interface EncodedRule {
-  bytes: Buffer;
-  exprsFrom: number;
-  exprsSize: number;
-  userdataFrom: number;
-  userdataSize: number;
+  exprs: Buffer;
+  userdata?: string;
   /** The rule's text (compiled.text), where it was kept: a plan prints it without making the rule. */
   text?: string;
   /** Its anonymous sets (compiled.sets), added before it; absent: none. */

@@ -29,9 +29,6 @@ export interface NativeCommitResult {
   unnamed?: (string | undefined)[];
 }
 
-/** A commit's rules encoded before (NativeSocket.commit's exprBytes): per op index, or in one buffer. */
-export type EncodedBytes = readonly (Buffer | undefined)[] | { bytes: Buffer; at: Uint32Array };
-
 export interface NativeSocket {
   readonly portId: number;
   readonly closed: boolean;
@@ -43,9 +40,7 @@ export interface NativeSocket {
     name?: string, single?: boolean, objects?: boolean, ruleMode?: 0 | 1 | 2): Promise<unknown[]>;
   /**
    * exprBytes: per op index, that rule's expressions as encodeExprs() gave them, or undefined
-   * (encoded now); or { bytes, at }, 4 words per op in `at`: where in `bytes` its expressions'
-   * attribute is and its size (0: encoded now), where its userdata is and its size (0: none; the
-   * op's own is not read). An addon built before reads the op's fields instead. digests: the result holds, per op index, the digest of the rule the op writes,
+   * (encoded now). digests: the result holds, per op index, the digest of the rule the op writes,
    * from the bytes sent ('' for other ops). An addon built before that ignores it. With echo and
    * digests, held: per op index, the digest of the rule the kernel echoed for it; unnamed: per op
    * index, a sent rule's digest with its anonymous sets unnamed (CommitResult.unnamed). echoCut: the
@@ -54,10 +49,10 @@ export interface NativeSocket {
    * echo: true, or the op indices whose new rules are echoed (an addon built before echoes all).
    */
   commit(ops: readonly unknown[], generation?: number, echo?: boolean | readonly number[],
-    exprBytes?: EncodedBytes, digests?: boolean, hints?: Uint32Array): Promise<void | NativeCommitResult>;
+    exprBytes?: readonly (Buffer | undefined)[], digests?: boolean, hints?: Uint32Array): Promise<void | NativeCommitResult>;
   /** commit() of a small batch on this thread, or false (not small, or the socket busy): nothing sent. Absent from an older addon. */
   commitNow?(ops: readonly unknown[], generation?: number, echo?: boolean | readonly number[],
-    exprBytes?: EncodedBytes, digests?: boolean, hints?: Uint32Array): void | NativeCommitResult | false;
+    exprBytes?: readonly (Buffer | undefined)[], digests?: boolean, hints?: Uint32Array): void | NativeCommitResult | false;
 }
 
 export interface NativeMonitor {

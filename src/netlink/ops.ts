@@ -26,19 +26,16 @@ export type ObjOp = { verb: 'add' | 'create' | 'delete'; object: 'obj' }
   & Pick<NftObj, 'family' | 'table' | 'name'> & { type: NftObj['type'] & string; handle?: number; userdata?: string; data?: NftObj['data'] };
 
 /**
- * A rule added at the end of its chain whose expressions come encoded already: `bytes` holds, from
- * `exprsFrom` on, the NFTA_RULE_EXPRESSIONS attribute encodeExprs() gives for exactly the
- * expressions `exprs` reads (the compile cache's, checked when it was stored,
- * src/config/compile-cache.ts), and from `userdataFrom` its userdata's bytes (size 0: none). One
- * buffer holds a whole config's rules: the op holds where, not a view or a string of its own (an
- * install's 10,000 ops live from the plan to the commit's follow-up, copied by each scavenge
- * meanwhile). The encoder copies the bytes and the batch's check does not walk the expressions
- * again; `encoded`, `userdata` and `exprs` are made only when something reads them (a small
- * batch's encoder, a description, a follow-up compare), `exprs` the same frozen list the desired
- * chain holds.
+ * A rule added at the end of its chain whose expressions come encoded already: `encoded` is the
+ * NFTA_RULE_EXPRESSIONS attribute encodeExprs() gives for exactly the expressions `exprs` reads
+ * (the compile cache's, checked when it was stored, src/config/compile-cache.ts). The encoder
+ * copies the bytes and the batch's check does not walk the expressions again; `exprs` makes them
+ * only when something reads it (a description, a follow-up compare), the same frozen list the
+ * desired chain holds.
  */
 export class EncodedRuleOp {
-  // The same for every op: on the prototype (below), not in each of an install's 10,000 objects.
+  // The same for every op: on the prototype (below), not in each of an install's 10,000 objects,
+  // which live from the plan to the commit's follow-up and are copied by each scavenge meanwhile.
   declare readonly verb: 'add';
   declare readonly object: 'rule';
   // Fields a rule op may have, undefined: the encoder's hints find none of them set.
@@ -49,18 +46,8 @@ export class EncodedRuleOp {
   declare readonly chainId: undefined;
   declare readonly compat: undefined;
   declare readonly digest: undefined;
-  constructor(readonly family: Family, readonly table: string, readonly chain: string, readonly bytes: Buffer,
-    readonly exprsFrom: number, readonly exprsSize: number, readonly userdataFrom: number, readonly userdataSize: number,
-    private readonly exprsOf: (at: number) => Expr[], private readonly at: number) {}
-
-  /** The NFTA_RULE_EXPRESSIONS attribute. */
-  get encoded(): Buffer {
-    return this.bytes.subarray(this.exprsFrom, this.exprsFrom + this.exprsSize);
-  }
-
-  get userdata(): string | undefined {
-    return this.userdataSize === 0 ? undefined : this.bytes.toString('hex', this.userdataFrom, this.userdataFrom + this.userdataSize);
-  }
+  constructor(readonly family: Family, readonly table: string, readonly chain: string, readonly encoded: Buffer,
+    readonly userdata: string | undefined, private readonly exprsOf: (at: number) => Expr[], private readonly at: number) {}
 
   get exprs(): Expr[] {
     return this.exprsOf(this.at);

@@ -12,7 +12,7 @@ import { Batch } from './batch.js';
 import { EncodedRuleOp, describeOp, type BoundRuleOp, type Op, type RuleOp } from './ops.js';
 import { validateOp, validateRuleExprs } from './validate.js';
 import type { Expr, Family } from './expr.js';
-import { loadAddon, type Addon, type EncodedBytes, type NativeCommitResult, type NativeSocket } from './addon.js';
+import { loadAddon, type Addon, type NativeCommitResult, type NativeSocket } from './addon.js';
 import type { Chain, ChainDigests, NftObj, NftSet, Rule, SetElement, Table } from './objects.js';
 import type { CommitOptions, CommitResult, NftConn } from './conn.js';
 
@@ -313,30 +313,14 @@ export function preencoded(ops: readonly Op[]): (Buffer | undefined)[] | undefin
   return out;
 }
 
-/**
- * The bytes of the ops that come encoded (EncodedRuleOp): where each op's are in the one buffer
- * they all share (4 words per op: its attribute's offset and size, 0 for an op not encoded; its
- * userdata's offset and size), or by op index where they are in more than one; undefined when none is.
- */
-export function encodedAlready(ops: readonly Op[]): EncodedBytes | undefined {
-  let bytes: Buffer | undefined;
+/** The bytes of the ops that come encoded (EncodedRuleOp), by op index; undefined when none does. */
+function encodedAlready(ops: readonly Op[]): (Buffer | undefined)[] | undefined {
+  let out: (Buffer | undefined)[] | undefined;
   for (let i = 0; i < ops.length; i++) {
     const op = ops[i]!;
-    if (!(op instanceof EncodedRuleOp)) continue;
-    if (bytes === undefined) bytes = op.bytes;
-    else if (op.bytes !== bytes) return ops.map((o) => (o instanceof EncodedRuleOp ? o.encoded : undefined));
+    if (op instanceof EncodedRuleOp) (out ??= new Array<Buffer | undefined>(ops.length))[i] = op.encoded;
   }
-  if (bytes === undefined) return undefined;
-  const at = new Uint32Array(4 * ops.length);
-  for (let i = 0; i < ops.length; i++) {
-    const op = ops[i]!;
-    if (!(op instanceof EncodedRuleOp)) continue;
-    at[4 * i] = op.exprsFrom;
-    at[4 * i + 1] = op.exprsSize;
-    at[4 * i + 2] = op.userdataFrom;
-    at[4 * i + 3] = op.userdataSize;
-  }
-  return { bytes, at };
+  return out;
 }
 
 /**

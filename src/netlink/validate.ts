@@ -64,15 +64,10 @@ function checkHex(index: number, field: string, v: unknown, max = MAX_USERDATA):
 const RULE_EXPRESSIONS = 4, NLA_F_NESTED = 0x8000;
 
 /** `b` is one NFTA_RULE_EXPRESSIONS attribute, its length its own (what encodeExprs gives). */
-function checkEncodedExprs(index: number, op: EncodedRuleOp): void {
-  const b: unknown = op.bytes, at = op.exprsFrom, size = op.exprsSize;
-  if (!Buffer.isBuffer(b) || !(Number.isInteger(at) && at >= 0 && at + size <= b.length) || size < 4 || size > 0xffff
-    || u16le(b, at) !== size || (u16le(b, at + 2) & ~NLA_F_NESTED) !== RULE_EXPRESSIONS) {
+function checkEncodedExprs(index: number, b: unknown): void {
+  if (!Buffer.isBuffer(b) || b.length < 4 || b.length > 0xffff || u16le(b, 0) !== b.length
+    || (u16le(b, 2) & ~NLA_F_NESTED) !== RULE_EXPRESSIONS) {
     throw new InvalidOperationError(index, 'encoded', 'must be one NFTA_RULE_EXPRESSIONS attribute');
-  }
-  const ud = op.userdataFrom, udSize = op.userdataSize;
-  if (!(Number.isInteger(ud) && ud >= 0 && Number.isInteger(udSize) && udSize >= 0 && udSize <= 0xff00 && ud + udSize <= b.length)) {
-    throw new InvalidOperationError(index, 'userdata', 'must be within the encoded bytes');
   }
 }
 
@@ -120,8 +115,7 @@ export function validateOp(op: Op, index: number): void {
       if (op.position !== undefined && op.positionId !== undefined) {
         throw new InvalidOperationError(index, 'positionId', "takes either 'position' or 'positionId', not both");
       }
-      // (an encoded rule's are bytes, checked below: not made into a string to be checked)
-      if (!(op instanceof EncodedRuleOp)) checkHex(index, 'userdata', op.userdata);
+      checkHex(index, 'userdata', op.userdata);
       if ((op.verb === 'replace' || op.verb === 'delete') && op.handle === undefined) {
         throw new InvalidOperationError(index, 'handle', `${op.verb} rule needs the rule's handle`);
       }
@@ -133,7 +127,7 @@ export function validateOp(op: Op, index: number): void {
         checkU32(index, 'compat.flags', op.compat.flags);
       }
       // Encoded already from expressions this check passed when they were stored: only the attribute's frame.
-      if (op instanceof EncodedRuleOp) checkEncodedExprs(index, op);
+      if (op instanceof EncodedRuleOp) checkEncodedExprs(index, op.encoded);
       else if (op.verb !== 'delete') {
         if (!Array.isArray(op.exprs)) throw new InvalidOperationError(index, 'exprs', 'must be an array of expressions');
         validateExprs(op.exprs, index);
