@@ -41,6 +41,7 @@ import { lateRules, madeRules, rulesMade, type ChainConfig, type EncodedRule, ty
 import { addonDigest, addonFileId, addonIdentity } from '../netlink/addon.js';
 import { encodeRuleExprs } from '../netlink/socket.js';
 import type { Expr, Family } from '../netlink/expr.js';
+import type { NftSet } from '../netlink/objects.js';
 import { storedText, withRenderedText, type CompiledRule } from '../rules/compile.js';
 import { localIsUtc } from '../rules/intvalues.js';
 import { MAX_CONFIG_BYTES, loadConfig, type Config, type LoadOptions } from './config.js';
@@ -48,8 +49,8 @@ import { compileCachePathOf } from './cache-key.js';
 
 export { compileCachePathOf, configKeyOf } from './cache-key.js';
 
-/** The file's own format; a file of another format is not used (7: the serialized rest in base64). */
-const FORMAT = 8;
+/** The file's own format; a file of another format is not used (7: the serialized rest in base64; 8: no rule with anonymous sets encoded). */
+const FORMAT = 9;
 
 /**
  * The store's work on a big config, and the making of its rules from the cache, yield every this
@@ -485,8 +486,9 @@ function* serialise(config: Config, header: Header): Sliced<{ body: Buffer[]; en
         }
         const r = c.rules[ri]!;
         const x = r.compiled;
-        // Checked and encoded as a batch would (the check the batch then skips); a rule with sets is made when added.
-        if (isNoSets(x.sets)) enc.put(encodeRuleExprs(x.exprs, prev), x.userdata, storedText(x));
+        // Checked and encoded as a batch would (the check the batch then skips), with its anonymous
+        // sets (their ids are the config's, fixed at its compile); a rule with bound chains is made when added.
+        if (x.bound === undefined) enc.put(encodeRuleExprs(x.exprs, prev), x.userdata, storedText(x), isNoSets(x.sets) ? undefined : x.sets);
         else enc.skip();
         const at = new Array<number>(x.exprs.length);
         for (let i = 0; i < x.exprs.length; i++) {
@@ -543,22 +545,26 @@ function* serialise(config: Config, header: Header): Sliced<{ body: Buffer[]; en
  * A chain's rules encoded, for an install that adds them without making them (EncodedRuleOp): per
  * rule in order, the length of its NFTA_RULE_EXPRESSIONS attribute (u16, little-endian; 0: not
  * stored, the rule is made to be added), the length of its userdata (u16), the length of its text
- * in UTF-8 (u16; 0: none kept), the attribute as encodeExprs() gave it for the rule's expressions,
- * its userdata's bytes, its text. The text is the rule's rendering from the rule alone
- * (storedText), kept where the compile's process rendered it already (apply's plan, printed before
- * the store; nothing is rendered for the store: the daemon's prints no plan, nor an apply to
- * /dev/null): an install's plan prints it
- * without making the rule; where none is kept, the rule is made for its text.
+ * in UTF-8 (u16; 0: none kept), the length of its anonymous sets as JSON (u16; 0: none), the
+ * attribute as encodeExprs() gave it for the rule's expressions, its userdata's bytes, its text,
+ * its sets (the ops added before the rule, as the rule's line has them). The text is the rule's
+ * rendering from the rule alone (storedText), kept where the compile's process rendered it already
+ * (apply's plan, printed before the store; nothing is rendered for the store: the daemon's prints
+ * no plan, nor an apply to /dev/null): an install's plan prints it without making the rule; where
+ * none is kept, the rule is made for its text.
  */
 class EncodedRules {
   private readonly parts: Buffer[] = [];
   private bytes = 0;
   constructor(private readonly n: number) {}
 
-  put(exprs: Buffer, userdata: string | undefined, text: string | undefined): void {
+  put(exprs: Buffer, userdata: string | undefined, text: string | undefined, sets: readonly NftSet[] | undefined): void {
     const ud = userdata === undefined ? undefined : Buffer.from(userdata, 'hex');
     // (userdata that would not come back as the same text, say empty or not lowercase hex: the rule is made)
     if (exprs.length === 0 || exprs.length > 0xffff || (ud !== undefined && (ud.length === 0 || ud.length > 0xffff || ud.toString('hex') !== userdata))) return this.skip();
+    // (sets too big for their length: the rule is made)
+    const st = sets === undefined ? undefined : Buffer.from(JSON.stringify(sets), 'utf8');
+    if (st !== undefined && st.length > 0xffff) return this.skip();
     // (a text too long for its length, or not UTF-8 that comes back as itself: none kept)
     let tx = text === undefined || text === '' ? undefined : Buffer.from(text, 'utf8');
     if (tx !== undefined && (tx.length > 0xffff || tx.toString('utf8') !== text)) tx = undefined;
@@ -566,10 +572,12 @@ class EncodedRules {
     head.writeUInt16LE(exprs.length, 0);
     head.writeUInt16LE(ud?.length ?? 0, 2);
     head.writeUInt16LE(tx?.length ?? 0, 4);
+    head.writeUInt16LE(st?.length ?? 0, 6);
     this.parts.push(head, exprs);
     if (ud) this.parts.push(ud);
     if (tx) this.parts.push(tx);
-    this.bytes += ENCODED_HEAD + exprs.length + (ud?.length ?? 0) + (tx?.length ?? 0);
+    if (st) this.parts.push(st);
+    this.bytes += ENCODED_HEAD + exprs.length + (ud?.length ?? 0) + (tx?.length ?? 0) + (st?.length ?? 0);
   }
 
   skip(): void {
@@ -582,8 +590,8 @@ class EncodedRules {
   }
 }
 
-/** The bytes before each rule's in EncodedRules: the lengths of its attribute, userdata and text. */
-const ENCODED_HEAD = 6;
+/** The bytes before each rule's in EncodedRules: the lengths of its attribute, userdata, text and sets. */
+const ENCODED_HEAD = 8;
 
 /** The files that live beside the entry `path` and go with it: its encoded rules, and what an apply's echo proved of them. */
 export function besideFilesOf(path: string): string[] {
@@ -822,10 +830,18 @@ class CachedRules {
     const len = u16le(enc, o);
     const ud = u16le(enc, o + 2);
     const tx = u16le(enc, o + 4);
+    const st = u16le(enc, o + 6);
     const from = o + ENCODED_HEAD;
     const exprs = enc.subarray(from, from + len);
     const out: EncodedRule = ud === 0 ? { exprs } : { exprs, userdata: enc.toString('hex', from + len, from + len + ud) };
     if (tx !== 0) out.text = textOf(enc.subarray(from + len + ud, from + len + ud + tx));
+    if (st !== 0) {
+      const at = from + len + ud + tx;
+      const sets = JSON.parse(textOf(enc.subarray(at, at + st))) as unknown;
+      // (sealed with the entry: not what was stored only if the store wrote it wrong)
+      if (!Array.isArray(sets) || sets.length === 0) throw new Error(`rule ${j + 1} of chain ${this.chains[g]!.name} is malformed`);
+      out.sets = sets as NftSet[];
+    }
     return out;
   }
 
@@ -857,7 +873,7 @@ class CachedRules {
       let o = nl + 1;
       for (let j = 0; j < n && o + ENCODED_HEAD <= end; j++) {
         from[f + j] = u16le(b, o) === 0 ? NO_BYTES : o;
-        o += ENCODED_HEAD + u16le(b, o) + u16le(b, o + 2) + u16le(b, o + 4);
+        o += ENCODED_HEAD + u16le(b, o) + u16le(b, o + 2) + u16le(b, o + 4) + u16le(b, o + 6);
       }
       if (o !== end) from.fill(NO_BYTES, f, f + n);
       at = end;

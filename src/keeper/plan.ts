@@ -255,6 +255,7 @@ export function planTable(batch: Batch, want: TableConfig, have: HeldTable, diff
     for (let j = 0; j < n; j++) {
       const x = encodedRuleAt(c, j);
       if (x !== undefined) {
+        if (x.sets !== undefined) for (const s of x.sets) batch.add('set', { ...s, family, table });
         batch.push(new EncodedRuleOp(family, table, c.name, x.exprs, x.userdata, exprsAt, j));
         options.onRuleOp?.(c.name, batch.length - 1, j);
         continue;

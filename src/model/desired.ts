@@ -3,7 +3,7 @@
  * the one-shot commands consume it: its chains with their compiled rules, its sets and objects.
  */
 import type { Family, Hex } from '../netlink/expr.js';
-import type { ChainType, Hook } from '../netlink/objects.js';
+import type { ChainType, Hook, NftSet } from '../netlink/objects.js';
 import type { CompiledRule } from '../rules/index.js';
 import type { SetConfig } from './sets.js';
 import type { ObjConfig } from './stateful-objects.js';
@@ -50,7 +50,7 @@ export interface LateRules {
   all(): ChainConfig['rules'];
   /**
    * Rule `j` encoded without making it (EncodedRule), where that is known (undefined: make it): a
-   * rule with anonymous sets never is (their ops come from the rule).
+   * rule with bound chains never is (their ops come from the rule).
    */
   encodedAt?(j: number): EncodedRule | undefined;
 }
@@ -64,6 +64,8 @@ export interface EncodedRule {
   userdata?: string;
   /** The rule's text (compiled.text), where it was kept: a plan prints it without making the rule. */
   text?: string;
+  /** Its anonymous sets (compiled.sets), added before it; absent: none. */
+  sets?: NftSet[];
 }
 
 /** The chains whose rules are not made yet (lateRules): not a key on the chain, which stays as compiled. */

@@ -237,7 +237,7 @@ describe('the compile cache', () => {
     }
   });
 
-  it("each rule's stored encoding is encodeExprs' of the rule the load makes, known before it is made; a rule with anonymous sets has none", () => {
+  it("each rule's stored encoding is encodeExprs' of the rule the load makes, known before it is made; a rule with anonymous sets has them too, as the compile's", () => {
     const files = [join(dir, 'main.nft'), join(dir, 'c.yaml'),
       ...readdirSync(EXAMPLES).filter((f) => /\.(ya?ml|nft)$/.test(f)).map((f) => join(EXAMPLES, f))];
     let encoded = 0, withUserdata = 0, withSets = 0;
@@ -256,11 +256,9 @@ describe('the compile cache', () => {
           for (let j = 0; j < n; j++) {
             const w = want.tables[ti]!.chains[ci]!.rules[j]!.compiled;
             const x = got[j];
-            if (w.sets.length > 0) {
-              withSets++;
-              expect(x, `${file} ${c.name} ${j}`).toBeUndefined();
-              continue;
-            }
+            // Its sets (the ops before it), the compile's; absent for a rule with none.
+            if (w.sets.length > 0) withSets++;
+            expect(x?.sets, `${file} ${c.name} ${j}`).toEqual(w.sets.length > 0 ? w.sets : undefined);
             encoded++;
             if (w.userdata !== undefined) withUserdata++;
             expect(x?.userdata, `${file} ${c.name} ${j}`).toBe(w.userdata);
@@ -350,29 +348,33 @@ describe('the compile cache', () => {
     }
   });
 
-  it('an install from the cache into an empty table adds its rules encoded, planned, checked and encoded without making one', () => {
+  it('an install from the cache into an empty table adds its rules encoded, with their anonymous sets, planned, checked and encoded without making one', () => {
     const file = join(dir, 'main.nft');
     load(file);
     const hit = load(file);
     const want = fresh(file);
+    let withSets = 0;
     for (const [ti, t] of hit.config.tables.entries()) {
       const batch = new Batch();
       planTable(batch, t, { table: undefined, chains: new Map(), rules: new Map() },
         { drift: [{ kind: 'table-missing', family: t.family, table: t.name, detail: '' }], chains: new Map(), elements: new Map() } as unknown as TableDiff);
       const hints = encodeHints(batch.ops);
       const rules = batch.ops.filter((op) => op.object === 'rule');
-      const plain = want.tables[ti]!.chains.flatMap((c) => c.rules).filter((r) => r.compiled.sets.length === 0);
-      expect(rules.filter((op) => op instanceof EncodedRuleOp)).toHaveLength(plain.length);
+      const all = want.tables[ti]!.chains.flatMap((c) => c.rules);
+      expect(rules.filter((op) => op instanceof EncodedRuleOp)).toHaveLength(all.length);
       expect(hints.length).toBeGreaterThan(0);
-      // Only the rules with anonymous sets were made (their sets' ops come from them).
-      for (const c of t.chains) {
-        const sets = want.tables[ti]!.chains.find((w) => w.name === c.name)!.rules.some((r) => r.compiled.sets.length > 0);
-        if (ruleCount(c) > 0 && !sets) expect(rulesMade(c), c.name).toBe(false);
-      }
+      for (const c of t.chains) if (ruleCount(c) > 0) expect(rulesMade(c), c.name).toBe(false);
+      // Each rule's anonymous sets added just before it, as the compile's (the rule's lookups name their ids).
+      const anonymous = (op: (typeof batch.ops)[number]) => op.object === 'set' && op.name.startsWith('__');
+      expect(batch.ops.filter((op) => op.object === 'rule' || anonymous(op)).map((op) => (op.object === 'rule' ? 'rule' : op)))
+        .toEqual(want.tables[ti]!.chains.flatMap((c) => c.rules.flatMap((r) => [
+          ...r.compiled.sets.map((s) => ({ ...s, family: t.family, table: t.name, verb: 'add', object: 'set' })), 'rule'])));
+      withSets += all.filter((r) => r.compiled.sets.length > 0).length;
       // An op's expressions, read, are the rule's (made then).
       const op = rules.find((x) => x instanceof EncodedRuleOp) as EncodedRuleOp | undefined;
       if (op) expect(op.exprs).toBe(ruleAt(t.chains.find((c) => c.name === op.chain)!, 0)!.compiled.exprs);
     }
+    expect(withSets).toBeGreaterThan(0);
   });
 
   it("the commit of that install followed from its echo without making a rule: each known rule the desired rule at its place, looked up when read", () => {
@@ -536,7 +538,7 @@ describe('the compile cache', () => {
         return s;
       };
       const header = JSON.parse(line()) as { format: number };
-      expect(header.format).toBe(8);
+      expect(header.format).toBe(9);
       const counts = JSON.parse(line()) as number[][];
       for (let n = Number(line()); n > 0; n--) line();
       for (const _ of counts.flat()) {
@@ -548,7 +550,7 @@ describe('the compile cache', () => {
       writeSealed(path, cacheDir, [Buffer.from(`${JSON.stringify({ ...header, format: 7 })}\n`), body.subarray(body.indexOf(0x0a) + 1, at),
         Buffer.from(rest.toString('base64'))]);
       const old = load(file);
-      expect(old.cache).toMatchObject({ used: false, why: expect.stringMatching(/is of format 7, not 8$/) });
+      expect(old.cache).toMatchObject({ used: false, why: expect.stringMatching(/is of format 7, not 9$/) });
       expect(old.compiled).toBeGreaterThan(0);
       expectSameGraph(fresh(file), old.config);
       const again = load(file);
