@@ -179,6 +179,8 @@ const REWRITE_EVERY_MS = 300_000;
 export class Recorder {
   /** What the file holds, as far as this process knows: its generation, the desired state it was held against, and whether a read verified it. */
   private held?: { generation: number; desired: readonly TableConfig[]; verified: boolean };
+  /** When `held` was last set: a write that verifies it is tried at once only if none was tried since (then by REWRITE_EVERY_MS, as a failed one is). */
+  private heldAt = -Infinity;
   private writtenAt = -Infinity;
   private digestOf?: { desired: readonly TableConfig[]; digest: string };
 
@@ -224,6 +226,7 @@ export class Recorder {
       return;
     }
     this.held = { generation: r.generation, desired: k.desired, verified: r.verified };
+    this.heldAt = performance.now();
     // What our own commit left and no read verified: read back trustOwnCommitMs from now, as after that commit.
     if (!r.verified) k.trustedSince = performance.now();
     const rest = k.desired.filter((t) => !held.includes(t)).map((t) => `${t.family} ${t.name}`);
@@ -276,7 +279,7 @@ export class Recorder {
     const sock = k.sock;
     if (!sock || sock.closed || k.lastVerified === undefined || this.busy()) return;
     const verified = k.trustedSince === undefined && !k.readBackDue;
-    const verifies = verified && this.held !== undefined && !this.held.verified;
+    const verifies = verified && this.held !== undefined && !this.held.verified && this.writtenAt <= this.heldAt;
     if (!now && !verifies && performance.now() - this.writtenAt < REWRITE_EVERY_MS) return;
     try {
       const generation = sock.generation();
@@ -303,6 +306,7 @@ export class Recorder {
       writeRecord(this.file, this.o.dir, { format: FORMAT, version: this.o.version, bootId: readBootId(this.o.bootIdPath),
         netns: netnsIdentity(sock, k.options.netns), generation, desired: this.digest(), tables, verified });
       this.held = { generation, desired: k.desired, verified };
+      this.heldAt = performance.now();
       k.log.debug({ record: this.file, generation, tables: tables.length, verified }, 'restart record written');
     } catch (e) {
       k.log.warn({ record: this.file, err: (e as Error).message }, 'could not write the restart record; the next start reads the owned tables');
