@@ -212,8 +212,8 @@ describe('faults in the work after ready and in the files it keeps', { timeout: 
         const d = run(config, ns);
         try {
           await waitSaid(d, /^compile(d config stored| cache matches)/);
-          // The restart below adopts from a record: the start from empty writes it once the safety
-          // net's read-back verified its install (its handles derived, nothing read before).
+          // The restart below adopts from a record: the start from empty writes it at ready (not
+          // verified: its handles derived, nothing read before).
           await waitSaid(d, /^restart record (written|matches)/);
         } finally {
           await stop(d);
