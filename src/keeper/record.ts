@@ -179,8 +179,12 @@ const REWRITE_EVERY_MS = 300_000;
 export class Recorder {
   /** What the file holds, as far as this process knows: its generation, the desired state it was held against, and whether a read verified it. */
   private held?: { generation: number; desired: readonly TableConfig[]; verified: boolean };
-  /** When `held` was last set: a write that verifies it is tried at once only if none was tried since (then by REWRITE_EVERY_MS, as a failed one is). */
-  private heldAt = -Infinity;
+  /**
+   * A write marked verified was tried since `held` was last set: the first such write (the first
+   * after a read-back, or after a start that wrote nothing verified) goes at once, later ones (one
+   * failed, say on a full disk) by REWRITE_EVERY_MS.
+   */
+  private verifiedTried = false;
   private writtenAt = -Infinity;
   private digestOf?: { desired: readonly TableConfig[]; digest: string };
 
@@ -226,7 +230,6 @@ export class Recorder {
       return;
     }
     this.held = { generation: r.generation, desired: k.desired, verified: r.verified };
-    this.heldAt = performance.now();
     // What our own commit left and no read verified: read back trustOwnCommitMs from now, as after that commit.
     if (!r.verified) k.trustedSince = performance.now();
     const rest = k.desired.filter((t) => !held.includes(t)).map((t) => `${t.family} ${t.name}`);
@@ -279,7 +282,7 @@ export class Recorder {
     const sock = k.sock;
     if (!sock || sock.closed || k.lastVerified === undefined || this.busy()) return;
     const verified = k.trustedSince === undefined && !k.readBackDue;
-    const verifies = verified && this.held !== undefined && !this.held.verified && this.writtenAt <= this.heldAt;
+    const verifies = verified && !this.held?.verified && !this.verifiedTried;
     if (!now && !verifies && performance.now() - this.writtenAt < REWRITE_EVERY_MS) return;
     try {
       const generation = sock.generation();
@@ -302,11 +305,12 @@ export class Recorder {
         tables.push({ family: t.family, name: t.name, handle: kt.observed.table.handle, chains: chains as RecordedChain[] });
       }
       this.writtenAt = performance.now();
+      if (verified) this.verifiedTried = true;
       if (tables.length === 0) return;
       writeRecord(this.file, this.o.dir, { format: FORMAT, version: this.o.version, bootId: readBootId(this.o.bootIdPath),
         netns: netnsIdentity(sock, k.options.netns), generation, desired: this.digest(), tables, verified });
       this.held = { generation, desired: k.desired, verified };
-      this.heldAt = performance.now();
+      this.verifiedTried = false;
       k.log.debug({ record: this.file, generation, tables: tables.length, verified }, 'restart record written');
     } catch (e) {
       k.log.warn({ record: this.file, err: (e as Error).message }, 'could not write the restart record; the next start reads the owned tables');
