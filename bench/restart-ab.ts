@@ -41,12 +41,17 @@
  * same checkout: a restart that adopts its record against one that has none (a daemon killed
  * between ready and its record's first write, test/reliability/record-window.test.ts).
  *
+ * --kill-after MS: before each measured start, a start from empty of the same build (the ruleset
+ * flushed, its record directory emptied, its compile cache kept) killed with SIGKILL MS after its
+ * `nfkeeper running` line: the measured start is the one after a kill between ready and the record
+ * a read verified (test/reliability/record-window.test.ts), whatever record that build left.
+ *
  * --protect: the config has a second table, ip guard (one chain, one rule), with `protect: true`:
  * the daemon's socket owns a table (protect mode). S8's table stays unprotected, so that nft can
  * delete its rules (--delete-at).
  *
  *   sudo npx tsx bench/restart-ab.ts --a /path/to/checkoutA --b /path/to/checkoutB [--n 100000] [--rounds 3] [--hold-ms 1500] [--from-empty]
- *     [--nft] [--reboot] [--delete-at middle] [--later-ms 3000] [--owners 5] [--dispatch c] [--protect] [--reboot-b]
+ *     [--nft] [--reboot] [--delete-at middle] [--later-ms 3000] [--owners 5] [--dispatch c] [--protect] [--reboot-b] [--kill-after 2000]
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -62,7 +67,7 @@ import { parseArgs } from './lib/args.js';
 
 const USAGE = 'restart-ab.ts --a CHECKOUT --b CHECKOUT [--n 100000] [--rounds 3] [--hold-ms 1500]';
 const cli = parseArgs(import.meta.url, { '--a': 1, '--b': 1, '--n': 1, '--rounds': 1, '--hold-ms': 1, '--nft': 0, '--delete-at': 1, '--later-ms': 1,
-  '--owners': 1, '--dispatch': 1, '--protect': 0, '--reboot-b': 0, '--from-empty': 0, '--reboot': 0 }, { usage: USAGE });
+  '--owners': 1, '--dispatch': 1, '--protect': 0, '--reboot-b': 0, '--from-empty': 0, '--reboot': 0, '--kill-after': 1 }, { usage: USAGE });
 const arg = cli.value;
 const roots = [arg('--a'), arg('--b')] as string[];
 if (!roots[0] || !roots[1]) throw new Error(`usage: ${USAGE}`);
@@ -76,6 +81,7 @@ const OWNERS = Number(arg('--owners', '0'));
 const DISPATCH = arg('--dispatch', 'd')!;
 const PROTECT = cli.has('--protect');
 const REBOOT_B = cli.has('--reboot-b');
+const KILL_AFTER = arg('--kill-after');
 if (!['c', 'd'].includes(DISPATCH)) throw new Error('--dispatch c|d');
 if (DELETE_AT !== undefined && !['first', 'middle', 'last'].includes(DELETE_AT)) throw new Error('--delete-at first|middle|last');
 const CLK_TCK = 100;
@@ -110,12 +116,14 @@ interface Start {
   out: Partial<Run>;
   /** What a kind keeps from before the spawn to after ready. */
   handles?: number[];
+  /** Spawns this build's daemon as the measured start will be; resolves at its `nfkeeper running` line. */
+  launch(): Promise<ReturnType<typeof spawn>>;
 }
 
 /** A kind of start, chosen by its flag: what it does around the timed spawn-to-ready. */
 interface StartKind {
   /** Before the spawn (not timed). */
-  before?(s: Start): void;
+  before?(s: Start): void | Promise<void>;
   /** After ready, before the hold; a measured start only. */
   afterReady?(s: Start): Promise<void>;
 }
@@ -143,6 +151,19 @@ const KINDS: Record<string, StartKind> = {
   },
   // Every start installs the N rules (the record cannot match; a compile cache stored by the warm-up can).
   '--from-empty': { before: (s) => void s.ns.exec('nft', ['flush', 'ruleset']) },
+  // A start from empty killed KILL_AFTER ms after ready: what it left on disk is what the measured start finds.
+  '--kill-after': {
+    before: async (s) => {
+      if (s.warmUp) return;
+      s.ns.exec('nft', ['flush', 'ruleset']);
+      if (s.recordDir) rmSync(s.recordDir, { recursive: true, force: true });
+      const child = await s.launch();
+      await new Promise((r) => setTimeout(r, Number(KILL_AFTER)));
+      const exited = new Promise((r) => child.on('exit', r));
+      child.kill('SIGKILL');
+      await exited;
+    },
+  },
   // As a reboot clears /run: the record goes; a --cache-dir stays.
   '--reboot': { before: (s) => { if (s.recordDir) rmSync(s.recordDir, { recursive: true, force: true }); } },
 };
@@ -154,8 +175,17 @@ async function restart(ns: BenchNetns, root: string, config: string, extra: stri
     ns, warmUp, readyAt: 0, out: {},
     ...(extra.includes('--record-dir') ? { recordDir: extra[extra.indexOf('--record-dir') + 1]! } : {}),
     nextRepair: () => new Promise((r) => repairs.push(r)),
+    launch: async () => {
+      const child = spawn('node', [...daemonNodeFlags(root), join(root, 'bin', 'nfkeeper.js'), 'run', '--config', config, '--netns', ns.path, '--no-metrics', ...extra],
+        { stdio: ['ignore', 'pipe', 'inherit'] });
+      await new Promise<void>((resolve, reject) => {
+        createInterface({ input: child.stdout! }).on('line', (l) => { if (l.includes('"nfkeeper running"')) resolve(); });
+        child.on('exit', () => reject(new Error('nfkeeper run exited before it was running')));
+      });
+      return child;
+    },
   };
-  for (const kind of kinds) kind.before?.(s);
+  for (const kind of kinds) await kind.before?.(s);
   if (REBOOT_B && s.recordDir === join(dir, 'record-1')) rmSync(s.recordDir, { recursive: true, force: true });
   const sock = open({ netns: ns.path });
   try {
@@ -171,7 +201,7 @@ async function restart(ns: BenchNetns, root: string, config: string, extra: stri
     await new Promise<void>((resolve, reject) => {
       createInterface({ input: child.stdout! }).on('line', (l) => {
         const msg = () => (JSON.parse(l) as { msg: string }).msg;
-        if (l.includes('"restart record')) record = msg().split(';')[0];
+        if (l.includes('"restart record')) record = `${msg().split(';')[0]}${l.includes('"verified":false') ? ' (not verified)' : ''}`;
         if (l.includes('"compile cache')) cache = msg().split(';')[0]!.split(':')[0];
         if (l.includes('"compiled config')) cacheStored();
         if (l.includes('"msg":"repaired"')) repairs.shift()?.({ latencyMs: (JSON.parse(l) as { latencyMs: number }).latencyMs, at: performance.now() });

@@ -98,7 +98,7 @@ export class Keeper extends EventEmitter {
     this.eventRepair = new EventRepair(k, this.reporter, this.arming, this.scheduler);
     this.followPass = new FollowPass(k, this.reporter, this.arming, this.scheduler);
     this.fullPass = new FullPass(k, this.reporter, this.scheduler);
-    if (options.record) this.recorder = new Recorder(k, options.record);
+    if (options.record) this.recorder = new Recorder(k, options.record, () => this.scheduler.busy());
   }
 
   /** The socket all writes go through; its port id marks our own events. */
@@ -175,6 +175,9 @@ export class Keeper extends EventEmitter {
     }
     await this.idle();
     this.scheduler.every(this.intervalMs, () => this.tick());
+    // The record of what the start-up left, right after ready (the turn after this one): an
+    // install is marked not verified, and a restart that adopts it reads it back (record.ts).
+    if (this.recorder) setImmediate(() => { if (!k.stopped) this.recorder!.write(); });
   }
 
   /**

@@ -1,11 +1,14 @@
 /**
- * The restart record: what the daemon last verified of its owned tables, kept in a file so that a
+ * The restart record: what the daemon last held of its owned tables, kept in a file so that a
  * restarted daemon can adopt the installed ruleset without reading its rules back (a rule dump of
  * a long chain is quadratic in the kernel: it walks the chain from its head for every 32 KiB it
  * returns). It holds the boot, the namespace, the ruleset generation at which the view held the
  * owned tables exactly (those it did not are left out, and read at the next start), a digest of the
- * desired state it held them as, and per chain the rules' handles and digests in order (what the
- * view's rules and the followed part are made of).
+ * desired state it held them as, per chain the rules' handles and digests in order (what the
+ * view's rules and the followed part are made of), and whether a read verified that (`verified`).
+ * One not verified is what our own commit left (the install of a start from empty, written at
+ * ready): a start that adopts it reads the tables back trustOwnCommitMs later, as the keeper that
+ * committed would have, and then records them as verified.
  *
  * It is trusted only when all of these still hold: the same boot id, the same namespace (its
  * cookie, else its nsfs inode), the same generation (nothing committed anywhere in the namespace
@@ -28,8 +31,13 @@ import { volatileSet } from './owned-table.js';
 import { knownRuleAt } from './rule-key.js';
 import type { KeeperState } from './state.js';
 
-/** The record's own format; a record of another format is not used. */
-const FORMAT = 1;
+/**
+ * The record's own format; a record of another format is not used. 2 added `verified`: a build of
+ * format 1 refuses a record of 2 by its format, so it never adopts one not verified as if it were.
+ * A record of format 1 was written only once a read verified it, and is read as such.
+ */
+const FORMAT = 2;
+const VERIFIED_ONLY_FORMAT = 1;
 
 export interface RecordOptions {
   /** The directory the record lives in (made 0700 if missing). */
@@ -72,6 +80,12 @@ export interface RestartRecord {
   /** desiredDigest of the desired tables (owners merged in) the kernel was verified to hold. */
   desired: string;
   tables: RecordedTable[];
+  /**
+   * A read verified that the kernel holds these rules at this generation. False: our own commit,
+   * the install's echo and derived handles, left them so (trusted, not read): a start that adopts
+   * it arms the read-back as after a commit of its own.
+   */
+  verified: boolean;
 }
 
 /** The file of the keeper of `tables` in the namespace `netns` (undefined: its own), in `dir`. */
@@ -102,13 +116,15 @@ export function readRecord(file: string, dir: string): { record: RestartRecord }
     return { why: `${file} is corrupt: ${(e as Error).message}` };
   }
   const shape = shapeProblem(r);
-  return shape ? { why: `${file} is corrupt: ${shape}` } : { record: r };
+  if (shape) return { why: `${file} is corrupt: ${shape}` };
+  return { record: r.format === VERIFIED_ONLY_FORMAT ? { ...r, verified: true } : r };
 }
 
 /** What is wrong with a parsed record's shape (undefined: nothing). */
 function shapeProblem(r: RestartRecord): string | undefined {
   if (typeof r !== 'object' || r === null) return 'not an object';
-  if (r.format !== FORMAT) return `format ${String(r.format)}, not ${FORMAT}`;
+  if (r.format !== FORMAT && r.format !== VERIFIED_ONLY_FORMAT) return `format ${String(r.format)}, not ${FORMAT}`;
+  if (r.format === FORMAT && typeof r.verified !== 'boolean') return 'a field is missing';
   if (typeof r.version !== 'string' || typeof r.bootId !== 'string' || typeof r.desired !== 'string') return 'a field is missing';
   if (!Number.isSafeInteger(r.generation) || typeof r.netns !== 'object' || r.netns === null || !Array.isArray(r.tables)) return 'a field is missing';
   for (const t of r.tables) {
@@ -143,23 +159,36 @@ export function writeRecord(file: string, dir: string, r: RestartRecord): void {
   writeSealed(file, dir, JSON.stringify(r));
 }
 
-/** How often at most the record is written again while the daemon runs (it is also written at stop). */
+/**
+ * How often at most the record is written again while the daemon runs (it is also written at stop,
+ * and at once when a read verifies what a record not verified held).
+ */
 const REWRITE_EVERY_MS = 300_000;
 
 /**
  * The keeper's side of the record: adopt() before the start-up pass gives the view the rules the
  * record holds (the start-up pass then plans from them, as from any observation at the same
- * generation, and seeds the followed part from them); write() records what the view holds exactly
- * now, when a read verified it (no read-back of our own commit pending), at most every
- * REWRITE_EVERY_MS on the tick and at stop, and not when the file holds it already.
+ * generation, and seeds the followed part from them), and for a record not verified starts the
+ * wait for the read-back (trustedSince), as our own commit does; write() records what the view
+ * holds exactly now, marked verified when a read verified it (no read-back of our own commit
+ * pending), at once after the start-up pass, at most every REWRITE_EVERY_MS on the tick (at once
+ * when it verifies what the file held unverified) and at stop, and not when the file holds it
+ * already. Never while a pass runs: a read-back under way (compared by turns at a big chain) has
+ * verified nothing yet.
  */
 export class Recorder {
-  /** What the file holds, as far as this process knows: its generation and the desired state it was verified against. */
-  private held?: { generation: number; desired: readonly TableConfig[] };
+  /** What the file holds, as far as this process knows: its generation, the desired state it was held against, and whether a read verified it. */
+  private held?: { generation: number; desired: readonly TableConfig[]; verified: boolean };
+  /**
+   * A write marked verified was tried since `held` was last set: the first such write (the first
+   * after a read-back, or after a start that wrote nothing verified) goes at once, later ones (one
+   * failed, say on a full disk) by REWRITE_EVERY_MS.
+   */
+  private verifiedTried = false;
   private writtenAt = -Infinity;
   private digestOf?: { desired: readonly TableConfig[]; digest: string };
 
-  constructor(private readonly k: KeeperState, private readonly o: RecordOptions) {}
+  constructor(private readonly k: KeeperState, private readonly o: RecordOptions, private readonly busy: () => boolean = () => false) {}
 
   /** The file of the owned tables now (a reload that changes them writes where the next start with that config looks). */
   private get file(): string {
@@ -200,9 +229,11 @@ export class Recorder {
       k.log.info({ record: this.file, why }, 'restart record not used; the start-up reads the owned tables');
       return;
     }
-    this.held = { generation: r.generation, desired: k.desired };
+    this.held = { generation: r.generation, desired: k.desired, verified: r.verified };
+    // What our own commit left and no read verified: read back trustOwnCommitMs from now, as after that commit.
+    if (!r.verified) k.trustedSince = performance.now();
     const rest = k.desired.filter((t) => !held.includes(t)).map((t) => `${t.family} ${t.name}`);
-    k.log.info({ record: this.file, generation: r.generation, ...(rest.length ? { read: rest } : {}) },
+    k.log.info({ record: this.file, generation: r.generation, verified: r.verified, ...(rest.length ? { read: rest } : {}) },
       'restart record matches the kernel: the owned tables are adopted as recorded, without reading their rules');
   }
 
@@ -242,18 +273,20 @@ export class Recorder {
 
   /**
    * Records what the view holds exactly at the kernel's generation now, for every owned table it
-   * holds so (the others are read at the next start), when verified by a read: not while our own
-   * commit awaits its read-back. `now`: at stop, not held back by REWRITE_EVERY_MS. Never throws
-   * (a record not written costs the next start a read).
+   * holds so (the others are read at the next start), verified when a read verified it: not while
+   * our own commit (or a record not verified) awaits its read-back. `now`: at stop, not held back by
+   * REWRITE_EVERY_MS. Never throws (a record not written costs the next start a read).
    */
   write(now = false): void {
     const k = this.k;
     const sock = k.sock;
-    if (!sock || sock.closed || k.lastVerified === undefined || k.trustedSince !== undefined || k.readBackDue) return;
-    if (!now && performance.now() - this.writtenAt < REWRITE_EVERY_MS) return;
+    if (!sock || sock.closed || k.lastVerified === undefined || this.busy()) return;
+    const verified = k.trustedSince === undefined && !k.readBackDue;
+    const verifies = verified && !this.held?.verified && !this.verifiedTried;
+    if (!now && !verifies && performance.now() - this.writtenAt < REWRITE_EVERY_MS) return;
     try {
       const generation = sock.generation();
-      if (this.held?.generation === generation && this.held.desired === k.desired) return;
+      if (this.held?.generation === generation && this.held.desired === k.desired && (this.held.verified || !verified)) return;
       const tables: RecordedTable[] = [];
       for (const t of k.desired) {
         const kt = k.view.rulesOf(t);
@@ -262,7 +295,8 @@ export class Recorder {
         const chains = t.chains.map((c) => {
           const rules = kt.observed.rules.get(c.name) ?? [];
           // Verified against this very desired chain (a reload's new one is compared by the next observation first).
-          return kt.verified.get(c.name) === c && rules.length === c.rules.length && rules.every((x) => x.handle)
+          // (ruleCount: a chain of the compile cache is not made for its count)
+          return kt.verified.get(c.name) === c && rules.length === ruleCount(c) && rules.every((x) => x.handle)
             ? { name: c.name, handles: rules.map((x) => x.handle!), digests: rules.map((x) => x.digest ?? '') } : undefined;
         });
         if (chains.some((c) => !c) || kt.observed.chains.size !== t.chains.length) continue;
@@ -271,11 +305,13 @@ export class Recorder {
         tables.push({ family: t.family, name: t.name, handle: kt.observed.table.handle, chains: chains as RecordedChain[] });
       }
       this.writtenAt = performance.now();
+      if (verified) this.verifiedTried = true;
       if (tables.length === 0) return;
       writeRecord(this.file, this.o.dir, { format: FORMAT, version: this.o.version, bootId: readBootId(this.o.bootIdPath),
-        netns: netnsIdentity(sock, k.options.netns), generation, desired: this.digest(), tables });
-      this.held = { generation, desired: k.desired };
-      k.log.debug({ record: this.file, generation, tables: tables.length }, 'restart record written');
+        netns: netnsIdentity(sock, k.options.netns), generation, desired: this.digest(), tables, verified });
+      this.held = { generation, desired: k.desired, verified };
+      this.verifiedTried = false;
+      k.log.debug({ record: this.file, generation, tables: tables.length, verified }, 'restart record written');
     } catch (e) {
       k.log.warn({ record: this.file, err: (e as Error).message }, 'could not write the restart record; the next start reads the owned tables');
     }

@@ -58,7 +58,7 @@ describe('nfkeeper run: the compile cache', { timeout: 180_000 }, () => {
     const cache = readdirSync(dir).find((f) => f.startsWith('compiled-') && f.endsWith('.json'))!;
     expect(statSync(join(dir, cache)).mode & 0o777).toBe(0o600);
     expect(statSync(dir).mode & 0o777).toBe(0o700);
-    // The second start verifies the install by a read and leaves its record at SIGTERM; the third has both.
+    // The first start leaves its record at ready (not verified: its install is not read back yet); the second adopts it; the third has both.
     const second = await runOnce(args, dir);
     expect(said(second, 'compile cache')).toMatch(/^compile cache matches every input/);
     const g = gen();

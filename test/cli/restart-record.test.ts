@@ -1,6 +1,6 @@
 /**
  * `nfkeeper run --record-dir`: the daemon keeps its restart record there (src/keeper/record.ts),
- * written at SIGTERM; the next daemon on the same namespace adopts the ruleset from it without a
+ * written at ready and at SIGTERM; the next daemon on the same namespace adopts the ruleset from it without a
  * commit and says so. `--no-record` keeps none. The record's logic is tested on the kernel in
  * test/keeper/record.test.ts; this is the command line's wiring.
  */
@@ -35,10 +35,13 @@ describe('nfkeeper run: the restart record', { timeout: 120_000 }, () => {
     const config = join(tempDir('cli-record-config'), 'c.yaml');
     writeFileSync(config, YAML);
     const args = ['--config', config, '--record-dir', dir];
-    // The install, then a start that verifies it by a read: that one writes the record at SIGTERM.
+    // The install writes its record at ready, marked not verified (its own commit, not read back
+    // yet); the next start adopts it, and would read it back trustOwnCommitMs later (10 s).
     await runOnce(args);
     const second = await runOnce(args);
-    expect(second.find((l) => String(l.msg).startsWith('restart record'))?.msg).toMatch(/^restart record not used/);
+    const adopted = second.find((l) => String(l.msg).startsWith('restart record'));
+    expect(adopted?.msg).toMatch(/^restart record matches the kernel/);
+    expect(adopted?.verified).toBe(false);
     // The record alone: the compile cache is in --cache-dir (test/cli/compile-cache.test.ts).
     expect(readdirSync(dir).filter((f) => !f.startsWith('restart-'))).toEqual([]);
     const records = readdirSync(dir).filter((f) => f.startsWith('restart-'));

@@ -106,7 +106,7 @@ describe('a failing disk at every write point of the compile cache and the resta
 
   it('the restart record\'s write: thrown to its caller; the old record or the new one whole', () => {
     const record = (generation: number, rules: number): RestartRecord => ({
-      format: 1, version: 'test', bootId: 'b', netns: { dev: 1, ino: 2 }, generation, desired: 'd',
+      format: 2, version: 'test', bootId: 'b', netns: { dev: 1, ino: 2 }, generation, desired: 'd', verified: true,
       tables: [{ family: 'ip', name: 't', handle: 1, chains: [{ name: 'c', handles: Array.from({ length: rules }, (_, i) => i + 2), digests: Array.from({ length: rules }, () => 'x') }] }],
     });
     let runs = 0;

@@ -17,7 +17,7 @@ import { compactAsCompiled } from '../../src/model/compact.js';
 import { ruleCount, rulesMade } from '../../src/model/desired.js';
 import { checkOnce, type Keeper } from '../../src/keeper/keeper.js';
 import { compileOwner } from '../../src/owners/spec.js';
-import { recordPathOf } from '../../src/keeper/record.js';
+import { readRecord, recordPathOf, writeRecord, type RestartRecord } from '../../src/keeper/record.js';
 import type { NftHost } from '../../src/netlink/conn.js';
 import { open } from '../../src/netlink/socket.js';
 import { observedHost, startKeeper } from '../helpers/keeper.js';
@@ -243,6 +243,189 @@ describe('the restart record', { timeout: 120_000 }, () => {
     expect(host.ruleReads).toBe(0);
   });
 });
+
+/**
+ * The record written at ready, not verified (src/keeper/record.ts): a start from empty installs by
+ * its own commit, which no read has verified yet; its record says so, and a start that adopts it
+ * reads the tables back trustOwnCommitMs later, catches a rule the kernel holds otherwise than the
+ * record says, and then rewrites the record as verified. A record of format 1 (written only after a
+ * read) is adopted as verified, as before.
+ */
+describe('the record written at ready, before the read-back', { timeout: 120_000 }, () => {
+  const { ns, sock } = socketPerTest('record-early');
+  let dir: string;
+  let bootFile: string;
+  let keeper: Keeper | undefined;
+  const record = () => ({ dir, version: 'test', bootIdPath: bootFile });
+  const fileOf = () => recordPathOf(dir, ns.path, config().tables);
+  const recorded = (): RestartRecord => {
+    const r = readRecord(fileOf(), dir);
+    if ('why' in r) throw new Error(r.why);
+    return r.record;
+  };
+  /** Replaces the record's body (sealed anew, as nfkeeper writes it). */
+  const rewrite = (f: (r: RestartRecord) => object) => writeRecord(fileOf(), dir, f(recorded()) as RestartRecord);
+
+  beforeEach(() => {
+    dir = tempDir('record-early');
+    bootFile = bootIdFile();
+  });
+  afterEach(async () => {
+    await keeper?.stop();
+    keeper = undefined;
+  });
+
+  /** A start from empty, stopped before any read-back: the record it wrote at ready. */
+  async function install(): Promise<RestartRecord> {
+    const first = await startKeeper(ns, { config: config(), record: record() });
+    await until('the record written', () => readdirSync(dir).includes(fileOf().split('/').pop()!));
+    await first.stop();
+    return recorded();
+  }
+
+  /** A keeper on `ns` with the record and a short trustOwnCommitMs, counting its rule reads. */
+  async function restart(trustOwnCommitMs: number) {
+    const host = countingHost(ns);
+    const log = captureLog();
+    keeper = await startKeeper(ns, { config: config(), record: record(), host, logger: log.logger, intervalMs: 50, trustOwnCommitMs });
+    const line = log.lines.find((l) => String(l.msg).startsWith('restart record'));
+    return { host, line: line!, readsAtReady: host.ruleReads };
+  }
+
+  it('written right after the install, marked not verified, every table with the kernel\'s handles', async () => {
+    const gen = sock.generation();
+    const r = await install();
+    // The install's own commit, nothing read: what the view followed of it is the whole record.
+    expect(r.format).toBe(2);
+    expect(r.verified).toBe(false);
+    expect(sock.generation()).toBe(gen + 1);
+    expect(r.generation).toBe(gen + 1);
+    expect(r.tables.map((t) => `${t.family} ${t.name}`)).toEqual(['ip rec']);
+    const chains = Object.fromEntries(r.tables[0]!.chains.map((c) => [c.name, c.handles]));
+    expect(chains.post).toEqual(handles(ns, 'ip', 'rec', 'post'));
+    expect(chains.side).toEqual(handles(ns, 'ip', 'rec', 'side'));
+  });
+
+  it('adopted with no rule read and nothing written; read back trustOwnCommitMs later, then rewritten as verified', async () => {
+    const r = await install();
+    const before = ns.exec('nft', ['--debug=netlink', 'list', 'ruleset']);
+    const { host, line, readsAtReady } = await restart(400);
+    expect(String(line.msg)).toMatch(/^restart record matches the kernel/);
+    expect(line.verified).toBe(false);
+    expect(readsAtReady).toBe(0);
+    expect(keeper!.isReady()).toBe(true);
+    await until('the read-back', () => host.ruleReads > 0, 10_000);
+    await until('the record rewritten as verified', () => recorded().verified, 10_000);
+    expect(recorded().generation).toBe(r.generation);
+    expect(sock.generation()).toBe(r.generation);
+    expect(ns.exec('nft', ['--debug=netlink', 'list', 'ruleset'])).toBe(before);
+    // Verified now: the next start adopts it and reads nothing back.
+    await keeper!.stop();
+    const again = await restart(200);
+    expect(again.line.verified).toBe(true);
+    await new Promise((res) => setTimeout(res, 800));
+    expect(again.host.ruleReads).toBe(0);
+  });
+
+  it('a rule the kernel holds otherwise than the record says, at its generation: the read-back finds it and puts it back', async () => {
+    await install();
+    const want = chainLines(ns, 'ip', 'rec', 'post');
+    // Replaced in place (same handle), and the record made to claim the generation after it: what a
+    // kernel holding a rule otherwise than it was sent looks like to the record.
+    const h = handles(ns, 'ip', 'rec', 'post')[4]!;
+    ns.nft(`replace rule ip rec post handle ${h} ip saddr 10.1.9.9 ip daddr 192.0.2.1 return\n`);
+    const gen = sock.generation();
+    rewrite((r) => ({ ...r, generation: gen }));
+    const { host, line, readsAtReady } = await restart(400);
+    expect(String(line.msg)).toMatch(/^restart record matches the kernel/);
+    expect(readsAtReady).toBe(0);
+    expect(sock.generation()).toBe(gen);
+    await until('the rule put back', () => chainLines(ns, 'ip', 'rec', 'post').join('\n') === want.join('\n'), 10_000);
+    expect(host.ruleReads).toBeGreaterThan(0);
+    await asDesiredIn(ns, config());
+  });
+
+  it('the installing keeper rewrites it as verified once its own read-back verified the tables', async () => {
+    const log = captureLog();
+    keeper = await startKeeper(ns, { config: config(), record: record(), intervalMs: 50, trustOwnCommitMs: 400, logger: log.logger });
+    await until('the record written', () => readdirSync(dir).includes(fileOf().split('/').pop()!));
+    expect(recorded().verified).toBe(false);
+    const gen = sock.generation();
+    await until('the record rewritten as verified', () => recorded().verified, 10_000);
+    expect(recorded().generation).toBe(gen);
+  });
+
+  it('a read-back under way verifies nothing: a record is not marked verified before it ends, nor at a generation it found wrong', async () => {
+    await install();
+    const want = chainLines(ns, 'ip', 'rec', 'post');
+    const h = handles(ns, 'ip', 'rec', 'post')[4]!;
+    ns.nft(`replace rule ip rec post handle ${h} ip saddr 10.1.9.9 ip daddr 192.0.2.1 return\n`);
+    const gen = sock.generation();
+    rewrite((r) => ({ ...r, generation: gen }));
+    // Each digest dump's answer held back 400 ms (the socket free meanwhile, as while a big chain's
+    // digests are compared by turns): the ticks (50 ms) come in the middle of the read-back.
+    const host = observedHost(ns, ['listRuleDigests'], () => undefined,
+      (_m, _a, result) => (result as Promise<unknown>).then(async (v) => { await new Promise((res) => setTimeout(res, 400)); return v; }));
+    const seen: string[] = [];
+    const watch = setInterval(() => {
+      try {
+        const r = recorded();
+        const state = `${r.generation} ${r.verified}`;
+        if (seen.at(-1) !== state) seen.push(state);
+      } catch { /* being replaced */ }
+    }, 10);
+    try {
+      keeper = await startKeeper(ns, { config: config(), record: record(), host, intervalMs: 50, trustOwnCommitMs: 200 });
+      await until('the rule put back', () => chainLines(ns, 'ip', 'rec', 'post').join('\n') === want.join('\n'), 15_000);
+      // The repair's own read-back (200 ms on, its dump held 400 ms) and a tick after it.
+      await new Promise((res) => setTimeout(res, 1500));
+      expect(seen, seen.join(', ')).not.toContain(`${gen} true`);
+      await until('a verified record after the repair', () => recorded().verified && recorded().generation > gen, 15_000);
+    } finally {
+      clearInterval(watch);
+    }
+  });
+
+  it('a rule changed by nft after the install\'s record: the generation moved, not adopted; read and put back', async () => {
+    await install();
+    const want = chainLines(ns, 'ip', 'rec', 'post');
+    const h = handles(ns, 'ip', 'rec', 'post')[4]!;
+    ns.nft(`replace rule ip rec post handle ${h} ip saddr 10.1.9.9 ip daddr 192.0.2.1 return\n`);
+    const { host, line } = await restart(60_000);
+    expect(`${String(line.msg)}: ${String(line.why)}`).toMatch(/^restart record not used.*generation moved/);
+    expect(host.ruleReads).toBeGreaterThan(0);
+    expect(chainLines(ns, 'ip', 'rec', 'post')).toEqual(want);
+    await asDesiredIn(ns, config());
+  });
+
+  it('a record of format 1 (written by an earlier build, only after a read) is adopted as verified: no read-back', async () => {
+    await install();
+    rewrite(({ verified: _, ...r }) => ({ ...r, format: 1 }));
+    const { host, line } = await restart(200);
+    expect(String(line.msg)).toMatch(/^restart record matches the kernel/);
+    expect(line.verified).toBe(true);
+    await new Promise((res) => setTimeout(res, 800));
+    expect(host.ruleReads).toBe(0);
+  });
+
+  it('a record of format 2 without its mark is not used', async () => {
+    await install();
+    rewrite(({ verified: _, ...r }) => r);
+    const { line } = await restart(60_000);
+    expect(`${String(line.msg)}: ${String(line.why)}`).toMatch(/^restart record not used.*corrupt: a field is missing/);
+  });
+});
+
+/** The kernel holds `c` exactly in `ns`: a decoding one-shot read finds no drift. */
+async function asDesiredIn(ns: Netns, c: Config): Promise<void> {
+  const s = open({ netns: ns.path });
+  try {
+    const r = await checkOnce(s, c, false);
+    expect(r.drift.flatMap((d) => d.drift)).toEqual([]);
+  } finally {
+    s.close();
+  }
+}
 
 /**
  * A restart from the compile cache and the record: the cache gives chains whose rules are made
