@@ -141,7 +141,12 @@ export function planTable(batch: Batch, want: TableConfig, have: HeldTable, diff
     have = { table: undefined, chains: new Map(), rules: new Map() };
   }
   if (!have.table) {
-    batch.add('table', { family, name: table, ...(tableFlags ? { flags: tableFlags } : {}), ...(want.userdata ? { userdata: want.userdata } : {}) });
+    // Observed absent: `create` (NLM_F_EXCL), refused if the table appeared since; a batch confined
+    // to tables it so creates needs no generation check (commitGuarded), so a neighbour's commits to
+    // its own tables cannot keep refusing it. Deleted and added again: `add`, guarded as before.
+    const t = { family, name: table, ...(tableFlags ? { flags: tableFlags } : {}), ...(want.userdata ? { userdata: want.userdata } : {}) };
+    if (tableAgain) batch.add('table', t);
+    else batch.create('table', t);
     for (const c of want.chains) rewrite.add(c.name);
   } else if (tableFlagsOnly) {
     // Claiming an orphan: NEWTABLE with owner|persist on the existing table; its rules stay as they

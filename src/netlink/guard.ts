@@ -4,9 +4,17 @@
  * moved-on ruleset (GenerationMismatchError, nothing changed) start again
  * from a fresh read, a bounded number of times. A plan is therefore never
  * committed over a ruleset it did not see.
+ *
+ * One exception, as sound: a batch whose every op lies in tables it creates
+ * (`create table`, NLM_F_EXCL) is sent without the generation. Chains, sets,
+ * objects and rules belong to one table, so such a batch depends on nothing
+ * but those tables' absence, which the kernel checks atomically (EEXIST, the
+ * batch refused whole, planned again like a moved generation). Commits to
+ * other tables meanwhile cannot refuse it.
  */
-import { GenerationMismatchError, GenerationRetriesExhaustedError } from '../base/errors.js';
+import { GenerationMismatchError, GenerationRetriesExhaustedError, NetlinkError } from '../base/errors.js';
 import type { Batch } from './batch.js';
+import type { Op } from './ops.js';
 import type { CommitResult, NftConn } from './conn.js';
 
 export interface GuardedStep<T> {
@@ -72,15 +80,16 @@ export async function commitGuarded<T>(conn: NftConn, plan: (generation: number,
     const step = await plan(generation, attempt);
     if (!step.batch || step.batch.length === 0) return { value: step.value, attempts: attempt, ops, generation };
     let echoed: CommitResult | undefined;
+    const creates = createsAll(step.batch.ops);
     try {
       const echo = typeof options.echo === 'function' ? options.echo(step.batch) : options.echo;
-      echoed = (await conn.commit(step.batch, { expectGeneration: generation, ...(echo ? { echo } : {}),
+      echoed = (await conn.commit(step.batch, { ...(creates ? {} : { expectGeneration: generation }), ...(echo ? { echo } : {}),
         ...(options.digests ? { digests: true } : {}) })) || undefined;
     } catch (e) {
-      if (e instanceof GenerationMismatchError) {
-        last = e;
+      if (e instanceof GenerationMismatchError || (creates && tableAppeared(e, step.batch.ops))) {
+        if (e instanceof GenerationMismatchError) last = e;
         options.onMismatch?.(attempt);
-        continue;  // someone committed between our read and our write: read again
+        continue;  // someone committed between our read and our write (or created our table): read again
       }
       if (options.replan?.(e, step.batch)) continue;
       throw e;
@@ -94,4 +103,24 @@ export async function commitGuarded<T>(conn: NftConn, plan: (generation: number,
     }
   }
   throw new GenerationRetriesExhaustedError(options.attempts, last);
+}
+
+/** Every op of `ops` lies in a table the batch creates (`create table`) and touches no other way. */
+export function createsAll(ops: readonly Op[]): boolean {
+  const created = new Set<string>();
+  for (const op of ops) {
+    if (op.object === 'table' && op.verb === 'create') created.add(`${op.family} ${op.name}`);
+  }
+  if (created.size === 0) return false;
+  for (const op of ops) {
+    if (op.object === 'table' ? op.verb !== 'create' : !created.has(`${op.family} ${op.table}`)) return false;
+  }
+  return true;
+}
+
+/** The kernel refused a `create table` of the batch: the table exists now (it appeared since the plan). */
+function tableAppeared(e: unknown, ops: readonly Op[]): boolean {
+  if (!(e instanceof NetlinkError) || e.errnoName !== 'EEXIST') return false;
+  const op = ops[e.opIndex];
+  return op?.object === 'table' && op.verb === 'create';
 }
