@@ -327,15 +327,22 @@ describe('the record written at ready, before the read-back', { timeout: 120_000
     expect(again.host.ruleReads).toBe(0);
   });
 
-  it('a rule the kernel holds otherwise than the record says, at its generation: the read-back finds it and puts it back', async () => {
+  /**
+   * Installs, replaces one rule in place (same handle) and makes the record claim the generation
+   * after it: what a kernel holding a rule otherwise than it was sent looks like to the record.
+   */
+  async function installAndReplace(): Promise<{ want: string[]; gen: number }> {
     await install();
     const want = chainLines(ns, 'ip', 'rec', 'post');
-    // Replaced in place (same handle), and the record made to claim the generation after it: what a
-    // kernel holding a rule otherwise than it was sent looks like to the record.
     const h = handles(ns, 'ip', 'rec', 'post')[4]!;
     ns.nft(`replace rule ip rec post handle ${h} ip saddr 10.1.9.9 ip daddr 192.0.2.1 return\n`);
     const gen = sock.generation();
     rewrite((r) => ({ ...r, generation: gen }));
+    return { want, gen };
+  }
+
+  it('a rule the kernel holds otherwise than the record says, at its generation: the read-back finds it and puts it back', async () => {
+    const { want, gen } = await installAndReplace();
     const { host, line, readsAtReady } = await restart(400);
     expect(String(line.msg)).toMatch(/^restart record matches the kernel/);
     expect(readsAtReady).toBe(0);
@@ -356,12 +363,7 @@ describe('the record written at ready, before the read-back', { timeout: 120_000
   });
 
   it('a read-back under way verifies nothing: a record is not marked verified before it ends, nor at a generation it found wrong', async () => {
-    await install();
-    const want = chainLines(ns, 'ip', 'rec', 'post');
-    const h = handles(ns, 'ip', 'rec', 'post')[4]!;
-    ns.nft(`replace rule ip rec post handle ${h} ip saddr 10.1.9.9 ip daddr 192.0.2.1 return\n`);
-    const gen = sock.generation();
-    rewrite((r) => ({ ...r, generation: gen }));
+    const { want, gen } = await installAndReplace();
     // Each digest dump's answer held back 400 ms (the socket free meanwhile, as while a big chain's
     // digests are compared by turns): the ticks (50 ms) come in the middle of the read-back.
     const host = observedHost(ns, ['listRuleDigests'], () => undefined,
