@@ -187,6 +187,11 @@ export class Recorder {
   private verifiedTried = false;
   private writtenAt = -Infinity;
   private digestOf?: { desired: readonly TableConfig[]; digest: string };
+  /**
+   * The namespace the socket was opened in, taken at adopt(): the one the record is of. A write at
+   * stop after the path was deleted or bound to another namespace still names this one.
+   */
+  private netns?: NetnsIdentity;
 
   constructor(private readonly k: KeeperState, private readonly o: RecordOptions, private readonly busy: () => boolean = () => false) {}
 
@@ -209,6 +214,12 @@ export class Recorder {
    */
   async adopt(): Promise<void> {
     const k = this.k;
+    try {
+      this.netns = netnsIdentity(k.sock!, k.options.netns);
+    } catch (e) {
+      k.log.info({ record: this.file, err: (e as Error).message }, 'the namespace could not be identified; no restart record is used or written');
+      return;
+    }
     const read = readRecord(this.file, this.o.dir);
     if ('why' in read) {
       k.log.info({ record: this.file, why: read.why }, 'restart record not used; the start-up reads the owned tables');
@@ -219,7 +230,7 @@ export class Recorder {
     let held: TableConfig[] = [];
     try {
       const sock = k.sock!;
-      why = recordMismatch(r, { version: this.o.version, bootId: readBootId(this.o.bootIdPath), netns: netnsIdentity(sock, k.options.netns),
+      why = recordMismatch(r, { version: this.o.version, bootId: readBootId(this.o.bootIdPath), netns: this.netns,
         generation: sock.generation(), desired: () => this.digest() });
       if (why === undefined) ({ why, held } = await this.seed(r));
     } catch (e) {
@@ -280,7 +291,7 @@ export class Recorder {
   write(now = false): void {
     const k = this.k;
     const sock = k.sock;
-    if (!sock || sock.closed || k.lastVerified === undefined || this.busy()) return;
+    if (!sock || sock.closed || !this.netns || k.lastVerified === undefined || this.busy()) return;
     const verified = k.trustedSince === undefined && !k.readBackDue;
     const verifies = verified && !this.held?.verified && !this.verifiedTried;
     if (!now && !verifies && performance.now() - this.writtenAt < REWRITE_EVERY_MS) return;
@@ -308,7 +319,7 @@ export class Recorder {
       if (verified) this.verifiedTried = true;
       if (tables.length === 0) return;
       writeRecord(this.file, this.o.dir, { format: FORMAT, version: this.o.version, bootId: readBootId(this.o.bootIdPath),
-        netns: netnsIdentity(sock, k.options.netns), generation, desired: this.digest(), tables, verified });
+        netns: this.netns, generation, desired: this.digest(), tables, verified });
       this.held = { generation, desired: k.desired, verified };
       this.verifiedTried = false;
       k.log.debug({ record: this.file, generation, tables: tables.length, verified }, 'restart record written');

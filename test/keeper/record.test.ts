@@ -7,7 +7,7 @@
  * another version, a record cut short or corrupt at any byte, one others may write, none) takes
  * the ordinary start-up: the tables are read, and the kernel ends as desired.
  */
-import { chmodSync, readFileSync, readdirSync, renameSync, writeFileSync } from 'node:fs';
+import { chmodSync, readFileSync, readdirSync, renameSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { parseConfig, type Config } from '../../src/config/config.js';
@@ -144,6 +144,35 @@ describe('the restart record', { timeout: 120_000 }, () => {
       expect(said).toMatch(/^restart record not used.*another network namespace/);
       expect(host.ruleReads).toBeGreaterThan(0);
       await asDesired(config(), other);
+    } finally {
+      await keeper?.stop();
+      keeper = undefined;
+      other.remove();
+    }
+  });
+
+  it('the namespace deleted under the keeper: the record at stop still names the one it was opened in, and nothing is warned', async () => {
+    const other = createNetns('record-gone');
+    try {
+      const log = captureLog();
+      keeper = await startKeeper(other, { config: config(), record: record(), logger: log.logger });
+      await keeper.idle();
+      const id = statSync(other.path);
+      // A repair moves the generation past what the ready-time record holds: the stop writes again.
+      const want = chainLines(other, 'ip', 'rec', 'post');
+      other.nft(`delete rule ip rec post handle ${handles(other, 'ip', 'rec', 'post')[2]!}\n`);
+      await until('the deleted rule back', () => chainLines(other, 'ip', 'rec', 'post').length === want.length);
+      await keeper.idle();
+      const file = fileOf(other.path);
+      const s = open({ netns: other.path });
+      const gen = s.generation();
+      s.close();
+      other.remove();
+      await keeper.stop();
+      keeper = undefined;
+      expect(log.lines.filter((l) => (l.level as number) >= 40)).toEqual([]);
+      const read = readRecord(file, dir);
+      expect('record' in read && read.record).toMatchObject({ generation: gen, netns: { dev: id.dev, ino: id.ino } });
     } finally {
       await keeper?.stop();
       keeper = undefined;
