@@ -5,7 +5,8 @@
  * incremental marking of the config's and the plan's garbage had often begun and could not end
  * while the encoder held the thread, and the install's peak held both (bench/rss.ts and
  * rss-trace.ts show it). One collection costs what the next one V8 would have run costs;
- * one-shot commands never collect here.
+ * one-shot commands never collect here. Also V8's Maglev turned off at run time for an apply
+ * from the compile cache (withoutMaglev, below).
  */
 import { createRequire } from 'node:module';
 
