@@ -31,6 +31,7 @@ const UNIT = [
   'test/rules/property.test.ts',
   'test/netlink/encode-padding.test.ts',
   'test/netlink/handles.test.ts',
+  'test/netlink/creates-all.test.ts',
   'test/netlink/kernel-code.test.ts',
   'test/netlink/schema.test.ts',
   'test/keeper/arming.test.ts',

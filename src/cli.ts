@@ -466,11 +466,14 @@ async function oneShot(o: OneShotOptions, apply: boolean, io: Out): Promise<numb
   let proof: import('./keeper/held-proof.js').ProofEntry | undefined;
   // A cold apply's proof, kept for the token its store gives the entry (CheckResult.keepProof).
   let keepProof: ((token: string) => boolean) | undefined;
+  let maglevBack: (() => void) | undefined;
   const loadCached = async () => {
     const { loadConfigCached } = await import('./config/compile-cache.js');
-    return loadConfigCached(o.config, options, { dir: cacheDir!, version: version(), netns: o.netns });
+    return loadConfigCached(o.config, options, { dir: cacheDir!, version: version(), netns: o.netns, ...(maglevBack ? { compiling: maglevBack } : {}) });
   };
   if (cached) {
+    // Until a compile is needed (heap.ts): an apply from the cache makes no rule.
+    if (apply) maglevBack = (await import('./base/heap.js')).withoutMaglev();
     const loaded = await loadCached();
     config = loaded.config;
     if (apply) store = loaded.store;
@@ -500,6 +503,7 @@ async function oneShot(o: OneShotOptions, apply: boolean, io: Out): Promise<numb
       const { compiledInstead, unmadeRules } = await import('./config/compile-cache.js');
       const why = hit && unmadeRules(hit.make);
       if (why === undefined) throw e;
+      maglevBack?.();
       ({ config, store } = await compiledInstead(hit!.file, why, (said) => io.err(`nfkeeper: ${said}; ${o.config} was compiled`), async (throughCache) => {
         if (!throughCache) return { config: loadConfig(o.config, options), store: undefined };
         const loaded = await loadCached();
@@ -527,6 +531,7 @@ async function oneShot(o: OneShotOptions, apply: boolean, io: Out): Promise<numb
       else progress.note(line);
     }
   }
+  maglevBack?.();
   return code;
 }
 

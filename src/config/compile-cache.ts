@@ -77,6 +77,8 @@ export interface CompileCacheOptions {
    * entry's removal (kept, every start would make it again and fail again).
    */
   lateOnlyIfRemovable?: boolean;
+  /** Called before a miss compiles the config (apply turns V8's Maglev back on: src/base/heap.ts). */
+  compiling?: () => void;
 }
 
 /** What a load did with the cache (`madeNow`: why a hit's rules were made at the load, not late). */
@@ -253,6 +255,7 @@ export function loadConfigCached(file: string, options: LoadOptions, cache: Comp
   } catch (e) {
     why = `${path} is corrupt: ${(e as Error).message}`;
   }
+  cache.compiling?.();
   const { value: config, inputs, unstable } = traced(() => loadConfig(file, options));
   return {
     config,

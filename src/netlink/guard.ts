@@ -80,7 +80,7 @@ export async function commitGuarded<T>(conn: NftConn, plan: (generation: number,
     const step = await plan(generation, attempt);
     if (!step.batch || step.batch.length === 0) return { value: step.value, attempts: attempt, ops, generation };
     let echoed: CommitResult | undefined;
-    const creates = createsAll(step.batch.ops);
+    const creates = step.batch.createsAll;
     try {
       const echo = typeof options.echo === 'function' ? options.echo(step.batch) : options.echo;
       echoed = (await conn.commit(step.batch, { ...(creates ? {} : { expectGeneration: generation }), ...(echo ? { echo } : {}),
@@ -103,19 +103,6 @@ export async function commitGuarded<T>(conn: NftConn, plan: (generation: number,
     }
   }
   throw new GenerationRetriesExhaustedError(options.attempts, last);
-}
-
-/** Every op of `ops` lies in a table the batch creates (`create table`) and touches no other way. */
-export function createsAll(ops: readonly Op[]): boolean {
-  const created = new Set<string>();
-  for (const op of ops) {
-    if (op.object === 'table' && op.verb === 'create') created.add(`${op.family} ${op.name}`);
-  }
-  if (created.size === 0) return false;
-  for (const op of ops) {
-    if (op.object === 'table' ? op.verb !== 'create' : !created.has(`${op.family} ${op.table}`)) return false;
-  }
-  return true;
 }
 
 /** The kernel refused a `create table` of the batch: the table exists now (it appeared since the plan). */

@@ -7,7 +7,7 @@
  * modules that the daemon's packages pull in.
  */
 import { spawn, spawnSync } from 'node:child_process';
-import { chmodSync, chownSync, copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, statSync, truncateSync, utimesSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, truncateSync, utimesSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { main } from '../../src/cli.js';
@@ -270,6 +270,32 @@ describe('the bundled daemon', () => {
     expect(warm.status, warm.stderr).toBe(0);
     expect(warm.stderr).toMatch(/compile cache matches every input/);
     expect(cold.stderr).not.toMatch(/compile cache matches every input/);
+  });
+
+  it('an apply from the compile cache (V8 flags changed while it runs) writes a code cache entry the next apply takes', () => {
+    const dir = tempDir('bundle-warm-code-cache');
+    const config = join(dir, 'big.nft');
+    const rules = Array.from({ length: 1_000 }, (_, i) => `\t\tip saddr 10.1.${i >> 8}.${i & 255} counter accept\n`).join('');
+    writeFileSync(config, `table ip wc {\n\tchain input {\n\t\ttype filter hook input priority filter; policy accept;\n${rules}\t}\n}\n`);
+    const codeCache = join(dir, 'code');
+    const apply = () => {
+      ns.exec('nft', ['flush', 'ruleset']);
+      const r = spawnSync(process.execPath, [join(ROOT, 'bin', 'nfkeeper.js'), 'apply', '--config', config, '--netns', ns.path, '--cache-dir', join(dir, 'cache'), '--progress'],
+        { encoding: 'utf8', env: { ...process.env, NODE_COMPILE_CACHE: codeCache, NFKEEPER_DEBUG_CODE_CACHE: '1' } });
+      expect(r.status, r.stderr).toBe(0);
+      return { code: /^nfkeeper: code cache (.*)$/m.exec(r.stderr)?.[1], warm: /compile cache matches every input/.test(r.stderr) };
+    };
+    expect(apply().warm).toBe(false);
+    // The command's own entry made by a warm apply (src/base/heap.ts withoutMaglev: V8's Maglev off
+    // while it runs, back on before it returns), then taken: made under the flags it is read with.
+    rmSync(codeCache, { recursive: true });
+    expect(apply()).toEqual({ code: expect.stringMatching(/^(package|none)$/), warm: true });
+    expect(apply()).toEqual({ code: 'own', warm: true });
+    // A miss turns it back on before its compile: the same, after a cold apply made the entry.
+    rmSync(codeCache, { recursive: true });
+    writeFileSync(config, readFileSync(config, 'utf8').replace('10.1.0.0', '10.2.0.0'));
+    expect(apply()).toEqual({ code: expect.stringMatching(/^(package|none)$/), warm: false });
+    expect(apply()).toEqual({ code: 'own', warm: true });
   });
 
   it('the client commands (status, events, owner, reload) run from their own script, without the config, kernel and daemon modules', async () => {
