@@ -68,15 +68,6 @@ if (major < 22) {
     // they pay, and a small one's run is no slower under them (setting them, node:v8, is paid
     // for the code cache's checksum flag below anyway).
     flags.push('--no-turbofan');
-    // Maglev too compiles on its own threads, and at V8's thresholds (a function's bytecode run
-    // 400 times over, a loop 100 times) it compiled the per-chain and per-rule code of a warm
-    // apply (the compile cache's load, the plan, the follow-up: each run a few thousand times,
-    // once) for nothing: ~70-80 ms of CPU of a kube-proxy apply at 1,000 services went to it.
-    // At 50x those thresholds it still takes the compile's hot functions (the lexer's, the
-    // parser's: run per token, hundreds of thousands of times), where its code pays, though
-    // later: a cold apply of a large config pays a few per cent
-    // (docs/notes/2026-12-06-apply-kube1k.md).
-    flags.push('--invocation-count-for-maglev=20000', '--invocation-count-for-maglev-osr=5000');
   }
   if (flags.length > 0) {
     // V8 takes the code Node compiled for its own modules only under the flags it was compiled
