@@ -105,7 +105,11 @@ void CommitRun::Run() {
     // The first message after BATCH_BEGIN always asks for an ack: a failure of
     // the commit phase (after every message was accepted) is reported with
     // its sequence number, and its success ack tells the two cases apart.
-    if (!ackAll_ && index >= 2) nlh->nlmsg_flags &= ~NLM_F_ACK;
+    // Set again where a resend (Recommit) acks every message and its first send did not.
+    if (index >= 2 && nlh->nlmsg_type != NFNL_MSG_BATCH_END) {
+      if (ackAll_) nlh->nlmsg_flags |= NLM_F_ACK;
+      else nlh->nlmsg_flags &= ~NLM_F_ACK;
+    }
     if (echo_ && nlh->nlmsg_type == kNewRule && (echoOps_.empty() || EchoesOp(nlh->nlmsg_seq))) nlh->nlmsg_flags |= NLM_F_ECHO;
     size_t step = MNL_ALIGN(nlh->nlmsg_len);
     p += step;
