@@ -10,6 +10,8 @@
 #include "attr.h"
 #include "digest.h"
 
+#include <arpa/inet.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -35,7 +37,9 @@ void CommitWorker::Execute() {
 void CommitWorker::OnOK() {
   sock_->StartWaiting();
   Napi::Value v;
-  if (run_->Outcome(Env(), &v)) deferred_.Resolve(v);
+  bool ok = run_->Outcome(Env(), &v);
+  if (run_->RefusedByGeneration()) sock_->KeepRefused(std::move(run_));
+  if (ok) deferred_.Resolve(v);
   else deferred_.Reject(v);
 }
 
@@ -69,6 +73,12 @@ void CommitRun::Run() {
   }
   if (batch_->claimsTable) sock_->NoteClaim();
   size_t count = batch_->messageOp.size() + 2;
+  // A resend (Recommit) runs again: what the last run read goes, its numbering is replaced.
+  acks_.clear();
+  echoed_.clear();
+  echoedDigests_.clear();
+  lostAcks_ = false;
+  const uint32_t previous = base_;
   base_ = sock_->NextSeq(static_cast<uint32_t>(count));
   // Each acknowledgement is one skb (its truesize counts, not its length); the
   // kernel drops what does not fit in the receive buffer (ENOBUFS) while the
@@ -85,17 +95,21 @@ void CommitRun::Run() {
   // costs the kernel a walk from the chain's head per dump skb. The buffer grown above holds them;
   // where a receiveBufferLimit keeps it smaller, the kernel drops what does not fit and the
   // outcome says the echo was cut (Outcome), and the caller reads instead.
-  // The batch was encoded with sequence numbers from 0; give it real ones.
+  // The batch was encoded with sequence numbers from 0 (or last sent from `previous`); give it real ones.
   uint8_t* p = batch_->bytes.data();
   size_t left = batch_->bytes.size();
   size_t index = 0;
   while (left >= sizeof(nlmsghdr)) {
     nlmsghdr* nlh = reinterpret_cast<nlmsghdr*>(p);
-    nlh->nlmsg_seq += base_;
+    nlh->nlmsg_seq += base_ - previous;
     // The first message after BATCH_BEGIN always asks for an ack: a failure of
     // the commit phase (after every message was accepted) is reported with
     // its sequence number, and its success ack tells the two cases apart.
-    if (!ackAll_ && index >= 2) nlh->nlmsg_flags &= ~NLM_F_ACK;
+    // Set again where a resend (Recommit) acks every message and its first send did not.
+    if (index >= 2 && nlh->nlmsg_type != NFNL_MSG_BATCH_END) {
+      if (ackAll_) nlh->nlmsg_flags |= NLM_F_ACK;
+      else nlh->nlmsg_flags &= ~NLM_F_ACK;
+    }
     if (echo_ && nlh->nlmsg_type == kNewRule && (echoOps_.empty() || EchoesOp(nlh->nlmsg_seq))) nlh->nlmsg_flags |= NLM_F_ECHO;
     size_t step = MNL_ALIGN(nlh->nlmsg_len);
     p += step;
@@ -179,8 +193,31 @@ int CommitRun::Settle(std::vector<std::pair<int32_t, uint64_t>>* handles) const 
   return 0;
 }
 
+bool CommitRun::RefusedByGeneration() const {
+  if (ioErrno_ != 0) return false;
+  for (const Ack& a : acks_) {
+    if (a.error == ERESTART && a.seq == base_) return true;
+  }
+  return false;
+}
+
+bool CommitRun::SetGeneration(uint32_t generation) {
+  if (batch_->bytes.size() < sizeof(nlmsghdr)) return false;
+  nlmsghdr* nlh = reinterpret_cast<nlmsghdr*>(batch_->bytes.data());
+  nlattr* attr;
+  NFK_ATTR_FOR_EACH(attr, nlh, sizeof(nfgenmsg)) {
+    if (mnl_attr_get_type(attr) == NFNL_BATCH_GENID && mnl_attr_get_payload_len(attr) == sizeof(uint32_t)) {
+      const uint32_t be = htonl(generation);
+      std::memcpy(mnl_attr_get_payload(attr), &be, sizeof(be));
+      return true;
+    }
+  }
+  return false;
+}
+
 bool CommitRun::Outcome(Napi::Env env, Napi::Value* out) {
-  Release();
+  // Kept for a resend (the caller hands it to NftSocket::KeepRefused); else the buffer goes back.
+  if (!RefusedByGeneration()) Release();
   if (ioErrno_ != 0) {
     *out = MakeNetlinkError(env, ioStep_ + ": " + std::strerror(ioErrno_), ioErrno_, "commit").Value();
     return false;

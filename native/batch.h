@@ -50,6 +50,11 @@ class CommitRun {
   bool Outcome(Napi::Env env, Napi::Value* out);
   // The encode buffer back to the socket without an outcome (a worker that failed).
   void Release();
+  // After Run(): the kernel refused the batch by its generation (ERESTART on BATCH_BEGIN), nothing
+  // changed. Outcome() then keeps the encoded batch (no Release) for a resend (NftSocket::Recommit).
+  bool RefusedByGeneration() const;
+  // Writes `generation` into the batch's NFNL_BATCH_GENID; false when it carries none.
+  bool SetGeneration(uint32_t generation);
   // Outcome() without N-API, for the monitor's armed reaction: 0 and the echoed handles as (op
   // index, handle) when every acknowledgement said yes, else the errno of the first refusal, of
   // the I/O, or EPROTO when acknowledgements are missing (the outcome is unknown).
@@ -69,6 +74,7 @@ class CommitRun {
 
   NftSocket* sock_;
   std::unique_ptr<EncodedBatch> batch_;
+  // The sequence numbers the batch's messages carry over their encoded ones (0 until Run()).
   uint32_t base_ = 0;
   // false: the batch is big, or the acknowledgements of every message would
   // not fit in the receive buffer, so only the first message asked for one

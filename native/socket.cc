@@ -114,6 +114,7 @@ Napi::Function NftSocket::Init(Napi::Env env) {
                          InstanceMethod<&NftSocket::Dump>("dump"),
                          InstanceMethod<&NftSocket::Commit>("commit"),
                          InstanceMethod<&NftSocket::CommitNow>("commitNow"),
+                         InstanceMethod<&NftSocket::Recommit>("recommit"),
                          InstanceAccessor<&NftSocket::GetPortId>("portId"),
                          InstanceAccessor<&NftSocket::GetClosed>("closed"),
                          InstanceAccessor<&NftSocket::GetTakenInterrupted>("dumpsTakenInterrupted"),
@@ -151,6 +152,7 @@ NftSocket::~NftSocket() {
 void NftSocket::CloseNow() {
   // Work still waiting runs after it and finds the socket closed (EBADF).
   JsGateHold hold(this);
+  refused_.reset();
   if (dumpNl_ != nullptr) {
     mnl_socket_close(dumpNl_);
     dumpNl_ = nullptr;
@@ -453,6 +455,7 @@ std::unique_ptr<CommitRun> NftSocket::PrepareCommit(const Napi::CallbackInfo& in
   bool hasGen = info.Length() > 1 && info[1].IsNumber();
   uint32_t gen = hasGen ? info[1].As<Napi::Number>().Uint32Value() : 0;
   Napi::Array ops = info[0].As<Napi::Array>();
+  refused_.reset();  // another batch: the refused one is not sent again
   auto batch = std::make_unique<EncodedBatch>();
   batch->bytes = TakeEncodeBuffer();
   // Sequence numbers are taken under the lock in Run(); encode with a
@@ -483,23 +486,28 @@ std::unique_ptr<CommitRun> NftSocket::PrepareCommit(const Napi::CallbackInfo& in
 // the kernel dropped some), digests when asked (per op index, EncodedBatch::digests, and unnamed), with both the echoed
 // rules' (held).
 Napi::Value NftSocket::Commit(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  std::unique_ptr<CommitRun> run = PrepareCommit(info);
+  return StartCommit(info.Env(), info.This().As<Napi::Object>(), PrepareCommit(info), true);
+}
+
+Napi::Value NftSocket::StartCommit(Napi::Env env, Napi::Object self, std::unique_ptr<CommitRun> run, bool digest) {
   if (run->Small() && TryTakeGate()) {
     // A small batch commits here and now, settling the promise before it is returned.
-    DigestEncodedRules(run->Batch());
+    if (digest) DigestEncodedRules(run->Batch());
     run->Run();
     ReleaseGate();
     auto deferred = Napi::Promise::Deferred::New(env);
     Napi::Value v;
-    if (run->Outcome(env, &v)) deferred.Resolve(v);
+    bool ok = run->Outcome(env, &v);
+    if (run->RefusedByGeneration()) KeepRefused(std::move(run));
+    if (ok) deferred.Resolve(v);
     else deferred.Reject(v);
     return deferred.Promise();
   }
   EncodedBatch* batch = run->Batch();
-  auto* w = new CommitWorker(env, info.This().As<Napi::Object>(), std::move(run), this);
+  auto* w = new CommitWorker(env, self, std::move(run), this);
   Napi::Promise p = w->Promise();
   QueueGated(w);
+  if (!digest) return p;
   // The rules' digests while the worker sends the batch and the kernel takes it: the outcome that
   // returns them is settled on this thread, after this. The batch lives until then. A digest not
   // made (out of memory) stays '', no digest: the commit is then read back, not proved by its echo.
@@ -508,6 +516,32 @@ Napi::Value NftSocket::Commit(const Napi::CallbackInfo& info) {
   } catch (const std::exception&) {
   }
   return p;
+}
+
+void NftSocket::KeepRefused(std::unique_ptr<CommitRun> run) {
+  if (closed()) {
+    run->Release();
+    return;
+  }
+  refused_ = std::move(run);
+}
+
+// recommit(generation) -> Promise (commit()'s outcome) | false: the last batch the kernel refused
+// by its generation (commit() with one), sent again as it was encoded, its generation replaced by
+// `generation`: nothing is encoded between the caller's choice of it and the send. False, nothing
+// sent, when no refused batch is kept (another commit since, or none refused).
+Napi::Value NftSocket::Recommit(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  ThrowIfClosed(env, "commit");
+  if (!info[0].IsNumber()) throw Napi::TypeError::New(env, "recommit takes a generation");
+  std::unique_ptr<CommitRun> run = std::move(refused_);
+  if (!run) return Napi::Boolean::New(env, false);
+  if (!run->SetGeneration(info[0].As<Napi::Number>().Uint32Value())) {
+    run->Release();
+    return Napi::Boolean::New(env, false);
+  }
+  // Digested at its first send already (DigestEncodedRules emptied its list).
+  return StartCommit(env, info.This().As<Napi::Object>(), std::move(run), false);
 }
 
 // commitNow(ops, generation?, echo?, exprBytes?, digests?) -> void | { handles?, digests? } | false: commit()'s work for
@@ -525,7 +559,9 @@ Napi::Value NftSocket::CommitNow(const Napi::CallbackInfo& info) {
   run->Run();
   ReleaseGate();
   Napi::Value v;
-  if (!run->Outcome(env, &v)) throw Napi::Error(env, v);
+  bool ok = run->Outcome(env, &v);
+  if (run->RefusedByGeneration()) KeepRefused(std::move(run));
+  if (!ok) throw Napi::Error(env, v);
   return v;
 }
 

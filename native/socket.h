@@ -124,6 +124,9 @@ class NftSocket : public Napi::ObjectWrap<NftSocket>, public Closeable {
   // (an install's) is given back, not kept for the daemon's life.
   std::vector<uint8_t> TakeEncodeBuffer() { return std::move(encodeBuf_); }
   void ReturnEncodeBuffer(std::vector<uint8_t>&& b);
+  // JS thread. The last commit the kernel refused by its generation, as encoded, for Recommit; the
+  // next commit (or close) lets it go.
+  void KeepRefused(std::unique_ptr<class CommitRun> run);
 
  private:
   Napi::Value Close(const Napi::CallbackInfo& info);
@@ -135,6 +138,9 @@ class NftSocket : public Napi::ObjectWrap<NftSocket>, public Closeable {
   Napi::Value Dump(const Napi::CallbackInfo& info);
   Napi::Value Commit(const Napi::CallbackInfo& info);
   Napi::Value CommitNow(const Napi::CallbackInfo& info);
+  Napi::Value Recommit(const Napi::CallbackInfo& info);
+  // Runs `run` as commit() does: here when small and the socket free, else on a worker.
+  Napi::Value StartCommit(Napi::Env env, Napi::Object self, std::unique_ptr<class CommitRun> run, bool digest);
   std::unique_ptr<class CommitRun> PrepareCommit(const Napi::CallbackInfo& info);
   void ThrowIfClosed(Napi::Env env, const char* op);
 
@@ -156,6 +162,7 @@ class NftSocket : public Napi::ObjectWrap<NftSocket>, public Closeable {
   size_t rcvbufLimit_ = 0;
   std::vector<uint8_t> buf_;
   std::vector<uint8_t> encodeBuf_;
+  std::unique_ptr<class CommitRun> refused_;
   Gate gate_;
   std::deque<Napi::AsyncWorker*> waiting_;
   AddonData* data_ = nullptr;

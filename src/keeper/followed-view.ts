@@ -179,6 +179,30 @@ export class FollowedView {
     return runCovers(from, to, this.applied, p) && this.anyChangedAt <= from;
   }
 
+  /**
+   * The generation the monitor saw last, where the events prove `tables` there as they were at
+   * `from`: the monitor saw every commit after `from` whole, every batch it delivered was followed,
+   * and none named one of these tables (or left which unknown: a truncated batch). It is waited for
+   * first (one turn of the loop at least, at most EVENTS_WAIT_MS to pass `from`). Undefined: no such
+   * proof; a table not owned, whose changes the view does not note, has none.
+   */
+  async unchangedSince(from: number, tables: readonly { family: string; name: string }[]): Promise<number | undefined> {
+    const progress = this.progressOf;
+    if (!progress) return undefined;
+    const waitUntil = performance.now() + EVENTS_WAIT_MS;
+    do {
+      await new Promise((r) => setImmediate(r));
+    } while (this.eventsLag(from + 1, progress()) && performance.now() < waitUntil && !this.stopped());
+    const p = progress();
+    const to = p.lastGeneration;
+    if (to <= from || !runCovers(from, to, this.applied, p)) return undefined;
+    for (const t of tables) {
+      const rec = this.find(t.family, t.name);
+      if (!rec?.owned || this.lastChangeOf(rec) > from) return undefined;
+    }
+    return to;
+  }
+
   /** The monitor has not seen `to` yet, or has batches on their way to follow(). */
   protected eventsLag(to: number, p: MonitorProgress): boolean {
     return p.lastGeneration < to || p.delivered > this.applied;

@@ -53,6 +53,8 @@ export interface NativeSocket {
   commit(ops: readonly unknown[], generation?: number, echo?: boolean | readonly number[],
     exprBytes?: readonly (Buffer | undefined)[], digests?: boolean, hints?: Uint32Array): Promise<void | NativeCommitResult>;
   /** commit() of a small batch on this thread, or false (not small, or the socket busy): nothing sent. Absent from an older addon. */
+  /** The last batch the kernel refused by its generation, sent again guarded by `generation`; false: none kept. Absent before it. */
+  recommit?(generation: number): Promise<void | NativeCommitResult> | false;
   commitNow?(ops: readonly unknown[], generation?: number, echo?: boolean | readonly number[],
     exprBytes?: readonly (Buffer | undefined)[], digests?: boolean, hints?: Uint32Array): void | NativeCommitResult | false;
 }

@@ -131,6 +131,13 @@ export interface NftConn {
    * kernel may lack it).
    */
   commitNow?(batch: Batch | readonly Op[], options?: CommitOptions): void | CommitResult | false;
+  /**
+   * `batch`, which the kernel has just refused by its expectGeneration (commit()), sent again as it
+   * was encoded (with its options), guarded by `generation` instead: nothing is encoded between
+   * the caller's choice of the generation and the send. False, nothing sent, when the connection
+   * does not keep that batch (another commit since): commit() it then. Optional.
+   */
+  recommit?(batch: Batch | readonly Op[], generation: number): Promise<void | CommitResult | false>;
   close(): void;
 }
 

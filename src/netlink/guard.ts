@@ -11,6 +11,12 @@
  * but those tables' absence, which the kernel checks atomically (EEXIST, the
  * batch refused whole, planned again like a moved generation). Commits to
  * other tables meanwhile cannot refuse it.
+ *
+ * And where the caller follows the change notifications (GuardOptions.stillHolds): a batch refused
+ * by the generation is sent again, unplanned, guarded by a later generation at which the caller
+ * proves the tables it was planned from unchanged (no commit since the plan's generation named
+ * them). A neighbour's commits to its own tables then refuse it only within the short window
+ * between that proof and the commit, not within the whole read, plan and encode.
  */
 import { GenerationMismatchError, GenerationRetriesExhaustedError, NetlinkError } from '../base/errors.js';
 import type { Batch } from './batch.js';
@@ -69,7 +75,17 @@ export interface GuardOptions {
   echo?: boolean | ((batch: Batch) => boolean | readonly number[]);
   /** Commit with `digests` (each rule's digest of the bytes sent, given to the step's `committed`). */
   digests?: boolean;
+  /**
+   * After a refusal by the generation: a generation after `planned` at which every table `batch`
+   * was planned from is, provably, as it was at `planned` (the caller saw every commit since and
+   * none named them), or undefined (no proof: plan again from a fresh read). The batch is then sent
+   * again as it is, guarded by that generation.
+   */
+  stillHolds?: (planned: number, batch: Batch) => Promise<number | undefined>;
 }
+
+/** Sends of one planned batch at most, each refused by a neighbour's commit and proved unaffected by it. */
+export const RESENDS_PER_PLAN = 50;
 
 export async function commitGuarded<T>(conn: NftConn, plan: (generation: number, attempt: number) => Promise<GuardedStep<T>>,
   options: GuardOptions): Promise<GuardedOutcome<T>> {
@@ -81,25 +97,48 @@ export async function commitGuarded<T>(conn: NftConn, plan: (generation: number,
     if (!step.batch || step.batch.length === 0) return { value: step.value, attempts: attempt, ops, generation };
     let echoed: CommitResult | undefined;
     const creates = step.batch.createsAll;
-    try {
-      const echo = typeof options.echo === 'function' ? options.echo(step.batch) : options.echo;
-      echoed = (await conn.commit(step.batch, { ...(creates ? {} : { expectGeneration: generation }), ...(echo ? { echo } : {}),
-        ...(options.digests ? { digests: true } : {}) })) || undefined;
-    } catch (e) {
-      if (e instanceof GenerationMismatchError || (creates && tableAppeared(e, step.batch.ops))) {
-        if (e instanceof GenerationMismatchError) last = e;
-        options.onMismatch?.(attempt);
-        continue;  // someone committed between our read and our write (or created our table): read again
+    // The generation the batch is guarded by: the plan's, or a later one at which it provably still holds (stillHolds).
+    let guardAt = generation;
+    let resent = 0;
+    let sent = false;
+    while (!sent) {
+      try {
+        // A resend goes as it was encoded (recommit), so that the window between the proof of
+        // guardAt and the kernel's check holds no encode; else (none kept) it is encoded again.
+        const again = resent > 0 && conn.recommit ? await conn.recommit(step.batch, guardAt) : false;
+        if (again !== false) {
+          echoed = again || undefined;
+        } else {
+          const echo = typeof options.echo === 'function' ? options.echo(step.batch) : options.echo;
+          echoed = (await conn.commit(step.batch, { ...(creates ? {} : { expectGeneration: guardAt }), ...(echo ? { echo } : {}),
+            ...(options.digests ? { digests: true } : {}) })) || undefined;
+        }
+        sent = true;
+      } catch (e) {
+        if (e instanceof GenerationMismatchError || (creates && tableAppeared(e, step.batch.ops))) {
+          if (e instanceof GenerationMismatchError) last = e;
+          options.onMismatch?.(attempt);
+          if (e instanceof GenerationMismatchError && options.stillHolds && resent < RESENDS_PER_PLAN) {
+            const at = await options.stillHolds(generation, step.batch);
+            if (at !== undefined && at > guardAt) {
+              guardAt = at;
+              resent++;
+              continue;  // only commits to other tables came in between: the plan stands
+            }
+          }
+          break;  // someone committed between our read and our write (or created our table): read again
+        }
+        if (options.replan?.(e, step.batch)) break;
+        throw e;
       }
-      if (options.replan?.(e, step.batch)) continue;
-      throw e;
     }
+    if (!sent) continue;
     ops += step.batch.length;
     step.committed?.(echoed);
-    if (!options.untilClean) return { value: step.value, attempts: attempt, ops, generation };
+    if (!options.untilClean) return { value: step.value, attempts: attempt, ops, generation: guardAt };
     if (options.trustSoleCommit) {
       const after = conn.generation();
-      if (after === generation + 1) return { value: step.value, attempts: attempt, ops, generation: after, trusted: true };
+      if (after === guardAt + 1) return { value: step.value, attempts: attempt, ops, generation: after, trusted: true };
     }
   }
   throw new GenerationRetriesExhaustedError(options.attempts, last);

@@ -50,6 +50,8 @@ export class NftSocket implements NftConn {
   readonly netns: string | undefined;
   private readonly native: NativeSocket;
   private interrupted = 0;
+  /** The ops of the last commit refused by its generation, which the addon keeps encoded (recommit). */
+  private refused: readonly Op[] | undefined;
   /** The port id last seen, and who is told when it moves (onPortChange). */
   private port: number;
   private portWatchers: ((portId: number, left: PortLeft) => void)[] = [];
@@ -231,14 +233,32 @@ export class NftSocket implements NftConn {
     if (ops.length === 0) return;
     // The encoder's buffer and the JS garbage must not add up (src/base/heap.ts): the daemon collects first.
     if (ops.length >= COLLECT_BEFORE_OPS) collectGarbage();
+    this.refused = undefined;
     let r;
     try {
       r = await this.native.commit(ops, gen, echoArg(options.echo), ops.length <= PREENCODE_UP_TO ? preencoded(ops) : encodedAlready(ops),
         options.digests === true, encodeHints(ops));
     } catch (e) {
-      throw refine(e, ops, gen);
+      throw this.refusal(refine(e, ops, gen), ops);
     }
     // Without room in the receive buffer for every echo, or with echoes dropped, no handles.
+    return commitResult(r);
+  }
+
+  async recommit(batch: Batch | readonly Op[], generation: number): Promise<void | CommitResult | false> {
+    this.check('commit');
+    const { ops } = commitArgs(batch, {});
+    // The addon keeps the last batch refused by its generation; only if it is this one (no commit since).
+    if (this.refused !== ops || this.native.recommit === undefined) return false;
+    this.refused = undefined;
+    const pending = this.native.recommit(generation);
+    if (pending === false) return false;
+    let r;
+    try {
+      r = await pending;
+    } catch (e) {
+      throw this.refusal(refine(e, ops, generation), ops);
+    }
     return commitResult(r);
   }
 
@@ -248,12 +268,13 @@ export class NftSocket implements NftConn {
     if (ops.length === 0) return;
     const native = this.native;
     if (native.commitNow === undefined) return false;
+    this.refused = undefined;
     let r;
     try {
       r = native.commitNow(ops, gen, echoArg(options.echo), ops.length <= PREENCODE_UP_TO ? preencoded(ops) : encodedAlready(ops),
         options.digests === true, encodeHints(ops));
     } catch (e) {
-      throw refine(e, ops, gen);
+      throw this.refusal(refine(e, ops, gen), ops);
     }
     if (r === false) return false;
     return commitResult(r);
@@ -262,6 +283,12 @@ export class NftSocket implements NftConn {
   /** The addon's socket, for Monitor.arm (which commits on it). */
   get nativeSocket(): NativeSocket {
     return this.native;
+  }
+
+  /** A commit of `ops` refused with `e`: by its generation, the addon keeps it for recommit. */
+  private refusal(e: unknown, ops: readonly Op[]): unknown {
+    this.refused = e instanceof GenerationMismatchError ? ops : undefined;
+    return e;
   }
 
   private check(operation: string): void {
