@@ -6,7 +6,9 @@
  * --log-level debug and metrics on a port of this run's. Measured: spawn to `nfkeeper running`
  * (ready), spawn to the first `restart record written` marked verified (within --wait-s), and at
  * that point (or the wait's end) nfkeeper_dumps_total (reads: passes that dumped, and the view's
- * digest reads) and nfkeeper_generation_retries_total. Nothing is asserted.
+ * digest reads) and nfkeeper_generation_retries_total. Nothing is asserted. --after-ready: the
+ * neighbour starts at the ready line instead (the install then the only commit, its read-back under
+ * the neighbour).
  *
  *   sudo npx tsx bench/readback-ab.ts --a CHECKOUT --b CHECKOUT [--n 10000] [--rates 0,1,10,100] [--rounds 2] [--wait-s 25] [--prefix readbackW]
  */
@@ -20,7 +22,7 @@ import { daemonNodeFlags } from './lib/node-flags.js';
 import { parseArgs } from './lib/args.js';
 
 const USAGE = 'readback-ab.ts --a CHECKOUT --b CHECKOUT [--n 10000] [--rates 0,1,10,100] [--rounds 2] [--wait-s 25] [--prefix P]';
-const cli = parseArgs(import.meta.url, { '--a': 1, '--b': 1, '--n': 1, '--rates': 1, '--rounds': 1, '--wait-s': 1, '--prefix': 1 }, { usage: USAGE });
+const cli = parseArgs(import.meta.url, { '--a': 1, '--b': 1, '--n': 1, '--rates': 1, '--rounds': 1, '--wait-s': 1, '--prefix': 1, '--after-ready': 0 }, { usage: USAGE });
 const arg = cli.value;
 const roots = [arg('--a'), arg('--b')] as string[];
 if (!roots[0] || !roots[1]) throw new Error(`usage: ${USAGE}`);
@@ -29,6 +31,8 @@ const RATES = arg('--rates', '0,1,10,100')!.split(',').map(Number);
 const ROUNDS = Number(arg('--rounds', '2'));
 const WAIT_S = Number(arg('--wait-s', '25'));
 const PREFIX = arg('--prefix', 'nfk-bench')!;
+// The neighbour starts at the daemon's ready line: the install is the only commit (trusted, its record not verified), and the read-back runs under the neighbour.
+const AFTER_READY = cli.has('--after-ready');
 const loadavg = () => readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
 const dir = mkdtempSync(join(tmpdir(), 'nfk-readback-ab-'));
 const live = new Set<string>();
@@ -63,11 +67,12 @@ async function start(root: string, b: number, rate: number, config: string): Pro
   const port = 19600 + (seq % 300);
   let neighbour: ChildProcess | undefined;
   try {
-    if (rate > 0) {
+    const startNeighbour = async () => {
       neighbour = spawn(process.execPath, ['--import', 'tsx', join(import.meta.dirname, '..', 'test', 'helpers', 'neighbour.ts'), path, String(rate)], { stdio: 'inherit' });
       children.add(neighbour);
       await new Promise((r) => setTimeout(r, 300));
-    }
+    };
+    if (rate > 0 && !AFTER_READY) await startNeighbour();
     const t0 = performance.now();
     const child = spawn('node', [...daemonNodeFlags(root), join(root, 'bin', 'nfkeeper.js'), 'run', '--config', config, '--netns', path,
       '--metrics', `127.0.0.1:${port}`, '--log-level', 'debug', '--record-dir', record, '--cache-dir', join(dir, `cache-${b}`)], { stdio: ['ignore', 'pipe', 'pipe'] });
@@ -79,7 +84,10 @@ async function start(root: string, b: number, rate: number, config: string): Pro
     const verified = new Promise<void>((resolve) => {
       createInterface({ input: child.stdout! }).on('line', (l) => {
         const s = (performance.now() - t0) / 1000;
-        if (l.includes('"nfkeeper running"')) run.readyS = s;
+        if (l.includes('"nfkeeper running"')) {
+          run.readyS = s;
+          if (rate > 0 && AFTER_READY) void startNeighbour();
+        }
         if (l.includes('"restart record written"')) {
           run.firstRecord ??= l.includes('"verified":true') ? 'verified' : 'not verified';
           if (l.includes('"verified":true')) { run.verifiedS = s; resolve(); }

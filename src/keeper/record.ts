@@ -310,6 +310,42 @@ export class Recorder {
   }
 
   /**
+   * What write() records at `generation`: the tables the view holds exactly there, and whether a
+   * read verified each (undefined: none, nothing better than the file holds, or, not `due`, not verified).
+   */
+  private holding(generation: number, readAt: number | undefined, due: boolean, p: ReturnType<NonNullable<NonNullable<KeeperState['monitor']>['progress']>> | undefined):
+    { generation: number; tables: RecordedTable[]; verified: boolean } | undefined {
+    const k = this.k;
+    const same = this.held?.generation === generation && this.held.desired === k.desired;
+    if (same && (this.held!.verified || readAt === undefined)) return undefined;
+    const tables: RecordedTable[] = [];
+    let verified = readAt !== undefined;
+    for (const t of k.desired) {
+      const kt = k.view.rulesOf(t);
+      // Exact now, and as desired: a difference the events followed (held) is not recorded.
+      if (!kt?.observed.table || kt.held || !k.view.tableCurrency(t, generation, p).exact) continue;
+      if (readAt === undefined || readAt > generation || !k.view.untouched(t, readAt, generation, p)) {
+        if (!due) return undefined;  // written at once only as verified
+        verified = false;
+      }
+      const chains = t.chains.map((c) => {
+        const rules = kt.observed.rules.get(c.name) ?? [];
+        // Verified against this very desired chain (a reload's new one is compared by the next observation first).
+        // (ruleCount: a chain of the compile cache is not made for its count)
+        return kt.verified.get(c.name) === c && rules.length === ruleCount(c) && rules.every((x) => x.handle)
+          ? { name: c.name, handles: rules.map((x) => x.handle!), digests: rules.map((x) => x.digest ?? '') } : undefined;
+      });
+      if (chains.some((c) => !c) || kt.observed.chains.size !== t.chains.length) continue;
+      // Each set's elements held as this desired set's (a volatile one's are read at every observation anyway).
+      if ((t.sets ?? []).some((x) => !volatileSet(x.set) && kt.verifiedSets.get(x.name) !== x)) continue;
+      tables.push({ family: t.family, name: t.name, handle: kt.observed.table.handle, chains: chains as RecordedChain[] });
+    }
+    // Nothing held exactly here (the events on their way): tried again at the next tick.
+    if (tables.length === 0 || (same && !verified)) return undefined;
+    return { generation, tables, verified };
+  }
+
+  /**
    * Records what the view holds exactly at the kernel's generation now (the events' last, where they
    * trail it), for every owned table it holds so (the others are read at the next start), verified
    * when a read verified it: a read found the desired state at `readAt` and, per table, no commit
@@ -326,37 +362,15 @@ export class Recorder {
     const due = now || performance.now() - this.writtenAt >= REWRITE_EVERY_MS;
     if (!due && !verifies) return;
     try {
-      // The events trail the kernel by a turn of the loop: the record is of the generation they
-      // reached (a restart adopts it only if the kernel is still there).
+      // The kernel's generation; where the view is not exact there because the events trail it by
+      // a turn of the loop, the generation they reached (a restart adopts it only if the kernel is
+      // still there).
       const p = k.view.follows ? k.monitor?.progress?.() : undefined;
       const kernelAt = sock.generation();
-      const generation = p && p.lastGeneration < kernelAt ? p.lastGeneration : kernelAt;
-      const same = this.held?.generation === generation && this.held.desired === k.desired;
-      if (same && (this.held!.verified || readAt === undefined)) return;
-      const tables: RecordedTable[] = [];
-      let verified = readAt !== undefined;
-      for (const t of k.desired) {
-        const kt = k.view.rulesOf(t);
-        // Exact now, and as desired: a difference the events followed (held) is not recorded.
-        if (!kt?.observed.table || kt.held || !k.view.tableCurrency(t, generation, p).exact) continue;
-        if (readAt === undefined || readAt > generation || !k.view.untouched(t, readAt, generation, p)) {
-          if (!due) return;  // written at once only as verified
-          verified = false;
-        }
-        const chains = t.chains.map((c) => {
-          const rules = kt.observed.rules.get(c.name) ?? [];
-          // Verified against this very desired chain (a reload's new one is compared by the next observation first).
-          // (ruleCount: a chain of the compile cache is not made for its count)
-          return kt.verified.get(c.name) === c && rules.length === ruleCount(c) && rules.every((x) => x.handle)
-            ? { name: c.name, handles: rules.map((x) => x.handle!), digests: rules.map((x) => x.digest ?? '') } : undefined;
-        });
-        if (chains.some((c) => !c) || kt.observed.chains.size !== t.chains.length) continue;
-        // Each set's elements held as this desired set's (a volatile one's are read at every observation anyway).
-        if ((t.sets ?? []).some((x) => !volatileSet(x.set) && kt.verifiedSets.get(x.name) !== x)) continue;
-        tables.push({ family: t.family, name: t.name, handle: kt.observed.table.handle, chains: chains as RecordedChain[] });
-      }
-      // Nothing held exactly here yet (the events on their way): tried again at the next tick.
-      if (tables.length === 0 || (same && !verified)) return;
+      let held = this.holding(kernelAt, readAt, due, p);
+      if (held === undefined && p && p.lastGeneration < kernelAt) held = this.holding(p.lastGeneration, readAt, due, p);
+      if (held === undefined) return;
+      const { generation, tables, verified } = held;
       this.writtenAt = performance.now();
       if (verified) this.verifiedTried = true;
       writeRecord(this.file, this.o.dir, { format: FORMAT, version: this.o.version, bootId: readBootId(this.o.bootIdPath),
