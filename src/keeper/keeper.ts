@@ -379,9 +379,11 @@ export class Keeper extends EventEmitter {
       else this.scheduler.schedule('tick', this.lastTickAt);
       return;
     }
+    // Also when the generation moved: under a neighbour committing elsewhere it moves at every
+    // tick, and the record is of the generation the events prove the view at (Recorder.write).
+    this.recorder?.write();
     if (gen === k.lastVerified) {
       this.arming.ensure();
-      this.recorder?.write();
       // Nothing changed anywhere: no dump, no log. A quiet namespace is also
       // how a fight ends, and no pass would run to notice it (bench/hostile.ts
       // found the level stuck at its peak after the neighbour stopped).

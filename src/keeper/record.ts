@@ -86,7 +86,19 @@ export interface RestartRecord {
    * it arms the read-back as after a commit of its own.
    */
   verified: boolean;
+  /**
+   * How many starts adopted this record not verified (absent: none). Each is counted in the file
+   * before its start-up pass, so a daemon killed before its read-back (a crash loop) still counts;
+   * from MAX_UNVERIFIED_ADOPTIONS on the record is not used and the start reads its tables.
+   */
+  adoptions?: number;
 }
+
+/**
+ * Starts that may adopt a record not verified: each owes a read-back trustOwnCommitMs after it,
+ * which a daemon killed sooner never makes. Past this the claim is read, not trusted again.
+ */
+export const MAX_UNVERIFIED_ADOPTIONS = 2;
 
 /** The file of the keeper of `tables` in the namespace `netns` (undefined: its own), in `dir`. */
 export function recordPathOf(dir: string, netns: string | undefined, tables: readonly { family: string; name: string }[]): string {
@@ -125,6 +137,7 @@ function shapeProblem(r: RestartRecord): string | undefined {
   if (typeof r !== 'object' || r === null) return 'not an object';
   if (r.format !== FORMAT && r.format !== VERIFIED_ONLY_FORMAT) return `format ${String(r.format)}, not ${FORMAT}`;
   if (r.format === FORMAT && typeof r.verified !== 'boolean') return 'a field is missing';
+  if (r.adoptions !== undefined && !(Number.isSafeInteger(r.adoptions) && r.adoptions >= 0)) return 'a field is malformed';
   if (typeof r.version !== 'string' || typeof r.bootId !== 'string' || typeof r.desired !== 'string') return 'a field is missing';
   if (!Number.isSafeInteger(r.generation) || typeof r.netns !== 'object' || r.netns === null || !Array.isArray(r.tables)) return 'a field is missing';
   for (const t of r.tables) {
@@ -232,7 +245,20 @@ export class Recorder {
       const sock = k.sock!;
       why = recordMismatch(r, { version: this.o.version, bootId: readBootId(this.o.bootIdPath), netns: this.netns,
         generation: sock.generation(), desired: () => this.digest() });
+      const adoptions = r.adoptions ?? 0;
+      if (why === undefined && !r.verified && adoptions >= MAX_UNVERIFIED_ADOPTIONS) {
+        why = `${adoptions} starts adopted it and none read it back (each ended within trustOwnCommitMs): its claim is read now`;
+      }
       if (why === undefined) ({ why, held } = await this.seed(r));
+      // Counted before the start-up pass: a start killed before its read-back still counts.
+      if (why === undefined && !r.verified) {
+        try {
+          writeRecord(this.file, this.o.dir, { ...r, adoptions: adoptions + 1 });
+        } catch (e) {
+          k.view.forgetRules();
+          why = `its adoption could not be counted: ${(e as Error).message}`;
+        }
+      }
     } catch (e) {
       why = `it could not be checked: ${(e as Error).message}`;
     }
@@ -243,6 +269,7 @@ export class Recorder {
     this.held = { generation: r.generation, desired: k.desired, verified: r.verified };
     // What our own commit left and no read verified: read back trustOwnCommitMs from now, as after that commit.
     if (!r.verified) k.trustedSince = performance.now();
+    k.readAt = r.verified ? r.generation : undefined;
     const rest = k.desired.filter((t) => !held.includes(t)).map((t) => `${t.family} ${t.name}`);
     k.log.info({ record: this.file, generation: r.generation, verified: r.verified, ...(rest.length ? { read: rest } : {}) },
       'restart record matches the kernel: the owned tables are adopted as recorded, without reading their rules');
@@ -283,41 +310,69 @@ export class Recorder {
   }
 
   /**
-   * Records what the view holds exactly at the kernel's generation now, for every owned table it
-   * holds so (the others are read at the next start), verified when a read verified it: not while
-   * our own commit (or a record not verified) awaits its read-back. `now`: at stop, not held back by
-   * REWRITE_EVERY_MS. Never throws (a record not written costs the next start a read).
+   * What write() records at `generation`: the tables the view holds exactly there, and whether a
+   * read verified each (undefined: none, nothing better than the file holds, or, not `due`, not verified).
+   */
+  private holding(generation: number, readAt: number | undefined, due: boolean, p: ReturnType<NonNullable<NonNullable<KeeperState['monitor']>['progress']>> | undefined):
+    { generation: number; tables: RecordedTable[]; verified: boolean } | undefined {
+    const k = this.k;
+    const same = this.held?.generation === generation && this.held.desired === k.desired;
+    if (same && (this.held!.verified || readAt === undefined)) return undefined;
+    const tables: RecordedTable[] = [];
+    let verified = readAt !== undefined;
+    for (const t of k.desired) {
+      const kt = k.view.rulesOf(t);
+      // Exact now, and as desired: a difference the events followed (held) is not recorded.
+      if (!kt?.observed.table || kt.held || !k.view.tableCurrency(t, generation, p).exact) continue;
+      if (readAt === undefined || readAt > generation || !k.view.untouched(t, readAt, generation, p)) {
+        if (!due) return undefined;  // written at once only as verified
+        verified = false;
+      }
+      const chains = t.chains.map((c) => {
+        const rules = kt.observed.rules.get(c.name) ?? [];
+        // Verified against this very desired chain (a reload's new one is compared by the next observation first).
+        // (ruleCount: a chain of the compile cache is not made for its count)
+        return kt.verified.get(c.name) === c && rules.length === ruleCount(c) && rules.every((x) => x.handle)
+          ? { name: c.name, handles: rules.map((x) => x.handle!), digests: rules.map((x) => x.digest ?? '') } : undefined;
+      });
+      if (chains.some((c) => !c) || kt.observed.chains.size !== t.chains.length) continue;
+      // Each set's elements held as this desired set's (a volatile one's are read at every observation anyway).
+      if ((t.sets ?? []).some((x) => !volatileSet(x.set) && kt.verifiedSets.get(x.name) !== x)) continue;
+      tables.push({ family: t.family, name: t.name, handle: kt.observed.table.handle, chains: chains as RecordedChain[] });
+    }
+    // Nothing held exactly here (the events on their way): tried again at the next tick.
+    if (tables.length === 0 || (same && !verified)) return undefined;
+    return { generation, tables, verified };
+  }
+
+  /**
+   * Records what the view holds exactly at the kernel's generation now (the events' last, where they
+   * trail it), for every owned table it holds so (the others are read at the next start), verified
+   * when a read verified it: a read found the desired state at `readAt` and, per table, no commit
+   * changed it since (the generation, or the events: a neighbour's commits elsewhere leave it
+   * verified, our own commit or another writer's in the table do not). `now`: at stop, not held
+   * back by REWRITE_EVERY_MS. Never throws (a record not written costs the next start a read).
    */
   write(now = false): void {
     const k = this.k;
     const sock = k.sock;
     if (!sock || sock.closed || !this.netns || k.lastVerified === undefined || this.busy()) return;
-    const verified = k.trustedSince === undefined && !k.readBackDue;
-    const verifies = verified && !this.held?.verified && !this.verifiedTried;
-    if (!now && !verifies && performance.now() - this.writtenAt < REWRITE_EVERY_MS) return;
+    const readAt = k.readAt;
+    const verifies = readAt !== undefined && !this.held?.verified && !this.verifiedTried;
+    const due = now || performance.now() - this.writtenAt >= REWRITE_EVERY_MS;
+    if (!due && !verifies) return;
     try {
-      const generation = sock.generation();
-      if (this.held?.generation === generation && this.held.desired === k.desired && (this.held.verified || !verified)) return;
-      const tables: RecordedTable[] = [];
-      for (const t of k.desired) {
-        const kt = k.view.rulesOf(t);
-        // Exact now, and as desired: a difference the events followed (held) is not recorded.
-        if (!kt?.observed.table || kt.held || !k.view.tableCurrency(t, generation).exact) continue;
-        const chains = t.chains.map((c) => {
-          const rules = kt.observed.rules.get(c.name) ?? [];
-          // Verified against this very desired chain (a reload's new one is compared by the next observation first).
-          // (ruleCount: a chain of the compile cache is not made for its count)
-          return kt.verified.get(c.name) === c && rules.length === ruleCount(c) && rules.every((x) => x.handle)
-            ? { name: c.name, handles: rules.map((x) => x.handle!), digests: rules.map((x) => x.digest ?? '') } : undefined;
-        });
-        if (chains.some((c) => !c) || kt.observed.chains.size !== t.chains.length) continue;
-        // Each set's elements held as this desired set's (a volatile one's are read at every observation anyway).
-        if ((t.sets ?? []).some((x) => !volatileSet(x.set) && kt.verifiedSets.get(x.name) !== x)) continue;
-        tables.push({ family: t.family, name: t.name, handle: kt.observed.table.handle, chains: chains as RecordedChain[] });
-      }
+      // The kernel's generation; where the view is not exact there because the events trail it by
+      // a turn of the loop, the generation they reached (a restart adopts it only if the kernel is
+      // still there).
+      const p = k.view.follows ? k.monitor?.progress?.() : undefined;
+      const kernelAt = sock.generation();
+      let held = this.holding(kernelAt, readAt, due, p);
+      if (held === undefined && p && p.lastGeneration < kernelAt) held = this.holding(p.lastGeneration, readAt, due, p);
+      if (held === undefined) return;
+      const { generation, tables, verified } = held;
       this.writtenAt = performance.now();
       if (verified) this.verifiedTried = true;
-      if (tables.length === 0) return;
       writeRecord(this.file, this.o.dir, { format: FORMAT, version: this.o.version, bootId: readBootId(this.o.bootIdPath),
         netns: this.netns, generation, desired: this.digest(), tables, verified });
       this.held = { generation, desired: k.desired, verified };

@@ -52,6 +52,8 @@ export class Reporter {
     this.unverifiedError = undefined;
     const now = performance.now();
     if (trusted !== 'keep') k.trustedSince = trusted === 'commit' ? now : trusted === 'followed' ? k.trustedSince ?? now : undefined;
+    if (trusted === false) k.readAt = gen;
+    else if (trusted === 'commit') k.readAt = undefined;
     if (metric) k.metrics.generation.set(gen);
     if (!this.ready) {
       this.ready = true;

@@ -75,6 +75,12 @@ export class KeeperState {
   lastVerified?: number;
   /** Set while lastVerified is our own commit's generation rather than a read-back (see FullPass). */
   trustedSince?: number;
+  /**
+   * The generation at which a read (a pass that read every owned table, or an adopted record a
+   * read verified) last found the desired state; undefined from our own commit until the next such
+   * read. The restart record is marked verified only for tables no commit changed since (record.ts).
+   */
+  readAt?: number;
   /** The next pass reads the tables even if the generation says nothing moved: the trusted commit's read-back. */
   readBackDue = false;
   /** The generation at which the guard last refused a repair planned from the view's events: the monitor trails it. */

@@ -144,9 +144,14 @@ export class KernelView extends FollowedView {
     const digests = conn as NftConn & Required<Pick<NftConn, 'listRuleDigests'>>;
     // A named set whose elements the followed table holds, exact now and clean for it, is not read.
     const held = this.progressOf && ((t: TableConfig, set: string) => this.exactAt(generation) && this.elementsDiffering(t.family, t.name, set) === 0);
-    // A read that only observes (once) gives up at a commit the events bring after its generation: the pass ends, and the repair waiting for it runs.
+    // A read that only observes (once) gives up at a commit the events bring after its generation
+    // that may have changed a table it reads: the pass ends, and the repair waiting for it runs. A
+    // neighbour's commits elsewhere do not end it (the read holds: below).
     const progress = this.progressOf;
-    const moved = once && progress ? () => progress().lastGeneration > generation : undefined;
+    const moved = once && progress ? () => {
+      const p = progress();
+      return p.lastGeneration > generation && !stale.every((t) => this.untouched(t, generation, p.lastGeneration, p));
+    } : undefined;
     const failed = new Set<TableConfig>();
     for (const t of stale) {
       const kt = this.rulesOf(t);
@@ -159,7 +164,15 @@ export class KernelView extends FollowedView {
       }
       failed.add(t);
     }
-    if (conn.generation() !== generation) return this.noRules();  // something committed while we read
+    const now = conn.generation();
+    if (now !== generation) {
+      // Something committed while we read. The read holds at `generation` (and at `now`) for a
+      // table the events prove no commit since `generation` changed (a neighbour committing to its
+      // own table); a table a commit changed, or any table where the events cannot tell, is read whole.
+      if (!progress || !(await this.eventsCover(generation, now))) return this.noRules();
+      const p = progress();
+      for (const t of stale) if (!this.untouched(t, generation, now, p)) failed.add(t);
+    }
     // Counted as a read where it confirmed a table (else the observation's dump is the read).
     if (failed.size < stale.length) read();
     if (failed.size === have.length) return this.noRules();
@@ -167,6 +180,16 @@ export class KernelView extends FollowedView {
     this.rulesNowAt(have, generation);
     // Read now (digests), unless some tables are held only by the generation or the events; the others the observation reads.
     return { known: this.heldOf(have.filter((t) => !failed.has(t))), read: stale.length === have.length };
+  }
+
+  /**
+   * No commit after `from` up to `to` changed table `t`: the monitor saw every commit in between
+   * whole, and none of them named it (nor may have changed every table: a truncated batch).
+   */
+  untouched(t: { family: string; name: string }, from: number, to: number, p = this.progressOf?.()): boolean {
+    if (from === to) return true;
+    const rec = this.find(t.family, t.name);
+    return !!rec && !!p && runCovers(from, to, this.applied, p) && this.lastChangeOf(rec) <= from;
   }
 
   /** The rules still held of `tables` are exact at `generation`. */
