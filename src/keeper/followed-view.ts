@@ -196,11 +196,18 @@ export class FollowedView {
     const p = progress();
     const to = p.lastGeneration;
     if (to <= from || !runCovers(from, to, this.applied, p)) return undefined;
-    for (const t of tables) {
-      const rec = this.find(t.family, t.name);
-      if (!rec?.owned || this.lastChangeOf(rec) > from) return undefined;
-    }
-    return to;
+    return tables.every((t) => this.untouched(t, from, to, p)) ? to : undefined;
+  }
+
+  /**
+   * No commit after `from` up to `to` changed table `t`: the monitor saw every commit in between
+   * whole, and none of them named it (nor may have changed every owned table: a truncated batch).
+   * A table not owned, whose changes the view does not note, has no such proof.
+   */
+  untouched(t: { family: string; name: string }, from: number, to: number, p = this.progressOf?.()): boolean {
+    if (from === to) return true;
+    const rec = this.find(t.family, t.name);
+    return !!rec?.owned && !!p && runCovers(from, to, this.applied, p) && this.lastChangeOf(rec) <= from;
   }
 
   /** The monitor has not seen `to` yet, or has batches on their way to follow(). */

@@ -182,16 +182,6 @@ export class KernelView extends FollowedView {
     return { known: this.heldOf(have.filter((t) => !failed.has(t))), read: stale.length === have.length };
   }
 
-  /**
-   * No commit after `from` up to `to` changed table `t`: the monitor saw every commit in between
-   * whole, and none of them named it (nor may have changed every table: a truncated batch).
-   */
-  untouched(t: { family: string; name: string }, from: number, to: number, p = this.progressOf?.()): boolean {
-    if (from === to) return true;
-    const rec = this.find(t.family, t.name);
-    return !!rec && !!p && runCovers(from, to, this.applied, p) && this.lastChangeOf(rec) <= from;
-  }
-
   /** The rules still held of `tables` are exact at `generation`. */
   private rulesNowAt(tables: readonly TableConfig[], generation: number): void {
     for (const t of tables) {

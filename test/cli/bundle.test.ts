@@ -253,11 +253,17 @@ describe('the bundled daemon', () => {
     expect(loaded(0, 'check', '--config', config, '--netns', ns.path)).not.toContain('NativeModule crypto');
   });
 
-  it("keys the compile cache's entries by the bundle's build id (its first line), and a warm apply takes the entry", () => {
-    const dir = tempDir('bundle-compile-cache');
+  /** `dir`/big.nft: table ip `table` with an input chain of 1,000 rules. */
+  const bigNft = (dir: string, table: string): string => {
     const config = join(dir, 'big.nft');
     const rules = Array.from({ length: 1_000 }, (_, i) => `\t\tip saddr 10.1.${i >> 8}.${i & 255} counter accept\n`).join('');
-    writeFileSync(config, `table ip bc {\n\tchain input {\n\t\ttype filter hook input priority filter; policy accept;\n${rules}\t}\n}\n`);
+    writeFileSync(config, `table ip ${table} {\n\tchain input {\n\t\ttype filter hook input priority filter; policy accept;\n${rules}\t}\n}\n`);
+    return config;
+  };
+
+  it("keys the compile cache's entries by the bundle's build id (its first line), and a warm apply takes the entry", () => {
+    const dir = tempDir('bundle-compile-cache');
+    const config = bigNft(dir, 'bc');
     const cache = join(dir, 'cache');
     const apply = () => spawnSync(process.execPath, [join(ROOT, 'bin', 'nfkeeper.js'), 'apply', '--config', config, '--netns', ns.path, '--cache-dir', cache, '--progress'], { encoding: 'utf8' });
     const cold = apply();
@@ -274,9 +280,7 @@ describe('the bundled daemon', () => {
 
   it('an apply from the compile cache (V8 flags changed while it runs) writes a code cache entry the next apply takes', () => {
     const dir = tempDir('bundle-warm-code-cache');
-    const config = join(dir, 'big.nft');
-    const rules = Array.from({ length: 1_000 }, (_, i) => `\t\tip saddr 10.1.${i >> 8}.${i & 255} counter accept\n`).join('');
-    writeFileSync(config, `table ip wc {\n\tchain input {\n\t\ttype filter hook input priority filter; policy accept;\n${rules}\t}\n}\n`);
+    const config = bigNft(dir, 'wc');
     const codeCache = join(dir, 'code');
     const apply = () => {
       ns.exec('nft', ['flush', 'ruleset']);
