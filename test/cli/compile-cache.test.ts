@@ -206,7 +206,9 @@ describe('nfkeeper run: the compile cache', { timeout: 180_000 }, () => {
       writeFileSync(file, bytes, { mode: 0o600 });
       const logs = await runOnce(args, dir);
       expect(said(logs, 'compile cache')).toMatch(/not used; the config was compiled: .* is cut short or corrupt/);
-      expect(said(logs, 'restart record')).toMatch(/^restart record matches the kernel/);
+      // Adopted, or (the record not verified: each start here ends within trustOwnCommitMs) read at
+      // the third adoption (MAX_UNVERIFIED_ADOPTIONS): either way nothing is written.
+      expect(said(logs, 'restart record')).toMatch(/^restart record (matches the kernel|not used; .*: 2 starts adopted it and none read it back)/);
       expect(gen()).toBe(g);
       expect(ruleset()).toBe(before);
     }
