@@ -17,6 +17,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
+import { startNeighbour, type Neighbour } from '../test/helpers/neighbour.js';
 import { chainYaml } from './scenarios/s8.js';
 import { daemonNodeFlags } from './lib/node-flags.js';
 import { parseArgs } from './lib/args.js';
@@ -37,8 +38,10 @@ const loadavg = () => readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 
 const dir = mkdtempSync(join(tmpdir(), 'nfk-readback-ab-'));
 const live = new Set<string>();
 const children = new Set<ChildProcess>();
+const neighbours = new Set<Neighbour>();
 const cleanup = () => {
   for (const c of children) c.kill('SIGKILL');
+  for (const n of neighbours) n.kill();
   for (const ns of live) spawnSync('ip', ['netns', 'del', ns]);
   rmSync(dir, { recursive: true, force: true });
 };
@@ -65,14 +68,14 @@ async function start(root: string, b: number, rate: number, config: string): Pro
   const path = `/run/netns/${ns}`;
   const record = join(dir, `record-${seq}`);
   const port = 19600 + (seq % 300);
-  let neighbour: ChildProcess | undefined;
+  let neighbour: Neighbour | undefined;
   try {
-    const startNeighbour = async () => {
-      neighbour = spawn(process.execPath, ['--import', 'tsx', join(import.meta.dirname, '..', 'test', 'helpers', 'neighbour.ts'), path, String(rate)], { stdio: 'inherit' });
-      children.add(neighbour);
+    const begin = async () => {
+      neighbour = await startNeighbour(path, rate);
+      neighbours.add(neighbour);
       await new Promise((r) => setTimeout(r, 300));
     };
-    if (rate > 0 && !AFTER_READY) await startNeighbour();
+    if (rate > 0 && !AFTER_READY) await begin();
     const t0 = performance.now();
     const child = spawn('node', [...daemonNodeFlags(root), join(root, 'bin', 'nfkeeper.js'), 'run', '--config', config, '--netns', path,
       '--metrics', `127.0.0.1:${port}`, '--log-level', 'debug', '--record-dir', record, '--cache-dir', join(dir, `cache-${b}`)], { stdio: ['ignore', 'pipe', 'pipe'] });
@@ -86,7 +89,7 @@ async function start(root: string, b: number, rate: number, config: string): Pro
         const s = (performance.now() - t0) / 1000;
         if (l.includes('"nfkeeper running"')) {
           run.readyS = s;
-          if (rate > 0 && AFTER_READY) void startNeighbour();
+          if (rate > 0 && AFTER_READY) void begin();
         }
         if (l.includes('"restart record written"')) {
           run.firstRecord ??= l.includes('"verified":true') ? 'verified' : 'not verified';
@@ -106,8 +109,8 @@ async function start(root: string, b: number, rate: number, config: string): Pro
     return run;
   } finally {
     if (neighbour) {
-      neighbour.kill('SIGKILL');
-      children.delete(neighbour);
+      neighbour.kill();
+      neighbours.delete(neighbour);
     }
     spawnSync('ip', ['netns', 'del', ns]);
     live.delete(ns);

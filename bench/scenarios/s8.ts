@@ -25,6 +25,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { Batch, open } from '../../src/index.js';
 import { PROJECT_ROOT } from '../../src/netlink/addon.js';
 import { kubeProxy } from '../../test/helpers/peers/kube-proxy.js';
+import { chainYaml as bigChainYaml, ip } from '../../test/helpers/big-chain.js';
 import { daemonNodeFlags } from '../lib/node-flags.js';
 import { withBenchNetns, type BenchNetns } from '../lib/netns.js';
 import { summarize, type Summary } from '../lib/stats.js';
@@ -122,7 +123,6 @@ const BIN = join(PROJECT_ROOT, 'bin', 'nfkeeper.js');
 const NODE = 'node';
 const CLK_TCK = 100;
 
-const ip = (i: number) => `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`;
 const ruleText = (i: number) => `ip saddr ${ip(i)} tcp dport ${1 + (i % 60000)} counter accept`;
 
 export function chainNft(n: number): string {
@@ -133,10 +133,7 @@ export function chainNft(n: number): string {
 }
 
 export function chainYaml(n: number): string {
-  const out = ['tables:', '  - family: ip', '    name: big', '    chains:', '      - name: c', '        type: filter',
-    '        hook: forward', '        priority: filter', '        policy: accept', '        rules:'];
-  for (let i = 0; i < n; i++) out.push(`          - ${ruleText(i)}`);
-  return `${out.join('\n')}\n`;
+  return bigChainYaml(n, { rule: ruleText });
 }
 
 function setNft(n: number): string {

@@ -179,16 +179,6 @@ function echoForHandles(batch: Batch): true | readonly number[] {
   return points.length > 0 ? points : true;
 }
 
-/** The tables `batch`'s ops lie in, each once. */
-function tablesOf(batch: Batch): TableRef[] {
-  const seen = new Map<string, TableRef>();
-  for (const op of batch.ops) {
-    const name = op.object === 'table' ? op.name : op.table;
-    seen.set(`${op.family} ${name}`, { family: op.family, name });
-  }
-  return [...seen.values()];
-}
-
 export class Reconciler {
   /** Tables a reload dropped from the config: deleted by the next pass that finds them. */
   retired: TableRef[] = [];
@@ -269,7 +259,7 @@ export class Reconciler {
       // A neighbour's commit to its own table refused the batch: sent again where the events prove
       // the tables it was planned from (the retired ones too) unchanged since (guard.ts).
       stillHolds: this.view.follows
-        ? (planned, batch) => this.view.unchangedSince(planned, [...input.tables, ...this.retired, ...tablesOf(batch)]) : undefined,
+        ? (planned, batch) => this.view.unchangedSince(planned, [...input.tables, ...this.retired, ...batch.tables]) : undefined,
       echo: byProof ? echoForHandles : input.verifyByEcho || (keepKnown ? echoForHandles : false),
       // Only where a read-back by digest may follow, or the echo is compared with them: not for a
       // caller that trusts a sole commit (the daemon, whose start-up install would hold 100,000

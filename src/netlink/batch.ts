@@ -15,10 +15,10 @@ export class Batch {
   readonly ops: Op[] = [];
   /** The next NFTA_RULE_ID a planner gives a rule of this batch: unique among its rules (kernels before 6.0 do not match the chain). */
   nextRuleId = 1;
-  // For createsAll, noted as each op is queued: a walk over an install's 10,000 ops at commit time
-  // ran once per process, in the interpreter (~5 ms of a one-shot apply's CPU).
+  // The tables the ops lie in, noted as each op is queued: a walk over an install's 10,000 ops at
+  // commit time ran once per process, in the interpreter (~5 ms of a one-shot apply's CPU).
+  private readonly inTables = new Map<string, { family: Family; name: string }>();
   private readonly created = new Set<string>();
-  private readonly touched = new Set<string>();
   private tableOtherwise = false;
   private lastFamily: string | undefined;
   private lastTable: string | undefined;
@@ -27,16 +27,24 @@ export class Batch {
   push(op: Op): this {
     validateOp(op, this.ops.length);
     this.ops.push(op);
+    const name = op.object === 'table' ? op.name : op.table;
+    // A batch's ops come by table: a key made only where the table changes.
+    if (name !== this.lastTable || op.family !== this.lastFamily) {
+      this.lastFamily = op.family;
+      this.lastTable = name;
+      const key = `${op.family} ${name}`;
+      if (!this.inTables.has(key)) this.inTables.set(key, { family: op.family, name });
+    }
     if (op.object === 'table') {
       if (op.verb === 'create') this.created.add(`${op.family} ${op.name}`);
       else this.tableOtherwise = true;
-    } else if (op.table !== this.lastTable || op.family !== this.lastFamily) {
-      // A batch's ops come by table: a key made only where the table changes.
-      this.lastFamily = op.family;
-      this.lastTable = op.table;
-      this.touched.add(`${op.family} ${op.table}`);
     }
     return this;
+  }
+
+  /** The tables this batch's ops lie in (a table op's own table too), each once, in order of first op. */
+  get tables(): Array<{ family: Family; name: string }> {
+    return [...this.inTables.values()];
   }
 
   /**
@@ -45,7 +53,7 @@ export class Batch {
    */
   get createsAll(): boolean {
     if (this.created.size === 0 || this.tableOtherwise) return false;
-    for (const k of this.touched) if (!this.created.has(k)) return false;
+    for (const k of this.inTables.keys()) if (!this.created.has(k)) return false;
     return true;
   }
 

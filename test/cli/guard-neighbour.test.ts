@@ -10,6 +10,8 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { open } from '../../src/netlink/socket.js';
+import { chainYaml } from '../helpers/big-chain.js';
+import { startNeighbour } from '../helpers/neighbour.js';
 import { withNetns, type Netns } from '../helpers/netns.js';
 import { tempDir } from '../helpers/tmp.js';
 import { nfk, nfkDone, waitFor } from './spawn.js';
@@ -18,23 +20,9 @@ const N = 10_000;
 const RATE = 100;
 
 function config(): string {
-  const out = ['tables:', '  - family: ip', '    name: big', '    chains:', '      - name: c', '        type: filter',
-    '        hook: forward', '        priority: filter', '        policy: accept', '        rules:'];
-  for (let i = 0; i < N; i++) out.push(`          - ip saddr 10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255} accept`);
   const file = join(tempDir('guard-neighbour'), 'c.yaml');
-  writeFileSync(file, `${out.join('\n')}\n`);
+  writeFileSync(file, chainYaml(N));
   return file;
-}
-
-/** A socket of the test adds and deletes `ip neighbour`, RATE commits a second, until stopped. */
-function neighbour(ns: Netns): { commits: () => number; stop: () => void } {
-  const s = open({ netns: ns.path });
-  let n = 0;
-  const timer = setInterval(() => {
-    s.commitNow([{ verb: n % 2 ? 'delete' : 'add', object: 'table', family: 'ip', name: 'neighbour' }]);
-    n++;
-  }, 1000 / RATE);
-  return { commits: () => n, stop: () => { clearInterval(timer); s.close(); } };
 }
 
 /** The kernel holds `ip big` with its N rules, nothing else of ours (the neighbour's table aside). */
@@ -55,17 +43,18 @@ describe('a start from empty under a neighbour committing to its own table', { t
   it(`nfkeeper run installs ${N} rules and becomes ready while another table is committed to ${RATE} times a second`, async () => {
     await withNetns(async (ns) => {
       const file = config();
-      const nb = neighbour(ns);
+      const nb = await startNeighbour(ns.path, RATE);
       const r = nfk(['run', '--config', file, '--netns', ns.path, '--no-metrics']);
+      let commits = 0;
       try {
         await waitFor('nfkeeper running', () => r.logs().some((l) => l.msg === 'nfkeeper running')
           || r.child.exitCode !== null, 120_000);
         expect(r.child.exitCode, r.err.join('\n')).toBeNull();
-        expect(nb.commits(), 'the neighbour committed meanwhile').toBeGreaterThan(10);
       } finally {
-        nb.stop();
+        ({ commits } = await nb.stop());
         r.child.kill('SIGTERM');
       }
+      expect(commits, 'the neighbour committed meanwhile').toBeGreaterThan(10);
       expect((await r.exited).code).toBe(0);
       await holdsDesired(ns, file);
     }, 'guard-run');
@@ -74,14 +63,15 @@ describe('a start from empty under a neighbour committing to its own table', { t
   it(`nfkeeper apply installs ${N} rules while another table is committed to ${RATE} times a second`, async () => {
     await withNetns(async (ns) => {
       const file = config();
-      const nb = neighbour(ns);
+      const nb = await startNeighbour(ns.path, RATE);
       let r;
+      let commits = 0;
       try {
         r = await nfkDone(['apply', '--config', file, '--netns', ns.path, '--no-progress'], { timeoutMs: 120_000 });
-        expect(nb.commits(), 'the neighbour committed meanwhile').toBeGreaterThan(10);
       } finally {
-        nb.stop();
+        ({ commits } = await nb.stop());
       }
+      expect(commits, 'the neighbour committed meanwhile').toBeGreaterThan(10);
       expect(r.code, r.err.join('\n')).toBe(0);
       await holdsDesired(ns, file);
     }, 'guard-apply');

@@ -6,43 +6,24 @@
  * neighbour's commits left the owned table alone (src/netlink/guard.ts): repaired within a bound,
  * and no commit of the neighbour's refused.
  */
-import { spawn } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { createInterface } from 'node:readline';
 import { describe, expect, it } from 'vitest';
 import { open } from '../../src/netlink/socket.js';
-import { withNetns, type Netns } from '../helpers/netns.js';
+import { chainYaml } from '../helpers/big-chain.js';
+import { startNeighbour, type Neighbour } from '../helpers/neighbour.js';
+import { withNetns } from '../helpers/netns.js';
 import { tempDir } from '../helpers/tmp.js';
 import { nfk, waitFor } from './spawn.js';
 
 const N = 10_000;
-const CHILD = fileURLToPath(new URL('./neighbour-child.ts', import.meta.url));
 /** Flush to repaired: a few seconds on a loaded two-core machine (up to 7 s at load 16 in the note). */
 const BOUND_MS = 45_000;
 
 function config(): string {
-  const out = ['tables:', '  - family: ip', '    name: big', '    chains:', '      - name: c', '        type: filter',
-    '        hook: forward', '        priority: filter', '        policy: accept', '        rules:'];
-  for (let i = 0; i < N; i++) out.push(`          - ip saddr 10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255} accept`);
   const file = join(tempDir('repair-neighbour'), 'c.yaml');
-  writeFileSync(file, `${out.join('\n')}\n`);
+  writeFileSync(file, chainYaml(N));
   return file;
-}
-
-async function neighbour(ns: Netns): Promise<{ stop: () => Promise<{ commits: number; failed: number }> }> {
-  const child = spawn(process.execPath, ['--import', 'tsx', CHILD, ns.path], { stdio: ['ignore', 'pipe', 'inherit'] });
-  const lines = createInterface({ input: child.stdout! });
-  const it = lines[Symbol.asyncIterator]();
-  expect((await it.next()).value).toBe('ready');
-  return {
-    stop: async () => {
-      child.kill('SIGTERM');
-      const [commits, failed] = String((await it.next()).value).split(' ').map(Number);
-      return { commits: commits!, failed: failed! };
-    },
-  };
 }
 
 describe('a repair of an owned table under a neighbour committing as fast as it can', { timeout: 240_000 }, () => {
@@ -50,11 +31,11 @@ describe('a repair of an owned table under a neighbour committing as fast as it 
     await withNetns(async (ns) => {
       const file = config();
       const r = nfk(['run', '--config', file, '--netns', ns.path, '--no-metrics']);
-      let nb;
+      let nb: Neighbour | undefined;
       try {
         await waitFor('nfkeeper running', () => r.logs().some((l) => l.msg === 'nfkeeper running') || r.child.exitCode !== null, 120_000);
         expect(r.child.exitCode, r.err.join('\n')).toBeNull();
-        nb = await neighbour(ns);
+        nb = await startNeighbour(ns.path);
         await new Promise((res) => setTimeout(res, 500));
         const before = r.logs().length;
         ns.nft('flush chain ip big c\n');

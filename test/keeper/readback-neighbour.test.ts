@@ -10,15 +10,15 @@
  * while the read-back reads still throws the read away. A daemon restarted before each read-back is
  * due adopts a record not verified at most MAX_UNVERIFIED_ADOPTIONS times; the next start reads.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
 import { readdirSync } from 'node:fs';
-import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { parseConfig, type Config } from '../../src/config/config.js';
 import type { Keeper } from '../../src/keeper/keeper.js';
 import { MAX_UNVERIFIED_ADOPTIONS, readRecord, recordPathOf, type RestartRecord } from '../../src/keeper/record.js';
 import type { NftHost } from '../../src/netlink/conn.js';
+import { chainYaml } from '../helpers/big-chain.js';
 import { observedHost, startKeeper } from '../helpers/keeper.js';
+import { startNeighbour, type Neighbour } from '../helpers/neighbour.js';
 import { socketPerTest } from '../helpers/netns-hooks.js';
 import type { Netns } from '../helpers/netns.js';
 import { tempDir } from '../helpers/tmp.js';
@@ -26,8 +26,7 @@ import { until } from '../helpers/wait.js';
 import { captureLog } from './helpers.js';
 
 const N = 20_000;
-const yaml = (n: number) => ['tables:', '  - family: ip', '    name: big', '    chains:', '      - name: c', '        rules:',
-  ...Array.from({ length: n }, (_, i) => `          - ip saddr 10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255} accept`)].join('\n') + '\n';
+const yaml = (n: number) => chainYaml(n, { base: false });
 
 /** The keeper's connection, counting its reads of rules (digest dumps and decoding dumps alike). */
 function countingHost(ns: Netns, after?: (method: string) => Promise<void> | undefined): NftHost & { ruleReads: number } {
@@ -36,16 +35,11 @@ function countingHost(ns: Netns, after?: (method: string) => Promise<void> | und
     after && ((method, _args, result) => (result as Promise<unknown>).then(async (x) => { await after(method); return x; }))));
 }
 
-/** test/helpers/neighbour.ts in a process of its own: `rate` commits a second to `ip neigh2`. */
-function neighbour(ns: Netns, rate: number): ChildProcess {
-  return spawn(process.execPath, ['--import', 'tsx', join(import.meta.dirname, '..', 'helpers', 'neighbour.ts'), ns.path, String(rate)], { stdio: 'inherit' });
-}
-
 describe('the read-back and the record under a busy neighbour', { timeout: 90_000 }, () => {
   const { ns, sock } = socketPerTest('readback-neighbour');
   let dir: string;
   let keeper: Keeper | undefined;
-  let neigh: ChildProcess | undefined;
+  let neigh: Neighbour | undefined;
   let config: Config;
   let log = captureLog();
   const record = () => ({ dir, version: 'test' });
@@ -61,7 +55,7 @@ describe('the read-back and the record under a busy neighbour', { timeout: 90_00
     log = captureLog();
   });
   afterEach(async () => {
-    neigh?.kill('SIGKILL');
+    neigh?.kill();
     neigh = undefined;
     await keeper?.stop();
     keeper = undefined;
@@ -81,7 +75,7 @@ describe('the read-back and the record under a busy neighbour', { timeout: 90_00
     const host = countingHost(ns);
     const installed = await install(host, 1500);
     const readsAtReady = host.ruleReads;
-    neigh = neighbour(ns, 200);
+    neigh = await startNeighbour(ns.path, 200);
     await until('the neighbour committing', () => sock.generation() > installed + 5, 10_000);
     const t0 = performance.now();
     await until('the record rewritten as verified', () => recorded()?.verified === true, 15_000);
@@ -107,7 +101,7 @@ describe('the read-back and the record under a busy neighbour', { timeout: 90_00
     await install(host, 1500);
     victim = recorded()!.tables[0]!.chains[0]!.handles[N >> 1];
     // (Slower than above: the repair of the foreign rule is guarded by the generation, tableG's.)
-    neigh = neighbour(ns, 20);
+    neigh = await startNeighbour(ns.path, 20);
     // Every generation a read is said to have verified the tables at (KeeperState.readAt), from the foreign commit on.
     const st = keeper!.state as { readAt?: number };
     let readAt = st.readAt;
@@ -122,7 +116,7 @@ describe('the read-back and the record under a busy neighbour', { timeout: 90_00
     await until('a later read verified the tables', () => claims.length > 0, 20_000);
     for (const g of claims) expect(g, `a read said to verify the tables at ${g}; the foreign commit came after ${before}`).toBeGreaterThan(before!);
     // nft's own dump of the chain is interrupted by every commit and retried without bound: the neighbour stops first.
-    neigh.kill('SIGKILL');
+    await neigh.stop();
     await until('the deleted rule put back', () => ns.exec('nft', ['list', 'chain', 'ip', 'big', 'c']).split('\n').filter((l) => l.includes('accept')).length === N, 10_000);
   });
 });

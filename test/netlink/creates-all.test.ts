@@ -41,3 +41,14 @@ describe('a batch confined to tables it creates', () => {
     expect(between.createsAll).toBe(false);
   });
 });
+
+describe('the tables a batch lies in', () => {
+  it('names each table once, a table op\'s own table too, in order of its first op', () => {
+    const b = new Batch().add('rule', rule('ip', 'a')).add('rule', rule('ip', 'a')).add('rule', rule('inet', 'a'))
+      .delete('table', { family: 'ip', name: 'gone' }).add('rule', rule('ip', 'a')).add('element', { ...at('ip', 'b'), set: 's', elements: [] });
+    expect(b.tables).toEqual([
+      { family: 'ip', name: 'a' }, { family: 'inet', name: 'a' }, { family: 'ip', name: 'gone' }, { family: 'ip', name: 'b' },
+    ]);
+    expect(new Batch().tables).toEqual([]);
+  });
+});
