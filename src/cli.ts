@@ -462,6 +462,8 @@ async function oneShot(o: OneShotOptions, apply: boolean, io: Out): Promise<numb
   let store: ((stored?: (token: string) => void) => import('./base/sliced.js').Sliced<string | undefined>) | undefined;
   // A hit's rules, made as they are read: what tells whether a failure was the entry's.
   let hit: { file: string; make: () => import('./base/sliced.js').Sliced<void> } | undefined;
+  // A hit's texts a printed plan rendered, kept in its entry for the next plan (one it lacked).
+  let keepTexts: (() => string | undefined) | undefined;
   // The entry apply installs, where what its echo proves is kept (src/keeper/held-proof.ts).
   let proof: import('./keeper/held-proof.js').ProofEntry | undefined;
   // A cold apply's proof, kept for the token its store gives the entry (CheckResult.keepProof).
@@ -478,6 +480,7 @@ async function oneShot(o: OneShotOptions, apply: boolean, io: Out): Promise<numb
     config = loaded.config;
     if (apply) store = loaded.store;
     if (loaded.cache.used && loaded.make) hit = { file: loaded.cache.file, make: loaded.make };
+    keepTexts = loaded.keepTexts;
     // A hit: the token its store wrote. A miss that apply stores (below): the token is the store's,
     // after the commit, and what the commit's echo proves is kept then (keepProof).
     const stored = async () => store !== undefined && (await import('./model/desired.js')).countRules(config.tables) >= APPLY_STORES_FROM_RULES;
@@ -504,6 +507,7 @@ async function oneShot(o: OneShotOptions, apply: boolean, io: Out): Promise<numb
       const why = hit && unmadeRules(hit.make);
       if (why === undefined) throw e;
       maglevBack?.();
+      keepTexts = undefined;
       ({ config, store } = await compiledInstead(hit!.file, why, (said) => io.err(`nfkeeper: ${said}; ${o.config} was compiled`), async (throughCache) => {
         if (!throughCache) return { config: loadConfig(o.config, options), store: undefined };
         const loaded = await loadCached();
@@ -531,6 +535,10 @@ async function oneShot(o: OneShotOptions, apply: boolean, io: Out): Promise<numb
       else progress.note(line);
     }
   }
+  // A plan printed from an entry that kept no rule texts (the daemon stored it, or an apply to
+  // /dev/null): the texts it rendered are kept, and the next plan from the entry renders none.
+  const why = keepTexts?.();
+  if (why !== undefined) progress.note(() => `the plan's rule texts were not kept in the compile cache entry (${oneLine(why)}); the next plan renders them again`);
   maglevBack?.();
   return code;
 }

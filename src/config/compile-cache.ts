@@ -237,7 +237,8 @@ function writerLives(name: string): boolean {
  * stored (unfaithful). A compile's error is thrown as loadConfig throws it; the cache's own never are.
  */
 export function loadConfigCached(file: string, options: LoadOptions, cache: CompileCacheOptions):
-  { config: Config; cache: CacheUse; store?: (stored?: (token: string) => void) => Sliced<string | undefined>; make?: () => Sliced<void>; files?: FileDigests } {
+  { config: Config; cache: CacheUse; store?: (stored?: (token: string) => void) => Sliced<string | undefined>; make?: () => Sliced<void>;
+    keepTexts?: () => string | undefined; files?: FileDigests } {
   const path = compileCachePathOf(cache.dir, cache.netns, file);
   let why: string;
   try {
@@ -245,7 +246,10 @@ export function loadConfigCached(file: string, options: LoadOptions, cache: Comp
     if ('config' in hit) {
       const kept = cache.lateOnlyIfRemovable ? unremovable(path) : undefined;
       const token = hit.token !== undefined ? { token: hit.token } : {};
-      if (kept === undefined) return { config: hit.config, cache: { used: true, file: path, ...token }, files: fileDigests(hit.inputs), make: hit.make };
+      if (kept === undefined) {
+        return { config: hit.config, cache: { used: true, file: path, ...token }, files: fileDigests(hit.inputs), make: hit.make,
+          ...(hit.token !== undefined ? { keepTexts: () => keepTexts(path, cache.dir, hit.token!, hit.withTexts) } : {}) };
+      }
       const e = unmadeRules(hit.make);
       if (e === undefined) return { config: hit.config, cache: { used: true, file: path, madeNow: kept }, files: fileDigests(hit.inputs) };
       why = `${path} could not be read back (${(e as Error).message}), and ${kept}`;
@@ -284,6 +288,35 @@ export function loadConfigCached(file: string, options: LoadOptions, cache: Comp
       }
     },
   };
+}
+
+/**
+ * The entry's encoded rules written again with the texts a plan rendered from it (CachedRules.withTexts),
+ * under the same token (the rules sent are the same bytes: a held-as-sent proof of the entry stands),
+ * so that the next plan printed from it makes and renders no rule. Nothing where none was added;
+ * why not where the write failed (a cache: the next plan renders them again). A store of another
+ * entry meanwhile writes its own token, which this file then lacks: its rules are made, as without it.
+ */
+function keepTexts(path: string, dir: string, token: string, withTexts: () => Buffer[] | undefined): string | undefined {
+  try {
+    const pieces = withTexts();
+    if (pieces === undefined || !tokenIs(encodedPathOf(path), token)) return undefined;
+    writeSealed(encodedPathOf(path), dir, [Buffer.from(token, 'latin1'), ...pieces], { durable: false });
+    return undefined;
+  } catch (e) {
+    return (e as Error).message;
+  }
+}
+
+/** Whether the file at `path` begins with `token` (sealed files begin with their payload). */
+function tokenIs(path: string, token: string): boolean {
+  const fd = openSync(path, 'r');
+  try {
+    const b = Buffer.alloc(token.length);
+    return readSync(fd, b, 0, b.length, 0) === b.length && b.toString('latin1') === token;
+  } finally {
+    closeSync(fd);
+  }
 }
 
 /**
@@ -351,7 +384,7 @@ export function unmadeRules(make: () => Sliced<void>): unknown {
 }
 
 function fromCache(path: string, file: string, options: LoadOptions, cache: CompileCacheOptions):
-  { config: Config; inputs: CompileInput[]; make: () => Sliced<void>; token?: string } | { why: string } {
+  { config: Config; inputs: CompileInput[]; make: () => Sliced<void>; withTexts: () => Buffer[] | undefined; token?: string } | { why: string } {
   const read = readSealedBytes(path, cache.dir);
   if ('why' in read) return read;
   const body = read.bytes;
@@ -367,12 +400,12 @@ function fromCache(path: string, file: string, options: LoadOptions, cache: Comp
   if (!Array.isArray(h.inputs) || !Array.isArray(h.chains)) return { why: `${path} is corrupt: no inputs or digests` };
   const changed = changedInput(h.inputs, options);
   if (changed !== undefined) return { why: changed };
-  const { config, make } = deserialise(body.subarray(nl + 1), options, () => readEncoded(encodedPathOf(path), cache.dir, h.encoded));
+  const { config, make, withTexts } = deserialise(body.subarray(nl + 1), options, () => readEncoded(encodedPathOf(path), cache.dir, h.encoded));
   const chains = h.chains;
   if (chains.length !== config.tables.length || !config.tables.every((t, i) => Array.isArray(chains[i]) && chains[i]!.length === t.chains.length
     && chains[i]!.every((d) => typeof d === 'string' && /^[0-9a-f]{64}$/.test(d)))) return { why: `${path} is corrupt: its chain digests are not its chains'` };
   knownChainDigests(config.tables, chains);
-  return { config, inputs: h.inputs, make, ...(typeof h.encoded === 'string' ? { token: h.encoded } : {}) };
+  return { config, inputs: h.inputs, make, withTexts, ...(typeof h.encoded === 'string' ? { token: h.encoded } : {}) };
 }
 
 /** The addon's digest for a header, with the file's identity where the digest was taken of the file that has it. */
@@ -568,9 +601,7 @@ class EncodedRules {
     // (sets too big for their length: the rule is made)
     const st = sets === undefined ? undefined : Buffer.from(JSON.stringify(sets), 'utf8');
     if (st !== undefined && st.length > 0xffff) return this.skip();
-    // (a text too long for its length, or not UTF-8 that comes back as itself: none kept)
-    let tx = text === undefined || text === '' ? undefined : Buffer.from(text, 'utf8');
-    if (tx !== undefined && (tx.length > 0xffff || tx.toString('utf8') !== text)) tx = undefined;
+    const tx = keptTextBytes(text);
     const head = Buffer.allocUnsafe(ENCODED_HEAD);
     head.writeUInt16LE(exprs.length, 0);
     head.writeUInt16LE(ud?.length ?? 0, 2);
@@ -595,6 +626,13 @@ class EncodedRules {
 
 /** The bytes before each rule's in EncodedRules: the lengths of its attribute, userdata, text and sets. */
 const ENCODED_HEAD = 8;
+
+/** A rule's text as EncodedRules keeps it; undefined: none kept (none, empty, too long for its length, or not UTF-8 that comes back as itself). */
+function keptTextBytes(text: string | undefined): Buffer | undefined {
+  if (text === undefined || text === '') return undefined;
+  const tx = Buffer.from(text, 'utf8');
+  return tx.length > 0xffff || tx.toString('utf8') !== text ? undefined : tx;
+}
 
 /** The files that live beside the entry `path` and go with it: its encoded rules, and what an apply's echo proved of them. */
 export function besideFilesOf(path: string): string[] {
@@ -629,7 +667,8 @@ function readEncoded(path: string, dir: string, token: string | undefined): Buff
  * repair makes the rule it puts back, from its line and the lines of its expressions. (A line is
  * decoded alone: a newline is never inside UTF-8's multi-byte sequences.)
  */
-function deserialise(bytes: Buffer, options: LoadOptions, readEncoded: () => Buffer | undefined): { config: Config; make: () => Sliced<void> } {
+function deserialise(bytes: Buffer, options: LoadOptions, readEncoded: () => Buffer | undefined):
+  { config: Config; make: () => Sliced<void>; withTexts: () => Buffer[] | undefined } {
   let at = 0;
   const line = (): Buffer => {
     const nl = bytes.indexOf(0x0a, at);
@@ -719,7 +758,7 @@ function deserialise(bytes: Buffer, options: LoadOptions, readEncoded: () => Buf
     // Every chain's rules held by its chain now: nothing asks the index again.
     rules.forget();
   };
-  return { config, make };
+  return { config, make, withTexts: () => rules.withTexts() };
 }
 
 /** The rules of the cache's chain `g` while they are not made (lateRules): CachedRules' of that chain. */
@@ -820,6 +859,58 @@ class CachedRules {
     if (at !== end) throw new Error(`chain ${this.chains[g]!.name} is malformed`);
     scanned[g] = n + 1;
     return true;
+  }
+
+  /**
+   * The encoded rules' file (after its token) with the texts of the rules made and rendered here
+   * from the rule alone (storedText: a plan printed them) where the file kept none; undefined where
+   * none is added. An entry stored by a process that printed no plan (the daemon, an apply to
+   * /dev/null) keeps no texts, and every plan printed from it made and rendered each rule again.
+   */
+  withTexts(): Buffer[] | undefined {
+    const b = this.encoded;
+    const made = this.made;
+    if (!b || !made) return undefined;
+    const out: Buffer[] = [];
+    let added = 0;
+    let at = 0;
+    for (let g = 0; g < this.chains.length; g++) {
+      // Framed as readEncodedRules found it whole (else it is null).
+      const nl = b.indexOf(0x0a, at + 1);
+      const end = nl + 1 + decimal(b, at + 1, nl);
+      const f = this.first[g]!;
+      const n = this.first[g + 1]! - f;
+      // A chain whose rules do not fill its bytes was never read from (readEncodedRules): as it is.
+      let o = nl + 1;
+      for (let j = 0; j < n && o + ENCODED_HEAD <= end; j++) o += ENCODED_HEAD + u16le(b, o) + u16le(b, o + 2) + u16le(b, o + 4) + u16le(b, o + 6);
+      const whole = o === end;
+      const parts: Buffer[] = [];
+      let bytes = 0;
+      let copied = nl + 1;  // the chain's bytes from here on are copied as they are
+      o = nl + 1;
+      for (let j = 0; whole && j < n; j++) {
+        const len = u16le(b, o);
+        const ud = u16le(b, o + 2);
+        const next = o + ENCODED_HEAD + len + ud + u16le(b, o + 4) + u16le(b, o + 6);
+        const r = made[f + j];
+        const tx = len !== 0 && u16le(b, o + 4) === 0 && r !== undefined ? keptTextBytes(storedText(r.compiled)) : undefined;
+        if (tx !== undefined) {
+          // Before the rule, its head with the text's length, its attribute and userdata, the text; its sets follow.
+          const head = Buffer.from(b.subarray(o, o + ENCODED_HEAD));
+          head.writeUInt16LE(tx.length, 4);
+          parts.push(b.subarray(copied, o), head, b.subarray(o + ENCODED_HEAD, o + ENCODED_HEAD + len + ud), tx);
+          bytes += o - copied + ENCODED_HEAD + len + ud + tx.length;
+          copied = o + ENCODED_HEAD + len + ud;
+          added++;
+        }
+        o = next;
+      }
+      parts.push(b.subarray(copied, end));
+      bytes += end - copied;
+      out.push(Buffer.from(`\n${bytes}\n`, 'latin1'), ...parts);
+      at = end;
+    }
+    return added > 0 ? out : undefined;
   }
 
   encodedAt(g: number, j: number): EncodedRule | undefined {

@@ -124,6 +124,30 @@ describe('nfkeeper apply: the compile cache', { timeout: 240_000 }, () => {
     expect(warm.out).toEqual(none.out);
   });
 
+  it("an entry the daemon stored (no plan printed, no rule texts kept): the first apply that prints its plan keeps the texts it rendered; the next prints the same plan, the kernel the same bytes", async () => {
+    const { cache, config } = setUp();
+    await runUntil(config, cache, 'compiled config stored in the compile cache');
+    const daemonDump = netlinkDump();
+    const encoded = join(cache, compiledIn(cache)[0]!.replace(/\.json$/, '.encoded'));
+    const stored = readFileSync(encoded);
+    const plans: string[][] = [];
+    for (let i = 0; i < 2; i++) {
+      ns.exec('nft', ['flush', 'ruleset']);
+      const r = await apply(['--config', config, '--cache-dir', cache]);
+      ok(r);
+      expect(noted(r)).toMatch(/compile cache matches every input/);
+      expect(netlinkDump()).toBe(daemonDump);
+      plans.push(r.out);
+      // The texts kept by the first: the file grew by them, and stays so.
+      expect(readFileSync(encoded).length, `apply ${i + 1}`).toBeGreaterThan(stored.length + APPLY_STORES_FROM_RULES * 20);
+    }
+    expect(plans[0]!.join('\n')).toContain('ip saddr 10.2.3.231 tcp dport 443 counter accept');
+    expect(plans[1]).toEqual(plans[0]);
+    ns.exec('nft', ['flush', 'ruleset']);
+    const none = await apply(['--config', config, '--no-cache-dir']);
+    expect(none.out).toEqual(plans[0]);
+  });
+
   it('a changed config is compiled, with the reason, and stored for the next', async () => {
     const { cache, config } = setUp();
     ok(await apply(['--config', config, '--cache-dir', cache]));

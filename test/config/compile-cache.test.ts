@@ -324,6 +324,69 @@ describe('the compile cache', () => {
     expect(texts).toEqual([rules[0]!.compiled.text, ...rules.slice(1).map(() => undefined)]);
   });
 
+  it("a plan printed from an entry that kept no texts keeps the texts it rendered (keepTexts): the next plan from the entry makes no rule, the rules' bytes and the token as they were", () => {
+    for (const file of [join(dir, 'main.nft'), join(dir, 'c.yaml')]) {
+      // Stored by a process that printed no plan (the daemon, an apply to /dev/null): no texts.
+      expect(runNow(loadConfigCached(file, options(), cache()).store!()), file).toBeUndefined();
+      const encoded = encodedPathOf(compileCachePathOf(cacheDir, undefined, file));
+      const hit = load(file);
+      const chains = (x: typeof hit) => x.config.tables.flatMap((t) => t.chains.map((c) => ({ t, c })));
+      const encodedOf = (x: typeof hit) => chains(x).map(({ c }) => Array.from({ length: ruleCount(c) }, (_, j) => encodedRuleAt(c, j)));
+      expect(encodedOf(hit).flat().filter((e) => e !== undefined).every((e) => e!.text === undefined), file).toBe(true);
+      // Nothing rendered yet: nothing written.
+      const before = readFileSync(encoded);
+      expect(hit.keepTexts!(), file).toBeUndefined();
+      expect(readFileSync(encoded).equals(before), file).toBe(true);
+      // The plan of every chain missing: its rules made and rendered, then kept.
+      const missing = (t: TableConfig, c: { name: string }) => ({ drift: [{ kind: 'chain-missing', family: t.family, table: t.name, chain: c.name, detail: '' }] } as unknown as TableDiff);
+      const plan = chains(hit).map(({ t, c }) => renderDrift(t, missing(t, c)));
+      const was = encodedOf(hit);
+      expect(hit.keepTexts!(), file).toBeUndefined();
+      const again = load(file);
+      expect(again.cache.used, file).toBe(true);
+      expect((again.cache as { token?: string }).token, file).toBe((hit.cache as { token?: string }).token);
+      const want = fresh(file);
+      let kept = 0;
+      encodedOf(again).forEach((rules, g) => rules.forEach((x, j) => {
+        const at = `${file} chain ${g} rule ${j}`;
+        const w = was[g]![j];
+        expect(x === undefined, at).toBe(w === undefined);
+        if (x === undefined || w === undefined) return;
+        expect([x.exprs.equals(w.exprs), x.userdata, x.sets], at).toEqual([true, w.userdata, w.sets]);
+        const text = want.tables.flatMap((t) => t.chains)[g]!.rules[j]!.compiled.text;
+        // (a text rendered with an interface's name is not kept: another index's name may change without the rule)
+        if (/\b[io]if "/.test(text)) expect(x.text, at).toBeUndefined();
+        else {
+          expect(x.text, at).toBe(text);
+          kept++;
+        }
+      }));
+      expect(kept, file).toBeGreaterThan(0);
+      // The next plan: the same lines, no rule made but those whose text is not kept.
+      compiles.made = 0;
+      expect(chains(again).map(({ t, c }) => renderDrift(t, missing(t, c))), file).toEqual(plan);
+      expect(compiles.made, file).toBe(encodedOf(again).flat().filter((x) => x !== undefined && x.text === undefined).length);
+      // Kept once: a load that renders the same again adds nothing, writes nothing.
+      const third = readFileSync(encoded);
+      for (const { t, c } of chains(again)) renderDrift(t, missing(t, c));
+      expect(again.keepTexts!(), file).toBeUndefined();
+      expect(readFileSync(encoded).equals(third), file).toBe(true);
+    }
+  });
+
+  it("keepTexts writes nothing over another store's encoded rules (another token): that entry's rules stay its own", () => {
+    const file = join(dir, 'c.yaml');
+    expect(runNow(loadConfigCached(file, options(), cache()).store!())).toBeUndefined();
+    const hit = load(file);
+    for (const t of hit.config.tables) for (const c of t.chains) renderDrift(t, { drift: [{ kind: 'chain-missing', family: t.family, table: t.name, chain: c.name, detail: '' }] } as unknown as TableDiff);
+    // Another process stores the entry again meanwhile (a new token).
+    expect(runNow(loadConfigCached(file, options(), { ...cache(), version: 'other' }).store!())).toBeUndefined();
+    const encoded = encodedPathOf(compileCachePathOf(cacheDir, undefined, file));
+    const theirs = readFileSync(encoded);
+    expect(hit.keepTexts!()).toBeUndefined();
+    expect(readFileSync(encoded).equals(theirs)).toBe(true);
+  });
+
   it("the encoded rules' file cut, changed at a byte, gone, or another store's: no rule encoded, the cache used all the same", () => {
     const file = join(dir, 'main.nft');
     load(file);
