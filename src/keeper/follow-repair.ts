@@ -9,6 +9,7 @@ import type { MonitorBatch } from '../netlink/events.js';
 import type { Op } from '../netlink/ops.js';
 import { elementId, sameContent } from '../model/elements.js';
 import { GenerationMismatchError } from '../base/errors.js';
+import { sendGuarded } from '../netlink/guard.js';
 import { FOLLOW_MAX_ELEMENTS, FOLLOW_MAX_OPS, type FollowPlan } from './plan.js';
 import { sameOps, type Arming } from './arming.js';
 import type { Reporter } from './report.js';
@@ -28,11 +29,11 @@ class FollowCommit {
    * A repair planned from the followed part was refused: true when by the guard (a commit the monitor had
    * not delivered yet came first; the next attempt reads the generation), else the followed part is off.
    */
-  protected refused(e: unknown, generation: number): boolean {
+  protected refused(e: unknown, generation: number, counted = false): boolean {
     const k = this.k;
     k.view.forget(generation + 1);
     if (e instanceof GenerationMismatchError) {
-      k.metrics.generationRetries.inc();
+      if (!counted) k.metrics.generationRetries.inc();
       k.refusedAt = generation;
       return true;
     }
@@ -112,9 +113,12 @@ export class FollowPass extends FollowCommit implements RepairPath<Promise<Outco
         while (view.lagging(generation, monitor.progress()) && performance.now() < waitUntil) {
           await new Promise((r) => setImmediate(r));
           if (k.stopped) return undefined;
-          generation = sock.generation();
         }
-        if (!view.exactAt(generation, monitor.progress())) return this.fallback(view.following ? 'no proof that the followed part is the kernel\'s state now' : view.reason);
+        // Under a neighbour's commits the monitor may be past the generation read by now: the followed
+        // part is proved at the monitor's (the guard refuses the repair if the kernel moved on since).
+        const p = monitor.progress();
+        if (p.lastGeneration > generation) generation = p.lastGeneration;
+        if (!view.exactAt(generation, p)) return this.fallback(view.following ? 'no proof that the followed part is the kernel\'s state now' : view.reason);
       }
       trace?.('proved');
       const plan = view.plan();
@@ -124,7 +128,12 @@ export class FollowPass extends FollowCommit implements RepairPath<Promise<Outco
         // Nothing to commit, so no guard to prove the generation: say in sync at one read from the kernel.
         if (!careful) continue;
         this.reporter.drifting = new Set();
-        this.reporter.verified(generation, 'followed');
+        // Where the events prove that no commit named an owned table since a read last found them as
+        // desired, that read verifies this generation too: the safety net owes no read-back for it
+        // (a neighbour's commits elsewhere would otherwise arm one every trustOwnCommitMs).
+        const readAt = k.readAt;
+        const read = readAt !== undefined && readAt <= generation && k.desired.every((t) => view.untouched(t, readAt, generation));
+        this.reporter.verified(generation, read ? 'keep' : 'followed');
         return { status: 'in-sync', drift: [], ops: 0, attempts: 1, generation };
       }
       const waitMs = isDeliberate ? 0 : k.fight.waitFrom(performance.now());
@@ -136,14 +145,34 @@ export class FollowPass extends FollowCommit implements RepairPath<Promise<Outco
         return { status: 'deferred', drift: plan.drift, ops: 0, attempts: 1 };
       }
       view.expect(generation + 1, plan.expected);
-      let echoed;
+      // Refused by a commit the monitor had not delivered yet: where the events prove it named none of
+      // the followed tables, the plan stands and goes again as encoded (the full pass's resend, sendGuarded).
+      let guardAt = generation;
+      let sent;
       try {
-        echoed = await sock.commit(plan.batch, { expectGeneration: generation, echo: true });
+        sent = await sendGuarded(sock, plan.batch, generation, {
+          echo: true,
+          onMismatch: () => k.metrics.generationRetries.inc(),
+          stillHolds: async (planned, batch) => {
+            const at = k.stopped ? undefined : await view.unchangedSince(planned, [...k.desired, ...batch.tables]);
+            if (at !== undefined && at > guardAt) {
+              view.forget(guardAt + 1);
+              view.expect(at + 1, plan.expected);
+              guardAt = at;
+            }
+            return at;
+          },
+        });
       } catch (e) {
-        if (this.refused(e, generation) && !careful) continue;
-        return this.fallback(e instanceof GenerationMismatchError ? 'another commit came first (the guard refused the repair)' : view.reason);
+        this.refused(e, guardAt);
+        return this.fallback(view.reason);
       }
-      return this.committed(plan, generation, echoed, cause, detectedAt);
+      if (sent.at === undefined) {
+        this.refused(sent.refused ?? new GenerationMismatchError(guardAt), guardAt, true);
+        if (!careful) continue;
+        return this.fallback('another commit came first (the guard refused the repair)');
+      }
+      return this.committed(plan, guardAt, sent.echoed, cause, detectedAt);
     }
   }
 }

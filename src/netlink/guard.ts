@@ -21,7 +21,7 @@
 import { GenerationMismatchError, GenerationRetriesExhaustedError, NetlinkError } from '../base/errors.js';
 import type { Batch } from './batch.js';
 import type { Op } from './ops.js';
-import type { CommitResult, NftConn } from './conn.js';
+import type { CommitOptions, CommitResult, NftConn } from './conn.js';
 
 export interface GuardedStep<T> {
   /** What to commit; none, or an empty batch, ends the loop without a commit. */
@@ -95,44 +95,14 @@ export async function commitGuarded<T>(conn: NftConn, plan: (generation: number,
     const generation = conn.generation();
     const step = await plan(generation, attempt);
     if (!step.batch || step.batch.length === 0) return { value: step.value, attempts: attempt, ops, generation };
-    let echoed: CommitResult | undefined;
-    const creates = step.batch.createsAll;
-    // The generation the batch is guarded by: the plan's, or a later one at which it provably still holds (stillHolds).
-    let guardAt = generation;
-    let resent = 0;
-    let sent = false;
-    while (!sent) {
-      try {
-        // A resend goes as it was encoded (recommit), so that the window between the proof of
-        // guardAt and the kernel's check holds no encode; else (none kept) it is encoded again.
-        const again = resent > 0 && conn.recommit ? await conn.recommit(step.batch, guardAt) : false;
-        if (again !== false) {
-          echoed = again || undefined;
-        } else {
-          const echo = typeof options.echo === 'function' ? options.echo(step.batch) : options.echo;
-          echoed = (await conn.commit(step.batch, { ...(creates ? {} : { expectGeneration: guardAt }), ...(echo ? { echo } : {}),
-            ...(options.digests ? { digests: true } : {}) })) || undefined;
-        }
-        sent = true;
-      } catch (e) {
-        if (e instanceof GenerationMismatchError || (creates && tableAppeared(e, step.batch.ops))) {
-          if (e instanceof GenerationMismatchError) last = e;
-          options.onMismatch?.(attempt);
-          if (e instanceof GenerationMismatchError && options.stillHolds && resent < RESENDS_PER_PLAN) {
-            const at = await options.stillHolds(generation, step.batch);
-            if (at !== undefined && at > guardAt) {
-              guardAt = at;
-              resent++;
-              continue;  // only commits to other tables came in between: the plan stands
-            }
-          }
-          break;  // someone committed between our read and our write (or created our table): read again
-        }
-        if (options.replan?.(e, step.batch)) break;
-        throw e;
-      }
-    }
-    if (!sent) continue;
+    const sent = await sendGuarded(conn, step.batch, generation, {
+      echo: typeof options.echo === 'function' ? options.echo(step.batch) : options.echo,
+      digests: options.digests, stillHolds: options.stillHolds, onMismatch: () => options.onMismatch?.(attempt), replan: options.replan,
+    });
+    if (sent.refused) last = sent.refused;
+    if (sent.at === undefined) continue;
+    const guardAt = sent.at;
+    const echoed = sent.echoed;
     ops += step.batch.length;
     step.committed?.(echoed);
     if (!options.untilClean) return { value: step.value, attempts: attempt, ops, generation: guardAt };
@@ -142,6 +112,61 @@ export async function commitGuarded<T>(conn: NftConn, plan: (generation: number,
     }
   }
   throw new GenerationRetriesExhaustedError(options.attempts, last);
+}
+
+export interface SendOptions {
+  echo?: CommitOptions['echo'];
+  digests?: boolean;
+  /** GuardOptions.stillHolds: a later generation the batch provably still holds at, for a resend. */
+  stillHolds?: (planned: number, batch: Batch) => Promise<number | undefined>;
+  /** Called for each refusal by the generation (or a table the batch creates appearing). */
+  onMismatch?: () => void;
+  /** GuardOptions.replan: another refusal that a new plan avoids. */
+  replan?: (e: unknown, batch: Batch) => boolean;
+}
+
+/**
+ * One planned batch's send: guarded by `generation` (none for a batch that creates all its tables),
+ * and after a refusal by the generation sent again as encoded, guarded by a later generation
+ * stillHolds proves the plan at, at most RESENDS_PER_PLAN times. `at`: the generation it went through
+ * at (undefined: refused, plan again; `refused`, the last refusal by the generation). Other errors
+ * are thrown. Every writer that plans from a generation sends its batch so: the full pass through
+ * commitGuarded, the follow pass from the events' generation.
+ */
+export async function sendGuarded(conn: NftConn, batch: Batch, generation: number, options: SendOptions = {}):
+  Promise<{ at?: number; echoed?: CommitResult; refused?: GenerationMismatchError }> {
+  const creates = batch.createsAll;
+  // The generation the batch is guarded by: the plan's, or a later one at which it provably still holds (stillHolds).
+  let guardAt = generation;
+  let resent = 0;
+  let refused: GenerationMismatchError | undefined;
+  for (;;) {
+    try {
+      // A resend goes as it was encoded (recommit), so that the window between the proof of
+      // guardAt and the kernel's check holds no encode; else (none kept) it is encoded again.
+      const again = resent > 0 && conn.recommit ? await conn.recommit(batch, guardAt) : false;
+      if (again !== false) return { at: guardAt, echoed: again || undefined, refused };
+      const echoed = await conn.commit(batch, { ...(creates ? {} : { expectGeneration: guardAt }), ...(options.echo ? { echo: options.echo } : {}),
+        ...(options.digests ? { digests: true } : {}) });
+      return { at: guardAt, echoed: echoed || undefined, refused };
+    } catch (e) {
+      if (e instanceof GenerationMismatchError || (creates && tableAppeared(e, batch.ops))) {
+        if (e instanceof GenerationMismatchError) refused = e;
+        options.onMismatch?.();
+        if (e instanceof GenerationMismatchError && options.stillHolds && resent < RESENDS_PER_PLAN) {
+          const at = await options.stillHolds(generation, batch);
+          if (at !== undefined && at > guardAt) {
+            guardAt = at;
+            resent++;
+            continue;  // only commits to other tables came in between: the plan stands
+          }
+        }
+        return { refused };  // someone committed between our read and our write (or created our table): read again
+      }
+      if (options.replan?.(e, batch)) return { refused };
+      throw e;
+    }
+  }
 }
 
 /** The kernel refused a `create table` of the batch: the table exists now (it appeared since the plan). */
