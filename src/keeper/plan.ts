@@ -253,36 +253,38 @@ export function planTable(batch: Batch, want: TableConfig, have: HeldTable, diff
     const e = edited.get(c.name);
     if (e && !rewrite.has(c.name) && !recreate.has(c.name)) emitEdit(batch, family, table, c, e.rules, e.edit, 'add', options.onRuleOp);
     if (!rewrite.has(c.name) && !recreate.has(c.name)) continue;
-    // A chain whose rules are made late (the compile cache's) is added from its rules' stored
-    // encoding where it has one: its rules are made later, by whoever reads them.
     const n = ruleCount(c);
-    const exprsAt = (at: number) => ruleAt(c, at)!.compiled.exprs;
-    for (let j = 0; j < n; j++) {
-      const x = encodedRuleAt(c, j);
-      if (x !== undefined) {
-        if (x.sets !== undefined) for (const s of x.sets) batch.add('set', { ...s, family, table });
-        batch.push(new EncodedRuleOp(family, table, c.name, x.exprs, x.userdata, exprsAt, j));
-        options.onRuleOp?.(c.name, batch.length - 1, j);
-        continue;
-      }
-      const r = ruleAt(c, j)!;
-      for (const s of r.compiled.sets) batch.add('set', { ...s, family, table });
-      if (r.compiled.bound) queueBound(batch, r.compiled, { family, table });
-      // One literal, not batch.add's spread: once optimized, V8 gave every spread copy a hidden
-      // class of its own (a map, descriptors and a property array per op, live from the plan to
-      // the read-back). userdata undefined is the same as absent to the encoder.
-      batch.push({ verb: 'add', object: 'rule', family, table, chain: c.name, exprs: r.compiled.exprs, userdata: r.compiled.userdata });
-      options.onRuleOp?.(c.name, batch.length - 1, j);
-    }
+    for (let j = 0; j < n; j++) appendRule(batch, family, table, c, j, options.onRuleOp);
   }
+}
+
+/** Appends desired rule `j` of chain `c` at the chain's end (with the anonymous sets it brings). */
+function appendRule(batch: Batch, family: Family, table: string, c: ChainConfig, j: number, onRuleOp?: PlanOptions['onRuleOp']): void {
+  // A chain whose rules are made late (the compile cache's) is added from its rules' stored
+  // encoding where it has one: its rules are made later, by whoever reads them.
+  const x = encodedRuleAt(c, j);
+  if (x !== undefined) {
+    if (x.sets !== undefined) for (const s of x.sets) batch.add('set', { ...s, family, table });
+    batch.push(new EncodedRuleOp(family, table, c.name, x.exprs, x.userdata, (at: number) => ruleAt(c, at)!.compiled.exprs, j));
+  } else {
+    const r = ruleAt(c, j)!;
+    for (const s of r.compiled.sets) batch.add('set', { ...s, family, table });
+    if (r.compiled.bound) queueBound(batch, r.compiled, { family, table });
+    // One literal, not batch.add's spread: once optimized, V8 gave every spread copy a hidden
+    // class of its own (a map, descriptors and a property array per op, live from the plan to
+    // the read-back). userdata undefined is the same as absent to the encoder.
+    batch.push({ verb: 'add', object: 'rule', family, table, chain: c.name, exprs: r.compiled.exprs, userdata: r.compiled.userdata });
+  }
+  onRuleOp?.(c.name, batch.length - 1, j);
 }
 
 /**
  * Appends a chain's edit in two phases. 'remove' (before chains are deleted):
  * deletes by handle, and the rules a replace would drop that jump somewhere,
  * since the chain they jump to may go in this batch. 'add' (after chains are
- * added, since a new rule may jump to one): replaces by handle, and adds placed
- * after a kept rule's handle or after a rule added earlier by its batch id.
+ * added, since a new rule may jump to one): replaces by handle, adds placed
+ * after a kept rule's handle or after a rule added earlier by its batch id, and
+ * the run of new rules at the chain's end appended.
  */
 function emitEdit(batch: Batch, family: Family, table: string, c: ChainConfig, rules: readonly Rule[], edit: RuleEdit,
   phase: 'remove' | 'add', onRuleOp?: PlanOptions['onRuleOp']): void {
@@ -297,9 +299,24 @@ function emitEdit(batch: Batch, family: Family, table: string, c: ChainConfig, r
   }
   // The add phase runs once per edit and batch: the chain's rules take ids base + their index.
   const base = batch.nextRuleId;
-  batch.nextRuleId += ruleCount(c);
+  const count = ruleCount(c);
+  batch.nextRuleId += count;
+  // The new rules after the last rule that stays (kept, or replaced in place) are appended in order,
+  // not placed by position id: the kernel finds an id by walking the batch's transactions from the
+  // first (nft_rule_lookup_byid), so a run of N placed that way costs O(N²) (a flushed chain).
+  let tail = count;
+  for (let k = edit.steps.length - 1; k >= 0; k--) {
+    const x = edit.steps[k]!;
+    if (x.op === 'delete') continue;
+    if (x.want !== tail - 1 || (x.op === 'replace' && !jumps(rules[x.have]!))) break;
+    tail--;
+  }
   for (const x of edit.steps) {
     if (x.op === 'delete') continue;
+    if (x.want >= tail) {
+      appendRule(batch, family, table, c, x.want, onRuleOp);
+      continue;
+    }
     // The rules it puts back only: a chain whose rules are made late is not made for them.
     const r = ruleAt(c, x.want)!.compiled;
     for (const s of r.sets) batch.add('set', { ...s, family, table });

@@ -116,11 +116,12 @@ describe('the keeper arms the monitor with the repair of each owned rule', () =>
       const { after } = await deleteAndWait(1);
       expect(arms).toBe(1);  // the monitor's reaction ended its arm; the keeper planned the next one
       // What the keeper armed: per owned rule, its deletion alone and the planner's re-add of it
-      // where it stands, planned on the followed part without moving it (its generation is the repair's).
+      // where it stands (the last one appended at the chain's end), planned on the followed part without
+      // moving it (its generation is the repair's).
       const [, generation, reactions] = armed[0]!;
       expect(generation).toBe(keeper.state.view.generation);
       expect(reactions.map((r) => r.on)).toEqual(after.map((handle) => [{ type: 'delrule', family: 'ip', table: 't', name: 'c', handle }]));
-      expect(reactions.map((r) => r.ops!.map((o) => [o.verb, (o as { position?: number }).position]))).toEqual(after.map((_, j) => [[j === 0 ? 'insert' : 'add', j === 0 ? undefined : after[j - 1]]]));
+      expect(reactions.map((r) => r.ops!.map((o) => [o.verb, (o as { position?: number }).position]))).toEqual(after.map((_, j) => [[j === 0 ? 'insert' : 'add', j === 0 || j === after.length - 1 ? undefined : after[j - 1]]]));
     } finally {
       monitor.arm = arm;
     }

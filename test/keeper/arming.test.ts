@@ -146,7 +146,8 @@ describe('what the keeper arms its watcher with', () => {
     expect(generation).toBe(w.kernel.generation);
     expect(generation).toBe(w.k.state.view.generation);
     expect(reactions.map((r) => r.on)).toEqual(h.map((handle) => [{ type: 'delrule', ...{ family: 'ip', table: 'nfkeeper' }, name: 'postrouting', handle }]));
-    expect(reactions.map((r) => r.ops!.map((o) => [o.verb, (o as { position?: number }).position]))).toEqual(h.map((_, j) => [[j === 0 ? 'insert' : 'add', j === 0 ? undefined : h[j - 1]]]));
+    // The last rule's re-add is appended at the chain's end, the others placed after the rule before them.
+    expect(reactions.map((r) => r.ops!.map((o) => [o.verb, (o as { position?: number }).position]))).toEqual(h.map((_, j) => [[j === 0 ? 'insert' : 'add', j === 0 || j === h.length - 1 ? undefined : h[j - 1]]]));
     // Planned on the followed part without moving it.
     expect(w.k.followState()).toEqual({ exact: true, generation });
   });

@@ -131,6 +131,24 @@ describe('minimal chain edits (model of the kernel rule list)', () => {
     expect(r.chain.rules.map((x) => x.key)).toEqual([1, 2, 3, 5, 6]);
   });
 
+  it('appends the run of new rules at the chain\'s end in order, with no position (the kernel walks the batch to find an id)', () => {
+    const ops = (r: ReturnType<typeof repair>) => r.batch.ops.map((o) => [o.verb, (o as { position?: number }).position, (o as { positionId?: number }).positionId]);
+    // A flushed chain: every rule appended.
+    const want = Array.from({ length: 1000 }, (_, i) => i);
+    let r = repair([], want);
+    expect(r.chain.rules.map((x) => x.key)).toEqual(want);
+    expect(r.batch.ops).toHaveLength(1000);
+    expect(ops(r).every(([verb, position, id]) => verb === 'add' && position === undefined && id === undefined)).toBe(true);
+    // New rules in the middle are still placed; the run after the last kept rule is appended.
+    r = repair([1, 4, 5], [1, 2, 3, 4, 5, 6, 7]);
+    expect(ops(r)).toEqual([['add', 2, undefined], ['add', undefined, 2], ['add', undefined, undefined], ['add', undefined, undefined]]);
+    expect(r.chain.rules.map((x) => x.key)).toEqual([1, 2, 3, 4, 5, 6, 7]);
+    // A rule replaced in place at the end stays where it is: nothing before it is appended.
+    r = repair([1, 2, 99], [1, 5, 6, 3]);
+    expect(r.chain.rules.map((x) => x.key)).toEqual([1, 5, 6, 3]);
+    expect(r.batch.ops.some((o) => o.verb === 'replace')).toBe(true);
+  });
+
   it('flushes and rewrites when that takes fewer operations', () => {
     const r = repair([10, 11, 12, 13, 14, 15], [1, 2]);
     expect(r.batch.ops.map((o) => `${o.verb} ${o.object}`)).toEqual(['flush chain', 'add rule', 'add rule']);
