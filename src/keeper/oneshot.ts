@@ -77,8 +77,11 @@ export async function checkOnce(sock: NftConn, config: Config, apply: boolean, o
   const tables = mergeOwners(config.tables, config.owners, owners);
   const reconciler = new Reconciler(sock, { attempts: 20, log: options.logger });
   const monitor = apply && options.watch ? followEventsOnce(sock, reconciler, [...tables, ...(options.retired ?? [])], options.watch) : undefined;
+  // Each plan's generation, read after the join, anchors the monitor's run again: after an overflow
+  // (the unread buffer filled under a storm) the next plan's resend has its proof (a no-op otherwise).
+  const anchor = monitor && ((generation: number) => monitor.anchor!(generation, reconciler.view.overflows));
   try {
-    return await checkWith(reconciler, sock, config, tables, apply, options);
+    return await checkWith(reconciler, sock, config, tables, apply, options, anchor);
   } finally {
     monitor?.close();
   }
@@ -88,8 +91,10 @@ export async function checkOnce(sock: NftConn, config: Config, apply: boolean, o
  * A one-shot pass's proof for the guard's resend, the daemon's (Reconciler's stillHolds,
  * FollowedView.unchangedSince): a monitor of the tables the pass owns (desired and retired), joined
  * now, anchored at a generation read after joining, so before the pass reads its generation; each
- * batch it delivers goes to the view's follow(), which notes the tables a commit changed. The view
- * seeds nothing from them (proofOnly): the pass ends after its commit. Our own commits are not
+ * batch it delivers goes to the view's follow(), which notes the tables a commit changed. It is
+ * opened unread: nothing reads its socket until a refusal asks for the proof (progress()), so a
+ * pass that no commit refuses reads and decodes no notification (its own commit's included). The
+ * view seeds nothing from them (proofOnly): the pass ends after its commit. Our own commits are not
  * delivered (ignorePorts): they precede the generation any later plan is read at. Undefined where
  * the watcher proves no run of commits (no progress or anchor): the pass then has no resend.
  */
@@ -97,7 +102,7 @@ function followEventsOnce(sock: NftConn, reconciler: Reconciler, owned: readonly
   watch: NftHost['watch']): NftWatch | undefined {
   const view = reconciler.view;
   const refs = owned.map((t) => ({ family: t.family, name: t.name }));
-  const monitor = watch({ tables: refs, ignorePorts: [sock.portId], onBatch: (b) => view.follow(b, sock.portId) });
+  const monitor = watch({ tables: refs, ignorePorts: [sock.portId], unread: true, onBatch: (b) => view.follow(b, sock.portId) });
   if (!monitor.progress || !monitor.anchor) {
     monitor.close();
     return undefined;
@@ -110,7 +115,7 @@ function followEventsOnce(sock: NftConn, reconciler: Reconciler, owned: readonly
 }
 
 async function checkWith(reconciler: Reconciler, sock: NftConn, config: Config, tables: TableConfig[], apply: boolean,
-  options: Parameters<typeof checkOnce>[4] & object): Promise<CheckResult> {
+  options: Parameters<typeof checkOnce>[4] & object, anchor?: (generation: number) => void): Promise<CheckResult> {
   // Every observation reads by digest (observeTable's adopt): a chain whose rules' digests are its
   // desired rules' is not decoded and keyed rule by rule, only one that differs (what check prints
   // for it is the same). Apply's commit is verified from its echo (PassInput.verifyByEcho), read
@@ -120,12 +125,13 @@ async function checkWith(reconciler: Reconciler, sock: NftConn, config: Config, 
   let first = true;
   const found = options.found;
   const onObservation = (o: Observation) => {
-    if (first) found!(driftOf(o));
+    anchor?.(o.generation);
+    if (first) found?.(driftOf(o));
     first = false;
   };
   const heldProof = apply && options.proof && !config.owners ? heldProofFor(options.proof, sock.kernelCode?.()) : undefined;
   const r = await reconciler.once({ tables, readOnly: !apply, allowForeignOwner: !apply, adopt: true, verifyByEcho: apply,
-    ...(found ? { onObservation } : {}), ...(heldProof ? { heldProof } : {}) });
+    ...(found || anchor ? { onObservation } : {}), ...(heldProof ? { heldProof } : {}) });
   const held = heldProof?.wasUsed() && r.ops > 0 && r.trusted ? 'by-proof' : heldProof?.wasProved() ? 'proved' : undefined;
   return {
     drift: driftOf(r.first),
