@@ -93,9 +93,11 @@ Napi::Function NftMonitor::Init(Napi::Env env) {
 
 // new NftMonitor(netnsPath: string | undefined, onBatch: (batch) => void,
 //                tables: [family, name][] | null, ignorePorts: (number | [number, number])[], deliverOwn?: boolean,
-//                receiveBuffer?: number, subscribeLater?: boolean)
+//                receiveBuffer?: number, subscribeLater?: boolean, unread?: boolean)
 // subscribeLater: the socket joins the multicast group only at subscribe(); until then the kernel
 // builds no notification for it (a big commit's thousands of NEWRULE messages cost the commit).
+// unread: the socket is not read until the first progress() (the notifications wait in its buffer;
+// one that overflows it is an overflow, read then).
 NftMonitor::NftMonitor(const Napi::CallbackInfo& info)
     : Napi::ObjectWrap<NftMonitor>(info), asyncContext_(info.Env(), "nfkeeper.monitor") {
   Napi::Env env = info.Env();
@@ -129,9 +131,10 @@ NftMonitor::NftMonitor(const Napi::CallbackInfo& info)
   keys_ = Napi::Persistent(keys);
   uv_loop_t* loop = nullptr;
   napi_get_uv_event_loop(env, &loop);
+  unread_ = info.Length() > 7 && info[7].IsBoolean() && info[7].As<Napi::Boolean>().Value();
   poll_ = new uv_poll_t;
   poll_->data = this;
-  if (loop == nullptr || uv_poll_init(loop, poll_, fd) != 0 || uv_poll_start(poll_, UV_READABLE, OnReadable) != 0) {
+  if (loop == nullptr || uv_poll_init(loop, poll_, fd) != 0 || (!unread_ && uv_poll_start(poll_, UV_READABLE, OnReadable) != 0)) {
     delete poll_;
     poll_ = nullptr;
     mnl_socket_close(nl_);
@@ -328,9 +331,14 @@ Napi::Value NftMonitor::SetFilter(const Napi::CallbackInfo& info) {
 // progress(): [last NEWGEN seen, start of the run of whole commits (0: none), batches delivered],
 // read together: every batch of a commit up to that generation is counted. A caller asking means
 // to wait for the monitor to catch up with the kernel (the tick's pass, the mirror's proof): a
-// gather (see Gather) ends, and the poll reads the socket on the next turn of the loop.
+// gather (see Gather) ends, and the poll reads the socket on the next turn of the loop; so does a
+// monitor opened unread, polled from then on.
 Napi::Value NftMonitor::Progress(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
+  if (unread_ && !closed_ && !failed_ && poll_ != nullptr) {
+    unread_ = false;
+    uv_poll_start(poll_, UV_READABLE, OnReadable);
+  }
   if (gathering_ && !closed_ && !failed_ && poll_ != nullptr && gather_ != nullptr) {
     uv_timer_stop(gather_);
     gathering_ = false;

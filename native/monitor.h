@@ -79,6 +79,9 @@ class NftMonitor : public Napi::ObjectWrap<NftMonitor>, public Closeable {
   // of commits this socket never saw, so Anchor ignores it.
   bool subscribed_ = false;
   bool failed_ = false;  // the socket failed (not EAGAIN, EINTR or ENOBUFS): reading stopped
+  // Opened unread (8th argument): the socket is joined but not polled until the first progress(),
+  // so a caller that never asks (a one-shot apply no commit refused) reads and decodes nothing.
+  bool unread_ = false;
 
   // Read and written on the JS thread only (its methods and the poll callback); no pool worker
   // (dump.cc, batch.cc) reaches the monitor.

@@ -24,6 +24,11 @@ export { drained, isDevNull, stderr } from './base/fd-output.js';
 // one-shot commands take their pass from keeper/oneshot.js, not the daemon's keeper.
 const oneshot = () => import('./keeper/oneshot.js');
 const netlink = () => import('./netlink/socket.js');
+/** Monitors of the namespace's change notifications (apply's resend proof). */
+const watcher = async (netns: string | undefined): Promise<import('./netlink/conn.js').NftHost['watch']> => {
+  const { Monitor } = await import('./netlink/monitor.js');
+  return (options) => new Monitor({ ...options, netns });
+};
 const configs = () => import('./config/config.js');
 const client = () => import('./owners/client.js');
 /** One request to the daemon's control socket (no agent: the command exits after it). */
@@ -592,7 +597,10 @@ async function oneShotLocked(o: OneShotOptions, config: import('./config/config.
   };
   const sock = new (await netlink()).NftSocket({ netns: o.netns });
   try {
-    const { drift, ops, protectUnsupported, held, keepProof: keep } = await checkOnce(sock, config, apply, owners, { ...(found ? { found } : {}), ...(proof ? { proof } : {}) });
+    // apply's monitor: a batch a neighbour's commit refused is sent again where its events prove our tables unchanged.
+    const watch = apply ? await watcher(o.netns) : undefined;
+    const { drift, ops, protectUnsupported, held, keepProof: keep } = await checkOnce(sock, config, apply, owners,
+      { ...(found ? { found } : {}), ...(proof ? { proof } : {}), ...(watch ? { watch } : {}) });
     if (keep) keepProof?.(keep);
     clearImmediate(rendering);
     progress.step(() => apply ? `compared with the kernel and committed ${ops} operations` : 'compared with the kernel');

@@ -42,6 +42,8 @@ export class FollowedView {
   /** The events' progress; undefined while the view follows none (events off, or a one-shot pass). */
   protected progressOf?: () => MonitorProgress;
   protected stopped: () => boolean = () => false;
+  /** The events only prove tables unchanged (a one-shot pass's resend): nothing is seeded, no event repair planned. */
+  private proofOnly = false;
   /** The generation the followed tables are exact at (with the proof, see exactAt). */
   generation = 0;
   /** The highest generation a table was seeded at (OwnedTable.seededAt): above `generation`, the events trail that seed. */
@@ -78,10 +80,13 @@ export class FollowedView {
   /**
    * From now on the view follows the monitor's batches (follow), whose progress proves it current.
    * Start this before the monitor is anchored: every batch after that must reach follow().
+   * `proofOnly`: a one-shot pass, which ends after its commit: the events serve only the guard's
+   * resend (unchangedSince), never seeded (a seed costs a walk of every rule for nothing).
    */
-  followEvents(progress: () => MonitorProgress, stopped: () => boolean): void {
+  followEvents(progress: () => MonitorProgress, stopped: () => boolean, proofOnly = false): void {
     this.progressOf = progress;
     this.stopped = stopped;
+    this.proofOnly = proofOnly;
   }
 
   /** The view follows events (the event repairs are possible at all). */
@@ -234,7 +239,7 @@ export class FollowedView {
    * observation does not fit.
    */
   seed(desired: readonly TableConfig[], observed: readonly ObservedTable[], generation: number): 'seeded' | 'diverged' | false {
-    if (!this.progressOf) return false;
+    if (!this.progressOf || this.proofOnly) return false;
     const before = this.following && this.generation === generation ? desired.map((t) => this.snapshot(t)) : undefined;
     // The tables' rules exact at that generation lend their chains' arrays: one per chain.
     const followed = desired.map((t, i) => {

@@ -6,7 +6,7 @@ import type { Logger } from 'pino';
 import type { Config } from '../config/config.js';
 import type { TableConfig } from '../model/desired.js';
 import { Batch } from '../netlink/batch.js';
-import type { NftConn } from '../netlink/conn.js';
+import type { NftConn, NftHost, NftWatch } from '../netlink/conn.js';
 // From their modules, not the owners' index: that brings the control API's HTTP server and client.
 import { mergeOwners } from '../owners/merge.js';
 import type { Owner } from '../owners/spec.js';
@@ -67,10 +67,55 @@ export async function checkOnce(sock: NftConn, config: Config, apply: boolean, o
      * rules are not the entry's), nor on a connection without kernel code to name.
      */
     proof?: ProofEntry;
+    /**
+     * apply: opens the monitor whose events let a batch refused by a neighbour's commit be sent
+     * again (followEventsOnce). Without it, any commit between the read and the commit refuses it.
+     */
+    watch?: NftHost['watch'];
   } = {}): Promise<CheckResult> {
   // Registered owners are part of the desired state here too, or apply would collect them.
   const tables = mergeOwners(config.tables, config.owners, owners);
   const reconciler = new Reconciler(sock, { attempts: 20, log: options.logger });
+  const monitor = apply && options.watch ? followEventsOnce(sock, reconciler, [...tables, ...(options.retired ?? [])], options.watch) : undefined;
+  // Each plan's generation, read after the join, anchors the monitor's run again: after an overflow
+  // (the unread buffer filled under a storm) the next plan's resend has its proof (a no-op otherwise).
+  const anchor = monitor && ((generation: number) => monitor.anchor!(generation, reconciler.view.overflows));
+  try {
+    return await checkWith(reconciler, sock, config, tables, apply, options, anchor);
+  } finally {
+    monitor?.close();
+  }
+}
+
+/**
+ * A one-shot pass's proof for the guard's resend, the daemon's (Reconciler's stillHolds,
+ * FollowedView.unchangedSince): a monitor of the tables the pass owns (desired and retired), joined
+ * now, anchored at a generation read after joining, so before the pass reads its generation; each
+ * batch it delivers goes to the view's follow(), which notes the tables a commit changed. It is
+ * opened unread: nothing reads its socket until a refusal asks for the proof (progress()), so a
+ * pass that no commit refuses reads and decodes no notification (its own commit's included). The
+ * view seeds nothing from them (proofOnly): the pass ends after its commit. Our own commits are not
+ * delivered (ignorePorts): they precede the generation any later plan is read at. Undefined where
+ * the watcher proves no run of commits (no progress or anchor): the pass then has no resend.
+ */
+function followEventsOnce(sock: NftConn, reconciler: Reconciler, owned: readonly { family: TableConfig['family']; name: string }[],
+  watch: NftHost['watch']): NftWatch | undefined {
+  const view = reconciler.view;
+  const refs = owned.map((t) => ({ family: t.family, name: t.name }));
+  const monitor = watch({ tables: refs, ignorePorts: [sock.portId], unread: true, onBatch: (b) => view.follow(b, sock.portId) });
+  if (!monitor.progress || !monitor.anchor) {
+    monitor.close();
+    return undefined;
+  }
+  // Synchronously after the open (no turn of the loop, so no batch delivered yet): every batch reaches follow().
+  view.setOwned(refs);
+  view.followEvents(() => monitor.progress!(), () => false, true);
+  monitor.anchor(sock.generation(), view.overflows);
+  return monitor;
+}
+
+async function checkWith(reconciler: Reconciler, sock: NftConn, config: Config, tables: TableConfig[], apply: boolean,
+  options: Parameters<typeof checkOnce>[4] & object, anchor?: (generation: number) => void): Promise<CheckResult> {
   // Every observation reads by digest (observeTable's adopt): a chain whose rules' digests are its
   // desired rules' is not decoded and keyed rule by rule, only one that differs (what check prints
   // for it is the same). Apply's commit is verified from its echo (PassInput.verifyByEcho), read
@@ -80,12 +125,13 @@ export async function checkOnce(sock: NftConn, config: Config, apply: boolean, o
   let first = true;
   const found = options.found;
   const onObservation = (o: Observation) => {
-    if (first) found!(driftOf(o));
+    anchor?.(o.generation);
+    if (first) found?.(driftOf(o));
     first = false;
   };
   const heldProof = apply && options.proof && !config.owners ? heldProofFor(options.proof, sock.kernelCode?.()) : undefined;
   const r = await reconciler.once({ tables, readOnly: !apply, allowForeignOwner: !apply, adopt: true, verifyByEcho: apply,
-    ...(found ? { onObservation } : {}), ...(heldProof ? { heldProof } : {}) });
+    ...(found || anchor ? { onObservation } : {}), ...(heldProof ? { heldProof } : {}) });
   const held = heldProof?.wasUsed() && r.ops > 0 && r.trusted ? 'by-proof' : heldProof?.wasProved() ? 'proved' : undefined;
   return {
     drift: driftOf(r.first),

@@ -87,7 +87,7 @@ export interface Addon {
   NftMonitor: new <Batch>(netns: string | undefined,
     onBatch: (batch: Batch, lastGeneration: number, runStart: number, delivered: number) => void,
     tables: [string, string][] | null, ignorePorts: readonly (number | readonly [number, number])[], ownCommits?: boolean,
-    receiveBuffer?: number, subscribeLater?: boolean) => NativeMonitor;
+    receiveBuffer?: number, subscribeLater?: boolean, unread?: boolean) => NativeMonitor;
   init(errorClass: typeof NetlinkError): void;
   sdNotify(socketPath: string, message: string): number;
   /** SO_PEERCRED of a connected Unix socket; a number is the errno. */

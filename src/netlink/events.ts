@@ -112,5 +112,12 @@ export interface MonitorOptions {
    * (a big commit's own events cost that commit). What commits came before is the caller's to prove.
    */
   subscribeLater?: boolean;
+  /**
+   * Joined, but its socket not read until the first progress(): what arrives waits in the receive
+   * buffer (an overflow of it is reported then). For a caller that needs the events only to prove
+   * something after a refusal (a one-shot apply's resend), so that a pass without one reads none.
+   * An addon built before it reads at once.
+   */
+  unread?: boolean;
   onBatch: (batch: MonitorBatch) => void;
 }

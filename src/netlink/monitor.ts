@@ -30,7 +30,7 @@ export class Monitor {
         this.during = undefined;
       }
     }, toPairs(options.tables), options.ignorePorts ?? [], options.ownCommits ?? false,
-    options.receiveBuffer, options.subscribeLater ?? false);
+    options.receiveBuffer, options.subscribeLater ?? false, options.unread ?? false);
   }
 
   /**
@@ -42,7 +42,10 @@ export class Monitor {
     this.native.subscribe?.();
   }
 
-  /** What the monitor has read so far (no system call: what it has not read yet, it has not seen). */
+  /**
+   * What the monitor has read so far (no system call: what it has not read yet, it has not seen).
+   * Opened unread: from the first call on, the socket is read (the next turn of the loop).
+   */
   progress(): MonitorProgress {
     if (this.during) return this.during;
     const [lastGeneration, runStart, delivered] = this.native.progress();

@@ -1,0 +1,106 @@
+/**
+ * A one-shot apply (checkOnce) onto an existing owned table, refused by the generation because of
+ * another socket's commit between its plan and its commit: with its monitor (options.watch, the
+ * daemon's proof: FollowedView.unchangedSince) the same batch is sent again, guarded by the later
+ * generation, where the commit in between named none of its tables; where it touched ours, never
+ * sent again as planned: the pass reads and plans again.
+ */
+import { describe, expect, it } from 'vitest';
+import { checkOnce } from '../../src/keeper/oneshot.js';
+import { Reconciler } from '../../src/keeper/reconciler.js';
+import { Monitor } from '../../src/netlink/monitor.js';
+import { open } from '../../src/netlink/socket.js';
+import type { Batch } from '../../src/netlink/batch.js';
+import type { Op } from '../../src/netlink/ops.js';
+import { socketPerTest } from '../helpers/netns-hooks.js';
+import { chainLines, seedConfig, seedRule } from './helpers.js';
+
+const N = 200;
+
+describe('a one-shot apply refused by a commit of another socket', () => {
+  const t = socketPerTest('oneshot-resend');
+
+  /** Installs seedConfig(N), flushes its chain from outside, then applies it once; `between` runs before its first commit. */
+  async function apply(between: () => void, watch = true) {
+    const { ns, sock } = t;
+    const config = seedConfig(N);
+    await new Reconciler(sock, { attempts: 5 }).once({ tables: config.tables });
+    ns.nft('flush chain ip seed post\n');
+    const other = open({ netns: ns.path });
+    const commit = sock.commit.bind(sock);
+    const recommit = sock.recommit.bind(sock);
+    const sent: { how: 'commit' | 'recommit'; generation?: number; refused?: boolean; ops: number }[] = [];
+    sock.commit = async (batch, options = {}) => {
+      const ops = (batch as Batch).ops ?? (batch as readonly Op[]);
+      const s: (typeof sent)[number] = { how: 'commit', generation: options.expectGeneration, ops: ops.length };
+      sent.push(s);
+      if (sent.length === 1) between.call(other);
+      try {
+        return await commit(batch, options);
+      } catch (e) {
+        s.refused = true;
+        throw e;
+      }
+    };
+    sock.recommit = async (batch, generation) => {
+      const s: (typeof sent)[number] = { how: 'recommit', generation, ops: (batch as Batch).ops.length };
+      sent.push(s);
+      try {
+        return await recommit(batch, generation);
+      } catch (e) {
+        s.refused = true;
+        throw e;
+      }
+    };
+    const monitors: Monitor[] = [];
+    let observations = 0;
+    const r = await checkOnce(sock, config, true, [], {
+      found: () => observations++,
+      ...(watch ? { watch: (o: ConstructorParameters<typeof Monitor>[0]) => { const m = new Monitor({ ...o, netns: ns.path }); monitors.push(m); return m; } } : {}),
+    });
+    other.close();
+    return { r, sent, monitors };
+  }
+
+  it('sends the same batch again, guarded by the later generation, when the commit in between was to another table', async () => {
+    const { ns } = t;
+    const { r, sent, monitors } = await apply(function (this: ReturnType<typeof open>) {
+      this.commitNow([{ verb: 'add', object: 'table', family: 'ip', name: 'neighbour' }]);
+    });
+    expect(sent[0]).toMatchObject({ how: 'commit', refused: true, ops: N });
+    expect(sent[1]).toMatchObject({ how: 'recommit', generation: sent[0]!.generation! + 1, ops: N });
+    expect(sent[1]!.refused).toBeUndefined();
+    // One plan, one batch in the kernel.
+    expect(sent).toHaveLength(2);
+    expect(r.ops).toBe(N);
+    expect(chainLines(ns, 'ip', 'seed', 'post')).toEqual(Array.from({ length: N }, (_, i) => seedRule(i)));
+    expect(ns.exec('nft', ['list', 'tables'])).toMatch(/table ip neighbour/);
+    // The pass's monitor is closed when it ends.
+    expect(monitors.map((m) => m.closed)).toEqual([true]);
+  });
+
+  it('plans again from a read when the commit in between changed the owned table', async () => {
+    const { ns } = t;
+    const { r, sent } = await apply(() => {
+      ns.nft('add rule ip seed post counter\n');
+    });
+    expect(sent[0]).toMatchObject({ how: 'commit', refused: true, ops: N });
+    // Never sent again as planned: the next commit comes from a new plan, which removes the stray rule.
+    expect(sent.filter((s) => s.how === 'recommit')).toEqual([]);
+    expect(sent[1]).toMatchObject({ how: 'commit', generation: sent[0]!.generation! + 1 });
+    expect(sent[1]!.refused).toBeUndefined();
+    expect(r.ops).toBe(sent[1]!.ops);
+    expect(chainLines(ns, 'ip', 'seed', 'post')).toEqual(Array.from({ length: N }, (_, i) => seedRule(i)));
+  });
+
+  it('without a monitor plans again after a commit to another table (no proof)', async () => {
+    const { ns } = t;
+    const { sent } = await apply(function (this: ReturnType<typeof open>) {
+      this.commitNow([{ verb: 'add', object: 'table', family: 'ip', name: 'neighbour' }]);
+    }, false);
+    expect(sent[0]).toMatchObject({ how: 'commit', refused: true, ops: N });
+    expect(sent.filter((s) => s.how === 'recommit')).toEqual([]);
+    expect(sent[1]).toMatchObject({ how: 'commit', generation: sent[0]!.generation! + 1, ops: N });
+    expect(chainLines(ns, 'ip', 'seed', 'post')).toEqual(Array.from({ length: N }, (_, i) => seedRule(i)));
+  });
+});
