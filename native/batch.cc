@@ -15,8 +15,19 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <cstdio>
+#include <cstdlib>
 
 namespace nfk {
+
+namespace {
+
+// Test only (test/reliability/resend-kill.test.ts): with NFKEEPER_TEST_LOSE_RESEND_ACK set when the
+// addon is loaded, a resend (Recommit) loses the first datagram of its acknowledgements, as an
+// ENOBUFS would: the batch committed, its outcome unknown. Unset: one comparison per resend.
+const bool kLoseResendAck = getenv("NFKEEPER_TEST_LOSE_RESEND_ACK") != nullptr;
+
+}  // namespace
 
 CommitRun::CommitRun(NftSocket* sock, std::unique_ptr<EncodedBatch> batch, bool echo, std::vector<uint32_t> echoOps)
     : sock_(sock), batch_(std::move(batch)), echo_(echo), echoOps_(std::move(echoOps)) {}
@@ -121,6 +132,10 @@ void CommitRun::Run() {
     ioStep_ = "send batch";
     return;
   }
+  // A resend (Recommit) has a base from its first send.
+  const bool resend = previous != 0;
+  if (resend) KillPoint("recommit-sent");
+  bool loseAck = resend && kLoseResendAck;
   // nfnetlink processes the whole batch inside sendmsg(), so every ack is
   // already queued: read until the queue is empty, even after an error.
   for (;;) {
@@ -135,6 +150,12 @@ void CommitRun::Run() {
       ioErrno_ = errno;
       ioStep_ = "read acknowledgements";
       return;
+    }
+    if (loseAck) {
+      loseAck = false;
+      dprintf(2, "nfkeeper: a resend's acknowledgements lost (NFKEEPER_TEST_LOSE_RESEND_ACK)\n");
+      lostAcks_ = true;  // as ENOBUFS: the datagram dropped, the rest still queued
+      continue;
     }
     const nlmsghdr* nlh = reinterpret_cast<const nlmsghdr*>(sock_->buffer().data());
     int len = static_cast<int>(n);
@@ -170,6 +191,7 @@ void CommitRun::Run() {
       acks_.push_back(std::move(ack));
     }
   }
+  if (resend) KillPoint("recommit-acked");
 }
 
 void CommitRun::Release() {

@@ -32,22 +32,12 @@ namespace {
 // One datagram can carry many dump messages; 256 KiB is a dozen NLMSG_GOODSIZE skbs.
 constexpr size_t kRecvBuffer = 256 * 1024;
 
-// Test only (test/reliability/reopen-kill.test.ts): NFKEEPER_TEST_KILL_AT names a point of a
-// socket's replacement where the process kills itself (SIGKILL). Read once, when the addon is
-// loaded; unset, each point is one comparison with null.
-const char* const kKillAt = getenv("NFKEEPER_TEST_KILL_AT");
-
 // Test only (test/netlink/watch-drop.test.ts): with NFKEEPER_TEST_DROP_NOTIFICATION set at load, a
 // watched dump (Watch) reads the variable again when it joins and, if it holds K > 0, discards
 // the K-th notification datagram it receives and reports ENOBUFS in its place: what the kernel
 // does when one does not fit. Unset, Recv pays one comparison with zero.
 const bool kDropSeam = getenv("NFKEEPER_TEST_DROP_NOTIFICATION") != nullptr;
 
-void KillPoint(const char* point) {
-  if (kKillAt == nullptr || strcmp(kKillAt, point) != 0) return;
-  dprintf(2, "nfkeeper: killed at %s (NFKEEPER_TEST_KILL_AT)\n", point);
-  raise(SIGKILL);
-}
 
 // Unbound with `bind` false: NftSocket::Reopen binds it to the port it replaces.
 mnl_socket* OpenHere(unsigned groups, std::string* failedStep, bool bind = true) {
@@ -96,6 +86,17 @@ mnl_socket* OpenIn(int nsfd, unsigned groups, std::string* failedStep, bool bind
 }
 
 }  // namespace
+
+// Test only (test/reliability/reopen-kill.test.ts, resend-kill.test.ts): NFKEEPER_TEST_KILL_AT
+// names a point where the process kills itself (SIGKILL). Read once, when the addon is loaded;
+// unset, each point is one comparison with null.
+static const char* const kKillAt = getenv("NFKEEPER_TEST_KILL_AT");
+
+void KillPoint(const char* point) {
+  if (kKillAt == nullptr || strcmp(kKillAt, point) != 0) return;
+  dprintf(2, "nfkeeper: killed at %s (NFKEEPER_TEST_KILL_AT)\n", point);
+  raise(SIGKILL);
+}
 
 mnl_socket* OpenNetfilterSocket(const std::string& netnsPath, unsigned groups, std::string* failedStep) {
   if (netnsPath.empty()) return OpenHere(groups, failedStep);
@@ -574,6 +575,7 @@ void NftSocket::KeepRefused(std::unique_ptr<CommitRun> run) {
     return;
   }
   refused_ = std::move(run);
+  KillPoint("refused-kept");
 }
 
 // recommit(generation) -> Promise (commit()'s outcome) | false: the last batch the kernel refused
@@ -590,6 +592,7 @@ Napi::Value NftSocket::Recommit(const Napi::CallbackInfo& info) {
     run->Release();
     return Napi::Boolean::New(env, false);
   }
+  KillPoint("recommit-proved");
   // Digested at its first send already (DigestEncodedRules emptied its list).
   return StartCommit(env, info.This().As<Napi::Object>(), std::move(run), false);
 }

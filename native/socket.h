@@ -58,6 +58,9 @@ class Gate {
 // Opens a NETLINK_NETFILTER socket in the namespace at `netnsPath` (or the
 // current one when empty) from a short-lived thread, since setns() only
 // moves the calling thread. Returns nullptr and sets errno on failure.
+// Test only: the process kills itself at `point` when NFKEEPER_TEST_KILL_AT names it (socket.cc).
+void KillPoint(const char* point);
+
 mnl_socket* OpenNetfilterSocket(const std::string& netnsPath, unsigned groups, std::string* failedStep);
 
 class NftSocket : public Napi::ObjectWrap<NftSocket>, public Closeable {
