@@ -157,7 +157,7 @@ describe('kill -9 in the write of a restart record\'s adoption count', { timeout
         writeFileSync(file, bytes.subarray(0, off));
         if (!('why' in readRecord(file, ns.record))) throw new Error(`cut at ${off} of ${bytes.length}: read as a record`);
         const flipped = Buffer.from(bytes);
-        flipped[off] ^= 1 << (off % 8);
+        flipped[off] = flipped[off]! ^ (1 << (off % 8));
         writeFileSync(file, flipped);
         const got = readRecord(file, ns.record);
         if (!('why' in got)) throw new Error(`bit ${off % 8} of byte ${off} changed: read as a record (adoptions ${got.record.adoptions})`);

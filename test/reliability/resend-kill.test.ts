@@ -8,8 +8,9 @@
  *   recommit-proved  the proof given, the batch's generation replaced, nothing sent
  *   recommit-sent    the resend sent (the kernel took or refused it inside sendmsg), its acks unread
  *   recommit-acked   the acks read, the outcome not yet back in JavaScript (nothing noted)
- * and a resend whose acknowledgements are lost (NFKEEPER_TEST_LOSE_RESEND_ACK: as ENOBUFS; the
- * batch committed, the outcome unknown to the daemon). After each: the next start (quiet) is ready,
+ * and a resend whose acknowledgements are lost (NFKEEPER_TEST_LOSE_RESEND_ACK: as ENOBUFS; its
+ * outcome unknown to the daemon), any resend's or only a refused one's (`refused`): the next repair
+ * the daemon reports is in the kernel when it is reported. After each: the next start (quiet) is ready,
  * lists every owner, `nfkeeper check` finds nothing to do, every table is as the clean install left
  * it (nothing lost, nothing twice), no temp file is left, and it stops cleanly.
  */
@@ -79,7 +80,9 @@ describe('faults in the guard\'s resend', { timeout: 600_000 }, () => {
       expect(rulesIn(ns)).toBe(RULES);
 
       const cases = [...POINTS.map((p) => ({ name: p, env: { NFKEEPER_TEST_KILL_AT: p } })),
-        { name: 'resend-ack-lost', env: { NFKEEPER_TEST_LOSE_RESEND_ACK: '1' } }];
+        { name: 'resend-ack-lost', env: { NFKEEPER_TEST_LOSE_RESEND_ACK: '1' } },
+        { name: 'refused-resend-ack-lost', env: { NFKEEPER_TEST_LOSE_RESEND_ACK: 'refused' } }];
+      const repairs = (d: Child) => text(d).split('\n').filter((l) => l.startsWith('{') && (JSON.parse(l) as { msg: string }).msg === 'repaired').length;
       const where: string[] = [];
       for (const k of cases) {
         const d = daemon(config, ns, { args: ['--log-level', 'debug'], env: k.env });
@@ -89,8 +92,14 @@ describe('faults in the guard\'s resend', { timeout: 600_000 }, () => {
         try {
           const lost = () => text(d).includes('resend\'s acknowledgements lost');
           flushes = await flushUntil(ns, d, lost, 45_000);
-          if (k.name === 'resend-ack-lost') {
+          if (k.name.endsWith('ack-lost')) {
             expect(lost(), `no resend in 45 s: ${text(d).slice(-3000)}`).toBe(true);
+            // Acknowledged = durable: the next repair the daemon reports is in the kernel when it says so
+            // (a refusal whose ack was lost, taken as a commit, would be reported with the chain empty).
+            const before = repairs(d);
+            for (const end = Date.now() + 30_000; Date.now() < end && repairs(d) === before;) await sleep(5);
+            expect(repairs(d), `${k.name}: no repair reported in 30 s`).toBeGreaterThan(before);
+            expect(rulesIn(ns), `${k.name}: the chain when the daemon said repaired`).toBe(RULES);
             // The daemon, its outcome unknown, puts the chain back as desired (not twice) while the neighbour still runs.
             for (const end = Date.now() + 30_000; Date.now() < end && rulesIn(ns) !== RULES;) await sleep(100);
             expect(alive(d), text(d).slice(-3000)).toBe(true);
@@ -98,7 +107,7 @@ describe('faults in the guard\'s resend', { timeout: 600_000 }, () => {
         } finally {
           await neighbour.stop();
         }
-        if (k.name === 'resend-ack-lost') {
+        if (k.name.endsWith('ack-lost')) {
           expect(rulesIn(ns), k.name).toBe(RULES);
           await stop(d);
           expect(d.child.exitCode, text(d).slice(-2000)).toBe(0);
