@@ -15,8 +15,31 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <cstdio>
+#include <cstdlib>
 
 namespace nfk {
+
+namespace {
+
+// Test only (test/reliability/resend-kill.test.ts): with NFKEEPER_TEST_LOSE_RESEND_ACK set when the
+// addon is loaded, a resend (Recommit) loses the first datagram of its acknowledgements, as an
+// ENOBUFS would: its outcome unknown. `refused`: only where that datagram says the kernel refused
+// it by its generation. Unset: one comparison per resend.
+const char* const kLoseResendAck = getenv("NFKEEPER_TEST_LOSE_RESEND_ACK");
+
+// Whether a datagram of acknowledgements holds the refusal of the batch numbered from `base`.
+bool SaysRefused(const uint8_t* data, ssize_t n, uint32_t base) {
+  const nlmsghdr* nlh = reinterpret_cast<const nlmsghdr*>(data);
+  int len = static_cast<int>(n);
+  for (; MessageOk(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
+    if (nlh->nlmsg_type == NLMSG_ERROR && nlh->nlmsg_seq == base &&
+        static_cast<const nlmsgerr*>(mnl_nlmsg_get_payload(nlh))->error == -ERESTART) return true;
+  }
+  return false;
+}
+
+}  // namespace
 
 CommitRun::CommitRun(NftSocket* sock, std::unique_ptr<EncodedBatch> batch, bool echo, std::vector<uint32_t> echoOps)
     : sock_(sock), batch_(std::move(batch)), echo_(echo), echoOps_(std::move(echoOps)) {}
@@ -121,6 +144,10 @@ void CommitRun::Run() {
     ioStep_ = "send batch";
     return;
   }
+  // A resend (Recommit) has a base from its first send.
+  const bool resend = previous != 0;
+  if (resend) KillPoint("recommit-sent");
+  bool loseAck = resend && kLoseResendAck != nullptr;
   // nfnetlink processes the whole batch inside sendmsg(), so every ack is
   // already queued: read until the queue is empty, even after an error.
   for (;;) {
@@ -135,6 +162,13 @@ void CommitRun::Run() {
       ioErrno_ = errno;
       ioStep_ = "read acknowledgements";
       return;
+    }
+    if (loseAck && strcmp(kLoseResendAck, "refused") == 0 && !SaysRefused(sock_->buffer().data(), n, base_)) loseAck = false;
+    if (loseAck) {
+      loseAck = false;
+      dprintf(2, "nfkeeper: a resend's acknowledgements lost (NFKEEPER_TEST_LOSE_RESEND_ACK)\n");
+      lostAcks_ = true;  // as ENOBUFS: the datagram dropped, the rest still queued
+      continue;
     }
     const nlmsghdr* nlh = reinterpret_cast<const nlmsghdr*>(sock_->buffer().data());
     int len = static_cast<int>(n);
@@ -170,6 +204,7 @@ void CommitRun::Run() {
       acks_.push_back(std::move(ack));
     }
   }
+  if (resend) KillPoint("recommit-acked");
 }
 
 void CommitRun::Release() {

@@ -32,16 +32,12 @@ namespace {
 // One datagram can carry many dump messages; 256 KiB is a dozen NLMSG_GOODSIZE skbs.
 constexpr size_t kRecvBuffer = 256 * 1024;
 
-// Test only (test/reliability/reopen-kill.test.ts): NFKEEPER_TEST_KILL_AT names a point of a
-// socket's replacement where the process kills itself (SIGKILL). Read once, when the addon is
-// loaded; unset, each point is one comparison with null.
-const char* const kKillAt = getenv("NFKEEPER_TEST_KILL_AT");
+// Test only (test/netlink/watch-drop.test.ts): with NFKEEPER_TEST_DROP_NOTIFICATION set at load, a
+// watched dump (Watch) reads the variable again when it joins and, if it holds K > 0, discards
+// the K-th notification datagram it receives and reports ENOBUFS in its place: what the kernel
+// does when one does not fit. Unset, Recv pays one comparison with zero.
+const bool kDropSeam = getenv("NFKEEPER_TEST_DROP_NOTIFICATION") != nullptr;
 
-void KillPoint(const char* point) {
-  if (kKillAt == nullptr || strcmp(kKillAt, point) != 0) return;
-  dprintf(2, "nfkeeper: killed at %s (NFKEEPER_TEST_KILL_AT)\n", point);
-  raise(SIGKILL);
-}
 
 // Unbound with `bind` false: NftSocket::Reopen binds it to the port it replaces.
 mnl_socket* OpenHere(unsigned groups, std::string* failedStep, bool bind = true) {
@@ -91,6 +87,17 @@ mnl_socket* OpenIn(int nsfd, unsigned groups, std::string* failedStep, bool bind
 
 }  // namespace
 
+// Test only (test/reliability/reopen-kill.test.ts, resend-kill.test.ts): NFKEEPER_TEST_KILL_AT
+// names a point where the process kills itself (SIGKILL). Read once, when the addon is loaded;
+// unset, each point is one comparison with null.
+static const char* const kKillAt = getenv("NFKEEPER_TEST_KILL_AT");
+
+void KillPoint(const char* point) {
+  if (kKillAt == nullptr || strcmp(kKillAt, point) != 0) return;
+  dprintf(2, "nfkeeper: killed at %s (NFKEEPER_TEST_KILL_AT)\n", point);
+  raise(SIGKILL);
+}
+
 mnl_socket* OpenNetfilterSocket(const std::string& netnsPath, unsigned groups, std::string* failedStep) {
   if (netnsPath.empty()) return OpenHere(groups, failedStep);
   int nsfd = open(netnsPath.c_str(), O_RDONLY | O_CLOEXEC);
@@ -118,6 +125,7 @@ Napi::Function NftSocket::Init(Napi::Env env) {
                          InstanceAccessor<&NftSocket::GetPortId>("portId"),
                          InstanceAccessor<&NftSocket::GetClosed>("closed"),
                          InstanceAccessor<&NftSocket::GetTakenInterrupted>("dumpsTakenInterrupted"),
+                         InstanceAccessor<&NftSocket::GetTestDrops>("testNotificationsDropped"),
                          InstanceMethod<&NftSocket::NetnsCookie>("netnsCookie"),
                      });
 }
@@ -180,6 +188,7 @@ mnl_socket* NftSocket::DumpSocket() {
   if (nl_ == nullptr || !mayOwn_) return nl_;
   if (dumpNl_ == nullptr) {
     dumpNl_ = OpenBeside(true);
+    dumpRcvbuf_ = 0;
     if (dumpNl_ != nullptr) KillPoint("dump-socket-opened");
     if (dumpNl_ != nullptr && rcvbufLimit_ != 0) {
       // The limit is a promise for every socket of this one, as a commit keeps it (EnsureBuffers).
@@ -282,6 +291,10 @@ Napi::Value NftSocket::GetClosed(const Napi::CallbackInfo& info) {
   return Napi::Boolean::New(info.Env(), nl_ == nullptr);
 }
 
+Napi::Value NftSocket::GetTestDrops(const Napi::CallbackInfo& info) {
+  return Napi::Number::New(info.Env(), testDrops_);
+}
+
 Napi::Value NftSocket::GetTakenInterrupted(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), takenInterrupted_);
 }
@@ -307,6 +320,11 @@ ssize_t NftSocket::Recv(mnl_socket* via, int flags, uint32_t* groups) {
     // CAP_NET_ADMIN can unicast to our port id; its datagrams are dropped
     // rather than read as acknowledgements or dump messages.
     if (n >= 0 && from.nl_pid != 0) continue;
+    if (dropAt_ != 0 && n >= 0 && from.nl_groups != 0 && ++notices_ == dropAt_) {
+      testDrops_++;
+      errno = ENOBUFS;
+      return -1;
+    }
     // (A commit's echo comes with the group set too: nlmsg_notify unicasts the skb it multicast.)
     if (groups != nullptr) *groups = n >= 0 ? from.nl_groups : 0;
     return n;
@@ -320,11 +338,44 @@ bool NftSocket::Watch(mnl_socket* via, bool on) {
   // congestion, and a queue emptied ends it).
   int group = NFNLGRP_NFTABLES;
   if (!on) setsockopt(fd, SOL_NETLINK, NETLINK_DROP_MEMBERSHIP, &group, sizeof(group));
+  if (on) WatchBuffer(via);
+  notices_ = 0;
+  dropAt_ = 0;
+  if (kDropSeam && on) {
+    const char* k = getenv("NFKEEPER_TEST_DROP_NOTIFICATION");
+    dropAt_ = k != nullptr ? static_cast<uint32_t>(strtoul(k, nullptr, 10)) : 0;
+  }
   for (int i = 0; i < 65536; i++) {
     ssize_t n = recv(fd, buf_.data(), buf_.size(), MSG_DONTWAIT);
     if (n < 0 && errno != EINTR && errno != ENOBUFS) break;
   }
   return !on || setsockopt(fd, SOL_NETLINK, NETLINK_ADD_MEMBERSHIP, &group, sizeof(group)) == 0;
+}
+
+void NftSocket::WatchBuffer(mnl_socket* via) {
+  // A commit elsewhere queues ~1.7 KB of notifications (its changes, its NEWGEN: two skbs of ~830
+  // bytes' truesize each). The default 208 KiB held 12 ms of a 10,000 commits/s neighbour: any
+  // longer stall of the reading thread overflowed it (ENOBUFS), and at load every one of a 20,000
+  // rule export's 32 tries was spoiled so. 8 MiB (16 granted) holds ~270 ms at 35,000 commits/s;
+  // it is memory charged only while notifications wait, and the thread drains them as they come.
+  constexpr size_t kWatchRcvbuf = 8 << 20;
+  size_t want = kWatchRcvbuf;
+  if (rcvbufLimit_ != 0) want = std::min(want, rcvbufLimit_);
+  const bool commitSocket = via == nl_;
+  if (commitSocket && rcvbuf_ >= want) return;
+  if (!commitSocket && dumpRcvbuf_ >= want) return;
+  const int fd = mnl_socket_get_fd(via);
+  int v = static_cast<int>(want);
+  // A limit is a promise not to use more: no FORCE, which ignores rmem_max.
+  if (rcvbufLimit_ != 0 || setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &v, sizeof(v)) < 0) {
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof(v));
+  }
+  if (commitSocket) {
+    rcvbuf_ = want;
+    rcvbufGranted_ = 0;  // EnsureBuffers reads what was granted again
+  } else {
+    dumpRcvbuf_ = want;
+  }
 }
 
 bool NftSocket::EnsureBuffers(size_t bytes, size_t messages) {
@@ -524,6 +575,7 @@ void NftSocket::KeepRefused(std::unique_ptr<CommitRun> run) {
     return;
   }
   refused_ = std::move(run);
+  KillPoint("refused-kept");
 }
 
 // recommit(generation) -> Promise (commit()'s outcome) | false: the last batch the kernel refused
@@ -540,6 +592,7 @@ Napi::Value NftSocket::Recommit(const Napi::CallbackInfo& info) {
     run->Release();
     return Napi::Boolean::New(env, false);
   }
+  KillPoint("recommit-proved");
   // Digested at its first send already (DigestEncodedRules emptied its list).
   return StartCommit(env, info.This().As<Napi::Object>(), std::move(run), false);
 }

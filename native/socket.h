@@ -58,6 +58,9 @@ class Gate {
 // Opens a NETLINK_NETFILTER socket in the namespace at `netnsPath` (or the
 // current one when empty) from a short-lived thread, since setns() only
 // moves the calling thread. Returns nullptr and sets errno on failure.
+// Test only: the process kills itself at `point` when NFKEEPER_TEST_KILL_AT names it (socket.cc).
+void KillPoint(const char* point);
+
 mnl_socket* OpenNetfilterSocket(const std::string& netnsPath, unsigned groups, std::string* failedStep);
 
 class NftSocket : public Napi::ObjectWrap<NftSocket>, public Closeable {
@@ -79,6 +82,8 @@ class NftSocket : public Napi::ObjectWrap<NftSocket>, public Closeable {
   // is pending then): a dump of one table watches the commits made while it runs. False if the
   // kernel refused to join.
   bool Watch(mnl_socket* via, bool on);
+  // Joining: a receive buffer that holds a busy neighbour's notifications through a stall.
+  void WatchBuffer(mnl_socket* via);
   std::vector<uint8_t>& buffer() { return buf_; }
   Gate& gate() { return gate_; }
   // Queues `w` to libuv's pool once it holds the gate (now, or when the work before it is done), in
@@ -133,6 +138,7 @@ class NftSocket : public Napi::ObjectWrap<NftSocket>, public Closeable {
   Napi::Value GetPortId(const Napi::CallbackInfo& info);
   Napi::Value NetnsCookie(const Napi::CallbackInfo& info);
   Napi::Value GetClosed(const Napi::CallbackInfo& info);
+  Napi::Value GetTestDrops(const Napi::CallbackInfo& info);
   Napi::Value GetTakenInterrupted(const Napi::CallbackInfo& info);
   Napi::Value Generation(const Napi::CallbackInfo& info);
   Napi::Value Dump(const Napi::CallbackInfo& info);
@@ -157,6 +163,12 @@ class NftSocket : public Napi::ObjectWrap<NftSocket>, public Closeable {
   std::atomic<uint32_t> seq_{1};
   size_t sndbuf_ = 0;
   size_t rcvbuf_ = 0;
+  size_t dumpRcvbuf_ = 0;  // the dump-only socket's, set by WatchBuffer
+  // Test only (NFKEEPER_TEST_DROP_NOTIFICATION): the notification a watch drops, counted from its
+  // join; how many were dropped so. Gate held for every use but the count's read.
+  uint32_t dropAt_ = 0;
+  uint32_t notices_ = 0;
+  std::atomic<uint32_t> testDrops_{0};
   size_t rcvbufGranted_ = 0;  // SO_RCVBUF as the kernel granted it, read after each change
   // Upper bound for the receive buffer (0: none); see OpenOptions.receiveBufferLimit.
   size_t rcvbufLimit_ = 0;

@@ -1,11 +1,15 @@
 /**
  * A one-shot read under a busy neighbour: `nfkeeper export` of a 20,000-rule table while another
- * process adds and deletes a table of its own 3,000 times a second. Its rule dump is interrupted
- * (the ruleset's generation moves between its datagrams) by commits that name another table only,
- * and is taken (native/dump.cc: the watch); before, every attempt was interrupted and the export
- * failed (exit 2, "interrupted ... on all 32 attempts"). The text is the quiet export's. At 10,000
- * commits a second it still fails so (the issue-27 neighbour's rate): not fixed yet.
+ * process adds and deletes a table of its own as fast as it can (~35,000 commits a second here).
+ * Its rule dump is interrupted (the ruleset's generation moves between its datagrams) by commits that
+ * name another table only, and is taken (native/dump.cc: the watch); before the watch every attempt
+ * was interrupted and the export failed (exit 2, "interrupted ... on all 32 attempts"), and before
+ * the watch's receive buffer (NftSocket::WatchBuffer) it failed so at 10,000 commits a second under
+ * load: the neighbour's notifications overflowed the default buffer in any stall of the reader.
+ * The text is the quiet export's.
  */
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { ip } from '../helpers/big-chain.js';
 import { cli } from '../helpers/cli.js';
@@ -13,10 +17,33 @@ import { startNeighbour } from '../helpers/neighbour.js';
 import { withNetns } from '../helpers/netns.js';
 
 const N = 20_000;
-const RATE = 3_000;
+const BIN = fileURLToPath(new URL('../../bin/nfkeeper.js', import.meta.url));
+
+/** `nfkeeper export` (the built bundle) stopped for `stopMs` every `everyMs` (SIGSTOP, SIGCONT) until it exits: a reader stalled by the scheduler, made to happen. */
+function stalledExport(args: string[], stopMs: number, everyMs: number): Promise<{ code: number | null; out: string; err: string; stops: number }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [BIN, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '', err = '', stops = 0, exited = false;
+    child.stdout.on('data', (d) => { out += d; });
+    child.stderr.on('data', (d) => { err += d; });
+    const timer = setInterval(() => {
+      if (exited) return;
+      child.kill('SIGSTOP');
+      stops++;
+      setTimeout(() => { if (!exited) child.kill('SIGCONT'); }, stopMs);
+    }, everyMs);
+    child.on('error', reject);
+    child.on('close', (code) => {
+      exited = true;
+      clearInterval(timer);
+      resolve({ code, out, err, stops });
+    });
+  });
+}
+const RATE = 'max';
 
 describe('a one-shot read under a busy neighbour', () => {
-  it(`export of a 20,000-rule table succeeds while another table is committed to ${RATE} times a second, and prints the quiet export`, async () => {
+  it(`export of a 20,000-rule table succeeds while another table is committed to as fast as another process can, and prints the quiet export`, async () => {
     await withNetns(async (ns) => {
       const rules = Array.from({ length: N }, (_, i) => `add rule ip big c ip saddr ${ip(i)} accept`);
       ns.nft(`add table ip big\nadd chain ip big c\n${rules.join('\n')}\n`);
@@ -35,5 +62,25 @@ describe('a one-shot read under a busy neighbour', () => {
       expect(busy.code, busy.err).toBe(0);
       expect(busy.out).toBe(quiet.out);
     }, 'busy-export');
+  }, 120_000);
+
+  it('export under the neighbour succeeds though the reader is stopped 40 ms in every 150: the notifications of the stall wait in the watch\'s buffer', async () => {
+    await withNetns(async (ns) => {
+      const rules = Array.from({ length: N }, (_, i) => `add rule ip big c ip saddr ${ip(i)} accept`);
+      ns.nft(`add table ip big\nadd chain ip big c\n${rules.join('\n')}\n`);
+      const args = ['export', '--table', 'ip', 'big', '--netns', ns.path, '--no-progress'];
+      const quiet = await cli(...args);
+      expect(quiet.code, quiet.err).toBe(0);
+      const neighbour = await startNeighbour(ns.path, RATE);
+      let busy;
+      try {
+        busy = await stalledExport(args, 40, 150);
+      } finally {
+        await neighbour.stop();
+      }
+      expect(busy.stops, 'the reader was stopped').toBeGreaterThan(0);
+      expect(busy.code, busy.err).toBe(0);
+      expect(busy.out.trimEnd()).toBe(quiet.out.trimEnd());
+    }, 'busy-export-stall');
   }, 120_000);
 });
