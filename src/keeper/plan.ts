@@ -254,18 +254,25 @@ export function planTable(batch: Batch, want: TableConfig, have: HeldTable, diff
     if (e && !rewrite.has(c.name) && !recreate.has(c.name)) emitEdit(batch, family, table, c, e.rules, e.edit, 'add', options.onRuleOp);
     if (!rewrite.has(c.name) && !recreate.has(c.name)) continue;
     const n = ruleCount(c);
-    for (let j = 0; j < n; j++) appendRule(batch, family, table, c, j, options.onRuleOp);
+    const exprsAt = madeExprsOf(c);
+    for (let j = 0; j < n; j++) appendRule(batch, family, table, c, j, exprsAt, options.onRuleOp);
   }
 }
 
+/** The expressions of chain `c`'s rule at a place, made if need be (EncodedRuleOp's, one per chain, not per rule). */
+function madeExprsOf(c: ChainConfig): (at: number) => Expr[] {
+  return (at) => ruleAt(c, at)!.compiled.exprs;
+}
+
 /** Appends desired rule `j` of chain `c` at the chain's end (with the anonymous sets it brings). */
-function appendRule(batch: Batch, family: Family, table: string, c: ChainConfig, j: number, onRuleOp?: PlanOptions['onRuleOp']): void {
+function appendRule(batch: Batch, family: Family, table: string, c: ChainConfig, j: number, exprsAt: (at: number) => Expr[],
+  onRuleOp?: PlanOptions['onRuleOp']): void {
   // A chain whose rules are made late (the compile cache's) is added from its rules' stored
   // encoding where it has one: its rules are made later, by whoever reads them.
   const x = encodedRuleAt(c, j);
   if (x !== undefined) {
     if (x.sets !== undefined) for (const s of x.sets) batch.add('set', { ...s, family, table });
-    batch.push(new EncodedRuleOp(family, table, c.name, x.exprs, x.userdata, (at: number) => ruleAt(c, at)!.compiled.exprs, j));
+    batch.push(new EncodedRuleOp(family, table, c.name, x.exprs, x.userdata, exprsAt, j));
   } else {
     const r = ruleAt(c, j)!;
     for (const s of r.compiled.sets) batch.add('set', { ...s, family, table });
@@ -311,10 +318,11 @@ function emitEdit(batch: Batch, family: Family, table: string, c: ChainConfig, r
     if (x.want !== tail - 1 || (x.op === 'replace' && !jumps(rules[x.have]!))) break;
     tail--;
   }
+  const exprsAt = tail < count ? madeExprsOf(c) : undefined;
   for (const x of edit.steps) {
     if (x.op === 'delete') continue;
     if (x.want >= tail) {
-      appendRule(batch, family, table, c, x.want, onRuleOp);
+      appendRule(batch, family, table, c, x.want, exprsAt!, onRuleOp);
       continue;
     }
     // The rules it puts back only: a chain whose rules are made late is not made for them.

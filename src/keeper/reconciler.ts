@@ -165,6 +165,8 @@ export interface ReconcilerOptions {
   trackTimed?: boolean;
   /** What the kernel holds, kept between passes (the daemon's, which also follows the events); default a view of its own. */
   view?: KernelView;
+  /** Told of each batch the generation refused, before the guard asks for a proof or plans again (a one-shot apply opens its monitor then). */
+  onRefused?: () => void;
 }
 
 /**
@@ -254,12 +256,17 @@ export class Reconciler {
       attempts: this.options.attempts,
       untilClean: true,
       trustSoleCommit: input.trustSoleCommit || input.verifyByEcho,
-      onMismatch: () => this.options.metrics?.generationRetries.inc(),
+      onMismatch: () => {
+        this.options.metrics?.generationRetries.inc();
+        this.options.onRefused?.();
+      },
       replan: (e, batch) => this.protectRefused(e, batch),
       // A neighbour's commit to its own table refused the batch: sent again where the events prove
-      // the tables it was planned from (the retired ones too) unchanged since (guard.ts).
-      stillHolds: this.view.follows
-        ? (planned, batch) => this.view.unchangedSince(planned, [...input.tables, ...this.retired, ...batch.tables]) : undefined,
+      // the tables it was planned from (the retired ones too) unchanged since (guard.ts). (A view
+      // that follows no events yet, a one-shot apply's before its first refusal, proves nothing.)
+      stillHolds: this.view.follows || this.options.onRefused
+        ? async (planned, batch) => (this.view.follows ? this.view.unchangedSince(planned, [...input.tables, ...this.retired, ...batch.tables]) : undefined)
+        : undefined,
       echo: byProof ? echoForHandles : input.verifyByEcho || (keepKnown ? echoForHandles : false),
       // Only where a read-back by digest may follow, or the echo is compared with them: not for a
       // caller that trusts a sole commit (the daemon, whose start-up install would hold 100,000
