@@ -19,6 +19,8 @@ import { startNeighbour, type Neighbour } from '../test/helpers/neighbour.js';
 import { chainYaml } from '../test/helpers/big-chain.js';
 import { daemonNodeFlags } from './lib/node-flags.js';
 import { parseArgs } from './lib/args.js';
+import { medianOf } from './lib/stats.js';
+import { metricOf } from './lib/metrics.js';
 
 const USAGE = 'follow-ab.ts --a CHECKOUT --b CHECKOUT [--n 10000] [--rates 10,100,1000] [--rounds 1] [--window-s 60] [--prefix P]';
 const cli = parseArgs(import.meta.url, { '--a': 1, '--b': 1, '--n': 1, '--rates': 1, '--rounds': 1, '--window-s': 1, '--prefix': 1 }, { usage: USAGE });
@@ -45,16 +47,6 @@ process.on('exit', cleanup);
 for (const sig of ['SIGINT', 'SIGTERM'] as const) process.on(sig, () => process.exit(130));
 
 interface Run { latencyMs?: number; wallMs?: number; attempts?: number; full: number; dumps?: number; retries?: number; cpuS?: number; failed: number; neighbour?: string; exit?: string }
-
-async function metric(port: number, name: string): Promise<number | undefined> {
-  try {
-    const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
-    const m = new RegExp(`^${name} (\\S+)$`, 'm').exec(text);
-    return m ? Number(m[1]) : undefined;
-  } catch {
-    return undefined;
-  }
-}
 
 const ticks = 100;  // USER_HZ
 function cpuOf(pid: number): number {
@@ -101,8 +93,8 @@ async function cell(root: string, rate: number, config: string): Promise<Run> {
     const victim = handles[handles.length >> 1]!;
     // Past the install's own read-back (trustOwnCommitMs after it): the window then sees the steady state.
     await new Promise((r) => setTimeout(r, 12_000));
-    const dumps0 = await metric(port, 'nfkeeper_dumps_total');
-    const retries0 = await metric(port, 'nfkeeper_generation_retries_total');
+    const dumps0 = await metricOf(port, 'nfkeeper_dumps_total');
+    const retries0 = await metricOf(port, 'nfkeeper_generation_retries_total');
     const cpu0 = cpuOf(child.pid!);
     const t0 = performance.now();
     if (rate > 0) {
@@ -114,8 +106,8 @@ async function cell(root: string, rate: number, config: string): Promise<Run> {
     deletedAt = performance.now();
     await new Promise((r) => setTimeout(r, Math.max(0, WINDOW_S * 1000 - (performance.now() - t0))));
     run.cpuS = cpuOf(child.pid!) - cpu0;
-    const dumps1 = await metric(port, 'nfkeeper_dumps_total');
-    const retries1 = await metric(port, 'nfkeeper_generation_retries_total');
+    const dumps1 = await metricOf(port, 'nfkeeper_dumps_total');
+    const retries1 = await metricOf(port, 'nfkeeper_generation_retries_total');
     if (dumps0 !== undefined && dumps1 !== undefined) run.dumps = dumps1 - dumps0;
     if (retries0 !== undefined && retries1 !== undefined) run.retries = retries1 - retries0;
     if (neighbour) {
@@ -134,10 +126,7 @@ async function cell(root: string, rate: number, config: string): Promise<Run> {
   }
 }
 
-const med = (xs: (number | undefined)[]) => {
-  const v = xs.filter((x): x is number => x !== undefined).sort((p, q) => p - q);
-  return v.length ? v[(v.length - 1) >> 1]! : undefined;
-};
+const med = medianOf;
 const fmt = (x: number | undefined, d = 2) => (x === undefined ? '-' : x.toFixed(d));
 
 const config = join(dir, 'c.yaml');

@@ -21,6 +21,7 @@ import { sleep } from '../test/helpers/wait.js';
 import { withBenchNetns } from './lib/netns.js';
 import { recordArgs } from './lib/record.js';
 import { parseArgs } from './lib/args.js';
+import { metricOf } from './lib/metrics.js';
 
 const CLK_TCK = 100;
 const CHAIN = { family: 'ip', table: 'nfkeeper', chain: 'postrouting' } as const;
@@ -66,10 +67,7 @@ export async function hostile(seconds = 20, everyMs = 10): Promise<HostileResult
           logs.push({ t: performance.now(), msg: j.msg, lvl: j.level, delayMs: j.delayMs });
         }
       });
-      const metric = async (name: string) => {
-        const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
-        return [...text.matchAll(new RegExp(`^${name}(?:\\{[^}]*\\})? (\\S+)$`, 'gm'))].reduce((a, m) => a + Number(m[1]), 0);
-      };
+      const metric = async (name: string) => (await metricOf(port, name)) ?? 0;
       const sock = open({ netns: ns.path });
       try {
         for (let i = 0; i < 100; i++) {

@@ -21,6 +21,8 @@ import { startNeighbour, type Neighbour } from '../test/helpers/neighbour.js';
 import { chainYaml } from './scenarios/s8.js';
 import { daemonNodeFlags } from './lib/node-flags.js';
 import { parseArgs } from './lib/args.js';
+import { medianOf } from './lib/stats.js';
+import { metricOf } from './lib/metrics.js';
 
 const USAGE = 'readback-ab.ts --a CHECKOUT --b CHECKOUT [--n 10000] [--rates 0,1,10,100] [--rounds 2] [--wait-s 25] [--prefix P]';
 const cli = parseArgs(import.meta.url, { '--a': 1, '--b': 1, '--n': 1, '--rates': 1, '--rounds': 1, '--wait-s': 1, '--prefix': 1, '--after-ready': 0 }, { usage: USAGE });
@@ -49,16 +51,6 @@ process.on('exit', cleanup);
 for (const sig of ['SIGINT', 'SIGTERM'] as const) process.on(sig, () => process.exit(130));
 
 interface Run { readyS?: number; verifiedS?: number; firstRecord?: string; dumps?: number; retries?: number; exit?: string }
-
-async function metric(port: number, name: string): Promise<number | undefined> {
-  try {
-    const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
-    const m = new RegExp(`^${name} (\\S+)$`, 'm').exec(text);
-    return m ? Number(m[1]) : undefined;
-  } catch {
-    return undefined;
-  }
-}
 
 let seq = 0;
 async function start(root: string, b: number, rate: number, config: string): Promise<Run> {
@@ -99,8 +91,8 @@ async function start(root: string, b: number, rate: number, config: string): Pro
       child.on('exit', () => resolve());
     });
     await Promise.race([verified, new Promise((r) => setTimeout(r, WAIT_S * 1000))]);
-    run.dumps = await metric(port, 'nfkeeper_dumps_total');
-    run.retries = await metric(port, 'nfkeeper_generation_retries_total');
+    run.dumps = await metricOf(port, 'nfkeeper_dumps_total');
+    run.retries = await metricOf(port, 'nfkeeper_generation_retries_total');
     if (run.exit === undefined) run.exit = undefined;
     child.kill('SIGTERM');
     await exited;
@@ -117,10 +109,7 @@ async function start(root: string, b: number, rate: number, config: string): Pro
   }
 }
 
-const med = (xs: (number | undefined)[]) => {
-  const v = xs.filter((x): x is number => x !== undefined).sort((p, q) => p - q);
-  return v.length ? v[(v.length - 1) >> 1]! : undefined;
-};
+const med = medianOf;
 const fmt = (x: number | undefined, d = 2) => (x === undefined ? '-' : x.toFixed(d));
 
 const config = join(dir, 'c.yaml');

@@ -22,6 +22,7 @@ import { withBenchNetns, type BenchNetns } from './lib/netns.js';
 import { daemonNodeFlags } from './lib/node-flags.js';
 import { chainYaml } from './scenarios/s8.js';
 import { parseArgs } from './lib/args.js';
+import { medianOf } from './lib/stats.js';
 
 const USAGE = 'reload-ab.ts --a CHECKOUT --b CHECKOUT [--n 100000] [--rounds 3] [--reloads 3] [--gap-ms 1000] [--prof DIR]';
 const arg = parseArgs(import.meta.url, { '--a': 1, '--b': 1, '--n': 1, '--rounds': 1, '--reloads': 1, '--gap-ms': 1, '--prof': 1 }, { usage: USAGE }).value;
@@ -105,7 +106,7 @@ try {
         console.log(`round ${round + 1} ${i === 0 ? 'a' : 'b'}: reloads ${rs.map((r) => `${r.wallMs.toFixed(0)} ms (CPU ${r.cpuS.toFixed(2)} s${r.ok ? '' : ', NOT OK'}${r.wrote ? ', wrote' : ''})`).join(', ')}; load ${loadavg()}`);
       }
     }
-    const med = (xs: number[]) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)]!;
+    const med = (xs: number[]) => medianOf(xs)!;
     for (const [i, rs] of runs.entries()) {
       const w = rs.map((r) => r.wallMs);
       console.log(`${i === 0 ? 'a' : 'b'} ${roots[i]}: ${rs.length} reloads at ${N} rules, median ${med(w).toFixed(0)} ms (${Math.min(...w).toFixed(0)}-${Math.max(...w).toFixed(0)}), ` +

@@ -64,6 +64,7 @@ import { chainNft, chainYaml } from './scenarios/s8.js';
 import { daemonNodeFlags } from './lib/node-flags.js';
 import { takesCacheDir, takesRecord } from './lib/record.js';
 import { parseArgs } from './lib/args.js';
+import { medianOf } from './lib/stats.js';
 
 const USAGE = 'restart-ab.ts --a CHECKOUT --b CHECKOUT [--n 100000] [--rounds 3] [--hold-ms 1500]';
 const cli = parseArgs(import.meta.url, { '--a': 1, '--b': 1, '--n': 1, '--rounds': 1, '--hold-ms': 1, '--nft': 0, '--delete-at': 1, '--later-ms': 1,
@@ -279,7 +280,7 @@ try {
         console.log(`round ${round + 1} nft -f: ${r.wallS.toFixed(2)} s, CPU ${r.cpuS.toFixed(2)} s; load ${loadavg()}`);
       }
     }
-    const med = (xs: number[]) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)]!;
+    const med = (xs: number[]) => medianOf(xs)!;
     for (const [i, rs] of runs.entries()) {
       console.log(`${i === 0 ? 'a' : 'b'} ${roots[i]}${OWNERS > 0 ? ` (${OWNERS} owners)` : ''}: median ready ${med(rs.map((r) => r.wallS)).toFixed(2)} s, CPU ${med(rs.map((r) => r.cpuS)).toFixed(2)} s, ` +
         `peak RSS ${Math.max(...rs.map((r) => r.hwmMiB)).toFixed(0)} MiB` +

@@ -59,3 +59,9 @@ export function formatUs(us: number): string {
   if (us >= 1000) return `${(us / 1000).toFixed(us >= 10_000 ? 1 : 2)} ms`;
   return `${us.toFixed(us >= 100 ? 0 : 1)} µs`;
 }
+
+/** The median (nearest rank, as summarize) of the values given, those undefined left out; undefined for none. */
+export function medianOf(xs: readonly (number | undefined)[]): number | undefined {
+  const v = xs.filter((x): x is number => x !== undefined).sort((a, b) => a - b);
+  return v.length > 0 ? quantile(v, 0.5) : undefined;
+}

@@ -37,6 +37,7 @@ import { withBenchNetns } from '../lib/netns.js';
 import { summarize, type Summary } from '../lib/stats.js';
 import { daemonNodeFlags } from '../lib/node-flags.js';
 import { recordArgs } from '../lib/record.js';
+import { metricOf } from '../lib/metrics.js';
 
 export interface S7Results {
   owners: number;
@@ -147,11 +148,7 @@ function daemon(root: string, config: string, ns: { path: string; record: string
   return { child, ready, stop: async () => { child.kill('SIGTERM'); await exited; } };
 }
 
-const metric = async (port: number, name: string): Promise<number> => {
-  const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
-  const line = text.split('\n').find((l) => l.startsWith(name));
-  return line ? Number(line.slice(line.lastIndexOf(' ') + 1)) : NaN;
-};
+const metric = async (port: number, name: string): Promise<number> => (await metricOf(port, name)) ?? NaN;
 
 /**
  * N owners of 10 rules registered into a fresh `nfkeeper run` (its own namespace and state), with
