@@ -101,13 +101,13 @@ export async function checkOnce(sock: NftConn, config: Config, apply: boolean, o
 /**
  * A one-shot pass's proof for the guard's resend, the daemon's (Reconciler's stillHolds,
  * FollowedView.unchangedSince): a monitor of the tables the pass owns (desired and retired), joined
- * now, anchored at a generation read after joining, so before the pass reads its generation; each
- * batch it delivers goes to the view's follow(), which notes the tables a commit changed. It is
- * opened unread: nothing reads its socket until a refusal asks for the proof (progress()), so a
- * pass that no commit refuses reads and decodes no notification (its own commit's included). The
- * view seeds nothing from them (proofOnly): the pass ends after its commit. Our own commits are not
- * delivered (ignorePorts): they precede the generation any later plan is read at. Undefined where
- * the watcher proves no run of commits (no progress or anchor): the pass then has no resend.
+ * now (at the first refusal), anchored at a generation read after joining, so before the next plan
+ * reads its generation; each batch it delivers goes to the view's follow(), which notes the tables
+ * a commit changed. It is opened unread: nothing reads its socket until a refusal asks for the proof
+ * (progress()), so a plan no commit refuses reads and decodes no notification (its own commit's
+ * included). The view seeds nothing from them (proofOnly): the pass ends after its commit. Our own
+ * commits are not delivered (ignorePorts): they precede the generation any later plan is read at.
+ * Undefined where the watcher proves no run of commits (no progress or anchor): no resend then.
  */
 function followEventsOnce(sock: NftConn, reconciler: Reconciler, owned: readonly { family: TableConfig['family']; name: string }[],
   watch: NftHost['watch']): NftWatch | undefined {
