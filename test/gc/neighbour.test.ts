@@ -9,7 +9,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { GraceTracker, GcLoop, collect } from '../../src/gc/index.js';
-import { parseConfig } from '../../src/config/config.js';
+import { loadConfig, parseConfig } from '../../src/config/config.js';
 import { cleanup, tablesProof } from '../../src/keeper/oneshot.js';
 import { TableOwnedError } from '../../src/keeper/table.js';
 import { kernelHost } from '../../src/netlink/host.js';
@@ -187,6 +187,25 @@ describe('cleanup under a neighbour', () => {
     expect(r.code).toBe(0);
     expect(JSON.parse(r.out)).toEqual({ removed: ['ip a', 'inet b'] });
     expect(ns.exec('nft', ['list', 'tables']).split('\n').filter((l) => l && !l.includes('neighbour'))).toEqual(['table ip kept']);
+  });
+
+  it('a batch refused by a commit to another table is sent again as planned, from the plan after the first refusal', async () => {
+    const sock = open({ netns: ns.path });
+    const other = open({ netns: ns.path });
+    try {
+      ns.nft('add table ip a\nadd table inet b\n');
+      let n = 0;
+      const sent = traced(sock, (k) => {
+        if (k <= 2) other.commitNow([{ verb: n++ % 2 ? 'delete' : 'add', object: 'table', family: 'ip', name: 'neighbour' }]);
+      });
+      const removed = await cleanup(sock, loadConfig(config()), { proof: proofIn(ns) });
+      expect(sent.map((s) => [s.how, !!s.refused])).toEqual([['commit', true], ['commit', true], ['recommit', false]]);
+      expect(removed).toEqual(['ip a', 'inet b']);
+      expect(ns.exec('nft', ['list', 'tables'])).toBe('');
+    } finally {
+      other.close();
+      sock.close();
+    }
   });
 
   it('a table taken over between its read and the commit (another socket owns it now) is read again and not deleted', async () => {
