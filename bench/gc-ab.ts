@@ -79,9 +79,12 @@ async function cell(root: string, kind: string, rate: number | 'max'): Promise<R
   try {
     if (kind === 'cleanup') execFileSync('node', [join(root, 'bin', 'nfkeeper.js'), 'apply', '--config', bigConfig, '--netns', path, '--no-cache-dir']);
     else execFileSync('ip', ['netns', 'exec', ns, 'iptables-nft-restore'], { input: restore });
-    neighbour = await startNeighbour(path, rate);
-    neighbours.add(neighbour);
-    await new Promise((r) => setTimeout(r, 300));
+    // Rate 0: no neighbour (the quiet command's cost, the same cell otherwise).
+    if (rate !== 0) {
+      neighbour = await startNeighbour(path, rate);
+      neighbours.add(neighbour);
+      await new Promise((r) => setTimeout(r, 300));
+    }
     const run: Run = { exit: 'none', chainsLeft: 0 };
     const bin = join(root, 'bin', 'nfkeeper.js');
     if (kind === 'oneshot' || kind === 'cleanup') {
@@ -119,8 +122,8 @@ async function cell(root: string, kind: string, rate: number | 'max'): Promise<R
       if (run.exit !== 0) run.why ??= stderr.trim().split('\n').at(-1);
       children.delete(child);
     }
-    const c = await neighbour.stop();
-    run.neighbour = `${c.commits}/${c.failed}`;
+    const c = await neighbour?.stop();
+    if (c) run.neighbour = `${c.commits}/${c.failed}`;
     run.chainsLeft = kind === 'cleanup'
       ? execFileSync('ip', ['netns', 'exec', ns, 'nft', 'list', 'tables'], { encoding: 'utf8' }).split('\n').filter((l) => l === 'table ip big').length
       : execFileSync('ip', ['netns', 'exec', ns, 'iptables-nft-save', '-t', 'nat'], { encoding: 'utf8', maxBuffer: 1 << 28 })

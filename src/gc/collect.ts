@@ -120,6 +120,11 @@ export class GraceTracker {
 export interface ScanOptions {
   foreign: readonly ForeignTable[];
   live: ReadonlySet<string>;
+  /**
+   * Ids live now besides `live`, asked again at each scan and before a refused batch is sent again
+   * (the daemon's registered owners, which a registration adds while a pass runs).
+   */
+  liveIds?: () => Iterable<string>;
   graceMs: number;
   tracker: GraceTracker;
   now?: number;
@@ -444,10 +449,22 @@ export async function collect(sock: NftConn, o: ScanOptions & { dryRun?: boolean
   // Every table the scan reads, absent ones too: which rules are garbage depends on all of them (an
   // address a live id's rule names in one keeps the firewall rule of another).
   const tables = [...new Map(o.foreign.map((f) => [`${f.family} ${f.table}`, { family: f.family, name: f.table }])).values()];
+  const liveNow = (): ReadonlySet<string> => (o.liveIds ? new Set([...o.live, ...o.liveIds()]) : o.live);
+  let planned: readonly Garbage[] = [];
   const r = await commitGuarded(sock, async (generation) => {
-    const s = await scan(sock, o, generation);
+    const s = await scan(sock, { ...o, live: liveNow() }, generation);
+    planned = s.garbage;
     if (o.dryRun || s.garbage.length === 0) return { value: s };
     return { value: s, batch: planBatch(s.garbage) };
-  }, { attempts: MAX_ATTEMPTS, ...(open ? { proof: () => open(sock, tables) } : {}) });
+  }, {
+    attempts: MAX_ATTEMPTS,
+    ...(open ? {
+      proof: async () => {
+        const p = await open(sock, tables);
+        // An id that became live since the scan (an owner registered meanwhile) is scanned again, never collected as planned.
+        return p && { ...p, stillHolds: async (g: number, b: Batch) => (o.liveIds && planned.some((x) => liveNow().has(x.id)) ? undefined : p.stillHolds(g, b)) };
+      },
+    } : {}),
+  });
   return { ...r.value, ops: r.ops, collected: r.ops > 0, attempts: r.attempts };
 }

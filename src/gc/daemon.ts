@@ -114,7 +114,8 @@ export class GcLoop {
     try {
       const live = gc.live ? await readLiveSet(gc.live) : new Set<string>();
       for (const id of this.liveIds?.() ?? []) live.add(id);
-      const scan = { foreign: gc.foreign, live, graceMs: gc.grace, tracker: this.tracker, now, dryRun: !gc.enabled };
+      const scan = { foreign: gc.foreign, live, graceMs: gc.grace, tracker: this.tracker, now, dryRun: !gc.enabled,
+        ...(this.liveIds ? { liveIds: this.liveIds } : {}) };
       let r: GcPass;
       if (gc.backend === 'iptables-legacy') {
         const l = await collectLegacy({ ...scan, netns: this.netns });

@@ -135,6 +135,28 @@ describe('foreign GC under a neighbour', () => {
     }
   });
 
+  it('an id that became live (an owner registered) after the scan fails the proof: it scans again and keeps that id\'s rules', async () => {
+    const before = save(ns);
+    const sock = open({ netns: ns.path });
+    const other = open({ netns: ns.path });
+    const registered = [LIVE];
+    try {
+      let n = 0;
+      const sent = traced(sock, (k) => {
+        if (k <= 2) other.commitNow([{ verb: n++ % 2 ? 'delete' : 'add', object: 'table', family: 'ip', name: 'neighbour' }]);
+        // The daemon's registry takes the dead id's owner before the second plan's commit.
+        if (k === 2) registered.push(DEAD);
+      });
+      const r = await collect(sock, { foreign, live: new Set(), liveIds: () => registered, graceMs: 0, tracker: new GraceTracker(), proof: proofIn(ns) });
+      expect(sent.map((s) => s.how)).toEqual(['commit', 'commit']);
+      expect(r).toMatchObject({ collected: false, garbage: [] });
+      expect(save(ns)).toBe(before);
+    } finally {
+      other.close();
+      sock.close();
+    }
+  });
+
   it('a live rule added by iptables-nft to the chain it deletes fails the proof: it scans again and keeps the chain and that rule', async () => {
     const sock = open({ netns: ns.path });
     const other = open({ netns: ns.path });
