@@ -462,7 +462,11 @@ export async function collect(sock: NftConn, o: ScanOptions & { dryRun?: boolean
       proof: async () => {
         const p = await open(sock, tables);
         // An id that became live since the scan (an owner registered meanwhile) is scanned again, never collected as planned.
-        return p && { ...p, stillHolds: async (g: number, b: Batch) => (o.liveIds && planned.some((x) => liveNow().has(x.id)) ? undefined : p.stillHolds(g, b)) };
+        const becameLive = () => {
+          const live = liveNow();
+          return planned.some((x) => live.has(x.id));
+        };
+        return p && { ...p, stillHolds: async (g: number, b: Batch) => (o.liveIds && becameLive() ? undefined : p.stillHolds(g, b)) };
       },
     } : {}),
   });
