@@ -422,7 +422,7 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
 
   const gcLoop = config.gc && config.gc.foreign.length > 0 && (config.gc.live || registry)
     ? new GcLoop({ gc: config.gc, netns: o.netns, logger: log, metrics,
-      liveIds: registry && ((r) => () => r.list().map((x) => x.id))(registry), proof: tablesProof(kernelHost(o.netns).watch) })
+      liveIds: registry && ((r) => () => r.liveIds())(registry), proof: tablesProof(kernelHost(o.netns).watch) })
     : undefined;
   if (gcLoop) {
     gcLoop.start();
