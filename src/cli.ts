@@ -10,6 +10,7 @@ import { CACHE_DIR_ENV, DEFAULT_RECORD_DIR, DEFAULT_SOCKET, defaultCacheDir } fr
 import { ConfigError, NfkeeperError } from './base/errors.js';
 import type { KeeperStatus } from './keeper/keeper.js';
 import type { Family } from './netlink/expr.js';
+import type { OpenProof } from './netlink/guard.js';
 import { parseBoundedDuration } from './base/duration.js';
 import { isDevNull, isTerminal, stderr, stdout } from './base/fd-output.js';
 
@@ -211,7 +212,7 @@ export async function main(argv: string[], io: Out = {
       const lock = (await import('./lock.js')).lockKeeper({ netns: o.netns, tables: config.tables });
       const sock = new (await netlink()).NftSocket({ netns: o.netns });
       try {
-        const removed = await cleanup(sock, config);
+        const removed = await cleanup(sock, config, { proof: (await oneshot()).tablesProof(await watcher(o.netns)) });
         io.out(o.json ? JSON.stringify({ removed }) : removed.length ? removed.map((t) => `removed table ${t}`).join('\n') : 'nothing to remove');
       } finally {
         sock.close();
@@ -392,7 +393,9 @@ export async function main(argv: string[], io: Out = {
     .action(async (o: { config: string; includePath?: string[]; netns?: string; liveFile?: string; grace?: string; dryRun?: boolean; json?: boolean; backend?: 'nftables' | 'iptables-legacy' }) => {
       const { gcOnce } = await import('./gc/command.js');
       const { loadConfig, namespaceInterfaces } = await configs();
-      const r = await gcOnce(loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns), includePath: o.includePath }), o);
+      // The resend proof's code is loaded only at a refusal (the addon's monitor, the keeper's view).
+      const proof: OpenProof = async (conn, tables) => (await oneshot()).tablesProof(await watcher(o.netns))(conn, tables);
+      const r = await gcOnce(loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns), includePath: o.includePath }), { ...o, proof });
       io.out(o.json ? JSON.stringify(r.json) : r.lines.join('\n'));
       code = o.dryRun && r.garbage.length > 0 ? EXIT.DRIFT : EXIT.OK;
     });

@@ -7,30 +7,41 @@ import type { Config } from '../config/config.js';
 import type { TableConfig } from '../model/desired.js';
 import { Batch } from '../netlink/batch.js';
 import type { NftConn, NftHost, NftWatch } from '../netlink/conn.js';
+import { commitGuarded, type OpenProof } from '../netlink/guard.js';
 // From their modules, not the owners' index: that brings the control API's HTTP server and client.
 import { mergeOwners } from '../owners/merge.js';
 import type { Owner } from '../owners/spec.js';
 import { TableOwnedError, protectionOf, type TableDiff } from './table.js';
 import type { Drift } from '../model/drift.js';
 import { Reconciler, type Observation } from './reconciler.js';
+import { KernelView } from './view.js';
 import { heldProofFor, type ProofEntry } from './held-proof.js';
 
-/** Removes every table the config owns, in one batch. Returns what was removed. */
-export async function cleanup(sock: NftConn, config: Config): Promise<string[]> {
-  const batch = new Batch();
-  const removed: string[] = [];
-  for (const t of config.tables) {
-    const table = await sock.getTable(t.family, t.name);
-    if (table && protectionOf(table, sock.portId) === 'foreign-owner') {
-      throw new TableOwnedError(t.family, t.name, table.owner ?? 0);
+/**
+ * Removes every table the config owns, in one batch. Returns what was removed. Guarded by the
+ * generation its reads were made at, so a table read as ours and then taken over or created again
+ * by another process is read again, never deleted unseen; with `proof` (the resend proof, opened at
+ * the first refusal) a refusal by another table's commit is sent again as the guard proves it.
+ */
+export async function cleanup(sock: NftConn, config: Config, options: { proof?: OpenProof } = {}): Promise<string[]> {
+  const tables = config.tables.map((t) => ({ family: t.family, name: t.name }));
+  const open = options.proof;
+  const r = await commitGuarded(sock, async () => {
+    const batch = new Batch();
+    const removed: string[] = [];
+    for (const t of tables) {
+      const table = await sock.getTable(t.family, t.name);
+      if (table && protectionOf(table, sock.portId) === 'foreign-owner') {
+        throw new TableOwnedError(t.family, t.name, table.owner ?? 0);
+      }
+      if (table) {
+        batch.delete('table', t);
+        removed.push(`${t.family} ${t.name}`);
+      }
     }
-    if (table) {
-      batch.delete('table', { family: t.family, name: t.name });
-      removed.push(`${t.family} ${t.name}`);
-    }
-  }
-  await sock.commit(batch);
-  return removed;
+    return { value: removed, batch };
+  }, { attempts: 20, ...(open ? { proof: () => open(sock, tables) } : {}) });
+  return r.value;
 }
 
 export interface CheckResult {
@@ -86,7 +97,7 @@ export async function checkOnce(sock: NftConn, config: Config, apply: boolean, o
   const reconciler = new Reconciler(sock, { attempts: 20, log: options.logger, ...(watch ? { onRefused: () => {
     if (opened) return;
     opened = true;
-    monitor = followEventsOnce(sock, reconciler, [...tables, ...(options.retired ?? [])], watch);
+    monitor = followEventsOnce(sock, reconciler.view, [...tables, ...(options.retired ?? [])], watch);
   } } : {}) });
   // Each plan's generation, read after the join, anchors the monitor's run again: after an overflow
   // (the unread buffer filled under a storm) the next plan's resend has its proof (a no-op otherwise).
@@ -100,19 +111,19 @@ export async function checkOnce(sock: NftConn, config: Config, apply: boolean, o
 
 /**
  * A one-shot pass's proof for the guard's resend, the daemon's (Reconciler's stillHolds,
- * FollowedView.unchangedSince): a monitor of the tables the pass owns (desired and retired), joined
- * now (at the first refusal), anchored at a generation read after joining, so before the next plan
- * reads its generation; each batch it delivers goes to the view's follow(), which notes the tables
- * a commit changed. It is opened unread: nothing reads its socket until a refusal asks for the proof
- * (progress()), so a plan no commit refuses reads and decodes no notification (its own commit's
- * included). The view seeds nothing from them (proofOnly): the pass ends after its commit. Our own
- * commits are not delivered (ignorePorts): they precede the generation any later plan is read at.
- * Undefined where the watcher proves no run of commits (no progress or anchor): no resend then.
+ * FollowedView.unchangedSince): a monitor of the tables the pass plans from, joined now (at the
+ * first refusal), anchored at a generation read after joining, so before the next plan reads its
+ * generation; each batch it delivers goes to the view's follow(), which notes the tables a commit
+ * changed (`setOwned`: noted for the proof, whoever manages them). It is opened unread: nothing
+ * reads its socket until a refusal asks for the proof (progress()), so a plan no commit refuses
+ * reads and decodes no notification (its own commit's included). The view seeds nothing from them
+ * (proofOnly): the pass ends after its commit. Our own commits are not delivered (ignorePorts):
+ * they precede the generation any later plan is read at. Undefined where the watcher proves no run
+ * of commits (no progress or anchor): no resend then.
  */
-function followEventsOnce(sock: NftConn, reconciler: Reconciler, owned: readonly { family: TableConfig['family']; name: string }[],
+function followEventsOnce(sock: NftConn, view: KernelView, tables: readonly { family: TableConfig['family']; name: string }[],
   watch: NftHost['watch']): NftWatch | undefined {
-  const view = reconciler.view;
-  const refs = owned.map((t) => ({ family: t.family, name: t.name }));
+  const refs = tables.map((t) => ({ family: t.family, name: t.name }));
   const monitor = watch({ tables: refs, ignorePorts: [sock.portId], unread: true, onBatch: (b) => view.follow(b, sock.portId) });
   if (!monitor.progress || !monitor.anchor) {
     monitor.close();
@@ -123,6 +134,23 @@ function followEventsOnce(sock: NftConn, reconciler: Reconciler, owned: readonly
   view.followEvents(() => monitor.progress!(), () => false, true);
   monitor.anchor(sock.generation(), view.overflows);
   return monitor;
+}
+
+/**
+ * The same proof for a writer that plans from no view of its own (`cleanup`; foreign GC, whose
+ * tables are other programs'): a view of its own over `tables`, which every plan reads, and the
+ * tables the refused batch lies in. A commit that named any of them since the plan fails it.
+ */
+export function tablesProof(watch: NftHost['watch']): OpenProof {
+  return (conn, tables) => {
+    const view = new KernelView();
+    const monitor = followEventsOnce(conn, view, tables, watch);
+    return monitor && {
+      stillHolds: (planned, batch) => view.unchangedSince(planned, [...tables, ...batch.tables]),
+      planned: (generation) => monitor.anchor!(generation, view.overflows),
+      close: () => monitor.close(),
+    };
+  };
 }
 
 async function checkWith(reconciler: Reconciler, sock: NftConn, config: Config, tables: TableConfig[], apply: boolean,
