@@ -61,6 +61,9 @@ export interface CheckResult {
   keepProof?: (token: string) => boolean;
 }
 
+/** A monitor's opener for apply's resend proof: NftHost's watch, or one that loads its module first. */
+export type Watcher = (options: Parameters<NftHost['watch']>[0]) => NftWatch | Promise<NftWatch>;
+
 /**
  * One pass without a loop: the drift, and (with apply) the repair, through the
  * same Reconciler as the daemon's passes (guard, retired tables, protect
@@ -80,10 +83,11 @@ export async function checkOnce(sock: NftConn, config: Config, apply: boolean, o
     proof?: ProofEntry;
     /**
      * apply: opens, at the first batch the generation refuses, the monitor whose events let a later
-     * one refused by a neighbour's commit be sent again (followEventsOnce). Without it, any commit
-     * between the read and the commit refuses it.
+     * one refused by a neighbour's commit be sent again (followEventsOnce); it may be a promise (the
+     * command line loads the monitor's module then: most applies are never refused). Without it, any
+     * commit between the read and the commit refuses it.
      */
-    watch?: NftHost['watch'];
+    watch?: Watcher;
   } = {}): Promise<CheckResult> {
   // Registered owners are part of the desired state here too, or apply would collect them.
   const tables = mergeOwners(config.tables, config.owners, owners);
@@ -94,10 +98,10 @@ export async function checkOnce(sock: NftConn, config: Config, apply: boolean, o
   let monitor: NftWatch | undefined;
   let opened = false;
   const watch = apply ? options.watch : undefined;
-  const reconciler = new Reconciler(sock, { attempts: 20, log: options.logger, ...(watch ? { onRefused: () => {
+  const reconciler = new Reconciler(sock, { attempts: 20, log: options.logger, ...(watch ? { onRefused: async () => {
     if (opened) return;
     opened = true;
-    monitor = followEventsOnce(sock, reconciler.view, [...tables, ...(options.retired ?? [])], watch);
+    monitor = await followEventsOnce(sock, reconciler.view, [...tables, ...(options.retired ?? [])], watch);
   } } : {}) });
   // Each plan's generation, read after the join, anchors the monitor's run again: after an overflow
   // (the unread buffer filled under a storm) the next plan's resend has its proof (a no-op otherwise).
@@ -121,15 +125,15 @@ export async function checkOnce(sock: NftConn, config: Config, apply: boolean, o
  * they precede the generation any later plan is read at. Undefined where the watcher proves no run
  * of commits (no progress or anchor): no resend then.
  */
-function followEventsOnce(sock: NftConn, view: KernelView, tables: readonly { family: TableConfig['family']; name: string }[],
-  watch: NftHost['watch']): NftWatch | undefined {
+async function followEventsOnce(sock: NftConn, view: KernelView, tables: readonly { family: TableConfig['family']; name: string }[],
+  watch: Watcher): Promise<NftWatch | undefined> {
   const refs = tables.map((t) => ({ family: t.family, name: t.name }));
-  const monitor = watch({ tables: refs, ignorePorts: [sock.portId], unread: true, onBatch: (b) => view.follow(b, sock.portId) });
+  const monitor = await watch({ tables: refs, ignorePorts: [sock.portId], unread: true, onBatch: (b) => view.follow(b, sock.portId) });
   if (!monitor.progress || !monitor.anchor) {
     monitor.close();
     return undefined;
   }
-  // Synchronously after the open (no turn of the loop, so no batch delivered yet): every batch reaches follow().
+  // Right after the open (no turn of the loop, only the await's microtasks, so no batch delivered yet): every batch reaches follow().
   view.setOwned(refs);
   view.followEvents(() => monitor.progress!(), () => false, true);
   monitor.anchor(sock.generation(), view.overflows);
@@ -141,10 +145,10 @@ function followEventsOnce(sock: NftConn, view: KernelView, tables: readonly { fa
  * tables are other programs'): a view of its own over `tables`, which every plan reads, and the
  * tables the refused batch lies in. A commit that named any of them since the plan fails it.
  */
-export function tablesProof(watch: NftHost['watch']): OpenProof {
-  return (conn, tables) => {
+export function tablesProof(watch: Watcher): OpenProof {
+  return async (conn, tables) => {
     const view = new KernelView();
-    const monitor = followEventsOnce(conn, view, tables, watch);
+    const monitor = await followEventsOnce(conn, view, tables, watch);
     return monitor && {
       stillHolds: (planned, batch) => view.unchangedSince(planned, [...tables, ...batch.tables]),
       planned: (generation) => monitor.anchor!(generation, view.overflows),

@@ -64,8 +64,8 @@ export interface GuardOptions {
    * observation (every owned rule) for nothing. A caller must read back later as a safety net.
    */
   trustSoleCommit?: boolean;
-  /** Called for each commit refused as stale, before the next attempt. */
-  onMismatch?: (attempt: number) => void;
+  /** Called for each commit refused as stale, before the next attempt (a promise it returns waited for). */
+  onMismatch?: (attempt: number) => unknown;
   /**
    * Another refusal the next plan avoids (the caller adjusted its planning,
    * e.g. dropped protect flags the kernel lacks): true plans again.
@@ -159,8 +159,8 @@ export interface SendOptions {
   digests?: boolean;
   /** GuardOptions.stillHolds: a later generation the batch provably still holds at, for a resend. */
   stillHolds?: (planned: number, batch: Batch) => Promise<number | undefined>;
-  /** Called for each refusal by the generation (or a table the batch creates appearing). */
-  onMismatch?: () => void;
+  /** Called for each refusal by the generation (or a table the batch creates appearing); a promise it returns is waited for. */
+  onMismatch?: () => unknown;
   /** GuardOptions.replan: another refusal that a new plan avoids. */
   replan?: (e: unknown, batch: Batch) => boolean;
 }
@@ -192,7 +192,9 @@ export async function sendGuarded(conn: NftConn, batch: Batch, generation: numbe
     } catch (e) {
       if (e instanceof GenerationMismatchError || (creates && tableAppeared(e, batch.ops))) {
         if (e instanceof GenerationMismatchError) refused = e;
-        options.onMismatch?.();
+        // (waited for only where it returns a promise: a one-shot apply's monitor joins there, before the next plan's read)
+        const told = options.onMismatch?.();
+        if (told instanceof Promise) await told;
         if (e instanceof GenerationMismatchError && options.stillHolds && resent < RESENDS_PER_PLAN) {
           const at = await options.stillHolds(generation, batch);
           if (at !== undefined && at > guardAt) {

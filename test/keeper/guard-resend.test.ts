@@ -10,9 +10,8 @@ import { KernelView } from '../../src/keeper/view.js';
 import { Reconciler } from '../../src/keeper/reconciler.js';
 import { Monitor } from '../../src/netlink/monitor.js';
 import { open } from '../../src/netlink/socket.js';
-import type { Batch } from '../../src/netlink/batch.js';
-import type { Op } from '../../src/netlink/ops.js';
 import { socketPerTest } from '../helpers/netns-hooks.js';
+import { recordSends } from '../helpers/sends.js';
 import { chainLines, seedConfig, seedRule } from './helpers.js';
 
 const N = 200;
@@ -32,31 +31,7 @@ describe('a full pass refused by a commit of another socket', () => {
     view.followEvents(() => monitor.progress(), () => false);
     monitor.anchor(sock.generation(), 0);
     const other = open({ netns: ns.path });
-    const commit = sock.commit.bind(sock);
-    const recommit = sock.recommit.bind(sock);
-    const sent: { how: 'commit' | 'recommit'; generation?: number; refused?: boolean; ops: number }[] = [];
-    sock.commit = async (batch, options = {}) => {
-      const ops = (batch as Batch).ops ?? (batch as readonly Op[]);
-      const s: (typeof sent)[number] = { how: 'commit', generation: options.expectGeneration, ops: ops.length };
-      sent.push(s);
-      if (sent.length === 1) between.call(other);
-      try {
-        return await commit(batch, options);
-      } catch (e) {
-        s.refused = true;
-        throw e;
-      }
-    };
-    sock.recommit = async (batch, generation) => {
-      const s: (typeof sent)[number] = { how: 'recommit', generation, ops: (batch as Batch).ops.length };
-      sent.push(s);
-      try {
-        return await recommit(batch, generation);
-      } catch (e) {
-        s.refused = true;
-        throw e;
-      }
-    };
+    const sent = recordSends(sock, () => between.call(other));
     let observations = 0;
     let mismatches = 0;
     const r = await new Reconciler(sock, { attempts: 5, view, metrics: { dumps: { inc: () => undefined }, generationRetries: { inc: () => mismatches++ } } as never })
