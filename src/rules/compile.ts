@@ -565,8 +565,8 @@ interface ProtoCtx {
  * The network protocol dependency in inet: `meta nfproto`, or after an ether match (the link layer
  * is known) nft's `ether type`, which its payload merge joins with the ether match; inside a vlan
  * header its own type field. `keyPart`: for that part of a set or map key, where the vlan type
- * dependency is not built (refused), and the ether type is neither checked against the one matched
- * nor noted (as the key dependencies always did).
+ * dependency is not built (refused), and the ether type is checked against the one matched but not
+ * noted.
  */
 function l3Dep(p: 'ip' | 'ip6', st: At, c: ProtoCtx, fail: (at: At, e: string, r: string) => never, keyPart?: Field): Rel {
   if (!c.ll) return depRel(F.nfproto, p === 'ip' ? NFPROTO_IPV4 : NFPROTO_IPV6, st);
@@ -578,10 +578,9 @@ function l3Dep(p: 'ip' | 'ip6', st: At, c: ProtoCtx, fail: (at: At, e: string, r
     c.vlan = t;
     return depRel(VLAN.type, t, st);
   }
-  if (!keyPart) {
-    if (c.eth !== undefined && c.eth !== t) fail(st, `a match consistent with ether type ${c.eth}`, `conflicting protocols specified: ether type vs. ${p}`);
-    c.eth = t;
-  }
+  // A key part after another ether type is refused as nft refuses it; the key's type is not noted.
+  if (c.eth !== undefined && c.eth !== t) fail(st, `a match consistent with ether type ${c.eth}`, `conflicting protocols specified: ether type vs. ${p}`);
+  if (!keyPart) c.eth = t;
   return depRel(ETHER.type, t, st);
 }
 
