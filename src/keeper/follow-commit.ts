@@ -349,7 +349,7 @@ function applyRuleOp(l: number[], op: Extract<Op, { object: 'rule' }>, handle: n
  * is not one of them (flush): one walk and one move of the list for the run, not one per rule
  * (50,000 rules put back inside a 100,000-rule chain). `flush` before the lists are read.
  */
-class Replay {
+export class Replay {
   private l: number[] | undefined;
   private at = 0;
   private anchor = 0;
