@@ -34,6 +34,7 @@ const UNIT = [
   'test/netlink/creates-all.test.ts',
   'test/netlink/kernel-code.test.ts',
   'test/netlink/libc.test.ts',
+  'test/keeper/follow-replay.test.ts',
   'test/netlink/schema.test.ts',
   'test/keeper/arming.test.ts',
   'test/keeper/attribution-logic.test.ts',

@@ -37,7 +37,8 @@ function hookSignals(): void {
 
 export function createBenchNetns(tag: string): BenchNetns {
   hookSignals();
-  const name = `nfk-bench-${process.pid}-${tag}`;
+  // NFK_BENCH_NETNS_PREFIX: a session that may only touch namespaces of its own prefix says it here.
+  const name = `${process.env.NFK_BENCH_NETNS_PREFIX ?? 'nfk-bench'}-${process.pid}-${tag}`;
   execFileSync('ip', ['netns', 'add', name]);
   const ns: BenchNetns = {
     name,

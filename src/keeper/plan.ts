@@ -16,7 +16,7 @@ import { TABLE_F } from '../netlink/objects.js';
 import { EncodedRuleOp } from '../netlink/ops.js';
 import { encodedRuleAt, ruleAt, ruleCount, type ChainConfig, type TableConfig } from '../model/desired.js';
 import { objTypeName } from '../rules/objnames.js';
-import { queueBound } from '../rules/compile.js';
+import { queueBound, type CompiledRule } from '../rules/compile.js';
 import { deletable } from '../model/elements.js';
 import type { RuleEdit } from './chain-edit.js';
 import type { Drift } from '../model/drift.js';
@@ -209,7 +209,7 @@ export function planTable(batch: Batch, want: TableConfig, have: HeldTable, diff
       batch.flush('chain', { family, table, name: c.name });
     }
     const e = edited.get(c.name);
-    if (e) emitEdit(batch, family, table, c, e.rules, e.edit, 'remove', options.onRuleOp);
+    if (e) emitRemovals(batch, family, table, c.name, e.rules, e.edit, options.onRuleOp);
   }
   for (const name of extra) batch.flush('chain', { family, table, name });
   // Element deletes and set deletes before chain deletes: a map's element may jump to a chain that goes.
@@ -249,9 +249,15 @@ export function planTable(batch: Batch, want: TableConfig, have: HeldTable, diff
     const ops = x.kind === 'elements-differ' ? diff.elements.get(x.set!) : undefined;
     if (ops && ops.add.length > 0) batch.add('element', { family, table, set: x.set!, elements: ops.add });
   }
+  // The edited chains' placed rules first (each run's first rule, the replaces in place), then per
+  // chain the rest: a rule placed by a batch id costs the kernel a walk of the batch up to that id.
+  const rest = new Map<string, () => void>();
   for (const c of chains) {
     const e = edited.get(c.name);
-    if (e && !rewrite.has(c.name) && !recreate.has(c.name)) emitEdit(batch, family, table, c, e.rules, e.edit, 'add', options.onRuleOp);
+    if (e && !rewrite.has(c.name) && !recreate.has(c.name)) rest.set(c.name, placeEdit(batch, family, table, c, e.rules, e.edit, options.onRuleOp));
+  }
+  for (const c of chains) {
+    rest.get(c.name)?.();
     if (!rewrite.has(c.name) && !recreate.has(c.name)) continue;
     const n = ruleCount(c);
     const exprsAt = madeExprsOf(c);
@@ -275,8 +281,7 @@ function appendRule(batch: Batch, family: Family, table: string, c: ChainConfig,
     batch.push(new EncodedRuleOp(family, table, c.name, x.exprs, x.userdata, exprsAt, j));
   } else {
     const r = ruleAt(c, j)!;
-    for (const s of r.compiled.sets) batch.add('set', { ...s, family, table });
-    if (r.compiled.bound) queueBound(batch, r.compiled, { family, table });
+    withSets(batch, family, table, r.compiled);
     // One literal, not batch.add's spread: once optimized, V8 gave every spread copy a hidden
     // class of its own (a map, descriptors and a property array per op, live from the plan to
     // the read-back). userdata undefined is the same as absent to the encoder.
@@ -286,31 +291,40 @@ function appendRule(batch: Batch, family: Family, table: string, c: ChainConfig,
 }
 
 /**
- * Appends a chain's edit in two phases. 'remove' (before chains are deleted):
- * deletes by handle, and the rules a replace would drop that jump somewhere,
- * since the chain they jump to may go in this batch. 'add' (after chains are
- * added, since a new rule may jump to one): replaces by handle, adds placed
- * after a kept rule's handle or after a rule added earlier by its batch id, and
- * the run of new rules at the chain's end appended.
+ * A chain's edit, first phase (before chains are deleted): deletes by handle, and the rules a
+ * replace would drop that jump somewhere, since the chain they jump to may go in this batch.
  */
-function emitEdit(batch: Batch, family: Family, table: string, c: ChainConfig, rules: readonly Rule[], edit: RuleEdit,
-  phase: 'remove' | 'add', onRuleOp?: PlanOptions['onRuleOp']): void {
-  const chain = c.name;
-  if (phase === 'remove') {
-    for (const x of edit.steps) {
-      if (x.op !== 'delete' && !(x.op === 'replace' && jumps(rules[x.have]!))) continue;
-      batch.delete('rule', { family, table, chain, handle: rules[x.have]!.handle! });
-      onRuleOp?.(chain, batch.length - 1, undefined);
-    }
-    return;
+function emitRemovals(batch: Batch, family: Family, table: string, chain: string, rules: readonly Rule[], edit: RuleEdit,
+  onRuleOp?: PlanOptions['onRuleOp']): void {
+  for (const x of edit.steps) {
+    if (x.op !== 'delete' && !(x.op === 'replace' && jumps(rules[x.have]!))) continue;
+    batch.delete('rule', { family, table, chain, handle: rules[x.have]!.handle! });
+    onRuleOp?.(chain, batch.length - 1, undefined);
   }
-  // The add phase runs once per edit and batch: the chain's rules take ids base + their index.
+}
+
+/**
+ * A chain's edit, second phase (after chains are added, since a new rule may jump to one). Its new
+ * rules come in runs, each placed after the rule before it. Appended now: the replaces in place (by
+ * handle) and each run's first rule, where the rule before it is (after a kept rule's handle or a
+ * replaced rule's batch id; at the chain's head). Returned, to be appended after every chain's
+ * first rules: the rest of each run, each after the run's first rule by its batch id, last to
+ * second (each lands right after it), and the run at the chain's end appended in order.
+ *
+ * The kernel finds a batch id by walking the batch's transactions from the first
+ * (nft_rule_lookup_byid) and a handle by walking the chain from its head (__nft_rule_lookup): each
+ * rule placed after the one before it by id costs a walk to it, O(K²) for a run of K (a block
+ * deleted from a long chain); after the run's first, early in the batch, each costs a few steps.
+ */
+function placeEdit(batch: Batch, family: Family, table: string, c: ChainConfig, rules: readonly Rule[], edit: RuleEdit,
+  onRuleOp?: PlanOptions['onRuleOp']): () => void {
+  const chain = c.name;
+  // Once per edit and batch: the chain's rules take ids base + their index.
   const base = batch.nextRuleId;
   const count = ruleCount(c);
   batch.nextRuleId += count;
-  // The new rules after the last rule that stays (kept, or replaced in place) are appended in order,
-  // not placed by position id: the kernel finds an id by walking the batch's transactions from the
-  // first (nft_rule_lookup_byid), so a run of N placed that way costs O(N²) (a flushed chain).
+  // The new rules after the last rule that stays (kept, or replaced in place) are appended in order:
+  // appending is the same place as after the one before, and finds nothing.
   let tail = count;
   for (let k = edit.steps.length - 1; k >= 0; k--) {
     const x = edit.steps[k]!;
@@ -318,29 +332,55 @@ function emitEdit(batch: Batch, family: Family, table: string, c: ChainConfig, r
     if (x.want !== tail - 1 || (x.op === 'replace' && !jumps(rules[x.have]!))) break;
     tail--;
   }
-  const exprsAt = tail < count ? madeExprsOf(c) : undefined;
+  // Each run's rules after its first, as desired rule indices: [first, second, …] per run.
+  const runs: number[][] = [];
+  let run: number[] | undefined;
   for (const x of edit.steps) {
-    if (x.op === 'delete') continue;
-    if (x.want >= tail) {
-      appendRule(batch, family, table, c, x.want, exprsAt!, onRuleOp);
+    if (x.op === 'delete' || x.want >= tail) continue;
+    const inPlace = x.op === 'replace' && !jumps(rules[x.have]!);
+    if (!inPlace && run && x.after?.kind === 'new' && x.after.want === run[run.length - 1]) {
+      run.push(x.want);
       continue;
     }
-    // The rules it puts back only: a chain whose rules are made late is not made for them.
+    run = undefined;
     const r = ruleAt(c, x.want)!.compiled;
-    for (const s of r.sets) batch.add('set', { ...s, family, table });
-    if (r.bound) queueBound(batch, r, { family, table });
-    // Literals of one shape, not spread copies (see planTable's adds).
-    const id = base + x.want;
     const userdata = r.userdata;
-    if (x.op === 'replace' && !jumps(rules[x.have]!)) {
+    const id = base + x.want;
+    withSets(batch, family, table, r);
+    // Literals of one shape, not spread copies (see planTable's adds).
+    if (inPlace) {
       batch.push({ verb: 'replace', object: 'rule', family, table, chain, exprs: r.exprs, userdata, id, handle: rules[x.have]!.handle! });
-    } else if (!x.after) {
-      batch.push({ verb: 'insert', object: 'rule', family, table, chain, exprs: r.exprs, userdata, id });  // at the head of the chain
-    } else if (x.after.kind === 'kept') {
-      batch.push({ verb: 'add', object: 'rule', family, table, chain, exprs: r.exprs, userdata, id, position: rules[x.after.have]!.handle! });
-    } else batch.push({ verb: 'add', object: 'rule', family, table, chain, exprs: r.exprs, userdata, id, positionId: base + x.after.want });
+    } else {
+      if (!x.after) {
+        batch.push({ verb: 'insert', object: 'rule', family, table, chain, exprs: r.exprs, userdata, id });  // at the head of the chain
+      } else if (x.after.kind === 'kept') {
+        batch.push({ verb: 'add', object: 'rule', family, table, chain, exprs: r.exprs, userdata, id, position: rules[x.after.have]!.handle! });
+      } else batch.push({ verb: 'add', object: 'rule', family, table, chain, exprs: r.exprs, userdata, id, positionId: base + x.after.want });
+      runs.push(run = [x.want]);
+    }
     onRuleOp?.(chain, batch.length - 1, x.want);
   }
+  return () => {
+    for (const r of runs) {
+      const positionId = base + r[0]!;
+      for (let k = r.length - 1; k >= 1; k--) {
+        // The rules it puts back only: a chain whose rules are made late is not made for them.
+        const x = ruleAt(c, r[k]!)!.compiled;
+        withSets(batch, family, table, x);
+        batch.push({ verb: 'add', object: 'rule', family, table, chain, exprs: x.exprs, userdata: x.userdata, id: base + r[k]!, positionId });
+        onRuleOp?.(chain, batch.length - 1, r[k]!);
+      }
+    }
+    if (tail === count) return;
+    const exprsAt = madeExprsOf(c);
+    for (let j = tail; j < count; j++) appendRule(batch, family, table, c, j, exprsAt, onRuleOp);
+  };
+}
+
+/** The anonymous sets and the bound chain a rule comes with, before it. */
+function withSets(batch: Batch, family: Family, table: string, r: CompiledRule): void {
+  for (const s of r.sets) batch.add('set', { ...s, family, table });
+  if (r.bound) queueBound(batch, r, { family, table });
 }
 
 /** Whether a rule jumps or goes to a chain. */

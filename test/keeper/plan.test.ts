@@ -20,6 +20,9 @@ interface FakeRule { handle: number; key: number; id?: number; dead: boolean; fr
 /** The kernel's rule list semantics for one chain within one transaction (net/netfilter/nf_tables_api.c). */
 class FakeChain {
   rules: FakeRule[];
+  /** The kernel's walks: of the batch's transactions to a position id, of the chain's list to a handle. */
+  walkedById = 0;
+  walkedByHandle = 0;
   private next: number;
   constructor(keys: readonly number[], firstHandle = 2) {
     this.rules = keys.map((key, i) => ({ handle: firstHandle + i, key, dead: false, fresh: false }));
@@ -27,8 +30,13 @@ class FakeChain {
   }
 
   apply(ops: readonly Op[], keyOf: (op: Op) => number): void {
+    // The batch's transactions so far (nft_net->commit_list), by the id of the rule each added.
+    const trans: (number | undefined)[] = [];
     for (const op of ops) {
-      if (op.object === 'set') continue;
+      if (op.object === 'set') {
+        trans.push(undefined);
+        continue;
+      }
       if (op.object !== 'rule' && !(op.object === 'chain' && op.verb === 'flush')) throw new Error(`unexpected ${op.verb} ${op.object}`);
       if (op.object === 'chain') {
         for (const r of this.rules) r.dead = true;
@@ -37,13 +45,16 @@ class FakeChain {
       const byHandle = (h: number) => {
         const i = this.rules.findIndex((r) => r.handle === h && !r.dead);
         if (i < 0) throw new Error(`ENOENT: no rule with handle ${h}`);
+        this.walkedByHandle += i + 1;
         return i;
       };
       const byId = (id: number) => {
         const i = this.rules.findIndex((r) => r.fresh && r.id === id);
         if (i < 0) throw new Error(`ENOENT: no rule with id ${id}`);
+        this.walkedById += trans.indexOf(id) + 1;
         return i;
       };
+      trans.push(op.verb === 'add' || op.verb === 'insert' || op.verb === 'replace' ? op.id : undefined);
       if (op.verb === 'delete') {
         this.rules[byHandle(op.handle!)]!.dead = true;
         continue;
@@ -124,10 +135,10 @@ describe('minimal chain edits (model of the kernel rule list)', () => {
     expect(r.chain.rules.slice(0, 3).map((x) => x.handle)).toEqual([3, 4, 5]);
   });
 
-  it('inserts at the head of the chain and chains new rules by their batch ids', () => {
+  it('inserts at the head of the chain and places the rest of the run after its first by that one\'s batch id, last to second', () => {
     const r = repair([5, 6], [1, 2, 3, 5, 6]);
     expect(r.batch.ops.map((o) => [o.verb, (o as { position?: number }).position, (o as { positionId?: number }).positionId]))
-      .toEqual([['insert', undefined, undefined], ['add', undefined, 1], ['add', undefined, 2]]);
+      .toEqual([['insert', undefined, undefined], ['add', undefined, 1], ['add', undefined, 1]]);
     expect(r.chain.rules.map((x) => x.key)).toEqual([1, 2, 3, 5, 6]);
   });
 
@@ -147,6 +158,28 @@ describe('minimal chain edits (model of the kernel rule list)', () => {
     r = repair([1, 2, 99], [1, 5, 6, 3]);
     expect(r.chain.rules.map((x) => x.key)).toEqual([1, 5, 6, 3]);
     expect(r.batch.ops.some((o) => o.verb === 'replace')).toBe(true);
+  });
+
+  it('puts back a long run missing from the middle and one from the head with a walk of the batch per rule, not per rule before it', () => {
+    const N = 3_000;
+    const want = Array.from({ length: N }, (_, i) => i);
+    // 1,000 missing from the middle, 500 from the head, one in between (a run of one).
+    const have = want.filter((k) => k >= 500 && (k < 1_000 || k >= 2_000) && k !== 2_500);
+    const r = repair(have, want);
+    expect(r.chain.rules.map((x) => x.key)).toEqual(want);
+    // Every kept rule keeps its handle.
+    for (const x of r.chain.rules) if (r.before.has(x.handle)) expect(r.before.get(x.handle)).toBe(x.key);
+    const place = (o: Op) => [o.verb, (o as { position?: number }).position, (o as { positionId?: number }).positionId];
+    // Each run's first rule first, where the rule before the run is (the head; a kept rule's handle),
+    // then the rest of each run after its first by that one's id, last to second.
+    expect(r.batch.ops.slice(0, 3).map(place)).toEqual([['insert', undefined, undefined], ['add', 2 + have.indexOf(999), undefined],
+      ['add', 2 + have.indexOf(2_499), undefined]]);
+    expect(r.batch.ops.slice(3, 3 + 499).map(place)).toEqual(Array.from({ length: 499 }, () => ['add', undefined, 1]));
+    expect(r.batch.ops.slice(3, 3 + 499).map((o) => keyOfOp(o))).toEqual(Array.from({ length: 499 }, (_, i) => 499 - i));
+    expect(r.batch.ops.slice(3 + 499).map(place)).toEqual(Array.from({ length: 999 }, () => ['add', undefined, 1 + 1_000]));
+    // The kernel's walks: three by handle (one per run), and to an id only as far as the third op.
+    expect(r.chain.walkedById).toBeLessThanOrEqual(3 * 1_498);
+    expect(r.chain.walkedByHandle).toBeLessThanOrEqual(3 * N);
   });
 
   it('flushes and rewrites when that takes fewer operations', () => {
