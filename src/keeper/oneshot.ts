@@ -120,7 +120,7 @@ function followEventsOnce(sock: NftConn, reconciler: Reconciler, owned: readonly
   }
   // Synchronously after the open (no turn of the loop, so no batch delivered yet): every batch reaches follow().
   view.setOwned(refs);
-  view.followEvents(() => monitor.progress!(), () => false, true);
+  view.followEvents((now) => (now && monitor.readNow ? monitor.readNow() : monitor.progress!()), () => false, true);
   monitor.anchor(sock.generation(), view.overflows);
   return monitor;
 }
