@@ -222,6 +222,16 @@ export class FollowedView {
   }
 
   /**
+   * The monitor, having read what its socket holds (current), has seen every commit after `from`
+   * whole, up to at least `from`, every batch followed, and none named one of `tables`: what held at
+   * `from` holds at its last generation, and the commits after that come as batches still to follow.
+   */
+  untouchedSince(from: number, tables: readonly { family: string; name: string }[]): boolean {
+    const p = this.current();
+    return !!p && runCovers(from, p.lastGeneration, this.applied, p) && tables.every((t) => this.untouched(t, from, p.lastGeneration, p));
+  }
+
+  /**
    * No commit after `from` up to `to` changed table `t`: the monitor saw every commit in between
    * whole, and none of them named it (nor may have changed every owned table: a truncated batch).
    * A table not owned, whose changes the view does not note, has no such proof.
