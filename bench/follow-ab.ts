@@ -7,7 +7,8 @@
  * from the neighbour's start are watched: the `repaired` line (its latencyMs, and the wall time from
  * nft's exit), full passes ('repairing from a full read'), `nfkeeper_dumps_total` and
  * `nfkeeper_generation_retries_total` over the window, the daemon's CPU over it (/proc utime+stime).
- * `--deletions K`: K rules deleted one after another, each once the last is repaired; `--flush`: then
+ * `--deletions K`: K rules deleted one after another, each 2.6 s after the last is repaired (below the
+ * fight's threshold); `--flush`: then
  * the chain flushed (the full pass's repair of N rules). Each repair's latencyMs and its refusals by
  * the generation (the retries metric from its damage to its `repaired` line), medians per build.
  * RATE `max`: the neighbour as fast as it can.
@@ -130,7 +131,9 @@ async function cell(root: string, rate: number | 'max', config: string): Promise
       const after = await metricOf(port, 'nfkeeper_generation_retries_total');
       return latencyMs === undefined ? undefined : { latencyMs, ...(before !== undefined && after !== undefined ? { refusals: after - before } : {}) };
     };
-    for (const victim of victims) {
+    for (const [i, victim] of victims.entries()) {
+      // 2.6 s apart: four repairs in the fight's 10 s window, below its threshold (no back-off in the figures).
+      if (i > 0) await new Promise((r) => setTimeout(r, 2600));
       const r = await damage(['delete', 'rule', 'ip', 'big', 'c', 'handle', victim]);
       if (r) run.deletions.push(r);
     }

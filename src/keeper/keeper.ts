@@ -159,8 +159,8 @@ export class Keeper extends EventEmitter {
     // The monitor joins at the start-up pass's first commit (FullPass), once it is in the kernel:
     // the install built no notification for it, and the read that verifies it, its generation read
     // after the join, is one the events follow on from (under a neighbour's commits, no second read).
-    let joined: number | undefined;
-    k.joinEvents = () => { joined ??= this.subscribe(); };
+    let joined: { anchored?: number } | undefined;
+    if (k.monitor?.subscribe) k.joinEvents = () => { joined ??= { anchored: this.subscribe() }; };
     try {
       await this.request('startup', performance.now());
     } catch (e) {
@@ -171,7 +171,7 @@ export class Keeper extends EventEmitter {
       // The monitor saw no commit up to the anchor, its generation read after joining: the view
       // proves nothing by events before it (runCovers), and a commit after the start-up pass's
       // verified generation and before the join is found by that generation, read here.
-      const gen = joined === undefined ? this.subscribe() : this.generation();
+      const gen = !joined ? this.subscribe() : joined.anchored !== undefined ? this.generation() : undefined;
       if (gen !== undefined && k.lastVerified !== undefined && gen !== k.lastVerified) this.scheduler.schedule('tick', performance.now());
     }
     // Another live process owns a table: refuse to start. Anything else was reported (fail) and the loop retries.
