@@ -33,6 +33,7 @@ const UNIT = [
   'test/netlink/handles.test.ts',
   'test/netlink/creates-all.test.ts',
   'test/netlink/kernel-code.test.ts',
+  'test/netlink/libc.test.ts',
   'test/netlink/schema.test.ts',
   'test/keeper/arming.test.ts',
   'test/keeper/attribution-logic.test.ts',

@@ -13,7 +13,7 @@
  *   sudo npx tsx bench/reload-ab.ts --a CHECKOUT --b CHECKOUT [--n 100000] [--rounds 3] [--reloads 3] [--gap-ms 1000] [--prof DIR]
  */
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -22,6 +22,7 @@ import { withBenchNetns, type BenchNetns } from './lib/netns.js';
 import { daemonNodeFlags } from './lib/node-flags.js';
 import { chainYaml } from './scenarios/s8.js';
 import { parseArgs } from './lib/args.js';
+import { cpuSecondsOf, loadavg } from './lib/daemon.js';
 import { medianOf } from './lib/stats.js';
 
 const USAGE = 'reload-ab.ts --a CHECKOUT --b CHECKOUT [--n 100000] [--rounds 3] [--reloads 3] [--gap-ms 1000] [--prof DIR]';
@@ -33,12 +34,6 @@ const ROUNDS = Number(arg('--rounds', '3'));
 const RELOADS = Number(arg('--reloads', '3'));
 const GAP_MS = Number(arg('--gap-ms', '1000'));
 const PROF = arg('--prof');
-const CLK_TCK = 100;
-const cpuSeconds = (pid: number) => {
-  const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-  return (Number(f[11]) + Number(f[12])) / CLK_TCK;
-};
-const loadavg = () => readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 interface Reload { wallMs: number; cpuS: number; wrote: boolean; ok: boolean }
@@ -72,12 +67,12 @@ async function daemon(ns: BenchNetns, root: string, config: string, dir: string,
     for (let k = 0; k < (warmUp ? 1 : RELOADS); k++) {
       const before = sock.generation();
       const line = next(/"config reload(ed| rejected)"|the kernel refused/);
-      const cpu0 = cpuSeconds(child.pid!);
+      const cpu0 = cpuSecondsOf(child.pid!);
       const t0 = performance.now();
       child.kill('SIGHUP');
       const l = await line;
       const wallMs = performance.now() - t0;
-      out.push({ wallMs, cpuS: cpuSeconds(child.pid!) - cpu0, wrote: sock.generation() !== before, ok: l.includes('"config reloaded"') });
+      out.push({ wallMs, cpuS: cpuSecondsOf(child.pid!) - cpu0, wrote: sock.generation() !== before, ok: l.includes('"config reloaded"') });
       await sleep(GAP_MS);
     }
     return out;

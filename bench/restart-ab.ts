@@ -64,6 +64,7 @@ import { chainNft, chainYaml } from './scenarios/s8.js';
 import { daemonNodeFlags } from './lib/node-flags.js';
 import { takesCacheDir, takesRecord } from './lib/record.js';
 import { parseArgs } from './lib/args.js';
+import { cpuSecondsOf, loadavg } from './lib/daemon.js';
 import { medianOf } from './lib/stats.js';
 
 const USAGE = 'restart-ab.ts --a CHECKOUT --b CHECKOUT [--n 100000] [--rounds 3] [--hold-ms 1500]';
@@ -85,13 +86,7 @@ const REBOOT_B = cli.has('--reboot-b');
 const KILL_AFTER = arg('--kill-after');
 if (!['c', 'd'].includes(DISPATCH)) throw new Error('--dispatch c|d');
 if (DELETE_AT !== undefined && !['first', 'middle', 'last'].includes(DELETE_AT)) throw new Error('--delete-at first|middle|last');
-const CLK_TCK = 100;
-const cpuSeconds = (pid: number) => {
-  const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-  return (Number(f[11]) + Number(f[12])) / CLK_TCK;
-};
 const vmHwmMiB = (pid: number) => Number(/VmHWM:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1]) / 1024;
-const loadavg = () => readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
 
 interface Run { wallS: number; cpuS: number; hwmMiB: number; wrote: boolean; record?: string; cache?: string; repairMs?: number[]; seenMs?: number[] }
 
@@ -212,7 +207,7 @@ async function restart(ns: BenchNetns, root: string, config: string, extra: stri
     });
     s.readyAt = performance.now();
     const wallS = (s.readyAt - t0) / 1000;
-    const run = { wallS, cpuS: cpuSeconds(child.pid!), hwmMiB: vmHwmMiB(child.pid!) };
+    const run = { wallS, cpuS: cpuSecondsOf(child.pid!), hwmMiB: vmHwmMiB(child.pid!) };
     if (!warmUp) for (const kind of kinds) await kind.afterReady?.(s);
     await new Promise((r) => setTimeout(r, HOLD_MS));
     // A warm-up that compiled stores its compile cache once running: it is left to finish that.

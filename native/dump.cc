@@ -494,10 +494,12 @@ Napi::Promise StartDump(Napi::Env env, NftSocket* sock, Napi::Object self, const
   Napi::Promise::Deferred deferred = Napi::Promise::Deferred::New(env);
 
   // Inline fast path, only for requests the kernel answers from one object:
-  // a single GET, or the rules or sets of one table (the kernel filters by
-  // table), and only when the socket is free right now. A big answer is
-  // finished by a worker after kInlineDatagrams.
-  bool small = st->single || ((st->kind == DumpKind::Rule || st->kind == DumpKind::Set) && !st->table.empty());
+  // a single GET, or the rules, sets or stateful objects of one table (the
+  // kernel filters by table), and only when the socket is free right now. A
+  // big answer is finished by a worker after kInlineDatagrams. (A check of a
+  // small table so starts no libuv worker: its objects' dump went first, to a
+  // worker, and the requests queued behind it followed it there.)
+  bool small = st->single || ((st->kind == DumpKind::Rule || st->kind == DumpKind::Set || st->kind == DumpKind::Object) && !st->table.empty());
   bool inlineStarted = false;
   if (small && sock->TryTakeGate()) {
     inlineStarted = true;

@@ -10,6 +10,7 @@ import { CACHE_DIR_ENV, DEFAULT_RECORD_DIR, DEFAULT_SOCKET, defaultCacheDir } fr
 import { ConfigError, NfkeeperError } from './base/errors.js';
 import type { KeeperStatus } from './keeper/keeper.js';
 import type { Family } from './netlink/expr.js';
+import type { OpenProof } from './netlink/guard.js';
 import { parseBoundedDuration } from './base/duration.js';
 import { isDevNull, isTerminal, stderr, stdout } from './base/fd-output.js';
 
@@ -24,11 +25,9 @@ export { drained, isDevNull, stderr } from './base/fd-output.js';
 // one-shot commands take their pass from keeper/oneshot.js, not the daemon's keeper.
 const oneshot = () => import('./keeper/oneshot.js');
 const netlink = () => import('./netlink/socket.js');
-/** Monitors of the namespace's change notifications (apply's resend proof). */
-const watcher = async (netns: string | undefined): Promise<import('./netlink/conn.js').NftHost['watch']> => {
-  const { Monitor } = await import('./netlink/monitor.js');
-  return (options) => new Monitor({ ...options, netns });
-};
+/** Monitors of the namespace's change notifications (apply's resend proof): their module loaded by the first, at apply's first refusal. */
+const watcher = (netns: string | undefined) => async (options: Parameters<import('./netlink/conn.js').NftHost['watch']>[0]) =>
+  new (await import('./netlink/monitor.js')).Monitor({ ...options, netns });
 const configs = () => import('./config/config.js');
 const client = () => import('./owners/client.js');
 /** One request to the daemon's control socket (no agent: the command exits after it). */
@@ -211,7 +210,7 @@ export async function main(argv: string[], io: Out = {
       const lock = (await import('./lock.js')).lockKeeper({ netns: o.netns, tables: config.tables });
       const sock = new (await netlink()).NftSocket({ netns: o.netns });
       try {
-        const removed = await cleanup(sock, config);
+        const removed = await cleanup(sock, config, { proof: (await oneshot()).tablesProof(watcher(o.netns)) });
         io.out(o.json ? JSON.stringify({ removed }) : removed.length ? removed.map((t) => `removed table ${t}`).join('\n') : 'nothing to remove');
       } finally {
         sock.close();
@@ -392,7 +391,9 @@ export async function main(argv: string[], io: Out = {
     .action(async (o: { config: string; includePath?: string[]; netns?: string; liveFile?: string; grace?: string; dryRun?: boolean; json?: boolean; backend?: 'nftables' | 'iptables-legacy' }) => {
       const { gcOnce } = await import('./gc/command.js');
       const { loadConfig, namespaceInterfaces } = await configs();
-      const r = await gcOnce(loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns), includePath: o.includePath }), o);
+      // The resend proof's code is loaded only at a refusal (the addon's monitor, the keeper's view).
+      const proof: OpenProof = async (conn, tables) => (await oneshot()).tablesProof(watcher(o.netns))(conn, tables);
+      const r = await gcOnce(loadConfig(o.config, { interfaces: namespaceInterfaces(o.netns), includePath: o.includePath }), { ...o, proof });
       io.out(o.json ? JSON.stringify(r.json) : r.lines.join('\n'));
       code = o.dryRun && r.garbage.length > 0 ? EXIT.DRIFT : EXIT.OK;
     });
@@ -598,7 +599,7 @@ async function oneShotLocked(o: OneShotOptions, config: import('./config/config.
   const sock = new (await netlink()).NftSocket({ netns: o.netns });
   try {
     // apply's monitor: a batch a neighbour's commit refused is sent again where its events prove our tables unchanged.
-    const watch = apply ? await watcher(o.netns) : undefined;
+    const watch = apply ? watcher(o.netns) : undefined;
     const { drift, ops, protectUnsupported, held, keepProof: keep } = await checkOnce(sock, config, apply, owners,
       { ...(found ? { found } : {}), ...(proof ? { proof } : {}), ...(watch ? { watch } : {}) });
     if (keep) keepProof?.(keep);

@@ -29,6 +29,8 @@ import { sendEvents, serveMetrics } from './keeper/http.js';
 import { NftSocket } from './netlink/socket.js';
 import { Notifier } from './systemd.js';
 import { GcLoop } from './gc/daemon.js';
+import { tablesProof } from './keeper/oneshot.js';
+import { kernelHost } from './netlink/host.js';
 import { loadOwners } from './owners/state-file.js';
 import { OwnerRegistry } from './owners/registry.js';
 import { serveControl, type ControlServer } from './owners/api.js';
@@ -420,7 +422,7 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
 
   const gcLoop = config.gc && config.gc.foreign.length > 0 && (config.gc.live || registry)
     ? new GcLoop({ gc: config.gc, netns: o.netns, logger: log, metrics,
-      liveIds: registry && ((r) => () => r.list().map((x) => x.id))(registry) })
+      liveIds: registry && ((r) => () => r.liveIds())(registry), proof: tablesProof(kernelHost(o.netns).watch) })
     : undefined;
   if (gcLoop) {
     gcLoop.start();

@@ -65,3 +65,6 @@ export function medianOf(xs: readonly (number | undefined)[]): number | undefine
   const v = xs.filter((x): x is number => x !== undefined).sort((a, b) => a - b);
   return v.length > 0 ? quantile(v, 0.5) : undefined;
 }
+
+/** A figure with `digits` decimals, or '-' where there is none. */
+export const fixed = (x: number | undefined, digits = 2): string => (x === undefined ? '-' : x.toFixed(digits));

@@ -26,7 +26,7 @@ import { Batch, open } from '../../src/index.js';
 import { PROJECT_ROOT } from '../../src/netlink/addon.js';
 import { kubeProxy } from '../../test/helpers/peers/kube-proxy.js';
 import { chainYaml as bigChainYaml, ip } from '../../test/helpers/big-chain.js';
-import { daemonNodeFlags } from '../lib/node-flags.js';
+import { cpuSecondsOf, startDaemon as startBuildDaemon } from '../lib/daemon.js';
 import { withBenchNetns, type BenchNetns } from '../lib/netns.js';
 import { summarize, type Summary } from '../lib/stats.js';
 import { alternate, runWhole, summarizeRuns, type ProcessRun, type WholeSummary } from '../lib/whole.js';
@@ -121,7 +121,6 @@ export interface S8Result {
 const BIN = join(PROJECT_ROOT, 'bin', 'nfkeeper.js');
 /** The Node a user's `nfkeeper` runs on: the first `node` on PATH (bin/nfkeeper.js's #! line). */
 const NODE = 'node';
-const CLK_TCK = 100;
 
 const ruleText = (i: number) => `ip saddr ${ip(i)} tcp dport ${1 + (i % 60000)} counter accept`;
 
@@ -143,10 +142,6 @@ function setNft(n: number): string {
     '\tchain c {\n\t\ttype filter hook forward priority filter; policy accept;\n\t\tip saddr @s counter accept\n\t}\n}\n';
 }
 
-const cpuSeconds = (pid: number): number => {
-  const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-  return (Number(f[11]) + Number(f[12])) / CLK_TCK;
-};
 const vmHwmKiB = (pid: number): number => Number(/VmHWM:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? NaN);
 
 interface Daemon { child: ChildProcess; exited: Promise<unknown>; readyUs: number; stop: () => Promise<void> }
@@ -174,18 +169,15 @@ const cacheEnv = (root: string): Record<string, string> => {
 async function startDaemon(ns: BenchNetns, config: string, extra: string[] = [], root = PROJECT_ROOT): Promise<Daemon> {
   const port = nextPort++;
   const t0 = performance.now();
-  const child = spawn(NODE, [...daemonNodeFlags(root), join(root, 'bin', 'nfkeeper.js'), 'run', '--config', config, '--netns', ns.path,
-    '--metrics', `127.0.0.1:${port}`, ...recordArgs(root, ns, extra), ...extra],
-    { stdio: ['ignore', 'ignore', 'inherit'], env: { ...process.env, ...cacheEnv(root) } });
-  const exited = new Promise((r) => child.on('exit', r));
+  const d = startBuildDaemon(root, { netns: ns.path, config, port, args: [...recordArgs(root, ns, extra), ...extra], env: cacheEnv(root), log: 'ignore' });
   for (;;) {
-    if (child.exitCode !== null) throw new Error('nfkeeper run exited before it was ready');
+    if (d.child.exitCode !== null) throw new Error('nfkeeper run exited before it was ready');
     if (await fetch(`http://127.0.0.1:${port}/readyz`).then((r) => r.ok, () => false)) break;
     if (performance.now() - t0 > 300_000) throw new Error('nfkeeper run not ready in 300 s');
     await sleep(5);
   }
   const readyUs = (performance.now() - t0) * 1000;
-  return { child, exited, readyUs, stop: async () => { child.kill('SIGTERM'); await exited; } };
+  return { child: d.child, exited: d.exited, readyUs, stop: async () => { await d.stop(); } };
 }
 
 const pidOf = (d: Daemon) => d.child.pid!;
@@ -409,7 +401,7 @@ async function storm(s: ReturnType<typeof open>, pid: number, seconds: number): 
   const where = { family: 'ip' as const, table: 'other', chain: 'c' };
   const add = new Batch().add('rule', { ...where, exprs: [{ kind: 'immediate', dreg: 0, verdict: 'accept' }] });
   const flushChain = new Batch().flush('chain', { family: 'ip', table: 'other', name: 'c' });
-  const c0 = cpuSeconds(pid);
+  const c0 = cpuSecondsOf(pid);
   const t0 = performance.now();
   let commits = 0;
   const end = t0 + seconds * 1000;
@@ -421,7 +413,7 @@ async function storm(s: ReturnType<typeof open>, pid: number, seconds: number): 
     commits++;
   }
   const took = (performance.now() - t0) / 1000;
-  return { commitsPerSecond: commits / took, cpuPercent: ((cpuSeconds(pid) - c0) / took) * 100 };
+  return { commitsPerSecond: commits / took, cpuPercent: ((cpuSecondsOf(pid) - c0) / took) * 100 };
 }
 
 /** Polls cond every 100 ms until it holds (true) or ms pass (false). */

@@ -3,9 +3,8 @@
  * own, without the cache's imports, so that a command that only asks whether there is one (check)
  * loads none of them.
  */
-import { readdirSync, realpathSync, statSync } from 'node:fs';
+import { realpathSync, statSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
-import { sha256 } from '../base/sha256.js';
 
 /**
  * The cache file of the config `config` compiled for the namespace `netns`, in `dir`: one per
@@ -16,7 +15,28 @@ import { sha256 } from '../base/sha256.js';
  * so a link switched to another target reuses its one entry rather than adding one per target.
  */
 export function compileCachePathOf(dir: string, netns: string | undefined, config: string): string {
-  return join(dir, `compiled-${sha256(`${netns ?? ''}\0${configKeyOf(config)}`, 'hex').slice(0, 16)}.json`);
+  return join(dir, `compiled-${nameHash(`${netns ?? ''}\0${configKeyOf(config)}`)}.json`);
+}
+
+/**
+ * 64 bits of `key` as 16 hex digits (cyrb53's mixing, both 32-bit halves kept). Not node:crypto's
+ * SHA-256: loading node:crypto (some twenty of Node's modules) was a tenth of what a check of a
+ * small config cost where the directory holds another config's big entry, only to name the file.
+ * The name only finds an entry: what it holds is checked against the config (its header names the
+ * config file, its trace every input, the namespace's interfaces among them), so two keys of one
+ * name would cost a compile, never a wrong config.
+ */
+function nameHash(key: string): string {
+  let h1 = 0xdeadbeef;
+  let h2 = 0x41c6ce57;
+  for (let i = 0; i < key.length; i++) {
+    const c = key.charCodeAt(i);
+    h1 = Math.imul(h1 ^ c, 2654435761);
+    h2 = Math.imul(h2 ^ c, 1597334677);
+  }
+  h1 = Math.imul(h1 ^ (h1 >>> 16), 2246822507) ^ Math.imul(h2 ^ (h2 >>> 13), 3266489909);
+  h2 = Math.imul(h2 ^ (h2 >>> 16), 2246822507) ^ Math.imul(h1 ^ (h1 >>> 13), 3266489909);
+  return (h2 >>> 0).toString(16).padStart(8, '0') + (h1 >>> 0).toString(16).padStart(8, '0');
 }
 
 /** The config path a cache entry is keyed by (compileCachePathOf). */
@@ -40,15 +60,12 @@ export const WORTH_READING_FROM_BYTES = 32 * 1024;
 
 /**
  * Whether `dir` holds an entry for the config worth reading (a file by the name, of at least
- * WORTH_READING_FROM_BYTES; not checked further), asked without hashing when the directory holds no
- * entry that big (node:crypto is loaded by the first hash).
+ * WORTH_READING_FROM_BYTES; not checked further).
  */
 export function hasCompileCacheEntry(dir: string, netns: string | undefined, config: string): boolean {
-  const big = (name: string) => (statSync(join(dir, name), { throwIfNoEntry: false })?.size ?? 0) >= WORTH_READING_FROM_BYTES;
   try {
-    if (!readdirSync(dir).some((n) => n.startsWith('compiled-') && big(n))) return false;
-    const st = statSync(compileCachePathOf(dir, netns, config));
-    return st.isFile() && st.size >= WORTH_READING_FROM_BYTES;
+    const st = statSync(compileCachePathOf(dir, netns, config), { throwIfNoEntry: false });
+    return st !== undefined && st.isFile() && st.size >= WORTH_READING_FROM_BYTES;
   } catch {
     return false;
   }

@@ -11,7 +11,11 @@
  *   or gotos to it is itself garbage, none of its rules carries a tag that is
  *   not garbage, and the kernel's reference count matches the references seen
  *   (so a verdict map or anything unseen that points at it keeps it);
- * - a stale view never commits: the batch carries expectGeneration.
+ * - a stale view never commits: the batch carries expectGeneration. Refused by a commit to a
+ *   table it did not read (a neighbour's, under `proof`), the same batch is sent again guarded by a
+ *   later generation where the monitor proves that no commit since the scan named a table the scan
+ *   read (every foreign table configured) or the batch touches; a commit that named one (a CNI
+ *   plugin adding to a chain it deletes) makes it scan again.
  */
 import { readFileSync } from 'node:fs';
 import { writeFileAtomic } from '../base/atomic-file.js';
@@ -20,7 +24,7 @@ import { Batch } from '../netlink/batch.js';
 import type { Family } from '../netlink/expr.js';
 import { indexByChain, type Chain, type Rule } from '../netlink/objects.js';
 import type { NftConn } from '../netlink/conn.js';
-import { commitGuarded } from '../netlink/guard.js';
+import { commitGuarded, type OpenProof } from '../netlink/guard.js';
 import { commentOf, renderRule, xtComments } from '../rules/index.js';
 import { tagMatcher, type ForeignTable } from '../config/gc.js';
 
@@ -116,6 +120,11 @@ export class GraceTracker {
 export interface ScanOptions {
   foreign: readonly ForeignTable[];
   live: ReadonlySet<string>;
+  /**
+   * Ids live now besides `live`, asked again at each scan and before a refused batch is sent again
+   * (the daemon's registered owners, which a registration adds while a pass runs).
+   */
+  liveIds?: () => Iterable<string>;
   graceMs: number;
   tracker: GraceTracker;
   now?: number;
@@ -431,13 +440,35 @@ const MAX_ATTEMPTS = 5;
 
 /**
  * Scans and, unless dryRun, collects in one generation-guarded batch. On a
- * concurrent change (GenerationMismatchError) it scans again, up to 5 times.
+ * concurrent change (GenerationMismatchError) it scans again, up to 5 times;
+ * with `proof`, a refusal by a commit that named none of the foreign tables
+ * is sent again instead (the guard's resend, GuardOptions.proof).
  */
-export async function collect(sock: NftConn, o: ScanOptions & { dryRun?: boolean }): Promise<CollectResult> {
+export async function collect(sock: NftConn, o: ScanOptions & { dryRun?: boolean; proof?: OpenProof }): Promise<CollectResult> {
+  const open = o.proof;
+  // Every table the scan reads, absent ones too: which rules are garbage depends on all of them (an
+  // address a live id's rule names in one keeps the firewall rule of another).
+  const tables = [...new Map(o.foreign.map((f) => [`${f.family} ${f.table}`, { family: f.family, name: f.table }])).values()];
+  const liveNow = (): ReadonlySet<string> => (o.liveIds ? new Set([...o.live, ...o.liveIds()]) : o.live);
+  let planned: readonly Garbage[] = [];
   const r = await commitGuarded(sock, async (generation) => {
-    const s = await scan(sock, o, generation);
+    const s = await scan(sock, { ...o, live: liveNow() }, generation);
+    planned = s.garbage;
     if (o.dryRun || s.garbage.length === 0) return { value: s };
     return { value: s, batch: planBatch(s.garbage) };
-  }, { attempts: MAX_ATTEMPTS });
+  }, {
+    attempts: MAX_ATTEMPTS,
+    ...(open ? {
+      proof: async () => {
+        const p = await open(sock, tables);
+        // An id that became live since the scan (an owner registered meanwhile) is scanned again, never collected as planned.
+        const becameLive = () => {
+          const live = liveNow();
+          return planned.some((x) => live.has(x.id));
+        };
+        return p && { ...p, stillHolds: async (g: number, b: Batch) => (o.liveIds && becameLive() ? undefined : p.stillHolds(g, b)) };
+      },
+    } : {}),
+  });
   return { ...r.value, ops: r.ops, collected: r.ops > 0, attempts: r.attempts };
 }

@@ -10,6 +10,7 @@ import type { Config } from '../config/config.js';
 import { NfkeeperError } from '../base/errors.js';
 import { parseDuration } from '../base/duration.js';
 import { NftSocket } from '../netlink/socket.js';
+import type { OpenProof } from '../netlink/guard.js';
 import { GraceTracker, collect, renderGarbage, type CollectResult } from './collect.js';
 import { readLiveSet, type LiveSource } from './live.js';
 import { loadOwners } from '../owners/index.js';
@@ -22,6 +23,8 @@ export interface GcOnceOptions {
   dryRun?: boolean;
   /** nftables, or iptables-legacy: x_tables through iptables-legacy-save/-restore (src/gc/legacy.ts); default gc.backend. */
   backend?: 'nftables' | 'iptables-legacy';
+  /** nftables: the resend proof, opened at the first refusal (collect's `proof`). */
+  proof?: OpenProof;
 }
 
 export interface GcOnceResult {
@@ -67,7 +70,7 @@ export async function gcOnce(config: Config, o: GcOnceOptions): Promise<GcOnceRe
     const sock = new NftSocket({ netns: o.netns });
     let n: CollectResult;
     try {
-      n = await collect(sock, scan);
+      n = await collect(sock, { ...scan, ...(o.proof ? { proof: o.proof } : {}) });
     } finally {
       sock.close();
     }

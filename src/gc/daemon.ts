@@ -7,6 +7,7 @@
 import type { Logger } from 'pino';
 import type { GcConfig } from '../config/gc.js';
 import type { NftConn, NftHost } from '../netlink/conn.js';
+import type { OpenProof } from '../netlink/guard.js';
 import { kernelHost } from '../netlink/host.js';
 import { GraceTracker, collect, renderGarbage } from './collect.js';
 import { collectLegacy, renderLegacyGarbage } from './legacy.js';
@@ -23,6 +24,8 @@ export interface GcLoopOptions {
   metrics?: Pick<KeeperMetrics, 'foreignGcFound' | 'foreignGcCollected'>;
   /** Where to connect; default the kernel of `netns`. */
   host?: NftHost;
+  /** nftables: the resend proof, opened at a pass's first refusal (collect's `proof`). */
+  proof?: OpenProof;
 }
 
 /** What one pass found and did, on either backend. */
@@ -57,10 +60,12 @@ export class GcLoop {
 
   private readonly liveIds: GcLoopOptions['liveIds'];
   private readonly metrics: GcLoopOptions['metrics'];
+  private readonly proof: GcLoopOptions['proof'];
 
   constructor(o: GcLoopOptions) {
     this.liveIds = o.liveIds;
     this.metrics = o.metrics;
+    this.proof = o.proof;
     this.gc = o.gc;
     this.log = o.logger;
     this.host = o.host ?? kernelHost(o.netns);
@@ -109,14 +114,15 @@ export class GcLoop {
     try {
       const live = gc.live ? await readLiveSet(gc.live) : new Set<string>();
       for (const id of this.liveIds?.() ?? []) live.add(id);
-      const scan = { foreign: gc.foreign, live, graceMs: gc.grace, tracker: this.tracker, now, dryRun: !gc.enabled };
+      const scan = { foreign: gc.foreign, live, graceMs: gc.grace, tracker: this.tracker, now, dryRun: !gc.enabled,
+        ...(this.liveIds ? { liveIds: this.liveIds } : {}) };
       let r: GcPass;
       if (gc.backend === 'iptables-legacy') {
         const l = await collectLegacy({ ...scan, netns: this.netns });
         r = { ...l, wouldRemove: () => renderLegacyGarbage(l.garbage) };
       } else {
         this.sock ??= this.host.connect();
-        const n = await collect(this.sock, scan);
+        const n = await collect(this.sock, { ...scan, ...(this.proof ? { proof: this.proof } : {}) });
         r = { ...n, wouldRemove: () => renderGarbage(n.garbage) };
       }
       this.totals.found += r.garbage.length;

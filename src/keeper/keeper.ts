@@ -413,6 +413,17 @@ export class Keeper extends EventEmitter {
       this.reporter.endFightIfQuiet();
       return;
     }
+    if (this.arming.armed) {
+      // The armed monitor answers a foreign deletion on its event's wake-up, but a tick whose timer
+      // is due first (timers run before the loop polls the monitor's socket) would pause it for a
+      // pass. The events get their turn first: if they verified a repair, no pass is needed.
+      const verified = k.lastVerified;
+      const at = this.lastTickAt;
+      setImmediate(() => {
+        if (!k.stopped && k.lastVerified === verified) this.scheduler.schedule('tick', at);
+      });
+      return;
+    }
     this.scheduler.schedule('tick', this.lastTickAt);
   }
 

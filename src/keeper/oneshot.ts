@@ -7,30 +7,41 @@ import type { Config } from '../config/config.js';
 import type { TableConfig } from '../model/desired.js';
 import { Batch } from '../netlink/batch.js';
 import type { NftConn, NftHost, NftWatch } from '../netlink/conn.js';
+import { commitGuarded, type OpenProof } from '../netlink/guard.js';
 // From their modules, not the owners' index: that brings the control API's HTTP server and client.
 import { mergeOwners } from '../owners/merge.js';
 import type { Owner } from '../owners/spec.js';
 import { TableOwnedError, protectionOf, type TableDiff } from './table.js';
 import type { Drift } from '../model/drift.js';
 import { Reconciler, type Observation } from './reconciler.js';
+import { KernelView } from './view.js';
 import { heldProofFor, type ProofEntry } from './held-proof.js';
 
-/** Removes every table the config owns, in one batch. Returns what was removed. */
-export async function cleanup(sock: NftConn, config: Config): Promise<string[]> {
-  const batch = new Batch();
-  const removed: string[] = [];
-  for (const t of config.tables) {
-    const table = await sock.getTable(t.family, t.name);
-    if (table && protectionOf(table, sock.portId) === 'foreign-owner') {
-      throw new TableOwnedError(t.family, t.name, table.owner ?? 0);
+/**
+ * Removes every table the config owns, in one batch. Returns what was removed. Guarded by the
+ * generation its reads were made at, so a table read as ours and then taken over or created again
+ * by another process is read again, never deleted unseen; with `proof` (the resend proof, opened at
+ * the first refusal) a refusal by another table's commit is sent again as the guard proves it.
+ */
+export async function cleanup(sock: NftConn, config: Config, options: { proof?: OpenProof } = {}): Promise<string[]> {
+  const tables = config.tables.map((t) => ({ family: t.family, name: t.name }));
+  const open = options.proof;
+  const r = await commitGuarded(sock, async () => {
+    const batch = new Batch();
+    const removed: string[] = [];
+    for (const t of tables) {
+      const table = await sock.getTable(t.family, t.name);
+      if (table && protectionOf(table, sock.portId) === 'foreign-owner') {
+        throw new TableOwnedError(t.family, t.name, table.owner ?? 0);
+      }
+      if (table) {
+        batch.delete('table', t);
+        removed.push(`${t.family} ${t.name}`);
+      }
     }
-    if (table) {
-      batch.delete('table', { family: t.family, name: t.name });
-      removed.push(`${t.family} ${t.name}`);
-    }
-  }
-  await sock.commit(batch);
-  return removed;
+    return { value: removed, batch };
+  }, { attempts: 20, ...(open ? { proof: () => open(sock, tables) } : {}) });
+  return r.value;
 }
 
 export interface CheckResult {
@@ -49,6 +60,9 @@ export interface CheckResult {
   /** held 'proved' for an entry stored after the commit (no token yet): keeps the proof for the token its store gave. */
   keepProof?: (token: string) => boolean;
 }
+
+/** A monitor's opener for apply's resend proof: NftHost's watch, or one that loads its module first. */
+export type Watcher = (options: Parameters<NftHost['watch']>[0]) => NftWatch | Promise<NftWatch>;
 
 /**
  * One pass without a loop: the drift, and (with apply) the repair, through the
@@ -69,10 +83,11 @@ export async function checkOnce(sock: NftConn, config: Config, apply: boolean, o
     proof?: ProofEntry;
     /**
      * apply: opens, at the first batch the generation refuses, the monitor whose events let a later
-     * one refused by a neighbour's commit be sent again (followEventsOnce). Without it, any commit
-     * between the read and the commit refuses it.
+     * one refused by a neighbour's commit be sent again (followEventsOnce); it may be a promise (the
+     * command line loads the monitor's module then: most applies are never refused). Without it, any
+     * commit between the read and the commit refuses it.
      */
-    watch?: NftHost['watch'];
+    watch?: Watcher;
   } = {}): Promise<CheckResult> {
   // Registered owners are part of the desired state here too, or apply would collect them.
   const tables = mergeOwners(config.tables, config.owners, owners);
@@ -83,10 +98,10 @@ export async function checkOnce(sock: NftConn, config: Config, apply: boolean, o
   let monitor: NftWatch | undefined;
   let opened = false;
   const watch = apply ? options.watch : undefined;
-  const reconciler = new Reconciler(sock, { attempts: 20, log: options.logger, ...(watch ? { onRefused: () => {
+  const reconciler = new Reconciler(sock, { attempts: 20, log: options.logger, ...(watch ? { onRefused: async () => {
     if (opened) return;
     opened = true;
-    monitor = followEventsOnce(sock, reconciler, [...tables, ...(options.retired ?? [])], watch);
+    monitor = await followEventsOnce(sock, reconciler.view, [...tables, ...(options.retired ?? [])], watch);
   } } : {}) });
   // Each plan's generation, read after the join, anchors the monitor's run again: after an overflow
   // (the unread buffer filled under a storm) the next plan's resend has its proof (a no-op otherwise).
@@ -100,29 +115,46 @@ export async function checkOnce(sock: NftConn, config: Config, apply: boolean, o
 
 /**
  * A one-shot pass's proof for the guard's resend, the daemon's (Reconciler's stillHolds,
- * FollowedView.unchangedSince): a monitor of the tables the pass owns (desired and retired), joined
- * now (at the first refusal), anchored at a generation read after joining, so before the next plan
- * reads its generation; each batch it delivers goes to the view's follow(), which notes the tables
- * a commit changed. It is opened unread: nothing reads its socket until a refusal asks for the proof
- * (progress()), so a plan no commit refuses reads and decodes no notification (its own commit's
- * included). The view seeds nothing from them (proofOnly): the pass ends after its commit. Our own
- * commits are not delivered (ignorePorts): they precede the generation any later plan is read at.
- * Undefined where the watcher proves no run of commits (no progress or anchor): no resend then.
+ * FollowedView.unchangedSince): a monitor of the tables the pass plans from, joined now (at the
+ * first refusal), anchored at a generation read after joining, so before the next plan reads its
+ * generation; each batch it delivers goes to the view's follow(), which notes the tables a commit
+ * changed (`setOwned`: noted for the proof, whoever manages them). It is opened unread: nothing
+ * reads its socket until a refusal asks for the proof (progress()), so a plan no commit refuses
+ * reads and decodes no notification (its own commit's included). The view seeds nothing from them
+ * (proofOnly): the pass ends after its commit. Our own commits are not delivered (ignorePorts):
+ * they precede the generation any later plan is read at. Undefined where the watcher proves no run
+ * of commits (no progress or anchor): no resend then.
  */
-function followEventsOnce(sock: NftConn, reconciler: Reconciler, owned: readonly { family: TableConfig['family']; name: string }[],
-  watch: NftHost['watch']): NftWatch | undefined {
-  const view = reconciler.view;
-  const refs = owned.map((t) => ({ family: t.family, name: t.name }));
-  const monitor = watch({ tables: refs, ignorePorts: [sock.portId], unread: true, onBatch: (b) => view.follow(b, sock.portId) });
+async function followEventsOnce(sock: NftConn, view: KernelView, tables: readonly { family: TableConfig['family']; name: string }[],
+  watch: Watcher): Promise<NftWatch | undefined> {
+  const refs = tables.map((t) => ({ family: t.family, name: t.name }));
+  const monitor = await watch({ tables: refs, ignorePorts: [sock.portId], unread: true, onBatch: (b) => view.follow(b, sock.portId) });
   if (!monitor.progress || !monitor.anchor) {
     monitor.close();
     return undefined;
   }
-  // Synchronously after the open (no turn of the loop, so no batch delivered yet): every batch reaches follow().
+  // Right after the open (no turn of the loop, only the await's microtasks, so no batch delivered yet): every batch reaches follow().
   view.setOwned(refs);
   view.followEvents((now) => (now && monitor.readNow ? monitor.readNow() : monitor.progress!()), () => false, true);
   monitor.anchor(sock.generation(), view.overflows);
   return monitor;
+}
+
+/**
+ * The same proof for a writer that plans from no view of its own (`cleanup`; foreign GC, whose
+ * tables are other programs'): a view of its own over `tables`, which every plan reads, and the
+ * tables the refused batch lies in. A commit that named any of them since the plan fails it.
+ */
+export function tablesProof(watch: Watcher): OpenProof {
+  return async (conn, tables) => {
+    const view = new KernelView();
+    const monitor = await followEventsOnce(conn, view, tables, watch);
+    return monitor && {
+      stillHolds: (planned, batch) => view.unchangedSince(planned, [...tables, ...batch.tables]),
+      planned: (generation) => monitor.anchor!(generation, view.overflows),
+      close: () => monitor.close(),
+    };
+  };
 }
 
 async function checkWith(reconciler: Reconciler, sock: NftConn, config: Config, tables: TableConfig[], apply: boolean,

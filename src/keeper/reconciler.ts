@@ -165,8 +165,8 @@ export interface ReconcilerOptions {
   trackTimed?: boolean;
   /** What the kernel holds, kept between passes (the daemon's, which also follows the events); default a view of its own. */
   view?: KernelView;
-  /** Told of each batch the generation refused, before the guard asks for a proof or plans again (a one-shot apply opens its monitor then). */
-  onRefused?: () => void;
+  /** Told of each batch the generation refused, before the guard asks for a proof or plans again (a one-shot apply opens its monitor then: waited for). */
+  onRefused?: () => void | Promise<void>;
 }
 
 /**
@@ -258,7 +258,7 @@ export class Reconciler {
       trustSoleCommit: input.trustSoleCommit || input.verifyByEcho,
       onMismatch: () => {
         this.options.metrics?.generationRetries.inc();
-        this.options.onRefused?.();
+        return this.options.onRefused?.();
       },
       replan: (e, batch) => this.protectRefused(e, batch),
       // A neighbour's commit to its own table refused the batch: sent again where the events prove

@@ -16,12 +16,15 @@
  * by the generation is sent again, unplanned, guarded by a later generation at which the caller
  * proves the tables it was planned from unchanged (no commit since the plan's generation named
  * them). A neighbour's commits to its own tables then refuse it only within the short window
- * between that proof and the commit, not within the whole read, plan and encode.
+ * between that proof and the commit, not within the whole read, plan and encode. A writer that
+ * follows no notifications of its own (a one-shot command, the daemon's foreign GC) opens such a
+ * proof at its first refusal (GuardOptions.proof).
  */
 import { GenerationMismatchError, GenerationRetriesExhaustedError, NetlinkError } from '../base/errors.js';
 import type { Batch } from './batch.js';
 import type { Op } from './ops.js';
 import type { CommitOptions, CommitResult, NftConn } from './conn.js';
+import type { Family } from './expr.js';
 
 export interface GuardedStep<T> {
   /** What to commit; none, or an empty batch, ends the loop without a commit. */
@@ -61,8 +64,8 @@ export interface GuardOptions {
    * observation (every owned rule) for nothing. A caller must read back later as a safety net.
    */
   trustSoleCommit?: boolean;
-  /** Called for each commit refused as stale, before the next attempt. */
-  onMismatch?: (attempt: number) => void;
+  /** Called for each commit refused as stale, before the next attempt (a promise it returns waited for). */
+  onMismatch?: (attempt: number) => unknown;
   /**
    * Another refusal the next plan avoids (the caller adjusted its planning,
    * e.g. dropped protect flags the kernel lacks): true plans again.
@@ -82,7 +85,29 @@ export interface GuardOptions {
    * again as it is, guarded by that generation.
    */
   stillHolds?: (planned: number, batch: Batch) => Promise<number | undefined>;
+  /**
+   * Instead of stillHolds, for a writer that follows no change notifications: opened at the first
+   * refusal by the generation (a member of the group costs every commit of ours a notification per
+   * op, so none before it is needed), then the stillHolds of every later refusal. It proves only
+   * plans whose generation was read after it joined, so the refused plan is planned again; each
+   * later plan's generation is given to `planned`. Closed when the loop ends.
+   */
+  proof?: () => ResendProof | undefined | Promise<ResendProof | undefined>;
 }
+
+/**
+ * What proves a refused batch's tables unchanged since its plan (GuardOptions.stillHolds) for a
+ * writer with no followed view of its own: a monitor of those tables, joined when it was opened.
+ */
+export interface ResendProof {
+  stillHolds(planned: number, batch: Batch): Promise<number | undefined>;
+  /** A plan's generation, read after the proof was opened (anchors the monitor's run again after an overflow). */
+  planned(generation: number): void;
+  close(): void;
+}
+
+/** Opens a ResendProof over `tables` (every table the writer's plans read) for commits on `conn`; undefined where the watcher proves nothing. */
+export type OpenProof = (conn: NftConn, tables: readonly { family: Family; name: string }[]) => ResendProof | undefined | Promise<ResendProof | undefined>;
 
 /** Sends of one planned batch at most, each refused by a neighbour's commit and proved unaffected by it. */
 export const RESENDS_PER_PLAN = 50;
@@ -91,27 +116,42 @@ export async function commitGuarded<T>(conn: NftConn, plan: (generation: number,
   options: GuardOptions): Promise<GuardedOutcome<T>> {
   let ops = 0;
   let last: GenerationMismatchError | undefined;
-  for (let attempt = 1; attempt <= options.attempts; attempt++) {
-    const generation = conn.generation();
-    const step = await plan(generation, attempt);
-    if (!step.batch || step.batch.length === 0) return { value: step.value, attempts: attempt, ops, generation };
-    const sent = await sendGuarded(conn, step.batch, generation, {
-      echo: typeof options.echo === 'function' ? options.echo(step.batch) : options.echo,
-      digests: options.digests, stillHolds: options.stillHolds, onMismatch: () => options.onMismatch?.(attempt), replan: options.replan,
-    });
-    if (sent.refused) last = sent.refused;
-    if (sent.at === undefined) continue;
-    const guardAt = sent.at;
-    const echoed = sent.echoed;
-    ops += step.batch.length;
-    step.committed?.(echoed);
-    if (!options.untilClean) return { value: step.value, attempts: attempt, ops, generation: guardAt };
-    if (options.trustSoleCommit) {
-      const after = conn.generation();
-      if (after === guardAt + 1) return { value: step.value, attempts: attempt, ops, generation: after, trusted: true };
+  let proof: ResendProof | undefined;
+  let opened = false;
+  const open = options.proof;
+  const stillHolds = options.stillHolds ?? (open && (async (planned: number, batch: Batch) => {
+    if (opened) return proof?.stillHolds(planned, batch);
+    // Joined now: it proves the plans read from here on, not this one.
+    opened = true;
+    proof = await open();
+    return undefined;
+  }));
+  try {
+    for (let attempt = 1; attempt <= options.attempts; attempt++) {
+      const generation = conn.generation();
+      proof?.planned(generation);
+      const step = await plan(generation, attempt);
+      if (!step.batch || step.batch.length === 0) return { value: step.value, attempts: attempt, ops, generation };
+      const sent = await sendGuarded(conn, step.batch, generation, {
+        echo: typeof options.echo === 'function' ? options.echo(step.batch) : options.echo,
+        digests: options.digests, stillHolds, onMismatch: () => options.onMismatch?.(attempt), replan: options.replan,
+      });
+      if (sent.refused) last = sent.refused;
+      if (sent.at === undefined) continue;
+      const guardAt = sent.at;
+      const echoed = sent.echoed;
+      ops += step.batch.length;
+      step.committed?.(echoed);
+      if (!options.untilClean) return { value: step.value, attempts: attempt, ops, generation: guardAt };
+      if (options.trustSoleCommit) {
+        const after = conn.generation();
+        if (after === guardAt + 1) return { value: step.value, attempts: attempt, ops, generation: after, trusted: true };
+      }
     }
+    throw new GenerationRetriesExhaustedError(options.attempts, last);
+  } finally {
+    proof?.close();
   }
-  throw new GenerationRetriesExhaustedError(options.attempts, last);
 }
 
 export interface SendOptions {
@@ -119,8 +159,8 @@ export interface SendOptions {
   digests?: boolean;
   /** GuardOptions.stillHolds: a later generation the batch provably still holds at, for a resend. */
   stillHolds?: (planned: number, batch: Batch) => Promise<number | undefined>;
-  /** Called for each refusal by the generation (or a table the batch creates appearing). */
-  onMismatch?: () => void;
+  /** Called for each refusal by the generation (or a table the batch creates appearing); a promise it returns is waited for. */
+  onMismatch?: () => unknown;
   /** GuardOptions.replan: another refusal that a new plan avoids. */
   replan?: (e: unknown, batch: Batch) => boolean;
 }
@@ -152,7 +192,9 @@ export async function sendGuarded(conn: NftConn, batch: Batch, generation: numbe
     } catch (e) {
       if (e instanceof GenerationMismatchError || (creates && tableAppeared(e, batch.ops))) {
         if (e instanceof GenerationMismatchError) refused = e;
-        options.onMismatch?.();
+        // (waited for only where it returns a promise: a one-shot apply's monitor joins there, before the next plan's read)
+        const told = options.onMismatch?.();
+        if (told instanceof Promise) await told;
         if (e instanceof GenerationMismatchError && options.stillHolds && resent < RESENDS_PER_PLAN) {
           const at = await options.stillHolds(generation, batch);
           if (at !== undefined && at > guardAt) {

@@ -124,6 +124,8 @@ export class OwnerRegistry {
   private queue: Queued[] = [];
   /** Changes of a group the kernel refused, applied one by one to find which one it refuses. */
   private alone: Queued[] = [];
+  /** The group being applied: taken from the queue, in `owners` only once the kernel and the disk have it. */
+  private inFlight: readonly Queued[] = [];
   /** A failed write left the disk's state unknown (StateUncertainError): every change is refused. */
   private uncertain?: StateUncertainError;
   /** Registered owners the kernel refuses (isolate()), left out of what it is given until a retry takes. */
@@ -180,6 +182,16 @@ export class OwnerRegistry {
 
   get(id: string): Owner | undefined {
     return this.owners.get(id);
+  }
+
+  /**
+   * The ids foreign GC counts as live: the registered owners and every registration queued or in
+   * flight (its commit is in the kernel before `list()` has it, after the state file's write).
+   */
+  liveIds(): string[] {
+    const ids = new Set(this.sorted.map((o) => o.id));
+    for (const q of [...this.inFlight, ...this.alone, ...this.queue]) if (q.change.kind === 'put') ids.add(q.change.owner.id);
+    return [...ids];
   }
 
   /** No room for another owner, counting the new ones waiting in the queue. */
@@ -370,6 +382,7 @@ export class OwnerRegistry {
       // loop, would otherwise each make a group (a kernel commit) of their own.
       for (let i = 0; i < 3; i++) await new Promise((r) => setImmediate(r));
       while (this.queue.length > 0 || this.alone.length > 0 || this.retries.length > 0 || this.reconfigs.length > 0) {
+        this.inFlight = [];
         if (this.alone.length === 0 && this.reconfigs.length > 0) {
           const r = this.reconfigs.shift()!;
           await this.reconfigureNow(r.next, r.setConfig).then(r.resolve, r.reject);
@@ -388,6 +401,7 @@ export class OwnerRegistry {
           continue;
         }
         const taken = this.alone.length > 0 ? [this.alone.shift()!] : this.queue.splice(0);
+        this.inFlight = taken;
         if (this.uncertain) {
           const err = new OwnerStateWriteError(this.uncertain);
           for (const q of taken) q.reject(err);
@@ -485,6 +499,7 @@ export class OwnerRegistry {
       // the promise): a caller answered by this drain may queue its next change before such a
       // callback runs, and would then wait for ever (in-process callers did; HTTP ones are slower).
       this.working = false;
+      this.inFlight = [];
     }
   }
 }

@@ -381,84 +381,12 @@ function depRel(field: Field, value: number, at: At): Rel {
 
 function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: string) => never): (EStmt | null)[] {
   const out: (EStmt | null)[] = [];
-  let l3: 'ip' | 'ip6' | 'other' | undefined = family === 'ip' ? 'ip' : family === 'ip6' ? 'ip6' : undefined;
-  let l4: number | 'set' | undefined;
+  const c: ProtoCtx = { l3: family === 'ip' ? 'ip' : family === 'ip6' ? 'ip6' : undefined, l4: undefined, ll: false };
   let terminal: At | undefined;
-  let llKnown = false;
-  /** The ether type matched (explicitly or as a vlan field's dependency). */
-  let ethType: number | undefined;
-  /** The vlan type matched (explicitly or as a network field's dependency inside a vlan header). */
-  let vlanType: number | undefined;
-
-  const dep = depRel;
-  /**
-   * The network protocol dependency in inet: `meta nfproto`, or after an ether match (the link
-   * layer is known) nft's `ether type`, which its payload merge joins with the ether match.
-   */
-  const l3Dep = (p: 'ip' | 'ip6', st: At): Rel => {
-    if (!llKnown) return dep(F.nfproto, p === 'ip' ? NFPROTO_IPV4 : NFPROTO_IPV6, st);
-    const t = p === 'ip' ? 0x0800 : 0x86dd;
-    if (ethType === 0x8100) {
-      // inside a vlan header: its own type field names the network protocol
-      if (vlanType !== undefined && vlanType !== t) fail(st, `a match consistent with vlan type ${vlanType}`, `conflicting protocols specified: vlan type vs. ${p}`);
-      vlanType = t;
-      return dep(VLAN.type, t, st);
-    }
-    if (ethType !== undefined && ethType !== t) fail(st, `a match consistent with ether type ${ethType}`, `conflicting protocols specified: ether type vs. ${p}`);
-    ethType = t;
-    return dep(ETHER.type, t, st);
-  };
-
-  /** The protocol dependencies a field needs before it, inserted as nft does, refusing conflicts. */
-  const need = (f: Field, st: At): void => {
-    if (f === F.nfproto && family !== 'inet') {
-      fail(st, 'a match that makes sense in this family', 'meta nfproto is only useful in the inet family');
-    }
-    if (f.ll && !llKnown) {
-      // nft's link layer dependency in ip, ip6 and inet tables: the input device is Ethernet
-      out.push(dep(IIFTYPE_ETHER, 1, st));
-      llKnown = true;
-    }
-    if (f.llType !== undefined && ethType !== f.llType) {
-      // and a field inside the Ethernet payload (vlan) depends on its ether type
-      if (ethType !== undefined) fail(st, `a match consistent with ether type ${ethType}`, `conflicting protocols specified: ether type vs. ${f.name}`);
-      out.push(dep(ETHER.type, f.llType, st));
-      ethType = f.llType;
-    }
-    if (f.l3 && f.l3NoDep) {
-      const have = family === 'inet' ? l3 : family;
-      if (have !== f.l3) {
-        fail(st, `an ${f.l3 === 'ip' ? 'IPv4' : 'IPv6'} table, or a match on ${f.l3} before it in an inet table`,
-          have === undefined ? `cannot tell whether ${f.name} is an IPv4 or IPv6 address here`
-            : `conflicting protocols specified: ${have} vs. ${f.l3}`);
-      }
-    } else if (f.l3) {
-      if (family === 'inet') {
-        if (l3 === undefined) {
-          out.push(l3Dep(f.l3, st));
-          l3 = f.l3;
-        } else if (l3 !== f.l3) {
-          fail(st, `a match consistent with the network protocol given earlier (${l3 === 'other' ? 'meta nfproto' : l3})`,
-            `conflicting protocols specified: ${l3 === 'other' ? 'unknown' : l3} vs. ${f.l3}`);
-        }
-      } else if (l3 !== f.l3) {
-        fail(st, `a match for ${l3} in this ${family} table`, `conflicting protocols specified: ${l3} vs. ${f.l3}`);
-      }
-    }
-    // icmp/icmpv6 in inet: nft adds `meta nfproto` only when the transport protocol is not known yet
-    if (f.l3dep && family === 'inet' && l3 === undefined && l4 === undefined) {
-      out.push(l3Dep(f.l3dep, st));
-      l3 = f.l3dep;
-    }
-    if (f.l4 !== undefined) {
-      if (l4 === undefined) {
-        out.push(dep(F.l4proto, f.l4, st));
-        l4 = f.l4;
-      } else if (l4 !== f.l4) {
-        fail(st, `a match consistent with the transport protocol given earlier (${l4Name(l4)})`,
-          `conflicting protocols specified: ${l4Name(l4)} vs. ${l4Name(f.l4)}`);
-      }
-    }
+  /** The protocol dependencies of a match's field, or of each part of a key (a concatenation's parts, a jhash's inputs) in order. */
+  const need = (f: Field, st: At) => protoDeps(f, st, family, c, 'match', out, fail);
+  const keyNeeds = (key: readonly KeyPart[]) => {
+    for (const k of keyFields(key)) protoDeps(k.field, k.at, family, c, 'key part', out, fail);
   };
 
   for (let si = 0; si < ast.stmts.length; si++) {
@@ -475,16 +403,16 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
         continue;
       }
       if (f.load.kind === 'meta' && f.load.key === 'iiftype' && (st.op === 'eq' || st.op === 'implicit') && st.rhs.k === 'value'
-        && st.rhs.hex === encodeInt(f, 1n)) llKnown = true;
+        && st.rhs.hex === encodeInt(f, 1n)) c.ll = true;
       need(f, st);
       if (f === ETHER.type && (st.op === 'eq' || st.op === 'implicit') && st.rhs.k === 'value' && st.mask === undefined) {
-        ethType = parseInt(st.rhs.hex, 16);
+        c.eth = parseInt(st.rhs.hex, 16);
         // the network protocol it names (nft's protocol context), as a dependency would
-        if (family === 'inet' && l3 === undefined && (ethType === 0x0800 || ethType === 0x86dd)) l3 = ethType === 0x0800 ? 'ip' : 'ip6';
+        if (family === 'inet' && c.l3 === undefined && (c.eth === 0x0800 || c.eth === 0x86dd)) c.l3 = c.eth === 0x0800 ? 'ip' : 'ip6';
       }
       if (f === VLAN.type && (st.op === 'eq' || st.op === 'implicit') && st.rhs.k === 'value' && st.mask === undefined) {
-        vlanType = parseInt(st.rhs.hex, 16);
-        if (family === 'inet' && l3 === undefined && (vlanType === 0x0800 || vlanType === 0x86dd)) l3 = vlanType === 0x0800 ? 'ip' : 'ip6';
+        c.vlan = parseInt(st.rhs.hex, 16);
+        if (family === 'inet' && c.l3 === undefined && (c.vlan === 0x0800 || c.vlan === 0x86dd)) c.l3 = c.vlan === 0x0800 ? 'ip' : 'ip6';
       }
       // a range of marks (alone or in a set) is compared in network byte order, as a host-order integer
       const markSpan = f.type === 'mark' && (st.rhs.k === 'range' || (st.rhs.k === 'set' && st.rhs.elems.some((e) => e.k !== 'value')));
@@ -494,11 +422,11 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
       out.push(rel);
       if ((st.op === 'eq' || st.op === 'implicit') && st.mask === undefined) {
         if (f.protoKey) {
-          if (st.rhs.k === 'value') l4 = parseInt(st.rhs.hex, 16);
-          else if (st.rhs.k === 'set') l4 = 'set';
+          if (st.rhs.k === 'value') c.l4 = parseInt(st.rhs.hex, 16);
+          else if (st.rhs.k === 'set') c.l4 = 'set';
         } else if (f === F.nfproto && st.rhs.k === 'value') {
           const v = parseInt(st.rhs.hex, 16);
-          l3 = v === NFPROTO_IPV4 ? 'ip' : v === NFPROTO_IPV6 ? 'ip6' : 'other';
+          c.l3 = v === NFPROTO_IPV4 ? 'ip' : v === NFPROTO_IPV6 ? 'ip6' : 'other';
         }
       }
       continue;
@@ -508,24 +436,20 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
       for (const k of keyFields(st.key)) {
         // a bit field (ip dscp, ip6 flowlabel, …) is keyed by `payload & mask`, which the set and map code does not build
         if ((fieldMask(k.field) !== undefined && keyFields(st.key).length > 1) || k.field.llType !== undefined || k.field.l3dep || k.field.icmpDep) {
-          // the key dependencies (keyDeps) do not add nft's vlan, nfproto-for-icmp or icmp type matches for these yet
+          // the key dependencies (protoDeps) do not add nft's vlan, nfproto-for-icmp or icmp type matches for these yet
           fail(k.at, `another key`, `${k.field.name} cannot be a set or map key yet`);
         }
       }
-      const c: KeyCtx = { l3, l4, ll: llKnown, ...(ethType !== undefined ? { eth: ethType } : {}) };
       // (the data a dynset loads and the field a map's value is stored into have their protocols too)
       const deps = st.t === 'dynset' && Array.isArray(st.data) ? [...st.key, ...st.data]
         : st.t === 'markmap' && st.store ? [...st.key, { p: 'field' as const, field: st.store, col: st.col, raw: st.raw }] : st.key;
-      keyDeps(deps, family, c, out, fail);
-      l3 = c.l3;
-      l4 = c.l4;
-      llKnown = c.ll === true;
+      keyNeeds(deps);
       out.push({ t: 'other', stmt: st });
       continue;
     }
     let natFamily: Family | undefined;
     if (st.t === 'expr') {
-      if (st.needsL4 && !((typeof l4 === 'number' && TRANSPORT_PROTOCOLS.has(l4)) || l4 === 'set')) {
+      if (st.needsL4 && !((typeof c.l4 === 'number' && TRANSPORT_PROTOCOLS.has(c.l4)) || c.l4 === 'set')) {
         fail(st, 'a transport protocol match before it (e.g. meta l4proto tcp)', 'Transparent proxy support requires transport protocol match');
       }
       // the dependencies nft adds for reject with icmp/icmpv6 (inet) and with tcp reset
@@ -534,53 +458,49 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
       if (st.l3 && family !== 'inet' && st.l3 !== family) {
         fail(st, `a statement for ${family}`, `conflicting protocols specified: ${family} vs. ${st.l3}`);
       }
-      if (st.l3 && family === 'inet' && l3 === undefined) {
-        put(l3Dep(st.l3, st));
-        l3 = st.l3;
-      } else if (st.l3 && family === 'inet' && l3 !== st.l3) {
-        fail(st, `a statement for ${l3 === 'other' ? 'this protocol' : l3}`, `conflicting protocols specified: ${l3} vs. ${st.l3}`);
+      if (st.l3 && family === 'inet' && c.l3 === undefined) {
+        put(l3Dep(st.l3, st, c, fail));
+        c.l3 = st.l3;
+      } else if (st.l3 && family === 'inet' && c.l3 !== st.l3) {
+        fail(st, `a statement for ${c.l3 === 'other' ? 'this protocol' : c.l3}`, `conflicting protocols specified: ${c.l3} vs. ${st.l3}`);
       }
       if (st.l4 !== undefined) {
-        if (l4 === undefined) {
-          put(dep(F.l4proto, st.l4, st));
-          l4 = st.l4;
-        } else if (l4 !== st.l4) {
-          fail(st, `a statement consistent with the transport protocol given earlier (${l4Name(l4)})`,
-            `conflicting protocols specified: ${l4Name(l4)} vs. ${l4Name(st.l4)}`);
+        if (c.l4 === undefined) {
+          put(depRel(F.l4proto, st.l4, st));
+          c.l4 = st.l4;
+        } else if (c.l4 !== st.l4) {
+          fail(st, `a statement consistent with the transport protocol given earlier (${l4Name(c.l4)})`,
+            `conflicting protocols specified: ${l4Name(c.l4)} vs. ${l4Name(st.l4)}`);
         }
       }
       if (st.terminal) terminal = st;
-      if (st.defaultReject && family === 'inet' && (l3 === 'ip' || l3 === 'ip6')) {
-        out.push({ t: 'other', stmt: { ...st, exprs: [{ kind: 'reject', type: 0, code: l3 === 'ip' ? 3 : 4 }] } });
+      if (st.defaultReject && family === 'inet' && (c.l3 === 'ip' || c.l3 === 'ip6')) {
+        out.push({ t: 'other', stmt: { ...st, exprs: [{ kind: 'reject', type: 0, code: c.l3 === 'ip' ? 3 : 4 }] } });
         continue;
       }
     } else if (st.t === 'nat' || st.t === 'masq' || st.t === 'redir') {
       // (a port after a NAT map: once the maps' keys gave their dependencies, below)
       const portLater = st.t === 'nat' && (st.map !== undefined || st.portMap !== undefined);
-      if (st.port && !portLater && !((typeof l4 === 'number' && TRANSPORT_PROTOCOLS.has(l4)) || l4 === 'set')) {
+      if (st.port && !portLater && !((typeof c.l4 === 'number' && TRANSPORT_PROTOCOLS.has(c.l4)) || c.l4 === 'set')) {
         fail(st.port, 'a transport protocol match before it (e.g. tcp dport 80, or meta l4proto tcp)',
           'transport protocol mapping is only valid after transport protocol match');
       }
       if (st.t === 'redir' && st.map) {
         // unlike snat/dnat maps, nft wants the transport protocol from a match before the statement:
         // the key's own dependency does not count (`redirect to :tcp dport map …` alone is refused)
-        st.map.l4Known = l4 === 'set' || (typeof l4 === 'number' && TRANSPORT_PROTOCOLS.has(l4));
-        const c: KeyCtx = { l3, l4, ll: llKnown, ...(ethType !== undefined ? { eth: ethType } : {}) };
-        keyDeps(st.map.key, family, c, out, fail);
-        l3 = c.l3;
-        l4 = c.l4;
-        llKnown = c.ll === true;
+        st.map.l4Known = c.l4 === 'set' || (typeof c.l4 === 'number' && TRANSPORT_PROTOCOLS.has(c.l4));
+        keyNeeds(st.map.key);
       }
       if (st.t === 'nat') {
         const explicit = st.family;
         if (explicit && family !== 'inet' && explicit !== family) {
           fail(st.familyAt!, `'${family}' or nothing in an ${family} table`, `conflicting protocols specified: ${family} vs. ${explicit}`);
         }
-        if (explicit && family === 'inet' && (l3 === 'ip' || l3 === 'ip6') && l3 !== explicit) {
-          fail(st.familyAt!, `'${l3}', as the rule matched ${l3} before`, `conflicting protocols specified: ${l3} vs. ${explicit}`);
+        if (explicit && family === 'inet' && (c.l3 === 'ip' || c.l3 === 'ip6') && c.l3 !== explicit) {
+          fail(st.familyAt!, `'${c.l3}', as the rule matched ${c.l3} before`, `conflicting protocols specified: ${c.l3} vs. ${explicit}`);
         }
         if (st.addr) {
-          const fam = explicit ?? (family !== 'inet' ? family : l3 === 'ip' || l3 === 'ip6' ? l3 : undefined);
+          const fam = explicit ?? (family !== 'inet' ? family : c.l3 === 'ip' || c.l3 === 'ip6' ? c.l3 : undefined);
           if (!fam) {
             fail(st, `'${st.type} ip to' or '${st.type} ip6 to'`, 'ip or ip6 must be specified with address for inet tables');
           }
@@ -595,18 +515,14 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
         } else if (st.map) {
           // as nft: the family comes from the table, `ip`/`ip6`, or what the rule matched before the
           // map's key (the key's own dependencies come after that decision)
-          const fam = explicit ?? (family !== 'inet' ? family : l3 === 'ip' || l3 === 'ip6' ? l3 : undefined);
+          const fam = explicit ?? (family !== 'inet' ? family : c.l3 === 'ip' || c.l3 === 'ip6' ? c.l3 : undefined);
           if (!fam) {
             fail(st, `'${st.type} ip to' or '${st.type} ip6 to'`, 'ip or ip6 must be specified with address for inet tables');
           }
-          const c: KeyCtx = { l3, l4, ll: llKnown, ...(ethType !== undefined ? { eth: ethType } : {}) };
-          keyDeps(st.map.key, family, c, out, fail);
-          l3 = c.l3;
-          l4 = c.l4;
-          llKnown = c.ll === true;
+          keyNeeds(st.map.key);
           // whether ports may be mapped (checked with the map's data when it is linearized); nft takes
           // a set of protocols, `meta l4proto { tcp, udp }`, as transport context here
-          st.map.l4Known = l4 === 'set' || (typeof l4 === 'number' && TRANSPORT_PROTOCOLS.has(l4));
+          st.map.l4Known = c.l4 === 'set' || (typeof c.l4 === 'number' && TRANSPORT_PROTOCOLS.has(c.l4));
           natFamily = fam;
         } else {
           natFamily = explicit ?? family;
@@ -614,18 +530,14 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
         // as nft: the protocol must be known once the address is (a match before, or the address
         // map's key); a port map's own key does not count (`dnat to ct zone map { … } : tcp dport map
         // { … }` alone is refused)
-        const l4Known = l4 === 'set' || (typeof l4 === 'number' && TRANSPORT_PROTOCOLS.has(l4));
+        const l4Known = c.l4 === 'set' || (typeof c.l4 === 'number' && TRANSPORT_PROTOCOLS.has(c.l4));
         const port = st.portMap ?? (st.map ? st.port : undefined);
         if (port && !l4Known) {
           fail(port, 'a transport protocol match before it (e.g. tcp dport 80, or meta l4proto tcp)',
             'transport protocol mapping is only valid after transport protocol match');
         }
         if (st.portMap) {
-          const c: KeyCtx = { l3, l4, ll: llKnown, ...(ethType !== undefined ? { eth: ethType } : {}) };
-          keyDeps(st.portMap.key, family, c, out, fail);
-          l3 = c.l3;
-          l4 = c.l4;
-          llKnown = c.ll === true;
+          keyNeeds(st.portMap.key);
         }
       }
       terminal = st;
@@ -637,64 +549,98 @@ function evaluate(ast: RuleAst, family: Family, fail: (at: At, e: string, r: str
   return out;
 }
 
-/** The protocol context keyDeps reads and updates (ll: the link layer is known; eth: the ether type matched). */
-interface KeyCtx { l3: 'ip' | 'ip6' | 'other' | undefined; l4: number | 'set' | undefined; ll?: boolean; eth?: number }
+/** The protocol context of a rule so far, which its dependencies read and update. */
+interface ProtoCtx {
+  l3: 'ip' | 'ip6' | 'other' | undefined;
+  l4: number | 'set' | undefined;
+  /** The link layer is known (`meta iiftype ether`, matched or as a dependency). */
+  ll: boolean;
+  /** The ether type matched (explicitly or as a dependency). */
+  eth?: number;
+  /** The vlan type matched (explicitly or as a network field's dependency inside a vlan header). */
+  vlan?: number;
+}
 
 /**
- * The protocol dependencies of a key's fields (a concatenation's parts, a jhash's inputs), inserted
- * before the statement as nft does for each part in order, refusing conflicts; the same rules as
- * for a match's field.
+ * The network protocol dependency in inet: `meta nfproto`, or after an ether match (the link layer
+ * is known) nft's `ether type`, which its payload merge joins with the ether match; inside a vlan
+ * header its own type field. `keyPart`: for that part of a set or map key, where the vlan type
+ * dependency is not built (refused), and the ether type is checked against the one matched but not
+ * noted.
  */
-function keyDeps(key: readonly KeyPart[], family: Family, c: KeyCtx,
+function l3Dep(p: 'ip' | 'ip6', st: At, c: ProtoCtx, fail: (at: At, e: string, r: string) => never, keyPart?: Field): Rel {
+  if (!c.ll) return depRel(F.nfproto, p === 'ip' ? NFPROTO_IPV4 : NFPROTO_IPV6, st);
+  const t = p === 'ip' ? 0x0800 : 0x86dd;
+  if (c.eth === 0x8100) {
+    if (keyPart) fail(st, 'an ip/ip6 match before the vlan match, or meta nfproto', `${keyPart.name} after a vlan match cannot be a set or map key yet`);
+    // inside a vlan header: its own type field names the network protocol
+    if (c.vlan !== undefined && c.vlan !== t) fail(st, `a match consistent with vlan type ${c.vlan}`, `conflicting protocols specified: vlan type vs. ${p}`);
+    c.vlan = t;
+    return depRel(VLAN.type, t, st);
+  }
+  // A key part after another ether type is refused as nft refuses it; the key's type is not noted.
+  if (c.eth !== undefined && c.eth !== t) fail(st, `a match consistent with ether type ${c.eth}`, `conflicting protocols specified: ether type vs. ${p}`);
+  if (!keyPart) c.eth = t;
+  return depRel(ETHER.type, t, st);
+}
+
+/**
+ * The protocol dependencies a field needs before it, inserted as nft does, refusing conflicts: of a
+ * match's field, or of a set or map key's part (`of`, also the word a refusal names it by). A key
+ * part gets no ether type dependency of a field inside the Ethernet payload (vlan) and no network
+ * protocol dependency of an icmp field (the caller refuses such key fields; a dynset's data and a
+ * map's stored field get none), and its network protocol dependency is l3Dep's for a key part.
+ */
+function protoDeps(f: Field, st: At, family: Family, c: ProtoCtx, of: 'match' | 'key part',
   out: (EStmt | null)[], fail: (at: At, e: string, r: string) => never): void {
-  const dep = (field: Field, value: number, at: At): Rel => ({
-    t: 'rel', field, op: 'eq', rhs: { k: 'value', hex: u8(value), col: at.col, raw: at.raw }, at,
-  });
-  for (const { field: f, at: st } of keyFields(key)) {
-    if (f.ll && !c.ll) {
-      // an ether field: nft's `meta iiftype ether` first, as for a match
-      out.push(depRel(IIFTYPE_ETHER, 1, st));
-      c.ll = true;
+  if (f === F.nfproto && family !== 'inet') {
+    fail(st, 'a match that makes sense in this family', 'meta nfproto is only useful in the inet family');
+  }
+  if (f.ll && !c.ll) {
+    // nft's link layer dependency in ip, ip6 and inet tables: the input device is Ethernet
+    out.push(depRel(IIFTYPE_ETHER, 1, st));
+    c.ll = true;
+  }
+  const key = of === 'key part';
+  if (f.llType !== undefined && !key && c.eth !== f.llType) {
+    // and a field inside the Ethernet payload (vlan) depends on its ether type
+    if (c.eth !== undefined) fail(st, `a match consistent with ether type ${c.eth}`, `conflicting protocols specified: ether type vs. ${f.name}`);
+    out.push(depRel(ETHER.type, f.llType, st));
+    c.eth = f.llType;
+  }
+  if (f.l3 && f.l3NoDep) {
+    // (ct original saddr, rt nexthop in inet: the family must be known, nft adds no dependency)
+    const have = family === 'inet' ? c.l3 : family;
+    if (have !== f.l3) {
+      fail(st, `an ${f.l3 === 'ip' ? 'IPv4' : 'IPv6'} table, or a match on ${f.l3} before it in an inet table`,
+        have === undefined ? `cannot tell whether ${f.name} is an IPv4 or IPv6 address here`
+          : `conflicting protocols specified: ${have} vs. ${f.l3}`);
     }
-    if (f.l3 && !f.l3NoDep && family === 'inet' && c.l3 === undefined && c.ll) {
-      // after an ether match nft depends on ether type, not on meta nfproto (inside a vlan header on
-      // vlan type, which is not done for keys)
-      if (c.eth === 0x8100) fail(st, 'an ip/ip6 match before the vlan match, or meta nfproto', `${f.name} after a vlan match cannot be a set or map key yet`);
-      out.push(depRel(ETHER.type, f.l3 === 'ip' ? 0x0800 : 0x86dd, st));
-      c.l3 = f.l3;
-    }
-    if (f === F.nfproto && family !== 'inet') {
-      fail(st, 'a match that makes sense in this family', 'meta nfproto is only useful in the inet family');
-    }
-    if (f.l3 && f.l3NoDep) {
-      // (ct original saddr, rt nexthop in inet: the family must be known, nft adds no dependency)
-      const have = family === 'inet' ? c.l3 : family;
-      if (have !== f.l3) {
-        fail(st, `an ${f.l3 === 'ip' ? 'IPv4' : 'IPv6'} table, or a match on ${f.l3} before it in an inet table`,
-          have === undefined ? `cannot tell whether ${f.name} is an IPv4 or IPv6 address here`
-            : `conflicting protocols specified: ${have} vs. ${f.l3}`);
-      }
-    } else if (f.l3) {
-      if (family === 'inet') {
-        if (c.l3 === undefined) {
-          out.push(dep(F.nfproto, f.l3 === 'ip' ? NFPROTO_IPV4 : NFPROTO_IPV6, st));
-          c.l3 = f.l3;
-        } else if (c.l3 !== f.l3) {
-          fail(st, `a key part consistent with the network protocol given earlier (${c.l3 === 'other' ? 'meta nfproto' : c.l3})`,
-            `conflicting protocols specified: ${c.l3 === 'other' ? 'unknown' : c.l3} vs. ${f.l3}`);
-        }
+  } else if (f.l3) {
+    if (family === 'inet') {
+      if (c.l3 === undefined) {
+        out.push(l3Dep(f.l3, st, c, fail, key ? f : undefined));
+        c.l3 = f.l3;
       } else if (c.l3 !== f.l3) {
-        fail(st, `a key part for ${c.l3} in this ${family} table`, `conflicting protocols specified: ${c.l3} vs. ${f.l3}`);
+        fail(st, `a ${of} consistent with the network protocol given earlier (${c.l3 === 'other' ? 'meta nfproto' : c.l3})`,
+          `conflicting protocols specified: ${c.l3 === 'other' ? 'unknown' : c.l3} vs. ${f.l3}`);
       }
+    } else if (c.l3 !== f.l3) {
+      fail(st, `a ${of} for ${c.l3} in this ${family} table`, `conflicting protocols specified: ${c.l3} vs. ${f.l3}`);
     }
-    if (f.l4 !== undefined) {
-      if (c.l4 === undefined) {
-        out.push(dep(F.l4proto, f.l4, st));
-        c.l4 = f.l4;
-      } else if (c.l4 !== f.l4) {
-        fail(st, `a key part consistent with the transport protocol given earlier (${l4Name(c.l4)})`,
-          `conflicting protocols specified: ${l4Name(c.l4)} vs. ${l4Name(f.l4)}`);
-      }
+  }
+  // icmp/icmpv6 in inet: nft adds `meta nfproto` only when the transport protocol is not known yet
+  if (f.l3dep && !key && family === 'inet' && c.l3 === undefined && c.l4 === undefined) {
+    out.push(l3Dep(f.l3dep, st, c, fail));
+    c.l3 = f.l3dep;
+  }
+  if (f.l4 !== undefined) {
+    if (c.l4 === undefined) {
+      out.push(depRel(F.l4proto, f.l4, st));
+      c.l4 = f.l4;
+    } else if (c.l4 !== f.l4) {
+      fail(st, `a ${of} consistent with the transport protocol given earlier (${l4Name(c.l4)})`,
+        `conflicting protocols specified: ${l4Name(c.l4)} vs. ${l4Name(f.l4)}`);
     }
   }
 }

@@ -251,6 +251,11 @@ describe('the bundled daemon', () => {
     const config = join(ROOT, 'examples', 'flannel.yaml');
     expect(spawnSync(process.execPath, [join(ROOT, 'bin', 'nfkeeper.js'), 'apply', '--config', config, '--netns', ns.path]).status).toBe(0);
     expect(loaded(0, 'check', '--config', config, '--netns', ns.path)).not.toContain('NativeModule crypto');
+    // nor to ask whether its compile cache has an entry for it, beside another config's big one
+    const cache = join(dir, 'cache');
+    mkdirSync(cache, { mode: 0o700 });
+    writeFileSync(join(cache, 'compiled-0123456789abcdef.json'), 'x'.repeat(1 << 20));
+    expect(loaded(0, 'check', '--config', config, '--netns', ns.path, '--cache-dir', cache)).not.toContain('NativeModule crypto');
   });
 
   /** `dir`/big.nft: table ip `table` with an input chain of 1,000 rules. */

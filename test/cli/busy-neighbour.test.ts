@@ -12,7 +12,7 @@ import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { ip } from '../helpers/big-chain.js';
-import { cli } from '../helpers/cli.js';
+import { cli, type CliResult } from '../helpers/cli.js';
 import { startNeighbour } from '../helpers/neighbour.js';
 import { withNetns } from '../helpers/netns.js';
 
@@ -42,45 +42,42 @@ function stalledExport(args: string[], stopMs: number, everyMs: number): Promise
 }
 const RATE = 'max';
 
+/**
+ * A 20,000-rule table, its quiet export, and the export `busy` makes of it while the neighbour
+ * commits as fast as it can; the neighbour's commits meanwhile.
+ */
+async function underNeighbour<T extends { code: number | null; out: string; err: string }>(tag: string, busy: (args: string[]) => Promise<T>):
+  Promise<{ quiet: CliResult; busy: T; commits: number }> {
+  return withNetns(async (ns) => {
+    const rules = Array.from({ length: N }, (_, i) => `add rule ip big c ip saddr ${ip(i)} accept`);
+    ns.nft(`add table ip big\nadd chain ip big c\n${rules.join('\n')}\n`);
+    const args = ['export', '--table', 'ip', 'big', '--netns', ns.path, '--no-progress'];
+    const quiet = await cli(...args);
+    expect(quiet.code, quiet.err).toBe(0);
+    const neighbour = await startNeighbour(ns.path, RATE);
+    let got: T;
+    let commits = 0;
+    try {
+      got = await busy(args);
+    } finally {
+      ({ commits } = await neighbour.stop());
+    }
+    return { quiet, busy: got, commits };
+  }, tag);
+}
+
 describe('a one-shot read under a busy neighbour', () => {
   it(`export of a 20,000-rule table succeeds while another table is committed to as fast as another process can, and prints the quiet export`, async () => {
-    await withNetns(async (ns) => {
-      const rules = Array.from({ length: N }, (_, i) => `add rule ip big c ip saddr ${ip(i)} accept`);
-      ns.nft(`add table ip big\nadd chain ip big c\n${rules.join('\n')}\n`);
-      const args = ['export', '--table', 'ip', 'big', '--netns', ns.path, '--no-progress'];
-      const quiet = await cli(...args);
-      expect(quiet.code, quiet.err).toBe(0);
-      const neighbour = await startNeighbour(ns.path, RATE);
-      let busy;
-      let commits = 0;
-      try {
-        busy = await cli(...args);
-      } finally {
-        ({ commits } = await neighbour.stop());
-      }
-      expect(commits, 'the neighbour committed while the export read').toBeGreaterThan(10);
-      expect(busy.code, busy.err).toBe(0);
-      expect(busy.out).toBe(quiet.out);
-    }, 'busy-export');
+    const { quiet, busy, commits } = await underNeighbour('busy-export', (args) => cli(...args));
+    expect(commits, 'the neighbour committed while the export read').toBeGreaterThan(10);
+    expect(busy.code, busy.err).toBe(0);
+    expect(busy.out).toBe(quiet.out);
   }, 120_000);
 
   it('export under the neighbour succeeds though the reader is stopped 40 ms in every 150: the notifications of the stall wait in the watch\'s buffer', async () => {
-    await withNetns(async (ns) => {
-      const rules = Array.from({ length: N }, (_, i) => `add rule ip big c ip saddr ${ip(i)} accept`);
-      ns.nft(`add table ip big\nadd chain ip big c\n${rules.join('\n')}\n`);
-      const args = ['export', '--table', 'ip', 'big', '--netns', ns.path, '--no-progress'];
-      const quiet = await cli(...args);
-      expect(quiet.code, quiet.err).toBe(0);
-      const neighbour = await startNeighbour(ns.path, RATE);
-      let busy;
-      try {
-        busy = await stalledExport(args, 40, 150);
-      } finally {
-        await neighbour.stop();
-      }
-      expect(busy.stops, 'the reader was stopped').toBeGreaterThan(0);
-      expect(busy.code, busy.err).toBe(0);
-      expect(busy.out.trimEnd()).toBe(quiet.out.trimEnd());
-    }, 'busy-export-stall');
+    const { quiet, busy } = await underNeighbour('busy-export-stall', (args) => stalledExport(args, 40, 150));
+    expect(busy.stops, 'the reader was stopped').toBeGreaterThan(0);
+    expect(busy.code, busy.err).toBe(0);
+    expect(busy.out.trimEnd()).toBe(quiet.out.trimEnd());
   }, 120_000);
 });

@@ -45,6 +45,28 @@ export const NOMAD_RESTORE = `*nat
 COMMIT
 `;
 
+export function allocId(i: number): string {
+  const h = i.toString(16).padStart(8, '0');
+  return `${h}-0000-4000-8000-${h.padStart(12, '0')}`;
+}
+
+/** iptables-nft-restore input of `n` dead Nomad allocations (a tagged jump, a CNI chain, two tagged rules each) and one live one, LIVE, last. */
+export function manyAllocs(n: number): string {
+  const lines = ['*nat', ':PREROUTING ACCEPT [0:0]', ':INPUT ACCEPT [0:0]', ':OUTPUT ACCEPT [0:0]', ':POSTROUTING ACCEPT [0:0]'];
+  const chain = (i: number) => `CNI-${i.toString(16).padStart(24, '0')}`;
+  for (let i = 0; i <= n; i++) lines.push(`:${chain(i)} - [0:0]`);
+  lines.push('-A POSTROUTING -s 172.17.0.0/16 ! -o docker0 -j MASQUERADE');
+  for (let i = 0; i <= n; i++) {
+    const id = i === n ? LIVE : allocId(i);
+    const ip = `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`;
+    lines.push(`-A POSTROUTING -s ${ip}/32 -m comment --comment ${tag(id)} -j ${chain(i)}`);
+    lines.push(`-A ${chain(i)} -d 172.26.64.0/20 -m comment --comment ${tag(id)} -j ACCEPT`);
+    lines.push(`-A ${chain(i)} ! -d 224.0.0.0/4 -m comment --comment ${tag(id)} -j MASQUERADE`);
+  }
+  lines.push('COMMIT', '');
+  return lines.join('\n');
+}
+
 /** Loads the Nomad seed into `ns` (a setup for netnsPerTest/netnsPerSuite). */
 export function restoreNomad(ns: Netns): void {
   ns.exec('iptables-nft-restore', [], NOMAD_RESTORE);

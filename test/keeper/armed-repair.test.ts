@@ -99,6 +99,23 @@ describe('the keeper arms the monitor with the repair of each owned rule', () =>
     }
   });
 
+  it('a tick due before the loop polls the deletion\'s event leaves the repair to the armed monitor', async () => {
+    // Timers run before the loop polls the monitor's socket: a tick in that gap finds the generation
+    // moved. Forced here by running it in the deletion's own turn (under load a test's deletion met
+    // the 1 s tick so, and a JavaScript pass took the repair the monitor was armed for).
+    await until('the monitor to be armed', () => keeper.armed === true, 10_000);
+    const before = (await chain(sock)).handles;
+    const j0 = jsCommits();
+    const repaired = nextRepair(keeper, 10_000);
+    await sock.commit(new Batch().delete('rule', { ...where, handle: before[1]! }));
+    (keeper as unknown as { tick(): void }).tick();
+    const r = await repaired;
+    await keeper.idle();
+    expect(r.cause).toBe('event');
+    expect(jsCommits()).toBe(j0);
+    expect((await chain(sock)).ok).toBe(true);
+  });
+
   it('is armed again from the planner after each repair, and gives way to a pass', async () => {
     await until('the monitor to be armed', () => keeper.armed === true, 10_000);
     // A pass (the tick's read-back, a reload) pauses it; it is armed again once the followed part is clean,

@@ -579,6 +579,39 @@ describe('commitGuarded', () => {
     conn.close();
   });
 
+  it('a proof (GuardOptions.proof) is opened at the first refusal, proves only later plans, is told their generations and closed at the end', async () => {
+    kernel = new FakeKernel();
+    const conn = kernel.connect();
+    const events: string[] = [];
+    // A bystander commits before each of our first three commits.
+    let n = 0;
+    kernel.beforeCommit = (port) => {
+      if (port === conn.portId && n < 3) kernel.tamper(new Batch().add('table', { ...IP, name: `bystander${n++}` }));
+    };
+    const r = await commitGuarded(conn, async (generation, attempt) => {
+      events.push(`plan ${attempt} at ${generation}`);
+      return { value: attempt, batch: new Batch().add('table', { ...IP, name: 't' }) };
+    }, {
+      attempts: 5,
+      proof: () => {
+        events.push('open');
+        return {
+          stillHolds: async (planned) => {
+            events.push(`proof of ${planned}`);
+            return kernel.generation;
+          },
+          planned: (generation) => events.push(`planned ${generation}`),
+          close: () => events.push('close'),
+        };
+      },
+    });
+    expect(r).toMatchObject({ value: 2, attempts: 2, ops: 1 });
+    // Plan 1 was read before the proof joined: planned again. Plan 2's refusals are proved and sent again.
+    expect(events).toEqual(['plan 1 at 1', 'open', 'planned 2', 'plan 2 at 2', 'proof of 2', 'proof of 2', 'close']);
+    expect(kernel.log.filter((l) => l.portId === conn.portId).map((l) => l.ok)).toEqual([false, false, false, true]);
+    conn.close();
+  });
+
   it('replans after a refusal the caller can avoid, and rethrows any other', async () => {
     kernel = new FakeKernel();
     const conn = kernel.connect();

@@ -10,9 +10,8 @@ import { KernelView } from '../../src/keeper/view.js';
 import { Reconciler } from '../../src/keeper/reconciler.js';
 import { Monitor } from '../../src/netlink/monitor.js';
 import { open } from '../../src/netlink/socket.js';
-import type { Batch } from '../../src/netlink/batch.js';
-import type { Op } from '../../src/netlink/ops.js';
 import { socketPerTest } from '../helpers/netns-hooks.js';
+import { recordSends } from '../helpers/sends.js';
 import { chainLines, seedConfig, seedRule } from './helpers.js';
 
 const N = 200;
@@ -36,33 +35,7 @@ describe('a full pass refused by a commit of another socket', () => {
     view.followEvents((now) => (now ? monitor.readNow() : monitor.progress()), () => false);
     monitor.anchor(sock.generation(), 0);
     const other = open({ netns: ns.path });
-    const commit = sock.commit.bind(sock);
-    const recommit = sock.recommit.bind(sock);
-    const sent: { how: 'commit' | 'recommit'; generation?: number; refused?: boolean; ops: number }[] = [];
-    sock.commit = async (batch, options = {}) => {
-      const ops = (batch as Batch).ops ?? (batch as readonly Op[]);
-      const s: (typeof sent)[number] = { how: 'commit', generation: options.expectGeneration, ops: ops.length };
-      sent.push(s);
-      if (sent.length === 1) between.call(other);
-      try {
-        return await commit(batch, options);
-      } catch (e) {
-        s.refused = true;
-        refused?.();
-        throw e;
-      }
-    };
-    sock.recommit = async (batch, generation) => {
-      const s: (typeof sent)[number] = { how: 'recommit', generation, ops: (batch as Batch).ops.length };
-      sent.push(s);
-      try {
-        return await recommit(batch, generation);
-      } catch (e) {
-        s.refused = true;
-        refused?.();
-        throw e;
-      }
-    };
+    const sent = recordSends(sock, () => between.call(other), 1, refused);
     let observations = 0;
     let mismatches = 0;
     const r = await new Reconciler(sock, { attempts: 5, view, metrics: { dumps: { inc: () => undefined }, generationRetries: { inc: () => mismatches++ } } as never })
@@ -96,14 +69,18 @@ describe('a full pass refused by a commit of another socket', () => {
     // (the resend guarded by it, or refused by it); one that reads the monitor's socket at once is
     // taken at the generation that refused the batch, and the resend goes before the late commit.
     const n = 20;
-    let late = 0;
+    let late: Promise<void> | undefined;
     const other = open({ netns: ns.path });
     try {
       const { r, sent, mismatches } = await repair(function (this: ReturnType<typeof open>) {
         this.commitNow([{ verb: 'add', object: 'table', family: 'ip', name: 'neighbour' }]);
       }, n, () => {
-        if (late++ === 0) setImmediate(() => other.commitNow([{ verb: 'add', object: 'table', family: 'ip', name: 'late' }]));
+        late ??= new Promise((done) => setImmediate(() => {
+          other.commitNow([{ verb: 'add', object: 'table', family: 'ip', name: 'late' }]);
+          done();
+        }));
       });
+      await late;
       expect(sent.map((x) => [x.how, x.generation! - sent[0]!.generation!, x.refused ?? false])).toEqual([
         ['commit', 0, true],
         ['recommit', 1, false],

@@ -12,9 +12,8 @@ import { checkOnce } from '../../src/keeper/oneshot.js';
 import { Reconciler } from '../../src/keeper/reconciler.js';
 import { Monitor } from '../../src/netlink/monitor.js';
 import { open } from '../../src/netlink/socket.js';
-import type { Batch } from '../../src/netlink/batch.js';
-import type { Op } from '../../src/netlink/ops.js';
 import { socketPerTest } from '../helpers/netns-hooks.js';
+import { recordSends } from '../helpers/sends.js';
 import { chainLines, seedConfig, seedRule } from './helpers.js';
 
 const N = 200;
@@ -29,31 +28,7 @@ describe('a one-shot apply refused by a commit of another socket', () => {
     await new Reconciler(sock, { attempts: 5 }).once({ tables: config.tables });
     ns.nft('flush chain ip seed post\n');
     const other = open({ netns: ns.path });
-    const commit = sock.commit.bind(sock);
-    const recommit = sock.recommit.bind(sock);
-    const sent: { how: 'commit' | 'recommit'; generation?: number; refused?: boolean; ops: number }[] = [];
-    sock.commit = async (batch, options = {}) => {
-      const ops = (batch as Batch).ops ?? (batch as readonly Op[]);
-      const s: (typeof sent)[number] = { how: 'commit', generation: options.expectGeneration, ops: ops.length };
-      sent.push(s);
-      if (sent.length <= times) between.call(other);
-      try {
-        return await commit(batch, options);
-      } catch (e) {
-        s.refused = true;
-        throw e;
-      }
-    };
-    sock.recommit = async (batch, generation) => {
-      const s: (typeof sent)[number] = { how: 'recommit', generation, ops: (batch as Batch).ops.length };
-      sent.push(s);
-      try {
-        return await recommit(batch, generation);
-      } catch (e) {
-        s.refused = true;
-        throw e;
-      }
-    };
+    const sent = recordSends(sock, () => between.call(other), times);
     const monitors: Monitor[] = [];
     let observations = 0;
     const r = await checkOnce(sock, config, true, [], {

@@ -127,6 +127,31 @@ describe('one socket, many requests', () => {
   });
 });
 
+describe('stateful objects of one table', () => {
+  it('are read inline when few (no worker), by a worker past the inline datagrams, and never another table\'s', async () => {
+    await withSocket(async (s) => {
+      const counters = (table: string, n: number): Op[] => Array.from({ length: n }, (_, i): Op => ({
+        verb: 'add', object: 'obj', family: F, table, name: `c${i}`, type: 'counter', data: { packets: 0, bytes: 0 },
+      }));
+      const many = scaled(2000);
+      await s.commit([...ownedSetup(), ...counters(T, 3), { verb: 'add', object: 'table', family: F, name: 'other' }, ...counters('other', many)]);
+      // Settled before the event loop turns: read on this thread (a worker's result comes in a later turn).
+      let small: unknown[] | undefined;
+      void s.listObjs({ family: F, table: T }).then((o) => { small = o; });
+      for (let i = 0; i < 5; i++) await Promise.resolve();
+      expect(small?.length).toBe(3);
+      let big: unknown[] | undefined;
+      const pending = s.listObjs({ family: F, table: 'other' }).then((o) => { big = o; });
+      for (let i = 0; i < 5; i++) await Promise.resolve();
+      expect(big).toBeUndefined();
+      await pending;
+      expect(big!.length).toBe(many);
+      expect((big as { table: string }[]).every((o) => o.table === 'other')).toBe(true);
+      expect((await s.listObjs({ family: F, table: T })).map((o) => o.name).sort()).toEqual(['c0', 'c1', 'c2']);
+    }, 'objs');
+  });
+});
+
 describe('namespace isolation', () => {
   it('two sockets in two namespaces never see each other', async () => {
     await withNetns(async (a) => {

@@ -30,4 +30,24 @@ describe('OwnerRegistry queue', () => {
       registry.close();
     }
   }, 10_000);
+
+  it('counts a registration as live for foreign GC from its request on, while its commit and write are in flight', async () => {
+    const dir = tempDir('registry-live');
+    const config = parseConfig(ownersYaml(dir), join(dir, 'config.yaml'));
+    const during: string[][] = [];
+    let registry!: OwnerRegistry;
+    // The kernel's commit of the group: list() lacks the owner until the disk has it too.
+    registry = new OwnerRegistry(config, [], async () => { during.push(registry.liveIds()); });
+    try {
+      const put = registry.put('o1', ownerSpec(1, 3));
+      expect(registry.liveIds()).toEqual(['o1']);
+      await put;
+      expect(during).toEqual([['o1']]);
+      expect(registry.liveIds()).toEqual(['o1']);
+      expect(await registry.remove('o1')).toEqual({ existed: true, changed: true });
+      expect(registry.liveIds()).toEqual([]);
+    } finally {
+      registry.close();
+    }
+  }, 10_000);
 });

@@ -12,62 +12,35 @@
  *   NFK_ADOPTION_KILLS=all npx vitest run test/reliability/adoption-kill.test.ts   (every call, both counts)
  * By default: every call from MAX - 1 (the write that reaches the limit), the rename from 0.
  */
-import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { parseConfig } from '../../src/config/config.js';
 import { MAX_UNVERIFIED_ADOPTIONS, readRecord, writeRecord, type RestartRecord } from '../../src/keeper/record.js';
-import { call, compileOwner, saveOwners } from '../../src/owners/index.js';
+import { call } from '../../src/owners/index.js';
 import { withNetns, type Netns } from '../helpers/netns.js';
 import { generationOf } from '../helpers/netns-hooks.js';
-import { tempDir } from '../helpers/tmp.js';
 import { sleep } from '../helpers/wait.js';
-import { ownerSpec, ownersYamlWithBigChain } from '../owners/fixtures.js';
-import { daemon, stop, type Child } from './owners-child.js';
+import { OWNERS, dump, ownersSetUp, pointsOf, recordOnDisk, records, sweepDaemon, temps } from './crash-loop.js';
+import { logged, stop, waitSaid, type Child } from './owners-child.js';
 
-const HOOK = fileURLToPath(new URL('./kill-at-point.mjs', import.meta.url));
 const ALL = process.env.NFK_ADOPTION_KILLS === 'all';
 const RULES = 200;
 
-type Line = { msg: string; why?: string; verified?: boolean };
-const msgs = (d: Child): Line[] => d.logs.join('').split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as Line);
-const said = (d: Child, re: RegExp) => msgs(d).some((l) => re.test(l.msg));
-async function waitSaid(d: Child, re: RegExp, ms = 60_000): Promise<void> {
-  for (const end = Date.now() + ms; !said(d, re);) {
-    if (d.child.exitCode !== null || d.child.signalCode !== null) throw new Error(`the daemon exited (${d.child.exitCode ?? d.child.signalCode}) before it said ${re}: ${d.logs.join('').slice(-3000)}`);
-    if (Date.now() > end) throw new Error(`the daemon did not say ${re} within ${ms} ms: ${d.logs.join('').slice(-3000)}`);
-    await sleep(20);
-  }
-}
-const dump = (ns: Netns) => ns.exec('nft', ['--debug=netlink', 'list', 'ruleset']);
-const records = (ns: Netns) => existsSync(ns.record) ? readdirSync(ns.record).filter((f) => f.startsWith('restart-')) : [];
-const temps = (ns: Netns) => existsSync(ns.record) ? readdirSync(ns.record).filter((f) => f.includes('.tmp-')) : [];
 function onDisk(ns: Netns): RestartRecord {
-  const [f, ...more] = records(ns);
-  expect(more).toEqual([]);
-  expect(f).toBeDefined();
-  const r = readRecord(join(ns.record, f!), ns.record);
-  if ('why' in r) throw new Error(`the record is not whole: ${r.why}`);
-  return r.record;
+  const r = recordOnDisk(ns);
+  expect(r).toBeDefined();
+  return r!.record;
 }
 
 describe('kill -9 in the write of a restart record\'s adoption count', { timeout: 900_000 }, () => {
   it('the count is whole after each kill, no more starts adopt than the limit, the start that reads verifies, the kernel as installed', async () => {
     await withNetns(async (ns) => {
-      const dir = tempDir('adoption-kill');
-      const config = join(dir, 'config.yaml');
-      writeFileSync(config, ownersYamlWithBigChain(dir, RULES));
-      const c = parseConfig(readFileSync(config, 'utf8'), config);
-      mkdirSync(join(dir, 'state'), { recursive: true });
-      const owners = ['alloc-1', 'alloc-2', 'alloc-3'];
-      saveOwners(c.owners!.state, owners.map((id, i) => compileOwner(id, ownerSpec(i + 1), c.owners!, c.tables[0]!)));
-      const sock = join(dir, 'nfkeeper.sock');
-      const run = (killAt?: string) => daemon(config, ns, { args: ['--log-level', 'debug', '--cache-dir', join(dir, 'cache')],
-        ...(killAt !== undefined ? { env: { NODE_OPTIONS: `--import=${HOOK}`, KILL_AT_POINT: killAt, KILL_ARM_PATH: '\\.restart-.*\\.tmp-' } } : {}) });
+      const { dir, config, sock } = ownersSetUp('adoption-kill', RULES);
+      const daemonAt = sweepDaemon(config, ns, ['--log-level', 'debug', '--cache-dir', join(dir, 'cache')]);
+      const run = (killAt?: string) => daemonAt(killAt, '\\.restart-.*\\.tmp-');
       const started = async (d: Child) => {
         await waitSaid(d, /^nfkeeper running$/);
-        return msgs(d).find((l) => /^restart record (matches|not used)/.test(l.msg))!;
+        return logged(d).find((l) => /^restart record (matches|not used)/.test(l.msg))!;
       };
 
       // A start from empty, killed after its record (not verified) and before its read-back.
@@ -91,10 +64,7 @@ describe('kill -9 in the write of a restart record\'s adoption count', { timeout
       census.child.kill('SIGKILL');
       await census.exited;
       expect(onDisk(ns).adoptions).toBe(MAX_UNVERIFIED_ADOPTIONS);
-      const calls = census.logs.join('').split('\n').flatMap((l) => {
-        const m = /^point fs (\d+) (.*)$/.exec(l);
-        return m ? [{ fs: Number(m[1]), what: m[2]! }] : [];
-      });
+      const calls = pointsOf(census).filter((p) => p.kind === 'fs').map((p) => ({ fs: p.n, what: p.what }));
       const rename = calls.find((p) => /^renameSync \.restart-/.test(p.what));
       expect(rename, calls.map((p) => p.what).join(', ')).toBeDefined();
       // The write: its temp's calls, the rename, the directory's open, fsync and close.
@@ -123,7 +93,7 @@ describe('kill -9 in the write of a restart record\'s adoption count', { timeout
           const s = run();
           const rec = await started(s);
           const listed = await call(sock, 'GET', '/v1/owners');
-          expect((listed.body as { owners: { id: string }[] }).owners.map((x) => x.id).sort(), what).toEqual(owners);
+          expect((listed.body as { owners: { id: string }[] }).owners.map((x) => x.id).sort(), what).toEqual(OWNERS);
           if (/^restart record matches/.test(rec.msg)) {
             expect(rec.verified, what).toBe(false);
             adopted++;

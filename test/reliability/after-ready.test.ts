@@ -19,18 +19,14 @@
  */
 import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { parseConfig } from '../../src/config/config.js';
-import { call, compileOwner, saveOwners } from '../../src/owners/index.js';
+import { call } from '../../src/owners/index.js';
 import { withNetns, type Netns } from '../helpers/netns.js';
 import { generationOf } from '../helpers/netns-hooks.js';
-import { tempDir } from '../helpers/tmp.js';
 import { sleep } from '../helpers/wait.js';
-import { ownerSpec, ownersYamlWithBigChain } from '../owners/fixtures.js';
-import { daemon, stop, tmpfsIn, type Child } from './owners-child.js';
+import { OWNERS, dump, ownersSetUp, pointsOf, sweepDaemon, type Point } from './crash-loop.js';
+import { daemon, logged, stop, tmpfsIn, waitSaid, type Child } from './owners-child.js';
 
-const HOOK = fileURLToPath(new URL('./kill-at-point.mjs', import.meta.url));
 const KILLS = process.env.NFK_AFTER_READY_KILLS ?? '';
 /** Rules in the big chain: more than one slice of the store and of the making (SLICE in compile-cache.ts). */
 const BIG = 5000;
@@ -42,34 +38,28 @@ const BIG = 5000;
 const cacheDirOf = (ns: Netns): string => join(ns.record, 'cache');
 const cacheArgs = (ns: Netns): string[] => ['--cache-dir', cacheDirOf(ns)];
 
-function configYaml(dir: string, owners: boolean, rules = BIG): string {
-  return ownersYamlWithBigChain(dir, rules, { owners });
-}
-
 const lines = (d: Child): string[] => d.logs.join('').split('\n');
-const msgs = (d: Child): { msg: string; why?: string }[] => lines(d).filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as { msg: string; why?: string });
-const said = (d: Child, re: RegExp): boolean => msgs(d).some((l) => re.test(l.msg));
 
-async function waitSaid(d: Child, re: RegExp, ms = 60_000): Promise<void> {
-  for (const end = Date.now() + ms; !said(d, re);) {
-    if (d.child.exitCode !== null || d.child.signalCode !== null) throw new Error(`the daemon exited (${d.child.exitCode ?? d.child.signalCode}) before it said ${re}: ${d.logs.join('').slice(-3000)}`);
-    if (Date.now() > end) throw new Error(`the daemon did not say ${re} within ${ms} ms: ${d.logs.join('').slice(-3000)}`);
-    await sleep(30);
-  }
-}
+const run = (config: string, ns: Netns, killAt?: string): Child => sweepDaemon(config, ns, ['--log-level', 'debug', ...cacheArgs(ns)])(killAt);
 
-const run = (config: string, ns: Netns, killAt?: string): Child =>
-  daemon(config, ns, { args: ['--log-level', 'debug', ...cacheArgs(ns)], ...(killAt !== undefined ? { env: { NODE_OPTIONS: `--import=${HOOK}`, KILL_AT_POINT: killAt } } : {}) });
-
-
-const dump = (ns: Netns): string => ns.exec('nft', ['--debug=netlink', 'list', 'ruleset']);
 const dirsOf = (ns: Netns): string[] => [...new Set([ns.record, cacheDirOf(ns)])].filter((d) => existsSync(d));
 const leftovers = (ns: Netns): string[] => dirsOf(ns).flatMap((d) => readdirSync(d).filter((f) => f.includes('.tmp-')));
 const removeKept = (ns: Netns) => {
   for (const d of dirsOf(ns)) for (const f of readdirSync(d)) if (/^(compiled|restart)-/.test(f)) rmSync(join(d, f));
 };
 
-type Point = { kind: 'fs' | 'turn'; n: number; what: string };
+/** Two starts, each stopped once it stored or used the compile cache and wrote or adopted its restart record: both kept. */
+async function kept(config: string, ns: Netns): Promise<void> {
+  for (let i = 0; i < 2; i++) {
+    const d = run(config, ns);
+    try {
+      await waitSaid(d, /^compile(d config stored| cache matches)/);
+      await waitSaid(d, /^restart record (written|matches)/);
+    } finally {
+      await stop(d);
+    }
+  }
+}
 
 /** The points a run's after-ready work reaches, from a run that kills at none. */
 async function census(config: string, ns: Netns, done: (d: Child) => Promise<void>): Promise<Point[]> {
@@ -82,10 +72,7 @@ async function census(config: string, ns: Netns, done: (d: Child) => Promise<voi
     d.child.kill('SIGKILL');
     throw e;
   }
-  const points = lines(d).flatMap((l) => {
-    const m = /^point (fs|turn) (\d+) (.*)$/.exec(l);
-    return m ? [{ kind: m[1] as Point['kind'], n: Number(m[2]), what: m[3]! }] : [];
-  });
+  const points = pointsOf(d);
   await stop(d);
   return points;
 }
@@ -136,7 +123,7 @@ async function restartsRight(config: string, ns: Netns, o: { dump: string; gener
   try {
     await waitSaid(d, /^nfkeeper running$/);
     await waitSaid(d, /^compile cache (matches|not used)/);
-    const cache = msgs(d).find((l) => /^compile cache (matches|not used)/.test(l.msg))!;
+    const cache = logged(d).find((l) => /^compile cache (matches|not used)/.test(l.msg))!;
     if (o.cacheUsed) expect(cache.msg, k).toMatch(/^compile cache matches every input/);
     else if (!/matches/.test(cache.msg)) {
       expect(cache.why, k).toMatch(/there is none|cut short or corrupt/);
@@ -163,15 +150,8 @@ async function restartsRight(config: string, ns: Netns, o: { dump: string; gener
 describe('faults in the work after ready and in the files it keeps', { timeout: 900_000 }, () => {
   it('the compile cache\'s store and the restart record\'s write, with owners registered: the next start is ready, nothing lost, nothing written', async () => {
     await withNetns(async (ns) => {
-      const dir = tempDir('after-ready');
-      const config = join(dir, 'config.yaml');
-      writeFileSync(config, configYaml(dir, true));
       // Owners registered in an earlier life of the daemon: in the state file.
-      const c = parseConfig(readFileSync(config, 'utf8'), config);
-      mkdirSync(join(dir, 'state'), { recursive: true });
-      const owners = ['alloc-1', 'alloc-2', 'alloc-3'];
-      saveOwners(c.owners!.state, owners.map((id, i) => compileOwner(id, ownerSpec(i + 1), c.owners!, c.tables[0]!)));
-      const sock = join(dir, 'nfkeeper.sock');
+      const { config, sock } = ownersSetUp('after-ready', BIG);
       // The clean install.
       const first = run(config, ns);
       try {
@@ -180,7 +160,7 @@ describe('faults in the work after ready and in the files it keeps', { timeout: 
       } finally {
         await stop(first);
       }
-      const want = { dump: dump(ns), generation: generationOf(ns), owners, sock };
+      const want = { dump: dump(ns), generation: generationOf(ns), owners: OWNERS, sock };
       expect(want.dump).toMatch(/nfkeeper-owner=alloc-3/);
       // Each start below finds no cache and no record: its work after ready is the store and the record's write.
       removeKept(ns);
@@ -204,21 +184,11 @@ describe('faults in the work after ready and in the files it keeps', { timeout: 
 
   it('the making of the desired rules after a restart from the cache: the next start uses the cache whole, nothing written', async () => {
     await withNetns(async (ns) => {
-      const dir = tempDir('after-ready');
-      const config = join(dir, 'config.yaml');
       // No owners section: the restart makes its rules after ready, not before.
-      writeFileSync(config, configYaml(dir, false));
-      for (let i = 0; i < 2; i++) {
-        const d = run(config, ns);
-        try {
-          await waitSaid(d, /^compile(d config stored| cache matches)/);
-          // The restart below adopts from a record: the start from empty writes it at ready (not
-          // verified: its handles derived, nothing read before).
-          await waitSaid(d, /^restart record (written|matches)/);
-        } finally {
-          await stop(d);
-        }
-      }
+      const { config } = ownersSetUp('after-ready', BIG, { owners: false });
+      // The restart below adopts from a record: the start from empty writes it at ready (not
+      // verified: its handles derived, nothing read before).
+      await kept(config, ns);
       const want = { dump: dump(ns), generation: generationOf(ns), cacheUsed: true };
       const points = await census(config, ns, async (d) => {
         await waitSaid(d, /^restart record matches the kernel/);
@@ -238,9 +208,7 @@ describe('faults in the work after ready and in the files it keeps', { timeout: 
 
   it('a full or read-only disk under the cache and the record: the daemon runs and keeps the rules, says so once each, and the next start is right', async () => {
     await withNetns(async (ns) => {
-      const dir = tempDir('after-ready');
-      const config = join(dir, 'config.yaml');
-      writeFileSync(config, configYaml(dir, false, 300));
+      const { config } = ownersSetUp('after-ready', 300, { owners: false });
       mkdirSync(ns.record, { recursive: true, mode: 0o700 });
       // Neither the cache nor a verified record fits in 8 KiB (the record written at ready, not
       // verified, has no digests and does: its rewrite as verified after the read-back is refused,
@@ -257,7 +225,7 @@ describe('faults in the work after ready and in the files it keeps', { timeout: 
           try {
             await waitSaid(d, /^nfkeeper running$/);
             await waitSaid(d, /^compiled config not stored in the compile cache/);
-            const notStored = msgs(d).filter((l) => /^compiled config not stored/.test(l.msg));
+            const notStored = logged(d).filter((l) => /^compiled config not stored/.test(l.msg));
             expect(notStored.length).toBe(1);
             expect(notStored[0]!.why).toMatch(level.error);
             await waitSaid(d, level.record ? /^restart record written$/ : /^could not write the restart record/);
@@ -273,8 +241,8 @@ describe('faults in the work after ready and in the files it keeps', { timeout: 
             // (the rule put back has a new handle: what the next start must leave is this)
             want = dump(ns);
             // Said once each (the record is tried again at most every few minutes, and at stop).
-            expect(msgs(d).filter((l) => /^compiled config not stored/.test(l.msg)).length).toBe(1);
-            expect(msgs(d).filter((l) => /^could not write the restart record/.test(l.msg)).length, JSON.stringify(msgs(d).filter((l) => /restart record/.test(l.msg)))).toBe(level.record ? 0 : 1);
+            expect(logged(d).filter((l) => /^compiled config not stored/.test(l.msg)).length).toBe(1);
+            expect(logged(d).filter((l) => /^could not write the restart record/.test(l.msg)).length, JSON.stringify(logged(d).filter((l) => /restart record/.test(l.msg)))).toBe(level.record ? 0 : 1);
             expect(files()).toEqual([]);
           } finally {
             await stop(d);
@@ -288,7 +256,7 @@ describe('faults in the work after ready and in the files it keeps', { timeout: 
             await waitSaid(again, /^compile(d config| cache matches)/);
             await waitSaid(again, /^restart record/);
             // (a record written once may not be replaced on a disk that holds one: the next start reads the tables then)
-            if (!level.record) expect(msgs(again).find((l) => /^restart record/.test(l.msg))!.msg).toMatch(/^restart record not used/);
+            if (!level.record) expect(logged(again).find((l) => /^restart record/.test(l.msg))!.msg).toMatch(/^restart record not used/);
           } finally {
             await stop(again);
           }
@@ -304,7 +272,7 @@ describe('faults in the work after ready and in the files it keeps', { timeout: 
               await waitSaid(d2, use ? /^compile cache matches every input/ : /^compiled config stored in the compile cache$/);
               if (use) {
                 await waitSaid(d2, /^restart record/);
-                expect(msgs(d2).find((l) => /^restart record/.test(l.msg))!.msg).toMatch(/^restart record matches the kernel/);
+                expect(logged(d2).find((l) => /^restart record/.test(l.msg))!.msg).toMatch(/^restart record matches the kernel/);
               }
             } finally {
               await stop(d2);
@@ -321,18 +289,8 @@ describe('faults in the work after ready and in the files it keeps', { timeout: 
 
   it('the cache and the record cut or changed in each of their lines and in their digest: the next start says why, compiles or reads, and writes nothing', async () => {
     await withNetns(async (ns) => {
-      const dir = tempDir('after-ready');
-      const config = join(dir, 'config.yaml');
-      writeFileSync(config, configYaml(dir, false, 300));
-      for (let i = 0; i < 2; i++) {
-        const d = run(config, ns);
-        try {
-          await waitSaid(d, /^compile(d config stored| cache matches)/);
-          await waitSaid(d, /^restart record (written|matches)/);
-        } finally {
-          await stop(d);
-        }
-      }
+      const { config } = ownersSetUp('after-ready', 300, { owners: false });
+      await kept(config, ns);
       const cacheFile = join(cacheDirOf(ns), readdirSync(cacheDirOf(ns)).find((f) => f.startsWith('compiled-') && f.endsWith('.json'))!);
       const recordFile = join(ns.record, readdirSync(ns.record).find((f) => f.startsWith('restart-'))!);
       const whole = { cache: readFileSync(cacheFile), record: readFileSync(recordFile) };
@@ -361,8 +319,8 @@ describe('faults in the work after ready and in the files it keeps', { timeout: 
         try {
           await waitSaid(d, /^nfkeeper running$/);
           await waitSaid(d, /^restart record/);
-          const cache = msgs(d).find((l) => /^compile cache/.test(l.msg))!;
-          const record = msgs(d).find((l) => /^restart record/.test(l.msg))!;
+          const cache = logged(d).find((l) => /^compile cache/.test(l.msg))!;
+          const record = logged(d).find((l) => /^restart record/.test(l.msg))!;
           if (v.file === 'cache') {
             expect(`${cache.msg}: ${cache.why}`, what).toMatch(/^compile cache not used; the config was compiled: .* is cut short or corrupt/);
             expect(record.msg, what).toMatch(/^restart record matches the kernel/);

@@ -20,26 +20,17 @@ import { generationOf, netnsPerTest } from '../helpers/netns-hooks.js';
 import type { Netns } from '../helpers/netns.js';
 import { tempDir } from '../helpers/tmp.js';
 import { sleep } from '../helpers/wait.js';
-import { daemon, stop, type Child } from './owners-child.js';
+import { daemon, logged, stop, waitSaid, type Child } from './owners-child.js';
 
 const HOOK = fileURLToPath(new URL('./fail-calls.mjs', import.meta.url));
 const RULES = ['ip saddr 10.0.0.9 accept', 'ip saddr 10.0.0.1 tcp dport 22 counter accept', 'ip saddr 10.0.0.2 tcp dport 22 counter accept'];
 const NFT = `table ip ro {\n\tchain input {\n\t\ttype filter hook input priority filter; policy accept;\n${RULES.map((r) => `\t\t${r}\n`).join('')}\t}\n}\n`;
 const BROKEN = /could not be read back \(rule 2 of chain input names an expression not stored\)/;
 
-const msgs = (d: Child): { msg: string; why?: string }[] => d.logs.join('').split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as { msg: string; why?: string });
 const cacheLine = (d: Child): string => {
-  const l = msgs(d).find((x) => x.msg.startsWith('compile cache'));
+  const l = logged(d).find((x) => x.msg.startsWith('compile cache'));
   return l ? `${l.msg}${l.why ? `: ${l.why}` : ''}` : 'nothing';
 };
-
-async function waitSaid(d: Child, re: RegExp, ms = 60_000): Promise<void> {
-  for (const end = Date.now() + ms; !msgs(d).some((l) => re.test(l.msg));) {
-    if (d.child.exitCode !== null || d.child.signalCode !== null) throw new Error(`the daemon exited (${d.child.exitCode ?? d.child.signalCode}) before it said ${re}: ${d.logs.join('').slice(-3000)}`);
-    if (Date.now() > end) throw new Error(`the daemon did not say ${re} within ${ms} ms: ${d.logs.join('').slice(-3000)}`);
-    await sleep(30);
-  }
-}
 
 /** A private mount namespace in which `dir` is a read-only bind mount of itself; the prefix to run in it. */
 function readOnlyIn(dir: string): { prefix: string[]; close(): void } {
@@ -68,7 +59,7 @@ describe('the compile cache: an entry whose rules cannot be made, and that canno
       const d = run(o);
       try {
         await waitSaid(d, /^nfkeeper running$/);
-        if (!msgs(d).some((l) => l.msg.startsWith('compile cache matches'))) await waitSaid(d, /^compiled config (not )?stored/);
+        if (!logged(d).some((l) => l.msg.startsWith('compile cache matches'))) await waitSaid(d, /^compiled config (not )?stored/);
         await sleep(300);
       } finally {
         await stop(d);

@@ -15,23 +15,13 @@ import { damagedEntry } from '../helpers/cache-entry.js';
 import { generationOf, netnsPerTest } from '../helpers/netns-hooks.js';
 import { tempDir } from '../helpers/tmp.js';
 import { sleep } from '../helpers/wait.js';
-import { daemon, stop, type Child } from './owners-child.js';
+import { daemon, logged, stop, waitSaid, type Child } from './owners-child.js';
 
 const HOOK = fileURLToPath(new URL('./fail-calls.mjs', import.meta.url));
 const A = ['ip saddr 10.0.0.9 accept', 'ip saddr 10.0.0.1 tcp dport 22 counter accept', 'ip saddr 10.0.0.2 tcp dport 22 counter accept'];
 const B = ['ip saddr 10.1.0.9 accept', 'ip saddr 10.1.0.1 tcp dport 80 counter accept', 'ip saddr 10.1.0.2 tcp dport 80 counter accept'];
 const nftOf = (rules: string[]) => `table ip rl {\n\tchain input {\n\t\ttype filter hook input priority filter; policy accept;\n${rules.map((r) => `\t\t${r}\n`).join('')}\t}\n}\n`;
 const BROKEN = 'could not be read back (rule 2 of chain input names an expression not stored)';
-
-const msgs = (d: Child): { msg: string; why?: string }[] => d.logs.join('').split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as { msg: string; why?: string });
-
-async function waitSaid(d: Child, re: RegExp, count = 1, ms = 60_000): Promise<void> {
-  for (const end = Date.now() + ms; msgs(d).filter((l) => re.test(l.msg)).length < count;) {
-    if (d.child.exitCode !== null || d.child.signalCode !== null) throw new Error(`the daemon exited (${d.child.exitCode ?? d.child.signalCode}) before it said ${re}: ${d.logs.join('').slice(-3000)}`);
-    if (Date.now() > end) throw new Error(`the daemon did not say ${re} within ${ms} ms: ${d.logs.join('').slice(-3000)}`);
-    await sleep(30);
-  }
-}
 
 describe('a config reload onto a compile cache entry whose rules cannot be made', { timeout: 300_000 }, () => {
   const ns = netnsPerTest('cache-reload');
@@ -49,7 +39,7 @@ describe('a config reload onto a compile cache entry whose rules cannot be made'
       ...(fail ? { env: { NODE_OPTIONS: `--import=${HOOK}`, NFK_FAIL: fail } } : {}),
     });
     const reloaded = async (d: Child, n: number) => {
-      await waitSaid(d, /^config reload(ed| rejected)/, n);
+      await waitSaid(d, /^config reload(ed| rejected)/, 60_000, n);
       return readReloadStatus(status)!;
     };
 
@@ -77,12 +67,12 @@ describe('a config reload onto a compile cache entry whose rules cannot be made'
       writeFileSync(config, nftOf(B));
       const s = await reloaded(d, 1);
       expect(s, d.logs.join('').slice(-3000)).toMatchObject({ ok: true, why: 'file changed' });
-      const said = msgs(d).find((l) => l.msg.includes('could not be read back'));
+      const said = logged(d).find((l) => l.msg.includes('could not be read back'));
       expect(said?.msg).toBe(`the compile cache ${entry.file} ${BROKEN}; removed; the config was compiled`);
       expect(holds(B)).toBe(true);
       expect(holds(A.slice(1))).toBe(false);
       // The compiled config stored in its place: a good entry.
-      await waitSaid(d, /^compiled config stored/, 2);
+      await waitSaid(d, /^compiled config stored/, 60_000, 2);
       expect(readFileSync(entry.file).equals(bad)).toBe(false);
 
       // A config that is bad itself: refused, B kept, the daemon still running.
@@ -115,7 +105,7 @@ describe('a config reload onto a compile cache entry whose rules cannot be made'
       d.child.kill('SIGHUP');
       const s = await reloaded(d, 1);
       expect(s, d.logs.join('').slice(-3000)).toMatchObject({ seq: before + 1, ok: true, why: 'SIGHUP' });
-      expect(msgs(d).find((l) => l.msg.includes('could not be read back'))?.msg)
+      expect(logged(d).find((l) => l.msg.includes('could not be read back'))?.msg)
         .toBe(`the compile cache ${entry.file} ${BROKEN}; it could not be removed (EROFS); the config was compiled`);
       await sleep(300);
       expect(readFileSync(entry.file).equals(bytes)).toBe(true);

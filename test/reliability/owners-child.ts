@@ -26,6 +26,28 @@ export function daemon(config: string, ns: Netns, o: { args?: string[]; prefix?:
   return { child, exited, logs };
 }
 
+/** A line the daemon logged (its JSON log): the message and the fields the tests read. */
+export interface Logged { msg: string; why?: string; verified?: boolean; generation?: number }
+
+/** Every JSON line the daemon wrote so far, in order. */
+export const logged = (d: Child): Logged[] => d.logs.join('').split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as Logged);
+
+/** The daemon logged a message that `re` matches, `n` times or more. */
+export const said = (d: Child, re: RegExp, n = 1): boolean => logged(d).filter((l) => re.test(l.msg)).length >= n;
+
+/**
+ * Waits for the `n`-th message that `re` matches, for `ms` at most; throws with the log's end if the
+ * daemon exits first or it does not come. Returns when the test read it (performance.now()).
+ */
+export async function waitSaid(d: Child, re: RegExp, ms = 60_000, n = 1): Promise<number> {
+  for (const end = Date.now() + ms; !said(d, re, n);) {
+    if (d.child.exitCode !== null || d.child.signalCode !== null) throw new Error(`the daemon exited (${d.child.exitCode ?? d.child.signalCode}) before it said ${re}: ${d.logs.join('').slice(-3000)}`);
+    if (Date.now() > end) throw new Error(`the daemon did not say ${re} within ${ms} ms: ${d.logs.join('').slice(-3000)}`);
+    await sleep(20);
+  }
+  return performance.now();
+}
+
 export async function kill9(d: Child): Promise<void> {
   d.child.kill('SIGKILL');
   await d.exited;

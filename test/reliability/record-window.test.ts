@@ -23,53 +23,24 @@
  * a rule otherwise than it was sent looks like): adopted, and the read-back finds the rule and puts
  * it back.
  */
-import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { parseConfig } from '../../src/config/config.js';
-import { readRecord, writeRecord, type RestartRecord } from '../../src/keeper/record.js';
-import { call, compileOwner, saveOwners } from '../../src/owners/index.js';
+import { writeRecord, type RestartRecord } from '../../src/keeper/record.js';
+import { call } from '../../src/owners/index.js';
 import { withNetns, type Netns } from '../helpers/netns.js';
 import { generationOf } from '../helpers/netns-hooks.js';
-import { tempDir } from '../helpers/tmp.js';
 import { sleep } from '../helpers/wait.js';
-import { ownerSpec, ownersYamlWithBigChain } from '../owners/fixtures.js';
-import { daemon, stop, type Child } from './owners-child.js';
+import { OWNERS, dump, ownersSetUp, pointsOf, recordOnDisk, records, sweepDaemon, temps } from './crash-loop.js';
+import { logged, stop, waitSaid, type Child } from './owners-child.js';
 
-const HOOK = fileURLToPath(new URL('./kill-at-point.mjs', import.meta.url));
 const ALL = process.env.NFK_RECORD_WINDOW_KILLS === 'all';
 const BIG = 5000;
 
-type Line = { msg: string; why?: string; verified?: boolean; generation?: number };
-const msgs = (d: Child): Line[] => d.logs.join('').split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as Line);
-const said = (d: Child, re: RegExp, n = 1) => msgs(d).filter((l) => re.test(l.msg)).length >= n;
-const written = (d: Child) => msgs(d).filter((l) => l.msg === 'restart record written');
+const written = (d: Child) => logged(d).filter((l) => l.msg === 'restart record written');
 
-/** Waits for the n-th such line; returns when the test read it (performance.now). */
-async function waitSaid(d: Child, re: RegExp, ms = 60_000, n = 1): Promise<number> {
-  for (const end = Date.now() + ms; !said(d, re, n);) {
-    if (d.child.exitCode !== null || d.child.signalCode !== null) throw new Error(`the daemon exited (${d.child.exitCode ?? d.child.signalCode}) before it said ${re}: ${d.logs.join('').slice(-3000)}`);
-    if (Date.now() > end) throw new Error(`the daemon did not say ${re} within ${ms} ms: ${d.logs.join('').slice(-3000)}`);
-    await sleep(20);
-  }
-  return performance.now();
-}
-
-const dump = (ns: Netns) => ns.exec('nft', ['--debug=netlink', 'list', 'ruleset']);
 /** The ruleset without handles: as desired, wherever a repair put a rule back. */
 const listing = (ns: Netns) => ns.exec('nft', ['list', 'ruleset']);
-const records = (ns: Netns) => existsSync(ns.record) ? readdirSync(ns.record).filter((f) => f.startsWith('restart-')) : [];
-const temps = (ns: Netns) => existsSync(ns.record) ? readdirSync(ns.record).filter((f) => f.includes('.tmp-')) : [];
-/** The record on disk: none, or whether it is verified. */
-function onDisk(ns: Netns): { file: string; record: RestartRecord } | undefined {
-  const [f, ...more] = records(ns);
-  expect(more).toEqual([]);
-  if (!f) return undefined;
-  const r = readRecord(join(ns.record, f), ns.record);
-  if ('why' in r) throw new Error(r.why);
-  return { file: join(ns.record, f), record: r.record };
-}
 /** A start from empty: the tables gone, no record (the compile cache stays). */
 const empty = (ns: Netns) => {
   ns.exec('nft', ['flush', 'ruleset']);
@@ -82,16 +53,8 @@ const named = (k: Kill) => 'fs' in k ? `point fs ${k.fs} (${k.what})` : `${k.ms}
 describe('kill -9 between ready and the verified restart record', { timeout: 900_000 }, () => {
   it('a start from empty killed anywhere there: the next start adopts what is on disk or reads, is right, writes nothing, and still reads back', async () => {
     await withNetns(async (ns) => {
-      const dir = tempDir('record-window');
-      const config = join(dir, 'config.yaml');
-      writeFileSync(config, ownersYamlWithBigChain(dir, BIG));
-      const c = parseConfig(readFileSync(config, 'utf8'), config);
-      mkdirSync(join(dir, 'state'), { recursive: true });
-      const owners = ['alloc-1', 'alloc-2', 'alloc-3'];
-      saveOwners(c.owners!.state, owners.map((id, i) => compileOwner(id, ownerSpec(i + 1), c.owners!, c.tables[0]!)));
-      const sock = join(dir, 'nfkeeper.sock');
-      const run = (killAt?: string) => daemon(config, ns, { args: ['--log-level', 'debug', '--cache-dir', join(dir, 'cache')],
-        ...(killAt !== undefined ? { env: { NODE_OPTIONS: `--import=${HOOK}`, KILL_AT_POINT: killAt } } : {}) });
+      const { dir, config, sock } = ownersSetUp('record-window', BIG);
+      const run = sweepDaemon(config, ns, ['--log-level', 'debug', '--cache-dir', join(dir, 'cache')]);
       // The compile cache stored (a first start), then the clean start from empty, timed, its file calls counted.
       const first = run();
       try {
@@ -119,10 +82,7 @@ describe('kill -9 between ready and the verified restart record', { timeout: 900
       expect(want).toMatch(/nfkeeper-owner=alloc-3/);
       // The file calls of the two writes, as counted from ready (up to the second write's last; the
       // stop's own calls after it are not in the window).
-      const calls = clean.logs.join('').split('\n').flatMap((l) => {
-        const m = /^point fs (\d+) (.*)$/.exec(l);
-        return m ? [{ fs: Number(m[1]), what: m[2]! }] : [];
-      });
+      const calls = pointsOf(clean).filter((p) => p.kind === 'fs').map((p) => ({ fs: p.n, what: p.what }));
       const renames = calls.filter((p) => /^renameSync \.restart-/.test(p.what));
       expect(renames.length, calls.map((p) => p.what).join(', ')).toBeGreaterThanOrEqual(2);
       const inWindow = calls.filter((p) => p.fs <= renames[1]!.fs + 3);
@@ -148,7 +108,7 @@ describe('kill -9 between ready and the verified restart record', { timeout: 900
           d.child.kill('SIGKILL');
           await d.exited;
         }
-        const left = onDisk(ns);
+        const left = recordOnDisk(ns);
         const state = !left ? 'none' : left.record.verified ? 'verified' : 'not verified';
         if (state === 'not verified') leftUnverified = true;
         const generation = generationOf(ns);
@@ -158,14 +118,14 @@ describe('kill -9 between ready and the verified restart record', { timeout: 900
         const again = run();
         try {
           const readyAgain = await waitSaid(again, /^nfkeeper running$/);
-          const rec = msgs(again).find((l) => /^restart record (matches|not used)/.test(l.msg))!;
+          const rec = logged(again).find((l) => /^restart record (matches|not used)/.test(l.msg))!;
           if (state === 'none') expect(`${rec.msg}: ${rec.why}`, what).toMatch(/^restart record not used.*there is none/);
           else {
             expect(rec.msg, what).toMatch(/^restart record matches the kernel/);
             expect(rec.verified, what).toBe(state === 'verified');
           }
           const listed = await call(sock, 'GET', '/v1/owners');
-          expect((listed.body as { owners: { id: string }[] }).owners.map((x) => x.id).sort(), what).toEqual(owners);
+          expect((listed.body as { owners: { id: string }[] }).owners.map((x) => x.id).sort(), what).toEqual(OWNERS);
           let verifiedAt: number | undefined;
           if (state !== 'verified') {
             verifiedAt = await waitSaid(again, /^restart record written$/, 40_000) - readyAgain;
@@ -177,7 +137,7 @@ describe('kill -9 between ready and the verified restart record', { timeout: 900
             await sleep(1500);
             expect(written(again), what).toEqual([]);
           }
-          expect(onDisk(ns)?.record.verified, what).toBe(true);
+          expect(recordOnDisk(ns)?.record.verified, what).toBe(true);
           expect(generationOf(ns), `${what}: nothing written`).toBe(generation);
           expect(dump(ns) === want, `${what}: the kernel as installed`).toBe(true);
           where.push(`${what}: ${state}${verifiedAt !== undefined ? `, verified ${Math.round(verifiedAt)} ms after the next ready` : ''}`);
@@ -197,7 +157,7 @@ describe('kill -9 between ready and the verified restart record', { timeout: 900
         await waitSaid(d, /^restart record written$/);
         d.child.kill('SIGKILL');
         await d.exited;
-        const left = onDisk(ns)!;
+        const left = recordOnDisk(ns)!;
         expect(left.record.verified).toBe(false);
         const h = /ip saddr 10\.\S+ tcp dport 22 accept # handle (\d+)/.exec(ns.exec('nft', ['-a', 'list', 'chain', 'ip', 'big', 'input']))?.[1];
         expect(h).toBeDefined();
@@ -210,7 +170,7 @@ describe('kill -9 between ready and the verified restart record', { timeout: 900
       let d = run();
       try {
         await waitSaid(d, /^nfkeeper running$/);
-        const rec = msgs(d).find((l) => /^restart record (matches|not used)/.test(l.msg))!;
+        const rec = logged(d).find((l) => /^restart record (matches|not used)/.test(l.msg))!;
         expect(`${rec.msg}: ${rec.why}`).toMatch(/^restart record not used.*generation moved/);
         for (const end = Date.now() + 20_000; listing(ns) !== wantListing && Date.now() < end;) await sleep(100);
         expect(listing(ns) === wantListing, 'put back at the start').toBe(true);
@@ -223,7 +183,7 @@ describe('kill -9 between ready and the verified restart record', { timeout: 900
       d = run();
       try {
         const ready = await waitSaid(d, /^nfkeeper running$/);
-        const rec = msgs(d).find((l) => /^restart record (matches|not used)/.test(l.msg))!;
+        const rec = logged(d).find((l) => /^restart record (matches|not used)/.test(l.msg))!;
         expect(rec.msg).toMatch(/^restart record matches the kernel/);
         expect(rec.verified).toBe(false);
         expect(listing(ns) === wantListing, 'adopted as recorded: nothing put back before the read-back').toBe(false);

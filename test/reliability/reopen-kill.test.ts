@@ -13,26 +13,24 @@
  * By default one point of each mode: the old socket released and the new one not yet bound; the
  * dump-only socket about to be closed.
  */
-import { readFileSync, readdirSync, rmSync, writeFileSync, mkdirSync, existsSync } from 'node:fs';
+import { existsSync, readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { parseConfig } from '../../src/config/config.js';
 import { Batch } from '../../src/netlink/batch.js';
 import { open } from '../../src/netlink/socket.js';
-import { call, compileOwner, saveOwners } from '../../src/owners/index.js';
+import { call } from '../../src/owners/index.js';
 import { cli } from '../helpers/cli.js';
 import { withNetns, type Netns } from '../helpers/netns.js';
-import { tempDir } from '../helpers/tmp.js';
 import { sleep } from '../helpers/wait.js';
-import { ownerSpec, ownersYamlWithBigChain } from '../owners/fixtures.js';
-import { daemon, stop, type Child } from './owners-child.js';
+import { OWNERS, ownersSetUp } from './crash-loop.js';
+import { daemon, said, stop, waitSaid, type Child } from './owners-child.js';
 
 const ALL = process.env.NFK_REOPEN_KILLS === 'all';
 /** Rules in the long chain: its dump is many datagrams, each a chance to be flagged interrupted. */
 const BIG = 5000;
 
-function configYaml(dir: string, protect: boolean): string {
-  const guard = `  - family: ip
+/** A protected table beside the owners fixture's (protect mode: the dumps over the dump-only socket). */
+const GUARD = `  - family: ip
     name: guard
     protect: true
     chains:
@@ -40,19 +38,8 @@ function configYaml(dir: string, protect: boolean): string {
         rules:
           - ip daddr 192.0.2.9 return
 `;
-  return ownersYamlWithBigChain(dir, BIG, { extraTables: protect ? guard : '' });
-}
 
 const text = (d: Child) => d.logs.join('');
-const said = (d: Child, re: RegExp) => text(d).split('\n').some((l) => l.startsWith('{') && re.test((JSON.parse(l) as { msg: string }).msg));
-
-async function waitSaid(d: Child, re: RegExp, ms = 60_000): Promise<void> {
-  for (const end = Date.now() + ms; !said(d, re);) {
-    if (d.child.exitCode !== null || d.child.signalCode !== null) throw new Error(`the daemon exited (${d.child.exitCode ?? d.child.signalCode}) before it said ${re}: ${text(d).slice(-3000)}`);
-    if (Date.now() > end) throw new Error(`the daemon did not say ${re} within ${ms} ms: ${text(d).slice(-3000)}`);
-    await sleep(30);
-  }
-}
 
 /**
  * Another writer's commits in bursts (as fast as they go for BURST_MS, then none for QUIET_MS) until
@@ -108,14 +95,7 @@ describe('kill -9 in the replacement of the daemon\'s socket after an interrupte
   for (const mode of modes) {
     it(`${mode.protect ? 'protect mode' : 'no protected table'}: killed at ${mode.points.join(', ')}; the next start is ready, the tables as installed, owners kept`, async () => {
       await withNetns(async (ns) => {
-        const dir = tempDir('reopen-kill');
-        const config = join(dir, 'config.yaml');
-        writeFileSync(config, configYaml(dir, mode.protect));
-        const c = parseConfig(readFileSync(config, 'utf8'), config);
-        mkdirSync(join(dir, 'state'), { recursive: true });
-        const owners = ['alloc-1', 'alloc-2', 'alloc-3'];
-        saveOwners(c.owners!.state, owners.map((id, i) => compileOwner(id, ownerSpec(i + 1), c.owners!, c.tables[0]!)));
-        const sock = join(dir, 'nfkeeper.sock');
+        const { config, sock } = ownersSetUp('reopen-kill', BIG, { extraTables: mode.protect ? GUARD : '' });
         const first = daemon(config, ns, { args: ['--log-level', 'debug'] });
         try {
           await waitSaid(first, /^nfkeeper running$/, 90_000);
@@ -145,7 +125,7 @@ describe('kill -9 in the replacement of the daemon\'s socket after an interrupte
           try {
             await waitSaid(again, /^nfkeeper running$/);
             const listed = await call(sock, 'GET', '/v1/owners');
-            expect((listed.body as { owners: { id: string }[] }).owners.map((x) => x.id).sort(), point).toEqual(owners);
+            expect((listed.body as { owners: { id: string }[] }).owners.map((x) => x.id).sort(), point).toEqual(OWNERS);
             // In sync: a check from outside finds nothing to do.
             const check = await cli('check', '--config', config, '--netns', ns.path);
             expect(check.code, `${point}: ${check.out} ${check.err}`).toBe(0);

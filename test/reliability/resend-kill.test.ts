@@ -14,18 +14,15 @@
  * lists every owner, `nfkeeper check` finds nothing to do, every table is as the clean install left
  * it (nothing lost, nothing twice), no temp file is left, and it stops cleanly.
  */
-import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { existsSync, readdirSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { parseConfig } from '../../src/config/config.js';
-import { call, compileOwner, saveOwners } from '../../src/owners/index.js';
+import { call } from '../../src/owners/index.js';
 import { cli } from '../helpers/cli.js';
 import { startNeighbour } from '../helpers/neighbour.js';
 import { withNetns, type Netns } from '../helpers/netns.js';
-import { tempDir } from '../helpers/tmp.js';
 import { sleep } from '../helpers/wait.js';
-import { ownerSpec, ownersYamlWithBigChain } from '../owners/fixtures.js';
-import { daemon, stop, type Child } from './owners-child.js';
+import { OWNERS, ownersSetUp } from './crash-loop.js';
+import { daemon, logged, stop, waitSaid, type Child } from './owners-child.js';
 
 const RULES = 200;
 const ALL = ['refused-kept', 'recommit-proved', 'recommit-sent', 'recommit-acked'];
@@ -35,14 +32,6 @@ const PICK = process.env.NFK_RESEND_KILLS;
 const POINTS = PICK === 'all' ? ALL : PICK === 'none' ? [] : PICK ? PICK.split(',') : ['recommit-sent', 'recommit-acked'];
 
 const text = (d: Child) => d.logs.join('');
-const said = (d: Child, re: RegExp) => text(d).split('\n').some((l) => l.startsWith('{') && re.test((JSON.parse(l) as { msg: string }).msg));
-async function waitSaid(d: Child, re: RegExp, ms = 60_000): Promise<void> {
-  for (const end = Date.now() + ms; !said(d, re);) {
-    if (d.child.exitCode !== null || d.child.signalCode !== null) throw new Error(`the daemon exited before it said ${re}: ${text(d).slice(-3000)}`);
-    if (Date.now() > end) throw new Error(`the daemon did not say ${re} within ${ms} ms: ${text(d).slice(-3000)}`);
-    await sleep(30);
-  }
-}
 const alive = (d: Child) => d.child.exitCode === null && d.child.signalCode === null;
 const tables = (ns: Netns) => ns.exec('nft', ['list', 'tables']).trim().split('\n').sort();
 /** A table as nft lists it, without who owns it (the killed daemon's flag goes with its socket). */
@@ -62,14 +51,7 @@ async function flushUntil(ns: Netns, d: Child, until: () => boolean, ms: number)
 describe('faults in the guard\'s resend', { timeout: 600_000 }, () => {
   it(`kill -9 at ${POINTS.join(', ')}, and a resend's acks lost: the next start holds exactly the install, owners kept`, async () => {
     await withNetns(async (ns) => {
-      const dir = tempDir('resend-kill');
-      const config = join(dir, 'config.yaml');
-      writeFileSync(config, ownersYamlWithBigChain(dir, RULES));
-      const c = parseConfig(readFileSync(config, 'utf8'), config);
-      mkdirSync(join(dir, 'state'), { recursive: true });
-      const owners = ['alloc-1', 'alloc-2', 'alloc-3'];
-      saveOwners(c.owners!.state, owners.map((id, i) => compileOwner(id, ownerSpec(i + 1), c.owners!, c.tables[0]!)));
-      const sock = join(dir, 'nfkeeper.sock');
+      const { config, sock } = ownersSetUp('resend-kill', RULES);
       const first = daemon(config, ns);
       try {
         await waitSaid(first, /^nfkeeper running$/, 90_000);
@@ -82,7 +64,7 @@ describe('faults in the guard\'s resend', { timeout: 600_000 }, () => {
       const cases = [...POINTS.map((p) => ({ name: p, env: { NFKEEPER_TEST_KILL_AT: p } })),
         { name: 'resend-ack-lost', env: { NFKEEPER_TEST_LOSE_RESEND_ACK: '1' } },
         { name: 'refused-resend-ack-lost', env: { NFKEEPER_TEST_LOSE_RESEND_ACK: 'refused' } }];
-      const repairs = (d: Child) => text(d).split('\n').filter((l) => l.startsWith('{') && (JSON.parse(l) as { msg: string }).msg === 'repaired').length;
+      const repairs = (d: Child) => logged(d).filter((l) => l.msg === 'repaired').length;
       const where: string[] = [];
       for (const k of cases) {
         const d = daemon(config, ns, { args: ['--log-level', 'debug'], env: k.env });
@@ -122,7 +104,7 @@ describe('faults in the guard\'s resend', { timeout: 600_000 }, () => {
         try {
           await waitSaid(again, /^nfkeeper running$/);
           const got = await call(sock, 'GET', '/v1/owners');
-          expect((got.body as { owners: { id: string }[] }).owners.map((x) => x.id).sort(), k.name).toEqual(owners);
+          expect((got.body as { owners: { id: string }[] }).owners.map((x) => x.id).sort(), k.name).toEqual(OWNERS);
           const check = await cli('check', '--config', config, '--netns', ns.path);
           expect(check.code, `${k.name}: ${check.out} ${check.err}`).toBe(0);
           expect(tables(ns), k.name).toEqual(want.tables);

@@ -133,6 +133,13 @@ describe('refusals carry column, token and what was expected', () => {
     ['ip6 saddr ::1 accept', 'ip', 1, 'ip6', /a match for ip/],
     ['ip saddr 1.2.3.4 ip6 daddr ::1', 'inet', 18, 'ip6', /network protocol given earlier \(ip\)/],
     ['tcp dport 22 udp dport 53', 'ip', 14, 'udp', /transport protocol given earlier \(tcp\)/],
+    // The same dependencies of a key's parts, in a key's words; a network field keyed after a vlan match (its vlan type dependency is not built for keys)
+    ['ip6 daddr . tcp dport { ::1 . 22 } accept', 'ip', 1, 'ip6', /a key part for ip in this ip table/],
+    ['ip saddr 1.2.3.4 ip6 daddr . tcp dport { ::1 . 22 }', 'inet', 18, 'ip6', /a key part consistent with the network protocol given earlier \(ip\)/],
+    ['tcp dport 22 udp dport . ip saddr { 53 . 1.2.3.4 }', 'ip', 14, 'udp', /a key part consistent with the transport protocol given earlier \(tcp\)/],
+    ['ether type vlan ip saddr . tcp dport { 1.2.3.4 . 22 }', 'inet', 17, 'ip', /an ip\/ip6 match before the vlan match, or meta nfproto/],
+    // nft: "conflicting protocols specified: arp vs. ip"
+    ['ether type arp ip saddr . tcp dport { 1.2.3.4 . 22 }', 'inet', 16, 'ip', /consistent with ether type 2054/],
     ['meta l4proto { tcp, udp } tcp dport 22', 'ip', 27, 'tcp', /given earlier/],
     ['ip saddr 1.2.3.4 ; accept', 'ip', 18, ';', /one rule/],
     ['ip saddr 1.2.3.4 accept\n', 'ip', 24, '\\n', /one rule/],
