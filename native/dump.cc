@@ -154,6 +154,9 @@ struct DumpState : DumpRequest {
     }
     const nfgenmsg* g = static_cast<const nfgenmsg*>(mnl_nlmsg_get_payload(nlh));
     if (family != 0 && g->nfgen_family != family) return true;
+    // A chain dump counts the chains of every table of the family (below): a chain added or deleted
+    // in any of them can shift it, and names this dump's table as far as it goes.
+    if (kind == DumpKind::Chain && (type == NFT_MSG_NEWCHAIN || type == NFT_MSG_DELCHAIN)) return false;
     const nlattr* a = static_cast<const nlattr*>(mnl_nlmsg_get_payload_offset(nlh, sizeof(nfgenmsg)));
     const int left = static_cast<int>(reinterpret_cast<const char*>(nlh) + nlh->nlmsg_len - reinterpret_cast<const char*>(a));
     if (!mnl_attr_ok(a, left) || mnl_attr_get_type(a) != 1) return false;
@@ -253,9 +256,13 @@ struct DumpState : DumpRequest {
     std::vector<uint8_t> req;
     EncodeRequest(&req, type, family, single ? NLM_F_ACK : NLM_F_DUMP, seq, attrs);
     via = sock->DumpSocket();
-    // The rules of one table: the kernel's walk counts that table's rules only (nf_tables_dump_rules
-    // skips other tables before counting), so commits elsewhere cannot shift it.
-    if (kind == DumpKind::Rule && !single && !table.empty()) watch = sock->Watch(via, true);
+    // The rules, sets or objects of one table: the kernel's walk counts that table's only
+    // (nf_tables_dump_rules, _sets, _obj skip other tables before counting), so commits elsewhere
+    // cannot shift it. The chains of one table: the kernel counts every table's of the family
+    // (nf_tables_dump_chains), so only commits that add or delete no chain can be told apart (Notice).
+    if ((kind == DumpKind::Rule || kind == DumpKind::Set || kind == DumpKind::Object || kind == DumpKind::Chain) && !single && !table.empty()) {
+      watch = sock->Watch(via, true);
+    }
     if (sock->SendAll(via, req.data(), req.size()) < 0) {
       Fail(errno, std::string("send: ") + std::strerror(errno));
       return false;

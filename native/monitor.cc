@@ -81,6 +81,7 @@ Napi::Function NftMonitor::Init(Napi::Env env) {
                          InstanceMethod<&NftMonitor::Ref>("ref"),
                          InstanceMethod<&NftMonitor::Unref>("unref"),
                          InstanceMethod<&NftMonitor::Progress>("progress"),
+                         InstanceMethod<&NftMonitor::ReadNow>("readNow"),
                          InstanceMethod<&NftMonitor::Anchor>("anchor"),
                          InstanceMethod<&NftMonitor::Subscribe>("subscribe"),
                          InstanceMethod<&NftMonitor::SkipOwn>("skipOwn"),
@@ -350,6 +351,24 @@ Napi::Value NftMonitor::Progress(const Napi::CallbackInfo& info) {
   out.Set(1u, batcher_.runStart());
   out.Set(2u, delivered_);
   return out;
+}
+
+// readNow(): what the socket holds now is read, without blocking, and its batches handed over
+// (onBatch, before this returns); then progress(). A proof taken right after a refusal by the
+// generation needs no turn of the loop: the commit that moved the generation queued its NEWGEN to
+// this socket before the kernel checked ours (both under the commit mutex). Reads nothing from
+// inside onBatch (a batch read now would overtake those of the wake-up still to be handed over).
+Napi::Value NftMonitor::ReadNow(const Napi::CallbackInfo& info) {
+  if (!delivering_ && !closed_ && !failed_ && nl_ != nullptr && subscribed_) {
+    // A storm can queue faster than one read takes it: a bounded number of rounds, then progress as it stands.
+    for (int rounds = 0; rounds < 64 && !closed_ && !failed_; rounds++) {
+      int datagrams = 0;
+      bool bounded = false;
+      ReadAvailable(&datagrams, &bounded);
+      if (!bounded) break;
+    }
+  }
+  return Progress(info);
 }
 
 // anchor(generation, overflowsSeen): a generation read after this monitor subscribed and after
@@ -629,6 +648,7 @@ bool NftMonitor::ReadAvailable(int* datagrams, bool* bounded) {
   // One callback scope for the batches of this wake-up: promise jobs run after the last of them, so
   // the keeper's pass sees every batch read so far applied.
   Napi::CallbackScope callbackScope(env, asyncContext_);
+  delivering_ = true;
   for (auto& b : done) {
     if (closed_) break;  // closed by a callback: the rest is dropped, as close() promises
     // After the armed reaction's commit, the CPU is given up once before the batch's JavaScript
@@ -642,6 +662,7 @@ bool NftMonitor::ReadAvailable(int* datagrams, bool* bounded) {
       napi_fatal_exception(env, e.Value());
     }
   }
+  delivering_ = false;
   return concerned;
 }
 

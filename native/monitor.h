@@ -37,6 +37,7 @@ class NftMonitor : public Napi::ObjectWrap<NftMonitor>, public Closeable {
   Napi::Value Ref(const Napi::CallbackInfo& info);
   Napi::Value Unref(const Napi::CallbackInfo& info);
   Napi::Value Progress(const Napi::CallbackInfo& info);
+  Napi::Value ReadNow(const Napi::CallbackInfo& info);
   Napi::Value Anchor(const Napi::CallbackInfo& info);
   Napi::Value Subscribe(const Napi::CallbackInfo& info);
   Napi::Value SkipOwn(const Napi::CallbackInfo& info);
@@ -79,6 +80,9 @@ class NftMonitor : public Napi::ObjectWrap<NftMonitor>, public Closeable {
   // of commits this socket never saw, so Anchor ignores it.
   bool subscribed_ = false;
   bool failed_ = false;  // the socket failed (not EAGAIN, EINTR or ENOBUFS): reading stopped
+  // Batches are being handed to JavaScript (ReadAvailable): a readNow() from a callback reads
+  // nothing, or batches read later would overtake the ones still to be handed over.
+  bool delivering_ = false;
   // Opened unread (8th argument): the socket is joined but not polled until the first progress(),
   // so a caller that never asks (a one-shot apply no commit refused) reads and decodes nothing.
   bool unread_ = false;

@@ -102,15 +102,18 @@ export class FollowPass extends FollowCommit implements RepairPath<Promise<Outco
     for (let careful = false; ; careful = true) {
       let generation: number;
       if (!careful) {
-        const p = monitor.progress();
+        // What the monitor's socket holds is read first: the generation is the kernel's now, or nearly.
+        const p = view.current()!;
         generation = p.lastGeneration;
         // The guard refused a repair at this generation already (the event repair): the monitor trails.
         if (generation === k.refusedAt || !view.exactAt(generation, p)) continue;
       } else {
-        // The monitor reads its socket when this thread's event loop polls: it trails the kernel by a turn of the loop.
+        // The kernel's generation, and the monitor read until it has reached it: a commit can move the
+        // generation before its notifications are queued, and inside the monitor's callback (a refused
+        // event repair) nothing is read until the callback returns.
         generation = sock.generation();
         const waitUntil = performance.now() + EVENTS_WAIT_MS;
-        while (view.lagging(generation, monitor.progress()) && performance.now() < waitUntil) {
+        while (view.lagging(generation, view.current()!) && performance.now() < waitUntil) {
           await new Promise((r) => setImmediate(r));
           if (k.stopped) return undefined;
         }

@@ -39,8 +39,11 @@ export type Currency = { exact: true; generation: number } | { exact: false; gen
 export class FollowedView {
   /** Per owned (or held) table by family and name (no key string built per event: follow() runs on the repair's path). */
   protected tables = new Map<string, Map<string, OwnedTable>>();
-  /** The events' progress; undefined while the view follows none (events off, or a one-shot pass). */
-  protected progressOf?: () => MonitorProgress;
+  /**
+   * The events' progress; undefined while the view follows none (events off, or a one-shot pass).
+   * `readNow`: after the monitor read what its socket holds now, its batches followed first (current).
+   */
+  protected progressOf?: (readNow?: boolean) => MonitorProgress;
   protected stopped: () => boolean = () => false;
   /** The events only prove tables unchanged (a one-shot pass's resend): nothing is seeded, no event repair planned. */
   private proofOnly = false;
@@ -83,10 +86,21 @@ export class FollowedView {
    * `proofOnly`: a one-shot pass, which ends after its commit: the events serve only the guard's
    * resend (unchangedSince), never seeded (a seed costs a walk of every rule for nothing).
    */
-  followEvents(progress: () => MonitorProgress, stopped: () => boolean, proofOnly = false): void {
+  followEvents(progress: (readNow?: boolean) => MonitorProgress, stopped: () => boolean, proofOnly = false): void {
     this.progressOf = progress;
     this.stopped = stopped;
     this.proofOnly = proofOnly;
+  }
+
+  /**
+   * The monitor's progress once it has read what its socket holds now, the batches in it followed:
+   * the moment every proof is taken at (the follow pass's generation, unchangedSince's, eventsCover's).
+   * Right after a refusal by the generation it is at least the generation that refused: that commit
+   * queued its NEWGEN to the monitor before the kernel checked ours (both under the commit mutex).
+   * Undefined without events.
+   */
+  current(): MonitorProgress | undefined {
+    return this.progressOf?.(true);
   }
 
   /** The view follows events (the event repairs are possible at all). */
@@ -187,21 +201,34 @@ export class FollowedView {
   /**
    * The generation the monitor saw last, where the events prove `tables` there as they were at
    * `from`: the monitor saw every commit after `from` whole, every batch it delivered was followed,
-   * and none named one of these tables (or left which unknown: a truncated batch). It is waited for
-   * first (one turn of the loop at least, at most EVENTS_WAIT_MS to pass `from`). Undefined: no such
-   * proof; a table not owned, whose changes the view does not note, has none.
+   * and none named one of these tables (or left which unknown: a truncated batch). Taken once the
+   * monitor has read what its socket holds (current), so at the kernel's generation or close to it:
+   * the window in which another commit can refuse the resend is the resend's own. Waited for only
+   * while the monitor has not passed `from` (at most EVENTS_WAIT_MS). Undefined: no such proof; a
+   * table not owned, whose changes the view does not note, has none.
    */
   async unchangedSince(from: number, tables: readonly { family: string; name: string }[]): Promise<number | undefined> {
     const progress = this.progressOf;
     if (!progress) return undefined;
     const waitUntil = performance.now() + EVENTS_WAIT_MS;
-    do {
+    let p = progress(true);
+    while (this.eventsLag(from + 1, p) && performance.now() < waitUntil && !this.stopped()) {
       await new Promise((r) => setImmediate(r));
-    } while (this.eventsLag(from + 1, progress()) && performance.now() < waitUntil && !this.stopped());
-    const p = progress();
+      p = progress(true);
+    }
     const to = p.lastGeneration;
     if (to <= from || !runCovers(from, to, this.applied, p)) return undefined;
     return tables.every((t) => this.untouched(t, from, to, p)) ? to : undefined;
+  }
+
+  /**
+   * The monitor, having read what its socket holds (current), has seen every commit after `from`
+   * whole, up to at least `from`, every batch followed, and none named one of `tables`: what held at
+   * `from` holds at its last generation, and the commits after that come as batches still to follow.
+   */
+  untouchedSince(from: number, tables: readonly { family: string; name: string }[]): boolean {
+    const p = this.current();
+    return !!p && runCovers(from, p.lastGeneration, this.applied, p) && tables.every((t) => this.untouched(t, from, p.lastGeneration, p));
   }
 
   /**
@@ -224,10 +251,12 @@ export class FollowedView {
   protected async eventsCover(from: number, to: number): Promise<boolean> {
     const progress = this.progressOf!;
     const waitUntil = performance.now() + EVENTS_WAIT_MS;
-    while (this.eventsLag(to, progress()) && performance.now() < waitUntil && !this.stopped()) {
+    let p = progress(true);
+    while (this.eventsLag(to, p) && performance.now() < waitUntil && !this.stopped()) {
       await new Promise((r) => setImmediate(r));
+      p = progress(true);
     }
-    return runCovers(from, to, this.applied, progress());
+    return runCovers(from, to, this.applied, p);
   }
 
   /**

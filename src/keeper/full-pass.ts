@@ -61,6 +61,8 @@ export class FullPass implements RepairPath<Promise<Outcome>> {
           return k.fight.waitFrom(performance.now());
         },
         onCommitted: (observation, ops, batch) => {
+          // The start-up's commit is in the kernel: the monitor joins now, before the commit is verified.
+          if (cause === 'startup') k.joinEvents?.();
           if (!isDeliberate) opsText = [...(opsText ?? []), ...batch.ops.slice(0, 20).map(describeOp)];
           // The view's events cannot follow this commit (it did not plan it; Reconciler: view.committed): a read reseeds them.
           reporter.committed(cause, detectedAt, observation, ops);
@@ -138,7 +140,9 @@ export class FullPass implements RepairPath<Promise<Outcome>> {
     const view = k.view;
     if (!view.follows || k.stopped) return;
     if (observation && observation.flat.length === 0 && observation.retired.length === 0) {
-      if (k.sock!.generation() !== observation.generation) return;
+      // The kernel still at the observation's generation, or the events prove no commit since named
+      // a desired table (a neighbour's commits elsewhere): the events follow on from it.
+      if (k.sock!.generation() !== observation.generation && !view.untouchedSince(observation.generation, k.desired)) return;
       // The observation's garbage goes before the view takes its per-rule index (src/base/heap.ts);
       // one not read (the known state, a restart record's) made none worth a full collection.
       if (!observation.unread && countRules(k.desired) >= COLLECT_BEFORE_OPS) collectGarbage();

@@ -147,24 +147,31 @@ export class Keeper extends EventEmitter {
         this.refilter();
       });
       const monitor = k.monitor;
-      if (follow && monitor.progress && monitor.anchor) k.view.followEvents(() => monitor.progress!(), () => k.stopped);
+      if (follow && monitor.progress && monitor.anchor) {
+        k.view.followEvents((now) => (now && monitor.readNow ? monitor.readNow() : monitor.progress!()), () => k.stopped);
+      }
       if (!monitor.subscribe) this.anchor();
     }
     // A restart onto what the record says was verified at this very generation: the start-up pass
     // plans from it, reading no rule (record.ts).
     await this.recorder?.adopt();
     let refused: unknown;
+    // The monitor joins at the start-up pass's first commit (FullPass), once it is in the kernel:
+    // the install built no notification for it, and the read that verifies it, its generation read
+    // after the join, is one the events follow on from (under a neighbour's commits, no second read).
+    let joined: { anchored?: number } | undefined;
+    if (k.monitor?.subscribe) k.joinEvents = () => { joined ??= { anchored: this.subscribe() }; };
     try {
       await this.request('startup', performance.now());
     } catch (e) {
       refused = e;
     }
+    k.joinEvents = undefined;
     if (k.monitor?.subscribe && !k.stopped) {
-      k.monitor.subscribe();
       // The monitor saw no commit up to the anchor, its generation read after joining: the view
       // proves nothing by events before it (runCovers), and a commit after the start-up pass's
       // verified generation and before the join is found by that generation, read here.
-      const gen = this.anchor();
+      const gen = !joined ? this.subscribe() : joined.anchored !== undefined ? this.generation() : undefined;
       if (gen !== undefined && k.lastVerified !== undefined && gen !== k.lastVerified) this.scheduler.schedule('tick', performance.now());
     }
     // Another live process owns a table: refuse to start. Anything else was reported (fail) and the loop retries.
@@ -178,6 +185,22 @@ export class Keeper extends EventEmitter {
     // The record of what the start-up left, right after ready (the turn after this one): an
     // install is marked not verified, and a restart that adopts it reads it back (record.ts).
     if (this.recorder) setImmediate(() => { if (!k.stopped) this.recorder!.write(); });
+  }
+
+  /** Joins the monitor (opened subscribeLater) to the notifications and anchors it: the generation anchored at. */
+  private subscribe(): number | undefined {
+    this.k.monitor!.subscribe!();
+    return this.anchor();
+  }
+
+  /** The kernel's generation now (undefined: it could not be read, which is reported). */
+  private generation(): number | undefined {
+    try {
+      return this.k.sock!.generation();
+    } catch (e) {
+      this.reporter.fail(e);
+      return undefined;
+    }
   }
 
   /**

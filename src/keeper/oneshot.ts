@@ -135,7 +135,7 @@ async function followEventsOnce(sock: NftConn, view: KernelView, tables: readonl
   }
   // Right after the open (no turn of the loop, only the await's microtasks, so no batch delivered yet): every batch reaches follow().
   view.setOwned(refs);
-  view.followEvents(() => monitor.progress!(), () => false, true);
+  view.followEvents((now) => (now && monitor.readNow ? monitor.readNow() : monitor.progress!()), () => false, true);
   monitor.anchor(sock.generation(), view.overflows);
   return monitor;
 }

@@ -86,6 +86,11 @@ export class KeeperState {
   /** The generation at which the guard last refused a repair planned from the view's events: the monitor trails it. */
   refusedAt = -1;
   stopped = false;
+  /**
+   * During the start-up pass: joins the monitor (opened subscribeLater) to the notifications, once.
+   * FullPass calls it at the pass's first commit (Keeper.start).
+   */
+  joinEvents?: () => void;
   /** Retired tables noted before start() opened the reconciler. */
   private retiredEarly: TableRef[] = [];
 

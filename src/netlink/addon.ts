@@ -63,6 +63,8 @@ export interface NativeMonitor {
   close(): void;
   setFilter(tables: [string, string][] | null, ignorePorts: readonly (number | readonly [number, number])[]): void;
   progress(): [number, number, number];
+  /** Reads what the socket holds now, hands its batches over, then progress(). Absent from an addon built before it. */
+  readNow?(): [number, number, number];
   anchor(generation: number, overflowsSeen: number): void;
   /** Joins the nftables group (a monitor opened with subscribeLater). Absent from an addon built before it, which subscribes at open. */
   subscribe?(): void;

@@ -147,6 +147,8 @@ export interface NftWatch {
   close(): void;
   /** What the watcher has seen (the kernel monitor has it; a watcher without it follows nothing). */
   progress?(): MonitorProgress;
+  /** progress() after reading what the watcher's socket holds now, its batches delivered first (Monitor.readNow). */
+  readNow?(): MonitorProgress;
   anchor?(generation: number, overflowsSeen: number): void;
   /**
    * Joins the change notifications of a watcher opened with `subscribeLater` (Monitor.subscribe).

@@ -53,6 +53,18 @@ export class Monitor {
   }
 
   /**
+   * progress() after reading, without blocking, what the socket holds now, its batches handed to
+   * onBatch first: at the kernel's generation, or a commit or two behind one in progress, with no
+   * turn of the loop. Inside onBatch (the batches of a wake-up still being handed over), or from an
+   * addon built before it, progress() as it stands.
+   */
+  readNow(): MonitorProgress {
+    if (this.during || !this.native.readNow || this.closedFlag) return this.progress();
+    const [lastGeneration, runStart, delivered] = this.native.readNow();
+    return { lastGeneration, runStart, delivered };
+  }
+
+  /**
    * Tells the monitor a generation read after it subscribed and after the caller handled
    * `overflowsSeen` overflow reports: every later commit reaches it whole, and progress().runStart
    * and the batches' `since` say so from then on (ignored if another overflow came meanwhile, and

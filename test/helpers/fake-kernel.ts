@@ -883,6 +883,8 @@ export class FakeWatch implements NftWatch {
   /** Commits made but not read yet, in order; an overflow marker drops them. */
   private unread: ({ generation: number; events: MonitorEvent[] } | 'overflow')[] = [];
   private reading = false;
+  /** Records of a read are being handed over: readNow() reads nothing (as the addon's). */
+  private delivering = false;
   private lastGeneration = 0;
   private runStart = 0;
   /** The generation of the last commit with events for the watched tables (0: none seen). */
@@ -913,6 +915,12 @@ export class FakeWatch implements NftWatch {
 
   progress(): MonitorProgress {
     return { lastGeneration: this.lastGeneration, runStart: this.runStart, delivered: this.delivered };
+  }
+
+  /** Reads what there is now, handing its records over first (Monitor.readNow); not from inside onBatch. */
+  readNow(): MonitorProgress {
+    if (!this.delivering && this.unread.length > 0) this.read();
+    return this.progress();
   }
 
   anchor(generation: number, overflowsSeen: number): void {
@@ -1013,10 +1021,15 @@ export class FakeWatch implements NftWatch {
       const b = this.feed(c.generation, c.events);
       if (b) done.push(b);
     }
-    for (const { b, prevTouched } of done) {
-      if (this.closed) return;
-      if (this.live) this.react(b, prevTouched);
-      this.options.onBatch(b);
+    this.delivering = true;
+    try {
+      for (const { b, prevTouched } of done) {
+        if (this.closed) return;
+        if (this.live) this.react(b, prevTouched);
+        this.options.onBatch(b);
+      }
+    } finally {
+      this.delivering = false;
     }
   }
 

@@ -3,7 +3,8 @@
  * commit, with the generation it was guarded by, and each recommit (the addon's resend of the batch
  * the kernel last refused), with its ops and, where the kernel refused it, the error. `between`
  * runs as each of the first `times` sends is made if it is a commit, before it reaches the kernel:
- * another writer's commit there makes the kernel refuse it.
+ * another writer's commit there makes the kernel refuse it. `refused` runs at each refusal, before
+ * the guard asks for its proof.
  */
 import type { Batch } from '../../src/netlink/batch.js';
 import type { Op } from '../../src/netlink/ops.js';
@@ -19,7 +20,7 @@ export interface Sent {
   error?: unknown;
 }
 
-export function recordSends(sock: NftSocket, between: () => void = () => undefined, times = 1): Sent[] {
+export function recordSends(sock: NftSocket, between: () => void = () => undefined, times = 1, refused?: () => void): Sent[] {
   const sent: Sent[] = [];
   const commit = sock.commit.bind(sock);
   const recommit = sock.recommit.bind(sock);
@@ -31,6 +32,7 @@ export function recordSends(sock: NftSocket, between: () => void = () => undefin
     } catch (e) {
       s.refused = true;
       s.error = e;
+      refused?.();
       throw e;
     }
   };

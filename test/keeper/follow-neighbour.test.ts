@@ -62,14 +62,19 @@ describe('the follow pass and the safety net under a neighbour', { timeout: 120_
     const reads = host.ruleReads;
     const retries0 = (await keeper.metrics.generationRetries.get()).values[0]?.value ?? 0;
     const DELETIONS = 10;
+    const each: string[] = [];
     for (let i = 0; i < DELETIONS; i++) {
       const victim = hs[(i + 1) * 150]!;
-      let repaired = false;
-      const on = () => { repaired = true; };
+      let repaired: { latencyMs: number } | undefined;
+      const on = (r: { latencyMs: number }) => { repaired = r; };
       keeper.once('repaired', on);
+      const before = (await keeper.metrics.generationRetries.get()).values[0]?.value ?? 0;
       await sock.commit([{ verb: 'delete', object: 'rule', family: 'ip', table: 'own', chain: 'c', handle: victim }]);
-      await until(`deletion ${i} repaired`, () => repaired, 20_000);
+      await until(`deletion ${i} repaired`, () => repaired !== undefined, 20_000);
+      const after = (await keeper.metrics.generationRetries.get()).values[0]?.value ?? 0;
+      each.push(`${repaired!.latencyMs.toFixed(1)} ms/${after - before}`);
     }
+    console.log(`each repair (latency/refusals): ${each.join(' ')}`);
     const retries = ((await keeper.metrics.generationRetries.get()).values[0]?.value ?? 0) - retries0;
     const { commits, failed } = await neigh.stop();
     neigh = undefined;
