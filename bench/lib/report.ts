@@ -666,20 +666,21 @@ function s8Section(s: S8Result): string[] {
     }
   }
   if (s.repairs.length) {
+    // A commands-only merge has no build of its own to compare; the repairs' before is the run's they came from.
+    const b = s.beforeOf?.repairs ?? s.before;
     out.push('', '### Repairs as deployed', '', '`nfkeeper run` with its defaults; an outside probe (bench/probe.ts) deletes one owned rule or element every ' +
       'few seconds and times from just before its deletion\'s commit to the daemon\'s commit putting it back. The kernel floor is one bare socket ' +
       'committing the same deletion and the re-add back to back, in the same namespace. The event-driven floor is the same probe, the same gap, ' +
       'answered by bench/floor/responder.c instead of the daemon: a C process that only reads the deletion\'s event and commits the re-add, ' +
       'so it pays the same hand-overs between processes (the probe\'s commit, the wake-ups) and nothing else.', '',
-      '| owned | repair p50 | p99 | kernel floor p50 | × floor | event-driven floor p50 | p99 | × it | samples |' + (s.before ? ' before: p50 | p99 |' : ''),
-      '|---|---:|---:|---:|---:|---:|---:|---:|---:|' + (s.before ? '---:|---:|' : ''));
+      '| owned | repair p50 | p99 | kernel floor p50 | × floor | event-driven floor p50 | p99 | × it | samples |' + (b ? ' before: p50 | p99 |' : ''),
+      '|---|---:|---:|---:|---:|---:|---:|---:|---:|' + (b ? '---:|---:|' : ''));
     for (const r of s.repairs) {
       const e = r.responder;
       out.push(`| ${r.owned} | ${formatUs(r.repair.median)} | ${formatUs(r.repair.p99)} | ${formatUs(r.floor.median)} | ${ratio(r.repair.median, r.floor.median)} | ` +
         (e ? `${formatUs(e.median)} | ${formatUs(e.p99)} | ${ratio(r.repair.median, e.median)} |` : '- | - | - |') + ` ${r.repair.n} |` +
-        (s.before ? (r.before ? ` ${formatUs(r.before.median)} | ${formatUs(r.before.p99)} |` : ' - | - |') : ''));
+        (b ? (r.before ? ` ${formatUs(r.before.median)} | ${formatUs(r.before.p99)} |` : ' - | - |') : ''));
     }
-    const b = s.beforeOf?.repairs ?? s.before;
     if (b) out.push('', `Before: the same repairs by ${b.root}'s daemon (commit ${b.commit}), in turn with this build's in the same namespace.`);
   }
   const n = s.neighbour;
