@@ -653,15 +653,19 @@ function s8Section(s: S8Result): string[] {
     }
   }
   if (s.ready.length) {
-    out.push('', '### The daemon ready', '', '`nfkeeper run` with its defaults, from exec until `/readyz` answers 200; a restart onto the ruleset it installed ' +
-      'compares the generation before and after (an adoption writes nothing). The first daemon runs until it has written its restart record ' +
-      '(after a read verified its install), as one that ran a while; the restart with it adopts from the record, the one without (`--no-record`) ' +
-      'reads the owned tables as after a reboot.', '',
-      '| owned rules | ready, empty namespace | peak RSS | ready after a restart, with its record | peak RSS | restart wrote | after a restart without a record (it reads the tables) | peak RSS | wrote |',
-      '|---:|---:|---:|---:|---:|---|---:|---:|---|');
+    out.push('', '### The daemon ready', '', '`nfkeeper run` with its defaults, from exec until `/readyz` answers 200. The first start is a ' +
+      'config never seen: an empty namespace and no compile cache (it compiles). It runs until it has written its restart record and stored its ' +
+      'compiled config, as a daemon that ran a while; then a restart onto what it installed adopts from the record, one without a record ' +
+      '(`--no-record`) reads the owned tables, and a start after a reboot finds the ruleset empty and no record (/run cleared) but the compile ' +
+      'cache kept (/var/cache). A restart compares the generation before and after (an adoption writes nothing).', '',
+      '| owned rules | first start: empty namespace, no compile cache | peak RSS | after a reboot: empty namespace, compile cache kept | peak RSS | ' +
+      'a restart, with its record | peak RSS | restart wrote | a restart without a record (it reads the tables) | peak RSS | wrote |',
+      '|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|');
     for (const r of s.ready) {
       const rr = r.restartRead;
-      out.push(`| ${r.rules.toLocaleString('en-US')} | ${formatUs(r.fresh.wallUs)} | ${mib(r.fresh.rssKiB)} | ${formatUs(r.restart.wallUs)}${r.restart.recorded === false ? ' (no record written)' : ''} | ` +
+      out.push(`| ${r.rules.toLocaleString('en-US')} | ${formatUs(r.fresh.wallUs)} | ${mib(r.fresh.rssKiB)} | ` +
+        `${r.boot ? `${formatUs(r.boot.wallUs)} | ${mib(r.boot.rssKiB)}` : '- | -'} | ` +
+        `${formatUs(r.restart.wallUs)}${r.restart.recorded === false ? ' (no record written)' : ''} | ` +
         `${mib(r.restart.rssKiB)} | ${r.restart.wrote ? 'yes' : 'nothing'} | ${rr ? `${formatUs(rr.wallUs)} | ${mib(rr.rssKiB)} | ${rr.wrote ? 'yes' : 'nothing'}` : '- | - | -'} |`);
     }
   }
