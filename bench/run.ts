@@ -304,10 +304,9 @@ function write(out: Omit<RunResults, 'meta'>, loadavgStart: string, pending: str
       out.s8 = { ...out.s8, ...(parts.includes('commands') ? {} : { rows: prev.s8.rows }),
         ...(parts.includes('ready') ? {} : { ready: prev.s8.ready }), ...(parts.includes('repairs') ? {} : { repairs: prev.s8.repairs }),
         ...(parts.includes('neighbour') ? {} : { neighbour: prev.s8.neighbour }),
-        beforeOf: Object.fromEntries(S8_PARTS.filter((p) => !parts.includes(p)).flatMap((p) => {
-          const b = prev.s8!.beforeOf?.[p] ?? prev.s8!.before;
-          return b ? [[p, b]] : [];
-        })) };
+        // null: that part came from a run with no other build (this run's --root is not its before).
+        beforeOf: Object.fromEntries(S8_PARTS.filter((p) => !parts.includes(p))
+          .map((p) => [p, (prev.s8!.beforeOf && p in prev.s8!.beforeOf ? prev.s8!.beforeOf[p] : prev.s8!.before) ?? null])) };
     }
     // A scenario the earlier run had not reached is no longer missing once merged in.
     const stillPending = prev.meta.incomplete?.split(', ')

@@ -7,7 +7,7 @@ import type { S4Row } from '../scenarios/s4.js';
 import { ORPHANS, type S5Row } from '../scenarios/s5.js';
 import type { S6Row } from '../scenarios/s6.js';
 import type { S7Results } from '../scenarios/s7.js';
-import type { S8Result } from '../scenarios/s8.js';
+import type { S8Part, S8Result } from '../scenarios/s8.js';
 import { existsSync, readFileSync } from 'node:fs';
 import { LAYOUT_TEXT, type Layout } from '../scenarios/foreign.js';
 import { formatUs } from './stats.js';
@@ -639,7 +639,9 @@ function s8Section(s: S8Result): string[] {
       (r.peer ? `\`${r.peer.tool}\` | ${formatUs(r.peer.s.wall.median)} | ${formatUs(r.peer.s.cpu.median)} | ${mib(r.peer.s.rssKiB)} | ${r.ratio!.toFixed(2)}× |`
         : '- | - | - | - | - |') + ` ${r.nfkeeper.wall.n} |`);
   }
-  const commandsBefore = s.beforeOf?.commands ?? s.before;
+  // A part merged from an earlier run has its own before (or none); the parts this run measured, this run's.
+  const beforeOf = (part: S8Part) => (s.beforeOf && part in s.beforeOf ? s.beforeOf[part] ?? undefined : s.before);
+  const commandsBefore = beforeOf('commands');
   if (commandsBefore) {
     out.push('', `The same commands as ${commandsBefore.root} (commit ${commandsBefore.commit}) runs them, in the same rounds ` +
       '(this build, that build, the peer): before and after.', '',
@@ -671,7 +673,7 @@ function s8Section(s: S8Result): string[] {
   }
   if (s.repairs.length) {
     // A commands-only merge has no build of its own to compare; the repairs' before is the run's they came from.
-    const b = s.beforeOf?.repairs ?? s.before;
+    const b = beforeOf('repairs');
     out.push('', '### Repairs as deployed', '', '`nfkeeper run` with its defaults; an outside probe (bench/probe.ts) deletes one owned rule or element every ' +
       'few seconds and times from just before its deletion\'s commit to the daemon\'s commit putting it back. The kernel floor is one bare socket ' +
       'committing the same deletion and the re-add back to back, in the same namespace. The event-driven floor is the same probe, the same gap, ' +
@@ -692,7 +694,7 @@ function s8Section(s: S8Result): string[] {
     const each = (xs?: number[]) => (xs && xs.length > 1 ? ` (runs: ${xs.map((x) => `${x.toFixed(2)} %`).join(', ')})` : '');
     out.push('', `A neighbour committing to a table nfkeeper does not own at ${n.commitsPerSecond.toFixed(0)} commits a second for ` +
       `${n.seconds.toFixed(1)} s cost the daemon (flannel's config, its defaults) **${n.daemonCpuPercent.toFixed(2)} %** of a core, the median${each(n.runs)}` +
-      (n.before && (s.beforeOf?.neighbour ?? s.before) ? `; ${(s.beforeOf?.neighbour ?? s.before)!.root}'s daemon (commit ${(s.beforeOf?.neighbour ?? s.before)!.commit}), its runs in turn with these, ${n.before.daemonCpuPercent.toFixed(2)} %${each(n.before.runs)}` : '') + '.');
+      (n.before && beforeOf('neighbour') ? `; ${beforeOf('neighbour')!.root}'s daemon (commit ${beforeOf('neighbour')!.commit}), its runs in turn with these, ${n.before.daemonCpuPercent.toFixed(2)} %${each(n.before.runs)}` : '') + '.');
   }
   return out;
 }

@@ -113,7 +113,7 @@ export interface S8Result {
   /** The other build's package root and commit, when there was one. */
   before?: { root: string; commit: string };
   /** Where a part was kept from an earlier run (--s8-parts with --merge): that run's other build. */
-  beforeOf?: Partial<Record<S8Part, { root: string; commit: string }>>;
+  beforeOf?: Partial<Record<S8Part, { root: string; commit: string } | null>>;
   rows: S8Row[];
   ready: S8Ready[];
   repairs: S8Repair[];
