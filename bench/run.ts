@@ -301,7 +301,7 @@ function write(out: Omit<RunResults, 'meta'>, loadavgStart: string, pending: str
     // With --s8-parts, the parts of S8 this run left out stay from the earlier one.
     const parts = s8Parts();
     if (parts && out.s8 && prev.s8) {
-      out.s8 = { ...out.s8, ...(parts.includes('commands') ? {} : { rows: prev.s8.rows }),
+      out.s8 = { ...out.s8, ...(parts.includes('commands') ? {} : { rows: prev.s8.rows, nodeStart: prev.s8.nodeStart }),
         ...(parts.includes('ready') ? {} : { ready: prev.s8.ready }), ...(parts.includes('repairs') ? {} : { repairs: prev.s8.repairs }),
         ...(parts.includes('neighbour') ? {} : { neighbour: prev.s8.neighbour }),
         // null: that part came from a run with no other build (this run's --root is not its before).

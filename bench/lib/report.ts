@@ -639,6 +639,11 @@ function s8Section(s: S8Result): string[] {
       (r.peer ? `\`${r.peer.tool}\` | ${formatUs(r.peer.s.wall.median)} | ${formatUs(r.peer.s.cpu.median)} | ${mib(r.peer.s.rssKiB)} | ${r.ratio!.toFixed(2)}× |`
         : '- | - | - | - | - |') + ` ${r.nfkeeper.wall.n} |`);
   }
+  const ns = s.nodeStart;
+  if (ns) {
+    out.push('', `Node's own start, \`node -e 0\` on the same Node in turn with \`version\` (no nfkeeper code loaded: the floor of every ` +
+      `command above): ${formatUs(ns.wall.median)} wall, ${formatUs(ns.cpu.median)} CPU, ${mib(ns.rssKiB)} peak RSS (${ns.wall.n} runs).`);
+  }
   // A part merged from an earlier run has its own before (or none); the parts this run measured, this run's.
   const beforeOf = (part: S8Part) => (s.beforeOf && part in s.beforeOf ? s.beforeOf[part] ?? undefined : s.before);
   const commandsBefore = beforeOf('commands');

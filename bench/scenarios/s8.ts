@@ -115,6 +115,8 @@ export interface S8Result {
   /** Where a part was kept from an earlier run (--s8-parts with --merge): that run's other build. */
   beforeOf?: Partial<Record<S8Part, { root: string; commit: string } | null>>;
   rows: S8Row[];
+  /** `node -e 0` on the same Node, in turn with `version`: Node's own start, the floor of every command. */
+  nodeStart?: WholeSummary;
   ready: S8Ready[];
   repairs: S8Repair[];
   neighbour?: S8Neighbour;
@@ -260,6 +262,13 @@ export async function runS8(o: S8Options): Promise<S8Result> {
       writeFileSync(flannelNft, ns.exec(NODE, [BIN, 'export', '--table', 'ip', 'nfkeeper']));
       const same = () => undefined;
       row('one-shot', 'version', vs(o.reps(0), same, undefined, ['version'], nft(undefined, ['--version'])), 'nft --version');
+      const nodeRuns: ProcessRun[] = [];
+      for (let i = 0; i < o.reps(0); i++) {
+        nodeRuns.push(runWhole(NODE, ['-e', '0']));
+        nfk(undefined, ['version'])();
+      }
+      result.nodeStart = summarizeRuns(nodeRuns);
+      o.log(`    node -e 0: ${(result.nodeStart.wall.median / 1000).toFixed(1)} ms, CPU ${(result.nodeStart.cpu.median / 1000).toFixed(1)} ms (${(result.nodeStart.rssKiB / 1024).toFixed(1)} MiB)`);
       row('one-shot', 'validate, flannel\'s config', vs(o.reps(0), same, undefined, ['validate', '--config', flannel],
         nft(ns, ['-c', '-f', flannelNft])), 'nft -c -f');
       row('one-shot', 'check, flannel\'s config (in sync)', vs(o.reps(0), same, ns, ['check', '--config', flannel],
