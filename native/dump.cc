@@ -363,9 +363,18 @@ struct DumpState : DumpRequest {
     return false;
   }
 
+  // A switch, not a table indexed by the kind: the table lacked objects, and an object dump's
+  // error (an interrupted one) read past it and aborted the process (std::string from null).
   std::string Describe() const {
-    static const char* names[] = {"list tables", "list chains", "list rules", "list sets", "list set elements"};
-    return names[static_cast<int>(kind)];
+    switch (kind) {
+      case DumpKind::Table: return "list tables";
+      case DumpKind::Chain: return "list chains";
+      case DumpKind::Rule: return "list rules";
+      case DumpKind::Set: return "list sets";
+      case DumpKind::Element: return "list set elements";
+      case DumpKind::Object: return "list objects";
+    }
+    return "list";
   }
 
   // Decodes what came back and settles the promise. JS thread only.
