@@ -139,14 +139,15 @@ void CommitRun::Run() {
     left -= step;
     index++;
   }
+  // A resend (Recommit) has a base from its first send.
+  const bool resend = previous != 0;
+  if (!resend) KillPoint("commit-sending");
   if (sock_->SendAll(batch_->bytes.data(), batch_->bytes.size()) < 0) {
     ioErrno_ = errno;
     ioStep_ = "send batch";
     return;
   }
-  // A resend (Recommit) has a base from its first send.
-  const bool resend = previous != 0;
-  if (resend) KillPoint("recommit-sent");
+  KillPoint(resend ? "recommit-sent" : "commit-sent");
   bool loseAck = resend && kLoseResendAck != nullptr;
   // nfnetlink processes the whole batch inside sendmsg(), so every ack is
   // already queued: read until the queue is empty, even after an error.
@@ -204,7 +205,7 @@ void CommitRun::Run() {
       acks_.push_back(std::move(ack));
     }
   }
-  if (resend) KillPoint("recommit-acked");
+  KillPoint(resend ? "recommit-acked" : "commit-acked");
 }
 
 void CommitRun::Release() {

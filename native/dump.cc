@@ -4,8 +4,13 @@
 #include <linux/netfilter/nf_tables.h>
 #include <linux/netfilter/nfnetlink.h>
 
+#include <poll.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -29,6 +34,31 @@ namespace {
 // the kernel work done on the JS thread to about three skbs of one chain.
 constexpr int kInlineDatagrams = 2;
 
+// Test only (test/netlink/dump-pause.test.ts): with NFKEEPER_TEST_DUMP_PAUSE set at load, a watched
+// dump reads it again when it is sent and, if it holds K >= 0, pauses once it has sent its request
+// (K = 0) or received its K-th datagram: it writes "K\n" to fd 3 and waits for a byte on fd 4, while
+// the test commits. The kernel built the next datagram inside the recv that took this one, so a
+// commit then lands between datagrams K + 1 and K + 2 (K = 0: 1 and 2). Unset, a dump pays one
+// comparison.
+const bool kPauseSeam = getenv("NFKEEPER_TEST_DUMP_PAUSE") != nullptr;
+
+long TestPauseAt() {
+  if (!kPauseSeam) return -1;
+  const char* k = getenv("NFKEEPER_TEST_DUMP_PAUSE");
+  return k != nullptr && *k != '\0' ? strtol(k, nullptr, 10) : -1;
+}
+
+void TestPause(long k) {
+  dprintf(3, "%ld\n", k);
+  char c;
+  for (;;) {
+    const ssize_t r = read(4, &c, 1);
+    if (r >= 0 || (errno != EINTR && errno != EAGAIN)) break;
+    pollfd p{4, POLLIN, 0};
+    if (errno == EAGAIN) poll(&p, 1, -1);
+  }
+}
+
 // One dump request and what came back: shared by the inline path on the JS
 // thread and the worker that finishes a big dump.
 struct DumpState : DumpRequest {
@@ -46,6 +76,9 @@ struct DumpState : DumpRequest {
   bool spoiled = false;
   uint32_t lastGen = 0;  // the last NEWGEN's generation, if sawGen
   bool sawGen = false;
+  // The test seam's pause (TestPauseAt; -1: none) and the dump's datagrams received so far.
+  long pauseAt = -1;
+  long received = 0;
   bool done = false;
   int err = 0;
   std::string message;
@@ -267,6 +300,7 @@ struct DumpState : DumpRequest {
       Fail(errno, std::string("send: ") + std::strerror(errno));
       return false;
     }
+    if (kPauseSeam && watch && (pauseAt = TestPauseAt()) == 0) TestPause(0);
     return true;
   }
 
@@ -277,6 +311,7 @@ struct DumpState : DumpRequest {
       Notice(data, n);
       return;
     }
+    if (++received == pauseAt) TestPause(received);
     const nlmsghdr* nlh = reinterpret_cast<const nlmsghdr*>(data);
     int len = static_cast<int>(n);
     for (; MessageOk(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
@@ -328,9 +363,18 @@ struct DumpState : DumpRequest {
     return false;
   }
 
+  // A switch, not a table indexed by the kind: the table lacked objects, and an object dump's
+  // error (an interrupted one) read past it and aborted the process (std::string from null).
   std::string Describe() const {
-    static const char* names[] = {"list tables", "list chains", "list rules", "list sets", "list set elements"};
-    return names[static_cast<int>(kind)];
+    switch (kind) {
+      case DumpKind::Table: return "list tables";
+      case DumpKind::Chain: return "list chains";
+      case DumpKind::Rule: return "list rules";
+      case DumpKind::Set: return "list sets";
+      case DumpKind::Element: return "list set elements";
+      case DumpKind::Object: return "list objects";
+    }
+    return "list";
   }
 
   // Decodes what came back and settles the promise. JS thread only.

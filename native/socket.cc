@@ -87,7 +87,7 @@ mnl_socket* OpenIn(int nsfd, unsigned groups, std::string* failedStep, bool bind
 
 }  // namespace
 
-// Test only (test/reliability/reopen-kill.test.ts, resend-kill.test.ts): NFKEEPER_TEST_KILL_AT
+// Test only (test/reliability/reopen-kill.test.ts, resend-kill.test.ts, middle-run-kill.test.ts): NFKEEPER_TEST_KILL_AT
 // names a point where the process kills itself (SIGKILL). Read once, when the addon is loaded;
 // unset, each point is one comparison with null.
 static const char* const kKillAt = getenv("NFKEEPER_TEST_KILL_AT");

@@ -121,8 +121,9 @@ export interface ScanOptions {
   foreign: readonly ForeignTable[];
   live: ReadonlySet<string>;
   /**
-   * Ids live now besides `live`, asked again at each scan and before a refused batch is sent again
-   * (the daemon's registered owners, which a registration adds while a pass runs).
+   * Ids live now besides `live`, asked again at each scan (once its reads are done) and before a
+   * refused batch is sent again (once the proof has answered): the daemon's registered owners, which a
+   * registration adds while a pass runs.
    */
   liveIds?: () => Iterable<string>;
   graceMs: number;
@@ -370,6 +371,11 @@ const NFT_MODEL: GcRuleModel<Rule> = {
   },
 };
 
+/** The ids live now: `live`, and those `liveIds` gives at this moment. */
+function liveOf(o: Pick<ScanOptions, 'live' | 'liveIds'>): ReadonlySet<string> {
+  return o.liveIds ? new Set([...o.live, ...o.liveIds()]) : o.live;
+}
+
 /** Finds what can be collected now. Reads the generation first; the dumps follow it. */
 export async function scan(sock: NftConn, o: ScanOptions, generation = sock.generation()): Promise<ScanResult> {
   const byTable = new Map<string, ForeignTable[]>();
@@ -382,9 +388,12 @@ export async function scan(sock: NftConn, o: ScanOptions, generation = sock.gene
     if (!(await sock.getTable(owners[0]!.family, owners[0]!.table))) continue;
     views.push(await observe(sock, owners));
   }
+  // The live ids asked after the reads, not before: a registration queued while they ran is live for
+  // this plan (from here to the commit only promise jobs run, so none can come unseen in between).
+  const live = liveOf(o);
   const found = findGarbage(views.map((v) => ({
     ...v, chains: new Map([...v.chains].map(([name, c]) => [name, { base: c.hook !== undefined, use: c.use }])),
-  })), NFT_MODEL, o);
+  })), NFT_MODEL, { ...o, live });
   // Rendering is for people; a rule it cannot show must not block its collection.
   const render = (r: Rule) => {
     try {
@@ -449,10 +458,10 @@ export async function collect(sock: NftConn, o: ScanOptions & { dryRun?: boolean
   // Every table the scan reads, absent ones too: which rules are garbage depends on all of them (an
   // address a live id's rule names in one keeps the firewall rule of another).
   const tables = [...new Map(o.foreign.map((f) => [`${f.family} ${f.table}`, { family: f.family, name: f.table }])).values()];
-  const liveNow = (): ReadonlySet<string> => (o.liveIds ? new Set([...o.live, ...o.liveIds()]) : o.live);
+  const liveNow = () => liveOf(o);
   let planned: readonly Garbage[] = [];
   const r = await commitGuarded(sock, async (generation) => {
-    const s = await scan(sock, { ...o, live: liveNow() }, generation);
+    const s = await scan(sock, o, generation);
     planned = s.garbage;
     if (o.dryRun || s.garbage.length === 0) return { value: s };
     return { value: s, batch: planBatch(s.garbage) };
@@ -461,12 +470,17 @@ export async function collect(sock: NftConn, o: ScanOptions & { dryRun?: boolean
     ...(open ? {
       proof: async () => {
         const p = await open(sock, tables);
-        // An id that became live since the scan (an owner registered meanwhile) is scanned again, never collected as planned.
+        // An id that became live since the scan (an owner registered meanwhile) is scanned again, never
+        // collected as planned: asked once the proof has answered (it may wait for the loop), so that a
+        // registration queued during that wait is seen too.
         const becameLive = () => {
           const live = liveNow();
           return planned.some((x) => live.has(x.id));
         };
-        return p && { ...p, stillHolds: async (g: number, b: Batch) => (o.liveIds && becameLive() ? undefined : p.stillHolds(g, b)) };
+        return p && { ...p, stillHolds: async (g: number, b: Batch) => {
+          const at = await p.stillHolds(g, b);
+          return o.liveIds && becameLive() ? undefined : at;
+        } };
       },
     } : {}),
   });
