@@ -258,7 +258,8 @@ export class FollowedView {
 
   /** The events cover every commit after `from` up to `to`, after waiting for the monitor to catch up with `to` (caughtUp). */
   protected async eventsCover(from: number, to: number): Promise<boolean> {
-    return runCovers(from, to, this.applied, await this.caughtUp(to));
+    const p = await this.caughtUp(to);
+    return runCovers(from, to, this.applied, p);
   }
 
   /**
