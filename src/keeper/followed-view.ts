@@ -199,36 +199,29 @@ export class FollowedView {
   }
 
   /**
-   * The generation the monitor saw last, where the events prove `tables` there as they were at
-   * `from`: the monitor saw every commit after `from` whole, every batch it delivered was followed,
-   * and none named one of these tables (or left which unknown: a truncated batch). Taken once the
-   * monitor has read what its socket holds (current), so at the kernel's generation or close to it:
-   * the window in which another commit can refuse the resend is the resend's own. Waited for only
-   * while the monitor has not passed `from` (at most EVENTS_WAIT_MS). Undefined: no such proof; a
-   * table not owned, whose changes the view does not note, has none.
+   * untouchedSince once the monitor has passed `from`: waited for (turns of the loop, at most
+   * EVENTS_WAIT_MS) only while it has not, so the proof of a resend is taken at the kernel's
+   * generation or close to it, and the window in which another commit can refuse the resend is the
+   * resend's own. Undefined: no such proof, or the monitor did not pass `from` (a resend guarded by
+   * `from` again would be refused again).
    */
   async unchangedSince(from: number, tables: readonly { family: string; name: string }[]): Promise<number | undefined> {
-    const progress = this.progressOf;
-    if (!progress) return undefined;
-    const waitUntil = performance.now() + EVENTS_WAIT_MS;
-    let p = progress(true);
-    while (this.eventsLag(from + 1, p) && performance.now() < waitUntil && !this.stopped()) {
-      await new Promise((r) => setImmediate(r));
-      p = progress(true);
-    }
-    const to = p.lastGeneration;
-    if (to <= from || !runCovers(from, to, this.applied, p)) return undefined;
-    return tables.every((t) => this.untouched(t, from, to, p)) ? to : undefined;
+    if (!this.progressOf) return undefined;
+    const p = await this.caughtUp(from + 1);
+    return p.lastGeneration > from ? this.untouchedSince(from, tables, p) : undefined;
   }
 
   /**
-   * The monitor, having read what its socket holds (current), has seen every commit after `from`
-   * whole, up to at least `from`, every batch followed, and none named one of `tables`: what held at
-   * `from` holds at its last generation, and the commits after that come as batches still to follow.
+   * The generation the monitor saw last, having read what its socket holds (current), where the
+   * events prove `tables` there as they were at `from`: it saw every commit after `from` whole, up
+   * to at least `from`, every batch it delivered was followed, and none named one of these tables
+   * (or left which unknown: a truncated batch). The commits after it come as batches still to
+   * follow. Undefined: no such proof; a table not owned, whose changes the view does not note, has none.
    */
-  untouchedSince(from: number, tables: readonly { family: string; name: string }[]): boolean {
-    const p = this.current();
-    return !!p && runCovers(from, p.lastGeneration, this.applied, p) && tables.every((t) => this.untouched(t, from, p.lastGeneration, p));
+  untouchedSince(from: number, tables: readonly { family: string; name: string }[], p = this.current()): number | undefined {
+    if (!p) return undefined;
+    const to = p.lastGeneration;
+    return runCovers(from, to, this.applied, p) && tables.every((t) => this.untouched(t, from, to, p)) ? to : undefined;
   }
 
   /**
@@ -247,15 +240,25 @@ export class FollowedView {
     return p.lastGeneration < to || p.delivered > this.applied;
   }
 
-  /** The events cover every commit after `from` up to `to`, after waiting for the monitor to catch up with `to` (EVENTS_WAIT_MS). */
-  protected async eventsCover(from: number, to: number): Promise<boolean> {
-    const progress = this.progressOf!;
+  /**
+   * The monitor's progress once it has read what its socket holds now (current), waited for by turns
+   * of the loop while it has not seen `to` or has batches on their way to follow() (at most
+   * EVENTS_WAIT_MS, or until the keeper stops). The events' wait before every proof that needs them
+   * at a generation.
+   */
+  private async caughtUp(to: number): Promise<MonitorProgress> {
     const waitUntil = performance.now() + EVENTS_WAIT_MS;
-    let p = progress(true);
+    let p = this.current()!;
     while (this.eventsLag(to, p) && performance.now() < waitUntil && !this.stopped()) {
       await new Promise((r) => setImmediate(r));
-      p = progress(true);
+      p = this.current()!;
     }
+    return p;
+  }
+
+  /** The events cover every commit after `from` up to `to`, after waiting for the monitor to catch up with `to` (caughtUp). */
+  protected async eventsCover(from: number, to: number): Promise<boolean> {
+    const p = await this.caughtUp(to);
     return runCovers(from, to, this.applied, p);
   }
 

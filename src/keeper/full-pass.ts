@@ -142,7 +142,7 @@ export class FullPass implements RepairPath<Promise<Outcome>> {
     if (observation && observation.flat.length === 0 && observation.retired.length === 0) {
       // The kernel still at the observation's generation, or the events prove no commit since named
       // a desired table (a neighbour's commits elsewhere): the events follow on from it.
-      if (k.sock!.generation() !== observation.generation && !view.untouchedSince(observation.generation, k.desired)) return;
+      if (k.sock!.generation() !== observation.generation && view.untouchedSince(observation.generation, k.desired) === undefined) return;
       // The observation's garbage goes before the view takes its per-rule index (src/base/heap.ts);
       // one not read (the known state, a restart record's) made none worth a full collection.
       if (!observation.unread && countRules(k.desired) >= COLLECT_BEFORE_OPS) collectGarbage();

@@ -381,6 +381,12 @@ export class Keeper extends EventEmitter {
     this.metrics.ticks.inc();
     this.metrics.ready.set(this.isReady(this.lastTickAt) ? 1 : 0);
     this.emit('tick');
+    // The events first, as every proof takes them (FollowedView.current): what the monitor's socket
+    // holds now is handed over before the generation is read, each batch as the loop's poll would
+    // (an armed reaction commits for a deletion among them, an event repair runs). A tick whose
+    // timer was due between a commit and that poll (libuv runs timers first) then finds the
+    // generation the repair verified, not a moved one to start a pass for (which would pause the arm).
+    k.view.current();
     let gen: number | undefined;
     try {
       // Not while a dump or commit holds the socket (a long chain's dump holds it for seconds, and
@@ -411,17 +417,6 @@ export class Keeper extends EventEmitter {
       // how a fight ends, and no pass would run to notice it (bench/hostile.ts
       // found the level stuck at its peak after the neighbour stopped).
       this.reporter.endFightIfQuiet();
-      return;
-    }
-    if (this.arming.armed) {
-      // The armed monitor answers a foreign deletion on its event's wake-up, but a tick whose timer
-      // is due first (timers run before the loop polls the monitor's socket) would pause it for a
-      // pass. The events get their turn first: if they verified a repair, no pass is needed.
-      const verified = k.lastVerified;
-      const at = this.lastTickAt;
-      setImmediate(() => {
-        if (!k.stopped && k.lastVerified === verified) this.scheduler.schedule('tick', at);
-      });
       return;
     }
     this.scheduler.schedule('tick', this.lastTickAt);

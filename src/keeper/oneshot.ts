@@ -83,7 +83,7 @@ export async function checkOnce(sock: NftConn, config: Config, apply: boolean, o
     proof?: ProofEntry;
     /**
      * apply: opens, at the first batch the generation refuses, the monitor whose events let a later
-     * one refused by a neighbour's commit be sent again (followEventsOnce); it may be a promise (the
+     * one refused by a neighbour's commit be sent again (tablesProof); it may be a promise (the
      * command line loads the monitor's module then: most applies are never refused). Without it, any
      * commit between the read and the commit refuses it.
      */
@@ -91,66 +91,47 @@ export async function checkOnce(sock: NftConn, config: Config, apply: boolean, o
   } = {}): Promise<CheckResult> {
   // Registered owners are part of the desired state here too, or apply would collect them.
   const tables = mergeOwners(config.tables, config.owners, owners);
-  // The monitor is opened at the first refusal, not before the first read: a member of the group
-  // makes the kernel build a notification of every op of our own commit (10,000 NEWRULEs for a
-  // 10,000-rule install, ~10 % of a quiet apply's CPU). Joined then, it proves the plans read after
-  // it; the refused batch's plan, read before, is planned again (guard.ts).
-  let monitor: NftWatch | undefined;
-  let opened = false;
+  // apply's resend proof, opened by the guard at the first refusal, not before the first read: a
+  // member of the group makes the kernel build a notification of every op of our own commit
+  // (10,000 NEWRULEs for a 10,000-rule install, ~10 % of a quiet apply's CPU).
   const watch = apply ? options.watch : undefined;
-  const reconciler = new Reconciler(sock, { attempts: 20, log: options.logger, ...(watch ? { onRefused: async () => {
-    if (opened) return;
-    opened = true;
-    monitor = await followEventsOnce(sock, reconciler.view, [...tables, ...(options.retired ?? [])], watch);
-  } } : {}) });
-  // Each plan's generation, read after the join, anchors the monitor's run again: after an overflow
-  // (the unread buffer filled under a storm) the next plan's resend has its proof (a no-op otherwise).
-  const anchor = watch && ((generation: number) => monitor?.anchor!(generation, reconciler.view.overflows));
-  try {
-    return await checkWith(reconciler, sock, config, tables, apply, options, anchor);
-  } finally {
-    monitor?.close();
-  }
+  const reconciler = new Reconciler(sock, { attempts: 20, log: options.logger, ...(watch ? { proof: tablesProof(watch) } : {}) });
+  return checkWith(reconciler, sock, config, tables, apply, options);
 }
 
 /**
- * A one-shot pass's proof for the guard's resend, the daemon's (Reconciler's stillHolds,
- * FollowedView.unchangedSince): a monitor of the tables the pass plans from, joined now (at the
- * first refusal), anchored at a generation read after joining, so before the next plan reads its
- * generation; each batch it delivers goes to the view's follow(), which notes the tables a commit
- * changed (`setOwned`: noted for the proof, whoever manages them). It is opened unread: nothing
- * reads its socket until a refusal asks for the proof (progress()), so a plan no commit refuses
- * reads and decodes no notification (its own commit's included). The view seeds nothing from them
- * (proofOnly): the pass ends after its commit. Our own commits are not delivered (ignorePorts):
- * they precede the generation any later plan is read at. Undefined where the watcher proves no run
- * of commits (no progress or anchor): no resend then.
- */
-async function followEventsOnce(sock: NftConn, view: KernelView, tables: readonly { family: TableConfig['family']; name: string }[],
-  watch: Watcher): Promise<NftWatch | undefined> {
-  const refs = tables.map((t) => ({ family: t.family, name: t.name }));
-  const monitor = await watch({ tables: refs, ignorePorts: [sock.portId], unread: true, onBatch: (b) => view.follow(b, sock.portId) });
-  if (!monitor.progress || !monitor.anchor) {
-    monitor.close();
-    return undefined;
-  }
-  // Right after the open (no turn of the loop, only the await's microtasks, so no batch delivered yet): every batch reaches follow().
-  view.setOwned(refs);
-  view.followEvents((now) => (now && monitor.readNow ? monitor.readNow() : monitor.progress!()), () => false, true);
-  monitor.anchor(sock.generation(), view.overflows);
-  return monitor;
-}
-
-/**
- * The same proof for a writer that plans from no view of its own (`cleanup`; foreign GC, whose
- * tables are other programs'): a view of its own over `tables`, which every plan reads, and the
- * tables the refused batch lies in. A commit that named any of them since the plan fails it.
+ * The guard's resend proof (GuardOptions.proof) for a writer that follows no events of its own:
+ * `apply` (its Reconciler's view follows none), `cleanup`, and foreign GC, whose tables are other
+ * programs'. The daemon's passes prove from the view they follow with
+ * (FollowedView.unchangedSince); this is the same proof in a view of its own over `tables`, which
+ * every plan reads, and the tables the refused batch lies in: a commit that named any of them since
+ * the plan fails it.
+ *
+ * A monitor of `tables`, joined when the guard opens the proof (at the first refusal), anchored at a
+ * generation read after joining, so before the next plan reads its generation; each plan's
+ * generation anchors it again (`planned`: after an overflow, the next plan's resend has its proof).
+ * Each batch it delivers goes to the view's follow(), which notes the tables a commit changed
+ * (`setOwned`: noted for the proof, whoever manages them); the view seeds nothing (proofOnly).
+ * It is opened unread: nothing reads its socket until a refusal asks for the proof, so a plan no
+ * later commit refuses reads and decodes no notification (its own commit's included). Our own
+ * commits are not delivered (ignorePorts): they precede the generation any later plan is read at.
+ * Undefined where the watcher proves no run of commits (no progress or anchor): no resend then.
  */
 export function tablesProof(watch: Watcher): OpenProof {
   return async (conn, tables) => {
+    const refs = tables.map((t) => ({ family: t.family, name: t.name }));
     const view = new KernelView();
-    const monitor = await followEventsOnce(conn, view, tables, watch);
-    return monitor && {
-      stillHolds: (planned, batch) => view.unchangedSince(planned, [...tables, ...batch.tables]),
+    const monitor = await watch({ tables: refs, ignorePorts: [conn.portId], unread: true, onBatch: (b) => view.follow(b, conn.portId) });
+    if (!monitor.progress || !monitor.anchor) {
+      monitor.close();
+      return undefined;
+    }
+    // Right after the open (no turn of the loop, only the await's microtasks, so no batch delivered yet): every batch reaches follow().
+    view.setOwned(refs);
+    view.followEvents((now) => (now && monitor.readNow ? monitor.readNow() : monitor.progress!()), () => false, true);
+    monitor.anchor(conn.generation(), view.overflows);
+    return {
+      stillHolds: (planned, batch) => view.unchangedSince(planned, [...refs, ...batch.tables]),
       planned: (generation) => monitor.anchor!(generation, view.overflows),
       close: () => monitor.close(),
     };
@@ -158,7 +139,7 @@ export function tablesProof(watch: Watcher): OpenProof {
 }
 
 async function checkWith(reconciler: Reconciler, sock: NftConn, config: Config, tables: TableConfig[], apply: boolean,
-  options: Parameters<typeof checkOnce>[4] & object, anchor?: (generation: number) => void): Promise<CheckResult> {
+  options: Parameters<typeof checkOnce>[4] & object): Promise<CheckResult> {
   // Every observation reads by digest (observeTable's adopt): a chain whose rules' digests are its
   // desired rules' is not decoded and keyed rule by rule, only one that differs (what check prints
   // for it is the same). Apply's commit is verified from its echo (PassInput.verifyByEcho), read
@@ -168,13 +149,12 @@ async function checkWith(reconciler: Reconciler, sock: NftConn, config: Config, 
   let first = true;
   const found = options.found;
   const onObservation = (o: Observation) => {
-    anchor?.(o.generation);
     if (first) found?.(driftOf(o));
     first = false;
   };
   const heldProof = apply && options.proof && !config.owners ? heldProofFor(options.proof, sock.kernelCode?.()) : undefined;
   const r = await reconciler.once({ tables, readOnly: !apply, allowForeignOwner: !apply, adopt: true, verifyByEcho: apply,
-    ...(found || anchor ? { onObservation } : {}), ...(heldProof ? { heldProof } : {}) });
+    ...(found ? { onObservation } : {}), ...(heldProof ? { heldProof } : {}) });
   const held = heldProof?.wasUsed() && r.ops > 0 && r.trusted ? 'by-proof' : heldProof?.wasProved() ? 'proved' : undefined;
   return {
     drift: driftOf(r.first),

@@ -14,7 +14,7 @@ import type { KeeperMetrics } from '../base/metrics.js';
 import { Batch } from '../netlink/batch.js';
 import type { NftConn } from '../netlink/conn.js';
 import type { Family } from '../netlink/expr.js';
-import { commitGuarded } from '../netlink/guard.js';
+import { commitGuarded, type OpenProof } from '../netlink/guard.js';
 import { deriveHandles, echoPoints } from '../netlink/handles.js';
 import type { ObservedTable } from '../netlink/objects.js';
 import { ownedGarbage, type OwnedGarbage } from '../owners/merge.js';
@@ -165,8 +165,13 @@ export interface ReconcilerOptions {
   trackTimed?: boolean;
   /** What the kernel holds, kept between passes (the daemon's, which also follows the events); default a view of its own. */
   view?: KernelView;
-  /** Told of each batch the generation refused, before the guard asks for a proof or plans again (a one-shot apply opens its monitor then: waited for). */
-  onRefused?: () => void | Promise<void>;
+  /**
+   * Where the view follows no events (a one-shot apply): the resend proof the guard opens at a
+   * pass's first refusal by the generation (GuardOptions.proof), over the pass's tables and the
+   * retired ones. Without it, and without events, any commit between the read and the commit
+   * refuses the batch, which is planned again.
+   */
+  proof?: OpenProof;
 }
 
 /**
@@ -213,6 +218,7 @@ export class Reconciler {
     // The commit's full echo proved every rule of the tables (heldProof.proved).
     let provedAll = false;
     type Step = { status: PassResult['status']; observation: Observation; waitMs?: number };
+    const resend = this.options.proof;
     const r = await commitGuarded<Step>(this.conn, async (generation) => {
       const observation = await this.observe(input, generation, written?.());
       if (observation === undefined) return { value: { status: 'moved', observation: movedAt(generation) } };
@@ -256,17 +262,14 @@ export class Reconciler {
       attempts: this.options.attempts,
       untilClean: true,
       trustSoleCommit: input.trustSoleCommit || input.verifyByEcho,
-      onMismatch: () => {
-        this.options.metrics?.generationRetries.inc();
-        return this.options.onRefused?.();
-      },
+      onMismatch: () => this.options.metrics?.generationRetries.inc(),
       replan: (e, batch) => this.protectRefused(e, batch),
       // A neighbour's commit to its own table refused the batch: sent again where the events prove
-      // the tables it was planned from (the retired ones too) unchanged since (guard.ts). (A view
-      // that follows no events yet, a one-shot apply's before its first refusal, proves nothing.)
-      stillHolds: this.view.follows || this.options.onRefused
-        ? async (planned, batch) => (this.view.follows ? this.view.unchangedSince(planned, [...input.tables, ...this.retired, ...batch.tables]) : undefined)
-        : undefined,
+      // the tables it was planned from (the retired ones too) unchanged since (guard.ts): the view's
+      // events where it follows them (the daemon's), else a proof opened at the first refusal.
+      ...(this.view.follows
+        ? { stillHolds: (planned: number, batch: Batch) => this.view.unchangedSince(planned, [...input.tables, ...this.retired, ...batch.tables]) }
+        : resend ? { proof: () => resend(this.conn, [...input.tables, ...this.retired]) } : {}),
       echo: byProof ? echoForHandles : input.verifyByEcho || (keepKnown ? echoForHandles : false),
       // Only where a read-back by digest may follow, or the echo is compared with them: not for a
       // caller that trusts a sole commit (the daemon, whose start-up install would hold 100,000

@@ -12,12 +12,16 @@
  * hour-long tick, so that only events or explicit requests repair and a tick cannot race the test,
  * and `error` events swallowed (they are reported in status and metrics, as the daemon logs them).
  *
- * startKeeper() is the same keeper in a namespace you manage yourself (beforeEach/afterEach).
+ * startKeeper() is the same keeper in a namespace you manage yourself (beforeEach/afterEach);
+ * keeperPerTest() starts keepers (and neighbours, ./neighbour.ts) in a socketPerTest's namespace
+ * and stops them after each test.
  */
+import { afterEach } from 'vitest';
 import { Keeper, type KeeperOptions } from '../../src/keeper/keeper.js';
 import type { NftConn, NftHost } from '../../src/netlink/conn.js';
 import { Monitor } from '../../src/netlink/monitor.js';
 import { open, type NftSocket } from '../../src/netlink/socket.js';
+import { startNeighbour, type Neighbour } from './neighbour.js';
 import { withNetns, type Netns } from './netns.js';
 
 export type TestKeeperOptions = Omit<KeeperOptions, 'netns'>;
@@ -33,6 +37,48 @@ export async function startKeeper(ns: Netns, options: TestKeeperOptions): Promis
     throw e;
   }
   return keeper;
+}
+
+/**
+ * Keepers and neighbours started in the test running now, in `ns` (a netnsPerTest's or
+ * socketPerTest's, registered before this: hooks registered later run first at a test's end, so the
+ * namespace and the socket are still there). After each test, pass or fail, the neighbours are
+ * killed first (a keeper's stop waits for its pass, which a neighbour at full speed holds up), then
+ * the keepers stopped. A test may stop either itself before (stop() again is a no-op, kill() of an
+ * ended neighbour too).
+ */
+export function keeperPerTest(ns: Netns): {
+  keeper: (options: TestKeeperOptions) => Promise<Keeper>;
+  neighbour: (rate?: number | 'max', table?: string) => Promise<Neighbour>;
+} {
+  const keepers: Keeper[] = [];
+  const neighbours: Neighbour[] = [];
+  afterEach(async () => {
+    for (const n of neighbours.splice(0)) n.kill();
+    for (const k of keepers.splice(0)) await k.stop();
+  });
+  return {
+    keeper: async (options) => {
+      const k = await startKeeper(ns, options);
+      keepers.push(k);
+      return k;
+    },
+    neighbour: async (rate, table) => {
+      const n = await startNeighbour(ns.path, rate, table);
+      neighbours.push(n);
+      return n;
+    },
+  };
+}
+
+/**
+ * A host whose keeper connections count their reads of rules (digest dumps and decoding dumps
+ * alike); `after`, if given, is waited for once each read has its result, before the keeper gets it.
+ */
+export function countingHost(ns: Netns, after?: (method: string) => Promise<void> | undefined): NftHost & { ruleReads: number } {
+  const seen = { ruleReads: 0 };
+  return Object.assign(seen, observedHost(ns, ['listRules', 'listRuleDigests'], () => { seen.ruleReads++; },
+    after && ((method, _args, result) => (result as Promise<unknown>).then(async (x) => { await after(method); return x; }))));
 }
 
 export interface KeeperFixture {

@@ -371,6 +371,44 @@ describe('when the keeper arms, and when not', () => {
   });
 });
 
+describe('a tick due before the watcher reads a deletion (timers run before the loop polls)', () => {
+  // The tick reads the watcher first (FollowedView.current), as the proofs do: the deletion's
+  // record is handed over, and answered, before the tick reads the generation. Run in the
+  // deletion's own turn, before the watcher's read.
+  const tickNow = (w: World) => (w.k as unknown as { tick(): void }).tick();
+
+  async function deleteThenTick(w: World) {
+    const h = await w.handles();
+    const js = w.jsCommits();
+    const repaired = nextRepair(w.k);
+    await w.other.commit(new Batch().delete('rule', { ...OWNED, handle: h[1]! }));
+    const deletedAt = w.kernel.generation;
+    tickNow(w);
+    const r = await repaired;
+    await w.k.idle();
+    expect(await w.lines()).toBe(4);
+    return { r, deletedAt, js: w.jsCommits() - js };
+  }
+
+  it('armed: the watcher\'s reaction is the repair, no pass paused it', async () => {
+    const w = await start();
+    await armed(w);
+    const { r, deletedAt, js } = await deleteThenTick(w);
+    expect([r.cause, r.generation]).toEqual(['event', deletedAt + 1]);
+    expect(w.batches.find((b) => b.generation === deletedAt)?.reacted).toMatchObject({ reaction: 1 });
+    expect(js).toBe(0);
+  });
+
+  it('not armed: the event repair answers it inside the tick, not a pass', async () => {
+    const w = await start({}, () => false);
+    await turns('the keeper to ask', () => w.arms.length > 0);
+    await w.k.idle();
+    const { r, deletedAt, js } = await deleteThenTick(w);
+    expect([r.cause, r.generation]).toEqual(['event', deletedAt + 1]);
+    expect(js).toBe(1);
+  });
+});
+
 describe('each condition of Arming.arm, one at a time (the keeper\'s Arming, asked directly)', () => {
   /** A keeper armed once, then disarmed: the next arm() decides by the one condition a case changes. */
   async function disarmed() {

@@ -429,6 +429,37 @@ describe('apply', () => {
     conn.close();
   });
 
+  it('refused by other tables\' commits: the guard opens the resend proof at the first refusal (one watcher, over the desired and retired tables), a later plan refused is sent again, the watcher closed at the end', async () => {
+    kernel = new FakeKernel();
+    const conn = kernel.connect();
+    await checkOnce(conn, flannelConfig(), true);
+    kernel.tamper(new Batch().flush('chain', { ...IP, table: 'nfkeeper', name: 'postrouting' }).add('table', { family: 'ip6', name: 'old' }));
+    // A bystander commits before each of apply's first three commits.
+    let n = 0;
+    kernel.beforeCommit = (port) => {
+      if (port === conn.portId && n < 3) kernel.tamper(new Batch().add('table', { ...IP, name: `bystander${n++}` }));
+    };
+    const watched: { tables: unknown; closed: boolean }[] = [];
+    const r = await checkOnce(conn, flannelConfig(), true, [], {
+      retired: [{ family: 'ip6', name: 'old' }],
+      watch: (o) => {
+        const w = kernel.watch(o);
+        const seen = { tables: o.tables, closed: false };
+        watched.push(seen);
+        const close = w.close.bind(w);
+        w.close = () => { seen.closed = true; close(); };
+        return w;
+      },
+    });
+    expect(await ruleCount(conn)).toBe(4);
+    expect(await conn.getTable('ip6', 'old')).toBeUndefined();
+    expect(r.ops).toBe(5);
+    expect(watched).toEqual([{ tables: [{ family: 'ip', name: 'nfkeeper' }, { family: 'ip6', name: 'old' }], closed: true }]);
+    // The first plan, read before the proof joined: refused and planned again; the second refused twice, sent again each time.
+    expect(kernel.log.filter((l) => l.portId === conn.portId).slice(-4).map((l) => l.ok)).toEqual([false, false, false, true]);
+    conn.close();
+  });
+
   it("an entry's held-as-sent proof on the in-memory kernel: none read or kept (it names no kernel build), the full echo asked", async () => {
     kernel = new FakeKernel();
     const conn = kernel.connect();

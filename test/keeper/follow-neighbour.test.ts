@@ -9,15 +9,11 @@
  * for what may have changed our tables since a read found them as desired: the neighbour's commits
  * elsewhere arm none, a foreign commit to our table still does.
  */
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { parseNftConfig, type Config } from '../../src/config/config.js';
-import type { Keeper } from '../../src/keeper/keeper.js';
-import type { NftHost } from '../../src/netlink/conn.js';
 import { ip } from '../helpers/big-chain.js';
-import { observedHost, startKeeper } from '../helpers/keeper.js';
-import { startNeighbour, type Neighbour } from '../helpers/neighbour.js';
+import { countingHost, keeperPerTest } from '../helpers/keeper.js';
 import { socketPerTest } from '../helpers/netns-hooks.js';
-import type { Netns } from '../helpers/netns.js';
 import { sleep, until } from '../helpers/wait.js';
 
 const N = 2_000;
@@ -29,34 +25,20 @@ function config(n: number): Config {
     '\tchain c {', ...rules, '\t}', '}', ''].join('\n'), 'own.nft');
 }
 
-/** The keeper's connection, counting its reads of rules (digest dumps and decoding dumps alike). */
-function countingHost(ns: Netns): NftHost & { ruleReads: number } {
-  const seen = { ruleReads: 0 };
-  return Object.assign(seen, observedHost(ns, ['listRules', 'listRuleDigests'], () => { seen.ruleReads++; }));
-}
-
 describe('the follow pass and the safety net under a neighbour', { timeout: 120_000 }, () => {
   const { ns, sock } = socketPerTest('follow-neighbour');
-  let keeper: Keeper | undefined;
-  let neigh: Neighbour | undefined;
-
-  afterEach(async () => {
-    neigh?.kill();
-    neigh = undefined;
-    await keeper?.stop();
-    keeper = undefined;
-  });
+  const start = keeperPerTest(ns);
 
   const handles = async () => (await sock.listRules({ family: 'ip', table: 'own', chain: 'c' })).map((r) => r.handle!);
 
   it('deleted rules under a neighbour committing as fast as it can: each repaired from the events, no full read', async () => {
     const host = countingHost(ns);
-    keeper = await startKeeper(ns, { config: config(N), host });
+    const keeper = await start.keeper({ config: config(N), host });
     await keeper.idle();
     const fallbacks: unknown[] = [];
     keeper.state.events.on('follow-fallback', (why: unknown) => fallbacks.push(why));
     const hs = await handles();
-    neigh = await startNeighbour(ns.path, 'max');
+    const neigh = await start.neighbour('max');
     const gen = sock.generation();
     await until('the neighbour committing', () => sock.generation() > gen + 100, 10_000);
     const reads = host.ruleReads;
@@ -77,7 +59,6 @@ describe('the follow pass and the safety net under a neighbour', { timeout: 120_
     console.log(`each repair (latency/refusals): ${each.join(' ')}`);
     const retries = ((await keeper.metrics.generationRetries.get()).values[0]?.value ?? 0) - retries0;
     const { commits, failed } = await neigh.stop();
-    neigh = undefined;
     console.log(`${DELETIONS} deletions under ${commits} neighbour commits: ${retries} refusals, fallbacks ${JSON.stringify(fallbacks)}`);
     expect(fallbacks, 'a repair left to the full pass').toEqual([]);
     expect(host.ruleReads - reads, 'rule reads').toBe(0);
@@ -88,11 +69,11 @@ describe('the follow pass and the safety net under a neighbour', { timeout: 120_
 
   it('the safety net: no read-back for a neighbour\'s commits elsewhere; one after a foreign commit to our table', async () => {
     const host = countingHost(ns);
-    keeper = await startKeeper(ns, { config: config(200), host, intervalMs: 100, trustOwnCommitMs: 800 });
+    const keeper = await start.keeper({ config: config(200), host, intervalMs: 100, trustOwnCommitMs: 800 });
     // The install is our own commit: its read-back comes trustOwnCommitMs after it.
     const st = keeper.state as { readAt?: number };
     await until('the install read back', () => st.readAt !== undefined, 10_000);
-    neigh = await startNeighbour(ns.path, 200);
+    const neigh = await start.neighbour(200);
     const gen = sock.generation();
     await until('the neighbour committing', () => sock.generation() > gen + 20, 10_000);
     const reads = host.ruleReads;
@@ -106,6 +87,5 @@ describe('the follow pass and the safety net under a neighbour', { timeout: 120_
     ns.nft('add element ip own s { 192.0.2.9 }\ndelete element ip own s { 192.0.2.9 }\n');
     await until('read back after the foreign commit to our table', () => host.ruleReads > before, 10_000);
     await neigh.stop();
-    neigh = undefined;
   });
 });

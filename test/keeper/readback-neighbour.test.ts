@@ -17,10 +17,8 @@ import type { Keeper } from '../../src/keeper/keeper.js';
 import { MAX_UNVERIFIED_ADOPTIONS, readRecord, recordPathOf, type RestartRecord } from '../../src/keeper/record.js';
 import type { NftHost } from '../../src/netlink/conn.js';
 import { chainYaml } from '../helpers/big-chain.js';
-import { observedHost, startKeeper } from '../helpers/keeper.js';
-import { startNeighbour, type Neighbour } from '../helpers/neighbour.js';
+import { countingHost, keeperPerTest, startKeeper } from '../helpers/keeper.js';
 import { socketPerTest } from '../helpers/netns-hooks.js';
-import type { Netns } from '../helpers/netns.js';
 import { tempDir } from '../helpers/tmp.js';
 import { until } from '../helpers/wait.js';
 import { captureLog } from './helpers.js';
@@ -28,18 +26,11 @@ import { captureLog } from './helpers.js';
 const N = 20_000;
 const yaml = (n: number) => chainYaml(n, { base: false });
 
-/** The keeper's connection, counting its reads of rules (digest dumps and decoding dumps alike). */
-function countingHost(ns: Netns, after?: (method: string) => Promise<void> | undefined): NftHost & { ruleReads: number } {
-  const seen = { ruleReads: 0 };
-  return Object.assign(seen, observedHost(ns, ['listRules', 'listRuleDigests'], () => { seen.ruleReads++; },
-    after && ((method, _args, result) => (result as Promise<unknown>).then(async (x) => { await after(method); return x; }))));
-}
-
 describe('the read-back and the record under a busy neighbour', { timeout: 90_000 }, () => {
   const { ns, sock } = socketPerTest('readback-neighbour');
   let dir: string;
+  const start = keeperPerTest(ns);
   let keeper: Keeper | undefined;
-  let neigh: Neighbour | undefined;
   let config: Config;
   let log = captureLog();
   const record = () => ({ dir, version: 'test' });
@@ -54,17 +45,11 @@ describe('the read-back and the record under a busy neighbour', { timeout: 90_00
     config = parseConfig(yaml(N), 'big.yaml');
     log = captureLog();
   });
-  afterEach(async () => {
-    neigh?.kill();
-    neigh = undefined;
-    await keeper?.stop();
-    keeper = undefined;
-  });
 
   /** A start from empty, quiet: its install the only commit (trusted, its record not verified). */
   async function install(host: NftHost, trustOwnCommitMs: number): Promise<number> {
     const gen = sock.generation();
-    keeper = await startKeeper(ns, { config, record: record(), host, intervalMs: 100, trustOwnCommitMs, logger: log.logger });
+    keeper = await start.keeper({ config, record: record(), host, intervalMs: 100, trustOwnCommitMs, logger: log.logger });
     await until('the record written at ready', () => readdirSync(dir).length > 0 && recorded() !== undefined);
     expect(recorded()!.verified).toBe(false);
     expect(recorded()!.generation).toBe(gen + 1);
@@ -75,7 +60,7 @@ describe('the read-back and the record under a busy neighbour', { timeout: 90_00
     const host = countingHost(ns);
     const installed = await install(host, 1500);
     const readsAtReady = host.ruleReads;
-    neigh = await startNeighbour(ns.path, 200);
+    await start.neighbour(200);
     await until('the neighbour committing', () => sock.generation() > installed + 5, 10_000);
     const t0 = performance.now();
     await until('the record rewritten as verified', () => recorded()?.verified === true, 15_000);
@@ -101,7 +86,7 @@ describe('the read-back and the record under a busy neighbour', { timeout: 90_00
     await install(host, 1500);
     victim = recorded()!.tables[0]!.chains[0]!.handles[N >> 1];
     // (Slower than above: the repair of the foreign rule is guarded by the generation, tableG's.)
-    neigh = await startNeighbour(ns.path, 20);
+    const neigh = await start.neighbour(20);
     // Every generation a read is said to have verified the tables at (KeeperState.readAt), from the foreign commit on.
     const st = keeper!.state as { readAt?: number };
     let readAt = st.readAt;

@@ -20,7 +20,7 @@ import { compileOwner } from '../../src/owners/spec.js';
 import { readRecord, recordPathOf, writeRecord, type RestartRecord } from '../../src/keeper/record.js';
 import type { NftHost } from '../../src/netlink/conn.js';
 import { open } from '../../src/netlink/socket.js';
-import { observedHost, startKeeper } from '../helpers/keeper.js';
+import { countingHost, observedHost, startKeeper } from '../helpers/keeper.js';
 import { createNetns, type Netns } from '../helpers/netns.js';
 import { socketPerTest } from '../helpers/netns-hooks.js';
 import { tempDir } from '../helpers/tmp.js';
@@ -38,12 +38,6 @@ const yaml = (extra: string[] = []) => postroutingYaml('rec', [...RULES, ...extr
   .replace('    name: rec\n', '    name: rec\n    sets:\n      - name: allowed\n        type: ipv4_addr\n        elements: [192.0.2.7, 192.0.2.8]\n');
 const config = (extra?: string[]): Config => parseConfig(yaml(extra), 'rec.yaml');
 const BOOT = '5c1f3b5e-6a0c-4d8e-9a61-2f4b7c9d0e11';
-
-/** The keeper's connection, counting its reads of rules (digest dumps and decoding dumps alike). */
-function countingHost(ns: Netns): NftHost & { ruleReads: number } {
-  const seen = { ruleReads: 0 };
-  return Object.assign(seen, observedHost(ns, ['listRules', 'listRuleDigests'], () => { seen.ruleReads++; }));
-}
 
 /** The boot id the records are written under, in a file of the test's. */
 function bootIdFile(): string {

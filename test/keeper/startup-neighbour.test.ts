@@ -6,14 +6,12 @@
  * moved the generation meanwhile (FollowedView.untouchedSince), and ready needs no second read of
  * the rules, nor passes that wait for the generation to hold still to seed it.
  */
-import { afterEach, describe, expect, it, vi } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { parseNftConfig, type Config } from '../../src/config/config.js';
-import type { Keeper } from '../../src/keeper/keeper.js';
 import { Reconciler } from '../../src/keeper/reconciler.js';
 import type { NftHost } from '../../src/netlink/conn.js';
 import { ip } from '../helpers/big-chain.js';
-import { observedHost, startKeeper } from '../helpers/keeper.js';
-import { startNeighbour, type Neighbour } from '../helpers/neighbour.js';
+import { keeperPerTest, observedHost } from '../helpers/keeper.js';
 import { socketPerTest } from '../helpers/netns-hooks.js';
 import { until } from '../helpers/wait.js';
 
@@ -26,24 +24,16 @@ function config(n: number): Config {
 
 describe('a start from empty under a neighbour', { timeout: 120_000 }, () => {
   const { ns, sock } = socketPerTest('startup-neighbour');
-  let keeper: Keeper | undefined;
-  let neigh: Neighbour | undefined;
-
-  afterEach(async () => {
-    neigh?.kill();
-    neigh = undefined;
-    await keeper?.stop();
-    keeper = undefined;
-  });
+  const start = keeperPerTest(ns);
 
   it('reads the install back once, and is ready with the followed part seeded from that read', async () => {
     const reads: string[] = [];
     const host: NftHost = observedHost(ns, ['listRules', 'listRuleDigests'], (m) => { reads.push(m); });
-    neigh = await startNeighbour(ns.path, 'max');
+    const neigh = await start.neighbour('max');
     const gen = sock.generation();
     await until('the neighbour committing', () => sock.generation() > gen + 100, 10_000);
     const passes = vi.spyOn(Reconciler.prototype, 'once');
-    keeper = await startKeeper(ns, { config: config(N), host });
+    const keeper = await start.keeper({ config: config(N), host });
     // Ready (start() resolved): the install's one read-back, nothing more; the start-up's pass alone
     // (the tick after it proved in sync by the followed part).
     expect(reads, 'rule reads up to ready').toEqual(['listRuleDigests']);
@@ -51,7 +41,6 @@ describe('a start from empty under a neighbour', { timeout: 120_000 }, () => {
     passes.mockRestore();
     expect(keeper.followState(), 'the followed part at ready').toMatchObject({ exact: true });
     const { commits } = await neigh.stop();
-    neigh = undefined;
     expect(commits).toBeGreaterThan(100);
     // A deletion now is repaired from the events, with no read.
     const [first] = await sock.listRules({ family: 'ip', table: 'own', chain: 'c' });

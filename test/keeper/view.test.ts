@@ -540,6 +540,36 @@ tables:
     expect(w.reads.n).toBe(reads);
   });
 
+  it('a read-back a commit elsewhere overlapped still counts: a batch handed over while the events are waited for is counted with them', async () => {
+    const w = world();
+    await w.other.commit(new Batch().add('table', { family: 'ip', name: 'elsewhere' }));
+    const g = await installed(w);
+    const tables = planConfig([0, 1, 2]).tables;
+    // While the read-back dumps the digests, another writer deletes a table of its own (every table
+    // deletion is handed over): the watcher reads it, and its record waits at the gate until the
+    // view next asks for the events' progress, which heldAt does once the read is done.
+    const list = w.conn.listRuleDigests.bind(w.conn);
+    w.conn.listRuleDigests = async (x) => {
+      const r = await list(x);
+      if (w.kernel.generation === g) {
+        w.gate.held = [];
+        await w.other.commit(new Batch().delete('table', { family: 'ip', name: 'elsewhere' }));
+        await turns(() => w.gate.held!.length > 0);
+      }
+      return r;
+    };
+    w.view.followEvents(() => {
+      const held = w.gate.held;
+      w.gate.held = undefined;
+      for (const b of held ?? []) w.view.follow(b, w.conn.portId);
+      return w.watch.progress();
+    }, () => false);
+    const held = await w.view.heldAt(w.conn, g, tables, true, () => w.reads.n++);
+    expect(w.kernel.generation).toBe(g + 1);
+    expect(held).toMatchObject({ read: true });
+    expect(held.known?.get(tables[0]!)).toBeDefined();
+  });
+
   it('the safety net\'s read-back does not take the generation\'s word: it confirms by digests', async () => {
     const w = world();
     const g = await installed(w);
