@@ -85,8 +85,6 @@ describe('the read-back and the record under a busy neighbour', { timeout: 90_00
     });
     await install(host, 1500);
     victim = recorded()!.tables[0]!.chains[0]!.handles[N >> 1];
-    // (Slower than above: the repair of the foreign rule is guarded by the generation, tableG's.)
-    const neigh = await start.neighbour(20);
     // Every generation a read is said to have verified the tables at (KeeperState.readAt), from the foreign commit on.
     const st = keeper!.state as { readAt?: number };
     let readAt = st.readAt;
@@ -95,7 +93,12 @@ describe('the read-back and the record under a busy neighbour', { timeout: 90_00
       readAt = v;
       if (before !== undefined && v !== undefined) claims.push(v);
     } });
+    // Armed before the neighbour starts: the read-back is due 1.5 s after the install, and a loaded
+    // machine can take longer than that to start the neighbour's process (the read-back then passed
+    // unhooked and no other came).
     armed = true;
+    // (Slower than above: the repair of the foreign rule is guarded by the generation, tableG's.)
+    const neigh = await start.neighbour(20);
     await until('the read-back read the table', () => before !== undefined, 15_000);
     // The deleted rule is put back (the event repair) (the events), and the next read-back verifies the tables after it.
     await until('a later read verified the tables', () => claims.length > 0, 20_000);
