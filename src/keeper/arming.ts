@@ -29,7 +29,7 @@ export class Arming {
   /** Whether a desired set has no statements (statementless), by its config object. */
   private readonly plainSets = new WeakMap<SetConfig, boolean>();
 
-  /** `busy`: a pass is running or queued (the scheduler's), which plans and commits on its own. */
+  /** `busy`: a pass that may commit is running or queued (Scheduler.committing), which plans and commits on its own. */
   constructor(private readonly k: KeeperState, private readonly busy: () => boolean) {}
 
   /**

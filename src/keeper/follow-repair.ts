@@ -208,7 +208,7 @@ export class EventRepair extends FollowCommit implements RepairPath<Outcome | un
     const view = k.view;
     const monitor = k.monitor;
     const sock = k.sock!;
-    if (this.scheduler.busy() || !view.following || !monitor?.progress || k.retired.length > 0 || sock.commitNow === undefined) return undefined;
+    if (this.scheduler.committing() || !view.following || !monitor?.progress || k.retired.length > 0 || sock.commitNow === undefined) return undefined;
     const p = monitor.progress();
     const generation = p.lastGeneration;
     if (generation === k.refusedAt || !view.exactAt(generation, p)) return undefined;

@@ -276,7 +276,7 @@ export class FollowedView {
     // The tables' rules exact at that generation lend their chains' arrays: one per chain.
     const followed = desired.map((t, i) => {
       const rec = this.find(t.family, t.name);
-      return seedTable(t, observed[i], rec?.rulesAt === generation ? rec.rules : undefined);
+      return seedTable(t, observed[i], rec?.rulesAt === generation ? rec.rules : undefined, rec?.followed);
     });
     if (followed.some((f) => !f)) return false;
     for (const rec of this.all()) rec.followed = undefined;

@@ -77,6 +77,14 @@ export class FullPass implements RepairPath<Promise<Outcome>> {
       if (e instanceof TableOwnedError) reporter.lastError = e.message;
       throw e;
     }
+    // A background read concludes about the generation it read. The event repairs and the monitor's
+    // armed repair go on while it reads (Scheduler.committing): one that verified a later generation
+    // meanwhile (its own commit's, read back in turn trustOwnCommitMs later) stands.
+    const superseded = background && k.lastVerified !== undefined && k.lastVerified > r.generation;
+    if (superseded) {
+      if (readBack) k.readBackDue = true;
+      return { status: 'deferred', drift: [], ops: 0, attempts: r.attempts };
+    }
     if (r.status === 'moved') {
       // Ended unread: the pass the commit brings reads it (and seeds the followed part after it);
       // a read-back due stays due for it, and the tick finds the generation unverified.

@@ -81,7 +81,7 @@ export class Keeper extends EventEmitter {
     compactRules(k.desired);
     this.metrics.owners.set(k.owners.length);
     this.host = options.host ?? kernelHost(options.netns);
-    this.arming = new Arming(k, () => this.scheduler.busy());
+    this.arming = new Arming(k, () => this.scheduler.committing());
     this.reporter = new Reporter(k, { wanted: () => this.arming.wanted(), run: () => this.arming.ensure() });
     this.scheduler = new Scheduler({
       // A background pass is a read (seeding or checking the followed part); any other tries the followed part first.

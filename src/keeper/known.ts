@@ -46,7 +46,8 @@ export type ElementsHeld = (t: TableConfig, set: string) => boolean;
  * the held ones (the observation then diffs them, no second read). A volatile set's are read by the
  * observation. Throws ENOENT when the table, a chain or a set went while it read; with `once`,
  * DumpInterruptedError when a commit interrupted its digest dump (not retried). False, not held,
- * as soon as `moved` says a commit came after the dump while its rules are compared by turns.
+ * as soon as `moved` says a commit came after the dump while its rules are compared by turns, or
+ * before a set's elements would be read.
  */
 export async function revalidate(conn: NftConn & Required<Pick<NftConn, 'listRuleDigests'>>, t: TableConfig, kt: TableRules,
   elementsHeld?: ElementsHeld, once = false, moved: () => boolean = () => false): Promise<boolean> {
@@ -114,11 +115,12 @@ export async function revalidate(conn: NftConn & Required<Pick<NftConn, 'listRul
     const n = now[i];
     if (!n || n.hook !== c.hook || n.type !== c.type || n.priority !== c.priority || (n.policy ?? 'accept') !== (c.policy ?? 'accept')) return false;
   }
-  return !hasSets || await setsHold(conn, t, kt, sets, elementsHeld);
+  return !hasSets || await setsHold(conn, t, kt, sets, elementsHeld, moved);
 }
 
 /** revalidate's sets: the same definitions, and the held elements (vouched for by the events, or read). */
-async function setsHold(conn: NftConn, t: TableConfig, kt: TableRules, sets: readonly NftSet[], elementsHeld?: ElementsHeld): Promise<boolean> {
+async function setsHold(conn: NftConn, t: TableConfig, kt: TableRules, sets: readonly NftSet[], elementsHeld: ElementsHeld | undefined,
+  moved: () => boolean): Promise<boolean> {
   const named = sets.filter((x) => !(x.flags & SET_F.ANONYMOUS));
   if (named.length !== sets.length || named.length !== kt.observed.sets.size) return false;
   const read: Promise<void>[] = [];
@@ -128,6 +130,9 @@ async function setsHold(conn: NftConn, t: TableConfig, kt: TableRules, sets: rea
     const sc = kt.verifiedSets.get(x.name);
     if (!sc) continue;  // volatile: the observation reads it
     if (elementsHeld?.(t, x.name)) continue;
+    // A commit since the read's generation changed the table (a deletion the event repairs answered
+    // while this read ran): the read will not hold, and the set's elements are not read for it.
+    if (moved()) return false;
     read.push(conn.listElements({ family: t.family, table: t.name, set: x.name }).then((els) => {
       const d = diffElements(sc.elements, els, sc.set);
       if (d.add.length === 0 && d.delete.length === 0) return;

@@ -15,7 +15,10 @@ export interface SchedulerHooks {
   run(req: RepairRequest): Promise<Outcome>;
   /** A pass failed and no caller handles it (Reporter.fail). */
   fail(e: unknown): void;
-  /** Passes begin to run (the monitor's arm is paused) and the last of them has ended (armed again). */
+  /**
+   * A pass that may commit is running or queued (the monitor's arm is paused), and the last pass
+   * has ended (armed again). A background read alone (it commits nothing) begins nothing.
+   */
   passesBegin(): void;
   passesEnd(): void;
 }
@@ -25,6 +28,8 @@ export class Scheduler {
   /** A loop of passes (runPasses) is alive and will look at `queued` again. */
   private active = false;
   private queued?: Pending;
+  /** The pass running is a background read (it commits nothing). */
+  private reading = false;
   private delayed?: NodeJS.Timeout;
   private timer?: NodeJS.Timeout;
   private stopped = false;
@@ -34,6 +39,15 @@ export class Scheduler {
   /** A pass is running or queued. */
   busy(): boolean {
     return this.active;
+  }
+
+  /**
+   * A pass that may commit is running or queued: not a background read alone, which only reads and
+   * concludes about the generation it read (FullPass: readOnly), so the event repairs and the
+   * monitor's armed repair may answer a deletion meanwhile instead of waiting for the read to end.
+   */
+  committing(): boolean {
+    return this.active && (!this.reading || (this.queued !== undefined && !this.queued.background));
   }
 
   /** Calls `tick` every `intervalMs`. */
@@ -52,6 +66,7 @@ export class Scheduler {
     return new Promise<PassOutcome>((resolve, reject) => {
       const waiter = { resolve, reject };
       if (this.active) {
+        const wasCommitting = this.committing();
         if (!this.queued) this.queued = { cause, detectedAt, waiters: [waiter], background };
         else if (this.queued.background) {
           this.queued.waiters.push(waiter);
@@ -62,10 +77,12 @@ export class Scheduler {
           if (deliberate(cause) && !deliberate(this.queued.cause)) this.queued.cause = cause;
           this.queued.detectedAt = Math.min(this.queued.detectedAt, detectedAt);
         }
+        if (!wasCommitting && this.committing()) this.hooks.passesBegin();
         return;
       }
       this.active = true;
-      this.hooks.passesBegin();
+      this.reading = background;
+      if (!background) this.hooks.passesBegin();
       const running: Promise<void> = this.runPasses({ cause, detectedAt, waiters: [waiter], background }).finally(() => {
         if (this.running === running) this.running = undefined;
       });
@@ -107,6 +124,7 @@ export class Scheduler {
     try {
       for (let next: Pending | undefined = first; next; next = this.queued) {
         this.queued = undefined;
+        this.reading = next.background === true;
         if (this.stopped) {
           resolveWaiters(next, { status: 'stopped', drift: [], ops: 0, attempts: 0 });
           continue;
@@ -124,6 +142,7 @@ export class Scheduler {
       // In the same tick as the last look at `queued`: a request made after it starts a new loop
       // instead of queueing behind one that has ended.
       this.active = false;
+      this.reading = false;
       this.hooks.passesEnd();
     }
   }

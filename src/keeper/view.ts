@@ -165,19 +165,27 @@ export class KernelView extends FollowedView {
       failed.add(t);
     }
     const now = conn.generation();
+    // A read that only observes (once), given up for a table a commit changed while it read (the
+    // event repairs answer deletions meanwhile): it concluded nothing there, and the table keeps
+    // the rules it had, at their own generation, which the events carry on from (as before it read).
+    const kept = new Set<TableConfig>();
     if (now !== generation) {
       // Something committed while we read. The read holds at `generation` (and at `now`) for a
       // table the events prove no commit since `generation` changed (a neighbour committing to its
       // own table); a table a commit changed, or any table where the events cannot tell, is read whole.
       if (!progress || !(await this.eventsCover(generation, now))) return this.noRules();
       const p = progress();
-      for (const t of stale) if (!this.untouched(t, generation, now, p)) failed.add(t);
+      for (const t of stale) {
+        if (this.untouched(t, generation, now, p)) continue;
+        failed.add(t);
+        if (once) kept.add(t);
+      }
     }
     // Counted as a read where it confirmed a table (else the observation's dump is the read).
     if (failed.size < stale.length) read();
-    if (failed.size === have.length) return this.noRules();
-    for (const t of failed) this.record(t).rules = undefined;
-    this.rulesNowAt(have, generation);
+    for (const t of failed) if (!kept.has(t)) this.record(t).rules = undefined;
+    if (failed.size === have.length) return kept.size > 0 ? { read: false } : this.noRules();
+    this.rulesNowAt(have.filter((t) => !kept.has(t)), generation);
     // Read now (digests), unless some tables are held only by the generation or the events; the others the observation reads.
     return { known: this.heldOf(have.filter((t) => !failed.has(t))), read: stale.length === have.length };
   }

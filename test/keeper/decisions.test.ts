@@ -177,7 +177,8 @@ describe('verification without events, and of our own commit', () => {
 });
 
 describe('the event repair beside a pass, and the read-back against the followed part', () => {
-  it('a foreign change while a pass runs is not repaired inline from the events: the pass that follows repairs it', async () => {
+  /** A pass held on its first table read while another writer deletes an owned rule; what was committed meanwhile. */
+  async function deletionDuringPass(committing: boolean) {
     const { k } = await following();
     // The pass waits on its first table read until released.
     const sock = k.state.sock!;
@@ -193,25 +194,42 @@ describe('the event repair beside a pass, and the read-back against the followed
       return getTable.call(sock, family, name);
     };
     const pass = k.readBack('tick', performance.now(), true);
+    // A pass that may commit queued behind the read: it plans and commits on its own.
+    const queued = committing ? k.request('manual', performance.now()) : undefined;
     const repaired = nextRepair(k);
+    let g: number;
+    let meanwhile: { generation: number; rules: number };
     try {
       await turns('the pass to wait on its read', () => waiting);
       const h = (await kernel.connect().listRules(OWNED)).map((r) => r.handle!);
       kernel.tamper(new Batch().delete('rule', { ...OWNED, handle: h[1]! }));
-      const g = kernel.generation;
+      g = kernel.generation;
       await turns('the deletion handed over', () => k.state.view.generation >= g);
       for (let i = 0; i < 20; i++) await new Promise((r) => setImmediate(r));
-      // The followed part was exact at the deletion, yet nothing was committed while the pass ran.
-      expect(kernel.generation).toBe(g);
-      expect(await kernel.connect().listRules(OWNED)).toHaveLength(FLANNEL_RULES.length - 1);
+      meanwhile = { generation: kernel.generation, rules: (await kernel.connect().listRules(OWNED)).length };
     } finally {
       release();
     }
     await pass;
+    await queued;
     const r = await repaired;
     await k.idle();
     expect(r.ops).toBe(1);
     expect(await kernel.connect().listRules(OWNED)).toHaveLength(FLANNEL_RULES.length);
+    // One repair in all: the pass (or the read) after it committed nothing more.
+    expect(kernel.generation).toBe(g + 1);
+    return { g, meanwhile };
+  }
+
+  it('a foreign change while a pass that may commit runs or waits is not repaired inline from the events: the pass that follows repairs it', async () => {
+    const { g, meanwhile } = await deletionDuringPass(true);
+    // The followed part was exact at the deletion, yet nothing was committed while the pass ran.
+    expect(meanwhile).toEqual({ generation: g, rules: FLANNEL_RULES.length - 1 });
+  });
+
+  it('a foreign change while a background read runs (it commits nothing) is repaired inline from the events, the read held', async () => {
+    const { g, meanwhile } = await deletionDuringPass(false);
+    expect(meanwhile).toEqual({ generation: g + 1, rules: FLANNEL_RULES.length });
   });
 
   it('a read-back that finds the kernel as desired but the followed part otherwise: reseeded from the read and said (followed-diverged), nothing committed', async () => {

@@ -73,6 +73,36 @@ describe('Scheduler', () => {
     expect(runs[1]).toEqual({ cause: 'event', detectedAt: 5, background: false });
   });
 
+  it('a background read alone commits nothing: the event repairs and the armed monitor go on (committing), until a pass that may commit queues', async () => {
+    const { s, runs, release, loops } = gated();
+    void s.request('tick', 1, true);
+    expect(s.busy()).toBe(true);
+    expect(s.committing()).toBe(false);
+    expect(loops).toEqual([]);  // the arm is not paused for it
+    void s.request('tick', 2, true);  // another background read queued: still nothing that commits
+    expect(s.committing()).toBe(false);
+    void s.request('event', 3);  // joins the queued read and turns it into a pass of its own
+    expect(s.committing()).toBe(true);
+    expect(loops).toEqual(['start']);
+    await release();
+    expect(s.committing()).toBe(true);
+    await release();
+    await s.idle();
+    expect(s.committing()).toBe(false);
+    expect(loops).toEqual(['start', 'end']);
+    expect(runs.map((r) => [r.cause, r.background])).toEqual([['tick', true], ['event', false]]);
+    // A pass that may commit, then a background read after it: committing only while the first runs.
+    void s.request('event', 4);
+    void s.request('tick', 5, true);
+    expect(s.committing()).toBe(true);
+    await release();
+    await until(() => runs.length === 4);
+    expect(s.committing()).toBe(false);
+    await release();
+    await s.idle();
+    expect(loops).toEqual(['start', 'end', 'start', 'end']);
+  });
+
   it('a refused pass rejects its requests; only a refusal nobody handles is reported', async () => {
     const { s, release, failed } = gated();
     const tick = s.request('tick', 1);
