@@ -53,6 +53,9 @@ export async function gcOnce(config: Config, o: GcOnceOptions): Promise<GcOnceRe
   const live = source ? await readLiveSet(source) : new Set<string>();
   // Registered owners are live ids too (a corrupt owners state file is an error here as well).
   if (config.owners) for (const owner of loadOwners(config)) live.add(owner.id);
+  // And asked again where collect asks (after each scan's reads, before a resend): a daemon may
+  // register an owner while this runs, acknowledged once its state file holds it.
+  const liveIds = config.owners ? () => loadOwners(config).map((owner) => owner.id) : undefined;
   const stateFile = graceMs > 0 ? gc.state : undefined;
   const tracker = stateFile ? GraceTracker.load(stateFile) : new GraceTracker();
   // Without remembered state a one-shot has just seen the id missing for the first time: 0 ms < grace.
@@ -70,7 +73,7 @@ export async function gcOnce(config: Config, o: GcOnceOptions): Promise<GcOnceRe
     const sock = new NftSocket({ netns: o.netns });
     let n: CollectResult;
     try {
-      n = await collect(sock, { ...scan, ...(o.proof ? { proof: o.proof } : {}) });
+      n = await collect(sock, { ...scan, ...(liveIds ? { liveIds } : {}), ...(o.proof ? { proof: o.proof } : {}) });
     } finally {
       sock.close();
     }
