@@ -518,7 +518,20 @@ void NftMonitor::Deliver(Napi::Env env, Napi::Function cb, napi_value* keys, Mon
       Napi::Number::New(env, delivered_),
   };
   b.reset();
-  cb.Call(sizeof(args) / sizeof(args[0]), args);
+  napi_value undefined, result;
+  napi_get_undefined(env, &undefined);
+  if (napi_call_function(env, undefined, cb, sizeof(args) / sizeof(args[0]), args, &result) != napi_ok) {
+    // The callback threw: as an uncaught exception. No exception pending: JavaScript cannot run here
+    // any more (a worker being terminated, its loop still polling), so there is no one to deliver to;
+    // node-addon-api's Call would build an Error for that, which fails there too and aborts the process.
+    bool pending = false;
+    napi_is_exception_pending(env, &pending);
+    if (pending) {
+      napi_value e;
+      napi_get_and_clear_last_exception(env, &e);
+      napi_fatal_exception(env, e);
+    }
+  }
 }
 
 void NftMonitor::OnReadable(uv_poll_t* handle, int status, int events) {
