@@ -85,9 +85,10 @@ export class FollowedView {
    * Start this before the monitor is anchored: every batch after that must reach follow().
    * `proofOnly`: a one-shot pass, which ends after its commit: the events serve only the guard's
    * resend (unchangedSince), never seeded (a seed costs a walk of every rule for nothing).
+   * `monitor.readNow`, where it has one, is how current() reads the socket first.
    */
-  followEvents(progress: (readNow?: boolean) => MonitorProgress, stopped: () => boolean, proofOnly = false): void {
-    this.progressOf = progress;
+  followEvents(monitor: { progress?(): MonitorProgress; readNow?(): MonitorProgress }, stopped: () => boolean, proofOnly = false): void {
+    this.progressOf = (now) => (now && monitor.readNow ? monitor.readNow() : monitor.progress!());
     this.stopped = stopped;
     this.proofOnly = proofOnly;
   }

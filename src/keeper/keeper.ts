@@ -147,9 +147,7 @@ export class Keeper extends EventEmitter {
         this.refilter();
       });
       const monitor = k.monitor;
-      if (follow && monitor.progress && monitor.anchor) {
-        k.view.followEvents((now) => (now && monitor.readNow ? monitor.readNow() : monitor.progress!()), () => k.stopped);
-      }
+      if (follow && monitor.progress && monitor.anchor) k.view.followEvents(monitor, () => k.stopped);
       if (!monitor.subscribe) this.anchor();
     }
     // A restart onto what the record says was verified at this very generation: the start-up pass

@@ -128,7 +128,7 @@ export function tablesProof(watch: Watcher): OpenProof {
     }
     // Right after the open (no turn of the loop, only the await's microtasks, so no batch delivered yet): every batch reaches follow().
     view.setOwned(refs);
-    view.followEvents((now) => (now && monitor.readNow ? monitor.readNow() : monitor.progress!()), () => false, true);
+    view.followEvents(monitor, () => false, true);
     monitor.anchor(conn.generation(), view.overflows);
     return {
       stillHolds: (planned, batch) => view.unchangedSince(planned, [...refs, ...batch.tables]),

@@ -23,7 +23,7 @@ const desired = planConfig([0, 1, 2, 3, 4]).tables;
 /** A view following events whose monitor says `p` (by default: it saw up to 5, from a run starting at 1, and delivered what was followed). */
 function following(p?: { lastGeneration: number; runStart: number; delivered: number }): KernelView {
   const v = new KernelView();
-  v.followEvents(() => p ?? { lastGeneration: v.generation, runStart: 1, delivered: 0 }, () => false);
+  v.followEvents({ progress: () => p ?? { lastGeneration: v.generation, runStart: 1, delivered: 0 } }, () => false);
   return v;
 }
 

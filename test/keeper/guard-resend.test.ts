@@ -32,7 +32,7 @@ describe('a full pass refused by a commit of another socket', () => {
     const view = new KernelView();
     view.setOwned(tables);
     const monitor = new Monitor({ netns: ns.path, tables: tables.map((x) => ({ family: x.family, name: x.name })), onBatch: (b) => view.follow(b, sock.portId) });
-    view.followEvents((now) => (now ? monitor.readNow() : monitor.progress()), () => false);
+    view.followEvents(monitor, () => false);
     monitor.anchor(sock.generation(), 0);
     const other = open({ netns: ns.path });
     const sent = recordSends(sock, () => between.call(other), 1, refused);

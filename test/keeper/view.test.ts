@@ -56,7 +56,7 @@ function world(owned: { family: 'ip'; name: string }[] = OWNED): World {
   const watch = kernel.watch({ tables: owned, ignorePorts: [conn.portId], ownCommits: true,
     onBatch: (b) => gate.held ? gate.held.push(b) : view.follow(b, conn.portId) });
   view.setOwned(owned);
-  view.followEvents(() => watch.progress(), () => false);
+  view.followEvents({ progress: () => watch.progress() }, () => false);
   watch.anchor(conn.generation(), 0);
   const reads = { n: 0 };
   const metrics = { dumps: { inc: () => reads.n++ }, generationRetries: { inc: () => undefined } } as unknown as KeeperMetrics;
@@ -558,12 +558,12 @@ tables:
       }
       return r;
     };
-    w.view.followEvents(() => {
+    w.view.followEvents({ progress: () => {
       const held = w.gate.held;
       w.gate.held = undefined;
       for (const b of held ?? []) w.view.follow(b, w.conn.portId);
       return w.watch.progress();
-    }, () => false);
+    } }, () => false);
     const held = await w.view.heldAt(w.conn, g, tables, true, () => w.reads.n++);
     expect(w.kernel.generation).toBe(g + 1);
     expect(held).toMatchObject({ read: true });
