@@ -112,11 +112,8 @@ export class FollowPass extends FollowCommit implements RepairPath<Promise<Outco
         // generation before its notifications are queued, and inside the monitor's callback (a refused
         // event repair) nothing is read until the callback returns.
         generation = sock.generation();
-        const waitUntil = performance.now() + EVENTS_WAIT_MS;
-        while (view.lagging(generation, view.current()!) && performance.now() < waitUntil) {
-          await new Promise((r) => setImmediate(r));
-          if (k.stopped) return undefined;
-        }
+        await view.settledAt(generation);
+        if (k.stopped) return undefined;
         // Under a neighbour's commits the monitor may be past the generation read by now: the followed
         // part is proved at the monitor's (the guard refuses the repair if the kernel moved on since).
         const p = monitor.progress();

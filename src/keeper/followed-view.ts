@@ -186,7 +186,7 @@ export class FollowedView {
   }
 
   /** The monitor trails the kernel (or our commit's events are still on their way): worth waiting for. */
-  lagging(generation: number, p = this.progressOf!()): boolean {
+  private lagging(generation: number, p: MonitorProgress): boolean {
     return this.following && (this.eventsLag(generation, p) || this.expected.size > 0);
   }
 
@@ -247,10 +247,23 @@ export class FollowedView {
    * EVENTS_WAIT_MS, or until the keeper stops). The events' wait before every proof that needs them
    * at a generation.
    */
-  private async caughtUp(to: number): Promise<MonitorProgress> {
+  private caughtUp(to: number): Promise<MonitorProgress> {
+    return this.waitWhile((p) => this.eventsLag(to, p));
+  }
+
+  /**
+   * caughtUp, and also while the events of our own commits are still expected (lagging): the follow
+   * pass's wait before it proves the followed part at a generation it read from the kernel.
+   */
+  settledAt(generation: number): Promise<MonitorProgress> {
+    return this.waitWhile((p) => this.lagging(generation, p));
+  }
+
+  /** The one wait for the events: turns of the loop while `lags` holds, at most EVENTS_WAIT_MS, or until the keeper stops. */
+  private async waitWhile(lags: (p: MonitorProgress) => boolean): Promise<MonitorProgress> {
     const waitUntil = performance.now() + EVENTS_WAIT_MS;
     let p = this.current()!;
-    while (this.eventsLag(to, p) && performance.now() < waitUntil && !this.stopped()) {
+    while (lags(p) && performance.now() < waitUntil && !this.stopped()) {
       await new Promise((r) => setImmediate(r));
       p = this.current()!;
     }
