@@ -1,5 +1,6 @@
 #include "dump.h"
 
+#include <arpa/inet.h>
 #include <sys/socket.h>
 #include <linux/netfilter/nf_tables.h>
 #include <linux/netfilter/nfnetlink.h>
@@ -76,6 +77,16 @@ struct DumpState : DumpRequest {
   bool spoiled = false;
   uint32_t lastGen = 0;  // the last NEWGEN's generation, if sawGen
   bool sawGen = false;
+  // A set's element dump: the kernel never flags it interrupted (6.18: a commit deleting an element
+  // between two of its datagrams gave a view of neither ruleset, unflagged). Watched all the same,
+  // and one of more than one datagram is confirmed as an interrupted one is (Confirm): taken when no
+  // commit since its request named the table. Its first message's generation (nfgenmsg res_id, the
+  // low 16 bits) lets Confirm take it at once when no commit came since that datagram was built.
+  bool confirmElements = false;
+  bool haveStartGen = false;
+  uint16_t startGen = 0;
+  long dataDatagrams = 0;
+  long lastDataDatagram = -1;
   // The test seam's pause (TestPauseAt; -1: none) and the dump's datagrams received so far.
   long pauseAt = -1;
   long received = 0;
@@ -209,7 +220,9 @@ struct DumpState : DumpRequest {
     if (sock->SendAll(via, req.data(), req.size()) < 0) Spoil();
     bool have = false;
     uint32_t now = 0;
-    while (Exact() && !(have && sawGen && static_cast<int32_t>(lastGen - now) >= 0)) {
+    // (An element dump: no commit since its first datagram, none to wait for.)
+    auto unmoved = [&] { return confirmElements && haveStartGen && static_cast<uint16_t>(now) == startGen; };
+    while (Exact() && !(have && (unmoved() || (sawGen && static_cast<int32_t>(lastGen - now) >= 0)))) {
       uint32_t groups = 0;
       ssize_t n = sock->Recv(via, 0, &groups);
       if (n < 0) {
@@ -233,7 +246,7 @@ struct DumpState : DumpRequest {
     }
     if (Exact()) {
       interrupted = false;
-      sock->NoteTakenInterrupted();
+      if (!confirmElements) sock->NoteTakenInterrupted();
     }
   }
 
@@ -296,6 +309,7 @@ struct DumpState : DumpRequest {
     if ((kind == DumpKind::Rule || kind == DumpKind::Set || kind == DumpKind::Object || kind == DumpKind::Chain) && !single && !table.empty()) {
       watch = sock->Watch(via, true);
     }
+    if (kind == DumpKind::Element) confirmElements = watch = sock->Watch(via, true);
     if (sock->SendAll(via, req.data(), req.size()) < 0) {
       Fail(errno, std::string("send: ") + std::strerror(errno));
       return false;
@@ -328,6 +342,12 @@ struct DumpState : DumpRequest {
       }
       if (nlh->nlmsg_type == NLMSG_DONE) {
         done = true;
+        // An element dump built in one datagram is one walk of the set at one generation; of more,
+        // it is confirmed as an interrupted one is.
+        if (confirmElements && dataDatagrams > 1) {
+          interrupted = true;
+          if (!Exact()) Spoil();
+        }
         return;
       }
       if (nlh->nlmsg_type == NLMSG_ERROR) {
@@ -340,6 +360,14 @@ struct DumpState : DumpRequest {
         return;
       }
       if ((interrupted && !Exact()) || (filterTable && !ChainInTable(nlh))) continue;
+      if (confirmElements && lastDataDatagram != received) {
+        lastDataDatagram = received;
+        dataDatagrams++;
+        if (!haveStartGen && HasNfgenmsg(nlh)) {
+          startGen = ntohs(static_cast<const nfgenmsg*>(mnl_nlmsg_get_payload(nlh))->res_id);
+          haveStartGen = true;
+        }
+      }
       if (kind == DumpKind::Rule && ruleMode == 2) {
         TakeDigest(nlh);
         continue;

@@ -6,23 +6,18 @@
  *  - per table, an abstract Unix socket `nfkeeper/table/<family>/<name>` bound in the target
  *    network namespace (abstract names live per namespace): two keepers of one table in one
  *    namespace, whatever their configs, sockets or state files;
- *  - the owners state file's `<state>.lock`, flock'ed: two keepers writing one state file, even
- *    in different namespaces. The holder writes its pid into it.
+ *  - the owners state file's `<state>.lock`, flock'ed (src/owners/state-lock.ts): two keepers
+ *    writing one state file, even in different namespaces. The holder writes its pid into it.
  */
 import { sha256 } from './base/sha256.js';
-import { closeSync, ftruncateSync, mkdirSync, openSync, readFileSync, writeSync } from 'node:fs';
+import { closeSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import type { Server } from 'node:net';
-import { dirname } from 'node:path';
 import { NfkeeperError } from './base/errors.js';
 import { lockCalls } from './netlink/unix.js';
+import { KeeperLockedError, lockOwnersState } from './owners/state-lock.js';
 
-export class KeeperLockedError extends NfkeeperError {
-  override name = 'KeeperLockedError';
-  constructor(what: string, readonly pid: number | undefined) {
-    super(`${what} is kept by another nfkeeper (${pid !== undefined && pid > 0 ? `pid ${pid}` : 'pid unknown'}); one keeper per table: stop it first`);
-  }
-}
+export { KeeperLockedError, stateLockPathOf } from './owners/state-lock.js';
 
 export interface KeeperLock {
   release(): void;
@@ -36,11 +31,6 @@ export function tableLockName(family: string, name: string): string {
 
 /** A table's lock accepts (and closes) the connections asking who holds it from this long after it was taken (lockKeeper). */
 export const DRAIN_AFTER_MS = 1000;
-
-/** The lock file beside a state file. */
-export function stateLockPathOf(stateFile: string): string {
-  return `${stateFile}.lock`;
-}
 
 /**
  * Locks the tables in the namespace (undefined: this process's) and, when given, the state file.
@@ -87,28 +77,9 @@ export function lockKeeper(o: { netns?: string; tables: readonly { family: strin
       }, o.drainAfterMs ?? DRAIN_AFTER_MS);
       drainAt.unref();
     }
-    if (o.stateFile !== undefined && addon.flockExclusive) {
-      const path = stateLockPathOf(o.stateFile);
-      let fd: number;
-      try {
-        mkdirSync(dirname(path), { recursive: true, mode: 0o700 });
-        fd = openSync(path, 'a+', 0o600);
-      } catch (e) {
-        // A read-only state disk: no lock file, and no write of the state either (each change is refused, 503).
-        if ((e as NodeJS.ErrnoException).code === 'EROFS') return { release };
-        throw new NfkeeperError(`owners state ${o.stateFile}: cannot open its lock ${path}: ${(e as Error).message}`);
-      }
-      fds.push(fd);
-      const err = addon.flockExclusive(fd);
-      if (err === 11 /* EWOULDBLOCK */) {
-        const pid = Number.parseInt(readFileSync(path, 'utf8').trim(), 10);
-        throw new KeeperLockedError(`the owners state ${o.stateFile}`, Number.isFinite(pid) ? pid : undefined);
-      }
-      if (err !== 0) throw new NfkeeperError(`owners state ${o.stateFile}: cannot lock ${path}: errno ${err}`);
-      try {
-        ftruncateSync(fd, 0);
-        writeSync(fd, `${process.pid}\n`);
-      } catch { /* the pid is for the message only */ }
+    if (o.stateFile !== undefined) {
+      const fd = lockOwnersState(o.stateFile);
+      if (fd !== undefined) fds.push(fd);
     }
   } catch (e) {
     release();

@@ -422,7 +422,8 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
 
   const gcLoop = config.gc && config.gc.foreign.length > 0 && (config.gc.live || registry)
     ? new GcLoop({ gc: config.gc, netns: o.netns, logger: log, metrics,
-      liveIds: registry && ((r) => () => r.liveIds())(registry), proof: tablesProof(kernelHost(o.netns).watch) })
+      ...(registry ? ((r) => ({ liveIds: () => r.liveIds(), exclusive: <T>(fn: () => Promise<T>) => r.exclusive(fn) }))(registry) : {}),
+      proof: tablesProof(kernelHost(o.netns).watch) })
     : undefined;
   if (gcLoop) {
     gcLoop.start();

@@ -372,7 +372,7 @@ const NFT_MODEL: GcRuleModel<Rule> = {
 };
 
 /** The ids live now: `live`, and those `liveIds` gives at this moment. */
-function liveOf(o: Pick<ScanOptions, 'live' | 'liveIds'>): ReadonlySet<string> {
+export function liveOf(o: Pick<ScanOptions, 'live' | 'liveIds'>): ReadonlySet<string> {
   return o.liveIds ? new Set([...o.live, ...o.liveIds()]) : o.live;
 }
 

@@ -14,6 +14,8 @@ import type { OpenProof } from '../netlink/guard.js';
 import { GraceTracker, collect, renderGarbage, type CollectResult } from './collect.js';
 import { readLiveSet, type LiveSource } from './live.js';
 import { loadOwners } from '../owners/index.js';
+import { KeeperLockedError, lockOwnersState } from '../owners/state-lock.js';
+import { closeSync } from 'node:fs';
 import { collectLegacy, renderLegacyGarbage } from './legacy.js';
 
 export interface GcOnceOptions {
@@ -25,6 +27,22 @@ export interface GcOnceOptions {
   backend?: 'nftables' | 'iptables-legacy';
   /** nftables: the resend proof, opened at the first refusal (collect's `proof`). */
   proof?: OpenProof;
+}
+
+/**
+ * A one-shot gc that counts the registered owners as live, refused beside the daemon that registers
+ * them (it holds the owners state's lock): an owner that daemon acknowledged after gc's last read of
+ * the state file and before gc's commit would have its id's rules collected. The daemon's own pass
+ * asks its registry and has no such gap.
+ */
+export class GcBesideDaemonError extends NfkeeperError {
+  override name = 'GcBesideDaemonError';
+  constructor(readonly stateFile: string, readonly pid: number | undefined) {
+    super(`the owners state ${stateFile} is kept by a running nfkeeper (${pid !== undefined && pid > 0 ? `pid ${pid}` : 'pid unknown'}), `
+      + 'whose registrations are live ids this one-shot gc would not see between its last read of that file and its commit; '
+      + 'nothing was changed. Let that daemon collect (gc.enabled: true in its config: its pass asks its registry), '
+      + 'or see what would go with --dry-run');
+  }
 }
 
 export interface GcOnceResult {
@@ -51,10 +69,32 @@ export async function gcOnce(config: Config, o: GcOnceOptions): Promise<GcOnceRe
   if (!source && !config.owners) throw new NfkeeperError(`${config.file}: gc.live is not configured; give --live-file FILE`);
   // Everything that can fail on input fails before the kernel is touched.
   const live = source ? await readLiveSet(source) : new Set<string>();
+  // Collecting with the registered owners as live ids: they must stand still until the commit. No
+  // daemon may register one meanwhile (one acknowledged without a commit of its own, an owner of no
+  // rules, or written to the state file after gc's last read of it, would lose its id's rules), so
+  // gc holds the state's lock, as apply does; a dry run changes nothing and needs none.
+  let held: number | undefined;
+  if (config.owners && !o.dryRun) {
+    try {
+      held = lockOwnersState(config.owners.state);
+    } catch (e) {
+      if (e instanceof KeeperLockedError) throw new GcBesideDaemonError(config.owners.state, e.pid);
+      throw e;
+    }
+  }
+  try {
+    return await gcHeld(config, o, live, graceMs, source);
+  } finally {
+    if (held !== undefined) closeSync(held);
+  }
+}
+
+async function gcHeld(config: Config, o: GcOnceOptions, live: Set<string>, graceMs: number, source: LiveSource | undefined): Promise<GcOnceResult> {
+  const gc = config.gc!;
   // Registered owners are live ids too (a corrupt owners state file is an error here as well).
   if (config.owners) for (const owner of loadOwners(config)) live.add(owner.id);
-  // And asked again where collect asks (after each scan's reads, before a resend): a daemon may
-  // register an owner while this runs, acknowledged once its state file holds it.
+  // And asked again where collect asks (after each scan's reads, before a resend): collecting, the
+  // lock keeps the file as read; a dry run holds none, and reports what a daemon registered meanwhile.
   const liveIds = config.owners ? () => loadOwners(config).map((owner) => owner.id) : undefined;
   const stateFile = graceMs > 0 ? gc.state : undefined;
   const tracker = stateFile ? GraceTracker.load(stateFile) : new GraceTracker();
@@ -65,7 +105,7 @@ export async function gcOnce(config: Config, o: GcOnceOptions): Promise<GcOnceRe
   let json: Record<string, unknown>;
   const backend = o.backend ?? gc.backend;
   if (backend === 'iptables-legacy') {
-    const l = await collectLegacy({ ...scan, netns: o.netns });
+    const l = await collectLegacy({ ...scan, ...(liveIds ? { liveIds } : {}), netns: o.netns });
     r = l;
     rendered = renderLegacyGarbage(l.garbage);
     json = { backend: 'iptables-legacy', scripts: l.scripts };

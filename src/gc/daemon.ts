@@ -26,6 +26,12 @@ export interface GcLoopOptions {
   host?: NftHost;
   /** nftables: the resend proof, opened at a pass's first refusal (collect's `proof`). */
   proof?: OpenProof;
+  /**
+   * iptables-legacy: runs a pass's save, plan and restore where no owner is answered meanwhile (the
+   * registry's turn, OwnerRegistry.exclusive). x_tables has no generation for a registration to move:
+   * without it an owner answered between the pass's look at `liveIds` and its restore lost its id's rules.
+   */
+  exclusive?: <T>(fn: () => Promise<T>) => Promise<T>;
 }
 
 /** What one pass found and did, on either backend. */
@@ -61,8 +67,10 @@ export class GcLoop {
   private readonly liveIds: GcLoopOptions['liveIds'];
   private readonly metrics: GcLoopOptions['metrics'];
   private readonly proof: GcLoopOptions['proof'];
+  private readonly exclusive: NonNullable<GcLoopOptions['exclusive']>;
 
   constructor(o: GcLoopOptions) {
+    this.exclusive = o.exclusive ?? ((fn) => fn());
     this.liveIds = o.liveIds;
     this.metrics = o.metrics;
     this.proof = o.proof;
@@ -118,7 +126,9 @@ export class GcLoop {
         ...(this.liveIds ? { liveIds: this.liveIds } : {}) };
       let r: GcPass;
       if (gc.backend === 'iptables-legacy') {
-        const l = await collectLegacy({ ...scan, netns: this.netns });
+        // Collecting, in the registry's turn (report-only passes change nothing and hold no one up).
+        const pass = () => collectLegacy({ ...scan, netns: this.netns });
+        const l = await (gc.enabled ? this.exclusive(pass) : pass());
         r = { ...l, wouldRemove: () => renderLegacyGarbage(l.garbage) };
       } else {
         this.sock ??= this.host.connect();

@@ -19,7 +19,7 @@ import { spawn } from 'node:child_process';
 import { NfkeeperError } from '../base/errors.js';
 import type { Family } from '../netlink/expr.js';
 import type { ForeignTable } from '../config/gc.js';
-import { findGarbage, type GcRuleModel, type GcTableView, type ScanOptions, type ScanResult } from './collect.js';
+import { findGarbage, liveOf, type GcRuleModel, type GcTableView, type ScanOptions, type ScanResult } from './collect.js';
 
 export class LegacyIptablesError extends NfkeeperError {
   override name = 'LegacyIptablesError';
@@ -206,7 +206,10 @@ async function scanLegacy(o: LegacyOptions) {
       views.push({ family, table: t.table, owners, chains: t.chains, rules });
     }
   }
-  return findGarbage(views, LEGACY_MODEL, o);
+  // The live ids asked after the saves, as the netlink scan asks them after its reads: in the daemon
+  // this runs in the registry's turn (OwnerRegistry.exclusive), so no owner is answered from here to
+  // the restore.
+  return findGarbage(views, LEGACY_MODEL, { ...o, live: liveOf(o) });
 }
 
 /**

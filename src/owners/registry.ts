@@ -132,8 +132,8 @@ export class OwnerRegistry {
   private refused = new Map<string, RefusedOwner & { delayMs: number; timer?: NodeJS.Timeout }>();
   /** Refused owners whose retry is due. */
   private retries: string[] = [];
-  /** Reloaded configs to enforce (reconfigure), before the next group. */
-  private reconfigs: { next: Config; setConfig: (config: Config, owners: readonly Owner[]) => Promise<void>; resolve: () => void; reject: (e: unknown) => void }[] = [];
+  /** Work to run in the queue's turn (exclusive: a reloaded config, a legacy gc pass), before the next group. */
+  private turns: (() => Promise<void>)[] = [];
   /** A drain loop is alive and will look at the queue again before it ends. */
   private working = false;
   private config: Config;
@@ -261,8 +261,18 @@ export class OwnerRegistry {
    * so an owner the new config makes the kernel refuse is left out and reported, not the others.
    */
   reconfigure(next: Config, setConfig: (config: Config, owners: readonly Owner[]) => Promise<void>): Promise<void> {
-    return new Promise((resolve, reject) => {
-      this.reconfigs.push({ next, setConfig, resolve, reject });
+    return this.exclusive(() => this.reconfigureNow(next, setConfig));
+  }
+
+  /**
+   * Runs `fn` in the queue's turn: no group is applied, and so no change answered, until it settles.
+   * liveIds() asked inside it holds every owner answered before it returns (and those queued
+   * meanwhile). Foreign GC's iptables-legacy pass runs its save, plan and restore here: x_tables has
+   * no generation that a registration's commit would move to refuse a restore planned without it.
+   */
+  exclusive<T>(fn: () => Promise<T>): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      this.turns.push(() => fn().then(resolve, reject));
       this.kick();
     });
   }
@@ -381,11 +391,10 @@ export class OwnerRegistry {
       // dump (src/keeper/known.ts), so concurrent clients' requests, read over a few turns of the
       // loop, would otherwise each make a group (a kernel commit) of their own.
       for (let i = 0; i < 3; i++) await new Promise((r) => setImmediate(r));
-      while (this.queue.length > 0 || this.alone.length > 0 || this.retries.length > 0 || this.reconfigs.length > 0) {
+      while (this.queue.length > 0 || this.alone.length > 0 || this.retries.length > 0 || this.turns.length > 0) {
         this.inFlight = [];
-        if (this.alone.length === 0 && this.reconfigs.length > 0) {
-          const r = this.reconfigs.shift()!;
-          await this.reconfigureNow(r.next, r.setConfig).then(r.resolve, r.reject);
+        if (this.alone.length === 0 && this.turns.length > 0) {
+          await this.turns.shift()!();
           continue;
         }
         if (this.alone.length === 0 && this.retries.length > 0) {

@@ -14,6 +14,10 @@
  * Every dump is either the table as it was before the commit or after it, whole, or interrupted
  * (retried by a caller): never a mix of the two. The commits elsewhere leave every dump taken; the
  * own commits and the other table's chains interrupt some (the sweep reaches what it is for).
+ * elements: set big's element dump (1,500 elements: three datagrams), own = the first element in its
+ * order deleted or added back. The kernel never flags an element dump interrupted: before the
+ * addon watched them, a deletion after the first datagram gave a view of neither (K = 0, 3 of 3).
+ *   NFK_PAUSE_KINDS=elements,rules npx vitest run test/netlink/dump-pause.test.ts   (some kinds only)
  */
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -27,6 +31,7 @@ const RULES = 1_000;
 const CHAINS = 600;
 const SETS = 300;
 const OBJECTS = 600;
+const ELEMENTS = 1_500;
 type Commit = 'own' | 'other' | 'chain elsewhere';
 
 function setUp(ns: Netns): void {
@@ -36,6 +41,7 @@ function setUp(ns: Netns): void {
   for (let i = 0; i < CHAINS; i++) lines.push(` chain e${i} { }`);
   for (let i = 0; i < SETS; i++) lines.push(` set s${i} { type ipv4_addr; }`);
   for (let i = 0; i < OBJECTS; i++) lines.push(` counter k${i} { }`);
+  lines.push(` set big { type ipv4_addr; elements = { ${Array.from({ length: ELEMENTS }, (_, i) => `10.1.${i >> 8}.${i & 255}`).join(', ')} } }`);
   lines.push(' chain c {');
   for (let i = 0; i < RULES; i++) lines.push(`  ip saddr 10.0.${i >> 8}.${i & 255} accept`);
   lines.push(' }', '}');
@@ -46,6 +52,7 @@ function setUp(ns: Netns): void {
 function committer(ns: Netns, sock: NftSocket, kind: PauseKind, what: Commit): () => Promise<void> {
   let n = 0;
   let head: number | undefined;
+  let gone: string | undefined;
   const first = async (k: 'chain' | 'set' | 'obj', table: string) => {
     const dump = (sock as unknown as { dump: (kind: string, family: string, table: string) => Promise<{ name: string }[]> }).dump.bind(sock);
     return (await dump(k, 'ip', table))[0]!.name;
@@ -67,6 +74,17 @@ function committer(ns: Netns, sock: NftSocket, kind: PauseKind, what: Commit): (
     } else if (kind === 'chains') {
       const c = await first('chain', 'own');
       ns.nft(`delete chain ip own ${c}\nadd chain ip own ${c}\n`);
+    } else if (kind === 'elements') {
+      // The first element in the dump's order deleted, then added back: a deletion behind the
+      // kernel's cursor shifts it (one element not yet dumped would be skipped).
+      if (gone === undefined) {
+        const dump = (sock as unknown as { dump: (kind: string, family: string, table: string, name: string) => Promise<{ key: string }[]> }).dump.bind(sock);
+        gone = [...Buffer.from((await dump('element', 'ip', 'own', 'big'))[0]!.key, 'hex')].join('.');
+        ns.nft(`delete element ip own big { ${gone} }\n`);
+      } else {
+        ns.nft(`add element ip own big { ${gone} }\n`);
+        gone = undefined;
+      }
     } else if (kind === 'sets') {
       const s = await first('set', 'own');
       ns.nft(`delete set ip own ${s}\nadd set ip own ${s} { type ipv4_addr; }\n`);
@@ -131,8 +149,8 @@ describe('a commit at each message boundary of a watched table dump', () => {
       const sock = open({ netns: ns.path });
       const seen: string[] = [];
       try {
-        for (const kind of PAUSE_KINDS) {
-          const ks = Array.from({ length: kind === 'rules' || kind === 'digests' ? 12 : 6 }, (_, i) => i);
+        for (const kind of (process.env.NFK_PAUSE_KINDS?.split(',') as PauseKind[] | undefined) ?? PAUSE_KINDS) {
+          const ks = Array.from({ length: kind === 'rules' || kind === 'digests' || kind === 'elements' ? 12 : 6 }, (_, i) => i);
           for (const what of ['own', 'other', ...(kind === 'chains' ? ['chain elsewhere'] as const : [])] as Commit[]) {
             const dumps = await sweep(ns, sock, kind, ks, committer(ns, sock, kind, what));
             const paused = dumps.filter((d) => d.paused);
@@ -144,7 +162,8 @@ describe('a commit at each message boundary of a watched table dump', () => {
             expect(dumps[0]!.paused, `${kind}, ${what}`).toBe(true);
             if (what === 'other') {
               expect(interrupted, `${kind}, ${what}: a commit elsewhere spoiled a dump`).toBe(0);
-              expect(dumps.some((d) => d.outcome.taken), `${kind}, ${what}: none taken interrupted`).toBe(true);
+              // (The kernel never flags an element dump: each of more than one datagram is confirmed, none counted as taken interrupted.)
+              expect(dumps.some((d) => d.outcome.taken), `${kind}, ${what}: none taken interrupted`).toBe(kind !== 'elements');
             } else {
               expect(interrupted, `${kind}, ${what}: no dump interrupted`).toBeGreaterThan(0);
             }
