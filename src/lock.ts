@@ -36,7 +36,11 @@ export const DRAIN_AFTER_MS = 1000;
  * Locks the tables in the namespace (undefined: this process's) and, when given, the state file.
  * Throws KeeperLockedError when another process holds one; releases what it took before throwing.
  */
-export function lockKeeper(o: { netns?: string; tables: readonly { family: string; name: string }[]; stateFile?: string; drainAfterMs?: number }): KeeperLock {
+export function lockKeeper(o: {
+  netns?: string; tables: readonly { family: string; name: string }[]; stateFile?: string; drainAfterMs?: number;
+  /** lockOwnersState's wait for the state's lock (the daemon's start). */
+  stateWait?: { ms: number; holder?: (pid: number | undefined) => void };
+}): KeeperLock {
   const addon = lockCalls();
   const servers: Server[] = [];
   // The tables' listening sockets no server drains yet, and the timer that will make their servers.
@@ -78,7 +82,7 @@ export function lockKeeper(o: { netns?: string; tables: readonly { family: strin
       drainAt.unref();
     }
     if (o.stateFile !== undefined) {
-      const fd = lockOwnersState(o.stateFile);
+      const fd = lockOwnersState(o.stateFile, o.stateWait);
       if (fd !== undefined) fds.push(fd);
     }
   } catch (e) {

@@ -21,12 +21,18 @@ export function stateLockPathOf(stateFile: string): string {
   return `${stateFile}.lock`;
 }
 
+/** How often a wait for the lock tries it again. */
+const RETRY_MS = 50;
+
 /**
  * Takes the state's lock: its descriptor (close it to release), or undefined where none can be
  * held (an addon without flock; a read-only state disk, where every change is refused anyway).
- * Throws KeeperLockedError, naming the holder's pid, when another process holds it.
+ * Throws KeeperLockedError, naming the holder's pid, when another process holds it: at once, or,
+ * with `wait`, once it has held it for `wait.ms` more (the daemon's start: a one-shot `apply` or
+ * `gc` holds it for seconds, another daemon for its life). `wait.holder` is told of the holder's pid
+ * once, when the wait begins. The wait blocks the thread: the daemon has nothing else to run yet.
  */
-export function lockOwnersState(stateFile: string): number | undefined {
+export function lockOwnersState(stateFile: string, wait?: { ms: number; holder?: (pid: number | undefined) => void }): number | undefined {
   const addon = lockCalls();
   if (!addon.flockExclusive) return undefined;
   const path = stateLockPathOf(stateFile);
@@ -38,13 +44,23 @@ export function lockOwnersState(stateFile: string): number | undefined {
     if ((e as NodeJS.ErrnoException).code === 'EROFS') return undefined;
     throw new NfkeeperError(`owners state ${stateFile}: cannot open its lock ${path}: ${(e as Error).message}`);
   }
-  const err = addon.flockExclusive(fd);
+  const holder = () => {
+    const pid = Number.parseInt(readFileSync(path, 'utf8').trim(), 10);
+    return Number.isFinite(pid) ? pid : undefined;
+  };
+  const until = wait ? performance.now() + wait.ms : 0;
+  let err = addon.flockExclusive(fd);
+  if (err === 11 /* EWOULDBLOCK */ && wait) {
+    wait.holder?.(holder());
+    const pause = new Int32Array(new SharedArrayBuffer(4));
+    while (err === 11 && performance.now() < until) {
+      Atomics.wait(pause, 0, 0, RETRY_MS);
+      err = addon.flockExclusive(fd);
+    }
+  }
   if (err !== 0) {
     closeSync(fd);
-    if (err === 11 /* EWOULDBLOCK */) {
-      const pid = Number.parseInt(readFileSync(path, 'utf8').trim(), 10);
-      throw new KeeperLockedError(`the owners state ${stateFile}`, Number.isFinite(pid) ? pid : undefined);
-    }
+    if (err === 11 /* EWOULDBLOCK */) throw new KeeperLockedError(`the owners state ${stateFile}`, holder());
     throw new NfkeeperError(`owners state ${stateFile}: cannot lock ${path}: errno ${err}`);
   }
   try {
