@@ -415,10 +415,14 @@ describe('one keeper per table', () => {
           expect(r.err).toMatch(new RegExp(`kept by another nfkeeper \\(pid ${pid}\\)`));
         }
         expect(ns.exec('nft', ['list', 'ruleset'])).toBe(gen);
-        // The same state file from another namespace: the state's lock.
+        // The same state file from another namespace: the state's lock, waited for (a one-shot's
+        // would be let go in seconds) and then refused: a daemon holds it for its life.
         await withNetns(async (other) => {
+          const t0 = Date.now();
           const third = daemon(config, other, { args: ['--socket', join(dir, 'third.sock')] });
           expect(await third.exited).toBe(2);
+          expect(Date.now() - t0).toBeGreaterThanOrEqual(15_000);
+          expect(third.logs.join('')).toMatch(new RegExp(`owners state locked by another nfkeeper; waiting for it.*"holder":${pid}|"holder":${pid}.*owners state locked by another nfkeeper; waiting for it`));
           expect(third.logs.join('')).toMatch(new RegExp(`the owners state \\S+ is kept by another nfkeeper \\(pid ${pid}\\)`));
         }, 'durable-lock2');
         // check only reads: allowed.
