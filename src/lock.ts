@@ -15,7 +15,7 @@ import { createRequire } from 'node:module';
 import type { Server } from 'node:net';
 import { NfkeeperError } from './base/errors.js';
 import { lockCalls } from './netlink/unix.js';
-import { KeeperLockedError, lockOwnersState } from './owners/state-lock.js';
+import { KeeperLockedError, LOCK_RETRY_MS, lockOwnersState, pauseSync } from './owners/state-lock.js';
 
 export { KeeperLockedError, stateLockPathOf } from './owners/state-lock.js';
 
@@ -38,8 +38,12 @@ export const DRAIN_AFTER_MS = 1000;
  */
 export function lockKeeper(o: {
   netns?: string; tables: readonly { family: string; name: string }[]; stateFile?: string; drainAfterMs?: number;
-  /** lockOwnersState's wait for the state's lock (the daemon's start). */
-  stateWait?: { ms: number; holder?: (pid: number | undefined) => void };
+  /**
+   * The daemon's start: a lock another process holds is waited for, `ms` in all, before it is
+   * refused (a one-shot apply, cleanup or gc holds them for seconds, another daemon for its life);
+   * `holder` is told once for each lock waited for (what it locks, the holder's pid).
+   */
+  wait?: { ms: number; holder?: (what: string, pid: number | undefined) => void };
 }): KeeperLock {
   const addon = lockCalls();
   const servers: Server[] = [];
@@ -53,12 +57,21 @@ export function lockKeeper(o: {
     for (const fd of listening.splice(0)) closeSync(fd);
     for (const fd of fds.splice(0)) closeSync(fd);
   };
+  const until = performance.now() + (o.wait?.ms ?? 0);
   try {
     if (addon.bindAbstract && addon.abstractPeerPid) {
       for (const t of o.tables) {
         const name = tableLockName(t.family, t.name);
-        const fd = addon.bindAbstract(o.netns, name);
-        if (fd === -98 /* EADDRINUSE */) throw new KeeperLockedError(`table ${t.family} ${t.name}${o.netns ? ` in ${o.netns}` : ''}`, addon.abstractPeerPid(o.netns, name));
+        const what = `table ${t.family} ${t.name}${o.netns ? ` in ${o.netns}` : ''}`;
+        let fd = addon.bindAbstract(o.netns, name);
+        if (fd === -98 /* EADDRINUSE */ && o.wait) {
+          o.wait.holder?.(what, addon.abstractPeerPid(o.netns, name));
+          while (fd === -98 && performance.now() < until) {
+            pauseSync(LOCK_RETRY_MS);
+            fd = addon.bindAbstract(o.netns, name);
+          }
+        }
+        if (fd === -98) throw new KeeperLockedError(what, addon.abstractPeerPid(o.netns, name));
         if (fd < 0) throw new NfkeeperError(`table ${t.family} ${t.name}: cannot take its lock (bind of an abstract socket: errno ${-fd})`);
         listening.push(fd);
       }
@@ -82,7 +95,8 @@ export function lockKeeper(o: {
       drainAt.unref();
     }
     if (o.stateFile !== undefined) {
-      const fd = lockOwnersState(o.stateFile, o.stateWait);
+      const wait = o.wait;
+      const fd = lockOwnersState(o.stateFile, wait && { ms: Math.max(0, until - performance.now()), holder: (pid) => wait.holder?.(`the owners state ${o.stateFile}`, pid) });
       if (fd !== undefined) fds.push(fd);
     }
   } catch (e) {

@@ -78,8 +78,8 @@ export interface DaemonOptions {
 /** How often a missing env file is looked for at start-up. */
 const ENV_POLL_MS = 500;
 
-/** How long a starting daemon waits for the owners state's lock another process holds (lockOwnersState). */
-const STATE_LOCK_WAIT_MS = 15_000;
+/** How long a starting daemon waits for the locks another process holds (lockKeeper). */
+const LOCK_WAIT_MS = 15_000;
 
 /**
  * While starting, systemd is told every so often to extend its start time-out by this much
@@ -345,11 +345,11 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
     loadedText = textOf(digests);
     extend();
     // One keeper per table and per state file, held until exit (released last: cleanups run in reverse).
-    // A one-shot apply or gc holds the state's lock for seconds: the daemon waits for it rather than
-    // exit (another daemon, holding it for its life, still refuses this one, STATE_LOCK_WAIT_MS later).
-    const lock = lockKeeper({ netns: o.netns, tables: config.tables, stateFile: config.owners?.state, stateWait: {
-      ms: STATE_LOCK_WAIT_MS,
-      holder: (pid) => log.info({ state: config.owners?.state, holder: pid, waitMs: STATE_LOCK_WAIT_MS }, 'owners state locked by another nfkeeper; waiting for it'),
+    // A one-shot apply, cleanup or gc holds these locks for seconds: the daemon waits for them rather
+    // than exit (another daemon, holding them for its life, still refuses this one, LOCK_WAIT_MS later).
+    const lock = lockKeeper({ netns: o.netns, tables: config.tables, stateFile: config.owners?.state, wait: {
+      ms: LOCK_WAIT_MS,
+      holder: (what, pid) => log.info({ lock: what, holder: pid, waitMs: LOCK_WAIT_MS }, 'locked by another nfkeeper; waiting for it'),
     } });
     cleanups.push(() => lock.release());
     // The owners come before the first pass: starting without them would collect their rules.

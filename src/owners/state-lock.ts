@@ -21,8 +21,13 @@ export function stateLockPathOf(stateFile: string): string {
   return `${stateFile}.lock`;
 }
 
-/** How often a wait for the lock tries it again. */
-const RETRY_MS = 50;
+/** How often a wait for a lock tries it again. */
+export const LOCK_RETRY_MS = 50;
+
+/** Blocks the thread for `ms` (a wait for a lock at the daemon's start, when nothing else is to run). */
+export function pauseSync(ms: number): void {
+  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
+}
 
 /**
  * Takes the state's lock: its descriptor (close it to release), or undefined where none can be
@@ -52,9 +57,8 @@ export function lockOwnersState(stateFile: string, wait?: { ms: number; holder?:
   let err = addon.flockExclusive(fd);
   if (err === 11 /* EWOULDBLOCK */ && wait) {
     wait.holder?.(holder());
-    const pause = new Int32Array(new SharedArrayBuffer(4));
     while (err === 11 && performance.now() < until) {
-      Atomics.wait(pause, 0, 0, RETRY_MS);
+      pauseSync(LOCK_RETRY_MS);
       err = addon.flockExclusive(fd);
     }
   }

@@ -149,8 +149,8 @@ describe('one-shot gc beside a daemon registering owners', () => {
                   // gc holds the owners state's lock: the daemon waits for it, so it cannot answer
                   // before gc is done. Seen waiting (naming gc's pid), gc goes on.
                   if (when === 'during') {
-                    await waitSaid(d, /owners state locked by another nfkeeper; waiting/, 30_000);
-                    waited = logged(d).some((l) => /waiting/.test(l.msg) && (l as { holder?: number }).holder === process.pid);
+                    await waitSaid(d, /locked by another nfkeeper; waiting for it/, 30_000);
+                    waited = logged(d).some((l) => /waiting/.test(l.msg) && (l as { holder?: number; lock?: string }).holder === process.pid && /^the owners state /.test((l as { lock?: string }).lock ?? ''));
                     return;
                   }
                 }

@@ -404,10 +404,14 @@ describe('one keeper per table', () => {
         await ready(sock, d);
         expect((await call(sock, 'PUT', '/v1/owners/a', ownerSpec(1))).status).toBe(201);
         const pid = d.child.pid!;
-        // Its own socket, the same table: refused before anything is read or written.
+        // Its own socket, the same table: waited for (a one-shot's lock would be let go in seconds),
+        // then refused before anything is read or written.
         const gen = ns.exec('nft', ['list', 'ruleset']);
+        const t1 = Date.now();
         const second = daemon(config, ns, { args: ['--socket', join(dir, 'other.sock')] });
         expect(await second.exited).toBe(2);
+        expect(Date.now() - t1).toBeGreaterThanOrEqual(15_000);
+        expect(second.logs.join('')).toMatch(new RegExp(`"lock":"table ip nfkeeper in [^"]+","holder":${pid}.*locked by another nfkeeper; waiting for it`));
         expect(second.logs.join('')).toMatch(new RegExp(`nfkeeper: table ip nfkeeper in \\S+ is kept by another nfkeeper \\(pid ${pid}\\)`));
         for (const cmd of ['apply', 'cleanup']) {
           const r = await cli(cmd, '--config', config, '--netns', ns.path);
@@ -422,7 +426,7 @@ describe('one keeper per table', () => {
           const third = daemon(config, other, { args: ['--socket', join(dir, 'third.sock')] });
           expect(await third.exited).toBe(2);
           expect(Date.now() - t0).toBeGreaterThanOrEqual(15_000);
-          expect(third.logs.join('')).toMatch(new RegExp(`owners state locked by another nfkeeper; waiting for it.*"holder":${pid}|"holder":${pid}.*owners state locked by another nfkeeper; waiting for it`));
+          expect(third.logs.join('')).toMatch(new RegExp(`"lock":"the owners state [^"]+","holder":${pid}.*locked by another nfkeeper; waiting for it`));
           expect(third.logs.join('')).toMatch(new RegExp(`the owners state \\S+ is kept by another nfkeeper \\(pid ${pid}\\)`));
         }, 'durable-lock2');
         // check only reads: allowed.
