@@ -8,7 +8,8 @@
  */
 import type { Batch } from '../../src/netlink/batch.js';
 import type { Op } from '../../src/netlink/ops.js';
-import type { NftSocket } from '../../src/netlink/socket.js';
+import { open, type NftSocket } from '../../src/netlink/socket.js';
+import type { Netns } from './netns.js';
 
 export interface Sent {
   how: 'commit' | 'recommit';
@@ -46,4 +47,14 @@ export function recordSends(sock: NftSocket, between: () => void = () => undefin
     return send({ how: 'recommit', generation, ops: ops.length, batch: ops }, () => recommit(batch, generation));
   };
   return sent;
+}
+
+/** `f` on a socket of its own in `ns` (recordSends replaces its commit), closed after. */
+export async function withSocketIn<T>(ns: Netns, f: (sock: NftSocket) => Promise<T>): Promise<T> {
+  const sock = open({ netns: ns.path });
+  try {
+    return await f(sock);
+  } finally {
+    sock.close();
+  }
 }

@@ -20,9 +20,8 @@ import { parseConfig, type Config } from '../../src/config/config.js';
 import { NetlinkError } from '../../src/base/errors.js';
 import { checkOnce } from '../../src/keeper/oneshot.js';
 import { describeOp, type Op } from '../../src/netlink/ops.js';
-import { open, type NftSocket } from '../../src/netlink/socket.js';
 import { createNetns, type Netns } from '../helpers/netns.js';
-import { recordSends } from '../helpers/sends.js';
+import { recordSends, withSocketIn } from '../helpers/sends.js';
 import { ruleText } from './plan-fixtures.js';
 
 const N = 10;
@@ -120,21 +119,12 @@ describe('the middle-run placement under kernel refusals: anonymous sets, delete
   });
   afterAll(() => ns?.remove());
 
-  async function withSocket<T>(f: (sock: NftSocket) => Promise<T>): Promise<T> {
-    const sock = open({ netns: ns.path });
-    try {
-      return await f(sock);
-    } finally {
-      sock.close();
-    }
-  }
-
   it('puts each shape back as nft installs it, kept handles kept, with the shape\'s ops in its batch', async () => {
     for (const s of SHAPES) {
       ns.nft(script(s.have));
       const kept = ns.exec('nft', ['-a', 'list', 'table', 'ip', 't']).split('\n')
         .filter((l) => !l.includes('10.9.9.') && !/udp dport \{ 9/.test(l)).join('\n').match(/# handle \d+/g)!;
-      await withSocket(async (sock) => {
+      await withSocketIn(ns, async (sock) => {
         const sent = recordSends(sock);
         const r = await checkOnce(sock, config(), true);
         expect(r.ops, s.name).toBeGreaterThan(0);
@@ -162,7 +152,7 @@ describe('the middle-run placement under kernel refusals: anonymous sets, delete
       const desired = config({ chain, at, kind });
       const refusedExprs = JSON.stringify(desired.tables[0]!.chains.find((x) => x.name === chain)!.rules[at]!.compiled.exprs);
       const refusedOp = (op: Op) => op.object === 'rule' && op.verb !== 'delete' && JSON.stringify((op as { exprs?: unknown }).exprs) === refusedExprs;
-      await withSocket(async (sock) => {
+      await withSocketIn(ns, async (sock) => {
         const gen = sock.generation();
         const sent = recordSends(sock);
         const e = await checkOnce(sock, desired, true).then(() => undefined, (x: unknown) => x);

@@ -17,9 +17,8 @@ import { NetlinkError } from '../../src/base/errors.js';
 import { checkOnce } from '../../src/keeper/oneshot.js';
 import type { Expr } from '../../src/netlink/expr.js';
 import { describeOp, type Op } from '../../src/netlink/ops.js';
-import { open, type NftSocket } from '../../src/netlink/socket.js';
 import { createNetns, type Netns } from '../helpers/netns.js';
-import { recordSends } from '../helpers/sends.js';
+import { recordSends, withSocketIn } from '../helpers/sends.js';
 import { ruleText } from './plan-fixtures.js';
 
 const N = 10;
@@ -83,21 +82,11 @@ describe('the middle-run placement on the real kernel', () => {
   });
   afterAll(() => ns?.remove());
 
-  /** Each case on a socket of its own (recordSends replaces its commit). */
-  async function withSocket<T>(f: (sock: NftSocket) => Promise<T>): Promise<T> {
-    const sock = open({ netns: ns.path });
-    try {
-      return await f(sock);
-    } finally {
-      sock.close();
-    }
-  }
-
   it('puts back runs at the head, middle and tail, in one chain and in two: the table as nft installs it, kept handles kept', async () => {
     for (const s of SHAPES) {
       ns.nft(script(haveOf(s)));
       const kept = ns.exec('nft', ['-a', 'list', 'table', 'ip', 't']).match(/# handle \d+/g)!;
-      await withSocket(async (sock) => {
+      await withSocketIn(ns, async (sock) => {
         const sent = recordSends(sock);
         const r = await checkOnce(sock, config(), true);
         expect(r.ops, s.name).toBeGreaterThan(0);
@@ -121,7 +110,7 @@ describe('the middle-run placement on the real kernel', () => {
       const what = `${s.name}: refused ${chain}[${at}] (position ${p} of its run)`;
       ns.nft(script(haveOf(s)));
       const before = dumpOf(ns);
-      await withSocket(async (sock) => {
+      await withSocketIn(ns, async (sock) => {
         const gen = sock.generation();
         const sent = recordSends(sock);
         const e = await checkOnce(sock, config({ chain, at }), true).then(() => undefined, (x: unknown) => x);
