@@ -15,7 +15,7 @@ import { createRequire } from 'node:module';
 import type { Server } from 'node:net';
 import { NfkeeperError } from './base/errors.js';
 import { lockCalls } from './netlink/unix.js';
-import { KeeperLockedError, LOCK_RETRY_MS, lockOwnersState, pauseSync } from './owners/state-lock.js';
+import { KeeperLockedError, lockOwnersState, whileHeld } from './owners/state-lock.js';
 
 export { KeeperLockedError, stateLockPathOf } from './owners/state-lock.js';
 
@@ -45,7 +45,7 @@ export function lockKeeper(o: {
    */
   wait?: { ms: number; holder?: (what: string, pid: number | undefined) => void };
 }): KeeperLock {
-  const addon = lockCalls();
+  const { bindAbstract: bind, abstractPeerPid: peerPid } = lockCalls();
   const servers: Server[] = [];
   // The tables' listening sockets no server drains yet, and the timer that will make their servers.
   const listening: number[] = [];
@@ -59,19 +59,16 @@ export function lockKeeper(o: {
   };
   const until = performance.now() + (o.wait?.ms ?? 0);
   try {
-    if (addon.bindAbstract && addon.abstractPeerPid) {
+    if (bind && peerPid) {
       for (const t of o.tables) {
         const name = tableLockName(t.family, t.name);
         const what = `table ${t.family} ${t.name}${o.netns ? ` in ${o.netns}` : ''}`;
-        let fd = addon.bindAbstract(o.netns, name);
+        let fd = bind(o.netns, name);
         if (fd === -98 /* EADDRINUSE */ && o.wait) {
-          o.wait.holder?.(what, addon.abstractPeerPid(o.netns, name));
-          while (fd === -98 && performance.now() < until) {
-            pauseSync(LOCK_RETRY_MS);
-            fd = addon.bindAbstract(o.netns, name);
-          }
+          o.wait.holder?.(what, peerPid(o.netns, name));
+          fd = whileHeld(fd, (r) => r === -98, () => bind(o.netns, name), until);
         }
-        if (fd === -98) throw new KeeperLockedError(what, addon.abstractPeerPid(o.netns, name));
+        if (fd === -98) throw new KeeperLockedError(what, peerPid(o.netns, name));
         if (fd < 0) throw new NfkeeperError(`table ${t.family} ${t.name}: cannot take its lock (bind of an abstract socket: errno ${-fd})`);
         listening.push(fd);
       }

@@ -22,11 +22,21 @@ export function stateLockPathOf(stateFile: string): string {
 }
 
 /** How often a wait for a lock tries it again. */
-export const LOCK_RETRY_MS = 50;
+const LOCK_RETRY_MS = 50;
 
-/** Blocks the thread for `ms` (a wait for a lock at the daemon's start, when nothing else is to run). */
-export function pauseSync(ms: number): void {
-  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
+/**
+ * A wait for a lock: `again` (one more try) every LOCK_RETRY_MS while its result says `held`,
+ * until `until` (performance.now()); the last result. Blocks the thread: it is the daemon's start,
+ * nothing else is to run yet, and no handler is set for SIGTERM or SIGINT before the daemon is
+ * running, so either ends a waiting start at once.
+ */
+export function whileHeld<T>(result: T, held: (r: T) => boolean, again: () => T, until: number): T {
+  const pause = new Int32Array(new SharedArrayBuffer(4));
+  while (held(result) && performance.now() < until) {
+    Atomics.wait(pause, 0, 0, LOCK_RETRY_MS);
+    result = again();
+  }
+  return result;
 }
 
 /**
@@ -35,11 +45,11 @@ export function pauseSync(ms: number): void {
  * Throws KeeperLockedError, naming the holder's pid, when another process holds it: at once, or,
  * with `wait`, once it has held it for `wait.ms` more (the daemon's start: a one-shot `apply` or
  * `gc` holds it for seconds, another daemon for its life). `wait.holder` is told of the holder's pid
- * once, when the wait begins. The wait blocks the thread: the daemon has nothing else to run yet.
+ * once, when the wait begins (whileHeld).
  */
 export function lockOwnersState(stateFile: string, wait?: { ms: number; holder?: (pid: number | undefined) => void }): number | undefined {
-  const addon = lockCalls();
-  if (!addon.flockExclusive) return undefined;
+  const flock = lockCalls().flockExclusive;
+  if (!flock) return undefined;
   const path = stateLockPathOf(stateFile);
   let fd: number;
   try {
@@ -54,13 +64,10 @@ export function lockOwnersState(stateFile: string, wait?: { ms: number; holder?:
     return Number.isFinite(pid) ? pid : undefined;
   };
   const until = wait ? performance.now() + wait.ms : 0;
-  let err = addon.flockExclusive(fd);
+  let err = flock(fd);
   if (err === 11 /* EWOULDBLOCK */ && wait) {
     wait.holder?.(holder());
-    while (err === 11 && performance.now() < until) {
-      pauseSync(LOCK_RETRY_MS);
-      err = addon.flockExclusive(fd);
-    }
+    err = whileHeld(err, (e) => e === 11, () => flock(fd), until);
   }
   if (err !== 0) {
     closeSync(fd);

@@ -29,7 +29,7 @@ import { BASE_RULE, listTable, ownerSpec, ownersYaml, paddedSpec, writeConfig } 
 import { tearJournalEverywhere } from '../owners/journal-sweep.js';
 import { specKey } from '../../src/owners/spec.js';
 import { journalPathOf } from '../../src/owners/state-file.js';
-import { daemon, kernelOwners, kill9, ready, stop, tmpfsIn, type Child } from './owners-child.js';
+import { daemon, kernelOwners, kill9, ready, stop, tmpfsIn, waitSaid, type Child } from './owners-child.js';
 
 const SEED = Number(process.env.NFK_DURABLE_SEED ?? 24);
 const RUNS = Number(process.env.NFK_DURABLE_RUNS ?? 3);
@@ -413,6 +413,15 @@ describe('one keeper per table', () => {
         expect(Date.now() - t1).toBeGreaterThanOrEqual(15_000);
         expect(second.logs.join('')).toMatch(new RegExp(`"lock":"table ip nfkeeper in [^"]+","holder":${pid}.*locked by another nfkeeper; waiting for it`));
         expect(second.logs.join('')).toMatch(new RegExp(`nfkeeper: table ip nfkeeper in \\S+ is kept by another nfkeeper \\(pid ${pid}\\)`));
+        // A stop asked for while it waits (systemd's stop of a start that hangs there) ends it at
+        // once: no handler of SIGTERM is set before the daemon runs, and the wait blocks no signal.
+        const stopped = daemon(config, ns, { args: ['--socket', join(dir, 'stopped.sock')] });
+        await waitSaid(stopped, /locked by another nfkeeper; waiting for it/, 30_000);
+        const t2 = Date.now();
+        stopped.child.kill('SIGTERM');
+        await stopped.exited;
+        expect(stopped.child.signalCode).toBe('SIGTERM');
+        expect(Date.now() - t2).toBeLessThan(5_000);
         for (const cmd of ['apply', 'cleanup']) {
           const r = await cli(cmd, '--config', config, '--netns', ns.path);
           expect(r.code, cmd).toBe(2);
