@@ -306,7 +306,7 @@ bool CommitRun::Outcome(Napi::Env env, Napi::Value* out) {
       *out = MakeNetlinkError(env, msg, lostAcks_ ? ENOBUFS : EPROTO, "commit").Value();
       return false;
     }
-    if (!echo_ && !batch_->wantDigests) {
+    if (!echo_ && !batch_->wantDigests && !batch_->wantExprs) {
       *out = env.Undefined();
       return true;
     }
@@ -343,6 +343,21 @@ bool CommitRun::Outcome(Napi::Env env, Napi::Value* out) {
         }
         result.Set("unnamed", unnamed);
       }
+    }
+    if (batch_->wantExprs && !batch_->exprsAt.empty()) {
+      // Handed over, not copied (an install's are tens of MiB): the Buffer owns them from here.
+      // (NewOrCopy: where external buffers are not allowed, a copy, the vector freed at once)
+      Napi::Buffer<uint8_t> exprs = Napi::Buffer<uint8_t>::New(env, 0);
+      if (!batch_->exprs.empty()) {
+        auto* kept = new std::vector<uint8_t>(std::move(batch_->exprs));
+        exprs = Napi::Buffer<uint8_t>::NewOrCopy(env, kept->data(), kept->size(),
+                                                 [](Napi::Env, uint8_t*, std::vector<uint8_t>* v) { delete v; }, kept);
+      }
+      Napi::Uint32Array at = Napi::Uint32Array::New(env, batch_->exprsAt.size());
+      std::memcpy(at.Data(), batch_->exprsAt.data(), batch_->exprsAt.size() * sizeof(uint32_t));
+      std::vector<uint32_t>().swap(batch_->exprsAt);
+      result.Set("exprs", exprs);
+      result.Set("exprsAt", at);
     }
     *out = result;
     return true;

@@ -498,7 +498,7 @@ Napi::Value NftSocket::Dump(const Napi::CallbackInfo& info) {
   return StartDump(env, this, info.This().As<Napi::Object>(), req);
 }
 
-// The commit of `info`'s batch (ops, generation?, echo?, exprBytes?, digests?, hints?), encoded.
+// The commit of `info`'s batch (ops, generation?, echo?, exprBytes?, digests?, hints?, keepExprs?), encoded.
 std::unique_ptr<CommitRun> NftSocket::PrepareCommit(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   ThrowIfClosed(env, "commit");
@@ -512,8 +512,9 @@ std::unique_ptr<CommitRun> NftSocket::PrepareCommit(const Napi::CallbackInfo& in
   // Sequence numbers are taken under the lock in Run(); encode with a
   // placeholder base and renumber there.
   bool digests = info.Length() > 4 && info[4].ToBoolean().Value();
+  bool keepExprs = info.Length() > 6 && info[6].ToBoolean().Value();
   EncodeBatch(env, ops, 0, hasGen, gen, batch.get(), info.Length() > 3 ? info[3] : Napi::Value(), digests,
-              info.Length() > 5 ? info[5] : Napi::Value());
+              info.Length() > 5 ? info[5] : Napi::Value(), keepExprs);
   // echo: true (every new rule's), or the op indices whose new rules are echoed (an array).
   std::vector<uint32_t> echoOps;
   bool echo = false;
@@ -532,10 +533,10 @@ std::unique_ptr<CommitRun> NftSocket::PrepareCommit(const Napi::CallbackInfo& in
   return std::make_unique<CommitRun>(this, std::move(batch), echo, std::move(echoOps));
 }
 
-// commit(ops, generation?, echo?, exprBytes?, digests?) -> Promise<void | { handles?: [opIndex, handle][], held?: string[],
-// echoCut?: true, digests?: string[] }>: echo is true or the op indices whose new rules are echoed; handles with echo (where the receive buffer holds every echo; none, and echoCut, when
+// commit(ops, generation?, echo?, exprBytes?, digests?, hints?, keepExprs?) -> Promise<void | { handles?: [opIndex, handle][], held?: string[],
+// echoCut?: true, digests?: string[], exprs?: Buffer, exprsAt?: Uint32Array }>: echo is true or the op indices whose new rules are echoed; handles with echo (where the receive buffer holds every echo; none, and echoCut, when
 // the kernel dropped some), digests when asked (per op index, EncodedBatch::digests, and unnamed), with both the echoed
-// rules' (held).
+// rules' (held); with keepExprs, each rule's expressions attribute as sent (EncodedBatch::exprs, exprsAt).
 Napi::Value NftSocket::Commit(const Napi::CallbackInfo& info) {
   return StartCommit(info.Env(), info.This().As<Napi::Object>(), PrepareCommit(info), true);
 }
@@ -544,6 +545,7 @@ Napi::Value NftSocket::StartCommit(Napi::Env env, Napi::Object self, std::unique
   if (run->Small() && TryTakeGate()) {
     // A small batch commits here and now, settling the promise before it is returned.
     if (digest) DigestEncodedRules(run->Batch());
+    KeepRuleExpressions(run->Batch());
     run->Run();
     ReleaseGate();
     auto deferred = Napi::Promise::Deferred::New(env);
@@ -558,13 +560,19 @@ Napi::Value NftSocket::StartCommit(Napi::Env env, Napi::Object self, std::unique
   auto* w = new CommitWorker(env, self, std::move(run), this);
   Napi::Promise p = w->Promise();
   QueueGated(w);
-  if (!digest) return p;
-  // The rules' digests while the worker sends the batch and the kernel takes it: the outcome that
-  // returns them is settled on this thread, after this. The batch lives until then. A digest not
-  // made (out of memory) stays '', no digest: the commit is then read back, not proved by its echo.
+  // The rules' digests, and their expressions kept, while the worker sends the batch and the kernel
+  // takes it: the outcome that returns them is settled on this thread, after this. The batch lives
+  // until then. A digest not made (out of memory) stays '', no digest: the commit is then read back,
+  // not proved by its echo; expressions not kept (out of memory) are not returned: the caller
+  // encodes them again.
   try {
-    DigestEncodedRules(batch);
+    if (digest) DigestEncodedRules(batch);
   } catch (const std::exception&) {
+  }
+  try {
+    KeepRuleExpressions(batch);
+  } catch (const std::exception&) {
+    batch->wantExprs = false;
   }
   return p;
 }
@@ -609,6 +617,7 @@ Napi::Value NftSocket::CommitNow(const Napi::CallbackInfo& info) {
     return Napi::Boolean::New(env, false);
   }
   DigestEncodedRules(run->Batch());
+  KeepRuleExpressions(run->Batch());
   run->Run();
   ReleaseGate();
   Napi::Value v;

@@ -237,12 +237,12 @@ export class NftSocket implements NftConn {
     let r;
     try {
       r = await this.native.commit(ops, gen, echoArg(options.echo), ops.length <= PREENCODE_UP_TO ? preencoded(ops) : encodedAlready(ops),
-        options.digests === true, encodeHints(ops));
+        options.digests === true, encodeHints(ops), options.exprs === true);
     } catch (e) {
       throw this.refusal(refine(e, ops, gen), ops);
     }
     // Without room in the receive buffer for every echo, or with echoes dropped, no handles.
-    return commitResult(r);
+    return commitResult(r, ops);
   }
 
   async recommit(batch: Batch | readonly Op[], generation: number): Promise<void | CommitResult | false> {
@@ -259,7 +259,7 @@ export class NftSocket implements NftConn {
     } catch (e) {
       throw this.refusal(refine(e, ops, generation), ops);
     }
-    return commitResult(r);
+    return commitResult(r, ops);
   }
 
   commitNow(batch: Batch | readonly Op[], options: CommitOptions = {}): void | CommitResult | false {
@@ -272,12 +272,12 @@ export class NftSocket implements NftConn {
     let r;
     try {
       r = native.commitNow(ops, gen, echoArg(options.echo), ops.length <= PREENCODE_UP_TO ? preencoded(ops) : encodedAlready(ops),
-        options.digests === true, encodeHints(ops));
+        options.digests === true, encodeHints(ops), options.exprs === true);
     } catch (e) {
       throw this.refusal(refine(e, ops, gen), ops);
     }
     if (r === false) return false;
-    return commitResult(r);
+    return commitResult(r, ops);
   }
 
   /** The addon's socket, for Monitor.arm (which commits on it). */
@@ -372,9 +372,42 @@ function encodedAlready(ops: readonly Op[]): (Buffer | undefined)[] | undefined 
  * checked just before (the same frozen object at the same place is not checked again). Throws the
  * check's or the encoder's error.
  */
-export function encodeRuleExprs(exprs: readonly Expr[], previous?: readonly Expr[]): Buffer {
+export function encodeRuleExprs(exprs: readonly Expr[], previous?: readonly Expr[], sent?: SentRuleExprs): Buffer {
+  // Sent by a commit: checked by its batch when queued (validateOp, this same check) and unchangeable since.
+  const b = sent?.of(exprs);
+  if (b !== undefined) return b;
   validateRuleExprs(exprs, previous);
   return loadAddon().encodeExprs(exprs);
+}
+
+/**
+ * The expressions of a commit's rule ops as the addon sent them (CommitOptions.exprs): each one's
+ * NFTA_RULE_EXPRESSIONS attribute, the bytes encodeExprs gives for the same expressions (one
+ * encoder, native/encode.cc). Looked up by the expression list itself, the op's `exprs` (the
+ * config's compiled rule's, src/keeper/plan.ts), where it and its expressions are frozen: a list
+ * that could have changed since the commit, or that no op of it sent, has none.
+ */
+export class SentRuleExprs {
+  private byList: Map<readonly Expr[], number> | undefined;
+  constructor(private readonly ops: readonly Op[], private readonly bytes: Buffer, private readonly at: Uint32Array) {}
+
+  of(exprs: readonly Expr[]): Buffer | undefined {
+    const i = (this.byList ??= this.index()).get(exprs);
+    if (i === undefined || !exprs.every((e) => Object.isFrozen(e))) return undefined;
+    return this.bytes.subarray(this.at[i], this.at[i + 1]);
+  }
+
+  /** Each frozen list a rule op sent, by the op's index (made at the first look-up, not at the commit). */
+  private index(): Map<readonly Expr[], number> {
+    const m = new Map<readonly Expr[], number>();
+    for (let i = 0; i < this.ops.length; i++) {
+      const op = this.ops[i]!;
+      // (an EncodedRuleOp's exprs would make its rule: it came encoded, from the compile cache)
+      if (op.object !== 'rule' || op.verb === 'delete' || op instanceof EncodedRuleOp || this.at[i + 1]! <= this.at[i]!) continue;
+      if (Array.isArray(op.exprs) && Object.isFrozen(op.exprs)) m.set(op.exprs, i);
+    }
+    return m;
+  }
 }
 
 /**
@@ -487,15 +520,16 @@ function echoArg(echo: CommitOptions['echo']): boolean | readonly number[] {
   return Array.isArray(echo) ? echo : echo === true;
 }
 
-function commitResult(r: void | NativeCommitResult): CommitResult | undefined {
-  if (!r || (!r.handles && !r.digests)) return undefined;
+function commitResult(r: void | NativeCommitResult, ops: readonly Op[]): CommitResult | undefined {
+  if (!r || (!r.handles && !r.digests && !r.exprs)) return undefined;
   let handles: Map<number, number> | undefined;
   if (r.handles) {
     handles = new Map();
     for (let i = 0; i + 1 < r.handles.length; i += 2) handles.set(r.handles[i]!, r.handles[i + 1]!);
   }
   return { ...(handles ? { handles } : {}), ...(r.held ? { held: r.held } : {}),
-    ...(r.echoCut ? { echoCut: true } : {}), ...(r.digests ? { digests: r.digests } : {}), ...(r.unnamed ? { unnamed: r.unnamed } : {}) };
+    ...(r.echoCut ? { echoCut: true } : {}), ...(r.digests ? { digests: r.digests } : {}), ...(r.unnamed ? { unnamed: r.unnamed } : {}),
+    ...(r.exprs && r.exprsAt?.length === ops.length + 1 ? { exprs: new SentRuleExprs(ops, r.exprs, r.exprsAt) } : {}) };
 }
 
 /** A commit's checked arguments: ops validated unless a Batch did it when they were queued, the generation a u32. */
