@@ -905,10 +905,8 @@ void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneratio
                  Napi::Value hints, bool keepExprs) {
   out->bytes.clear();
   out->wantExprs = keepExprs;
-  out->exprsIn.clear();
-  out->exprs.clear();
   out->exprsAt.clear();
-  if (keepExprs) out->exprsIn.assign(ops.Length(), {0, 0});
+  if (keepExprs) out->exprsAt.assign(2 * size_t{ops.Length()}, 0);
   out->messageOp.clear();
   out->wantDigests = digests;
   out->digests.clear();
@@ -954,7 +952,10 @@ void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneratio
         size_t at = out->bytes.size();
         std::pair<uint32_t, uint32_t> in{0, 0};
         EncodeRule(&out->bytes, verb, op, next, pre, &hint, &place, i, keepExprs ? &in : nullptr);
-        if (in.second != 0) out->exprsIn[i] = {at + in.first, in.second};
+        if (in.second != 0) {
+          out->exprsAt[2 * size_t{i}] = static_cast<uint32_t>(at + in.first);
+          out->exprsAt[2 * size_t{i} + 1] = static_cast<uint32_t>(at + in.first + in.second);
+        }
         if (digests && verb != "delete") out->toDigest.emplace_back(i, at);
       }
       else if (object == "set") messages = EncodeSet(&out->bytes, verb, op, next);
@@ -983,20 +984,6 @@ void DigestEncodedRules(EncodedBatch* out) {
     }
   }
   out->toDigest.clear();
-}
-
-void KeepRuleExpressions(EncodedBatch* out) {
-  if (!out->wantExprs || !out->exprsAt.empty()) return;
-  size_t total = 0;
-  for (const auto& [at, n] : out->exprsIn) total += n;
-  out->exprs.reserve(total);
-  out->exprsAt.reserve(out->exprsIn.size() + 1);
-  for (const auto& [at, n] : out->exprsIn) {
-    out->exprsAt.push_back(static_cast<uint32_t>(out->exprs.size()));
-    out->exprs.insert(out->exprs.end(), out->bytes.data() + at, out->bytes.data() + at + n);
-  }
-  out->exprsAt.push_back(static_cast<uint32_t>(out->exprs.size()));
-  std::vector<std::pair<size_t, uint32_t>>().swap(out->exprsIn);
 }
 
 }  // namespace nfk

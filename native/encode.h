@@ -25,12 +25,10 @@ struct EncodedBatch {
   // With digests, until DigestEncodedRules: (op index, offset in `bytes`) of each rule message to digest.
   std::vector<std::pair<uint32_t, size_t>> toDigest;
   // Asked for (EncodeBatch's `keepExprs`): each rule op's NFTA_RULE_EXPRESSIONS attribute as sent,
-  // for the caller to keep (the compile cache's store after the start-up's install). Until
-  // KeepRuleExpressions: per op index, (offset in `bytes`, length; 0 for no attribute). After it:
-  // the attributes one after the other (`exprs`), op i's from exprsAt[i] to exprsAt[i + 1].
+  // for the caller to keep (the compile cache's store after the start-up's install): per op index,
+  // where it lies in `bytes`, from exprsAt[2i] to exprsAt[2i + 1] (equal: none). Once the commit
+  // is done, `bytes` is handed to the caller with them (CommitRun::Outcome), not copied.
   bool wantExprs = false;
-  std::vector<std::pair<size_t, uint32_t>> exprsIn;
-  std::vector<uint8_t> exprs;
   std::vector<uint32_t> exprsAt;
   // A table op with NFT_TABLE_F_OWNER: the socket that sends it may own a table (NftSocket::MayOwn).
   bool claimsTable = false;
@@ -50,7 +48,7 @@ struct EncodedBatch {
 // the rule op before it (taken only where the op before was encoded as a rule op in this call);
 // the other bits, where in the array its expressions' ids start (less than the op count: none). An id names one expression object of the batch (0: none); an expression whose
 // id was encoded before in the call is copied, not read. The bytes are the same with or without hints.
-// With `keepExprs`, where each rule's expressions attribute lies is noted (EncodedBatch::exprsIn).
+// With `keepExprs`, where each rule's expressions attribute lies is noted (EncodedBatch::exprsAt).
 constexpr uint32_t kHintSamePlace = 1u << 31;
 constexpr uint32_t kHintPlain = 1u << 30;
 void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneration,
@@ -61,11 +59,6 @@ void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneratio
 // them. It reads only the rules' attributes, never a message header: it may run on the JS thread
 // while a worker sends the batch (which writes the headers' sequence numbers and flags).
 void DigestEncodedRules(EncodedBatch* out);
-
-// With the batch's wantExprs, copies each rule's expressions attribute out of the bytes encoded
-// (EncodedBatch::exprs, exprsAt), once. Like DigestEncodedRules it reads only the rules'
-// attributes: it runs on the JS thread while a worker sends the batch.
-void KeepRuleExpressions(EncodedBatch* out);
 
 // encodeExprs(exprs) -> Buffer: a rule's NFTA_RULE_EXPRESSIONS attribute, byte for byte what a
 // commit would put in the rule's message; a commit can be handed it instead of the expressions.

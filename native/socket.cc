@@ -536,7 +536,7 @@ std::unique_ptr<CommitRun> NftSocket::PrepareCommit(const Napi::CallbackInfo& in
 // commit(ops, generation?, echo?, exprBytes?, digests?, hints?, keepExprs?) -> Promise<void | { handles?: [opIndex, handle][], held?: string[],
 // echoCut?: true, digests?: string[], exprs?: Buffer, exprsAt?: Uint32Array }>: echo is true or the op indices whose new rules are echoed; handles with echo (where the receive buffer holds every echo; none, and echoCut, when
 // the kernel dropped some), digests when asked (per op index, EncodedBatch::digests, and unnamed), with both the echoed
-// rules' (held); with keepExprs, each rule's expressions attribute as sent (EncodedBatch::exprs, exprsAt).
+// rules' (held); with keepExprs, the batch's bytes as sent and where each op's expressions attribute lies in them (EncodedBatch::exprsAt).
 Napi::Value NftSocket::Commit(const Napi::CallbackInfo& info) {
   return StartCommit(info.Env(), info.This().As<Napi::Object>(), PrepareCommit(info), true);
 }
@@ -545,7 +545,6 @@ Napi::Value NftSocket::StartCommit(Napi::Env env, Napi::Object self, std::unique
   if (run->Small() && TryTakeGate()) {
     // A small batch commits here and now, settling the promise before it is returned.
     if (digest) DigestEncodedRules(run->Batch());
-    KeepRuleExpressions(run->Batch());
     run->Run();
     ReleaseGate();
     auto deferred = Napi::Promise::Deferred::New(env);
@@ -560,19 +559,13 @@ Napi::Value NftSocket::StartCommit(Napi::Env env, Napi::Object self, std::unique
   auto* w = new CommitWorker(env, self, std::move(run), this);
   Napi::Promise p = w->Promise();
   QueueGated(w);
-  // The rules' digests, and their expressions kept, while the worker sends the batch and the kernel
-  // takes it: the outcome that returns them is settled on this thread, after this. The batch lives
-  // until then. A digest not made (out of memory) stays '', no digest: the commit is then read back,
-  // not proved by its echo; expressions not kept (out of memory) are not returned: the caller
-  // encodes them again.
+  if (!digest) return p;
+  // The rules' digests while the worker sends the batch and the kernel takes it: the outcome that
+  // returns them is settled on this thread, after this. The batch lives until then. A digest not
+  // made (out of memory) stays '', no digest: the commit is then read back, not proved by its echo.
   try {
-    if (digest) DigestEncodedRules(batch);
+    DigestEncodedRules(batch);
   } catch (const std::exception&) {
-  }
-  try {
-    KeepRuleExpressions(batch);
-  } catch (const std::exception&) {
-    batch->wantExprs = false;
   }
   return p;
 }
@@ -617,7 +610,6 @@ Napi::Value NftSocket::CommitNow(const Napi::CallbackInfo& info) {
     return Napi::Boolean::New(env, false);
   }
   DigestEncodedRules(run->Batch());
-  KeepRuleExpressions(run->Batch());
   run->Run();
   ReleaseGate();
   Napi::Value v;

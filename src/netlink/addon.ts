@@ -27,7 +27,7 @@ export interface NativeCommitResult {
   echoCut?: true;
   digests?: string[];
   unnamed?: (string | undefined)[];
-  /** With keepExprs: the rule ops' expressions attributes one after the other, op i's from exprsAt[i] to exprsAt[i + 1]. */
+  /** With keepExprs: the batch's bytes as sent; op i's expressions attribute is exprs[exprsAt[2i] .. exprsAt[2i + 1]] (none: equal). */
   exprs?: Buffer;
   exprsAt?: Uint32Array;
 }
@@ -52,8 +52,8 @@ export interface NativeSocket {
    * batch committed but the kernel dropped echoes (a full receive buffer): no handles. hints: what
    * the encoder need not read again (socket.ts, encodeHints); an addon built before ignores them.
    * echo: true, or the op indices whose new rules are echoed (an addon built before echoes all).
-   * keepExprs: the result holds each rule op's NFTA_RULE_EXPRESSIONS attribute as sent (exprs,
-   * exprsAt), copied out while the kernel takes the batch; an addon built before gives none.
+   * keepExprs: the result holds the batch's bytes as sent and where each rule op's
+   * NFTA_RULE_EXPRESSIONS attribute lies in them (exprs, exprsAt); an addon built before gives none.
    */
   commit(ops: readonly unknown[], generation?: number, echo?: boolean | readonly number[],
     exprBytes?: readonly (Buffer | undefined)[], digests?: boolean, hints?: Uint32Array, keepExprs?: boolean): Promise<void | NativeCommitResult>;

@@ -383,7 +383,7 @@ export function encodeRuleExprs(exprs: readonly Expr[], previous?: readonly Expr
 /**
  * The expressions of a commit's rule ops as the addon sent them (CommitOptions.exprs): each one's
  * NFTA_RULE_EXPRESSIONS attribute, the bytes encodeExprs gives for the same expressions (one
- * encoder, native/encode.cc). Looked up by the expression list itself, the op's `exprs` (the
+ * encoder, native/encode.cc), where it lies in the batch's bytes (`at`: per op, its start and end). Looked up by the expression list itself, the op's `exprs` (the
  * config's compiled rule's, src/keeper/plan.ts), where it and its expressions are frozen: a list
  * that could have changed since the commit, or that no op of it sent, has none.
  */
@@ -394,7 +394,7 @@ export class SentRuleExprs {
   of(exprs: readonly Expr[]): Buffer | undefined {
     const i = (this.byList ??= this.index()).get(exprs);
     if (i === undefined || !exprs.every((e) => Object.isFrozen(e))) return undefined;
-    return this.bytes.subarray(this.at[i], this.at[i + 1]);
+    return this.bytes.subarray(this.at[2 * i], this.at[2 * i + 1]);
   }
 
   /** Each frozen list a rule op sent, by the op's index (made at the first look-up, not at the commit). */
@@ -403,7 +403,7 @@ export class SentRuleExprs {
     for (let i = 0; i < this.ops.length; i++) {
       const op = this.ops[i]!;
       // (an EncodedRuleOp's exprs would make its rule: it came encoded, from the compile cache)
-      if (op.object !== 'rule' || op.verb === 'delete' || op instanceof EncodedRuleOp || this.at[i + 1]! <= this.at[i]!) continue;
+      if (op.object !== 'rule' || op.verb === 'delete' || op instanceof EncodedRuleOp || this.at[2 * i + 1]! <= this.at[2 * i]!) continue;
       if (Array.isArray(op.exprs) && Object.isFrozen(op.exprs)) m.set(op.exprs, i);
     }
     return m;
@@ -529,7 +529,7 @@ function commitResult(r: void | NativeCommitResult, ops: readonly Op[]): CommitR
   }
   return { ...(handles ? { handles } : {}), ...(r.held ? { held: r.held } : {}),
     ...(r.echoCut ? { echoCut: true } : {}), ...(r.digests ? { digests: r.digests } : {}), ...(r.unnamed ? { unnamed: r.unnamed } : {}),
-    ...(r.exprs && r.exprsAt?.length === ops.length + 1 ? { exprs: new SentRuleExprs(ops, r.exprs, r.exprsAt) } : {}) };
+    ...(r.exprs && r.exprsAt?.length === 2 * ops.length ? { exprs: new SentRuleExprs(ops, r.exprs, r.exprsAt) } : {}) };
 }
 
 /** A commit's checked arguments: ops validated unless a Batch did it when they were queued, the generation a u32. */
