@@ -9,7 +9,7 @@ import type { Config } from '../config/config.js';
 import type { TableConfig } from '../model/desired.js';
 import type { KeeperMetrics } from '../base/metrics.js';
 import type { NftConn, NftHost, NftWatch } from '../netlink/conn.js';
-import type { SentRuleExprs } from '../netlink/socket.js';
+import type { SentRuleExprs } from '../netlink/sent-exprs.js';
 import type { Owner } from '../owners/index.js';
 import type { Attribution } from './attribution.js';
 import type { Fight, FightOptions } from './fight.js';

@@ -11,7 +11,7 @@ import type { Op } from './ops.js';
 import type { Family } from './expr.js';
 import type { IgnoredPort, MonitorOptions, MonitorProgress, Reaction } from './events.js';
 import type { Chain, ChainDigests, NftObj, NftSet, Rule, SetElement, Table } from './objects.js';
-import type { SentRuleExprs } from './socket.js';
+import type { SentRuleExprs } from './sent-exprs.js';
 
 export interface CommitOptions {
   /** Refuse (GenerationMismatchError, nothing changed) unless the ruleset is still at this generation. */
