@@ -349,9 +349,9 @@ bool CommitRun::Outcome(Napi::Env env, Napi::Value* out) {
       }
     }
     if (batch_->wantExprs && !kept_.empty()) {
-      // The batch's bytes handed over (Release kept them), not copied: an install's are tens of
-      // MiB. The Buffer owns them from here. (NewOrCopy: where external buffers are not allowed, a
-      // copy, the vector freed at once.)
+      // The batch's bytes handed over (kept above instead of given back), not copied: an
+      // install's are tens of MiB. The Buffer owns them from here. (NewOrCopy: where external
+      // buffers are not allowed, a copy, the vector freed at once.)
       auto* kept = new std::vector<uint8_t>(std::move(kept_));
       Napi::Buffer<uint8_t> exprs = Napi::Buffer<uint8_t>::NewOrCopy(env, kept->data(), kept->size(),
         [](Napi::Env, uint8_t*, std::vector<uint8_t>* v) { delete v; }, kept);
