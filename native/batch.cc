@@ -252,8 +252,12 @@ bool CommitRun::SetGeneration(uint32_t generation) {
 }
 
 bool CommitRun::Outcome(Napi::Env env, Napi::Value* out) {
-  // Kept for a resend (the caller hands it to NftSocket::KeepRefused); else the buffer goes back.
-  if (!RefusedByGeneration()) Release();
+  // Kept for a resend (the caller hands it to NftSocket::KeepRefused); else the buffer goes back,
+  // or, asked for the rules' expressions, to the caller with the outcome (kept_).
+  if (!RefusedByGeneration()) {
+    if (batch_->wantExprs) kept_ = std::move(batch_->bytes);
+    else Release();
+  }
   if (ioErrno_ != 0) {
     *out = MakeNetlinkError(env, ioStep_ + ": " + std::strerror(ioErrno_), ioErrno_, "commit").Value();
     return false;
@@ -306,7 +310,7 @@ bool CommitRun::Outcome(Napi::Env env, Napi::Value* out) {
       *out = MakeNetlinkError(env, msg, lostAcks_ ? ENOBUFS : EPROTO, "commit").Value();
       return false;
     }
-    if (!echo_ && !batch_->wantDigests) {
+    if (!echo_ && !batch_->wantDigests && !batch_->wantExprs) {
       *out = env.Undefined();
       return true;
     }
@@ -343,6 +347,19 @@ bool CommitRun::Outcome(Napi::Env env, Napi::Value* out) {
         }
         result.Set("unnamed", unnamed);
       }
+    }
+    if (batch_->wantExprs && !kept_.empty()) {
+      // The batch's bytes handed over (kept above instead of given back), not copied: an
+      // install's are tens of MiB. The Buffer owns them from here. (NewOrCopy: where external
+      // buffers are not allowed, a copy, the vector freed at once.)
+      auto* kept = new std::vector<uint8_t>(std::move(kept_));
+      Napi::Buffer<uint8_t> exprs = Napi::Buffer<uint8_t>::NewOrCopy(env, kept->data(), kept->size(),
+        [](Napi::Env, uint8_t*, std::vector<uint8_t>* v) { delete v; }, kept);
+      Napi::Uint32Array at = Napi::Uint32Array::New(env, batch_->exprsAt.size());
+      std::memcpy(at.Data(), batch_->exprsAt.data(), batch_->exprsAt.size() * sizeof(uint32_t));
+      std::vector<uint32_t>().swap(batch_->exprsAt);
+      result.Set("exprs", exprs);
+      result.Set("exprsAt", at);
     }
     *out = result;
     return true;

@@ -82,6 +82,8 @@ class CommitRun {
   bool ackAll_ = true;
   bool lostAcks_ = false;  // ENOBUFS while reading acknowledgements
   int ioErrno_ = 0;
+  // The batch's bytes, asked for with the rules' expressions (EncodedBatch::wantExprs): the outcome's.
+  std::vector<uint8_t> kept_;
   std::string ioStep_;
   std::vector<Ack> acks_;
   bool echo_ = false;

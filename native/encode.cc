@@ -425,8 +425,11 @@ struct RulePlace {
   bool Follows(uint32_t index) const { return op >= 0 && hasChain && op + 1 == static_cast<int64_t>(index); }
 };
 
+// `exprsIn`, when given, is told where in the message its NFTA_RULE_EXPRESSIONS attribute is
+// (offset, length; left as it was for a rule without one: a delete).
 void EncodeRule(std::vector<uint8_t>* out, const std::string& verb, const Napi::Object& op,
-                uint32_t seq, const Napi::Value& exprBytes, Hints* hints, RulePlace* place, uint32_t index) {
+                uint32_t seq, const Napi::Value& exprBytes, Hints* hints, RulePlace* place, uint32_t index,
+                std::pair<uint32_t, uint32_t>* exprsIn) {
   // The hint holds only where the place is the op's just before (else every field is read).
   const bool samePlace = hints->SamePlace(index) && place->Follows(index);
   // No field placing it but its chain (kHintPlain): those fields are not read.
@@ -486,16 +489,20 @@ void EncodeRule(std::vector<uint8_t>* out, const std::string& verb, const Napi::
     // NFTA_RULE_CHAIN_ID (libnftnl 1.2.4 has no setter for it): a rule of a chain added in this
     // batch by id, as nft adds a bound chain's rules.
     if (Present(chainIdV)) mnl_attr_put_u32(nlh, NFTA_RULE_CHAIN_ID, htonl(U32Of(chainIdV, "chainId")));
+    char* from = static_cast<char*>(mnl_nlmsg_get_payload_tail(nlh));
     if (type == NFT_MSG_NEWRULE && exprBytes.IsBuffer()) {
       // Encoded before (encodeExprs) from the same, frozen, expressions: the attribute as it was.
       Napi::Buffer<uint8_t> b = exprBytes.As<Napi::Buffer<uint8_t>>();
       if (b.Length() < sizeof(nlattr) || b.Length() > 0xffff) throw Napi::TypeError::New(op.Env(), "encoded expressions of a wrong size");
-      std::memcpy(mnl_nlmsg_get_payload_tail(nlh), b.Data(), b.Length());
+      std::memcpy(from, b.Data(), b.Length());
       nlh->nlmsg_len += MNL_ALIGN(b.Length());
+      if (exprsIn != nullptr) *exprsIn = {static_cast<uint32_t>(from - buf), static_cast<uint32_t>(b.Length())};
     } else if (type == NFT_MSG_NEWRULE) {
       Napi::Value exprs = Prop(op, "exprs");
       if (!exprs.IsArray()) throw Napi::TypeError::New(op.Env(), "'exprs' must be an array");
       PutExpressions(nlh, exprs.As<Napi::Array>(), hints, index);
+      // (the attribute is the message's last: its end is the message's, padded as its elements are)
+      if (exprsIn != nullptr) *exprsIn = {static_cast<uint32_t>(from - buf), static_cast<uint32_t>(static_cast<char*>(mnl_nlmsg_get_payload_tail(nlh)) - from)};
     }
   } catch (...) {
     nftnl_rule_free(r);
@@ -895,8 +902,11 @@ void AdviseHugePages(std::vector<uint8_t>* bytes) {
 
 void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneration,
                  uint32_t generation, EncodedBatch* out, Napi::Value exprBytes, bool digests,
-                 Napi::Value hints) {
+                 Napi::Value hints, bool keepExprs) {
   out->bytes.clear();
+  out->wantExprs = keepExprs;
+  out->exprsAt.clear();
+  if (keepExprs) out->exprsAt.assign(2 * size_t{ops.Length()}, 0);
   out->messageOp.clear();
   out->wantDigests = digests;
   out->digests.clear();
@@ -940,7 +950,12 @@ void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneratio
       else if (object == "rule") {
         Napi::Value pre = exprBytes.IsArray() ? exprBytes.As<Napi::Array>().Get(i) : Napi::Value();
         size_t at = out->bytes.size();
-        EncodeRule(&out->bytes, verb, op, next, pre, &hint, &place, i);
+        std::pair<uint32_t, uint32_t> in{0, 0};
+        EncodeRule(&out->bytes, verb, op, next, pre, &hint, &place, i, keepExprs ? &in : nullptr);
+        if (in.second != 0) {
+          out->exprsAt[2 * size_t{i}] = static_cast<uint32_t>(at + in.first);
+          out->exprsAt[2 * size_t{i} + 1] = static_cast<uint32_t>(at + in.first + in.second);
+        }
         if (digests && verb != "delete") out->toDigest.emplace_back(i, at);
       }
       else if (object == "set") messages = EncodeSet(&out->bytes, verb, op, next);

@@ -24,6 +24,12 @@ struct EncodedBatch {
   std::vector<std::string> unnamed;
   // With digests, until DigestEncodedRules: (op index, offset in `bytes`) of each rule message to digest.
   std::vector<std::pair<uint32_t, size_t>> toDigest;
+  // Asked for (EncodeBatch's `keepExprs`): each rule op's NFTA_RULE_EXPRESSIONS attribute as sent,
+  // for the caller to keep (the compile cache's store after the start-up's install): per op index,
+  // where it lies in `bytes`, from exprsAt[2i] to exprsAt[2i + 1] (equal: none). Once the commit
+  // is done, `bytes` is handed to the caller with them (CommitRun::Outcome), not copied.
+  bool wantExprs = false;
+  std::vector<uint32_t> exprsAt;
   // A table op with NFT_TABLE_F_OWNER: the socket that sends it may own a table (NftSocket::MayOwn).
   bool claimsTable = false;
 };
@@ -42,11 +48,12 @@ struct EncodedBatch {
 // the rule op before it (taken only where the op before was encoded as a rule op in this call);
 // the other bits, where in the array its expressions' ids start (less than the op count: none). An id names one expression object of the batch (0: none); an expression whose
 // id was encoded before in the call is copied, not read. The bytes are the same with or without hints.
+// With `keepExprs`, where each rule's expressions attribute lies is noted (EncodedBatch::exprsAt).
 constexpr uint32_t kHintSamePlace = 1u << 31;
 constexpr uint32_t kHintPlain = 1u << 30;
 void EncodeBatch(Napi::Env env, Napi::Array ops, uint32_t seq, bool hasGeneration,
                  uint32_t generation, EncodedBatch* out, Napi::Value exprBytes = Napi::Value(),
-                 bool digests = false, Napi::Value hints = Napi::Value());
+                 bool digests = false, Napi::Value hints = Napi::Value(), bool keepExprs = false);
 
 // Fills out->digests (and unnamed) for the rules EncodeBatch noted, from the bytes encoded for
 // them. It reads only the rules' attributes, never a message header: it may run on the JS thread

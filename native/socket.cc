@@ -498,7 +498,7 @@ Napi::Value NftSocket::Dump(const Napi::CallbackInfo& info) {
   return StartDump(env, this, info.This().As<Napi::Object>(), req);
 }
 
-// The commit of `info`'s batch (ops, generation?, echo?, exprBytes?, digests?, hints?), encoded.
+// The commit of `info`'s batch (ops, generation?, echo?, exprBytes?, digests?, hints?, keepExprs?), encoded.
 std::unique_ptr<CommitRun> NftSocket::PrepareCommit(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   ThrowIfClosed(env, "commit");
@@ -512,8 +512,9 @@ std::unique_ptr<CommitRun> NftSocket::PrepareCommit(const Napi::CallbackInfo& in
   // Sequence numbers are taken under the lock in Run(); encode with a
   // placeholder base and renumber there.
   bool digests = info.Length() > 4 && info[4].ToBoolean().Value();
+  bool keepExprs = info.Length() > 6 && info[6].ToBoolean().Value();
   EncodeBatch(env, ops, 0, hasGen, gen, batch.get(), info.Length() > 3 ? info[3] : Napi::Value(), digests,
-              info.Length() > 5 ? info[5] : Napi::Value());
+              info.Length() > 5 ? info[5] : Napi::Value(), keepExprs);
   // echo: true (every new rule's), or the op indices whose new rules are echoed (an array).
   std::vector<uint32_t> echoOps;
   bool echo = false;
@@ -532,10 +533,10 @@ std::unique_ptr<CommitRun> NftSocket::PrepareCommit(const Napi::CallbackInfo& in
   return std::make_unique<CommitRun>(this, std::move(batch), echo, std::move(echoOps));
 }
 
-// commit(ops, generation?, echo?, exprBytes?, digests?) -> Promise<void | { handles?: [opIndex, handle][], held?: string[],
-// echoCut?: true, digests?: string[] }>: echo is true or the op indices whose new rules are echoed; handles with echo (where the receive buffer holds every echo; none, and echoCut, when
+// commit(ops, generation?, echo?, exprBytes?, digests?, hints?, keepExprs?) -> Promise<void | { handles?: [opIndex, handle][], held?: string[],
+// echoCut?: true, digests?: string[], exprs?: Buffer, exprsAt?: Uint32Array }>: echo is true or the op indices whose new rules are echoed; handles with echo (where the receive buffer holds every echo; none, and echoCut, when
 // the kernel dropped some), digests when asked (per op index, EncodedBatch::digests, and unnamed), with both the echoed
-// rules' (held).
+// rules' (held); with keepExprs, the batch's bytes as sent and where each op's expressions attribute lies in them (EncodedBatch::exprsAt).
 Napi::Value NftSocket::Commit(const Napi::CallbackInfo& info) {
   return StartCommit(info.Env(), info.This().As<Napi::Object>(), PrepareCommit(info), true);
 }

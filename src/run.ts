@@ -27,6 +27,7 @@ import { Keeper } from './keeper/keeper.js';
 import { KeeperMetrics } from './base/metrics.js';
 import { sendEvents, serveMetrics } from './keeper/http.js';
 import { NftSocket } from './netlink/socket.js';
+import type { SentRuleExprs } from './netlink/sent-exprs.js';
 import { Notifier } from './systemd.js';
 import { GcLoop } from './gc/daemon.js';
 import { tablesProof } from './keeper/oneshot.js';
@@ -130,6 +131,8 @@ async function loadWaitingForEnv(o: DaemonOptions, log: Logger, tell: (message: 
  */
 function loadDaemonConfig(o: DaemonOptions, log: Logger): {
   config: Config; later?: () => Promise<void>; readBack?: () => string | undefined; files?: FileDigests;
+  /** For the store (`later`): the start-up install's rules' expressions as sent (KeeperOptions.startupExprs). */
+  sent?: (sent: SentRuleExprs) => void;
   /** From the cache: its entry, and its rules made a slice per turn (the error if they cannot be). */
   hit?: { file: string; madeWhole: () => Promise<unknown> };
 } {
@@ -168,12 +171,17 @@ function loadDaemonConfig(o: DaemonOptions, log: Logger): {
     } : {}) };
   }
   log.info({ cache: cache.file, why: cache.why }, 'compile cache not used; the config was compiled');
+  // The start-up's install encoded every rule it added: the store keeps those bytes, not encoding them again.
+  let sentByInstall: SentRuleExprs | undefined;
   return {
     config,
     files,
+    ...(store ? { sent: (s: SentRuleExprs) => { sentByInstall = s; } } : {}),
     // A slice per turn of the event loop: a big config's store does not hold back a repair due meanwhile.
     later: async () => {
-      const why = store ? await runByTurns(store()) : 'nothing to store';
+      const sent = sentByInstall;
+      sentByInstall = undefined;
+      const why = store ? await runByTurns(store(undefined, sent)) : 'nothing to store';
       if (why === undefined) log.info({ cache: cache.file }, 'compiled config stored in the compile cache');
       else log.info({ cache: cache.file, why }, 'compiled config not stored in the compile cache; the next start compiles it');
     },
@@ -338,7 +346,8 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
     nsId = probeNamespace(o.netns);
     let later: (() => Promise<void>) | undefined;
     let digests: FileDigests | undefined;
-    ({ config, later, readBack, files: digests } = await loadWaitingForEnv(o, log, tell));
+    let sent: ((s: SentRuleExprs) => void) | undefined;
+    ({ config, later, readBack, files: digests, sent } = await loadWaitingForEnv(o, log, tell));
     // The compile cache is written once the daemon is running, not before it is ready.
     if (later) afterReady.push(() => void later().catch((e: unknown) => fatal((e as Error).message)));
     files = filesOf(config);
@@ -355,7 +364,7 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
     // The owners come before the first pass: starting without them would collect their rules.
     const owners: Owner[] = config.owners ? loadOwners(config) : [];
     keeper = new Keeper({ config, netns: o.netns, intervalMs: o.intervalMs, events: o.events, logger: log, metrics, owners, history: o.history,
-      ...(o.recordDir !== undefined ? { record: { dir: o.recordDir, version: o.version } } : {}) });
+      ...(o.recordDir !== undefined ? { record: { dir: o.recordDir, version: o.version } } : {}), ...(sent ? { startupExprs: sent } : {}) });
     keeper.on('error', () => undefined);  // logged by the keeper; the loop carries on
     const k = keeper;
     registry = config.owners ? new OwnerRegistry(config, owners, (next) => k.setOwners(next), {

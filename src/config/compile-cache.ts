@@ -40,6 +40,7 @@ import { DATATYPES, datatypeById, type Datatype, type KeyType } from '../rules/d
 import { lateRules, madeRules, rulesMade, type ChainConfig, type EncodedRule, type LateRules } from '../model/desired.js';
 import { addonDigest, addonFileId, addonIdentity } from '../netlink/addon.js';
 import { encodeRuleExprs } from '../netlink/socket.js';
+import type { SentRuleExprs } from '../netlink/sent-exprs.js';
 import type { Expr, Family } from '../netlink/expr.js';
 import type { NftSet } from '../netlink/objects.js';
 import { storedText, withRenderedText, type CompiledRule } from '../rules/compile.js';
@@ -237,7 +238,7 @@ function writerLives(name: string): boolean {
  * stored (unfaithful). A compile's error is thrown as loadConfig throws it; the cache's own never are.
  */
 export function loadConfigCached(file: string, options: LoadOptions, cache: CompileCacheOptions):
-  { config: Config; cache: CacheUse; store?: (stored?: (token: string) => void) => Sliced<string | undefined>; make?: () => Sliced<void>;
+  { config: Config; cache: CacheUse; store?: (stored?: (token: string) => void, sent?: SentRuleExprs) => Sliced<string | undefined>; make?: () => Sliced<void>;
     keepTexts?: () => string | undefined; files?: FileDigests } {
   const path = compileCachePathOf(cache.dir, cache.netns, file);
   let why: string;
@@ -266,14 +267,16 @@ export function loadConfigCached(file: string, options: LoadOptions, cache: Comp
     cache: { used: false, file: path, why },
     ...(inputs ? { files: fileDigests(inputs) } : {}),
     // Stored when the caller has time (the daemon: once running); the config is not changed meanwhile.
-    // `stored`: told the token the entry was stored with (what an apply's proof is kept for).
-    store: function* (stored?: (token: string) => void) {
+    // `stored`: told the token the entry was stored with (what an apply's proof is kept for). `sent`:
+    // the rules' expressions as a commit of this config sent them (the daemon's start-up install),
+    // kept as they are instead of encoded again.
+    store: function* (stored?: (token: string) => void, sent?: SentRuleExprs) {
       try {
         if (inputs === undefined) return `${unstable!.replace(/\0/g, ' ')} changed while the config was compiled`;
         const chains = yield* chainDigestsSteps(config.tables);
         const token = randomUUID();
         const addon = addonOf();
-        const out = yield* serialise(config, { format: FORMAT, version: cache.version, code: codeDigest(), node: process.version, ...addon, config: file, includePath: options.includePath ?? [], inputs, chains, encoded: token });
+        const out = yield* serialise(config, { format: FORMAT, version: cache.version, code: codeDigest(), node: process.version, ...addon, config: file, includePath: options.includePath ?? [], inputs, chains, encoded: token }, sent);
         if ('why' in out) return out.why;
         // A cache: a crash costs one compile, not an fsync of every store. The encoded rules first:
         // a load between the two writes finds the previous cache's token, not this file's.
@@ -486,9 +489,10 @@ export function changedInput(inputs: readonly CompileInput[], options: LoadOptio
  * config (tables, chains without their rules, sets, sections) by V8's serializer, which keeps
  * what JSON would not (a key with no value, an object reached twice), as it is after a newline,
  * to the end: read back from the file's bytes, not through a text and base64. Or why this form
- * would not give this config back.
+ * would not give this config back. A rule's expressions that `sent` holds (a commit sent them) are
+ * stored as sent; the others are encoded here.
  */
-function* serialise(config: Config, header: Header): Sliced<{ body: Buffer[]; encoded: Buffer[] } | { why: string }> {
+function* serialise(config: Config, header: Header, sent?: SentRuleExprs): Sliced<{ body: Buffer[]; encoded: Buffer[] } | { why: string }> {
   const why = yield* unfaithful(config);
   if (why) return { why };
   const ids = new Map<Expr, number>();
@@ -522,9 +526,10 @@ function* serialise(config: Config, header: Header): Sliced<{ body: Buffer[]; en
         }
         const r = c.rules[ri]!;
         const x = r.compiled;
-        // Checked and encoded as a batch would (the check the batch then skips), with its anonymous
-        // sets (their ids are the config's, fixed at its compile); a rule with bound chains is made when added.
-        if (x.bound === undefined) enc.put(encodeRuleExprs(x.exprs, prev), x.userdata, storedText(x), isNoSets(x.sets) ? undefined : x.sets);
+        // Checked and encoded as a batch would (the check the batch then skips), or as a batch sent
+        // them, with its anonymous sets (their ids are the config's, fixed at its compile); a rule
+        // with bound chains is made when added.
+        if (x.bound === undefined) enc.put(encodeRuleExprs(x.exprs, prev, sent), x.userdata, storedText(x), isNoSets(x.sets) ? undefined : x.sets);
         else enc.skip();
         const at = new Array<number>(x.exprs.length);
         for (let i = 0; i < x.exprs.length; i++) {

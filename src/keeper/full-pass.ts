@@ -60,9 +60,12 @@ export class FullPass implements RepairPath<Promise<Outcome>> {
           for (const d of observation.flat) k.metrics.drift.inc({ kind: d.kind });
           return k.fight.waitFrom(performance.now());
         },
-        onCommitted: (observation, ops, batch) => {
+        // The start-up's install sent its rules' expressions encoded: the compile cache's store keeps them (run.ts).
+        keepExprs: cause === 'startup' && k.options.startupExprs !== undefined,
+        onCommitted: (observation, ops, batch, echoed) => {
           // The start-up's commit is in the kernel: the monitor joins now, before the commit is verified.
           if (cause === 'startup') k.joinEvents?.();
+          if (cause === 'startup' && echoed?.exprs) k.options.startupExprs?.(echoed.exprs);
           if (!isDeliberate) opsText = [...(opsText ?? []), ...batch.ops.slice(0, 20).map(describeOp)];
           // The view's events cannot follow this commit (it did not plan it; Reconciler: view.committed): a read reseeds them.
           reporter.committed(cause, detectedAt, observation, ops);

@@ -70,8 +70,10 @@ export interface PassInput {
    * to hold the repair back (ms). More than 0 ends the pass 'deferred'.
    */
   holdBack?: (observation: Observation) => number;
-  /** After each committed batch. */
-  onCommitted?: (observation: Observation, ops: number, batch: Batch) => void;
+  /** After each committed batch, with what the commit showed (CommitResult). */
+  onCommitted?: (observation: Observation, ops: number, batch: Batch, echoed: CommitResult | undefined) => void;
+  /** Commit with `exprs` (CommitOptions.exprs: the rules' expressions as sent, given to onCommitted). */
+  keepExprs?: boolean;
   /** End without a read-back when the commit was provably the only one (commitGuarded's trustSoleCommit). */
   trustSoleCommit?: boolean;
   /**
@@ -255,7 +257,7 @@ export class Reconciler {
             && addsEveryRule(batch, input.tables);
           written = echoed?.digests ? writtenLazily(batch, echoed.digests) : undefined;
           this.view.committed(batch);
-          input.onCommitted?.(observation, batch.length, batch);
+          input.onCommitted?.(observation, batch.length, batch, echoed);
         },
       };
     }, {
@@ -276,6 +278,7 @@ export class Reconciler {
       // digests for nothing at its peak).
       // (Not where the rules are held by proof: nothing compares them.)
       digests: !byProof && input.adopt && !input.readOnly && (!input.trustSoleCommit || input.verifyByEcho),
+      exprs: input.keepExprs,
     }).catch((e: unknown) => {
       this.view.forgetRules();
       throw e;

@@ -9,6 +9,7 @@ import type { Config } from '../config/config.js';
 import type { TableConfig } from '../model/desired.js';
 import type { KeeperMetrics } from '../base/metrics.js';
 import type { NftConn, NftHost, NftWatch } from '../netlink/conn.js';
+import type { SentRuleExprs } from '../netlink/sent-exprs.js';
 import type { Owner } from '../owners/index.js';
 import type { Attribution } from './attribution.js';
 import type { Fight, FightOptions } from './fight.js';
@@ -56,6 +57,12 @@ export interface KeeperOptions {
    * adopts the tables without reading their rules. None: every start reads them.
    */
   record?: RecordOptions;
+  /**
+   * Told the expressions the start-up pass's commits sent, as sent (SentRuleExprs): the compile
+   * cache's store after a start that compiled takes them instead of encoding every rule again.
+   * None: the commits do not keep them.
+   */
+  startupExprs?: (sent: SentRuleExprs) => void;
 }
 
 type TableRef = { family: TableConfig['family']; name: string };

@@ -27,6 +27,9 @@ export interface NativeCommitResult {
   echoCut?: true;
   digests?: string[];
   unnamed?: (string | undefined)[];
+  /** With keepExprs: the batch's bytes as sent; op i's expressions attribute is exprs[exprsAt[2i] .. exprsAt[2i + 1]] (none: equal). */
+  exprs?: Buffer;
+  exprsAt?: Uint32Array;
 }
 
 export interface NativeSocket {
@@ -49,14 +52,16 @@ export interface NativeSocket {
    * batch committed but the kernel dropped echoes (a full receive buffer): no handles. hints: what
    * the encoder need not read again (socket.ts, encodeHints); an addon built before ignores them.
    * echo: true, or the op indices whose new rules are echoed (an addon built before echoes all).
+   * keepExprs: the result holds the batch's bytes as sent and where each rule op's
+   * NFTA_RULE_EXPRESSIONS attribute lies in them (exprs, exprsAt); an addon built before gives none.
    */
   commit(ops: readonly unknown[], generation?: number, echo?: boolean | readonly number[],
-    exprBytes?: readonly (Buffer | undefined)[], digests?: boolean, hints?: Uint32Array): Promise<void | NativeCommitResult>;
+    exprBytes?: readonly (Buffer | undefined)[], digests?: boolean, hints?: Uint32Array, keepExprs?: boolean): Promise<void | NativeCommitResult>;
   /** commit() of a small batch on this thread, or false (not small, or the socket busy): nothing sent. Absent from an older addon. */
   /** The last batch the kernel refused by its generation, sent again guarded by `generation`; false: none kept. Absent before it. */
   recommit?(generation: number): Promise<void | NativeCommitResult> | false;
   commitNow?(ops: readonly unknown[], generation?: number, echo?: boolean | readonly number[],
-    exprBytes?: readonly (Buffer | undefined)[], digests?: boolean, hints?: Uint32Array): void | NativeCommitResult | false;
+    exprBytes?: readonly (Buffer | undefined)[], digests?: boolean, hints?: Uint32Array, keepExprs?: boolean): void | NativeCommitResult | false;
 }
 
 export interface NativeMonitor {

@@ -11,6 +11,7 @@ import type { Op } from './ops.js';
 import type { Family } from './expr.js';
 import type { IgnoredPort, MonitorOptions, MonitorProgress, Reaction } from './events.js';
 import type { Chain, ChainDigests, NftObj, NftSet, Rule, SetElement, Table } from './objects.js';
+import type { SentRuleExprs } from './sent-exprs.js';
 
 export interface CommitOptions {
   /** Refuse (GenerationMismatchError, nothing changed) unless the ruleset is still at this generation. */
@@ -32,9 +33,15 @@ export interface CommitOptions {
    * not compute them.
    */
   digests?: boolean;
+  /**
+   * Resolve with each rule's expressions as the commit sent them (CommitResult.exprs): what
+   * encodeRuleExprs gives for them, without encoding them again (the compile cache's store after
+   * the daemon's start-up install). An in-memory kernel, or an addon built before, gives none.
+   */
+  exprs?: boolean;
 }
 
-/** What a commit with `echo` or `digests` showed, by op index. */
+/** What a commit with `echo`, `digests` or `exprs` showed, by op index. */
 export interface CommitResult {
   /** With echo, the kernel handle of each added, inserted or replaced rule (none: the echo did not fit, or was cut). */
   handles?: ReadonlyMap<number, number>;
@@ -61,6 +68,8 @@ export interface CommitResult {
    * the batch created for them, as `unnamed` against `held` would have shown.
    */
   heldByProof?: true;
+  /** With exprs: the rules' expressions as sent, by their expression lists (SentRuleExprs). */
+  exprs?: SentRuleExprs;
 }
 
 /** A port id the connection left, and the last generation that can hold a commit of ours on it. */

@@ -78,6 +78,8 @@ export interface GuardOptions {
   echo?: boolean | ((batch: Batch) => boolean | readonly number[]);
   /** Commit with `digests` (each rule's digest of the bytes sent, given to the step's `committed`). */
   digests?: boolean;
+  /** Commit with `exprs` (the rules' expressions as sent, given to the step's `committed`). */
+  exprs?: boolean;
   /**
    * After a refusal by the generation: a generation after `planned` at which every table `batch`
    * was planned from is, provably, as it was at `planned` (the caller saw every commit since and
@@ -134,7 +136,7 @@ export async function commitGuarded<T>(conn: NftConn, plan: (generation: number,
       if (!step.batch || step.batch.length === 0) return { value: step.value, attempts: attempt, ops, generation };
       const sent = await sendGuarded(conn, step.batch, generation, {
         echo: typeof options.echo === 'function' ? options.echo(step.batch) : options.echo,
-        digests: options.digests, stillHolds, onMismatch: () => options.onMismatch?.(attempt), replan: options.replan,
+        digests: options.digests, exprs: options.exprs, stillHolds, onMismatch: () => options.onMismatch?.(attempt), replan: options.replan,
       });
       if (sent.refused) last = sent.refused;
       if (sent.at === undefined) continue;
@@ -157,6 +159,7 @@ export async function commitGuarded<T>(conn: NftConn, plan: (generation: number,
 export interface SendOptions {
   echo?: CommitOptions['echo'];
   digests?: boolean;
+  exprs?: boolean;
   /** GuardOptions.stillHolds: a later generation the batch provably still holds at, for a resend. */
   stillHolds?: (planned: number, batch: Batch) => Promise<number | undefined>;
   /** Called for each refusal by the generation (or a table the batch creates appearing); a promise it returns is waited for. */
@@ -187,7 +190,7 @@ export async function sendGuarded(conn: NftConn, batch: Batch, generation: numbe
       const again = resent > 0 && conn.recommit ? await conn.recommit(batch, guardAt) : false;
       if (again !== false) return { at: guardAt, echoed: again || undefined, refused };
       const echoed = await conn.commit(batch, { ...(creates ? {} : { expectGeneration: guardAt }), ...(options.echo ? { echo: options.echo } : {}),
-        ...(options.digests ? { digests: true } : {}) });
+        ...(options.digests ? { digests: true } : {}), ...(options.exprs ? { exprs: true } : {}) });
       return { at: guardAt, echoed: echoed || undefined, refused };
     } catch (e) {
       if (e instanceof GenerationMismatchError || (creates && tableAppeared(e, batch.ops))) {

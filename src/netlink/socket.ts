@@ -15,6 +15,7 @@ import type { Expr, Family } from './expr.js';
 import { loadAddon, type Addon, type NativeCommitResult, type NativeSocket } from './addon.js';
 import type { Chain, ChainDigests, NftObj, NftSet, Rule, SetElement, Table } from './objects.js';
 import type { CommitOptions, CommitResult, NftConn, PortLeft } from './conn.js';
+import { SentRuleExprs } from './sent-exprs.js';
 
 export interface OpenOptions {
   /** A network namespace file such as /run/netns/NAME or /proc/PID/ns/net; default: this process's. */
@@ -237,12 +238,12 @@ export class NftSocket implements NftConn {
     let r;
     try {
       r = await this.native.commit(ops, gen, echoArg(options.echo), ops.length <= PREENCODE_UP_TO ? preencoded(ops) : encodedAlready(ops),
-        options.digests === true, encodeHints(ops));
+        options.digests === true, encodeHints(ops), options.exprs === true);
     } catch (e) {
       throw this.refusal(refine(e, ops, gen), ops);
     }
     // Without room in the receive buffer for every echo, or with echoes dropped, no handles.
-    return commitResult(r);
+    return commitResult(r, ops);
   }
 
   async recommit(batch: Batch | readonly Op[], generation: number): Promise<void | CommitResult | false> {
@@ -259,7 +260,7 @@ export class NftSocket implements NftConn {
     } catch (e) {
       throw this.refusal(refine(e, ops, generation), ops);
     }
-    return commitResult(r);
+    return commitResult(r, ops);
   }
 
   commitNow(batch: Batch | readonly Op[], options: CommitOptions = {}): void | CommitResult | false {
@@ -272,12 +273,12 @@ export class NftSocket implements NftConn {
     let r;
     try {
       r = native.commitNow(ops, gen, echoArg(options.echo), ops.length <= PREENCODE_UP_TO ? preencoded(ops) : encodedAlready(ops),
-        options.digests === true, encodeHints(ops));
+        options.digests === true, encodeHints(ops), options.exprs === true);
     } catch (e) {
       throw this.refusal(refine(e, ops, gen), ops);
     }
     if (r === false) return false;
-    return commitResult(r);
+    return commitResult(r, ops);
   }
 
   /** The addon's socket, for Monitor.arm (which commits on it). */
@@ -372,10 +373,14 @@ function encodedAlready(ops: readonly Op[]): (Buffer | undefined)[] | undefined 
  * checked just before (the same frozen object at the same place is not checked again). Throws the
  * check's or the encoder's error.
  */
-export function encodeRuleExprs(exprs: readonly Expr[], previous?: readonly Expr[]): Buffer {
+export function encodeRuleExprs(exprs: readonly Expr[], previous?: readonly Expr[], sent?: SentRuleExprs): Buffer {
+  // Sent by a commit: checked by its batch when queued (validateOp, this same check) and unchangeable since.
+  const b = sent?.of(exprs);
+  if (b !== undefined) return b;
   validateRuleExprs(exprs, previous);
   return loadAddon().encodeExprs(exprs);
 }
+
 
 /**
  * encodeHints' bits of an op's word (native/encode.h): PLAIN, a rule op with none of the fields
@@ -487,15 +492,16 @@ function echoArg(echo: CommitOptions['echo']): boolean | readonly number[] {
   return Array.isArray(echo) ? echo : echo === true;
 }
 
-function commitResult(r: void | NativeCommitResult): CommitResult | undefined {
-  if (!r || (!r.handles && !r.digests)) return undefined;
+function commitResult(r: void | NativeCommitResult, ops: readonly Op[]): CommitResult | undefined {
+  if (!r || (!r.handles && !r.digests && !r.exprs)) return undefined;
   let handles: Map<number, number> | undefined;
   if (r.handles) {
     handles = new Map();
     for (let i = 0; i + 1 < r.handles.length; i += 2) handles.set(r.handles[i]!, r.handles[i + 1]!);
   }
   return { ...(handles ? { handles } : {}), ...(r.held ? { held: r.held } : {}),
-    ...(r.echoCut ? { echoCut: true } : {}), ...(r.digests ? { digests: r.digests } : {}), ...(r.unnamed ? { unnamed: r.unnamed } : {}) };
+    ...(r.echoCut ? { echoCut: true } : {}), ...(r.digests ? { digests: r.digests } : {}), ...(r.unnamed ? { unnamed: r.unnamed } : {}),
+    ...(r.exprs && r.exprsAt?.length === 2 * ops.length ? { exprs: new SentRuleExprs(ops, r.exprs, r.exprsAt) } : {}) };
 }
 
 /** A commit's checked arguments: ops validated unless a Batch did it when they were queued, the generation a u32. */

@@ -22,7 +22,8 @@ import { appendRules, encodedRuleAt, ruleAt, ruleCount, rulesMade, type TableCon
 import { addonDigest, addonFileId, loadAddon } from '../../src/netlink/addon.js';
 import { Batch } from '../../src/netlink/batch.js';
 import { EncodedRuleOp } from '../../src/netlink/ops.js';
-import { encodeHints } from '../../src/netlink/socket.js';
+import { encodeHints, encodeRuleExprs, open } from '../../src/netlink/socket.js';
+import { withNetns } from '../helpers/netns.js';
 import { planTable } from '../../src/keeper/plan.js';
 import { renderDrift } from '../../src/keeper/render-drift.js';
 import { followCommit } from '../../src/keeper/follow-commit.js';
@@ -270,6 +271,57 @@ describe('the compile cache', () => {
       }
     }
     expect([encoded >= 10, withUserdata > 0, withSets > 0]).toEqual([true, true, true]);
+  });
+
+  it("an install's commit hands back each rule's expressions as sent: encodeRuleExprs' bytes for every kind; a store given them encodes none and writes the same entry", async () => {
+    const files = [join(dir, 'main.nft'), join(dir, 'c.yaml'),
+      ...readdirSync(EXAMPLES).filter((f) => /\.(ya?ml|nft)$/.test(f)).map((f) => join(EXAMPLES, f))];
+    const addon = loadAddon();
+    let handed = 0;
+    const kinds = new Set<string>();
+    for (const [fi, file] of files.entries()) {
+      const first = loadConfigCached(file, options(), cache());
+      expect(first.cache.used, file).toBe(false);
+      const rules = first.config.tables.flatMap((t) => t.chains.flatMap((c) => c.rules.map((r) => r.compiled))).filter((x) => x.bound === undefined);
+      if (rules.length === 0) continue;
+      // The install a first start commits: every table planned into an empty kernel, one batch.
+      const batch = new Batch();
+      for (const t of first.config.tables) {
+        planTable(batch, t, { table: undefined, chains: new Map(), rules: new Map() },
+          { drift: [{ kind: 'table-missing', family: t.family, table: t.name, detail: '' }], chains: new Map(), elements: new Map() } as unknown as TableDiff);
+      }
+      const sent = await withNetns(async (ns) => {
+        const s = open({ netns: ns.path });
+        try {
+          return (await s.commit(batch, { exprs: true }))?.exprs;
+        } finally {
+          s.close();
+        }
+      });
+      expect(sent, file).toBeDefined();
+      for (const [i, x] of rules.entries()) {
+        const b = sent!.of(x.exprs);
+        expect(b?.equals(encodeRuleExprs(x.exprs)), `${file} rule ${i}`).toBe(true);
+        handed++;
+        for (const e of x.exprs) kinds.add(e.kind);
+      }
+      // Stored with them: no rule encoded again, and the entry byte for byte a store's that encodes each (apart from its token).
+      const encodes = vi.spyOn(addon, 'encodeExprs');
+      try {
+        expect(runNow(first.store!(undefined, sent)), file).toBeUndefined();
+        expect(encodes, file).not.toHaveBeenCalled();
+      } finally {
+        encodes.mockRestore();
+      }
+      const other = join(dir, `other-${fi}`);
+      const again = loadConfigCached(file, options(), { dir: other, version: 'test' });
+      expect(runNow(again.store!()), file).toBeUndefined();
+      const entry = (d: string) => readFileSync(encodedPathOf(compileCachePathOf(d, undefined, file))).subarray(36, -66);
+      expect(entry(cacheDir).equals(entry(other)), file).toBe(true);
+    }
+    // (every kind of expression, one by one, in test/netlink/roundtrip.test.ts)
+    expect(handed).toBeGreaterThan(10);
+    expect(kinds.size).toBeGreaterThanOrEqual(9);
   });
 
   it("a store keeps each encoded rule's text rendered before it (apply's plan), but one rendered with an interface's name; a plan from the cache prints them without making a rule", () => {

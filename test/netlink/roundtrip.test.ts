@@ -7,6 +7,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { open, type Expr, type Op, type Rule } from '../../src/index.js';
+import { encodeRuleExprs } from '../../src/netlink/socket.js';
 import { withNetns } from '../helpers/netns.js';
 import { commentInfo, ip4, masqueradeInfo, port, u32le, withSocket } from './fixtures.js';
 
@@ -437,7 +438,18 @@ function setupOps(c: Case, exprs: Expr[], userdata?: string): Op[] {
 describe('IR round trip: encode, commit, dump, decode', () => {
   it.each(CASES.map((c) => [c.name, c] as const))('%s', async (_name, c) => {
     await withSocket(async (s, ns) => {
-      await s.commit(setupOps(c, c.exprs, c.userdata));
+      // Frozen, as the keeper's rules are: the commit hands back their encoding as sent
+      // (CommitOptions.exprs), the bytes encodeRuleExprs gives (the compile cache stores them).
+      // A batch past the small ones whose frozen rules come encoded (socket.ts, preencoded): this
+      // rule's expressions encoded by the batch's encoder, and copied from encodeExprs' bytes.
+      const exprs = Object.freeze(c.exprs.map((e) => Object.freeze({ ...e }))) as Expr[];
+      const filler: Op[] = [{ verb: 'add', object: 'chain', family: F, table: T, name: 'filler' },
+        ...Array.from({ length: 64 }, (): Op => ({ verb: 'add', object: 'rule', family: F, table: T, chain: 'filler', exprs: [{ kind: 'counter' }] }))];
+      for (const ops of [[...setupOps(c, exprs, c.userdata), ...filler], setupOps(c, exprs, c.userdata)]) {
+        if (ops.length < 64) ns.exec('nft', ['flush', 'ruleset']);
+        const sent = (await s.commit(ops, { exprs: true }))?.exprs;
+        expect(sent?.of(exprs)?.equals(encodeRuleExprs(exprs)), `${ops.length} ops`).toBe(true);
+      }
       const rules = await s.listRules({ family: F, table: T, chain: c.chain });
       expect(rules).toHaveLength(1);
       const rule = rules[0]!;
