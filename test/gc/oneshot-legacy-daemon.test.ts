@@ -118,7 +118,6 @@ describe('one-shot iptables-legacy gc beside a daemon registering owners', () =>
           for (const run of RUNS) for (const at of run.points) for (const kind of ['empty', 'chain'] as Kind[]) cases.push({ busy: run.busy, at, kind });
           for (const c of cases) {
             const what = `${mode}, ${c.busy ? 'busy' : 'quiet'}, ${c.at ? `at ${c.at.join(' ')}, ${c.kind}` : 'no registration'}`;
-            process.stderr.write(`case ${what} ${new Date().toISOString()}\n`);
             for (const f of ['count-save', 'count-saved', 'count-restore']) rmSync(join(bin, f), { force: true });
             ns.exec('/usr/sbin/iptables-legacy', ['-t', 'nat', '-F']);
             ns.exec('/usr/sbin/iptables-legacy', ['-t', 'nat', '-X']);
