@@ -9,7 +9,7 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { chmodSync, chownSync, copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, truncateSync, utimesSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { main } from '../../src/cli.js';
 import { netnsPerTest } from '../helpers/netns-hooks.js';
 import { tempDir } from '../helpers/tmp.js';
@@ -91,10 +91,19 @@ describe('the bundled daemon', () => {
     }
     return pkg;
   };
-  /** Runs a command of the package copy; which entry of the code cache it read (bin's debug line) and what it printed. */
+  // A run's deadline, where a case sets one (below): a command that does not end by it is a finding.
+  let deadlineMs: number | undefined;
+  let lastMs = 0;
+  beforeEach(() => {
+    deadlineMs = undefined;
+  });
+  /** Runs a command of the package copy; which entry of the code cache it read (bin's debug line) and what it printed (its wall in lastMs). */
   const command = (pkg: string, args: string[], env: NodeJS.ProcessEnv = {}, node: string[] = []) => {
+    const t0 = performance.now();
     const r = spawnSync(process.execPath, [...node, join(pkg, 'bin', 'nfkeeper.js'), ...args],
-      { encoding: 'utf8', env: { PATH: process.env.PATH, HOME: '/nonexistent', NFKEEPER_DEBUG_CODE_CACHE: '1', ...env } });
+      { encoding: 'utf8', env: { PATH: process.env.PATH, HOME: '/nonexistent', NFKEEPER_DEBUG_CODE_CACHE: '1', ...env }, ...(deadlineMs ? { timeout: deadlineMs, killSignal: 'SIGKILL' as const } : {}) });
+    if (deadlineMs && r.signal === 'SIGKILL') throw new Error(`${args.join(' ')} (${JSON.stringify(env)}) did not end within ${deadlineMs.toFixed(0)} ms (${(performance.now() - t0).toFixed(0)} ms)`);
+    lastMs = performance.now() - t0;
     const used = /^nfkeeper: code cache (.*)$/m.exec(r.stderr)?.[1];
     return { used, status: r.status, stdout: r.stdout, stderr: r.stderr.replace(/^nfkeeper: code cache .*\n/m, ''), all: r.stderr };
   };
@@ -126,14 +135,25 @@ describe('the bundled daemon', () => {
     expect(command(moved, validate, readOnly).used).toBe('package');
   });
 
-  it('a missing, truncated, garbled or foreign entry: the same output as without a cache, and the entry is made again', () => {
+  // Some 50 runs of the command one after another: on a busy machine each waits for a core, and the
+  // case's time is theirs (65 s and more at load 9-11, over the suite's 60 s). What a deadline can
+  // say here is that no entry, however spoiled, makes a run hang or crawl: each run is bounded by 20
+  // times the median of this run's own commands without a cache, and the case's own deadline is
+  // only a stop for what that misses.
+  it('a missing, truncated, garbled or foreign entry: the same output as without a cache, and the entry is made again', { timeout: 600_000 }, () => {
     const pkg = packageCopy('cache-bad');
     const own = tempDir('cache-own');
     const bad = join(tempDir('cache-bad-config'), 'bad.yaml');
     writeFileSync(bad, readFileSync(join(ROOT, 'examples', 'flannel.yaml'), 'utf8').replace('ip saddr 10.244.1.0/24 ip daddr', 'ip saddr 10.244.1.0/33 ip daddr'));
     const runs = [validate, ['validate', '--config', bad], ['validate', '--config', join(own, 'none.yaml')], ['completion', 'bash'], ['status', '--socket', join(own, 'none.sock'), '--metrics', '127.0.0.1:0']];
     const printed = (r: ReturnType<typeof command>) => ({ status: r.status, stdout: r.stdout, stderr: r.stderr });
-    const without = runs.map((a) => printed(command(pkg, a, { NODE_DISABLE_COMPILE_CACHE: '1' })));
+    const took: number[] = [];
+    const without = runs.map((a) => {
+      const r = printed(command(pkg, a, { NODE_DISABLE_COMPILE_CACHE: '1' }));
+      took.push(lastMs);
+      return r;
+    });
+    deadlineMs = Math.ceil(20 * took.sort((x, y) => x - y)[2]!);
     expect(without[1]).toMatchObject({ status: 2, stderr: expect.stringMatching(/bad\.yaml:\d+:\d+: error: /) });
     const entry = join(own, `${process.version}-${process.arch}-${bundleId()}-validate`);
     const env = { NODE_COMPILE_CACHE: own };

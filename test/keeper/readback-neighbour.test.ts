@@ -57,19 +57,33 @@ describe('the read-back and the record under a busy neighbour', { timeout: 90_00
   }
 
   it('a neighbour committing 200 times a second from ready on: the read-back counts, the record is rewritten verified', async () => {
-    const host = countingHost(ns);
-    const installed = await install(host, 1500);
+    // The read-back's digest dump, once it has read the table, waits until the neighbour has
+    // committed: the generation the read-back then checks has moved past its read by the
+    // neighbour's commits, whatever the machine's speed. (Unhooked, a loaded machine started the
+    // neighbour's process after the read-back, due 1.5 s after the install, had passed at an
+    // unmoved generation: the case then showed nothing about a neighbour.)
+    let armed = false;
+    let held = false;
+    let installed = 0;
+    const host = countingHost(ns, async (method) => {
+      if (!armed || method !== 'listRuleDigests' || held) return;
+      held = true;
+      await until('the neighbour committing during the read-back', () => sock.generation() > installed + 5, 60_000);
+    });
+    installed = await install(host, 1500);
     const readsAtReady = host.ruleReads;
+    armed = true;
     await start.neighbour(200);
-    await until('the neighbour committing', () => sock.generation() > installed + 5, 10_000);
-    const t0 = performance.now();
-    await until('the record rewritten as verified', () => recorded()?.verified === true, 15_000);
+    // Until the record is verified, or a second read (the first thrown away): the outcome is the
+    // count of reads, not the time it took. The deadline is only for a keeper that does neither.
+    await until('the record rewritten as verified, or the tables read again', () => recorded()?.verified === true || host.ruleReads - readsAtReady > 1, 60_000);
+    expect(held, 'the read-back read with the neighbour committing').toBe(true);
+    expect(host.ruleReads - readsAtReady, 'rule reads from ready to the verified record: the read-back, once').toBe(1);
     const r = recorded()!;
+    expect(r.verified).toBe(true);
     // At a generation the neighbour moved, every table held, after one read-back.
     expect(r.generation).toBeGreaterThan(installed + 5);
     expect(r.tables.map((t) => t.chains[0]!.handles.length)).toEqual([N]);
-    expect(host.ruleReads - readsAtReady, 'rule reads from ready to the verified record: the read-back, once').toBe(1);
-    expect(performance.now() - t0).toBeLessThan(15_000);
     expect(keeper!.isReady()).toBe(true);
   });
 
