@@ -465,7 +465,7 @@ async function oneShot(o: OneShotOptions, apply: boolean, io: Out): Promise<numb
   const compiled = apply ? (await import('./model/compact.js')).compactAsCompiled() : undefined;
   const options = { interfaces: namespaceInterfaces(o.netns), includePath: o.includePath, compiled };
   let config: import('./config/config.js').Config;
-  let store: ((stored?: (token: string) => void) => import('./base/sliced.js').Sliced<string | undefined>) | undefined;
+  let store: ((stored?: (token: string) => void, sent?: import('./netlink/sent-exprs.js').SentRuleExprs) => import('./base/sliced.js').Sliced<string | undefined>) | undefined;
   // A hit's rules, made as they are read: what tells whether a failure was the entry's.
   let hit: { file: string; make: () => import('./base/sliced.js').Sliced<void> } | undefined;
   // A hit's texts a printed plan rendered, kept in its entry for the next plan (one it lacked).
@@ -474,7 +474,11 @@ async function oneShot(o: OneShotOptions, apply: boolean, io: Out): Promise<numb
   let proof: import('./keeper/held-proof.js').ProofEntry | undefined;
   // A cold apply's proof, kept for the token its store gives the entry (CheckResult.keepProof).
   let keepProof: ((token: string) => boolean) | undefined;
+  // A cold apply's rules as its commit sent them, stored as they are (CheckResult.sent).
+  let sent: import('./netlink/sent-exprs.js').SentRuleExprs | undefined;
   let maglevBack: (() => void) | undefined;
+  // Whether apply stores the config it applies after the commit (below).
+  const storesAfter = async () => store !== undefined && (await import('./model/desired.js')).countRules(config.tables) >= APPLY_STORES_FROM_RULES;
   const loadCached = async () => {
     const { loadConfigCached } = await import('./config/compile-cache.js');
     return loadConfigCached(o.config, options, { dir: cacheDir!, version: version(), netns: o.netns, ...(maglevBack ? { compiling: maglevBack } : {}) });
@@ -489,8 +493,7 @@ async function oneShot(o: OneShotOptions, apply: boolean, io: Out): Promise<numb
     keepTexts = loaded.keepTexts;
     // A hit: the token its store wrote. A miss that apply stores (below): the token is the store's,
     // after the commit, and what the commit's echo proves is kept then (keepProof).
-    const stored = async () => store !== undefined && (await import('./model/desired.js')).countRules(config.tables) >= APPLY_STORES_FROM_RULES;
-    if (apply && (loaded.cache.used ? loaded.cache.token !== undefined : await stored())) {
+    if (apply && (loaded.cache.used ? loaded.cache.token !== undefined : await storesAfter())) {
       proof = { path: (await import('./config/compile-cache.js')).heldProofPathOf(loaded.cache.file), ...(loaded.cache.used ? { token: loaded.cache.token } : {}) };
     }
     progress.note(() => loaded.cache.used ? `compile cache matches every input: ${o.config} was not compiled`
@@ -503,7 +506,8 @@ async function oneShot(o: OneShotOptions, apply: boolean, io: Out): Promise<numb
   let code: number;
   try {
     try {
-      code = await oneShotLocked(o, config, apply, io, progress, proof, (keep) => { keepProof = keep; });
+      code = await oneShotLocked(o, config, apply, io, progress, proof, (keep) => { keepProof = keep; },
+        await storesAfter() ? (given) => { sent = given; } : undefined);
     } catch (e) {
       // An entry that passed its seal but whose rule cannot be made (a fault of nfkeeper's own) fails
       // where a rule is first read: before the commit, which encodes every rule it writes, so the
@@ -529,12 +533,12 @@ async function oneShot(o: OneShotOptions, apply: boolean, io: Out): Promise<numb
   // kernel nor the exit code: one line on stderr says why when the user chose the directory; the
   // default one (root's /var/cache, a user's ~/.cache) is the user's only as far as it works, and a
   // line at every run for a directory they never asked for would be noise: said with --progress.
-  if (store && (await import('./model/desired.js')).countRules(config.tables) >= APPLY_STORES_FROM_RULES) {
+  if (await storesAfter()) {
     const { runNow } = await import('./base/sliced.js');
     const kept = keepProof && ((token: string) => {
       if (keepProof!(token)) progress.note(() => `the commit's full echo proved every rule held as sent; kept in ${proof!.path} for the next apply of the entry on this kernel`);
     });
-    const why = runNow(store(kept));
+    const why = runNow(store!(kept, sent));
     const line = () => `the compiled config was not stored in the compile cache (${oneLine(why!)}); the next apply compiles it again (--no-cache-dir: no cache)`;
     if (why !== undefined) {
       if (o.cacheDirGiven) io.err(`nfkeeper: ${line()}`);
@@ -563,7 +567,8 @@ function checkedCacheDir(dir: string): string {
 }
 
 async function oneShotLocked(o: OneShotOptions, config: import('./config/config.js').Config, apply: boolean, io: Out,
-  progress: Progress, proof?: import('./keeper/held-proof.js').ProofEntry, keepProof?: (keep: (token: string) => boolean) => void): Promise<number> {
+  progress: Progress, proof?: import('./keeper/held-proof.js').ProofEntry, keepProof?: (keep: (token: string) => boolean) => void,
+  sentExprs?: (sent: import('./netlink/sent-exprs.js').SentRuleExprs) => void): Promise<number> {
   // Registered owners are desired state too; a corrupt state file stops here, before the kernel.
   const owners = config.owners ? (await import('./owners/state-file.js')).loadOwners(config) : [];
   const { countRules } = await import('./model/desired.js');
@@ -600,9 +605,10 @@ async function oneShotLocked(o: OneShotOptions, config: import('./config/config.
   try {
     // apply's monitor: a batch a neighbour's commit refused is sent again where its events prove our tables unchanged.
     const watch = apply ? watcher(o.netns) : undefined;
-    const { drift, ops, protectUnsupported, held, keepProof: keep } = await checkOnce(sock, config, apply, owners,
-      { ...(found ? { found } : {}), ...(proof ? { proof } : {}), ...(watch ? { watch } : {}) });
+    const { drift, ops, protectUnsupported, held, keepProof: keep, sent } = await checkOnce(sock, config, apply, owners,
+      { ...(found ? { found } : {}), ...(proof ? { proof } : {}), ...(watch ? { watch } : {}), ...(sentExprs ? { keepExprs: true } : {}) });
     if (keep) keepProof?.(keep);
+    if (sent) sentExprs?.(sent);
     clearImmediate(rendering);
     progress.step(() => apply ? `compared with the kernel and committed ${ops} operations` : 'compared with the kernel');
     if (held === 'by-proof') progress.note(() => `the commit's rules are held as sent by ${proof!.path} (this kernel's full echo of an earlier install of the entry): only the echoes its handles derive from were asked`);

@@ -7,6 +7,7 @@ import type { Config } from '../config/config.js';
 import type { TableConfig } from '../model/desired.js';
 import { Batch } from '../netlink/batch.js';
 import type { NftConn, NftHost, NftWatch } from '../netlink/conn.js';
+import type { SentRuleExprs } from '../netlink/sent-exprs.js';
 import { commitGuarded, type OpenProof } from '../netlink/guard.js';
 // From their modules, not the owners' index: that brings the control API's HTTP server and client.
 import { mergeOwners } from '../owners/merge.js';
@@ -59,6 +60,8 @@ export interface CheckResult {
   held?: 'by-proof' | 'proved';
   /** held 'proved' for an entry stored after the commit (no token yet): keeps the proof for the token its store gave. */
   keepProof?: (token: string) => boolean;
+  /** With options.keepExprs: the rules' expressions as the commit sent them, for the compile cache's store after it. */
+  sent?: SentRuleExprs;
 }
 
 /** A monitor's opener for apply's resend proof: NftHost's watch, or one that loads its module first. */
@@ -88,6 +91,8 @@ export async function checkOnce(sock: NftConn, config: Config, apply: boolean, o
      * commit between the read and the commit refuses it.
      */
     watch?: Watcher;
+    /** apply of a config it stores after the commit: the commit keeps its rules' expressions as sent (CheckResult.sent). */
+    keepExprs?: boolean;
   } = {}): Promise<CheckResult> {
   // Registered owners are part of the desired state here too, or apply would collect them.
   const tables = mergeOwners(config.tables, config.owners, owners);
@@ -153,8 +158,11 @@ async function checkWith(reconciler: Reconciler, sock: NftConn, config: Config, 
     first = false;
   };
   const heldProof = apply && options.proof && !config.owners ? heldProofFor(options.proof, sock.kernelCode?.()) : undefined;
+  let sent: SentRuleExprs | undefined;
+  const keepExprs = apply && options.keepExprs === true;
   const r = await reconciler.once({ tables, readOnly: !apply, allowForeignOwner: !apply, adopt: true, verifyByEcho: apply,
-    ...(found ? { onObservation } : {}), ...(heldProof ? { heldProof } : {}) });
+    ...(found ? { onObservation } : {}), ...(heldProof ? { heldProof } : {}),
+    ...(keepExprs ? { keepExprs, onCommitted: (_o: Observation, _n: number, _b: Batch, echoed: { exprs?: SentRuleExprs } | undefined) => { sent = echoed?.exprs ?? sent; } } : {}) });
   const held = heldProof?.wasUsed() && r.ops > 0 && r.trusted ? 'by-proof' : heldProof?.wasProved() ? 'proved' : undefined;
   return {
     drift: driftOf(r.first),
@@ -162,5 +170,6 @@ async function checkWith(reconciler: Reconciler, sock: NftConn, config: Config, 
     protectUnsupported: !reconciler.protectSupported,
     ...(held ? { held } : {}),
     ...(held === 'proved' && options.proof?.token === undefined ? { keepProof: heldProof!.keep } : {}),
+    ...(sent ? { sent } : {}),
   };
 }

@@ -10,7 +10,9 @@ import { spawnSync } from 'node:child_process';
 import { chmodSync, chownSync, existsSync, mkdirSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
+import { loadAddon } from '../../src/netlink/addon.js';
+import { cli } from '../helpers/cli.js';
 import { netnsPerTest } from '../helpers/netns-hooks.js';
 import { everyKindNft } from '../helpers/every-kind.js';
 import { createNetns } from '../helpers/netns.js';
@@ -122,6 +124,28 @@ describe('nfkeeper apply: the compile cache', { timeout: 240_000 }, () => {
     expect(none.out.join('\n')).toContain('ip saddr 10.2.3.231 tcp dport 443 counter accept');
     expect(cold.out).toEqual(none.out);
     expect(warm.out).toEqual(none.out);
+  });
+
+  it("a cold apply's store keeps each rule's expressions as its commit sent them (none encoded again); the next apply's install from them is the same bytes", async () => {
+    const { cache, config } = setUp();
+    // In this process, to count the addon's calls: a store that encoded each rule again calls
+    // encodeExprs once per rule (1,000 here).
+    const addon = loadAddon();
+    const encodes = vi.spyOn(addon, 'encodeExprs');
+    try {
+      const r = await cli('apply', '--config', config, '--cache-dir', cache, '--netns', ns.path);
+      expect(r.code, r.err).toBe(0);
+      expect(compiledIn(cache)).toHaveLength(1);
+      expect(encodes.mock.calls.length).toBeLessThan(10);
+    } finally {
+      encodes.mockRestore();
+    }
+    const coldDump = netlinkDump();
+    ns.exec('nft', ['flush', 'ruleset']);
+    const warm = await apply(['--config', config, '--cache-dir', cache]);
+    ok(warm);
+    expect(noted(warm)).toMatch(/compile cache matches every input/);
+    expect(netlinkDump()).toBe(coldDump);
   });
 
   it("an entry the daemon stored (no plan printed, no rule texts kept): the first apply that prints its plan keeps the texts it rendered; the next prints the same plan, the kernel the same bytes", async () => {
