@@ -82,6 +82,9 @@ const ENV_POLL_MS = 500;
 /** How long a starting daemon waits for the locks another process holds (lockKeeper). */
 const LOCK_WAIT_MS = 15_000;
 
+/** How long a stopping daemon waits for a compile cache store under way (100,000 rules: ~1-2 s). */
+const STORE_ON_STOP_MS = 10_000;
+
 /**
  * While starting, systemd is told every so often to extend its start time-out by this much
  * (EXTEND_TIMEOUT_USEC): a big install or an env-file wait takes longer than TimeoutStartSec,
@@ -131,6 +134,8 @@ async function loadWaitingForEnv(o: DaemonOptions, log: Logger, tell: (message: 
  */
 function loadDaemonConfig(o: DaemonOptions, log: Logger): {
   config: Config; later?: () => Promise<void>; readBack?: () => string | undefined; files?: FileDigests;
+  /** `later` is the compiled config's store (a stop waits for it), not the making of the cache's rules. */
+  stores?: true;
   /** For the store (`later`): the start-up install's rules' expressions as sent (KeeperOptions.startupExprs). */
   sent?: (sent: SentRuleExprs) => void;
   /** From the cache: its entry, and its rules made a slice per turn (the error if they cannot be). */
@@ -177,6 +182,7 @@ function loadDaemonConfig(o: DaemonOptions, log: Logger): {
     config,
     files,
     ...(store ? { sent: (s: SentRuleExprs) => { sentByInstall = s; } } : {}),
+    stores: true,
     // A slice per turn of the event loop: a big config's store does not hold back a repair due meanwhile.
     later: async () => {
       const sent = sentByInstall;
@@ -335,6 +341,13 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
   const extendTimer = systemd.socket ? setInterval(extend, EXTEND_START_MS / 4) : undefined;
   /** Work that waits until the daemon is running. */
   const afterReady: (() => void)[] = [];
+  /** The compile cache's store under way (a start's that compiled, a reload's): a stop waits for it. */
+  let storing: Promise<void> | undefined;
+  const store = (later: () => Promise<void>) => {
+    const p = later().catch((e: unknown) => fatal((e as Error).message));
+    storing = p;
+    void p.finally(() => { if (storing === p) storing = undefined; });
+  };
   let started!: () => void;
   let failedToStart!: (e: unknown) => void;
   /** Whether the compile cache's rules, when the config came from it, can all be made (why not, removed). */
@@ -347,9 +360,13 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
     let later: (() => Promise<void>) | undefined;
     let digests: FileDigests | undefined;
     let sent: ((s: SentRuleExprs) => void) | undefined;
-    ({ config, later, readBack, files: digests, sent } = await loadWaitingForEnv(o, log, tell));
+    let stores: true | undefined;
+    ({ config, later, readBack, files: digests, sent, stores } = await loadWaitingForEnv(o, log, tell));
     // The compile cache is written once the daemon is running, not before it is ready.
-    if (later) afterReady.push(() => void later().catch((e: unknown) => fatal((e as Error).message)));
+    if (later) {
+      const work = later;
+      afterReady.push(stores ? () => store(work) : () => void work().catch((e: unknown) => fatal((e as Error).message)));
+    }
     files = filesOf(config);
     loadedText = textOf(digests);
     extend();
@@ -361,6 +378,14 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
       holder: (what, pid) => log.info({ lock: what, holder: pid, waitMs: LOCK_WAIT_MS }, 'locked by another nfkeeper; waiting for it'),
     } });
     cleanups.push(() => lock.release());
+    // A stop, or a fatal error, lets the compile cache's store under way end first (STORE_ON_STOP_MS
+    // at most; the keeper and the sockets are closed by then): a daemon stopped right after a start
+    // that compiled leaves its entry, and its next start does not compile again.
+    cleanups.push(async () => {
+      let timer: NodeJS.Timeout | undefined;
+      if (storing) await Promise.race([storing, new Promise((r) => { timer = setTimeout(r, STORE_ON_STOP_MS); })]);
+      clearTimeout(timer);
+    });
     // The owners come before the first pass: starting without them would collect their rules.
     const owners: Owner[] = config.owners ? loadOwners(config) : [];
     keeper = new Keeper({ config, netns: o.netns, intervalMs: o.intervalMs, events: o.events, logger: log, metrics, owners, history: o.history,
@@ -559,7 +584,7 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
       if (stopped) return;
       ({ config: next, files: digests } = loaded);
       const later = loaded.hit ? undefined : loaded.later;
-      if (later) setImmediate(() => void later().catch((e: unknown) => fatal((e as Error).message)));
+      if (later) setImmediate(() => store(later));
     } catch (e) {
       rejected(why, e);
       return;

@@ -70,6 +70,26 @@ describe('nfkeeper run: the compile cache', { timeout: 180_000 }, () => {
     expect(ruleset()).toBe(before);
   });
 
+  it('stopped (SIGTERM) the moment it is running after a start that compiled: its store ends first, and the next start compiles nothing', async () => {
+    const { dir, args } = setUp();
+    // Big enough that the store is still under way when the signal comes (10,000 rules: ~0.2 s of it).
+    const big = [...RULES, ...Array.from({ length: 10_000 }, (_, i) => `ip saddr 10.3.${i >> 8}.${i & 255} tcp dport 443 counter accept`)];
+    writeFileSync(args[1]!, nft(big));
+    const r = nfk(['run', ...args, '--netns', ns.path, '--no-metrics']);
+    try {
+      await waitFor('nfkeeper running', () => r.logs().some((l) => l.msg === 'nfkeeper running'), 120_000);
+    } finally {
+      r.child.kill('SIGTERM');
+    }
+    expect((await r.exited).code).toBe(0);
+    const msgs = r.logs().map((l) => String(l.msg));
+    // Said in this order: the stop, then the store's end (the store was under way when the signal came).
+    expect(msgs.indexOf('compiled config stored in the compile cache')).toBeGreaterThan(msgs.indexOf('stopping; rules stay in place'));
+    expect(msgs.indexOf('stopping; rules stay in place')).toBeGreaterThan(-1);
+    const second = await runOnce(args, dir);
+    expect(said(second, 'compile cache')).toMatch(/^compile cache matches every input: the config was not compiled/);
+  });
+
   it('a reboot (the record directory emptied, the cache directory kept): the first start compiles nothing; a cache left in the record directory by an earlier version is not read', async () => {
     const { dir, record, args } = setUp();
     await runOnce(args, dir);
