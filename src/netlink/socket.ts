@@ -381,7 +381,6 @@ export function encodeRuleExprs(exprs: readonly Expr[], previous?: readonly Expr
   return loadAddon().encodeExprs(exprs);
 }
 
-
 /**
  * encodeHints' bits of an op's word (native/encode.h): PLAIN, a rule op with none of the fields
  * AT_SAME_PLACE calls 'absent'; SAME_PLACE, a plain rule added at the end of the chain the rule op
