@@ -631,7 +631,8 @@ function s8Section(s: S8Result): string[] {
       'Each build keeps its compile cache (`--cache-dir`, a build that has one) in a directory of the run\'s: an `apply` after the untimed first run ' +
       'finds its config compiled (as a second apply of an unchanged config does) and the proof the first run\'s full echo of that entry kept ' +
       'for this kernel\'s code (the build-ids of vmlinux and its netfilter modules, across boots), so it asks only the echoes its handles derive from ' +
-      '(docs/cli.md); a first apply compiles, stores and keeps that proof (bench/apply-ab.ts: cold, warm and boot).', '',
+      '(docs/cli.md). A row named "its first apply" removes each build\'s compile cache before each run: a config\'s first apply, ' +
+      'which compiles, stores the result and keeps that proof (bench/apply-ab.ts: cold, warm and boot).', '',
     '| work | nfkeeper wall p50 | CPU p50 | peak RSS | peer | peer wall p50 | peer CPU | peer RSS | ratio | runs |',
     '|---|---:|---:|---:|---|---:|---:|---:|---:|---:|'];
   for (const r of s.rows) {
