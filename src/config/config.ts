@@ -4,8 +4,7 @@
  * every rule is compiled here, so a config that loads is one the kernel
  * will accept (modulo the kernel's own refusals, which leave it unchanged).
  */
-import { isAscii } from 'node:buffer';
-import { NotRegularFileError, readRegularFile } from '../base/regular-file.js';
+import { NotRegularFileError, fileText, readRegularFile } from '../base/regular-file.js';
 import { noteFile, noteInput } from '../base/compile-inputs.js';
 import { CST, Lexer, LineCounter, parseDocument, isNode, isScalar, visit, type Document, type Scalar } from 'yaml';
 import * as z from 'zod';
@@ -190,29 +189,6 @@ export function loadConfig(file: string, options: LoadOptions = {}): Config {
   }
   return file.endsWith('.nft') ? parseNftConfig(text, file, options) : parseConfig(text, file, options);
 }
-
-/**
- * A config file's text from its bytes. An ASCII file (nft files nearly always are) is copied into
- * a one-byte string as it is, without decoding UTF-8. From EXTERN_APEX bytes on, Node makes such a
- * string (latin1, and utf8 of ASCII bytes too) an external one, outside V8's heap, and every rule
- * text the read slices from it is a slice of an external string, whose characters the config
- * commands' Maglev code (no TurboFan, bin/) reads by a slower path than a heap string's: the
- * lexer took 3x as long over them, the .nft reader's scan 5x
- * (docs/notes/2026-12-07-compile-speed.md). Such a file is decoded in pieces under that size,
- * joined: one heap string, flattened when first read (a second copy of the bytes, ~20 ms at 6 MB).
- */
-export function fileText(bytes: Buffer): string {
-  if (!isAscii(bytes)) return bytes.toString('utf8');
-  if (bytes.length < EXTERN_APEX) return bytes.toString('latin1');
-  let text = '';
-  for (let at = 0; at < bytes.length; at += HEAP_PIECE) text += bytes.toString('latin1', at, Math.min(bytes.length, at + HEAP_PIECE));
-  return text;
-}
-
-/** Node's src/string_bytes.cc: a one-byte string of this many bytes or more is made external. */
-const EXTERN_APEX = 0xfbee9;
-/** A piece of a big ASCII file decoded at once (under EXTERN_APEX). */
-const HEAP_PIECE = 1 << 19;
 
 /** `interfaces`, each answer noted as an input of the compile (src/base/compile-inputs.ts). */
 function notedInterfaces(interfaces: InterfaceResolver): InterfaceResolver {

@@ -4,7 +4,8 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { fileText, loadConfig, parseConfig } from '../../src/config/config.js';
+import { loadConfig, parseConfig } from '../../src/config/config.js';
+import { fileText } from '../../src/base/regular-file.js';
 import { chainYaml } from '../helpers/big-chain.js';
 
 // Node's EXTERN_APEX (src/string_bytes.cc): from this many bytes on, its one-byte strings are external.
@@ -41,7 +42,7 @@ describe('fileText: a config file\'s text from its bytes', () => {
     const kind = (decode: string) => {
       const script = [
         `import { setFlagsFromString } from 'node:v8';`,
-        `import { fileText } from ${JSON.stringify(fileURLToPath(new URL('../../src/config/config.ts', import.meta.url)))};`,
+        `import { fileText } from ${JSON.stringify(fileURLToPath(new URL('../../src/base/regular-file.ts', import.meta.url)))};`,
         `setFlagsFromString('--allow-natives-syntax');`,
         `const b = Buffer.alloc(${2 * APEX}, 97);`,
         `new Function('s', '%DebugPrint(s)')(${decode});`,
