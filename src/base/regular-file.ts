@@ -4,6 +4,7 @@
  * it), checked on the opened descriptor (so a path swapped between a stat and the open cannot slip
  * a FIFO or a device through), and read up to a bound (a device such as /dev/zero never ends).
  */
+import { isAscii } from 'node:buffer';
 import { closeSync, constants, fstatSync, openSync, readSync, type Stats } from 'node:fs';
 
 /** What a file that is not a regular file is, in the words of an error line. */
@@ -53,3 +54,26 @@ export function readRegularFile(path: string, maxBytes: number): Buffer {
     closeSync(fd);
   }
 }
+
+/**
+ * A config file's text from its bytes (the config, and a .nft config's includes). An ASCII file
+ * (nft files nearly always are) is copied into a one-byte string as it is, without decoding UTF-8.
+ * From EXTERN_APEX bytes on, Node makes such a string (latin1, and utf8 of ASCII bytes too) an
+ * external one, outside V8's heap, and every rule text the read slices from it is a slice of an
+ * external string, whose characters the config commands' Maglev code (no TurboFan, bin/) reads by
+ * a slower path than a heap string's: the lexer took 3x as long over them
+ * (docs/notes/2026-12-07-compile-speed.md). Such a file is decoded in pieces under that size,
+ * joined: one heap string, flattened when first read (a second copy: ~20 ms more at 6 MB).
+ */
+export function fileText(bytes: Buffer): string {
+  if (!isAscii(bytes)) return bytes.toString('utf8');
+  if (bytes.length < EXTERN_APEX) return bytes.toString('latin1');
+  let text = '';
+  for (let at = 0; at < bytes.length; at += HEAP_PIECE) text += bytes.toString('latin1', at, Math.min(bytes.length, at + HEAP_PIECE));
+  return text;
+}
+
+/** Node's src/string_bytes.cc: a one-byte string of this many bytes or more is made external. */
+const EXTERN_APEX = 0xfbee9;
+/** A piece of a big ASCII file decoded at once (under EXTERN_APEX). */
+const HEAP_PIECE = 1 << 19;

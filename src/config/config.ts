@@ -4,8 +4,7 @@
  * every rule is compiled here, so a config that loads is one the kernel
  * will accept (modulo the kernel's own refusals, which leave it unchanged).
  */
-import { isAscii } from 'node:buffer';
-import { NotRegularFileError, readRegularFile } from '../base/regular-file.js';
+import { NotRegularFileError, fileText, readRegularFile } from '../base/regular-file.js';
 import { noteFile, noteInput } from '../base/compile-inputs.js';
 import { CST, Lexer, LineCounter, parseDocument, isNode, isScalar, visit, type Document, type Scalar } from 'yaml';
 import * as z from 'zod';
@@ -175,11 +174,9 @@ export function loadConfig(file: string, options: LoadOptions = {}): Config {
   let text: string;
   try {
     // A regular file only (a FIFO would block the daemon's loop in open, /dev/zero never end).
-    // An ASCII file (nft files nearly always are) is copied into a one-byte string as it is,
-    // without decoding UTF-8, a large part of a big file's read. Same text.
     const bytes = readRegularFile(file, MAX_CONFIG_BYTES);
     noteFile(file, bytes);
-    text = isAscii(bytes) ? bytes.toString('latin1') : bytes.toString('utf8');
+    text = fileText(bytes);
   } catch (e) {
     if (e instanceof ConfigError) throw e;
     if (e instanceof NotRegularFileError) {

@@ -24,7 +24,7 @@
  * on (inside a define's value: where the value was written).
  */
 import { ConfigError } from '../base/errors.js';
-import { NotRegularFileError, readRegularFile } from '../base/regular-file.js';
+import { NotRegularFileError, fileText, readRegularFile } from '../base/regular-file.js';
 import { listing, noteFile, noteInput, pathKind } from '../base/compile-inputs.js';
 
 /** nft's DEFAULT_INCLUDE_PATH as Debian builds it. */
@@ -288,7 +288,7 @@ class Expander {
         // As the config itself is read: never blocking on a FIFO, never reading a device without end.
         const bytes = readRegularFile(path, this.options.maxBytes);
         noteFile(path, bytes);
-        text = bytes.toString('utf8');
+        text = fileText(bytes);
       } catch (e) {
         if (e instanceof NotRegularFileError && e.kind !== undefined) this.fail(source, k, `Not a regular file: "${path}"`);
         this.fail(source, k, `Could not open file "${path}": ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
