@@ -20,7 +20,7 @@ const yaml = (family: string, rules: string[], sets = '') =>
 const RULES = Array.from({ length: 50 }, (_, i) => `ip saddr 10.0.${i}.1 tcp dport ${1000 + i} accept`);
 
 /** The config's tables with every rule's compiled form read out (its text too): what the keeper installs. */
-const plain = (c: Config) => JSON.parse(JSON.stringify(c.tables.map((t) => ({ ...t, chains: t.chains.map((ch) => ({ ...ch, rules: ch.rules.map((r) => ({ text: r.text, ...r.compiled })) })) }))));
+const plain = (c: Config) => JSON.parse(JSON.stringify(c.tables.map((t) => ({ ...t, chains: t.chains.map((ch) => ({ ...ch, rules: ch.rules.map((r) => ({ source: r.text, ...r.compiled })) })) }))));
 
 describe('a reload reuses the rules the previous load compiled', () => {
   const dir = tempDir('rule-reuse');
