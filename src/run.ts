@@ -576,6 +576,7 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
   const reloadNow = async (why: string) => {
     let next: Config;
     let rules: { compiled: number; reused: number };
+    let later: (() => Promise<void>) | undefined;
     let digests: FileDigests | undefined;
     try {
       // An empty file is a write caught half-way (truncated, not yet written), far more often than
@@ -597,8 +598,7 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
       ({ config: next, files: digests, rules } = loaded);
       // The next reload reuses this one's rules, whether or not the kernel takes it (a rule's reuse depends on its context, not on that).
       lastLoaded = next;
-      const later = loaded.hit ? undefined : loaded.later;
-      if (later) setImmediate(() => store(later));
+      later = loaded.hit ? undefined : loaded.later;
     } catch (e) {
       rejected(why, e);
       return;
@@ -616,7 +616,11 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
     (registry ? registry.reconfigure(next, (c, owners) => keeper.setConfig(c, owners)) : keeper.setConfig(next)).then(() => {
       report(true, why);
       log.info({ why, rules }, 'config reloaded');
-    }, (e) => rejected(why, new NfkeeperError(`the kernel refused the new config; the old one stays in force: ${(e as Error).message}`)));
+    }, (e) => rejected(why, new NfkeeperError(`the kernel refused the new config; the old one stays in force: ${(e as Error).message}`)))
+      // The compile cache's store once the keeper has the config (kept or refused, as before): run
+      // beside the reload's pass, its turns (a whole config encoded again) held the pass back, and
+      // the repairs waiting for it.
+      .finally(() => { if (later && !stopped) store(later); });
   };
   const onHup = () => reload('SIGHUP');
   process.on('SIGHUP', onHup);

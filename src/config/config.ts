@@ -429,7 +429,8 @@ function buildConfig(raw: unknown, file: string, where: Positions, options: Load
       const rules: ChainConfig['rules'] = [];
       const chainBefore = before?.chain(c.name);
       c.rules.forEach((ruleText, ri) => {
-        let compiled: CompiledRule | undefined = chainBefore?.take(ruleText, setId, chainId);
+        const kept = chainBefore?.take(ruleText, setId, chainId);
+        let compiled: CompiledRule | undefined = kept?.compiled;
         try {
           if (compiled === undefined) {
             const ctx = { family: t.family, table: t.name, chain: c.name, setIdBase: setId, chainIdBase: chainId, interfaces: options.interfaces, sets: namedSets };
@@ -459,7 +460,7 @@ function buildConfig(raw: unknown, file: string, where: Positions, options: Load
         options.compiled?.(compiled);
         const problem = graph.rule(ci, ri, compiled, base?.hook, base?.type);
         if (problem) fail(pos(rulePath(path, ri)), `rule ${ri + 1} of chain ${c.name}: ${problem}`);
-        rules.push({ text: ruleText, compiled });
+        rules.push(kept ?? { text: ruleText, compiled });
       });
       // (an exact-size copy of the rules: push() leaves room for 17, 150 bytes a chain, 30,000 chains in kube-proxy's file)
       return { name: c.name, base, rules: rules.slice(), ...(c.comment !== undefined ? { userdata: commentUserdata(c.comment) } : {}) };

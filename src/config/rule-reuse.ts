@@ -21,12 +21,14 @@
  * and one with anonymous sets or bound chains (their batch ids not kept) is compiled again.
  */
 import { noteInput, SYSTEM_FILES, type CompileInput } from '../base/compile-inputs.js';
-import { ruleAt, ruleCount } from '../model/desired.js';
+import { ruleAt, ruleCount, type ChainConfig } from '../model/desired.js';
 import { SET_F, type NftSet } from '../netlink/objects.js';
 import type { CompiledRule } from '../rules/index.js';
 import type { TableConfig } from '../model/desired.js';
 import type { Config, LoadOptions } from './config.js';
 import { changedInput } from './compile-cache.js';
+
+type Rule = ChainConfig['rules'][number];
 
 /** What a rule's compile depended on besides its text, family, table, chain and the named sets it names. */
 interface RuleDeps {
@@ -73,8 +75,6 @@ export class RuleReuse {
   private tables: Map<string, TableConfig> | undefined;
   /** Inputs checked in this load, by their JSON (what and the value noted): unchanged (true) or not. */
   private readonly checked = new Map<string, boolean>();
-  /** Rules taken in this load: each once (a text twice in a chain: the second is compiled; a config holds each rule object once). */
-  readonly taken = new WeakSet<CompiledRule>();
   /** Input lists checked (and noted) in this load: each once. */
   private readonly held = new WeakMap<readonly CompileInput[], boolean>();
 
@@ -138,12 +138,12 @@ export class TableReuse {
   chain(name: string): ChainReuse | undefined {
     const c = this.chains.get(name);
     if (!c) return undefined;
-    const byText = new Map<string, CompiledRule>();
+    const byText = new Map<string, Rule>();
     try {
       // (a rule made late, from the compile cache, is made here: the reload's check would read it anyway)
       for (let j = 0, n = ruleCount(c); j < n; j++) {
         const r = ruleAt(c, j)!;
-        if (!byText.has(r.text)) byText.set(r.text, r.compiled);
+        if (!byText.has(r.text)) byText.set(r.text, r);
       }
     } catch {
       return undefined;  // a cache's rule that cannot be made: compiled instead (the daemon says why once it makes them)
@@ -151,10 +151,15 @@ export class TableReuse {
     return new ChainReuse(this, byText);
   }
 
-  /** The rule compiled before from `text` in this chain, if its context is as it was (batch ids `setIdBase`, `chainIdBase` now). */
-  take(byText: ReadonlyMap<string, CompiledRule>, text: string, setIdBase: number, chainIdBase: number): CompiledRule | undefined {
-    const c = byText.get(text);
-    if (c === undefined || this.reuse.taken.has(c)) return undefined;
+  /**
+   * The rule compiled before from `text` in this chain, if its context is as it was (batch ids
+   * `setIdBase`, `chainIdBase` now): the previous config's rule itself, with what the keeper
+   * keeps on it (its key: the reload's diff keys only the rules compiled).
+   */
+  take(byText: Map<string, Rule>, text: string, setIdBase: number, chainIdBase: number): Rule | undefined {
+    const r = byText.get(text);
+    if (r === undefined) return undefined;
+    const c = r.compiled;
     let deps = DEPS.get(c);
     if (deps === undefined && this.fromCache !== undefined) {
       // Its batch ids were not kept with it: compiled again.
@@ -170,8 +175,9 @@ export class TableReuse {
     // From the cache's config, it keeps what it depends on from now on.
     if (deps !== undefined && !DEPS.has(c)) DEPS.set(c, deps);
     this.reuse.reused++;
-    this.reuse.taken.add(c);
-    return c;
+    // Taken once: a config holds each rule object once (a text twice in a chain: the second is compiled).
+    byText.delete(text);
+    return r;
   }
 
   private setAsBefore(name: string): boolean {
@@ -189,9 +195,9 @@ export class TableReuse {
 
 /** The previous load's rules of one chain. */
 export class ChainReuse {
-  constructor(private readonly table: TableReuse, private readonly byText: ReadonlyMap<string, CompiledRule>) {}
+  constructor(private readonly table: TableReuse, private readonly byText: Map<string, Rule>) {}
 
-  take(text: string, setIdBase: number, chainIdBase: number): CompiledRule | undefined {
+  take(text: string, setIdBase: number, chainIdBase: number): Rule | undefined {
     return this.table.take(this.byText, text, setIdBase, chainIdBase);
   }
 }
