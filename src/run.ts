@@ -23,6 +23,7 @@ import { traced } from './base/compile-inputs.js';
 import { runByTurns } from './base/sliced.js';
 import { formatDuration } from './base/duration.js';
 import { compactAsCompiled } from './model/compact.js';
+import { RuleReuse } from './config/rule-reuse.js';
 import { Keeper } from './keeper/keeper.js';
 import { KeeperMetrics } from './base/metrics.js';
 import { sendEvents, serveMetrics } from './keeper/http.js';
@@ -132,8 +133,11 @@ async function loadWaitingForEnv(o: DaemonOptions, log: Logger, tell: (message: 
  * (`later`: the compiled config's store, or the making of the rules read from it). Throws the
  * compile's errors.
  */
-function loadDaemonConfig(o: DaemonOptions, log: Logger): {
-  config: Config; later?: () => Promise<void>; readBack?: () => string | undefined; files?: FileDigests;
+function loadDaemonConfig(o: DaemonOptions, log: Logger, previous?: Config): {
+  config: Config;
+  /** What the load compiled, and took from `previous` instead (rule-reuse.ts); from the cache, neither. */
+  rules: { compiled: number; reused: number };
+  later?: () => Promise<void>; readBack?: () => string | undefined; files?: FileDigests;
   /** `later` is the compiled config's store (a stop waits for it), not the making of the cache's rules. */
   stores?: true;
   /** For the store (`later`): the start-up install's rules' expressions as sent (KeeperOptions.startupExprs). */
@@ -141,12 +145,16 @@ function loadDaemonConfig(o: DaemonOptions, log: Logger): {
   /** From the cache: its entry, and its rules made a slice per turn (the error if they cannot be). */
   hit?: { file: string; madeWhole: () => Promise<unknown> };
 } {
-  const options = { interfaces: namespaceInterfaces(o.netns), compiled: compactAsCompiled(), includePath: o.includePath };
+  // At a start too: what each rule's compile depended on is kept for the first reload.
+  const reuse = new RuleReuse(previous);
+  const options = { interfaces: namespaceInterfaces(o.netns), compiled: compactAsCompiled(), includePath: o.includePath, reuse };
+  const counts = () => ({ compiled: reuse.compiledCount, reused: reuse.reused });
   if (o.cacheDir === undefined) {
     const { value: config, inputs } = traced(() => loadConfig(o.config, options));
-    return { config, ...(inputs ? { files: fileDigests(inputs) } : {}) };
+    return { config, rules: counts(), ...(inputs ? { files: fileDigests(inputs) } : {}) };
   }
   const { config, cache, store, make, files } = loadConfigCached(o.config, options, { dir: o.cacheDir, version: o.version, netns: o.netns, lateOnlyIfRemovable: true });
+  const rules = counts();
   if (cache.used) {
     log.info({ cache: cache.file, ...(cache.madeNow ? { why: cache.madeNow } : {}) },
       `compile cache matches every input: the config was not compiled${cache.madeNow ? '; its rules were made now, not once running' : ''}`);
@@ -161,7 +169,7 @@ function loadDaemonConfig(o: DaemonOptions, log: Logger): {
         return e ?? new Error(String(e));
       }
     };
-    return { config, files, ...(make ? {
+    return { config, rules, files, ...(make ? {
       hit: { file: cache.file, madeWhole },
       later: async () => {
         const e = await madeWhole();
@@ -180,6 +188,7 @@ function loadDaemonConfig(o: DaemonOptions, log: Logger): {
   let sentByInstall: SentRuleExprs | undefined;
   return {
     config,
+    rules,
     files,
     ...(store ? { sent: (s: SentRuleExprs) => { sentByInstall = s; } } : {}),
     stores: true,
@@ -552,6 +561,8 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
     // Ours (the config, the checks, the kernel's refusal) said by its message; anything else with its stack.
     log.error({ err: e instanceof NfkeeperError ? e.message : e, why }, 'config reload rejected; keeping the old one');
   };
+  /** The config the last load gave (the start's, then each reload's): the next reload reuses its compiled rules. */
+  let lastLoaded: Config | undefined = config;
   /** Set below: the files a reload read are watched from then on. */
   let configLoaded: (next: Config, digests?: FileDigests) => void = () => undefined;
   // Reloads reach the keeper in the order they came: one from the compile cache waits for its rules
@@ -564,12 +575,14 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
   };
   const reloadNow = async (why: string) => {
     let next: Config;
+    let rules: { compiled: number; reused: number };
+    let later: (() => Promise<void>) | undefined;
     let digests: FileDigests | undefined;
     try {
       // An empty file is a write caught half-way (truncated, not yet written), far more often than
       // a wish to drop every table: that takes a file with a comment in it.
       if (statSync(o.config).size === 0) throw new ConfigError(o.config, 1, 1, 'the file is empty (being written?); a config with no tables needs at least a comment');
-      let loaded = loadDaemonConfig(o, log);
+      let loaded = loadDaemonConfig(o, log, lastLoaded);
       // From the compile cache, the keeper gets the config once its rules are all made (a turn at a
       // time): one that cannot be made (the entry passed its seal: a fault of ours) is met here, not
       // by the keeper's passes or a repair. The entry is removed (or why not is said), the config
@@ -579,12 +592,13 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
         if (e === undefined) break;
         // A second hit that fails (stored again meanwhile) compiles without the cache.
         loaded = compiledInstead(loaded.hit.file, e, (said) => log.warn({ why }, `${said}; the config was compiled`),
-          (throughCache) => loadDaemonConfig(throughCache && tries === 0 ? o : { ...o, cacheDir: undefined }, log));
+          (throughCache) => loadDaemonConfig(throughCache && tries === 0 ? o : { ...o, cacheDir: undefined }, log, lastLoaded));
       }
       if (stopped) return;
-      ({ config: next, files: digests } = loaded);
-      const later = loaded.hit ? undefined : loaded.later;
-      if (later) setImmediate(() => store(later));
+      ({ config: next, files: digests, rules } = loaded);
+      // The next reload reuses this one's rules, whether or not the kernel takes it (a rule's reuse depends on its context, not on that).
+      lastLoaded = next;
+      later = loaded.hit ? undefined : loaded.later;
     } catch (e) {
       rejected(why, e);
       return;
@@ -601,8 +615,12 @@ export async function runDaemon(o: DaemonOptions): Promise<number> {
     // With owners, in the registry's turn: one the new config makes the kernel refuse is left out, not the reload.
     (registry ? registry.reconfigure(next, (c, owners) => keeper.setConfig(c, owners)) : keeper.setConfig(next)).then(() => {
       report(true, why);
-      log.info({ why }, 'config reloaded');
-    }, (e) => rejected(why, new NfkeeperError(`the kernel refused the new config; the old one stays in force: ${(e as Error).message}`)));
+      log.info({ why, rules }, 'config reloaded');
+    }, (e) => rejected(why, new NfkeeperError(`the kernel refused the new config; the old one stays in force: ${(e as Error).message}`)))
+      // The compile cache's store once the keeper has the config (kept or refused, as before): run
+      // beside the reload's pass, its turns (a whole config encoded again) held the pass back, and
+      // the repairs waiting for it.
+      .finally(() => { if (later && !stopped) store(later); });
   };
   const onHup = () => reload('SIGHUP');
   process.on('SIGHUP', onHup);

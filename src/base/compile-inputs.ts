@@ -29,20 +29,25 @@ export type CompileInput =
   | { kind: 'utc'; at: number | null; utc: boolean };
 
 let trace: Map<string, CompileInput> | undefined;
+/** The inputs one rule's compile noted (recorded()), beside the trace. */
+let record: CompileInput[] | undefined;
 /** An input noted twice with two values in one compile: the trace describes no single state. */
 let unstable: string | undefined;
 
 /** Notes an input of the compile running under traced(); `make` is called only then. */
 export function noteInput(make: () => CompileInput): void {
-  if (trace === undefined) return;
+  if (trace === undefined && record === undefined) return;
   const input = make();
+  record?.push(input);
+  if (trace === undefined) return;
   const key = keyOf(input);
   const seen = trace.get(key);
   if (seen === undefined) trace.set(key, input);
   else if (unstable === undefined && JSON.stringify(seen) !== JSON.stringify(input)) unstable = key;
 }
 
-function keyOf(i: CompileInput): string {
+/** The key an input is known by: two inputs with one key are one thing, noted with a value each. */
+export function keyOf(i: CompileInput): string {
   switch (i.kind) {
     case 'env': return `env\0${i.name}`;
     case 'link': return `link\0${i.name}`;
@@ -70,6 +75,23 @@ export function traced<T>(f: () => T): { value: T; inputs?: CompileInput[]; unst
   }
 }
 
+/**
+ * Runs `f` (one rule's compile) and gives the inputs it noted, as well as noting them in the trace
+ * under way: what a later load checks before it reuses what `f` gave (src/config/rule-reuse.ts).
+ */
+export function recorded<T>(f: () => T): { value: T; inputs: CompileInput[] | undefined } {
+  const outer = record;
+  const inputs: CompileInput[] = [];
+  record = inputs;
+  try {
+    const value = f();
+    return { value, inputs: inputs.length > 0 ? inputs : undefined };
+  } finally {
+    record = outer;
+    if (outer !== undefined) outer.push(...inputs);
+  }
+}
+
 /** What `path` is now, as a 'path' input says it. */
 export function pathKind(path: string): 'none' | 'dir' | 'other' {
   try {
@@ -93,6 +115,9 @@ export function noteFile(path: string, bytes: Uint8Array | string): void {
   noteInput(() => ({ kind: 'file', path, sha256: sha256(bytes, 'hex') }));
 }
 
+/** The files systemFile reads: the only files a rule's compile notes (the loader notes the config's own). */
+export const SYSTEM_FILES: ReadonlySet<string> = new Set(['/etc/services', '/etc/iproute2/rt_realms']);
+
 const systemFiles = new Map<string, { text: string; digest?: string | null }>();
 
 /**
@@ -100,6 +125,7 @@ const systemFiles = new Map<string, { text: string; digest?: string | null }>();
  * lookups read it: read once per process ('' when it cannot be read), noted at every use.
  */
 export function systemFile(path: string): string {
+  if (!SYSTEM_FILES.has(path)) throw new Error(`systemFile: ${path} is not one of SYSTEM_FILES`);
   let f = systemFiles.get(path);
   if (f === undefined) {
     let text: string | undefined;

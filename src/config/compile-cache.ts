@@ -245,6 +245,8 @@ export function loadConfigCached(file: string, options: LoadOptions, cache: Comp
   try {
     const hit = fromCache(path, file, options, cache);
     if ('config' in hit) {
+      // A reload after this one reuses its rules as depending on the entry's inputs.
+      options.reuse?.fromCache(hit.config, hit.inputs);
       const kept = cache.lateOnlyIfRemovable ? unremovable(path) : undefined;
       const token = hit.token !== undefined ? { token: hit.token } : {};
       if (kept === undefined) {

@@ -5,7 +5,8 @@
  * will accept (modulo the kernel's own refusals, which leave it unchanged).
  */
 import { NotRegularFileError, fileText, readRegularFile } from '../base/regular-file.js';
-import { noteFile, noteInput } from '../base/compile-inputs.js';
+import { noteFile, noteInput, recorded } from '../base/compile-inputs.js';
+import type { RuleReuse } from './rule-reuse.js';
 import { CST, Lexer, LineCounter, parseDocument, isNode, isScalar, visit, type Document, type Scalar } from 'yaml';
 import * as z from 'zod';
 import { ConfigError, NfkeeperError } from '../base/errors.js';
@@ -158,6 +159,12 @@ export interface LoadOptions {
   compiled?: (rule: CompiledRule) => void;
   /** A .nft config's `include "NAME"` searches these directories before nft's default, /etc (nft's `-I`). */
   includePath?: readonly string[];
+  /**
+   * The daemon's: the rules the previous load compiled, each taken instead of compiled again where
+   * its text and compile context are as they were, and what this load's compiles depended on, for
+   * the next (src/config/rule-reuse.ts).
+   */
+  reuse?: RuleReuse;
 }
 
 /** A config file larger than this is refused before it is parsed. */
@@ -401,6 +408,8 @@ function buildConfig(raw: unknown, file: string, where: Positions, options: Load
     const objects = buildObjects(t, ti, where, fail);
     const namedSets = new Map<string, NftSet>(sets.map((x) => [x.name, x.set]));
     const graph = new JumpGraph(t.chains.map((c) => c.name), 'this table', t.family);
+    const reuse = options.reuse;
+    const before = reuse?.table(t.family, t.name, namedSets, options);
     const chains: ChainConfig[] = t.chains.map((c, ci) => {
       const path = ['tables', ti, 'chains', ci];
       refuseKeyword(fail, () => pos([...path, 'name']), c.name, 'a chain');
@@ -415,12 +424,21 @@ function buildConfig(raw: unknown, file: string, where: Positions, options: Load
       const hookProblem = base && baseChainProblem(base.type, base.hook, base.priority);
       if (hookProblem) fail(pos([...path, hookProblem.at]), `chain ${c.name}: ${hookProblem.reason}`);
       const rules: ChainConfig['rules'] = [];
+      const chainBefore = before?.chain(c.name);
       c.rules.forEach((ruleText, ri) => {
-        let compiled: CompiledRule;
+        const kept = chainBefore?.take(ruleText, setId, chainId);
+        let compiled: CompiledRule | undefined = kept?.compiled;
         try {
-          compiled = compileRule(ruleText, {
-            family: t.family, table: t.name, chain: c.name, setIdBase: setId, chainIdBase: chainId, interfaces: options.interfaces, sets: namedSets,
-          });
+          if (compiled === undefined) {
+            const ctx = { family: t.family, table: t.name, chain: c.name, setIdBase: setId, chainIdBase: chainId, interfaces: options.interfaces, sets: namedSets };
+            if (reuse) {
+              const r = recorded(() => compileRule(ruleText, ctx));
+              compiled = r.value;
+              reuse.compiled(compiled, r.inputs, ctx.setIdBase, ctx.chainIdBase);
+            } else {
+              compiled = compileRule(ruleText, ctx);
+            }
+          }
         } catch (e) {
           if (e instanceof RuleSyntaxError) {
             // After a substitution the column is one in the substituted text: show that text.
@@ -439,7 +457,7 @@ function buildConfig(raw: unknown, file: string, where: Positions, options: Load
         options.compiled?.(compiled);
         const problem = graph.rule(ci, ri, compiled, base?.hook, base?.type);
         if (problem) fail(pos(rulePath(path, ri)), `rule ${ri + 1} of chain ${c.name}: ${problem}`);
-        rules.push({ text: ruleText, compiled });
+        rules.push(kept ?? { text: ruleText, compiled });
       });
       // (an exact-size copy of the rules: push() leaves room for 17, 150 bytes a chain, 30,000 chains in kube-proxy's file)
       return { name: c.name, base, rules: rules.slice(), ...(c.comment !== undefined ? { userdata: commentUserdata(c.comment) } : {}) };
