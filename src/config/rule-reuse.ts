@@ -56,12 +56,16 @@ function setDefinition(s: NftSet): string {
   return JSON.stringify({ ...s, elements: undefined, handle: undefined, flags: s.flags & ~SET_F.EVAL });
 }
 
-/** The named sets and maps a rule's expressions name (a lookup's, a dynset's, an object map's). */
+/**
+ * The named sets and maps a rule's expressions name (a lookup's, a dynset's, an object map's), and
+ * those its bound chains' rules name (compiled with the same sets: `jump { ip saddr @s … }`).
+ */
 function namedSetsOf(c: CompiledRule, each: (name: string) => boolean): boolean {
   for (let i = 0; i < c.exprs.length; i++) {
     const set = (c.exprs[i] as { set?: unknown }).set;
     if (typeof set === 'string' && !set.startsWith('__') && !each(set)) return false;
   }
+  for (const b of c.bound ?? []) for (const r of b.rules) if (!namedSetsOf(r, each)) return false;
   return true;
 }
 

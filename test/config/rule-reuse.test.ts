@@ -81,6 +81,17 @@ describe('a reload reuses the rules the previous load compiled', () => {
     expect(() => load(other, a.config)).toThrow(/@s/);
   });
 
+  it('a named set a bound chain names: the rule binding it compiled again when the set changed', () => {
+    const sets = (type: string, el: string) => `    sets:\n      - { name: s, type: ${type}, elements: [${el}] }\n`;
+    const rules = ['ip protocol tcp jump { ip saddr @s accept; }', ...RULES.slice(0, 5)];
+    const a = load(yaml('ip', rules, sets('ipv4_addr', '10.0.0.1')));
+    expect(load(yaml('ip', rules, sets('ipv4_addr', '10.0.0.2')), a.config)).toMatchObject({ compiled: 0, reused: 6 });
+    // A type the bound rule's key no longer fits: refused as a fresh load is, not taken as it was.
+    const other = yaml('ip', rules, sets('inet_service', '"22"'));
+    expect(() => fresh(other)).toThrow(/@s/);
+    expect(() => load(other, a.config)).toThrow(/@s/);
+  });
+
   it('a ${NAME} whose value changed: its rules compiled again (their text is another), the rest taken', () => {
     const rules = ['ip saddr ${NET} accept', ...RULES.slice(0, 5)];
     const a = load(yaml('ip', rules), undefined, { environment: { NET: '10.1.0.0/16' } });
