@@ -115,8 +115,11 @@ export function noteFile(path: string, bytes: Uint8Array | string): void {
   noteInput(() => ({ kind: 'file', path, sha256: sha256(bytes, 'hex') }));
 }
 
-/** The files systemFile reads: the only files a rule's compile notes (the loader notes the config's own). */
-export const SYSTEM_FILES: ReadonlySet<string> = new Set(['/etc/services', '/etc/iproute2/rt_realms']);
+/**
+ * The files systemFile reads: the only files a rule's compile notes (the loader notes the config's
+ * own): port names, realms, and `meta skuid`/`skgid` names (rules/intvalues.ts).
+ */
+export const SYSTEM_FILES: ReadonlySet<string> = new Set(['/etc/services', '/etc/iproute2/rt_realms', '/etc/passwd', '/etc/group']);
 
 const systemFiles = new Map<string, { text: string; digest?: string | null }>();
 

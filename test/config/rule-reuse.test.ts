@@ -101,12 +101,15 @@ describe('a reload reuses the rules the previous load compiled', () => {
   });
 
   it("an interface whose index changed: the rules that resolved it compiled again, the reused ones' inputs in the load's trace", () => {
-    const rules = ['iif "eth0" accept', 'oif "eth1" accept', 'tcp dport ssh accept', ...RULES.slice(0, 2)];
+    // (a user's and a group's name: looked up in /etc/passwd and /etc/group, system files as /etc/services is)
+    const rules = ['iif "eth0" accept', 'oif "eth1" accept', 'tcp dport ssh accept', 'meta skuid "root" accept', 'meta skgid "root" accept', ...RULES.slice(0, 2)];
     const a = load(yaml('ip', rules), undefined, { interfaces: interfaceTable({ lo: 1, eth0: 2, eth1: 3 }) });
     const now = interfaceTable({ lo: 1, eth0: 4, eth1: 3 });
     let b!: ReturnType<typeof load>;
     const { inputs } = traced(() => { b = load(yaml('ip', rules), a.config, { interfaces: now }); });
-    expect(b).toMatchObject({ compiled: 1, reused: 4 });
+    expect(b).toMatchObject({ compiled: 1, reused: 6 });
+    expect(inputs).toContainEqual(expect.objectContaining({ kind: 'file', path: '/etc/passwd' }));
+    expect(inputs).toContainEqual(expect.objectContaining({ kind: 'file', path: '/etc/group' }));
     expect(plain(b.config)).toEqual(plain(fresh(yaml('ip', rules), { interfaces: now })));
     // eth1 and /etc/services (ssh) were not read by this load's compile, yet the compile cache must see them among the inputs.
     expect(inputs).toEqual(expect.arrayContaining<CompileInput>([{ kind: 'link', name: 'eth0', index: 4 }, { kind: 'link', name: 'eth1', index: 3 }]));
